@@ -1,0 +1,327 @@
+//! The admin HTTP endpoint on `prometheus_server` (kube-vip's `--prometheusHTTPServer`,
+//! default `:2112`): `/metrics` (OpenMetrics text, [`crate::metrics`]), `/healthz` (200
+//! while the process serves requests: the liveness probe) and `/readyz` (200 only when the
+//! configuration is valid, the API server is reachable and the election runs: the readiness
+//! probe; 503 with the missing conditions otherwise). HTTP/1.1 over plain TCP (hyper).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use crate::metrics::{self, Metrics};
+
+/// Errors starting the admin endpoint.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    /// `prometheus_server` is not `host:port`.
+    #[error("prometheus_server {value:?}: {reason}")]
+    Address {
+        /// The configured value.
+        value: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The socket could not be bound (port in use, no permission).
+    #[error("prometheus_server {value:?}: cannot listen: {source}")]
+    Bind {
+        /// The configured value.
+        value: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What `/readyz` checks. Cheap to clone; the setters are called by the manager.
+#[derive(Clone, Debug, Default)]
+pub struct Readiness(Arc<ReadinessInner>);
+
+#[derive(Debug, Default)]
+struct ReadinessInner {
+    config_valid: AtomicBool,
+    api_reachable: AtomicBool,
+    election_running: AtomicBool,
+}
+
+impl Readiness {
+    /// All conditions false.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// The configuration was resolved and validated.
+    pub fn set_config_valid(&self, v: bool) {
+        self.0.config_valid.store(v, Ordering::Relaxed);
+    }
+    /// The API server answered the last check.
+    pub fn set_api_reachable(&self, v: bool) {
+        self.0.api_reachable.store(v, Ordering::Relaxed);
+    }
+    /// The leader election loop runs (leading or following).
+    pub fn set_election_running(&self, v: bool) {
+        self.0.election_running.store(v, Ordering::Relaxed);
+    }
+    /// The conditions that are not met, by name (`config`, `api`, `election`); empty =
+    /// ready.
+    pub fn missing(&self) -> Vec<&'static str> {
+        let mut m = Vec::new();
+        if !self.0.config_valid.load(Ordering::Relaxed) {
+            m.push("config");
+        }
+        if !self.0.api_reachable.load(Ordering::Relaxed) {
+            m.push("api");
+        }
+        if !self.0.election_running.load(Ordering::Relaxed) {
+            m.push("election");
+        }
+        m
+    }
+    /// Whether every condition holds.
+    pub fn is_ready(&self) -> bool {
+        self.missing().is_empty()
+    }
+}
+
+/// The addresses to try for `prometheus_server`: `host:port` / `[v6]:port` as given;
+/// `:port` (kube-vip's form, all addresses) tries `[::]:port` (dual stack) then
+/// `0.0.0.0:port` (hosts without IPv6).
+///
+/// # Errors
+/// [`AdminError::Address`].
+pub fn listen_addresses(value: &str) -> Result<Vec<SocketAddr>, AdminError> {
+    let err = |reason: &str| AdminError::Address {
+        value: value.to_string(),
+        reason: reason.to_string(),
+    };
+    let (host, port) = value
+        .rsplit_once(':')
+        .ok_or_else(|| err("expected host:port, e.g. :2112"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| err("the port is not a number between 0 and 65535"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if host.is_empty() {
+        return Ok(vec![
+            SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)),
+            SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, port)),
+        ]);
+    }
+    if host == "localhost" {
+        return Ok(vec![SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port))]);
+    }
+    let ip: std::net::IpAddr = host
+        .parse()
+        .map_err(|_| err("the host must be an IP address (or empty for all addresses)"))?;
+    Ok(vec![SocketAddr::new(ip, port)])
+}
+
+/// Binds `prometheus_server` (see [`listen_addresses`]).
+///
+/// # Errors
+/// [`AdminError::Address`], [`AdminError::Bind`] (the last bind error).
+pub async fn bind(value: &str) -> Result<TcpListener, AdminError> {
+    let mut last = None;
+    for addr in listen_addresses(value)? {
+        match TcpListener::bind(addr).await {
+            Ok(l) => return Ok(l),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(AdminError::Bind {
+        value: value.to_string(),
+        source: last.unwrap_or_else(|| std::io::Error::other("no address to bind")),
+    })
+}
+
+/// A running admin endpoint.
+#[derive(Debug)]
+pub struct AdminServer {
+    /// The bound address (useful with port 0).
+    pub local_addr: SocketAddr,
+    /// The accept loop; ends when the shutdown token is cancelled.
+    pub task: JoinHandle<()>,
+}
+
+fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
+/// Answers one request (pure apart from reading the metrics and readiness).
+pub fn respond(path: &str, metrics: &Metrics, readiness: &Readiness) -> Response<Full<Bytes>> {
+    match path {
+        "/metrics" => {
+            let mut r = Response::new(Full::new(Bytes::from(metrics.encode())));
+            r.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static(metrics::CONTENT_TYPE),
+            );
+            r
+        }
+        "/healthz" | "/livez" => text(StatusCode::OK, "ok\n".into()),
+        "/readyz" => {
+            let missing = readiness.missing();
+            if missing.is_empty() {
+                text(StatusCode::OK, "ok\n".into())
+            } else {
+                text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("not ready: {}\n", missing.join(", ")),
+                )
+            }
+        }
+        _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
+    }
+}
+
+/// Serves the admin endpoint on `listener` until `shutdown` is cancelled.
+pub fn serve(
+    listener: TcpListener,
+    metrics: Metrics,
+    readiness: Readiness,
+    shutdown: CancellationToken,
+) -> Result<AdminServer, AdminError> {
+    let local_addr = listener.local_addr().map_err(|source| AdminError::Bind {
+        value: "<listener>".into(),
+        source,
+    })?;
+    let task = tokio::spawn(async move {
+        loop {
+            let (stream, peer) = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                r = listener.accept() => match r {
+                    Ok(x) => x,
+                    Err(e) => {
+                        warn!(error = %e, "admin endpoint: accept failed");
+                        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+            };
+            let metrics = metrics.clone();
+            let readiness = readiness.clone();
+            let stop = shutdown.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req: Request<Incoming>| {
+                    let r = respond(req.uri().path(), &metrics, &readiness);
+                    async move { Ok::<_, Infallible>(r) }
+                });
+                let conn = http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(std::time::Duration::from_secs(5))
+                    .serve_connection(TokioIo::new(stream), svc);
+                tokio::select! {
+                    r = conn => if let Err(e) = r {
+                        debug!(%peer, error = %e, "admin endpoint: connection error");
+                    },
+                    _ = stop.cancelled() => {}
+                }
+            });
+        }
+    });
+    Ok(AdminServer { local_addr, task })
+}
+
+/// Binds `prometheus_server` and serves it (see [`bind`], [`serve`]).
+///
+/// # Errors
+/// [`AdminError`].
+pub async fn start(
+    prometheus_server: &str,
+    metrics: Metrics,
+    readiness: Readiness,
+    shutdown: CancellationToken,
+) -> Result<AdminServer, AdminError> {
+    let listener = bind(prometheus_server).await?;
+    let server = serve(listener, metrics, readiness, shutdown)?;
+    info!(addr = %server.local_addr, "admin endpoint: /metrics /healthz /readyz");
+    Ok(server)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    async fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut buf = String::new();
+        s.read_to_string(&mut buf).await.unwrap();
+        let (head, body) = buf.split_once("\r\n\r\n").unwrap();
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        (status, head.to_string(), body.to_string())
+    }
+
+    #[tokio::test]
+    async fn endpoints_over_loopback() {
+        let metrics = Metrics::new("node-a");
+        let ready = Readiness::new();
+        let stop = CancellationToken::new();
+        let srv = start("127.0.0.1:0", metrics.clone(), ready.clone(), stop.clone())
+            .await
+            .unwrap();
+        let a = srv.local_addr;
+
+        assert_eq!(get(a, "/healthz").await.0, 200);
+        let (st, _, body) = get(a, "/readyz").await;
+        assert_eq!(st, 503);
+        assert!(body.contains("config, api, election"), "{body}");
+        ready.set_config_valid(true);
+        ready.set_api_reachable(true);
+        let (st, _, body) = get(a, "/readyz").await;
+        assert_eq!((st, body.trim()), (503, "not ready: election"));
+        ready.set_election_running(true);
+        assert_eq!(get(a, "/readyz").await.0, 200);
+        ready.set_api_reachable(false);
+        assert_eq!(get(a, "/readyz").await.0, 503);
+
+        metrics.set_leading("plndr-cp-lock", true);
+        let (st, head, body) = get(a, "/metrics").await;
+        assert_eq!(st, 200);
+        assert!(head.to_lowercase().contains("application/openmetrics-text"), "{head}");
+        assert!(
+            body.contains(r#"kube_vip_is_leader{node="node-a",lease_name="plndr-cp-lock"} 1"#),
+            "{body}"
+        );
+        assert_eq!(get(a, "/nope").await.0, 404);
+
+        stop.cancel();
+        srv.task.await.unwrap();
+        assert!(tokio::net::TcpStream::connect(a).await.is_err());
+    }
+
+    #[test]
+    fn listen_address_forms() {
+        assert_eq!(listen_addresses(":2112").unwrap().len(), 2);
+        assert_eq!(
+            listen_addresses("[::1]:9").unwrap(),
+            vec!["[::1]:9".parse().unwrap()]
+        );
+        assert_eq!(
+            listen_addresses("127.0.0.1:9").unwrap(),
+            vec!["127.0.0.1:9".parse().unwrap()]
+        );
+        let e = listen_addresses("host.example:9").unwrap_err().to_string();
+        assert!(e.contains("host.example:9"), "{e}");
+        assert!(listen_addresses("2112").is_err());
+    }
+}

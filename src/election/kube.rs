@@ -1,0 +1,311 @@
+//! [`LeaseClient`] against the Kubernetes API (`coordination.k8s.io/v1` Lease) with kube-rs.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::broadcast;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+use kube_runtime::watcher;
+use kube_runtime::WatchStreamExt;
+
+use super::{LeaseClient, LeaseError, LeaseEvent, LeaseRecord, Observed};
+
+/// One Lease, accessed through kube-rs. Keeps the last Lease object it read or wrote so that
+/// a replace keeps the object's other metadata (labels, annotations, owner references).
+#[derive(Clone)]
+pub struct KubeLeaseClient {
+    api: Api<Lease>,
+    namespace: String,
+    name: String,
+    last: Arc<Mutex<Option<Lease>>>,
+    hub: Option<LeaseHub>,
+}
+
+impl KubeLeaseClient {
+    /// A client for Lease `name` in `namespace`.
+    pub fn new(client: kube::Client, namespace: &str, name: &str) -> Self {
+        KubeLeaseClient {
+            api: Api::namespaced(client, namespace),
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            last: Arc::new(Mutex::new(None)),
+            hub: None,
+        }
+    }
+
+    /// Takes this lease's watch events from a shared [`LeaseHub`] instead of opening a watch
+    /// of its own.
+    pub fn with_hub(mut self, hub: LeaseHub) -> Self {
+        self.hub = Some(hub);
+        self
+    }
+
+    /// Deletes the Lease if it is still at `resource_version` (used when the Service it
+    /// governs is deleted, by the node that held it). Absent or changed = `Ok(false)`.
+    ///
+    /// # Errors
+    /// [`LeaseError::Api`] for other failures.
+    pub async fn delete(&self, resource_version: &str) -> Result<bool, LeaseError> {
+        let dp = kube::api::DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                resource_version: Some(resource_version.to_string()),
+                uid: None,
+            }),
+            ..Default::default()
+        };
+        match self.api.delete(&self.name, &dp).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
+            Err(e) => Err(self.err("delete", e)),
+        }
+    }
+
+    fn remember(&self, lease: &Lease) -> Observed {
+        if let Ok(mut last) = self.last.lock() {
+            *last = Some(lease.clone());
+        }
+        observe(lease)
+    }
+
+    fn err(&self, op: &'static str, e: kube::Error) -> LeaseError {
+        let lease = self.describe();
+        if let kube::Error::Api(status) = &e {
+            if status.is_conflict() {
+                return LeaseError::Conflict { lease };
+            }
+            if status.is_already_exists() {
+                return LeaseError::AlreadyExists { lease };
+            }
+            return LeaseError::Api {
+                lease,
+                op,
+                message: format!("{} {}: {}", status.code, status.reason, status.message),
+            };
+        }
+        LeaseError::Api {
+            lease,
+            op,
+            message: e.to_string(),
+        }
+    }
+}
+
+fn observe(lease: &Lease) -> Observed {
+    Observed {
+        record: LeaseRecord::from_lease(lease),
+        resource_version: lease.metadata.resource_version.clone().unwrap_or_default(),
+    }
+}
+
+impl LeaseClient for KubeLeaseClient {
+    fn describe(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
+
+    async fn get(&self) -> Result<Option<Observed>, LeaseError> {
+        match self.api.get_opt(&self.name).await {
+            Ok(Some(lease)) => Ok(Some(self.remember(&lease))),
+            Ok(None) => Ok(None),
+            Err(e) => Err(self.err("get", e)),
+        }
+    }
+
+    async fn create(&self, record: &LeaseRecord) -> Result<Observed, LeaseError> {
+        let mut spec = LeaseSpec::default();
+        record.apply_to(&mut spec);
+        let lease = Lease {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                namespace: Some(self.namespace.clone()),
+                ..Default::default()
+            },
+            spec: Some(spec),
+        };
+        match self.api.create(&PostParams::default(), &lease).await {
+            Ok(l) => Ok(self.remember(&l)),
+            Err(e) => Err(self.err("create", e)),
+        }
+    }
+
+    async fn update(
+        &self,
+        record: &LeaseRecord,
+        resource_version: &str,
+    ) -> Result<Observed, LeaseError> {
+        let base = self
+            .last
+            .lock()
+            .ok()
+            .and_then(|l| l.clone())
+            .unwrap_or_else(|| Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.name.clone()),
+                    namespace: Some(self.namespace.clone()),
+                    ..Default::default()
+                },
+                spec: None,
+            });
+        let mut lease = base;
+        lease.metadata.resource_version = Some(resource_version.to_string());
+        let mut spec = lease.spec.take().unwrap_or_default();
+        record.apply_to(&mut spec);
+        lease.spec = Some(spec);
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(l) => Ok(self.remember(&l)),
+            Err(e) => Err(self.err("update", e)),
+        }
+    }
+
+    fn watch(&self) -> BoxStream<'static, LeaseEvent> {
+        if let Some(hub) = &self.hub {
+            return hub.subscribe(&self.namespace, &self.name);
+        }
+        let cfg = watcher::Config::default().fields(&format!("metadata.name={}", self.name));
+        let name = self.name.clone();
+        watcher(self.api.clone(), cfg)
+            .default_backoff()
+            .filter_map(move |ev| {
+                let out = match ev {
+                    Ok(watcher::Event::Apply(l)) | Ok(watcher::Event::InitApply(l)) => {
+                        (l.metadata.name.as_deref() == Some(name.as_str()))
+                            .then(|| LeaseEvent::Changed(observe(&l)))
+                    }
+                    Ok(watcher::Event::Delete(_)) => Some(LeaseEvent::Deleted),
+                    Ok(watcher::Event::Init) => None,
+                    // Init listed nothing: `InitApply` did not come. Report absence only when
+                    // nothing was applied; the elector ignores a Deleted for an absent lease.
+                    Ok(watcher::Event::InitDone) => None,
+                    Err(e) => Some(LeaseEvent::Error(e.to_string())),
+                };
+                futures::future::ready(out)
+            })
+            .boxed()
+    }
+}
+
+/// One watch on Leases shared by many [`KubeLeaseClient`]s (per-Service elections: hundreds
+/// of leases, one watch connection instead of one per lease). Events are dispatched by
+/// `namespace/name`; after a watch restart, leases that were not re-listed are reported as
+/// deleted (kube-runtime's `InitDone` contract).
+#[derive(Clone)]
+pub struct LeaseHub {
+    subscribers: Arc<Mutex<HashMap<String, broadcast::Sender<LeaseEvent>>>>,
+}
+
+impl LeaseHub {
+    /// Starts the shared watch on Leases in `namespace` (`None` = all namespaces) on the
+    /// current tokio runtime. The task ends when `shutdown` is cancelled.
+    pub fn start(
+        client: kube::Client,
+        namespace: Option<&str>,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) -> Self {
+        let hub = LeaseHub {
+            subscribers: Arc::new(Mutex::new(HashMap::new())),
+        };
+        let api: Api<Lease> = match namespace {
+            Some(ns) => Api::namespaced(client, ns),
+            None => Api::all(client),
+        };
+        let h = hub.clone();
+        tokio::spawn(async move {
+            let mut stream = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .boxed();
+            let mut listed: HashSet<String> = HashSet::new();
+            loop {
+                let ev = tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    ev = stream.next() => ev,
+                };
+                let Some(ev) = ev else { return };
+                match ev {
+                    Ok(watcher::Event::Init) => listed.clear(),
+                    Ok(watcher::Event::InitApply(l)) => {
+                        let key = key_of(&l);
+                        h.send(&key, LeaseEvent::Changed(observe(&l)));
+                        listed.insert(key);
+                    }
+                    Ok(watcher::Event::InitDone) => {
+                        let gone: Vec<String> = h
+                            .keys()
+                            .into_iter()
+                            .filter(|k| !listed.contains(k))
+                            .collect();
+                        for k in gone {
+                            h.send(&k, LeaseEvent::Deleted);
+                        }
+                    }
+                    Ok(watcher::Event::Apply(l)) => h.send(&key_of(&l), LeaseEvent::Changed(observe(&l))),
+                    Ok(watcher::Event::Delete(l)) => h.send(&key_of(&l), LeaseEvent::Deleted),
+                    Err(e) => {
+                        let msg = e.to_string();
+                        for k in h.keys() {
+                            h.send(&k, LeaseEvent::Error(msg.clone()));
+                        }
+                    }
+                }
+            }
+        });
+        hub
+    }
+
+    fn keys(&self) -> Vec<String> {
+        self.subscribers
+            .lock()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    fn send(&self, key: &str, ev: LeaseEvent) {
+        if let Ok(mut m) = self.subscribers.lock()
+            && let Some(tx) = m.get(key)
+            && tx.send(ev).is_err()
+        {
+            // Nobody listens any more.
+            m.remove(key);
+        }
+    }
+
+    /// Events of Lease `namespace/name` from now on.
+    pub fn subscribe(&self, namespace: &str, name: &str) -> BoxStream<'static, LeaseEvent> {
+        let key = format!("{namespace}/{name}");
+        let rx = match self.subscribers.lock() {
+            Ok(mut m) => m
+                .entry(key)
+                .or_insert_with(|| broadcast::channel(16).0)
+                .subscribe(),
+            Err(_) => broadcast::channel(1).1,
+        };
+        futures::stream::unfold(rx, |mut rx| async move {
+            loop {
+                match rx.recv().await {
+                    Ok(ev) => return Some((ev, rx)),
+                    // Missed events: the elector re-reads the lease on its next poll.
+                    Err(broadcast::error::RecvError::Lagged(_)) => {
+                        return Some((LeaseEvent::Error("lease events lagged".into()), rx));
+                    }
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
+        .boxed()
+    }
+}
+
+fn key_of(l: &Lease) -> String {
+    format!(
+        "{}/{}",
+        l.metadata.namespace.as_deref().unwrap_or_default(),
+        l.metadata.name.as_deref().unwrap_or_default()
+    )
+}

@@ -1,0 +1,666 @@
+//! Lease leader election: client-go `tools/leaderelection` semantics, plus a watch on the
+//! Lease so that a released lease is taken within one API round trip and an expired one at
+//! its expiry instead of at the next poll.
+//!
+//! * [`record`]: the record in the Lease and the pure rules (who may write what, when).
+//! * [`LeaseClient`]: the small trait every Lease access goes through; [`kube::KubeLeaseClient`]
+//!   implements it against the API server, tests use a fake.
+//! * [`Elector`]: the campaign/renew loop. It publishes [`LeaderState`] on a `watch` channel;
+//!   the VIP holder follows it and acknowledges each dropped term, and only after that
+//!   acknowledgement does the elector release the lease (never two holders).
+//! * [`Gates`]: local conditions (link carrier, local API server health) that make a node
+//!   step down and stop campaigning until they are good again.
+
+pub mod kube;
+pub mod record;
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use k8s_openapi::jiff::Timestamp;
+use tokio::sync::watch;
+use tokio::time::{Instant, sleep_until, timeout};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+pub use record::{LeaseRecord, Observed, Standing};
+
+/// Errors of one Lease API call.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum LeaseError {
+    /// The write's `resourceVersion` precondition failed (HTTP 409 Conflict): somebody else
+    /// wrote the Lease since we read it.
+    #[error("lease {lease}: conflict, it changed since it was read (409)")]
+    Conflict {
+        /// `namespace/name` of the Lease.
+        lease: String,
+    },
+    /// Create failed because the Lease exists (HTTP 409 AlreadyExists).
+    #[error("lease {lease}: already exists")]
+    AlreadyExists {
+        /// `namespace/name` of the Lease.
+        lease: String,
+    },
+    /// The call did not finish within its own timeout.
+    #[error("lease {lease}: {op} timed out after {timeout_ms} ms")]
+    Timeout {
+        /// `namespace/name` of the Lease.
+        lease: String,
+        /// `get`, `create`, `update`.
+        op: &'static str,
+        /// The timeout, in milliseconds.
+        timeout_ms: u64,
+    },
+    /// Any other API or transport failure, with the server's or client's message.
+    #[error("lease {lease}: {op} failed: {message}")]
+    Api {
+        /// `namespace/name` of the Lease.
+        lease: String,
+        /// `get`, `create`, `update`.
+        op: &'static str,
+        /// What went wrong (includes HTTP status and reason for API errors, e.g. 403
+        /// Forbidden names the verb and resource).
+        message: String,
+    },
+}
+
+/// One change seen on the Lease's watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaseEvent {
+    /// The Lease was created or changed (or listed when the watch (re)started).
+    Changed(Observed),
+    /// The Lease was deleted, or a (re)started watch found none.
+    Deleted,
+    /// The watch failed; it retries by itself with backoff. Until the next good event the
+    /// elector also polls at the retry period.
+    Error(String),
+}
+
+/// Access to one Lease. Implementations do no retries and no timeouts of their own: the
+/// elector wraps every call in its own timeout and decides about retries.
+pub trait LeaseClient: Send + Sync + 'static {
+    /// `namespace/name`, for logs and errors.
+    fn describe(&self) -> String;
+    /// Reads the Lease; `Ok(None)` when it does not exist (404).
+    fn get(&self) -> impl Future<Output = Result<Option<Observed>, LeaseError>> + Send;
+    /// Creates the Lease with this record; [`LeaseError::AlreadyExists`] when it exists.
+    fn create(
+        &self,
+        record: &LeaseRecord,
+    ) -> impl Future<Output = Result<Observed, LeaseError>> + Send;
+    /// Replaces the record, on condition that the Lease is still at `resource_version`;
+    /// [`LeaseError::Conflict`] when it is not.
+    fn update(
+        &self,
+        record: &LeaseRecord,
+        resource_version: &str,
+    ) -> impl Future<Output = Result<Observed, LeaseError>> + Send;
+    /// A never-ending stream of changes of this Lease (restarts by itself after errors).
+    fn watch(&self) -> BoxStream<'static, LeaseEvent>;
+}
+
+/// Lease timings (client-go `LeaderElectionConfig`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// Written as `leaseDurationSeconds` (rounded up to whole seconds): candidates wait this
+    /// long after the last observed change before they take the lease.
+    pub lease_duration: Duration,
+    /// The holder stops leading when it could not renew for this long. Shorter than
+    /// `lease_duration`.
+    pub renew_deadline: Duration,
+    /// Interval between renewals by the holder, and the poll interval of candidates whose
+    /// watch is failing. Shorter than `renew_deadline`.
+    pub retry_period: Duration,
+}
+
+impl Timing {
+    /// Timeout of each single Lease API call: half the renew deadline, within 0.5..=5 s, so
+    /// a holder gets at least two tries before its renew deadline.
+    pub fn call_timeout(&self) -> Duration {
+        (self.renew_deadline / 2).clamp(Duration::from_millis(500), Duration::from_secs(5))
+    }
+
+    /// Largest back-off between failed campaign attempts: the lease duration (so a node that
+    /// lost its API connection gets the lease back within about one lease duration once the
+    /// API returns), at least the retry period.
+    pub fn max_backoff(&self) -> Duration {
+        self.lease_duration.max(self.retry_period)
+    }
+}
+
+/// Leadership as published by the [`Elector`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LeaderState {
+    /// Not leading. `holder` is the current holder as last seen, if any.
+    Following {
+        /// Identity of the node that holds the lease, when known and held.
+        holder: Option<String>,
+    },
+    /// Leading. `term` grows with every acquisition; `renewed_at` is the monotonic instant
+    /// of the last successful acquire/renew (the VIP holder refreshes the kernel fence on
+    /// each change of it).
+    Leading {
+        /// Acquisition counter of this process, starting at 1.
+        term: u64,
+        /// When the lease was last written successfully by us.
+        renewed_at: Instant,
+    },
+}
+
+impl LeaderState {
+    /// `true` when leading.
+    pub fn is_leading(&self) -> bool {
+        matches!(self, LeaderState::Leading { .. })
+    }
+}
+
+/// Named local conditions that all have to be good for a node to hold or seek the lease,
+/// e.g. `link` (carrier on the VIP interface) and `local-api` (the node's own API server
+/// answers its health check). A gate that closes makes the holder step down and release
+/// the lease; candidates do not campaign while any gate is closed.
+#[derive(Clone, Debug)]
+pub struct Gates(Arc<watch::Sender<BTreeMap<String, bool>>>);
+
+impl Default for Gates {
+    fn default() -> Self {
+        Gates(Arc::new(watch::Sender::new(BTreeMap::new())))
+    }
+}
+
+impl Gates {
+    /// Sets gate `name` open (`true`) or closed; creates it when new. Only notifies on change.
+    pub fn set(&self, name: &str, open: bool) {
+        self.0.send_if_modified(|m| m.insert(name.to_string(), open) != Some(open));
+    }
+
+    /// Names of the closed gates.
+    pub fn closed(&self) -> Vec<String> {
+        closed(&self.0.borrow())
+    }
+
+    /// A receiver that sees every change.
+    pub fn subscribe(&self) -> watch::Receiver<BTreeMap<String, bool>> {
+        self.0.subscribe()
+    }
+}
+
+fn closed(m: &BTreeMap<String, bool>) -> Vec<String> {
+    m.iter()
+        .filter(|(_, open)| !**open)
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
+/// The other end of an [`Elector`]: what the VIP holder (or any follower of leadership) uses.
+pub struct Leadership {
+    /// Current leadership; changes on acquire, every renew and on loss.
+    pub state: watch::Receiver<LeaderState>,
+    /// The follower writes here the last `term` whose VIPs it has dropped. The elector
+    /// waits for this acknowledgement (up to [`ACK_TIMEOUT`]) before it releases the lease.
+    pub dropped: watch::Sender<u64>,
+}
+
+/// How long the elector waits for the VIP holder to confirm it dropped the VIPs before it
+/// releases the lease. Without the confirmation it does not release: the lease then expires
+/// normally, after the kernel fence removed the addresses.
+pub const ACK_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Capped exponential back-off between failed campaign attempts.
+#[derive(Debug, Clone)]
+struct Backoff {
+    base: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    fn new(base: Duration, max: Duration) -> Self {
+        Backoff {
+            base,
+            max,
+            next: base,
+        }
+    }
+    fn next_delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(self.max);
+        d
+    }
+    fn reset(&mut self) {
+        self.next = self.base;
+    }
+}
+
+/// How an [`Elector::run`] ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ElectionEnd {
+    /// This node held the lease and released it on the way out.
+    pub released: bool,
+    /// The lease as last seen (after the release, when there was one).
+    pub observed: Option<Observed>,
+}
+
+/// Leader election for one Lease and one identity.
+pub struct Elector<C: LeaseClient> {
+    client: C,
+    identity: String,
+    timing: Timing,
+    state_tx: watch::Sender<LeaderState>,
+    dropped_rx: watch::Receiver<u64>,
+    gates: watch::Receiver<BTreeMap<String, bool>>,
+}
+
+/// Mutable state of a running elector.
+struct Run {
+    observed: Option<Observed>,
+    /// Whether `observed` reflects the server (false until the first read, and after a
+    /// conflict).
+    known: bool,
+    observed_at: Instant,
+    leading: Option<(u64, Instant)>,
+    term: u64,
+    next_attempt: Instant,
+    watch_healthy: bool,
+    backoff: Backoff,
+}
+
+impl<C: LeaseClient> Elector<C> {
+    /// Creates an elector; `gates` are the local conditions (see [`Gates`]). Returns the
+    /// elector (run it with [`Elector::run`]) and the [`Leadership`] end for the VIP holder.
+    pub fn new(client: C, identity: String, timing: Timing, gates: &Gates) -> (Self, Leadership) {
+        let (state_tx, state_rx) = watch::channel(LeaderState::Following { holder: None });
+        let (dropped_tx, dropped_rx) = watch::channel(0u64);
+        (
+            Elector {
+                client,
+                identity,
+                timing,
+                state_tx,
+                dropped_rx,
+                gates: gates.subscribe(),
+            },
+            Leadership {
+                state: state_rx,
+                dropped: dropped_tx,
+            },
+        )
+    }
+
+    /// Campaigns, leads and follows until `shutdown` is cancelled. On shutdown a holder
+    /// publishes `Following`, waits for the VIP holder's acknowledgement and releases the
+    /// lease (client-go `ReleaseOnCancel`). Never returns before shutdown: API failures are
+    /// retried with back-off, a lost lease is campaigned for again.
+    pub async fn run(mut self, shutdown: CancellationToken) -> ElectionEnd {
+        let lease = self.client.describe();
+        info!(%lease, identity = %self.identity, ?self.timing, "leader election starting");
+        let mut watch = self.client.watch();
+        let now = Instant::now();
+        let mut st = Run {
+            observed: None,
+            known: false,
+            observed_at: now,
+            leading: None,
+            term: 0,
+            next_attempt: now,
+            watch_healthy: false,
+            backoff: Backoff::new(self.timing.retry_period, self.timing.max_backoff()),
+        };
+        loop {
+            let now = Instant::now();
+            let open = closed(&self.gates.borrow()).is_empty();
+            let wake = self.next_wake(&st, open, now);
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => {
+                    let mut released = false;
+                    if st.leading.is_some() {
+                        released = self.step_down(&mut st, true, "shutting down").await;
+                    }
+                    info!(%lease, "leader election stopped");
+                    return ElectionEnd { released, observed: st.observed };
+                }
+                ev = watch.next() => {
+                    match ev {
+                        Some(ev) => self.on_watch_event(&mut st, ev).await,
+                        None => {
+                            warn!(%lease, "lease watch ended; restarting it");
+                            st.watch_healthy = false;
+                            watch = self.client.watch();
+                        }
+                    }
+                }
+                changed = self.gates.changed() => {
+                    if changed.is_err() {
+                        // Gates dropped: treat as all open from now on.
+                        continue;
+                    }
+                    let closed_now = closed(&self.gates.borrow_and_update());
+                    if !closed_now.is_empty() {
+                        if st.leading.is_some() {
+                            let why = format!("local condition failed: {}", closed_now.join(", "));
+                            let _ = self.step_down(&mut st, true, &why).await;
+                        } else {
+                            info!(%lease, gates = ?closed_now, "not campaigning while local conditions fail");
+                        }
+                    } else {
+                        info!(%lease, "local conditions good again; campaigning");
+                        st.next_attempt = Instant::now();
+                    }
+                }
+                _ = sleep_until(wake) => {
+                    self.on_timer(&mut st, open).await;
+                }
+            }
+        }
+    }
+
+    /// When the loop must next act on its own (without a watch event).
+    fn next_wake(&self, st: &Run, open: bool, now: Instant) -> Instant {
+        let far = now + Duration::from_secs(3600);
+        if let Some((_, last_renew)) = st.leading {
+            return st.next_attempt.min(last_renew + self.timing.renew_deadline);
+        }
+        if !open {
+            return far;
+        }
+        if !st.known {
+            return st.next_attempt;
+        }
+        match record::standing(st.observed.as_ref(), st.observed_at, now, &self.identity) {
+            Standing::HeldByOther { expires_at, .. } => {
+                // Act exactly at expiry; re-read in between only as a fallback: every retry
+                // period while the watch fails, every lease duration while it works.
+                let poll_at = if st.watch_healthy {
+                    st.next_attempt
+                        + self
+                            .timing
+                            .lease_duration
+                            .saturating_sub(self.timing.retry_period)
+                } else {
+                    st.next_attempt
+                };
+                expires_at.min(poll_at)
+            }
+            _ => st.next_attempt,
+        }
+    }
+
+    async fn on_watch_event(&mut self, st: &mut Run, ev: LeaseEvent) {
+        let lease = self.client.describe();
+        match ev {
+            LeaseEvent::Changed(obs) => {
+                st.watch_healthy = true;
+                if let Some(cur) = &st.observed
+                    && (cur.is_newer_than(&obs) || *cur == obs)
+                {
+                    return;
+                }
+                debug!(%lease, holder = %obs.record.holder, rv = %obs.resource_version, "lease changed");
+                let other = obs.record.is_held() && obs.record.holder != self.identity;
+                let released = !obs.record.is_held();
+                st.observed = Some(obs);
+                st.known = true;
+                st.observed_at = Instant::now();
+                if st.leading.is_some() && (other || released) {
+                    let why = if other {
+                        "another holder was written into the lease"
+                    } else {
+                        "the lease was released by someone else"
+                    };
+                    let _ = self.step_down(st, false, why).await;
+                    st.next_attempt = Instant::now() + st.backoff.next_delay();
+                } else if st.leading.is_none() && released {
+                    // Released: take it within one round trip.
+                    st.next_attempt = Instant::now();
+                }
+            }
+            LeaseEvent::Deleted => {
+                st.watch_healthy = true;
+                if st.observed.is_some() {
+                    debug!(%lease, "lease deleted");
+                }
+                st.observed = None;
+                st.known = true;
+                st.observed_at = Instant::now();
+                if st.leading.is_none() {
+                    st.next_attempt = Instant::now();
+                }
+            }
+            LeaseEvent::Error(e) => {
+                if st.watch_healthy {
+                    warn!(%lease, error = %e, "lease watch failed; polling every retry period until it recovers");
+                }
+                st.watch_healthy = false;
+            }
+        }
+    }
+
+    async fn on_timer(&mut self, st: &mut Run, open: bool) {
+        let now = Instant::now();
+        if let Some((_, last_renew)) = st.leading {
+            if now >= last_renew + self.timing.renew_deadline {
+                let why = format!(
+                    "could not renew within the renew deadline ({} ms)",
+                    self.timing.renew_deadline.as_millis()
+                );
+                let _ = self.step_down(st, false, &why).await;
+                st.next_attempt = Instant::now() + st.backoff.next_delay();
+                return;
+            }
+        } else if !open {
+            return;
+        } else if st.known
+            && matches!(
+                record::standing(st.observed.as_ref(), st.observed_at, now, &self.identity),
+                Standing::HeldByOther { .. }
+            )
+        {
+            // Woken to poll, not at expiry: re-read the lease before deciding.
+            st.known = false;
+        }
+        self.try_acquire_or_renew(st).await;
+    }
+
+    /// One client-go `tryAcquireOrRenew` step.
+    async fn try_acquire_or_renew(&mut self, st: &mut Run) {
+        let lease = self.client.describe();
+        let call_timeout = self.call_timeout(st);
+        if !st.known {
+            match timed(&lease, "get", call_timeout, self.client.get()).await {
+                Ok(obs) => {
+                    if st.observed != obs {
+                        st.observed_at = Instant::now();
+                    }
+                    st.observed = obs;
+                    st.known = true;
+                }
+                Err(e) => {
+                    self.on_failure(st, e);
+                    return;
+                }
+            }
+        }
+        let now = Instant::now();
+        let standing = record::standing(st.observed.as_ref(), st.observed_at, now, &self.identity);
+        let duration = record::duration_secs(self.timing.lease_duration);
+        let result = match &standing {
+            Standing::HeldByOther { holder, .. } => {
+                if st.leading.is_some() {
+                    let why = format!("lease is held by {holder}");
+                    let _ = self.step_down(st, false, &why).await;
+                } else {
+                    let changed = self.state_tx.send_if_modified(|s| {
+                        let new = LeaderState::Following {
+                            holder: Some(holder.clone()),
+                        };
+                        if *s != new {
+                            *s = new;
+                            true
+                        } else {
+                            false
+                        }
+                    });
+                    if changed {
+                        info!(%lease, %holder, "following");
+                    }
+                }
+                st.next_attempt = now + self.timing.retry_period;
+                return;
+            }
+            Standing::Absent => {
+                let rec = record::claim(None, &self.identity, duration, Timestamp::now());
+                timed(&lease, "create", self.call_timeout(st), self.client.create(&rec)).await
+            }
+            Standing::Ours | Standing::Free => {
+                let Some(obs) = st.observed.clone() else {
+                    return;
+                };
+                let rec = record::claim(Some(&obs.record), &self.identity, duration, Timestamp::now());
+                timed(
+                    &lease,
+                    "update",
+                    self.call_timeout(st),
+                    self.client.update(&rec, &obs.resource_version),
+                )
+                .await
+            }
+        };
+        match result {
+            Ok(obs) => {
+                let now = Instant::now();
+                st.observed = Some(obs);
+                st.known = true;
+                st.observed_at = now;
+                st.backoff.reset();
+                st.next_attempt = now + self.timing.retry_period;
+                match st.leading {
+                    Some((term, _)) => {
+                        st.leading = Some((term, now));
+                        self.state_tx.send_replace(LeaderState::Leading {
+                            term,
+                            renewed_at: now,
+                        });
+                    }
+                    None => {
+                        st.term += 1;
+                        st.leading = Some((st.term, now));
+                        info!(%lease, term = st.term, "acquired lease; leading");
+                        self.state_tx.send_replace(LeaderState::Leading {
+                            term: st.term,
+                            renewed_at: now,
+                        });
+                    }
+                }
+            }
+            Err(LeaseError::Conflict { .. }) | Err(LeaseError::AlreadyExists { .. }) => {
+                // Somebody wrote it since we read it: read again and decide again at once.
+                debug!(%lease, "lease changed under us; re-reading");
+                st.known = false;
+                st.next_attempt = Instant::now();
+            }
+            Err(e) => self.on_failure(st, e),
+        }
+    }
+
+    fn on_failure(&mut self, st: &mut Run, e: LeaseError) {
+        let now = Instant::now();
+        if st.leading.is_some() {
+            warn!(error = %e, "renewing the lease failed; retrying until the renew deadline");
+            st.next_attempt = now + self.timing.retry_period;
+        } else {
+            let delay = st.backoff.next_delay();
+            warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "lease call failed");
+            st.next_attempt = now + delay;
+        }
+    }
+
+    fn call_timeout(&self, st: &Run) -> Duration {
+        let t = self.timing.call_timeout();
+        match st.leading {
+            Some((_, last_renew)) => {
+                let left = (last_renew + self.timing.renew_deadline)
+                    .saturating_duration_since(Instant::now());
+                t.min(left.max(Duration::from_millis(50)))
+            }
+            None => t,
+        }
+    }
+
+    /// Stops leading: publishes `Following`, waits for the VIP holder to confirm the VIPs
+    /// are gone, then (if `release`) releases the lease. A release is skipped when the
+    /// confirmation did not come: the lease then expires normally, after the kernel fence.
+    async fn step_down(&mut self, st: &mut Run, release: bool, why: &str) -> bool {
+        let lease = self.client.describe();
+        let Some((term, _)) = st.leading.take() else {
+            return false;
+        };
+        warn!(%lease, term, reason = why, "stepping down");
+        let holder = st
+            .observed
+            .as_ref()
+            .filter(|o| o.record.is_held() && o.record.holder != self.identity)
+            .map(|o| o.record.holder.clone());
+        self.state_tx.send_replace(LeaderState::Following { holder });
+        let acked = timeout(ACK_TIMEOUT, self.dropped_rx.wait_for(|t| *t >= term))
+            .await
+            .map(|r| r.is_ok())
+            .unwrap_or(false);
+        if !acked {
+            warn!(%lease, term, "VIPs not confirmed dropped within {} ms; not releasing the lease, it will expire", ACK_TIMEOUT.as_millis());
+            return false;
+        }
+        if !release {
+            return false;
+        }
+        let Some(obs) = st.observed.clone() else {
+            return false;
+        };
+        if obs.record.holder != self.identity {
+            return false;
+        }
+        let rec = record::release(&obs.record, Timestamp::now());
+        match timed(
+            &lease,
+            "update",
+            self.timing.call_timeout(),
+            self.client.update(&rec, &obs.resource_version),
+        )
+        .await
+        {
+            Ok(new) => {
+                info!(%lease, "lease released");
+                st.observed = Some(new);
+                st.observed_at = Instant::now();
+                true
+            }
+            Err(e) => {
+                warn!(%lease, error = %e, "releasing the lease failed; it will expire");
+                st.known = false;
+                false
+            }
+        }
+    }
+}
+
+async fn timed<T>(
+    lease: &str,
+    op: &'static str,
+    limit: Duration,
+    fut: impl Future<Output = Result<T, LeaseError>>,
+) -> Result<T, LeaseError> {
+    match timeout(limit, fut).await {
+        Ok(r) => r,
+        Err(_) => Err(LeaseError::Timeout {
+            lease: lease.to_string(),
+            op,
+            timeout_ms: u64::try_from(limit.as_millis()).unwrap_or(u64::MAX),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests;

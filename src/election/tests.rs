@@ -1,0 +1,455 @@
+//! Elector tests against an in-memory lease server, on tokio's paused clock: time only moves
+//! when every task waits, so the timing assertions are exact and need no sleeps.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::broadcast;
+use tokio::task::JoinHandle;
+
+use super::*;
+
+#[derive(Default)]
+struct ServerState {
+    lease: Option<(LeaseRecord, u64)>,
+    rv: u64,
+    /// Identities whose calls fail (partitioned from the API); their watches see nothing.
+    cut: HashSet<String>,
+    writes: Vec<(String, LeaseRecord)>,
+}
+
+struct FakeServer {
+    state: Mutex<ServerState>,
+    events: broadcast::Sender<LeaseEvent>,
+}
+
+impl FakeServer {
+    fn new() -> Arc<Self> {
+        Arc::new(FakeServer {
+            state: Mutex::new(ServerState::default()),
+            events: broadcast::channel(1024).0,
+        })
+    }
+    fn cut(&self, who: &str, cut: bool) {
+        let mut s = self.state.lock().unwrap();
+        if cut {
+            s.cut.insert(who.to_string());
+        } else {
+            s.cut.remove(who);
+        }
+    }
+    /// Writes a record directly, as `kubectl edit` would.
+    fn force(&self, rec: LeaseRecord) {
+        let mut s = self.state.lock().unwrap();
+        s.rv += 1;
+        let rv = s.rv;
+        s.lease = Some((rec.clone(), rv));
+        let _ = self.events.send(LeaseEvent::Changed(Observed {
+            record: rec,
+            resource_version: rv.to_string(),
+        }));
+    }
+    fn holder(&self) -> Option<String> {
+        self.state
+            .lock()
+            .unwrap()
+            .lease
+            .as_ref()
+            .map(|(r, _)| r.holder.clone())
+    }
+    fn record(&self) -> Option<LeaseRecord> {
+        self.state.lock().unwrap().lease.as_ref().map(|(r, _)| r.clone())
+    }
+    fn writes_by(&self, who: &str) -> usize {
+        self.state
+            .lock()
+            .unwrap()
+            .writes
+            .iter()
+            .filter(|(w, _)| w == who)
+            .count()
+    }
+}
+
+#[derive(Clone)]
+struct FakeClient {
+    server: Arc<FakeServer>,
+    who: String,
+}
+
+impl FakeClient {
+    fn check(&self, op: &'static str) -> Result<(), LeaseError> {
+        if self.server.state.lock().unwrap().cut.contains(&self.who) {
+            return Err(LeaseError::Api {
+                lease: "fake".into(),
+                op,
+                message: "connection refused".into(),
+            });
+        }
+        Ok(())
+    }
+}
+
+impl LeaseClient for FakeClient {
+    fn describe(&self) -> String {
+        "test/lease".into()
+    }
+    async fn get(&self) -> Result<Option<Observed>, LeaseError> {
+        self.check("get")?;
+        Ok(self
+            .server
+            .state
+            .lock()
+            .unwrap()
+            .lease
+            .as_ref()
+            .map(|(r, rv)| Observed {
+                record: r.clone(),
+                resource_version: rv.to_string(),
+            }))
+    }
+    async fn create(&self, record: &LeaseRecord) -> Result<Observed, LeaseError> {
+        self.check("create")?;
+        let mut s = self.server.state.lock().unwrap();
+        if s.lease.is_some() {
+            return Err(LeaseError::AlreadyExists {
+                lease: "fake".into(),
+            });
+        }
+        s.rv += 1;
+        let rv = s.rv;
+        s.lease = Some((record.clone(), rv));
+        s.writes.push((self.who.clone(), record.clone()));
+        let obs = Observed {
+            record: record.clone(),
+            resource_version: rv.to_string(),
+        };
+        let _ = self.server.events.send(LeaseEvent::Changed(obs.clone()));
+        Ok(obs)
+    }
+    async fn update(&self, record: &LeaseRecord, rv: &str) -> Result<Observed, LeaseError> {
+        self.check("update")?;
+        let mut s = self.server.state.lock().unwrap();
+        match &s.lease {
+            Some((_, cur)) if cur.to_string() == rv => {}
+            _ => {
+                return Err(LeaseError::Conflict {
+                    lease: "fake".into(),
+                });
+            }
+        }
+        s.rv += 1;
+        let rv = s.rv;
+        s.lease = Some((record.clone(), rv));
+        s.writes.push((self.who.clone(), record.clone()));
+        let obs = Observed {
+            record: record.clone(),
+            resource_version: rv.to_string(),
+        };
+        let _ = self.server.events.send(LeaseEvent::Changed(obs.clone()));
+        Ok(obs)
+    }
+    fn watch(&self) -> BoxStream<'static, LeaseEvent> {
+        let rx = self.server.events.subscribe();
+        let server = self.server.clone();
+        let who = self.who.clone();
+        futures::stream::unfold((rx, server, who), |(mut rx, server, who)| async move {
+            loop {
+                match rx.recv().await {
+                    Ok(ev) => {
+                        if server.state.lock().unwrap().cut.contains(&who) {
+                            continue;
+                        }
+                        return Some((ev, (rx, server, who)));
+                    }
+                    Err(broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
+        .boxed()
+    }
+}
+
+const TIMING: Timing = Timing {
+    lease_duration: Duration::from_secs(5),
+    renew_deadline: Duration::from_secs(3),
+    retry_period: Duration::from_secs(1),
+};
+
+/// A running elector plus a follower that acknowledges every dropped term (as the VIP
+/// holder does), and a log of (instant, leading?) transitions.
+struct Node {
+    state: watch::Receiver<LeaderState>,
+    shutdown: CancellationToken,
+    task: JoinHandle<()>,
+    log: Arc<Mutex<Vec<(Instant, bool)>>>,
+    gates: Gates,
+}
+
+fn start(server: &Arc<FakeServer>, who: &str, ack: bool) -> Node {
+    let gates = Gates::default();
+    let client = FakeClient {
+        server: server.clone(),
+        who: who.into(),
+    };
+    let (elector, leadership) = Elector::new(client, who.into(), TIMING, &gates);
+    let shutdown = CancellationToken::new();
+    let shutdown_run = shutdown.clone();
+    let task = tokio::spawn(async move {
+        elector.run(shutdown_run).await;
+    });
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let mut rx = leadership.state.clone();
+    let dropped = leadership.dropped;
+    let log2 = log.clone();
+    tokio::spawn(async move {
+        let mut term = 0;
+        let mut was = false;
+        loop {
+            let s = rx.borrow_and_update().clone();
+            match s {
+                LeaderState::Leading { term: t, .. } => {
+                    term = t;
+                    if !was {
+                        log2.lock().unwrap().push((Instant::now(), true));
+                    }
+                    was = true;
+                }
+                LeaderState::Following { .. } => {
+                    if was {
+                        log2.lock().unwrap().push((Instant::now(), false));
+                    }
+                    was = false;
+                    if ack {
+                        let _ = dropped.send(term);
+                    }
+                }
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+    Node {
+        state: leadership.state,
+        shutdown,
+        task,
+        log,
+        gates,
+    }
+}
+
+async fn until_leading(n: &mut Node, within: Duration) -> bool {
+    timeout(within, n.state.wait_for(|s| s.is_leading()))
+        .await
+        .is_ok()
+}
+
+async fn until_following(n: &mut Node, within: Duration) -> bool {
+    timeout(within, n.state.wait_for(|s| !s.is_leading()))
+        .await
+        .is_ok()
+}
+
+/// Intervals during which each node led, from the logs; checks no two overlap.
+fn assert_never_two_leaders(nodes: &[&Node], end: Instant) {
+    let mut spans = Vec::new();
+    for n in nodes {
+        let log = n.log.lock().unwrap();
+        let mut start = None;
+        for (t, leading) in log.iter() {
+            match (leading, start) {
+                (true, None) => start = Some(*t),
+                (false, Some(s)) => {
+                    spans.push((s, *t));
+                    start = None;
+                }
+                _ => {}
+            }
+        }
+        if let Some(s) = start {
+            spans.push((s, end));
+        }
+    }
+    spans.sort();
+    for w in spans.windows(2) {
+        assert!(
+            w[0].1 <= w[1].0,
+            "two leaders at once: {:?} overlaps {:?}",
+            w[0],
+            w[1]
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn first_candidate_creates_and_renews_every_retry_period() {
+    let server = FakeServer::new();
+    let mut a = start(&server, "a", true);
+    assert!(until_leading(&mut a, Duration::from_millis(10)).await);
+    let rec = server.record().unwrap();
+    assert_eq!(rec.holder, "a");
+    assert_eq!(rec.lease_duration_secs, 5);
+    assert_eq!(rec.transitions, 0);
+    tokio::time::sleep(Duration::from_millis(10_500)).await;
+    // create + one renew per second
+    let writes = server.writes_by("a");
+    assert!((10..=12).contains(&writes), "writes {writes}");
+    assert!(a.state.borrow().is_leading());
+}
+
+#[tokio::test(start_paused = true)]
+async fn second_candidate_follows_while_holder_renews() {
+    let server = FakeServer::new();
+    let mut a = start(&server, "a", true);
+    assert!(until_leading(&mut a, Duration::from_millis(10)).await);
+    let mut b = start(&server, "b", true);
+    assert!(!until_leading(&mut b, Duration::from_secs(30)).await);
+    assert_eq!(server.writes_by("b"), 0, "a follower never writes a valid lease");
+    assert_eq!(
+        *b.state.borrow(),
+        LeaderState::Following {
+            holder: Some("a".into())
+        }
+    );
+    assert_never_two_leaders(&[&a, &b], Instant::now());
+}
+
+#[tokio::test(start_paused = true)]
+async fn graceful_shutdown_releases_and_follower_takes_over_at_once() {
+    let server = FakeServer::new();
+    let mut a = start(&server, "a", true);
+    assert!(until_leading(&mut a, Duration::from_millis(10)).await);
+    let mut b = start(&server, "b", true);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let t0 = Instant::now();
+    a.shutdown.cancel();
+    (&mut a.task).await.unwrap();
+    assert!(until_leading(&mut b, Duration::from_millis(100)).await);
+    assert!(Instant::now() - t0 < Duration::from_millis(100));
+    let rec = server.record().unwrap();
+    assert_eq!(rec.holder, "b");
+    assert_eq!(rec.transitions, 1, "release keeps the count (client-go), ''->b adds one");
+    assert_never_two_leaders(&[&a, &b], Instant::now());
+}
+
+#[tokio::test(start_paused = true)]
+async fn partitioned_holder_steps_down_at_renew_deadline_before_takeover() {
+    let server = FakeServer::new();
+    let mut a = start(&server, "a", true);
+    assert!(until_leading(&mut a, Duration::from_millis(10)).await);
+    let mut b = start(&server, "b", true);
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    server.cut("a", true);
+    let cut_at = Instant::now();
+    assert!(until_following(&mut a, Duration::from_secs(4)).await);
+    let a_down = Instant::now() - cut_at;
+    assert!(a_down <= TIMING.renew_deadline, "a stepped down after {a_down:?}");
+    assert!(until_leading(&mut b, Duration::from_secs(6)).await);
+    let b_up = Instant::now() - cut_at;
+    // b waits a full lease duration from the last renewal it saw (at most one retry period
+    // before the cut).
+    assert!(b_up >= TIMING.lease_duration - TIMING.retry_period, "b took over after {b_up:?}");
+    assert!(b_up <= TIMING.lease_duration + Duration::from_millis(10), "b took over after {b_up:?}");
+    // Healing: a sees b's lease and follows, never re-taking it.
+    server.cut("a", false);
+    assert!(!until_leading(&mut a, Duration::from_secs(20)).await);
+    assert_never_two_leaders(&[&a, &b], Instant::now());
+}
+
+#[tokio::test(start_paused = true)]
+async fn stolen_lease_is_dropped_at_once_and_won_back_after_it_expires() {
+    let server = FakeServer::new();
+    let mut a = start(&server, "a", true);
+    assert!(until_leading(&mut a, Duration::from_millis(10)).await);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let mut rec = server.record().unwrap();
+    rec.holder = "thief".into();
+    server.force(rec);
+    let t0 = Instant::now();
+    assert!(until_following(&mut a, Duration::from_millis(10)).await);
+    assert!(until_leading(&mut a, Duration::from_secs(12)).await);
+    let back = Instant::now() - t0;
+    assert!(back >= TIMING.lease_duration, "re-took after {back:?}");
+    assert!(back <= TIMING.lease_duration * 2, "re-took after {back:?}");
+    assert_eq!(server.holder().as_deref(), Some("a"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn closed_gate_releases_and_keeps_node_out_until_it_opens() {
+    let server = FakeServer::new();
+    let mut a = start(&server, "a", true);
+    assert!(until_leading(&mut a, Duration::from_millis(10)).await);
+    let mut b = start(&server, "b", true);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    a.gates.set("local-api", false);
+    assert!(until_following(&mut a, Duration::from_millis(10)).await);
+    assert!(until_leading(&mut b, Duration::from_millis(100)).await);
+    // b goes away for good; a must not campaign while its gate is closed...
+    b.shutdown.cancel();
+    (&mut b.task).await.unwrap();
+    assert!(!until_leading(&mut a, Duration::from_secs(20)).await);
+    // ...and campaigns at once when it opens.
+    a.gates.set("local-api", true);
+    assert!(until_leading(&mut a, Duration::from_millis(100)).await);
+    assert_never_two_leaders(&[&a, &b], Instant::now());
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_drop_confirmation_the_lease_is_not_released() {
+    let server = FakeServer::new();
+    let mut a = start(&server, "a", false);
+    assert!(until_leading(&mut a, Duration::from_millis(10)).await);
+    let mut b = start(&server, "b", true);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    a.shutdown.cancel();
+    (&mut a.task).await.unwrap();
+    assert_eq!(server.holder().as_deref(), Some("a"), "no release without ack");
+    let t0 = Instant::now();
+    assert!(until_leading(&mut b, Duration::from_secs(10)).await);
+    assert!(Instant::now() - t0 >= TIMING.lease_duration - TIMING.retry_period - ACK_TIMEOUT);
+}
+
+#[tokio::test(start_paused = true)]
+async fn api_outage_then_recovery_without_restart() {
+    // S12: the only node loses the API for longer than the lease, drops, and gets the lease
+    // back by itself once the API returns.
+    let server = FakeServer::new();
+    let mut a = start(&server, "a", true);
+    assert!(until_leading(&mut a, Duration::from_millis(10)).await);
+    server.cut("a", true);
+    assert!(until_following(&mut a, Duration::from_secs(4)).await);
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(!a.state.borrow().is_leading());
+    server.cut("a", false);
+    let t0 = Instant::now();
+    assert!(until_leading(&mut a, TIMING.max_backoff() + Duration::from_secs(1)).await);
+    assert!(Instant::now() - t0 <= TIMING.max_backoff());
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_candidates_exactly_one_leads_through_churn() {
+    let server = FakeServer::new();
+    let mut nodes: Vec<Node> = ["a", "b", "c"].iter().map(|w| start(&server, w, true)).collect();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let leading = nodes.iter().filter(|n| n.state.borrow().is_leading()).count();
+    assert_eq!(leading, 1);
+    // Cut whoever leads, three times over.
+    for _ in 0..3 {
+        let holder = server.holder().unwrap();
+        server.cut(&holder, true);
+        tokio::time::sleep(Duration::from_secs(8)).await;
+        let new = server.holder().unwrap();
+        assert_ne!(new, holder);
+        server.cut(&holder, false);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+    let leading = nodes.iter().filter(|n| n.state.borrow().is_leading()).count();
+    assert_eq!(leading, 1);
+    let refs: Vec<&Node> = nodes.iter().collect();
+    assert_never_two_leaders(&refs, Instant::now());
+    for n in nodes.iter_mut() {
+        n.shutdown.cancel();
+    }
+}

@@ -1,0 +1,151 @@
+//! Building kube-rs clients from vipd's configuration.
+//!
+//! Control-plane election must talk to the node's *own* API server, never through the VIP
+//! (scenario S14: when the kubeconfig points at the VIP, no node can take over once the
+//! holder dies). [`election_client`] therefore overrides the kubeconfig's server with
+//! `kubernetes_addr`, or `127.0.0.1:<port>` in control-plane mode.
+
+use std::path::Path;
+use std::time::Duration;
+
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use crate::config::Config;
+
+/// Errors while building a client.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The kubeconfig file could not be read or parsed.
+    #[error("k8s_config_file {path}: {message}")]
+    Kubeconfig {
+        /// The path given (`k8s_config_file` / `--k8sConfigPath`).
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// No kubeconfig given and neither in-cluster nor default kubeconfig works.
+    #[error("no Kubernetes credentials: set k8s_config_file (--k8sConfigPath) or run in a pod: {0}")]
+    Infer(String),
+    /// `kubernetes_addr` is not a usable `host:port` / URL.
+    #[error("kubernetes_addr {value:?}: {message}")]
+    Address {
+        /// The value.
+        value: String,
+        /// Why it is wrong.
+        message: String,
+    },
+    /// kube-rs refused the resulting configuration.
+    #[error("cannot build the Kubernetes client: {0}")]
+    Build(String),
+}
+
+/// kube-vip's default `k8s_config_file` in control-plane mode (kubeadm's admin kubeconfig),
+/// used when no kubeconfig is configured and no in-cluster / default one is found.
+pub const KUBEADM_ADMIN_CONF: &str = "/etc/kubernetes/admin.conf";
+
+/// The URL `kubernetes_addr` stands for: `host:port`, `[v6]:port` or a full `https://` URL.
+///
+/// # Errors
+/// [`ClientError::Address`] when it does not parse as a URI with a host.
+pub fn api_url(addr: &str) -> Result<http::Uri, ClientError> {
+    let text = if addr.contains("://") {
+        addr.to_string()
+    } else {
+        format!("https://{addr}")
+    };
+    let uri: http::Uri = text.parse().map_err(|e: http::uri::InvalidUri| ClientError::Address {
+        value: addr.to_string(),
+        message: e.to_string(),
+    })?;
+    if uri.host().is_none() {
+        return Err(ClientError::Address {
+            value: addr.to_string(),
+            message: "no host".into(),
+        });
+    }
+    Ok(uri)
+}
+
+/// The kube-rs configuration from `k8s_config_file`, else in-cluster / `$KUBECONFIG` /
+/// `~/.kube/config` (kube-rs `Config::infer`), else (control-plane mode)
+/// [`KUBEADM_ADMIN_CONF`].
+///
+/// # Errors
+/// [`ClientError::Kubeconfig`], [`ClientError::Infer`].
+pub async fn base_config(cfg: &Config) -> Result<kube::Config, ClientError> {
+    match &cfg.kubeconfig {
+        Some(path) => from_file(path).await,
+        None => match kube::Config::infer().await {
+            Ok(c) => Ok(c),
+            // kube-vip's default k8s_config_file for control-plane static pods.
+            Err(_) if cfg.control_plane && Path::new(KUBEADM_ADMIN_CONF).exists() => {
+                from_file(Path::new(KUBEADM_ADMIN_CONF)).await
+            }
+            Err(e) => Err(ClientError::Infer(e.to_string())),
+        },
+    }
+}
+
+async fn from_file(path: &Path) -> Result<kube::Config, ClientError> {
+    let err = |m: String| ClientError::Kubeconfig {
+        path: path.display().to_string(),
+        message: m,
+    };
+    let kc = Kubeconfig::read_from(path).map_err(|e| err(e.to_string()))?;
+    kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| err(e.to_string()))
+}
+
+/// The API server address the election talks to: `kubernetes_addr` when set; in
+/// control-plane mode otherwise `127.0.0.1:<port>` (the node's own API server); in
+/// services-only mode `None` (the kubeconfig's server is used).
+pub fn election_address(cfg: &Config) -> Option<String> {
+    match (&cfg.kubernetes_addr, cfg.control_plane) {
+        (Some(a), _) => Some(a.clone()),
+        (None, true) => Some(format!("127.0.0.1:{}", cfg.port)),
+        (None, false) => None,
+    }
+}
+
+/// A client for leader election and health checks (see module docs). When the server is
+/// overridden with an IP address and the kubeconfig names no TLS server name, the
+/// certificate is checked against the name `kubernetes`, which kubeadm, k3s and RKE2 all put
+/// in the API server's certificate. Returns the client and the URL it talks to.
+///
+/// # Errors
+/// See [`base_config`] and [`api_url`]; [`ClientError::Build`].
+pub async fn election_client(cfg: &Config) -> Result<(kube::Client, String), ClientError> {
+    let mut kc = base_config(cfg).await?;
+    if let Some(addr) = election_address(cfg) {
+        let uri = api_url(&addr)?;
+        let host_is_ip = uri
+            .host()
+            .map(|h| h.trim_start_matches('[').trim_end_matches(']'))
+            .is_some_and(|h| h.parse::<std::net::IpAddr>().is_ok());
+        if host_is_ip && kc.tls_server_name.is_none() {
+            kc.tls_server_name = Some("kubernetes".to_string());
+        }
+        kc.cluster_url = uri;
+    }
+    // Lease calls carry their own timeouts; keep the transport's short too.
+    kc.connect_timeout = Some(Duration::from_secs(2));
+    kc.read_timeout = Some(Duration::from_secs(10));
+    let url = kc.cluster_url.to_string();
+    let client = kube::Client::try_from(kc).map_err(|e| ClientError::Build(e.to_string()))?;
+    Ok((client, url))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_parse_to_https_urls() {
+        assert_eq!(api_url("127.0.0.1:6443").unwrap().to_string(), "https://127.0.0.1:6443/");
+        assert_eq!(api_url("[2001:db8::1]:6443").unwrap().host(), Some("[2001:db8::1]"));
+        assert_eq!(api_url("https://api.example:443").unwrap().port_u16(), Some(443));
+        let e = api_url("bad host:1").unwrap_err().to_string();
+        assert!(e.contains("kubernetes_addr") && e.contains("bad host:1"), "{e}");
+    }
+}

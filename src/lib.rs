@@ -1,0 +1,21 @@
+//! vipd: an on-node VIP announcer for Kubernetes (kube-vip ARP mode, done safer).
+//!
+//! Data flows one way (see `shared/design.md`): [`config`] -> [`election`] (Lease leader
+//! election, client-go semantics plus a watch) -> [`reconcile`] (which VIPs this node holds,
+//! applied through the [`net`] kernel layer with a kernel fence and gratuitous ARP).
+//! [`manager`] wires them together for `vipd manager`; `main.rs` is a thin shell.
+
+pub mod config;
+pub mod controlplane;
+pub mod election;
+pub mod kubeclient;
+pub mod manager;
+pub mod net;
+pub mod probe;
+pub mod reconcile;
+pub mod services;
+pub mod manifest;
+pub mod admin;
+pub mod metrics;
+pub mod preflight;
+pub mod systemd;

@@ -1,0 +1,186 @@
+//! `vipd manager`: wires configuration, the kernel, elections and VIP holders together and
+//! runs until SIGTERM/SIGINT.
+//!
+//! Shutdown order (never two holders, all within about 2 s): the elector publishes
+//! `Following`, the VIP holder removes the VIPs and acknowledges, the elector releases the
+//! Lease (client-go `ReleaseOnCancel`), then the process exits 0.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::config::Config;
+use crate::controlplane;
+use crate::election::kube::KubeLeaseClient;
+use crate::election::{Elector, Gates, Timing};
+use crate::kubeclient;
+use crate::net::{CachedKernel, Kernel, NetlinkKernel, RawAnnouncer, Vip};
+use crate::reconcile::{self, HolderConfig, VipHolder, VipSpec};
+
+/// Errors that stop the manager at start.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    /// Building the Kubernetes client failed.
+    #[error(transparent)]
+    Client(#[from] kubeclient::ClientError),
+    /// The kernel could not be reached (netlink socket).
+    #[error(transparent)]
+    Net(#[from] crate::net::NetError),
+    /// The lease timings cannot be fenced.
+    #[error(transparent)]
+    Fence(#[from] reconcile::FenceError),
+    /// A feature that is configured but not implemented in this release.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// The lease timings of the control-plane election.
+pub fn timing(cfg: &Config) -> Timing {
+    Timing {
+        lease_duration: cfg.lease.lease_duration,
+        renew_deadline: cfg.lease.renew_deadline,
+        retry_period: cfg.lease.retry_period,
+    }
+}
+
+/// The control-plane VIPs with their prefix (`vip_subnet`) and interface.
+pub fn control_plane_vips(cfg: &Config) -> Vec<VipSpec> {
+    cfg.addresses
+        .iter()
+        .map(|a| VipSpec {
+            vip: Vip {
+                addr: *a,
+                prefix: match a {
+                    IpAddr::V4(_) => cfg.vip_subnet.v4,
+                    IpAddr::V6(_) => cfg.vip_subnet.v6,
+                },
+            },
+            interface: cfg.interface.clone(),
+        })
+        .collect()
+}
+
+/// Runs the manager until `shutdown` is cancelled (the binary cancels it on SIGTERM and
+/// SIGINT), then shuts down in the documented order.
+///
+/// # Errors
+/// [`ManagerError`] for problems found at start; once running, failures are retried and
+/// logged, never returned.
+pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), ManagerError> {
+    info!(node = %cfg.node_name, version = env!("CARGO_PKG_VERSION"), "vipd manager starting");
+    if !cfg.control_plane && !cfg.services {
+        return Err(ManagerError::Unsupported(
+            "nothing to do: set cp_enable (--controlplane) and/or svc_enable (--services)".into(),
+        ));
+    }
+    let cfg = Arc::new(cfg);
+    let timing = timing(&cfg);
+    let holder_cfg = HolderConfig::from_timing(&timing, cfg.arp_rate)?;
+    let (client, url) = kubeclient::election_client(&cfg).await?;
+    info!(api = %url, "talking to this API server (kubernetes_addr, else 127.0.0.1:port in control-plane mode, else the kubeconfig's)");
+
+    let kernel = Arc::new(NetlinkKernel::new()?);
+    // This process leads nothing yet: every address vipd tagged is stale.
+    match reconcile::remove_stale(kernel.as_ref(), None).await {
+        Ok(removed) if !removed.is_empty() => info!(count = removed.len(), "removed stale VIPs"),
+        Ok(_) => {}
+        Err(e) => warn!(error = %e, "could not list addresses for stale VIP cleanup"),
+    }
+
+    let mut control_plane = None;
+    if cfg.control_plane {
+        let gates = Gates::default();
+        let leases = KubeLeaseClient::new(client.clone(), &cfg.lease.namespace, &cfg.lease.name);
+        let (elector, leadership) = Elector::new(leases, cfg.node_name.clone(), timing, &gates);
+        let vips = control_plane_vips(&cfg);
+        info!(
+            vips = ?vips.iter().map(|s| s.vip.to_string()).collect::<Vec<_>>(),
+            lease = %format!("{}/{}", cfg.lease.namespace, cfg.lease.name),
+            fence_secs = holder_cfg.fence_secs,
+            arp_rate_ms = cfg.arp_rate.as_millis() as u64,
+            "control-plane VIP"
+        );
+        let holder = VipHolder::new(
+            "control-plane",
+            kernel.clone(),
+            Arc::new(RawAnnouncer),
+            vips,
+            holder_cfg.clone(),
+            gates.clone(),
+        );
+        let election_stop = CancellationToken::new();
+        let holder_stop = CancellationToken::new();
+        let health_stop = CancellationToken::new();
+        let health = tokio::spawn(controlplane::health_loop(
+            client.clone(),
+            gates.clone(),
+            health_stop.clone(),
+        ));
+        let holder_task = tokio::spawn(holder.run(leadership, holder_stop.clone()));
+        let elector_task = tokio::spawn(elector.run(election_stop.clone()));
+        control_plane = Some((election_stop, elector_task, holder_stop, holder_task, health_stop, health));
+    }
+
+    let mut services = None;
+    if cfg.services {
+        let stop = CancellationToken::new();
+        // Per-Service holders share one address dump per check interval.
+        let cached = Arc::new(CachedKernel::new(kernel.clone(), Duration::from_millis(200)));
+        let task = tokio::spawn(crate::services::runtime::run(
+            cfg.clone(),
+            client.clone(),
+            cached,
+            Arc::new(RawAnnouncer),
+            holder_cfg.clone(),
+            stop.clone(),
+        ));
+        services = Some((stop, task));
+    }
+
+    shutdown.cancelled().await;
+    info!("shutting down: dropping VIPs, then releasing the leases");
+    let services_done = async {
+        if let Some((stop, task)) = services {
+            stop.cancel();
+            if let Err(e) = task.await {
+                error!(error = %e, "Services task failed");
+            }
+        }
+    };
+    let control_plane_done = async {
+        if let Some((election_stop, elector_task, holder_stop, holder_task, health_stop, health)) =
+            control_plane
+        {
+            election_stop.cancel();
+            if let Err(e) = elector_task.await.map(drop) {
+                error!(error = %e, "election task failed");
+            }
+            holder_stop.cancel();
+            if let Err(e) = holder_task.await {
+                error!(error = %e, "VIP holder task failed");
+            }
+            health_stop.cancel();
+            let _ = health.await;
+        }
+    };
+    tokio::join!(services_done, control_plane_done);
+    // Belt and braces: nothing tagged may outlive the process.
+    if let Err(e) = reconcile::remove_stale(kernel.as_ref(), None).await {
+        warn!(error = %e, "final VIP cleanup failed");
+    }
+    info!("vipd manager stopped");
+    Ok(())
+}
+
+/// Makes sure the kernel layer is usable (netlink socket opens).
+///
+/// # Errors
+/// [`ManagerError::Net`].
+pub async fn kernel_ready() -> Result<(), ManagerError> {
+    let k = NetlinkKernel::new()?;
+    k.addresses(None).await?;
+    Ok(())
+}

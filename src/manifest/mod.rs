@@ -1,0 +1,647 @@
+//! `vipd manifest pod|daemonset|rbac|systemd`: deployment files generated from typed
+//! objects (k8s-openapi for Kubernetes, a typed unit model for systemd), never from string
+//! templates.
+//!
+//! The generator takes kube-vip's `manifest` flags (`--interface`, `--address`,
+//! `--controlplane`, `--services`, `--k8sConfigPath`, `--taint`, ...) so a kube-vip
+//! how-to works unchanged with `vipd` in place of `kube-vip`. The environment variable
+//! names written into the manifests come from [`crate::config::env_names`] (looked up by
+//! flag, never retyped), and the resulting environment is resolved with
+//! [`crate::config::resolve_detailed`] before anything is printed, so the generator refuses
+//! exactly what `vipd manager` would refuse, with the manager's error.
+
+pub mod docs;
+pub mod pod;
+pub mod rbac;
+pub mod systemd;
+
+use clap::{Args, Subcommand};
+
+use crate::config::{self, ManagerArgs};
+
+/// Container image used when `--image` is not given.
+pub const DEFAULT_IMAGE: &str = concat!("ghcr.io/vipd/vipd:v", env!("CARGO_PKG_VERSION"));
+/// kube-vip's default `--k8sConfigPath` for generated manifests (kubeadm's admin kubeconfig).
+pub const DEFAULT_KUBECONFIG: &str = "/etc/kubernetes/admin.conf";
+/// The kubeconfig that kubeadm >= 1.29 gives full rights on the first control-plane node
+/// during `kubeadm init` (admin.conf is only bound to RBAC once the API server is up).
+pub const SUPER_ADMIN_CONF: &str = "/etc/kubernetes/super-admin.conf";
+/// Name of the Pod / DaemonSet / ServiceAccount / container.
+pub const APP_NAME: &str = "vipd";
+/// Node name used in place of the downward-API `spec.nodeName` when the generated
+/// environment is resolved for validation.
+pub const VALIDATION_NODE_NAME: &str = "manifest-validation-node";
+
+/// Errors of the manifest generator. Each names the flag and value.
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    /// A flag vipd does not implement (e.g. `--enableLoadBalancer`).
+    #[error("--{flag}: {reason}")]
+    Unsupported {
+        /// The flag, without `--`.
+        flag: &'static str,
+        /// Why, and what to do instead.
+        reason: String,
+    },
+    /// A flag value that cannot be used.
+    #[error("--{flag}={value:?}: {reason}")]
+    Invalid {
+        /// The flag, without `--`.
+        flag: &'static str,
+        /// The value given.
+        value: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The generated environment would be refused by `vipd manager`.
+    #[error("the generated configuration would not start `vipd manager`: {0}")]
+    Config(config::ConfigError),
+    /// A flag of the generator has no row in [`config::env_names`] (a bug in vipd).
+    #[error("internal: flag --{0} has no environment variable in the option table")]
+    UnknownFlag(&'static str),
+    /// YAML serialisation failed.
+    #[error("cannot serialise the manifest to YAML: {0}")]
+    Yaml(String),
+}
+
+/// `vipd manifest ...`: print deployment files to stdout.
+#[derive(Debug, Clone, Subcommand)]
+pub enum ManifestCommand {
+    /// A static Pod (for /etc/kubernetes/manifests or k3s/RKE2 agent pod-manifests).
+    Pod(GenArgs),
+    /// A DaemonSet (control-plane nodes with --taint, or every node for Services).
+    Daemonset(GenArgs),
+    /// ServiceAccount, ClusterRole and ClusterRoleBinding with exactly the verbs vipd uses.
+    Rbac(rbac::RbacArgs),
+    /// A systemd unit (Type=notify, watchdog, capabilities limited to NET_ADMIN/NET_RAW),
+    /// or with --environment-file the matching EnvironmentFile.
+    Systemd(systemd::SystemdArgs),
+}
+
+/// Go `strconv.ParseBool` (what cobra uses for kube-vip's boolean flags).
+///
+/// # Errors
+/// [`ManifestError::Invalid`] naming `flag` for any other text.
+pub fn parse_go_bool(flag: &'static str, value: &str) -> Result<bool, ManifestError> {
+    match value {
+        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
+        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
+        _ => Err(ManifestError::Invalid {
+            flag,
+            value: value.to_string(),
+            reason: "expected a boolean (true/false, 1/0, t/f)".into(),
+        }),
+    }
+}
+
+/// kube-vip's `manifest pod|daemonset` flags (same spellings; booleans take `--flag` or
+/// `--flag=BOOL`). Kept as text and parsed by [`GenArgs::plan`], so every error names the
+/// flag.
+#[derive(Debug, Clone, Default, Args, PartialEq, Eq)]
+pub struct GenArgs {
+    /// Interface the VIPs are added to and announced on [env: vip_interface]
+    #[arg(long = "interface", value_name = "IFACE")]
+    pub interface: Option<String>,
+    /// Control-plane VIP(s), comma-separated IPv4/IPv6 [env: address]
+    #[arg(long = "address", visible_alias = "vip", value_name = "IP[,IP]")]
+    pub address: Option<String>,
+    /// VIP prefix length(s), e.g. 32 or 32,128 [env: vip_subnet]
+    #[arg(long = "vipSubnet", visible_alias = "cidr", value_name = "PREFIX[,PREFIX]")]
+    pub vip_subnet: Option<String>,
+    /// API server port behind the control-plane VIP [env: port] [default: 6443]
+    #[arg(long = "port", value_name = "PORT")]
+    pub port: Option<String>,
+    /// Hold the control-plane VIP [env: cp_enable]
+    #[arg(long = "controlplane", value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true")]
+    pub control_plane: Option<String>,
+    /// Announce LoadBalancer Service VIPs [env: svc_enable]
+    #[arg(long = "services", value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true")]
+    pub services: Option<String>,
+    /// ARP/NDP mode (vipd's only mode; false is an error) [env: vip_arp]
+    #[arg(long = "arp", value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true")]
+    pub arp: Option<String>,
+    /// Lease leader election (vipd always elects; false is an error) [env: vip_leaderelection]
+    #[arg(long = "leaderElection", value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true")]
+    pub leader_election: Option<String>,
+    /// One Lease per Service [env: svc_election]
+    #[arg(long = "servicesElection", value_name = "BOOL", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true")]
+    pub services_election: Option<String>,
+    /// Interface for Service VIPs [env: vip_servicesinterface]
+    #[arg(long = "serviceInterface", value_name = "IFACE")]
+    pub service_interface: Option<String>,
+    /// Lease duration, seconds [env: vip_leaseduration] [default: 5]
+    #[arg(long = "leaseDuration", value_name = "SECONDS")]
+    pub lease_duration: Option<String>,
+    /// Renew deadline, seconds [env: vip_renewdeadline] [default: 3]
+    #[arg(long = "leaseRenewDuration", value_name = "SECONDS")]
+    pub renew_deadline: Option<String>,
+    /// Retry period, seconds [env: vip_retryperiod] [default: 1]
+    #[arg(long = "leaseRetry", value_name = "SECONDS")]
+    pub retry_period: Option<String>,
+    /// Name of the control-plane Lease [env: vip_leasename]
+    #[arg(long = "leaseName", value_name = "NAME")]
+    pub lease_name: Option<String>,
+    /// Namespace of the Pod/DaemonSet and of the Leases [env: cp_namespace] [default: kube-system]
+    #[arg(long = "namespace", short = 'n', value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Host path of the kubeconfig, mounted read-only at the same path [env: k8s_config_file]
+    /// [default: /etc/kubernetes/admin.conf]
+    #[arg(long = "k8sConfigPath", value_name = "PATH")]
+    pub k8s_config_path: Option<String>,
+    /// Use the ServiceAccount `vipd` (see `vipd manifest rbac`) instead of a kubeconfig
+    #[arg(long = "inCluster", value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true")]
+    pub in_cluster: Option<String>,
+    /// DaemonSet: tolerate control-plane taints and require a control-plane node
+    #[arg(long = "taint", value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true")]
+    pub taint: Option<String>,
+    /// Container image
+    #[arg(long = "image", value_name = "IMAGE", default_value = DEFAULT_IMAGE)]
+    pub image: String,
+    /// Only handle Services whose loadBalancerClass is lb_class_name [env: lb_class_only]
+    #[arg(long = "lbClassOnly", value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true")]
+    pub lb_class_only: Option<String>,
+    /// loadBalancerClass vipd handles [env: lb_class_name]
+    #[arg(long = "lbClassName", value_name = "CLASS")]
+    pub lb_class_name: Option<String>,
+    /// kube-vip's IPVS load balancer: refused (vipd announces VIPs only)
+    #[arg(long = "enableLoadBalancer", value_name = "BOOL", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true")]
+    pub enable_load_balancer: Option<String>,
+    /// kubeadm >= 1.29, first control-plane node only: mount super-admin.conf (as the
+    /// kubeconfig path) because admin.conf has no rights before `kubeadm init` ends (S29)
+    #[arg(long = "kubeadm-init", value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true")]
+    pub kubeadm_init: Option<String>,
+    /// API server host:port vipd talks to [env: kubernetes_addr]
+    /// [default: control plane: 127.0.0.1:<port>]
+    #[arg(long = "kubernetesAddr", value_name = "HOST:PORT")]
+    pub kubernetes_addr: Option<String>,
+    /// Metrics and health endpoint, host:port; empty disables it (and the probes)
+    /// [env: prometheus_server] [default: :2112]
+    #[arg(long = "prometheusHTTPServer", value_name = "HOST:PORT")]
+    pub prometheus_server: Option<String>,
+    /// Gratuitous ARP repeat interval, milliseconds [env: vip_arpRate]
+    #[arg(long = "arpRate", value_name = "MS")]
+    pub arp_rate: Option<String>,
+    /// Label the node holding a VIP [env: enable_node_labeling]
+    #[arg(long = "enableNodeLabeling", value_name = "BOOL", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true")]
+    pub enable_node_labeling: Option<String>,
+    /// Log level (logrus number 0..=6 or a name) [env: vip_loglevel]
+    #[arg(long = "log", value_name = "LEVEL")]
+    pub log: Option<String>,
+}
+
+/// How the generated workload reaches the API server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
+    /// A kubeconfig from the node: `host_path` mounted read-only at `mount_path`, which is
+    /// what `k8s_config_file` names.
+    Kubeconfig {
+        /// File on the node (`super-admin.conf` with `--kubeadm-init`).
+        host_path: String,
+        /// Path inside the container.
+        mount_path: String,
+    },
+    /// The ServiceAccount [`APP_NAME`] (`--inCluster`).
+    InCluster,
+}
+
+/// One environment variable of the generated workload.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvValue {
+    /// A literal value (always a string in the manifest).
+    Text(String),
+    /// The node's name from the downward API (`spec.nodeName`).
+    NodeName,
+}
+
+/// Everything the generators need, checked: the ordered environment (kube-vip names) and
+/// the deployment choices.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    /// `(kube-vip environment variable, value)` in a stable order.
+    pub env: Vec<(&'static str, EnvValue)>,
+    /// Kubernetes namespace of the workload (= `cp_namespace`).
+    pub namespace: String,
+    /// Container image.
+    pub image: String,
+    /// API access.
+    pub access: Access,
+    /// DaemonSet tolerations + control-plane affinity.
+    pub taint: bool,
+    /// Port of the admin endpoint (probes), `None` when it is disabled.
+    pub admin_port: Option<u16>,
+    /// Host of the admin endpoint when it is bound to one address (probe `host`).
+    pub admin_host: Option<String>,
+}
+
+/// The environment variable of `vipd manager` flag `flag` (without `--`), from
+/// [`config::env_names`].
+///
+/// # Errors
+/// [`ManifestError::UnknownFlag`] when the table has no such flag (a vipd bug).
+pub fn env_for(flag: &'static str) -> Result<&'static str, ManifestError> {
+    config::env_names()
+        .iter()
+        .find(|o| o.flag == flag)
+        .map(|o| o.env)
+        .ok_or(ManifestError::UnknownFlag(flag))
+}
+
+/// The table default of the option behind `flag` (empty when there is none).
+fn default_for(flag: &'static str) -> Result<&'static str, ManifestError> {
+    config::env_names()
+        .iter()
+        .find(|o| o.flag == flag)
+        .map(|o| o.default)
+        .ok_or(ManifestError::UnknownFlag(flag))
+}
+
+impl GenArgs {
+    fn flag_bool(flag: &'static str, v: &Option<String>) -> Result<bool, ManifestError> {
+        v.as_deref()
+            .map(|s| parse_go_bool(flag, s))
+            .transpose()
+            .map(|b| b.unwrap_or(false))
+    }
+
+    /// Checks the flags and turns them into a [`Plan`].
+    ///
+    /// # Errors
+    /// [`ManifestError::Unsupported`] for `--enableLoadBalancer`,
+    /// [`ManifestError::Invalid`] for unusable values and flag combinations,
+    /// [`ManifestError::Config`] when `vipd manager` would refuse the generated environment.
+    pub fn plan(&self) -> Result<Plan, ManifestError> {
+        if Self::flag_bool("enableLoadBalancer", &self.enable_load_balancer)? {
+            return Err(ManifestError::Unsupported {
+                flag: "enableLoadBalancer",
+                reason: "kube-vip's IPVS load balancer (lb_enable) is not implemented by vipd, \
+                         which only announces VIPs (ARP/NDP); remove the flag and let kube-proxy \
+                         or your CNI forward the traffic"
+                    .into(),
+            });
+        }
+        let cp = Self::flag_bool("controlplane", &self.control_plane)?;
+        let svc = Self::flag_bool("services", &self.services)?;
+        let in_cluster = Self::flag_bool("inCluster", &self.in_cluster)?;
+        let kubeadm_init = Self::flag_bool("kubeadm-init", &self.kubeadm_init)?;
+        let taint = Self::flag_bool("taint", &self.taint)?;
+        if kubeadm_init && in_cluster {
+            return Err(ManifestError::Invalid {
+                flag: "kubeadm-init",
+                value: "true".into(),
+                reason: "mounts super-admin.conf as the kubeconfig, which --inCluster does not use"
+                    .into(),
+            });
+        }
+        if kubeadm_init && !cp {
+            return Err(ManifestError::Invalid {
+                flag: "kubeadm-init",
+                value: "true".into(),
+                reason: "is for the control-plane VIP of the first kubeadm node: add --controlplane"
+                    .into(),
+            });
+        }
+
+        let mut env: Vec<(&'static str, EnvValue)> = Vec::new();
+        let mut push = |flag: &'static str, v: &str| -> Result<(), ManifestError> {
+            env.push((env_for(flag)?, EnvValue::Text(v.to_string())));
+            Ok(())
+        };
+        let bool_text = |b: bool| if b { "true" } else { "false" };
+        // The mode first, as kube-vip writes it.
+        push("arp", self.arp.as_deref().unwrap_or("true"))?;
+        push(
+            "leaderElection",
+            self.leader_election.as_deref().unwrap_or("true"),
+        )?;
+        if let Some(i) = &self.interface {
+            push("interface", i)?;
+        }
+        let port = self.port.clone().unwrap_or(default_for("port")?.to_string());
+        push("port", &port)?;
+        push("controlplane", bool_text(cp))?;
+        push("services", bool_text(svc))?;
+        if let Some(a) = &self.address {
+            push("address", a)?;
+        }
+        if let Some(s) = &self.vip_subnet {
+            push("vipSubnet", s)?;
+        }
+        let namespace = self
+            .namespace
+            .clone()
+            .unwrap_or(default_for("namespace")?.to_string());
+        push("namespace", &namespace)?;
+        if let Some(n) = &self.lease_name {
+            push("leaseName", n)?;
+        }
+        push(
+            "leaseDuration",
+            self.lease_duration
+                .as_deref()
+                .unwrap_or(default_for("leaseDuration")?),
+        )?;
+        push(
+            "leaseRenewDuration",
+            self.renew_deadline
+                .as_deref()
+                .unwrap_or(default_for("leaseRenewDuration")?),
+        )?;
+        push(
+            "leaseRetry",
+            self.retry_period
+                .as_deref()
+                .unwrap_or(default_for("leaseRetry")?),
+        )?;
+        if let Some(r) = &self.arp_rate {
+            push("arpRate", r)?;
+        }
+        if let Some(v) = &self.services_election {
+            push("servicesElection", v)?;
+        }
+        if let Some(v) = &self.service_interface {
+            push("serviceInterface", v)?;
+        }
+        if let Some(v) = &self.lb_class_only {
+            push("lbClassOnly", v)?;
+        }
+        if let Some(v) = &self.lb_class_name {
+            push("lbClassName", v)?;
+        }
+        if let Some(v) = &self.enable_node_labeling {
+            push("enableNodeLabeling", v)?;
+        }
+        if let Some(v) = &self.log {
+            push("log", v)?;
+        }
+        let prometheus = self
+            .prometheus_server
+            .clone()
+            .unwrap_or(config::DEFAULT_PROMETHEUS_SERVER.to_string());
+        push("prometheusHTTPServer", &prometheus)?;
+        // The API address is set explicitly instead of relying on hostAliases (S29): the
+        // node's own API server in control-plane mode.
+        let api_addr = match (&self.kubernetes_addr, cp) {
+            (Some(a), _) => Some(a.clone()),
+            (None, true) => Some(format!("127.0.0.1:{port}")),
+            (None, false) => None,
+        };
+        if let Some(a) = &api_addr {
+            push("kubernetesAddr", a)?;
+        }
+        let access = if in_cluster {
+            Access::InCluster
+        } else {
+            let path = self
+                .k8s_config_path
+                .clone()
+                .unwrap_or_else(|| DEFAULT_KUBECONFIG.to_string());
+            if !path.starts_with('/') {
+                return Err(ManifestError::Invalid {
+                    flag: "k8sConfigPath",
+                    value: path,
+                    reason: "must be an absolute path on the node".into(),
+                });
+            }
+            push("k8sConfigPath", &path)?;
+            Access::Kubeconfig {
+                host_path: if kubeadm_init {
+                    SUPER_ADMIN_CONF.to_string()
+                } else {
+                    path.clone()
+                },
+                mount_path: path,
+            }
+        };
+        env.push((env_for("nodeName")?, EnvValue::NodeName));
+
+        let (admin_host, admin_port) = admin_endpoint(&prometheus)?;
+        let plan = Plan {
+            env,
+            namespace,
+            image: self.image.clone(),
+            access,
+            taint,
+            admin_port,
+            admin_host,
+        };
+        plan.resolve()?;
+        Ok(plan)
+    }
+}
+
+/// Splits `prometheus_server` (`host:port`, `[v6]:port`, `:port`, empty = disabled).
+fn admin_endpoint(value: &str) -> Result<(Option<String>, Option<u16>), ManifestError> {
+    if value.is_empty() {
+        return Ok((None, None));
+    }
+    let invalid = |reason: &str| ManifestError::Invalid {
+        flag: "prometheusHTTPServer",
+        value: value.to_string(),
+        reason: reason.to_string(),
+    };
+    let (host, port) = value
+        .rsplit_once(':')
+        .ok_or_else(|| invalid("expected host:port, e.g. :2112"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| invalid("the port is not a number between 1 and 65535"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let host = match host {
+        "" | "0.0.0.0" | "::" => None,
+        h => Some(h.to_string()),
+    };
+    Ok((host, Some(port)))
+}
+
+impl Plan {
+    /// The environment as `vipd manager` sees it in a pod on node `node_name`.
+    pub fn env_for_node(&self, node_name: &str) -> Vec<(String, String)> {
+        self.env
+            .iter()
+            .map(|(k, v)| {
+                let v = match v {
+                    EnvValue::Text(t) => t.clone(),
+                    EnvValue::NodeName => node_name.to_string(),
+                };
+                (k.to_string(), v)
+            })
+            .collect()
+    }
+
+    /// Resolves the environment exactly as `vipd manager` (no flags, no config file) would on
+    /// a node named [`VALIDATION_NODE_NAME`].
+    ///
+    /// # Errors
+    /// [`ManifestError::Config`] with the manager's error.
+    pub fn resolve(&self) -> Result<config::Resolved, ManifestError> {
+        let env = self.env_for_node(VALIDATION_NODE_NAME);
+        resolve_env(&env).map_err(ManifestError::Config)
+    }
+}
+
+/// Resolves `vipd manager`'s configuration from exactly `env` (`name -> value`), with no
+/// flags and no config file; the node name must be among `env`.
+///
+/// # Errors
+/// Whatever [`config::resolve_detailed`] returns.
+pub fn resolve_env(env: &[(String, String)]) -> Result<config::Resolved, config::ConfigError> {
+    let lookup = |k: &str| {
+        env.iter()
+            .rev()
+            .find(|(name, _)| name == k)
+            .map(|(_, v)| v.clone())
+    };
+    config::resolve_detailed(&ManagerArgs::default(), &lookup, None, &|| None)
+}
+
+/// Serialises Kubernetes objects as a multi-document YAML stream (`---` separated).
+///
+/// # Errors
+/// [`ManifestError::Yaml`].
+pub fn to_yaml_stream<T: serde::Serialize>(objects: &[T]) -> Result<String, ManifestError> {
+    let mut out = String::new();
+    for o in objects {
+        out.push_str("---\n");
+        out.push_str(&serde_norway::to_string(o).map_err(|e| ManifestError::Yaml(e.to_string()))?);
+    }
+    Ok(out)
+}
+
+/// Runs `vipd manifest ...` and returns what it prints.
+///
+/// # Errors
+/// See [`GenArgs::plan`], [`rbac::RbacArgs`], [`ManifestError::Yaml`].
+pub fn run(cmd: &ManifestCommand) -> Result<String, ManifestError> {
+    match cmd {
+        ManifestCommand::Pod(a) => pod::pod_yaml(&a.plan()?),
+        ManifestCommand::Daemonset(a) => pod::daemonset_yaml(&a.plan()?),
+        ManifestCommand::Rbac(a) => rbac::rbac_yaml(a),
+        ManifestCommand::Systemd(a) => systemd::render(a),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct T {
+        #[command(subcommand)]
+        cmd: ManifestCommand,
+    }
+
+    fn plan(args: &[&str]) -> Result<Plan, ManifestError> {
+        let mut v = vec!["t", "pod"];
+        v.extend(args);
+        match T::try_parse_from(v).unwrap().cmd {
+            ManifestCommand::Pod(a) => a.plan(),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn every_generator_flag_has_an_env_name() {
+        for f in [
+            "arp",
+            "leaderElection",
+            "interface",
+            "port",
+            "controlplane",
+            "services",
+            "address",
+            "vipSubnet",
+            "namespace",
+            "leaseName",
+            "leaseDuration",
+            "leaseRenewDuration",
+            "leaseRetry",
+            "arpRate",
+            "servicesElection",
+            "serviceInterface",
+            "lbClassOnly",
+            "lbClassName",
+            "enableNodeLabeling",
+            "log",
+            "prometheusHTTPServer",
+            "kubernetesAddr",
+            "k8sConfigPath",
+            "nodeName",
+        ] {
+            env_for(f).unwrap();
+        }
+        assert!(matches!(env_for("nope"), Err(ManifestError::UnknownFlag("nope"))));
+    }
+
+    #[test]
+    fn enable_load_balancer_is_refused_with_the_flag_named() {
+        let e = plan(&["--services", "--enableLoadBalancer"]).unwrap_err().to_string();
+        assert!(e.contains("--enableLoadBalancer") && e.contains("IPVS"), "{e}");
+        // Explicitly false is fine.
+        plan(&["--services", "--enableLoadBalancer=false"]).unwrap();
+    }
+
+    #[test]
+    fn control_plane_without_address_is_the_managers_error() {
+        let e = plan(&["--controlplane"]).unwrap_err().to_string();
+        assert!(e.contains("cp_enable needs at least one VIP"), "{e}");
+    }
+
+    #[test]
+    fn arp_false_is_refused() {
+        let e = plan(&["--controlplane", "--address", "192.0.2.10", "--arp=false"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("vip_arp"), "{e}");
+    }
+
+    #[test]
+    fn bad_bool_names_the_flag() {
+        let e = plan(&["--controlplane=yes"]).unwrap_err().to_string();
+        assert!(e.contains("--controlplane") && e.contains("yes"), "{e}");
+    }
+
+    #[test]
+    fn kubeadm_init_mounts_super_admin_at_the_kubeconfig_path() {
+        let p = plan(&["--controlplane", "--address", "192.0.2.10", "--kubeadm-init"]).unwrap();
+        assert_eq!(
+            p.access,
+            Access::Kubeconfig {
+                host_path: SUPER_ADMIN_CONF.into(),
+                mount_path: DEFAULT_KUBECONFIG.into()
+            }
+        );
+        assert!(plan(&["--services", "--kubeadm-init"]).is_err());
+    }
+
+    #[test]
+    fn control_plane_sets_kubernetes_addr_to_the_local_api_server() {
+        let p = plan(&["--controlplane", "--address", "192.0.2.10", "--port", "6444"]).unwrap();
+        let env = p.env_for_node("n1");
+        assert!(env.contains(&("kubernetes_addr".into(), "127.0.0.1:6444".into())));
+        let p = plan(&["--services"]).unwrap();
+        assert!(!p.env.iter().any(|(k, _)| *k == "kubernetes_addr"));
+    }
+
+    #[test]
+    fn admin_endpoint_forms() {
+        assert_eq!(admin_endpoint(":2112").unwrap(), (None, Some(2112)));
+        assert_eq!(
+            admin_endpoint("127.0.0.1:9000").unwrap(),
+            (Some("127.0.0.1".into()), Some(9000))
+        );
+        assert_eq!(admin_endpoint("").unwrap(), (None, None));
+        assert!(admin_endpoint("x").is_err());
+    }
+}

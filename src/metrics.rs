@@ -1,0 +1,333 @@
+//! Prometheus metrics (prometheus-client, OpenMetrics text), served on `/metrics` by
+//! [`crate::admin`].
+//!
+//! kube-vip's metric names are kept where kube-vip has the same thing:
+//!
+//! | metric | type | labels | meaning |
+//! |---|---|---|---|
+//! | `kube_vip_is_leader` | gauge | `node`, `lease_name` | 1 while this node holds the lease |
+//! | `kube_vip_leader_election_transitions_total` | counter | `lease_name` | leadership changes of this node (became or stopped being leader) |
+//! | `kube_vip_active_services` | gauge | `namespace` | LoadBalancer Services this node announces |
+//! | `kube_vip_build_info` | gauge (1) | `version`, `build`, `node` | version skew across nodes |
+//!
+//! vipd's own:
+//!
+//! | metric | type | labels | meaning |
+//! |---|---|---|---|
+//! | `vipd_lease_renew_duration_seconds` | histogram | `lease_name` | latency of successful renewals, seconds |
+//! | `vipd_lease_renew_failures_total` | counter | `lease_name` | failed renew attempts |
+//! | `vipd_failovers_total` | counter | `lease_name` | times this node took over a lease another node held |
+//! | `vipd_garp_sent_total` | counter | `vip` | gratuitous ARPs / unsolicited NAs sent |
+//! | `vipd_vips_held` | gauge | | VIPs this node carries right now |
+
+use std::fmt::Write as _;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+/// Upper bounds (seconds) of the renew latency histogram buckets.
+pub const RENEW_BUCKETS: [f64; 11] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0,
+];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LeaderLabels {
+    node: String,
+    lease_name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LeaseLabels {
+    lease_name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VipLabels {
+    vip: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NamespaceLabels {
+    namespace: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+    build: String,
+    node: String,
+}
+
+type HistogramFamily = Family<LeaseLabels, Histogram, fn() -> Histogram>;
+
+fn renew_histogram() -> Histogram {
+    Histogram::new(RENEW_BUCKETS)
+}
+
+struct Inner {
+    registry: Registry,
+    node: String,
+    is_leader: Family<LeaderLabels, Gauge>,
+    transitions: Family<LeaseLabels, Counter>,
+    active_services: Family<NamespaceLabels, Gauge>,
+    renew: HistogramFamily,
+    renew_failures: Family<LeaseLabels, Counter>,
+    failovers: Family<LeaseLabels, Counter>,
+    garp: Family<VipLabels, Counter>,
+    vips_held: Gauge,
+}
+
+/// vipd's metrics. Cheap to clone (an `Arc`); every method is thread-safe and never fails.
+#[derive(Clone)]
+pub struct Metrics(Arc<Inner>);
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").field("node", &self.0.node).finish()
+    }
+}
+
+impl Metrics {
+    /// A registry with every metric registered, for node `node` (the `node` label).
+    pub fn new(node: &str) -> Self {
+        let mut registry = Registry::default();
+        let is_leader = Family::<LeaderLabels, Gauge>::default();
+        let transitions = Family::<LeaseLabels, Counter>::default();
+        let active_services = Family::<NamespaceLabels, Gauge>::default();
+        let build_info = Family::<BuildLabels, Gauge>::default();
+        let renew: HistogramFamily = Family::new_with_constructor(renew_histogram);
+        let renew_failures = Family::<LeaseLabels, Counter>::default();
+        let failovers = Family::<LeaseLabels, Counter>::default();
+        let garp = Family::<VipLabels, Counter>::default();
+        let vips_held = Gauge::default();
+        registry.register(
+            "kube_vip_is_leader",
+            "1 if this node currently holds the lease",
+            is_leader.clone(),
+        );
+        registry.register(
+            "kube_vip_leader_election_transitions",
+            "Leadership changes of this node; frequent transitions mean instability",
+            transitions.clone(),
+        );
+        registry.register(
+            "kube_vip_active_services",
+            "LoadBalancer Services this node announces",
+            active_services.clone(),
+        );
+        registry.register(
+            "kube_vip_build_info",
+            "Constant 1; track version skew across nodes",
+            build_info.clone(),
+        );
+        registry.register(
+            "vipd_lease_renew_duration_seconds",
+            "Latency of successful lease renewals in seconds",
+            renew.clone(),
+        );
+        registry.register(
+            "vipd_lease_renew_failures",
+            "Failed lease renew attempts",
+            renew_failures.clone(),
+        );
+        registry.register(
+            "vipd_failovers",
+            "Times this node took over a lease that another node held",
+            failovers.clone(),
+        );
+        registry.register(
+            "vipd_garp_sent",
+            "Gratuitous ARPs / unsolicited neighbour advertisements sent",
+            garp.clone(),
+        );
+        registry.register(
+            "vipd_vips_held",
+            "VIPs this node carries right now",
+            vips_held.clone(),
+        );
+        build_info
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                build: "vipd".to_string(),
+                node: node.to_string(),
+            })
+            .set(1);
+        Metrics(Arc::new(Inner {
+            registry,
+            node: node.to_string(),
+            is_leader,
+            transitions,
+            active_services,
+            renew,
+            renew_failures,
+            failovers,
+            garp,
+            vips_held,
+        }))
+    }
+
+    fn lease(lease: &str) -> LeaseLabels {
+        LeaseLabels {
+            lease_name: lease.to_string(),
+        }
+    }
+
+    /// Sets `kube_vip_is_leader{node, lease_name}` to 1 or 0.
+    pub fn set_leading(&self, lease: &str, leading: bool) {
+        self.0
+            .is_leader
+            .get_or_create(&LeaderLabels {
+                node: self.0.node.clone(),
+                lease_name: lease.to_string(),
+            })
+            .set(i64::from(leading));
+    }
+
+    /// Counts one leadership change of this node for `lease`.
+    pub fn transition(&self, lease: &str) {
+        self.0.transitions.get_or_create(&Self::lease(lease)).inc();
+    }
+
+    /// Observes one successful renewal of `lease` that took `latency`.
+    pub fn renew_latency(&self, lease: &str, latency: Duration) {
+        self.0
+            .renew
+            .get_or_create(&Self::lease(lease))
+            .observe(latency.as_secs_f64());
+    }
+
+    /// Counts one failed renew attempt of `lease`.
+    pub fn renew_failure(&self, lease: &str) {
+        self.0.renew_failures.get_or_create(&Self::lease(lease)).inc();
+    }
+
+    /// Counts one takeover of `lease` from another holder.
+    pub fn failover(&self, lease: &str) {
+        self.0.failovers.get_or_create(&Self::lease(lease)).inc();
+    }
+
+    /// Counts one gratuitous ARP / unsolicited NA for `vip` (an address, e.g. `192.0.2.10`).
+    pub fn garp_sent(&self, vip: impl std::fmt::Display) {
+        self.0
+            .garp
+            .get_or_create(&VipLabels {
+                vip: vip.to_string(),
+            })
+            .inc();
+    }
+
+    /// Sets `vipd_vips_held` to `n`.
+    pub fn vips_held(&self, n: usize) {
+        self.0
+            .vips_held
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// Sets `kube_vip_active_services{namespace}` to `n`.
+    pub fn active_services(&self, namespace: &str, n: usize) {
+        self.0
+            .active_services
+            .get_or_create(&NamespaceLabels {
+                namespace: namespace.to_string(),
+            })
+            .set(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+
+    /// The OpenMetrics text exposition (ends with `# EOF`).
+    pub fn encode(&self) -> String {
+        let mut s = String::new();
+        if prometheus_client::encoding::text::encode(&mut s, &self.0.registry).is_err() {
+            // Writing to a String cannot fail; keep the output well-formed anyway.
+            s.clear();
+            let _ = writeln!(s, "# EOF");
+        }
+        s
+    }
+}
+
+/// Content type of [`Metrics::encode`].
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
+        text.lines().find(|l| l.starts_with(prefix))
+    }
+
+    #[test]
+    fn kube_vip_names_and_values() {
+        let m = Metrics::new("node-a");
+        m.set_leading("plndr-cp-lock", true);
+        m.transition("plndr-cp-lock");
+        m.transition("plndr-cp-lock");
+        m.active_services("default", 3);
+        let t = m.encode();
+        assert_eq!(
+            line(&t, "kube_vip_is_leader{"),
+            Some(r#"kube_vip_is_leader{node="node-a",lease_name="plndr-cp-lock"} 1"#),
+            "{t}"
+        );
+        assert_eq!(
+            line(&t, "kube_vip_leader_election_transitions_total{"),
+            Some(r#"kube_vip_leader_election_transitions_total{lease_name="plndr-cp-lock"} 2"#),
+            "{t}"
+        );
+        assert_eq!(
+            line(&t, "kube_vip_active_services{"),
+            Some(r#"kube_vip_active_services{namespace="default"} 3"#)
+        );
+        assert!(line(&t, "kube_vip_build_info{").is_some_and(|l| l.ends_with(" 1")), "{t}");
+        assert!(t.ends_with("# EOF\n"), "{t}");
+        m.set_leading("plndr-cp-lock", false);
+        assert_eq!(
+            line(&m.encode(), "kube_vip_is_leader{"),
+            Some(r#"kube_vip_is_leader{node="node-a",lease_name="plndr-cp-lock"} 0"#)
+        );
+    }
+
+    #[test]
+    fn vipd_metrics() {
+        let m = Metrics::new("n");
+        m.renew_latency("l", Duration::from_millis(30));
+        m.renew_latency("l", Duration::from_millis(700));
+        m.renew_failure("l");
+        m.failover("l");
+        m.garp_sent("192.0.2.10");
+        m.garp_sent(std::net::IpAddr::from([192, 0, 2, 10]));
+        m.vips_held(2);
+        let t = m.encode();
+        assert_eq!(
+            line(&t, "vipd_lease_renew_duration_seconds_count{"),
+            Some(r#"vipd_lease_renew_duration_seconds_count{lease_name="l"} 2"#),
+            "{t}"
+        );
+        assert_eq!(
+            line(&t, r#"vipd_lease_renew_duration_seconds_bucket{le="0.05",lease_name="l"}"#)
+                .or_else(|| line(&t, r#"vipd_lease_renew_duration_seconds_bucket{lease_name="l",le="0.05"}"#))
+                .map(|l| l.rsplit(' ').next().unwrap_or_default()),
+            Some("1"),
+            "{t}"
+        );
+        assert_eq!(
+            line(&t, "vipd_lease_renew_failures_total{"),
+            Some(r#"vipd_lease_renew_failures_total{lease_name="l"} 1"#)
+        );
+        assert_eq!(
+            line(&t, "vipd_failovers_total{"),
+            Some(r#"vipd_failovers_total{lease_name="l"} 1"#)
+        );
+        assert_eq!(
+            line(&t, "vipd_garp_sent_total{"),
+            Some(r#"vipd_garp_sent_total{vip="192.0.2.10"} 2"#)
+        );
+        assert_eq!(line(&t, "vipd_vips_held "), Some("vipd_vips_held 2"));
+    }
+}

@@ -1,0 +1,217 @@
+//! Interface choice for a VIP when `vip_interface` is empty (scenario S27), as a pure function
+//! over the node's addresses and default routes.
+
+use std::net::IpAddr;
+
+use super::AddrInfo;
+
+/// A default route (`0.0.0.0/0` or `::/0`) of the main routing table, reduced to what interface
+/// choice needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DefaultRoute {
+    /// `true` for `::/0`, `false` for `0.0.0.0/0`.
+    pub ipv6: bool,
+    /// Route metric (`RTA_PRIORITY`); lower wins, as in the kernel's route selection.
+    pub metric: u32,
+    /// Output interfaces in the kernel's order: `[RTA_OIF]` for a single-path route, the
+    /// nexthops' devices (`RTA_MULTIPATH`) for a multipath route. Empty when the route uses a
+    /// nexthop object (`RTA_NH_ID`), which is not resolved here.
+    pub devices: Vec<u32>,
+}
+
+/// `true` when `addr` lies in `net/prefix` (same family; prefix clamped to the family width).
+fn in_subnet(addr: IpAddr, net: IpAddr, prefix: u8) -> bool {
+    match (addr, net) {
+        (IpAddr::V4(a), IpAddr::V4(n)) => {
+            let p = u32::from(prefix.min(32));
+            let mask = if p == 0 { 0 } else { u32::MAX << (32 - p) };
+            (u32::from(a) & mask) == (u32::from(n) & mask)
+        }
+        (IpAddr::V6(a), IpAddr::V6(n)) => {
+            let p = u32::from(prefix.min(128));
+            let mask = if p == 0 { 0 } else { u128::MAX << (128 - p) };
+            (u128::from(a) & mask) == (u128::from(n) & mask)
+        }
+        _ => false,
+    }
+}
+
+/// Interface choice (S27): the index of the interface whose connected subnet holds `addr`
+/// (longest prefix wins; on a tie the first address in `addrs`; addresses that are `ours`
+/// are ignored, so a VIP never selects itself), else the first device of the lowest-metric
+/// default route of `addr`'s family (for a multipath route: the first nexthop's device; on
+/// equal metrics the first route in `defaults`). `None` when neither exists.
+///
+/// `addrs` is what [`super::Kernel::addresses`] returns; `defaults` the main-table default
+/// routes in dump order. Addresses in `dad_failed` state are skipped (the kernel does not
+/// install their prefix route either).
+pub fn choose_interface_from(
+    addr: IpAddr,
+    addrs: &[AddrInfo],
+    defaults: &[DefaultRoute],
+) -> Option<u32> {
+    let mut best: Option<(u8, u32)> = None;
+    for a in addrs {
+        if a.ours || a.dad_failed || !in_subnet(addr, a.vip.addr, a.vip.prefix) {
+            continue;
+        }
+        if best.is_none_or(|(p, _)| a.vip.prefix > p) {
+            best = Some((a.vip.prefix, a.ifindex));
+        }
+    }
+    if let Some((_, ifindex)) = best {
+        return Some(ifindex);
+    }
+    let mut route: Option<&DefaultRoute> = None;
+    for r in defaults {
+        if r.ipv6 != addr.is_ipv6() || r.devices.is_empty() {
+            continue;
+        }
+        if route.is_none_or(|b| r.metric < b.metric) {
+            route = Some(r);
+        }
+    }
+    route.and_then(|r| r.devices.first().copied())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::Vip;
+
+    fn addr(ifindex: u32, a: &str, prefix: u8, ours: bool) -> AddrInfo {
+        AddrInfo {
+            ifindex,
+            vip: Vip {
+                addr: a.parse().unwrap(),
+                prefix,
+            },
+            ours,
+            tentative: false,
+            dad_failed: false,
+            valid_lft_secs: None,
+            preferred_lft_secs: None,
+            primary: true,
+        }
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn connected_subnet_wins_over_default_route() {
+        let addrs = [addr(2, "192.0.2.11", 24, false)];
+        let defaults = [DefaultRoute {
+            ipv6: false,
+            metric: 0,
+            devices: vec![3],
+        }];
+        assert_eq!(
+            choose_interface_from(ip("192.0.2.10"), &addrs, &defaults),
+            Some(2)
+        );
+        assert_eq!(
+            choose_interface_from(ip("198.51.100.1"), &addrs, &defaults),
+            Some(3)
+        );
+    }
+
+    #[test]
+    fn longest_prefix_wins_regardless_of_order() {
+        let addrs = [
+            addr(2, "192.0.2.11", 24, false),
+            addr(3, "192.0.2.130", 25, false),
+            addr(4, "192.0.0.1", 16, false),
+        ];
+        assert_eq!(
+            choose_interface_from(ip("192.0.2.200"), &addrs, &[]),
+            Some(3)
+        );
+        assert_eq!(
+            choose_interface_from(ip("192.0.2.20"), &addrs, &[]),
+            Some(2)
+        );
+        assert_eq!(choose_interface_from(ip("192.0.9.9"), &addrs, &[]), Some(4));
+    }
+
+    #[test]
+    fn our_own_addresses_and_dadfailed_are_ignored() {
+        let mut failed = addr(5, "2001:db8::1", 64, false);
+        failed.dad_failed = true;
+        let addrs = [
+            addr(7, "192.0.2.10", 32, true),
+            addr(7, "192.0.2.0", 24, true),
+            failed,
+        ];
+        assert_eq!(choose_interface_from(ip("192.0.2.10"), &addrs, &[]), None);
+        assert_eq!(choose_interface_from(ip("2001:db8::10"), &addrs, &[]), None);
+    }
+
+    #[test]
+    fn multipath_takes_first_nexthop_and_lowest_metric() {
+        let defaults = [
+            DefaultRoute {
+                ipv6: false,
+                metric: 100,
+                devices: vec![9],
+            },
+            DefaultRoute {
+                ipv6: false,
+                metric: 10,
+                devices: vec![5, 4],
+            },
+            DefaultRoute {
+                ipv6: false,
+                metric: 10,
+                devices: vec![6],
+            },
+        ];
+        assert_eq!(
+            choose_interface_from(ip("203.0.113.1"), &[], &defaults),
+            Some(5)
+        );
+    }
+
+    #[test]
+    fn family_must_match_and_no_route_is_none() {
+        let addrs = [addr(2, "192.0.2.11", 24, false)];
+        let defaults = [
+            DefaultRoute {
+                ipv6: false,
+                metric: 0,
+                devices: vec![2],
+            },
+            DefaultRoute {
+                ipv6: true,
+                metric: 0,
+                devices: vec![],
+            },
+        ];
+        // IPv6 VIP: no v6 subnet, the only v6 default route uses a nexthop object.
+        assert_eq!(
+            choose_interface_from(ip("2001:db8::10"), &addrs, &defaults),
+            None
+        );
+        assert_eq!(choose_interface_from(ip("2001:db8::10"), &[], &[]), None);
+        let v6 = [DefaultRoute {
+            ipv6: true,
+            metric: 1024,
+            devices: vec![8],
+        }];
+        assert_eq!(
+            choose_interface_from(ip("2001:db8::10"), &addrs, &v6),
+            Some(8)
+        );
+    }
+
+    #[test]
+    fn subnet_math_edges() {
+        assert!(in_subnet(ip("10.1.2.3"), ip("0.0.0.0"), 0));
+        assert!(in_subnet(ip("192.0.2.10"), ip("192.0.2.10"), 32));
+        assert!(!in_subnet(ip("192.0.2.11"), ip("192.0.2.10"), 32));
+        assert!(in_subnet(ip("2001:db8::ffff"), ip("2001:db8::1"), 64));
+        assert!(!in_subnet(ip("2001:db9::1"), ip("2001:db8::1"), 32));
+        assert!(!in_subnet(ip("192.0.2.1"), ip("2001:db8::1"), 0));
+    }
+}

@@ -1,0 +1,578 @@
+//! `vipd preflight`: checks a node before `vipd manager` runs there and prints a table with
+//! a fix for every failure; the process exits non-zero when any check fails.
+//!
+//! Checks (each independent, all run):
+//! - `capabilities`: `CAP_NET_ADMIN` (addresses via netlink) and `CAP_NET_RAW` (ARP/NDP
+//!   frames) in the effective set (`CapEff` of `/proc/self/status`).
+//! - `interface`: the VIP interface exists and has carrier (`IFLA_CARRIER`).
+//! - `vip-free:<ip>`: nobody on the segment answers for the VIP: an RFC 5227 §2.1.1 ARP
+//!   probe (sender IP 0.0.0.0, target IP = VIP) and ~1 s of listening for a reply or an
+//!   announcement from another MAC. IPv6 VIPs are left to the kernel's DAD.
+//! - `macvlan`: the module is loaded or loadable (needed by `dhcp_mode` only).
+//! - `api`: the API server answers `/version` with the configured kubeconfig.
+//! - `rbac`: a SelfSubjectAccessReview for every verb of
+//!   [`crate::manifest::rbac::required_permissions`].
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::api::PostParams;
+
+use crate::config::{Config, ManagerArgs};
+use crate::kubeclient;
+use crate::manifest::rbac::required_permissions;
+use crate::net::{Kernel, NetlinkKernel};
+
+/// Linux capability number of `CAP_NET_ADMIN` (linux/capability.h).
+pub const CAP_NET_ADMIN: u32 = 12;
+/// Linux capability number of `CAP_NET_RAW`.
+pub const CAP_NET_RAW: u32 = 13;
+
+/// `vipd preflight`: the manager's flags and environment, plus probe options.
+#[derive(Debug, Clone, Args)]
+pub struct PreflightArgs {
+    /// How long to listen for answers to the ARP probe, in milliseconds
+    #[arg(long = "arp-probe-ms", value_name = "MS", default_value_t = 1000)]
+    pub arp_probe_ms: u64,
+    /// Skip the ARP probe (it sends one ARP request on the VIP interface)
+    #[arg(long = "no-arp-probe")]
+    pub no_arp_probe: bool,
+    /// `vipd manager` flags (environment variables win, as for the manager)
+    #[command(flatten)]
+    pub manager: ManagerArgs,
+}
+
+/// Outcome of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Good.
+    Pass,
+    /// Bad: `vipd manager` will not work here.
+    Fail,
+    /// Worth knowing, does not stop vipd.
+    Warn,
+    /// Not applicable to this configuration (or not possible without an earlier check).
+    Skip,
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Status::Pass => "ok",
+            Status::Fail => "FAIL",
+            Status::Warn => "warn",
+            Status::Skip => "skip",
+        })
+    }
+}
+
+/// One row of the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// Short name, e.g. `capabilities`.
+    pub name: String,
+    /// Outcome.
+    pub status: Status,
+    /// What was found.
+    pub detail: String,
+    /// How to fix it (for failures and warnings).
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn new(name: impl Into<String>, status: Status, detail: impl Into<String>) -> Self {
+        Check {
+            name: name.into(),
+            status,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+    fn fix(mut self, fix: impl Into<String>) -> Self {
+        self.fix = Some(fix.into());
+        self
+    }
+}
+
+/// All checks of one run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// In the order they ran.
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    /// Whether any check failed (the process then exits non-zero).
+    pub fn failed(&self) -> bool {
+        self.checks.iter().any(|c| c.status == Status::Fail)
+    }
+
+    /// The table: `CHECK  RESULT  DETAIL`, with a `fix:` line under each failure/warning.
+    pub fn render(&self) -> String {
+        let w = self
+            .checks
+            .iter()
+            .map(|c| c.name.len())
+            .max()
+            .unwrap_or(5)
+            .max(5);
+        let mut s = format!("{:<w$}  {:<6}  DETAIL\n", "CHECK", "RESULT");
+        for c in &self.checks {
+            s.push_str(&format!("{:<w$}  {:<6}  {}\n", c.name, c.status.to_string(), c.detail));
+            if let Some(f) = &c.fix {
+                s.push_str(&format!("{:<w$}  {:<6}  fix: {}\n", "", "", f));
+            }
+        }
+        let failed = self.checks.iter().filter(|c| c.status == Status::Fail).count();
+        s.push_str(&if failed == 0 {
+            "preflight passed\n".to_string()
+        } else {
+            format!("preflight FAILED: {failed} check(s)\n")
+        });
+        s
+    }
+}
+
+/// The effective capability mask from `/proc/<pid>/status` text (`CapEff:` hex).
+pub fn parse_cap_eff(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+}
+
+/// The capability check over `/proc/self/status` text.
+pub fn check_capabilities(status: &str) -> Check {
+    let Some(eff) = parse_cap_eff(status) else {
+        return Check::new("capabilities", Status::Fail, "no CapEff line in /proc/self/status")
+            .fix("run on Linux with /proc mounted");
+    };
+    let missing: Vec<&str> = [(CAP_NET_ADMIN, "CAP_NET_ADMIN"), (CAP_NET_RAW, "CAP_NET_RAW")]
+        .iter()
+        .filter(|(bit, _)| eff & (1u64 << bit) == 0)
+        .map(|(_, n)| *n)
+        .collect();
+    if missing.is_empty() {
+        Check::new("capabilities", Status::Pass, "CAP_NET_ADMIN and CAP_NET_RAW effective")
+    } else {
+        Check::new("capabilities", Status::Fail, format!("missing {}", missing.join(", "))).fix(
+            "Pod: securityContext.capabilities.add [NET_ADMIN, NET_RAW] (vipd manifest pod); \
+             systemd: AmbientCapabilities=CAP_NET_ADMIN CAP_NET_RAW (vipd manifest systemd); \
+             shell: run as root",
+        )
+    }
+}
+
+/// The macvlan check: `loaded` (`/sys/module/macvlan` exists: loaded or built in),
+/// `modules_dep` / `modules_builtin` (contents of `/lib/modules/$(uname -r)/modules.dep`
+/// and `modules.builtin`, when readable), `needed` (`dhcp_mode`).
+pub fn check_macvlan(
+    loaded: bool,
+    modules_dep: Option<&str>,
+    modules_builtin: Option<&str>,
+    needed: bool,
+) -> Check {
+    let has = |t: Option<&str>| {
+        t.is_some_and(|t| {
+            t.lines().any(|l| {
+                let path = l.split(':').next().unwrap_or_default();
+                path.rsplit('/')
+                    .next()
+                    .is_some_and(|f| f == "macvlan.ko" || f.starts_with("macvlan.ko."))
+            })
+        })
+    };
+    let (status, detail) = if loaded {
+        (Status::Pass, "macvlan is loaded (or built in)".to_string())
+    } else if has(modules_builtin) {
+        (Status::Pass, "macvlan is built into the kernel".to_string())
+    } else if has(modules_dep) {
+        (Status::Pass, "macvlan is loadable (modules.dep lists it; it loads on first use)".to_string())
+    } else if modules_dep.is_none() {
+        (
+            if needed { Status::Warn } else { Status::Skip },
+            "cannot read /lib/modules/<release>/modules.dep to tell whether macvlan exists".to_string(),
+        )
+    } else {
+        (
+            if needed { Status::Fail } else { Status::Skip },
+            "this kernel has no macvlan module".to_string(),
+        )
+    };
+    let suffix = if needed { "" } else { " (only dhcp_mode needs it)" };
+    let c = Check::new("macvlan", status, format!("{detail}{suffix}"));
+    if matches!(status, Status::Fail | Status::Warn) || (!needed && status == Status::Skip) {
+        c.fix(
+            "install the full kernel package: minimal SUSE cloud images (SLE Micro, openSUSE \
+             MicroOS/Leap Micro) ship kernel-default-base, which leaves out macvlan; \
+             `transactional-update pkg install kernel-default` (or `zypper in kernel-default` \
+             and remove kernel-default-base), then reboot. Other distributions: install the \
+             linux-modules-extra / kernel-modules package for the running kernel",
+        )
+    } else {
+        c
+    }
+}
+
+/// An RFC 5227 §2.1.1 ARP probe (42 bytes): Ethernet broadcast from `mac`, ARP request,
+/// sender MAC `mac`, sender IP 0.0.0.0, target MAC zero, target IP `target`.
+pub fn arp_probe_frame(mac: [u8; 6], target: Ipv4Addr) -> Vec<u8> {
+    let mut f = Vec::with_capacity(42);
+    f.extend_from_slice(&[0xff; 6]);
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&[0x08, 0x06]); // ARP
+    f.extend_from_slice(&[0x00, 0x01, 0x08, 0x00, 6, 4, 0x00, 0x01]); // Ethernet/IPv4, request
+    f.extend_from_slice(&mac);
+    f.extend_from_slice(&[0, 0, 0, 0]);
+    f.extend_from_slice(&[0; 6]);
+    f.extend_from_slice(&target.octets());
+    f
+}
+
+/// If `frame` is an ARP packet (reply, or request/announcement) whose sender IP is `vip`
+/// and whose sender MAC is not `own`, that MAC: somebody on the segment uses the VIP.
+pub fn arp_conflict(frame: &[u8], vip: Ipv4Addr, own: [u8; 6]) -> Option<[u8; 6]> {
+    if frame.len() < 42 || frame[12..14] != [0x08, 0x06] {
+        return None;
+    }
+    let arp = &frame[14..];
+    if arp[0..6] != [0x00, 0x01, 0x08, 0x00, 6, 4] {
+        return None;
+    }
+    let mut sender_mac = [0u8; 6];
+    sender_mac.copy_from_slice(&arp[8..14]);
+    let sender_ip = Ipv4Addr::new(arp[14], arp[15], arp[16], arp[17]);
+    (sender_ip == vip && sender_mac != own).then_some(sender_mac)
+}
+
+fn fmt_mac(m: [u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Sends one ARP probe for `vip` on interface `ifname` and listens for `listen`; returns the
+/// MACs that answered for it. Blocking (run it on a blocking thread).
+///
+/// # Errors
+/// A text naming the interface when the AF_PACKET channel cannot be opened (no
+/// `CAP_NET_RAW`) or the send fails.
+pub fn arp_probe(ifname: &str, vip: Ipv4Addr, listen: Duration) -> Result<Vec<[u8; 6]>, String> {
+    use pnet::datalink::{self, Channel};
+    let iface = datalink::interfaces()
+        .into_iter()
+        .find(|i| i.name == ifname)
+        .ok_or_else(|| format!("interface {ifname} not found"))?;
+    let own = iface.mac.map(|m| m.octets()).unwrap_or([0; 6]);
+    let cfg = datalink::Config {
+        read_timeout: Some(Duration::from_millis(50)),
+        ..Default::default()
+    };
+    let (mut tx, mut rx) = match datalink::channel(&iface, cfg) {
+        Ok(Channel::Ethernet(tx, rx)) => (tx, rx),
+        Ok(_) => return Err(format!("{ifname}: not an Ethernet channel")),
+        Err(e) => return Err(format!("{ifname}: cannot open a raw socket: {e}")),
+    };
+    let frame = arp_probe_frame(own, vip);
+    match tx.send_to(&frame, None) {
+        Some(Ok(())) => {}
+        Some(Err(e)) => return Err(format!("{ifname}: sending the ARP probe failed: {e}")),
+        None => return Err(format!("{ifname}: sending the ARP probe failed")),
+    }
+    let deadline = Instant::now() + listen;
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        match rx.next() {
+            Ok(f) => {
+                if let Some(mac) = arp_conflict(f, vip, own)
+                    && !seen.contains(&mac)
+                {
+                    seen.push(mac);
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(format!("{ifname}: reading frames failed: {e}")),
+        }
+    }
+    Ok(seen)
+}
+
+/// Runs every check for `cfg`.
+pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
+    let mut report = Report::default();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let caps = check_capabilities(&status);
+    let has_raw = parse_cap_eff(&status).is_some_and(|e| e & (1 << CAP_NET_RAW) != 0);
+    report.checks.push(caps);
+
+    // Interface and carrier.
+    let mut iface_name = cfg.interface.clone();
+    let mut vip_iface_ok = false;
+    match NetlinkKernel::new() {
+        Err(e) => report.checks.push(
+            Check::new("interface", Status::Fail, format!("netlink: {e}"))
+                .fix("run on Linux with NET_ADMIN"),
+        ),
+        Ok(k) => {
+            if iface_name.is_none()
+                && let Some(a) = cfg.addresses.first()
+                && let Ok(idx) = k.choose_interface(*a).await
+                && let Ok(l) = k.link_by_index(idx).await
+            {
+                iface_name = Some(l.name);
+            }
+            match &iface_name {
+                None => report.checks.push(
+                    Check::new("interface", Status::Fail, "no vip_interface and none chosen automatically")
+                        .fix("set vip_interface (--interface)"),
+                ),
+                Some(name) => match k.link_by_name(name).await {
+                    Ok(l) if l.carrier && l.up => {
+                        vip_iface_ok = true;
+                        report.checks.push(Check::new(
+                            "interface",
+                            Status::Pass,
+                            format!("{name} is up with carrier"),
+                        ));
+                    }
+                    Ok(l) => report.checks.push(
+                        Check::new(
+                            "interface",
+                            Status::Fail,
+                            format!("{name}: up={} carrier={}", l.up, l.carrier),
+                        )
+                        .fix(format!("plug the cable / bring the link up: ip link set {name} up")),
+                    ),
+                    Err(e) => report.checks.push(
+                        Check::new("interface", Status::Fail, e.to_string())
+                            .fix("set vip_interface to an interface of this node (ip -br link)"),
+                    ),
+                },
+            }
+            // VIPs already on this node are not a conflict.
+            let local: Vec<IpAddr> = k
+                .addresses(None)
+                .await
+                .map(|a| a.into_iter().map(|x| x.vip.addr).collect())
+                .unwrap_or_default();
+            for vip in &cfg.addresses {
+                let name = format!("vip-free:{vip}");
+                let c = match vip {
+                    IpAddr::V6(_) => Check::new(name, Status::Skip, "IPv6: the kernel's DAD checks it when vipd adds it"),
+                    _ if args.no_arp_probe => Check::new(name, Status::Skip, "--no-arp-probe"),
+                    _ if local.contains(vip) => Check::new(name, Status::Pass, "this node holds it now"),
+                    _ if !vip_iface_ok => Check::new(name, Status::Skip, "needs a working interface"),
+                    _ if !has_raw => Check::new(name, Status::Skip, "needs CAP_NET_RAW"),
+                    IpAddr::V4(v4) => {
+                        let ifn = iface_name.clone().unwrap_or_default();
+                        let v4 = *v4;
+                        let listen = Duration::from_millis(args.arp_probe_ms);
+                        let res = tokio::task::spawn_blocking(move || arp_probe(&ifn, v4, listen))
+                            .await
+                            .map_err(|e| e.to_string())
+                            .and_then(|r| r);
+                        match res {
+                            Ok(macs) if macs.is_empty() => Check::new(
+                                name,
+                                Status::Pass,
+                                format!("no answer to an ARP probe within {} ms", args.arp_probe_ms),
+                            ),
+                            Ok(macs) => Check::new(
+                                name,
+                                Status::Fail,
+                                format!(
+                                    "already in use on the segment by {}",
+                                    macs.into_iter().map(fmt_mac).collect::<Vec<_>>().join(", ")
+                                ),
+                            )
+                            .fix("pick a free address, or stop whatever holds it (another kube-vip/keepalived?)"),
+                            Err(e) => Check::new(name, Status::Fail, e).fix("run with CAP_NET_RAW"),
+                        }
+                    }
+                };
+                report.checks.push(c);
+            }
+        }
+    }
+
+    // macvlan.
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let release = release.trim();
+    let read = |f: &str| std::fs::read_to_string(format!("/lib/modules/{release}/{f}")).ok();
+    report.checks.push(check_macvlan(
+        std::path::Path::new("/sys/module/macvlan").exists(),
+        read("modules.dep").as_deref(),
+        read("modules.builtin").as_deref(),
+        cfg.dhcp_mode,
+    ));
+
+    // API and RBAC.
+    let client = match kubeclient::election_client(cfg).await {
+        Ok((c, url)) => match tokio::time::timeout(Duration::from_secs(5), c.apiserver_version()).await {
+            Ok(Ok(v)) => {
+                report.checks.push(Check::new(
+                    "api",
+                    Status::Pass,
+                    format!("{url} answers, version {}", v.git_version),
+                ));
+                Some(c)
+            }
+            Ok(Err(e)) => {
+                report.checks.push(
+                    Check::new("api", Status::Fail, format!("{url}: {e}"))
+                        .fix("check k8s_config_file and kubernetes_addr, and that the API server runs"),
+                );
+                None
+            }
+            Err(_) => {
+                report.checks.push(
+                    Check::new("api", Status::Fail, format!("{url}: no answer within 5 s"))
+                        .fix("check kubernetes_addr / the kubeconfig's server and the firewall"),
+                );
+                None
+            }
+        },
+        Err(e) => {
+            report.checks.push(
+                Check::new("api", Status::Fail, e.to_string())
+                    .fix("set k8s_config_file (--k8sConfigPath) to a readable kubeconfig"),
+            );
+            None
+        }
+    };
+    match client {
+        None => report
+            .checks
+            .push(Check::new("rbac", Status::Skip, "needs the API server")),
+        Some(c) => report.checks.push(check_rbac(c, cfg).await),
+    }
+    report
+}
+
+/// SelfSubjectAccessReviews for every permission vipd needs (leases in `cp_namespace`, the
+/// rest cluster-wide or in `svc_namespace`).
+pub async fn check_rbac(client: kube::Client, cfg: &Config) -> Check {
+    let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client);
+    let mut denied = Vec::new();
+    let mut errors = Vec::new();
+    for p in required_permissions(cfg.enable_node_labeling) {
+        let namespace = match p.resource {
+            "leases" => Some(cfg.lease.namespace.clone()),
+            "nodes" => None,
+            _ => cfg.services_namespace.clone(),
+        };
+        for verb in p.verbs {
+            let review = SelfSubjectAccessReview {
+                spec: SelfSubjectAccessReviewSpec {
+                    resource_attributes: Some(ResourceAttributes {
+                        group: Some(p.group.to_string()),
+                        resource: Some(p.resource.to_string()),
+                        subresource: (!p.subresource.is_empty()).then(|| p.subresource.to_string()),
+                        verb: Some((*verb).to_string()),
+                        namespace: namespace.clone(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            let what = format!(
+                "{verb} {}{}",
+                if p.group.is_empty() { String::new() } else { format!("{}/", p.group) },
+                p.resource_name()
+            );
+            match api.create(&PostParams::default(), &review).await {
+                Ok(r) if r.status.as_ref().is_some_and(|s| s.allowed) => {}
+                Ok(_) => denied.push(what),
+                Err(e) => errors.push(format!("{what}: {e}")),
+            }
+        }
+    }
+    if !errors.is_empty() {
+        Check::new("rbac", Status::Fail, format!("SelfSubjectAccessReview failed: {}", errors.join("; ")))
+            .fix("allow create on authorization.k8s.io selfsubjectaccessreviews (every user has it by default)")
+    } else if denied.is_empty() {
+        Check::new("rbac", Status::Pass, "every verb vipd uses is allowed")
+    } else {
+        Check::new("rbac", Status::Fail, format!("denied: {}", denied.join(", ")))
+            .fix("kubectl apply -f <(vipd manifest rbac) and bind the ClusterRole system:vipd-role to this identity")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capabilities_from_status() {
+        let all = "Name:\tx\nCapEff:\t000001ffffffffff\n";
+        assert_eq!(check_capabilities(all).status, Status::Pass);
+        // NET_ADMIN (bit 12) only.
+        let c = check_capabilities("CapEff:\t0000000000001000\n");
+        assert_eq!(c.status, Status::Fail);
+        assert_eq!(c.detail, "missing CAP_NET_RAW");
+        assert!(c.fix.unwrap().contains("NET_RAW"));
+        let c = check_capabilities("CapEff:\t0000000000000000\n");
+        assert_eq!(c.detail, "missing CAP_NET_ADMIN, CAP_NET_RAW");
+        assert_eq!(check_capabilities("nothing").status, Status::Fail);
+    }
+
+    #[test]
+    fn macvlan_cases() {
+        assert_eq!(check_macvlan(true, None, None, true).status, Status::Pass);
+        let dep = "kernel/drivers/net/macvlan.ko.zst: kernel/drivers/net/tap.ko\n";
+        assert_eq!(check_macvlan(false, Some(dep), None, true).status, Status::Pass);
+        assert_eq!(
+            check_macvlan(false, Some(""), Some("kernel/drivers/net/macvlan.ko\n"), true).status,
+            Status::Pass
+        );
+        let c = check_macvlan(false, Some("kernel/drivers/net/macvtap.ko:\n"), None, true);
+        assert_eq!(c.status, Status::Fail);
+        assert!(c.fix.unwrap().contains("kernel-default-base"));
+        assert_eq!(check_macvlan(false, Some(""), None, false).status, Status::Skip);
+        assert_eq!(check_macvlan(false, None, None, true).status, Status::Warn);
+    }
+
+    #[test]
+    fn probe_frame_and_conflict_detection() {
+        let mac = [2, 0, 0, 0, 0, 1];
+        let vip = Ipv4Addr::new(192, 0, 2, 10);
+        let f = arp_probe_frame(mac, vip);
+        assert_eq!(f.len(), 42);
+        assert_eq!(&f[28..32], &[0, 0, 0, 0], "sender IP must be 0.0.0.0 (RFC 5227 probe)");
+        assert_eq!(&f[38..42], &vip.octets());
+        // Our own probe is not a conflict (sender IP 0.0.0.0).
+        assert_eq!(arp_conflict(&f, vip, mac), None);
+        // A reply from another MAC with sender IP = VIP is.
+        let other = [2, 0, 0, 0, 0, 2];
+        let mut reply = arp_probe_frame(other, vip);
+        reply[21] = 2; // op reply
+        reply[28..32].copy_from_slice(&vip.octets());
+        assert_eq!(arp_conflict(&reply, vip, mac), Some(other));
+        // The same from our own MAC is not.
+        assert_eq!(arp_conflict(&reply, vip, other), None);
+        // Other addresses are ignored.
+        assert_eq!(arp_conflict(&reply, Ipv4Addr::new(192, 0, 2, 11), mac), None);
+    }
+
+    #[test]
+    fn report_renders_fixes_and_fails() {
+        let r = Report {
+            checks: vec![
+                Check::new("a", Status::Pass, "fine"),
+                Check::new("capabilities", Status::Fail, "missing CAP_NET_RAW").fix("add it"),
+            ],
+        };
+        assert!(r.failed());
+        let t = r.render();
+        assert!(t.contains("capabilities  FAIL    missing CAP_NET_RAW"), "{t}");
+        assert!(t.contains("fix: add it"), "{t}");
+        assert!(t.ends_with("preflight FAILED: 1 check(s)\n"), "{t}");
+    }
+}

@@ -1,0 +1,628 @@
+//! The VIP reconciler: follows one election's [`LeaderState`] and makes the kernel hold
+//! exactly the VIPs that state calls for, with the kernel fence, gratuitous ARP /
+//! unsolicited neighbour advertisements, and the periodic check that repairs what others
+//! changed (scenarios S01, S08, S09, S26 in `shared/cases/scenarios.md`).
+//!
+//! The decision ([`plan`]) is a pure function of what the kernel shows and what we lead; the
+//! [`VipHolder`] loop applies it through the [`Kernel`] and [`Announcer`] traits.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::election::{Gates, LeaderState, Leadership, Timing};
+use crate::net::{AddrInfo, Announcer, Kernel, LinkInfo, NetError, Vip};
+
+/// Gate name closed while the VIP interface has had no carrier for longer than the renew
+/// deadline, or cannot be found.
+pub const GATE_LINK: &str = "link";
+/// Gate name closed while a configured VIP is on the node but was not added by vipd.
+pub const GATE_CONFLICT: &str = "vip-conflict";
+
+/// Errors of the fence computation.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FenceError {
+    /// No whole number of seconds is both longer than the retry period and shorter than the
+    /// lease duration.
+    #[error(
+        "lease timings leave no room for the kernel fence: the VIP lifetime must be a whole number of seconds longer than vip_retryperiod ({retry_ms} ms) and shorter than vip_leaseduration ({lease_ms} ms); use e.g. vip_leaseduration=5 vip_renewdeadline=3 vip_retryperiod=1"
+    )]
+    NoRoom {
+        /// Retry period in ms.
+        retry_ms: u128,
+        /// Lease duration in ms.
+        lease_ms: u128,
+    },
+}
+
+/// The kernel fence: the valid lifetime, in whole seconds (the kernel's unit), given to
+/// every VIP and refreshed on every successful renew. A killed or frozen vipd stops
+/// refreshing and the kernel removes the address before any other node may take the lease.
+///
+/// Rule: the largest whole number of seconds below the renew deadline; when that is not
+/// longer than the retry period (the address would lapse between two renewals), the
+/// smallest whole number above the retry period instead, as long as it stays below the lease
+/// duration (the bound safety needs: a candidate waits a full lease duration after the last
+/// renewal it saw). Kube-vip's 5/3/1 gives 2 s.
+///
+/// # Errors
+/// [`FenceError::NoRoom`] when no such number exists (e.g. lease 2 s, retry 1 s).
+pub fn fence_lifetime(t: &Timing) -> Result<u32, FenceError> {
+    let rd_ms = t.renew_deadline.as_millis();
+    let below_rd = rd_ms.div_ceil(1000).saturating_sub(1);
+    let retry_ms = t.retry_period.as_millis();
+    let lease_ms = t.lease_duration.as_millis();
+    let f = if below_rd * 1000 > retry_ms {
+        below_rd
+    } else {
+        retry_ms / 1000 + 1
+    };
+    if f == 0 || f * 1000 >= lease_ms {
+        return Err(FenceError::NoRoom { retry_ms, lease_ms });
+    }
+    u32::try_from(f).map_err(|_| FenceError::NoRoom { retry_ms, lease_ms })
+}
+
+/// One VIP this holder manages: the address and the interface to put it on (`None` =
+/// choose automatically, scenario S27).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VipSpec {
+    /// Address and prefix.
+    pub vip: Vip,
+    /// Interface name from the configuration, if any.
+    pub interface: Option<String>,
+}
+
+/// Settings of a [`VipHolder`].
+#[derive(Debug, Clone)]
+pub struct HolderConfig {
+    /// Gratuitous ARP / unsolicited NA repeat interval while held (`vip_arpRate`, ms).
+    pub arp_rate: Duration,
+    /// Interval of the periodic check (address present, DAD state, carrier).
+    pub check_interval: Duration,
+    /// Kernel fence lifetime in seconds, see [`fence_lifetime`].
+    pub fence_secs: u32,
+    /// A link without carrier for longer than this closes the [`GATE_LINK`] gate (renew
+    /// deadline).
+    pub carrier_grace: Duration,
+    /// Add IPv6 VIPs with `IFA_F_NODAD`.
+    pub skip_dad: bool,
+    /// Run the periodic check (carrier) also while not leading. The control-plane holder
+    /// does; per-Service holders check only while leading or while one of their gates is
+    /// closed (to notice it can open again), which keeps hundreds of them cheap.
+    pub check_following: bool,
+}
+
+impl HolderConfig {
+    /// Settings derived from lease timings and the ARP rate: check every
+    /// `min(arp_rate, 500 ms)`, carrier grace = renew deadline.
+    ///
+    /// # Errors
+    /// See [`fence_lifetime`].
+    pub fn from_timing(t: &Timing, arp_rate: Duration) -> Result<Self, FenceError> {
+        Ok(HolderConfig {
+            arp_rate,
+            check_interval: arp_rate.min(Duration::from_millis(500)),
+            fence_secs: fence_lifetime(t)?,
+            carrier_grace: t.renew_deadline,
+            skip_dad: false,
+            check_following: true,
+        })
+    }
+}
+
+/// A kernel change the reconciler decided on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Add (or re-add) the VIP with this valid lifetime in seconds.
+    Add {
+        /// The VIP.
+        vip: Vip,
+        /// Interface index.
+        ifindex: u32,
+        /// Valid lifetime, seconds.
+        valid_lft_secs: u32,
+    },
+    /// Remove the VIP (ours only).
+    Remove {
+        /// The VIP.
+        vip: Vip,
+        /// Interface index.
+        ifindex: u32,
+    },
+}
+
+/// Decides the kernel changes for one check.
+///
+/// * `desired`: the VIPs of this holder with their resolved interface index.
+/// * `present`: every address on the node (from the kernel).
+/// * `fence_left`: `Some(seconds of fence lifetime left since the last renew)` while
+///   leading, `None` when not leading.
+///
+/// While leading: a missing VIP is added with the fence time left (not re-added at all once
+/// that is under one second: the next renew re-adds it); a VIP in `dadfailed` is removed and
+/// added again (S26); our copy of a VIP on another interface is removed. Not leading: every
+/// copy of our VIPs that is ours is removed. Addresses not tagged as ours are never touched.
+pub fn plan(desired: &[(Vip, u32)], present: &[AddrInfo], fence_left: Option<u32>) -> Vec<Step> {
+    let mut steps = Vec::new();
+    for (vip, ifindex) in desired {
+        let copies: Vec<&AddrInfo> = present
+            .iter()
+            .filter(|a| a.vip.addr == vip.addr && a.ours)
+            .collect();
+        match fence_left {
+            Some(left) => {
+                for c in &copies {
+                    if c.ifindex != *ifindex || c.vip.prefix != vip.prefix {
+                        steps.push(Step::Remove {
+                            vip: c.vip,
+                            ifindex: c.ifindex,
+                        });
+                    }
+                }
+                let here = copies
+                    .iter()
+                    .find(|c| c.ifindex == *ifindex && c.vip.prefix == vip.prefix);
+                let add = Step::Add {
+                    vip: *vip,
+                    ifindex: *ifindex,
+                    valid_lft_secs: left,
+                };
+                match here {
+                    None if left >= 1 => steps.push(add),
+                    None => {}
+                    Some(c) if c.dad_failed => {
+                        steps.push(Step::Remove {
+                            vip: *vip,
+                            ifindex: *ifindex,
+                        });
+                        if left >= 1 {
+                            steps.push(add);
+                        }
+                    }
+                    Some(_) => {}
+                }
+            }
+            None => {
+                for c in copies {
+                    steps.push(Step::Remove {
+                        vip: c.vip,
+                        ifindex: c.ifindex,
+                    });
+                }
+            }
+        }
+    }
+    steps
+}
+
+/// VIPs among `vips` that the node already carries without vipd's tag: vipd refuses to
+/// manage those (it would otherwise remove a node's own address on step-down).
+pub fn conflicts(vips: &[Vip], present: &[AddrInfo]) -> Vec<(IpAddr, u32)> {
+    present
+        .iter()
+        .filter(|a| !a.ours && vips.iter().any(|v| v.addr == a.vip.addr))
+        .map(|a| (a.vip.addr, a.ifindex))
+        .collect()
+}
+
+/// Removes every vipd-tagged address on the node among `addrs` (all tagged addresses when
+/// `addrs` is `None`). Run once at start, before any election: at that point this process
+/// leads nothing, so every tagged address is stale (a previous run crashed, or the config
+/// changed). Untagged addresses are never touched. Returns the removed VIPs.
+///
+/// # Errors
+/// [`NetError`] when the kernel cannot be read; single failed removals are logged.
+pub async fn remove_stale<K: Kernel>(
+    kernel: &K,
+    addrs: Option<&[IpAddr]>,
+) -> Result<Vec<Vip>, NetError> {
+    let mut removed = Vec::new();
+    for a in kernel.addresses(None).await? {
+        if !a.ours || addrs.is_some_and(|set| !set.contains(&a.vip.addr)) {
+            continue;
+        }
+        match kernel.remove(a.ifindex, a.vip).await {
+            Ok(()) => {
+                info!(vip = %a.vip, ifindex = a.ifindex, "removed stale VIP left by an earlier run");
+                removed.push(a.vip);
+            }
+            Err(e) => warn!(vip = %a.vip, error = %e, "could not remove stale VIP"),
+        }
+    }
+    Ok(removed)
+}
+
+async fn next_update(updates: &mut Option<watch::Receiver<Vec<VipSpec>>>) -> Vec<VipSpec> {
+    if let Some(rx) = updates {
+        if rx.changed().await.is_ok() {
+            return rx.borrow_and_update().clone();
+        }
+        // Sender gone: the set stays as it is.
+        *updates = None;
+    }
+    std::future::pending().await
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Holds the VIPs of one election while it leads (see module docs).
+pub struct VipHolder<K: Kernel, A: Announcer> {
+    kernel: Arc<K>,
+    announcer: Arc<A>,
+    vips: Vec<VipSpec>,
+    cfg: HolderConfig,
+    gates: Gates,
+    name: String,
+    links: BTreeMap<usize, LinkInfo>,
+    no_carrier_since: BTreeMap<u32, Instant>,
+    last_garp: Option<Instant>,
+    /// IPv6 VIPs added but not yet announced because they were tentative.
+    pending_na: Vec<usize>,
+    updates: Option<watch::Receiver<Vec<VipSpec>>>,
+}
+
+impl<K: Kernel, A: Announcer> VipHolder<K, A> {
+    /// A holder for `vips`; `name` labels its logs (e.g. `control-plane`). `gates` receives
+    /// [`GATE_LINK`] and [`GATE_CONFLICT`].
+    pub fn new(
+        name: &str,
+        kernel: Arc<K>,
+        announcer: Arc<A>,
+        vips: Vec<VipSpec>,
+        cfg: HolderConfig,
+        gates: Gates,
+    ) -> Self {
+        VipHolder {
+            kernel,
+            announcer,
+            vips,
+            cfg,
+            gates,
+            name: name.to_string(),
+            links: BTreeMap::new(),
+            no_carrier_since: BTreeMap::new(),
+            last_garp: None,
+            pending_na: Vec::new(),
+            updates: None,
+        }
+    }
+
+    /// Makes the VIP set follow `updates` (e.g. a Service's addresses being edited, S19):
+    /// VIPs that leave the set are removed (ours only), new ones are added and announced when
+    /// leading.
+    pub fn with_updates(mut self, updates: watch::Receiver<Vec<VipSpec>>) -> Self {
+        self.updates = Some(updates);
+        self
+    }
+
+    /// Follows `leadership` until `shutdown`: adds, refreshes, repairs and announces the VIPs
+    /// while leading, removes them when not, and acknowledges every dropped term on
+    /// `leadership.dropped`. On shutdown removes the VIPs before returning.
+    pub async fn run(mut self, mut leadership: Leadership, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(self.cfg.check_interval);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut term = 0u64;
+        let mut renewed_at: Option<Instant> = None;
+        let mut updates = self.updates.take();
+        if let Some(u) = updates.as_mut() {
+            self.vips = u.borrow_and_update().clone();
+        }
+        self.resolve_links().await;
+        loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => {
+                    self.drop_all().await;
+                    let _ = leadership.dropped.send(term);
+                    return;
+                }
+                changed = leadership.state.changed() => {
+                    if changed.is_err() {
+                        // Elector gone: hold nothing.
+                        self.drop_all().await;
+                        let _ = leadership.dropped.send(term);
+                        shutdown.cancelled().await;
+                        return;
+                    }
+                    let state = leadership.state.borrow_and_update().clone();
+                    match state {
+                        LeaderState::Leading { term: t, renewed_at: r } => {
+                            let first = renewed_at.is_none() || t != term;
+                            term = t;
+                            renewed_at = Some(r);
+                            if first {
+                                info!(holder = %self.name, term, "leading: adding VIPs");
+                                self.resolve_links().await;
+                            }
+                            self.refresh(first).await;
+                        }
+                        LeaderState::Following { .. } => {
+                            if renewed_at.take().is_some() {
+                                info!(holder = %self.name, term, "not leading: removing VIPs");
+                            }
+                            self.drop_all().await;
+                            let _ = leadership.dropped.send(term);
+                        }
+                    }
+                }
+                new = next_update(&mut updates) => {
+                    self.set_vips(new, renewed_at.is_some()).await;
+                }
+                _ = tick.tick() => {
+                    if renewed_at.is_some() || self.cfg.check_following || !self.gates.closed().is_empty() {
+                        self.check(renewed_at).await;
+                    }
+                }
+                _ = sleep_until_opt(self.next_garp(renewed_at)) => {
+                    self.announce_all(false).await;
+                }
+            }
+        }
+    }
+
+    /// Replaces the VIP set (see [`VipHolder::with_updates`]).
+    async fn set_vips(&mut self, new: Vec<VipSpec>, leading: bool) {
+        if new == self.vips {
+            return;
+        }
+        let old = std::mem::replace(&mut self.vips, new);
+        let gone: Vec<(Vip, u32)> = old
+            .iter()
+            .filter(|o| !self.vips.iter().any(|n| n.vip == o.vip))
+            .map(|o| (o.vip, 0))
+            .collect();
+        if !gone.is_empty() {
+            match self.kernel.addresses(None).await {
+                Ok(present) => {
+                    for step in plan(&gone, &present, None) {
+                        if let Step::Remove { vip, ifindex } = step {
+                            match self.kernel.remove(ifindex, vip).await {
+                                Ok(()) => info!(holder = %self.name, %vip, "VIP no longer configured; removed"),
+                                Err(e) => warn!(holder = %self.name, %vip, error = %e, "removing VIP failed"),
+                            }
+                        }
+                    }
+                }
+                Err(e) => warn!(holder = %self.name, error = %e, "cannot list addresses"),
+            }
+        }
+        self.links.clear();
+        self.pending_na.clear();
+        self.resolve_links().await;
+        if leading {
+            self.refresh(true).await;
+        }
+    }
+
+    /// Resolves configured or automatic interfaces; closes [`GATE_LINK`] while any cannot
+    /// be found, [`GATE_CONFLICT`] while a VIP is on the node untagged.
+    async fn resolve_links(&mut self) {
+        let mut missing = Vec::new();
+        for (i, spec) in self.vips.iter().enumerate() {
+            let found = match &spec.interface {
+                Some(name) => self.kernel.link_by_name(name).await,
+                None => match self.kernel.choose_interface(spec.vip.addr).await {
+                    Ok(idx) => self.kernel.link_by_index(idx).await,
+                    Err(e) => Err(e),
+                },
+            };
+            match found {
+                Ok(link) => {
+                    if self.links.get(&i).map(|l| l.index) != Some(link.index) {
+                        info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "VIP interface");
+                    }
+                    self.links.insert(i, link);
+                }
+                Err(e) => {
+                    missing.push(format!("{}: {e}", spec.vip));
+                    self.links.remove(&i);
+                }
+            }
+        }
+        if !missing.is_empty() {
+            error!(holder = %self.name, problems = ?missing, "cannot place VIPs; not campaigning until this is fixed");
+        }
+        self.gates.set(GATE_LINK, missing.is_empty());
+        match self.kernel.addresses(None).await {
+            Ok(present) => {
+                let vips: Vec<Vip> = self.vips.iter().map(|s| s.vip).collect();
+                let c = conflicts(&vips, &present);
+                if !c.is_empty() {
+                    error!(holder = %self.name, conflicts = ?c, "VIP already configured on this node and not added by vipd; refusing to manage it (remove it from the node or change the VIP)");
+                }
+                self.gates.set(GATE_CONFLICT, c.is_empty());
+            }
+            Err(e) => warn!(holder = %self.name, error = %e, "cannot list addresses"),
+        }
+    }
+
+    fn desired(&self) -> Vec<(Vip, u32)> {
+        self.vips
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| self.links.get(&i).map(|l| (s.vip, l.index)))
+            .collect()
+    }
+
+    /// After an acquire or renew: (re-)add every VIP with the full fence lifetime, and on
+    /// acquire announce at once.
+    async fn refresh(&mut self, announce: bool) {
+        for (i, spec) in self.vips.iter().enumerate() {
+            let Some(link) = self.links.get(&i) else {
+                continue;
+            };
+            if let Err(e) = self
+                .kernel
+                .add_or_refresh(link.index, spec.vip, self.cfg.fence_secs, self.cfg.skip_dad)
+                .await
+            {
+                error!(holder = %self.name, vip = %spec.vip, interface = %link.name, error = %e, "cannot add VIP");
+                continue;
+            }
+            if announce {
+                info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "VIP added");
+            }
+        }
+        if announce {
+            self.pending_na.clear();
+            self.announce_all(true).await;
+        }
+    }
+
+    /// Announces every held VIP; IPv6 VIPs only once they left tentative state.
+    async fn announce_all(&mut self, first: bool) {
+        let present = self.kernel.addresses(None).await.unwrap_or_default();
+        for (i, spec) in self.vips.iter().enumerate() {
+            let Some(link) = self.links.get(&i) else {
+                continue;
+            };
+            let here = present
+                .iter()
+                .find(|a| a.ifindex == link.index && a.vip.addr == spec.vip.addr && a.ours);
+            match here {
+                Some(a) if a.tentative || a.dad_failed => {
+                    if !self.pending_na.contains(&i) {
+                        self.pending_na.push(i);
+                    }
+                    continue;
+                }
+                Some(_) => {}
+                None => continue,
+            }
+            self.pending_na.retain(|p| *p != i);
+            match self.announcer.announce(link, spec.vip) {
+                Ok(()) => {
+                    if first {
+                        info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "announced");
+                    } else {
+                        debug!(holder = %self.name, vip = %spec.vip, "announced");
+                    }
+                }
+                Err(e) => warn!(holder = %self.name, vip = %spec.vip, error = %e, "announce failed"),
+            }
+        }
+        self.last_garp = Some(Instant::now());
+    }
+
+    /// Periodic check: carrier, links, repair, and the GARP repeat.
+    async fn check(&mut self, renewed_at: Option<Instant>) {
+        let now = Instant::now();
+        // Carrier of the VIP interfaces (checked whether leading or not, to re-open the gate).
+        let mut link_ok = true;
+        let mut relink = false;
+        let indexes: Vec<(usize, u32)> = self.links.iter().map(|(i, l)| (*i, l.index)).collect();
+        for (i, idx) in indexes {
+            match self.kernel.link_by_index(idx).await {
+                Ok(l) => {
+                    if l.carrier && l.up {
+                        if self.no_carrier_since.remove(&idx).is_some() {
+                            info!(holder = %self.name, interface = %l.name, "carrier back");
+                        }
+                    } else {
+                        let since = *self.no_carrier_since.entry(idx).or_insert_with(|| {
+                            warn!(holder = %self.name, interface = %l.name, "no carrier");
+                            now
+                        });
+                        if now - since > self.cfg.carrier_grace {
+                            link_ok = false;
+                        }
+                    }
+                    self.links.insert(i, l);
+                }
+                Err(_) => relink = true,
+            }
+        }
+        if relink || self.links.len() < self.vips.len() {
+            self.resolve_links().await;
+        } else {
+            if !link_ok && self.gates.closed().iter().all(|g| g != GATE_LINK) {
+                warn!(holder = %self.name, grace_ms = self.cfg.carrier_grace.as_millis() as u64, "no carrier for longer than the renew deadline; stepping down");
+            }
+            self.gates.set(GATE_LINK, link_ok);
+        }
+        let fence_left = renewed_at.map(|r| {
+            let age = now.saturating_duration_since(r).as_secs();
+            u32::try_from(u64::from(self.cfg.fence_secs).saturating_sub(age + 1)).unwrap_or(0)
+        });
+        let present = match self.kernel.addresses(None).await {
+            Ok(p) => p,
+            Err(e) => {
+                warn!(holder = %self.name, error = %e, "cannot list addresses");
+                return;
+            }
+        };
+        let steps = plan(&self.desired(), &present, fence_left);
+        let mut repaired = false;
+        for step in steps {
+            match step {
+                Step::Add {
+                    vip,
+                    ifindex,
+                    valid_lft_secs,
+                } => {
+                    warn!(holder = %self.name, %vip, ifindex, "VIP missing while leading; re-adding");
+                    match self
+                        .kernel
+                        .add_or_refresh(ifindex, vip, valid_lft_secs, self.cfg.skip_dad)
+                        .await
+                    {
+                        Ok(()) => repaired = true,
+                        Err(e) => error!(holder = %self.name, %vip, error = %e, "re-adding VIP failed"),
+                    }
+                }
+                Step::Remove { vip, ifindex } => {
+                    if let Err(e) = self.kernel.remove(ifindex, vip).await {
+                        warn!(holder = %self.name, %vip, error = %e, "removing VIP failed");
+                    }
+                }
+            }
+        }
+        if renewed_at.is_some() && (repaired || !self.pending_na.is_empty()) {
+            self.announce_all(repaired).await;
+        }
+    }
+
+    /// When the next repeat of the announcements is due: `arp_rate` after the last one,
+    /// while leading.
+    fn next_garp(&self, renewed_at: Option<Instant>) -> Option<Instant> {
+        renewed_at?;
+        Some(self.last_garp? + self.cfg.arp_rate)
+    }
+
+    /// Removes every VIP of this holder that is ours, wherever it is.
+    async fn drop_all(&mut self) {
+        let present = match self.kernel.addresses(None).await {
+            Ok(p) => p,
+            Err(e) => {
+                error!(holder = %self.name, error = %e, "cannot list addresses to drop VIPs; the kernel fence removes them");
+                return;
+            }
+        };
+        let desired: Vec<(Vip, u32)> = self.vips.iter().map(|s| (s.vip, 0)).collect();
+        for step in plan(&desired, &present, None) {
+            if let Step::Remove { vip, ifindex } = step {
+                match self.kernel.remove(ifindex, vip).await {
+                    Ok(()) => info!(holder = %self.name, %vip, "VIP removed"),
+                    Err(e) => error!(holder = %self.name, %vip, error = %e, "removing VIP failed"),
+                }
+            }
+        }
+        self.pending_na.clear();
+        self.last_garp = None;
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,424 @@
+//! Reconciler tests with a fake kernel on tokio's paused clock.
+
+use std::sync::Mutex;
+
+use tokio::sync::watch;
+
+use super::*;
+use crate::election::LeaderState;
+
+#[derive(Default)]
+struct KState {
+    links: Vec<LinkInfo>,
+    addrs: Vec<AddrInfo>,
+    /// (vip, valid_lft) of every add/refresh call.
+    adds: Vec<(Vip, u32)>,
+}
+
+#[derive(Default)]
+struct FakeKernel(Mutex<KState>);
+
+fn addr(ifindex: u32, vip: Vip, ours: bool) -> AddrInfo {
+    AddrInfo {
+        ifindex,
+        vip,
+        ours,
+        tentative: false,
+        dad_failed: false,
+        valid_lft_secs: None,
+        preferred_lft_secs: None,
+        primary: true,
+    }
+}
+
+impl FakeKernel {
+    fn with_eth0() -> Arc<Self> {
+        let k = FakeKernel::default();
+        {
+            let mut s = k.0.lock().unwrap();
+            s.links.push(LinkInfo {
+                index: 2,
+                name: "eth0".into(),
+                mac: [2, 0, 0, 0, 0, 0x11],
+                up: true,
+                carrier: true,
+            });
+            s.addrs.push(addr(2, Vip::new("192.0.2.11".parse().unwrap(), 24).unwrap(), false));
+        }
+        Arc::new(k)
+    }
+    fn has(&self, vip: Vip) -> bool {
+        self.0.lock().unwrap().addrs.iter().any(|a| a.vip == vip && a.ours)
+    }
+    fn delete(&self, vip: Vip) {
+        self.0.lock().unwrap().addrs.retain(|a| a.vip != vip);
+    }
+    fn set_carrier(&self, on: bool) {
+        self.0.lock().unwrap().links[0].carrier = on;
+    }
+    fn set_flags(&self, vip: Vip, tentative: bool, dad_failed: bool) {
+        for a in self.0.lock().unwrap().addrs.iter_mut() {
+            if a.vip == vip {
+                a.tentative = tentative;
+                a.dad_failed = dad_failed;
+            }
+        }
+    }
+}
+
+impl Kernel for FakeKernel {
+    async fn link_by_name(&self, name: &str) -> Result<LinkInfo, NetError> {
+        self.0
+            .lock()
+            .unwrap()
+            .links
+            .iter()
+            .find(|l| l.name == name)
+            .cloned()
+            .ok_or(NetError::NoSuchLink { name: name.into() })
+    }
+    async fn link_by_index(&self, index: u32) -> Result<LinkInfo, NetError> {
+        self.0
+            .lock()
+            .unwrap()
+            .links
+            .iter()
+            .find(|l| l.index == index)
+            .cloned()
+            .ok_or(NetError::NoSuchIndex { index })
+    }
+    async fn add_or_refresh(
+        &self,
+        ifindex: u32,
+        vip: Vip,
+        valid: u32,
+        _skip_dad: bool,
+    ) -> Result<(), NetError> {
+        let mut s = self.0.lock().unwrap();
+        if let Some(a) = s.addrs.iter().find(|a| a.vip.addr == vip.addr && !a.ours) {
+            return Err(NetError::NotOurs {
+                addr: vip.addr,
+                ifindex: a.ifindex,
+                ifname: "eth0".into(),
+            });
+        }
+        s.adds.push((vip, valid));
+        if !s.addrs.iter().any(|a| a.vip == vip && a.ifindex == ifindex) {
+            s.addrs.push(addr(ifindex, vip, true));
+        }
+        Ok(())
+    }
+    async fn remove(&self, ifindex: u32, vip: Vip) -> Result<(), NetError> {
+        let mut s = self.0.lock().unwrap();
+        if s.addrs.iter().any(|a| a.vip == vip && a.ifindex == ifindex && !a.ours) {
+            return Err(NetError::NotOurs {
+                addr: vip.addr,
+                ifindex,
+                ifname: "eth0".into(),
+            });
+        }
+        s.addrs.retain(|a| !(a.vip == vip && a.ifindex == ifindex));
+        Ok(())
+    }
+    async fn addresses(&self, ifindex: Option<u32>) -> Result<Vec<AddrInfo>, NetError> {
+        Ok(self
+            .0
+            .lock()
+            .unwrap()
+            .addrs
+            .iter()
+            .filter(|a| ifindex.is_none_or(|i| a.ifindex == i))
+            .cloned()
+            .collect())
+    }
+    async fn choose_interface(&self, _addr: IpAddr) -> Result<u32, NetError> {
+        Ok(2)
+    }
+}
+
+#[derive(Default)]
+struct FakeAnnouncer(Mutex<Vec<(Instant, Vip, [u8; 6])>>);
+
+impl FakeAnnouncer {
+    fn count(&self, vip: Vip) -> usize {
+        self.0.lock().unwrap().iter().filter(|(_, v, _)| *v == vip).count()
+    }
+}
+
+impl Announcer for FakeAnnouncer {
+    fn announce(&self, link: &LinkInfo, vip: Vip) -> Result<(), NetError> {
+        self.0.lock().unwrap().push((Instant::now(), vip, link.mac));
+        Ok(())
+    }
+}
+
+const TIMING: Timing = Timing {
+    lease_duration: Duration::from_secs(5),
+    renew_deadline: Duration::from_secs(3),
+    retry_period: Duration::from_secs(1),
+};
+
+fn vip4() -> Vip {
+    Vip::new("192.0.2.10".parse().unwrap(), 32).unwrap()
+}
+
+struct Rig {
+    kernel: Arc<FakeKernel>,
+    ann: Arc<FakeAnnouncer>,
+    state: watch::Sender<LeaderState>,
+    dropped: watch::Receiver<u64>,
+    gates: Gates,
+    shutdown: CancellationToken,
+    task: tokio::task::JoinHandle<()>,
+}
+
+fn rig(kernel: Arc<FakeKernel>, vips: Vec<Vip>, interface: Option<&str>) -> Rig {
+    let ann = Arc::new(FakeAnnouncer::default());
+    let (state, state_rx) = watch::channel(LeaderState::Following { holder: None });
+    let (dropped_tx, dropped) = watch::channel(0u64);
+    let gates = Gates::default();
+    let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap();
+    let specs = vips
+        .into_iter()
+        .map(|vip| VipSpec {
+            vip,
+            interface: interface.map(str::to_string),
+        })
+        .collect();
+    let holder = VipHolder::new("test", kernel.clone(), ann.clone(), specs, cfg, gates.clone());
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(holder.run(
+        Leadership {
+            state: state_rx,
+            dropped: dropped_tx,
+        },
+        shutdown.clone(),
+    ));
+    Rig {
+        kernel,
+        ann,
+        state,
+        dropped,
+        gates,
+        shutdown,
+        task,
+    }
+}
+
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(1)).await;
+}
+
+#[test]
+fn fence_is_below_renew_deadline_and_above_retry() {
+    let t = |l: u64, r: u64, p: u64| Timing {
+        lease_duration: Duration::from_millis(l),
+        renew_deadline: Duration::from_millis(r),
+        retry_period: Duration::from_millis(p),
+    };
+    assert_eq!(fence_lifetime(&t(5000, 3000, 1000)), Ok(2));
+    assert_eq!(fence_lifetime(&t(3000, 2500, 1000)), Ok(2));
+    // renew deadline 2 s would give 1 s = the retry period: lapses; 2 s is still < lease.
+    assert_eq!(fence_lifetime(&t(3000, 2000, 1000)), Ok(2));
+    assert_eq!(fence_lifetime(&t(15000, 10000, 2000)), Ok(9));
+    assert!(fence_lifetime(&t(2000, 1500, 1000)).is_err());
+}
+
+#[test]
+fn plan_adds_missing_and_repairs_dadfailed_while_leading() {
+    let v = vip4();
+    assert_eq!(
+        plan(&[(v, 2)], &[], Some(2)),
+        vec![Step::Add { vip: v, ifindex: 2, valid_lft_secs: 2 }]
+    );
+    // Fence nearly used up: do not re-add, the next renew does.
+    assert!(plan(&[(v, 2)], &[], Some(0)).is_empty());
+    let mut failed = addr(2, v, true);
+    failed.dad_failed = true;
+    assert_eq!(
+        plan(&[(v, 2)], &[failed], Some(2)),
+        vec![
+            Step::Remove { vip: v, ifindex: 2 },
+            Step::Add { vip: v, ifindex: 2, valid_lft_secs: 2 }
+        ]
+    );
+    // Present and fine: nothing.
+    assert!(plan(&[(v, 2)], &[addr(2, v, true)], Some(2)).is_empty());
+    // Our copy on another interface is moved.
+    assert_eq!(
+        plan(&[(v, 2)], &[addr(3, v, true)], Some(2)),
+        vec![
+            Step::Remove { vip: v, ifindex: 3 },
+            Step::Add { vip: v, ifindex: 2, valid_lft_secs: 2 }
+        ]
+    );
+}
+
+#[test]
+fn plan_never_touches_untagged_and_drops_ours_when_not_leading() {
+    let v = vip4();
+    assert!(plan(&[(v, 2)], &[addr(2, v, false)], None).is_empty());
+    assert_eq!(
+        plan(&[(v, 2)], &[addr(2, v, true), addr(3, v, true)], None),
+        vec![Step::Remove { vip: v, ifindex: 2 }, Step::Remove { vip: v, ifindex: 3 }]
+    );
+    assert_eq!(conflicts(&[v], &[addr(2, v, false)]), vec![(v.addr, 2)]);
+    assert!(conflicts(&[v], &[addr(2, v, true)]).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn leading_adds_with_fence_announces_at_once_then_every_arp_rate() {
+    let r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth0"));
+    settle().await;
+    assert!(!r.kernel.has(vip4()));
+    let t0 = Instant::now();
+    r.state.send_replace(LeaderState::Leading { term: 1, renewed_at: t0 });
+    settle().await;
+    assert!(r.kernel.has(vip4()));
+    assert_eq!(r.kernel.0.lock().unwrap().adds, vec![(vip4(), 2)]);
+    assert_eq!(r.ann.count(vip4()), 1, "GARP at acquire, not at the next tick");
+    assert_eq!(r.ann.0.lock().unwrap()[0].2, [2, 0, 0, 0, 0, 0x11], "sender MAC = link MAC");
+    // Keep renewing every second; GARP repeats every 3 s.
+    for i in 1..=9 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        r.state.send_replace(LeaderState::Leading { term: 1, renewed_at: Instant::now() });
+        settle().await;
+        let _ = i;
+    }
+    let n = r.ann.count(vip4());
+    assert!((3..=5).contains(&n), "announcements after 9 s: {n}");
+    // Each renew refreshed the fence.
+    assert!(r.kernel.0.lock().unwrap().adds.len() >= 10);
+    assert!(r.kernel.0.lock().unwrap().adds.iter().all(|(_, l)| *l == 2));
+}
+
+#[tokio::test(start_paused = true)]
+async fn losing_leadership_removes_and_acknowledges() {
+    let mut r = rig(FakeKernel::with_eth0(), vec![vip4()], None);
+    r.state.send_replace(LeaderState::Leading { term: 3, renewed_at: Instant::now() });
+    settle().await;
+    assert!(r.kernel.has(vip4()));
+    r.state.send_replace(LeaderState::Following { holder: Some("b".into()) });
+    r.dropped.wait_for(|t| *t >= 3).await.unwrap();
+    assert!(!r.kernel.has(vip4()), "ack only after the VIP is gone");
+    let before = r.ann.count(vip4());
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(r.ann.count(vip4()), before, "no GARP when not held");
+    assert!(!r.kernel.has(vip4()));
+    r.shutdown.cancel();
+    r.task.await.unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn deleted_vip_is_readded_and_reannounced_within_the_check_interval() {
+    let r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth0"));
+    r.state.send_replace(LeaderState::Leading { term: 1, renewed_at: Instant::now() });
+    settle().await;
+    r.kernel.delete(vip4());
+    let before = r.ann.count(vip4());
+    tokio::time::sleep(Duration::from_millis(501)).await;
+    assert!(r.kernel.has(vip4()));
+    assert_eq!(r.ann.count(vip4()), before + 1);
+    // The re-add only gets what is left of the fence since the last renew.
+    let adds = r.kernel.0.lock().unwrap().adds.clone();
+    assert_eq!(adds.last(), Some(&(vip4(), 1)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_carrier_longer_than_renew_deadline_closes_the_link_gate() {
+    let r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth0"));
+    settle().await;
+    assert!(r.gates.closed().is_empty());
+    r.kernel.set_carrier(false);
+    tokio::time::sleep(Duration::from_millis(2600)).await;
+    assert!(r.gates.closed().is_empty(), "short flaps are tolerated");
+    // Closed by the renew deadline plus at most one check interval after the loss.
+    tokio::time::sleep(Duration::from_millis(1000 + 500)).await;
+    assert_eq!(r.gates.closed(), vec![GATE_LINK.to_string()]);
+    r.kernel.set_carrier(true);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(r.gates.closed().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn missing_interface_and_foreign_vip_close_gates_without_crashing() {
+    let k = FakeKernel::with_eth0();
+    let r = rig(k.clone(), vec![vip4()], Some("eth9"));
+    settle().await;
+    assert!(r.gates.closed().contains(&GATE_LINK.to_string()));
+    r.shutdown.cancel();
+    r.task.await.unwrap();
+
+    k.0.lock().unwrap().addrs.push(addr(2, vip4(), false));
+    let r = rig(k.clone(), vec![vip4()], Some("eth0"));
+    settle().await;
+    assert!(r.gates.closed().contains(&GATE_CONFLICT.to_string()));
+    // Even when told to lead, the foreign address is never removed.
+    r.state.send_replace(LeaderState::Following { holder: None });
+    settle().await;
+    assert!(k.0.lock().unwrap().addrs.iter().any(|a| a.vip == vip4() && !a.ours));
+}
+
+#[tokio::test(start_paused = true)]
+async fn ipv6_vip_is_announced_only_after_it_leaves_tentative_state() {
+    let v6 = Vip::new("2001:db8::10".parse().unwrap(), 128).unwrap();
+    let r = rig(FakeKernel::with_eth0(), vec![v6], Some("eth0"));
+    // The fake adds addresses non-tentative; make the add tentative by flagging right after.
+    r.state.send_replace(LeaderState::Leading { term: 1, renewed_at: Instant::now() });
+    settle().await;
+    let first = r.ann.count(v6);
+    assert_eq!(first, 1);
+    // DAD failure (another node had it): removed and re-added, NA again once usable.
+    r.kernel.set_flags(v6, false, true);
+    tokio::time::sleep(Duration::from_millis(501)).await;
+    assert!(r.kernel.has(v6));
+    r.kernel.set_flags(v6, true, false);
+    tokio::time::sleep(Duration::from_millis(3100)).await;
+    let while_tentative = r.ann.count(v6);
+    r.kernel.set_flags(v6, false, false);
+    tokio::time::sleep(Duration::from_millis(501)).await;
+    assert!(r.ann.count(v6) > while_tentative, "announced once usable");
+}
+
+#[tokio::test(start_paused = true)]
+async fn shutdown_removes_vips() {
+    let r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth0"));
+    r.state.send_replace(LeaderState::Leading { term: 1, renewed_at: Instant::now() });
+    settle().await;
+    assert!(r.kernel.has(vip4()));
+    r.shutdown.cancel();
+    r.task.await.unwrap();
+    assert!(!r.kernel.has(vip4()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn edited_vip_set_adds_new_and_removes_old_while_leading() {
+    let kernel = FakeKernel::with_eth0();
+    let ann = Arc::new(FakeAnnouncer::default());
+    let (state, state_rx) = watch::channel(LeaderState::Following { holder: None });
+    let (dropped_tx, _dropped) = watch::channel(0u64);
+    let v120 = Vip::host("192.0.2.120".parse().unwrap());
+    let v121 = Vip::host("192.0.2.121".parse().unwrap());
+    let spec = |v: Vip| VipSpec { vip: v, interface: None };
+    let (set_tx, set_rx) = watch::channel(vec![spec(v120)]);
+    let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap();
+    cfg.check_following = false;
+    let holder = VipHolder::new("svc", kernel.clone(), ann.clone(), vec![], cfg, Gates::default())
+        .with_updates(set_rx);
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(holder.run(
+        Leadership { state: state_rx, dropped: dropped_tx },
+        shutdown.clone(),
+    ));
+    state.send_replace(LeaderState::Leading { term: 1, renewed_at: Instant::now() });
+    settle().await;
+    assert!(kernel.has(v120));
+    set_tx.send_replace(vec![spec(v121)]);
+    settle().await;
+    assert!(!kernel.has(v120), "old address removed");
+    assert!(kernel.has(v121), "new address added");
+    assert_eq!(ann.count(v121), 1, "and announced at once");
+    shutdown.cancel();
+    task.await.unwrap();
+    assert!(!kernel.has(v121));
+}

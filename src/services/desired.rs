@@ -1,0 +1,374 @@
+//! Which Service VIPs exist, which Lease governs each address, and which of them this node
+//! should campaign for: one pure function ([`plan`]) of the selected Services, the local
+//! endpoints and the configuration. No kernel, no API server.
+//!
+//! Rules (scenarios S06, S07, S21 in `shared/cases/scenarios.md`):
+//! * One address, one governing lease: an address used by several Services is governed by
+//!   the lease of the oldest of them (creation time, then namespace/name); an address that is
+//!   also the control-plane VIP stays with the control-plane lease and no Service group
+//!   touches it. The address goes only when its last consumer goes.
+//! * Two Services with the same address, port and protocol: the later one is not programmed
+//!   at all and gets a [`Conflict`] naming the earlier one; the same port with another
+//!   protocol is fine.
+//! * externalTrafficPolicy Local (per-Service election only): a node campaigns for a group
+//!   only when one of the group's Local Services has a ready endpoint on it, or a group member
+//!   uses policy Cluster.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::net::IpAddr;
+
+use k8s_openapi::jiff::Timestamp;
+
+use super::model::{PortProto, ServiceKey};
+use crate::config::VipSubnet;
+use crate::net::Vip;
+use crate::reconcile::VipSpec;
+
+/// A Lease by namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LeaseRef {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+}
+
+impl fmt::Display for LeaseRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A Service selected for announcement (class, type and ignore filters already applied,
+/// addresses already parsed and valid), as the planner needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    /// The Service.
+    pub key: ServiceKey,
+    /// `metadata.creationTimestamp` (older wins shared addresses and conflicts).
+    pub created: Option<Timestamp>,
+    /// Accepted addresses, in configured order.
+    pub addresses: Vec<IpAddr>,
+    /// Ports and protocols (for S07 conflicts and the status).
+    pub ports: Vec<PortProto>,
+    /// `externalTrafficPolicy: Local`.
+    pub etp_local: bool,
+    /// A ready endpoint of this Service runs on this node.
+    pub local_endpoint: bool,
+    /// Interface from the `kube-vip.io/serviceInterface` annotation.
+    pub interface: Option<String>,
+    /// The Service's own lease (per-Service election): `kubevip-<name>` in its namespace,
+    /// or the annotation's override.
+    pub lease: LeaseRef,
+}
+
+/// How Services are elected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Mode {
+    /// `svc_election`: every Service (address group) has its own lease.
+    PerService,
+    /// One lease for all Service addresses (`svc_leasename` in `cp_namespace`).
+    Global(LeaseRef),
+}
+
+/// Settings the plan depends on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanConfig {
+    /// Election mode.
+    pub mode: Mode,
+    /// Addresses of the control-plane VIP (governed by the control-plane lease).
+    pub control_plane: Vec<IpAddr>,
+    /// `vip_servicesinterface`, else `vip_interface`; `None` = automatic.
+    pub interface: Option<String>,
+    /// Prefix lengths (`vip_subnet`).
+    pub subnet: VipSubnet,
+}
+
+/// One election group: a lease and the addresses it governs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Group {
+    /// VIPs governed by this lease, with their interface.
+    pub vips: Vec<VipSpec>,
+    /// Whether this node should campaign for it (ETP Local rule).
+    pub campaign: bool,
+    /// Services whose addresses this group announces (their status is written by the
+    /// group's holder).
+    pub services: BTreeSet<ServiceKey>,
+}
+
+/// A Service not programmed because an older one has the same address, port and protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Conflict {
+    /// The Service left out.
+    pub service: ServiceKey,
+    /// The older Service it collides with.
+    pub with: ServiceKey,
+    /// The shared address.
+    pub address: IpAddr,
+    /// Port and protocol both use.
+    pub port: PortProto,
+}
+
+/// The result of [`plan`].
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// Election groups by lease.
+    pub groups: BTreeMap<LeaseRef, Group>,
+    /// Services left out because of a conflict.
+    pub conflicts: Vec<Conflict>,
+    /// Addresses each programmed Service gets, in its configured order.
+    pub addresses: BTreeMap<ServiceKey, Vec<IpAddr>>,
+    /// Services whose addresses are (partly) the control-plane VIP.
+    pub on_control_plane: BTreeSet<ServiceKey>,
+}
+
+fn prefix(subnet: &VipSubnet, a: &IpAddr) -> u8 {
+    match a {
+        IpAddr::V4(_) => subnet.v4,
+        IpAddr::V6(_) => subnet.v6,
+    }
+}
+
+/// Computes the plan (see module docs). Deterministic: the result does not depend on the
+/// order of `services`.
+pub fn plan(services: &[Candidate], cfg: &PlanConfig) -> Plan {
+    let mut ordered: Vec<&Candidate> = services.iter().collect();
+    ordered.sort_by(|a, b| {
+        (a.created.is_none(), a.created, &a.key).cmp(&(b.created.is_none(), b.created, &b.key))
+    });
+
+    let mut out = Plan::default();
+    // (address, port, protocol) -> first Service using it.
+    let mut claimed: BTreeMap<(IpAddr, i32, String), ServiceKey> = BTreeMap::new();
+    // address -> governing lease.
+    let mut governing: BTreeMap<IpAddr, LeaseRef> = BTreeMap::new();
+
+    for svc in ordered {
+        let clash = svc.addresses.iter().find_map(|a| {
+            svc.ports.iter().find_map(|p| {
+                claimed
+                    .get(&(*a, p.port, p.protocol.clone()))
+                    .filter(|other| **other != svc.key)
+                    .map(|other| (*a, p.clone(), other.clone()))
+            })
+        });
+        if let Some((address, port, with)) = clash {
+            out.conflicts.push(Conflict {
+                service: svc.key.clone(),
+                with,
+                address,
+                port,
+            });
+            continue;
+        }
+        for a in &svc.addresses {
+            for p in &svc.ports {
+                claimed.insert((*a, p.port, p.protocol.clone()), svc.key.clone());
+            }
+        }
+        out.addresses.insert(svc.key.clone(), svc.addresses.clone());
+        let eligible = !svc.etp_local || svc.local_endpoint;
+        for a in &svc.addresses {
+            if cfg.control_plane.contains(a) {
+                out.on_control_plane.insert(svc.key.clone());
+                continue;
+            }
+            let lease = governing
+                .entry(*a)
+                .or_insert_with(|| match &cfg.mode {
+                    Mode::PerService => svc.lease.clone(),
+                    Mode::Global(l) => l.clone(),
+                })
+                .clone();
+            let group = out.groups.entry(lease).or_insert_with(|| Group {
+                vips: Vec::new(),
+                campaign: matches!(cfg.mode, Mode::Global(_)),
+                services: BTreeSet::new(),
+            });
+            group.services.insert(svc.key.clone());
+            if eligible {
+                group.campaign = true;
+            }
+            let vip = Vip {
+                addr: *a,
+                prefix: prefix(&cfg.subnet, a),
+            };
+            if !group.vips.iter().any(|v| v.vip.addr == *a) {
+                group.vips.push(VipSpec {
+                    vip,
+                    interface: svc.interface.clone().or_else(|| cfg.interface.clone()),
+                });
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(name: &str) -> ServiceKey {
+        ServiceKey {
+            namespace: "default".into(),
+            name: name.into(),
+        }
+    }
+
+    fn port(port: i32, proto: &str) -> PortProto {
+        PortProto {
+            port,
+            protocol: proto.into(),
+        }
+    }
+
+    fn svc(name: &str, created: i64, addrs: &[&str], ports: &[(i32, &str)]) -> Candidate {
+        Candidate {
+            key: key(name),
+            created: Some(Timestamp::from_second(created).unwrap()),
+            addresses: addrs.iter().map(|a| a.parse().unwrap()).collect(),
+            ports: ports.iter().map(|(p, pr)| port(*p, pr)).collect(),
+            etp_local: false,
+            local_endpoint: false,
+            interface: None,
+            lease: LeaseRef {
+                namespace: "default".into(),
+                name: format!("kubevip-{name}"),
+            },
+        }
+    }
+
+    fn cfg(mode: Mode) -> PlanConfig {
+        PlanConfig {
+            mode,
+            control_plane: vec!["192.0.2.10".parse().unwrap()],
+            interface: None,
+            subnet: VipSubnet { v4: 32, v6: 128 },
+        }
+    }
+
+    fn lease(name: &str) -> LeaseRef {
+        LeaseRef {
+            namespace: "default".into(),
+            name: format!("kubevip-{name}"),
+        }
+    }
+
+    #[test]
+    fn each_service_gets_its_own_group_in_per_service_mode() {
+        let p = plan(
+            &[
+                svc("a", 1, &["192.0.2.20"], &[(80, "TCP")]),
+                svc("b", 2, &["192.0.2.21", "2001:db8::21"], &[(80, "TCP")]),
+            ],
+            &cfg(Mode::PerService),
+        );
+        assert_eq!(p.groups.len(), 2);
+        let b = &p.groups[&lease("b")];
+        assert_eq!(b.vips.len(), 2);
+        assert_eq!(b.vips[1].vip.prefix, 128);
+        assert!(b.campaign);
+        assert!(p.conflicts.is_empty());
+    }
+
+    #[test]
+    fn shared_address_is_governed_by_the_oldest_service_only() {
+        // S06: dns-tcp and dns-udp on one address: one group, both services in it.
+        let services = [
+            svc("dns-udp", 2, &["192.0.2.60"], &[(53, "UDP")]),
+            svc("dns-tcp", 1, &["192.0.2.60"], &[(53, "TCP")]),
+        ];
+        let p = plan(&services, &cfg(Mode::PerService));
+        assert_eq!(p.groups.len(), 1);
+        let g = &p.groups[&lease("dns-tcp")];
+        assert_eq!(g.services.len(), 2);
+        assert_eq!(g.vips.len(), 1);
+        // Deleting dns-udp keeps the address; deleting dns-tcp moves it to dns-udp's lease.
+        let p = plan(&services[1..], &cfg(Mode::PerService));
+        assert_eq!(p.groups[&lease("dns-tcp")].vips.len(), 1);
+        let p = plan(&services[..1], &cfg(Mode::PerService));
+        assert_eq!(p.groups[&lease("dns-udp")].vips.len(), 1);
+    }
+
+    #[test]
+    fn control_plane_vip_used_by_a_service_stays_with_the_control_plane() {
+        let p = plan(
+            &[svc("api", 1, &["192.0.2.10"], &[(443, "TCP")])],
+            &cfg(Mode::PerService),
+        );
+        assert!(p.groups.is_empty(), "no service group may hold the CP VIP");
+        assert!(p.on_control_plane.contains(&key("api")));
+    }
+
+    #[test]
+    fn same_address_port_and_protocol_conflicts_later_service_is_left_out() {
+        // S07
+        let p = plan(
+            &[
+                svc("svc-b", 2, &["192.0.2.70"], &[(80, "TCP")]),
+                svc("svc-a", 1, &["192.0.2.70"], &[(80, "TCP")]),
+                svc("svc-c", 3, &["192.0.2.70"], &[(80, "UDP")]),
+            ],
+            &cfg(Mode::PerService),
+        );
+        assert_eq!(p.conflicts.len(), 1);
+        assert_eq!(p.conflicts[0].service, key("svc-b"));
+        assert_eq!(p.conflicts[0].with, key("svc-a"));
+        assert!(!p.addresses.contains_key(&key("svc-b")));
+        assert!(p.addresses.contains_key(&key("svc-c")), "80/UDP next to 80/TCP is fine");
+        assert_eq!(p.groups[&lease("svc-a")].services.len(), 2);
+    }
+
+    #[test]
+    fn etp_local_campaigns_only_with_a_local_endpoint() {
+        // S21
+        let mut s = svc("web", 1, &["192.0.2.80"], &[(80, "TCP")]);
+        s.etp_local = true;
+        let p = plan(std::slice::from_ref(&s), &cfg(Mode::PerService));
+        assert!(!p.groups[&lease("web")].campaign);
+        s.local_endpoint = true;
+        let p = plan(&[s], &cfg(Mode::PerService));
+        assert!(p.groups[&lease("web")].campaign);
+    }
+
+    #[test]
+    fn global_mode_has_one_group_for_everything() {
+        let global = LeaseRef {
+            namespace: "kube-system".into(),
+            name: "plndr-svcs-lock".into(),
+        };
+        let p = plan(
+            &[
+                svc("a", 1, &["192.0.2.20"], &[(80, "TCP")]),
+                svc("b", 2, &["192.0.2.21"], &[(80, "TCP")]),
+            ],
+            &cfg(Mode::Global(global.clone())),
+        );
+        assert_eq!(p.groups.len(), 1);
+        assert_eq!(p.groups[&global].vips.len(), 2);
+        assert!(p.groups[&global].campaign);
+    }
+
+    #[test]
+    fn order_of_input_does_not_matter() {
+        let a = svc("a", 1, &["192.0.2.60"], &[(53, "TCP")]);
+        let b = svc("b", 2, &["192.0.2.60"], &[(53, "TCP")]);
+        let c = svc("c", 3, &["192.0.2.61"], &[(53, "TCP")]);
+        let p1 = plan(&[a.clone(), b.clone(), c.clone()], &cfg(Mode::PerService));
+        let p2 = plan(&[c, b, a], &cfg(Mode::PerService));
+        assert_eq!(p1, p2);
+    }
+
+    #[test]
+    fn interface_annotation_beats_configured_interface() {
+        let mut c = cfg(Mode::PerService);
+        c.interface = Some("eth0".into());
+        let mut s = svc("a", 1, &["192.0.2.20"], &[(80, "TCP")]);
+        let p = plan(std::slice::from_ref(&s), &c);
+        assert_eq!(p.groups[&lease("a")].vips[0].interface.as_deref(), Some("eth0"));
+        s.interface = Some("eth1".into());
+        let p = plan(&[s], &c);
+        assert_eq!(p.groups[&lease("a")].vips[0].interface.as_deref(), Some("eth1"));
+    }
+}

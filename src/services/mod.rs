@@ -1,0 +1,17 @@
+//! LoadBalancer Services: watch Services and Endpoints, decide which addresses exist and
+//! which Lease governs each ([`desired`]), run one election + VIP holder per Lease, and
+//! write status, the `kube-vip.io/vipHost` annotation and Events back (only from the holder,
+//! only when they change).
+//!
+//! * [`model`]: the pure view of a Service (kube-vip annotations, address parsing, class
+//!   filter).
+//! * [`endpoints`]: ready local endpoints (externalTrafficPolicy Local).
+//! * [`desired`]: the plan (pure).
+//! * [`status`]: status / annotation / Event writer.
+//! * [`runtime`]: the watches and the per-Lease group tasks.
+
+pub mod desired;
+pub mod endpoints;
+pub mod model;
+pub mod runtime;
+pub mod status;

@@ -1,0 +1,1028 @@
+//! The pure model of a `type: LoadBalancer` Service as vipd sees it: kube-vip's annotation
+//! names, the strict address parser, a flat [`ServiceInfo`] view and the [`selection`]
+//! rule that decides whether vipd handles a Service at all. No I/O.
+//!
+//! # Differences from kube-vip (deliberate, all stricter)
+//! - kube-vip trims whitespace around each entry of `kube-vip.io/loadbalancerIPs`
+//!   (`strings.TrimSpace`); vipd rejects such entries (scenario S20 lists ` 192.0.2.5` as
+//!   malformed), naming the value, so `"192.0.2.1, 192.0.2.2"` announces only the first
+//!   address and reports the second. Annotations written by kube-vip-cloud-provider have no
+//!   spaces, so this only hits hand-written values.
+//! - kube-vip treats an entry that is not an IP as a DNS name (newer releases) or passes it
+//!   on to netlink (older); vipd rejects it.
+//! - kube-vip also falls back to `status.loadBalancer.ingress` when the annotation is absent;
+//!   vipd never reads its own output back as input (a stale status would pin an old
+//!   address) and uses only the annotation, then `spec.loadBalancerIP` (the order).
+//! - An annotation whose value is the empty string counts as absent (falls back to
+//!   `spec.loadBalancerIP`); kube-vip would use the empty list.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::jiff::Timestamp;
+
+/// `kube-vip.io/loadbalancerIPs`: comma-separated IPv4/IPv6 addresses of a Service
+/// (kube-vip `LoadbalancerIPAnnotation`). Wins over `spec.loadBalancerIP`.
+pub const ANN_LOADBALANCER_IPS: &str = "kube-vip.io/loadbalancerIPs";
+/// `kube-vip.io/ignore`: the value `"true"` (exactly) makes kube-vip and vipd skip the
+/// Service (kube-vip `LoadbalancerIgnore`).
+pub const ANN_IGNORE: &str = "kube-vip.io/ignore";
+/// `kube-vip.io/serviceInterface`: interface to put this Service's addresses on
+/// (kube-vip `ServiceInterface`); overrides `vip_servicesinterface`.
+pub const ANN_SERVICE_INTERFACE: &str = "kube-vip.io/serviceInterface";
+/// `kube-vip.io/leaseName`: name of the per-Service election Lease (kube-vip
+/// `ServiceLease`, "common lease"); several Services naming the same lease share one
+/// holder. kube-vip refuses it on Services whose externalTrafficPolicy is not `Cluster`.
+pub const ANN_LEASE_NAME: &str = "kube-vip.io/leaseName";
+/// `kube-vip.io/vipHost`: written by the holder, the node name that announces the Service
+/// (kube-vip `VipHost`).
+pub const ANN_VIP_HOST: &str = "kube-vip.io/vipHost";
+/// `kube-vip.io/hwaddr`: MAC address of the DHCP macvlan (kube-vip `HwAddrKey`).
+pub const ANN_HWADDR: &str = "kube-vip.io/hwaddr";
+/// `kube-vip.io/requestedIP`: address last leased by DHCP, asked for again on restart
+/// (kube-vip `RequestedIP`).
+pub const ANN_REQUESTED_IP: &str = "kube-vip.io/requestedIP";
+/// `kube-vip.io/loadbalancerHostname`: DHCP client hostname (kube-vip
+/// `LoadbalancerHostname`).
+pub const ANN_LOADBALANCER_HOSTNAME: &str = "kube-vip.io/loadbalancerHostname";
+/// kube-vip's default `lb_class_name` (same as [`crate::config::DEFAULT_LB_CLASS_NAME`]).
+pub const DEFAULT_LB_CLASS: &str = "kube-vip.io/kube-vip-class";
+/// Prefix of the default per-Service lease name: `kubevip-<service name>` (kube-vip
+/// `lease.ServiceName` / `GetName`), in the Service's namespace.
+pub const LEASE_NAME_PREFIX: &str = "kubevip-";
+
+/// A Service's identity: namespace and name. Orders by namespace, then name; displays as
+/// `namespace/name` (the form kubectl and client-go cache keys use).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct ServiceKey {
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+}
+
+impl ServiceKey {
+    /// A key from its parts.
+    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
+        ServiceKey {
+            namespace: namespace.into(),
+            name: name.into(),
+        }
+    }
+
+    /// The key of a Service object (missing namespace/name read as empty strings).
+    pub fn of(svc: &Service) -> Self {
+        ServiceKey {
+            namespace: svc.metadata.namespace.clone().unwrap_or_default(),
+            name: svc.metadata.name.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl fmt::Display for ServiceKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// Where a Service's addresses came from, for messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AddressSource {
+    /// Neither the annotation nor `spec.loadBalancerIP` is set.
+    #[default]
+    None,
+    /// The [`ANN_LOADBALANCER_IPS`] annotation.
+    Annotation,
+    /// `spec.loadBalancerIP` (deprecated upstream, still used by kube-vip-cloud-provider).
+    Spec,
+}
+
+impl fmt::Display for AddressSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            AddressSource::None => "no address source",
+            AddressSource::Annotation => ANN_LOADBALANCER_IPS,
+            AddressSource::Spec => "spec.loadBalancerIP",
+        })
+    }
+}
+
+/// Why an address entry was rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RejectReason {
+    /// Empty entry (`a,,b`, trailing comma).
+    Empty,
+    /// Leading or trailing whitespace (kube-vip would trim; vipd rejects, see module docs).
+    Whitespace,
+    /// A prefix length (`192.0.2.1/24`): addresses only; the prefix comes from `vip_subnet`.
+    Cidr,
+    /// An IPv6 zone id (`fe80::1%eth0`).
+    ZoneId,
+    /// Not an IPv4/IPv6 address (bad octet, hostname, `::ffff:zz`, leading zeros).
+    NotAnAddress,
+    /// Loopback (`127.0.0.0/8`, `::1`).
+    Loopback,
+    /// Multicast (`224.0.0.0/4`, `ff00::/8`).
+    Multicast,
+    /// Link-local (`169.254.0.0/16`, `fe80::/10`).
+    LinkLocal,
+    /// `255.255.255.255`.
+    Broadcast,
+    /// `0.0.0.0/8` other than `0.0.0.0` itself ("this network", RFC 1122 3.2.1.3).
+    ThisNetwork,
+    /// IPv4-mapped IPv6 (`::ffff:192.0.2.1`) or deprecated IPv4-compatible
+    /// (`::192.0.2.1`): ambiguous, write the IPv4 form.
+    Ipv4InIpv6,
+}
+
+impl fmt::Display for RejectReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RejectReason::Empty => "empty entry",
+            RejectReason::Whitespace => "leading or trailing whitespace",
+            RejectReason::Cidr => "prefix length not allowed, give a plain address",
+            RejectReason::ZoneId => "IPv6 zone id not allowed",
+            RejectReason::NotAnAddress => "not an IPv4 or IPv6 address",
+            RejectReason::Loopback => "loopback address",
+            RejectReason::Multicast => "multicast address",
+            RejectReason::LinkLocal => "link-local address",
+            RejectReason::Broadcast => "broadcast address",
+            RejectReason::ThisNetwork => "address in 0.0.0.0/8",
+            RejectReason::Ipv4InIpv6 => "IPv4 address written as IPv6, use the IPv4 form",
+        })
+    }
+}
+
+/// One rejected entry: the value exactly as written and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rejected {
+    /// The entry as written (untrimmed).
+    pub value: String,
+    /// Why it was rejected.
+    pub reason: RejectReason,
+}
+
+/// The outcome of parsing a Service's address list.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ParsedAddresses {
+    /// Where the text came from.
+    pub source: AddressSource,
+    /// Accepted addresses, in the order written, each once (first occurrence kept). Never
+    /// contains `0.0.0.0` / `::` (see [`ParsedAddresses::dhcp`]).
+    pub addresses: Vec<IpAddr>,
+    /// `0.0.0.0` or `::` was present: the Service asks for a DHCP address.
+    pub dhcp: bool,
+    /// Rejected entries, in the order written.
+    pub rejected: Vec<Rejected>,
+    /// Entries dropped because they repeat an earlier one (as written, e.g.
+    /// `2001:DB8::1` after `2001:db8::1`); not an error.
+    pub duplicates: Vec<String>,
+}
+
+impl ParsedAddresses {
+    /// No usable address and no DHCP request.
+    pub fn is_empty(&self) -> bool {
+        self.addresses.is_empty() && !self.dhcp
+    }
+
+    /// A one-line message naming every rejected value and the source, for a Warning Event
+    /// and the log; `None` when nothing was rejected. Example:
+    /// `kube-vip.io/loadbalancerIPs: rejected "192.0.2.300" (not an IPv4 or IPv6 address)`.
+    pub fn rejection_message(&self) -> Option<String> {
+        if self.rejected.is_empty() {
+            return None;
+        }
+        let items: Vec<String> = self
+            .rejected
+            .iter()
+            .map(|r| format!("{:?} ({})", r.value, r.reason))
+            .collect();
+        Some(format!("{}: rejected {}", self.source, items.join(", ")))
+    }
+}
+
+/// Parses a `kube-vip.io/loadbalancerIPs` value: comma-separated IPv4 and IPv6 addresses.
+///
+/// Strict, unlike kube-vip (see the module docs): each entry must be exactly an address,
+/// with no whitespace, prefix length or zone id. `0.0.0.0` and `::` set
+/// [`ParsedAddresses::dhcp`]. Loopback, multicast, link-local, broadcast, `0.0.0.0/8` and
+/// IPv4-in-IPv6 forms are rejected. Duplicates are dropped and listed. Never fails: every
+/// bad entry lands in [`ParsedAddresses::rejected`]; the source is
+/// [`AddressSource::Annotation`].
+pub fn parse_address_list(text: &str) -> ParsedAddresses {
+    let mut out = ParsedAddresses {
+        source: AddressSource::Annotation,
+        ..ParsedAddresses::default()
+    };
+    for entry in text.split(',') {
+        add_entry(&mut out, entry);
+    }
+    out
+}
+
+/// Parses `spec.loadBalancerIP`: one address with the rules of [`parse_address_list`]
+/// (a comma is not a separator here, so `a,b` is rejected as a whole, as kube-vip's
+/// `net.ParseIP` would). The source is [`AddressSource::Spec`].
+pub fn parse_spec_address(text: &str) -> ParsedAddresses {
+    let mut out = ParsedAddresses {
+        source: AddressSource::Spec,
+        ..ParsedAddresses::default()
+    };
+    add_entry(&mut out, text);
+    out
+}
+
+fn add_entry(out: &mut ParsedAddresses, entry: &str) {
+    match parse_entry(entry) {
+        Ok(None) => out.dhcp = true,
+        Ok(Some(ip)) => {
+            if out.addresses.contains(&ip) {
+                out.duplicates.push(entry.to_string());
+            } else {
+                out.addresses.push(ip);
+            }
+        }
+        Err(reason) => out.rejected.push(Rejected {
+            value: entry.to_string(),
+            reason,
+        }),
+    }
+}
+
+/// One entry: `Ok(None)` for the DHCP marker, `Ok(Some(ip))` for a usable address.
+fn parse_entry(entry: &str) -> Result<Option<IpAddr>, RejectReason> {
+    if entry.is_empty() {
+        return Err(RejectReason::Empty);
+    }
+    if entry.trim() != entry {
+        return Err(if entry.trim().is_empty() {
+            RejectReason::Empty
+        } else {
+            RejectReason::Whitespace
+        });
+    }
+    if entry.contains('/') {
+        return Err(RejectReason::Cidr);
+    }
+    if entry.contains('%') {
+        return Err(RejectReason::ZoneId);
+    }
+    let ip: IpAddr = entry.parse().map_err(|_| RejectReason::NotAnAddress)?;
+    if ip.is_unspecified() {
+        return Ok(None);
+    }
+    match ip {
+        IpAddr::V4(v4) => check_v4(v4)?,
+        IpAddr::V6(v6) => check_v6(v6)?,
+    }
+    Ok(Some(ip))
+}
+
+fn check_v4(ip: Ipv4Addr) -> Result<(), RejectReason> {
+    if ip.is_loopback() {
+        Err(RejectReason::Loopback)
+    } else if ip.is_multicast() {
+        Err(RejectReason::Multicast)
+    } else if ip.is_link_local() {
+        Err(RejectReason::LinkLocal)
+    } else if ip.is_broadcast() {
+        Err(RejectReason::Broadcast)
+    } else if ip.octets()[0] == 0 {
+        Err(RejectReason::ThisNetwork)
+    } else {
+        Ok(())
+    }
+}
+
+fn check_v6(ip: Ipv6Addr) -> Result<(), RejectReason> {
+    let seg = ip.segments();
+    if ip.is_loopback() {
+        Err(RejectReason::Loopback)
+    } else if ip.is_multicast() {
+        Err(RejectReason::Multicast)
+    } else if seg[0] & 0xffc0 == 0xfe80 {
+        Err(RejectReason::LinkLocal)
+    } else if ip.to_ipv4_mapped().is_some() || seg[..6].iter().all(|s| *s == 0) {
+        // ::ffff:a.b.c.d (mapped) or ::a.b.c.d (compatible; :: and ::1 handled above).
+        Err(RejectReason::Ipv4InIpv6)
+    } else {
+        Ok(())
+    }
+}
+
+/// A Service's addresses in kube-vip's order: the [`ANN_LOADBALANCER_IPS`] annotation when
+/// present and non-empty, else `spec.loadBalancerIP` when non-empty, else nothing
+/// ([`AddressSource::None`]). The annotation, when used, hides `spec.loadBalancerIP`
+/// entirely (also when all its entries are rejected).
+pub fn addresses_of(svc: &Service) -> ParsedAddresses {
+    if let Some(text) = annotation(svc, ANN_LOADBALANCER_IPS) {
+        return parse_address_list(text);
+    }
+    match svc.spec.as_ref().and_then(|s| s.load_balancer_ip.as_deref()) {
+        Some(text) if !text.is_empty() => parse_spec_address(text),
+        _ => ParsedAddresses::default(),
+    }
+}
+
+/// A non-empty annotation value.
+fn annotation<'a>(svc: &'a Service, name: &str) -> Option<&'a str> {
+    svc.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(name))
+        .map(String::as_str)
+        .filter(|v| !v.is_empty())
+}
+
+/// A Service port as announced in `status.loadBalancer.ingress[].ports`.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PortProto {
+    /// `spec.ports[].port`.
+    pub port: i32,
+    /// `spec.ports[].protocol`: `TCP` (the API default when absent), `UDP` or `SCTP`.
+    pub protocol: String,
+}
+
+/// Everything vipd needs from one Service, flattened; built by [`service_info`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceInfo {
+    /// Namespace and name.
+    pub key: ServiceKey,
+    /// `metadata.uid` (`None` on objects that never went through the API server).
+    pub uid: Option<String>,
+    /// `metadata.creationTimestamp`: the older of two conflicting Services wins (S07).
+    pub created: Option<Timestamp>,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// `metadata.resourceVersion`, for logs and change detection.
+    pub resource_version: Option<String>,
+    /// `spec.type == "LoadBalancer"`.
+    pub is_load_balancer: bool,
+    /// `spec.loadBalancerClass`.
+    pub load_balancer_class: Option<String>,
+    /// Annotation [`ANN_IGNORE`] is exactly `"true"`.
+    pub ignored: bool,
+    /// The parsed addresses ([`addresses_of`]).
+    pub addresses: ParsedAddresses,
+    /// `spec.ports`, in order.
+    pub ports: Vec<PortProto>,
+    /// `spec.externalTrafficPolicy == "Local"`.
+    pub etp_local: bool,
+    /// Annotation [`ANN_SERVICE_INTERFACE`] (non-empty).
+    pub interface: Option<String>,
+    /// Election lease name: annotation [`ANN_LEASE_NAME`] if non-empty, else
+    /// `kubevip-<name>` (kube-vip `lease.ServiceName`); in the Service's namespace.
+    pub lease_name: String,
+    /// The lease name came from [`ANN_LEASE_NAME`] (kube-vip "common lease").
+    pub lease_name_from_annotation: bool,
+    /// Annotation [`ANN_HWADDR`] (DHCP mode).
+    pub hwaddr: Option<String>,
+    /// Annotation [`ANN_REQUESTED_IP`] (DHCP mode).
+    pub requested_ip: Option<String>,
+    /// Annotation [`ANN_LOADBALANCER_HOSTNAME`] (DHCP mode).
+    pub dhcp_hostname: Option<String>,
+    /// Annotation [`ANN_VIP_HOST`]: who last announced it, as written by the holder.
+    pub vip_host: Option<String>,
+}
+
+/// The pure view of a Service. Never fails: bad input ends up in
+/// [`ServiceInfo::addresses`]`.rejected` or as a [`Selection::Skip`].
+pub fn service_info(svc: &Service) -> ServiceInfo {
+    let key = ServiceKey::of(svc);
+    let spec = svc.spec.as_ref();
+    let ann = |name: &str| annotation(svc, name).map(str::to_string);
+    let (lease_name, lease_name_from_annotation) = match annotation(svc, ANN_LEASE_NAME) {
+        Some(n) => (n.to_string(), true),
+        None => (format!("{LEASE_NAME_PREFIX}{}", key.name), false),
+    };
+    let ports = spec
+        .and_then(|s| s.ports.as_ref())
+        .map(|ports| {
+            ports
+                .iter()
+                .map(|p| PortProto {
+                    port: p.port,
+                    protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_string()),
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    ServiceInfo {
+        uid: svc.metadata.uid.clone(),
+        created: svc.metadata.creation_timestamp.as_ref().map(|t| t.0),
+        deleting: svc.metadata.deletion_timestamp.is_some(),
+        resource_version: svc.metadata.resource_version.clone(),
+        is_load_balancer: spec.and_then(|s| s.type_.as_deref()) == Some("LoadBalancer"),
+        load_balancer_class: spec.and_then(|s| s.load_balancer_class.clone()),
+        ignored: svc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ANN_IGNORE))
+            .is_some_and(|v| v == "true"),
+        addresses: addresses_of(svc),
+        ports,
+        etp_local: spec.and_then(|s| s.external_traffic_policy.as_deref()) == Some("Local"),
+        interface: ann(ANN_SERVICE_INTERFACE),
+        lease_name,
+        lease_name_from_annotation,
+        hwaddr: ann(ANN_HWADDR),
+        requested_ip: ann(ANN_REQUESTED_IP),
+        dhcp_hostname: ann(ANN_LOADBALANCER_HOSTNAME),
+        vip_host: ann(ANN_VIP_HOST),
+        key,
+    }
+}
+
+/// Why a Service is not announced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SkipReason {
+    /// `spec.type` is not `LoadBalancer` (S18: acts as a delete).
+    NotLoadBalancer,
+    /// Being deleted (`metadata.deletionTimestamp` set).
+    Deleting,
+    /// Outside `svc_namespace`.
+    OtherNamespace {
+        /// The namespace vipd watches.
+        watched: String,
+    },
+    /// `spec.loadBalancerClass` names another implementation: never touched (no Event, no
+    /// status).
+    OtherClass {
+        /// The Service's class.
+        class: String,
+    },
+    /// No `spec.loadBalancerClass` while `lb_class_only` is set.
+    NoClass,
+    /// Annotation `kube-vip.io/ignore: "true"`.
+    Ignored,
+    /// [`ANN_LEASE_NAME`] is not a valid Lease name (DNS-1123 subdomain).
+    InvalidLeaseName {
+        /// The annotation value.
+        value: String,
+    },
+    /// [`ANN_LEASE_NAME`] on a Service with `externalTrafficPolicy: Local` (kube-vip
+    /// refuses the combination: a shared lease cannot follow per-Service endpoints).
+    LeaseNameWithLocalPolicy,
+    /// Neither a usable address nor a DHCP request (S20: skipped with a log line; rejected
+    /// entries, if any, are reported separately).
+    NoAddress,
+}
+
+impl SkipReason {
+    /// The skip is the user's mistake and deserves a Warning Event on the Service (only for
+    /// Services of our class; the others are never touched).
+    pub fn warrants_warning(&self) -> bool {
+        matches!(
+            self,
+            SkipReason::InvalidLeaseName { .. } | SkipReason::LeaseNameWithLocalPolicy
+        )
+    }
+}
+
+impl fmt::Display for SkipReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SkipReason::NotLoadBalancer => f.write_str("not of type LoadBalancer"),
+            SkipReason::Deleting => f.write_str("being deleted"),
+            SkipReason::OtherNamespace { watched } => {
+                write!(f, "outside the watched namespace {watched:?}")
+            }
+            SkipReason::OtherClass { class } => {
+                write!(f, "loadBalancerClass {class:?} belongs to another implementation")
+            }
+            SkipReason::NoClass => {
+                f.write_str("no loadBalancerClass and lb_class_only is set")
+            }
+            SkipReason::Ignored => write!(f, "annotation {ANN_IGNORE}=true"),
+            SkipReason::InvalidLeaseName { value } => {
+                write!(f, "annotation {ANN_LEASE_NAME}={value:?} is not a valid Lease name")
+            }
+            SkipReason::LeaseNameWithLocalPolicy => write!(
+                f,
+                "annotation {ANN_LEASE_NAME} cannot be used with externalTrafficPolicy Local"
+            ),
+            SkipReason::NoAddress => write!(
+                f,
+                "no address: set {ANN_LOADBALANCER_IPS} or spec.loadBalancerIP"
+            ),
+        }
+    }
+}
+
+/// Whether vipd handles a Service.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// Announce it (its addresses may still include rejected entries, and DHCP-only
+    /// Services are for the DHCP code to handle).
+    Announce,
+    /// Do not announce it.
+    Skip(SkipReason),
+}
+
+/// Decides whether vipd handles a Service, checked in this order: type, deletion,
+/// namespace (`svc_namespace`, `None` = all), class, ignore annotation, lease-name
+/// annotation, address.
+///
+/// Class rule = kube-vip's legacy handling (`lbClassFilterLegacy`, the only one vipd
+/// supports): a Service with a `loadBalancerClass` other than `lb_class_name` is skipped;
+/// one without a class is skipped only when `lb_class_only`. Class comes before the ignore
+/// annotation and every Warning-producing check, so a Service of another class is never
+/// touched.
+pub fn selection(
+    info: &ServiceInfo,
+    lb_class_only: bool,
+    lb_class_name: &str,
+    namespace: Option<&str>,
+) -> Selection {
+    use SkipReason::*;
+    let skip = |r| Selection::Skip(r);
+    if !info.is_load_balancer {
+        return skip(NotLoadBalancer);
+    }
+    if info.deleting {
+        return skip(Deleting);
+    }
+    if let Some(ns) = namespace
+        && info.key.namespace != ns
+    {
+        return skip(OtherNamespace {
+            watched: ns.to_string(),
+        });
+    }
+    match &info.load_balancer_class {
+        Some(class) if class != lb_class_name => {
+            return skip(OtherClass {
+                class: class.clone(),
+            });
+        }
+        None if lb_class_only => return skip(NoClass),
+        _ => {}
+    }
+    if info.ignored {
+        return skip(Ignored);
+    }
+    if info.lease_name_from_annotation {
+        if !is_dns_subdomain(&info.lease_name) {
+            return skip(InvalidLeaseName {
+                value: info.lease_name.clone(),
+            });
+        }
+        if info.etp_local {
+            return skip(LeaseNameWithLocalPolicy);
+        }
+    }
+    if info.addresses.is_empty() {
+        return skip(NoAddress);
+    }
+    Selection::Announce
+}
+
+/// RFC 1123 subdomain as Kubernetes validates object names: at most 253 characters,
+/// dot-separated labels of lowercase alphanumerics and `-`, each starting and ending with
+/// an alphanumeric.
+pub fn is_dns_subdomain(name: &str) -> bool {
+    if name.is_empty() || name.len() > 253 {
+        return false;
+    }
+    name.split('.').all(|label| {
+        let b = label.as_bytes();
+        !b.is_empty()
+            && b.iter()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+            && b[0] != b'-'
+            && b[b.len() - 1] != b'-'
+    })
+}
+
+/// Services that ask for the same address, per address, with each Service's ports: the
+/// input to conflict checks (S07: same address, port and protocol on two Services). Pure
+/// helper; the key order makes the result deterministic.
+pub fn consumers_by_address<'a>(
+    infos: impl IntoIterator<Item = &'a ServiceInfo>,
+) -> BTreeMap<IpAddr, Vec<&'a ServiceInfo>> {
+    let mut map: BTreeMap<IpAddr, Vec<&'a ServiceInfo>> = BTreeMap::new();
+    for info in infos {
+        for ip in &info.addresses.addresses {
+            map.entry(*ip).or_default().push(info);
+        }
+    }
+    map
+}
+
+/// The first port+protocol two Services share, if any (same port with another protocol
+/// is fine, S07).
+pub fn shared_port<'a>(a: &'a ServiceInfo, b: &ServiceInfo) -> Option<&'a PortProto> {
+    a.ports.iter().find(|p| b.ports.contains(p))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn svc(name: &str, annotations: &[(&str, &str)], spec: ServiceSpec) -> Service {
+        Service {
+            metadata: ObjectMeta {
+                namespace: Some("default".into()),
+                name: Some(name.into()),
+                uid: Some(format!("uid-{name}")),
+                annotations: Some(
+                    annotations
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            spec: Some(spec),
+            status: None,
+        }
+    }
+
+    fn lb_spec() -> ServiceSpec {
+        ServiceSpec {
+            type_: Some("LoadBalancer".into()),
+            ports: Some(vec![
+                ServicePort {
+                    port: 80,
+                    ..Default::default()
+                },
+                ServicePort {
+                    port: 53,
+                    protocol: Some("UDP".into()),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        }
+    }
+
+    /// The fuzz-style table: annotation value -> (accepted in order, rejected values, dhcp).
+    /// 48 values: valid, malformed, mixed families, duplicates, whitespace, DHCP.
+    #[test]
+    fn annotation_table() {
+        #[allow(clippy::type_complexity)]
+        let table: &[(&str, &[&str], &[&str], bool)] = &[
+            // valid, single and lists
+            ("192.0.2.5", &["192.0.2.5"], &[], false),
+            ("192.0.2.5,192.0.2.6", &["192.0.2.5", "192.0.2.6"], &[], false),
+            ("2001:db8::5", &["2001:db8::5"], &[], false),
+            ("2001:DB8::5", &["2001:db8::5"], &[], false),
+            ("2001:db8:0:0:0:0:0:5", &["2001:db8::5"], &[], false),
+            ("198.51.100.1", &["198.51.100.1"], &[], false),
+            ("10.0.0.1,172.16.0.1", &["10.0.0.1", "172.16.0.1"], &[], false),
+            ("192.0.2.255", &["192.0.2.255"], &[], false),
+            ("1.1.1.1", &["1.1.1.1"], &[], false),
+            // mixed families, order kept
+            ("192.0.2.5,2001:db8::5", &["192.0.2.5", "2001:db8::5"], &[], false),
+            ("2001:db8::5,192.0.2.5", &["2001:db8::5", "192.0.2.5"], &[], false),
+            (
+                "192.0.2.7,2001:db8::7,192.0.2.8",
+                &["192.0.2.7", "2001:db8::7", "192.0.2.8"],
+                &[],
+                false,
+            ),
+            // duplicates dropped (not rejected)
+            ("192.0.2.5,192.0.2.5", &["192.0.2.5"], &[], false),
+            ("2001:db8::5,2001:DB8:0::5", &["2001:db8::5"], &[], false),
+            ("192.0.2.6,192.0.2.5,192.0.2.6", &["192.0.2.6", "192.0.2.5"], &[], false),
+            // DHCP markers
+            ("0.0.0.0", &[], &[], true),
+            ("::", &[], &[], true),
+            ("0:0:0:0:0:0:0:0", &[], &[], true),
+            ("0.0.0.0,192.0.2.5", &["192.0.2.5"], &[], true),
+            ("0.0.0.0,::", &[], &[], true),
+            // whitespace: rejected, not trimmed
+            (" 192.0.2.5", &[], &[" 192.0.2.5"], false),
+            ("192.0.2.5 ", &[], &["192.0.2.5 "], false),
+            ("192.0.2.5, 192.0.2.6", &["192.0.2.5"], &[" 192.0.2.6"], false),
+            ("\t2001:db8::5", &[], &["\t2001:db8::5"], false),
+            ("192.0.2.5,\n192.0.2.6", &["192.0.2.5"], &["\n192.0.2.6"], false),
+            ("192.0. 2.5", &[], &["192.0. 2.5"], false),
+            // malformed
+            ("192.0.2.300", &[], &["192.0.2.300"], false),
+            ("192.0.2.1/24", &[], &["192.0.2.1/24"], false),
+            ("2001:db8::/64", &[], &["2001:db8::/64"], false),
+            ("::ffff:zz", &[], &["::ffff:zz"], false),
+            ("192.0.2", &[], &["192.0.2"], false),
+            ("192.0.2.1.5", &[], &["192.0.2.1.5"], false),
+            ("192.0.2.05", &[], &["192.0.2.05"], false),
+            ("0x7f.0.0.1", &[], &["0x7f.0.0.1"], false),
+            ("example.com", &[], &["example.com"], false),
+            ("2001:db8::5::1", &[], &["2001:db8::5::1"], false),
+            ("[2001:db8::5]", &[], &["[2001:db8::5]"], false),
+            ("fe80::1%eth0", &[], &["fe80::1%eth0"], false),
+            ("192.0.2.5:80", &[], &["192.0.2.5:80"], false),
+            // empty entries
+            ("192.0.2.5,", &["192.0.2.5"], &[""], false),
+            (",192.0.2.5", &["192.0.2.5"], &[""], false),
+            ("192.0.2.5,,192.0.2.6", &["192.0.2.5", "192.0.2.6"], &[""], false),
+            (" ", &[], &[" "], false),
+            // unusable kinds of address
+            ("127.0.0.1", &[], &["127.0.0.1"], false),
+            ("::1", &[], &["::1"], false),
+            ("224.0.0.5", &[], &["224.0.0.5"], false),
+            ("ff02::1", &[], &["ff02::1"], false),
+            ("169.254.1.1", &[], &["169.254.1.1"], false),
+            ("fe80::1", &[], &["fe80::1"], false),
+            ("255.255.255.255", &[], &["255.255.255.255"], false),
+            ("0.1.2.3", &[], &["0.1.2.3"], false),
+            ("::ffff:192.0.2.5", &[], &["::ffff:192.0.2.5"], false),
+            ("::192.0.2.5", &[], &["::192.0.2.5"], false),
+            // mixed good and bad: only the bad ones go
+            (
+                "192.0.2.5,192.0.2.300,2001:db8::5,::ffff:zz",
+                &["192.0.2.5", "2001:db8::5"],
+                &["192.0.2.300", "::ffff:zz"],
+                false,
+            ),
+        ];
+        assert!(table.len() >= 40, "table has {} rows", table.len());
+        for (text, accepted, rejected, dhcp) in table {
+            let p = parse_address_list(text);
+            let want: Vec<IpAddr> = accepted.iter().map(|a| ip(a)).collect();
+            let got_rej: Vec<&str> = p.rejected.iter().map(|r| r.value.as_str()).collect();
+            assert_eq!(p.addresses, want, "accepted for {text:?}");
+            assert_eq!(&got_rej, rejected, "rejected for {text:?}");
+            assert_eq!(p.dhcp, *dhcp, "dhcp for {text:?}");
+            assert_eq!(p.source, AddressSource::Annotation);
+        }
+    }
+
+    #[test]
+    fn reasons_and_message_name_the_value() {
+        let p = parse_address_list("192.0.2.300,192.0.2.1/24, 192.0.2.5,::ffff:zz");
+        let reasons: Vec<RejectReason> = p.rejected.iter().map(|r| r.reason).collect();
+        assert_eq!(
+            reasons,
+            [
+                RejectReason::NotAnAddress,
+                RejectReason::Cidr,
+                RejectReason::Whitespace,
+                RejectReason::NotAnAddress
+            ]
+        );
+        let msg = p.rejection_message().unwrap();
+        assert!(msg.starts_with("kube-vip.io/loadbalancerIPs: rejected "), "{msg}");
+        for v in ["\"192.0.2.300\"", "\"192.0.2.1/24\"", "\" 192.0.2.5\"", "\"::ffff:zz\""] {
+            assert!(msg.contains(v), "{msg} lacks {v}");
+        }
+        assert!(msg.contains("prefix length"), "{msg}");
+        assert_eq!(parse_address_list("192.0.2.1").rejection_message(), None);
+    }
+
+    #[test]
+    fn duplicates_are_listed_as_written() {
+        let p = parse_address_list("2001:db8::5,2001:DB8::5,2001:db8::5");
+        assert_eq!(p.addresses, vec![ip("2001:db8::5")]);
+        assert_eq!(p.duplicates, vec!["2001:DB8::5", "2001:db8::5"]);
+        assert!(p.rejected.is_empty());
+    }
+
+    #[test]
+    fn annotation_wins_over_spec() {
+        let mut spec = lb_spec();
+        spec.load_balancer_ip = Some("192.0.2.9".into());
+        let s = svc("a", &[(ANN_LOADBALANCER_IPS, "192.0.2.5")], spec.clone());
+        let p = addresses_of(&s);
+        assert_eq!(p.addresses, vec![ip("192.0.2.5")]);
+        assert_eq!(p.source, AddressSource::Annotation);
+
+        // An annotation with only bad entries still hides the spec (kube-vip's rule).
+        let s = svc("a", &[(ANN_LOADBALANCER_IPS, "bad")], spec.clone());
+        let p = addresses_of(&s);
+        assert!(p.addresses.is_empty());
+        assert_eq!(p.rejected.len(), 1);
+
+        // An empty annotation counts as absent.
+        let s = svc("a", &[(ANN_LOADBALANCER_IPS, "")], spec.clone());
+        let p = addresses_of(&s);
+        assert_eq!((p.addresses, p.source), (vec![ip("192.0.2.9")], AddressSource::Spec));
+
+        let s = svc("a", &[], spec);
+        assert_eq!(addresses_of(&s).source, AddressSource::Spec);
+    }
+
+    #[test]
+    fn spec_address_is_one_value() {
+        let mut spec = lb_spec();
+        spec.load_balancer_ip = Some("192.0.2.5,192.0.2.6".into());
+        let p = addresses_of(&svc("a", &[], spec));
+        assert!(p.addresses.is_empty());
+        assert_eq!(p.rejected[0].value, "192.0.2.5,192.0.2.6");
+        let msg = p.rejection_message().unwrap();
+        assert!(msg.starts_with("spec.loadBalancerIP: "), "{msg}");
+
+        let mut spec = lb_spec();
+        spec.load_balancer_ip = Some("0.0.0.0".into());
+        assert!(addresses_of(&svc("a", &[], spec)).dhcp);
+
+        let none = addresses_of(&svc("a", &[], lb_spec()));
+        assert_eq!(none, ParsedAddresses::default());
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn info_fields() {
+        let mut spec = lb_spec();
+        spec.external_traffic_policy = Some("Local".into());
+        spec.load_balancer_class = Some(DEFAULT_LB_CLASS.into());
+        let s = svc(
+            "web",
+            &[
+                (ANN_LOADBALANCER_IPS, "192.0.2.5"),
+                (ANN_SERVICE_INTERFACE, "eth1"),
+                (ANN_IGNORE, "True"),
+                (ANN_HWADDR, "02:00:00:00:00:01"),
+            ],
+            spec,
+        );
+        let i = service_info(&s);
+        assert_eq!(i.key.to_string(), "default/web");
+        assert_eq!(i.uid.as_deref(), Some("uid-web"));
+        assert!(i.is_load_balancer && i.etp_local);
+        assert!(!i.ignored, "only exactly \"true\" ignores, like kube-vip");
+        assert_eq!(i.interface.as_deref(), Some("eth1"));
+        assert_eq!(i.lease_name, "kubevip-web");
+        assert!(!i.lease_name_from_annotation);
+        assert_eq!(i.hwaddr.as_deref(), Some("02:00:00:00:00:01"));
+        assert_eq!(
+            i.ports,
+            vec![
+                PortProto {
+                    port: 80,
+                    protocol: "TCP".into()
+                },
+                PortProto {
+                    port: 53,
+                    protocol: "UDP".into()
+                }
+            ]
+        );
+
+        let s = svc("web", &[(ANN_LEASE_NAME, "shared")], lb_spec());
+        let i = service_info(&s);
+        assert_eq!((i.lease_name.as_str(), i.lease_name_from_annotation), ("shared", true));
+        let s = svc("web", &[(ANN_LEASE_NAME, "")], lb_spec());
+        assert_eq!(service_info(&s).lease_name, "kubevip-web");
+    }
+
+    #[test]
+    fn key_order_and_display() {
+        let mut keys = [
+            ServiceKey::new("b", "a"),
+            ServiceKey::new("a", "z"),
+            ServiceKey::new("a", "b"),
+        ];
+        keys.sort();
+        let shown: Vec<String> = keys.iter().map(ToString::to_string).collect();
+        assert_eq!(shown, ["a/b", "a/z", "b/a"]);
+    }
+
+    fn info_with(
+        class: Option<&str>,
+        annotations: &[(&str, &str)],
+        edit: impl FnOnce(&mut ServiceSpec),
+    ) -> ServiceInfo {
+        let mut spec = lb_spec();
+        spec.load_balancer_class = class.map(str::to_string);
+        edit(&mut spec);
+        let mut ann = vec![(ANN_LOADBALANCER_IPS, "192.0.2.5")];
+        ann.extend_from_slice(annotations);
+        service_info(&svc("s", &ann, spec))
+    }
+
+    #[test]
+    fn selection_follows_kube_vip_legacy_class_rules() {
+        use Selection::Announce;
+        let cls = DEFAULT_LB_CLASS;
+        let none = info_with(None, &[], |_| {});
+        let ours = info_with(Some(cls), &[], |_| {});
+        let other = info_with(Some("metallb"), &[], |_| {});
+        // lb_class_only = false: no class and our class are announced.
+        assert_eq!(selection(&none, false, cls, None), Announce);
+        assert_eq!(selection(&ours, false, cls, None), Announce);
+        let other_skip = Selection::Skip(SkipReason::OtherClass {
+            class: "metallb".into(),
+        });
+        assert_eq!(selection(&other, false, cls, None), other_skip);
+        // lb_class_only = true: class required.
+        assert_eq!(
+            selection(&none, true, cls, None),
+            Selection::Skip(SkipReason::NoClass)
+        );
+        assert_eq!(selection(&ours, true, cls, None), Announce);
+        assert_eq!(selection(&other, true, cls, None), other_skip);
+        // Custom class name.
+        let custom = info_with(Some("corp/lb"), &[], |_| {});
+        assert_eq!(selection(&custom, true, "corp/lb", None), Announce);
+        assert!(matches!(
+            selection(&ours, true, "corp/lb", None),
+            Selection::Skip(SkipReason::OtherClass { .. })
+        ));
+    }
+
+    #[test]
+    fn other_class_is_never_touched_even_with_bad_input() {
+        // Another class with ignore, bad lease name and no address: OtherClass wins, so the
+        // caller emits no Warning for it.
+        let i = info_with(
+            Some("metallb"),
+            &[(ANN_LEASE_NAME, "Bad_Name"), (ANN_IGNORE, "true")],
+            |s| s.external_traffic_policy = Some("Local".into()),
+        );
+        let sel = selection(&i, false, DEFAULT_LB_CLASS, None);
+        assert!(matches!(&sel, Selection::Skip(r) if !r.warrants_warning()), "{sel:?}");
+        assert!(matches!(sel, Selection::Skip(SkipReason::OtherClass { .. })));
+    }
+
+    #[test]
+    fn selection_other_reasons() {
+        let cls = DEFAULT_LB_CLASS;
+        let skip = |i: &ServiceInfo, ns: Option<&str>| match selection(i, false, cls, ns) {
+            Selection::Skip(r) => Some(r),
+            Selection::Announce => None,
+        };
+        let cluster_ip = info_with(None, &[], |s| s.type_ = Some("ClusterIP".into()));
+        assert_eq!(skip(&cluster_ip, None), Some(SkipReason::NotLoadBalancer));
+        let ok = info_with(None, &[], |_| {});
+        assert_eq!(skip(&ok, Some("default")), None);
+        assert!(matches!(
+            skip(&ok, Some("kube-system")),
+            Some(SkipReason::OtherNamespace { .. })
+        ));
+        let ignored = info_with(None, &[(ANN_IGNORE, "true")], |_| {});
+        assert_eq!(skip(&ignored, None), Some(SkipReason::Ignored));
+        let bad_lease = info_with(None, &[(ANN_LEASE_NAME, "Bad_Name")], |_| {});
+        let r = skip(&bad_lease, None).unwrap();
+        assert!(r.warrants_warning());
+        assert!(r.to_string().contains("Bad_Name"), "{r}");
+        let local_lease = info_with(None, &[(ANN_LEASE_NAME, "shared")], |s| {
+            s.external_traffic_policy = Some("Local".into())
+        });
+        assert_eq!(
+            skip(&local_lease, None),
+            Some(SkipReason::LeaseNameWithLocalPolicy)
+        );
+        let shared = info_with(None, &[(ANN_LEASE_NAME, "shared")], |_| {});
+        assert_eq!(skip(&shared, None), None);
+        let no_addr = service_info(&svc("s", &[], lb_spec()));
+        assert_eq!(
+            selection(&no_addr, false, cls, None),
+            Selection::Skip(SkipReason::NoAddress)
+        );
+        let only_bad = service_info(&svc("s", &[(ANN_LOADBALANCER_IPS, "x")], lb_spec()));
+        assert_eq!(
+            selection(&only_bad, false, cls, None),
+            Selection::Skip(SkipReason::NoAddress)
+        );
+        let dhcp = service_info(&svc("s", &[(ANN_LOADBALANCER_IPS, "0.0.0.0")], lb_spec()));
+        assert_eq!(selection(&dhcp, false, cls, None), Selection::Announce);
+    }
+
+    #[test]
+    fn dns_subdomain() {
+        for ok in ["kubevip-web", "a", "a.b-c.d", "0abc"] {
+            assert!(is_dns_subdomain(ok), "{ok}");
+        }
+        let long = "a".repeat(254);
+        for bad in ["", "A", "a_b", "-a", "a-", "a..b", ".a", long.as_str()] {
+            assert!(!is_dns_subdomain(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn conflicts_by_address_and_port() {
+        let mut tcp = lb_spec();
+        tcp.ports = Some(vec![ServicePort {
+            port: 53,
+            ..Default::default()
+        }]);
+        let mut udp = lb_spec();
+        udp.ports = Some(vec![ServicePort {
+            port: 53,
+            protocol: Some("UDP".into()),
+            ..Default::default()
+        }]);
+        let a = service_info(&svc("dns-tcp", &[(ANN_LOADBALANCER_IPS, "192.0.2.60")], tcp.clone()));
+        let b = service_info(&svc("dns-udp", &[(ANN_LOADBALANCER_IPS, "192.0.2.60")], udp));
+        let c = service_info(&svc("dns-tcp2", &[(ANN_LOADBALANCER_IPS, "192.0.2.60,192.0.2.61")], tcp));
+        let map = consumers_by_address([&a, &b, &c]);
+        let names: Vec<&str> = map[&ip("192.0.2.60")]
+            .iter()
+            .map(|i| i.key.name.as_str())
+            .collect();
+        assert_eq!(names, ["dns-tcp", "dns-udp", "dns-tcp2"]);
+        assert_eq!(map[&ip("192.0.2.61")].len(), 1);
+        assert_eq!(shared_port(&a, &b), None, "53/TCP vs 53/UDP is fine");
+        assert_eq!(shared_port(&a, &c).map(|p| p.port), Some(53));
+    }
+}

@@ -1,0 +1,579 @@
+//! The Services runtime: reflectors on Services and Endpoints, the plan recomputed on every
+//! change, and one group task (Lease election + VIP holder + status writer) per Lease.
+//!
+//! Group tasks are started only for groups this node campaigns for ("no lease is created
+//! for a Service that will not be announced"), at most one per Lease (so at most one per
+//! Service and node, S03), and stopped (VIPs dropped, lease released) when the group goes or
+//! the node should no longer campaign; when its Services are gone, the node that released
+//! the lease also deletes it (S17).
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Endpoints, Service};
+use kube::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::desired::{self, Candidate, LeaseRef, Mode, Plan, PlanConfig};
+use super::endpoints::ready_local_endpoint_from_endpoints;
+use super::model::{self, PortProto, Selection, ServiceInfo, ServiceKey};
+use super::status::{EventKind, KubeStatusWriter, ServiceEvent, StatusWriter, desired_ingress};
+use crate::config::Config;
+use crate::election::kube::{KubeLeaseClient, LeaseHub};
+use crate::election::{Elector, Gates, LeaderState, Timing};
+use crate::net::{Announcer, Kernel};
+use crate::reconcile::{HolderConfig, VipHolder, VipSpec};
+
+/// What a group task needs to know about the Services whose addresses it announces.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GroupSpec {
+    /// VIPs governed by the group's lease.
+    pub vips: Vec<VipSpec>,
+    /// Services announced through this group, with the addresses and ports for their status.
+    pub services: BTreeMap<ServiceKey, (Vec<IpAddr>, Vec<PortProto>)>,
+}
+
+struct GroupHandle {
+    spec: watch::Sender<GroupSpec>,
+    stop: CancellationToken,
+    /// Set before `stop` when the group's Services are gone: delete the lease after
+    /// releasing it.
+    delete_lease: Arc<std::sync::atomic::AtomicBool>,
+    join: JoinHandle<()>,
+}
+
+/// Everything the group tasks share.
+struct Shared<K: Kernel, A: Announcer> {
+    node: String,
+    /// Per-Service leases (deleted with their Service); the global lease is never deleted.
+    per_service: bool,
+    timing: Timing,
+    holder_cfg: HolderConfig,
+    kernel: Arc<K>,
+    announcer: Arc<A>,
+    client: kube::Client,
+    hub: LeaseHub,
+    status: KubeStatusWriter,
+    services: Store<Service>,
+}
+
+/// Runs the Services side of `vipd manager` until `shutdown`, then stops every group task
+/// (dropping VIPs and releasing leases) before returning.
+pub async fn run<K: Kernel, A: Announcer>(
+    cfg: Arc<Config>,
+    client: kube::Client,
+    kernel: Arc<K>,
+    announcer: Arc<A>,
+    holder_cfg: HolderConfig,
+    shutdown: CancellationToken,
+) {
+    let watches = CancellationToken::new();
+    let namespace = cfg.services_namespace.as_deref();
+    let svc_api: Api<Service> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let ep_api: Api<Endpoints> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let changed = Arc::new(Notify::new());
+    let (svc_store, svc_writer) = reflector::store();
+    let (ep_store, ep_writer) = reflector::store();
+    spawn_reflector("services", svc_api, svc_writer, changed.clone(), watches.clone());
+    spawn_reflector("endpoints", ep_api, ep_writer, changed.clone(), watches.clone());
+
+    let hub = match (&cfg.services_election, namespace) {
+        (true, ns) => LeaseHub::start(client.clone(), ns, watches.clone()),
+        (false, _) => LeaseHub::start(client.clone(), Some(&cfg.lease.namespace), watches.clone()),
+    };
+    let shared = Arc::new(Shared {
+        node: cfg.node_name.clone(),
+        per_service: cfg.services_election,
+        timing: Timing {
+            lease_duration: cfg.lease.lease_duration,
+            renew_deadline: cfg.lease.renew_deadline,
+            retry_period: cfg.lease.retry_period,
+        },
+        holder_cfg: HolderConfig {
+            check_following: false,
+            ..holder_cfg
+        },
+        kernel,
+        announcer,
+        client: client.clone(),
+        hub,
+        status: KubeStatusWriter::new(client.clone(), &cfg.node_name),
+        services: svc_store.clone(),
+    });
+    let plan_cfg = PlanConfig {
+        mode: if cfg.services_election {
+            Mode::PerService
+        } else {
+            Mode::Global(LeaseRef {
+                namespace: cfg.lease.namespace.clone(),
+                name: cfg.services_lease_name.clone(),
+            })
+        },
+        control_plane: if cfg.control_plane {
+            cfg.addresses.clone()
+        } else {
+            Vec::new()
+        },
+        interface: cfg
+            .services_interface
+            .clone()
+            .or_else(|| cfg.interface.clone()),
+        subnet: cfg.vip_subnet,
+    };
+    info!(mode = ?plan_cfg.mode, namespace = namespace.unwrap_or("<all>"), "Services: watching LoadBalancer Services");
+
+    let mut groups: BTreeMap<LeaseRef, GroupHandle> = BTreeMap::new();
+    let mut reported: HashSet<String> = HashSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.cancelled() => break,
+            _ = changed.notified() => {}
+        }
+        // Let a burst of events settle into one recomputation.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let services = svc_store.state();
+        let endpoints = ep_store.state();
+        let (candidates, notes) = candidates(&cfg, &services, &endpoints);
+        let plan = desired::plan(&candidates, &plan_cfg);
+        report(&shared, &plan, notes, &mut reported).await;
+        reconcile_groups(&shared, &plan, &services, &mut groups).await;
+    }
+    info!(groups = groups.len(), "Services: stopping");
+    let stops: Vec<_> = groups.into_values().map(|g| {
+        g.stop.cancel();
+        g.join
+    }).collect();
+    for j in stops {
+        let _ = j.await;
+    }
+    watches.cancel();
+}
+
+fn spawn_reflector<K>(
+    what: &'static str,
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+    changed: Arc<Notify>,
+    stop: CancellationToken,
+) where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    tokio::spawn(async move {
+        // Watch errors (401/403 included, S15) retry with kube-runtime's capped exponential
+        // back-off (0.8 s doubling to 30 s); each is logged with the resource and the
+        // server's message, which for RBAC names the verb.
+        let mut stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
+            .default_backoff()
+            .boxed();
+        let mut failing = false;
+        loop {
+            let ev = tokio::select! {
+                _ = stop.cancelled() => return,
+                ev = stream.next() => ev,
+            };
+            match ev {
+                Some(Ok(_)) => {
+                    if failing {
+                        info!(resource = what, "watch recovered");
+                        failing = false;
+                    }
+                    changed.notify_one();
+                }
+                Some(Err(e)) => {
+                    warn!(resource = what, verb = "list/watch", error = %e, "watch failed; retrying with back-off");
+                    failing = true;
+                }
+                None => return,
+            }
+        }
+    });
+}
+
+/// Something to tell the user about a Service (logged, and a Warning Event when `warn`).
+struct Note {
+    key: ServiceKey,
+    /// Deduplication key: the same note is reported once per process.
+    id: String,
+    reason: &'static str,
+    message: String,
+    warn: bool,
+}
+
+/// Selected Services as planner input, plus what to report about the others.
+fn candidates(
+    cfg: &Config,
+    services: &[Arc<Service>],
+    endpoints: &[Arc<Endpoints>],
+) -> (Vec<Candidate>, Vec<Note>) {
+    let mut out = Vec::new();
+    let mut notes = Vec::new();
+    let eps: BTreeMap<(String, String), &Endpoints> = endpoints
+        .iter()
+        .map(|e| {
+            (
+                (
+                    e.metadata.namespace.clone().unwrap_or_default(),
+                    e.metadata.name.clone().unwrap_or_default(),
+                ),
+                e.as_ref(),
+            )
+        })
+        .collect();
+    for svc in services {
+        let info: ServiceInfo = model::service_info(svc);
+        let rv = info.resource_version.clone().unwrap_or_default();
+        match model::selection(
+            &info,
+            cfg.lb_class_only,
+            &cfg.lb_class_name,
+            cfg.services_namespace.as_deref(),
+        ) {
+            Selection::Announce => {}
+            Selection::Skip(reason) => {
+                // Only our own Services (of our class, LoadBalancer) get a word.
+                if reason.warrants_warning() {
+                    notes.push(Note {
+                        key: info.key.clone(),
+                        id: format!("{}/{rv}/skip", info.key),
+                        reason: "InvalidConfiguration",
+                        message: format!("not announced: {reason}"),
+                        warn: true,
+                    });
+                } else if matches!(reason, model::SkipReason::NoAddress) {
+                    notes.push(Note {
+                        key: info.key.clone(),
+                        id: format!("{}/{rv}/noaddr", info.key),
+                        reason: "NoAddress",
+                        message: format!("not announced: {reason}"),
+                        warn: false,
+                    });
+                }
+                if !matches!(reason, model::SkipReason::NoAddress) || info.addresses.rejected.is_empty() {
+                    continue;
+                }
+            }
+        }
+        for r in &info.addresses.rejected {
+            notes.push(Note {
+                key: info.key.clone(),
+                id: format!("{}/{rv}/rejected/{}", info.key, r.value),
+                reason: "InvalidAddress",
+                message: format!(
+                    "address {:?} from {} rejected: {}",
+                    r.value, info.addresses.source, r.reason
+                ),
+                warn: true,
+            });
+        }
+        if info.addresses.dhcp {
+            notes.push(Note {
+                key: info.key.clone(),
+                id: format!("{}/{rv}/dhcp", info.key),
+                reason: "DHCPNotEnabled",
+                message: if cfg.dhcp_mode {
+                    "address 0.0.0.0 / :: asks for DHCP, which this vipd release does not implement yet".to_string()
+                } else {
+                    "address 0.0.0.0 / :: asks for DHCP, but DHCP mode is not enabled (dhcp_mode)".to_string()
+                },
+                warn: true,
+            });
+        }
+        if info.addresses.addresses.is_empty() {
+            continue;
+        }
+        let local_endpoint = eps
+            .get(&(info.key.namespace.clone(), info.key.name.clone()))
+            .is_some_and(|e| ready_local_endpoint_from_endpoints(e, &cfg.node_name));
+        out.push(Candidate {
+            key: info.key.clone(),
+            created: info.created,
+            addresses: info.addresses.addresses.clone(),
+            ports: info.ports.clone(),
+            etp_local: info.etp_local,
+            local_endpoint,
+            interface: info.interface.clone(),
+            lease: LeaseRef {
+                namespace: info.key.namespace.clone(),
+                name: info.lease_name.clone(),
+            },
+        });
+    }
+    (out, notes)
+}
+
+async fn report<K: Kernel, A: Announcer>(
+    shared: &Shared<K, A>,
+    plan: &Plan,
+    notes: Vec<Note>,
+    reported: &mut HashSet<String>,
+) {
+    let mut all = notes;
+    for c in &plan.conflicts {
+        all.push(Note {
+            key: c.service.clone(),
+            id: format!("{}/conflict/{}/{}/{}", c.service, c.with, c.address, c.port.port),
+            reason: "AddressConflict",
+            message: format!(
+                "not announced: {} port {}/{} is already used by {}",
+                c.address, c.port.port, c.port.protocol, c.with
+            ),
+            warn: true,
+        });
+    }
+    for n in all {
+        if !reported.insert(n.id.clone()) {
+            continue;
+        }
+        if n.warn {
+            warn!(service = %n.key, reason = n.reason, "{}", n.message);
+            let ev = ServiceEvent {
+                kind: EventKind::Warning,
+                reason: n.reason.to_string(),
+                action: "Announce".to_string(),
+                note: n.message.clone(),
+            };
+            if let Err(e) = shared.status.event(&n.key, None, &ev).await
+            {
+                debug!(service = %n.key, error = %e, "cannot record event");
+            }
+        } else {
+            info!(service = %n.key, "{}", n.message);
+        }
+    }
+}
+
+async fn reconcile_groups<K: Kernel, A: Announcer>(
+    shared: &Arc<Shared<K, A>>,
+    plan: &Plan,
+    services: &[Arc<Service>],
+    groups: &mut BTreeMap<LeaseRef, GroupHandle>,
+) {
+    let existing: BTreeSet<ServiceKey> = services
+        .iter()
+        .map(|s| ServiceKey {
+            namespace: s.metadata.namespace.clone().unwrap_or_default(),
+            name: s.metadata.name.clone().unwrap_or_default(),
+        })
+        .collect();
+    // Stop groups that are gone or that this node should not campaign for.
+    let stale: Vec<LeaseRef> = groups
+        .keys()
+        .filter(|l| plan.groups.get(*l).is_none_or(|g| !g.campaign))
+        .cloned()
+        .collect();
+    for lease in stale {
+        if let Some(g) = groups.remove(&lease) {
+            // The lease's own Service is gone: whoever releases it also deletes it.
+            let owner_gone = shared.per_service && !existing.iter().any(|k| {
+                k.namespace == lease.namespace && plan_lease_of(k, services) == Some(lease.name.clone())
+            });
+            g.delete_lease
+                .store(owner_gone, std::sync::atomic::Ordering::SeqCst);
+            info!(%lease, delete = owner_gone, "Services: stopping election");
+            g.stop.cancel();
+            let _ = g.join.await;
+        }
+    }
+    for (lease, group) in &plan.groups {
+        if !group.campaign {
+            continue;
+        }
+        let spec = GroupSpec {
+            vips: group.vips.clone(),
+            services: group
+                .services
+                .iter()
+                .map(|k| {
+                    let addrs = plan.addresses.get(k).cloned().unwrap_or_default();
+                    let ports = services
+                        .iter()
+                        .find(|s| {
+                            s.metadata.namespace.as_deref() == Some(k.namespace.as_str())
+                                && s.metadata.name.as_deref() == Some(k.name.as_str())
+                        })
+                        .map(|s| model::service_info(s).ports)
+                        .unwrap_or_default();
+                    (k.clone(), (addrs, ports))
+                })
+                .collect(),
+        };
+        match groups.get(lease) {
+            Some(g) => {
+                g.spec.send_if_modified(|cur| {
+                    if *cur != spec {
+                        *cur = spec.clone();
+                        true
+                    } else {
+                        false
+                    }
+                });
+            }
+            None => {
+                let (tx, rx) = watch::channel(spec);
+                let stop = CancellationToken::new();
+                let delete_lease = Arc::new(std::sync::atomic::AtomicBool::new(false));
+                let join = tokio::spawn(group_task(
+                    shared.clone(),
+                    lease.clone(),
+                    rx,
+                    stop.clone(),
+                    delete_lease.clone(),
+                ));
+                debug!(%lease, "Services: election started");
+                groups.insert(
+                    lease.clone(),
+                    GroupHandle {
+                        spec: tx,
+                        stop,
+                        delete_lease,
+                        join,
+                    },
+                );
+            }
+        }
+    }
+}
+
+/// The lease name a Service uses (annotation or `kubevip-<name>`).
+fn plan_lease_of(key: &ServiceKey, services: &[Arc<Service>]) -> Option<String> {
+    services
+        .iter()
+        .find(|s| {
+            s.metadata.namespace.as_deref() == Some(key.namespace.as_str())
+                && s.metadata.name.as_deref() == Some(key.name.as_str())
+        })
+        .map(|s| model::service_info(s).lease_name)
+}
+
+/// One Lease: election, VIP holder, status writing.
+async fn group_task<K: Kernel, A: Announcer>(
+    shared: Arc<Shared<K, A>>,
+    lease: LeaseRef,
+    mut spec: watch::Receiver<GroupSpec>,
+    stop: CancellationToken,
+    delete_lease: Arc<std::sync::atomic::AtomicBool>,
+) {
+    let gates = Gates::default();
+    let client = KubeLeaseClient::new(shared.client.clone(), &lease.namespace, &lease.name)
+        .with_hub(shared.hub.clone());
+    let (elector, leadership) =
+        Elector::new(client.clone(), shared.node.clone(), shared.timing, &gates);
+    let mut state = leadership.state.clone();
+    let initial = spec.borrow_and_update().clone();
+    let (vips_tx, vips_rx) = watch::channel(initial.vips.clone());
+    let holder = VipHolder::new(
+        &lease.to_string(),
+        shared.kernel.clone(),
+        shared.announcer.clone(),
+        initial.vips.clone(),
+        shared.holder_cfg.clone(),
+        gates.clone(),
+    )
+    .with_updates(vips_rx);
+    let holder_stop = CancellationToken::new();
+    let elector_stop = CancellationToken::new();
+    let holder_task = tokio::spawn(holder.run(leadership, holder_stop.clone()));
+    let elector_task = tokio::spawn(elector.run(elector_stop.clone()));
+    let mut leading = false;
+    let mut current = initial;
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => break,
+            r = spec.changed() => {
+                if r.is_err() {
+                    break;
+                }
+                current = spec.borrow_and_update().clone();
+                vips_tx.send_replace(current.vips.clone());
+                if leading {
+                    write_status(&shared, &current, false).await;
+                }
+            }
+            r = state.changed() => {
+                if r.is_err() {
+                    break;
+                }
+                let now_leading = matches!(*state.borrow_and_update(), LeaderState::Leading { .. });
+                if now_leading && !leading {
+                    write_status(&shared, &current, true).await;
+                }
+                leading = now_leading;
+            }
+        }
+    }
+    elector_stop.cancel();
+    let end = elector_task.await.ok();
+    holder_stop.cancel();
+    let _ = holder_task.await;
+    if delete_lease.load(std::sync::atomic::Ordering::SeqCst)
+        && let Some(end) = end
+        && end.released
+        && let Some(obs) = end.observed
+    {
+        match client.delete(&obs.resource_version).await {
+            Ok(true) => info!(%lease, "lease deleted"),
+            Ok(false) => debug!(%lease, "lease already changed or gone; not deleted"),
+            Err(e) => warn!(%lease, error = %e, "deleting the lease failed"),
+        }
+    }
+}
+
+/// Writes status and `kube-vip.io/vipHost` for every Service of the group where they differ
+/// from what the API server has; with `announce`, also a Normal Event per Service.
+async fn write_status<K: Kernel, A: Announcer>(
+    shared: &Shared<K, A>,
+    spec: &GroupSpec,
+    announce: bool,
+) {
+    for (key, (addrs, ports)) in &spec.services {
+        let ingress = desired_ingress(addrs, ports);
+        let current = shared
+            .services
+            .get(&reflector::ObjectRef::new(&key.name).within(&key.namespace));
+        let needs_status = current.as_ref().is_none_or(|svc| {
+            super::status::ingress_differs(svc, &ingress)
+        });
+        if needs_status && let Err(e) = shared.status.set_ingress(key, ingress).await {
+            warn!(service = %key, error = %e, "writing status failed");
+        }
+        let host = current
+            .as_ref()
+            .and_then(|s| s.metadata.annotations.as_ref())
+            .and_then(|a| a.get(model::ANN_VIP_HOST))
+            .cloned();
+        if host.as_deref() != Some(shared.node.as_str())
+            && let Err(e) = shared.status.set_vip_host(key, &shared.node).await
+        {
+            warn!(service = %key, error = %e, "writing vipHost annotation failed");
+        }
+        if announce {
+            let ev = ServiceEvent::announced(&shared.node, addrs, host.as_deref());
+            info!(service = %key, "{}", ev.note);
+            let uid = current.as_ref().and_then(|s| s.metadata.uid.clone());
+            if let Err(e) = shared.status.event(key, uid.as_deref(), &ev).await
+            {
+                debug!(service = %key, error = %e, "cannot record event");
+            }
+        }
+    }
+}

@@ -1,0 +1,166 @@
+//! The generator cases shared by the golden-file tests (`tests/manifest_golden.rs`) and the
+//! lab dry-run test (`tests/lab_deploy.rs`): name (= golden file stem) and argv after
+//! `vipd manifest`.
+
+#![allow(dead_code)]
+
+/// Image used by most cases so golden files do not change with the version.
+pub const IMAGE: &str = "--image=registry.example/vipd:test";
+
+/// The command of the k3s HA how-to (issue 5), verbatim.
+pub const K3S: &[&str] = &[
+    "pod",
+    "--interface",
+    "eth0",
+    "--address",
+    "192.0.2.10",
+    "--controlplane",
+    "--services",
+    "--arp",
+    "--leaderElection",
+    "--vipSubnet",
+    "16",
+    "--servicesElection",
+    "--k8sConfigPath",
+    "/etc/rancher/k3s/k3s.yaml",
+];
+
+/// Cases that must generate a manifest: (golden name, argv).
+pub fn ok_cases() -> Vec<(&'static str, Vec<&'static str>)> {
+    let cp = ["--controlplane", "--address", "192.0.2.10", "--interface", "eth0"];
+    let mut v: Vec<(&'static str, Vec<&'static str>)> = vec![
+        ("pod-k3s", K3S.to_vec()),
+        ("pod-cp", [&["pod", IMAGE][..], &cp].concat()),
+        ("pod-svc", vec!["pod", IMAGE, "--services"]),
+        (
+            "pod-svc-address",
+            vec!["pod", IMAGE, "--services", "--address", "192.0.2.20"],
+        ),
+        ("pod-cp-svc", [&["pod", IMAGE, "--services"][..], &cp].concat()),
+        ("pod-cp-kubeadm-init", [&["pod", IMAGE, "--kubeadm-init"][..], &cp].concat()),
+        (
+            "pod-cp-dualstack",
+            vec![
+                "pod",
+                IMAGE,
+                "--controlplane",
+                "--address",
+                "192.0.2.10,2001:db8::10",
+                "--vipSubnet",
+                "32,128",
+            ],
+        ),
+        (
+            "pod-cp-timings-no-metrics",
+            [
+                &[
+                    "pod",
+                    IMAGE,
+                    "--leaseDuration",
+                    "15",
+                    "--leaseRenewDuration",
+                    "10",
+                    "--leaseRetry",
+                    "2",
+                    "--prometheusHTTPServer=",
+                    "--port",
+                    "6444",
+                ][..],
+                &cp,
+            ]
+            .concat(),
+        ),
+        (
+            "pod-cp-incluster",
+            [&["pod", IMAGE, "--inCluster"][..], &cp].concat(),
+        ),
+        ("ds-cp-taint", [&["daemonset", IMAGE, "--taint"][..], &cp].concat()),
+        ("ds-cp", [&["daemonset", IMAGE][..], &cp].concat()),
+        (
+            "ds-svc-incluster",
+            vec!["daemonset", IMAGE, "--services", "--inCluster"],
+        ),
+        (
+            "ds-svc-address",
+            vec!["daemonset", IMAGE, "--services", "--address", "192.0.2.20"],
+        ),
+        (
+            "ds-svc-election-taint-lbclass",
+            vec![
+                "daemonset",
+                IMAGE,
+                "--services",
+                "--servicesElection",
+                "--inCluster",
+                "--taint",
+                "--lbClassOnly",
+                "--serviceInterface",
+                "eth1",
+                "--namespace",
+                "vipd-system",
+            ],
+        ),
+        (
+            "ds-cp-svc-taint-incluster",
+            [&["daemonset", IMAGE, "--services", "--taint", "--inCluster"][..], &cp].concat(),
+        ),
+    ];
+    v.sort_by_key(|(n, _)| *n);
+    v
+}
+
+/// Non-Kubernetes outputs with golden files: (golden name with extension, argv).
+pub fn other_cases() -> Vec<(&'static str, Vec<&'static str>)> {
+    vec![
+        ("rbac.yaml", vec!["rbac"]),
+        ("rbac-node-labeling.yaml", vec!["rbac", "--enableNodeLabeling"]),
+        ("vipd.service", vec!["systemd"]),
+        (
+            "vipd.env",
+            vec![
+                "systemd",
+                "--environment-file",
+                "--controlplane",
+                "--address",
+                "192.0.2.10",
+                "--interface",
+                "eth0",
+                "--k8sConfigPath",
+                "/etc/rancher/k3s/k3s.yaml",
+            ],
+        ),
+    ]
+}
+
+/// Cases that must be refused: (argv, text the error must contain).
+pub fn err_cases() -> Vec<(Vec<&'static str>, &'static str)> {
+    vec![
+        (vec!["pod", "--controlplane"], "cp_enable needs at least one VIP"),
+        (vec!["daemonset", "--controlplane", "--taint"], "cp_enable needs at least one VIP"),
+        (vec!["pod"], "nothing to do"),
+        (vec!["pod", "--services", "--enableLoadBalancer"], "--enableLoadBalancer"),
+        (vec!["daemonset", "--services", "--enableLoadBalancer=true"], "IPVS"),
+        (
+            vec!["pod", "--controlplane", "--address", "192.0.2.10", "--arp=false"],
+            "vip_arp",
+        ),
+        (
+            vec!["pod", "--controlplane", "--address", "192.0.2.10", "--leaderElection=false"],
+            "vip_leaderelection",
+        ),
+        (vec!["pod", "--services", "--kubeadm-init"], "--kubeadm-init"),
+        (
+            vec!["pod", "--controlplane", "--address", "vip.example"],
+            "address",
+        ),
+        (
+            vec!["pod", "--controlplane", "--address", "192.0.2.10", "--leaseDuration", "3"],
+            "shorter than the lease duration",
+        ),
+        (vec!["pod", "--services", "--k8sConfigPath", "k3s.yaml"], "absolute path"),
+        (
+            vec!["systemd", "--environment-file", "--services", "--inCluster"],
+            "--inCluster",
+        ),
+    ]
+}

@@ -1,0 +1,165 @@
+//! A lab leaves nothing behind: no namespace with its prefix, no link in the root
+//! namespace, no process, no directory, no registry record; also when the test thread that
+//! owns it panics, and when the run that created it died (swept by the next run).
+//!
+//! Run as root: `cargo test --test lab_cleanup` (or `cargo xtask test`).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use xtask::lab::{self, Lab, LabOptions};
+
+#[derive(Debug, Clone)]
+struct Footprint {
+    prefix: String,
+    dir: PathBuf,
+    pids: Vec<i32>,
+}
+
+fn footprint(lab: &Lab, extra_pids: &[i32]) -> Footprint {
+    let mut pids = lab.control_plane_pids();
+    pids.extend_from_slice(extra_pids);
+    Footprint {
+        prefix: lab.prefix().to_string(),
+        dir: lab.dir().to_path_buf(),
+        pids,
+    }
+}
+
+/// A process is "left" if it exists and is not a zombie (zombies run nothing; they only
+/// wait for their parent to reap them).
+fn running(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, r)| r.split_whitespace().next() != Some("Z"))
+        })
+        .unwrap_or(false)
+}
+
+fn assert_gone(fp: &Footprint) {
+    let left: Vec<String> = lab::list_netns()
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.starts_with(&fp.prefix))
+        .collect();
+    assert!(left.is_empty(), "namespaces left: {left:?}");
+    for pid in &fp.pids {
+        assert!(!running(*pid), "process {pid} still running");
+    }
+    assert!(!fp.dir.exists(), "lab dir {} left", fp.dir.display());
+    let record =
+        PathBuf::from(lab::REGISTRY_DIR).join(format!("{}.json", fp.prefix.trim_end_matches('-')));
+    assert!(
+        !record.exists(),
+        "registry record {} left",
+        record.display()
+    );
+    // Veth ends are named v-<ns> in the lan namespace and eth0 in members: none may
+    // appear in the root namespace.
+    let out = std::process::Command::new(lab::process::ip_binary())
+        .args(["-j", "link", "show"])
+        .output()
+        .unwrap();
+    let links: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = links
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|l| l.get("ifname").and_then(|n| n.as_str()))
+        .collect();
+    assert!(
+        !names.iter().any(|n| n.starts_with("v-") || *n == "br0"),
+        "lab links in the root namespace: {names:?}"
+    );
+}
+
+fn enabled(test: &str) -> bool {
+    if std::env::var("VIPD_LAB_KEEP").is_ok_and(|v| v == "1") {
+        panic!("lab_cleanup cannot check removal while VIPD_LAB_KEEP=1");
+    }
+    lab::lab_available(test).unwrap_or_else(|e| panic!("{e}"))
+}
+
+#[test]
+fn dropped_lab_leaves_nothing_behind() {
+    if !enabled("dropped_lab_leaves_nothing_behind") {
+        return;
+    }
+    let lab = Lab::start(LabOptions {
+        http_backends: true,
+        ..LabOptions::default()
+    })
+    .unwrap();
+    // A process the test "forgets" (its LabProcess is leaked): teardown must still kill it.
+    let leaked = lab.spawn("node-c", "sleep", &["1000"], &[]).unwrap();
+    let leaked_pid = leaked.pid();
+    std::mem::forget(leaked);
+    let fp = footprint(&lab, &[leaked_pid]);
+    assert!(fp.dir.exists());
+    assert!(fp.pids.iter().all(|p| running(*p)));
+    assert_eq!(
+        lab::list_netns()
+            .unwrap()
+            .iter()
+            .filter(|n| n.starts_with(&fp.prefix))
+            .count(),
+        lab::NAMESPACES.len()
+    );
+    drop(lab);
+    assert_gone(&fp);
+}
+
+#[test]
+fn lab_is_removed_when_its_test_thread_panics() {
+    if !enabled("lab_is_removed_when_its_test_thread_panics") {
+        return;
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let joined = std::thread::spawn(move || {
+        let lab = Lab::start(LabOptions::default()).unwrap();
+        tx.send(footprint(&lab, &[])).unwrap();
+        panic!("deliberate panic while the lab is up");
+    })
+    .join();
+    assert!(joined.is_err(), "the thread was meant to panic");
+    let fp = rx.recv_timeout(Duration::from_secs(1)).unwrap();
+    assert_gone(&fp);
+}
+
+#[test]
+fn labs_of_dead_runs_are_swept() {
+    if !enabled("labs_of_dead_runs_are_swept") {
+        return;
+    }
+    // A pid that surely belongs to no live process: a child that already exited and was
+    // reaped (pid reuse within this test is practically impossible).
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead_pid = child.id();
+    child.wait().unwrap();
+    assert!(!running(dead_pid as i32));
+    let prefix = format!("{}{dead_pid}x0-", lab::NAME_PREFIX);
+    let ns = format!("{prefix}node-a");
+    lab::process::ip(&["netns", "add", &ns]).unwrap();
+    // Something left running inside it, as after a crashed test binary.
+    let mut orphan = std::process::Command::new(lab::process::ip_binary())
+        .args(["netns", "exec", &ns, "sleep", "1000"])
+        .spawn()
+        .unwrap();
+    let orphan_pid = orphan.id() as i32;
+    assert!(running(orphan_pid));
+
+    let _ = lab::sweep_stale_labs();
+    let reaped = orphan.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        reaped.signal(),
+        Some(9),
+        "the orphan must have been SIGKILLed"
+    );
+    assert!(
+        !lab::list_netns().unwrap().contains(&ns),
+        "stale namespace {ns} not removed"
+    );
+}

@@ -1,0 +1,266 @@
+//! Lab tests of the deployment paths (issue 5) against the real kube-apiserver v1.20.2:
+//! - S30: every generated object is accepted by a server-side dry run (`?dryRun=All`);
+//! - RBAC for real: vipd with a token bound only to the generated ClusterRole fails over
+//!   the control-plane VIP (with exactly the env of the generated static Pod), and without
+//!   the binding it cannot lead (403 logged, no VIP, no Lease);
+//! - `vipd preflight` in a node namespace: passes on a good node, fails with fixes on a
+//!   node without CAP_NET_RAW, on a VIP that is already in use, and without RBAC.
+
+mod support;
+
+#[path = "golden/cases.rs"]
+mod cases;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Parser;
+use k8s_openapi::api::rbac::v1::Subject;
+use support::*;
+use xtask::lab::{Lab, LabOptions, NODE_GROUP, NodeRbac, Signal};
+use vipd::manifest::{self, ManifestCommand};
+
+#[derive(Parser)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: ManifestCommand,
+}
+
+fn generate(argv: &[&str]) -> String {
+    let mut v = vec!["vipd-manifest"];
+    v.extend(argv);
+    manifest::run(&Cli::try_parse_from(v).unwrap().cmd).unwrap()
+}
+
+fn plan(argv: &[&str]) -> manifest::Plan {
+    let mut v = vec!["vipd-manifest"];
+    v.extend(argv);
+    match Cli::try_parse_from(v).unwrap().cmd {
+        ManifestCommand::Pod(a) | ManifestCommand::Daemonset(a) => a.plan().unwrap(),
+        _ => panic!("not a workload"),
+    }
+}
+
+/// The API path that creates `obj` (by apiVersion/kind, in its namespace).
+fn create_path(obj: &serde_json::Value) -> String {
+    let ns = obj["metadata"]["namespace"].as_str().unwrap_or_default();
+    match (obj["apiVersion"].as_str().unwrap(), obj["kind"].as_str().unwrap()) {
+        ("v1", "Pod") => format!("/api/v1/namespaces/{ns}/pods"),
+        ("v1", "ServiceAccount") => format!("/api/v1/namespaces/{ns}/serviceaccounts"),
+        ("apps/v1", "DaemonSet") => format!("/apis/apps/v1/namespaces/{ns}/daemonsets"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole") => {
+            "/apis/rbac.authorization.k8s.io/v1/clusterroles".into()
+        }
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings".into()
+        }
+        other => panic!("unexpected object {other:?}"),
+    }
+}
+
+/// Every document of a generated YAML stream, as JSON.
+fn documents(yaml: &str) -> Vec<serde_json::Value> {
+    yaml.split("---\n")
+        .filter(|d| !d.trim().is_empty())
+        .map(|d| serde_norway::from_str(d).unwrap())
+        .collect()
+}
+
+fn create(lab: &Lab, obj: &serde_json::Value, query: &str) -> (u16, String) {
+    let path = format!("{}{query}", create_path(obj));
+    let r = lab.api_request("POST", &path, Some(&obj.to_string())).unwrap();
+    (r.status, r.body)
+}
+
+/// S30: the API server accepts every generated object (server-side dry run).
+#[test]
+fn s30_every_generated_manifest_passes_server_side_dry_run() {
+    let Some(lab) = lab("s30_dry_run", LabOptions::default()) else { return };
+    // One case uses its own namespace.
+    let ns = serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
+                                "metadata": {"name": "vipd-system"}});
+    let r = lab.api_request("POST", "/api/v1/namespaces", Some(&ns.to_string())).unwrap();
+    assert!(r.status == 201 || r.status == 409, "{}", r.body);
+
+    let mut all: Vec<(String, Vec<&str>)> = cases::ok_cases()
+        .into_iter()
+        .map(|(n, a)| (n.to_string(), a))
+        .collect();
+    all.push(("rbac".into(), vec!["rbac"]));
+    all.push(("rbac-node-labeling".into(), vec!["rbac", "--enableNodeLabeling"]));
+    let mut failures = Vec::new();
+    let mut accepted = 0;
+    for (name, argv) in &all {
+        for obj in documents(&generate(argv)) {
+            let (status, body) = create(&lab, &obj, "?dryRun=All");
+            if status == 201 || status == 200 {
+                accepted += 1;
+                // A dry run must not persist anything.
+                let back = serde_json::from_str::<serde_json::Value>(&body).unwrap();
+                assert_eq!(back["kind"], obj["kind"]);
+            } else {
+                failures.push(format!("{name} {}: {status} {body}", obj["kind"]));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "rejected:\n{}", failures.join("\n"));
+    eprintln!("S30: {accepted} objects accepted by kube-apiserver {}", lab.server_version().unwrap());
+    let r = lab.api_request("GET", "/api/v1/namespaces/kube-system/pods", None).unwrap();
+    let pods: serde_json::Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(pods["items"].as_array().map(Vec::len), Some(0), "dry run persisted pods");
+}
+
+/// The env of the generated static Pod for `node` in the lab: exactly the manifest's env,
+/// with the downward-API node name filled in and the kubeconfig path pointing at the lab
+/// node's kubeconfig (the hostPath mount in a real cluster).
+fn lab_env(lab: &Lab, p: &manifest::Plan, node: &str) -> Vec<(String, String)> {
+    let kubeconfig = lab.kubeconfig(node).unwrap().to_string_lossy().into_owned();
+    p.env_for_node(node)
+        .into_iter()
+        .map(|(k, v)| if k == "k8s_config_file" { (k, kubeconfig.clone()) } else { (k, v) })
+        .collect()
+}
+
+fn spawn_manager(lab: &Lab, node: &str, env: &[(String, String)]) -> xtask::lab::LabProcess {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    lab.spawn(node, env!("CARGO_BIN_EXE_vipd"), &["manager"], &env).unwrap()
+}
+
+fn cp_args() -> Vec<&'static str> {
+    vec!["pod", "--controlplane", "--address", VIP, "--interface", "eth0", "--k8sConfigPath", "/etc/vipd/kubeconfig"]
+}
+
+/// RBAC for real: node users bound only to the generated ClusterRole run vipd with the
+/// generated static Pod's env and fail the control-plane VIP over.
+#[test]
+fn generated_rbac_is_enough_for_control_plane_failover() {
+    let opts = LabOptions { node_rbac: NodeRbac::None, ..LabOptions::default() };
+    let Some(lab) = lab("rbac_failover", opts) else { return };
+    let role = serde_json::to_value(manifest::rbac::cluster_role(false)).unwrap();
+    let (st, body) = create(&lab, &role, "");
+    assert_eq!(st, 201, "{body}");
+    let binding = manifest::rbac::binding(
+        "vipd-lab-nodes-vipd",
+        vec![Subject {
+            kind: "Group".into(),
+            name: NODE_GROUP.into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            namespace: None,
+        }],
+    );
+    let (st, body) = create(&lab, &serde_json::to_value(binding).unwrap(), "");
+    assert_eq!(st, 201, "{body}");
+
+    let p = plan(&cp_args());
+    let mut procs: Vec<_> = NODES.iter().map(|n| spawn_manager(&lab, n, &lab_env(&lab, &p, n))).collect();
+    let holder = single_holder(&lab, VIP, Duration::from_secs(30));
+    let i = NODES.iter().position(|n| *n == holder).unwrap();
+    assert_eq!(lease_holder(&lab, "kube-system", "plndr-cp-lock").as_deref(), Some(holder.as_str()));
+
+    // The admin endpoint of the generated env answers in the holder's namespace.
+    let admin: SocketAddr = "127.0.0.1:2112".parse().unwrap();
+    let health = wait_for("/healthz", Duration::from_secs(5), || {
+        lab.http_get(&holder, admin, "/healthz", Duration::from_secs(2)).ok()
+    });
+    assert_eq!(health.trim(), "ok");
+    let metrics = lab.http_get(&holder, admin, "/metrics", Duration::from_secs(2)).unwrap();
+    assert!(metrics.contains("kube_vip_build_info{"), "{metrics}");
+
+    procs[i].signal(Signal::SIGTERM).unwrap();
+    let status = procs[i].wait_timeout(Duration::from_secs(5)).unwrap();
+    assert!(status.is_some_and(|s| s.success()), "{}", procs[i].log());
+    let new = wait_for("a new holder", Duration::from_secs(10), || {
+        let h = holders(&lab, VIP);
+        (h.len() == 1 && h[0] != holder).then(|| h[0].clone())
+    });
+    wait_for("lease moved", Duration::from_secs(5), || {
+        (lease_holder(&lab, "kube-system", "plndr-cp-lock").as_deref() == Some(new.as_str())).then_some(())
+    });
+    for p in &procs {
+        assert!(!p.log().contains("403"), "{} hit a forbidden call:\n{}", p.name(), p.log());
+    }
+}
+
+/// Control: without the binding vipd cannot lead: the forbidden lease call is logged and no
+/// node takes the VIP or creates the Lease. Preflight reports the missing RBAC.
+#[test]
+fn without_rbac_vipd_cannot_lead_and_preflight_says_so() {
+    let opts = LabOptions { node_rbac: NodeRbac::None, ..LabOptions::default() };
+    let Some(lab) = lab("rbac_control", opts) else { return };
+    let p = plan(&cp_args());
+    let env = lab_env(&lab, &p, "node-a");
+    let proc = spawn_manager(&lab, "node-a", &env);
+    wait_for("a forbidden lease call in the log", Duration::from_secs(20), || {
+        let log = proc.log();
+        (log.contains("403") && log.to_lowercase().contains("forbidden")).then_some(())
+    });
+    assert!(holders(&lab, VIP).is_empty(), "{}", proc.log());
+    assert_eq!(lease_holder(&lab, "kube-system", "plndr-cp-lock"), None);
+
+    let (ok, out) = preflight(&lab, "node-a", &env, &[]);
+    assert!(!ok, "{out}");
+    assert!(out.lines().any(|l| l.starts_with("rbac") && l.contains("FAIL") && l.contains("get coordination.k8s.io/leases")), "{out}");
+    assert!(out.contains("vipd manifest rbac"), "{out}");
+}
+
+/// Runs `vipd preflight` in `node` (optionally through `wrapper`), returns (success, output).
+fn preflight(lab: &Lab, node: &str, env: &[(String, String)], wrapper: &[&str]) -> (bool, String) {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let vipd = env!("CARGO_BIN_EXE_vipd");
+    let mut proc = if wrapper.is_empty() {
+        lab.spawn(node, vipd, &["preflight"], &env).unwrap()
+    } else {
+        let mut args: Vec<&str> = wrapper[1..].to_vec();
+        args.extend([vipd, "preflight"]);
+        lab.spawn(node, wrapper[0], &args, &env).unwrap()
+    };
+    let status = proc
+        .wait_timeout(Duration::from_secs(30))
+        .unwrap()
+        .unwrap_or_else(|| panic!("preflight did not finish:\n{}", proc.log()));
+    (status.success(), proc.log())
+}
+
+/// `vipd preflight`: passes on a good lab node; fails with a fix without CAP_NET_RAW and when
+/// the VIP already answers on the segment.
+#[test]
+fn preflight_in_the_lab() {
+    let Some(lab) = lab("preflight", LabOptions::default()) else { return };
+    let p = plan(&cp_args());
+    let env = lab_env(&lab, &p, "node-a");
+
+    let (ok, out) = preflight(&lab, "node-a", &env, &[]);
+    assert!(ok, "{out}");
+    for check in ["capabilities", "interface", "vip-free:192.0.2.10", "api", "rbac"] {
+        assert!(
+            out.lines().any(|l| l.starts_with(check) && l.contains(" ok ")),
+            "{check} not ok:\n{out}"
+        );
+    }
+    assert!(out.contains("preflight passed"), "{out}");
+
+    // A node without NET_RAW.
+    let dropper: Vec<&str> = if xtask::lab::process::find_in_path("capsh").is_some() {
+        vec!["capsh", "--drop=cap_net_raw", "--", "-c", "exec \"$0\" \"$@\""]
+    } else {
+        vec!["setpriv", "--bounding-set=-net_raw", "--inh-caps=-net_raw"]
+    };
+    let (ok, out) = preflight(&lab, "node-a", &env, &dropper);
+    assert!(!ok, "{out}");
+    assert!(
+        out.lines().any(|l| l.starts_with("capabilities") && l.contains("FAIL") && l.contains("missing CAP_NET_RAW")),
+        "{out}"
+    );
+    assert!(out.contains("fix: Pod: securityContext.capabilities.add [NET_ADMIN, NET_RAW]"), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("vip-free") && l.contains("skip")), "{out}");
+
+    // The VIP is already in use on the segment (the client namespace has it).
+    lab.exec("client", "ip", &["addr", "add", "192.0.2.10/32", "dev", "eth0"]).unwrap();
+    let (ok, out) = preflight(&lab, "node-a", &env, &[]);
+    assert!(!ok, "{out}");
+    let client_mac = lab.mac_of("client").unwrap().to_string().to_lowercase();
+    assert!(
+        out.lines().any(|l| l.starts_with("vip-free:192.0.2.10") && l.contains("FAIL") && l.to_lowercase().contains(&client_mac)),
+        "expected a conflict with {client_mac}:\n{out}"
+    );
+}

@@ -1,0 +1,314 @@
+//! Lab tests of LoadBalancer Services (issue 4), named after the scenarios in
+//! `shared/cases/scenarios.md`. vipd runs on node-a/b/c in Services mode against the real
+//! kube-apiserver v1.20.2; Services and Endpoints are created through the API.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::*;
+use xtask::lab::{LabOptions, LabProcess, NodeRbac, Signal};
+
+fn three(lab: &xtask::lab::Lab, election: bool) -> Vec<LabProcess> {
+    NODES
+        .iter()
+        .map(|n| start_vipd_services(lab, n, election, &[]))
+        .collect()
+}
+
+/// Waits until one node holds `ip` and returns it.
+fn held(lab: &xtask::lab::Lab, ip: &str) -> String {
+    single_holder(lab, ip, Duration::from_secs(20))
+}
+
+fn nobody_holds(lab: &xtask::lab::Lab, ip: &str, limit: Duration) {
+    wait_for(&format!("nobody holds {ip}"), limit, || {
+        holders(lab, ip).is_empty().then_some(())
+    });
+}
+
+/// S20: address sources; malformed values rejected for that Service only, with a Warning
+/// Event; a Service without address skipped without harm.
+#[test]
+fn s20_address_sources_and_malformed_values() {
+    let Some(lab) = lab("s20", LabOptions::default()) else { return };
+    let procs = three(&lab, true);
+    create_service(&lab, &service_json("no-addr", None, None, &[(80, "TCP")], false));
+    create_service(&lab, &service_json("ann-only", Some("192.0.2.20"), None, &[(80, "TCP")], false));
+    create_service(&lab, &service_json("spec-ip", None, Some("192.0.2.22"), &[(80, "TCP")], false));
+    create_service(&lab, &service_json("bad", Some("192.0.2.300"), None, &[(80, "TCP")], false));
+    create_service(
+        &lab,
+        &service_json("mixed", Some("192.0.2.21,192.0.2.1/24, 192.0.2.5,::ffff:zz"), None, &[(80, "TCP")], false),
+    );
+    let h = held(&lab, "192.0.2.20");
+    held(&lab, "192.0.2.21");
+    held(&lab, "192.0.2.22");
+    for bad in ["192.0.2.1", "192.0.2.5"] {
+        assert!(holders(&lab, bad).is_empty(), "{bad} must not be announced");
+    }
+    wait_for("status of ann-only", Duration::from_secs(10), || {
+        (ingress_ips(&lab, "ann-only") == vec!["192.0.2.20".to_string()]).then_some(())
+    });
+    let svc = get_service(&lab, "ann-only").unwrap();
+    assert_eq!(svc["metadata"]["annotations"]["kube-vip.io/vipHost"], json!(h));
+    for (svc, value) in [("bad", "192.0.2.300"), ("mixed", "192.0.2.1/24"), ("mixed", " 192.0.2.5"), ("mixed", "::ffff:zz")] {
+        wait_for(&format!("Warning for {value:?} on {svc}"), Duration::from_secs(10), || {
+            events_for(&lab, svc)
+                .iter()
+                .any(|(t, _, m)| t == "Warning" && m.contains(value))
+                .then_some(())
+        });
+    }
+    assert!(ingress_ips(&lab, "no-addr").is_empty());
+    for p in &procs {
+        assert!(!p.log().contains("panicked"), "{}", p.log());
+    }
+}
+
+/// S17: deleting a Service removes its VIP everywhere within seconds, stops ARP for it and
+/// deletes its per-Service lease.
+#[test]
+fn s17_delete_cleans_up() {
+    let Some(lab) = lab("s17", LabOptions::default()) else { return };
+    let _procs = three(&lab, true);
+    create_service(&lab, &service_json("web", Some("192.0.2.30"), None, &[(80, "TCP")], false));
+    held(&lab, "192.0.2.30");
+    wait_for("lease", Duration::from_secs(5), || lease(&lab, "default", "kubevip-web"));
+    delete_service(&lab, "web");
+    let t0 = Instant::now();
+    nobody_holds(&lab, "192.0.2.30", Duration::from_secs(5));
+    eprintln!("S17: VIP gone {:?} after delete", t0.elapsed());
+    wait_for("lease deleted", Duration::from_secs(10), || {
+        lease(&lab, "default", "kubevip-web").is_none().then_some(())
+    });
+    let cap = lab.start_capture().unwrap();
+    std::thread::sleep(Duration::from_millis(2500));
+    let frames = cap.stop().unwrap();
+    let ip = "192.0.2.30".parse().unwrap();
+    assert!(!frames.iter().any(|f| f.is_announcement_of(ip)), "GARP after delete");
+}
+
+/// S18: LoadBalancer -> ClusterIP acts as a delete, back to LoadBalancer as an add.
+#[test]
+fn s18_type_change() {
+    let Some(lab) = lab("s18", LabOptions::default()) else { return };
+    let _procs = three(&lab, true);
+    create_service(&lab, &service_json("web", Some("192.0.2.31"), None, &[(80, "TCP")], false));
+    held(&lab, "192.0.2.31");
+    patch_service(&lab, "web", json!({"spec": {"type": "ClusterIP"}}));
+    nobody_holds(&lab, "192.0.2.31", Duration::from_secs(5));
+    patch_service(&lab, "web", json!({"spec": {"type": "LoadBalancer"}}));
+    held(&lab, "192.0.2.31");
+}
+
+/// S19: editing the address annotation adds the new address, removes the old, updates the
+/// status.
+#[test]
+fn s19_ip_change() {
+    let Some(lab) = lab("s19", LabOptions::default()) else { return };
+    let _procs = three(&lab, true);
+    create_service(&lab, &service_json("web", Some("192.0.2.120"), None, &[(80, "TCP")], false));
+    held(&lab, "192.0.2.120");
+    patch_service(
+        &lab,
+        "web",
+        json!({"metadata": {"annotations": {"kube-vip.io/loadbalancerIPs": "192.0.2.121"}}}),
+    );
+    held(&lab, "192.0.2.121");
+    nobody_holds(&lab, "192.0.2.120", Duration::from_secs(5));
+    wait_for("status updated", Duration::from_secs(10), || {
+        (ingress_ips(&lab, "web") == vec!["192.0.2.121".to_string()]).then_some(())
+    });
+}
+
+/// S06: two Services on one address; deleting one keeps the address held without a gap.
+/// Variant: a Service that uses the control-plane VIP is deleted; the VIP stays.
+#[test]
+fn s06_shared_ip_one_consumer_deleted() {
+    let Some(lab) = lab("s06", LabOptions::default()) else { return };
+    let _procs: Vec<_> = NODES
+        .iter()
+        .map(|n| start_vipd_services(&lab, n, true, &[("cp_enable", "true"), ("address", VIP)]))
+        .collect();
+    create_service(&lab, &service_json("dns-tcp", Some("192.0.2.60"), None, &[(53, "TCP")], false));
+    std::thread::sleep(Duration::from_millis(200));
+    create_service(&lab, &service_json("dns-udp", Some("192.0.2.60"), None, &[(53, "UDP")], false));
+    create_service(&lab, &service_json("api", Some(VIP), None, &[(443, "TCP")], false));
+    let h = held(&lab, "192.0.2.60");
+    let cp = held(&lab, VIP);
+    wait_for("both statuses", Duration::from_secs(10), || {
+        (ingress_ips(&lab, "dns-udp") == vec!["192.0.2.60".to_string()]
+            && ingress_ips(&lab, "dns-tcp") == vec!["192.0.2.60".to_string()])
+        .then_some(())
+    });
+    delete_service(&lab, "dns-udp");
+    delete_service(&lab, "api");
+    for _ in 0..60 {
+        assert_eq!(holders(&lab, "192.0.2.60"), vec![h.clone()], "shared address must stay");
+        assert_eq!(holders(&lab, VIP), vec![cp.clone()], "control-plane VIP must stay");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// S07: same address, port and protocol: the second is not programmed and gets a Warning
+/// naming the first; same port with another protocol is fine.
+#[test]
+fn s07_same_ip_same_port() {
+    let Some(lab) = lab("s07", LabOptions::default()) else { return };
+    let _procs = three(&lab, true);
+    create_service(&lab, &service_json("svc-a", Some("192.0.2.70"), None, &[(80, "TCP")], false));
+    held(&lab, "192.0.2.70");
+    create_service(&lab, &service_json("svc-b", Some("192.0.2.70"), None, &[(80, "TCP")], false));
+    create_service(&lab, &service_json("svc-c", Some("192.0.2.70"), None, &[(80, "UDP")], false));
+    wait_for("Warning on svc-b naming svc-a", Duration::from_secs(10), || {
+        events_for(&lab, "svc-b")
+            .iter()
+            .any(|(t, _, m)| t == "Warning" && m.contains("default/svc-a"))
+            .then_some(())
+    });
+    wait_for("svc-c served", Duration::from_secs(10), || {
+        (ingress_ips(&lab, "svc-c") == vec!["192.0.2.70".to_string()]).then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(ingress_ips(&lab, "svc-b").is_empty(), "svc-b must not be programmed");
+    assert!(lease(&lab, "default", "kubevip-svc-b").is_none(), "no lease for svc-b");
+}
+
+/// S21: externalTrafficPolicy Local: only nodes with a ready local endpoint campaign; the
+/// VIP follows the endpoint; with no endpoints nobody announces.
+#[test]
+fn s21_etp_local_follows_endpoints() {
+    let Some(lab) = lab("s21", LabOptions::default()) else { return };
+    let _procs = three(&lab, true);
+    create_service(&lab, &service_json("local", Some("192.0.2.80"), None, &[(80, "TCP")], true));
+    set_endpoints(&lab, "local", &[]);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(holders(&lab, "192.0.2.80").is_empty(), "no endpoints, nobody announces");
+    assert!(lease(&lab, "default", "kubevip-local").is_none(), "no lease without candidates");
+    set_endpoints(&lab, "local", &["node-b"]);
+    assert_eq!(held(&lab, "192.0.2.80"), "node-b");
+    set_endpoints(&lab, "local", &["node-c"]);
+    wait_for("VIP moves to node-c", Duration::from_secs(10), || {
+        (holders(&lab, "192.0.2.80") == vec!["node-c".to_string()]).then_some(())
+    });
+    set_endpoints(&lab, "local", &[]);
+    nobody_holds(&lab, "192.0.2.80", Duration::from_secs(10));
+}
+
+/// S03: endpoint churn: the Service's only endpoint moves between nodes 20 times; at most
+/// one election per (Service, node) at a time, and afterwards exactly one holder with
+/// renewTime advancing.
+#[test]
+fn s03_endpoint_churn() {
+    let Some(lab) = lab("s03", LabOptions::default()) else { return };
+    let procs = three(&lab, true);
+    create_service(&lab, &service_json("churn", Some("192.0.2.90"), None, &[(80, "TCP")], true));
+    for i in 0..20 {
+        let node = NODES[i % 3];
+        set_endpoints(&lab, "churn", &[node]);
+        std::thread::sleep(Duration::from_millis(300 + (i as u64 % 4) * 100));
+        set_endpoints(&lab, "churn", &[]);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    set_endpoints(&lab, "churn", &["node-a"]);
+    wait_for("one holder, node-a", Duration::from_secs(15), || {
+        (holders(&lab, "192.0.2.90") == vec!["node-a".to_string()]).then_some(())
+    });
+    let r1 = lease(&lab, "default", "kubevip-churn").unwrap()["spec"]["renewTime"].clone();
+    std::thread::sleep(Duration::from_millis(2500));
+    let l = lease(&lab, "default", "kubevip-churn").unwrap();
+    assert_eq!(l["spec"]["holderIdentity"], json!("node-a"));
+    assert_ne!(l["spec"]["renewTime"], r1, "renewTime advances");
+    for p in &procs {
+        // Election tasks per lease strictly alternate start/stop: never two at once.
+        let mut running = 0i32;
+        for line in p.log().lines() {
+            if line.contains("election started") && line.contains("kubevip-churn") {
+                running += 1;
+            }
+            if line.contains("stopping election") && line.contains("kubevip-churn") {
+                running -= 1;
+            }
+            assert!((0..=1).contains(&running), "{}: {running} elections at once", p.name());
+        }
+    }
+}
+
+/// Global lease mode: one holder announces every Service address, and all move together
+/// when it dies.
+#[test]
+fn global_lease_moves_all_service_vips() {
+    let Some(lab) = lab("global", LabOptions::default()) else { return };
+    let procs = three(&lab, false);
+    for (i, name) in ["g1", "g2", "g3"].iter().enumerate() {
+        let ip = format!("192.0.2.{}", 40 + i);
+        create_service(&lab, &service_json(name, Some(&ip), None, &[(80, "TCP")], false));
+    }
+    let h = held(&lab, "192.0.2.40");
+    for ip in ["192.0.2.41", "192.0.2.42"] {
+        assert_eq!(held(&lab, ip), h);
+    }
+    let i = NODES.iter().position(|n| *n == h).unwrap();
+    procs[i].signal(Signal::SIGKILL).unwrap();
+    let new = wait_for("all move", Duration::from_secs(15), || {
+        let hs: Vec<Vec<String>> = ["192.0.2.40", "192.0.2.41", "192.0.2.42"]
+            .iter()
+            .map(|ip| holders(&lab, ip))
+            .collect();
+        (hs.iter().all(|x| x.len() == 1 && x[0] != h && x[0] == hs[0][0])).then(|| hs[0][0].clone())
+    });
+    assert_ne!(new, h);
+    assert_eq!(lease_holder(&lab, "kube-system", "plndr-svcs-lock").as_deref(), Some(new.as_str()));
+}
+
+/// svc_election spreads 30 Services over the three nodes (no node holds them all).
+#[test]
+fn svc_election_spreads_services() {
+    let Some(lab) = lab("spread", LabOptions::default()) else { return };
+    let _procs = three(&lab, true);
+    for i in 0..30 {
+        let ip = format!("192.0.2.{}", 150 + i);
+        create_service(&lab, &service_json(&format!("s{i}"), Some(&ip), None, &[(80, "TCP")], false));
+    }
+    let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
+    for i in 0..30 {
+        let ip = format!("192.0.2.{}", 150 + i);
+        *per_node.entry(held(&lab, &ip)).or_default() += 1;
+    }
+    eprintln!("spread: {per_node:?}");
+    assert!(per_node.len() >= 2, "no spread: {per_node:?}");
+    assert!(per_node.values().all(|n| *n < 30));
+}
+
+/// S15: a watch that gets 403 retries with back-off (logged with the resource) and recovers
+/// once RBAC is fixed, without a restart.
+#[test]
+fn s15_forbidden_watch_recovers_when_rbac_is_fixed() {
+    let opts = LabOptions {
+        node_rbac: NodeRbac::None,
+        ..LabOptions::default()
+    };
+    let Some(lab) = lab("s15", opts) else { return };
+    let p = start_vipd_services(&lab, "node-a", true, &[]);
+    create_service(&lab, &service_json("web", Some("192.0.2.33"), None, &[(80, "TCP")], false));
+    wait_for("forbidden logged", Duration::from_secs(15), || {
+        let log = p.log();
+        (log.contains("forbidden") && log.contains("services")).then_some(())
+    });
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": "s15-fix"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "Group", "name": xtask::lab::NODE_GROUP, "apiGroup": "rbac.authorization.k8s.io"}]
+    });
+    let resp = lab
+        .api_request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", Some(&binding.to_string()))
+        .unwrap();
+    assert_eq!(resp.status, 201, "{}", resp.body);
+    let t0 = Instant::now();
+    single_holder(&lab, "192.0.2.33", Duration::from_secs(45));
+    eprintln!("S15: announced {:?} after RBAC was fixed", t0.elapsed());
+}

@@ -1,0 +1,558 @@
+//! Kernel tests of `vipd::net` (NetlinkKernel, RawAnnouncer) against the real Linux kernel.
+//!
+//! Needs root. Not root: the tests fail with a clear message, unless `VIPD_SKIP_LAB=1`, in
+//! which case they print `SKIPPED` and pass.
+//!
+//! Every test runs on a fresh thread that calls `unshare(CLONE_NEWNET)`: a private network
+//! namespace for that thread only, destroyed when the thread ends; the root namespace is never
+//! touched. Before running any `ip` command the harness checks that the thread's namespace is
+//! not the root one (`/proc/1/ns/net`) and that a child process started from the thread
+//! inherits the thread's namespace (Linux copies the *calling thread's* namespaces on fork).
+//! Fixture: veth pair `v0`/`v1`, both up, an IPv4 address on `v0`.
+//!
+//! Run: `cargo test --test net_kernel -- --nocapture` (prints the measured fence delay).
+
+use std::future::Future;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use pnet::datalink::{self, Channel, DataLinkReceiver, NetworkInterface};
+use pnet::packet::Packet;
+use pnet::packet::arp::{ArpOperations, ArpPacket};
+use pnet::packet::ethernet::{EtherTypes, EthernetPacket};
+use pnet::packet::icmpv6::ndp::{NdpOptionTypes, NeighborAdvertFlags, NeighborAdvertPacket};
+use pnet::packet::icmpv6::{self, Icmpv6Packet, Icmpv6Types};
+use pnet::packet::ip::IpNextHeaderProtocols;
+use pnet::packet::ipv6::Ipv6Packet;
+use pnet::util::MacAddr;
+use vipd::net::{
+    ADDR_PROTO_VIPD, AddrInfo, Announcer, Kernel, LinkInfo, NetError, NetlinkKernel, RawAnnouncer,
+    TagMode, Vip,
+};
+
+fn ns_of(path: &str) -> String {
+    std::fs::read_link(path)
+        .unwrap_or_else(|e| panic!("readlink {path}: {e}"))
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Panics unless this thread is in a namespace other than the process's main thread's (the
+/// namespace the test binary started in) and, where readable, other than PID 1's.
+fn assert_private_netns() {
+    let mine = ns_of("/proc/thread-self/ns/net");
+    let process = ns_of("/proc/self/ns/net");
+    assert_ne!(
+        mine, process,
+        "refusing to touch the test process's own network namespace"
+    );
+    if let Ok(init) = std::fs::read_link("/proc/1/ns/net") {
+        assert_ne!(
+            mine,
+            init.to_string_lossy(),
+            "refusing to touch the root network namespace"
+        );
+    }
+}
+
+/// Run `ip ARGS` inside this thread's private namespace; panics on failure.
+fn ip(args: &str) {
+    assert_private_netns();
+    let out = Command::new("ip")
+        .args(args.split_whitespace())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `ip {args}`: {e}"));
+    assert!(
+        out.status.success(),
+        "`ip {args}` failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Run `body` on a fresh thread in a private network namespace with veth `v0`/`v1` up and
+/// `v0_addr` (e.g. `192.0.2.11/24`) on `v0`, on a current-thread tokio runtime.
+fn lab<F, Fut>(v0_addr: &'static str, body: F)
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    if !nix::unistd::geteuid().is_root() {
+        if std::env::var("VIPD_SKIP_LAB").as_deref() == Ok("1") {
+            println!("SKIPPED: kernel tests need root (VIPD_SKIP_LAB=1)");
+            return;
+        }
+        panic!(
+            "kernel tests need root (they create network namespaces); set VIPD_SKIP_LAB=1 to skip"
+        );
+    }
+    let t = std::thread::spawn(move || {
+        let before = ns_of("/proc/thread-self/ns/net");
+        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+            .expect("unshare(CLONE_NEWNET) on the test thread");
+        assert_ne!(
+            ns_of("/proc/thread-self/ns/net"),
+            before,
+            "unshare did not change the netns"
+        );
+        assert_private_netns();
+        // A child of this thread must see the thread's namespace, not the process's.
+        let out = Command::new("readlink")
+            .arg("/proc/self/ns/net")
+            .output()
+            .expect("run readlink");
+        let child = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert_eq!(
+            child,
+            ns_of("/proc/thread-self/ns/net"),
+            "child process did not inherit the thread's network namespace"
+        );
+        ip("link set lo up");
+        ip("link add v0 type veth peer name v1");
+        ip("link set v0 up");
+        ip("link set v1 up");
+        ip(&format!("addr add {v0_addr} dev v0"));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        rt.block_on(body());
+    });
+    if let Err(panic) = t.join() {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+fn v4(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+async fn up_link(k: &NetlinkKernel, name: &str) -> LinkInfo {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let l = k.link_by_name(name).await.unwrap();
+        if l.up && l.carrier {
+            return l;
+        }
+        assert!(Instant::now() < deadline, "{name} has no carrier: {l:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn find(k: &NetlinkKernel, ifindex: u32, vip: Vip) -> Option<AddrInfo> {
+    k.addresses(Some(ifindex))
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|a| a.vip == vip)
+}
+
+#[test]
+fn ipv4_vip_tag_lifetimes_refresh_and_kernel_fence() {
+    lab("192.0.2.11/24", || async {
+        let k = NetlinkKernel::new().unwrap();
+        let v0 = up_link(&k, "v0").await;
+        assert_eq!(v0.name, "v0");
+        assert_ne!(v0.mac, [0; 6]);
+        assert_eq!(k.link_by_index(v0.index).await.unwrap(), v0);
+        let e = k.link_by_name("nope0").await.unwrap_err();
+        assert!(
+            matches!(e, NetError::NoSuchLink { .. }) && e.to_string().contains("nope0"),
+            "{e}"
+        );
+        assert!(matches!(
+            k.link_by_index(9999).await,
+            Err(NetError::NoSuchIndex { index: 9999 })
+        ));
+
+        let vip = Vip::new(v4("192.0.2.10"), 32).unwrap();
+        let e = k.add_or_refresh(v0.index, vip, 0, false).await.unwrap_err();
+        assert!(
+            matches!(e, NetError::InvalidLifetime { value: 0, .. }),
+            "{e}"
+        );
+
+        k.add_or_refresh(v0.index, vip, 2, false).await.unwrap();
+        assert_eq!(
+            k.tag_mode(),
+            TagMode::Proto,
+            "kernel >= 5.18 keeps IFA_PROTO"
+        );
+        let a = find(&k, v0.index, vip).await.expect("VIP added");
+        assert!(a.ours, "tagged with IFA_PROTO {ADDR_PROTO_VIPD:#x}: {a:?}");
+        assert_eq!(a.preferred_lft_secs, Some(0), "never a source address");
+        assert!(a.valid_lft_secs.is_some_and(|v| v <= 2), "{a:?}");
+        // The kernel marks IPv4 secondaries only against a primary of the same prefix length:
+        // a /32 next to the node's /24 is primary.
+        assert!(a.primary, "{a:?}");
+        assert!(!a.tentative && !a.dad_failed);
+        // Independent view through iproute2.
+        let out = Command::new("ip")
+            .args(["-4", "addr", "show", "dev", "v0"])
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(text.contains("192.0.2.10/32"), "{text}");
+        assert!(text.contains("preferred_lft 0sec"), "{text}");
+
+        // Refresh = replace: no EEXIST, lifetime set to the new value.
+        k.add_or_refresh(v0.index, vip, 30, false).await.unwrap();
+        let a = find(&k, v0.index, vip).await.unwrap();
+        assert!(
+            a.valid_lft_secs.is_some_and(|v| (29..=30).contains(&v)),
+            "{a:?}"
+        );
+        assert_eq!(a.preferred_lft_secs, Some(0));
+        assert_eq!(
+            k.addresses(Some(v0.index))
+                .await
+                .unwrap()
+                .iter()
+                .filter(|x| x.vip == vip)
+                .count(),
+            1
+        );
+
+        // Kernel fence: set valid_lft 2 and stop refreshing; the kernel deletes it.
+        k.add_or_refresh(v0.index, vip, 2, false).await.unwrap();
+        let t0 = Instant::now();
+        let deadline = t0 + Duration::from_secs(15);
+        while find(&k, v0.index, vip).await.is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "kernel did not remove {vip} within 15 s"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let took = t0.elapsed();
+        println!("kernel fence: {vip} with valid_lft 2 s removed by the kernel after {took:?}");
+        assert!(
+            took >= Duration::from_millis(1500),
+            "removed too early: {took:?}"
+        );
+        // Removing an absent address is fine.
+        k.remove(v0.index, vip).await.unwrap();
+    });
+}
+
+#[test]
+fn refresh_keeps_vip_past_its_lifetime() {
+    lab("192.0.2.11/24", || async {
+        let k = NetlinkKernel::new().unwrap();
+        let v0 = up_link(&k, "v0").await;
+        let vip = Vip::host(v4("192.0.2.10"));
+        k.add_or_refresh(v0.index, vip, 2, false).await.unwrap();
+        let t0 = Instant::now();
+        // Refresh every 500 ms for 4 s (twice the lifetime): it must never vanish.
+        while t0.elapsed() < Duration::from_secs(4) {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            assert!(
+                find(&k, v0.index, vip).await.is_some(),
+                "vanished at {:?}",
+                t0.elapsed()
+            );
+            k.add_or_refresh(v0.index, vip, 2, false).await.unwrap();
+        }
+        k.remove(v0.index, vip).await.unwrap();
+        assert!(find(&k, v0.index, vip).await.is_none());
+    });
+}
+
+#[test]
+fn untagged_addresses_are_never_touched() {
+    lab("192.0.2.11/24", || async {
+        let k = NetlinkKernel::new().unwrap();
+        let v0 = up_link(&k, "v0").await;
+        let v1 = up_link(&k, "v1").await;
+        let node = Vip::new(v4("192.0.2.11"), 24).unwrap();
+
+        let e = k.remove(v0.index, node).await.unwrap_err();
+        assert!(matches!(e, NetError::NotOurs { .. }), "{e}");
+        assert!(
+            e.to_string().contains("192.0.2.11") && e.to_string().contains("v0"),
+            "{e}"
+        );
+        let a = find(&k, v0.index, node)
+            .await
+            .expect("node address left in place");
+        assert!(!a.ours && a.valid_lft_secs.is_none(), "{a:?}");
+
+        for prefix in [24, 32] {
+            let e = k
+                .add_or_refresh(v0.index, Vip::new(node.addr, prefix).unwrap(), 5, false)
+                .await
+                .unwrap_err();
+            assert!(matches!(e, NetError::NotOurs { .. }), "{e}");
+        }
+        let a = find(&k, v0.index, node).await.unwrap();
+        assert!(
+            a.valid_lft_secs.is_none(),
+            "lifetime of the node address untouched: {a:?}"
+        );
+
+        // An address on another interface counts too, and the error names that interface.
+        ip("addr add 192.0.2.50/24 dev v1");
+        let e = k
+            .add_or_refresh(v0.index, Vip::host(v4("192.0.2.50")), 5, false)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(e, NetError::NotOurs { ifindex, .. } if ifindex == v1.index),
+            "{e}"
+        );
+        assert!(e.to_string().contains("v1"), "{e}");
+
+        // A VIP with the node's prefix length is secondary; removing it leaves the node's.
+        let vip24 = Vip::new(v4("192.0.2.20"), 24).unwrap();
+        k.add_or_refresh(v0.index, vip24, 5, false).await.unwrap();
+        let a = find(&k, v0.index, vip24).await.unwrap();
+        assert!(a.ours && !a.primary, "{a:?}");
+        k.remove(v0.index, vip24).await.unwrap();
+        assert!(find(&k, v0.index, vip24).await.is_none());
+        assert!(find(&k, v0.index, node).await.is_some());
+        // Absent: Ok.
+        k.remove(v0.index, vip24).await.unwrap();
+    });
+}
+
+#[test]
+fn ipv6_vip_skip_dad_and_dadfailed() {
+    lab("192.0.2.11/24", || async {
+        let k = NetlinkKernel::new().unwrap();
+        let v0 = up_link(&k, "v0").await;
+        let v1 = up_link(&k, "v1").await;
+
+        let vip = Vip::host(v4("2001:db8::10"));
+        k.add_or_refresh(v0.index, vip, 10, true).await.unwrap();
+        let a = find(&k, v0.index, vip).await.expect("IPv6 VIP added");
+        assert!(a.ours && !a.tentative && !a.dad_failed, "{a:?}");
+        assert_eq!(a.preferred_lft_secs, Some(0));
+        assert!(a.valid_lft_secs.is_some_and(|v| v <= 10));
+        k.add_or_refresh(v0.index, vip, 10, true).await.unwrap(); // refresh
+        k.remove(v0.index, vip).await.unwrap();
+        assert!(find(&k, v0.index, vip).await.is_none());
+
+        // Duplicate: v1 already answers for 2001:db8::20 (no DAD); v0 then adds it with DAD.
+        // v0's DAD probe reaches v1, v1 answers with an NA, DAD fails on v0. For an address
+        // with a finite valid lifetime (not IFA_F_PERMANENT) the kernel then DELETES it
+        // (addrconf_dad_stop -> ipv6_del_addr); it does not stay in dadfailed state.
+        let dup = Vip::host(v4("2001:db8::20"));
+        k.add_or_refresh(v1.index, dup, 60, true).await.unwrap();
+        k.add_or_refresh(v0.index, dup, 60, false).await.unwrap();
+        let a = find(&k, v0.index, dup).await.expect("added");
+        assert!(a.ours && a.tentative, "DAD running: {a:?}");
+        let t0 = Instant::now();
+        while find(&k, v0.index, dup).await.is_some() {
+            assert!(
+                t0.elapsed() < Duration::from_secs(15),
+                "DAD did not fail on v0"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        println!(
+            "duplicate VIP {dup} deleted by the kernel after failed DAD: {:?}",
+            t0.elapsed()
+        );
+        assert!(
+            find(&k, v1.index, dup).await.is_some(),
+            "the other holder keeps it"
+        );
+
+        // A permanent address (infinite lifetime, added by `ip`) stays, flagged dadfailed:
+        // checks AddrInfo's flag decoding against the kernel.
+        let dup2 = Vip::host(v4("2001:db8::30"));
+        k.add_or_refresh(v1.index, dup2, 60, true).await.unwrap();
+        ip("-6 addr add 2001:db8::30/128 dev v0");
+        let t0 = Instant::now();
+        let a = loop {
+            let a = find(&k, v0.index, dup2)
+                .await
+                .expect("permanent address stays");
+            if a.dad_failed {
+                break a;
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(15),
+                "no dadfailed: {a:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        println!("dadfailed after {:?}: {a:?}", t0.elapsed());
+        assert!(!a.ours && a.valid_lft_secs.is_none());
+        // Not ours: vipd will not remove it.
+        assert!(matches!(
+            k.remove(v0.index, dup2).await,
+            Err(NetError::NotOurs { .. })
+        ));
+    });
+}
+
+#[test]
+fn choose_interface_subnet_default_and_multipath() {
+    lab("192.0.2.11/25", || async {
+        let k = NetlinkKernel::new().unwrap();
+        let v0 = up_link(&k, "v0").await;
+        let v1 = up_link(&k, "v1").await;
+        let inside = v4("192.0.2.10");
+        let outside = v4("192.0.2.200");
+
+        assert_eq!(k.choose_interface(inside).await.unwrap(), v0.index);
+        let e = k.choose_interface(outside).await.unwrap_err();
+        assert!(
+            matches!(e, NetError::NoInterface { .. }) && e.to_string().contains("192.0.2.200"),
+            "{e}"
+        );
+        assert!(matches!(
+            k.choose_interface(v4("2001:db8::99")).await,
+            Err(NetError::NoInterface { .. })
+        ));
+
+        // Longest prefix: a /26 on v1 beats the /25 on v0.
+        ip("addr add 192.0.2.1/26 dev v1");
+        assert_eq!(k.choose_interface(inside).await.unwrap(), v1.index);
+        ip("addr del 192.0.2.1/26 dev v1");
+
+        ip("route add default via 192.0.2.1 dev v0");
+        assert_eq!(k.choose_interface(outside).await.unwrap(), v0.index);
+        ip("route del default");
+
+        ip(
+            "route add default nexthop via 192.0.2.1 dev v1 onlink nexthop via 192.0.2.1 dev v0 onlink",
+        );
+        assert_eq!(
+            k.choose_interface(outside).await.unwrap(),
+            v1.index,
+            "first nexthop"
+        );
+
+        // Our own VIP does not attract the choice: 192.0.2.200/32 tagged on v0.
+        k.add_or_refresh(v0.index, Vip::host(outside), 30, false)
+            .await
+            .unwrap();
+        assert_eq!(k.choose_interface(outside).await.unwrap(), v1.index);
+        k.remove(v0.index, Vip::host(outside)).await.unwrap();
+    });
+}
+
+/// Open a receive channel on `link` (not promiscuous) with a short read timeout.
+fn capture(link: &LinkInfo) -> Box<dyn DataLinkReceiver> {
+    let iface = NetworkInterface {
+        name: link.name.clone(),
+        description: String::new(),
+        index: link.index,
+        mac: None,
+        ips: Vec::new(),
+        flags: 0,
+    };
+    let config = datalink::Config {
+        promiscuous: false,
+        read_timeout: Some(Duration::from_millis(100)),
+        ..Default::default()
+    };
+    match datalink::channel(&iface, config) {
+        Ok(Channel::Ethernet(_tx, rx)) => rx,
+        Ok(_) => panic!("unexpected channel type"),
+        Err(e) => panic!("capture on {}: {e}", link.name),
+    }
+}
+
+/// Frames received on `rx` for up to 5 s until `pick` returns `Some`.
+fn wait_frame<T>(rx: &mut dyn DataLinkReceiver, mut pick: impl FnMut(&[u8]) -> Option<T>) -> T {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "expected frame not captured within 5 s"
+        );
+        match rx.next() {
+            Ok(f) => {
+                if let Some(t) = pick(f) {
+                    return t;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(e) => panic!("capture: {e}"),
+        }
+    }
+}
+
+fn mac(m: [u8; 6]) -> MacAddr {
+    MacAddr(m[0], m[1], m[2], m[3], m[4], m[5])
+}
+
+#[test]
+fn garp_is_seen_by_the_peer() {
+    lab("192.0.2.11/24", || async {
+        let k = NetlinkKernel::new().unwrap();
+        let v0 = up_link(&k, "v0").await;
+        let v1 = up_link(&k, "v1").await;
+        let ip4 = Ipv4Addr::new(192, 0, 2, 10);
+        let mut rx = capture(&v1);
+        RawAnnouncer
+            .announce(&v0, Vip::host(IpAddr::V4(ip4)))
+            .unwrap();
+        let frame = wait_frame(rx.as_mut(), |f| {
+            let eth = EthernetPacket::new(f)?;
+            if eth.get_ethertype() != EtherTypes::Arp {
+                return None;
+            }
+            let arp = ArpPacket::new(eth.payload())?;
+            (arp.get_sender_proto_addr() == ip4).then(|| f.to_vec())
+        });
+        let eth = EthernetPacket::new(&frame).unwrap();
+        assert_eq!(eth.get_destination(), MacAddr::broadcast());
+        assert_eq!(eth.get_source(), mac(v0.mac));
+        let arp = ArpPacket::new(eth.payload()).unwrap();
+        assert_eq!(arp.get_operation(), ArpOperations::Request);
+        assert_eq!(arp.get_sender_hw_addr(), mac(v0.mac));
+        assert_eq!(arp.get_sender_proto_addr(), ip4);
+        assert_eq!(arp.get_target_hw_addr(), MacAddr::zero());
+        assert_eq!(arp.get_target_proto_addr(), ip4);
+    });
+}
+
+#[test]
+fn unsolicited_na_is_seen_by_the_peer() {
+    lab("192.0.2.11/24", || async {
+        let k = NetlinkKernel::new().unwrap();
+        let v0 = up_link(&k, "v0").await;
+        let v1 = up_link(&k, "v1").await;
+        let ip6: Ipv6Addr = "2001:db8::10".parse().unwrap();
+        let all_nodes: Ipv6Addr = "ff02::1".parse().unwrap();
+        let mut rx = capture(&v1);
+        RawAnnouncer
+            .announce(&v0, Vip::host(IpAddr::V6(ip6)))
+            .unwrap();
+        let frame = wait_frame(rx.as_mut(), |f| {
+            let eth = EthernetPacket::new(f)?;
+            if eth.get_ethertype() != EtherTypes::Ipv6 {
+                return None;
+            }
+            let p = Ipv6Packet::new(eth.payload())?;
+            if p.get_next_header() != IpNextHeaderProtocols::Icmpv6 {
+                return None;
+            }
+            let na = NeighborAdvertPacket::new(p.payload())?;
+            (na.get_icmpv6_type() == Icmpv6Types::NeighborAdvert && na.get_target_addr() == ip6)
+                .then(|| f.to_vec())
+        });
+        let eth = EthernetPacket::new(&frame).unwrap();
+        assert_eq!(eth.get_destination(), MacAddr(0x33, 0x33, 0, 0, 0, 1));
+        assert_eq!(eth.get_source(), mac(v0.mac));
+        let p = Ipv6Packet::new(eth.payload()).unwrap();
+        assert_eq!(p.get_hop_limit(), 255);
+        assert_eq!(p.get_source(), ip6);
+        assert_eq!(p.get_destination(), all_nodes);
+        let icmp = Icmpv6Packet::new(p.payload()).unwrap();
+        assert_eq!(
+            icmp.get_checksum(),
+            icmpv6::checksum(&icmp, &ip6, &all_nodes)
+        );
+        let na = NeighborAdvertPacket::new(p.payload()).unwrap();
+        assert_eq!(na.get_flags(), NeighborAdvertFlags::Override);
+        let opts = na.get_options();
+        assert_eq!(opts.len(), 1);
+        assert_eq!(opts[0].option_type, NdpOptionTypes::TargetLLAddr);
+        assert_eq!(opts[0].data, v0.mac.to_vec());
+    });
+}

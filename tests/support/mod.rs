@@ -1,0 +1,271 @@
+//! Shared helpers for vipd's lab tests: start vipd in a node namespace, read who holds a
+//! VIP or a Lease, and wait for conditions with a deadline (polling, never sleep-and-hope).
+
+#![allow(dead_code)]
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use xtask::lab::{Lab, LabOptions, LabProcess};
+
+/// The lab's control-plane VIP (scenarios: 192.0.2.10).
+pub const VIP: &str = "192.0.2.10";
+/// Lab nodes.
+pub const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
+
+/// Starts a lab for `test`, or `None` when lab tests are skipped (`VIPD_SKIP_LAB=1`).
+/// Panics with the reason when the lab cannot be had (not root, no API server binary).
+pub fn lab(test: &str, opts: LabOptions) -> Option<Lab> {
+    match xtask::lab::lab_available(test) {
+        Ok(true) => {}
+        Ok(false) => return None,
+        Err(e) => panic!("{test}: {e}"),
+    }
+    Some(Lab::start(opts).unwrap_or_else(|e| panic!("{test}: lab start failed: {e}")))
+}
+
+/// Lease timings of a test run: (lease duration, renew deadline, retry period) seconds.
+pub type Timings = (&'static str, &'static str, &'static str);
+
+/// kube-vip's defaults, the scenarios' "lease 5/3/1".
+pub const T531: Timings = ("5", "3", "1");
+
+/// Starts `vipd manager` in control-plane mode on `node` with kube-vip environment
+/// variables, plus `extra` (which override).
+pub fn start_vipd(lab: &Lab, node: &str, t: Timings, extra: &[(&str, &str)]) -> LabProcess {
+    let kubeconfig = lab.kubeconfig(node).expect("kubeconfig");
+    let kubeconfig = kubeconfig.to_string_lossy().into_owned();
+    let mut env: Vec<(&str, &str)> = vec![
+        ("vip_arp", "true"),
+        ("cp_enable", "true"),
+        ("vip_leaderelection", "true"),
+        ("address", VIP),
+        ("vip_interface", "eth0"),
+        ("vip_nodename", node),
+        ("k8s_config_file", &kubeconfig),
+        ("vip_leaseduration", t.0),
+        ("vip_renewdeadline", t.1),
+        ("vip_retryperiod", t.2),
+        ("vip_arpRate", "1000"),
+        ("prometheus_server", ""),
+        ("vip_loglevel", "debug"),
+    ];
+    for (k, v) in extra {
+        env.retain(|(ek, _)| ek != k);
+        env.push((k, v));
+    }
+    lab.spawn(node, env!("CARGO_BIN_EXE_vipd"), &["manager"], &env)
+        .expect("spawn vipd")
+}
+
+/// Nodes whose eth0 carries `vip` right now.
+pub fn holders(lab: &Lab, vip: &str) -> Vec<String> {
+    let ip: IpAddr = vip.parse().expect("vip");
+    NODES
+        .iter()
+        .filter(|n| {
+            lab.addresses(n, "eth0")
+                .map(|a| a.iter().any(|x| x.addr == ip))
+                .unwrap_or(false)
+        })
+        .map(|n| n.to_string())
+        .collect()
+}
+
+/// The lease's holderIdentity ("" when released), or None when it does not exist.
+pub fn lease_holder(lab: &Lab, ns: &str, name: &str) -> Option<String> {
+    let lease = lease(lab, ns, name)?;
+    Some(
+        lease["spec"]["holderIdentity"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
+/// The Lease as JSON.
+pub fn lease(lab: &Lab, ns: &str, name: &str) -> Option<serde_json::Value> {
+    let path = format!("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases/{name}");
+    let resp = lab.api_request("GET", &path, None).expect("api request");
+    if resp.status == 404 {
+        return None;
+    }
+    assert_eq!(resp.status, 200, "GET {path}: {}", resp.body);
+    Some(serde_json::from_str(&resp.body).expect("lease json"))
+}
+
+/// Polls `f` every 20 ms until it returns `Some`, or panics with `what` after `limit`.
+pub fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        if start.elapsed() > limit {
+            panic!("timed out after {limit:?} waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until exactly one node holds `vip` and returns it.
+pub fn single_holder(lab: &Lab, vip: &str, limit: Duration) -> String {
+    wait_for(&format!("one holder of {vip}"), limit, || {
+        let h = holders(lab, vip);
+        (h.len() == 1).then(|| h[0].clone())
+    })
+}
+
+/// Prints the logs of the given processes (for failing tests).
+pub fn dump(procs: &[&LabProcess]) {
+    for p in procs {
+        eprintln!("===== {} =====\n{}", p.name(), p.log());
+    }
+}
+
+/// Starts `vipd manager` in Services mode on `node` (`svc_election` as given), without the
+/// control-plane VIP unless `extra` enables it.
+pub fn start_vipd_services(
+    lab: &Lab,
+    node: &str,
+    election: bool,
+    extra: &[(&str, &str)],
+) -> LabProcess {
+    let mut env: Vec<(&str, &str)> = vec![
+        ("cp_enable", "false"),
+        ("svc_enable", "true"),
+        ("svc_election", if election { "true" } else { "false" }),
+        ("address", ""),
+    ];
+    for (k, v) in extra {
+        env.retain(|(ek, _)| ek != k);
+        env.push((k, v));
+    }
+    start_vipd(lab, node, T531, &env)
+}
+
+/// A LoadBalancer Service as JSON: `ip` goes to the `kube-vip.io/loadbalancerIPs`
+/// annotation (when `Some`), ports are (port, protocol).
+pub fn service_json(
+    name: &str,
+    annotation_ips: Option<&str>,
+    spec_ip: Option<&str>,
+    ports: &[(i32, &str)],
+    etp_local: bool,
+) -> serde_json::Value {
+    let mut svc = serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": "default", "annotations": {}},
+        "spec": {
+            "type": "LoadBalancer",
+            "ports": ports.iter().enumerate().map(|(i, (p, proto))| serde_json::json!({
+                "name": format!("p{i}"), "port": p, "protocol": proto, "targetPort": 8080
+            })).collect::<Vec<_>>(),
+            "externalTrafficPolicy": if etp_local { "Local" } else { "Cluster" },
+        }
+    });
+    if let Some(ips) = annotation_ips {
+        svc["metadata"]["annotations"]["kube-vip.io/loadbalancerIPs"] = serde_json::json!(ips);
+    }
+    if let Some(ip) = spec_ip {
+        svc["spec"]["loadBalancerIP"] = serde_json::json!(ip);
+    }
+    svc
+}
+
+/// Creates a Service in `default` through the admin API.
+pub fn create_service(lab: &Lab, svc: &serde_json::Value) {
+    let resp = lab
+        .api_request("POST", "/api/v1/namespaces/default/services", Some(&svc.to_string()))
+        .expect("create service");
+    assert_eq!(resp.status, 201, "create service: {}", resp.body);
+}
+
+/// Deletes Service `default/name`.
+pub fn delete_service(lab: &Lab, name: &str) {
+    let resp = lab
+        .api_request("DELETE", &format!("/api/v1/namespaces/default/services/{name}"), None)
+        .expect("delete service");
+    assert!(resp.status == 200 || resp.status == 202, "delete: {}", resp.body);
+}
+
+/// Merge-patches Service `default/name`.
+pub fn patch_service(lab: &Lab, name: &str, patch: serde_json::Value) {
+    let resp = lab
+        .api_request(
+            "PATCH",
+            &format!("/api/v1/namespaces/default/services/{name}"),
+            Some(&patch.to_string()),
+        )
+        .expect("patch service");
+    assert_eq!(resp.status, 200, "patch: {}", resp.body);
+}
+
+/// Service `default/name` as JSON, or None.
+pub fn get_service(lab: &Lab, name: &str) -> Option<serde_json::Value> {
+    let resp = lab
+        .api_request("GET", &format!("/api/v1/namespaces/default/services/{name}"), None)
+        .expect("get service");
+    if resp.status == 404 {
+        return None;
+    }
+    Some(serde_json::from_str(&resp.body).expect("service json"))
+}
+
+/// Sets the core Endpoints of `default/name` to one ready address per node in `nodes`.
+pub fn set_endpoints(lab: &Lab, name: &str, nodes: &[&str]) {
+    let addresses: Vec<serde_json::Value> = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| serde_json::json!({"ip": format!("10.244.{}.{}", i + 1, 10), "nodeName": n}))
+        .collect();
+    let subsets = if addresses.is_empty() {
+        serde_json::json!([])
+    } else {
+        serde_json::json!([{"addresses": addresses, "ports": [{"port": 8080, "protocol": "TCP"}]}])
+    };
+    let body = serde_json::json!({
+        "apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": name, "namespace": "default"},
+        "subsets": subsets,
+    });
+    let path = format!("/api/v1/namespaces/default/endpoints/{name}");
+    let resp = lab.api_request("GET", &path, None).expect("get endpoints");
+    let resp = if resp.status == 404 {
+        lab.api_request("POST", "/api/v1/namespaces/default/endpoints", Some(&body.to_string()))
+    } else {
+        lab.api_request("PATCH", &path, Some(&serde_json::json!({"subsets": subsets}).to_string()))
+    }
+    .expect("write endpoints");
+    assert!(resp.status == 200 || resp.status == 201, "endpoints: {}", resp.body);
+}
+
+/// Events (core v1 and events.k8s.io/v1) about `default/name`, as (type, reason, message).
+pub fn events_for(lab: &Lab, name: &str) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    let resp = lab
+        .api_request("GET", "/apis/events.k8s.io/v1/namespaces/default/events", None)
+        .expect("events");
+    let v: serde_json::Value = serde_json::from_str(&resp.body).unwrap_or_default();
+    for e in v["items"].as_array().cloned().unwrap_or_default() {
+        if e["regarding"]["name"] == name {
+            out.push((
+                e["type"].as_str().unwrap_or_default().to_string(),
+                e["reason"].as_str().unwrap_or_default().to_string(),
+                e["note"].as_str().unwrap_or_default().to_string(),
+            ));
+        }
+    }
+    out
+}
+
+/// First ingress IP in the Service's status.
+pub fn ingress_ips(lab: &Lab, name: &str) -> Vec<String> {
+    get_service(lab, name)
+        .and_then(|s| s["status"]["loadBalancer"]["ingress"].as_array().cloned())
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|i| i["ip"].as_str().map(str::to_string))
+        .collect()
+}

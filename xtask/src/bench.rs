@@ -1,0 +1,1632 @@
+//! `cargo xtask bench failover`: measures control-plane VIP failover in the lab, for vipd
+//! and for keepalived (VRRP), and prints p50/p95/max client-visible gaps and the time two
+//! hosts answered ARP for the VIP at once.
+//!
+//! ```text
+//! cargo xtask bench failover [--scenario graceful,kill,freeze,poweroff,partition|all]
+//!     [--trials N] [--impl vipd|keepalived|both] [--timings default,5/3/1,...]
+//!     [--no-build] [--vipd PATH] [--json FILE] [--no-idle] [-v]
+//! ```
+//!
+//! One lab ([`Lab::start`], HTTP backends on every node answering their node name) is shared
+//! by every trial of a run. A trial:
+//!
+//! 1. cleans up (deletes the Lease `kube-system/plndr-cp-lock`, checks no node carries
+//!    192.0.2.10) and starts one instance per node (vipd in control-plane mode, or one
+//!    keepalived per node);
+//! 2. waits until exactly one node carries the VIP and the client reaches it, then starts
+//!    `vipd probe http://192.0.2.10/ --interval 20ms --json` in ns `client` and an
+//!    [`xtask::lab::ArpWatcher`] (ARP request every 20 ms) in ns `api`, so the watcher's
+//!    replies never touch the client's neighbour cache; waits until the probe answers
+//!    steadily;
+//! 3. acts on the holder ([`Scenario`]) and polls, every ~20 ms, which nodes carry the VIP
+//!    until another node does;
+//! 4. lets things settle (2 s; for `freeze`: 3 s, SIGCONT, then 4 s watching that the
+//!    thawed node neither carries nor answers for the VIP again), stops the probe and the
+//!    watcher, heals the lab and stops every instance.
+//!
+//! Figures per trial: the probe's longest gap between two successful answers (ms), the time
+//! from the event until another node carries the VIP (kernel view, ms), and the time during
+//! which two or more MACs answered ARP for the VIP (number of 20 ms slots with two
+//! responders x 20 ms). Before the scenarios, an idle phase per vipd timing reads VmRSS of
+//! the leading and a following vipd after 10 s and counts Lease writes over 10 s with a
+//! watch.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt::Write as _;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use serde::{Deserialize, Serialize};
+use xtask::lab::{self, ArpWatcher, Lab, LabOptions, LabProcess, MacAddr, NODES, Signal};
+
+/// The control-plane VIP every trial moves (192.0.2.10).
+pub const VIP: Ipv4Addr = lab::CONTROL_PLANE_VIP;
+/// Namespace of vipd's control-plane Lease.
+pub const LEASE_NAMESPACE: &str = "kube-system";
+/// Name of vipd's (and kube-vip's) control-plane Lease.
+pub const LEASE_NAME: &str = "plndr-cp-lock";
+/// Interval of `vipd probe` requests and of the ARP watcher's requests (20 ms).
+pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(20);
+/// How long the idle phase waits before reading RSS, and how long it counts Lease writes.
+pub const IDLE_WINDOW: Duration = Duration::from_secs(10);
+/// keepalived binary (Debian package `keepalived`).
+pub const KEEPALIVED: &str = "/usr/sbin/keepalived";
+
+const USAGE: &str = "usage: cargo xtask bench failover [options]
+
+options:
+  --scenario LIST   comma list of graceful,kill,freeze,poweroff,partition or `all` (default all)
+  --trials N        trials per scenario and implementation (default 5)
+  --impl WHICH      vipd | keepalived | both (default both)
+  --timings LIST    vipd lease timings, comma list of `default` (vipd's built-in defaults,
+                    vip_lease* unset) or LEASE/RENEW/RETRY seconds, e.g. 5/3/1 or 2.5/2/1
+                    (default: default,5/3/1)
+  --no-build        do not run `cargo build --release -p vipd` first
+  --vipd PATH       vipd binary to use (default target/release/vipd)
+  --json FILE       also write every trial's figures as JSON to FILE
+  --no-idle         skip the idle RSS / lease-write measurement
+  -v, --verbose     print progress of every trial";
+
+/// What is done to the VIP holder in a trial.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scenario {
+    /// SIGTERM to the holder (keepalived: to its parent process).
+    Graceful,
+    /// SIGKILL to the holder (keepalived: to the parent and its VRRP child at once, as a
+    /// crashed node).
+    Kill,
+    /// SIGSTOP to the holder's processes; SIGCONT 3 s after the takeover, then 4 s checking
+    /// the thawed node does not answer for the VIP again.
+    Freeze,
+    /// SIGKILL plus the holder's link cut (no carrier) at the same instant.
+    Poweroff,
+    /// The holder cut off from everything (switch port detached, carrier kept).
+    Partition,
+}
+
+impl Scenario {
+    /// Every scenario, in the order they run.
+    pub const ALL: [Scenario; 5] = [
+        Scenario::Graceful,
+        Scenario::Kill,
+        Scenario::Freeze,
+        Scenario::Poweroff,
+        Scenario::Partition,
+    ];
+
+    /// The command-line name (`graceful`, `kill`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Graceful => "graceful",
+            Scenario::Kill => "kill",
+            Scenario::Freeze => "freeze",
+            Scenario::Poweroff => "poweroff",
+            Scenario::Partition => "partition",
+        }
+    }
+
+    /// Parses a command-line name.
+    ///
+    /// # Errors
+    /// Names the value and the accepted names when it is none of them.
+    pub fn parse(s: &str) -> Result<Scenario> {
+        Scenario::ALL
+            .into_iter()
+            .find(|x| x.name() == s)
+            .ok_or_else(|| {
+                anyhow!(
+                    "invalid --scenario value {s:?}: expected graceful, kill, freeze, poweroff, partition or all"
+                )
+            })
+    }
+}
+
+/// vipd lease timings of a run: `None` = vipd's defaults (the `vip_lease*` variables
+/// unset), else (lease duration, renew deadline, retry period) in seconds as given.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Timings {
+    /// `default` or `LEASE/RENEW/RETRY`, as printed.
+    pub label: String,
+    /// `vip_leaseduration`, `vip_renewdeadline`, `vip_retryperiod` values (seconds).
+    pub values: Option<[String; 3]>,
+}
+
+impl Timings {
+    /// Parses `default` or `LEASE/RENEW/RETRY` (positive decimal seconds, lease > renew >
+    /// retry).
+    ///
+    /// # Errors
+    /// Names the value and what is wrong with it.
+    pub fn parse(s: &str) -> Result<Timings> {
+        if s == "default" {
+            return Ok(Timings {
+                label: s.to_string(),
+                values: None,
+            });
+        }
+        let parts: Vec<&str> = s.split('/').collect();
+        let [l, r, p] = parts.as_slice() else {
+            bail!(
+                "invalid --timings value {s:?}: expected `default` or LEASE/RENEW/RETRY seconds, e.g. 5/3/1"
+            );
+        };
+        let num = |x: &str| -> Result<f64> {
+            x.parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v > 0.0)
+                .ok_or_else(|| {
+                    anyhow!(
+                        "invalid --timings value {s:?}: {x:?} is not a positive number of seconds"
+                    )
+                })
+        };
+        let (lv, rv, pv) = (num(l)?, num(r)?, num(p)?);
+        if !(lv > rv && rv > pv) {
+            bail!("invalid --timings value {s:?}: need lease > renew deadline > retry period");
+        }
+        Ok(Timings {
+            label: s.to_string(),
+            values: Some([l.to_string(), r.to_string(), p.to_string()]),
+        })
+    }
+}
+
+/// What runs on the nodes.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Subject {
+    /// vipd in control-plane mode with these timings.
+    Vipd(Timings),
+    /// keepalived, VRRP, see [`keepalived_conf`].
+    Keepalived,
+}
+
+impl Subject {
+    /// Label in tables: `vipd default`, `vipd 5/3/1`, `keepalived`.
+    pub fn label(&self) -> String {
+        match self {
+            Subject::Vipd(t) => format!("vipd {}", t.label),
+            Subject::Keepalived => "keepalived".into(),
+        }
+    }
+}
+
+/// Parsed options of `bench failover`.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Scenarios to run, in order.
+    pub scenarios: Vec<Scenario>,
+    /// Trials per scenario and subject.
+    pub trials: usize,
+    /// Run vipd.
+    pub vipd: bool,
+    /// Run keepalived.
+    pub keepalived: bool,
+    /// vipd timings to run.
+    pub timings: Vec<Timings>,
+    /// Build vipd in release mode first.
+    pub build: bool,
+    /// Explicit vipd binary.
+    pub vipd_path: Option<PathBuf>,
+    /// Where to write the JSON results.
+    pub json: Option<PathBuf>,
+    /// Measure idle RSS and Lease writes.
+    pub idle: bool,
+    /// Print progress.
+    pub verbose: bool,
+}
+
+impl BenchOptions {
+    /// Parses the arguments after `bench failover`.
+    ///
+    /// # Errors
+    /// Names the flag and value that are invalid.
+    pub fn parse(args: &[&str]) -> Result<BenchOptions> {
+        let mut o = BenchOptions {
+            scenarios: Scenario::ALL.to_vec(),
+            trials: 5,
+            vipd: true,
+            keepalived: true,
+            timings: vec![Timings::parse("default")?, Timings::parse("5/3/1")?],
+            build: true,
+            vipd_path: None,
+            json: None,
+            idle: true,
+            verbose: false,
+        };
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let mut value = |flag: &str| -> Result<&str> {
+                it.next()
+                    .copied()
+                    .ok_or_else(|| anyhow!("{flag} needs a value\n\n{USAGE}"))
+            };
+            match *a {
+                "--scenario" | "--scenarios" => {
+                    let v = value(a)?;
+                    o.scenarios = if v == "all" {
+                        Scenario::ALL.to_vec()
+                    } else {
+                        v.split(',').map(Scenario::parse).collect::<Result<_>>()?
+                    };
+                }
+                "--trials" => {
+                    let v = value(a)?;
+                    o.trials = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        anyhow!("invalid --trials value {v:?}: expected a positive integer")
+                    })?;
+                }
+                "--impl" => {
+                    let v = value(a)?;
+                    (o.vipd, o.keepalived) = match v {
+                        "vipd" => (true, false),
+                        "keepalived" => (false, true),
+                        "both" => (true, true),
+                        _ => bail!("invalid --impl value {v:?}: expected vipd, keepalived or both"),
+                    };
+                }
+                "--timings" => {
+                    o.timings = value(a)?
+                        .split(',')
+                        .map(Timings::parse)
+                        .collect::<Result<_>>()?;
+                }
+                "--no-build" => o.build = false,
+                "--vipd" => o.vipd_path = Some(PathBuf::from(value(a)?)),
+                "--json" => o.json = Some(PathBuf::from(value(a)?)),
+                "--no-idle" => o.idle = false,
+                "-v" | "--verbose" => o.verbose = true,
+                "-h" | "--help" => bail!("{USAGE}"),
+                other => bail!("unknown option {other:?}\n\n{USAGE}"),
+            }
+        }
+        Ok(o)
+    }
+
+    fn subjects(&self) -> Vec<Subject> {
+        let mut s = Vec::new();
+        if self.vipd {
+            s.extend(self.timings.iter().cloned().map(Subject::Vipd));
+        }
+        if self.keepalived {
+            s.push(Subject::Keepalived);
+        }
+        s
+    }
+}
+
+/// Figures of one trial.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TrialResult {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// [`Subject::label`].
+    pub subject: String,
+    /// Trial number, from 1.
+    pub trial: usize,
+    /// Node that held the VIP before the event.
+    pub holder: String,
+    /// Node that carried it after the event, if any did within the time limit.
+    pub new_holder: Option<String>,
+    /// The probe's longest gap between two successful answers, ms (an open gap at the end
+    /// counts up to the end of the probe). `None` if the probe got fewer than two answers.
+    pub gap_ms: Option<f64>,
+    /// From the event until another node carried the VIP (kernel view), ms.
+    pub takeover_ms: Option<f64>,
+    /// From the event until the old holder no longer carried the VIP, ms.
+    pub old_gone_ms: Option<f64>,
+    /// Time with two or more ARP responders for the VIP, ms (slots x 20 ms).
+    pub two_responders_ms: f64,
+    /// MACs seen answering together, as `node-a+node-b`.
+    pub two_responder_nodes: Vec<String>,
+    /// Backend switches the probe saw.
+    pub switches: u64,
+    /// Probe failures.
+    pub probe_failures: u64,
+    /// Probe requests with a known outcome.
+    pub probe_requests: u64,
+    /// The probe's backend switches, as `from->to at MS ms (gap MS ms)`.
+    pub probe_switches: Vec<String>,
+    /// Whether the probe's last answers came from a node (false: an open gap at the end).
+    pub recovered: bool,
+    /// freeze only: the thawed node carried or answered for the VIP again.
+    pub came_back: Option<bool>,
+    /// Anything worth a look.
+    pub notes: Vec<String>,
+}
+
+/// Idle figures of one subject.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct IdleResult {
+    /// [`Subject::label`].
+    pub subject: String,
+    /// VmRSS of the leading vipd after [`IDLE_WINDOW`], KiB.
+    pub leader_rss_kib: Option<u64>,
+    /// Largest VmRSS of a following vipd after [`IDLE_WINDOW`], KiB.
+    pub follower_rss_kib: Option<u64>,
+    /// Lease writes (watch events) per second over [`IDLE_WINDOW`].
+    pub lease_writes_per_s: Option<f64>,
+}
+
+/// Everything a run measured (the `--json` output).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct BenchReport {
+    /// Every trial.
+    pub trials: Vec<TrialResult>,
+    /// Idle figures per vipd timing.
+    pub idle: Vec<IdleResult>,
+}
+
+/// `cargo xtask bench ARGS...`.
+///
+/// # Errors
+/// Bad arguments, not root, a lab that cannot start, or a trial that cannot be set up.
+pub fn run(args: &[&str]) -> Result<()> {
+    match args {
+        ["failover", rest @ ..] => failover(&BenchOptions::parse(rest)?),
+        _ => bail!("{USAGE}"),
+    }
+}
+
+fn failover(o: &BenchOptions) -> Result<()> {
+    if nix::unistd::geteuid().as_raw() != 0 {
+        bail!("`cargo xtask bench` needs root (network namespaces); run it with sudo -E");
+    }
+    if o.keepalived && !Path::new(KEEPALIVED).is_file() {
+        bail!("{KEEPALIVED} not found: apt-get install keepalived (or use --impl vipd)");
+    }
+    let vipd = vipd_release_binary(o.build, o.vipd_path.as_deref())?;
+    let started = Instant::now();
+    let ctx = Ctx::start(vipd, o.verbose)?;
+    println!(
+        "lab {} up in {:.1} s; vipd {}",
+        ctx.lab.prefix(),
+        started.elapsed().as_secs_f64(),
+        ctx.vipd.display()
+    );
+    let mut report = BenchReport::default();
+    if o.idle && o.vipd {
+        for t in &o.timings {
+            let subject = Subject::Vipd(t.clone());
+            match idle(&ctx, &subject) {
+                Ok(r) => {
+                    println!("{}", idle_line(&r));
+                    report.idle.push(r);
+                }
+                Err(e) => println!("idle {}: failed: {e:#}", subject.label()),
+            }
+        }
+    }
+    for scenario in &o.scenarios {
+        for subject in o.subjects() {
+            for trial in 1..=o.trials {
+                match run_trial(&ctx, *scenario, &subject, trial) {
+                    Ok(r) => {
+                        println!("{}", trial_line(&r));
+                        report.trials.push(r);
+                    }
+                    Err(e) => {
+                        println!(
+                            "{:<9} {:<16} #{trial}: trial failed: {e:#}",
+                            scenario.name(),
+                            subject.label()
+                        );
+                    }
+                }
+            }
+        }
+    }
+    println!();
+    print!("{}", summary_table(&report));
+    print!("{}", ratio_table(&report));
+    if !report.idle.is_empty() {
+        println!("\nidle (after {} s):", IDLE_WINDOW.as_secs());
+        for r in &report.idle {
+            println!("  {}", idle_line(r));
+        }
+    }
+    if let Some(path) = &o.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .with_context(|| format!("write {}", path.display()))?;
+        println!("\nper-trial figures written to {}", path.display());
+    }
+    println!(
+        "\nbench finished in {:.1} min",
+        started.elapsed().as_secs_f64() / 60.0
+    );
+    Ok(())
+}
+
+/// Builds vipd in release mode (unless `build` is false) and returns its path: `explicit`,
+/// else `<target>/release/vipd`.
+///
+/// # Errors
+/// When cargo fails or the binary is missing.
+pub fn vipd_release_binary(build: bool, explicit: Option<&Path>) -> Result<PathBuf> {
+    if let Some(p) = explicit {
+        if !p.is_file() {
+            bail!("--vipd {}: no such file", p.display());
+        }
+        return Ok(p.to_path_buf());
+    }
+    if build {
+        let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        c.current_dir(lab::control_plane::workspace_root()).args([
+            "build",
+            "--release",
+            "-p",
+            "vipd",
+        ]);
+        eprintln!("==> {c:?}");
+        let st = c.status().context("run cargo build --release -p vipd")?;
+        if !st.success() {
+            bail!("cargo build --release -p vipd failed ({st})");
+        }
+    }
+    let p = lab::control_plane::target_dir()
+        .join("release")
+        .join("vipd");
+    if !p.is_file() {
+        bail!(
+            "{} not found: run `cargo build --release -p vipd` (or drop --no-build)",
+            p.display()
+        );
+    }
+    Ok(p)
+}
+
+/// A running lab with HTTP backends and the vipd binary to use.
+pub struct Ctx {
+    /// The lab.
+    pub lab: Lab,
+    /// vipd binary (manager and probe).
+    pub vipd: PathBuf,
+    /// Print progress.
+    pub verbose: bool,
+    macs: HashMap<MacAddr, String>,
+}
+
+impl Ctx {
+    /// Starts a lab with HTTP backends on every node.
+    ///
+    /// # Errors
+    /// When the lab cannot start.
+    pub fn start(vipd: PathBuf, verbose: bool) -> Result<Ctx> {
+        let lab = Lab::start(LabOptions {
+            http_backends: true,
+            ..LabOptions::default()
+        })?;
+        let mut macs = HashMap::new();
+        for n in NODES {
+            macs.insert(lab.mac_of(n)?, n.to_string());
+        }
+        Ok(Ctx {
+            lab,
+            vipd,
+            verbose,
+            macs,
+        })
+    }
+
+    fn say(&self, what: impl AsRef<str>) {
+        if self.verbose {
+            eprintln!("    {}", what.as_ref());
+        }
+    }
+
+    fn node_of(&self, mac: &MacAddr) -> String {
+        self.macs
+            .get(mac)
+            .cloned()
+            .unwrap_or_else(|| mac.to_string())
+    }
+
+    /// Nodes whose eth0 carries the VIP.
+    ///
+    /// # Errors
+    /// When `ip addr` fails.
+    pub fn holders(&self) -> Result<Vec<String>> {
+        let vip = IpAddr::V4(VIP);
+        let mut out = Vec::new();
+        for n in NODES {
+            if self
+                .lab
+                .addresses(n, lab::ETH)?
+                .iter()
+                .any(|a| a.addr == vip)
+            {
+                out.push(n.to_string());
+            }
+        }
+        Ok(out)
+    }
+
+    /// Waits up to `limit` until exactly one node carries the VIP; returns it.
+    ///
+    /// # Errors
+    /// On timeout (naming who carried it last) or when `ip addr` fails.
+    pub fn single_holder(&self, limit: Duration) -> Result<String> {
+        let t0 = Instant::now();
+        loop {
+            let h = self.holders()?;
+            if let [one] = h.as_slice() {
+                return Ok(one.clone());
+            }
+            if t0.elapsed() > limit {
+                bail!("no single holder of {VIP} after {limit:?} (holders: {h:?})");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Deletes the control-plane Lease (ignores 404).
+    ///
+    /// # Errors
+    /// When the API call fails.
+    pub fn delete_lease(&self) -> Result<()> {
+        let r = self
+            .lab
+            .api_request("DELETE", &lease_path(), None)
+            .context("delete the control-plane lease")?;
+        if !matches!(r.status, 200 | 202 | 404) {
+            bail!("DELETE lease: HTTP {}: {}", r.status, r.body);
+        }
+        Ok(())
+    }
+
+    /// Makes sure no node carries the VIP: waits up to `grace` (a vipd fence expiring), then
+    /// removes leftovers by hand and says so.
+    ///
+    /// # Errors
+    /// When `ip` fails.
+    pub fn clear_vip(&self, grace: Duration) -> Result<Vec<String>> {
+        let t0 = Instant::now();
+        loop {
+            let h = self.holders()?;
+            if h.is_empty() {
+                return Ok(Vec::new());
+            }
+            if t0.elapsed() >= grace {
+                for n in &h {
+                    self.lab.exec(
+                        n,
+                        "ip",
+                        &["addr", "del", &format!("{VIP}/32"), "dev", lab::ETH],
+                    )?;
+                }
+                return Ok(h);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Starts `vipd probe http://192.0.2.10/ --interval 20ms --timeout 1s --json` in ns
+    /// client.
+    ///
+    /// # Errors
+    /// When it cannot be spawned.
+    pub fn start_probe(&self) -> Result<LabProcess> {
+        Ok(self.lab.spawn(
+            "client",
+            &self.vipd,
+            &[
+                "probe",
+                &format!("http://{VIP}/"),
+                "--interval",
+                "20ms",
+                "--timeout",
+                "1s",
+                "--json",
+            ],
+            &[],
+        )?)
+    }
+
+    /// Starts the ARP watcher for the VIP (every 20 ms) in ns `api`, away from the client's
+    /// neighbour cache.
+    ///
+    /// # Errors
+    /// When the socket cannot be opened.
+    pub fn start_arp_watch(&self) -> Result<ArpWatcher> {
+        Ok(ArpWatcher::start(
+            &self.lab.netns_path("api")?,
+            lab::ETH,
+            lab::API_IP,
+            lab::CLIENT_V6,
+            IpAddr::V4(VIP),
+            SAMPLE_INTERVAL,
+        )?)
+    }
+}
+
+fn lease_path() -> String {
+    format!("/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{LEASE_NAME}")
+}
+
+/// One instance per node of a [`Subject`].
+pub struct Cluster {
+    /// What runs.
+    pub subject: Subject,
+    procs: Vec<(String, LabProcess)>,
+}
+
+impl Cluster {
+    /// Starts one instance on every node.
+    ///
+    /// # Errors
+    /// When a process cannot be spawned or a config file written.
+    pub fn start(ctx: &Ctx, subject: &Subject) -> Result<Cluster> {
+        let mut procs = Vec::new();
+        for n in NODES {
+            let p = match subject {
+                Subject::Vipd(t) => start_vipd(ctx, n, t)?,
+                Subject::Keepalived => start_keepalived(ctx, n)?,
+            };
+            procs.push((n.to_string(), p));
+        }
+        Ok(Cluster {
+            subject: subject.clone(),
+            procs,
+        })
+    }
+
+    /// The process started on `node`.
+    pub fn process(&self, node: &str) -> Option<&LabProcess> {
+        self.procs.iter().find(|(n, _)| n == node).map(|(_, p)| p)
+    }
+
+    fn process_mut(&mut self, node: &str) -> Option<&mut LabProcess> {
+        self.procs
+            .iter_mut()
+            .find(|(n, _)| n == node)
+            .map(|(_, p)| p)
+    }
+
+    /// Pids of `node`'s instance: the process and (keepalived) its descendants.
+    pub fn pids(&self, node: &str) -> Vec<i32> {
+        let Some(p) = self.process(node) else {
+            return Vec::new();
+        };
+        let mut all = vec![p.pid()];
+        let mut i = 0;
+        while i < all.len() {
+            all.extend(children_of(all[i]));
+            i += 1;
+        }
+        all
+    }
+
+    /// Sends `sig` to `node`'s main process only.
+    ///
+    /// # Errors
+    /// When kill(2) fails.
+    pub fn signal_main(&self, node: &str, sig: Signal) -> Result<()> {
+        let p = self
+            .process(node)
+            .ok_or_else(|| anyhow!("no instance on {node}"))?;
+        Ok(p.signal(sig)?)
+    }
+
+    /// Sends `sig` to every process of `node`'s instance. For SIGKILL the processes are
+    /// first stopped (SIGSTOP) so that none can react to another's death in between (a
+    /// keepalived parent respawning its VRRP child).
+    ///
+    /// # Errors
+    /// When no process could be signalled.
+    pub fn signal_all(&self, node: &str, sig: Signal) -> Result<()> {
+        let pids = self.pids(node);
+        if sig == Signal::SIGKILL && pids.len() > 1 {
+            for p in &pids {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p), Signal::SIGSTOP);
+            }
+        }
+        let mut ok = false;
+        for p in &pids {
+            ok |= nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p), sig).is_ok();
+        }
+        if !ok {
+            bail!("could not send {sig} to {node}'s processes {pids:?}");
+        }
+        Ok(())
+    }
+
+    /// Stops every instance: SIGCONT, SIGTERM, up to 3 s grace, then SIGKILL for the
+    /// process and its descendants.
+    pub fn stop(&mut self) {
+        let nodes: Vec<String> = self.procs.iter().map(|(n, _)| n.clone()).collect();
+        let mut descendants = Vec::new();
+        for n in &nodes {
+            let pids = self.pids(n);
+            for p in &pids {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(*p), Signal::SIGCONT);
+            }
+            descendants.extend(pids.into_iter().skip(1));
+            if let Some(p) = self.process(n) {
+                let _ = p.signal(Signal::SIGTERM);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        for n in &nodes {
+            if let Some(p) = self.process_mut(n) {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if !matches!(p.wait_timeout(left), Ok(Some(_))) {
+                    let _ = p.kill();
+                }
+            }
+        }
+        // keepalived children are reparented when the parent dies; make sure they are gone.
+        for p in descendants {
+            if Path::new(&format!("/proc/{p}")).exists() {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), Signal::SIGKILL);
+            }
+        }
+    }
+
+    /// Log of `node`'s instance.
+    pub fn log(&self, node: &str) -> String {
+        self.process(node).map(LabProcess::log).unwrap_or_default()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Direct children of `pid` (from /proc/*/stat field 4).
+fn children_of(pid: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Some(child) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<i32>().ok());
+        if ppid == Some(pid) {
+            out.push(child);
+        }
+    }
+    out
+}
+
+/// Starts `vipd manager` in control-plane mode on `node` with kube-vip environment
+/// variables (as tests/support/mod.rs does), the timings `t` (nothing set for `default`),
+/// the default ARP rate and the metrics server left at its default.
+///
+/// # Errors
+/// When it cannot be spawned.
+pub fn start_vipd(ctx: &Ctx, node: &str, t: &Timings) -> Result<LabProcess> {
+    let kubeconfig = ctx.lab.kubeconfig(node)?.to_string_lossy().into_owned();
+    let vip = VIP.to_string();
+    let mut env: Vec<(&str, &str)> = vec![
+        ("vip_arp", "true"),
+        ("cp_enable", "true"),
+        ("vip_leaderelection", "true"),
+        ("address", &vip),
+        ("vip_interface", lab::ETH),
+        ("vip_nodename", node),
+        ("k8s_config_file", &kubeconfig),
+        ("vip_loglevel", "info"),
+    ];
+    if let Some([l, r, p]) = &t.values {
+        env.extend([
+            ("vip_leaseduration", l.as_str()),
+            ("vip_renewdeadline", r.as_str()),
+            ("vip_retryperiod", p.as_str()),
+        ]);
+    }
+    Ok(ctx.lab.spawn(node, &ctx.vipd, &["manager"], &env)?)
+}
+
+/// keepalived configuration of `node`: the common two-tier HA recipe, one MASTER with
+/// priority 101 (node-a) and BACKUPs with priority 100, preemption on (keepalived's
+/// default), VRRP v2 multicast, `advert_int 1`, virtual router id 51, no authentication,
+/// `192.0.2.10/32 dev eth0`. Everything else is keepalived's default (5 gratuitous ARPs at
+/// the transition to MASTER, again 5 s later).
+pub fn keepalived_conf(node: &str) -> String {
+    let (state, prio) = if node == NODES[0] {
+        ("MASTER", 101)
+    } else {
+        ("BACKUP", 100)
+    };
+    format!(
+        "global_defs {{\n    router_id {node}\n}}\n\n\
+         vrrp_instance VI_CP {{\n    state {state}\n    interface {eth}\n    virtual_router_id 51\n    \
+         priority {prio}\n    advert_int 1\n    virtual_ipaddress {{\n        {VIP}/32 dev {eth}\n    }}\n}}\n",
+        eth = lab::ETH
+    )
+}
+
+/// Starts `keepalived -n -l -D -P -f CONF -p PID -r VRRP_PID` on `node` (foreground, VRRP
+/// only, per-node pid files under the lab directory).
+///
+/// # Errors
+/// When the config cannot be written or the process spawned.
+pub fn start_keepalived(ctx: &Ctx, node: &str) -> Result<LabProcess> {
+    let dir = ctx.lab.dir().join("keepalived");
+    std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+    let conf = dir.join(format!("{node}.conf"));
+    std::fs::write(&conf, keepalived_conf(node))
+        .with_context(|| format!("write {}", conf.display()))?;
+    let s = |p: PathBuf| p.to_string_lossy().into_owned();
+    let args = [
+        "-n".to_string(),
+        "-l".into(),
+        "-D".into(),
+        "-P".into(),
+        "-f".into(),
+        s(conf),
+        "-p".into(),
+        s(dir.join(format!("{node}.pid"))),
+        "-r".into(),
+        s(dir.join(format!("{node}-vrrp.pid"))),
+    ];
+    Ok(ctx.lab.spawn(node, KEEPALIVED, &args, &[])?)
+}
+
+/// The subset of `vipd probe --json`'s summary the bench reads (see vipd's
+/// `probe::Summary`).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ProbeSummary {
+    /// Requests with a known outcome.
+    #[serde(default)]
+    pub requests: u64,
+    /// 2xx answers.
+    #[serde(default)]
+    pub successes: u64,
+    /// Failed requests.
+    #[serde(default)]
+    pub failures: u64,
+    /// Run time, ms.
+    #[serde(default)]
+    pub elapsed_ms: f64,
+    /// Arrival of the last success, ms.
+    #[serde(default)]
+    pub last_success_ms: Option<f64>,
+    /// Failures after the last success.
+    #[serde(default)]
+    pub trailing_failures: u64,
+    /// Longest gap.
+    #[serde(default)]
+    pub longest_gap: Option<ProbeGap>,
+    /// Switch count.
+    #[serde(default)]
+    pub switch_count: u64,
+    /// Switches.
+    #[serde(default)]
+    pub switches: Vec<ProbeSwitch>,
+    /// Successes per backend.
+    #[serde(default)]
+    pub backends: BTreeMap<String, u64>,
+}
+
+/// `longest_gap` of the probe summary.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ProbeGap {
+    /// Start, ms since the probe start.
+    pub start_ms: f64,
+    /// Length, ms.
+    pub gap_ms: f64,
+    /// Failures in between.
+    pub failures: u64,
+}
+
+/// One entry of `switches` of the probe summary.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct ProbeSwitch {
+    /// Old backend.
+    pub from: String,
+    /// New backend.
+    pub to: String,
+    /// First answer of `to`, ms since the probe start.
+    pub at_ms: f64,
+    /// Gap, ms.
+    pub gap_ms: f64,
+    /// Failures in between.
+    pub failures: u64,
+}
+
+impl ProbeSummary {
+    /// The longest gap including an open gap at the end (ms), `None` without any answer.
+    pub fn worst_gap_ms(&self) -> Option<f64> {
+        let closed = self.longest_gap.as_ref().map(|g| g.gap_ms);
+        let open = (self.trailing_failures > 0)
+            .then(|| self.last_success_ms.map(|l| self.elapsed_ms - l))
+            .flatten();
+        match (closed, open) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}
+
+/// Stops a probe (SIGINT) and parses the JSON summary line from its log.
+///
+/// # Errors
+/// When the probe does not exit or prints no summary.
+pub fn stop_probe(mut probe: LabProcess) -> Result<ProbeSummary> {
+    let _ = probe.signal(Signal::SIGINT);
+    if probe.wait_timeout(Duration::from_secs(5))?.is_none() {
+        let _ = probe.kill();
+        bail!("vipd probe did not exit within 5 s of SIGINT");
+    }
+    let log = probe.log();
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .ok_or_else(|| anyhow!("no JSON summary in the probe output: {}", tail(&log, 10)))?;
+    serde_json::from_str(line).with_context(|| format!("parse probe summary {line}"))
+}
+
+/// The last `n` lines of `s`.
+pub fn tail(s: &str, n: usize) -> String {
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Waits until the probe's last `n` answer lines (stderr, `HH:MM:SS.mmm NODE LAT`) all name
+/// `node`.
+fn wait_probe_steady(probe: &LabProcess, node: &str, n: usize, limit: Duration) -> Result<()> {
+    let t0 = Instant::now();
+    loop {
+        let log = probe.log();
+        let last: Vec<&str> = log
+            .lines()
+            .filter(|l| !l.starts_with('{'))
+            .rev()
+            .take(n)
+            .collect();
+        if last.len() == n
+            && last
+                .iter()
+                .all(|l| l.split_whitespace().nth(1) == Some(node))
+        {
+            return Ok(());
+        }
+        if t0.elapsed() > limit {
+            bail!(
+                "probe did not answer steadily from {node} within {limit:?}: {}",
+                tail(&log, 5)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// What happened after the event, from polling the nodes' addresses.
+#[derive(Debug, Default)]
+struct Watch {
+    new_holder: Option<String>,
+    takeover: Option<Duration>,
+    old_gone: Option<Duration>,
+    max_carriers: usize,
+}
+
+/// Polls the nodes' addresses until a node other than `old` carries the VIP or `limit`
+/// passes.
+fn watch_takeover(ctx: &Ctx, old: &str, t0: Instant, limit: Duration) -> Result<Watch> {
+    let mut w = Watch::default();
+    loop {
+        let h = ctx.holders()?;
+        let now = t0.elapsed();
+        w.max_carriers = w.max_carriers.max(h.len());
+        if w.old_gone.is_none() && !h.iter().any(|n| n == old) {
+            w.old_gone = Some(now);
+        }
+        if let Some(n) = h.iter().find(|n| *n != old) {
+            w.new_holder = Some(n.clone());
+            w.takeover = Some(now);
+            return Ok(w);
+        }
+        if now > limit {
+            return Ok(w);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// Largest time a takeover may take before the trial gives up: generous, three lease
+/// durations of the slowest timings we expect plus slack.
+fn takeover_limit(subject: &Subject) -> Duration {
+    match subject {
+        Subject::Vipd(t) => {
+            let lease = t
+                .values
+                .as_ref()
+                .and_then(|v| v[0].parse::<f64>().ok())
+                .unwrap_or(5.0);
+            Duration::from_secs_f64(lease * 3.0 + 10.0)
+        }
+        Subject::Keepalived => Duration::from_secs(20),
+    }
+}
+
+/// Runs one trial of `scenario` for `subject`. See the module documentation.
+///
+/// # Errors
+/// When the trial cannot be set up (no holder, probe never answers); what happens after the
+/// event is reported in the result, not as an error.
+pub fn run_trial(
+    ctx: &Ctx,
+    scenario: Scenario,
+    subject: &Subject,
+    trial: usize,
+) -> Result<TrialResult> {
+    let mut notes = Vec::new();
+    ctx.say(format!(
+        "{} {} #{trial}: setting up",
+        scenario.name(),
+        subject.label()
+    ));
+    if matches!(subject, Subject::Vipd(_)) {
+        ctx.delete_lease()?;
+    }
+    let leftovers = ctx.clear_vip(Duration::from_secs(6))?;
+    if !leftovers.is_empty() {
+        notes.push(format!(
+            "VIP left on {} before the trial, removed by hand",
+            leftovers.join(",")
+        ));
+    }
+    let mut cluster = Cluster::start(ctx, subject)?;
+    let holder = ctx.single_holder(Duration::from_secs(30)).map_err(|e| {
+        anyhow!(
+            "{e}; logs:\n{}",
+            NODES
+                .iter()
+                .map(|n| format!("--- {n}\n{}", tail(&cluster.log(n), 15)))
+                .collect::<Vec<_>>()
+                .join("\n")
+        )
+    })?;
+    let vip80 = SocketAddr::new(IpAddr::V4(VIP), 80);
+    let t_http = Instant::now();
+    loop {
+        let body = ctx
+            .lab
+            .http_get("client", vip80, "/", Duration::from_millis(500));
+        if body.as_deref().is_ok_and(|b| b.trim() == holder) {
+            break;
+        }
+        if t_http.elapsed() > Duration::from_secs(10) {
+            bail!("client never reached {holder} through {VIP}: {body:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let watcher = ctx.start_arp_watch()?;
+    let watch_t0 = Instant::now();
+    let probe = ctx.start_probe()?;
+    wait_probe_steady(&probe, &holder, 25, Duration::from_secs(10))?;
+    // The holder may have changed meanwhile (it should not).
+    let h = ctx.holders()?;
+    if h != [holder.clone()] {
+        notes.push(format!("holders changed before the event: {h:?}"));
+    }
+    ctx.say(format!(
+        "{holder} holds the VIP; acting: {}",
+        scenario.name()
+    ));
+
+    let t0 = Instant::now();
+    match scenario {
+        Scenario::Graceful => cluster.signal_main(&holder, Signal::SIGTERM)?,
+        Scenario::Kill => cluster.signal_all(&holder, Signal::SIGKILL)?,
+        Scenario::Freeze => cluster.signal_all(&holder, Signal::SIGSTOP)?,
+        Scenario::Poweroff => {
+            cluster.signal_all(&holder, Signal::SIGKILL)?;
+            ctx.lab.cut_link(&holder)?;
+        }
+        Scenario::Partition => ctx.lab.partition(&holder)?,
+    }
+    let event_at = t0.duration_since(watch_t0);
+    let w = watch_takeover(ctx, &holder, t0, takeover_limit(subject))?;
+    ctx.say(format!(
+        "takeover by {:?} after {:?} (old gone after {:?})",
+        w.new_holder, w.takeover, w.old_gone
+    ));
+    if w.max_carriers > 1
+        && matches!(
+            scenario,
+            Scenario::Graceful | Scenario::Kill | Scenario::Freeze
+        )
+    {
+        notes.push(format!("{} nodes carried the VIP at once", w.max_carriers));
+    }
+    let mut came_back = None;
+    if scenario == Scenario::Freeze {
+        std::thread::sleep(Duration::from_secs(3));
+        for p in cluster.pids(&holder) {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), Signal::SIGCONT);
+        }
+        let cont_at = watch_t0.elapsed();
+        let t_cont = Instant::now();
+        let mut carried = false;
+        while t_cont.elapsed() < Duration::from_secs(4) {
+            carried |= ctx.holders()?.contains(&holder);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let rep = watcher.report();
+        let old_mac = ctx.lab.mac_of(&holder)?;
+        let answered = rep
+            .slots
+            .iter()
+            .filter(|s| s.t >= cont_at)
+            .any(|s| s.responders.contains(&old_mac));
+        if carried || answered {
+            notes.push(format!(
+                "thawed {holder} came back (carried the VIP: {carried}, answered ARP: {answered})"
+            ));
+        }
+        came_back = Some(carried || answered);
+    } else {
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let summary = stop_probe(probe);
+    let report = watcher.stop()?;
+    // Heal before stopping, so graceful stops can reach the API server.
+    match scenario {
+        Scenario::Poweroff => ctx.lab.restore_link(&holder)?,
+        Scenario::Partition => ctx.lab.heal(&holder)?,
+        _ => {}
+    }
+    cluster.stop();
+    let summary = summary?;
+
+    let mut two = 0usize;
+    let mut pairs = BTreeSet::new();
+    for s in &report.slots {
+        if s.responders.len() >= 2 {
+            two += 1;
+            let names: Vec<String> = s.responders.iter().map(|m| ctx.node_of(m)).collect();
+            pairs.insert(names.join("+"));
+        }
+    }
+    let two_ms = two as f64 * ms(report.interval);
+    if two > 0 {
+        let first = report
+            .slots
+            .iter()
+            .find(|s| s.responders.len() >= 2)
+            .map(|s| ms(s.t.saturating_sub(event_at)))
+            .unwrap_or_default();
+        notes.push(format!(
+            "two ARP responders ({}) for {two_ms:.0} ms, first {first:.0} ms after the event",
+            pairs.iter().cloned().collect::<Vec<_>>().join(", ")
+        ));
+    }
+    if w.new_holder.is_none() {
+        notes.push("no takeover within the time limit".into());
+    }
+    let recovered = summary.trailing_failures == 0 && summary.successes > 0;
+    if !recovered {
+        notes.push(format!(
+            "probe ended in a gap ({} trailing failures)",
+            summary.trailing_failures
+        ));
+    }
+    let sw: Vec<String> = summary
+        .switches
+        .iter()
+        .map(|s| {
+            format!(
+                "{}->{} at {:.0} ms (gap {:.0} ms)",
+                s.from, s.to, s.at_ms, s.gap_ms
+            )
+        })
+        .collect();
+    if summary.switch_count > 1 {
+        notes.push(format!(
+            "{} switches: {}",
+            summary.switch_count,
+            sw.join("; ")
+        ));
+    }
+    Ok(TrialResult {
+        scenario,
+        subject: subject.label(),
+        trial,
+        holder,
+        new_holder: w.new_holder,
+        gap_ms: summary.worst_gap_ms(),
+        takeover_ms: w.takeover.map(ms),
+        old_gone_ms: w.old_gone.map(ms),
+        two_responders_ms: two_ms,
+        two_responder_nodes: pairs.into_iter().collect(),
+        switches: summary.switch_count,
+        probe_failures: summary.failures,
+        probe_requests: summary.requests,
+        probe_switches: sw,
+        recovered,
+        came_back,
+        notes,
+    })
+}
+
+/// VmRSS of `pid` in KiB.
+pub fn rss_kib(pid: i32) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// Counts writes to the control-plane Lease for `window` with a watch
+/// (`?watch=1&timeoutSeconds=N` from the current resourceVersion); returns writes/second.
+///
+/// # Errors
+/// When the Lease cannot be read or the watch fails.
+pub fn lease_writes_per_s(lab: &Lab, window: Duration) -> Result<f64> {
+    let r = lab.api_request("GET", &lease_path(), None)?;
+    if r.status != 200 {
+        bail!("GET lease: HTTP {}: {}", r.status, r.body);
+    }
+    let v: serde_json::Value = serde_json::from_str(&r.body)?;
+    let rv = v["metadata"]["resourceVersion"]
+        .as_str()
+        .ok_or_else(|| anyhow!("lease without resourceVersion"))?;
+    let path = format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases?watch=1&fieldSelector=metadata.name%3D{LEASE_NAME}&resourceVersion={rv}&timeoutSeconds={}",
+        window.as_secs().max(1)
+    );
+    let t0 = Instant::now();
+    let w = lab.api_request("GET", &path, None)?;
+    let took = t0.elapsed();
+    if w.status != 200 {
+        bail!("watch lease: HTTP {}: {}", w.status, w.body);
+    }
+    let events = w
+        .body
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| matches!(e["type"].as_str(), Some("MODIFIED" | "ADDED" | "DELETED")))
+        .count();
+    Ok(events as f64 / took.as_secs_f64().max(1.0))
+}
+
+/// The idle phase: start `subject` on every node, wait for a holder, count Lease writes
+/// and read the RSS of the leader and the followers after [`IDLE_WINDOW`].
+///
+/// # Errors
+/// When the cluster does not elect a holder.
+pub fn idle(ctx: &Ctx, subject: &Subject) -> Result<IdleResult> {
+    ctx.delete_lease()?;
+    ctx.clear_vip(Duration::from_secs(6))?;
+    let mut cluster = Cluster::start(ctx, subject)?;
+    let holder = ctx.single_holder(Duration::from_secs(30))?;
+    let t0 = Instant::now();
+    let writes = std::thread::scope(|s| {
+        let h = s.spawn(|| lease_writes_per_s(&ctx.lab, IDLE_WINDOW));
+        std::thread::sleep(IDLE_WINDOW.saturating_sub(t0.elapsed()));
+        h.join()
+            .map_err(|_| anyhow!("lease watch thread panicked"))
+            .and_then(|r| r)
+    });
+    let leader_rss = cluster.process(&holder).and_then(|p| rss_kib(p.pid()));
+    let follower_rss = NODES
+        .iter()
+        .filter(|n| **n != holder)
+        .filter_map(|n| cluster.process(n).and_then(|p| rss_kib(p.pid())))
+        .max();
+    cluster.stop();
+    let writes = match writes {
+        Ok(w) => Some(w),
+        Err(e) => {
+            eprintln!("lease write count failed: {e:#}");
+            None
+        }
+    };
+    Ok(IdleResult {
+        subject: subject.label(),
+        leader_rss_kib: leader_rss,
+        follower_rss_kib: follower_rss,
+        lease_writes_per_s: writes,
+    })
+}
+
+fn idle_line(r: &IdleResult) -> String {
+    let mib = |k: Option<u64>| {
+        k.map(|k| format!("{:.1} MiB", k as f64 / 1024.0))
+            .unwrap_or_else(|| "?".into())
+    };
+    format!(
+        "idle {:<16} RSS leader {}  follower {}  lease writes {}/s",
+        r.subject,
+        mib(r.leader_rss_kib),
+        mib(r.follower_rss_kib),
+        r.lease_writes_per_s
+            .map(|w| format!("{w:.2}"))
+            .unwrap_or_else(|| "?".into())
+    )
+}
+
+fn opt_ms(v: Option<f64>) -> String {
+    v.map(|v| format!("{v:.0}")).unwrap_or_else(|| "-".into())
+}
+
+/// One line per trial.
+pub fn trial_line(r: &TrialResult) -> String {
+    let mut s = format!(
+        "{:<9} {:<16} #{} {}->{}: gap {} ms, takeover {} ms, old gone {} ms, two responders {:.0} ms",
+        r.scenario.name(),
+        r.subject,
+        r.trial,
+        r.holder,
+        r.new_holder.as_deref().unwrap_or("?"),
+        opt_ms(r.gap_ms),
+        opt_ms(r.takeover_ms),
+        opt_ms(r.old_gone_ms),
+        r.two_responders_ms
+    );
+    for n in &r.notes {
+        let _ = write!(s, "\n      note: {n}");
+    }
+    s
+}
+
+/// Nearest-rank percentile (`p` in 0..=1) of `v` (sorted in place); `None` when empty.
+pub fn percentile(v: &mut [f64], p: f64) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let rank = (p * v.len() as f64).ceil().max(1.0) as usize;
+    v.get(rank.min(v.len()) - 1).copied()
+}
+
+/// p50, p95 and max of the trials' gaps of one (scenario, subject).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GapStats {
+    /// Median gap, ms.
+    pub p50: f64,
+    /// 95th percentile, ms.
+    pub p95: f64,
+    /// Largest, ms.
+    pub max: f64,
+}
+
+fn gap_stats(rs: &[&TrialResult]) -> Option<GapStats> {
+    let mut v: Vec<f64> = rs.iter().filter_map(|r| r.gap_ms).collect();
+    Some(GapStats {
+        p50: percentile(&mut v, 0.5)?,
+        p95: percentile(&mut v, 0.95)?,
+        max: percentile(&mut v, 1.0)?,
+    })
+}
+
+fn grouped(report: &BenchReport) -> Vec<((Scenario, String), Vec<&TrialResult>)> {
+    let mut order: Vec<(Scenario, String)> = Vec::new();
+    let mut map: HashMap<(Scenario, String), Vec<&TrialResult>> = HashMap::new();
+    for r in &report.trials {
+        let k = (r.scenario, r.subject.clone());
+        if !map.contains_key(&k) {
+            order.push(k.clone());
+        }
+        map.entry(k).or_default().push(r);
+    }
+    order
+        .into_iter()
+        .map(|k| {
+            let v = map.remove(&k).unwrap_or_default();
+            (k, v)
+        })
+        .collect()
+}
+
+/// The per-(scenario, subject) table: trials, gap p50/p95/max, takeover p50, total and
+/// worst-trial time with two responders.
+pub fn summary_table(report: &BenchReport) -> String {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{:<9} {:<16} {:>6} {:>8} {:>8} {:>8} {:>10} {:>12}  {}",
+        "scenario",
+        "impl",
+        "trials",
+        "gap p50",
+        "gap p95",
+        "gap max",
+        "takeover50",
+        "2-resp max",
+        "notes"
+    );
+    for ((scenario, subject), rs) in grouped(report) {
+        let g = gap_stats(&rs);
+        let mut take: Vec<f64> = rs.iter().filter_map(|r| r.takeover_ms).collect();
+        let two_max = rs
+            .iter()
+            .map(|r| r.two_responders_ms)
+            .fold(0.0_f64, f64::max);
+        let flagged = rs.iter().filter(|r| !r.notes.is_empty()).count();
+        let _ = writeln!(
+            s,
+            "{:<9} {:<16} {:>6} {:>8} {:>8} {:>8} {:>10} {:>12}  {}",
+            scenario.name(),
+            subject,
+            rs.len(),
+            opt_ms(g.map(|g| g.p50)),
+            opt_ms(g.map(|g| g.p95)),
+            opt_ms(g.map(|g| g.max)),
+            opt_ms(percentile(&mut take, 0.5)),
+            format!("{two_max:.0}"),
+            if flagged > 0 {
+                format!("{flagged} trial(s) with notes")
+            } else {
+                String::new()
+            }
+        );
+    }
+    s
+}
+
+/// vipd / keepalived ratios of gap p50 and p95 per scenario and vipd timing.
+pub fn ratio_table(report: &BenchReport) -> String {
+    let groups = grouped(report);
+    let stats: HashMap<(Scenario, String), GapStats> = groups
+        .iter()
+        .filter_map(|(k, rs)| gap_stats(rs).map(|g| (k.clone(), g)))
+        .collect();
+    let mut s = String::new();
+    let mut header = false;
+    for ((scenario, subject), g) in groups
+        .iter()
+        .filter(|((_, subj), _)| subj.starts_with("vipd"))
+        .filter_map(|(k, _)| stats.get(k).map(|g| (k, g)))
+    {
+        let Some(k) = stats.get(&(*scenario, "keepalived".to_string())) else {
+            continue;
+        };
+        if !header {
+            let _ = writeln!(s, "\nvipd / keepalived (gap; < 1 means vipd is faster):");
+            header = true;
+        }
+        let ratio = |a: f64, b: f64| {
+            if b > 0.0 {
+                format!("{:.2}", a / b)
+            } else {
+                "-".into()
+            }
+        };
+        let _ = writeln!(
+            s,
+            "  {:<9} {:<16} p50 {:>5}  p95 {:>5}",
+            scenario.name(),
+            subject,
+            ratio(g.p50, k.p50),
+            ratio(g.p95, k.p95)
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_parse_and_reject_bad_values() {
+        let o = BenchOptions::parse(&[
+            "--scenario",
+            "kill,freeze",
+            "--trials",
+            "3",
+            "--impl",
+            "vipd",
+            "--timings",
+            "default,2.5/2/1",
+        ])
+        .unwrap();
+        assert_eq!(o.scenarios, vec![Scenario::Kill, Scenario::Freeze]);
+        assert_eq!(o.trials, 3);
+        assert!(o.vipd && !o.keepalived);
+        assert_eq!(o.timings[1].values.as_ref().unwrap()[0], "2.5");
+        assert_eq!(o.subjects().len(), 2);
+        let e = BenchOptions::parse(&["--scenario", "reboot"]).unwrap_err();
+        assert!(e.to_string().contains("\"reboot\""), "{e}");
+        assert!(BenchOptions::parse(&["--trials", "0"]).is_err());
+        assert!(BenchOptions::parse(&["--timings", "3/5/1"]).is_err());
+        assert!(BenchOptions::parse(&["--timings", "5/3"]).is_err());
+        assert!(BenchOptions::parse(&["--impl", "kube-vip"]).is_err());
+        assert!(BenchOptions::parse(&["--trials"]).is_err());
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let mut v = vec![5.0, 1.0, 4.0, 2.0, 3.0];
+        assert_eq!(percentile(&mut v, 0.5), Some(3.0));
+        assert_eq!(percentile(&mut v, 0.95), Some(5.0));
+        assert_eq!(percentile(&mut v, 1.0), Some(5.0));
+        assert_eq!(percentile(&mut [], 0.5), None);
+        let mut many: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(percentile(&mut many, 0.95), Some(95.0));
+    }
+
+    #[test]
+    fn open_gap_at_the_end_counts() {
+        let s: ProbeSummary = serde_json::from_str(
+            r#"{"requests":10,"successes":5,"failures":5,"elapsed_ms":1000.0,
+                "last_success_ms":400.0,"trailing_failures":5,
+                "longest_gap":{"start_ms":0.0,"gap_ms":100.0,"failures":0},
+                "switch_count":0,"switches":[],"backends":{"node-a":5}}"#,
+        )
+        .unwrap();
+        assert_eq!(s.worst_gap_ms(), Some(600.0));
+        let closed = ProbeSummary {
+            longest_gap: Some(ProbeGap {
+                start_ms: 0.0,
+                gap_ms: 250.0,
+                failures: 3,
+            }),
+            ..ProbeSummary::default()
+        };
+        assert_eq!(closed.worst_gap_ms(), Some(250.0));
+        assert_eq!(ProbeSummary::default().worst_gap_ms(), None);
+    }
+
+    #[test]
+    fn keepalived_conf_is_the_documented_recipe() {
+        let a = keepalived_conf("node-a");
+        assert!(
+            a.contains("state MASTER") && a.contains("priority 101"),
+            "{a}"
+        );
+        let b = keepalived_conf("node-b");
+        assert!(
+            b.contains("state BACKUP") && b.contains("priority 100"),
+            "{b}"
+        );
+        assert!(
+            b.contains("advert_int 1") && b.contains("192.0.2.10/32 dev eth0"),
+            "{b}"
+        );
+    }
+
+    #[test]
+    fn tables_group_by_scenario_and_impl() {
+        let t = |subject: &str, gap: f64| TrialResult {
+            scenario: Scenario::Kill,
+            subject: subject.into(),
+            trial: 1,
+            holder: "node-a".into(),
+            new_holder: Some("node-b".into()),
+            gap_ms: Some(gap),
+            takeover_ms: Some(gap),
+            old_gone_ms: None,
+            two_responders_ms: 0.0,
+            two_responder_nodes: vec![],
+            switches: 1,
+            probe_failures: 0,
+            probe_requests: 10,
+            probe_switches: vec![],
+            recovered: true,
+            came_back: None,
+            notes: vec![],
+        };
+        let report = BenchReport {
+            trials: vec![t("vipd default", 1000.0), t("keepalived", 4000.0)],
+            idle: vec![],
+        };
+        let table = summary_table(&report);
+        assert_eq!(table.lines().count(), 3, "{table}");
+        let ratios = ratio_table(&report);
+        assert!(ratios.contains("p50  0.25"), "{ratios}");
+    }
+}

@@ -1,0 +1,241 @@
+//! Small thread-based servers that run inside lab namespaces: the per-node "local API
+//! server" (an L4 TCP proxy to the real one) and the HTTP backend that answers its node name.
+//!
+//! Each server is one accept thread that entered the namespace; the threads it spawns
+//! inherit the namespace. Stopping shuts the listening socket down (`shutdown(2)` on a
+//! listening socket makes a blocked `accept(2)` return on Linux), closes live connections
+//! and joins the thread, so after [`ThreadServer::stop`] returns the port refuses
+//! connections.
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use super::error::{LabError, Result, io_ctx};
+use super::netns::spawn_in_netns;
+
+type ConnList = Arc<Mutex<HashMap<u64, (TcpStream, TcpStream)>>>;
+
+/// A server thread running inside a lab namespace; stopped on [`ThreadServer::stop`] or drop.
+#[derive(Debug)]
+pub struct ThreadServer {
+    name: String,
+    listen: SocketAddr,
+    stop: Arc<AtomicBool>,
+    listener_fd: i32,
+    conns: ConnList,
+    handle: Option<JoinHandle<Result<()>>>,
+}
+
+enum Behaviour {
+    /// Forward every connection to this address.
+    Proxy(SocketAddr),
+    /// Answer every HTTP request with this body.
+    Http(String),
+}
+
+impl ThreadServer {
+    /// Starts an L4 TCP proxy in the namespace at `netns`: listens on `listen`, forwards each
+    /// connection to `target` (connect timeout 2 s).
+    ///
+    /// # Errors
+    /// [`LabError::Io`] when the namespace cannot be entered or `listen` cannot be bound.
+    pub fn proxy(
+        netns: &Path,
+        name: &str,
+        listen: SocketAddr,
+        target: SocketAddr,
+    ) -> Result<ThreadServer> {
+        Self::start(netns, name, listen, Behaviour::Proxy(target))
+    }
+
+    /// Starts an HTTP/1.x server in the namespace at `netns` that answers every request with
+    /// `200 OK` and the body `body` followed by a newline, then closes the connection.
+    ///
+    /// # Errors
+    /// [`LabError::Io`] when the namespace cannot be entered or `listen` cannot be bound.
+    pub fn http(netns: &Path, name: &str, listen: SocketAddr, body: &str) -> Result<ThreadServer> {
+        Self::start(netns, name, listen, Behaviour::Http(body.to_string()))
+    }
+
+    fn start(
+        netns: &Path,
+        name: &str,
+        listen: SocketAddr,
+        behaviour: Behaviour,
+    ) -> Result<ThreadServer> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let conns: ConnList = Arc::new(Mutex::new(HashMap::new()));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<i32>>();
+        let thread_stop = stop.clone();
+        let thread_conns = conns.clone();
+        let thread_name = name.to_string();
+        let handle = spawn_in_netns(netns, name, move || {
+            let listener = match TcpListener::bind(listen) {
+                Ok(l) => l,
+                Err(e) => {
+                    let err = io_ctx(format!("{thread_name}: bind {listen}"))(e);
+                    let _ = ready_tx.send(Err(LabError::Thread {
+                        name: thread_name.clone(),
+                        detail: err.to_string(),
+                    }));
+                    return Err(err);
+                }
+            };
+            let _ = ready_tx.send(Ok(listener.as_raw_fd()));
+            accept_loop(&listener, &thread_stop, &thread_conns, &behaviour);
+            Ok(())
+        })?;
+        let fd = match ready_rx.recv_timeout(Duration::from_secs(5)) {
+            Ok(Ok(fd)) => fd,
+            Ok(Err(e)) => {
+                let _ = handle.join();
+                return Err(e);
+            }
+            Err(_) => {
+                // The thread failed before binding (e.g. setns): report its error.
+                return Err(match handle.join() {
+                    Ok(Err(e)) => e,
+                    _ => LabError::Thread {
+                        name: name.to_string(),
+                        detail: "server thread did not start".into(),
+                    },
+                });
+            }
+        };
+        Ok(ThreadServer {
+            name: name.to_string(),
+            listen,
+            stop,
+            listener_fd: fd,
+            conns,
+            handle: Some(handle),
+        })
+    }
+
+    /// The address the server listens on (inside its namespace).
+    pub fn listen_addr(&self) -> SocketAddr {
+        self.listen
+    }
+
+    /// The name given at start.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the server is still accepting connections.
+    pub fn is_running(&self) -> bool {
+        self.handle.is_some()
+    }
+
+    /// Stops accepting, resets every open connection and joins the accept thread.
+    pub fn stop(&mut self) {
+        let Some(handle) = self.handle.take() else {
+            return;
+        };
+        self.stop.store(true, Ordering::SeqCst);
+        // SAFETY: the fd belongs to the listener owned by the accept thread, which is still
+        // alive (not joined yet); shutdown(2) does not close it, it only wakes accept(2).
+        unsafe {
+            libc::shutdown(self.listener_fd, libc::SHUT_RDWR);
+        }
+        let _ = handle.join();
+        if let Ok(mut conns) = self.conns.lock() {
+            for (_, (a, b)) in conns.drain() {
+                let _ = a.shutdown(Shutdown::Both);
+                let _ = b.shutdown(Shutdown::Both);
+            }
+        }
+    }
+}
+
+impl Drop for ThreadServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn accept_loop(listener: &TcpListener, stop: &AtomicBool, conns: &ConnList, behaviour: &Behaviour) {
+    loop {
+        let accepted = listener.accept();
+        if stop.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok((stream, _peer)) = accepted else {
+            // Transient errors (ECONNABORTED, EMFILE): back off a little and go on.
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        match behaviour {
+            Behaviour::Http(body) => serve_http(stream, body),
+            Behaviour::Proxy(target) => {
+                start_proxy_conn(stream, *target, conns);
+            }
+        }
+    }
+}
+
+fn serve_http(mut stream: TcpStream, body: &str) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 1024];
+    // Read the request head (up to 16 KiB) so the client never sees a reset.
+    while buf.len() < 16 * 1024 && !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    let payload = format!("{body}\n");
+    let resp = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+         Connection: close\r\n\r\n{payload}",
+        payload.len()
+    );
+    let _ = stream.write_all(resp.as_bytes());
+    let _ = stream.shutdown(Shutdown::Write);
+}
+
+fn start_proxy_conn(client: TcpStream, target: SocketAddr, conns: &ConnList) {
+    let Ok(upstream) = TcpStream::connect_timeout(&target, Duration::from_secs(2)) else {
+        let _ = client.shutdown(Shutdown::Both);
+        return;
+    };
+    let (Ok(c2), Ok(u2), Ok(c3), Ok(u3)) = (
+        client.try_clone(),
+        upstream.try_clone(),
+        client.try_clone(),
+        upstream.try_clone(),
+    ) else {
+        return;
+    };
+    let id = NEXT_CONN.fetch_add(1, Ordering::Relaxed);
+    if let Ok(mut map) = conns.lock() {
+        map.insert(id, (c3, u3));
+    }
+    let conns = conns.clone();
+    let _ = std::thread::Builder::new()
+        .name("proxy-conn".into())
+        .spawn(move || {
+            std::thread::scope(|s| {
+                s.spawn(|| pump(u2, c2));
+                pump(client, upstream);
+            });
+            if let Ok(mut map) = conns.lock() {
+                map.remove(&id);
+            }
+        });
+}
+
+static NEXT_CONN: AtomicU64 = AtomicU64::new(0);
+
+fn pump(mut from: TcpStream, mut to: TcpStream) {
+    let _ = std::io::copy(&mut from, &mut to);
+    let _ = to.shutdown(Shutdown::Write);
+}
