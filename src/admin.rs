@@ -118,7 +118,10 @@ pub fn listen_addresses(value: &str) -> Result<Vec<SocketAddr>, AdminError> {
         ]);
     }
     if host == "localhost" {
-        return Ok(vec![SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port))]);
+        return Ok(vec![SocketAddr::from((
+            std::net::Ipv4Addr::LOCALHOST,
+            port,
+        ))]);
     }
     let ip: std::net::IpAddr = host
         .parse()
@@ -261,9 +264,11 @@ mod tests {
 
     async fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes())
-            .await
-            .unwrap();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
         let mut buf = String::new();
         s.read_to_string(&mut buf).await.unwrap();
         let (head, body) = buf.split_once("\r\n\r\n").unwrap();
@@ -297,7 +302,10 @@ mod tests {
         metrics.set_leading("plndr-cp-lock", true);
         let (st, head, body) = get(a, "/metrics").await;
         assert_eq!(st, 200);
-        assert!(head.to_lowercase().contains("application/openmetrics-text"), "{head}");
+        assert!(
+            head.to_lowercase().contains("application/openmetrics-text"),
+            "{head}"
+        );
         assert!(
             body.contains(r#"kube_vip_is_leader{node="node-a",lease_name="plndr-cp-lock"} 1"#),
             "{body}"

@@ -7,6 +7,7 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
+use crate::admin::Readiness;
 use crate::election::Gates;
 
 /// Gate closed while the node's own API server fails its health check.
@@ -62,9 +63,17 @@ pub async fn check_api(client: &kube::Client, limit: Duration) -> Result<(), Str
     Err(last)
 }
 
-/// Checks the local API server every [`HEALTH_INTERVAL`] and drives the
-/// [`GATE_LOCAL_API`] gate until `shutdown`.
-pub async fn health_loop(client: kube::Client, gates: Gates, shutdown: CancellationToken) {
+/// Checks the API server behind `client` every [`HEALTH_INTERVAL`] until `shutdown`:
+/// drives the [`GATE_LOCAL_API`] gate when `gates` is given (control-plane mode: the node's
+/// own API server), sets `readiness`'s API flag, and tells systemd `READY=1` after the first
+/// good answer.
+pub async fn health_loop(
+    client: kube::Client,
+    gates: Option<Gates>,
+    readiness: Readiness,
+    shutdown: CancellationToken,
+) {
+    let mut notified = false;
     let mut tracker = HealthTracker::default();
     let mut tick = tokio::time::interval(HEALTH_INTERVAL);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -77,13 +86,24 @@ pub async fn health_loop(client: kube::Client, gates: Gates, shutdown: Cancellat
         let res = check_api(&client, HEALTH_INTERVAL).await;
         let open = tracker.record(res.is_ok());
         match (&res, was_open, open) {
-            (Err(e), true, false) => warn!(error = %e, failures = HEALTH_FAILURES, "local API server unhealthy; stepping down and not campaigning"),
+            (Err(e), true, false) => {
+                warn!(error = %e, failures = HEALTH_FAILURES, "local API server unhealthy; stepping down and not campaigning")
+            }
             (Err(e), true, true) => warn!(error = %e, "local API server health check failed"),
             (Ok(()), false, true) => info!("local API server healthy again"),
             _ => {}
         }
         was_open = open;
-        gates.set(GATE_LOCAL_API, open);
+        if let Some(g) = &gates {
+            g.set(GATE_LOCAL_API, open);
+        }
+        readiness.set_api_reachable(res.is_ok());
+        if res.is_ok() && !notified {
+            notified = true;
+            if let Err(e) = crate::systemd::notify_ready("configuration valid, API reachable") {
+                warn!(error = %e, "cannot notify systemd");
+            }
+        }
     }
 }
 

@@ -24,7 +24,9 @@ pub enum ClientError {
         message: String,
     },
     /// No kubeconfig given and neither in-cluster nor default kubeconfig works.
-    #[error("no Kubernetes credentials: set k8s_config_file (--k8sConfigPath) or run in a pod: {0}")]
+    #[error(
+        "no Kubernetes credentials: set k8s_config_file (--k8sConfigPath) or run in a pod: {0}"
+    )]
     Infer(String),
     /// `kubernetes_addr` is not a usable `host:port` / URL.
     #[error("kubernetes_addr {value:?}: {message}")]
@@ -53,10 +55,12 @@ pub fn api_url(addr: &str) -> Result<http::Uri, ClientError> {
     } else {
         format!("https://{addr}")
     };
-    let uri: http::Uri = text.parse().map_err(|e: http::uri::InvalidUri| ClientError::Address {
-        value: addr.to_string(),
-        message: e.to_string(),
-    })?;
+    let uri: http::Uri = text
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| ClientError::Address {
+            value: addr.to_string(),
+            message: e.to_string(),
+        })?;
     if uri.host().is_none() {
         return Err(ClientError::Address {
             value: addr.to_string(),
@@ -142,10 +146,22 @@ mod tests {
 
     #[test]
     fn addresses_parse_to_https_urls() {
-        assert_eq!(api_url("127.0.0.1:6443").unwrap().to_string(), "https://127.0.0.1:6443/");
-        assert_eq!(api_url("[2001:db8::1]:6443").unwrap().host(), Some("[2001:db8::1]"));
-        assert_eq!(api_url("https://api.example:443").unwrap().port_u16(), Some(443));
+        assert_eq!(
+            api_url("127.0.0.1:6443").unwrap().to_string(),
+            "https://127.0.0.1:6443/"
+        );
+        assert_eq!(
+            api_url("[2001:db8::1]:6443").unwrap().host(),
+            Some("[2001:db8::1]")
+        );
+        assert_eq!(
+            api_url("https://api.example:443").unwrap().port_u16(),
+            Some(443)
+        );
         let e = api_url("bad host:1").unwrap_err().to_string();
-        assert!(e.contains("kubernetes_addr") && e.contains("bad host:1"), "{e}");
+        assert!(
+            e.contains("kubernetes_addr") && e.contains("bad host:1"),
+            "{e}"
+        );
     }
 }

@@ -5,17 +5,17 @@
 //! applied through the [`net`] kernel layer with a kernel fence and gratuitous ARP).
 //! [`manager`] wires them together for `vipd manager`; `main.rs` is a thin shell.
 
+pub mod admin;
 pub mod config;
 pub mod controlplane;
 pub mod election;
 pub mod kubeclient;
 pub mod manager;
+pub mod manifest;
+pub mod metrics;
 pub mod net;
+pub mod preflight;
 pub mod probe;
 pub mod reconcile;
 pub mod services;
-pub mod manifest;
-pub mod admin;
-pub mod metrics;
-pub mod preflight;
 pub mod systemd;

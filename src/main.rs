@@ -58,9 +58,26 @@ fn cancel_on_signal(token: CancellationToken) -> anyhow::Result<()> {
     Ok(())
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            // The chain of causes, without a backtrace: these are operator-facing errors.
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Manager(args) => {
             let cfg = match Config::from_process(&args) {
@@ -86,7 +103,7 @@ async fn main() -> anyhow::Result<()> {
             let report = vipd::preflight::run(&cfg, &args).await;
             print!("{}", report.render());
             if report.failed() {
-                std::process::exit(1);
+                anyhow::bail!("preflight found problems (see the table above)");
             }
             Ok(())
         }

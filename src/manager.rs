@@ -71,6 +71,20 @@ pub fn control_plane_vips(cfg: &Config) -> Vec<VipSpec> {
 /// logged, never returned.
 pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), ManagerError> {
     info!(node = %cfg.node_name, version = env!("CARGO_PKG_VERSION"), "vipd manager starting");
+    // ---- admin endpoint (issue 5: /metrics /healthz /readyz on prometheus_server) ----
+    // `metrics` and `readiness` are for the elector / VIP holder / API health loop to
+    // update (Metrics::set_leading, Readiness::set_api_reachable, ...). A port that cannot
+    // be bound is logged and vipd goes on: the VIP matters more than its metrics.
+    let metrics = crate::metrics::Metrics::new(&cfg.node_name);
+    let readiness = crate::admin::Readiness::new();
+    readiness.set_config_valid(true);
+    if let Some(addr) = &cfg.prometheus_server
+        && let Err(e) =
+            crate::admin::start(addr, metrics.clone(), readiness.clone(), shutdown.clone()).await
+    {
+        tracing::error!(error = %e, "admin endpoint not started");
+    }
+    // ---- end admin endpoint ----
     if !cfg.control_plane && !cfg.services {
         return Err(ManagerError::Unsupported(
             "nothing to do: set cp_enable (--controlplane) and/or svc_enable (--services)".into(),
@@ -90,11 +104,25 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         Err(e) => warn!(error = %e, "could not list addresses for stale VIP cleanup"),
     }
 
+    // API health: in control-plane mode it gates the control-plane election (the node's own
+    // API server); in every mode it drives /readyz and systemd READY=1.
+    let cp_gates = Gates::default();
+    let health_stop = CancellationToken::new();
+    let health = tokio::spawn(controlplane::health_loop(
+        client.clone(),
+        cfg.control_plane.then(|| cp_gates.clone()),
+        readiness.clone(),
+        health_stop.clone(),
+    ));
+    let aux_stop = CancellationToken::new();
+    tokio::spawn(aux_loop(kernel.clone(), metrics.clone(), aux_stop.clone()));
+
     let mut control_plane = None;
     if cfg.control_plane {
-        let gates = Gates::default();
+        let gates = cp_gates;
         let leases = KubeLeaseClient::new(client.clone(), &cfg.lease.namespace, &cfg.lease.name);
         let (elector, leadership) = Elector::new(leases, cfg.node_name.clone(), timing, &gates);
+        let elector = elector.with_metrics(metrics.clone());
         let vips = control_plane_vips(&cfg);
         info!(
             vips = ?vips.iter().map(|s| s.vip.to_string()).collect::<Vec<_>>(),
@@ -110,37 +138,40 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
             vips,
             holder_cfg.clone(),
             gates.clone(),
-        );
+        )
+        .with_metrics(metrics.clone());
         let election_stop = CancellationToken::new();
         let holder_stop = CancellationToken::new();
-        let health_stop = CancellationToken::new();
-        let health = tokio::spawn(controlplane::health_loop(
-            client.clone(),
-            gates.clone(),
-            health_stop.clone(),
-        ));
         let holder_task = tokio::spawn(holder.run(leadership, holder_stop.clone()));
         let elector_task = tokio::spawn(elector.run(election_stop.clone()));
-        control_plane = Some((election_stop, elector_task, holder_stop, holder_task, health_stop, health));
+        control_plane = Some((election_stop, elector_task, holder_stop, holder_task));
     }
 
     let mut services = None;
     if cfg.services {
         let stop = CancellationToken::new();
         // Per-Service holders share one address dump per check interval.
-        let cached = Arc::new(CachedKernel::new(kernel.clone(), Duration::from_millis(200)));
+        let cached = Arc::new(CachedKernel::new(
+            kernel.clone(),
+            Duration::from_millis(200),
+        ));
         let task = tokio::spawn(crate::services::runtime::run(
             cfg.clone(),
             client.clone(),
             cached,
             Arc::new(RawAnnouncer),
             holder_cfg.clone(),
+            metrics.clone(),
             stop.clone(),
         ));
         services = Some((stop, task));
     }
+    readiness.set_election_running(true);
 
     shutdown.cancelled().await;
+    if let Err(e) = crate::systemd::notify_stopping() {
+        warn!(error = %e, "cannot notify systemd");
+    }
     info!("shutting down: dropping VIPs, then releasing the leases");
     let services_done = async {
         if let Some((stop, task)) = services {
@@ -151,9 +182,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         }
     };
     let control_plane_done = async {
-        if let Some((election_stop, elector_task, holder_stop, holder_task, health_stop, health)) =
-            control_plane
-        {
+        if let Some((election_stop, elector_task, holder_stop, holder_task)) = control_plane {
             election_stop.cancel();
             if let Err(e) = elector_task.await.map(drop) {
                 error!(error = %e, "election task failed");
@@ -162,17 +191,46 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
             if let Err(e) = holder_task.await {
                 error!(error = %e, "VIP holder task failed");
             }
-            health_stop.cancel();
-            let _ = health.await;
         }
     };
     tokio::join!(services_done, control_plane_done);
+    readiness.set_election_running(false);
+    health_stop.cancel();
+    let _ = health.await;
+    aux_stop.cancel();
     // Belt and braces: nothing tagged may outlive the process.
     if let Err(e) = reconcile::remove_stale(kernel.as_ref(), None).await {
         warn!(error = %e, "final VIP cleanup failed");
     }
     info!("vipd manager stopped");
     Ok(())
+}
+
+/// Periodic housekeeping until `stop`: the `vipd_vips_held` gauge (vipd-tagged addresses on
+/// the node, every 2 s) and systemd watchdog pings (at half `WatchdogSec`, when systemd
+/// asks for them).
+async fn aux_loop<K: Kernel>(
+    kernel: Arc<K>,
+    metrics: crate::metrics::Metrics,
+    stop: CancellationToken,
+) {
+    let watchdog = crate::systemd::watchdog_interval();
+    let period = watchdog.map_or(Duration::from_secs(2), |w| w.min(Duration::from_secs(2)));
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if watchdog.is_some()
+            && let Err(e) = crate::systemd::notify_watchdog()
+        {
+            warn!(error = %e, "systemd watchdog ping failed");
+        }
+        if let Ok(addrs) = kernel.addresses(None).await {
+            metrics.vips_held(addrs.iter().filter(|a| a.ours).count());
+        }
+    }
 }
 
 /// Makes sure the kernel layer is usable (netlink socket opens).

@@ -32,9 +32,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// Upper bounds (seconds) of the renew latency histogram buckets.
-pub const RENEW_BUCKETS: [f64; 11] = [
-    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0,
-];
+pub const RENEW_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LeaderLabels {
@@ -89,7 +87,9 @@ pub struct Metrics(Arc<Inner>);
 
 impl std::fmt::Debug for Metrics {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Metrics").field("node", &self.0.node).finish()
+        f.debug_struct("Metrics")
+            .field("node", &self.0.node)
+            .finish()
     }
 }
 
@@ -204,7 +204,10 @@ impl Metrics {
 
     /// Counts one failed renew attempt of `lease`.
     pub fn renew_failure(&self, lease: &str) {
-        self.0.renew_failures.get_or_create(&Self::lease(lease)).inc();
+        self.0
+            .renew_failures
+            .get_or_create(&Self::lease(lease))
+            .inc();
     }
 
     /// Counts one takeover of `lease` from another holder.
@@ -224,9 +227,7 @@ impl Metrics {
 
     /// Sets `vipd_vips_held` to `n`.
     pub fn vips_held(&self, n: usize) {
-        self.0
-            .vips_held
-            .set(i64::try_from(n).unwrap_or(i64::MAX));
+        self.0.vips_held.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     /// Sets `kube_vip_active_services{namespace}` to `n`.
@@ -284,7 +285,10 @@ mod tests {
             line(&t, "kube_vip_active_services{"),
             Some(r#"kube_vip_active_services{namespace="default"} 3"#)
         );
-        assert!(line(&t, "kube_vip_build_info{").is_some_and(|l| l.ends_with(" 1")), "{t}");
+        assert!(
+            line(&t, "kube_vip_build_info{").is_some_and(|l| l.ends_with(" 1")),
+            "{t}"
+        );
         assert!(t.ends_with("# EOF\n"), "{t}");
         m.set_leading("plndr-cp-lock", false);
         assert_eq!(
@@ -310,9 +314,15 @@ mod tests {
             "{t}"
         );
         assert_eq!(
-            line(&t, r#"vipd_lease_renew_duration_seconds_bucket{le="0.05",lease_name="l"}"#)
-                .or_else(|| line(&t, r#"vipd_lease_renew_duration_seconds_bucket{lease_name="l",le="0.05"}"#))
-                .map(|l| l.rsplit(' ').next().unwrap_or_default()),
+            line(
+                &t,
+                r#"vipd_lease_renew_duration_seconds_bucket{le="0.05",lease_name="l"}"#
+            )
+            .or_else(|| line(
+                &t,
+                r#"vipd_lease_renew_duration_seconds_bucket{lease_name="l",le="0.05"}"#
+            ))
+            .map(|l| l.rsplit(' ').next().unwrap_or_default()),
             Some("1"),
             "{t}"
         );

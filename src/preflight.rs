@@ -122,12 +122,21 @@ impl Report {
             .max(5);
         let mut s = format!("{:<w$}  {:<6}  DETAIL\n", "CHECK", "RESULT");
         for c in &self.checks {
-            s.push_str(&format!("{:<w$}  {:<6}  {}\n", c.name, c.status.to_string(), c.detail));
+            s.push_str(&format!(
+                "{:<w$}  {:<6}  {}\n",
+                c.name,
+                c.status.to_string(),
+                c.detail
+            ));
             if let Some(f) = &c.fix {
                 s.push_str(&format!("{:<w$}  {:<6}  fix: {}\n", "", "", f));
             }
         }
-        let failed = self.checks.iter().filter(|c| c.status == Status::Fail).count();
+        let failed = self
+            .checks
+            .iter()
+            .filter(|c| c.status == Status::Fail)
+            .count();
         s.push_str(&if failed == 0 {
             "preflight passed\n".to_string()
         } else {
@@ -148,18 +157,34 @@ pub fn parse_cap_eff(status: &str) -> Option<u64> {
 /// The capability check over `/proc/self/status` text.
 pub fn check_capabilities(status: &str) -> Check {
     let Some(eff) = parse_cap_eff(status) else {
-        return Check::new("capabilities", Status::Fail, "no CapEff line in /proc/self/status")
-            .fix("run on Linux with /proc mounted");
+        return Check::new(
+            "capabilities",
+            Status::Fail,
+            "no CapEff line in /proc/self/status",
+        )
+        .fix("run on Linux with /proc mounted");
     };
-    let missing: Vec<&str> = [(CAP_NET_ADMIN, "CAP_NET_ADMIN"), (CAP_NET_RAW, "CAP_NET_RAW")]
-        .iter()
-        .filter(|(bit, _)| eff & (1u64 << bit) == 0)
-        .map(|(_, n)| *n)
-        .collect();
+    let missing: Vec<&str> = [
+        (CAP_NET_ADMIN, "CAP_NET_ADMIN"),
+        (CAP_NET_RAW, "CAP_NET_RAW"),
+    ]
+    .iter()
+    .filter(|(bit, _)| eff & (1u64 << bit) == 0)
+    .map(|(_, n)| *n)
+    .collect();
     if missing.is_empty() {
-        Check::new("capabilities", Status::Pass, "CAP_NET_ADMIN and CAP_NET_RAW effective")
+        Check::new(
+            "capabilities",
+            Status::Pass,
+            "CAP_NET_ADMIN and CAP_NET_RAW effective",
+        )
     } else {
-        Check::new("capabilities", Status::Fail, format!("missing {}", missing.join(", "))).fix(
+        Check::new(
+            "capabilities",
+            Status::Fail,
+            format!("missing {}", missing.join(", ")),
+        )
+        .fix(
             "Pod: securityContext.capabilities.add [NET_ADMIN, NET_RAW] (vipd manifest pod); \
              systemd: AmbientCapabilities=CAP_NET_ADMIN CAP_NET_RAW (vipd manifest systemd); \
              shell: run as root",
@@ -191,11 +216,15 @@ pub fn check_macvlan(
     } else if has(modules_builtin) {
         (Status::Pass, "macvlan is built into the kernel".to_string())
     } else if has(modules_dep) {
-        (Status::Pass, "macvlan is loadable (modules.dep lists it; it loads on first use)".to_string())
+        (
+            Status::Pass,
+            "macvlan is loadable (modules.dep lists it; it loads on first use)".to_string(),
+        )
     } else if modules_dep.is_none() {
         (
             if needed { Status::Warn } else { Status::Skip },
-            "cannot read /lib/modules/<release>/modules.dep to tell whether macvlan exists".to_string(),
+            "cannot read /lib/modules/<release>/modules.dep to tell whether macvlan exists"
+                .to_string(),
         )
     } else {
         (
@@ -203,7 +232,11 @@ pub fn check_macvlan(
             "this kernel has no macvlan module".to_string(),
         )
     };
-    let suffix = if needed { "" } else { " (only dhcp_mode needs it)" };
+    let suffix = if needed {
+        ""
+    } else {
+        " (only dhcp_mode needs it)"
+    };
     let c = Check::new("macvlan", status, format!("{detail}{suffix}"));
     if matches!(status, Status::Fail | Status::Warn) || (!needed && status == Status::Skip) {
         c.fix(
@@ -329,8 +362,12 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
             }
             match &iface_name {
                 None => report.checks.push(
-                    Check::new("interface", Status::Fail, "no vip_interface and none chosen automatically")
-                        .fix("set vip_interface (--interface)"),
+                    Check::new(
+                        "interface",
+                        Status::Fail,
+                        "no vip_interface and none chosen automatically",
+                    )
+                    .fix("set vip_interface (--interface)"),
                 ),
                 Some(name) => match k.link_by_name(name).await {
                     Ok(l) if l.carrier && l.up => {
@@ -347,7 +384,9 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
                             Status::Fail,
                             format!("{name}: up={} carrier={}", l.up, l.carrier),
                         )
-                        .fix(format!("plug the cable / bring the link up: ip link set {name} up")),
+                        .fix(format!(
+                            "plug the cable / bring the link up: ip link set {name} up"
+                        )),
                     ),
                     Err(e) => report.checks.push(
                         Check::new("interface", Status::Fail, e.to_string())
@@ -364,10 +403,18 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
             for vip in &cfg.addresses {
                 let name = format!("vip-free:{vip}");
                 let c = match vip {
-                    IpAddr::V6(_) => Check::new(name, Status::Skip, "IPv6: the kernel's DAD checks it when vipd adds it"),
+                    IpAddr::V6(_) => Check::new(
+                        name,
+                        Status::Skip,
+                        "IPv6: the kernel's DAD checks it when vipd adds it",
+                    ),
                     _ if args.no_arp_probe => Check::new(name, Status::Skip, "--no-arp-probe"),
-                    _ if local.contains(vip) => Check::new(name, Status::Pass, "this node holds it now"),
-                    _ if !vip_iface_ok => Check::new(name, Status::Skip, "needs a working interface"),
+                    _ if local.contains(vip) => {
+                        Check::new(name, Status::Pass, "this node holds it now")
+                    }
+                    _ if !vip_iface_ok => {
+                        Check::new(name, Status::Skip, "needs a working interface")
+                    }
                     _ if !has_raw => Check::new(name, Status::Skip, "needs CAP_NET_RAW"),
                     IpAddr::V4(v4) => {
                         let ifn = iface_name.clone().unwrap_or_default();
@@ -414,7 +461,9 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
 
     // API and RBAC.
     let client = match kubeclient::election_client(cfg).await {
-        Ok((c, url)) => match tokio::time::timeout(Duration::from_secs(5), c.apiserver_version()).await {
+        Ok((c, url)) => match tokio::time::timeout(Duration::from_secs(5), c.apiserver_version())
+            .await
+        {
             Ok(Ok(v)) => {
                 report.checks.push(Check::new(
                     "api",
@@ -424,10 +473,11 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
                 Some(c)
             }
             Ok(Err(e)) => {
-                report.checks.push(
-                    Check::new("api", Status::Fail, format!("{url}: {e}"))
-                        .fix("check k8s_config_file and kubernetes_addr, and that the API server runs"),
-                );
+                report
+                    .checks
+                    .push(Check::new("api", Status::Fail, format!("{url}: {e}")).fix(
+                        "check k8s_config_file and kubernetes_addr, and that the API server runs",
+                    ));
                 None
             }
             Err(_) => {
@@ -484,7 +534,11 @@ pub async fn check_rbac(client: kube::Client, cfg: &Config) -> Check {
             };
             let what = format!(
                 "{verb} {}{}",
-                if p.group.is_empty() { String::new() } else { format!("{}/", p.group) },
+                if p.group.is_empty() {
+                    String::new()
+                } else {
+                    format!("{}/", p.group)
+                },
                 p.resource_name()
             );
             match api.create(&PostParams::default(), &review).await {
@@ -527,15 +581,27 @@ mod tests {
     fn macvlan_cases() {
         assert_eq!(check_macvlan(true, None, None, true).status, Status::Pass);
         let dep = "kernel/drivers/net/macvlan.ko.zst: kernel/drivers/net/tap.ko\n";
-        assert_eq!(check_macvlan(false, Some(dep), None, true).status, Status::Pass);
         assert_eq!(
-            check_macvlan(false, Some(""), Some("kernel/drivers/net/macvlan.ko\n"), true).status,
+            check_macvlan(false, Some(dep), None, true).status,
+            Status::Pass
+        );
+        assert_eq!(
+            check_macvlan(
+                false,
+                Some(""),
+                Some("kernel/drivers/net/macvlan.ko\n"),
+                true
+            )
+            .status,
             Status::Pass
         );
         let c = check_macvlan(false, Some("kernel/drivers/net/macvtap.ko:\n"), None, true);
         assert_eq!(c.status, Status::Fail);
         assert!(c.fix.unwrap().contains("kernel-default-base"));
-        assert_eq!(check_macvlan(false, Some(""), None, false).status, Status::Skip);
+        assert_eq!(
+            check_macvlan(false, Some(""), None, false).status,
+            Status::Skip
+        );
         assert_eq!(check_macvlan(false, None, None, true).status, Status::Warn);
     }
 
@@ -545,7 +611,11 @@ mod tests {
         let vip = Ipv4Addr::new(192, 0, 2, 10);
         let f = arp_probe_frame(mac, vip);
         assert_eq!(f.len(), 42);
-        assert_eq!(&f[28..32], &[0, 0, 0, 0], "sender IP must be 0.0.0.0 (RFC 5227 probe)");
+        assert_eq!(
+            &f[28..32],
+            &[0, 0, 0, 0],
+            "sender IP must be 0.0.0.0 (RFC 5227 probe)"
+        );
         assert_eq!(&f[38..42], &vip.octets());
         // Our own probe is not a conflict (sender IP 0.0.0.0).
         assert_eq!(arp_conflict(&f, vip, mac), None);
@@ -558,7 +628,10 @@ mod tests {
         // The same from our own MAC is not.
         assert_eq!(arp_conflict(&reply, vip, other), None);
         // Other addresses are ignored.
-        assert_eq!(arp_conflict(&reply, Ipv4Addr::new(192, 0, 2, 11), mac), None);
+        assert_eq!(
+            arp_conflict(&reply, Ipv4Addr::new(192, 0, 2, 11), mac),
+            None
+        );
     }
 
     #[test]
@@ -571,7 +644,10 @@ mod tests {
         };
         assert!(r.failed());
         let t = r.render();
-        assert!(t.contains("capabilities  FAIL    missing CAP_NET_RAW"), "{t}");
+        assert!(
+            t.contains("capabilities  FAIL    missing CAP_NET_RAW"),
+            "{t}"
+        );
         assert!(t.contains("fix: add it"), "{t}");
         assert!(t.ends_with("preflight FAILED: 1 check(s)\n"), "{t}");
     }

@@ -271,6 +271,7 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     /// IPv6 VIPs added but not yet announced because they were tentative.
     pending_na: Vec<usize>,
     updates: Option<watch::Receiver<Vec<VipSpec>>>,
+    metrics: Option<crate::metrics::Metrics>,
 }
 
 impl<K: Kernel, A: Announcer> VipHolder<K, A> {
@@ -296,7 +297,14 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             last_garp: None,
             pending_na: Vec::new(),
             updates: None,
+            metrics: None,
         }
+    }
+
+    /// Counts announcements in `metrics` (`vipd_garp_sent_total`).
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Makes the VIP set follow `updates` (e.g. a Service's addresses being edited, S19):
@@ -389,8 +397,12 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                     for step in plan(&gone, &present, None) {
                         if let Step::Remove { vip, ifindex } = step {
                             match self.kernel.remove(ifindex, vip).await {
-                                Ok(()) => info!(holder = %self.name, %vip, "VIP no longer configured; removed"),
-                                Err(e) => warn!(holder = %self.name, %vip, error = %e, "removing VIP failed"),
+                                Ok(()) => {
+                                    info!(holder = %self.name, %vip, "VIP no longer configured; removed")
+                                }
+                                Err(e) => {
+                                    warn!(holder = %self.name, %vip, error = %e, "removing VIP failed")
+                                }
                             }
                         }
                     }
@@ -504,13 +516,18 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             self.pending_na.retain(|p| *p != i);
             match self.announcer.announce(link, spec.vip) {
                 Ok(()) => {
+                    if let Some(m) = &self.metrics {
+                        m.garp_sent(spec.vip.addr);
+                    }
                     if first {
                         info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "announced");
                     } else {
                         debug!(holder = %self.name, vip = %spec.vip, "announced");
                     }
                 }
-                Err(e) => warn!(holder = %self.name, vip = %spec.vip, error = %e, "announce failed"),
+                Err(e) => {
+                    warn!(holder = %self.name, vip = %spec.vip, error = %e, "announce failed")
+                }
             }
         }
         self.last_garp = Some(Instant::now());
@@ -579,7 +596,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                         .await
                     {
                         Ok(()) => repaired = true,
-                        Err(e) => error!(holder = %self.name, %vip, error = %e, "re-adding VIP failed"),
+                        Err(e) => {
+                            error!(holder = %self.name, %vip, error = %e, "re-adding VIP failed")
+                        }
                     }
                 }
                 Step::Remove { vip, ifindex } => {

@@ -51,12 +51,13 @@ pub fn notify_to(socket: &str, state: &str) -> Result<(), NotifyError> {
     };
     if let Some(name) = socket.strip_prefix('@') {
         use std::os::linux::net::SocketAddrExt;
-        let addr = std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).map_err(
-            |e| NotifyError::BadSocket {
-                value: socket.to_string(),
-                reason: e.to_string(),
-            },
-        )?;
+        let addr =
+            std::os::unix::net::SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| {
+                NotifyError::BadSocket {
+                    value: socket.to_string(),
+                    reason: e.to_string(),
+                }
+            })?;
         send(sock.send_to_addr(state.as_bytes(), &addr))
     } else if socket.starts_with('/') {
         send(sock.send_to(state.as_bytes(), socket))
@@ -148,7 +149,9 @@ mod tests {
 
     #[test]
     fn relative_socket_is_an_error() {
-        let e = notify_to("relative/sock", "READY=1").unwrap_err().to_string();
+        let e = notify_to("relative/sock", "READY=1")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("relative/sock"), "{e}");
     }
 }

@@ -18,8 +18,13 @@ fn vip_ip() -> IpAddr {
 /// after the old process exits, exit status 0 within 2 s; never two ARP responders.
 #[test]
 fn graceful_stop_releases_lease_and_follower_takes_over() {
-    let Some(lab) = lab("graceful_stop", LabOptions::default()) else { return };
-    let mut procs: Vec<_> = NODES.iter().map(|n| start_vipd(&lab, n, T531, &[])).collect();
+    let Some(lab) = lab("graceful_stop", LabOptions::default()) else {
+        return;
+    };
+    let mut procs: Vec<_> = NODES
+        .iter()
+        .map(|n| start_vipd(&lab, n, T531, &[]))
+        .collect();
     let holder = single_holder(&lab, VIP, Duration::from_secs(30));
     let watch = lab.arp_watch(vip_ip(), Duration::from_millis(20)).unwrap();
     std::thread::sleep(Duration::from_millis(500));
@@ -34,7 +39,11 @@ fn graceful_stop_releases_lease_and_follower_takes_over() {
     });
     assert!(status.success(), "exit status {status:?}");
     assert!(exited < Duration::from_secs(2), "exit took {exited:?}");
-    assert!(procs[i].log().contains("lease released"), "{}", procs[i].log());
+    assert!(
+        procs[i].log().contains("lease released"),
+        "{}",
+        procs[i].log()
+    );
     let new = wait_for("a new holder", Duration::from_secs(2), || {
         let h = holders(&lab, VIP);
         (h.len() == 1 && h[0] != holder).then(|| h[0].clone())
@@ -42,9 +51,19 @@ fn graceful_stop_releases_lease_and_follower_takes_over() {
     let taken = t0.elapsed();
     let report = watch.stop().unwrap();
     eprintln!("graceful: exit after {exited:?}, {new} holds the VIP after {taken:?}");
-    assert!(taken < exited + Duration::from_millis(500), "takeover {taken:?} vs exit {exited:?}");
-    assert_eq!(lease_holder(&lab, "kube-system", "plndr-cp-lock").as_deref(), Some(new.as_str()));
-    assert!(report.max_simultaneous_responders() <= 1, "{:?}", report.multi_responder_intervals());
+    assert!(
+        taken < exited + Duration::from_millis(500),
+        "takeover {taken:?} vs exit {exited:?}"
+    );
+    assert_eq!(
+        lease_holder(&lab, "kube-system", "plndr-cp-lock").as_deref(),
+        Some(new.as_str())
+    );
+    assert!(
+        report.max_simultaneous_responders() <= 1,
+        "{:?}",
+        report.multi_responder_intervals()
+    );
     assert!(report.answered_slots() > 0);
 }
 
@@ -52,8 +71,13 @@ fn graceful_stop_releases_lease_and_follower_takes_over() {
 /// ARP responders); the restarted node holds nothing it does not lead.
 #[test]
 fn s01_killed_holder_never_two_holders_and_restart_holds_nothing() {
-    let Some(lab) = lab("s01", LabOptions::default()) else { return };
-    let mut procs: Vec<_> = NODES.iter().map(|n| start_vipd(&lab, n, T531, &[])).collect();
+    let Some(lab) = lab("s01", LabOptions::default()) else {
+        return;
+    };
+    let mut procs: Vec<_> = NODES
+        .iter()
+        .map(|n| start_vipd(&lab, n, T531, &[]))
+        .collect();
     let holder = single_holder(&lab, VIP, Duration::from_secs(30));
     let i = NODES.iter().position(|n| *n == holder).unwrap();
     let watch = lab.arp_watch(vip_ip(), Duration::from_millis(50)).unwrap();
@@ -77,7 +101,11 @@ fn s01_killed_holder_never_two_holders_and_restart_holds_nothing() {
     assert!(old_gone < taken);
     std::thread::sleep(Duration::from_millis(500));
     let report = watch.stop().unwrap();
-    assert!(report.max_simultaneous_responders() <= 1, "{:?}", report.multi_responder_intervals());
+    assert!(
+        report.max_simultaneous_responders() <= 1,
+        "{:?}",
+        report.multi_responder_intervals()
+    );
     // Restart the killed node: it follows and holds nothing.
     procs[i] = start_vipd(&lab, &holder, T531, &[]);
     wait_for("restarted vipd following", Duration::from_secs(15), || {
@@ -93,17 +121,25 @@ fn s01_killed_holder_never_two_holders_and_restart_holds_nothing() {
 /// start (stale cleanup), not only when its fence expires.
 #[test]
 fn s01_changed_address_after_crash_removes_old_vip_at_start() {
-    let Some(lab) = lab("s01_changed", LabOptions::default()) else { return };
+    let Some(lab) = lab("s01_changed", LabOptions::default()) else {
+        return;
+    };
     // Long lease so the fence (9 s) cannot be what removes it.
     let slow: Timings = ("15", "10", "2");
     let mut p = start_vipd(&lab, "node-a", slow, &[]);
     single_holder(&lab, VIP, Duration::from_secs(30));
     p.signal(Signal::SIGKILL).unwrap();
     let _ = p.wait_timeout(Duration::from_secs(2));
-    assert_eq!(holders(&lab, VIP), vec!["node-a".to_string()], "still there after the kill");
+    assert_eq!(
+        holders(&lab, VIP),
+        vec!["node-a".to_string()],
+        "still there after the kill"
+    );
     let t0 = Instant::now();
     let p2 = start_vipd(&lab, "node-a", slow, &[("address", "192.0.2.30")]);
-    wait_for("old VIP removed", Duration::from_secs(5), || holders(&lab, VIP).is_empty().then_some(()));
+    wait_for("old VIP removed", Duration::from_secs(5), || {
+        holders(&lab, VIP).is_empty().then_some(())
+    });
     assert!(t0.elapsed() < Duration::from_secs(5));
     wait_for("new VIP held", Duration::from_secs(40), || {
         (holders(&lab, "192.0.2.30") == vec!["node-a".to_string()]).then_some(())
@@ -116,15 +152,22 @@ fn s01_changed_address_after_crash_removes_old_vip_at_start() {
 /// is never the interface's first IPv4 address.
 #[test]
 fn s04_partition_and_heal() {
-    let Some(lab) = lab("s04", LabOptions::default()) else { return };
-    let _procs: Vec<_> = NODES.iter().map(|n| start_vipd(&lab, n, T531, &[])).collect();
+    let Some(lab) = lab("s04", LabOptions::default()) else {
+        return;
+    };
+    let _procs: Vec<_> = NODES
+        .iter()
+        .map(|n| start_vipd(&lab, n, T531, &[]))
+        .collect();
     let holder = single_holder(&lab, VIP, Duration::from_secs(30));
     std::thread::sleep(Duration::from_millis(1500));
     lab.partition(&holder).unwrap();
     let t0 = Instant::now();
-    wait_for("cut-off holder drops the VIP", Duration::from_secs(6), || {
-        (!holders(&lab, VIP).contains(&holder)).then_some(())
-    });
+    wait_for(
+        "cut-off holder drops the VIP",
+        Duration::from_secs(6),
+        || (!holders(&lab, VIP).contains(&holder)).then_some(()),
+    );
     let dropped = t0.elapsed();
     let new = wait_for("another node takes over", Duration::from_secs(10), || {
         let h = holders(&lab, VIP);
@@ -133,7 +176,10 @@ fn s04_partition_and_heal() {
     let taken = t0.elapsed();
     eprintln!("S04: {holder} dropped after {dropped:?}; {new} took over after {taken:?}");
     // Renew deadline 3 s, plus one check interval of slack for the kernel's lifetime timer.
-    assert!(dropped <= Duration::from_millis(3600), "dropped after {dropped:?}");
+    assert!(
+        dropped <= Duration::from_millis(3600),
+        "dropped after {dropped:?}"
+    );
     assert!(dropped < taken);
     std::thread::sleep(Duration::from_secs(12));
     lab.heal(&holder).unwrap();
@@ -144,7 +190,11 @@ fn s04_partition_and_heal() {
     for n in NODES {
         let addrs = lab.addresses(n, "eth0").unwrap();
         let first_v4 = addrs.iter().find(|a| a.addr.is_ipv4()).unwrap();
-        assert_ne!(first_v4.addr, vip_ip(), "VIP is the first IPv4 address on {n}");
+        assert_ne!(
+            first_v4.addr,
+            vip_ip(),
+            "VIP is the first IPv4 address on {n}"
+        );
     }
 }
 
@@ -152,7 +202,9 @@ fn s04_partition_and_heal() {
 /// the holder's MAC, repeated at vip_arpRate while held, none after a graceful stop.
 #[test]
 fn s08_garp_at_acquire_and_repeated_while_held() {
-    let Some(lab) = lab("s08", LabOptions::default()) else { return };
+    let Some(lab) = lab("s08", LabOptions::default()) else {
+        return;
+    };
     let cap = lab.start_capture().unwrap();
     let c0 = Instant::now();
     let mut p = start_vipd(&lab, "node-a", T531, &[("vip_arpRate", "1000")]);
@@ -165,31 +217,55 @@ fn s08_garp_at_acquire_and_repeated_while_held() {
     std::thread::sleep(Duration::from_millis(2500));
     let frames = cap.stop().unwrap();
     let mac = lab.mac_of("node-a").unwrap();
-    let garps: Vec<_> = frames.iter().filter(|f| f.is_announcement_of(vip_ip())).collect();
+    let garps: Vec<_> = frames
+        .iter()
+        .filter(|f| f.is_announcement_of(vip_ip()))
+        .collect();
     assert!(!garps.is_empty(), "no GARP captured: {frames:?}");
     for g in &garps {
         assert_eq!(g.sender_mac, mac, "sender MAC must be the holder's");
         assert_eq!(g.eth_src, mac);
     }
     let first = garps[0].t;
-    eprintln!("S08: VIP seen at {held_at:?}, first GARP at {first:?}, {} GARPs", garps.len());
+    eprintln!(
+        "S08: VIP seen at {held_at:?}, first GARP at {first:?}, {} GARPs",
+        garps.len()
+    );
     // At once: well before the first repeat (1 s) would be due.
-    assert!(first <= held_at + Duration::from_millis(300), "first GARP {first:?}, held {held_at:?}");
+    assert!(
+        first <= held_at + Duration::from_millis(300),
+        "first GARP {first:?}, held {held_at:?}"
+    );
     let while_held = garps.iter().filter(|g| g.t < stopped_at).count();
     assert!(while_held >= 4, "{while_held} GARPs in 3.5 s at 1000 ms");
-    assert!(garps.iter().all(|g| g.t <= stopped_at + Duration::from_millis(100)), "GARP after stop");
+    assert!(
+        garps
+            .iter()
+            .all(|g| g.t <= stopped_at + Duration::from_millis(100)),
+        "GARP after stop"
+    );
 }
 
 /// S09: the VIP deleted by hand is re-added and re-announced within the check interval; a
 /// short link flap keeps the holder; a long one (> renew deadline) moves the VIP.
 #[test]
 fn s09_vip_deleted_and_link_flap() {
-    let Some(lab) = lab("s09", LabOptions::default()) else { return };
-    let _procs: Vec<_> = NODES.iter().map(|n| start_vipd(&lab, n, T531, &[])).collect();
+    let Some(lab) = lab("s09", LabOptions::default()) else {
+        return;
+    };
+    let _procs: Vec<_> = NODES
+        .iter()
+        .map(|n| start_vipd(&lab, n, T531, &[]))
+        .collect();
     let holder = single_holder(&lab, VIP, Duration::from_secs(30));
     let cap = lab.start_capture().unwrap();
     let c0 = Instant::now();
-    lab.exec(&holder, "ip", &["addr", "del", &format!("{VIP}/32"), "dev", "eth0"]).unwrap();
+    lab.exec(
+        &holder,
+        "ip",
+        &["addr", "del", &format!("{VIP}/32"), "dev", "eth0"],
+    )
+    .unwrap();
     let deleted = c0.elapsed();
     wait_for("VIP re-added", Duration::from_secs(2), || {
         (holders(&lab, VIP) == vec![holder.clone()]).then_some(())
@@ -197,7 +273,9 @@ fn s09_vip_deleted_and_link_flap() {
     std::thread::sleep(Duration::from_millis(300));
     let frames = cap.stop().unwrap();
     assert!(
-        frames.iter().any(|f| f.is_announcement_of(vip_ip()) && f.t > deleted),
+        frames
+            .iter()
+            .any(|f| f.is_announcement_of(vip_ip()) && f.t > deleted),
         "re-announced after re-adding"
     );
     // Short flap: 1 s without carrier changes nothing.
@@ -208,10 +286,14 @@ fn s09_vip_deleted_and_link_flap() {
     assert_eq!(holders(&lab, VIP), vec![holder.clone()]);
     // Long: the holder steps down, another node takes over.
     lab.cut_link(&holder).unwrap();
-    let new = wait_for("takeover after long link loss", Duration::from_secs(12), || {
-        let h = holders(&lab, VIP);
-        (h.len() == 1 && h[0] != holder).then(|| h[0].clone())
-    });
+    let new = wait_for(
+        "takeover after long link loss",
+        Duration::from_secs(12),
+        || {
+            let h = holders(&lab, VIP);
+            (h.len() == 1 && h[0] != holder).then(|| h[0].clone())
+        },
+    );
     lab.restore_link(&holder).unwrap();
     std::thread::sleep(Duration::from_secs(3));
     assert_eq!(holders(&lab, VIP), vec![new]);
@@ -221,8 +303,13 @@ fn s09_vip_deleted_and_link_flap() {
 /// node takes over.
 #[test]
 fn s10_local_api_server_dead() {
-    let Some(lab) = lab("s10", LabOptions::default()) else { return };
-    let procs: Vec<_> = NODES.iter().map(|n| start_vipd(&lab, n, T531, &[])).collect();
+    let Some(lab) = lab("s10", LabOptions::default()) else {
+        return;
+    };
+    let procs: Vec<_> = NODES
+        .iter()
+        .map(|n| start_vipd(&lab, n, T531, &[]))
+        .collect();
     let holder = single_holder(&lab, VIP, Duration::from_secs(30));
     let i = NODES.iter().position(|n| *n == holder).unwrap();
     lab.stop_local_api(&holder).unwrap();
@@ -231,8 +318,15 @@ fn s10_local_api_server_dead() {
         let h = holders(&lab, VIP);
         (h.len() == 1 && h[0] != holder).then(|| h[0].clone())
     });
-    eprintln!("S10: {new} took over {:?} after {holder}'s API server stopped", t0.elapsed());
-    assert!(procs[i].log().contains("local API server"), "{}", procs[i].log());
+    eprintln!(
+        "S10: {new} took over {:?} after {holder}'s API server stopped",
+        t0.elapsed()
+    );
+    assert!(
+        procs[i].log().contains("local API server"),
+        "{}",
+        procs[i].log()
+    );
     // It stays out while its API server is down...
     std::thread::sleep(Duration::from_secs(4));
     assert_eq!(holders(&lab, VIP), vec![new.clone()]);
@@ -246,11 +340,15 @@ fn s10_local_api_server_dead() {
 /// then the node campaigns again by itself and gets it back once the API returns.
 #[test]
 fn s12_renewal_timeout_then_recovery_without_restart() {
-    let Some(lab) = lab("s12", LabOptions::default()) else { return };
+    let Some(lab) = lab("s12", LabOptions::default()) else {
+        return;
+    };
     let mut p = start_vipd(&lab, "node-a", T531, &[]);
     single_holder(&lab, VIP, Duration::from_secs(30));
     lab.partition("node-a").unwrap();
-    wait_for("VIP dropped", Duration::from_secs(6), || holders(&lab, VIP).is_empty().then_some(()));
+    wait_for("VIP dropped", Duration::from_secs(6), || {
+        holders(&lab, VIP).is_empty().then_some(())
+    });
     std::thread::sleep(Duration::from_secs(8));
     assert!(holders(&lab, VIP).is_empty());
     lab.heal("node-a").unwrap();
@@ -266,7 +364,9 @@ fn s12_renewal_timeout_then_recovery_without_restart() {
 /// owns it again within about two lease durations.
 #[test]
 fn s13_lease_stolen_by_fake_holder() {
-    let Some(lab) = lab("s13", LabOptions::default()) else { return };
+    let Some(lab) = lab("s13", LabOptions::default()) else {
+        return;
+    };
     let p = start_vipd(&lab, "node-a", T531, &[]);
     single_holder(&lab, VIP, Duration::from_secs(30));
     let mut lease = lease(&lab, "kube-system", "plndr-cp-lock").unwrap();
@@ -279,12 +379,16 @@ fn s13_lease_stolen_by_fake_holder() {
         // Raced a renewal: read again and retry once.
         let mut lease = support::lease(&lab, "kube-system", "plndr-cp-lock").unwrap();
         lease["spec"]["holderIdentity"] = serde_json::json!("ghost");
-        let resp = lab.api_request("PUT", path, Some(&lease.to_string())).unwrap();
+        let resp = lab
+            .api_request("PUT", path, Some(&lease.to_string()))
+            .unwrap();
         assert_eq!(resp.status, 200, "{}", resp.body);
     } else {
         assert_eq!(resp.status, 200, "{}", resp.body);
     }
-    wait_for("VIP dropped", Duration::from_secs(2), || holders(&lab, VIP).is_empty().then_some(()));
+    wait_for("VIP dropped", Duration::from_secs(2), || {
+        holders(&lab, VIP).is_empty().then_some(())
+    });
     let dropped = t0.elapsed();
     wait_for("VIP back", Duration::from_secs(12), || {
         (holders(&lab, VIP) == vec!["node-a".to_string()]).then_some(())
@@ -292,7 +396,10 @@ fn s13_lease_stolen_by_fake_holder() {
     let back = t0.elapsed();
     eprintln!("S13: dropped after {dropped:?}, back after {back:?}");
     assert!(back <= Duration::from_secs(10), "two lease durations");
-    assert_eq!(lease_holder(&lab, "kube-system", "plndr-cp-lock").as_deref(), Some("node-a"));
+    assert_eq!(
+        lease_holder(&lab, "kube-system", "plndr-cp-lock").as_deref(),
+        Some("node-a")
+    );
     drop(p);
 }
 
@@ -300,7 +407,9 @@ fn s13_lease_stolen_by_fake_holder() {
 /// (logged at start), so a takeover still works when the holder dies.
 #[test]
 fn s14_kubeconfig_pointing_at_vip_still_fails_over() {
-    let Some(lab) = lab("s14", LabOptions::default()) else { return };
+    let Some(lab) = lab("s14", LabOptions::default()) else {
+        return;
+    };
     let mut procs = Vec::new();
     for n in ["node-a", "node-b"] {
         let kc = std::fs::read_to_string(lab.kubeconfig(n).unwrap()).unwrap();
@@ -313,12 +422,113 @@ fn s14_kubeconfig_pointing_at_vip_still_fails_over() {
     }
     let holder = single_holder(&lab, VIP, Duration::from_secs(30));
     for p in &procs {
-        assert!(p.log().contains("127.0.0.1:6443"), "API address logged: {}", p.log());
+        assert!(
+            p.log().contains("127.0.0.1:6443"),
+            "API address logged: {}",
+            p.log()
+        );
     }
-    let i = ["node-a", "node-b"].iter().position(|n| *n == holder).unwrap();
+    let i = ["node-a", "node-b"]
+        .iter()
+        .position(|n| *n == holder)
+        .unwrap();
     procs[i].signal(Signal::SIGKILL).unwrap();
     wait_for("takeover", Duration::from_secs(10), || {
         let h = holders(&lab, VIP);
         (h.len() == 1 && h[0] != holder).then_some(())
     });
+}
+
+/// S27: without vip_interface the VIP goes on the interface whose subnet holds it; a named
+/// interface that does not exist is a clear error and the node does not campaign, without
+/// exiting (no crash loop).
+#[test]
+fn s27_interface_auto_choice_and_missing_interface() {
+    let Some(lab) = lab("s27", LabOptions::default()) else {
+        return;
+    };
+    let mut bad = start_vipd(&lab, "node-b", T531, &[("vip_interface", "eth9")]);
+    wait_for("clear error about eth9", Duration::from_secs(15), || {
+        let log = bad.log();
+        (log.contains("eth9") && log.contains("does not exist")).then_some(())
+    });
+    let _auto = start_vipd(&lab, "node-a", T531, &[("vip_interface", "")]);
+    assert_eq!(single_holder(&lab, VIP, Duration::from_secs(30)), "node-a");
+    let a = lab.addresses("node-a", "eth0").unwrap();
+    assert!(
+        a.iter().any(|x| x.addr == vip_ip()),
+        "auto-chosen interface is eth0"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        bad.try_wait().unwrap().is_none(),
+        "vipd with a missing interface keeps running"
+    );
+    assert_eq!(holders(&lab, VIP), vec!["node-a".to_string()]);
+}
+
+/// S26: an IPv6 VIP is announced with an unsolicited neighbour advertisement (Override, to
+/// ff02::1) from the holder once it has left tentative state, and fails over.
+#[test]
+fn s26_ipv6_vip_unsolicited_na_and_failover() {
+    let Some(lab) = lab("s26", LabOptions::default()) else {
+        return;
+    };
+    let v6 = "2001:db8::10";
+    let ip: IpAddr = v6.parse().unwrap();
+    let cap = lab.start_capture().unwrap();
+    let procs: Vec<_> = ["node-a", "node-b"]
+        .iter()
+        .map(|n| start_vipd(&lab, n, T531, &[("address", v6)]))
+        .collect();
+    let holder = single_holder(&lab, v6, Duration::from_secs(30));
+    wait_for("VIP not tentative", Duration::from_secs(5), || {
+        let a = lab.addresses(&holder, "eth0").unwrap();
+        a.iter()
+            .any(|x| x.addr == ip && !x.has_flag("tentative"))
+            .then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    let frames = cap.stop().unwrap();
+    let mac = lab.mac_of(&holder).unwrap();
+    let nas: Vec<_> = frames.iter().filter(|f| f.is_announcement_of(ip)).collect();
+    assert!(!nas.is_empty(), "no unsolicited NA: {frames:?}");
+    assert!(nas.iter().all(|f| f.sender_mac == mac));
+    let i = ["node-a", "node-b"]
+        .iter()
+        .position(|n| *n == holder)
+        .unwrap();
+    let watch = lab.arp_watch(ip, Duration::from_millis(50)).unwrap();
+    procs[i].signal(Signal::SIGTERM).unwrap();
+    let new = wait_for("IPv6 takeover", Duration::from_secs(10), || {
+        let h = holders(&lab, v6);
+        (h.len() == 1 && h[0] != holder).then(|| h[0].clone())
+    });
+    // DAD runs on the new holder before it may answer (about 1 s).
+    wait_for("new VIP not tentative", Duration::from_secs(5), || {
+        let a = lab.addresses(&new, "eth0").unwrap();
+        a.iter()
+            .any(|x| x.addr == ip && !x.has_flag("tentative"))
+            .then_some(())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let report = watch.stop().unwrap();
+    assert!(
+        report.max_simultaneous_responders() <= 1,
+        "{:?}",
+        report.multi_responder_intervals()
+    );
+    eprintln!(
+        "S26: all responders {:?}, last {:?}, answered {} of {} slots; new holder {new} {:?}",
+        report.all_responders(),
+        report.last_responders(),
+        report.answered_slots(),
+        report.slots.len(),
+        lab.addresses(&new, "eth0").unwrap()
+    );
+    assert!(
+        report
+            .last_responders()
+            .contains(&lab.mac_of(&new).unwrap())
+    );
 }

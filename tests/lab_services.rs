@@ -33,15 +33,35 @@ fn nobody_holds(lab: &xtask::lab::Lab, ip: &str, limit: Duration) {
 /// Event; a Service without address skipped without harm.
 #[test]
 fn s20_address_sources_and_malformed_values() {
-    let Some(lab) = lab("s20", LabOptions::default()) else { return };
+    let Some(lab) = lab("s20", LabOptions::default()) else {
+        return;
+    };
     let procs = three(&lab, true);
-    create_service(&lab, &service_json("no-addr", None, None, &[(80, "TCP")], false));
-    create_service(&lab, &service_json("ann-only", Some("192.0.2.20"), None, &[(80, "TCP")], false));
-    create_service(&lab, &service_json("spec-ip", None, Some("192.0.2.22"), &[(80, "TCP")], false));
-    create_service(&lab, &service_json("bad", Some("192.0.2.300"), None, &[(80, "TCP")], false));
     create_service(
         &lab,
-        &service_json("mixed", Some("192.0.2.21,192.0.2.1/24, 192.0.2.5,::ffff:zz"), None, &[(80, "TCP")], false),
+        &service_json("no-addr", None, None, &[(80, "TCP")], false),
+    );
+    create_service(
+        &lab,
+        &service_json("ann-only", Some("192.0.2.20"), None, &[(80, "TCP")], false),
+    );
+    create_service(
+        &lab,
+        &service_json("spec-ip", None, Some("192.0.2.22"), &[(80, "TCP")], false),
+    );
+    create_service(
+        &lab,
+        &service_json("bad", Some("192.0.2.300"), None, &[(80, "TCP")], false),
+    );
+    create_service(
+        &lab,
+        &service_json(
+            "mixed",
+            Some("192.0.2.21,192.0.2.1/24, 192.0.2.5,::ffff:zz"),
+            None,
+            &[(80, "TCP")],
+            false,
+        ),
     );
     let h = held(&lab, "192.0.2.20");
     held(&lab, "192.0.2.21");
@@ -53,14 +73,26 @@ fn s20_address_sources_and_malformed_values() {
         (ingress_ips(&lab, "ann-only") == vec!["192.0.2.20".to_string()]).then_some(())
     });
     let svc = get_service(&lab, "ann-only").unwrap();
-    assert_eq!(svc["metadata"]["annotations"]["kube-vip.io/vipHost"], json!(h));
-    for (svc, value) in [("bad", "192.0.2.300"), ("mixed", "192.0.2.1/24"), ("mixed", " 192.0.2.5"), ("mixed", "::ffff:zz")] {
-        wait_for(&format!("Warning for {value:?} on {svc}"), Duration::from_secs(10), || {
-            events_for(&lab, svc)
-                .iter()
-                .any(|(t, _, m)| t == "Warning" && m.contains(value))
-                .then_some(())
-        });
+    assert_eq!(
+        svc["metadata"]["annotations"]["kube-vip.io/vipHost"],
+        json!(h)
+    );
+    for (svc, value) in [
+        ("bad", "192.0.2.300"),
+        ("mixed", "192.0.2.1/24"),
+        ("mixed", " 192.0.2.5"),
+        ("mixed", "::ffff:zz"),
+    ] {
+        wait_for(
+            &format!("Warning for {value:?} on {svc}"),
+            Duration::from_secs(10),
+            || {
+                events_for(&lab, svc)
+                    .iter()
+                    .any(|(t, _, m)| t == "Warning" && m.contains(value))
+                    .then_some(())
+            },
+        );
     }
     assert!(ingress_ips(&lab, "no-addr").is_empty());
     for p in &procs {
@@ -72,31 +104,48 @@ fn s20_address_sources_and_malformed_values() {
 /// deletes its per-Service lease.
 #[test]
 fn s17_delete_cleans_up() {
-    let Some(lab) = lab("s17", LabOptions::default()) else { return };
+    let Some(lab) = lab("s17", LabOptions::default()) else {
+        return;
+    };
     let _procs = three(&lab, true);
-    create_service(&lab, &service_json("web", Some("192.0.2.30"), None, &[(80, "TCP")], false));
+    create_service(
+        &lab,
+        &service_json("web", Some("192.0.2.30"), None, &[(80, "TCP")], false),
+    );
     held(&lab, "192.0.2.30");
-    wait_for("lease", Duration::from_secs(5), || lease(&lab, "default", "kubevip-web"));
+    wait_for("lease", Duration::from_secs(5), || {
+        lease(&lab, "default", "kubevip-web")
+    });
     delete_service(&lab, "web");
     let t0 = Instant::now();
     nobody_holds(&lab, "192.0.2.30", Duration::from_secs(5));
     eprintln!("S17: VIP gone {:?} after delete", t0.elapsed());
     wait_for("lease deleted", Duration::from_secs(10), || {
-        lease(&lab, "default", "kubevip-web").is_none().then_some(())
+        lease(&lab, "default", "kubevip-web")
+            .is_none()
+            .then_some(())
     });
     let cap = lab.start_capture().unwrap();
     std::thread::sleep(Duration::from_millis(2500));
     let frames = cap.stop().unwrap();
     let ip = "192.0.2.30".parse().unwrap();
-    assert!(!frames.iter().any(|f| f.is_announcement_of(ip)), "GARP after delete");
+    assert!(
+        !frames.iter().any(|f| f.is_announcement_of(ip)),
+        "GARP after delete"
+    );
 }
 
 /// S18: LoadBalancer -> ClusterIP acts as a delete, back to LoadBalancer as an add.
 #[test]
 fn s18_type_change() {
-    let Some(lab) = lab("s18", LabOptions::default()) else { return };
+    let Some(lab) = lab("s18", LabOptions::default()) else {
+        return;
+    };
     let _procs = three(&lab, true);
-    create_service(&lab, &service_json("web", Some("192.0.2.31"), None, &[(80, "TCP")], false));
+    create_service(
+        &lab,
+        &service_json("web", Some("192.0.2.31"), None, &[(80, "TCP")], false),
+    );
     held(&lab, "192.0.2.31");
     patch_service(&lab, "web", json!({"spec": {"type": "ClusterIP"}}));
     nobody_holds(&lab, "192.0.2.31", Duration::from_secs(5));
@@ -108,9 +157,14 @@ fn s18_type_change() {
 /// status.
 #[test]
 fn s19_ip_change() {
-    let Some(lab) = lab("s19", LabOptions::default()) else { return };
+    let Some(lab) = lab("s19", LabOptions::default()) else {
+        return;
+    };
     let _procs = three(&lab, true);
-    create_service(&lab, &service_json("web", Some("192.0.2.120"), None, &[(80, "TCP")], false));
+    create_service(
+        &lab,
+        &service_json("web", Some("192.0.2.120"), None, &[(80, "TCP")], false),
+    );
     held(&lab, "192.0.2.120");
     patch_service(
         &lab,
@@ -128,15 +182,26 @@ fn s19_ip_change() {
 /// Variant: a Service that uses the control-plane VIP is deleted; the VIP stays.
 #[test]
 fn s06_shared_ip_one_consumer_deleted() {
-    let Some(lab) = lab("s06", LabOptions::default()) else { return };
+    let Some(lab) = lab("s06", LabOptions::default()) else {
+        return;
+    };
     let _procs: Vec<_> = NODES
         .iter()
         .map(|n| start_vipd_services(&lab, n, true, &[("cp_enable", "true"), ("address", VIP)]))
         .collect();
-    create_service(&lab, &service_json("dns-tcp", Some("192.0.2.60"), None, &[(53, "TCP")], false));
+    create_service(
+        &lab,
+        &service_json("dns-tcp", Some("192.0.2.60"), None, &[(53, "TCP")], false),
+    );
     std::thread::sleep(Duration::from_millis(200));
-    create_service(&lab, &service_json("dns-udp", Some("192.0.2.60"), None, &[(53, "UDP")], false));
-    create_service(&lab, &service_json("api", Some(VIP), None, &[(443, "TCP")], false));
+    create_service(
+        &lab,
+        &service_json("dns-udp", Some("192.0.2.60"), None, &[(53, "UDP")], false),
+    );
+    create_service(
+        &lab,
+        &service_json("api", Some(VIP), None, &[(443, "TCP")], false),
+    );
     let h = held(&lab, "192.0.2.60");
     let cp = held(&lab, VIP);
     wait_for("both statuses", Duration::from_secs(10), || {
@@ -147,8 +212,16 @@ fn s06_shared_ip_one_consumer_deleted() {
     delete_service(&lab, "dns-udp");
     delete_service(&lab, "api");
     for _ in 0..60 {
-        assert_eq!(holders(&lab, "192.0.2.60"), vec![h.clone()], "shared address must stay");
-        assert_eq!(holders(&lab, VIP), vec![cp.clone()], "control-plane VIP must stay");
+        assert_eq!(
+            holders(&lab, "192.0.2.60"),
+            vec![h.clone()],
+            "shared address must stay"
+        );
+        assert_eq!(
+            holders(&lab, VIP),
+            vec![cp.clone()],
+            "control-plane VIP must stay"
+        );
         std::thread::sleep(Duration::from_millis(50));
     }
 }
@@ -157,37 +230,69 @@ fn s06_shared_ip_one_consumer_deleted() {
 /// naming the first; same port with another protocol is fine.
 #[test]
 fn s07_same_ip_same_port() {
-    let Some(lab) = lab("s07", LabOptions::default()) else { return };
+    let Some(lab) = lab("s07", LabOptions::default()) else {
+        return;
+    };
     let _procs = three(&lab, true);
-    create_service(&lab, &service_json("svc-a", Some("192.0.2.70"), None, &[(80, "TCP")], false));
+    create_service(
+        &lab,
+        &service_json("svc-a", Some("192.0.2.70"), None, &[(80, "TCP")], false),
+    );
     held(&lab, "192.0.2.70");
-    create_service(&lab, &service_json("svc-b", Some("192.0.2.70"), None, &[(80, "TCP")], false));
-    create_service(&lab, &service_json("svc-c", Some("192.0.2.70"), None, &[(80, "UDP")], false));
-    wait_for("Warning on svc-b naming svc-a", Duration::from_secs(10), || {
-        events_for(&lab, "svc-b")
-            .iter()
-            .any(|(t, _, m)| t == "Warning" && m.contains("default/svc-a"))
-            .then_some(())
-    });
+    create_service(
+        &lab,
+        &service_json("svc-b", Some("192.0.2.70"), None, &[(80, "TCP")], false),
+    );
+    create_service(
+        &lab,
+        &service_json("svc-c", Some("192.0.2.70"), None, &[(80, "UDP")], false),
+    );
+    wait_for(
+        "Warning on svc-b naming svc-a",
+        Duration::from_secs(10),
+        || {
+            events_for(&lab, "svc-b")
+                .iter()
+                .any(|(t, _, m)| t == "Warning" && m.contains("default/svc-a"))
+                .then_some(())
+        },
+    );
     wait_for("svc-c served", Duration::from_secs(10), || {
         (ingress_ips(&lab, "svc-c") == vec!["192.0.2.70".to_string()]).then_some(())
     });
     std::thread::sleep(Duration::from_secs(2));
-    assert!(ingress_ips(&lab, "svc-b").is_empty(), "svc-b must not be programmed");
-    assert!(lease(&lab, "default", "kubevip-svc-b").is_none(), "no lease for svc-b");
+    assert!(
+        ingress_ips(&lab, "svc-b").is_empty(),
+        "svc-b must not be programmed"
+    );
+    assert!(
+        lease(&lab, "default", "kubevip-svc-b").is_none(),
+        "no lease for svc-b"
+    );
 }
 
 /// S21: externalTrafficPolicy Local: only nodes with a ready local endpoint campaign; the
 /// VIP follows the endpoint; with no endpoints nobody announces.
 #[test]
 fn s21_etp_local_follows_endpoints() {
-    let Some(lab) = lab("s21", LabOptions::default()) else { return };
+    let Some(lab) = lab("s21", LabOptions::default()) else {
+        return;
+    };
     let _procs = three(&lab, true);
-    create_service(&lab, &service_json("local", Some("192.0.2.80"), None, &[(80, "TCP")], true));
+    create_service(
+        &lab,
+        &service_json("local", Some("192.0.2.80"), None, &[(80, "TCP")], true),
+    );
     set_endpoints(&lab, "local", &[]);
     std::thread::sleep(Duration::from_secs(3));
-    assert!(holders(&lab, "192.0.2.80").is_empty(), "no endpoints, nobody announces");
-    assert!(lease(&lab, "default", "kubevip-local").is_none(), "no lease without candidates");
+    assert!(
+        holders(&lab, "192.0.2.80").is_empty(),
+        "no endpoints, nobody announces"
+    );
+    assert!(
+        lease(&lab, "default", "kubevip-local").is_none(),
+        "no lease without candidates"
+    );
     set_endpoints(&lab, "local", &["node-b"]);
     assert_eq!(held(&lab, "192.0.2.80"), "node-b");
     set_endpoints(&lab, "local", &["node-c"]);
@@ -203,9 +308,14 @@ fn s21_etp_local_follows_endpoints() {
 /// renewTime advancing.
 #[test]
 fn s03_endpoint_churn() {
-    let Some(lab) = lab("s03", LabOptions::default()) else { return };
+    let Some(lab) = lab("s03", LabOptions::default()) else {
+        return;
+    };
     let procs = three(&lab, true);
-    create_service(&lab, &service_json("churn", Some("192.0.2.90"), None, &[(80, "TCP")], true));
+    create_service(
+        &lab,
+        &service_json("churn", Some("192.0.2.90"), None, &[(80, "TCP")], true),
+    );
     for i in 0..20 {
         let node = NODES[i % 3];
         set_endpoints(&lab, "churn", &[node]);
@@ -232,7 +342,11 @@ fn s03_endpoint_churn() {
             if line.contains("stopping election") && line.contains("kubevip-churn") {
                 running -= 1;
             }
-            assert!((0..=1).contains(&running), "{}: {running} elections at once", p.name());
+            assert!(
+                (0..=1).contains(&running),
+                "{}: {running} elections at once",
+                p.name()
+            );
         }
     }
 }
@@ -241,11 +355,16 @@ fn s03_endpoint_churn() {
 /// when it dies.
 #[test]
 fn global_lease_moves_all_service_vips() {
-    let Some(lab) = lab("global", LabOptions::default()) else { return };
+    let Some(lab) = lab("global", LabOptions::default()) else {
+        return;
+    };
     let procs = three(&lab, false);
     for (i, name) in ["g1", "g2", "g3"].iter().enumerate() {
         let ip = format!("192.0.2.{}", 40 + i);
-        create_service(&lab, &service_json(name, Some(&ip), None, &[(80, "TCP")], false));
+        create_service(
+            &lab,
+            &service_json(name, Some(&ip), None, &[(80, "TCP")], false),
+        );
     }
     let h = held(&lab, "192.0.2.40");
     for ip in ["192.0.2.41", "192.0.2.42"] {
@@ -258,20 +377,30 @@ fn global_lease_moves_all_service_vips() {
             .iter()
             .map(|ip| holders(&lab, ip))
             .collect();
-        (hs.iter().all(|x| x.len() == 1 && x[0] != h && x[0] == hs[0][0])).then(|| hs[0][0].clone())
+        (hs.iter()
+            .all(|x| x.len() == 1 && x[0] != h && x[0] == hs[0][0]))
+        .then(|| hs[0][0].clone())
     });
     assert_ne!(new, h);
-    assert_eq!(lease_holder(&lab, "kube-system", "plndr-svcs-lock").as_deref(), Some(new.as_str()));
+    assert_eq!(
+        lease_holder(&lab, "kube-system", "plndr-svcs-lock").as_deref(),
+        Some(new.as_str())
+    );
 }
 
 /// svc_election spreads 30 Services over the three nodes (no node holds them all).
 #[test]
 fn svc_election_spreads_services() {
-    let Some(lab) = lab("spread", LabOptions::default()) else { return };
+    let Some(lab) = lab("spread", LabOptions::default()) else {
+        return;
+    };
     let _procs = three(&lab, true);
     for i in 0..30 {
         let ip = format!("192.0.2.{}", 150 + i);
-        create_service(&lab, &service_json(&format!("s{i}"), Some(&ip), None, &[(80, "TCP")], false));
+        create_service(
+            &lab,
+            &service_json(&format!("s{i}"), Some(&ip), None, &[(80, "TCP")], false),
+        );
     }
     let mut per_node: BTreeMap<String, usize> = BTreeMap::new();
     for i in 0..30 {
@@ -293,7 +422,10 @@ fn s15_forbidden_watch_recovers_when_rbac_is_fixed() {
     };
     let Some(lab) = lab("s15", opts) else { return };
     let p = start_vipd_services(&lab, "node-a", true, &[]);
-    create_service(&lab, &service_json("web", Some("192.0.2.33"), None, &[(80, "TCP")], false));
+    create_service(
+        &lab,
+        &service_json("web", Some("192.0.2.33"), None, &[(80, "TCP")], false),
+    );
     wait_for("forbidden logged", Duration::from_secs(15), || {
         let log = p.log();
         (log.contains("forbidden") && log.contains("services")).then_some(())
@@ -305,7 +437,11 @@ fn s15_forbidden_watch_recovers_when_rbac_is_fixed() {
         "subjects": [{"kind": "Group", "name": xtask::lab::NODE_GROUP, "apiGroup": "rbac.authorization.k8s.io"}]
     });
     let resp = lab
-        .api_request("POST", "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", Some(&binding.to_string()))
+        .api_request(
+            "POST",
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            Some(&binding.to_string()),
+        )
         .unwrap();
     assert_eq!(resp.status, 201, "{}", resp.body);
     let t0 = Instant::now();

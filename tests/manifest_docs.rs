@@ -12,7 +12,10 @@ fn operator_docs_option_table_is_current() {
         std::fs::write(&path, &want).unwrap();
         return;
     }
-    assert!(text == want, "docs/operators.md option table is stale: UPDATE_GOLDEN=1 cargo test --test manifest_docs");
+    assert!(
+        text == want,
+        "docs/operators.md option table is stale: UPDATE_GOLDEN=1 cargo test --test manifest_docs"
+    );
     for o in vipd::config::env_names() {
         assert!(text.contains(&format!("`{}`", o.env)), "{} missing", o.env);
     }

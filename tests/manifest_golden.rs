@@ -93,7 +93,14 @@ fn checked_in_manifests_match_the_generator() {
         ),
         (
             "manifests/static-pod-kubeadm.yaml",
-            vec!["pod", "--controlplane", "--address", "192.0.2.10", "--interface", "eth0"],
+            vec![
+                "pod",
+                "--controlplane",
+                "--address",
+                "192.0.2.10",
+                "--interface",
+                "eth0",
+            ],
         ),
         ("manifests/static-pod-k3s.yaml", cases::K3S.to_vec()),
         (
@@ -142,17 +149,29 @@ fn manager_accepts_exactly_the_generated_env() {
         let spec = pod_spec_of(name, &yaml);
         assert_eq!(spec.host_network, Some(true), "{name}");
         let c = &spec.containers[0];
-        assert_eq!(c.args.as_deref(), Some(&["manager".to_string()][..]), "{name}");
+        assert_eq!(
+            c.args.as_deref(),
+            Some(&["manager".to_string()][..]),
+            "{name}"
+        );
         let mut env = Vec::new();
         for e in c.env.as_ref().unwrap() {
             let known = vipd::config::option(&e.name)
                 .unwrap_or_else(|| panic!("{name}: env {} is not a vipd/kube-vip name", e.name));
-            assert_eq!(known.kind, vipd::config::OptionKind::Supported, "{name}: {}", e.name);
+            assert_eq!(
+                known.kind,
+                vipd::config::OptionKind::Supported,
+                "{name}: {}",
+                e.name
+            );
             let value = match (&e.value, &e.value_from) {
                 (Some(v), None) => v.clone(),
                 (None, Some(src)) => {
                     let f = src.field_ref.as_ref().unwrap();
-                    assert_eq!((e.name.as_str(), f.field_path.as_str()), ("vip_nodename", "spec.nodeName"));
+                    assert_eq!(
+                        (e.name.as_str(), f.field_path.as_str()),
+                        ("vip_nodename", "spec.nodeName")
+                    );
                     "node-a".to_string()
                 }
                 other => panic!("{name}: env {} has {other:?}", e.name),
@@ -168,18 +187,35 @@ fn manager_accepts_exactly_the_generated_env() {
         )
         .unwrap_or_else(|e| panic!("{name}: vipd manager refuses the generated env: {e}"));
         let cfg = resolved.config;
-        assert!(resolved.warnings.is_empty(), "{name}: {:?}", resolved.warnings);
+        assert!(
+            resolved.warnings.is_empty(),
+            "{name}: {:?}",
+            resolved.warnings
+        );
         assert_eq!(cfg.node_name, "node-a");
-        assert_eq!(cfg.control_plane, argv.contains(&"--controlplane"), "{name}");
+        assert_eq!(
+            cfg.control_plane,
+            argv.contains(&"--controlplane"),
+            "{name}"
+        );
         assert_eq!(cfg.services, argv.contains(&"--services"), "{name}");
         if cfg.control_plane {
-            assert!(cfg.kubernetes_addr.as_deref().is_some_and(|a| a.starts_with("127.0.0.1:")), "{name}");
+            assert!(
+                cfg.kubernetes_addr
+                    .as_deref()
+                    .is_some_and(|a| a.starts_with("127.0.0.1:")),
+                "{name}"
+            );
         }
         // The kubeconfig named in the env is the mounted one, read-only.
         match &cfg.kubeconfig {
             Some(path) => {
                 let m = c.volume_mounts.as_ref().unwrap();
-                assert!(m.iter().any(|m| Path::new(&m.mount_path) == path && m.read_only == Some(true)), "{name}");
+                assert!(
+                    m.iter()
+                        .any(|m| Path::new(&m.mount_path) == path && m.read_only == Some(true)),
+                    "{name}"
+                );
                 assert!(spec.service_account_name.is_none(), "{name}");
             }
             None => assert_eq!(spec.service_account_name.as_deref(), Some("vipd"), "{name}"),
@@ -187,7 +223,10 @@ fn manager_accepts_exactly_the_generated_env() {
         if name == "pod-k3s" {
             assert_eq!(cfg.vip_subnet.v4, 16);
             assert!(cfg.services_election);
-            assert_eq!(cfg.kubeconfig.as_deref(), Some(Path::new("/etc/rancher/k3s/k3s.yaml")));
+            assert_eq!(
+                cfg.kubeconfig.as_deref(),
+                Some(Path::new("/etc/rancher/k3s/k3s.yaml"))
+            );
         }
     }
 }
@@ -199,17 +238,32 @@ fn manager_accepts_exactly_the_generated_env() {
 fn manifest_shape() {
     for (name, argv) in cases::ok_cases() {
         let yaml = generate(&argv).unwrap();
-        let v: serde_json::Value = serde_norway::from_str(yaml.trim_start_matches("---\n")).unwrap();
+        let v: serde_json::Value =
+            serde_norway::from_str(yaml.trim_start_matches("---\n")).unwrap();
         assert!(v.get("status").is_none(), "{name}");
-        let spec = if name.starts_with("pod-") { &v["spec"] } else { &v["spec"]["template"]["spec"] };
+        let spec = if name.starts_with("pod-") {
+            &v["spec"]
+        } else {
+            &v["spec"]["template"]["spec"]
+        };
         let c = &spec["containers"][0];
         for e in c["env"].as_array().unwrap() {
             if let Some(val) = e.get("value") {
-                assert!(val.is_string(), "{name}: env {} = {val} is not a string", e["name"]);
+                assert!(
+                    val.is_string(),
+                    "{name}: env {} = {val} is not a string",
+                    e["name"]
+                );
             }
         }
-        assert_eq!(c["securityContext"]["capabilities"]["add"], serde_json::json!(["NET_ADMIN", "NET_RAW"]));
-        assert_eq!(c["securityContext"]["capabilities"]["drop"], serde_json::json!(["ALL"]));
+        assert_eq!(
+            c["securityContext"]["capabilities"]["add"],
+            serde_json::json!(["NET_ADMIN", "NET_RAW"])
+        );
+        assert_eq!(
+            c["securityContext"]["capabilities"]["drop"],
+            serde_json::json!(["ALL"])
+        );
         assert!(c["securityContext"].get("privileged").is_none());
         assert!(c["resources"]["limits"]["memory"].is_string(), "{name}");
         assert!(c["resources"]["requests"]["memory"].is_string(), "{name}");
@@ -223,11 +277,21 @@ fn manifest_shape() {
         let super_admin = yaml.contains("super-admin.conf");
         assert_eq!(super_admin, argv.contains(&"--kubeadm-init"), "{name}");
         if super_admin {
-            assert_eq!(spec["volumes"][0]["hostPath"]["path"], "/etc/kubernetes/super-admin.conf");
-            assert_eq!(c["volumeMounts"][0]["mountPath"], "/etc/kubernetes/admin.conf");
+            assert_eq!(
+                spec["volumes"][0]["hostPath"]["path"],
+                "/etc/kubernetes/super-admin.conf"
+            );
+            assert_eq!(
+                c["volumeMounts"][0]["mountPath"],
+                "/etc/kubernetes/admin.conf"
+            );
         }
         let tolerates = spec.get("tolerations").is_some();
         assert_eq!(tolerates, argv.contains(&"--taint"), "{name}");
-        assert_eq!(spec.get("affinity").is_some(), argv.contains(&"--taint"), "{name}");
+        assert_eq!(
+            spec.get("affinity").is_some(),
+            argv.contains(&"--taint"),
+            "{name}"
+        );
     }
 }

@@ -20,7 +20,11 @@ fn generate(argv: &[&str]) -> String {
 
 #[test]
 fn systemd_analyze_verify_accepts_the_unit() {
-    if Command::new("systemd-analyze").arg("--version").output().is_err() {
+    if Command::new("systemd-analyze")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
         eprintln!("SKIPPED systemd_analyze_verify_accepts_the_unit: systemd-analyze not installed");
         return;
     }
@@ -35,8 +39,14 @@ fn systemd_analyze_verify_accepts_the_unit() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    let ours: Vec<&str> = stderr.lines().filter(|l| l.contains("vipd.service")).collect();
-    assert!(out.status.success() && ours.is_empty(), "systemd-analyze verify:\n{stderr}\n{unit}");
+    let ours: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.contains("vipd.service"))
+        .collect();
+    assert!(
+        out.status.success() && ours.is_empty(),
+        "systemd-analyze verify:\n{stderr}\n{unit}"
+    );
 }
 
 #[test]
@@ -81,5 +91,8 @@ fn environment_file_resolves_for_the_manager() {
         .collect();
     let r = manifest::resolve_env(&env).unwrap();
     assert!(r.config.control_plane);
-    assert!(!env.iter().any(|(k, _)| k == "vip_nodename" && text.contains("vip_nodename")));
+    assert!(
+        !env.iter()
+            .any(|(k, _)| k == "vip_nodename" && text.contains("vip_nodename"))
+    );
 }

@@ -18,7 +18,9 @@ fn notify_protocol_against_a_test_socket() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("notify.sock");
     let server = UnixDatagram::bind(&path).unwrap();
-    server.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    server
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
 
     // Without NOTIFY_SOCKET: a no-op.
     // SAFETY: this test is the only one in this test binary, nothing else reads the

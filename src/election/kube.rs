@@ -10,8 +10,8 @@ use futures::stream::BoxStream;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
-use kube_runtime::watcher;
 use kube_runtime::WatchStreamExt;
+use kube_runtime::watcher;
 
 use super::{LeaseClient, LeaseError, LeaseEvent, LeaseRecord, Observed};
 
@@ -245,7 +245,9 @@ impl LeaseHub {
                             h.send(&k, LeaseEvent::Deleted);
                         }
                     }
-                    Ok(watcher::Event::Apply(l)) => h.send(&key_of(&l), LeaseEvent::Changed(observe(&l))),
+                    Ok(watcher::Event::Apply(l)) => {
+                        h.send(&key_of(&l), LeaseEvent::Changed(observe(&l)))
+                    }
                     Ok(watcher::Event::Delete(l)) => h.send(&key_of(&l), LeaseEvent::Deleted),
                     Err(e) => {
                         let msg = e.to_string();
@@ -287,15 +289,13 @@ impl LeaseHub {
             Err(_) => broadcast::channel(1).1,
         };
         futures::stream::unfold(rx, |mut rx| async move {
-            loop {
-                match rx.recv().await {
-                    Ok(ev) => return Some((ev, rx)),
-                    // Missed events: the elector re-reads the lease on its next poll.
-                    Err(broadcast::error::RecvError::Lagged(_)) => {
-                        return Some((LeaseEvent::Error("lease events lagged".into()), rx));
-                    }
-                    Err(broadcast::error::RecvError::Closed) => return None,
+            match rx.recv().await {
+                Ok(ev) => Some((ev, rx)),
+                // Missed events: the elector polls until the next good event.
+                Err(broadcast::error::RecvError::Lagged(_)) => {
+                    Some((LeaseEvent::Error("lease events lagged".into()), rx))
                 }
+                Err(broadcast::error::RecvError::Closed) => None,
             }
         })
         .boxed()

@@ -174,7 +174,8 @@ impl Default for Gates {
 impl Gates {
     /// Sets gate `name` open (`true`) or closed; creates it when new. Only notifies on change.
     pub fn set(&self, name: &str, open: bool) {
-        self.0.send_if_modified(|m| m.insert(name.to_string(), open) != Some(open));
+        self.0
+            .send_if_modified(|m| m.insert(name.to_string(), open) != Some(open));
     }
 
     /// Names of the closed gates.
@@ -208,6 +209,12 @@ pub struct Leadership {
 /// releases the lease. Without the confirmation it does not release: the lease then expires
 /// normally, after the kernel fence removed the addresses.
 pub const ACK_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How often a candidate re-reads a lease held by another node while its watch works. The
+/// watch delivers every renewal; correctness never depends on this poll (every write is
+/// conditional on the resourceVersion), it only bounds how long a silently stalled watch
+/// can hide a change.
+pub const HEALTHY_WATCH_POLL: Duration = Duration::from_secs(30);
 
 /// Capped exponential back-off between failed campaign attempts.
 #[derive(Debug, Clone)]
@@ -252,6 +259,7 @@ pub struct Elector<C: LeaseClient> {
     state_tx: watch::Sender<LeaderState>,
     dropped_rx: watch::Receiver<u64>,
     gates: watch::Receiver<BTreeMap<String, bool>>,
+    metrics: Option<crate::metrics::Metrics>,
 }
 
 /// Mutable state of a running elector.
@@ -282,12 +290,20 @@ impl<C: LeaseClient> Elector<C> {
                 state_tx,
                 dropped_rx,
                 gates: gates.subscribe(),
+                metrics: None,
             },
             Leadership {
                 state: state_rx,
                 dropped: dropped_tx,
             },
         )
+    }
+
+    /// Reports leadership, transitions, failovers and renew latency / failures to
+    /// `metrics`, labelled with the lease (`namespace/name`).
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
     }
 
     /// Campaigns, leads and follows until `shutdown` is cancelled. On shutdown a holder
@@ -373,13 +389,10 @@ impl<C: LeaseClient> Elector<C> {
         match record::standing(st.observed.as_ref(), st.observed_at, now, &self.identity) {
             Standing::HeldByOther { expires_at, .. } => {
                 // Act exactly at expiry; re-read in between only as a fallback: every retry
-                // period while the watch fails, every lease duration while it works.
+                // period while the watch fails, every HEALTHY_WATCH_POLL while it works
+                // (with hundreds of per-Service leases, polls would dominate API load).
                 let poll_at = if st.watch_healthy {
-                    st.next_attempt
-                        + self
-                            .timing
-                            .lease_duration
-                            .saturating_sub(self.timing.retry_period)
+                    st.next_attempt + HEALTHY_WATCH_POLL
                 } else {
                     st.next_attempt
                 };
@@ -487,6 +500,12 @@ impl<C: LeaseClient> Elector<C> {
         let now = Instant::now();
         let standing = record::standing(st.observed.as_ref(), st.observed_at, now, &self.identity);
         let duration = record::duration_secs(self.timing.lease_duration);
+        let mut call_started = Instant::now();
+        let previous_holder = st
+            .observed
+            .as_ref()
+            .map(|o| o.record.holder.clone())
+            .filter(|h| !h.is_empty() && *h != self.identity);
         let result = match &standing {
             Standing::HeldByOther { holder, .. } => {
                 if st.leading.is_some() {
@@ -513,13 +532,25 @@ impl<C: LeaseClient> Elector<C> {
             }
             Standing::Absent => {
                 let rec = record::claim(None, &self.identity, duration, Timestamp::now());
-                timed(&lease, "create", self.call_timeout(st), self.client.create(&rec)).await
+                timed(
+                    &lease,
+                    "create",
+                    self.call_timeout(st),
+                    self.client.create(&rec),
+                )
+                .await
             }
             Standing::Ours | Standing::Free => {
+                call_started = Instant::now();
                 let Some(obs) = st.observed.clone() else {
                     return;
                 };
-                let rec = record::claim(Some(&obs.record), &self.identity, duration, Timestamp::now());
+                let rec = record::claim(
+                    Some(&obs.record),
+                    &self.identity,
+                    duration,
+                    Timestamp::now(),
+                );
                 timed(
                     &lease,
                     "update",
@@ -539,6 +570,9 @@ impl<C: LeaseClient> Elector<C> {
                 st.next_attempt = now + self.timing.retry_period;
                 match st.leading {
                     Some((term, _)) => {
+                        if let Some(m) = &self.metrics {
+                            m.renew_latency(&lease, now - call_started);
+                        }
                         st.leading = Some((term, now));
                         self.state_tx.send_replace(LeaderState::Leading {
                             term,
@@ -549,6 +583,13 @@ impl<C: LeaseClient> Elector<C> {
                         st.term += 1;
                         st.leading = Some((st.term, now));
                         info!(%lease, term = st.term, "acquired lease; leading");
+                        if let Some(m) = &self.metrics {
+                            m.set_leading(&lease, true);
+                            m.transition(&lease);
+                            if previous_holder.is_some() {
+                                m.failover(&lease);
+                            }
+                        }
                         self.state_tx.send_replace(LeaderState::Leading {
                             term: st.term,
                             renewed_at: now,
@@ -569,6 +610,9 @@ impl<C: LeaseClient> Elector<C> {
     fn on_failure(&mut self, st: &mut Run, e: LeaseError) {
         let now = Instant::now();
         if st.leading.is_some() {
+            if let Some(m) = &self.metrics {
+                m.renew_failure(&self.client.describe());
+            }
             warn!(error = %e, "renewing the lease failed; retrying until the renew deadline");
             st.next_attempt = now + self.timing.retry_period;
         } else {
@@ -599,12 +643,16 @@ impl<C: LeaseClient> Elector<C> {
             return false;
         };
         warn!(%lease, term, reason = why, "stepping down");
+        if let Some(m) = &self.metrics {
+            m.set_leading(&lease, false);
+        }
         let holder = st
             .observed
             .as_ref()
             .filter(|o| o.record.is_held() && o.record.holder != self.identity)
             .map(|o| o.record.holder.clone());
-        self.state_tx.send_replace(LeaderState::Following { holder });
+        self.state_tx
+            .send_replace(LeaderState::Following { holder });
         let acked = timeout(ACK_TIMEOUT, self.dropped_rx.wait_for(|t| *t >= term))
             .await
             .map(|r| r.is_ok())

@@ -214,7 +214,10 @@ mod tests {
     fn own_lease_is_renewed_even_when_old() {
         let t = Instant::now();
         let o = obs("a", 5, "1");
-        assert_eq!(standing(Some(&o), t, t + Duration::from_secs(60), "a"), Standing::Ours);
+        assert_eq!(
+            standing(Some(&o), t, t + Duration::from_secs(60), "a"),
+            Standing::Ours
+        );
     }
 
     #[test]

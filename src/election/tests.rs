@@ -58,7 +58,12 @@ impl FakeServer {
             .map(|(r, _)| r.holder.clone())
     }
     fn record(&self) -> Option<LeaseRecord> {
-        self.state.lock().unwrap().lease.as_ref().map(|(r, _)| r.clone())
+        self.state
+            .lock()
+            .unwrap()
+            .lease
+            .as_ref()
+            .map(|(r, _)| r.clone())
     }
     fn writes_by(&self, who: &str) -> usize {
         self.state
@@ -306,7 +311,11 @@ async fn second_candidate_follows_while_holder_renews() {
     assert!(until_leading(&mut a, Duration::from_millis(10)).await);
     let mut b = start(&server, "b", true);
     assert!(!until_leading(&mut b, Duration::from_secs(30)).await);
-    assert_eq!(server.writes_by("b"), 0, "a follower never writes a valid lease");
+    assert_eq!(
+        server.writes_by("b"),
+        0,
+        "a follower never writes a valid lease"
+    );
     assert_eq!(
         *b.state.borrow(),
         LeaderState::Following {
@@ -330,7 +339,10 @@ async fn graceful_shutdown_releases_and_follower_takes_over_at_once() {
     assert!(Instant::now() - t0 < Duration::from_millis(100));
     let rec = server.record().unwrap();
     assert_eq!(rec.holder, "b");
-    assert_eq!(rec.transitions, 1, "release keeps the count (client-go), ''->b adds one");
+    assert_eq!(
+        rec.transitions, 1,
+        "release keeps the count (client-go), ''->b adds one"
+    );
     assert_never_two_leaders(&[&a, &b], Instant::now());
 }
 
@@ -345,13 +357,22 @@ async fn partitioned_holder_steps_down_at_renew_deadline_before_takeover() {
     let cut_at = Instant::now();
     assert!(until_following(&mut a, Duration::from_secs(4)).await);
     let a_down = Instant::now() - cut_at;
-    assert!(a_down <= TIMING.renew_deadline, "a stepped down after {a_down:?}");
+    assert!(
+        a_down <= TIMING.renew_deadline,
+        "a stepped down after {a_down:?}"
+    );
     assert!(until_leading(&mut b, Duration::from_secs(6)).await);
     let b_up = Instant::now() - cut_at;
     // b waits a full lease duration from the last renewal it saw (at most one retry period
     // before the cut).
-    assert!(b_up >= TIMING.lease_duration - TIMING.retry_period, "b took over after {b_up:?}");
-    assert!(b_up <= TIMING.lease_duration + Duration::from_millis(10), "b took over after {b_up:?}");
+    assert!(
+        b_up >= TIMING.lease_duration - TIMING.retry_period,
+        "b took over after {b_up:?}"
+    );
+    assert!(
+        b_up <= TIMING.lease_duration + Duration::from_millis(10),
+        "b took over after {b_up:?}"
+    );
     // Healing: a sees b's lease and follows, never re-taking it.
     server.cut("a", false);
     assert!(!until_leading(&mut a, Duration::from_secs(20)).await);
@@ -405,7 +426,11 @@ async fn without_drop_confirmation_the_lease_is_not_released() {
     tokio::time::sleep(Duration::from_secs(1)).await;
     a.shutdown.cancel();
     (&mut a.task).await.unwrap();
-    assert_eq!(server.holder().as_deref(), Some("a"), "no release without ack");
+    assert_eq!(
+        server.holder().as_deref(),
+        Some("a"),
+        "no release without ack"
+    );
     let t0 = Instant::now();
     assert!(until_leading(&mut b, Duration::from_secs(10)).await);
     assert!(Instant::now() - t0 >= TIMING.lease_duration - TIMING.retry_period - ACK_TIMEOUT);
@@ -431,9 +456,15 @@ async fn api_outage_then_recovery_without_restart() {
 #[tokio::test(start_paused = true)]
 async fn three_candidates_exactly_one_leads_through_churn() {
     let server = FakeServer::new();
-    let mut nodes: Vec<Node> = ["a", "b", "c"].iter().map(|w| start(&server, w, true)).collect();
+    let mut nodes: Vec<Node> = ["a", "b", "c"]
+        .iter()
+        .map(|w| start(&server, w, true))
+        .collect();
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let leading = nodes.iter().filter(|n| n.state.borrow().is_leading()).count();
+    let leading = nodes
+        .iter()
+        .filter(|n| n.state.borrow().is_leading())
+        .count();
     assert_eq!(leading, 1);
     // Cut whoever leads, three times over.
     for _ in 0..3 {
@@ -445,7 +476,10 @@ async fn three_candidates_exactly_one_leads_through_churn() {
         server.cut(&holder, false);
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
-    let leading = nodes.iter().filter(|n| n.state.borrow().is_leading()).count();
+    let leading = nodes
+        .iter()
+        .filter(|n| n.state.borrow().is_leading())
+        .count();
     assert_eq!(leading, 1);
     let refs: Vec<&Node> = nodes.iter().collect();
     assert_never_two_leaders(&refs, Instant::now());

@@ -68,14 +68,14 @@ pub enum ManifestError {
 #[derive(Debug, Clone, Subcommand)]
 pub enum ManifestCommand {
     /// A static Pod (for /etc/kubernetes/manifests or k3s/RKE2 agent pod-manifests).
-    Pod(GenArgs),
+    Pod(Box<GenArgs>),
     /// A DaemonSet (control-plane nodes with --taint, or every node for Services).
-    Daemonset(GenArgs),
+    Daemonset(Box<GenArgs>),
     /// ServiceAccount, ClusterRole and ClusterRoleBinding with exactly the verbs vipd uses.
     Rbac(rbac::RbacArgs),
     /// A systemd unit (Type=notify, watchdog, capabilities limited to NET_ADMIN/NET_RAW),
     /// or with --environment-file the matching EnvironmentFile.
-    Systemd(systemd::SystemdArgs),
+    Systemd(Box<systemd::SystemdArgs>),
 }
 
 /// Go `strconv.ParseBool` (what cobra uses for kube-vip's boolean flags).
@@ -106,7 +106,11 @@ pub struct GenArgs {
     #[arg(long = "address", visible_alias = "vip", value_name = "IP[,IP]")]
     pub address: Option<String>,
     /// VIP prefix length(s), e.g. 32 or 32,128 [env: vip_subnet]
-    #[arg(long = "vipSubnet", visible_alias = "cidr", value_name = "PREFIX[,PREFIX]")]
+    #[arg(
+        long = "vipSubnet",
+        visible_alias = "cidr",
+        value_name = "PREFIX[,PREFIX]"
+    )]
     pub vip_subnet: Option<String>,
     /// API server port behind the control-plane VIP [env: port] [default: 6443]
     #[arg(long = "port", value_name = "PORT")]
@@ -307,8 +311,9 @@ impl GenArgs {
             return Err(ManifestError::Invalid {
                 flag: "kubeadm-init",
                 value: "true".into(),
-                reason: "is for the control-plane VIP of the first kubeadm node: add --controlplane"
-                    .into(),
+                reason:
+                    "is for the control-plane VIP of the first kubeadm node: add --controlplane"
+                        .into(),
             });
         }
 
@@ -327,7 +332,10 @@ impl GenArgs {
         if let Some(i) = &self.interface {
             push("interface", i)?;
         }
-        let port = self.port.clone().unwrap_or(default_for("port")?.to_string());
+        let port = self
+            .port
+            .clone()
+            .unwrap_or(default_for("port")?.to_string());
         push("port", &port)?;
         push("controlplane", bool_text(cp))?;
         push("services", bool_text(svc))?;
@@ -581,13 +589,21 @@ mod tests {
         ] {
             env_for(f).unwrap();
         }
-        assert!(matches!(env_for("nope"), Err(ManifestError::UnknownFlag("nope"))));
+        assert!(matches!(
+            env_for("nope"),
+            Err(ManifestError::UnknownFlag("nope"))
+        ));
     }
 
     #[test]
     fn enable_load_balancer_is_refused_with_the_flag_named() {
-        let e = plan(&["--services", "--enableLoadBalancer"]).unwrap_err().to_string();
-        assert!(e.contains("--enableLoadBalancer") && e.contains("IPVS"), "{e}");
+        let e = plan(&["--services", "--enableLoadBalancer"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("--enableLoadBalancer") && e.contains("IPVS"),
+            "{e}"
+        );
         // Explicitly false is fine.
         plan(&["--services", "--enableLoadBalancer=false"]).unwrap();
     }
@@ -614,7 +630,13 @@ mod tests {
 
     #[test]
     fn kubeadm_init_mounts_super_admin_at_the_kubeconfig_path() {
-        let p = plan(&["--controlplane", "--address", "192.0.2.10", "--kubeadm-init"]).unwrap();
+        let p = plan(&[
+            "--controlplane",
+            "--address",
+            "192.0.2.10",
+            "--kubeadm-init",
+        ])
+        .unwrap();
         assert_eq!(
             p.access,
             Access::Kubeconfig {
@@ -627,7 +649,14 @@ mod tests {
 
     #[test]
     fn control_plane_sets_kubernetes_addr_to_the_local_api_server() {
-        let p = plan(&["--controlplane", "--address", "192.0.2.10", "--port", "6444"]).unwrap();
+        let p = plan(&[
+            "--controlplane",
+            "--address",
+            "192.0.2.10",
+            "--port",
+            "6444",
+        ])
+        .unwrap();
         let env = p.env_for_node("n1");
         assert!(env.contains(&("kubernetes_addr".into(), "127.0.0.1:6444".into())));
         let p = plan(&["--services"]).unwrap();

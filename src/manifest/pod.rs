@@ -135,8 +135,14 @@ pub fn pod_spec(plan: &Plan) -> PodSpec {
         volume_mounts: mounts,
         ..Default::default()
     };
+    // With a host kubeconfig the pod needs no ServiceAccount token: do not mount one.
+    let automount = match plan.access {
+        Access::Kubeconfig { .. } => Some(false),
+        Access::InCluster => None,
+    };
     PodSpec {
         containers: vec![container],
+        automount_service_account_token: automount,
         host_network: Some(true),
         priority_class_name: Some("system-node-critical".into()),
         termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),

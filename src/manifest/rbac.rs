@@ -107,7 +107,12 @@ pub fn required_permissions(node_labeling: bool) -> Vec<Permission> {
 #[derive(Debug, Clone, Default, Args, PartialEq, Eq)]
 pub struct RbacArgs {
     /// Namespace of the ServiceAccount [default: kube-system]
-    #[arg(long = "namespace", short = 'n', value_name = "NAMESPACE", default_value = "kube-system")]
+    #[arg(
+        long = "namespace",
+        short = 'n',
+        value_name = "NAMESPACE",
+        default_value = "kube-system"
+    )]
     pub namespace: String,
     /// Also allow `patch` on nodes (for enable_node_labeling)
     #[arg(long = "enableNodeLabeling", value_name = "BOOL", num_args = 0..=1,
@@ -193,7 +198,9 @@ pub fn rbac_yaml(args: &RbacArgs) -> Result<String, ManifestError> {
         .unwrap_or(false);
     let mut out = super::to_yaml_stream(&[service_account(&args.namespace)])?;
     out.push_str(&super::to_yaml_stream(&[cluster_role(labeling)])?);
-    out.push_str(&super::to_yaml_stream(&[service_account_binding(&args.namespace)])?);
+    out.push_str(&super::to_yaml_stream(&[service_account_binding(
+        &args.namespace,
+    )])?);
     Ok(out)
 }
 
@@ -204,11 +211,9 @@ mod tests {
     #[test]
     fn node_patch_only_with_labeling() {
         let has_patch = |l| {
-            cluster_role(l)
-                .rules
-                .unwrap()
-                .iter()
-                .any(|r| r.resources.as_ref().unwrap()[0] == "nodes" && r.verbs.contains(&"patch".into()))
+            cluster_role(l).rules.unwrap().iter().any(|r| {
+                r.resources.as_ref().unwrap()[0] == "nodes" && r.verbs.contains(&"patch".into())
+            })
         };
         assert!(!has_patch(false));
         assert!(has_patch(true));

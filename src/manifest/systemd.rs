@@ -118,7 +118,10 @@ pub fn unit(args: &SystemdArgs) -> Unit {
         e("ProtectControlGroups", "yes"),
         e("ProtectClock", "yes"),
         e("ProtectHostname", "yes"),
-        e("RestrictAddressFamilies", "AF_UNIX AF_INET AF_INET6 AF_NETLINK AF_PACKET"),
+        e(
+            "RestrictAddressFamilies",
+            "AF_UNIX AF_INET AF_INET6 AF_NETLINK AF_PACKET",
+        ),
         e("RestrictNamespaces", "yes"),
         e("RestrictRealtime", "yes"),
         e("RestrictSUIDSGID", "yes"),

@@ -145,8 +145,14 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(201)).await;
         k.addresses(None).await.unwrap();
         assert_eq!(inner.dumps.load(Ordering::SeqCst), 2);
-        k.remove(2, Vip::host("192.0.2.10".parse().unwrap())).await.unwrap();
+        k.remove(2, Vip::host("192.0.2.10".parse().unwrap()))
+            .await
+            .unwrap();
         k.addresses(None).await.unwrap();
-        assert_eq!(inner.dumps.load(Ordering::SeqCst), 3, "our own write invalidates");
+        assert_eq!(
+            inner.dumps.load(Ordering::SeqCst),
+            3,
+            "our own write invalidates"
+        );
     }
 }

@@ -20,8 +20,8 @@ use std::future::Future;
 use std::net::IpAddr;
 
 mod arp;
-mod iface;
 mod cache;
+mod iface;
 mod netlink;
 
 pub use arp::{RawAnnouncer, garp_frame, unsolicited_na_frame};

@@ -43,12 +43,21 @@ impl FakeKernel {
                 up: true,
                 carrier: true,
             });
-            s.addrs.push(addr(2, Vip::new("192.0.2.11".parse().unwrap(), 24).unwrap(), false));
+            s.addrs.push(addr(
+                2,
+                Vip::new("192.0.2.11".parse().unwrap(), 24).unwrap(),
+                false,
+            ));
         }
         Arc::new(k)
     }
     fn has(&self, vip: Vip) -> bool {
-        self.0.lock().unwrap().addrs.iter().any(|a| a.vip == vip && a.ours)
+        self.0
+            .lock()
+            .unwrap()
+            .addrs
+            .iter()
+            .any(|a| a.vip == vip && a.ours)
     }
     fn delete(&self, vip: Vip) {
         self.0.lock().unwrap().addrs.retain(|a| a.vip != vip);
@@ -110,7 +119,10 @@ impl Kernel for FakeKernel {
     }
     async fn remove(&self, ifindex: u32, vip: Vip) -> Result<(), NetError> {
         let mut s = self.0.lock().unwrap();
-        if s.addrs.iter().any(|a| a.vip == vip && a.ifindex == ifindex && !a.ours) {
+        if s.addrs
+            .iter()
+            .any(|a| a.vip == vip && a.ifindex == ifindex && !a.ours)
+        {
             return Err(NetError::NotOurs {
                 addr: vip.addr,
                 ifindex,
@@ -141,7 +153,12 @@ struct FakeAnnouncer(Mutex<Vec<(Instant, Vip, [u8; 6])>>);
 
 impl FakeAnnouncer {
     fn count(&self, vip: Vip) -> usize {
-        self.0.lock().unwrap().iter().filter(|(_, v, _)| *v == vip).count()
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, v, _)| *v == vip)
+            .count()
     }
 }
 
@@ -185,7 +202,14 @@ fn rig(kernel: Arc<FakeKernel>, vips: Vec<Vip>, interface: Option<&str>) -> Rig 
             interface: interface.map(str::to_string),
         })
         .collect();
-    let holder = VipHolder::new("test", kernel.clone(), ann.clone(), specs, cfg, gates.clone());
+    let holder = VipHolder::new(
+        "test",
+        kernel.clone(),
+        ann.clone(),
+        specs,
+        cfg,
+        gates.clone(),
+    );
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(holder.run(
         Leadership {
@@ -229,7 +253,11 @@ fn plan_adds_missing_and_repairs_dadfailed_while_leading() {
     let v = vip4();
     assert_eq!(
         plan(&[(v, 2)], &[], Some(2)),
-        vec![Step::Add { vip: v, ifindex: 2, valid_lft_secs: 2 }]
+        vec![Step::Add {
+            vip: v,
+            ifindex: 2,
+            valid_lft_secs: 2
+        }]
     );
     // Fence nearly used up: do not re-add, the next renew does.
     assert!(plan(&[(v, 2)], &[], Some(0)).is_empty());
@@ -239,7 +267,11 @@ fn plan_adds_missing_and_repairs_dadfailed_while_leading() {
         plan(&[(v, 2)], &[failed], Some(2)),
         vec![
             Step::Remove { vip: v, ifindex: 2 },
-            Step::Add { vip: v, ifindex: 2, valid_lft_secs: 2 }
+            Step::Add {
+                vip: v,
+                ifindex: 2,
+                valid_lft_secs: 2
+            }
         ]
     );
     // Present and fine: nothing.
@@ -249,7 +281,11 @@ fn plan_adds_missing_and_repairs_dadfailed_while_leading() {
         plan(&[(v, 2)], &[addr(3, v, true)], Some(2)),
         vec![
             Step::Remove { vip: v, ifindex: 3 },
-            Step::Add { vip: v, ifindex: 2, valid_lft_secs: 2 }
+            Step::Add {
+                vip: v,
+                ifindex: 2,
+                valid_lft_secs: 2
+            }
         ]
     );
 }
@@ -260,7 +296,10 @@ fn plan_never_touches_untagged_and_drops_ours_when_not_leading() {
     assert!(plan(&[(v, 2)], &[addr(2, v, false)], None).is_empty());
     assert_eq!(
         plan(&[(v, 2)], &[addr(2, v, true), addr(3, v, true)], None),
-        vec![Step::Remove { vip: v, ifindex: 2 }, Step::Remove { vip: v, ifindex: 3 }]
+        vec![
+            Step::Remove { vip: v, ifindex: 2 },
+            Step::Remove { vip: v, ifindex: 3 }
+        ]
     );
     assert_eq!(conflicts(&[v], &[addr(2, v, false)]), vec![(v.addr, 2)]);
     assert!(conflicts(&[v], &[addr(2, v, true)]).is_empty());
@@ -272,16 +311,30 @@ async fn leading_adds_with_fence_announces_at_once_then_every_arp_rate() {
     settle().await;
     assert!(!r.kernel.has(vip4()));
     let t0 = Instant::now();
-    r.state.send_replace(LeaderState::Leading { term: 1, renewed_at: t0 });
+    r.state.send_replace(LeaderState::Leading {
+        term: 1,
+        renewed_at: t0,
+    });
     settle().await;
     assert!(r.kernel.has(vip4()));
     assert_eq!(r.kernel.0.lock().unwrap().adds, vec![(vip4(), 2)]);
-    assert_eq!(r.ann.count(vip4()), 1, "GARP at acquire, not at the next tick");
-    assert_eq!(r.ann.0.lock().unwrap()[0].2, [2, 0, 0, 0, 0, 0x11], "sender MAC = link MAC");
+    assert_eq!(
+        r.ann.count(vip4()),
+        1,
+        "GARP at acquire, not at the next tick"
+    );
+    assert_eq!(
+        r.ann.0.lock().unwrap()[0].2,
+        [2, 0, 0, 0, 0, 0x11],
+        "sender MAC = link MAC"
+    );
     // Keep renewing every second; GARP repeats every 3 s.
     for i in 1..=9 {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        r.state.send_replace(LeaderState::Leading { term: 1, renewed_at: Instant::now() });
+        r.state.send_replace(LeaderState::Leading {
+            term: 1,
+            renewed_at: Instant::now(),
+        });
         settle().await;
         let _ = i;
     }
@@ -295,10 +348,15 @@ async fn leading_adds_with_fence_announces_at_once_then_every_arp_rate() {
 #[tokio::test(start_paused = true)]
 async fn losing_leadership_removes_and_acknowledges() {
     let mut r = rig(FakeKernel::with_eth0(), vec![vip4()], None);
-    r.state.send_replace(LeaderState::Leading { term: 3, renewed_at: Instant::now() });
+    r.state.send_replace(LeaderState::Leading {
+        term: 3,
+        renewed_at: Instant::now(),
+    });
     settle().await;
     assert!(r.kernel.has(vip4()));
-    r.state.send_replace(LeaderState::Following { holder: Some("b".into()) });
+    r.state.send_replace(LeaderState::Following {
+        holder: Some("b".into()),
+    });
     r.dropped.wait_for(|t| *t >= 3).await.unwrap();
     assert!(!r.kernel.has(vip4()), "ack only after the VIP is gone");
     let before = r.ann.count(vip4());
@@ -312,7 +370,10 @@ async fn losing_leadership_removes_and_acknowledges() {
 #[tokio::test(start_paused = true)]
 async fn deleted_vip_is_readded_and_reannounced_within_the_check_interval() {
     let r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth0"));
-    r.state.send_replace(LeaderState::Leading { term: 1, renewed_at: Instant::now() });
+    r.state.send_replace(LeaderState::Leading {
+        term: 1,
+        renewed_at: Instant::now(),
+    });
     settle().await;
     r.kernel.delete(vip4());
     let before = r.ann.count(vip4());
@@ -354,9 +415,16 @@ async fn missing_interface_and_foreign_vip_close_gates_without_crashing() {
     settle().await;
     assert!(r.gates.closed().contains(&GATE_CONFLICT.to_string()));
     // Even when told to lead, the foreign address is never removed.
-    r.state.send_replace(LeaderState::Following { holder: None });
+    r.state
+        .send_replace(LeaderState::Following { holder: None });
     settle().await;
-    assert!(k.0.lock().unwrap().addrs.iter().any(|a| a.vip == vip4() && !a.ours));
+    assert!(
+        k.0.lock()
+            .unwrap()
+            .addrs
+            .iter()
+            .any(|a| a.vip == vip4() && !a.ours)
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -364,7 +432,10 @@ async fn ipv6_vip_is_announced_only_after_it_leaves_tentative_state() {
     let v6 = Vip::new("2001:db8::10".parse().unwrap(), 128).unwrap();
     let r = rig(FakeKernel::with_eth0(), vec![v6], Some("eth0"));
     // The fake adds addresses non-tentative; make the add tentative by flagging right after.
-    r.state.send_replace(LeaderState::Leading { term: 1, renewed_at: Instant::now() });
+    r.state.send_replace(LeaderState::Leading {
+        term: 1,
+        renewed_at: Instant::now(),
+    });
     settle().await;
     let first = r.ann.count(v6);
     assert_eq!(first, 1);
@@ -383,7 +454,10 @@ async fn ipv6_vip_is_announced_only_after_it_leaves_tentative_state() {
 #[tokio::test(start_paused = true)]
 async fn shutdown_removes_vips() {
     let r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth0"));
-    r.state.send_replace(LeaderState::Leading { term: 1, renewed_at: Instant::now() });
+    r.state.send_replace(LeaderState::Leading {
+        term: 1,
+        renewed_at: Instant::now(),
+    });
     settle().await;
     assert!(r.kernel.has(vip4()));
     r.shutdown.cancel();
@@ -399,18 +473,34 @@ async fn edited_vip_set_adds_new_and_removes_old_while_leading() {
     let (dropped_tx, _dropped) = watch::channel(0u64);
     let v120 = Vip::host("192.0.2.120".parse().unwrap());
     let v121 = Vip::host("192.0.2.121".parse().unwrap());
-    let spec = |v: Vip| VipSpec { vip: v, interface: None };
+    let spec = |v: Vip| VipSpec {
+        vip: v,
+        interface: None,
+    };
     let (set_tx, set_rx) = watch::channel(vec![spec(v120)]);
     let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap();
     cfg.check_following = false;
-    let holder = VipHolder::new("svc", kernel.clone(), ann.clone(), vec![], cfg, Gates::default())
-        .with_updates(set_rx);
+    let holder = VipHolder::new(
+        "svc",
+        kernel.clone(),
+        ann.clone(),
+        vec![],
+        cfg,
+        Gates::default(),
+    )
+    .with_updates(set_rx);
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(holder.run(
-        Leadership { state: state_rx, dropped: dropped_tx },
+        Leadership {
+            state: state_rx,
+            dropped: dropped_tx,
+        },
         shutdown.clone(),
     ));
-    state.send_replace(LeaderState::Leading { term: 1, renewed_at: Instant::now() });
+    state.send_replace(LeaderState::Leading {
+        term: 1,
+        renewed_at: Instant::now(),
+    });
     settle().await;
     assert!(kernel.has(v120));
     set_tx.send_replace(vec![spec(v121)]);

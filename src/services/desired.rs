@@ -316,7 +316,10 @@ mod tests {
         assert_eq!(p.conflicts[0].service, key("svc-b"));
         assert_eq!(p.conflicts[0].with, key("svc-a"));
         assert!(!p.addresses.contains_key(&key("svc-b")));
-        assert!(p.addresses.contains_key(&key("svc-c")), "80/UDP next to 80/TCP is fine");
+        assert!(
+            p.addresses.contains_key(&key("svc-c")),
+            "80/UDP next to 80/TCP is fine"
+        );
         assert_eq!(p.groups[&lease("svc-a")].services.len(), 2);
     }
 
@@ -366,9 +369,15 @@ mod tests {
         c.interface = Some("eth0".into());
         let mut s = svc("a", 1, &["192.0.2.20"], &[(80, "TCP")]);
         let p = plan(std::slice::from_ref(&s), &c);
-        assert_eq!(p.groups[&lease("a")].vips[0].interface.as_deref(), Some("eth0"));
+        assert_eq!(
+            p.groups[&lease("a")].vips[0].interface.as_deref(),
+            Some("eth0")
+        );
         s.interface = Some("eth1".into());
         let p = plan(&[s], &c);
-        assert_eq!(p.groups[&lease("a")].vips[0].interface.as_deref(), Some("eth1"));
+        assert_eq!(
+            p.groups[&lease("a")].vips[0].interface.as_deref(),
+            Some("eth1")
+        );
     }
 }

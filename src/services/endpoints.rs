@@ -195,21 +195,30 @@ mod tests {
             vec![addr("10.0.0.2", Some("node-b"))],
         );
         assert!(ready_local_endpoint_from_endpoints(&e, "node-a"));
-        assert!(!ready_local_endpoint_from_endpoints(&e, "node-b"), "not ready");
+        assert!(
+            !ready_local_endpoint_from_endpoints(&e, "node-b"),
+            "not ready"
+        );
         assert!(!ready_local_endpoint_from_endpoints(&e, "node-c"));
         let src = EndpointSource::Endpoints(&e);
         assert!(src.any_ready());
         assert_eq!(src.ready_nodes(), BTreeSet::from(["node-a".to_string()]));
 
         let only_not_ready = endpoints(vec![], vec![addr("10.0.0.2", Some("node-a"))]);
-        assert!(!any_ready_endpoint(EndpointSource::Endpoints(&only_not_ready)));
+        assert!(!any_ready_endpoint(EndpointSource::Endpoints(
+            &only_not_ready
+        )));
         assert!(!EndpointSource::Endpoints(&only_not_ready).ready_on("node-a"));
         let empty = Endpoints::default();
         assert!(!any_ready_endpoint(EndpointSource::Endpoints(&empty)));
         // A ready address without nodeName counts as "some endpoint" but for no node.
         let nameless = endpoints(vec![addr("10.0.0.3", None)], vec![]);
         assert!(any_ready_endpoint(EndpointSource::Endpoints(&nameless)));
-        assert!(EndpointSource::Endpoints(&nameless).ready_nodes().is_empty());
+        assert!(
+            EndpointSource::Endpoints(&nameless)
+                .ready_nodes()
+                .is_empty()
+        );
     }
 
     #[test]
@@ -218,12 +227,18 @@ mod tests {
             slice(
                 "default",
                 "web",
-                vec![ep(Some("node-a"), Some(true)), ep(Some("node-b"), Some(false))],
+                vec![
+                    ep(Some("node-a"), Some(true)),
+                    ep(Some("node-b"), Some(false)),
+                ],
             ),
             slice("default", "web", vec![ep(Some("node-c"), None)]),
         ];
         assert!(ready_local_endpoint_from_slices(&slices, "node-a"));
-        assert!(!ready_local_endpoint_from_slices(&slices, "node-b"), "ready=false");
+        assert!(
+            !ready_local_endpoint_from_slices(&slices, "node-b"),
+            "ready=false"
+        );
         assert!(
             ready_local_endpoint_from_slices(&slices, "node-c"),
             "absent ready means ready"
@@ -243,7 +258,11 @@ mod tests {
         )];
         assert!(EndpointSource::Slices(&no_conditions).ready_on("node-a"));
 
-        let none_ready = vec![slice("default", "web", vec![ep(Some("node-a"), Some(false))])];
+        let none_ready = vec![slice(
+            "default",
+            "web",
+            vec![ep(Some("node-a"), Some(false))],
+        )];
         assert!(!any_ready_endpoint(EndpointSource::Slices(&none_ready)));
         assert!(!any_ready_endpoint(EndpointSource::Slices(&[])));
     }

@@ -320,7 +320,11 @@ pub fn addresses_of(svc: &Service) -> ParsedAddresses {
     if let Some(text) = annotation(svc, ANN_LOADBALANCER_IPS) {
         return parse_address_list(text);
     }
-    match svc.spec.as_ref().and_then(|s| s.load_balancer_ip.as_deref()) {
+    match svc
+        .spec
+        .as_ref()
+        .and_then(|s| s.load_balancer_ip.as_deref())
+    {
         Some(text) if !text.is_empty() => parse_spec_address(text),
         _ => ParsedAddresses::default(),
     }
@@ -491,14 +495,18 @@ impl fmt::Display for SkipReason {
                 write!(f, "outside the watched namespace {watched:?}")
             }
             SkipReason::OtherClass { class } => {
-                write!(f, "loadBalancerClass {class:?} belongs to another implementation")
+                write!(
+                    f,
+                    "loadBalancerClass {class:?} belongs to another implementation"
+                )
             }
-            SkipReason::NoClass => {
-                f.write_str("no loadBalancerClass and lb_class_only is set")
-            }
+            SkipReason::NoClass => f.write_str("no loadBalancerClass and lb_class_only is set"),
             SkipReason::Ignored => write!(f, "annotation {ANN_IGNORE}=true"),
             SkipReason::InvalidLeaseName { value } => {
-                write!(f, "annotation {ANN_LEASE_NAME}={value:?} is not a valid Lease name")
+                write!(
+                    f,
+                    "annotation {ANN_LEASE_NAME}={value:?} is not a valid Lease name"
+                )
             }
             SkipReason::LeaseNameWithLocalPolicy => write!(
                 f,
@@ -673,17 +681,37 @@ mod tests {
         let table: &[(&str, &[&str], &[&str], bool)] = &[
             // valid, single and lists
             ("192.0.2.5", &["192.0.2.5"], &[], false),
-            ("192.0.2.5,192.0.2.6", &["192.0.2.5", "192.0.2.6"], &[], false),
+            (
+                "192.0.2.5,192.0.2.6",
+                &["192.0.2.5", "192.0.2.6"],
+                &[],
+                false,
+            ),
             ("2001:db8::5", &["2001:db8::5"], &[], false),
             ("2001:DB8::5", &["2001:db8::5"], &[], false),
             ("2001:db8:0:0:0:0:0:5", &["2001:db8::5"], &[], false),
             ("198.51.100.1", &["198.51.100.1"], &[], false),
-            ("10.0.0.1,172.16.0.1", &["10.0.0.1", "172.16.0.1"], &[], false),
+            (
+                "10.0.0.1,172.16.0.1",
+                &["10.0.0.1", "172.16.0.1"],
+                &[],
+                false,
+            ),
             ("192.0.2.255", &["192.0.2.255"], &[], false),
             ("1.1.1.1", &["1.1.1.1"], &[], false),
             // mixed families, order kept
-            ("192.0.2.5,2001:db8::5", &["192.0.2.5", "2001:db8::5"], &[], false),
-            ("2001:db8::5,192.0.2.5", &["2001:db8::5", "192.0.2.5"], &[], false),
+            (
+                "192.0.2.5,2001:db8::5",
+                &["192.0.2.5", "2001:db8::5"],
+                &[],
+                false,
+            ),
+            (
+                "2001:db8::5,192.0.2.5",
+                &["2001:db8::5", "192.0.2.5"],
+                &[],
+                false,
+            ),
             (
                 "192.0.2.7,2001:db8::7,192.0.2.8",
                 &["192.0.2.7", "2001:db8::7", "192.0.2.8"],
@@ -693,7 +721,12 @@ mod tests {
             // duplicates dropped (not rejected)
             ("192.0.2.5,192.0.2.5", &["192.0.2.5"], &[], false),
             ("2001:db8::5,2001:DB8:0::5", &["2001:db8::5"], &[], false),
-            ("192.0.2.6,192.0.2.5,192.0.2.6", &["192.0.2.6", "192.0.2.5"], &[], false),
+            (
+                "192.0.2.6,192.0.2.5,192.0.2.6",
+                &["192.0.2.6", "192.0.2.5"],
+                &[],
+                false,
+            ),
             // DHCP markers
             ("0.0.0.0", &[], &[], true),
             ("::", &[], &[], true),
@@ -703,9 +736,19 @@ mod tests {
             // whitespace: rejected, not trimmed
             (" 192.0.2.5", &[], &[" 192.0.2.5"], false),
             ("192.0.2.5 ", &[], &["192.0.2.5 "], false),
-            ("192.0.2.5, 192.0.2.6", &["192.0.2.5"], &[" 192.0.2.6"], false),
+            (
+                "192.0.2.5, 192.0.2.6",
+                &["192.0.2.5"],
+                &[" 192.0.2.6"],
+                false,
+            ),
             ("\t2001:db8::5", &[], &["\t2001:db8::5"], false),
-            ("192.0.2.5,\n192.0.2.6", &["192.0.2.5"], &["\n192.0.2.6"], false),
+            (
+                "192.0.2.5,\n192.0.2.6",
+                &["192.0.2.5"],
+                &["\n192.0.2.6"],
+                false,
+            ),
             ("192.0. 2.5", &[], &["192.0. 2.5"], false),
             // malformed
             ("192.0.2.300", &[], &["192.0.2.300"], false),
@@ -724,7 +767,12 @@ mod tests {
             // empty entries
             ("192.0.2.5,", &["192.0.2.5"], &[""], false),
             (",192.0.2.5", &["192.0.2.5"], &[""], false),
-            ("192.0.2.5,,192.0.2.6", &["192.0.2.5", "192.0.2.6"], &[""], false),
+            (
+                "192.0.2.5,,192.0.2.6",
+                &["192.0.2.5", "192.0.2.6"],
+                &[""],
+                false,
+            ),
             (" ", &[], &[" "], false),
             // unusable kinds of address
             ("127.0.0.1", &[], &["127.0.0.1"], false),
@@ -771,8 +819,16 @@ mod tests {
             ]
         );
         let msg = p.rejection_message().unwrap();
-        assert!(msg.starts_with("kube-vip.io/loadbalancerIPs: rejected "), "{msg}");
-        for v in ["\"192.0.2.300\"", "\"192.0.2.1/24\"", "\" 192.0.2.5\"", "\"::ffff:zz\""] {
+        assert!(
+            msg.starts_with("kube-vip.io/loadbalancerIPs: rejected "),
+            "{msg}"
+        );
+        for v in [
+            "\"192.0.2.300\"",
+            "\"192.0.2.1/24\"",
+            "\" 192.0.2.5\"",
+            "\"::ffff:zz\"",
+        ] {
             assert!(msg.contains(v), "{msg} lacks {v}");
         }
         assert!(msg.contains("prefix length"), "{msg}");
@@ -805,7 +861,10 @@ mod tests {
         // An empty annotation counts as absent.
         let s = svc("a", &[(ANN_LOADBALANCER_IPS, "")], spec.clone());
         let p = addresses_of(&s);
-        assert_eq!((p.addresses, p.source), (vec![ip("192.0.2.9")], AddressSource::Spec));
+        assert_eq!(
+            (p.addresses, p.source),
+            (vec![ip("192.0.2.9")], AddressSource::Spec)
+        );
 
         let s = svc("a", &[], spec);
         assert_eq!(addresses_of(&s).source, AddressSource::Spec);
@@ -870,7 +929,10 @@ mod tests {
 
         let s = svc("web", &[(ANN_LEASE_NAME, "shared")], lb_spec());
         let i = service_info(&s);
-        assert_eq!((i.lease_name.as_str(), i.lease_name_from_annotation), ("shared", true));
+        assert_eq!(
+            (i.lease_name.as_str(), i.lease_name_from_annotation),
+            ("shared", true)
+        );
         let s = svc("web", &[(ANN_LEASE_NAME, "")], lb_spec());
         assert_eq!(service_info(&s).lease_name, "kubevip-web");
     }
@@ -940,8 +1002,14 @@ mod tests {
             |s| s.external_traffic_policy = Some("Local".into()),
         );
         let sel = selection(&i, false, DEFAULT_LB_CLASS, None);
-        assert!(matches!(&sel, Selection::Skip(r) if !r.warrants_warning()), "{sel:?}");
-        assert!(matches!(sel, Selection::Skip(SkipReason::OtherClass { .. })));
+        assert!(
+            matches!(&sel, Selection::Skip(r) if !r.warrants_warning()),
+            "{sel:?}"
+        );
+        assert!(matches!(
+            sel,
+            Selection::Skip(SkipReason::OtherClass { .. })
+        ));
     }
 
     #[test]
@@ -1012,9 +1080,21 @@ mod tests {
             protocol: Some("UDP".into()),
             ..Default::default()
         }]);
-        let a = service_info(&svc("dns-tcp", &[(ANN_LOADBALANCER_IPS, "192.0.2.60")], tcp.clone()));
-        let b = service_info(&svc("dns-udp", &[(ANN_LOADBALANCER_IPS, "192.0.2.60")], udp));
-        let c = service_info(&svc("dns-tcp2", &[(ANN_LOADBALANCER_IPS, "192.0.2.60,192.0.2.61")], tcp));
+        let a = service_info(&svc(
+            "dns-tcp",
+            &[(ANN_LOADBALANCER_IPS, "192.0.2.60")],
+            tcp.clone(),
+        ));
+        let b = service_info(&svc(
+            "dns-udp",
+            &[(ANN_LOADBALANCER_IPS, "192.0.2.60")],
+            udp,
+        ));
+        let c = service_info(&svc(
+            "dns-tcp2",
+            &[(ANN_LOADBALANCER_IPS, "192.0.2.60,192.0.2.61")],
+            tcp,
+        ));
         let map = consumers_by_address([&a, &b, &c]);
         let names: Vec<&str> = map[&ip("192.0.2.60")]
             .iter()

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Endpoints, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -23,12 +24,16 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::desired::{self, Candidate, LeaseRef, Mode, Plan, PlanConfig};
-use super::endpoints::ready_local_endpoint_from_endpoints;
+use super::endpoints::{
+    SERVICE_NAME_LABEL, endpointslice_v1_served, ready_local_endpoint_from_endpoints,
+    ready_local_endpoint_from_slices,
+};
 use super::model::{self, PortProto, Selection, ServiceInfo, ServiceKey};
 use super::status::{EventKind, KubeStatusWriter, ServiceEvent, StatusWriter, desired_ingress};
 use crate::config::Config;
 use crate::election::kube::{KubeLeaseClient, LeaseHub};
 use crate::election::{Elector, Gates, LeaderState, Timing};
+use crate::metrics::Metrics;
 use crate::net::{Announcer, Kernel};
 use crate::reconcile::{HolderConfig, VipHolder, VipSpec};
 
@@ -63,6 +68,7 @@ struct Shared<K: Kernel, A: Announcer> {
     hub: LeaseHub,
     status: KubeStatusWriter,
     services: Store<Service>,
+    metrics: Metrics,
 }
 
 /// Runs the Services side of `vipd manager` until `shutdown`, then stops every group task
@@ -73,6 +79,7 @@ pub async fn run<K: Kernel, A: Announcer>(
     kernel: Arc<K>,
     announcer: Arc<A>,
     holder_cfg: HolderConfig,
+    metrics: Metrics,
     shutdown: CancellationToken,
 ) {
     let watches = CancellationToken::new();
@@ -87,9 +94,42 @@ pub async fn run<K: Kernel, A: Announcer>(
     };
     let changed = Arc::new(Notify::new());
     let (svc_store, svc_writer) = reflector::store();
-    let (ep_store, ep_writer) = reflector::store();
-    spawn_reflector("services", svc_api, svc_writer, changed.clone(), watches.clone());
-    spawn_reflector("endpoints", ep_api, ep_writer, changed.clone(), watches.clone());
+    spawn_reflector(
+        "services",
+        svc_api,
+        svc_writer,
+        changed.clone(),
+        watches.clone(),
+    );
+    // Endpoints for externalTrafficPolicy Local: EndpointSlice v1 where the server has it
+    // (1.21+), else core Endpoints (the lab's v1.20).
+    let endpoints = if endpointslice_v1_served(&client).await {
+        info!("reading endpoints from discovery.k8s.io/v1 EndpointSlices");
+        let api: Api<EndpointSlice> = match namespace {
+            Some(ns) => Api::namespaced(client.clone(), ns),
+            None => Api::all(client.clone()),
+        };
+        let (store, writer) = reflector::store();
+        spawn_reflector(
+            "endpointslices",
+            api,
+            writer,
+            changed.clone(),
+            watches.clone(),
+        );
+        EndpointStore::Slices(store)
+    } else {
+        info!("EndpointSlice v1 not served; reading core v1 Endpoints");
+        let (store, writer) = reflector::store();
+        spawn_reflector(
+            "endpoints",
+            ep_api,
+            writer,
+            changed.clone(),
+            watches.clone(),
+        );
+        EndpointStore::Endpoints(store)
+    };
 
     let hub = match (&cfg.services_election, namespace) {
         (true, ns) => LeaseHub::start(client.clone(), ns, watches.clone()),
@@ -113,6 +153,7 @@ pub async fn run<K: Kernel, A: Announcer>(
         hub,
         status: KubeStatusWriter::new(client.clone(), &cfg.node_name),
         services: svc_store.clone(),
+        metrics,
     });
     let plan_cfg = PlanConfig {
         mode: if cfg.services_election {
@@ -146,17 +187,27 @@ pub async fn run<K: Kernel, A: Announcer>(
         // Let a burst of events settle into one recomputation.
         tokio::time::sleep(Duration::from_millis(20)).await;
         let services = svc_store.state();
-        let endpoints = ep_store.state();
-        let (candidates, notes) = candidates(&cfg, &services, &endpoints);
+        let local = endpoints.local_ready(&cfg.node_name);
+        let (candidates, notes) = candidates(&cfg, &services, &local);
         let plan = desired::plan(&candidates, &plan_cfg);
+        let mut per_ns: BTreeMap<&str, usize> = BTreeMap::new();
+        for k in plan.addresses.keys() {
+            *per_ns.entry(k.namespace.as_str()).or_default() += 1;
+        }
+        for (ns, n) in per_ns {
+            shared.metrics.active_services(ns, n);
+        }
         report(&shared, &plan, notes, &mut reported).await;
         reconcile_groups(&shared, &plan, &services, &mut groups).await;
     }
     info!(groups = groups.len(), "Services: stopping");
-    let stops: Vec<_> = groups.into_values().map(|g| {
-        g.stop.cancel();
-        g.join
-    }).collect();
+    let stops: Vec<_> = groups
+        .into_values()
+        .map(|g| {
+            g.stop.cancel();
+            g.join
+        })
+        .collect();
     for j in stops {
         let _ = j.await;
     }
@@ -219,26 +270,51 @@ struct Note {
     warn: bool,
 }
 
-/// Selected Services as planner input, plus what to report about the others.
+/// The endpoint cache, in whichever API form the server offers.
+enum EndpointStore {
+    Endpoints(Store<Endpoints>),
+    Slices(Store<EndpointSlice>),
+}
+
+impl EndpointStore {
+    /// Services (namespace, name) with a ready endpoint on `node`.
+    fn local_ready(&self, node: &str) -> HashSet<(String, String)> {
+        match self {
+            EndpointStore::Endpoints(store) => store
+                .state()
+                .iter()
+                .filter(|e| ready_local_endpoint_from_endpoints(e, node))
+                .map(|e| {
+                    (
+                        e.metadata.namespace.clone().unwrap_or_default(),
+                        e.metadata.name.clone().unwrap_or_default(),
+                    )
+                })
+                .collect(),
+            EndpointStore::Slices(store) => store
+                .state()
+                .iter()
+                .filter(|s| {
+                    ready_local_endpoint_from_slices(std::slice::from_ref(s.as_ref()), node)
+                })
+                .filter_map(|s| {
+                    let svc = s.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?.clone();
+                    Some((s.metadata.namespace.clone().unwrap_or_default(), svc))
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Selected Services as planner input, plus what to report about the others. `local`:
+/// Services with a ready endpoint on this node.
 fn candidates(
     cfg: &Config,
     services: &[Arc<Service>],
-    endpoints: &[Arc<Endpoints>],
+    local: &HashSet<(String, String)>,
 ) -> (Vec<Candidate>, Vec<Note>) {
     let mut out = Vec::new();
     let mut notes = Vec::new();
-    let eps: BTreeMap<(String, String), &Endpoints> = endpoints
-        .iter()
-        .map(|e| {
-            (
-                (
-                    e.metadata.namespace.clone().unwrap_or_default(),
-                    e.metadata.name.clone().unwrap_or_default(),
-                ),
-                e.as_ref(),
-            )
-        })
-        .collect();
     for svc in services {
         let info: ServiceInfo = model::service_info(svc);
         let rv = info.resource_version.clone().unwrap_or_default();
@@ -268,7 +344,9 @@ fn candidates(
                         warn: false,
                     });
                 }
-                if !matches!(reason, model::SkipReason::NoAddress) || info.addresses.rejected.is_empty() {
+                if !matches!(reason, model::SkipReason::NoAddress)
+                    || info.addresses.rejected.is_empty()
+                {
                     continue;
                 }
             }
@@ -301,9 +379,7 @@ fn candidates(
         if info.addresses.addresses.is_empty() {
             continue;
         }
-        let local_endpoint = eps
-            .get(&(info.key.namespace.clone(), info.key.name.clone()))
-            .is_some_and(|e| ready_local_endpoint_from_endpoints(e, &cfg.node_name));
+        let local_endpoint = local.contains(&(info.key.namespace.clone(), info.key.name.clone()));
         out.push(Candidate {
             key: info.key.clone(),
             created: info.created,
@@ -331,7 +407,10 @@ async fn report<K: Kernel, A: Announcer>(
     for c in &plan.conflicts {
         all.push(Note {
             key: c.service.clone(),
-            id: format!("{}/conflict/{}/{}/{}", c.service, c.with, c.address, c.port.port),
+            id: format!(
+                "{}/conflict/{}/{}/{}",
+                c.service, c.with, c.address, c.port.port
+            ),
             reason: "AddressConflict",
             message: format!(
                 "not announced: {} port {}/{} is already used by {}",
@@ -352,8 +431,7 @@ async fn report<K: Kernel, A: Announcer>(
                 action: "Announce".to_string(),
                 note: n.message.clone(),
             };
-            if let Err(e) = shared.status.event(&n.key, None, &ev).await
-            {
+            if let Err(e) = shared.status.event(&n.key, None, &ev).await {
                 debug!(service = %n.key, error = %e, "cannot record event");
             }
         } else {
@@ -384,9 +462,11 @@ async fn reconcile_groups<K: Kernel, A: Announcer>(
     for lease in stale {
         if let Some(g) = groups.remove(&lease) {
             // The lease's own Service is gone: whoever releases it also deletes it.
-            let owner_gone = shared.per_service && !existing.iter().any(|k| {
-                k.namespace == lease.namespace && plan_lease_of(k, services) == Some(lease.name.clone())
-            });
+            let owner_gone = shared.per_service
+                && !existing.iter().any(|k| {
+                    k.namespace == lease.namespace
+                        && plan_lease_of(k, services) == Some(lease.name.clone())
+                });
             g.delete_lease
                 .store(owner_gone, std::sync::atomic::Ordering::SeqCst);
             info!(%lease, delete = owner_gone, "Services: stopping election");
@@ -478,6 +558,7 @@ async fn group_task<K: Kernel, A: Announcer>(
         .with_hub(shared.hub.clone());
     let (elector, leadership) =
         Elector::new(client.clone(), shared.node.clone(), shared.timing, &gates);
+    let elector = elector.with_metrics(shared.metrics.clone());
     let mut state = leadership.state.clone();
     let initial = spec.borrow_and_update().clone();
     let (vips_tx, vips_rx) = watch::channel(initial.vips.clone());
@@ -489,7 +570,8 @@ async fn group_task<K: Kernel, A: Announcer>(
         shared.holder_cfg.clone(),
         gates.clone(),
     )
-    .with_updates(vips_rx);
+    .with_updates(vips_rx)
+    .with_metrics(shared.metrics.clone());
     let holder_stop = CancellationToken::new();
     let elector_stop = CancellationToken::new();
     let holder_task = tokio::spawn(holder.run(leadership, holder_stop.clone()));
@@ -550,9 +632,9 @@ async fn write_status<K: Kernel, A: Announcer>(
         let current = shared
             .services
             .get(&reflector::ObjectRef::new(&key.name).within(&key.namespace));
-        let needs_status = current.as_ref().is_none_or(|svc| {
-            super::status::ingress_differs(svc, &ingress)
-        });
+        let needs_status = current
+            .as_ref()
+            .is_none_or(|svc| super::status::ingress_differs(svc, &ingress));
         if needs_status && let Err(e) = shared.status.set_ingress(key, ingress).await {
             warn!(service = %key, error = %e, "writing status failed");
         }
@@ -570,8 +652,7 @@ async fn write_status<K: Kernel, A: Announcer>(
             let ev = ServiceEvent::announced(&shared.node, addrs, host.as_deref());
             info!(service = %key, "{}", ev.note);
             let uid = current.as_ref().and_then(|s| s.metadata.uid.clone());
-            if let Err(e) = shared.status.event(key, uid.as_deref(), &ev).await
-            {
+            if let Err(e) = shared.status.event(key, uid.as_deref(), &ev).await {
                 debug!(service = %key, error = %e, "cannot record event");
             }
         }

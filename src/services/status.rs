@@ -454,7 +454,9 @@ impl KubeStatusWriter {
 
     /// Notes a server that dropped the ports it was sent.
     fn learn_ports(&self, sent: &[LoadBalancerIngress], stored: &Service) {
-        let sent_ports = sent.iter().any(|e| e.ports.as_ref().is_some_and(|p| !p.is_empty()));
+        let sent_ports = sent
+            .iter()
+            .any(|e| e.ports.as_ref().is_some_and(|p| !p.is_empty()));
         let kept_ports = current_ingress(stored)
             .iter()
             .any(|e| e.ports.as_ref().is_some_and(|p| !p.is_empty()));
@@ -494,8 +496,12 @@ impl KubeStatusWriter {
                 last_observed_time: MicroTime(Timestamp::now()),
             }});
             let pp = PatchParams::default();
-            match timed(key, "patch Event series", events.patch(&name, &pp, &Patch::Merge(&patch)))
-                .await
+            match timed(
+                key,
+                "patch Event series",
+                events.patch(&name, &pp, &Patch::Merge(&patch)),
+            )
+            .await
             {
                 Ok(_) => return Ok(()),
                 // The Event was garbage-collected (TTL): start a new one below.
@@ -590,7 +596,11 @@ impl StatusWriter for KubeStatusWriter {
         }
     }
 
-    async fn set_vip_host(&self, key: &ServiceKey, node: &str) -> Result<WriteOutcome, StatusError> {
+    async fn set_vip_host(
+        &self,
+        key: &ServiceKey,
+        node: &str,
+    ) -> Result<WriteOutcome, StatusError> {
         let Some(current) = self.get(key).await? else {
             return Ok(WriteOutcome::NotFound);
         };
@@ -699,7 +709,11 @@ impl StatusWriter for MemoryStatusWriter {
         }))
     }
 
-    async fn set_vip_host(&self, key: &ServiceKey, node: &str) -> Result<WriteOutcome, StatusError> {
+    async fn set_vip_host(
+        &self,
+        key: &ServiceKey,
+        node: &str,
+    ) -> Result<WriteOutcome, StatusError> {
         Ok(self.update(key, |s| {
             let changed = s.vip_host.as_deref() != Some(node);
             s.vip_host = Some(node.to_string());
@@ -813,7 +827,11 @@ mod tests {
             })
             .collect();
         assert!(ingress_differs(&with_ingress(Some(dropped.clone())), &d));
-        assert!(!ingress_differs_with(&with_ingress(Some(dropped)), &d, false));
+        assert!(!ingress_differs_with(
+            &with_ingress(Some(dropped)),
+            &d,
+            false
+        ));
     }
 
     #[test]
@@ -830,7 +848,10 @@ mod tests {
     fn event_texts() {
         let e = ServiceEvent::announced("node-b", &[ip("192.0.2.5")], Some("node-a"));
         assert_eq!(e.kind, EventKind::Normal);
-        assert_eq!(e.note, "192.0.2.5 announced by node node-b (moved from node-a)");
+        assert_eq!(
+            e.note,
+            "192.0.2.5 announced by node node-b (moved from node-a)"
+        );
         let e = ServiceEvent::announced("node-b", &[ip("192.0.2.5")], Some("node-b"));
         assert!(!e.note.contains("moved"));
         let e = ServiceEvent::address_conflict(
@@ -839,7 +860,11 @@ mod tests {
             &ServiceKey::new("default", "svc-a"),
         );
         assert_eq!(e.kind, EventKind::Warning);
-        assert!(e.note.contains("default/svc-a") && e.note.contains("80/TCP"), "{}", e.note);
+        assert!(
+            e.note.contains("default/svc-a") && e.note.contains("80/TCP"),
+            "{}",
+            e.note
+        );
         let parsed = super::super::model::parse_address_list("192.0.2.300");
         let e = ServiceEvent::invalid_address(&parsed).unwrap();
         assert!(e.note.contains("\"192.0.2.300\""), "{}", e.note);
@@ -861,8 +886,30 @@ mod tests {
             after: API_TIMEOUT,
         };
         let s = e.to_string();
-        assert!(s.contains("default/web") && s.contains("patch status"), "{s}");
+        assert!(
+            s.contains("default/web") && s.contains("patch status"),
+            "{s}"
+        );
         assert!(!e.is_not_found());
+    }
+
+    #[tokio::test]
+    async fn writer_learns_that_the_server_drops_ports() {
+        // A client that is never used for a request (nothing listens there).
+        let cfg = kube::Config::new("http://127.0.0.1:9".parse().unwrap());
+        let w = KubeStatusWriter::new(kube::Client::try_from(cfg).unwrap(), "node-a");
+        let sent = desired_ingress(&[ip("192.0.2.5")], &[pp(80, "TCP")]);
+        // Stored with ports: nothing learned.
+        w.learn_ports(&sent, &with_ingress(Some(sent.clone())));
+        assert!(!w.server_drops_ingress_ports());
+        // Sent without ports: nothing to learn from.
+        let bare = desired_ingress(&[ip("192.0.2.5")], &[]);
+        w.learn_ports(&bare, &with_ingress(Some(bare.clone())));
+        assert!(!w.server_drops_ingress_ports());
+        // Stored without the ports that were sent: learned, shared with clones.
+        let clone = w.clone();
+        w.learn_ports(&sent, &with_ingress(Some(bare)));
+        assert!(w.server_drops_ingress_ports() && clone.server_drops_ingress_ports());
     }
 
     #[tokio::test]
@@ -870,13 +917,30 @@ mod tests {
         let w = MemoryStatusWriter::new();
         let k = ServiceKey::new("default", "web");
         let d = desired_ingress(&[ip("192.0.2.5")], &[pp(80, "TCP")]);
-        assert_eq!(w.set_ingress(&k, d.clone()).await.unwrap(), WriteOutcome::Written);
-        assert_eq!(w.set_ingress(&k, d.clone()).await.unwrap(), WriteOutcome::Unchanged);
-        assert_eq!(w.set_vip_host(&k, "node-a").await.unwrap(), WriteOutcome::Written);
-        assert_eq!(w.set_vip_host(&k, "node-a").await.unwrap(), WriteOutcome::Unchanged);
-        w.event(&k, None, &ServiceEvent::dhcp_not_enabled()).await.unwrap();
+        assert_eq!(
+            w.set_ingress(&k, d.clone()).await.unwrap(),
+            WriteOutcome::Written
+        );
+        assert_eq!(
+            w.set_ingress(&k, d.clone()).await.unwrap(),
+            WriteOutcome::Unchanged
+        );
+        assert_eq!(
+            w.set_vip_host(&k, "node-a").await.unwrap(),
+            WriteOutcome::Written
+        );
+        assert_eq!(
+            w.set_vip_host(&k, "node-a").await.unwrap(),
+            WriteOutcome::Unchanged
+        );
+        w.event(&k, None, &ServiceEvent::dhcp_not_enabled())
+            .await
+            .unwrap();
         let s = w.get(&k);
-        assert_eq!((s.ingress, s.vip_host.as_deref(), s.writes), (d, Some("node-a"), 2));
+        assert_eq!(
+            (s.ingress, s.vip_host.as_deref(), s.writes),
+            (d, Some("node-a"), 2)
+        );
         assert_eq!(s.events.len(), 1);
         assert_eq!(w.clear(&k).await.unwrap(), WriteOutcome::Written);
         assert_eq!(w.clear(&k).await.unwrap(), WriteOutcome::Unchanged);

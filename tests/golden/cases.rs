@@ -27,7 +27,13 @@ pub const K3S: &[&str] = &[
 
 /// Cases that must generate a manifest: (golden name, argv).
 pub fn ok_cases() -> Vec<(&'static str, Vec<&'static str>)> {
-    let cp = ["--controlplane", "--address", "192.0.2.10", "--interface", "eth0"];
+    let cp = [
+        "--controlplane",
+        "--address",
+        "192.0.2.10",
+        "--interface",
+        "eth0",
+    ];
     let mut v: Vec<(&'static str, Vec<&'static str>)> = vec![
         ("pod-k3s", K3S.to_vec()),
         ("pod-cp", [&["pod", IMAGE][..], &cp].concat()),
@@ -36,8 +42,14 @@ pub fn ok_cases() -> Vec<(&'static str, Vec<&'static str>)> {
             "pod-svc-address",
             vec!["pod", IMAGE, "--services", "--address", "192.0.2.20"],
         ),
-        ("pod-cp-svc", [&["pod", IMAGE, "--services"][..], &cp].concat()),
-        ("pod-cp-kubeadm-init", [&["pod", IMAGE, "--kubeadm-init"][..], &cp].concat()),
+        (
+            "pod-cp-svc",
+            [&["pod", IMAGE, "--services"][..], &cp].concat(),
+        ),
+        (
+            "pod-cp-kubeadm-init",
+            [&["pod", IMAGE, "--kubeadm-init"][..], &cp].concat(),
+        ),
         (
             "pod-cp-dualstack",
             vec![
@@ -74,7 +86,10 @@ pub fn ok_cases() -> Vec<(&'static str, Vec<&'static str>)> {
             "pod-cp-incluster",
             [&["pod", IMAGE, "--inCluster"][..], &cp].concat(),
         ),
-        ("ds-cp-taint", [&["daemonset", IMAGE, "--taint"][..], &cp].concat()),
+        (
+            "ds-cp-taint",
+            [&["daemonset", IMAGE, "--taint"][..], &cp].concat(),
+        ),
         ("ds-cp", [&["daemonset", IMAGE][..], &cp].concat()),
         (
             "ds-svc-incluster",
@@ -102,7 +117,11 @@ pub fn ok_cases() -> Vec<(&'static str, Vec<&'static str>)> {
         ),
         (
             "ds-cp-svc-taint-incluster",
-            [&["daemonset", IMAGE, "--services", "--taint", "--inCluster"][..], &cp].concat(),
+            [
+                &["daemonset", IMAGE, "--services", "--taint", "--inCluster"][..],
+                &cp,
+            ]
+            .concat(),
         ),
     ];
     v.sort_by_key(|(n, _)| *n);
@@ -113,7 +132,10 @@ pub fn ok_cases() -> Vec<(&'static str, Vec<&'static str>)> {
 pub fn other_cases() -> Vec<(&'static str, Vec<&'static str>)> {
     vec![
         ("rbac.yaml", vec!["rbac"]),
-        ("rbac-node-labeling.yaml", vec!["rbac", "--enableNodeLabeling"]),
+        (
+            "rbac-node-labeling.yaml",
+            vec!["rbac", "--enableNodeLabeling"],
+        ),
         ("vipd.service", vec!["systemd"]),
         (
             "vipd.env",
@@ -135,29 +157,66 @@ pub fn other_cases() -> Vec<(&'static str, Vec<&'static str>)> {
 /// Cases that must be refused: (argv, text the error must contain).
 pub fn err_cases() -> Vec<(Vec<&'static str>, &'static str)> {
     vec![
-        (vec!["pod", "--controlplane"], "cp_enable needs at least one VIP"),
-        (vec!["daemonset", "--controlplane", "--taint"], "cp_enable needs at least one VIP"),
-        (vec!["pod"], "nothing to do"),
-        (vec!["pod", "--services", "--enableLoadBalancer"], "--enableLoadBalancer"),
-        (vec!["daemonset", "--services", "--enableLoadBalancer=true"], "IPVS"),
         (
-            vec!["pod", "--controlplane", "--address", "192.0.2.10", "--arp=false"],
+            vec!["pod", "--controlplane"],
+            "cp_enable needs at least one VIP",
+        ),
+        (
+            vec!["daemonset", "--controlplane", "--taint"],
+            "cp_enable needs at least one VIP",
+        ),
+        (vec!["pod"], "nothing to do"),
+        (
+            vec!["pod", "--services", "--enableLoadBalancer"],
+            "--enableLoadBalancer",
+        ),
+        (
+            vec!["daemonset", "--services", "--enableLoadBalancer=true"],
+            "IPVS",
+        ),
+        (
+            vec![
+                "pod",
+                "--controlplane",
+                "--address",
+                "192.0.2.10",
+                "--arp=false",
+            ],
             "vip_arp",
         ),
         (
-            vec!["pod", "--controlplane", "--address", "192.0.2.10", "--leaderElection=false"],
+            vec![
+                "pod",
+                "--controlplane",
+                "--address",
+                "192.0.2.10",
+                "--leaderElection=false",
+            ],
             "vip_leaderelection",
         ),
-        (vec!["pod", "--services", "--kubeadm-init"], "--kubeadm-init"),
+        (
+            vec!["pod", "--services", "--kubeadm-init"],
+            "--kubeadm-init",
+        ),
         (
             vec!["pod", "--controlplane", "--address", "vip.example"],
             "address",
         ),
         (
-            vec!["pod", "--controlplane", "--address", "192.0.2.10", "--leaseDuration", "3"],
+            vec![
+                "pod",
+                "--controlplane",
+                "--address",
+                "192.0.2.10",
+                "--leaseDuration",
+                "3",
+            ],
             "shorter than the lease duration",
         ),
-        (vec!["pod", "--services", "--k8sConfigPath", "k3s.yaml"], "absolute path"),
+        (
+            vec!["pod", "--services", "--k8sConfigPath", "k3s.yaml"],
+            "absolute path",
+        ),
         (
             vec!["systemd", "--environment-file", "--services", "--inCluster"],
             "--inCluster",

@@ -177,7 +177,11 @@ pub fn service_json(
 /// Creates a Service in `default` through the admin API.
 pub fn create_service(lab: &Lab, svc: &serde_json::Value) {
     let resp = lab
-        .api_request("POST", "/api/v1/namespaces/default/services", Some(&svc.to_string()))
+        .api_request(
+            "POST",
+            "/api/v1/namespaces/default/services",
+            Some(&svc.to_string()),
+        )
         .expect("create service");
     assert_eq!(resp.status, 201, "create service: {}", resp.body);
 }
@@ -185,9 +189,17 @@ pub fn create_service(lab: &Lab, svc: &serde_json::Value) {
 /// Deletes Service `default/name`.
 pub fn delete_service(lab: &Lab, name: &str) {
     let resp = lab
-        .api_request("DELETE", &format!("/api/v1/namespaces/default/services/{name}"), None)
+        .api_request(
+            "DELETE",
+            &format!("/api/v1/namespaces/default/services/{name}"),
+            None,
+        )
         .expect("delete service");
-    assert!(resp.status == 200 || resp.status == 202, "delete: {}", resp.body);
+    assert!(
+        resp.status == 200 || resp.status == 202,
+        "delete: {}",
+        resp.body
+    );
 }
 
 /// Merge-patches Service `default/name`.
@@ -205,7 +217,11 @@ pub fn patch_service(lab: &Lab, name: &str, patch: serde_json::Value) {
 /// Service `default/name` as JSON, or None.
 pub fn get_service(lab: &Lab, name: &str) -> Option<serde_json::Value> {
     let resp = lab
-        .api_request("GET", &format!("/api/v1/namespaces/default/services/{name}"), None)
+        .api_request(
+            "GET",
+            &format!("/api/v1/namespaces/default/services/{name}"),
+            None,
+        )
         .expect("get service");
     if resp.status == 404 {
         return None;
@@ -233,19 +249,35 @@ pub fn set_endpoints(lab: &Lab, name: &str, nodes: &[&str]) {
     let path = format!("/api/v1/namespaces/default/endpoints/{name}");
     let resp = lab.api_request("GET", &path, None).expect("get endpoints");
     let resp = if resp.status == 404 {
-        lab.api_request("POST", "/api/v1/namespaces/default/endpoints", Some(&body.to_string()))
+        lab.api_request(
+            "POST",
+            "/api/v1/namespaces/default/endpoints",
+            Some(&body.to_string()),
+        )
     } else {
-        lab.api_request("PATCH", &path, Some(&serde_json::json!({"subsets": subsets}).to_string()))
+        lab.api_request(
+            "PATCH",
+            &path,
+            Some(&serde_json::json!({"subsets": subsets}).to_string()),
+        )
     }
     .expect("write endpoints");
-    assert!(resp.status == 200 || resp.status == 201, "endpoints: {}", resp.body);
+    assert!(
+        resp.status == 200 || resp.status == 201,
+        "endpoints: {}",
+        resp.body
+    );
 }
 
 /// Events (core v1 and events.k8s.io/v1) about `default/name`, as (type, reason, message).
 pub fn events_for(lab: &Lab, name: &str) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
     let resp = lab
-        .api_request("GET", "/apis/events.k8s.io/v1/namespaces/default/events", None)
+        .api_request(
+            "GET",
+            "/apis/events.k8s.io/v1/namespaces/default/events",
+            None,
+        )
         .expect("events");
     let v: serde_json::Value = serde_json::from_str(&resp.body).unwrap_or_default();
     for e in v["items"].as_array().cloned().unwrap_or_default() {

@@ -32,7 +32,7 @@
 //! the leading and a following vipd after 10 s and counts Lease writes over 10 s with a
 //! watch.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -649,8 +649,6 @@ fn lease_path() -> String {
 
 /// One instance per node of a [`Subject`].
 pub struct Cluster {
-    /// What runs.
-    pub subject: Subject,
     procs: Vec<(String, LabProcess)>,
 }
 
@@ -668,10 +666,7 @@ impl Cluster {
             };
             procs.push((n.to_string(), p));
         }
-        Ok(Cluster {
-            subject: subject.clone(),
-            procs,
-        })
+        Ok(Cluster { procs })
     }
 
     /// The process started on `node`.
@@ -908,20 +903,13 @@ pub struct ProbeSummary {
     /// Switches.
     #[serde(default)]
     pub switches: Vec<ProbeSwitch>,
-    /// Successes per backend.
-    #[serde(default)]
-    pub backends: BTreeMap<String, u64>,
 }
 
 /// `longest_gap` of the probe summary.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct ProbeGap {
-    /// Start, ms since the probe start.
-    pub start_ms: f64,
     /// Length, ms.
     pub gap_ms: f64,
-    /// Failures in between.
-    pub failures: u64,
 }
 
 /// One entry of `switches` of the probe summary.
@@ -1227,8 +1215,8 @@ pub fn run_trial(
         .iter()
         .map(|s| {
             format!(
-                "{}->{} at {:.0} ms (gap {:.0} ms)",
-                s.from, s.to, s.at_ms, s.gap_ms
+                "{}->{} at {:.0} ms (gap {:.0} ms, {} failed)",
+                s.from, s.to, s.at_ms, s.gap_ms, s.failures
             )
         })
         .collect();
@@ -1344,8 +1332,14 @@ pub fn idle(ctx: &Ctx, subject: &Subject) -> Result<IdleResult> {
 
 fn idle_line(r: &IdleResult) -> String {
     let mib = |k: Option<u64>| {
-        k.map(|k| format!("{:.1} MiB", k as f64 / 1024.0))
-            .unwrap_or_else(|| "?".into())
+        k.map(|k| {
+            format!(
+                "{k} KiB = {:.1} MB ({:.1} MiB)",
+                k as f64 * 1024.0 / 1e6,
+                k as f64 / 1024.0
+            )
+        })
+        .unwrap_or_else(|| "?".into())
     };
     format!(
         "idle {:<16} RSS leader {}  follower {}  lease writes {}/s",
@@ -1431,22 +1425,14 @@ fn grouped(report: &BenchReport) -> Vec<((Scenario, String), Vec<&TrialResult>)>
         .collect()
 }
 
-/// The per-(scenario, subject) table: trials, gap p50/p95/max, takeover p50, total and
-/// worst-trial time with two responders.
+/// The per-(scenario, subject) table: trials, gap p50/p95/max (ms), takeover p50 (ms) and
+/// the worst trial's time with two responders (ms).
 pub fn summary_table(report: &BenchReport) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "{:<9} {:<16} {:>6} {:>8} {:>8} {:>8} {:>10} {:>12}  {}",
-        "scenario",
-        "impl",
-        "trials",
-        "gap p50",
-        "gap p95",
-        "gap max",
-        "takeover50",
-        "2-resp max",
-        "notes"
+        "{:<9} {:<16} {:>6} {:>8} {:>8} {:>8} {:>10} {:>12}  notes",
+        "scenario", "impl", "trials", "gap p50", "gap p95", "gap max", "takeover50", "2-resp max",
     );
     for ((scenario, subject), rs) in grouped(report) {
         let g = gap_stats(&rs);
@@ -1570,11 +1556,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.worst_gap_ms(), Some(600.0));
         let closed = ProbeSummary {
-            longest_gap: Some(ProbeGap {
-                start_ms: 0.0,
-                gap_ms: 250.0,
-                failures: 3,
-            }),
+            longest_gap: Some(ProbeGap { gap_ms: 250.0 }),
             ..ProbeSummary::default()
         };
         assert_eq!(closed.worst_gap_ms(), Some(250.0));

@@ -11,6 +11,7 @@
 //! ```
 
 mod bench;
+mod bench_services;
 mod demo;
 
 use std::path::PathBuf;
@@ -74,6 +75,7 @@ fn run() -> Result<()> {
         ["lab", "hold"] => lab_hold(),
         ["test", rest @ ..] => test(rest),
         ["demo"] => demo::run(),
+        ["bench", "services", rest @ ..] => bench_services::run(rest),
         ["bench", rest @ ..] => bench::run(rest),
         ["help" | "--help" | "-h"] | [] => {
             println!("{USAGE}");
