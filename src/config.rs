@@ -184,6 +184,14 @@ pub struct Config {
     pub leader_election: bool,
     /// Control-plane lease (`vip_leasename`, `cp_namespace`, timings).
     pub lease: LeaseConfig,
+    /// `svc_leaseduration` (vipd option, default `vip_leaseduration`): lease duration of
+    /// Service leases (per-Service and global).
+    pub services_lease_duration: Duration,
+    /// `svc_renewdeadline` (vipd option, default `vip_renewdeadline`).
+    pub services_renew_deadline: Duration,
+    /// `svc_retryperiod` (vipd option, default `vip_retryperiod`): every held Service lease
+    /// is written once per retry period.
+    pub services_retry_period: Duration,
     /// `svc_election` / `--servicesElection`.
     pub services_election: bool,
     /// `svc_leasename` (default `plndr-svcs-lock`).
@@ -209,6 +217,10 @@ pub struct Config {
     pub kubernetes_addr: Option<String>,
     /// `dhcp_mode`.
     pub dhcp_mode: bool,
+    /// `vip_ipv6_dad` (vipd's own, default false): run IPv6 duplicate address detection
+    /// on VIPs. Off by default: the lease and the kernel fence already ensure one holder
+    /// among vipd nodes, and DAD delays every IPv6 failover by 1-2 s (scenario S26).
+    pub ipv6_dad: bool,
     /// `enable_node_labeling`.
     pub enable_node_labeling: bool,
     /// `vip_loglevel`.
@@ -406,6 +418,9 @@ const K_NAMESPACE: &str = "cp_namespace";
 const K_LEASE_DURATION: &str = "vip_leaseduration";
 const K_RENEW_DEADLINE: &str = "vip_renewdeadline";
 const K_RETRY_PERIOD: &str = "vip_retryperiod";
+const K_SVC_LEASE_DURATION: &str = "svc_leaseduration";
+const K_SVC_RENEW_DEADLINE: &str = "svc_renewdeadline";
+const K_SVC_RETRY_PERIOD: &str = "svc_retryperiod";
 const K_SVC_ELECTION: &str = "svc_election";
 const K_SVC_LEASE_NAME: &str = "svc_leasename";
 const K_SVC_NAMESPACE: &str = "svc_namespace";
@@ -416,6 +431,7 @@ const K_PROMETHEUS: &str = "prometheus_server";
 const K_K8S_CONFIG: &str = "k8s_config_file";
 const K_KUBERNETES_ADDR: &str = "kubernetes_addr";
 const K_DHCP_MODE: &str = "dhcp_mode";
+const K_IPV6_DAD: &str = "vip_ipv6_dad";
 const K_NODE_LABELING: &str = "enable_node_labeling";
 const K_LOG_LEVEL: &str = "vip_loglevel";
 const K_CONFIG_FILE: &str = "config_file";
@@ -602,6 +618,27 @@ static OPTIONS: &[EnvOption] = &[
         "Retry period in seconds (decimals allowed) between renew / acquire attempts; renew deadline > 1.2 x retry period",
     ),
     opt(
+        K_SVC_LEASE_DURATION,
+        "servicesLeaseDuration",
+        "<vip_leaseduration>",
+        Seconds,
+        "Lease duration of Service leases in seconds (vipd option): every held lease is written once per retry period, so hundreds of Services with per-Service election may need longer timings than the control plane",
+    ),
+    opt(
+        K_SVC_RENEW_DEADLINE,
+        "servicesLeaseRenewDuration",
+        "<vip_renewdeadline>",
+        Seconds,
+        "Renew deadline of Service leases in seconds (vipd option)",
+    ),
+    opt(
+        K_SVC_RETRY_PERIOD,
+        "servicesLeaseRetry",
+        "<vip_retryperiod>",
+        Seconds,
+        "Retry period of Service leases in seconds (vipd option)",
+    ),
+    opt(
         K_SVC_ELECTION,
         "servicesElection",
         "false",
@@ -670,6 +707,13 @@ static OPTIONS: &[EnvOption] = &[
         "false",
         Bool,
         "Obtain Service VIPs by DHCP (requires svc_enable)",
+    ),
+    opt(
+        K_IPV6_DAD,
+        "ipv6DAD",
+        "false",
+        Bool,
+        "Run IPv6 duplicate address detection on VIPs before announcing them (vipd option; off: the lease and kernel fence already keep one holder, DAD delays IPv6 failover by 1-2 s)",
     ),
     opt(
         K_NODE_LABELING,
@@ -904,6 +948,12 @@ pub struct ManagerArgs {
     renew_deadline: Option<String>,
     #[arg(long = "leaseRetry", value_name = "SECONDS", help = help_for(K_RETRY_PERIOD))]
     retry_period: Option<String>,
+    #[arg(long = "servicesLeaseDuration", value_name = "SECONDS", help = help_for(K_SVC_LEASE_DURATION))]
+    services_lease_duration: Option<String>,
+    #[arg(long = "servicesLeaseRenewDuration", value_name = "SECONDS", help = help_for(K_SVC_RENEW_DEADLINE))]
+    services_renew_deadline: Option<String>,
+    #[arg(long = "servicesLeaseRetry", value_name = "SECONDS", help = help_for(K_SVC_RETRY_PERIOD))]
+    services_retry_period: Option<String>,
     #[arg(long = "servicesElection", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", help = help_for(K_SVC_ELECTION))]
     services_election: Option<String>,
@@ -927,6 +977,9 @@ pub struct ManagerArgs {
     #[arg(long = "dhcpMode", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", help = help_for(K_DHCP_MODE))]
     dhcp_mode: Option<String>,
+    #[arg(long = "ipv6DAD", value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true", help = help_for(K_IPV6_DAD))]
+    ipv6_dad: Option<String>,
     #[arg(long = "enableNodeLabeling", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", help = help_for(K_NODE_LABELING))]
     node_labeling: Option<String>,
@@ -1002,7 +1055,7 @@ pub struct ManagerArgs {
 impl ManagerArgs {
     /// (environment variable name, flag value) for every flag given on the command line.
     fn flag_values(&self) -> Vec<(&'static str, &str)> {
-        let all: [(&'static str, &Option<String>); 52] = [
+        let all: [(&'static str, &Option<String>); 56] = [
             (K_INTERFACE, &self.interface),
             (K_ADDRESS, &self.address),
             (K_VIP_ADDRESS, &self.vip),
@@ -1020,6 +1073,9 @@ impl ManagerArgs {
             (K_LEASE_DURATION, &self.lease_duration),
             (K_RENEW_DEADLINE, &self.renew_deadline),
             (K_RETRY_PERIOD, &self.retry_period),
+            (K_SVC_LEASE_DURATION, &self.services_lease_duration),
+            (K_SVC_RENEW_DEADLINE, &self.services_renew_deadline),
+            (K_SVC_RETRY_PERIOD, &self.services_retry_period),
             (K_SVC_ELECTION, &self.services_election),
             (K_SVC_LEASE_NAME, &self.services_lease_name),
             (K_SVC_NAMESPACE, &self.services_namespace),
@@ -1030,6 +1086,7 @@ impl ManagerArgs {
             (K_K8S_CONFIG, &self.k8s_config),
             (K_KUBERNETES_ADDR, &self.kubernetes_addr),
             (K_DHCP_MODE, &self.dhcp_mode),
+            (K_IPV6_DAD, &self.ipv6_dad),
             (K_NODE_LABELING, &self.node_labeling),
             (K_LOG_LEVEL, &self.log),
             (K_CONFIG_FILE, &self.config_file),
@@ -1155,6 +1212,7 @@ pub fn resolve_detailed(
     let control_plane = inputs.bool_or(K_CP_ENABLE, false)?;
     let services = inputs.bool_or(K_SVC_ENABLE, false)?;
     let dhcp_mode = inputs.bool_or(K_DHCP_MODE, false)?;
+    let ipv6_dad = inputs.bool_or(K_IPV6_DAD, false)?;
     let arp = inputs.bool_or(K_ARP, true)?;
     let leader_election = inputs.bool_or(K_LEADER_ELECTION, true)?;
     if let Some(raw) = inputs.get(K_ARP)
@@ -1290,41 +1348,24 @@ pub fn resolve_detailed(
     check_dns1123_subdomain(&lease_name)?;
     let namespace = inputs.text_or(K_NAMESPACE, DEFAULT_NAMESPACE);
     check_dns1123_label(&namespace)?;
-    let lease_raw = inputs.get(K_LEASE_DURATION);
-    let renew_raw = inputs.get(K_RENEW_DEADLINE);
-    let retry_raw = inputs.get(K_RETRY_PERIOD);
-    let lease_duration = lease_raw
-        .as_ref()
-        .map(parse_seconds)
-        .transpose()?
-        .unwrap_or(DEFAULT_LEASE_DURATION);
-    let renew_deadline = renew_raw
-        .as_ref()
-        .map(parse_seconds)
-        .transpose()?
-        .unwrap_or(DEFAULT_RENEW_DEADLINE);
-    let retry_period = retry_raw
-        .as_ref()
-        .map(parse_seconds)
-        .transpose()?
-        .unwrap_or(DEFAULT_RETRY_PERIOD);
-    if renew_deadline >= lease_duration {
-        let raw = renew_raw.unwrap_or_else(|| Raw::default_of(K_RENEW_DEADLINE, "3"));
-        return Err(raw.invalid(format!(
-            "the renew deadline ({} s) must be shorter than the lease duration vip_leaseduration ({} s)",
-            renew_deadline.as_secs_f64(),
-            lease_duration.as_secs_f64()
-        )));
-    }
-    if renew_deadline.as_secs_f64() <= LEADER_ELECTION_JITTER_FACTOR * retry_period.as_secs_f64() {
-        let raw = retry_raw.unwrap_or_else(|| Raw::default_of(K_RETRY_PERIOD, "1"));
-        return Err(raw.invalid(format!(
-            "the retry period ({} s) must be shorter than the renew deadline vip_renewdeadline ({} s) divided by client-go's jitter factor {}",
-            retry_period.as_secs_f64(),
-            renew_deadline.as_secs_f64(),
-            LEADER_ELECTION_JITTER_FACTOR
-        )));
-    }
+    let (lease_duration, renew_deadline, retry_period) = lease_timings(
+        &inputs,
+        [K_LEASE_DURATION, K_RENEW_DEADLINE, K_RETRY_PERIOD],
+        [
+            DEFAULT_LEASE_DURATION,
+            DEFAULT_RENEW_DEADLINE,
+            DEFAULT_RETRY_PERIOD,
+        ],
+    )?;
+    let (services_lease_duration, services_renew_deadline, services_retry_period) = lease_timings(
+        &inputs,
+        [
+            K_SVC_LEASE_DURATION,
+            K_SVC_RENEW_DEADLINE,
+            K_SVC_RETRY_PERIOD,
+        ],
+        [lease_duration, renew_deadline, retry_period],
+    )?;
 
     // --- services ---
     let services_election = inputs.bool_or(K_SVC_ELECTION, false)?;
@@ -1417,6 +1458,9 @@ pub fn resolve_detailed(
             renew_deadline,
             retry_period,
         },
+        services_lease_duration,
+        services_renew_deadline,
+        services_retry_period,
         services_election,
         services_lease_name: services_lease_name.value,
         services_namespace,
@@ -1427,6 +1471,7 @@ pub fn resolve_detailed(
         kubeconfig,
         kubernetes_addr,
         dhcp_mode,
+        ipv6_dad,
         enable_node_labeling,
         log_level,
     };
@@ -1540,6 +1585,47 @@ impl Inputs<'_> {
         self.get(key)
             .unwrap_or_else(|| Raw::default_of(key, default))
     }
+}
+
+/// Parses and checks one set of lease timings (`keys` = duration, renew deadline, retry
+/// period env names; `defaults` used for unset ones): renew deadline < duration, renew
+/// deadline > client-go's jitter factor x retry period. Errors name the setting and value.
+fn lease_timings(
+    inputs: &Inputs<'_>,
+    keys: [&'static str; 3],
+    defaults: [Duration; 3],
+) -> Result<(Duration, Duration, Duration), ConfigError> {
+    let raws = keys.map(|k| inputs.get(k));
+    let mut vals = defaults;
+    for (v, raw) in vals.iter_mut().zip(raws.iter()) {
+        if let Some(raw) = raw {
+            *v = parse_seconds(raw)?;
+        }
+    }
+    let [lease_duration, renew_deadline, retry_period] = vals;
+    let shown = |i: usize| {
+        raws[i]
+            .clone()
+            .unwrap_or_else(|| Raw::default_of(keys[i], &format!("{}", defaults[i].as_secs_f64())))
+    };
+    if renew_deadline >= lease_duration {
+        return Err(shown(1).invalid(format!(
+            "the renew deadline ({} s) must be shorter than the lease duration {} ({} s)",
+            renew_deadline.as_secs_f64(),
+            keys[0],
+            lease_duration.as_secs_f64()
+        )));
+    }
+    if renew_deadline.as_secs_f64() <= LEADER_ELECTION_JITTER_FACTOR * retry_period.as_secs_f64() {
+        return Err(shown(2).invalid(format!(
+            "the retry period ({} s) must be shorter than the renew deadline {} ({} s) divided by client-go's jitter factor {}",
+            retry_period.as_secs_f64(),
+            keys[1],
+            renew_deadline.as_secs_f64(),
+            LEADER_ELECTION_JITTER_FACTOR
+        )));
+    }
+    Ok((lease_duration, renew_deadline, retry_period))
 }
 
 /// Refuse the kube-vip options vipd does not implement; warn about the ignored ones.
@@ -2216,6 +2302,9 @@ mod tests {
         env(&[("vip_retryperiod", "3")], "vip_retryperiod", "3"),
         env(&[("vip_retryperiod", "2.6")], "vip_retryperiod", "2.6"),
         env(&[("vip_retryperiod", "0.0")], "vip_retryperiod", "0.0"),
+        env(&[("svc_renewdeadline", "9")], "svc_renewdeadline", "9"),
+        env(&[("svc_leaseduration", "2")], "svc_renewdeadline", "3"),
+        env(&[("svc_retryperiod", "x")], "svc_retryperiod", "x"),
         flag(
             &["--leaseDuration=abc"],
             "vip_leaseduration",
@@ -2371,6 +2460,35 @@ mod tests {
                 case.mentions
             );
         }
+    }
+
+    #[test]
+    fn service_lease_timings_default_to_the_control_plane_ones() {
+        let c = ok(
+            &[],
+            &[("vip_leaseduration", "7"), ("vip_renewdeadline", "4")],
+            None,
+        )
+        .config;
+        assert_eq!(c.services_lease_duration, Duration::from_secs(7));
+        assert_eq!(c.services_renew_deadline, Duration::from_secs(4));
+        assert_eq!(c.services_retry_period, Duration::from_secs(1));
+        let c = ok(
+            &["--servicesLeaseRetry=2"],
+            &[("svc_leaseduration", "15"), ("svc_renewdeadline", "10")],
+            None,
+        )
+        .config;
+        assert_eq!(c.services_lease_duration, Duration::from_secs(15));
+        assert_eq!(c.services_renew_deadline, Duration::from_secs(10));
+        assert_eq!(c.services_retry_period, Duration::from_secs(2));
+        assert_eq!(
+            c.lease.lease_duration,
+            Duration::from_secs(5),
+            "control plane unchanged"
+        );
+        assert!(!c.ipv6_dad);
+        assert!(ok(&["--ipv6DAD"], &[], None).config.ipv6_dad);
     }
 
     #[test]
@@ -2842,7 +2960,7 @@ mod tests {
         }
         // ... and flag_values covers exactly the table's flags.
         assert_eq!(args(&[]).flag_values(), vec![]);
-        assert_eq!(rows.len(), 52);
+        assert_eq!(rows.len(), 56);
     }
 
     #[test]

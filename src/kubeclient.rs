@@ -132,9 +132,10 @@ pub async fn election_client(cfg: &Config) -> Result<(kube::Client, String), Cli
         }
         kc.cluster_url = uri;
     }
-    // Lease calls carry their own timeouts; keep the transport's short too.
+    // Lease calls carry their own timeouts (see `election::Timing::call_timeout`); the
+    // transport only bounds connecting. The read timeout stays kube-rs's (295 s), longer
+    // than a watch's server-side timeout: a shorter one breaks idle watches.
     kc.connect_timeout = Some(Duration::from_secs(2));
-    kc.read_timeout = Some(Duration::from_secs(10));
     let url = kc.cluster_url.to_string();
     let client = kube::Client::try_from(kc).map_err(|e| ClientError::Build(e.to_string()))?;
     Ok((client, url))

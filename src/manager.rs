@@ -92,7 +92,10 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     }
     let cfg = Arc::new(cfg);
     let timing = timing(&cfg);
-    let holder_cfg = HolderConfig::from_timing(&timing, cfg.arp_rate)?;
+    let holder_cfg = HolderConfig {
+        skip_dad: !cfg.ipv6_dad,
+        ..HolderConfig::from_timing(&timing, cfg.arp_rate)?
+    };
     let (client, url) = kubeclient::election_client(&cfg).await?;
     info!(api = %url, "talking to this API server (kubernetes_addr, else 127.0.0.1:port in control-plane mode, else the kubeconfig's)");
 
@@ -150,6 +153,13 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     let mut services = None;
     if cfg.services {
         let stop = CancellationToken::new();
+        let svc_holder_cfg = HolderConfig {
+            skip_dad: !cfg.ipv6_dad,
+            ..HolderConfig::from_timing(
+                &crate::services::runtime::services_timing(&cfg),
+                cfg.arp_rate,
+            )?
+        };
         // Per-Service holders share one address dump per check interval.
         let cached = Arc::new(CachedKernel::new(
             kernel.clone(),
@@ -160,7 +170,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
             client.clone(),
             cached,
             Arc::new(RawAnnouncer),
-            holder_cfg.clone(),
+            svc_holder_cfg,
             metrics.clone(),
             stop.clone(),
         ));

@@ -101,7 +101,8 @@ pub struct HolderConfig {
 
 impl HolderConfig {
     /// Settings derived from lease timings and the ARP rate: check every
-    /// `min(arp_rate, 500 ms)`, carrier grace = renew deadline.
+    /// `min(arp_rate, 500 ms)`, carrier grace = renew deadline, IPv6 DAD skipped (see
+    /// `Config::ipv6_dad`; set `skip_dad` from it).
     ///
     /// # Errors
     /// See [`fence_lifetime`].
@@ -111,7 +112,7 @@ impl HolderConfig {
             check_interval: arp_rate.min(Duration::from_millis(500)),
             fence_secs: fence_lifetime(t)?,
             carrier_grace: t.renew_deadline,
-            skip_dad: false,
+            skip_dad: true,
             check_following: true,
         })
     }

@@ -394,7 +394,10 @@ fn svc_election_spreads_services() {
     let Some(lab) = lab("spread", LabOptions::default()) else {
         return;
     };
-    let _procs = three(&lab, true);
+    let _procs: Vec<_> = NODES
+        .iter()
+        .map(|n| start_vipd_services(&lab, n, true, &[("prometheus_server", ":2112")]))
+        .collect();
     for i in 0..30 {
         let ip = format!("192.0.2.{}", 150 + i);
         create_service(
@@ -410,6 +413,23 @@ fn svc_election_spreads_services() {
     eprintln!("spread: {per_node:?}");
     assert!(per_node.len() >= 2, "no spread: {per_node:?}");
     assert!(per_node.values().all(|n| *n < 30));
+    // The admin endpoint reports what each node carries (gauge refreshed every 2 s).
+    for n in NODES {
+        let want = per_node.get(n).copied().unwrap_or(0);
+        wait_for(
+            &format!("vipd_vips_held {want} on {n}"),
+            Duration::from_secs(6),
+            || {
+                let addr = "127.0.0.1:2112".parse().unwrap();
+                let body = lab
+                    .http_get(n, addr, "/metrics", Duration::from_secs(2))
+                    .ok()?;
+                body.lines()
+                    .any(|l| l.starts_with("vipd_vips_held ") && l.ends_with(&format!(" {want}")))
+                    .then_some(())
+            },
+        );
+    }
 }
 
 /// S15: a watch that gets 403 retries with back-off (logged with the resource) and recovers

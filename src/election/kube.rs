@@ -278,27 +278,54 @@ impl LeaseHub {
         }
     }
 
-    /// Events of Lease `namespace/name` from now on.
+    /// Events of Lease `namespace/name` from now on. Dropping the stream unsubscribes (the
+    /// last subscriber of a lease removes its entry, so deleted Services leave nothing).
     pub fn subscribe(&self, namespace: &str, name: &str) -> BoxStream<'static, LeaseEvent> {
         let key = format!("{namespace}/{name}");
         let rx = match self.subscribers.lock() {
             Ok(mut m) => m
-                .entry(key)
+                .entry(key.clone())
                 .or_insert_with(|| broadcast::channel(16).0)
                 .subscribe(),
             Err(_) => broadcast::channel(1).1,
         };
-        futures::stream::unfold(rx, |mut rx| async move {
+        let guard = Unsubscribe {
+            hub: self.clone(),
+            key,
+        };
+        // Tuple fields drop in order: the receiver before the guard.
+        futures::stream::unfold((rx, guard), |(mut rx, guard)| async move {
             match rx.recv().await {
-                Ok(ev) => Some((ev, rx)),
+                Ok(ev) => Some((ev, (rx, guard))),
                 // Missed events: the elector polls until the next good event.
                 Err(broadcast::error::RecvError::Lagged(_)) => {
-                    Some((LeaseEvent::Error("lease events lagged".into()), rx))
+                    Some((LeaseEvent::Error("lease events lagged".into()), (rx, guard)))
                 }
                 Err(broadcast::error::RecvError::Closed) => None,
             }
         })
         .boxed()
+    }
+
+    /// Number of leases with subscribers (for tests and leak checks).
+    pub fn subscribed(&self) -> usize {
+        self.subscribers.lock().map(|m| m.len()).unwrap_or(0)
+    }
+}
+
+/// Removes a lease's entry from the hub when its last subscriber goes.
+struct Unsubscribe {
+    hub: LeaseHub,
+    key: String,
+}
+
+impl Drop for Unsubscribe {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.hub.subscribers.lock()
+            && m.get(&self.key).is_some_and(|tx| tx.receiver_count() == 0)
+        {
+            m.remove(&self.key);
+        }
     }
 }
 
@@ -308,4 +335,38 @@ fn key_of(l: &Lease) -> String {
         l.metadata.namespace.as_deref().unwrap_or_default(),
         l.metadata.name.as_deref().unwrap_or_default()
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hub() -> LeaseHub {
+        LeaseHub {
+            subscribers: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    #[tokio::test]
+    async fn hub_dispatches_by_lease_and_forgets_dropped_subscribers() {
+        let h = hub();
+        let mut a1 = h.subscribe("default", "kubevip-a");
+        let a2 = h.subscribe("default", "kubevip-a");
+        let mut b = h.subscribe("default", "kubevip-b");
+        assert_eq!(h.subscribed(), 2);
+        h.send("default/kubevip-a", LeaseEvent::Deleted);
+        assert_eq!(a1.next().await, Some(LeaseEvent::Deleted));
+        h.send("default/kubevip-b", LeaseEvent::Error("x".into()));
+        assert_eq!(b.next().await, Some(LeaseEvent::Error("x".into())));
+        drop(a1);
+        assert_eq!(h.subscribed(), 2, "a still has a subscriber");
+        drop(a2);
+        assert_eq!(
+            h.subscribed(),
+            1,
+            "last subscriber of a gone: entry removed"
+        );
+        drop(b);
+        assert_eq!(h.subscribed(), 0);
+    }
 }

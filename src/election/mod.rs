@@ -242,6 +242,8 @@ impl Backoff {
     }
 }
 
+const SHUTTING_DOWN: &str = "shutting down";
+
 /// How an [`Elector::run`] ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ElectionEnd {
@@ -334,7 +336,7 @@ impl<C: LeaseClient> Elector<C> {
                 _ = shutdown.cancelled() => {
                     let mut released = false;
                     if st.leading.is_some() {
-                        released = self.step_down(&mut st, true, "shutting down").await;
+                        released = self.step_down(&mut st, true, SHUTTING_DOWN).await;
                     }
                     info!(%lease, "leader election stopped");
                     return ElectionEnd { released, observed: st.observed };
@@ -642,7 +644,11 @@ impl<C: LeaseClient> Elector<C> {
         let Some((term, _)) = st.leading.take() else {
             return false;
         };
-        warn!(%lease, term, reason = why, "stepping down");
+        if release && why == SHUTTING_DOWN {
+            info!(%lease, term, "stepping down: shutting down");
+        } else {
+            warn!(%lease, term, reason = why, "stepping down");
+        }
         if let Some(m) = &self.metrics {
             m.set_leading(&lease, false);
         }

@@ -269,6 +269,9 @@ fn default_route(msg: &RouteMessage) -> Option<DefaultRoute> {
 pub struct NetlinkKernel {
     handle: Handle,
     tag_mode: AtomicU8,
+    /// The kernel answers a second dump on the same netlink socket while one is running
+    /// with `EBUSY`: dumps (addresses, routes) take turns.
+    dump_lock: tokio::sync::Mutex<()>,
 }
 
 impl NetlinkKernel {
@@ -284,6 +287,7 @@ impl NetlinkKernel {
         Ok(Self {
             handle,
             tag_mode: AtomicU8::new(TagMode::Unknown.to_u8()),
+            dump_lock: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -297,6 +301,7 @@ impl NetlinkKernel {
     }
 
     async fn dump_addrs(&self) -> Result<Vec<(AddressMessage, AddrInfo)>, NetError> {
+        let _turn = self.dump_lock.lock().await;
         let msgs: Vec<AddressMessage> = self
             .handle
             .address()
@@ -316,6 +321,7 @@ impl NetlinkKernel {
     }
 
     async fn default_routes(&self) -> Result<Vec<DefaultRoute>, NetError> {
+        let _turn = self.dump_lock.lock().await;
         let mut out = Vec::new();
         for family in [AddressFamily::Inet, AddressFamily::Inet6] {
             let mut req = RouteMessage::default();

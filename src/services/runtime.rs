@@ -84,14 +84,8 @@ pub async fn run<K: Kernel, A: Announcer>(
 ) {
     let watches = CancellationToken::new();
     let namespace = cfg.services_namespace.as_deref();
-    let svc_api: Api<Service> = match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    let ep_api: Api<Endpoints> = match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
+    let svc_api: Api<Service> = scoped_api(&client, namespace);
+    let ep_api: Api<Endpoints> = scoped_api(&client, namespace);
     let changed = Arc::new(Notify::new());
     let (svc_store, svc_writer) = reflector::store();
     spawn_reflector(
@@ -105,10 +99,7 @@ pub async fn run<K: Kernel, A: Announcer>(
     // (1.21+), else core Endpoints (the lab's v1.20).
     let endpoints = if endpointslice_v1_served(&client).await {
         info!("reading endpoints from discovery.k8s.io/v1 EndpointSlices");
-        let api: Api<EndpointSlice> = match namespace {
-            Some(ns) => Api::namespaced(client.clone(), ns),
-            None => Api::all(client.clone()),
-        };
+        let api: Api<EndpointSlice> = scoped_api(&client, namespace);
         let (store, writer) = reflector::store();
         spawn_reflector(
             "endpointslices",
@@ -138,11 +129,7 @@ pub async fn run<K: Kernel, A: Announcer>(
     let shared = Arc::new(Shared {
         node: cfg.node_name.clone(),
         per_service: cfg.services_election,
-        timing: Timing {
-            lease_duration: cfg.lease.lease_duration,
-            renew_deadline: cfg.lease.renew_deadline,
-            retry_period: cfg.lease.retry_period,
-        },
+        timing: services_timing(&cfg),
         holder_cfg: HolderConfig {
             check_following: false,
             ..holder_cfg
@@ -212,6 +199,27 @@ pub async fn run<K: Kernel, A: Announcer>(
         let _ = j.await;
     }
     watches.cancel();
+}
+
+/// Lease timings of Service leases (`svc_leaseduration`, `svc_renewdeadline`,
+/// `svc_retryperiod`; by default the control-plane ones).
+pub fn services_timing(cfg: &Config) -> Timing {
+    Timing {
+        lease_duration: cfg.services_lease_duration,
+        renew_deadline: cfg.services_renew_deadline,
+        retry_period: cfg.services_retry_period,
+    }
+}
+
+/// An API for `K` in `namespace` (`svc_namespace`), or in all namespaces.
+fn scoped_api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
 }
 
 fn spawn_reflector<K>(
@@ -419,6 +427,9 @@ async fn report<K: Kernel, A: Announcer>(
             warn: true,
         });
     }
+    // Forget notes whose cause is gone (bounded memory; a recurrence is reported again).
+    let current: HashSet<&str> = all.iter().map(|n| n.id.as_str()).collect();
+    reported.retain(|id| current.contains(id.as_str()));
     for n in all {
         if !reported.insert(n.id.clone()) {
             continue;

@@ -19,7 +19,8 @@
 //!    [`xtask::lab::ArpWatcher`] (ARP request every 20 ms) in ns `api`, so the watcher's
 //!    replies never touch the client's neighbour cache; waits until the probe answers
 //!    steadily;
-//! 3. acts on the holder ([`Scenario`]) and polls, every ~20 ms, which nodes carry the VIP
+//! 3. waits `(trial - 1) mod 5` fifths of a second (so the trials sample the holder's 1 s
+//!    renew cycle evenly), acts on the holder ([`Scenario`]) and polls, every ~20 ms, which nodes carry the VIP
 //!    until another node does;
 //! 4. lets things settle (2 s; for `freeze`: 3 s, SIGCONT, then 4 s watching that the
 //!    thawed node neither carries nor answers for the VIP again), stops the probe and the
@@ -53,6 +54,9 @@ pub const LEASE_NAME: &str = "plndr-cp-lock";
 pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(20);
 /// How long the idle phase waits before reading RSS, and how long it counts Lease writes.
 pub const IDLE_WINDOW: Duration = Duration::from_secs(10);
+/// Trial n waits `((n - 1) mod 5) / 5` of this before the event (1 s: the retry period and
+/// the VRRP advert interval), so five trials sample the renew cycle evenly.
+pub const PHASE_SPREAD: Duration = Duration::from_secs(1);
 /// keepalived binary (Debian package `keepalived`).
 pub const KEEPALIVED: &str = "/usr/sbin/keepalived";
 
@@ -558,6 +562,34 @@ impl Ctx {
             }
             if t0.elapsed() > limit {
                 bail!("no single holder of {VIP} after {limit:?} (holders: {h:?})");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits up to `limit` until one node has carried the VIP alone for `stable_for`
+    /// (keepalived may hand the VIP to its MASTER shortly after a BACKUP took it); returns
+    /// that node.
+    ///
+    /// # Errors
+    /// On timeout or when `ip addr` fails.
+    pub fn stable_holder(&self, limit: Duration, stable_for: Duration) -> Result<String> {
+        let t0 = Instant::now();
+        let mut since: Option<(String, Instant)> = None;
+        loop {
+            let h = self.holders()?;
+            since = match (h.as_slice(), since) {
+                ([one], Some((prev, at))) if *one == prev => Some((prev, at)),
+                ([one], _) => Some((one.clone(), Instant::now())),
+                _ => None,
+            };
+            if let Some((n, at)) = &since
+                && at.elapsed() >= stable_for
+            {
+                return Ok(n.clone());
+            }
+            if t0.elapsed() > limit {
+                bail!("no stable single holder of {VIP} after {limit:?} (holders: {h:?})");
             }
             std::thread::sleep(Duration::from_millis(50));
         }
@@ -1075,16 +1107,23 @@ pub fn run_trial(
         ));
     }
     let mut cluster = Cluster::start(ctx, subject)?;
-    let holder = ctx.single_holder(Duration::from_secs(30)).map_err(|e| {
-        anyhow!(
-            "{e}; logs:\n{}",
-            NODES
-                .iter()
-                .map(|n| format!("--- {n}\n{}", tail(&cluster.log(n), 15)))
-                .collect::<Vec<_>>()
-                .join("\n")
-        )
-    })?;
+    // keepalived: longer than its master-down interval (3 x advert_int + skew, 3.6 s).
+    let stable_for = match subject {
+        Subject::Vipd(_) => Duration::from_millis(500),
+        Subject::Keepalived => Duration::from_millis(4500),
+    };
+    let holder = ctx
+        .stable_holder(Duration::from_secs(30), stable_for)
+        .map_err(|e| {
+            anyhow!(
+                "{e}; logs:\n{}",
+                NODES
+                    .iter()
+                    .map(|n| format!("--- {n}\n{}", tail(&cluster.log(n), 15)))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            )
+        })?;
     let vip80 = SocketAddr::new(IpAddr::V4(VIP), 80);
     let t_http = Instant::now();
     loop {
@@ -1108,6 +1147,9 @@ pub fn run_trial(
     if h != [holder.clone()] {
         notes.push(format!("holders changed before the event: {h:?}"));
     }
+    // Spread the event over one renew (or VRRP advert) interval, trial by trial, so the
+    // trials do not all hit the same phase of the holder's 1 s renew cycle.
+    std::thread::sleep(PHASE_SPREAD.mul_f64((trial.saturating_sub(1) % 5) as f64 / 5.0));
     ctx.say(format!(
         "{holder} holds the VIP; acting: {}",
         scenario.name()
@@ -1176,6 +1218,19 @@ pub fn run_trial(
         _ => {}
     }
     cluster.stop();
+    // vipd removes its VIP when stopped (or the kernel fence does); a killed keepalived
+    // leaves it behind for good. Either way the next trial starts clean.
+    let grace = match subject {
+        Subject::Vipd(_) => Duration::from_secs(6),
+        Subject::Keepalived => Duration::from_secs(1),
+    };
+    let left = ctx.clear_vip(grace)?;
+    if !left.is_empty() {
+        notes.push(format!(
+            "VIP still on {} {grace:?} after every instance stopped; removed by hand",
+            left.join(",")
+        ));
+    }
     let summary = summary?;
 
     let mut two = 0usize;

@@ -735,17 +735,27 @@ impl Bench {
         Ok(self.lab.in_netns("client", f)?)
     }
 
-    /// Creates `default/<name>` with `addr`; must run inside a lab namespace. Returns
-    /// whether the API server said 201.
+    /// Creates `default/<name>` with `addr`; must run inside a lab namespace. A call that
+    /// got no answer (the lab client's 5 s timeout) is repeated up to twice; 409
+    /// AlreadyExists on a repeat means the first call went through. Returns whether the
+    /// Service exists.
     fn create(&self, name: &str, addr: IpAddr) -> bool {
         let body = service_json(name, addr).to_string();
-        let r = self.api.request(
-            "POST",
-            &format!("/api/v1/namespaces/{NAMESPACE}/services"),
-            Some(&body),
-        );
-        self.stats.record(&format!("create {name}"), &r);
-        matches!(r, Ok(ref x) if x.status == 201)
+        for attempt in 0..3 {
+            let r = self.api.request(
+                "POST",
+                &format!("/api/v1/namespaces/{NAMESPACE}/services"),
+                Some(&body),
+            );
+            self.stats.record(&format!("create {name}"), &r);
+            match r {
+                Ok(x) if x.status == 201 => return true,
+                Ok(x) if x.status == 409 && attempt > 0 => return true,
+                Ok(_) => return false,
+                Err(_) => continue,
+            }
+        }
+        false
     }
 
     /// Deletes `default/<name>`; must run inside a lab namespace.
