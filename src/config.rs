@@ -62,10 +62,14 @@ use std::time::Duration;
 
 use clap::Parser;
 
-/// Default `vip_leaseduration` (kube-vip's: 5 s).
-pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(5);
-/// Default `vip_renewdeadline` (kube-vip's: 3 s).
-pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(3);
+/// Default `vip_leaseduration`: 3 s (kube-vip's is 5 s). The shortest lease that keeps one
+/// lease write per second (retry period 1 s) and room for a whole-second kernel fence
+/// (2 s) below it; the failover benchmark (`docs/failover.md`) measured a poweroff p95 gap
+/// of about 3.0 s at 3/2/1 against 5.2 s at 5/3/1. kube-vip manifests set all three
+/// timings explicitly and keep their values.
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(3);
+/// Default `vip_renewdeadline`: 2 s (kube-vip's is 3 s).
+pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(2);
 /// Default `vip_retryperiod` (kube-vip's: 1 s).
 pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(1);
 /// Largest accepted lease timing (any of the three): 1 hour.
@@ -599,14 +603,14 @@ static OPTIONS: &[EnvOption] = &[
     opt(
         K_LEASE_DURATION,
         "leaseDuration",
-        "5",
+        "3",
         Seconds,
         "Lease duration in seconds (decimals allowed): how long a lease is valid after its last change",
     ),
     opt(
         K_RENEW_DEADLINE,
         "leaseRenewDuration",
-        "3",
+        "2",
         Seconds,
         "Renew deadline in seconds (decimals allowed): the holder steps down if it could not renew for this long; shorter than vip_leaseduration",
     ),
@@ -2298,12 +2302,12 @@ mod tests {
             "2.5000000001",
         ),
         env(&[("vip_renewdeadline", "5")], "vip_renewdeadline", "5"),
-        env(&[("vip_leaseduration", "2")], "vip_renewdeadline", "3"),
+        env(&[("vip_leaseduration", "2")], "vip_renewdeadline", "2"),
         env(&[("vip_retryperiod", "3")], "vip_retryperiod", "3"),
         env(&[("vip_retryperiod", "2.6")], "vip_retryperiod", "2.6"),
         env(&[("vip_retryperiod", "0.0")], "vip_retryperiod", "0.0"),
         env(&[("svc_renewdeadline", "9")], "svc_renewdeadline", "9"),
-        env(&[("svc_leaseduration", "2")], "svc_renewdeadline", "3"),
+        env(&[("svc_leaseduration", "2")], "svc_renewdeadline", "2"),
         env(&[("svc_retryperiod", "x")], "svc_retryperiod", "x"),
         flag(
             &["--leaseDuration=abc"],
@@ -2483,8 +2487,7 @@ mod tests {
         assert_eq!(c.services_renew_deadline, Duration::from_secs(10));
         assert_eq!(c.services_retry_period, Duration::from_secs(2));
         assert_eq!(
-            c.lease.lease_duration,
-            Duration::from_secs(5),
+            c.lease.lease_duration, DEFAULT_LEASE_DURATION,
             "control plane unchanged"
         );
         assert!(!c.ipv6_dad);
@@ -2507,8 +2510,8 @@ mod tests {
             LeaseConfig {
                 name: "plndr-cp-lock".into(),
                 namespace: "kube-system".into(),
-                lease_duration: Duration::from_secs(5),
-                renew_deadline: Duration::from_secs(3),
+                lease_duration: Duration::from_secs(3),
+                renew_deadline: Duration::from_secs(2),
                 retry_period: Duration::from_secs(1),
             }
         );

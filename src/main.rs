@@ -16,7 +16,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the VIP manager (control-plane VIP through Lease leader election).
+    /// Run the VIP manager: the control-plane VIP and LoadBalancer Service VIPs, through
+    /// Lease leader election.
     Manager(Box<ManagerArgs>),
     /// Request a URL on a fixed schedule and report gaps and backend switches (the
     /// failover "wget loop").

@@ -99,6 +99,15 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     let (client, url) = kubeclient::election_client(&cfg).await?;
     info!(api = %url, "talking to this API server (kubernetes_addr, else 127.0.0.1:port in control-plane mode, else the kubeconfig's)");
 
+    if cfg.dhcp_mode {
+        return Err(ManagerError::Unsupported(
+            "dhcp_mode is not implemented in this release of vipd; unset dhcp_mode (--dhcpMode)"
+                .into(),
+        ));
+    }
+    if cfg.control_plane {
+        check_not_node_addresses(&client, &cfg.addresses).await?;
+    }
     let kernel = Arc::new(NetlinkKernel::new()?);
     // This process leads nothing yet: every address vipd tagged is stale.
     match reconcile::remove_stale(kernel.as_ref(), None).await {
@@ -213,6 +222,41 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         warn!(error = %e, "final VIP cleanup failed");
     }
     info!("vipd manager stopped");
+    Ok(())
+}
+
+/// Refuses control-plane VIPs that are some node's own address (`status.addresses`): the
+/// node holding the lease would take that node's traffic. A failed Node list (API down,
+/// RBAC) is logged and does not stop the start.
+///
+/// # Errors
+/// [`ManagerError::Unsupported`] naming the address and the node.
+async fn check_not_node_addresses(
+    client: &kube::Client,
+    vips: &[IpAddr],
+) -> Result<(), ManagerError> {
+    let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    let list =
+        match tokio::time::timeout(Duration::from_secs(5), api.list(&Default::default())).await {
+            Ok(Ok(l)) => l,
+            Ok(Err(e)) => {
+                warn!(error = %e, "cannot list Nodes to check the VIPs against node addresses");
+                return Ok(());
+            }
+            Err(_) => {
+                warn!("listing Nodes timed out; VIPs not checked against node addresses");
+                return Ok(());
+            }
+        };
+    let nodes: Vec<Arc<_>> = list.items.into_iter().map(Arc::new).collect();
+    let owners = crate::services::runtime::node_addresses(&nodes);
+    for v in vips {
+        if let Some(node) = owners.get(v) {
+            return Err(ManagerError::Unsupported(format!(
+                "address {v} is node {node}'s own address and cannot be the control-plane VIP"
+            )));
+        }
+    }
     Ok(())
 }
 

@@ -240,6 +240,11 @@ pub async fn remove_stale<K: Kernel>(
     Ok(removed)
 }
 
+/// Tries to remove and confirm the removal of the VIPs before giving up for this round.
+const DROP_ATTEMPTS: u32 = 3;
+/// Pause between two removal tries.
+const DROP_RETRY: Duration = Duration::from_millis(30);
+
 async fn next_update(updates: &mut Option<watch::Receiver<Vec<VipSpec>>>) -> Vec<VipSpec> {
     if let Some(rx) = updates {
         if rx.changed().await.is_ok() {
@@ -325,6 +330,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let mut term = 0u64;
         let mut renewed_at: Option<Instant> = None;
         let mut updates = self.updates.take();
+        let mut unacked: Option<u64> = None;
         if let Some(u) = updates.as_mut() {
             self.vips = u.borrow_and_update().clone();
         }
@@ -333,15 +339,15 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => {
-                    self.drop_all().await;
-                    let _ = leadership.dropped.send(term);
+                    if self.drop_all().await {
+                        let _ = leadership.dropped.send(term);
+                    }
                     return;
                 }
                 changed = leadership.state.changed() => {
                     if changed.is_err() {
                         // Elector gone: hold nothing.
                         self.drop_all().await;
-                        let _ = leadership.dropped.send(term);
                         shutdown.cancelled().await;
                         return;
                     }
@@ -361,8 +367,14 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                             if renewed_at.take().is_some() {
                                 info!(holder = %self.name, term, "not leading: removing VIPs");
                             }
-                            self.drop_all().await;
-                            let _ = leadership.dropped.send(term);
+                            // Acknowledge (which lets the elector release the lease) only
+                            // once the VIPs are confirmed gone; otherwise retry on the tick.
+                            if self.drop_all().await {
+                                let _ = leadership.dropped.send(term);
+                                unacked = None;
+                            } else {
+                                unacked = Some(term);
+                            }
                         }
                     }
                 }
@@ -370,6 +382,13 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                     self.set_vips(new, renewed_at.is_some()).await;
                 }
                 _ = tick.tick() => {
+                    if let Some(t) = unacked
+                        && renewed_at.is_none()
+                        && self.drop_all().await
+                    {
+                        let _ = leadership.dropped.send(t);
+                        unacked = None;
+                    }
                     if renewed_at.is_some() || self.cfg.check_following || !self.gates.closed().is_empty() {
                         self.check(renewed_at).await;
                     }
@@ -432,6 +451,13 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 },
             };
             match found {
+                Ok(link) if link.mac == [0; 6] => {
+                    missing.push(format!(
+                        "{}: interface {} has no hardware address (loopback or tunnel): gratuitous ARP cannot be sent on it; set vip_interface to the Ethernet interface",
+                        spec.vip, link.name
+                    ));
+                    self.links.remove(&i);
+                }
                 Ok(link) => {
                     if self.links.get(&i).map(|l| l.index) != Some(link.index) {
                         info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "VIP interface");
@@ -496,7 +522,15 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
 
     /// Announces every held VIP; IPv6 VIPs only once they left tentative state.
     async fn announce_all(&mut self, first: bool) {
-        let present = self.kernel.addresses(None).await.unwrap_or_default();
+        let present = match self.kernel.addresses(None).await {
+            Ok(p) => p,
+            Err(e) => {
+                // Retried at the next check; say so instead of silently skipping.
+                warn!(holder = %self.name, error = %e, "cannot list addresses; announcements postponed");
+                self.pending_na = (0..self.vips.len()).collect();
+                return;
+            }
+        };
         for (i, spec) in self.vips.iter().enumerate() {
             let Some(link) = self.links.get(&i) else {
                 continue;
@@ -622,25 +656,40 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     }
 
     /// Removes every VIP of this holder that is ours, wherever it is.
-    async fn drop_all(&mut self) {
-        let present = match self.kernel.addresses(None).await {
-            Ok(p) => p,
-            Err(e) => {
-                error!(holder = %self.name, error = %e, "cannot list addresses to drop VIPs; the kernel fence removes them");
-                return;
-            }
-        };
+    async fn drop_all(&mut self) -> bool {
+        self.pending_na.clear();
+        self.last_garp = None;
         let desired: Vec<(Vip, u32)> = self.vips.iter().map(|s| (s.vip, 0)).collect();
-        for step in plan(&desired, &present, None) {
-            if let Step::Remove { vip, ifindex } = step {
-                match self.kernel.remove(ifindex, vip).await {
-                    Ok(()) => info!(holder = %self.name, %vip, "VIP removed"),
-                    Err(e) => error!(holder = %self.name, %vip, error = %e, "removing VIP failed"),
+        // Remove, then list again to confirm; a few quick tries ride out transient
+        // netlink errors.
+        for attempt in 0..DROP_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(DROP_RETRY).await;
+            }
+            let present = match self.kernel.addresses(None).await {
+                Ok(p) => p,
+                Err(e) => {
+                    warn!(holder = %self.name, error = %e, "cannot list addresses to drop VIPs; retrying");
+                    continue;
+                }
+            };
+            let steps = plan(&desired, &present, None);
+            if steps.is_empty() {
+                return true;
+            }
+            for step in steps {
+                if let Step::Remove { vip, ifindex } = step {
+                    match self.kernel.remove(ifindex, vip).await {
+                        Ok(()) => info!(holder = %self.name, %vip, "VIP removed"),
+                        Err(e) => {
+                            warn!(holder = %self.name, %vip, error = %e, "removing VIP failed; retrying")
+                        }
+                    }
                 }
             }
         }
-        self.pending_na.clear();
-        self.last_garp = None;
+        error!(holder = %self.name, "could not confirm the VIPs are removed; not acknowledging, so the lease is not released and expires after the kernel fence removes them");
+        false
     }
 }
 

@@ -176,6 +176,16 @@ fn s19_ip_change() {
     wait_for("status updated", Duration::from_secs(10), || {
         (ingress_ips(&lab, "web") == vec!["192.0.2.121".to_string()]).then_some(())
     });
+    // An address that becomes invalid: nobody announces it, and the stale status goes.
+    patch_service(
+        &lab,
+        "web",
+        json!({"metadata": {"annotations": {"kube-vip.io/loadbalancerIPs": "192.0.2.999"}}}),
+    );
+    nobody_holds(&lab, "192.0.2.121", Duration::from_secs(5));
+    wait_for("stale status cleared", Duration::from_secs(10), || {
+        ingress_ips(&lab, "web").is_empty().then_some(())
+    });
 }
 
 /// S06: two Services on one address; deleting one keeps the address held without a gap.
@@ -467,4 +477,53 @@ fn s15_forbidden_watch_recovers_when_rbac_is_fixed() {
     let t0 = Instant::now();
     single_holder(&lab, "192.0.2.33", Duration::from_secs(45));
     eprintln!("S15: announced {:?} after RBAC was fixed", t0.elapsed());
+}
+
+/// A Service whose address is a node's own address is refused with a Warning, and no node
+/// takes that address (it would steal the node's traffic).
+#[test]
+fn node_address_as_service_vip_is_refused() {
+    let Some(lab) = lab("nodeaddr", LabOptions::default()) else {
+        return;
+    };
+    for (i, n) in NODES.iter().enumerate() {
+        let node = json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": n},
+            "status": {"addresses": [{"type": "InternalIP", "address": format!("192.0.2.{}", 11 + i)}]}
+        });
+        let resp = lab
+            .api_request("POST", "/api/v1/nodes", Some(&node.to_string()))
+            .unwrap();
+        assert_eq!(resp.status, 201, "{}", resp.body);
+    }
+    let _procs = three(&lab, true);
+    create_service(
+        &lab,
+        &service_json("own", Some("192.0.2.11"), None, &[(80, "TCP")], false),
+    );
+    create_service(
+        &lab,
+        &service_json("ok", Some("192.0.2.35"), None, &[(80, "TCP")], false),
+    );
+    held(&lab, "192.0.2.35");
+    wait_for("Warning naming node-a", Duration::from_secs(10), || {
+        events_for(&lab, "own")
+            .iter()
+            .any(|(t, _, m)| t == "Warning" && m.contains("node-a"))
+            .then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        holders(&lab, "192.0.2.11"),
+        vec!["node-a".to_string()],
+        "only node-a's own address"
+    );
+    let a = lab.addresses("node-a", "eth0").unwrap();
+    assert!(
+        a.iter()
+            .any(|x| x.addr.to_string() == "192.0.2.11" && x.prefix == 24),
+        "node address intact"
+    );
+    assert!(lease(&lab, "default", "kubevip-own").is_none());
 }

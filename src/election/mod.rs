@@ -276,6 +276,10 @@ struct Run {
     next_attempt: Instant,
     watch_healthy: bool,
     backoff: Backoff,
+    /// After the Lease was deleted while another node held it: not before this instant may
+    /// we create it (that node may still carry the VIPs until its own watch or its kernel
+    /// fence removes them).
+    absent_until: Option<Instant>,
 }
 
 impl<C: LeaseClient> Elector<C> {
@@ -326,6 +330,7 @@ impl<C: LeaseClient> Elector<C> {
             next_attempt: now,
             watch_healthy: false,
             backoff: Backoff::new(self.timing.retry_period, self.timing.max_backoff()),
+            absent_until: None,
         };
         loop {
             let now = Instant::now();
@@ -415,6 +420,7 @@ impl<C: LeaseClient> Elector<C> {
                     return;
                 }
                 debug!(%lease, holder = %obs.record.holder, rv = %obs.resource_version, "lease changed");
+                st.absent_until = None;
                 let other = obs.record.is_held() && obs.record.holder != self.identity;
                 let released = !obs.record.is_held();
                 st.observed = Some(obs);
@@ -435,15 +441,23 @@ impl<C: LeaseClient> Elector<C> {
             }
             LeaseEvent::Deleted => {
                 st.watch_healthy = true;
-                if st.observed.is_some() {
+                let now = Instant::now();
+                if let Some(last) = st.observed.take() {
                     debug!(%lease, "lease deleted");
+                    if last.record.is_held() && last.record.holder != self.identity {
+                        let secs =
+                            u64::try_from(last.record.lease_duration_secs.max(0)).unwrap_or(0);
+                        st.absent_until = Some(now + Duration::from_secs(secs));
+                    }
                 }
-                st.observed = None;
                 st.known = true;
-                st.observed_at = Instant::now();
-                if st.leading.is_none() {
-                    st.next_attempt = Instant::now();
+                st.observed_at = now;
+                if st.leading.is_some() {
+                    // The API no longer says we hold it: drop now, then campaign (we may
+                    // re-create it at once: nobody else can hold the VIPs).
+                    let _ = self.step_down(st, false, "the lease was deleted").await;
                 }
+                st.next_attempt = st.absent_until.unwrap_or(now).max(now);
             }
             LeaseEvent::Error(e) => {
                 if st.watch_healthy {
@@ -532,6 +546,10 @@ impl<C: LeaseClient> Elector<C> {
                 st.next_attempt = now + self.timing.retry_period;
                 return;
             }
+            Standing::Absent if st.absent_until.is_some_and(|t| now < t) => {
+                st.next_attempt = st.absent_until.unwrap_or(now);
+                return;
+            }
             Standing::Absent => {
                 let rec = record::claim(None, &self.identity, duration, Timestamp::now());
                 timed(
@@ -565,6 +583,7 @@ impl<C: LeaseClient> Elector<C> {
         match result {
             Ok(obs) => {
                 let now = Instant::now();
+                st.absent_until = None;
                 st.observed = Some(obs);
                 st.known = true;
                 st.observed_at = now;

@@ -49,6 +49,11 @@ impl FakeServer {
             resource_version: rv.to_string(),
         }));
     }
+    /// Deletes the lease, as `kubectl delete lease` would.
+    fn delete(&self) {
+        self.state.lock().unwrap().lease = None;
+        let _ = self.events.send(LeaseEvent::Deleted);
+    }
     fn holder(&self) -> Option<String> {
         self.state
             .lock()
@@ -486,4 +491,36 @@ async fn three_candidates_exactly_one_leads_through_churn() {
     for n in nodes.iter_mut() {
         n.shutdown.cancel();
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn deleted_lease_makes_the_holder_drop_and_others_wait() {
+    let server = FakeServer::new();
+    let mut a = start(&server, "a", true);
+    assert!(until_leading(&mut a, Duration::from_millis(10)).await);
+    let mut b = start(&server, "b", true);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let t0 = Instant::now();
+    server.delete();
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    // a dropped at once (the API no longer names it) ...
+    assert!(
+        a.log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(t, leading)| !leading && *t >= t0),
+        "a must step down when the lease is deleted"
+    );
+    // ... and may take it again; b, which saw a hold it, waits a lease duration first.
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(server.holder().as_deref(), Some("a"));
+    assert!(!b.state.borrow().is_leading());
+    assert_eq!(
+        server.writes_by("b"),
+        0,
+        "b never created the lease under a"
+    );
+    assert_never_two_leaders(&[&a, &b], Instant::now());
+    let _ = &mut b;
 }

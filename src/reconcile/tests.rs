@@ -13,6 +13,8 @@ struct KState {
     addrs: Vec<AddrInfo>,
     /// (vip, valid_lft) of every add/refresh call.
     adds: Vec<(Vip, u32)>,
+    /// Make every remove fail (as netlink EBUSY did under load).
+    fail_remove: bool,
 }
 
 #[derive(Default)]
@@ -119,6 +121,9 @@ impl Kernel for FakeKernel {
     }
     async fn remove(&self, ifindex: u32, vip: Vip) -> Result<(), NetError> {
         let mut s = self.0.lock().unwrap();
+        if s.fail_remove {
+            return Err(NetError::NoSuchIndex { index: ifindex });
+        }
         if s.addrs
             .iter()
             .any(|a| a.vip == vip && a.ifindex == ifindex && !a.ours)
@@ -511,4 +516,30 @@ async fn edited_vip_set_adds_new_and_removes_old_while_leading() {
     shutdown.cancel();
     task.await.unwrap();
     assert!(!kernel.has(v121));
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_acknowledgement_until_the_vips_are_confirmed_gone() {
+    let mut r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth0"));
+    r.state.send_replace(LeaderState::Leading {
+        term: 1,
+        renewed_at: Instant::now(),
+    });
+    settle().await;
+    r.kernel.0.lock().unwrap().fail_remove = true;
+    r.state
+        .send_replace(LeaderState::Following { holder: None });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        *r.dropped.borrow(),
+        0,
+        "removal failed: no ack, so no release"
+    );
+    assert!(r.kernel.has(vip4()));
+    r.kernel.0.lock().unwrap().fail_remove = false;
+    tokio::time::timeout(Duration::from_secs(1), r.dropped.wait_for(|t| *t >= 1))
+        .await
+        .expect("acked once removal works")
+        .unwrap();
+    assert!(!r.kernel.has(vip4()));
 }

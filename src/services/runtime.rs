@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Endpoints, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Api;
 use kube::runtime::reflector::{self, Store};
@@ -95,6 +95,16 @@ pub async fn run<K: Kernel, A: Announcer>(
         changed.clone(),
         watches.clone(),
     );
+    // Node addresses: a Service must never take another node's own address.
+    let (node_store, node_writer) = reflector::store::<Node>();
+    let node_api: Api<Node> = Api::all(client.clone());
+    spawn_reflector(
+        "nodes",
+        node_api,
+        node_writer,
+        changed.clone(),
+        watches.clone(),
+    );
     // Endpoints for externalTrafficPolicy Local: EndpointSlice v1 where the server has it
     // (1.21+), else core Endpoints (the lab's v1.20).
     let endpoints = if endpointslice_v1_served(&client).await {
@@ -166,6 +176,7 @@ pub async fn run<K: Kernel, A: Announcer>(
 
     let mut groups: BTreeMap<LeaseRef, GroupHandle> = BTreeMap::new();
     let mut reported: HashSet<String> = HashSet::new();
+    let mut cleared: HashSet<String> = HashSet::new();
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -175,7 +186,8 @@ pub async fn run<K: Kernel, A: Announcer>(
         tokio::time::sleep(Duration::from_millis(20)).await;
         let services = svc_store.state();
         let local = endpoints.local_ready(&cfg.node_name);
-        let (candidates, notes) = candidates(&cfg, &services, &local);
+        let node_addrs = node_addresses(&node_store.state());
+        let (candidates, notes) = candidates(&cfg, &services, &local, &node_addrs);
         let plan = desired::plan(&candidates, &plan_cfg);
         let mut per_ns: BTreeMap<&str, usize> = BTreeMap::new();
         for k in plan.addresses.keys() {
@@ -185,6 +197,7 @@ pub async fn run<K: Kernel, A: Announcer>(
             shared.metrics.active_services(ns, n);
         }
         report(&shared, &plan, notes, &mut reported).await;
+        clear_stale(&shared, &plan, &services, &mut cleared).await;
         reconcile_groups(&shared, &plan, &services, &mut groups).await;
     }
     info!(groups = groups.len(), "Services: stopping");
@@ -199,6 +212,23 @@ pub async fn run<K: Kernel, A: Announcer>(
         let _ = j.await;
     }
     watches.cancel();
+}
+
+/// Every node's own addresses (`status.addresses` of type InternalIP / ExternalIP) and the
+/// node they belong to.
+pub fn node_addresses(nodes: &[Arc<Node>]) -> BTreeMap<IpAddr, String> {
+    let mut out = BTreeMap::new();
+    for n in nodes {
+        let name = n.metadata.name.clone().unwrap_or_default();
+        for a in n.status.iter().flat_map(|s| s.addresses.iter().flatten()) {
+            if (a.type_ == "InternalIP" || a.type_ == "ExternalIP")
+                && let Ok(ip) = a.address.parse::<IpAddr>()
+            {
+                out.insert(ip, name.clone());
+            }
+        }
+    }
+    out
 }
 
 /// Lease timings of Service leases (`svc_leaseduration`, `svc_renewdeadline`,
@@ -320,6 +350,7 @@ fn candidates(
     cfg: &Config,
     services: &[Arc<Service>],
     local: &HashSet<(String, String)>,
+    node_addrs: &BTreeMap<IpAddr, String>,
 ) -> (Vec<Candidate>, Vec<Note>) {
     let mut out = Vec::new();
     let mut notes = Vec::new();
@@ -384,14 +415,30 @@ fn candidates(
                 warn: true,
             });
         }
-        if info.addresses.addresses.is_empty() {
+        let mut addresses = info.addresses.addresses.clone();
+        addresses.retain(|a| match node_addrs.get(a) {
+            Some(node) => {
+                notes.push(Note {
+                    key: info.key.clone(),
+                    id: format!("{}/{rv}/nodeaddr/{a}", info.key),
+                    reason: "AddressOfNode",
+                    message: format!(
+                        "address {a} is node {node}'s own address; refused (announcing it would take the node's traffic)"
+                    ),
+                    warn: true,
+                });
+                false
+            }
+            None => true,
+        });
+        if addresses.is_empty() {
             continue;
         }
         let local_endpoint = local.contains(&(info.key.namespace.clone(), info.key.name.clone()));
         out.push(Candidate {
             key: info.key.clone(),
             created: info.created,
-            addresses: info.addresses.addresses.clone(),
+            addresses,
             ports: info.ports.clone(),
             etp_local: info.etp_local,
             local_endpoint,
@@ -449,6 +496,43 @@ async fn report<K: Kernel, A: Announcer>(
             info!(service = %n.key, "{}", n.message);
         }
     }
+}
+
+/// Services this node last reported as announcing (`kube-vip.io/vipHost` = this node) that
+/// are announced by nobody now (address removed or invalid, conflict, type change): their
+/// status and annotation would mislead, so they are cleared, once per object version.
+async fn clear_stale<K: Kernel, A: Announcer>(
+    shared: &Shared<K, A>,
+    plan: &Plan,
+    services: &[Arc<Service>],
+    cleared: &mut HashSet<String>,
+) {
+    let mut now_stale = HashSet::new();
+    for svc in services {
+        let key = ServiceKey::of(svc);
+        let host = svc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(model::ANN_VIP_HOST));
+        if host != Some(&shared.node) || plan.addresses.contains_key(&key) {
+            continue;
+        }
+        let id = format!(
+            "{key}/{}",
+            svc.metadata.resource_version.clone().unwrap_or_default()
+        );
+        if !cleared.contains(&id) {
+            match shared.status.clear(&key).await {
+                Ok(_) => {
+                    info!(service = %key, "no longer announced anywhere: status and vipHost cleared")
+                }
+                Err(e) => warn!(service = %key, error = %e, "clearing status failed"),
+            }
+        }
+        now_stale.insert(id);
+    }
+    *cleared = now_stale;
 }
 
 async fn reconcile_groups<K: Kernel, A: Announcer>(

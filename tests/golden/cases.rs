@@ -209,7 +209,7 @@ pub fn err_cases() -> Vec<(Vec<&'static str>, &'static str)> {
                 "--address",
                 "192.0.2.10",
                 "--leaseDuration",
-                "3",
+                "2",
             ],
             "shorter than the lease duration",
         ),

@@ -25,6 +25,9 @@ pub fn run() -> Result<()> {
     if nix::unistd::geteuid().as_raw() != 0 {
         bail!("`cargo xtask demo` needs root (network namespaces); run it with sudo -E");
     }
+    // Fail early, with instructions, before the release build.
+    let api = xtask::lab::find_apiserver()?;
+    eprintln!("==> lab: kube-apiserver {}", api.display());
     let vipd = bench::vipd_release_binary(true, None)?;
     let started = Instant::now();
     let ctx = Ctx::start(vipd, true)?;
