@@ -496,6 +496,9 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
             None
         }
     };
+    if let Some(c) = &client {
+        explain_answers_by_holder(c, cfg, &mut report).await;
+    }
     match client {
         None => report
             .checks
@@ -503,6 +506,37 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
         Some(c) => report.checks.push(check_rbac(c, cfg).await),
     }
     report
+}
+
+/// A VIP that answers on the segment while the control-plane Lease names another node as
+/// holder is that node's vipd (or kube-vip) doing its job, not a conflict: the failed
+/// `vip-free` checks become passes that say so.
+async fn explain_answers_by_holder(client: &kube::Client, cfg: &Config, report: &mut Report) {
+    if !cfg.control_plane {
+        return;
+    }
+    let api: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client.clone(), &cfg.lease.namespace);
+    let holder =
+        match tokio::time::timeout(Duration::from_secs(5), api.get_opt(&cfg.lease.name)).await {
+            Ok(Ok(Some(l))) => l.spec.and_then(|s| s.holder_identity).unwrap_or_default(),
+            _ => return,
+        };
+    if holder.is_empty() || holder == cfg.node_name {
+        return;
+    }
+    for c in report.checks.iter_mut().filter(|c| {
+        c.name.starts_with("vip-free:")
+            && c.status == Status::Fail
+            && c.detail.starts_with("already in use")
+    }) {
+        c.status = Status::Pass;
+        c.detail = format!(
+            "{}; lease {}/{} is held by {holder}, so this is its announcer",
+            c.detail, cfg.lease.namespace, cfg.lease.name
+        );
+        c.fix = None;
+    }
 }
 
 /// SelfSubjectAccessReviews for every permission vipd needs (leases in `cp_namespace`, the
