@@ -426,6 +426,41 @@ fn preflight_in_the_lab() {
             && l.to_lowercase().contains(&client_mac)),
         "expected a conflict with {client_mac}:\n{out}"
     );
+
+    // The VIP answers from node-b, which holds the control-plane lease: that is its
+    // announcer doing its job, not a conflict.
+    lab.exec(
+        "client",
+        "ip",
+        &["addr", "del", "192.0.2.10/32", "dev", "eth0"],
+    )
+    .unwrap();
+    lab.exec(
+        "node-b",
+        "ip",
+        &["addr", "add", "192.0.2.10/32", "dev", "eth0"],
+    )
+    .unwrap();
+    let lease = serde_json::json!({
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+        "metadata": {"name": "plndr-cp-lock", "namespace": "kube-system"},
+        "spec": {"holderIdentity": "node-b", "leaseDurationSeconds": 3}
+    });
+    let resp = lab
+        .api_request(
+            "POST",
+            "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases",
+            Some(&lease.to_string()),
+        )
+        .unwrap();
+    assert_eq!(resp.status, 201, "{}", resp.body);
+    let (ok, out) = preflight(&lab, "node-a", &env, &[]);
+    assert!(ok, "{out}");
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("vip-free:192.0.2.10") && l.contains("held by node-b")),
+        "{out}"
+    );
 }
 
 /// Done-when of issue 5: the k3s how-to's command yields a manifest whose exact env (with

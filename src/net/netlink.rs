@@ -261,6 +261,9 @@ fn default_route(msg: &RouteMessage) -> Option<DefaultRoute> {
     })
 }
 
+/// Receive buffer asked for on vipd's rtnetlink socket, in bytes.
+const NETLINK_RX_BUFFER: usize = 4 << 20;
+
 /// [`Kernel`] over an rtnetlink socket.
 ///
 /// The socket lives in the network namespace of the thread that called
@@ -282,7 +285,20 @@ impl NetlinkKernel {
     pub fn new() -> Result<Self, NetError> {
         let rt = tokio::runtime::Handle::try_current()
             .map_err(|e| NetError::Socket(std::io::Error::other(e)))?;
-        let (conn, handle, _messages) = rtnetlink::new_connection().map_err(NetError::Socket)?;
+        let (mut conn, handle, _messages) =
+            rtnetlink::new_connection().map_err(NetError::Socket)?;
+        // A dump of a node with a thousand Service VIPs overruns the default receive
+        // buffer (ENOBUFS); ask for 4 MiB (the kernel caps it at net.core.rmem_max).
+        {
+            use netlink_sys::AsyncSocket;
+            if let Err(e) = conn
+                .socket_mut()
+                .socket_mut()
+                .set_rx_buf_sz(NETLINK_RX_BUFFER)
+            {
+                tracing::warn!(error = %e, "cannot enlarge the netlink receive buffer");
+            }
+        }
         rt.spawn(conn);
         Ok(Self {
             handle,

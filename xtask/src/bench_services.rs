@@ -650,6 +650,15 @@ impl Bench {
                 ("prometheus_server", ":2112"),
                 ("vip_loglevel", "info"),
             ];
+            // Extra vipd settings for a run, e.g. Service lease timings:
+            // VIPD_BENCH_ENV="svc_leaseduration=9,svc_renewdeadline=6,svc_retryperiod=3"
+            let extra = std::env::var("VIPD_BENCH_ENV").unwrap_or_default();
+            let mut env = env;
+            for kv in extra.split(',').filter(|kv| !kv.is_empty()) {
+                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                env.retain(|(ek, _)| *ek != k);
+                env.push((k, v));
+            }
             procs.push((node.to_string(), lab.spawn(node, vipd, &["manager"], &env)?));
         }
         let b = Bench {
