@@ -59,10 +59,12 @@ fn graceful_stop_releases_lease_and_follower_takes_over() {
         lease_holder(&lab, "kube-system", "plndr-cp-lock").as_deref(),
         Some(new.as_str())
     );
-    assert!(
-        report.max_simultaneous_responders() <= 1,
-        "{:?}",
-        report.multi_responder_intervals()
+    // The handover takes tens of ms, so both may answer within one 20 ms probe slot, one
+    // after the other: check the order instead of per-slot counts.
+    assert_clean_handover(
+        &report,
+        lab.mac_of(&holder).unwrap(),
+        lab.mac_of(&new).unwrap(),
     );
     assert!(report.answered_slots() > 0);
 }
@@ -513,10 +515,10 @@ fn s26_ipv6_vip_unsolicited_na_and_failover() {
     });
     std::thread::sleep(Duration::from_millis(500));
     let report = watch.stop().unwrap();
-    assert!(
-        report.max_simultaneous_responders() <= 1,
-        "{:?}",
-        report.multi_responder_intervals()
+    assert_clean_handover(
+        &report,
+        lab.mac_of(&holder).unwrap(),
+        lab.mac_of(&new).unwrap(),
     );
     eprintln!(
         "S26: all responders {:?}, last {:?}, answered {} of {} slots; new holder {new} {:?}",

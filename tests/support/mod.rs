@@ -301,3 +301,32 @@ pub fn ingress_ips(lab: &Lab, name: &str) -> Vec<String> {
         .filter_map(|i| i["ip"].as_str().map(str::to_string))
         .collect()
 }
+
+/// Checks a handover seen by an [`xtask::lab::WatchReport`]: the old holder's MAC never
+/// answers after the new one first did, and the new one never before. A slot may contain
+/// both when the handover (tens of ms) falls inside one probe interval; answers in the
+/// same slot are sequential then, not simultaneous. Any third MAC fails the check.
+pub fn assert_clean_handover(
+    report: &xtask::lab::WatchReport,
+    old: xtask::lab::MacAddr,
+    new: xtask::lab::MacAddr,
+) {
+    let first_new = report
+        .slots
+        .iter()
+        .position(|s| s.responders.contains(&new))
+        .expect("the new holder never answered");
+    for (i, s) in report.slots.iter().enumerate() {
+        assert!(
+            s.responders.iter().all(|m| *m == old || *m == new),
+            "slot {i}: unexpected responder {:?}",
+            s.responders
+        );
+        if i > first_new {
+            assert!(
+                !s.responders.contains(&old),
+                "old holder answered in slot {i} after the new one answered in slot {first_new}"
+            );
+        }
+    }
+}
