@@ -42,7 +42,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -219,7 +218,7 @@ pub fn run(args: &[&str]) -> Result<()> {
     if nix::unistd::geteuid().as_raw() != 0 {
         bail!("`cargo xtask bench services` needs root (network namespaces); run it with sudo -E");
     }
-    let vipd = release_binary(o.build, o.vipd.as_deref())?;
+    let vipd = crate::bench::vipd_release_binary(o.build, o.vipd.as_deref())?;
     println!("vipd binary: {}", vipd.display());
     for s in &o.scenarios {
         let t0 = Instant::now();
@@ -231,44 +230,6 @@ pub fn run(args: &[&str]) -> Result<()> {
         println!("({s:?} took {:.0} s)\n", t0.elapsed().as_secs_f64());
     }
     Ok(())
-}
-
-/// Builds vipd in release mode (unless `build` is false) and returns the binary: `explicit`,
-/// else `<target>/release/vipd` (through [`lab::vipd_binary`]).
-///
-/// # Errors
-/// When cargo fails or the binary is missing.
-pub fn release_binary(build: bool, explicit: Option<&Path>) -> Result<PathBuf> {
-    if let Some(p) = explicit {
-        if !p.is_file() {
-            bail!("--vipd {}: no such file", p.display());
-        }
-        return Ok(p.to_path_buf());
-    }
-    if build {
-        let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        c.current_dir(lab::control_plane::workspace_root()).args([
-            "build",
-            "--release",
-            "-p",
-            "vipd",
-        ]);
-        eprintln!("==> {c:?}");
-        let st = c.status().context("run cargo build --release -p vipd")?;
-        if !st.success() {
-            bail!("cargo build --release -p vipd failed ({st})");
-        }
-    }
-    let release = lab::control_plane::target_dir()
-        .join("release")
-        .join("vipd");
-    if !release.is_file() {
-        bail!(
-            "{} not found: run `cargo build --release -p vipd` (or drop --no-build)",
-            release.display()
-        );
-    }
-    Ok(lab::vipd_binary(Some(&release))?)
 }
 
 // ----- addresses -------------------------------------------------------------------------
