@@ -469,6 +469,20 @@ fn s27_interface_auto_choice_and_missing_interface() {
     assert_eq!(holders(&lab, VIP), vec!["node-a".to_string()]);
 }
 
+/// Waits until `node` carries `ip` on eth0 and it is no longer tentative (DAD done).
+fn wait_usable(lab: &xtask::lab::Lab, node: &str, ip: IpAddr) {
+    wait_for(
+        &format!("{ip} usable on {node}"),
+        Duration::from_secs(5),
+        || {
+            let a = lab.addresses(node, "eth0").unwrap();
+            a.iter()
+                .any(|x| x.addr == ip && !x.has_flag("tentative"))
+                .then_some(())
+        },
+    );
+}
+
 /// S26: an IPv6 VIP is announced with an unsolicited neighbour advertisement (Override, to
 /// ff02::1) from the holder once it has left tentative state, and fails over.
 #[test]
@@ -484,12 +498,7 @@ fn s26_ipv6_vip_unsolicited_na_and_failover() {
         .map(|n| start_vipd(&lab, n, T531, &[("address", v6)]))
         .collect();
     let holder = single_holder(&lab, v6, Duration::from_secs(30));
-    wait_for("VIP not tentative", Duration::from_secs(5), || {
-        let a = lab.addresses(&holder, "eth0").unwrap();
-        a.iter()
-            .any(|x| x.addr == ip && !x.has_flag("tentative"))
-            .then_some(())
-    });
+    wait_usable(&lab, &holder, ip);
     std::thread::sleep(Duration::from_millis(1500));
     let frames = cap.stop().unwrap();
     let mac = lab.mac_of(&holder).unwrap();
@@ -506,13 +515,8 @@ fn s26_ipv6_vip_unsolicited_na_and_failover() {
         let h = holders(&lab, v6);
         (h.len() == 1 && h[0] != holder).then(|| h[0].clone())
     });
-    // DAD runs on the new holder before it may answer (about 1 s).
-    wait_for("new VIP not tentative", Duration::from_secs(5), || {
-        let a = lab.addresses(&new, "eth0").unwrap();
-        a.iter()
-            .any(|x| x.addr == ip && !x.has_flag("tentative"))
-            .then_some(())
-    });
+    // With vip_ipv6_dad=true DAD would run here first (about 1 s); by default it is skipped.
+    wait_usable(&lab, &new, ip);
     std::thread::sleep(Duration::from_millis(500));
     let report = watch.stop().unwrap();
     assert_clean_handover(
