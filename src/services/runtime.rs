@@ -174,6 +174,23 @@ pub async fn run<K: Kernel, A: Announcer>(
     };
     info!(mode = ?plan_cfg.mode, namespace = namespace.unwrap_or("<all>"), "Services: watching LoadBalancer Services");
 
+    // No plan before every cache has its first full list: a plan made without the Nodes
+    // could announce a node's own address, one without the Services could stop groups.
+    let ready = async {
+        let _ = tokio::join!(
+            svc_store.wait_until_ready(),
+            node_store.wait_until_ready(),
+            endpoints.wait_until_ready(),
+        );
+    };
+    tokio::select! {
+        _ = shutdown.cancelled() => {
+            watches.cancel();
+            return;
+        }
+        _ = ready => info!("Services: initial lists of Services, Nodes and endpoints loaded"),
+    }
+
     let mut groups: BTreeMap<LeaseRef, GroupHandle> = BTreeMap::new();
     let mut reported: HashSet<String> = HashSet::new();
     let mut cleared: HashSet<String> = HashSet::new();
@@ -198,7 +215,7 @@ pub async fn run<K: Kernel, A: Announcer>(
         }
         report(&shared, &plan, notes, &mut reported).await;
         clear_stale(&shared, &plan, &services, &mut cleared).await;
-        reconcile_groups(&shared, &plan, &services, &mut groups).await;
+        reconcile_groups(&shared, &plan, &candidates, &services, &mut groups).await;
     }
     info!(groups = groups.len(), "Services: stopping");
     let stops: Vec<_> = groups
@@ -315,6 +332,14 @@ enum EndpointStore {
 }
 
 impl EndpointStore {
+    /// Resolves once the first full list is in (see `Store::wait_until_ready`).
+    async fn wait_until_ready(&self) {
+        let _ = match self {
+            EndpointStore::Endpoints(s) => s.wait_until_ready().await,
+            EndpointStore::Slices(s) => s.wait_until_ready().await,
+        };
+    }
+
     /// Services (namespace, name) with a ready endpoint on `node`.
     fn local_ready(&self, node: &str) -> HashSet<(String, String)> {
         match self {
@@ -538,30 +563,32 @@ async fn clear_stale<K: Kernel, A: Announcer>(
 async fn reconcile_groups<K: Kernel, A: Announcer>(
     shared: &Arc<Shared<K, A>>,
     plan: &Plan,
+    candidates: &[Candidate],
     services: &[Arc<Service>],
     groups: &mut BTreeMap<LeaseRef, GroupHandle>,
 ) {
-    let existing: BTreeSet<ServiceKey> = services
-        .iter()
-        .map(|s| ServiceKey {
-            namespace: s.metadata.namespace.clone().unwrap_or_default(),
-            name: s.metadata.name.clone().unwrap_or_default(),
-        })
-        .collect();
     // Stop groups that are gone or that this node should not campaign for.
     let stale: Vec<LeaseRef> = groups
         .keys()
         .filter(|l| plan.groups.get(*l).is_none_or(|g| !g.campaign))
         .cloned()
         .collect();
+    // Leases some existing Service still names (announced or not), computed once.
+    let in_use: BTreeSet<LeaseRef> = if stale.is_empty() {
+        BTreeSet::new()
+    } else {
+        services
+            .iter()
+            .map(|s| LeaseRef {
+                namespace: s.metadata.namespace.clone().unwrap_or_default(),
+                name: model::service_info(s).lease_name,
+            })
+            .collect()
+    };
     for lease in stale {
         if let Some(g) = groups.remove(&lease) {
             // The lease's own Service is gone: whoever releases it also deletes it.
-            let owner_gone = shared.per_service
-                && !existing.iter().any(|k| {
-                    k.namespace == lease.namespace
-                        && plan_lease_of(k, services) == Some(lease.name.clone())
-                });
+            let owner_gone = shared.per_service && !in_use.contains(&lease);
             g.delete_lease
                 .store(owner_gone, std::sync::atomic::Ordering::SeqCst);
             info!(%lease, delete = owner_gone, "Services: stopping election");
@@ -569,6 +596,11 @@ async fn reconcile_groups<K: Kernel, A: Announcer>(
             let _ = g.join.await;
         }
     }
+    // Ports per Service, from the planner's input (no second pass over the Services).
+    let ports: BTreeMap<&ServiceKey, &[PortProto]> = candidates
+        .iter()
+        .map(|c| (&c.key, c.ports.as_slice()))
+        .collect();
     for (lease, group) in &plan.groups {
         if !group.campaign {
             continue;
@@ -580,14 +612,7 @@ async fn reconcile_groups<K: Kernel, A: Announcer>(
                 .iter()
                 .map(|k| {
                     let addrs = plan.addresses.get(k).cloned().unwrap_or_default();
-                    let ports = services
-                        .iter()
-                        .find(|s| {
-                            s.metadata.namespace.as_deref() == Some(k.namespace.as_str())
-                                && s.metadata.name.as_deref() == Some(k.name.as_str())
-                        })
-                        .map(|s| model::service_info(s).ports)
-                        .unwrap_or_default();
+                    let ports = ports.get(k).map(|p| p.to_vec()).unwrap_or_default();
                     (k.clone(), (addrs, ports))
                 })
                 .collect(),
@@ -627,17 +652,6 @@ async fn reconcile_groups<K: Kernel, A: Announcer>(
             }
         }
     }
-}
-
-/// The lease name a Service uses (annotation or `kubevip-<name>`).
-fn plan_lease_of(key: &ServiceKey, services: &[Arc<Service>]) -> Option<String> {
-    services
-        .iter()
-        .find(|s| {
-            s.metadata.namespace.as_deref() == Some(key.namespace.as_str())
-                && s.metadata.name.as_deref() == Some(key.name.as_str())
-        })
-        .map(|s| model::service_info(s).lease_name)
 }
 
 /// One Lease: election, VIP holder, status writing.
