@@ -286,13 +286,3 @@ async fn aux_loop<K: Kernel>(
         }
     }
 }
-
-/// Makes sure the kernel layer is usable (netlink socket opens).
-///
-/// # Errors
-/// [`ManagerError::Net`].
-pub async fn kernel_ready() -> Result<(), ManagerError> {
-    let k = NetlinkKernel::new()?;
-    k.addresses(None).await?;
-    Ok(())
-}
