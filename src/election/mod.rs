@@ -369,7 +369,9 @@ impl<C: LeaseClient> Elector<C> {
                         } else {
                             info!(%lease, gates = ?closed_now, "not campaigning while local conditions fail");
                         }
-                    } else {
+                    } else if !open {
+                        // Only a real change from closed to open (gates are first set open
+                        // at start, which is no news).
                         info!(%lease, "local conditions good again; campaigning");
                         st.next_attempt = Instant::now();
                     }
