@@ -120,6 +120,57 @@ pub fn election_address(cfg: &Config) -> Option<String> {
 /// # Errors
 /// See [`base_config`] and [`api_url`]; [`ClientError::Build`].
 pub async fn election_client(cfg: &Config) -> Result<(kube::Client, String), ClientError> {
+    let kc = election_config(cfg).await?;
+    let url = kc.cluster_url.to_string();
+    let client = kube::Client::try_from(kc).map_err(|e| ClientError::Build(e.to_string()))?;
+    Ok((client, url))
+}
+
+/// Lease requests (per-Service renewals, creates, deletes) the Services side keeps in
+/// flight at once; see [`services_clients`].
+pub const SERVICES_LEASE_MAX_IN_FLIGHT: usize = 16;
+/// Other Services-side requests (status, annotations, Events, lists, watches) in flight at
+/// once; see [`services_clients`].
+pub const SERVICES_OTHER_MAX_IN_FLIGHT: usize = 16;
+
+/// The Services side's clients, to the same server as [`election_client`].
+#[derive(Clone)]
+pub struct ServicesClients {
+    /// For per-Service Lease reads and writes only, so that renewals never queue behind a
+    /// burst of status writes.
+    pub leases: kube::Client,
+    /// For everything else: Service status, annotations, Events, lists and watches.
+    pub other: kube::Client,
+}
+
+/// Builds [`ServicesClients`]. Each has its own connections and keeps at most
+/// [`SERVICES_LEASE_MAX_IN_FLIGHT`] / [`SERVICES_OTHER_MAX_IN_FLIGHT`] requests waiting for
+/// their response headers; further requests queue in order (tower `ConcurrencyLimit`).
+/// kube-rs speaks HTTP/1.1, one request per connection: without a limit, hundreds of lease
+/// renewals due together opened hundreds of TLS connections (about 12 MB at 1000 Services).
+/// Being separate from the election client also keeps such bursts from delaying the
+/// control-plane lease. Time spent queued counts against each call's own timeout; a watch
+/// holds its slot only until its response headers arrive.
+///
+/// # Errors
+/// As [`election_client`].
+pub async fn services_clients(cfg: &Config) -> Result<ServicesClients, ClientError> {
+    let kc = election_config(cfg).await?;
+    let limited = |max: usize| -> Result<kube::Client, ClientError> {
+        let builder = kube::client::ClientBuilder::try_from(kc.clone())
+            .map_err(|e| ClientError::Build(e.to_string()))?;
+        Ok(builder
+            .with_layer(&tower::limit::ConcurrencyLimitLayer::new(max))
+            .build())
+    };
+    Ok(ServicesClients {
+        leases: limited(SERVICES_LEASE_MAX_IN_FLIGHT)?,
+        other: limited(SERVICES_OTHER_MAX_IN_FLIGHT)?,
+    })
+}
+
+/// The configuration [`election_client`] and [`services_clients`] are built from.
+async fn election_config(cfg: &Config) -> Result<kube::Config, ClientError> {
     let mut kc = base_config(cfg).await?;
     if let Some(addr) = election_address(cfg) {
         let uri = api_url(&addr)?;
@@ -136,9 +187,7 @@ pub async fn election_client(cfg: &Config) -> Result<(kube::Client, String), Cli
     // transport only bounds connecting. The read timeout stays kube-rs's (295 s), longer
     // than a watch's server-side timeout: a shorter one breaks idle watches.
     kc.connect_timeout = Some(Duration::from_secs(2));
-    let url = kc.cluster_url.to_string();
-    let client = kube::Client::try_from(kc).map_err(|e| ClientError::Build(e.to_string()))?;
-    Ok((client, url))
+    Ok(kc)
 }
 
 #[cfg(test)]

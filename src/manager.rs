@@ -174,9 +174,10 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
             kernel.clone(),
             Duration::from_millis(200),
         ));
+        let svc_clients = kubeclient::services_clients(&cfg).await?;
         let task = tokio::spawn(crate::services::runtime::run(
             cfg.clone(),
-            client.clone(),
+            svc_clients,
             cached,
             Arc::new(RawAnnouncer),
             svc_holder_cfg,

@@ -225,6 +225,36 @@ impl Metrics {
             .inc();
     }
 
+    /// Removes every series of `lease` (leader gauge, transitions, renew latency and
+    /// failures, failovers), so that Services deleted over time do not leave series behind.
+    pub fn forget_lease(&self, lease: &str) {
+        let l = Self::lease(lease);
+        self.0.is_leader.remove(&LeaderLabels {
+            node: self.0.node.clone(),
+            lease_name: lease.to_string(),
+        });
+        self.0.transitions.remove(&l);
+        self.0.renew.remove(&l);
+        self.0.renew_failures.remove(&l);
+        self.0.failovers.remove(&l);
+    }
+
+    /// Removes the `vipd_garp_sent_total` series of `vip` (a VIP this node no longer has
+    /// any use for).
+    pub fn forget_vip(&self, vip: impl std::fmt::Display) {
+        self.0.garp.remove(&VipLabels {
+            vip: vip.to_string(),
+        });
+    }
+
+    /// Removes `kube_vip_active_services{namespace}` (a namespace without announced
+    /// Services any more).
+    pub fn forget_namespace(&self, namespace: &str) {
+        self.0.active_services.remove(&NamespaceLabels {
+            namespace: namespace.to_string(),
+        });
+    }
+
     /// Sets `vipd_vips_held` to `n`.
     pub fn vips_held(&self, n: usize) {
         self.0.vips_held.set(i64::try_from(n).unwrap_or(i64::MAX));
@@ -258,6 +288,38 @@ pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; cha
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn forgotten_leases_vips_and_namespaces_leave_no_series() {
+        let m = Metrics::new("node-a");
+        for lease in ["default/kubevip-a", "default/kubevip-b"] {
+            m.set_leading(lease, true);
+            m.transition(lease);
+            m.renew_latency(lease, Duration::from_millis(20));
+            m.renew_failure(lease);
+            m.failover(lease);
+        }
+        m.garp_sent("192.0.2.10");
+        m.garp_sent("192.0.2.11");
+        m.active_services("default", 2);
+        m.active_services("shop", 1);
+        m.forget_lease("default/kubevip-a");
+        m.forget_vip("192.0.2.10");
+        m.forget_namespace("shop");
+        let t = m.encode();
+        assert!(!t.contains("kubevip-a"), "{t}");
+        assert!(!t.contains("192.0.2.10"), "{t}");
+        assert!(!t.contains("namespace=\"shop\""), "{t}");
+        for kept in [
+            r#"kube_vip_is_leader{node="node-a",lease_name="default/kubevip-b"} 1"#,
+            r#"vipd_lease_renew_failures_total{lease_name="default/kubevip-b"} 1"#,
+            r#"vipd_failovers_total{lease_name="default/kubevip-b"} 1"#,
+            r#"vipd_garp_sent_total{vip="192.0.2.11"} 1"#,
+            r#"kube_vip_active_services{namespace="default"} 2"#,
+        ] {
+            assert!(t.lines().any(|l| l == kept), "missing {kept}: {t}");
+        }
+    }
 
     fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
         text.lines().find(|l| l.starts_with(prefix))

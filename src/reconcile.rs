@@ -263,6 +263,41 @@ async fn sleep_until_opt(at: Option<Instant>) {
     }
 }
 
+/// The interface resolved for each VIP, by VIP index. A small vector rather than a BTreeMap:
+/// a node runs one holder per Service lease, each with one or two VIPs, and a BTreeMap's
+/// first node alone takes about 600 bytes.
+#[derive(Debug, Default)]
+struct Links(Vec<(usize, LinkInfo)>);
+
+impl Links {
+    fn get(&self, i: &usize) -> Option<&LinkInfo> {
+        self.0.iter().find(|(k, _)| k == i).map(|(_, l)| l)
+    }
+
+    fn insert(&mut self, i: usize, link: LinkInfo) {
+        match self.0.iter_mut().find(|(k, _)| *k == i) {
+            Some(slot) => slot.1 = link,
+            None => self.0.push((i, link)),
+        }
+    }
+
+    fn remove(&mut self, i: &usize) {
+        self.0.retain(|(k, _)| k != i);
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&usize, &LinkInfo)> {
+        self.0.iter().map(|(k, l)| (k, l))
+    }
+}
+
 /// Holds the VIPs of one election while it leads (see module docs).
 pub struct VipHolder<K: Kernel, A: Announcer> {
     kernel: Arc<K>,
@@ -271,7 +306,7 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     cfg: HolderConfig,
     gates: Gates,
     name: String,
-    links: BTreeMap<usize, LinkInfo>,
+    links: Links,
     no_carrier_since: BTreeMap<u32, Instant>,
     last_garp: Option<Instant>,
     /// IPv6 VIPs added but not yet announced because they were tentative.
@@ -298,7 +333,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             cfg,
             gates,
             name: name.to_string(),
-            links: BTreeMap::new(),
+            links: Links::default(),
             no_carrier_since: BTreeMap::new(),
             last_garp: None,
             pending_na: Vec::new(),
@@ -334,12 +369,12 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         if let Some(u) = updates.as_mut() {
             self.vips = u.borrow_and_update().clone();
         }
-        self.resolve_links().await;
+        Box::pin(self.resolve_links()).await;
         loop {
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => {
-                    if self.drop_all().await {
+                    if Box::pin(self.drop_all()).await {
                         let _ = leadership.dropped.send(term);
                     }
                     return;
@@ -347,7 +382,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 changed = leadership.state.changed() => {
                     if changed.is_err() {
                         // Elector gone: hold nothing.
-                        self.drop_all().await;
+                        Box::pin(self.drop_all()).await;
                         shutdown.cancelled().await;
                         return;
                     }
@@ -359,9 +394,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                             renewed_at = Some(r);
                             if first {
                                 info!(holder = %self.name, term, "leading: adding VIPs");
-                                self.resolve_links().await;
+                                Box::pin(self.resolve_links()).await;
                             }
-                            self.refresh(first).await;
+                            Box::pin(self.refresh(first)).await;
                         }
                         LeaderState::Following { .. } => {
                             if renewed_at.take().is_some() {
@@ -369,7 +404,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                             }
                             // Acknowledge (which lets the elector release the lease) only
                             // once the VIPs are confirmed gone; otherwise retry on the tick.
-                            if self.drop_all().await {
+                            if Box::pin(self.drop_all()).await {
                                 let _ = leadership.dropped.send(term);
                                 unacked = None;
                             } else {
@@ -379,22 +414,24 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                     }
                 }
                 new = next_update(&mut updates) => {
-                    self.set_vips(new, renewed_at.is_some()).await;
+                    Box::pin(self.set_vips(new, renewed_at.is_some())).await;
                 }
-                _ = tick.tick() => {
+                // Followers with nothing to confirm do not tick (hundreds of Service groups
+                // per node would otherwise wake twice a second each for nothing).
+                _ = tick.tick(), if renewed_at.is_some() || unacked.is_some() || self.cfg.check_following || !self.gates.closed().is_empty() => {
                     if let Some(t) = unacked
                         && renewed_at.is_none()
-                        && self.drop_all().await
+                        && Box::pin(self.drop_all()).await
                     {
                         let _ = leadership.dropped.send(t);
                         unacked = None;
                     }
                     if renewed_at.is_some() || self.cfg.check_following || !self.gates.closed().is_empty() {
-                        self.check(renewed_at).await;
+                        Box::pin(self.check(renewed_at)).await;
                     }
                 }
                 _ = sleep_until_opt(self.next_garp(renewed_at)) => {
-                    self.announce_all(false).await;
+                    Box::pin(self.announce_all(false)).await;
                 }
             }
         }
@@ -615,7 +652,16 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 return;
             }
         };
-        let steps = plan(&self.desired(), &present, fence_left);
+        let desired = self.desired();
+        let mut steps = plan(&desired, &present, fence_left);
+        if steps.iter().any(|s| matches!(s, Step::Add { .. })) {
+            // Confirm with a dump of our own before calling a VIP missing: a shared or
+            // concurrent dump can miss entries while other holders add addresses.
+            match self.kernel.addresses_fresh(None).await {
+                Ok(p) => steps = plan(&desired, &p, fence_left),
+                Err(e) => debug!(holder = %self.name, error = %e, "cannot re-list addresses"),
+            }
+        }
         let mut repaired = false;
         for step in steps {
             match step {

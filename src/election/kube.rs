@@ -58,7 +58,7 @@ impl KubeLeaseClient {
             }),
             ..Default::default()
         };
-        match self.api.delete(&self.name, &dp).await {
+        match Box::pin(self.api.delete(&self.name, &dp)).await {
             Ok(_) => Ok(true),
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
             Err(e) => Err(self.err("delete", e)),
@@ -67,7 +67,10 @@ impl KubeLeaseClient {
 
     fn remember(&self, lease: &Lease) -> Observed {
         if let Ok(mut last) = self.last.lock() {
-            *last = Some(lease.clone());
+            let mut copy = lease.clone();
+            // Not needed for a replace: the server keeps managedFields a write leaves out.
+            copy.metadata.managed_fields = None;
+            *last = Some(copy);
         }
         observe(lease)
     }
@@ -108,7 +111,7 @@ impl LeaseClient for KubeLeaseClient {
     }
 
     async fn get(&self) -> Result<Option<Observed>, LeaseError> {
-        match self.api.get_opt(&self.name).await {
+        match Box::pin(self.api.get_opt(&self.name)).await {
             Ok(Some(lease)) => Ok(Some(self.remember(&lease))),
             Ok(None) => Ok(None),
             Err(e) => Err(self.err("get", e)),
@@ -126,7 +129,7 @@ impl LeaseClient for KubeLeaseClient {
             },
             spec: Some(spec),
         };
-        match self.api.create(&PostParams::default(), &lease).await {
+        match Box::pin(self.api.create(&PostParams::default(), &lease)).await {
             Ok(l) => Ok(self.remember(&l)),
             Err(e) => Err(self.err("create", e)),
         }
@@ -155,11 +158,7 @@ impl LeaseClient for KubeLeaseClient {
         let mut spec = lease.spec.take().unwrap_or_default();
         record.apply_to(&mut spec);
         lease.spec = Some(spec);
-        match self
-            .api
-            .replace(&self.name, &PostParams::default(), &lease)
-            .await
-        {
+        match Box::pin(self.api.replace(&self.name, &PostParams::default(), &lease)).await {
             Ok(l) => Ok(self.remember(&l)),
             Err(e) => Err(self.err("update", e)),
         }
@@ -191,6 +190,10 @@ impl LeaseClient for KubeLeaseClient {
             .boxed()
     }
 }
+
+/// Events buffered per lease for its subscribers. A subscriber that falls further behind
+/// gets [`LeaseEvent::Error`] and re-reads the lease (only the latest state matters).
+const LEASE_EVENT_BUFFER: usize = 2;
 
 /// One watch on Leases shared by many [`KubeLeaseClient`]s (per-Service elections: hundreds
 /// of leases, one watch connection instead of one per lease). Events are dispatched by
@@ -285,7 +288,7 @@ impl LeaseHub {
         let rx = match self.subscribers.lock() {
             Ok(mut m) => m
                 .entry(key.clone())
-                .or_insert_with(|| broadcast::channel(16).0)
+                .or_insert_with(|| broadcast::channel(LEASE_EVENT_BUFFER).0)
                 .subscribe(),
             Err(_) => broadcast::channel(1).1,
         };

@@ -139,6 +139,9 @@ pub enum LeaderState {
     Following {
         /// Identity of the node that holds the lease, when known and held.
         holder: Option<String>,
+        /// The last term this process led (0: never). After a step-down the elector waits
+        /// for this term's acknowledgement on [`Leadership::dropped`].
+        last_term: u64,
     },
     /// Leading. `term` grows with every acquisition; `renewed_at` is the monotonic instant
     /// of the last successful acquire/renew (the VIP holder refreshes the kernel fence on
@@ -286,7 +289,10 @@ impl<C: LeaseClient> Elector<C> {
     /// Creates an elector; `gates` are the local conditions (see [`Gates`]). Returns the
     /// elector (run it with [`Elector::run`]) and the [`Leadership`] end for the VIP holder.
     pub fn new(client: C, identity: String, timing: Timing, gates: &Gates) -> (Self, Leadership) {
-        let (state_tx, state_rx) = watch::channel(LeaderState::Following { holder: None });
+        let (state_tx, state_rx) = watch::channel(LeaderState::Following {
+            holder: None,
+            last_term: 0,
+        });
         let (dropped_tx, dropped_rx) = watch::channel(0u64);
         (
             Elector {
@@ -341,14 +347,14 @@ impl<C: LeaseClient> Elector<C> {
                 _ = shutdown.cancelled() => {
                     let mut released = false;
                     if st.leading.is_some() {
-                        released = self.step_down(&mut st, true, SHUTTING_DOWN).await;
+                        released = Box::pin(self.step_down(&mut st, true, SHUTTING_DOWN)).await;
                     }
                     info!(%lease, "leader election stopped");
                     return ElectionEnd { released, observed: st.observed };
                 }
                 ev = watch.next() => {
                     match ev {
-                        Some(ev) => self.on_watch_event(&mut st, ev).await,
+                        Some(ev) => Box::pin(self.on_watch_event(&mut st, ev)).await,
                         None => {
                             warn!(%lease, "lease watch ended; restarting it");
                             st.watch_healthy = false;
@@ -365,7 +371,7 @@ impl<C: LeaseClient> Elector<C> {
                     if !closed_now.is_empty() {
                         if st.leading.is_some() {
                             let why = format!("local condition failed: {}", closed_now.join(", "));
-                            let _ = self.step_down(&mut st, true, &why).await;
+                            let _ = Box::pin(self.step_down(&mut st, true, &why)).await;
                         } else {
                             info!(%lease, gates = ?closed_now, "not campaigning while local conditions fail");
                         }
@@ -377,7 +383,7 @@ impl<C: LeaseClient> Elector<C> {
                     }
                 }
                 _ = sleep_until(wake) => {
-                    self.on_timer(&mut st, open).await;
+                    Box::pin(self.on_timer(&mut st, open)).await;
                 }
             }
         }
@@ -533,6 +539,7 @@ impl<C: LeaseClient> Elector<C> {
                     let changed = self.state_tx.send_if_modified(|s| {
                         let new = LeaderState::Following {
                             holder: Some(holder.clone()),
+                            last_term: st.term,
                         };
                         if *s != new {
                             *s = new;
@@ -678,8 +685,10 @@ impl<C: LeaseClient> Elector<C> {
             .as_ref()
             .filter(|o| o.record.is_held() && o.record.holder != self.identity)
             .map(|o| o.record.holder.clone());
-        self.state_tx
-            .send_replace(LeaderState::Following { holder });
+        self.state_tx.send_replace(LeaderState::Following {
+            holder,
+            last_term: term,
+        });
         let acked = timeout(ACK_TIMEOUT, self.dropped_rx.wait_for(|t| *t >= term))
             .await
             .map(|r| r.is_ok())

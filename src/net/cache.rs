@@ -85,6 +85,11 @@ impl<K: Kernel> Kernel for CachedKernel<K> {
             .collect())
     }
 
+    async fn addresses_fresh(&self, ifindex: Option<u32>) -> Result<Vec<AddrInfo>, NetError> {
+        self.invalidate().await;
+        self.addresses(ifindex).await
+    }
+
     async fn choose_interface(&self, addr: IpAddr) -> Result<u32, NetError> {
         self.inner.choose_interface(addr).await
     }
@@ -153,6 +158,18 @@ mod tests {
             inner.dumps.load(Ordering::SeqCst),
             3,
             "our own write invalidates"
+        );
+        k.addresses_fresh(None).await.unwrap();
+        assert_eq!(
+            inner.dumps.load(Ordering::SeqCst),
+            4,
+            "a fresh read dumps although the snapshot is young"
+        );
+        k.addresses(None).await.unwrap();
+        assert_eq!(
+            inner.dumps.load(Ordering::SeqCst),
+            4,
+            "and the fresh dump serves the next readers"
         );
     }
 }

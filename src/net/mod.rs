@@ -277,6 +277,20 @@ pub trait Kernel: Send + Sync + 'static {
         ifindex: Option<u32>,
     ) -> impl Future<Output = Result<Vec<AddrInfo>, NetError>> + Send;
 
+    /// Like [`Kernel::addresses`], but from a dump made now: a caller that shares cached
+    /// dumps uses this to confirm that an address is really missing. An address dump made
+    /// while other addresses are added can skip entries (the kernel only flags such a dump
+    /// with `NLM_F_DUMP_INTR`, which rtnetlink does not pass on).
+    ///
+    /// # Errors
+    /// [`NetError::Netlink`].
+    fn addresses_fresh(
+        &self,
+        ifindex: Option<u32>,
+    ) -> impl Future<Output = Result<Vec<AddrInfo>, NetError>> + Send {
+        self.addresses(ifindex)
+    }
+
     /// Interface choice for a VIP when none is configured (scenario S27): the interface whose
     /// connected subnet holds `addr` (longest prefix; addresses that are ours are ignored),
     /// else the main-table default route's interface (lowest metric; for a multipath default

@@ -42,8 +42,10 @@ use crate::reconcile::{HolderConfig, VipHolder, VipSpec};
 pub struct GroupSpec {
     /// VIPs governed by the group's lease.
     pub vips: Vec<VipSpec>,
-    /// Services announced through this group, with the addresses and ports for their status.
-    pub services: BTreeMap<ServiceKey, (Vec<IpAddr>, Vec<PortProto>)>,
+    /// Services announced through this group, with the addresses and ports for their
+    /// status, sorted by Service (a vector: a BTreeMap's first node alone is about 1 KiB,
+    /// and there is one spec per lease, often with a single Service).
+    pub services: Vec<(ServiceKey, Vec<IpAddr>, Vec<PortProto>)>,
 }
 
 struct GroupHandle {
@@ -64,7 +66,8 @@ struct Shared<K: Kernel, A: Announcer> {
     holder_cfg: HolderConfig,
     kernel: Arc<K>,
     announcer: Arc<A>,
-    client: kube::Client,
+    /// For Lease reads and writes only (see `kubeclient::ServicesClients`).
+    lease_client: kube::Client,
     hub: LeaseHub,
     status: KubeStatusWriter,
     services: Store<Service>,
@@ -75,7 +78,7 @@ struct Shared<K: Kernel, A: Announcer> {
 /// (dropping VIPs and releasing leases) before returning.
 pub async fn run<K: Kernel, A: Announcer>(
     cfg: Arc<Config>,
-    client: kube::Client,
+    clients: crate::kubeclient::ServicesClients,
     kernel: Arc<K>,
     announcer: Arc<A>,
     holder_cfg: HolderConfig,
@@ -83,6 +86,7 @@ pub async fn run<K: Kernel, A: Announcer>(
     shutdown: CancellationToken,
 ) {
     let watches = CancellationToken::new();
+    let client = clients.other.clone();
     let namespace = cfg.services_namespace.as_deref();
     let svc_api: Api<Service> = scoped_api(&client, namespace);
     let ep_api: Api<Endpoints> = scoped_api(&client, namespace);
@@ -94,6 +98,7 @@ pub async fn run<K: Kernel, A: Announcer>(
         svc_writer,
         changed.clone(),
         watches.clone(),
+        strip_service,
     );
     // Node addresses: a Service must never take another node's own address.
     let (node_store, node_writer) = reflector::store::<Node>();
@@ -104,6 +109,7 @@ pub async fn run<K: Kernel, A: Announcer>(
         node_writer,
         changed.clone(),
         watches.clone(),
+        strip_node,
     );
     // Endpoints for externalTrafficPolicy Local: EndpointSlice v1 where the server has it
     // (1.21+), else core Endpoints (the lab's v1.20).
@@ -117,6 +123,7 @@ pub async fn run<K: Kernel, A: Announcer>(
             writer,
             changed.clone(),
             watches.clone(),
+            strip_slice,
         );
         EndpointStore::Slices(store)
     } else {
@@ -128,6 +135,7 @@ pub async fn run<K: Kernel, A: Announcer>(
             writer,
             changed.clone(),
             watches.clone(),
+            strip_endpoints,
         );
         EndpointStore::Endpoints(store)
     };
@@ -146,7 +154,7 @@ pub async fn run<K: Kernel, A: Announcer>(
         },
         kernel,
         announcer,
-        client: client.clone(),
+        lease_client: clients.leases.clone(),
         hub,
         status: KubeStatusWriter::new(client.clone(), &cfg.node_name),
         services: svc_store.clone(),
@@ -194,6 +202,8 @@ pub async fn run<K: Kernel, A: Announcer>(
     let mut groups: BTreeMap<LeaseRef, GroupHandle> = BTreeMap::new();
     let mut reported: HashSet<String> = HashSet::new();
     let mut cleared: HashSet<String> = HashSet::new();
+    let mut namespaces_counted: BTreeMap<String, usize> = BTreeMap::new();
+    let mut write_rate_warned: Option<usize> = None;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -206,13 +216,21 @@ pub async fn run<K: Kernel, A: Announcer>(
         let node_addrs = node_addresses(&node_store.state());
         let (candidates, notes) = candidates(&cfg, &services, &local, &node_addrs);
         let plan = desired::plan(&candidates, &plan_cfg);
-        let mut per_ns: BTreeMap<&str, usize> = BTreeMap::new();
+        let mut per_ns: BTreeMap<String, usize> = BTreeMap::new();
         for k in plan.addresses.keys() {
-            *per_ns.entry(k.namespace.as_str()).or_default() += 1;
+            *per_ns.entry(k.namespace.clone()).or_default() += 1;
         }
-        for (ns, n) in per_ns {
-            shared.metrics.active_services(ns, n);
+        for ns in namespaces_counted
+            .keys()
+            .filter(|ns| !per_ns.contains_key(*ns))
+        {
+            shared.metrics.forget_namespace(ns);
         }
+        for (ns, n) in &per_ns {
+            shared.metrics.active_services(ns, *n);
+        }
+        namespaces_counted = per_ns;
+        write_rate_warned = warn_lease_write_rate(&plan, shared.timing, write_rate_warned);
         report(&shared, &plan, notes, &mut reported).await;
         clear_stale(&shared, &plan, &services, &mut cleared).await;
         reconcile_groups(&shared, &plan, &candidates, &services, &mut groups).await;
@@ -229,6 +247,49 @@ pub async fn run<K: Kernel, A: Announcer>(
         let _ = j.await;
     }
     watches.cancel();
+}
+
+/// Cluster-wide Service lease writes per second above which vipd warns: each held lease is
+/// renewed once per retry period, and small API servers (k3s with SQLite, a busy etcd)
+/// start to fall behind at a few hundred writes per second.
+pub const LEASE_WRITES_WARN_PER_S: f64 = 200.0;
+
+/// Expected Service lease writes per second for `leases` held leases at `timing` (one
+/// renewal per retry period, client-go's cadence).
+pub fn lease_writes_per_s(leases: usize, timing: Timing) -> f64 {
+    leases as f64 / timing.retry_period.as_secs_f64().max(0.001)
+}
+
+/// Retry period (whole seconds) that keeps `leases` leases at or below
+/// [`LEASE_WRITES_WARN_PER_S`].
+pub fn suggested_retry_secs(leases: usize) -> u64 {
+    (leases as f64 / LEASE_WRITES_WARN_PER_S).ceil().max(1.0) as u64
+}
+
+/// Warns when the plan's lease count at the Service timings means more than
+/// [`LEASE_WRITES_WARN_PER_S`] lease writes per second, with timings that would not: once
+/// when the rate crosses the threshold, again each time the lease count grew by half since
+/// the last warning. Returns the lease count last warned about (`None` while below).
+fn warn_lease_write_rate(plan: &Plan, timing: Timing, warned: Option<usize>) -> Option<usize> {
+    let leases = plan.groups.len();
+    let rate = lease_writes_per_s(leases, timing);
+    if rate <= LEASE_WRITES_WARN_PER_S {
+        return None;
+    }
+    if warned.is_none_or(|w| leases >= w + w / 2) {
+        let retry = suggested_retry_secs(leases);
+        warn!(
+            leases,
+            writes_per_s = rate.round() as u64,
+            retry_period_s = timing.retry_period.as_secs_f64(),
+            "Service leases will cost about {:.0} lease writes per second across the cluster (one per lease per retry period); if the API server falls behind, leases flap. Consider svc_retryperiod={retry} svc_renewdeadline={} svc_leaseduration={}",
+            rate,
+            retry * 2,
+            retry * 3
+        );
+        return Some(leases);
+    }
+    warned
 }
 
 /// Every node's own addresses (`status.addresses` of type InternalIP / ExternalIP) and the
@@ -275,6 +336,7 @@ fn spawn_reflector<K>(
     writer: reflector::store::Writer<K>,
     changed: Arc<Notify>,
     stop: CancellationToken,
+    strip: fn(&mut K),
 ) where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -288,9 +350,14 @@ fn spawn_reflector<K>(
         // Watch errors (401/403 included, S15) retry with kube-runtime's capped exponential
         // back-off (0.8 s doubling to 30 s); each is logged with the resource and the
         // server's message, which for RBAC names the verb.
-        let mut stream = reflector::reflector(writer, watcher(api, watcher::Config::default()))
-            .default_backoff()
-            .boxed();
+        // Objects are stripped to what vipd reads before they are cached (at 1000 Services,
+        // managedFields alone were 7 MB of a node's memory).
+        let mut stream = reflector::reflector(
+            writer,
+            watcher(api, watcher::Config::default()).modify(strip),
+        )
+        .default_backoff()
+        .boxed();
         let mut failing = false;
         loop {
             let ev = tokio::select! {
@@ -313,6 +380,55 @@ fn spawn_reflector<K>(
             }
         }
     });
+}
+
+/// `kubectl apply` keeps a copy of the whole object in this annotation; vipd never reads it.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops what the cache does not need from a Service: managedFields, labels, the selector
+/// and `kubectl apply`'s copy of the object. Annotations (kube-vip.io/*), the rest of the
+/// spec and the status stay.
+pub fn strip_service(svc: &mut Service) {
+    svc.metadata.managed_fields = None;
+    // Endpoints come from Endpoints / EndpointSlices; labels and the selector are unused.
+    svc.metadata.labels = None;
+    if let Some(spec) = svc.spec.as_mut() {
+        spec.selector = None;
+    }
+    if let Some(a) = svc.metadata.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+    }
+}
+
+/// Keeps of a Node only its name and `status.addresses` (a Node's status carries its image
+/// list, often tens of KiB).
+pub fn strip_node(node: &mut Node) {
+    let addresses = node.status.as_mut().and_then(|s| s.addresses.take());
+    *node = Node {
+        metadata: kube::api::ObjectMeta {
+            name: node.metadata.name.take(),
+            resource_version: node.metadata.resource_version.take(),
+            ..Default::default()
+        },
+        spec: None,
+        status: Some(k8s_openapi::api::core::v1::NodeStatus {
+            addresses,
+            ..Default::default()
+        }),
+    };
+}
+
+/// Drops managedFields and annotations from core Endpoints (subsets stay).
+pub fn strip_endpoints(ep: &mut Endpoints) {
+    ep.metadata.managed_fields = None;
+    ep.metadata.annotations = None;
+}
+
+/// Drops managedFields and annotations from an EndpointSlice (labels, which name the
+/// Service, and endpoints stay).
+pub fn strip_slice(slice: &mut EndpointSlice) {
+    slice.metadata.managed_fields = None;
+    slice.metadata.annotations = None;
 }
 
 /// Something to tell the user about a Service (logged, and a Warning Event when `warn`).
@@ -613,7 +729,7 @@ async fn reconcile_groups<K: Kernel, A: Announcer>(
                 .map(|k| {
                     let addrs = plan.addresses.get(k).cloned().unwrap_or_default();
                     let ports = ports.get(k).map(|p| p.to_vec()).unwrap_or_default();
-                    (k.clone(), (addrs, ports))
+                    (k.clone(), addrs, ports)
                 })
                 .collect(),
         };
@@ -663,7 +779,7 @@ async fn group_task<K: Kernel, A: Announcer>(
     delete_lease: Arc<std::sync::atomic::AtomicBool>,
 ) {
     let gates = Gates::default();
-    let client = KubeLeaseClient::new(shared.client.clone(), &lease.namespace, &lease.name)
+    let client = KubeLeaseClient::new(shared.lease_client.clone(), &lease.namespace, &lease.name)
         .with_hub(shared.hub.clone());
     let (elector, leadership) =
         Elector::new(client.clone(), shared.node.clone(), shared.timing, &gates);
@@ -671,19 +787,15 @@ async fn group_task<K: Kernel, A: Announcer>(
     let mut state = leadership.state.clone();
     let initial = spec.borrow_and_update().clone();
     let (vips_tx, vips_rx) = watch::channel(initial.vips.clone());
-    let holder = VipHolder::new(
-        &lease.to_string(),
-        shared.kernel.clone(),
-        shared.announcer.clone(),
-        initial.vips.clone(),
-        shared.holder_cfg.clone(),
-        gates.clone(),
-    )
-    .with_updates(vips_rx)
-    .with_metrics(shared.metrics.clone());
+    // The VIP holder starts when this node first leads the lease: most groups on a node
+    // only ever follow, and a holder per followed lease costs memory for nothing (the
+    // Services side does not check VIPs while following). Its local checks (interface,
+    // untagged copy of the VIP) then close the gates, and the elector steps down and
+    // releases at once.
+    let mut idle_holder = Some((leadership, vips_rx));
     let holder_stop = CancellationToken::new();
+    let mut holder_task: Option<JoinHandle<()>> = None;
     let elector_stop = CancellationToken::new();
-    let holder_task = tokio::spawn(holder.run(leadership, holder_stop.clone()));
     let elector_task = tokio::spawn(elector.run(elector_stop.clone()));
     let mut leading = false;
     let mut current = initial;
@@ -697,35 +809,96 @@ async fn group_task<K: Kernel, A: Announcer>(
                 current = spec.borrow_and_update().clone();
                 vips_tx.send_replace(current.vips.clone());
                 if leading {
-                    write_status(&shared, &current, false).await;
+                    Box::pin(write_status(&shared, &current, false)).await;
                 }
             }
             r = state.changed() => {
                 if r.is_err() {
                     break;
                 }
-                let now_leading = matches!(*state.borrow_and_update(), LeaderState::Leading { .. });
+                let now = state.borrow_and_update().clone();
+                let now_leading = matches!(now, LeaderState::Leading { .. });
+                if let (LeaderState::Following { last_term, .. }, Some((leadership, _))) =
+                    (&now, &idle_holder)
+                {
+                    // Led and lost before we saw it: no holder ever ran, no VIP was added.
+                    ack_unheld(leadership, *last_term);
+                }
+                if now_leading
+                    && let Some((leadership, vips_rx)) = idle_holder.take()
+                {
+                    let holder = VipHolder::new(
+                        &lease.to_string(),
+                        shared.kernel.clone(),
+                        shared.announcer.clone(),
+                        current.vips.clone(),
+                        shared.holder_cfg.clone(),
+                        gates.clone(),
+                    )
+                    .with_updates(vips_rx)
+                    .with_metrics(shared.metrics.clone());
+                    holder_task = Some(tokio::spawn(holder.run(leadership, holder_stop.clone())));
+                }
                 if now_leading && !leading {
-                    write_status(&shared, &current, true).await;
+                    Box::pin(write_status(&shared, &current, true)).await;
                 }
                 leading = now_leading;
             }
         }
     }
     elector_stop.cancel();
-    let end = elector_task.await.ok();
+    let end = match idle_holder.take() {
+        // No holder ever ran: acknowledge the elector's step-down, if it leads, at once.
+        Some((leadership, _)) => {
+            let mut st = leadership.state.clone();
+            let acker = async {
+                loop {
+                    if let LeaderState::Following { last_term, .. } = *st.borrow_and_update() {
+                        ack_unheld(&leadership, last_term);
+                    }
+                    if st.changed().await.is_err() {
+                        break;
+                    }
+                }
+            };
+            tokio::join!(elector_task, acker).0.ok()
+        }
+        None => elector_task.await.ok(),
+    };
     holder_stop.cancel();
-    let _ = holder_task.await;
+    if let Some(h) = holder_task {
+        let _ = h.await;
+    }
+    // Series of a group that is gone would otherwise stay for the process lifetime.
+    shared.metrics.forget_lease(&lease.to_string());
+    for v in &current.vips {
+        shared.metrics.forget_vip(v.vip.addr);
+    }
     if delete_lease.load(std::sync::atomic::Ordering::SeqCst)
         && let Some(end) = end
         && end.released
         && let Some(obs) = end.observed
     {
-        match client.delete(&obs.resource_version).await {
+        match Box::pin(client.delete(&obs.resource_version)).await {
             Ok(true) => info!(%lease, "lease deleted"),
             Ok(false) => debug!(%lease, "lease already changed or gone; not deleted"),
             Err(e) => warn!(%lease, error = %e, "deleting the lease failed"),
         }
+    }
+}
+
+/// Acknowledges `term` on a group's [`Leadership`] when no VIP holder ever ran for it on
+/// this node (so no VIP of it was added here): lets the elector release the lease at once
+/// instead of waiting for an acknowledgement that cannot come.
+fn ack_unheld(leadership: &crate::election::Leadership, term: u64) {
+    if term > 0 {
+        leadership.dropped.send_if_modified(|t| {
+            let newer = term > *t;
+            if newer {
+                *t = term;
+            }
+            newer
+        });
     }
 }
 
@@ -736,7 +909,7 @@ async fn write_status<K: Kernel, A: Announcer>(
     spec: &GroupSpec,
     announce: bool,
 ) {
-    for (key, (addrs, ports)) in &spec.services {
+    for (key, addrs, ports) in &spec.services {
         let ingress = desired_ingress(addrs, ports);
         let current = shared
             .services
@@ -765,5 +938,78 @@ async fn write_status<K: Kernel, A: Announcer>(
                 debug!(service = %key, error = %e, "cannot record event");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn timing(retry_s: u64) -> Timing {
+        Timing {
+            lease_duration: Duration::from_secs(3 * retry_s),
+            renew_deadline: Duration::from_secs(2 * retry_s),
+            retry_period: Duration::from_secs(retry_s),
+        }
+    }
+
+    #[test]
+    fn lease_write_rate_and_the_timings_suggested_against_it() {
+        assert_eq!(lease_writes_per_s(1000, timing(1)), 1000.0);
+        assert_eq!(lease_writes_per_s(300, timing(3)), 100.0);
+        assert_eq!(suggested_retry_secs(0), 1);
+        assert_eq!(suggested_retry_secs(200), 1);
+        assert_eq!(suggested_retry_secs(201), 2);
+        assert_eq!(suggested_retry_secs(1000), 5);
+        for n in [1, 150, 201, 999, 1000, 5000] {
+            let t = timing(suggested_retry_secs(n));
+            assert!(
+                lease_writes_per_s(n, t) <= LEASE_WRITES_WARN_PER_S,
+                "{n} leases at the suggested retry period still exceed the threshold"
+            );
+        }
+    }
+
+    #[test]
+    fn strip_keeps_what_vipd_reads() {
+        use k8s_openapi::api::core::v1::{NodeAddress, NodeStatus};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+        let mut svc = Service::default();
+        svc.metadata.name = Some("web".into());
+        svc.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
+        svc.metadata.annotations = Some(
+            [
+                (LAST_APPLIED.to_string(), "{...}".to_string()),
+                (model::ANN_VIP_HOST.to_string(), "node-a".to_string()),
+            ]
+            .into(),
+        );
+        strip_service(&mut svc);
+        assert_eq!(svc.metadata.managed_fields, None);
+        let ann = svc.metadata.annotations.unwrap_or_default();
+        assert_eq!(ann.len(), 1);
+        assert_eq!(
+            ann.get(model::ANN_VIP_HOST).map(String::as_str),
+            Some("node-a")
+        );
+
+        let mut node = Node::default();
+        node.metadata.name = Some("node-a".into());
+        node.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+        node.status = Some(NodeStatus {
+            addresses: Some(vec![NodeAddress {
+                address: "192.0.2.21".into(),
+                type_: "InternalIP".into(),
+            }]),
+            images: Some(vec![Default::default(); 50]),
+            ..Default::default()
+        });
+        strip_node(&mut node);
+        assert_eq!(node.metadata.labels, None);
+        assert_eq!(node.status.as_ref().and_then(|s| s.images.as_ref()), None);
+        assert_eq!(
+            node_addresses(&[Arc::new(node)]).get(&"192.0.2.21".parse().unwrap()),
+            Some(&"node-a".to_string())
+        );
     }
 }

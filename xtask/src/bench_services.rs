@@ -552,6 +552,8 @@ impl ApiStats {
 #[derive(Debug, Clone, Default)]
 struct NodeSample {
     rss_kib: Option<u64>,
+    /// Anonymous (heap, stacks) part of the RSS; the rest is mostly the binary's pages.
+    rss_anon_kib: Option<u64>,
     threads: Option<u64>,
     tasks: Vec<(String, f64)>,
     vips_held: Option<f64>,
@@ -571,8 +573,9 @@ impl NodeSample {
                 .join(" ")
         };
         format!(
-            "RSS {:>6.1} MiB, threads {:>3}, tasks {tasks}, vipd_vips_held {}, kube_vip_active_services {}",
+            "RSS {:>6.1} MiB (anon {:.1}), threads {:>3}, tasks {tasks}, vipd_vips_held {}, kube_vip_active_services {}",
             self.rss_kib.map_or(f64::NAN, |k| k as f64 / 1024.0),
+            self.rss_anon_kib.map_or(f64::NAN, |k| k as f64 / 1024.0),
             opt(self.threads),
             self.vips_held.map_or("?".into(), |v| v.to_string()),
             self.active_services.map_or("?".into(), |v| v.to_string()),
@@ -620,7 +623,22 @@ impl Bench {
                 env.retain(|(ek, _)| *ek != k);
                 env.push((k, v));
             }
-            procs.push((node.to_string(), lab.spawn(node, vipd, &["manager"], &env)?));
+            // Profiling: VIPD_BENCH_WRAP="heaptrack -o /tmp/vipd-a" runs node-a's vipd under
+            // that command; with `{node}` in it ("heaptrack -o /tmp/hp-{node}") every node's.
+            // RSS figures of wrapped nodes are the wrapper's, not vipd's.
+            let wrap = std::env::var("VIPD_BENCH_WRAP").unwrap_or_default();
+            let wrapped = !wrap.trim().is_empty() && (node == NODES[0] || wrap.contains("{node}"));
+            let proc = if wrapped {
+                let wrap = wrap.replace("{node}", node);
+                let mut words: Vec<String> = wrap.split_whitespace().map(String::from).collect();
+                let program = words.remove(0);
+                words.push(vipd.to_string_lossy().into_owned());
+                words.push("manager".into());
+                lab.spawn(node, &program, &words, &env)?
+            } else {
+                lab.spawn(node, vipd, &["manager"], &env)?
+            };
+            procs.push((node.to_string(), proc));
         }
         let b = Bench {
             lab,
@@ -686,6 +704,7 @@ impl Bench {
         let metrics = self.metrics_get(node, "/metrics").unwrap_or_default();
         NodeSample {
             rss_kib: pid.and_then(|p| proc_status(p, "VmRSS")),
+            rss_anon_kib: pid.and_then(|p| proc_status(p, "RssAnon")),
             threads: pid.and_then(|p| proc_status(p, "Threads")),
             tasks: task_metrics(&metrics),
             vips_held: metric_sum(&metrics, "vipd_vips_held"),
