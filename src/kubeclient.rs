@@ -133,6 +133,15 @@ pub const SERVICES_LEASE_MAX_IN_FLIGHT: usize = 16;
 /// once; see [`services_clients`].
 pub const SERVICES_OTHER_MAX_IN_FLIGHT: usize = 16;
 
+/// Server-side timeout (seconds) of the Services side's watches (Services, Nodes,
+/// Endpoints/EndpointSlices, Leases); kube-rs's default is 290 s.
+pub const SERVICES_WATCH_TIMEOUT_SECS: u32 = 55;
+
+/// Read timeout of the Services side's connections: longer than
+/// [`SERVICES_WATCH_TIMEOUT_SECS`], so an idle watch is never cut, but short enough that a
+/// watch on a dead connection is noticed and re-established within about a minute.
+pub const SERVICES_READ_TIMEOUT: Duration = Duration::from_secs(70);
+
 /// The Services side's clients, to the same server as [`election_client`].
 #[derive(Clone)]
 pub struct ServicesClients {
@@ -155,7 +164,12 @@ pub struct ServicesClients {
 /// # Errors
 /// As [`election_client`].
 pub async fn services_clients(cfg: &Config) -> Result<ServicesClients, ClientError> {
-    let kc = election_config(cfg).await?;
+    let mut kc = election_config(cfg).await?;
+    // Watches on these clients ask the server to end them after SERVICES_WATCH_TIMEOUT_SECS;
+    // a read that waits longer than this means a dead connection (e.g. half-open after a
+    // network outage), which then fails and is re-established instead of hanging until
+    // kube-rs's default of 295 s.
+    kc.read_timeout = Some(SERVICES_READ_TIMEOUT);
     let limited = |max: usize| -> Result<kube::Client, ClientError> {
         let builder = kube::client::ClientBuilder::try_from(kc.clone())
             .map_err(|e| ClientError::Build(e.to_string()))?;

@@ -221,9 +221,11 @@ impl LeaseHub {
         };
         let h = hub.clone();
         tokio::spawn(async move {
-            let mut stream = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .boxed();
+            // The Services clients' read timeout (kubeclient::SERVICES_READ_TIMEOUT) is
+            // longer than this server-side watch timeout.
+            let cfg =
+                watcher::Config::default().timeout(crate::kubeclient::SERVICES_WATCH_TIMEOUT_SECS);
+            let mut stream = watcher(api, cfg).default_backoff().boxed();
             let mut listed: HashSet<String> = HashSet::new();
             loop {
                 let ev = tokio::select! {

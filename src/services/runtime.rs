@@ -354,7 +354,11 @@ fn spawn_reflector<K>(
         // managedFields alone were 7 MB of a node's memory).
         let mut stream = reflector::reflector(
             writer,
-            watcher(api, watcher::Config::default()).modify(strip),
+            watcher(
+                api,
+                watcher::Config::default().timeout(crate::kubeclient::SERVICES_WATCH_TIMEOUT_SECS),
+            )
+            .modify(strip),
         )
         .default_backoff()
         .boxed();
@@ -787,15 +791,22 @@ async fn group_task<K: Kernel, A: Announcer>(
     let mut state = leadership.state.clone();
     let initial = spec.borrow_and_update().clone();
     let (vips_tx, vips_rx) = watch::channel(initial.vips.clone());
-    // The VIP holder starts when this node first leads the lease: most groups on a node
-    // only ever follow, and a holder per followed lease costs memory for nothing (the
-    // Services side does not check VIPs while following). Its local checks (interface,
-    // untagged copy of the VIP) then close the gates, and the elector steps down and
-    // releases at once.
-    let mut idle_holder = Some((leadership, vips_rx));
+    let holder = VipHolder::new(
+        &lease.to_string(),
+        shared.kernel.clone(),
+        shared.announcer.clone(),
+        initial.vips.clone(),
+        shared.holder_cfg.clone(),
+        gates.clone(),
+    )
+    .with_updates(vips_rx)
+    .with_metrics(shared.metrics.clone());
+    // The holder runs from the start, also while following: its local checks (interface
+    // present, VIP not already on the node untagged) close the gates before this node
+    // campaigns, so a node that must not carry the address never takes the lease.
     let holder_stop = CancellationToken::new();
-    let mut holder_task: Option<JoinHandle<()>> = None;
     let elector_stop = CancellationToken::new();
+    let holder_task = tokio::spawn(holder.run(leadership, holder_stop.clone()));
     let elector_task = tokio::spawn(elector.run(elector_stop.clone()));
     let mut leading = false;
     let mut current = initial;
@@ -816,29 +827,7 @@ async fn group_task<K: Kernel, A: Announcer>(
                 if r.is_err() {
                     break;
                 }
-                let now = state.borrow_and_update().clone();
-                let now_leading = matches!(now, LeaderState::Leading { .. });
-                if let (LeaderState::Following { last_term, .. }, Some((leadership, _))) =
-                    (&now, &idle_holder)
-                {
-                    // Led and lost before we saw it: no holder ever ran, no VIP was added.
-                    ack_unheld(leadership, *last_term);
-                }
-                if now_leading
-                    && let Some((leadership, vips_rx)) = idle_holder.take()
-                {
-                    let holder = VipHolder::new(
-                        &lease.to_string(),
-                        shared.kernel.clone(),
-                        shared.announcer.clone(),
-                        current.vips.clone(),
-                        shared.holder_cfg.clone(),
-                        gates.clone(),
-                    )
-                    .with_updates(vips_rx)
-                    .with_metrics(shared.metrics.clone());
-                    holder_task = Some(tokio::spawn(holder.run(leadership, holder_stop.clone())));
-                }
+                let now_leading = matches!(*state.borrow_and_update(), LeaderState::Leading { .. });
                 if now_leading && !leading {
                     Box::pin(write_status(&shared, &current, true)).await;
                 }
@@ -847,28 +836,9 @@ async fn group_task<K: Kernel, A: Announcer>(
         }
     }
     elector_stop.cancel();
-    let end = match idle_holder.take() {
-        // No holder ever ran: acknowledge the elector's step-down, if it leads, at once.
-        Some((leadership, _)) => {
-            let mut st = leadership.state.clone();
-            let acker = async {
-                loop {
-                    if let LeaderState::Following { last_term, .. } = *st.borrow_and_update() {
-                        ack_unheld(&leadership, last_term);
-                    }
-                    if st.changed().await.is_err() {
-                        break;
-                    }
-                }
-            };
-            tokio::join!(elector_task, acker).0.ok()
-        }
-        None => elector_task.await.ok(),
-    };
+    let end = elector_task.await.ok();
     holder_stop.cancel();
-    if let Some(h) = holder_task {
-        let _ = h.await;
-    }
+    let _ = holder_task.await;
     // Series of a group that is gone would otherwise stay for the process lifetime.
     shared.metrics.forget_lease(&lease.to_string());
     for v in &current.vips {
@@ -884,21 +854,6 @@ async fn group_task<K: Kernel, A: Announcer>(
             Ok(false) => debug!(%lease, "lease already changed or gone; not deleted"),
             Err(e) => warn!(%lease, error = %e, "deleting the lease failed"),
         }
-    }
-}
-
-/// Acknowledges `term` on a group's [`Leadership`] when no VIP holder ever ran for it on
-/// this node (so no VIP of it was added here): lets the elector release the lease at once
-/// instead of waiting for an acknowledgement that cannot come.
-fn ack_unheld(leadership: &crate::election::Leadership, term: u64) {
-    if term > 0 {
-        leadership.dropped.send_if_modified(|t| {
-            let newer = term > *t;
-            if newer {
-                *t = term;
-            }
-            newer
-        });
     }
 }
 
