@@ -149,6 +149,12 @@ fn s18_type_change() {
     held(&lab, "192.0.2.31");
     patch_service(&lab, "web", json!({"spec": {"type": "ClusterIP"}}));
     nobody_holds(&lab, "192.0.2.31", Duration::from_secs(5));
+    // S32: no lease for a Service that is not announced.
+    wait_for("lease deleted", Duration::from_secs(10), || {
+        lease(&lab, "default", "kubevip-web")
+            .is_none()
+            .then_some(())
+    });
     patch_service(&lab, "web", json!({"spec": {"type": "LoadBalancer"}}));
     held(&lab, "192.0.2.31");
 }

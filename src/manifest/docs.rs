@@ -43,7 +43,8 @@ pub fn options_markdown() -> String {
             let default = if o.default.is_empty() {
                 "–".to_string()
             } else {
-                format!("`{}`", cell(o.default))
+                // Inside a code span: HTML entities would show literally; only `|` needs escaping.
+                format!("`{}`", o.default.replace('|', "\\|"))
             };
             s.push_str(&format!(
                 "| `{}` | {} | {} | {} | {} |\n",

@@ -233,7 +233,7 @@ pub async fn run<K: Kernel, A: Announcer>(
         write_rate_warned = warn_lease_write_rate(&plan, shared.timing, write_rate_warned);
         report(&shared, &plan, notes, &mut reported).await;
         clear_stale(&shared, &plan, &services, &mut cleared).await;
-        reconcile_groups(&shared, &plan, &candidates, &services, &mut groups).await;
+        reconcile_groups(&shared, &plan, &candidates, &mut groups).await;
     }
     info!(groups = groups.len(), "Services: stopping");
     let stops: Vec<_> = groups
@@ -684,7 +684,6 @@ async fn reconcile_groups<K: Kernel, A: Announcer>(
     shared: &Arc<Shared<K, A>>,
     plan: &Plan,
     candidates: &[Candidate],
-    services: &[Arc<Service>],
     groups: &mut BTreeMap<LeaseRef, GroupHandle>,
 ) {
     // Stop groups that are gone or that this node should not campaign for.
@@ -693,21 +692,13 @@ async fn reconcile_groups<K: Kernel, A: Announcer>(
         .filter(|l| plan.groups.get(*l).is_none_or(|g| !g.campaign))
         .cloned()
         .collect();
-    // Leases some existing Service still names (announced or not), computed once.
-    let in_use: BTreeSet<LeaseRef> = if stale.is_empty() {
-        BTreeSet::new()
-    } else {
-        services
-            .iter()
-            .map(|s| LeaseRef {
-                namespace: s.metadata.namespace.clone().unwrap_or_default(),
-                name: model::service_info(s).lease_name,
-            })
-            .collect()
-    };
+    // Leases that still govern an address somewhere (whether or not this node campaigns).
+    // Any other lease serves nobody: its Service was deleted, changed type or class, or
+    // lost its addresses (S17, S18, S32: no lease for a Service that is not announced).
+    let in_use: BTreeSet<&LeaseRef> = plan.groups.keys().collect();
     for lease in stale {
         if let Some(g) = groups.remove(&lease) {
-            // The lease's own Service is gone: whoever releases it also deletes it.
+            // The lease serves no Service any more: whoever releases it also deletes it.
             let owner_gone = shared.per_service && !in_use.contains(&lease);
             g.delete_lease
                 .store(owner_gone, std::sync::atomic::Ordering::SeqCst);

@@ -202,16 +202,28 @@ pub fn delete_service(lab: &Lab, name: &str) {
     );
 }
 
-/// Merge-patches Service `default/name`.
+/// Merge-patches Service `default/name`. A 409 is retried (up to 5 attempts): the API
+/// server gives up on a patch that keeps meeting concurrent writes, and vipd on three nodes
+/// writes status and annotations of the same Service right after a change, as any client
+/// of a busy object must expect.
 pub fn patch_service(lab: &Lab, name: &str, patch: serde_json::Value) {
-    let resp = lab
-        .api_request(
-            "PATCH",
-            &format!("/api/v1/namespaces/default/services/{name}"),
-            Some(&patch.to_string()),
-        )
-        .expect("patch service");
-    assert_eq!(resp.status, 200, "patch: {}", resp.body);
+    let mut attempt = 1;
+    loop {
+        let resp = lab
+            .api_request(
+                "PATCH",
+                &format!("/api/v1/namespaces/default/services/{name}"),
+                Some(&patch.to_string()),
+            )
+            .expect("patch service");
+        if resp.status == 409 && attempt < 5 {
+            attempt += 1;
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        assert_eq!(resp.status, 200, "patch: {}", resp.body);
+        return;
+    }
 }
 
 /// Service `default/name` as JSON, or None.
