@@ -49,6 +49,9 @@ fn graceful_stop_releases_lease_and_follower_takes_over() {
         (h.len() == 1 && h[0] != holder).then(|| h[0].clone())
     });
     let taken = t0.elapsed();
+    // Keep observing a little: the new holder has the address now, but the watcher probes
+    // every 20 ms and must get to record its first answer.
+    std::thread::sleep(Duration::from_millis(300));
     let report = watch.stop().unwrap();
     eprintln!("graceful: exit after {exited:?}, {new} holds the VIP after {taken:?}");
     assert!(
