@@ -133,11 +133,15 @@ fn labs_of_dead_runs_are_swept() {
     if !enabled("labs_of_dead_runs_are_swept") {
         return;
     }
-    // A pid that surely belongs to no live process: a child that already exited and was
-    // reaped (pid reuse within this test is practically impossible).
-    let mut child = std::process::Command::new("true").spawn().unwrap();
-    let dead_pid = child.id();
-    child.wait().unwrap();
+    // A pid no process can have: above the kernel's pid_max. (A reaped child's pid is not
+    // safe: with pid_max 32768 and tests running in parallel it was reused, the lab looked
+    // alive, and the test waited for its orphan for 1000 s.)
+    let pid_max: u32 = std::fs::read_to_string("/proc/sys/kernel/pid_max")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let dead_pid = pid_max + 1;
     assert!(!running(dead_pid as i32));
     let prefix = format!("{}{dead_pid}x0-", lab::NAME_PREFIX);
     let ns = format!("{prefix}node-a");
