@@ -371,6 +371,12 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
         Box::pin(self.resolve_links()).await;
         loop {
+            // Checks run while leading, when configured for followers, and while a gate is
+            // closed (to re-open it). Followers with nothing to check or acknowledge do not
+            // tick: hundreds of Service groups per node would otherwise wake twice a second
+            // each for nothing.
+            let checking =
+                renewed_at.is_some() || self.cfg.check_following || !self.gates.closed().is_empty();
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => {
@@ -416,9 +422,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 new = next_update(&mut updates) => {
                     Box::pin(self.set_vips(new, renewed_at.is_some())).await;
                 }
-                // Followers with nothing to confirm do not tick (hundreds of Service groups
-                // per node would otherwise wake twice a second each for nothing).
-                _ = tick.tick(), if renewed_at.is_some() || unacked.is_some() || self.cfg.check_following || !self.gates.closed().is_empty() => {
+                _ = tick.tick(), if checking || unacked.is_some() => {
                     if let Some(t) = unacked
                         && renewed_at.is_none()
                         && Box::pin(self.drop_all()).await
@@ -426,7 +430,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                         let _ = leadership.dropped.send(t);
                         unacked = None;
                     }
-                    if renewed_at.is_some() || self.cfg.check_following || !self.gates.closed().is_empty() {
+                    if checking {
                         Box::pin(self.check(renewed_at)).await;
                     }
                 }

@@ -139,9 +139,6 @@ pub enum LeaderState {
     Following {
         /// Identity of the node that holds the lease, when known and held.
         holder: Option<String>,
-        /// The last term this process led (0: never). After a step-down the elector waits
-        /// for this term's acknowledgement on [`Leadership::dropped`].
-        last_term: u64,
     },
     /// Leading. `term` grows with every acquisition; `renewed_at` is the monotonic instant
     /// of the last successful acquire/renew (the VIP holder refreshes the kernel fence on
@@ -289,10 +286,7 @@ impl<C: LeaseClient> Elector<C> {
     /// Creates an elector; `gates` are the local conditions (see [`Gates`]). Returns the
     /// elector (run it with [`Elector::run`]) and the [`Leadership`] end for the VIP holder.
     pub fn new(client: C, identity: String, timing: Timing, gates: &Gates) -> (Self, Leadership) {
-        let (state_tx, state_rx) = watch::channel(LeaderState::Following {
-            holder: None,
-            last_term: 0,
-        });
+        let (state_tx, state_rx) = watch::channel(LeaderState::Following { holder: None });
         let (dropped_tx, dropped_rx) = watch::channel(0u64);
         (
             Elector {
@@ -539,7 +533,6 @@ impl<C: LeaseClient> Elector<C> {
                     let changed = self.state_tx.send_if_modified(|s| {
                         let new = LeaderState::Following {
                             holder: Some(holder.clone()),
-                            last_term: st.term,
                         };
                         if *s != new {
                             *s = new;
@@ -685,10 +678,8 @@ impl<C: LeaseClient> Elector<C> {
             .as_ref()
             .filter(|o| o.record.is_held() && o.record.holder != self.identity)
             .map(|o| o.record.holder.clone());
-        self.state_tx.send_replace(LeaderState::Following {
-            holder,
-            last_term: term,
-        });
+        self.state_tx
+            .send_replace(LeaderState::Following { holder });
         let acked = timeout(ACK_TIMEOUT, self.dropped_rx.wait_for(|t| *t >= term))
             .await
             .map(|r| r.is_ok())

@@ -196,10 +196,7 @@ struct Rig {
 
 fn rig(kernel: Arc<FakeKernel>, vips: Vec<Vip>, interface: Option<&str>) -> Rig {
     let ann = Arc::new(FakeAnnouncer::default());
-    let (state, state_rx) = watch::channel(LeaderState::Following {
-        holder: None,
-        last_term: 0,
-    });
+    let (state, state_rx) = watch::channel(LeaderState::Following { holder: None });
     let (dropped_tx, dropped) = watch::channel(0u64);
     let gates = Gates::default();
     let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap();
@@ -364,7 +361,6 @@ async fn losing_leadership_removes_and_acknowledges() {
     assert!(r.kernel.has(vip4()));
     r.state.send_replace(LeaderState::Following {
         holder: Some("b".into()),
-        last_term: 3,
     });
     r.dropped.wait_for(|t| *t >= 3).await.unwrap();
     assert!(!r.kernel.has(vip4()), "ack only after the VIP is gone");
@@ -424,10 +420,8 @@ async fn missing_interface_and_foreign_vip_close_gates_without_crashing() {
     settle().await;
     assert!(r.gates.closed().contains(&GATE_CONFLICT.to_string()));
     // Even when told to lead, the foreign address is never removed.
-    r.state.send_replace(LeaderState::Following {
-        holder: None,
-        last_term: 0,
-    });
+    r.state
+        .send_replace(LeaderState::Following { holder: None });
     settle().await;
     assert!(
         k.0.lock()
@@ -480,10 +474,7 @@ async fn shutdown_removes_vips() {
 async fn edited_vip_set_adds_new_and_removes_old_while_leading() {
     let kernel = FakeKernel::with_eth0();
     let ann = Arc::new(FakeAnnouncer::default());
-    let (state, state_rx) = watch::channel(LeaderState::Following {
-        holder: None,
-        last_term: 0,
-    });
+    let (state, state_rx) = watch::channel(LeaderState::Following { holder: None });
     let (dropped_tx, _dropped) = watch::channel(0u64);
     let v120 = Vip::host("192.0.2.120".parse().unwrap());
     let v121 = Vip::host("192.0.2.121".parse().unwrap());
@@ -536,10 +527,8 @@ async fn no_acknowledgement_until_the_vips_are_confirmed_gone() {
     });
     settle().await;
     r.kernel.0.lock().unwrap().fail_remove = true;
-    r.state.send_replace(LeaderState::Following {
-        holder: None,
-        last_term: 0,
-    });
+    r.state
+        .send_replace(LeaderState::Following { holder: None });
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         *r.dropped.borrow(),

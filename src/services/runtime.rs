@@ -123,7 +123,7 @@ pub async fn run<K: Kernel, A: Announcer>(
             writer,
             changed.clone(),
             watches.clone(),
-            strip_slice,
+            strip_metadata::<EndpointSlice>,
         );
         EndpointStore::Slices(store)
     } else {
@@ -135,7 +135,7 @@ pub async fn run<K: Kernel, A: Announcer>(
             writer,
             changed.clone(),
             watches.clone(),
-            strip_endpoints,
+            strip_metadata::<Endpoints>,
         );
         EndpointStore::Endpoints(store)
     };
@@ -422,17 +422,12 @@ pub fn strip_node(node: &mut Node) {
     };
 }
 
-/// Drops managedFields and annotations from core Endpoints (subsets stay).
-pub fn strip_endpoints(ep: &mut Endpoints) {
-    ep.metadata.managed_fields = None;
-    ep.metadata.annotations = None;
-}
-
-/// Drops managedFields and annotations from an EndpointSlice (labels, which name the
-/// Service, and endpoints stay).
-pub fn strip_slice(slice: &mut EndpointSlice) {
-    slice.metadata.managed_fields = None;
-    slice.metadata.annotations = None;
+/// Drops managedFields and annotations from core Endpoints or an EndpointSlice (subsets,
+/// endpoints and the slice's labels, which name its Service, stay).
+pub fn strip_metadata<K: kube::Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    meta.annotations = None;
 }
 
 /// Something to tell the user about a Service (logged, and a Warning Event when `warn`).
@@ -950,6 +945,23 @@ mod tests {
             images: Some(vec![Default::default(); 50]),
             ..Default::default()
         });
+        let mut slice = EndpointSlice::default();
+        slice.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
+        slice.metadata.annotations = Some([("a".to_string(), "b".to_string())].into());
+        slice.metadata.labels = Some([(SERVICE_NAME_LABEL.to_string(), "web".to_string())].into());
+        strip_metadata(&mut slice);
+        assert_eq!(slice.metadata.managed_fields, None);
+        assert_eq!(slice.metadata.annotations, None);
+        assert_eq!(
+            slice
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(SERVICE_NAME_LABEL))
+                .map(String::as_str),
+            Some("web")
+        );
+
         strip_node(&mut node);
         assert_eq!(node.metadata.labels, None);
         assert_eq!(node.status.as_ref().and_then(|s| s.images.as_ref()), None);
