@@ -127,15 +127,25 @@ fn kube_client_in_node_b_namespace_uses_leases_and_core_objects() {
                 Some(rv2.as_str())
             );
 
-            // Services: the API server creates default/kubernetes itself.
+            // Services: the API server creates default/kubernetes itself, shortly after it
+            // reports ready (its controller runs in the background): list until it is there.
             let services: Api<Service> = Api::namespaced(client.clone(), "default");
-            let list = services.list(&ListParams::default()).await.unwrap();
-            assert!(
-                list.items
+            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+            loop {
+                let list = services.list(&ListParams::default()).await.unwrap();
+                if list
+                    .items
                     .iter()
-                    .any(|s| s.metadata.name.as_deref() == Some("kubernetes")),
-                "default/kubernetes service missing"
-            );
+                    .any(|s| s.metadata.name.as_deref() == Some("kubernetes"))
+                {
+                    break;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "default/kubernetes service missing after 10 s"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
 
             // Core v1 Endpoints.
             let endpoints: Api<Endpoints> = Api::namespaced(client.clone(), "default");
