@@ -79,6 +79,10 @@ pub const MAX_LEASE_TIMING: Duration = Duration::from_secs(3600);
 pub const LEADER_ELECTION_JITTER_FACTOR: f64 = 1.2;
 /// Default `vip_arpRate`: 3000 ms (kube-vip's).
 pub const DEFAULT_ARP_RATE: Duration = Duration::from_millis(3000);
+/// Default `vip_arpprobe`: 50 ms (see [`crate::reconcile::DEFAULT_PROBE_WINDOW`]).
+pub const DEFAULT_ARP_PROBE: Duration = crate::reconcile::DEFAULT_PROBE_WINDOW;
+/// Longest `vip_arpprobe`: 1 s (a probe delays failover by its whole window).
+pub const MAX_ARP_PROBE: Duration = Duration::from_secs(1);
 /// Smallest accepted `vip_arpRate` (100 ms): faster repeats only flood the segment.
 pub const MIN_ARP_RATE: Duration = Duration::from_millis(100);
 /// Largest accepted `vip_arpRate` (1 hour).
@@ -180,6 +184,9 @@ pub struct Config {
     pub arp: bool,
     /// `vip_arpRate` in milliseconds (default 3000): GARP repeat interval.
     pub arp_rate: Duration,
+    /// `vip_arpprobe` in milliseconds (vipd's own, default 50, 0..=1000): the address conflict
+    /// probe window (RFC 5227); zero turns conflict detection off.
+    pub arp_probe: Duration,
     /// `cp_enable` / `--controlplane`.
     pub control_plane: bool,
     /// `svc_enable` / `--services`.
@@ -414,6 +421,7 @@ const K_PORT: &str = "port";
 const K_NODE_NAME: &str = "vip_nodename";
 const K_ARP: &str = "vip_arp";
 const K_ARP_RATE: &str = "vip_arpRate";
+const K_ARP_PROBE: &str = "vip_arpprobe";
 const K_CP_ENABLE: &str = "cp_enable";
 const K_SVC_ENABLE: &str = "svc_enable";
 const K_LEADER_ELECTION: &str = "vip_leaderelection";
@@ -564,6 +572,13 @@ static OPTIONS: &[EnvOption] = &[
         "3000",
         Millis,
         "Interval between repeated gratuitous ARP / unsolicited NA while a VIP is held, in milliseconds",
+    ),
+    opt(
+        K_ARP_PROBE,
+        "arpProbe",
+        "50",
+        Millis,
+        "Address conflict probe window in milliseconds (vipd option, RFC 5227 ARP probes / IPv6 DAD-style solicitations): before binding a VIP whose lease was not released cleanly, bind only if no other host answers within this window; 0 turns conflict detection off",
     ),
     opt(
         K_CP_ENABLE,
@@ -933,6 +948,8 @@ pub struct ManagerArgs {
     arp: Option<String>,
     #[arg(long = "arpRate", value_name = "MS", help = help_for(K_ARP_RATE))]
     arp_rate: Option<String>,
+    #[arg(long = "arpProbe", value_name = "MS", help = help_for(K_ARP_PROBE))]
+    arp_probe: Option<String>,
     #[arg(long = "controlplane", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true", help = help_for(K_CP_ENABLE))]
     control_plane: Option<String>,
@@ -1059,7 +1076,7 @@ pub struct ManagerArgs {
 impl ManagerArgs {
     /// (environment variable name, flag value) for every flag given on the command line.
     fn flag_values(&self) -> Vec<(&'static str, &str)> {
-        let all: [(&'static str, &Option<String>); 56] = [
+        let all: [(&'static str, &Option<String>); 57] = [
             (K_INTERFACE, &self.interface),
             (K_ADDRESS, &self.address),
             (K_VIP_ADDRESS, &self.vip),
@@ -1069,6 +1086,7 @@ impl ManagerArgs {
             (K_NODE_NAME, &self.node_name),
             (K_ARP, &self.arp),
             (K_ARP_RATE, &self.arp_rate),
+            (K_ARP_PROBE, &self.arp_probe),
             (K_CP_ENABLE, &self.control_plane),
             (K_SVC_ENABLE, &self.services),
             (K_LEADER_ELECTION, &self.leader_election),
@@ -1343,8 +1361,12 @@ pub fn resolve_detailed(
 
     // --- ARP ---
     let arp_rate = match inputs.get(K_ARP_RATE) {
-        Some(raw) => parse_millis(&raw)?,
+        Some(raw) => parse_millis(&raw, MIN_ARP_RATE, MAX_ARP_RATE)?,
         None => DEFAULT_ARP_RATE,
+    };
+    let arp_probe = match inputs.get(K_ARP_PROBE) {
+        Some(raw) => parse_millis(&raw, Duration::ZERO, MAX_ARP_PROBE)?,
+        None => DEFAULT_ARP_PROBE,
     };
 
     // --- lease ---
@@ -1452,6 +1474,7 @@ pub fn resolve_detailed(
         port,
         arp,
         arp_rate,
+        arp_probe,
         control_plane,
         services,
         leader_election,
@@ -1787,7 +1810,8 @@ fn parse_seconds(raw: &Raw) -> Result<Duration, ConfigError> {
 }
 
 /// Whole milliseconds in [[`MIN_ARP_RATE`], [`MAX_ARP_RATE`]].
-fn parse_millis(raw: &Raw) -> Result<Duration, ConfigError> {
+/// A whole number of milliseconds within `min..=max`.
+fn parse_millis(raw: &Raw, min: Duration, max: Duration) -> Result<Duration, ConfigError> {
     let v = raw.value.as_str();
     if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
         return Err(raw.invalid("not a whole number of milliseconds"));
@@ -1795,13 +1819,13 @@ fn parse_millis(raw: &Raw) -> Result<Duration, ConfigError> {
     let range = || {
         format!(
             "must be between {} and {} ms",
-            MIN_ARP_RATE.as_millis(),
-            MAX_ARP_RATE.as_millis()
+            min.as_millis(),
+            max.as_millis()
         )
     };
     let ms: u64 = v.parse().map_err(|_| raw.invalid(range()))?;
     let d = Duration::from_millis(ms);
-    if d < MIN_ARP_RATE || d > MAX_ARP_RATE {
+    if d < min || d > max {
         return Err(raw.invalid(range()));
     }
     Ok(d)
@@ -2963,7 +2987,7 @@ mod tests {
         }
         // ... and flag_values covers exactly the table's flags.
         assert_eq!(args(&[]).flag_values(), vec![]);
-        assert_eq!(rows.len(), 56);
+        assert_eq!(rows.len(), 57);
     }
 
     #[test]

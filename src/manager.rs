@@ -17,6 +17,7 @@ use crate::controlplane;
 use crate::election::kube::KubeLeaseClient;
 use crate::election::{Elector, Gates, Timing};
 use crate::kubeclient;
+use crate::net::conflict::{ConflictMonitor, RawConflictMonitor};
 use crate::net::{CachedKernel, Kernel, NetlinkKernel, RawAnnouncer, Vip};
 use crate::reconcile::{self, HolderConfig, VipHolder, VipSpec};
 
@@ -92,8 +93,17 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     }
     let cfg = Arc::new(cfg);
     let timing = timing(&cfg);
+    // One capture for every holder of this process (RFC 5227 conflict detection).
+    let monitor: Option<Arc<dyn ConflictMonitor>> = if cfg.arp_probe.is_zero() {
+        info!("address conflict detection off (vip_arpprobe=0)");
+        None
+    } else {
+        Some(Arc::new(RawConflictMonitor::new()))
+    };
     let holder_cfg = HolderConfig {
         skip_dad: !cfg.ipv6_dad,
+        probe_window: cfg.arp_probe,
+        conflict_monitor: monitor.clone(),
         ..HolderConfig::from_timing(&timing, cfg.arp_rate)?
     };
     let (client, url) = kubeclient::election_client(&cfg).await?;
@@ -164,6 +174,8 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         let stop = CancellationToken::new();
         let svc_holder_cfg = HolderConfig {
             skip_dad: !cfg.ipv6_dad,
+            probe_window: cfg.arp_probe,
+            conflict_monitor: monitor.clone(),
             ..HolderConfig::from_timing(
                 &crate::services::runtime::services_timing(&cfg),
                 cfg.arp_rate,

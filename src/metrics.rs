@@ -19,6 +19,7 @@
 //! | `vipd_failovers_total` | counter | `lease_name` | times this node took over a lease another node held |
 //! | `vipd_garp_sent_total` | counter | `vip` | gratuitous ARPs / unsolicited NAs sent |
 //! | `vipd_vips_held` | gauge | | VIPs this node carries right now |
+//! | `vipd_vip_conflicts_total` | counter | `vip` | times another host was found answering for a VIP this node leads (RFC 5227 conflict): the VIP was not bound, or was removed |
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -79,6 +80,7 @@ struct Inner {
     failovers: Family<LeaseLabels, Counter>,
     garp: Family<VipLabels, Counter>,
     vips_held: Gauge,
+    conflicts: Family<VipLabels, Counter>,
 }
 
 /// vipd's metrics. Cheap to clone (an `Arc`); every method is thread-safe and never fails.
@@ -106,6 +108,7 @@ impl Metrics {
         let failovers = Family::<LeaseLabels, Counter>::default();
         let garp = Family::<VipLabels, Counter>::default();
         let vips_held = Gauge::default();
+        let conflicts = Family::<VipLabels, Counter>::default();
         registry.register(
             "kube_vip_is_leader",
             "1 if this node currently holds the lease",
@@ -147,6 +150,11 @@ impl Metrics {
             garp.clone(),
         );
         registry.register(
+            "vipd_vip_conflicts",
+            "Times another host was found answering for a VIP this node leads; the VIP was not bound or was removed",
+            conflicts.clone(),
+        );
+        registry.register(
             "vipd_vips_held",
             "VIPs this node carries right now",
             vips_held.clone(),
@@ -169,6 +177,7 @@ impl Metrics {
             failovers,
             garp,
             vips_held,
+            conflicts,
         }))
     }
 
@@ -239,12 +248,24 @@ impl Metrics {
         self.0.failovers.remove(&l);
     }
 
-    /// Removes the `vipd_garp_sent_total` series of `vip` (a VIP this node no longer has
-    /// any use for).
+    /// Counts one address conflict for `vip` (another host answers for it).
+    pub fn vip_conflict(&self, vip: impl std::fmt::Display) {
+        self.0
+            .conflicts
+            .get_or_create(&VipLabels {
+                vip: vip.to_string(),
+            })
+            .inc();
+    }
+
+    /// Removes the `vipd_garp_sent_total` and `vipd_vip_conflicts_total` series of `vip` (a
+    /// VIP this node no longer has any use for).
     pub fn forget_vip(&self, vip: impl std::fmt::Display) {
-        self.0.garp.remove(&VipLabels {
+        let labels = VipLabels {
             vip: vip.to_string(),
-        });
+        };
+        self.0.garp.remove(&labels);
+        self.0.conflicts.remove(&labels);
     }
 
     /// Removes `kube_vip_active_services{namespace}` (a namespace without announced

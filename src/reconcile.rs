@@ -6,18 +6,22 @@
 //! The decision ([`plan`]) is a pure function of what the kernel shows and what we lead; the
 //! [`VipHolder`] loop applies it through the [`Kernel`] and [`Announcer`] traits.
 
+pub mod probe;
+
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::election::{Gates, LeaderState, Leadership, Timing};
+use crate::net::conflict::{Claim, ConflictMonitor, WatchId, fmt_mac};
 use crate::net::{AddrInfo, Announcer, Kernel, LinkInfo, NetError, Vip};
+use probe::{Action, ProbeState};
 
 /// Gate name closed while the VIP interface has had no carrier for longer than the renew
 /// deadline, or cannot be found.
@@ -93,6 +97,14 @@ pub struct HolderConfig {
     pub carrier_grace: Duration,
     /// Add IPv6 VIPs with `IFA_F_NODAD`.
     pub skip_dad: bool,
+    /// Conflict probe window (RFC 5227 probing compressed to tens of ms, see
+    /// [`probe`]): before binding a VIP of a term that did not start from a cleanly released
+    /// lease, probe for this long and bind only if no other MAC claims the address. Zero
+    /// disables probing and the conflict watch (`vip_arpprobe=0`).
+    pub probe_window: Duration,
+    /// Sends the probes and watches for claims (see [`probe`]); `None`: VIPs are bound as
+    /// soon as the lease is held, and nothing watches for other hosts claiming them.
+    pub conflict_monitor: Option<Arc<dyn ConflictMonitor>>,
     /// Run the periodic check (carrier) also while not leading. The control-plane holder
     /// does; per-Service holders check only while leading or while one of their gates is
     /// closed (to notice it can open again), which keeps hundreds of them cheap.
@@ -113,10 +125,19 @@ impl HolderConfig {
             fence_secs: fence_lifetime(t)?,
             carrier_grace: t.renew_deadline,
             skip_dad: true,
+            probe_window: DEFAULT_PROBE_WINDOW,
+            conflict_monitor: None,
             check_following: true,
         })
     }
 }
+
+/// Addresses a holder refuses because another host claims them, each with that host's MAC
+/// (see [`VipHolder::with_conflict_reports`]).
+pub type Conflicts = Vec<(IpAddr, [u8; 6])>;
+
+/// Default conflict probe window (`vip_arpprobe`): 50 ms.
+pub const DEFAULT_PROBE_WINDOW: Duration = Duration::from_millis(50);
 
 /// A kernel change the reconciler decided on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -313,6 +334,19 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     pending_na: Vec<usize>,
     updates: Option<watch::Receiver<Vec<VipSpec>>>,
     metrics: Option<crate::metrics::Metrics>,
+    /// Conflict detection (RFC 5227); `None` = off.
+    monitor: Option<Arc<dyn ConflictMonitor>>,
+    /// Conflict state per VIP, by VIP index.
+    probes: Vec<ProbeState>,
+    /// Claim watches held while leading: (VIP index, watch id).
+    watches: Vec<(usize, WatchId)>,
+    claims_tx: mpsc::UnboundedSender<Claim>,
+    /// Taken by [`VipHolder::run`].
+    claims_rx: Option<mpsc::UnboundedReceiver<Claim>>,
+    /// Addresses refused because another host claims them, with its MAC.
+    conflicts: Option<watch::Sender<Conflicts>>,
+    /// When the current term's lease was last renewed, `None` while not leading.
+    renewed_at: Option<Instant>,
 }
 
 impl<K: Kernel, A: Announcer> VipHolder<K, A> {
@@ -326,6 +360,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         cfg: HolderConfig,
         gates: Gates,
     ) -> Self {
+        let (claims_tx, claims_rx) = mpsc::unbounded_channel();
+        let monitor = cfg.conflict_monitor.clone();
         VipHolder {
             kernel,
             announcer,
@@ -339,7 +375,22 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             pending_na: Vec::new(),
             updates: None,
             metrics: None,
+            monitor,
+            probes: Vec::new(),
+            watches: Vec::new(),
+            claims_tx,
+            claims_rx: Some(claims_rx),
+            conflicts: None,
+            renewed_at: None,
         }
+    }
+
+    /// Publishes on `reports` the addresses this holder refuses because another host claims
+    /// them, each with that host's MAC (empty when none): the Services side turns a new entry
+    /// into a Warning Event.
+    pub fn with_conflict_reports(mut self, reports: watch::Sender<Conflicts>) -> Self {
+        self.conflicts = Some(reports);
+        self
     }
 
     /// Counts announcements in `metrics` (`vipd_garp_sent_total`).
@@ -357,26 +408,32 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     }
 
     /// Follows `leadership` until `shutdown`: adds, refreshes, repairs and announces the VIPs
-    /// while leading, removes them when not, and acknowledges every dropped term on
-    /// `leadership.dropped`. On shutdown removes the VIPs before returning.
+    /// while leading (after a conflict probe where the term calls for one, see [`probe`]),
+    /// removes them when not, and acknowledges every dropped term on `leadership.dropped`.
+    /// On shutdown removes the VIPs before returning.
     pub async fn run(mut self, mut leadership: Leadership, shutdown: CancellationToken) {
         let mut tick = tokio::time::interval(self.cfg.check_interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut term = 0u64;
-        let mut renewed_at: Option<Instant> = None;
         let mut updates = self.updates.take();
         let mut unacked: Option<u64> = None;
+        let (_, dummy) = mpsc::unbounded_channel();
+        let mut claims = self.claims_rx.take().unwrap_or(dummy);
         if let Some(u) = updates.as_mut() {
             self.vips = u.borrow_and_update().clone();
         }
+        self.probes = vec![ProbeState::default(); self.vips.len()];
         Box::pin(self.resolve_links()).await;
         loop {
             // Checks run while leading, when configured for followers, and while a gate is
             // closed (to re-open it). Followers with nothing to check or acknowledge do not
             // tick: hundreds of Service groups per node would otherwise wake twice a second
             // each for nothing.
-            let checking =
-                renewed_at.is_some() || self.cfg.check_following || !self.gates.closed().is_empty();
+            let checking = self.renewed_at.is_some()
+                || self.cfg.check_following
+                || !self.gates.closed().is_empty();
+            let probe_at = self.next_probe_deadline();
+            let garp_at = self.next_garp();
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => {
@@ -394,18 +451,19 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                     }
                     let state = leadership.state.borrow_and_update().clone();
                     match state {
-                        LeaderState::Leading { term: t, renewed_at: r } => {
-                            let first = renewed_at.is_none() || t != term;
+                        LeaderState::Leading { term: t, renewed_at: r, clean } => {
+                            let first = self.renewed_at.is_none() || t != term;
                             term = t;
-                            renewed_at = Some(r);
+                            self.renewed_at = Some(r);
                             if first {
-                                info!(holder = %self.name, term, "leading: adding VIPs");
+                                info!(holder = %self.name, term, clean, "leading: adding VIPs");
                                 Box::pin(self.resolve_links()).await;
+                                self.start_term(clean);
                             }
                             Box::pin(self.refresh(first)).await;
                         }
                         LeaderState::Following { .. } => {
-                            if renewed_at.take().is_some() {
+                            if self.renewed_at.take().is_some() {
                                 info!(holder = %self.name, term, "not leading: removing VIPs");
                             }
                             // Acknowledge (which lets the elector release the lease) only
@@ -419,34 +477,262 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                         }
                     }
                 }
+                Some(claim) = claims.recv() => {
+                    Box::pin(self.on_claim(claim)).await;
+                }
                 new = next_update(&mut updates) => {
-                    Box::pin(self.set_vips(new, renewed_at.is_some())).await;
+                    Box::pin(self.set_vips(new)).await;
+                }
+                _ = sleep_until_opt(probe_at) => {
+                    Box::pin(self.probe_tick()).await;
                 }
                 _ = tick.tick(), if checking || unacked.is_some() => {
                     if let Some(t) = unacked
-                        && renewed_at.is_none()
+                        && self.renewed_at.is_none()
                         && Box::pin(self.drop_all()).await
                     {
                         let _ = leadership.dropped.send(t);
                         unacked = None;
                     }
                     if checking {
-                        Box::pin(self.check(renewed_at)).await;
+                        Box::pin(self.check()).await;
                     }
                 }
-                _ = sleep_until_opt(self.next_garp(renewed_at)) => {
+                _ = sleep_until_opt(garp_at) => {
                     Box::pin(self.announce_all(false)).await;
                 }
             }
         }
     }
 
+    /// A term starts: watch every VIP for claims by other hosts, and probe before binding
+    /// unless the lease was released cleanly by its previous holder (`clean`).
+    fn start_term(&mut self, clean: bool) {
+        self.unwatch_all();
+        let window = self.probing_window();
+        let now = Instant::now();
+        for i in 0..self.vips.len() {
+            self.watch(i);
+            let action = self.probes[i].lead(!clean, window, now);
+            self.act(i, action);
+        }
+    }
+
+    /// The probe window in force: zero without a monitor.
+    fn probing_window(&self) -> Duration {
+        if self.monitor.is_some() {
+            self.cfg.probe_window
+        } else {
+            Duration::ZERO
+        }
+    }
+
+    /// Starts the claim watch of VIP `i` (when conflict detection is on and its link known).
+    fn watch(&mut self, i: usize) {
+        let (Some(monitor), Some(link), Some(spec)) =
+            (&self.monitor, self.links.get(&i), self.vips.get(i))
+        else {
+            return;
+        };
+        if self.cfg.probe_window.is_zero() || self.watches.iter().any(|(w, _)| *w == i) {
+            return;
+        }
+        match monitor.watch(link, spec.vip.addr, self.claims_tx.clone()) {
+            Ok(id) => self.watches.push((i, id)),
+            Err(e) => {
+                warn!(holder = %self.name, vip = %spec.vip, error = %e, "cannot watch for address conflicts")
+            }
+        }
+    }
+
+    fn unwatch_all(&mut self) {
+        if let Some(monitor) = &self.monitor {
+            for (_, id) in self.watches.drain(..) {
+                monitor.unwatch(id);
+            }
+        }
+        self.watches.clear();
+    }
+
+    /// Carries out what the probe state of VIP `i` asked for, except binding (which needs
+    /// the kernel: see [`VipHolder::bind`]).
+    fn act(&mut self, i: usize, action: Action) -> bool {
+        let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
+            return false;
+        };
+        match action {
+            Action::None => false,
+            Action::Bind => true,
+            Action::Probe => {
+                if let Some(monitor) = &self.monitor
+                    && let Err(e) = monitor.send_probe(link, spec.vip.addr)
+                {
+                    warn!(holder = %self.name, vip = %spec.vip, error = %e, "cannot send conflict probe");
+                }
+                false
+            }
+            Action::Refuse { mac, new } => {
+                let other = fmt_mac(mac);
+                if new {
+                    warn!(holder = %self.name, vip = %spec.vip, interface = %link.name, other_mac = %other, "address conflict: another host answers for this address; not announcing it, probing again with back-off (RFC 5227)");
+                    if let Some(m) = &self.metrics {
+                        m.vip_conflict(spec.vip.addr);
+                    }
+                } else {
+                    debug!(holder = %self.name, vip = %spec.vip, other_mac = %other, "address still in use by another host");
+                }
+                self.publish_conflicts();
+                false
+            }
+        }
+    }
+
+    fn publish_conflicts(&self) {
+        if let Some(tx) = &self.conflicts {
+            let now: Conflicts = self
+                .vips
+                .iter()
+                .zip(&self.probes)
+                .filter_map(|(spec, p)| p.refused_by().map(|mac| (spec.vip.addr, mac)))
+                .collect();
+            tx.send_if_modified(|cur| {
+                if *cur != now {
+                    *cur = now;
+                    true
+                } else {
+                    false
+                }
+            });
+        }
+    }
+
+    /// A claim from another host for one of our VIPs.
+    async fn on_claim(&mut self, claim: Claim) {
+        if self.renewed_at.is_none() {
+            return;
+        }
+        let rand = random_permille();
+        let now = Instant::now();
+        let hits: Vec<usize> = (0..self.vips.len())
+            .filter(|i| self.vips[*i].vip.addr == claim.addr)
+            .collect();
+        for i in hits {
+            let was_bound = self.probes[i].bound();
+            let action = self.probes[i].claim(&claim, now, rand);
+            let refused = matches!(action, Action::Refuse { .. });
+            self.act(i, action);
+            if refused && was_bound {
+                self.unbind(i).await;
+            }
+        }
+    }
+
+    /// Removes VIP `i` (ours only) after a conflict.
+    async fn unbind(&mut self, i: usize) {
+        let Some(spec) = self.vips.get(i) else { return };
+        let vip = spec.vip;
+        match self.kernel.addresses(None).await {
+            Ok(present) => {
+                for step in plan(&[(vip, 0)], &present, None) {
+                    if let Step::Remove { vip, ifindex } = step
+                        && let Err(e) = self.kernel.remove(ifindex, vip).await
+                    {
+                        warn!(holder = %self.name, %vip, error = %e, "removing conflicting VIP failed; retried at the next check");
+                    }
+                }
+            }
+            Err(e) => {
+                warn!(holder = %self.name, error = %e, "cannot list addresses; conflicting VIP removed at the next check")
+            }
+        }
+    }
+
+    /// Earliest moment a VIP's probe state has something to do.
+    fn next_probe_deadline(&self) -> Option<Instant> {
+        self.renewed_at?;
+        let window = self.probing_window();
+        self.probes
+            .iter()
+            .filter_map(|p| p.next_deadline(window))
+            .min()
+    }
+
+    /// Sends due probes, binds VIPs whose probe window stayed quiet, re-probes refused ones.
+    async fn probe_tick(&mut self) {
+        let now = Instant::now();
+        let window = self.probing_window();
+        let mut bind = Vec::new();
+        for i in 0..self.probes.len() {
+            let action = self.probes[i].tick(window, now);
+            if self.act(i, action) {
+                bind.push(i);
+            }
+        }
+        if !bind.is_empty() {
+            self.publish_conflicts();
+            self.bind(&bind).await;
+        }
+    }
+
+    /// Adds VIPs `idx` with the fence time left of this term and announces them at once.
+    async fn bind(&mut self, idx: &[usize]) {
+        let Some(left) = self.fence_left(Instant::now()) else {
+            return;
+        };
+        if left == 0 {
+            // The next renewal adds them with a full fence.
+            return;
+        }
+        for &i in idx {
+            let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
+                continue;
+            };
+            match self
+                .kernel
+                .add_or_refresh(link.index, spec.vip, left, self.cfg.skip_dad)
+                .await
+            {
+                Ok(()) => {
+                    info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "no conflict; VIP added")
+                }
+                Err(e) => {
+                    error!(holder = %self.name, vip = %spec.vip, interface = %link.name, error = %e, "cannot add VIP")
+                }
+            }
+        }
+        self.announce_all(true).await;
+    }
+
+    /// Seconds of fence lifetime left since the last renewal (whole seconds, rounded down
+    /// with one second of margin); `None` when not leading.
+    fn fence_left(&self, now: Instant) -> Option<u32> {
+        self.renewed_at.map(|r| {
+            let age = now.saturating_duration_since(r).as_secs();
+            u32::try_from(u64::from(self.cfg.fence_secs).saturating_sub(age + 1)).unwrap_or(0)
+        })
+    }
+
     /// Replaces the VIP set (see [`VipHolder::with_updates`]).
-    async fn set_vips(&mut self, new: Vec<VipSpec>, leading: bool) {
+    async fn set_vips(&mut self, new: Vec<VipSpec>) {
         if new == self.vips {
             return;
         }
+        let leading = self.renewed_at.is_some();
         let old = std::mem::replace(&mut self.vips, new);
+        // Probe state follows its address; an address new to this term was never held by
+        // it and is probed like any other (see `probe`).
+        let old_probes = std::mem::take(&mut self.probes);
+        self.probes = self
+            .vips
+            .iter()
+            .map(|n| {
+                old.iter()
+                    .position(|o| o.vip == n.vip)
+                    .and_then(|j| old_probes.get(j).cloned())
+                    .unwrap_or_default()
+            })
+            .collect();
+        self.unwatch_all();
         let gone: Vec<(Vip, u32)> = old
             .iter()
             .filter(|o| !self.vips.iter().any(|n| n.vip == o.vip))
@@ -475,6 +761,16 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         self.pending_na.clear();
         self.resolve_links().await;
         if leading {
+            let window = self.probing_window();
+            let now = Instant::now();
+            for i in 0..self.vips.len() {
+                self.watch(i);
+                if self.probes[i].phase() == probe::Phase::Idle {
+                    let action = self.probes[i].lead(true, window, now);
+                    self.act(i, action);
+                }
+            }
+            self.publish_conflicts();
             self.refresh(true).await;
         }
     }
@@ -528,11 +824,24 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
     }
 
+    /// The VIPs to carry while leading, with their interface: those whose interface is
+    /// known and whose conflict probe let them bind.
     fn desired(&self) -> Vec<(Vip, u32)> {
         self.vips
             .iter()
             .enumerate()
+            .filter(|(i, _)| self.probes.get(*i).is_some_and(ProbeState::bound))
             .filter_map(|(i, s)| self.links.get(&i).map(|l| (s.vip, l.index)))
+            .collect()
+    }
+
+    /// VIPs held back by the conflict probe (probing or refused): never on the interface.
+    fn held_back(&self) -> Vec<(Vip, u32)> {
+        self.vips
+            .iter()
+            .zip(&self.probes)
+            .filter(|(_, p)| !p.bound())
+            .map(|(s, _)| (s.vip, 0))
             .collect()
     }
 
@@ -543,6 +852,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             let Some(link) = self.links.get(&i) else {
                 continue;
             };
+            if !self.probes.get(i).is_some_and(ProbeState::bound) {
+                continue;
+            }
             if let Err(e) = self
                 .kernel
                 .add_or_refresh(link.index, spec.vip, self.cfg.fence_secs, self.cfg.skip_dad)
@@ -610,8 +922,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     }
 
     /// Periodic check: carrier, links, repair, and the GARP repeat.
-    async fn check(&mut self, renewed_at: Option<Instant>) {
+    async fn check(&mut self) {
         let now = Instant::now();
+        let renewed_at = self.renewed_at;
         // Carrier of the VIP interfaces (checked whether leading or not, to re-open the gate).
         let mut link_ok = true;
         let mut relink = false;
@@ -645,10 +958,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             }
             self.gates.set(GATE_LINK, link_ok);
         }
-        let fence_left = renewed_at.map(|r| {
-            let age = now.saturating_duration_since(r).as_secs();
-            u32::try_from(u64::from(self.cfg.fence_secs).saturating_sub(age + 1)).unwrap_or(0)
-        });
+        let fence_left = self.fence_left(now);
         let present = match self.kernel.addresses(None).await {
             Ok(p) => p,
             Err(e) => {
@@ -657,12 +967,21 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             }
         };
         let desired = self.desired();
-        let mut steps = plan(&desired, &present, fence_left);
+        let held_back = self.held_back();
+        let steps_for = |present: &[AddrInfo]| {
+            let mut steps = plan(&desired, present, fence_left);
+            if fence_left.is_some() {
+                // A VIP refused for a conflict whose removal failed goes now.
+                steps.extend(plan(&held_back, present, None));
+            }
+            steps
+        };
+        let mut steps = steps_for(&present);
         if steps.iter().any(|s| matches!(s, Step::Add { .. })) {
             // Confirm with a dump of our own before calling a VIP missing: a shared or
             // concurrent dump can miss entries while other holders add addresses.
             match self.kernel.addresses_fresh(None).await {
-                Ok(p) => steps = plan(&desired, &p, fence_left),
+                Ok(p) => steps = steps_for(&p),
                 Err(e) => debug!(holder = %self.name, error = %e, "cannot re-list addresses"),
             }
         }
@@ -700,8 +1019,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
 
     /// When the next repeat of the announcements is due: `arp_rate` after the last one,
     /// while leading.
-    fn next_garp(&self, renewed_at: Option<Instant>) -> Option<Instant> {
-        renewed_at?;
+    fn next_garp(&self) -> Option<Instant> {
+        self.renewed_at?;
         Some(self.last_garp? + self.cfg.arp_rate)
     }
 
@@ -709,6 +1028,11 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     async fn drop_all(&mut self) -> bool {
         self.pending_na.clear();
         self.last_garp = None;
+        self.unwatch_all();
+        for p in &mut self.probes {
+            p.follow();
+        }
+        self.publish_conflicts();
         let desired: Vec<(Vip, u32)> = self.vips.iter().map(|s| (s.vip, 0)).collect();
         // Remove, then list again to confirm; a few quick tries ride out transient
         // netlink errors.
@@ -741,6 +1065,14 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         error!(holder = %self.name, "could not confirm the VIPs are removed; not acknowledging, so the lease is not released and expires after the kernel fence removes them");
         false
     }
+}
+
+/// A random number in 0..1000 (for back-off jitter), from the standard library's randomly
+/// keyed hasher: no RNG crate needed for this.
+fn random_permille() -> u32 {
+    use std::hash::BuildHasher;
+    let r = std::collections::hash_map::RandomState::new().hash_one(std::time::Instant::now());
+    u32::try_from(r % 1000).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -148,6 +148,11 @@ pub enum LeaderState {
         term: u64,
         /// When the lease was last written successfully by us.
         renewed_at: Instant,
+        /// This term began by taking a lease its previous holder had released (vipd releases
+        /// only after its VIP holder confirmed the VIPs gone), so nobody else can still
+        /// answer for the VIPs and the conflict probe may be skipped. `false` for a lease
+        /// taken after expiry, created, or found under our own name: those are probed.
+        clean: bool,
     },
 }
 
@@ -524,6 +529,7 @@ impl<C: LeaseClient> Elector<C> {
             .as_ref()
             .map(|o| o.record.holder.clone())
             .filter(|h| !h.is_empty() && *h != self.identity);
+        let released_before = st.observed.as_ref().is_some_and(|o| !o.record.is_held());
         let result = match &standing {
             Standing::HeldByOther { holder, .. } => {
                 if st.leading.is_some() {
@@ -593,6 +599,10 @@ impl<C: LeaseClient> Elector<C> {
                 st.next_attempt = now + self.timing.retry_period;
                 match st.leading {
                     Some((term, _)) => {
+                        let clean = matches!(
+                            *self.state_tx.borrow(),
+                            LeaderState::Leading { clean: true, .. }
+                        );
                         if let Some(m) = &self.metrics {
                             m.renew_latency(&lease, now - call_started);
                         }
@@ -600,6 +610,7 @@ impl<C: LeaseClient> Elector<C> {
                         self.state_tx.send_replace(LeaderState::Leading {
                             term,
                             renewed_at: now,
+                            clean,
                         });
                     }
                     None => {
@@ -616,6 +627,7 @@ impl<C: LeaseClient> Elector<C> {
                         self.state_tx.send_replace(LeaderState::Leading {
                             term: st.term,
                             renewed_at: now,
+                            clean: released_before,
                         });
                     }
                 }

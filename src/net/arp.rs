@@ -33,7 +33,7 @@ const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
 /// Ethernet address of ff02::1 (RFC 2464 §7: 33:33 + low 32 bits).
 const ALL_NODES_MAC: MacAddr = MacAddr(0x33, 0x33, 0, 0, 0, 1);
 
-fn mac_of(mac: [u8; 6]) -> MacAddr {
+pub(crate) fn mac_of(mac: [u8; 6]) -> MacAddr {
     MacAddr(mac[0], mac[1], mac[2], mac[3], mac[4], mac[5])
 }
 
@@ -124,45 +124,55 @@ impl Announcer for RawAnnouncer {
             IpAddr::V4(ip) => garp_frame(link.mac, ip),
             IpAddr::V6(ip) => unsolicited_na_frame(link.mac, ip),
         };
-        let err = |what: &'static str, source: std::io::Error| NetError::Announce {
-            vip,
-            ifname: link.name.clone(),
-            what,
-            source,
-        };
-        let iface = NetworkInterface {
-            name: link.name.clone(),
-            description: String::new(),
-            index: link.index,
-            mac: Some(mac_of(link.mac)),
-            ips: Vec::new(),
-            flags: 0,
-        };
-        let config = datalink::Config {
-            promiscuous: false,
-            read_buffer_size: 2048,
-            write_buffer_size: 2048,
-            write_timeout: Some(std::time::Duration::from_millis(500)),
-            ..Default::default()
-        };
-        let mut tx = match datalink::channel(&iface, config) {
-            Ok(Channel::Ethernet(tx, _rx)) => tx,
-            Ok(_) => {
-                return Err(err(
-                    "open AF_PACKET channel",
-                    std::io::Error::other("not an Ethernet channel"),
-                ));
-            }
-            Err(e) => return Err(err("open AF_PACKET channel", e)),
-        };
-        match tx.send_to(&frame, None) {
-            Some(Ok(())) => Ok(()),
-            Some(Err(e)) => Err(err("send", e)),
-            None => Err(err(
-                "send",
-                std::io::Error::other("channel refused the frame"),
-            )),
+        send_frame(link, vip, &frame)
+    }
+}
+
+/// Sends one Ethernet frame on `link` through a pnet datalink (`AF_PACKET`, `SOCK_RAW`)
+/// channel opened for this frame and closed after it (not promiscuous, nothing is read).
+/// `vip` names the address the frame is about, for the error.
+///
+/// # Errors
+/// [`NetError::Announce`] when the channel cannot be opened or the send fails.
+pub(crate) fn send_frame(link: &LinkInfo, vip: Vip, frame: &[u8]) -> Result<(), NetError> {
+    let err = |what: &'static str, source: std::io::Error| NetError::Announce {
+        vip,
+        ifname: link.name.clone(),
+        what,
+        source,
+    };
+    let iface = NetworkInterface {
+        name: link.name.clone(),
+        description: String::new(),
+        index: link.index,
+        mac: Some(mac_of(link.mac)),
+        ips: Vec::new(),
+        flags: 0,
+    };
+    let config = datalink::Config {
+        promiscuous: false,
+        read_buffer_size: 2048,
+        write_buffer_size: 2048,
+        write_timeout: Some(std::time::Duration::from_millis(500)),
+        ..Default::default()
+    };
+    let mut tx = match datalink::channel(&iface, config) {
+        Ok(Channel::Ethernet(tx, _rx)) => tx,
+        Ok(_) => {
+            return Err(err(
+                "open AF_PACKET channel",
+                std::io::Error::other("not an Ethernet channel"),
+            ));
         }
+        Err(e) => return Err(err("open AF_PACKET channel", e)),
+    };
+    match tx.send_to(frame, None) {
+        Some(Ok(())) => Ok(()),
+        Some(Err(e)) => Err(err("send", e)),
+        None => Err(err(
+            "send",
+            std::io::Error::other("channel refused the frame"),
+        )),
     }
 }
 

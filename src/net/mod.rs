@@ -21,6 +21,7 @@ use std::net::IpAddr;
 
 mod arp;
 mod cache;
+pub mod conflict;
 mod iface;
 mod netlink;
 
@@ -208,6 +209,16 @@ pub enum NetError {
         ifname: String,
         /// Why.
         reason: &'static str,
+    },
+    /// The conflict-detection capture (an `AF_PACKET` socket reading ARP / neighbour
+    /// discovery frames) could not be set up.
+    #[error("address conflict capture: {what}: {source}")]
+    Capture {
+        /// Which step failed.
+        what: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
     },
     /// A raw (AF_PACKET) socket operation failed while announcing.
     #[error("announce {vip} on {ifname}: {what}: {source}")]

@@ -6,6 +6,7 @@ use tokio::sync::watch;
 
 use super::*;
 use crate::election::LeaderState;
+use crate::net::conflict::{Claim, FakeConflictMonitor};
 
 #[derive(Default)]
 struct KState {
@@ -195,11 +196,35 @@ struct Rig {
 }
 
 fn rig(kernel: Arc<FakeKernel>, vips: Vec<Vip>, interface: Option<&str>) -> Rig {
+    rig_with(kernel, vips, interface, None).0
+}
+
+/// A rig whose holder probes for conflicts through a fake monitor (50 ms window), and
+/// publishes its conflicts on the returned receiver.
+fn rig_probing(
+    kernel: Arc<FakeKernel>,
+    vips: Vec<Vip>,
+) -> (Rig, FakeConflictMonitor, watch::Receiver<Conflicts>) {
+    let monitor = FakeConflictMonitor::new();
+    let (rig, rx) = rig_with(kernel, vips, Some("eth0"), Some(monitor.clone()));
+    (rig, monitor, rx.unwrap())
+}
+
+fn rig_with(
+    kernel: Arc<FakeKernel>,
+    vips: Vec<Vip>,
+    interface: Option<&str>,
+    monitor: Option<FakeConflictMonitor>,
+) -> (Rig, Option<watch::Receiver<Conflicts>>) {
     let ann = Arc::new(FakeAnnouncer::default());
     let (state, state_rx) = watch::channel(LeaderState::Following { holder: None });
     let (dropped_tx, dropped) = watch::channel(0u64);
     let gates = Gates::default();
-    let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap();
+    let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap();
+    let probing = monitor.is_some();
+    if let Some(m) = monitor {
+        cfg.conflict_monitor = Some(Arc::new(m));
+    }
     let specs = vips
         .into_iter()
         .map(|vip| VipSpec {
@@ -207,7 +232,7 @@ fn rig(kernel: Arc<FakeKernel>, vips: Vec<Vip>, interface: Option<&str>) -> Rig 
             interface: interface.map(str::to_string),
         })
         .collect();
-    let holder = VipHolder::new(
+    let mut holder = VipHolder::new(
         "test",
         kernel.clone(),
         ann.clone(),
@@ -215,6 +240,12 @@ fn rig(kernel: Arc<FakeKernel>, vips: Vec<Vip>, interface: Option<&str>) -> Rig 
         cfg,
         gates.clone(),
     );
+    let mut conflicts = None;
+    if probing {
+        let (tx, rx) = watch::channel(Vec::new());
+        holder = holder.with_conflict_reports(tx);
+        conflicts = Some(rx);
+    }
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(holder.run(
         Leadership {
@@ -223,15 +254,18 @@ fn rig(kernel: Arc<FakeKernel>, vips: Vec<Vip>, interface: Option<&str>) -> Rig 
         },
         shutdown.clone(),
     ));
-    Rig {
-        kernel,
-        ann,
-        state,
-        dropped,
-        gates,
-        shutdown,
-        task,
-    }
+    (
+        Rig {
+            kernel,
+            ann,
+            state,
+            dropped,
+            gates,
+            shutdown,
+            task,
+        },
+        conflicts,
+    )
 }
 
 async fn settle() {
@@ -319,6 +353,7 @@ async fn leading_adds_with_fence_announces_at_once_then_every_arp_rate() {
     r.state.send_replace(LeaderState::Leading {
         term: 1,
         renewed_at: t0,
+        clean: true,
     });
     settle().await;
     assert!(r.kernel.has(vip4()));
@@ -339,6 +374,7 @@ async fn leading_adds_with_fence_announces_at_once_then_every_arp_rate() {
         r.state.send_replace(LeaderState::Leading {
             term: 1,
             renewed_at: Instant::now(),
+            clean: true,
         });
         settle().await;
         let _ = i;
@@ -356,6 +392,7 @@ async fn losing_leadership_removes_and_acknowledges() {
     r.state.send_replace(LeaderState::Leading {
         term: 3,
         renewed_at: Instant::now(),
+        clean: true,
     });
     settle().await;
     assert!(r.kernel.has(vip4()));
@@ -378,6 +415,7 @@ async fn deleted_vip_is_readded_and_reannounced_within_the_check_interval() {
     r.state.send_replace(LeaderState::Leading {
         term: 1,
         renewed_at: Instant::now(),
+        clean: true,
     });
     settle().await;
     r.kernel.delete(vip4());
@@ -440,6 +478,7 @@ async fn ipv6_vip_is_announced_only_after_it_leaves_tentative_state() {
     r.state.send_replace(LeaderState::Leading {
         term: 1,
         renewed_at: Instant::now(),
+        clean: true,
     });
     settle().await;
     let first = r.ann.count(v6);
@@ -462,6 +501,7 @@ async fn shutdown_removes_vips() {
     r.state.send_replace(LeaderState::Leading {
         term: 1,
         renewed_at: Instant::now(),
+        clean: true,
     });
     settle().await;
     assert!(r.kernel.has(vip4()));
@@ -505,6 +545,7 @@ async fn edited_vip_set_adds_new_and_removes_old_while_leading() {
     state.send_replace(LeaderState::Leading {
         term: 1,
         renewed_at: Instant::now(),
+        clean: true,
     });
     settle().await;
     assert!(kernel.has(v120));
@@ -524,6 +565,7 @@ async fn no_acknowledgement_until_the_vips_are_confirmed_gone() {
     r.state.send_replace(LeaderState::Leading {
         term: 1,
         renewed_at: Instant::now(),
+        clean: true,
     });
     settle().await;
     r.kernel.0.lock().unwrap().fail_remove = true;
@@ -542,4 +584,152 @@ async fn no_acknowledgement_until_the_vips_are_confirmed_gone() {
         .expect("acked once removal works")
         .unwrap();
     assert!(!r.kernel.has(vip4()));
+}
+
+const OTHER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xbb];
+
+fn lead(r: &Rig, term: u64, clean: bool) {
+    r.state.send_replace(LeaderState::Leading {
+        term,
+        renewed_at: Instant::now(),
+        clean,
+    });
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_taken_after_expiry_probes_first_and_binds_after_a_quiet_window() {
+    let (r, monitor, conflicts) = rig_probing(FakeKernel::with_eth0(), vec![vip4()]);
+    settle().await;
+    lead(&r, 1, false);
+    settle().await;
+    assert!(!r.kernel.has(vip4()), "not bound while probing");
+    assert_eq!(r.ann.count(vip4()), 0, "no announcement while probing");
+    assert_eq!(monitor.probes(), vec![(2, vip4().addr)]);
+    assert_eq!(monitor.watches(), 1);
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert_eq!(monitor.probes().len(), 2, "two probes per window");
+    assert!(r.kernel.has(vip4()), "bound after the window");
+    assert_eq!(r.ann.count(vip4()), 1, "announced once bound");
+    assert!(conflicts.borrow().is_empty());
+    // Renewals keep it and do not probe again.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lead(&r, 1, false);
+        settle().await;
+    }
+    assert_eq!(monitor.probes().len(), 2);
+    assert!(r.kernel.has(vip4()));
+}
+
+#[tokio::test(start_paused = true)]
+async fn cleanly_released_lease_binds_without_probing_but_still_watches() {
+    let (r, monitor, _) = rig_probing(FakeKernel::with_eth0(), vec![vip4()]);
+    settle().await;
+    lead(&r, 1, true);
+    settle().await;
+    assert!(r.kernel.has(vip4()));
+    assert!(monitor.probes().is_empty());
+    assert_eq!(monitor.watches(), 1, "a bound VIP is watched for conflicts");
+}
+
+#[tokio::test(start_paused = true)]
+async fn address_answered_by_another_host_is_never_bound_and_taken_once_free() {
+    let (r, monitor, mut conflicts) = rig_probing(FakeKernel::with_eth0(), vec![vip4()]);
+    monitor.answer_probes(vip4().addr, OTHER_MAC);
+    settle().await;
+    lead(&r, 1, false);
+    // Keep renewing for 5 s: the address stays refused, probed again with back-off.
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lead(&r, 1, false);
+        settle().await;
+        assert!(!r.kernel.has(vip4()), "a claimed address is never bound");
+    }
+    assert_eq!(r.ann.count(vip4()), 0);
+    assert_eq!(
+        *conflicts.borrow_and_update(),
+        vec![(vip4().addr, OTHER_MAC)]
+    );
+    let probes = monitor.probes().len();
+    assert!(
+        (2..=6).contains(&probes),
+        "re-probed with back-off (1 s, 2 s, ...), not continuously: {probes}"
+    );
+    // The other host goes away: the next re-probe window is quiet and the VIP is bound.
+    monitor.stop_answering();
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lead(&r, 1, false);
+        settle().await;
+    }
+    assert!(r.kernel.has(vip4()));
+    assert!(r.ann.count(vip4()) >= 1);
+    assert!(conflicts.borrow().is_empty(), "conflict cleared once bound");
+}
+
+#[tokio::test(start_paused = true)]
+async fn claim_while_bound_removes_the_vip_and_stops_announcing() {
+    let (r, monitor, conflicts) = rig_probing(FakeKernel::with_eth0(), vec![vip4()]);
+    settle().await;
+    lead(&r, 1, true);
+    settle().await;
+    assert!(r.kernel.has(vip4()));
+    // A probe from another host for our address is defended, not yielded to.
+    monitor.claim(Claim {
+        addr: vip4().addr,
+        mac: OTHER_MAC,
+        probing: true,
+    });
+    settle().await;
+    assert!(r.kernel.has(vip4()));
+    // Another host announcing it: removed at once.
+    assert_eq!(
+        monitor.claim(Claim {
+            addr: vip4().addr,
+            mac: OTHER_MAC,
+            probing: false,
+        }),
+        1
+    );
+    settle().await;
+    assert!(!r.kernel.has(vip4()), "removed on a conflict");
+    assert_eq!(*conflicts.borrow(), vec![(vip4().addr, OTHER_MAC)]);
+    let before = r.ann.count(vip4());
+    monitor.answer_probes(vip4().addr, OTHER_MAC);
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lead(&r, 1, true);
+        settle().await;
+        assert!(
+            !r.kernel.has(vip4()),
+            "renewals do not re-add a refused VIP"
+        );
+    }
+    assert_eq!(
+        r.ann.count(vip4()),
+        before,
+        "no announcement of a refused VIP"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn losing_the_lease_ends_watches_and_clears_conflicts() {
+    let (mut r, monitor, conflicts) = rig_probing(FakeKernel::with_eth0(), vec![vip4()]);
+    monitor.answer_probes(vip4().addr, OTHER_MAC);
+    settle().await;
+    lead(&r, 1, false);
+    settle().await;
+    assert_eq!(conflicts.borrow().len(), 1);
+    r.state
+        .send_replace(LeaderState::Following { holder: None });
+    r.dropped.wait_for(|t| *t >= 1).await.unwrap();
+    assert_eq!(monitor.watches(), 0);
+    assert!(conflicts.borrow().is_empty());
+    let probes = monitor.probes().len();
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_eq!(
+        monitor.probes().len(),
+        probes,
+        "no probing while not leading"
+    );
 }

@@ -34,6 +34,7 @@ use crate::config::Config;
 use crate::election::kube::{KubeLeaseClient, LeaseHub};
 use crate::election::{Elector, Gates, LeaderState, Timing};
 use crate::metrics::Metrics;
+use crate::net::conflict::fmt_mac;
 use crate::net::{Announcer, Kernel};
 use crate::reconcile::{HolderConfig, VipHolder, VipSpec};
 
@@ -777,6 +778,7 @@ async fn group_task<K: Kernel, A: Announcer>(
     let mut state = leadership.state.clone();
     let initial = spec.borrow_and_update().clone();
     let (vips_tx, vips_rx) = watch::channel(initial.vips.clone());
+    let (conflicts_tx, mut conflicts) = watch::channel(Vec::new());
     let holder = VipHolder::new(
         &lease.to_string(),
         shared.kernel.clone(),
@@ -786,6 +788,7 @@ async fn group_task<K: Kernel, A: Announcer>(
         gates.clone(),
     )
     .with_updates(vips_rx)
+    .with_conflict_reports(conflicts_tx)
     .with_metrics(shared.metrics.clone());
     // The holder runs from the start, also while following: its local checks (interface
     // present, VIP not already on the node untagged) close the gates before this node
@@ -796,6 +799,8 @@ async fn group_task<K: Kernel, A: Announcer>(
     let elector_task = tokio::spawn(elector.run(elector_stop.clone()));
     let mut leading = false;
     let mut current = initial;
+    // Address conflicts already posted as Events (posted again only when they change).
+    let mut reported: Vec<(IpAddr, [u8; 6])> = Vec::new();
     loop {
         tokio::select! {
             _ = stop.cancelled() => break,
@@ -819,6 +824,16 @@ async fn group_task<K: Kernel, A: Announcer>(
                 }
                 leading = now_leading;
             }
+            r = conflicts.changed() => {
+                if r.is_err() {
+                    break;
+                }
+                let now = conflicts.borrow_and_update().clone();
+                let new: Vec<(IpAddr, [u8; 6])> =
+                    now.iter().filter(|c| !reported.contains(c)).copied().collect();
+                reported = now;
+                Box::pin(report_conflicts(&shared, &current, &new)).await;
+            }
         }
     }
     elector_stop.cancel();
@@ -839,6 +854,28 @@ async fn group_task<K: Kernel, A: Announcer>(
             Ok(true) => info!(%lease, "lease deleted"),
             Ok(false) => debug!(%lease, "lease already changed or gone; not deleted"),
             Err(e) => warn!(%lease, error = %e, "deleting the lease failed"),
+        }
+    }
+}
+
+/// Posts an `AddressInUse` Warning Event on every Service of the group that uses an address
+/// in `new` (address, other host's MAC).
+async fn report_conflicts<K: Kernel, A: Announcer>(
+    shared: &Shared<K, A>,
+    spec: &GroupSpec,
+    new: &[(IpAddr, [u8; 6])],
+) {
+    for (addr, mac) in new {
+        let ev = ServiceEvent::address_in_use(*addr, &fmt_mac(*mac), &shared.node);
+        for (key, addrs, _) in spec.services.iter().filter(|(_, a, _)| a.contains(addr)) {
+            let uid = shared
+                .services
+                .get(&reflector::ObjectRef::new(&key.name).within(&key.namespace))
+                .and_then(|s| s.metadata.uid.clone());
+            if let Err(e) = shared.status.event(key, uid.as_deref(), &ev).await {
+                warn!(service = %key, error = %e, "cannot record the address conflict event");
+            }
+            debug!(service = %key, addresses = ?addrs, "address conflict reported");
         }
     }
 }

@@ -146,6 +146,8 @@ pub const REASON_ANNOUNCED: &str = "AddressAnnounced";
 pub const REASON_INVALID_ADDRESS: &str = "InvalidAddress";
 /// Reason of [`ServiceEvent::address_conflict`].
 pub const REASON_ADDRESS_CONFLICT: &str = "AddressConflict";
+/// Reason of [`ServiceEvent::address_in_use`].
+pub const REASON_ADDRESS_IN_USE: &str = "AddressInUse";
 /// Reason of [`ServiceEvent::dhcp_not_enabled`].
 pub const REASON_DHCP_NOT_ENABLED: &str = "DHCPNotEnabled";
 /// Reason of [`ServiceEvent::invalid_config`].
@@ -203,6 +205,22 @@ impl ServiceEvent {
             note: format!(
                 "{address} port {}/{} is already used by Service {other}; not announced",
                 port.port, port.protocol
+            ),
+        }
+    }
+
+    /// Warning: `node` holds the Service's lease, but another host (`other_mac`, as
+    /// `aa:bb:cc:dd:ee:ff`) answers ARP / neighbour discovery for `address` (RFC 5227
+    /// conflict), so `node` does not announce it and probes again with back-off.
+    pub fn address_in_use(address: IpAddr, other_mac: &str, node: &str) -> Self {
+        ServiceEvent {
+            kind: EventKind::Warning,
+            reason: REASON_ADDRESS_IN_USE.into(),
+            action: "Announce".into(),
+            note: format!(
+                "{address} is already answered by another host (MAC {other_mac}); node {node} \
+                 holds the lease but does not announce it, and probes again with back-off \
+                 until the address is free"
             ),
         }
     }
