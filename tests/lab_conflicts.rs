@@ -243,3 +243,61 @@ fn s33_nodes_watching_different_namespaces_one_responder() {
         "the holder's Service has no conflict event"
     );
 }
+
+/// S33 for IPv6: `2001:db8::77/64` configured by hand on node-c, a Service annotated with
+/// it. node-a and node-b probe with a DAD-style neighbour solicitation, hear node-c's
+/// advertisement and refuse; only node-c ever answers a neighbour solicitation for it.
+#[test]
+fn s33_foreign_ipv6_address_never_bound() {
+    let Some(lab) = lab("s33-foreign6", LabOptions::default()) else {
+        return;
+    };
+    let mac_c = lab.mac_of("node-c").expect("mac");
+    lab.exec(
+        "node-c",
+        "ip",
+        &["addr", "add", "2001:db8::77/64", "dev", "eth0", "nodad"],
+    )
+    .expect("add foreign address");
+    let procs: Vec<LabProcess> = ["node-a", "node-b"]
+        .iter()
+        .map(|n| start_vipd_services(&lab, n, true, &[]))
+        .collect();
+    let watch = lab
+        .arp_watch("2001:db8::77".parse().unwrap(), Duration::from_millis(50))
+        .expect("watch");
+    create_service(
+        &lab,
+        &service_json(
+            "foreign6",
+            Some("2001:db8::77"),
+            None,
+            &[(80, "TCP")],
+            false,
+        ),
+    );
+    wait_for(
+        "AddressInUse event naming node-c",
+        Duration::from_secs(30),
+        || {
+            has_event(
+                &lab,
+                "default",
+                "foreign6",
+                "AddressInUse",
+                &mac_c.to_string(),
+            )
+            .then_some(())
+        },
+    );
+    for _ in 0..25 {
+        assert_eq!(holders(&lab, "2001:db8::77"), vec!["node-c".to_string()]);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let report = watch.stop().expect("watch");
+    if !report.multi_responder_intervals().is_empty() {
+        dump(&procs.iter().collect::<Vec<_>>());
+    }
+    assert_one_responder(&report, &BTreeSet::from([mac_c]), "2001:db8::77");
+    assert!(report.answered_slots() > 50, "node-c kept answering");
+}
