@@ -5,16 +5,16 @@
 //! - `capabilities`: `CAP_NET_ADMIN` (addresses via netlink) and `CAP_NET_RAW` (ARP/NDP
 //!   frames) in the effective set (`CapEff` of `/proc/self/status`).
 //! - `interface`: the VIP interface exists and has carrier (`IFLA_CARRIER`).
-//! - `vip-free:<ip>`: nobody on the segment answers for the VIP: an RFC 5227 §2.1.1 ARP
-//!   probe (sender IP 0.0.0.0, target IP = VIP) and ~1 s of listening for a reply or an
-//!   announcement from another MAC. IPv6 VIPs are left to the kernel's DAD.
+//! - `vip-free:<ip>`: nobody on the segment answers for the VIP: the manager's own conflict
+//!   probe ([`crate::net::conflict`]: RFC 5227 §2.1.1 ARP probes, IPv6 DAD-style neighbour
+//!   solicitations) and ~1 s of listening for any frame from another MAC claiming it.
 //! - `macvlan`: the module is loaded or loadable (needed by `dhcp_mode` only).
 //! - `api`: the API server answers `/version` with the configured kubeconfig.
 //! - `rbac`: a SelfSubjectAccessReview for every verb of
 //!   [`crate::manifest::rbac::required_permissions`].
 
-use std::net::{IpAddr, Ipv4Addr};
-use std::time::{Duration, Instant};
+use std::net::IpAddr;
+use std::time::Duration;
 
 use clap::Args;
 use k8s_openapi::api::authorization::v1::{
@@ -25,7 +25,8 @@ use kube::api::PostParams;
 use crate::config::{Config, ManagerArgs};
 use crate::kubeclient;
 use crate::manifest::rbac::required_permissions;
-use crate::net::{Kernel, NetlinkKernel};
+use crate::net::conflict::{RawConflictMonitor, fmt_mac, probe_for};
+use crate::net::{Kernel, LinkInfo, NetlinkKernel};
 
 /// Linux capability number of `CAP_NET_ADMIN` (linux/capability.h).
 pub const CAP_NET_ADMIN: u32 = 12;
@@ -251,91 +252,6 @@ pub fn check_macvlan(
     }
 }
 
-/// An RFC 5227 §2.1.1 ARP probe (42 bytes): Ethernet broadcast from `mac`, ARP request,
-/// sender MAC `mac`, sender IP 0.0.0.0, target MAC zero, target IP `target`.
-pub fn arp_probe_frame(mac: [u8; 6], target: Ipv4Addr) -> Vec<u8> {
-    let mut f = Vec::with_capacity(42);
-    f.extend_from_slice(&[0xff; 6]);
-    f.extend_from_slice(&mac);
-    f.extend_from_slice(&[0x08, 0x06]); // ARP
-    f.extend_from_slice(&[0x00, 0x01, 0x08, 0x00, 6, 4, 0x00, 0x01]); // Ethernet/IPv4, request
-    f.extend_from_slice(&mac);
-    f.extend_from_slice(&[0, 0, 0, 0]);
-    f.extend_from_slice(&[0; 6]);
-    f.extend_from_slice(&target.octets());
-    f
-}
-
-/// If `frame` is an ARP packet (reply, or request/announcement) whose sender IP is `vip`
-/// and whose sender MAC is not `own`, that MAC: somebody on the segment uses the VIP.
-pub fn arp_conflict(frame: &[u8], vip: Ipv4Addr, own: [u8; 6]) -> Option<[u8; 6]> {
-    if frame.len() < 42 || frame[12..14] != [0x08, 0x06] {
-        return None;
-    }
-    let arp = &frame[14..];
-    if arp[0..6] != [0x00, 0x01, 0x08, 0x00, 6, 4] {
-        return None;
-    }
-    let mut sender_mac = [0u8; 6];
-    sender_mac.copy_from_slice(&arp[8..14]);
-    let sender_ip = Ipv4Addr::new(arp[14], arp[15], arp[16], arp[17]);
-    (sender_ip == vip && sender_mac != own).then_some(sender_mac)
-}
-
-fn fmt_mac(m: [u8; 6]) -> String {
-    m.iter()
-        .map(|b| format!("{b:02x}"))
-        .collect::<Vec<_>>()
-        .join(":")
-}
-
-/// Sends one ARP probe for `vip` on interface `ifname` and listens for `listen`; returns the
-/// MACs that answered for it. Blocking (run it on a blocking thread).
-///
-/// # Errors
-/// A text naming the interface when the AF_PACKET channel cannot be opened (no
-/// `CAP_NET_RAW`) or the send fails.
-pub fn arp_probe(ifname: &str, vip: Ipv4Addr, listen: Duration) -> Result<Vec<[u8; 6]>, String> {
-    use pnet::datalink::{self, Channel};
-    let iface = datalink::interfaces()
-        .into_iter()
-        .find(|i| i.name == ifname)
-        .ok_or_else(|| format!("interface {ifname} not found"))?;
-    let own = iface.mac.map(|m| m.octets()).unwrap_or([0; 6]);
-    let cfg = datalink::Config {
-        read_timeout: Some(Duration::from_millis(50)),
-        ..Default::default()
-    };
-    let (mut tx, mut rx) = match datalink::channel(&iface, cfg) {
-        Ok(Channel::Ethernet(tx, rx)) => (tx, rx),
-        Ok(_) => return Err(format!("{ifname}: not an Ethernet channel")),
-        Err(e) => return Err(format!("{ifname}: cannot open a raw socket: {e}")),
-    };
-    let frame = arp_probe_frame(own, vip);
-    match tx.send_to(&frame, None) {
-        Some(Ok(())) => {}
-        Some(Err(e)) => return Err(format!("{ifname}: sending the ARP probe failed: {e}")),
-        None => return Err(format!("{ifname}: sending the ARP probe failed")),
-    }
-    let deadline = Instant::now() + listen;
-    let mut seen = Vec::new();
-    while Instant::now() < deadline {
-        match rx.next() {
-            Ok(f) => {
-                if let Some(mac) = arp_conflict(f, vip, own)
-                    && !seen.contains(&mac)
-                {
-                    seen.push(mac);
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => return Err(format!("{ifname}: reading frames failed: {e}")),
-        }
-    }
-    Ok(seen)
-}
-
 /// Runs every check for `cfg`.
 pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
     let mut report = Report::default();
@@ -346,7 +262,7 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
 
     // Interface and carrier.
     let mut iface_name = cfg.interface.clone();
-    let mut vip_iface_ok = false;
+    let mut vip_link: Option<LinkInfo> = None;
     match NetlinkKernel::new() {
         Err(e) => report.checks.push(
             Check::new("interface", Status::Fail, format!("netlink: {e}"))
@@ -371,7 +287,7 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
                 ),
                 Some(name) => match k.link_by_name(name).await {
                     Ok(l) if l.carrier && l.up => {
-                        vip_iface_ok = true;
+                        vip_link = Some(l);
                         report.checks.push(Check::new(
                             "interface",
                             Status::Pass,
@@ -402,33 +318,20 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
                 .unwrap_or_default();
             for vip in &cfg.addresses {
                 let name = format!("vip-free:{vip}");
-                let c = match vip {
-                    IpAddr::V6(_) => Check::new(
-                        name,
-                        Status::Skip,
-                        "IPv6: the kernel's DAD checks it when vipd adds it",
-                    ),
+                let c = match &vip_link {
                     _ if args.no_arp_probe => Check::new(name, Status::Skip, "--no-arp-probe"),
                     _ if local.contains(vip) => {
                         Check::new(name, Status::Pass, "this node holds it now")
                     }
-                    _ if !vip_iface_ok => {
-                        Check::new(name, Status::Skip, "needs a working interface")
-                    }
+                    None => Check::new(name, Status::Skip, "needs a working interface"),
                     _ if !has_raw => Check::new(name, Status::Skip, "needs CAP_NET_RAW"),
-                    IpAddr::V4(v4) => {
-                        let ifn = iface_name.clone().unwrap_or_default();
-                        let v4 = *v4;
+                    Some(link) => {
                         let listen = Duration::from_millis(args.arp_probe_ms);
-                        let res = tokio::task::spawn_blocking(move || arp_probe(&ifn, v4, listen))
-                            .await
-                            .map_err(|e| e.to_string())
-                            .and_then(|r| r);
-                        match res {
+                        match probe_for(&RawConflictMonitor::new(), link, *vip, listen).await {
                             Ok(macs) if macs.is_empty() => Check::new(
                                 name,
                                 Status::Pass,
-                                format!("no answer to an ARP probe within {} ms", args.arp_probe_ms),
+                                format!("no answer to a conflict probe within {} ms", args.arp_probe_ms),
                             ),
                             Ok(macs) => Check::new(
                                 name,
@@ -439,7 +342,7 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
                                 ),
                             )
                             .fix("pick a free address, or stop whatever holds it (another kube-vip/keepalived?)"),
-                            Err(e) => Check::new(name, Status::Fail, e).fix("run with CAP_NET_RAW"),
+                            Err(e) => Check::new(name, Status::Fail, e.to_string()).fix("run with CAP_NET_RAW"),
                         }
                     }
                 };
@@ -637,35 +540,6 @@ mod tests {
             Status::Skip
         );
         assert_eq!(check_macvlan(false, None, None, true).status, Status::Warn);
-    }
-
-    #[test]
-    fn probe_frame_and_conflict_detection() {
-        let mac = [2, 0, 0, 0, 0, 1];
-        let vip = Ipv4Addr::new(192, 0, 2, 10);
-        let f = arp_probe_frame(mac, vip);
-        assert_eq!(f.len(), 42);
-        assert_eq!(
-            &f[28..32],
-            &[0, 0, 0, 0],
-            "sender IP must be 0.0.0.0 (RFC 5227 probe)"
-        );
-        assert_eq!(&f[38..42], &vip.octets());
-        // Our own probe is not a conflict (sender IP 0.0.0.0).
-        assert_eq!(arp_conflict(&f, vip, mac), None);
-        // A reply from another MAC with sender IP = VIP is.
-        let other = [2, 0, 0, 0, 0, 2];
-        let mut reply = arp_probe_frame(other, vip);
-        reply[21] = 2; // op reply
-        reply[28..32].copy_from_slice(&vip.octets());
-        assert_eq!(arp_conflict(&reply, vip, mac), Some(other));
-        // The same from our own MAC is not.
-        assert_eq!(arp_conflict(&reply, vip, other), None);
-        // Other addresses are ignored.
-        assert_eq!(
-            arp_conflict(&reply, Ipv4Addr::new(192, 0, 2, 11), mac),
-            None
-        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsRawFd;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use pnet::packet::MutablePacket;
 use pnet::packet::Packet;
@@ -486,6 +487,45 @@ fn recv_frame(fd: i32, buf: &mut [u8]) -> std::io::Result<Option<(usize, u32)>> 
     Ok(Some((usize::try_from(n).unwrap_or(0), ifindex)))
 }
 
+/// Probes for `addr` on `link` once: [`PROBES`](crate::reconcile::probe::PROBES) probes
+/// spread over `listen`, and returns the distinct MACs (other than `link.mac`) that claimed
+/// the address during `listen`, probes from other hosts included (`vipd preflight` uses it;
+/// the manager drives the same monitor through the VIP holder's state machine).
+///
+/// # Errors
+/// [`NetError::Capture`] or [`NetError::Announce`] when the capture cannot be opened or a
+/// probe cannot be sent.
+pub async fn probe_for<M: ConflictMonitor + ?Sized>(
+    monitor: &M,
+    link: &LinkInfo,
+    addr: IpAddr,
+    listen: Duration,
+) -> Result<Vec<[u8; 6]>, NetError> {
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let id = monitor.watch(link, addr, tx)?;
+    let probes = crate::reconcile::probe::PROBES;
+    let start = tokio::time::Instant::now();
+    let mut seen: Vec<[u8; 6]> = Vec::new();
+    let mut result = Ok(());
+    for k in 0..probes {
+        tokio::time::sleep_until(start + listen * k / probes).await;
+        if let Err(e) = monitor.send_probe(link, addr) {
+            result = Err(e);
+            break;
+        }
+    }
+    if result.is_ok() {
+        let end = start + listen;
+        while let Ok(Some(claim)) = tokio::time::timeout_at(end, rx.recv()).await {
+            if !seen.contains(&claim.mac) {
+                seen.push(claim.mac);
+            }
+        }
+    }
+    monitor.unwatch(id);
+    result.map(|()| seen)
+}
+
 /// In-memory [`ConflictMonitor`] for unit tests of the holder: records watches and probes;
 /// [`FakeConflictMonitor::claim`] injects a claim as if it had been captured.
 #[derive(Debug, Clone, Default)]
@@ -716,5 +756,36 @@ mod tests {
         assert_eq!(prog[5].code, 0x06);
         assert_ne!(prog[5].k, 0);
         assert_eq!((prog[6].code, prog[6].k), (0x06, 0));
+    }
+}
+
+#[cfg(test)]
+mod probe_for_tests {
+    use super::*;
+
+    fn link() -> LinkInfo {
+        LinkInfo {
+            index: 2,
+            name: "eth0".into(),
+            mac: [2, 0, 0, 0, 0, 1],
+            up: true,
+            carrier: true,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn probe_for_reports_who_answers_and_cleans_up() {
+        let m = FakeConflictMonitor::new();
+        let addr: IpAddr = "192.0.2.77".parse().unwrap();
+        let w = Duration::from_millis(100);
+        assert!(probe_for(&m, &link(), addr, w).await.unwrap().is_empty());
+        assert_eq!(m.probes().len(), 2);
+        m.answer_probes(addr, [2, 0, 0, 0, 0, 0xbb]);
+        assert_eq!(
+            probe_for(&m, &link(), addr, w).await.unwrap(),
+            vec![[2, 0, 0, 0, 0, 0xbb]],
+            "two answers from one MAC are one MAC"
+        );
+        assert_eq!(m.watches(), 0, "the watch ends with the probe");
     }
 }
