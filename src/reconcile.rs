@@ -313,6 +313,8 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     pending_na: Vec<usize>,
     updates: Option<watch::Receiver<Vec<VipSpec>>>,
     metrics: Option<crate::metrics::Metrics>,
+    /// IPv4 VIPs pinned to their interface against ARP flux (S36).
+    arp: crate::net::ArpPins,
 }
 
 impl<K: Kernel, A: Announcer> VipHolder<K, A> {
@@ -339,7 +341,17 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             pending_na: Vec::new(),
             updates: None,
             metrics: None,
+            arp: crate::net::ArpPins::default(),
         }
+    }
+
+    /// Pins every IPv4 VIP to its interface with `guard` (ARP for it is answered there
+    /// only, S36) from the moment its interface is resolved, before the address is ever
+    /// added, until the VIP leaves the set or the holder ends. Without this call nothing is
+    /// pinned. IPv6 needs no pin (see [`crate::net::nft`]).
+    pub fn with_arp_guard(mut self, guard: Arc<dyn crate::net::ArpGuard>) -> Self {
+        self.arp = crate::net::ArpPins::new(guard);
+        self
     }
 
     /// Counts announcements in `metrics` (`vipd_garp_sent_total`).
@@ -382,13 +394,16 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 _ = shutdown.cancelled() => {
                     if Box::pin(self.drop_all()).await {
                         let _ = leadership.dropped.send(term);
+                        Box::pin(self.arp.release(&self.name)).await;
                     }
                     return;
                 }
                 changed = leadership.state.changed() => {
                     if changed.is_err() {
                         // Elector gone: hold nothing.
-                        Box::pin(self.drop_all()).await;
+                        if Box::pin(self.drop_all()).await {
+                            Box::pin(self.arp.release(&self.name)).await;
+                        }
                         shutdown.cancelled().await;
                         return;
                     }
@@ -511,6 +526,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 }
             }
         }
+        // Pin before any address is added (S36: no window with two ARP responders).
+        let (want, configured) = self.arp_pins_wanted();
+        self.arp.sync(&self.name, &want, &configured).await;
         if !missing.is_empty() {
             error!(holder = %self.name, problems = ?missing, "cannot place VIPs; not campaigning until this is fixed");
         }
@@ -526,6 +544,21 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             }
             Err(e) => warn!(holder = %self.name, error = %e, "cannot list addresses"),
         }
+    }
+
+    /// `(IPv4 VIP, resolved interface name)` pairs, and every configured IPv4 VIP.
+    fn arp_pins_wanted(&self) -> (Vec<(std::net::Ipv4Addr, String)>, Vec<std::net::Ipv4Addr>) {
+        let mut want = Vec::new();
+        let mut configured = Vec::new();
+        for (i, s) in self.vips.iter().enumerate() {
+            if let IpAddr::V4(v4) = s.vip.addr {
+                configured.push(v4);
+                if let Some(l) = self.links.get(&i) {
+                    want.push((v4, l.name.clone()));
+                }
+            }
+        }
+        (want, configured)
     }
 
     fn desired(&self) -> Vec<(Vip, u32)> {
