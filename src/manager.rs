@@ -151,11 +151,13 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
             kernel.clone(),
             Arc::new(RawAnnouncer),
             vips,
-            holder_cfg.clone(),
+            HolderConfig {
+                arp_guard: arp_guard.clone(),
+                ..holder_cfg.clone()
+            },
             gates.clone(),
         )
-        .with_metrics(metrics.clone())
-        .with_arp_guard(arp_guard.clone());
+        .with_metrics(metrics.clone());
         let election_stop = CancellationToken::new();
         let holder_stop = CancellationToken::new();
         let holder_task = tokio::spawn(holder.run(leadership, holder_stop.clone()));
@@ -168,6 +170,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         let stop = CancellationToken::new();
         let svc_holder_cfg = HolderConfig {
             skip_dad: !cfg.ipv6_dad,
+            arp_guard: arp_guard.clone(),
             ..HolderConfig::from_timing(
                 &crate::services::runtime::services_timing(&cfg),
                 cfg.arp_rate,
@@ -186,7 +189,6 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
             Arc::new(RawAnnouncer),
             svc_holder_cfg,
             metrics.clone(),
-            arp_guard.clone(),
             stop.clone(),
         ));
         services = Some((stop, task));

@@ -97,6 +97,11 @@ pub struct HolderConfig {
     /// does; per-Service holders check only while leading or while one of their gates is
     /// closed (to notice it can open again), which keeps hundreds of them cheap.
     pub check_following: bool,
+    /// The ARP flux guard (S36) the holder pins its IPv4 VIPs to their interface with, from
+    /// the moment the interface is resolved (before the address is ever added) until the
+    /// VIP leaves the set or the holder ends. Default: [`crate::net::NoopArpGuard`] (no
+    /// pins). IPv6 needs none (see [`crate::net::nft`]).
+    pub arp_guard: Arc<dyn crate::net::ArpGuard>,
 }
 
 impl HolderConfig {
@@ -114,6 +119,7 @@ impl HolderConfig {
             carrier_grace: t.renew_deadline,
             skip_dad: true,
             check_following: true,
+            arp_guard: Arc::new(crate::net::NoopArpGuard::default()),
         })
     }
 }
@@ -328,6 +334,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         cfg: HolderConfig,
         gates: Gates,
     ) -> Self {
+        let arp = crate::net::ArpPins::new(cfg.arp_guard.clone());
         VipHolder {
             kernel,
             announcer,
@@ -341,17 +348,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             pending_na: Vec::new(),
             updates: None,
             metrics: None,
-            arp: crate::net::ArpPins::default(),
+            arp,
         }
-    }
-
-    /// Pins every IPv4 VIP to its interface with `guard` (ARP for it is answered there
-    /// only, S36) from the moment its interface is resolved, before the address is ever
-    /// added, until the VIP leaves the set or the holder ends. Without this call nothing is
-    /// pinned. IPv6 needs no pin (see [`crate::net::nft`]).
-    pub fn with_arp_guard(mut self, guard: Arc<dyn crate::net::ArpGuard>) -> Self {
-        self.arp = crate::net::ArpPins::new(guard);
-        self
     }
 
     /// Counts announcements in `metrics` (`vipd_garp_sent_total`).

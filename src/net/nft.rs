@@ -664,15 +664,14 @@ impl Default for ArpPins {
     }
 }
 
+/// A pin: VIP and interface name.
+pub type Pin = (Ipv4Addr, String);
+
 /// Which pins to add and which to remove: `want` are the pairs of VIPs whose interface is
 /// resolved now; a held pin of a VIP still in `configured` but not in `want` (interface
 /// not resolved this time) is kept, since its address may still be on the interface.
 /// Returns `(to_pin, to_unpin)`.
-pub fn pin_changes(
-    held: &[(Ipv4Addr, String)],
-    want: &[(Ipv4Addr, String)],
-    configured: &[Ipv4Addr],
-) -> (Vec<(Ipv4Addr, String)>, Vec<(Ipv4Addr, String)>) {
+pub fn pin_changes(held: &[Pin], want: &[Pin], configured: &[Ipv4Addr]) -> (Vec<Pin>, Vec<Pin>) {
     let to_pin = want
         .iter()
         .filter(|w| !held.contains(w))

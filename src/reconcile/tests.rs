@@ -613,7 +613,10 @@ async fn arp_pins_come_before_the_address_and_go_after_it() {
         interface: Some("eth0".into()),
     };
     let (set_tx, set_rx) = watch::channel(vec![spec(v120), spec(v6)]);
-    let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap();
+    let cfg = HolderConfig {
+        arp_guard: guard.clone(),
+        ..HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap()
+    };
     let holder = VipHolder::new(
         "svc",
         kernel.clone(),
@@ -622,8 +625,7 @@ async fn arp_pins_come_before_the_address_and_go_after_it() {
         cfg,
         Gates::default(),
     )
-    .with_updates(set_rx)
-    .with_arp_guard(guard.clone());
+    .with_updates(set_rx);
     let shutdown = CancellationToken::new();
     let task = tokio::spawn(holder.run(
         Leadership {

@@ -66,7 +66,6 @@ struct Shared<K: Kernel, A: Announcer> {
     holder_cfg: HolderConfig,
     kernel: Arc<K>,
     announcer: Arc<A>,
-    arp_guard: Arc<dyn crate::net::ArpGuard>,
     /// For Lease reads and writes only (see `kubeclient::ServicesClients`).
     lease_client: kube::Client,
     hub: LeaseHub,
@@ -84,7 +83,6 @@ pub async fn run<K: Kernel, A: Announcer>(
     announcer: Arc<A>,
     holder_cfg: HolderConfig,
     metrics: Metrics,
-    arp_guard: Arc<dyn crate::net::ArpGuard>,
     shutdown: CancellationToken,
 ) {
     let watches = CancellationToken::new();
@@ -156,7 +154,6 @@ pub async fn run<K: Kernel, A: Announcer>(
         },
         kernel,
         announcer,
-        arp_guard,
         lease_client: clients.leases.clone(),
         hub,
         status: KubeStatusWriter::new(client.clone(), &cfg.node_name),
@@ -789,8 +786,7 @@ async fn group_task<K: Kernel, A: Announcer>(
         gates.clone(),
     )
     .with_updates(vips_rx)
-    .with_metrics(shared.metrics.clone())
-    .with_arp_guard(shared.arp_guard.clone());
+    .with_metrics(shared.metrics.clone());
     // The holder runs from the start, also while following: its local checks (interface
     // present, VIP not already on the node untagged) close the gates before this node
     // campaigns, so a node that must not carry the address never takes the lease.
