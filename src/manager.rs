@@ -125,6 +125,9 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         Ok(_) => {}
         Err(e) => warn!(error = %e, "could not list addresses for stale VIP cleanup"),
     }
+    // ARP flux (S36): vipd's nftables table, replacing one left by an earlier run.
+    let arp_guard = crate::net::start_arp_guard().await;
+    log_arp_flux(kernel.as_ref(), &cfg, arp_guard.active()).await;
 
     // API health: in control-plane mode it gates the control-plane election (the node's own
     // API server); in every mode it drives /readyz and systemd READY=1.
@@ -158,7 +161,10 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
             kernel.clone(),
             Arc::new(RawAnnouncer),
             vips,
-            holder_cfg.clone(),
+            HolderConfig {
+                arp_guard: arp_guard.clone(),
+                ..holder_cfg.clone()
+            },
             gates.clone(),
         )
         .with_metrics(metrics.clone());
@@ -176,6 +182,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
             skip_dad: !cfg.ipv6_dad,
             probe_window: cfg.arp_probe,
             conflict_monitor: monitor.clone(),
+            arp_guard: arp_guard.clone(),
             ..HolderConfig::from_timing(
                 &crate::services::runtime::services_timing(&cfg),
                 cfg.arp_rate,
@@ -234,8 +241,63 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     if let Err(e) = reconcile::remove_stale(kernel.as_ref(), None).await {
         warn!(error = %e, "final VIP cleanup failed");
     }
+    if let Err(e) = arp_guard.close().await {
+        warn!(error = %e, "could not remove the ARP flux table");
+    }
     info!("vipd manager stopped");
     Ok(())
+}
+
+/// What the ARP flux check looks at (S36): each IPv4 control-plane VIP with its interface
+/// (`vip_interface`, else the one chosen for it), and for Services the interface their
+/// VIPs go on (`vip_interface`, else the IPv4 default route's) unless a control-plane VIP
+/// already covers it. VIPs whose interface cannot be found are left out (the holder
+/// reports those).
+pub async fn arp_flux_targets<K: Kernel>(
+    kernel: &K,
+    cfg: &Config,
+) -> Vec<crate::net::arpflux::FluxTarget> {
+    let interface_for = async |addr: IpAddr| match &cfg.interface {
+        Some(name) => Some(name.clone()),
+        None => match kernel.choose_interface(addr).await {
+            Ok(idx) => kernel.link_by_index(idx).await.ok().map(|l| l.name),
+            Err(_) => None,
+        },
+    };
+    let mut targets: Vec<crate::net::arpflux::FluxTarget> = Vec::new();
+    if cfg.control_plane {
+        for a in &cfg.addresses {
+            if let IpAddr::V4(v4) = a
+                && let Some(ifname) = interface_for(*a).await
+            {
+                targets.push(crate::net::arpflux::FluxTarget {
+                    vip: Some(*v4),
+                    ifname,
+                });
+            }
+        }
+    }
+    if cfg.services
+        && let Some(ifname) = interface_for(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)).await
+        && !targets.iter().any(|t| t.ifname == ifname)
+    {
+        targets.push(crate::net::arpflux::FluxTarget { vip: None, ifname });
+    }
+    targets
+}
+
+/// Logs the ARP flux check (S36) at start: one warning per VIP interface with other
+/// interfaces on its subnet that would answer ARP for the VIP, naming them and the sysctl.
+async fn log_arp_flux<K: Kernel>(kernel: &K, cfg: &Config, guard_active: bool) {
+    let targets = arp_flux_targets(kernel, cfg).await;
+    match crate::net::arpflux::check(kernel, &targets).await {
+        Ok(findings) => {
+            for f in &findings {
+                warn!(interface = %f.target.ifname, others = %f.peer_names(), "{}", f.message(guard_active));
+            }
+        }
+        Err(e) => warn!(error = %e, "ARP flux check: cannot list addresses"),
+    }
 }
 
 /// Refuses control-plane VIPs that are some node's own address (`status.addresses`): the

@@ -8,6 +8,11 @@
 //! - `vip-free:<ip>`: nobody on the segment answers for the VIP: the manager's own conflict
 //!   probe ([`crate::net::conflict`]: RFC 5227 §2.1.1 ARP probes, IPv6 DAD-style neighbour
 //!   solicitations) and ~1 s of listening for any frame from another MAC claiming it.
+//! - `nftables`: `nft` can create vipd's `table arp vipd` (checked with `nft --check`,
+//!   nothing is changed): without it the manager's ARP flux guard is off.
+//! - `arp-flux:<interface>`: no other interface on the VIP's subnet would answer ARP for
+//!   the VIP (effective `arp_ignore` and `arp_filter` 0 there); a warning names the
+//!   interfaces and the sysctl remedy, and says whether the nftables guard covers it (S36).
 //! - `macvlan`: the module is loaded or loadable (needed by `dhcp_mode` only).
 //! - `api`: the API server answers `/version` with the configured kubeconfig.
 //! - `rbac`: a SelfSubjectAccessReview for every verb of
@@ -25,6 +30,7 @@ use kube::api::PostParams;
 use crate::config::{Config, ManagerArgs};
 use crate::kubeclient;
 use crate::manifest::rbac::required_permissions;
+use crate::net::arpflux::{self, FluxFinding, FluxTarget};
 use crate::net::conflict::{RawConflictMonitor, fmt_mac, probe_for};
 use crate::net::{Kernel, LinkInfo, NetlinkKernel};
 
@@ -193,6 +199,49 @@ pub fn check_capabilities(status: &str) -> Check {
     }
 }
 
+/// The `nftables` row and one `arp-flux:<interface>` row per target of the ARP flux check
+/// (S36): `guard` is the outcome of [`crate::net::NftArpGuard::check`], `findings` that of
+/// [`crate::net::arpflux::flux_findings`] for `targets`. Findings are warnings (vipd works,
+/// but clients may get two MACs for a VIP), with the sysctl remedy as the fix.
+pub fn check_arp_flux(
+    targets: &[FluxTarget],
+    findings: &[FluxFinding],
+    guard: &Result<(), crate::net::ArpGuardError>,
+) -> Vec<Check> {
+    let mut out = vec![match guard {
+        Ok(()) => Check::new(
+            "nftables",
+            Status::Pass,
+            "nft can create table arp vipd: the manager answers ARP for each VIP on its interface only",
+        ),
+        Err(e) => Check::new(
+            "nftables",
+            Status::Warn,
+            format!("ARP flux protection will be off: {e}"),
+        )
+        .fix("install nftables (the nft binary) and use a kernel with nf_tables (CONFIG_NF_TABLES_ARP), or set the sysctl below"),
+    }];
+    for t in targets {
+        let name = format!("arp-flux:{}", t.ifname);
+        let what = t
+            .vip
+            .map_or_else(|| "its subnet".to_string(), |v| format!("VIP {v}"));
+        out.push(match findings.iter().find(|f| f.target == *t) {
+            None => Check::new(
+                name,
+                Status::Pass,
+                format!("no other interface answers ARP for {what}"),
+            ),
+            Some(f) => Check::new(name, Status::Warn, f.message(guard.is_ok())).fix(format!(
+                "{} (persistent: {})",
+                arpflux::REMEDY,
+                arpflux::REMEDY_PERSISTENT
+            )),
+        });
+    }
+    out
+}
+
 /// The macvlan check: `loaded` (`/sys/module/macvlan` exists: loaded or built in),
 /// `modules_dep` / `modules_builtin` (contents of `/lib/modules/$(uname -r)/modules.dep`
 /// and `modules.builtin`, when readable), `needed` (`dhcp_mode`).
@@ -347,6 +396,18 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
                     }
                 };
                 report.checks.push(c);
+            }
+            // ARP flux (S36).
+            let guard = crate::net::NftArpGuard::check("nft").await;
+            let targets = crate::manager::arp_flux_targets(&k, cfg).await;
+            match arpflux::check(&k, &targets).await {
+                Ok(findings) => report
+                    .checks
+                    .extend(check_arp_flux(&targets, &findings, &guard)),
+                Err(e) => report.checks.push(
+                    Check::new("arp-flux", Status::Fail, format!("netlink: {e}"))
+                        .fix("run on Linux with NET_ADMIN"),
+                ),
             }
         }
     }
@@ -540,6 +601,65 @@ mod tests {
             Status::Skip
         );
         assert_eq!(check_macvlan(false, None, None, true).status, Status::Warn);
+    }
+
+    #[test]
+    fn arp_flux_rows() {
+        let t = |vip: Option<&str>, ifname: &str| FluxTarget {
+            vip: vip.map(|v| v.parse().unwrap()),
+            ifname: ifname.into(),
+        };
+        let targets = [t(Some("192.0.2.10"), "eth0"), t(None, "eth2")];
+        let findings = [FluxFinding {
+            target: targets[0].clone(),
+            peers: vec![arpflux::FluxPeer {
+                name: "eth1".into(),
+                addr: ("192.0.2.111".parse().unwrap(), 24),
+            }],
+        }];
+        let rows = check_arp_flux(&targets, &findings, &Ok(()));
+        assert_eq!(rows.len(), 3);
+        assert_eq!(
+            (rows[0].name.as_str(), rows[0].status),
+            ("nftables", Status::Pass)
+        );
+        assert_eq!(rows[1].name, "arp-flux:eth0");
+        assert_eq!(rows[1].status, Status::Warn);
+        assert!(
+            rows[1].detail.contains("eth1 (192.0.2.111/24)"),
+            "{}",
+            rows[1].detail
+        );
+        assert!(rows[1].detail.contains("arp vipd"), "{}", rows[1].detail);
+        let fix = rows[1].fix.as_deref().unwrap();
+        assert!(
+            fix.starts_with("sysctl -w net.ipv4.conf.all.arp_ignore=1"),
+            "{fix}"
+        );
+        assert!(fix.contains("/etc/sysctl.d/"), "{fix}");
+        assert_eq!(
+            (rows[2].name.as_str(), rows[2].status),
+            ("arp-flux:eth2", Status::Pass)
+        );
+        // Without nftables: the guard row warns and the finding says it is not covered.
+        let err = Err(crate::net::ArpGuardError::Setup {
+            command: "add table arp vipd".into(),
+            detail: "nft not found".into(),
+        });
+        let rows = check_arp_flux(&targets, &findings, &err);
+        assert_eq!(rows[0].status, Status::Warn);
+        assert!(
+            rows[0].detail.contains("nft not found"),
+            "{}",
+            rows[0].detail
+        );
+        assert!(
+            rows[1].detail.contains("guard is off"),
+            "{}",
+            rows[1].detail
+        );
+        // Warnings do not fail preflight.
+        assert!(!Report { checks: rows }.failed());
     }
 
     #[test]

@@ -109,6 +109,11 @@ pub struct HolderConfig {
     /// does; per-Service holders check only while leading or while one of their gates is
     /// closed (to notice it can open again), which keeps hundreds of them cheap.
     pub check_following: bool,
+    /// The ARP flux guard (S36) the holder pins its IPv4 VIPs to their interface with, from
+    /// the moment the interface is resolved (before the address is ever added) until the
+    /// VIP leaves the set or the holder ends. Default: [`crate::net::NoopArpGuard`] (no
+    /// pins). IPv6 needs none (see [`crate::net::nft`]).
+    pub arp_guard: Arc<dyn crate::net::ArpGuard>,
 }
 
 impl HolderConfig {
@@ -128,6 +133,7 @@ impl HolderConfig {
             probe_window: DEFAULT_PROBE_WINDOW,
             conflict_monitor: None,
             check_following: true,
+            arp_guard: Arc::new(crate::net::NoopArpGuard::default()),
         })
     }
 }
@@ -347,6 +353,8 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     conflicts: Option<watch::Sender<Conflicts>>,
     /// When the current term's lease was last renewed, `None` while not leading.
     renewed_at: Option<Instant>,
+    /// IPv4 VIPs pinned to their interface against ARP flux (S36).
+    arp: crate::net::ArpPins,
 }
 
 impl<K: Kernel, A: Announcer> VipHolder<K, A> {
@@ -362,6 +370,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     ) -> Self {
         let (claims_tx, claims_rx) = mpsc::unbounded_channel();
         let monitor = cfg.conflict_monitor.clone();
+        let arp = crate::net::ArpPins::new(cfg.arp_guard.clone());
         VipHolder {
             kernel,
             announcer,
@@ -382,6 +391,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             claims_rx: Some(claims_rx),
             conflicts: None,
             renewed_at: None,
+            arp,
         }
     }
 
@@ -439,13 +449,16 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 _ = shutdown.cancelled() => {
                     if Box::pin(self.drop_all()).await {
                         let _ = leadership.dropped.send(term);
+                        Box::pin(self.arp.release(&self.name)).await;
                     }
                     return;
                 }
                 changed = leadership.state.changed() => {
                     if changed.is_err() {
                         // Elector gone: hold nothing.
-                        Box::pin(self.drop_all()).await;
+                        if Box::pin(self.drop_all()).await {
+                            Box::pin(self.arp.release(&self.name)).await;
+                        }
                         shutdown.cancelled().await;
                         return;
                     }
@@ -807,6 +820,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 }
             }
         }
+        // Pin before any address is added (S36: no window with two ARP responders).
+        let (want, configured) = self.arp_pins_wanted();
+        self.arp.sync(&self.name, &want, &configured).await;
         if !missing.is_empty() {
             error!(holder = %self.name, problems = ?missing, "cannot place VIPs; not campaigning until this is fixed");
         }
@@ -822,6 +838,21 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             }
             Err(e) => warn!(holder = %self.name, error = %e, "cannot list addresses"),
         }
+    }
+
+    /// `(IPv4 VIP, resolved interface name)` pairs, and every configured IPv4 VIP.
+    fn arp_pins_wanted(&self) -> (Vec<(std::net::Ipv4Addr, String)>, Vec<std::net::Ipv4Addr>) {
+        let mut want = Vec::new();
+        let mut configured = Vec::new();
+        for (i, s) in self.vips.iter().enumerate() {
+            if let IpAddr::V4(v4) = s.vip.addr {
+                configured.push(v4);
+                if let Some(l) = self.links.get(&i) {
+                    want.push((v4, l.name.clone()));
+                }
+            }
+        }
+        (want, configured)
     }
 
     /// The VIPs to carry while leading, with their interface: those whose interface is

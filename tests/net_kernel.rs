@@ -556,3 +556,88 @@ fn unsolicited_na_is_seen_by_the_peer() {
         assert_eq!(opts[0].data, v0.mac.to_vec());
     });
 }
+
+/// `nft -j list table arp vipd` in this thread's namespace, as JSON (`None`: no table).
+fn vipd_table() -> Option<serde_json::Value> {
+    assert_private_netns();
+    let out = Command::new("nft")
+        .args(["-j", "list", "table", "arp", "vipd"])
+        .output()
+        .expect("run nft");
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).expect("nft json"))
+}
+
+/// Elements of set `name` in the table JSON, as text.
+fn set_elems(table: &serde_json::Value, name: &str) -> Vec<String> {
+    table["nftables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o.get("set"))
+        .filter(|s| s["name"] == name)
+        .flat_map(|s| s["elem"].as_array().cloned().unwrap_or_default())
+        .map(|e| e.to_string())
+        .collect()
+}
+
+/// S36: the nftables ARP guard creates `table arp vipd` (replacing a stale one), pins are
+/// reference-counted set elements, and close removes the table. Needs the `nft` binary.
+#[test]
+fn arp_guard_table_pins_refcounts_and_close() {
+    use vipd::net::{ArpGuard, NftArpGuard};
+    lab("192.0.2.11/24", || async {
+        // A stale table from an earlier run, with a stale pin.
+        let stale = Command::new("nft")
+            .args(["-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write;
+                c.stdin.take().unwrap().write_all(
+                    b"table arp vipd { set vips { type ipv4_addr; elements = { 192.0.2.99 }; }; }\n",
+                )?;
+                c.wait()
+            })
+            .expect("nft");
+        assert!(stale.success());
+        let g = NftArpGuard::start("nft").await.expect("start the guard");
+        let t = vipd_table().expect("table exists");
+        assert!(
+            set_elems(&t, "vips").is_empty(),
+            "stale table replaced: {t}"
+        );
+        let vip: std::net::Ipv4Addr = "192.0.2.10".parse().unwrap();
+        g.pin(vip, "v0").await.unwrap();
+        g.pin(vip, "v0").await.unwrap();
+        let t = vipd_table().unwrap();
+        assert_eq!(set_elems(&t, "vips"), vec![r#""192.0.2.10""#]);
+        assert_eq!(
+            set_elems(&t, "pinned"),
+            vec![r#"{"concat":["192.0.2.10","v0"]}"#]
+        );
+        g.unpin(vip, "v0").await.unwrap();
+        assert_eq!(
+            set_elems(&vipd_table().unwrap(), "vips").len(),
+            1,
+            "one pin left"
+        );
+        g.unpin(vip, "v0").await.unwrap();
+        let t = vipd_table().unwrap();
+        assert!(
+            set_elems(&t, "vips").is_empty() && set_elems(&t, "pinned").is_empty(),
+            "{t}"
+        );
+        // Unpinning again is harmless; an invalid name is refused before nft runs.
+        g.unpin(vip, "v0").await.unwrap();
+        assert!(g.pin(vip, "no such/if").await.is_err());
+        g.pin(vip, "v0").await.unwrap();
+        g.close().await.unwrap();
+        assert!(vipd_table().is_none(), "table removed at close");
+        // Closing twice is fine (the manager's exit after a failed start).
+        g.close().await.unwrap();
+        NftArpGuard::check("nft").await.expect("nft --check");
+        assert!(vipd_table().is_none(), "--check changes nothing");
+    });
+}

@@ -20,10 +20,12 @@ use std::future::Future;
 use std::net::IpAddr;
 
 mod arp;
+pub mod arpflux;
 mod cache;
 pub mod conflict;
 mod iface;
 mod netlink;
+pub mod nft;
 
 pub use arp::{RawAnnouncer, garp_frame, unsolicited_na_frame};
 pub use cache::CachedKernel;
@@ -31,6 +33,7 @@ pub use iface::{DefaultRoute, choose_interface_from};
 pub use netlink::{
     NetlinkKernel, RawAddr, TagMode, decode_addr_flags, detect_tag_mode, label_for, tag_for,
 };
+pub use nft::{ArpGuard, ArpGuardError, ArpPins, NftArpGuard, NoopArpGuard, start_arp_guard};
 
 /// `IFA_PROTO` value (an address "protocol", kernel >= 5.18, `ip address show proto`) that
 /// vipd tags its addresses with: `0x76` (ASCII `v`).

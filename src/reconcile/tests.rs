@@ -733,3 +733,129 @@ async fn losing_the_lease_ends_watches_and_clears_conflicts() {
         "no probing while not leading"
     );
 }
+
+/// Records pins with whether the kernel had the VIP at that moment.
+struct RecordingGuard {
+    kernel: Arc<FakeKernel>,
+    events: Mutex<Vec<(String, bool)>>,
+}
+
+impl RecordingGuard {
+    fn record(&self, what: &str, vip: std::net::Ipv4Addr, ifname: &str) {
+        let present = self.kernel.has(Vip::host(IpAddr::V4(vip)));
+        self.events
+            .lock()
+            .unwrap()
+            .push((format!("{what} {vip} {ifname}"), present));
+    }
+    fn events(&self) -> Vec<(String, bool)> {
+        self.events.lock().unwrap().clone()
+    }
+}
+
+impl std::fmt::Debug for RecordingGuard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RecordingGuard")
+    }
+}
+
+impl crate::net::ArpGuard for RecordingGuard {
+    fn pin<'a>(
+        &'a self,
+        vip: std::net::Ipv4Addr,
+        ifname: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<(), crate::net::ArpGuardError>> {
+        self.record("pin", vip, ifname);
+        Box::pin(async { Ok(()) })
+    }
+    fn unpin<'a>(
+        &'a self,
+        vip: std::net::Ipv4Addr,
+        ifname: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<(), crate::net::ArpGuardError>> {
+        self.record("unpin", vip, ifname);
+        Box::pin(async { Ok(()) })
+    }
+    fn active(&self) -> bool {
+        true
+    }
+    fn close(&self) -> futures::future::BoxFuture<'_, Result<(), crate::net::ArpGuardError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// S36: IPv4 VIPs are pinned to their interface before the address is added, unpinned
+/// after it is removed (VIP set edited, holder shut down); IPv6 VIPs are never pinned.
+#[tokio::test(start_paused = true)]
+async fn arp_pins_come_before_the_address_and_go_after_it() {
+    let kernel = FakeKernel::with_eth0();
+    let guard = Arc::new(RecordingGuard {
+        kernel: kernel.clone(),
+        events: Mutex::new(Vec::new()),
+    });
+    let (state, state_rx) = watch::channel(LeaderState::Following { holder: None });
+    let (dropped_tx, _dropped) = watch::channel(0u64);
+    let v120 = Vip::host("192.0.2.120".parse().unwrap());
+    let v121 = Vip::host("192.0.2.121".parse().unwrap());
+    let v6 = Vip::host("2001:db8::120".parse().unwrap());
+    let spec = |v: Vip| VipSpec {
+        vip: v,
+        interface: Some("eth0".into()),
+    };
+    let (set_tx, set_rx) = watch::channel(vec![spec(v120), spec(v6)]);
+    let cfg = HolderConfig {
+        arp_guard: guard.clone(),
+        ..HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap()
+    };
+    let holder = VipHolder::new(
+        "svc",
+        kernel.clone(),
+        Arc::new(FakeAnnouncer::default()),
+        vec![],
+        cfg,
+        Gates::default(),
+    )
+    .with_updates(set_rx);
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(holder.run(
+        Leadership {
+            state: state_rx,
+            dropped: dropped_tx,
+        },
+        shutdown.clone(),
+    ));
+    settle().await;
+    let pin120 = ("pin 192.0.2.120 eth0".to_string(), false);
+    assert_eq!(
+        guard.events(),
+        vec![pin120.clone()],
+        "pinned while following"
+    );
+    state.send_replace(LeaderState::Leading {
+        term: 1,
+        renewed_at: Instant::now(),
+        clean: true,
+    });
+    settle().await;
+    assert!(kernel.has(v120));
+    assert_eq!(guard.events().len(), 1, "no second pin on acquire");
+    set_tx.send_replace(vec![spec(v121)]);
+    settle().await;
+    assert!(kernel.has(v121) && !kernel.has(v120));
+    assert_eq!(
+        guard.events(),
+        vec![
+            pin120.clone(),
+            ("pin 192.0.2.121 eth0".to_string(), false),
+            ("unpin 192.0.2.120 eth0".to_string(), false),
+        ]
+    );
+    shutdown.cancel();
+    task.await.unwrap();
+    assert_eq!(
+        guard.events().last(),
+        Some(&("unpin 192.0.2.121 eth0".to_string(), false)),
+        "unpinned after the address is gone"
+    );
+    assert_eq!(guard.events().len(), 4);
+}

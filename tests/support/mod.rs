@@ -33,6 +33,18 @@ pub const T531: Timings = ("5", "3", "1");
 /// Starts `vipd manager` in control-plane mode on `node` with kube-vip environment
 /// variables, plus `extra` (which override).
 pub fn start_vipd(lab: &Lab, node: &str, t: Timings, extra: &[(&str, &str)]) -> LabProcess {
+    spawn_vipd(lab, node, &["manager"], t, extra)
+}
+
+/// Starts `vipd ARGS...` (e.g. `preflight`) on `node` with the environment of
+/// [`start_vipd`].
+pub fn spawn_vipd(
+    lab: &Lab,
+    node: &str,
+    args: &[&str],
+    t: Timings,
+    extra: &[(&str, &str)],
+) -> LabProcess {
     let kubeconfig = lab.kubeconfig(node).expect("kubeconfig");
     let kubeconfig = kubeconfig.to_string_lossy().into_owned();
     let mut env: Vec<(&str, &str)> = vec![
@@ -54,7 +66,7 @@ pub fn start_vipd(lab: &Lab, node: &str, t: Timings, extra: &[(&str, &str)]) -> 
         env.retain(|(ek, _)| ek != k);
         env.push((k, v));
     }
-    lab.spawn(node, env!("CARGO_BIN_EXE_vipd"), &["manager"], &env)
+    lab.spawn(node, env!("CARGO_BIN_EXE_vipd"), args, &env)
         .expect("spawn vipd")
 }
 

@@ -1005,6 +1005,28 @@ impl Lab {
         ip(&["-n", &lan, "link", "set", &port, "master", "br0"]).map(drop)
     }
 
+    /// Gives `node` a second interface `ifname` on the lab segment (S36): a veth whose
+    /// switch end `v-<node>-<ifname>` joins the bridge, with `cidr` (e.g. `192.0.2.111/24`)
+    /// on it, up. Created from `lan` with the peer moved straight into `node`, like eth0;
+    /// it goes with the namespaces. Returns its MAC.
+    ///
+    /// # Errors
+    /// [`LabError::UnknownNamespace`], [`LabError::Command`] (e.g. the name is taken or
+    /// longer than 15 bytes) or [`LabError::Parse`].
+    pub fn add_interface(&self, node: &str, ifname: &str, cidr: &str) -> Result<MacAddr> {
+        let (lan, port) = self.port(node)?;
+        let port = format!("{port}-{ifname}");
+        let full = self.ns_name(node)?;
+        ip(&[
+            "-n", &lan, "link", "add", &port, "type", "veth", "peer", "name", ifname, "netns",
+            &full,
+        ])?;
+        ip(&["-n", &lan, "link", "set", &port, "master", "br0", "up"])?;
+        ip(&["-n", &full, "addr", "add", cidr, "dev", ifname])?;
+        ip(&["-n", &full, "link", "set", ifname, "up"])?;
+        self.mac_of_if(node, ifname)
+    }
+
     /// Addresses on `ifname` in namespace `ns`, from `ip -j addr show dev IFNAME`.
     ///
     /// # Errors
@@ -1020,8 +1042,16 @@ impl Lab {
     /// # Errors
     /// [`LabError::Command`] or [`LabError::Parse`].
     pub fn mac_of(&self, ns: &str) -> Result<MacAddr> {
+        self.mac_of_if(ns, ETH)
+    }
+
+    /// MAC address of interface `ifname` in `ns`.
+    ///
+    /// # Errors
+    /// [`LabError::Command`] or [`LabError::Parse`].
+    pub fn mac_of_if(&self, ns: &str, ifname: &str) -> Result<MacAddr> {
         let full = self.ns_name(ns)?;
-        let out = ip(&["-n", &full, "-j", "link", "show", "dev", ETH])?;
+        let out = ip(&["-n", &full, "-j", "link", "show", "dev", ifname])?;
         let v: serde_json::Value =
             serde_json::from_slice(&out.stdout).map_err(|e| LabError::Parse {
                 what: "ip -j link output".into(),
