@@ -156,6 +156,31 @@ fn longest_gap(report: &WatchReport) -> Duration {
         .unwrap_or_default()
 }
 
+/// The timestamp (RFC 3339, UTC, fixed width: comparable as text) of the first line of
+/// `p`'s log containing every one of `needles`; waits up to 5 s for it to be written.
+fn log_time(p: &LabProcess, needles: &[&str]) -> String {
+    let line = wait_for(
+        &format!("{}: a log line with {needles:?}", p.name()),
+        Duration::from_secs(5),
+        || {
+            p.log()
+                .lines()
+                .find(|l| needles.iter().all(|n| l.contains(n)))
+                .map(str::to_string)
+        },
+    );
+    let ts = line
+        .split_whitespace()
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    assert!(
+        ts.len() == "2026-01-01T00:00:00.000000Z".len() && ts.ends_with('Z'),
+        "unexpected timestamp {ts:?} in {line:?}"
+    );
+    ts
+}
+
 /// What [`governance_move`] saw.
 struct Outcome {
     old_holder: String,
@@ -267,6 +292,28 @@ fn governance_move(test: &str, variant: Variant, freeze: bool) -> Option<Outcome
             "two MACs answered for {SHARED}: {:?}",
             report.multi_responder_intervals()
         );
+    }
+    if !freeze {
+        // Causally, not by timing: the new lease's holder added the address only after the
+        // old holder released its lease (which it does once its VIPs are confirmed gone).
+        let released = log_time(
+            &procs[i],
+            &["lease released", &format!("lease={}/{}", old.ns, old.lease)],
+        );
+        let j = NODES
+            .iter()
+            .position(|n| *n == new_holder)
+            .expect("new holder is a lab node");
+        let added = log_time(
+            &procs[j],
+            &["VIP added", &format!("holder={}/{}", new.ns, new.lease)],
+        );
+        if added < released {
+            dump(&procs.iter().collect::<Vec<_>>());
+            panic!(
+                "{new_holder} added {SHARED} at {added}, before {h} released the old lease at {released}"
+            );
+        }
     }
     // The older Service's lease serves nobody: it goes (S17), also when its holder froze.
     wait_for("older Service's lease deleted", limit, || {
