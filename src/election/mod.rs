@@ -256,6 +256,12 @@ pub struct ElectionEnd {
     pub released: bool,
     /// The lease as last seen (after the release, when there was one).
     pub observed: Option<Observed>,
+    /// When `observed` was last seen to change, on this node's monotonic clock (expiry of a
+    /// held lease is judged from here, see [`record::standing`]).
+    pub observed_at: Instant,
+    /// Set when the lease was deleted while another node held it: that node may carry the
+    /// VIPs until this instant (see the elector's rule for creating it again).
+    pub absent_until: Option<Instant>,
 }
 
 /// Leader election for one Lease and one identity.
@@ -349,7 +355,12 @@ impl<C: LeaseClient> Elector<C> {
                         released = Box::pin(self.step_down(&mut st, true, SHUTTING_DOWN)).await;
                     }
                     info!(%lease, "leader election stopped");
-                    return ElectionEnd { released, observed: st.observed };
+                    return ElectionEnd {
+                        released,
+                        observed: st.observed,
+                        observed_at: st.observed_at,
+                        absent_until: st.absent_until,
+                    };
                 }
                 ev = watch.next() => {
                     match ev {

@@ -7,11 +7,14 @@
 //!   filter).
 //! * [`endpoints`]: ready local endpoints (externalTrafficPolicy Local).
 //! * [`desired`]: the plan (pure).
+//! * [`governance`]: governance moves between leases: who may bind a moved address when
+//!   (S34).
 //! * [`status`]: status / annotation / Event writer.
 //! * [`runtime`]: the watches and the per-Lease group tasks.
 
 pub mod desired;
 pub mod endpoints;
+pub mod governance;
 pub mod model;
 pub mod runtime;
 pub mod status;

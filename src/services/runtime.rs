@@ -6,6 +6,10 @@
 //! Service and node, S03), and stopped (VIPs dropped, lease released) when the group goes or
 //! the node should no longer campaign; when its Services are gone, the node that released
 //! the lease also deletes it (S17).
+//!
+//! Governance moves (S34): when an address moves to another lease, the previous lease
+//! retires on every node and the address is held back from other leases until its handover
+//! is done (see [`super::governance`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
@@ -28,11 +32,12 @@ use super::endpoints::{
     SERVICE_NAME_LABEL, endpointslice_v1_served, ready_local_endpoint_from_endpoints,
     ready_local_endpoint_from_slices,
 };
+use super::governance::{self, Handover, LeaseView};
 use super::model::{self, PortProto, Selection, ServiceInfo, ServiceKey};
 use super::status::{EventKind, KubeStatusWriter, ServiceEvent, StatusWriter, desired_ingress};
 use crate::config::Config;
 use crate::election::kube::{KubeLeaseClient, LeaseHub};
-use crate::election::{Elector, Gates, LeaderState, Timing};
+use crate::election::{ElectionEnd, Elector, Gates, LeaderState, LeaseClient, Timing};
 use crate::metrics::Metrics;
 use crate::net::conflict::fmt_mac;
 use crate::net::{Announcer, Kernel};
@@ -55,7 +60,28 @@ struct GroupHandle {
     /// Set before `stop` when the group's Services are gone: delete the lease after
     /// releasing it.
     delete_lease: Arc<std::sync::atomic::AtomicBool>,
-    join: JoinHandle<()>,
+    /// The group's election end (`None` if the task panicked).
+    join: JoinHandle<Option<ElectionEnd>>,
+}
+
+/// Governance moves (S34, see [`super::governance`]).
+struct Governance {
+    /// The governing lease of every address in the last plan.
+    prev: BTreeMap<IpAddr, LeaseRef>,
+    /// Retiring leases whose handover is not done yet.
+    retiring: BTreeMap<LeaseRef, Retirement>,
+    /// Woken when a retirement's handover is done (the plan is applied again at once).
+    settled: Arc<Notify>,
+    /// Addresses held back per lease, as last logged.
+    held_back: BTreeMap<LeaseRef, BTreeSet<IpAddr>>,
+}
+
+/// One retiring lease, followed by a task until its handover is done.
+struct Retirement {
+    /// Addresses held back from every other lease meanwhile.
+    addrs: BTreeSet<IpAddr>,
+    done: Arc<std::sync::atomic::AtomicBool>,
+    stop: CancellationToken,
 }
 
 /// Everything the group tasks share.
@@ -201,17 +227,27 @@ pub async fn run<K: Kernel, A: Announcer>(
     }
 
     let mut groups: BTreeMap<LeaseRef, GroupHandle> = BTreeMap::new();
+    let mut gov = Governance {
+        prev: BTreeMap::new(),
+        retiring: BTreeMap::new(),
+        settled: Arc::new(Notify::new()),
+        held_back: BTreeMap::new(),
+    };
     let mut reported: HashSet<String> = HashSet::new();
     let mut cleared: HashSet<String> = HashSet::new();
     let mut namespaces_counted: BTreeMap<String, usize> = BTreeMap::new();
     let mut write_rate_warned: Option<usize> = None;
     loop {
-        tokio::select! {
+        let settle = tokio::select! {
             _ = shutdown.cancelled() => break,
-            _ = changed.notified() => {}
+            _ = changed.notified() => true,
+            // A handover finished: held-back addresses may be bound now, without delay.
+            _ = gov.settled.notified() => false,
+        };
+        if settle {
+            // Let a burst of events settle into one recomputation.
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        // Let a burst of events settle into one recomputation.
-        tokio::time::sleep(Duration::from_millis(20)).await;
         let services = svc_store.state();
         let local = endpoints.local_ready(&cfg.node_name);
         let node_addrs = node_addresses(&node_store.state());
@@ -234,9 +270,12 @@ pub async fn run<K: Kernel, A: Announcer>(
         write_rate_warned = warn_lease_write_rate(&plan, shared.timing, write_rate_warned);
         report(&shared, &plan, notes, &mut reported).await;
         clear_stale(&shared, &plan, &services, &mut cleared).await;
-        reconcile_groups(&shared, &plan, &candidates, &mut groups).await;
+        reconcile_groups(&shared, &plan, &candidates, &mut groups, &mut gov).await;
     }
     info!(groups = groups.len(), "Services: stopping");
+    for r in gov.retiring.values() {
+        r.stop.cancel();
+    }
     let stops: Vec<_> = groups
         .into_values()
         .map(|g| {
@@ -681,18 +720,34 @@ async fn reconcile_groups<K: Kernel, A: Announcer>(
     plan: &Plan,
     candidates: &[Candidate],
     groups: &mut BTreeMap<LeaseRef, GroupHandle>,
+    gov: &mut Governance,
 ) {
-    // Stop groups that are gone or that this node should not campaign for.
-    let stale: Vec<LeaseRef> = groups
-        .keys()
-        .filter(|l| plan.groups.get(*l).is_none_or(|g| !g.campaign))
-        .cloned()
+    gov.retiring
+        .retain(|_, r| !r.done.load(std::sync::atomic::Ordering::SeqCst));
+    let running: BTreeSet<LeaseRef> = groups.keys().cloned().collect();
+    // Groups that are gone, that this node should not campaign for, or whose lease
+    // retires (S34).
+    let changes = governance::changes(&gov.prev, plan, &running);
+    gov.prev = governance::governors(plan);
+    // Subscribe to every retiring lease before its group stops, so that no change (the
+    // holder's release) falls between what the elector saw and what the retirement sees.
+    let mut retiring: Vec<(LeaseRef, BTreeSet<IpAddr>, KubeLeaseClient, _)> = changes
+        .retire
+        .into_iter()
+        .map(|(lease, addrs)| {
+            let client =
+                KubeLeaseClient::new(shared.lease_client.clone(), &lease.namespace, &lease.name)
+                    .with_hub(shared.hub.clone());
+            let events = client.watch();
+            (lease, addrs, client, events)
+        })
         .collect();
     // Leases that still govern an address somewhere (whether or not this node campaigns).
     // Any other lease serves nobody: its Service was deleted, changed type or class, or
     // lost its addresses (S17, S18, S32: no lease for a Service that is not announced).
     let in_use: BTreeSet<&LeaseRef> = plan.groups.keys().collect();
-    for lease in stale {
+    let mut ends: BTreeMap<LeaseRef, ElectionEnd> = BTreeMap::new();
+    for lease in changes.stop {
         if let Some(g) = groups.remove(&lease) {
             // The lease serves no Service any more: whoever releases it also deletes it.
             let owner_gone = shared.per_service && !in_use.contains(&lease);
@@ -700,20 +755,46 @@ async fn reconcile_groups<K: Kernel, A: Announcer>(
                 .store(owner_gone, std::sync::atomic::Ordering::SeqCst);
             info!(%lease, delete = owner_gone, "Services: stopping election");
             g.stop.cancel();
-            let _ = g.join.await;
+            if let Ok(Some(end)) = g.join.await {
+                ends.insert(lease, end);
+            }
         }
     }
+    for (lease, addrs, client, events) in retiring.drain(..) {
+        let view = ends
+            .get(&lease)
+            .map(LeaseView::from_end)
+            .unwrap_or_else(|| LeaseView::unknown(tokio::time::Instant::now()));
+        if handover_done(&view) {
+            debug!(%lease, "retiring lease released or gone: its addresses may move at once");
+            continue;
+        }
+        start_retirement(shared, gov, lease, addrs, client, events, view);
+    }
+    let retiring: BTreeMap<LeaseRef, BTreeSet<IpAddr>> = gov
+        .retiring
+        .iter()
+        .map(|(l, r)| (l.clone(), r.addrs.clone()))
+        .collect();
+    let running: BTreeSet<LeaseRef> = groups.keys().cloned().collect();
+    let admission = governance::admit(plan, &running, &retiring);
+    for (lease, addrs) in &admission.held_back {
+        if gov.held_back.get(lease) != Some(addrs) {
+            info!(%lease, addresses = ?addrs, "Services: not binding these addresses until the lease that governed them before is released or expires");
+        }
+    }
+    gov.held_back = admission.held_back.clone();
     // Ports per Service, from the planner's input (no second pass over the Services).
     let ports: BTreeMap<&ServiceKey, &[PortProto]> = candidates
         .iter()
         .map(|c| (&c.key, c.ports.as_slice()))
         .collect();
-    for (lease, group) in &plan.groups {
-        if !group.campaign {
+    for (lease, vips) in admission.run {
+        let Some(group) = plan.groups.get(&lease) else {
             continue;
-        }
+        };
         let spec = GroupSpec {
-            vips: group.vips.clone(),
+            vips,
             services: group
                 .services
                 .iter()
@@ -724,7 +805,7 @@ async fn reconcile_groups<K: Kernel, A: Announcer>(
                 })
                 .collect(),
         };
-        match groups.get(lease) {
+        match groups.get(&lease) {
             Some(g) => {
                 g.spec.send_if_modified(|cur| {
                     if *cur != spec {
@@ -761,14 +842,14 @@ async fn reconcile_groups<K: Kernel, A: Announcer>(
     }
 }
 
-/// One Lease: election, VIP holder, status writing.
+/// One Lease: election, VIP holder, status writing. Returns how the election ended.
 async fn group_task<K: Kernel, A: Announcer>(
     shared: Arc<Shared<K, A>>,
     lease: LeaseRef,
     mut spec: watch::Receiver<GroupSpec>,
     stop: CancellationToken,
     delete_lease: Arc<std::sync::atomic::AtomicBool>,
-) {
+) -> Option<ElectionEnd> {
     let gates = Gates::default();
     let client = KubeLeaseClient::new(shared.lease_client.clone(), &lease.namespace, &lease.name)
         .with_hub(shared.hub.clone());
@@ -845,10 +926,14 @@ async fn group_task<K: Kernel, A: Announcer>(
     for v in &current.vips {
         shared.metrics.forget_vip(v.vip.addr);
     }
+    // Deleted by the node that released it, or that still holds it after stepping down
+    // without a release (e.g. it was frozen past its renew deadline): the VIP holder has
+    // stopped, and other nodes judge a lease deleted while held as held for one more lease
+    // duration. The write is conditional: a lease someone else wrote since is kept.
     if delete_lease.load(std::sync::atomic::Ordering::SeqCst)
-        && let Some(end) = end
-        && end.released
-        && let Some(obs) = end.observed
+        && let Some(end) = &end
+        && let Some(obs) = &end.observed
+        && (end.released || obs.record.holder == shared.node)
     {
         match Box::pin(client.delete(&obs.resource_version)).await {
             Ok(true) => info!(%lease, "lease deleted"),
@@ -856,6 +941,49 @@ async fn group_task<K: Kernel, A: Announcer>(
             Err(e) => warn!(%lease, error = %e, "deleting the lease failed"),
         }
     }
+    end
+}
+
+/// Whether a retiring lease's handover is already done by what its elector saw (released,
+/// or absent and seen so).
+fn handover_done(view: &LeaseView) -> bool {
+    governance::handover(None, view, tokio::time::Instant::now()) == Handover::Done
+}
+
+/// Starts following a retiring lease (see [`governance::follow`]); its addresses are held
+/// back from other leases until it is done. A lease already retiring is followed again
+/// from `view`, with the union of the addresses.
+fn start_retirement<K: Kernel, A: Announcer>(
+    shared: &Arc<Shared<K, A>>,
+    gov: &mut Governance,
+    lease: LeaseRef,
+    mut addrs: BTreeSet<IpAddr>,
+    client: KubeLeaseClient,
+    events: futures::stream::BoxStream<'static, crate::election::LeaseEvent>,
+    view: LeaseView,
+) {
+    if let Some(old) = gov.retiring.remove(&lease) {
+        old.stop.cancel();
+        addrs.extend(old.addrs);
+    }
+    debug!(%lease, addresses = ?addrs, holder = ?view.observed.as_ref().map(|o| o.record.holder.as_str()), "Services: retiring lease; other leases wait for its release or expiry before binding its addresses");
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = CancellationToken::new();
+    let (d, st, settled, timing, l) = (
+        done.clone(),
+        stop.clone(),
+        gov.settled.clone(),
+        shared.timing,
+        lease.clone(),
+    );
+    tokio::spawn(async move {
+        if governance::follow(client, events, view, timing, st).await {
+            debug!(lease = %l, "Services: retiring lease released, deleted or expired");
+            d.store(true, std::sync::atomic::Ordering::SeqCst);
+            settled.notify_one();
+        }
+    });
+    gov.retiring.insert(lease, Retirement { addrs, done, stop });
 }
 
 /// Posts an `AddressInUse` Warning Event on every Service of the group that uses an address

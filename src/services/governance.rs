@@ -1,0 +1,349 @@
+//! Governance moves between Service leases (scenario S34 in `shared/cases/scenarios.md`).
+//!
+//! An address shared by several Services is governed by the lease of the oldest of them
+//! ([`super::desired`]). When that changes (the governing Service is deleted, changes
+//! address, type or class, or an older Service starts using the address), the address moves
+//! to another lease, whose holder may be another node. The rule:
+//!
+//! **A new governing lease's holder never binds an address while the previous governing
+//! lease's holder may still answer for it.** The previous governing lease *retires* on every
+//! node; the address stays held back from every other lease until the retiring lease is
+//!
+//! * released (vipd releases only after its VIP holder confirmed the VIPs gone), or deleted
+//!   after it was seen released,
+//! * expired: the last observed change plus its `leaseDurationSeconds`, on this node's
+//!   monotonic clock (a frozen holder's kernel fence removed the address before that), or
+//!   absent since longer than that after being deleted while held (the elector's
+//!   `absent_until` rule),
+//! * or taken in a new term (another holder, or a new acquisition: the term that held the
+//!   address ended in one of the two ways above).
+//!
+//! A lease that lost an address to another lease but still governs other addresses is
+//! restarted on every node (its holder drops its VIPs and releases it, then campaigns
+//! again), so that its holder gives the release signal; a lease whose Services are all gone
+//! simply stops (released and deleted by its holder, S17). An address that a lease merely
+//! drops (no other lease takes it in the same step) is not held back later.
+//!
+//! The decisions are pure ([`changes`], [`admit`], [`handover`]); [`follow`] runs one
+//! retirement against a [`LeaseClient`].
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use tokio::time::{Instant, sleep_until, timeout};
+use tokio_util::sync::CancellationToken;
+use tracing::debug;
+
+use super::desired::{LeaseRef, Plan};
+use crate::election::record::{self, LeaseRecord, Observed, Standing};
+use crate::election::{ElectionEnd, LeaseClient, LeaseEvent, Timing};
+use crate::reconcile::VipSpec;
+
+/// Every governed address and the lease that governs it in `plan`.
+pub fn governors(plan: &Plan) -> BTreeMap<IpAddr, LeaseRef> {
+    plan.groups
+        .iter()
+        .flat_map(|(lease, g)| g.vips.iter().map(move |v| (v.vip.addr, lease.clone())))
+        .collect()
+}
+
+/// What changes between two plans for this node's group tasks.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Changes {
+    /// Running groups to stop: gone from the plan, not campaigned for by this node, or
+    /// retiring (they lost an address to another lease; started again by [`admit`] when
+    /// they still govern other addresses).
+    pub stop: BTreeSet<LeaseRef>,
+    /// Leases that stop governing addresses, with those addresses: every other lease is
+    /// held back from them until the retiring lease's handover is done ([`handover`]).
+    pub retire: BTreeMap<LeaseRef, BTreeSet<IpAddr>>,
+}
+
+/// Compares the previous governors (`prev`, from [`governors`] of the last plan) with
+/// `plan`, given the groups this node runs (`running`). A lease retires with an address
+/// when the address is governed by another lease now, and with every address it governed
+/// when it governs nothing now (so that an address re-used soon after its Service was
+/// deleted waits as well).
+pub fn changes(
+    prev: &BTreeMap<IpAddr, LeaseRef>,
+    plan: &Plan,
+    running: &BTreeSet<LeaseRef>,
+) -> Changes {
+    let now = governors(plan);
+    let mut out = Changes::default();
+    for (addr, old) in prev {
+        let moved = match now.get(addr) {
+            Some(new) => new != old,
+            None => !plan.groups.contains_key(old),
+        };
+        if moved {
+            out.retire.entry(old.clone()).or_default().insert(*addr);
+        }
+    }
+    for lease in running {
+        let keep =
+            plan.groups.get(lease).is_some_and(|g| g.campaign) && !out.retire.contains_key(lease);
+        if !keep {
+            out.stop.insert(lease.clone());
+        }
+    }
+    out
+}
+
+/// Which groups run, with which VIPs.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Admission {
+    /// Groups to start or update, with the VIPs they may bind now.
+    pub run: BTreeMap<LeaseRef, Vec<VipSpec>>,
+    /// Groups with addresses held back by another lease's unfinished handover, with those
+    /// addresses. A group that is not running and has every address held back is not
+    /// started (it is in `held_back` and not in `run`).
+    pub held_back: BTreeMap<LeaseRef, BTreeSet<IpAddr>>,
+}
+
+/// Decides, for every group of `plan` this node campaigns for, the VIPs it may bind:
+/// its own minus those of other leases in `retiring` (lease -> addresses whose handover is
+/// not done). A lease's own retirement never holds back its own group (the lease itself
+/// guarantees one holder).
+pub fn admit(
+    plan: &Plan,
+    running: &BTreeSet<LeaseRef>,
+    retiring: &BTreeMap<LeaseRef, BTreeSet<IpAddr>>,
+) -> Admission {
+    let mut out = Admission::default();
+    for (lease, g) in &plan.groups {
+        if !g.campaign {
+            continue;
+        }
+        let blocked: BTreeSet<IpAddr> = retiring
+            .iter()
+            .filter(|(l, _)| *l != lease)
+            .flat_map(|(_, addrs)| addrs.iter().copied())
+            .filter(|a| g.vips.iter().any(|v| v.vip.addr == *a))
+            .collect();
+        let vips: Vec<VipSpec> = g
+            .vips
+            .iter()
+            .filter(|v| !blocked.contains(&v.vip.addr))
+            .cloned()
+            .collect();
+        let wait = vips.is_empty() && !g.vips.is_empty() && !running.contains(lease);
+        if !blocked.is_empty() {
+            out.held_back.insert(lease.clone(), blocked);
+        }
+        if !wait {
+            out.run.insert(lease.clone(), vips);
+        }
+    }
+    out
+}
+
+/// What a node last knew of a retiring lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseView {
+    /// Whether anything was read yet (`false` for a lease this node never followed).
+    pub known: bool,
+    /// The lease as last seen; `None` = absent.
+    pub observed: Option<Observed>,
+    /// When `observed` last changed, on this node's monotonic clock.
+    pub observed_at: Instant,
+    /// After a deletion of a held lease: its holder may answer until this instant.
+    pub absent_until: Option<Instant>,
+}
+
+impl LeaseView {
+    /// Nothing known yet.
+    pub fn unknown(now: Instant) -> Self {
+        LeaseView {
+            known: false,
+            observed: None,
+            observed_at: now,
+            absent_until: None,
+        }
+    }
+
+    /// What this node's elector knew when it stopped. An elector that saw no lease is no
+    /// evidence of absence (it may never have read it, e.g. while a gate was closed): the
+    /// view is then unknown unless the elector saw the lease deleted while held.
+    pub fn from_end(end: &ElectionEnd) -> Self {
+        LeaseView {
+            known: end.observed.is_some() || end.absent_until.is_some(),
+            observed: end.observed.clone(),
+            observed_at: end.observed_at,
+            absent_until: end.absent_until,
+        }
+    }
+
+    /// Records a read or a watch change: a newer (or different) record resets
+    /// `observed_at`; an older or equal one is ignored; `None` is a deletion.
+    pub fn seen(&mut self, obs: Option<Observed>, now: Instant) {
+        self.known = true;
+        let Some(obs) = obs else {
+            self.deleted(now);
+            return;
+        };
+        if let Some(cur) = &self.observed
+            && (cur.is_newer_than(&obs) || *cur == obs)
+        {
+            return;
+        }
+        self.observed = Some(obs);
+        self.observed_at = now;
+        self.absent_until = None;
+    }
+
+    /// Records a deletion. Deleted while held: whoever held it may still answer for one
+    /// lease duration from now (the twin of the elector's `absent_until`; here the holder
+    /// may also be this node, whose VIP holder may not have confirmed the drop).
+    pub fn deleted(&mut self, now: Instant) {
+        self.known = true;
+        if let Some(last) = self.observed.take() {
+            if last.record.is_held() {
+                self.absent_until = Some(now + lease_duration(&last.record));
+            }
+            self.observed_at = now;
+        }
+    }
+}
+
+fn lease_duration(rec: &LeaseRecord) -> Duration {
+    Duration::from_secs(u64::try_from(rec.lease_duration_secs.max(0)).unwrap_or(0))
+}
+
+/// Whether `now` is a later term than `from`: another holder, or the same holder after a
+/// new acquisition (client-go keeps `acquireTime` and `leaseTransitions` only while the
+/// holder renews).
+fn new_term(from: &LeaseRecord, now: &LeaseRecord) -> bool {
+    from.holder != now.holder
+        || from.acquire_time != now.acquire_time
+        || from.transitions != now.transitions
+}
+
+/// Where the handover of a retiring lease stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handover {
+    /// Its holder can no longer answer for the addresses: other leases may bind them.
+    Done,
+    /// Not before this instant, unless the lease changes first.
+    NotBefore(Instant),
+    /// Nothing is known of the lease yet (read it first).
+    Unknown,
+}
+
+/// Judges a retiring lease (see module docs). `from`: the held record seen when the
+/// retirement started (after subscribing to changes), if any; `view`: the lease as last
+/// seen. Expiry is the elector's rule ([`record::standing`]), judged as a bystander: a
+/// lease held by this node counts like anyone's.
+pub fn handover(from: Option<&LeaseRecord>, view: &LeaseView, now: Instant) -> Handover {
+    if !view.known {
+        return Handover::Unknown;
+    }
+    if let (Some(from), Some(obs)) = (from, &view.observed)
+        && from.is_held()
+        && obs.record.is_held()
+        && new_term(from, &obs.record)
+    {
+        return Handover::Done;
+    }
+    // No identity is empty, so every held lease is somebody else's here.
+    match record::standing(view.observed.as_ref(), view.observed_at, now, "") {
+        Standing::Absent => match view.absent_until {
+            Some(t) if t > now => Handover::NotBefore(t),
+            _ => Handover::Done,
+        },
+        Standing::Free => Handover::Done,
+        Standing::HeldByOther { expires_at, .. } => Handover::NotBefore(expires_at),
+        Standing::Ours => Handover::NotBefore(
+            view.observed_at
+                + view
+                    .observed
+                    .as_ref()
+                    .map(|o| lease_duration(&o.record))
+                    .unwrap_or_default(),
+        ),
+    }
+}
+
+/// Follows a retiring lease until its handover is [`Handover::Done`] (returns `true`) or
+/// `stop` is cancelled (returns `false`). `events`: the lease's changes, subscribed before
+/// the elector that gave `view` stopped (so no change falls between the two); the lease is
+/// also read once at the start (the elector may have dropped a change it had not handled
+/// yet when it stopped) and again after every watch error. Failed reads are retried every
+/// retry period of `timing`, each bounded by its call timeout.
+pub async fn follow<C: LeaseClient>(
+    client: C,
+    mut events: BoxStream<'static, LeaseEvent>,
+    mut view: LeaseView,
+    timing: Timing,
+    stop: CancellationToken,
+) -> bool {
+    let lease = client.describe();
+    let mut from: Option<LeaseRecord> = None;
+    let mut read_at = Some(Instant::now());
+    loop {
+        let now = Instant::now();
+        if read_at.is_some_and(|t| t <= now) {
+            match timeout(timing.call_timeout(), client.get()).await {
+                Ok(Ok(obs)) => {
+                    view.seen(obs, Instant::now());
+                    read_at = None;
+                }
+                Ok(Err(e)) => {
+                    debug!(%lease, error = %e, "retiring lease: read failed; retrying");
+                    read_at = Some(Instant::now() + timing.retry_period);
+                }
+                Err(_) => {
+                    debug!(%lease, "retiring lease: read timed out; retrying");
+                    read_at = Some(Instant::now() + timing.retry_period);
+                }
+            }
+            if read_at.is_none() && from.is_none() {
+                from = held(&view);
+            }
+        }
+        let now = Instant::now();
+        let wake = match handover(from.as_ref(), &view, now) {
+            Handover::Done => return true,
+            Handover::NotBefore(t) => t,
+            Handover::Unknown => now + Duration::from_secs(3600),
+        };
+        let wake = read_at.map_or(wake, |r| r.min(wake));
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return false,
+            ev = events.next() => {
+                let now = Instant::now();
+                match ev {
+                    Some(LeaseEvent::Changed(obs)) => {
+                        view.seen(Some(obs), now);
+                        if from.is_none() {
+                            from = held(&view);
+                        }
+                    }
+                    Some(LeaseEvent::Deleted) => view.deleted(now),
+                    Some(LeaseEvent::Error(_)) => {
+                        read_at.get_or_insert(now);
+                    }
+                    None => {
+                        events = client.watch();
+                        read_at = Some(now);
+                    }
+                }
+            }
+            _ = sleep_until(wake) => {}
+        }
+    }
+}
+
+fn held(view: &LeaseView) -> Option<LeaseRecord> {
+    view.observed
+        .as_ref()
+        .filter(|o| o.record.is_held())
+        .map(|o| o.record.clone())
+}
+
+#[cfg(test)]
+mod tests;
