@@ -9,7 +9,6 @@ mod support;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use serde_json::json;
 use support::*;
 use xtask::lab::{Lab, LabOptions, LabProcess, MacAddr, WatchReport};
 
@@ -31,32 +30,6 @@ fn has_event(lab: &Lab, ns: &str, name: &str, reason: &str, contains: &str) -> b
     events_in(lab, ns, name)
         .iter()
         .any(|(t, r, note)| t == "Warning" && r == reason && note.contains(contains))
-}
-
-/// Events (events.k8s.io/v1) about Service `ns/name`, as (type, reason, note).
-fn events_in(lab: &Lab, ns: &str, name: &str) -> Vec<(String, String, String)> {
-    let resp = lab
-        .api_request(
-            "GET",
-            &format!("/apis/events.k8s.io/v1/namespaces/{ns}/events"),
-            None,
-        )
-        .expect("events");
-    let v: serde_json::Value = serde_json::from_str(&resp.body).unwrap_or_default();
-    v["items"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default()
-        .iter()
-        .filter(|e| e["regarding"]["name"] == name)
-        .map(|e| {
-            (
-                e["type"].as_str().unwrap_or_default().to_string(),
-                e["reason"].as_str().unwrap_or_default().to_string(),
-                e["note"].as_str().unwrap_or_default().to_string(),
-            )
-        })
-        .collect()
 }
 
 /// S33 (input: a host outside the cluster, or a node's secondary address that is in no Node
@@ -159,31 +132,6 @@ fn s33_foreign_address_never_bound_and_taken_once_free() {
         log.contains("address conflict"),
         "the conflict is logged:\n{log}"
     );
-}
-
-fn create_namespace(lab: &Lab, ns: &str) {
-    let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
-    let resp = lab
-        .api_request("POST", "/api/v1/namespaces", Some(&body.to_string()))
-        .expect("create namespace");
-    assert!(
-        resp.status == 201 || resp.status == 409,
-        "namespace: {}",
-        resp.body
-    );
-}
-
-fn create_service_in(lab: &Lab, ns: &str, svc: &serde_json::Value) {
-    let mut svc = svc.clone();
-    svc["metadata"]["namespace"] = json!(ns);
-    let resp = lab
-        .api_request(
-            "POST",
-            &format!("/api/v1/namespaces/{ns}/services"),
-            Some(&svc.to_string()),
-        )
-        .expect("create service");
-    assert_eq!(resp.status, 201, "create service: {}", resp.body);
 }
 
 /// S33 (input: misconfigured nodes): node-a watches only namespace ns1, node-b only ns2, and

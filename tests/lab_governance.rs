@@ -75,50 +75,16 @@ impl Variant {
     }
 }
 
-fn create_namespace(lab: &Lab, ns: &str) {
-    if ns == "default" {
-        return;
-    }
-    let body = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
-    let resp = lab
-        .api_request("POST", "/api/v1/namespaces", Some(&body.to_string()))
-        .expect("create namespace");
-    assert!(
-        resp.status == 201 || resp.status == 409,
-        "namespace {ns}: {}",
-        resp.body
-    );
-}
-
 fn create(lab: &Lab, s: &Svc, shared_lease_name: bool) {
     let mut svc = service_json(s.name, Some(SHARED), None, &[(s.port, "TCP")], false);
-    svc["metadata"]["namespace"] = json!(s.ns);
     if shared_lease_name {
         svc["metadata"]["annotations"]["kube-vip.io/leaseName"] = json!(s.lease);
     }
-    let resp = lab
-        .api_request(
-            "POST",
-            &format!("/api/v1/namespaces/{}/services", s.ns),
-            Some(&svc.to_string()),
-        )
-        .expect("create service");
-    assert_eq!(resp.status, 201, "create service: {}", resp.body);
+    create_service_in(lab, s.ns, &svc);
 }
 
 fn delete(lab: &Lab, s: &Svc) {
-    let resp = lab
-        .api_request(
-            "DELETE",
-            &format!("/api/v1/namespaces/{}/services/{}", s.ns, s.name),
-            None,
-        )
-        .expect("delete service");
-    assert!(
-        resp.status == 200 || resp.status == 202,
-        "delete: {}",
-        resp.body
-    );
+    delete_service_in(lab, s.ns, s.name);
 }
 
 fn ingress(lab: &Lab, s: &Svc) -> Vec<String> {

@@ -183,11 +183,7 @@ pub fn claim_in_frame(frame: &[u8]) -> Option<Claim> {
             match icmp.get_icmpv6_type() {
                 Icmpv6Types::NeighborAdvert => {
                     let na = NeighborAdvertPacket::new(ip6.payload())?;
-                    let mac = na
-                        .get_options()
-                        .iter()
-                        .find(|o| o.option_type == NdpOptionTypes::TargetLLAddr)
-                        .and_then(|o| <[u8; 6]>::try_from(o.data.get(..6)?).ok())
+                    let mac = ll_option(&na.get_options(), NdpOptionTypes::TargetLLAddr)
                         .unwrap_or(eth_src);
                     Some(Claim {
                         addr: IpAddr::V6(na.get_target_addr()),
@@ -205,11 +201,7 @@ pub fn claim_in_frame(frame: &[u8]) -> Option<Claim> {
                             probing: true,
                         })
                     } else {
-                        let mac = ns
-                            .get_options()
-                            .iter()
-                            .find(|o| o.option_type == NdpOptionTypes::SourceLLAddr)
-                            .and_then(|o| <[u8; 6]>::try_from(o.data.get(..6)?).ok())
+                        let mac = ll_option(&ns.get_options(), NdpOptionTypes::SourceLLAddr)
                             .unwrap_or(eth_src);
                         Some(Claim {
                             addr: IpAddr::V6(src),
@@ -223,6 +215,18 @@ pub fn claim_in_frame(frame: &[u8]) -> Option<Claim> {
         }
         _ => None,
     }
+}
+
+/// The Ethernet address in the first link-layer address option of `kind` (RFC 4861 §4.6.1:
+/// source or target), if any.
+fn ll_option(
+    options: &[pnet::packet::icmpv6::ndp::NdpOption],
+    kind: pnet::packet::icmpv6::ndp::NdpOptionType,
+) -> Option<[u8; 6]> {
+    options
+        .iter()
+        .find(|o| o.option_type == kind)
+        .and_then(|o| <[u8; 6]>::try_from(o.data.get(..6)?).ok())
 }
 
 /// A MAC address as `aa:bb:cc:dd:ee:ff`, for logs and Events.

@@ -188,22 +188,51 @@ pub fn service_json(
 
 /// Creates a Service in `default` through the admin API.
 pub fn create_service(lab: &Lab, svc: &serde_json::Value) {
+    create_service_in(lab, "default", svc);
+}
+
+/// Creates `svc` in namespace `ns` (its `metadata.namespace` is set to `ns`).
+pub fn create_service_in(lab: &Lab, ns: &str, svc: &serde_json::Value) {
+    let mut svc = svc.clone();
+    svc["metadata"]["namespace"] = serde_json::json!(ns);
     let resp = lab
         .api_request(
             "POST",
-            "/api/v1/namespaces/default/services",
+            &format!("/api/v1/namespaces/{ns}/services"),
             Some(&svc.to_string()),
         )
         .expect("create service");
     assert_eq!(resp.status, 201, "create service: {}", resp.body);
 }
 
+/// Creates namespace `ns` (already there is fine; `default` always is).
+pub fn create_namespace(lab: &Lab, ns: &str) {
+    if ns == "default" {
+        return;
+    }
+    let body =
+        serde_json::json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
+    let resp = lab
+        .api_request("POST", "/api/v1/namespaces", Some(&body.to_string()))
+        .expect("create namespace");
+    assert!(
+        resp.status == 201 || resp.status == 409,
+        "namespace {ns}: {}",
+        resp.body
+    );
+}
+
 /// Deletes Service `default/name`.
 pub fn delete_service(lab: &Lab, name: &str) {
+    delete_service_in(lab, "default", name);
+}
+
+/// Deletes Service `ns/name`.
+pub fn delete_service_in(lab: &Lab, ns: &str, name: &str) {
     let resp = lab
         .api_request(
             "DELETE",
-            &format!("/api/v1/namespaces/default/services/{name}"),
+            &format!("/api/v1/namespaces/{ns}/services/{name}"),
             None,
         )
         .expect("delete service");
@@ -293,13 +322,18 @@ pub fn set_endpoints(lab: &Lab, name: &str, nodes: &[&str]) {
     );
 }
 
-/// Events (core v1 and events.k8s.io/v1) about `default/name`, as (type, reason, message).
+/// Events (events.k8s.io/v1) about `default/name`, as (type, reason, message).
 pub fn events_for(lab: &Lab, name: &str) -> Vec<(String, String, String)> {
+    events_in(lab, "default", name)
+}
+
+/// Events (events.k8s.io/v1) about `ns/name`, as (type, reason, message).
+pub fn events_in(lab: &Lab, ns: &str, name: &str) -> Vec<(String, String, String)> {
     let mut out = Vec::new();
     let resp = lab
         .api_request(
             "GET",
-            "/apis/events.k8s.io/v1/namespaces/default/events",
+            &format!("/apis/events.k8s.io/v1/namespaces/{ns}/events"),
             None,
         )
         .expect("events");
