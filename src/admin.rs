@@ -1,13 +1,15 @@
 //! The admin HTTP endpoint on `prometheus_server` (kube-vip's `--prometheusHTTPServer`,
 //! default `:2112`): `/metrics` (OpenMetrics text, [`crate::metrics`]), `/healthz` (200
 //! while the process serves requests: the liveness probe) and `/readyz` (200 only when the
-//! configuration is valid, the API server is reachable and the election runs: the readiness
-//! probe; 503 with the missing conditions otherwise). HTTP/1.1 over plain TCP (hyper).
+//! configuration is valid, the API server is reachable, the election runs and no other
+//! process writes a lease under this node's identity: the readiness probe; 503 with the
+//! missing conditions otherwise). HTTP/1.1 over plain TCP (hyper).
 
+use std::collections::BTreeSet;
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -53,7 +55,13 @@ struct ReadinessInner {
     config_valid: AtomicBool,
     api_reachable: AtomicBool,
     election_running: AtomicBool,
+    /// Leases (`namespace/name`) that another process writes under this node's identity.
+    duplicate_identity: Mutex<BTreeSet<String>>,
 }
+
+/// Name of the readiness condition that fails while another process writes a lease under
+/// this node's identity (see [`crate::election::DuplicateIdentity`]).
+pub const DUPLICATE_IDENTITY: &str = "duplicate-identity";
 
 impl Readiness {
     /// All conditions false.
@@ -72,8 +80,30 @@ impl Readiness {
     pub fn set_election_running(&self, v: bool) {
         self.0.election_running.store(v, Ordering::Relaxed);
     }
-    /// The conditions that are not met, by name (`config`, `api`, `election`); empty =
-    /// ready.
+    /// Marks (`true`) or clears lease `lease` (`namespace/name`) as written under this
+    /// node's identity by another process.
+    pub fn set_duplicate_identity(&self, lease: &str, duplicate: bool) {
+        let mut set = self
+            .0
+            .duplicate_identity
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if duplicate {
+            set.insert(lease.to_string());
+        } else {
+            set.remove(lease);
+        }
+    }
+    /// Leases another process writes under this node's identity, sorted.
+    pub fn duplicate_identity_leases(&self) -> Vec<String> {
+        self.0
+            .duplicate_identity
+            .lock()
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+    /// The conditions that are not met, by name (`config`, `api`, `election`,
+    /// [`DUPLICATE_IDENTITY`]); empty = ready.
     pub fn missing(&self) -> Vec<&'static str> {
         let mut m = Vec::new();
         if !self.0.config_valid.load(Ordering::Relaxed) {
@@ -85,7 +115,37 @@ impl Readiness {
         if !self.0.election_running.load(Ordering::Relaxed) {
             m.push("election");
         }
+        if !self.duplicate_identity_leases().is_empty() {
+            m.push(DUPLICATE_IDENTITY);
+        }
         m
+    }
+    /// The `/readyz` body: `ok`, or the missing conditions, with the leases of a duplicate
+    /// identity named.
+    pub fn report(&self) -> String {
+        let missing = self.missing();
+        if missing.is_empty() {
+            return "ok\n".into();
+        }
+        let mut body = format!("not ready: {}\n", missing.join(", "));
+        let leases = self.duplicate_identity_leases();
+        if !leases.is_empty() {
+            const SHOWN: usize = 10;
+            let more = leases.len().saturating_sub(SHOWN);
+            let mut list = leases
+                .into_iter()
+                .take(SHOWN)
+                .collect::<Vec<_>>()
+                .join(", ");
+            if more > 0 {
+                list.push_str(&format!(" and {more} more"));
+            }
+            body.push_str(&format!(
+                "{DUPLICATE_IDENTITY}: another process writes lease(s) {list} under this \
+                 node's identity; node names (vip_nodename) must be unique\n"
+            ));
+        }
+        body
     }
     /// Whether every condition holds.
     pub fn is_ready(&self) -> bool {
@@ -179,15 +239,12 @@ pub fn respond(path: &str, metrics: &Metrics, readiness: &Readiness) -> Response
         }
         "/healthz" | "/livez" => text(StatusCode::OK, "ok\n".into()),
         "/readyz" => {
-            let missing = readiness.missing();
-            if missing.is_empty() {
-                text(StatusCode::OK, "ok\n".into())
+            let status = if readiness.is_ready() {
+                StatusCode::OK
             } else {
-                text(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("not ready: {}\n", missing.join(", ")),
-                )
-            }
+                StatusCode::SERVICE_UNAVAILABLE
+            };
+            text(status, readiness.report())
         }
         _ => text(StatusCode::NOT_FOUND, "not found\n".into()),
     }
@@ -298,6 +355,20 @@ mod tests {
         assert_eq!(get(a, "/readyz").await.0, 200);
         ready.set_api_reachable(false);
         assert_eq!(get(a, "/readyz").await.0, 503);
+        ready.set_api_reachable(true);
+        ready.set_duplicate_identity("kube-system/plndr-cp-lock", true);
+        let (st, _, body) = get(a, "/readyz").await;
+        assert_eq!(st, 503);
+        assert!(
+            body.starts_with("not ready: duplicate-identity\n"),
+            "{body}"
+        );
+        assert!(
+            body.contains("kube-system/plndr-cp-lock") && body.contains("must be unique"),
+            "{body}"
+        );
+        ready.set_duplicate_identity("kube-system/plndr-cp-lock", false);
+        assert_eq!(get(a, "/readyz").await.0, 200);
 
         metrics.set_leading("plndr-cp-lock", true);
         let (st, head, body) = get(a, "/metrics").await;

@@ -9,6 +9,7 @@ pub mod admin;
 pub mod config;
 pub mod controlplane;
 pub mod election;
+pub mod identity;
 pub mod kubeclient;
 pub mod manager;
 pub mod manifest;

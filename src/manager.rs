@@ -148,6 +148,15 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         let leases = KubeLeaseClient::new(client.clone(), &cfg.lease.namespace, &cfg.lease.name);
         let (elector, leadership) = Elector::new(leases, cfg.node_name.clone(), timing, &gates);
         let elector = elector.with_metrics(metrics.clone());
+        // S35: another process renewing this lease under our node name fails /readyz and
+        // posts a Warning Event about the Lease (the elector logs and counts it).
+        tokio::spawn(crate::identity::follow(
+            elector.duplicate_identity(),
+            crate::services::model::ServiceKey::new(&cfg.lease.namespace, &cfg.lease.name),
+            readiness.clone(),
+            crate::services::status::KubeStatusWriter::new(client.clone(), &cfg.node_name),
+            shutdown.clone(),
+        ));
         let vips = control_plane_vips(&cfg);
         info!(
             vips = ?vips.iter().map(|s| s.vip.to_string()).collect::<Vec<_>>(),
@@ -201,6 +210,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
             Arc::new(RawAnnouncer),
             svc_holder_cfg,
             metrics.clone(),
+            readiness.clone(),
             stop.clone(),
         ));
         services = Some((stop, task));

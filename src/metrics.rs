@@ -17,6 +17,7 @@
 //! | `vipd_lease_renew_duration_seconds` | histogram | `lease_name` | latency of successful renewals, seconds |
 //! | `vipd_lease_renew_failures_total` | counter | `lease_name` | failed renew attempts |
 //! | `vipd_failovers_total` | counter | `lease_name` | times this node took over a lease another node held |
+//! | `vipd_duplicate_identity_total` | counter | `lease_name` | writes under this node's identity made by another process (duplicate node name) |
 //! | `vipd_garp_sent_total` | counter | `vip` | gratuitous ARPs / unsolicited NAs sent |
 //! | `vipd_vips_held` | gauge | | VIPs this node carries right now |
 //! | `vipd_vip_conflicts_total` | counter | `vip` | times another host was found answering for a VIP this node leads (RFC 5227 conflict): the VIP was not bound, or was removed |
@@ -78,6 +79,7 @@ struct Inner {
     renew: HistogramFamily,
     renew_failures: Family<LeaseLabels, Counter>,
     failovers: Family<LeaseLabels, Counter>,
+    duplicate_identity: Family<LeaseLabels, Counter>,
     garp: Family<VipLabels, Counter>,
     vips_held: Gauge,
     conflicts: Family<VipLabels, Counter>,
@@ -106,6 +108,7 @@ impl Metrics {
         let renew: HistogramFamily = Family::new_with_constructor(renew_histogram);
         let renew_failures = Family::<LeaseLabels, Counter>::default();
         let failovers = Family::<LeaseLabels, Counter>::default();
+        let duplicate_identity = Family::<LeaseLabels, Counter>::default();
         let garp = Family::<VipLabels, Counter>::default();
         let vips_held = Gauge::default();
         let conflicts = Family::<VipLabels, Counter>::default();
@@ -145,6 +148,12 @@ impl Metrics {
             failovers.clone(),
         );
         registry.register(
+            "vipd_duplicate_identity",
+            "Writes to the lease under this node's identity made by another process \
+             (two nodes with the same node name)",
+            duplicate_identity.clone(),
+        );
+        registry.register(
             "vipd_garp_sent",
             "Gratuitous ARPs / unsolicited neighbour advertisements sent",
             garp.clone(),
@@ -175,6 +184,7 @@ impl Metrics {
             renew,
             renew_failures,
             failovers,
+            duplicate_identity,
             garp,
             vips_held,
             conflicts,
@@ -224,6 +234,14 @@ impl Metrics {
         self.0.failovers.get_or_create(&Self::lease(lease)).inc();
     }
 
+    /// Counts one write to `lease` under this node's identity by another process.
+    pub fn duplicate_identity(&self, lease: &str) {
+        self.0
+            .duplicate_identity
+            .get_or_create(&Self::lease(lease))
+            .inc();
+    }
+
     /// Counts one gratuitous ARP / unsolicited NA for `vip` (an address, e.g. `192.0.2.10`).
     pub fn garp_sent(&self, vip: impl std::fmt::Display) {
         self.0
@@ -235,7 +253,7 @@ impl Metrics {
     }
 
     /// Removes every series of `lease` (leader gauge, transitions, renew latency and
-    /// failures, failovers), so that Services deleted over time do not leave series behind.
+    /// failures, failovers, duplicate-identity writes), so that Services deleted over time do not leave series behind.
     pub fn forget_lease(&self, lease: &str) {
         let l = Self::lease(lease);
         self.0.is_leader.remove(&LeaderLabels {
@@ -246,6 +264,7 @@ impl Metrics {
         self.0.renew.remove(&l);
         self.0.renew_failures.remove(&l);
         self.0.failovers.remove(&l);
+        self.0.duplicate_identity.remove(&l);
     }
 
     /// Counts one address conflict for `vip` (another host answers for it).
@@ -319,6 +338,7 @@ mod tests {
             m.renew_latency(lease, Duration::from_millis(20));
             m.renew_failure(lease);
             m.failover(lease);
+            m.duplicate_identity(lease);
         }
         m.garp_sent("192.0.2.10");
         m.garp_sent("192.0.2.11");
@@ -387,6 +407,7 @@ mod tests {
         m.renew_latency("l", Duration::from_millis(700));
         m.renew_failure("l");
         m.failover("l");
+        m.duplicate_identity("l");
         m.garp_sent("192.0.2.10");
         m.garp_sent(std::net::IpAddr::from([192, 0, 2, 10]));
         m.vips_held(2);
@@ -416,6 +437,10 @@ mod tests {
         assert_eq!(
             line(&t, "vipd_failovers_total{"),
             Some(r#"vipd_failovers_total{lease_name="l"} 1"#)
+        );
+        assert_eq!(
+            line(&t, "vipd_duplicate_identity_total{"),
+            Some(r#"vipd_duplicate_identity_total{lease_name="l"} 1"#)
         );
         assert_eq!(
             line(&t, "vipd_garp_sent_total{"),

@@ -10,6 +10,22 @@
 //!   acknowledgement does the elector release the lease (never two holders).
 //! * [`Gates`]: local conditions (link carrier, local API server health) that make a node
 //!   step down and stop campaigning until they are good again.
+//!
+//! # Duplicate identity (two processes with the same node name)
+//! A Lease that names our identity counts as ours only if this process wrote it
+//! ([`record::OwnWrites`]). One found at start (our own crashed predecessor, or another vipd
+//! running under the same `vip_nodename`) is treated as held by another node: taken once it
+//! expires under the usual rule (lease duration after it last changed), so a restart retakes
+//! its stale lease after at most one lease duration while a live twin keeps it. When such a
+//! record *changes* while we did not write it, another process is renewing under our
+//! identity: the elector logs an ERROR once, counts every such write
+//! (`vipd_duplicate_identity_total`), and publishes [`DuplicateIdentity`] on
+//! [`Elector::duplicate_identity`] (the manager fails `/readyz` and posts a Warning Event). A
+//! holder that sees such a write steps down at once without releasing the lease (the twin
+//! holds it) and campaigns again only after the lease expired. The condition clears as soon
+//! as the lease no longer shows another process's write under our identity: when this
+//! process acquires it after it expired, or when it is released, deleted or held by a
+//! different identity.
 
 pub mod kube;
 pub mod record;
@@ -21,13 +37,12 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
-use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
 use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
-pub use record::{LeaseRecord, Observed, Standing};
+pub use record::{LeaseRecord, Observed, OwnWrites, Standing};
 
 /// Errors of one Lease API call.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -130,6 +145,16 @@ impl Timing {
     pub fn max_backoff(&self) -> Duration {
         self.lease_duration.max(self.retry_period)
     }
+}
+
+/// Another process writes the lease under this elector's identity (two nodes configured
+/// with the same node name). Published by [`Elector::duplicate_identity`] while it lasts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DuplicateIdentity {
+    /// `namespace/name` of the Lease.
+    pub lease: String,
+    /// The identity both processes use (`vip_nodename`).
+    pub identity: String,
 }
 
 /// Leadership as published by the [`Elector`].
@@ -273,6 +298,7 @@ pub struct Elector<C: LeaseClient> {
     dropped_rx: watch::Receiver<u64>,
     gates: watch::Receiver<BTreeMap<String, bool>>,
     metrics: Option<crate::metrics::Metrics>,
+    duplicate_tx: watch::Sender<Option<DuplicateIdentity>>,
 }
 
 /// Mutable state of a running elector.
@@ -291,6 +317,15 @@ struct Run {
     /// we create it (that node may still carry the VIPs until its own watch or its kernel
     /// fence removes them).
     absent_until: Option<Instant>,
+    /// The writes this process made: a record naming our identity is ours only if it is
+    /// one of them.
+    own: OwnWrites,
+    /// Whether this process has read the lease (present or absent) from the server, or
+    /// written it: only a change after that proves a second process under our identity.
+    /// The first state seen may be our own predecessor's, and watch events that arrive
+    /// before the first read may be late ones of writes made before this process started
+    /// (a shared watch that lags), so they do not count.
+    ever_observed: bool,
 }
 
 impl<C: LeaseClient> Elector<C> {
@@ -308,6 +343,7 @@ impl<C: LeaseClient> Elector<C> {
                 dropped_rx,
                 gates: gates.subscribe(),
                 metrics: None,
+                duplicate_tx: watch::Sender::new(None),
             },
             Leadership {
                 state: state_rx,
@@ -321,6 +357,12 @@ impl<C: LeaseClient> Elector<C> {
     pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
         self.metrics = Some(metrics);
         self
+    }
+
+    /// The duplicate-identity condition of this lease (see the module docs): `Some` while
+    /// another process writes it under our identity. Subscribe before [`Elector::run`].
+    pub fn duplicate_identity(&self) -> watch::Receiver<Option<DuplicateIdentity>> {
+        self.duplicate_tx.subscribe()
     }
 
     /// Campaigns, leads and follows until `shutdown` is cancelled. On shutdown a holder
@@ -342,6 +384,8 @@ impl<C: LeaseClient> Elector<C> {
             watch_healthy: false,
             backoff: Backoff::new(self.timing.retry_period, self.timing.max_backoff()),
             absent_until: None,
+            own: OwnWrites::default(),
+            ever_observed: false,
         };
         loop {
             let now = Instant::now();
@@ -411,7 +455,13 @@ impl<C: LeaseClient> Elector<C> {
         if !st.known {
             return st.next_attempt;
         }
-        match record::standing(st.observed.as_ref(), st.observed_at, now, &self.identity) {
+        match record::standing(
+            st.observed.as_ref(),
+            st.observed_at,
+            now,
+            &self.identity,
+            &st.own,
+        ) {
             Standing::HeldByOther { expires_at, .. } => {
                 // Act exactly at expiry; re-read in between only as a fallback: every retry
                 // period while the watch fails, every HEALTHY_WATCH_POLL while it works
@@ -438,14 +488,20 @@ impl<C: LeaseClient> Elector<C> {
                     return;
                 }
                 debug!(%lease, holder = %obs.record.holder, rv = %obs.resource_version, "lease changed");
+                self.check_identity(st, Some(&obs));
                 st.absent_until = None;
-                let other = obs.record.is_held() && obs.record.holder != self.identity;
+                let other = record::held_by_another(&obs, &self.identity, &st.own);
+                let twin = record::foreign_under_identity(&obs, &self.identity, &st.own);
                 let released = !obs.record.is_held();
                 st.observed = Some(obs);
                 st.known = true;
                 st.observed_at = Instant::now();
                 if st.leading.is_some() && (other || released) {
-                    let why = if other {
+                    // Never released here: whoever wrote the lease holds it now.
+                    let why = if twin {
+                        "another process wrote the lease under this node's identity \
+                         (duplicate identity); not releasing it"
+                    } else if other {
                         "another holder was written into the lease"
                     } else {
                         "the lease was released by someone else"
@@ -460,9 +516,10 @@ impl<C: LeaseClient> Elector<C> {
             LeaseEvent::Deleted => {
                 st.watch_healthy = true;
                 let now = Instant::now();
+                self.check_identity(st, None);
                 if let Some(last) = st.observed.take() {
                     debug!(%lease, "lease deleted");
-                    if last.record.is_held() && last.record.holder != self.identity {
+                    if record::held_by_another(&last, &self.identity, &st.own) {
                         let secs =
                             u64::try_from(last.record.lease_duration_secs.max(0)).unwrap_or(0);
                         st.absent_until = Some(now + Duration::from_secs(secs));
@@ -502,7 +559,13 @@ impl<C: LeaseClient> Elector<C> {
             return;
         } else if st.known
             && matches!(
-                record::standing(st.observed.as_ref(), st.observed_at, now, &self.identity),
+                record::standing(
+                    st.observed.as_ref(),
+                    st.observed_at,
+                    now,
+                    &self.identity,
+                    &st.own
+                ),
                 Standing::HeldByOther { .. }
             )
         {
@@ -519,11 +582,13 @@ impl<C: LeaseClient> Elector<C> {
         if !st.known {
             match timed(&lease, "get", call_timeout, self.client.get()).await {
                 Ok(obs) => {
+                    self.check_identity(st, obs.as_ref());
                     if st.observed != obs {
                         st.observed_at = Instant::now();
                     }
                     st.observed = obs;
                     st.known = true;
+                    st.ever_observed = true;
                 }
                 Err(e) => {
                     self.on_failure(st, e);
@@ -532,7 +597,13 @@ impl<C: LeaseClient> Elector<C> {
             }
         }
         let now = Instant::now();
-        let standing = record::standing(st.observed.as_ref(), st.observed_at, now, &self.identity);
+        let standing = record::standing(
+            st.observed.as_ref(),
+            st.observed_at,
+            now,
+            &self.identity,
+            &st.own,
+        );
         let duration = record::duration_secs(self.timing.lease_duration);
         let mut call_started = Instant::now();
         let previous_holder = st
@@ -543,8 +614,15 @@ impl<C: LeaseClient> Elector<C> {
         let released_before = st.observed.as_ref().is_some_and(|o| !o.record.is_held());
         let result = match &standing {
             Standing::HeldByOther { holder, .. } => {
+                let under_our_name = *holder == self.identity;
                 if st.leading.is_some() {
-                    let why = format!("lease is held by {holder}");
+                    let why = if under_our_name {
+                        "the lease was written under this node's identity by another process \
+                         (duplicate identity)"
+                            .to_string()
+                    } else {
+                        format!("lease is held by {holder}")
+                    };
                     let _ = self.step_down(st, false, &why).await;
                 } else {
                     let changed = self.state_tx.send_if_modified(|s| {
@@ -558,7 +636,15 @@ impl<C: LeaseClient> Elector<C> {
                             false
                         }
                     });
-                    if changed {
+                    if changed && under_our_name {
+                        info!(
+                            %lease,
+                            %holder,
+                            "following: the lease names this node's identity but this process \
+                             did not write it (an earlier run of vipd on this node, or another \
+                             vipd with the same node name); taking it only once it expires"
+                        );
+                    } else if changed {
                         info!(%lease, %holder, "following");
                     }
                 }
@@ -570,14 +656,16 @@ impl<C: LeaseClient> Elector<C> {
                 return;
             }
             Standing::Absent => {
-                let rec = record::claim(None, &self.identity, duration, Timestamp::now());
-                timed(
+                let rec = record::claim(None, &self.identity, duration, record::now_micros());
+                st.own.attempted(&rec);
+                let r = timed(
                     &lease,
                     "create",
                     self.call_timeout(st),
                     self.client.create(&rec),
                 )
-                .await
+                .await;
+                (rec, r)
             }
             Standing::Ours | Standing::Free => {
                 call_started = Instant::now();
@@ -588,19 +676,25 @@ impl<C: LeaseClient> Elector<C> {
                     Some(&obs.record),
                     &self.identity,
                     duration,
-                    Timestamp::now(),
+                    record::now_micros(),
                 );
-                timed(
+                st.own.attempted(&rec);
+                let r = timed(
                     &lease,
                     "update",
                     self.call_timeout(st),
                     self.client.update(&rec, &obs.resource_version),
                 )
-                .await
+                .await;
+                (rec, r)
             }
         };
+        let (sent, result) = result;
         match result {
             Ok(obs) => {
+                st.own.succeeded(&sent, &obs);
+                self.check_identity(st, Some(&obs));
+                st.ever_observed = true;
                 let now = Instant::now();
                 st.absent_until = None;
                 st.observed = Some(obs);
@@ -699,7 +793,7 @@ impl<C: LeaseClient> Elector<C> {
         let holder = st
             .observed
             .as_ref()
-            .filter(|o| o.record.is_held() && o.record.holder != self.identity)
+            .filter(|o| record::held_by_another(o, &self.identity, &st.own))
             .map(|o| o.record.holder.clone());
         self.state_tx
             .send_replace(LeaderState::Following { holder });
@@ -717,10 +811,13 @@ impl<C: LeaseClient> Elector<C> {
         let Some(obs) = st.observed.clone() else {
             return false;
         };
-        if obs.record.holder != self.identity {
+        // Only a record this process wrote: one under our name written by another process
+        // (duplicate identity) is that process's lease.
+        if obs.record.holder != self.identity || !st.own.is_ours(&obs) {
             return false;
         }
-        let rec = record::release(&obs.record, Timestamp::now());
+        let rec = record::release(&obs.record, record::now_micros());
+        st.own.attempted(&rec);
         match timed(
             &lease,
             "update",
@@ -731,6 +828,7 @@ impl<C: LeaseClient> Elector<C> {
         {
             Ok(new) => {
                 info!(%lease, "lease released");
+                st.own.succeeded(&rec, &new);
                 st.observed = Some(new);
                 st.observed_at = Instant::now();
                 true
@@ -739,6 +837,66 @@ impl<C: LeaseClient> Elector<C> {
                 warn!(%lease, error = %e, "releasing the lease failed; it will expire");
                 st.known = false;
                 false
+            }
+        }
+    }
+}
+
+impl<C: LeaseClient> Elector<C> {
+    /// Judges a newly seen state of the lease, before `st.observed` is replaced by it. A
+    /// record under our identity that this process did not write, seen as a *change* (the
+    /// lease was seen before in another state), proves that another process writes under
+    /// our identity: counted each time, logged as an ERROR once per episode, published on
+    /// [`Elector::duplicate_identity`]. Any state that is not such a record (ours, released,
+    /// deleted, held by a different identity) ends the episode.
+    fn check_identity(&self, st: &Run, new: Option<&Observed>) {
+        let lease = self.client.describe();
+        match new {
+            Some(obs) if record::foreign_under_identity(obs, &self.identity, &st.own) => {
+                let changed =
+                    st.ever_observed && st.observed.as_ref().is_none_or(|p| p.record != obs.record);
+                if !changed {
+                    return;
+                }
+                if let Some(m) = &self.metrics {
+                    m.duplicate_identity(&lease);
+                }
+                let cond = DuplicateIdentity {
+                    lease: lease.clone(),
+                    identity: self.identity.clone(),
+                };
+                let first = self.duplicate_tx.send_if_modified(|c| {
+                    if c.is_none() {
+                        *c = Some(cond);
+                        true
+                    } else {
+                        false
+                    }
+                });
+                if first {
+                    error!(
+                        %lease,
+                        identity = %self.identity,
+                        rv = %obs.resource_version,
+                        "duplicate identity: another process writes lease {lease} under this \
+                         node's identity {}; node names (vip_nodename) must be unique. This \
+                         process does not hold the lease or its VIPs while the other one \
+                         renews it",
+                        self.identity
+                    );
+                } else {
+                    debug!(%lease, rv = %obs.resource_version, "another write under this node's identity");
+                }
+            }
+            _ => {
+                if self.duplicate_tx.send_if_modified(|c| c.take().is_some()) {
+                    info!(
+                        %lease,
+                        identity = %self.identity,
+                        "duplicate identity cleared: the lease no longer shows another \
+                         process's write under this node's identity"
+                    );
+                }
             }
         }
     }

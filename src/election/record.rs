@@ -4,7 +4,13 @@
 //! The record and the rules follow client-go's `tools/leaderelection` (`LeaderElectionRecord`,
 //! `tryAcquireOrRenew`, `ReleaseOnCancel`) so that vipd and kube-vip (which uses client-go)
 //! can share one Lease during a mixed roll-out.
+//!
+//! One rule goes beyond client-go: a Lease naming our identity is ours only if this process
+//! wrote it ([`OwnWrites`]). Another process running under the same identity (two nodes with
+//! the same `vip_nodename`) would otherwise let both hold the VIPs; a process that crashed
+//! and restarted finds its old lease "held by another" and takes it once it expires.
 
+use std::collections::VecDeque;
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -83,18 +89,95 @@ impl Observed {
     }
 }
 
+/// How many of this process's most recent writes [`OwnWrites`] remembers: enough for the
+/// writes whose watch events or re-reads can still be on their way (one per retry period).
+pub const OWN_WRITES_KEPT: usize = 8;
+
+/// The writes this process made to one Lease (or may have made: a write whose answer was
+/// lost to a timeout or a broken connection may still have been applied). A record that
+/// names our identity but is none of these was written by another process under our name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OwnWrites {
+    /// `(resourceVersion, record)`, oldest first; no version while the outcome is unknown.
+    recent: VecDeque<(Option<String>, LeaseRecord)>,
+}
+
+impl OwnWrites {
+    /// Notes a write about to be sent (outcome unknown until [`OwnWrites::succeeded`]).
+    pub fn attempted(&mut self, record: &LeaseRecord) {
+        self.recent.push_back((None, record.clone()));
+        while self.recent.len() > OWN_WRITES_KEPT {
+            self.recent.pop_front();
+        }
+    }
+
+    /// Notes that the write of `record` was stored as `stored`.
+    pub fn succeeded(&mut self, record: &LeaseRecord, stored: &Observed) {
+        match self
+            .recent
+            .iter_mut()
+            .rev()
+            .find(|(rv, r)| rv.is_none() && r == record)
+        {
+            Some(entry) => entry.0 = Some(stored.resource_version.clone()),
+            None => {
+                self.recent
+                    .push_back((Some(stored.resource_version.clone()), stored.record.clone()));
+                while self.recent.len() > OWN_WRITES_KEPT {
+                    self.recent.pop_front();
+                }
+            }
+        }
+    }
+
+    /// `true` when `obs` is one of our writes: its resourceVersion is one we got back, or
+    /// its record is one we sent (same holder and `renewTime` to the microsecond, which
+    /// also recognises a write whose answer was lost, and our write after somebody edited
+    /// only the Lease's metadata).
+    pub fn is_ours(&self, obs: &Observed) -> bool {
+        self.recent.iter().any(|(rv, rec)| {
+            rv.as_deref() == Some(obs.resource_version.as_str()) || same_write(rec, &obs.record)
+        })
+    }
+}
+
+fn same_write(a: &LeaseRecord, b: &LeaseRecord) -> bool {
+    let micros = |r: &LeaseRecord| r.renew_time.map(|t| t.as_microsecond());
+    a.holder == b.holder && micros(a).is_some() && micros(a) == micros(b)
+}
+
+/// `true` when `obs` names `identity` as holder but this process did not write it: another
+/// process under our identity (or our own predecessor, before a restart) wrote it.
+pub fn foreign_under_identity(obs: &Observed, identity: &str, own: &OwnWrites) -> bool {
+    obs.record.is_held() && obs.record.holder == identity && !own.is_ours(obs)
+}
+
+/// `true` when `obs` is held by anybody but this process (another identity, or another
+/// process under our identity).
+pub fn held_by_another(obs: &Observed, identity: &str, own: &OwnWrites) -> bool {
+    obs.record.is_held() && (obs.record.holder != identity || !own.is_ours(obs))
+}
+
+/// The current wall-clock time cut to whole microseconds, as a Lease's `MicroTime` stores
+/// it: what [`OwnWrites`] sent is then exactly what the server returns.
+pub fn now_micros() -> Timestamp {
+    let now = Timestamp::now();
+    Timestamp::from_microsecond(now.as_microsecond()).unwrap_or(now)
+}
+
 /// Where a candidate or holder stands with respect to the lease at a given instant.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Standing {
     /// No Lease object exists: create it with us as holder.
     Absent,
-    /// We hold it: renew.
+    /// We hold it (this process wrote the record): renew.
     Ours,
     /// Nobody holds it (released), or the holder let it expire: take it now.
     Free,
     /// Another node holds it and it is valid until `expires_at` (local monotonic clock).
+    /// This includes a record naming our own identity that this process did not write.
     HeldByOther {
-        /// The current holder's identity.
+        /// The current holder's identity (our own for a record we did not write).
         holder: String,
         /// When the lease expires unless it changes again before.
         expires_at: Instant,
@@ -105,11 +188,15 @@ pub enum Standing {
 /// the instant we last saw the record change (`observed_at`), plus the record's own
 /// `leaseDurationSeconds` (so a released lease, written with duration 1 s and no holder, is
 /// free at once). The holder's wall-clock `renewTime` is never compared with our clock.
+///
+/// A record naming `identity` is [`Standing::Ours`] only when `own` says this process wrote
+/// it; otherwise it is judged like any other holder's (taken once it expired).
 pub fn standing(
     observed: Option<&Observed>,
     observed_at: Instant,
     now: Instant,
     identity: &str,
+    own: &OwnWrites,
 ) -> Standing {
     let Some(obs) = observed else {
         return Standing::Absent;
@@ -118,7 +205,7 @@ pub fn standing(
     if !rec.is_held() {
         return Standing::Free;
     }
-    if rec.holder == identity {
+    if rec.holder == identity && own.is_ours(obs) {
         return Standing::Ours;
     }
     let duration = Duration::from_secs(u64::try_from(rec.lease_duration_secs.max(0)).unwrap_or(0));
@@ -204,27 +291,95 @@ mod tests {
         }
     }
 
+    fn none() -> OwnWrites {
+        OwnWrites::default()
+    }
+
     #[test]
     fn absent_lease_is_created() {
         let t = Instant::now();
-        assert_eq!(standing(None, t, t, "a"), Standing::Absent);
+        assert_eq!(standing(None, t, t, "a", &none()), Standing::Absent);
     }
 
     #[test]
     fn own_lease_is_renewed_even_when_old() {
         let t = Instant::now();
         let o = obs("a", 5, "1");
+        let mut own = none();
+        own.attempted(&o.record);
+        own.succeeded(&o.record, &o);
         assert_eq!(
-            standing(Some(&o), t, t + Duration::from_secs(60), "a"),
+            standing(Some(&o), t, t + Duration::from_secs(60), "a", &own),
             Standing::Ours
         );
+    }
+
+    #[test]
+    fn our_identity_written_by_another_process_is_held_until_it_expires() {
+        // Found at start (a restart, or a twin under the same name): not ours.
+        let t = Instant::now();
+        let o = obs("a", 5, "7");
+        assert_eq!(
+            standing(Some(&o), t, t + Duration::from_millis(4999), "a", &none()),
+            Standing::HeldByOther {
+                holder: "a".into(),
+                expires_at: t + Duration::from_secs(5)
+            }
+        );
+        assert_eq!(
+            standing(Some(&o), t, t + Duration::from_secs(5), "a", &none()),
+            Standing::Free
+        );
+        assert!(foreign_under_identity(&o, "a", &none()));
+        assert!(held_by_another(&o, "a", &none()));
+        assert!(!foreign_under_identity(&o, "b", &none()));
+        assert!(held_by_another(&o, "b", &none()));
+    }
+
+    #[test]
+    fn own_writes_are_recognised_by_version_or_by_record() {
+        let t0 = Timestamp::from_microsecond(1_000_000_123).unwrap();
+        let mine = claim(None, "a", 5, t0);
+        let mut own = none();
+        own.attempted(&mine);
+        // Answer lost (timeout), but the server stored it: recognised by its renewTime.
+        let stored = Observed {
+            record: mine.clone(),
+            resource_version: "9".into(),
+        };
+        assert!(own.is_ours(&stored));
+        // Somebody else's renewal under the same name: a different renewTime.
+        let t1 = Timestamp::from_microsecond(1_000_000_124).unwrap();
+        let twin = Observed {
+            record: claim(Some(&mine), "a", 5, t1),
+            resource_version: "10".into(),
+        };
+        assert!(!own.is_ours(&twin));
+        // A successful write is also known by its version (e.g. after a metadata-only
+        // edit the record is still ours; by version it is ours whatever the record).
+        own.succeeded(&mine, &stored);
+        assert!(own.is_ours(&Observed {
+            record: LeaseRecord::default(),
+            resource_version: "9".into(),
+        }));
+        // Only the most recent writes are kept.
+        for i in 0..OWN_WRITES_KEPT as i64 {
+            let r = claim(
+                None,
+                "a",
+                5,
+                Timestamp::from_microsecond(2_000_000_000 + i).unwrap(),
+            );
+            own.attempted(&r);
+        }
+        assert!(!own.is_ours(&stored));
     }
 
     #[test]
     fn released_lease_is_free_at_once() {
         let t = Instant::now();
         let o = obs("", 1, "1");
-        assert_eq!(standing(Some(&o), t, t, "b"), Standing::Free);
+        assert_eq!(standing(Some(&o), t, t, "b", &none()), Standing::Free);
     }
 
     #[test]
@@ -233,14 +388,14 @@ mod tests {
         let o = obs("a", 5, "1");
         let just_before = t + Duration::from_millis(4999);
         assert_eq!(
-            standing(Some(&o), t, just_before, "b"),
+            standing(Some(&o), t, just_before, "b", &none()),
             Standing::HeldByOther {
                 holder: "a".into(),
                 expires_at: t + Duration::from_secs(5)
             }
         );
         assert_eq!(
-            standing(Some(&o), t, t + Duration::from_secs(5), "b"),
+            standing(Some(&o), t, t + Duration::from_secs(5), "b", &none()),
             Standing::Free
         );
     }
@@ -253,7 +408,7 @@ mod tests {
         let mut o = obs("a", 5, "1");
         o.record.renew_time = Some(Timestamp::UNIX_EPOCH);
         assert!(matches!(
-            standing(Some(&o), t, t + Duration::from_secs(1), "b"),
+            standing(Some(&o), t, t + Duration::from_secs(1), "b", &none()),
             Standing::HeldByOther { .. }
         ));
     }
@@ -262,7 +417,7 @@ mod tests {
     fn negative_duration_is_treated_as_zero() {
         let t = Instant::now();
         let o = obs("a", -3, "1");
-        assert_eq!(standing(Some(&o), t, t, "b"), Standing::Free);
+        assert_eq!(standing(Some(&o), t, t, "b", &none()), Standing::Free);
     }
 
     #[test]

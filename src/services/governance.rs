@@ -249,7 +249,13 @@ pub fn handover(from: Option<&LeaseRecord>, view: &LeaseView, now: Instant) -> H
         return Handover::Done;
     }
     // No identity is empty, so every held lease is somebody else's here.
-    match record::standing(view.observed.as_ref(), view.observed_at, now, "") {
+    match record::standing(
+        view.observed.as_ref(),
+        view.observed_at,
+        now,
+        "",
+        &record::OwnWrites::default(),
+    ) {
         Standing::Absent => match view.absent_until {
             Some(t) if t > now => Handover::NotBefore(t),
             _ => Handover::Done,

@@ -35,6 +35,7 @@ use super::endpoints::{
 use super::governance::{self, Handover, LeaseView};
 use super::model::{self, PortProto, Selection, ServiceInfo, ServiceKey};
 use super::status::{EventKind, KubeStatusWriter, ServiceEvent, StatusWriter, desired_ingress};
+use crate::admin::Readiness;
 use crate::config::Config;
 use crate::election::kube::{KubeLeaseClient, LeaseHub};
 use crate::election::{ElectionEnd, Elector, Gates, LeaderState, LeaseClient, Timing};
@@ -99,10 +100,13 @@ struct Shared<K: Kernel, A: Announcer> {
     status: KubeStatusWriter,
     services: Store<Service>,
     metrics: Metrics,
+    /// `/readyz`: a lease written under this node's identity by another process fails it.
+    readiness: Readiness,
 }
 
 /// Runs the Services side of `vipd manager` until `shutdown`, then stops every group task
 /// (dropping VIPs and releasing leases) before returning.
+#[allow(clippy::too_many_arguments)] // each one is a separate part the manager owns
 pub async fn run<K: Kernel, A: Announcer>(
     cfg: Arc<Config>,
     clients: crate::kubeclient::ServicesClients,
@@ -110,6 +114,7 @@ pub async fn run<K: Kernel, A: Announcer>(
     announcer: Arc<A>,
     holder_cfg: HolderConfig,
     metrics: Metrics,
+    readiness: Readiness,
     shutdown: CancellationToken,
 ) {
     let watches = CancellationToken::new();
@@ -186,6 +191,7 @@ pub async fn run<K: Kernel, A: Announcer>(
         status: KubeStatusWriter::new(client.clone(), &cfg.node_name),
         services: svc_store.clone(),
         metrics,
+        readiness,
     });
     let plan_cfg = PlanConfig {
         mode: if cfg.services_election {
@@ -856,6 +862,8 @@ async fn group_task<K: Kernel, A: Announcer>(
     let (elector, leadership) =
         Elector::new(client.clone(), shared.node.clone(), shared.timing, &gates);
     let elector = elector.with_metrics(shared.metrics.clone());
+    let mut duplicate = elector.duplicate_identity();
+    let lease_key = ServiceKey::new(&lease.namespace, &lease.name);
     let mut state = leadership.state.clone();
     let initial = spec.borrow_and_update().clone();
     let (vips_tx, vips_rx) = watch::channel(initial.vips.clone());
@@ -915,8 +923,32 @@ async fn group_task<K: Kernel, A: Announcer>(
                 reported = now;
                 Box::pin(report_conflicts(&shared, &current, &new)).await;
             }
+            r = duplicate.changed() => {
+                if r.is_err() {
+                    break;
+                }
+                // S35: Event about the Services of a per-Service lease, about the Lease
+                // for the global one.
+                let cond = duplicate.borrow_and_update().clone();
+                let about: Vec<ServiceKey> = if shared.per_service {
+                    current.services.iter().map(|(k, _, _)| k.clone()).collect()
+                } else {
+                    Vec::new()
+                };
+                Box::pin(crate::identity::publish(
+                    cond.as_ref(),
+                    &lease_key,
+                    &about,
+                    &shared.readiness,
+                    &shared.status,
+                ))
+                .await;
+            }
         }
     }
+    shared
+        .readiness
+        .set_duplicate_identity(&lease.to_string(), false);
     elector_stop.cancel();
     let end = elector_task.await.ok();
     holder_stop.cancel();

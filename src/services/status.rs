@@ -1,5 +1,6 @@
 //! What the holder of a Service's addresses writes back, only when it changes:
-//! `status.loadBalancer.ingress`, the `kube-vip.io/vipHost` annotation and Events.
+//! `status.loadBalancer.ingress`, the `kube-vip.io/vipHost` annotation and Events (also
+//! Events about a Lease: [`KubeStatusWriter::lease_event`], e.g. a duplicate identity).
 //!
 //! - [`desired_ingress`] / [`ingress_differs`] are pure.
 //! - [`StatusWriter`] is the seam the orchestration talks to; [`KubeStatusWriter`] is the
@@ -28,6 +29,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, ObjectReference, PortStatus, Service};
 use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
@@ -152,8 +154,10 @@ pub const REASON_ADDRESS_IN_USE: &str = "AddressInUse";
 pub const REASON_DHCP_NOT_ENABLED: &str = "DHCPNotEnabled";
 /// Reason of [`ServiceEvent::invalid_config`].
 pub const REASON_INVALID_CONFIG: &str = "InvalidConfiguration";
+/// Reason of [`ServiceEvent::duplicate_identity`].
+pub const REASON_DUPLICATE_IDENTITY: &str = "DuplicateIdentity";
 
-/// One Event about a Service: events.k8s.io/v1 `type`, `reason`, `action` (both
+/// One Event about a Service (or a Lease): events.k8s.io/v1 `type`, `reason`, `action` (both
 /// PascalCase, at most 128 characters) and `note` (human text, cut to
 /// [`MAX_NOTE_BYTES`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -238,6 +242,22 @@ impl ServiceEvent {
         }
     }
 
+    /// Warning: another process writes lease `lease` (`namespace/name`) under this node's
+    /// identity `identity`, so this node does not hold the lease or its addresses while the
+    /// other one renews it.
+    pub fn duplicate_identity(identity: &str, lease: &str) -> Self {
+        ServiceEvent {
+            kind: EventKind::Warning,
+            reason: REASON_DUPLICATE_IDENTITY.into(),
+            action: "LeaderElection".into(),
+            note: format!(
+                "another vipd process writes lease {lease} under this node's identity \
+                 {identity}; node names (vip_nodename) must be unique. This process does not \
+                 hold the lease or its addresses while the other one renews it"
+            ),
+        }
+    }
+
     /// Warning for a skip the user should fix ([`SkipReason::warrants_warning`]).
     pub fn invalid_config(reason: &SkipReason) -> Self {
         ServiceEvent {
@@ -260,13 +280,16 @@ pub enum WriteOutcome {
     NotFound,
 }
 
-/// A failed write, naming the Service and the operation.
+/// A failed write, naming the object (a Service, or a Lease for
+/// [`KubeStatusWriter::lease_event`]) and the operation.
 #[derive(Debug, thiserror::Error)]
 pub enum StatusError {
     /// The API answered with an error or the connection failed.
-    #[error("Service {key}: {op}: {source}")]
+    #[error("{kind} {key}: {op}: {source}")]
     Api {
-        /// The Service.
+        /// `Service` or `Lease`.
+        kind: &'static str,
+        /// The object's namespace and name.
         key: ServiceKey,
         /// What was attempted (e.g. `patch status.loadBalancer.ingress`).
         op: &'static str,
@@ -275,9 +298,11 @@ pub enum StatusError {
         source: kube::Error,
     },
     /// No answer within [`API_TIMEOUT`].
-    #[error("Service {key}: {op}: no answer within {after:?}")]
+    #[error("{kind} {key}: {op}: no answer within {after:?}")]
     Timeout {
-        /// The Service.
+        /// `Service` or `Lease`.
+        kind: &'static str,
+        /// The object's namespace and name.
         key: ServiceKey,
         /// What was attempted.
         op: &'static str,
@@ -371,9 +396,34 @@ pub fn truncate_note(note: &str) -> String {
 /// e.g. an earlier rejected value; that is why vipd writes Events itself).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct EventIdentity {
+    regarding: Regarding,
     key: ServiceKey,
     uid: Option<String>,
     event: ServiceEvent,
+}
+
+/// The kind of object an Event is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Regarding {
+    /// A core v1 Service.
+    Service,
+    /// A coordination.k8s.io/v1 Lease.
+    Lease,
+}
+
+impl Regarding {
+    fn kind(self) -> &'static str {
+        match self {
+            Regarding::Service => "Service",
+            Regarding::Lease => "Lease",
+        }
+    }
+    fn api_version(self) -> &'static str {
+        match self {
+            Regarding::Service => "v1",
+            Regarding::Lease => "coordination.k8s.io/v1",
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -488,11 +538,14 @@ impl KubeStatusWriter {
 
     async fn write_event(
         &self,
+        regarding: Regarding,
         key: &ServiceKey,
         uid: Option<String>,
         ev: &ServiceEvent,
     ) -> Result<(), StatusError> {
+        let kind = regarding.kind();
         let ident = EventIdentity {
+            regarding,
             key: key.clone(),
             uid: uid.clone(),
             event: ev.clone(),
@@ -514,7 +567,8 @@ impl KubeStatusWriter {
                 last_observed_time: MicroTime(Timestamp::now()),
             }});
             let pp = PatchParams::default();
-            match timed(
+            match timed_as(
+                kind,
                 key,
                 "patch Event series",
                 events.patch(&name, &pp, &Patch::Merge(&patch)),
@@ -543,8 +597,8 @@ impl KubeStatusWriter {
             reporting_controller: Some(REPORTING_CONTROLLER.into()),
             reporting_instance: Some(self.node.clone()),
             regarding: Some(ObjectReference {
-                api_version: Some("v1".into()),
-                kind: Some("Service".into()),
+                api_version: Some(regarding.api_version().into()),
+                kind: Some(kind.into()),
                 namespace: Some(key.namespace.clone()),
                 name: Some(key.name.clone()),
                 uid,
@@ -552,7 +606,8 @@ impl KubeStatusWriter {
             }),
             ..Default::default()
         };
-        timed(
+        timed_as(
+            kind,
             key,
             "create Event",
             events.create(&PostParams::default(), &obj),
@@ -569,10 +624,43 @@ impl KubeStatusWriter {
         );
         Ok(())
     }
+
+    /// Records an Event about Lease `key` (its namespace and name), e.g. a duplicate
+    /// identity found by the Lease's election. Reads the Lease for its uid (`kubectl
+    /// describe lease` matches Events by it); a Lease that is gone gets no Event. Repeats
+    /// fold into a series as for Services. RBAC: leases get, events create + patch.
+    ///
+    /// # Errors
+    /// [`StatusError`] naming the Lease and the operation.
+    pub async fn lease_event(
+        &self,
+        key: &ServiceKey,
+        event: &ServiceEvent,
+    ) -> Result<(), StatusError> {
+        let api: Api<Lease> = Api::namespaced(self.client.clone(), &key.namespace);
+        let kind = Regarding::Lease.kind();
+        let uid = match timed_as(kind, key, "get Lease", api.get(&key.name)).await {
+            Ok(lease) => lease.metadata.uid,
+            Err(e) if e.is_not_found() => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        self.write_event(Regarding::Lease, key, uid, event).await
+    }
 }
 
-/// Runs one API request with [`API_TIMEOUT`], mapping errors to [`StatusError`].
+/// Runs one API request about a Service with [`API_TIMEOUT`], mapping errors to
+/// [`StatusError`].
 async fn timed<T>(
+    key: &ServiceKey,
+    op: &'static str,
+    fut: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, StatusError> {
+    timed_as(Regarding::Service.kind(), key, op, fut).await
+}
+
+/// [`timed`] for an object of kind `kind`.
+async fn timed_as<T>(
+    kind: &'static str,
     key: &ServiceKey,
     op: &'static str,
     fut: impl Future<Output = Result<T, kube::Error>>,
@@ -580,11 +668,13 @@ async fn timed<T>(
     match tokio::time::timeout(API_TIMEOUT, fut).await {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(source)) => Err(StatusError::Api {
+            kind,
             key: key.clone(),
             op,
             source,
         }),
         Err(_) => Err(StatusError::Timeout {
+            kind,
             key: key.clone(),
             op,
             after: API_TIMEOUT,
@@ -659,7 +749,7 @@ impl StatusWriter for KubeStatusWriter {
                 None => return Ok(()),
             },
         };
-        self.write_event(key, uid, event).await
+        self.write_event(Regarding::Service, key, uid, event).await
     }
 }
 
@@ -899,13 +989,14 @@ mod tests {
     #[test]
     fn error_names_service_and_operation() {
         let e = StatusError::Timeout {
+            kind: "Service",
             key: ServiceKey::new("default", "web"),
             op: "patch status.loadBalancer.ingress",
             after: API_TIMEOUT,
         };
         let s = e.to_string();
         assert!(
-            s.contains("default/web") && s.contains("patch status"),
+            s.starts_with("Service default/web") && s.contains("patch status"),
             "{s}"
         );
         assert!(!e.is_not_found());
