@@ -515,6 +515,13 @@ impl<C: LeaseClient> Elector<C> {
             }
             LeaseEvent::Deleted => {
                 st.watch_healthy = true;
+                if st.leading.is_some() && Box::pin(self.still_ours(st)).await {
+                    // A watch's "deleted" can be stale: a shared watch whose (re)list ran
+                    // before this lease was created reports it absent. The API server says
+                    // we still hold it, so there is nothing to drop.
+                    debug!(%lease, "watch reported the lease deleted, but the API server has it under our last write; ignoring");
+                    return;
+                }
                 let now = Instant::now();
                 self.check_identity(st, None);
                 if let Some(last) = st.observed.take() {
@@ -540,6 +547,26 @@ impl<C: LeaseClient> Elector<C> {
                 }
                 st.watch_healthy = false;
             }
+        }
+    }
+
+    /// Asks the API server whether the lease still exists with a record this process wrote
+    /// (one GET within the call timeout). `false` when it does not, or when the GET fails: the
+    /// caller then acts on what the watch said.
+    async fn still_ours(&self, st: &mut Run) -> bool {
+        let lease = self.client.describe();
+        match timed(&lease, "get", self.call_timeout(st), self.client.get()).await {
+            Ok(Some(obs)) if obs.record.holder == self.identity && st.own.is_ours(&obs) => {
+                if st
+                    .observed
+                    .as_ref()
+                    .is_none_or(|cur| obs.is_newer_than(cur))
+                {
+                    st.observed = Some(obs);
+                }
+                true
+            }
+            _ => false,
         }
     }
 

@@ -609,6 +609,30 @@ async fn deleted_lease_makes_the_holder_drop_and_others_wait() {
     let _ = &mut b;
 }
 
+/// A shared Lease watch that re-listed before this lease was created reports it deleted
+/// (the hub's list did not contain it) although it exists: the holder confirms with the API
+/// server and keeps leading instead of dropping its VIPs.
+#[tokio::test(start_paused = true)]
+async fn stale_deleted_event_while_leading_is_checked_and_ignored() {
+    let server = FakeServer::new();
+    let mut a = start(&server, "a", true);
+    assert!(until_leading(&mut a, Duration::from_millis(10)).await);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let t0 = Instant::now();
+    let _ = server.events.send(LeaseEvent::Deleted);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(a.state.borrow().is_leading());
+    assert!(
+        !a.log
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(t, leading)| !leading && *t >= t0),
+        "a stale deleted event must not make the holder step down"
+    );
+    assert_eq!(server.holder().as_deref(), Some("a"));
+}
+
 // ---- duplicate identity (S35): two processes under one node name --------------------------
 
 /// A restart (or a twin) finds a lease under its own identity that this process did not
