@@ -300,6 +300,8 @@ fn test(extra: &[&str]) -> Result<()> {
             ("ip", "iproute2"),
             ("etcd", "etcd-server"),
             ("xz", "xz-utils"),
+            // The ARP flux guard's lab and kernel tests run the real `nft`.
+            ("nft", "nftables"),
         ])?;
         // Fail early, with instructions, if there is no API server.
         let api = lab::find_apiserver()?;
