@@ -283,6 +283,16 @@ async fn next_update(updates: &mut Option<watch::Receiver<Vec<VipSpec>>>) -> Vec
     std::future::pending().await
 }
 
+/// The next claim of the current term's watches; pending while there are none.
+async fn next_claim(
+    claims: &mut Option<(mpsc::UnboundedSender<Claim>, mpsc::UnboundedReceiver<Claim>)>,
+) -> Option<Claim> {
+    match claims {
+        Some((_, rx)) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn sleep_until_opt(at: Option<Instant>) {
     match at {
         Some(t) => tokio::time::sleep_until(t).await,
@@ -346,9 +356,9 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     probes: Vec<ProbeState>,
     /// Claim watches held while leading: (VIP index, watch id).
     watches: Vec<(usize, WatchId)>,
-    claims_tx: mpsc::UnboundedSender<Claim>,
-    /// Taken by [`VipHolder::run`].
-    claims_rx: Option<mpsc::UnboundedReceiver<Claim>>,
+    /// Claims from the watches of the current term: created when a term starts watching and
+    /// dropped when it ends, so the hundreds of Service holders that follow carry no channel.
+    claims: Option<(mpsc::UnboundedSender<Claim>, mpsc::UnboundedReceiver<Claim>)>,
     /// Addresses refused because another host claims them, with its MAC.
     conflicts: Option<watch::Sender<Conflicts>>,
     /// When the current term's lease was last renewed, `None` while not leading.
@@ -368,7 +378,6 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         cfg: HolderConfig,
         gates: Gates,
     ) -> Self {
-        let (claims_tx, claims_rx) = mpsc::unbounded_channel();
         let monitor = cfg.conflict_monitor.clone();
         let arp = crate::net::ArpPins::new(cfg.arp_guard.clone());
         VipHolder {
@@ -387,8 +396,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             monitor,
             probes: Vec::new(),
             watches: Vec::new(),
-            claims_tx,
-            claims_rx: Some(claims_rx),
+            claims: None,
             conflicts: None,
             renewed_at: None,
             arp,
@@ -427,8 +435,6 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let mut term = 0u64;
         let mut updates = self.updates.take();
         let mut unacked: Option<u64> = None;
-        let (_, dummy) = mpsc::unbounded_channel();
-        let mut claims = self.claims_rx.take().unwrap_or(dummy);
         if let Some(u) = updates.as_mut() {
             self.vips = u.borrow_and_update().clone();
         }
@@ -490,7 +496,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                         }
                     }
                 }
-                Some(claim) = claims.recv() => {
+                Some(claim) = next_claim(&mut self.claims) => {
                     Box::pin(self.on_claim(claim)).await;
                 }
                 new = next_update(&mut updates) => {
@@ -550,7 +556,12 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         if self.cfg.probe_window.is_zero() || self.watches.iter().any(|(w, _)| *w == i) {
             return;
         }
-        match monitor.watch(link, spec.vip.addr, self.claims_tx.clone()) {
+        let tx = self
+            .claims
+            .get_or_insert_with(mpsc::unbounded_channel)
+            .0
+            .clone();
+        match monitor.watch(link, spec.vip.addr, tx) {
             Ok(id) => self.watches.push((i, id)),
             Err(e) => {
                 warn!(holder = %self.name, vip = %spec.vip, error = %e, "cannot watch for address conflicts")
@@ -565,6 +576,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             }
         }
         self.watches.clear();
+        self.claims = None;
     }
 
     /// Carries out what the probe state of VIP `i` asked for, except binding (which needs

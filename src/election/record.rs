@@ -90,43 +90,74 @@ impl Observed {
 }
 
 /// How many of this process's most recent writes [`OwnWrites`] remembers: enough for the
-/// writes whose watch events or re-reads can still be on their way (one per retry period).
-pub const OWN_WRITES_KEPT: usize = 8;
+/// writes whose watch events or re-reads can still be on their way (one write per retry
+/// period, one in flight at a time; an older event is also older than what the elector has
+/// seen and is ignored anyway). Small on purpose: every Service lease has one.
+pub const OWN_WRITES_KEPT: usize = 4;
+
+/// One remembered write: what [`OwnWrites::is_ours`] compares, nothing more (a few hundred
+/// Service leases per node each keep [`OWN_WRITES_KEPT`] of them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct OwnWrite {
+    /// The resourceVersion the server gave it; `None` while the outcome is unknown.
+    rv: Option<String>,
+    /// Written with a holder (a renewal or an acquisition), not a release.
+    held: bool,
+    /// `renewTime` in whole microseconds (what the API server stores).
+    renew_micros: Option<i64>,
+}
+
+impl OwnWrite {
+    fn of(rv: Option<String>, record: &LeaseRecord) -> Self {
+        OwnWrite {
+            rv,
+            held: record.is_held(),
+            renew_micros: record.renew_time.map(|t| t.as_microsecond()),
+        }
+    }
+
+    /// Same holder kind and the same `renewTime` to the microsecond: the callers only ask
+    /// about records that name our own identity, the only holder this process writes.
+    fn same_write(&self, b: &LeaseRecord) -> bool {
+        self.held == b.is_held()
+            && self.renew_micros.is_some()
+            && self.renew_micros == b.renew_time.map(|t| t.as_microsecond())
+    }
+}
 
 /// The writes this process made to one Lease (or may have made: a write whose answer was
 /// lost to a timeout or a broken connection may still have been applied). A record that
 /// names our identity but is none of these was written by another process under our name.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct OwnWrites {
-    /// `(resourceVersion, record)`, oldest first; no version while the outcome is unknown.
-    recent: VecDeque<(Option<String>, LeaseRecord)>,
+    /// Oldest first.
+    recent: VecDeque<OwnWrite>,
 }
 
 impl OwnWrites {
     /// Notes a write about to be sent (outcome unknown until [`OwnWrites::succeeded`]).
     pub fn attempted(&mut self, record: &LeaseRecord) {
-        self.recent.push_back((None, record.clone()));
-        while self.recent.len() > OWN_WRITES_KEPT {
+        self.remember(OwnWrite::of(None, record));
+    }
+
+    /// Keeps at most [`OWN_WRITES_KEPT`] (dropping the oldest before adding, so the buffer
+    /// never grows past that capacity).
+    fn remember(&mut self, w: OwnWrite) {
+        while self.recent.len() >= OWN_WRITES_KEPT {
             self.recent.pop_front();
         }
+        self.recent.push_back(w);
     }
 
     /// Notes that the write of `record` was stored as `stored`.
     pub fn succeeded(&mut self, record: &LeaseRecord, stored: &Observed) {
-        match self
-            .recent
-            .iter_mut()
-            .rev()
-            .find(|(rv, r)| rv.is_none() && r == record)
-        {
-            Some(entry) => entry.0 = Some(stored.resource_version.clone()),
-            None => {
-                self.recent
-                    .push_back((Some(stored.resource_version.clone()), stored.record.clone()));
-                while self.recent.len() > OWN_WRITES_KEPT {
-                    self.recent.pop_front();
-                }
-            }
+        let sent = OwnWrite::of(None, record);
+        match self.recent.iter_mut().rev().find(|w| **w == sent) {
+            Some(entry) => entry.rv = Some(stored.resource_version.clone()),
+            None => self.remember(OwnWrite::of(
+                Some(stored.resource_version.clone()),
+                &stored.record,
+            )),
         }
     }
 
@@ -135,15 +166,10 @@ impl OwnWrites {
     /// also recognises a write whose answer was lost, and our write after somebody edited
     /// only the Lease's metadata).
     pub fn is_ours(&self, obs: &Observed) -> bool {
-        self.recent.iter().any(|(rv, rec)| {
-            rv.as_deref() == Some(obs.resource_version.as_str()) || same_write(rec, &obs.record)
+        self.recent.iter().any(|w| {
+            w.rv.as_deref() == Some(obs.resource_version.as_str()) || w.same_write(&obs.record)
         })
     }
-}
-
-fn same_write(a: &LeaseRecord, b: &LeaseRecord) -> bool {
-    let micros = |r: &LeaseRecord| r.renew_time.map(|t| t.as_microsecond());
-    a.holder == b.holder && micros(a).is_some() && micros(a) == micros(b)
 }
 
 /// `true` when `obs` names `identity` as holder but this process did not write it: another
@@ -373,6 +399,17 @@ mod tests {
             own.attempted(&r);
         }
         assert!(!own.is_ours(&stored));
+        // Every Service lease keeps one of these: the buffer never grows past what it keeps.
+        for i in 0..100 {
+            own.attempted(&claim(
+                None,
+                "a",
+                5,
+                Timestamp::from_microsecond(3_000_000_000 + i).unwrap(),
+            ));
+        }
+        assert_eq!(own.recent.len(), OWN_WRITES_KEPT);
+        assert!(own.recent.capacity() <= OWN_WRITES_KEPT.next_power_of_two());
     }
 
     #[test]
