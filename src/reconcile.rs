@@ -708,6 +708,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             // The next renewal adds them with a full fence.
             return;
         }
+        let mut added = Vec::new();
         for &i in idx {
             let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
                 continue;
@@ -718,14 +719,46 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 .await
             {
                 Ok(()) => {
-                    info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "no conflict; VIP added")
+                    info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "no conflict; VIP added");
+                    added.push(i);
                 }
                 Err(e) => {
                     error!(holder = %self.name, vip = %spec.vip, interface = %link.name, error = %e, "cannot add VIP")
                 }
             }
         }
-        self.announce_all(true).await;
+        self.announce_added(&added);
+    }
+
+    /// Announces VIPs `idx` that were just added, at once: from the add's success, not from an
+    /// address dump (a dump made while other holders add addresses can miss entries, and a
+    /// VIP that is not announced is reached only after the clients' own neighbour
+    /// solicitation retransmits, a second later). IPv6 VIPs added with DAD wait in
+    /// `pending_na` until they leave the tentative state (the periodic check announces them).
+    fn announce_added(&mut self, idx: &[usize]) {
+        for &i in idx {
+            let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
+                continue;
+            };
+            if spec.vip.addr.is_ipv6() && !self.cfg.skip_dad {
+                if !self.pending_na.contains(&i) {
+                    self.pending_na.push(i);
+                }
+                continue;
+            }
+            match self.announcer.announce(link, spec.vip) {
+                Ok(()) => {
+                    if let Some(m) = &self.metrics {
+                        m.garp_sent(spec.vip.addr);
+                    }
+                    info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "announced");
+                }
+                Err(e) => {
+                    warn!(holder = %self.name, vip = %spec.vip, error = %e, "announce failed")
+                }
+            }
+        }
+        self.last_garp = Some(Instant::now());
     }
 
     /// Seconds of fence lifetime left since the last renewal (whole seconds, rounded down
@@ -891,6 +924,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// After an acquire or renew: (re-)add every VIP with the full fence lifetime, and on
     /// acquire announce at once.
     async fn refresh(&mut self, announce: bool) {
+        let mut added = Vec::new();
         for (i, spec) in self.vips.iter().enumerate() {
             let Some(link) = self.links.get(&i) else {
                 continue;
@@ -908,11 +942,12 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             }
             if announce {
                 info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "VIP added");
+                added.push(i);
             }
         }
         if announce {
             self.pending_na.clear();
-            self.announce_all(true).await;
+            self.announce_added(&added);
         }
     }
 

@@ -16,6 +16,9 @@ struct KState {
     adds: Vec<(Vip, u32)>,
     /// Make every remove fail (as netlink EBUSY did under load).
     fail_remove: bool,
+    /// Address dumps miss every vipd address (as a dump made while other holders add
+    /// addresses can).
+    dumps_miss_ours: bool,
 }
 
 #[derive(Default)]
@@ -139,13 +142,11 @@ impl Kernel for FakeKernel {
         Ok(())
     }
     async fn addresses(&self, ifindex: Option<u32>) -> Result<Vec<AddrInfo>, NetError> {
-        Ok(self
-            .0
-            .lock()
-            .unwrap()
-            .addrs
+        let s = self.0.lock().unwrap();
+        Ok(s.addrs
             .iter()
             .filter(|a| ifindex.is_none_or(|i| a.ifindex == i))
+            .filter(|a| !(a.ours && s.dumps_miss_ours))
             .cloned()
             .collect())
     }
@@ -858,4 +859,29 @@ async fn arp_pins_come_before_the_address_and_go_after_it() {
         "unpinned after the address is gone"
     );
     assert_eq!(guard.events().len(), 4);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_vip_just_added_is_announced_even_if_a_dump_misses_it() {
+    for clean in [true, false] {
+        let (r, _monitor, _) = rig_probing(FakeKernel::with_eth0(), vec![vip4()]);
+        settle().await;
+        r.kernel.0.lock().unwrap().dumps_miss_ours = true;
+        lead(&r, 1, clean);
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(
+            r.kernel
+                .0
+                .lock()
+                .unwrap()
+                .adds
+                .iter()
+                .any(|(v, _)| *v == vip4())
+        );
+        assert_eq!(
+            r.ann.count(vip4()),
+            1,
+            "announced right after the add (clean={clean}), not at the next repeat"
+        );
+    }
 }
