@@ -173,10 +173,12 @@ pub enum LeaderState {
         term: u64,
         /// When the lease was last written successfully by us.
         renewed_at: Instant,
-        /// This term began by taking a lease its previous holder had released (vipd releases
-        /// only after its VIP holder confirmed the VIPs gone), so nobody else can still
-        /// answer for the VIPs and the conflict probe may be skipped. `false` for a lease
-        /// taken after expiry, created, or found under our own name: those are probed.
+        /// This term began by taking a lease that this process saw held by another holder
+        /// and then released (vipd releases only after its VIP holder confirmed the VIPs
+        /// gone): a handover, so nobody else can still answer for the VIPs and the conflict
+        /// probe may be skipped. `false` for a lease taken after expiry, created, found under
+        /// our own name, or found already released at start (after a restart, where a
+        /// misconfigured second vipd may be answering): those are probed.
         clean: bool,
     },
 }
@@ -317,6 +319,11 @@ struct Run {
     /// we create it (that node may still carry the VIPs until its own watch or its kernel
     /// fence removes them).
     absent_until: Option<Instant>,
+    /// This process saw the lease held by another holder since it last wrote it itself: a
+    /// release seen after that is a handover from that holder (see `LeaderState::Leading`'s
+    /// `clean`), not a release found at start (ours from before a restart, or one that a
+    /// misconfigured second vipd may answer for).
+    seen_other_holder: bool,
     /// The writes this process made: a record naming our identity is ours only if it is
     /// one of them.
     own: OwnWrites,
@@ -384,6 +391,7 @@ impl<C: LeaseClient> Elector<C> {
             watch_healthy: false,
             backoff: Backoff::new(self.timing.retry_period, self.timing.max_backoff()),
             absent_until: None,
+            seen_other_holder: false,
             own: OwnWrites::default(),
             ever_observed: false,
         };
@@ -493,6 +501,7 @@ impl<C: LeaseClient> Elector<C> {
                 let other = record::held_by_another(&obs, &self.identity, &st.own);
                 let twin = record::foreign_under_identity(&obs, &self.identity, &st.own);
                 let released = !obs.record.is_held();
+                st.seen_other_holder |= other;
                 st.observed = Some(obs);
                 st.known = true;
                 st.observed_at = Instant::now();
@@ -610,6 +619,9 @@ impl<C: LeaseClient> Elector<C> {
             match timed(&lease, "get", call_timeout, self.client.get()).await {
                 Ok(obs) => {
                     self.check_identity(st, obs.as_ref());
+                    st.seen_other_holder |= obs
+                        .as_ref()
+                        .is_some_and(|o| record::held_by_another(o, &self.identity, &st.own));
                     if st.observed != obs {
                         st.observed_at = Instant::now();
                     }
@@ -638,7 +650,9 @@ impl<C: LeaseClient> Elector<C> {
             .as_ref()
             .map(|o| o.record.holder.clone())
             .filter(|h| !h.is_empty() && *h != self.identity);
-        let released_before = st.observed.as_ref().is_some_and(|o| !o.record.is_held());
+        // A clean handover: released, and this process saw who held it before the release.
+        let released_before =
+            st.seen_other_holder && st.observed.as_ref().is_some_and(|o| !o.record.is_held());
         let result = match &standing {
             Standing::HeldByOther { holder, .. } => {
                 let under_our_name = *holder == self.identity;
@@ -720,6 +734,7 @@ impl<C: LeaseClient> Elector<C> {
         match result {
             Ok(obs) => {
                 st.own.succeeded(&sent, &obs);
+                st.seen_other_holder = false;
                 self.check_identity(st, Some(&obs));
                 st.ever_observed = true;
                 let now = Instant::now();

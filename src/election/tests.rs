@@ -633,6 +633,41 @@ async fn stale_deleted_event_while_leading_is_checked_and_ignored() {
     assert_eq!(server.holder().as_deref(), Some("a"));
 }
 
+fn clean_term(n: &Node) -> Option<bool> {
+    match *n.state.borrow() {
+        LeaderState::Leading { clean, .. } => Some(clean),
+        LeaderState::Following { .. } => None,
+    }
+}
+
+/// The conflict probe may be skipped only after a handover this process saw: the lease held
+/// by another node, then released. A released lease found at start (a restart: who released
+/// it, and who else may answer for its address, is unknown) and a lease created or taken
+/// after expiry are not clean.
+#[tokio::test(start_paused = true)]
+async fn only_a_release_seen_after_another_holder_is_a_clean_handover() {
+    let server = FakeServer::new();
+    let mut a = start(&server, "a", true);
+    assert!(until_leading(&mut a, Duration::from_millis(10)).await);
+    assert_eq!(clean_term(&a), Some(false), "created: not clean");
+    let mut b = start(&server, "b", true);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    a.shutdown.cancel();
+    assert!(until_leading(&mut b, Duration::from_secs(2)).await);
+    assert_eq!(clean_term(&b), Some(true), "handover from a: clean");
+    b.shutdown.cancel();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(server.holder().as_deref(), Some(""), "b released it");
+    // A new process finds it released: not clean.
+    let mut c = start(&server, "c", true);
+    assert!(until_leading(&mut c, Duration::from_secs(2)).await);
+    assert_eq!(
+        clean_term(&c),
+        Some(false),
+        "released before we looked: probe"
+    );
+}
+
 // ---- duplicate identity (S35): two processes under one node name --------------------------
 
 /// A restart (or a twin) finds a lease under its own identity that this process did not
