@@ -4,8 +4,26 @@
 //!
 //! Run as root: `cargo test --test lab_cleanup` (or `cargo xtask test`).
 
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// Every test here starts or sweeps labs, and `Lab::start` sweeps labs of dead runs: held
+/// by each test so that no other test's sweep removes the fake dead lab of
+/// `labs_of_dead_runs_are_swept` before its orphan has entered it.
+static SWEEPS: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SWEEPS.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// True once `pid` runs in the network namespace mounted at /run/netns/`ns`.
+fn in_netns(pid: i32, ns: &str) -> bool {
+    let proc_ns = std::fs::metadata(format!("/proc/{pid}/ns/net"));
+    let mounted = std::fs::metadata(format!("/run/netns/{ns}"));
+    matches!((proc_ns, mounted), (Ok(a), Ok(b)) if a.ino() == b.ino() && a.dev() == b.dev())
+}
 
 use xtask::lab::{self, Lab, LabOptions};
 
@@ -87,6 +105,7 @@ fn dropped_lab_leaves_nothing_behind() {
     if !enabled("dropped_lab_leaves_nothing_behind") {
         return;
     }
+    let _serial = serial();
     let lab = Lab::start(LabOptions {
         http_backends: true,
         ..LabOptions::default()
@@ -116,6 +135,7 @@ fn lab_is_removed_when_its_test_thread_panics() {
     if !enabled("lab_is_removed_when_its_test_thread_panics") {
         return;
     }
+    let _serial = serial();
     let (tx, rx) = std::sync::mpsc::channel();
     let joined = std::thread::spawn(move || {
         let lab = Lab::start(LabOptions::default()).unwrap();
@@ -133,6 +153,7 @@ fn labs_of_dead_runs_are_swept() {
     if !enabled("labs_of_dead_runs_are_swept") {
         return;
     }
+    let _serial = serial();
     // A pid no process can have: above the kernel's pid_max. (A reaped child's pid is not
     // safe: with pid_max 32768 and tests running in parallel it was reused, the lab looked
     // alive, and the test waited for its orphan for 1000 s.)
@@ -152,10 +173,31 @@ fn labs_of_dead_runs_are_swept() {
         .spawn()
         .unwrap();
     let orphan_pid = orphan.id() as i32;
-    assert!(running(orphan_pid));
+    // `ip netns exec` enters the namespace after it starts: a sweep before that finds no
+    // process in it, and the orphan then enters the removed namespace and sleeps on.
+    let entered = Instant::now();
+    while !in_netns(orphan_pid, &ns) {
+        assert!(
+            entered.elapsed() < Duration::from_secs(10),
+            "the orphan {orphan_pid} never entered {ns}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
 
     let _ = lab::sweep_stale_labs();
-    let reaped = orphan.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let reaped = loop {
+        if let Some(status) = orphan.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = orphan.kill();
+            let _ = orphan.wait();
+            let _ = lab::process::ip(&["netns", "del", &ns]);
+            panic!("the sweep left the orphan {orphan_pid} running in {ns}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(
         reaped.signal(),
