@@ -15,8 +15,9 @@
 //!   interfaces and the sysctl remedy, and says whether the nftables guard covers it (S36).
 //! - `macvlan`: the module is loaded or loadable (needed by `dhcp_mode` only).
 //! - `api`: the API server answers `/version` with the configured kubeconfig.
-//! - `rbac`: a SelfSubjectAccessReview for every verb of
-//!   [`crate::manifest::rbac::required_permissions`].
+//! - `rbac`: a SelfSubjectAccessReview for every access of
+//!   [`crate::manifest::rbac::API_CALLS`] the configuration makes, in its namespace
+//!   ([`check_rbac`]); a denied one fails, naming it and the rule that grants it.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -29,7 +30,7 @@ use kube::api::PostParams;
 
 use crate::config::{Config, ManagerArgs};
 use crate::kubeclient;
-use crate::manifest::rbac::required_permissions;
+use crate::manifest::rbac;
 use crate::net::arpflux::{self, FluxFinding, FluxTarget};
 use crate::net::conflict::{RawConflictMonitor, fmt_mac, probe_for};
 use crate::net::{Kernel, LinkInfo, NetlinkKernel};
@@ -503,58 +504,106 @@ async fn explain_answers_by_holder(client: &kube::Client, cfg: &Config, report: 
     }
 }
 
-/// SelfSubjectAccessReviews for every permission vipd needs (leases in `cp_namespace`, the
-/// rest cluster-wide or in `svc_namespace`).
+/// SelfSubjectAccessReviews for every access of [`crate::manifest::rbac::API_CALLS`] this
+/// configuration makes ([`rbac::checks_for`]: the features enabled, the Event and endpoint
+/// APIs the server serves, each in the namespace it is made in: `cp_namespace`,
+/// `svc_namespace` or cluster-wide). Fails naming each denied access and the rule that
+/// grants it.
 pub async fn check_rbac(client: kube::Client, cfg: &Config) -> Check {
+    let events_v1 = match rbac::discover_event_api(&client).await {
+        Ok(api) => Some(api == rbac::EventApi::EventsV1),
+        Err(_) => None,
+    };
+    let needs = rbac::Needs {
+        control_plane: cfg.control_plane,
+        services: cfg.services,
+        node_labeling: cfg.enable_node_labeling,
+        events_v1,
+        endpoint_slices: Some(crate::services::endpoints::endpointslice_v1_served(&client).await),
+    };
+    let namespaces = rbac::Namespaces {
+        lease: cfg.lease.namespace.clone(),
+        services: cfg.services_namespace.clone(),
+        services_election: cfg.services_election,
+    };
+    let checks = rbac::checks_for(&needs, &namespaces);
     let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client);
     let mut denied = Vec::new();
     let mut errors = Vec::new();
-    for p in required_permissions(cfg.enable_node_labeling) {
-        let namespace = match p.resource {
-            "leases" => Some(cfg.lease.namespace.clone()),
-            "nodes" => None,
-            _ => cfg.services_namespace.clone(),
-        };
-        for verb in p.verbs {
-            let review = SelfSubjectAccessReview {
-                spec: SelfSubjectAccessReviewSpec {
-                    resource_attributes: Some(ResourceAttributes {
-                        group: Some(p.group.to_string()),
-                        resource: Some(p.resource.to_string()),
-                        subresource: (!p.subresource.is_empty()).then(|| p.subresource.to_string()),
-                        verb: Some((*verb).to_string()),
-                        namespace: namespace.clone(),
-                        ..Default::default()
-                    }),
+    for a in &checks {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(a.group.to_string()),
+                    resource: Some(a.resource.to_string()),
+                    subresource: (!a.subresource.is_empty()).then(|| a.subresource.to_string()),
+                    verb: Some(a.verb.as_str().to_string()),
+                    namespace: a.namespace.clone(),
                     ..Default::default()
-                },
+                }),
                 ..Default::default()
-            };
-            let what = format!(
-                "{verb} {}{}",
-                if p.group.is_empty() {
-                    String::new()
-                } else {
-                    format!("{}/", p.group)
-                },
-                p.resource_name()
-            );
-            match api.create(&PostParams::default(), &review).await {
-                Ok(r) if r.status.as_ref().is_some_and(|s| s.allowed) => {}
-                Ok(_) => denied.push(what),
-                Err(e) => errors.push(format!("{what}: {e}")),
-            }
+            },
+            ..Default::default()
+        };
+        let answer = tokio::time::timeout(
+            Duration::from_secs(5),
+            api.create(&PostParams::default(), &review),
+        )
+        .await;
+        match answer {
+            Ok(Ok(r)) if r.status.as_ref().is_some_and(|s| s.allowed) => {}
+            Ok(Ok(_)) => denied.push(a),
+            Ok(Err(e)) => errors.push(format!("{}: {e}", a.describe())),
+            Err(_) => errors.push(format!("{}: no answer within 5 s", a.describe())),
         }
     }
+    rbac_verdict(&checks, &denied, &errors, events_v1)
+}
+
+/// The `rbac` row from the outcome of [`check_rbac`]'s reviews: `denied` (a subset of
+/// `checks`) and `errors` (failed reviews); `events_v1` as in [`rbac::Needs`].
+pub fn rbac_verdict(
+    checks: &[rbac::AccessCheck],
+    denied: &[&rbac::AccessCheck],
+    errors: &[String],
+    events_v1: Option<bool>,
+) -> Check {
     if !errors.is_empty() {
-        Check::new("rbac", Status::Fail, format!("SelfSubjectAccessReview failed: {}", errors.join("; ")))
-            .fix("allow create on authorization.k8s.io selfsubjectaccessreviews (every user has it by default)")
-    } else if denied.is_empty() {
-        Check::new("rbac", Status::Pass, "every verb vipd uses is allowed")
-    } else {
-        Check::new("rbac", Status::Fail, format!("denied: {}", denied.join(", ")))
-            .fix("kubectl apply -f <(vipd manifest rbac) and bind the ClusterRole system:vipd-role to this identity")
+        return Check::new(
+            "rbac",
+            Status::Fail,
+            format!("SelfSubjectAccessReview failed: {}", errors.join("; ")),
+        )
+        .fix("allow create on authorization.k8s.io selfsubjectaccessreviews (every user has it by default)");
     }
+    if denied.is_empty() {
+        let events = match events_v1 {
+            Some(true) => " (Events through events.k8s.io/v1)",
+            Some(false) => " (Events through core v1)",
+            None => "",
+        };
+        return Check::new(
+            "rbac",
+            Status::Pass,
+            format!(
+                "all {} accesses vipd makes are allowed{events}",
+                checks.len()
+            ),
+        );
+    }
+    let what: Vec<String> = denied.iter().map(|a| a.describe()).collect();
+    let mut rules: Vec<String> = Vec::new();
+    for r in denied.iter().map(|a| a.rule()) {
+        if !rules.contains(&r) {
+            rules.push(r);
+        }
+    }
+    Check::new("rbac", Status::Fail, format!("denied: {}", what.join(", "))).fix(format!(
+        "grant the rule(s) {} to this identity: `vipd manifest rbac | kubectl apply -f -` \
+         has them all in the ClusterRole {} (bind it to this identity)",
+        rules.join(", "),
+        rbac::CLUSTER_ROLE
+    ))
 }
 
 #[cfg(test)]
@@ -660,6 +709,44 @@ mod tests {
         );
         // Warnings do not fail preflight.
         assert!(!Report { checks: rows }.failed());
+    }
+
+    #[test]
+    fn rbac_denial_names_access_and_rule() {
+        let checks = rbac::checks_for(
+            &rbac::Needs {
+                events_v1: Some(true),
+                endpoint_slices: Some(true),
+                ..rbac::Needs::manifest(false)
+            },
+            &rbac::Namespaces {
+                lease: "kube-system".into(),
+                services: None,
+                services_election: true,
+            },
+        );
+        let pass = rbac_verdict(&checks, &[], &[], Some(true));
+        assert_eq!(pass.status, Status::Pass);
+        assert!(pass.detail.contains("events.k8s.io/v1"), "{}", pass.detail);
+        let create_events: Vec<&rbac::AccessCheck> = checks
+            .iter()
+            .filter(|a| a.group == "events.k8s.io" && a.verb == rbac::Verb::Create)
+            .collect();
+        assert!(!create_events.is_empty());
+        let c = rbac_verdict(&checks, &create_events, &[], Some(true));
+        assert_eq!(c.status, Status::Fail);
+        assert!(
+            c.detail
+                .contains("create events.k8s.io/events cluster-wide"),
+            "{}",
+            c.detail
+        );
+        let fix = c.fix.unwrap();
+        assert!(
+            fix.contains(r#"{apiGroups: ["events.k8s.io"], resources: [events], verbs: [create]}"#)
+                && fix.contains("vipd manifest rbac"),
+            "{fix}"
+        );
     }
 
     #[test]

@@ -30,13 +30,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{LoadBalancerIngress, ObjectReference, PortStatus, Service};
+use k8s_openapi::api::core::v1::{
+    Event as CoreEvent, EventSource, LoadBalancerIngress, ObjectReference, PortStatus, Service,
+};
 use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
+
+use crate::manifest::rbac::{EventApi, discover_event_api};
 
 use super::model::{ANN_VIP_HOST, ParsedAddresses, PortProto, ServiceKey, SkipReason};
 
@@ -49,6 +53,9 @@ pub const MAX_NOTE_BYTES: usize = 1024;
 /// How long an identical Event is folded into a series instead of creating a new one
 /// (6 minutes, client-go's and kube-rs's value).
 pub const EVENT_SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+/// A failed Event write is logged at warn once per (reason, HTTP status) in this window
+/// (60 s); the next line after it gives the number of failures not logged meanwhile.
+pub const EVENT_FAILURE_LOG_WINDOW: Duration = Duration::from_secs(60);
 
 /// The ingress entries for the announced `addresses`: one per address, in the order given
 /// (the first configured address first), each with every Service port (`port`,
@@ -426,6 +433,9 @@ impl Regarding {
     }
 }
 
+/// (Event reason, HTTP status of the failure) for rate-limiting failure logs.
+type FailureKey = (String, Option<u16>);
+
 #[derive(Debug, Clone)]
 struct SeriesState {
     name: String,
@@ -435,12 +445,16 @@ struct SeriesState {
 
 /// [`StatusWriter`] through kube-rs: status with a merge patch on the `status`
 /// subresource, the annotation with a merge patch on `metadata.annotations`, Events as
-/// events.k8s.io/v1 objects (`reportingController` [`REPORTING_CONTROLLER`],
-/// `reportingInstance` the node name), each request limited to [`API_TIMEOUT`].
+/// events.k8s.io/v1 objects where the server serves them, else as core v1 Events (decided
+/// once, by API discovery before the first Event: [`KubeStatusWriter::event_api`]);
+/// `reportingController` / `source.component` [`REPORTING_CONTROLLER`],
+/// `reportingInstance` / `source.host` the node name. Each request is limited to
+/// [`API_TIMEOUT`].
 ///
 /// Every write first reads the Service (one GET) and skips the write when nothing would
-/// change. RBAC: services get + patch, services/status patch, events.k8s.io events create
-/// + patch.
+/// change. A failed Event write is logged at warn with the object, reason and HTTP status,
+/// once per (reason, status) per [`EVENT_FAILURE_LOG_WINDOW`]. RBAC: the rows of
+/// [`crate::manifest::rbac::API_CALLS`] with call sites in this file.
 #[derive(Clone)]
 pub struct KubeStatusWriter {
     client: kube::Client,
@@ -448,6 +462,11 @@ pub struct KubeStatusWriter {
     /// The server dropped `ingress[].ports` once: compare without ports from then on.
     ports_dropped: Arc<AtomicBool>,
     series: Arc<Mutex<HashMap<EventIdentity, SeriesState>>>,
+    /// The Event API, once discovered (shared with clones).
+    event_api: Arc<tokio::sync::OnceCell<EventApi>>,
+    /// Event write failures by (reason, HTTP status): when last logged, and how many were
+    /// not logged since.
+    event_failures: Arc<Mutex<HashMap<FailureKey, (Instant, u32)>>>,
 }
 
 impl KubeStatusWriter {
@@ -458,7 +477,88 @@ impl KubeStatusWriter {
             node: node.to_string(),
             ports_dropped: Arc::new(AtomicBool::new(false)),
             series: Arc::new(Mutex::new(HashMap::new())),
+            event_api: Arc::new(tokio::sync::OnceCell::new()),
+            event_failures: Arc::new(Mutex::new(HashMap::new())),
         }
+    }
+
+    /// A writer that uses `api` for Events without asking the server (tests, or a caller
+    /// that already knows).
+    pub fn with_event_api(self, api: EventApi) -> Self {
+        KubeStatusWriter {
+            event_api: Arc::new(tokio::sync::OnceCell::new_with(Some(api))),
+            ..self
+        }
+    }
+
+    /// The Event API this writer posts to: events.k8s.io/v1 where the server serves it,
+    /// core v1 otherwise ([`discover_event_api`]), asked once and then kept (a failed
+    /// discovery is asked again on the next Event).
+    ///
+    /// # Errors
+    /// [`StatusError`] about `key` (the object of the Event being written) when discovery
+    /// fails or times out.
+    pub async fn event_api(
+        &self,
+        kind: &'static str,
+        key: &ServiceKey,
+    ) -> Result<EventApi, StatusError> {
+        self.event_api
+            .get_or_try_init(|| async {
+                let api = timed_as(
+                    kind,
+                    key,
+                    "discover the Event API",
+                    discover_event_api(&self.client),
+                )
+                .await?;
+                match api {
+                    EventApi::EventsV1 => tracing::info!("writing Events through events.k8s.io/v1"),
+                    EventApi::Core => tracing::info!(
+                        "events.k8s.io/v1 not served; writing Events through core v1"
+                    ),
+                }
+                Ok(api)
+            })
+            .await
+            .copied()
+    }
+
+    /// Logs a failed Event write at warn, once per (reason, HTTP status) per
+    /// [`EVENT_FAILURE_LOG_WINDOW`], with the count of failures not logged since.
+    fn log_event_failure(&self, ev: &ServiceEvent, err: &StatusError) {
+        let code = err.api_code();
+        let now = Instant::now();
+        let suppressed = {
+            let mut map = self
+                .event_failures
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            let entry = map
+                .entry((ev.reason.clone(), code))
+                .or_insert((now - EVENT_FAILURE_LOG_WINDOW - Duration::from_secs(1), 0));
+            if entry.0 + EVENT_FAILURE_LOG_WINDOW > now {
+                entry.1 += 1;
+                return;
+            }
+            let n = entry.1;
+            *entry = (now, 0);
+            n
+        };
+        let status = code.map_or_else(|| "none".to_string(), |c| c.to_string());
+        let hint = match code {
+            Some(403) => {
+                "; RBAC: allow create and patch on events (both events.k8s.io and core: \
+                 vipd manifest rbac), check with vipd preflight"
+            }
+            _ => "",
+        };
+        tracing::warn!(
+            reason = %ev.reason,
+            http_status = %status,
+            suppressed,
+            "cannot record Event: {err}{hint}"
+        );
     }
 
     /// The server was seen dropping `status.loadBalancer.ingress[].ports` (pre-1.24
@@ -536,6 +636,8 @@ impl KubeStatusWriter {
         }
     }
 
+    /// Writes an Event about `key` (see [`Self::write_event_inner`]); failures are logged
+    /// ([`Self::log_event_failure`]) and returned.
     async fn write_event(
         &self,
         regarding: Regarding,
@@ -543,7 +645,24 @@ impl KubeStatusWriter {
         uid: Option<String>,
         ev: &ServiceEvent,
     ) -> Result<(), StatusError> {
+        let r = self.write_event_inner(regarding, key, uid, ev).await;
+        if let Err(e) = &r {
+            self.log_event_failure(ev, e);
+        }
+        r
+    }
+
+    /// Creates the Event, or folds a repeat into the first one's series (events.k8s.io) or
+    /// count (core).
+    async fn write_event_inner(
+        &self,
+        regarding: Regarding,
+        key: &ServiceKey,
+        uid: Option<String>,
+        ev: &ServiceEvent,
+    ) -> Result<(), StatusError> {
         let kind = regarding.kind();
+        let api = self.event_api(kind, key).await?;
         let ident = EventIdentity {
             regarding,
             key: key.clone(),
@@ -561,20 +680,37 @@ impl KubeStatusWriter {
             })
         };
         let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), &key.namespace);
+        let core: Api<CoreEvent> = Api::namespaced(self.client.clone(), &key.namespace);
         if let Some((name, count)) = repeat {
-            let patch = json!({ "series": EventSeries {
-                count,
-                last_observed_time: MicroTime(Timestamp::now()),
-            }});
             let pp = PatchParams::default();
-            match timed_as(
-                kind,
-                key,
-                "patch Event series",
-                events.patch(&name, &pp, &Patch::Merge(&patch)),
-            )
-            .await
-            {
+            let patched = match api {
+                EventApi::EventsV1 => {
+                    let patch = json!({ "series": EventSeries {
+                        count,
+                        last_observed_time: MicroTime(Timestamp::now()),
+                    }});
+                    timed_as(
+                        kind,
+                        key,
+                        "patch Event series",
+                        events.patch(&name, &pp, &Patch::Merge(&patch)),
+                    )
+                    .await
+                    .map(|_| ())
+                }
+                EventApi::Core => {
+                    let patch = json!({ "count": count, "lastTimestamp": Time(Timestamp::now()) });
+                    timed_as(
+                        kind,
+                        key,
+                        "patch Event count",
+                        core.patch(&name, &pp, &Patch::Merge(&patch)),
+                    )
+                    .await
+                    .map(|_| ())
+                }
+            };
+            match patched {
                 Ok(_) => return Ok(()),
                 // The Event was garbage-collected (TTL): start a new one below.
                 Err(e) if e.is_not_found() => {}
@@ -583,12 +719,50 @@ impl KubeStatusWriter {
         }
         let now_ts = Timestamp::now();
         let name = format!("{}.{:x}", key.name, now_ts.as_nanosecond());
-        let obj = K8sEvent {
-            metadata: ObjectMeta {
-                name: Some(name.clone()),
-                namespace: Some(key.namespace.clone()),
+        let reference = ObjectReference {
+            api_version: Some(regarding.api_version().into()),
+            kind: Some(kind.into()),
+            namespace: Some(key.namespace.clone()),
+            name: Some(key.name.clone()),
+            uid,
+            ..Default::default()
+        };
+        let meta = ObjectMeta {
+            name: Some(name.clone()),
+            namespace: Some(key.namespace.clone()),
+            ..Default::default()
+        };
+        if api == EventApi::Core {
+            let obj = CoreEvent {
+                metadata: meta,
+                involved_object: reference,
+                type_: Some(ev.kind.as_str().into()),
+                reason: Some(ev.reason.clone()),
+                action: Some(ev.action.clone()),
+                message: Some(truncate_note(&ev.note)),
+                count: Some(1),
+                first_timestamp: Some(Time(now_ts)),
+                last_timestamp: Some(Time(now_ts)),
+                source: Some(EventSource {
+                    component: Some(REPORTING_CONTROLLER.into()),
+                    host: Some(self.node.clone()),
+                }),
+                reporting_component: Some(REPORTING_CONTROLLER.into()),
+                reporting_instance: Some(self.node.clone()),
                 ..Default::default()
-            },
+            };
+            timed_as(
+                kind,
+                key,
+                "create Event",
+                core.create(&PostParams::default(), &obj),
+            )
+            .await?;
+            self.remember_series(ident, name, now);
+            return Ok(());
+        }
+        let obj = K8sEvent {
+            metadata: meta,
             event_time: Some(MicroTime(now_ts)),
             type_: Some(ev.kind.as_str().into()),
             reason: Some(ev.reason.clone()),
@@ -596,14 +770,7 @@ impl KubeStatusWriter {
             note: Some(truncate_note(&ev.note)),
             reporting_controller: Some(REPORTING_CONTROLLER.into()),
             reporting_instance: Some(self.node.clone()),
-            regarding: Some(ObjectReference {
-                api_version: Some(regarding.api_version().into()),
-                kind: Some(kind.into()),
-                namespace: Some(key.namespace.clone()),
-                name: Some(key.name.clone()),
-                uid,
-                ..Default::default()
-            }),
+            regarding: Some(reference),
             ..Default::default()
         };
         timed_as(
@@ -613,6 +780,12 @@ impl KubeStatusWriter {
             events.create(&PostParams::default(), &obj),
         )
         .await?;
+        self.remember_series(ident, name, now);
+        Ok(())
+    }
+
+    /// Remembers a created Event for folding its repeats.
+    fn remember_series(&self, ident: EventIdentity, name: String, now: Instant) {
         let mut map = self.series.lock().unwrap_or_else(|p| p.into_inner());
         map.insert(
             ident,
@@ -622,7 +795,6 @@ impl KubeStatusWriter {
                 last_seen: now,
             },
         );
-        Ok(())
     }
 
     /// Records an Event about Lease `key` (its namespace and name), e.g. a duplicate
