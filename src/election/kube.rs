@@ -236,7 +236,9 @@ impl LeaseHub {
             // longer than this server-side watch timeout.
             let cfg =
                 watcher::Config::default().timeout(crate::kubeclient::SERVICES_WATCH_TIMEOUT_SECS);
-            let mut stream = watcher(api, cfg).default_backoff().boxed();
+            let mut stream = watcher(api, cfg)
+                .backoff(crate::kubeclient::WatchBackoff::default())
+                .boxed();
             let mut listed: HashSet<String> = HashSet::new();
             loop {
                 let ev = tokio::select! {

@@ -416,8 +416,8 @@ fn spawn_reflector<K>(
         Duration::from_secs(crate::kubeclient::SERVICES_WATCH_TIMEOUT_SECS.into()),
     );
     tokio::spawn(async move {
-        // Watch errors (401/403 included, S15) retry with kube-runtime's capped exponential
-        // back-off (0.8 s doubling to 30 s); each is logged with the resource and the
+        // Watch errors (401/403 included, S15) retry with a capped exponential back-off
+        // (kubeclient::WatchBackoff: 0.8 s doubling to 20 s, plus up to 25 %); each is logged with the resource and the
         // server's message, which for RBAC names the verb.
         // Objects are stripped to what vipd reads before they are cached (at 1000 Services,
         // managedFields alone were 7 MB of a node's memory).
@@ -429,7 +429,7 @@ fn spawn_reflector<K>(
             )
             .modify(strip),
         )
-        .default_backoff()
+        .backoff(crate::kubeclient::WatchBackoff::default())
         .boxed();
         let mut failing = false;
         loop {
