@@ -1,15 +1,17 @@
 //! The admin HTTP endpoint on `prometheus_server` (kube-vip's `--prometheusHTTPServer`,
 //! default `:2112`): `/metrics` (OpenMetrics text, [`crate::metrics`]), `/healthz` (200
 //! while the process serves requests: the liveness probe) and `/readyz` (200 only when the
-//! configuration is valid, the API server is reachable, the election runs and no other
-//! process writes a lease under this node's identity: the readiness probe; 503 with the
-//! missing conditions otherwise). HTTP/1.1 over plain TCP (hyper).
+//! configuration is valid, the API server is reachable, the election runs, no other
+//! process writes a lease under this node's identity and no watch is stalled (see
+//! [`WatchActivity`]): the readiness probe; 503 with the missing conditions otherwise).
+//! HTTP/1.1 over plain TCP (hyper).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use http_body_util::Full;
 use hyper::body::{Bytes, Incoming};
@@ -19,6 +21,7 @@ use hyper::{Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -57,6 +60,8 @@ struct ReadinessInner {
     election_running: AtomicBool,
     /// Leases (`namespace/name`) that another process writes under this node's identity.
     duplicate_identity: Mutex<BTreeSet<String>>,
+    /// The watches whose silence fails readiness (see [`Readiness::track_watches`]).
+    watches: Mutex<Vec<WatchActivity>>,
 }
 
 /// Name of the readiness condition that fails while another process writes a lease under
@@ -102,21 +107,43 @@ impl Readiness {
             .map(|s| s.iter().cloned().collect())
             .unwrap_or_default()
     }
+    /// Makes readiness fail while one of `watches`' watches is stalled (see
+    /// [`WatchActivity::stalled`]); the condition is named [`WATCH_STALLED`]`:<watch>`.
+    pub fn track_watches(&self, watches: WatchActivity) {
+        if let Ok(mut w) = self.0.watches.lock() {
+            w.push(watches);
+        }
+    }
+    /// Watches stalled now, with how long each has been silent, sorted by name.
+    pub fn stalled_watches(&self) -> Vec<(String, Duration)> {
+        let now = Instant::now();
+        let mut out: Vec<_> = self
+            .0
+            .watches
+            .lock()
+            .map(|w| w.iter().flat_map(|a| a.stalled(now)).collect())
+            .unwrap_or_default();
+        out.sort();
+        out
+    }
     /// The conditions that are not met, by name (`config`, `api`, `election`,
-    /// [`DUPLICATE_IDENTITY`]); empty = ready.
-    pub fn missing(&self) -> Vec<&'static str> {
+    /// [`DUPLICATE_IDENTITY`], `watch-stalled:<watch>` per stalled watch); empty = ready.
+    pub fn missing(&self) -> Vec<String> {
         let mut m = Vec::new();
         if !self.0.config_valid.load(Ordering::Relaxed) {
-            m.push("config");
+            m.push("config".to_string());
         }
         if !self.0.api_reachable.load(Ordering::Relaxed) {
-            m.push("api");
+            m.push("api".to_string());
         }
         if !self.0.election_running.load(Ordering::Relaxed) {
-            m.push("election");
+            m.push("election".to_string());
         }
         if !self.duplicate_identity_leases().is_empty() {
-            m.push(DUPLICATE_IDENTITY);
+            m.push(DUPLICATE_IDENTITY.to_string());
+        }
+        for (watch, _) in self.stalled_watches() {
+            m.push(format!("{WATCH_STALLED}:{watch}"));
         }
         m
     }
@@ -145,11 +172,156 @@ impl Readiness {
                  node's identity; node names (vip_nodename) must be unique\n"
             ));
         }
+        for (watch, silent) in self.stalled_watches() {
+            body.push_str(&format!(
+                "{WATCH_STALLED}:{watch}: no event and no restart for {} s, longer than the \
+                 watch's timeout plus {} s (its API connection may be half-open, or the watch \
+                 cannot be re-established)\n",
+                silent.as_secs(),
+                WATCH_STALL_MARGIN.as_secs()
+            ));
+        }
         body
     }
     /// Whether every condition holds.
     pub fn is_ready(&self) -> bool {
         self.missing().is_empty()
+    }
+}
+
+/// Prefix of the readiness condition of a stalled watch: `watch-stalled:services`.
+pub const WATCH_STALLED: &str = "watch-stalled";
+
+/// How much longer than its timeout a watch may stay silent before it counts as stalled
+/// (room for the restart's request and a busy API server).
+pub const WATCH_STALL_MARGIN: Duration = Duration::from_secs(15);
+
+/// The stalled watches among `watches` (name, time of the last activity, timeout): those
+/// silent for longer than their timeout plus `margin` at `now`, with how long each has been
+/// silent, in the order given. A watch's activity is any event it delivered and any
+/// successful (re)start; a healthy watch whose server ends it after `timeout` restarts at
+/// least that often, so silence past `timeout + margin` means it hangs (typically on a
+/// half-open connection) or cannot be re-established. A last activity later than `now`
+/// counts as silent for zero.
+pub fn stalled_watches<'a>(
+    watches: impl IntoIterator<Item = (&'a str, Instant, Duration)>,
+    now: Instant,
+    margin: Duration,
+) -> Vec<(&'a str, Duration)> {
+    watches
+        .into_iter()
+        .filter_map(|(name, last, timeout)| {
+            let silent = now.saturating_duration_since(last);
+            (silent > timeout + margin).then_some((name, silent))
+        })
+        .collect()
+}
+
+/// One watch's bookkeeping in [`WatchActivity`].
+#[derive(Debug, Clone, Copy)]
+struct WatchEntry {
+    /// The server-side timeout the watch runs with.
+    timeout: Duration,
+    /// Its last event or successful (re)start (registration counts as a start).
+    last: Instant,
+    /// Whether it was stalled at the last [`WatchActivity::transitions`].
+    stalled: bool,
+}
+
+/// Last activity of a set of API watches, by name (the resource's plural, e.g. `services`,
+/// `leases`), shared by the code that runs them (which reports events) and the HTTP layer
+/// of their client (which reports successful (re)starts, see
+/// `kubeclient::WatchStartLayer`). Cheap to clone; only registered watches are tracked.
+#[derive(Debug, Clone, Default)]
+pub struct WatchActivity(Arc<Mutex<BTreeMap<String, WatchEntry>>>);
+
+impl WatchActivity {
+    /// No watch tracked.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Tracks watch `name`, whose server ends it after `timeout`, from now on (registering
+    /// counts as its start).
+    pub fn register(&self, name: &str, timeout: Duration) {
+        if let Ok(mut m) = self.0.lock() {
+            m.insert(
+                name.to_string(),
+                WatchEntry {
+                    timeout,
+                    last: Instant::now(),
+                    stalled: false,
+                },
+            );
+        }
+    }
+    /// Records an event or a successful (re)start of watch `name` now; ignored for a watch
+    /// that is not registered.
+    pub fn touch(&self, name: &str) {
+        if let Ok(mut m) = self.0.lock()
+            && let Some(e) = m.get_mut(name)
+        {
+            e.last = Instant::now();
+        }
+    }
+    /// The watches stalled at `now` (see [`stalled_watches`], margin
+    /// [`WATCH_STALL_MARGIN`]), with how long each has been silent, sorted by name.
+    pub fn stalled(&self, now: Instant) -> Vec<(String, Duration)> {
+        let Ok(m) = self.0.lock() else {
+            return Vec::new();
+        };
+        stalled_watches(
+            m.iter().map(|(n, e)| (n.as_str(), e.last, e.timeout)),
+            now,
+            WATCH_STALL_MARGIN,
+        )
+        .into_iter()
+        .map(|(n, d)| (n.to_string(), d))
+        .collect()
+    }
+    /// Watches that became stalled and watches that recovered since the last call, each
+    /// with how long it has been (or had been) silent.
+    pub fn transitions(&self, now: Instant) -> (Vec<(String, Duration)>, Vec<String>) {
+        let stalled = self.stalled(now);
+        let (mut became, mut recovered) = (Vec::new(), Vec::new());
+        if let Ok(mut m) = self.0.lock() {
+            for (name, e) in m.iter_mut() {
+                let s = stalled.iter().find(|(n, _)| n == name);
+                match (e.stalled, s) {
+                    (false, Some((_, silent))) => became.push((name.clone(), *silent)),
+                    (true, None) => recovered.push(name.clone()),
+                    _ => {}
+                }
+                e.stalled = s.is_some();
+            }
+        }
+        (became, recovered)
+    }
+    /// Logs, once per change, each watch that becomes stalled (WARN) or recovers (INFO),
+    /// checking every second until `stop` is cancelled.
+    pub fn spawn_monitor(&self, stop: CancellationToken) -> JoinHandle<()> {
+        let activity = self.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
+                let (became, recovered) = activity.transitions(Instant::now());
+                for (watch, silent) in became {
+                    warn!(
+                        watch = %watch,
+                        silent_s = silent.as_secs(),
+                        "watch stalled: no event and no restart for longer than its timeout \
+                         plus {} s; /readyz fails ({WATCH_STALLED}:{watch}) until it recovers",
+                        WATCH_STALL_MARGIN.as_secs()
+                    );
+                }
+                for watch in recovered {
+                    info!(watch = %watch, "watch no longer stalled");
+                }
+            }
+        })
     }
 }
 
@@ -386,6 +558,85 @@ mod tests {
         stop.cancel();
         srv.task.await.unwrap();
         assert!(tokio::net::TcpStream::connect(a).await.is_err());
+    }
+
+    #[test]
+    fn stalled_watches_are_those_silent_past_timeout_plus_margin() {
+        let t0 = Instant::now();
+        let s = |secs: u64| t0 + Duration::from_secs(secs);
+        let timeout = Duration::from_secs(55);
+        let margin = Duration::from_secs(15);
+        let watches = [
+            ("services", s(0), timeout),
+            ("nodes", s(10), timeout),
+            ("leases", s(100), timeout),
+            ("short", s(0), Duration::from_secs(5)),
+        ];
+        // At 70 s: exactly timeout + margin is not stalled yet; a short timeout is.
+        assert_eq!(
+            stalled_watches(watches, s(70), margin),
+            vec![("short", Duration::from_secs(70))]
+        );
+        assert_eq!(
+            stalled_watches(watches, s(81), margin),
+            vec![
+                ("services", Duration::from_secs(81)),
+                ("nodes", Duration::from_secs(71)),
+                ("short", Duration::from_secs(81)),
+            ]
+        );
+        // Activity later than `now` (clock read before the last touch): not silent.
+        assert!(stalled_watches([("leases", s(100), timeout)], s(90), margin).is_empty());
+        assert!(stalled_watches([], s(1000), margin).is_empty());
+    }
+
+    /// A watch is stalled once silent for longer than its timeout plus the margin; the
+    /// transition is reported once each way; an event or a restart ends it; /readyz names it.
+    #[tokio::test(start_paused = true)]
+    async fn stalled_watch_fails_readiness_until_it_recovers() {
+        let ready = Readiness::new();
+        ready.set_config_valid(true);
+        ready.set_api_reachable(true);
+        ready.set_election_running(true);
+        let w = WatchActivity::new();
+        ready.track_watches(w.clone());
+        w.register("services", Duration::from_secs(55));
+        w.register("leases", Duration::from_secs(55));
+        w.touch("unregistered");
+        tokio::time::advance(Duration::from_secs(60)).await;
+        w.touch("leases");
+        tokio::time::advance(Duration::from_secs(10)).await;
+        assert!(ready.is_ready(), "70 s is timeout + margin, not more");
+        assert_eq!(w.transitions(Instant::now()), (vec![], vec![]));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(ready.missing(), vec!["watch-stalled:services"]);
+        let body = ready.report();
+        assert!(
+            body.starts_with("not ready: watch-stalled:services\n")
+                && body.contains("watch-stalled:services: no event and no restart for 71 s"),
+            "{body}"
+        );
+        assert_eq!(
+            w.transitions(Instant::now()),
+            (
+                vec![("services".to_string(), Duration::from_secs(71))],
+                vec![]
+            )
+        );
+        assert_eq!(w.transitions(Instant::now()), (vec![], vec![]), "once");
+        tokio::time::advance(Duration::from_secs(60)).await;
+        assert_eq!(
+            ready.missing(),
+            vec!["watch-stalled:leases", "watch-stalled:services"]
+        );
+        w.touch("services");
+        w.touch("leases");
+        assert!(ready.is_ready(), "{}", ready.report());
+        // `leases` stalled and recovered between two checks: no transition for it.
+        assert_eq!(
+            w.transitions(Instant::now()),
+            (vec![], vec!["services".to_string()])
+        );
     }
 
     #[test]

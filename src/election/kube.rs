@@ -191,6 +191,10 @@ impl LeaseClient for KubeLeaseClient {
     }
 }
 
+/// Name of [`LeaseHub`]'s watch in its `WatchActivity` (the resource's plural, as the
+/// HTTP layer reports its restarts).
+pub const LEASE_WATCH: &str = "leases";
+
 /// Events buffered per lease for its subscribers. A subscriber that falls further behind
 /// gets [`LeaseEvent::Error`] and re-reads the lease (only the latest state matters).
 const LEASE_EVENT_BUFFER: usize = 2;
@@ -206,10 +210,13 @@ pub struct LeaseHub {
 
 impl LeaseHub {
     /// Starts the shared watch on Leases in `namespace` (`None` = all namespaces) on the
-    /// current tokio runtime. The task ends when `shutdown` is cancelled.
+    /// current tokio runtime. The watch is tracked as `leases` in `activity` (every event
+    /// counts; `client`'s `kubeclient::WatchStartLayer` reports its restarts). The task
+    /// ends when `shutdown` is cancelled.
     pub fn start(
         client: kube::Client,
         namespace: Option<&str>,
+        activity: crate::admin::WatchActivity,
         shutdown: tokio_util::sync::CancellationToken,
     ) -> Self {
         let hub = LeaseHub {
@@ -220,12 +227,18 @@ impl LeaseHub {
             None => Api::all(client),
         };
         let h = hub.clone();
+        activity.register(
+            LEASE_WATCH,
+            std::time::Duration::from_secs(crate::kubeclient::SERVICES_WATCH_TIMEOUT_SECS.into()),
+        );
         tokio::spawn(async move {
             // The Services clients' read timeout (kubeclient::SERVICES_READ_TIMEOUT) is
             // longer than this server-side watch timeout.
             let cfg =
                 watcher::Config::default().timeout(crate::kubeclient::SERVICES_WATCH_TIMEOUT_SECS);
-            let mut stream = watcher(api, cfg).default_backoff().boxed();
+            let mut stream = watcher(api, cfg)
+                .backoff(crate::kubeclient::WatchBackoff::default())
+                .boxed();
             let mut listed: HashSet<String> = HashSet::new();
             loop {
                 let ev = tokio::select! {
@@ -233,6 +246,9 @@ impl LeaseHub {
                     ev = stream.next() => ev,
                 };
                 let Some(ev) = ev else { return };
+                if ev.is_ok() {
+                    activity.touch(LEASE_WATCH);
+                }
                 match ev {
                     Ok(watcher::Event::Init) => listed.clear(),
                     Ok(watcher::Event::InitApply(l)) => {

@@ -123,6 +123,11 @@ pub async fn run<K: Kernel, A: Announcer>(
     let svc_api: Api<Service> = scoped_api(&client, namespace);
     let ep_api: Api<Endpoints> = scoped_api(&client, namespace);
     let changed = Arc::new(Notify::new());
+    // Watch health: every watch below reports its events and (re)starts; a watch silent
+    // for longer than its timeout plus a margin fails /readyz (watch-stalled:<resource>).
+    let activity = clients.watches.clone();
+    readiness.track_watches(activity.clone());
+    activity.spawn_monitor(watches.clone());
     let (svc_store, svc_writer) = reflector::store();
     spawn_reflector(
         "services",
@@ -130,6 +135,7 @@ pub async fn run<K: Kernel, A: Announcer>(
         svc_writer,
         changed.clone(),
         watches.clone(),
+        activity.clone(),
         strip_service,
     );
     // Node addresses: a Service must never take another node's own address.
@@ -141,6 +147,7 @@ pub async fn run<K: Kernel, A: Announcer>(
         node_writer,
         changed.clone(),
         watches.clone(),
+        activity.clone(),
         strip_node,
     );
     // Endpoints for externalTrafficPolicy Local: EndpointSlice v1 where the server has it
@@ -155,6 +162,7 @@ pub async fn run<K: Kernel, A: Announcer>(
             writer,
             changed.clone(),
             watches.clone(),
+            activity.clone(),
             strip_metadata::<EndpointSlice>,
         );
         EndpointStore::Slices(store)
@@ -167,14 +175,20 @@ pub async fn run<K: Kernel, A: Announcer>(
             writer,
             changed.clone(),
             watches.clone(),
+            activity.clone(),
             strip_metadata::<Endpoints>,
         );
         EndpointStore::Endpoints(store)
     };
 
     let hub = match (&cfg.services_election, namespace) {
-        (true, ns) => LeaseHub::start(client.clone(), ns, watches.clone()),
-        (false, _) => LeaseHub::start(client.clone(), Some(&cfg.lease.namespace), watches.clone()),
+        (true, ns) => LeaseHub::start(client.clone(), ns, activity.clone(), watches.clone()),
+        (false, _) => LeaseHub::start(
+            client.clone(),
+            Some(&cfg.lease.namespace),
+            activity.clone(),
+            watches.clone(),
+        ),
     };
     let shared = Arc::new(Shared {
         node: cfg.node_name.clone(),
@@ -376,12 +390,17 @@ where
     }
 }
 
+/// Runs a reflector on `api` into `writer` until `stop`. `what` is the resource's plural
+/// (`services`, ...): the name its watch is tracked under in `activity`, where every event
+/// it delivers counts (the client's `WatchStartLayer` reports its restarts).
+#[allow(clippy::too_many_arguments)] // each one is a separate part of the reflector
 fn spawn_reflector<K>(
     what: &'static str,
     api: Api<K>,
     writer: reflector::store::Writer<K>,
     changed: Arc<Notify>,
     stop: CancellationToken,
+    activity: crate::admin::WatchActivity,
     strip: fn(&mut K),
 ) where
     K: kube::Resource<DynamicType = ()>
@@ -392,9 +411,13 @@ fn spawn_reflector<K>(
         + Sync
         + 'static,
 {
+    activity.register(
+        what,
+        Duration::from_secs(crate::kubeclient::SERVICES_WATCH_TIMEOUT_SECS.into()),
+    );
     tokio::spawn(async move {
-        // Watch errors (401/403 included, S15) retry with kube-runtime's capped exponential
-        // back-off (0.8 s doubling to 30 s); each is logged with the resource and the
+        // Watch errors (401/403 included, S15) retry with a capped exponential back-off
+        // (kubeclient::WatchBackoff: 0.8 s doubling to 20 s, plus up to 25 %); each is logged with the resource and the
         // server's message, which for RBAC names the verb.
         // Objects are stripped to what vipd reads before they are cached (at 1000 Services,
         // managedFields alone were 7 MB of a node's memory).
@@ -406,7 +429,7 @@ fn spawn_reflector<K>(
             )
             .modify(strip),
         )
-        .default_backoff()
+        .backoff(crate::kubeclient::WatchBackoff::default())
         .boxed();
         let mut failing = false;
         loop {
@@ -416,6 +439,7 @@ fn spawn_reflector<K>(
             };
             match ev {
                 Some(Ok(_)) => {
+                    activity.touch(what);
                     if failing {
                         info!(resource = what, "watch recovered");
                         failing = false;
