@@ -1767,13 +1767,12 @@ fn parse_file(text: &str) -> Result<BTreeMap<String, String>, ConfigError> {
 
 /// Go `strconv.ParseBool`.
 fn parse_bool(raw: &Raw) -> Result<bool, ConfigError> {
-    match raw.value.as_str() {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(raw.invalid(
-            "not a boolean (Go strconv.ParseBool: 1 t T TRUE true True 0 f F FALSE false False)",
-        )),
-    }
+    crate::syntax::parse_go_bool(&raw.value).ok_or_else(|| {
+        raw.invalid(format!(
+            "not a boolean (Go strconv.ParseBool: {})",
+            crate::syntax::GO_BOOL_VALUES
+        ))
+    })
 }
 
 /// Seconds, whole or with up to 9 decimals, in (0, [`MAX_LEASE_TIMING`]].
@@ -1881,22 +1880,8 @@ fn parse_addresses(raw: &Raw) -> Result<Vec<IpAddr>, ConfigError> {
             };
             raw.invalid(format!("{item:?} is not an IP address{hint}"))
         })?;
-        let bad = match ip {
-            IpAddr::V4(v4) if v4.is_unspecified() => Some("the unspecified address"),
-            IpAddr::V4(v4) if v4.is_loopback() => Some("a loopback address"),
-            IpAddr::V4(v4) if v4.is_multicast() => Some("a multicast address"),
-            IpAddr::V4(v4) if v4.is_broadcast() => Some("the broadcast address"),
-            IpAddr::V6(v6) if v6.is_unspecified() => Some("the unspecified address"),
-            IpAddr::V6(v6) if v6.is_loopback() => Some("a loopback address"),
-            IpAddr::V6(v6) if v6.is_multicast() => Some("a multicast address"),
-            IpAddr::V6(v6) if v6.is_unicast_link_local() => Some("a link-local address"),
-            IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some() => {
-                Some("an IPv4-mapped IPv6 address (write the IPv4 address)")
-            }
-            _ => None,
-        };
-        if let Some(what) = bad {
-            return Err(raw.invalid(format!("{item} is {what}, not usable as a VIP")));
+        if let Err(class) = crate::net::vip::check_vip(ip) {
+            return Err(raw.invalid(format!("{item} is {class}, not usable as a VIP")));
         }
         if out.contains(&ip) {
             return Err(raw.invalid(format!("{ip} is listed twice")));
@@ -1986,22 +1971,13 @@ fn parse_interface(raw: Raw) -> Result<Option<String>, ConfigError> {
     Ok(Some(raw.value))
 }
 
-fn is_dns1123_label(s: &str) -> bool {
-    let b = s.as_bytes();
-    !b.is_empty()
-        && b.iter()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-        && b[0] != b'-'
-        && b[b.len() - 1] != b'-'
-}
-
 /// Kubernetes `IsDNS1123Subdomain` (object names such as Leases and nodes).
 fn check_dns1123_subdomain(raw: &Raw) -> Result<(), ConfigError> {
     let v = raw.value.as_str();
     if v.is_empty() {
         return Err(raw.invalid("must not be empty"));
     }
-    if v.len() > 253 || !v.split('.').all(is_dns1123_label) {
+    if !crate::syntax::is_dns1123_subdomain(v) {
         return Err(raw.invalid(
             "not a DNS-1123 subdomain (lower-case letters, digits, '-' and '.', starting and ending with a letter or digit, at most 253 characters)",
         ));
@@ -2014,7 +1990,7 @@ fn check_dns1123_label(raw: &Raw) -> Result<(), ConfigError> {
     if raw.value.is_empty() {
         return Err(raw.invalid("must not be empty"));
     }
-    if raw.value.len() > 63 || !is_dns1123_label(&raw.value) {
+    if !crate::syntax::is_dns1123_label(&raw.value) {
         return Err(raw.invalid(
             "not a DNS-1123 label (lower-case letters, digits and '-', starting and ending with a letter or digit, at most 63 characters)",
         ));
@@ -2037,8 +2013,7 @@ fn check_qualified_name(raw: &Raw) -> Result<(), ConfigError> {
             && b[0].is_ascii_alphanumeric()
             && b[b.len() - 1].is_ascii_alphanumeric()
     };
-    let prefix_ok = prefix
-        .is_none_or(|p| !p.is_empty() && p.len() <= 253 && p.split('.').all(is_dns1123_label));
+    let prefix_ok = prefix.is_none_or(crate::syntax::is_dns1123_subdomain);
     if name_ok && prefix_ok {
         Ok(())
     } else {
@@ -2613,6 +2588,38 @@ mod tests {
         assert_eq!(ok(&[], &[], Some("")).config, ok(&[], &[], None).config);
         let c = ok(&[], &[], Some("vip_interface: \"\"\n")).config;
         assert_eq!(c.interface, None);
+    }
+
+    /// The control-plane VIP and Service addresses follow one rule (`net::vip::check_vip`):
+    /// every address class gets the same verdict from both parsers (`0.0.0.0` and `::`
+    /// aside, which ask a Service for DHCP).
+    #[test]
+    fn control_plane_and_service_addresses_follow_one_rule() {
+        let cases: &[(&str, bool)] = &[
+            ("192.0.2.10", true),
+            ("10.1.2.3", true),
+            ("2001:db8::10", true),
+            ("127.0.0.1", false),
+            ("::1", false),
+            ("224.0.0.5", false),
+            ("ff02::1", false),
+            ("169.254.1.1", false),
+            ("fe80::1", false),
+            ("255.255.255.255", false),
+            ("0.1.2.3", false),
+            ("::ffff:192.0.2.1", false),
+            ("::192.0.2.1", false),
+        ];
+        for (addr, usable) in cases {
+            let cp = run(&[], &[("address", addr)], None);
+            assert_eq!(cp.is_ok(), *usable, "control plane {addr}: {:?}", cp.err());
+            if let Err(e) = cp {
+                assert!(e.to_string().contains(addr), "{e}");
+            }
+            let svc = crate::services::model::parse_address_list(addr);
+            assert_eq!(svc.addresses.len() == 1, *usable, "Service {addr}: {svc:?}");
+            assert_eq!(svc.rejected.len() == 1, !*usable, "Service {addr}: {svc:?}");
+        }
     }
 
     #[test]

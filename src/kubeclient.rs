@@ -146,9 +146,19 @@ async fn from_file(path: &Path) -> Result<kube::Config, ClientError> {
 /// control-plane mode otherwise `127.0.0.1:<port>` (the node's own API server); in
 /// services-only mode `None` (the kubeconfig's server is used).
 pub fn election_address(cfg: &Config) -> Option<String> {
-    match (&cfg.kubernetes_addr, cfg.control_plane) {
-        (Some(a), _) => Some(a.clone()),
-        (None, true) => Some(format!("127.0.0.1:{}", cfg.port)),
+    api_address(cfg.kubernetes_addr.as_deref(), cfg.control_plane, cfg.port)
+}
+
+/// The rule behind [`election_address`], also used by the generated manifests:
+/// `kubernetes_addr` when set, else `127.0.0.1:<port>` in control-plane mode, else `None`.
+pub fn api_address(
+    kubernetes_addr: Option<&str>,
+    control_plane: bool,
+    port: impl std::fmt::Display,
+) -> Option<String> {
+    match (kubernetes_addr, control_plane) {
+        (Some(a), _) => Some(a.to_string()),
+        (None, true) => Some(format!("127.0.0.1:{port}")),
         (None, false) => None,
     }
 }

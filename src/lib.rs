@@ -19,4 +19,5 @@ pub mod preflight;
 pub mod probe;
 pub mod reconcile;
 pub mod services;
+pub mod syntax;
 pub mod systemd;

@@ -22,7 +22,7 @@ use crate::config::{self, ManagerArgs};
 /// Container image used when `--image` is not given.
 pub const DEFAULT_IMAGE: &str = concat!("ghcr.io/vipd/vipd:v", env!("CARGO_PKG_VERSION"));
 /// kube-vip's default `--k8sConfigPath` for generated manifests (kubeadm's admin kubeconfig).
-pub const DEFAULT_KUBECONFIG: &str = "/etc/kubernetes/admin.conf";
+pub const DEFAULT_KUBECONFIG: &str = crate::kubeclient::KUBEADM_ADMIN_CONF;
 /// The kubeconfig that kubeadm >= 1.29 gives full rights on the first control-plane node
 /// during `kubeadm init` (admin.conf is only bound to RBAC once the API server is up).
 pub const SUPER_ADMIN_CONF: &str = "/etc/kubernetes/super-admin.conf";
@@ -83,15 +83,11 @@ pub enum ManifestCommand {
 /// # Errors
 /// [`ManifestError::Invalid`] naming `flag` for any other text.
 pub fn parse_go_bool(flag: &'static str, value: &str) -> Result<bool, ManifestError> {
-    match value {
-        "1" | "t" | "T" | "TRUE" | "true" | "True" => Ok(true),
-        "0" | "f" | "F" | "FALSE" | "false" | "False" => Ok(false),
-        _ => Err(ManifestError::Invalid {
-            flag,
-            value: value.to_string(),
-            reason: "expected a boolean (true/false, 1/0, t/f)".into(),
-        }),
-    }
+    crate::syntax::parse_go_bool(value).ok_or_else(|| ManifestError::Invalid {
+        flag,
+        value: value.to_string(),
+        reason: format!("expected a boolean ({})", crate::syntax::GO_BOOL_VALUES),
+    })
 }
 
 /// kube-vip's `manifest pod|daemonset` flags (same spellings; booleans take `--flag` or
@@ -399,11 +395,7 @@ impl GenArgs {
         push("prometheusHTTPServer", &prometheus)?;
         // The API address is set explicitly instead of relying on hostAliases (S29): the
         // node's own API server in control-plane mode.
-        let api_addr = match (&self.kubernetes_addr, cp) {
-            (Some(a), _) => Some(a.clone()),
-            (None, true) => Some(format!("127.0.0.1:{port}")),
-            (None, false) => None,
-        };
+        let api_addr = crate::kubeclient::api_address(self.kubernetes_addr.as_deref(), cp, port);
         if let Some(a) = &api_addr {
             push("kubernetesAddr", a)?;
         }

@@ -26,6 +26,7 @@ pub mod conflict;
 mod iface;
 mod netlink;
 pub mod nft;
+pub mod vip;
 
 pub use arp::{RawAnnouncer, garp_frame, unsolicited_na_frame};
 pub use cache::CachedKernel;

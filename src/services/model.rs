@@ -18,7 +18,9 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
+
+use crate::net::vip::{NotAVip, check_vip};
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
@@ -122,19 +124,9 @@ pub enum RejectReason {
     ZoneId,
     /// Not an IPv4/IPv6 address (bad octet, hostname, `::ffff:zz`, leading zeros).
     NotAnAddress,
-    /// Loopback (`127.0.0.0/8`, `::1`).
-    Loopback,
-    /// Multicast (`224.0.0.0/4`, `ff00::/8`).
-    Multicast,
-    /// Link-local (`169.254.0.0/16`, `fe80::/10`).
-    LinkLocal,
-    /// `255.255.255.255`.
-    Broadcast,
-    /// `0.0.0.0/8` other than `0.0.0.0` itself ("this network", RFC 1122 3.2.1.3).
-    ThisNetwork,
-    /// IPv4-mapped IPv6 (`::ffff:192.0.2.1`) or deprecated IPv4-compatible
-    /// (`::192.0.2.1`): ambiguous, write the IPv4 form.
-    Ipv4InIpv6,
+    /// Not usable as a VIP, by the one rule in [`crate::net::vip::check_vip`] (loopback,
+    /// multicast, link-local, broadcast, `0.0.0.0/8`, IPv4 written as IPv6).
+    NotAVip(NotAVip),
 }
 
 impl fmt::Display for RejectReason {
@@ -145,12 +137,7 @@ impl fmt::Display for RejectReason {
             RejectReason::Cidr => "prefix length not allowed, give a plain address",
             RejectReason::ZoneId => "IPv6 zone id not allowed",
             RejectReason::NotAnAddress => "not an IPv4 or IPv6 address",
-            RejectReason::Loopback => "loopback address",
-            RejectReason::Multicast => "multicast address",
-            RejectReason::LinkLocal => "link-local address",
-            RejectReason::Broadcast => "broadcast address",
-            RejectReason::ThisNetwork => "address in 0.0.0.0/8",
-            RejectReason::Ipv4InIpv6 => "IPv4 address written as IPv6, use the IPv4 form",
+            RejectReason::NotAVip(class) => return write!(f, "{class}, not usable as a VIP"),
         })
     }
 }
@@ -270,45 +257,11 @@ fn parse_entry(entry: &str) -> Result<Option<IpAddr>, RejectReason> {
         return Err(RejectReason::ZoneId);
     }
     let ip: IpAddr = entry.parse().map_err(|_| RejectReason::NotAnAddress)?;
-    if ip.is_unspecified() {
-        return Ok(None);
-    }
-    match ip {
-        IpAddr::V4(v4) => check_v4(v4)?,
-        IpAddr::V6(v6) => check_v6(v6)?,
-    }
-    Ok(Some(ip))
-}
-
-fn check_v4(ip: Ipv4Addr) -> Result<(), RejectReason> {
-    if ip.is_loopback() {
-        Err(RejectReason::Loopback)
-    } else if ip.is_multicast() {
-        Err(RejectReason::Multicast)
-    } else if ip.is_link_local() {
-        Err(RejectReason::LinkLocal)
-    } else if ip.is_broadcast() {
-        Err(RejectReason::Broadcast)
-    } else if ip.octets()[0] == 0 {
-        Err(RejectReason::ThisNetwork)
-    } else {
-        Ok(())
-    }
-}
-
-fn check_v6(ip: Ipv6Addr) -> Result<(), RejectReason> {
-    let seg = ip.segments();
-    if ip.is_loopback() {
-        Err(RejectReason::Loopback)
-    } else if ip.is_multicast() {
-        Err(RejectReason::Multicast)
-    } else if seg[0] & 0xffc0 == 0xfe80 {
-        Err(RejectReason::LinkLocal)
-    } else if ip.to_ipv4_mapped().is_some() || seg[..6].iter().all(|s| *s == 0) {
-        // ::ffff:a.b.c.d (mapped) or ::a.b.c.d (compatible; :: and ::1 handled above).
-        Err(RejectReason::Ipv4InIpv6)
-    } else {
-        Ok(())
+    match check_vip(ip) {
+        Ok(()) => Ok(Some(ip)),
+        // 0.0.0.0 / :: ask for DHCP.
+        Err(NotAVip::Unspecified) => Ok(None),
+        Err(class) => Err(RejectReason::NotAVip(class)),
     }
 }
 
@@ -592,17 +545,7 @@ pub fn selection(
 /// dot-separated labels of lowercase alphanumerics and `-`, each starting and ending with
 /// an alphanumeric.
 pub fn is_dns_subdomain(name: &str) -> bool {
-    if name.is_empty() || name.len() > 253 {
-        return false;
-    }
-    name.split('.').all(|label| {
-        let b = label.as_bytes();
-        !b.is_empty()
-            && b.iter()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
-            && b[0] != b'-'
-            && b[b.len() - 1] != b'-'
-    })
+    crate::syntax::is_dns1123_subdomain(name)
 }
 
 /// Services that ask for the same address, per address, with each Service's ports: the
