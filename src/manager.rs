@@ -15,7 +15,7 @@ use tracing::{error, info, warn};
 use crate::config::Config;
 use crate::controlplane;
 use crate::election::kube::KubeLeaseClient;
-use crate::election::{Elector, Gates, Timing};
+use crate::election::{Elector, Gates};
 use crate::kubeclient;
 use crate::net::conflict::{ConflictMonitor, RawConflictMonitor};
 use crate::net::{CachedKernel, Kernel, NetlinkKernel, RawAnnouncer, Vip};
@@ -36,15 +36,6 @@ pub enum ManagerError {
     /// A feature that is configured but not implemented in this release.
     #[error("{0}")]
     Unsupported(String),
-}
-
-/// The lease timings of the control-plane election.
-pub fn timing(cfg: &Config) -> Timing {
-    Timing {
-        lease_duration: cfg.lease.lease_duration,
-        renew_deadline: cfg.lease.renew_deadline,
-        retry_period: cfg.lease.retry_period,
-    }
 }
 
 /// The control-plane VIPs with their prefix (`vip_subnet`) and interface.
@@ -92,7 +83,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         ));
     }
     let cfg = Arc::new(cfg);
-    let timing = timing(&cfg);
+    let timing = cfg.lease.timing;
     // One capture for every holder of this process (RFC 5227 conflict detection).
     let monitor: Option<Arc<dyn ConflictMonitor>> = if cfg.arp_probe.is_zero() {
         info!("address conflict detection off (vip_arpprobe=0)");
@@ -192,10 +183,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
             probe_window: cfg.arp_probe,
             conflict_monitor: monitor.clone(),
             arp_guard: arp_guard.clone(),
-            ..HolderConfig::from_timing(
-                &crate::services::runtime::services_timing(&cfg),
-                cfg.arp_rate,
-            )?
+            ..HolderConfig::from_timing(&cfg.services_timing, cfg.arp_rate)?
         };
         // Per-Service holders share one address dump per check interval.
         let cached = Arc::new(CachedKernel::new(

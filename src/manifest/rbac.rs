@@ -216,7 +216,7 @@ pub const API_CALLS: &[ApiCall] = &[
     // The check that no control-plane VIP is a node's own address (`manager`).
     call::<Node>(List, Cluster, ControlPlane, Always, ("src/manager.rs", "api.list(&Default::default())")),
     // Only for kube-vip compatible manifests (`--enableNodeLabeling`).
-    call::<Node>(Patch, Cluster, NodeLabeling, Always, ("src/config.rs", "enable_node_labeling")),
+    call::<Node>(Patch, Cluster, NodeLabeling, Always, ("src/config/options.rs", "enable_node_labeling")),
 ];
 
 impl ApiCall {

@@ -193,7 +193,7 @@ pub async fn run<K: Kernel, A: Announcer>(
     let shared = Arc::new(Shared {
         node: cfg.node_name.clone(),
         per_service: cfg.services_election,
-        timing: services_timing(&cfg),
+        timing: cfg.services_timing,
         holder_cfg: HolderConfig {
             check_following: false,
             ..holder_cfg
@@ -367,16 +367,6 @@ pub fn node_addresses(nodes: &[Arc<Node>]) -> BTreeMap<IpAddr, String> {
         }
     }
     out
-}
-
-/// Lease timings of Service leases (`svc_leaseduration`, `svc_renewdeadline`,
-/// `svc_retryperiod`; by default the control-plane ones).
-pub fn services_timing(cfg: &Config) -> Timing {
-    Timing {
-        lease_duration: cfg.services_lease_duration,
-        renew_deadline: cfg.services_renew_deadline,
-        retry_period: cfg.services_retry_period,
-    }
 }
 
 /// An API for `K` in `namespace` (`svc_namespace`), or in all namespaces.

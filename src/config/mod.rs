@@ -1,0 +1,337 @@
+//! Configuration: kube-vip compatible flags and environment variables -> one typed,
+//! validated, immutable [`Config`].
+//!
+//! # Sources and precedence (kube-vip's)
+//!
+//! kube-vip parses its cobra flags first and then overwrites them from the environment
+//! (`ParseEnvironment`), and an optional `--config-file` only fills what is still unset.
+//! vipd keeps that order, per setting:
+//!
+//! 1. the environment variable (kube-vip's name, e.g. `vip_leaseduration`), when set to a
+//!    non-empty value (kube-vip tests `os.Getenv(..) != ""`; `lb_class_name` is the one
+//!    exception where an empty value counts, as kube-vip uses `LookupEnv` for it);
+//! 2. the command-line flag (kube-vip's name, e.g. `--leaseDuration`), when given, even
+//!    with an empty value (`--prometheusHTTPServer=` disables the metrics server);
+//! 3. the YAML config file (keys are the environment variable names, values strings,
+//!    numbers or booleans), when the key is present with a non-empty value;
+//! 4. the default in [`env_names`].
+//!
+//! clap's own `env` attribute would give flag > environment, so it is deliberately not used;
+//! [`resolve`] implements the order above as a pure function of its inputs.
+//!
+//! # Deviations from kube-vip (all on purpose)
+//!
+//! - vipd only does ARP/NDP announcement under leader election: `vip_arp` and
+//!   `vip_leaderelection` default to `true`, and setting either to false is an error
+//!   (kube-vip defaults both to false, which in ARP mode lets every node answer for the VIP).
+//! - kube-vip reads `svc_election`, `svc_leasename`, `svc_namespace`, `lb_class_only` and
+//!   `lb_class_name` from the environment only when `svc_enable` is also set in the
+//!   environment; vipd always reads them, and warns when they are set without `svc_enable`.
+//! - `address` must hold IP addresses; kube-vip also resolves DNS names (`dns_mode`), vipd
+//!   refuses them with an error.
+//! - The lease timings accept decimals (`2.5`), kube-vip only whole seconds.
+//! - `k8s_config_file` has no default (kube-vip: `/etc/kubernetes/admin.conf`); see
+//!   [`Config::kubeconfig`].
+//! - The config file's keys are the environment variable names (kube-vip's own file uses its
+//!   Go struct's field names); unknown keys are an error, not ignored.
+//!
+//! # kube-vip options vipd does not implement
+//!
+//! Options that would change behaviour are refused at start with
+//! [`ConfigError::Unsupported`] naming every one that is set ([`OptionKind::Refused`]):
+//! BGP (`bgp_enable`, every `bgp_*`, `zebra_*`, `mpbgp_*`, `annotation`), routing-table mode
+//! (`vip_routingtable`, `vip_routingtableid`, `vip_routingtabletype`, `vip_routingprotocol`,
+//! `vip_cleanroutingtable`), WireGuard (`vip_wireguard`), egress (`egress_podcidr`,
+//! `egress_servicecidr`, `egress_clean`), IPVS (`lb_enable`), dynamic DNS (`vip_ddns`),
+//! UPnP (`enable_upnp`), `enable_service_security`, `disable_service_updates`,
+//! `enable_endpointslices`, `mirror_dest_interface`, `health_check_port`, `cp_detect`,
+//! `vip_singlenode`, `vip_startleader`, `vip_interfaceloglobal`,
+//! `lb_class_legacy_handling=false`, and the Equinix Metal (`vip_packet*`,
+//! `provider_config`) settings.
+//!
+//! Harmless ones are accepted and ignored with a warning ([`OptionKind::Ignored`]):
+//! `dns_mode` (silent when `first`, kube-vip's default), `lb_port`, `lb_fwdmethod`,
+//! `iptables_backend`, `backend_health_check_interval`, `egress_withnftables`,
+//! `vip_leaseannotations`, `vip_configmap`, `enable_endpoints`.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use crate::election::Timing;
+
+/// Default `vip_leaseduration`: 3 s (kube-vip's is 5 s). The shortest lease that keeps one
+/// lease write per second (retry period 1 s) and room for a whole-second kernel fence
+/// (2 s) below it; the failover benchmark (`docs/failover.md`) measured a poweroff p95 gap
+/// of about 3.0 s at 3/2/1 against 5.2 s at 5/3/1. kube-vip manifests set all three
+/// timings explicitly and keep their values.
+pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(3);
+/// Default `vip_renewdeadline`: 2 s (kube-vip's is 3 s).
+pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(2);
+/// Default `vip_retryperiod` (kube-vip's: 1 s).
+pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(1);
+/// Largest accepted lease timing (any of the three): 1 hour.
+pub const MAX_LEASE_TIMING: Duration = Duration::from_secs(3600);
+/// client-go's `JitterFactor`: `NewLeaderElector` requires
+/// `renew_deadline > JITTER_FACTOR * retry_period`.
+pub const LEADER_ELECTION_JITTER_FACTOR: f64 = 1.2;
+/// Default `vip_arpRate`: 3000 ms (kube-vip's).
+pub const DEFAULT_ARP_RATE: Duration = Duration::from_millis(3000);
+/// Default `vip_arpprobe`: 50 ms (see [`crate::reconcile::DEFAULT_PROBE_WINDOW`]).
+pub const DEFAULT_ARP_PROBE: Duration = crate::reconcile::DEFAULT_PROBE_WINDOW;
+/// Longest `vip_arpprobe`: 1 s (a probe delays failover by its whole window).
+pub const MAX_ARP_PROBE: Duration = Duration::from_secs(1);
+/// Smallest accepted `vip_arpRate` (100 ms): faster repeats only flood the segment.
+pub const MIN_ARP_RATE: Duration = Duration::from_millis(100);
+/// Largest accepted `vip_arpRate` (1 hour).
+pub const MAX_ARP_RATE: Duration = Duration::from_secs(3600);
+/// Default `port` (the API server port): 6443.
+pub const DEFAULT_PORT: u16 = 6443;
+/// Default `vip_leasename`.
+pub const DEFAULT_LEASE_NAME: &str = "plndr-cp-lock";
+/// Default `svc_leasename`.
+pub const DEFAULT_SERVICES_LEASE_NAME: &str = "plndr-svcs-lock";
+/// Default `cp_namespace`.
+pub const DEFAULT_NAMESPACE: &str = "kube-system";
+/// Default `lb_class_name`.
+pub const DEFAULT_LB_CLASS_NAME: &str = "kube-vip.io/kube-vip-class";
+/// Default `prometheus_server` (`host:port`, empty host = all addresses).
+pub const DEFAULT_PROMETHEUS_SERVER: &str = ":2112";
+/// Default IPv4 VIP prefix length.
+pub const DEFAULT_V4_PREFIX: u8 = 32;
+/// Default IPv6 VIP prefix length.
+pub const DEFAULT_V6_PREFIX: u8 = 128;
+
+mod args;
+mod options;
+mod parse;
+mod resolve;
+
+pub use args::ManagerArgs;
+pub use options::{EnvOption, OptionKind, RefuseWhen, ValueType, env_names, option};
+use options::{K_CONFIG_FILE, K_NODE_NAME};
+pub use resolve::{Resolved, resolve, resolve_detailed};
+
+// ---------------------------------------------------------------------------------------
+// Types the rest of the crate codes against.
+// ---------------------------------------------------------------------------------------
+
+/// Lease timings and identity for one election (client-go leaderelection semantics).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseConfig {
+    /// Lease object name, e.g. `plndr-cp-lock` (kube-vip `vip_leasename`).
+    pub name: String,
+    /// Namespace of the Lease (kube-vip `cp_namespace`).
+    pub namespace: String,
+    /// `vip_leaseduration`, `vip_renewdeadline`, `vip_retryperiod`.
+    pub timing: Timing,
+}
+
+/// Per address family prefix lengths for VIPs (`vip_subnet`, e.g. `32` or `32,128`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VipSubnet {
+    /// Prefix length for IPv4 VIPs (0..=32, default 32).
+    pub v4: u8,
+    /// Prefix length for IPv6 VIPs (0..=128, default 128).
+    pub v6: u8,
+}
+
+/// Log level (`vip_loglevel`, kube-vip uses logrus numbers 0..=6; names also accepted).
+///
+/// logrus numbers: 0 panic, 1 fatal, 2 error (all three map to [`LogLevel::Error`]),
+/// 3 warn, 4 info (kube-vip's default), 5 debug, 6 trace.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogLevel {
+    /// logrus 0..=2, `error`.
+    Error,
+    /// logrus 3, `warn`.
+    Warn,
+    /// logrus 4, `info` (default).
+    Info,
+    /// logrus 5, `debug`.
+    Debug,
+    /// logrus 6, `trace`.
+    Trace,
+}
+
+impl LogLevel {
+    /// The matching `tracing` level filter.
+    pub fn as_tracing(self) -> tracing::level_filters::LevelFilter {
+        use tracing::level_filters::LevelFilter;
+        match self {
+            LogLevel::Error => LevelFilter::ERROR,
+            LogLevel::Warn => LevelFilter::WARN,
+            LogLevel::Info => LevelFilter::INFO,
+            LogLevel::Debug => LevelFilter::DEBUG,
+            LogLevel::Trace => LevelFilter::TRACE,
+        }
+    }
+}
+
+/// The validated configuration of `vipd manager`.
+///
+/// Built only by [`resolve`] / [`resolve_detailed`] / [`Config::from_process`]; there are
+/// no setters, treat it as immutable.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// `vip_nodename` / `--nodeName`; default: hostname, lower-cased. Never empty.
+    pub node_name: String,
+    /// `vip_interface` / `--interface`; `None` = choose automatically per VIP.
+    pub interface: Option<String>,
+    /// `address` (comma list, IPv4 and IPv6; `vip_address` deprecated alias).
+    pub addresses: Vec<IpAddr>,
+    /// `vip_subnet` / `--vipSubnet` (also `vip_cidr`).
+    pub vip_subnet: VipSubnet,
+    /// `port` (default 6443): the API server port of the control plane.
+    pub port: u16,
+    /// `vip_arp` / `--arp`.
+    pub arp: bool,
+    /// `vip_arpRate` in milliseconds (default 3000): GARP repeat interval.
+    pub arp_rate: Duration,
+    /// `vip_arpprobe` in milliseconds (vipd's own, default 50, 0..=1000): the address conflict
+    /// probe window (RFC 5227); zero turns conflict detection off.
+    pub arp_probe: Duration,
+    /// `cp_enable` / `--controlplane`.
+    pub control_plane: bool,
+    /// `svc_enable` / `--services`.
+    pub services: bool,
+    /// `vip_leaderelection` / `--leaderElection`.
+    pub leader_election: bool,
+    /// Control-plane lease (`vip_leasename`, `cp_namespace`, timings).
+    pub lease: LeaseConfig,
+    /// Timings of Service leases (per-Service and global): `svc_leaseduration`,
+    /// `svc_renewdeadline`, `svc_retryperiod` (vipd options, each defaulting to its `vip_*`
+    /// twin). Every held Service lease is written once per retry period.
+    pub services_timing: Timing,
+    /// `svc_election` / `--servicesElection`.
+    pub services_election: bool,
+    /// `svc_leasename` (default `plndr-svcs-lock`).
+    pub services_lease_name: String,
+    /// `svc_namespace`; `None` = all namespaces.
+    pub services_namespace: Option<String>,
+    /// `lb_class_only`.
+    pub lb_class_only: bool,
+    /// `lb_class_name` (default `kube-vip.io/kube-vip-class`).
+    pub lb_class_name: String,
+    /// `vip_servicesinterface`.
+    pub services_interface: Option<String>,
+    /// `prometheus_server` (default `:2112`); `None` when set to empty (disabled).
+    pub prometheus_server: Option<String>,
+    /// `k8s_config_file` / `--k8sConfigPath`; `None` = in-cluster / default kubeconfig.
+    ///
+    /// Note: kube-vip defaults this to `/etc/kubernetes/admin.conf`, and kube-vip static pod
+    /// manifests rely on that default; the client builder should try that path when this is
+    /// `None`, `control_plane` is set and no in-cluster config exists.
+    pub kubeconfig: Option<PathBuf>,
+    /// `kubernetes_addr`: explicit API server address (`host:port`), overrides the
+    /// kubeconfig's server. Control-plane mode falls back to `127.0.0.1:<port>`.
+    pub kubernetes_addr: Option<String>,
+    /// `dhcp_mode`.
+    pub dhcp_mode: bool,
+    /// `vip_ipv6_dad` (vipd's own, default false): run IPv6 duplicate address detection
+    /// on VIPs. Off by default: the lease and the kernel fence already ensure one holder
+    /// among vipd nodes, and DAD delays every IPv6 failover by 1-2 s (scenario S26).
+    pub ipv6_dad: bool,
+    /// `enable_node_labeling`.
+    pub enable_node_labeling: bool,
+    /// `vip_loglevel`.
+    pub log_level: LogLevel,
+}
+
+// ---------------------------------------------------------------------------------------
+// Errors.
+// ---------------------------------------------------------------------------------------
+
+/// One kube-vip option vipd refuses, as found in the inputs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedSetting {
+    /// kube-vip environment variable name, e.g. `bgp_enable`.
+    pub key: &'static str,
+    /// Where it was set, e.g. `environment variable bgp_enable` or `flag --bgp`.
+    pub setting: String,
+    /// The value found.
+    pub value: String,
+    /// The feature it belongs to, e.g. `BGP`.
+    pub feature: &'static str,
+}
+
+impl fmt::Display for RefusedSetting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} = {:?} ({})", self.setting, self.value, self.feature)
+    }
+}
+
+/// Why the configuration was rejected. Every variant names the setting (environment
+/// variable, flag or config-file key) and, where there is one, the bad value.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// A value is malformed, out of range, or inconsistent with another setting.
+    #[error("invalid value {value:?} for {setting}: {reason}")]
+    Invalid {
+        /// kube-vip environment variable name of the setting, e.g. `vip_renewdeadline`.
+        key: &'static str,
+        /// Where the value came from, e.g. `flag --leaseRenewDuration (vip_renewdeadline)`.
+        setting: String,
+        /// The value as given.
+        value: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// kube-vip options vipd does not implement are set; vipd refuses to start rather
+    /// than silently ignore them.
+    #[error(
+        "kube-vip option(s) not implemented by vipd are set: {}; unset them (or set them to false/empty)",
+        .options.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    )]
+    Unsupported {
+        /// Every refused option found (at least one).
+        options: Vec<RefusedSetting>,
+    },
+    /// The YAML config file cannot be used.
+    #[error("config file: {reason}")]
+    File {
+        /// The offending key, when the problem is about one key.
+        key: Option<String>,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The config file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    FileRead {
+        /// Path given by `--config-file` / `config_file`.
+        path: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// `vip_nodename` is unset and the hostname could not be read.
+    #[error("no node name: vip_nodename / --nodeName is unset and the hostname could not be read")]
+    NoNodeName,
+}
+
+impl ConfigError {
+    /// The kube-vip environment variable name the error is about (the first one for
+    /// [`ConfigError::Unsupported`]), if any.
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            ConfigError::Invalid { key, .. } => Some(key),
+            ConfigError::Unsupported { options } => options.first().map(|o| o.key),
+            ConfigError::File { key, .. } => key.as_deref(),
+            ConfigError::FileRead { .. } => Some(K_CONFIG_FILE),
+            ConfigError::NoNodeName => Some(K_NODE_NAME),
+        }
+    }
+
+    /// The offending value, if any.
+    pub fn value(&self) -> Option<&str> {
+        match self {
+            ConfigError::Invalid { value, .. } => Some(value),
+            ConfigError::Unsupported { options } => options.first().map(|o| o.value.as_str()),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

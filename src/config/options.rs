@@ -1,0 +1,625 @@
+//! The option table: every kube-vip and vipd option with its env name, flag, default, help
+//! and what vipd does with it; the single source of `--help`, docs and manifests.
+
+use super::*;
+
+// ---------------------------------------------------------------------------------------
+// The option table: one source of truth for flags, help, docs and manifests.
+// ---------------------------------------------------------------------------------------
+
+/// What vipd does with a kube-vip option.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OptionKind {
+    /// Implemented; ends up in [`Config`].
+    Supported,
+    /// Older / deprecated name of another option (its env name); used when that one is
+    /// unset, with a warning.
+    Alias(&'static str),
+    /// Accepted and ignored with a warning (does not change what vipd does).
+    Ignored,
+    /// Refused at start when set as described; `&str` names the kube-vip feature.
+    Refused(RefuseWhen, &'static str),
+}
+
+/// When a [`OptionKind::Refused`] option counts as set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefuseWhen {
+    /// A boolean that is true (Go `strconv.ParseBool`); false is accepted.
+    True,
+    /// A boolean that is false; true (kube-vip's default) is accepted.
+    False,
+    /// Any non-empty value.
+    NonEmpty,
+    /// Any value other than empty or `0`.
+    NonZero,
+}
+
+/// The value type of an option, for docs and manifest generators.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ValueType {
+    /// Go `strconv.ParseBool` syntax: `1 t T TRUE true True 0 f F FALSE false False`.
+    Bool,
+    /// Free text (names, paths, addresses).
+    Text,
+    /// A whole number.
+    Integer,
+    /// Seconds, whole or decimal (`2.5`).
+    Seconds,
+    /// Whole milliseconds.
+    Millis,
+}
+
+/// One row of the option table (see [`env_names`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EnvOption {
+    /// kube-vip environment variable name (also the config-file key), e.g. `vip_interface`.
+    pub env: &'static str,
+    /// Long flag of `vipd manager` without `--`, e.g. `interface`; empty when there is none.
+    pub flag: &'static str,
+    /// Default, as text (empty = unset); descriptive defaults are written `<like this>`.
+    pub default: &'static str,
+    /// Value type.
+    pub value_type: ValueType,
+    /// One-line description, including the unit where there is one.
+    pub help: &'static str,
+    /// Supported, alias, ignored or refused.
+    pub kind: OptionKind,
+    /// The flag's value placeholder in `--help`, e.g. `IFACE` (by default from the type).
+    pub value_name: &'static str,
+    /// A one-letter flag as well (kube-vip's `-n` for `--namespace`).
+    pub short: Option<char>,
+}
+
+impl ValueType {
+    /// The default `--help` placeholder for a value of this type.
+    pub const fn placeholder(self) -> &'static str {
+        match self {
+            ValueType::Bool => "BOOL",
+            ValueType::Text => "VALUE",
+            ValueType::Integer => "NUMBER",
+            ValueType::Seconds => "SECONDS",
+            ValueType::Millis => "MS",
+        }
+    }
+}
+
+impl EnvOption {
+    /// This row with `name` as its `--help` placeholder.
+    pub const fn named(mut self, name: &'static str) -> EnvOption {
+        self.value_name = name;
+        self
+    }
+
+    /// This row with a one-letter flag as well.
+    pub const fn with_short(mut self, c: char) -> EnvOption {
+        self.short = Some(c);
+        self
+    }
+
+    /// The `--help` text of the flag: description, `[env: NAME]` and `[default: X]`.
+    pub fn help_text(&self) -> String {
+        let mut s = String::from(self.help);
+        match self.kind {
+            OptionKind::Supported => {}
+            OptionKind::Alias(of) => s.push_str(&format!(" (deprecated alias of {of})")),
+            OptionKind::Ignored => s.push_str(" (accepted and ignored by vipd)"),
+            OptionKind::Refused(..) => s.push_str(" (kube-vip only: refused by vipd when set)"),
+        }
+        s.push_str(&format!(" [env: {}]", self.env));
+        if !self.default.is_empty() {
+            s.push_str(&format!(" [default: {}]", self.default));
+        }
+        s
+    }
+}
+
+pub(super) const K_INTERFACE: &str = "vip_interface";
+pub(super) const K_ADDRESS: &str = "address";
+pub(super) const K_VIP_ADDRESS: &str = "vip_address";
+pub(super) const K_SUBNET: &str = "vip_subnet";
+pub(super) const K_CIDR: &str = "vip_cidr";
+pub(super) const K_PORT: &str = "port";
+pub(super) const K_NODE_NAME: &str = "vip_nodename";
+pub(super) const K_ARP: &str = "vip_arp";
+pub(super) const K_ARP_RATE: &str = "vip_arpRate";
+pub(super) const K_ARP_PROBE: &str = "vip_arpprobe";
+pub(super) const K_CP_ENABLE: &str = "cp_enable";
+pub(super) const K_SVC_ENABLE: &str = "svc_enable";
+pub(super) const K_LEADER_ELECTION: &str = "vip_leaderelection";
+pub(super) const K_LEASE_NAME: &str = "vip_leasename";
+pub(super) const K_NAMESPACE: &str = "cp_namespace";
+pub(super) const K_LEASE_DURATION: &str = "vip_leaseduration";
+pub(super) const K_RENEW_DEADLINE: &str = "vip_renewdeadline";
+pub(super) const K_RETRY_PERIOD: &str = "vip_retryperiod";
+pub(super) const K_SVC_LEASE_DURATION: &str = "svc_leaseduration";
+pub(super) const K_SVC_RENEW_DEADLINE: &str = "svc_renewdeadline";
+pub(super) const K_SVC_RETRY_PERIOD: &str = "svc_retryperiod";
+pub(super) const K_SVC_ELECTION: &str = "svc_election";
+pub(super) const K_SVC_LEASE_NAME: &str = "svc_leasename";
+pub(super) const K_SVC_NAMESPACE: &str = "svc_namespace";
+pub(super) const K_LB_CLASS_ONLY: &str = "lb_class_only";
+pub(super) const K_LB_CLASS_NAME: &str = "lb_class_name";
+pub(super) const K_SVC_INTERFACE: &str = "vip_servicesinterface";
+pub(super) const K_PROMETHEUS: &str = "prometheus_server";
+pub(super) const K_K8S_CONFIG: &str = "k8s_config_file";
+pub(super) const K_KUBERNETES_ADDR: &str = "kubernetes_addr";
+pub(super) const K_DHCP_MODE: &str = "dhcp_mode";
+pub(super) const K_IPV6_DAD: &str = "vip_ipv6_dad";
+pub(super) const K_NODE_LABELING: &str = "enable_node_labeling";
+pub(super) const K_LOG_LEVEL: &str = "vip_loglevel";
+pub(super) const K_CONFIG_FILE: &str = "config_file";
+pub(super) const K_DNS_MODE: &str = "dns_mode";
+
+/// Options where an empty environment value counts as set (kube-vip uses `LookupEnv`).
+pub(super) const EMPTY_ENV_IS_SET: &[&str] = &[K_LB_CLASS_NAME];
+
+pub(super) const fn opt(
+    env: &'static str,
+    flag: &'static str,
+    default: &'static str,
+    value_type: ValueType,
+    help: &'static str,
+) -> EnvOption {
+    EnvOption {
+        env,
+        flag,
+        default,
+        value_type,
+        help,
+        kind: OptionKind::Supported,
+        value_name: value_type.placeholder(),
+        short: None,
+    }
+}
+
+pub(super) const fn alias(
+    env: &'static str,
+    flag: &'static str,
+    of: &'static str,
+    value_type: ValueType,
+    help: &'static str,
+) -> EnvOption {
+    EnvOption {
+        env,
+        flag,
+        default: "",
+        value_type,
+        help,
+        kind: OptionKind::Alias(of),
+        value_name: value_type.placeholder(),
+        short: None,
+    }
+}
+
+pub(super) const fn ignored(
+    env: &'static str,
+    flag: &'static str,
+    help: &'static str,
+) -> EnvOption {
+    EnvOption {
+        env,
+        flag,
+        default: "",
+        value_type: ValueType::Text,
+        help,
+        kind: OptionKind::Ignored,
+        value_name: "VALUE",
+        short: None,
+    }
+}
+
+pub(super) const fn refused(
+    env: &'static str,
+    flag: &'static str,
+    when: RefuseWhen,
+    feature: &'static str,
+) -> EnvOption {
+    let value_type = match when {
+        RefuseWhen::True | RefuseWhen::False => ValueType::Bool,
+        RefuseWhen::NonEmpty | RefuseWhen::NonZero => ValueType::Text,
+    };
+    EnvOption {
+        env,
+        flag,
+        default: "",
+        value_type,
+        help: feature,
+        kind: OptionKind::Refused(when, feature),
+        value_name: value_type.placeholder(),
+        short: None,
+    }
+}
+
+use RefuseWhen::{False as RFalse, NonEmpty, NonZero, True as RTrue};
+use ValueType::{Bool, Integer, Millis, Seconds, Text};
+
+pub(super) static OPTIONS: &[EnvOption] = &[
+    // --- supported ---------------------------------------------------------------------
+    opt(
+        K_INTERFACE,
+        "interface",
+        "<auto: the interface whose subnet holds the VIP, else the default route's>",
+        Text,
+        "Interface the VIPs are added to and announced on",
+    ).named("IFACE"),
+    opt(
+        K_ADDRESS,
+        "address",
+        "",
+        Text,
+        "VIP address(es) for the control plane: comma-separated IPv4 and/or IPv6 addresses (no DNS names)",
+    ).named("IP[,IP]"),
+    alias(K_VIP_ADDRESS, "vip", K_ADDRESS, Text, "VIP address").named("IP"),
+    opt(
+        K_SUBNET,
+        "vipSubnet",
+        "32,128",
+        Text,
+        "VIP prefix length(s): one per address in `address` order, or `v4` / `v4,v6` (e.g. 32 or 32,128)",
+    ).named("PREFIX[,PREFIX]"),
+    alias(K_CIDR, "cidr", K_SUBNET, Text, "VIP prefix length").named("PREFIX"),
+    opt(
+        K_PORT,
+        "port",
+        "6443",
+        Integer,
+        "Port of the Kubernetes API server behind the control-plane VIP",
+    ).named("PORT"),
+    opt(
+        K_NODE_NAME,
+        "nodeName",
+        "<hostname, lower-cased>",
+        Text,
+        "Node name, used as the lease holder identity; must be unique per node (DNS-1123 subdomain)",
+    ).named("NAME"),
+    opt(
+        K_ARP,
+        "arp",
+        "true",
+        Bool,
+        "ARP/NDP announcement mode (vipd's only mode: false is an error)",
+    ),
+    opt(
+        K_ARP_RATE,
+        "arpRate",
+        "3000",
+        Millis,
+        "Interval between repeated gratuitous ARP / unsolicited NA while a VIP is held, in milliseconds",
+    ),
+    opt(
+        K_ARP_PROBE,
+        "arpProbe",
+        "50",
+        Millis,
+        "Address conflict probe window in milliseconds (vipd option, RFC 5227 ARP probes / IPv6 DAD-style solicitations): before binding a VIP whose lease was not released cleanly, bind only if no other host answers within this window; 0 turns conflict detection off",
+    ),
+    opt(
+        K_CP_ENABLE,
+        "controlplane",
+        "false",
+        Bool,
+        "Hold the control-plane VIP (address) under the lease vip_leasename",
+    ),
+    opt(
+        K_SVC_ENABLE,
+        "services",
+        "false",
+        Bool,
+        "Announce the VIPs of Services of type LoadBalancer",
+    ),
+    opt(
+        K_LEADER_ELECTION,
+        "leaderElection",
+        "true",
+        Bool,
+        "Kubernetes Lease leader election (vipd always elects: false is an error)",
+    ),
+    opt(
+        K_LEASE_NAME,
+        "leaseName",
+        DEFAULT_LEASE_NAME,
+        Text,
+        "Name of the control-plane Lease",
+    ).named("NAME"),
+    opt(
+        K_NAMESPACE,
+        "namespace",
+        DEFAULT_NAMESPACE,
+        Text,
+        "Namespace of the Leases",
+    ).named("NAMESPACE").with_short('n'),
+    opt(
+        K_LEASE_DURATION,
+        "leaseDuration",
+        "3",
+        Seconds,
+        "Lease duration in seconds (decimals allowed): how long a lease is valid after its last change",
+    ),
+    opt(
+        K_RENEW_DEADLINE,
+        "leaseRenewDuration",
+        "2",
+        Seconds,
+        "Renew deadline in seconds (decimals allowed): the holder steps down if it could not renew for this long; shorter than vip_leaseduration",
+    ),
+    opt(
+        K_RETRY_PERIOD,
+        "leaseRetry",
+        "1",
+        Seconds,
+        "Retry period in seconds (decimals allowed) between renew / acquire attempts; renew deadline > 1.2 x retry period",
+    ),
+    opt(
+        K_SVC_LEASE_DURATION,
+        "servicesLeaseDuration",
+        "<vip_leaseduration>",
+        Seconds,
+        "Lease duration of Service leases in seconds (vipd option): every held lease is written once per retry period, so hundreds of Services with per-Service election may need longer timings than the control plane",
+    ),
+    opt(
+        K_SVC_RENEW_DEADLINE,
+        "servicesLeaseRenewDuration",
+        "<vip_renewdeadline>",
+        Seconds,
+        "Renew deadline of Service leases in seconds (vipd option)",
+    ),
+    opt(
+        K_SVC_RETRY_PERIOD,
+        "servicesLeaseRetry",
+        "<vip_retryperiod>",
+        Seconds,
+        "Retry period of Service leases in seconds (vipd option)",
+    ),
+    opt(
+        K_SVC_ELECTION,
+        "servicesElection",
+        "false",
+        Bool,
+        "One Lease per Service instead of one for all Services",
+    ),
+    opt(
+        K_SVC_LEASE_NAME,
+        "servicesLeaseName",
+        DEFAULT_SERVICES_LEASE_NAME,
+        Text,
+        "Name of the Lease for all Services (when svc_election is false)",
+    ).named("NAME"),
+    opt(
+        K_SVC_NAMESPACE,
+        "servicesNamespace",
+        "<all namespaces>",
+        Text,
+        "Namespace whose Services are watched",
+    ).named("NAMESPACE"),
+    opt(
+        K_LB_CLASS_ONLY,
+        "lbClassOnly",
+        "false",
+        Bool,
+        "Only handle Services whose loadBalancerClass is lb_class_name",
+    ),
+    opt(
+        K_LB_CLASS_NAME,
+        "lbClassName",
+        DEFAULT_LB_CLASS_NAME,
+        Text,
+        "loadBalancerClass vipd handles",
+    ).named("CLASS"),
+    opt(
+        K_SVC_INTERFACE,
+        "serviceInterface",
+        "<vip_interface>",
+        Text,
+        "Interface for Service VIPs",
+    ).named("IFACE"),
+    opt(
+        K_PROMETHEUS,
+        "prometheusHTTPServer",
+        DEFAULT_PROMETHEUS_SERVER,
+        Text,
+        "host:port of the metrics and health HTTP server; empty disables it",
+    ).named("HOST:PORT"),
+    opt(
+        K_K8S_CONFIG,
+        "k8sConfigPath",
+        "<in-cluster, then the default kubeconfig>",
+        Text,
+        "Path to the kubeconfig used to reach the API server",
+    ).named("PATH"),
+    opt(
+        K_KUBERNETES_ADDR,
+        "kubernetesAddr",
+        "<kubeconfig's server; control plane: 127.0.0.1:port>",
+        Text,
+        "host:port of the API server, overrides the kubeconfig's server",
+    ).named("HOST:PORT"),
+    opt(
+        K_DHCP_MODE,
+        "dhcpMode",
+        "false",
+        Bool,
+        "Obtain Service VIPs by DHCP (requires svc_enable)",
+    ),
+    opt(
+        K_IPV6_DAD,
+        "ipv6DAD",
+        "false",
+        Bool,
+        "Run IPv6 duplicate address detection on VIPs before announcing them (vipd option; off: the lease and kernel fence already keep one holder, DAD delays IPv6 failover by 1-2 s)",
+    ),
+    opt(
+        K_NODE_LABELING,
+        "enableNodeLabeling",
+        "false",
+        Bool,
+        "Label the node holding a VIP",
+    ),
+    opt(
+        K_LOG_LEVEL,
+        "log",
+        "4",
+        Text,
+        "Log level: logrus number 0..=6 (2 error, 3 warn, 4 info, 5 debug, 6 trace) or a name",
+    ).named("LEVEL"),
+    opt(
+        K_CONFIG_FILE,
+        "config-file",
+        "",
+        Text,
+        "YAML file whose keys are these env names; fills only what neither flag nor env sets",
+    ).named("PATH"),
+    // --- accepted, ignored ---------------------------------------------------------------
+    ignored(
+        K_DNS_MODE,
+        "dnsMode",
+        "DNS lookup mode for `address` (vipd takes IP addresses only)",
+    ),
+    ignored("lb_port", "lbPort", "IPVS load-balancer port"),
+    ignored(
+        "lb_fwdmethod",
+        "lbForwardingMethod",
+        "IPVS forwarding method",
+    ),
+    ignored(
+        "iptables_backend",
+        "",
+        "iptables backend for egress / service security",
+    ),
+    ignored(
+        "backend_health_check_interval",
+        "",
+        "IPVS backend health-check interval",
+    ),
+    ignored("egress_withnftables", "", "Egress with nftables"),
+    ignored("vip_leaseannotations", "", "Annotations on the Lease"),
+    ignored(
+        "vip_configmap",
+        "",
+        "ConfigMap of the legacy `kube-vip service` command",
+    ),
+    ignored(
+        "enable_endpoints",
+        "enableEndpoints",
+        "Use Endpoints instead of EndpointSlices",
+    ),
+    // --- refused -----------------------------------------------------------------------
+    refused("bgp_enable", "bgp", RTrue, "BGP"),
+    refused("bgp_routerid", "bgpRouterID", NonEmpty, "BGP"),
+    refused("bgp_routerinterface", "", NonEmpty, "BGP"),
+    refused("bgp_as", "localAS", NonEmpty, "BGP"),
+    refused("bgp_peeraddress", "peerAddress", NonEmpty, "BGP"),
+    refused("bgp_peers", "bgppeers", NonEmpty, "BGP"),
+    refused("bgp_peeras", "", NonEmpty, "BGP"),
+    refused("bgp_peerpass", "", NonEmpty, "BGP"),
+    refused("bgp_multihop", "", RTrue, "BGP"),
+    refused("bgp_sourceif", "", NonEmpty, "BGP"),
+    refused("bgp_sourceip", "", NonEmpty, "BGP"),
+    refused("bgp_hold_time", "", NonEmpty, "BGP"),
+    refused("bgp_keepalive_interval", "", NonEmpty, "BGP"),
+    refused("annotation", "", NonEmpty, "BGP node annotations"),
+    refused("zebra_enable", "", RTrue, "BGP (Zebra)"),
+    refused("zebra_url", "", NonEmpty, "BGP (Zebra)"),
+    refused("zebra_version", "", NonEmpty, "BGP (Zebra)"),
+    refused("zebra_software_name", "", NonEmpty, "BGP (Zebra)"),
+    refused("mpbgp_nexthop", "", NonEmpty, "BGP (MP-BGP)"),
+    refused("mpbgp_ipv4", "", NonEmpty, "BGP (MP-BGP)"),
+    refused("mpbgp_ipv6", "", NonEmpty, "BGP (MP-BGP)"),
+    refused("vip_routingtable", "table", RTrue, "routing-table mode"),
+    refused("vip_routingtableid", "", NonEmpty, "routing-table mode"),
+    refused("vip_routingtabletype", "", NonEmpty, "routing-table mode"),
+    refused("vip_routingprotocol", "", NonEmpty, "routing-table mode"),
+    refused(
+        "vip_cleanroutingtable",
+        "cleanRoutingTable",
+        RTrue,
+        "routing-table mode",
+    ),
+    refused("vip_wireguard", "wireguard", RTrue, "WireGuard"),
+    refused("egress_podcidr", "", NonEmpty, "egress"),
+    refused("egress_servicecidr", "", NonEmpty, "egress"),
+    refused("egress_clean", "", RTrue, "egress"),
+    refused(
+        "lb_enable",
+        "enableLoadBalancer",
+        RTrue,
+        "IPVS load balancer",
+    ),
+    refused("vip_ddns", "ddns", RTrue, "dynamic DNS"),
+    refused("enable_upnp", "", RTrue, "UPnP"),
+    refused(
+        "enable_service_security",
+        "onlyAllowTrafficServicePorts",
+        RTrue,
+        "service security (drops non-service traffic)",
+    ),
+    refused(
+        "disable_service_updates",
+        "disableServiceUpdates",
+        RTrue,
+        "disabling Service status updates",
+    ),
+    refused(
+        "enable_endpointslices",
+        "enableEndpointSlices",
+        RTrue,
+        "EndpointSlices switch",
+    ),
+    refused(
+        "mirror_dest_interface",
+        "mirrorDestInterface",
+        NonEmpty,
+        "traffic mirroring",
+    ),
+    refused(
+        "health_check_port",
+        "healthCheckPort",
+        NonZero,
+        "separate health-check port (vipd serves /healthz on prometheus_server)",
+    ),
+    refused(
+        "cp_detect",
+        "autodetectcp",
+        RTrue,
+        "control-plane address detection",
+    ),
+    refused(
+        "vip_singlenode",
+        "",
+        RTrue,
+        "single-node mode without election",
+    ),
+    refused(
+        "vip_startleader",
+        "",
+        RTrue,
+        "starting as leader without election",
+    ),
+    refused(
+        "vip_interfaceloglobal",
+        "loInterfaceGlobalScope",
+        RTrue,
+        "global scope on lo",
+    ),
+    refused(
+        "lb_class_legacy_handling",
+        "lbClassNameLegacyHandling",
+        RFalse,
+        "non-legacy loadBalancerClass handling",
+    ),
+    refused("vip_packet", "", RTrue, "Equinix Metal"),
+    refused("vip_packetproject", "", NonEmpty, "Equinix Metal"),
+    refused("vip_packetprojectid", "", NonEmpty, "Equinix Metal"),
+    refused("provider_config", "", NonEmpty, "Equinix Metal"),
+];
+
+/// Every option `vipd manager` knows: kube-vip's environment variable name, the flag,
+/// the default, the help and what vipd does with it. The single source of truth for
+/// `--help`, README tables and generated manifests.
+pub fn env_names() -> &'static [EnvOption] {
+    OPTIONS
+}
+
+/// The table row for an environment variable name.
+pub fn option(env: &str) -> Option<&'static EnvOption> {
+    OPTIONS.iter().find(|o| o.env == env)
+}

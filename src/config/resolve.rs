@@ -1,0 +1,630 @@
+//! Resolution: flags, environment and config file into one validated [`Config`], with
+//! kube-vip's precedence (see the module docs of [`crate::config`]).
+
+use super::options::*;
+use super::parse::*;
+use super::*;
+
+// ---------------------------------------------------------------------------------------
+// Resolution.
+// ---------------------------------------------------------------------------------------
+
+/// A resolved configuration plus the warnings met on the way (deprecated names, ignored
+/// kube-vip options, settings that have no effect).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resolved {
+    /// The validated configuration.
+    pub config: Config,
+    /// Human-readable warnings, each naming the setting; [`resolve`] logs them.
+    pub warnings: Vec<String>,
+}
+
+impl Config {
+    /// Resolve from the real process: `std::env`, the config file named by the
+    /// `config_file` environment variable or `--config-file` (environment wins), and the
+    /// system hostname (`/proc/sys/kernel/hostname`) as the default node name. Logs the
+    /// warnings with `tracing::warn!`.
+    ///
+    /// Errors: everything [`resolve`] returns, plus [`ConfigError::FileRead`].
+    pub fn from_process(args: &ManagerArgs) -> Result<Config, ConfigError> {
+        let env = |k: &str| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned());
+        let path = env(K_CONFIG_FILE).filter(|p| !p.is_empty()).or_else(|| {
+            args.flag(K_CONFIG_FILE)
+                .filter(|p| !p.is_empty())
+                .map(str::to_string)
+        });
+        let text = match path {
+            Some(p) => {
+                Some(
+                    std::fs::read_to_string(&p).map_err(|source| ConfigError::FileRead {
+                        path: PathBuf::from(&p),
+                        source,
+                    })?,
+                )
+            }
+            None => None,
+        };
+        resolve(args, &env, text.as_deref())
+    }
+}
+
+/// Resolve `vipd manager`'s configuration from flags, environment and config-file text
+/// (YAML, keys = kube-vip environment variable names), with kube-vip's precedence
+/// (environment > flag > file > default; see the module docs), and validate it.
+///
+/// Pure apart from reading the system hostname when `vip_nodename` is unset everywhere
+/// (use [`resolve_detailed`] to supply it). Warnings are logged with `tracing::warn!`.
+///
+/// Errors: [`ConfigError::Invalid`] naming the setting and value,
+/// [`ConfigError::Unsupported`] listing the refused kube-vip options that are set,
+/// [`ConfigError::File`] for a malformed file or unknown key, [`ConfigError::NoNodeName`].
+pub fn resolve(
+    args: &ManagerArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+    file: Option<&str>,
+) -> Result<Config, ConfigError> {
+    let resolved = resolve_detailed(args, env, file, &system_hostname)?;
+    for w in &resolved.warnings {
+        tracing::warn!("{w}");
+    }
+    Ok(resolved.config)
+}
+
+/// [`resolve`] with an injectable hostname source (used for the default node name) that
+/// returns the warnings instead of logging them. Entirely pure.
+pub fn resolve_detailed(
+    args: &ManagerArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+    file: Option<&str>,
+    hostname: &dyn Fn() -> Option<String>,
+) -> Result<Resolved, ConfigError> {
+    let file = match file {
+        Some(text) => parse_file(text)?,
+        None => BTreeMap::new(),
+    };
+    let inputs = Inputs {
+        flags: args.flag_values(),
+        env,
+        file,
+    };
+    let mut warnings = Vec::new();
+
+    check_kube_vip_only(&inputs, &mut warnings)?;
+
+    // --- modes ---
+    let control_plane = inputs.bool_or(K_CP_ENABLE, false)?;
+    let services = inputs.bool_or(K_SVC_ENABLE, false)?;
+    let dhcp_mode = inputs.bool_or(K_DHCP_MODE, false)?;
+    let ipv6_dad = inputs.bool_or(K_IPV6_DAD, false)?;
+    let arp = inputs.bool_or(K_ARP, true)?;
+    let leader_election = inputs.bool_or(K_LEADER_ELECTION, true)?;
+    if let Some(raw) = inputs.get(K_ARP)
+        && !arp
+    {
+        return Err(raw.invalid(
+            "vipd only implements ARP/NDP announcement; remove vip_arp or set it to true",
+        ));
+    }
+    if let Some(raw) = inputs.get(K_LEADER_ELECTION)
+        && !leader_election
+    {
+        return Err(raw.invalid(
+            "vipd always uses Lease leader election (without it every node would answer for the VIP); remove vip_leaderelection or set it to true",
+        ));
+    }
+    if !control_plane && !services {
+        let raw = inputs
+            .get(K_CP_ENABLE)
+            .unwrap_or_else(|| Raw::default_of(K_CP_ENABLE, "false"));
+        return Err(raw.invalid(
+            "neither cp_enable (--controlplane) nor svc_enable (--services) is true: vipd would have nothing to do",
+        ));
+    }
+    if dhcp_mode && !services {
+        let raw = inputs
+            .get(K_DHCP_MODE)
+            .unwrap_or_else(|| Raw::default_of(K_DHCP_MODE, "true"));
+        return Err(
+            raw.invalid("dhcp_mode obtains Service VIPs and requires svc_enable (--services)")
+        );
+    }
+
+    // --- addresses ---
+    let mut addresses = Vec::new();
+    let address_raw = match (inputs.get(K_ADDRESS), inputs.get(K_VIP_ADDRESS)) {
+        (Some(a), Some(old)) => {
+            warnings.push(format!(
+                "{} is deprecated and ignored because {} is set",
+                old.setting(),
+                a.setting()
+            ));
+            Some(a)
+        }
+        (Some(a), None) => Some(a),
+        (None, Some(old)) => {
+            warnings.push(format!(
+                "{} is deprecated: use address instead",
+                old.setting()
+            ));
+            Some(old)
+        }
+        (None, None) => None,
+    };
+    if let Some(raw) = &address_raw {
+        addresses = parse_addresses(raw)?;
+    }
+    if control_plane && addresses.is_empty() && !dhcp_mode {
+        let raw = address_raw.unwrap_or_else(|| Raw::default_of(K_ADDRESS, ""));
+        return Err(raw.invalid("cp_enable needs at least one VIP in address (or dhcp_mode)"));
+    }
+
+    let subnet_raw = match (inputs.get(K_SUBNET), inputs.get(K_CIDR)) {
+        (Some(s), Some(old)) => {
+            warnings.push(format!(
+                "{} is ignored because {} is set",
+                old.setting(),
+                s.setting()
+            ));
+            Some(s)
+        }
+        (Some(s), None) => Some(s),
+        (None, Some(old)) => {
+            warnings.push(format!("{} is the older name of vip_subnet", old.setting()));
+            Some(old)
+        }
+        (None, None) => None,
+    };
+    let vip_subnet = match &subnet_raw {
+        Some(raw) => parse_subnet(raw, &addresses)?,
+        None => VipSubnet {
+            v4: DEFAULT_V4_PREFIX,
+            v6: DEFAULT_V6_PREFIX,
+        },
+    };
+
+    let port = match inputs.get(K_PORT) {
+        Some(raw) => parse_port(&raw)?,
+        None => DEFAULT_PORT,
+    };
+
+    // --- identity ---
+    let node_name = match inputs.get(K_NODE_NAME) {
+        Some(raw) => {
+            check_dns1123_subdomain(&raw)?;
+            raw.value
+        }
+        None => {
+            let host = hostname()
+                .map(|h| h.trim().to_lowercase())
+                .filter(|h| !h.is_empty())
+                .ok_or(ConfigError::NoNodeName)?;
+            let raw = Raw {
+                key: K_NODE_NAME,
+                value: host,
+                origin: Origin::Hostname,
+            };
+            check_dns1123_subdomain(&raw)?;
+            raw.value
+        }
+    };
+
+    // --- interfaces ---
+    let interface = inputs
+        .get(K_INTERFACE)
+        .map(parse_interface)
+        .transpose()?
+        .flatten();
+    let services_interface = inputs
+        .get(K_SVC_INTERFACE)
+        .map(parse_interface)
+        .transpose()?
+        .flatten();
+
+    // --- ARP ---
+    let arp_rate = match inputs.get(K_ARP_RATE) {
+        Some(raw) => parse_millis(&raw, MIN_ARP_RATE, MAX_ARP_RATE)?,
+        None => DEFAULT_ARP_RATE,
+    };
+    let arp_probe = match inputs.get(K_ARP_PROBE) {
+        Some(raw) => parse_millis(&raw, Duration::ZERO, MAX_ARP_PROBE)?,
+        None => DEFAULT_ARP_PROBE,
+    };
+
+    // --- lease ---
+    let lease_name = inputs.text_or(K_LEASE_NAME, DEFAULT_LEASE_NAME);
+    check_dns1123_subdomain(&lease_name)?;
+    let namespace = inputs.text_or(K_NAMESPACE, DEFAULT_NAMESPACE);
+    check_dns1123_label(&namespace)?;
+    let timing = lease_timings(
+        &inputs,
+        [K_LEASE_DURATION, K_RENEW_DEADLINE, K_RETRY_PERIOD],
+        [
+            DEFAULT_LEASE_DURATION,
+            DEFAULT_RENEW_DEADLINE,
+            DEFAULT_RETRY_PERIOD,
+        ],
+    )?;
+    let services_timing = lease_timings(
+        &inputs,
+        [
+            K_SVC_LEASE_DURATION,
+            K_SVC_RENEW_DEADLINE,
+            K_SVC_RETRY_PERIOD,
+        ],
+        [
+            timing.lease_duration,
+            timing.renew_deadline,
+            timing.retry_period,
+        ],
+    )?;
+
+    // --- services ---
+    let services_election = inputs.bool_or(K_SVC_ELECTION, false)?;
+    let services_lease_name = inputs.text_or(K_SVC_LEASE_NAME, DEFAULT_SERVICES_LEASE_NAME);
+    check_dns1123_subdomain(&services_lease_name)?;
+    let services_namespace = match inputs.get(K_SVC_NAMESPACE) {
+        Some(raw) if raw.value.is_empty() => None,
+        Some(raw) => {
+            check_dns1123_label(&raw)?;
+            Some(raw.value)
+        }
+        None => None,
+    };
+    let lb_class_only = inputs.bool_or(K_LB_CLASS_ONLY, false)?;
+    let lb_class_name = inputs.text_or(K_LB_CLASS_NAME, DEFAULT_LB_CLASS_NAME);
+    if lb_class_name.value.is_empty() {
+        if lb_class_only {
+            return Err(
+                lb_class_name.invalid("lb_class_only is true, so lb_class_name must not be empty")
+            );
+        }
+    } else {
+        check_qualified_name(&lb_class_name)?;
+    }
+    if !services {
+        for key in [
+            K_SVC_ELECTION,
+            K_SVC_LEASE_NAME,
+            K_SVC_NAMESPACE,
+            K_LB_CLASS_ONLY,
+            K_SVC_INTERFACE,
+        ] {
+            if let Some(raw) = inputs.get(key) {
+                warnings.push(format!(
+                    "{} has no effect without svc_enable",
+                    raw.setting()
+                ));
+            }
+        }
+    }
+
+    // --- API access, metrics, logging ---
+    let prometheus_server = match inputs.get(K_PROMETHEUS) {
+        Some(raw) if raw.value.is_empty() => None,
+        Some(raw) => {
+            check_host_port(&raw, false)?;
+            Some(raw.value)
+        }
+        None => Some(DEFAULT_PROMETHEUS_SERVER.to_string()),
+    };
+    let kubeconfig = match inputs.get(K_K8S_CONFIG) {
+        Some(raw) if raw.value.is_empty() => None,
+        Some(raw) => {
+            if raw.value.contains('\0') {
+                return Err(raw.invalid("a path cannot contain NUL"));
+            }
+            Some(PathBuf::from(raw.value))
+        }
+        None => None,
+    };
+    let kubernetes_addr = match inputs.get(K_KUBERNETES_ADDR) {
+        Some(raw) if raw.value.is_empty() => None,
+        Some(raw) => {
+            check_host_port(&raw, true)?;
+            Some(raw.value)
+        }
+        None => None,
+    };
+    let enable_node_labeling = inputs.bool_or(K_NODE_LABELING, false)?;
+    let log_level = match inputs.get(K_LOG_LEVEL) {
+        Some(raw) => parse_log_level(&raw)?,
+        None => LogLevel::Info,
+    };
+
+    let config = Config {
+        node_name,
+        interface,
+        addresses,
+        vip_subnet,
+        port,
+        arp,
+        arp_rate,
+        arp_probe,
+        control_plane,
+        services,
+        leader_election,
+        lease: LeaseConfig {
+            name: lease_name.value,
+            namespace: namespace.value,
+            timing,
+        },
+        services_timing,
+        services_election,
+        services_lease_name: services_lease_name.value,
+        services_namespace,
+        lb_class_only,
+        lb_class_name: lb_class_name.value,
+        services_interface,
+        prometheus_server,
+        kubeconfig,
+        kubernetes_addr,
+        dhcp_mode,
+        ipv6_dad,
+        enable_node_labeling,
+        log_level,
+    };
+    Ok(Resolved { config, warnings })
+}
+
+/// The hostname from `/proc/sys/kernel/hostname` (Linux), else `/etc/hostname`.
+pub(super) fn system_hostname() -> Option<String> {
+    ["/proc/sys/kernel/hostname", "/etc/hostname"]
+        .iter()
+        .filter_map(|p| std::fs::read_to_string(p).ok())
+        .map(|s| s.trim().to_string())
+        .find(|s| !s.is_empty())
+}
+
+/// Where a value came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Origin {
+    Env,
+    Flag(&'static str),
+    File,
+    Default,
+    Hostname,
+}
+
+/// One raw setting value and its origin.
+#[derive(Debug, Clone)]
+pub(super) struct Raw {
+    pub(super) key: &'static str,
+    pub(super) value: String,
+    pub(super) origin: Origin,
+}
+
+impl Raw {
+    pub(super) fn default_of(key: &'static str, value: &str) -> Raw {
+        Raw {
+            key,
+            value: value.to_string(),
+            origin: Origin::Default,
+        }
+    }
+
+    /// How the setting is named in messages, e.g. `flag --leaseDuration (vip_leaseduration)`.
+    pub(super) fn setting(&self) -> String {
+        match &self.origin {
+            Origin::Env => format!("environment variable {}", self.key),
+            Origin::Flag(f) => format!("flag --{f} ({})", self.key),
+            Origin::File => format!("{} in the config file", self.key),
+            Origin::Default => format!("{} (default)", self.key),
+            Origin::Hostname => format!("{} (default: the hostname, lower-cased)", self.key),
+        }
+    }
+
+    pub(super) fn invalid(&self, reason: impl Into<String>) -> ConfigError {
+        ConfigError::Invalid {
+            key: self.key,
+            setting: self.setting(),
+            value: self.value.clone(),
+            reason: reason.into(),
+        }
+    }
+}
+
+pub(super) struct Inputs<'a> {
+    pub(super) flags: Vec<(&'static str, &'a str)>,
+    pub(super) env: &'a dyn Fn(&str) -> Option<String>,
+    pub(super) file: BTreeMap<String, String>,
+}
+
+impl Inputs<'_> {
+    /// The value of `key` by kube-vip's precedence: environment, flag, file.
+    pub(super) fn get(&self, key: &'static str) -> Option<Raw> {
+        let empty_ok = EMPTY_ENV_IS_SET.contains(&key);
+        if let Some(v) = (self.env)(key)
+            && (empty_ok || !v.is_empty())
+        {
+            return Some(Raw {
+                key,
+                value: v,
+                origin: Origin::Env,
+            });
+        }
+        if let Some((_, v)) = self.flags.iter().find(|(k, _)| *k == key) {
+            let flag = option(key).map(|o| o.flag).unwrap_or(key);
+            return Some(Raw {
+                key,
+                value: (*v).to_string(),
+                origin: Origin::Flag(flag),
+            });
+        }
+        if let Some(v) = self.file.get(key)
+            && (empty_ok || !v.is_empty())
+        {
+            return Some(Raw {
+                key,
+                value: v.clone(),
+                origin: Origin::File,
+            });
+        }
+        None
+    }
+
+    pub(super) fn bool_or(&self, key: &'static str, default: bool) -> Result<bool, ConfigError> {
+        match self.get(key) {
+            Some(raw) => parse_bool(&raw),
+            None => Ok(default),
+        }
+    }
+
+    pub(super) fn text_or(&self, key: &'static str, default: &str) -> Raw {
+        self.get(key)
+            .unwrap_or_else(|| Raw::default_of(key, default))
+    }
+}
+
+/// Parses and checks one set of lease timings (`keys` = duration, renew deadline, retry
+/// period env names; `defaults` used for unset ones): renew deadline < duration, renew
+/// deadline > client-go's jitter factor x retry period. Errors name the setting and value.
+pub(super) fn lease_timings(
+    inputs: &Inputs<'_>,
+    keys: [&'static str; 3],
+    defaults: [Duration; 3],
+) -> Result<Timing, ConfigError> {
+    let raws = keys.map(|k| inputs.get(k));
+    let mut vals = defaults;
+    for (v, raw) in vals.iter_mut().zip(raws.iter()) {
+        if let Some(raw) = raw {
+            *v = parse_seconds(raw)?;
+        }
+    }
+    let [lease_duration, renew_deadline, retry_period] = vals;
+    let shown = |i: usize| {
+        raws[i]
+            .clone()
+            .unwrap_or_else(|| Raw::default_of(keys[i], &format!("{}", defaults[i].as_secs_f64())))
+    };
+    if renew_deadline >= lease_duration {
+        return Err(shown(1).invalid(format!(
+            "the renew deadline ({} s) must be shorter than the lease duration {} ({} s)",
+            renew_deadline.as_secs_f64(),
+            keys[0],
+            lease_duration.as_secs_f64()
+        )));
+    }
+    if renew_deadline.as_secs_f64() <= LEADER_ELECTION_JITTER_FACTOR * retry_period.as_secs_f64() {
+        return Err(shown(2).invalid(format!(
+            "the retry period ({} s) must be shorter than the renew deadline {} ({} s) divided by client-go's jitter factor {}",
+            retry_period.as_secs_f64(),
+            keys[1],
+            renew_deadline.as_secs_f64(),
+            LEADER_ELECTION_JITTER_FACTOR
+        )));
+    }
+    Ok(Timing {
+        lease_duration,
+        renew_deadline,
+        retry_period,
+    })
+}
+
+/// Refuse the kube-vip options vipd does not implement; warn about the ignored ones.
+pub(super) fn check_kube_vip_only(
+    inputs: &Inputs<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<(), ConfigError> {
+    let mut refused = Vec::new();
+    for o in OPTIONS {
+        match o.kind {
+            OptionKind::Refused(when, feature) => {
+                let Some(raw) = inputs.get(o.env) else {
+                    continue;
+                };
+                let set = match when {
+                    RefuseWhen::True => parse_bool(&raw)?,
+                    RefuseWhen::False => !parse_bool(&raw)?,
+                    RefuseWhen::NonEmpty => !raw.value.is_empty(),
+                    RefuseWhen::NonZero => !raw.value.is_empty() && raw.value != "0",
+                };
+                if set {
+                    refused.push(RefusedSetting {
+                        key: o.env,
+                        setting: raw.setting(),
+                        value: raw.value,
+                        feature,
+                    });
+                }
+            }
+            OptionKind::Ignored => {
+                let Some(raw) = inputs.get(o.env) else {
+                    continue;
+                };
+                if o.env == K_DNS_MODE && raw.value == "first" {
+                    continue;
+                }
+                warnings.push(format!(
+                    "{} = {:?} is a kube-vip option vipd ignores ({})",
+                    raw.setting(),
+                    raw.value,
+                    o.help
+                ));
+            }
+            OptionKind::Supported | OptionKind::Alias(_) => {}
+        }
+    }
+    if refused.is_empty() {
+        Ok(())
+    } else {
+        Err(ConfigError::Unsupported { options: refused })
+    }
+}
+
+/// Parse the YAML config file into key -> text. Keys must be known option names; values
+/// strings, numbers, booleans or null (= unset).
+pub(super) fn parse_file(text: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+    let file_err = |key: Option<String>, reason: String| ConfigError::File { key, reason };
+    let value: serde_norway::Value =
+        serde_norway::from_str(text).map_err(|e| file_err(None, format!("not valid YAML: {e}")))?;
+    let mapping = match value {
+        serde_norway::Value::Null => return Ok(BTreeMap::new()),
+        serde_norway::Value::Mapping(m) => m,
+        _ => {
+            return Err(file_err(
+                None,
+                "the top level must be a mapping of option names to values".into(),
+            ));
+        }
+    };
+    let mut out = BTreeMap::new();
+    for (k, v) in mapping {
+        let key = match k {
+            serde_norway::Value::String(s) => s,
+            other => {
+                return Err(file_err(
+                    None,
+                    format!("keys must be strings, found {other:?}"),
+                ));
+            }
+        };
+        if key == K_CONFIG_FILE {
+            return Err(file_err(
+                Some(key),
+                "config_file cannot be set inside the config file".into(),
+            ));
+        }
+        if option(&key).is_none() {
+            return Err(file_err(
+                Some(key.clone()),
+                format!(
+                    "unknown key {key:?} (keys are kube-vip environment variable names, e.g. vip_interface)"
+                ),
+            ));
+        }
+        let text = match v {
+            serde_norway::Value::Null => continue,
+            serde_norway::Value::Bool(b) => b.to_string(),
+            serde_norway::Value::Number(n) => n.to_string(),
+            serde_norway::Value::String(s) => s,
+            _ => {
+                return Err(file_err(
+                    Some(key.clone()),
+                    format!("the value of {key:?} must be a string, number or boolean"),
+                ));
+            }
+        };
+        out.insert(key, text);
+    }
+    Ok(out)
+}

@@ -1,0 +1,949 @@
+//! Tests of configuration resolution, the option table and the command line.
+
+use super::args::*;
+use super::options::*;
+use super::resolve::*;
+use super::*;
+use clap::CommandFactory;
+use clap::Parser;
+use std::collections::HashMap;
+
+/// A control-plane setup that resolves cleanly; cases override entries.
+const BASE: &[(&str, &str)] = &[
+    ("cp_enable", "true"),
+    ("address", "192.0.2.50"),
+    ("vip_nodename", "node-a"),
+];
+
+fn args(flags: &[&str]) -> ManagerArgs {
+    ManagerArgs::try_parse_from(std::iter::once("manager").chain(flags.iter().copied())).unwrap()
+}
+
+/// Resolve with `BASE` overridden by `env` (a value of "<unset>" removes the variable),
+/// the given flags and file, and the hostname "Node-A".
+fn run_with_host(
+    flags: &[&str],
+    env: &[(&str, &str)],
+    file: Option<&str>,
+    host: Option<&str>,
+) -> Result<Resolved, ConfigError> {
+    let mut map: HashMap<String, String> = HashMap::new();
+    for (k, v) in BASE.iter().chain(env) {
+        if *v == "<unset>" {
+            map.remove(*k);
+        } else {
+            map.insert((*k).to_string(), (*v).to_string());
+        }
+    }
+    let lookup = move |k: &str| map.get(k).cloned();
+    let host = host.map(str::to_string);
+    resolve_detailed(&args(flags), &lookup, file, &move || host.clone())
+}
+
+fn run(flags: &[&str], env: &[(&str, &str)], file: Option<&str>) -> Result<Resolved, ConfigError> {
+    run_with_host(flags, env, file, Some("Node-A"))
+}
+
+fn ok(flags: &[&str], env: &[(&str, &str)], file: Option<&str>) -> Resolved {
+    match run(flags, env, file) {
+        Ok(r) => r,
+        Err(e) => panic!("expected success for flags {flags:?} env {env:?}, got: {e}"),
+    }
+}
+
+struct Bad {
+    flags: &'static [&'static str],
+    env: &'static [(&'static str, &'static str)],
+    file: Option<&'static str>,
+    host: Option<&'static str>,
+    /// Expected `ConfigError::key()`.
+    key: &'static str,
+    /// Expected `ConfigError::value()` (None: the variant has no value).
+    value: Option<&'static str>,
+    /// Extra text the message must contain (e.g. the flag name).
+    mentions: &'static str,
+}
+
+const fn env(
+    env: &'static [(&'static str, &'static str)],
+    key: &'static str,
+    value: &'static str,
+) -> Bad {
+    Bad {
+        flags: &[],
+        env,
+        file: None,
+        host: Some("Node-A"),
+        key,
+        value: Some(value),
+        mentions: "",
+    }
+}
+
+const fn flag(
+    flags: &'static [&'static str],
+    key: &'static str,
+    value: &'static str,
+    mentions: &'static str,
+) -> Bad {
+    Bad {
+        flags,
+        env: &[],
+        file: None,
+        host: Some("Node-A"),
+        key,
+        value: Some(value),
+        mentions,
+    }
+}
+
+const fn file(text: &'static str, key: &'static str, value: Option<&'static str>) -> Bad {
+    Bad {
+        flags: &[],
+        env: &[],
+        file: Some(text),
+        host: Some("Node-A"),
+        key,
+        value,
+        mentions: "config file",
+    }
+}
+
+const BAD: &[Bad] = &[
+    // addresses
+    env(&[("address", "192.0.2.300")], "address", "192.0.2.300"),
+    env(
+        &[("address", "kube.example.com")],
+        "address",
+        "kube.example.com",
+    ),
+    env(&[("address", "192.0.2.10/24")], "address", "192.0.2.10/24"),
+    env(
+        &[("address", "192.0.2.10,192.0.2.10")],
+        "address",
+        "192.0.2.10,192.0.2.10",
+    ),
+    env(
+        &[("address", "192.0.2.10,,192.0.2.11")],
+        "address",
+        "192.0.2.10,,192.0.2.11",
+    ),
+    env(&[("address", "0.0.0.0")], "address", "0.0.0.0"),
+    env(&[("address", "127.0.0.1")], "address", "127.0.0.1"),
+    env(&[("address", "fe80::1")], "address", "fe80::1"),
+    env(&[("address", "224.0.0.5")], "address", "224.0.0.5"),
+    env(
+        &[("address", "2001:db8::1,2001:DB8::1")],
+        "address",
+        "2001:db8::1,2001:DB8::1",
+    ),
+    env(
+        &[("address", "<unset>"), ("vip_address", "10.0.0.999")],
+        "vip_address",
+        "10.0.0.999",
+    ),
+    // cp_enable without an address
+    env(&[("address", "<unset>")], "address", ""),
+    // prefixes
+    env(&[("vip_subnet", "33")], "vip_subnet", "33"),
+    env(&[("vip_subnet", "0")], "vip_subnet", "0"),
+    env(&[("vip_subnet", "abc")], "vip_subnet", "abc"),
+    env(
+        &[
+            ("address", "192.0.2.50,2001:db8::50"),
+            ("vip_subnet", "32,129"),
+        ],
+        "vip_subnet",
+        "32,129",
+    ),
+    env(
+        &[
+            ("address", "192.0.2.50,192.0.2.51"),
+            ("vip_subnet", "32,24"),
+        ],
+        "vip_subnet",
+        "32,24",
+    ),
+    env(&[("vip_subnet", "32,128,64")], "vip_subnet", "32,128,64"),
+    env(&[("vip_cidr", "40")], "vip_cidr", "40"),
+    // port
+    env(&[("port", "0")], "port", "0"),
+    env(&[("port", "70000")], "port", "70000"),
+    env(&[("port", "http")], "port", "http"),
+    // node name
+    env(&[("vip_nodename", "Node_A")], "vip_nodename", "Node_A"),
+    env(&[("vip_nodename", "node-a-")], "vip_nodename", "node-a-"),
+    Bad {
+        flags: &["--nodeName="],
+        env: &[("vip_nodename", "<unset>")],
+        file: None,
+        host: Some("Node-A"),
+        key: "vip_nodename",
+        value: Some(""),
+        mentions: "--nodeName",
+    },
+    Bad {
+        flags: &[],
+        env: &[("vip_nodename", "<unset>")],
+        file: None,
+        host: Some("bad_host"),
+        key: "vip_nodename",
+        value: Some("bad_host"),
+        mentions: "hostname",
+    },
+    Bad {
+        flags: &[],
+        env: &[("vip_nodename", "<unset>")],
+        file: None,
+        host: None,
+        key: "vip_nodename",
+        value: None,
+        mentions: "hostname",
+    },
+    // modes
+    env(&[("vip_arp", "false")], "vip_arp", "false"),
+    env(&[("vip_arp", "yes")], "vip_arp", "yes"),
+    flag(&["--arp=false"], "vip_arp", "false", "--arp"),
+    env(
+        &[("vip_leaderelection", "false")],
+        "vip_leaderelection",
+        "false",
+    ),
+    env(&[("cp_enable", "false")], "cp_enable", "false"),
+    env(&[("cp_enable", "<unset>")], "cp_enable", "false"),
+    env(&[("dhcp_mode", "true")], "dhcp_mode", "true"),
+    env(&[("svc_election", "maybe")], "svc_election", "maybe"),
+    // ARP rate
+    env(&[("vip_arpRate", "0")], "vip_arpRate", "0"),
+    env(&[("vip_arpRate", "1.5")], "vip_arpRate", "1.5"),
+    env(&[("vip_arpRate", "10")], "vip_arpRate", "10"),
+    // lease timings
+    env(&[("vip_leaseduration", "0")], "vip_leaseduration", "0"),
+    env(&[("vip_leaseduration", "-5")], "vip_leaseduration", "-5"),
+    env(&[("vip_leaseduration", "abc")], "vip_leaseduration", "abc"),
+    env(
+        &[("vip_leaseduration", "7200")],
+        "vip_leaseduration",
+        "7200",
+    ),
+    env(&[("vip_leaseduration", "5.")], "vip_leaseduration", "5."),
+    env(
+        &[("vip_leaseduration", "2.5000000001")],
+        "vip_leaseduration",
+        "2.5000000001",
+    ),
+    env(&[("vip_renewdeadline", "5")], "vip_renewdeadline", "5"),
+    env(&[("vip_leaseduration", "2")], "vip_renewdeadline", "2"),
+    env(&[("vip_retryperiod", "3")], "vip_retryperiod", "3"),
+    env(&[("vip_retryperiod", "2.6")], "vip_retryperiod", "2.6"),
+    env(&[("vip_retryperiod", "0.0")], "vip_retryperiod", "0.0"),
+    env(&[("svc_renewdeadline", "9")], "svc_renewdeadline", "9"),
+    env(&[("svc_leaseduration", "2")], "svc_renewdeadline", "2"),
+    env(&[("svc_retryperiod", "x")], "svc_retryperiod", "x"),
+    flag(
+        &["--leaseDuration=abc"],
+        "vip_leaseduration",
+        "abc",
+        "--leaseDuration",
+    ),
+    // names
+    env(
+        &[("vip_leasename", "Plndr_Lock")],
+        "vip_leasename",
+        "Plndr_Lock",
+    ),
+    flag(&["--leaseName="], "vip_leasename", "", "--leaseName"),
+    env(
+        &[("cp_namespace", "kube.system")],
+        "cp_namespace",
+        "kube.system",
+    ),
+    env(
+        &[("svc_enable", "true"), ("svc_namespace", "-bad")],
+        "svc_namespace",
+        "-bad",
+    ),
+    flag(
+        &["--services", "--servicesLeaseName="],
+        "svc_leasename",
+        "",
+        "--servicesLeaseName",
+    ),
+    env(
+        &[
+            ("svc_enable", "true"),
+            ("lb_class_only", "true"),
+            ("lb_class_name", ""),
+        ],
+        "lb_class_name",
+        "",
+    ),
+    env(
+        &[("lb_class_name", "bad class")],
+        "lb_class_name",
+        "bad class",
+    ),
+    // interfaces
+    env(
+        &[("vip_interface", "this-name-is-too-long0")],
+        "vip_interface",
+        "this-name-is-too-long0",
+    ),
+    env(&[("vip_interface", "eth0:1")], "vip_interface", "eth0:1"),
+    env(
+        &[("vip_servicesinterface", "a/b")],
+        "vip_servicesinterface",
+        "a/b",
+    ),
+    // endpoints
+    env(
+        &[("prometheus_server", "2112")],
+        "prometheus_server",
+        "2112",
+    ),
+    env(&[("prometheus_server", ":0")], "prometheus_server", ":0"),
+    env(
+        &[("prometheus_server", "::1:2112")],
+        "prometheus_server",
+        "::1:2112",
+    ),
+    env(
+        &[("prometheus_server", "[::1:2112")],
+        "prometheus_server",
+        "[::1:2112",
+    ),
+    env(&[("kubernetes_addr", ":6443")], "kubernetes_addr", ":6443"),
+    env(
+        &[("kubernetes_addr", "bad host:6443")],
+        "kubernetes_addr",
+        "bad host:6443",
+    ),
+    env(&[("vip_loglevel", "9")], "vip_loglevel", "9"),
+    // refused kube-vip options
+    env(&[("bgp_enable", "true")], "bgp_enable", "true"),
+    env(&[("bgp_enable", "maybe")], "bgp_enable", "maybe"),
+    env(
+        &[("bgp_peers", "192.0.2.1:65000::false")],
+        "bgp_peers",
+        "192.0.2.1:65000::false",
+    ),
+    env(&[("lb_enable", "1")], "lb_enable", "1"),
+    env(&[("vip_routingtable", "T")], "vip_routingtable", "T"),
+    env(
+        &[("egress_podcidr", "10.0.0.0/16")],
+        "egress_podcidr",
+        "10.0.0.0/16",
+    ),
+    env(&[("enable_upnp", "true")], "enable_upnp", "true"),
+    env(
+        &[("health_check_port", "8080")],
+        "health_check_port",
+        "8080",
+    ),
+    env(
+        &[("lb_class_legacy_handling", "false")],
+        "lb_class_legacy_handling",
+        "false",
+    ),
+    flag(&["--bgp"], "bgp_enable", "true", "--bgp"),
+    flag(
+        &["--wireguard=true"],
+        "vip_wireguard",
+        "true",
+        "--wireguard",
+    ),
+    // config file
+    file("vip_wireguard: true\n", "vip_wireguard", Some("true")),
+    file("vip_leaseduration: -1\n", "vip_leaseduration", Some("-1")),
+    file("vip_interfac: eth0\n", "vip_interfac", None),
+    file("address: [192.0.2.1, 192.0.2.2]\n", "address", None),
+    file("config_file: /etc/other.yaml\n", "config_file", None),
+];
+
+#[test]
+fn config_bad_inputs_name_the_setting_and_value() {
+    assert!(
+        BAD.len() >= 30,
+        "the table must hold at least 30 bad inputs"
+    );
+    for (i, case) in BAD.iter().enumerate() {
+        let res = run_with_host(case.flags, case.env, case.file, case.host);
+        let err = match res {
+            Ok(r) => panic!(
+                "case {i} ({:?} {:?} {:?}) unexpectedly resolved: {r:?}",
+                case.flags, case.env, case.file
+            ),
+            Err(e) => e,
+        };
+        let msg = err.to_string();
+        assert_eq!(err.key(), Some(case.key), "case {i}: wrong key in {msg:?}");
+        assert_eq!(err.value(), case.value, "case {i}: wrong value in {msg:?}");
+        assert!(
+            msg.contains(case.key),
+            "case {i}: message does not name {}: {msg:?}",
+            case.key
+        );
+        if let Some(v) = case.value {
+            assert!(
+                msg.contains(&format!("{v:?}")),
+                "case {i}: message does not quote {v:?}: {msg:?}"
+            );
+        }
+        assert!(
+            msg.contains(case.mentions),
+            "case {i}: message does not mention {:?}: {msg:?}",
+            case.mentions
+        );
+    }
+}
+
+#[test]
+fn service_lease_timings_default_to_the_control_plane_ones() {
+    let c = ok(
+        &[],
+        &[("vip_leaseduration", "7"), ("vip_renewdeadline", "4")],
+        None,
+    )
+    .config;
+    assert_eq!(c.services_timing.lease_duration, Duration::from_secs(7));
+    assert_eq!(c.services_timing.renew_deadline, Duration::from_secs(4));
+    assert_eq!(c.services_timing.retry_period, Duration::from_secs(1));
+    let c = ok(
+        &["--servicesLeaseRetry=2"],
+        &[("svc_leaseduration", "15"), ("svc_renewdeadline", "10")],
+        None,
+    )
+    .config;
+    assert_eq!(c.services_timing.lease_duration, Duration::from_secs(15));
+    assert_eq!(c.services_timing.renew_deadline, Duration::from_secs(10));
+    assert_eq!(c.services_timing.retry_period, Duration::from_secs(2));
+    assert_eq!(
+        c.lease.timing.lease_duration, DEFAULT_LEASE_DURATION,
+        "control plane unchanged"
+    );
+    assert!(!c.ipv6_dad);
+    assert!(ok(&["--ipv6DAD"], &[], None).config.ipv6_dad);
+}
+
+#[test]
+fn config_defaults() {
+    let r = ok(&[], &[("vip_nodename", "<unset>")], None);
+    let c = r.config;
+    assert_eq!(c.node_name, "node-a", "hostname lower-cased");
+    assert_eq!(c.interface, None);
+    assert_eq!(c.addresses, vec!["192.0.2.50".parse::<IpAddr>().unwrap()]);
+    assert_eq!(c.vip_subnet, VipSubnet { v4: 32, v6: 128 });
+    assert_eq!(c.port, 6443);
+    assert!(c.arp && c.leader_election && c.control_plane && !c.services);
+    assert_eq!(c.arp_rate, Duration::from_millis(3000));
+    assert_eq!(
+        c.lease,
+        LeaseConfig {
+            name: "plndr-cp-lock".into(),
+            namespace: "kube-system".into(),
+            timing: Timing {
+                lease_duration: Duration::from_secs(3),
+                renew_deadline: Duration::from_secs(2),
+                retry_period: Duration::from_secs(1),
+            },
+        }
+    );
+    assert!(!c.services_election);
+    assert_eq!(c.services_lease_name, "plndr-svcs-lock");
+    assert_eq!(c.services_namespace, None);
+    assert!(!c.lb_class_only);
+    assert_eq!(c.lb_class_name, "kube-vip.io/kube-vip-class");
+    assert_eq!(c.services_interface, None);
+    assert_eq!(c.prometheus_server.as_deref(), Some(":2112"));
+    assert_eq!(c.kubeconfig, None);
+    assert_eq!(c.kubernetes_addr, None);
+    assert!(!c.dhcp_mode && !c.enable_node_labeling);
+    assert_eq!(c.log_level, LogLevel::Info);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+}
+
+#[test]
+fn config_env_overrides_flag() {
+    let c = ok(
+        &["--leaseDuration=10", "--interface=eth1"],
+        &[("vip_leaseduration", "8")],
+        None,
+    )
+    .config;
+    assert_eq!(
+        c.lease.timing.lease_duration,
+        Duration::from_secs(8),
+        "env wins over flag"
+    );
+    assert_eq!(
+        c.interface.as_deref(),
+        Some("eth1"),
+        "flag used where env is unset"
+    );
+    // kube-vip ignores empty environment values: the flag still applies.
+    let c = ok(&["--interface=eth1"], &[("vip_interface", "")], None).config;
+    assert_eq!(c.interface.as_deref(), Some("eth1"));
+    // An env-origin error names the variable, a flag-origin error the flag.
+    let e = run(&["--port=1"], &[("port", "x")], None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("environment variable port") && !e.contains("--port"),
+        "{e}"
+    );
+}
+
+#[test]
+fn config_file_only_fills_unset() {
+    let yaml = "vip_interface: eth2\nvip_leaseduration: 7.5\nvip_renewdeadline: 4\nport: 8443\n\
+                vip_servicesinterface: ~\nenable_node_labeling: true\nvip_leasename: from-file\n";
+    let c = ok(
+        &["--port=7443"],
+        &[("vip_leasename", "from-env")],
+        Some(yaml),
+    )
+    .config;
+    assert_eq!(c.interface.as_deref(), Some("eth2"), "file fills unset");
+    assert_eq!(
+        c.lease.timing.lease_duration,
+        Duration::from_millis(7500),
+        "YAML float"
+    );
+    assert_eq!(
+        c.lease.timing.renew_deadline,
+        Duration::from_secs(4),
+        "YAML integer"
+    );
+    assert_eq!(c.port, 7443, "flag wins over file");
+    assert_eq!(c.lease.name, "from-env", "env wins over file");
+    assert!(c.enable_node_labeling, "YAML bool");
+    assert_eq!(c.services_interface, None, "null = unset");
+    // Empty file and empty-string values are fine.
+    assert_eq!(ok(&[], &[], Some("")).config, ok(&[], &[], None).config);
+    let c = ok(&[], &[], Some("vip_interface: \"\"\n")).config;
+    assert_eq!(c.interface, None);
+}
+
+/// The control-plane VIP and Service addresses follow one rule (`net::vip::check_vip`):
+/// every address class gets the same verdict from both parsers (`0.0.0.0` and `::`
+/// aside, which ask a Service for DHCP).
+#[test]
+fn control_plane_and_service_addresses_follow_one_rule() {
+    let cases: &[(&str, bool)] = &[
+        ("192.0.2.10", true),
+        ("10.1.2.3", true),
+        ("2001:db8::10", true),
+        ("127.0.0.1", false),
+        ("::1", false),
+        ("224.0.0.5", false),
+        ("ff02::1", false),
+        ("169.254.1.1", false),
+        ("fe80::1", false),
+        ("255.255.255.255", false),
+        ("0.1.2.3", false),
+        ("::ffff:192.0.2.1", false),
+        ("::192.0.2.1", false),
+    ];
+    for (addr, usable) in cases {
+        let cp = run(&[], &[("address", addr)], None);
+        assert_eq!(cp.is_ok(), *usable, "control plane {addr}: {:?}", cp.err());
+        if let Err(e) = cp {
+            assert!(e.to_string().contains(addr), "{e}");
+        }
+        let svc = crate::services::model::parse_address_list(addr);
+        assert_eq!(svc.addresses.len() == 1, *usable, "Service {addr}: {svc:?}");
+        assert_eq!(svc.rejected.len() == 1, !*usable, "Service {addr}: {svc:?}");
+    }
+}
+
+#[test]
+fn config_vip_address_alias() {
+    let r = ok(
+        &[],
+        &[("address", "<unset>"), ("vip_address", "192.0.2.60")],
+        None,
+    );
+    assert_eq!(
+        r.config.addresses,
+        vec!["192.0.2.60".parse::<IpAddr>().unwrap()]
+    );
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("vip_address") && w.contains("deprecated")),
+        "{:?}",
+        r.warnings
+    );
+    // Both set: address wins, the alias is reported as ignored.
+    let r = ok(&[], &[("vip_address", "192.0.2.60")], None);
+    assert_eq!(
+        r.config.addresses,
+        vec!["192.0.2.50".parse::<IpAddr>().unwrap()]
+    );
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("vip_address") && w.contains("ignored")),
+        "{:?}",
+        r.warnings
+    );
+    // The --vip flag is the same alias.
+    let r = ok(&["--vip=192.0.2.61"], &[("address", "<unset>")], None);
+    assert_eq!(
+        r.config.addresses,
+        vec!["192.0.2.61".parse::<IpAddr>().unwrap()]
+    );
+    assert!(
+        r.warnings.iter().any(|w| w.contains("--vip")),
+        "{:?}",
+        r.warnings
+    );
+}
+
+#[test]
+fn config_vip_cidr_alias_and_subnet_forms() {
+    let r = ok(&[], &[("vip_cidr", "24")], None);
+    assert_eq!(r.config.vip_subnet, VipSubnet { v4: 24, v6: 128 });
+    assert!(
+        r.warnings.iter().any(|w| w.contains("vip_cidr")),
+        "{:?}",
+        r.warnings
+    );
+    let r = ok(&[], &[("vip_cidr", "24"), ("vip_subnet", "28")], None);
+    assert_eq!(r.config.vip_subnet.v4, 28, "vip_subnet wins over vip_cidr");
+    // kube-vip's per-address form, in address order (IPv6 first here).
+    let c = ok(
+        &[],
+        &[
+            ("address", "2001:db8::50, 192.0.2.50"),
+            ("vip_subnet", "64,/24"),
+        ],
+        None,
+    )
+    .config;
+    assert_eq!(c.vip_subnet, VipSubnet { v4: 24, v6: 64 });
+    assert_eq!(c.addresses.len(), 2);
+    // The v4,v6 form when the count does not match the addresses.
+    let c = ok(&[], &[("vip_subnet", "30,120")], None).config;
+    assert_eq!(c.vip_subnet, VipSubnet { v4: 30, v6: 120 });
+}
+
+#[test]
+fn config_go_parse_bool_forms_and_bare_flags() {
+    for t in ["1", "t", "T", "TRUE", "true", "True"] {
+        assert!(
+            ok(&[], &[("enable_node_labeling", t)], None)
+                .config
+                .enable_node_labeling,
+            "{t}"
+        );
+    }
+    for f in ["0", "f", "F", "FALSE", "false", "False"] {
+        assert!(
+            !ok(&[], &[("enable_node_labeling", f)], None)
+                .config
+                .enable_node_labeling,
+            "{f}"
+        );
+    }
+    for bad in ["yes", "on", "tRUE", " true"] {
+        assert!(
+            run(&[], &[("enable_node_labeling", bad)], None).is_err(),
+            "{bad}"
+        );
+    }
+    // pflag style: a bare boolean flag means true, and does not eat the next argument.
+    let c = ok(
+        &["--services", "--enableNodeLabeling"],
+        &[("cp_enable", "<unset>"), ("address", "<unset>")],
+        None,
+    )
+    .config;
+    assert!(c.services && c.enable_node_labeling && !c.control_plane);
+    assert!(ManagerArgs::try_parse_from(["manager", "--services", "true"]).is_err());
+}
+
+#[test]
+fn config_decimal_and_whole_seconds() {
+    let c = ok(
+        &[],
+        &[
+            ("vip_leaseduration", "4"),
+            ("vip_renewdeadline", "2.5"),
+            ("vip_retryperiod", "0.5"),
+        ],
+        None,
+    )
+    .config;
+    assert_eq!(c.lease.timing.lease_duration, Duration::from_secs(4));
+    assert_eq!(c.lease.timing.renew_deadline, Duration::from_millis(2500));
+    assert_eq!(c.lease.timing.retry_period, Duration::from_millis(500));
+}
+
+#[test]
+fn config_services_and_misc_values() {
+    let r = ok(
+        &["--services", "--prometheusHTTPServer="],
+        &[
+            ("svc_election", "true"),
+            ("svc_namespace", "apps"),
+            ("lb_class_name", ""),
+            ("dhcp_mode", "true"),
+            ("vip_servicesinterface", "eth1"),
+            ("k8s_config_file", "/etc/kubernetes/admin.conf"),
+            ("kubernetes_addr", "[2001:db8::2]:6443"),
+            ("vip_loglevel", "debug"),
+            ("vip_arpRate", "500"),
+        ],
+        None,
+    );
+    let c = r.config;
+    assert!(c.services && c.services_election && c.dhcp_mode);
+    assert_eq!(c.services_namespace.as_deref(), Some("apps"));
+    assert_eq!(
+        c.lb_class_name, "",
+        "empty lb_class_name env counts (LookupEnv)"
+    );
+    assert_eq!(c.services_interface.as_deref(), Some("eth1"));
+    assert_eq!(c.prometheus_server, None, "empty flag disables metrics");
+    assert_eq!(
+        c.kubeconfig,
+        Some(PathBuf::from("/etc/kubernetes/admin.conf"))
+    );
+    assert_eq!(c.kubernetes_addr.as_deref(), Some("[2001:db8::2]:6443"));
+    assert_eq!(c.log_level, LogLevel::Debug);
+    assert_eq!(c.arp_rate, Duration::from_millis(500));
+    // cp_enable with dhcp_mode needs no address.
+    assert!(
+        run(
+            &[],
+            &[
+                ("address", "<unset>"),
+                ("svc_enable", "1"),
+                ("dhcp_mode", "1")
+            ],
+            None
+        )
+        .is_ok()
+    );
+    // Empty prometheus_server env is "unset" as in kube-vip: the default stays.
+    let c = ok(&[], &[("prometheus_server", "")], None).config;
+    assert_eq!(c.prometheus_server.as_deref(), Some(":2112"));
+    for (n, lvl) in [
+        ("0", LogLevel::Error),
+        ("3", LogLevel::Warn),
+        ("4", LogLevel::Info),
+        ("6", LogLevel::Trace),
+    ] {
+        assert_eq!(ok(&[], &[("vip_loglevel", n)], None).config.log_level, lvl);
+    }
+}
+
+#[test]
+fn config_kube_vip_options_refused_or_warned() {
+    // Falsy / empty values of refused options are accepted (generated kube-vip
+    // manifests carry bgp_enable "false" and the like).
+    let r = ok(
+        &[],
+        &[
+            ("bgp_enable", "false"),
+            ("lb_enable", "0"),
+            ("vip_ddns", "false"),
+            ("bgp_routerid", ""),
+            ("health_check_port", "0"),
+            ("lb_class_legacy_handling", "true"),
+        ],
+        None,
+    );
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    // Every refused option set is named in one error.
+    let e = run(
+        &["--table"],
+        &[("bgp_enable", "true"), ("vip_wireguard", "t")],
+        Some("egress_clean: true\n"),
+    )
+    .unwrap_err();
+    let ConfigError::Unsupported { options } = &e else {
+        panic!("{e}")
+    };
+    let keys: Vec<_> = options.iter().map(|o| o.key).collect();
+    assert_eq!(
+        keys,
+        [
+            "bgp_enable",
+            "vip_routingtable",
+            "vip_wireguard",
+            "egress_clean"
+        ]
+    );
+    let msg = e.to_string();
+    assert!(
+        msg.contains("BGP")
+            && msg.contains("--table")
+            && msg.contains("egress_clean in the config file"),
+        "{msg}"
+    );
+    // Ignored options warn; dns_mode=first (kube-vip's default) is silent.
+    assert!(ok(&[], &[("dns_mode", "first")], None).warnings.is_empty());
+    let r = ok(&["--lbPort=6443"], &[("dns_mode", "ipv4")], None);
+    assert_eq!(r.warnings.len(), 2, "{:?}", r.warnings);
+    assert!(
+        r.warnings.iter().any(|w| w.contains("dns_mode"))
+            && r.warnings.iter().any(|w| w.contains("--lbPort"))
+    );
+    // Services options without svc_enable warn.
+    let r = ok(&[], &[("svc_election", "true")], None);
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("svc_election") && w.contains("svc_enable")),
+        "{:?}",
+        r.warnings
+    );
+}
+
+#[test]
+fn config_table_defaults_match_resolution() {
+    // For every supported option with a literal default, setting it explicitly to the
+    // table's default must give the same Config as leaving it unset.
+    let base = ok(&[], &[], None).config;
+    let in_base = |k: &str| BASE.iter().any(|(b, _)| *b == k);
+    let mut checked = 0;
+    for o in env_names() {
+        if o.kind != OptionKind::Supported
+            || o.default.is_empty()
+            || o.default.starts_with('<')
+            || in_base(o.env)
+        {
+            continue;
+        }
+        let c = ok(&[], &[(o.env, o.default)], None).config;
+        assert_eq!(
+            c, base,
+            "table default of {} disagrees with resolution",
+            o.env
+        );
+        checked += 1;
+    }
+    assert!(checked >= 15, "only {checked} defaults checked");
+    // And the constants agree with the table.
+    let d = |k: &str| option(k).map(|o| o.default).unwrap_or_default();
+    assert_eq!(
+        d("vip_leaseduration").parse::<u64>().ok(),
+        Some(DEFAULT_LEASE_DURATION.as_secs())
+    );
+    assert_eq!(
+        d("vip_renewdeadline").parse::<u64>().ok(),
+        Some(DEFAULT_RENEW_DEADLINE.as_secs())
+    );
+    assert_eq!(
+        d("vip_retryperiod").parse::<u64>().ok(),
+        Some(DEFAULT_RETRY_PERIOD.as_secs())
+    );
+    assert_eq!(
+        d("vip_arpRate").parse::<u128>().ok(),
+        Some(DEFAULT_ARP_RATE.as_millis())
+    );
+    assert_eq!(d("port").parse::<u16>().ok(), Some(DEFAULT_PORT));
+}
+
+#[test]
+fn config_help_and_table_agree() {
+    let cmd = ManagerArgs::command();
+    let table_flags: Vec<_> = env_names().iter().filter(|o| !o.flag.is_empty()).collect();
+    // Every clap option is in the table, with the table's help text.
+    for arg in cmd.get_arguments() {
+        let Some(long) = arg.get_long() else { continue };
+        if long == "help" {
+            continue;
+        }
+        let row = table_flags
+            .iter()
+            .find(|o| o.flag == long)
+            .unwrap_or_else(|| panic!("--{long} is not in env_names()"));
+        let help = arg.get_help().map(ToString::to_string).unwrap_or_default();
+        assert_eq!(help, row.help_text(), "--{long}");
+        assert!(
+            help.contains(&format!("[env: {}]", row.env)),
+            "--{long}: {help}"
+        );
+        assert_eq!(
+            arg.is_hide_set(),
+            row.kind != OptionKind::Supported && !matches!(row.kind, OptionKind::Alias(_)),
+            "--{long} visibility"
+        );
+    }
+    // Every supported/alias row has a visible flag, and `--help` shows its env name.
+    let rendered = ManagerArgs::command()
+        .term_width(10_000)
+        .render_help()
+        .to_string();
+    for o in env_names()
+        .iter()
+        .filter(|o| matches!(o.kind, OptionKind::Supported | OptionKind::Alias(_)))
+    {
+        assert!(!o.flag.is_empty(), "{} has no flag", o.env);
+        assert!(
+            rendered.contains(&format!("--{}", o.flag)),
+            "--help lacks --{}",
+            o.flag
+        );
+        assert!(
+            rendered.contains(&format!("[env: {}]", o.env)),
+            "--help lacks [env: {}]",
+            o.env
+        );
+    }
+    // Defaults and units are in the help.
+    assert!(
+        rendered.contains("[default: plndr-cp-lock]")
+            && rendered.contains("in seconds")
+            && rendered.contains("in milliseconds")
+    );
+    // No env name appears twice in the table.
+    let mut envs: Vec<_> = env_names().iter().map(|o| o.env).collect();
+    envs.sort_unstable();
+    let before = envs.len();
+    envs.dedup();
+    assert_eq!(before, envs.len(), "duplicate env name in the table");
+}
+
+#[test]
+fn config_every_flag_feeds_its_env_key() {
+    // `--flag=v` must land on the table row's env key (catches a flag wired to the
+    // wrong field), for every row that has a flag.
+    let rows: Vec<_> = env_names().iter().filter(|o| !o.flag.is_empty()).collect();
+    for o in &rows {
+        let a = ManagerArgs::try_parse_from([
+            "manager".to_string(),
+            format!("--{}=probe-value", o.flag),
+        ])
+        .unwrap_or_else(|e| panic!("--{}: {e}", o.flag));
+        assert_eq!(
+            a.flag_values(),
+            vec![(o.env, "probe-value")],
+            "--{}",
+            o.flag
+        );
+    }
+    // ... and flag_values covers exactly the table's flags.
+    assert_eq!(args(&[]).flag_values(), vec![]);
+    assert_eq!(rows.len(), 57);
+}
+
+#[test]
+fn config_file_errors_and_from_process() {
+    for (text, what) in [("[1, 2]", "mapping"), ("a: [", "YAML"), ("1: x", "strings")] {
+        let e = run(&[], &[], Some(text)).unwrap_err();
+        assert!(
+            matches!(e, ConfigError::File { .. }) && e.to_string().contains(what),
+            "{e}"
+        );
+    }
+    let missing = "/nonexistent/vipd-config-test.yaml";
+    let e = Config::from_process(&args(&["--config-file", missing])).unwrap_err();
+    assert!(
+        matches!(e, ConfigError::FileRead { .. }) && e.to_string().contains(missing),
+        "{e}"
+    );
+}
