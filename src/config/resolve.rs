@@ -90,23 +90,100 @@ pub fn resolve_detailed(
     let mut warnings = Vec::new();
 
     check_kube_vip_only(&inputs, &mut warnings)?;
+    let modes = modes(&inputs)?;
+    let (addresses, vip_subnet) = addresses(&inputs, &modes, &mut warnings)?;
+    let port = match inputs.get(K_PORT) {
+        Some(raw) => parse_port(&raw)?,
+        None => DEFAULT_PORT,
+    };
+    let node_name = node_name(&inputs, hostname)?;
+    let interface = interface_option(&inputs, K_INTERFACE)?;
+    let services_interface = interface_option(&inputs, K_SVC_INTERFACE)?;
+    let arp_rate = match inputs.get(K_ARP_RATE) {
+        Some(raw) => parse_millis(&raw, MIN_ARP_RATE, MAX_ARP_RATE)?,
+        None => DEFAULT_ARP_RATE,
+    };
+    let arp_probe = match inputs.get(K_ARP_PROBE) {
+        Some(raw) => parse_millis(&raw, Duration::ZERO, MAX_ARP_PROBE)?,
+        None => DEFAULT_ARP_PROBE,
+    };
+    let lease = lease(&inputs)?;
+    // Service lease timings default to the control plane's.
+    let services_timing = lease_timings(
+        &inputs,
+        [
+            K_SVC_LEASE_DURATION,
+            K_SVC_RENEW_DEADLINE,
+            K_SVC_RETRY_PERIOD,
+        ],
+        [
+            lease.timing.lease_duration,
+            lease.timing.renew_deadline,
+            lease.timing.retry_period,
+        ],
+    )?;
+    let svc = services(&inputs, modes.services, &mut warnings)?;
+    let api = api_access(&inputs)?;
+    let log_level = match inputs.get(K_LOG_LEVEL) {
+        Some(raw) => parse_log_level(&raw)?,
+        None => LogLevel::Info,
+    };
 
-    // --- modes ---
+    let config = Config {
+        node_name,
+        interface,
+        addresses,
+        vip_subnet,
+        port,
+        arp: true,
+        arp_rate,
+        arp_probe,
+        control_plane: modes.control_plane,
+        services: modes.services,
+        leader_election: true,
+        lease,
+        services_timing,
+        services_election: svc.election,
+        services_lease_name: svc.lease_name,
+        services_namespace: svc.namespace,
+        lb_class_only: svc.lb_class_only,
+        lb_class_name: svc.lb_class_name,
+        services_interface,
+        prometheus_server: api.prometheus_server,
+        kubeconfig: api.kubeconfig,
+        kubernetes_addr: api.kubernetes_addr,
+        dhcp_mode: modes.dhcp_mode,
+        ipv6_dad: modes.ipv6_dad,
+        enable_node_labeling: api.enable_node_labeling,
+        log_level,
+    };
+    Ok(Resolved { config, warnings })
+}
+
+/// What vipd runs (`cp_enable`, `svc_enable`, `dhcp_mode`, `vip_ipv6_dad`).
+pub(super) struct Modes {
+    control_plane: bool,
+    services: bool,
+    dhcp_mode: bool,
+    ipv6_dad: bool,
+}
+
+/// The modes, and the kube-vip modes vipd does not offer (`vip_arp=false`,
+/// `vip_leaderelection=false`) refused with the reason.
+fn modes(inputs: &Inputs<'_>) -> Result<Modes, ConfigError> {
     let control_plane = inputs.bool_or(K_CP_ENABLE, false)?;
     let services = inputs.bool_or(K_SVC_ENABLE, false)?;
     let dhcp_mode = inputs.bool_or(K_DHCP_MODE, false)?;
     let ipv6_dad = inputs.bool_or(K_IPV6_DAD, false)?;
-    let arp = inputs.bool_or(K_ARP, true)?;
-    let leader_election = inputs.bool_or(K_LEADER_ELECTION, true)?;
     if let Some(raw) = inputs.get(K_ARP)
-        && !arp
+        && !parse_bool(&raw)?
     {
         return Err(raw.invalid(
             "vipd only implements ARP/NDP announcement; remove vip_arp or set it to true",
         ));
     }
     if let Some(raw) = inputs.get(K_LEADER_ELECTION)
-        && !leader_election
+        && !parse_bool(&raw)?
     {
         return Err(raw.invalid(
             "vipd always uses Lease leader election (without it every node would answer for the VIP); remove vip_leaderelection or set it to true",
@@ -128,115 +205,102 @@ pub fn resolve_detailed(
             raw.invalid("dhcp_mode obtains Service VIPs and requires svc_enable (--services)")
         );
     }
+    Ok(Modes {
+        control_plane,
+        services,
+        dhcp_mode,
+        ipv6_dad,
+    })
+}
 
-    // --- addresses ---
-    let mut addresses = Vec::new();
-    let address_raw = match (inputs.get(K_ADDRESS), inputs.get(K_VIP_ADDRESS)) {
-        (Some(a), Some(old)) => {
+/// The value of `key`, else of its deprecated alias `old` (with a warning either way when
+/// the alias is set).
+fn with_alias(
+    inputs: &Inputs<'_>,
+    key: &'static str,
+    old: &'static str,
+    warnings: &mut Vec<String>,
+) -> Option<Raw> {
+    match (inputs.get(key), inputs.get(old)) {
+        (Some(new), Some(old)) => {
             warnings.push(format!(
                 "{} is deprecated and ignored because {} is set",
                 old.setting(),
-                a.setting()
+                new.setting()
             ));
-            Some(a)
+            Some(new)
         }
-        (Some(a), None) => Some(a),
-        (None, Some(old)) => {
+        (Some(new), None) => Some(new),
+        (None, Some(old_raw)) => {
             warnings.push(format!(
-                "{} is deprecated: use address instead",
-                old.setting()
+                "{} is deprecated: use {key} instead",
+                old_raw.setting()
             ));
-            Some(old)
+            Some(old_raw)
         }
         (None, None) => None,
-    };
-    if let Some(raw) = &address_raw {
-        addresses = parse_addresses(raw)?;
     }
-    if control_plane && addresses.is_empty() && !dhcp_mode {
+}
+
+/// The control-plane VIPs (`address`, alias `vip_address`) and their prefix lengths
+/// (`vip_subnet`, alias `vip_cidr`).
+fn addresses(
+    inputs: &Inputs<'_>,
+    modes: &Modes,
+    warnings: &mut Vec<String>,
+) -> Result<(Vec<IpAddr>, VipSubnet), ConfigError> {
+    let address_raw = with_alias(inputs, K_ADDRESS, K_VIP_ADDRESS, warnings);
+    let addresses = match &address_raw {
+        Some(raw) => parse_addresses(raw)?,
+        None => Vec::new(),
+    };
+    if modes.control_plane && addresses.is_empty() && !modes.dhcp_mode {
         let raw = address_raw.unwrap_or_else(|| Raw::default_of(K_ADDRESS, ""));
         return Err(raw.invalid("cp_enable needs at least one VIP in address (or dhcp_mode)"));
     }
-
-    let subnet_raw = match (inputs.get(K_SUBNET), inputs.get(K_CIDR)) {
-        (Some(s), Some(old)) => {
-            warnings.push(format!(
-                "{} is ignored because {} is set",
-                old.setting(),
-                s.setting()
-            ));
-            Some(s)
-        }
-        (Some(s), None) => Some(s),
-        (None, Some(old)) => {
-            warnings.push(format!("{} is the older name of vip_subnet", old.setting()));
-            Some(old)
-        }
-        (None, None) => None,
-    };
-    let vip_subnet = match &subnet_raw {
-        Some(raw) => parse_subnet(raw, &addresses)?,
+    let vip_subnet = match with_alias(inputs, K_SUBNET, K_CIDR, warnings) {
+        Some(raw) => parse_subnet(&raw, &addresses)?,
         None => VipSubnet {
             v4: DEFAULT_V4_PREFIX,
             v6: DEFAULT_V6_PREFIX,
         },
     };
+    Ok((addresses, vip_subnet))
+}
 
-    let port = match inputs.get(K_PORT) {
-        Some(raw) => parse_port(&raw)?,
-        None => DEFAULT_PORT,
-    };
-
-    // --- identity ---
-    let node_name = match inputs.get(K_NODE_NAME) {
-        Some(raw) => {
-            check_dns1123_subdomain(&raw)?;
-            raw.value
-        }
-        None => {
-            let host = hostname()
+/// `vip_nodename`, else the hostname lower-cased; a DNS-1123 subdomain either way.
+fn node_name(
+    inputs: &Inputs<'_>,
+    hostname: &dyn Fn() -> Option<String>,
+) -> Result<String, ConfigError> {
+    let raw = match inputs.get(K_NODE_NAME) {
+        Some(raw) => raw,
+        None => Raw {
+            key: K_NODE_NAME,
+            value: hostname()
                 .map(|h| h.trim().to_lowercase())
                 .filter(|h| !h.is_empty())
-                .ok_or(ConfigError::NoNodeName)?;
-            let raw = Raw {
-                key: K_NODE_NAME,
-                value: host,
-                origin: Origin::Hostname,
-            };
-            check_dns1123_subdomain(&raw)?;
-            raw.value
-        }
+                .ok_or(ConfigError::NoNodeName)?,
+            origin: Origin::Hostname,
+        },
     };
+    check_dns1123_subdomain(&raw)?;
+    Ok(raw.value)
+}
 
-    // --- interfaces ---
-    let interface = inputs
-        .get(K_INTERFACE)
-        .map(parse_interface)
-        .transpose()?
-        .flatten();
-    let services_interface = inputs
-        .get(K_SVC_INTERFACE)
-        .map(parse_interface)
-        .transpose()?
-        .flatten();
+/// An interface option (`vip_interface`, `vip_servicesinterface`); `None` when unset/empty.
+fn interface_option(inputs: &Inputs<'_>, key: &'static str) -> Result<Option<String>, ConfigError> {
+    Ok(inputs.get(key).map(parse_interface).transpose()?.flatten())
+}
 
-    // --- ARP ---
-    let arp_rate = match inputs.get(K_ARP_RATE) {
-        Some(raw) => parse_millis(&raw, MIN_ARP_RATE, MAX_ARP_RATE)?,
-        None => DEFAULT_ARP_RATE,
-    };
-    let arp_probe = match inputs.get(K_ARP_PROBE) {
-        Some(raw) => parse_millis(&raw, Duration::ZERO, MAX_ARP_PROBE)?,
-        None => DEFAULT_ARP_PROBE,
-    };
-
-    // --- lease ---
-    let lease_name = inputs.text_or(K_LEASE_NAME, DEFAULT_LEASE_NAME);
-    check_dns1123_subdomain(&lease_name)?;
+/// The control-plane lease: name, namespace and timings.
+fn lease(inputs: &Inputs<'_>) -> Result<LeaseConfig, ConfigError> {
+    let name = inputs.text_or(K_LEASE_NAME, DEFAULT_LEASE_NAME);
+    check_dns1123_subdomain(&name)?;
     let namespace = inputs.text_or(K_NAMESPACE, DEFAULT_NAMESPACE);
     check_dns1123_label(&namespace)?;
     let timing = lease_timings(
-        &inputs,
+        inputs,
         [K_LEASE_DURATION, K_RENEW_DEADLINE, K_RETRY_PERIOD],
         [
             DEFAULT_LEASE_DURATION,
@@ -244,25 +308,33 @@ pub fn resolve_detailed(
             DEFAULT_RETRY_PERIOD,
         ],
     )?;
-    let services_timing = lease_timings(
-        &inputs,
-        [
-            K_SVC_LEASE_DURATION,
-            K_SVC_RENEW_DEADLINE,
-            K_SVC_RETRY_PERIOD,
-        ],
-        [
-            timing.lease_duration,
-            timing.renew_deadline,
-            timing.retry_period,
-        ],
-    )?;
+    Ok(LeaseConfig {
+        name: name.value,
+        namespace: namespace.value,
+        timing,
+    })
+}
 
-    // --- services ---
-    let services_election = inputs.bool_or(K_SVC_ELECTION, false)?;
-    let services_lease_name = inputs.text_or(K_SVC_LEASE_NAME, DEFAULT_SERVICES_LEASE_NAME);
-    check_dns1123_subdomain(&services_lease_name)?;
-    let services_namespace = match inputs.get(K_SVC_NAMESPACE) {
+/// The Services settings other than timings and interface.
+pub(super) struct ServicesSettings {
+    election: bool,
+    lease_name: String,
+    namespace: Option<String>,
+    lb_class_only: bool,
+    lb_class_name: String,
+}
+
+/// `svc_election`, `svc_leasename`, `svc_namespace`, `lb_class_only`, `lb_class_name`;
+/// warns about those set without `svc_enable`.
+fn services(
+    inputs: &Inputs<'_>,
+    enabled: bool,
+    warnings: &mut Vec<String>,
+) -> Result<ServicesSettings, ConfigError> {
+    let election = inputs.bool_or(K_SVC_ELECTION, false)?;
+    let lease_name = inputs.text_or(K_SVC_LEASE_NAME, DEFAULT_SERVICES_LEASE_NAME);
+    check_dns1123_subdomain(&lease_name)?;
+    let namespace = match inputs.get(K_SVC_NAMESPACE) {
         Some(raw) if raw.value.is_empty() => None,
         Some(raw) => {
             check_dns1123_label(&raw)?;
@@ -281,7 +353,7 @@ pub fn resolve_detailed(
     } else {
         check_qualified_name(&lb_class_name)?;
     }
-    if !services {
+    if !enabled {
         for key in [
             K_SVC_ELECTION,
             K_SVC_LEASE_NAME,
@@ -297,8 +369,26 @@ pub fn resolve_detailed(
             }
         }
     }
+    Ok(ServicesSettings {
+        election,
+        lease_name: lease_name.value,
+        namespace,
+        lb_class_only,
+        lb_class_name: lb_class_name.value,
+    })
+}
 
-    // --- API access, metrics, logging ---
+/// API access and the admin endpoint.
+pub(super) struct ApiAccess {
+    prometheus_server: Option<String>,
+    kubeconfig: Option<PathBuf>,
+    kubernetes_addr: Option<String>,
+    enable_node_labeling: bool,
+}
+
+/// `prometheus_server` (empty disables it), `k8s_config_file`, `kubernetes_addr`,
+/// `enable_node_labeling`.
+fn api_access(inputs: &Inputs<'_>) -> Result<ApiAccess, ConfigError> {
     let prometheus_server = match inputs.get(K_PROMETHEUS) {
         Some(raw) if raw.value.is_empty() => None,
         Some(raw) => {
@@ -325,45 +415,12 @@ pub fn resolve_detailed(
         }
         None => None,
     };
-    let enable_node_labeling = inputs.bool_or(K_NODE_LABELING, false)?;
-    let log_level = match inputs.get(K_LOG_LEVEL) {
-        Some(raw) => parse_log_level(&raw)?,
-        None => LogLevel::Info,
-    };
-
-    let config = Config {
-        node_name,
-        interface,
-        addresses,
-        vip_subnet,
-        port,
-        arp,
-        arp_rate,
-        arp_probe,
-        control_plane,
-        services,
-        leader_election,
-        lease: LeaseConfig {
-            name: lease_name.value,
-            namespace: namespace.value,
-            timing,
-        },
-        services_timing,
-        services_election,
-        services_lease_name: services_lease_name.value,
-        services_namespace,
-        lb_class_only,
-        lb_class_name: lb_class_name.value,
-        services_interface,
+    Ok(ApiAccess {
         prometheus_server,
         kubeconfig,
         kubernetes_addr,
-        dhcp_mode,
-        ipv6_dad,
-        enable_node_labeling,
-        log_level,
-    };
-    Ok(Resolved { config, warnings })
+        enable_node_labeling: inputs.bool_or(K_NODE_LABELING, false)?,
+    })
 }
 
 /// The hostname from `/proc/sys/kernel/hostname` (Linux), else `/etc/hostname`.
