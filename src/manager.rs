@@ -63,7 +63,7 @@ pub fn control_plane_vips(cfg: &Config) -> Vec<VipSpec> {
 /// logged, never returned.
 pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), ManagerError> {
     info!(node = %cfg.node_name, version = env!("CARGO_PKG_VERSION"), "vipd manager starting");
-    // ---- admin endpoint (issue 5: /metrics /healthz /readyz on prometheus_server) ----
+    // ---- admin endpoint (/metrics /healthz /readyz on prometheus_server) ----
     // `metrics` and `readiness` are for the elector / VIP holder / API health loop to
     // update (Metrics::set_leading, Readiness::set_api_reachable, ...). A port that cannot
     // be bound is logged and vipd goes on: the VIP matters more than its metrics.

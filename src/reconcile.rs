@@ -1,7 +1,7 @@
 //! The VIP reconciler: follows one election's [`LeaderState`] and makes the kernel hold
 //! exactly the VIPs that state calls for, with the kernel fence, gratuitous ARP /
 //! unsolicited neighbour advertisements, and the periodic check that repairs what others
-//! changed (scenarios S01, S08, S09, S26 in `shared/cases/scenarios.md`).
+//! changed (scenarios S01, S08, S09, S26 in `docs/scenarios.md`).
 //!
 //! The decision ([`plan`]) is a pure function of what the kernel shows and what we lead; the
 //! [`VipHolder`] loop applies it through the [`Kernel`] and [`Announcer`] traits.

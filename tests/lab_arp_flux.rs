@@ -1,4 +1,4 @@
-//! Lab test of ARP flux (S36, issue 9 input 5): a node with a second interface on the VIP's
+//! Lab test of ARP flux (S36): a node with a second interface on the VIP's
 //! segment must not answer ARP for the VIP from that interface's MAC, and vipd (manager
 //! log, `vipd preflight`) names the interface and the sysctl remedy.
 

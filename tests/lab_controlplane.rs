@@ -1,5 +1,5 @@
-//! Lab tests of the control-plane VIP (issue: lease election, announce, kernel fence).
-//! Each test is named after its scenario in `shared/cases/scenarios.md`. They run vipd as a
+//! Lab tests of the control-plane VIP (lease election, announce, kernel fence).
+//! Each test is named after its scenario in `docs/scenarios.md`. They run vipd as a
 //! process in the lab's node namespaces against the real kube-apiserver v1.20.2.
 
 mod support;

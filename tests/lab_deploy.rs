@@ -1,4 +1,4 @@
-//! Lab tests of the deployment paths (issue 5) against the real kube-apiserver v1.20.2:
+//! Lab tests of the deployment paths against the real kube-apiserver v1.20.2:
 //! - S30: every generated object is accepted by a server-side dry run (`?dryRun=All`);
 //! - RBAC for real: vipd with a token bound only to the generated ClusterRole fails over
 //!   the control-plane VIP (with exactly the env of the generated static Pod), and without
@@ -465,7 +465,7 @@ fn preflight_in_the_lab() {
     );
 }
 
-/// Done-when of issue 5: the k3s how-to's command yields a manifest whose exact env (with
+/// The k3s how-to's command yields a manifest whose exact env (with
 /// the generated RBAC only) fails over the control-plane VIP and announces a Service.
 #[test]
 fn k3s_manifest_env_with_generated_rbac_fails_over_and_announces_a_service() {

@@ -1,4 +1,4 @@
-//! Foundation lab tests (issue 2): a kube-rs client inside node-b's namespace against the
+//! Foundation lab tests: a kube-rs client inside node-b's namespace against the
 //! lab's real kube-apiserver v1.20.2, the ARP watcher and capture, and process signals.
 //!
 //! Run as root: `cargo test --test lab_foundation` (or `cargo xtask test`). Without root

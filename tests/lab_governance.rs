@@ -1,5 +1,5 @@
-//! Lab tests of governance moves between Service leases (issue 9, scenario S34 in
-//! `shared/cases/scenarios.md`): two Services share 192.0.2.51 under per-Service election;
+//! Lab tests of governance moves between Service leases (scenario S34 in
+//! `docs/scenarios.md`): two Services share 192.0.2.51 under per-Service election;
 //! the address is governed by the older Service's lease. When that Service goes, the
 //! address moves to the newer Service's lease, and the new lease's holder must not bind it
 //! while the previous holder may still answer.

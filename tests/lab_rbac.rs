@@ -1,4 +1,4 @@
-//! S38 (permissions and status), issue 10: vipd runs with only the RBAC `vipd manifest rbac`
+//! S38 (permissions and status): vipd runs with only the RBAC `vipd manifest rbac`
 //! generates (the lab's node users have no other rights, `NodeRbac::None`): every Event and
 //! status write succeeds, through events.k8s.io/v1 where the server serves it and through
 //! core v1 Events where it does not; `vipd preflight` passes with that RBAC and fails naming
@@ -152,7 +152,7 @@ fn core_events(lab: &Lab, name: &str) -> Vec<(String, String, String)> {
         .collect()
 }
 
-/// S38 with the generated RBAC only (issue 10: it granted core `events` while vipd writes
+/// S38 with the generated RBAC only (it once granted core `events` while vipd writes
 /// events.k8s.io Events, so no Event was ever created): the AddressAnnounced Event, the
 /// InvalidAddress Warning and the status are written, nothing is forbidden; preflight
 /// passes, and fails naming the rule once `create` on events.k8s.io events is taken away.

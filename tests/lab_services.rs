@@ -1,5 +1,5 @@
-//! Lab tests of LoadBalancer Services (issue 4), named after the scenarios in
-//! `shared/cases/scenarios.md`. vipd runs on node-a/b/c in Services mode against the real
+//! Lab tests of LoadBalancer Services, named after the scenarios in
+//! `docs/scenarios.md`. vipd runs on node-a/b/c in Services mode against the real
 //! kube-apiserver v1.20.2; Services and Endpoints are created through the API.
 
 mod support;

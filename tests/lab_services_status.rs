@@ -1,4 +1,4 @@
-//! Lab test of the Service status writer (issue 4) against the lab's real API server
+//! Lab test of the Service status writer against the lab's real API server
 //! (v1.20): `status.loadBalancer.ingress`, the `kube-vip.io/vipHost` annotation and
 //! events.k8s.io/v1 Events, each written only when it changes.
 //!

@@ -1,8 +1,8 @@
-//! Lab test of watch health during an API outage (scenario S37, issue 10): a node's API
+//! Lab test of watch health during an API outage (scenario S37): a node's API
 //! connections become half-open (the API server's packets towards the node are dropped by
 //! a firewall rule in the node's namespace, no RST), the node's watches go silent, `/readyz`
 //! must say so, and once the path is back the node must recover on its own, quickly.
-//! Before issue 10, `/readyz` said ok throughout and the watches hung for more than 70 s.
+//! Before this check, `/readyz` said ok throughout and the watches hung for more than 70 s.
 
 mod support;
 

@@ -593,7 +593,7 @@ mod tests {
         })
     }
 
-    /// Issue 10: vipd writes events.k8s.io Events, the role granted only core ones.
+    /// vipd writes events.k8s.io Events; a role that granted only core ones lost them all.
     #[test]
     fn role_grants_both_event_apis_and_what_vipd_calls() {
         let role = cluster_role(false);

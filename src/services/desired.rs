@@ -2,7 +2,7 @@
 //! should campaign for: one pure function ([`plan`]) of the selected Services, the local
 //! endpoints and the configuration. No kernel, no API server.
 //!
-//! Rules (scenarios S06, S07, S21 in `shared/cases/scenarios.md`):
+//! Rules (scenarios S06, S07, S21 in `docs/scenarios.md`):
 //! * One address, one governing lease: an address used by several Services is governed by
 //!   the lease of the oldest of them (creation time, then namespace/name); an address that is
 //!   also the control-plane VIP stays with the control-plane lease and no Service group

@@ -1,4 +1,4 @@
-//! Governance moves between Service leases (scenario S34 in `shared/cases/scenarios.md`).
+//! Governance moves between Service leases (scenario S34 in `docs/scenarios.md`).
 //!
 //! An address shared by several Services is governed by the lease of the oldest of them
 //! ([`super::desired`]). When that changes (the governing Service is deleted, changes

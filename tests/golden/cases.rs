@@ -7,7 +7,7 @@
 /// Image used by most cases so golden files do not change with the version.
 pub const IMAGE: &str = "--image=registry.example/vipd:test";
 
-/// The command of the k3s HA how-to (issue 5), verbatim.
+/// The command of the k3s HA how-to, verbatim.
 pub const K3S: &[&str] = &[
     "pod",
     "--interface",

@@ -1,4 +1,4 @@
-//! `cargo xtask bench services`: figures for vipd's LoadBalancer Services (issue 4) in the
+//! `cargo xtask bench services`: figures for vipd's LoadBalancer Services (S31, S32) in the
 //! lab. It prints figures, not pass/fail; docs/services-bench.md records a run against the
 //! issue's targets.
 //!
