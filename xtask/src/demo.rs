@@ -6,7 +6,7 @@
 //! the VIP holder twice (SIGTERM; then SIGKILL with the link cut at the same instant, the
 //! `poweroff` case), printing each time who took over, the longest gap the client saw, the
 //! probe's summary and the time two hosts answered ARP for the VIP (must be 0). Each round
-//! is one trial of [`crate::bench::run_trial`], so the figures are measured exactly as
+//! is one trial of [`crate::bench::failover::run_trial`], so the figures are measured exactly as
 //! `cargo xtask bench failover` measures them. The lab is torn down at the end, also on
 //! error.
 
@@ -15,7 +15,7 @@ use std::time::Instant;
 use anyhow::{Result, bail};
 use xtask::lab::{self, NAMESPACES, NODES};
 
-use crate::bench::{self, Ctx, Scenario, Subject, Timings, TrialResult};
+use crate::bench::failover::{self as bench, Ctx, Scenario, Subject, Timings, TrialResult};
 
 /// Runs the demo. See the module documentation.
 ///

@@ -11,7 +11,6 @@
 //! ```
 
 mod bench;
-mod bench_services;
 mod demo;
 
 use std::path::PathBuf;
@@ -75,8 +74,8 @@ fn run() -> Result<()> {
         ["lab", "hold"] => lab_hold(),
         ["test", rest @ ..] => test(rest),
         ["demo"] => demo::run(),
-        ["bench", "services", rest @ ..] => bench_services::run(rest),
-        ["bench", rest @ ..] => bench::run(rest),
+        ["bench", "services", rest @ ..] => bench::services::run(rest),
+        ["bench", rest @ ..] => bench::failover::run(rest),
         ["help" | "--help" | "-h"] | [] => {
             println!("{USAGE}");
             Ok(())

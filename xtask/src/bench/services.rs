@@ -39,6 +39,8 @@
 //! WARN/ERROR lines of each vipd log (counts and the first distinct ones).
 
 use std::collections::{BTreeMap, BTreeSet};
+
+use super::stats::summary_ms;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -218,7 +220,7 @@ pub fn run(args: &[&str]) -> Result<()> {
     if nix::unistd::geteuid().as_raw() != 0 {
         bail!("`cargo xtask bench services` needs root (network namespaces); run it with sudo -E");
     }
-    let vipd = crate::bench::vipd_release_binary(o.build, o.vipd.as_deref())?;
+    let vipd = super::failover::vipd_release_binary(o.build, o.vipd.as_deref())?;
     println!("vipd binary: {}", vipd.display());
     for s in &o.scenarios {
         let t0 = Instant::now();
@@ -284,36 +286,6 @@ pub fn service_json(name: &str, addr: IpAddr) -> serde_json::Value {
             "externalTrafficPolicy": "Cluster",
         }
     })
-}
-
-// ----- statistics ------------------------------------------------------------------------
-
-/// Nearest-rank percentile `p` (0..=100) of `values` (any order); `None` when empty.
-pub fn percentile(values: &[f64], p: f64) -> Option<f64> {
-    if values.is_empty() {
-        return None;
-    }
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
-    v.get(rank.clamp(1, v.len()) - 1).copied()
-}
-
-/// `p50 X ms, p95 Y ms, max Z ms (n=N)` for millisecond values, or `no values`.
-pub fn summary_ms(values: &[f64]) -> String {
-    match (
-        percentile(values, 50.0),
-        percentile(values, 95.0),
-        percentile(values, 100.0),
-    ) {
-        (Some(a), Some(b), Some(c)) => {
-            format!(
-                "p50 {a:.0} ms, p95 {b:.0} ms, max {c:.0} ms (n={})",
-                values.len()
-            )
-        }
-        _ => "no values".into(),
-    }
 }
 
 fn ms(d: Duration) -> f64 {
@@ -1418,18 +1390,6 @@ mod tests {
         );
         assert_eq!(s["spec"]["type"], "LoadBalancer");
         assert_eq!(s["spec"]["ports"][0]["port"], 80);
-    }
-
-    #[test]
-    fn percentiles_nearest_rank() {
-        let v: Vec<f64> = (1..=20).map(f64::from).rev().collect();
-        assert_eq!(percentile(&v, 50.0), Some(10.0));
-        assert_eq!(percentile(&v, 95.0), Some(19.0));
-        assert_eq!(percentile(&v, 100.0), Some(20.0));
-        assert_eq!(percentile(&v, 0.0), Some(1.0));
-        assert_eq!(percentile(&[], 50.0), None);
-        assert_eq!(summary_ms(&[]), "no values");
-        assert_eq!(summary_ms(&[5.0]), "p50 5 ms, p95 5 ms, max 5 ms (n=1)");
     }
 
     #[test]

@@ -44,6 +44,8 @@ use anyhow::{Context, Result, anyhow, bail};
 use serde::{Deserialize, Serialize};
 use xtask::lab::{self, ArpWatcher, Lab, LabOptions, LabProcess, MacAddr, NODES, Signal};
 
+use super::stats::percentile;
+
 /// The control-plane VIP every trial moves (192.0.2.10).
 pub const VIP: Ipv4Addr = lab::CONTROL_PLANE_VIP;
 /// Namespace of vipd's control-plane Lease.
@@ -1431,16 +1433,6 @@ pub fn trial_line(r: &TrialResult) -> String {
     s
 }
 
-/// Nearest-rank percentile (`p` in 0..=1) of `v` (sorted in place); `None` when empty.
-pub fn percentile(v: &mut [f64], p: f64) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let rank = (p * v.len() as f64).ceil().max(1.0) as usize;
-    v.get(rank.min(v.len()) - 1).copied()
-}
-
 /// p50, p95 and max of the trials' gaps of one (scenario, subject).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GapStats {
@@ -1453,11 +1445,11 @@ pub struct GapStats {
 }
 
 fn gap_stats(rs: &[&TrialResult]) -> Option<GapStats> {
-    let mut v: Vec<f64> = rs.iter().filter_map(|r| r.gap_ms).collect();
+    let v: Vec<f64> = rs.iter().filter_map(|r| r.gap_ms).collect();
     Some(GapStats {
-        p50: percentile(&mut v, 0.5)?,
-        p95: percentile(&mut v, 0.95)?,
-        max: percentile(&mut v, 1.0)?,
+        p50: percentile(&v, 50.0)?,
+        p95: percentile(&v, 95.0)?,
+        max: percentile(&v, 100.0)?,
     })
 }
 
@@ -1491,7 +1483,7 @@ pub fn summary_table(report: &BenchReport) -> String {
     );
     for ((scenario, subject), rs) in grouped(report) {
         let g = gap_stats(&rs);
-        let mut take: Vec<f64> = rs.iter().filter_map(|r| r.takeover_ms).collect();
+        let take: Vec<f64> = rs.iter().filter_map(|r| r.takeover_ms).collect();
         let two_max = rs
             .iter()
             .map(|r| r.two_responders_ms)
@@ -1506,7 +1498,7 @@ pub fn summary_table(report: &BenchReport) -> String {
             opt_ms(g.map(|g| g.p50)),
             opt_ms(g.map(|g| g.p95)),
             opt_ms(g.map(|g| g.max)),
-            opt_ms(percentile(&mut take, 0.5)),
+            opt_ms(percentile(&take, 50.0)),
             format!("{two_max:.0}"),
             if flagged > 0 {
                 format!("{flagged} trial(s) with notes")
@@ -1587,17 +1579,6 @@ mod tests {
         assert!(BenchOptions::parse(&["--timings", "5/3"]).is_err());
         assert!(BenchOptions::parse(&["--impl", "kube-vip"]).is_err());
         assert!(BenchOptions::parse(&["--trials"]).is_err());
-    }
-
-    #[test]
-    fn percentiles_are_nearest_rank() {
-        let mut v = vec![5.0, 1.0, 4.0, 2.0, 3.0];
-        assert_eq!(percentile(&mut v, 0.5), Some(3.0));
-        assert_eq!(percentile(&mut v, 0.95), Some(5.0));
-        assert_eq!(percentile(&mut v, 1.0), Some(5.0));
-        assert_eq!(percentile(&mut [], 0.5), None);
-        let mut many: Vec<f64> = (1..=100).map(f64::from).collect();
-        assert_eq!(percentile(&mut many, 0.95), Some(95.0));
     }
 
     #[test]
