@@ -23,6 +23,26 @@ struct ServerState {
     writes: Vec<(String, LeaseRecord)>,
 }
 
+impl ServerState {
+    /// The lease as stored, with its resourceVersion.
+    fn observed(&self) -> Option<Observed> {
+        self.lease.as_ref().map(|(r, rv)| Observed {
+            record: r.clone(),
+            resource_version: rv.to_string(),
+        })
+    }
+
+    /// Stores `rec` under the next resourceVersion.
+    fn store(&mut self, rec: &LeaseRecord) -> Observed {
+        self.rv += 1;
+        self.lease = Some((rec.clone(), self.rv));
+        Observed {
+            record: rec.clone(),
+            resource_version: self.rv.to_string(),
+        }
+    }
+}
+
 struct FakeServer {
     state: Mutex<ServerState>,
     events: broadcast::Sender<LeaseEvent>,
@@ -45,14 +65,8 @@ impl FakeServer {
     }
     /// Writes a record directly, as `kubectl edit` would.
     fn force(&self, rec: LeaseRecord) {
-        let mut s = self.state.lock().unwrap();
-        s.rv += 1;
-        let rv = s.rv;
-        s.lease = Some((rec.clone(), rv));
-        let _ = self.events.send(LeaseEvent::Changed(Observed {
-            record: rec,
-            resource_version: rv.to_string(),
-        }));
+        let obs = self.state.lock().unwrap().store(&rec);
+        let _ = self.events.send(LeaseEvent::Changed(obs));
     }
     /// Applies `who`'s next update but fails the call, as a connection lost after the
     /// request was sent.
@@ -77,15 +91,7 @@ impl FakeServer {
     }
     /// The lease as stored, with its resourceVersion.
     fn observed(&self) -> Option<Observed> {
-        self.state
-            .lock()
-            .unwrap()
-            .lease
-            .as_ref()
-            .map(|(r, rv)| Observed {
-                record: r.clone(),
-                resource_version: rv.to_string(),
-            })
+        self.state.lock().unwrap().observed()
     }
     /// Deletes the lease, as `kubectl delete lease` would.
     fn delete(&self) {
@@ -93,20 +99,10 @@ impl FakeServer {
         let _ = self.events.send(LeaseEvent::Deleted);
     }
     fn holder(&self) -> Option<String> {
-        self.state
-            .lock()
-            .unwrap()
-            .lease
-            .as_ref()
-            .map(|(r, _)| r.holder.clone())
+        self.record().map(|r| r.holder)
     }
     fn record(&self) -> Option<LeaseRecord> {
-        self.state
-            .lock()
-            .unwrap()
-            .lease
-            .as_ref()
-            .map(|(r, _)| r.clone())
+        self.observed().map(|o| o.record)
     }
     fn writes_by(&self, who: &str) -> usize {
         self.state
@@ -148,17 +144,7 @@ impl LeaseClient for FakeClient {
             tokio::time::sleep(delay).await;
         }
         self.check("get")?;
-        Ok(self
-            .server
-            .state
-            .lock()
-            .unwrap()
-            .lease
-            .as_ref()
-            .map(|(r, rv)| Observed {
-                record: r.clone(),
-                resource_version: rv.to_string(),
-            }))
+        Ok(self.server.observed())
     }
     async fn create(&self, record: &LeaseRecord) -> Result<Observed, LeaseError> {
         self.check("create")?;
@@ -168,14 +154,8 @@ impl LeaseClient for FakeClient {
                 lease: "fake".into(),
             });
         }
-        s.rv += 1;
-        let rv = s.rv;
-        s.lease = Some((record.clone(), rv));
+        let obs = s.store(record);
         s.writes.push((self.who.clone(), record.clone()));
-        let obs = Observed {
-            record: record.clone(),
-            resource_version: rv.to_string(),
-        };
         let _ = self.server.events.send(LeaseEvent::Changed(obs.clone()));
         Ok(obs)
     }
@@ -190,14 +170,8 @@ impl LeaseClient for FakeClient {
                 });
             }
         }
-        s.rv += 1;
-        let rv = s.rv;
-        s.lease = Some((record.clone(), rv));
+        let obs = s.store(record);
         s.writes.push((self.who.clone(), record.clone()));
-        let obs = Observed {
-            record: record.clone(),
-            resource_version: rv.to_string(),
-        };
         let _ = self.server.events.send(LeaseEvent::Changed(obs.clone()));
         if s.lose_answer.remove(&self.who) {
             return Err(LeaseError::Api {

@@ -217,10 +217,6 @@ fn rig_with(
     interface: Option<&str>,
     monitor: Option<FakeConflictMonitor>,
 ) -> (Rig, Option<watch::Receiver<Conflicts>>) {
-    let ann = Arc::new(FakeAnnouncer::default());
-    let (state, state_rx) = watch::channel(LeaderState::Following { holder: None });
-    let (dropped_tx, dropped) = watch::channel(0u64);
-    let gates = Gates::default();
     let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap();
     let probing = monitor.is_some();
     if let Some(m) = monitor {
@@ -233,6 +229,22 @@ fn rig_with(
             interface: interface.map(str::to_string),
         })
         .collect();
+    rig_from(kernel, specs, cfg, probing, None)
+}
+
+/// The holder behind every rig: `specs` at start, `cfg`, conflict reports when `probing`,
+/// and VIP set updates from `updates` when given (as the Services runtime sends them).
+fn rig_from(
+    kernel: Arc<FakeKernel>,
+    specs: Vec<VipSpec>,
+    cfg: HolderConfig,
+    probing: bool,
+    updates: Option<watch::Receiver<Vec<VipSpec>>>,
+) -> (Rig, Option<watch::Receiver<Conflicts>>) {
+    let ann = Arc::new(FakeAnnouncer::default());
+    let (state, state_rx) = watch::channel(LeaderState::Following { holder: None });
+    let (dropped_tx, dropped) = watch::channel(0u64);
+    let gates = Gates::default();
     let mut holder = VipHolder::new(
         "test",
         kernel.clone(),
@@ -241,6 +253,9 @@ fn rig_with(
         cfg,
         gates.clone(),
     );
+    if let Some(rx) = updates {
+        holder = holder.with_updates(rx);
+    }
     let mut conflicts = None;
     if probing {
         let (tx, rx) = watch::channel(Vec::new());
@@ -514,9 +529,6 @@ async fn shutdown_removes_vips() {
 #[tokio::test(start_paused = true)]
 async fn edited_vip_set_adds_new_and_removes_old_while_leading() {
     let kernel = FakeKernel::with_eth0();
-    let ann = Arc::new(FakeAnnouncer::default());
-    let (state, state_rx) = watch::channel(LeaderState::Following { holder: None });
-    let (dropped_tx, _dropped) = watch::channel(0u64);
     let v120 = Vip::host("192.0.2.120".parse().unwrap());
     let v121 = Vip::host("192.0.2.121".parse().unwrap());
     let spec = |v: Vip| VipSpec {
@@ -526,37 +538,17 @@ async fn edited_vip_set_adds_new_and_removes_old_while_leading() {
     let (set_tx, set_rx) = watch::channel(vec![spec(v120)]);
     let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap();
     cfg.check_following = false;
-    let holder = VipHolder::new(
-        "svc",
-        kernel.clone(),
-        ann.clone(),
-        vec![],
-        cfg,
-        Gates::default(),
-    )
-    .with_updates(set_rx);
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(holder.run(
-        Leadership {
-            state: state_rx,
-            dropped: dropped_tx,
-        },
-        shutdown.clone(),
-    ));
-    state.send_replace(LeaderState::Leading {
-        term: 1,
-        renewed_at: Instant::now(),
-        clean: true,
-    });
+    let (r, _) = rig_from(kernel.clone(), vec![], cfg, false, Some(set_rx));
+    lead(&r, 1, true);
     settle().await;
     assert!(kernel.has(v120));
     set_tx.send_replace(vec![spec(v121)]);
     settle().await;
     assert!(!kernel.has(v120), "old address removed");
     assert!(kernel.has(v121), "new address added");
-    assert_eq!(ann.count(v121), 1, "and announced at once");
-    shutdown.cancel();
-    task.await.unwrap();
+    assert_eq!(r.ann.count(v121), 1, "and announced at once");
+    r.shutdown.cancel();
+    r.task.await.unwrap();
     assert!(!kernel.has(v121));
 }
 
@@ -794,8 +786,6 @@ async fn arp_pins_come_before_the_address_and_go_after_it() {
         kernel: kernel.clone(),
         events: Mutex::new(Vec::new()),
     });
-    let (state, state_rx) = watch::channel(LeaderState::Following { holder: None });
-    let (dropped_tx, _dropped) = watch::channel(0u64);
     let v120 = Vip::host("192.0.2.120".parse().unwrap());
     let v121 = Vip::host("192.0.2.121".parse().unwrap());
     let v6 = Vip::host("2001:db8::120".parse().unwrap());
@@ -808,23 +798,7 @@ async fn arp_pins_come_before_the_address_and_go_after_it() {
         arp_guard: guard.clone(),
         ..HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap()
     };
-    let holder = VipHolder::new(
-        "svc",
-        kernel.clone(),
-        Arc::new(FakeAnnouncer::default()),
-        vec![],
-        cfg,
-        Gates::default(),
-    )
-    .with_updates(set_rx);
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(holder.run(
-        Leadership {
-            state: state_rx,
-            dropped: dropped_tx,
-        },
-        shutdown.clone(),
-    ));
+    let (r, _) = rig_from(kernel.clone(), vec![], cfg, false, Some(set_rx));
     settle().await;
     let pin120 = ("pin 192.0.2.120 eth0".to_string(), false);
     assert_eq!(
@@ -832,11 +806,7 @@ async fn arp_pins_come_before_the_address_and_go_after_it() {
         vec![pin120.clone()],
         "pinned while following"
     );
-    state.send_replace(LeaderState::Leading {
-        term: 1,
-        renewed_at: Instant::now(),
-        clean: true,
-    });
+    lead(&r, 1, true);
     settle().await;
     assert!(kernel.has(v120));
     assert_eq!(guard.events().len(), 1, "no second pin on acquire");
@@ -851,8 +821,8 @@ async fn arp_pins_come_before_the_address_and_go_after_it() {
             ("unpin 192.0.2.120 eth0".to_string(), false),
         ]
     );
-    shutdown.cancel();
-    task.await.unwrap();
+    r.shutdown.cancel();
+    r.task.await.unwrap();
     assert_eq!(
         guard.events().last(),
         Some(&("unpin 192.0.2.121 eth0".to_string(), false)),
