@@ -270,15 +270,7 @@ fn matches(left: Expression<'static>, op: Operator, right: &'static str) -> Stat
 /// The transaction that (re)creates vipd's table empty: an existing one (left by an earlier
 /// run) is deleted in the same transaction (`add table` first, so the delete cannot fail).
 pub fn setup_batch() -> NftBatch {
-    let mut b = NftBatch::new();
-    b.push(
-        NfCmd::Add(NfListObject::Table(table())),
-        format!("add table arp {TABLE}"),
-    );
-    b.push(
-        NfCmd::Delete(NfListObject::Table(table())),
-        format!("delete table arp {TABLE}"),
-    );
+    let mut b = remove_batch();
     b.push(
         NfCmd::Add(NfListObject::Table(table())),
         format!("add table arp {TABLE}"),
