@@ -309,95 +309,14 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
     let caps = check_capabilities(&status);
     let has_raw = parse_cap_eff(&status).is_some_and(|e| e & (1 << CAP_NET_RAW) != 0);
     report.checks.push(caps);
-
-    // Interface and carrier.
-    let mut iface_name = cfg.interface.clone();
-    let mut vip_link: Option<LinkInfo> = None;
     match NetlinkKernel::new() {
         Err(e) => report.checks.push(
             Check::new("interface", Status::Fail, format!("netlink: {e}"))
                 .fix("run on Linux with NET_ADMIN"),
         ),
         Ok(k) => {
-            if iface_name.is_none()
-                && let Some(a) = cfg.addresses.first()
-                && let Ok(idx) = k.choose_interface(*a).await
-                && let Ok(l) = k.link_by_index(idx).await
-            {
-                iface_name = Some(l.name);
-            }
-            match &iface_name {
-                None => report.checks.push(
-                    Check::new(
-                        "interface",
-                        Status::Fail,
-                        "no vip_interface and none chosen automatically",
-                    )
-                    .fix("set vip_interface (--interface)"),
-                ),
-                Some(name) => match k.link_by_name(name).await {
-                    Ok(l) if l.carrier && l.up => {
-                        vip_link = Some(l);
-                        report.checks.push(Check::new(
-                            "interface",
-                            Status::Pass,
-                            format!("{name} is up with carrier"),
-                        ));
-                    }
-                    Ok(l) => report.checks.push(
-                        Check::new(
-                            "interface",
-                            Status::Fail,
-                            format!("{name}: up={} carrier={}", l.up, l.carrier),
-                        )
-                        .fix(format!(
-                            "plug the cable / bring the link up: ip link set {name} up"
-                        )),
-                    ),
-                    Err(e) => report.checks.push(
-                        Check::new("interface", Status::Fail, e.to_string())
-                            .fix("set vip_interface to an interface of this node (ip -br link)"),
-                    ),
-                },
-            }
-            // VIPs already on this node are not a conflict.
-            let local: Vec<IpAddr> = k
-                .addresses(None)
-                .await
-                .map(|a| a.into_iter().map(|x| x.vip.addr).collect())
-                .unwrap_or_default();
-            for vip in &cfg.addresses {
-                let name = format!("vip-free:{vip}");
-                let c = match &vip_link {
-                    _ if args.no_arp_probe => Check::new(name, Status::Skip, "--no-arp-probe"),
-                    _ if local.contains(vip) => {
-                        Check::new(name, Status::Pass, "this node holds it now")
-                    }
-                    None => Check::new(name, Status::Skip, "needs a working interface"),
-                    _ if !has_raw => Check::new(name, Status::Skip, "needs CAP_NET_RAW"),
-                    Some(link) => {
-                        let listen = Duration::from_millis(args.arp_probe_ms);
-                        match probe_for(&RawConflictMonitor::new(), link, *vip, listen).await {
-                            Ok(macs) if macs.is_empty() => Check::new(
-                                name,
-                                Status::Pass,
-                                format!("no answer to a conflict probe within {} ms", args.arp_probe_ms),
-                            ),
-                            Ok(macs) => Check::new(
-                                name,
-                                Status::Fail,
-                                format!(
-                                    "already in use on the segment by {}",
-                                    macs.into_iter().map(fmt_mac).collect::<Vec<_>>().join(", ")
-                                ),
-                            )
-                            .fix("pick a free address, or stop whatever holds it (another kube-vip/keepalived?)"),
-                            Err(e) => Check::new(name, Status::Fail, e.to_string()).fix("run with CAP_NET_RAW"),
-                        }
-                    }
-                };
-                report.checks.push(c);
-            }
+            let vip_link = check_interface(&k, cfg, &mut report).await;
+            check_vips_free(&k, cfg, args, vip_link.as_ref(), has_raw, &mut report).await;
             // ARP flux (S36).
             let guard = crate::net::NftArpGuard::check("nft").await;
             let targets = crate::manager::arp_flux_targets(&k, cfg).await;
@@ -425,7 +344,123 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
     ));
 
     // API and RBAC.
-    let client = match kubeclient::election_client(cfg).await {
+    let client = check_api(cfg, &mut report).await;
+    if let Some(c) = &client {
+        explain_answers_by_holder(c, cfg, &mut report).await;
+    }
+    match client {
+        None => report
+            .checks
+            .push(Check::new("rbac", Status::Skip, "needs the API server")),
+        Some(c) => report.checks.push(check_rbac(c, cfg).await),
+    }
+    report
+}
+
+/// The `interface` row: `vip_interface`, else the interface chosen for the first VIP, up
+/// with carrier. Returns the link when it is usable.
+async fn check_interface(k: &NetlinkKernel, cfg: &Config, report: &mut Report) -> Option<LinkInfo> {
+    let mut iface_name = cfg.interface.clone();
+    if iface_name.is_none()
+        && let Some(a) = cfg.addresses.first()
+        && let Ok(idx) = k.choose_interface(*a).await
+        && let Ok(l) = k.link_by_index(idx).await
+    {
+        iface_name = Some(l.name);
+    }
+    let Some(name) = iface_name else {
+        report.checks.push(
+            Check::new(
+                "interface",
+                Status::Fail,
+                "no vip_interface and none chosen automatically",
+            )
+            .fix("set vip_interface (--interface)"),
+        );
+        return None;
+    };
+    match k.link_by_name(&name).await {
+        Ok(l) if l.carrier && l.up => {
+            report.checks.push(Check::new(
+                "interface",
+                Status::Pass,
+                format!("{name} is up with carrier"),
+            ));
+            Some(l)
+        }
+        Ok(l) => {
+            report.checks.push(
+                Check::new(
+                    "interface",
+                    Status::Fail,
+                    format!("{name}: up={} carrier={}", l.up, l.carrier),
+                )
+                .fix(format!(
+                    "plug the cable / bring the link up: ip link set {name} up"
+                )),
+            );
+            None
+        }
+        Err(e) => {
+            report.checks.push(
+                Check::new("interface", Status::Fail, e.to_string())
+                    .fix("set vip_interface to an interface of this node (ip -br link)"),
+            );
+            None
+        }
+    }
+}
+
+/// One `vip-free:<vip>` row per control-plane VIP: an RFC 5227 probe (the manager's own)
+/// on `vip_link`; a VIP this node carries now is not a conflict.
+async fn check_vips_free(
+    k: &NetlinkKernel,
+    cfg: &Config,
+    args: &PreflightArgs,
+    vip_link: Option<&LinkInfo>,
+    has_raw: bool,
+    report: &mut Report,
+) {
+    let local: Vec<IpAddr> = k
+        .addresses(None)
+        .await
+        .map(|a| a.into_iter().map(|x| x.vip.addr).collect())
+        .unwrap_or_default();
+    for vip in &cfg.addresses {
+        let name = format!("vip-free:{vip}");
+        let c = match vip_link {
+            _ if args.no_arp_probe => Check::new(name, Status::Skip, "--no-arp-probe"),
+            _ if local.contains(vip) => Check::new(name, Status::Pass, "this node holds it now"),
+            None => Check::new(name, Status::Skip, "needs a working interface"),
+            _ if !has_raw => Check::new(name, Status::Skip, "needs CAP_NET_RAW"),
+            Some(link) => {
+                let listen = Duration::from_millis(args.arp_probe_ms);
+                match probe_for(&RawConflictMonitor::new(), link, *vip, listen).await {
+                    Ok(macs) if macs.is_empty() => Check::new(
+                        name,
+                        Status::Pass,
+                        format!("no answer to a conflict probe within {} ms", args.arp_probe_ms),
+                    ),
+                    Ok(macs) => Check::new(
+                        name,
+                        Status::Fail,
+                        format!(
+                            "already in use on the segment by {}",
+                            macs.into_iter().map(fmt_mac).collect::<Vec<_>>().join(", ")
+                        ),
+                    )
+                    .fix("pick a free address, or stop whatever holds it (another kube-vip/keepalived?)"),
+                    Err(e) => Check::new(name, Status::Fail, e.to_string()).fix("run with CAP_NET_RAW"),
+                }
+            }
+        };
+        report.checks.push(c);
+    }
+}
+
+/// The `api` row: the election client answers within 5 s. Returns the client when it does.
+async fn check_api(cfg: &Config, report: &mut Report) -> Option<kube::Client> {
+    match kubeclient::election_client(cfg).await {
         Ok((c, url)) => match tokio::time::timeout(Duration::from_secs(5), c.apiserver_version())
             .await
         {
@@ -460,17 +495,7 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
             );
             None
         }
-    };
-    if let Some(c) = &client {
-        explain_answers_by_holder(c, cfg, &mut report).await;
     }
-    match client {
-        None => report
-            .checks
-            .push(Check::new("rbac", Status::Skip, "needs the API server")),
-        Some(c) => report.checks.push(check_rbac(c, cfg).await),
-    }
-    report
 }
 
 /// A VIP that answers on the segment while the control-plane Lease names another node as
