@@ -274,6 +274,37 @@ impl GenArgs {
             .map(|b| b.unwrap_or(false))
     }
 
+    /// How the pod reaches the API: in-cluster, or a kubeconfig from the node
+    /// (`--k8sConfigPath`, default admin.conf; super-admin.conf mounted at that path on the
+    /// first kubeadm node, S29).
+    ///
+    /// # Errors
+    /// [`ManifestError::Invalid`] for a relative `--k8sConfigPath`.
+    fn access(&self, in_cluster: bool, kubeadm_init: bool) -> Result<Access, ManifestError> {
+        if in_cluster {
+            return Ok(Access::InCluster);
+        }
+        let path = self
+            .k8s_config_path
+            .clone()
+            .unwrap_or_else(|| DEFAULT_KUBECONFIG.to_string());
+        if !path.starts_with('/') {
+            return Err(ManifestError::Invalid {
+                flag: "k8sConfigPath",
+                value: path,
+                reason: "must be an absolute path on the node".into(),
+            });
+        }
+        Ok(Access::Kubeconfig {
+            host_path: if kubeadm_init {
+                SUPER_ADMIN_CONF.to_string()
+            } else {
+                path.clone()
+            },
+            mount_path: path,
+        })
+    }
+
     /// Checks the flags and turns them into a [`Plan`].
     ///
     /// # Errors
@@ -367,26 +398,19 @@ impl GenArgs {
                 .as_deref()
                 .unwrap_or(default_for("leaseRetry")?),
         )?;
-        if let Some(r) = &self.arp_rate {
-            push("arpRate", r)?;
-        }
-        if let Some(v) = &self.services_election {
-            push("servicesElection", v)?;
-        }
-        if let Some(v) = &self.service_interface {
-            push("serviceInterface", v)?;
-        }
-        if let Some(v) = &self.lb_class_only {
-            push("lbClassOnly", v)?;
-        }
-        if let Some(v) = &self.lb_class_name {
-            push("lbClassName", v)?;
-        }
-        if let Some(v) = &self.enable_node_labeling {
-            push("enableNodeLabeling", v)?;
-        }
-        if let Some(v) = &self.log {
-            push("log", v)?;
+        // Passed through as given; `vipd manager` checks them (plan.resolve() below).
+        for (flag, value) in [
+            ("arpRate", &self.arp_rate),
+            ("servicesElection", &self.services_election),
+            ("serviceInterface", &self.service_interface),
+            ("lbClassOnly", &self.lb_class_only),
+            ("lbClassName", &self.lb_class_name),
+            ("enableNodeLabeling", &self.enable_node_labeling),
+            ("log", &self.log),
+        ] {
+            if let Some(v) = value {
+                push(flag, v)?;
+            }
         }
         let prometheus = self
             .prometheus_server
@@ -399,30 +423,10 @@ impl GenArgs {
         if let Some(a) = &api_addr {
             push("kubernetesAddr", a)?;
         }
-        let access = if in_cluster {
-            Access::InCluster
-        } else {
-            let path = self
-                .k8s_config_path
-                .clone()
-                .unwrap_or_else(|| DEFAULT_KUBECONFIG.to_string());
-            if !path.starts_with('/') {
-                return Err(ManifestError::Invalid {
-                    flag: "k8sConfigPath",
-                    value: path,
-                    reason: "must be an absolute path on the node".into(),
-                });
-            }
-            push("k8sConfigPath", &path)?;
-            Access::Kubeconfig {
-                host_path: if kubeadm_init {
-                    SUPER_ADMIN_CONF.to_string()
-                } else {
-                    path.clone()
-                },
-                mount_path: path,
-            }
-        };
+        let access = self.access(in_cluster, kubeadm_init)?;
+        if let Access::Kubeconfig { mount_path, .. } = &access {
+            push("k8sConfigPath", mount_path)?;
+        }
         env.push((env_for("nodeName")?, EnvValue::NodeName));
 
         let (admin_host, admin_port) = admin_endpoint(&prometheus)?;
