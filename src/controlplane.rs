@@ -1,14 +1,183 @@
 //! The control-plane VIP: one Lease (`vip_leasename` in `cp_namespace`), its VIPs, and the
-//! health check of the node's own API server (scenario S10).
+//! health check of the node's own API server (scenario S10). [`start`] runs the election
+//! and the VIP holder; [`Running::stop`] drops the VIPs, then releases the Lease.
 
+use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::admin::Readiness;
-use crate::election::Gates;
+use crate::config::Config;
+use crate::election::kube::KubeLeaseClient;
+use crate::election::{Elector, Gates};
+use crate::net::{NetlinkKernel, RawAnnouncer, Vip};
+use crate::reconcile::{HolderConfig, VipHolder, VipSpec};
+
+/// Why the control-plane configuration cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlPlaneError {
+    /// A control-plane VIP is a node's own address (`status.addresses`).
+    #[error("address {address} is node {node}'s own address and cannot be the control-plane VIP")]
+    NodeAddress {
+        /// The VIP from `address`.
+        address: IpAddr,
+        /// The node whose address it is.
+        node: String,
+    },
+}
+
+/// The control-plane VIPs with their prefix (`vip_subnet`) and interface.
+pub fn control_plane_vips(cfg: &Config) -> Vec<VipSpec> {
+    cfg.addresses
+        .iter()
+        .map(|a| VipSpec {
+            vip: Vip {
+                addr: *a,
+                prefix: match a {
+                    IpAddr::V4(_) => cfg.vip_subnet.v4,
+                    IpAddr::V6(_) => cfg.vip_subnet.v6,
+                },
+            },
+            interface: cfg.interface.clone(),
+        })
+        .collect()
+}
+
+/// What the control-plane wing shares with the rest of the manager.
+pub struct Parts {
+    /// Client of the election's API server (the node's own in control-plane mode).
+    pub client: kube::Client,
+    /// The kernel the VIPs go to.
+    pub kernel: Arc<NetlinkKernel>,
+    /// The VIP holder's settings (fence, GARP rate, conflict probe, ARP guard).
+    pub holder_cfg: HolderConfig,
+    /// Election gates; [`health_loop`] drives [`GATE_LOCAL_API`] on them.
+    pub gates: Gates,
+    /// Metrics of the election and the holder.
+    pub metrics: crate::metrics::Metrics,
+    /// `/readyz` conditions (duplicate identity).
+    pub readiness: Readiness,
+}
+
+/// The running control-plane election and VIP holder.
+pub struct Running {
+    election_stop: CancellationToken,
+    elector_task: JoinHandle<()>,
+    holder_stop: CancellationToken,
+    holder_task: JoinHandle<()>,
+}
+
+/// Starts the control-plane election (`vip_leasename` in `cp_namespace`, client-go
+/// semantics) and the VIP holder that follows it; a duplicate identity (S35) fails
+/// `/readyz` and posts a Warning Event about the Lease until `shutdown`.
+pub fn start(cfg: &Config, parts: Parts, shutdown: CancellationToken) -> Running {
+    let Parts {
+        client,
+        kernel,
+        holder_cfg,
+        gates,
+        metrics,
+        readiness,
+    } = parts;
+    let leases = KubeLeaseClient::new(client.clone(), &cfg.lease.namespace, &cfg.lease.name);
+    let (elector, leadership) =
+        Elector::new(leases, cfg.node_name.clone(), cfg.lease.timing, &gates);
+    let elector = elector.with_metrics(metrics.clone());
+    tokio::spawn(crate::identity::follow(
+        elector.duplicate_identity(),
+        crate::services::model::ServiceKey::new(&cfg.lease.namespace, &cfg.lease.name),
+        readiness,
+        crate::services::status::KubeStatusWriter::new(client, &cfg.node_name),
+        shutdown,
+    ));
+    let vips = control_plane_vips(cfg);
+    info!(
+        vips = ?vips.iter().map(|s| s.vip.to_string()).collect::<Vec<_>>(),
+        lease = %format!("{}/{}", cfg.lease.namespace, cfg.lease.name),
+        fence_secs = holder_cfg.fence_secs,
+        arp_rate_ms = cfg.arp_rate.as_millis() as u64,
+        "control-plane VIP"
+    );
+    let holder = VipHolder::new(
+        "control-plane",
+        kernel,
+        Arc::new(RawAnnouncer),
+        vips,
+        holder_cfg,
+        gates,
+    )
+    .with_metrics(metrics);
+    let election_stop = CancellationToken::new();
+    let holder_stop = CancellationToken::new();
+    let holder_task = tokio::spawn(holder.run(leadership, holder_stop.clone()));
+    let elector_stop = election_stop.clone();
+    let elector_task = tokio::spawn(async move {
+        elector.run(elector_stop).await;
+    });
+    Running {
+        election_stop,
+        elector_task,
+        holder_stop,
+        holder_task,
+    }
+}
+
+impl Running {
+    /// Stops in the documented order: the elector publishes `Following`, the holder
+    /// removes the VIPs and acknowledges, the elector releases the Lease; then the holder
+    /// task ends.
+    pub async fn stop(self) {
+        self.election_stop.cancel();
+        if let Err(e) = self.elector_task.await {
+            error!(error = %e, "election task failed");
+        }
+        self.holder_stop.cancel();
+        if let Err(e) = self.holder_task.await {
+            error!(error = %e, "VIP holder task failed");
+        }
+    }
+}
+
+/// Refuses control-plane VIPs that are some node's own address (`status.addresses`): the
+/// node holding the lease would take that node's traffic. A failed Node list (API down,
+/// RBAC) is logged and does not stop the start.
+///
+/// # Errors
+/// [`ControlPlaneError::NodeAddress`] naming the address and the node.
+pub async fn check_not_node_addresses(
+    client: &kube::Client,
+    vips: &[IpAddr],
+) -> Result<(), ControlPlaneError> {
+    let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
+    let list =
+        match tokio::time::timeout(Duration::from_secs(5), api.list(&Default::default())).await {
+            Ok(Ok(l)) => l,
+            Ok(Err(e)) => {
+                warn!(error = %e, "cannot list Nodes to check the VIPs against node addresses");
+                return Ok(());
+            }
+            Err(_) => {
+                warn!("listing Nodes timed out; VIPs not checked against node addresses");
+                return Ok(());
+            }
+        };
+    let nodes: Vec<Arc<_>> = list.items.into_iter().map(Arc::new).collect();
+    let owners = crate::nodes::node_addresses(&nodes);
+    for v in vips {
+        if let Some(node) = owners.get(v) {
+            return Err(ControlPlaneError::NodeAddress {
+                address: *v,
+                node: node.clone(),
+            });
+        }
+    }
+    Ok(())
+}
 
 /// Gate closed while the node's own API server fails its health check.
 pub const GATE_LOCAL_API: &str = "local-api";

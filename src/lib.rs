@@ -15,6 +15,7 @@ pub mod manager;
 pub mod manifest;
 pub mod metrics;
 pub mod net;
+pub mod nodes;
 pub mod preflight;
 pub mod probe;
 pub mod reconcile;

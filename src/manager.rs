@@ -14,12 +14,11 @@ use tracing::{error, info, warn};
 
 use crate::config::Config;
 use crate::controlplane;
-use crate::election::kube::KubeLeaseClient;
-use crate::election::{Elector, Gates};
+use crate::election::Gates;
 use crate::kubeclient;
 use crate::net::conflict::{ConflictMonitor, RawConflictMonitor};
-use crate::net::{CachedKernel, Kernel, NetlinkKernel, RawAnnouncer, Vip};
-use crate::reconcile::{self, HolderConfig, VipHolder, VipSpec};
+use crate::net::{CachedKernel, Kernel, NetlinkKernel, RawAnnouncer};
+use crate::reconcile::{self, HolderConfig};
 
 /// Errors that stop the manager at start.
 #[derive(Debug, thiserror::Error)]
@@ -33,26 +32,12 @@ pub enum ManagerError {
     /// The lease timings cannot be fenced.
     #[error(transparent)]
     Fence(#[from] reconcile::FenceError),
+    /// The control-plane configuration cannot be used on this cluster.
+    #[error(transparent)]
+    ControlPlane(#[from] controlplane::ControlPlaneError),
     /// A feature that is configured but not implemented in this release.
     #[error("{0}")]
     Unsupported(String),
-}
-
-/// The control-plane VIPs with their prefix (`vip_subnet`) and interface.
-pub fn control_plane_vips(cfg: &Config) -> Vec<VipSpec> {
-    cfg.addresses
-        .iter()
-        .map(|a| VipSpec {
-            vip: Vip {
-                addr: *a,
-                prefix: match a {
-                    IpAddr::V4(_) => cfg.vip_subnet.v4,
-                    IpAddr::V6(_) => cfg.vip_subnet.v6,
-                },
-            },
-            interface: cfg.interface.clone(),
-        })
-        .collect()
 }
 
 /// Runs the manager until `shutdown` is cancelled (the binary cancels it on SIGTERM and
@@ -107,7 +92,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         ));
     }
     if cfg.control_plane {
-        check_not_node_addresses(&client, &cfg.addresses).await?;
+        controlplane::check_not_node_addresses(&client, &cfg.addresses).await?;
     }
     let kernel = Arc::new(NetlinkKernel::new()?);
     // This process leads nothing yet: every address vipd tagged is stale.
@@ -133,47 +118,23 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     let aux_stop = CancellationToken::new();
     tokio::spawn(aux_loop(kernel.clone(), metrics.clone(), aux_stop.clone()));
 
-    let mut control_plane = None;
-    if cfg.control_plane {
-        let gates = cp_gates;
-        let leases = KubeLeaseClient::new(client.clone(), &cfg.lease.namespace, &cfg.lease.name);
-        let (elector, leadership) = Elector::new(leases, cfg.node_name.clone(), timing, &gates);
-        let elector = elector.with_metrics(metrics.clone());
-        // S35: another process renewing this lease under our node name fails /readyz and
-        // posts a Warning Event about the Lease (the elector logs and counts it).
-        tokio::spawn(crate::identity::follow(
-            elector.duplicate_identity(),
-            crate::services::model::ServiceKey::new(&cfg.lease.namespace, &cfg.lease.name),
-            readiness.clone(),
-            crate::services::status::KubeStatusWriter::new(client.clone(), &cfg.node_name),
-            shutdown.clone(),
-        ));
-        let vips = control_plane_vips(&cfg);
-        info!(
-            vips = ?vips.iter().map(|s| s.vip.to_string()).collect::<Vec<_>>(),
-            lease = %format!("{}/{}", cfg.lease.namespace, cfg.lease.name),
-            fence_secs = holder_cfg.fence_secs,
-            arp_rate_ms = cfg.arp_rate.as_millis() as u64,
-            "control-plane VIP"
-        );
-        let holder = VipHolder::new(
-            "control-plane",
-            kernel.clone(),
-            Arc::new(RawAnnouncer),
-            vips,
-            HolderConfig {
-                arp_guard: arp_guard.clone(),
-                ..holder_cfg.clone()
+    let control_plane = cfg.control_plane.then(|| {
+        controlplane::start(
+            &cfg,
+            controlplane::Parts {
+                client: client.clone(),
+                kernel: kernel.clone(),
+                holder_cfg: HolderConfig {
+                    arp_guard: arp_guard.clone(),
+                    ..holder_cfg.clone()
+                },
+                gates: cp_gates.clone(),
+                metrics: metrics.clone(),
+                readiness: readiness.clone(),
             },
-            gates.clone(),
+            shutdown.clone(),
         )
-        .with_metrics(metrics.clone());
-        let election_stop = CancellationToken::new();
-        let holder_stop = CancellationToken::new();
-        let holder_task = tokio::spawn(holder.run(leadership, holder_stop.clone()));
-        let elector_task = tokio::spawn(elector.run(election_stop.clone()));
-        control_plane = Some((election_stop, elector_task, holder_stop, holder_task));
-    }
+    });
 
     let mut services = None;
     if cfg.services {
@@ -219,15 +180,8 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         }
     };
     let control_plane_done = async {
-        if let Some((election_stop, elector_task, holder_stop, holder_task)) = control_plane {
-            election_stop.cancel();
-            if let Err(e) = elector_task.await.map(drop) {
-                error!(error = %e, "election task failed");
-            }
-            holder_stop.cancel();
-            if let Err(e) = holder_task.await {
-                error!(error = %e, "VIP holder task failed");
-            }
+        if let Some(cp) = control_plane {
+            cp.stop().await;
         }
     };
     tokio::join!(services_done, control_plane_done);
@@ -296,41 +250,6 @@ async fn log_arp_flux<K: Kernel>(kernel: &K, cfg: &Config, guard_active: bool) {
         }
         Err(e) => warn!(error = %e, "ARP flux check: cannot list addresses"),
     }
-}
-
-/// Refuses control-plane VIPs that are some node's own address (`status.addresses`): the
-/// node holding the lease would take that node's traffic. A failed Node list (API down,
-/// RBAC) is logged and does not stop the start.
-///
-/// # Errors
-/// [`ManagerError::Unsupported`] naming the address and the node.
-async fn check_not_node_addresses(
-    client: &kube::Client,
-    vips: &[IpAddr],
-) -> Result<(), ManagerError> {
-    let api: kube::Api<k8s_openapi::api::core::v1::Node> = kube::Api::all(client.clone());
-    let list =
-        match tokio::time::timeout(Duration::from_secs(5), api.list(&Default::default())).await {
-            Ok(Ok(l)) => l,
-            Ok(Err(e)) => {
-                warn!(error = %e, "cannot list Nodes to check the VIPs against node addresses");
-                return Ok(());
-            }
-            Err(_) => {
-                warn!("listing Nodes timed out; VIPs not checked against node addresses");
-                return Ok(());
-            }
-        };
-    let nodes: Vec<Arc<_>> = list.items.into_iter().map(Arc::new).collect();
-    let owners = crate::services::runtime::node_addresses(&nodes);
-    for v in vips {
-        if let Some(node) = owners.get(v) {
-            return Err(ManagerError::Unsupported(format!(
-                "address {v} is node {node}'s own address and cannot be the control-plane VIP"
-            )));
-        }
-    }
-    Ok(())
 }
 
 /// Periodic housekeeping until `stop`: the `vipd_vips_held` gauge (vipd-tagged addresses on

@@ -42,6 +42,7 @@ use crate::election::{ElectionEnd, Elector, Gates, LeaderState, LeaseClient, Tim
 use crate::metrics::Metrics;
 use crate::net::conflict::fmt_mac;
 use crate::net::{Announcer, Kernel};
+pub use crate::nodes::node_addresses;
 use crate::reconcile::{HolderConfig, VipHolder, VipSpec};
 
 /// What a group task needs to know about the Services whose addresses it announces.
@@ -350,23 +351,6 @@ fn warn_lease_write_rate(plan: &Plan, timing: Timing, warned: Option<usize>) -> 
         return Some(leases);
     }
     warned
-}
-
-/// Every node's own addresses (`status.addresses` of type InternalIP / ExternalIP) and the
-/// node they belong to.
-pub fn node_addresses(nodes: &[Arc<Node>]) -> BTreeMap<IpAddr, String> {
-    let mut out = BTreeMap::new();
-    for n in nodes {
-        let name = n.metadata.name.clone().unwrap_or_default();
-        for a in n.status.iter().flat_map(|s| s.addresses.iter().flatten()) {
-            if (a.type_ == "InternalIP" || a.type_ == "ExternalIP")
-                && let Ok(ip) = a.address.parse::<IpAddr>()
-            {
-                out.insert(ip, name.clone());
-            }
-        }
-    }
-    out
 }
 
 /// An API for `K` in `namespace` (`svc_namespace`), or in all namespaces.

@@ -1,0 +1,25 @@
+//! Node objects: which addresses belong to which node (a VIP must never take a node's own
+//! address: the holder would take that node's traffic).
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+
+/// Every node's own addresses (`status.addresses` of type InternalIP / ExternalIP) and the
+/// node they belong to.
+pub fn node_addresses(nodes: &[Arc<Node>]) -> BTreeMap<IpAddr, String> {
+    let mut out = BTreeMap::new();
+    for n in nodes {
+        let name = n.metadata.name.clone().unwrap_or_default();
+        for a in n.status.iter().flat_map(|s| s.addresses.iter().flatten()) {
+            if (a.type_ == "InternalIP" || a.type_ == "ExternalIP")
+                && let Ok(ip) = a.address.parse::<IpAddr>()
+            {
+                out.insert(ip, name.clone());
+            }
+        }
+    }
+    out
+}
