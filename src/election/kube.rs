@@ -24,6 +24,9 @@ pub struct KubeLeaseClient {
     name: String,
     last: Arc<Mutex<Option<Lease>>>,
     hub: Option<LeaseHub>,
+    /// Labels put on the Lease when this client creates it (never added to an existing
+    /// one: they mark leases vipd created, see `services::lease_gc`).
+    labels: Option<std::collections::BTreeMap<String, String>>,
 }
 
 impl KubeLeaseClient {
@@ -35,7 +38,15 @@ impl KubeLeaseClient {
             name: name.to_string(),
             last: Arc::new(Mutex::new(None)),
             hub: None,
+            labels: None,
         }
+    }
+
+    /// Creates the Lease (when it does not exist) with `labels`; a Lease that exists keeps
+    /// the labels it has (a replace carries them over, none are added).
+    pub fn with_labels(mut self, labels: std::collections::BTreeMap<String, String>) -> Self {
+        self.labels = Some(labels);
+        self
     }
 
     /// Takes this lease's watch events from a shared [`LeaseHub`] instead of opening a watch
@@ -125,6 +136,7 @@ impl LeaseClient for KubeLeaseClient {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
                 namespace: Some(self.namespace.clone()),
+                labels: self.labels.clone(),
                 ..Default::default()
             },
             spec: Some(spec),
