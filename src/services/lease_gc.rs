@@ -208,7 +208,9 @@ pub async fn run(
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let lp = ListParams::default().labels(&label_selector());
+    // From the API server's watch cache (resourceVersion "0"), not etcd: every node lists
+    // every few seconds, and a stale answer costs nothing (the delete's precondition fails).
+    let lp = ListParams::default().labels(&label_selector()).match_any();
     let mut state = GcState::default();
     let mut quiet: crate::logging::RepeatLimiter<&'static str, String> = Default::default();
     let mut tick = tokio::time::interval(GC_INTERVAL);
