@@ -11,6 +11,7 @@ pub mod controlplane;
 pub mod election;
 pub mod identity;
 pub mod kubeclient;
+pub mod logging;
 pub mod manager;
 pub mod manifest;
 pub mod metrics;

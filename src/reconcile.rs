@@ -19,6 +19,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::election::{Gates, LeaderState, Leadership, Timing};
+use crate::logging::RepeatLimiter;
 use crate::net::conflict::{Claim, ConflictMonitor, WatchId, fmt_mac};
 use crate::net::{AddrInfo, Announcer, Kernel, LinkInfo, NetError, Vip};
 use probe::{Action, ProbeState};
@@ -365,6 +366,44 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     renewed_at: Option<Instant>,
     /// IPv4 VIPs pinned to their interface against ARP flux (S36).
     arp: crate::net::ArpPins,
+    /// Rate limiter of the log lines of repeating conditions (checked twice a second).
+    quiet: RepeatLimiter<Quiet, String>,
+}
+
+/// Conditions of a [`VipHolder`] whose log lines are rate-limited (see
+/// [`crate::logging`]): logged when they start or change, then at most once per
+/// [`crate::logging::REPEAT_WINDOW`] with the count of repeats, and once when they clear.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Quiet {
+    /// Some VIPs cannot be placed (interface missing or unusable).
+    Place,
+    /// Some VIPs are configured on the node and were not added by vipd.
+    Untagged,
+    /// Listing the node's addresses fails.
+    ListAddresses,
+    /// Adding, refreshing or re-adding this VIP fails.
+    Add(IpAddr),
+    /// This VIP was found missing while leading.
+    Missing(IpAddr),
+    /// Announcing this VIP fails.
+    Announce(IpAddr),
+    /// Removing this VIP fails.
+    Remove(IpAddr),
+    /// Sending a conflict probe for this VIP fails.
+    Probe(IpAddr),
+}
+
+impl Quiet {
+    fn vip(self) -> Option<IpAddr> {
+        match self {
+            Quiet::Place | Quiet::Untagged | Quiet::ListAddresses => None,
+            Quiet::Add(a)
+            | Quiet::Missing(a)
+            | Quiet::Announce(a)
+            | Quiet::Remove(a)
+            | Quiet::Probe(a) => Some(a),
+        }
+    }
 }
 
 impl<K: Kernel, A: Announcer> VipHolder<K, A> {
@@ -400,6 +439,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             conflicts: None,
             renewed_at: None,
             arp,
+            quiet: RepeatLimiter::default(),
         }
     }
 
@@ -589,10 +629,21 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             Action::None => false,
             Action::Bind => true,
             Action::Probe => {
-                if let Some(monitor) = &self.monitor
-                    && let Err(e) = monitor.send_probe(link, spec.vip.addr)
-                {
-                    warn!(holder = %self.name, vip = %spec.vip, error = %e, "cannot send conflict probe");
+                if let Some(monitor) = &self.monitor {
+                    let key = Quiet::Probe(spec.vip.addr);
+                    match monitor.send_probe(link, spec.vip.addr) {
+                        Ok(()) => {
+                            if let Some(r) = self.quiet.clear(&key, Instant::now()) {
+                                info!(holder = %self.name, vip = %spec.vip, "conflict probes sent again{r}");
+                            }
+                        }
+                        Err(e) => {
+                            if let Some(r) = self.quiet.observe(key, e.to_string(), Instant::now())
+                            {
+                                warn!(holder = %self.name, vip = %spec.vip, error = %e, "cannot send conflict probe{r}");
+                            }
+                        }
+                    }
                 }
                 false
             }
@@ -719,11 +770,17 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 .await
             {
                 Ok(()) => {
+                    self.quiet.clear(&Quiet::Add(spec.vip.addr), Instant::now());
                     info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "no conflict; VIP added");
                     added.push(i);
                 }
                 Err(e) => {
-                    error!(holder = %self.name, vip = %spec.vip, interface = %link.name, error = %e, "cannot add VIP")
+                    if let Some(r) =
+                        self.quiet
+                            .observe(Quiet::Add(spec.vip.addr), e.to_string(), Instant::now())
+                    {
+                        error!(holder = %self.name, vip = %spec.vip, interface = %link.name, error = %e, "cannot add VIP{r}")
+                    }
                 }
             }
         }
@@ -751,10 +808,22 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                     if let Some(m) = &self.metrics {
                         m.garp_sent(spec.vip.addr);
                     }
+                    if let Some(r) = self
+                        .quiet
+                        .clear(&Quiet::Announce(spec.vip.addr), Instant::now())
+                    {
+                        info!(holder = %self.name, vip = %spec.vip, "announcing works again{r}");
+                    }
                     info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "announced");
                 }
                 Err(e) => {
-                    warn!(holder = %self.name, vip = %spec.vip, error = %e, "announce failed")
+                    if let Some(r) = self.quiet.observe(
+                        Quiet::Announce(spec.vip.addr),
+                        e.to_string(),
+                        Instant::now(),
+                    ) {
+                        warn!(holder = %self.name, vip = %spec.vip, interface = %link.name, error = %e, "announce failed{r}")
+                    }
                 }
             }
         }
@@ -812,9 +881,19 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                         }
                     }
                 }
-                Err(e) => warn!(holder = %self.name, error = %e, "cannot list addresses"),
+                Err(e) => {
+                    if let Some(r) =
+                        self.quiet
+                            .observe(Quiet::ListAddresses, e.to_string(), Instant::now())
+                    {
+                        warn!(holder = %self.name, error = %e, "cannot list addresses{r}")
+                    }
+                }
             }
         }
+        let addrs: Vec<IpAddr> = self.vips.iter().map(|s| s.vip.addr).collect();
+        self.quiet
+            .retain(|k| k.vip().is_none_or(|a| addrs.contains(&a)));
         self.links.clear();
         self.pending_na.clear();
         self.resolve_links().await;
@@ -868,20 +947,33 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         // Pin before any address is added (S36: no window with two ARP responders).
         let (want, configured) = self.arp_pins_wanted();
         self.arp.sync(&self.name, &want, &configured).await;
-        if !missing.is_empty() {
-            error!(holder = %self.name, problems = ?missing, "cannot place VIPs; not campaigning until this is fixed");
+        let now = Instant::now();
+        if missing.is_empty() {
+            if let Some(r) = self.quiet.clear(&Quiet::Place, now) {
+                info!(holder = %self.name, "VIP interfaces usable again{r}");
+            }
+        } else if let Some(r) = self.quiet.observe(Quiet::Place, missing.join("; "), now) {
+            error!(holder = %self.name, problems = ?missing, "cannot place VIPs; not campaigning until this is fixed{r}");
         }
         self.gates.set(GATE_LINK, missing.is_empty());
         match self.kernel.addresses(None).await {
             Ok(present) => {
                 let vips: Vec<Vip> = self.vips.iter().map(|s| s.vip).collect();
                 let c = conflicts(&vips, &present);
-                if !c.is_empty() {
-                    error!(holder = %self.name, conflicts = ?c, "VIP already configured on this node and not added by vipd; refusing to manage it (remove it from the node or change the VIP)");
+                if c.is_empty() {
+                    if let Some(r) = self.quiet.clear(&Quiet::Untagged, now) {
+                        info!(holder = %self.name, "no VIP is configured on this node by others any more{r}");
+                    }
+                } else if let Some(r) = self.quiet.observe(Quiet::Untagged, format!("{c:?}"), now) {
+                    error!(holder = %self.name, conflicts = ?c, "VIP already configured on this node and not added by vipd; refusing to manage it (remove it from the node or change the VIP){r}");
                 }
                 self.gates.set(GATE_CONFLICT, c.is_empty());
             }
-            Err(e) => warn!(holder = %self.name, error = %e, "cannot list addresses"),
+            Err(e) => {
+                if let Some(r) = self.quiet.observe(Quiet::ListAddresses, e.to_string(), now) {
+                    warn!(holder = %self.name, error = %e, "cannot list addresses{r}")
+                }
+            }
         }
     }
 
@@ -932,13 +1024,19 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             if !self.probes.get(i).is_some_and(ProbeState::bound) {
                 continue;
             }
+            let key = Quiet::Add(spec.vip.addr);
             if let Err(e) = self
                 .kernel
                 .add_or_refresh(link.index, spec.vip, self.cfg.fence_secs, self.cfg.skip_dad)
                 .await
             {
-                error!(holder = %self.name, vip = %spec.vip, interface = %link.name, error = %e, "cannot add VIP");
+                if let Some(r) = self.quiet.observe(key, e.to_string(), Instant::now()) {
+                    error!(holder = %self.name, vip = %spec.vip, interface = %link.name, error = %e, "cannot add VIP{r}");
+                }
                 continue;
+            }
+            if let Some(r) = self.quiet.clear(&key, Instant::now()) {
+                info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "adding the VIP works again{r}");
             }
             if announce {
                 info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "VIP added");
@@ -985,6 +1083,12 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                     if let Some(m) = &self.metrics {
                         m.garp_sent(spec.vip.addr);
                     }
+                    if let Some(r) = self
+                        .quiet
+                        .clear(&Quiet::Announce(spec.vip.addr), Instant::now())
+                    {
+                        info!(holder = %self.name, vip = %spec.vip, "announcing works again{r}");
+                    }
                     if first {
                         info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "announced");
                     } else {
@@ -992,7 +1096,13 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                     }
                 }
                 Err(e) => {
-                    warn!(holder = %self.name, vip = %spec.vip, error = %e, "announce failed")
+                    if let Some(r) = self.quiet.observe(
+                        Quiet::Announce(spec.vip.addr),
+                        e.to_string(),
+                        Instant::now(),
+                    ) {
+                        warn!(holder = %self.name, vip = %spec.vip, interface = %link.name, error = %e, "announce failed{r}")
+                    }
                 }
             }
         }
@@ -1038,9 +1148,16 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
         let fence_left = self.fence_left(now);
         let present = match self.kernel.addresses(None).await {
-            Ok(p) => p,
+            Ok(p) => {
+                if let Some(r) = self.quiet.clear(&Quiet::ListAddresses, now) {
+                    info!(holder = %self.name, "listing addresses works again{r}");
+                }
+                p
+            }
             Err(e) => {
-                warn!(holder = %self.name, error = %e, "cannot list addresses");
+                if let Some(r) = self.quiet.observe(Quiet::ListAddresses, e.to_string(), now) {
+                    warn!(holder = %self.name, error = %e, "cannot list addresses{r}");
+                }
                 return;
             }
         };
@@ -1071,23 +1188,49 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                     ifindex,
                     valid_lft_secs,
                 } => {
-                    warn!(holder = %self.name, %vip, ifindex, "VIP missing while leading; re-adding");
+                    if let Some(r) =
+                        self.quiet
+                            .observe(Quiet::Missing(vip.addr), String::new(), now)
+                    {
+                        warn!(holder = %self.name, %vip, ifindex, "VIP missing while leading; re-adding{r}");
+                    }
                     match self
                         .kernel
                         .add_or_refresh(ifindex, vip, valid_lft_secs, self.cfg.skip_dad)
                         .await
                     {
-                        Ok(()) => repaired = true,
+                        Ok(()) => {
+                            repaired = true;
+                            // A VIP missing again later is news.
+                            self.quiet.clear(&Quiet::Missing(vip.addr), now);
+                            if let Some(r) = self.quiet.clear(&Quiet::Add(vip.addr), now) {
+                                info!(holder = %self.name, %vip, "re-adding the VIP worked{r}");
+                            }
+                        }
                         Err(e) => {
-                            error!(holder = %self.name, %vip, error = %e, "re-adding VIP failed")
+                            if let Some(r) =
+                                self.quiet.observe(Quiet::Add(vip.addr), e.to_string(), now)
+                            {
+                                error!(holder = %self.name, %vip, ifindex, error = %e, "re-adding VIP failed{r}")
+                            }
                         }
                     }
                 }
-                Step::Remove { vip, ifindex } => {
-                    if let Err(e) = self.kernel.remove(ifindex, vip).await {
-                        warn!(holder = %self.name, %vip, error = %e, "removing VIP failed");
+                Step::Remove { vip, ifindex } => match self.kernel.remove(ifindex, vip).await {
+                    Ok(()) => {
+                        if let Some(r) = self.quiet.clear(&Quiet::Remove(vip.addr), now) {
+                            info!(holder = %self.name, %vip, "VIP removed after failures{r}");
+                        }
                     }
-                }
+                    Err(e) => {
+                        if let Some(r) =
+                            self.quiet
+                                .observe(Quiet::Remove(vip.addr), e.to_string(), now)
+                        {
+                            warn!(holder = %self.name, %vip, ifindex, error = %e, "removing VIP failed{r}");
+                        }
+                    }
+                },
             }
         }
         if renewed_at.is_some() && (repaired || !self.pending_na.is_empty()) {

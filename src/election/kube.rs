@@ -24,6 +24,9 @@ pub struct KubeLeaseClient {
     name: String,
     last: Arc<Mutex<Option<Lease>>>,
     hub: Option<LeaseHub>,
+    /// Labels put on the Lease when this client creates it (never added to an existing
+    /// one: they mark leases vipd created, see `services::lease_gc`).
+    labels: Option<std::collections::BTreeMap<String, String>>,
 }
 
 impl KubeLeaseClient {
@@ -35,7 +38,17 @@ impl KubeLeaseClient {
             name: name.to_string(),
             last: Arc::new(Mutex::new(None)),
             hub: None,
+            labels: None,
         }
+    }
+
+    /// Creates the Lease (when it does not exist) with `labels`; a Lease that exists keeps
+    /// the labels it has (a replace carries them over, none are added). A replace of a
+    /// Lease this client never read (seen absent, then created by another node) reads it
+    /// first, one GET, so that its labels are not dropped.
+    pub fn with_labels(mut self, labels: std::collections::BTreeMap<String, String>) -> Self {
+        self.labels = Some(labels);
+        self
     }
 
     /// Takes this lease's watch events from a shared [`LeaseHub`] instead of opening a watch
@@ -125,6 +138,7 @@ impl LeaseClient for KubeLeaseClient {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
                 namespace: Some(self.namespace.clone()),
+                labels: self.labels.clone(),
                 ..Default::default()
             },
             spec: Some(spec),
@@ -140,19 +154,25 @@ impl LeaseClient for KubeLeaseClient {
         record: &LeaseRecord,
         resource_version: &str,
     ) -> Result<Observed, LeaseError> {
-        let base = self
-            .last
-            .lock()
-            .ok()
-            .and_then(|l| l.clone())
-            .unwrap_or_else(|| Lease {
-                metadata: ObjectMeta {
-                    name: Some(self.name.clone()),
-                    namespace: Some(self.namespace.clone()),
-                    ..Default::default()
-                },
-                spec: None,
-            });
+        let mut last = self.last.lock().ok().and_then(|l| l.clone());
+        if last.is_none() && self.labels.is_some() {
+            // Never read (seen absent, then created by another node and learned from the
+            // watch): read it once, so that the replace keeps its labels (the marks of a
+            // lease vipd created, see `with_labels`) instead of dropping them.
+            if let Ok(Some(mut l)) = Box::pin(self.api.get_opt(&self.name)).await {
+                self.remember(&l);
+                l.metadata.managed_fields = None;
+                last = Some(l);
+            }
+        }
+        let base = last.unwrap_or_else(|| Lease {
+            metadata: ObjectMeta {
+                name: Some(self.name.clone()),
+                namespace: Some(self.namespace.clone()),
+                ..Default::default()
+            },
+            spec: None,
+        });
         let mut lease = base;
         lease.metadata.resource_version = Some(resource_version.to_string());
         let mut spec = lease.spec.take().unwrap_or_default();
@@ -366,6 +386,97 @@ mod tests {
         LeaseHub {
             subscribers: Arc::new(Mutex::new(HashMap::new())),
         }
+    }
+
+    /// A fake API server for one Lease: records (method, body) of every request; GET
+    /// returns `stored`, POST and PUT echo the body with resourceVersion "2".
+    /// (HTTP method, JSON body) of every request the fake API server got.
+    type Requests = Arc<Mutex<Vec<(String, serde_json::Value)>>>;
+
+    fn fake_api(stored: Lease) -> (kube::Client, Requests) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let log = log.clone();
+            let stored = stored.clone();
+            async move {
+                let method = req.method().to_string();
+                let bytes = http_body_util::BodyExt::collect(req.into_body())
+                    .await
+                    .map(|b| b.to_bytes())
+                    .unwrap_or_default();
+                let body: serde_json::Value =
+                    serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+                log.lock().unwrap().push((method.clone(), body.clone()));
+                let mut reply = if method == "GET" {
+                    serde_json::to_value(&stored).unwrap()
+                } else {
+                    body
+                };
+                reply["metadata"]["resourceVersion"] = serde_json::json!("2");
+                let resp = http::Response::builder()
+                    .status(if method == "POST" { 201 } else { 200 })
+                    .header("content-type", "application/json")
+                    .body(http_body_util::Full::new(hyper::body::Bytes::from(
+                        reply.to_string(),
+                    )))
+                    .unwrap();
+                Ok::<_, std::convert::Infallible>(resp)
+            }
+        });
+        (kube::Client::new(svc, "default"), seen)
+    }
+
+    fn labels_of(body: &serde_json::Value) -> serde_json::Value {
+        body["metadata"]["labels"].clone()
+    }
+
+    #[tokio::test]
+    async fn labels_are_set_on_create_and_kept_by_a_replace_of_a_lease_never_read() {
+        let labels: std::collections::BTreeMap<String, String> = [(
+            "app.kubernetes.io/managed-by".to_string(),
+            "vipd".to_string(),
+        )]
+        .into();
+        let mut stored = Lease::default();
+        stored.metadata.name = Some("kubevip-web".into());
+        stored.metadata.namespace = Some("default".into());
+        stored.metadata.resource_version = Some("1".into());
+        stored.metadata.labels = Some(labels.clone());
+        let rec = LeaseRecord {
+            holder: "node-b".into(),
+            ..Default::default()
+        };
+
+        // Created by this client: with the labels.
+        let (client, seen) = fake_api(stored.clone());
+        let c = KubeLeaseClient::new(client, "default", "kubevip-web").with_labels(labels.clone());
+        c.create(&rec).await.unwrap();
+        let reqs = seen.lock().unwrap().clone();
+        assert_eq!(reqs.len(), 1);
+        assert_eq!(reqs[0].0, "POST");
+        assert_eq!(labels_of(&reqs[0].1), serde_json::json!(labels));
+
+        // Created by another node, learned from the watch, taken over by this one: the
+        // replace carries the labels it read, not an empty metadata.
+        let (client, seen) = fake_api(stored.clone());
+        let c = KubeLeaseClient::new(client, "default", "kubevip-web").with_labels(labels.clone());
+        c.update(&rec, "1").await.unwrap();
+        let reqs = seen.lock().unwrap().clone();
+        let put = reqs.iter().find(|(m, _)| m == "PUT").expect("a PUT");
+        assert_eq!(labels_of(&put.1), serde_json::json!(labels));
+        assert_eq!(put.1["metadata"]["resourceVersion"], "1");
+        assert_eq!(put.1["spec"]["holderIdentity"], "node-b");
+
+        // A lease that exists is never labelled by this client (it may not be vipd's).
+        let mut foreign = stored.clone();
+        foreign.metadata.labels = None;
+        let (client, seen) = fake_api(foreign);
+        let c = KubeLeaseClient::new(client, "default", "kubevip-web").with_labels(labels);
+        c.update(&rec, "1").await.unwrap();
+        let reqs = seen.lock().unwrap().clone();
+        let put = reqs.iter().find(|(m, _)| m == "PUT").expect("a PUT");
+        assert_eq!(labels_of(&put.1), serde_json::Value::Null);
     }
 
     #[tokio::test]

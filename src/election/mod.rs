@@ -301,6 +301,10 @@ pub struct Elector<C: LeaseClient> {
     gates: watch::Receiver<BTreeMap<String, bool>>,
     metrics: Option<crate::metrics::Metrics>,
     duplicate_tx: watch::Sender<Option<DuplicateIdentity>>,
+    /// Rate limiter of failed-call lines, keyed by whether the call was a renewal (see
+    /// [`crate::logging`]): a Lease API down for minutes logs once a minute, not at every
+    /// back-off step.
+    quiet: crate::logging::RepeatLimiter<bool, String>,
 }
 
 /// Mutable state of a running elector.
@@ -351,6 +355,7 @@ impl<C: LeaseClient> Elector<C> {
                 gates: gates.subscribe(),
                 metrics: None,
                 duplicate_tx: watch::Sender::new(None),
+                quiet: crate::logging::RepeatLimiter::default(),
             },
             Leadership {
                 state: state_rx,
@@ -618,6 +623,7 @@ impl<C: LeaseClient> Elector<C> {
         if !st.known {
             match timed(&lease, "get", call_timeout, self.client.get()).await {
                 Ok(obs) => {
+                    self.calls_ok();
                     self.check_identity(st, obs.as_ref());
                     st.seen_other_holder |= obs
                         .as_ref()
@@ -733,6 +739,7 @@ impl<C: LeaseClient> Elector<C> {
         let (sent, result) = result;
         match result {
             Ok(obs) => {
+                self.calls_ok();
                 st.own.succeeded(&sent, &obs);
                 st.seen_other_holder = false;
                 self.check_identity(st, Some(&obs));
@@ -795,12 +802,26 @@ impl<C: LeaseClient> Elector<C> {
             if let Some(m) = &self.metrics {
                 m.renew_failure(&self.client.describe());
             }
-            warn!(error = %e, "renewing the lease failed; retrying until the renew deadline");
+            if let Some(r) = self.quiet.observe(true, e.to_string(), now) {
+                warn!(error = %e, "renewing the lease failed; retrying until the renew deadline{r}");
+            }
             st.next_attempt = now + self.timing.retry_period;
         } else {
             let delay = st.backoff.next_delay();
-            warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "lease call failed");
+            if let Some(r) = self.quiet.observe(false, e.to_string(), now) {
+                warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "lease call failed{r}");
+            }
             st.next_attempt = now + delay;
+        }
+    }
+
+    /// A lease call succeeded: failures logged before are over (one line saying so).
+    fn calls_ok(&mut self) {
+        let now = Instant::now();
+        for renewal in [true, false] {
+            if let Some(r) = self.quiet.clear(&renewal, now) {
+                info!(lease = %self.client.describe(), "lease calls succeed again{r}");
+            }
         }
     }
 

@@ -166,6 +166,7 @@ use Verb::{Create, Delete, Get, List, Patch, Update, Watch};
 const LEASE_CLIENT: &str = "src/election/kube.rs";
 const STATUS: &str = "src/services/status.rs";
 const RUNTIME: &str = "src/services/runtime.rs";
+const LEASE_GC: &str = "src/services/lease_gc.rs";
 
 /// Every API call vipd makes (see the module docs). Events are created, and repeats
 /// folded into the first one with a patch of its series / count; both Event APIs and both
@@ -202,13 +203,16 @@ pub const API_CALLS: &[ApiCall] = &[
     call::<CoreEvent>(Patch, ServiceNamespaces, Services, CoreEvents, (STATUS, "core.patch(")),
     // Services: leases (one per Service with svc_election, else the global one): the shared
     // watch (`LeaseHub`), each elector's get/create/replace, the delete of a gone Service's
-    // lease, the read for a DuplicateIdentity Event's uid; Events about the global lease.
+    // lease by its last holder, the read for a DuplicateIdentity Event's uid; Events about the global lease.
     call::<Lease>(List, ServiceLeases, Services, Always, (LEASE_CLIENT, "watcher(api, cfg)")),
     call::<Lease>(Watch, ServiceLeases, Services, Always, (LEASE_CLIENT, "watcher(api, cfg)")),
     call::<Lease>(Get, ServiceLeases, Services, Always, (LEASE_CLIENT, "self.api.get_opt(")),
     call::<Lease>(Create, ServiceLeases, Services, Always, (LEASE_CLIENT, "self.api.create(")),
     call::<Lease>(Update, ServiceLeases, Services, Always, (LEASE_CLIENT, "self.api.replace(")),
     call::<Lease>(Delete, ServiceLeases, Services, Always, (LEASE_CLIENT, "self.api.delete(")),
+    // The orphaned-lease collector (`services::lease_gc`, svc_election only).
+    call::<Lease>(List, ServiceLeases, Services, Always, (LEASE_GC, "api.list(&lp)")),
+    call::<Lease>(Delete, ServiceLeases, Services, Always, (LEASE_GC, "api.delete(&o.lease.name")),
     call::<EventsV1Event>(Create, ServiceLeases, Services, EventsV1, (STATUS, "events.create(")),
     call::<EventsV1Event>(Patch, ServiceLeases, Services, EventsV1, (STATUS, "events.patch(")),
     call::<CoreEvent>(Create, ServiceLeases, Services, CoreEvents, (STATUS, "core.create(")),

@@ -9,12 +9,15 @@
 //! * [`desired`]: the plan (pure).
 //! * [`governance`]: governance moves between leases: who may bind a moved address when
 //!   (S34).
+//! * [`lease_gc`]: deletes per-Service leases whose Services are gone (holder down at the
+//!   time), never a lease vipd did not create.
 //! * [`status`]: status / annotation / Event writer.
 //! * [`runtime`]: the watches and the per-Lease group tasks.
 
 pub mod desired;
 pub mod endpoints;
 pub mod governance;
+pub mod lease_gc;
 pub mod model;
 pub mod runtime;
 pub mod status;

@@ -247,6 +247,16 @@ pub async fn run<K: Kernel, A: Announcer>(
         _ = ready => info!("Services: initial lists of Services, Nodes and endpoints loaded"),
     }
 
+    if cfg.services_election {
+        // Leases of Services deleted while their holder was down (see lease_gc).
+        tokio::spawn(super::lease_gc::run(
+            client.clone(),
+            cfg.services_namespace.clone(),
+            svc_store.clone(),
+            cfg.services_lease_duration,
+            watches.clone(),
+        ));
+    }
     let mut groups: BTreeMap<LeaseRef, GroupHandle> = BTreeMap::new();
     let mut gov = Governance {
         prev: BTreeMap::new(),
@@ -855,8 +865,13 @@ async fn group_task<K: Kernel, A: Announcer>(
     delete_lease: Arc<std::sync::atomic::AtomicBool>,
 ) -> Option<ElectionEnd> {
     let gates = Gates::default();
-    let client = KubeLeaseClient::new(shared.lease_client.clone(), &lease.namespace, &lease.name)
-        .with_hub(shared.hub.clone());
+    let mut client =
+        KubeLeaseClient::new(shared.lease_client.clone(), &lease.namespace, &lease.name)
+            .with_hub(shared.hub.clone());
+    if shared.per_service {
+        // Marks the leases the orphan collector may delete (never the global one).
+        client = client.with_labels(super::lease_gc::lease_labels());
+    }
     let (elector, leadership) =
         Elector::new(client.clone(), shared.node.clone(), shared.timing, &gates);
     let elector = elector.with_metrics(shared.metrics.clone());

@@ -1,0 +1,213 @@
+//! Log rate limiting: one line per state change, repeats of an unchanged condition folded
+//! into one line per [`REPEAT_WINDOW`] with their count, and one line when it clears.
+//!
+//! A caller keeps a [`RepeatLimiter`] per task (no global state, no locks) and asks it,
+//! each time a condition is seen, whether to log now; the clock is passed in, so the
+//! decision is pure and unit-tested without sleeping.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::hash::Hash;
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+/// How long an unchanged condition stays quiet after it was logged (60 s): a condition seen
+/// twice a second logs one line a minute, with the count of the repeats not logged.
+pub const REPEAT_WINDOW: Duration = Duration::from_secs(60);
+
+/// What to say about repeats when a line is logged: how many times the condition was seen
+/// without being logged since the previous line, and over how long.
+///
+/// Displays as `""` when there were none, else as
+/// `" (repeated N times in the last T s)"` (append it to the message).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Repeats {
+    /// Sightings not logged since the previous line.
+    pub count: u64,
+    /// Time since the previous line (zero for a first line).
+    pub over: Duration,
+}
+
+impl fmt::Display for Repeats {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.count == 0 {
+            return Ok(());
+        }
+        write!(
+            f,
+            " (repeated {} times in the last {} s)",
+            self.count,
+            self.over.as_secs()
+        )
+    }
+}
+
+#[derive(Debug)]
+struct Entry<S> {
+    state: S,
+    logged_at: Instant,
+    suppressed: u64,
+}
+
+/// Rate limiter of log lines about conditions identified by a key `K` (e.g. "VIP
+/// interface", or "adding VIP 192.0.2.20") with a state `S` (e.g. the error text).
+///
+/// * [`RepeatLimiter::observe`]: the condition holds with `state`. Logged (returns `Some`)
+///   when it is new, when its state changed, or when the window passed since the last line;
+///   otherwise counted.
+/// * [`RepeatLimiter::clear`]: the condition no longer holds. Returns `Some` (log "cleared")
+///   when it had been logged.
+#[derive(Debug)]
+pub struct RepeatLimiter<K, S> {
+    window: Duration,
+    entries: HashMap<K, Entry<S>>,
+}
+
+impl<K: Eq + Hash, S: PartialEq> Default for RepeatLimiter<K, S> {
+    fn default() -> Self {
+        Self::new(REPEAT_WINDOW)
+    }
+}
+
+impl<K: Eq + Hash, S: PartialEq> RepeatLimiter<K, S> {
+    /// A limiter that logs an unchanged condition at most once per `window`.
+    pub fn new(window: Duration) -> Self {
+        RepeatLimiter {
+            window,
+            entries: HashMap::new(),
+        }
+    }
+
+    /// Condition `key` holds with `state` at `now`. `Some(repeats)`: log a line now (with
+    /// `repeats` appended); `None`: stay quiet (the sighting is counted).
+    pub fn observe(&mut self, key: K, state: S, now: Instant) -> Option<Repeats> {
+        match self.entries.get_mut(&key) {
+            Some(e)
+                if e.state == state && now.saturating_duration_since(e.logged_at) < self.window =>
+            {
+                e.suppressed += 1;
+                None
+            }
+            Some(e) => {
+                let r = Repeats {
+                    count: e.suppressed,
+                    over: now.saturating_duration_since(e.logged_at),
+                };
+                *e = Entry {
+                    state,
+                    logged_at: now,
+                    suppressed: 0,
+                };
+                Some(r)
+            }
+            None => {
+                self.entries.insert(
+                    key,
+                    Entry {
+                        state,
+                        logged_at: now,
+                        suppressed: 0,
+                    },
+                );
+                Some(Repeats {
+                    count: 0,
+                    over: Duration::ZERO,
+                })
+            }
+        }
+    }
+
+    /// Condition `key` no longer holds at `now`. `Some(repeats)` (the sightings not logged
+    /// since its last line) when it was active: log that it cleared; `None` when it was not.
+    pub fn clear(&mut self, key: &K, now: Instant) -> Option<Repeats> {
+        self.entries.remove(key).map(|e| Repeats {
+            count: e.suppressed,
+            over: now.saturating_duration_since(e.logged_at),
+        })
+    }
+
+    /// Forgets conditions whose key fails `keep`, without logging (e.g. a VIP that was
+    /// removed from the configuration).
+    pub fn retain(&mut self, mut keep: impl FnMut(&K) -> bool) {
+        self.entries.retain(|k, _| keep(k));
+    }
+
+    /// Whether condition `key` is active (observed and not cleared).
+    pub fn is_active(&self, key: &K) -> bool {
+        self.entries.contains_key(key)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const W: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn repeats_are_folded_into_one_line_per_window_with_their_count() {
+        let t0 = Instant::now();
+        let mut l: RepeatLimiter<&str, String> = RepeatLimiter::new(W);
+        let first = l.observe("iface", "eth9 not found".into(), t0);
+        assert_eq!(first.map(|r| r.count), Some(0));
+        assert_eq!(first.map(|r| r.to_string()), Some(String::new()));
+        // Twice a second for just under a minute: quiet.
+        let mut logged = 0;
+        for i in 1..120u64 {
+            let now = t0 + Duration::from_millis(500 * i);
+            if l.observe("iface", "eth9 not found".into(), now).is_some() {
+                logged += 1;
+            }
+        }
+        assert_eq!(logged, 0, "repeats within the window are not logged");
+        // The window has passed: one line, with the count of the 119 not logged.
+        let r = l.observe("iface", "eth9 not found".into(), t0 + W);
+        assert_eq!(
+            r,
+            Some(Repeats {
+                count: 119,
+                over: W
+            })
+        );
+        assert_eq!(
+            r.map(|r| r.to_string()).as_deref(),
+            Some(" (repeated 119 times in the last 60 s)")
+        );
+        assert_eq!(l.observe("iface", "eth9 not found".into(), t0 + W), None);
+    }
+
+    #[test]
+    fn a_changed_state_is_logged_at_once_and_a_cleared_condition_says_so_once() {
+        let t0 = Instant::now();
+        let mut l: RepeatLimiter<u8, &str> = RepeatLimiter::new(W);
+        assert!(l.observe(1, "a", t0).is_some());
+        assert!(l.observe(1, "a", t0 + Duration::from_secs(1)).is_none());
+        // Another condition is independent.
+        assert!(l.observe(2, "a", t0 + Duration::from_secs(1)).is_some());
+        // Same key, new state: logged now, carrying the one repeat of the old state.
+        assert_eq!(
+            l.observe(1, "b", t0 + Duration::from_secs(2)),
+            Some(Repeats {
+                count: 1,
+                over: Duration::from_secs(2)
+            })
+        );
+        assert!(l.observe(1, "b", t0 + Duration::from_secs(3)).is_none());
+        assert!(l.is_active(&1));
+        assert_eq!(
+            l.clear(&1, t0 + Duration::from_secs(4)),
+            Some(Repeats {
+                count: 1,
+                over: Duration::from_secs(2)
+            })
+        );
+        assert!(!l.is_active(&1));
+        assert_eq!(l.clear(&1, t0 + Duration::from_secs(5)), None, "once");
+        // After clearing, the condition coming back is news.
+        assert!(l.observe(1, "b", t0 + Duration::from_secs(6)).is_some());
+        l.retain(|k| *k != 2);
+        assert!(!l.is_active(&2));
+        assert_eq!(l.clear(&2, t0), None, "forgotten without a line");
+    }
+}

@@ -1,0 +1,478 @@
+//! Orphaned per-Service lease collection: a Service deleted while its lease holder was down
+//! (killed, frozen, partitioned) leaves its lease behind, because only the node that
+//! released or still holds a lease deletes it when its Services go (see
+//! [`super::runtime`]). Every node collects such leases once they have stayed unchanged for
+//! their lease duration plus [`GC_GRACE`]: the holder, if it still runs, would have renewed
+//! it by then.
+//!
+//! Only leases vipd created for Services are ever deleted: with `svc_election`, vipd creates
+//! per-Service leases with the labels [`MANAGED_BY_LABEL`]`=vipd` and
+//! [`COMPONENT_LABEL`]`=`[`COMPONENT_SERVICE_LEASE`] ([`lease_labels`]), and only leases
+//! carrying both are considered. The control-plane lease, the global Services lease
+//! (`plndr-svcs-lock`), leases created by kube-vip or by any other software (labels absent)
+//! are never touched, whatever their name.
+//!
+//! The decision ([`GcState::decide`]) is pure; [`run`] lists the labelled leases every
+//! [`GC_INTERVAL`] and deletes each orphan with a `resourceVersion` precondition, so a lease
+//! written since it was listed (a new holder, a recreated Service) is kept.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Service;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Preconditions};
+use kube::runtime::reflector::Store;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::desired::LeaseRef;
+use super::model;
+
+/// Label key marking objects vipd manages (Kubernetes recommended labels).
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+/// Value of [`MANAGED_BY_LABEL`] on leases vipd creates for Services.
+pub const MANAGED_BY: &str = "vipd";
+/// Label key naming what an object is for (Kubernetes recommended labels).
+pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
+/// Value of [`COMPONENT_LABEL`] on per-Service leases (`svc_election`).
+pub const COMPONENT_SERVICE_LEASE: &str = "service-lease";
+
+/// Time an orphan must stay unchanged beyond its lease duration before it is deleted (30 s).
+pub const GC_GRACE: Duration = Duration::from_secs(30);
+/// How often the labelled leases are listed (10 s).
+pub const GC_INTERVAL: Duration = Duration::from_secs(10);
+/// Timeout of each list or delete call (10 s).
+const GC_CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The labels vipd puts on the per-Service leases it creates (and only on those).
+pub fn lease_labels() -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
+        (
+            COMPONENT_LABEL.to_string(),
+            COMPONENT_SERVICE_LEASE.to_string(),
+        ),
+    ])
+}
+
+/// The label selector of [`lease_labels`] (`key=value,key=value`).
+pub fn label_selector() -> String {
+    lease_labels()
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// What the collector needs to know about one Lease.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseFacts {
+    /// The Lease.
+    pub lease: LeaseRef,
+    /// Its `metadata.resourceVersion` (the delete's precondition).
+    pub resource_version: String,
+    /// Whether it carries every label of [`lease_labels`].
+    pub created_by_vipd: bool,
+    /// `spec.leaseDurationSeconds` (absent or not positive: `None`).
+    pub duration: Option<Duration>,
+    /// `spec.holderIdentity` (`""` when released), for the log line.
+    pub holder: String,
+}
+
+impl LeaseFacts {
+    /// The facts of `lease` (a Lease without name or namespace gives empty strings, and is
+    /// never used by a Service, nor deleted: its name matches no Service).
+    pub fn of(lease: &Lease) -> Self {
+        let labels = lease.metadata.labels.as_ref();
+        let created_by_vipd = lease_labels()
+            .iter()
+            .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v));
+        let spec = lease.spec.as_ref();
+        LeaseFacts {
+            lease: LeaseRef {
+                namespace: lease.metadata.namespace.clone().unwrap_or_default(),
+                name: lease.metadata.name.clone().unwrap_or_default(),
+            },
+            resource_version: lease.metadata.resource_version.clone().unwrap_or_default(),
+            created_by_vipd,
+            duration: spec
+                .and_then(|s| s.lease_duration_seconds)
+                .and_then(|s| u64::try_from(s).ok())
+                .filter(|s| *s > 0)
+                .map(Duration::from_secs),
+            holder: spec
+                .and_then(|s| s.holder_identity.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// The leases that LoadBalancer Services (any class, ignored or not) name: annotation
+/// `kube-vip.io/leaseName`, else `kubevip-<service>`, in the Service's namespace (the rule
+/// of [`model::service_info`]).
+pub fn leases_in_use(services: &[Arc<Service>]) -> BTreeSet<LeaseRef> {
+    services
+        .iter()
+        .map(|s| model::service_info(s))
+        .filter(|i| i.is_load_balancer)
+        .map(|i| LeaseRef {
+            namespace: i.key.namespace,
+            name: i.lease_name,
+        })
+        .collect()
+}
+
+/// An orphan to delete: the lease and the `resourceVersion` it must still have.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Orphan {
+    /// The Lease.
+    pub lease: LeaseRef,
+    /// Its resourceVersion when judged orphaned (the delete's precondition).
+    pub resource_version: String,
+    /// Its holder then (`""` when released), for the log line.
+    pub holder: String,
+    /// How long it had been seen unchanged.
+    pub unchanged_for: Duration,
+}
+
+/// Per-lease memory of the collector: the resourceVersion last seen and since when (on this
+/// process's monotonic clock, like an elector judges expiry: no clock skew between nodes).
+#[derive(Debug, Default)]
+pub struct GcState {
+    seen: HashMap<LeaseRef, (String, Instant)>,
+}
+
+impl GcState {
+    /// Given every lease listed at `now` and the leases Services use, returns the orphans:
+    /// created by vipd ([`LeaseFacts::created_by_vipd`]), used by no Service, and unchanged
+    /// (same resourceVersion) for at least their duration (`default_duration` when the lease
+    /// has none) plus `grace` since this process first saw them so. Leases not in `leases`
+    /// are forgotten.
+    pub fn decide(
+        &mut self,
+        leases: &[LeaseFacts],
+        in_use: &BTreeSet<LeaseRef>,
+        default_duration: Duration,
+        grace: Duration,
+        now: Instant,
+    ) -> Vec<Orphan> {
+        let listed: BTreeSet<&LeaseRef> = leases.iter().map(|l| &l.lease).collect();
+        self.seen.retain(|k, _| listed.contains(k));
+        let mut out = Vec::new();
+        for l in leases {
+            let since = match self.seen.get(&l.lease) {
+                Some((rv, since)) if *rv == l.resource_version => *since,
+                _ => {
+                    self.seen
+                        .insert(l.lease.clone(), (l.resource_version.clone(), now));
+                    now
+                }
+            };
+            if !l.created_by_vipd || in_use.contains(&l.lease) {
+                continue;
+            }
+            let unchanged_for = now.saturating_duration_since(since);
+            if unchanged_for >= l.duration.unwrap_or(default_duration) + grace {
+                out.push(Orphan {
+                    lease: l.lease.clone(),
+                    resource_version: l.resource_version.clone(),
+                    holder: l.holder.clone(),
+                    unchanged_for,
+                });
+            }
+        }
+        out
+    }
+}
+
+/// Collects orphaned per-Service leases in `namespace` (`None` = all namespaces, as the
+/// Services cache) until `stop`: every [`GC_INTERVAL`], lists the leases carrying
+/// [`lease_labels`], decides with [`GcState::decide`] against the Services in `services`
+/// (call only once its first list is loaded), and deletes each orphan with a
+/// `resourceVersion` precondition. Logs one info line per deleted lease; list and delete
+/// failures are logged at warn once per [`crate::logging::REPEAT_WINDOW`]. RBAC: `list` and
+/// `delete` on `coordination.k8s.io` leases (rows of
+/// [`crate::manifest::rbac::API_CALLS`]).
+pub async fn run(
+    client: kube::Client,
+    namespace: Option<String>,
+    services: Store<Service>,
+    default_duration: Duration,
+    stop: CancellationToken,
+) {
+    let api: Api<Lease> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    // From the API server's watch cache (resourceVersion "0"), not etcd: every node lists
+    // every few seconds, and a stale answer costs nothing (the delete's precondition fails).
+    let lp = ListParams::default().labels(&label_selector()).match_any();
+    let mut state = GcState::default();
+    let mut quiet: crate::logging::RepeatLimiter<&'static str, String> = Default::default();
+    let mut tick = tokio::time::interval(GC_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        let listed = tokio::time::timeout(GC_CALL_TIMEOUT, api.list(&lp)).await;
+        let leases = match listed {
+            Ok(Ok(l)) => {
+                quiet.clear(&"list", Instant::now());
+                l.items
+            }
+            Ok(Err(e)) => {
+                let e = e.to_string();
+                if let Some(r) = quiet.observe("list", e.clone(), Instant::now()) {
+                    warn!(namespace = namespace.as_deref().unwrap_or("<all>"), error = %e, "lease GC: cannot list Service leases{r}");
+                }
+                continue;
+            }
+            Err(_) => {
+                if let Some(r) = quiet.observe("list", "timed out".into(), Instant::now()) {
+                    warn!(
+                        namespace = namespace.as_deref().unwrap_or("<all>"),
+                        timeout_s = GC_CALL_TIMEOUT.as_secs(),
+                        "lease GC: listing Service leases timed out{r}"
+                    );
+                }
+                continue;
+            }
+        };
+        let facts: Vec<LeaseFacts> = leases.iter().map(LeaseFacts::of).collect();
+        let in_use = leases_in_use(&services.state());
+        let orphans = state.decide(&facts, &in_use, default_duration, GC_GRACE, Instant::now());
+        for o in orphans {
+            let api: Api<Lease> = Api::namespaced(client.clone(), &o.lease.namespace);
+            let dp = DeleteParams {
+                preconditions: Some(Preconditions {
+                    resource_version: Some(o.resource_version.clone()),
+                    uid: None,
+                }),
+                ..Default::default()
+            };
+            let deleted =
+                tokio::time::timeout(GC_CALL_TIMEOUT, api.delete(&o.lease.name, &dp)).await;
+            match deleted {
+                Ok(Ok(_)) => info!(
+                    lease = %o.lease,
+                    holder = %o.holder,
+                    unchanged_s = o.unchanged_for.as_secs(),
+                    "lease GC: deleted the lease of a Service that no longer exists (unchanged for longer than its duration plus {} s)",
+                    GC_GRACE.as_secs()
+                ),
+                Ok(Err(kube::Error::Api(s))) if s.code == 404 || s.code == 409 => {
+                    debug!(lease = %o.lease, "lease GC: lease already changed or gone; not deleted")
+                }
+                Ok(Err(e)) => {
+                    let e = e.to_string();
+                    if let Some(r) = quiet.observe("delete", e.clone(), Instant::now()) {
+                        warn!(lease = %o.lease, resource_version = %o.resource_version, error = %e, "lease GC: deleting an orphaned lease failed{r}");
+                    }
+                }
+                Err(_) => {
+                    if let Some(r) = quiet.observe("delete", "timed out".into(), Instant::now()) {
+                        warn!(lease = %o.lease, timeout_s = GC_CALL_TIMEOUT.as_secs(), "lease GC: deleting an orphaned lease timed out{r}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::coordination::v1::LeaseSpec;
+    use k8s_openapi::api::core::v1::ServiceSpec;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    const D: Duration = Duration::from_secs(5);
+
+    fn lref(ns: &str, name: &str) -> LeaseRef {
+        LeaseRef {
+            namespace: ns.into(),
+            name: name.into(),
+        }
+    }
+
+    fn facts(name: &str, rv: &str, ours: bool) -> LeaseFacts {
+        LeaseFacts {
+            lease: lref("default", name),
+            resource_version: rv.into(),
+            created_by_vipd: ours,
+            duration: Some(D),
+            holder: "node-a".into(),
+        }
+    }
+
+    fn svc(name: &str, type_: &str, ann: &[(&str, &str)]) -> Arc<Service> {
+        Arc::new(Service {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                namespace: Some("default".into()),
+                annotations: Some(
+                    ann.iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
+                ..Default::default()
+            },
+            spec: Some(ServiceSpec {
+                type_: Some(type_.into()),
+                ..Default::default()
+            }),
+            status: None,
+        })
+    }
+
+    #[test]
+    fn an_orphan_is_collected_only_after_its_duration_plus_grace_unchanged() {
+        let t0 = Instant::now();
+        let mut st = GcState::default();
+        let leases = [facts("kubevip-web", "10", true)];
+        let none = BTreeSet::new();
+        assert!(st.decide(&leases, &none, D, GC_GRACE, t0).is_empty());
+        let just_before = t0 + D + GC_GRACE - Duration::from_millis(1);
+        assert!(
+            st.decide(&leases, &none, D, GC_GRACE, just_before)
+                .is_empty()
+        );
+        let due = t0 + D + GC_GRACE;
+        assert_eq!(
+            st.decide(&leases, &none, D, GC_GRACE, due),
+            vec![Orphan {
+                lease: lref("default", "kubevip-web"),
+                resource_version: "10".into(),
+                holder: "node-a".into(),
+                unchanged_for: D + GC_GRACE,
+            }]
+        );
+        // A renewal (new resourceVersion) restarts the wait: a live holder is never robbed.
+        let renewed = [facts("kubevip-web", "11", true)];
+        assert!(st.decide(&renewed, &none, D, GC_GRACE, due).is_empty());
+        assert!(
+            st.decide(
+                &renewed,
+                &none,
+                D,
+                GC_GRACE,
+                due + D + GC_GRACE - Duration::from_secs(1)
+            )
+            .is_empty()
+        );
+        assert_eq!(
+            st.decide(&renewed, &none, D, GC_GRACE, due + D + GC_GRACE)
+                .len(),
+            1
+        );
+        // A longer lease waits longer; one without duration uses the default.
+        let mut long = facts("kubevip-long", "1", true);
+        long.duration = Some(Duration::from_secs(60));
+        let mut unset = facts("kubevip-unset", "1", true);
+        unset.duration = None;
+        let mut st = GcState::default();
+        let both = [long, unset];
+        st.decide(&both, &none, D, GC_GRACE, t0);
+        let got = st.decide(&both, &none, D, GC_GRACE, t0 + D + GC_GRACE);
+        assert_eq!(
+            got.iter()
+                .map(|o| o.lease.name.as_str())
+                .collect::<Vec<_>>(),
+            ["kubevip-unset"]
+        );
+    }
+
+    #[test]
+    fn foreign_and_used_leases_are_never_collected() {
+        let t0 = Instant::now();
+        let later = t0 + Duration::from_secs(3600);
+        let mut st = GcState::default();
+        let leases = [
+            // Same name pattern, not created by vipd (kube-vip, another tool).
+            facts("kubevip-ghost", "1", false),
+            facts("plndr-svcs-lock", "1", false),
+            facts("plndr-cp-lock", "1", false),
+            // vipd's, but a Service uses it.
+            facts("kubevip-web", "1", true),
+            facts("shared", "1", true),
+        ];
+        let services = [
+            svc("web", "LoadBalancer", &[]),
+            svc("a", "LoadBalancer", &[(model::ANN_LEASE_NAME, "shared")]),
+        ];
+        let in_use = leases_in_use(&services);
+        st.decide(&leases, &in_use, D, GC_GRACE, t0);
+        assert!(st.decide(&leases, &in_use, D, GC_GRACE, later).is_empty());
+        // The Service using "shared" goes: only then is it collected.
+        let in_use = leases_in_use(&services[..1]);
+        assert_eq!(
+            st.decide(&leases, &in_use, D, GC_GRACE, later)
+                .iter()
+                .map(|o| o.lease.name.as_str())
+                .collect::<Vec<_>>(),
+            ["shared"]
+        );
+    }
+
+    #[test]
+    fn leases_in_use_follow_the_lease_name_rule_and_the_type() {
+        let services = [
+            svc("web", "LoadBalancer", &[]),
+            svc("dns", "LoadBalancer", &[(model::ANN_LEASE_NAME, "common")]),
+            svc("internal", "ClusterIP", &[]),
+        ];
+        let got = leases_in_use(&services);
+        assert_eq!(
+            got,
+            BTreeSet::from([lref("default", "kubevip-web"), lref("default", "common")])
+        );
+    }
+
+    #[test]
+    fn facts_recognise_vipd_leases_by_both_labels() {
+        let mut lease = Lease {
+            metadata: ObjectMeta {
+                name: Some("kubevip-web".into()),
+                namespace: Some("default".into()),
+                resource_version: Some("7".into()),
+                labels: Some(lease_labels()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec {
+                holder_identity: Some("node-b".into()),
+                lease_duration_seconds: Some(15),
+                ..Default::default()
+            }),
+        };
+        let f = LeaseFacts::of(&lease);
+        assert!(f.created_by_vipd);
+        assert_eq!(f.duration, Some(Duration::from_secs(15)));
+        assert_eq!(f.holder, "node-b");
+        assert_eq!(f.resource_version, "7");
+        // Only managed-by: not enough (e.g. vipd's control-plane lease some day, or another
+        // vipd-managed object).
+        lease.metadata.labels = Some(BTreeMap::from([(
+            MANAGED_BY_LABEL.to_string(),
+            MANAGED_BY.to_string(),
+        )]));
+        assert!(!LeaseFacts::of(&lease).created_by_vipd);
+        lease.metadata.labels = None;
+        lease.spec = Some(LeaseSpec {
+            lease_duration_seconds: Some(-3),
+            ..Default::default()
+        });
+        let f = LeaseFacts::of(&lease);
+        assert!(!f.created_by_vipd);
+        assert_eq!(f.duration, None);
+        assert_eq!(
+            label_selector(),
+            "app.kubernetes.io/component=service-lease,app.kubernetes.io/managed-by=vipd"
+        );
+    }
+}

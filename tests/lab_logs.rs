@@ -1,0 +1,57 @@
+//! Lab tests of vipd's log discipline (issue 10): one line per state change, repeats
+//! rate-limited with a count (`vipd::logging`), a line when the condition clears.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use support::*;
+use xtask::lab::LabOptions;
+
+const PLACE_ERROR: &str = "cannot place VIPs";
+
+fn count(log: &str, what: &str) -> usize {
+    log.lines().filter(|l| l.contains(what)).count()
+}
+
+/// S40 (logs): while the VIP interface is missing, the holder checks it twice a second;
+/// the error is logged once, not twice a second. When the interface appears, one line says
+/// so and the VIP goes on it.
+#[test]
+fn s40_missing_interface_is_logged_once_not_twice_a_second() {
+    let Some(lab) = lab("s40logs", LabOptions::default()) else {
+        return;
+    };
+    let p = start_vipd(&lab, "node-a", T531, &[("vip_interface", "eth9")]);
+    wait_for(
+        "the missing-interface error",
+        Duration::from_secs(15),
+        || {
+            let log = p.log();
+            (log.contains(PLACE_ERROR) && log.contains("eth9")).then_some(())
+        },
+    );
+    // Ten check intervals (500 ms): before rate limiting, ten more lines.
+    let t0 = Instant::now();
+    std::thread::sleep(Duration::from_secs(5));
+    let log = p.log();
+    let n = count(&log, PLACE_ERROR);
+    if n != 1 {
+        dump(&[&p]);
+    }
+    assert_eq!(n, 1, "{PLACE_ERROR} logged {n} times in {:?}", t0.elapsed());
+    // The interface appears (a second port on the segment): one line, the VIP on it.
+    lab.add_interface("node-a", "eth9", "198.51.100.11/24")
+        .unwrap();
+    let vip: std::net::IpAddr = VIP.parse().unwrap();
+    wait_for("VIP on eth9", Duration::from_secs(20), || {
+        lab.addresses("node-a", "eth9")
+            .ok()?
+            .iter()
+            .any(|a| a.addr == vip)
+            .then_some(())
+    });
+    let log = p.log();
+    assert_eq!(count(&log, "VIP interfaces usable again"), 1, "{log}");
+    assert_eq!(count(&log, PLACE_ERROR), 1, "no error after it cleared");
+}
