@@ -218,7 +218,7 @@ pub const API_CALLS: &[ApiCall] = &[
     call::<CoreEvent>(Create, ServiceLeases, Services, CoreEvents, (STATUS, "core.create(")),
     call::<CoreEvent>(Patch, ServiceLeases, Services, CoreEvents, (STATUS, "core.patch(")),
     // The check that no control-plane VIP is a node's own address (`manager`).
-    call::<Node>(List, Cluster, ControlPlane, Always, ("src/manager.rs", "api.list(&Default::default())")),
+    call::<Node>(List, Cluster, ControlPlane, Always, ("src/controlplane.rs", "api.list(&Default::default())")),
     // Only for kube-vip compatible manifests (`--enableNodeLabeling`).
     call::<Node>(Patch, Cluster, NodeLabeling, Always, ("src/config/options.rs", "enable_node_labeling")),
 ];

@@ -253,7 +253,7 @@ pub async fn run<K: Kernel, A: Announcer>(
             client.clone(),
             cfg.services_namespace.clone(),
             svc_store.clone(),
-            cfg.services_lease_duration,
+            cfg.services_timing.lease_duration,
             watches.clone(),
         ));
     }
