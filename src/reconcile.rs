@@ -29,6 +29,7 @@ use probe::{Action, ProbeState};
 pub const GATE_LINK: &str = "link";
 /// Gate name closed while a configured VIP is on the node but was not added by vipd.
 pub const GATE_CONFLICT: &str = "vip-conflict";
+pub use crate::election::GATE_STARTING;
 
 /// Errors of the fence computation.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -408,7 +409,8 @@ impl Quiet {
 
 impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// A holder for `vips`; `name` labels its logs (e.g. `control-plane`). `gates` receives
-    /// [`GATE_LINK`] and [`GATE_CONFLICT`].
+    /// [`GATE_LINK`] and [`GATE_CONFLICT`], and [`GATE_STARTING`] closed until [`Self::run`]
+    /// has made its first local checks (create the holder before starting the elector).
     pub fn new(
         name: &str,
         kernel: Arc<K>,
@@ -419,6 +421,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     ) -> Self {
         let monitor = cfg.conflict_monitor.clone();
         let arp = crate::net::ArpPins::new(cfg.arp_guard.clone());
+        gates.set(GATE_STARTING, false);
         VipHolder {
             kernel,
             announcer,
@@ -480,6 +483,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
         self.probes = vec![ProbeState::default(); self.vips.len()];
         Box::pin(self.resolve_links()).await;
+        self.gates.set(GATE_STARTING, true);
         loop {
             // Checks run while leading, when configured for followers, and while a gate is
             // closed (to re-open it). Followers with nothing to check or acknowledge do not

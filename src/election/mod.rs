@@ -190,6 +190,12 @@ impl LeaderState {
     }
 }
 
+/// Gate name the VIP holder keeps closed from its creation until its first local checks
+/// (interface found, VIP not on the node untagged) have run, so the elector never
+/// campaigns before them: a node that cannot carry the VIP must not take the lease, not
+/// even briefly.
+pub const GATE_STARTING: &str = "starting";
+
 /// Named local conditions that all have to be good for a node to hold or seek the lease,
 /// e.g. `link` (carrier on the VIP interface) and `local-api` (the node's own API server
 /// answers its health check). A gate that closes makes the holder step down and release
@@ -402,7 +408,8 @@ impl<C: LeaseClient> Elector<C> {
         };
         loop {
             let now = Instant::now();
-            let open = closed(&self.gates.borrow()).is_empty();
+            let closed_before = closed(&self.gates.borrow());
+            let open = closed_before.is_empty();
             let wake = self.next_wake(&st, open, now);
             tokio::select! {
                 biased;
@@ -435,17 +442,27 @@ impl<C: LeaseClient> Elector<C> {
                         continue;
                     }
                     let closed_now = closed(&self.gates.borrow_and_update());
+                    // The VIP holder's start-up gate is routine: not worth an info line.
+                    let starting_only = |c: &[String]| {
+                        c.iter().all(|g| g == GATE_STARTING)
+                    };
                     if !closed_now.is_empty() {
                         if st.leading.is_some() {
                             let why = format!("local condition failed: {}", closed_now.join(", "));
                             let _ = Box::pin(self.step_down(&mut st, true, &why)).await;
+                        } else if starting_only(&closed_now) {
+                            debug!(%lease, "waiting for the VIP holder's first local checks");
                         } else {
                             info!(%lease, gates = ?closed_now, "not campaigning while local conditions fail");
                         }
                     } else if !open {
                         // Only a real change from closed to open (gates are first set open
                         // at start, which is no news).
-                        info!(%lease, "local conditions good again; campaigning");
+                        if starting_only(&closed_before) {
+                            debug!(%lease, "local checks done; campaigning");
+                        } else {
+                            info!(%lease, "local conditions good again; campaigning");
+                        }
                         st.next_attempt = Instant::now();
                     }
                 }

@@ -460,6 +460,25 @@ async fn no_carrier_longer_than_renew_deadline_closes_the_link_gate() {
     assert!(r.gates.closed().is_empty());
 }
 
+/// The elector must not campaign before the holder's first local checks: the starting gate
+/// is closed from the holder's creation and opens only after them, by which time a missing
+/// interface has closed the link gate (found by the gc helper's trial: a control-plane node
+/// with no VIP interface took the lease, then stepped down).
+#[tokio::test(start_paused = true)]
+async fn no_campaign_before_the_first_local_checks() {
+    let r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth9"));
+    assert_eq!(r.gates.closed(), vec![GATE_STARTING.to_string()]);
+    settle().await;
+    assert_eq!(r.gates.closed(), vec![GATE_LINK.to_string()]);
+    r.shutdown.cancel();
+    r.task.await.unwrap();
+
+    let r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth0"));
+    assert_eq!(r.gates.closed(), vec![GATE_STARTING.to_string()]);
+    settle().await;
+    assert!(r.gates.closed().is_empty(), "{:?}", r.gates.closed());
+}
+
 #[tokio::test(start_paused = true)]
 async fn missing_interface_and_foreign_vip_close_gates_without_crashing() {
     let k = FakeKernel::with_eth0();
