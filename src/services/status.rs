@@ -724,8 +724,9 @@ impl KubeStatusWriter {
         ev: &ServiceEvent,
     ) -> Result<(), StatusError> {
         let r = self.write_event_inner(regarding, key, uid, ev).await;
-        if let Err(e) = &r {
-            self.log_event_failure(ev, e);
+        match &r {
+            Ok(()) => tracing::debug!(object = %key, reason = %ev.reason, "Event recorded"),
+            Err(e) => self.log_event_failure(ev, e),
         }
         r
     }
