@@ -837,7 +837,13 @@ impl KubeStatusWriter {
                 core.create(&PostParams::default(), &obj),
             )
             .await;
-            already_exists_is_ok(created)?;
+            // 409 AlreadyExists: the same Event (same [`event_name`]) was written before, by
+            // another node or before a restart; that is success, not an error.
+            if let Err(e) = created
+                && e.api_code() != Some(409)
+            {
+                return Err(e);
+            }
             self.remember_series(ident, name, now);
             return Ok(());
         }
@@ -860,7 +866,13 @@ impl KubeStatusWriter {
             events.create(&PostParams::default(), &obj),
         )
         .await;
-        already_exists_is_ok(created)?;
+        // 409 AlreadyExists: the same Event (same [`event_name`]) was written before, by
+        // another node or before a restart; that is success, not an error.
+        if let Err(e) = created
+            && e.api_code() != Some(409)
+        {
+            return Err(e);
+        }
         self.remember_series(ident, name, now);
         Ok(())
     }
@@ -898,16 +910,6 @@ impl KubeStatusWriter {
             Err(e) => return Err(e),
         };
         self.write_event(Regarding::Lease, key, uid, event).await
-    }
-}
-
-/// A create answered 409 AlreadyExists: the same Event (same [`event_name`]) was written
-/// before, by another node or before a restart; that is success, not an error.
-fn already_exists_is_ok<T>(r: Result<T, StatusError>) -> Result<(), StatusError> {
-    match r {
-        Ok(_) => Ok(()),
-        Err(e) if e.api_code() == Some(409) => Ok(()),
-        Err(e) => Err(e),
     }
 }
 
