@@ -290,8 +290,13 @@ pub async fn run<K: Kernel, A: Announcer>(
             connected: subnets.get(&*shared.kernel).await,
         };
         let (candidates, mut notes) = candidates(&cfg, &services, &local, &node_addrs, &unusable);
-        let endpointless = endpoints.without_ready_endpoint(&services);
         let plan = desired::plan(&candidates, &plan_cfg);
+        let endpointless = if cfg.services_election {
+            announced_nowhere(&plan, &endpoints.without_ready_endpoint(&services))
+        } else {
+            // One lease for all: its holder announces Local Services too.
+            HashSet::new()
+        };
         let mut per_ns: BTreeMap<String, usize> = BTreeMap::new();
         for k in plan.addresses.keys() {
             *per_ns.entry(k.namespace.clone()).or_default() += 1;
@@ -319,7 +324,16 @@ pub async fn run<K: Kernel, A: Announcer>(
                 warn: true,
             });
         }
-        let mut ok = report(&shared, &plan, &services, notes, &mut reported).await;
+        let retry_failed = retry.due();
+        let mut ok = report(
+            &shared,
+            &plan,
+            &services,
+            notes,
+            &mut reported,
+            retry_failed,
+        )
+        .await;
         ok &= clear_stale(&shared, &plan, &endpointless, &services, &mut cleared).await;
         retry.after(ok);
         reconcile_groups(&shared, &plan, &candidates, &mut groups, &mut gov).await;
@@ -579,6 +593,11 @@ impl Retry {
         }
     }
 
+    /// No retry is scheduled, or it is due.
+    fn due(&self) -> bool {
+        self.at.is_none_or(|at| at <= tokio::time::Instant::now())
+    }
+
     /// Resolves when a scheduled retry is due; never when none is.
     async fn wait(&self) {
         match self.at {
@@ -682,6 +701,24 @@ fn network_of(addr: IpAddr, prefix: u8) -> IpAddr {
             IpAddr::V6((u128::from(a) & mask).into())
         }
     }
+}
+
+/// The Services among `endpointless` (externalTrafficPolicy Local, no ready endpoint on
+/// any node) that no node campaigns for: every group they are in has only such members
+/// (a member with policy Cluster, or a Local one with an endpoint somewhere, keeps the
+/// group's addresses announced, S21). Pure.
+pub fn announced_nowhere(plan: &Plan, endpointless: &HashSet<ServiceKey>) -> HashSet<ServiceKey> {
+    let mut alive: HashSet<&ServiceKey> = HashSet::new();
+    for g in plan.groups.values() {
+        if !g.services.iter().all(|k| endpointless.contains(k)) {
+            alive.extend(g.services.iter());
+        }
+    }
+    endpointless
+        .iter()
+        .filter(|k| plan.addresses.contains_key(*k) && !alive.contains(k))
+        .cloned()
+        .collect()
 }
 
 /// The uid of Service `key` in `services`.
@@ -901,14 +938,17 @@ fn candidates(
 
 /// Logs every note once while its cause lasts and writes its Warning Event until that
 /// succeeds (every node that sees the cause may write it: the Event's deterministic name,
-/// [`super::status::event_name`], makes the API server keep one). Returns `false` when an
-/// Event write failed (the caller retries after a back-off).
+/// [`super::status::event_name`], makes the API server keep one). Events that failed
+/// before are written again only with `retry_failed` (the back-off is over). Returns
+/// `false` when an Event write failed or is still due (the caller retries after a
+/// back-off).
 async fn report<K: Kernel, A: Announcer>(
     shared: &Shared<K, A>,
     plan: &Plan,
     services: &[Arc<Service>],
     notes: Vec<Note>,
     reported: &mut Reported,
+    retry_failed: bool,
 ) -> bool {
     let mut all = notes;
     for c in &plan.conflicts {
@@ -930,6 +970,10 @@ async fn report<K: Kernel, A: Announcer>(
     for n in all {
         let id = n.id();
         let written = match reported.0.get(&id) {
+            Some(false) if !retry_failed => {
+                ok = false;
+                continue;
+            }
             Some(written) => *written,
             None => {
                 if n.warn {
@@ -1578,6 +1622,36 @@ mod tests {
         svc.status = None;
         assert!(status_diff(Some(&svc), "node-b", &addrs, &ingress).ingress);
         assert!(status_diff(None, "node-b", &addrs, &ingress).vip_host);
+    }
+
+    #[test]
+    fn local_services_without_endpoints_are_announced_nowhere_unless_their_group_lives() {
+        use super::desired::Group;
+        let k = |n: &str| ServiceKey::new("default", n);
+        let lease = |n: &str| LeaseRef {
+            namespace: "default".into(),
+            name: n.into(),
+        };
+        let mut plan = Plan::default();
+        for (l, members) in [("kubevip-a", &["a"][..]), ("kubevip-b", &["b", "c"][..])] {
+            plan.groups.insert(
+                lease(l),
+                Group {
+                    vips: Vec::new(),
+                    campaign: false,
+                    services: members.iter().map(|m| k(m)).collect(),
+                },
+            );
+            for m in members {
+                plan.addresses.insert(k(m), Vec::new());
+            }
+        }
+        // a: alone and endpointless; b: shares its address with c (policy Cluster, or
+        // Local with an endpoint somewhere), so b's address is still announced.
+        let endpointless: HashSet<ServiceKey> = [k("a"), k("b"), k("gone")].into();
+        assert_eq!(announced_nowhere(&plan, &endpointless), [k("a")].into());
+        let all: HashSet<ServiceKey> = [k("a"), k("b"), k("c")].into();
+        assert_eq!(announced_nowhere(&plan, &all), all);
     }
 
     #[test]
