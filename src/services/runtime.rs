@@ -7,6 +7,15 @@
 //! the node should no longer campaign; when its Services are gone, the node that released
 //! the lease also deletes it (S17).
 //!
+//! Status and Events (S38, S39): a group's holder keeps each Service's status and
+//! `kube-vip.io/vipHost` level-triggered (`StatusSync`: compared with the cache after every
+//! pass over it, written when they differ, retried with back-off after a failure) and posts
+//! one `AddressAnnounced` Event per change ([`status_diff`]). Services that are not
+//! announced get a Warning naming the reason and the value (refused addresses:
+//! [`Unusable`]); one whose `externalTrafficPolicy: Local` leaves it announced nowhere has
+//! its status cleared ([`announced_nowhere`]). Event names are deterministic
+//! ([`super::status::event_name`]), so nodes and restarts add no duplicates.
+//!
 //! Governance moves (S34): when an address moves to another lease, the previous lease
 //! retires on every node and the address is held back from other leases until its handover
 //! is done (see [`super::governance`]).
@@ -1652,6 +1661,105 @@ mod tests {
         assert_eq!(announced_nowhere(&plan, &endpointless), [k("a")].into());
         let all: HashSet<ServiceKey> = [k("a"), k("b"), k("c")].into();
         assert_eq!(announced_nowhere(&plan, &all), all);
+    }
+
+    /// A LoadBalancer Service `name` with annotation `kube-vip.io/loadbalancerIPs` = `ips`.
+    fn lb(name: &str, ips: &str) -> Arc<Service> {
+        let mut svc = Service::default();
+        svc.metadata.name = Some(name.into());
+        svc.metadata.namespace = Some("default".into());
+        svc.metadata.uid = Some(format!("uid-{name}"));
+        svc.metadata.annotations =
+            Some([(model::ANN_LOADBALANCER_IPS.to_string(), ips.to_string())].into());
+        svc.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
+            type_: Some("LoadBalancer".into()),
+            ..Default::default()
+        });
+        Arc::new(svc)
+    }
+
+    #[test]
+    fn refused_addresses_are_noted_with_field_and_value() {
+        use clap::Parser;
+        let env: std::collections::HashMap<&str, &str> = [
+            ("cp_enable", "true"),
+            ("svc_enable", "true"),
+            ("address", "192.0.2.10"),
+            ("vip_interface", "eth0"),
+            ("vip_nodename", "node-a"),
+        ]
+        .into();
+        let args = crate::config::ManagerArgs::try_parse_from(["manager"]).unwrap();
+        let cfg =
+            crate::config::resolve(&args, &|k| env.get(k).map(|v| v.to_string()), None).unwrap();
+        let unusable = Unusable {
+            control_plane: cfg.addresses.clone(),
+            vip_subnet: cfg.vip_subnet,
+            connected: vec![("192.0.2.11".parse().unwrap(), 24)],
+        };
+        let services = [
+            lb("bad", "192.0.2.300"),
+            lb("cp", "192.0.2.10"),
+            lb("bcast", "192.0.2.255,192.0.2.40"),
+            lb("good", "192.0.2.41"),
+        ];
+        let (cands, notes) = candidates(
+            &cfg,
+            &services,
+            &HashSet::new(),
+            &BTreeMap::new(),
+            &unusable,
+        );
+        let found = |svc: &str, reason: &str| -> Vec<String> {
+            notes
+                .iter()
+                .filter(|n| n.key.name == svc && n.reason == reason)
+                .map(|n| {
+                    assert_eq!(n.uid.as_deref(), Some(format!("uid-{svc}").as_str()));
+                    n.message.clone()
+                })
+                .collect()
+        };
+        // All entries rejected: the log line names the field and the value, not just
+        // "no address".
+        let m = found("bad", "NoAddress");
+        assert_eq!(m.len(), 1);
+        assert!(
+            m[0].contains("kube-vip.io/loadbalancerIPs") && m[0].contains("\"192.0.2.300\""),
+            "{m:?}"
+        );
+        assert_eq!(found("bad", "InvalidAddress").len(), 1);
+        let m = found("cp", "ControlPlaneAddress");
+        assert!(m.len() == 1 && m[0].contains("192.0.2.10"), "{m:?}");
+        let m = found("bcast", "UnusableAddress");
+        assert!(
+            m.len() == 1 && m[0].contains("192.0.2.255") && m[0].contains("192.0.2.0/24"),
+            "{m:?}"
+        );
+        let announced: Vec<(String, Vec<IpAddr>)> = cands
+            .iter()
+            .map(|c| (c.key.name.clone(), c.addresses.clone()))
+            .collect();
+        assert_eq!(
+            announced,
+            [
+                ("bcast".to_string(), vec!["192.0.2.40".parse().unwrap()]),
+                ("good".to_string(), vec!["192.0.2.41".parse().unwrap()]),
+            ]
+        );
+        // The ids do not change with the resourceVersion (no repeat on every re-plan, e.g.
+        // after vipd's own status writes).
+        let bumped: Vec<Arc<Service>> = services
+            .iter()
+            .map(|s| {
+                let mut s = (**s).clone();
+                s.metadata.resource_version = Some("2".into());
+                Arc::new(s)
+            })
+            .collect();
+        let (_, again) = candidates(&cfg, &bumped, &HashSet::new(), &BTreeMap::new(), &unusable);
+        let ids = |n: &[Note]| n.iter().map(Note::id).collect::<Vec<_>>();
+        assert_eq!(ids(&notes), ids(&again));
     }
 
     #[test]

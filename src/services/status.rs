@@ -2,7 +2,9 @@
 //! `status.loadBalancer.ingress`, the `kube-vip.io/vipHost` annotation and Events (also
 //! Events about a Lease: [`KubeStatusWriter::lease_event`], e.g. a duplicate identity).
 //!
-//! - [`desired_ingress`] / [`ingress_differs`] are pure.
+//! - [`desired_ingress`] / [`ingress_differs`] / [`event_name`] are pure.
+//! - Event names are deterministic ([`event_name`]): the same Event written by several
+//!   nodes or again after a restart is one object (409 AlreadyExists counts as written).
 //! - [`StatusWriter`] is the seam the orchestration talks to; [`KubeStatusWriter`] is the
 //!   kube-rs implementation, [`MemoryStatusWriter`] an in-memory one for unit tests.
 //!
