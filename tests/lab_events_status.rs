@@ -84,10 +84,10 @@ fn wait_or_dump(what: &str, limit: Duration, procs: &[&LabProcess], mut f: impl 
     }
 }
 
-/// S38: a Service created while the holder cannot write `services/status` keeps its VIP;
-/// its status is written as soon as the permission is back (retried with back-off, no
-/// failover needed), exactly one AddressAnnounced Event is posted, and a status changed
-/// by someone else is restored. Today's main wrote the status once and never again.
+/// S38: a Service created while the holder can write neither `services/status` nor Events
+/// keeps its VIP; its status and its AddressAnnounced Event (exactly one) are written as
+/// soon as the permission is back (retried with back-off, no failover needed), and a
+/// status changed by someone else is restored. Today's main tried once and never again.
 #[test]
 fn s39_status_written_after_rbac_restored() {
     let Some(lab) = rbac_lab("s39_status_rbac") else {
@@ -98,6 +98,10 @@ fn s39_status_written_after_rbac_restored() {
     for rule in without_status["rules"].as_array_mut().unwrap() {
         if rule["resources"] == serde_json::json!(["services/status"]) {
             rule["verbs"] = serde_json::json!(["get"]);
+        }
+        // No Event either (both APIs): the announcement must not be lost.
+        if rule["resources"] == serde_json::json!(["events"]) {
+            rule["verbs"] = serde_json::json!(["patch"]);
         }
     }
     put_role(&lab, &without_status);
@@ -119,6 +123,7 @@ fn s39_status_written_after_rbac_restored() {
         || vipd.log().contains("writing status failed"),
     );
     assert!(ingress_ips(&lab, "web").is_empty());
+    assert!(events(&lab, "web", "AddressAnnounced").is_empty());
 
     put_role(&lab, &full);
     // Back-off at most 20 s (+25 %) plus the RBAC cache.
@@ -129,6 +134,12 @@ fn s39_status_written_after_rbac_restored() {
         || ingress_ips(&lab, "web") == ["192.0.2.30"],
     );
     assert_eq!(vip_host(&lab, "web").as_deref(), Some("node-a"));
+    wait_or_dump(
+        "the AddressAnnounced Event",
+        Duration::from_secs(45),
+        &[&vipd],
+        || !events(&lab, "web", "AddressAnnounced").is_empty(),
+    );
 
     // Someone else changes the status: restored from the cache's change, no failover.
     let r = lab
