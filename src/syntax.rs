@@ -5,19 +5,24 @@
 /// Kubernetes `IsDNS1123Label`: 1 to 63 lower-case letters, digits and `-`, starting and
 /// ending with a letter or digit (namespaces, Service names).
 pub fn is_dns1123_label(s: &str) -> bool {
+    s.len() <= 63 && is_label_shaped(s)
+}
+
+/// Kubernetes `IsDNS1123Subdomain`: at most 253 characters, dot-separated parts shaped like
+/// DNS-1123 labels (Kubernetes does not limit each part to 63 characters here). Object
+/// names such as Leases, Nodes and Events.
+pub fn is_dns1123_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_label_shaped)
+}
+
+/// Lower-case letters, digits and `-`, starting and ending with a letter or digit.
+fn is_label_shaped(s: &str) -> bool {
     let b = s.as_bytes();
     !b.is_empty()
-        && b.len() <= 63
         && b.iter()
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
         && b[0] != b'-'
         && b[b.len() - 1] != b'-'
-}
-
-/// Kubernetes `IsDNS1123Subdomain`: at most 253 characters, dot-separated DNS-1123 labels
-/// (object names such as Leases and Nodes).
-pub fn is_dns1123_subdomain(s: &str) -> bool {
-    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns1123_label)
 }
 
 /// Go `strconv.ParseBool`: `1 t T TRUE true True` and `0 f F FALSE false False`; `None` for
@@ -47,13 +52,15 @@ mod tests {
             assert!(!is_dns1123_label(bad), "{bad}");
         }
         assert!(is_dns1123_subdomain("node-a.example.com"));
+        // Kubernetes limits only the whole subdomain, not each part.
+        assert!(is_dns1123_subdomain(&format!("{}.b", "a".repeat(64))));
         for bad in [
             "",
             "a..b",
             ".a",
             "a.",
             "Node",
-            &format!("{}.b", "a".repeat(64)),
+            &"a".repeat(254),
             &"a.".repeat(127),
         ] {
             assert!(!is_dns1123_subdomain(bad), "{bad}");

@@ -11,53 +11,11 @@ mod support;
 
 use std::time::Duration;
 
-use k8s_openapi::api::rbac::v1::Subject;
 use support::*;
-use vipd::manifest::rbac::{self, RbacArgs};
-use xtask::lab::{Lab, LabOptions, NODE_GROUP, NodeRbac};
+use vipd::manifest::rbac;
+use xtask::lab::{Lab, LabOptions, NodeRbac};
 
 const SVC_VIP: &str = "192.0.2.20";
-
-/// Applies the objects of `vipd manifest rbac` (ServiceAccount, ClusterRole, its binding to
-/// the ServiceAccount) and binds the same ClusterRole to the lab's node users, which have
-/// no other rights.
-fn apply_generated_rbac(lab: &Lab) {
-    let yaml = rbac::rbac_yaml(&RbacArgs {
-        namespace: "kube-system".into(),
-        enable_node_labeling: None,
-    })
-    .unwrap();
-    for doc in yaml.split("---\n").filter(|d| !d.trim().is_empty()) {
-        let obj: serde_json::Value = serde_norway::from_str(doc).unwrap();
-        let path = match obj["kind"].as_str().unwrap() {
-            "ServiceAccount" => "/api/v1/namespaces/kube-system/serviceaccounts",
-            "ClusterRole" => "/apis/rbac.authorization.k8s.io/v1/clusterroles",
-            "ClusterRoleBinding" => "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-            other => panic!("unexpected {other} in vipd manifest rbac"),
-        };
-        let r = lab
-            .api_request("POST", path, Some(&obj.to_string()))
-            .unwrap();
-        assert_eq!(r.status, 201, "{path}: {}", r.body);
-    }
-    let nodes = rbac::binding(
-        "vipd-lab-nodes-vipd",
-        vec![Subject {
-            kind: "Group".into(),
-            name: NODE_GROUP.into(),
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            namespace: None,
-        }],
-    );
-    let r = lab
-        .api_request(
-            "POST",
-            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-            Some(&serde_json::to_value(nodes).unwrap().to_string()),
-        )
-        .unwrap();
-    assert_eq!(r.status, 201, "{}", r.body);
-}
 
 /// Control plane and Services with per-Service leases, on `node`.
 fn start(lab: &Lab, node: &str) -> xtask::lab::LabProcess {

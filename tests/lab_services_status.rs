@@ -251,12 +251,7 @@ fn status_annotation_and_events_are_written_once() {
             );
 
             // An Event the API refuses is an error naming the Service and the operation.
-            let bad = ServiceEvent {
-                kind: EventKind::Warning,
-                reason: "R".repeat(200),
-                action: "Announce".into(),
-                note: "too long a reason".into(),
-            };
+            let bad = ServiceEvent::warning(&"R".repeat(200), "too long a reason".into());
             let err = writer.event(&key, Some(&uid), &bad).await.expect_err("422");
             let text = err.to_string();
             assert!(

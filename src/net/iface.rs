@@ -36,6 +36,70 @@ pub(super) fn in_subnet(addr: IpAddr, net: IpAddr, prefix: u8) -> bool {
     }
 }
 
+/// An address that cannot be a VIP on a subnet (scenario S39): hosts on the segment do not
+/// send unicast frames to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubnetEdge {
+    /// The subnet's network address (all host bits zero): IPv4 on prefixes up to /30, and
+    /// IPv6's Subnet-Router anycast address (RFC 4291 2.6.1) on prefixes up to /126.
+    Network,
+    /// The subnet's broadcast address (all host bits one): IPv4 on prefixes up to /30 (a
+    /// /31 has none, RFC 3021; IPv6 has no broadcast).
+    Broadcast,
+}
+
+impl std::fmt::Display for SubnetEdge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            SubnetEdge::Network => "network address",
+            SubnetEdge::Broadcast => "broadcast address",
+        })
+    }
+}
+
+/// Whether `addr` is the network or broadcast address of the subnet `addr/prefix` (the one
+/// rule, used for the VIP's own prefix and for the node's connected subnets alike):
+/// IPv4 prefixes /31 and /32 and IPv6 prefixes /127 and /128 have neither; a prefix longer
+/// than the family width is clamped.
+pub fn subnet_edge(addr: IpAddr, prefix: u8) -> Option<SubnetEdge> {
+    match addr {
+        IpAddr::V4(a) => {
+            let p = u32::from(prefix.min(32));
+            if p >= 31 {
+                return None;
+            }
+            let host = u32::MAX >> p;
+            let a = u32::from(a);
+            if a & host == 0 {
+                Some(SubnetEdge::Network)
+            } else if a & host == host {
+                Some(SubnetEdge::Broadcast)
+            } else {
+                None
+            }
+        }
+        IpAddr::V6(a) => {
+            let p = u32::from(prefix.min(128));
+            if p >= 127 {
+                return None;
+            }
+            let host = u128::MAX >> p;
+            (u128::from(a) & host == 0).then_some(SubnetEdge::Network)
+        }
+    }
+}
+
+/// The first subnet among `subnets` (address, prefix) that holds `addr` and of which
+/// `addr` is the network or broadcast address ([`subnet_edge`]), with that subnet's
+/// prefix. `subnets` are the VIP's own prefix (`addr/vip_subnet`) and the node's connected
+/// subnets (its addresses that are not ours).
+pub fn subnet_edge_of(addr: IpAddr, subnets: &[(IpAddr, u8)]) -> Option<(SubnetEdge, u8)> {
+    subnets
+        .iter()
+        .filter(|(net, prefix)| in_subnet(addr, *net, *prefix))
+        .find_map(|(_, prefix)| subnet_edge(addr, *prefix).map(|e| (e, *prefix)))
+}
+
 /// Interface choice (S27): the index of the interface whose connected subnet holds `addr`
 /// (longest prefix wins; on a tie the first address in `addrs`; addresses that are `ours`
 /// are ignored, so a VIP never selects itself), else the first device of the lowest-metric
@@ -115,6 +179,61 @@ mod tests {
             choose_interface_from(ip("198.51.100.1"), &addrs, &defaults),
             Some(3)
         );
+    }
+
+    #[test]
+    fn subnet_edges_v4_v6() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(
+            subnet_edge(ip("192.0.2.255"), 24),
+            Some(SubnetEdge::Broadcast)
+        );
+        assert_eq!(subnet_edge(ip("192.0.2.0"), 24), Some(SubnetEdge::Network));
+        assert_eq!(subnet_edge(ip("192.0.2.20"), 24), None);
+        assert_eq!(
+            subnet_edge(ip("192.0.2.127"), 25),
+            Some(SubnetEdge::Broadcast)
+        );
+        assert_eq!(
+            subnet_edge(ip("192.0.2.128"), 25),
+            Some(SubnetEdge::Network)
+        );
+        assert_eq!(
+            subnet_edge(ip("192.0.2.3"), 30),
+            Some(SubnetEdge::Broadcast)
+        );
+        // /31 (RFC 3021) and /32: both addresses usable.
+        assert_eq!(subnet_edge(ip("192.0.2.0"), 31), None);
+        assert_eq!(subnet_edge(ip("192.0.2.1"), 31), None);
+        assert_eq!(subnet_edge(ip("192.0.2.255"), 32), None);
+        assert_eq!(subnet_edge(ip("192.0.2.0"), 40), None);
+        // IPv6: no broadcast; the Subnet-Router anycast address is refused up to /126.
+        assert_eq!(subnet_edge(ip("2001:db8::ffff:ffff:ffff:ffff"), 64), None);
+        assert_eq!(subnet_edge(ip("2001:db8::"), 64), Some(SubnetEdge::Network));
+        assert_eq!(
+            subnet_edge(ip("2001:db8::1:0"), 112),
+            Some(SubnetEdge::Network)
+        );
+        assert_eq!(subnet_edge(ip("2001:db8::"), 127), None);
+        assert_eq!(subnet_edge(ip("2001:db8::"), 128), None);
+        assert_eq!(subnet_edge(ip("2001:db8::50"), 64), None);
+        // Against the node's subnets: only subnets holding the address count.
+        let subnets = [
+            (ip("192.0.2.255"), 32),
+            (ip("192.0.2.11"), 24),
+            (ip("198.51.100.1"), 24),
+        ];
+        assert_eq!(
+            subnet_edge_of(ip("192.0.2.255"), &subnets),
+            Some((SubnetEdge::Broadcast, 24))
+        );
+        assert_eq!(
+            subnet_edge_of(ip("192.0.2.0"), &subnets),
+            Some((SubnetEdge::Network, 24))
+        );
+        assert_eq!(subnet_edge_of(ip("192.0.2.20"), &subnets), None);
+        assert_eq!(subnet_edge_of(ip("203.0.113.255"), &subnets), None);
+        assert_eq!(SubnetEdge::Broadcast.to_string(), "broadcast address");
     }
 
     #[test]

@@ -123,7 +123,8 @@ pub struct Plan {
     pub on_control_plane: BTreeSet<ServiceKey>,
 }
 
-fn prefix(subnet: &VipSubnet, a: &IpAddr) -> u8 {
+/// The prefix length a Service VIP `a` is bound with: `vip_subnet`'s for its family.
+pub fn vip_prefix(subnet: &VipSubnet, a: &IpAddr) -> u8 {
     match a {
         IpAddr::V4(_) => subnet.v4,
         IpAddr::V6(_) => subnet.v6,
@@ -192,7 +193,7 @@ pub fn plan(services: &[Candidate], cfg: &PlanConfig) -> Plan {
             }
             let vip = Vip {
                 addr: *a,
-                prefix: prefix(&cfg.subnet, a),
+                prefix: vip_prefix(&cfg.subnet, a),
             };
             if !group.vips.iter().any(|v| v.vip.addr == *a) {
                 group.vips.push(VipSpec {

@@ -7,6 +7,15 @@
 //! the node should no longer campaign; when its Services are gone, the node that released
 //! the lease also deletes it (S17).
 //!
+//! Status and Events (S38, S39): a group's holder keeps each Service's status and
+//! `kube-vip.io/vipHost` level-triggered (`StatusSync`: compared with the cache after every
+//! pass over it, written when they differ, retried with back-off after a failure) and posts
+//! one `AddressAnnounced` Event per change ([`status_diff`]). Services that are not
+//! announced get a Warning naming the reason and the value (refused addresses:
+//! [`Unusable`]); one whose `externalTrafficPolicy: Local` leaves it announced nowhere has
+//! its status cleared ([`announced_nowhere`]). Event names are deterministic
+//! ([`super::status::event_name`]), so nodes and restarts add no duplicates.
+//!
 //! Governance moves (S34): when an address moves to another lease, the previous lease
 //! retires on every node and the address is held back from other leases until its handover
 //! is done (see [`super::governance`]).
@@ -34,7 +43,7 @@ use super::endpoints::{
 };
 use super::governance::{self, Handover, LeaseView};
 use super::model::{self, PortProto, Selection, ServiceInfo, ServiceKey};
-use super::status::{EventKind, KubeStatusWriter, ServiceEvent, StatusWriter, desired_ingress};
+use super::status::{KubeStatusWriter, ServiceEvent, StatusWriter, desired_ingress};
 use crate::admin::Readiness;
 use crate::config::Config;
 use crate::election::kube::{KubeLeaseClient, LeaseHub};
@@ -103,6 +112,9 @@ struct Shared<K: Kernel, A: Announcer> {
     metrics: Metrics,
     /// `/readyz`: a lease written under this node's identity by another process fails it.
     readiness: Readiness,
+    /// Bumped after every pass over the Services cache: group tasks then compare their
+    /// Services' status with the cache (no API call when it matches) and restore it.
+    services_seen: watch::Sender<u64>,
 }
 
 /// Runs the Services side of `vipd manager` until `shutdown`, then stops every group task
@@ -207,6 +219,7 @@ pub async fn run<K: Kernel, A: Announcer>(
         services: svc_store.clone(),
         metrics,
         readiness,
+        services_seen: watch::channel(0).0,
     });
     let plan_cfg = PlanConfig {
         mode: if cfg.services_election {
@@ -264,8 +277,12 @@ pub async fn run<K: Kernel, A: Announcer>(
         settled: Arc::new(Notify::new()),
         held_back: BTreeMap::new(),
     };
-    let mut reported: HashSet<String> = HashSet::new();
+    let mut reported = Reported::default();
     let mut cleared: HashSet<String> = HashSet::new();
+    // Notes whose Event or a status clear failed are tried again after a back-off, also
+    // when no cache changes meanwhile.
+    let mut retry = Retry::default();
+    let mut subnets = ConnectedSubnets::default();
     let mut namespaces_counted: BTreeMap<String, usize> = BTreeMap::new();
     let mut write_rate_warned: Option<usize> = None;
     loop {
@@ -274,6 +291,7 @@ pub async fn run<K: Kernel, A: Announcer>(
             _ = changed.notified() => true,
             // A handover finished: held-back addresses may be bound now, without delay.
             _ = gov.settled.notified() => false,
+            _ = retry.wait() => false,
         };
         if settle {
             // Let a burst of events settle into one recomputation.
@@ -282,8 +300,23 @@ pub async fn run<K: Kernel, A: Announcer>(
         let services = svc_store.state();
         let local = endpoints.local_ready(&cfg.node_name);
         let node_addrs = node_addresses(&node_store.state());
-        let (candidates, notes) = candidates(&cfg, &services, &local, &node_addrs);
+        let unusable = Unusable {
+            control_plane: if cfg.control_plane {
+                cfg.addresses.clone()
+            } else {
+                Vec::new()
+            },
+            vip_subnet: cfg.vip_subnet,
+            connected: subnets.get(&*shared.kernel).await,
+        };
+        let (candidates, mut notes) = candidates(&cfg, &services, &local, &node_addrs, &unusable);
         let plan = desired::plan(&candidates, &plan_cfg);
+        let endpointless = if cfg.services_election {
+            announced_nowhere(&plan, &endpoints.without_ready_endpoint(&services))
+        } else {
+            // One lease for all: its holder announces Local Services too.
+            HashSet::new()
+        };
         let mut per_ns: BTreeMap<String, usize> = BTreeMap::new();
         for k in plan.addresses.keys() {
             *per_ns.entry(k.namespace.clone()).or_default() += 1;
@@ -299,9 +332,32 @@ pub async fn run<K: Kernel, A: Announcer>(
         }
         namespaces_counted = per_ns;
         write_rate_warned = warn_lease_write_rate(&plan, shared.timing, write_rate_warned);
-        report(&shared, &plan, notes, &mut reported).await;
-        clear_stale(&shared, &plan, &services, &mut cleared).await;
+        for key in plan.addresses.keys().filter(|k| endpointless.contains(*k)) {
+            notes.push(Note {
+                key: key.clone(),
+                uid: uid_of(&services, key),
+                reason: super::status::REASON_NO_LOCAL_ENDPOINT,
+                message: "not announced: externalTrafficPolicy is Local and no node has a ready \
+                          endpoint of this Service; status and kube-vip.io/vipHost cleared until \
+                          one has"
+                    .to_string(),
+                warn: true,
+            });
+        }
+        let retry_failed = retry.due();
+        let mut ok = report(
+            &shared,
+            &plan,
+            &services,
+            notes,
+            &mut reported,
+            retry_failed,
+        )
+        .await;
+        ok &= clear_stale(&shared, &plan, &endpointless, &services, &mut cleared).await;
+        retry.after(ok);
         reconcile_groups(&shared, &plan, &candidates, &mut groups, &mut gov).await;
+        shared.services_seen.send_modify(|n| *n = n.wrapping_add(1));
     }
     info!(groups = groups.len(), "Services: stopping");
     for r in gov.retiring.values() {
@@ -485,13 +541,185 @@ pub fn strip_metadata<K: kube::Resource>(obj: &mut K) {
 }
 
 /// Something to tell the user about a Service (logged, and a Warning Event when `warn`).
+/// The same note (Service, reason, message) is logged once per process while its cause
+/// lasts, and its Event is written until it succeeds.
 struct Note {
     key: ServiceKey,
-    /// Deduplication key: the same note is reported once per process.
-    id: String,
+    /// The Service's `metadata.uid` (part of the Event's name, see
+    /// [`super::status::event_name`]).
+    uid: Option<String>,
     reason: &'static str,
     message: String,
     warn: bool,
+}
+
+impl Note {
+    /// Deduplication key: Service, reason and message (never the resourceVersion, which
+    /// changes with every status write).
+    fn id(&self) -> String {
+        format!("{}|{}|{}", self.key, self.reason, self.message)
+    }
+}
+
+/// Notes reported while their cause lasts: id -> the Event was written (or none is due).
+#[derive(Default)]
+struct Reported(std::collections::HashMap<String, bool>);
+
+/// Back-off of the main loop's retries (failed Events of notes, failed status clears):
+/// the watches' back-off ([`crate::kubeclient::WatchBackoff`], 0.8 s doubling to 20 s
+/// plus up to 25 %), reset after a pass where everything succeeded.
+#[derive(Default)]
+struct Retry {
+    backoff: crate::kubeclient::WatchBackoff,
+    at: Option<tokio::time::Instant>,
+}
+
+impl Retry {
+    /// Schedules the next retry after a failed pass (`ok` false), clears it otherwise.
+    fn after(&mut self, ok: bool) {
+        use kube::runtime::utils::Backoff;
+        if ok {
+            self.backoff.reset();
+            self.at = None;
+        } else if let Some(d) = self.backoff.next() {
+            self.at = Some(tokio::time::Instant::now() + d);
+        }
+    }
+
+    /// No retry is scheduled, or it is due.
+    fn due(&self) -> bool {
+        self.at.is_none_or(|at| at <= tokio::time::Instant::now())
+    }
+
+    /// Resolves when a scheduled retry is due; never when none is.
+    async fn wait(&self) {
+        match self.at {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// The node's connected subnets (its own addresses, not vipd's), read from the kernel at
+/// most every [`ConnectedSubnets::REFRESH`].
+#[derive(Default)]
+struct ConnectedSubnets {
+    read_at: Option<tokio::time::Instant>,
+    subnets: Vec<(IpAddr, u8)>,
+}
+
+impl ConnectedSubnets {
+    const REFRESH: Duration = Duration::from_secs(2);
+
+    /// (address, prefix) of every address of the node that is not a VIP of vipd's. A
+    /// failed read keeps the last list.
+    async fn get<K: Kernel>(&mut self, kernel: &K) -> Vec<(IpAddr, u8)> {
+        let now = tokio::time::Instant::now();
+        if self
+            .read_at
+            .is_none_or(|t| now.duration_since(t) >= Self::REFRESH)
+        {
+            match kernel.addresses(None).await {
+                Ok(addrs) => {
+                    self.subnets = addrs
+                        .iter()
+                        .filter(|a| !a.ours)
+                        .map(|a| (a.vip.addr, a.vip.prefix))
+                        .collect();
+                    self.read_at = Some(now);
+                }
+                Err(e) => debug!(error = %e, "reading the node's addresses failed"),
+            }
+        }
+        self.subnets.clone()
+    }
+}
+
+/// Addresses vipd refuses for Services (besides nodes' own addresses): the control-plane
+/// VIP (with `cp_enable`), and network / broadcast addresses of the VIP's prefix or of a
+/// subnet connected to the node (S39).
+#[derive(Debug, Clone)]
+pub struct Unusable {
+    /// Control-plane VIP addresses (empty without `cp_enable`).
+    pub control_plane: Vec<IpAddr>,
+    /// `vip_subnet`: the prefix a Service VIP is bound with.
+    pub vip_subnet: crate::config::VipSubnet,
+    /// The node's own addresses with their prefixes (its connected subnets).
+    pub connected: Vec<(IpAddr, u8)>,
+}
+
+impl Unusable {
+    /// Why `addr` is refused, as the Warning's (reason, message), or `None`.
+    pub fn check(&self, addr: IpAddr) -> Option<(&'static str, String)> {
+        if self.control_plane.contains(&addr) {
+            return Some((
+                super::status::REASON_CONTROL_PLANE_ADDRESS,
+                format!(
+                    "address {addr} is the control-plane VIP; refused (the control-plane lease \
+                     governs it; give the Service another address)"
+                ),
+            ));
+        }
+        let (edge, prefix) = self.edge(addr)?;
+        Some((
+            super::status::REASON_UNUSABLE_ADDRESS,
+            format!(
+                "address {addr} is the {edge} of subnet {}/{prefix}; refused (hosts on the \
+                 segment do not send unicast to it)",
+                network_of(addr, prefix)
+            ),
+        ))
+    }
+
+    /// The network / broadcast rule ([`crate::net::subnet_edge_of`]) over the VIP prefix
+    /// and the connected subnets.
+    fn edge(&self, addr: IpAddr) -> Option<(crate::net::SubnetEdge, u8)> {
+        let mut subnets = vec![(addr, desired::vip_prefix(&self.vip_subnet, &addr))];
+        subnets.extend(self.connected.iter().copied());
+        crate::net::subnet_edge_of(addr, &subnets)
+    }
+}
+
+/// `addr` with its host bits (beyond `prefix`) cleared, for messages.
+fn network_of(addr: IpAddr, prefix: u8) -> IpAddr {
+    match addr {
+        IpAddr::V4(a) => {
+            let p = u32::from(prefix.min(32));
+            let mask = if p == 0 { 0 } else { u32::MAX << (32 - p) };
+            IpAddr::V4((u32::from(a) & mask).into())
+        }
+        IpAddr::V6(a) => {
+            let p = u32::from(prefix.min(128));
+            let mask = if p == 0 { 0 } else { u128::MAX << (128 - p) };
+            IpAddr::V6((u128::from(a) & mask).into())
+        }
+    }
+}
+
+/// The Services among `endpointless` (externalTrafficPolicy Local, no ready endpoint on
+/// any node) that no node campaigns for: every group they are in has only such members
+/// (a member with policy Cluster, or a Local one with an endpoint somewhere, keeps the
+/// group's addresses announced, S21). Pure.
+pub fn announced_nowhere(plan: &Plan, endpointless: &HashSet<ServiceKey>) -> HashSet<ServiceKey> {
+    let mut alive: HashSet<&ServiceKey> = HashSet::new();
+    for g in plan.groups.values() {
+        if !g.services.iter().all(|k| endpointless.contains(k)) {
+            alive.extend(g.services.iter());
+        }
+    }
+    endpointless
+        .iter()
+        .filter(|k| plan.addresses.contains_key(*k) && !alive.contains(k))
+        .cloned()
+        .collect()
+}
+
+/// The uid of Service `key` in `services`.
+fn uid_of(services: &[Arc<Service>], key: &ServiceKey) -> Option<String> {
+    services
+        .iter()
+        .find(|s| ServiceKey::of(s) == *key)
+        .and_then(|s| s.metadata.uid.clone())
 }
 
 /// The endpoint cache, in whichever API form the server offers.
@@ -507,6 +735,53 @@ impl EndpointStore {
             EndpointStore::Endpoints(s) => s.wait_until_ready().await,
             EndpointStore::Slices(s) => s.wait_until_ready().await,
         };
+    }
+
+    /// The `externalTrafficPolicy: Local` Services among `services` that no node has a
+    /// ready endpoint of (endpoints without a node name count for no node): announced
+    /// nowhere (S21).
+    fn without_ready_endpoint(&self, services: &[Arc<Service>]) -> HashSet<ServiceKey> {
+        let with: HashSet<(String, String)> = match self {
+            EndpointStore::Endpoints(store) => store
+                .state()
+                .iter()
+                .filter(|e| {
+                    !super::endpoints::EndpointSource::Endpoints(e)
+                        .ready_nodes()
+                        .is_empty()
+                })
+                .map(|e| {
+                    (
+                        e.metadata.namespace.clone().unwrap_or_default(),
+                        e.metadata.name.clone().unwrap_or_default(),
+                    )
+                })
+                .collect(),
+            EndpointStore::Slices(store) => store
+                .state()
+                .iter()
+                .filter(|s| {
+                    !super::endpoints::EndpointSource::Slices(std::slice::from_ref(s.as_ref()))
+                        .ready_nodes()
+                        .is_empty()
+                })
+                .filter_map(|s| {
+                    let svc = s.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?.clone();
+                    Some((s.metadata.namespace.clone().unwrap_or_default(), svc))
+                })
+                .collect(),
+        };
+        services
+            .iter()
+            .filter(|s| {
+                s.spec
+                    .as_ref()
+                    .and_then(|sp| sp.external_traffic_policy.as_deref())
+                    == Some("Local")
+            })
+            .map(|s| ServiceKey::of(s))
+            .filter(|k| !with.contains(&(k.namespace.clone(), k.name.clone())))
+            .collect()
     }
 
     /// Services (namespace, name) with a ready endpoint on `node`.
@@ -539,18 +814,26 @@ impl EndpointStore {
 }
 
 /// Selected Services as planner input, plus what to report about the others. `local`:
-/// Services with a ready endpoint on this node.
+/// Services with a ready endpoint on this node; `unusable`: addresses refused besides the
+/// nodes' own (`node_addrs`).
 fn candidates(
     cfg: &Config,
     services: &[Arc<Service>],
     local: &HashSet<(String, String)>,
     node_addrs: &BTreeMap<IpAddr, String>,
+    unusable: &Unusable,
 ) -> (Vec<Candidate>, Vec<Note>) {
     let mut out = Vec::new();
     let mut notes = Vec::new();
     for svc in services {
         let info: ServiceInfo = model::service_info(svc);
-        let rv = info.resource_version.clone().unwrap_or_default();
+        let note = |reason: &'static str, message: String, warn: bool| Note {
+            key: info.key.clone(),
+            uid: info.uid.clone(),
+            reason,
+            message,
+            warn,
+        };
         match model::selection(
             &info,
             cfg.lb_class_only,
@@ -561,21 +844,18 @@ fn candidates(
             Selection::Skip(reason) => {
                 // Only our own Services (of our class, LoadBalancer) get a word.
                 if reason.warrants_warning() {
-                    notes.push(Note {
-                        key: info.key.clone(),
-                        id: format!("{}/{rv}/skip", info.key),
-                        reason: "InvalidConfiguration",
-                        message: format!("not announced: {reason}"),
-                        warn: true,
-                    });
+                    notes.push(note(
+                        super::status::REASON_INVALID_CONFIG,
+                        format!("not announced: {reason}"),
+                        true,
+                    ));
                 } else if matches!(reason, model::SkipReason::NoAddress) {
-                    notes.push(Note {
-                        key: info.key.clone(),
-                        id: format!("{}/{rv}/noaddr", info.key),
-                        reason: "NoAddress",
-                        message: format!("not announced: {reason}"),
-                        warn: false,
-                    });
+                    // Name the field and the rejected values, not just "no address".
+                    let message = match info.addresses.rejection_message() {
+                        Some(rejected) => format!("not announced: no usable address; {rejected}"),
+                        None => format!("not announced: {reason}"),
+                    };
+                    notes.push(note(super::status::REASON_NO_ADDRESS, message, false));
                 }
                 if !matches!(reason, model::SkipReason::NoAddress)
                     || info.addresses.rejected.is_empty()
@@ -585,45 +865,48 @@ fn candidates(
             }
         }
         for r in &info.addresses.rejected {
-            notes.push(Note {
-                key: info.key.clone(),
-                id: format!("{}/{rv}/rejected/{}", info.key, r.value),
-                reason: "InvalidAddress",
-                message: format!(
+            notes.push(note(
+                super::status::REASON_INVALID_ADDRESS,
+                format!(
                     "address {:?} from {} rejected: {}",
                     r.value, info.addresses.source, r.reason
                 ),
-                warn: true,
-            });
+                true,
+            ));
         }
         if info.addresses.dhcp {
-            notes.push(Note {
-                key: info.key.clone(),
-                id: format!("{}/{rv}/dhcp", info.key),
-                reason: "DHCPNotEnabled",
-                message: if cfg.dhcp_mode {
+            notes.push(note(
+                super::status::REASON_DHCP_NOT_ENABLED,
+                if cfg.dhcp_mode {
                     "address 0.0.0.0 / :: asks for DHCP, which this vipd release does not implement yet".to_string()
                 } else {
                     "address 0.0.0.0 / :: asks for DHCP, but DHCP mode is not enabled (dhcp_mode)".to_string()
                 },
-                warn: true,
-            });
+                true,
+            ));
         }
         let mut addresses = info.addresses.addresses.clone();
-        addresses.retain(|a| match node_addrs.get(a) {
-            Some(node) => {
-                notes.push(Note {
-                    key: info.key.clone(),
-                    id: format!("{}/{rv}/nodeaddr/{a}", info.key),
-                    reason: "AddressOfNode",
-                    message: format!(
-                        "address {a} is node {node}'s own address; refused (announcing it would take the node's traffic)"
+        addresses.retain(|a| {
+            if let Some(node) = node_addrs.get(a) {
+                notes.push(note(
+                    super::status::REASON_ADDRESS_OF_NODE,
+                    format!(
+                        "address {a} from {} is node {node}'s own address; refused (announcing it would take the node's traffic)",
+                        info.addresses.source
                     ),
-                    warn: true,
-                });
-                false
+                    true,
+                ));
+                return false;
             }
-            None => true,
+            if let Some((reason, why)) = unusable.check(*a) {
+                notes.push(note(
+                    reason,
+                    format!("{why}; from {}", info.addresses.source),
+                    true,
+                ));
+                return false;
+            }
+            true
         });
         if addresses.is_empty() {
             continue;
@@ -646,21 +929,26 @@ fn candidates(
     (out, notes)
 }
 
+/// Logs every note once while its cause lasts and writes its Warning Event until that
+/// succeeds (every node that sees the cause may write it: the Event's deterministic name,
+/// [`super::status::event_name`], makes the API server keep one). Events that failed
+/// before are written again only with `retry_failed` (the back-off is over). Returns
+/// `false` when an Event write failed or is still due (the caller retries after a
+/// back-off).
 async fn report<K: Kernel, A: Announcer>(
     shared: &Shared<K, A>,
     plan: &Plan,
+    services: &[Arc<Service>],
     notes: Vec<Note>,
-    reported: &mut HashSet<String>,
-) {
+    reported: &mut Reported,
+    retry_failed: bool,
+) -> bool {
     let mut all = notes;
     for c in &plan.conflicts {
         all.push(Note {
             key: c.service.clone(),
-            id: format!(
-                "{}/conflict/{}/{}/{}",
-                c.service, c.with, c.address, c.port.port
-            ),
-            reason: "AddressConflict",
+            uid: uid_of(services, &c.service),
+            reason: super::status::REASON_ADDRESS_CONFLICT,
             message: format!(
                 "not announced: {} port {}/{} is already used by {}",
                 c.address, c.port.port, c.port.protocol, c.with
@@ -669,39 +957,59 @@ async fn report<K: Kernel, A: Announcer>(
         });
     }
     // Forget notes whose cause is gone (bounded memory; a recurrence is reported again).
-    let current: HashSet<&str> = all.iter().map(|n| n.id.as_str()).collect();
-    reported.retain(|id| current.contains(id.as_str()));
+    let current: HashSet<String> = all.iter().map(Note::id).collect();
+    reported.0.retain(|id, _| current.contains(id));
+    let mut ok = true;
     for n in all {
-        if !reported.insert(n.id.clone()) {
+        let id = n.id();
+        let written = match reported.0.get(&id) {
+            Some(false) if !retry_failed => {
+                ok = false;
+                continue;
+            }
+            Some(written) => *written,
+            None => {
+                if n.warn {
+                    warn!(service = %n.key, reason = n.reason, "{}", n.message);
+                } else {
+                    info!(service = %n.key, reason = n.reason, "{}", n.message);
+                }
+                !n.warn
+            }
+        };
+        if written {
+            reported.0.insert(id, true);
             continue;
         }
-        if n.warn {
-            warn!(service = %n.key, reason = n.reason, "{}", n.message);
-            let ev = ServiceEvent {
-                kind: EventKind::Warning,
-                reason: n.reason.to_string(),
-                action: "Announce".to_string(),
-                note: n.message.clone(),
-            };
-            if let Err(e) = shared.status.event(&n.key, None, &ev).await {
-                debug!(service = %n.key, error = %e, "cannot record event");
+        let ev = ServiceEvent::warning(n.reason, n.message.clone());
+        let done = match shared.status.event(&n.key, n.uid.as_deref(), &ev).await {
+            Ok(()) => true,
+            Err(e) => {
+                // Logged at warn by the writer (rate-limited); retried after a back-off.
+                debug!(service = %n.key, error = %e, "cannot record event; retrying");
+                ok = false;
+                false
             }
-        } else {
-            info!(service = %n.key, "{}", n.message);
-        }
+        };
+        reported.0.insert(id, done);
     }
+    ok
 }
 
 /// Services this node last reported as announcing (`kube-vip.io/vipHost` = this node) that
-/// are announced by nobody now (address removed or invalid, conflict, type change): their
-/// status and annotation would mislead, so they are cleared, once per object version.
+/// are announced by nobody now (address removed or invalid, conflict, type change, or
+/// `externalTrafficPolicy: Local` with no ready endpoint on any node: `endpointless`):
+/// their status and annotation would mislead, so they are cleared, once per object version
+/// (a failed clear is retried: returns `false`).
 async fn clear_stale<K: Kernel, A: Announcer>(
     shared: &Shared<K, A>,
     plan: &Plan,
+    endpointless: &HashSet<ServiceKey>,
     services: &[Arc<Service>],
     cleared: &mut HashSet<String>,
-) {
+) -> bool {
     let mut now_stale = HashSet::new();
+    let mut ok = true;
     for svc in services {
         let key = ServiceKey::of(svc);
         let host = svc
@@ -709,7 +1017,9 @@ async fn clear_stale<K: Kernel, A: Announcer>(
             .annotations
             .as_ref()
             .and_then(|a| a.get(model::ANN_VIP_HOST));
-        if host != Some(&shared.node) || plan.addresses.contains_key(&key) {
+        if host != Some(&shared.node)
+            || (plan.addresses.contains_key(&key) && !endpointless.contains(&key))
+        {
             continue;
         }
         let id = format!(
@@ -721,12 +1031,17 @@ async fn clear_stale<K: Kernel, A: Announcer>(
                 Ok(_) => {
                     info!(service = %key, "no longer announced anywhere: status and vipHost cleared")
                 }
-                Err(e) => warn!(service = %key, error = %e, "clearing status failed"),
+                Err(e) => {
+                    warn!(service = %key, error = %e, "clearing status failed; retrying");
+                    ok = false;
+                    continue;
+                }
             }
         }
         now_stale.insert(id);
     }
     *cleared = now_stale;
+    ok
 }
 
 async fn reconcile_groups<K: Kernel, A: Announcer>(
@@ -903,6 +1218,10 @@ async fn group_task<K: Kernel, A: Announcer>(
     let mut current = initial;
     // Address conflicts already posted as Events (posted again only when they change).
     let mut reported: Vec<(IpAddr, [u8; 6])> = Vec::new();
+    // Level-triggered status (S38): while leading, status, vipHost and the announcement
+    // Events are written until they match, retried with back-off after a failure.
+    let mut status = StatusSync::default();
+    let mut seen = shared.services_seen.subscribe();
     loop {
         tokio::select! {
             _ = stop.cancelled() => break,
@@ -913,7 +1232,7 @@ async fn group_task<K: Kernel, A: Announcer>(
                 current = spec.borrow_and_update().clone();
                 vips_tx.send_replace(current.vips.clone());
                 if leading {
-                    Box::pin(write_status(&shared, &current, false)).await;
+                    Box::pin(status.sync(&shared, &current, true)).await;
                 }
             }
             r = state.changed() => {
@@ -922,9 +1241,31 @@ async fn group_task<K: Kernel, A: Announcer>(
                 }
                 let now_leading = matches!(*state.borrow_and_update(), LeaderState::Leading { .. });
                 if now_leading && !leading {
-                    Box::pin(write_status(&shared, &current, true)).await;
+                    status = StatusSync::default();
+                    Box::pin(status.sync(&shared, &current, true)).await;
+                } else if !now_leading {
+                    // The next holder writes its own status and Events.
+                    status = StatusSync::default();
                 }
                 leading = now_leading;
+            }
+            r = seen.changed() => {
+                if r.is_err() {
+                    break;
+                }
+                seen.borrow_and_update();
+                // The Services cache changed: compare (no API call when it matches); while
+                // a retry is scheduled, the retry does the writing.
+                if leading && status.retry.at.is_none() {
+                    Box::pin(status.sync(&shared, &current, false)).await;
+                }
+            }
+            _ = status.retry.wait() => {
+                if leading {
+                    Box::pin(status.sync(&shared, &current, true)).await;
+                } else {
+                    status.retry.at = None;
+                }
             }
             r = conflicts.changed() => {
                 if r.is_err() {
@@ -1053,42 +1394,113 @@ async fn report_conflicts<K: Kernel, A: Announcer>(
     }
 }
 
-/// Writes status and `kube-vip.io/vipHost` for every Service of the group where they differ
-/// from what the API server has; with `announce`, also a Normal Event per Service.
-async fn write_status<K: Kernel, A: Announcer>(
-    shared: &Shared<K, A>,
-    spec: &GroupSpec,
-    announce: bool,
-) {
-    for (key, addrs, ports) in &spec.services {
-        let ingress = desired_ingress(addrs, ports);
-        let current = shared
-            .services
-            .get(&reflector::ObjectRef::new(&key.name).within(&key.namespace));
-        let needs_status = current
-            .as_ref()
-            .is_none_or(|svc| super::status::ingress_differs(svc, &ingress));
-        if needs_status && let Err(e) = shared.status.set_ingress(key, ingress).await {
-            warn!(service = %key, error = %e, "writing status failed");
-        }
-        let host = current
-            .as_ref()
-            .and_then(|s| s.metadata.annotations.as_ref())
-            .and_then(|a| a.get(model::ANN_VIP_HOST))
-            .cloned();
-        if host.as_deref() != Some(shared.node.as_str())
-            && let Err(e) = shared.status.set_vip_host(key, &shared.node).await
-        {
-            warn!(service = %key, error = %e, "writing vipHost annotation failed");
-        }
-        if announce {
-            let ev = ServiceEvent::announced(&shared.node, addrs, host.as_deref());
-            info!(service = %key, "{}", ev.note);
-            let uid = current.as_ref().and_then(|s| s.metadata.uid.clone());
-            if let Err(e) = shared.status.event(key, uid.as_deref(), &ev).await {
-                debug!(service = %key, error = %e, "cannot record event");
+/// The status side of a group while this node leads it: what is still to be written.
+#[derive(Default)]
+struct StatusSync {
+    /// Services whose announcement Event was queued this term (at most one per term).
+    announced: HashSet<ServiceKey>,
+    /// Announcement Events not written yet: (Service uid, Event).
+    pending: BTreeMap<ServiceKey, (Option<String>, ServiceEvent)>,
+    /// Back-off after a failed write.
+    retry: Retry,
+}
+
+/// What the holder should write for one Service, judged from the cache: the ingress and
+/// vipHost differ, and the Event to queue when this node does not announce it yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusDiff {
+    /// `status.loadBalancer.ingress` differs from the desired one (or the Service is not in
+    /// the cache).
+    pub ingress: bool,
+    /// `kube-vip.io/vipHost` is not this node.
+    pub vip_host: bool,
+    /// The announcement Event (Normal `AddressAnnounced`, "moved from" the previous
+    /// vipHost), when vipHost names another node or none; its change id is the Service's
+    /// resourceVersion, so the same move seen again after a restart has the same Event name.
+    pub announce: Option<ServiceEvent>,
+}
+
+/// [`StatusDiff`] of `cached` (the Service in the cache, `None` when absent) against the
+/// desired `ingress` with this node `node` as holder. Pure.
+pub fn status_diff(
+    cached: Option<&Service>,
+    node: &str,
+    addrs: &[IpAddr],
+    ingress: &[k8s_openapi::api::core::v1::LoadBalancerIngress],
+) -> StatusDiff {
+    let host = cached.and_then(super::status::vip_host_of);
+    StatusDiff {
+        ingress: cached.is_none_or(|svc| super::status::ingress_differs(svc, ingress)),
+        vip_host: host != Some(node),
+        announce: (host != Some(node)).then(|| {
+            let rv = cached
+                .and_then(|s| s.metadata.resource_version.clone())
+                .unwrap_or_default();
+            ServiceEvent::announced(node, addrs, host).with_change(rv)
+        }),
+    }
+}
+
+impl StatusSync {
+    /// Compares every Service of `spec` with the cache and writes what differs (ingress,
+    /// vipHost) plus the pending announcement Events. `retrying`: also write when only
+    /// Events are pending. On any failure, schedules a retry (back-off); on success,
+    /// clears it.
+    async fn sync<K: Kernel, A: Announcer>(
+        &mut self,
+        shared: &Shared<K, A>,
+        spec: &GroupSpec,
+        retrying: bool,
+    ) {
+        let mut ok = true;
+        let keys: HashSet<&ServiceKey> = spec.services.iter().map(|(k, _, _)| k).collect();
+        self.pending.retain(|k, _| keys.contains(k));
+        self.announced.retain(|k| keys.contains(k));
+        for (key, addrs, ports) in &spec.services {
+            let ingress = desired_ingress(addrs, ports);
+            let cached = shared
+                .services
+                .get(&reflector::ObjectRef::new(&key.name).within(&key.namespace));
+            let diff = status_diff(cached.as_deref(), &shared.node, addrs, &ingress);
+            if let Some(ev) = diff.announce
+                && self.announced.insert(key.clone())
+            {
+                info!(service = %key, "{}", ev.note);
+                let uid = cached.as_ref().and_then(|s| s.metadata.uid.clone());
+                self.pending.insert(key.clone(), (uid, ev));
+            }
+            if diff.ingress {
+                match shared.status.set_ingress(key, ingress).await {
+                    Ok(out) => debug!(service = %key, ?out, "status.loadBalancer.ingress"),
+                    Err(e) => {
+                        warn!(service = %key, error = %e, "writing status failed; retrying with back-off");
+                        ok = false;
+                    }
+                }
+            }
+            if diff.vip_host
+                && let Err(e) = shared.status.set_vip_host(key, &shared.node).await
+            {
+                warn!(service = %key, error = %e, "writing vipHost annotation failed; retrying with back-off");
+                ok = false;
             }
         }
+        if retrying || !self.pending.is_empty() {
+            let mut done = Vec::new();
+            for (key, (uid, ev)) in &self.pending {
+                match shared.status.event(key, uid.as_deref(), ev).await {
+                    Ok(()) => done.push(key.clone()),
+                    Err(e) => {
+                        debug!(service = %key, error = %e, "cannot record event; retrying");
+                        ok = false;
+                    }
+                }
+            }
+            for k in done {
+                self.pending.remove(&k);
+            }
+        }
+        self.retry.after(ok);
     }
 }
 
@@ -1119,6 +1531,224 @@ mod tests {
                 "{n} leases at the suggested retry period still exceed the threshold"
             );
         }
+    }
+
+    #[test]
+    fn unusable_addresses_name_the_rule() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let u = Unusable {
+            control_plane: vec![ip("192.0.2.10")],
+            vip_subnet: crate::config::VipSubnet { v4: 32, v6: 128 },
+            connected: vec![(ip("192.0.2.11"), 24), (ip("2001:db8::11"), 64)],
+        };
+        let (reason, msg) = u.check(ip("192.0.2.10")).unwrap();
+        assert_eq!(reason, "ControlPlaneAddress");
+        assert!(
+            msg.contains("192.0.2.10") && msg.contains("control-plane VIP"),
+            "{msg}"
+        );
+        let (reason, msg) = u.check(ip("192.0.2.255")).unwrap();
+        assert_eq!(reason, "UnusableAddress");
+        assert!(
+            msg.contains("broadcast address of subnet 192.0.2.0/24"),
+            "{msg}"
+        );
+        let (_, msg) = u.check(ip("192.0.2.0")).unwrap();
+        assert!(
+            msg.contains("network address of subnet 192.0.2.0/24"),
+            "{msg}"
+        );
+        assert_eq!(u.check(ip("192.0.2.20")), None);
+        assert_eq!(
+            u.check(ip("198.51.100.255")),
+            None,
+            "no connected subnet holds it"
+        );
+        assert_eq!(u.check(ip("2001:db8::ffff")), None);
+        assert!(u.check(ip("2001:db8::")).is_some());
+        // The VIP's own prefix counts too (vip_subnet /28: .15 is its broadcast).
+        let u = Unusable {
+            control_plane: Vec::new(),
+            vip_subnet: crate::config::VipSubnet { v4: 28, v6: 128 },
+            connected: Vec::new(),
+        };
+        let (_, msg) = u.check(ip("198.51.100.15")).unwrap();
+        assert!(msg.contains("198.51.100.0/28"), "{msg}");
+    }
+
+    #[test]
+    fn status_diff_compares_the_cache_and_queues_one_announcement() {
+        use k8s_openapi::api::core::v1::{LoadBalancerStatus, ServiceStatus};
+        let addrs: Vec<IpAddr> = vec!["192.0.2.20".parse().unwrap()];
+        let ports = vec![PortProto {
+            port: 80,
+            protocol: "TCP".into(),
+        }];
+        let ingress = desired_ingress(&addrs, &ports);
+        let mut svc = Service::default();
+        svc.metadata.resource_version = Some("7".into());
+        svc.metadata.annotations =
+            Some([(model::ANN_VIP_HOST.to_string(), "node-a".to_string())].into());
+        // Held by node-a before: everything differs, a move is announced.
+        let d = status_diff(Some(&svc), "node-b", &addrs, &ingress);
+        assert!(d.ingress && d.vip_host);
+        let ev = d.announce.unwrap();
+        assert_eq!(
+            ev.note,
+            "192.0.2.20 announced by node node-b (moved from node-a)"
+        );
+        assert_eq!(ev.change, "7");
+        // Written: nothing to do, nothing to announce (a restart of the same holder).
+        svc.metadata.annotations =
+            Some([(model::ANN_VIP_HOST.to_string(), "node-b".to_string())].into());
+        svc.status = Some(ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus {
+                ingress: Some(ingress.clone()),
+            }),
+            ..Default::default()
+        });
+        let d = status_diff(Some(&svc), "node-b", &addrs, &ingress);
+        assert_eq!(
+            d,
+            StatusDiff {
+                ingress: false,
+                vip_host: false,
+                announce: None
+            }
+        );
+        // Changed by someone else: restored.
+        svc.status = None;
+        assert!(status_diff(Some(&svc), "node-b", &addrs, &ingress).ingress);
+        assert!(status_diff(None, "node-b", &addrs, &ingress).vip_host);
+    }
+
+    #[test]
+    fn local_services_without_endpoints_are_announced_nowhere_unless_their_group_lives() {
+        use super::desired::Group;
+        let k = |n: &str| ServiceKey::new("default", n);
+        let lease = |n: &str| LeaseRef {
+            namespace: "default".into(),
+            name: n.into(),
+        };
+        let mut plan = Plan::default();
+        for (l, members) in [("kubevip-a", &["a"][..]), ("kubevip-b", &["b", "c"][..])] {
+            plan.groups.insert(
+                lease(l),
+                Group {
+                    vips: Vec::new(),
+                    campaign: false,
+                    services: members.iter().map(|m| k(m)).collect(),
+                },
+            );
+            for m in members {
+                plan.addresses.insert(k(m), Vec::new());
+            }
+        }
+        // a: alone and endpointless; b: shares its address with c (policy Cluster, or
+        // Local with an endpoint somewhere), so b's address is still announced.
+        let endpointless: HashSet<ServiceKey> = [k("a"), k("b"), k("gone")].into();
+        assert_eq!(announced_nowhere(&plan, &endpointless), [k("a")].into());
+        let all: HashSet<ServiceKey> = [k("a"), k("b"), k("c")].into();
+        assert_eq!(announced_nowhere(&plan, &all), all);
+    }
+
+    /// A LoadBalancer Service `name` with annotation `kube-vip.io/loadbalancerIPs` = `ips`.
+    fn lb(name: &str, ips: &str) -> Arc<Service> {
+        let mut svc = Service::default();
+        svc.metadata.name = Some(name.into());
+        svc.metadata.namespace = Some("default".into());
+        svc.metadata.uid = Some(format!("uid-{name}"));
+        svc.metadata.annotations =
+            Some([(model::ANN_LOADBALANCER_IPS.to_string(), ips.to_string())].into());
+        svc.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
+            type_: Some("LoadBalancer".into()),
+            ..Default::default()
+        });
+        Arc::new(svc)
+    }
+
+    #[test]
+    fn refused_addresses_are_noted_with_field_and_value() {
+        use clap::Parser;
+        let env: std::collections::HashMap<&str, &str> = [
+            ("cp_enable", "true"),
+            ("svc_enable", "true"),
+            ("address", "192.0.2.10"),
+            ("vip_interface", "eth0"),
+            ("vip_nodename", "node-a"),
+        ]
+        .into();
+        let args = crate::config::ManagerArgs::try_parse_from(["manager"]).unwrap();
+        let cfg =
+            crate::config::resolve(&args, &|k| env.get(k).map(|v| v.to_string()), None).unwrap();
+        let unusable = Unusable {
+            control_plane: cfg.addresses.clone(),
+            vip_subnet: cfg.vip_subnet,
+            connected: vec![("192.0.2.11".parse().unwrap(), 24)],
+        };
+        let services = [
+            lb("bad", "192.0.2.300"),
+            lb("cp", "192.0.2.10"),
+            lb("bcast", "192.0.2.255,192.0.2.40"),
+            lb("good", "192.0.2.41"),
+        ];
+        let (cands, notes) = candidates(
+            &cfg,
+            &services,
+            &HashSet::new(),
+            &BTreeMap::new(),
+            &unusable,
+        );
+        let found = |svc: &str, reason: &str| -> Vec<String> {
+            notes
+                .iter()
+                .filter(|n| n.key.name == svc && n.reason == reason)
+                .map(|n| {
+                    assert_eq!(n.uid.as_deref(), Some(format!("uid-{svc}").as_str()));
+                    n.message.clone()
+                })
+                .collect()
+        };
+        // All entries rejected: the log line names the field and the value, not just
+        // "no address".
+        let m = found("bad", "NoAddress");
+        assert_eq!(m.len(), 1);
+        assert!(
+            m[0].contains("kube-vip.io/loadbalancerIPs") && m[0].contains("\"192.0.2.300\""),
+            "{m:?}"
+        );
+        assert_eq!(found("bad", "InvalidAddress").len(), 1);
+        let m = found("cp", "ControlPlaneAddress");
+        assert!(m.len() == 1 && m[0].contains("192.0.2.10"), "{m:?}");
+        let m = found("bcast", "UnusableAddress");
+        assert!(
+            m.len() == 1 && m[0].contains("192.0.2.255") && m[0].contains("192.0.2.0/24"),
+            "{m:?}"
+        );
+        let announced: Vec<(String, Vec<IpAddr>)> = cands
+            .iter()
+            .map(|c| (c.key.name.clone(), c.addresses.clone()))
+            .collect();
+        assert_eq!(
+            announced,
+            [
+                ("bcast".to_string(), vec!["192.0.2.40".parse().unwrap()]),
+                ("good".to_string(), vec!["192.0.2.41".parse().unwrap()]),
+            ]
+        );
+        // The ids do not change with the resourceVersion (no repeat on every re-plan, e.g.
+        // after vipd's own status writes).
+        let bumped: Vec<Arc<Service>> = services
+            .iter()
+            .map(|s| {
+                let mut s = (**s).clone();
+                s.metadata.resource_version = Some("2".into());
+                Arc::new(s)
+            })
+            .collect();
+        let (_, again) = candidates(&cfg, &bumped, &HashSet::new(), &BTreeMap::new(), &unusable);
+        let ids = |n: &[Note]| n.iter().map(Note::id).collect::<Vec<_>>();
+        assert_eq!(ids(&notes), ids(&again));
     }
 
     #[test]

@@ -2,7 +2,9 @@
 //! `status.loadBalancer.ingress`, the `kube-vip.io/vipHost` annotation and Events (also
 //! Events about a Lease: [`KubeStatusWriter::lease_event`], e.g. a duplicate identity).
 //!
-//! - [`desired_ingress`] / [`ingress_differs`] are pure.
+//! - [`desired_ingress`] / [`ingress_differs`] / [`event_name`] are pure.
+//! - Event names are deterministic ([`event_name`]): the same Event written by several
+//!   nodes or again after a restart is one object (409 AlreadyExists counts as written).
 //! - [`StatusWriter`] is the seam the orchestration talks to; [`KubeStatusWriter`] is the
 //!   kube-rs implementation, [`MemoryStatusWriter`] an in-memory one for unit tests.
 //!
@@ -163,6 +165,20 @@ pub const REASON_DHCP_NOT_ENABLED: &str = "DHCPNotEnabled";
 pub const REASON_INVALID_CONFIG: &str = "InvalidConfiguration";
 /// Reason of [`ServiceEvent::duplicate_identity`].
 pub const REASON_DUPLICATE_IDENTITY: &str = "DuplicateIdentity";
+/// Reason of a Warning about a Service address that is the control-plane VIP (refused:
+/// the control-plane lease governs that address, and no Service group announces it).
+pub const REASON_CONTROL_PLANE_ADDRESS: &str = "ControlPlaneAddress";
+/// Reason of a Warning about a Service address that is the network or broadcast address of
+/// a subnet connected to the node or of the VIP's own prefix (`vip_subnet`); see
+/// [`crate::net::subnet_edge_of`].
+pub const REASON_UNUSABLE_ADDRESS: &str = "UnusableAddress";
+/// Reason of a Warning about an `externalTrafficPolicy: Local` Service with no ready
+/// endpoint on any node: announced nowhere, its status and `vipHost` are cleared.
+pub const REASON_NO_LOCAL_ENDPOINT: &str = "NoLocalEndpoint";
+/// Reason of a Warning about a Service address that is a node's own address.
+pub const REASON_ADDRESS_OF_NODE: &str = "AddressOfNode";
+/// Reason of the log line (no Event) about a Service without any address.
+pub const REASON_NO_ADDRESS: &str = "NoAddress";
 
 /// One Event about a Service (or a Lease): events.k8s.io/v1 `type`, `reason`, `action` (both
 /// PascalCase, at most 128 characters) and `note` (human text, cut to
@@ -177,9 +193,32 @@ pub struct ServiceEvent {
     pub action: String,
     /// The message shown by `kubectl describe`.
     pub note: String,
+    /// What distinguishes this occurrence from an identical earlier one that is a separate
+    /// change (e.g. the Service's resourceVersion when a move was seen); empty for most
+    /// Events. Part of the Event's name ([`event_name`]), never shown.
+    pub change: String,
 }
 
 impl ServiceEvent {
+    /// A Warning with `reason` (PascalCase) and `note`, action `Announce`.
+    pub fn warning(reason: &str, note: String) -> Self {
+        ServiceEvent {
+            kind: EventKind::Warning,
+            reason: reason.into(),
+            action: "Announce".into(),
+            note,
+            change: String::new(),
+        }
+    }
+
+    /// The same Event marked as a separate change `change` (see [`ServiceEvent::change`]).
+    pub fn with_change(self, change: impl Into<String>) -> Self {
+        ServiceEvent {
+            change: change.into(),
+            ..self
+        }
+    }
+
     /// Normal: `node` now announces `addresses` (`previous`: the node that did before, for
     /// a move).
     pub fn announced(node: &str, addresses: &[IpAddr], previous: Option<&str>) -> Self {
@@ -193,6 +232,7 @@ impl ServiceEvent {
             reason: REASON_ANNOUNCED.into(),
             action: "Announce".into(),
             note: format!("{} announced by node {node}{moved}", list.join(", ")),
+            change: String::new(),
         }
     }
 
@@ -203,6 +243,7 @@ impl ServiceEvent {
             reason: REASON_INVALID_ADDRESS.into(),
             action: "ParseAddress".into(),
             note: parsed.rejection_message()?,
+            change: String::new(),
         })
     }
 
@@ -217,6 +258,7 @@ impl ServiceEvent {
                 "{address} port {}/{} is already used by Service {other}; not announced",
                 port.port, port.protocol
             ),
+            change: String::new(),
         }
     }
 
@@ -233,6 +275,7 @@ impl ServiceEvent {
                  holds the lease but does not announce it, and probes again with back-off \
                  until the address is free"
             ),
+            change: String::new(),
         }
     }
 
@@ -246,6 +289,7 @@ impl ServiceEvent {
             note: "address 0.0.0.0 / :: asks for DHCP, but DHCP mode is not enabled \
                    (dhcp_mode); not announced"
                 .into(),
+            change: String::new(),
         }
     }
 
@@ -262,6 +306,7 @@ impl ServiceEvent {
                  {identity}; node names (vip_nodename) must be unique. This process does not \
                  hold the lease or its addresses while the other one renews it"
             ),
+            change: String::new(),
         }
     }
 
@@ -272,6 +317,7 @@ impl ServiceEvent {
             reason: REASON_INVALID_CONFIG.into(),
             action: "Announce".into(),
             note: format!("not announced: {reason}"),
+            change: String::new(),
         }
     }
 }
@@ -372,8 +418,10 @@ pub trait StatusWriter: Send + Sync {
 
     /// Records an Event on the Service. `uid` is the Service's `metadata.uid` when known
     /// (`kubectl describe` matches Events by it); when `None` the writer looks it up.
-    /// Repeats of an identical Event within [`EVENT_SERIES_WINDOW`] update the first one's
-    /// series (count) instead of creating new objects.
+    /// Repeats of an identical Event by this process within [`EVENT_SERIES_WINDOW`] update
+    /// the first one's series (count) instead of creating new objects; an identical Event
+    /// already written by another node or before a restart (same [`event_name`]) is kept
+    /// as it is and counts as written.
     ///
     /// # Errors
     /// [`StatusError`] naming the Service and the operation.
@@ -396,6 +444,38 @@ pub fn truncate_note(note: &str) -> String {
         end -= 1;
     }
     format!("{}…", &note[..end])
+}
+
+/// The name of the Event `ev` about object `object` (a Service or Lease name) with uid
+/// `uid`: `<object>.<16 hex digits>`, the digits the first 8 bytes of the SHA-256 of uid,
+/// type, reason, note and change id. Deterministic, so the same Event written by another
+/// node, or again after a restart, has the same name: the API server answers 409
+/// AlreadyExists and keeps exactly one (the writer treats that as success). A valid Event
+/// name (DNS-1123 subdomain, at most 253 characters) for any valid object name: the object
+/// part is cut to 236 characters, with a trailing `.` or `-` removed.
+pub fn event_name(object: &str, uid: Option<&str>, ev: &ServiceEvent) -> String {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    for part in [
+        uid.unwrap_or_default(),
+        ev.kind.as_str(),
+        &ev.reason,
+        &ev.note,
+        &ev.change,
+    ] {
+        ctx.update(part.as_bytes());
+        ctx.update(&[0]);
+    }
+    let digest = ctx.finish();
+    let hex: String = digest.as_ref()[..8]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mut end = object.len().min(236);
+    while !object.is_char_boundary(end) {
+        end -= 1;
+    }
+    let prefix = object[..end].trim_end_matches(['.', '-']);
+    format!("{prefix}.{hex}")
 }
 
 /// Identity of an Event for folding repeats: everything that shows, including the note
@@ -646,8 +726,9 @@ impl KubeStatusWriter {
         ev: &ServiceEvent,
     ) -> Result<(), StatusError> {
         let r = self.write_event_inner(regarding, key, uid, ev).await;
-        if let Err(e) = &r {
-            self.log_event_failure(ev, e);
+        match &r {
+            Ok(()) => tracing::debug!(object = %key, reason = %ev.reason, "Event recorded"),
+            Err(e) => self.log_event_failure(ev, e),
         }
         r
     }
@@ -718,7 +799,7 @@ impl KubeStatusWriter {
             }
         }
         let now_ts = Timestamp::now();
-        let name = format!("{}.{:x}", key.name, now_ts.as_nanosecond());
+        let name = event_name(&key.name, uid.as_deref(), ev);
         let reference = ObjectReference {
             api_version: Some(regarding.api_version().into()),
             kind: Some(kind.into()),
@@ -751,13 +832,20 @@ impl KubeStatusWriter {
                 reporting_instance: Some(self.node.clone()),
                 ..Default::default()
             };
-            timed_as(
+            let created = timed_as(
                 kind,
                 key,
                 "create Event",
                 core.create(&PostParams::default(), &obj),
             )
-            .await?;
+            .await;
+            // 409 AlreadyExists: the same Event (same [`event_name`]) was written before, by
+            // another node or before a restart; that is success, not an error.
+            if let Err(e) = created
+                && e.api_code() != Some(409)
+            {
+                return Err(e);
+            }
             self.remember_series(ident, name, now);
             return Ok(());
         }
@@ -773,13 +861,20 @@ impl KubeStatusWriter {
             regarding: Some(reference),
             ..Default::default()
         };
-        timed_as(
+        let created = timed_as(
             kind,
             key,
             "create Event",
             events.create(&PostParams::default(), &obj),
         )
-        .await?;
+        .await;
+        // 409 AlreadyExists: the same Event (same [`event_name`]) was written before, by
+        // another node or before a restart; that is success, not an error.
+        if let Err(e) = created
+            && e.api_code() != Some(409)
+        {
+            return Err(e);
+        }
         self.remember_series(ident, name, now);
         Ok(())
     }
@@ -1156,6 +1251,38 @@ mod tests {
             assert_eq!(e.kind, EventKind::Warning);
             assert!(e.reason.len() <= 128 && e.action.len() <= 128);
         }
+    }
+
+    #[test]
+    fn event_names_are_deterministic_and_valid() {
+        let ev = ServiceEvent::announced("node-a", &[ip("192.0.2.5")], None);
+        let a = event_name("web", Some("uid-1"), &ev);
+        assert_eq!(
+            a,
+            event_name("web", Some("uid-1"), &ev),
+            "same inputs, same name"
+        );
+        assert!(a.starts_with("web.") && a.len() == "web.".len() + 16, "{a}");
+        assert_ne!(
+            a,
+            event_name("web", Some("uid-2"), &ev),
+            "a recreated Service"
+        );
+        assert_ne!(
+            a,
+            event_name("web", Some("uid-1"), &ev.clone().with_change("42")),
+            "a separate change"
+        );
+        let other = ServiceEvent::announced("node-b", &[ip("192.0.2.5")], None);
+        assert_ne!(a, event_name("web", Some("uid-1"), &other));
+        let long = format!("{}-x", "a".repeat(250));
+        let n = event_name(&long, None, &ev);
+        assert!(n.len() <= 253, "{}", n.len());
+        assert!(super::super::model::is_dns_subdomain(&n), "{n}");
+        let dotted = format!("{}.b", "a".repeat(235));
+        assert!(super::super::model::is_dns_subdomain(&event_name(
+            &dotted, None, &ev
+        )));
     }
 
     #[test]

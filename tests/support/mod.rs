@@ -24,6 +24,48 @@ pub fn lab(test: &str, opts: LabOptions) -> Option<Lab> {
     Some(Lab::start(opts).unwrap_or_else(|e| panic!("{test}: lab start failed: {e}")))
 }
 
+/// Applies the objects of `vipd manifest rbac` (ServiceAccount, ClusterRole, its binding to
+/// the ServiceAccount) and binds the same ClusterRole to the lab's node users, which have
+/// no other rights in a lab started with `NodeRbac::None`.
+pub fn apply_generated_rbac(lab: &Lab) {
+    use vipd::manifest::rbac;
+    let yaml = rbac::rbac_yaml(&rbac::RbacArgs {
+        namespace: "kube-system".into(),
+        enable_node_labeling: None,
+    })
+    .unwrap();
+    for doc in yaml.split("---\n").filter(|d| !d.trim().is_empty()) {
+        let obj: serde_json::Value = serde_norway::from_str(doc).unwrap();
+        let path = match obj["kind"].as_str().unwrap() {
+            "ServiceAccount" => "/api/v1/namespaces/kube-system/serviceaccounts",
+            "ClusterRole" => "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+            "ClusterRoleBinding" => "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            other => panic!("unexpected {other} in vipd manifest rbac"),
+        };
+        let r = lab
+            .api_request("POST", path, Some(&obj.to_string()))
+            .unwrap();
+        assert_eq!(r.status, 201, "{path}: {}", r.body);
+    }
+    let nodes = rbac::binding(
+        "vipd-lab-nodes-vipd",
+        vec![k8s_openapi::api::rbac::v1::Subject {
+            kind: "Group".into(),
+            name: xtask::lab::NODE_GROUP.into(),
+            api_group: Some("rbac.authorization.k8s.io".into()),
+            namespace: None,
+        }],
+    );
+    let r = lab
+        .api_request(
+            "POST",
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            Some(&serde_json::to_value(nodes).unwrap().to_string()),
+        )
+        .unwrap();
+    assert_eq!(r.status, 201, "{}", r.body);
+}
+
 /// Lease timings of a test run: (lease duration, renew deadline, retry period) seconds.
 pub type Timings = (&'static str, &'static str, &'static str);
 
