@@ -507,6 +507,33 @@ impl<C: LeaseClient> Elector<C> {
         }
     }
 
+    /// Publishes `Following { holder }` and logs it once per change of holder.
+    fn publish_following(&self, holder: &str) {
+        let lease = self.client.describe();
+        let changed = self.state_tx.send_if_modified(|s| {
+            let new = LeaderState::Following {
+                holder: Some(holder.to_string()),
+            };
+            if *s != new {
+                *s = new;
+                true
+            } else {
+                false
+            }
+        });
+        if changed && holder == self.identity {
+            info!(
+                %lease,
+                %holder,
+                "following: the lease names this node's identity but this process \
+                 did not write it (an earlier run of vipd on this node, or another \
+                 vipd with the same node name); taking it only once it expires"
+            );
+        } else if changed {
+            info!(%lease, %holder, "following");
+        }
+    }
+
     async fn on_watch_event(&mut self, st: &mut Run, ev: LeaseEvent) {
         let lease = self.client.describe();
         match ev {
@@ -542,6 +569,12 @@ impl<C: LeaseClient> Elector<C> {
                 } else if st.leading.is_none() && released {
                     // Released: take it within one round trip.
                     st.next_attempt = Instant::now();
+                } else if st.leading.is_none()
+                    && other
+                    && let Some(obs) = &st.observed
+                {
+                    let holder = obs.record.holder.clone();
+                    self.publish_following(&holder);
                 }
             }
             LeaseEvent::Deleted => {
@@ -689,28 +722,7 @@ impl<C: LeaseClient> Elector<C> {
                     };
                     let _ = self.step_down(st, false, &why).await;
                 } else {
-                    let changed = self.state_tx.send_if_modified(|s| {
-                        let new = LeaderState::Following {
-                            holder: Some(holder.clone()),
-                        };
-                        if *s != new {
-                            *s = new;
-                            true
-                        } else {
-                            false
-                        }
-                    });
-                    if changed && under_our_name {
-                        info!(
-                            %lease,
-                            %holder,
-                            "following: the lease names this node's identity but this process \
-                             did not write it (an earlier run of vipd on this node, or another \
-                             vipd with the same node name); taking it only once it expires"
-                        );
-                    } else if changed {
-                        info!(%lease, %holder, "following");
-                    }
+                    self.publish_following(holder);
                 }
                 st.next_attempt = now + self.timing.retry_period;
                 return;

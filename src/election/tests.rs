@@ -846,3 +846,27 @@ async fn late_watch_events_from_before_start_are_no_duplicate() {
     assert_eq!(server.holder().as_deref(), Some("x"));
     assert!(!b.duplicate_ever(), "{:?}", b.duplicate_log);
 }
+
+/// A candidate that learns the holder from the watch (its first get waits for the VIP
+/// holder's start-up checks) publishes and logs whom it follows at once: the restarted node
+/// of S01 otherwise stayed `Following { holder: None }` until its next poll.
+#[tokio::test(start_paused = true)]
+async fn holder_learnt_from_the_watch_is_published() {
+    let server = FakeServer::new();
+    let b = start(&server, "b", true);
+    b.gates.set(GATE_STARTING, false);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    server.renew_as("a");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        *b.state.borrow(),
+        LeaderState::Following {
+            holder: Some("a".into())
+        }
+    );
+    assert_eq!(
+        server.writes_by("b"),
+        0,
+        "no campaign while a gate is closed"
+    );
+}
