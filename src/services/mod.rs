@@ -12,7 +12,11 @@
 //! * [`lease_gc`]: deletes per-Service leases whose Services are gone (holder down at the
 //!   time), never a lease vipd did not create.
 //! * [`status`]: status / annotation / Event writer.
-//! * [`runtime`]: the watches and the per-Lease group tasks.
+//! * [`runtime`]: the orchestration: the main loop and the per-Lease group tasks.
+//! * `select`: which Services are candidates and what to report about the others (pure
+//!   apart from the node's connected subnets).
+//! * `sync`: status, `kube-vip.io/vipHost` and Events kept level-triggered, with retries.
+//! * `watch`: the reflectors and the endpoint cache.
 
 pub mod desired;
 pub mod endpoints;
@@ -20,4 +24,7 @@ pub mod governance;
 pub mod lease_gc;
 pub mod model;
 pub mod runtime;
+mod select;
 pub mod status;
+mod sync;
+mod watch;

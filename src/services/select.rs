@@ -1,0 +1,453 @@
+//! Which Services are candidates for announcement, and what to tell the user about the
+//! others (refused addresses, S20, S39): the planner's input. Pure apart from the node's
+//! connected subnets, read from the kernel through [`ConnectedSubnets`].
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use tracing::debug;
+
+use super::desired::{self, Candidate, LeaseRef, Plan};
+use super::model::{self, Selection, ServiceInfo, ServiceKey};
+use crate::config::Config;
+use crate::net::Kernel;
+
+/// Something to tell the user about a Service (logged, and a Warning Event when `warn`).
+/// The same note (Service, reason, message) is logged once per process while its cause
+/// lasts, and its Event is written until it succeeds.
+pub(super) struct Note {
+    pub(super) key: ServiceKey,
+    /// The Service's `metadata.uid` (part of the Event's name, see
+    /// [`super::status::event_name`]).
+    pub(super) uid: Option<String>,
+    pub(super) reason: &'static str,
+    pub(super) message: String,
+    pub(super) warn: bool,
+}
+
+impl Note {
+    /// Deduplication key: Service, reason and message (never the resourceVersion, which
+    /// changes with every status write).
+    pub(super) fn id(&self) -> String {
+        format!("{}|{}|{}", self.key, self.reason, self.message)
+    }
+}
+
+/// The node's connected subnets (its own addresses, not vipd's), read from the kernel at
+/// most every [`ConnectedSubnets::REFRESH`].
+#[derive(Default)]
+pub(super) struct ConnectedSubnets {
+    pub(super) read_at: Option<tokio::time::Instant>,
+    pub(super) subnets: Vec<(IpAddr, u8)>,
+}
+
+impl ConnectedSubnets {
+    const REFRESH: Duration = Duration::from_secs(2);
+
+    /// (address, prefix) of every address of the node that is not a VIP of vipd's. A
+    /// failed read keeps the last list.
+    pub(super) async fn get<K: Kernel>(&mut self, kernel: &K) -> Vec<(IpAddr, u8)> {
+        let now = tokio::time::Instant::now();
+        if self
+            .read_at
+            .is_none_or(|t| now.duration_since(t) >= Self::REFRESH)
+        {
+            match kernel.addresses(None).await {
+                Ok(addrs) => {
+                    self.subnets = addrs
+                        .iter()
+                        .filter(|a| !a.ours)
+                        .map(|a| (a.vip.addr, a.vip.prefix))
+                        .collect();
+                    self.read_at = Some(now);
+                }
+                Err(e) => debug!(error = %e, "reading the node's addresses failed"),
+            }
+        }
+        self.subnets.clone()
+    }
+}
+
+/// Addresses vipd refuses for Services (besides nodes' own addresses): the control-plane
+/// VIP (with `cp_enable`), and network / broadcast addresses of the VIP's prefix or of a
+/// subnet connected to the node (S39).
+#[derive(Debug, Clone)]
+pub struct Unusable {
+    /// Control-plane VIP addresses (empty without `cp_enable`).
+    pub control_plane: Vec<IpAddr>,
+    /// `vip_subnet`: the prefix a Service VIP is bound with.
+    pub vip_subnet: crate::config::VipSubnet,
+    /// The node's own addresses with their prefixes (its connected subnets).
+    pub connected: Vec<(IpAddr, u8)>,
+}
+
+impl Unusable {
+    /// Why `addr` is refused, as the Warning's (reason, message), or `None`.
+    pub fn check(&self, addr: IpAddr) -> Option<(&'static str, String)> {
+        if self.control_plane.contains(&addr) {
+            return Some((
+                super::status::REASON_CONTROL_PLANE_ADDRESS,
+                format!(
+                    "address {addr} is the control-plane VIP; refused (the control-plane lease \
+                     governs it; give the Service another address)"
+                ),
+            ));
+        }
+        let (edge, prefix) = self.edge(addr)?;
+        Some((
+            super::status::REASON_UNUSABLE_ADDRESS,
+            format!(
+                "address {addr} is the {edge} of subnet {}/{prefix}; refused (hosts on the \
+                 segment do not send unicast to it)",
+                network_of(addr, prefix)
+            ),
+        ))
+    }
+
+    /// The network / broadcast rule ([`crate::net::subnet_edge_of`]) over the VIP prefix
+    /// and the connected subnets.
+    pub(super) fn edge(&self, addr: IpAddr) -> Option<(crate::net::SubnetEdge, u8)> {
+        let mut subnets = vec![(addr, desired::vip_prefix(&self.vip_subnet, &addr))];
+        subnets.extend(self.connected.iter().copied());
+        crate::net::subnet_edge_of(addr, &subnets)
+    }
+}
+
+/// `addr` with its host bits (beyond `prefix`) cleared, for messages.
+pub(super) fn network_of(addr: IpAddr, prefix: u8) -> IpAddr {
+    match addr {
+        IpAddr::V4(a) => {
+            let p = u32::from(prefix.min(32));
+            let mask = if p == 0 { 0 } else { u32::MAX << (32 - p) };
+            IpAddr::V4((u32::from(a) & mask).into())
+        }
+        IpAddr::V6(a) => {
+            let p = u32::from(prefix.min(128));
+            let mask = if p == 0 { 0 } else { u128::MAX << (128 - p) };
+            IpAddr::V6((u128::from(a) & mask).into())
+        }
+    }
+}
+
+/// The Services among `endpointless` (externalTrafficPolicy Local, no ready endpoint on
+/// any node) that no node campaigns for: every group they are in has only such members
+/// (a member with policy Cluster, or a Local one with an endpoint somewhere, keeps the
+/// group's addresses announced, S21). Pure.
+pub fn announced_nowhere(plan: &Plan, endpointless: &HashSet<ServiceKey>) -> HashSet<ServiceKey> {
+    let mut alive: HashSet<&ServiceKey> = HashSet::new();
+    for g in plan.groups.values() {
+        if !g.services.iter().all(|k| endpointless.contains(k)) {
+            alive.extend(g.services.iter());
+        }
+    }
+    endpointless
+        .iter()
+        .filter(|k| plan.addresses.contains_key(*k) && !alive.contains(k))
+        .cloned()
+        .collect()
+}
+
+/// The uid of Service `key` in `services`.
+pub(super) fn uid_of(services: &[Arc<Service>], key: &ServiceKey) -> Option<String> {
+    services
+        .iter()
+        .find(|s| ServiceKey::of(s) == *key)
+        .and_then(|s| s.metadata.uid.clone())
+}
+
+/// Selected Services as planner input, plus what to report about the others. `local`:
+/// Services with a ready endpoint on this node; `unusable`: addresses refused besides the
+/// nodes' own (`node_addrs`).
+pub(super) fn candidates(
+    cfg: &Config,
+    services: &[Arc<Service>],
+    local: &HashSet<(String, String)>,
+    node_addrs: &BTreeMap<IpAddr, String>,
+    unusable: &Unusable,
+) -> (Vec<Candidate>, Vec<Note>) {
+    let mut out = Vec::new();
+    let mut notes = Vec::new();
+    for svc in services {
+        let info: ServiceInfo = model::service_info(svc);
+        let note = |reason: &'static str, message: String, warn: bool| Note {
+            key: info.key.clone(),
+            uid: info.uid.clone(),
+            reason,
+            message,
+            warn,
+        };
+        match model::selection(
+            &info,
+            cfg.lb_class_only,
+            &cfg.lb_class_name,
+            cfg.services_namespace.as_deref(),
+        ) {
+            Selection::Announce => {}
+            Selection::Skip(reason) => {
+                // Only our own Services (of our class, LoadBalancer) get a word.
+                if reason.warrants_warning() {
+                    notes.push(note(
+                        super::status::REASON_INVALID_CONFIG,
+                        format!("not announced: {reason}"),
+                        true,
+                    ));
+                } else if matches!(reason, model::SkipReason::NoAddress) {
+                    // Name the field and the rejected values, not just "no address".
+                    let message = match info.addresses.rejection_message() {
+                        Some(rejected) => format!("not announced: no usable address; {rejected}"),
+                        None => format!("not announced: {reason}"),
+                    };
+                    notes.push(note(super::status::REASON_NO_ADDRESS, message, false));
+                }
+                if !matches!(reason, model::SkipReason::NoAddress)
+                    || info.addresses.rejected.is_empty()
+                {
+                    continue;
+                }
+            }
+        }
+        for r in &info.addresses.rejected {
+            notes.push(note(
+                super::status::REASON_INVALID_ADDRESS,
+                format!(
+                    "address {:?} from {} rejected: {}",
+                    r.value, info.addresses.source, r.reason
+                ),
+                true,
+            ));
+        }
+        if info.addresses.dhcp {
+            notes.push(note(
+                super::status::REASON_DHCP_NOT_ENABLED,
+                if cfg.dhcp_mode {
+                    "address 0.0.0.0 / :: asks for DHCP, which this vipd release does not implement yet".to_string()
+                } else {
+                    "address 0.0.0.0 / :: asks for DHCP, but DHCP mode is not enabled (dhcp_mode)".to_string()
+                },
+                true,
+            ));
+        }
+        let mut addresses = info.addresses.addresses.clone();
+        addresses.retain(|a| {
+            if let Some(node) = node_addrs.get(a) {
+                notes.push(note(
+                    super::status::REASON_ADDRESS_OF_NODE,
+                    format!(
+                        "address {a} from {} is node {node}'s own address; refused (announcing it would take the node's traffic)",
+                        info.addresses.source
+                    ),
+                    true,
+                ));
+                return false;
+            }
+            if let Some((reason, why)) = unusable.check(*a) {
+                notes.push(note(
+                    reason,
+                    format!("{why}; from {}", info.addresses.source),
+                    true,
+                ));
+                return false;
+            }
+            true
+        });
+        if addresses.is_empty() {
+            continue;
+        }
+        let local_endpoint = local.contains(&(info.key.namespace.clone(), info.key.name.clone()));
+        out.push(Candidate {
+            key: info.key.clone(),
+            created: info.created,
+            addresses,
+            ports: info.ports.clone(),
+            etp_local: info.etp_local,
+            local_endpoint,
+            interface: info.interface.clone(),
+            lease: LeaseRef {
+                namespace: info.key.namespace.clone(),
+                name: info.lease_name.clone(),
+            },
+        });
+    }
+    (out, notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::services::model;
+
+    #[test]
+    fn unusable_addresses_name_the_rule() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let u = Unusable {
+            control_plane: vec![ip("192.0.2.10")],
+            vip_subnet: crate::config::VipSubnet { v4: 32, v6: 128 },
+            connected: vec![(ip("192.0.2.11"), 24), (ip("2001:db8::11"), 64)],
+        };
+        let (reason, msg) = u.check(ip("192.0.2.10")).unwrap();
+        assert_eq!(reason, "ControlPlaneAddress");
+        assert!(
+            msg.contains("192.0.2.10") && msg.contains("control-plane VIP"),
+            "{msg}"
+        );
+        let (reason, msg) = u.check(ip("192.0.2.255")).unwrap();
+        assert_eq!(reason, "UnusableAddress");
+        assert!(
+            msg.contains("broadcast address of subnet 192.0.2.0/24"),
+            "{msg}"
+        );
+        let (_, msg) = u.check(ip("192.0.2.0")).unwrap();
+        assert!(
+            msg.contains("network address of subnet 192.0.2.0/24"),
+            "{msg}"
+        );
+        assert_eq!(u.check(ip("192.0.2.20")), None);
+        assert_eq!(
+            u.check(ip("198.51.100.255")),
+            None,
+            "no connected subnet holds it"
+        );
+        assert_eq!(u.check(ip("2001:db8::ffff")), None);
+        assert!(u.check(ip("2001:db8::")).is_some());
+        // The VIP's own prefix counts too (vip_subnet /28: .15 is its broadcast).
+        let u = Unusable {
+            control_plane: Vec::new(),
+            vip_subnet: crate::config::VipSubnet { v4: 28, v6: 128 },
+            connected: Vec::new(),
+        };
+        let (_, msg) = u.check(ip("198.51.100.15")).unwrap();
+        assert!(msg.contains("198.51.100.0/28"), "{msg}");
+    }
+
+    #[test]
+    fn local_services_without_endpoints_are_announced_nowhere_unless_their_group_lives() {
+        use super::desired::Group;
+        let k = |n: &str| ServiceKey::new("default", n);
+        let lease = |n: &str| LeaseRef {
+            namespace: "default".into(),
+            name: n.into(),
+        };
+        let mut plan = Plan::default();
+        for (l, members) in [("kubevip-a", &["a"][..]), ("kubevip-b", &["b", "c"][..])] {
+            plan.groups.insert(
+                lease(l),
+                Group {
+                    vips: Vec::new(),
+                    campaign: false,
+                    services: members.iter().map(|m| k(m)).collect(),
+                },
+            );
+            for m in members {
+                plan.addresses.insert(k(m), Vec::new());
+            }
+        }
+        // a: alone and endpointless; b: shares its address with c (policy Cluster, or
+        // Local with an endpoint somewhere), so b's address is still announced.
+        let endpointless: HashSet<ServiceKey> = [k("a"), k("b"), k("gone")].into();
+        assert_eq!(announced_nowhere(&plan, &endpointless), [k("a")].into());
+        let all: HashSet<ServiceKey> = [k("a"), k("b"), k("c")].into();
+        assert_eq!(announced_nowhere(&plan, &all), all);
+    }
+
+    /// A LoadBalancer Service `name` with annotation `kube-vip.io/loadbalancerIPs` = `ips`.
+    fn lb(name: &str, ips: &str) -> Arc<Service> {
+        let mut svc = Service::default();
+        svc.metadata.name = Some(name.into());
+        svc.metadata.namespace = Some("default".into());
+        svc.metadata.uid = Some(format!("uid-{name}"));
+        svc.metadata.annotations =
+            Some([(model::ANN_LOADBALANCER_IPS.to_string(), ips.to_string())].into());
+        svc.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
+            type_: Some("LoadBalancer".into()),
+            ..Default::default()
+        });
+        Arc::new(svc)
+    }
+
+    #[test]
+    fn refused_addresses_are_noted_with_field_and_value() {
+        use clap::Parser;
+        let env: std::collections::HashMap<&str, &str> = [
+            ("cp_enable", "true"),
+            ("svc_enable", "true"),
+            ("address", "192.0.2.10"),
+            ("vip_interface", "eth0"),
+            ("vip_nodename", "node-a"),
+        ]
+        .into();
+        let args = crate::config::ManagerArgs::try_parse_from(["manager"]).unwrap();
+        let cfg =
+            crate::config::resolve(&args, &|k| env.get(k).map(|v| v.to_string()), None).unwrap();
+        let unusable = Unusable {
+            control_plane: cfg.addresses.clone(),
+            vip_subnet: cfg.vip_subnet,
+            connected: vec![("192.0.2.11".parse().unwrap(), 24)],
+        };
+        let services = [
+            lb("bad", "192.0.2.300"),
+            lb("cp", "192.0.2.10"),
+            lb("bcast", "192.0.2.255,192.0.2.40"),
+            lb("good", "192.0.2.41"),
+        ];
+        let (cands, notes) = candidates(
+            &cfg,
+            &services,
+            &HashSet::new(),
+            &BTreeMap::new(),
+            &unusable,
+        );
+        let found = |svc: &str, reason: &str| -> Vec<String> {
+            notes
+                .iter()
+                .filter(|n| n.key.name == svc && n.reason == reason)
+                .map(|n| {
+                    assert_eq!(n.uid.as_deref(), Some(format!("uid-{svc}").as_str()));
+                    n.message.clone()
+                })
+                .collect()
+        };
+        // All entries rejected: the log line names the field and the value, not just
+        // "no address".
+        let m = found("bad", "NoAddress");
+        assert_eq!(m.len(), 1);
+        assert!(
+            m[0].contains("kube-vip.io/loadbalancerIPs") && m[0].contains("\"192.0.2.300\""),
+            "{m:?}"
+        );
+        assert_eq!(found("bad", "InvalidAddress").len(), 1);
+        let m = found("cp", "ControlPlaneAddress");
+        assert!(m.len() == 1 && m[0].contains("192.0.2.10"), "{m:?}");
+        let m = found("bcast", "UnusableAddress");
+        assert!(
+            m.len() == 1 && m[0].contains("192.0.2.255") && m[0].contains("192.0.2.0/24"),
+            "{m:?}"
+        );
+        let announced: Vec<(String, Vec<IpAddr>)> = cands
+            .iter()
+            .map(|c| (c.key.name.clone(), c.addresses.clone()))
+            .collect();
+        assert_eq!(
+            announced,
+            [
+                ("bcast".to_string(), vec!["192.0.2.40".parse().unwrap()]),
+                ("good".to_string(), vec!["192.0.2.41".parse().unwrap()]),
+            ]
+        );
+        // The ids do not change with the resourceVersion (no repeat on every re-plan, e.g.
+        // after vipd's own status writes).
+        let bumped: Vec<Arc<Service>> = services
+            .iter()
+            .map(|s| {
+                let mut s = (**s).clone();
+                s.metadata.resource_version = Some("2".into());
+                Arc::new(s)
+            })
+            .collect();
+        let (_, again) = candidates(&cfg, &bumped, &HashSet::new(), &BTreeMap::new(), &unusable);
+        let ids = |n: &[Note]| n.iter().map(Note::id).collect::<Vec<_>>();
+        assert_eq!(ids(&notes), ids(&again));
+    }
+}

@@ -1,0 +1,359 @@
+//! Status, annotations and Events kept level-triggered (S38, S39): the group holder's
+//! [`StatusSync`], the main loop's notes and stale-status clearing, with retries.
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Service;
+use kube::runtime::reflector::{self};
+use tracing::{debug, info, warn};
+
+use super::desired::Plan;
+use super::model::{self, ServiceKey};
+use super::status::{ServiceEvent, StatusWriter, desired_ingress};
+use crate::net::conflict::fmt_mac;
+use crate::net::{Announcer, Kernel};
+
+/// What a group task needs to know about the Services whose addresses it announces.
+use super::runtime::*;
+use super::select::*;
+
+/// Notes reported while their cause lasts: id -> the Event was written (or none is due).
+#[derive(Default)]
+pub(super) struct Reported(std::collections::HashMap<String, bool>);
+
+/// Back-off of the main loop's retries (failed Events of notes, failed status clears):
+/// the watches' back-off ([`crate::kubeclient::WatchBackoff`], 0.8 s doubling to 20 s
+/// plus up to 25 %), reset after a pass where everything succeeded.
+#[derive(Default)]
+pub(super) struct Retry {
+    pub(super) backoff: crate::kubeclient::WatchBackoff,
+    pub(super) at: Option<tokio::time::Instant>,
+}
+
+impl Retry {
+    /// Schedules the next retry after a failed pass (`ok` false), clears it otherwise.
+    pub(super) fn after(&mut self, ok: bool) {
+        use kube::runtime::utils::Backoff;
+        if ok {
+            self.backoff.reset();
+            self.at = None;
+        } else if let Some(d) = self.backoff.next() {
+            self.at = Some(tokio::time::Instant::now() + d);
+        }
+    }
+
+    /// No retry is scheduled, or it is due.
+    pub(super) fn due(&self) -> bool {
+        self.at.is_none_or(|at| at <= tokio::time::Instant::now())
+    }
+
+    /// Resolves when a scheduled retry is due; never when none is.
+    pub(super) async fn wait(&self) {
+        match self.at {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// Logs every note once while its cause lasts and writes its Warning Event until that
+/// succeeds (every node that sees the cause may write it: the Event's deterministic name,
+/// [`super::status::event_name`], makes the API server keep one). Events that failed
+/// before are written again only with `retry_failed` (the back-off is over). Returns
+/// `false` when an Event write failed or is still due (the caller retries after a
+/// back-off).
+pub(super) async fn report<K: Kernel, A: Announcer>(
+    shared: &Shared<K, A>,
+    plan: &Plan,
+    services: &[Arc<Service>],
+    notes: Vec<Note>,
+    reported: &mut Reported,
+    retry_failed: bool,
+) -> bool {
+    let mut all = notes;
+    for c in &plan.conflicts {
+        all.push(Note {
+            key: c.service.clone(),
+            uid: uid_of(services, &c.service),
+            reason: super::status::REASON_ADDRESS_CONFLICT,
+            message: format!(
+                "not announced: {} port {}/{} is already used by {}",
+                c.address, c.port.port, c.port.protocol, c.with
+            ),
+            warn: true,
+        });
+    }
+    // Forget notes whose cause is gone (bounded memory; a recurrence is reported again).
+    let current: HashSet<String> = all.iter().map(Note::id).collect();
+    reported.0.retain(|id, _| current.contains(id));
+    let mut ok = true;
+    for n in all {
+        let id = n.id();
+        let written = match reported.0.get(&id) {
+            Some(false) if !retry_failed => {
+                ok = false;
+                continue;
+            }
+            Some(written) => *written,
+            None => {
+                if n.warn {
+                    warn!(service = %n.key, reason = n.reason, "{}", n.message);
+                } else {
+                    info!(service = %n.key, reason = n.reason, "{}", n.message);
+                }
+                !n.warn
+            }
+        };
+        if written {
+            reported.0.insert(id, true);
+            continue;
+        }
+        let ev = ServiceEvent::warning(n.reason, n.message.clone());
+        let done = match shared.status.event(&n.key, n.uid.as_deref(), &ev).await {
+            Ok(()) => true,
+            Err(e) => {
+                // Logged at warn by the writer (rate-limited); retried after a back-off.
+                debug!(service = %n.key, error = %e, "cannot record event; retrying");
+                ok = false;
+                false
+            }
+        };
+        reported.0.insert(id, done);
+    }
+    ok
+}
+
+/// Services this node last reported as announcing (`kube-vip.io/vipHost` = this node) that
+/// are announced by nobody now (address removed or invalid, conflict, type change, or
+/// `externalTrafficPolicy: Local` with no ready endpoint on any node: `endpointless`):
+/// their status and annotation would mislead, so they are cleared, once per object version
+/// (a failed clear is retried: returns `false`).
+pub(super) async fn clear_stale<K: Kernel, A: Announcer>(
+    shared: &Shared<K, A>,
+    plan: &Plan,
+    endpointless: &HashSet<ServiceKey>,
+    services: &[Arc<Service>],
+    cleared: &mut HashSet<String>,
+) -> bool {
+    let mut now_stale = HashSet::new();
+    let mut ok = true;
+    for svc in services {
+        let key = ServiceKey::of(svc);
+        let host = svc
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(model::ANN_VIP_HOST));
+        if host != Some(&shared.node)
+            || (plan.addresses.contains_key(&key) && !endpointless.contains(&key))
+        {
+            continue;
+        }
+        let id = format!(
+            "{key}/{}",
+            svc.metadata.resource_version.clone().unwrap_or_default()
+        );
+        if !cleared.contains(&id) {
+            match shared.status.clear(&key).await {
+                Ok(_) => {
+                    info!(service = %key, "no longer announced anywhere: status and vipHost cleared")
+                }
+                Err(e) => {
+                    warn!(service = %key, error = %e, "clearing status failed; retrying");
+                    ok = false;
+                    continue;
+                }
+            }
+        }
+        now_stale.insert(id);
+    }
+    *cleared = now_stale;
+    ok
+}
+
+/// Posts an `AddressInUse` Warning Event on every Service of the group that uses an address
+/// in `new` (address, other host's MAC).
+pub(super) async fn report_conflicts<K: Kernel, A: Announcer>(
+    shared: &Shared<K, A>,
+    spec: &GroupSpec,
+    new: &[(IpAddr, [u8; 6])],
+) {
+    for (addr, mac) in new {
+        let ev = ServiceEvent::address_in_use(*addr, &fmt_mac(*mac), &shared.node);
+        for (key, addrs, _) in spec.services.iter().filter(|(_, a, _)| a.contains(addr)) {
+            let uid = shared
+                .services
+                .get(&reflector::ObjectRef::new(&key.name).within(&key.namespace))
+                .and_then(|s| s.metadata.uid.clone());
+            if let Err(e) = shared.status.event(key, uid.as_deref(), &ev).await {
+                warn!(service = %key, error = %e, "cannot record the address conflict event");
+            }
+            debug!(service = %key, addresses = ?addrs, "address conflict reported");
+        }
+    }
+}
+
+/// The status side of a group while this node leads it: what is still to be written.
+#[derive(Default)]
+pub(super) struct StatusSync {
+    /// Services whose announcement Event was queued this term (at most one per term).
+    pub(super) announced: HashSet<ServiceKey>,
+    /// Announcement Events not written yet: (Service uid, Event).
+    pub(super) pending: BTreeMap<ServiceKey, (Option<String>, ServiceEvent)>,
+    /// Back-off after a failed write.
+    pub(super) retry: Retry,
+}
+
+/// What the holder should write for one Service, judged from the cache: the ingress and
+/// vipHost differ, and the Event to queue when this node does not announce it yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StatusDiff {
+    /// `status.loadBalancer.ingress` differs from the desired one (or the Service is not in
+    /// the cache).
+    pub ingress: bool,
+    /// `kube-vip.io/vipHost` is not this node.
+    pub vip_host: bool,
+    /// The announcement Event (Normal `AddressAnnounced`, "moved from" the previous
+    /// vipHost), when vipHost names another node or none; its change id is the Service's
+    /// resourceVersion, so the same move seen again after a restart has the same Event name.
+    pub announce: Option<ServiceEvent>,
+}
+
+/// [`StatusDiff`] of `cached` (the Service in the cache, `None` when absent) against the
+/// desired `ingress` with this node `node` as holder. Pure.
+pub fn status_diff(
+    cached: Option<&Service>,
+    node: &str,
+    addrs: &[IpAddr],
+    ingress: &[k8s_openapi::api::core::v1::LoadBalancerIngress],
+) -> StatusDiff {
+    let host = cached.and_then(super::status::vip_host_of);
+    StatusDiff {
+        ingress: cached.is_none_or(|svc| super::status::ingress_differs(svc, ingress)),
+        vip_host: host != Some(node),
+        announce: (host != Some(node)).then(|| {
+            let rv = cached
+                .and_then(|s| s.metadata.resource_version.clone())
+                .unwrap_or_default();
+            ServiceEvent::announced(node, addrs, host).with_change(rv)
+        }),
+    }
+}
+
+impl StatusSync {
+    /// Compares every Service of `spec` with the cache and writes what differs (ingress,
+    /// vipHost) plus the pending announcement Events. `retrying`: also write when only
+    /// Events are pending. On any failure, schedules a retry (back-off); on success,
+    /// clears it.
+    pub(super) async fn sync<K: Kernel, A: Announcer>(
+        &mut self,
+        shared: &Shared<K, A>,
+        spec: &GroupSpec,
+        retrying: bool,
+    ) {
+        let mut ok = true;
+        let keys: HashSet<&ServiceKey> = spec.services.iter().map(|(k, _, _)| k).collect();
+        self.pending.retain(|k, _| keys.contains(k));
+        self.announced.retain(|k| keys.contains(k));
+        for (key, addrs, ports) in &spec.services {
+            let ingress = desired_ingress(addrs, ports);
+            let cached = shared
+                .services
+                .get(&reflector::ObjectRef::new(&key.name).within(&key.namespace));
+            let diff = status_diff(cached.as_deref(), &shared.node, addrs, &ingress);
+            if let Some(ev) = diff.announce
+                && self.announced.insert(key.clone())
+            {
+                info!(service = %key, "{}", ev.note);
+                let uid = cached.as_ref().and_then(|s| s.metadata.uid.clone());
+                self.pending.insert(key.clone(), (uid, ev));
+            }
+            if diff.ingress {
+                match shared.status.set_ingress(key, ingress).await {
+                    Ok(out) => debug!(service = %key, ?out, "status.loadBalancer.ingress"),
+                    Err(e) => {
+                        warn!(service = %key, error = %e, "writing status failed; retrying with back-off");
+                        ok = false;
+                    }
+                }
+            }
+            if diff.vip_host
+                && let Err(e) = shared.status.set_vip_host(key, &shared.node).await
+            {
+                warn!(service = %key, error = %e, "writing vipHost annotation failed; retrying with back-off");
+                ok = false;
+            }
+        }
+        if retrying || !self.pending.is_empty() {
+            let mut done = Vec::new();
+            for (key, (uid, ev)) in &self.pending {
+                match shared.status.event(key, uid.as_deref(), ev).await {
+                    Ok(()) => done.push(key.clone()),
+                    Err(e) => {
+                        debug!(service = %key, error = %e, "cannot record event; retrying");
+                        ok = false;
+                    }
+                }
+            }
+            for k in done {
+                self.pending.remove(&k);
+            }
+        }
+        self.retry.after(ok);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::services::model::{self, PortProto};
+    use crate::services::status::desired_ingress;
+
+    #[test]
+    fn status_diff_compares_the_cache_and_queues_one_announcement() {
+        use k8s_openapi::api::core::v1::{LoadBalancerStatus, ServiceStatus};
+        let addrs: Vec<IpAddr> = vec!["192.0.2.20".parse().unwrap()];
+        let ports = vec![PortProto {
+            port: 80,
+            protocol: "TCP".into(),
+        }];
+        let ingress = desired_ingress(&addrs, &ports);
+        let mut svc = Service::default();
+        svc.metadata.resource_version = Some("7".into());
+        svc.metadata.annotations =
+            Some([(model::ANN_VIP_HOST.to_string(), "node-a".to_string())].into());
+        // Held by node-a before: everything differs, a move is announced.
+        let d = status_diff(Some(&svc), "node-b", &addrs, &ingress);
+        assert!(d.ingress && d.vip_host);
+        let ev = d.announce.unwrap();
+        assert_eq!(
+            ev.note,
+            "192.0.2.20 announced by node node-b (moved from node-a)"
+        );
+        assert_eq!(ev.change, "7");
+        // Written: nothing to do, nothing to announce (a restart of the same holder).
+        svc.metadata.annotations =
+            Some([(model::ANN_VIP_HOST.to_string(), "node-b".to_string())].into());
+        svc.status = Some(ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus {
+                ingress: Some(ingress.clone()),
+            }),
+            ..Default::default()
+        });
+        let d = status_diff(Some(&svc), "node-b", &addrs, &ingress);
+        assert_eq!(
+            d,
+            StatusDiff {
+                ingress: false,
+                vip_host: false,
+                announce: None
+            }
+        );
+        // Changed by someone else: restored.
+        svc.status = None;
+        assert!(status_diff(Some(&svc), "node-b", &addrs, &ingress).ingress);
+        assert!(status_diff(None, "node-b", &addrs, &ingress).vip_host);
+    }
+}

@@ -1,0 +1,302 @@
+//! The Services runtime's watches: reflectors on Services, Nodes and Endpoints /
+//! EndpointSlices (stripped of what vipd never reads), and the endpoint cache in whichever
+//! API form the server offers.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tracing::{info, warn};
+
+use super::endpoints::{
+    SERVICE_NAME_LABEL, ready_local_endpoint_from_endpoints, ready_local_endpoint_from_slices,
+};
+use super::model::ServiceKey;
+
+/// An API for `K` in `namespace` (`svc_namespace`), or in all namespaces.
+pub(super) fn scoped_api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// Runs a reflector on `api` into `writer` until `stop`. `what` is the resource's plural
+/// (`services`, ...): the name its watch is tracked under in `activity`, where every event
+/// it delivers counts (the client's `WatchStartLayer` reports its restarts).
+#[allow(clippy::too_many_arguments)] // each one is a separate part of the reflector
+pub(super) fn spawn_reflector<K>(
+    what: &'static str,
+    api: Api<K>,
+    writer: reflector::store::Writer<K>,
+    changed: Arc<Notify>,
+    stop: CancellationToken,
+    activity: crate::admin::WatchActivity,
+    strip: fn(&mut K),
+) where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    activity.register(
+        what,
+        Duration::from_secs(crate::kubeclient::SERVICES_WATCH_TIMEOUT_SECS.into()),
+    );
+    tokio::spawn(async move {
+        // Watch errors (401/403 included, S15) retry with a capped exponential back-off
+        // (kubeclient::WatchBackoff: 0.8 s doubling to 20 s, plus up to 25 %); each is logged with the resource and the
+        // server's message, which for RBAC names the verb.
+        // Objects are stripped to what vipd reads before they are cached (at 1000 Services,
+        // managedFields alone were 7 MB of a node's memory).
+        let mut stream = reflector::reflector(
+            writer,
+            watcher(
+                api,
+                watcher::Config::default().timeout(crate::kubeclient::SERVICES_WATCH_TIMEOUT_SECS),
+            )
+            .modify(strip),
+        )
+        .backoff(crate::kubeclient::WatchBackoff::default())
+        .boxed();
+        let mut failing = false;
+        loop {
+            let ev = tokio::select! {
+                _ = stop.cancelled() => return,
+                ev = stream.next() => ev,
+            };
+            match ev {
+                Some(Ok(_)) => {
+                    activity.touch(what);
+                    if failing {
+                        info!(resource = what, "watch recovered");
+                        failing = false;
+                    }
+                    changed.notify_one();
+                }
+                Some(Err(e)) => {
+                    warn!(resource = what, verb = "list/watch", error = %e, "watch failed; retrying with back-off");
+                    failing = true;
+                }
+                None => return,
+            }
+        }
+    });
+}
+
+/// `kubectl apply` keeps a copy of the whole object in this annotation; vipd never reads it.
+pub(super) const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops what the cache does not need from a Service: managedFields, labels, the selector
+/// and `kubectl apply`'s copy of the object. Annotations (kube-vip.io/*), the rest of the
+/// spec and the status stay.
+pub fn strip_service(svc: &mut Service) {
+    svc.metadata.managed_fields = None;
+    // Endpoints come from Endpoints / EndpointSlices; labels and the selector are unused.
+    svc.metadata.labels = None;
+    if let Some(spec) = svc.spec.as_mut() {
+        spec.selector = None;
+    }
+    if let Some(a) = svc.metadata.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+    }
+}
+
+/// Keeps of a Node only its name and `status.addresses` (a Node's status carries its image
+/// list, often tens of KiB).
+pub fn strip_node(node: &mut Node) {
+    let addresses = node.status.as_mut().and_then(|s| s.addresses.take());
+    *node = Node {
+        metadata: kube::api::ObjectMeta {
+            name: node.metadata.name.take(),
+            resource_version: node.metadata.resource_version.take(),
+            ..Default::default()
+        },
+        spec: None,
+        status: Some(k8s_openapi::api::core::v1::NodeStatus {
+            addresses,
+            ..Default::default()
+        }),
+    };
+}
+
+/// Drops managedFields and annotations from core Endpoints or an EndpointSlice (subsets,
+/// endpoints and the slice's labels, which name its Service, stay).
+pub fn strip_metadata<K: kube::Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    meta.annotations = None;
+}
+
+/// The endpoint cache, in whichever API form the server offers.
+pub(super) enum EndpointStore {
+    Endpoints(Store<Endpoints>),
+    Slices(Store<EndpointSlice>),
+}
+
+impl EndpointStore {
+    /// Resolves once the first full list is in (see `Store::wait_until_ready`).
+    pub(super) async fn wait_until_ready(&self) {
+        let _ = match self {
+            EndpointStore::Endpoints(s) => s.wait_until_ready().await,
+            EndpointStore::Slices(s) => s.wait_until_ready().await,
+        };
+    }
+
+    /// The `externalTrafficPolicy: Local` Services among `services` that no node has a
+    /// ready endpoint of (endpoints without a node name count for no node): announced
+    /// nowhere (S21).
+    pub(super) fn without_ready_endpoint(&self, services: &[Arc<Service>]) -> HashSet<ServiceKey> {
+        let with: HashSet<(String, String)> = match self {
+            EndpointStore::Endpoints(store) => store
+                .state()
+                .iter()
+                .filter(|e| {
+                    !super::endpoints::EndpointSource::Endpoints(e)
+                        .ready_nodes()
+                        .is_empty()
+                })
+                .map(|e| {
+                    (
+                        e.metadata.namespace.clone().unwrap_or_default(),
+                        e.metadata.name.clone().unwrap_or_default(),
+                    )
+                })
+                .collect(),
+            EndpointStore::Slices(store) => store
+                .state()
+                .iter()
+                .filter(|s| {
+                    !super::endpoints::EndpointSource::Slices(std::slice::from_ref(s.as_ref()))
+                        .ready_nodes()
+                        .is_empty()
+                })
+                .filter_map(|s| {
+                    let svc = s.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?.clone();
+                    Some((s.metadata.namespace.clone().unwrap_or_default(), svc))
+                })
+                .collect(),
+        };
+        services
+            .iter()
+            .filter(|s| {
+                s.spec
+                    .as_ref()
+                    .and_then(|sp| sp.external_traffic_policy.as_deref())
+                    == Some("Local")
+            })
+            .map(|s| ServiceKey::of(s))
+            .filter(|k| !with.contains(&(k.namespace.clone(), k.name.clone())))
+            .collect()
+    }
+
+    /// Services (namespace, name) with a ready endpoint on `node`.
+    pub(super) fn local_ready(&self, node: &str) -> HashSet<(String, String)> {
+        match self {
+            EndpointStore::Endpoints(store) => store
+                .state()
+                .iter()
+                .filter(|e| ready_local_endpoint_from_endpoints(e, node))
+                .map(|e| {
+                    (
+                        e.metadata.namespace.clone().unwrap_or_default(),
+                        e.metadata.name.clone().unwrap_or_default(),
+                    )
+                })
+                .collect(),
+            EndpointStore::Slices(store) => store
+                .state()
+                .iter()
+                .filter(|s| {
+                    ready_local_endpoint_from_slices(std::slice::from_ref(s.as_ref()), node)
+                })
+                .filter_map(|s| {
+                    let svc = s.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?.clone();
+                    Some((s.metadata.namespace.clone().unwrap_or_default(), svc))
+                })
+                .collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::services::endpoints::SERVICE_NAME_LABEL;
+    use crate::services::model;
+    use crate::services::runtime::*;
+
+    #[test]
+    fn strip_keeps_what_vipd_reads() {
+        use k8s_openapi::api::core::v1::{NodeAddress, NodeStatus};
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::ManagedFieldsEntry;
+        let mut svc = Service::default();
+        svc.metadata.name = Some("web".into());
+        svc.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
+        svc.metadata.annotations = Some(
+            [
+                (LAST_APPLIED.to_string(), "{...}".to_string()),
+                (model::ANN_VIP_HOST.to_string(), "node-a".to_string()),
+            ]
+            .into(),
+        );
+        strip_service(&mut svc);
+        assert_eq!(svc.metadata.managed_fields, None);
+        let ann = svc.metadata.annotations.unwrap_or_default();
+        assert_eq!(ann.len(), 1);
+        assert_eq!(
+            ann.get(model::ANN_VIP_HOST).map(String::as_str),
+            Some("node-a")
+        );
+
+        let mut node = Node::default();
+        node.metadata.name = Some("node-a".into());
+        node.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
+        node.status = Some(NodeStatus {
+            addresses: Some(vec![NodeAddress {
+                address: "192.0.2.21".into(),
+                type_: "InternalIP".into(),
+            }]),
+            images: Some(vec![Default::default(); 50]),
+            ..Default::default()
+        });
+        let mut slice = EndpointSlice::default();
+        slice.metadata.managed_fields = Some(vec![ManagedFieldsEntry::default()]);
+        slice.metadata.annotations = Some([("a".to_string(), "b".to_string())].into());
+        slice.metadata.labels = Some([(SERVICE_NAME_LABEL.to_string(), "web".to_string())].into());
+        strip_metadata(&mut slice);
+        assert_eq!(slice.metadata.managed_fields, None);
+        assert_eq!(slice.metadata.annotations, None);
+        assert_eq!(
+            slice
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(SERVICE_NAME_LABEL))
+                .map(String::as_str),
+            Some("web")
+        );
+
+        strip_node(&mut node);
+        assert_eq!(node.metadata.labels, None);
+        assert_eq!(node.status.as_ref().and_then(|s| s.images.as_ref()), None);
+        assert_eq!(
+            node_addresses(&[Arc::new(node)]).get(&"192.0.2.21".parse().unwrap()),
+            Some(&"node-a".to_string())
+        );
+    }
+}
