@@ -75,6 +75,23 @@ pub fn fence_lifetime(t: &Timing) -> Result<u32, FenceError> {
     u32::try_from(f).map_err(|_| FenceError::NoRoom { retry_ms, lease_ms })
 }
 
+/// Time kept between a VIP's expiry and the earliest takeover by another node (its lease
+/// duration after the last renewal it saw): the kernel's address expiry work runs late by
+/// up to a fraction of a second, and clocks run at slightly different rates.
+pub const FENCE_MARGIN: Duration = Duration::from_millis(250);
+
+/// The valid lifetime, in whole seconds, a VIP may get `age` after the last renewal request
+/// was sent: [`fence_lifetime`]'s `fence_secs`, cut so that the address is gone
+/// [`FENCE_MARGIN`] before `lease_duration` has passed since that send (no candidate takes
+/// the lease earlier). 0 (do not add or refresh) once less than a second is left, e.g. when
+/// a stale leadership update is acted on after the process was frozen. Pure.
+pub fn fence_grant(fence_secs: u32, lease_duration: Duration, age: Duration) -> u32 {
+    let left = lease_duration.saturating_sub(age.saturating_add(FENCE_MARGIN));
+    u32::try_from(left.as_secs())
+        .unwrap_or(u32::MAX)
+        .min(fence_secs)
+}
+
 /// One VIP this holder manages: the address and the interface to put it on (`None` =
 /// choose automatically, scenario S27).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -94,6 +111,9 @@ pub struct HolderConfig {
     pub check_interval: Duration,
     /// Kernel fence lifetime in seconds, see [`fence_lifetime`].
     pub fence_secs: u32,
+    /// The lease duration: a VIP's lifetime never reaches past the last renewal's send
+    /// time plus this, less [`FENCE_MARGIN`] (see [`fence_grant`]).
+    pub lease_duration: Duration,
     /// A link without carrier for longer than this closes the [`GATE_LINK`] gate (renew
     /// deadline).
     pub carrier_grace: Duration,
@@ -130,6 +150,7 @@ impl HolderConfig {
             arp_rate,
             check_interval: arp_rate.min(Duration::from_millis(500)),
             fence_secs: fence_lifetime(t)?,
+            lease_duration: t.lease_duration,
             carrier_grace: t.renew_deadline,
             skip_dad: true,
             probe_window: DEFAULT_PROBE_WINDOW,
@@ -834,12 +855,15 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         self.last_garp = Some(Instant::now());
     }
 
-    /// Seconds of fence lifetime left since the last renewal (whole seconds, rounded down
-    /// with one second of margin); `None` when not leading.
+    /// The lifetime a VIP may get now ([`fence_grant`] from the last renewal's send time);
+    /// `None` when not leading.
     fn fence_left(&self, now: Instant) -> Option<u32> {
         self.renewed_at.map(|r| {
-            let age = now.saturating_duration_since(r).as_secs();
-            u32::try_from(u64::from(self.cfg.fence_secs).saturating_sub(age + 1)).unwrap_or(0)
+            fence_grant(
+                self.cfg.fence_secs,
+                self.cfg.lease_duration,
+                now.saturating_duration_since(r),
+            )
         })
     }
 
@@ -1021,6 +1045,13 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// acquire announce at once.
     async fn refresh(&mut self, announce: bool) {
         let mut added = Vec::new();
+        // Never a full fence from a stale renewal (one sent before this process was frozen,
+        // acted on after it was continued): only what the lease still covers.
+        let lifetime = self.fence_left(Instant::now()).unwrap_or(0);
+        if lifetime == 0 {
+            debug!(holder = %self.name, "renewal too old to extend the fence; not refreshing");
+            return;
+        }
         for (i, spec) in self.vips.iter().enumerate() {
             let Some(link) = self.links.get(&i) else {
                 continue;
@@ -1031,7 +1062,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             let key = Quiet::Add(spec.vip.addr);
             if let Err(e) = self
                 .kernel
-                .add_or_refresh(link.index, spec.vip, self.cfg.fence_secs, self.cfg.skip_dad)
+                .add_or_refresh(link.index, spec.vip, lifetime, self.cfg.skip_dad)
                 .await
             {
                 if let Some(r) = self.quiet.observe(key, e.to_string(), Instant::now()) {

@@ -166,12 +166,12 @@ pub enum LeaderState {
         holder: Option<String>,
     },
     /// Leading. `term` grows with every acquisition; `renewed_at` is the monotonic instant
-    /// of the last successful acquire/renew (the VIP holder refreshes the kernel fence on
-    /// each change of it).
+    /// the last successful acquire/renew request was sent (the VIP holder refreshes the
+    /// kernel fence on each change of it, for no longer than the lease still covers).
     Leading {
         /// Acquisition counter of this process, starting at 1.
         term: u64,
-        /// When the lease was last written successfully by us.
+        /// When the request of our last successful lease write was sent.
         renewed_at: Instant,
         /// This term began by taking a lease that this process saw held by another holder
         /// and then released (vipd releases only after its VIP holder confirmed the VIPs
@@ -789,16 +789,19 @@ impl<C: LeaseClient> Elector<C> {
                         if let Some(m) = &self.metrics {
                             m.renew_latency(&lease, now - call_started);
                         }
-                        st.leading = Some((term, now));
+                        // A renewal counts from when its request was sent: the API server
+                        // may have written it at any moment after that, so the fence the VIP
+                        // holder derives from it never outlives the lease others see.
+                        st.leading = Some((term, call_started));
                         self.state_tx.send_replace(LeaderState::Leading {
                             term,
-                            renewed_at: now,
+                            renewed_at: call_started,
                             clean,
                         });
                     }
                     None => {
                         st.term += 1;
-                        st.leading = Some((st.term, now));
+                        st.leading = Some((st.term, call_started));
                         info!(%lease, term = st.term, "acquired lease; leading");
                         if let Some(m) = &self.metrics {
                             m.set_leading(&lease, true);
@@ -809,7 +812,7 @@ impl<C: LeaseClient> Elector<C> {
                         }
                         self.state_tx.send_replace(LeaderState::Leading {
                             term: st.term,
-                            renewed_at: now,
+                            renewed_at: call_started,
                             clean: released_before,
                         });
                     }

@@ -288,6 +288,54 @@ async fn settle() {
     tokio::time::sleep(Duration::from_millis(1)).await;
 }
 
+/// The fence granted from a renewal never reaches past its send time + lease duration -
+/// margin, whatever the delay before the holder acts on it.
+#[test]
+fn fence_grant_never_outlives_the_lease_others_see() {
+    let lease = Duration::from_secs(3);
+    let ms = Duration::from_millis;
+    assert_eq!(fence_grant(2, lease, ms(0)), 2);
+    assert_eq!(fence_grant(2, lease, ms(700)), 2);
+    assert_eq!(fence_grant(2, lease, ms(800)), 1);
+    assert_eq!(fence_grant(2, lease, ms(1700)), 1);
+    assert_eq!(fence_grant(2, lease, ms(1800)), 0);
+    assert_eq!(fence_grant(2, lease, Duration::from_secs(6)), 0);
+    for age_ms in (0..4000).step_by(10) {
+        let g = fence_grant(2, lease, ms(age_ms));
+        assert!(
+            ms(age_ms) + Duration::from_secs(u64::from(g)) + FENCE_MARGIN <= lease || g == 0,
+            "age {age_ms} ms: {g} s"
+        );
+    }
+    // kube-vip's 5/3/1: the 2 s fence is granted in full for the first 2.75 s.
+    assert_eq!(fence_grant(2, Duration::from_secs(5), ms(2700)), 2);
+}
+
+/// A leadership update sent before the process was frozen and acted on after it was
+/// continued must not re-arm the fence (found by the chaos soak: a frozen holder answered
+/// again for an address another node had taken over).
+#[tokio::test(start_paused = true)]
+async fn a_stale_renewal_does_not_re_arm_the_fence() {
+    let r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth0"));
+    settle().await;
+    let sent = Instant::now();
+    // Frozen for 5 s between sending the renewal and acting on it.
+    tokio::time::advance(Duration::from_secs(5)).await;
+    r.state.send_replace(LeaderState::Leading {
+        term: 1,
+        renewed_at: sent,
+        clean: true,
+    });
+    settle().await;
+    assert!(!r.kernel.has(vip4()), "no VIP from a renewal 5 s old");
+    // A fresh renewal binds it again, with the full fence.
+    lead(&r, 1, true);
+    settle().await;
+    assert!(r.kernel.has(vip4()));
+    let lft = r.kernel.0.lock().unwrap().adds.last().map(|(_, l)| *l);
+    assert_eq!(lft, Some(2));
+}
+
 #[test]
 fn fence_is_below_renew_deadline_and_above_retry() {
     let t = |l: u64, r: u64, p: u64| Timing {
@@ -439,9 +487,16 @@ async fn deleted_vip_is_readded_and_reannounced_within_the_check_interval() {
     tokio::time::sleep(Duration::from_millis(501)).await;
     assert!(r.kernel.has(vip4()));
     assert_eq!(r.ann.count(vip4()), before + 1);
-    // The re-add only gets what is left of the fence since the last renew.
+    // The re-add gets only what the lease still covers since the last renew (5 s lease:
+    // the whole 2 s fence at 0.5 s; see `fence_grant`).
     let adds = r.kernel.0.lock().unwrap().adds.clone();
-    assert_eq!(adds.last(), Some(&(vip4(), 1)));
+    assert_eq!(
+        adds.last(),
+        Some(&(
+            vip4(),
+            fence_grant(2, TIMING.lease_duration, Duration::from_millis(501))
+        ))
+    );
 }
 
 #[tokio::test(start_paused = true)]
