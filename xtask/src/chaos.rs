@@ -44,6 +44,8 @@ options:
                          target/{debug,release}/vipd (or $VIPD_BIN)
   --vipd PATH            vipd binary to use
   --orphan-leases-warn   report leases of deleted Services as a warning, not a violation
+  --canary               check the auditor end to end: put 192.0.2.250 on two nodes for 2 s
+                         after the warm-up; the run fails unless the auditor reports it
   --rss-growth-pct P     RSS growth (end over start, same process) counted as a violation
                          (default 20)
   -v, --verbose          print every fault as it is injected";
@@ -83,6 +85,10 @@ pub const LEASE_PREFIX: &str = "kubevip-";
 /// Annotation the soak sets to an increasing counter ("annotation change" that must not
 /// move anything).
 pub const TOUCH_ANNOTATION: &str = "chaos.vipd.dev/touch";
+/// Address of the `--canary` check: outside the pool, never a Service's.
+pub const CANARY_ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 250);
+/// How long the canary address stays on two nodes.
+pub const CANARY_HOLD: Duration = Duration::from_secs(2);
 /// nftables table the soak uses for partitions (never `vipd`).
 pub const PARTITION_TABLE: &str = "vipd_chaos_partition";
 
@@ -112,6 +118,9 @@ pub struct Options {
     pub vipd: Option<PathBuf>,
     /// Orphaned leases are a warning, not a violation.
     pub orphan_leases_warn: bool,
+    /// Put [`CANARY_ADDR`] on two nodes for [`CANARY_HOLD`] after the warm-up and require
+    /// the auditor to report it.
+    pub canary: bool,
     /// RSS growth threshold, percent.
     pub rss_growth_pct: f64,
     /// Print every fault.
@@ -133,6 +142,7 @@ impl Options {
             build: true,
             vipd: None,
             orphan_leases_warn: false,
+            canary: false,
             rss_growth_pct: 20.0,
             verbose: false,
         };
@@ -196,6 +206,7 @@ impl Options {
                 "--no-build" => o.build = false,
                 "--vipd" => o.vipd = Some(PathBuf::from(value("--vipd")?)),
                 "--orphan-leases-warn" => o.orphan_leases_warn = true,
+                "--canary" => o.canary = true,
                 "-v" | "--verbose" => o.verbose = true,
                 "-h" | "--help" => bail!("{USAGE}"),
                 other => bail!("unknown option {other:?}\n\n{USAGE}"),
@@ -689,6 +700,39 @@ pub fn leftovers(
         ));
     }
     out
+}
+
+/// Splits the violations about [`CANARY_ADDR`] from the others (pure).
+pub fn split_canary(found: Vec<Violation>) -> (Vec<Violation>, Vec<Violation>) {
+    let prefix = format!("{CANARY_ADDR} ");
+    found
+        .into_iter()
+        .partition(|x| x.detail.starts_with(&prefix))
+}
+
+/// Verdict of the `--canary` check (pure): the auditor must have reported the canary
+/// address as answered by two MACs and as answered without a Service. `Ok` describes what
+/// it saw; `Err` is the violation "the auditor missed it".
+pub fn canary_verdict(canary: &[Violation]) -> std::result::Result<String, Violation> {
+    let two = canary.iter().any(|x| x.kind == ViolationKind::TwoMacs);
+    let stale = canary.iter().any(|x| x.kind == ViolationKind::StaleAnswer);
+    if two && stale {
+        Ok(format!(
+            "detected as expected ({})",
+            canary
+                .iter()
+                .map(|x| x.detail.split(';').next().unwrap_or_default().to_string())
+                .collect::<Vec<_>>()
+                .join("; ")
+        ))
+    } else {
+        Err(v(
+            ViolationKind::TwoMacs,
+            format!(
+                "canary {CANARY_ADDR} on two nodes was not reported (two MACs: {two}, answered without a Service: {stale})"
+            ),
+        ))
+    }
 }
 
 /// Address `i` of the pool ([`POOL_FIRST`] + i), `None` past [`POOL_LAST`].
@@ -1437,6 +1481,7 @@ struct Report {
     rounds: usize,
     audited_s: f64,
     warnings: Vec<String>,
+    canary: Option<String>,
 }
 
 fn soak(c: &mut Chaos, o: &Options, rng: &mut fastrand::Rng) -> Result<Report> {
@@ -1446,6 +1491,9 @@ fn soak(c: &mut Chaos, o: &Options, rng: &mut fastrand::Rng) -> Result<Report> {
     }
     let mut universe: Vec<Ipv4Addr> = (0..).map_while(pool_address).collect();
     universe.push(lab::CONTROL_PLANE_VIP);
+    if o.canary {
+        universe.push(CANARY_ADDR);
+    }
     c.prober = Some(ArpRoundProber::start(
         &c.lab.netns_path("client")?,
         lab::ETH,
@@ -1477,6 +1525,26 @@ fn soak(c: &mut Chaos, o: &Options, rng: &mut fastrand::Rng) -> Result<Report> {
     report.rss_start = c.rss();
     // The fault table counts the fault phase only (the warm-up creates are not faults).
     c.faults.clear();
+    if o.canary {
+        // Two nodes answer for an address nobody owns: the auditor must see two MACs and
+        // an answer without a Service.
+        let cidr = format!("{CANARY_ADDR}/32");
+        let pair: Vec<String> = c.nodes.iter().take(2).cloned().collect();
+        for n in &pair {
+            c.lab
+                .exec(n, "ip", &["addr", "add", &cidr, "dev", lab::ETH])?;
+        }
+        std::thread::sleep(CANARY_HOLD);
+        for n in &pair {
+            c.lab
+                .exec(n, "ip", &["addr", "del", &cidr, "dev", lab::ETH])?;
+        }
+        println!(
+            "  canary: {CANARY_ADDR} was on {} for {} s",
+            pair.join(" and "),
+            CANARY_HOLD.as_secs()
+        );
+    }
     println!(
         "  warm-up done at {}: {} Services answered; faults start",
         secs(audit_from),
@@ -1553,7 +1621,14 @@ fn soak(c: &mut Chaos, o: &Options, rng: &mut fastrand::Rng) -> Result<Report> {
         universe,
     };
     let found = audit(&rounds, &c.tl, &params, &|m| c.node_of(m));
+    let (canary, found) = split_canary(found);
     c.violations.extend(found);
+    if o.canary {
+        match canary_verdict(&canary) {
+            Ok(msg) => report.canary = Some(msg),
+            Err(x) => c.violations.push(x),
+        }
+    }
     // Leases of deleted Services (vipd deletes them; the GC may lag by lease + grace).
     let deadline = Instant::now() + LEASE_GC_WAIT;
     let orphans = loop {
@@ -1718,6 +1793,9 @@ fn print_report(c: &Chaos, r: &Report, seed: u64, o: &Options) {
             format!("restarted during the run (pid {p0} -> {p1}), not compared")
         };
         println!("    {node}: {r0} -> {r1} ({same})");
+    }
+    if let Some(msg) = &r.canary {
+        println!("\n  canary: {msg}");
     }
     for w in &r.warnings {
         println!("\n  warning: {w}");
@@ -2055,6 +2133,27 @@ mod tests {
             let e = Options::parse(&args).unwrap_err().to_string();
             assert!(e.contains(needle), "{args:?}: {e}");
         }
+    }
+
+    #[test]
+    fn canary_needs_both_two_macs_and_stale_answer() {
+        let x = |kind, addr: Ipv4Addr| v(kind, format!("{addr} (-) something; more"));
+        let found = vec![
+            x(ViolationKind::TwoMacs, CANARY_ADDR),
+            x(ViolationKind::StaleAnswer, CANARY_ADDR),
+            x(ViolationKind::Unanswered, A),
+        ];
+        let (canary, rest) = split_canary(found);
+        assert_eq!(rest.len(), 1);
+        assert_eq!(rest[0].kind, ViolationKind::Unanswered);
+        let msg = canary_verdict(&canary).unwrap();
+        assert!(msg.contains("192.0.2.250 (-) something"), "{msg}");
+        assert!(canary_verdict(&canary[..1]).is_err());
+        assert!(canary_verdict(&[]).is_err());
+        assert!(
+            CANARY_ADDR > POOL_LAST,
+            "the canary is never a Service address"
+        );
     }
 
     #[test]

@@ -307,8 +307,8 @@ fn chaos_soak() -> Result<()> {
         eprintln!("==> chaos soak skipped (VIPD_CHAOS_MINUTES=0)");
         return Ok(());
     }
-    eprintln!("==> chaos soak: cargo xtask chaos --minutes {minutes} --no-build");
-    chaos::run(&["--minutes", minutes.trim(), "--no-build"])
+    eprintln!("==> chaos soak: cargo xtask chaos --minutes {minutes} --no-build --canary");
+    chaos::run(&["--minutes", minutes.trim(), "--no-build", "--canary"])
 }
 
 /// `test`: unit tests, then the lab tests (integration tests in tests/), the short chaos
