@@ -1431,6 +1431,14 @@ pub fn run(args: &[&str]) -> Result<()> {
         secs(answer_bound()),
         PROBE_SLACK.as_millis()
     );
+    // The commit the binaries were built from, taken before the run (it may be long).
+    let commit = workspace_commit();
+    let started_at = std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    println!("  commit {commit}, started {started_at}");
     let mut rng = fastrand::Rng::with_seed(seed);
     let lab = Lab::start(LabOptions::default())?;
     let mut macs = BTreeMap::new();
@@ -1464,7 +1472,7 @@ pub fn run(args: &[&str]) -> Result<()> {
         let _ = p.kill();
     }
     let report = result?;
-    print_report(&c, &report, seed, &o);
+    print_report(&c, &report, seed, &o, &commit);
     let n = c.violations.len();
     if n > 0 {
         bail!("chaos soak: {n} invariant violation(s) (seed {seed})");
@@ -1732,14 +1740,18 @@ fn soak(c: &mut Chaos, o: &Options, rng: &mut fastrand::Rng) -> Result<Report> {
     Ok(report)
 }
 
-fn print_report(c: &Chaos, r: &Report, seed: u64, o: &Options) {
-    let commit = std::process::Command::new("git")
-        .args(["rev-parse", "--short", "HEAD"])
+/// `git describe --always --dirty` of the workspace (empty when git fails).
+fn workspace_commit() -> String {
+    std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty"])
         .current_dir(lab::control_plane::workspace_root())
         .output()
         .ok()
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+fn print_report(c: &Chaos, r: &Report, seed: u64, o: &Options, commit: &str) {
     println!("\n== chaos soak result");
     println!(
         "  seed {seed}, {} min of faults, commit {commit}, {} probe rounds ({:.0} s audited), {} Services at the end",
