@@ -351,13 +351,13 @@ fn test(extra: &[&str]) -> Result<()> {
     }
     run_cargo(labt, "lab tests (tests/*.rs)")?;
 
-    if root {
-        chaos_soak()?;
-    }
+    // A failed soak is reported after the doc tests, which run either way.
+    let chaos = if root { chaos_soak() } else { Ok(()) };
 
     let mut doc = cargo();
     doc.args(["test", "--workspace", "--doc"]).args(extra);
     run_cargo(doc, "doc tests")?;
+    chaos.context("chaos soak")?;
 
     if root {
         let left: Vec<String> = lab::list_netns()?
