@@ -44,6 +44,9 @@ options:
                          target/{debug,release}/vipd (or $VIPD_BIN)
   --vipd PATH            vipd binary to use
   --orphan-leases-warn   report leases of deleted Services as a warning, not a violation
+  --faults LIST          only these fault kinds (comma list of kill, stop, term, link-cut,
+                         partition, api-freeze, api-restart, etcd-restart, services); to
+                         chase a finding. Default: all
   --canary               check the auditor end to end: put 192.0.2.250 on two nodes for 2 s
                          after the warm-up; the run fails unless the auditor reports it
   --rss-growth-pct P     RSS growth (end over start, same process) counted as a violation
@@ -121,6 +124,9 @@ pub struct Options {
     /// Put [`CANARY_ADDR`] on two nodes for [`CANARY_HOLD`] after the warm-up and require
     /// the auditor to report it.
     pub canary: bool,
+    /// Only these fault kinds (`None`: all); [`FaultKind::SvcCreate`] stands for the
+    /// Service-only episodes.
+    pub faults: Option<BTreeSet<FaultKind>>,
     /// RSS growth threshold, percent.
     pub rss_growth_pct: f64,
     /// Print every fault.
@@ -143,6 +149,7 @@ impl Options {
             vipd: None,
             orphan_leases_warn: false,
             canary: false,
+            faults: None,
             rss_growth_pct: 20.0,
             verbose: false,
         };
@@ -207,6 +214,7 @@ impl Options {
                 "--vipd" => o.vipd = Some(PathBuf::from(value("--vipd")?)),
                 "--orphan-leases-warn" => o.orphan_leases_warn = true,
                 "--canary" => o.canary = true,
+                "--faults" => o.faults = Some(parse_faults(value("--faults")?)?),
                 "-v" | "--verbose" => o.verbose = true,
                 "-h" | "--help" => bail!("{USAGE}"),
                 other => bail!("unknown option {other:?}\n\n{USAGE}"),
@@ -217,6 +225,34 @@ impl Options {
         }
         Ok(o)
     }
+}
+
+/// Parses the `--faults` list.
+///
+/// # Errors
+/// An unknown name (naming it) or an empty list.
+pub fn parse_faults(list: &str) -> Result<BTreeSet<FaultKind>> {
+    let mut out = BTreeSet::new();
+    for w in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+        out.insert(match w {
+            "kill" => FaultKind::Kill,
+            "stop" => FaultKind::Stop,
+            "term" => FaultKind::Term,
+            "link-cut" => FaultKind::LinkCut,
+            "partition" => FaultKind::Partition,
+            "api-freeze" => FaultKind::ApiFreeze,
+            "api-restart" => FaultKind::ApiRestart,
+            "etcd-restart" => FaultKind::EtcdRestart,
+            "services" => FaultKind::SvcCreate,
+            other => bail!(
+                "--faults: unknown fault {other:?} (expected kill, stop, term, link-cut, partition, api-freeze, api-restart, etcd-restart, services)"
+            ),
+        });
+    }
+    if out.is_empty() {
+        bail!("--faults: empty list {list:?}");
+    }
+    Ok(out)
 }
 
 // ----- the model the auditor judges ------------------------------------------------------
@@ -1194,7 +1230,12 @@ impl Chaos {
     }
 
     /// One episode: 1-2 faults, Service operations during the hold, heal, quiet.
-    fn episode(&mut self, rng: &mut fastrand::Rng, target_services: usize) -> Result<()> {
+    fn episode(
+        &mut self,
+        rng: &mut fastrand::Rng,
+        target_services: usize,
+        only: Option<&BTreeSet<FaultKind>>,
+    ) -> Result<()> {
         self.check_alive()?;
         const WEIGHTS: [(FaultKind, u32); 9] = [
             (FaultKind::Kill, 3),
@@ -1208,13 +1249,17 @@ impl Chaos {
             // Service operations only.
             (FaultKind::SvcCreate, 4),
         ];
-        let total: u32 = WEIGHTS.iter().map(|(_, w)| w).sum();
+        let weights: Vec<(FaultKind, u32)> = WEIGHTS
+            .into_iter()
+            .filter(|(k, _)| only.is_none_or(|o| o.contains(k)))
+            .collect();
+        let total: u32 = weights.iter().map(|(_, w)| w).sum::<u32>().max(1);
         let n_faults = if rng.u32(..100) < 70 { 1 } else { 2 };
         let mut chosen: Vec<(FaultKind, String)> = Vec::new();
         for _ in 0..n_faults {
             let mut x = rng.u32(..total);
             let mut kind = FaultKind::SvcCreate;
-            for (k, w) in WEIGHTS {
+            for (k, w) in weights.iter().copied() {
                 if x < w {
                     kind = k;
                     break;
@@ -1562,7 +1607,7 @@ fn soak(c: &mut Chaos, o: &Options, rng: &mut fastrand::Rng) -> Result<Report> {
     let end = Instant::now() + Duration::from_secs_f64(o.minutes * 60.0);
     let mut next_progress = Instant::now() + Duration::from_secs(60);
     while Instant::now() < end {
-        c.episode(rng, o.services)?;
+        c.episode(rng, o.services, o.faults.as_ref())?;
         if Instant::now() >= next_progress {
             next_progress += Duration::from_secs(60);
             let f: u64 = c.faults.values().sum();
@@ -2133,6 +2178,11 @@ mod tests {
         .unwrap();
         assert_eq!((o.seed, o.services, o.nodes), (Some(42), 10, 2));
         assert!(!o.build && o.orphan_leases_warn);
+        let o = Options::parse(&["--minutes", "1", "--faults", "stop, kill,services"]).unwrap();
+        assert_eq!(
+            o.faults,
+            Some([FaultKind::Stop, FaultKind::Kill, FaultKind::SvcCreate].into())
+        );
         for (args, needle) in [
             (vec![], "--minutes is required"),
             (vec!["--minutes", "0"], "--minutes"),
@@ -2141,6 +2191,8 @@ mod tests {
             (vec!["--minutes", "1", "--nodes", "4"], "--nodes: 4"),
             (vec!["--minutes", "1", "--seed", "-3"], "--seed: \"-3\""),
             (vec!["--minutes", "1", "--bogus"], "\"--bogus\""),
+            (vec!["--minutes", "1", "--faults", "stop,nap"], "\"nap\""),
+            (vec!["--minutes", "1", "--faults", ","], "--faults: empty"),
         ] {
             let e = Options::parse(&args).unwrap_err().to_string();
             assert!(e.contains(needle), "{args:?}: {e}");
