@@ -44,8 +44,8 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 
 pub use arp::{
-    ArpFrame, ArpOp, ArpWatcher, Capture, DEFAULT_WATCH_INTERVAL, MacAddr, MultiResponderInterval,
-    ProbeSlot, WatchReport,
+    ArpFrame, ArpOp, ArpRoundProber, ArpWatcher, Capture, DEFAULT_WATCH_INTERVAL, MacAddr,
+    MultiResponderInterval, ProbeRound, ProbeSlot, WatchReport,
 };
 pub use control_plane::{find_apiserver, vipd_binary};
 pub use error::{LabError, Result};
@@ -269,6 +269,50 @@ pub struct LabRecord {
     pub dir: PathBuf,
 }
 
+/// A control-plane process of the lab (see [`Lab::restart_control_plane`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ControlPlaneProcess {
+    /// etcd (ns `api`, 127.0.0.1:2379).
+    Etcd = 0,
+    /// kube-apiserver (ns `api`, :6443).
+    ApiServer = 1,
+}
+
+/// Command line of a control-plane process, kept to restart it.
+#[derive(Debug, Clone)]
+struct ControlPlaneCmd {
+    program: PathBuf,
+    args: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+/// etcd's command line in the lab (data in `data_dir`, client URL 127.0.0.1:2379).
+fn etcd_args(data_dir: &str) -> Vec<String> {
+    [
+        "--name",
+        "lab",
+        "--data-dir",
+        data_dir,
+        "--listen-client-urls",
+        "http://127.0.0.1:2379",
+        "--advertise-client-urls",
+        "http://127.0.0.1:2379",
+        "--listen-peer-urls",
+        "http://127.0.0.1:2380",
+        "--initial-advertise-peer-urls",
+        "http://127.0.0.1:2380",
+        "--initial-cluster",
+        "lab=http://127.0.0.1:2380",
+        "--log-level",
+        "warn",
+        "--logger",
+        "zap",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
 static LAB_COUNTER: AtomicU32 = AtomicU32::new(0);
 
 /// A running lab. See the [module documentation](self).
@@ -280,6 +324,8 @@ pub struct Lab {
     dir: PathBuf,
     created: Vec<String>,
     control_plane: Vec<LabProcess>,
+    /// How each `control_plane` process was started (same order), for restarts.
+    control_plane_cmds: Vec<ControlPlaneCmd>,
     local_apis: Mutex<HashMap<String, ThreadServer>>,
     http_backends: Mutex<HashMap<String, ThreadServer>>,
     admin_token: String,
@@ -339,6 +385,7 @@ impl Lab {
             dir,
             created: Vec::new(),
             control_plane: Vec::new(),
+            control_plane_cmds: Vec::new(),
             local_apis: Mutex::new(HashMap::new()),
             http_backends: Mutex::new(HashMap::new()),
             admin_token: control_plane::random_token()?,
@@ -559,29 +606,15 @@ impl Lab {
         let etcd = self.spawn(
             "api",
             "etcd",
-            &[
-                "--name",
-                "lab",
-                "--data-dir",
-                &etcd_dir_s,
-                "--listen-client-urls",
-                "http://127.0.0.1:2379",
-                "--advertise-client-urls",
-                "http://127.0.0.1:2379",
-                "--listen-peer-urls",
-                "http://127.0.0.1:2380",
-                "--initial-advertise-peer-urls",
-                "http://127.0.0.1:2380",
-                "--initial-cluster",
-                "lab=http://127.0.0.1:2380",
-                "--log-level",
-                "warn",
-                "--logger",
-                "zap",
-            ],
+            &etcd_args(&etcd_dir_s),
             &[("ETCD_UNSUPPORTED_ARCH", "")],
         )?;
         self.control_plane.push(etcd);
+        self.control_plane_cmds.push(ControlPlaneCmd {
+            program: PathBuf::from("etcd"),
+            args: etcd_args(&etcd_dir_s),
+            env: vec![("ETCD_UNSUPPORTED_ARCH".into(), String::new())],
+        });
         let p = |x: &Path| x.to_string_lossy().into_owned();
         let mut args: Vec<String> = vec![
             "--etcd-servers=http://127.0.0.1:2379".into(),
@@ -607,6 +640,11 @@ impl Lab {
         let argv: Vec<&str> = args.iter().map(String::as_str).collect();
         let api = self.spawn("api", apiserver, &argv, &[])?;
         self.control_plane.push(api);
+        self.control_plane_cmds.push(ControlPlaneCmd {
+            program: apiserver.to_path_buf(),
+            args,
+            env: Vec::new(),
+        });
 
         let started_cp = Instant::now();
         let deadline = started_cp + opts.ready_timeout;
@@ -653,6 +691,48 @@ impl Lab {
             })?;
         }
         Ok(())
+    }
+
+    /// Restarts etcd or kube-apiserver (chaos soak: "API server restart", "etcd restart"):
+    /// SIGCONT (in case it was frozen), SIGTERM, up to 10 s to exit, then SIGKILL; starts it
+    /// again with the same command line and data directory, and waits until the API
+    /// server's /readyz answers 200 again (at most `ready_timeout`).
+    ///
+    /// # Errors
+    /// [`LabError::Io`] when it cannot be stopped or started, [`LabError::Timeout`] when the
+    /// API server is not ready in time, [`LabError::Thread`] when a control-plane process
+    /// exits meanwhile.
+    pub fn restart_control_plane(
+        &mut self,
+        which: ControlPlaneProcess,
+        ready_timeout: Duration,
+    ) -> Result<()> {
+        let i = which as usize;
+        let cmd = self
+            .control_plane_cmds
+            .get(i)
+            .cloned()
+            .ok_or_else(|| LabError::Thread {
+                name: format!("{which:?}"),
+                detail: "not started by this lab".into(),
+            })?;
+        if let Some(p) = self.control_plane.get_mut(i) {
+            let _ = p.signal(Signal::SIGCONT);
+            p.stop(Duration::from_secs(10))?;
+        }
+        let env: Vec<(&str, &str)> = cmd
+            .env
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        let p = self.spawn("api", &cmd.program, &cmd.args, &env)?;
+        if let Some(slot) = self.control_plane.get_mut(i) {
+            *slot = p;
+        }
+        let deadline = Instant::now() + ready_timeout;
+        self.wait_api("kube-apiserver /readyz after a restart", deadline, |c| {
+            Ok(c.request("GET", "/readyz", None)?.status == 200)
+        })
     }
 
     /// Polls `check` (run with an admin client inside ns `api`) every 100 ms until it

@@ -6,11 +6,15 @@
 //! cargo xtask test       unit tests + lab tests (lab tests need root; skipped loudly if not)
 //! cargo xtask demo       the failover demo: vipd on three lab nodes, the holder stopped
 //!                        twice, the client's gap printed (see demo.rs)
+//! cargo xtask chaos --minutes N [--seed S]
+//!                        the chaos soak: random faults against 3 vipd nodes and 50
+//!                        Services while an auditor checks invariants (see chaos.rs)
 //! cargo xtask bench failover [--scenario ..] [--trials N] [--impl vipd|keepalived|both]
 //!                        failover figures for vipd and keepalived (see bench.rs)
 //! ```
 
 mod bench;
+mod chaos;
 mod demo;
 
 use std::path::PathBuf;
@@ -30,6 +34,9 @@ commands:
   test        cargo test --workspace: unit tests, then lab tests (need root)
   demo        vipd on three lab nodes, stop the holder (SIGTERM, then SIGKILL + link
               down), print the failover gaps the client saw; tears the lab down
+  chaos --minutes N [--seed S] [--services 50] [--nodes 3] [--orphan-leases-warn]
+              random faults against vipd on the lab nodes while an auditor checks
+              invariants; exits non-zero on any violation (`chaos --help`, docs/chaos.md)
   bench failover [--scenario LIST] [--trials N] [--impl vipd|keepalived|both]
               [--timings default,5/3/1,...]   failover figures (`bench failover --help`)
 
@@ -37,7 +44,8 @@ environment:
   VIPD_KUBE_APISERVER   path to kube-apiserver v1.20.2
   VIPD_LAB_ASSETS       folder with kube-apiserver-v1.20.2-linux-amd64.xz + SHA256SUMS
   VIPD_LAB_KEEP=1       keep lab directories (logs, kubeconfigs) after teardown
-  VIPD_LAB_TEST_THREADS test threads for lab tests (default 2)";
+  VIPD_LAB_TEST_THREADS test threads for lab tests (default 2)
+  VIPD_CHAOS_MINUTES    minutes of the chaos soak run by `test` as root (default 2, 0: skip)";
 
 /// Where `lab up` records the running lab.
 const STATE_FILE: &str = "/run/vipd-lab/up.json";
@@ -74,6 +82,7 @@ fn run() -> Result<()> {
         ["lab", "hold"] => lab_hold(),
         ["test", rest @ ..] => test(rest),
         ["demo"] => demo::run(),
+        ["chaos", rest @ ..] => chaos::run(rest),
         ["bench", "services", rest @ ..] => bench::services::run(rest),
         ["bench", rest @ ..] => bench::failover::run(rest),
         ["help" | "--help" | "-h"] | [] => {
@@ -289,7 +298,20 @@ fn run_cargo(mut cmd: Command, what: &str) -> Result<()> {
     Ok(())
 }
 
-/// `test`: unit tests, then the lab tests (integration tests in tests/), then doc tests.
+/// The short chaos soak of `cargo xtask test` (as root): `VIPD_CHAOS_MINUTES` minutes
+/// (default 2, `0` skips it) with the vipd binary the tests built.
+fn chaos_soak() -> Result<()> {
+    let minutes = std::env::var("VIPD_CHAOS_MINUTES").unwrap_or_else(|_| "2".into());
+    if minutes.trim() == "0" {
+        eprintln!("==> chaos soak skipped (VIPD_CHAOS_MINUTES=0)");
+        return Ok(());
+    }
+    eprintln!("==> chaos soak: cargo xtask chaos --minutes {minutes} --no-build --canary");
+    chaos::run(&["--minutes", minutes.trim(), "--no-build", "--canary"])
+}
+
+/// `test`: unit tests, then the lab tests (integration tests in tests/), the short chaos
+/// soak (root only), then doc tests.
 /// Extra arguments are passed to every `cargo test` before `--`.
 fn test(extra: &[&str]) -> Result<()> {
     let uid = nix::unistd::geteuid().as_raw();
@@ -328,9 +350,13 @@ fn test(extra: &[&str]) -> Result<()> {
     }
     run_cargo(labt, "lab tests (tests/*.rs)")?;
 
+    // A failed soak is reported after the doc tests, which run either way.
+    let chaos = if root { chaos_soak() } else { Ok(()) };
+
     let mut doc = cargo();
     doc.args(["test", "--workspace", "--doc"]).args(extra);
     run_cargo(doc, "doc tests")?;
+    chaos.context("chaos soak")?;
 
     if root {
         let left: Vec<String> = lab::list_netns()?

@@ -502,6 +502,167 @@ impl Drop for ArpWatcher {
     }
 }
 
+/// One round of an [`ArpRoundProber`]: who answered which address.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProbeRound {
+    /// When the round's requests were sent, relative to the prober's `epoch`.
+    pub t: Duration,
+    /// For each probed address that got an answer, the ARP sender hardware addresses of the
+    /// replies to this round's request. Addresses nobody answered are absent.
+    pub replies: std::collections::BTreeMap<Ipv4Addr, BTreeSet<MacAddr>>,
+}
+
+/// Probes many IPv4 addresses in rounds (the chaos soak's auditor): every `period` it sends
+/// one broadcast ARP request (RFC 826) per target, then for `window` records the replies
+/// sent to the prober itself (unicast to its MAC and IP), so gratuitous ARPs (broadcast)
+/// never count. Two MACs in one round's entry means two hosts answered the same request.
+#[derive(Debug)]
+pub struct ArpRoundProber {
+    stop: Arc<AtomicBool>,
+    rounds: Arc<Mutex<Vec<ProbeRound>>>,
+    handle: Option<JoinHandle<Result<()>>>,
+}
+
+impl ArpRoundProber {
+    /// Starts probing `targets` from `ifname` (sender address `source`) in the namespace at
+    /// `netns`; round times are measured from `epoch`. `window` must be shorter than
+    /// `period`. Returns once the socket is open.
+    ///
+    /// # Errors
+    /// [`LabError::Io`]/[`LabError::Thread`] when the namespace, interface or socket fails.
+    pub fn start(
+        netns: &Path,
+        ifname: &str,
+        source: Ipv4Addr,
+        targets: Vec<Ipv4Addr>,
+        period: Duration,
+        window: Duration,
+        epoch: Instant,
+    ) -> Result<ArpRoundProber> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let rounds = Arc::new(Mutex::new(Vec::new()));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<std::result::Result<(), String>>();
+        let (s, r, name) = (stop.clone(), rounds.clone(), ifname.to_string());
+        let window = window.min(period);
+        let handle = spawn_in_netns(netns, "arp-rounds", move || {
+            let (iface, mut tx, mut rx) = match open_channel(&name, Duration::from_millis(5)) {
+                Ok(c) => c,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e.to_string()));
+                    return Err(e);
+                }
+            };
+            let Some(my_mac) = iface.mac else {
+                let detail = format!("{name} has no MAC address");
+                let _ = ready_tx.send(Err(detail.clone()));
+                return Err(LabError::Thread {
+                    name: "arp-rounds".into(),
+                    detail,
+                });
+            };
+            let _ = ready_tx.send(Ok(()));
+            let requests: Vec<Vec<u8>> = targets
+                .iter()
+                .map(|t| arp_request(my_mac, source, *t))
+                .collect();
+            let wanted: BTreeSet<Ipv4Addr> = targets.iter().copied().collect();
+            let mut next = Instant::now();
+            while !s.load(Ordering::SeqCst) {
+                // Between rounds: drain (and drop) whatever arrives.
+                while Instant::now() < next && !s.load(Ordering::SeqCst) {
+                    let _ = rx.next();
+                }
+                let sent = Instant::now();
+                let mut round = ProbeRound {
+                    t: sent.saturating_duration_since(epoch),
+                    replies: Default::default(),
+                };
+                for req in &requests {
+                    let _ = tx.send_to(req, None);
+                }
+                while sent.elapsed() < window {
+                    let Ok(frame) = rx.next() else { continue };
+                    let Some(f) = parse_frame(frame, Duration::ZERO) else {
+                        continue;
+                    };
+                    if let (ArpOp::Reply, IpAddr::V4(from), IpAddr::V4(to)) =
+                        (f.op, f.sender_ip, f.target_ip)
+                        && to == source
+                        && f.eth_dst == my_mac
+                        && wanted.contains(&from)
+                    {
+                        round.replies.entry(from).or_default().insert(f.sender_mac);
+                    }
+                }
+                if let Ok(mut v) = r.lock() {
+                    v.push(round);
+                }
+                next = sent + period;
+            }
+            Ok(())
+        })?;
+        wait_ready(ready_rx, handle, "arp-rounds").map(|handle| ArpRoundProber {
+            stop,
+            rounds,
+            handle: Some(handle),
+        })
+    }
+
+    /// Number of rounds completed so far.
+    pub fn len(&self) -> usize {
+        self.rounds.lock().map(|v| v.len()).unwrap_or(0)
+    }
+
+    /// Whether no round has completed yet.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Rounds from index `from` on (the prober keeps running).
+    pub fn rounds_from(&self, from: usize) -> Vec<ProbeRound> {
+        self.rounds
+            .lock()
+            .map(|v| {
+                v.get(from..)
+                    .map(<[ProbeRound]>::to_vec)
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The most recent completed round, if any.
+    pub fn last(&self) -> Option<ProbeRound> {
+        self.rounds.lock().ok().and_then(|v| v.last().cloned())
+    }
+
+    /// Stops probing and returns every round.
+    ///
+    /// # Errors
+    /// [`LabError::Thread`] when the prober thread failed.
+    pub fn stop(mut self) -> Result<Vec<ProbeRound>> {
+        self.finish()?;
+        Ok(self.rounds_from(0))
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        self.stop.store(true, Ordering::SeqCst);
+        match self.handle.take().map(JoinHandle::join) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(LabError::Thread {
+                name: "arp-rounds".into(),
+                detail: "panicked".into(),
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for ArpRoundProber {
+    fn drop(&mut self) {
+        let _ = self.finish();
+    }
+}
+
 /// Builds a broadcast ARP request (RFC 826) from `mac`/`src` asking for `target`.
 pub fn arp_request(mac: MacAddr, src: Ipv4Addr, target: Ipv4Addr) -> Vec<u8> {
     let mut buf = vec![0u8; 42];
