@@ -27,12 +27,39 @@ pub struct Repeats {
     pub count: u64,
     /// Time since the previous line (zero for a first line).
     pub over: Duration,
+    /// The condition ended (a line from [`RepeatLimiter::clear`]): the count is of the
+    /// condition before it ended, not of the line it is appended to.
+    pub cleared: bool,
+}
+
+impl Repeats {
+    /// Both counts in one, for a line that reports two conditions ending together.
+    pub fn merge(self, other: Repeats) -> Repeats {
+        Repeats {
+            count: self.count + other.count,
+            over: self.over.max(other.over),
+            cleared: self.cleared || other.cleared,
+        }
+    }
 }
 
 impl fmt::Display for Repeats {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.count == 0 {
             return Ok(());
+        }
+        if self.cleared {
+            let what = if self.count == 1 {
+                "occurrence"
+            } else {
+                "occurrences"
+            };
+            return write!(
+                f,
+                " (after {} more {what} not logged in the last {} s)",
+                self.count,
+                self.over.as_secs()
+            );
         }
         write!(
             f,
@@ -93,6 +120,7 @@ impl<K: Eq + Hash, S: PartialEq> RepeatLimiter<K, S> {
                 let r = Repeats {
                     count: e.suppressed,
                     over: now.saturating_duration_since(e.logged_at),
+                    cleared: false,
                 };
                 *e = Entry {
                     state,
@@ -113,6 +141,7 @@ impl<K: Eq + Hash, S: PartialEq> RepeatLimiter<K, S> {
                 Some(Repeats {
                     count: 0,
                     over: Duration::ZERO,
+                    cleared: false,
                 })
             }
         }
@@ -124,6 +153,7 @@ impl<K: Eq + Hash, S: PartialEq> RepeatLimiter<K, S> {
         self.entries.remove(key).map(|e| Repeats {
             count: e.suppressed,
             over: now.saturating_duration_since(e.logged_at),
+            cleared: true,
         })
     }
 
@@ -167,7 +197,8 @@ mod tests {
             r,
             Some(Repeats {
                 count: 119,
-                over: W
+                over: W,
+                cleared: false,
             })
         );
         assert_eq!(
@@ -190,17 +221,25 @@ mod tests {
             l.observe(1, "b", t0 + Duration::from_secs(2)),
             Some(Repeats {
                 count: 1,
-                over: Duration::from_secs(2)
+                over: Duration::from_secs(2),
+                cleared: false,
             })
         );
         assert!(l.observe(1, "b", t0 + Duration::from_secs(3)).is_none());
         assert!(l.is_active(&1));
+        let cleared = l.clear(&1, t0 + Duration::from_secs(4));
         assert_eq!(
-            l.clear(&1, t0 + Duration::from_secs(4)),
+            cleared,
             Some(Repeats {
                 count: 1,
-                over: Duration::from_secs(2)
+                over: Duration::from_secs(2),
+                cleared: true,
             })
+        );
+        // A line saying the condition ended does not claim that line repeated.
+        assert_eq!(
+            cleared.map(|r| r.to_string()).as_deref(),
+            Some(" (after 1 more occurrence not logged in the last 2 s)")
         );
         assert!(!l.is_active(&1));
         assert_eq!(l.clear(&1, t0 + Duration::from_secs(5)), None, "once");

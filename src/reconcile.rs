@@ -384,6 +384,8 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     claims: Option<(mpsc::UnboundedSender<Claim>, mpsc::UnboundedReceiver<Claim>)>,
     /// Addresses refused because another host claims them, with its MAC.
     conflicts: Option<watch::Sender<Conflicts>>,
+    /// Addresses this holder holds now (see [`VipHolder::with_bound_reports`]).
+    bound: Option<watch::Sender<Vec<IpAddr>>>,
     /// When the current term's lease was last renewed, `None` while not leading.
     renewed_at: Option<Instant>,
     /// IPv4 VIPs pinned to their interface against ARP flux (S36).
@@ -461,6 +463,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             watches: Vec::new(),
             claims: None,
             conflicts: None,
+            bound: None,
             renewed_at: None,
             arp,
             quiet: RepeatLimiter::default(),
@@ -472,6 +475,15 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// into a Warning Event.
     pub fn with_conflict_reports(mut self, reports: watch::Sender<Conflicts>) -> Self {
         self.conflicts = Some(reports);
+        self
+    }
+
+    /// Publishes on `reports` the addresses this holder holds now: leading, the interface
+    /// resolved, and the conflict probe passed (or skipped after a clean handover); empty
+    /// while following. The Services side writes status only for these, so a Service's
+    /// status never names an address its holder refused or gave up.
+    pub fn with_bound_reports(mut self, reports: watch::Sender<Vec<IpAddr>>) -> Self {
+        self.bound = Some(reports);
         self
     }
 
@@ -506,6 +518,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         Box::pin(self.resolve_links()).await;
         self.gates.set(GATE_STARTING, true);
         loop {
+            self.publish_bound();
             // Checks run while leading, when configured for followers, and while a gate is
             // closed (to re-open it). Followers with nothing to check or acknowledge do not
             // tick: hundreds of Service groups per node would otherwise wake twice a second
@@ -853,6 +866,35 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             }
         }
         self.last_garp = Some(Instant::now());
+    }
+
+    /// Publishes the addresses held now (see [`VipHolder::with_bound_reports`]), only when
+    /// they change.
+    fn publish_bound(&self) {
+        let Some(tx) = &self.bound else {
+            return;
+        };
+        let now: Vec<IpAddr> = if self.renewed_at.is_some() {
+            self.vips
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| {
+                    self.links.get(i).is_some()
+                        && self.probes.get(*i).is_some_and(ProbeState::bound)
+                })
+                .map(|(_, s)| s.vip.addr)
+                .collect()
+        } else {
+            Vec::new()
+        };
+        tx.send_if_modified(|cur| {
+            if *cur != now {
+                *cur = now;
+                true
+            } else {
+                false
+            }
+        });
     }
 
     /// The lifetime a VIP may get now ([`fence_grant`] from the last renewal's send time);

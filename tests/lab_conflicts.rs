@@ -92,8 +92,25 @@ fn s33_foreign_address_never_bound_and_taken_once_free() {
     for _ in 0..25 {
         assert_eq!(holders(&lab, "192.0.2.77"), vec!["node-c".to_string()]);
         assert_eq!(holders(&lab, "192.0.2.12"), vec!["node-b".to_string()]);
+        // The status claims nothing the holder refused (the new-user trial saw ingress and
+        // vipHost naming the lease holder, and an AddressAnnounced Event).
+        for svc in ["foreign", "node-b-addr"] {
+            assert!(ingress_ips(&lab, svc).is_empty(), "{svc}: ingress written");
+            let host = get_service(&lab, svc).and_then(|s| {
+                s["metadata"]["annotations"]["kube-vip.io/vipHost"]
+                    .as_str()
+                    .map(str::to_string)
+            });
+            assert_eq!(host, None, "{svc}: vipHost written");
+        }
         std::thread::sleep(Duration::from_millis(200));
     }
+    assert!(
+        !events_in(&lab, "default", "foreign")
+            .iter()
+            .any(|(_, r, _)| r == "AddressAnnounced"),
+        "an AddressAnnounced Event for a refused address"
+    );
     let report12 = watch12.stop().expect("watch");
     assert_one_responder(&report12, &BTreeSet::from([mac_b]), "192.0.2.12");
     assert!(report12.answered_slots() > 50, "node-b kept answering");

@@ -850,10 +850,13 @@ impl<C: LeaseClient> Elector<C> {
     /// A lease call succeeded: failures logged before are over (one line saying so).
     fn calls_ok(&mut self) {
         let now = Instant::now();
-        for renewal in [true, false] {
-            if let Some(r) = self.quiet.clear(&renewal, now) {
-                info!(lease = %self.client.describe(), "lease calls succeed again{r}");
-            }
+        // Renewals and other calls fail together: one line when they work again.
+        let ended = match (self.quiet.clear(&true, now), self.quiet.clear(&false, now)) {
+            (Some(a), Some(b)) => Some(a.merge(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(r) = ended {
+            info!(lease = %self.client.describe(), "lease calls succeed again{r}");
         }
     }
 

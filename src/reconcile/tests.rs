@@ -194,6 +194,8 @@ struct Rig {
     gates: Gates,
     shutdown: CancellationToken,
     task: tokio::task::JoinHandle<()>,
+    /// What the holder reports as held (`with_bound_reports`).
+    bound: watch::Receiver<Vec<std::net::IpAddr>>,
 }
 
 fn rig(kernel: Arc<FakeKernel>, vips: Vec<Vip>, interface: Option<&str>) -> Rig {
@@ -256,6 +258,8 @@ fn rig_from(
     if let Some(rx) = updates {
         holder = holder.with_updates(rx);
     }
+    let (bound_tx, bound) = watch::channel(Vec::new());
+    holder = holder.with_bound_reports(bound_tx);
     let mut conflicts = None;
     if probing {
         let (tx, rx) = watch::channel(Vec::new());
@@ -279,6 +283,7 @@ fn rig_from(
             gates,
             shutdown,
             task,
+            bound,
         },
         conflicts,
     )
@@ -670,12 +675,21 @@ async fn lease_taken_after_expiry_probes_first_and_binds_after_a_quiet_window() 
     lead(&r, 1, false);
     settle().await;
     assert!(!r.kernel.has(vip4()), "not bound while probing");
+    assert!(
+        r.bound.borrow().is_empty(),
+        "not reported held while probing"
+    );
     assert_eq!(r.ann.count(vip4()), 0, "no announcement while probing");
     assert_eq!(monitor.probes(), vec![(2, vip4().addr)]);
     assert_eq!(monitor.watches(), 1);
     tokio::time::sleep(Duration::from_millis(60)).await;
     assert_eq!(monitor.probes().len(), 2, "two probes per window");
     assert!(r.kernel.has(vip4()), "bound after the window");
+    assert_eq!(
+        *r.bound.borrow(),
+        vec![vip4().addr],
+        "reported held once bound"
+    );
     assert_eq!(r.ann.count(vip4()), 1, "announced once bound");
     assert!(conflicts.borrow().is_empty());
     // Renewals keep it and do not probe again.
@@ -711,6 +725,7 @@ async fn address_answered_by_another_host_is_never_bound_and_taken_once_free() {
         lead(&r, 1, false);
         settle().await;
         assert!(!r.kernel.has(vip4()), "a claimed address is never bound");
+        assert!(r.bound.borrow().is_empty(), "nor reported held");
     }
     assert_eq!(r.ann.count(vip4()), 0);
     assert_eq!(

@@ -568,6 +568,7 @@ async fn group_task<K: Kernel, A: Announcer>(
     let initial = spec.borrow_and_update().clone();
     let (vips_tx, vips_rx) = watch::channel(initial.vips.clone());
     let (conflicts_tx, mut conflicts) = watch::channel(Vec::new());
+    let (bound_tx, mut bound) = watch::channel(Vec::new());
     let holder = VipHolder::new(
         &lease.to_string(),
         shared.kernel.clone(),
@@ -578,6 +579,7 @@ async fn group_task<K: Kernel, A: Announcer>(
     )
     .with_updates(vips_rx)
     .with_conflict_reports(conflicts_tx)
+    .with_bound_reports(bound_tx)
     .with_metrics(shared.metrics.clone());
     // The holder runs from the start, also while following: its local checks (interface
     // present, VIP not already on the node untagged) close the gates before this node
@@ -604,7 +606,8 @@ async fn group_task<K: Kernel, A: Announcer>(
                 current = spec.borrow_and_update().clone();
                 vips_tx.send_replace(current.vips.clone());
                 if leading {
-                    Box::pin(status.sync(&shared, &current, true)).await;
+                    let held = bound.borrow().clone();
+                    Box::pin(status.sync(&shared, &current, &held, true)).await;
                 }
             }
             r = state.changed() => {
@@ -614,7 +617,8 @@ async fn group_task<K: Kernel, A: Announcer>(
                 let now_leading = matches!(*state.borrow_and_update(), LeaderState::Leading { .. });
                 if now_leading && !leading {
                     status = StatusSync::default();
-                    Box::pin(status.sync(&shared, &current, true)).await;
+                    let held = bound.borrow().clone();
+                    Box::pin(status.sync(&shared, &current, &held, true)).await;
                 } else if !now_leading {
                     // The next holder writes its own status and Events.
                     status = StatusSync::default();
@@ -629,14 +633,27 @@ async fn group_task<K: Kernel, A: Announcer>(
                 // The Services cache changed: compare (no API call when it matches); while
                 // a retry is scheduled, the retry does the writing.
                 if leading && status.retry.at.is_none() {
-                    Box::pin(status.sync(&shared, &current, false)).await;
+                    let held = bound.borrow().clone();
+                    Box::pin(status.sync(&shared, &current, &held, false)).await;
                 }
             }
             _ = status.retry.wait() => {
                 if leading {
-                    Box::pin(status.sync(&shared, &current, true)).await;
+                    let held = bound.borrow().clone();
+                    Box::pin(status.sync(&shared, &current, &held, true)).await;
                 } else {
                     status.retry.at = None;
+                }
+            }
+            r = bound.changed() => {
+                if r.is_err() {
+                    break;
+                }
+                bound.borrow_and_update();
+                // The holder bound, refused or gave up an address: report what is held.
+                if leading {
+                    let held = bound.borrow().clone();
+                    Box::pin(status.sync(&shared, &current, &held, false)).await;
                 }
             }
             r = conflicts.changed() => {

@@ -247,10 +247,14 @@ impl StatusSync {
     /// vipHost) plus the pending announcement Events. `retrying`: also write when only
     /// Events are pending. On any failure, schedules a retry (back-off); on success,
     /// clears it.
+    /// `bound`: the addresses the VIP holder holds now; a Service is reported only with
+    /// those of its addresses (none bound yet, or all refused: nothing is claimed, and a
+    /// status this node wrote earlier is cleared).
     pub(super) async fn sync<K: Kernel, A: Announcer>(
         &mut self,
         shared: &Shared<K, A>,
         spec: &GroupSpec,
+        bound: &[IpAddr],
         retrying: bool,
     ) {
         let mut ok = true;
@@ -258,10 +262,37 @@ impl StatusSync {
         self.pending.retain(|k, _| keys.contains(k));
         self.announced.retain(|k| keys.contains(k));
         for (key, addrs, ports) in &spec.services {
-            let ingress = desired_ingress(addrs, ports);
             let cached = shared
                 .services
                 .get(&reflector::ObjectRef::new(&key.name).within(&key.namespace));
+            let addrs: Vec<IpAddr> = addrs
+                .iter()
+                .filter(|a| bound.contains(a))
+                .copied()
+                .collect();
+            if addrs.is_empty() {
+                // Not (or no longer) held here: claim nothing; take back a claim of ours.
+                self.pending.remove(key);
+                self.announced.remove(key);
+                let ours = cached
+                    .as_deref()
+                    .and_then(super::status::vip_host_of)
+                    .is_some_and(|h| h == shared.node);
+                if ours {
+                    match shared.status.clear(key).await {
+                        Ok(_) => {
+                            info!(service = %key, "address not held (refused or given up): status and vipHost cleared")
+                        }
+                        Err(e) => {
+                            warn!(service = %key, error = %e, "clearing status failed; retrying with back-off");
+                            ok = false;
+                        }
+                    }
+                }
+                continue;
+            }
+            let addrs = addrs.as_slice();
+            let ingress = desired_ingress(addrs, ports);
             let diff = status_diff(cached.as_deref(), &shared.node, addrs, &ingress);
             if let Some(ev) = diff.announce
                 && self.announced.insert(key.clone())

@@ -1423,7 +1423,10 @@ impl Chaos {
             .map(|(n, p)| {
                 (
                     n.clone(),
-                    (p.pid(), crate::bench::failover::rss_kib(p.pid()).unwrap_or(0)),
+                    (
+                        p.pid(),
+                        crate::bench::failover::rss_kib(p.pid()).unwrap_or(0),
+                    ),
                 )
             })
             .collect()
