@@ -1170,9 +1170,13 @@ pub fn run_trial(
     }
     let event_at = t0.duration_since(watch_t0);
     let w = watch_takeover(ctx, &holder, t0, takeover_limit(subject))?;
+    let opt_ms =
+        |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{} ms", d.as_millis()));
     ctx.say(format!(
-        "takeover by {:?} after {:?} (old gone after {:?})",
-        w.new_holder, w.takeover, w.old_gone
+        "takeover by {} after {} (old gone after {})",
+        w.new_holder.as_deref().unwrap_or("nobody"),
+        opt_ms(w.takeover),
+        opt_ms(w.old_gone)
     ));
     if w.max_carriers > 1
         && matches!(
