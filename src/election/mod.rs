@@ -311,7 +311,16 @@ pub struct Elector<C: LeaseClient> {
     /// [`crate::logging`]): a Lease API down for minutes logs once a minute, not at every
     /// back-off step.
     quiet: crate::logging::RepeatLimiter<bool, String>,
+    /// Asked before every acquisition (see [`Elector::with_acquire_check`]).
+    acquire_check: Option<AcquireCheck>,
 }
+
+/// Asked before this node acquires the lease (creates it, or takes it over after it was
+/// released or expired), never before a renewal: `false` skips the attempt, which is retried
+/// a retry period later. The Services side confirms with the API server that a Service
+/// still names the lease, so a node acting on a stale cache (frozen, partitioned, re-watching
+/// after an outage) cannot resurrect a deleted Service's address.
+pub type AcquireCheck = Arc<dyn Fn() -> futures::future::BoxFuture<'static, bool> + Send + Sync>;
 
 /// Mutable state of a running elector.
 struct Run {
@@ -362,12 +371,19 @@ impl<C: LeaseClient> Elector<C> {
                 metrics: None,
                 duplicate_tx: watch::Sender::new(None),
                 quiet: crate::logging::RepeatLimiter::default(),
+                acquire_check: None,
             },
             Leadership {
                 state: state_rx,
                 dropped: dropped_tx,
             },
         )
+    }
+
+    /// Asks `check` before every acquisition (see [`AcquireCheck`]).
+    pub fn with_acquire_check(mut self, check: AcquireCheck) -> Self {
+        self.acquire_check = Some(check);
+        self
     }
 
     /// Reports leadership, transitions, failovers and renew latency / failures to
@@ -709,6 +725,20 @@ impl<C: LeaseClient> Elector<C> {
         // A clean handover: released, and this process saw who held it before the release.
         let released_before =
             st.seen_other_holder && st.observed.as_ref().is_some_and(|o| !o.record.is_held());
+        let acquiring = st.leading.is_none()
+            && match standing {
+                Standing::Absent => st.absent_until.is_none_or(|t| now >= t),
+                Standing::Ours | Standing::Free => true,
+                Standing::HeldByOther { .. } => false,
+            };
+        if acquiring
+            && let Some(check) = &self.acquire_check
+            && !check().await
+        {
+            debug!(%lease, "not acquiring: the acquisition check says the lease serves nothing");
+            st.next_attempt = Instant::now() + self.timing.retry_period;
+            return;
+        }
         let result = match &standing {
             Standing::HeldByOther { holder, .. } => {
                 let under_our_name = *holder == self.identity;

@@ -870,3 +870,55 @@ async fn holder_learnt_from_the_watch_is_published() {
         "no campaign while a gate is closed"
     );
 }
+
+/// The acquisition check is asked before creating or taking over the lease, never before a
+/// renewal: `false` keeps the node from acquiring (a Service deleted while this node's cache
+/// was stale), `true` lets it acquire at the next attempt.
+#[tokio::test(start_paused = true)]
+async fn acquisition_waits_for_the_acquire_check() {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let server = FakeServer::new();
+    let allow = Arc::new(AtomicBool::new(false));
+    let asked = Arc::new(AtomicUsize::new(0));
+    let (a, q) = (allow.clone(), asked.clone());
+    let check: AcquireCheck = Arc::new(move || {
+        q.fetch_add(1, Ordering::SeqCst);
+        let ok = a.load(Ordering::SeqCst);
+        Box::pin(async move { ok })
+    });
+    let gates = Gates::default();
+    let client = FakeClient {
+        server: server.clone(),
+        who: "a".into(),
+    };
+    let (elector, leadership) = Elector::new(client, "a".into(), TIMING, &gates);
+    let elector = elector.with_acquire_check(check);
+    let stop = CancellationToken::new();
+    let stop_run = stop.clone();
+    tokio::spawn(async move {
+        elector.run(stop_run).await;
+    });
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        server.writes_by("a"),
+        0,
+        "no lease created while the check says no"
+    );
+    assert!(
+        asked.load(Ordering::SeqCst) >= 2,
+        "asked again every retry period"
+    );
+    allow.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(leadership.state.borrow().is_leading());
+    // Renewals do not ask.
+    let before = asked.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(leadership.state.borrow().is_leading());
+    assert_eq!(
+        asked.load(Ordering::SeqCst),
+        before,
+        "renewals are not checked"
+    );
+    stop.cancel();
+}

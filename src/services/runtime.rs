@@ -561,7 +561,12 @@ async fn group_task<K: Kernel, A: Announcer>(
     }
     let (elector, leadership) =
         Elector::new(client.clone(), shared.node.clone(), shared.timing, &gates);
-    let elector = elector.with_metrics(shared.metrics.clone());
+    let elector = elector
+        .with_metrics(shared.metrics.clone())
+        .with_acquire_check(service_still_exists(
+            shared.lease_client.clone(),
+            spec.clone(),
+        ));
     let mut duplicate = elector.duplicate_identity();
     let lease_key = ServiceKey::new(&lease.namespace, &lease.name);
     let mut state = leadership.state.clone();
@@ -717,6 +722,42 @@ async fn group_task<K: Kernel, A: Announcer>(
         }
     }
     end
+}
+
+/// The acquisition check of a group's elector ([`crate::election::AcquireCheck`]): a GET
+/// of its Services from the API server (not the cache) finds at least one that still exists
+/// and is not being deleted. A failed GET (API slow or down, RBAC) answers `true`: the lease
+/// call that follows needs the API anyway, and the check must never block a healthy
+/// takeover.
+fn service_still_exists(
+    client: kube::Client,
+    spec: watch::Receiver<GroupSpec>,
+) -> crate::election::AcquireCheck {
+    Arc::new(move || {
+        let keys: Vec<ServiceKey> = spec
+            .borrow()
+            .services
+            .iter()
+            .map(|(k, _, _)| k.clone())
+            .collect();
+        let client = client.clone();
+        Box::pin(async move {
+            for key in &keys {
+                let api: Api<Service> = Api::namespaced(client.clone(), &key.namespace);
+                match tokio::time::timeout(Duration::from_secs(2), api.get_opt(&key.name)).await {
+                    Ok(Ok(Some(svc))) if svc.metadata.deletion_timestamp.is_none() => return true,
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        debug!(service = %key, error = %e, "acquisition check: GET failed; not blocking");
+                        return true;
+                    }
+                    Err(_) => return true,
+                }
+            }
+            info!(services = ?keys, "not taking the lease: its Services no longer exist (the local cache is behind)");
+            false
+        })
+    })
 }
 
 /// Whether a retiring lease's handover is already done by what its elector saw (released,
