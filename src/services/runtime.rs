@@ -612,7 +612,8 @@ async fn group_task<K: Kernel, A: Announcer>(
                 vips_tx.send_replace(current.vips.clone());
                 if leading {
                     let held = bound.borrow().clone();
-                    Box::pin(status.sync(&shared, &current, &held, true)).await;
+                    let refused: Vec<IpAddr> = conflicts.borrow().iter().map(|(a, _)| *a).collect();
+                    Box::pin(status.sync(&shared, &current, &held, &refused, true)).await;
                 }
             }
             r = state.changed() => {
@@ -623,7 +624,8 @@ async fn group_task<K: Kernel, A: Announcer>(
                 if now_leading && !leading {
                     status = StatusSync::default();
                     let held = bound.borrow().clone();
-                    Box::pin(status.sync(&shared, &current, &held, true)).await;
+                    let refused: Vec<IpAddr> = conflicts.borrow().iter().map(|(a, _)| *a).collect();
+                    Box::pin(status.sync(&shared, &current, &held, &refused, true)).await;
                 } else if !now_leading {
                     // The next holder writes its own status and Events.
                     status = StatusSync::default();
@@ -639,13 +641,15 @@ async fn group_task<K: Kernel, A: Announcer>(
                 // a retry is scheduled, the retry does the writing.
                 if leading && status.retry.at.is_none() {
                     let held = bound.borrow().clone();
-                    Box::pin(status.sync(&shared, &current, &held, false)).await;
+                    let refused: Vec<IpAddr> = conflicts.borrow().iter().map(|(a, _)| *a).collect();
+                    Box::pin(status.sync(&shared, &current, &held, &refused, false)).await;
                 }
             }
             _ = status.retry.wait() => {
                 if leading {
                     let held = bound.borrow().clone();
-                    Box::pin(status.sync(&shared, &current, &held, true)).await;
+                    let refused: Vec<IpAddr> = conflicts.borrow().iter().map(|(a, _)| *a).collect();
+                    Box::pin(status.sync(&shared, &current, &held, &refused, true)).await;
                 } else {
                     status.retry.at = None;
                 }
@@ -658,7 +662,8 @@ async fn group_task<K: Kernel, A: Announcer>(
                 // The holder bound, refused or gave up an address: report what is held.
                 if leading {
                     let held = bound.borrow().clone();
-                    Box::pin(status.sync(&shared, &current, &held, false)).await;
+                    let refused: Vec<IpAddr> = conflicts.borrow().iter().map(|(a, _)| *a).collect();
+                    Box::pin(status.sync(&shared, &current, &held, &refused, false)).await;
                 }
             }
             r = conflicts.changed() => {

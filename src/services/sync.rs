@@ -247,14 +247,16 @@ impl StatusSync {
     /// vipHost) plus the pending announcement Events. `retrying`: also write when only
     /// Events are pending. On any failure, schedules a retry (back-off); on success,
     /// clears it.
-    /// `bound`: the addresses the VIP holder holds now; a Service is reported only with
-    /// those of its addresses (none bound yet, or all refused: nothing is claimed, and a
-    /// status this node wrote earlier is cleared).
+    /// `bound`: the addresses the VIP holder holds now; `refused`: those it refuses because
+    /// another host claims them. A Service is reported only with its bound addresses; with
+    /// none bound, nothing is written while they are being probed, and a status this node
+    /// wrote earlier is cleared once every one of them is refused.
     pub(super) async fn sync<K: Kernel, A: Announcer>(
         &mut self,
         shared: &Shared<K, A>,
         spec: &GroupSpec,
         bound: &[IpAddr],
+        refused: &[IpAddr],
         retrying: bool,
     ) {
         let mut ok = true;
@@ -265,15 +267,21 @@ impl StatusSync {
             let cached = shared
                 .services
                 .get(&reflector::ObjectRef::new(&key.name).within(&key.namespace));
+            let all_refused = !addrs.is_empty() && addrs.iter().all(|a| refused.contains(a));
             let addrs: Vec<IpAddr> = addrs
                 .iter()
                 .filter(|a| bound.contains(a))
                 .copied()
                 .collect();
             if addrs.is_empty() {
-                // Not (or no longer) held here: claim nothing; take back a claim of ours.
+                // Not held here (yet): claim nothing. Once every address is refused, take
+                // back a claim of ours; while they are only being probed, leave it (a
+                // restarted holder re-probing its own address must not flap the status).
                 self.pending.remove(key);
                 self.announced.remove(key);
+                if !all_refused {
+                    continue;
+                }
                 let ours = cached
                     .as_deref()
                     .and_then(super::status::vip_host_of)
