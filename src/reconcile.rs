@@ -825,6 +825,35 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         self.announce_added(&added);
     }
 
+    /// Sends one gratuitous ARP / unsolicited NA for `vip` on `link` and counts it; logs
+    /// "announced" at info when `loud` (else debug), a failure rate-limited, and the end
+    /// of a run of failures.
+    fn announce_one(&mut self, vip: Vip, link: &LinkInfo, loud: bool) {
+        match self.announcer.announce(link, vip) {
+            Ok(()) => {
+                if let Some(m) = &self.metrics {
+                    m.garp_sent(vip.addr);
+                }
+                if let Some(r) = self.quiet.clear(&Quiet::Announce(vip.addr), Instant::now()) {
+                    info!(holder = %self.name, %vip, "announcing works again{r}");
+                }
+                if loud {
+                    info!(holder = %self.name, %vip, interface = %link.name, "announced");
+                } else {
+                    debug!(holder = %self.name, %vip, "announced");
+                }
+            }
+            Err(e) => {
+                if let Some(r) =
+                    self.quiet
+                        .observe(Quiet::Announce(vip.addr), e.to_string(), Instant::now())
+                {
+                    warn!(holder = %self.name, %vip, interface = %link.name, error = %e, "announce failed{r}")
+                }
+            }
+        }
+    }
+
     /// Announces VIPs `idx` that were just added, at once: from the add's success, not from an
     /// address dump (a dump made while other holders add addresses can miss entries, and a
     /// VIP that is not announced is reached only after the clients' own neighbour
@@ -841,29 +870,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 }
                 continue;
             }
-            match self.announcer.announce(link, spec.vip) {
-                Ok(()) => {
-                    if let Some(m) = &self.metrics {
-                        m.garp_sent(spec.vip.addr);
-                    }
-                    if let Some(r) = self
-                        .quiet
-                        .clear(&Quiet::Announce(spec.vip.addr), Instant::now())
-                    {
-                        info!(holder = %self.name, vip = %spec.vip, "announcing works again{r}");
-                    }
-                    info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "announced");
-                }
-                Err(e) => {
-                    if let Some(r) = self.quiet.observe(
-                        Quiet::Announce(spec.vip.addr),
-                        e.to_string(),
-                        Instant::now(),
-                    ) {
-                        warn!(holder = %self.name, vip = %spec.vip, interface = %link.name, error = %e, "announce failed{r}")
-                    }
-                }
-            }
+            let (vip, link) = (spec.vip, link.clone());
+            self.announce_one(vip, &link, true);
         }
         self.last_garp = Some(Instant::now());
     }
@@ -1137,13 +1145,14 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 return;
             }
         };
-        for (i, spec) in self.vips.iter().enumerate() {
-            let Some(link) = self.links.get(&i) else {
+        for i in 0..self.vips.len() {
+            let vip = self.vips[i].vip;
+            let Some(link) = self.links.get(&i).cloned() else {
                 continue;
             };
             let here = present
                 .iter()
-                .find(|a| a.ifindex == link.index && a.vip.addr == spec.vip.addr && a.ours);
+                .find(|a| a.ifindex == link.index && a.vip.addr == vip.addr && a.ours);
             match here {
                 Some(a) if a.tentative || a.dad_failed => {
                     if !self.pending_na.contains(&i) {
@@ -1155,33 +1164,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 None => continue,
             }
             self.pending_na.retain(|p| *p != i);
-            match self.announcer.announce(link, spec.vip) {
-                Ok(()) => {
-                    if let Some(m) = &self.metrics {
-                        m.garp_sent(spec.vip.addr);
-                    }
-                    if let Some(r) = self
-                        .quiet
-                        .clear(&Quiet::Announce(spec.vip.addr), Instant::now())
-                    {
-                        info!(holder = %self.name, vip = %spec.vip, "announcing works again{r}");
-                    }
-                    if first {
-                        info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "announced");
-                    } else {
-                        debug!(holder = %self.name, vip = %spec.vip, "announced");
-                    }
-                }
-                Err(e) => {
-                    if let Some(r) = self.quiet.observe(
-                        Quiet::Announce(spec.vip.addr),
-                        e.to_string(),
-                        Instant::now(),
-                    ) {
-                        warn!(holder = %self.name, vip = %spec.vip, interface = %link.name, error = %e, "announce failed{r}")
-                    }
-                }
-            }
+            self.announce_one(vip, &link, first);
         }
         self.last_garp = Some(Instant::now());
     }
