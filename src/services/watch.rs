@@ -161,36 +161,18 @@ impl EndpointStore {
     /// ready endpoint of (endpoints without a node name count for no node): announced
     /// nowhere (S21).
     pub(super) fn without_ready_endpoint(&self, services: &[Arc<Service>]) -> HashSet<ServiceKey> {
-        let with: HashSet<(String, String)> = match self {
-            EndpointStore::Endpoints(store) => store
-                .state()
-                .iter()
-                .filter(|e| {
-                    !super::endpoints::EndpointSource::Endpoints(e)
-                        .ready_nodes()
-                        .is_empty()
-                })
-                .map(|e| {
-                    (
-                        e.metadata.namespace.clone().unwrap_or_default(),
-                        e.metadata.name.clone().unwrap_or_default(),
-                    )
-                })
-                .collect(),
-            EndpointStore::Slices(store) => store
-                .state()
-                .iter()
-                .filter(|s| {
-                    !super::endpoints::EndpointSource::Slices(std::slice::from_ref(s.as_ref()))
-                        .ready_nodes()
-                        .is_empty()
-                })
-                .filter_map(|s| {
-                    let svc = s.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?.clone();
-                    Some((s.metadata.namespace.clone().unwrap_or_default(), svc))
-                })
-                .collect(),
-        };
+        let with = self.services_with(
+            |e| {
+                !super::endpoints::EndpointSource::Endpoints(e)
+                    .ready_nodes()
+                    .is_empty()
+            },
+            |s| {
+                !super::endpoints::EndpointSource::Slices(std::slice::from_ref(s))
+                    .ready_nodes()
+                    .is_empty()
+            },
+        );
         services
             .iter()
             .filter(|s| {
@@ -206,11 +188,24 @@ impl EndpointStore {
 
     /// Services (namespace, name) with a ready endpoint on `node`.
     pub(super) fn local_ready(&self, node: &str) -> HashSet<(String, String)> {
+        self.services_with(
+            |e| ready_local_endpoint_from_endpoints(e, node),
+            |s| ready_local_endpoint_from_slices(std::slice::from_ref(s), node),
+        )
+    }
+
+    /// Services (namespace, name) whose Endpoints object (or one of whose EndpointSlices,
+    /// by their `kubernetes.io/service-name` label) passes the predicate for its API form.
+    fn services_with(
+        &self,
+        endpoints: impl Fn(&Endpoints) -> bool,
+        slice: impl Fn(&EndpointSlice) -> bool,
+    ) -> HashSet<(String, String)> {
         match self {
             EndpointStore::Endpoints(store) => store
                 .state()
                 .iter()
-                .filter(|e| ready_local_endpoint_from_endpoints(e, node))
+                .filter(|e| endpoints(e))
                 .map(|e| {
                     (
                         e.metadata.namespace.clone().unwrap_or_default(),
@@ -221,9 +216,7 @@ impl EndpointStore {
             EndpointStore::Slices(store) => store
                 .state()
                 .iter()
-                .filter(|s| {
-                    ready_local_endpoint_from_slices(std::slice::from_ref(s.as_ref()), node)
-                })
+                .filter(|s| slice(s))
                 .filter_map(|s| {
                     let svc = s.metadata.labels.as_ref()?.get(SERVICE_NAME_LABEL)?.clone();
                     Some((s.metadata.namespace.clone().unwrap_or_default(), svc))
