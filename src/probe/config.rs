@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use super::ProbeError;
 
+/// A duration string that [`parse_duration`] refused; the message names the value.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("invalid duration {value:?}: {reason} (expected e.g. \"100ms\", \"1s\", \"1.5s\", \"2m\")")]
 pub struct DurationError {
