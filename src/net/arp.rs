@@ -39,10 +39,17 @@ pub(crate) fn mac_of(mac: [u8; 6]) -> MacAddr {
 
 /// A gratuitous ARP frame (42 bytes: Ethernet + ARP, no padding; the NIC pads to 60) in ARP
 /// *request* form, as RFC 5227 §3 ("ARP Announcement") and RFC 5944 §4.6 describe and as the
-/// Linux kernel and kube-vip send it: Ethernet dst `ff:ff:ff:ff:ff:ff`, src `mac`, type 0x0806;
-/// ARP htype 1, ptype 0x0800, op 1 (request), sender MAC = `mac`, sender IP = target IP = `ip`,
-/// target MAC `00:00:00:00:00:00`.
+/// Linux kernel and kube-vip send it: `arp_request_frame` with sender IP = target IP = `ip`.
 pub fn garp_frame(mac: [u8; 6], ip: Ipv4Addr) -> Vec<u8> {
+    arp_request_frame(mac, ip, ip)
+}
+
+/// An Ethernet/IPv4 ARP request frame (RFC 826; 42 bytes: Ethernet + ARP, no padding; the NIC
+/// pads to 60): Ethernet dst `ff:ff:ff:ff:ff:ff`, src `mac`, type 0x0806; ARP htype 1, ptype
+/// 0x0800, op 1 (request), sender MAC = `mac`, sender IP `sender_ip`, target MAC
+/// `00:00:00:00:00:00`, target IP `target_ip`. The one builder behind the gratuitous ARP
+/// ([`garp_frame`]) and the RFC 5227 probe ([`super::conflict::arp_probe_frame`]).
+pub(crate) fn arp_request_frame(mac: [u8; 6], sender_ip: Ipv4Addr, target_ip: Ipv4Addr) -> Vec<u8> {
     let mut buf = vec![0u8; ETH_LEN + ARP_LEN];
     if let Some(mut eth) = MutableEthernetPacket::new(&mut buf) {
         eth.set_destination(MacAddr::broadcast());
@@ -55,9 +62,9 @@ pub fn garp_frame(mac: [u8; 6], ip: Ipv4Addr) -> Vec<u8> {
             arp.set_proto_addr_len(4);
             arp.set_operation(ArpOperations::Request);
             arp.set_sender_hw_addr(mac_of(mac));
-            arp.set_sender_proto_addr(ip);
+            arp.set_sender_proto_addr(sender_ip);
             arp.set_target_hw_addr(MacAddr::zero());
-            arp.set_target_proto_addr(ip);
+            arp.set_target_proto_addr(target_ip);
         }
     }
     buf

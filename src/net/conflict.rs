@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use pnet::packet::MutablePacket;
 use pnet::packet::Packet;
-use pnet::packet::arp::{ArpHardwareTypes, ArpOperations, ArpPacket, MutableArpPacket};
+use pnet::packet::arp::{ArpHardwareTypes, ArpOperations, ArpPacket};
 use pnet::packet::ethernet::{EtherTypes, EthernetPacket, MutableEthernetPacket};
 use pnet::packet::icmpv6::ndp::{
     MutableNeighborSolicitPacket, NdpOptionTypes, NeighborAdvertPacket, NeighborSolicitPacket,
@@ -29,12 +29,11 @@ use pnet::packet::icmpv6::ndp::{
 use pnet::packet::icmpv6::{self, Icmpv6Code, Icmpv6Packet, Icmpv6Types};
 use pnet::packet::ip::IpNextHeaderProtocols;
 use pnet::packet::ipv6::{Ipv6Packet, MutableIpv6Packet};
-use pnet::util::MacAddr;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
-use super::arp::{mac_of, send_frame};
+use super::arp::{arp_request_frame, mac_of, send_frame};
 use super::{LinkInfo, NetError, Vip};
 
 /// Ethernet header length in bytes.
@@ -50,24 +49,7 @@ const PACKET_OUTGOING: u8 = 4;
 /// with sender MAC `mac`, sender IP `0.0.0.0` (so no host updates its ARP cache from it),
 /// target MAC zero, target IP `target`. A host that has `target` answers it.
 pub fn arp_probe_frame(mac: [u8; 6], target: Ipv4Addr) -> Vec<u8> {
-    let mut buf = vec![0u8; ETH_LEN + 28];
-    if let Some(mut eth) = MutableEthernetPacket::new(&mut buf) {
-        eth.set_destination(MacAddr::broadcast());
-        eth.set_source(mac_of(mac));
-        eth.set_ethertype(EtherTypes::Arp);
-        if let Some(mut arp) = MutableArpPacket::new(eth.payload_mut()) {
-            arp.set_hardware_type(ArpHardwareTypes::Ethernet);
-            arp.set_protocol_type(EtherTypes::Ipv4);
-            arp.set_hw_addr_len(6);
-            arp.set_proto_addr_len(4);
-            arp.set_operation(ArpOperations::Request);
-            arp.set_sender_hw_addr(mac_of(mac));
-            arp.set_sender_proto_addr(Ipv4Addr::UNSPECIFIED);
-            arp.set_target_hw_addr(MacAddr::zero());
-            arp.set_target_proto_addr(target);
-        }
-    }
-    buf
+    arp_request_frame(mac, Ipv4Addr::UNSPECIFIED, target)
 }
 
 /// The solicited-node multicast address of `ip` (RFC 4291 §2.7.1: `ff02::1:ffXX:XXXX`) and
