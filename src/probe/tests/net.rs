@@ -144,17 +144,24 @@ async fn respond(mut stream: TcpStream, status: String, body: String) {
 /// Bound on a whole network test, so a bug fails it instead of hanging the suite.
 const TEST_BOUND: Duration = Duration::from_secs(30);
 
+/// Runs `cfg` until its limit ends the run (no shutdown), bounded by [`TEST_BOUND`]; returns
+/// the statistics and the outcomes in completion order.
+async fn probe_to_limit(cfg: &ProbeConfig) -> (ProbeStats, Vec<Outcome>) {
+    let mut seen = Vec::new();
+    let stats = tokio::time::timeout(
+        TEST_BOUND,
+        probe(cfg, std::future::pending(), |_, o| seen.push(o.clone())),
+    )
+    .await
+    .expect("the limit (and each request's timeout) ends the run");
+    (stats, seen)
+}
+
 #[tokio::test]
 async fn new_connection_per_request_and_count_limit() {
     let server = TestServer::start(Mode::Answer("node-a")).await;
     let cfg = server.config(10, 1000, Limit::Count(5));
-    let mut seen = Vec::new();
-    let stats = tokio::time::timeout(
-        TEST_BOUND,
-        probe(&cfg, std::future::pending(), |_, o| seen.push(o.clone())),
-    )
-    .await
-    .expect("count limit ends the run");
+    let (stats, seen) = probe_to_limit(&cfg).await;
     let s = stats.summary();
     assert_eq!((s.requests, s.successes, s.abandoned), (5, 5, 0));
     assert_eq!(s.backends, BTreeMap::from([("node-a".to_owned(), 5)]));
@@ -169,13 +176,7 @@ async fn new_connection_per_request_and_count_limit() {
 async fn schedule_is_not_delayed_by_hanging_requests() {
     let server = TestServer::start(Mode::Hang).await;
     let cfg = server.config(10, 300, Limit::Count(3));
-    let mut seen = Vec::new();
-    let stats = tokio::time::timeout(
-        TEST_BOUND,
-        probe(&cfg, std::future::pending(), |_, o| seen.push(o.clone())),
-    )
-    .await
-    .expect("timeouts end every request");
+    let (stats, mut seen) = probe_to_limit(&cfg).await;
     seen.sort_by_key(|o| o.seq);
     assert_eq!(seen.len(), 3);
     assert!(seen.iter().all(|o| o.result == Err(FailureKind::Timeout)));
@@ -196,10 +197,7 @@ async fn schedule_is_not_delayed_by_hanging_requests() {
 async fn http_status_is_a_failure() {
     let server = TestServer::start(Mode::Status(503)).await;
     let cfg = server.config(10, 1000, Limit::Count(2));
-    let stats = tokio::time::timeout(TEST_BOUND, probe(&cfg, std::future::pending(), |_, _| {}))
-        .await
-        .expect("ends");
-    let s = stats.summary();
+    let s = probe_to_limit(&cfg).await.0.summary();
     assert_eq!((s.successes, s.failures), (0, 2));
     assert_eq!(
         s.failures_by_kind,
@@ -353,9 +351,7 @@ async fn refused_connection_is_classified() {
     // Starting in Refuse mode, the port is closed before `start` returns.
     let server = TestServer::start(Mode::Refuse).await;
     let cfg = server.config(10, 1000, Limit::Count(1));
-    let s = probe(&cfg, std::future::pending(), |_, _| {})
-        .await
-        .summary();
+    let s = probe_to_limit(&cfg).await.0.summary();
     assert_eq!(server.accepted(), 0);
     assert_eq!(
         s.failures_by_kind,
