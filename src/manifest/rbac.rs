@@ -164,7 +164,8 @@ use Variant::{Always, CoreEndpoints, CoreEvents, EndpointSlices, EventsV1};
 use Verb::{Create, Delete, Get, List, Patch, Update, Watch};
 
 const LEASE_CLIENT: &str = "src/election/kube.rs";
-const STATUS: &str = "src/services/status.rs";
+const STATUS: &str = "src/services/status/writer.rs";
+const EVENTS: &str = "src/services/status/events.rs";
 const RUNTIME: &str = "src/services/runtime.rs";
 const LEASE_GC: &str = "src/services/lease_gc.rs";
 
@@ -180,10 +181,10 @@ pub const API_CALLS: &[ApiCall] = &[
     call::<Lease>(Update, LeaseNamespace, ControlPlane, Always, (LEASE_CLIENT, "self.api.replace(")),
     call::<Lease>(List, LeaseNamespace, ControlPlane, Always, (LEASE_CLIENT, "watcher(self.api.clone()")),
     call::<Lease>(Watch, LeaseNamespace, ControlPlane, Always, (LEASE_CLIENT, "watcher(self.api.clone()")),
-    call::<EventsV1Event>(Create, LeaseNamespace, ControlPlane, EventsV1, (STATUS, "events.create(")),
-    call::<EventsV1Event>(Patch, LeaseNamespace, ControlPlane, EventsV1, (STATUS, "events.patch(")),
-    call::<CoreEvent>(Create, LeaseNamespace, ControlPlane, CoreEvents, (STATUS, "core.create(")),
-    call::<CoreEvent>(Patch, LeaseNamespace, ControlPlane, CoreEvents, (STATUS, "core.patch(")),
+    call::<EventsV1Event>(Create, LeaseNamespace, ControlPlane, EventsV1, (EVENTS, "events.create(")),
+    call::<EventsV1Event>(Patch, LeaseNamespace, ControlPlane, EventsV1, (EVENTS, "events.patch(")),
+    call::<CoreEvent>(Create, LeaseNamespace, ControlPlane, CoreEvents, (EVENTS, "core.create(")),
+    call::<CoreEvent>(Patch, LeaseNamespace, ControlPlane, CoreEvents, (EVENTS, "core.patch(")),
     // Services: watches (reflectors) of Services, Nodes and endpoints.
     call::<Service>(List, ServiceNamespaces, Services, Always, (RUNTIME, "spawn_reflector(\n        \"services\"")),
     call::<Service>(Watch, ServiceNamespaces, Services, Always, (RUNTIME, "spawn_reflector(\n        \"services\"")),
@@ -197,10 +198,10 @@ pub const API_CALLS: &[ApiCall] = &[
     call::<Service>(Get, ServiceNamespaces, Services, Always, (STATUS, "api.get(&key.name)")),
     call::<Service>(Patch, ServiceNamespaces, Services, Always, (STATUS, "api.patch(&key.name")),
     status_call::<Service>(Patch, ServiceNamespaces, Services, (STATUS, "api.patch_status(")),
-    call::<EventsV1Event>(Create, ServiceNamespaces, Services, EventsV1, (STATUS, "events.create(")),
-    call::<EventsV1Event>(Patch, ServiceNamespaces, Services, EventsV1, (STATUS, "events.patch(")),
-    call::<CoreEvent>(Create, ServiceNamespaces, Services, CoreEvents, (STATUS, "core.create(")),
-    call::<CoreEvent>(Patch, ServiceNamespaces, Services, CoreEvents, (STATUS, "core.patch(")),
+    call::<EventsV1Event>(Create, ServiceNamespaces, Services, EventsV1, (EVENTS, "events.create(")),
+    call::<EventsV1Event>(Patch, ServiceNamespaces, Services, EventsV1, (EVENTS, "events.patch(")),
+    call::<CoreEvent>(Create, ServiceNamespaces, Services, CoreEvents, (EVENTS, "core.create(")),
+    call::<CoreEvent>(Patch, ServiceNamespaces, Services, CoreEvents, (EVENTS, "core.patch(")),
     // Services: leases (one per Service with svc_election, else the global one): the shared
     // watch (`LeaseHub`), each elector's get/create/replace, the delete of a gone Service's
     // lease by its last holder, the read for a DuplicateIdentity Event's uid; Events about the global lease.
@@ -213,10 +214,10 @@ pub const API_CALLS: &[ApiCall] = &[
     // The orphaned-lease collector (`services::lease_gc`, svc_election only).
     call::<Lease>(List, ServiceLeases, Services, Always, (LEASE_GC, "api.list(&lp)")),
     call::<Lease>(Delete, ServiceLeases, Services, Always, (LEASE_GC, "api.delete(&o.lease.name")),
-    call::<EventsV1Event>(Create, ServiceLeases, Services, EventsV1, (STATUS, "events.create(")),
-    call::<EventsV1Event>(Patch, ServiceLeases, Services, EventsV1, (STATUS, "events.patch(")),
-    call::<CoreEvent>(Create, ServiceLeases, Services, CoreEvents, (STATUS, "core.create(")),
-    call::<CoreEvent>(Patch, ServiceLeases, Services, CoreEvents, (STATUS, "core.patch(")),
+    call::<EventsV1Event>(Create, ServiceLeases, Services, EventsV1, (EVENTS, "events.create(")),
+    call::<EventsV1Event>(Patch, ServiceLeases, Services, EventsV1, (EVENTS, "events.patch(")),
+    call::<CoreEvent>(Create, ServiceLeases, Services, CoreEvents, (EVENTS, "core.create(")),
+    call::<CoreEvent>(Patch, ServiceLeases, Services, CoreEvents, (EVENTS, "core.patch(")),
     // The check that no control-plane VIP is a node's own address (`manager`).
     call::<Node>(List, Cluster, ControlPlane, Always, ("src/controlplane.rs", "api.list(&Default::default())")),
     // Only for kube-vip compatible manifests (`--enableNodeLabeling`).

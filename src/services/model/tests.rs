@@ -1,0 +1,438 @@
+use super::*;
+use k8s_openapi::api::core::v1::{ServicePort, ServiceSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn svc(name: &str, annotations: &[(&str, &str)], spec: ServiceSpec) -> Service {
+    Service {
+        metadata: ObjectMeta {
+            namespace: Some("default".into()),
+            name: Some(name.into()),
+            uid: Some(format!("uid-{name}")),
+            annotations: Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+fn lb_spec() -> ServiceSpec {
+    ServiceSpec {
+        type_: Some("LoadBalancer".into()),
+        ports: Some(vec![
+            ServicePort {
+                port: 80,
+                ..Default::default()
+            },
+            ServicePort {
+                port: 53,
+                protocol: Some("UDP".into()),
+                ..Default::default()
+            },
+        ]),
+        ..Default::default()
+    }
+}
+
+/// The fuzz-style table: annotation value -> (accepted in order, rejected values, dhcp).
+/// 48 values: valid, malformed, mixed families, duplicates, whitespace, DHCP.
+#[test]
+fn annotation_table() {
+    #[allow(clippy::type_complexity)]
+    let table: &[(&str, &[&str], &[&str], bool)] = &[
+        // valid, single and lists
+        ("192.0.2.5", &["192.0.2.5"], &[], false),
+        (
+            "192.0.2.5,192.0.2.6",
+            &["192.0.2.5", "192.0.2.6"],
+            &[],
+            false,
+        ),
+        ("2001:db8::5", &["2001:db8::5"], &[], false),
+        ("2001:DB8::5", &["2001:db8::5"], &[], false),
+        ("2001:db8:0:0:0:0:0:5", &["2001:db8::5"], &[], false),
+        ("198.51.100.1", &["198.51.100.1"], &[], false),
+        (
+            "10.0.0.1,172.16.0.1",
+            &["10.0.0.1", "172.16.0.1"],
+            &[],
+            false,
+        ),
+        ("192.0.2.255", &["192.0.2.255"], &[], false),
+        ("1.1.1.1", &["1.1.1.1"], &[], false),
+        // mixed families, order kept
+        (
+            "192.0.2.5,2001:db8::5",
+            &["192.0.2.5", "2001:db8::5"],
+            &[],
+            false,
+        ),
+        (
+            "2001:db8::5,192.0.2.5",
+            &["2001:db8::5", "192.0.2.5"],
+            &[],
+            false,
+        ),
+        (
+            "192.0.2.7,2001:db8::7,192.0.2.8",
+            &["192.0.2.7", "2001:db8::7", "192.0.2.8"],
+            &[],
+            false,
+        ),
+        // duplicates dropped (not rejected)
+        ("192.0.2.5,192.0.2.5", &["192.0.2.5"], &[], false),
+        ("2001:db8::5,2001:DB8:0::5", &["2001:db8::5"], &[], false),
+        (
+            "192.0.2.6,192.0.2.5,192.0.2.6",
+            &["192.0.2.6", "192.0.2.5"],
+            &[],
+            false,
+        ),
+        // DHCP markers
+        ("0.0.0.0", &[], &[], true),
+        ("::", &[], &[], true),
+        ("0:0:0:0:0:0:0:0", &[], &[], true),
+        ("0.0.0.0,192.0.2.5", &["192.0.2.5"], &[], true),
+        ("0.0.0.0,::", &[], &[], true),
+        // whitespace: rejected, not trimmed
+        (" 192.0.2.5", &[], &[" 192.0.2.5"], false),
+        ("192.0.2.5 ", &[], &["192.0.2.5 "], false),
+        (
+            "192.0.2.5, 192.0.2.6",
+            &["192.0.2.5"],
+            &[" 192.0.2.6"],
+            false,
+        ),
+        ("\t2001:db8::5", &[], &["\t2001:db8::5"], false),
+        (
+            "192.0.2.5,\n192.0.2.6",
+            &["192.0.2.5"],
+            &["\n192.0.2.6"],
+            false,
+        ),
+        ("192.0. 2.5", &[], &["192.0. 2.5"], false),
+        // malformed
+        ("192.0.2.300", &[], &["192.0.2.300"], false),
+        ("192.0.2.1/24", &[], &["192.0.2.1/24"], false),
+        ("2001:db8::/64", &[], &["2001:db8::/64"], false),
+        ("::ffff:zz", &[], &["::ffff:zz"], false),
+        ("192.0.2", &[], &["192.0.2"], false),
+        ("192.0.2.1.5", &[], &["192.0.2.1.5"], false),
+        ("192.0.2.05", &[], &["192.0.2.05"], false),
+        ("0x7f.0.0.1", &[], &["0x7f.0.0.1"], false),
+        ("example.com", &[], &["example.com"], false),
+        ("2001:db8::5::1", &[], &["2001:db8::5::1"], false),
+        ("[2001:db8::5]", &[], &["[2001:db8::5]"], false),
+        ("fe80::1%eth0", &[], &["fe80::1%eth0"], false),
+        ("192.0.2.5:80", &[], &["192.0.2.5:80"], false),
+        // empty entries
+        ("192.0.2.5,", &["192.0.2.5"], &[""], false),
+        (",192.0.2.5", &["192.0.2.5"], &[""], false),
+        (
+            "192.0.2.5,,192.0.2.6",
+            &["192.0.2.5", "192.0.2.6"],
+            &[""],
+            false,
+        ),
+        (" ", &[], &[" "], false),
+        // unusable kinds of address
+        ("127.0.0.1", &[], &["127.0.0.1"], false),
+        ("::1", &[], &["::1"], false),
+        ("224.0.0.5", &[], &["224.0.0.5"], false),
+        ("ff02::1", &[], &["ff02::1"], false),
+        ("169.254.1.1", &[], &["169.254.1.1"], false),
+        ("fe80::1", &[], &["fe80::1"], false),
+        ("255.255.255.255", &[], &["255.255.255.255"], false),
+        ("0.1.2.3", &[], &["0.1.2.3"], false),
+        ("::ffff:192.0.2.5", &[], &["::ffff:192.0.2.5"], false),
+        ("::192.0.2.5", &[], &["::192.0.2.5"], false),
+        // mixed good and bad: only the bad ones go
+        (
+            "192.0.2.5,192.0.2.300,2001:db8::5,::ffff:zz",
+            &["192.0.2.5", "2001:db8::5"],
+            &["192.0.2.300", "::ffff:zz"],
+            false,
+        ),
+    ];
+    assert!(table.len() >= 40, "table has {} rows", table.len());
+    for (text, accepted, rejected, dhcp) in table {
+        let p = parse_address_list(text);
+        let want: Vec<IpAddr> = accepted.iter().map(|a| ip(a)).collect();
+        let got_rej: Vec<&str> = p.rejected.iter().map(|r| r.value.as_str()).collect();
+        assert_eq!(p.addresses, want, "accepted for {text:?}");
+        assert_eq!(&got_rej, rejected, "rejected for {text:?}");
+        assert_eq!(p.dhcp, *dhcp, "dhcp for {text:?}");
+        assert_eq!(p.source, AddressSource::Annotation);
+    }
+}
+
+#[test]
+fn reasons_and_message_name_the_value() {
+    let p = parse_address_list("192.0.2.300,192.0.2.1/24, 192.0.2.5,::ffff:zz");
+    let reasons: Vec<RejectReason> = p.rejected.iter().map(|r| r.reason).collect();
+    assert_eq!(
+        reasons,
+        [
+            RejectReason::NotAnAddress,
+            RejectReason::Cidr,
+            RejectReason::Whitespace,
+            RejectReason::NotAnAddress
+        ]
+    );
+    let msg = p.rejection_message().unwrap();
+    assert!(
+        msg.starts_with("kube-vip.io/loadbalancerIPs: rejected "),
+        "{msg}"
+    );
+    for v in [
+        "\"192.0.2.300\"",
+        "\"192.0.2.1/24\"",
+        "\" 192.0.2.5\"",
+        "\"::ffff:zz\"",
+    ] {
+        assert!(msg.contains(v), "{msg} lacks {v}");
+    }
+    assert!(msg.contains("prefix length"), "{msg}");
+    assert_eq!(parse_address_list("192.0.2.1").rejection_message(), None);
+}
+
+#[test]
+fn duplicates_are_listed_as_written() {
+    let p = parse_address_list("2001:db8::5,2001:DB8::5,2001:db8::5");
+    assert_eq!(p.addresses, vec![ip("2001:db8::5")]);
+    assert_eq!(p.duplicates, vec!["2001:DB8::5", "2001:db8::5"]);
+    assert!(p.rejected.is_empty());
+}
+
+#[test]
+fn annotation_wins_over_spec() {
+    let mut spec = lb_spec();
+    spec.load_balancer_ip = Some("192.0.2.9".into());
+    let s = svc("a", &[(ANN_LOADBALANCER_IPS, "192.0.2.5")], spec.clone());
+    let p = addresses_of(&s);
+    assert_eq!(p.addresses, vec![ip("192.0.2.5")]);
+    assert_eq!(p.source, AddressSource::Annotation);
+
+    // An annotation with only bad entries still hides the spec (kube-vip's rule).
+    let s = svc("a", &[(ANN_LOADBALANCER_IPS, "bad")], spec.clone());
+    let p = addresses_of(&s);
+    assert!(p.addresses.is_empty());
+    assert_eq!(p.rejected.len(), 1);
+
+    // An empty annotation counts as absent.
+    let s = svc("a", &[(ANN_LOADBALANCER_IPS, "")], spec.clone());
+    let p = addresses_of(&s);
+    assert_eq!(
+        (p.addresses, p.source),
+        (vec![ip("192.0.2.9")], AddressSource::Spec)
+    );
+
+    let s = svc("a", &[], spec);
+    assert_eq!(addresses_of(&s).source, AddressSource::Spec);
+}
+
+#[test]
+fn spec_address_is_one_value() {
+    let mut spec = lb_spec();
+    spec.load_balancer_ip = Some("192.0.2.5,192.0.2.6".into());
+    let p = addresses_of(&svc("a", &[], spec));
+    assert!(p.addresses.is_empty());
+    assert_eq!(p.rejected[0].value, "192.0.2.5,192.0.2.6");
+    let msg = p.rejection_message().unwrap();
+    assert!(msg.starts_with("spec.loadBalancerIP: "), "{msg}");
+
+    let mut spec = lb_spec();
+    spec.load_balancer_ip = Some("0.0.0.0".into());
+    assert!(addresses_of(&svc("a", &[], spec)).dhcp);
+
+    let none = addresses_of(&svc("a", &[], lb_spec()));
+    assert_eq!(none, ParsedAddresses::default());
+    assert!(none.is_empty());
+}
+
+#[test]
+fn info_fields() {
+    let mut spec = lb_spec();
+    spec.external_traffic_policy = Some("Local".into());
+    spec.load_balancer_class = Some(DEFAULT_LB_CLASS.into());
+    let s = svc(
+        "web",
+        &[
+            (ANN_LOADBALANCER_IPS, "192.0.2.5"),
+            (ANN_SERVICE_INTERFACE, "eth1"),
+            (ANN_IGNORE, "True"),
+            (ANN_HWADDR, "02:00:00:00:00:01"),
+        ],
+        spec,
+    );
+    let i = service_info(&s);
+    assert_eq!(i.key.to_string(), "default/web");
+    assert_eq!(i.uid.as_deref(), Some("uid-web"));
+    assert!(i.is_load_balancer && i.etp_local);
+    assert!(!i.ignored, "only exactly \"true\" ignores, like kube-vip");
+    assert_eq!(i.interface.as_deref(), Some("eth1"));
+    assert_eq!(i.lease_name, "kubevip-web");
+    assert!(!i.lease_name_from_annotation);
+    assert_eq!(i.hwaddr.as_deref(), Some("02:00:00:00:00:01"));
+    assert_eq!(
+        i.ports,
+        vec![
+            PortProto {
+                port: 80,
+                protocol: "TCP".into()
+            },
+            PortProto {
+                port: 53,
+                protocol: "UDP".into()
+            }
+        ]
+    );
+
+    let s = svc("web", &[(ANN_LEASE_NAME, "shared")], lb_spec());
+    let i = service_info(&s);
+    assert_eq!(
+        (i.lease_name.as_str(), i.lease_name_from_annotation),
+        ("shared", true)
+    );
+    let s = svc("web", &[(ANN_LEASE_NAME, "")], lb_spec());
+    assert_eq!(service_info(&s).lease_name, "kubevip-web");
+}
+
+#[test]
+fn key_order_and_display() {
+    let mut keys = [
+        ServiceKey::new("b", "a"),
+        ServiceKey::new("a", "z"),
+        ServiceKey::new("a", "b"),
+    ];
+    keys.sort();
+    let shown: Vec<String> = keys.iter().map(ToString::to_string).collect();
+    assert_eq!(shown, ["a/b", "a/z", "b/a"]);
+}
+
+fn info_with(
+    class: Option<&str>,
+    annotations: &[(&str, &str)],
+    edit: impl FnOnce(&mut ServiceSpec),
+) -> ServiceInfo {
+    let mut spec = lb_spec();
+    spec.load_balancer_class = class.map(str::to_string);
+    edit(&mut spec);
+    let mut ann = vec![(ANN_LOADBALANCER_IPS, "192.0.2.5")];
+    ann.extend_from_slice(annotations);
+    service_info(&svc("s", &ann, spec))
+}
+
+#[test]
+fn selection_follows_kube_vip_legacy_class_rules() {
+    use Selection::Announce;
+    let cls = DEFAULT_LB_CLASS;
+    let none = info_with(None, &[], |_| {});
+    let ours = info_with(Some(cls), &[], |_| {});
+    let other = info_with(Some("metallb"), &[], |_| {});
+    // lb_class_only = false: no class and our class are announced.
+    assert_eq!(selection(&none, false, cls, None), Announce);
+    assert_eq!(selection(&ours, false, cls, None), Announce);
+    let other_skip = Selection::Skip(SkipReason::OtherClass {
+        class: "metallb".into(),
+    });
+    assert_eq!(selection(&other, false, cls, None), other_skip);
+    // lb_class_only = true: class required.
+    assert_eq!(
+        selection(&none, true, cls, None),
+        Selection::Skip(SkipReason::NoClass)
+    );
+    assert_eq!(selection(&ours, true, cls, None), Announce);
+    assert_eq!(selection(&other, true, cls, None), other_skip);
+    // Custom class name.
+    let custom = info_with(Some("corp/lb"), &[], |_| {});
+    assert_eq!(selection(&custom, true, "corp/lb", None), Announce);
+    assert!(matches!(
+        selection(&ours, true, "corp/lb", None),
+        Selection::Skip(SkipReason::OtherClass { .. })
+    ));
+}
+
+#[test]
+fn other_class_is_never_touched_even_with_bad_input() {
+    // Another class with ignore, bad lease name and no address: OtherClass wins, so the
+    // caller emits no Warning for it.
+    let i = info_with(
+        Some("metallb"),
+        &[(ANN_LEASE_NAME, "Bad_Name"), (ANN_IGNORE, "true")],
+        |s| s.external_traffic_policy = Some("Local".into()),
+    );
+    let sel = selection(&i, false, DEFAULT_LB_CLASS, None);
+    assert!(
+        matches!(&sel, Selection::Skip(r) if !r.warrants_warning()),
+        "{sel:?}"
+    );
+    assert!(matches!(
+        sel,
+        Selection::Skip(SkipReason::OtherClass { .. })
+    ));
+}
+
+#[test]
+fn selection_other_reasons() {
+    let cls = DEFAULT_LB_CLASS;
+    let skip = |i: &ServiceInfo, ns: Option<&str>| match selection(i, false, cls, ns) {
+        Selection::Skip(r) => Some(r),
+        Selection::Announce => None,
+    };
+    let cluster_ip = info_with(None, &[], |s| s.type_ = Some("ClusterIP".into()));
+    assert_eq!(skip(&cluster_ip, None), Some(SkipReason::NotLoadBalancer));
+    let ok = info_with(None, &[], |_| {});
+    assert_eq!(skip(&ok, Some("default")), None);
+    assert!(matches!(
+        skip(&ok, Some("kube-system")),
+        Some(SkipReason::OtherNamespace { .. })
+    ));
+    let ignored = info_with(None, &[(ANN_IGNORE, "true")], |_| {});
+    assert_eq!(skip(&ignored, None), Some(SkipReason::Ignored));
+    let bad_lease = info_with(None, &[(ANN_LEASE_NAME, "Bad_Name")], |_| {});
+    let r = skip(&bad_lease, None).unwrap();
+    assert!(r.warrants_warning());
+    assert!(r.to_string().contains("Bad_Name"), "{r}");
+    let local_lease = info_with(None, &[(ANN_LEASE_NAME, "shared")], |s| {
+        s.external_traffic_policy = Some("Local".into())
+    });
+    assert_eq!(
+        skip(&local_lease, None),
+        Some(SkipReason::LeaseNameWithLocalPolicy)
+    );
+    let shared = info_with(None, &[(ANN_LEASE_NAME, "shared")], |_| {});
+    assert_eq!(skip(&shared, None), None);
+    let no_addr = service_info(&svc("s", &[], lb_spec()));
+    assert_eq!(
+        selection(&no_addr, false, cls, None),
+        Selection::Skip(SkipReason::NoAddress)
+    );
+    let only_bad = service_info(&svc("s", &[(ANN_LOADBALANCER_IPS, "x")], lb_spec()));
+    assert_eq!(
+        selection(&only_bad, false, cls, None),
+        Selection::Skip(SkipReason::NoAddress)
+    );
+    let dhcp = service_info(&svc("s", &[(ANN_LOADBALANCER_IPS, "0.0.0.0")], lb_spec()));
+    assert_eq!(selection(&dhcp, false, cls, None), Selection::Announce);
+}
+
+#[test]
+fn dns_subdomain() {
+    for ok in ["kubevip-web", "a", "a.b-c.d", "0abc"] {
+        assert!(is_dns_subdomain(ok), "{ok}");
+    }
+    let long = "a".repeat(254);
+    for bad in ["", "A", "a_b", "-a", "a-", "a..b", ".a", long.as_str()] {
+        assert!(!is_dns_subdomain(bad), "{bad}");
+    }
+}

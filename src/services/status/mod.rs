@@ -1,0 +1,315 @@
+//! What the holder of a Service's addresses writes back, only when it changes:
+//! `status.loadBalancer.ingress`, the `kube-vip.io/vipHost` annotation and Events (also
+//! Events about a Lease: [`KubeStatusWriter::lease_event`], e.g. a duplicate identity).
+//!
+//! - [`desired_ingress`] / [`ingress_differs`] / [`event_name`] are pure.
+//! - Event names are deterministic ([`event_name`]): the same Event written by several
+//!   nodes or again after a restart is one object (409 AlreadyExists counts as written).
+//! - [`StatusWriter`] is the seam the orchestration talks to; [`KubeStatusWriter`] is the
+//!   kube-rs implementation, `MemoryStatusWriter` an in-memory one for unit tests
+//!   (`#[cfg(test)]` only).
+//!
+//! This file holds the vocabulary (Event kinds and reasons, [`ServiceEvent`], errors, the
+//! [`StatusWriter`] seam); `ingress.rs` the pure ingress / `vipHost` comparisons,
+//! `writer.rs` the Service reads and patches of [`KubeStatusWriter`], `events.rs` its
+//! Events (names, notes, series, failure logs), `memory.rs` the test writer.
+//!
+//! # When to call [`StatusWriter::clear`]
+//! kube-vip leaves the status and `vipHost` in place when a node stops holding a Service
+//! (the next holder overwrites them). vipd does the same on a hand-over, but a Service
+//! that is announced *nowhere* (externalTrafficPolicy Local with no ready endpoint,
+//! all addresses rejected, an address conflict, `kube-vip.io/ignore` added, class changed)
+//! would otherwise keep an ingress IP that does not answer, which misleads clients and
+//! tools (`kubectl get svc` shows an EXTERNAL-IP). So: call `clear` when the Service is no
+//! longer announced by any node, and only then (it is not the job of a node that merely
+//! lost the lease). Deleted Services need no clearing.
+//!
+//! # Old API servers and `ingress[].ports`
+//! `status.loadBalancer.ingress[].ports` exists since Kubernetes 1.20 but servers before
+//! 1.24 drop it unless the `MixedProtocolLBService` feature gate is on. [`KubeStatusWriter`]
+//! notices when the server dropped the ports it wrote and from then on compares without
+//! ports, so it does not rewrite the status on every call.
+
+use std::future::Future;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::LoadBalancerIngress;
+
+use super::model::ServiceKey;
+
+mod events;
+mod ingress;
+#[cfg(test)]
+mod memory;
+#[cfg(test)]
+mod tests;
+mod writer;
+
+pub use events::{event_name, truncate_note};
+pub use ingress::{desired_ingress, ingress_differs, ingress_differs_with, vip_host_of};
+#[cfg(test)]
+pub use memory::{MemoryServiceStatus, MemoryStatusWriter};
+pub use writer::KubeStatusWriter;
+
+/// Time limit of every single API request the [`KubeStatusWriter`] makes (2 s).
+pub const API_TIMEOUT: Duration = Duration::from_secs(2);
+/// `reportingController` of vipd's Events (events.k8s.io/v1).
+pub const REPORTING_CONTROLLER: &str = "vipd";
+/// Longest Event note the API accepts (events.k8s.io/v1: 1 kB); longer notes are cut.
+pub const MAX_NOTE_BYTES: usize = 1024;
+/// How long an identical Event is folded into a series instead of creating a new one
+/// (6 minutes, client-go's and kube-rs's value).
+pub const EVENT_SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+/// A failed Event write is logged at warn once per (reason, HTTP status) in this window
+/// (60 s); the next line after it gives the number of failures not logged meanwhile.
+pub const EVENT_FAILURE_LOG_WINDOW: Duration = Duration::from_secs(60);
+
+/// Event severity (events.k8s.io/v1 `type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// `Normal`: an address was announced by a node or moved.
+    Normal,
+    /// `Warning`: rejected input, conflicts, unsupported requests.
+    Warning,
+}
+
+impl EventKind {
+    /// The API's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Normal => "Normal",
+            EventKind::Warning => "Warning",
+        }
+    }
+}
+
+/// Reason of [`ServiceEvent::announced`].
+pub const REASON_ANNOUNCED: &str = "AddressAnnounced";
+/// Reason of a Warning naming a rejected Service address value.
+pub const REASON_INVALID_ADDRESS: &str = "InvalidAddress";
+/// Reason of a Warning about a Service address and port already used by another Service
+/// (the Service is not announced on it).
+pub const REASON_ADDRESS_CONFLICT: &str = "AddressConflict";
+/// Reason of [`ServiceEvent::address_in_use`].
+pub const REASON_ADDRESS_IN_USE: &str = "AddressInUse";
+/// Reason of a Warning about a Service that asks for a DHCP address (`0.0.0.0` / `::`).
+pub const REASON_DHCP_NOT_ENABLED: &str = "DHCPNotEnabled";
+/// Reason of a Warning about a Service skipped for a configuration the user should fix
+/// ([`super::model::SkipReason::warrants_warning`]).
+pub const REASON_INVALID_CONFIG: &str = "InvalidConfiguration";
+/// Reason of [`ServiceEvent::duplicate_identity`].
+pub const REASON_DUPLICATE_IDENTITY: &str = "DuplicateIdentity";
+/// Reason of a Warning about a Service address that is the control-plane VIP (refused:
+/// the control-plane lease governs that address, and no Service group announces it).
+pub const REASON_CONTROL_PLANE_ADDRESS: &str = "ControlPlaneAddress";
+/// Reason of a Warning about a Service address that is the network or broadcast address of
+/// a subnet connected to the node or of the VIP's own prefix (`vip_subnet`); see
+/// [`crate::net::subnet_edge_of`].
+pub const REASON_UNUSABLE_ADDRESS: &str = "UnusableAddress";
+/// Reason of a Warning about an `externalTrafficPolicy: Local` Service with no ready
+/// endpoint on any node: announced nowhere, its status and `vipHost` are cleared.
+pub const REASON_NO_LOCAL_ENDPOINT: &str = "NoLocalEndpoint";
+/// Reason of a Warning about a Service address that is a node's own address.
+pub const REASON_ADDRESS_OF_NODE: &str = "AddressOfNode";
+/// Reason of the log line (no Event) about a Service without any address.
+pub const REASON_NO_ADDRESS: &str = "NoAddress";
+
+/// One Event about a Service (or a Lease): events.k8s.io/v1 `type`, `reason`, `action` (both
+/// PascalCase, at most 128 characters) and `note` (human text, cut to
+/// [`MAX_NOTE_BYTES`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ServiceEvent {
+    /// Normal or Warning.
+    pub kind: EventKind,
+    /// Why (e.g. [`REASON_ANNOUNCED`]).
+    pub reason: String,
+    /// What vipd did or failed to do (e.g. `Announce`).
+    pub action: String,
+    /// The message shown by `kubectl describe`.
+    pub note: String,
+    /// What distinguishes this occurrence from an identical earlier one that is a separate
+    /// change (e.g. the Service's resourceVersion when a move was seen); empty for most
+    /// Events. Part of the Event's name ([`event_name`]), never shown.
+    pub change: String,
+}
+
+impl ServiceEvent {
+    /// A Warning with `reason` (PascalCase) and `note`, action `Announce`.
+    pub fn warning(reason: &str, note: String) -> Self {
+        ServiceEvent {
+            kind: EventKind::Warning,
+            reason: reason.into(),
+            action: "Announce".into(),
+            note,
+            change: String::new(),
+        }
+    }
+
+    /// The same Event marked as a separate change `change` (see [`ServiceEvent::change`]).
+    pub fn with_change(self, change: impl Into<String>) -> Self {
+        ServiceEvent {
+            change: change.into(),
+            ..self
+        }
+    }
+
+    /// Normal: `node` now announces `addresses` (`previous`: the node that did before, for
+    /// a move).
+    pub fn announced(node: &str, addresses: &[IpAddr], previous: Option<&str>) -> Self {
+        let list: Vec<String> = addresses.iter().map(ToString::to_string).collect();
+        let moved = match previous {
+            Some(p) if p != node => format!(" (moved from {p})"),
+            _ => String::new(),
+        };
+        ServiceEvent {
+            kind: EventKind::Normal,
+            reason: REASON_ANNOUNCED.into(),
+            action: "Announce".into(),
+            note: format!("{} announced by node {node}{moved}", list.join(", ")),
+            change: String::new(),
+        }
+    }
+
+    /// Warning: `node` holds the Service's lease, but another host (`other_mac`, as
+    /// `aa:bb:cc:dd:ee:ff`) answers ARP / neighbour discovery for `address` (RFC 5227
+    /// conflict), so `node` does not announce it and probes again with back-off.
+    pub fn address_in_use(address: IpAddr, other_mac: &str, node: &str) -> Self {
+        Self::warning(
+            REASON_ADDRESS_IN_USE,
+            format!(
+                "{address} is already answered by another host (MAC {other_mac}); node {node} \
+                 holds the lease but does not announce it, and probes again with back-off \
+                 until the address is free"
+            ),
+        )
+    }
+
+    /// Warning: another process writes lease `lease` (`namespace/name`) under this node's
+    /// identity `identity`, so this node does not hold the lease or its addresses while the
+    /// other one renews it.
+    pub fn duplicate_identity(identity: &str, lease: &str) -> Self {
+        ServiceEvent {
+            kind: EventKind::Warning,
+            reason: REASON_DUPLICATE_IDENTITY.into(),
+            action: "LeaderElection".into(),
+            note: format!(
+                "another vipd process writes lease {lease} under this node's identity \
+                 {identity}; node names (vip_nodename) must be unique. This process does not \
+                 hold the lease or its addresses while the other one renews it"
+            ),
+            change: String::new(),
+        }
+    }
+}
+
+/// What a write call did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// The object was changed.
+    Written,
+    /// Already as wanted; no write request was made.
+    Unchanged,
+    /// The Service does not exist (deleted meanwhile); nothing written.
+    NotFound,
+}
+
+/// A failed write, naming the object (a Service, or a Lease for
+/// [`KubeStatusWriter::lease_event`]) and the operation.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// The API answered with an error or the connection failed.
+    #[error("{kind} {key}: {op}: {source}")]
+    Api {
+        /// `Service` or `Lease`.
+        kind: &'static str,
+        /// The object's namespace and name.
+        key: ServiceKey,
+        /// What was attempted (e.g. `patch status.loadBalancer.ingress`).
+        op: &'static str,
+        /// The kube-rs error.
+        #[source]
+        source: kube::Error,
+    },
+    /// No answer within [`API_TIMEOUT`].
+    #[error("{kind} {key}: {op}: no answer within {after:?}")]
+    Timeout {
+        /// `Service` or `Lease`.
+        kind: &'static str,
+        /// The object's namespace and name.
+        key: ServiceKey,
+        /// What was attempted.
+        op: &'static str,
+        /// The limit ([`API_TIMEOUT`]).
+        after: Duration,
+    },
+}
+
+impl StatusError {
+    /// The HTTP status code of an API error (e.g. 403 for missing RBAC).
+    pub fn api_code(&self) -> Option<u16> {
+        match self {
+            StatusError::Api {
+                source: kube::Error::Api(s),
+                ..
+            } => Some(s.code),
+            _ => None,
+        }
+    }
+
+    /// The API said 404.
+    pub fn is_not_found(&self) -> bool {
+        self.api_code() == Some(404)
+    }
+}
+
+/// Writes what the holder reports about a Service. Every method writes only when
+/// something changes.
+pub trait StatusWriter: Send + Sync {
+    /// Sets `status.loadBalancer.ingress` to `ingress` (usually [`desired_ingress`]); an
+    /// empty list removes it.
+    ///
+    /// # Errors
+    /// [`StatusError`] naming the Service and the operation.
+    fn set_ingress(
+        &self,
+        key: &ServiceKey,
+        ingress: Vec<LoadBalancerIngress>,
+    ) -> impl Future<Output = Result<WriteOutcome, StatusError>> + Send;
+
+    /// Sets annotation `kube-vip.io/vipHost` to `node`.
+    ///
+    /// # Errors
+    /// [`StatusError`] naming the Service and the operation.
+    fn set_vip_host(
+        &self,
+        key: &ServiceKey,
+        node: &str,
+    ) -> impl Future<Output = Result<WriteOutcome, StatusError>> + Send;
+
+    /// Removes the ingress and the `vipHost` annotation: only when the Service is announced
+    /// by no node at all (see the module docs).
+    ///
+    /// # Errors
+    /// [`StatusError`] naming the Service and the operation.
+    fn clear(
+        &self,
+        key: &ServiceKey,
+    ) -> impl Future<Output = Result<WriteOutcome, StatusError>> + Send;
+
+    /// Records an Event on the Service. `uid` is the Service's `metadata.uid` when known
+    /// (`kubectl describe` matches Events by it); when `None` the writer looks it up.
+    /// Repeats of an identical Event by this process within [`EVENT_SERIES_WINDOW`] update
+    /// the first one's series (count) instead of creating new objects; an identical Event
+    /// already written by another node or before a restart (same [`event_name`]) is kept
+    /// as it is and counts as written.
+    ///
+    /// # Errors
+    /// [`StatusError`] naming the Service and the operation.
+    fn event(
+        &self,
+        key: &ServiceKey,
+        uid: Option<&str>,
+        event: &ServiceEvent,
+    ) -> impl Future<Output = Result<(), StatusError>> + Send;
+}

@@ -1,0 +1,249 @@
+//! [`KubeStatusWriter`]: the [`StatusWriter`] through kube-rs (the Service reads and
+//! patches; its Events are in `events.rs`).
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
+use kube::Api;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+
+use crate::manifest::rbac::EventApi;
+
+use super::events::{EventIdentity, FailureKey, Regarding, SeriesState};
+use super::ingress::{current_ingress, ingress_differs_with, vip_host_of};
+use super::{API_TIMEOUT, ServiceEvent, StatusError, StatusWriter, WriteOutcome};
+use crate::services::model::{ANN_VIP_HOST, ServiceKey};
+
+/// [`StatusWriter`] through kube-rs: status with a merge patch on the `status`
+/// subresource, the annotation with a merge patch on `metadata.annotations`, Events as
+/// events.k8s.io/v1 objects where the server serves them, else as core v1 Events (decided
+/// once, by API discovery before the first Event: [`KubeStatusWriter::event_api`]);
+/// `reportingController` / `source.component` [`REPORTING_CONTROLLER`](super::REPORTING_CONTROLLER),
+/// `reportingInstance` / `source.host` the node name. Each request is limited to
+/// [`API_TIMEOUT`].
+///
+/// Every write first reads the Service (one GET) and skips the write when nothing would
+/// change. A failed Event write is logged at warn with the object, reason and HTTP status,
+/// once per (reason, status) per [`EVENT_FAILURE_LOG_WINDOW`](super::EVENT_FAILURE_LOG_WINDOW). RBAC: the rows of
+/// [`crate::manifest::rbac::API_CALLS`] with call sites in this file and in `events.rs`.
+#[derive(Clone)]
+pub struct KubeStatusWriter {
+    pub(super) client: kube::Client,
+    pub(super) node: String,
+    /// The server dropped `ingress[].ports` once: compare without ports from then on.
+    pub(super) ports_dropped: Arc<AtomicBool>,
+    pub(super) series: Arc<Mutex<HashMap<EventIdentity, SeriesState>>>,
+    /// The Event API, once discovered (shared with clones).
+    pub(super) event_api: Arc<tokio::sync::OnceCell<EventApi>>,
+    /// Event write failures by (reason, HTTP status): when last logged, and how many were
+    /// not logged since.
+    pub(super) event_failures: Arc<Mutex<HashMap<FailureKey, (Instant, u32)>>>,
+}
+
+impl KubeStatusWriter {
+    /// A writer reporting as `node` (the Event `reportingInstance`, max 128 characters).
+    pub fn new(client: kube::Client, node: &str) -> Self {
+        KubeStatusWriter {
+            client,
+            node: node.to_string(),
+            ports_dropped: Arc::new(AtomicBool::new(false)),
+            series: Arc::new(Mutex::new(HashMap::new())),
+            event_api: Arc::new(tokio::sync::OnceCell::new()),
+            event_failures: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// A writer that uses `api` for Events without asking the server (tests, or a caller
+    /// that already knows).
+    pub fn with_event_api(self, api: EventApi) -> Self {
+        KubeStatusWriter {
+            event_api: Arc::new(tokio::sync::OnceCell::new_with(Some(api))),
+            ..self
+        }
+    }
+
+    /// The server was seen dropping `status.loadBalancer.ingress[].ports` (pre-1.24
+    /// without the `MixedProtocolLBService` gate).
+    pub fn server_drops_ingress_ports(&self) -> bool {
+        self.ports_dropped.load(Ordering::Relaxed)
+    }
+
+    fn services(&self, key: &ServiceKey) -> Api<Service> {
+        Api::namespaced(self.client.clone(), &key.namespace)
+    }
+
+    /// The Service, or `None` on 404.
+    async fn get(&self, key: &ServiceKey) -> Result<Option<Service>, StatusError> {
+        let api = self.services(key);
+        match timed(key, "get Service", api.get(&key.name)).await {
+            Ok(s) => Ok(Some(s)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn patch_ingress(
+        &self,
+        key: &ServiceKey,
+        ingress: &[LoadBalancerIngress],
+    ) -> Result<Option<Service>, StatusError> {
+        let value = if ingress.is_empty() {
+            serde_json::Value::Null
+        } else {
+            json!(ingress)
+        };
+        let patch = json!({ "status": { "loadBalancer": { "ingress": value } } });
+        let api = self.services(key);
+        let pp = PatchParams::default();
+        let patch = Patch::Merge(&patch);
+        let fut = api.patch_status(&key.name, &pp, &patch);
+        match timed(key, "patch status.loadBalancer.ingress", fut).await {
+            Ok(s) => Ok(Some(s)),
+            Err(e) if e.is_not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn patch_vip_host(
+        &self,
+        key: &ServiceKey,
+        node: Option<&str>,
+    ) -> Result<WriteOutcome, StatusError> {
+        let patch = json!({ "metadata": { "annotations": { ANN_VIP_HOST: node } } });
+        let api = self.services(key);
+        let pp = PatchParams::default();
+        let patch = Patch::Merge(&patch);
+        let fut = api.patch(&key.name, &pp, &patch);
+        match timed(key, "patch annotation kube-vip.io/vipHost", fut).await {
+            Ok(_) => Ok(WriteOutcome::Written),
+            Err(e) if e.is_not_found() => Ok(WriteOutcome::NotFound),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Notes a server that dropped the ports it was sent.
+    pub(super) fn learn_ports(&self, sent: &[LoadBalancerIngress], stored: &Service) {
+        let sent_ports = sent
+            .iter()
+            .any(|e| e.ports.as_ref().is_some_and(|p| !p.is_empty()));
+        let kept_ports = current_ingress(stored)
+            .iter()
+            .any(|e| e.ports.as_ref().is_some_and(|p| !p.is_empty()));
+        if sent_ports && !kept_ports && !self.ports_dropped.swap(true, Ordering::Relaxed) {
+            tracing::info!(
+                "the API server drops status.loadBalancer.ingress[].ports \
+                 (Kubernetes < 1.24 without MixedProtocolLBService); comparing without ports"
+            );
+        }
+    }
+}
+
+/// Runs one API request about a Service with [`API_TIMEOUT`], mapping errors to
+/// [`StatusError`].
+pub(super) async fn timed<T>(
+    key: &ServiceKey,
+    op: &'static str,
+    fut: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, StatusError> {
+    timed_as(Regarding::Service.kind(), key, op, fut).await
+}
+
+/// [`timed`] for an object of kind `kind`.
+pub(super) async fn timed_as<T>(
+    kind: &'static str,
+    key: &ServiceKey,
+    op: &'static str,
+    fut: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, StatusError> {
+    match tokio::time::timeout(API_TIMEOUT, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(source)) => Err(StatusError::Api {
+            kind,
+            key: key.clone(),
+            op,
+            source,
+        }),
+        Err(_) => Err(StatusError::Timeout {
+            kind,
+            key: key.clone(),
+            op,
+            after: API_TIMEOUT,
+        }),
+    }
+}
+
+impl StatusWriter for KubeStatusWriter {
+    async fn set_ingress(
+        &self,
+        key: &ServiceKey,
+        ingress: Vec<LoadBalancerIngress>,
+    ) -> Result<WriteOutcome, StatusError> {
+        let Some(current) = self.get(key).await? else {
+            return Ok(WriteOutcome::NotFound);
+        };
+        let compare_ports = !self.server_drops_ingress_ports();
+        if !ingress_differs_with(&current, &ingress, compare_ports) {
+            return Ok(WriteOutcome::Unchanged);
+        }
+        match self.patch_ingress(key, &ingress).await? {
+            Some(stored) => {
+                self.learn_ports(&ingress, &stored);
+                Ok(WriteOutcome::Written)
+            }
+            None => Ok(WriteOutcome::NotFound),
+        }
+    }
+
+    async fn set_vip_host(
+        &self,
+        key: &ServiceKey,
+        node: &str,
+    ) -> Result<WriteOutcome, StatusError> {
+        let Some(current) = self.get(key).await? else {
+            return Ok(WriteOutcome::NotFound);
+        };
+        if vip_host_of(&current) == Some(node) {
+            return Ok(WriteOutcome::Unchanged);
+        }
+        self.patch_vip_host(key, Some(node)).await
+    }
+
+    async fn clear(&self, key: &ServiceKey) -> Result<WriteOutcome, StatusError> {
+        let Some(current) = self.get(key).await? else {
+            return Ok(WriteOutcome::NotFound);
+        };
+        let mut outcome = WriteOutcome::Unchanged;
+        if !current_ingress(&current).is_empty() {
+            if self.patch_ingress(key, &[]).await?.is_none() {
+                return Ok(WriteOutcome::NotFound);
+            }
+            outcome = WriteOutcome::Written;
+        }
+        if vip_host_of(&current).is_some() {
+            outcome = self.patch_vip_host(key, None).await?;
+        }
+        Ok(outcome)
+    }
+
+    async fn event(
+        &self,
+        key: &ServiceKey,
+        uid: Option<&str>,
+        event: &ServiceEvent,
+    ) -> Result<(), StatusError> {
+        let uid = match uid {
+            Some(u) => Some(u.to_string()),
+            None => match self.get(key).await? {
+                Some(svc) => svc.metadata.uid,
+                // Gone: nothing to attach the Event to.
+                None => return Ok(()),
+            },
+        };
+        self.write_event(Regarding::Service, key, uid, event).await
+    }
+}
