@@ -91,24 +91,10 @@ pub const KUBEADM_ADMIN_CONF: &str = "/etc/kubernetes/admin.conf";
 /// # Errors
 /// [`ClientError::Address`] when it does not parse as a URI with a host.
 pub fn api_url(addr: &str) -> Result<http::Uri, ClientError> {
-    let text = if addr.contains("://") {
-        addr.to_string()
-    } else {
-        format!("https://{addr}")
-    };
-    let uri: http::Uri = text
-        .parse()
-        .map_err(|e: http::uri::InvalidUri| ClientError::Address {
-            value: addr.to_string(),
-            message: e.to_string(),
-        })?;
-    if uri.host().is_none() {
-        return Err(ClientError::Address {
-            value: addr.to_string(),
-            message: "no host".into(),
-        });
-    }
-    Ok(uri)
+    crate::syntax::uri_with_default_scheme(addr, "https").map_err(|message| ClientError::Address {
+        value: addr.to_string(),
+        message,
+    })
 }
 
 /// The kube-rs configuration from `k8s_config_file`, else in-cluster / `$KUBECONFIG` /

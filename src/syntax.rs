@@ -1,6 +1,7 @@
 //! Syntax rules vipd shares with Kubernetes and Go, written once: DNS-1123 names (as the
 //! API server validates object names) and Go's `strconv.ParseBool` (what kube-vip's cobra
-//! flags and env variables accept).
+//! flags and env variables accept), and the URL shorthand of `host[:port]` that kubectl's
+//! `--server` and curl accept.
 
 /// Kubernetes `IsDNS1123Label`: 1 to 63 lower-case letters, digits and `-`, starting and
 /// ending with a letter or digit (namespaces, Service names).
@@ -37,6 +38,28 @@ pub fn parse_go_bool(s: &str) -> Option<bool> {
 
 /// What [`parse_go_bool`] accepts, for error messages.
 pub const GO_BOOL_VALUES: &str = "1 t T TRUE true True 0 f F FALSE false False";
+
+/// `value` as a URI, with `default_scheme://` put in front when it names no scheme: `host`,
+/// `host:port` and `[v6]:port` are accepted as kubectl's `--server` and curl accept them.
+///
+/// # Errors
+///
+/// The reason as text (callers name the field and the value): the URI parser's message, or
+/// `missing host` when the URI's host is empty.
+pub fn uri_with_default_scheme(value: &str, default_scheme: &str) -> Result<http::Uri, String> {
+    let text = if value.contains("://") {
+        value.to_owned()
+    } else {
+        format!("{default_scheme}://{value}")
+    };
+    let uri: http::Uri = text
+        .parse()
+        .map_err(|e: http::uri::InvalidUri| e.to_string())?;
+    match uri.host() {
+        Some(h) if !h.trim_start_matches('[').trim_end_matches(']').is_empty() => Ok(uri),
+        _ => Err("missing host".to_owned()),
+    }
+}
 
 #[cfg(test)]
 mod tests {
@@ -78,5 +101,19 @@ mod tests {
         for bad in ["", "yes", "on", "tRUE", " true", "2"] {
             assert_eq!(parse_go_bool(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn uri_shorthand_gets_the_default_scheme() {
+        let u = uri_with_default_scheme("192.0.2.10:6443", "https").unwrap();
+        assert_eq!(u.to_string(), "https://192.0.2.10:6443/");
+        let u = uri_with_default_scheme("[2001:db8::1]:8080", "http").unwrap();
+        assert_eq!(u.host(), Some("[2001:db8::1]"));
+        assert_eq!(u.scheme_str(), Some("http"));
+        let u = uri_with_default_scheme("http://a.example:1", "https").unwrap();
+        assert_eq!(u.scheme_str(), Some("http"), "an explicit scheme is kept");
+        assert!(uri_with_default_scheme("https://", "https").is_err());
+        assert!(uri_with_default_scheme("http://[]:80", "https").is_err());
+        assert!(uri_with_default_scheme("a b", "https").is_err());
     }
 }

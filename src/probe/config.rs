@@ -136,14 +136,7 @@ impl Target {
             value: value.to_owned(),
             reason,
         };
-        let with_scheme = if value.contains("://") {
-            value.to_owned()
-        } else {
-            format!("http://{value}")
-        };
-        let uri: http::Uri = with_scheme
-            .parse()
-            .map_err(|e: http::uri::InvalidUri| invalid(e.to_string()))?;
+        let uri = crate::syntax::uri_with_default_scheme(value, "http").map_err(invalid)?;
         match uri.scheme_str() {
             Some("http") => {}
             Some(other) => return Err(invalid(format!("scheme {other:?} unsupported, use http"))),
@@ -160,9 +153,6 @@ impl Target {
             .trim_start_matches('[')
             .trim_end_matches(']')
             .to_owned();
-        if host.is_empty() {
-            return Err(invalid("missing host".to_owned()));
-        }
         // `Authority::port()` is `None` for an out-of-range port such as 99999: read the text
         // after the host instead, so that such a port is an error, not silently port 80.
         let port_text = authority
