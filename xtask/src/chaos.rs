@@ -28,6 +28,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+
+use crate::args::{parse_flags, whole_number};
 use xtask::lab::{
     self, ArpRoundProber, ControlPlaneProcess, Lab, LabAddress, LabOptions, LabProcess, MacAddr,
     ProbeRound, Signal,
@@ -153,22 +155,16 @@ impl Options {
             rss_growth_pct: 20.0,
             verbose: false,
         };
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            let mut value = |flag: &str| {
-                it.next()
-                    .copied()
-                    .ok_or_else(|| anyhow!("{flag} needs a value\n\n{USAGE}"))
-            };
+        parse_flags(args, USAGE, |a, value| {
             let number = |flag: &str, v: &str| -> Result<f64> {
                 v.parse::<f64>()
                     .ok()
                     .filter(|x| x.is_finite())
                     .ok_or_else(|| anyhow!("{flag}: {v:?} is not a number"))
             };
-            match *a {
+            match a {
                 "--minutes" => {
-                    let v = value("--minutes")?;
+                    let v = value()?;
                     let m = number("--minutes", v)?;
                     if !(m > 0.0 && m <= 24.0 * 60.0) {
                         bail!("--minutes: {v:?} is outside (0, 1440]");
@@ -176,34 +172,16 @@ impl Options {
                     o.minutes = m;
                 }
                 "--seed" => {
-                    let v = value("--seed")?;
+                    let v = value()?;
                     o.seed = Some(
                         v.parse()
                             .map_err(|_| anyhow!("--seed: {v:?} is not a whole number"))?,
                     );
                 }
-                "--services" => {
-                    let v = value("--services")?;
-                    let n: usize = v
-                        .parse()
-                        .map_err(|_| anyhow!("--services: {v:?} is not a whole number"))?;
-                    if !(1..=MAX_SERVICES).contains(&n) {
-                        bail!("--services: {n} is outside 1..={MAX_SERVICES}");
-                    }
-                    o.services = n;
-                }
-                "--nodes" => {
-                    let v = value("--nodes")?;
-                    let n: usize = v
-                        .parse()
-                        .map_err(|_| anyhow!("--nodes: {v:?} is not a whole number"))?;
-                    if !(2..=lab::NODES.len()).contains(&n) {
-                        bail!("--nodes: {n} is outside 2..={}", lab::NODES.len());
-                    }
-                    o.nodes = n;
-                }
+                "--services" => o.services = whole_number(a, value()?, 1..=MAX_SERVICES)?,
+                "--nodes" => o.nodes = whole_number(a, value()?, 2..=lab::NODES.len())?,
                 "--rss-growth-pct" => {
-                    let v = value("--rss-growth-pct")?;
+                    let v = value()?;
                     let p = number("--rss-growth-pct", v)?;
                     if p < 0.0 {
                         bail!("--rss-growth-pct: {v:?} is negative");
@@ -211,15 +189,15 @@ impl Options {
                     o.rss_growth_pct = p;
                 }
                 "--no-build" => o.build = false,
-                "--vipd" => o.vipd = Some(PathBuf::from(value("--vipd")?)),
+                "--vipd" => o.vipd = Some(PathBuf::from(value()?)),
                 "--orphan-leases-warn" => o.orphan_leases_warn = true,
                 "--canary" => o.canary = true,
-                "--faults" => o.faults = Some(parse_faults(value("--faults")?)?),
+                "--faults" => o.faults = Some(parse_faults(value()?)?),
                 "-v" | "--verbose" => o.verbose = true,
-                "-h" | "--help" => bail!("{USAGE}"),
-                other => bail!("unknown option {other:?}\n\n{USAGE}"),
+                _ => return Ok(false),
             }
-        }
+            Ok(true)
+        })?;
         if o.minutes.is_nan() {
             bail!("--minutes is required\n\n{USAGE}");
         }

@@ -41,10 +41,12 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+
+use crate::args::parse_flags;
 use serde::{Deserialize, Serialize};
 use xtask::lab::{self, ArpWatcher, Lab, LabOptions, LabProcess, MacAddr, NODES, Signal};
 
-use super::stats::percentile;
+use super::stats::{ms, percentile};
 
 /// The control-plane VIP every trial moves (192.0.2.10).
 pub const VIP: Ipv4Addr = lab::CONTROL_PLANE_VIP;
@@ -244,16 +246,10 @@ impl BenchOptions {
             idle: true,
             verbose: false,
         };
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            let mut value = |flag: &str| -> Result<&str> {
-                it.next()
-                    .copied()
-                    .ok_or_else(|| anyhow!("{flag} needs a value\n\n{USAGE}"))
-            };
-            match *a {
+        parse_flags(args, USAGE, |a, value| {
+            match a {
                 "--scenario" | "--scenarios" => {
-                    let v = value(a)?;
+                    let v = value()?;
                     o.scenarios = if v == "all" {
                         Scenario::ALL.to_vec()
                     } else {
@@ -261,13 +257,13 @@ impl BenchOptions {
                     };
                 }
                 "--trials" => {
-                    let v = value(a)?;
+                    let v = value()?;
                     o.trials = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
                         anyhow!("invalid --trials value {v:?}: expected a positive integer")
                     })?;
                 }
                 "--impl" => {
-                    let v = value(a)?;
+                    let v = value()?;
                     (o.vipd, o.keepalived) = match v {
                         "vipd" => (true, false),
                         "keepalived" => (false, true),
@@ -276,20 +272,20 @@ impl BenchOptions {
                     };
                 }
                 "--timings" => {
-                    o.timings = value(a)?
+                    o.timings = value()?
                         .split(',')
                         .map(Timings::parse)
                         .collect::<Result<_>>()?;
                 }
                 "--no-build" => o.build = false,
-                "--vipd" => o.vipd_path = Some(PathBuf::from(value(a)?)),
-                "--json" => o.json = Some(PathBuf::from(value(a)?)),
+                "--vipd" => o.vipd_path = Some(PathBuf::from(value()?)),
+                "--json" => o.json = Some(PathBuf::from(value()?)),
                 "--no-idle" => o.idle = false,
                 "-v" | "--verbose" => o.verbose = true,
-                "-h" | "--help" => bail!("{USAGE}"),
-                other => bail!("unknown option {other:?}\n\n{USAGE}"),
+                _ => return Ok(false),
             }
-        }
+            Ok(true)
+        })?;
         Ok(o)
     }
 
@@ -1059,10 +1055,6 @@ fn watch_takeover(ctx: &Ctx, old: &str, t0: Instant, limit: Duration) -> Result<
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 /// Largest time a takeover may take before the trial gives up: generous, three lease

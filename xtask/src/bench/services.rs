@@ -40,7 +40,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::stats::summary_ms;
+use super::stats::{ms, summary_ms};
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -49,6 +49,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+
+use crate::args::{parse_flags, whole_number};
 use xtask::lab::{self, ApiClient, Lab, LabOptions, LabProcess, NODES};
 
 const USAGE: &str = "usage: cargo xtask bench services [options]
@@ -170,27 +172,12 @@ impl Options {
     /// `--help` returns the usage as the error.
     pub fn parse(args: &[&str]) -> Result<Options> {
         let mut o = Options::default();
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            let mut value = |flag: &str| {
-                it.next()
-                    .copied()
-                    .ok_or_else(|| anyhow!("{flag} needs a value\n\n{USAGE}"))
-            };
-            match *a {
-                "--scenario" => o.scenarios = Scenario::parse_list(value("--scenario")?)?,
-                "--services" => {
-                    let v = value("--services")?;
-                    let n: usize = v
-                        .parse()
-                        .map_err(|_| anyhow!("--services: {v:?} is not a whole number"))?;
-                    if n == 0 || n > MAX_SCALE_SERVICES {
-                        bail!("--services: {n} is outside 1..={MAX_SCALE_SERVICES}");
-                    }
-                    o.services = n;
-                }
+        parse_flags(args, USAGE, |a, value| {
+            match a {
+                "--scenario" => o.scenarios = Scenario::parse_list(value()?)?,
+                "--services" => o.services = whole_number(a, value()?, 1..=MAX_SCALE_SERVICES)?,
                 "--minutes" => {
-                    let v = value("--minutes")?;
+                    let v = value()?;
                     let m: f64 = v
                         .parse()
                         .map_err(|_| anyhow!("--minutes: {v:?} is not a number"))?;
@@ -200,12 +187,12 @@ impl Options {
                     o.minutes = m;
                 }
                 "--no-build" => o.build = false,
-                "--vipd" => o.vipd = Some(PathBuf::from(value("--vipd")?)),
+                "--vipd" => o.vipd = Some(PathBuf::from(value()?)),
                 "-v" | "--verbose" => o.verbose = true,
-                "-h" | "--help" => bail!("{USAGE}"),
-                other => bail!("unknown option {other:?}\n\n{USAGE}"),
+                _ => return Ok(false),
             }
-        }
+            Ok(true)
+        })?;
         Ok(o)
     }
 }
@@ -286,10 +273,6 @@ pub fn service_json(name: &str, addr: IpAddr) -> serde_json::Value {
             "externalTrafficPolicy": "Cluster",
         }
     })
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 // ----- /proc -----------------------------------------------------------------------------
