@@ -293,10 +293,7 @@ impl Lab {
         args: &[S],
     ) -> Result<Output> {
         let full = self.ns_name(ns)?;
-        let mut all: Vec<&OsStr> = vec![OsStr::new("netns"), OsStr::new("exec"), OsStr::new(&full)];
-        all.push(program.as_ref());
-        all.extend(args.iter().map(AsRef::as_ref));
-        run(ip_binary(), &all)
+        run(ip_binary(), &netns_exec_argv(&full, program.as_ref(), args))
     }
 
     /// Like [`Lab::exec`] but returns the output whatever the exit status.
@@ -310,11 +307,9 @@ impl Lab {
         args: &[S],
     ) -> Result<Output> {
         let full = self.ns_name(ns)?;
-        std::process::Command::new(ip_binary())
-            .args(["netns", "exec", &full])
-            .arg(program.as_ref())
-            .args(args)
-            .stdin(std::process::Stdio::null())
+        Command::new(ip_binary())
+            .args(netns_exec_argv(&full, program.as_ref(), args))
+            .stdin(Stdio::null())
             .output()
             .map_err(io_ctx(format!(
                 "run {} in {ns}",
@@ -331,4 +326,17 @@ impl Lab {
     pub fn in_netns<T: Send>(&self, ns: &str, f: impl FnOnce() -> T + Send) -> Result<T> {
         netns::run_in_netns(&self.netns_path(ns)?, f)
     }
+}
+
+/// `netns exec FULL PROGRAM ARGS...`: the arguments of `ip` that run `program` in the
+/// namespace named `full`.
+fn netns_exec_argv<'a, S: AsRef<OsStr>>(
+    full: &'a str,
+    program: &'a OsStr,
+    args: &'a [S],
+) -> Vec<&'a OsStr> {
+    let mut all: Vec<&OsStr> = vec![OsStr::new("netns"), OsStr::new("exec"), OsStr::new(full)];
+    all.push(program);
+    all.extend(args.iter().map(AsRef::as_ref));
+    all
 }
