@@ -189,6 +189,12 @@ pub fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>
     }
 }
 
+/// Polls `cond` every 20 ms until it is true, or panics with `what` after `limit` (as
+/// [`wait_for`]).
+pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    wait_for(what, limit, || cond().then_some(()))
+}
+
 /// Waits until exactly one node holds `vip` and returns it.
 pub fn single_holder(lab: &Lab, vip: &str, limit: Duration) -> String {
     wait_for(&format!("one holder of {vip}"), limit, || {
