@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::events::v1::Event as EventsV1;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::api::{Api, ListParams, PostParams};
-use support::wait_until;
+use support::{block_on_in, wait_until};
 use xtask::lab::{self, ArpOp, Lab, LabOptions, Signal};
 
 async fn node_client(path: &std::path::Path) -> kube::Client {
@@ -33,23 +33,6 @@ fn api_status(e: &kube::Error) -> Option<u16> {
         kube::Error::Api(s) => Some(s.code),
         _ => None,
     }
-}
-
-/// Runs the future `make()` returns to completion on a current-thread tokio runtime, on a
-/// thread inside lab namespace `ns`.
-fn block_on_in<T: Send, F: std::future::Future<Output = T>>(
-    lab: &Lab,
-    ns: &str,
-    make: impl FnOnce() -> F + Send,
-) -> T {
-    lab.in_netns(ns, || {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap()
-            .block_on(make())
-    })
-    .unwrap()
 }
 
 /// Creates Lease kube-system/lab-foundation held by node-b, reads it back, replaces it

@@ -195,6 +195,23 @@ pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
     wait_for(what, limit, || cond().then_some(()))
 }
 
+/// Runs the future `make()` returns to completion on a current-thread tokio runtime, on a
+/// thread inside lab namespace `ns`.
+pub fn block_on_in<T: Send, F: std::future::Future<Output = T>>(
+    lab: &Lab,
+    ns: &str,
+    make: impl FnOnce() -> F + Send,
+) -> T {
+    lab.in_netns(ns, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(make())
+    })
+    .unwrap()
+}
+
 /// Waits until exactly one node holds `vip` and returns it.
 pub fn single_holder(lab: &Lab, vip: &str, limit: Duration) -> String {
     wait_for(&format!("one holder of {vip}"), limit, || {
