@@ -21,10 +21,7 @@ fn graceful_stop_releases_lease_and_follower_takes_over() {
     let Some(lab) = lab("graceful_stop", LabOptions::default()) else {
         return;
     };
-    let mut procs: Vec<_> = NODES
-        .iter()
-        .map(|n| start_vipd(&lab, n, T531, &[]))
-        .collect();
+    let mut procs = start_vipd_on_all(&lab, T531, &[]);
     let holder = single_holder(&lab, VIP, Duration::from_secs(30));
     let watch = lab.arp_watch(vip_ip(), Duration::from_millis(20)).unwrap();
     std::thread::sleep(Duration::from_millis(500));
@@ -44,10 +41,7 @@ fn graceful_stop_releases_lease_and_follower_takes_over() {
         "{}",
         procs[i].log()
     );
-    let new = wait_for("a new holder", Duration::from_secs(2), || {
-        let h = holders(&lab, VIP);
-        (h.len() == 1 && h[0] != holder).then(|| h[0].clone())
-    });
+    let new = wait_for_takeover(&lab, VIP, &holder, "a new holder", Duration::from_secs(2));
     let taken = t0.elapsed();
     // Keep observing a little: the new holder has the address now, but the watcher probes
     // every 20 ms and must get to record its first answer.
@@ -79,10 +73,7 @@ fn s01_killed_holder_never_two_holders_and_restart_holds_nothing() {
     let Some(lab) = lab("s01", LabOptions::default()) else {
         return;
     };
-    let mut procs: Vec<_> = NODES
-        .iter()
-        .map(|n| start_vipd(&lab, n, T531, &[]))
-        .collect();
+    let mut procs = start_vipd_on_all(&lab, T531, &[]);
     let holder = single_holder(&lab, VIP, Duration::from_secs(30));
     let i = NODES.iter().position(|n| *n == holder).unwrap();
     let watch = lab.arp_watch(vip_ip(), Duration::from_millis(50)).unwrap();
@@ -160,10 +151,7 @@ fn s04_partition_and_heal() {
     let Some(lab) = lab("s04", LabOptions::default()) else {
         return;
     };
-    let _procs: Vec<_> = NODES
-        .iter()
-        .map(|n| start_vipd(&lab, n, T531, &[]))
-        .collect();
+    let _procs = start_vipd_on_all(&lab, T531, &[]);
     let holder = single_holder(&lab, VIP, Duration::from_secs(30));
     std::thread::sleep(Duration::from_millis(1500));
     lab.partition(&holder).unwrap();
@@ -174,10 +162,13 @@ fn s04_partition_and_heal() {
         || (!holders(&lab, VIP).contains(&holder)).then_some(()),
     );
     let dropped = t0.elapsed();
-    let new = wait_for("another node takes over", Duration::from_secs(10), || {
-        let h = holders(&lab, VIP);
-        (h.len() == 1 && h[0] != holder).then(|| h[0].clone())
-    });
+    let new = wait_for_takeover(
+        &lab,
+        VIP,
+        &holder,
+        "another node takes over",
+        Duration::from_secs(10),
+    );
     let taken = t0.elapsed();
     eprintln!("S04: {holder} dropped after {dropped:?}; {new} took over after {taken:?}");
     // Renew deadline 3 s, plus one check interval of slack for the kernel's lifetime timer.
@@ -258,10 +249,7 @@ fn s09_vip_deleted_and_link_flap() {
     let Some(lab) = lab("s09", LabOptions::default()) else {
         return;
     };
-    let _procs: Vec<_> = NODES
-        .iter()
-        .map(|n| start_vipd(&lab, n, T531, &[]))
-        .collect();
+    let _procs = start_vipd_on_all(&lab, T531, &[]);
     let holder = single_holder(&lab, VIP, Duration::from_secs(30));
     let cap = lab.start_capture().unwrap();
     let c0 = Instant::now();
@@ -287,21 +275,18 @@ fn s09_vip_deleted_and_link_flap() {
     lab.cut_link(&holder).unwrap();
     std::thread::sleep(Duration::from_secs(1));
     lab.restore_link(&holder).unwrap();
-    std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(holders(&lab, VIP), vec![holder.clone()]);
+    assert_held_by_after(&lab, VIP, &holder, Duration::from_secs(3));
     // Long: the holder steps down, another node takes over.
     lab.cut_link(&holder).unwrap();
-    let new = wait_for(
+    let new = wait_for_takeover(
+        &lab,
+        VIP,
+        &holder,
         "takeover after long link loss",
         Duration::from_secs(12),
-        || {
-            let h = holders(&lab, VIP);
-            (h.len() == 1 && h[0] != holder).then(|| h[0].clone())
-        },
     );
     lab.restore_link(&holder).unwrap();
-    std::thread::sleep(Duration::from_secs(3));
-    assert_eq!(holders(&lab, VIP), vec![new]);
+    assert_held_by_after(&lab, VIP, &new, Duration::from_secs(3));
 }
 
 /// S10: the holder's local API server dies: it steps down (health check) and a healthy
@@ -311,18 +296,18 @@ fn s10_local_api_server_dead() {
     let Some(lab) = lab("s10", LabOptions::default()) else {
         return;
     };
-    let procs: Vec<_> = NODES
-        .iter()
-        .map(|n| start_vipd(&lab, n, T531, &[]))
-        .collect();
+    let procs = start_vipd_on_all(&lab, T531, &[]);
     let holder = single_holder(&lab, VIP, Duration::from_secs(30));
     let i = NODES.iter().position(|n| *n == holder).unwrap();
     lab.stop_local_api(&holder).unwrap();
     let t0 = Instant::now();
-    let new = wait_for("healthy node takes over", Duration::from_secs(12), || {
-        let h = holders(&lab, VIP);
-        (h.len() == 1 && h[0] != holder).then(|| h[0].clone())
-    });
+    let new = wait_for_takeover(
+        &lab,
+        VIP,
+        &holder,
+        "healthy node takes over",
+        Duration::from_secs(12),
+    );
     eprintln!(
         "S10: {new} took over {:?} after {holder}'s API server stopped",
         t0.elapsed()
@@ -333,12 +318,10 @@ fn s10_local_api_server_dead() {
         procs[i].log()
     );
     // It stays out while its API server is down...
-    std::thread::sleep(Duration::from_secs(4));
-    assert_eq!(holders(&lab, VIP), vec![new.clone()]);
+    assert_held_by_after(&lab, VIP, &new, Duration::from_secs(4));
     // ...and the VIP stays put when it comes back (no preemption).
     lab.start_local_api(&holder).unwrap();
-    std::thread::sleep(Duration::from_secs(4));
-    assert_eq!(holders(&lab, VIP), vec![new]);
+    assert_held_by_after(&lab, VIP, &new, Duration::from_secs(4));
 }
 
 /// S12: renewal times out for longer than the lease: the VIP is dropped (no split brain),
@@ -438,10 +421,7 @@ fn s14_kubeconfig_pointing_at_vip_still_fails_over() {
         .position(|n| *n == holder)
         .unwrap();
     procs[i].signal(Signal::SIGKILL).unwrap();
-    wait_for("takeover", Duration::from_secs(10), || {
-        let h = holders(&lab, VIP);
-        (h.len() == 1 && h[0] != holder).then_some(())
-    });
+    wait_for_takeover(&lab, VIP, &holder, "takeover", Duration::from_secs(10));
 }
 
 /// S27: without vip_interface the VIP goes on the interface whose subnet holds it; a named
@@ -514,10 +494,7 @@ fn s26_ipv6_vip_unsolicited_na_and_failover() {
         .unwrap();
     let watch = lab.arp_watch(ip, Duration::from_millis(50)).unwrap();
     procs[i].signal(Signal::SIGTERM).unwrap();
-    let new = wait_for("IPv6 takeover", Duration::from_secs(10), || {
-        let h = holders(&lab, v6);
-        (h.len() == 1 && h[0] != holder).then(|| h[0].clone())
-    });
+    let new = wait_for_takeover(&lab, v6, &holder, "IPv6 takeover", Duration::from_secs(10));
     // With vip_ipv6_dad=true DAD would run here first (about 1 s); by default it is skipped.
     wait_usable(&lab, &new, ip);
     std::thread::sleep(Duration::from_millis(500));

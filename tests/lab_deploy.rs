@@ -14,28 +14,13 @@ mod cases;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::Parser;
-use k8s_openapi::api::rbac::v1::Subject;
+use support::manifest::{generate, parse};
 use support::*;
 use vipd::manifest::{self, ManifestCommand};
-use xtask::lab::{Lab, LabOptions, NODE_GROUP, NodeRbac, Signal};
-
-#[derive(Parser)]
-struct Cli {
-    #[command(subcommand)]
-    cmd: ManifestCommand,
-}
-
-fn generate(argv: &[&str]) -> String {
-    let mut v = vec!["vipd-manifest"];
-    v.extend(argv);
-    manifest::run(&Cli::try_parse_from(v).unwrap().cmd).unwrap()
-}
+use xtask::lab::{Lab, LabOptions, NodeRbac, Signal};
 
 fn plan(argv: &[&str]) -> manifest::Plan {
-    let mut v = vec!["vipd-manifest"];
-    v.extend(argv);
-    match Cli::try_parse_from(v).unwrap().cmd {
+    match parse(argv).unwrap() {
         ManifestCommand::Pod(a) | ManifestCommand::Daemonset(a) => a.plan().unwrap(),
         _ => panic!("not a workload"),
     }
@@ -232,20 +217,7 @@ fn generated_rbac_is_enough_for_control_plane_failover() {
     let Some(lab) = lab("rbac_failover", opts) else {
         return;
     };
-    let role = serde_json::to_value(manifest::rbac::cluster_role(false)).unwrap();
-    let (st, body) = create(&lab, &role, "");
-    assert_eq!(st, 201, "{body}");
-    let binding = manifest::rbac::binding(
-        "vipd-lab-nodes-vipd",
-        vec![Subject {
-            kind: "Group".into(),
-            name: NODE_GROUP.into(),
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            namespace: None,
-        }],
-    );
-    let (st, body) = create(&lab, &serde_json::to_value(binding).unwrap(), "");
-    assert_eq!(st, 201, "{body}");
+    apply_generated_role_to_nodes(&lab);
 
     let p = plan(&cp_args());
     let mut procs: Vec<_> = NODES
@@ -281,10 +253,7 @@ fn generated_rbac_is_enough_for_control_plane_failover() {
     procs[i].signal(Signal::SIGTERM).unwrap();
     let status = procs[i].wait_timeout(Duration::from_secs(5)).unwrap();
     assert!(status.is_some_and(|s| s.success()), "{}", procs[i].log());
-    let new = wait_for("a new holder", Duration::from_secs(10), || {
-        let h = holders(&lab, VIP);
-        (h.len() == 1 && h[0] != holder).then(|| h[0].clone())
-    });
+    let new = wait_for_takeover(&lab, VIP, &holder, "a new holder", Duration::from_secs(10));
     wait_for("lease moved", Duration::from_secs(5), || {
         (lease_holder(&lab, "kube-system", "plndr-cp-lock").as_deref() == Some(new.as_str()))
             .then_some(())
@@ -476,23 +445,7 @@ fn k3s_manifest_env_with_generated_rbac_fails_over_and_announces_a_service() {
     let Some(lab) = lab("k3s_done_when", opts) else {
         return;
     };
-    let (st, body) = create(
-        &lab,
-        &serde_json::to_value(manifest::rbac::cluster_role(false)).unwrap(),
-        "",
-    );
-    assert_eq!(st, 201, "{body}");
-    let binding = manifest::rbac::binding(
-        "vipd-lab-nodes-vipd",
-        vec![Subject {
-            kind: "Group".into(),
-            name: NODE_GROUP.into(),
-            api_group: Some("rbac.authorization.k8s.io".into()),
-            namespace: None,
-        }],
-    );
-    let (st, body) = create(&lab, &serde_json::to_value(binding).unwrap(), "");
-    assert_eq!(st, 201, "{body}");
+    apply_generated_role_to_nodes(&lab);
 
     let p = plan(cases::K3S);
     let mut procs: Vec<_> = NODES
@@ -537,19 +490,13 @@ fn k3s_manifest_env_with_generated_rbac_fails_over_and_announces_a_service() {
         "a new control-plane VIP holder",
         Duration::from_secs(10),
         &procs,
-        || {
-            let h = holders(&lab, VIP);
-            (h.len() == 1 && h[0] != holder).then_some(())
-        },
+        || other_single_holder(&lab, VIP, &holder).map(drop),
     );
     wait_for_or(
         "the Service VIP on a running node",
         Duration::from_secs(15),
         &procs,
-        || {
-            let h = holders(&lab, svc_vip);
-            (h.len() == 1 && h[0] != holder).then_some(())
-        },
+        || other_single_holder(&lab, svc_vip, &holder).map(drop),
     );
     for p in &procs {
         assert!(

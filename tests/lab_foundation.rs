@@ -4,6 +4,8 @@
 //! Run as root: `cargo test --test lab_foundation` (or `cargo xtask test`). Without root
 //! these tests fail with an explanation unless `VIPD_SKIP_LAB=1` is set.
 
+mod support;
+
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
@@ -15,26 +17,8 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::api::events::v1::Event as EventsV1;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use kube::api::{Api, ListParams, PostParams};
+use support::{block_on_in, wait_until};
 use xtask::lab::{self, ArpOp, Lab, LabOptions, Signal};
-
-fn start_lab(test: &str, opts: LabOptions) -> Option<Lab> {
-    if !lab::lab_available(test).unwrap_or_else(|e| panic!("{e}")) {
-        return None;
-    }
-    Some(Lab::start(opts).expect("start the lab"))
-}
-
-/// Polls `cond` every 20 ms until it is true; panics with `what` after `timeout`.
-fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
 
 async fn node_client(path: &std::path::Path) -> kube::Client {
     let kc = kube::config::Kubeconfig::read_from(path).expect("read kubeconfig");
@@ -51,9 +35,180 @@ fn api_status(e: &kube::Error) -> Option<u16> {
     }
 }
 
+/// Creates Lease kube-system/lab-foundation held by node-b, reads it back, replaces it
+/// conditionally (new resourceVersion) and checks that a replace with the stale
+/// resourceVersion gets 409 and changes nothing. Returns the current resourceVersion.
+async fn lease_create_replace_and_stale_conflict(client: kube::Client) -> String {
+    let leases: Api<Lease> = Api::namespaced(client, "kube-system");
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let lease = Lease {
+        metadata: ObjectMeta {
+            name: Some("lab-foundation".into()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some("node-b".into()),
+            lease_duration_seconds: Some(5),
+            acquire_time: Some(MicroTime(now)),
+            renew_time: Some(MicroTime(now)),
+            lease_transitions: Some(0),
+            ..Default::default()
+        }),
+    };
+    let created = leases.create(&PostParams::default(), &lease).await.unwrap();
+    let rv1 = created.metadata.resource_version.clone().unwrap();
+
+    // Read back.
+    let got = leases.get("lab-foundation").await.unwrap();
+    let spec = got.spec.clone().unwrap();
+    assert_eq!(spec.holder_identity.as_deref(), Some("node-b"));
+    assert_eq!(spec.lease_duration_seconds, Some(5));
+    assert_eq!(got.metadata.resource_version.as_deref(), Some(rv1.as_str()));
+
+    // Conditional replace: the body carries resourceVersion rv1 (a precondition).
+    let mut renewed = got.clone();
+    if let Some(s) = renewed.spec.as_mut() {
+        s.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
+        s.holder_identity = Some("node-b".into());
+    }
+    let replaced = leases
+        .replace("lab-foundation", &PostParams::default(), &renewed)
+        .await
+        .unwrap();
+    let rv2 = replaced.metadata.resource_version.clone().unwrap();
+    assert_ne!(rv1, rv2, "a replace must produce a new resourceVersion");
+
+    // Replace with the stale resourceVersion rv1: 409 Conflict, lease unchanged.
+    let mut stale = got.clone();
+    if let Some(s) = stale.spec.as_mut() {
+        s.holder_identity = Some("thief".into());
+    }
+    let err = leases
+        .replace("lab-foundation", &PostParams::default(), &stale)
+        .await
+        .expect_err("a stale resourceVersion must be rejected");
+    assert_eq!(api_status(&err), Some(409), "got {err:?}");
+    let after = leases.get("lab-foundation").await.unwrap();
+    assert_eq!(
+        after.spec.unwrap().holder_identity.as_deref(),
+        Some("node-b")
+    );
+    assert_eq!(
+        after.metadata.resource_version.as_deref(),
+        Some(rv2.as_str())
+    );
+
+    rv2
+}
+
+/// Lists Services until default/kubernetes exists (at most 10 s).
+async fn wait_for_kubernetes_service(client: kube::Client) {
+    // Services: the API server creates default/kubernetes itself, shortly after it
+    // reports ready (its controller runs in the background): list until it is there.
+    let services: Api<Service> = Api::namespaced(client, "default");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let list = services.list(&ListParams::default()).await.unwrap();
+        if list
+            .items
+            .iter()
+            .any(|s| s.metadata.name.as_deref() == Some("kubernetes"))
+        {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "default/kubernetes service missing after 10 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// Creates core v1 Endpoints default/lab-foundation (192.0.2.12 on node-b, port 80).
+async fn create_endpoints(client: kube::Client) {
+    // Core v1 Endpoints.
+    let endpoints: Api<Endpoints> = Api::namespaced(client, "default");
+    let ep = Endpoints {
+        metadata: ObjectMeta {
+            name: Some("lab-foundation".into()),
+            ..Default::default()
+        },
+        subsets: Some(vec![EndpointSubset {
+            addresses: Some(vec![EndpointAddress {
+                ip: "192.0.2.12".into(),
+                node_name: Some("node-b".into()),
+                ..Default::default()
+            }]),
+            ports: Some(vec![EndpointPort {
+                port: 80,
+                protocol: Some("TCP".into()),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }]),
+    };
+    let ep = endpoints.create(&PostParams::default(), &ep).await.unwrap();
+    assert_eq!(
+        ep.subsets.unwrap()[0].addresses.as_ref().unwrap()[0].ip,
+        "192.0.2.12"
+    );
+}
+
+/// Creates a core v1 Event and an events.k8s.io/v1 Event about default/kubernetes.
+async fn create_events(client: kube::Client) {
+    // Core v1 Event.
+    let involved = ObjectReference {
+        kind: Some("Service".into()),
+        namespace: Some("default".into()),
+        name: Some("kubernetes".into()),
+        api_version: Some("v1".into()),
+        ..Default::default()
+    };
+    let core_events: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
+    let ev = CoreEvent {
+        metadata: ObjectMeta {
+            generate_name: Some("lab-foundation-".into()),
+            ..Default::default()
+        },
+        involved_object: involved.clone(),
+        reason: Some("LabFoundation".into()),
+        message: Some("core v1 event from node-b".into()),
+        type_: Some("Normal".into()),
+        first_timestamp: Some(Time(k8s_openapi::jiff::Timestamp::now())),
+        last_timestamp: Some(Time(k8s_openapi::jiff::Timestamp::now())),
+        count: Some(1),
+        ..Default::default()
+    };
+    let ev = core_events
+        .create(&PostParams::default(), &ev)
+        .await
+        .unwrap();
+    assert_eq!(ev.reason.as_deref(), Some("LabFoundation"));
+
+    // events.k8s.io/v1 Event (served by v1.20).
+    let events: Api<EventsV1> = Api::namespaced(client.clone(), "default");
+    let ev = EventsV1 {
+        metadata: ObjectMeta {
+            generate_name: Some("lab-foundation-".into()),
+            ..Default::default()
+        },
+        event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+        reporting_controller: Some("vipd.dev/lab".into()),
+        reporting_instance: Some("node-b".into()),
+        action: Some("Test".into()),
+        reason: Some("LabFoundation".into()),
+        note: Some("events.k8s.io/v1 event from node-b".into()),
+        type_: Some("Normal".into()),
+        regarding: Some(involved),
+        ..Default::default()
+    };
+    let ev = events.create(&PostParams::default(), &ev).await.unwrap();
+    assert_eq!(ev.reason.as_deref(), Some("LabFoundation"));
+}
+
 #[test]
 fn kube_client_in_node_b_namespace_uses_leases_and_core_objects() {
-    let Some(lab) = start_lab(
+    let Some(lab) = support::lab(
         "kube_client_in_node_b_namespace_uses_leases_and_core_objects",
         LabOptions::default(),
     ) else {
@@ -61,179 +216,22 @@ fn kube_client_in_node_b_namespace_uses_leases_and_core_objects() {
     };
     let kubeconfig = lab.kubeconfig("node-b").unwrap();
     let local_kubeconfig = lab.local_kubeconfig("node-b").unwrap();
-    lab.in_netns("node-b", || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let client = node_client(&kubeconfig).await;
-            let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-system");
-            let now = k8s_openapi::jiff::Timestamp::now();
-            let lease = Lease {
-                metadata: ObjectMeta {
-                    name: Some("lab-foundation".into()),
-                    ..Default::default()
-                },
-                spec: Some(LeaseSpec {
-                    holder_identity: Some("node-b".into()),
-                    lease_duration_seconds: Some(5),
-                    acquire_time: Some(MicroTime(now)),
-                    renew_time: Some(MicroTime(now)),
-                    lease_transitions: Some(0),
-                    ..Default::default()
-                }),
-            };
-            let created = leases.create(&PostParams::default(), &lease).await.unwrap();
-            let rv1 = created.metadata.resource_version.clone().unwrap();
-
-            // Read back.
-            let got = leases.get("lab-foundation").await.unwrap();
-            let spec = got.spec.clone().unwrap();
-            assert_eq!(spec.holder_identity.as_deref(), Some("node-b"));
-            assert_eq!(spec.lease_duration_seconds, Some(5));
-            assert_eq!(got.metadata.resource_version.as_deref(), Some(rv1.as_str()));
-
-            // Conditional replace: the body carries resourceVersion rv1 (a precondition).
-            let mut renewed = got.clone();
-            if let Some(s) = renewed.spec.as_mut() {
-                s.renew_time = Some(MicroTime(k8s_openapi::jiff::Timestamp::now()));
-                s.holder_identity = Some("node-b".into());
-            }
-            let replaced = leases
-                .replace("lab-foundation", &PostParams::default(), &renewed)
-                .await
-                .unwrap();
-            let rv2 = replaced.metadata.resource_version.clone().unwrap();
-            assert_ne!(rv1, rv2, "a replace must produce a new resourceVersion");
-
-            // Replace with the stale resourceVersion rv1: 409 Conflict, lease unchanged.
-            let mut stale = got.clone();
-            if let Some(s) = stale.spec.as_mut() {
-                s.holder_identity = Some("thief".into());
-            }
-            let err = leases
-                .replace("lab-foundation", &PostParams::default(), &stale)
-                .await
-                .expect_err("a stale resourceVersion must be rejected");
-            assert_eq!(api_status(&err), Some(409), "got {err:?}");
-            let after = leases.get("lab-foundation").await.unwrap();
-            assert_eq!(
-                after.spec.unwrap().holder_identity.as_deref(),
-                Some("node-b")
-            );
-            assert_eq!(
-                after.metadata.resource_version.as_deref(),
-                Some(rv2.as_str())
-            );
-
-            // Services: the API server creates default/kubernetes itself, shortly after it
-            // reports ready (its controller runs in the background): list until it is there.
-            let services: Api<Service> = Api::namespaced(client.clone(), "default");
-            let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
-            loop {
-                let list = services.list(&ListParams::default()).await.unwrap();
-                if list
-                    .items
-                    .iter()
-                    .any(|s| s.metadata.name.as_deref() == Some("kubernetes"))
-                {
-                    break;
-                }
-                assert!(
-                    tokio::time::Instant::now() < deadline,
-                    "default/kubernetes service missing after 10 s"
-                );
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-            }
-
-            // Core v1 Endpoints.
-            let endpoints: Api<Endpoints> = Api::namespaced(client.clone(), "default");
-            let ep = Endpoints {
-                metadata: ObjectMeta {
-                    name: Some("lab-foundation".into()),
-                    ..Default::default()
-                },
-                subsets: Some(vec![EndpointSubset {
-                    addresses: Some(vec![EndpointAddress {
-                        ip: "192.0.2.12".into(),
-                        node_name: Some("node-b".into()),
-                        ..Default::default()
-                    }]),
-                    ports: Some(vec![EndpointPort {
-                        port: 80,
-                        protocol: Some("TCP".into()),
-                        ..Default::default()
-                    }]),
-                    ..Default::default()
-                }]),
-            };
-            let ep = endpoints.create(&PostParams::default(), &ep).await.unwrap();
-            assert_eq!(
-                ep.subsets.unwrap()[0].addresses.as_ref().unwrap()[0].ip,
-                "192.0.2.12"
-            );
-
-            // Core v1 Event.
-            let involved = ObjectReference {
-                kind: Some("Service".into()),
-                namespace: Some("default".into()),
-                name: Some("kubernetes".into()),
-                api_version: Some("v1".into()),
-                ..Default::default()
-            };
-            let core_events: Api<CoreEvent> = Api::namespaced(client.clone(), "default");
-            let ev = CoreEvent {
-                metadata: ObjectMeta {
-                    generate_name: Some("lab-foundation-".into()),
-                    ..Default::default()
-                },
-                involved_object: involved.clone(),
-                reason: Some("LabFoundation".into()),
-                message: Some("core v1 event from node-b".into()),
-                type_: Some("Normal".into()),
-                first_timestamp: Some(Time(k8s_openapi::jiff::Timestamp::now())),
-                last_timestamp: Some(Time(k8s_openapi::jiff::Timestamp::now())),
-                count: Some(1),
-                ..Default::default()
-            };
-            let ev = core_events
-                .create(&PostParams::default(), &ev)
-                .await
-                .unwrap();
-            assert_eq!(ev.reason.as_deref(), Some("LabFoundation"));
-
-            // events.k8s.io/v1 Event (served by v1.20).
-            let events: Api<EventsV1> = Api::namespaced(client.clone(), "default");
-            let ev = EventsV1 {
-                metadata: ObjectMeta {
-                    generate_name: Some("lab-foundation-".into()),
-                    ..Default::default()
-                },
-                event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
-                reporting_controller: Some("vipd.dev/lab".into()),
-                reporting_instance: Some("node-b".into()),
-                action: Some("Test".into()),
-                reason: Some("LabFoundation".into()),
-                note: Some("events.k8s.io/v1 event from node-b".into()),
-                type_: Some("Normal".into()),
-                regarding: Some(involved),
-                ..Default::default()
-            };
-            let ev = events.create(&PostParams::default(), &ev).await.unwrap();
-            assert_eq!(ev.reason.as_deref(), Some("LabFoundation"));
-
-            // The node's local API server (127.0.0.1:6443 proxy) serves the same API.
-            let local = node_client(&local_kubeconfig).await;
-            let leases_local: Api<Lease> = Api::namespaced(local, "kube-system");
-            let via_local = leases_local.get("lab-foundation").await.unwrap();
-            assert_eq!(
-                via_local.metadata.resource_version.as_deref(),
-                Some(rv2.as_str())
-            );
-        });
-    })
-    .unwrap();
+    let (kc, local_kc) = (&kubeconfig, &local_kubeconfig);
+    block_on_in(&lab, "node-b", move || async move {
+        let client = node_client(kc).await;
+        let rv2 = lease_create_replace_and_stale_conflict(client.clone()).await;
+        wait_for_kubernetes_service(client.clone()).await;
+        create_endpoints(client.clone()).await;
+        create_events(client).await;
+        // The node's local API server (127.0.0.1:6443 proxy) serves the same API.
+        let local = node_client(local_kc).await;
+        let leases_local: Api<Lease> = Api::namespaced(local, "kube-system");
+        let via_local = leases_local.get("lab-foundation").await.unwrap();
+        assert_eq!(
+            via_local.metadata.resource_version.as_deref(),
+            Some(rv2.as_str())
+        );
+    });
 
     // Node users are not cluster-admin by themselves: without the lab's binding, node-b is
     // forbidden (403).
@@ -245,32 +243,23 @@ fn kube_client_in_node_b_namespace_uses_leases_and_core_objects() {
         )
         .unwrap();
     assert_eq!(r.status, 200, "{}", r.body);
-    let forbidden = lab
-        .in_netns("node-b", || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async {
-                let leases: Api<Lease> =
-                    Api::namespaced(node_client(&kubeconfig).await, "kube-system");
-                let deadline = Instant::now() + Duration::from_secs(10);
-                loop {
-                    match leases.get("lab-foundation").await {
-                        Err(e) if api_status(&e) == Some(403) => return true,
-                        _ if Instant::now() > deadline => return false,
-                        _ => tokio::time::sleep(Duration::from_millis(50)).await,
-                    }
-                }
-            })
-        })
-        .unwrap();
+    let forbidden = block_on_in(&lab, "node-b", move || async move {
+        let leases: Api<Lease> = Api::namespaced(node_client(kc).await, "kube-system");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match leases.get("lab-foundation").await {
+                Err(e) if api_status(&e) == Some(403) => return true,
+                _ if Instant::now() > deadline => return false,
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+    });
     assert!(forbidden, "node-b must get 403 once its binding is gone");
 }
 
 #[test]
 fn arp_watcher_counts_responders_and_capture_sees_arping() {
-    let Some(lab) = start_lab(
+    let Some(lab) = support::lab(
         "arp_watcher_counts_responders_and_capture_sees_arping",
         LabOptions {
             local_api: false,
@@ -285,7 +274,7 @@ fn arp_watcher_counts_responders_and_capture_sees_arping() {
 
     let probe = |target: IpAddr| {
         let w = lab.arp_watch(target, lab::DEFAULT_WATCH_INTERVAL).unwrap();
-        wait_for("20 probe slots", Duration::from_secs(10), || {
+        wait_until("20 probe slots", Duration::from_secs(10), || {
             w.report().slots.len() >= 21
         });
         w.stop().unwrap()
@@ -339,7 +328,7 @@ fn arp_watcher_counts_responders_and_capture_sees_arping() {
             && f.sender_ip == IpAddr::V4(Ipv4Addr::new(192, 0, 2, 11))
             && f.target_ip == IpAddr::V4(Ipv4Addr::new(192, 0, 2, 12))
     };
-    wait_for(
+    wait_until(
         "node-a's ARP request in the capture",
         Duration::from_secs(5),
         || cap.frames().iter().any(want),
@@ -354,7 +343,7 @@ fn arp_watcher_counts_responders_and_capture_sees_arping() {
 
 #[test]
 fn lab_process_signals_stop_and_resume_it() {
-    let Some(lab) = start_lab(
+    let Some(lab) = support::lab(
         "lab_process_signals_stop_and_resume_it",
         LabOptions {
             local_api: false,
@@ -395,7 +384,7 @@ fn lab_process_signals_stop_and_resume_it() {
             .map(|b| b.contains("health"))
             .unwrap_or(false)
     };
-    wait_for("etcd in node-a to answer", Duration::from_secs(20), || {
+    wait_until("etcd in node-a to answer", Duration::from_secs(20), || {
         answers(Duration::from_millis(500))
     });
     // Not reachable from the root namespace: it runs in node-a's own loopback.
@@ -407,7 +396,7 @@ fn lab_process_signals_stop_and_resume_it() {
         "a SIGSTOPped process must not answer"
     );
     etcd.signal(Signal::SIGCONT).unwrap();
-    wait_for(
+    wait_until(
         "etcd to answer again after SIGCONT",
         Duration::from_secs(10),
         || answers(Duration::from_millis(500)),
@@ -466,7 +455,7 @@ fn etcd_log_has_content(lab: &Lab) {
 
 #[test]
 fn cut_link_removes_carrier_and_partition_blocks_traffic() {
-    let Some(lab) = start_lab(
+    let Some(lab) = support::lab(
         "cut_link_removes_carrier_and_partition_blocks_traffic",
         LabOptions {
             http_backends: true,
@@ -486,13 +475,13 @@ fn cut_link_removes_carrier_and_partition_blocks_traffic() {
     };
     assert!(carrier());
     lab.cut_link("node-a").unwrap();
-    wait_for("node-a to lose carrier", Duration::from_secs(5), || {
+    wait_until("node-a to lose carrier", Duration::from_secs(5), || {
         !carrier()
     });
     assert!(get(a).is_err());
     lab.restore_link("node-a").unwrap();
-    wait_for("node-a carrier back", Duration::from_secs(5), carrier);
-    wait_for("node-a reachable again", Duration::from_secs(5), || {
+    wait_until("node-a carrier back", Duration::from_secs(5), carrier);
+    wait_until("node-a reachable again", Duration::from_secs(5), || {
         get(a).is_ok()
     });
 
@@ -510,7 +499,7 @@ fn cut_link_removes_carrier_and_partition_blocks_traffic() {
     assert!(!reach_api("node-a"));
     assert!(reach_api("node-b"));
     lab.heal("node-a").unwrap();
-    wait_for(
+    wait_until(
         "node-a reachable after heal",
         Duration::from_secs(5),
         || get(a).is_ok(),

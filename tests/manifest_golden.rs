@@ -6,26 +6,14 @@
 
 #[path = "golden/cases.rs"]
 mod cases;
+#[path = "support/manifest.rs"]
+mod manifest_cli;
 
 use std::path::{Path, PathBuf};
 
-use clap::Parser;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::{Pod, PodSpec};
-use vipd::manifest::{self, ManifestCommand};
-
-#[derive(Parser)]
-struct Cli {
-    #[command(subcommand)]
-    cmd: ManifestCommand,
-}
-
-fn generate(argv: &[&str]) -> Result<String, String> {
-    let mut v = vec!["vipd-manifest"];
-    v.extend(argv);
-    let cli = Cli::try_parse_from(v).map_err(|e| e.to_string())?;
-    manifest::run(&cli.cmd).map_err(|e| e.to_string())
-}
+use manifest_cli::try_generate as generate;
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -79,18 +67,7 @@ fn checked_in_manifests_match_the_generator() {
     let files: Vec<(&str, Vec<&str>)> = vec![
         ("manifests/rbac.yaml", vec!["rbac"]),
         ("manifests/vipd.service", vec!["systemd"]),
-        (
-            "manifests/vipd.env",
-            vec![
-                "systemd",
-                "--environment-file",
-                "--controlplane",
-                "--address",
-                "192.0.2.10",
-                "--interface",
-                "eth0",
-            ],
-        ),
+        ("manifests/vipd.env", cases::SYSTEMD_ENV.to_vec()),
         (
             "manifests/static-pod-kubeadm.yaml",
             vec![

@@ -3,20 +3,11 @@
 
 use std::process::Command;
 
-use clap::Parser;
-use vipd::manifest::{self, ManifestCommand};
+#[path = "support/manifest.rs"]
+mod manifest_cli;
 
-#[derive(Parser)]
-struct Cli {
-    #[command(subcommand)]
-    cmd: ManifestCommand,
-}
-
-fn generate(argv: &[&str]) -> String {
-    let mut v = vec!["vipd-manifest"];
-    v.extend(argv);
-    manifest::run(&Cli::try_parse_from(v).unwrap().cmd).unwrap()
-}
+use manifest_cli::generate;
+use vipd::manifest;
 
 #[test]
 fn systemd_analyze_verify_accepts_the_unit() {

@@ -25,6 +25,18 @@ pub const K3S: &[&str] = &[
     "/etc/rancher/k3s/k3s.yaml",
 ];
 
+/// `vipd manifest systemd --environment-file` for the control-plane VIP 192.0.2.10 on eth0
+/// (the checked-in manifests/vipd.env; the golden case adds a kubeconfig path).
+pub const SYSTEMD_ENV: &[&str] = &[
+    "systemd",
+    "--environment-file",
+    "--controlplane",
+    "--address",
+    "192.0.2.10",
+    "--interface",
+    "eth0",
+];
+
 /// Cases that must generate a manifest: (golden name, argv).
 pub fn ok_cases() -> Vec<(&'static str, Vec<&'static str>)> {
     let cp = [
@@ -139,17 +151,11 @@ pub fn other_cases() -> Vec<(&'static str, Vec<&'static str>)> {
         ("vipd.service", vec!["systemd"]),
         (
             "vipd.env",
-            vec![
-                "systemd",
-                "--environment-file",
-                "--controlplane",
-                "--address",
-                "192.0.2.10",
-                "--interface",
-                "eth0",
-                "--k8sConfigPath",
-                "/etc/rancher/k3s/k3s.yaml",
-            ],
+            [
+                SYSTEMD_ENV,
+                &["--k8sConfigPath", "/etc/rancher/k3s/k3s.yaml"],
+            ]
+            .concat(),
         ),
     ]
 }

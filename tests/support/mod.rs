@@ -8,6 +8,8 @@ use std::time::{Duration, Instant};
 
 use xtask::lab::{Lab, LabOptions, LabProcess};
 
+pub mod manifest;
+
 /// The lab's control-plane VIP (scenarios: 192.0.2.10).
 pub const VIP: &str = "192.0.2.10";
 /// Lab nodes.
@@ -47,7 +49,26 @@ pub fn apply_generated_rbac(lab: &Lab) {
             .unwrap();
         assert_eq!(r.status, 201, "{path}: {}", r.body);
     }
-    let nodes = rbac::binding(
+    bind_generated_role_to_nodes(lab);
+}
+
+/// Creates only the ClusterRole of `vipd manifest rbac` and binds it to the lab's node
+/// users (no ServiceAccount): in a lab started with `NodeRbac::None` the node users then
+/// have exactly the generated rights.
+pub fn apply_generated_role_to_nodes(lab: &Lab) {
+    let role = serde_json::to_value(vipd::manifest::rbac::cluster_role(false)).unwrap();
+    let path = "/apis/rbac.authorization.k8s.io/v1/clusterroles";
+    let r = lab
+        .api_request("POST", path, Some(&role.to_string()))
+        .unwrap();
+    assert_eq!(r.status, 201, "{path}: {}", r.body);
+    bind_generated_role_to_nodes(lab);
+}
+
+/// Binds the generated ClusterRole to group [`xtask::lab::NODE_GROUP`] (ClusterRoleBinding
+/// `vipd-lab-nodes-vipd`).
+fn bind_generated_role_to_nodes(lab: &Lab) {
+    let nodes = vipd::manifest::rbac::binding(
         "vipd-lab-nodes-vipd",
         vec![k8s_openapi::api::rbac::v1::Subject {
             kind: "Group".into(),
@@ -71,6 +92,12 @@ pub type Timings = (&'static str, &'static str, &'static str);
 
 /// kube-vip's defaults, the scenarios' "lease 5/3/1".
 pub const T531: Timings = ("5", "3", "1");
+
+/// Starts `vipd manager` in control-plane mode on every node (as [`start_vipd`]), in
+/// [`NODES`] order.
+pub fn start_vipd_on_all(lab: &Lab, t: Timings, extra: &[(&str, &str)]) -> Vec<LabProcess> {
+    NODES.iter().map(|n| start_vipd(lab, n, t, extra)).collect()
+}
 
 /// Starts `vipd manager` in control-plane mode on `node` with kube-vip environment
 /// variables, plus `extra` (which override).
@@ -162,12 +189,53 @@ pub fn wait_for<T>(what: &str, limit: Duration, mut f: impl FnMut() -> Option<T>
     }
 }
 
+/// Polls `cond` every 20 ms until it is true, or panics with `what` after `limit` (as
+/// [`wait_for`]).
+pub fn wait_until(what: &str, limit: Duration, mut cond: impl FnMut() -> bool) {
+    wait_for(what, limit, || cond().then_some(()))
+}
+
+/// Runs the future `make()` returns to completion on a current-thread tokio runtime, on a
+/// thread inside lab namespace `ns`.
+pub fn block_on_in<T: Send, F: std::future::Future<Output = T>>(
+    lab: &Lab,
+    ns: &str,
+    make: impl FnOnce() -> F + Send,
+) -> T {
+    lab.in_netns(ns, || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(make())
+    })
+    .unwrap()
+}
+
 /// Waits until exactly one node holds `vip` and returns it.
 pub fn single_holder(lab: &Lab, vip: &str, limit: Duration) -> String {
     wait_for(&format!("one holder of {vip}"), limit, || {
         let h = holders(lab, vip);
         (h.len() == 1).then(|| h[0].clone())
     })
+}
+
+/// `Some(node)` when exactly one node other than `old` holds `vip`.
+pub fn other_single_holder(lab: &Lab, vip: &str, old: &str) -> Option<String> {
+    let h = holders(lab, vip);
+    (h.len() == 1 && h[0] != old).then(|| h[0].clone())
+}
+
+/// Waits (up to `limit`, naming `what` on timeout) until exactly one node other than `old`
+/// holds `vip`, and returns it.
+pub fn wait_for_takeover(lab: &Lab, vip: &str, old: &str, what: &str, limit: Duration) -> String {
+    wait_for(what, limit, || other_single_holder(lab, vip, old))
+}
+
+/// Lets `settle` pass, then asserts that `holder` alone holds `vip` (nothing moved).
+pub fn assert_held_by_after(lab: &Lab, vip: &str, holder: &str, settle: Duration) {
+    std::thread::sleep(settle);
+    assert_eq!(holders(lab, vip), vec![holder.to_string()]);
 }
 
 /// Prints the logs of the given processes (for failing tests).

@@ -28,6 +28,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+
+use crate::args::{parse_flags, whole_number};
 use xtask::lab::{
     self, ArpRoundProber, ControlPlaneProcess, Lab, LabAddress, LabOptions, LabProcess, MacAddr,
     ProbeRound, Signal,
@@ -153,22 +155,16 @@ impl Options {
             rss_growth_pct: 20.0,
             verbose: false,
         };
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            let mut value = |flag: &str| {
-                it.next()
-                    .copied()
-                    .ok_or_else(|| anyhow!("{flag} needs a value\n\n{USAGE}"))
-            };
+        parse_flags(args, USAGE, |a, value| {
             let number = |flag: &str, v: &str| -> Result<f64> {
                 v.parse::<f64>()
                     .ok()
                     .filter(|x| x.is_finite())
                     .ok_or_else(|| anyhow!("{flag}: {v:?} is not a number"))
             };
-            match *a {
+            match a {
                 "--minutes" => {
-                    let v = value("--minutes")?;
+                    let v = value()?;
                     let m = number("--minutes", v)?;
                     if !(m > 0.0 && m <= 24.0 * 60.0) {
                         bail!("--minutes: {v:?} is outside (0, 1440]");
@@ -176,34 +172,16 @@ impl Options {
                     o.minutes = m;
                 }
                 "--seed" => {
-                    let v = value("--seed")?;
+                    let v = value()?;
                     o.seed = Some(
                         v.parse()
                             .map_err(|_| anyhow!("--seed: {v:?} is not a whole number"))?,
                     );
                 }
-                "--services" => {
-                    let v = value("--services")?;
-                    let n: usize = v
-                        .parse()
-                        .map_err(|_| anyhow!("--services: {v:?} is not a whole number"))?;
-                    if !(1..=MAX_SERVICES).contains(&n) {
-                        bail!("--services: {n} is outside 1..={MAX_SERVICES}");
-                    }
-                    o.services = n;
-                }
-                "--nodes" => {
-                    let v = value("--nodes")?;
-                    let n: usize = v
-                        .parse()
-                        .map_err(|_| anyhow!("--nodes: {v:?} is not a whole number"))?;
-                    if !(2..=lab::NODES.len()).contains(&n) {
-                        bail!("--nodes: {n} is outside 2..={}", lab::NODES.len());
-                    }
-                    o.nodes = n;
-                }
+                "--services" => o.services = whole_number(a, value()?, 1..=MAX_SERVICES)?,
+                "--nodes" => o.nodes = whole_number(a, value()?, 2..=lab::NODES.len())?,
                 "--rss-growth-pct" => {
-                    let v = value("--rss-growth-pct")?;
+                    let v = value()?;
                     let p = number("--rss-growth-pct", v)?;
                     if p < 0.0 {
                         bail!("--rss-growth-pct: {v:?} is negative");
@@ -211,15 +189,15 @@ impl Options {
                     o.rss_growth_pct = p;
                 }
                 "--no-build" => o.build = false,
-                "--vipd" => o.vipd = Some(PathBuf::from(value("--vipd")?)),
+                "--vipd" => o.vipd = Some(PathBuf::from(value()?)),
                 "--orphan-leases-warn" => o.orphan_leases_warn = true,
                 "--canary" => o.canary = true,
-                "--faults" => o.faults = Some(parse_faults(value("--faults")?)?),
+                "--faults" => o.faults = Some(parse_faults(value()?)?),
                 "-v" | "--verbose" => o.verbose = true,
-                "-h" | "--help" => bail!("{USAGE}"),
-                other => bail!("unknown option {other:?}\n\n{USAGE}"),
+                _ => return Ok(false),
             }
-        }
+            Ok(true)
+        })?;
         if o.minutes.is_nan() {
             bail!("--minutes is required\n\n{USAGE}");
         }
@@ -1237,6 +1215,29 @@ impl Chaos {
         only: Option<&BTreeSet<FaultKind>>,
     ) -> Result<()> {
         self.check_alive()?;
+        let chosen = self.choose_faults(rng, only);
+        let hold = Duration::from_millis(rng.u64(300..8000));
+        let svc_ops = rng.usize(0..4) + usize::from(chosen.is_empty());
+        let cp_fault = chosen.iter().any(|(k, _)| k.is_control_plane_fault());
+        let active = self.inject_all(chosen);
+        self.hold_with_service_ops(rng, hold, svc_ops, cp_fault, target_services);
+        self.heal_all(rng, active)?;
+        let quiet = if rng.u32(..100) < 75 {
+            answer_bound() + Duration::from_millis(rng.u64(500..4000))
+        } else {
+            Duration::from_millis(rng.u64(0..1000))
+        };
+        std::thread::sleep(quiet);
+        Ok(())
+    }
+
+    /// Draws 1 (70 %) or 2 faults by weight among `only` (all kinds when `None`): at most
+    /// one control-plane fault; a node fault hits a holder when there is one.
+    fn choose_faults(
+        &self,
+        rng: &mut fastrand::Rng,
+        only: Option<&BTreeSet<FaultKind>>,
+    ) -> Vec<(FaultKind, String)> {
         const WEIGHTS: [(FaultKind, u32); 9] = [
             (FaultKind::Kill, 3),
             (FaultKind::Stop, 3),
@@ -1292,9 +1293,13 @@ impl Chaos {
             }
             chosen.push((kind, pool[rng.usize(..pool.len())].clone()));
         }
-        let hold = Duration::from_millis(rng.u64(300..8000));
-        let svc_ops = rng.usize(0..4) + usize::from(chosen.is_empty());
-        let cp_fault = chosen.iter().any(|(k, _)| k.is_control_plane_fault());
+        chosen
+    }
+
+    /// Injects each chosen fault, records it as a disturbance (restarts are settled at once:
+    /// they return when the API server is ready again) and returns those injected with
+    /// their disturbance index.
+    fn inject_all(&mut self, chosen: Vec<(FaultKind, String)>) -> Vec<(FaultKind, String, usize)> {
         let mut active: Vec<(FaultKind, String, usize)> = Vec::new();
         for (kind, target) in chosen {
             let start = self.now();
@@ -1326,6 +1331,19 @@ impl Chaos {
                 d.settled = Some(self.epoch.elapsed());
             }
         }
+        active
+    }
+
+    /// Holds the faults for `hold`, running `svc_ops` Service operations at random times
+    /// meanwhile (none during a control-plane fault).
+    fn hold_with_service_ops(
+        &mut self,
+        rng: &mut fastrand::Rng,
+        hold: Duration,
+        svc_ops: usize,
+        cp_fault: bool,
+        target_services: usize,
+    ) {
         let hold_end = Instant::now() + hold;
         for _ in 0..svc_ops {
             if cp_fault {
@@ -1343,6 +1361,15 @@ impl Chaos {
             }
         }
         std::thread::sleep(hold_end.saturating_duration_since(Instant::now()));
+    }
+
+    /// Heals the active faults in random order (restarts healed themselves) and marks them
+    /// settled.
+    fn heal_all(
+        &mut self,
+        rng: &mut fastrand::Rng,
+        mut active: Vec<(FaultKind, String, usize)>,
+    ) -> Result<()> {
         rng.shuffle(&mut active);
         for (kind, target, idx) in active {
             if !matches!(kind, FaultKind::ApiRestart | FaultKind::EtcdRestart) {
@@ -1353,12 +1380,6 @@ impl Chaos {
                 }
             }
         }
-        let quiet = if rng.u32(..100) < 75 {
-            answer_bound() + Duration::from_millis(rng.u64(500..4000))
-        } else {
-            Duration::from_millis(rng.u64(0..1000))
-        };
-        std::thread::sleep(quiet);
         Ok(())
     }
 
@@ -1542,6 +1563,22 @@ struct Report {
 
 fn soak(c: &mut Chaos, o: &Options, rng: &mut fastrand::Rng) -> Result<Report> {
     let mut report = Report::default();
+    let universe = start_soak(c, o)?;
+    let audit_from = warm_up(c, o, &mut report)?;
+    fault_phase(c, o, rng)?;
+    final_settle(c)?;
+    final_audit(c, o, &mut report, audit_from, universe)?;
+    check_orphan_leases(c, o, &mut report)?;
+    check_rss(c, o, &mut report);
+    stop_all_vipds(c)?;
+    check_leftovers(c)?;
+    check_panics(c);
+    Ok(report)
+}
+
+/// Starts vipd on every node and the prober of every pool address (plus the control-plane
+/// VIP and the canary); returns the probed addresses.
+fn start_soak(c: &mut Chaos, o: &Options) -> Result<Vec<Ipv4Addr>> {
     for n in c.nodes.clone() {
         c.start_vipd(&n)?;
     }
@@ -1561,6 +1598,12 @@ fn soak(c: &mut Chaos, o: &Options, rng: &mut fastrand::Rng) -> Result<Report> {
     )?);
     let at = c.now();
     c.desire(lab::CONTROL_PLANE_VIP, "control-plane", at);
+    Ok(universe)
+}
+
+/// Creates the Services and waits until each answered, then 10 s; records RSS at start,
+/// clears the fault table and runs the canary if asked. Returns the start of the audit.
+fn warm_up(c: &mut Chaos, o: &Options, report: &mut Report) -> Result<Duration> {
     // Warm-up: every Service created and answered, then RSS start.
     for i in 0..o.services {
         let addr = pool_address(i).ok_or_else(|| anyhow!("pool too small"))?;
@@ -1582,31 +1625,40 @@ fn soak(c: &mut Chaos, o: &Options, rng: &mut fastrand::Rng) -> Result<Report> {
     // The fault table counts the fault phase only (the warm-up creates are not faults).
     c.faults.clear();
     if o.canary {
-        // Two nodes answer for an address nobody owns: the auditor must see two MACs and
-        // an answer without a Service.
-        let cidr = format!("{CANARY_ADDR}/32");
-        let pair: Vec<String> = c.nodes.iter().take(2).cloned().collect();
-        for n in &pair {
-            c.lab
-                .exec(n, "ip", &["addr", "add", &cidr, "dev", lab::ETH])?;
-        }
-        std::thread::sleep(CANARY_HOLD);
-        for n in &pair {
-            c.lab
-                .exec(n, "ip", &["addr", "del", &cidr, "dev", lab::ETH])?;
-        }
-        println!(
-            "  canary: {CANARY_ADDR} was on {} for {} s",
-            pair.join(" and "),
-            CANARY_HOLD.as_secs()
-        );
+        put_canary(c)?;
     }
     println!(
         "  warm-up done at {}: {} Services answered; faults start",
         secs(audit_from),
         c.services.len()
     );
-    // The fault phase.
+    Ok(audit_from)
+}
+
+/// Two nodes answer for an address nobody owns for [`CANARY_HOLD`]: the auditor must see two
+/// MACs and an answer without a Service.
+fn put_canary(c: &mut Chaos) -> Result<()> {
+    let cidr = format!("{CANARY_ADDR}/32");
+    let pair: Vec<String> = c.nodes.iter().take(2).cloned().collect();
+    for n in &pair {
+        c.lab
+            .exec(n, "ip", &["addr", "add", &cidr, "dev", lab::ETH])?;
+    }
+    std::thread::sleep(CANARY_HOLD);
+    for n in &pair {
+        c.lab
+            .exec(n, "ip", &["addr", "del", &cidr, "dev", lab::ETH])?;
+    }
+    println!(
+        "  canary: {CANARY_ADDR} was on {} for {} s",
+        pair.join(" and "),
+        CANARY_HOLD.as_secs()
+    );
+    Ok(())
+}
+
+/// Runs episodes for `o.minutes`, printing progress every minute.
+fn fault_phase(c: &mut Chaos, o: &Options, rng: &mut fastrand::Rng) -> Result<()> {
     let end = Instant::now() + Duration::from_secs_f64(o.minutes * 60.0);
     let mut next_progress = Instant::now() + Duration::from_secs(60);
     while Instant::now() < end {
@@ -1621,8 +1673,12 @@ fn soak(c: &mut Chaos, o: &Options, rng: &mut fastrand::Rng) -> Result<Report> {
             );
         }
     }
-    // Final settle: everything healed (each episode heals its faults), every Service
-    // announceable again, every vipd running.
+    Ok(())
+}
+
+/// Everything healed (each episode heals its faults), every Service announceable again,
+/// every vipd running; then waits for the status to converge and records what did not.
+fn final_settle(c: &mut Chaos) -> Result<()> {
     c.check_alive()?;
     let ignored: Vec<String> = c
         .services
@@ -1661,6 +1717,17 @@ fn soak(c: &mut Chaos, o: &Options, rng: &mut fastrand::Rng) -> Result<Report> {
         std::thread::sleep(Duration::from_millis(500));
     };
     c.violations.extend(status_violations);
+    Ok(())
+}
+
+/// Stops the prober and audits its rounds from `audit_from` (and the canary's verdict).
+fn final_audit(
+    c: &mut Chaos,
+    o: &Options,
+    report: &mut Report,
+    audit_from: Duration,
+    universe: Vec<Ipv4Addr>,
+) -> Result<()> {
     let rounds = c
         .prober
         .take()
@@ -1685,7 +1752,12 @@ fn soak(c: &mut Chaos, o: &Options, rng: &mut fastrand::Rng) -> Result<Report> {
             Err(x) => c.violations.push(x),
         }
     }
-    // Leases of deleted Services (vipd deletes them; the GC may lag by lease + grace).
+    Ok(())
+}
+
+/// Leases of deleted Services (vipd deletes them; the GC may lag by lease + grace): a
+/// violation, or a warning with `--orphan-leases-warn`.
+fn check_orphan_leases(c: &mut Chaos, o: &Options, report: &mut Report) -> Result<()> {
     let deadline = Instant::now() + LEASE_GC_WAIT;
     let orphans = loop {
         let names: BTreeSet<String> = c.observed_services()?.into_iter().map(|s| s.name).collect();
@@ -1713,6 +1785,11 @@ fn soak(c: &mut Chaos, o: &Options, rng: &mut fastrand::Rng) -> Result<Report> {
             c.violations.push(v(ViolationKind::OrphanLease, detail));
         }
     }
+    Ok(())
+}
+
+/// Records RSS at the end and flags growth over `o.rss_growth_pct`.
+fn check_rss(c: &mut Chaos, o: &Options, report: &mut Report) {
     report.rss_end = c.rss();
     for (node, start) in &report.rss_start {
         if let Some(end) = report.rss_end.get(node)
@@ -1721,7 +1798,10 @@ fn soak(c: &mut Chaos, o: &Options, rng: &mut fastrand::Rng) -> Result<Report> {
             c.violations.push(x);
         }
     }
-    // Graceful stop of every vipd at once, then what is left on the nodes.
+}
+
+/// Graceful stop of every vipd at once: each must exit 0 within 15 s.
+fn stop_all_vipds(c: &mut Chaos) -> Result<()> {
     for p in c.procs.values() {
         let _ = p.signal(Signal::SIGTERM);
     }
@@ -1742,6 +1822,11 @@ fn soak(c: &mut Chaos, o: &Options, rng: &mut fastrand::Rng) -> Result<Report> {
             }
         }
     }
+    Ok(())
+}
+
+/// What is left on the nodes after the final stop (addresses, nft tables, links).
+fn check_leftovers(c: &mut Chaos) -> Result<()> {
     for node in c.nodes.clone() {
         let own: Vec<IpAddr> = [
             lab::node_ipv4(&node).map(IpAddr::V4),
@@ -1771,7 +1856,11 @@ fn soak(c: &mut Chaos, o: &Options, rng: &mut fastrand::Rng) -> Result<Report> {
         );
         c.violations.extend(found);
     }
-    // Panics in any vipd log, including the logs of processes the soak killed.
+    Ok(())
+}
+
+/// Panics in any vipd log, including the logs of processes the soak killed.
+fn check_panics(c: &mut Chaos) {
     for (node, path) in &c.logs {
         let log = std::fs::read_to_string(path).unwrap_or_default();
         if log.contains("panicked") {
@@ -1785,7 +1874,6 @@ fn soak(c: &mut Chaos, o: &Options, rng: &mut fastrand::Rng) -> Result<Report> {
             ));
         }
     }
-    Ok(report)
 }
 
 /// `git describe --always --dirty` of the workspace (empty when git fails).

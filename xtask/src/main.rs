@@ -13,6 +13,7 @@
 //!                        failover figures for vipd and keepalived (see bench.rs)
 //! ```
 
+mod args;
 mod bench;
 mod chaos;
 mod demo;

@@ -41,10 +41,14 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use serde::{Deserialize, Serialize};
-use xtask::lab::{self, ArpWatcher, Lab, LabOptions, LabProcess, MacAddr, NODES, Signal};
 
-use super::stats::percentile;
+use crate::args::parse_flags;
+use serde::{Deserialize, Serialize};
+use xtask::lab::{
+    self, ArpWatcher, Lab, LabOptions, LabProcess, MacAddr, NODES, Signal, WatchReport,
+};
+
+use super::stats::{ms, percentile};
 
 /// The control-plane VIP every trial moves (192.0.2.10).
 pub const VIP: Ipv4Addr = lab::CONTROL_PLANE_VIP;
@@ -244,16 +248,10 @@ impl BenchOptions {
             idle: true,
             verbose: false,
         };
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            let mut value = |flag: &str| -> Result<&str> {
-                it.next()
-                    .copied()
-                    .ok_or_else(|| anyhow!("{flag} needs a value\n\n{USAGE}"))
-            };
-            match *a {
+        parse_flags(args, USAGE, |a, value| {
+            match a {
                 "--scenario" | "--scenarios" => {
-                    let v = value(a)?;
+                    let v = value()?;
                     o.scenarios = if v == "all" {
                         Scenario::ALL.to_vec()
                     } else {
@@ -261,13 +259,13 @@ impl BenchOptions {
                     };
                 }
                 "--trials" => {
-                    let v = value(a)?;
+                    let v = value()?;
                     o.trials = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
                         anyhow!("invalid --trials value {v:?}: expected a positive integer")
                     })?;
                 }
                 "--impl" => {
-                    let v = value(a)?;
+                    let v = value()?;
                     (o.vipd, o.keepalived) = match v {
                         "vipd" => (true, false),
                         "keepalived" => (false, true),
@@ -276,20 +274,20 @@ impl BenchOptions {
                     };
                 }
                 "--timings" => {
-                    o.timings = value(a)?
+                    o.timings = value()?
                         .split(',')
                         .map(Timings::parse)
                         .collect::<Result<_>>()?;
                 }
                 "--no-build" => o.build = false,
-                "--vipd" => o.vipd_path = Some(PathBuf::from(value(a)?)),
-                "--json" => o.json = Some(PathBuf::from(value(a)?)),
+                "--vipd" => o.vipd_path = Some(PathBuf::from(value()?)),
+                "--json" => o.json = Some(PathBuf::from(value()?)),
                 "--no-idle" => o.idle = false,
                 "-v" | "--verbose" => o.verbose = true,
-                "-h" | "--help" => bail!("{USAGE}"),
-                other => bail!("unknown option {other:?}\n\n{USAGE}"),
+                _ => return Ok(false),
             }
-        }
+            Ok(true)
+        })?;
         Ok(o)
     }
 
@@ -1061,10 +1059,6 @@ fn watch_takeover(ctx: &Ctx, old: &str, t0: Instant, limit: Duration) -> Result<
     }
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
-
 /// Largest time a takeover may take before the trial gives up: generous, three lease
 /// durations of the slowest timings we expect plus slack.
 fn takeover_limit(subject: &Subject) -> Duration {
@@ -1098,6 +1092,87 @@ pub fn run_trial(
         scenario.name(),
         subject.label()
     ));
+    let mut cluster = start_trial_cluster(ctx, subject, &mut notes)?;
+    let holder = reachable_holder(ctx, subject, &cluster)?;
+    let watcher = ctx.start_arp_watch()?;
+    let watch_t0 = Instant::now();
+    let probe = ctx.start_probe()?;
+    wait_probe_steady(&probe, &holder, 25, Duration::from_secs(10))?;
+    // The holder may have changed meanwhile (it should not).
+    let h = ctx.holders()?;
+    if h != [holder.clone()] {
+        notes.push(format!("holders changed before the event: {h:?}"));
+    }
+    // Spread the event over one renew (or VRRP advert) interval, trial by trial, so the
+    // trials do not all hit the same phase of the holder's 1 s renew cycle.
+    std::thread::sleep(PHASE_SPREAD.mul_f64((trial.saturating_sub(1) % 5) as f64 / 5.0));
+    ctx.say(format!(
+        "{holder} holds the VIP; acting: {}",
+        scenario.name()
+    ));
+
+    let t0 = Instant::now();
+    act(ctx, &cluster, scenario, &holder)?;
+    let event_at = t0.duration_since(watch_t0);
+    let w = watch_takeover(ctx, &holder, t0, takeover_limit(subject))?;
+    let opt_ms =
+        |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{} ms", d.as_millis()));
+    ctx.say(format!(
+        "takeover by {} after {} (old gone after {})",
+        w.new_holder.as_deref().unwrap_or("nobody"),
+        opt_ms(w.takeover),
+        opt_ms(w.old_gone)
+    ));
+    if w.max_carriers > 1
+        && matches!(
+            scenario,
+            Scenario::Graceful | Scenario::Kill | Scenario::Freeze
+        )
+    {
+        notes.push(format!("{} nodes carried the VIP at once", w.max_carriers));
+    }
+    let mut came_back = None;
+    if scenario == Scenario::Freeze {
+        came_back = Some(thaw_and_watch(
+            ctx, &cluster, &watcher, &holder, watch_t0, &mut notes,
+        )?);
+    } else {
+        std::thread::sleep(Duration::from_secs(2));
+    }
+    let summary = stop_probe(probe);
+    let report = watcher.stop()?;
+    end_trial(ctx, &mut cluster, scenario, subject, &holder, &mut notes)?;
+    let summary = summary?;
+
+    let (two_ms, pairs) = two_responders(ctx, &report, event_at, &mut notes);
+    if w.new_holder.is_none() {
+        notes.push("no takeover within the time limit".into());
+    }
+    let (recovered, sw) = probe_notes(&summary, &mut notes);
+    Ok(TrialResult {
+        scenario,
+        subject: subject.label(),
+        trial,
+        holder,
+        new_holder: w.new_holder,
+        gap_ms: summary.worst_gap_ms(),
+        takeover_ms: w.takeover.map(ms),
+        old_gone_ms: w.old_gone.map(ms),
+        two_responders_ms: two_ms,
+        two_responder_nodes: pairs.into_iter().collect(),
+        switches: summary.switch_count,
+        probe_failures: summary.failures,
+        probe_requests: summary.requests,
+        probe_switches: sw,
+        recovered,
+        came_back,
+        notes,
+    })
+}
+
+/// Clears what a previous trial may have left (the vipd lease, the VIP) and starts the
+/// subject on every node.
+fn start_trial_cluster(ctx: &Ctx, subject: &Subject, notes: &mut Vec<String>) -> Result<Cluster> {
     if matches!(subject, Subject::Vipd(_)) {
         ctx.delete_lease()?;
     }
@@ -1108,7 +1183,11 @@ pub fn run_trial(
             leftovers.join(",")
         ));
     }
-    let mut cluster = Cluster::start(ctx, subject)?;
+    Cluster::start(ctx, subject)
+}
+
+/// Waits for a stable holder and until the client reaches it through the VIP; returns it.
+fn reachable_holder(ctx: &Ctx, subject: &Subject, cluster: &Cluster) -> Result<String> {
     // keepalived: longer than its master-down interval (3 x advert_int + skew, 3.6 s).
     let stable_for = match subject {
         Subject::Vipd(_) => Duration::from_millis(500),
@@ -1140,87 +1219,73 @@ pub fn run_trial(
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let watcher = ctx.start_arp_watch()?;
-    let watch_t0 = Instant::now();
-    let probe = ctx.start_probe()?;
-    wait_probe_steady(&probe, &holder, 25, Duration::from_secs(10))?;
-    // The holder may have changed meanwhile (it should not).
-    let h = ctx.holders()?;
-    if h != [holder.clone()] {
-        notes.push(format!("holders changed before the event: {h:?}"));
-    }
-    // Spread the event over one renew (or VRRP advert) interval, trial by trial, so the
-    // trials do not all hit the same phase of the holder's 1 s renew cycle.
-    std::thread::sleep(PHASE_SPREAD.mul_f64((trial.saturating_sub(1) % 5) as f64 / 5.0));
-    ctx.say(format!(
-        "{holder} holds the VIP; acting: {}",
-        scenario.name()
-    ));
+    Ok(holder)
+}
 
-    let t0 = Instant::now();
+/// The event of `scenario` on `holder`.
+fn act(ctx: &Ctx, cluster: &Cluster, scenario: Scenario, holder: &str) -> Result<()> {
     match scenario {
-        Scenario::Graceful => cluster.signal_main(&holder, Signal::SIGTERM)?,
-        Scenario::Kill => cluster.signal_all(&holder, Signal::SIGKILL)?,
-        Scenario::Freeze => cluster.signal_all(&holder, Signal::SIGSTOP)?,
+        Scenario::Graceful => cluster.signal_main(holder, Signal::SIGTERM)?,
+        Scenario::Kill => cluster.signal_all(holder, Signal::SIGKILL)?,
+        Scenario::Freeze => cluster.signal_all(holder, Signal::SIGSTOP)?,
         Scenario::Poweroff => {
-            cluster.signal_all(&holder, Signal::SIGKILL)?;
-            ctx.lab.cut_link(&holder)?;
+            cluster.signal_all(holder, Signal::SIGKILL)?;
+            ctx.lab.cut_link(holder)?;
         }
-        Scenario::Partition => ctx.lab.partition(&holder)?,
+        Scenario::Partition => ctx.lab.partition(holder)?,
     }
-    let event_at = t0.duration_since(watch_t0);
-    let w = watch_takeover(ctx, &holder, t0, takeover_limit(subject))?;
-    let opt_ms =
-        |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{} ms", d.as_millis()));
-    ctx.say(format!(
-        "takeover by {} after {} (old gone after {})",
-        w.new_holder.as_deref().unwrap_or("nobody"),
-        opt_ms(w.takeover),
-        opt_ms(w.old_gone)
-    ));
-    if w.max_carriers > 1
-        && matches!(
-            scenario,
-            Scenario::Graceful | Scenario::Kill | Scenario::Freeze
-        )
-    {
-        notes.push(format!("{} nodes carried the VIP at once", w.max_carriers));
+    Ok(())
+}
+
+/// Freeze only: 3 s after the event thaws the old holder and watches 4 s whether it carried
+/// or answered for the VIP again (noted); returns whether it did.
+fn thaw_and_watch(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    watcher: &ArpWatcher,
+    holder: &str,
+    watch_t0: Instant,
+    notes: &mut Vec<String>,
+) -> Result<bool> {
+    std::thread::sleep(Duration::from_secs(3));
+    for p in cluster.pids(holder) {
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), Signal::SIGCONT);
     }
-    let mut came_back = None;
-    if scenario == Scenario::Freeze {
-        std::thread::sleep(Duration::from_secs(3));
-        for p in cluster.pids(&holder) {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), Signal::SIGCONT);
-        }
-        let cont_at = watch_t0.elapsed();
-        let t_cont = Instant::now();
-        let mut carried = false;
-        while t_cont.elapsed() < Duration::from_secs(4) {
-            carried |= ctx.holders()?.contains(&holder);
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let rep = watcher.report();
-        let old_mac = ctx.lab.mac_of(&holder)?;
-        let answered = rep
-            .slots
-            .iter()
-            .filter(|s| s.t >= cont_at)
-            .any(|s| s.responders.contains(&old_mac));
-        if carried || answered {
-            notes.push(format!(
-                "thawed {holder} came back (carried the VIP: {carried}, answered ARP: {answered})"
-            ));
-        }
-        came_back = Some(carried || answered);
-    } else {
-        std::thread::sleep(Duration::from_secs(2));
+    let cont_at = watch_t0.elapsed();
+    let t_cont = Instant::now();
+    let mut carried = false;
+    while t_cont.elapsed() < Duration::from_secs(4) {
+        carried |= ctx.holders()?.iter().any(|h| h == holder);
+        std::thread::sleep(Duration::from_millis(20));
     }
-    let summary = stop_probe(probe);
-    let report = watcher.stop()?;
+    let rep = watcher.report();
+    let old_mac = ctx.lab.mac_of(holder)?;
+    let answered = rep
+        .slots
+        .iter()
+        .filter(|s| s.t >= cont_at)
+        .any(|s| s.responders.contains(&old_mac));
+    if carried || answered {
+        notes.push(format!(
+            "thawed {holder} came back (carried the VIP: {carried}, answered ARP: {answered})"
+        ));
+    }
+    Ok(carried || answered)
+}
+
+/// Heals the event, stops every instance and removes a VIP left behind (noted).
+fn end_trial(
+    ctx: &Ctx,
+    cluster: &mut Cluster,
+    scenario: Scenario,
+    subject: &Subject,
+    holder: &str,
+    notes: &mut Vec<String>,
+) -> Result<()> {
     // Heal before stopping, so graceful stops can reach the API server.
     match scenario {
-        Scenario::Poweroff => ctx.lab.restore_link(&holder)?,
-        Scenario::Partition => ctx.lab.heal(&holder)?,
+        Scenario::Poweroff => ctx.lab.restore_link(holder)?,
+        Scenario::Partition => ctx.lab.heal(holder)?,
         _ => {}
     }
     cluster.stop();
@@ -1237,8 +1302,17 @@ pub fn run_trial(
             left.join(",")
         ));
     }
-    let summary = summary?;
+    Ok(())
+}
 
+/// Time with two or more ARP responders (slots x interval, ms) and the node pairs seen; a
+/// note when there were any.
+fn two_responders(
+    ctx: &Ctx,
+    report: &WatchReport,
+    event_at: Duration,
+    notes: &mut Vec<String>,
+) -> (f64, BTreeSet<String>) {
     let mut two = 0usize;
     let mut pairs = BTreeSet::new();
     for s in &report.slots {
@@ -1261,9 +1335,12 @@ pub fn run_trial(
             pairs.iter().cloned().collect::<Vec<_>>().join(", ")
         ));
     }
-    if w.new_holder.is_none() {
-        notes.push("no takeover within the time limit".into());
-    }
+    (two_ms, pairs)
+}
+
+/// Whether the probe recovered, and its switches as text; notes a trailing gap and more
+/// than one switch.
+fn probe_notes(summary: &ProbeSummary, notes: &mut Vec<String>) -> (bool, Vec<String>) {
     let recovered = summary.trailing_failures == 0 && summary.successes > 0;
     if !recovered {
         notes.push(format!(
@@ -1288,25 +1365,7 @@ pub fn run_trial(
             sw.join("; ")
         ));
     }
-    Ok(TrialResult {
-        scenario,
-        subject: subject.label(),
-        trial,
-        holder,
-        new_holder: w.new_holder,
-        gap_ms: summary.worst_gap_ms(),
-        takeover_ms: w.takeover.map(ms),
-        old_gone_ms: w.old_gone.map(ms),
-        two_responders_ms: two_ms,
-        two_responder_nodes: pairs.into_iter().collect(),
-        switches: summary.switch_count,
-        probe_failures: summary.failures,
-        probe_requests: summary.requests,
-        probe_switches: sw,
-        recovered,
-        came_back,
-        notes,
-    })
+    (recovered, sw)
 }
 
 /// VmRSS of `pid` in KiB.

@@ -40,7 +40,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::stats::summary_ms;
+use super::stats::{ms, summary_ms};
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
@@ -49,6 +49,8 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+
+use crate::args::{parse_flags, whole_number};
 use xtask::lab::{self, ApiClient, Lab, LabOptions, LabProcess, NODES};
 
 const USAGE: &str = "usage: cargo xtask bench services [options]
@@ -170,27 +172,12 @@ impl Options {
     /// `--help` returns the usage as the error.
     pub fn parse(args: &[&str]) -> Result<Options> {
         let mut o = Options::default();
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            let mut value = |flag: &str| {
-                it.next()
-                    .copied()
-                    .ok_or_else(|| anyhow!("{flag} needs a value\n\n{USAGE}"))
-            };
-            match *a {
-                "--scenario" => o.scenarios = Scenario::parse_list(value("--scenario")?)?,
-                "--services" => {
-                    let v = value("--services")?;
-                    let n: usize = v
-                        .parse()
-                        .map_err(|_| anyhow!("--services: {v:?} is not a whole number"))?;
-                    if n == 0 || n > MAX_SCALE_SERVICES {
-                        bail!("--services: {n} is outside 1..={MAX_SCALE_SERVICES}");
-                    }
-                    o.services = n;
-                }
+        parse_flags(args, USAGE, |a, value| {
+            match a {
+                "--scenario" => o.scenarios = Scenario::parse_list(value()?)?,
+                "--services" => o.services = whole_number(a, value()?, 1..=MAX_SCALE_SERVICES)?,
                 "--minutes" => {
-                    let v = value("--minutes")?;
+                    let v = value()?;
                     let m: f64 = v
                         .parse()
                         .map_err(|_| anyhow!("--minutes: {v:?} is not a number"))?;
@@ -200,12 +187,12 @@ impl Options {
                     o.minutes = m;
                 }
                 "--no-build" => o.build = false,
-                "--vipd" => o.vipd = Some(PathBuf::from(value("--vipd")?)),
+                "--vipd" => o.vipd = Some(PathBuf::from(value()?)),
                 "-v" | "--verbose" => o.verbose = true,
-                "-h" | "--help" => bail!("{USAGE}"),
-                other => bail!("unknown option {other:?}\n\n{USAGE}"),
+                _ => return Ok(false),
             }
-        }
+            Ok(true)
+        })?;
         Ok(o)
     }
 }
@@ -286,10 +273,6 @@ pub fn service_json(name: &str, addr: IpAddr) -> serde_json::Value {
             "externalTrafficPolicy": "Cluster",
         }
     })
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 // ----- /proc -----------------------------------------------------------------------------
@@ -985,18 +968,44 @@ fn scale(vipd: &Path, n: usize, verbose: bool) -> Result<()> {
     let b = Bench::start(vipd, verbose)?;
     let addrs = (0..n).map(scale_address).collect::<Result<Vec<_>>>()?;
     let idle = b.samples();
-    let created: Vec<OnceLock<Instant>> = (0..n).map(|_| OnceLock::new()).collect();
-    let answered: Vec<OnceLock<Answer>> = (0..n).map(|_| OnceLock::new()).collect();
-    let failures: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let limit = Duration::from_secs(60 + n as u64 / 10);
+    let run = scale_create(&b, &addrs, limit)?;
+    print_scale_creation(&b, n, &run);
+    scale_steady_state(&b, &addrs, &idle)?;
+    b.stats.print();
+    b.print_logs();
+    b.stop();
+    Ok(())
+}
+
+/// What the creation phase of the scale scenario recorded, per Service in address order.
+struct ScaleRun {
+    /// Just before the first create call.
+    t0: Instant,
+    /// When the last create call returned.
+    create_done: OnceLock<Instant>,
+    /// When every poller had finished.
+    all_done: Instant,
+    /// When each Service's create call returned (unset: it failed).
+    created: Vec<OnceLock<Instant>>,
+    /// Each Service's first answer (unset: none within the limit).
+    answered: Vec<OnceLock<Answer>>,
+    failures: Mutex<Vec<String>>,
+}
+
+/// Creates a Service per address from [`CREATE_THREADS`] threads, each followed by a poller
+/// thread that waits (up to `limit` after the create) for its first answer.
+fn scale_create(b: &Bench, addrs: &[IpAddr], limit: Duration) -> Result<ScaleRun> {
+    let created: Vec<OnceLock<Instant>> = (0..addrs.len()).map(|_| OnceLock::new()).collect();
+    let answered: Vec<OnceLock<Answer>> = (0..addrs.len()).map(|_| OnceLock::new()).collect();
+    let failures: Mutex<Vec<String>> = Mutex::new(Vec::new());
     let t0 = Instant::now();
     let create_done: OnceLock<Instant> = OnceLock::new();
     b.in_client(|| {
         std::thread::scope(|s| -> Result<()> {
             let mut creators = Vec::new();
             for k in 0..CREATE_THREADS {
-                let (b, addrs, created, answered, failures) =
-                    (&b, &addrs, &created, &answered, &failures);
+                let (created, answered, failures) = (&created, &answered, &failures);
                 creators.push(s.spawn(move || -> Result<()> {
                     for i in (k..addrs.len()).step_by(CREATE_THREADS) {
                         let addr = addrs[i];
@@ -1035,20 +1044,38 @@ fn scale(vipd: &Path, n: usize, verbose: bool) -> Result<()> {
             Ok(())
         })
     })??;
-    let all_done = Instant::now();
-    let created_n = created.iter().filter(|c| c.get().is_some()).count();
-    let answered_n = answered.iter().filter(|a| a.get().is_some()).count();
-    let per_service: Vec<f64> = created
+    Ok(ScaleRun {
+        t0,
+        create_done,
+        all_done: Instant::now(),
+        created,
+        answered,
+        failures,
+    })
+}
+
+/// Prints the creation phase: rate, time until all answered, per-Service latency, the
+/// answering nodes and the first failures.
+fn print_scale_creation(b: &Bench, n: usize, run: &ScaleRun) {
+    let created_n = run.created.iter().filter(|c| c.get().is_some()).count();
+    let answered_n = run.answered.iter().filter(|a| a.get().is_some()).count();
+    let per_service: Vec<f64> = run
+        .created
         .iter()
-        .zip(&answered)
+        .zip(&run.answered)
         .filter_map(|(c, a)| Some(ms(a.get()?.at.saturating_duration_since(*c.get()?))))
         .collect();
-    let last_answer = answered.iter().filter_map(|a| a.get().map(|a| a.at)).max();
-    let create_secs = create_done
+    let last_answer = run
+        .answered
+        .iter()
+        .filter_map(|a| a.get().map(|a| a.at))
+        .max();
+    let create_secs = run
+        .create_done
         .get()
-        .map_or(f64::NAN, |d| d.duration_since(t0).as_secs_f64());
+        .map_or(f64::NAN, |d| d.duration_since(run.t0).as_secs_f64());
     let mut by_node: BTreeMap<String, usize> = BTreeMap::new();
-    for a in answered.iter().filter_map(OnceLock::get) {
+    for a in run.answered.iter().filter_map(OnceLock::get) {
         *by_node.entry(a.node.clone()).or_default() += 1;
     }
     println!(
@@ -1059,9 +1086,9 @@ fn scale(vipd: &Path, n: usize, verbose: bool) -> Result<()> {
         "  answered {answered_n}/{n}; all answered {} after the first create call, {} after the last create returned",
         last_answer.map_or("never".into(), |l| format!(
             "{:.2} s",
-            l.duration_since(t0).as_secs_f64()
+            l.duration_since(run.t0).as_secs_f64()
         )),
-        match (last_answer, create_done.get()) {
+        match (last_answer, run.create_done.get()) {
             (Some(l), Some(c)) => format!("{:.2} s", l.saturating_duration_since(*c).as_secs_f64()),
             _ => "n/a".into(),
         }
@@ -1071,7 +1098,7 @@ fn scale(vipd: &Path, n: usize, verbose: bool) -> Result<()> {
         summary_ms(&per_service)
     );
     println!("  answered by: {by_node:?}");
-    let fails = failures.lock().map(|f| f.clone()).unwrap_or_default();
+    let fails = run.failures.lock().map(|f| f.clone()).unwrap_or_default();
     if !fails.is_empty() {
         println!("  {} failures, first ones:", fails.len());
         for f in fails.iter().take(5) {
@@ -1080,9 +1107,14 @@ fn scale(vipd: &Path, n: usize, verbose: bool) -> Result<()> {
     }
     b.say(format!(
         "polling finished {:.1} s after start",
-        all_done.duration_since(t0).as_secs_f64()
+        run.all_done.duration_since(run.t0).as_secs_f64()
     ));
+}
 
+/// Steady state: lets renewals settle, then watches Leases and samples CPU for
+/// [`STEADY_WINDOW`], and prints them with the carried addresses and each node's sample
+/// (RSS before the Services from `idle`).
+fn scale_steady_state(b: &Bench, addrs: &[IpAddr], idle: &[(String, NodeSample)]) -> Result<()> {
     // Steady state: let renewals settle, then watch Leases and sample CPU for 10 s.
     std::thread::sleep(Duration::from_secs(5));
     let addr_set: BTreeSet<IpAddr> = addrs.iter().copied().collect();
@@ -1152,9 +1184,6 @@ fn scale(vipd: &Path, n: usize, verbose: bool) -> Result<()> {
             .and_then(|p| proc_status(*p, "VmRSS"))
             .map_or(f64::NAN, |k| k as f64 / 1024.0)
     );
-    b.stats.print();
-    b.print_logs();
-    b.stop();
     Ok(())
 }
 
@@ -1178,91 +1207,130 @@ fn churn(vipd: &Path, minutes: f64, verbose: bool) -> Result<()> {
     let addr_set: BTreeSet<IpAddr> = addrs.iter().copied().collect();
     let run_for = Duration::from_secs_f64(minutes * 60.0);
     let t0 = Instant::now();
-    let mut cycles = 0usize;
-    let mut up_ms: Vec<f64> = Vec::new();
-    let mut gone_ms: Vec<f64> = Vec::new();
-    let mut problems: Vec<String> = Vec::new();
-    let mut series: Vec<ChurnSample> = Vec::new();
+    let mut run = ChurnRun::default();
     let mut next_sample = Duration::ZERO;
     loop {
         // Create all, wait for every answer (one poller thread per Service).
-        let results: Vec<Result<f64>> = b.in_client(|| {
-            std::thread::scope(|s| {
-                let handles: Vec<_> = names
-                    .iter()
-                    .zip(&addrs)
-                    .map(|(name, addr)| {
-                        let b = &b;
-                        s.spawn(move || -> Result<f64> {
-                            if !b.create(name, *addr) {
-                                bail!("{name}: create failed");
-                            }
-                            let c = Instant::now();
-                            let a = poll_until_answer(
-                                SocketAddr::new(*addr, 80),
-                                c + Duration::from_secs(30),
-                            )?;
-                            Ok(ms(a.at.duration_since(c)))
-                        })
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("poller panicked"))))
-                    .collect()
-            })
-        })?;
-        for r in results {
+        for r in churn_up(&b, &names, &addrs)? {
             match r {
-                Ok(l) => up_ms.push(l),
-                Err(e) => problems.push(format!("cycle {cycles}: {e:#}")),
+                Ok(l) => run.up_ms.push(l),
+                Err(e) => run.problems.push(format!("cycle {}: {e:#}", run.cycles)),
             }
         }
-        cycles += 1;
+        run.cycles += 1;
         let elapsed = t0.elapsed();
         let last = elapsed >= run_for;
-        if cycles == 1 || last || elapsed >= next_sample {
+        if run.cycles == 1 || last || elapsed >= next_sample {
             // Sample with the Services up, the same state each time.
             std::thread::sleep(Duration::from_secs(1));
-            series.push(ChurnSample {
+            run.series.push(ChurnSample {
                 minute: t0.elapsed().as_secs_f64() / 60.0,
-                cycles,
+                cycles: run.cycles,
                 nodes: b.samples(),
             });
             next_sample = elapsed + Duration::from_secs(60);
             eprintln!(
-                "  churn: {:.1} min, {cycles} cycles, {} problems",
+                "  churn: {:.1} min, {} cycles, {} problems",
                 elapsed.as_secs_f64() / 60.0,
-                problems.len()
+                run.cycles,
+                run.problems.len()
             );
         }
-        // Delete all, wait until no node carries any of the addresses.
-        let d0 = Instant::now();
-        b.in_client(|| {
-            for name in &names {
-                b.delete(name);
-            }
-        })?;
-        let d1 = Instant::now();
-        loop {
-            let carried: usize = b.carried(&addr_set)?.values().sum();
-            if carried == 0 {
-                gone_ms.push(ms(d1.duration_since(d0)) + ms(d1.elapsed()));
-                break;
-            }
-            if d1.elapsed() > Duration::from_secs(30) {
-                problems.push(format!(
-                    "cycle {cycles}: {carried} addresses still carried 30 s after the deletes"
-                ));
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        churn_down(&b, &names, &addr_set, &mut run)?;
         if last {
             break;
         }
     }
-    // Leases left behind once every Service is gone (vipd deletes them, S17).
+    let leftover = churn_leftover_leases(&b)?;
+    std::thread::sleep(Duration::from_secs(1));
+    let idle_after = b.samples();
+    print_churn(&run, t0, &leftover, &idle_after);
+    b.stats.print();
+    b.print_logs();
+    b.stop();
+    Ok(())
+}
+
+/// What the churn loop recorded.
+#[derive(Default)]
+struct ChurnRun {
+    /// Completed create/answer/delete cycles.
+    cycles: usize,
+    /// Per Service and cycle: create call returned -> first answer, ms.
+    up_ms: Vec<f64>,
+    /// Per cycle: first delete call -> no node carries any address, ms.
+    gone_ms: Vec<f64>,
+    problems: Vec<String>,
+    series: Vec<ChurnSample>,
+}
+
+/// Creates every Service (one thread each) and waits up to 30 s for its first answer;
+/// returns each one's create -> answer time in ms, or what went wrong.
+fn churn_up(b: &Bench, names: &[String], addrs: &[IpAddr]) -> Result<Vec<Result<f64>>> {
+    b.in_client(|| {
+        std::thread::scope(|s| {
+            let handles: Vec<_> = names
+                .iter()
+                .zip(addrs)
+                .map(|(name, addr)| {
+                    s.spawn(move || -> Result<f64> {
+                        if !b.create(name, *addr) {
+                            bail!("{name}: create failed");
+                        }
+                        let c = Instant::now();
+                        let a = poll_until_answer(
+                            SocketAddr::new(*addr, 80),
+                            c + Duration::from_secs(30),
+                        )?;
+                        Ok(ms(a.at.duration_since(c)))
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or_else(|_| Err(anyhow!("poller panicked"))))
+                .collect()
+        })
+    })
+}
+
+/// Deletes every Service and waits (up to 30 s) until no node carries any of `addr_set`,
+/// recording the time or a problem in `run`.
+fn churn_down(
+    b: &Bench,
+    names: &[String],
+    addr_set: &BTreeSet<IpAddr>,
+    run: &mut ChurnRun,
+) -> Result<()> {
+    let d0 = Instant::now();
+    b.in_client(|| {
+        for name in names {
+            b.delete(name);
+        }
+    })?;
+    let d1 = Instant::now();
+    loop {
+        let carried: usize = b.carried(addr_set)?.values().sum();
+        if carried == 0 {
+            run.gone_ms
+                .push(ms(d1.duration_since(d0)) + ms(d1.elapsed()));
+            break;
+        }
+        if d1.elapsed() > Duration::from_secs(30) {
+            run.problems.push(format!(
+                "cycle {}: {carried} addresses still carried 30 s after the deletes",
+                run.cycles
+            ));
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    Ok(())
+}
+
+/// Leases left behind once every Service is gone (vipd deletes them, S17), after up to
+/// 15 s.
+fn churn_leftover_leases(b: &Bench) -> Result<BTreeMap<String, String>> {
     let deadline = Instant::now() + Duration::from_secs(15);
     let leftover = loop {
         let (_, leases) = b.in_client(|| b.leases())??;
@@ -1271,21 +1339,30 @@ fn churn(vipd: &Path, minutes: f64, verbose: bool) -> Result<()> {
         }
         std::thread::sleep(Duration::from_millis(200));
     };
-    std::thread::sleep(Duration::from_secs(1));
-    let idle_after = b.samples();
+    Ok(leftover)
+}
 
+/// Prints the churn figures: cycles, latencies, problems, leftover Leases, the per-minute
+/// samples, start -> end growth and the idle samples after the last delete.
+fn print_churn(
+    run: &ChurnRun,
+    t0: Instant,
+    leftover: &BTreeMap<String, String>,
+    idle_after: &[(String, NodeSample)],
+) {
     println!(
-        "  {cycles} cycles in {:.1} min ({} Service creations)",
+        "  {} cycles in {:.1} min ({} Service creations)",
+        run.cycles,
         t0.elapsed().as_secs_f64() / 60.0,
-        cycles * CHURN_SERVICES
+        run.cycles * CHURN_SERVICES
     );
-    println!("  created -> first answer: {}", summary_ms(&up_ms));
+    println!("  created -> first answer: {}", summary_ms(&run.up_ms));
     println!(
         "  delete calls -> no node carries the 20 addresses: {}",
-        summary_ms(&gone_ms)
+        summary_ms(&run.gone_ms)
     );
-    println!("  problems: {}", problems.len());
-    for p in problems.iter().take(8) {
+    println!("  problems: {}", run.problems.len());
+    for p in run.problems.iter().take(8) {
         println!("    {p}");
     }
     println!(
@@ -1294,7 +1371,7 @@ fn churn(vipd: &Path, minutes: f64, verbose: bool) -> Result<()> {
         leftover.keys().take(5).collect::<Vec<_>>()
     );
     println!("  samples (Services up):");
-    for s in &series {
+    for s in &run.series {
         for (n, ns) in &s.nodes {
             println!(
                 "    {:>5.1} min, cycle {:>4}, {n}: {}",
@@ -1304,7 +1381,7 @@ fn churn(vipd: &Path, minutes: f64, verbose: bool) -> Result<()> {
             );
         }
     }
-    if let (Some(first), Some(last)) = (series.first(), series.last()) {
+    if let (Some(first), Some(last)) = (run.series.first(), run.series.last()) {
         println!("  start -> end:");
         for ((n, a), (_, z)) in first.nodes.iter().zip(&last.nodes) {
             let d = |a: Option<u64>, z: Option<u64>| match (a, z) {
@@ -1325,13 +1402,9 @@ fn churn(vipd: &Path, minutes: f64, verbose: bool) -> Result<()> {
         }
     }
     println!("  after the last delete (no Services):");
-    for (n, s) in &idle_after {
+    for (n, s) in idle_after {
         println!("    {n}: {}", s.line());
     }
-    b.stats.print();
-    b.print_logs();
-    b.stop();
-    Ok(())
 }
 
 #[cfg(test)]

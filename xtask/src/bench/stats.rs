@@ -1,5 +1,12 @@
 //! Statistics shared by the benchmarks (and the chaos soak): one nearest-rank percentile.
 
+use std::time::Duration;
+
+/// `d` in milliseconds (fractional).
+pub fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
 /// Nearest-rank percentile `p` (0..=100) of `values` (any order); `None` when empty.
 pub fn percentile(values: &[f64], p: f64) -> Option<f64> {
     if values.is_empty() {

@@ -348,28 +348,28 @@ pub struct Pki {
 /// [`LabError::Cert`] when rcgen rejects a SAN or fails to sign.
 pub fn generate_pki(sans: &[String]) -> Result<Pki> {
     let ca_key = KeyPair::generate()?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
+    let mut ca_params = cert_params(
+        Vec::new(),
+        "vipd-lab-ca",
+        vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ],
+    )?;
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "vipd-lab-ca");
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
     let ca_cert = ca_params.self_signed(&ca_key)?;
     let issuer = Issuer::new(ca_params, ca_key);
 
     let server_key = KeyPair::generate()?;
-    let mut params = CertificateParams::new(sans.to_vec())?;
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "kube-apiserver");
-    params.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
+    let mut params = cert_params(
+        sans.to_vec(),
+        "kube-apiserver",
+        vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ],
+    )?;
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     let server_cert = params.signed_by(&server_key, &issuer)?;
 
@@ -382,6 +382,18 @@ pub fn generate_pki(sans: &[String]) -> Result<Pki> {
         sa_key_pem: sa_key.serialize_pem(),
         sa_pub_pem: sa_key.public_key_pem(),
     })
+}
+
+/// Certificate parameters with `sans`, common name `cn` and `usages`.
+fn cert_params(
+    sans: Vec<String>,
+    cn: &str,
+    usages: Vec<KeyUsagePurpose>,
+) -> Result<CertificateParams> {
+    let mut params = CertificateParams::new(sans)?;
+    params.distinguished_name.push(DnType::CommonName, cn);
+    params.key_usages = usages;
+    Ok(params)
 }
 
 /// Default serving-certificate SANs: the API address, the control-plane VIP used by the

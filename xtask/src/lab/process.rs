@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 pub use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
+use std::sync::atomic::Ordering;
+
 use super::error::{LabError, Result, io_ctx};
+use super::{Lab, netns};
 
 /// Finds `ip` (iproute2): PATH first, then /usr/sbin and /sbin (not always in a user's PATH).
 pub fn ip_binary() -> PathBuf {
@@ -247,4 +250,93 @@ impl Drop for LabProcess {
             let _ = self.kill();
         }
     }
+}
+impl Lab {
+    // ----- processes ---------------------------------------------------------------------
+
+    /// Starts `program args...` inside lab namespace `ns` (via `ip netns exec`, which also
+    /// gives it the namespace's /sys), with extra environment `env`. Output goes to a log
+    /// file under `<dir>/logs/`.
+    ///
+    /// # Errors
+    /// [`LabError::UnknownNamespace`], or [`LabError::Io`] if it cannot be started.
+    pub fn spawn<S: AsRef<OsStr>>(
+        &self,
+        ns: &str,
+        program: impl AsRef<OsStr>,
+        args: &[S],
+        env: &[(&str, &str)],
+    ) -> Result<LabProcess> {
+        let full = self.ns_name(ns)?;
+        let program = program.as_ref();
+        let base = Path::new(program)
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "proc".into());
+        let seq = self.log_seq.fetch_add(1, Ordering::SeqCst);
+        let log = self
+            .dir
+            .join("logs")
+            .join(format!("{seq:03}-{ns}-{base}.log"));
+        let args: Vec<&OsStr> = args.iter().map(AsRef::as_ref).collect();
+        LabProcess::spawn(&full, &base, program, &args, env, &log)
+    }
+
+    /// Runs `program args...` to completion inside `ns`; fails on a non-zero exit.
+    ///
+    /// # Errors
+    /// [`LabError::Command`] with its stderr on a non-zero exit.
+    pub fn exec<S: AsRef<OsStr>>(
+        &self,
+        ns: &str,
+        program: impl AsRef<OsStr>,
+        args: &[S],
+    ) -> Result<Output> {
+        let full = self.ns_name(ns)?;
+        run(ip_binary(), &netns_exec_argv(&full, program.as_ref(), args))
+    }
+
+    /// Like [`Lab::exec`] but returns the output whatever the exit status.
+    ///
+    /// # Errors
+    /// [`LabError::Io`] when the command cannot be started.
+    pub fn exec_unchecked<S: AsRef<OsStr>>(
+        &self,
+        ns: &str,
+        program: impl AsRef<OsStr>,
+        args: &[S],
+    ) -> Result<Output> {
+        let full = self.ns_name(ns)?;
+        Command::new(ip_binary())
+            .args(netns_exec_argv(&full, program.as_ref(), args))
+            .stdin(Stdio::null())
+            .output()
+            .map_err(io_ctx(format!(
+                "run {} in {ns}",
+                program.as_ref().to_string_lossy()
+            )))
+    }
+
+    /// Runs `f` on a thread that entered lab namespace `ns` and returns its result (a panic
+    /// in `f` is re-raised). Use it to talk to the API "from node-b" (e.g. build a tokio
+    /// runtime with a kube client inside `f`) or to bind sockets in a namespace.
+    ///
+    /// # Errors
+    /// [`LabError::UnknownNamespace`], or [`LabError::Io`] if the namespace cannot be entered.
+    pub fn in_netns<T: Send>(&self, ns: &str, f: impl FnOnce() -> T + Send) -> Result<T> {
+        netns::run_in_netns(&self.netns_path(ns)?, f)
+    }
+}
+
+/// `netns exec FULL PROGRAM ARGS...`: the arguments of `ip` that run `program` in the
+/// namespace named `full`.
+fn netns_exec_argv<'a, S: AsRef<OsStr>>(
+    full: &'a str,
+    program: &'a OsStr,
+    args: &'a [S],
+) -> Vec<&'a OsStr> {
+    let mut all: Vec<&OsStr> = vec![OsStr::new("netns"), OsStr::new("exec"), OsStr::new(full)];
+    all.push(program);
+    all.extend(args.iter().map(AsRef::as_ref));
+    all
 }

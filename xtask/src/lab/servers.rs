@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -19,6 +19,7 @@ use std::time::Duration;
 
 use super::error::{LabError, Result, io_ctx};
 use super::netns::spawn_in_netns;
+use super::{API_IP, API_PORT, Lab, NODES};
 
 type ConnList = Arc<Mutex<HashMap<u64, (TcpStream, TcpStream)>>>;
 
@@ -238,4 +239,143 @@ static NEXT_CONN: AtomicU64 = AtomicU64::new(0);
 fn pump(mut from: TcpStream, mut to: TcpStream) {
     let _ = std::io::copy(&mut from, &mut to);
     let _ = to.shutdown(Shutdown::Write);
+}
+impl Lab {
+    // ----- per-node servers --------------------------------------------------------------
+
+    /// Starts `node`'s local API server: a TCP proxy on [::]:6443 (all addresses, so also
+    /// 127.0.0.1 and any VIP the node holds) forwarding to 192.0.2.2:6443. Idempotent.
+    ///
+    /// # Errors
+    /// [`LabError::UnknownNamespace`] or [`LabError::Io`] if the port cannot be bound.
+    pub fn start_local_api(&self, node: &str) -> Result<()> {
+        self.start_node_server(&self.local_apis, "local_apis", node, |netns| {
+            ThreadServer::proxy(
+                netns,
+                &format!("local-api-{node}"),
+                SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), API_PORT),
+                SocketAddr::new(IpAddr::V4(API_IP), API_PORT),
+            )
+        })
+    }
+
+    /// Stops `node`'s local API server: the port refuses new connections and open ones are
+    /// reset (scenario S10, "local API server dead"). Idempotent.
+    ///
+    /// # Errors
+    /// [`LabError::UnknownNamespace`].
+    pub fn stop_local_api(&self, node: &str) -> Result<()> {
+        stop_node_server(&self.local_apis, "local_apis", node)
+    }
+
+    /// Whether `node`'s local API server is running.
+    pub fn local_api_running(&self, node: &str) -> bool {
+        self.local_apis
+            .lock()
+            .map(|m| m.contains_key(node))
+            .unwrap_or(false)
+    }
+
+    /// Starts the HTTP backend of `node` on [::]:80, answering every request with the node
+    /// name and a newline. Idempotent.
+    ///
+    /// # Errors
+    /// [`LabError::UnknownNamespace`] or [`LabError::Io`].
+    pub fn start_http_backend(&self, node: &str) -> Result<()> {
+        self.start_node_server(&self.http_backends, "http_backends", node, |netns| {
+            ThreadServer::http(
+                netns,
+                &format!("http-{node}"),
+                SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 80),
+                node,
+            )
+        })
+    }
+
+    /// Starts the HTTP backends of all nodes.
+    ///
+    /// # Errors
+    /// As [`Lab::start_http_backend`].
+    pub fn start_http_backends(&self) -> Result<()> {
+        NODES.iter().try_for_each(|n| self.start_http_backend(n))
+    }
+
+    /// Stops `node`'s HTTP backend. Idempotent.
+    ///
+    /// # Errors
+    /// [`LabError::UnknownNamespace`].
+    pub fn stop_http_backend(&self, node: &str) -> Result<()> {
+        stop_node_server(&self.http_backends, "http_backends", node)
+    }
+
+    /// Starts `node`'s server in `servers` (a field named `what`) with `start(netns path)`,
+    /// unless one runs already.
+    fn start_node_server(
+        &self,
+        servers: &Mutex<HashMap<String, ThreadServer>>,
+        what: &str,
+        node: &str,
+        start: impl FnOnce(&Path) -> Result<ThreadServer>,
+    ) -> Result<()> {
+        Self::node_checked(node)?;
+        let mut map = servers.lock().map_err(|_| poisoned(what))?;
+        if map.contains_key(node) {
+            return Ok(());
+        }
+        let server = start(&self.netns_path(node)?)?;
+        map.insert(node.to_string(), server);
+        Ok(())
+    }
+
+    /// Sends `GET path` (HTTP/1.0) to `addr` from namespace `ns` and returns the body,
+    /// whatever the status (connect and read timeout `timeout`). Handy to check which
+    /// node's backend a VIP reaches: `lab.http_get("client", vip_80, "/", t)`.
+    ///
+    /// # Errors
+    /// [`LabError::Io`] on connection failure or timeout.
+    pub fn http_get(
+        &self,
+        ns: &str,
+        addr: SocketAddr,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<String> {
+        self.in_netns(ns, || -> Result<String> {
+            use std::io::{Read, Write};
+            let ctx = format!("GET http://{addr}{path}");
+            let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)
+                .map_err(io_ctx(ctx.clone()))?;
+            s.set_read_timeout(Some(timeout))
+                .map_err(io_ctx(ctx.clone()))?;
+            s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+                .map_err(io_ctx(ctx.clone()))?;
+            let mut buf = String::new();
+            s.read_to_string(&mut buf).map_err(io_ctx(ctx))?;
+            Ok(buf
+                .split_once("\r\n\r\n")
+                .map(|(_, b)| b.to_string())
+                .unwrap_or_default())
+        })?
+    }
+
+    // ----- teardown ----------------------------------------------------------------------
+}
+
+fn poisoned(what: &str) -> LabError {
+    LabError::Thread {
+        name: what.to_string(),
+        detail: "lock poisoned by a panic".into(),
+    }
+}
+
+/// Stops (drops) `node`'s server in `servers` (a field named `what`), if any.
+fn stop_node_server(
+    servers: &Mutex<HashMap<String, ThreadServer>>,
+    what: &str,
+    node: &str,
+) -> Result<()> {
+    Lab::node_checked(node)?;
+    let server = servers.lock().map_err(|_| poisoned(what))?.remove(node);
+    drop(server);
+    Ok(())
 }
