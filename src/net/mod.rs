@@ -2,10 +2,10 @@
 //!
 //! This module is the *kernel layer* only: it adds, refreshes and removes addresses, lists
 //! links/addresses/routes and sends announcements. The policy (which VIP to hold, when to
-//! refresh, when to step down) lives in the reconciler, which talks to the kernel only
-//! through the two small traits here, [`Kernel`] and [`Announcer`], so it can be driven by
-//! a fake in unit tests and by [`NetlinkKernel`] / [`RawAnnouncer`] in lab tests (the same
-//! split podman's netavark makes around its netlink layer).
+//! refresh, when to step down) lives in the VIP holder ([`crate::holder`]), which talks to
+//! the kernel only through the two small traits here, [`Kernel`] and [`Announcer`], so it
+//! can be driven by a fake in unit tests and by [`NetlinkKernel`] / [`RawAnnouncer`] in lab
+//! tests (the same split podman's netavark makes around its netlink layer).
 //!
 //! Safety rules enforced here (not left to callers):
 //! - every address vipd adds is tagged ([`ADDR_PROTO_VIPD`], or the IPv4 label
@@ -239,7 +239,7 @@ pub enum NetError {
     },
 }
 
-/// The kernel operations the reconciler needs; implemented by [`NetlinkKernel`] (rtnetlink)
+/// The kernel operations the VIP holder needs; implemented by [`NetlinkKernel`] (rtnetlink)
 /// and by fakes in unit tests.
 pub trait Kernel: Send + Sync + 'static {
     /// The link named `name`.

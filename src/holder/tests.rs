@@ -1,4 +1,4 @@
-//! Reconciler tests with a fake kernel on tokio's paused clock.
+//! VIP holder tests with a fake kernel on tokio's paused clock.
 
 use std::sync::Mutex;
 
