@@ -24,19 +24,6 @@ struct KState {
 #[derive(Default)]
 struct FakeKernel(Mutex<KState>);
 
-fn addr(ifindex: u32, vip: Vip, ours: bool) -> AddrInfo {
-    AddrInfo {
-        ifindex,
-        vip,
-        ours,
-        tentative: false,
-        dad_failed: false,
-        valid_lft_secs: None,
-        preferred_lft_secs: None,
-        primary: true,
-    }
-}
-
 impl FakeKernel {
     fn with_eth0() -> Arc<Self> {
         let k = FakeKernel::default();
@@ -49,7 +36,7 @@ impl FakeKernel {
                 up: true,
                 carrier: true,
             });
-            s.addrs.push(addr(
+            s.addrs.push(AddrInfo::plain(
                 2,
                 Vip::new("192.0.2.11".parse().unwrap(), 24).unwrap(),
                 false,
@@ -119,7 +106,7 @@ impl Kernel for FakeKernel {
         }
         s.adds.push((vip, valid));
         if !s.addrs.iter().any(|a| a.vip == vip && a.ifindex == ifindex) {
-            s.addrs.push(addr(ifindex, vip, true));
+            s.addrs.push(AddrInfo::plain(ifindex, vip, true));
         }
         Ok(())
     }
@@ -289,6 +276,15 @@ fn rig_from(
     )
 }
 
+/// Tells the holder it leads term `term`, renewed now (`clean`: after a clean release).
+fn lead(r: &Rig, term: u64, clean: bool) {
+    r.state.send_replace(LeaderState::Leading {
+        term,
+        renewed_at: Instant::now(),
+        clean,
+    });
+}
+
 async fn settle() {
     tokio::time::sleep(Duration::from_millis(1)).await;
 }
@@ -369,7 +365,7 @@ fn plan_adds_missing_and_repairs_dadfailed_while_leading() {
     );
     // Fence nearly used up: do not re-add, the next renew does.
     assert!(plan(&[(v, 2)], &[], Some(0)).is_empty());
-    let mut failed = addr(2, v, true);
+    let mut failed = AddrInfo::plain(2, v, true);
     failed.dad_failed = true;
     assert_eq!(
         plan(&[(v, 2)], &[failed], Some(2)),
@@ -383,10 +379,10 @@ fn plan_adds_missing_and_repairs_dadfailed_while_leading() {
         ]
     );
     // Present and fine: nothing.
-    assert!(plan(&[(v, 2)], &[addr(2, v, true)], Some(2)).is_empty());
+    assert!(plan(&[(v, 2)], &[AddrInfo::plain(2, v, true)], Some(2)).is_empty());
     // Our copy on another interface is moved.
     assert_eq!(
-        plan(&[(v, 2)], &[addr(3, v, true)], Some(2)),
+        plan(&[(v, 2)], &[AddrInfo::plain(3, v, true)], Some(2)),
         vec![
             Step::Remove { vip: v, ifindex: 3 },
             Step::Add {
@@ -401,16 +397,23 @@ fn plan_adds_missing_and_repairs_dadfailed_while_leading() {
 #[test]
 fn plan_never_touches_untagged_and_drops_ours_when_not_leading() {
     let v = vip4();
-    assert!(plan(&[(v, 2)], &[addr(2, v, false)], None).is_empty());
+    assert!(plan(&[(v, 2)], &[AddrInfo::plain(2, v, false)], None).is_empty());
     assert_eq!(
-        plan(&[(v, 2)], &[addr(2, v, true), addr(3, v, true)], None),
+        plan(
+            &[(v, 2)],
+            &[AddrInfo::plain(2, v, true), AddrInfo::plain(3, v, true)],
+            None
+        ),
         vec![
             Step::Remove { vip: v, ifindex: 2 },
             Step::Remove { vip: v, ifindex: 3 }
         ]
     );
-    assert_eq!(conflicts(&[v], &[addr(2, v, false)]), vec![(v.addr, 2)]);
-    assert!(conflicts(&[v], &[addr(2, v, true)]).is_empty());
+    assert_eq!(
+        conflicts(&[v], &[AddrInfo::plain(2, v, false)]),
+        vec![(v.addr, 2)]
+    );
+    assert!(conflicts(&[v], &[AddrInfo::plain(2, v, true)]).is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -440,11 +443,7 @@ async fn leading_adds_with_fence_announces_at_once_then_every_arp_rate() {
     // Keep renewing every second; GARP repeats every 3 s.
     for i in 1..=9 {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        r.state.send_replace(LeaderState::Leading {
-            term: 1,
-            renewed_at: Instant::now(),
-            clean: true,
-        });
+        lead(&r, 1, true);
         settle().await;
         let _ = i;
     }
@@ -458,11 +457,7 @@ async fn leading_adds_with_fence_announces_at_once_then_every_arp_rate() {
 #[tokio::test(start_paused = true)]
 async fn losing_leadership_removes_and_acknowledges() {
     let mut r = rig(FakeKernel::with_eth0(), vec![vip4()], None);
-    r.state.send_replace(LeaderState::Leading {
-        term: 3,
-        renewed_at: Instant::now(),
-        clean: true,
-    });
+    lead(&r, 3, true);
     settle().await;
     assert!(r.kernel.has(vip4()));
     r.state.send_replace(LeaderState::Following {
@@ -481,11 +476,7 @@ async fn losing_leadership_removes_and_acknowledges() {
 #[tokio::test(start_paused = true)]
 async fn deleted_vip_is_readded_and_reannounced_within_the_check_interval() {
     let r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth0"));
-    r.state.send_replace(LeaderState::Leading {
-        term: 1,
-        renewed_at: Instant::now(),
-        clean: true,
-    });
+    lead(&r, 1, true);
     settle().await;
     r.kernel.delete(vip4());
     let before = r.ann.count(vip4());
@@ -548,7 +539,10 @@ async fn missing_interface_and_foreign_vip_close_gates_without_crashing() {
     r.shutdown.cancel();
     r.task.await.unwrap();
 
-    k.0.lock().unwrap().addrs.push(addr(2, vip4(), false));
+    k.0.lock()
+        .unwrap()
+        .addrs
+        .push(AddrInfo::plain(2, vip4(), false));
     let r = rig(k.clone(), vec![vip4()], Some("eth0"));
     settle().await;
     assert!(r.gates.closed().contains(&GATE_CONFLICT.to_string()));
@@ -570,11 +564,7 @@ async fn ipv6_vip_is_announced_only_after_it_leaves_tentative_state() {
     let v6 = Vip::new("2001:db8::10".parse().unwrap(), 128).unwrap();
     let r = rig(FakeKernel::with_eth0(), vec![v6], Some("eth0"));
     // The fake adds addresses non-tentative; make the add tentative by flagging right after.
-    r.state.send_replace(LeaderState::Leading {
-        term: 1,
-        renewed_at: Instant::now(),
-        clean: true,
-    });
+    lead(&r, 1, true);
     settle().await;
     let first = r.ann.count(v6);
     assert_eq!(first, 1);
@@ -593,11 +583,7 @@ async fn ipv6_vip_is_announced_only_after_it_leaves_tentative_state() {
 #[tokio::test(start_paused = true)]
 async fn shutdown_removes_vips() {
     let r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth0"));
-    r.state.send_replace(LeaderState::Leading {
-        term: 1,
-        renewed_at: Instant::now(),
-        clean: true,
-    });
+    lead(&r, 1, true);
     settle().await;
     assert!(r.kernel.has(vip4()));
     r.shutdown.cancel();
@@ -634,11 +620,7 @@ async fn edited_vip_set_adds_new_and_removes_old_while_leading() {
 #[tokio::test(start_paused = true)]
 async fn no_acknowledgement_until_the_vips_are_confirmed_gone() {
     let mut r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth0"));
-    r.state.send_replace(LeaderState::Leading {
-        term: 1,
-        renewed_at: Instant::now(),
-        clean: true,
-    });
+    lead(&r, 1, true);
     settle().await;
     r.kernel.0.lock().unwrap().fail_remove = true;
     r.state
@@ -659,14 +641,6 @@ async fn no_acknowledgement_until_the_vips_are_confirmed_gone() {
 }
 
 const OTHER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xbb];
-
-fn lead(r: &Rig, term: u64, clean: bool) {
-    r.state.send_replace(LeaderState::Leading {
-        term,
-        renewed_at: Instant::now(),
-        clean,
-    });
-}
 
 #[tokio::test(start_paused = true)]
 async fn lease_taken_after_expiry_probes_first_and_binds_after_a_quiet_window() {

@@ -137,6 +137,24 @@ pub struct AddrInfo {
     pub primary: bool,
 }
 
+#[cfg(test)]
+impl AddrInfo {
+    /// A permanent primary address past duplicate address detection on `ifindex`, tagged as
+    /// vipd's when `ours` (the shape most test fixtures want).
+    pub(crate) fn plain(ifindex: u32, vip: Vip, ours: bool) -> Self {
+        AddrInfo {
+            ifindex,
+            vip,
+            ours,
+            tentative: false,
+            dad_failed: false,
+            valid_lft_secs: None,
+            preferred_lft_secs: None,
+            primary: true,
+        }
+    }
+}
+
 /// Errors of the kernel layer. Every message names the interface and/or address concerned.
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
