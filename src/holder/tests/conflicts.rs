@@ -5,12 +5,19 @@ use super::*;
 
 const OTHER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xbb];
 
-#[tokio::test(start_paused = true)]
-async fn lease_taken_after_expiry_probes_first_and_binds_after_a_quiet_window() {
+/// A rig probing for `vip4()` on eth0, started and then told it leads term 1 (`clean`: after
+/// a clean release, so without probing).
+async fn probing_leader(clean: bool) -> (Rig, FakeConflictMonitor, watch::Receiver<Conflicts>) {
     let (r, monitor, conflicts) = rig_probing(FakeKernel::with_eth0(), vec![vip4()]);
     settle().await;
-    lead(&r, 1, false);
+    lead(&r, 1, clean);
     settle().await;
+    (r, monitor, conflicts)
+}
+
+#[tokio::test(start_paused = true)]
+async fn lease_taken_after_expiry_probes_first_and_binds_after_a_quiet_window() {
+    let (r, monitor, conflicts) = probing_leader(false).await;
     assert!(!r.kernel.has(vip4()), "not bound while probing");
     assert!(
         r.bound.borrow().is_empty(),
@@ -41,10 +48,7 @@ async fn lease_taken_after_expiry_probes_first_and_binds_after_a_quiet_window() 
 
 #[tokio::test(start_paused = true)]
 async fn cleanly_released_lease_binds_without_probing_but_still_watches() {
-    let (r, monitor, _) = rig_probing(FakeKernel::with_eth0(), vec![vip4()]);
-    settle().await;
-    lead(&r, 1, true);
-    settle().await;
+    let (r, monitor, _) = probing_leader(true).await;
     assert!(r.kernel.has(vip4()));
     assert!(monitor.probes().is_empty());
     assert_eq!(monitor.watches(), 1, "a bound VIP is watched for conflicts");
@@ -88,10 +92,7 @@ async fn address_answered_by_another_host_is_never_bound_and_taken_once_free() {
 
 #[tokio::test(start_paused = true)]
 async fn claim_while_bound_removes_the_vip_and_stops_announcing() {
-    let (r, monitor, conflicts) = rig_probing(FakeKernel::with_eth0(), vec![vip4()]);
-    settle().await;
-    lead(&r, 1, true);
-    settle().await;
+    let (r, monitor, conflicts) = probing_leader(true).await;
     assert!(r.kernel.has(vip4()));
     // A probe from another host for our address is defended, not yielded to.
     monitor.claim(Claim {
