@@ -15,8 +15,8 @@ use crate::admin::Readiness;
 use crate::config::Config;
 use crate::election::kube::KubeLeaseClient;
 use crate::election::{Elector, Gates};
+use crate::holder::{HolderConfig, VipHolder, VipSpec};
 use crate::net::{NetlinkKernel, RawAnnouncer, Vip};
-use crate::reconcile::{HolderConfig, VipHolder, VipSpec};
 
 /// Why the control-plane configuration cannot be used.
 #[derive(Debug, thiserror::Error)]

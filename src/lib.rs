@@ -1,7 +1,7 @@
 //! vipd: an on-node VIP announcer for Kubernetes (kube-vip ARP mode, done safer).
 //!
 //! Data flows one way (see `shared/design.md`): [`config`] -> [`election`] (Lease leader
-//! election, client-go semantics plus a watch) -> [`reconcile`] (which VIPs this node holds,
+//! election, client-go semantics plus a watch) -> [`holder`] (which VIPs this node holds,
 //! applied through the [`net`] kernel layer with a kernel fence and gratuitous ARP).
 //! [`manager`] wires them together for `vipd manager`; `main.rs` is a thin shell.
 
@@ -9,6 +9,7 @@ pub mod admin;
 pub mod config;
 pub mod controlplane;
 pub mod election;
+pub mod holder;
 pub mod identity;
 pub mod kubeclient;
 pub mod logging;
@@ -19,7 +20,6 @@ pub mod net;
 pub mod nodes;
 pub mod preflight;
 pub mod probe;
-pub mod reconcile;
 pub mod services;
 pub mod syntax;
 pub mod systemd;

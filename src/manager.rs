@@ -15,10 +15,10 @@ use tracing::{error, info, warn};
 use crate::config::Config;
 use crate::controlplane;
 use crate::election::Gates;
+use crate::holder::{self, HolderConfig};
 use crate::kubeclient;
 use crate::net::conflict::{ConflictMonitor, RawConflictMonitor};
 use crate::net::{CachedKernel, Kernel, NetlinkKernel, RawAnnouncer};
-use crate::reconcile::{self, HolderConfig};
 
 /// Errors that stop the manager at start.
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +31,7 @@ pub enum ManagerError {
     Net(#[from] crate::net::NetError),
     /// The lease timings cannot be fenced.
     #[error(transparent)]
-    Fence(#[from] reconcile::FenceError),
+    Fence(#[from] holder::FenceError),
     /// The control-plane configuration cannot be used on this cluster.
     #[error(transparent)]
     ControlPlane(#[from] controlplane::ControlPlaneError),
@@ -96,7 +96,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     }
     let kernel = Arc::new(NetlinkKernel::new()?);
     // This process leads nothing yet: every address vipd tagged is stale.
-    match reconcile::remove_stale(kernel.as_ref(), None).await {
+    match holder::remove_stale(kernel.as_ref(), None).await {
         Ok(removed) if !removed.is_empty() => info!(count = removed.len(), "removed stale VIPs"),
         Ok(_) => {}
         Err(e) => warn!(error = %e, "could not list addresses for stale VIP cleanup"),
@@ -190,7 +190,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     let _ = health.await;
     aux_stop.cancel();
     // Belt and braces: nothing tagged may outlive the process.
-    if let Err(e) = reconcile::remove_stale(kernel.as_ref(), None).await {
+    if let Err(e) = holder::remove_stale(kernel.as_ref(), None).await {
         warn!(error = %e, "final VIP cleanup failed");
     }
     if let Err(e) = arp_guard.close().await {

@@ -79,8 +79,8 @@ pub const MAX_LEASE_TIMING: Duration = Duration::from_secs(3600);
 pub const LEADER_ELECTION_JITTER_FACTOR: f64 = 1.2;
 /// Default `vip_arpRate`: 3000 ms (kube-vip's).
 pub const DEFAULT_ARP_RATE: Duration = Duration::from_millis(3000);
-/// Default `vip_arpprobe`: 50 ms (see [`crate::reconcile::DEFAULT_PROBE_WINDOW`]).
-pub const DEFAULT_ARP_PROBE: Duration = crate::reconcile::DEFAULT_PROBE_WINDOW;
+/// Default `vip_arpprobe`: 50 ms (see [`crate::holder::DEFAULT_PROBE_WINDOW`]).
+pub const DEFAULT_ARP_PROBE: Duration = crate::holder::DEFAULT_PROBE_WINDOW;
 /// Longest `vip_arpprobe`: 1 s (a probe delays failover by its whole window).
 pub const MAX_ARP_PROBE: Duration = Duration::from_secs(1);
 /// Smallest accepted `vip_arpRate` (100 ms): faster repeats only flood the segment.

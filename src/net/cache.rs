@@ -120,16 +120,11 @@ mod tests {
         }
         async fn addresses(&self, _: Option<u32>) -> Result<Vec<AddrInfo>, NetError> {
             self.dumps.fetch_add(1, Ordering::SeqCst);
-            Ok(vec![AddrInfo {
-                ifindex: 2,
-                vip: Vip::host("192.0.2.11".parse().unwrap()),
-                ours: false,
-                tentative: false,
-                dad_failed: false,
-                valid_lft_secs: None,
-                preferred_lft_secs: None,
-                primary: true,
-            }])
+            Ok(vec![AddrInfo::plain(
+                2,
+                Vip::host("192.0.2.11".parse().unwrap()),
+                false,
+            )])
         }
         async fn choose_interface(&self, addr: IpAddr) -> Result<u32, NetError> {
             Err(NetError::NoInterface { addr })

@@ -473,7 +473,7 @@ fn recv_frame(fd: i32, buf: &mut [u8]) -> std::io::Result<Option<(usize, u32)>> 
     Ok(Some((usize::try_from(n).unwrap_or(0), ifindex)))
 }
 
-/// Probes for `addr` on `link` once: [`PROBES`](crate::reconcile::probe::PROBES) probes
+/// Probes for `addr` on `link` once: [`PROBES`](crate::holder::probe::PROBES) probes
 /// spread over `listen`, and returns the distinct MACs (other than `link.mac`) that claimed
 /// the address during `listen`, probes from other hosts included (`vipd preflight` uses it;
 /// the manager drives the same monitor through the VIP holder's state machine).
@@ -489,7 +489,7 @@ pub async fn probe_for<M: ConflictMonitor + ?Sized>(
 ) -> Result<Vec<[u8; 6]>, NetError> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let id = monitor.watch(link, addr, tx)?;
-    let probes = crate::reconcile::probe::PROBES;
+    let probes = crate::holder::probe::PROBES;
     let start = tokio::time::Instant::now();
     let mut seen: Vec<[u8; 6]> = Vec::new();
     let mut result = Ok(());

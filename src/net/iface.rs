@@ -144,19 +144,11 @@ mod tests {
     use crate::net::Vip;
 
     fn addr(ifindex: u32, a: &str, prefix: u8, ours: bool) -> AddrInfo {
-        AddrInfo {
-            ifindex,
-            vip: Vip {
-                addr: a.parse().unwrap(),
-                prefix,
-            },
-            ours,
-            tentative: false,
-            dad_failed: false,
-            valid_lft_secs: None,
-            preferred_lft_secs: None,
-            primary: true,
-        }
+        let vip = Vip {
+            addr: a.parse().unwrap(),
+            prefix,
+        };
+        AddrInfo::plain(ifindex, vip, ours)
     }
 
     fn ip(s: &str) -> IpAddr {

@@ -2,10 +2,10 @@
 //!
 //! This module is the *kernel layer* only: it adds, refreshes and removes addresses, lists
 //! links/addresses/routes and sends announcements. The policy (which VIP to hold, when to
-//! refresh, when to step down) lives in the reconciler, which talks to the kernel only
-//! through the two small traits here, [`Kernel`] and [`Announcer`], so it can be driven by
-//! a fake in unit tests and by [`NetlinkKernel`] / [`RawAnnouncer`] in lab tests (the same
-//! split podman's netavark makes around its netlink layer).
+//! refresh, when to step down) lives in the VIP holder ([`crate::holder`]), which talks to
+//! the kernel only through the two small traits here, [`Kernel`] and [`Announcer`], so it
+//! can be driven by a fake in unit tests and by [`NetlinkKernel`] / [`RawAnnouncer`] in lab
+//! tests (the same split podman's netavark makes around its netlink layer).
 //!
 //! Safety rules enforced here (not left to callers):
 //! - every address vipd adds is tagged ([`ADDR_PROTO_VIPD`], or the IPv4 label
@@ -137,6 +137,24 @@ pub struct AddrInfo {
     pub primary: bool,
 }
 
+#[cfg(test)]
+impl AddrInfo {
+    /// A permanent primary address past duplicate address detection on `ifindex`, tagged as
+    /// vipd's when `ours` (the shape most test fixtures want).
+    pub(crate) fn plain(ifindex: u32, vip: Vip, ours: bool) -> Self {
+        AddrInfo {
+            ifindex,
+            vip,
+            ours,
+            tentative: false,
+            dad_failed: false,
+            valid_lft_secs: None,
+            preferred_lft_secs: None,
+            primary: true,
+        }
+    }
+}
+
 /// Errors of the kernel layer. Every message names the interface and/or address concerned.
 #[derive(Debug, thiserror::Error)]
 pub enum NetError {
@@ -239,7 +257,7 @@ pub enum NetError {
     },
 }
 
-/// The kernel operations the reconciler needs; implemented by [`NetlinkKernel`] (rtnetlink)
+/// The kernel operations the VIP holder needs; implemented by [`NetlinkKernel`] (rtnetlink)
 /// and by fakes in unit tests.
 pub trait Kernel: Send + Sync + 'static {
     /// The link named `name`.

@@ -22,8 +22,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::model::{PortProto, ServiceKey};
 use crate::config::VipSubnet;
+use crate::holder::VipSpec;
 use crate::net::Vip;
-use crate::reconcile::VipSpec;
 
 /// A Lease by namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -40,7 +40,7 @@ use tracing::debug;
 use super::desired::{LeaseRef, Plan};
 use crate::election::record::{self, LeaseRecord, Observed, Standing};
 use crate::election::{ElectionEnd, LeaseClient, LeaseEvent, Timing};
-use crate::reconcile::VipSpec;
+use crate::holder::VipSpec;
 
 /// Every governed address and the lease that governs it in `plan`.
 pub fn governors(plan: &Plan) -> BTreeMap<IpAddr, LeaseRef> {

@@ -46,10 +46,10 @@ use crate::admin::Readiness;
 use crate::config::Config;
 use crate::election::kube::{KubeLeaseClient, LeaseHub};
 use crate::election::{ElectionEnd, Elector, Gates, LeaderState, LeaseClient, Timing};
+use crate::holder::{HolderConfig, VipHolder, VipSpec};
 use crate::metrics::Metrics;
 use crate::net::{Announcer, Kernel};
 pub use crate::nodes::node_addresses;
-use crate::reconcile::{HolderConfig, VipHolder, VipSpec};
 
 /// What a group task needs to know about the Services whose addresses it announces.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

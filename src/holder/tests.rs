@@ -1,4 +1,4 @@
-//! Reconciler tests with a fake kernel on tokio's paused clock.
+//! VIP holder tests with a fake kernel on tokio's paused clock.
 
 use std::sync::Mutex;
 
@@ -7,6 +7,8 @@ use tokio::sync::watch;
 use super::*;
 use crate::election::LeaderState;
 use crate::net::conflict::{Claim, FakeConflictMonitor};
+
+mod conflicts;
 
 #[derive(Default)]
 struct KState {
@@ -24,19 +26,6 @@ struct KState {
 #[derive(Default)]
 struct FakeKernel(Mutex<KState>);
 
-fn addr(ifindex: u32, vip: Vip, ours: bool) -> AddrInfo {
-    AddrInfo {
-        ifindex,
-        vip,
-        ours,
-        tentative: false,
-        dad_failed: false,
-        valid_lft_secs: None,
-        preferred_lft_secs: None,
-        primary: true,
-    }
-}
-
 impl FakeKernel {
     fn with_eth0() -> Arc<Self> {
         let k = FakeKernel::default();
@@ -49,7 +38,7 @@ impl FakeKernel {
                 up: true,
                 carrier: true,
             });
-            s.addrs.push(addr(
+            s.addrs.push(AddrInfo::plain(
                 2,
                 Vip::new("192.0.2.11".parse().unwrap(), 24).unwrap(),
                 false,
@@ -119,7 +108,7 @@ impl Kernel for FakeKernel {
         }
         s.adds.push((vip, valid));
         if !s.addrs.iter().any(|a| a.vip == vip && a.ifindex == ifindex) {
-            s.addrs.push(addr(ifindex, vip, true));
+            s.addrs.push(AddrInfo::plain(ifindex, vip, true));
         }
         Ok(())
     }
@@ -289,6 +278,15 @@ fn rig_from(
     )
 }
 
+/// Tells the holder it leads term `term`, renewed now (`clean`: after a clean release).
+fn lead(r: &Rig, term: u64, clean: bool) {
+    r.state.send_replace(LeaderState::Leading {
+        term,
+        renewed_at: Instant::now(),
+        clean,
+    });
+}
+
 async fn settle() {
     tokio::time::sleep(Duration::from_millis(1)).await;
 }
@@ -369,7 +367,7 @@ fn plan_adds_missing_and_repairs_dadfailed_while_leading() {
     );
     // Fence nearly used up: do not re-add, the next renew does.
     assert!(plan(&[(v, 2)], &[], Some(0)).is_empty());
-    let mut failed = addr(2, v, true);
+    let mut failed = AddrInfo::plain(2, v, true);
     failed.dad_failed = true;
     assert_eq!(
         plan(&[(v, 2)], &[failed], Some(2)),
@@ -383,10 +381,10 @@ fn plan_adds_missing_and_repairs_dadfailed_while_leading() {
         ]
     );
     // Present and fine: nothing.
-    assert!(plan(&[(v, 2)], &[addr(2, v, true)], Some(2)).is_empty());
+    assert!(plan(&[(v, 2)], &[AddrInfo::plain(2, v, true)], Some(2)).is_empty());
     // Our copy on another interface is moved.
     assert_eq!(
-        plan(&[(v, 2)], &[addr(3, v, true)], Some(2)),
+        plan(&[(v, 2)], &[AddrInfo::plain(3, v, true)], Some(2)),
         vec![
             Step::Remove { vip: v, ifindex: 3 },
             Step::Add {
@@ -401,16 +399,23 @@ fn plan_adds_missing_and_repairs_dadfailed_while_leading() {
 #[test]
 fn plan_never_touches_untagged_and_drops_ours_when_not_leading() {
     let v = vip4();
-    assert!(plan(&[(v, 2)], &[addr(2, v, false)], None).is_empty());
+    assert!(plan(&[(v, 2)], &[AddrInfo::plain(2, v, false)], None).is_empty());
     assert_eq!(
-        plan(&[(v, 2)], &[addr(2, v, true), addr(3, v, true)], None),
+        plan(
+            &[(v, 2)],
+            &[AddrInfo::plain(2, v, true), AddrInfo::plain(3, v, true)],
+            None
+        ),
         vec![
             Step::Remove { vip: v, ifindex: 2 },
             Step::Remove { vip: v, ifindex: 3 }
         ]
     );
-    assert_eq!(conflicts(&[v], &[addr(2, v, false)]), vec![(v.addr, 2)]);
-    assert!(conflicts(&[v], &[addr(2, v, true)]).is_empty());
+    assert_eq!(
+        conflicts(&[v], &[AddrInfo::plain(2, v, false)]),
+        vec![(v.addr, 2)]
+    );
+    assert!(conflicts(&[v], &[AddrInfo::plain(2, v, true)]).is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -440,11 +445,7 @@ async fn leading_adds_with_fence_announces_at_once_then_every_arp_rate() {
     // Keep renewing every second; GARP repeats every 3 s.
     for i in 1..=9 {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        r.state.send_replace(LeaderState::Leading {
-            term: 1,
-            renewed_at: Instant::now(),
-            clean: true,
-        });
+        lead(&r, 1, true);
         settle().await;
         let _ = i;
     }
@@ -458,11 +459,7 @@ async fn leading_adds_with_fence_announces_at_once_then_every_arp_rate() {
 #[tokio::test(start_paused = true)]
 async fn losing_leadership_removes_and_acknowledges() {
     let mut r = rig(FakeKernel::with_eth0(), vec![vip4()], None);
-    r.state.send_replace(LeaderState::Leading {
-        term: 3,
-        renewed_at: Instant::now(),
-        clean: true,
-    });
+    lead(&r, 3, true);
     settle().await;
     assert!(r.kernel.has(vip4()));
     r.state.send_replace(LeaderState::Following {
@@ -481,11 +478,7 @@ async fn losing_leadership_removes_and_acknowledges() {
 #[tokio::test(start_paused = true)]
 async fn deleted_vip_is_readded_and_reannounced_within_the_check_interval() {
     let r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth0"));
-    r.state.send_replace(LeaderState::Leading {
-        term: 1,
-        renewed_at: Instant::now(),
-        clean: true,
-    });
+    lead(&r, 1, true);
     settle().await;
     r.kernel.delete(vip4());
     let before = r.ann.count(vip4());
@@ -548,7 +541,10 @@ async fn missing_interface_and_foreign_vip_close_gates_without_crashing() {
     r.shutdown.cancel();
     r.task.await.unwrap();
 
-    k.0.lock().unwrap().addrs.push(addr(2, vip4(), false));
+    k.0.lock()
+        .unwrap()
+        .addrs
+        .push(AddrInfo::plain(2, vip4(), false));
     let r = rig(k.clone(), vec![vip4()], Some("eth0"));
     settle().await;
     assert!(r.gates.closed().contains(&GATE_CONFLICT.to_string()));
@@ -570,11 +566,7 @@ async fn ipv6_vip_is_announced_only_after_it_leaves_tentative_state() {
     let v6 = Vip::new("2001:db8::10".parse().unwrap(), 128).unwrap();
     let r = rig(FakeKernel::with_eth0(), vec![v6], Some("eth0"));
     // The fake adds addresses non-tentative; make the add tentative by flagging right after.
-    r.state.send_replace(LeaderState::Leading {
-        term: 1,
-        renewed_at: Instant::now(),
-        clean: true,
-    });
+    lead(&r, 1, true);
     settle().await;
     let first = r.ann.count(v6);
     assert_eq!(first, 1);
@@ -593,11 +585,7 @@ async fn ipv6_vip_is_announced_only_after_it_leaves_tentative_state() {
 #[tokio::test(start_paused = true)]
 async fn shutdown_removes_vips() {
     let r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth0"));
-    r.state.send_replace(LeaderState::Leading {
-        term: 1,
-        renewed_at: Instant::now(),
-        clean: true,
-    });
+    lead(&r, 1, true);
     settle().await;
     assert!(r.kernel.has(vip4()));
     r.shutdown.cancel();
@@ -634,11 +622,7 @@ async fn edited_vip_set_adds_new_and_removes_old_while_leading() {
 #[tokio::test(start_paused = true)]
 async fn no_acknowledgement_until_the_vips_are_confirmed_gone() {
     let mut r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth0"));
-    r.state.send_replace(LeaderState::Leading {
-        term: 1,
-        renewed_at: Instant::now(),
-        clean: true,
-    });
+    lead(&r, 1, true);
     settle().await;
     r.kernel.0.lock().unwrap().fail_remove = true;
     r.state
@@ -656,268 +640,6 @@ async fn no_acknowledgement_until_the_vips_are_confirmed_gone() {
         .expect("acked once removal works")
         .unwrap();
     assert!(!r.kernel.has(vip4()));
-}
-
-const OTHER_MAC: [u8; 6] = [2, 0, 0, 0, 0, 0xbb];
-
-fn lead(r: &Rig, term: u64, clean: bool) {
-    r.state.send_replace(LeaderState::Leading {
-        term,
-        renewed_at: Instant::now(),
-        clean,
-    });
-}
-
-#[tokio::test(start_paused = true)]
-async fn lease_taken_after_expiry_probes_first_and_binds_after_a_quiet_window() {
-    let (r, monitor, conflicts) = rig_probing(FakeKernel::with_eth0(), vec![vip4()]);
-    settle().await;
-    lead(&r, 1, false);
-    settle().await;
-    assert!(!r.kernel.has(vip4()), "not bound while probing");
-    assert!(
-        r.bound.borrow().is_empty(),
-        "not reported held while probing"
-    );
-    assert_eq!(r.ann.count(vip4()), 0, "no announcement while probing");
-    assert_eq!(monitor.probes(), vec![(2, vip4().addr)]);
-    assert_eq!(monitor.watches(), 1);
-    tokio::time::sleep(Duration::from_millis(60)).await;
-    assert_eq!(monitor.probes().len(), 2, "two probes per window");
-    assert!(r.kernel.has(vip4()), "bound after the window");
-    assert_eq!(
-        *r.bound.borrow(),
-        vec![vip4().addr],
-        "reported held once bound"
-    );
-    assert_eq!(r.ann.count(vip4()), 1, "announced once bound");
-    assert!(conflicts.borrow().is_empty());
-    // Renewals keep it and do not probe again.
-    for _ in 0..3 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        lead(&r, 1, false);
-        settle().await;
-    }
-    assert_eq!(monitor.probes().len(), 2);
-    assert!(r.kernel.has(vip4()));
-}
-
-#[tokio::test(start_paused = true)]
-async fn cleanly_released_lease_binds_without_probing_but_still_watches() {
-    let (r, monitor, _) = rig_probing(FakeKernel::with_eth0(), vec![vip4()]);
-    settle().await;
-    lead(&r, 1, true);
-    settle().await;
-    assert!(r.kernel.has(vip4()));
-    assert!(monitor.probes().is_empty());
-    assert_eq!(monitor.watches(), 1, "a bound VIP is watched for conflicts");
-}
-
-#[tokio::test(start_paused = true)]
-async fn address_answered_by_another_host_is_never_bound_and_taken_once_free() {
-    let (r, monitor, mut conflicts) = rig_probing(FakeKernel::with_eth0(), vec![vip4()]);
-    monitor.answer_probes(vip4().addr, OTHER_MAC);
-    settle().await;
-    lead(&r, 1, false);
-    // Keep renewing for 5 s: the address stays refused, probed again with back-off.
-    for _ in 0..5 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        lead(&r, 1, false);
-        settle().await;
-        assert!(!r.kernel.has(vip4()), "a claimed address is never bound");
-        assert!(r.bound.borrow().is_empty(), "nor reported held");
-    }
-    assert_eq!(r.ann.count(vip4()), 0);
-    assert_eq!(
-        *conflicts.borrow_and_update(),
-        vec![(vip4().addr, OTHER_MAC)]
-    );
-    let probes = monitor.probes().len();
-    assert!(
-        (2..=6).contains(&probes),
-        "re-probed with back-off (1 s, 2 s, ...), not continuously: {probes}"
-    );
-    // The other host goes away: the next re-probe window is quiet and the VIP is bound.
-    monitor.stop_answering();
-    for _ in 0..8 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        lead(&r, 1, false);
-        settle().await;
-    }
-    assert!(r.kernel.has(vip4()));
-    assert!(r.ann.count(vip4()) >= 1);
-    assert!(conflicts.borrow().is_empty(), "conflict cleared once bound");
-}
-
-#[tokio::test(start_paused = true)]
-async fn claim_while_bound_removes_the_vip_and_stops_announcing() {
-    let (r, monitor, conflicts) = rig_probing(FakeKernel::with_eth0(), vec![vip4()]);
-    settle().await;
-    lead(&r, 1, true);
-    settle().await;
-    assert!(r.kernel.has(vip4()));
-    // A probe from another host for our address is defended, not yielded to.
-    monitor.claim(Claim {
-        addr: vip4().addr,
-        mac: OTHER_MAC,
-        probing: true,
-    });
-    settle().await;
-    assert!(r.kernel.has(vip4()));
-    // Another host announcing it: removed at once.
-    assert_eq!(
-        monitor.claim(Claim {
-            addr: vip4().addr,
-            mac: OTHER_MAC,
-            probing: false,
-        }),
-        1
-    );
-    settle().await;
-    assert!(!r.kernel.has(vip4()), "removed on a conflict");
-    assert_eq!(*conflicts.borrow(), vec![(vip4().addr, OTHER_MAC)]);
-    let before = r.ann.count(vip4());
-    monitor.answer_probes(vip4().addr, OTHER_MAC);
-    for _ in 0..4 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        lead(&r, 1, true);
-        settle().await;
-        assert!(
-            !r.kernel.has(vip4()),
-            "renewals do not re-add a refused VIP"
-        );
-    }
-    assert_eq!(
-        r.ann.count(vip4()),
-        before,
-        "no announcement of a refused VIP"
-    );
-}
-
-#[tokio::test(start_paused = true)]
-async fn losing_the_lease_ends_watches_and_clears_conflicts() {
-    let (mut r, monitor, conflicts) = rig_probing(FakeKernel::with_eth0(), vec![vip4()]);
-    monitor.answer_probes(vip4().addr, OTHER_MAC);
-    settle().await;
-    lead(&r, 1, false);
-    settle().await;
-    assert_eq!(conflicts.borrow().len(), 1);
-    r.state
-        .send_replace(LeaderState::Following { holder: None });
-    r.dropped.wait_for(|t| *t >= 1).await.unwrap();
-    assert_eq!(monitor.watches(), 0);
-    assert!(conflicts.borrow().is_empty());
-    let probes = monitor.probes().len();
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    assert_eq!(
-        monitor.probes().len(),
-        probes,
-        "no probing while not leading"
-    );
-}
-
-/// Records pins with whether the kernel had the VIP at that moment.
-struct RecordingGuard {
-    kernel: Arc<FakeKernel>,
-    events: Mutex<Vec<(String, bool)>>,
-}
-
-impl RecordingGuard {
-    fn record(&self, what: &str, vip: std::net::Ipv4Addr, ifname: &str) {
-        let present = self.kernel.has(Vip::host(IpAddr::V4(vip)));
-        self.events
-            .lock()
-            .unwrap()
-            .push((format!("{what} {vip} {ifname}"), present));
-    }
-    fn events(&self) -> Vec<(String, bool)> {
-        self.events.lock().unwrap().clone()
-    }
-}
-
-impl std::fmt::Debug for RecordingGuard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("RecordingGuard")
-    }
-}
-
-impl crate::net::ArpGuard for RecordingGuard {
-    fn pin<'a>(
-        &'a self,
-        vip: std::net::Ipv4Addr,
-        ifname: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<(), crate::net::ArpGuardError>> {
-        self.record("pin", vip, ifname);
-        Box::pin(async { Ok(()) })
-    }
-    fn unpin<'a>(
-        &'a self,
-        vip: std::net::Ipv4Addr,
-        ifname: &'a str,
-    ) -> futures::future::BoxFuture<'a, Result<(), crate::net::ArpGuardError>> {
-        self.record("unpin", vip, ifname);
-        Box::pin(async { Ok(()) })
-    }
-    fn active(&self) -> bool {
-        true
-    }
-    fn close(&self) -> futures::future::BoxFuture<'_, Result<(), crate::net::ArpGuardError>> {
-        Box::pin(async { Ok(()) })
-    }
-}
-
-/// S36: IPv4 VIPs are pinned to their interface before the address is added, unpinned
-/// after it is removed (VIP set edited, holder shut down); IPv6 VIPs are never pinned.
-#[tokio::test(start_paused = true)]
-async fn arp_pins_come_before_the_address_and_go_after_it() {
-    let kernel = FakeKernel::with_eth0();
-    let guard = Arc::new(RecordingGuard {
-        kernel: kernel.clone(),
-        events: Mutex::new(Vec::new()),
-    });
-    let v120 = Vip::host("192.0.2.120".parse().unwrap());
-    let v121 = Vip::host("192.0.2.121".parse().unwrap());
-    let v6 = Vip::host("2001:db8::120".parse().unwrap());
-    let spec = |v: Vip| VipSpec {
-        vip: v,
-        interface: Some("eth0".into()),
-    };
-    let (set_tx, set_rx) = watch::channel(vec![spec(v120), spec(v6)]);
-    let cfg = HolderConfig {
-        arp_guard: guard.clone(),
-        ..HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap()
-    };
-    let (r, _) = rig_from(kernel.clone(), vec![], cfg, false, Some(set_rx));
-    settle().await;
-    let pin120 = ("pin 192.0.2.120 eth0".to_string(), false);
-    assert_eq!(
-        guard.events(),
-        vec![pin120.clone()],
-        "pinned while following"
-    );
-    lead(&r, 1, true);
-    settle().await;
-    assert!(kernel.has(v120));
-    assert_eq!(guard.events().len(), 1, "no second pin on acquire");
-    set_tx.send_replace(vec![spec(v121)]);
-    settle().await;
-    assert!(kernel.has(v121) && !kernel.has(v120));
-    assert_eq!(
-        guard.events(),
-        vec![
-            pin120.clone(),
-            ("pin 192.0.2.121 eth0".to_string(), false),
-            ("unpin 192.0.2.120 eth0".to_string(), false),
-        ]
-    );
-    r.shutdown.cancel();
-    r.task.await.unwrap();
-    assert_eq!(
-        guard.events().last(),
-        Some(&("unpin 192.0.2.121 eth0".to_string(), false)),
-        "unpinned after the address is gone"
-    );
-    assert_eq!(guard.events().len(), 4);
 }
 
 #[tokio::test(start_paused = true)]

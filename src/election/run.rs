@@ -1,0 +1,336 @@
+//! The elector's loop: timers, watch events, stepping down.
+
+use super::attempt::timed;
+use super::*;
+
+impl<C: LeaseClient> Elector<C> {
+    /// Campaigns, leads and follows until `shutdown` is cancelled. On shutdown a holder
+    /// publishes `Following`, waits for the VIP holder's acknowledgement and releases the
+    /// lease (client-go `ReleaseOnCancel`). Never returns before shutdown: API failures are
+    /// retried with back-off, a lost lease is campaigned for again.
+    pub async fn run(mut self, shutdown: CancellationToken) -> ElectionEnd {
+        let lease = self.client.describe();
+        info!(%lease, identity = %self.identity, ?self.timing, "leader election starting");
+        let mut watch = self.client.watch();
+        let now = Instant::now();
+        let mut st = Run {
+            observed: None,
+            known: false,
+            observed_at: now,
+            leading: None,
+            term: 0,
+            next_attempt: now,
+            watch_healthy: false,
+            backoff: Backoff::new(self.timing.retry_period, self.timing.max_backoff()),
+            absent_until: None,
+            seen_other_holder: false,
+            own: OwnWrites::default(),
+            ever_observed: false,
+        };
+        loop {
+            let now = Instant::now();
+            let closed_before = closed(&self.gates.borrow());
+            let open = closed_before.is_empty();
+            let wake = self.next_wake(&st, open, now);
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => {
+                    let mut released = false;
+                    if st.leading.is_some() {
+                        released = Box::pin(self.step_down(&mut st, true, SHUTTING_DOWN)).await;
+                    }
+                    info!(%lease, "leader election stopped");
+                    return ElectionEnd {
+                        released,
+                        observed: st.observed,
+                        observed_at: st.observed_at,
+                        absent_until: st.absent_until,
+                    };
+                }
+                ev = watch.next() => {
+                    match ev {
+                        Some(ev) => Box::pin(self.on_watch_event(&mut st, ev)).await,
+                        None => {
+                            warn!(%lease, "lease watch ended; restarting it");
+                            st.watch_healthy = false;
+                            watch = self.client.watch();
+                        }
+                    }
+                }
+                changed = self.gates.changed() => {
+                    if changed.is_err() {
+                        // Gates dropped: treat as all open from now on.
+                        continue;
+                    }
+                    let closed_now = closed(&self.gates.borrow_and_update());
+                    // The VIP holder's start-up gate is routine: not worth an info line.
+                    let starting_only = |c: &[String]| {
+                        c.iter().all(|g| g == GATE_STARTING)
+                    };
+                    if !closed_now.is_empty() {
+                        if st.leading.is_some() {
+                            let why = format!("local condition failed: {}", closed_now.join(", "));
+                            let _ = Box::pin(self.step_down(&mut st, true, &why)).await;
+                        } else if starting_only(&closed_now) {
+                            debug!(%lease, "waiting for the VIP holder's first local checks");
+                        } else {
+                            info!(%lease, gates = ?closed_now, "not campaigning while local conditions fail");
+                        }
+                    } else if !open {
+                        // Only a real change from closed to open (gates are first set open
+                        // at start, which is no news).
+                        if starting_only(&closed_before) {
+                            debug!(%lease, "local checks done; campaigning");
+                        } else {
+                            info!(%lease, "local conditions good again; campaigning");
+                        }
+                        st.next_attempt = Instant::now();
+                    }
+                }
+                _ = sleep_until(wake) => {
+                    Box::pin(self.on_timer(&mut st, open)).await;
+                }
+            }
+        }
+    }
+
+    /// When the loop must next act on its own (without a watch event).
+    pub(super) fn next_wake(&self, st: &Run, open: bool, now: Instant) -> Instant {
+        let far = now + Duration::from_secs(3600);
+        if let Some((_, last_renew)) = st.leading {
+            return st.next_attempt.min(last_renew + self.timing.renew_deadline);
+        }
+        if !open {
+            return far;
+        }
+        if !st.known {
+            return st.next_attempt;
+        }
+        match record::standing(
+            st.observed.as_ref(),
+            st.observed_at,
+            now,
+            &self.identity,
+            &st.own,
+        ) {
+            Standing::HeldByOther { expires_at, .. } => {
+                // Act exactly at expiry; re-read in between only as a fallback: every retry
+                // period while the watch fails, every HEALTHY_WATCH_POLL while it works
+                // (with hundreds of per-Service leases, polls would dominate API load).
+                let poll_at = if st.watch_healthy {
+                    st.next_attempt + HEALTHY_WATCH_POLL
+                } else {
+                    st.next_attempt
+                };
+                expires_at.min(poll_at)
+            }
+            _ => st.next_attempt,
+        }
+    }
+
+    /// Publishes `Following { holder }` and logs it once per change of holder.
+    pub(super) fn publish_following(&self, holder: &str) {
+        let lease = self.client.describe();
+        let changed = self.state_tx.send_if_modified(|s| {
+            let new = LeaderState::Following {
+                holder: Some(holder.to_string()),
+            };
+            if *s != new {
+                *s = new;
+                true
+            } else {
+                false
+            }
+        });
+        if changed && holder == self.identity {
+            info!(
+                %lease,
+                %holder,
+                "following: the lease names this node's identity but this process \
+                 did not write it (an earlier run of vipd on this node, or another \
+                 vipd with the same node name); taking it only once it expires"
+            );
+        } else if changed {
+            info!(%lease, %holder, "following");
+        }
+    }
+
+    pub(super) async fn on_watch_event(&mut self, st: &mut Run, ev: LeaseEvent) {
+        let lease = self.client.describe();
+        match ev {
+            LeaseEvent::Changed(obs) => {
+                st.watch_healthy = true;
+                if let Some(cur) = &st.observed
+                    && (cur.is_newer_than(&obs) || *cur == obs)
+                {
+                    return;
+                }
+                debug!(%lease, holder = %obs.record.holder, rv = %obs.resource_version, "lease changed");
+                self.check_identity(st, Some(&obs));
+                st.absent_until = None;
+                let other = record::held_by_another(&obs, &self.identity, &st.own);
+                let twin = record::foreign_under_identity(&obs, &self.identity, &st.own);
+                let released = !obs.record.is_held();
+                st.seen_other_holder |= other;
+                st.observed = Some(obs);
+                st.known = true;
+                st.observed_at = Instant::now();
+                if st.leading.is_some() && (other || released) {
+                    // Never released here: whoever wrote the lease holds it now.
+                    let why = if twin {
+                        "another process wrote the lease under this node's identity \
+                         (duplicate identity); not releasing it"
+                    } else if other {
+                        "another holder was written into the lease"
+                    } else {
+                        "the lease was released by someone else"
+                    };
+                    let _ = self.step_down(st, false, why).await;
+                    st.next_attempt = Instant::now() + st.backoff.next_delay();
+                } else if st.leading.is_none() && released {
+                    // Released: take it within one round trip.
+                    st.next_attempt = Instant::now();
+                } else if st.leading.is_none()
+                    && other
+                    && let Some(obs) = &st.observed
+                {
+                    let holder = obs.record.holder.clone();
+                    self.publish_following(&holder);
+                }
+            }
+            LeaseEvent::Deleted => {
+                st.watch_healthy = true;
+                if st.leading.is_some() && Box::pin(self.still_ours(st)).await {
+                    // A watch's "deleted" can be stale: a shared watch whose (re)list ran
+                    // before this lease was created reports it absent. The API server says
+                    // we still hold it, so there is nothing to drop.
+                    debug!(%lease, "watch reported the lease deleted, but the API server has it under our last write; ignoring");
+                    return;
+                }
+                let now = Instant::now();
+                self.check_identity(st, None);
+                if let Some(last) = st.observed.take() {
+                    debug!(%lease, "lease deleted");
+                    if record::held_by_another(&last, &self.identity, &st.own) {
+                        let secs =
+                            u64::try_from(last.record.lease_duration_secs.max(0)).unwrap_or(0);
+                        st.absent_until = Some(now + Duration::from_secs(secs));
+                    }
+                }
+                st.known = true;
+                st.observed_at = now;
+                if st.leading.is_some() {
+                    // The API no longer says we hold it: drop now, then campaign (we may
+                    // re-create it at once: nobody else can hold the VIPs).
+                    let _ = self.step_down(st, false, "the lease was deleted").await;
+                }
+                st.next_attempt = st.absent_until.unwrap_or(now).max(now);
+            }
+            LeaseEvent::Error(e) => {
+                if st.watch_healthy {
+                    warn!(%lease, error = %e, "lease watch failed; polling every retry period until it recovers");
+                }
+                st.watch_healthy = false;
+            }
+        }
+    }
+
+    pub(super) async fn on_timer(&mut self, st: &mut Run, open: bool) {
+        let now = Instant::now();
+        if let Some((_, last_renew)) = st.leading {
+            if now >= last_renew + self.timing.renew_deadline {
+                let why = format!(
+                    "could not renew within the renew deadline ({} ms)",
+                    self.timing.renew_deadline.as_millis()
+                );
+                let _ = self.step_down(st, false, &why).await;
+                st.next_attempt = Instant::now() + st.backoff.next_delay();
+                return;
+            }
+        } else if !open {
+            return;
+        } else if st.known
+            && matches!(
+                record::standing(
+                    st.observed.as_ref(),
+                    st.observed_at,
+                    now,
+                    &self.identity,
+                    &st.own
+                ),
+                Standing::HeldByOther { .. }
+            )
+        {
+            // Woken to poll, not at expiry: re-read the lease before deciding.
+            st.known = false;
+        }
+        self.try_acquire_or_renew(st).await;
+    }
+
+    /// Stops leading: publishes `Following`, waits for the VIP holder to confirm the VIPs
+    /// are gone, then (if `release`) releases the lease. A release is skipped when the
+    /// confirmation did not come: the lease then expires normally, after the kernel fence.
+    pub(super) async fn step_down(&mut self, st: &mut Run, release: bool, why: &str) -> bool {
+        let lease = self.client.describe();
+        let Some((term, _)) = st.leading.take() else {
+            return false;
+        };
+        if release && why == SHUTTING_DOWN {
+            info!(%lease, term, "stepping down: shutting down");
+        } else {
+            warn!(%lease, term, reason = why, "stepping down");
+        }
+        if let Some(m) = &self.metrics {
+            m.set_leading(&lease, false);
+        }
+        let holder = st
+            .observed
+            .as_ref()
+            .filter(|o| record::held_by_another(o, &self.identity, &st.own))
+            .map(|o| o.record.holder.clone());
+        self.state_tx
+            .send_replace(LeaderState::Following { holder });
+        let acked = timeout(ACK_TIMEOUT, self.dropped_rx.wait_for(|t| *t >= term))
+            .await
+            .map(|r| r.is_ok())
+            .unwrap_or(false);
+        if !acked {
+            warn!(%lease, term, "VIPs not confirmed dropped within {} ms; not releasing the lease, it will expire", ACK_TIMEOUT.as_millis());
+            return false;
+        }
+        if !release {
+            return false;
+        }
+        let Some(obs) = st.observed.clone() else {
+            return false;
+        };
+        // Only a record this process wrote: one under our name written by another process
+        // (duplicate identity) is that process's lease.
+        if obs.record.holder != self.identity || !st.own.is_ours(&obs) {
+            return false;
+        }
+        let rec = record::release(&obs.record, record::now_micros());
+        st.own.attempted(&rec);
+        match timed(
+            &lease,
+            "update",
+            self.timing.call_timeout(),
+            self.client.update(&rec, &obs.resource_version),
+        )
+        .await
+        {
+            Ok(new) => {
+                info!(%lease, "lease released");
+                st.own.succeeded(&rec, &new);
+                st.observed = Some(new);
+                st.observed_at = Instant::now();
+                true
+            }
+            Err(e) => {
+                warn!(%lease, error = %e, "releasing the lease failed; it will expire");
+                st.known = false;
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,98 @@
+//! Announcements: gratuitous ARP / unsolicited neighbour advertisements for held VIPs.
+
+use super::*;
+
+impl<K: Kernel, A: Announcer> VipHolder<K, A> {
+    /// Sends one gratuitous ARP / unsolicited NA for `vip` on `link` and counts it; logs
+    /// "announced" at info when `loud` (else debug), a failure rate-limited, and the end
+    /// of a run of failures.
+    pub(super) fn announce_one(&mut self, vip: Vip, link: &LinkInfo, loud: bool) {
+        match self.announcer.announce(link, vip) {
+            Ok(()) => {
+                if let Some(m) = &self.metrics {
+                    m.garp_sent(vip.addr);
+                }
+                if let Some(r) = self.quiet.clear(&Quiet::Announce(vip.addr), Instant::now()) {
+                    info!(holder = %self.name, %vip, "announcing works again{r}");
+                }
+                if loud {
+                    info!(holder = %self.name, %vip, interface = %link.name, "announced");
+                } else {
+                    debug!(holder = %self.name, %vip, "announced");
+                }
+            }
+            Err(e) => {
+                if let Some(r) =
+                    self.quiet
+                        .observe(Quiet::Announce(vip.addr), e.to_string(), Instant::now())
+                {
+                    warn!(holder = %self.name, %vip, interface = %link.name, error = %e, "announce failed{r}")
+                }
+            }
+        }
+    }
+
+    /// Announces VIPs `idx` that were just added, at once: from the add's success, not from an
+    /// address dump (a dump made while other holders add addresses can miss entries, and a
+    /// VIP that is not announced is reached only after the clients' own neighbour
+    /// solicitation retransmits, a second later). IPv6 VIPs added with DAD wait in
+    /// `pending_na` until they leave the tentative state (the periodic check announces them).
+    pub(super) fn announce_added(&mut self, idx: &[usize]) {
+        for &i in idx {
+            let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
+                continue;
+            };
+            if spec.vip.addr.is_ipv6() && !self.cfg.skip_dad {
+                if !self.pending_na.contains(&i) {
+                    self.pending_na.push(i);
+                }
+                continue;
+            }
+            let (vip, link) = (spec.vip, link.clone());
+            self.announce_one(vip, &link, true);
+        }
+        self.last_garp = Some(Instant::now());
+    }
+
+    /// Announces every held VIP; IPv6 VIPs only once they left tentative state.
+    pub(super) async fn announce_all(&mut self, first: bool) {
+        let present = match self.kernel.addresses(None).await {
+            Ok(p) => p,
+            Err(e) => {
+                // Retried at the next check; say so instead of silently skipping.
+                warn!(holder = %self.name, error = %e, "cannot list addresses; announcements postponed");
+                self.pending_na = (0..self.vips.len()).collect();
+                return;
+            }
+        };
+        for i in 0..self.vips.len() {
+            let vip = self.vips[i].vip;
+            let Some(link) = self.links.get(&i).cloned() else {
+                continue;
+            };
+            let here = present
+                .iter()
+                .find(|a| a.ifindex == link.index && a.vip.addr == vip.addr && a.ours);
+            match here {
+                Some(a) if a.tentative || a.dad_failed => {
+                    if !self.pending_na.contains(&i) {
+                        self.pending_na.push(i);
+                    }
+                    continue;
+                }
+                Some(_) => {}
+                None => continue,
+            }
+            self.pending_na.retain(|p| *p != i);
+            self.announce_one(vip, &link, first);
+        }
+        self.last_garp = Some(Instant::now());
+    }
+
+    /// When the next repeat of the announcements is due: `arp_rate` after the last one,
+    /// while leading.
+    pub(super) fn next_garp(&self) -> Option<Instant> {
+        self.renewed_at?;
+        Some(self.last_garp? + self.cfg.arp_rate)
+    }
+}

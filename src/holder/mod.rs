@@ -1,0 +1,481 @@
+//! The VIP holder: follows one election's [`LeaderState`] and makes the kernel hold
+//! exactly the VIPs that state calls for, with the kernel fence, gratuitous ARP /
+//! unsolicited neighbour advertisements, and the periodic check that repairs what others
+//! changed (scenarios S01, S08, S09, S26 in `docs/scenarios.md`).
+//!
+//! The decision ([`plan`]) is a pure function of what the kernel shows and what we lead; the
+//! [`VipHolder`] loop applies it through the [`Kernel`] and [`Announcer`] traits.
+
+mod announce;
+mod claims;
+pub mod probe;
+mod task;
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, watch};
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, error, info, warn};
+
+use crate::election::{Gates, LeaderState, Leadership, Timing};
+use crate::logging::RepeatLimiter;
+use crate::net::conflict::{Claim, ConflictMonitor, WatchId, fmt_mac};
+use crate::net::{AddrInfo, Announcer, Kernel, LinkInfo, NetError, Vip};
+use probe::{Action, ProbeState};
+
+/// Gate name closed while the VIP interface has had no carrier for longer than the renew
+/// deadline, or cannot be found.
+pub const GATE_LINK: &str = "link";
+/// Gate name closed while a configured VIP is on the node but was not added by vipd.
+pub const GATE_CONFLICT: &str = "vip-conflict";
+pub use crate::election::GATE_STARTING;
+
+/// Errors of the fence computation.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FenceError {
+    /// No whole number of seconds is both longer than the retry period and shorter than the
+    /// lease duration.
+    #[error(
+        "lease timings leave no room for the kernel fence: the VIP lifetime must be a whole number of seconds longer than vip_retryperiod ({retry_ms} ms) and shorter than vip_leaseduration ({lease_ms} ms); use e.g. vip_leaseduration=5 vip_renewdeadline=3 vip_retryperiod=1"
+    )]
+    NoRoom {
+        /// Retry period in ms.
+        retry_ms: u128,
+        /// Lease duration in ms.
+        lease_ms: u128,
+    },
+}
+
+/// The kernel fence: the valid lifetime, in whole seconds (the kernel's unit), given to
+/// every VIP and refreshed on every successful renew. A killed or frozen vipd stops
+/// refreshing and the kernel removes the address before any other node may take the lease.
+///
+/// Rule: the largest whole number of seconds below the renew deadline; when that is not
+/// longer than the retry period (the address would lapse between two renewals), the
+/// smallest whole number above the retry period instead, as long as it stays below the lease
+/// duration (the bound safety needs: a candidate waits a full lease duration after the last
+/// renewal it saw). Kube-vip's 5/3/1 gives 2 s.
+///
+/// # Errors
+/// [`FenceError::NoRoom`] when no such number exists (e.g. lease 2 s, retry 1 s).
+pub fn fence_lifetime(t: &Timing) -> Result<u32, FenceError> {
+    let rd_ms = t.renew_deadline.as_millis();
+    let below_rd = rd_ms.div_ceil(1000).saturating_sub(1);
+    let retry_ms = t.retry_period.as_millis();
+    let lease_ms = t.lease_duration.as_millis();
+    let f = if below_rd * 1000 > retry_ms {
+        below_rd
+    } else {
+        retry_ms / 1000 + 1
+    };
+    if f == 0 || f * 1000 >= lease_ms {
+        return Err(FenceError::NoRoom { retry_ms, lease_ms });
+    }
+    u32::try_from(f).map_err(|_| FenceError::NoRoom { retry_ms, lease_ms })
+}
+
+/// Time kept between a VIP's expiry and the earliest takeover by another node (its lease
+/// duration after the last renewal it saw): the kernel's address expiry work runs late by
+/// up to a fraction of a second, and clocks run at slightly different rates.
+pub const FENCE_MARGIN: Duration = Duration::from_millis(250);
+
+/// The valid lifetime, in whole seconds, a VIP may get `age` after the last renewal request
+/// was sent: [`fence_lifetime`]'s `fence_secs`, cut so that the address is gone
+/// [`FENCE_MARGIN`] before `lease_duration` has passed since that send (no candidate takes
+/// the lease earlier). 0 (do not add or refresh) once less than a second is left, e.g. when
+/// a stale leadership update is acted on after the process was frozen. Pure.
+pub fn fence_grant(fence_secs: u32, lease_duration: Duration, age: Duration) -> u32 {
+    let left = lease_duration.saturating_sub(age.saturating_add(FENCE_MARGIN));
+    u32::try_from(left.as_secs())
+        .unwrap_or(u32::MAX)
+        .min(fence_secs)
+}
+
+/// One VIP this holder manages: the address and the interface to put it on (`None` =
+/// choose automatically, scenario S27).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VipSpec {
+    /// Address and prefix.
+    pub vip: Vip,
+    /// Interface name from the configuration, if any.
+    pub interface: Option<String>,
+}
+
+/// Settings of a [`VipHolder`].
+#[derive(Debug, Clone)]
+pub struct HolderConfig {
+    /// Gratuitous ARP / unsolicited NA repeat interval while held (`vip_arpRate`, ms).
+    pub arp_rate: Duration,
+    /// Interval of the periodic check (address present, DAD state, carrier).
+    pub check_interval: Duration,
+    /// Kernel fence lifetime in seconds, see [`fence_lifetime`].
+    pub fence_secs: u32,
+    /// The lease duration: a VIP's lifetime never reaches past the last renewal's send
+    /// time plus this, less [`FENCE_MARGIN`] (see [`fence_grant`]).
+    pub lease_duration: Duration,
+    /// A link without carrier for longer than this closes the [`GATE_LINK`] gate (renew
+    /// deadline).
+    pub carrier_grace: Duration,
+    /// Add IPv6 VIPs with `IFA_F_NODAD`.
+    pub skip_dad: bool,
+    /// Conflict probe window (RFC 5227 probing compressed to tens of ms, see
+    /// [`probe`]): before binding a VIP of a term that did not start from a cleanly released
+    /// lease, probe for this long and bind only if no other MAC claims the address. Zero
+    /// disables probing and the conflict watch (`vip_arpprobe=0`).
+    pub probe_window: Duration,
+    /// Sends the probes and watches for claims (see [`probe`]); `None`: VIPs are bound as
+    /// soon as the lease is held, and nothing watches for other hosts claiming them.
+    pub conflict_monitor: Option<Arc<dyn ConflictMonitor>>,
+    /// Run the periodic check (carrier) also while not leading. The control-plane holder
+    /// does; per-Service holders check only while leading or while one of their gates is
+    /// closed (to notice it can open again), which keeps hundreds of them cheap.
+    pub check_following: bool,
+    /// The ARP flux guard (S36) the holder pins its IPv4 VIPs to their interface with, from
+    /// the moment the interface is resolved (before the address is ever added) until the
+    /// VIP leaves the set or the holder ends. Default: [`crate::net::NoopArpGuard`] (no
+    /// pins). IPv6 needs none (see [`crate::net::nft`]).
+    pub arp_guard: Arc<dyn crate::net::ArpGuard>,
+}
+
+impl HolderConfig {
+    /// Settings derived from lease timings and the ARP rate: check every
+    /// `min(arp_rate, 500 ms)`, carrier grace = renew deadline, IPv6 DAD skipped (see
+    /// `Config::ipv6_dad`; set `skip_dad` from it).
+    ///
+    /// # Errors
+    /// See [`fence_lifetime`].
+    pub fn from_timing(t: &Timing, arp_rate: Duration) -> Result<Self, FenceError> {
+        Ok(HolderConfig {
+            arp_rate,
+            check_interval: arp_rate.min(Duration::from_millis(500)),
+            fence_secs: fence_lifetime(t)?,
+            lease_duration: t.lease_duration,
+            carrier_grace: t.renew_deadline,
+            skip_dad: true,
+            probe_window: DEFAULT_PROBE_WINDOW,
+            conflict_monitor: None,
+            check_following: true,
+            arp_guard: Arc::new(crate::net::NoopArpGuard::default()),
+        })
+    }
+}
+
+/// Addresses a holder refuses because another host claims them, each with that host's MAC
+/// (see [`VipHolder::with_conflict_reports`]).
+pub type Conflicts = Vec<(IpAddr, [u8; 6])>;
+
+/// Default conflict probe window (`vip_arpprobe`): 50 ms.
+pub const DEFAULT_PROBE_WINDOW: Duration = Duration::from_millis(50);
+
+/// A kernel change the VIP holder decided on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Add (or re-add) the VIP with this valid lifetime in seconds.
+    Add {
+        /// The VIP.
+        vip: Vip,
+        /// Interface index.
+        ifindex: u32,
+        /// Valid lifetime, seconds.
+        valid_lft_secs: u32,
+    },
+    /// Remove the VIP (ours only).
+    Remove {
+        /// The VIP.
+        vip: Vip,
+        /// Interface index.
+        ifindex: u32,
+    },
+}
+
+/// Decides the kernel changes for one check.
+///
+/// * `desired`: the VIPs of this holder with their resolved interface index.
+/// * `present`: every address on the node (from the kernel).
+/// * `fence_left`: `Some(seconds of fence lifetime left since the last renew)` while
+///   leading, `None` when not leading.
+///
+/// While leading: a missing VIP is added with the fence time left (not re-added at all once
+/// that is under one second: the next renew re-adds it); a VIP in `dadfailed` is removed and
+/// added again (S26); our copy of a VIP on another interface is removed. Not leading: every
+/// copy of our VIPs that is ours is removed. Addresses not tagged as ours are never touched.
+pub fn plan(desired: &[(Vip, u32)], present: &[AddrInfo], fence_left: Option<u32>) -> Vec<Step> {
+    let mut steps = Vec::new();
+    for (vip, ifindex) in desired {
+        let copies: Vec<&AddrInfo> = present
+            .iter()
+            .filter(|a| a.vip.addr == vip.addr && a.ours)
+            .collect();
+        match fence_left {
+            Some(left) => {
+                for c in &copies {
+                    if c.ifindex != *ifindex || c.vip.prefix != vip.prefix {
+                        steps.push(Step::Remove {
+                            vip: c.vip,
+                            ifindex: c.ifindex,
+                        });
+                    }
+                }
+                let here = copies
+                    .iter()
+                    .find(|c| c.ifindex == *ifindex && c.vip.prefix == vip.prefix);
+                let add = Step::Add {
+                    vip: *vip,
+                    ifindex: *ifindex,
+                    valid_lft_secs: left,
+                };
+                match here {
+                    None if left >= 1 => steps.push(add),
+                    None => {}
+                    Some(c) if c.dad_failed => {
+                        steps.push(Step::Remove {
+                            vip: *vip,
+                            ifindex: *ifindex,
+                        });
+                        if left >= 1 {
+                            steps.push(add);
+                        }
+                    }
+                    Some(_) => {}
+                }
+            }
+            None => {
+                for c in copies {
+                    steps.push(Step::Remove {
+                        vip: c.vip,
+                        ifindex: c.ifindex,
+                    });
+                }
+            }
+        }
+    }
+    steps
+}
+
+/// VIPs among `vips` that the node already carries without vipd's tag: vipd refuses to
+/// manage those (it would otherwise remove a node's own address on step-down).
+pub fn conflicts(vips: &[Vip], present: &[AddrInfo]) -> Vec<(IpAddr, u32)> {
+    present
+        .iter()
+        .filter(|a| !a.ours && vips.iter().any(|v| v.addr == a.vip.addr))
+        .map(|a| (a.vip.addr, a.ifindex))
+        .collect()
+}
+
+/// Removes every vipd-tagged address on the node among `addrs` (all tagged addresses when
+/// `addrs` is `None`). Run once at start, before any election: at that point this process
+/// leads nothing, so every tagged address is stale (a previous run crashed, or the config
+/// changed). Untagged addresses are never touched. Returns the removed VIPs.
+///
+/// # Errors
+/// [`NetError`] when the kernel cannot be read; single failed removals are logged.
+pub async fn remove_stale<K: Kernel>(
+    kernel: &K,
+    addrs: Option<&[IpAddr]>,
+) -> Result<Vec<Vip>, NetError> {
+    let mut removed = Vec::new();
+    for a in kernel.addresses(None).await? {
+        if !a.ours || addrs.is_some_and(|set| !set.contains(&a.vip.addr)) {
+            continue;
+        }
+        match kernel.remove(a.ifindex, a.vip).await {
+            Ok(()) => {
+                info!(vip = %a.vip, ifindex = a.ifindex, "removed stale VIP left by an earlier run");
+                removed.push(a.vip);
+            }
+            Err(e) => warn!(vip = %a.vip, error = %e, "could not remove stale VIP"),
+        }
+    }
+    Ok(removed)
+}
+
+/// Tries to remove and confirm the removal of the VIPs before giving up for this round.
+const DROP_ATTEMPTS: u32 = 3;
+/// Pause between two removal tries.
+const DROP_RETRY: Duration = Duration::from_millis(30);
+
+/// The interface resolved for each VIP, by VIP index. A small vector rather than a BTreeMap:
+/// a node runs one holder per Service lease, each with one or two VIPs, and a BTreeMap's
+/// first node alone takes about 600 bytes.
+#[derive(Debug, Default)]
+struct Links(Vec<(usize, LinkInfo)>);
+
+impl Links {
+    fn get(&self, i: &usize) -> Option<&LinkInfo> {
+        self.0.iter().find(|(k, _)| k == i).map(|(_, l)| l)
+    }
+
+    fn insert(&mut self, i: usize, link: LinkInfo) {
+        match self.0.iter_mut().find(|(k, _)| *k == i) {
+            Some(slot) => slot.1 = link,
+            None => self.0.push((i, link)),
+        }
+    }
+
+    fn remove(&mut self, i: &usize) {
+        self.0.retain(|(k, _)| k != i);
+    }
+
+    fn clear(&mut self) {
+        self.0.clear();
+    }
+
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&usize, &LinkInfo)> {
+        self.0.iter().map(|(k, l)| (k, l))
+    }
+}
+
+/// Holds the VIPs of one election while it leads (see module docs).
+pub struct VipHolder<K: Kernel, A: Announcer> {
+    kernel: Arc<K>,
+    announcer: Arc<A>,
+    vips: Vec<VipSpec>,
+    cfg: HolderConfig,
+    gates: Gates,
+    name: String,
+    links: Links,
+    no_carrier_since: BTreeMap<u32, Instant>,
+    last_garp: Option<Instant>,
+    /// IPv6 VIPs added but not yet announced because they were tentative.
+    pending_na: Vec<usize>,
+    updates: Option<watch::Receiver<Vec<VipSpec>>>,
+    metrics: Option<crate::metrics::Metrics>,
+    /// Conflict detection (RFC 5227); `None` = off.
+    monitor: Option<Arc<dyn ConflictMonitor>>,
+    /// Conflict state per VIP, by VIP index.
+    probes: Vec<ProbeState>,
+    /// Claim watches held while leading: (VIP index, watch id).
+    watches: Vec<(usize, WatchId)>,
+    /// Claims from the watches of the current term: created when a term starts watching and
+    /// dropped when it ends, so the hundreds of Service holders that follow carry no channel.
+    claims: Option<(mpsc::UnboundedSender<Claim>, mpsc::UnboundedReceiver<Claim>)>,
+    /// Addresses refused because another host claims them, with its MAC.
+    conflicts: Option<watch::Sender<Conflicts>>,
+    /// Addresses this holder holds now (see [`VipHolder::with_bound_reports`]).
+    bound: Option<watch::Sender<Vec<IpAddr>>>,
+    /// When the current term's lease was last renewed, `None` while not leading.
+    renewed_at: Option<Instant>,
+    /// IPv4 VIPs pinned to their interface against ARP flux (S36).
+    arp: crate::net::ArpPins,
+    /// Rate limiter of the log lines of repeating conditions (checked twice a second).
+    quiet: RepeatLimiter<Quiet, String>,
+}
+
+/// Conditions of a [`VipHolder`] whose log lines are rate-limited (see
+/// [`crate::logging`]): logged when they start or change, then at most once per
+/// [`crate::logging::REPEAT_WINDOW`] with the count of repeats, and once when they clear.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Quiet {
+    /// Some VIPs cannot be placed (interface missing or unusable).
+    Place,
+    /// Some VIPs are configured on the node and were not added by vipd.
+    Untagged,
+    /// Listing the node's addresses fails.
+    ListAddresses,
+    /// Adding, refreshing or re-adding this VIP fails.
+    Add(IpAddr),
+    /// This VIP was found missing while leading.
+    Missing(IpAddr),
+    /// Announcing this VIP fails.
+    Announce(IpAddr),
+    /// Removing this VIP fails.
+    Remove(IpAddr),
+    /// Sending a conflict probe for this VIP fails.
+    Probe(IpAddr),
+}
+
+impl Quiet {
+    fn vip(self) -> Option<IpAddr> {
+        match self {
+            Quiet::Place | Quiet::Untagged | Quiet::ListAddresses => None,
+            Quiet::Add(a)
+            | Quiet::Missing(a)
+            | Quiet::Announce(a)
+            | Quiet::Remove(a)
+            | Quiet::Probe(a) => Some(a),
+        }
+    }
+}
+
+impl<K: Kernel, A: Announcer> VipHolder<K, A> {
+    /// A holder for `vips`; `name` labels its logs (e.g. `control-plane`). `gates` receives
+    /// [`GATE_LINK`] and [`GATE_CONFLICT`], and [`GATE_STARTING`] closed until [`Self::run`]
+    /// has made its first local checks (create the holder before starting the elector).
+    pub fn new(
+        name: &str,
+        kernel: Arc<K>,
+        announcer: Arc<A>,
+        vips: Vec<VipSpec>,
+        cfg: HolderConfig,
+        gates: Gates,
+    ) -> Self {
+        let monitor = cfg.conflict_monitor.clone();
+        let arp = crate::net::ArpPins::new(cfg.arp_guard.clone());
+        gates.set(GATE_STARTING, false);
+        VipHolder {
+            kernel,
+            announcer,
+            vips,
+            cfg,
+            gates,
+            name: name.to_string(),
+            links: Links::default(),
+            no_carrier_since: BTreeMap::new(),
+            last_garp: None,
+            pending_na: Vec::new(),
+            updates: None,
+            metrics: None,
+            monitor,
+            probes: Vec::new(),
+            watches: Vec::new(),
+            claims: None,
+            conflicts: None,
+            bound: None,
+            renewed_at: None,
+            arp,
+            quiet: RepeatLimiter::default(),
+        }
+    }
+
+    /// Publishes on `reports` the addresses this holder refuses because another host claims
+    /// them, each with that host's MAC (empty when none): the Services side turns a new entry
+    /// into a Warning Event.
+    pub fn with_conflict_reports(mut self, reports: watch::Sender<Conflicts>) -> Self {
+        self.conflicts = Some(reports);
+        self
+    }
+
+    /// Publishes on `reports` the addresses this holder holds now: leading, the interface
+    /// resolved, and the conflict probe passed (or skipped after a clean handover); empty
+    /// while following. The Services side writes status only for these, so a Service's
+    /// status never names an address its holder refused or gave up.
+    pub fn with_bound_reports(mut self, reports: watch::Sender<Vec<IpAddr>>) -> Self {
+        self.bound = Some(reports);
+        self
+    }
+
+    /// Counts announcements in `metrics` (`vipd_garp_sent_total`).
+    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Makes the VIP set follow `updates` (e.g. a Service's addresses being edited, S19):
+    /// VIPs that leave the set are removed (ours only), new ones are added and announced when
+    /// leading.
+    pub fn with_updates(mut self, updates: watch::Receiver<Vec<VipSpec>>) -> Self {
+        self.updates = Some(updates);
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests;

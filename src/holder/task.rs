@@ -1,0 +1,576 @@
+//! The holder's loop: follows leadership, VIP set updates, claims and the periodic check.
+
+use super::*;
+
+async fn next_update(updates: &mut Option<watch::Receiver<Vec<VipSpec>>>) -> Vec<VipSpec> {
+    if let Some(rx) = updates {
+        if rx.changed().await.is_ok() {
+            return rx.borrow_and_update().clone();
+        }
+        // Sender gone: the set stays as it is.
+        *updates = None;
+    }
+    std::future::pending().await
+}
+
+/// The next claim of the current term's watches; pending while there are none.
+async fn next_claim(
+    claims: &mut Option<(mpsc::UnboundedSender<Claim>, mpsc::UnboundedReceiver<Claim>)>,
+) -> Option<Claim> {
+    match claims {
+        Some((_, rx)) => rx.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until_opt(at: Option<Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl<K: Kernel, A: Announcer> VipHolder<K, A> {
+    /// Follows `leadership` until `shutdown`: adds, refreshes, repairs and announces the VIPs
+    /// while leading (after a conflict probe where the term calls for one, see [`probe`]),
+    /// removes them when not, and acknowledges every dropped term on `leadership.dropped`.
+    /// On shutdown removes the VIPs before returning.
+    pub async fn run(mut self, mut leadership: Leadership, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(self.cfg.check_interval);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut term = 0u64;
+        let mut updates = self.updates.take();
+        let mut unacked: Option<u64> = None;
+        if let Some(u) = updates.as_mut() {
+            self.vips = u.borrow_and_update().clone();
+        }
+        self.probes = vec![ProbeState::default(); self.vips.len()];
+        Box::pin(self.resolve_links()).await;
+        self.gates.set(GATE_STARTING, true);
+        loop {
+            self.publish_bound();
+            // Checks run while leading, when configured for followers, and while a gate is
+            // closed (to re-open it). Followers with nothing to check or acknowledge do not
+            // tick: hundreds of Service groups per node would otherwise wake twice a second
+            // each for nothing.
+            let checking = self.renewed_at.is_some()
+                || self.cfg.check_following
+                || !self.gates.closed().is_empty();
+            let probe_at = self.next_probe_deadline();
+            let garp_at = self.next_garp();
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => {
+                    if Box::pin(self.drop_all()).await {
+                        let _ = leadership.dropped.send(term);
+                        Box::pin(self.arp.release(&self.name)).await;
+                    }
+                    return;
+                }
+                changed = leadership.state.changed() => {
+                    if changed.is_err() {
+                        // Elector gone: hold nothing.
+                        if Box::pin(self.drop_all()).await {
+                            Box::pin(self.arp.release(&self.name)).await;
+                        }
+                        shutdown.cancelled().await;
+                        return;
+                    }
+                    let state = leadership.state.borrow_and_update().clone();
+                    match state {
+                        LeaderState::Leading { term: t, renewed_at: r, clean } => {
+                            let first = self.renewed_at.is_none() || t != term;
+                            term = t;
+                            self.renewed_at = Some(r);
+                            if first {
+                                info!(holder = %self.name, term, clean, "leading: adding VIPs");
+                                Box::pin(self.resolve_links()).await;
+                                self.start_term(clean);
+                            }
+                            Box::pin(self.refresh(first)).await;
+                        }
+                        LeaderState::Following { .. } => {
+                            if self.renewed_at.take().is_some() {
+                                info!(holder = %self.name, term, "not leading: removing VIPs");
+                            }
+                            // Acknowledge (which lets the elector release the lease) only
+                            // once the VIPs are confirmed gone; otherwise retry on the tick.
+                            if Box::pin(self.drop_all()).await {
+                                let _ = leadership.dropped.send(term);
+                                unacked = None;
+                            } else {
+                                unacked = Some(term);
+                            }
+                        }
+                    }
+                }
+                Some(claim) = next_claim(&mut self.claims) => {
+                    Box::pin(self.on_claim(claim)).await;
+                }
+                new = next_update(&mut updates) => {
+                    Box::pin(self.set_vips(new)).await;
+                }
+                _ = sleep_until_opt(probe_at) => {
+                    Box::pin(self.probe_tick()).await;
+                }
+                _ = tick.tick(), if checking || unacked.is_some() => {
+                    if let Some(t) = unacked
+                        && self.renewed_at.is_none()
+                        && Box::pin(self.drop_all()).await
+                    {
+                        let _ = leadership.dropped.send(t);
+                        unacked = None;
+                    }
+                    if checking {
+                        Box::pin(self.check()).await;
+                    }
+                }
+                _ = sleep_until_opt(garp_at) => {
+                    Box::pin(self.announce_all(false)).await;
+                }
+            }
+        }
+    }
+
+    /// A term starts: watch every VIP for claims by other hosts, and probe before binding
+    /// unless the lease was released cleanly by its previous holder (`clean`).
+    pub(super) fn start_term(&mut self, clean: bool) {
+        self.unwatch_all();
+        let window = self.probing_window();
+        let now = Instant::now();
+        for i in 0..self.vips.len() {
+            self.watch(i);
+            let action = self.probes[i].lead(!clean, window, now);
+            self.act(i, action);
+        }
+    }
+
+    /// The lifetime a VIP may get now ([`fence_grant`] from the last renewal's send time);
+    /// `None` when not leading.
+    pub(super) fn fence_left(&self, now: Instant) -> Option<u32> {
+        self.renewed_at.map(|r| {
+            fence_grant(
+                self.cfg.fence_secs,
+                self.cfg.lease_duration,
+                now.saturating_duration_since(r),
+            )
+        })
+    }
+
+    /// Replaces the VIP set (see [`VipHolder::with_updates`]).
+    pub(super) async fn set_vips(&mut self, new: Vec<VipSpec>) {
+        if new == self.vips {
+            return;
+        }
+        let leading = self.renewed_at.is_some();
+        let old = std::mem::replace(&mut self.vips, new);
+        // Probe state follows its address; an address new to this term was never held by
+        // it and is probed like any other (see `probe`).
+        let old_probes = std::mem::take(&mut self.probes);
+        self.probes = self
+            .vips
+            .iter()
+            .map(|n| {
+                old.iter()
+                    .position(|o| o.vip == n.vip)
+                    .and_then(|j| old_probes.get(j).cloned())
+                    .unwrap_or_default()
+            })
+            .collect();
+        self.unwatch_all();
+        let gone: Vec<(Vip, u32)> = old
+            .iter()
+            .filter(|o| !self.vips.iter().any(|n| n.vip == o.vip))
+            .map(|o| (o.vip, 0))
+            .collect();
+        if !gone.is_empty() {
+            match self.kernel.addresses(None).await {
+                Ok(present) => {
+                    for step in plan(&gone, &present, None) {
+                        if let Step::Remove { vip, ifindex } = step {
+                            match self.kernel.remove(ifindex, vip).await {
+                                Ok(()) => {
+                                    info!(holder = %self.name, %vip, "VIP no longer configured; removed")
+                                }
+                                Err(e) => {
+                                    warn!(holder = %self.name, %vip, error = %e, "removing VIP failed")
+                                }
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    if let Some(r) =
+                        self.quiet
+                            .observe(Quiet::ListAddresses, e.to_string(), Instant::now())
+                    {
+                        warn!(holder = %self.name, error = %e, "cannot list addresses{r}")
+                    }
+                }
+            }
+        }
+        let addrs: Vec<IpAddr> = self.vips.iter().map(|s| s.vip.addr).collect();
+        self.quiet
+            .retain(|k| k.vip().is_none_or(|a| addrs.contains(&a)));
+        self.links.clear();
+        self.pending_na.clear();
+        self.resolve_links().await;
+        if leading {
+            let window = self.probing_window();
+            let now = Instant::now();
+            for i in 0..self.vips.len() {
+                self.watch(i);
+                if self.probes[i].phase() == probe::Phase::Idle {
+                    let action = self.probes[i].lead(true, window, now);
+                    self.act(i, action);
+                }
+            }
+            self.publish_conflicts();
+            self.refresh(true).await;
+        }
+    }
+
+    /// Resolves configured or automatic interfaces; closes [`GATE_LINK`] while any cannot
+    /// be found, [`GATE_CONFLICT`] while a VIP is on the node untagged.
+    pub(super) async fn resolve_links(&mut self) {
+        let mut missing = Vec::new();
+        for (i, spec) in self.vips.iter().enumerate() {
+            let found = match &spec.interface {
+                Some(name) => self.kernel.link_by_name(name).await,
+                None => match self.kernel.choose_interface(spec.vip.addr).await {
+                    Ok(idx) => self.kernel.link_by_index(idx).await,
+                    Err(e) => Err(e),
+                },
+            };
+            match found {
+                Ok(link) if link.mac == [0; 6] => {
+                    missing.push(format!(
+                        "{}: interface {} has no hardware address (loopback or tunnel): gratuitous ARP cannot be sent on it; set vip_interface to the Ethernet interface",
+                        spec.vip, link.name
+                    ));
+                    self.links.remove(&i);
+                }
+                Ok(link) => {
+                    if self.links.get(&i).map(|l| l.index) != Some(link.index) {
+                        info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "VIP interface");
+                    }
+                    self.links.insert(i, link);
+                }
+                Err(e) => {
+                    missing.push(format!("{}: {e}", spec.vip));
+                    self.links.remove(&i);
+                }
+            }
+        }
+        // Pin before any address is added (S36: no window with two ARP responders).
+        let (want, configured) = self.arp_pins_wanted();
+        self.arp.sync(&self.name, &want, &configured).await;
+        let now = Instant::now();
+        if missing.is_empty() {
+            if let Some(r) = self.quiet.clear(&Quiet::Place, now) {
+                info!(holder = %self.name, "VIP interfaces usable again{r}");
+            }
+        } else if let Some(r) = self.quiet.observe(Quiet::Place, missing.join("; "), now) {
+            error!(holder = %self.name, problems = ?missing, "cannot place VIPs; not campaigning until this is fixed{r}");
+        }
+        self.gates.set(GATE_LINK, missing.is_empty());
+        match self.kernel.addresses(None).await {
+            Ok(present) => {
+                let vips: Vec<Vip> = self.vips.iter().map(|s| s.vip).collect();
+                let c = conflicts(&vips, &present);
+                if c.is_empty() {
+                    if let Some(r) = self.quiet.clear(&Quiet::Untagged, now) {
+                        info!(holder = %self.name, "no VIP is configured on this node by others any more{r}");
+                    }
+                } else if let Some(r) = self.quiet.observe(Quiet::Untagged, format!("{c:?}"), now) {
+                    error!(holder = %self.name, conflicts = ?c, "VIP already configured on this node and not added by vipd; refusing to manage it (remove it from the node or change the VIP){r}");
+                }
+                self.gates.set(GATE_CONFLICT, c.is_empty());
+            }
+            Err(e) => {
+                if let Some(r) = self.quiet.observe(Quiet::ListAddresses, e.to_string(), now) {
+                    warn!(holder = %self.name, error = %e, "cannot list addresses{r}")
+                }
+            }
+        }
+    }
+
+    /// `(IPv4 VIP, resolved interface name)` pairs, and every configured IPv4 VIP.
+    pub(super) fn arp_pins_wanted(
+        &self,
+    ) -> (Vec<(std::net::Ipv4Addr, String)>, Vec<std::net::Ipv4Addr>) {
+        let mut want = Vec::new();
+        let mut configured = Vec::new();
+        for (i, s) in self.vips.iter().enumerate() {
+            if let IpAddr::V4(v4) = s.vip.addr {
+                configured.push(v4);
+                if let Some(l) = self.links.get(&i) {
+                    want.push((v4, l.name.clone()));
+                }
+            }
+        }
+        (want, configured)
+    }
+
+    /// The VIPs to carry while leading, with their interface: those whose interface is
+    /// known and whose conflict probe let them bind.
+    pub(super) fn desired(&self) -> Vec<(Vip, u32)> {
+        self.vips
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| self.probes.get(*i).is_some_and(ProbeState::bound))
+            .filter_map(|(i, s)| self.links.get(&i).map(|l| (s.vip, l.index)))
+            .collect()
+    }
+
+    /// VIPs held back by the conflict probe (probing or refused): never on the interface.
+    pub(super) fn held_back(&self) -> Vec<(Vip, u32)> {
+        self.vips
+            .iter()
+            .zip(&self.probes)
+            .filter(|(_, p)| !p.bound())
+            .map(|(s, _)| (s.vip, 0))
+            .collect()
+    }
+
+    /// After an acquire or renew: (re-)add every VIP with the full fence lifetime, and on
+    /// acquire announce at once.
+    pub(super) async fn refresh(&mut self, announce: bool) {
+        let mut added = Vec::new();
+        // Never a full fence from a stale renewal (one sent before this process was frozen,
+        // acted on after it was continued): only what the lease still covers.
+        let lifetime = self.fence_left(Instant::now()).unwrap_or(0);
+        if lifetime == 0 {
+            debug!(holder = %self.name, "renewal too old to extend the fence; not refreshing");
+            return;
+        }
+        for (i, spec) in self.vips.iter().enumerate() {
+            let Some(link) = self.links.get(&i) else {
+                continue;
+            };
+            if !self.probes.get(i).is_some_and(ProbeState::bound) {
+                continue;
+            }
+            let key = Quiet::Add(spec.vip.addr);
+            if let Err(e) = self
+                .kernel
+                .add_or_refresh(link.index, spec.vip, lifetime, self.cfg.skip_dad)
+                .await
+            {
+                if let Some(r) = self.quiet.observe(key, e.to_string(), Instant::now()) {
+                    error!(holder = %self.name, vip = %spec.vip, interface = %link.name, error = %e, "cannot add VIP{r}");
+                }
+                continue;
+            }
+            if let Some(r) = self.quiet.clear(&key, Instant::now()) {
+                info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "adding the VIP works again{r}");
+            }
+            if announce {
+                info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "VIP added");
+                added.push(i);
+            }
+        }
+        if announce {
+            self.pending_na.clear();
+            self.announce_added(&added);
+        }
+    }
+
+    /// Periodic check: carrier, links, repair, and the GARP repeat.
+    pub(super) async fn check(&mut self) {
+        let now = Instant::now();
+        let renewed_at = self.renewed_at;
+        self.check_links(now).await;
+        let fence_left = self.fence_left(now);
+        let Some(present) = self.list_for_check(now).await else {
+            return;
+        };
+        let mut repaired = false;
+        for step in self.repair_steps(&present, fence_left).await {
+            repaired |= self.apply_repair(step, now).await;
+        }
+        if renewed_at.is_some() && (repaired || !self.pending_na.is_empty()) {
+            self.announce_all(repaired).await;
+        }
+    }
+
+    /// Carrier of the VIP interfaces (checked whether leading or not, to re-open the gate):
+    /// re-resolves the links when one is gone, else sets [`GATE_LINK`] from the carrier.
+    async fn check_links(&mut self, now: Instant) {
+        let mut link_ok = true;
+        let mut relink = false;
+        let indexes: Vec<(usize, u32)> = self.links.iter().map(|(i, l)| (*i, l.index)).collect();
+        for (i, idx) in indexes {
+            match self.kernel.link_by_index(idx).await {
+                Ok(l) => {
+                    if l.carrier && l.up {
+                        if self.no_carrier_since.remove(&idx).is_some() {
+                            info!(holder = %self.name, interface = %l.name, "carrier back");
+                        }
+                    } else {
+                        let since = *self.no_carrier_since.entry(idx).or_insert_with(|| {
+                            warn!(holder = %self.name, interface = %l.name, "no carrier");
+                            now
+                        });
+                        if now - since > self.cfg.carrier_grace {
+                            link_ok = false;
+                        }
+                    }
+                    self.links.insert(i, l);
+                }
+                Err(_) => relink = true,
+            }
+        }
+        if relink || self.links.len() < self.vips.len() {
+            self.resolve_links().await;
+        } else {
+            if !link_ok && self.gates.closed().iter().all(|g| g != GATE_LINK) {
+                warn!(holder = %self.name, grace_ms = self.cfg.carrier_grace.as_millis() as u64, "no carrier for longer than the renew deadline; stepping down");
+            }
+            self.gates.set(GATE_LINK, link_ok);
+        }
+    }
+
+    /// The node's addresses for the check; `None` (logged, rate-limited) when listing fails.
+    async fn list_for_check(&mut self, now: Instant) -> Option<Vec<AddrInfo>> {
+        match self.kernel.addresses(None).await {
+            Ok(p) => {
+                if let Some(r) = self.quiet.clear(&Quiet::ListAddresses, now) {
+                    info!(holder = %self.name, "listing addresses works again{r}");
+                }
+                Some(p)
+            }
+            Err(e) => {
+                if let Some(r) = self.quiet.observe(Quiet::ListAddresses, e.to_string(), now) {
+                    warn!(holder = %self.name, error = %e, "cannot list addresses{r}");
+                }
+                None
+            }
+        }
+    }
+
+    /// The repairs [`plan`] asks for given `present`: the bound VIPs while leading, and the
+    /// held-back ones' removal. An add is confirmed against a fresh dump first.
+    async fn repair_steps(&self, present: &[AddrInfo], fence_left: Option<u32>) -> Vec<Step> {
+        let desired = self.desired();
+        let held_back = self.held_back();
+        let steps_for = |present: &[AddrInfo]| {
+            let mut steps = plan(&desired, present, fence_left);
+            if fence_left.is_some() {
+                // A VIP refused for a conflict whose removal failed goes now.
+                steps.extend(plan(&held_back, present, None));
+            }
+            steps
+        };
+        let mut steps = steps_for(present);
+        if steps.iter().any(|s| matches!(s, Step::Add { .. })) {
+            // Confirm with a dump of our own before calling a VIP missing: a shared or
+            // concurrent dump can miss entries while other holders add addresses.
+            match self.kernel.addresses_fresh(None).await {
+                Ok(p) => steps = steps_for(&p),
+                Err(e) => debug!(holder = %self.name, error = %e, "cannot re-list addresses"),
+            }
+        }
+        steps
+    }
+
+    /// Carries out one repair step of the check; `true` when a VIP was re-added.
+    async fn apply_repair(&mut self, step: Step, now: Instant) -> bool {
+        match step {
+            Step::Add {
+                vip,
+                ifindex,
+                valid_lft_secs,
+            } => {
+                if let Some(r) = self
+                    .quiet
+                    .observe(Quiet::Missing(vip.addr), String::new(), now)
+                {
+                    warn!(holder = %self.name, %vip, ifindex, "VIP missing while leading; re-adding{r}");
+                }
+                match self
+                    .kernel
+                    .add_or_refresh(ifindex, vip, valid_lft_secs, self.cfg.skip_dad)
+                    .await
+                {
+                    Ok(()) => {
+                        // A VIP missing again later is news.
+                        self.quiet.clear(&Quiet::Missing(vip.addr), now);
+                        if let Some(r) = self.quiet.clear(&Quiet::Add(vip.addr), now) {
+                            info!(holder = %self.name, %vip, "re-adding the VIP worked{r}");
+                        }
+                        true
+                    }
+                    Err(e) => {
+                        if let Some(r) =
+                            self.quiet.observe(Quiet::Add(vip.addr), e.to_string(), now)
+                        {
+                            error!(holder = %self.name, %vip, ifindex, error = %e, "re-adding VIP failed{r}")
+                        }
+                        false
+                    }
+                }
+            }
+            Step::Remove { vip, ifindex } => {
+                match self.kernel.remove(ifindex, vip).await {
+                    Ok(()) => {
+                        if let Some(r) = self.quiet.clear(&Quiet::Remove(vip.addr), now) {
+                            info!(holder = %self.name, %vip, "VIP removed after failures{r}");
+                        }
+                    }
+                    Err(e) => {
+                        if let Some(r) =
+                            self.quiet
+                                .observe(Quiet::Remove(vip.addr), e.to_string(), now)
+                        {
+                            warn!(holder = %self.name, %vip, ifindex, error = %e, "removing VIP failed{r}");
+                        }
+                    }
+                }
+                false
+            }
+        }
+    }
+
+    /// Removes every VIP of this holder that is ours, wherever it is.
+    pub(super) async fn drop_all(&mut self) -> bool {
+        self.pending_na.clear();
+        self.last_garp = None;
+        self.unwatch_all();
+        for p in &mut self.probes {
+            p.follow();
+        }
+        self.publish_conflicts();
+        let desired: Vec<(Vip, u32)> = self.vips.iter().map(|s| (s.vip, 0)).collect();
+        // Remove, then list again to confirm; a few quick tries ride out transient
+        // netlink errors.
+        for attempt in 0..DROP_ATTEMPTS {
+            if attempt > 0 {
+                tokio::time::sleep(DROP_RETRY).await;
+            }
+            let present = match self.kernel.addresses(None).await {
+                Ok(p) => p,
+                Err(e) => {
+                    warn!(holder = %self.name, error = %e, "cannot list addresses to drop VIPs; retrying");
+                    continue;
+                }
+            };
+            let steps = plan(&desired, &present, None);
+            if steps.is_empty() {
+                return true;
+            }
+            for step in steps {
+                if let Step::Remove { vip, ifindex } = step {
+                    match self.kernel.remove(ifindex, vip).await {
+                        Ok(()) => info!(holder = %self.name, %vip, "VIP removed"),
+                        Err(e) => {
+                            warn!(holder = %self.name, %vip, error = %e, "removing VIP failed; retrying")
+                        }
+                    }
+                }
+            }
+        }
+        error!(holder = %self.name, "could not confirm the VIPs are removed; not acknowledging, so the lease is not released and expires after the kernel fence removes them");
+        false
+    }
+}
