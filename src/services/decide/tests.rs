@@ -203,6 +203,33 @@ fn the_global_lease_stops_with_the_last_service_but_is_never_deleted() {
 }
 
 #[test]
+fn a_local_service_without_a_local_endpoint_stops_its_group_but_keeps_its_lease() {
+    let mut node = Node::default();
+    let mut local = svc("l", 1, &["192.0.2.30"], 80);
+    local.etp_local = true;
+    local.local_endpoint = true;
+    assert_eq!(
+        node.pass(std::slice::from_ref(&local), true).started,
+        vec![lease("l")]
+    );
+    // The endpoint moved to another node: this node stops campaigning; the lease still
+    // governs the address (for the node that has the endpoint) and is not deleted.
+    local.local_endpoint = false;
+    let pass = node.pass(std::slice::from_ref(&local), true);
+    assert_eq!(
+        pass.stopped,
+        vec![StopOrder {
+            lease: lease("l"),
+            delete_lease: false
+        }]
+    );
+    assert!(pass.started.is_empty());
+    // Back on this node: campaigns again.
+    local.local_endpoint = true;
+    assert_eq!(node.pass(&[local], true).started, vec![lease("l")]);
+}
+
+#[test]
 fn an_address_taken_over_by_an_older_service_moves_to_its_lease() {
     let mut node = Node::default();
     node.pass(&[svc("b", 2, &["192.0.2.20"], 80)], true);
