@@ -3,47 +3,18 @@
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
 
-use k8s_openapi::jiff::Timestamp;
-
 use super::*;
 use crate::config::VipSubnet;
 use crate::election::record::{LeaseRecord, Observed};
 use crate::services::desired::{self, Mode, PlanConfig};
+use crate::services::governance::tests::{ip, lease, svc};
 
 const NODE: &str = "node-a";
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
-
-fn lease(name: &str) -> LeaseRef {
-    LeaseRef {
-        namespace: "default".into(),
-        name: format!("kubevip-{name}"),
-    }
-}
 
 fn global() -> LeaseRef {
     LeaseRef {
         namespace: "kube-system".into(),
         name: "plndr-svcs-lock".into(),
-    }
-}
-
-/// A Service `name` created at second `created` with `addrs` on TCP `port`.
-fn svc(name: &str, created: i64, addrs: &[&str], port: i32) -> Candidate {
-    Candidate {
-        key: ServiceKey::new("default", name),
-        created: Some(Timestamp::from_second(created).unwrap()),
-        addresses: addrs.iter().map(|a| ip(a)).collect(),
-        ports: vec![PortProto {
-            port,
-            protocol: "TCP".into(),
-        }],
-        etp_local: false,
-        local_endpoint: false,
-        interface: None,
-        lease: lease(name),
     }
 }
 

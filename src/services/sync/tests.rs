@@ -24,17 +24,17 @@ struct Recorder {
 }
 
 impl Recorder {
-    fn record(&self, op: &str, key: &ServiceKey) -> Result<(), StatusError> {
+    /// Records the call; the error to answer with while `fail` is set.
+    fn record(&self, op: &str, key: &ServiceKey) -> Option<StatusError> {
         self.calls.lock().unwrap().push(format!("{op} {key}"));
-        if self.fail.load(Ordering::SeqCst) {
-            return Err(StatusError::Timeout {
+        self.fail
+            .load(Ordering::SeqCst)
+            .then(|| StatusError::Timeout {
                 kind: "Service",
                 key: key.clone(),
                 op: "test",
                 after: std::time::Duration::from_secs(1),
-            });
-        }
-        Ok(())
+            })
     }
 
     /// The calls made since the last `take`.
@@ -49,7 +49,9 @@ impl StatusWriter for Recorder {
         key: &ServiceKey,
         ingress: Vec<LoadBalancerIngress>,
     ) -> Result<WriteOutcome, StatusError> {
-        self.record("ingress", key)?;
+        if let Some(e) = self.record("ingress", key) {
+            return Err(e);
+        }
         self.memory.set_ingress(key, ingress).await
     }
 
@@ -58,12 +60,16 @@ impl StatusWriter for Recorder {
         key: &ServiceKey,
         node: &str,
     ) -> Result<WriteOutcome, StatusError> {
-        self.record("vipHost", key)?;
+        if let Some(e) = self.record("vipHost", key) {
+            return Err(e);
+        }
         self.memory.set_vip_host(key, node).await
     }
 
     async fn clear(&self, key: &ServiceKey) -> Result<WriteOutcome, StatusError> {
-        self.record("clear", key)?;
+        if let Some(e) = self.record("clear", key) {
+            return Err(e);
+        }
         self.memory.clear(key).await
     }
 
@@ -73,7 +79,9 @@ impl StatusWriter for Recorder {
         uid: Option<&str>,
         event: &ServiceEvent,
     ) -> Result<(), StatusError> {
-        self.record(&format!("event {}", event.reason), key)?;
+        if let Some(e) = self.record(&format!("event {}", event.reason), key) {
+            return Err(e);
+        }
         self.memory.event(key, uid, event).await
     }
 }
@@ -122,6 +130,14 @@ fn store(services: &[Service]) -> Store<Service> {
     store
 }
 
+fn status_ctx<'a>(services: &'a Store<Service>, w: &'a Recorder) -> StatusCtx<'a, Recorder> {
+    StatusCtx {
+        node: NODE,
+        services,
+        writer: w,
+    }
+}
+
 fn spec(addrs: &[IpAddr]) -> GroupSpec {
     GroupSpec {
         vips: Vec::new(),
@@ -135,11 +151,7 @@ async fn status_is_written_only_when_the_cache_differs() {
     let w = Recorder::default();
     // Already as wanted in the cache: no call at all.
     let services = store(&[cached("1", Some(NODE), &[a])]);
-    let ctx = StatusCtx {
-        node: NODE,
-        services: &services,
-        writer: &w,
-    };
+    let ctx = status_ctx(&services, &w);
     let mut sync = StatusSync::default();
     sync.sync(&ctx, &spec(&[a]), &[a], &[], false).await;
     sync.sync(&ctx, &spec(&[a]), &[a], &[], true).await;
@@ -147,10 +159,7 @@ async fn status_is_written_only_when_the_cache_differs() {
     assert!(sync.retry.at.is_none());
     // Someone removed the ingress: only the ingress is restored.
     let services = store(&[cached("2", Some(NODE), &[])]);
-    let ctx = StatusCtx {
-        services: &services,
-        ..ctx
-    };
+    let ctx = status_ctx(&services, &w);
     sync.sync(&ctx, &spec(&[a]), &[a], &[], false).await;
     assert_eq!(w.take(), ["ingress default/web"]);
     assert_eq!(w.memory.get(&web()).ingress, desired_ingress(&[a], &http()));
@@ -161,11 +170,7 @@ async fn a_new_holder_writes_status_and_vip_host_and_announces_once_per_term() {
     let a = ip("192.0.2.20");
     let w = Recorder::default();
     let services = store(&[cached("7", Some("node-b"), &[])]);
-    let ctx = StatusCtx {
-        node: NODE,
-        services: &services,
-        writer: &w,
-    };
+    let ctx = status_ctx(&services, &w);
     let mut sync = StatusSync::default();
     sync.sync(&ctx, &spec(&[a]), &[a], &[], false).await;
     assert_eq!(
@@ -193,11 +198,7 @@ async fn nothing_is_claimed_while_probing_and_a_refused_claim_is_taken_back() {
     let a = ip("192.0.2.20");
     let w = Recorder::default();
     let services = store(&[cached("1", Some(NODE), &[a])]);
-    let ctx = StatusCtx {
-        node: NODE,
-        services: &services,
-        writer: &w,
-    };
+    let ctx = status_ctx(&services, &w);
     let mut sync = StatusSync::default();
     // Not bound yet (being probed): our earlier claim is left as it is.
     sync.sync(&ctx, &spec(&[a]), &[], &[], true).await;
@@ -207,10 +208,7 @@ async fn nothing_is_claimed_while_probing_and_a_refused_claim_is_taken_back() {
     assert_eq!(w.take(), ["clear default/web"]);
     // Refused while another node's claim is in the cache: not ours to clear.
     let services = store(&[cached("2", Some("node-b"), &[a])]);
-    let ctx = StatusCtx {
-        services: &services,
-        ..ctx
-    };
+    let ctx = status_ctx(&services, &w);
     sync.sync(&ctx, &spec(&[a]), &[], &[a], true).await;
     assert_eq!(w.take(), Vec::<String>::new());
 }
@@ -220,11 +218,7 @@ async fn a_failed_write_is_retried_after_a_back_off_until_it_succeeds() {
     let a = ip("192.0.2.20");
     let w = Recorder::default();
     let services = store(&[cached("1", None, &[])]);
-    let ctx = StatusCtx {
-        node: NODE,
-        services: &services,
-        writer: &w,
-    };
+    let ctx = status_ctx(&services, &w);
     let mut sync = StatusSync::default();
     w.fail.store(true, Ordering::SeqCst);
     sync.sync(&ctx, &spec(&[a]), &[a], &[], false).await;
@@ -255,11 +249,7 @@ async fn stale_status_of_a_service_announced_nowhere_is_cleared_once_per_version
         s
     };
     let services = store(&[cached("1", Some(NODE), &[a]), other]);
-    let ctx = StatusCtx {
-        node: NODE,
-        services: &services,
-        writer: &w,
-    };
+    let ctx = status_ctx(&services, &w);
     let state = services.state();
     let mut cleared = HashSet::new();
     // Not in the plan (e.g. its address was removed): ours is cleared, node-b's is not.
@@ -357,11 +347,7 @@ async fn an_address_conflict_is_posted_on_the_services_using_the_address() {
     let a = ip("192.0.2.20");
     let w = Recorder::default();
     let services = store(&[cached("1", Some(NODE), &[a])]);
-    let ctx = StatusCtx {
-        node: NODE,
-        services: &services,
-        writer: &w,
-    };
+    let ctx = status_ctx(&services, &w);
     let mut spec = spec(&[a]);
     spec.services.push((
         ServiceKey::new("default", "db"),
