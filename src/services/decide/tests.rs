@@ -11,6 +11,14 @@ use crate::services::governance::tests::{ip, lease, svc};
 
 const NODE: &str = "node-a";
 
+/// What a pass reports when it stops only `lease`.
+fn stopped(lease: LeaseRef, delete_lease: bool) -> Vec<StopOrder> {
+    vec![StopOrder {
+        lease,
+        delete_lease,
+    }]
+}
+
 fn global() -> LeaseRef {
     LeaseRef {
         namespace: "kube-system".into(),
@@ -137,13 +145,7 @@ fn a_deleted_service_stops_its_group_and_deletes_its_lease() {
     // c deleted: its group stops (VIPs dropped, lease released) and its lease is deleted;
     // a's group is left alone.
     let pass = node.pass(&both[..1], true);
-    assert_eq!(
-        pass.stopped,
-        vec![StopOrder {
-            lease: lease("c"),
-            delete_lease: true
-        }]
-    );
+    assert_eq!(pass.stopped, stopped(lease("c"), true));
     assert!(pass.started.is_empty() && pass.updated.is_empty());
     assert_eq!(node.groups.keys().collect::<Vec<_>>(), [&lease("a")]);
 }
@@ -163,13 +165,7 @@ fn the_global_lease_stops_with_the_last_service_but_is_never_deleted() {
     assert_eq!(node.lease_of_each_address().len(), 1);
     // The last one deleted: the group stops, the lease stays.
     let pass = node.pass(&[], false);
-    assert_eq!(
-        pass.stopped,
-        vec![StopOrder {
-            lease: global(),
-            delete_lease: false
-        }]
-    );
+    assert_eq!(pass.stopped, stopped(global(), false));
     assert!(node.groups.is_empty());
 }
 
@@ -187,13 +183,7 @@ fn a_local_service_without_a_local_endpoint_stops_its_group_but_keeps_its_lease(
     // governs the address (for the node that has the endpoint) and is not deleted.
     local.local_endpoint = false;
     let pass = node.pass(std::slice::from_ref(&local), true);
-    assert_eq!(
-        pass.stopped,
-        vec![StopOrder {
-            lease: lease("l"),
-            delete_lease: false
-        }]
-    );
+    assert_eq!(pass.stopped, stopped(lease("l"), false));
     assert!(pass.started.is_empty());
     // Back on this node: campaigns again.
     local.local_endpoint = true;

@@ -297,48 +297,38 @@ fn note(reason: &'static str) -> Note {
     }
 }
 
+/// One pass of [`report`] with no plan and the note `reason` (none when `None`).
+async fn post(
+    w: &Recorder,
+    reported: &mut Reported,
+    reason: Option<&'static str>,
+    retry_failed: bool,
+) -> bool {
+    let notes = reason.map(note).into_iter().collect();
+    report(w, &Plan::default(), &[], notes, reported, retry_failed).await
+}
+
 #[tokio::test]
 async fn a_note_is_posted_once_while_its_cause_lasts_and_retried_after_a_failure() {
     use crate::services::status::{REASON_NO_ADDRESS, REASON_UNUSABLE_ADDRESS};
     let w = Recorder::default();
-    let plan = Plan::default();
     let mut reported = Reported::default();
-    assert!(
-        report(
-            &w,
-            &plan,
-            &[],
-            vec![note(REASON_NO_ADDRESS)],
-            &mut reported,
-            true
-        )
-        .await
-    );
-    assert!(
-        report(
-            &w,
-            &plan,
-            &[],
-            vec![note(REASON_NO_ADDRESS)],
-            &mut reported,
-            true
-        )
-        .await
-    );
+    let (none, unusable) = (Some(REASON_NO_ADDRESS), Some(REASON_UNUSABLE_ADDRESS));
+    assert!(post(&w, &mut reported, none, true).await);
+    assert!(post(&w, &mut reported, none, true).await);
     assert_eq!(w.take(), ["event NoAddress default/web"]);
     // A new cause: posted; it fails, and is not tried again before the back-off is over.
     w.fail.store(true, Ordering::SeqCst);
-    let n = || vec![note(REASON_UNUSABLE_ADDRESS)];
-    assert!(!report(&w, &plan, &[], n(), &mut reported, true).await);
-    assert!(!report(&w, &plan, &[], n(), &mut reported, false).await);
+    assert!(!post(&w, &mut reported, unusable, true).await);
+    assert!(!post(&w, &mut reported, unusable, false).await);
     assert_eq!(w.take(), ["event UnusableAddress default/web"]);
     w.fail.store(false, Ordering::SeqCst);
-    assert!(report(&w, &plan, &[], n(), &mut reported, true).await);
-    assert!(report(&w, &plan, &[], n(), &mut reported, true).await);
+    assert!(post(&w, &mut reported, unusable, true).await);
+    assert!(post(&w, &mut reported, unusable, true).await);
     assert_eq!(w.take(), ["event UnusableAddress default/web"]);
     // The cause went away and came back: posted again.
-    assert!(report(&w, &plan, &[], Vec::new(), &mut reported, true).await);
-    assert!(report(&w, &plan, &[], n(), &mut reported, true).await);
+    assert!(post(&w, &mut reported, None, true).await);
+    assert!(post(&w, &mut reported, unusable, true).await);
     assert_eq!(w.take(), ["event UnusableAddress default/web"]);
 }
 
