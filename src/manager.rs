@@ -18,7 +18,8 @@ use crate::election::Gates;
 use crate::holder::{self, HolderConfig};
 use crate::kubeclient;
 use crate::net::conflict::{ConflictMonitor, RawConflictMonitor};
-use crate::net::{CachedKernel, Kernel, NetlinkKernel, RawAnnouncer};
+use crate::net::{Kernel, NetlinkKernel};
+use crate::services;
 
 /// Errors that stop the manager at start.
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +36,9 @@ pub enum ManagerError {
     /// The control-plane configuration cannot be used on this cluster.
     #[error(transparent)]
     ControlPlane(#[from] controlplane::ControlPlaneError),
+    /// The Services wing cannot start (its clients or lease timings).
+    #[error(transparent)]
+    Services(#[from] services::ServicesError),
     /// A feature that is configured but not implemented in this release.
     #[error("{0}")]
     Unsupported(String),
@@ -48,40 +52,14 @@ pub enum ManagerError {
 /// logged, never returned.
 pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), ManagerError> {
     info!(node = %cfg.node_name, version = env!("CARGO_PKG_VERSION"), "vipd manager starting");
-    // ---- admin endpoint (/metrics /healthz /readyz on prometheus_server) ----
-    // `metrics` and `readiness` are for the elector / VIP holder / API health loop to
-    // update (Metrics::set_leading, Readiness::set_api_reachable, ...). A port that cannot
-    // be bound is logged and vipd goes on: the VIP matters more than its metrics.
-    let metrics = crate::metrics::Metrics::new(&cfg.node_name);
-    let readiness = crate::admin::Readiness::new();
-    readiness.set_config_valid(true);
-    if let Some(addr) = &cfg.prometheus_server
-        && let Err(e) =
-            crate::admin::start(addr, metrics.clone(), readiness.clone(), shutdown.clone()).await
-    {
-        tracing::error!(error = %e, "admin endpoint not started");
-    }
-    // ---- end admin endpoint ----
+    let (metrics, readiness) = start_admin(&cfg, &shutdown).await;
     if !cfg.control_plane && !cfg.services {
         return Err(ManagerError::Unsupported(
             "nothing to do: set cp_enable (--controlplane) and/or svc_enable (--services)".into(),
         ));
     }
     let cfg = Arc::new(cfg);
-    let timing = cfg.lease.timing;
-    // One capture for every holder of this process (RFC 5227 conflict detection).
-    let monitor: Option<Arc<dyn ConflictMonitor>> = if cfg.arp_probe.is_zero() {
-        info!("address conflict detection off (vip_arpprobe=0)");
-        None
-    } else {
-        Some(Arc::new(RawConflictMonitor::new()))
-    };
-    let holder_cfg = HolderConfig {
-        skip_dad: !cfg.ipv6_dad,
-        probe_window: cfg.arp_probe,
-        conflict_monitor: monitor.clone(),
-        ..HolderConfig::from_timing(&timing, cfg.arp_rate)?
-    };
+    let holder_cfg = holder_config(&cfg)?;
     let (client, url) = kubeclient::election_client(&cfg).await?;
     info!(api = %url, "talking to this API server (kubernetes_addr, else 127.0.0.1:port in control-plane mode, else the kubeconfig's)");
 
@@ -95,15 +73,11 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         controlplane::check_not_node_addresses(&client, &cfg.addresses).await?;
     }
     let kernel = Arc::new(NetlinkKernel::new()?);
-    // This process leads nothing yet: every address vipd tagged is stale.
-    match holder::remove_stale(kernel.as_ref(), None).await {
-        Ok(removed) if !removed.is_empty() => info!(count = removed.len(), "removed stale VIPs"),
-        Ok(_) => {}
-        Err(e) => warn!(error = %e, "could not list addresses for stale VIP cleanup"),
-    }
-    // ARP flux (S36): vipd's nftables table, replacing one left by an earlier run.
-    let arp_guard = crate::net::start_arp_guard().await;
-    log_arp_flux(kernel.as_ref(), &cfg, arp_guard.active()).await;
+    let arp_guard = prepare_node(kernel.as_ref(), &cfg).await;
+    let holder_cfg = HolderConfig {
+        arp_guard: arp_guard.clone(),
+        ..holder_cfg
+    };
 
     // API health: in control-plane mode it gates the control-plane election (the node's own
     // API server); in every mode it drives /readyz and systemd READY=1.
@@ -124,10 +98,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
             controlplane::Parts {
                 client: client.clone(),
                 kernel: kernel.clone(),
-                holder_cfg: HolderConfig {
-                    arp_guard: arp_guard.clone(),
-                    ..holder_cfg.clone()
-                },
+                holder_cfg: holder_cfg.clone(),
                 gates: cp_gates.clone(),
                 metrics: metrics.clone(),
                 readiness: readiness.clone(),
@@ -135,35 +106,21 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
             shutdown.clone(),
         )
     });
-
-    let mut services = None;
-    if cfg.services {
-        let stop = CancellationToken::new();
-        let svc_holder_cfg = HolderConfig {
-            skip_dad: !cfg.ipv6_dad,
-            probe_window: cfg.arp_probe,
-            conflict_monitor: monitor.clone(),
-            arp_guard: arp_guard.clone(),
-            ..HolderConfig::from_timing(&cfg.services_timing, cfg.arp_rate)?
-        };
-        // Per-Service holders share one address dump per check interval.
-        let cached = Arc::new(CachedKernel::new(
-            kernel.clone(),
-            Duration::from_millis(200),
-        ));
-        let svc_clients = kubeclient::services_clients(&cfg).await?;
-        let task = tokio::spawn(crate::services::runtime::run(
-            cfg.clone(),
-            svc_clients,
-            cached,
-            Arc::new(RawAnnouncer),
-            svc_holder_cfg,
-            metrics.clone(),
-            readiness.clone(),
-            stop.clone(),
-        ));
-        services = Some((stop, task));
-    }
+    let services = match cfg.services {
+        true => Some(
+            services::start(
+                &cfg,
+                services::Parts {
+                    kernel: kernel.clone(),
+                    holder_cfg,
+                    metrics: metrics.clone(),
+                    readiness: readiness.clone(),
+                },
+            )
+            .await?,
+        ),
+        false => None,
+    };
     readiness.set_election_running(true);
 
     shutdown.cancelled().await;
@@ -171,20 +128,18 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         warn!(error = %e, "cannot notify systemd");
     }
     info!("shutting down: dropping VIPs, then releasing the leases");
-    let services_done = async {
-        if let Some((stop, task)) = services {
-            stop.cancel();
-            if let Err(e) = task.await {
-                error!(error = %e, "Services task failed");
+    tokio::join!(
+        async {
+            if let Some(s) = services {
+                s.stop().await;
+            }
+        },
+        async {
+            if let Some(cp) = control_plane {
+                cp.stop().await;
             }
         }
-    };
-    let control_plane_done = async {
-        if let Some(cp) = control_plane {
-            cp.stop().await;
-        }
-    };
-    tokio::join!(services_done, control_plane_done);
+    );
     readiness.set_election_running(false);
     health_stop.cancel();
     let _ = health.await;
@@ -198,6 +153,60 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     }
     info!("vipd manager stopped");
     Ok(())
+}
+
+/// Starts the admin endpoint (`/metrics`, `/healthz`, `/readyz` on `prometheus_server`)
+/// until `shutdown`; returns the metrics and readiness the other parts update. A port that
+/// cannot be bound is logged and vipd goes on: the VIP matters more than its metrics.
+async fn start_admin(
+    cfg: &Config,
+    shutdown: &CancellationToken,
+) -> (crate::metrics::Metrics, crate::admin::Readiness) {
+    let metrics = crate::metrics::Metrics::new(&cfg.node_name);
+    let readiness = crate::admin::Readiness::new();
+    readiness.set_config_valid(true);
+    if let Some(addr) = &cfg.prometheus_server
+        && let Err(e) =
+            crate::admin::start(addr, metrics.clone(), readiness.clone(), shutdown.clone()).await
+    {
+        error!(error = %e, "admin endpoint not started");
+    }
+    (metrics, readiness)
+}
+
+/// The VIP holders' settings at the control-plane lease timings, with one RFC 5227
+/// conflict capture for every holder of this process (none with `vip_arpprobe=0`).
+///
+/// # Errors
+/// [`holder::FenceError`] when the lease timings cannot be fenced.
+fn holder_config(cfg: &Config) -> Result<HolderConfig, holder::FenceError> {
+    let monitor: Option<Arc<dyn ConflictMonitor>> = if cfg.arp_probe.is_zero() {
+        info!("address conflict detection off (vip_arpprobe=0)");
+        None
+    } else {
+        Some(Arc::new(RawConflictMonitor::new()))
+    };
+    Ok(HolderConfig {
+        skip_dad: !cfg.ipv6_dad,
+        probe_window: cfg.arp_probe,
+        conflict_monitor: monitor,
+        ..HolderConfig::from_timing(&cfg.lease.timing, cfg.arp_rate)?
+    })
+}
+
+/// Prepares the node before any election: removes the VIPs an earlier run left (this
+/// process leads nothing yet, so every address vipd tagged is stale), installs the ARP flux
+/// guard (S36: vipd's nftables table, replacing one left by an earlier run) and logs the
+/// ARP flux check. Returns the guard.
+async fn prepare_node<K: Kernel>(kernel: &K, cfg: &Config) -> Arc<dyn crate::net::ArpGuard> {
+    match holder::remove_stale(kernel, None).await {
+        Ok(removed) if !removed.is_empty() => info!(count = removed.len(), "removed stale VIPs"),
+        Ok(_) => {}
+        Err(e) => warn!(error = %e, "could not list addresses for stale VIP cleanup"),
+    }
+    let arp_guard = crate::net::start_arp_guard().await;
+    log_arp_flux(kernel, cfg, arp_guard.active()).await;
+    arp_guard
 }
 
 /// What the ARP flux check looks at (S36): each IPv4 control-plane VIP with its interface

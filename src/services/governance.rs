@@ -352,4 +352,4 @@ fn held(view: &LeaseView) -> Option<LeaseRecord> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

@@ -12,15 +12,20 @@
 //! * [`lease_gc`]: deletes per-Service leases whose Services are gone (holder down at the
 //!   time), never a lease vipd did not create.
 //! * [`status`]: status / annotation / Event writer.
-//! * [`runtime`]: the orchestration: the main loop and the per-Lease group tasks.
+//! * [`runtime`]: the orchestration: [`start`] / [`Running::stop`], the main loop.
+//! * `group`: one task per Lease: election, VIP holder, status while leading.
+//! * `decide`: the orchestration's decisions, pure and unit-tested (which groups stop,
+//!   start or change, which leases are deleted, when status is written).
 //! * `select`: which Services are candidates and what to report about the others (pure
 //!   apart from the node's connected subnets).
 //! * `sync`: status, `kube-vip.io/vipHost` and Events kept level-triggered, with retries.
 //! * `watch`: the reflectors and the endpoint cache.
 
+mod decide;
 pub mod desired;
 pub mod endpoints;
 pub mod governance;
+mod group;
 pub mod lease_gc;
 pub mod model;
 pub mod runtime;
@@ -28,3 +33,5 @@ mod select;
 pub mod status;
 mod sync;
 mod watch;
+
+pub use runtime::{Parts, Running, ServicesError, start};

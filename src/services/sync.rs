@@ -6,18 +6,36 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
-use kube::runtime::reflector::{self};
+use kube::runtime::reflector::{self, Store};
 use tracing::{debug, info, warn};
 
 use super::desired::Plan;
 use super::model::{self, ServiceKey};
 use super::status::{ServiceEvent, StatusWriter, desired_ingress};
 use crate::net::conflict::fmt_mac;
-use crate::net::{Announcer, Kernel};
 
-/// What a group task needs to know about the Services whose addresses it announces.
-use super::runtime::*;
+use super::runtime::GroupSpec;
 use super::select::*;
+
+/// What the status side works with (the seam of its unit tests): this node's name, the
+/// Services cache it compares with, and the writer ([`super::status::KubeStatusWriter`] in
+/// the runtime, [`super::status::MemoryStatusWriter`] in tests).
+pub(super) struct StatusCtx<'a, W: StatusWriter> {
+    /// This node (`kube-vip.io/vipHost` value).
+    pub(super) node: &'a str,
+    /// The Services cache (the reflector's store).
+    pub(super) services: &'a Store<Service>,
+    /// Where status, annotations and Events go.
+    pub(super) writer: &'a W,
+}
+
+impl<W: StatusWriter> StatusCtx<'_, W> {
+    /// The cached Service `key`, if any.
+    fn cached(&self, key: &ServiceKey) -> Option<Arc<Service>> {
+        self.services
+            .get(&reflector::ObjectRef::new(&key.name).within(&key.namespace))
+    }
+}
 
 /// Notes reported while their cause lasts: id -> the Event was written (or none is due).
 #[derive(Default)]
@@ -64,8 +82,8 @@ impl Retry {
 /// before are written again only with `retry_failed` (the back-off is over). Returns
 /// `false` when an Event write failed or is still due (the caller retries after a
 /// back-off).
-pub(super) async fn report<K: Kernel, A: Announcer>(
-    shared: &Shared<K, A>,
+pub(super) async fn report<W: StatusWriter>(
+    writer: &W,
     plan: &Plan,
     services: &[Arc<Service>],
     notes: Vec<Note>,
@@ -111,7 +129,7 @@ pub(super) async fn report<K: Kernel, A: Announcer>(
             continue;
         }
         let ev = ServiceEvent::warning(n.reason, n.message.clone());
-        let done = match shared.status.event(&n.key, n.uid.as_deref(), &ev).await {
+        let done = match writer.event(&n.key, n.uid.as_deref(), &ev).await {
             Ok(()) => true,
             Err(e) => {
                 // Logged at warn by the writer (rate-limited); retried after a back-off.
@@ -130,8 +148,8 @@ pub(super) async fn report<K: Kernel, A: Announcer>(
 /// `externalTrafficPolicy: Local` with no ready endpoint on any node: `endpointless`):
 /// their status and annotation would mislead, so they are cleared, once per object version
 /// (a failed clear is retried: returns `false`).
-pub(super) async fn clear_stale<K: Kernel, A: Announcer>(
-    shared: &Shared<K, A>,
+pub(super) async fn clear_stale<W: StatusWriter>(
+    ctx: &StatusCtx<'_, W>,
     plan: &Plan,
     endpointless: &HashSet<ServiceKey>,
     services: &[Arc<Service>],
@@ -146,7 +164,7 @@ pub(super) async fn clear_stale<K: Kernel, A: Announcer>(
             .annotations
             .as_ref()
             .and_then(|a| a.get(model::ANN_VIP_HOST));
-        if host != Some(&shared.node)
+        if host.map(String::as_str) != Some(ctx.node)
             || (plan.addresses.contains_key(&key) && !endpointless.contains(&key))
         {
             continue;
@@ -156,7 +174,7 @@ pub(super) async fn clear_stale<K: Kernel, A: Announcer>(
             svc.metadata.resource_version.clone().unwrap_or_default()
         );
         if !cleared.contains(&id) {
-            match shared.status.clear(&key).await {
+            match ctx.writer.clear(&key).await {
                 Ok(_) => {
                     info!(service = %key, "no longer announced anywhere: status and vipHost cleared")
                 }
@@ -175,19 +193,16 @@ pub(super) async fn clear_stale<K: Kernel, A: Announcer>(
 
 /// Posts an `AddressInUse` Warning Event on every Service of the group that uses an address
 /// in `new` (address, other host's MAC).
-pub(super) async fn report_conflicts<K: Kernel, A: Announcer>(
-    shared: &Shared<K, A>,
+pub(super) async fn report_conflicts<W: StatusWriter>(
+    ctx: &StatusCtx<'_, W>,
     spec: &GroupSpec,
     new: &[(IpAddr, [u8; 6])],
 ) {
     for (addr, mac) in new {
-        let ev = ServiceEvent::address_in_use(*addr, &fmt_mac(*mac), &shared.node);
+        let ev = ServiceEvent::address_in_use(*addr, &fmt_mac(*mac), ctx.node);
         for (key, addrs, _) in spec.services.iter().filter(|(_, a, _)| a.contains(addr)) {
-            let uid = shared
-                .services
-                .get(&reflector::ObjectRef::new(&key.name).within(&key.namespace))
-                .and_then(|s| s.metadata.uid.clone());
-            if let Err(e) = shared.status.event(key, uid.as_deref(), &ev).await {
+            let uid = ctx.cached(key).and_then(|s| s.metadata.uid.clone());
+            if let Err(e) = ctx.writer.event(key, uid.as_deref(), &ev).await {
                 warn!(service = %key, error = %e, "cannot record the address conflict event");
             }
             debug!(service = %key, addresses = ?addrs, "address conflict reported");
@@ -251,9 +266,9 @@ impl StatusSync {
     /// another host claims them. A Service is reported only with its bound addresses; with
     /// none bound, nothing is written while they are being probed, and a status this node
     /// wrote earlier is cleared once every one of them is refused.
-    pub(super) async fn sync<K: Kernel, A: Announcer>(
+    pub(super) async fn sync<W: StatusWriter>(
         &mut self,
-        shared: &Shared<K, A>,
+        ctx: &StatusCtx<'_, W>,
         spec: &GroupSpec,
         bound: &[IpAddr],
         refused: &[IpAddr],
@@ -264,9 +279,7 @@ impl StatusSync {
         self.pending.retain(|k, _| keys.contains(k));
         self.announced.retain(|k| keys.contains(k));
         for (key, addrs, ports) in &spec.services {
-            let cached = shared
-                .services
-                .get(&reflector::ObjectRef::new(&key.name).within(&key.namespace));
+            let cached = ctx.cached(key);
             let all_refused = !addrs.is_empty() && addrs.iter().all(|a| refused.contains(a));
             let addrs: Vec<IpAddr> = addrs
                 .iter()
@@ -285,9 +298,9 @@ impl StatusSync {
                 let ours = cached
                     .as_deref()
                     .and_then(super::status::vip_host_of)
-                    .is_some_and(|h| h == shared.node);
+                    .is_some_and(|h| h == ctx.node);
                 if ours {
-                    match shared.status.clear(key).await {
+                    match ctx.writer.clear(key).await {
                         Ok(_) => {
                             info!(service = %key, "address not held (refused or given up): status and vipHost cleared")
                         }
@@ -301,7 +314,7 @@ impl StatusSync {
             }
             let addrs = addrs.as_slice();
             let ingress = desired_ingress(addrs, ports);
-            let diff = status_diff(cached.as_deref(), &shared.node, addrs, &ingress);
+            let diff = status_diff(cached.as_deref(), ctx.node, addrs, &ingress);
             if let Some(ev) = diff.announce
                 && self.announced.insert(key.clone())
             {
@@ -310,7 +323,7 @@ impl StatusSync {
                 self.pending.insert(key.clone(), (uid, ev));
             }
             if diff.ingress {
-                match shared.status.set_ingress(key, ingress).await {
+                match ctx.writer.set_ingress(key, ingress).await {
                     Ok(out) => debug!(service = %key, ?out, "status.loadBalancer.ingress"),
                     Err(e) => {
                         warn!(service = %key, error = %e, "writing status failed; retrying with back-off");
@@ -319,7 +332,7 @@ impl StatusSync {
                 }
             }
             if diff.vip_host
-                && let Err(e) = shared.status.set_vip_host(key, &shared.node).await
+                && let Err(e) = ctx.writer.set_vip_host(key, ctx.node).await
             {
                 warn!(service = %key, error = %e, "writing vipHost annotation failed; retrying with back-off");
                 ok = false;
@@ -328,7 +341,7 @@ impl StatusSync {
         if retrying || !self.pending.is_empty() {
             let mut done = Vec::new();
             for (key, (uid, ev)) in &self.pending {
-                match shared.status.event(key, uid.as_deref(), ev).await {
+                match ctx.writer.event(key, uid.as_deref(), ev).await {
                     Ok(()) => done.push(key.clone()),
                     Err(e) => {
                         debug!(service = %key, error = %e, "cannot record event; retrying");
@@ -345,54 +358,4 @@ impl StatusSync {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::services::model::{self, PortProto};
-    use crate::services::status::desired_ingress;
-
-    #[test]
-    fn status_diff_compares_the_cache_and_queues_one_announcement() {
-        use k8s_openapi::api::core::v1::{LoadBalancerStatus, ServiceStatus};
-        let addrs: Vec<IpAddr> = vec!["192.0.2.20".parse().unwrap()];
-        let ports = vec![PortProto {
-            port: 80,
-            protocol: "TCP".into(),
-        }];
-        let ingress = desired_ingress(&addrs, &ports);
-        let mut svc = Service::default();
-        svc.metadata.resource_version = Some("7".into());
-        svc.metadata.annotations =
-            Some([(model::ANN_VIP_HOST.to_string(), "node-a".to_string())].into());
-        // Held by node-a before: everything differs, a move is announced.
-        let d = status_diff(Some(&svc), "node-b", &addrs, &ingress);
-        assert!(d.ingress && d.vip_host);
-        let ev = d.announce.unwrap();
-        assert_eq!(
-            ev.note,
-            "192.0.2.20 announced by node node-b (moved from node-a)"
-        );
-        assert_eq!(ev.change, "7");
-        // Written: nothing to do, nothing to announce (a restart of the same holder).
-        svc.metadata.annotations =
-            Some([(model::ANN_VIP_HOST.to_string(), "node-b".to_string())].into());
-        svc.status = Some(ServiceStatus {
-            load_balancer: Some(LoadBalancerStatus {
-                ingress: Some(ingress.clone()),
-            }),
-            ..Default::default()
-        });
-        let d = status_diff(Some(&svc), "node-b", &addrs, &ingress);
-        assert_eq!(
-            d,
-            StatusDiff {
-                ingress: false,
-                vip_host: false,
-                announce: None
-            }
-        );
-        // Changed by someone else: restored.
-        svc.status = None;
-        assert!(status_diff(Some(&svc), "node-b", &addrs, &ingress).ingress);
-        assert!(status_diff(None, "node-b", &addrs, &ingress).vip_host);
-    }
-}
+mod tests;

@@ -14,18 +14,20 @@ use crate::election::LeaseError;
 use crate::services::desired::{Candidate, Mode, PlanConfig, plan};
 use crate::services::model::{PortProto, ServiceKey};
 
-fn ip(s: &str) -> IpAddr {
+pub(crate) fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
-fn lease(name: &str) -> LeaseRef {
+pub(crate) fn lease(name: &str) -> LeaseRef {
     LeaseRef {
         namespace: "default".into(),
         name: format!("kubevip-{name}"),
     }
 }
 
-fn svc(name: &str, created: i64, addrs: &[&str], port: i32) -> Candidate {
+/// Service `name` (namespace `default`, lease `kubevip-<name>`) created at second
+/// `created`, with `addrs` on TCP `port`.
+pub(crate) fn svc(name: &str, created: i64, addrs: &[&str], port: i32) -> Candidate {
     Candidate {
         key: ServiceKey {
             namespace: "default".into(),

@@ -1,0 +1,381 @@
+//! One group task per Lease: the election, the VIP holder that follows it, and the status,
+//! annotation and Events its Services get while this node leads ([`super::decide::status_step`]).
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use kube::Api;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::decide::{self, GroupEvent, StatusStep};
+use super::desired::LeaseRef;
+use super::model::ServiceKey;
+use super::runtime::{GroupSpec, Shared};
+use super::sync::{StatusSync, report_conflicts};
+use crate::election::kube::KubeLeaseClient;
+use crate::election::{DuplicateIdentity, ElectionEnd, Elector, Gates, LeaderState};
+use crate::holder::{VipHolder, VipSpec};
+use crate::net::{Announcer, Kernel};
+
+/// The main loop's handle on a running group task.
+pub(super) struct GroupHandle {
+    spec: watch::Sender<GroupSpec>,
+    stop: CancellationToken,
+    /// Set before `stop` when the group's Services are gone: delete the lease after
+    /// releasing it.
+    delete_lease: Arc<AtomicBool>,
+    /// The group's election end (`None` if the task panicked).
+    join: JoinHandle<Option<ElectionEnd>>,
+}
+
+impl GroupHandle {
+    /// Starts the group task of `lease` with `spec`.
+    pub(super) fn spawn<K: Kernel, A: Announcer>(
+        shared: &Arc<Shared<K, A>>,
+        lease: &LeaseRef,
+        spec: GroupSpec,
+    ) -> Self {
+        let (tx, rx) = watch::channel(spec);
+        let stop = CancellationToken::new();
+        let delete_lease = Arc::new(AtomicBool::new(false));
+        let join = tokio::spawn(group_task(
+            shared.clone(),
+            lease.clone(),
+            rx,
+            stop.clone(),
+            delete_lease.clone(),
+        ));
+        debug!(%lease, "Services: election started");
+        GroupHandle {
+            spec: tx,
+            stop,
+            delete_lease,
+            join,
+        }
+    }
+
+    /// Hands the group a new spec (no wake-up when it is the same).
+    pub(super) fn update(&self, spec: GroupSpec) {
+        self.spec.send_if_modified(|cur| {
+            if *cur != spec {
+                *cur = spec;
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// Asks the group to stop (VIPs dropped, lease released, and deleted with
+    /// `delete_lease`) without waiting.
+    pub(super) fn cancel(&self, delete_lease: bool) {
+        self.delete_lease.store(delete_lease, Ordering::SeqCst);
+        self.stop.cancel();
+    }
+
+    /// Waits for the group task; its election end (`None` if it panicked).
+    pub(super) async fn join(self) -> Option<ElectionEnd> {
+        self.join.await.ok().flatten()
+    }
+}
+
+/// A group task's parts while it runs.
+struct Group<K: Kernel, A: Announcer> {
+    shared: Arc<Shared<K, A>>,
+    lease: LeaseRef,
+    client: KubeLeaseClient,
+    spec: watch::Receiver<GroupSpec>,
+    /// The spec last received.
+    current: GroupSpec,
+    vips_tx: watch::Sender<Vec<VipSpec>>,
+    state: watch::Receiver<LeaderState>,
+    conflicts: watch::Receiver<Vec<(IpAddr, [u8; 6])>>,
+    bound: watch::Receiver<Vec<IpAddr>>,
+    duplicate: watch::Receiver<Option<DuplicateIdentity>>,
+    seen: watch::Receiver<u64>,
+    leading: bool,
+    /// Address conflicts already posted as Events (posted again only when they change).
+    reported: Vec<(IpAddr, [u8; 6])>,
+    /// Level-triggered status (S38): while leading, status, vipHost and the announcement
+    /// Events are written until they match, retried with back-off after a failure.
+    status: StatusSync,
+    elector_stop: CancellationToken,
+    elector_task: JoinHandle<ElectionEnd>,
+    holder_stop: CancellationToken,
+    holder_task: JoinHandle<()>,
+}
+
+/// One Lease: election, VIP holder, status writing. Returns how the election ended.
+async fn group_task<K: Kernel, A: Announcer>(
+    shared: Arc<Shared<K, A>>,
+    lease: LeaseRef,
+    spec: watch::Receiver<GroupSpec>,
+    stop: CancellationToken,
+    delete_lease: Arc<AtomicBool>,
+) -> Option<ElectionEnd> {
+    let mut group = Group::start(shared, lease, spec);
+    group.run(&stop).await;
+    group.finish(delete_lease.load(Ordering::SeqCst)).await
+}
+
+impl<K: Kernel, A: Announcer> Group<K, A> {
+    /// Starts the elector and the VIP holder of `lease`.
+    fn start(
+        shared: Arc<Shared<K, A>>,
+        lease: LeaseRef,
+        mut spec: watch::Receiver<GroupSpec>,
+    ) -> Self {
+        let gates = Gates::default();
+        let mut client =
+            KubeLeaseClient::new(shared.lease_client.clone(), &lease.namespace, &lease.name)
+                .with_hub(shared.hub.clone());
+        if shared.per_service {
+            // Marks the leases the orphan collector may delete (never the global one).
+            client = client.with_labels(super::lease_gc::lease_labels());
+        }
+        let (elector, leadership) =
+            Elector::new(client.clone(), shared.node.clone(), shared.timing, &gates);
+        let elector = elector
+            .with_metrics(shared.metrics.clone())
+            .with_acquire_check(service_still_exists(
+                shared.lease_client.clone(),
+                spec.clone(),
+            ));
+        let duplicate = elector.duplicate_identity();
+        let state = leadership.state.clone();
+        let initial = spec.borrow_and_update().clone();
+        let (vips_tx, vips_rx) = watch::channel(initial.vips.clone());
+        let (conflicts_tx, conflicts) = watch::channel(Vec::new());
+        let (bound_tx, bound) = watch::channel(Vec::new());
+        let holder = VipHolder::new(
+            &lease.to_string(),
+            shared.kernel.clone(),
+            shared.announcer.clone(),
+            initial.vips.clone(),
+            shared.holder_cfg.clone(),
+            gates.clone(),
+        )
+        .with_updates(vips_rx)
+        .with_conflict_reports(conflicts_tx)
+        .with_bound_reports(bound_tx)
+        .with_metrics(shared.metrics.clone());
+        // The holder runs from the start, also while following: its local checks (interface
+        // present, VIP not already on the node untagged) close the gates before this node
+        // campaigns, so a node that must not carry the address never takes the lease.
+        let holder_stop = CancellationToken::new();
+        let elector_stop = CancellationToken::new();
+        let holder_task = tokio::spawn(holder.run(leadership, holder_stop.clone()));
+        let elector_task = tokio::spawn(elector.run(elector_stop.clone()));
+        let seen = shared.services_seen.subscribe();
+        Group {
+            shared,
+            lease,
+            client,
+            spec,
+            current: initial,
+            vips_tx,
+            state,
+            conflicts,
+            bound,
+            duplicate,
+            seen,
+            leading: false,
+            reported: Vec::new(),
+            status: StatusSync::default(),
+            elector_stop,
+            elector_task,
+            holder_stop,
+            holder_task,
+        }
+    }
+
+    /// Follows the election, the holder and the cache until `stop` (or a channel closes).
+    async fn run(&mut self, stop: &CancellationToken) {
+        loop {
+            let event = tokio::select! {
+                _ = stop.cancelled() => return,
+                r = self.spec.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    self.current = self.spec.borrow_and_update().clone();
+                    self.vips_tx.send_replace(self.current.vips.clone());
+                    GroupEvent::Spec
+                }
+                r = self.state.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    GroupEvent::Leading(matches!(*self.state.borrow_and_update(), LeaderState::Leading { .. }))
+                }
+                r = self.seen.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    self.seen.borrow_and_update();
+                    GroupEvent::CacheSeen
+                }
+                _ = self.status.retry.wait() => GroupEvent::RetryDue,
+                r = self.bound.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    self.bound.borrow_and_update();
+                    GroupEvent::Bound
+                }
+                r = self.conflicts.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    Box::pin(self.conflicts_changed()).await;
+                    continue;
+                }
+                r = self.duplicate.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    Box::pin(self.duplicate_changed()).await;
+                    continue;
+                }
+            };
+            Box::pin(self.status_event(event)).await;
+        }
+    }
+
+    /// Applies [`decide::status_step`] to `event`.
+    async fn status_event(&mut self, event: GroupEvent) {
+        let step = decide::status_step(self.leading, event, self.status.retry.at.is_some());
+        if let GroupEvent::Leading(now) = event {
+            self.leading = now;
+        }
+        let retrying = match step {
+            StatusStep::Nothing => return,
+            StatusStep::EndTerm => {
+                self.status = StatusSync::default();
+                return;
+            }
+            StatusStep::DropRetry => {
+                self.status.retry.at = None;
+                return;
+            }
+            StatusStep::NewTerm => {
+                self.status = StatusSync::default();
+                true
+            }
+            StatusStep::Sync { retrying } => retrying,
+        };
+        let held = self.bound.borrow().clone();
+        let refused: Vec<IpAddr> = self.conflicts.borrow().iter().map(|(a, _)| *a).collect();
+        let ctx = self.shared.status_ctx();
+        self.status
+            .sync(&ctx, &self.current, &held, &refused, retrying)
+            .await;
+    }
+
+    /// Posts an Event for every new address conflict.
+    async fn conflicts_changed(&mut self) {
+        let now = self.conflicts.borrow_and_update().clone();
+        let new: Vec<(IpAddr, [u8; 6])> = now
+            .iter()
+            .filter(|c| !self.reported.contains(c))
+            .copied()
+            .collect();
+        self.reported = now;
+        report_conflicts(&self.shared.status_ctx(), &self.current, &new).await;
+    }
+
+    /// S35: Event about the Services of a per-Service lease, about the Lease for the
+    /// global one.
+    async fn duplicate_changed(&mut self) {
+        let cond = self.duplicate.borrow_and_update().clone();
+        let about: Vec<ServiceKey> = if self.shared.per_service {
+            self.current
+                .services
+                .iter()
+                .map(|(k, _, _)| k.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        crate::identity::publish(
+            cond.as_ref(),
+            &ServiceKey::new(&self.lease.namespace, &self.lease.name),
+            &about,
+            &self.shared.readiness,
+            &self.shared.status,
+        )
+        .await;
+    }
+
+    /// Stops the elector (which releases the lease once the holder has dropped the VIPs),
+    /// then the holder; forgets the group's metrics series and deletes the lease when
+    /// [`decide::lease_to_delete`] says so. Returns how the election ended.
+    async fn finish(self, delete_lease: bool) -> Option<ElectionEnd> {
+        let lease = self.lease;
+        let shared = self.shared;
+        shared
+            .readiness
+            .set_duplicate_identity(&lease.to_string(), false);
+        self.elector_stop.cancel();
+        let end = self.elector_task.await.ok();
+        self.holder_stop.cancel();
+        let _ = self.holder_task.await;
+        // Series of a group that is gone would otherwise stay for the process lifetime.
+        shared.metrics.forget_lease(&lease.to_string());
+        for v in &self.current.vips {
+            shared.metrics.forget_vip(v.vip.addr);
+        }
+        // Other nodes judge a lease deleted while held as held for one more lease duration;
+        // the VIP holder has stopped.
+        if let Some(rv) = decide::lease_to_delete(delete_lease, end.as_ref(), &shared.node) {
+            match Box::pin(self.client.delete(rv)).await {
+                Ok(true) => info!(%lease, "lease deleted"),
+                Ok(false) => debug!(%lease, "lease already changed or gone; not deleted"),
+                Err(e) => warn!(%lease, error = %e, "deleting the lease failed"),
+            }
+        }
+        end
+    }
+}
+
+/// The acquisition check of a group's elector ([`crate::election::AcquireCheck`]): a GET
+/// of its Services from the API server (not the cache) finds at least one that still exists
+/// and is not being deleted. A failed GET (API slow or down, RBAC) answers `true`: the lease
+/// call that follows needs the API anyway, and the check must never block a healthy
+/// takeover.
+fn service_still_exists(
+    client: kube::Client,
+    spec: watch::Receiver<GroupSpec>,
+) -> crate::election::AcquireCheck {
+    Arc::new(move || {
+        let keys: Vec<ServiceKey> = spec
+            .borrow()
+            .services
+            .iter()
+            .map(|(k, _, _)| k.clone())
+            .collect();
+        let client = client.clone();
+        Box::pin(async move {
+            for key in &keys {
+                let api: Api<Service> = Api::namespaced(client.clone(), &key.namespace);
+                match tokio::time::timeout(Duration::from_secs(2), api.get_opt(&key.name)).await {
+                    Ok(Ok(Some(svc))) if svc.metadata.deletion_timestamp.is_none() => return true,
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        debug!(service = %key, error = %e, "acquisition check: GET failed; not blocking");
+                        return true;
+                    }
+                    Err(_) => return true,
+                }
+            }
+            info!(services = ?keys, "not taking the lease: its Services no longer exist (the local cache is behind)");
+            false
+        })
+    })
+}

@@ -1,0 +1,395 @@
+//! The status side against [`MemoryStatusWriter`] (through a recorder of the calls made):
+//! what is written, when, and what is retried.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, ServiceStatus};
+use kube::runtime::watcher;
+
+use super::*;
+use crate::services::desired::{Group, LeaseRef};
+use crate::services::model::{self, PortProto};
+use crate::services::status::{MemoryStatusWriter, StatusError, WriteOutcome, desired_ingress};
+
+const NODE: &str = "node-a";
+
+/// A [`MemoryStatusWriter`] that records every call (`"<op> <ns>/<name>"`) and fails every
+/// call while `fail` is set.
+#[derive(Default)]
+struct Recorder {
+    memory: MemoryStatusWriter,
+    calls: Mutex<Vec<String>>,
+    fail: AtomicBool,
+}
+
+impl Recorder {
+    /// Records the call; the error to answer with while `fail` is set.
+    fn record(&self, op: &str, key: &ServiceKey) -> Option<StatusError> {
+        self.calls.lock().unwrap().push(format!("{op} {key}"));
+        self.fail
+            .load(Ordering::SeqCst)
+            .then(|| StatusError::Timeout {
+                kind: "Service",
+                key: key.clone(),
+                op: "test",
+                after: std::time::Duration::from_secs(1),
+            })
+    }
+
+    /// The calls made since the last `take`.
+    fn take(&self) -> Vec<String> {
+        std::mem::take(&mut *self.calls.lock().unwrap())
+    }
+}
+
+impl StatusWriter for Recorder {
+    async fn set_ingress(
+        &self,
+        key: &ServiceKey,
+        ingress: Vec<LoadBalancerIngress>,
+    ) -> Result<WriteOutcome, StatusError> {
+        if let Some(e) = self.record("ingress", key) {
+            return Err(e);
+        }
+        self.memory.set_ingress(key, ingress).await
+    }
+
+    async fn set_vip_host(
+        &self,
+        key: &ServiceKey,
+        node: &str,
+    ) -> Result<WriteOutcome, StatusError> {
+        if let Some(e) = self.record("vipHost", key) {
+            return Err(e);
+        }
+        self.memory.set_vip_host(key, node).await
+    }
+
+    async fn clear(&self, key: &ServiceKey) -> Result<WriteOutcome, StatusError> {
+        if let Some(e) = self.record("clear", key) {
+            return Err(e);
+        }
+        self.memory.clear(key).await
+    }
+
+    async fn event(
+        &self,
+        key: &ServiceKey,
+        uid: Option<&str>,
+        event: &ServiceEvent,
+    ) -> Result<(), StatusError> {
+        if let Some(e) = self.record(&format!("event {}", event.reason), key) {
+            return Err(e);
+        }
+        self.memory.event(key, uid, event).await
+    }
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn web() -> ServiceKey {
+    ServiceKey::new("default", "web")
+}
+
+fn http() -> Vec<PortProto> {
+    vec![PortProto {
+        port: 80,
+        protocol: "TCP".into(),
+    }]
+}
+
+/// Service `web` as cached: resourceVersion `rv`, `vipHost` = `host`, ingress for `addrs`
+/// (none when empty).
+fn cached(rv: &str, host: Option<&str>, addrs: &[IpAddr]) -> Service {
+    let mut svc = Service::default();
+    svc.metadata.namespace = Some("default".into());
+    svc.metadata.name = Some("web".into());
+    svc.metadata.uid = Some("uid-web".into());
+    svc.metadata.resource_version = Some(rv.into());
+    svc.metadata.annotations =
+        host.map(|h| [(model::ANN_VIP_HOST.to_string(), h.to_string())].into());
+    if !addrs.is_empty() {
+        svc.status = Some(ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus {
+                ingress: Some(desired_ingress(addrs, &http())),
+            }),
+            ..Default::default()
+        });
+    }
+    svc
+}
+
+fn store(services: &[Service]) -> Store<Service> {
+    let (store, mut writer) = reflector::store();
+    for s in services {
+        writer.apply_watcher_event(&watcher::Event::Apply(s.clone()));
+    }
+    store
+}
+
+fn status_ctx<'a>(services: &'a Store<Service>, w: &'a Recorder) -> StatusCtx<'a, Recorder> {
+    StatusCtx {
+        node: NODE,
+        services,
+        writer: w,
+    }
+}
+
+fn spec(addrs: &[IpAddr]) -> GroupSpec {
+    GroupSpec {
+        vips: Vec::new(),
+        services: vec![(web(), addrs.to_vec(), http())],
+    }
+}
+
+#[tokio::test]
+async fn status_is_written_only_when_the_cache_differs() {
+    let a = ip("192.0.2.20");
+    let w = Recorder::default();
+    // Already as wanted in the cache: no call at all.
+    let services = store(&[cached("1", Some(NODE), &[a])]);
+    let ctx = status_ctx(&services, &w);
+    let mut sync = StatusSync::default();
+    sync.sync(&ctx, &spec(&[a]), &[a], &[], false).await;
+    sync.sync(&ctx, &spec(&[a]), &[a], &[], true).await;
+    assert_eq!(w.take(), Vec::<String>::new());
+    assert!(sync.retry.at.is_none());
+    // Someone removed the ingress: only the ingress is restored.
+    let services = store(&[cached("2", Some(NODE), &[])]);
+    let ctx = status_ctx(&services, &w);
+    sync.sync(&ctx, &spec(&[a]), &[a], &[], false).await;
+    assert_eq!(w.take(), ["ingress default/web"]);
+    assert_eq!(w.memory.get(&web()).ingress, desired_ingress(&[a], &http()));
+}
+
+#[tokio::test]
+async fn a_new_holder_writes_status_and_vip_host_and_announces_once_per_term() {
+    let a = ip("192.0.2.20");
+    let w = Recorder::default();
+    let services = store(&[cached("7", Some("node-b"), &[])]);
+    let ctx = status_ctx(&services, &w);
+    let mut sync = StatusSync::default();
+    sync.sync(&ctx, &spec(&[a]), &[a], &[], false).await;
+    assert_eq!(
+        w.take(),
+        [
+            "ingress default/web",
+            "vipHost default/web",
+            "event AddressAnnounced default/web"
+        ]
+    );
+    let got = w.memory.get(&web());
+    assert_eq!(got.vip_host.as_deref(), Some(NODE));
+    assert_eq!(
+        got.events[0].note,
+        "192.0.2.20 announced by node node-a (moved from node-b)"
+    );
+    // The cache has not caught up yet: status and vipHost again, no second announcement.
+    sync.sync(&ctx, &spec(&[a]), &[a], &[], true).await;
+    assert_eq!(w.take(), ["ingress default/web", "vipHost default/web"]);
+    assert_eq!(w.memory.get(&web()).events.len(), 1);
+}
+
+#[tokio::test]
+async fn nothing_is_claimed_while_probing_and_a_refused_claim_is_taken_back() {
+    let a = ip("192.0.2.20");
+    let w = Recorder::default();
+    let services = store(&[cached("1", Some(NODE), &[a])]);
+    let ctx = status_ctx(&services, &w);
+    let mut sync = StatusSync::default();
+    // Not bound yet (being probed): our earlier claim is left as it is.
+    sync.sync(&ctx, &spec(&[a]), &[], &[], true).await;
+    assert_eq!(w.take(), Vec::<String>::new());
+    // Refused (another host claims it): the claim is cleared.
+    sync.sync(&ctx, &spec(&[a]), &[], &[a], true).await;
+    assert_eq!(w.take(), ["clear default/web"]);
+    // Refused while another node's claim is in the cache: not ours to clear.
+    let services = store(&[cached("2", Some("node-b"), &[a])]);
+    let ctx = status_ctx(&services, &w);
+    sync.sync(&ctx, &spec(&[a]), &[], &[a], true).await;
+    assert_eq!(w.take(), Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_failed_write_is_retried_after_a_back_off_until_it_succeeds() {
+    let a = ip("192.0.2.20");
+    let w = Recorder::default();
+    let services = store(&[cached("1", None, &[])]);
+    let ctx = status_ctx(&services, &w);
+    let mut sync = StatusSync::default();
+    w.fail.store(true, Ordering::SeqCst);
+    sync.sync(&ctx, &spec(&[a]), &[a], &[], false).await;
+    assert!(
+        sync.retry.at.is_some(),
+        "no retry scheduled after a failure"
+    );
+    assert_eq!(
+        sync.pending.len(),
+        1,
+        "the announcement is kept for the retry"
+    );
+    w.take();
+    w.fail.store(false, Ordering::SeqCst);
+    sync.sync(&ctx, &spec(&[a]), &[a], &[], true).await;
+    assert!(sync.retry.at.is_none());
+    assert!(sync.pending.is_empty());
+    assert_eq!(w.memory.get(&web()).events.len(), 1);
+}
+
+#[tokio::test]
+async fn stale_status_of_a_service_announced_nowhere_is_cleared_once_per_version() {
+    let a = ip("192.0.2.20");
+    let w = Recorder::default();
+    let other = {
+        let mut s = cached("1", Some("node-b"), &[a]);
+        s.metadata.name = Some("other".into());
+        s
+    };
+    let services = store(&[cached("1", Some(NODE), &[a]), other]);
+    let ctx = status_ctx(&services, &w);
+    let state = services.state();
+    let mut cleared = HashSet::new();
+    // Not in the plan (e.g. its address was removed): ours is cleared, node-b's is not.
+    let empty = Plan::default();
+    assert!(clear_stale(&ctx, &empty, &HashSet::new(), &state, &mut cleared).await);
+    assert_eq!(w.take(), ["clear default/web"]);
+    // Same version seen again: no second clear.
+    assert!(clear_stale(&ctx, &empty, &HashSet::new(), &state, &mut cleared).await);
+    assert_eq!(w.take(), Vec::<String>::new());
+    // Announced (in the plan): left alone; endpointless: cleared.
+    let mut plan = Plan::default();
+    plan.addresses.insert(web(), vec![a]);
+    plan.groups.insert(
+        LeaseRef {
+            namespace: "default".into(),
+            name: "kubevip-web".into(),
+        },
+        Group {
+            vips: Vec::new(),
+            campaign: true,
+            services: [web()].into(),
+        },
+    );
+    let mut cleared = HashSet::new();
+    assert!(clear_stale(&ctx, &plan, &HashSet::new(), &state, &mut cleared).await);
+    assert_eq!(w.take(), Vec::<String>::new());
+    let endpointless: HashSet<ServiceKey> = [web()].into();
+    assert!(clear_stale(&ctx, &plan, &endpointless, &state, &mut cleared).await);
+    assert_eq!(w.take(), ["clear default/web"]);
+    // A failed clear is reported for a retry and tried again.
+    w.fail.store(true, Ordering::SeqCst);
+    let mut cleared = HashSet::new();
+    assert!(!clear_stale(&ctx, &empty, &HashSet::new(), &state, &mut cleared).await);
+    assert!(!clear_stale(&ctx, &empty, &HashSet::new(), &state, &mut cleared).await);
+    assert_eq!(w.take(), ["clear default/web", "clear default/web"]);
+}
+
+fn note(reason: &'static str) -> Note {
+    Note {
+        key: web(),
+        uid: None,
+        reason,
+        message: "not announced: test".into(),
+        warn: true,
+    }
+}
+
+/// One pass of [`report`] with no plan and the note `reason` (none when `None`).
+async fn post(
+    w: &Recorder,
+    reported: &mut Reported,
+    reason: Option<&'static str>,
+    retry_failed: bool,
+) -> bool {
+    let notes = reason.map(note).into_iter().collect();
+    report(w, &Plan::default(), &[], notes, reported, retry_failed).await
+}
+
+#[tokio::test]
+async fn a_note_is_posted_once_while_its_cause_lasts_and_retried_after_a_failure() {
+    use crate::services::status::{REASON_NO_ADDRESS, REASON_UNUSABLE_ADDRESS};
+    let w = Recorder::default();
+    let mut reported = Reported::default();
+    let (none, unusable) = (Some(REASON_NO_ADDRESS), Some(REASON_UNUSABLE_ADDRESS));
+    assert!(post(&w, &mut reported, none, true).await);
+    assert!(post(&w, &mut reported, none, true).await);
+    assert_eq!(w.take(), ["event NoAddress default/web"]);
+    // A new cause: posted; it fails, and is not tried again before the back-off is over.
+    w.fail.store(true, Ordering::SeqCst);
+    assert!(!post(&w, &mut reported, unusable, true).await);
+    assert!(!post(&w, &mut reported, unusable, false).await);
+    assert_eq!(w.take(), ["event UnusableAddress default/web"]);
+    w.fail.store(false, Ordering::SeqCst);
+    assert!(post(&w, &mut reported, unusable, true).await);
+    assert!(post(&w, &mut reported, unusable, true).await);
+    assert_eq!(w.take(), ["event UnusableAddress default/web"]);
+    // The cause went away and came back: posted again.
+    assert!(post(&w, &mut reported, None, true).await);
+    assert!(post(&w, &mut reported, unusable, true).await);
+    assert_eq!(w.take(), ["event UnusableAddress default/web"]);
+}
+
+#[tokio::test]
+async fn an_address_conflict_is_posted_on_the_services_using_the_address() {
+    let a = ip("192.0.2.20");
+    let w = Recorder::default();
+    let services = store(&[cached("1", Some(NODE), &[a])]);
+    let ctx = status_ctx(&services, &w);
+    let mut spec = spec(&[a]);
+    spec.services.push((
+        ServiceKey::new("default", "db"),
+        vec![ip("192.0.2.21")],
+        http(),
+    ));
+    report_conflicts(&ctx, &spec, &[(a, [2, 0, 0, 0, 0, 1])]).await;
+    assert_eq!(w.take(), ["event AddressInUse default/web"]);
+}
+
+#[test]
+fn status_diff_compares_the_cache_and_queues_one_announcement() {
+    use k8s_openapi::api::core::v1::{LoadBalancerStatus, ServiceStatus};
+    let addrs: Vec<IpAddr> = vec!["192.0.2.20".parse().unwrap()];
+    let ports = vec![PortProto {
+        port: 80,
+        protocol: "TCP".into(),
+    }];
+    let ingress = desired_ingress(&addrs, &ports);
+    let mut svc = Service::default();
+    svc.metadata.resource_version = Some("7".into());
+    svc.metadata.annotations =
+        Some([(model::ANN_VIP_HOST.to_string(), "node-a".to_string())].into());
+    // Held by node-a before: everything differs, a move is announced.
+    let d = status_diff(Some(&svc), "node-b", &addrs, &ingress);
+    assert!(d.ingress && d.vip_host);
+    let ev = d.announce.unwrap();
+    assert_eq!(
+        ev.note,
+        "192.0.2.20 announced by node node-b (moved from node-a)"
+    );
+    assert_eq!(ev.change, "7");
+    // Written: nothing to do, nothing to announce (a restart of the same holder).
+    svc.metadata.annotations =
+        Some([(model::ANN_VIP_HOST.to_string(), "node-b".to_string())].into());
+    svc.status = Some(ServiceStatus {
+        load_balancer: Some(LoadBalancerStatus {
+            ingress: Some(ingress.clone()),
+        }),
+        ..Default::default()
+    });
+    let d = status_diff(Some(&svc), "node-b", &addrs, &ingress);
+    assert_eq!(
+        d,
+        StatusDiff {
+            ingress: false,
+            vip_host: false,
+            announce: None
+        }
+    );
+    // Changed by someone else: restored.
+    svc.status = None;
+    assert!(status_diff(Some(&svc), "node-b", &addrs, &ingress).ingress);
+    assert!(status_diff(None, "node-b", &addrs, &ingress).vip_host);
+}
