@@ -66,7 +66,7 @@ struct ReadinessInner {
 
 /// Name of the readiness condition that fails while another process writes a lease under
 /// this node's identity (see [`crate::election::DuplicateIdentity`]).
-pub const DUPLICATE_IDENTITY: &str = "duplicate-identity";
+pub(crate) const DUPLICATE_IDENTITY: &str = "duplicate-identity";
 
 impl Readiness {
     /// All conditions false.
@@ -74,20 +74,20 @@ impl Readiness {
         Self::default()
     }
     /// The configuration was resolved and validated.
-    pub fn set_config_valid(&self, v: bool) {
+    pub(crate) fn set_config_valid(&self, v: bool) {
         self.0.config_valid.store(v, Ordering::Relaxed);
     }
     /// The API server answered the last check.
-    pub fn set_api_reachable(&self, v: bool) {
+    pub(crate) fn set_api_reachable(&self, v: bool) {
         self.0.api_reachable.store(v, Ordering::Relaxed);
     }
     /// The leader election loop runs (leading or following).
-    pub fn set_election_running(&self, v: bool) {
+    pub(crate) fn set_election_running(&self, v: bool) {
         self.0.election_running.store(v, Ordering::Relaxed);
     }
     /// Marks (`true`) or clears lease `lease` (`namespace/name`) as written under this
     /// node's identity by another process.
-    pub fn set_duplicate_identity(&self, lease: &str, duplicate: bool) {
+    pub(crate) fn set_duplicate_identity(&self, lease: &str, duplicate: bool) {
         let mut set = self
             .0
             .duplicate_identity
@@ -100,7 +100,7 @@ impl Readiness {
         }
     }
     /// Leases another process writes under this node's identity, sorted.
-    pub fn duplicate_identity_leases(&self) -> Vec<String> {
+    pub(crate) fn duplicate_identity_leases(&self) -> Vec<String> {
         self.0
             .duplicate_identity
             .lock()
@@ -109,13 +109,13 @@ impl Readiness {
     }
     /// Makes readiness fail while one of `watches`' watches is stalled (see
     /// [`WatchActivity::stalled`]); the condition is named [`WATCH_STALLED`]`:<watch>`.
-    pub fn track_watches(&self, watches: WatchActivity) {
+    pub(crate) fn track_watches(&self, watches: WatchActivity) {
         if let Ok(mut w) = self.0.watches.lock() {
             w.push(watches);
         }
     }
     /// Watches stalled now, with how long each has been silent, sorted by name.
-    pub fn stalled_watches(&self) -> Vec<(String, Duration)> {
+    pub(crate) fn stalled_watches(&self) -> Vec<(String, Duration)> {
         let now = Instant::now();
         let mut out: Vec<_> = self
             .0
@@ -184,17 +184,17 @@ impl Readiness {
         body
     }
     /// Whether every condition holds.
-    pub fn is_ready(&self) -> bool {
+    pub(crate) fn is_ready(&self) -> bool {
         self.missing().is_empty()
     }
 }
 
 /// Prefix of the readiness condition of a stalled watch: `watch-stalled:services`.
-pub const WATCH_STALLED: &str = "watch-stalled";
+pub(crate) const WATCH_STALLED: &str = "watch-stalled";
 
 /// How much longer than its timeout a watch may stay silent before it counts as stalled
 /// (room for the restart's request and a busy API server).
-pub const WATCH_STALL_MARGIN: Duration = Duration::from_secs(15);
+pub(crate) const WATCH_STALL_MARGIN: Duration = Duration::from_secs(15);
 
 /// The stalled watches among `watches` (name, time of the last activity, timeout): those
 /// silent for longer than their timeout plus `margin` at `now`, with how long each has been
@@ -203,7 +203,7 @@ pub const WATCH_STALL_MARGIN: Duration = Duration::from_secs(15);
 /// least that often, so silence past `timeout + margin` means it hangs (typically on a
 /// half-open connection) or cannot be re-established. A last activity later than `now`
 /// counts as silent for zero.
-pub fn stalled_watches<'a>(
+pub(crate) fn stalled_watches<'a>(
     watches: impl IntoIterator<Item = (&'a str, Instant, Duration)>,
     now: Instant,
     margin: Duration,
@@ -242,7 +242,7 @@ impl WatchActivity {
     }
     /// Tracks watch `name`, whose server ends it after `timeout`, from now on (registering
     /// counts as its start).
-    pub fn register(&self, name: &str, timeout: Duration) {
+    pub(crate) fn register(&self, name: &str, timeout: Duration) {
         if let Ok(mut m) = self.0.lock() {
             m.insert(
                 name.to_string(),
@@ -280,7 +280,7 @@ impl WatchActivity {
     }
     /// Watches that became stalled and watches that recovered since the last call, each
     /// with how long it has been (or had been) silent.
-    pub fn transitions(&self, now: Instant) -> (Vec<(String, Duration)>, Vec<String>) {
+    pub(crate) fn transitions(&self, now: Instant) -> (Vec<(String, Duration)>, Vec<String>) {
         let stalled = self.stalled(now);
         let (mut became, mut recovered) = (Vec::new(), Vec::new());
         if let Ok(mut m) = self.0.lock() {
@@ -298,7 +298,7 @@ impl WatchActivity {
     }
     /// Logs, once per change, each watch that becomes stalled (WARN) or recovers (INFO),
     /// checking every second until `stop` is cancelled.
-    pub fn spawn_monitor(&self, stop: CancellationToken) -> JoinHandle<()> {
+    pub(crate) fn spawn_monitor(&self, stop: CancellationToken) -> JoinHandle<()> {
         let activity = self.clone();
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
@@ -331,7 +331,7 @@ impl WatchActivity {
 ///
 /// # Errors
 /// [`AdminError::Address`].
-pub fn listen_addresses(value: &str) -> Result<Vec<SocketAddr>, AdminError> {
+pub(crate) fn listen_addresses(value: &str) -> Result<Vec<SocketAddr>, AdminError> {
     let err = |reason: &str| AdminError::Address {
         value: value.to_string(),
         reason: reason.to_string(),
@@ -399,7 +399,11 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
 }
 
 /// Answers one request (pure apart from reading the metrics and readiness).
-pub fn respond(path: &str, metrics: &Metrics, readiness: &Readiness) -> Response<Full<Bytes>> {
+pub(crate) fn respond(
+    path: &str,
+    metrics: &Metrics,
+    readiness: &Readiness,
+) -> Response<Full<Bytes>> {
     match path {
         "/metrics" => {
             let mut r = Response::new(Full::new(Bytes::from(metrics.encode())));

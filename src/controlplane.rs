@@ -32,7 +32,7 @@ pub enum ControlPlaneError {
 }
 
 /// The control-plane VIPs with their prefix (`vip_subnet`) and interface.
-pub fn control_plane_vips(cfg: &Config) -> Vec<VipSpec> {
+pub(crate) fn control_plane_vips(cfg: &Config) -> Vec<VipSpec> {
     cfg.addresses
         .iter()
         .map(|a| VipSpec {
@@ -149,7 +149,7 @@ impl Running {
 ///
 /// # Errors
 /// [`ControlPlaneError::NodeAddress`] naming the address and the node.
-pub async fn check_not_node_addresses(
+pub(crate) async fn check_not_node_addresses(
     client: &kube::Client,
     vips: &[IpAddr],
 ) -> Result<(), ControlPlaneError> {
@@ -180,17 +180,17 @@ pub async fn check_not_node_addresses(
 }
 
 /// Gate closed while the node's own API server fails its health check.
-pub const GATE_LOCAL_API: &str = "local-api";
+pub(crate) const GATE_LOCAL_API: &str = "local-api";
 
 /// Consecutive failed health checks after which the node steps down.
-pub const HEALTH_FAILURES: u32 = 3;
+pub(crate) const HEALTH_FAILURES: u32 = 3;
 
 /// Interval between health checks of the local API server (1 s).
-pub const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
+pub(crate) const HEALTH_INTERVAL: Duration = Duration::from_secs(1);
 
 /// Counts consecutive failures and successes of a health check; pure.
 #[derive(Debug, Clone, Default)]
-pub struct HealthTracker {
+pub(crate) struct HealthTracker {
     failures: u32,
 }
 
@@ -212,7 +212,7 @@ impl HealthTracker {
 ///
 /// # Errors
 /// A message saying what failed (transport error, timeout, or the body when not `ok`).
-pub async fn check_api(client: &kube::Client, limit: Duration) -> Result<(), String> {
+pub(crate) async fn check_api(client: &kube::Client, limit: Duration) -> Result<(), String> {
     let mut last = String::new();
     for path in ["/livez", "/healthz"] {
         let req = http::Request::get(path)
@@ -236,7 +236,7 @@ pub async fn check_api(client: &kube::Client, limit: Duration) -> Result<(), Str
 /// drives the [`GATE_LOCAL_API`] gate when `gates` is given (control-plane mode: the node's
 /// own API server), sets `readiness`'s API flag, and tells systemd `READY=1` after the first
 /// good answer.
-pub async fn health_loop(
+pub(crate) async fn health_loop(
     client: kube::Client,
     gates: Option<Gates>,
     readiness: Readiness,

@@ -22,7 +22,7 @@ use crate::services::status::{KubeStatusWriter, ServiceEvent, StatusWriter};
 /// Warning Event about each of `services`, or about the Lease when `services` is empty.
 /// Event failures (RBAC, API down) are logged, not retried: the log line, `/readyz` and the
 /// metric carry the same news.
-pub async fn publish(
+pub(crate) async fn publish(
     cond: Option<&DuplicateIdentity>,
     lease: &ServiceKey,
     services: &[ServiceKey],
@@ -51,7 +51,7 @@ pub async fn publish(
 /// Follows an elector's condition (from [`crate::election::Elector::duplicate_identity`])
 /// until `stop` or until the elector is gone, calling [`publish`] on every change with the
 /// Event about the Lease. Clears the readiness condition of `lease` when it ends.
-pub async fn follow(
+pub(crate) async fn follow(
     mut cond: watch::Receiver<Option<DuplicateIdentity>>,
     lease: ServiceKey,
     readiness: Readiness,

@@ -29,25 +29,25 @@ use crate::admin::WatchActivity;
 use crate::config::Config;
 
 /// Idle time of an API connection before the first TCP keepalive probe (`TCP_KEEPIDLE`).
-pub const API_KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
+pub(crate) const API_KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
 /// Time between unanswered TCP keepalive probes (`TCP_KEEPINTVL`).
-pub const API_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
+pub(crate) const API_KEEPALIVE_INTERVAL: Duration = Duration::from_secs(5);
 /// Unanswered TCP keepalive probes after which the connection is dropped (`TCP_KEEPCNT`).
-pub const API_KEEPALIVE_PROBES: u32 = 3;
+pub(crate) const API_KEEPALIVE_PROBES: u32 = 3;
 /// How long after the peer's last sign of life a dead API connection fails: keepalive
 /// idle time plus all probes, 10 s + 3 × 5 s = 25 s.
-pub const API_DEAD_PEER_DETECTION: Duration = Duration::from_secs(
+pub(crate) const API_DEAD_PEER_DETECTION: Duration = Duration::from_secs(
     API_KEEPALIVE_IDLE.as_secs() + API_KEEPALIVE_INTERVAL.as_secs() * API_KEEPALIVE_PROBES as u64,
 );
 /// `TCP_USER_TIMEOUT` of API connections (Linux, RFC 5482): data sent and not acknowledged
 /// for this long drops the connection (a request written to a dead connection fails
 /// instead of being retransmitted for about 15 minutes); with keepalive it is also the
 /// bound on unanswered probes. Equal to [`API_DEAD_PEER_DETECTION`].
-pub const API_TCP_USER_TIMEOUT: Duration = API_DEAD_PEER_DETECTION;
+pub(crate) const API_TCP_USER_TIMEOUT: Duration = API_DEAD_PEER_DETECTION;
 
 /// The service stack of a kube-rs client as [`client_builder`] builds it (kube-rs's own
 /// `GenericService`, which it does not export).
-pub type ApiService = tower::util::BoxService<
+pub(crate) type ApiService = tower::util::BoxService<
     http::Request<kube::client::Body>,
     http::Response<Box<DynBody>>,
     BoxError,
@@ -84,7 +84,7 @@ pub enum ClientError {
 
 /// kube-vip's default `k8s_config_file` in control-plane mode (kubeadm's admin kubeconfig),
 /// used when no kubeconfig is configured and no in-cluster / default one is found.
-pub const KUBEADM_ADMIN_CONF: &str = "/etc/kubernetes/admin.conf";
+pub(crate) const KUBEADM_ADMIN_CONF: &str = "/etc/kubernetes/admin.conf";
 
 /// The URL `kubernetes_addr` stands for: `host:port`, `[v6]:port` or a full `https://` URL.
 ///
@@ -103,7 +103,7 @@ pub fn api_url(addr: &str) -> Result<http::Uri, ClientError> {
 ///
 /// # Errors
 /// [`ClientError::Kubeconfig`], [`ClientError::Infer`].
-pub async fn base_config(cfg: &Config) -> Result<kube::Config, ClientError> {
+pub(crate) async fn base_config(cfg: &Config) -> Result<kube::Config, ClientError> {
     match &cfg.kubeconfig {
         Some(path) => from_file(path).await,
         None => match kube::Config::infer().await {
@@ -131,13 +131,13 @@ async fn from_file(path: &Path) -> Result<kube::Config, ClientError> {
 /// The API server address the election talks to: `kubernetes_addr` when set; in
 /// control-plane mode otherwise `127.0.0.1:<port>` (the node's own API server); in
 /// services-only mode `None` (the kubeconfig's server is used).
-pub fn election_address(cfg: &Config) -> Option<String> {
+pub(crate) fn election_address(cfg: &Config) -> Option<String> {
     api_address(cfg.kubernetes_addr.as_deref(), cfg.control_plane, cfg.port)
 }
 
 /// The rule behind [`election_address`], also used by the generated manifests:
 /// `kubernetes_addr` when set, else `127.0.0.1:<port>` in control-plane mode, else `None`.
-pub fn api_address(
+pub(crate) fn api_address(
     kubernetes_addr: Option<&str>,
     control_plane: bool,
     port: impl std::fmt::Display,
@@ -156,7 +156,7 @@ pub fn api_address(
 ///
 /// # Errors
 /// See [`base_config`] and [`api_url`]; [`ClientError::Build`].
-pub async fn election_client(cfg: &Config) -> Result<(kube::Client, String), ClientError> {
+pub(crate) async fn election_client(cfg: &Config) -> Result<(kube::Client, String), ClientError> {
     let kc = election_config(cfg).await?;
     let url = kc.cluster_url.to_string();
     let client = client_builder(&kc)?.build();
@@ -174,7 +174,7 @@ pub async fn election_client(cfg: &Config) -> Result<(kube::Client, String), Cli
 ///
 /// # Errors
 /// [`ClientError::Build`] when kube-rs rejects the TLS or authentication settings.
-pub fn client_builder(kc: &kube::Config) -> Result<ClientBuilder<ApiService>, ClientError> {
+pub(crate) fn client_builder(kc: &kube::Config) -> Result<ClientBuilder<ApiService>, ClientError> {
     let build = |e: kube::Error| ClientError::Build(e.to_string());
     if let Some(proxy) = &kc.proxy_url {
         warn!(proxy = %proxy, "API connections go through a proxy: no TCP keepalive on them");
@@ -216,9 +216,9 @@ pub fn client_builder(kc: &kube::Config) -> Result<ClientBuilder<ApiService>, Cl
 }
 
 /// First delay of [`WatchBackoff`].
-pub const WATCH_BACKOFF_MIN: Duration = Duration::from_millis(800);
+pub(crate) const WATCH_BACKOFF_MIN: Duration = Duration::from_millis(800);
 /// Largest delay of [`WatchBackoff`] before jitter (with jitter at most 25 % more: 25 s).
-pub const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(20);
+pub(crate) const WATCH_BACKOFF_MAX: Duration = Duration::from_secs(20);
 
 /// Back-off of vipd's watches between failed attempts (S15): [`WATCH_BACKOFF_MIN`]
 /// doubling to [`WATCH_BACKOFF_MAX`], each delay plus a random 0-25 % so that nodes do not
@@ -269,7 +269,7 @@ impl kube::runtime::utils::Backoff for WatchBackoff {
 /// The resource a watch request is for (the last segment of the path of a request with
 /// `watch=true`/`watch=1` in its query, e.g. `services` for
 /// `/api/v1/namespaces/default/services?watch=true&...`), `None` for other requests.
-pub fn watch_resource(uri: &http::Uri) -> Option<&str> {
+pub(crate) fn watch_resource(uri: &http::Uri) -> Option<&str> {
     let query = uri.query()?;
     if !query
         .split('&')
@@ -289,7 +289,7 @@ pub fn watch_resource(uri: &http::Uri) -> Option<&str> {
 /// watcher restarts a watch silently when the server ends it, so this is how a healthy
 /// but idle watch shows it is alive.
 #[derive(Clone, Debug)]
-pub struct WatchStartLayer(WatchActivity);
+pub(crate) struct WatchStartLayer(WatchActivity);
 
 impl WatchStartLayer {
     /// Reports to `activity`.
@@ -310,7 +310,7 @@ impl<S> tower::Layer<S> for WatchStartLayer {
 
 /// The service of [`WatchStartLayer`].
 #[derive(Clone, Debug)]
-pub struct WatchStart<S> {
+pub(crate) struct WatchStart<S> {
     inner: S,
     activity: WatchActivity,
 }
@@ -346,23 +346,23 @@ where
 
 /// Lease requests (per-Service renewals, creates, deletes) the Services side keeps in
 /// flight at once; see [`services_clients`].
-pub const SERVICES_LEASE_MAX_IN_FLIGHT: usize = 16;
+pub(crate) const SERVICES_LEASE_MAX_IN_FLIGHT: usize = 16;
 /// Other Services-side requests (status, annotations, Events, lists, watches) in flight at
 /// once; see [`services_clients`].
-pub const SERVICES_OTHER_MAX_IN_FLIGHT: usize = 16;
+pub(crate) const SERVICES_OTHER_MAX_IN_FLIGHT: usize = 16;
 
 /// Server-side timeout (seconds) of the Services side's watches (Services, Nodes,
 /// Endpoints/EndpointSlices, Leases); kube-rs's default is 290 s.
-pub const SERVICES_WATCH_TIMEOUT_SECS: u32 = 55;
+pub(crate) const SERVICES_WATCH_TIMEOUT_SECS: u32 = 55;
 
 /// Read timeout of the Services side's connections: longer than
 /// [`SERVICES_WATCH_TIMEOUT_SECS`], so an idle watch is never cut, but short enough that a
 /// watch on a dead connection is noticed and re-established within about a minute.
-pub const SERVICES_READ_TIMEOUT: Duration = Duration::from_secs(70);
+pub(crate) const SERVICES_READ_TIMEOUT: Duration = Duration::from_secs(70);
 
 /// The Services side's clients, to the same server as [`election_client`].
 #[derive(Clone)]
-pub struct ServicesClients {
+pub(crate) struct ServicesClients {
     /// For per-Service Lease reads and writes only, so that renewals never queue behind a
     /// burst of status writes.
     pub leases: kube::Client,
@@ -384,7 +384,7 @@ pub struct ServicesClients {
 ///
 /// # Errors
 /// As [`election_client`].
-pub async fn services_clients(cfg: &Config) -> Result<ServicesClients, ClientError> {
+pub(crate) async fn services_clients(cfg: &Config) -> Result<ServicesClients, ClientError> {
     let mut kc = election_config(cfg).await?;
     // Watches on these clients ask the server to end them after SERVICES_WATCH_TIMEOUT_SECS;
     // a read that waits longer than this means a dead connection (e.g. half-open after a

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 /// How long an unchanged condition stays quiet after it was logged (60 s): a condition seen
 /// twice a second logs one line a minute, with the count of the repeats not logged.
-pub const REPEAT_WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const REPEAT_WINDOW: Duration = Duration::from_secs(60);
 
 /// What to say about repeats when a line is logged: how many times the condition was seen
 /// without being logged since the previous line, and over how long.
@@ -22,7 +22,7 @@ pub const REPEAT_WINDOW: Duration = Duration::from_secs(60);
 /// Displays as `""` when there were none, else as
 /// `" (repeated N times in the last T s)"` (append it to the message).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Repeats {
+pub(crate) struct Repeats {
     /// Sightings not logged since the previous line.
     pub count: u64,
     /// Time since the previous line (zero for a first line).
@@ -86,7 +86,7 @@ struct Entry<S> {
 /// * [`RepeatLimiter::clear`]: the condition no longer holds. Returns `Some` (log "cleared")
 ///   when it had been logged.
 #[derive(Debug)]
-pub struct RepeatLimiter<K, S> {
+pub(crate) struct RepeatLimiter<K, S> {
     window: Duration,
     entries: HashMap<K, Entry<S>>,
 }
@@ -108,7 +108,7 @@ impl<K: Eq + Hash, S: PartialEq> RepeatLimiter<K, S> {
 
     /// Condition `key` holds with `state` at `now`. `Some(repeats)`: log a line now (with
     /// `repeats` appended); `None`: stay quiet (the sighting is counted).
-    pub fn observe(&mut self, key: K, state: S, now: Instant) -> Option<Repeats> {
+    pub(crate) fn observe(&mut self, key: K, state: S, now: Instant) -> Option<Repeats> {
         match self.entries.get_mut(&key) {
             Some(e)
                 if e.state == state && now.saturating_duration_since(e.logged_at) < self.window =>
@@ -164,7 +164,8 @@ impl<K: Eq + Hash, S: PartialEq> RepeatLimiter<K, S> {
     }
 
     /// Whether condition `key` is active (observed and not cleared).
-    pub fn is_active(&self, key: &K) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_active(&self, key: &K) -> bool {
         self.entries.contains_key(key)
     }
 }

@@ -214,7 +214,7 @@ async fn prepare_node<K: Kernel>(kernel: &K, cfg: &Config) -> Arc<dyn crate::net
 /// VIPs go on (`vip_interface`, else the IPv4 default route's) unless a control-plane VIP
 /// already covers it. VIPs whose interface cannot be found are left out (the holder
 /// reports those).
-pub async fn arp_flux_targets<K: Kernel>(
+pub(crate) async fn arp_flux_targets<K: Kernel>(
     kernel: &K,
     cfg: &Config,
 ) -> Vec<crate::net::arpflux::FluxTarget> {

@@ -34,7 +34,8 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 /// Upper bounds (seconds) of the renew latency histogram buckets.
-pub const RENEW_BUCKETS: [f64; 11] = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0];
+pub(crate) const RENEW_BUCKETS: [f64; 11] =
+    [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LeaderLabels {
@@ -198,7 +199,7 @@ impl Metrics {
     }
 
     /// Sets `kube_vip_is_leader{node, lease_name}` to 1 or 0.
-    pub fn set_leading(&self, lease: &str, leading: bool) {
+    pub(crate) fn set_leading(&self, lease: &str, leading: bool) {
         self.0
             .is_leader
             .get_or_create(&LeaderLabels {
@@ -214,7 +215,7 @@ impl Metrics {
     }
 
     /// Observes one successful renewal of `lease` that took `latency`.
-    pub fn renew_latency(&self, lease: &str, latency: Duration) {
+    pub(crate) fn renew_latency(&self, lease: &str, latency: Duration) {
         self.0
             .renew
             .get_or_create(&Self::lease(lease))
@@ -222,7 +223,7 @@ impl Metrics {
     }
 
     /// Counts one failed renew attempt of `lease`.
-    pub fn renew_failure(&self, lease: &str) {
+    pub(crate) fn renew_failure(&self, lease: &str) {
         self.0
             .renew_failures
             .get_or_create(&Self::lease(lease))
@@ -235,7 +236,7 @@ impl Metrics {
     }
 
     /// Counts one write to `lease` under this node's identity by another process.
-    pub fn duplicate_identity(&self, lease: &str) {
+    pub(crate) fn duplicate_identity(&self, lease: &str) {
         self.0
             .duplicate_identity
             .get_or_create(&Self::lease(lease))
@@ -243,7 +244,7 @@ impl Metrics {
     }
 
     /// Counts one gratuitous ARP / unsolicited NA for `vip` (an address, e.g. `192.0.2.10`).
-    pub fn garp_sent(&self, vip: impl std::fmt::Display) {
+    pub(crate) fn garp_sent(&self, vip: impl std::fmt::Display) {
         self.0
             .garp
             .get_or_create(&VipLabels {
@@ -254,7 +255,7 @@ impl Metrics {
 
     /// Removes every series of `lease` (leader gauge, transitions, renew latency and
     /// failures, failovers, duplicate-identity writes), so that Services deleted over time do not leave series behind.
-    pub fn forget_lease(&self, lease: &str) {
+    pub(crate) fn forget_lease(&self, lease: &str) {
         let l = Self::lease(lease);
         self.0.is_leader.remove(&LeaderLabels {
             node: self.0.node.clone(),
@@ -268,7 +269,7 @@ impl Metrics {
     }
 
     /// Counts one address conflict for `vip` (another host answers for it).
-    pub fn vip_conflict(&self, vip: impl std::fmt::Display) {
+    pub(crate) fn vip_conflict(&self, vip: impl std::fmt::Display) {
         self.0
             .conflicts
             .get_or_create(&VipLabels {
@@ -279,7 +280,7 @@ impl Metrics {
 
     /// Removes the `vipd_garp_sent_total` and `vipd_vip_conflicts_total` series of `vip` (a
     /// VIP this node no longer has any use for).
-    pub fn forget_vip(&self, vip: impl std::fmt::Display) {
+    pub(crate) fn forget_vip(&self, vip: impl std::fmt::Display) {
         let labels = VipLabels {
             vip: vip.to_string(),
         };
@@ -289,7 +290,7 @@ impl Metrics {
 
     /// Removes `kube_vip_active_services{namespace}` (a namespace without announced
     /// Services any more).
-    pub fn forget_namespace(&self, namespace: &str) {
+    pub(crate) fn forget_namespace(&self, namespace: &str) {
         self.0.active_services.remove(&NamespaceLabels {
             namespace: namespace.to_string(),
         });
@@ -311,7 +312,7 @@ impl Metrics {
     }
 
     /// The OpenMetrics text exposition (ends with `# EOF`).
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut s = String::new();
         if prometheus_client::encoding::text::encode(&mut s, &self.0.registry).is_err() {
             // Writing to a String cannot fail; keep the output well-formed anyway.
@@ -323,7 +324,7 @@ impl Metrics {
 }
 
 /// Content type of [`Metrics::encode`].
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 #[cfg(test)]
 mod tests {

@@ -155,7 +155,7 @@ impl Report {
 }
 
 /// The effective capability mask from `/proc/<pid>/status` text (`CapEff:` hex).
-pub fn parse_cap_eff(status: &str) -> Option<u64> {
+pub(crate) fn parse_cap_eff(status: &str) -> Option<u64> {
     status
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
@@ -163,7 +163,7 @@ pub fn parse_cap_eff(status: &str) -> Option<u64> {
 }
 
 /// The capability check over `/proc/self/status` text.
-pub fn check_capabilities(status: &str) -> Check {
+pub(crate) fn check_capabilities(status: &str) -> Check {
     let Some(eff) = parse_cap_eff(status) else {
         return Check::new(
             "capabilities",
@@ -204,7 +204,7 @@ pub fn check_capabilities(status: &str) -> Check {
 /// (S36): `guard` is the outcome of [`crate::net::NftArpGuard::check`], `findings` that of
 /// [`crate::net::arpflux::flux_findings`] for `targets`. Findings are warnings (vipd works,
 /// but clients may get two MACs for a VIP), with the sysctl remedy as the fix.
-pub fn check_arp_flux(
+pub(crate) fn check_arp_flux(
     targets: &[FluxTarget],
     findings: &[FluxFinding],
     guard: &Result<(), crate::net::ArpGuardError>,
@@ -246,7 +246,7 @@ pub fn check_arp_flux(
 /// The macvlan check: `loaded` (`/sys/module/macvlan` exists: loaded or built in),
 /// `modules_dep` / `modules_builtin` (contents of `/lib/modules/$(uname -r)/modules.dep`
 /// and `modules.builtin`, when readable), `needed` (`dhcp_mode`).
-pub fn check_macvlan(
+pub(crate) fn check_macvlan(
     loaded: bool,
     modules_dep: Option<&str>,
     modules_builtin: Option<&str>,
@@ -534,7 +534,7 @@ async fn explain_answers_by_holder(client: &kube::Client, cfg: &Config, report: 
 /// APIs the server serves, each in the namespace it is made in: `cp_namespace`,
 /// `svc_namespace` or cluster-wide). Fails naming each denied access and the rule that
 /// grants it.
-pub async fn check_rbac(client: kube::Client, cfg: &Config) -> Check {
+pub(crate) async fn check_rbac(client: kube::Client, cfg: &Config) -> Check {
     let events_v1 = match rbac::discover_event_api(&client).await {
         Ok(api) => Some(api == rbac::EventApi::EventsV1),
         Err(_) => None,
@@ -587,7 +587,7 @@ pub async fn check_rbac(client: kube::Client, cfg: &Config) -> Check {
 
 /// The `rbac` row from the outcome of [`check_rbac`]'s reviews: `denied` (a subset of
 /// `checks`) and `errors` (failed reviews); `events_v1` as in [`rbac::Needs`].
-pub fn rbac_verdict(
+pub(crate) fn rbac_verdict(
     checks: &[rbac::AccessCheck],
     denied: &[&rbac::AccessCheck],
     errors: &[String],

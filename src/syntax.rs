@@ -5,14 +5,14 @@
 
 /// Kubernetes `IsDNS1123Label`: 1 to 63 lower-case letters, digits and `-`, starting and
 /// ending with a letter or digit (namespaces, Service names).
-pub fn is_dns1123_label(s: &str) -> bool {
+pub(crate) fn is_dns1123_label(s: &str) -> bool {
     s.len() <= 63 && is_label_shaped(s)
 }
 
 /// Kubernetes `IsDNS1123Subdomain`: at most 253 characters, dot-separated parts shaped like
 /// DNS-1123 labels (Kubernetes does not limit each part to 63 characters here). Object
 /// names such as Leases, Nodes and Events.
-pub fn is_dns1123_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns1123_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_label_shaped)
 }
 
@@ -28,7 +28,7 @@ fn is_label_shaped(s: &str) -> bool {
 
 /// Go `strconv.ParseBool`: `1 t T TRUE true True` and `0 f F FALSE false False`; `None` for
 /// any other text (callers name the setting in their error).
-pub fn parse_go_bool(s: &str) -> Option<bool> {
+pub(crate) fn parse_go_bool(s: &str) -> Option<bool> {
     match s {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
@@ -37,7 +37,7 @@ pub fn parse_go_bool(s: &str) -> Option<bool> {
 }
 
 /// What [`parse_go_bool`] accepts, for error messages.
-pub const GO_BOOL_VALUES: &str = "1 t T TRUE true True 0 f F FALSE false False";
+pub(crate) const GO_BOOL_VALUES: &str = "1 t T TRUE true True 0 f F FALSE false False";
 
 /// `value` as a URI, with `default_scheme://` put in front when it names no scheme: `host`,
 /// `host:port` and `[v6]:port` are accepted as kubectl's `--server` and curl accept them.
@@ -46,7 +46,10 @@ pub const GO_BOOL_VALUES: &str = "1 t T TRUE true True 0 f F FALSE false False";
 ///
 /// The reason as text (callers name the field and the value): the URI parser's message, or
 /// `missing host` when the URI's host is empty.
-pub fn uri_with_default_scheme(value: &str, default_scheme: &str) -> Result<http::Uri, String> {
+pub(crate) fn uri_with_default_scheme(
+    value: &str,
+    default_scheme: &str,
+) -> Result<http::Uri, String> {
     let text = if value.contains("://") {
         value.to_owned()
     } else {

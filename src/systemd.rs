@@ -38,7 +38,7 @@ pub enum NotifyError {
 ///
 /// # Errors
 /// [`NotifyError::BadSocket`], [`NotifyError::Send`].
-pub fn notify_to(socket: &str, state: &str) -> Result<(), NotifyError> {
+pub(crate) fn notify_to(socket: &str, state: &str) -> Result<(), NotifyError> {
     let sock = UnixDatagram::unbound().map_err(|source| NotifyError::Send {
         socket: socket.to_string(),
         source,
@@ -108,7 +108,7 @@ pub fn notify_stopping() -> Result<bool, NotifyError> {
 /// How often to send `WATCHDOG=1`: half of `$WATCHDOG_USEC` (microseconds), when it is set
 /// and `$WATCHDOG_PID` is unset or this process's pid (sd_watchdog_enabled(3)); `None`
 /// otherwise.
-pub fn watchdog_interval() -> Option<Duration> {
+pub(crate) fn watchdog_interval() -> Option<Duration> {
     watchdog_interval_from(
         std::env::var("WATCHDOG_USEC").ok().as_deref(),
         std::env::var("WATCHDOG_PID").ok().as_deref(),
@@ -117,7 +117,11 @@ pub fn watchdog_interval() -> Option<Duration> {
 }
 
 /// [`watchdog_interval`] over explicit values (pure, for tests).
-pub fn watchdog_interval_from(usec: Option<&str>, pid: Option<&str>, me: u32) -> Option<Duration> {
+pub(crate) fn watchdog_interval_from(
+    usec: Option<&str>,
+    pid: Option<&str>,
+    me: u32,
+) -> Option<Duration> {
     if let Some(p) = pid
         && p.parse::<u32>().ok() != Some(me)
     {

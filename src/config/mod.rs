@@ -67,42 +67,42 @@ pub use crate::election::Timing;
 /// (2 s) below it; the failover benchmark (`docs/failover.md`) measured a poweroff p95 gap
 /// of about 3.0 s at 3/2/1 against 5.2 s at 5/3/1. kube-vip manifests set all three
 /// timings explicitly and keep their values.
-pub const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(3);
+pub(crate) const DEFAULT_LEASE_DURATION: Duration = Duration::from_secs(3);
 /// Default `vip_renewdeadline`: 2 s (kube-vip's is 3 s).
-pub const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(2);
+pub(crate) const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(2);
 /// Default `vip_retryperiod` (kube-vip's: 1 s).
-pub const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(1);
+pub(crate) const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(1);
 /// Largest accepted lease timing (any of the three): 1 hour.
-pub const MAX_LEASE_TIMING: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_LEASE_TIMING: Duration = Duration::from_secs(3600);
 /// client-go's `JitterFactor`: `NewLeaderElector` requires
 /// `renew_deadline > JITTER_FACTOR * retry_period`.
-pub const LEADER_ELECTION_JITTER_FACTOR: f64 = 1.2;
+pub(crate) const LEADER_ELECTION_JITTER_FACTOR: f64 = 1.2;
 /// Default `vip_arpRate`: 3000 ms (kube-vip's).
-pub const DEFAULT_ARP_RATE: Duration = Duration::from_millis(3000);
+pub(crate) const DEFAULT_ARP_RATE: Duration = Duration::from_millis(3000);
 /// Default `vip_arpprobe`: 50 ms (see [`crate::holder::DEFAULT_PROBE_WINDOW`]).
-pub const DEFAULT_ARP_PROBE: Duration = crate::holder::DEFAULT_PROBE_WINDOW;
+pub(crate) const DEFAULT_ARP_PROBE: Duration = crate::holder::DEFAULT_PROBE_WINDOW;
 /// Longest `vip_arpprobe`: 1 s (a probe delays failover by its whole window).
-pub const MAX_ARP_PROBE: Duration = Duration::from_secs(1);
+pub(crate) const MAX_ARP_PROBE: Duration = Duration::from_secs(1);
 /// Smallest accepted `vip_arpRate` (100 ms): faster repeats only flood the segment.
-pub const MIN_ARP_RATE: Duration = Duration::from_millis(100);
+pub(crate) const MIN_ARP_RATE: Duration = Duration::from_millis(100);
 /// Largest accepted `vip_arpRate` (1 hour).
-pub const MAX_ARP_RATE: Duration = Duration::from_secs(3600);
+pub(crate) const MAX_ARP_RATE: Duration = Duration::from_secs(3600);
 /// Default `port` (the API server port): 6443.
-pub const DEFAULT_PORT: u16 = 6443;
+pub(crate) const DEFAULT_PORT: u16 = 6443;
 /// Default `vip_leasename`.
-pub const DEFAULT_LEASE_NAME: &str = "plndr-cp-lock";
+pub(crate) const DEFAULT_LEASE_NAME: &str = "plndr-cp-lock";
 /// Default `svc_leasename`.
-pub const DEFAULT_SERVICES_LEASE_NAME: &str = "plndr-svcs-lock";
+pub(crate) const DEFAULT_SERVICES_LEASE_NAME: &str = "plndr-svcs-lock";
 /// Default `cp_namespace`.
-pub const DEFAULT_NAMESPACE: &str = "kube-system";
+pub(crate) const DEFAULT_NAMESPACE: &str = "kube-system";
 /// Default `lb_class_name`.
-pub const DEFAULT_LB_CLASS_NAME: &str = "kube-vip.io/kube-vip-class";
+pub(crate) const DEFAULT_LB_CLASS_NAME: &str = "kube-vip.io/kube-vip-class";
 /// Default `prometheus_server` (`host:port`, empty host = all addresses).
-pub const DEFAULT_PROMETHEUS_SERVER: &str = ":2112";
+pub(crate) const DEFAULT_PROMETHEUS_SERVER: &str = ":2112";
 /// Default IPv4 VIP prefix length.
-pub const DEFAULT_V4_PREFIX: u8 = 32;
+pub(crate) const DEFAULT_V4_PREFIX: u8 = 32;
 /// Default IPv6 VIP prefix length.
-pub const DEFAULT_V6_PREFIX: u8 = 128;
+pub(crate) const DEFAULT_V6_PREFIX: u8 = 128;
 
 mod args;
 mod options;

@@ -72,7 +72,7 @@ pub struct EnvOption {
 
 impl ValueType {
     /// The default `--help` placeholder for a value of this type.
-    pub const fn placeholder(self) -> &'static str {
+    pub(crate) const fn placeholder(self) -> &'static str {
         match self {
             ValueType::Bool => "BOOL",
             ValueType::Text => "VALUE",
@@ -91,13 +91,13 @@ impl EnvOption {
     }
 
     /// This row with a one-letter flag as well.
-    pub const fn with_short(mut self, c: char) -> EnvOption {
+    pub(crate) const fn with_short(mut self, c: char) -> EnvOption {
         self.short = Some(c);
         self
     }
 
     /// The `--help` text of the flag: description, `[env: NAME]` and `[default: X]`.
-    pub fn help_text(&self) -> String {
+    pub(crate) fn help_text(&self) -> String {
         let mut s = String::from(self.help);
         match self.kind {
             OptionKind::Supported => {}

@@ -18,7 +18,7 @@ use super::{LeaseClient, LeaseError, LeaseEvent, LeaseRecord, Observed};
 /// One Lease, accessed through kube-rs. Keeps the last Lease object it read or wrote so that
 /// a replace keeps the object's other metadata (labels, annotations, owner references).
 #[derive(Clone)]
-pub struct KubeLeaseClient {
+pub(crate) struct KubeLeaseClient {
     api: Api<Lease>,
     namespace: String,
     name: String,
@@ -46,14 +46,17 @@ impl KubeLeaseClient {
     /// the labels it has (a replace carries them over, none are added). A replace of a
     /// Lease this client never read (seen absent, then created by another node) reads it
     /// first, one GET, so that its labels are not dropped.
-    pub fn with_labels(mut self, labels: std::collections::BTreeMap<String, String>) -> Self {
+    pub(crate) fn with_labels(
+        mut self,
+        labels: std::collections::BTreeMap<String, String>,
+    ) -> Self {
         self.labels = Some(labels);
         self
     }
 
     /// Takes this lease's watch events from a shared [`LeaseHub`] instead of opening a watch
     /// of its own.
-    pub fn with_hub(mut self, hub: LeaseHub) -> Self {
+    pub(crate) fn with_hub(mut self, hub: LeaseHub) -> Self {
         self.hub = Some(hub);
         self
     }
@@ -213,7 +216,7 @@ impl LeaseClient for KubeLeaseClient {
 
 /// Name of [`LeaseHub`]'s watch in its `WatchActivity` (the resource's plural, as the
 /// HTTP layer reports its restarts).
-pub const LEASE_WATCH: &str = "leases";
+pub(crate) const LEASE_WATCH: &str = "leases";
 
 /// Events buffered per lease for its subscribers. A subscriber that falls further behind
 /// gets [`LeaseEvent::Error`] and re-reads the lease (only the latest state matters).
@@ -321,7 +324,7 @@ impl LeaseHub {
 
     /// Events of Lease `namespace/name` from now on. Dropping the stream unsubscribes (the
     /// last subscriber of a lease removes its entry, so deleted Services leave nothing).
-    pub fn subscribe(&self, namespace: &str, name: &str) -> BoxStream<'static, LeaseEvent> {
+    pub(crate) fn subscribe(&self, namespace: &str, name: &str) -> BoxStream<'static, LeaseEvent> {
         let key = format!("{namespace}/{name}");
         let rx = match self.subscribers.lock() {
             Ok(mut m) => m

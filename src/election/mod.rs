@@ -139,14 +139,14 @@ pub struct Timing {
 impl Timing {
     /// Timeout of each single Lease API call: half the renew deadline, within 0.5..=5 s, so
     /// a holder gets at least two tries before its renew deadline.
-    pub fn call_timeout(&self) -> Duration {
+    pub(crate) fn call_timeout(&self) -> Duration {
         (self.renew_deadline / 2).clamp(Duration::from_millis(500), Duration::from_secs(5))
     }
 
     /// Largest back-off between failed campaign attempts: the lease duration (so a node that
     /// lost its API connection gets the lease back within about one lease duration once the
     /// API returns), at least the retry period.
-    pub fn max_backoff(&self) -> Duration {
+    pub(crate) fn max_backoff(&self) -> Duration {
         self.lease_duration.max(self.retry_period)
     }
 }
@@ -189,7 +189,8 @@ pub enum LeaderState {
 
 impl LeaderState {
     /// `true` when leading.
-    pub fn is_leading(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_leading(&self) -> bool {
         matches!(self, LeaderState::Leading { .. })
     }
 }
@@ -226,7 +227,7 @@ impl Gates {
     }
 
     /// A receiver that sees every change.
-    pub fn subscribe(&self) -> watch::Receiver<BTreeMap<String, bool>> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<BTreeMap<String, bool>> {
         self.0.subscribe()
     }
 }
@@ -256,7 +257,7 @@ pub const ACK_TIMEOUT: Duration = Duration::from_secs(1);
 /// watch delivers every renewal; correctness never depends on this poll (every write is
 /// conditional on the resourceVersion), it only bounds how long a silently stalled watch
 /// can hide a change.
-pub const HEALTHY_WATCH_POLL: Duration = Duration::from_secs(30);
+pub(crate) const HEALTHY_WATCH_POLL: Duration = Duration::from_secs(30);
 
 /// Capped exponential back-off between failed campaign attempts.
 #[derive(Debug, Clone)]
@@ -324,7 +325,8 @@ pub struct Elector<C: LeaseClient> {
 /// a retry period later. The Services side confirms with the API server that a Service
 /// still names the lease, so a node acting on a stale cache (frozen, partitioned, re-watching
 /// after an outage) cannot resurrect a deleted Service's address.
-pub type AcquireCheck = Arc<dyn Fn() -> futures::future::BoxFuture<'static, bool> + Send + Sync>;
+pub(crate) type AcquireCheck =
+    Arc<dyn Fn() -> futures::future::BoxFuture<'static, bool> + Send + Sync>;
 
 /// Mutable state of a running elector.
 struct Run {
@@ -392,14 +394,14 @@ impl<C: LeaseClient> Elector<C> {
 
     /// Reports leadership, transitions, failovers and renew latency / failures to
     /// `metrics`, labelled with the lease (`namespace/name`).
-    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+    pub(crate) fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
         self.metrics = Some(metrics);
         self
     }
 
     /// The duplicate-identity condition of this lease (see the module docs): `Some` while
     /// another process writes it under our identity. Subscribe before [`Elector::run`].
-    pub fn duplicate_identity(&self) -> watch::Receiver<Option<DuplicateIdentity>> {
+    pub(crate) fn duplicate_identity(&self) -> watch::Receiver<Option<DuplicateIdentity>> {
         self.duplicate_tx.subscribe()
     }
 }

@@ -37,7 +37,7 @@ pub struct LeaseRecord {
 
 impl LeaseRecord {
     /// Reads the record from a Lease (absent fields become empty / zero).
-    pub fn from_lease(lease: &Lease) -> Self {
+    pub(crate) fn from_lease(lease: &Lease) -> Self {
         let spec = lease.spec.clone().unwrap_or_default();
         LeaseRecord {
             holder: spec.holder_identity.unwrap_or_default(),
@@ -49,7 +49,7 @@ impl LeaseRecord {
     }
 
     /// Writes the record into a Lease spec (other spec fields are left as they were).
-    pub fn apply_to(&self, spec: &mut LeaseSpec) {
+    pub(crate) fn apply_to(&self, spec: &mut LeaseSpec) {
         spec.holder_identity = Some(self.holder.clone());
         spec.lease_duration_seconds = Some(self.lease_duration_secs);
         spec.acquire_time = self.acquire_time.map(MicroTime);
@@ -58,7 +58,7 @@ impl LeaseRecord {
     }
 
     /// `true` when somebody holds the lease.
-    pub fn is_held(&self) -> bool {
+    pub(crate) fn is_held(&self) -> bool {
         !self.holder.is_empty()
     }
 }
@@ -78,7 +78,7 @@ impl Observed {
     /// are opaque strings in the API, but etcd-backed servers use increasing integers: when
     /// both parse as integers an older one is recognised (a late watch event must not undo a
     /// newer write); when they do not, nothing is considered older.
-    pub fn is_newer_than(&self, other: &Observed) -> bool {
+    pub(crate) fn is_newer_than(&self, other: &Observed) -> bool {
         match (
             self.resource_version.parse::<u64>(),
             other.resource_version.parse::<u64>(),
@@ -93,7 +93,7 @@ impl Observed {
 /// writes whose watch events or re-reads can still be on their way (one write per retry
 /// period, one in flight at a time; an older event is also older than what the elector has
 /// seen and is ignored anyway). Small on purpose: every Service lease has one.
-pub const OWN_WRITES_KEPT: usize = 4;
+pub(crate) const OWN_WRITES_KEPT: usize = 4;
 
 /// One remembered write: what [`OwnWrites::is_ours`] compares, nothing more (a few hundred
 /// Service leases per node each keep [`OWN_WRITES_KEPT`] of them).
@@ -136,7 +136,7 @@ pub struct OwnWrites {
 
 impl OwnWrites {
     /// Notes a write about to be sent (outcome unknown until [`OwnWrites::succeeded`]).
-    pub fn attempted(&mut self, record: &LeaseRecord) {
+    pub(crate) fn attempted(&mut self, record: &LeaseRecord) {
         self.remember(OwnWrite::of(None, record));
     }
 
@@ -150,7 +150,7 @@ impl OwnWrites {
     }
 
     /// Notes that the write of `record` was stored as `stored`.
-    pub fn succeeded(&mut self, record: &LeaseRecord, stored: &Observed) {
+    pub(crate) fn succeeded(&mut self, record: &LeaseRecord, stored: &Observed) {
         let sent = OwnWrite::of(None, record);
         match self.recent.iter_mut().rev().find(|w| **w == sent) {
             Some(entry) => entry.rv = Some(stored.resource_version.clone()),
@@ -165,7 +165,7 @@ impl OwnWrites {
     /// its record is one we sent (same holder and `renewTime` to the microsecond, which
     /// also recognises a write whose answer was lost, and our write after somebody edited
     /// only the Lease's metadata).
-    pub fn is_ours(&self, obs: &Observed) -> bool {
+    pub(crate) fn is_ours(&self, obs: &Observed) -> bool {
         self.recent.iter().any(|w| {
             w.rv.as_deref() == Some(obs.resource_version.as_str()) || w.same_write(&obs.record)
         })
@@ -174,19 +174,19 @@ impl OwnWrites {
 
 /// `true` when `obs` names `identity` as holder but this process did not write it: another
 /// process under our identity (or our own predecessor, before a restart) wrote it.
-pub fn foreign_under_identity(obs: &Observed, identity: &str, own: &OwnWrites) -> bool {
+pub(crate) fn foreign_under_identity(obs: &Observed, identity: &str, own: &OwnWrites) -> bool {
     obs.record.is_held() && obs.record.holder == identity && !own.is_ours(obs)
 }
 
 /// `true` when `obs` is held by anybody but this process (another identity, or another
 /// process under our identity).
-pub fn held_by_another(obs: &Observed, identity: &str, own: &OwnWrites) -> bool {
+pub(crate) fn held_by_another(obs: &Observed, identity: &str, own: &OwnWrites) -> bool {
     obs.record.is_held() && (obs.record.holder != identity || !own.is_ours(obs))
 }
 
 /// The current wall-clock time cut to whole microseconds, as a Lease's `MicroTime` stores
 /// it: what [`OwnWrites`] sent is then exactly what the server returns.
-pub fn now_micros() -> Timestamp {
+pub(crate) fn now_micros() -> Timestamp {
     let now = Timestamp::now();
     Timestamp::from_microsecond(now.as_microsecond()).unwrap_or(now)
 }
@@ -296,7 +296,7 @@ pub fn release(old: &LeaseRecord, now: Timestamp) -> LeaseRecord {
 
 /// Whole seconds written as `leaseDurationSeconds` for a configured lease duration: rounded
 /// up, so candidates (ours and client-go's) never wait less than configured; at least 1.
-pub fn duration_secs(lease_duration: Duration) -> i32 {
+pub(crate) fn duration_secs(lease_duration: Duration) -> i32 {
     let ms = lease_duration.as_millis();
     let secs = ms.div_ceil(1000).max(1);
     i32::try_from(secs).unwrap_or(i32::MAX)

@@ -29,7 +29,7 @@ use probe::{Action, ProbeState};
 
 /// Gate name closed while the VIP interface has had no carrier for longer than the renew
 /// deadline, or cannot be found.
-pub const GATE_LINK: &str = "link";
+pub(crate) const GATE_LINK: &str = "link";
 /// Gate name closed while a configured VIP is on the node but was not added by vipd.
 pub const GATE_CONFLICT: &str = "vip-conflict";
 pub use crate::election::GATE_STARTING;
@@ -148,7 +148,7 @@ impl HolderConfig {
     ///
     /// # Errors
     /// See [`fence_lifetime`].
-    pub fn from_timing(t: &Timing, arp_rate: Duration) -> Result<Self, FenceError> {
+    pub(crate) fn from_timing(t: &Timing, arp_rate: Duration) -> Result<Self, FenceError> {
         Ok(HolderConfig {
             arp_rate,
             check_interval: arp_rate.min(Duration::from_millis(500)),
@@ -166,10 +166,10 @@ impl HolderConfig {
 
 /// Addresses a holder refuses because another host claims them, each with that host's MAC
 /// (see [`VipHolder::with_conflict_reports`]).
-pub type Conflicts = Vec<(IpAddr, [u8; 6])>;
+pub(crate) type Conflicts = Vec<(IpAddr, [u8; 6])>;
 
 /// Default conflict probe window (`vip_arpprobe`): 50 ms.
-pub const DEFAULT_PROBE_WINDOW: Duration = Duration::from_millis(50);
+pub(crate) const DEFAULT_PROBE_WINDOW: Duration = Duration::from_millis(50);
 
 /// A kernel change the VIP holder decided on.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -273,7 +273,7 @@ pub fn conflicts(vips: &[Vip], present: &[AddrInfo]) -> Vec<(IpAddr, u32)> {
 ///
 /// # Errors
 /// [`NetError`] when the kernel cannot be read; single failed removals are logged.
-pub async fn remove_stale<K: Kernel>(
+pub(crate) async fn remove_stale<K: Kernel>(
     kernel: &K,
     addrs: Option<&[IpAddr]>,
 ) -> Result<Vec<Vip>, NetError> {
@@ -448,7 +448,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// Publishes on `reports` the addresses this holder refuses because another host claims
     /// them, each with that host's MAC (empty when none): the Services side turns a new entry
     /// into a Warning Event.
-    pub fn with_conflict_reports(mut self, reports: watch::Sender<Conflicts>) -> Self {
+    pub(crate) fn with_conflict_reports(mut self, reports: watch::Sender<Conflicts>) -> Self {
         self.conflicts = Some(reports);
         self
     }
@@ -457,13 +457,13 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// resolved, and the conflict probe passed (or skipped after a clean handover); empty
     /// while following. The Services side writes status only for these, so a Service's
     /// status never names an address its holder refused or gave up.
-    pub fn with_bound_reports(mut self, reports: watch::Sender<Vec<IpAddr>>) -> Self {
+    pub(crate) fn with_bound_reports(mut self, reports: watch::Sender<Vec<IpAddr>>) -> Self {
         self.bound = Some(reports);
         self
     }
 
     /// Counts announcements in `metrics` (`vipd_garp_sent_total`).
-    pub fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+    pub(crate) fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
         self.metrics = Some(metrics);
         self
     }
@@ -471,7 +471,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// Makes the VIP set follow `updates` (e.g. a Service's addresses being edited, S19):
     /// VIPs that leave the set are removed (ours only), new ones are added and announced when
     /// leading.
-    pub fn with_updates(mut self, updates: watch::Receiver<Vec<VipSpec>>) -> Self {
+    pub(crate) fn with_updates(mut self, updates: watch::Receiver<Vec<VipSpec>>) -> Self {
         self.updates = Some(updates);
         self
     }

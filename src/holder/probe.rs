@@ -26,11 +26,11 @@ use crate::net::conflict::Claim;
 
 /// Probes sent per probe window (RFC 5227 sends 3 over 1-3 s; vipd compresses the window
 /// to tens of ms because a LAN answers within a millisecond and failover time matters).
-pub const PROBES: u32 = 2;
+pub(crate) const PROBES: u32 = 2;
 /// First re-probe delay after a conflict.
-pub const BACKOFF_MIN: Duration = Duration::from_secs(1);
+pub(crate) const BACKOFF_MIN: Duration = Duration::from_secs(1);
 /// Longest re-probe delay after repeated conflicts.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(30);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Where one VIP stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,7 +105,7 @@ impl ProbeState {
     }
 
     /// The other host's MAC while refused.
-    pub fn refused_by(&self) -> Option<[u8; 6]> {
+    pub(crate) fn refused_by(&self) -> Option<[u8; 6]> {
         match self.phase {
             Phase::Refused { mac, .. } => Some(mac),
             _ => None,
@@ -131,7 +131,7 @@ impl ProbeState {
     }
 
     /// The term ended: back to idle, back-off reset (a new term starts afresh).
-    pub fn follow(&mut self) {
+    pub(crate) fn follow(&mut self) {
         *self = ProbeState::default();
     }
 
@@ -194,7 +194,7 @@ impl ProbeState {
     }
 
     /// When [`ProbeState::tick`] next has something to do, if ever.
-    pub fn next_deadline(&self, window: Duration) -> Option<Instant> {
+    pub(crate) fn next_deadline(&self, window: Duration) -> Option<Instant> {
         match self.phase {
             Phase::Probing { until, sent } if sent < PROBES => {
                 Some(self.next_probe_at(until, sent, window).min(until))

@@ -20,17 +20,17 @@ use clap::{Args, Subcommand};
 use crate::config::{self, ManagerArgs};
 
 /// Container image used when `--image` is not given.
-pub const DEFAULT_IMAGE: &str = concat!("ghcr.io/vipd/vipd:v", env!("CARGO_PKG_VERSION"));
+pub(crate) const DEFAULT_IMAGE: &str = concat!("ghcr.io/vipd/vipd:v", env!("CARGO_PKG_VERSION"));
 /// kube-vip's default `--k8sConfigPath` for generated manifests (kubeadm's admin kubeconfig).
-pub const DEFAULT_KUBECONFIG: &str = crate::kubeclient::KUBEADM_ADMIN_CONF;
+pub(crate) const DEFAULT_KUBECONFIG: &str = crate::kubeclient::KUBEADM_ADMIN_CONF;
 /// The kubeconfig that kubeadm >= 1.29 gives full rights on the first control-plane node
 /// during `kubeadm init` (admin.conf is only bound to RBAC once the API server is up).
-pub const SUPER_ADMIN_CONF: &str = "/etc/kubernetes/super-admin.conf";
+pub(crate) const SUPER_ADMIN_CONF: &str = "/etc/kubernetes/super-admin.conf";
 /// Name of the Pod / DaemonSet / ServiceAccount / container.
-pub const APP_NAME: &str = "vipd";
+pub(crate) const APP_NAME: &str = "vipd";
 /// Node name used in place of the downward-API `spec.nodeName` when the generated
 /// environment is resolved for validation.
-pub const VALIDATION_NODE_NAME: &str = "manifest-validation-node";
+pub(crate) const VALIDATION_NODE_NAME: &str = "manifest-validation-node";
 
 /// Errors of the manifest generator. Each names the flag and value.
 #[derive(Debug, thiserror::Error)]
@@ -82,7 +82,7 @@ pub enum ManifestCommand {
 ///
 /// # Errors
 /// [`ManifestError::Invalid`] naming `flag` for any other text.
-pub fn parse_go_bool(flag: &'static str, value: &str) -> Result<bool, ManifestError> {
+pub(crate) fn parse_go_bool(flag: &'static str, value: &str) -> Result<bool, ManifestError> {
     crate::syntax::parse_go_bool(value).ok_or_else(|| ManifestError::Invalid {
         flag,
         value: value.to_string(),
@@ -249,7 +249,7 @@ pub struct Plan {
 ///
 /// # Errors
 /// [`ManifestError::UnknownFlag`] when the table has no such flag (a vipd bug).
-pub fn env_for(flag: &'static str) -> Result<&'static str, ManifestError> {
+pub(crate) fn env_for(flag: &'static str) -> Result<&'static str, ManifestError> {
     config::env_names()
         .iter()
         .find(|o| o.flag == flag)
@@ -513,7 +513,7 @@ pub fn resolve_env(env: &[(String, String)]) -> Result<config::Resolved, config:
 ///
 /// # Errors
 /// [`ManifestError::Yaml`].
-pub fn to_yaml_stream<T: serde::Serialize>(objects: &[T]) -> Result<String, ManifestError> {
+pub(crate) fn to_yaml_stream<T: serde::Serialize>(objects: &[T]) -> Result<String, ManifestError> {
     let mut out = String::new();
     for o in objects {
         out.push_str("---\n");

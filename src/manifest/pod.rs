@@ -23,15 +23,15 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use super::{APP_NAME, Access, EnvValue, ManifestError, Plan, to_yaml_stream};
 
 /// CPU request of the container (millicores).
-pub const CPU_REQUEST: &str = "20m";
+pub(crate) const CPU_REQUEST: &str = "20m";
 /// Memory request of the container.
-pub const MEMORY_REQUEST: &str = "32Mi";
+pub(crate) const MEMORY_REQUEST: &str = "32Mi";
 /// Memory limit of the container (no CPU limit: throttling would delay lease renewals).
-pub const MEMORY_LIMIT: &str = "128Mi";
+pub(crate) const MEMORY_LIMIT: &str = "128Mi";
 /// Seconds the kubelet waits after SIGTERM (vipd drops its VIPs and releases within ~2 s).
-pub const TERMINATION_GRACE_SECONDS: i64 = 10;
+pub(crate) const TERMINATION_GRACE_SECONDS: i64 = 10;
 /// Name of the kubeconfig volume.
-pub const KUBECONFIG_VOLUME: &str = "kubeconfig";
+pub(crate) const KUBECONFIG_VOLUME: &str = "kubeconfig";
 /// Labels of every generated workload object.
 pub fn labels() -> BTreeMap<String, String> {
     BTreeMap::from([("app.kubernetes.io/name".to_string(), APP_NAME.to_string())])
@@ -80,7 +80,7 @@ fn probe(plan: &Plan, path: &str, period: i32) -> Option<Probe> {
 }
 
 /// The Pod spec shared by the static Pod and the DaemonSet template.
-pub fn pod_spec(plan: &Plan) -> PodSpec {
+pub(crate) fn pod_spec(plan: &Plan) -> PodSpec {
     let (volumes, mounts, service_account) = match &plan.access {
         Access::Kubeconfig {
             host_path,
@@ -171,7 +171,7 @@ pub fn pod(plan: &Plan) -> Pod {
 }
 
 /// Tolerations of control-plane taints (any effect), as kube-vip's `--taint`.
-pub fn control_plane_tolerations() -> Vec<Toleration> {
+pub(crate) fn control_plane_tolerations() -> Vec<Toleration> {
     ["NoSchedule", "NoExecute"]
         .iter()
         .map(|effect| Toleration {
@@ -184,7 +184,7 @@ pub fn control_plane_tolerations() -> Vec<Toleration> {
 
 /// Required node affinity: `node-role.kubernetes.io/control-plane` or (older clusters)
 /// `node-role.kubernetes.io/master` exists.
-pub fn control_plane_affinity() -> Affinity {
+pub(crate) fn control_plane_affinity() -> Affinity {
     let term = |key: &str| NodeSelectorTerm {
         match_expressions: Some(vec![NodeSelectorRequirement {
             key: key.to_string(),
@@ -238,7 +238,7 @@ pub fn daemonset(plan: &Plan) -> DaemonSet {
 ///
 /// # Errors
 /// [`ManifestError::Yaml`].
-pub fn pod_yaml(plan: &Plan) -> Result<String, ManifestError> {
+pub(crate) fn pod_yaml(plan: &Plan) -> Result<String, ManifestError> {
     to_yaml_stream(&[pod(plan)])
 }
 
@@ -246,6 +246,6 @@ pub fn pod_yaml(plan: &Plan) -> Result<String, ManifestError> {
 ///
 /// # Errors
 /// [`ManifestError::Yaml`].
-pub fn daemonset_yaml(plan: &Plan) -> Result<String, ManifestError> {
+pub(crate) fn daemonset_yaml(plan: &Plan) -> Result<String, ManifestError> {
     to_yaml_stream(&[daemonset(plan)])
 }

@@ -27,7 +27,7 @@ use super::{APP_NAME, ManifestError, parse_go_bool, pod::labels};
 /// Name of the ClusterRole (kube-vip's is `system:kube-vip-role`).
 pub const CLUSTER_ROLE: &str = "system:vipd-role";
 /// Name of the ClusterRoleBinding (kube-vip's is `system:kube-vip-binding`).
-pub const CLUSTER_ROLE_BINDING: &str = "system:vipd-binding";
+pub(crate) const CLUSTER_ROLE_BINDING: &str = "system:vipd-binding";
 
 /// An RBAC verb (Kubernetes API conventions, "Verbs on resources").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -226,7 +226,7 @@ pub const API_CALLS: &[ApiCall] = &[
 
 impl ApiCall {
     /// `resource` or `resource/subresource`, as an RBAC rule names it.
-    pub fn resource_name(&self) -> String {
+    pub(crate) fn resource_name(&self) -> String {
         if self.subresource.is_empty() {
             self.resource.to_string()
         } else {
@@ -284,7 +284,7 @@ impl Needs {
 
 /// One rule of the ClusterRole: `verbs` on `resource` (`resource/subresource`) of `group`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Permission {
+pub(crate) struct Permission {
     /// API group, `""` for the core group.
     pub group: &'static str,
     /// `resource` or `resource/subresource`.
@@ -295,7 +295,7 @@ pub struct Permission {
 
 /// The rules for `needs`: one per (group, resource) of [`API_CALLS`], sorted by resource
 /// then group, with the union of the verbs called on it.
-pub fn required_permissions(needs: &Needs) -> Vec<Permission> {
+pub(crate) fn required_permissions(needs: &Needs) -> Vec<Permission> {
     let mut out: Vec<(Permission, BTreeSet<Verb>)> = Vec::new();
     for c in API_CALLS.iter().filter(|c| needs.wants(c)) {
         let resource = c.resource_name();
@@ -327,7 +327,7 @@ pub fn required_permissions(needs: &Needs) -> Vec<Permission> {
 
 /// The namespaces of a configuration, to resolve [`Scope`]s.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Namespaces {
+pub(crate) struct Namespaces {
     /// `cp_namespace`.
     pub lease: String,
     /// `svc_namespace` (`None`: all namespaces).
@@ -352,7 +352,7 @@ impl Namespaces {
 
 /// One access `vipd preflight` asks about with a SelfSubjectAccessReview.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct AccessCheck {
+pub(crate) struct AccessCheck {
     /// API group, `""` for core.
     pub group: &'static str,
     /// Resource, plural.
@@ -409,7 +409,7 @@ impl AccessCheck {
 /// The accesses `vipd preflight` checks for `needs` in `namespaces`: one per (group,
 /// resource, subresource, verb, namespace) of the rows of [`API_CALLS`] `needs` wants,
 /// without duplicates, in the table's order.
-pub fn checks_for(needs: &Needs, namespaces: &Namespaces) -> Vec<AccessCheck> {
+pub(crate) fn checks_for(needs: &Needs, namespaces: &Namespaces) -> Vec<AccessCheck> {
     let mut out: Vec<AccessCheck> = Vec::new();
     for c in API_CALLS.iter().filter(|c| needs.wants(c)) {
         let a = AccessCheck {
@@ -428,7 +428,7 @@ pub fn checks_for(needs: &Needs, namespaces: &Namespaces) -> Vec<AccessCheck> {
 
 /// The Event API a server serves, of the two in [`API_CALLS`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventApi {
+pub(crate) enum EventApi {
     /// `events.k8s.io/v1` (Kubernetes 1.19+).
     EventsV1,
     /// Core `v1` Events.
@@ -438,7 +438,7 @@ pub enum EventApi {
 /// Which Event API to use, given the resources the server lists for `events.k8s.io/v1`
 /// (`None`: the group version is not served): events.k8s.io/v1 when it lists `events`, core
 /// otherwise.
-pub fn event_api_from_discovery(events_v1_resources: Option<&[&str]>) -> EventApi {
+pub(crate) fn event_api_from_discovery(events_v1_resources: Option<&[&str]>) -> EventApi {
     match events_v1_resources {
         Some(list) if list.contains(&EventsV1Event::URL_PATH_SEGMENT) => EventApi::EventsV1,
         _ => EventApi::Core,
@@ -451,7 +451,7 @@ pub fn event_api_from_discovery(events_v1_resources: Option<&[&str]>) -> EventAp
 /// # Errors
 /// The kube-rs error when discovery fails for another reason than 404 (the group version
 /// not served), so the caller can retry instead of settling on the wrong API.
-pub async fn discover_event_api(client: &kube::Client) -> Result<EventApi, kube::Error> {
+pub(crate) async fn discover_event_api(client: &kube::Client) -> Result<EventApi, kube::Error> {
     let gv = format!("{}/{}", EventsV1Event::GROUP, EventsV1Event::VERSION);
     match client.list_api_group_resources(&gv).await {
         Ok(list) => {
@@ -505,7 +505,7 @@ pub fn cluster_role(node_labeling: bool) -> ClusterRole {
 }
 
 /// The ServiceAccount `vipd` in `namespace`.
-pub fn service_account(namespace: &str) -> ServiceAccount {
+pub(crate) fn service_account(namespace: &str) -> ServiceAccount {
     ServiceAccount {
         metadata: ObjectMeta {
             name: Some(APP_NAME.into()),
@@ -535,7 +535,7 @@ pub fn binding(name: &str, subjects: Vec<Subject>) -> ClusterRoleBinding {
 }
 
 /// The ClusterRoleBinding of [`CLUSTER_ROLE`] to the ServiceAccount `vipd` in `namespace`.
-pub fn service_account_binding(namespace: &str) -> ClusterRoleBinding {
+pub(crate) fn service_account_binding(namespace: &str) -> ClusterRoleBinding {
     binding(
         CLUSTER_ROLE_BINDING,
         vec![Subject {

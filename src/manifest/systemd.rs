@@ -17,11 +17,11 @@ use clap::Args;
 use super::{Access, EnvValue, GenArgs, ManifestError};
 
 /// Default path of the vipd binary in the unit.
-pub const DEFAULT_BINARY: &str = "/usr/local/bin/vipd";
+pub(crate) const DEFAULT_BINARY: &str = "/usr/local/bin/vipd";
 /// Default EnvironmentFile path.
-pub const DEFAULT_ENV_FILE: &str = "/etc/vipd/vipd.env";
+pub(crate) const DEFAULT_ENV_FILE: &str = "/etc/vipd/vipd.env";
 /// Default `WatchdogSec=` (seconds).
-pub const DEFAULT_WATCHDOG_SEC: u32 = 10;
+pub(crate) const DEFAULT_WATCHDOG_SEC: u32 = 10;
 
 /// `vipd manifest systemd` flags.
 #[derive(Debug, Clone, Args, PartialEq, Eq)]
@@ -85,7 +85,7 @@ impl Unit {
 }
 
 /// The capabilities vipd needs: netlink address changes and raw ARP/NDP sockets.
-pub const CAPABILITIES: &str = "CAP_NET_ADMIN CAP_NET_RAW";
+pub(crate) const CAPABILITIES: &str = "CAP_NET_ADMIN CAP_NET_RAW";
 
 /// The vipd unit.
 pub fn unit(args: &SystemdArgs) -> Unit {
@@ -163,7 +163,7 @@ pub fn unit(args: &SystemdArgs) -> Unit {
 ///
 /// # Errors
 /// Everything [`GenArgs::plan`] returns; [`ManifestError::Invalid`] for `--inCluster`.
-pub fn environment_file(generator: &GenArgs) -> Result<String, ManifestError> {
+pub(crate) fn environment_file(generator: &GenArgs) -> Result<String, ManifestError> {
     let plan = generator.plan()?;
     if plan.access == Access::InCluster {
         return Err(ManifestError::Invalid {

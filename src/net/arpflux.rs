@@ -21,9 +21,9 @@ use super::iface::in_subnet;
 use super::{Kernel, NetError};
 
 /// The remedy, as a shell command.
-pub const REMEDY: &str = "sysctl -w net.ipv4.conf.all.arp_ignore=1";
+pub(crate) const REMEDY: &str = "sysctl -w net.ipv4.conf.all.arp_ignore=1";
 /// The persistent form of [`REMEDY`].
-pub const REMEDY_PERSISTENT: &str =
+pub(crate) const REMEDY_PERSISTENT: &str =
     "echo 'net.ipv4.conf.all.arp_ignore = 1' > /etc/sysctl.d/90-vipd-arp.conf";
 
 /// `arp_ignore` / `arp_filter` of one `net.ipv4.conf.<name>` directory; `None` = could not
@@ -77,7 +77,7 @@ pub struct FluxFinding {
 
 impl FluxFinding {
     /// The names of the interfaces at risk, comma-separated.
-    pub fn peer_names(&self) -> String {
+    pub(crate) fn peer_names(&self) -> String {
         self.peers
             .iter()
             .map(|p| p.name.as_str())
@@ -120,14 +120,14 @@ fn overlaps((a, p): (Ipv4Addr, u8), (b, q): (Ipv4Addr, u8)) -> bool {
 }
 
 /// Effective `arp_ignore` of an interface: the larger of `all` and the interface's.
-pub fn effective_arp_ignore(all: ArpConf, iface: ArpConf) -> u8 {
+pub(crate) fn effective_arp_ignore(all: ArpConf, iface: ArpConf) -> u8 {
     all.arp_ignore
         .unwrap_or(0)
         .max(iface.arp_ignore.unwrap_or(0))
 }
 
 /// Effective `arp_filter` of an interface: set if set on `all` or on the interface.
-pub fn effective_arp_filter(all: ArpConf, iface: ArpConf) -> bool {
+pub(crate) fn effective_arp_filter(all: ArpConf, iface: ArpConf) -> bool {
     all.arp_filter.unwrap_or(0) != 0 || iface.arp_filter.unwrap_or(0) != 0
 }
 
@@ -170,7 +170,7 @@ pub fn flux_findings(targets: &[FluxTarget], ifaces: &[IfaceV4], all: ArpConf) -
 
 /// Reads `arp_ignore` and `arp_filter` of `/proc/sys/net/ipv4/conf/<name>/` under `root`
 /// (`/proc/sys` on a real node).
-pub fn read_arp_conf(root: &Path, name: &str) -> ArpConf {
+pub(crate) fn read_arp_conf(root: &Path, name: &str) -> ArpConf {
     let read = |f: &str| {
         std::fs::read_to_string(root.join("net/ipv4/conf").join(name).join(f))
             .ok()
@@ -188,7 +188,7 @@ pub fn read_arp_conf(root: &Path, name: &str) -> ArpConf {
 /// # Errors
 /// [`NetError`] when the addresses cannot be listed; an interface that vanished meanwhile
 /// is skipped.
-pub async fn gather<K: Kernel>(kernel: &K) -> Result<(Vec<IfaceV4>, ArpConf), NetError> {
+pub(crate) async fn gather<K: Kernel>(kernel: &K) -> Result<(Vec<IfaceV4>, ArpConf), NetError> {
     let root = Path::new("/proc/sys");
     let mut by_index: BTreeMap<u32, Vec<(Ipv4Addr, u8)>> = BTreeMap::new();
     for a in kernel.addresses(None).await? {

@@ -13,6 +13,7 @@
 //! for ARP only, one for IPv6 with a classic BPF filter that passes only ICMPv6 neighbour
 //! solicitations and advertisements, so ordinary traffic never reaches user space).
 
+#[cfg(test)]
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::os::fd::AsRawFd;
@@ -48,13 +49,13 @@ const PACKET_OUTGOING: u8 = 4;
 /// An RFC 5227 §2.1.1 ARP probe (42 bytes): Ethernet dst broadcast, src `mac`; ARP request
 /// with sender MAC `mac`, sender IP `0.0.0.0` (so no host updates its ARP cache from it),
 /// target MAC zero, target IP `target`. A host that has `target` answers it.
-pub fn arp_probe_frame(mac: [u8; 6], target: Ipv4Addr) -> Vec<u8> {
+pub(crate) fn arp_probe_frame(mac: [u8; 6], target: Ipv4Addr) -> Vec<u8> {
     arp_request_frame(mac, Ipv4Addr::UNSPECIFIED, target)
 }
 
 /// The solicited-node multicast address of `ip` (RFC 4291 §2.7.1: `ff02::1:ffXX:XXXX`) and
 /// its Ethernet address (RFC 2464 §7: `33:33` + the low 32 bits).
-pub fn solicited_node(ip: Ipv6Addr) -> (Ipv6Addr, [u8; 6]) {
+pub(crate) fn solicited_node(ip: Ipv6Addr) -> (Ipv6Addr, [u8; 6]) {
     let o = ip.octets();
     let group = Ipv6Addr::new(
         0xff02,
@@ -73,7 +74,7 @@ pub fn solicited_node(ip: Ipv6Addr) -> (Ipv6Addr, [u8; 6]) {
 /// from `::` to the solicited-node group of `target`, hop limit 255, target = `target`, no
 /// options (a source link-layer option is forbidden with an unspecified source), Ethernet src
 /// `mac`. A host that has `target` answers with a neighbour advertisement to `ff02::1`.
-pub fn dad_probe_frame(mac: [u8; 6], target: Ipv6Addr) -> Vec<u8> {
+pub(crate) fn dad_probe_frame(mac: [u8; 6], target: Ipv6Addr) -> Vec<u8> {
     const NS_LEN: usize = 24;
     let (group, group_mac) = solicited_node(target);
     let mut buf = vec![0u8; ETH_LEN + 40 + NS_LEN];
@@ -126,7 +127,7 @@ pub struct Claim {
 /// solicitation. ARP with sender IP `0.0.0.0` and a solicitation from `::` are probes for
 /// their target; other ARP packets claim their sender IP, advertisements their target, and
 /// other solicitations their IPv6 source. Anything else, or a truncated frame: `None`.
-pub fn claim_in_frame(frame: &[u8]) -> Option<Claim> {
+pub(crate) fn claim_in_frame(frame: &[u8]) -> Option<Claim> {
     let eth = EthernetPacket::new(frame)?;
     let eth_src = eth.get_source().octets();
     match eth.get_ethertype() {
@@ -212,12 +213,12 @@ fn ll_option(
 }
 
 /// A MAC address as `aa:bb:cc:dd:ee:ff`, for logs and Events.
-pub fn fmt_mac(mac: [u8; 6]) -> String {
+pub(crate) fn fmt_mac(mac: [u8; 6]) -> String {
     mac_of(mac).to_string()
 }
 
 /// Identifies one [`ConflictMonitor::watch`] registration.
-pub type WatchId = u64;
+pub(crate) type WatchId = u64;
 
 /// Probing and watching for other hosts that claim an address (see module docs). The VIP
 /// holder drives the RFC 5227 decisions; implementations only send probes and deliver claims.
@@ -268,7 +269,7 @@ struct Subscribers {
 /// the first watch of their family and kept for the process lifetime. Must be used inside a
 /// Tokio runtime.
 #[derive(Clone, Default)]
-pub struct RawConflictMonitor {
+pub(crate) struct RawConflictMonitor {
     subs: Arc<Mutex<Subscribers>>,
 }
 
@@ -481,7 +482,7 @@ fn recv_frame(fd: i32, buf: &mut [u8]) -> std::io::Result<Option<(usize, u32)>> 
 /// # Errors
 /// [`NetError::Capture`] or [`NetError::Announce`] when the capture cannot be opened or a
 /// probe cannot be sent.
-pub async fn probe_for<M: ConflictMonitor + ?Sized>(
+pub(crate) async fn probe_for<M: ConflictMonitor + ?Sized>(
     monitor: &M,
     link: &LinkInfo,
     addr: IpAddr,
@@ -514,11 +515,13 @@ pub async fn probe_for<M: ConflictMonitor + ?Sized>(
 
 /// In-memory [`ConflictMonitor`] for unit tests of the holder: records watches and probes;
 /// [`FakeConflictMonitor::claim`] injects a claim as if it had been captured.
+#[cfg(test)]
 #[derive(Debug, Clone, Default)]
-pub struct FakeConflictMonitor {
+pub(crate) struct FakeConflictMonitor {
     inner: Arc<Mutex<FakeInner>>,
 }
 
+#[cfg(test)]
 #[derive(Debug, Default)]
 struct FakeInner {
     next_id: WatchId,
@@ -528,6 +531,7 @@ struct FakeInner {
     answer: Vec<(IpAddr, [u8; 6])>,
 }
 
+#[cfg(test)]
 impl FakeConflictMonitor {
     /// A fake with no watches.
     pub fn new() -> Self {
@@ -545,14 +549,14 @@ impl FakeConflictMonitor {
     }
 
     /// From now on every probe for `addr` is answered by `mac` (another host has it).
-    pub fn answer_probes(&self, addr: IpAddr, mac: [u8; 6]) {
+    pub(crate) fn answer_probes(&self, addr: IpAddr, mac: [u8; 6]) {
         if let Ok(mut s) = self.inner.lock() {
             s.answer.push((addr, mac));
         }
     }
 
     /// Probes stop being answered (the other host is gone).
-    pub fn stop_answering(&self) {
+    pub(crate) fn stop_answering(&self) {
         if let Ok(mut s) = self.inner.lock() {
             s.answer.clear();
         }
@@ -572,6 +576,7 @@ impl FakeConflictMonitor {
     }
 }
 
+#[cfg(test)]
 impl ConflictMonitor for FakeConflictMonitor {
     fn watch(
         &self,

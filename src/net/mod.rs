@@ -47,7 +47,7 @@ pub const ADDR_PROTO_VIPD: u8 = 0x76;
 
 /// Suffix of the IPv4 address label vipd uses as its tag when `IFA_PROTO` is not supported
 /// (the label is `<ifname>:vip`, the classic `ifconfig` alias form keepalived also uses).
-pub const LABEL_SUFFIX: &str = ":vip";
+pub(crate) const LABEL_SUFFIX: &str = ":vip";
 
 /// A VIP with its prefix length (e.g. `192.0.2.10/32`, `2001:db8::10/128`).
 ///

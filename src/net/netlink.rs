@@ -154,7 +154,7 @@ pub struct RawAddr {
 
 impl RawAddr {
     /// Extract the fields from a netlink message.
-    pub fn from_message(msg: &AddressMessage) -> Self {
+    pub(crate) fn from_message(msg: &AddressMessage) -> Self {
         let mut raw = Self {
             ifindex: msg.header.index,
             prefix: msg.header.prefix_len,
@@ -179,7 +179,7 @@ impl RawAddr {
 
     /// Interpret: `None` when the message carries no address. An address is ours when its
     /// `IFA_PROTO` is [`ADDR_PROTO_VIPD`] or (IPv4) its label ends in `:vip`.
-    pub fn to_info(&self) -> Option<AddrInfo> {
+    pub(crate) fn to_info(&self) -> Option<AddrInfo> {
         let addr = match (self.local, self.address) {
             (Some(IpAddr::V4(l)), _) => IpAddr::V4(l),
             (_, Some(a)) => a,

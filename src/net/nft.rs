@@ -68,11 +68,11 @@ use tracing::{info, warn};
 /// Name of vipd's table (family `arp`).
 pub const TABLE: &str = "vipd";
 /// Set of pinned VIPs (`ipv4_addr`).
-pub const SET_VIPS: &str = "vips";
+pub(crate) const SET_VIPS: &str = "vips";
 /// Set of allowed `(VIP . interface name)` pairs (`ipv4_addr . ifname`).
-pub const SET_PINNED: &str = "pinned";
+pub(crate) const SET_PINNED: &str = "pinned";
 /// The input-hook chain holding the one filter rule.
-pub const CHAIN: &str = "input";
+pub(crate) const CHAIN: &str = "input";
 /// How long one `nft` run may take before it is killed and reported as failed.
 const NFT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest Linux interface name in bytes (`IFNAMSIZ - 1`).
@@ -197,7 +197,7 @@ impl ArpGuard for NoopArpGuard {
 /// One atomic `nft` transaction: the JSON sent to `nft -j -f -` and the same commands in
 /// `nft` syntax (for logs and errors).
 #[derive(Debug, Clone, PartialEq)]
-pub struct NftBatch {
+pub(crate) struct NftBatch {
     /// The commands, in order.
     pub objects: Vec<NfObject<'static>>,
     /// The commands in `nft` syntax, in the same order.
@@ -218,7 +218,7 @@ impl NftBatch {
     }
 
     /// The batch as nftables JSON (`{"nftables": [...]}`).
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         let doc = Nftables {
             objects: std::borrow::Cow::Owned(self.objects.clone()),
         };
@@ -269,7 +269,7 @@ fn matches(left: Expression<'static>, op: Operator, right: &'static str) -> Stat
 
 /// The transaction that (re)creates vipd's table empty: an existing one (left by an earlier
 /// run) is deleted in the same transaction (`add table` first, so the delete cannot fail).
-pub fn setup_batch() -> NftBatch {
+pub(crate) fn setup_batch() -> NftBatch {
     let mut b = remove_batch();
     b.push(
         NfCmd::Add(NfListObject::Table(table())),
@@ -333,7 +333,7 @@ pub fn setup_batch() -> NftBatch {
 }
 
 /// The transaction that deletes vipd's table whether it exists or not.
-pub fn remove_batch() -> NftBatch {
+pub(crate) fn remove_batch() -> NftBatch {
     let mut b = NftBatch::new();
     b.push(
         NfCmd::Add(NfListObject::Table(table())),
@@ -371,7 +371,7 @@ fn pair_elem(vip: Ipv4Addr, ifname: &str) -> Element<'static> {
 /// The transaction for the first pin of `(vip, ifname)`: the pair, then (when `vip` had no
 /// pin yet, `first_for_vip`) the VIP itself. Both in one transaction: requests on `ifname`
 /// are never dropped.
-pub fn pin_batch(vip: Ipv4Addr, ifname: &str, first_for_vip: bool) -> NftBatch {
+pub(crate) fn pin_batch(vip: Ipv4Addr, ifname: &str, first_for_vip: bool) -> NftBatch {
     let mut b = NftBatch::new();
     b.push(
         NfCmd::Add(NfListObject::Element(pair_elem(vip, ifname))),
@@ -388,7 +388,7 @@ pub fn pin_batch(vip: Ipv4Addr, ifname: &str, first_for_vip: bool) -> NftBatch {
 
 /// The transaction for the last unpin of `(vip, ifname)`: the VIP (when no other interface
 /// keeps it pinned, `last_for_vip`), then the pair.
-pub fn unpin_batch(vip: Ipv4Addr, ifname: &str, last_for_vip: bool) -> NftBatch {
+pub(crate) fn unpin_batch(vip: Ipv4Addr, ifname: &str, last_for_vip: bool) -> NftBatch {
     let mut b = NftBatch::new();
     if last_for_vip {
         b.push(
@@ -406,11 +406,11 @@ pub fn unpin_batch(vip: Ipv4Addr, ifname: &str, last_for_vip: bool) -> NftBatch 
 /// Reference counts of pins, by `(VIP, interface)`: decides which pin or unpin needs an
 /// `nft` transaction (the first pin and the last unpin of a pair).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct PinCounts(BTreeMap<(Ipv4Addr, String), u32>);
+pub(crate) struct PinCounts(BTreeMap<(Ipv4Addr, String), u32>);
 
 impl PinCounts {
     /// The transaction a pin needs now, `None` when the pair is pinned already.
-    pub fn pin_batch(&self, vip: Ipv4Addr, ifname: &str) -> Option<NftBatch> {
+    pub(crate) fn pin_batch(&self, vip: Ipv4Addr, ifname: &str) -> Option<NftBatch> {
         if self.0.contains_key(&(vip, ifname.to_string())) {
             return None;
         }
@@ -420,7 +420,7 @@ impl PinCounts {
 
     /// The transaction an unpin needs now, `None` when other pins of the pair remain or it
     /// is not pinned.
-    pub fn unpin_batch(&self, vip: Ipv4Addr, ifname: &str) -> Option<NftBatch> {
+    pub(crate) fn unpin_batch(&self, vip: Ipv4Addr, ifname: &str) -> Option<NftBatch> {
         match self.0.get(&(vip, ifname.to_string())) {
             Some(1) => {
                 let last_for_vip = !self.0.keys().any(|(v, i)| *v == vip && i != ifname);
@@ -436,7 +436,7 @@ impl PinCounts {
     }
 
     /// Records an unpin (after its transaction, if any, succeeded).
-    pub fn unpinned(&mut self, vip: Ipv4Addr, ifname: &str) {
+    pub(crate) fn unpinned(&mut self, vip: Ipv4Addr, ifname: &str) {
         let key = (vip, ifname.to_string());
         if let Some(n) = self.0.get_mut(&key) {
             *n -= 1;
@@ -447,6 +447,7 @@ impl PinCounts {
     }
 
     /// How many pins `(vip, ifname)` has.
+    #[cfg(test)]
     pub fn count(&self, vip: Ipv4Addr, ifname: &str) -> u32 {
         self.0.get(&(vip, ifname.to_string())).copied().unwrap_or(0)
     }
@@ -657,13 +658,17 @@ impl Default for ArpPins {
 }
 
 /// A pin: VIP and interface name.
-pub type Pin = (Ipv4Addr, String);
+pub(crate) type Pin = (Ipv4Addr, String);
 
 /// Which pins to add and which to remove: `want` are the pairs of VIPs whose interface is
 /// resolved now; a held pin of a VIP still in `configured` but not in `want` (interface
 /// not resolved this time) is kept, since its address may still be on the interface.
 /// Returns `(to_pin, to_unpin)`.
-pub fn pin_changes(held: &[Pin], want: &[Pin], configured: &[Ipv4Addr]) -> (Vec<Pin>, Vec<Pin>) {
+pub(crate) fn pin_changes(
+    held: &[Pin],
+    want: &[Pin],
+    configured: &[Ipv4Addr],
+) -> (Vec<Pin>, Vec<Pin>) {
     let to_pin = want
         .iter()
         .filter(|w| !held.contains(w))

@@ -12,7 +12,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 /// Why an address is not usable as a VIP.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum NotAVip {
+pub(crate) enum NotAVip {
     /// `0.0.0.0` or `::` (in a Service address this asks for DHCP, decided by the caller).
     Unspecified,
     /// Loopback (`127.0.0.0/8`, `::1`).
@@ -48,7 +48,7 @@ impl fmt::Display for NotAVip {
 ///
 /// # Errors
 /// The [`NotAVip`] class the address falls in.
-pub fn check_vip(ip: IpAddr) -> Result<(), NotAVip> {
+pub(crate) fn check_vip(ip: IpAddr) -> Result<(), NotAVip> {
     if ip.is_unspecified() {
         return Err(NotAVip::Unspecified);
     }

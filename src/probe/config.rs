@@ -216,7 +216,7 @@ impl ProbeConfig {
     /// [`ProbeError::InvalidArg`] naming the flag and value: a bad `TARGET`, `--interval` below
     /// 1 ms, a zero `--timeout`, `--count 0`, a zero `--duration`, or both `--count` and
     /// `--duration`.
-    pub fn from_args(args: &Args) -> Result<Self, ProbeError> {
+    pub(crate) fn from_args(args: &Args) -> Result<Self, ProbeError> {
         let target = Target::parse(&args.target)?;
         if args.interval < Duration::from_millis(1) {
             return Err(ProbeError::InvalidArg {

@@ -79,7 +79,7 @@ pub struct Outcome {
 
 impl Outcome {
     /// When the answer (or failure) arrived: `sent_at + latency`, offset from the probe start.
-    pub fn answered_at(&self) -> Duration {
+    pub(crate) fn answered_at(&self) -> Duration {
         self.sent_at + self.latency
     }
 }
@@ -319,12 +319,12 @@ impl ProbeStats {
 
     /// Sets the run time (from the first request to the end of the run) reported as
     /// [`Summary::elapsed_ms`].
-    pub fn set_elapsed(&mut self, elapsed: Duration) {
+    pub(crate) fn set_elapsed(&mut self, elapsed: Duration) {
         self.elapsed = elapsed;
     }
 
     /// Sets the number of requests abandoned in flight at shutdown ([`Summary::abandoned`]).
-    pub fn set_abandoned(&mut self, abandoned: u64) {
+    pub(crate) fn set_abandoned(&mut self, abandoned: u64) {
         self.abandoned = abandoned;
     }
 

@@ -124,7 +124,7 @@ pub struct Plan {
 }
 
 /// The prefix length a Service VIP `a` is bound with: `vip_subnet`'s for its family.
-pub fn vip_prefix(subnet: &VipSubnet, a: &IpAddr) -> u8 {
+pub(crate) fn vip_prefix(subnet: &VipSubnet, a: &IpAddr) -> u8 {
     match a {
         IpAddr::V4(_) => subnet.v4,
         IpAddr::V6(_) => subnet.v6,

@@ -19,11 +19,11 @@ use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
 
 /// Label on an EndpointSlice naming its Service (`discovery.k8s.io/v1` `LabelServiceName`).
-pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+pub(crate) const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
 /// A Service's endpoints in one of the two API forms.
 #[derive(Debug, Clone, Copy)]
-pub enum EndpointSource<'a> {
+pub(crate) enum EndpointSource<'a> {
     /// Core `v1` Endpoints (same name as the Service).
     Endpoints(&'a Endpoints),
     /// The Service's `discovery.k8s.io/v1` EndpointSlices (label
@@ -34,7 +34,8 @@ pub enum EndpointSource<'a> {
 
 impl EndpointSource<'_> {
     /// `node` has a ready endpoint.
-    pub fn ready_on(&self, node: &str) -> bool {
+    #[cfg(test)]
+    pub(crate) fn ready_on(&self, node: &str) -> bool {
         match self {
             EndpointSource::Endpoints(e) => ready_local_endpoint_from_endpoints(e, node),
             EndpointSource::Slices(s) => ready_local_endpoint_from_slices(s, node),
@@ -42,13 +43,14 @@ impl EndpointSource<'_> {
     }
 
     /// Any node (or an endpoint without a node name) has a ready endpoint.
-    pub fn any_ready(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn any_ready(&self) -> bool {
         any_ready_endpoint(*self)
     }
 
     /// Names of the nodes with at least one ready endpoint, sorted (endpoints without
     /// `nodeName` are not counted).
-    pub fn ready_nodes(&self) -> BTreeSet<String> {
+    pub(crate) fn ready_nodes(&self) -> BTreeSet<String> {
         match self {
             EndpointSource::Endpoints(e) => ready_addresses(e)
                 .filter_map(|a| a.node_name.clone())
@@ -78,17 +80,18 @@ fn ready_slice_endpoints(slices: &[EndpointSlice]) -> impl Iterator<Item = &Endp
 
 /// Core Endpoints: `node` has an address in `subsets[].addresses` (ready ones;
 /// `notReadyAddresses` do not count).
-pub fn ready_local_endpoint_from_endpoints(endpoints: &Endpoints, node: &str) -> bool {
+pub(crate) fn ready_local_endpoint_from_endpoints(endpoints: &Endpoints, node: &str) -> bool {
     ready_addresses(endpoints).any(|a| a.node_name.as_deref() == Some(node))
 }
 
 /// EndpointSlice v1: `node` has an endpoint whose `conditions.ready` is not `false`.
-pub fn ready_local_endpoint_from_slices(slices: &[EndpointSlice], node: &str) -> bool {
+pub(crate) fn ready_local_endpoint_from_slices(slices: &[EndpointSlice], node: &str) -> bool {
     ready_slice_endpoints(slices).any(|ep| ep.node_name.as_deref() == Some(node))
 }
 
 /// Some ready endpoint exists anywhere (also one without a node name).
-pub fn any_ready_endpoint(source: EndpointSource<'_>) -> bool {
+#[cfg(test)]
+pub(crate) fn any_ready_endpoint(source: EndpointSource<'_>) -> bool {
     match source {
         EndpointSource::Endpoints(e) => ready_addresses(e).next().is_some(),
         EndpointSource::Slices(s) => ready_slice_endpoints(s).next().is_some(),
@@ -97,7 +100,8 @@ pub fn any_ready_endpoint(source: EndpointSource<'_>) -> bool {
 
 /// The slices among `slices` that belong to Service `name` in `namespace` (label
 /// [`SERVICE_NAME_LABEL`]).
-pub fn slices_of_service<'a>(
+#[cfg(test)]
+pub(crate) fn slices_of_service<'a>(
     slices: impl IntoIterator<Item = &'a EndpointSlice>,
     namespace: &str,
     name: &str,
@@ -121,7 +125,7 @@ pub fn slices_of_service<'a>(
 /// group version is missing (v1.20: only v1beta1) or discovery fails; the caller then
 /// falls back to core Endpoints, which every server serves. Not retried; call once at
 /// start.
-pub async fn endpointslice_v1_served(client: &kube::Client) -> bool {
+pub(crate) async fn endpointslice_v1_served(client: &kube::Client) -> bool {
     match client.list_api_group_resources("discovery.k8s.io/v1").await {
         Ok(list) => list.resources.iter().any(|r| r.name == "endpointslices"),
         Err(e) => {

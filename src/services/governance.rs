@@ -43,7 +43,7 @@ use crate::election::{ElectionEnd, LeaseClient, LeaseEvent, Timing};
 use crate::holder::VipSpec;
 
 /// Every governed address and the lease that governs it in `plan`.
-pub fn governors(plan: &Plan) -> BTreeMap<IpAddr, LeaseRef> {
+pub(crate) fn governors(plan: &Plan) -> BTreeMap<IpAddr, LeaseRef> {
     plan.groups
         .iter()
         .flat_map(|(lease, g)| g.vips.iter().map(move |v| (v.vip.addr, lease.clone())))
@@ -168,7 +168,7 @@ impl LeaseView {
     /// What this node's elector knew when it stopped. An elector that saw no lease is no
     /// evidence of absence (it may never have read it, e.g. while a gate was closed): the
     /// view is then unknown unless the elector saw the lease deleted while held.
-    pub fn from_end(end: &ElectionEnd) -> Self {
+    pub(crate) fn from_end(end: &ElectionEnd) -> Self {
         LeaseView {
             known: end.observed.is_some() || end.absent_until.is_some(),
             observed: end.observed.clone(),
@@ -279,7 +279,7 @@ pub fn handover(from: Option<&LeaseRecord>, view: &LeaseView, now: Instant) -> H
 /// also read once at the start (the elector may have dropped a change it had not handled
 /// yet when it stopped) and again after every watch error. Failed reads are retried every
 /// retry period of `timing`, each bounded by its call timeout.
-pub async fn follow<C: LeaseClient>(
+pub(crate) async fn follow<C: LeaseClient>(
     client: C,
     mut events: BoxStream<'static, LeaseEvent>,
     mut view: LeaseView,

@@ -33,23 +33,23 @@ use super::desired::LeaseRef;
 use super::model;
 
 /// Label key marking objects vipd manages (Kubernetes recommended labels).
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub(crate) const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 /// Value of [`MANAGED_BY_LABEL`] on leases vipd creates for Services.
-pub const MANAGED_BY: &str = "vipd";
+pub(crate) const MANAGED_BY: &str = "vipd";
 /// Label key naming what an object is for (Kubernetes recommended labels).
-pub const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
+pub(crate) const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
 /// Value of [`COMPONENT_LABEL`] on per-Service leases (`svc_election`).
-pub const COMPONENT_SERVICE_LEASE: &str = "service-lease";
+pub(crate) const COMPONENT_SERVICE_LEASE: &str = "service-lease";
 
 /// Time an orphan must stay unchanged beyond its lease duration before it is deleted (30 s).
-pub const GC_GRACE: Duration = Duration::from_secs(30);
+pub(crate) const GC_GRACE: Duration = Duration::from_secs(30);
 /// How often the labelled leases are listed (10 s).
-pub const GC_INTERVAL: Duration = Duration::from_secs(10);
+pub(crate) const GC_INTERVAL: Duration = Duration::from_secs(10);
 /// Timeout of each list or delete call (10 s).
 const GC_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The labels vipd puts on the per-Service leases it creates (and only on those).
-pub fn lease_labels() -> BTreeMap<String, String> {
+pub(crate) fn lease_labels() -> BTreeMap<String, String> {
     BTreeMap::from([
         (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
         (
@@ -60,7 +60,7 @@ pub fn lease_labels() -> BTreeMap<String, String> {
 }
 
 /// The label selector of [`lease_labels`] (`key=value,key=value`).
-pub fn label_selector() -> String {
+pub(crate) fn label_selector() -> String {
     lease_labels()
         .iter()
         .map(|(k, v)| format!("{k}={v}"))
@@ -70,7 +70,7 @@ pub fn label_selector() -> String {
 
 /// What the collector needs to know about one Lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LeaseFacts {
+pub(crate) struct LeaseFacts {
     /// The Lease.
     pub lease: LeaseRef,
     /// Its `metadata.resourceVersion` (the delete's precondition).
@@ -114,7 +114,7 @@ impl LeaseFacts {
 /// The leases that LoadBalancer Services (any class, ignored or not) name: annotation
 /// `kube-vip.io/leaseName`, else `kubevip-<service>`, in the Service's namespace (the rule
 /// of [`model::service_info`]).
-pub fn leases_in_use(services: &[Arc<Service>]) -> BTreeSet<LeaseRef> {
+pub(crate) fn leases_in_use(services: &[Arc<Service>]) -> BTreeSet<LeaseRef> {
     services
         .iter()
         .map(|s| model::service_info(s))
@@ -128,7 +128,7 @@ pub fn leases_in_use(services: &[Arc<Service>]) -> BTreeSet<LeaseRef> {
 
 /// An orphan to delete: the lease and the `resourceVersion` it must still have.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Orphan {
+pub(crate) struct Orphan {
     /// The Lease.
     pub lease: LeaseRef,
     /// Its resourceVersion when judged orphaned (the delete's precondition).
@@ -142,7 +142,7 @@ pub struct Orphan {
 /// Per-lease memory of the collector: the resourceVersion last seen and since when (on this
 /// process's monotonic clock, like an elector judges expiry: no clock skew between nodes).
 #[derive(Debug, Default)]
-pub struct GcState {
+pub(crate) struct GcState {
     seen: HashMap<LeaseRef, (String, Instant)>,
 }
 
@@ -152,7 +152,7 @@ impl GcState {
     /// (same resourceVersion) for at least their duration (`default_duration` when the lease
     /// has none) plus `grace` since this process first saw them so. Leases not in `leases`
     /// are forgotten.
-    pub fn decide(
+    pub(crate) fn decide(
         &mut self,
         leases: &[LeaseFacts],
         in_use: &BTreeSet<LeaseRef>,

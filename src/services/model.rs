@@ -29,30 +29,28 @@ use k8s_openapi::jiff::Timestamp;
 pub const ANN_LOADBALANCER_IPS: &str = "kube-vip.io/loadbalancerIPs";
 /// `kube-vip.io/ignore`: the value `"true"` (exactly) makes kube-vip and vipd skip the
 /// Service (kube-vip `LoadbalancerIgnore`).
-pub const ANN_IGNORE: &str = "kube-vip.io/ignore";
+pub(crate) const ANN_IGNORE: &str = "kube-vip.io/ignore";
 /// `kube-vip.io/serviceInterface`: interface to put this Service's addresses on
 /// (kube-vip `ServiceInterface`); overrides `vip_servicesinterface`.
-pub const ANN_SERVICE_INTERFACE: &str = "kube-vip.io/serviceInterface";
+pub(crate) const ANN_SERVICE_INTERFACE: &str = "kube-vip.io/serviceInterface";
 /// `kube-vip.io/leaseName`: name of the per-Service election Lease (kube-vip
 /// `ServiceLease`, "common lease"); several Services naming the same lease share one
 /// holder. kube-vip refuses it on Services whose externalTrafficPolicy is not `Cluster`.
-pub const ANN_LEASE_NAME: &str = "kube-vip.io/leaseName";
+pub(crate) const ANN_LEASE_NAME: &str = "kube-vip.io/leaseName";
 /// `kube-vip.io/vipHost`: written by the holder, the node name that announces the Service
 /// (kube-vip `VipHost`).
 pub const ANN_VIP_HOST: &str = "kube-vip.io/vipHost";
 /// `kube-vip.io/hwaddr`: MAC address of the DHCP macvlan (kube-vip `HwAddrKey`).
-pub const ANN_HWADDR: &str = "kube-vip.io/hwaddr";
+pub(crate) const ANN_HWADDR: &str = "kube-vip.io/hwaddr";
 /// `kube-vip.io/requestedIP`: address last leased by DHCP, asked for again on restart
 /// (kube-vip `RequestedIP`).
-pub const ANN_REQUESTED_IP: &str = "kube-vip.io/requestedIP";
+pub(crate) const ANN_REQUESTED_IP: &str = "kube-vip.io/requestedIP";
 /// `kube-vip.io/loadbalancerHostname`: DHCP client hostname (kube-vip
 /// `LoadbalancerHostname`).
-pub const ANN_LOADBALANCER_HOSTNAME: &str = "kube-vip.io/loadbalancerHostname";
-/// kube-vip's default `lb_class_name` (same as [`crate::config::DEFAULT_LB_CLASS_NAME`]).
-pub const DEFAULT_LB_CLASS: &str = "kube-vip.io/kube-vip-class";
+pub(crate) const ANN_LOADBALANCER_HOSTNAME: &str = "kube-vip.io/loadbalancerHostname";
 /// Prefix of the default per-Service lease name: `kubevip-<service name>` (kube-vip
 /// `lease.ServiceName` / `GetName`), in the Service's namespace.
-pub const LEASE_NAME_PREFIX: &str = "kubevip-";
+pub(crate) const LEASE_NAME_PREFIX: &str = "kubevip-";
 
 /// A Service's identity: namespace and name. Orders by namespace, then name; displays as
 /// `namespace/name` (the form kubectl and client-go cache keys use).
@@ -90,7 +88,7 @@ impl fmt::Display for ServiceKey {
 
 /// Where a Service's addresses came from, for messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum AddressSource {
+pub(crate) enum AddressSource {
     /// Neither the annotation nor `spec.loadBalancerIP` is set.
     #[default]
     None,
@@ -112,7 +110,7 @@ impl fmt::Display for AddressSource {
 
 /// Why an address entry was rejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RejectReason {
+pub(crate) enum RejectReason {
     /// Empty entry (`a,,b`, trailing comma).
     Empty,
     /// Leading or trailing whitespace (kube-vip would trim; vipd rejects, see module docs).
@@ -143,7 +141,7 @@ impl fmt::Display for RejectReason {
 
 /// One rejected entry: the value exactly as written and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Rejected {
+pub(crate) struct Rejected {
     /// The entry as written (untrimmed).
     pub value: String,
     /// Why it was rejected.
@@ -152,7 +150,7 @@ pub struct Rejected {
 
 /// The outcome of parsing a Service's address list.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct ParsedAddresses {
+pub(crate) struct ParsedAddresses {
     /// Where the text came from.
     pub source: AddressSource,
     /// Accepted addresses, in the order written, each once (first occurrence kept). Never
@@ -176,7 +174,7 @@ impl ParsedAddresses {
     /// A one-line message naming every rejected value and the source, for a Warning Event
     /// and the log; `None` when nothing was rejected. Example:
     /// `kube-vip.io/loadbalancerIPs: rejected "192.0.2.300" (not an IPv4 or IPv6 address)`.
-    pub fn rejection_message(&self) -> Option<String> {
+    pub(crate) fn rejection_message(&self) -> Option<String> {
         if self.rejected.is_empty() {
             return None;
         }
@@ -197,7 +195,7 @@ impl ParsedAddresses {
 /// IPv4-in-IPv6 forms are rejected. Duplicates are dropped and listed. Never fails: every
 /// bad entry lands in [`ParsedAddresses::rejected`]; the source is
 /// [`AddressSource::Annotation`].
-pub fn parse_address_list(text: &str) -> ParsedAddresses {
+pub(crate) fn parse_address_list(text: &str) -> ParsedAddresses {
     let mut out = ParsedAddresses {
         source: AddressSource::Annotation,
         ..ParsedAddresses::default()
@@ -211,7 +209,7 @@ pub fn parse_address_list(text: &str) -> ParsedAddresses {
 /// Parses `spec.loadBalancerIP`: one address with the rules of [`parse_address_list`]
 /// (a comma is not a separator here, so `a,b` is rejected as a whole, as kube-vip's
 /// `net.ParseIP` would). The source is [`AddressSource::Spec`].
-pub fn parse_spec_address(text: &str) -> ParsedAddresses {
+pub(crate) fn parse_spec_address(text: &str) -> ParsedAddresses {
     let mut out = ParsedAddresses {
         source: AddressSource::Spec,
         ..ParsedAddresses::default()
@@ -268,7 +266,7 @@ fn parse_entry(entry: &str) -> Result<Option<IpAddr>, RejectReason> {
 /// present and non-empty, else `spec.loadBalancerIP` when non-empty, else nothing
 /// ([`AddressSource::None`]). The annotation, when used, hides `spec.loadBalancerIP`
 /// entirely (also when all its entries are rejected).
-pub fn addresses_of(svc: &Service) -> ParsedAddresses {
+pub(crate) fn addresses_of(svc: &Service) -> ParsedAddresses {
     if let Some(text) = annotation(svc, ANN_LOADBALANCER_IPS) {
         return parse_address_list(text);
     }
@@ -303,7 +301,7 @@ pub struct PortProto {
 
 /// Everything vipd needs from one Service, flattened; built by [`service_info`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServiceInfo {
+pub(crate) struct ServiceInfo {
     /// Namespace and name.
     pub key: ServiceKey,
     /// `metadata.uid` (`None` on objects that never went through the API server).
@@ -345,7 +343,7 @@ pub struct ServiceInfo {
 
 /// The pure view of a Service. Never fails: bad input ends up in
 /// [`ServiceInfo::addresses`]`.rejected` or as a [`Selection::Skip`].
-pub fn service_info(svc: &Service) -> ServiceInfo {
+pub(crate) fn service_info(svc: &Service) -> ServiceInfo {
     let key = ServiceKey::of(svc);
     let spec = svc.spec.as_ref();
     let ann = |name: &str| annotation(svc, name).map(str::to_string);
@@ -394,7 +392,7 @@ pub fn service_info(svc: &Service) -> ServiceInfo {
 
 /// Why a Service is not announced.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SkipReason {
+pub(crate) enum SkipReason {
     /// `spec.type` is not `LoadBalancer` (S18: acts as a delete).
     NotLoadBalancer,
     /// Being deleted (`metadata.deletionTimestamp` set).
@@ -430,7 +428,7 @@ pub enum SkipReason {
 impl SkipReason {
     /// The skip is the user's mistake and deserves a Warning Event on the Service (only for
     /// Services of our class; the others are never touched).
-    pub fn warrants_warning(&self) -> bool {
+    pub(crate) fn warrants_warning(&self) -> bool {
         matches!(
             self,
             SkipReason::InvalidLeaseName { .. } | SkipReason::LeaseNameWithLocalPolicy
@@ -474,7 +472,7 @@ impl fmt::Display for SkipReason {
 
 /// Whether vipd handles a Service.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Selection {
+pub(crate) enum Selection {
     /// Announce it (its addresses may still include rejected entries, and DHCP-only
     /// Services are for the DHCP code to handle).
     Announce,
@@ -491,7 +489,7 @@ pub enum Selection {
 /// one without a class is skipped only when `lb_class_only`. Class comes before the ignore
 /// annotation and every Warning-producing check, so a Service of another class is never
 /// touched.
-pub fn selection(
+pub(crate) fn selection(
     info: &ServiceInfo,
     lb_class_only: bool,
     lb_class_name: &str,
@@ -543,7 +541,7 @@ pub fn selection(
 /// RFC 1123 subdomain as Kubernetes validates object names: at most 253 characters,
 /// dot-separated labels of lowercase alphanumerics and `-`, each starting and ending with
 /// an alphanumeric.
-pub fn is_dns_subdomain(name: &str) -> bool {
+pub(crate) fn is_dns_subdomain(name: &str) -> bool {
     crate::syntax::is_dns1123_subdomain(name)
 }
 

@@ -535,7 +535,7 @@ impl<K: Kernel, A: Announcer> MainLoop<K, A> {
 /// Cluster-wide Service lease writes per second above which vipd warns: each held lease is
 /// renewed once per retry period, and small API servers (k3s with SQLite, a busy etcd)
 /// start to fall behind at a few hundred writes per second.
-pub const LEASE_WRITES_WARN_PER_S: f64 = 200.0;
+pub(crate) const LEASE_WRITES_WARN_PER_S: f64 = 200.0;
 
 /// Expected Service lease writes per second for `leases` held leases at `timing` (one
 /// renewal per retry period, client-go's cadence).
@@ -545,7 +545,7 @@ pub fn lease_writes_per_s(leases: usize, timing: Timing) -> f64 {
 
 /// Retry period (whole seconds) that keeps `leases` leases at or below
 /// [`LEASE_WRITES_WARN_PER_S`].
-pub fn suggested_retry_secs(leases: usize) -> u64 {
+pub(crate) fn suggested_retry_secs(leases: usize) -> u64 {
     (leases as f64 / LEASE_WRITES_WARN_PER_S).ceil().max(1.0) as u64
 }
 

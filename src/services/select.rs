@@ -136,7 +136,10 @@ pub(super) fn network_of(addr: IpAddr, prefix: u8) -> IpAddr {
 /// any node) that no node campaigns for: every group they are in has only such members
 /// (a member with policy Cluster, or a Local one with an endpoint somewhere, keeps the
 /// group's addresses announced, S21). Pure.
-pub fn announced_nowhere(plan: &Plan, endpointless: &HashSet<ServiceKey>) -> HashSet<ServiceKey> {
+pub(crate) fn announced_nowhere(
+    plan: &Plan,
+    endpointless: &HashSet<ServiceKey>,
+) -> HashSet<ServiceKey> {
     let mut alive: HashSet<&ServiceKey> = HashSet::new();
     for g in plan.groups.values() {
         if !g.services.iter().all(|k| endpointless.contains(k)) {

@@ -224,7 +224,7 @@ pub(super) struct StatusSync {
 /// What the holder should write for one Service, judged from the cache: the ingress and
 /// vipHost differ, and the Event to queue when this node does not announce it yet.
 #[derive(Debug, Clone, PartialEq)]
-pub struct StatusDiff {
+pub(crate) struct StatusDiff {
     /// `status.loadBalancer.ingress` differs from the desired one (or the Service is not in
     /// the cache).
     pub ingress: bool,
@@ -238,7 +238,7 @@ pub struct StatusDiff {
 
 /// [`StatusDiff`] of `cached` (the Service in the cache, `None` when absent) against the
 /// desired `ingress` with this node `node` as holder. Pure.
-pub fn status_diff(
+pub(crate) fn status_diff(
     cached: Option<&Service>,
     node: &str,
     addrs: &[IpAddr],

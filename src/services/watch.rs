@@ -104,7 +104,7 @@ pub(super) const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-config
 /// Drops what the cache does not need from a Service: managedFields, labels, the selector
 /// and `kubectl apply`'s copy of the object. Annotations (kube-vip.io/*), the rest of the
 /// spec and the status stay.
-pub fn strip_service(svc: &mut Service) {
+pub(crate) fn strip_service(svc: &mut Service) {
     svc.metadata.managed_fields = None;
     // Endpoints come from Endpoints / EndpointSlices; labels and the selector are unused.
     svc.metadata.labels = None;
@@ -118,7 +118,7 @@ pub fn strip_service(svc: &mut Service) {
 
 /// Keeps of a Node only its name and `status.addresses` (a Node's status carries its image
 /// list, often tens of KiB).
-pub fn strip_node(node: &mut Node) {
+pub(crate) fn strip_node(node: &mut Node) {
     let addresses = node.status.as_mut().and_then(|s| s.addresses.take());
     *node = Node {
         metadata: kube::api::ObjectMeta {
@@ -136,7 +136,7 @@ pub fn strip_node(node: &mut Node) {
 
 /// Drops managedFields and annotations from core Endpoints or an EndpointSlice (subsets,
 /// endpoints and the slice's labels, which name its Service, stay).
-pub fn strip_metadata<K: kube::Resource>(obj: &mut K) {
+pub(crate) fn strip_metadata<K: kube::Resource>(obj: &mut K) {
     let meta = obj.meta_mut();
     meta.managed_fields = None;
     meta.annotations = None;

@@ -120,7 +120,7 @@ impl KubeStatusWriter {
     /// # Errors
     /// [`StatusError`] about `key` (the object of the Event being written) when discovery
     /// fails or times out.
-    pub async fn event_api(
+    pub(crate) async fn event_api(
         &self,
         kind: &'static str,
         key: &ServiceKey,
@@ -386,7 +386,7 @@ impl KubeStatusWriter {
     ///
     /// # Errors
     /// [`StatusError`] naming the Lease and the operation.
-    pub async fn lease_event(
+    pub(crate) async fn lease_event(
         &self,
         key: &ServiceKey,
         event: &ServiceEvent,

@@ -53,17 +53,17 @@ pub use memory::{MemoryServiceStatus, MemoryStatusWriter};
 pub use writer::KubeStatusWriter;
 
 /// Time limit of every single API request the [`KubeStatusWriter`] makes (2 s).
-pub const API_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const API_TIMEOUT: Duration = Duration::from_secs(2);
 /// `reportingController` of vipd's Events (events.k8s.io/v1).
 pub const REPORTING_CONTROLLER: &str = "vipd";
 /// Longest Event note the API accepts (events.k8s.io/v1: 1 kB); longer notes are cut.
-pub const MAX_NOTE_BYTES: usize = 1024;
+pub(crate) const MAX_NOTE_BYTES: usize = 1024;
 /// How long an identical Event is folded into a series instead of creating a new one
 /// (6 minutes, client-go's and kube-rs's value).
-pub const EVENT_SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+pub(crate) const EVENT_SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
 /// A failed Event write is logged at warn once per (reason, HTTP status) in this window
 /// (60 s); the next line after it gives the number of failures not logged meanwhile.
-pub const EVENT_FAILURE_LOG_WINDOW: Duration = Duration::from_secs(60);
+pub(crate) const EVENT_FAILURE_LOG_WINDOW: Duration = Duration::from_secs(60);
 
 /// Event severity (events.k8s.io/v1 `type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -87,33 +87,33 @@ impl EventKind {
 /// Reason of [`ServiceEvent::announced`].
 pub const REASON_ANNOUNCED: &str = "AddressAnnounced";
 /// Reason of a Warning naming a rejected Service address value.
-pub const REASON_INVALID_ADDRESS: &str = "InvalidAddress";
+pub(crate) const REASON_INVALID_ADDRESS: &str = "InvalidAddress";
 /// Reason of a Warning about a Service address and port already used by another Service
 /// (the Service is not announced on it).
-pub const REASON_ADDRESS_CONFLICT: &str = "AddressConflict";
+pub(crate) const REASON_ADDRESS_CONFLICT: &str = "AddressConflict";
 /// Reason of [`ServiceEvent::address_in_use`].
-pub const REASON_ADDRESS_IN_USE: &str = "AddressInUse";
+pub(crate) const REASON_ADDRESS_IN_USE: &str = "AddressInUse";
 /// Reason of a Warning about a Service that asks for a DHCP address (`0.0.0.0` / `::`).
-pub const REASON_DHCP_NOT_ENABLED: &str = "DHCPNotEnabled";
+pub(crate) const REASON_DHCP_NOT_ENABLED: &str = "DHCPNotEnabled";
 /// Reason of a Warning about a Service skipped for a configuration the user should fix
 /// ([`super::model::SkipReason::warrants_warning`]).
-pub const REASON_INVALID_CONFIG: &str = "InvalidConfiguration";
+pub(crate) const REASON_INVALID_CONFIG: &str = "InvalidConfiguration";
 /// Reason of [`ServiceEvent::duplicate_identity`].
-pub const REASON_DUPLICATE_IDENTITY: &str = "DuplicateIdentity";
+pub(crate) const REASON_DUPLICATE_IDENTITY: &str = "DuplicateIdentity";
 /// Reason of a Warning about a Service address that is the control-plane VIP (refused:
 /// the control-plane lease governs that address, and no Service group announces it).
-pub const REASON_CONTROL_PLANE_ADDRESS: &str = "ControlPlaneAddress";
+pub(crate) const REASON_CONTROL_PLANE_ADDRESS: &str = "ControlPlaneAddress";
 /// Reason of a Warning about a Service address that is the network or broadcast address of
 /// a subnet connected to the node or of the VIP's own prefix (`vip_subnet`); see
 /// [`crate::net::subnet_edge_of`].
-pub const REASON_UNUSABLE_ADDRESS: &str = "UnusableAddress";
+pub(crate) const REASON_UNUSABLE_ADDRESS: &str = "UnusableAddress";
 /// Reason of a Warning about an `externalTrafficPolicy: Local` Service with no ready
 /// endpoint on any node: announced nowhere, its status and `vipHost` are cleared.
-pub const REASON_NO_LOCAL_ENDPOINT: &str = "NoLocalEndpoint";
+pub(crate) const REASON_NO_LOCAL_ENDPOINT: &str = "NoLocalEndpoint";
 /// Reason of a Warning about a Service address that is a node's own address.
-pub const REASON_ADDRESS_OF_NODE: &str = "AddressOfNode";
+pub(crate) const REASON_ADDRESS_OF_NODE: &str = "AddressOfNode";
 /// Reason of the log line (no Event) about a Service without any address.
-pub const REASON_NO_ADDRESS: &str = "NoAddress";
+pub(crate) const REASON_NO_ADDRESS: &str = "NoAddress";
 
 /// One Event about a Service (or a Lease): events.k8s.io/v1 `type`, `reason`, `action` (both
 /// PascalCase, at most 128 characters) and `note` (human text, cut to
@@ -147,7 +147,7 @@ impl ServiceEvent {
     }
 
     /// The same Event marked as a separate change `change` (see [`ServiceEvent::change`]).
-    pub fn with_change(self, change: impl Into<String>) -> Self {
+    pub(crate) fn with_change(self, change: impl Into<String>) -> Self {
         ServiceEvent {
             change: change.into(),
             ..self
@@ -174,7 +174,7 @@ impl ServiceEvent {
     /// Warning: `node` holds the Service's lease, but another host (`other_mac`, as
     /// `aa:bb:cc:dd:ee:ff`) answers ARP / neighbour discovery for `address` (RFC 5227
     /// conflict), so `node` does not announce it and probes again with back-off.
-    pub fn address_in_use(address: IpAddr, other_mac: &str, node: &str) -> Self {
+    pub(crate) fn address_in_use(address: IpAddr, other_mac: &str, node: &str) -> Self {
         Self::warning(
             REASON_ADDRESS_IN_USE,
             format!(
@@ -188,7 +188,7 @@ impl ServiceEvent {
     /// Warning: another process writes lease `lease` (`namespace/name`) under this node's
     /// identity `identity`, so this node does not hold the lease or its addresses while the
     /// other one renews it.
-    pub fn duplicate_identity(identity: &str, lease: &str) -> Self {
+    pub(crate) fn duplicate_identity(identity: &str, lease: &str) -> Self {
         ServiceEvent {
             kind: EventKind::Warning,
             reason: REASON_DUPLICATE_IDENTITY.into(),
@@ -258,7 +258,7 @@ impl StatusError {
     }
 
     /// The API said 404.
-    pub fn is_not_found(&self) -> bool {
+    pub(crate) fn is_not_found(&self) -> bool {
         self.api_code() == Some(404)
     }
 }

@@ -58,15 +58,6 @@ impl KubeStatusWriter {
         }
     }
 
-    /// A writer that uses `api` for Events without asking the server (tests, or a caller
-    /// that already knows).
-    pub fn with_event_api(self, api: EventApi) -> Self {
-        KubeStatusWriter {
-            event_api: Arc::new(tokio::sync::OnceCell::new_with(Some(api))),
-            ..self
-        }
-    }
-
     /// The server was seen dropping `status.loadBalancer.ingress[].ports` (pre-1.24
     /// without the `MixedProtocolLBService` gate).
     pub fn server_drops_ingress_ports(&self) -> bool {
