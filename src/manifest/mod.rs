@@ -305,13 +305,13 @@ impl GenArgs {
         })
     }
 
-    /// Checks the flags and turns them into a [`Plan`].
+    /// The mode flags, checked alone and together.
     ///
     /// # Errors
-    /// [`ManifestError::Unsupported`] for `--enableLoadBalancer`,
-    /// [`ManifestError::Invalid`] for unusable values and flag combinations,
-    /// [`ManifestError::Config`] when `vipd manager` would refuse the generated environment.
-    pub fn plan(&self) -> Result<Plan, ManifestError> {
+    /// [`ManifestError::Unsupported`] for `--enableLoadBalancer`, [`ManifestError::Invalid`]
+    /// for a flag that is not a Go bool or for `--kubeadm-init` with `--inCluster` or without
+    /// `--controlplane`.
+    fn modes(&self) -> Result<Modes, ManifestError> {
         if Self::flag_bool("enableLoadBalancer", &self.enable_load_balancer)? {
             return Err(ManifestError::Unsupported {
                 flag: "enableLoadBalancer",
@@ -321,11 +321,19 @@ impl GenArgs {
                     .into(),
             });
         }
-        let cp = Self::flag_bool("controlplane", &self.control_plane)?;
-        let svc = Self::flag_bool("services", &self.services)?;
-        let in_cluster = Self::flag_bool("inCluster", &self.in_cluster)?;
-        let kubeadm_init = Self::flag_bool("kubeadm-init", &self.kubeadm_init)?;
-        let taint = Self::flag_bool("taint", &self.taint)?;
+        let modes = Modes {
+            cp: Self::flag_bool("controlplane", &self.control_plane)?,
+            svc: Self::flag_bool("services", &self.services)?,
+            in_cluster: Self::flag_bool("inCluster", &self.in_cluster)?,
+            kubeadm_init: Self::flag_bool("kubeadm-init", &self.kubeadm_init)?,
+            taint: Self::flag_bool("taint", &self.taint)?,
+        };
+        let Modes {
+            cp,
+            in_cluster,
+            kubeadm_init,
+            ..
+        } = modes;
         if kubeadm_init && in_cluster {
             return Err(ManifestError::Invalid {
                 flag: "kubeadm-init",
@@ -343,7 +351,23 @@ impl GenArgs {
                         .into(),
             });
         }
+        Ok(modes)
+    }
 
+    /// Checks the flags and turns them into a [`Plan`].
+    ///
+    /// # Errors
+    /// [`ManifestError::Unsupported`] for `--enableLoadBalancer`,
+    /// [`ManifestError::Invalid`] for unusable values and flag combinations,
+    /// [`ManifestError::Config`] when `vipd manager` would refuse the generated environment.
+    pub fn plan(&self) -> Result<Plan, ManifestError> {
+        let Modes {
+            cp,
+            svc,
+            in_cluster,
+            kubeadm_init,
+            taint,
+        } = self.modes()?;
         let mut env: Vec<(&'static str, EnvValue)> = Vec::new();
         let mut push = |flag: &'static str, v: &str| -> Result<(), ManifestError> {
             env.push((env_for(flag)?, EnvValue::Text(v.to_string())));
@@ -442,6 +466,21 @@ impl GenArgs {
         plan.resolve()?;
         Ok(plan)
     }
+}
+
+/// The mode flags of `vipd manifest pod|daemonset`, parsed as Go bools.
+#[derive(Debug, Clone, Copy)]
+struct Modes {
+    /// `--controlplane`
+    cp: bool,
+    /// `--services`
+    svc: bool,
+    /// `--inCluster`
+    in_cluster: bool,
+    /// `--kubeadm-init`
+    kubeadm_init: bool,
+    /// `--taint`
+    taint: bool,
 }
 
 /// Splits `prometheus_server` (`host:port`, `[v6]:port`, `:port`, empty = disabled).
