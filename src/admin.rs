@@ -336,13 +336,7 @@ pub(crate) fn listen_addresses(value: &str) -> Result<Vec<SocketAddr>, AdminErro
         value: value.to_string(),
         reason: reason.to_string(),
     };
-    let (host, port) = value
-        .rsplit_once(':')
-        .ok_or_else(|| err("expected host:port, e.g. :2112"))?;
-    let port: u16 = port
-        .parse()
-        .map_err(|_| err("the port is not a number between 0 and 65535"))?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let (host, port) = crate::syntax::split_host_port(value).map_err(err)?;
     if host.is_empty() {
         return Ok(vec![
             SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)),

@@ -39,6 +39,24 @@ pub(crate) fn parse_go_bool(s: &str) -> Option<bool> {
 /// What [`parse_go_bool`] accepts, for error messages.
 pub(crate) const GO_BOOL_VALUES: &str = "1 t T TRUE true True 0 f F FALSE false False";
 
+/// Splits a listen address `host:port`, `[v6]:port` or `:port` (kube-vip's
+/// `prometheus_server` forms) into the host without brackets (empty for `:port`) and the port.
+///
+/// # Errors
+///
+/// The reason as text (callers name the field and the value): no `:`, or a port that is not a
+/// number from 0 to 65535.
+pub fn split_host_port(value: &str) -> Result<(&str, u16), &'static str> {
+    let (host, port) = value
+        .rsplit_once(':')
+        .ok_or("expected host:port, e.g. :2112")?;
+    let port: u16 = match port.parse() {
+        Ok(p) if port.bytes().all(|b| b.is_ascii_digit()) => p,
+        _ => return Err("the port is not a number between 0 and 65535"),
+    };
+    Ok((host.trim_start_matches('[').trim_end_matches(']'), port))
+}
+
 /// `value` as a URI, with `default_scheme://` put in front when it names no scheme: `host`,
 /// `host:port` and `[v6]:port` are accepted as kubectl's `--server` and curl accept them.
 ///
@@ -118,5 +136,19 @@ mod tests {
         assert!(uri_with_default_scheme("https://", "https").is_err());
         assert!(uri_with_default_scheme("http://[]:80", "https").is_err());
         assert!(uri_with_default_scheme("a b", "https").is_err());
+    }
+
+    #[test]
+    fn host_port_forms() {
+        assert_eq!(split_host_port(":2112"), Ok(("", 2112)));
+        assert_eq!(split_host_port("192.0.2.1:80"), Ok(("192.0.2.1", 80)));
+        assert_eq!(split_host_port("[2001:db8::1]:9"), Ok(("2001:db8::1", 9)));
+        assert!(split_host_port("2112").is_err());
+        assert!(split_host_port(":65536").is_err());
+        assert!(split_host_port("host:").is_err());
+        assert!(
+            split_host_port(":+80").is_err(),
+            "digits only, no sign"
+        );
     }
 }

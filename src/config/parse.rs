@@ -269,25 +269,25 @@ pub(super) fn check_qualified_name(raw: &Raw) -> Result<(), ConfigError> {
     }
 }
 
-/// `host:port`, `[v6]:port` or (when `host_required` is false) `:port`.
+/// `host:port`, `[v6]:port` or (when `host_required` is false) `:port`: split by
+/// [`crate::syntax::split_host_port`], then an IPv6 host must be in brackets, any other host
+/// must be an IPv4 address or a DNS name, and the port must not be 0.
 pub(super) fn check_host_port(raw: &Raw, host_required: bool) -> Result<(), ConfigError> {
     let v = raw.value.as_str();
-    let (host, port) = if let Some(rest) = v.strip_prefix('[') {
-        let Some((h, p)) = rest.split_once("]:") else {
-            return Err(raw.invalid("expected [IPv6]:port"));
-        };
-        if h.parse::<std::net::Ipv6Addr>().is_err() {
-            return Err(raw.invalid(format!("{h:?} is not an IPv6 address")));
+    let (host, port) = crate::syntax::split_host_port(v).map_err(|r| raw.invalid(r))?;
+    let h = host;
+    let host_ok = if v.starts_with('[') {
+        if !v.contains("]:") || h.parse::<std::net::Ipv6Addr>().is_err() {
+            return Err(raw.invalid(format!(
+                "expected [IPv6]:port; {h:?} is not an IPv6 address"
+            )));
         }
-        (h, p)
+        true
     } else {
-        let Some((h, p)) = v.rsplit_once(':') else {
-            return Err(raw.invalid("expected host:port (e.g. :2112 or 127.0.0.1:6443)"));
-        };
         if h.contains(':') {
             return Err(raw.invalid("an IPv6 host must be written in brackets: [addr]:port"));
         }
-        let host_ok = h.is_empty()
+        h.is_empty()
             || h.parse::<std::net::Ipv4Addr>().is_ok()
             || (h.len() <= 253
                 && h.split('.').all(|l| {
@@ -296,17 +296,16 @@ pub(super) fn check_host_port(raw: &Raw, host_required: bool) -> Result<(), Conf
                         && l.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
                         && !l.starts_with('-')
                         && !l.ends_with('-')
-                }));
-        if !host_ok {
-            return Err(raw.invalid(format!("{h:?} is not a host name or IP address")));
-        }
-        (h, p)
+                }))
     };
+    if !host_ok {
+        return Err(raw.invalid(format!("{h:?} is not a host name or IP address")));
+    }
     if host_required && host.is_empty() {
         return Err(raw.invalid("a host is required (host:port)"));
     }
-    match port.parse::<u16>() {
-        Ok(p) if p != 0 && port.bytes().all(|b| b.is_ascii_digit()) => Ok(()),
-        _ => Err(raw.invalid(format!("{port:?} is not a port between 1 and 65535"))),
+    if port == 0 {
+        return Err(raw.invalid("port 0 is not a port between 1 and 65535"));
     }
+    Ok(())
 }

@@ -493,13 +493,7 @@ fn admin_endpoint(value: &str) -> Result<(Option<String>, Option<u16>), Manifest
         value: value.to_string(),
         reason: reason.to_string(),
     };
-    let (host, port) = value
-        .rsplit_once(':')
-        .ok_or_else(|| invalid("expected host:port, e.g. :2112"))?;
-    let port: u16 = port
-        .parse()
-        .map_err(|_| invalid("the port is not a number between 1 and 65535"))?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let (host, port) = crate::syntax::split_host_port(value).map_err(invalid)?;
     let host = match host {
         "" | "0.0.0.0" | "::" => None,
         h => Some(h.to_string()),
