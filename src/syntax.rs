@@ -146,9 +146,6 @@ mod tests {
         assert!(split_host_port("2112").is_err());
         assert!(split_host_port(":65536").is_err());
         assert!(split_host_port("host:").is_err());
-        assert!(
-            split_host_port(":+80").is_err(),
-            "digits only, no sign"
-        );
+        assert!(split_host_port(":+80").is_err(), "digits only, no sign");
     }
 }

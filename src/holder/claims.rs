@@ -136,7 +136,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let vip = spec.vip;
         match self.kernel.addresses(None).await {
             Ok(present) => {
-                for step in plan(&[(vip, 0)], &present, None) {
+                for step in address_steps(&[(vip, 0)], &present, None) {
                     if let Step::Remove { vip, ifindex } = step
                         && let Err(e) = self.kernel.remove(ifindex, vip).await
                     {

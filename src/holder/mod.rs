@@ -3,7 +3,7 @@
 //! unsolicited neighbour advertisements, and the periodic check that repairs what others
 //! changed (scenarios S01, S08, S09, S26 in `docs/scenarios.md`).
 //!
-//! The decision ([`plan`]) is a pure function of what the kernel shows and what we lead; the
+//! The decision ([`address_steps`]) is a pure function of what the kernel shows and what we lead; the
 //! [`VipHolder`] loop applies it through the [`Kernel`] and [`Announcer`] traits.
 
 mod announce;
@@ -203,7 +203,11 @@ pub enum Step {
 /// that is under one second: the next renew re-adds it); a VIP in `dadfailed` is removed and
 /// added again (S26); our copy of a VIP on another interface is removed. Not leading: every
 /// copy of our VIPs that is ours is removed. Addresses not tagged as ours are never touched.
-pub fn plan(desired: &[(Vip, u32)], present: &[AddrInfo], fence_left: Option<u32>) -> Vec<Step> {
+pub fn address_steps(
+    desired: &[(Vip, u32)],
+    present: &[AddrInfo],
+    fence_left: Option<u32>,
+) -> Vec<Step> {
     let mut steps = Vec::new();
     for (vip, ifindex) in desired {
         let copies: Vec<&AddrInfo> = present

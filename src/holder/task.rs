@@ -186,7 +186,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         if !gone.is_empty() {
             match self.kernel.addresses(None).await {
                 Ok(present) => {
-                    for step in plan(&gone, &present, None) {
+                    for step in address_steps(&gone, &present, None) {
                         if let Step::Remove { vip, ifindex } = step {
                             match self.kernel.remove(ifindex, vip).await {
                                 Ok(()) => {
@@ -449,16 +449,16 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
     }
 
-    /// The repairs [`plan`] asks for given `present`: the bound VIPs while leading, and the
+    /// The repairs [`address_steps`] asks for given `present`: the bound VIPs while leading, and the
     /// held-back ones' removal. An add is confirmed against a fresh dump first.
     async fn repair_steps(&self, present: &[AddrInfo], fence_left: Option<u32>) -> Vec<Step> {
         let desired = self.desired();
         let held_back = self.held_back();
         let steps_for = |present: &[AddrInfo]| {
-            let mut steps = plan(&desired, present, fence_left);
+            let mut steps = address_steps(&desired, present, fence_left);
             if fence_left.is_some() {
                 // A VIP refused for a conflict whose removal failed goes now.
-                steps.extend(plan(&held_back, present, None));
+                steps.extend(address_steps(&held_back, present, None));
             }
             steps
         };
@@ -555,7 +555,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                     continue;
                 }
             };
-            let steps = plan(&desired, &present, None);
+            let steps = address_steps(&desired, &present, None);
             if steps.is_empty() {
                 return true;
             }

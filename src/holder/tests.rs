@@ -358,7 +358,7 @@ fn fence_is_below_renew_deadline_and_above_retry() {
 fn plan_adds_missing_and_repairs_dadfailed_while_leading() {
     let v = vip4();
     assert_eq!(
-        plan(&[(v, 2)], &[], Some(2)),
+        address_steps(&[(v, 2)], &[], Some(2)),
         vec![Step::Add {
             vip: v,
             ifindex: 2,
@@ -366,11 +366,11 @@ fn plan_adds_missing_and_repairs_dadfailed_while_leading() {
         }]
     );
     // Fence nearly used up: do not re-add, the next renew does.
-    assert!(plan(&[(v, 2)], &[], Some(0)).is_empty());
+    assert!(address_steps(&[(v, 2)], &[], Some(0)).is_empty());
     let mut failed = AddrInfo::plain(2, v, true);
     failed.dad_failed = true;
     assert_eq!(
-        plan(&[(v, 2)], &[failed], Some(2)),
+        address_steps(&[(v, 2)], &[failed], Some(2)),
         vec![
             Step::Remove { vip: v, ifindex: 2 },
             Step::Add {
@@ -381,10 +381,10 @@ fn plan_adds_missing_and_repairs_dadfailed_while_leading() {
         ]
     );
     // Present and fine: nothing.
-    assert!(plan(&[(v, 2)], &[AddrInfo::plain(2, v, true)], Some(2)).is_empty());
+    assert!(address_steps(&[(v, 2)], &[AddrInfo::plain(2, v, true)], Some(2)).is_empty());
     // Our copy on another interface is moved.
     assert_eq!(
-        plan(&[(v, 2)], &[AddrInfo::plain(3, v, true)], Some(2)),
+        address_steps(&[(v, 2)], &[AddrInfo::plain(3, v, true)], Some(2)),
         vec![
             Step::Remove { vip: v, ifindex: 3 },
             Step::Add {
@@ -399,9 +399,9 @@ fn plan_adds_missing_and_repairs_dadfailed_while_leading() {
 #[test]
 fn plan_never_touches_untagged_and_drops_ours_when_not_leading() {
     let v = vip4();
-    assert!(plan(&[(v, 2)], &[AddrInfo::plain(2, v, false)], None).is_empty());
+    assert!(address_steps(&[(v, 2)], &[AddrInfo::plain(2, v, false)], None).is_empty());
     assert_eq!(
-        plan(
+        address_steps(
             &[(v, 2)],
             &[AddrInfo::plain(2, v, true), AddrInfo::plain(3, v, true)],
             None

@@ -1,5 +1,5 @@
 //! Which Service VIPs exist, which Lease governs each address, and which of them this node
-//! should campaign for: one pure function ([`plan`]) of the selected Services, the local
+//! should campaign for: one pure function ([`plan_leases`]) of the selected Services, the local
 //! endpoints and the configuration. No kernel, no API server.
 //!
 //! Rules (scenarios S06, S07, S21 in `docs/scenarios.md`):
@@ -110,7 +110,7 @@ pub struct Conflict {
     pub port: PortProto,
 }
 
-/// The result of [`plan`].
+/// The result of [`plan_leases`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Plan {
     /// Election groups by lease.
@@ -133,7 +133,7 @@ pub(crate) fn vip_prefix(subnet: &VipSubnet, a: &IpAddr) -> u8 {
 
 /// Computes the plan (see module docs). Deterministic: the result does not depend on the
 /// order of `services`.
-pub fn plan(services: &[Candidate], cfg: &PlanConfig) -> Plan {
+pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
     let mut ordered: Vec<&Candidate> = services.iter().collect();
     ordered.sort_by(|a, b| {
         (a.created.is_none(), a.created, &a.key).cmp(&(b.created.is_none(), b.created, &b.key))
@@ -258,7 +258,7 @@ mod tests {
 
     #[test]
     fn each_service_gets_its_own_group_in_per_service_mode() {
-        let p = plan(
+        let p = plan_leases(
             &[
                 svc("a", 1, &["192.0.2.20"], &[(80, "TCP")]),
                 svc("b", 2, &["192.0.2.21", "2001:db8::21"], &[(80, "TCP")]),
@@ -280,21 +280,21 @@ mod tests {
             svc("dns-udp", 2, &["192.0.2.60"], &[(53, "UDP")]),
             svc("dns-tcp", 1, &["192.0.2.60"], &[(53, "TCP")]),
         ];
-        let p = plan(&services, &cfg(Mode::PerService));
+        let p = plan_leases(&services, &cfg(Mode::PerService));
         assert_eq!(p.groups.len(), 1);
         let g = &p.groups[&lease("dns-tcp")];
         assert_eq!(g.services.len(), 2);
         assert_eq!(g.vips.len(), 1);
         // Deleting dns-udp keeps the address; deleting dns-tcp moves it to dns-udp's lease.
-        let p = plan(&services[1..], &cfg(Mode::PerService));
+        let p = plan_leases(&services[1..], &cfg(Mode::PerService));
         assert_eq!(p.groups[&lease("dns-tcp")].vips.len(), 1);
-        let p = plan(&services[..1], &cfg(Mode::PerService));
+        let p = plan_leases(&services[..1], &cfg(Mode::PerService));
         assert_eq!(p.groups[&lease("dns-udp")].vips.len(), 1);
     }
 
     #[test]
     fn control_plane_vip_used_by_a_service_stays_with_the_control_plane() {
-        let p = plan(
+        let p = plan_leases(
             &[svc("api", 1, &["192.0.2.10"], &[(443, "TCP")])],
             &cfg(Mode::PerService),
         );
@@ -305,7 +305,7 @@ mod tests {
     #[test]
     fn same_address_port_and_protocol_conflicts_later_service_is_left_out() {
         // S07
-        let p = plan(
+        let p = plan_leases(
             &[
                 svc("svc-b", 2, &["192.0.2.70"], &[(80, "TCP")]),
                 svc("svc-a", 1, &["192.0.2.70"], &[(80, "TCP")]),
@@ -329,10 +329,10 @@ mod tests {
         // S21
         let mut s = svc("web", 1, &["192.0.2.80"], &[(80, "TCP")]);
         s.etp_local = true;
-        let p = plan(std::slice::from_ref(&s), &cfg(Mode::PerService));
+        let p = plan_leases(std::slice::from_ref(&s), &cfg(Mode::PerService));
         assert!(!p.groups[&lease("web")].campaign);
         s.local_endpoint = true;
-        let p = plan(&[s], &cfg(Mode::PerService));
+        let p = plan_leases(&[s], &cfg(Mode::PerService));
         assert!(p.groups[&lease("web")].campaign);
     }
 
@@ -342,7 +342,7 @@ mod tests {
             namespace: "kube-system".into(),
             name: "plndr-svcs-lock".into(),
         };
-        let p = plan(
+        let p = plan_leases(
             &[
                 svc("a", 1, &["192.0.2.20"], &[(80, "TCP")]),
                 svc("b", 2, &["192.0.2.21"], &[(80, "TCP")]),
@@ -359,8 +359,8 @@ mod tests {
         let a = svc("a", 1, &["192.0.2.60"], &[(53, "TCP")]);
         let b = svc("b", 2, &["192.0.2.60"], &[(53, "TCP")]);
         let c = svc("c", 3, &["192.0.2.61"], &[(53, "TCP")]);
-        let p1 = plan(&[a.clone(), b.clone(), c.clone()], &cfg(Mode::PerService));
-        let p2 = plan(&[c, b, a], &cfg(Mode::PerService));
+        let p1 = plan_leases(&[a.clone(), b.clone(), c.clone()], &cfg(Mode::PerService));
+        let p2 = plan_leases(&[c, b, a], &cfg(Mode::PerService));
         assert_eq!(p1, p2);
     }
 
@@ -369,13 +369,13 @@ mod tests {
         let mut c = cfg(Mode::PerService);
         c.interface = Some("eth0".into());
         let mut s = svc("a", 1, &["192.0.2.20"], &[(80, "TCP")]);
-        let p = plan(std::slice::from_ref(&s), &c);
+        let p = plan_leases(std::slice::from_ref(&s), &c);
         assert_eq!(
             p.groups[&lease("a")].vips[0].interface.as_deref(),
             Some("eth0")
         );
         s.interface = Some("eth1".into());
-        let p = plan(&[s], &c);
+        let p = plan_leases(&[s], &c);
         assert_eq!(
             p.groups[&lease("a")].vips[0].interface.as_deref(),
             Some("eth1")

@@ -448,7 +448,7 @@ impl<K: Kernel, A: Announcer> MainLoop<K, A> {
     async fn pass(&mut self) {
         let services = self.caches.services.state();
         let (candidates, mut notes) = self.candidates(&services).await;
-        let plan = desired::plan(&candidates, &self.plan_cfg);
+        let plan = desired::plan_leases(&candidates, &self.plan_cfg);
         let endpointless = decide::endpointless(
             self.cfg.services_election,
             &plan,

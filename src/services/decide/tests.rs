@@ -58,7 +58,7 @@ struct Pass {
 
 impl Node {
     fn pass(&mut self, candidates: &[Candidate], per_service: bool) -> Pass {
-        let plan = desired::plan(candidates, &plan_cfg(per_service));
+        let plan = desired::plan_leases(candidates, &plan_cfg(per_service));
         let running: BTreeSet<LeaseRef> = self.groups.keys().cloned().collect();
         let stops = stops(&self.prev, &plan, &running, per_service);
         self.prev = governance::governors(&plan);
@@ -221,7 +221,7 @@ fn an_address_taken_over_by_an_older_service_moves_to_its_lease() {
 #[test]
 fn retiring_addresses_are_held_back_from_the_new_lease() {
     let services = [svc("a", 1, &["192.0.2.20", "192.0.2.22"], 80)];
-    let plan = desired::plan(&services, &plan_cfg(true));
+    let plan = desired::plan_leases(&services, &plan_cfg(true));
     let retiring = BTreeMap::from([(lease("b"), BTreeSet::from([ip("192.0.2.20")]))]);
     let r = runs(&plan, &services, &BTreeSet::new(), &retiring);
     assert_eq!(r.specs.len(), 1);
@@ -274,7 +274,7 @@ fn local_services_without_endpoints_are_noted_only_with_per_service_leases() {
     let mut local = svc("l", 1, &["192.0.2.30"], 80);
     local.etp_local = true;
     let without: HashSet<ServiceKey> = [local.key.clone()].into();
-    let plan = desired::plan(std::slice::from_ref(&local), &plan_cfg(true));
+    let plan = desired::plan_leases(std::slice::from_ref(&local), &plan_cfg(true));
     let nowhere = endpointless(true, &plan, &without);
     assert_eq!(nowhere, without);
     let notes = endpointless_notes(&plan, &nowhere, &[]);
@@ -285,7 +285,7 @@ fn local_services_without_endpoints_are_noted_only_with_per_service_leases() {
     );
     assert!(notes[0].warn);
     // One lease for all: its holder announces Local Services too.
-    let plan = desired::plan(&[local], &plan_cfg(false));
+    let plan = desired::plan_leases(&[local], &plan_cfg(false));
     assert!(endpointless(false, &plan, &without).is_empty());
 }
 
@@ -294,7 +294,7 @@ fn services_are_counted_per_namespace() {
     let mut other = svc("x", 2, &["192.0.2.40"], 80);
     other.key = ServiceKey::new("prod", "x");
     let services = [svc("a", 1, &["192.0.2.20"], 80), other];
-    let plan = desired::plan(&services, &plan_cfg(true));
+    let plan = desired::plan_leases(&services, &plan_cfg(true));
     assert_eq!(
         per_namespace(&plan),
         BTreeMap::from([("default".to_string(), 1), ("prod".to_string(), 1)])

@@ -11,7 +11,7 @@ use tokio::sync::broadcast;
 use super::*;
 use crate::config::VipSubnet;
 use crate::election::LeaseError;
-use crate::services::desired::{Candidate, Mode, PlanConfig, plan};
+use crate::services::desired::{Candidate, Mode, PlanConfig, plan_leases};
 use crate::services::model::{PortProto, ServiceKey};
 
 pub(crate) fn ip(s: &str) -> IpAddr {
@@ -47,7 +47,7 @@ pub(crate) fn svc(name: &str, created: i64, addrs: &[&str], port: i32) -> Candid
 }
 
 fn plan_of(services: &[Candidate]) -> Plan {
-    plan(
+    plan_leases(
         services,
         &PlanConfig {
             mode: Mode::PerService,
