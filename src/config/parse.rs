@@ -275,22 +275,21 @@ pub(super) fn check_qualified_name(raw: &Raw) -> Result<(), ConfigError> {
 pub(super) fn check_host_port(raw: &Raw, host_required: bool) -> Result<(), ConfigError> {
     let v = raw.value.as_str();
     let (host, port) = crate::syntax::split_host_port(v).map_err(|r| raw.invalid(r))?;
-    let h = host;
     let host_ok = if v.starts_with('[') {
-        if !v.contains("]:") || h.parse::<std::net::Ipv6Addr>().is_err() {
+        if !v.contains("]:") || host.parse::<std::net::Ipv6Addr>().is_err() {
             return Err(raw.invalid(format!(
-                "expected [IPv6]:port; {h:?} is not an IPv6 address"
+                "expected [IPv6]:port; {host:?} is not an IPv6 address"
             )));
         }
         true
     } else {
-        if h.contains(':') {
+        if host.contains(':') {
             return Err(raw.invalid("an IPv6 host must be written in brackets: [addr]:port"));
         }
-        h.is_empty()
-            || h.parse::<std::net::Ipv4Addr>().is_ok()
-            || (h.len() <= 253
-                && h.split('.').all(|l| {
+        host.is_empty()
+            || host.parse::<std::net::Ipv4Addr>().is_ok()
+            || (host.len() <= 253
+                && host.split('.').all(|l| {
                     !l.is_empty()
                         && l.len() <= 63
                         && l.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
@@ -299,7 +298,7 @@ pub(super) fn check_host_port(raw: &Raw, host_required: bool) -> Result<(), Conf
                 }))
     };
     if !host_ok {
-        return Err(raw.invalid(format!("{h:?} is not a host name or IP address")));
+        return Err(raw.invalid(format!("{host:?} is not a host name or IP address")));
     }
     if host_required && host.is_empty() {
         return Err(raw.invalid("a host is required (host:port)"));
