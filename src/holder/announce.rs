@@ -7,6 +7,12 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// "announced" at info when `loud` (else debug), a failure rate-limited, and the end
     /// of a run of failures.
     pub(super) fn announce_one(&mut self, vip: Vip, link: &LinkInfo, loud: bool) {
+        // Checked right before the send: a process continued after a freeze must not tell
+        // the segment it holds a VIP whose lease may already be another node's.
+        if self.fence_left(Instant::now()).is_none() {
+            debug!(holder = %self.name, %vip, "not announcing: the lease may have expired");
+            return;
+        }
         match self.announcer.announce(link, vip) {
             Ok(()) => {
                 if let Some(m) = &self.metrics {

@@ -191,22 +191,20 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
                 continue;
             };
-            match self
-                .kernel
-                .add_or_refresh(link.index, spec.vip, left, self.cfg.skip_dad)
-                .await
-            {
-                Ok(()) => {
-                    self.quiet.clear(&Quiet::Add(spec.vip.addr), Instant::now());
-                    info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "no conflict; VIP added");
+            let (vip, link) = (spec.vip, link.clone());
+            match self.add_fenced(link.index, vip, left).await {
+                Ok(false) => {}
+                Ok(true) => {
+                    self.quiet.clear(&Quiet::Add(vip.addr), Instant::now());
+                    info!(holder = %self.name, %vip, interface = %link.name, "no conflict; VIP added");
                     added.push(i);
                 }
                 Err(e) => {
                     if let Some(r) =
                         self.quiet
-                            .observe(Quiet::Add(spec.vip.addr), e.to_string(), Instant::now())
+                            .observe(Quiet::Add(vip.addr), e.to_string(), Instant::now())
                     {
-                        error!(holder = %self.name, vip = %spec.vip, interface = %link.name, error = %e, "cannot add VIP{r}")
+                        error!(holder = %self.name, %vip, interface = %link.name, error = %e, "cannot add VIP{r}")
                     }
                 }
             }

@@ -95,6 +95,13 @@ pub fn fence_grant(fence_secs: u32, lease_duration: Duration, age: Duration) -> 
         .min(fence_secs)
 }
 
+/// Whether the lease others see may have expired `age` after the last renewal request was
+/// sent (less [`FENCE_MARGIN`]): from then on this node must hold nothing, whatever its
+/// elector has not yet noticed (a process continued after a freeze, a stalled task). Pure.
+pub fn fence_lapsed(lease_duration: Duration, age: Duration) -> bool {
+    age.saturating_add(FENCE_MARGIN) >= lease_duration
+}
+
 /// One VIP this holder manages: the address and the interface to put it on (`None` =
 /// choose automatically, scenario S27).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -299,6 +306,9 @@ pub(crate) async fn remove_stale<K: Kernel>(
 
 /// Tries to remove and confirm the removal of the VIPs before giving up for this round.
 const DROP_ATTEMPTS: u32 = 3;
+/// How many times an add is re-checked against the fence (see `VipHolder::add_fenced`)
+/// before the VIP is removed instead.
+const FENCE_RECHECKS: u32 = 3;
 /// Pause between two removal tries.
 const DROP_RETRY: Duration = Duration::from_millis(30);
 

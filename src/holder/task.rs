@@ -146,15 +146,56 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     }
 
     /// The lifetime a VIP may get now ([`fence_grant`] from the last renewal's send time);
-    /// `None` when not leading.
+    /// `None` when not leading, or when the lease may have expired for the other nodes
+    /// ([`fence_lapsed`]) even though the elector has not said so yet: then every VIP goes.
     pub(super) fn fence_left(&self, now: Instant) -> Option<u32> {
-        self.renewed_at.map(|r| {
-            fence_grant(
-                self.cfg.fence_secs,
-                self.cfg.lease_duration,
-                now.saturating_duration_since(r),
-            )
-        })
+        let age = now.saturating_duration_since(self.renewed_at?);
+        if fence_lapsed(self.cfg.lease_duration, age) {
+            return None;
+        }
+        Some(fence_grant(
+            self.cfg.fence_secs,
+            self.cfg.lease_duration,
+            age,
+        ))
+    }
+
+    /// Adds or refreshes `vip` on `ifindex` with `lifetime` seconds (a grant of
+    /// [`Self::fence_left`]), then makes sure the kernel's copy cannot outlive the lease as
+    /// the other nodes see it. The kernel counts a lifetime from when it handles the
+    /// request, not from when the grant was computed: a process frozen (or stalled) between
+    /// the two would otherwise give a VIP a full fence long after its lease expired, and
+    /// answer next to the new holder (found by the chaos soak, seed 711036458). After the
+    /// kernel's answer the grant is computed again: a shorter one replaces the lifetime, none
+    /// removes the VIP at once (the next renewal adds it again).
+    ///
+    /// Returns `Ok(true)` when the VIP is in place, `Ok(false)` when it was removed.
+    ///
+    /// # Errors
+    /// The kernel's error from the add, refresh or removal.
+    pub(super) async fn add_fenced(
+        &mut self,
+        ifindex: u32,
+        vip: Vip,
+        lifetime: u32,
+    ) -> Result<bool, NetError> {
+        let mut lifetime = lifetime;
+        for _ in 0..FENCE_RECHECKS {
+            self.kernel
+                .add_or_refresh(ifindex, vip, lifetime, self.cfg.skip_dad)
+                .await?;
+            match self.fence_left(Instant::now()) {
+                Some(now_left) if now_left >= lifetime => return Ok(true),
+                Some(now_left) if now_left >= 1 => {
+                    debug!(holder = %self.name, %vip, lifetime, now_left, "the kernel took the VIP's lifetime late; shortening it");
+                    lifetime = now_left;
+                }
+                _ => break,
+            }
+        }
+        warn!(holder = %self.name, %vip, "the kernel took the VIP's lifetime after the lease could have expired (this process was frozen or stalled); removing the VIP until the next renewal");
+        self.kernel.remove(ifindex, vip).await?;
+        Ok(false)
     }
 
     /// Replaces the VIP set (see [`VipHolder::with_updates`]).
@@ -344,29 +385,30 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             debug!(holder = %self.name, "renewal too old to extend the fence; not refreshing");
             return;
         }
-        for (i, spec) in self.vips.iter().enumerate() {
-            let Some(link) = self.links.get(&i) else {
+        for i in 0..self.vips.len() {
+            let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
                 continue;
             };
             if !self.probes.get(i).is_some_and(ProbeState::bound) {
                 continue;
             }
             let key = Quiet::Add(spec.vip.addr);
-            if let Err(e) = self
-                .kernel
-                .add_or_refresh(link.index, spec.vip, lifetime, self.cfg.skip_dad)
-                .await
-            {
-                if let Some(r) = self.quiet.observe(key, e.to_string(), Instant::now()) {
-                    error!(holder = %self.name, vip = %spec.vip, interface = %link.name, error = %e, "cannot add VIP{r}");
+            let (vip, link) = (spec.vip, link.clone());
+            match self.add_fenced(link.index, vip, lifetime).await {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    if let Some(r) = self.quiet.observe(key, e.to_string(), Instant::now()) {
+                        error!(holder = %self.name, %vip, interface = %link.name, error = %e, "cannot add VIP{r}");
+                    }
+                    continue;
                 }
-                continue;
             }
             if let Some(r) = self.quiet.clear(&key, Instant::now()) {
-                info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "adding the VIP works again{r}");
+                info!(holder = %self.name, %vip, interface = %link.name, "adding the VIP works again{r}");
             }
             if announce {
-                info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "VIP added");
+                info!(holder = %self.name, %vip, interface = %link.name, "VIP added");
                 added.push(i);
             }
         }
@@ -488,12 +530,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 {
                     warn!(holder = %self.name, %vip, ifindex, "VIP missing while leading; re-adding{r}");
                 }
-                match self
-                    .kernel
-                    .add_or_refresh(ifindex, vip, valid_lft_secs, self.cfg.skip_dad)
-                    .await
-                {
-                    Ok(()) => {
+                match self.add_fenced(ifindex, vip, valid_lft_secs).await {
+                    Ok(false) => false,
+                    Ok(true) => {
                         // A VIP missing again later is news.
                         self.quiet.clear(&Quiet::Missing(vip.addr), now);
                         if let Some(r) = self.quiet.clear(&Quiet::Add(vip.addr), now) {

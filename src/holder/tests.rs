@@ -21,6 +21,9 @@ struct KState {
     /// Address dumps miss every vipd address (as a dump made while other holders add
     /// addresses can).
     dumps_miss_ours: bool,
+    /// The next add/refresh reaches the kernel this long after it was asked for (the
+    /// process was frozen between computing the lifetime and the kernel handling it).
+    stall_next_add: Option<Duration>,
 }
 
 #[derive(Default)]
@@ -98,6 +101,10 @@ impl Kernel for FakeKernel {
         valid: u32,
         _skip_dad: bool,
     ) -> Result<(), NetError> {
+        let stall = self.0.lock().unwrap().stall_next_add.take();
+        if let Some(d) = stall {
+            tokio::time::sleep(d).await;
+        }
         let mut s = self.0.lock().unwrap();
         if let Some(a) = s.addrs.iter().find(|a| a.vip.addr == vip.addr && !a.ours) {
             return Err(NetError::NotOurs {
@@ -312,6 +319,86 @@ fn fence_grant_never_outlives_the_lease_others_see() {
     }
     // kube-vip's 5/3/1: the 2 s fence is granted in full for the first 2.75 s.
     assert_eq!(fence_grant(2, Duration::from_secs(5), ms(2700)), 2);
+}
+
+/// The kernel counts a lifetime from when it handles the add, not from when vipd computed
+/// it: a freeze in between must not leave the VIP alive past the lease others see (found by
+/// the chaos soak, seed 711036458: a holder continued after SIGSTOP answered next to the new
+/// holder). Lapsed: the VIP is removed at once, and not announced.
+#[tokio::test(start_paused = true)]
+async fn a_freeze_between_grant_and_kernel_removes_the_vip() {
+    let r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth0"));
+    settle().await;
+    lead(&r, 1, true);
+    settle().await;
+    assert!(r.kernel.has(vip4()));
+    let garps = r.ann.count(vip4());
+    // The next renewal's refresh reaches the kernel 6 s late (lease 5 s).
+    r.kernel.0.lock().unwrap().stall_next_add = Some(Duration::from_secs(6));
+    lead(&r, 1, true);
+    tokio::time::sleep(Duration::from_millis(6010)).await;
+    assert!(
+        !r.kernel.has(vip4()),
+        "a VIP whose lifetime the kernel took after the lease lapsed must go"
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(
+        !r.kernel.has(vip4()),
+        "and is not re-added without a renewal"
+    );
+    assert_eq!(
+        r.ann.count(vip4()),
+        garps,
+        "nothing announced after the lease lapsed"
+    );
+}
+
+/// A shorter stall still inside the lease: the lifetime is cut to what the lease covers
+/// when the kernel took it, and the VIP stays.
+#[tokio::test(start_paused = true)]
+async fn a_late_kernel_add_gets_a_shorter_lifetime() {
+    let r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth0"));
+    settle().await;
+    lead(&r, 1, true);
+    settle().await;
+    r.kernel.0.lock().unwrap().stall_next_add = Some(Duration::from_secs(3));
+    lead(&r, 1, true);
+    tokio::time::sleep(Duration::from_millis(3010)).await;
+    // Granted 2 s at once; taken at 3 s of a 5 s lease: 1 s is all that fits.
+    let adds = r.kernel.0.lock().unwrap().adds.clone();
+    assert_eq!(&adds[adds.len() - 2..], &[(vip4(), 2), (vip4(), 1)]);
+    assert!(r.kernel.has(vip4()));
+}
+
+/// An elector that stops renewing without saying so (frozen, stalled): once the lease
+/// others see may have expired, the holder's own check removes the VIP and announces
+/// nothing more, even before a Following state arrives.
+#[tokio::test(start_paused = true)]
+async fn a_silent_elector_lapses_the_vip() {
+    let r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth0"));
+    settle().await;
+    let t0 = Instant::now();
+    lead(&r, 1, true);
+    settle().await;
+    assert!(r.kernel.has(vip4()));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert!(r.kernel.has(vip4()), "still inside the lease");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        !r.kernel.has(vip4()),
+        "lapsed 5 s - margin after the renewal"
+    );
+    let lapse = t0 + TIMING.lease_duration - FENCE_MARGIN;
+    let late: Vec<Instant> = r
+        .ann
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(t, _, _)| *t)
+        .filter(|t| *t >= lapse)
+        .collect();
+    assert!(late.is_empty(), "announced after the lapse: {late:?}");
 }
 
 /// A leadership update sent before the process was frozen and acted on after it was
