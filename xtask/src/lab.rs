@@ -190,7 +190,12 @@ impl Lab {
         if uid != 0 {
             return Err(LabError::NotRoot { uid });
         }
-        control_plane::ensure_packages(&[("ip", "iproute2"), ("etcd", "etcd-server")])?;
+        // `nft`: the chaos soak's API partition and leak check, the ARP flux guard's tests.
+        control_plane::ensure_packages(&[
+            ("ip", "iproute2"),
+            ("etcd", "etcd-server"),
+            ("nft", "nftables"),
+        ])?;
         let t0 = Instant::now();
         let apiserver = find_apiserver()?;
         trace(t0, "found kube-apiserver");
