@@ -26,18 +26,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::metrics::{self, Metrics};
+use crate::syntax::ListenAddr;
 
 /// Errors starting the admin endpoint.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
-    /// `prometheus_server` is not `host:port`.
-    #[error("prometheus_server {value:?}: {reason}")]
-    Address {
-        /// The configured value.
-        value: String,
-        /// What is wrong.
-        reason: String,
-    },
     /// The socket could not be bound (port in use, no permission).
     #[error("prometheus_server {value:?}: cannot listen: {source}")]
     Bind {
@@ -325,50 +318,20 @@ impl WatchActivity {
     }
 }
 
-/// The addresses to try for `prometheus_server`: `host:port` / `[v6]:port` as given;
-/// `:port` (kube-vip's form, all addresses) tries `[::]:port` (dual stack) then
-/// `0.0.0.0:port` (hosts without IPv6).
+/// Binds `prometheus_server`: the first of [`ListenAddr::socket_addrs`] that binds.
 ///
 /// # Errors
-/// [`AdminError::Address`].
-pub(crate) fn listen_addresses(value: &str) -> Result<Vec<SocketAddr>, AdminError> {
-    let err = |reason: &str| AdminError::Address {
-        value: value.to_string(),
-        reason: reason.to_string(),
-    };
-    let (host, port) = crate::syntax::split_host_port(value).map_err(err)?;
-    if host.is_empty() {
-        return Ok(vec![
-            SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, port)),
-            SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, port)),
-        ]);
-    }
-    if host == "localhost" {
-        return Ok(vec![SocketAddr::from((
-            std::net::Ipv4Addr::LOCALHOST,
-            port,
-        ))]);
-    }
-    let ip: std::net::IpAddr = host
-        .parse()
-        .map_err(|_| err("the host must be an IP address (or empty for all addresses)"))?;
-    Ok(vec![SocketAddr::new(ip, port)])
-}
-
-/// Binds `prometheus_server` (see [`listen_addresses`]).
-///
-/// # Errors
-/// [`AdminError::Address`], [`AdminError::Bind`] (the last bind error).
-pub async fn bind(value: &str) -> Result<TcpListener, AdminError> {
+/// [`AdminError::Bind`] (the last bind error).
+pub async fn bind(addr: &ListenAddr) -> Result<TcpListener, AdminError> {
     let mut last = None;
-    for addr in listen_addresses(value)? {
-        match TcpListener::bind(addr).await {
+    for a in addr.socket_addrs() {
+        match TcpListener::bind(a).await {
             Ok(l) => return Ok(l),
             Err(e) => last = Some(e),
         }
     }
     Err(AdminError::Bind {
-        value: value.to_string(),
+        value: addr.to_string(),
         source: last.unwrap_or_else(|| std::io::Error::other("no address to bind")),
     })
 }
@@ -473,7 +436,7 @@ pub fn serve(
 /// # Errors
 /// [`AdminError`].
 pub async fn start(
-    prometheus_server: &str,
+    prometheus_server: &ListenAddr,
     metrics: Metrics,
     readiness: Readiness,
     shutdown: CancellationToken,
@@ -508,9 +471,14 @@ mod tests {
         let metrics = Metrics::new("node-a");
         let ready = Readiness::new();
         let stop = CancellationToken::new();
-        let srv = start("127.0.0.1:0", metrics.clone(), ready.clone(), stop.clone())
-            .await
-            .unwrap();
+        let srv = start(
+            &ListenAddr::from(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
+            metrics.clone(),
+            ready.clone(),
+            stop.clone(),
+        )
+        .await
+        .unwrap();
         let a = srv.local_addr;
 
         assert_eq!(get(a, "/healthz").await.0, 200);
@@ -635,21 +603,5 @@ mod tests {
             w.transitions(Instant::now()),
             (vec![], vec!["services".to_string()])
         );
-    }
-
-    #[test]
-    fn listen_address_forms() {
-        assert_eq!(listen_addresses(":2112").unwrap().len(), 2);
-        assert_eq!(
-            listen_addresses("[::1]:9").unwrap(),
-            vec!["[::1]:9".parse().unwrap()]
-        );
-        assert_eq!(
-            listen_addresses("127.0.0.1:9").unwrap(),
-            vec!["127.0.0.1:9".parse().unwrap()]
-        );
-        let e = listen_addresses("host.example:9").unwrap_err().to_string();
-        assert!(e.contains("host.example:9"), "{e}");
-        assert!(listen_addresses("2112").is_err());
     }
 }

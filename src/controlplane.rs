@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::election::kube::KubeLeaseClient;
 use crate::election::{Elector, Gates};
 use crate::holder::{HolderConfig, VipHolder, VipSpec};
-use crate::net::{NetlinkKernel, RawAnnouncer, Vip};
+use crate::net::{Kernel, NetlinkKernel, RawAnnouncer, Vip};
 
 /// Why the control-plane configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -28,6 +28,25 @@ pub enum ControlPlaneError {
         address: IpAddr,
         /// The node whose address it is.
         node: String,
+    },
+    /// A control-plane VIP is the network or broadcast address of a subnet on its interface
+    /// ([`crate::net::vip_subnet_edge`]): hosts on the segment do not send unicast to it.
+    #[error(
+        "address {address} is the {edge} of {network}/{prefix} on {interface} (hosts on the \
+         segment do not send unicast to it, so the VIP would be unreachable); choose a host \
+         address of that subnet for address (--address)"
+    )]
+    SubnetEdge {
+        /// The VIP from `address`.
+        address: IpAddr,
+        /// Network or broadcast address.
+        edge: crate::net::SubnetEdge,
+        /// The subnet's network address.
+        network: IpAddr,
+        /// The subnet's prefix length.
+        prefix: u8,
+        /// The VIP's interface (`vip_interface`, else the one chosen for it).
+        interface: String,
     },
 }
 
@@ -46,6 +65,67 @@ pub(crate) fn control_plane_vips(cfg: &Config) -> Vec<VipSpec> {
             interface: cfg.interface.clone(),
         })
         .collect()
+}
+
+/// The network / broadcast rule ([`crate::net::vip_subnet_edge`]) for one control-plane
+/// VIP: `spec` with its own prefix against `connected`, the subnets (address, prefix) of the
+/// node's own addresses on `interface`, the VIP's interface. Pure.
+///
+/// # Errors
+/// [`ControlPlaneError::SubnetEdge`] naming the address, the subnet and the interface.
+pub(crate) fn check_subnet_edge(
+    spec: &VipSpec,
+    interface: &str,
+    connected: &[(IpAddr, u8)],
+) -> Result<(), ControlPlaneError> {
+    let address = spec.vip.addr;
+    match crate::net::vip_subnet_edge(address, spec.vip.prefix, connected) {
+        None => Ok(()),
+        Some((edge, prefix)) => Err(ControlPlaneError::SubnetEdge {
+            address,
+            edge,
+            network: crate::net::network_of(address, prefix),
+            prefix,
+            interface: interface.to_string(),
+        }),
+    }
+}
+
+/// [`check_subnet_edge`] for every control-plane VIP against the subnets of its interface
+/// (`vip_interface`, else the one the kernel chooses for it), read from `kernel`: the
+/// interface's addresses that are not vipd's and whose duplicate address detection did not
+/// fail. A VIP whose interface cannot be found or read is left out (`None`; the VIP holder
+/// reports it).
+pub(crate) async fn subnet_edges<K: Kernel>(
+    kernel: &K,
+    cfg: &Config,
+) -> Vec<(IpAddr, Option<Result<(), ControlPlaneError>>)> {
+    let mut out = Vec::new();
+    for spec in control_plane_vips(cfg) {
+        let link = match &spec.interface {
+            Some(name) => kernel.link_by_name(name).await.ok(),
+            None => match kernel.choose_interface(spec.vip.addr).await {
+                Ok(idx) => kernel.link_by_index(idx).await.ok(),
+                Err(_) => None,
+            },
+        };
+        let checked = match link {
+            None => None,
+            Some(link) => match kernel.addresses(Some(link.index)).await {
+                Ok(addrs) => {
+                    let connected: Vec<(IpAddr, u8)> = addrs
+                        .iter()
+                        .filter(|a| !a.ours && !a.dad_failed)
+                        .map(|a| (a.vip.addr, a.vip.prefix))
+                        .collect();
+                    Some(check_subnet_edge(&spec, &link.name, &connected))
+                }
+                Err(_) => None,
+            },
+        };
+        out.push((spec.vip.addr, checked));
+    }
+    out
 }
 
 /// What the control-plane wing shares with the rest of the manager.
@@ -279,6 +359,69 @@ pub(crate) async fn health_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn spec(addr: &str, prefix: u8) -> VipSpec {
+        VipSpec {
+            vip: Vip {
+                addr: addr.parse().unwrap(),
+                prefix,
+            },
+            interface: None,
+        }
+    }
+
+    /// The node's own addresses on eth0: 192.0.2.11/24, 198.51.100.1/31, 2001:db8::11/64.
+    fn eth0() -> Vec<(IpAddr, u8)> {
+        ["192.0.2.11/24", "198.51.100.1/31", "2001:db8::11/64"]
+            .iter()
+            .map(|s| {
+                let (a, p) = s.split_once('/').unwrap();
+                (a.parse().unwrap(), p.parse().unwrap())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn control_plane_vip_on_a_subnet_edge_of_its_interface_is_refused() {
+        let refused = [
+            (
+                spec("192.0.2.255", 32),
+                "broadcast address of 192.0.2.0/24 on eth0",
+            ),
+            (
+                spec("192.0.2.0", 32),
+                "network address of 192.0.2.0/24 on eth0",
+            ),
+            (
+                spec("2001:db8::", 128),
+                "network address of 2001:db8::/64 on eth0",
+            ),
+            // The VIP's own prefix counts too (config refuses it first).
+            (
+                spec("203.0.113.0", 24),
+                "network address of 203.0.113.0/24 on eth0",
+            ),
+        ];
+        for (s, says) in &refused {
+            let e = check_subnet_edge(s, "eth0", &eth0()).unwrap_err();
+            let msg = e.to_string();
+            assert!(
+                msg.starts_with(&format!("address {} is the {says}", s.vip.addr)),
+                "{msg}"
+            );
+            assert!(msg.contains("--address"), "{msg}");
+        }
+        // Host addresses, a /31 (both addresses usable, RFC 3021), another subnet.
+        for s in [
+            spec("192.0.2.50", 32),
+            spec("198.51.100.0", 32),
+            spec("198.51.100.1", 32),
+            spec("2001:db8::ffff:ffff:ffff:ffff", 128),
+            spec("203.0.113.255", 32),
+        ] {
+            assert!(check_subnet_edge(&s, "eth0", &eth0()).is_ok(), "{}", s.vip);
+        }
+    }
 
     #[test]
     fn three_consecutive_failures_close_and_one_success_opens() {

@@ -115,13 +115,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Manager(args) => {
             let cfg = match Config::from_process(&args) {
-                Ok(c) => c,
+                Ok(r) => r.init_logging_then_warn(|l| init_tracing(l.as_tracing())),
                 Err(e) => {
                     init_tracing(tracing::level_filters::LevelFilter::INFO);
                     return Err(anyhow::anyhow!("invalid configuration: {e}"));
                 }
             };
-            init_tracing(cfg.log_level.as_tracing());
             let shutdown = CancellationToken::new();
             cancel_on_signal(shutdown.clone())?;
             vipd::manager::run(cfg, shutdown).await?;
@@ -132,8 +131,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Preflight(args) => {
+            // Logs (config warnings, and what the checks log) go to stderr; the table to stdout.
             let cfg = Config::from_process(&args.manager)
-                .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?;
+                .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?
+                .init_logging_then_warn(|l| init_tracing(l.as_tracing()));
             let report = vipd::preflight::run(&cfg, &args).await;
             print!("{}", report.render());
             if report.failed() {

@@ -73,6 +73,13 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         controlplane::check_not_node_addresses(&client, &cfg.addresses).await?;
     }
     let kernel = Arc::new(NetlinkKernel::new()?);
+    if cfg.control_plane {
+        for (_, checked) in controlplane::subnet_edges(kernel.as_ref(), &cfg).await {
+            if let Some(Err(e)) = checked {
+                return Err(e.into());
+            }
+        }
+    }
     let arp_guard = prepare_node(kernel.as_ref(), &cfg).await;
     let holder_cfg = HolderConfig {
         arp_guard: arp_guard.clone(),

@@ -5,6 +5,8 @@
 //! - `capabilities`: `CAP_NET_ADMIN` (addresses via netlink) and `CAP_NET_RAW` (ARP/NDP
 //!   frames) in the effective set (`CapEff` of `/proc/self/status`).
 //! - `interface`: the VIP interface exists and has carrier (`IFLA_CARRIER`).
+//! - `vip-address:<ip>`: a control-plane VIP is not the network or broadcast address of its
+//!   own prefix (`vip_subnet`) or of a subnet on its interface (the manager refuses those).
 //! - `vip-free:<ip>`: nobody on the segment answers for the VIP: the manager's own conflict
 //!   probe ([`crate::net::conflict`]: RFC 5227 §2.1.1 ARP probes, IPv6 DAD-style neighbour
 //!   solicitations) and ~1 s of listening for any frame from another MAC claiming it.
@@ -243,6 +245,35 @@ pub(crate) fn check_arp_flux(
     out
 }
 
+/// One `vip-address:<vip>` row per control-plane VIP: the outcome of
+/// [`crate::controlplane::subnet_edges`] (`None` when its interface could not be read).
+/// The network or broadcast address of a subnet on the VIP's interface fails: the manager
+/// refuses to start with it.
+pub(crate) fn check_vip_addresses(
+    edges: &[(
+        IpAddr,
+        Option<Result<(), crate::controlplane::ControlPlaneError>>,
+    )],
+) -> Vec<Check> {
+    edges
+        .iter()
+        .map(|(vip, checked)| {
+            let name = format!("vip-address:{vip}");
+            match checked {
+                None => Check::new(name, Status::Skip, "needs a working interface"),
+                Some(Ok(())) => Check::new(
+                    name,
+                    Status::Pass,
+                    "a host address: not the network or broadcast address of a subnet on its interface",
+                ),
+                Some(Err(e)) => Check::new(name, Status::Fail, e.to_string()).fix(
+                    "set address (--address) to a host address of the subnet, not its first or last",
+                ),
+            }
+        })
+        .collect()
+}
+
 /// The macvlan check: `loaded` (`/sys/module/macvlan` exists: loaded or built in),
 /// `modules_dep` / `modules_builtin` (contents of `/lib/modules/$(uname -r)/modules.dep`
 /// and `modules.builtin`, when readable), `needed` (`dhcp_mode`).
@@ -316,6 +347,10 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
         ),
         Ok(k) => {
             let vip_link = check_interface(&k, cfg, &mut report).await;
+            if cfg.control_plane {
+                let edges = crate::controlplane::subnet_edges(&k, cfg).await;
+                report.checks.extend(check_vip_addresses(&edges));
+            }
             check_vips_free(&k, cfg, args, vip_link.as_ref(), has_raw, &mut report).await;
             // ARP flux (S36).
             let guard = crate::net::NftArpGuard::check("nft").await;

@@ -44,17 +44,158 @@ pub(crate) const GO_BOOL_VALUES: &str = "1 t T TRUE true True 0 f F FALSE false 
 ///
 /// # Errors
 ///
-/// The reason as text (callers name the field and the value): no `:`, or a port that is not a
-/// number from 0 to 65535.
+/// The reason as text (callers name the field and the value): no `:`, a `[` without its
+/// `]:port`, a stray bracket, or a port that is not a number from 0 to 65535.
 pub fn split_host_port(value: &str) -> Result<(&str, u16), &'static str> {
-    let (host, port) = value
-        .rsplit_once(':')
-        .ok_or("expected host:port, e.g. :2112")?;
+    let (host, port) = match value.strip_prefix('[') {
+        Some(rest) => rest
+            .split_once("]:")
+            .ok_or("an IPv6 host in brackets must be followed by ]:port, e.g. [::1]:2112")?,
+        None => value
+            .rsplit_once(':')
+            .ok_or("expected host:port, e.g. :2112")?,
+    };
+    if host.contains(['[', ']']) {
+        return Err("unbalanced brackets: write an IPv6 host as [addr]:port");
+    }
     let port: u16 = match port.parse() {
         Ok(p) if port.bytes().all(|b| b.is_ascii_digit()) => p,
         _ => return Err("the port is not a number between 0 and 65535"),
     };
-    Ok((host.trim_start_matches('[').trim_end_matches(']'), port))
+    Ok((host, port))
+}
+
+/// The host of a `host:port` value ([`parse_host_port`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Host<'a> {
+    /// `:port`: no host.
+    Empty,
+    /// An IPv4 address, or an IPv6 address in brackets.
+    Ip(std::net::IpAddr),
+    /// A DNS name (dot-separated labels of letters, digits and `-`), not resolved here.
+    Name(&'a str),
+}
+
+/// `host:port`, `[v6]:port` or `:port` ([`split_host_port`]) with the host classified: an
+/// IPv6 host must be in brackets and a bracketed host must be IPv6; any other host is an
+/// IPv4 address or a DNS name. The port is 1 to 65535.
+///
+/// # Errors
+///
+/// The reason as text (callers name the field and the value).
+pub(crate) fn parse_host_port(value: &str) -> Result<(Host<'_>, u16), String> {
+    let (host, port) = split_host_port(value)?;
+    let host = if value.starts_with('[') {
+        match host.parse::<std::net::Ipv6Addr>() {
+            Ok(ip) => Host::Ip(ip.into()),
+            Err(_) => {
+                return Err(format!(
+                    "expected [IPv6]:port; {host:?} is not an IPv6 address"
+                ));
+            }
+        }
+    } else if host.contains(':') {
+        return Err("an IPv6 host must be written in brackets: [addr]:port".to_owned());
+    } else if host.is_empty() {
+        Host::Empty
+    } else if let Ok(ip) = host.parse::<std::net::Ipv4Addr>() {
+        Host::Ip(ip.into())
+    } else if host.len() <= 253
+        && host.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && l.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+        })
+    {
+        Host::Name(host)
+    } else {
+        return Err(format!("{host:?} is not a host name or IP address"));
+    };
+    if port == 0 {
+        return Err("port 0 is not a port between 1 and 65535".to_owned());
+    }
+    Ok((host, port))
+}
+
+/// A listen address (`prometheus_server`), parsed once: what the configuration accepts is
+/// exactly what the admin endpoint binds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ListenAddr {
+    host: ListenHost,
+    port: u16,
+}
+
+/// The host part of a [`ListenAddr`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ListenHost {
+    /// `:port`: every address.
+    All,
+    /// `localhost:port`: 127.0.0.1.
+    Localhost,
+    /// An IPv4 address, or an IPv6 address in brackets.
+    Ip(std::net::IpAddr),
+}
+
+impl ListenAddr {
+    /// Parses `:port` (all addresses), `localhost:port` (127.0.0.1), `a.b.c.d:port` or
+    /// `[v6]:port` ([`parse_host_port`]), with a port from 1 to 65535. Host names other than
+    /// `localhost` are refused: a listener binds addresses, and vipd resolves no names.
+    ///
+    /// # Errors
+    ///
+    /// The reason as text (callers name the field and the value).
+    pub fn parse(value: &str) -> Result<Self, String> {
+        let (host, port) = parse_host_port(value)?;
+        let host = match host {
+            Host::Empty => ListenHost::All,
+            Host::Ip(ip) => ListenHost::Ip(ip),
+            Host::Name("localhost") => ListenHost::Localhost,
+            Host::Name(name) => {
+                return Err(format!(
+                    "{name:?} is not an IP address: give an IP address, localhost, or \
+                     nothing for all addresses (:port); host names are not resolved"
+                ));
+            }
+        };
+        Ok(ListenAddr { host, port })
+    }
+
+    /// The addresses to try, in order, until one binds: `:port` tries `[::]:port` (dual
+    /// stack) then `0.0.0.0:port` (hosts without IPv6); `localhost` is 127.0.0.1.
+    pub fn socket_addrs(&self) -> Vec<std::net::SocketAddr> {
+        use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+        match self.host {
+            ListenHost::All => vec![
+                SocketAddr::from((Ipv6Addr::UNSPECIFIED, self.port)),
+                SocketAddr::from((Ipv4Addr::UNSPECIFIED, self.port)),
+            ],
+            ListenHost::Localhost => vec![SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))],
+            ListenHost::Ip(ip) => vec![SocketAddr::new(ip, self.port)],
+        }
+    }
+}
+
+/// A listener on exactly `addr` (port 0 lets the kernel choose, for tests).
+impl From<std::net::SocketAddr> for ListenAddr {
+    fn from(addr: std::net::SocketAddr) -> Self {
+        ListenAddr {
+            host: ListenHost::Ip(addr.ip()),
+            port: addr.port(),
+        }
+    }
+}
+
+/// The configuration form: `:2112`, `localhost:2112`, `0.0.0.0:2112`, `[::1]:2112`.
+impl std::fmt::Display for ListenAddr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.host {
+            ListenHost::All => write!(f, ":{}", self.port),
+            ListenHost::Localhost => write!(f, "localhost:{}", self.port),
+            ListenHost::Ip(ip) => write!(f, "{}", std::net::SocketAddr::new(ip, self.port)),
+        }
+    }
 }
 
 /// `value` as a URI, with `default_scheme://` put in front when it names no scheme: `host`,
@@ -147,5 +288,38 @@ mod tests {
         assert!(split_host_port(":65536").is_err());
         assert!(split_host_port("host:").is_err());
         assert!(split_host_port(":+80").is_err(), "digits only, no sign");
+        let e = split_host_port("[::1:2112").unwrap_err();
+        assert!(e.contains("]:port"), "{e}");
+        assert!(split_host_port("::1]:80").unwrap_err().contains("brackets"));
+        assert!(split_host_port("[::1]80").is_err());
+    }
+
+    #[test]
+    fn listen_address_forms() {
+        let addrs = |v: &str| ListenAddr::parse(v).map(|l| l.socket_addrs());
+        let sa = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
+        assert_eq!(
+            addrs(":2112"),
+            Ok(vec![sa("[::]:2112"), sa("0.0.0.0:2112")])
+        );
+        assert_eq!(addrs("0.0.0.0:2112"), Ok(vec![sa("0.0.0.0:2112")]));
+        assert_eq!(addrs("[::1]:2112"), Ok(vec![sa("[::1]:2112")]));
+        assert_eq!(addrs("localhost:2112"), Ok(vec![sa("127.0.0.1:2112")]));
+        for v in [":2112", "0.0.0.0:2112", "[::1]:2112", "localhost:2112"] {
+            assert_eq!(ListenAddr::parse(v).unwrap().to_string(), v);
+        }
+        let refused = [
+            ("myhost:2112", "host names are not resolved"),
+            ("[::1:2112", "]:port"),
+            ("::1:2112", "in brackets"),
+            ("[192.0.2.1]:2112", "not an IPv6 address"),
+            (":0", "port 0"),
+            ("2112", "host:port"),
+            ("", "host:port"),
+        ];
+        for (v, says) in refused {
+            let e = ListenAddr::parse(v).unwrap_err();
+            assert!(e.contains(says), "{v}: {e}");
+        }
     }
 }

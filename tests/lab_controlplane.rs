@@ -518,3 +518,50 @@ fn s26_ipv6_vip_unsolicited_na_and_failover() {
             .contains(&lab.mac_of(&new).unwrap())
     );
 }
+
+/// S39 (control plane): a control-plane VIP that is the broadcast address of the subnet on
+/// its interface (192.0.2.255 on eth0's 192.0.2.0/24) is refused at start, naming the
+/// address, the subnet and the interface, and never bound; `vipd preflight` fails the same
+/// VIP. Both log the configuration's warnings (here a deprecated `vip_cidr`) once their log
+/// output is set up.
+#[test]
+fn s39_control_plane_vip_on_the_broadcast_address_is_refused() {
+    let Some(lab) = lab("s39cp", LabOptions::default()) else {
+        return;
+    };
+    let extra = [("address", "192.0.2.255"), ("vip_cidr", "32")];
+    let refusal = "address 192.0.2.255 is the broadcast address of 192.0.2.0/24 on eth0";
+    let warning = "vip_cidr is deprecated: use vip_subnet instead";
+    let mut p = start_vipd(&lab, "node-a", T531, &extra);
+    let status = p
+        .wait_timeout(Duration::from_secs(20))
+        .unwrap()
+        .expect("vipd manager exits");
+    let log = p.log();
+    assert!(!status.success(), "{log}");
+    assert!(log.contains(refusal), "{log}");
+    assert!(log.contains(warning), "{log}");
+    let broadcast: IpAddr = "192.0.2.255".parse().unwrap();
+    let a = lab.addresses("node-a", "eth0").unwrap();
+    assert!(a.iter().all(|x| x.addr != broadcast), "never bound: {a:?}");
+
+    let mut pre = spawn_vipd(
+        &lab,
+        "node-a",
+        &["preflight", "--no-arp-probe"],
+        T531,
+        &extra,
+    );
+    let status = pre
+        .wait_timeout(Duration::from_secs(30))
+        .unwrap()
+        .expect("vipd preflight exits");
+    let log = pre.log();
+    assert!(!status.success(), "{log}");
+    let row = log
+        .lines()
+        .find(|l| l.starts_with("vip-address:192.0.2.255"))
+        .unwrap_or_else(|| panic!("no vip-address row: {log}"));
+    assert!(row.contains("FAIL") && row.contains(refusal), "{row}");
+    assert!(log.contains(warning), "{log}");
+}

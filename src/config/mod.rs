@@ -217,8 +217,10 @@ pub struct Config {
     pub lb_class_name: String,
     /// `vip_servicesinterface`.
     pub services_interface: Option<String>,
-    /// `prometheus_server` (default `:2112`); `None` when set to empty (disabled).
-    pub prometheus_server: Option<String>,
+    /// `prometheus_server` (default `:2112`); `None` when set to empty (disabled). Only
+    /// addresses the admin endpoint can bind: `:port`, `localhost:port`, an IPv4 address or
+    /// `[IPv6]:port` (see [`crate::syntax::ListenAddr`]).
+    pub prometheus_server: Option<crate::syntax::ListenAddr>,
     /// `k8s_config_file` / `--k8sConfigPath`; `None` = in-cluster / default kubeconfig.
     ///
     /// Note: kube-vip defaults this to `/etc/kubernetes/admin.conf`, and kube-vip static pod

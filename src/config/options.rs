@@ -417,7 +417,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "prometheusHTTPServer",
         DEFAULT_PROMETHEUS_SERVER,
         Text,
-        "host:port of the metrics and health HTTP server; empty disables it",
+        "address the metrics and health HTTP server binds: :port (all addresses), IPv4:port, [IPv6]:port or localhost:port; empty disables it",
     ).named("HOST:PORT"),
     opt(
         K_K8S_CONFIG,

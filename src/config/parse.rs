@@ -269,42 +269,12 @@ pub(super) fn check_qualified_name(raw: &Raw) -> Result<(), ConfigError> {
     }
 }
 
-/// `host:port`, `[v6]:port` or (when `host_required` is false) `:port`: split by
-/// [`crate::syntax::split_host_port`], then an IPv6 host must be in brackets, any other host
-/// must be an IPv4 address or a DNS name, and the port must not be 0.
-pub(super) fn check_host_port(raw: &Raw, host_required: bool) -> Result<(), ConfigError> {
-    let v = raw.value.as_str();
-    let (host, port) = crate::syntax::split_host_port(v).map_err(|r| raw.invalid(r))?;
-    let host_ok = if v.starts_with('[') {
-        if !v.contains("]:") || host.parse::<std::net::Ipv6Addr>().is_err() {
-            return Err(raw.invalid(format!(
-                "expected [IPv6]:port; {host:?} is not an IPv6 address"
-            )));
-        }
-        true
-    } else {
-        if host.contains(':') {
-            return Err(raw.invalid("an IPv6 host must be written in brackets: [addr]:port"));
-        }
-        host.is_empty()
-            || host.parse::<std::net::Ipv4Addr>().is_ok()
-            || (host.len() <= 253
-                && host.split('.').all(|l| {
-                    !l.is_empty()
-                        && l.len() <= 63
-                        && l.bytes().all(|c| c.is_ascii_alphanumeric() || c == b'-')
-                        && !l.starts_with('-')
-                        && !l.ends_with('-')
-                }))
-    };
-    if !host_ok {
-        return Err(raw.invalid(format!("{host:?} is not a host name or IP address")));
+/// `host:port` or `[v6]:port` (`kubernetes_addr`): [`crate::syntax::parse_host_port`]
+/// (an IPv6 host in brackets, any other host an IPv4 address or a DNS name, port 1 to
+/// 65535), and a host is required.
+pub(super) fn check_host_port(raw: &Raw) -> Result<(), ConfigError> {
+    match crate::syntax::parse_host_port(&raw.value).map_err(|r| raw.invalid(r))? {
+        (crate::syntax::Host::Empty, _) => Err(raw.invalid("a host is required (host:port)")),
+        _ => Ok(()),
     }
-    if host_required && host.is_empty() {
-        return Err(raw.invalid("a host is required (host:port)"));
-    }
-    if port == 0 {
-        return Err(raw.invalid("port 0 is not a port between 1 and 65535"));
-    }
-    Ok(())
 }

@@ -22,11 +22,12 @@ pub struct Resolved {
 impl Config {
     /// Resolve from the real process: `std::env`, the config file named by the
     /// `config_file` environment variable or `--config-file` (environment wins), and the
-    /// system hostname (`/proc/sys/kernel/hostname`) as the default node name. Logs the
-    /// warnings with `tracing::warn!`.
+    /// system hostname (`/proc/sys/kernel/hostname`) as the default node name. Returns the
+    /// warnings unlogged: the binary logs them once its log output is set up
+    /// ([`Resolved::init_logging_then_warn`]).
     ///
     /// Errors: everything [`resolve`] returns, plus [`ConfigError::FileRead`].
-    pub fn from_process(args: &ManagerArgs) -> Result<Config, ConfigError> {
+    pub fn from_process(args: &ManagerArgs) -> Result<Resolved, ConfigError> {
         let env = |k: &str| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned());
         let path = env(K_CONFIG_FILE).filter(|p| !p.is_empty()).or_else(|| {
             args.flag(K_CONFIG_FILE)
@@ -44,7 +45,20 @@ impl Config {
             }
             None => None,
         };
-        resolve(args, &env, text.as_deref())
+        resolve_detailed(args, &env, text.as_deref(), &system_hostname)
+    }
+}
+
+impl Resolved {
+    /// Calls `init_logging` with the configured log level (`vip_loglevel`), then logs the
+    /// warnings with `tracing::warn!`, in that order: a warning logged before the log
+    /// output exists goes nowhere. Returns the configuration.
+    pub fn init_logging_then_warn(self, init_logging: impl FnOnce(LogLevel)) -> Config {
+        init_logging(self.config.log_level);
+        for w in &self.warnings {
+            tracing::warn!("{w}");
+        }
+        self.config
     }
 }
 
@@ -265,6 +279,22 @@ fn addresses(
             v6: DEFAULT_V6_PREFIX,
         },
     };
+    // A VIP that is the network or broadcast address of its own prefix is unreachable
+    // (the subnets on its interface are checked at start: controlplane::subnet_edges).
+    for a in &addresses {
+        let prefix = if a.is_ipv6() {
+            vip_subnet.v6
+        } else {
+            vip_subnet.v4
+        };
+        if let (Some(edge), Some(raw)) = (crate::net::subnet_edge(*a, prefix), &address_raw) {
+            return Err(raw.invalid(format!(
+                "{a} is the {edge} of {}/{prefix} (its prefix from vip_subnet); hosts on the \
+                 segment do not send unicast to it: choose a host address of the subnet",
+                crate::net::network_of(*a, prefix)
+            )));
+        }
+    }
     Ok((addresses, vip_subnet))
 }
 
@@ -380,7 +410,7 @@ fn services(
 
 /// API access and the admin endpoint.
 pub(super) struct ApiAccess {
-    prometheus_server: Option<String>,
+    prometheus_server: Option<crate::syntax::ListenAddr>,
     kubeconfig: Option<PathBuf>,
     kubernetes_addr: Option<String>,
     enable_node_labeling: bool,
@@ -392,10 +422,12 @@ fn api_access(inputs: &Inputs<'_>) -> Result<ApiAccess, ConfigError> {
     let prometheus_server = match inputs.get(K_PROMETHEUS) {
         Some(raw) if raw.value.is_empty() => None,
         Some(raw) => {
-            check_host_port(&raw, false)?;
-            Some(raw.value)
+            Some(crate::syntax::ListenAddr::parse(&raw.value).map_err(|r| raw.invalid(r))?)
         }
-        None => Some(DEFAULT_PROMETHEUS_SERVER.to_string()),
+        None => Some(
+            crate::syntax::ListenAddr::parse(DEFAULT_PROMETHEUS_SERVER)
+                .map_err(|r| Raw::default_of(K_PROMETHEUS, DEFAULT_PROMETHEUS_SERVER).invalid(r))?,
+        ),
     };
     let kubeconfig = match inputs.get(K_K8S_CONFIG) {
         Some(raw) if raw.value.is_empty() => None,
@@ -410,7 +442,7 @@ fn api_access(inputs: &Inputs<'_>) -> Result<ApiAccess, ConfigError> {
     let kubernetes_addr = match inputs.get(K_KUBERNETES_ADDR) {
         Some(raw) if raw.value.is_empty() => None,
         Some(raw) => {
-            check_host_port(&raw, true)?;
+            check_host_port(&raw)?;
             Some(raw.value)
         }
         None => None,

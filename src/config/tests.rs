@@ -456,7 +456,10 @@ fn config_defaults() {
     assert!(!c.lb_class_only);
     assert_eq!(c.lb_class_name, "kube-vip.io/kube-vip-class");
     assert_eq!(c.services_interface, None);
-    assert_eq!(c.prometheus_server.as_deref(), Some(":2112"));
+    assert_eq!(
+        c.prometheus_server.map(|l| l.to_string()).as_deref(),
+        Some(":2112")
+    );
     assert_eq!(c.kubeconfig, None);
     assert_eq!(c.kubernetes_addr, None);
     assert!(!c.dhcp_mode && !c.enable_node_labeling);
@@ -630,6 +633,130 @@ fn config_vip_cidr_alias_and_subnet_forms() {
     assert_eq!(c.vip_subnet, VipSubnet { v4: 30, v6: 120 });
 }
 
+/// A control-plane VIP that is the network or broadcast address of its own prefix
+/// (`vip_subnet`) is refused, naming `address`, the value and the subnet; /31, /32, IPv6
+/// /127 and /128 have no such addresses, and IPv6 has no broadcast (only the Subnet-Router
+/// anycast address, refused as the network address).
+#[test]
+fn control_plane_vip_on_its_own_subnet_edge_is_refused() {
+    let refused: &[(&str, &str, &str)] = &[
+        ("192.0.2.0", "24", "network address of 192.0.2.0/24"),
+        ("192.0.2.255", "24", "broadcast address of 192.0.2.0/24"),
+        ("192.0.2.63", "26", "broadcast address of 192.0.2.0/26"),
+        ("2001:db8::", "64", "network address of 2001:db8::/64"),
+    ];
+    for (addr, prefix, says) in refused {
+        let e = run(&[], &[("address", addr), ("vip_subnet", prefix)], None).unwrap_err();
+        assert_eq!(e.key(), Some("address"), "{e}");
+        assert_eq!(e.value(), Some(*addr), "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains(says) && msg.contains("vip_subnet"), "{msg}");
+    }
+    let usable: &[(&str, &str)] = &[
+        ("192.0.2.0", "31"),
+        ("192.0.2.1", "31"),
+        ("192.0.2.255", "32"),
+        ("192.0.2.0", "32"),
+        ("192.0.2.50", "24"),
+        ("2001:db8::", "127"),
+        ("2001:db8::", "128"),
+        ("2001:db8::ffff:ffff:ffff:ffff", "64"),
+    ];
+    for (addr, prefix) in usable {
+        let r = run(&[], &[("address", addr), ("vip_subnet", prefix)], None);
+        assert!(r.is_ok(), "{addr}/{prefix}: {:?}", r.err());
+    }
+}
+
+/// `prometheus_server` accepts exactly what the admin endpoint binds (one parser,
+/// [`crate::syntax::ListenAddr`]): host names other than localhost are refused here, not
+/// when the listener starts.
+#[test]
+fn prometheus_server_is_what_the_listener_binds() {
+    let sa = |s: &str| s.parse::<std::net::SocketAddr>().unwrap();
+    let accepted: &[(&str, Vec<std::net::SocketAddr>)] = &[
+        (":2112", vec![sa("[::]:2112"), sa("0.0.0.0:2112")]),
+        ("0.0.0.0:2112", vec![sa("0.0.0.0:2112")]),
+        ("[::1]:2112", vec![sa("[::1]:2112")]),
+        ("localhost:2112", vec![sa("127.0.0.1:2112")]),
+    ];
+    for (v, binds) in accepted {
+        let c = ok(&[], &[("prometheus_server", v)], None).config;
+        let l = c.prometheus_server.expect("enabled");
+        assert_eq!(&l.socket_addrs(), binds, "{v}");
+        assert_eq!(l.to_string(), *v);
+    }
+    let refused: &[(&str, &str)] = &[
+        ("myhost:2112", "\"myhost\" is not an IP address"),
+        (
+            "[::1:2112",
+            "an IPv6 host in brackets must be followed by ]:port",
+        ),
+    ];
+    for (v, says) in refused {
+        let e = run(&[], &[("prometheus_server", v)], None).unwrap_err();
+        assert_eq!(e.key(), Some("prometheus_server"), "{e}");
+        assert_eq!(e.value(), Some(*v), "{e}");
+        let msg = e.to_string();
+        assert!(msg.contains(says), "{msg}");
+    }
+    // Empty: the flag disables the endpoint; the environment variable counts as unset.
+    let c = ok(&["--prometheusHTTPServer="], &[], None).config;
+    assert_eq!(c.prometheus_server, None);
+    let c = ok(&[], &[("prometheus_server", "")], None).config;
+    assert_eq!(
+        c.prometheus_server.map(|l| l.to_string()).as_deref(),
+        Some(":2112")
+    );
+}
+
+/// The configuration's warnings are logged after the log output is set up (before it, a
+/// `tracing::warn!` goes nowhere), at the configured level.
+#[test]
+fn config_warnings_are_logged_after_logging_is_set_up() {
+    use std::sync::{Arc, Mutex};
+    struct Sink(Arc<Mutex<Vec<String>>>);
+    impl std::io::Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(b).into_owned());
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let r = ok(&[], &[("vip_cidr", "32"), ("vip_loglevel", "3")], None);
+    assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let writer = lines.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || Sink(writer.clone()))
+        .with_ansi(false)
+        .finish();
+    let marker = lines.clone();
+    let cfg = tracing::subscriber::with_default(subscriber, || {
+        r.init_logging_then_warn(|level| {
+            marker.lock().unwrap().push(format!("init {level:?}"));
+        })
+    });
+    assert_eq!(cfg.log_level, LogLevel::Warn);
+    let lines = lines.lock().unwrap();
+    assert_eq!(
+        lines.first().map(String::as_str),
+        Some("init Warn"),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1..]
+            .iter()
+            .any(|l| l.contains("WARN") && l.contains("vip_cidr is deprecated")),
+        "{lines:?}"
+    );
+}
+
 #[test]
 fn config_go_parse_bool_forms_and_bare_flags() {
     for t in ["1", "t", "T", "TRUE", "true", "True"] {
@@ -730,7 +857,10 @@ fn config_services_and_misc_values() {
     );
     // Empty prometheus_server env is "unset" as in kube-vip: the default stays.
     let c = ok(&[], &[("prometheus_server", "")], None).config;
-    assert_eq!(c.prometheus_server.as_deref(), Some(":2112"));
+    assert_eq!(
+        c.prometheus_server.map(|l| l.to_string()).as_deref(),
+        Some(":2112")
+    );
     for (n, lvl) in [
         ("0", LogLevel::Error),
         ("3", LogLevel::Warn),

@@ -100,6 +100,38 @@ pub fn subnet_edge_of(addr: IpAddr, subnets: &[(IpAddr, u8)]) -> Option<(SubnetE
         .find_map(|(_, prefix)| subnet_edge(addr, *prefix).map(|e| (e, *prefix)))
 }
 
+/// The one network / broadcast rule for a VIP (control plane and Services alike): the
+/// first of `addr/prefix` (the VIP's own prefix, `vip_subnet`) and the node's `connected`
+/// subnets (address, prefix; its addresses that are not vipd's) of which `addr` is the
+/// network or broadcast address ([`subnet_edge_of`]), with that subnet's prefix.
+pub fn vip_subnet_edge(
+    addr: IpAddr,
+    prefix: u8,
+    connected: &[(IpAddr, u8)],
+) -> Option<(SubnetEdge, u8)> {
+    let mut subnets = Vec::with_capacity(connected.len() + 1);
+    subnets.push((addr, prefix));
+    subnets.extend_from_slice(connected);
+    subnet_edge_of(addr, &subnets)
+}
+
+/// `addr` with its host bits (beyond `prefix`, clamped to the family width) cleared: the
+/// network address of its subnet, for messages such as `192.0.2.0/24`.
+pub fn network_of(addr: IpAddr, prefix: u8) -> IpAddr {
+    match addr {
+        IpAddr::V4(a) => {
+            let p = u32::from(prefix.min(32));
+            let mask = if p == 0 { 0 } else { u32::MAX << (32 - p) };
+            IpAddr::V4((u32::from(a) & mask).into())
+        }
+        IpAddr::V6(a) => {
+            let p = u32::from(prefix.min(128));
+            let mask = if p == 0 { 0 } else { u128::MAX << (128 - p) };
+            IpAddr::V6((u128::from(a) & mask).into())
+        }
+    }
+}
+
 /// Interface choice (S27): the index of the interface whose connected subnet holds `addr`
 /// (longest prefix wins; on a tie the first address in `addrs`; addresses that are `ours`
 /// are ignored, so a VIP never selects itself), else the first device of the lowest-metric

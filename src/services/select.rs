@@ -102,33 +102,16 @@ impl Unusable {
             format!(
                 "address {addr} is the {edge} of subnet {}/{prefix}; refused (hosts on the \
                  segment do not send unicast to it)",
-                network_of(addr, prefix)
+                crate::net::network_of(addr, prefix)
             ),
         ))
     }
 
-    /// The network / broadcast rule ([`crate::net::subnet_edge_of`]) over the VIP prefix
+    /// The network / broadcast rule ([`crate::net::vip_subnet_edge`]) over the VIP prefix
     /// and the connected subnets.
     pub(super) fn edge(&self, addr: IpAddr) -> Option<(crate::net::SubnetEdge, u8)> {
-        let mut subnets = vec![(addr, desired::vip_prefix(&self.vip_subnet, &addr))];
-        subnets.extend(self.connected.iter().copied());
-        crate::net::subnet_edge_of(addr, &subnets)
-    }
-}
-
-/// `addr` with its host bits (beyond `prefix`) cleared, for messages.
-pub(super) fn network_of(addr: IpAddr, prefix: u8) -> IpAddr {
-    match addr {
-        IpAddr::V4(a) => {
-            let p = u32::from(prefix.min(32));
-            let mask = if p == 0 { 0 } else { u32::MAX << (32 - p) };
-            IpAddr::V4((u32::from(a) & mask).into())
-        }
-        IpAddr::V6(a) => {
-            let p = u32::from(prefix.min(128));
-            let mask = if p == 0 { 0 } else { u128::MAX << (128 - p) };
-            IpAddr::V6((u128::from(a) & mask).into())
-        }
+        let prefix = desired::vip_prefix(&self.vip_subnet, &addr);
+        crate::net::vip_subnet_edge(addr, prefix, &self.connected)
     }
 }
 
