@@ -153,11 +153,12 @@ pub struct GenArgs {
     /// [default: /etc/kubernetes/admin.conf]
     #[arg(long = "k8sConfigPath", value_name = "PATH")]
     pub k8s_config_path: Option<String>,
-    /// Use the ServiceAccount `vipd` (see `vipd manifest rbac`) instead of a kubeconfig
+    /// DaemonSet only: use the ServiceAccount `vipd` (see `vipd manifest rbac`) instead of a
+    /// kubeconfig
     #[arg(long = "inCluster", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true")]
     pub in_cluster: Option<String>,
-    /// DaemonSet: tolerate control-plane taints and require a control-plane node
+    /// DaemonSet only: tolerate control-plane taints and require a control-plane node
     #[arg(long = "taint", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true")]
     pub taint: Option<String>,
@@ -352,6 +353,41 @@ impl GenArgs {
             });
         }
         Ok(modes)
+    }
+
+    /// [`GenArgs::plan`] for a static Pod, which refuses the two DaemonSet-only flags
+    /// instead of ignoring them: `--inCluster` (the kubelet mounts no ServiceAccount token
+    /// into a static pod, and the API server refuses the mirror pod of a static pod that
+    /// names a ServiceAccount, so the pod could never reach the API) and `--taint`
+    /// (tolerations and node affinity are scheduling, and a static pod is not scheduled:
+    /// it runs where its file is).
+    ///
+    /// # Errors
+    /// [`ManifestError::Invalid`] naming `inCluster` or `taint` when set to true; everything
+    /// [`GenArgs::plan`] returns.
+    pub fn static_pod_plan(&self) -> Result<Plan, ManifestError> {
+        let plan = self.plan()?;
+        if matches!(plan.access, Access::InCluster) {
+            return Err(ManifestError::Invalid {
+                flag: "inCluster",
+                value: "true".into(),
+                reason: "a static pod cannot use a ServiceAccount (the kubelet mounts no token \
+                         into it and the API server refuses its mirror pod): use \
+                         --k8sConfigPath (default /etc/kubernetes/admin.conf) for `manifest \
+                         pod`, or `manifest daemonset --inCluster`"
+                    .into(),
+            });
+        }
+        if plan.taint {
+            return Err(ManifestError::Invalid {
+                flag: "taint",
+                value: "true".into(),
+                reason: "applies to `manifest daemonset` only: a static pod is not scheduled, \
+                         it runs on the node whose kubelet reads its file"
+                    .into(),
+            });
+        }
+        Ok(plan)
     }
 
     /// Checks the flags and turns them into a [`Plan`].
@@ -561,7 +597,7 @@ pub(crate) fn to_yaml_stream<T: serde::Serialize>(objects: &[T]) -> Result<Strin
 /// See [`GenArgs::plan`], [`rbac::RbacArgs`], [`ManifestError::Yaml`].
 pub fn run(cmd: &ManifestCommand) -> Result<String, ManifestError> {
     match cmd {
-        ManifestCommand::Pod(a) => pod::pod_yaml(&a.plan()?),
+        ManifestCommand::Pod(a) => pod::pod_yaml(&a.static_pod_plan()?),
         ManifestCommand::Daemonset(a) => pod::daemonset_yaml(&a.plan()?),
         ManifestCommand::Rbac(a) => rbac::rbac_yaml(a),
         ManifestCommand::Systemd(a) => systemd::render(a),
@@ -584,6 +620,38 @@ mod tests {
         v.extend(args);
         match T::try_parse_from(v).unwrap().cmd {
             ManifestCommand::Pod(a) => a.plan(),
+            _ => unreachable!(),
+        }
+    }
+
+    /// DaemonSet-only flags on a static pod are refused with the flag's name, not ignored
+    /// (a static pod naming a ServiceAccount never reaches the API; --taint would do nothing).
+    #[test]
+    fn static_pod_refuses_daemonset_only_flags() {
+        let plan_for = |args: &[&str]| {
+            let mut v = vec!["t", "pod", "--controlplane", "--address", "192.0.2.10"];
+            v.extend(args);
+            match T::try_parse_from(v).unwrap().cmd {
+                ManifestCommand::Pod(a) => a.static_pod_plan(),
+                _ => unreachable!(),
+            }
+        };
+        for (args, flag) in [
+            (&["--inCluster"][..], "inCluster"),
+            (&["--inCluster=true"][..], "inCluster"),
+            (&["--taint"][..], "taint"),
+        ] {
+            match plan_for(args) {
+                Err(ManifestError::Invalid { flag: f, .. }) => assert_eq!(f, flag, "{args:?}"),
+                other => panic!("{args:?}: expected an error naming --{flag}, got {other:?}"),
+            }
+        }
+        assert!(plan_for(&["--inCluster=false", "--taint=false"]).is_ok());
+        assert!(plan_for(&[]).is_ok());
+        // The DaemonSet takes both.
+        let v = ["t", "daemonset", "--services", "--inCluster", "--taint"];
+        match T::try_parse_from(v).unwrap().cmd {
+            ManifestCommand::Daemonset(a) => assert!(a.plan().is_ok()),
             _ => unreachable!(),
         }
     }
