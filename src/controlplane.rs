@@ -1,6 +1,7 @@
 //! The control-plane VIP: one Lease (`vip_leasename` in `cp_namespace`), its VIPs, and the
 //! health check of the node's own API server (scenario S10). [`start`] runs the election
-//! and the VIP holder; [`Running::stop`] drops the VIPs, then releases the Lease.
+//! and the VIP holder (and with `enable_node_labeling` the holder's Node label,
+//! [`crate::nodes::label`]); [`Running::stop`] drops the VIPs, then releases the Lease.
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -150,11 +151,14 @@ pub struct Running {
     elector_task: JoinHandle<()>,
     holder_stop: CancellationToken,
     holder_task: JoinHandle<()>,
+    labeler: Option<(CancellationToken, JoinHandle<()>)>,
 }
 
 /// Starts the control-plane election (`vip_leasename` in `cp_namespace`, client-go
 /// semantics) and the VIP holder that follows it; a duplicate identity (S35) fails
-/// `/readyz` and posts a Warning Event about the Lease until `shutdown`.
+/// `/readyz` and posts a Warning Event about the Lease until `shutdown`. With
+/// `enable_node_labeling`, a task of its own keeps this node's `kube-vip.io/has-ip` label
+/// in step with the lease (the first address of `address`), never holding up the VIPs.
 pub fn start(cfg: &Config, parts: Parts, shutdown: CancellationToken) -> Running {
     let Parts {
         client,
@@ -168,6 +172,21 @@ pub fn start(cfg: &Config, parts: Parts, shutdown: CancellationToken) -> Running
     let (elector, leadership) =
         Elector::new(leases, cfg.node_name.clone(), cfg.lease.timing, &gates);
     let elector = elector.with_metrics(metrics.clone());
+    let labeler = match (cfg.enable_node_labeling, cfg.addresses.first()) {
+        (true, Some(first)) => {
+            let stop = CancellationToken::new();
+            let value = crate::nodes::label::has_ip_value(*first);
+            info!(label = %format!("{}={value}", crate::nodes::label::HAS_IP), node = %cfg.node_name, "enable_node_labeling: the control-plane VIP's holder labels its Node");
+            let task = tokio::spawn(crate::nodes::label::run(
+                crate::nodes::label::KubeNodeLabels::new(client.clone(), &cfg.node_name),
+                value,
+                leadership.state.clone(),
+                stop.clone(),
+            ));
+            Some((stop, task))
+        }
+        _ => None,
+    };
     tokio::spawn(crate::identity::follow(
         elector.duplicate_identity(),
         crate::services::model::ServiceKey::new(&cfg.lease.namespace, &cfg.lease.name),
@@ -204,14 +223,19 @@ pub fn start(cfg: &Config, parts: Parts, shutdown: CancellationToken) -> Running
         elector_task,
         holder_stop,
         holder_task,
+        labeler,
     }
 }
 
 impl Running {
     /// Stops in the documented order: the elector publishes `Following`, the holder
     /// removes the VIPs and acknowledges, the elector releases the Lease; then the holder
-    /// task ends.
+    /// task ends. The Node label (`enable_node_labeling`) is removed meanwhile, within
+    /// [`crate::nodes::label::SHUTDOWN_LIMIT`].
     pub async fn stop(self) {
+        if let Some((stop, _)) = &self.labeler {
+            stop.cancel();
+        }
         self.election_stop.cancel();
         if let Err(e) = self.elector_task.await {
             error!(error = %e, "election task failed");
@@ -219,6 +243,11 @@ impl Running {
         self.holder_stop.cancel();
         if let Err(e) = self.holder_task.await {
             error!(error = %e, "VIP holder task failed");
+        }
+        if let Some((_, task)) = self.labeler
+            && let Err(e) = task.await
+        {
+            error!(error = %e, "node label task failed");
         }
     }
 }

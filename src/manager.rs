@@ -71,6 +71,10 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     }
     if cfg.control_plane {
         controlplane::check_not_node_addresses(&client, &cfg.addresses).await?;
+    } else if cfg.enable_node_labeling {
+        info!(
+            "enable_node_labeling labels the control-plane VIP's holder only; cp_enable is off, so no Node is labelled"
+        );
     }
     let kernel = Arc::new(NetlinkKernel::new()?);
     if cfg.control_plane {

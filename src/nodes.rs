@@ -1,5 +1,8 @@
 //! Node objects: which addresses belong to which node (a VIP must never take a node's own
-//! address: the holder would take that node's traffic).
+//! address: the holder would take that node's traffic), and the control-plane holder's
+//! `kube-vip.io/has-ip` label ([`label`], `enable_node_labeling`).
+
+pub mod label;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;

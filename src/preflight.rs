@@ -577,7 +577,7 @@ pub(crate) async fn check_rbac(client: kube::Client, cfg: &Config) -> Check {
     let needs = rbac::Needs {
         control_plane: cfg.control_plane,
         services: cfg.services,
-        node_labeling: cfg.enable_node_labeling,
+        node_labeling: cfg.control_plane && cfg.enable_node_labeling,
         events_v1,
         endpoint_slices: Some(crate::services::endpoints::endpointslice_v1_served(&client).await),
     };

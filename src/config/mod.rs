@@ -236,7 +236,8 @@ pub struct Config {
     /// on VIPs. Off by default: the lease and the kernel fence already ensure one holder
     /// among vipd nodes, and DAD delays every IPv6 failover by 1-2 s (scenario S26).
     pub ipv6_dad: bool,
-    /// `enable_node_labeling`.
+    /// `enable_node_labeling`: with `cp_enable`, the control-plane lease holder labels its
+    /// own Node `kube-vip.io/has-ip=<first address>` ([`crate::nodes::label`]).
     pub enable_node_labeling: bool,
     /// `vip_loglevel`.
     pub log_level: LogLevel,

@@ -452,7 +452,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "enableNodeLabeling",
         "false",
         Bool,
-        "Label the node holding a VIP",
+        "Label the Node holding the control-plane VIP kube-vip.io/has-ip=<first address> (IPv6: 32 hex digits); Services are not labelled",
     ),
     opt(
         K_LOG_LEVEL,

@@ -259,28 +259,32 @@ pub const ACK_TIMEOUT: Duration = Duration::from_secs(1);
 /// can hide a change.
 pub(crate) const HEALTHY_WATCH_POLL: Duration = Duration::from_secs(30);
 
-/// Capped exponential back-off between failed campaign attempts.
+/// Capped exponential back-off between failed campaign attempts (also between failed
+/// Node label checks, [`crate::nodes::label`]).
 #[derive(Debug, Clone)]
-struct Backoff {
+pub(crate) struct Backoff {
     base: Duration,
     max: Duration,
     next: Duration,
 }
 
 impl Backoff {
-    fn new(base: Duration, max: Duration) -> Self {
+    /// Starts at `base`, doubles after every delay handed out, up to `max`.
+    pub(crate) fn new(base: Duration, max: Duration) -> Self {
         Backoff {
             base,
             max,
             next: base,
         }
     }
-    fn next_delay(&mut self) -> Duration {
+    /// The delay before the next retry.
+    pub(crate) fn next_delay(&mut self) -> Duration {
         let d = self.next;
         self.next = (self.next * 2).min(self.max);
         d
     }
-    fn reset(&mut self) {
+    /// Back to `base` (after a success).
+    pub(crate) fn reset(&mut self) {
         self.next = self.base;
     }
 }

@@ -192,7 +192,7 @@ pub struct GenArgs {
     /// Gratuitous ARP repeat interval, milliseconds [env: vip_arpRate]
     #[arg(long = "arpRate", value_name = "MS")]
     pub arp_rate: Option<String>,
-    /// Label the node holding a VIP [env: enable_node_labeling]
+    /// Label the Node holding the control-plane VIP kube-vip.io/has-ip=<VIP> [env: enable_node_labeling]
     #[arg(long = "enableNodeLabeling", value_name = "BOOL", num_args = 0..=1,
           require_equals = true, default_missing_value = "true")]
     pub enable_node_labeling: Option<String>,

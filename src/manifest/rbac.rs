@@ -85,8 +85,8 @@ pub enum Feature {
     ControlPlane,
     /// `svc_enable`.
     Services,
-    /// `enable_node_labeling` (the manifest's `--enableNodeLabeling`; vipd itself does not
-    /// label nodes today, the rule is kept for kube-vip compatible manifests).
+    /// `enable_node_labeling` with `cp_enable` (the manifest's `--enableNodeLabeling`): the
+    /// control-plane lease holder's `kube-vip.io/has-ip` label on its own Node.
     NodeLabeling,
 }
 
@@ -168,6 +168,7 @@ const STATUS: &str = "src/services/status/writer.rs";
 const EVENTS: &str = "src/services/status/events.rs";
 const RUNTIME: &str = "src/services/runtime.rs";
 const LEASE_GC: &str = "src/services/lease_gc.rs";
+const NODE_LABEL: &str = "src/nodes/label.rs";
 
 /// Every API call vipd makes (see the module docs). Events are created, and repeats
 /// folded into the first one with a patch of its series / count; both Event APIs and both
@@ -220,8 +221,10 @@ pub const API_CALLS: &[ApiCall] = &[
     call::<CoreEvent>(Patch, ServiceLeases, Services, CoreEvents, (EVENTS, "core.patch(")),
     // The check that no control-plane VIP is a node's own address (`manager`).
     call::<Node>(List, Cluster, ControlPlane, Always, ("src/controlplane.rs", "api.list(&Default::default())")),
-    // Only for kube-vip compatible manifests (`--enableNodeLabeling`).
-    call::<Node>(Patch, Cluster, NodeLabeling, Always, ("src/config/options.rs", "enable_node_labeling")),
+    // enable_node_labeling: the holder's `kube-vip.io/has-ip` label, read and merge-patched
+    // on this node's own Node (`nodes::label::KubeNodeLabels`).
+    call::<Node>(Get, Cluster, NodeLabeling, Always, (NODE_LABEL, "self.api.get_opt(")),
+    call::<Node>(Patch, Cluster, NodeLabeling, Always, (NODE_LABEL, "self.api.patch(")),
 ];
 
 impl ApiCall {
@@ -242,7 +245,7 @@ pub struct Needs {
     pub control_plane: bool,
     /// `svc_enable`.
     pub services: bool,
-    /// `enable_node_labeling`.
+    /// `enable_node_labeling` with `cp_enable` (only the control-plane holder is labelled).
     pub node_labeling: bool,
     /// `Some(true)`: the server serves events.k8s.io/v1; `Some(false)`: it does not (core
     /// Events); `None`: unknown, both.
@@ -252,7 +255,7 @@ pub struct Needs {
 }
 
 impl Needs {
-    /// What the generated manifest grants: every feature (patch on nodes only with
+    /// What the generated manifest grants: every feature (get and patch on nodes only with
     /// `node_labeling`), both Event APIs and both endpoint APIs.
     pub fn manifest(node_labeling: bool) -> Self {
         Needs {
@@ -474,15 +477,15 @@ pub struct RbacArgs {
         default_value = "kube-system"
     )]
     pub namespace: String,
-    /// Also allow `patch` on nodes (for enable_node_labeling)
+    /// Also allow `get` and `patch` on nodes (for enable_node_labeling)
     #[arg(long = "enableNodeLabeling", value_name = "BOOL", num_args = 0..=1,
           require_equals = true, default_missing_value = "true")]
     pub enable_node_labeling: Option<String>,
 }
 
 /// The ClusterRole: one rule per (group, resource) of [`required_permissions`] for
-/// [`Needs::manifest`] (every feature, both Event APIs, both endpoint APIs; `patch` on nodes
-/// only with `node_labeling`).
+/// [`Needs::manifest`] (every feature, both Event APIs, both endpoint APIs; `get` and
+/// `patch` on nodes only with `node_labeling`).
 pub fn cluster_role(node_labeling: bool) -> ClusterRole {
     let rules = required_permissions(&Needs::manifest(node_labeling))
         .into_iter()

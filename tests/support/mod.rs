@@ -56,7 +56,13 @@ pub fn apply_generated_rbac(lab: &Lab) {
 /// users (no ServiceAccount): in a lab started with `NodeRbac::None` the node users then
 /// have exactly the generated rights.
 pub fn apply_generated_role_to_nodes(lab: &Lab) {
-    let role = serde_json::to_value(vipd::manifest::rbac::cluster_role(false)).unwrap();
+    apply_generated_role_to_nodes_with(lab, false);
+}
+
+/// As [`apply_generated_role_to_nodes`], the role of `vipd manifest rbac
+/// --enableNodeLabeling=<node_labeling>`.
+pub fn apply_generated_role_to_nodes_with(lab: &Lab, node_labeling: bool) {
+    let role = serde_json::to_value(vipd::manifest::rbac::cluster_role(node_labeling)).unwrap();
     let path = "/apis/rbac.authorization.k8s.io/v1/clusterroles";
     let r = lab
         .api_request("POST", path, Some(&role.to_string()))

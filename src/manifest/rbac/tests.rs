@@ -1,14 +1,42 @@
 use super::*;
 
+/// enable_node_labeling reads and merge-patches the node's own Node: get and patch on
+/// nodes, only then; preflight asks for them only with the control plane on.
 #[test]
-fn node_patch_only_with_labeling() {
-    let has_patch = |l| {
-        cluster_role(l).rules.unwrap().iter().any(|r| {
-            r.resources.as_ref().unwrap()[0] == "nodes" && r.verbs.contains(&"patch".into())
-        })
+fn node_get_and_patch_only_with_labeling() {
+    let node_verbs = |l| {
+        cluster_role(l)
+            .rules
+            .unwrap()
+            .into_iter()
+            .find(|r| r.resources.as_ref().unwrap()[0] == "nodes")
+            .map(|r| r.verbs)
+            .unwrap()
     };
-    assert!(!has_patch(false));
-    assert!(has_patch(true));
+    assert_eq!(node_verbs(false), ["list", "watch"]);
+    assert_eq!(node_verbs(true), ["get", "list", "watch", "patch"]);
+    let ns = Namespaces {
+        lease: "kube-system".into(),
+        services: None,
+        services_election: false,
+    };
+    let described = |n: &Needs| -> Vec<String> {
+        checks_for(n, &ns)
+            .iter()
+            .map(AccessCheck::describe)
+            .collect()
+    };
+    let labeling = described(&Needs::manifest(true));
+    for want in ["get nodes cluster-wide", "patch nodes cluster-wide"] {
+        assert!(labeling.contains(&want.to_string()), "{labeling:?}");
+    }
+    let without = described(&Needs::manifest(false));
+    assert!(
+        !without
+            .iter()
+            .any(|d| d.starts_with("get nodes") || d.starts_with("patch nodes")),
+        "{without:?}"
+    );
 }
 
 #[test]
