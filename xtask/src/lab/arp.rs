@@ -580,10 +580,9 @@ impl ArpRoundProber {
                 for req in &requests {
                     let _ = tx.send_to(req, None);
                 }
-                while sent.elapsed() < window {
-                    let Ok(frame) = rx.next() else { continue };
+                let mut record = |frame: &[u8]| {
                     let Some(f) = parse_frame(frame, Duration::ZERO) else {
-                        continue;
+                        return;
                     };
                     if let (ArpOp::Reply, IpAddr::V4(from), IpAddr::V4(to)) =
                         (f.op, f.sender_ip, f.target_ip)
@@ -593,6 +592,21 @@ impl ArpRoundProber {
                     {
                         round.replies.entry(from).or_default().insert(f.sender_mac);
                     }
+                };
+                while sent.elapsed() < window {
+                    if let Ok(frame) = rx.next() {
+                        record(frame);
+                    }
+                }
+                // Then whatever is already queued: replies that arrived within the window
+                // but were not read in it because this thread was not scheduled (a loaded
+                // machine), which would otherwise show every address as unanswered in
+                // that round. Stops at the first read timeout (5 ms without a frame), or
+                // after 50 ms of reading (a backlog is read in far less).
+                let drain_end = Instant::now() + Duration::from_millis(50);
+                while Instant::now() < drain_end {
+                    let Ok(frame) = rx.next() else { break };
+                    record(frame);
                 }
                 if let Ok(mut v) = r.lock() {
                     v.push(round);
