@@ -63,12 +63,6 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     let (client, url) = kubeclient::election_client(&cfg).await?;
     info!(api = %url, "talking to this API server (kubernetes_addr, else 127.0.0.1:port in control-plane mode, else the kubeconfig's)");
 
-    if cfg.dhcp_mode {
-        return Err(ManagerError::Unsupported(
-            "dhcp_mode is not implemented in this release of vipd; unset dhcp_mode (--dhcpMode)"
-                .into(),
-        ));
-    }
     if cfg.control_plane {
         controlplane::check_not_node_addresses(&client, &cfg.addresses).await?;
     } else if cfg.enable_node_labeling {

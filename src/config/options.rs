@@ -438,7 +438,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "dhcpMode",
         "false",
         Bool,
-        "Obtain Service VIPs by DHCP (requires svc_enable)",
+        "kube-vip's DHCP mode (Service VIPs from a DHCP server); not implemented yet: true is refused with an error",
     ),
     opt(
         K_IPV6_DAD,

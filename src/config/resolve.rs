@@ -219,6 +219,16 @@ fn modes(inputs: &Inputs<'_>) -> Result<Modes, ConfigError> {
             raw.invalid("dhcp_mode obtains Service VIPs and requires svc_enable (--services)")
         );
     }
+    if dhcp_mode {
+        // Refused here, where every command reads the configuration (manager, preflight),
+        // not only when the manager starts.
+        let raw = inputs
+            .get(K_DHCP_MODE)
+            .unwrap_or_else(|| Raw::default_of(K_DHCP_MODE, "true"));
+        return Err(raw.invalid(
+            "DHCP mode is not implemented in this release of vipd: unset dhcp_mode (--dhcpMode) and give each Service its address (kube-vip.io/loadbalancerIPs or spec.loadBalancerIP)",
+        ));
+    }
     Ok(Modes {
         control_plane,
         services,
@@ -270,7 +280,7 @@ fn addresses(
     };
     if modes.control_plane && addresses.is_empty() && !modes.dhcp_mode {
         let raw = address_raw.unwrap_or_else(|| Raw::default_of(K_ADDRESS, ""));
-        return Err(raw.invalid("cp_enable needs at least one VIP in address (or dhcp_mode)"));
+        return Err(raw.invalid("cp_enable needs at least one VIP in address (--address)"));
     }
     let vip_subnet = match with_alias(inputs, K_SUBNET, K_CIDR, warnings) {
         Some(raw) => parse_subnet(&raw, &addresses)?,

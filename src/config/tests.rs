@@ -817,7 +817,7 @@ fn config_services_and_misc_values() {
             ("svc_election", "true"),
             ("svc_namespace", "apps"),
             ("lb_class_name", ""),
-            ("dhcp_mode", "true"),
+            ("dhcp_mode", "false"),
             ("vip_servicesinterface", "eth1"),
             ("k8s_config_file", "/etc/kubernetes/admin.conf"),
             ("kubernetes_addr", "[2001:db8::2]:6443"),
@@ -827,7 +827,7 @@ fn config_services_and_misc_values() {
         None,
     );
     let c = r.config;
-    assert!(c.services && c.services_election && c.dhcp_mode);
+    assert!(c.services && c.services_election && !c.dhcp_mode);
     assert_eq!(c.services_namespace.as_deref(), Some("apps"));
     assert_eq!(
         c.lb_class_name, "",
@@ -842,19 +842,21 @@ fn config_services_and_misc_values() {
     assert_eq!(c.kubernetes_addr.as_deref(), Some("[2001:db8::2]:6443"));
     assert_eq!(c.log_level, LogLevel::Debug);
     assert_eq!(c.arp_rate, Duration::from_millis(500));
-    // cp_enable with dhcp_mode needs no address.
-    assert!(
-        run(
+    // DHCP mode is refused where the configuration is read, with or without svc_enable
+    // (not only when the manager starts: preflight reads the same configuration).
+    for svc in ["1", "<unset>"] {
+        let e = run(
             &[],
-            &[
-                ("address", "<unset>"),
-                ("svc_enable", "1"),
-                ("dhcp_mode", "1")
-            ],
-            None
+            &[("svc_enable", svc), ("cp_enable", "1"), ("dhcp_mode", "1")],
+            None,
         )
-        .is_ok()
-    );
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("dhcp_mode"), "{e}");
+        if svc == "1" {
+            assert!(e.contains("not implemented"), "{e}");
+        }
+    }
     // Empty prometheus_server env is "unset" as in kube-vip: the default stays.
     let c = ok(&[], &[("prometheus_server", "")], None).config;
     assert_eq!(
