@@ -95,10 +95,6 @@ pub fn ok_cases() -> Vec<(&'static str, Vec<&'static str>)> {
             .concat(),
         ),
         (
-            "pod-cp-incluster",
-            [&["pod", IMAGE, "--inCluster"][..], &cp].concat(),
-        ),
-        (
             "ds-cp-taint",
             [&["daemonset", IMAGE, "--taint"][..], &cp].concat(),
         ),
@@ -172,6 +168,21 @@ pub fn err_cases() -> Vec<(Vec<&'static str>, &'static str)> {
             "cp_enable needs at least one VIP",
         ),
         (vec!["pod"], "nothing to do"),
+        // DaemonSet-only flags on a static pod.
+        (
+            vec![
+                "pod",
+                "--controlplane",
+                "--address",
+                "192.0.2.10",
+                "--inCluster",
+            ],
+            "a static pod cannot use a ServiceAccount",
+        ),
+        (
+            vec!["pod", "--services", "--taint"],
+            "applies to `manifest daemonset` only",
+        ),
         (
             vec!["pod", "--services", "--enableLoadBalancer"],
             "--enableLoadBalancer",
