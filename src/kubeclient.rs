@@ -104,12 +104,25 @@ pub fn api_url(addr: &str) -> Result<http::Uri, ClientError> {
 /// # Errors
 /// [`ClientError::Kubeconfig`], [`ClientError::Infer`].
 pub(crate) async fn base_config(cfg: &Config) -> Result<kube::Config, ClientError> {
-    match &cfg.kubeconfig {
+    kube_config(cfg.kubeconfig.as_deref(), cfg.control_plane).await
+}
+
+/// The rule behind [`base_config`], also used by `vipd status`: the kubeconfig at `path`;
+/// else in-cluster / `$KUBECONFIG` / `~/.kube/config` (kube-rs `Config::infer`); else, when
+/// `kubeadm_fallback`, [`KUBEADM_ADMIN_CONF`] if it exists.
+///
+/// # Errors
+/// [`ClientError::Kubeconfig`], [`ClientError::Infer`].
+pub(crate) async fn kube_config(
+    path: Option<&Path>,
+    kubeadm_fallback: bool,
+) -> Result<kube::Config, ClientError> {
+    match path {
         Some(path) => from_file(path).await,
         None => match kube::Config::infer().await {
             Ok(c) => Ok(c),
             // kube-vip's default k8s_config_file for control-plane static pods.
-            Err(_) if cfg.control_plane && Path::new(KUBEADM_ADMIN_CONF).exists() => {
+            Err(_) if kubeadm_fallback && Path::new(KUBEADM_ADMIN_CONF).exists() => {
                 from_file(Path::new(KUBEADM_ADMIN_CONF)).await
             }
             Err(e) => Err(ClientError::Infer(e.to_string())),

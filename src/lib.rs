@@ -18,6 +18,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod net;
 pub mod nodes;
+pub mod overview;
 pub mod preflight;
 pub mod probe;
 pub mod services;

@@ -28,6 +28,9 @@ enum Command {
     /// Check this node (capabilities, interface, VIP free, macvlan, API, RBAC); exits
     /// non-zero when a check fails.
     Preflight(Box<vipd::preflight::PreflightArgs>),
+    /// Show every VIP, its holder, lease age, moves and vipd's last word on it, read from
+    /// the API (works from any machine with a kubeconfig).
+    Status(vipd::overview::StatusArgs),
 }
 
 fn init_tracing(level: tracing::level_filters::LevelFilter) {
@@ -140,6 +143,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if report.failed() {
                 anyhow::bail!("preflight found problems (see the table above)");
             }
+            Ok(())
+        }
+        Command::Status(args) => {
+            init_tracing(tracing::level_filters::LevelFilter::WARN);
+            print!("{}", vipd::overview::run(&args).await?);
             Ok(())
         }
         Command::Probe(args) => {

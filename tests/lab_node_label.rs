@@ -125,3 +125,102 @@ fn s41_no_node_object_holds_the_vip_and_labels_it_once_registered() {
     });
     assert_eq!(holders(&lab, VIP), vec!["node-a".to_string()]);
 }
+
+/// Runs `vipd status ARGS` in node-b's namespace (it only talks to the API server) and
+/// returns whether it succeeded and its stdout + stderr.
+fn vipd_status(lab: &Lab, args: &[&str]) -> (bool, String) {
+    let vipd = env!("CARGO_BIN_EXE_vipd");
+    let mut all = vec!["status"];
+    all.extend(args);
+    let mut p = lab
+        .spawn("node-b", vipd, &all, &[])
+        .expect("spawn vipd status");
+    let status = p
+        .wait_timeout(Duration::from_secs(30))
+        .unwrap()
+        .unwrap_or_else(|| panic!("vipd status did not finish:\n{}", p.log()));
+    (status.success(), p.log())
+}
+
+/// `vipd status`, read from the API alone: the control-plane holder with its VIP from the
+/// node label, a Service with its own lease, holder and vipd's last Event, as a table and as
+/// JSON; with a user that may not list nodes or Events it still prints the table and says
+/// what it could not read.
+#[test]
+fn s41_vipd_status_shows_holders_from_the_api() {
+    let Some(lab) = labeling_lab("status") else {
+        return;
+    };
+    create_node(&lab, "node-a", json!({}));
+    let limit = Duration::from_secs(30);
+    let mut a = start_vipd(
+        &lab,
+        "node-a",
+        T531,
+        &[
+            ("enable_node_labeling", "true"),
+            ("svc_enable", "true"),
+            ("svc_election", "true"),
+        ],
+    );
+    assert_eq!(single_holder(&lab, VIP, limit), "node-a");
+    wait_until("node-a labelled", limit, || {
+        has_ip(&lab, "node-a").as_deref() == Some(VIP)
+    });
+    create_service(
+        &lab,
+        &service_json("web", Some("192.0.2.20"), None, &[(80, "TCP")], false),
+    );
+    wait_until("web announced", limit, || {
+        ingress_ips(&lab, "web") == vec!["192.0.2.20".to_string()]
+    });
+    let admin = lab.admin_kubeconfig();
+    let admin = admin.to_str().unwrap();
+
+    let (ok, out) = vipd_status(&lab, &["--kubeconfig", admin, "-o", "json"]);
+    assert!(ok, "{out}");
+    let json_start = out.find('{').expect("JSON output");
+    let doc: serde_json::Value = serde_json::from_str(&out[json_start..]).expect(&out);
+    let rows = doc["vips"].as_array().expect("vips");
+    let cp = &rows[0];
+    assert_eq!(cp["kind"], "control-plane", "{out}");
+    assert_eq!(cp["holder"], "node-a", "{out}");
+    assert_eq!(cp["vips"], json!([VIP]), "{out}");
+    assert_eq!(cp["expired"], false, "{out}");
+    let web = rows
+        .iter()
+        .find(|r| r["name"] == "default/web")
+        .expect(&out);
+    assert_eq!(web["holder"], "node-a", "{out}");
+    assert_eq!(web["lease"], "default/kubevip-web", "{out}");
+    assert_eq!(web["vips"], json!(["192.0.2.20"]), "{out}");
+    let notes = web["notes"].to_string();
+    assert!(notes.contains("last Event AddressAnnounced"), "{out}");
+    assert!(!notes.contains("ingress shows"), "status matches: {out}");
+
+    let (ok, out) = vipd_status(&lab, &["--kubeconfig", admin]);
+    assert!(ok, "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("service") && l.contains("default/web"))
+        .expect(&out);
+    assert!(
+        line.contains("192.0.2.20") && line.contains("node-a"),
+        "{out}"
+    );
+
+    // node-b's own user has the generated node RBAC only (no list on nodes or Events).
+    let own = lab.kubeconfig("node-b").unwrap();
+    let (ok, out) = vipd_status(&lab, &["--kubeconfig", own.to_str().unwrap()]);
+    assert!(ok, "{out}");
+    assert!(out.contains("default/web"), "{out}");
+    assert!(out.contains("note: cannot list"), "{out}");
+
+    let (ok, out) = vipd_status(
+        &lab,
+        &["--kubeconfig", admin, "--cp-lease", "plndr-cp-lock"],
+    );
+    assert!(!ok && out.contains("--cp-lease \"plndr-cp-lock\""), "{out}");
+    a.signal(Signal::SIGTERM).unwrap();
+    let _ = a.wait_timeout(Duration::from_secs(5));
+}

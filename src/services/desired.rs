@@ -26,7 +26,7 @@ use crate::holder::VipSpec;
 use crate::net::Vip;
 
 /// A Lease by namespace and name.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct LeaseRef {
     /// Namespace.
     pub namespace: String,

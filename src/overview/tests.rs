@@ -1,0 +1,236 @@
+//! `vipd status` decisions and rendering.
+
+use super::*;
+use k8s_openapi::api::core::v1::Service;
+
+fn ts(s: i64) -> Timestamp {
+    Timestamp::from_second(s).unwrap()
+}
+
+const NOW: i64 = 1_800_000_000;
+
+fn lref(ns: &str, name: &str) -> LeaseRef {
+    LeaseRef {
+        namespace: ns.into(),
+        name: name.into(),
+    }
+}
+
+fn record(holder: &str, renewed_ago: i64, acquired_ago: i64, moves: i32) -> LeaseRecord {
+    LeaseRecord {
+        holder: holder.into(),
+        lease_duration_secs: 5,
+        acquire_time: Some(ts(NOW - acquired_ago)),
+        renew_time: Some(ts(NOW - renewed_ago)),
+        transitions: moves,
+    }
+}
+
+fn lb_service(ns: &str, name: &str, annotations: &[(&str, &str)]) -> ServiceInfo {
+    let svc: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {
+            "namespace": ns, "name": name,
+            "annotations": annotations.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<BTreeMap<_, _>>(),
+        },
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+    }))
+    .unwrap();
+    service_info(&svc)
+}
+
+fn view() -> ClusterView {
+    ClusterView {
+        cp_lease: lref("kube-system", "plndr-cp-lock"),
+        svc_lease: lref("kube-system", "plndr-svcs-lock"),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn control_plane_row_from_its_lease_and_the_node_label() {
+    let mut v = view();
+    v.leases
+        .insert(v.cp_lease.clone(), record("node-a", 1, 300, 4));
+    v.has_ip.push(("192.0.2.10".into(), "node-a".into()));
+    v.has_ip.push(("192.0.2.10".into(), "node-b".into()));
+    let rows = vip_statuses(&v, ts(NOW));
+    assert_eq!(rows.len(), 1);
+    let r = &rows[0];
+    assert_eq!(r.kind, "control-plane");
+    assert_eq!(r.vips, vec!["192.0.2.10"]);
+    assert_eq!(r.holder.as_deref(), Some("node-a"));
+    assert_eq!(
+        (r.renewed_ago_s, r.held_for_s, r.moves),
+        (Some(1), Some(300), Some(4))
+    );
+    assert!(!r.expired);
+    assert_eq!(r.notes.len(), 1, "{:?}", r.notes);
+    assert!(r.notes[0].contains("node-b still carries"), "{:?}", r.notes);
+}
+
+#[test]
+fn no_control_plane_row_without_its_lease_and_expired_when_not_renewed() {
+    let mut v = view();
+    assert!(vip_statuses(&v, ts(NOW)).is_empty());
+    v.leases
+        .insert(v.cp_lease.clone(), record("node-a", 6, 60, 0));
+    let r = &vip_statuses(&v, ts(NOW))[0];
+    assert!(r.expired, "renewed 6 s ago with a 5 s lease");
+    assert_eq!(r.vips, vec!["-"], "no node label: VIP unknown");
+    // Released: nobody holds it, nothing is expired.
+    let mut released = record("", 20, 60, 1);
+    released.acquire_time = None;
+    v.leases.insert(v.cp_lease.clone(), released);
+    let r = &vip_statuses(&v, ts(NOW))[0];
+    assert_eq!((r.holder.as_ref(), r.expired), (None, false));
+}
+
+#[test]
+fn service_uses_its_own_lease_else_the_global_one_and_reports_disagreements() {
+    let mut v = view();
+    let web = lb_service(
+        "apps",
+        "web",
+        &[("kube-vip.io/loadbalancerIPs", "192.0.2.20")],
+    );
+    let db = lb_service(
+        "apps",
+        "db",
+        &[
+            ("kube-vip.io/loadbalancerIPs", "192.0.2.21,192.0.2.300"),
+            ("kube-vip.io/vipHost", "node-c"),
+        ],
+    );
+    v.services.push((web, vec!["192.0.2.20".into()]));
+    v.services.push((db, vec![]));
+    v.leases
+        .insert(lref("apps", "kubevip-web"), record("node-b", 0, 10, 1));
+    v.leases
+        .insert(v.svc_lease.clone(), record("node-a", 2, 100, 0));
+    v.events.push(EventView {
+        namespace: "apps".into(),
+        name: "web".into(),
+        reason: "AddressAnnounced".into(),
+        message: "192.0.2.20 announced by node-b".into(),
+        time: Some(ts(NOW - 9)),
+    });
+    v.events.push(EventView {
+        namespace: "apps".into(),
+        name: "web".into(),
+        reason: "AddressAnnounced".into(),
+        message: "older".into(),
+        time: Some(ts(NOW - 90)),
+    });
+    let rows = vip_statuses(&v, ts(NOW));
+    let names: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+    assert_eq!(names, ["apps/db", "apps/web"], "sorted by namespace/name");
+    let (db, web) = (&rows[0], &rows[1]);
+    assert_eq!(web.lease, "apps/kubevip-web");
+    assert_eq!(web.holder.as_deref(), Some("node-b"));
+    assert_eq!(
+        web.notes,
+        vec!["last Event AddressAnnounced: 192.0.2.20 announced by node-b (9s ago)"]
+    );
+    assert_eq!(
+        db.lease, "kube-system/plndr-svcs-lock",
+        "no own lease: the global one"
+    );
+    assert_eq!(db.holder.as_deref(), Some("node-a"));
+    assert_eq!(db.vips, vec!["192.0.2.21"]);
+    let notes = db.notes.join(" | ");
+    assert!(notes.contains("192.0.2.300"), "{notes}");
+    assert!(
+        notes.contains("status.loadBalancer.ingress shows []"),
+        "{notes}"
+    );
+    assert!(notes.contains("kube-vip.io/vipHost says node-c"), "{notes}");
+}
+
+#[test]
+fn service_without_any_lease_or_address_says_so() {
+    let mut v = view();
+    v.services.push((lb_service("apps", "idle", &[]), vec![]));
+    let r = &vip_statuses(&v, ts(NOW))[0];
+    assert_eq!(r.lease, "apps/kubevip-idle");
+    assert_eq!(r.holder, None);
+    assert_eq!(r.vips, vec!["-"]);
+    let notes = r.notes.join(" | ");
+    assert!(
+        notes.contains("no address") && notes.contains("no Lease apps/kubevip-idle"),
+        "{notes}"
+    );
+    // Not a LoadBalancer, or ignored: not shown.
+    let mut other = lb_service("apps", "cluster-ip", &[]);
+    other.is_load_balancer = false;
+    let ignored = lb_service("apps", "ignored", &[("kube-vip.io/ignore", "true")]);
+    v.services.push((other, vec![]));
+    v.services.push((ignored, vec![]));
+    assert_eq!(vip_statuses(&v, ts(NOW)).len(), 1);
+}
+
+#[test]
+fn text_table_aligns_columns_and_puts_notes_below() {
+    let mut v = view();
+    v.leases
+        .insert(v.cp_lease.clone(), record("node-a", 1, 3700, 2));
+    v.services.push((
+        lb_service(
+            "apps",
+            "web",
+            &[("kube-vip.io/loadbalancerIPs", "192.0.2.20")],
+        ),
+        vec![],
+    ));
+    v.leases
+        .insert(lref("apps", "kubevip-web"), record("node-b", 2, 30, 0));
+    v.services.push((
+        lb_service(
+            "apps",
+            "x",
+            &[("kube-vip.io/loadbalancerIPs", "192.0.2.21")],
+        ),
+        vec!["192.0.2.21".into()],
+    ));
+    v.leases
+        .insert(lref("apps", "kubevip-x"), record("node-c", 9, 30, 0));
+    let out = render_text(&vip_statuses(&v, ts(NOW)), &["events: forbidden".into()]);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("KIND"), "{out}");
+    let col = lines[0].find("HOLDER").unwrap();
+    assert_eq!(&lines[1][col..col + 6], "node-a", "{out}");
+    assert!(
+        lines[1].contains("1s ago") && lines[1].contains("1h1m"),
+        "{out}"
+    );
+    assert!(
+        lines[2].contains("apps/web") && lines[2].contains("2s ago"),
+        "{out}"
+    );
+    assert!(
+        lines[3].starts_with("    status.loadBalancer.ingress shows []"),
+        "{out}"
+    );
+    assert!(
+        lines[4].contains("apps/x") && lines[4].contains("expired (9s ago)"),
+        "{out}"
+    );
+    assert_eq!(lines.last(), Some(&"note: events: forbidden"));
+    assert!(render_text(&[], &[]).contains("no vipd lease"));
+}
+
+#[test]
+fn lease_refs_are_checked_and_ages_are_short() {
+    assert_eq!(
+        parse_lease_ref("cp-lease", "kube-system/plndr-cp-lock").unwrap(),
+        lref("kube-system", "plndr-cp-lock")
+    );
+    for bad in ["plndr-cp-lock", "a/b/c", "Kube/x", "/x", "x/"] {
+        let e = parse_lease_ref("cp-lease", bad).unwrap_err().to_string();
+        assert!(e.starts_with("--cp-lease") && e.contains(bad), "{bad}: {e}");
+    }
+    assert_eq!(age(-3), "0s");
+    assert_eq!(age(59), "59s");
+    assert_eq!(age(61), "1m1s");
+    assert_eq!(age(7322), "2h2m");
+    assert_eq!(age(90_000), "1d1h");
+}
