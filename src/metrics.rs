@@ -311,8 +311,27 @@ impl Metrics {
             .set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
+    /// A registry with one series in every family (lease `example`, VIP `192.0.2.10`,
+    /// namespace `default`): what `/metrics` can show, for checking dashboards and alert
+    /// rules against the names vipd exports (an empty family prints nothing at all).
+    pub fn example(node: &str) -> Self {
+        let m = Metrics::new(node);
+        let lease = "example";
+        m.set_leading(lease, true);
+        m.transition(lease);
+        m.renew_latency(lease, Duration::from_millis(5));
+        m.renew_failure(lease);
+        m.failover(lease);
+        m.duplicate_identity(lease);
+        m.garp_sent("192.0.2.10");
+        m.vip_conflict("192.0.2.10");
+        m.vips_held(1);
+        m.active_services("default", 1);
+        m
+    }
+
     /// The OpenMetrics text exposition (ends with `# EOF`).
-    pub(crate) fn encode(&self) -> String {
+    pub fn encode(&self) -> String {
         let mut s = String::new();
         if prometheus_client::encoding::text::encode(&mut s, &self.0.registry).is_err() {
             // Writing to a String cannot fail; keep the output well-formed anyway.
@@ -329,6 +348,37 @@ pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`Metrics::example`] shows every metric, and the module docs' tables list exactly
+    /// what it shows (names as queries spell them: `_total` for counters).
+    #[test]
+    fn example_shows_every_metric_and_the_docs_list_them() {
+        let text = Metrics::example("node-a").encode();
+        let mut exported: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("# TYPE "))
+            .filter_map(|l| {
+                let mut w = l.split_whitespace();
+                let (name, kind) = (w.next()?, w.next()?);
+                Some(if kind == "counter" {
+                    format!("{name}_total")
+                } else {
+                    name.to_string()
+                })
+            })
+            .collect();
+        exported.sort();
+        let mut documented: Vec<String> = include_str!("metrics.rs")
+            .lines()
+            .take_while(|l| l.starts_with("//!"))
+            .filter_map(|l| l.strip_prefix("//! | `"))
+            .filter_map(|l| l.split('`').next())
+            .map(str::to_string)
+            .collect();
+        documented.sort();
+        assert_eq!(exported.len(), 11, "{text}");
+        assert_eq!(exported, documented);
+    }
 
     #[test]
     fn forgotten_leases_vips_and_namespaces_leave_no_series() {

@@ -340,6 +340,8 @@ fn test(extra: &[&str]) -> Result<()> {
             ("xz", "xz-utils"),
             // The ARP flux guard's lab and kernel tests run the real `nft`.
             ("nft", "nftables"),
+            // tests/monitoring.rs checks and unit-tests the alert rules.
+            ("promtool", "prometheus"),
         ])?;
         // Fail early, with instructions, if there is no API server.
         let api = lab::find_apiserver()?;
