@@ -1,4 +1,4 @@
-//! S38/S39 (issue 10), Events and status that are always right, with only the RBAC that
+//! S38/S39: Events and status that are always right, with only the RBAC that
 //! `vipd manifest rbac` generates (the lab's node users have no other rights):
 //! - status and `kube-vip.io/vipHost` are level-triggered: written once the permission is
 //!   back, restored when someone else changes them;

@@ -1,4 +1,4 @@
-//! Lab tests of the orphaned per-Service lease collector (issue 10, `services::lease_gc`):
+//! Lab tests of the orphaned per-Service lease collector (`services::lease_gc`):
 //! a Service deleted while its lease holder is down leaves a lease that the other nodes
 //! delete once it stayed unchanged for its duration plus 30 s; a lease vipd did not create
 //! (no vipd labels) is never deleted, whatever its name. S17 ("deleting a Service ...

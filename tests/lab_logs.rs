@@ -1,4 +1,4 @@
-//! Lab tests of vipd's log discipline (issue 10): one line per state change, repeats
+//! Lab tests of vipd's log discipline: one line per state change, repeats
 //! rate-limited with a count (`vipd::logging`), a line when the condition clears.
 
 mod support;
@@ -16,7 +16,7 @@ fn count(log: &str, what: &str) -> usize {
 
 /// S40 (logs): while the VIP interface is missing, the holder checks it twice a second;
 /// the error is logged once, not twice a second. When the interface appears, one line says
-/// so and the VIP goes on it.
+/// so, the VIP goes on it and is announced with that interface's MAC.
 #[test]
 fn s40_missing_interface_is_logged_once_not_twice_a_second() {
     let Some(lab) = lab("s40logs", LabOptions::default()) else {
@@ -41,7 +41,9 @@ fn s40_missing_interface_is_logged_once_not_twice_a_second() {
     }
     assert_eq!(n, 1, "{PLACE_ERROR} logged {n} times in {:?}", t0.elapsed());
     // The interface appears (a second port on the segment): one line, the VIP on it.
-    lab.add_interface("node-a", "eth9", "198.51.100.11/24")
+    let cap = lab.start_capture().unwrap();
+    let eth9 = lab
+        .add_interface("node-a", "eth9", "198.51.100.11/24")
         .unwrap();
     let vip: std::net::IpAddr = VIP.parse().unwrap();
     wait_for("VIP on eth9", Duration::from_secs(20), || {
@@ -51,6 +53,21 @@ fn s40_missing_interface_is_logged_once_not_twice_a_second() {
             .any(|a| a.addr == vip)
             .then_some(())
     });
+    // Announced at once on acquisition, then every vip_arpRate (1 s): 1.5 s holds at least one.
+    std::thread::sleep(Duration::from_millis(1500));
+    let garps: Vec<_> = cap
+        .stop()
+        .unwrap()
+        .into_iter()
+        .filter(|f| f.is_announcement_of(vip))
+        .collect();
+    assert!(!garps.is_empty(), "no GARP for the VIP on eth9");
+    assert!(
+        garps
+            .iter()
+            .all(|f| f.sender_mac == eth9 && f.eth_src == eth9),
+        "announced with eth9's MAC {eth9}: {garps:?}"
+    );
     let log = p.log();
     assert_eq!(count(&log, "VIP interfaces usable again"), 1, "{log}");
     assert_eq!(count(&log, PLACE_ERROR), 1, "no error after it cleared");

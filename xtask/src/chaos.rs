@@ -1,4 +1,4 @@
-//! `cargo xtask chaos`: the chaos soak (issue 10). See docs/chaos.md.
+//! `cargo xtask chaos`: the chaos soak. See docs/chaos.md.
 //!
 //! ```text
 //! cargo xtask chaos --minutes N [--seed S] [--services 50] [--nodes 3] [--no-build]
