@@ -43,7 +43,7 @@ fn s40_missing_interface_is_logged_once_not_twice_a_second() {
     // The interface appears (a second port on the segment): one line, the VIP on it.
     let cap = lab.start_capture().unwrap();
     let eth9 = lab
-        .add_interface("node-a", "eth9", "198.51.100.11/24")
+        .add_interface("node-a", "eth9", "192.0.2.211/32")
         .unwrap();
     let vip: std::net::IpAddr = VIP.parse().unwrap();
     wait_for("VIP on eth9", Duration::from_secs(20), || {

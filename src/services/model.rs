@@ -12,7 +12,7 @@
 //!   on to netlink (older); vipd rejects it.
 //! - kube-vip also falls back to `status.loadBalancer.ingress` when the annotation is absent;
 //!   vipd never reads its own output back as input (a stale status would pin an old
-//!   address) and uses only the annotation, then `spec.loadBalancerIP` (the order).
+//!   address) and uses only the annotation, then `spec.loadBalancerIP` (kube-vip's order).
 //! - An annotation whose value is the empty string counts as absent (falls back to
 //!   `spec.loadBalancerIP`); kube-vip would use the empty list.
 

@@ -1,6 +1,6 @@
 //! `cargo xtask bench services`: figures for vipd's LoadBalancer Services (S31, S32) in the
-//! lab. It prints figures, not pass/fail; docs/services-bench.md records a run against the
-//! issue's targets.
+//! lab. It prints figures, not pass/fail; docs/services-bench.md records a run against its
+//! targets (30 MB per node, p95 create-to-answer).
 //!
 //! ```text
 //! cargo xtask bench services [--scenario bringup|scale|churn|all] [--services N]
