@@ -246,10 +246,13 @@ fn table_matches_the_code() {
             files.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
             continue;
         }
-        // The table and this test name types in their docs and messages.
+        // The table and this test name types in their docs and messages. `vipd status`
+        // (overview.rs) runs with the user's own kubeconfig, not vipd's ServiceAccount: its
+        // lists (leases, services, events, nodes) are in docs/operators.md, not the role.
         if p.extension().is_none_or(|e| e != "rs")
             || p.ends_with("manifest/rbac.rs")
             || p.ends_with("manifest/rbac/tests.rs")
+            || p.ends_with("src/overview.rs")
         {
             continue;
         }
