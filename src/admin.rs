@@ -26,6 +26,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::metrics::{self, Metrics};
+use crate::nodes::eligibility::DrainSwitch;
 use crate::syntax::ListenAddr;
 
 /// Errors starting the admin endpoint.
@@ -355,12 +356,40 @@ fn text(status: StatusCode, body: String) -> Response<Full<Bytes>> {
     r
 }
 
-/// Answers one request (pure apart from reading the metrics and readiness).
+/// Answers one request (pure apart from reading the metrics and readiness, and the drain
+/// switch). `/drain`: GET says whether this node is drained; POST drains it and DELETE
+/// undrains it (`vipd drain`), from a loopback peer only (`local`): the endpoint listens
+/// on every address by default, and a drain moves every VIP.
 pub(crate) fn respond(
+    method: &http::Method,
     path: &str,
+    local: bool,
     metrics: &Metrics,
     readiness: &Readiness,
+    drain: &DrainSwitch,
 ) -> Response<Full<Bytes>> {
+    if path == "/drain" {
+        let state = |d: bool| if d { "drained\n" } else { "not drained\n" };
+        return match *method {
+            http::Method::GET => text(StatusCode::OK, state(drain.is_set()).into()),
+            http::Method::POST | http::Method::DELETE if !local => text(
+                StatusCode::FORBIDDEN,
+                "drain and undrain only from this node (a loopback address)\n".into(),
+            ),
+            http::Method::POST => {
+                drain.set(true);
+                text(StatusCode::OK, state(true).into())
+            }
+            http::Method::DELETE => {
+                drain.set(false);
+                text(StatusCode::OK, state(false).into())
+            }
+            _ => text(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "GET, POST (drain) or DELETE (undrain)\n".into(),
+            ),
+        };
+    }
     match path {
         "/metrics" => {
             let mut r = Response::new(Full::new(Bytes::from(metrics.encode())));
@@ -388,6 +417,7 @@ pub fn serve(
     listener: TcpListener,
     metrics: Metrics,
     readiness: Readiness,
+    drain: DrainSwitch,
     shutdown: CancellationToken,
 ) -> Result<AdminServer, AdminError> {
     let local_addr = listener.local_addr().map_err(|source| AdminError::Bind {
@@ -409,10 +439,19 @@ pub fn serve(
             };
             let metrics = metrics.clone();
             let readiness = readiness.clone();
+            let drain = drain.clone();
             let stop = shutdown.clone();
+            let local = peer.ip().to_canonical().is_loopback();
             tokio::spawn(async move {
                 let svc = service_fn(move |req: Request<Incoming>| {
-                    let r = respond(req.uri().path(), &metrics, &readiness);
+                    let r = respond(
+                        req.method(),
+                        req.uri().path(),
+                        local,
+                        &metrics,
+                        &readiness,
+                        &drain,
+                    );
                     async move { Ok::<_, Infallible>(r) }
                 });
                 let conn = http1::Builder::new()
@@ -439,11 +478,12 @@ pub async fn start(
     prometheus_server: &ListenAddr,
     metrics: Metrics,
     readiness: Readiness,
+    drain: DrainSwitch,
     shutdown: CancellationToken,
 ) -> Result<AdminServer, AdminError> {
     let listener = bind(prometheus_server).await?;
-    let server = serve(listener, metrics, readiness, shutdown)?;
-    info!(addr = %server.local_addr, "admin endpoint: /metrics /healthz /readyz");
+    let server = serve(listener, metrics, readiness, drain, shutdown)?;
+    info!(addr = %server.local_addr, "admin endpoint: /metrics /healthz /readyz /drain");
     Ok(server)
 }
 
@@ -475,6 +515,7 @@ mod tests {
             &ListenAddr::from(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
             metrics.clone(),
             ready.clone(),
+            DrainSwitch::default(),
             stop.clone(),
         )
         .await
@@ -524,6 +565,32 @@ mod tests {
         stop.cancel();
         srv.task.await.unwrap();
         assert!(tokio::net::TcpStream::connect(a).await.is_err());
+    }
+
+    /// `/drain`: anyone may ask; only this node (loopback) may drain or undrain.
+    #[test]
+    fn drain_switch_from_loopback_only() {
+        use http::Method;
+        let (m, r, d) = (Metrics::new("n"), Readiness::new(), DrainSwitch::default());
+        let mut rx = d.subscribe();
+        let call = |method: Method, local: bool| {
+            respond(&method, "/drain", local, &m, &r, &d)
+                .status()
+                .as_u16()
+        };
+        assert_eq!(call(Method::GET, false), 200);
+        assert_eq!(call(Method::POST, false), 403);
+        assert!(!d.is_set());
+        assert_eq!(call(Method::POST, true), 200);
+        assert!(d.is_set() && rx.has_changed().unwrap());
+        rx.borrow_and_update();
+        assert_eq!(call(Method::POST, true), 200);
+        assert!(!rx.has_changed().unwrap(), "draining twice is no change");
+        assert_eq!(call(Method::DELETE, false), 403);
+        assert!(d.is_set());
+        assert_eq!(call(Method::DELETE, true), 200);
+        assert!(!d.is_set());
+        assert_eq!(call(Method::PUT, true), 405);
     }
 
     #[test]

@@ -31,6 +31,9 @@ enum Command {
     /// Show every VIP, its holder, lease age, moves and vipd's last word on it, read from
     /// the API (works from any machine with a kubeconfig).
     Status(vipd::overview::StatusArgs),
+    /// Hand every VIP this node holds to a peer and stop campaigning (maintenance), via the
+    /// local vipd's admin endpoint; --undo to campaign again.
+    Drain(vipd::drain::DrainArgs),
 }
 
 fn init_tracing(level: tracing::level_filters::LevelFilter) {
@@ -143,6 +146,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if report.failed() {
                 anyhow::bail!("preflight found problems (see the table above)");
             }
+            Ok(())
+        }
+        Command::Drain(args) => {
+            println!("{}", vipd::drain::run(&args).await?);
             Ok(())
         }
         Command::Status(args) => {

@@ -19,6 +19,7 @@ use crate::holder::{self, HolderConfig};
 use crate::kubeclient;
 use crate::net::conflict::{ConflictMonitor, RawConflictMonitor};
 use crate::net::{Kernel, NetlinkKernel};
+use crate::nodes::eligibility::{self, DrainSwitch, Wing};
 use crate::services;
 
 /// Errors that stop the manager at start.
@@ -52,7 +53,7 @@ pub enum ManagerError {
 /// logged, never returned.
 pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), ManagerError> {
     info!(node = %cfg.node_name, version = env!("CARGO_PKG_VERSION"), "vipd manager starting");
-    let (metrics, readiness) = start_admin(&cfg, &shutdown).await;
+    let (metrics, readiness, drain) = start_admin(&cfg, &shutdown).await;
     if !cfg.control_plane && !cfg.services {
         return Err(ManagerError::Unsupported(
             "nothing to do: set cp_enable (--controlplane) and/or svc_enable (--services)".into(),
@@ -97,6 +98,43 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     let aux_stop = CancellationToken::new();
     tokio::spawn(aux_loop(kernel.clone(), metrics.clone(), aux_stop.clone()));
 
+    // Eligibility: this node's Node object and `vipd drain` close the `ineligible` gate of
+    // the control-plane election (drains only) and of every Service election.
+    let (facts_tx, facts) = tokio::sync::watch::channel(None);
+    tokio::spawn(eligibility::watch_own_node(
+        client.clone(),
+        cfg.node_name.clone(),
+        facts_tx,
+        aux_stop.clone(),
+    ));
+    if cfg.control_plane {
+        let gates = cp_gates.clone();
+        tokio::spawn(eligibility::follow(
+            Wing::ControlPlane,
+            facts.clone(),
+            drain.subscribe(),
+            cfg.eligibility,
+            metrics.clone(),
+            move |why| gates.set(eligibility::GATE_INELIGIBLE, why.is_none()),
+            aux_stop.clone(),
+        ));
+    }
+    let (svc_eligible_tx, svc_eligible) = tokio::sync::watch::channel(None);
+    if cfg.services {
+        svc_eligible_tx.send_replace(Some(eligibility::Ineligible::Unknown));
+        tokio::spawn(eligibility::follow(
+            Wing::Services,
+            facts.clone(),
+            drain.subscribe(),
+            cfg.eligibility,
+            metrics.clone(),
+            move |why| {
+                svc_eligible_tx.send_replace(why);
+            },
+            aux_stop.clone(),
+        ));
+    }
+
     let control_plane = cfg.control_plane.then(|| {
         controlplane::start(
             &cfg,
@@ -120,6 +158,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
                     holder_cfg,
                     metrics: metrics.clone(),
                     readiness: readiness.clone(),
+                    ineligible: svc_eligible,
                 },
             )
             .await?,
@@ -160,23 +199,35 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     Ok(())
 }
 
-/// Starts the admin endpoint (`/metrics`, `/healthz`, `/readyz` on `prometheus_server`)
-/// until `shutdown`; returns the metrics and readiness the other parts update. A port that
+/// Starts the admin endpoint (`/metrics`, `/healthz`, `/readyz`, `/drain` on
+/// `prometheus_server`) until `shutdown`; returns the metrics, readiness and drain switch
+/// the other parts update or follow. A port that
 /// cannot be bound is logged and vipd goes on: the VIP matters more than its metrics.
 async fn start_admin(
     cfg: &Config,
     shutdown: &CancellationToken,
-) -> (crate::metrics::Metrics, crate::admin::Readiness) {
+) -> (
+    crate::metrics::Metrics,
+    crate::admin::Readiness,
+    DrainSwitch,
+) {
     let metrics = crate::metrics::Metrics::new(&cfg.node_name);
     let readiness = crate::admin::Readiness::new();
+    let drain = DrainSwitch::default();
     readiness.set_config_valid(true);
     if let Some(addr) = &cfg.prometheus_server
-        && let Err(e) =
-            crate::admin::start(addr, metrics.clone(), readiness.clone(), shutdown.clone()).await
+        && let Err(e) = crate::admin::start(
+            addr,
+            metrics.clone(),
+            readiness.clone(),
+            drain.clone(),
+            shutdown.clone(),
+        )
+        .await
     {
         error!(error = %e, "admin endpoint not started");
     }
-    (metrics, readiness)
+    (metrics, readiness, drain)
 }
 
 /// The VIP holders' settings at the control-plane lease timings, with one RFC 5227

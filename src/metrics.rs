@@ -20,6 +20,7 @@
 //! | `vipd_duplicate_identity_total` | counter | `lease_name` | writes under this node's identity made by another process (duplicate node name) |
 //! | `vipd_garp_sent_total` | counter | `vip` | gratuitous ARPs / unsolicited NAs sent |
 //! | `vipd_vips_held` | gauge | | VIPs this node carries right now |
+//! | `vipd_node_ineligible` | gauge | `vips`, `reason` | 1 while this node may not announce `vips` (`control-plane` or `services`) for `reason` (drained, drain-annotation, cordon-drain, excluded, not-ready, cordoned, unknown); no series while eligible |
 //! | `vipd_vip_conflicts_total` | counter | `vip` | times another host was found answering for a VIP this node leads (RFC 5227 conflict): the VIP was not bound, or was removed |
 
 use std::fmt::Write as _;
@@ -54,6 +55,12 @@ struct VipLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct IneligibleLabels {
+    vips: String,
+    reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NamespaceLabels {
     namespace: String,
 }
@@ -84,6 +91,7 @@ struct Inner {
     garp: Family<VipLabels, Counter>,
     vips_held: Gauge,
     conflicts: Family<VipLabels, Counter>,
+    ineligible: Family<IneligibleLabels, Gauge>,
 }
 
 /// vipd's metrics. Cheap to clone (an `Arc`); every method is thread-safe and never fails.
@@ -113,6 +121,7 @@ impl Metrics {
         let garp = Family::<VipLabels, Counter>::default();
         let vips_held = Gauge::default();
         let conflicts = Family::<VipLabels, Counter>::default();
+        let ineligible = Family::<IneligibleLabels, Gauge>::default();
         registry.register(
             "kube_vip_is_leader",
             "1 if this node currently holds the lease",
@@ -169,6 +178,11 @@ impl Metrics {
             "VIPs this node carries right now",
             vips_held.clone(),
         );
+        registry.register(
+            "vipd_node_ineligible",
+            "1 while this node may not announce these VIPs (control-plane or services) for this reason",
+            ineligible.clone(),
+        );
         build_info
             .get_or_create(&BuildLabels {
                 version: env!("CARGO_PKG_VERSION").to_string(),
@@ -189,6 +203,7 @@ impl Metrics {
             garp,
             vips_held,
             conflicts,
+            ineligible,
         }))
     }
 
@@ -296,6 +311,28 @@ impl Metrics {
         });
     }
 
+    /// Sets `vipd_node_ineligible{vips, reason}`: 1 for `reason`, and no other series of
+    /// `vips` (none at all when `reason` is `None`: eligible).
+    pub fn set_ineligible(&self, vips: &str, reason: Option<&str>) {
+        for r in crate::nodes::eligibility::Ineligible::ALL {
+            if Some(r.label()) != reason {
+                self.0.ineligible.remove(&IneligibleLabels {
+                    vips: vips.to_string(),
+                    reason: r.label().to_string(),
+                });
+            }
+        }
+        if let Some(reason) = reason {
+            self.0
+                .ineligible
+                .get_or_create(&IneligibleLabels {
+                    vips: vips.to_string(),
+                    reason: reason.to_string(),
+                })
+                .set(1);
+        }
+    }
+
     /// Sets `vipd_vips_held` to `n`.
     pub fn vips_held(&self, n: usize) {
         self.0.vips_held.set(i64::try_from(n).unwrap_or(i64::MAX));
@@ -327,6 +364,7 @@ impl Metrics {
         m.vip_conflict("192.0.2.10");
         m.vips_held(1);
         m.active_services("default", 1);
+        m.set_ineligible("services", Some("drained"));
         m
     }
 
@@ -376,7 +414,7 @@ mod tests {
             .map(str::to_string)
             .collect();
         documented.sort();
-        assert_eq!(exported.len(), 11, "{text}");
+        assert_eq!(exported.len(), 12, "{text}");
         assert_eq!(exported, documented);
     }
 

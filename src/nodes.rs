@@ -2,6 +2,7 @@
 //! address: the holder would take that node's traffic), and the control-plane holder's
 //! `kube-vip.io/has-ip` label ([`label`], `enable_node_labeling`).
 
+pub mod eligibility;
 pub mod label;
 
 use std::collections::BTreeMap;

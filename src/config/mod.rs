@@ -239,6 +239,9 @@ pub struct Config {
     /// `enable_node_labeling`: with `cp_enable`, the control-plane lease holder labels its
     /// own Node `kube-vip.io/has-ip=<first address>` ([`crate::nodes::label`]).
     pub enable_node_labeling: bool,
+    /// `drain_on_cordon` and `svc_exclude_cordoned` (vipd options): what a cordon means for
+    /// eligibility ([`crate::nodes::eligibility`]).
+    pub eligibility: crate::nodes::eligibility::EligibilityRules,
     /// `vip_loglevel`.
     pub log_level: LogLevel,
 }

@@ -146,6 +146,8 @@ pub(super) const K_KUBERNETES_ADDR: &str = "kubernetes_addr";
 pub(super) const K_DHCP_MODE: &str = "dhcp_mode";
 pub(super) const K_IPV6_DAD: &str = "vip_ipv6_dad";
 pub(super) const K_NODE_LABELING: &str = "enable_node_labeling";
+pub(super) const K_DRAIN_ON_CORDON: &str = "drain_on_cordon";
+pub(super) const K_SVC_EXCLUDE_CORDONED: &str = "svc_exclude_cordoned";
 pub(super) const K_LOG_LEVEL: &str = "vip_loglevel";
 pub(super) const K_CONFIG_FILE: &str = "config_file";
 pub(super) const K_DNS_MODE: &str = "dns_mode";
@@ -453,6 +455,20 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "false",
         Bool,
         "Label the Node holding the control-plane VIP kube-vip.io/has-ip=<first address> (IPv6: 32 hex digits); Services are not labelled",
+    ),
+    opt(
+        K_DRAIN_ON_CORDON,
+        "drainOnCordon",
+        "false",
+        Bool,
+        "vipd option: a cordoned node hands every VIP it holds (control plane and Services) to a peer and stops campaigning until uncordoned, so `kubectl drain` moves VIPs before the reboot (like the vipd.io/drain=true node annotation)",
+    ),
+    opt(
+        K_SVC_EXCLUDE_CORDONED,
+        "servicesExcludeCordoned",
+        "false",
+        Bool,
+        "vipd option: a cordoned node does not announce Service VIPs (by default cordoned nodes stay eligible; excluded-labelled and NotReady nodes never are)",
     ),
     opt(
         K_LOG_LEVEL,

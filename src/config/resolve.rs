@@ -168,6 +168,10 @@ pub fn resolve_detailed(
         kubernetes_addr: api.kubernetes_addr,
         dhcp_mode: modes.dhcp_mode,
         ipv6_dad: modes.ipv6_dad,
+        eligibility: crate::nodes::eligibility::EligibilityRules {
+            drain_on_cordon: inputs.bool_or(K_DRAIN_ON_CORDON, false)?,
+            exclude_cordoned: inputs.bool_or(K_SVC_EXCLUDE_CORDONED, false)?,
+        },
         enable_node_labeling: api.enable_node_labeling,
         log_level,
     };

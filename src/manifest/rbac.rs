@@ -169,6 +169,7 @@ const EVENTS: &str = "src/services/status/events.rs";
 const RUNTIME: &str = "src/services/runtime.rs";
 const LEASE_GC: &str = "src/services/lease_gc.rs";
 const NODE_LABEL: &str = "src/nodes/label.rs";
+const ELIGIBILITY: &str = "src/nodes/eligibility.rs";
 
 /// Every API call vipd makes (see the module docs). Events are created, and repeats
 /// folded into the first one with a patch of its series / count; both Event APIs and both
@@ -186,6 +187,10 @@ pub const API_CALLS: &[ApiCall] = &[
     call::<EventsV1Event>(Patch, LeaseNamespace, ControlPlane, EventsV1, (EVENTS, "events.patch(")),
     call::<CoreEvent>(Create, LeaseNamespace, ControlPlane, CoreEvents, (EVENTS, "core.create(")),
     call::<CoreEvent>(Patch, LeaseNamespace, ControlPlane, CoreEvents, (EVENTS, "core.patch(")),
+    // This node's Node object (drain annotation, exclusion label, readiness, cordon):
+    // eligibility, for the control plane and Services alike.
+    call::<Node>(List, Cluster, ControlPlane, Always, (ELIGIBILITY, "watcher::watcher(api, cfg)")),
+    call::<Node>(Watch, Cluster, ControlPlane, Always, (ELIGIBILITY, "watcher::watcher(api, cfg)")),
     // Services: watches (reflectors) of Services, Nodes and endpoints.
     call::<Service>(List, ServiceNamespaces, Services, Always, (RUNTIME, "spawn_reflector(\n        \"services\"")),
     call::<Service>(Watch, ServiceNamespaces, Services, Always, (RUNTIME, "spawn_reflector(\n        \"services\"")),

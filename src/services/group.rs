@@ -17,11 +17,12 @@ use super::decide::{self, GroupEvent, StatusStep};
 use super::desired::LeaseRef;
 use super::model::ServiceKey;
 use super::runtime::{GroupSpec, Shared};
-use super::sync::{StatusSync, report_conflicts};
+use super::sync::{StatusSync, report_conflicts, report_handover};
 use crate::election::kube::KubeLeaseClient;
 use crate::election::{DuplicateIdentity, ElectionEnd, Elector, Gates, LeaderState};
 use crate::holder::{VipHolder, VipSpec};
 use crate::net::{Announcer, Kernel};
+use crate::nodes::eligibility::{GATE_INELIGIBLE, Ineligible};
 
 /// The main loop's handle on a running group task.
 pub(super) struct GroupHandle {
@@ -105,6 +106,10 @@ struct Group<K: Kernel, A: Announcer> {
     /// Level-triggered status (S38): while leading, status, vipHost and the announcement
     /// Events are written until they match, retried with back-off after a failure.
     status: StatusSync,
+    /// This group's election gates (the holder's and [`GATE_INELIGIBLE`]).
+    gates: Gates,
+    /// Why this node may not announce Service VIPs (`None`: eligible).
+    ineligible: watch::Receiver<Option<Ineligible>>,
     elector_stop: CancellationToken,
     elector_task: JoinHandle<ElectionEnd>,
     holder_stop: CancellationToken,
@@ -132,6 +137,8 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         mut spec: watch::Receiver<GroupSpec>,
     ) -> Self {
         let gates = Gates::default();
+        let mut ineligible = shared.ineligible.clone();
+        gates.set(GATE_INELIGIBLE, ineligible.borrow_and_update().is_none());
         let mut client =
             KubeLeaseClient::new(shared.lease_client.clone(), &lease.namespace, &lease.name)
                 .with_hub(shared.hub.clone());
@@ -174,6 +181,8 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         let elector_task = tokio::spawn(elector.run(elector_stop.clone()));
         let seen = shared.services_seen.subscribe();
         Group {
+            gates,
+            ineligible,
             shared,
             lease,
             client,
@@ -243,6 +252,13 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
                     Box::pin(self.duplicate_changed()).await;
                     continue;
                 }
+                r = self.ineligible.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    Box::pin(self.eligibility_changed()).await;
+                    continue;
+                }
             };
             Box::pin(self.status_event(event)).await;
         }
@@ -276,6 +292,21 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         self.status
             .sync(&ctx, &self.current, &held, &refused, retrying)
             .await;
+    }
+
+    /// Opens or closes [`GATE_INELIGIBLE`]; when it closes while this node leads (the
+    /// elector then drops the VIPs and releases the lease), posts a Normal Event on each of
+    /// the group's Services saying why.
+    async fn eligibility_changed(&mut self) {
+        let why = *self.ineligible.borrow_and_update();
+        self.gates.set(GATE_INELIGIBLE, why.is_none());
+        let Some(why) = why else {
+            return;
+        };
+        if !self.leading {
+            return;
+        }
+        report_handover(&self.shared.status_ctx(), &self.current, &why.to_string()).await;
     }
 
     /// Posts an Event for every new address conflict.

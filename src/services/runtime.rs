@@ -51,6 +51,7 @@ use crate::election::{ElectionEnd, LeaseClient, Timing};
 use crate::holder::{HolderConfig, VipSpec};
 use crate::metrics::Metrics;
 use crate::net::{Announcer, CachedKernel, Kernel, NetlinkKernel, RawAnnouncer};
+use crate::nodes::eligibility::Ineligible;
 pub use crate::nodes::node_addresses;
 
 /// What a group task needs to know about the Services whose addresses it announces.
@@ -104,6 +105,8 @@ pub(super) struct Shared<K: Kernel, A: Announcer> {
     /// Bumped after every pass over the Services cache: group tasks then compare their
     /// Services' status with the cache (no API call when it matches) and restore it.
     pub(super) services_seen: watch::Sender<u64>,
+    /// Why this node may not announce Service VIPs (see [`Parts::ineligible`]).
+    pub(super) ineligible: watch::Receiver<Option<Ineligible>>,
 }
 
 impl<K: Kernel, A: Announcer> Shared<K, A> {
@@ -141,6 +144,10 @@ pub struct Parts {
     pub metrics: Metrics,
     /// `/readyz` conditions (watch health, duplicate identity).
     pub readiness: Readiness,
+    /// Why this node may not announce Service VIPs now (`None`: eligible), from
+    /// [`crate::nodes::eligibility::follow`]: closes every group's
+    /// [`crate::nodes::eligibility::GATE_INELIGIBLE`].
+    pub ineligible: watch::Receiver<Option<Ineligible>>,
 }
 
 /// The running Services wing.
@@ -186,6 +193,7 @@ pub async fn start(cfg: &Arc<Config>, parts: Parts) -> Result<Running, ServicesE
         holder_cfg,
         parts.metrics,
         parts.readiness,
+        parts.ineligible,
         stop.clone(),
     ));
     Ok(Running { stop, task })
@@ -329,6 +337,7 @@ async fn run<K: Kernel, A: Announcer>(
     holder_cfg: HolderConfig,
     metrics: Metrics,
     readiness: Readiness,
+    ineligible: watch::Receiver<Option<Ineligible>>,
     shutdown: CancellationToken,
 ) {
     let watches = CancellationToken::new();
@@ -362,6 +371,7 @@ async fn run<K: Kernel, A: Announcer>(
         metrics,
         readiness,
         services_seen: watch::channel(0).0,
+        ineligible,
     });
     let plan_cfg = plan_config(&cfg);
     info!(mode = ?plan_cfg.mode, namespace = namespace.unwrap_or("<all>"), "Services: watching LoadBalancer Services");

@@ -210,6 +210,22 @@ pub(super) async fn report_conflicts<W: StatusWriter>(
     }
 }
 
+/// Posts a Normal `HandedOver` Event on each Service of `spec`: this node hands its
+/// addresses over because `why`.
+pub(super) async fn report_handover<W: StatusWriter>(
+    ctx: &StatusCtx<'_, W>,
+    spec: &GroupSpec,
+    why: &str,
+) {
+    for (key, addrs, _) in &spec.services {
+        let ev = ServiceEvent::handed_over(ctx.node, addrs, why);
+        let uid = ctx.cached(key).and_then(|s| s.metadata.uid.clone());
+        if let Err(e) = ctx.writer.event(key, uid.as_deref(), &ev).await {
+            warn!(service = %key, error = %e, "cannot record the hand-over event");
+        }
+    }
+}
+
 /// The status side of a group while this node leads it: what is still to be written.
 #[derive(Default)]
 pub(super) struct StatusSync {

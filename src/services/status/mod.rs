@@ -88,6 +88,8 @@ impl EventKind {
 pub const REASON_ANNOUNCED: &str = "AddressAnnounced";
 /// Reason of a Warning naming a rejected Service address value.
 pub(crate) const REASON_INVALID_ADDRESS: &str = "InvalidAddress";
+/// Normal Event: the holder handed the Service's addresses over (node not eligible).
+pub(crate) const REASON_HANDED_OVER: &str = "HandedOver";
 /// Reason of a Warning about a Service address and port already used by another Service
 /// (the Service is not announced on it).
 pub(crate) const REASON_ADDRESS_CONFLICT: &str = "AddressConflict";
@@ -168,6 +170,23 @@ impl ServiceEvent {
             action: "Announce".into(),
             note: format!("{} announced by node {node}{moved}", list.join(", ")),
             change: String::new(),
+        }
+    }
+
+    /// Normal: `node` hands `addresses` over to another node because `why` (it is no
+    /// longer eligible: drained, excluded, NotReady, ...): the VIPs are removed, then the
+    /// lease is released. Each hand-over is a separate Event.
+    pub(crate) fn handed_over(node: &str, addresses: &[IpAddr], why: &str) -> Self {
+        let list: Vec<String> = addresses.iter().map(ToString::to_string).collect();
+        ServiceEvent {
+            kind: EventKind::Normal,
+            reason: REASON_HANDED_OVER.into(),
+            action: "Release".into(),
+            note: format!(
+                "node {node} hands {} over to another node: {why}",
+                list.join(", ")
+            ),
+            change: crate::election::record::now_micros().to_string(),
         }
     }
 

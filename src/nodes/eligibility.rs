@@ -1,0 +1,392 @@
+//! Which VIPs this node may announce, from its Node object and the local drain switch.
+//!
+//! * Service VIPs: a node campaigns for a Service lease only while it is eligible
+//!   ([`services_ineligibility`]): not drained (`vipd drain`, the [`DRAIN_ANNOTATION`]
+//!   annotation, or a cordon with `drain_on_cordon`), not labelled [`EXCLUDE_LABEL`] (the
+//!   label kube-proxy-less load balancers and cloud controllers honour), Ready, and not
+//!   cordoned when `svc_exclude_cordoned` is set (cordoned nodes stay eligible by default:
+//!   cordoning stops new Pods, not traffic). This follows MetalLB's L2 speaker (NotReady and
+//!   excluded nodes do not announce).
+//! * The control-plane VIP ([`control_plane_ineligibility`]) only honours a drain: it must
+//!   work before any Node object exists (bootstrap) and while the kubelet reports NotReady
+//!   (the API server may be fine).
+//! * No Node object (yet): eligible.
+//!
+//! A holder that becomes ineligible hands over gracefully: the elector's gate closes, the
+//! VIPs are removed, then the lease is released (the ~50 ms path), and the next eligible
+//! candidate takes it at once.
+//!
+//! [`watch_own_node`] follows this node's Node object (a watch with a field selector on
+//! its name) and publishes the facts [`NodeFacts`] the decisions need.
+
+use std::fmt;
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+/// The well-known label that keeps a node out of external load balancers
+/// (`node.kubernetes.io/exclude-from-external-load-balancers`, any value).
+pub const EXCLUDE_LABEL: &str = "node.kubernetes.io/exclude-from-external-load-balancers";
+
+/// vipd's maintenance annotation on a Node: `vipd.io/drain=true` (Go ParseBool true
+/// values) hands every VIP the node holds to a peer and stops it campaigning until the
+/// annotation is removed or false.
+pub const DRAIN_ANNOTATION: &str = "vipd.io/drain";
+
+/// The election gate a node's ineligibility closes (see [`crate::election::Gates`]): the
+/// elector steps down with a release and stops campaigning until it opens again.
+pub const GATE_INELIGIBLE: &str = "ineligible";
+
+/// The local drain switch (`vipd drain`, through the admin endpoint's `/drain`). Cheap to
+/// clone; every clone is the same switch.
+#[derive(Debug, Clone)]
+pub struct DrainSwitch(std::sync::Arc<watch::Sender<bool>>);
+
+impl Default for DrainSwitch {
+    fn default() -> Self {
+        DrainSwitch(std::sync::Arc::new(watch::Sender::new(false)))
+    }
+}
+
+impl DrainSwitch {
+    /// Drains (`true`) or undrains this node; logs a change.
+    pub fn set(&self, drained: bool) {
+        if self
+            .0
+            .send_if_modified(|d| std::mem::replace(d, drained) != drained)
+        {
+            if drained {
+                info!(
+                    "drained (vipd drain): handing every VIP over and not campaigning until undrained"
+                );
+            } else {
+                info!("undrained (vipd drain --undo): campaigning again");
+            }
+        }
+    }
+
+    /// Whether this node is drained.
+    pub fn is_set(&self) -> bool {
+        *self.0.borrow()
+    }
+
+    /// A receiver of every change.
+    pub fn subscribe(&self) -> watch::Receiver<bool> {
+        self.0.subscribe()
+    }
+}
+
+/// Which VIPs a decision is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wing {
+    /// The control-plane VIP ([`control_plane_ineligibility`]; an unknown Node counts as
+    /// eligible: bootstrap).
+    ControlPlane,
+    /// Service VIPs ([`services_ineligibility`]; an unknown Node is [`Ineligible::Unknown`]
+    /// until the first list answers, so a drained node never campaigns at start).
+    Services,
+}
+
+impl Wing {
+    /// The `vips` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Wing::ControlPlane => "control-plane",
+            Wing::Services => "services",
+        }
+    }
+}
+
+/// The reason for `wing` given what is known (`facts`: `None` until the Node was read).
+/// Pure.
+pub fn ineligibility(
+    wing: Wing,
+    facts: Option<&NodeFacts>,
+    rules: EligibilityRules,
+    drained_locally: bool,
+) -> Option<Ineligible> {
+    match (wing, facts) {
+        (Wing::ControlPlane, f) => {
+            control_plane_ineligibility(&f.cloned().unwrap_or_default(), rules, drained_locally)
+        }
+        (Wing::Services, None) if !drained_locally => Some(Ineligible::Unknown),
+        (Wing::Services, f) => {
+            services_ineligibility(&f.cloned().unwrap_or_default(), rules, drained_locally)
+        }
+    }
+}
+
+/// Follows `facts` and the local `drain` switch until `stop` (or a channel closes), and
+/// calls `on_change` with the reason `wing`'s VIPs may not be announced (`None`:
+/// eligible) at start and on every change, logging each change and setting
+/// `vipd_node_ineligible{vips,reason}`.
+pub async fn follow(
+    wing: Wing,
+    mut facts: watch::Receiver<Option<NodeFacts>>,
+    mut drain: watch::Receiver<bool>,
+    rules: EligibilityRules,
+    metrics: crate::metrics::Metrics,
+    mut on_change: impl FnMut(Option<Ineligible>),
+    stop: CancellationToken,
+) {
+    let mut last: Option<Option<Ineligible>> = None;
+    loop {
+        let now = ineligibility(
+            wing,
+            facts.borrow_and_update().as_ref(),
+            rules,
+            *drain.borrow_and_update(),
+        );
+        if last != Some(now) {
+            match (now, last.flatten()) {
+                (Some(Ineligible::Unknown), _) => {
+                    debug!(vips = wing.label(), "waiting for this node's Node object")
+                }
+                (Some(r), _) => {
+                    warn!(vips = wing.label(), reason = %r, "this node is not eligible: handing its VIPs over and not campaigning")
+                }
+                (None, Some(r)) if r != Ineligible::Unknown => {
+                    info!(
+                        vips = wing.label(),
+                        "this node is eligible again: campaigning"
+                    )
+                }
+                (None, _) => {}
+            }
+            metrics.set_ineligible(wing.label(), now.map(Ineligible::label));
+            on_change(now);
+            last = Some(now);
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            r = facts.changed() => if r.is_err() { return },
+            r = drain.changed() => if r.is_err() { return },
+        }
+    }
+}
+
+/// What the decisions read from this node's Node object.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeFacts {
+    /// The Node object exists.
+    pub exists: bool,
+    /// It carries [`EXCLUDE_LABEL`].
+    pub excluded: bool,
+    /// [`DRAIN_ANNOTATION`] is a true value.
+    pub drain_annotation: bool,
+    /// `spec.unschedulable` (cordoned).
+    pub cordoned: bool,
+    /// The `Ready` condition is present and not `True`.
+    pub not_ready: bool,
+}
+
+impl NodeFacts {
+    /// The facts of `node` (`None`: no Node object).
+    pub fn of(node: Option<&Node>) -> Self {
+        let Some(n) = node else {
+            return NodeFacts::default();
+        };
+        let ready = n
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+        NodeFacts {
+            exists: true,
+            excluded: n
+                .metadata
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(EXCLUDE_LABEL)),
+            drain_annotation: n
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(DRAIN_ANNOTATION))
+                .and_then(|v| crate::syntax::parse_go_bool(v))
+                .unwrap_or(false),
+            cordoned: n
+                .spec
+                .as_ref()
+                .and_then(|s| s.unschedulable)
+                .unwrap_or(false),
+            not_ready: ready.is_some_and(|c| c.status != "True"),
+        }
+    }
+}
+
+/// The operator's choices (`drain_on_cordon`, `svc_exclude_cordoned`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct EligibilityRules {
+    /// A cordoned node hands over every VIP (so `kubectl drain` moves VIPs before the
+    /// reboot).
+    pub drain_on_cordon: bool,
+    /// A cordoned node does not announce Service VIPs (the control-plane VIP stays).
+    pub exclude_cordoned: bool,
+}
+
+/// Why this node may not announce a VIP (for logs, Events and the
+/// `vipd_node_ineligible{reason}` metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Ineligible {
+    /// `vipd drain` on this node.
+    DrainedLocally,
+    /// [`DRAIN_ANNOTATION`] on the Node.
+    DrainAnnotation,
+    /// Cordoned, with `drain_on_cordon`.
+    CordonDrain,
+    /// Labelled [`EXCLUDE_LABEL`].
+    Excluded,
+    /// The kubelet reports the node not Ready.
+    NotReady,
+    /// Cordoned, with `svc_exclude_cordoned`.
+    Cordoned,
+    /// The Node object has not been read yet (Service VIPs wait for it).
+    Unknown,
+}
+
+impl Ineligible {
+    /// Every reason, for metrics.
+    pub const ALL: [Ineligible; 7] = [
+        Ineligible::DrainedLocally,
+        Ineligible::DrainAnnotation,
+        Ineligible::CordonDrain,
+        Ineligible::Excluded,
+        Ineligible::NotReady,
+        Ineligible::Cordoned,
+        Ineligible::Unknown,
+    ];
+
+    /// The `reason` label value.
+    pub fn label(self) -> &'static str {
+        match self {
+            Ineligible::DrainedLocally => "drained",
+            Ineligible::DrainAnnotation => "drain-annotation",
+            Ineligible::CordonDrain => "cordon-drain",
+            Ineligible::Excluded => "excluded",
+            Ineligible::NotReady => "not-ready",
+            Ineligible::Cordoned => "cordoned",
+            Ineligible::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for Ineligible {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Ineligible::DrainedLocally => "drained with `vipd drain`",
+            Ineligible::DrainAnnotation => "annotated vipd.io/drain=true",
+            Ineligible::CordonDrain => "cordoned (drain_on_cordon)",
+            Ineligible::Excluded => {
+                "labelled node.kubernetes.io/exclude-from-external-load-balancers"
+            }
+            Ineligible::NotReady => "NotReady",
+            Ineligible::Cordoned => "cordoned (svc_exclude_cordoned)",
+            Ineligible::Unknown => "this node's Node object has not been read yet",
+        })
+    }
+}
+
+/// Why this node may not campaign for the control-plane VIP: a drain only. Pure.
+pub fn control_plane_ineligibility(
+    facts: &NodeFacts,
+    rules: EligibilityRules,
+    drained_locally: bool,
+) -> Option<Ineligible> {
+    if drained_locally {
+        Some(Ineligible::DrainedLocally)
+    } else if facts.drain_annotation {
+        Some(Ineligible::DrainAnnotation)
+    } else if rules.drain_on_cordon && facts.cordoned {
+        Some(Ineligible::CordonDrain)
+    } else {
+        None
+    }
+}
+
+/// Why this node may not campaign for Service VIPs (the first reason that applies, drains
+/// first); `None`: eligible. Pure.
+pub fn services_ineligibility(
+    facts: &NodeFacts,
+    rules: EligibilityRules,
+    drained_locally: bool,
+) -> Option<Ineligible> {
+    control_plane_ineligibility(facts, rules, drained_locally).or(if facts.excluded {
+        Some(Ineligible::Excluded)
+    } else if facts.not_ready {
+        Some(Ineligible::NotReady)
+    } else if rules.exclude_cordoned && facts.cordoned {
+        Some(Ineligible::Cordoned)
+    } else {
+        None
+    })
+}
+
+/// Follows Node `node` (list + watch with `metadata.name=<node>`) until `stop`, publishing
+/// its [`NodeFacts`] on `tx` (only on change; `None` stays until the first list answers). Errors (RBAC, API outage) are logged at warn
+/// once per kind and retried by the watcher's back-off; the last facts stay meanwhile.
+/// RBAC: `list` and `watch` on nodes.
+pub async fn watch_own_node(
+    client: kube::Client,
+    node: String,
+    tx: watch::Sender<Option<NodeFacts>>,
+    stop: CancellationToken,
+) {
+    let api: Api<Node> = Api::all(client);
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={node}"));
+    let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
+    let mut warned = false;
+    let mut current: Option<Node>;
+    // A (re-)list is applied as a whole at its end: no moment of "no Node" in between.
+    let mut listing: Option<Option<Node>> = None;
+    loop {
+        let ev = tokio::select! {
+            _ = stop.cancelled() => return,
+            ev = stream.next() => ev,
+        };
+        let Some(ev) = ev else { return };
+        match ev {
+            Ok(watcher::Event::Init) => {
+                listing = Some(None);
+                continue;
+            }
+            Ok(watcher::Event::InitApply(n)) => {
+                listing = Some(Some(n));
+                continue;
+            }
+            Ok(watcher::Event::InitDone) => current = listing.take().flatten(),
+            Ok(watcher::Event::Apply(n)) => current = Some(n),
+            Ok(watcher::Event::Delete(_)) => current = None,
+            Err(e) => {
+                if !warned {
+                    warn!(%node, error = %e, "cannot watch this node's Node object; eligibility (drain, exclusion, readiness) keeps its last state");
+                    warned = true;
+                } else {
+                    debug!(%node, error = %e, "node watch error");
+                }
+                continue;
+            }
+        }
+        if warned {
+            info!(%node, "watching this node's Node object works again");
+            warned = false;
+        }
+        let facts = Some(NodeFacts::of(current.as_ref()));
+        tx.send_if_modified(|cur| {
+            if *cur != facts {
+                *cur = facts;
+                true
+            } else {
+                false
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests;

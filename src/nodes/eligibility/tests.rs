@@ -1,0 +1,153 @@
+//! Eligibility decisions.
+
+use super::*;
+
+fn node(json: serde_json::Value) -> Node {
+    serde_json::from_value(json).unwrap()
+}
+
+const NONE: EligibilityRules = EligibilityRules {
+    drain_on_cordon: false,
+    exclude_cordoned: false,
+};
+
+#[test]
+fn facts_from_the_node_object() {
+    assert_eq!(NodeFacts::of(None), NodeFacts::default());
+    let n = node(serde_json::json!({
+        "metadata": {
+            "name": "node-a",
+            "labels": {EXCLUDE_LABEL: ""},
+            "annotations": {DRAIN_ANNOTATION: "True"},
+        },
+        "spec": {"unschedulable": true},
+        "status": {"conditions": [
+            {"type": "MemoryPressure", "status": "False"},
+            {"type": "Ready", "status": "Unknown"},
+        ]},
+    }));
+    assert_eq!(
+        NodeFacts::of(Some(&n)),
+        NodeFacts {
+            exists: true,
+            excluded: true,
+            drain_annotation: true,
+            cordoned: true,
+            not_ready: true,
+        }
+    );
+    // A plain node: no condition reported yet counts as ready; a drain annotation that is
+    // not a true value is no drain.
+    let n = node(serde_json::json!({
+        "metadata": {"name": "node-b", "annotations": {DRAIN_ANNOTATION: "no"}},
+    }));
+    let f = NodeFacts::of(Some(&n));
+    assert!(f.exists && !f.drain_annotation && !f.not_ready && !f.excluded && !f.cordoned);
+    let n = node(serde_json::json!({
+        "metadata": {"name": "node-c"},
+        "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+    }));
+    assert!(!NodeFacts::of(Some(&n)).not_ready);
+}
+
+#[test]
+fn services_need_an_eligible_node_the_control_plane_only_an_undrained_one() {
+    let f = |excluded, drain_annotation, cordoned, not_ready| NodeFacts {
+        exists: true,
+        excluded,
+        drain_annotation,
+        cordoned,
+        not_ready,
+    };
+    let ok = f(false, false, false, false);
+    assert_eq!(services_ineligibility(&ok, NONE, false), None);
+    assert_eq!(control_plane_ineligibility(&ok, NONE, false), None);
+    // No Node object: eligible (bootstrap).
+    assert_eq!(
+        services_ineligibility(&NodeFacts::default(), NONE, false),
+        None
+    );
+
+    let cases = [
+        (
+            f(true, false, false, false),
+            Some(Ineligible::Excluded),
+            None,
+        ),
+        (
+            f(false, false, false, true),
+            Some(Ineligible::NotReady),
+            None,
+        ),
+        // Cordoned: eligible by default.
+        (f(false, false, true, false), None, None),
+        (
+            f(false, true, false, false),
+            Some(Ineligible::DrainAnnotation),
+            Some(Ineligible::DrainAnnotation),
+        ),
+        // Drains come first.
+        (
+            f(true, true, true, true),
+            Some(Ineligible::DrainAnnotation),
+            Some(Ineligible::DrainAnnotation),
+        ),
+    ];
+    for (facts, svc, cp) in cases {
+        assert_eq!(
+            services_ineligibility(&facts, NONE, false),
+            svc,
+            "{facts:?}"
+        );
+        assert_eq!(
+            control_plane_ineligibility(&facts, NONE, false),
+            cp,
+            "{facts:?}"
+        );
+    }
+    // `vipd drain` wins over everything, for both.
+    assert_eq!(
+        services_ineligibility(&f(true, true, false, true), NONE, true),
+        Some(Ineligible::DrainedLocally)
+    );
+    assert_eq!(
+        control_plane_ineligibility(&ok, NONE, true),
+        Some(Ineligible::DrainedLocally)
+    );
+    // The cordon options.
+    let cordoned = f(false, false, true, false);
+    let exclude = EligibilityRules {
+        exclude_cordoned: true,
+        ..NONE
+    };
+    assert_eq!(
+        services_ineligibility(&cordoned, exclude, false),
+        Some(Ineligible::Cordoned)
+    );
+    assert_eq!(control_plane_ineligibility(&cordoned, exclude, false), None);
+    let drain = EligibilityRules {
+        drain_on_cordon: true,
+        ..NONE
+    };
+    assert_eq!(
+        services_ineligibility(&cordoned, drain, false),
+        Some(Ineligible::CordonDrain)
+    );
+    assert_eq!(
+        control_plane_ineligibility(&cordoned, drain, false),
+        Some(Ineligible::CordonDrain)
+    );
+}
+
+#[test]
+fn reasons_have_distinct_labels_and_say_why() {
+    let labels: std::collections::BTreeSet<&str> =
+        Ineligible::ALL.iter().map(|r| r.label()).collect();
+    assert_eq!(labels.len(), Ineligible::ALL.len());
+    assert!(Ineligible::Excluded.to_string().contains(EXCLUDE_LABEL));
+    assert!(
+        Ineligible::DrainAnnotation
+            .to_string()
+            .contains(DRAIN_ANNOTATION)
+    );
+}
