@@ -488,7 +488,9 @@ impl Peers {
     /// A successful lease write (acquire or renew) of `held`, whose request was sent at
     /// `renewed_at`: a new term or a continued one; ride-through may start again.
     pub(crate) fn renewed(&mut self, held: HeldLease, renewed_at: Instant, control_plane: bool) {
-        let live_until = renewed_at + self.cfg.lease_duration.saturating_sub(self.cfg.margin);
+        // The API fence ends at send + lease duration - margin; the kernel may remove the
+        // address up to the margin later.
+        let live_until = renewed_at + self.cfg.lease_duration;
         self.requests.remove(&held.lease);
         self.own_leases.insert(
             held.lease.clone(),
