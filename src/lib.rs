@@ -18,7 +18,7 @@ pub mod manifest;
 pub mod metrics;
 pub mod net;
 pub mod nodes;
-pub(crate) mod peer;
+pub mod peer;
 pub mod preflight;
 pub mod probe;
 pub mod services;

@@ -12,12 +12,17 @@
 //! * [`ridethrough`]: the pure state machine that decides whether a holder may keep its
 //!   Service VIPs while it cannot renew ([`ridethrough::Peers::may_ride_through`]) and
 //!   whether a candidate may take an expired lease ([`ridethrough::Peers::may_take`]).
+//! * [`socket`]: the frames on an interface (`AF_PACKET`, EtherType-filtered by the kernel,
+//!   with kernel receive timestamps).
+//!
+//! `wire` and `socket` are public for the lab test (`tests/lab_peer_wire.rs`).
 
 // Not wired yet: the lead wires these into the manager (see docs/design.md).
 #![allow(dead_code)]
 
 pub(crate) mod ridethrough;
-pub(crate) mod wire;
+pub mod socket;
+pub mod wire;
 
 use std::collections::BTreeSet;
 

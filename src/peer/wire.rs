@@ -56,25 +56,25 @@ use ring::hmac;
 use crate::syntax::{is_dns1123_label, is_dns1123_subdomain};
 
 /// EtherType of peer frames: IEEE 802 local experimental EtherType 1.
-pub(crate) const ETHERTYPE: u16 = 0x88B5;
+pub const ETHERTYPE: u16 = 0x88B5;
 /// Destination of peer frames: a locally administered group (multicast) MAC.
-pub(crate) const GROUP_MAC: [u8; 6] = [0x03, 0x76, 0x69, 0x70, 0x64, 0x00];
+pub const GROUP_MAC: [u8; 6] = [0x03, 0x76, 0x69, 0x70, 0x64, 0x00];
 /// First bytes of every payload.
-pub(crate) const MAGIC: [u8; 4] = *b"VIPD";
+pub const MAGIC: [u8; 4] = *b"VIPD";
 /// The only version this code writes and reads.
-pub(crate) const VERSION: u8 = 1;
+pub const VERSION: u8 = 1;
 /// Largest payload, in bytes (Ethernet MTU).
-pub(crate) const MAX_PAYLOAD: usize = 1500;
+pub const MAX_PAYLOAD: usize = 1500;
 /// Length of the HMAC-SHA256 tag at the end of every payload, in bytes.
-pub(crate) const MAC_LEN: usize = 32;
+pub const MAC_LEN: usize = 32;
 /// Most leases one message may list (all parts together).
-pub(crate) const MAX_LEASES: usize = 512;
+pub const MAX_LEASES: usize = 512;
 /// Most parts one message may have.
-pub(crate) const MAX_PARTS: usize = 256;
+pub const MAX_PARTS: usize = 256;
 /// Longest resourceVersion carried, in bytes (etcd revisions are at most 20 digits).
-pub(crate) const MAX_RESOURCE_VERSION: usize = 64;
+pub const MAX_RESOURCE_VERSION: usize = 64;
 /// Shortest accepted key, in bytes (the HMAC-SHA256 output length, RFC 2104 §3).
-pub(crate) const MIN_KEY_LEN: usize = 32;
+pub const MIN_KEY_LEN: usize = 32;
 
 /// Fixed part of the header: magic, version, kind, flags, part, parts, boot id, seq,
 /// wall-clock ms, membership digest.
@@ -86,13 +86,13 @@ const FLAG_API_HOLD: u8 = 4;
 /// The shared secret that signs and checks frames (later read from a Kubernetes Secret).
 /// Its `Debug` never prints the key.
 #[derive(Clone)]
-pub(crate) struct PeerKey {
+pub struct PeerKey {
     key: hmac::Key,
 }
 
 /// Errors of [`PeerKey::from_bytes`].
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub(crate) enum KeyError {
+pub enum KeyError {
     /// The key is shorter than [`MIN_KEY_LEN`].
     #[error("peer key: {len} bytes, at least {min} needed")]
     TooShort {
@@ -108,7 +108,7 @@ impl PeerKey {
     ///
     /// # Errors
     /// [`KeyError::TooShort`] below [`MIN_KEY_LEN`] bytes.
-    pub(crate) fn from_bytes(bytes: &[u8]) -> Result<Self, KeyError> {
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, KeyError> {
         if bytes.len() < MIN_KEY_LEN {
             return Err(KeyError::TooShort {
                 len: bytes.len(),
@@ -129,7 +129,7 @@ impl fmt::Debug for PeerKey {
 
 /// What a message says.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Kind {
+pub enum Kind {
     /// Periodic: "I am alive, this is what I hold".
     Heartbeat = 1,
     /// "Holder `target`, please hand over this lease" (exactly one lease).
@@ -151,7 +151,7 @@ impl Kind {
 
 /// Sender's view of the API server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct Flags {
+pub struct Flags {
     /// The sender reaches the API server itself.
     pub api_reachable: bool,
     /// The sender received a valid frame with `api_reachable` within the liveness window.
@@ -164,13 +164,13 @@ pub(crate) struct Flags {
 impl Flags {
     /// Any flag: the API was reachable from the segment recently (a holder that hears this
     /// does not ride through).
-    pub(crate) fn any(self) -> bool {
+    pub fn any(self) -> bool {
         self.api_reachable || self.api_heard || self.api_hold
     }
 
     /// `api_reachable` or `api_heard`: the sender vouches now, which renews its promise to
     /// keep some flag set for the hold time.
-    pub(crate) fn vouches(self) -> bool {
+    pub fn vouches(self) -> bool {
         self.api_reachable || self.api_heard
     }
 
@@ -183,7 +183,7 @@ impl Flags {
 
 /// A Lease, by namespace and name.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub(crate) struct LeaseRef {
+pub struct LeaseRef {
     /// Namespace (DNS-1123 label).
     pub namespace: String,
     /// Name (DNS-1123 subdomain).
@@ -198,7 +198,7 @@ impl fmt::Display for LeaseRef {
 
 /// A lease as its holder knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct HeldLease {
+pub struct HeldLease {
     /// Which lease.
     pub lease: LeaseRef,
     /// The holder's term (acquisition counter of its process).
@@ -209,7 +209,7 @@ pub(crate) struct HeldLease {
 
 /// One message before encoding / after assembly (all parts together).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Message {
+pub struct Message {
     /// What it says.
     pub kind: Kind,
     /// Sender node name.
@@ -229,7 +229,7 @@ pub(crate) struct Message {
 
 /// One decoded frame (one part of a message).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Frame {
+pub struct Frame {
     /// Sender's boot id.
     pub boot_id: u64,
     /// Sequence number.
@@ -244,7 +244,7 @@ pub(crate) struct Frame {
 
 /// Errors of [`Encoder::encode`]: the message cannot be put on the wire.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub(crate) enum EncodeError {
+pub enum EncodeError {
     /// A node name (sender or target) is not a DNS-1123 subdomain.
     #[error("peer frame: {field} {value:?} is not a DNS-1123 subdomain")]
     NodeName {
@@ -291,7 +291,7 @@ pub(crate) enum EncodeError {
 
 /// Errors of [`decode`]: what is wrong with a received payload.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
-pub(crate) enum DecodeError {
+pub enum DecodeError {
     /// Shorter than the smallest valid payload.
     #[error("peer frame: {len} bytes, too short")]
     TooShort {
@@ -347,7 +347,7 @@ pub(crate) enum DecodeError {
 ///
 /// # Errors
 /// The OS random generator failed.
-pub(crate) fn new_boot_id() -> Result<u64, ring::error::Unspecified> {
+pub fn new_boot_id() -> Result<u64, ring::error::Unspecified> {
     use ring::rand::SecureRandom;
     let mut b = [0u8; 8];
     ring::rand::SystemRandom::new().fill(&mut b)?;
@@ -356,7 +356,7 @@ pub(crate) fn new_boot_id() -> Result<u64, ring::error::Unspecified> {
 
 /// Signs messages of one boot and numbers their frames.
 #[derive(Debug)]
-pub(crate) struct Encoder {
+pub struct Encoder {
     key: PeerKey,
     boot_id: u64,
     next_seq: u64,
@@ -364,7 +364,7 @@ pub(crate) struct Encoder {
 
 impl Encoder {
     /// An encoder for this boot (`boot_id` from [`new_boot_id`]); sequence numbers start at 1.
-    pub(crate) fn new(key: PeerKey, boot_id: u64) -> Self {
+    pub fn new(key: PeerKey, boot_id: u64) -> Self {
         Encoder {
             key,
             boot_id,
@@ -373,7 +373,7 @@ impl Encoder {
     }
 
     /// This boot's id.
-    pub(crate) fn boot_id(&self) -> u64 {
+    pub fn boot_id(&self) -> u64 {
         self.boot_id
     }
 
@@ -382,7 +382,7 @@ impl Encoder {
     ///
     /// # Errors
     /// [`EncodeError`] naming the field and value that cannot be sent.
-    pub(crate) fn encode(&mut self, msg: &Message) -> Result<Vec<Vec<u8>>, EncodeError> {
+    pub fn encode(&mut self, msg: &Message) -> Result<Vec<Vec<u8>>, EncodeError> {
         validate(msg)?;
         let mut prefix_len = FIXED_HEADER + 1 + msg.node.len() + 2 + MAC_LEN;
         if let Some(t) = &msg.target {
@@ -609,7 +609,7 @@ impl<'a> Reader<'a> {
 ///
 /// # Errors
 /// [`DecodeError`] naming what is wrong.
-pub(crate) fn decode(key: &PeerKey, payload: &[u8]) -> Result<Frame, DecodeError> {
+pub fn decode(key: &PeerKey, payload: &[u8]) -> Result<Frame, DecodeError> {
     if payload.len() > MAX_PAYLOAD {
         return Err(DecodeError::TooLong {
             len: payload.len(),
@@ -737,7 +737,7 @@ pub(crate) fn decode(key: &PeerKey, payload: &[u8]) -> Result<Frame, DecodeError
 
 /// Why [`Verifier::verify`] rejected a frame.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
-pub(crate) enum Rejection {
+pub enum Rejection {
     /// The payload itself is bad (see [`DecodeError`]).
     #[error(transparent)]
     Decode(#[from] DecodeError),
@@ -781,7 +781,7 @@ pub(crate) enum Rejection {
 
 /// Counts of accepted and rejected frames, by reason (exported as metrics later).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub(crate) struct Counters {
+pub struct Counters {
     /// Frames accepted.
     pub accepted: u64,
     /// Bad or missing MAC.
@@ -808,7 +808,7 @@ struct SenderState {
 }
 
 /// Default largest accepted difference between a sender's clock and ours.
-pub(crate) const DEFAULT_MAX_SKEW_MS: u64 = 10_000;
+pub const DEFAULT_MAX_SKEW_MS: u64 = 10_000;
 
 /// Checks frames against the key and against what each sender sent before: per sender node
 /// it keeps (boot id, last sequence number, last wall-clock time).
@@ -819,7 +819,7 @@ pub(crate) const DEFAULT_MAX_SKEW_MS: u64 = 10_000;
 /// cannot be replayed once a newer one was heard). The first frame of an unknown node is
 /// accepted (within the skew). Every rejection is counted in [`Verifier::counters`].
 #[derive(Debug)]
-pub(crate) struct Verifier {
+pub struct Verifier {
     key: PeerKey,
     max_skew_ms: u64,
     senders: BTreeMap<String, SenderState>,
@@ -828,7 +828,7 @@ pub(crate) struct Verifier {
 
 impl Verifier {
     /// A verifier with this key and allowed clock skew in ms ([`DEFAULT_MAX_SKEW_MS`]).
-    pub(crate) fn new(key: PeerKey, max_skew_ms: u64) -> Self {
+    pub fn new(key: PeerKey, max_skew_ms: u64) -> Self {
         Verifier {
             key,
             max_skew_ms,
@@ -838,7 +838,7 @@ impl Verifier {
     }
 
     /// Counts so far.
-    pub(crate) fn counters(&self) -> Counters {
+    pub fn counters(&self) -> Counters {
         self.counters
     }
 
@@ -847,7 +847,7 @@ impl Verifier {
     ///
     /// # Errors
     /// [`Rejection`] naming the reason (also counted).
-    pub(crate) fn verify(&mut self, payload: &[u8], now_wall_ms: u64) -> Result<Frame, Rejection> {
+    pub fn verify(&mut self, payload: &[u8], now_wall_ms: u64) -> Result<Frame, Rejection> {
         let r = self.check(payload, now_wall_ms);
         let c = &mut self.counters;
         match &r {
@@ -910,7 +910,7 @@ impl Verifier {
 /// a frame of a later message or another boot arrives (a lost part loses the message; the
 /// next heartbeat follows 200 ms later).
 #[derive(Debug, Default)]
-pub(crate) struct Assembler {
+pub struct Assembler {
     pending: BTreeMap<String, Pending>,
 }
 
@@ -925,7 +925,7 @@ struct Pending {
 
 impl Assembler {
     /// Feeds one verified frame; the whole message when it is complete.
-    pub(crate) fn push(&mut self, f: Frame) -> Option<Message> {
+    pub fn push(&mut self, f: Frame) -> Option<Message> {
         if f.parts == 1 {
             self.pending.remove(&f.message.node);
             return Some(f.message);
