@@ -9,9 +9,9 @@
 //! * [`wire`]: the frame format (raw Ethernet, EtherType 0x88B5), HMAC-SHA256 signing with a
 //!   [`wire::PeerKey`], decoding that never panics, and the [`wire::Verifier`] (replays,
 //!   old boots, clock skew, counted by reason).
-//! * [`ridethrough`]: the pure state machine that decides whether a holder may keep its
-//!   Service VIPs while it cannot renew ([`ridethrough::Peers::may_ride_through`]) and
-//!   whether a candidate may take an expired lease ([`ridethrough::Peers::may_take`]).
+//! * `ridethrough` (crate-private): the pure state machine that decides whether a holder may
+//!   keep its Service VIPs while it cannot renew (`Peers::may_ride_through`) and whether a
+//!   candidate may take an expired lease (`Peers::may_take`).
 //! * [`socket`]: the frames on an interface (`AF_PACKET`, EtherType-filtered by the kernel,
 //!   with kernel receive timestamps).
 //!
