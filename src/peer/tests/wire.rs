@@ -454,3 +454,56 @@ fn decode_names_what_is_wrong() {
         }
     );
 }
+
+/// Parts may arrive out of order and interleaved with other nodes' frames; a part from a
+/// message that does not match (another boot) starts over.
+#[test]
+fn assembler_handles_order_interleaving_and_boots() {
+    let leases: Vec<HeldLease> = (0..60)
+        .map(|i| {
+            lease(
+                "kube-system",
+                &format!("vipd-svc-{i:03}-{}", "x".repeat(40)),
+                1,
+                "123456789",
+            )
+        })
+        .collect();
+    let big = heartbeat("node-a", leases);
+    let mut a = Encoder::new(key(1), 1);
+    let frames = a.encode(&big).expect("encodes");
+    assert!(frames.len() >= 3, "{}", frames.len());
+    let k = key(1);
+    let dec = |b: &Vec<u8>| decode(&k, b).expect("decodes");
+    let mut other = Encoder::new(key(1), 2);
+    let small = heartbeat("node-b", vec![]);
+    let mut asm = Assembler::default();
+    // Last part first, another node's message in between.
+    let mut order: Vec<usize> = (0..frames.len()).rev().collect();
+    order.rotate_left(1);
+    for (n, i) in order.iter().enumerate() {
+        if n == 1 {
+            assert_eq!(asm.push(dec(&one(&mut other, &small))), Some(small.clone()));
+        }
+        let out = asm.push(dec(&frames[*i]));
+        assert_eq!(out.is_some(), n == frames.len() - 1, "after part {i}");
+        if let Some(m) = out {
+            assert_eq!(m, big);
+        }
+    }
+    // A part of a new boot of node-a drops the unfinished message of the old one (the
+    // verifier refuses the old boot's later frames anyway).
+    let frames = a.encode(&big).expect("encodes");
+    assert!(asm.push(dec(&frames[0])).is_none());
+    let mut reboot = Encoder::new(key(1), 3);
+    let newer = reboot.encode(&big).expect("encodes");
+    for (i, b) in newer.iter().enumerate() {
+        assert_eq!(asm.push(dec(b)).is_some(), i == newer.len() - 1);
+    }
+    for b in &frames[1..] {
+        assert!(
+            asm.push(dec(b)).is_none(),
+            "the old boot's message completed without its first part"
+        );
+    }
+}
