@@ -20,6 +20,7 @@ pub mod metrics;
 pub mod net;
 pub mod nodes;
 pub mod overview;
+pub mod peer;
 pub mod preflight;
 pub mod probe;
 pub mod services;

@@ -1,0 +1,45 @@
+//! The peer protocol (issue 12, API outage ride-through): vipd nodes on one segment vouch
+//! for each other while the API server is unreachable.
+//!
+//! **Built, not active yet.** Nothing here is wired into the manager: no frame is sent or
+//! received by `vipd manager`, no VIP rides through an outage, and no option enables it. See
+//! "Peer protocol (built, not active yet)" in `docs/design.md` for the rules, the safety
+//! argument and the wiring that remains.
+//!
+//! * [`wire`]: the frame format (raw Ethernet, EtherType 0x88B5), HMAC-SHA256 signing with a
+//!   [`wire::PeerKey`], decoding that never panics, and the [`wire::Verifier`] (replays,
+//!   old boots, clock skew, counted by reason).
+//! * `ridethrough` (crate-private): the pure state machine that decides whether a holder may
+//!   keep its Service VIPs while it cannot renew (`Peers::may_ride_through`) and whether a
+//!   candidate may take an expired lease (`Peers::may_take`).
+//! * [`socket`]: the frames on an interface (`AF_PACKET`, EtherType-filtered by the kernel,
+//!   with kernel receive timestamps).
+//!
+//! `wire` and `socket` are public for the lab test (`tests/lab_peer_wire.rs`).
+
+// Not wired yet: the lead wires these into the manager (see docs/design.md).
+#![allow(dead_code)]
+
+pub(crate) mod ridethrough;
+pub mod socket;
+pub mod wire;
+
+use std::collections::BTreeSet;
+
+/// Digest of a membership (the vipd nodes a node last knew from the API): the first 8 bytes
+/// of SHA-256 over the sorted node names, each followed by `\n`. Two nodes count each
+/// other's heartbeats towards a majority only when their digests are equal.
+pub(crate) fn membership_digest(nodes: &BTreeSet<String>) -> u64 {
+    let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
+    for n in nodes {
+        ctx.update(n.as_bytes());
+        ctx.update(b"\n");
+    }
+    let d = ctx.finish();
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&d.as_ref()[..8]);
+    u64::from_be_bytes(b)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,46 @@
+//! Peer protocol tests: the wire format and verifier, and the ride-through state machine
+//! (single-node rules and a multi-node model of a segment with partitions).
+
+use std::collections::BTreeSet;
+
+use super::*;
+
+mod ridethrough;
+mod sim;
+mod wire;
+
+#[test]
+fn digest_depends_on_the_set_only() {
+    let set =
+        |names: &[&str]| -> BTreeSet<String> { names.iter().map(|s| s.to_string()).collect() };
+    assert_eq!(
+        membership_digest(&set(&["n1", "n2"])),
+        membership_digest(&set(&["n2", "n1"]))
+    );
+    assert_ne!(
+        membership_digest(&set(&["n1", "n2"])),
+        membership_digest(&set(&["n1", "n2", "n3"]))
+    );
+    // The separator keeps {n1, n2} apart from {n1n2}.
+    assert_ne!(
+        membership_digest(&set(&["n1", "n2"])),
+        membership_digest(&set(&["n1n2"]))
+    );
+}
+
+/// xorshift64*: a deterministic generator for the fuzz-like and chaos tests (no new crate).
+struct Gen(u64);
+
+impl Gen {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// Uniform enough in `0..n` for tests.
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}

@@ -1,0 +1,968 @@
+//! The peer protocol's wire format: signed frames that every vipd puts on its VIP
+//! interface's segment (heartbeats, hand-over requests, releases), and their checks.
+//!
+//! # Transport (why raw Ethernet)
+//! Frames are raw Ethernet frames with the IEEE 802 *local experimental* EtherType
+//! [`ETHERTYPE`] (0x88B5, IEEE Std 802-2014 §9.2.2: for private protocols that never leave a
+//! site) sent to the locally administered group MAC [`GROUP_MAC`] (03:76:69:70:64:00, "vipd"
+//! in the bytes after the I/G+U/L bits) on the VIP interface. Compared with UDP multicast:
+//! * the same frame works on IPv4-only, IPv6-only and dual-stack segments, and needs no
+//!   address on the interface (a node whose only address is being moved still talks);
+//! * no multicast routing, no IGMP/MLD membership and so nothing for IGMP snooping switches
+//!   to prune;
+//! * it never leaves the L2 segment: exactly the failure domain of the ARP / neighbour
+//!   advertisements that make a VIP reachable, which is what the peers vouch for;
+//! * the receiver uses the `AF_PACKET` machinery vipd already has (`src/net/` sends GARPs
+//!   through a pnet datalink channel), filtered on the EtherType.
+//!
+//! # Frame payload (after the 14-byte Ethernet header), big-endian integers
+//! | bytes | field |
+//! |---|---|
+//! | 4 | magic `VIPD` (0x88B5 is shared by every experimental protocol) |
+//! | 1 | version, [`VERSION`] |
+//! | 1 | kind: 1 heartbeat, 2 hand-over request, 3 released ([`Kind`]) |
+//! | 1 | flags: bit 0 `api_reachable`, bit 1 `api_heard`, bit 2 `api_hold` ([`Flags`]); other bits 0 |
+//! | 2 | part index, from 0 |
+//! | 2 | number of parts (1..=[`MAX_PARTS`]) |
+//! | 8 | boot id (random per process start) |
+//! | 8 | sequence number, strictly increasing per boot, one per frame |
+//! | 8 | sender wall-clock time, ms since the Unix epoch |
+//! | 8 | membership digest (see `super::membership_digest`) |
+//! | 1+n | sender node name (DNS-1123 subdomain, n ≤ 253) |
+//! | 1+n | hand-over request only: target node name (the holder asked) |
+//! | 2 | number of leases in this part |
+//! | per lease | namespace (1+n, DNS-1123 label), name (1+n, DNS-1123 subdomain), term (8), resourceVersion (1+n, 1..=[`MAX_RESOURCE_VERSION`] bytes) |
+//! | 32 | HMAC-SHA256 over every byte before it ([`PeerKey`]) |
+//!
+//! The whole payload is at most [`MAX_PAYLOAD`] bytes (the Ethernet MTU). A node that holds
+//! more leases than fit in one frame sends one message as several frames ("parts") with
+//! consecutive sequence numbers, the same kind and flags, and the leases split between them;
+//! [`Assembler`] puts them back together (a message counts only once all its parts
+//! arrived). At most [`MAX_LEASES`] leases per message: [`Encoder::encode`] refuses more
+//! ([`EncodeError::TooManyLeases`]); at worst-case name lengths that is 256 frames.
+//!
+//! The MAC is the full 32-byte HMAC-SHA256 (RFC 2104), checked with `ring::hmac::verify`
+//! (constant time): a frame has room for it, and a full tag needs no truncation argument and
+//! no hand-written comparison.
+//!
+//! Decoding never panics on any input; [`Verifier`] adds the checks that need memory
+//! (replays, old boots, clock skew) and counts every rejection by reason.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use ring::hmac;
+
+use crate::syntax::{is_dns1123_label, is_dns1123_subdomain};
+
+/// EtherType of peer frames: IEEE 802 local experimental EtherType 1.
+pub const ETHERTYPE: u16 = 0x88B5;
+/// Destination of peer frames: a locally administered group (multicast) MAC.
+pub const GROUP_MAC: [u8; 6] = [0x03, 0x76, 0x69, 0x70, 0x64, 0x00];
+/// First bytes of every payload.
+pub const MAGIC: [u8; 4] = *b"VIPD";
+/// The only version this code writes and reads.
+pub const VERSION: u8 = 1;
+/// Largest payload, in bytes (Ethernet MTU).
+pub const MAX_PAYLOAD: usize = 1500;
+/// Length of the HMAC-SHA256 tag at the end of every payload, in bytes.
+pub const MAC_LEN: usize = 32;
+/// Most leases one message may list (all parts together).
+pub const MAX_LEASES: usize = 512;
+/// Most parts one message may have.
+pub const MAX_PARTS: usize = 256;
+/// Longest resourceVersion carried, in bytes (etcd revisions are at most 20 digits).
+pub const MAX_RESOURCE_VERSION: usize = 64;
+/// Shortest accepted key, in bytes (the HMAC-SHA256 output length, RFC 2104 §3).
+pub const MIN_KEY_LEN: usize = 32;
+
+/// Fixed part of the header: magic, version, kind, flags, part, parts, boot id, seq,
+/// wall-clock ms, membership digest.
+const FIXED_HEADER: usize = 4 + 1 + 1 + 1 + 2 + 2 + 8 + 8 + 8 + 8;
+const FLAG_API_REACHABLE: u8 = 1;
+const FLAG_API_HEARD: u8 = 2;
+const FLAG_API_HOLD: u8 = 4;
+
+/// The shared secret that signs and checks frames (later read from a Kubernetes Secret).
+/// Its `Debug` never prints the key.
+#[derive(Clone)]
+pub struct PeerKey {
+    key: hmac::Key,
+}
+
+/// Errors of [`PeerKey::from_bytes`].
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum KeyError {
+    /// The key is shorter than [`MIN_KEY_LEN`].
+    #[error("peer key: {len} bytes, at least {min} needed")]
+    TooShort {
+        /// Length given, in bytes.
+        len: usize,
+        /// [`MIN_KEY_LEN`].
+        min: usize,
+    },
+}
+
+impl PeerKey {
+    /// A key from the Secret's bytes.
+    ///
+    /// # Errors
+    /// [`KeyError::TooShort`] below [`MIN_KEY_LEN`] bytes.
+    pub fn from_bytes(bytes: &[u8]) -> Result<Self, KeyError> {
+        if bytes.len() < MIN_KEY_LEN {
+            return Err(KeyError::TooShort {
+                len: bytes.len(),
+                min: MIN_KEY_LEN,
+            });
+        }
+        Ok(PeerKey {
+            key: hmac::Key::new(hmac::HMAC_SHA256, bytes),
+        })
+    }
+}
+
+impl fmt::Debug for PeerKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("PeerKey(HMAC-SHA256, redacted)")
+    }
+}
+
+/// What a message says.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Periodic: "I am alive, this is what I hold".
+    Heartbeat = 1,
+    /// "Holder `target`, please hand over this lease" (exactly one lease).
+    HandOverRequest = 2,
+    /// "I no longer answer for these leases' VIPs" (sent after they are gone).
+    Released = 3,
+}
+
+impl Kind {
+    fn from_u8(v: u8) -> Option<Kind> {
+        match v {
+            1 => Some(Kind::Heartbeat),
+            2 => Some(Kind::HandOverRequest),
+            3 => Some(Kind::Released),
+            _ => None,
+        }
+    }
+}
+
+/// Sender's view of the API server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Flags {
+    /// The sender reaches the API server itself.
+    pub api_reachable: bool,
+    /// The sender received a valid frame with `api_reachable` within the liveness window.
+    pub api_heard: bool,
+    /// Neither of the above any more, but the sender is within the hold time it promised
+    /// after its last frame with one of them (see `ridethrough::RideConfig::flag_hold`).
+    pub api_hold: bool,
+}
+
+impl Flags {
+    /// Any flag: the API was reachable from the segment recently (a holder that hears this
+    /// does not ride through).
+    pub fn any(self) -> bool {
+        self.api_reachable || self.api_heard || self.api_hold
+    }
+
+    /// `api_reachable` or `api_heard`: the sender vouches now, which renews its promise to
+    /// keep some flag set for the hold time.
+    pub fn vouches(self) -> bool {
+        self.api_reachable || self.api_heard
+    }
+
+    fn to_u8(self) -> u8 {
+        u8::from(self.api_reachable) * FLAG_API_REACHABLE
+            + u8::from(self.api_heard) * FLAG_API_HEARD
+            + u8::from(self.api_hold) * FLAG_API_HOLD
+    }
+}
+
+/// A Lease, by namespace and name.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct LeaseRef {
+    /// Namespace (DNS-1123 label).
+    pub namespace: String,
+    /// Name (DNS-1123 subdomain).
+    pub name: String,
+}
+
+impl fmt::Display for LeaseRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A lease as its holder knows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldLease {
+    /// Which lease.
+    pub lease: LeaseRef,
+    /// The holder's term (acquisition counter of its process).
+    pub term: u64,
+    /// The Lease's resourceVersion after the holder's last successful write.
+    pub resource_version: String,
+}
+
+/// One message before encoding / after assembly (all parts together).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    /// What it says.
+    pub kind: Kind,
+    /// Sender node name.
+    pub node: String,
+    /// Sender's view of the API server.
+    pub flags: Flags,
+    /// Sender's membership digest.
+    pub membership: u64,
+    /// Sender wall-clock time, ms since the Unix epoch.
+    pub wall_ms: u64,
+    /// Held leases (heartbeat), the lease asked for (hand-over request, exactly one), or the
+    /// released leases (released).
+    pub leases: Vec<HeldLease>,
+    /// Hand-over request only: the holder asked.
+    pub target: Option<String>,
+}
+
+/// One decoded frame (one part of a message).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Frame {
+    /// Sender's boot id.
+    pub boot_id: u64,
+    /// Sequence number.
+    pub seq: u64,
+    /// Part index, from 0.
+    pub part: u16,
+    /// Number of parts of the message.
+    pub parts: u16,
+    /// The message fields; `leases` holds this part's leases only.
+    pub message: Message,
+}
+
+/// Errors of [`Encoder::encode`]: the message cannot be put on the wire.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum EncodeError {
+    /// A node name (sender or target) is not a DNS-1123 subdomain.
+    #[error("peer frame: {field} {value:?} is not a DNS-1123 subdomain")]
+    NodeName {
+        /// `node` or `target`.
+        field: &'static str,
+        /// The value.
+        value: String,
+    },
+    /// A lease's namespace or name is not valid.
+    #[error("peer frame: lease {field} {value:?} is not a valid {expected}")]
+    LeaseName {
+        /// `namespace` or `name`.
+        field: &'static str,
+        /// The value.
+        value: String,
+        /// What it should be.
+        expected: &'static str,
+    },
+    /// A resourceVersion is empty or longer than [`MAX_RESOURCE_VERSION`].
+    #[error("peer frame: lease {lease} resourceVersion of {len} bytes (1..={max} allowed)")]
+    ResourceVersion {
+        /// The lease.
+        lease: String,
+        /// Its length, in bytes.
+        len: usize,
+        /// [`MAX_RESOURCE_VERSION`].
+        max: usize,
+    },
+    /// More than [`MAX_LEASES`] leases.
+    #[error("peer frame: {count} leases, at most {max} per message")]
+    TooManyLeases {
+        /// Leases given.
+        count: usize,
+        /// [`MAX_LEASES`].
+        max: usize,
+    },
+    /// A hand-over request must name a target and exactly one lease; other kinds no target.
+    #[error("peer frame: {0}")]
+    Shape(&'static str),
+    /// This boot's sequence numbers are used up (after 2^64 frames).
+    #[error("peer frame: sequence numbers of this boot exhausted")]
+    SeqExhausted,
+}
+
+/// Errors of [`decode`]: what is wrong with a received payload.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// Shorter than the smallest valid payload.
+    #[error("peer frame: {len} bytes, too short")]
+    TooShort {
+        /// Payload length, in bytes.
+        len: usize,
+    },
+    /// Longer than [`MAX_PAYLOAD`].
+    #[error("peer frame: {len} bytes, more than {max}")]
+    TooLong {
+        /// Payload length, in bytes.
+        len: usize,
+        /// [`MAX_PAYLOAD`].
+        max: usize,
+    },
+    /// Not a vipd frame.
+    #[error("peer frame: bad magic {found:02x?}")]
+    Magic {
+        /// The first four bytes.
+        found: [u8; 4],
+    },
+    /// A version this code does not read.
+    #[error("peer frame: version {found}, this vipd reads version {VERSION}")]
+    Version {
+        /// The version byte.
+        found: u8,
+    },
+    /// The HMAC does not match (forged, corrupted, or signed with another key).
+    #[error("peer frame: bad MAC (forged, corrupted or another key)")]
+    Mac,
+    /// A field ends past the MAC.
+    #[error("peer frame: truncated in {field}")]
+    Truncated {
+        /// The field being read.
+        field: &'static str,
+    },
+    /// A field has a value outside its rules.
+    #[error("peer frame: {field} {value}")]
+    Field {
+        /// The field.
+        field: &'static str,
+        /// What is wrong, with the value.
+        value: String,
+    },
+    /// Bytes left between the last lease and the MAC.
+    #[error("peer frame: {count} unexpected bytes before the MAC")]
+    Trailing {
+        /// How many.
+        count: usize,
+    },
+}
+
+/// A random boot id for this process start (`ring::rand::SystemRandom`, the OS generator).
+///
+/// # Errors
+/// The OS random generator failed.
+pub fn new_boot_id() -> Result<u64, ring::error::Unspecified> {
+    use ring::rand::SecureRandom;
+    let mut b = [0u8; 8];
+    ring::rand::SystemRandom::new().fill(&mut b)?;
+    Ok(u64::from_be_bytes(b))
+}
+
+/// Signs messages of one boot and numbers their frames.
+#[derive(Debug)]
+pub struct Encoder {
+    key: PeerKey,
+    boot_id: u64,
+    next_seq: u64,
+}
+
+impl Encoder {
+    /// An encoder for this boot (`boot_id` from [`new_boot_id`]); sequence numbers start at 1.
+    pub fn new(key: PeerKey, boot_id: u64) -> Self {
+        Encoder {
+            key,
+            boot_id,
+            next_seq: 1,
+        }
+    }
+
+    /// This boot's id.
+    pub fn boot_id(&self) -> u64 {
+        self.boot_id
+    }
+
+    /// The message as one or more signed payloads (each ≤ [`MAX_PAYLOAD`] bytes), to be sent
+    /// in order.
+    ///
+    /// # Errors
+    /// [`EncodeError`] naming the field and value that cannot be sent.
+    pub fn encode(&mut self, msg: &Message) -> Result<Vec<Vec<u8>>, EncodeError> {
+        validate(msg)?;
+        let mut prefix_len = FIXED_HEADER + 1 + msg.node.len() + 2 + MAC_LEN;
+        if let Some(t) = &msg.target {
+            prefix_len += 1 + t.len();
+        }
+        // Split the leases into parts that fit.
+        let mut parts: Vec<&[HeldLease]> = Vec::new();
+        let mut start = 0;
+        let mut size = prefix_len;
+        for (i, l) in msg.leases.iter().enumerate() {
+            let len = lease_len(l);
+            if size + len > MAX_PAYLOAD && i > start {
+                parts.push(&msg.leases[start..i]);
+                start = i;
+                size = prefix_len;
+            }
+            size += len;
+        }
+        parts.push(&msg.leases[start..]);
+        let count = parts.len();
+        let too_many = || EncodeError::TooManyLeases {
+            count: msg.leases.len(),
+            max: MAX_LEASES,
+        };
+        if count > MAX_PARTS {
+            return Err(too_many());
+        }
+        let count16 = u16::try_from(count).map_err(|_| too_many())?;
+        let last_seq = self
+            .next_seq
+            .checked_add(count as u64)
+            .ok_or(EncodeError::SeqExhausted)?;
+        let mut out = Vec::with_capacity(count);
+        for (i, leases) in parts.into_iter().enumerate() {
+            let seq = self.next_seq + i as u64;
+            // i < count ≤ u16::MAX, checked above.
+            let part = u16::try_from(i).unwrap_or(u16::MAX);
+            out.push(self.encode_part(msg, seq, part, count16, leases));
+        }
+        self.next_seq = last_seq;
+        Ok(out)
+    }
+
+    fn encode_part(
+        &self,
+        msg: &Message,
+        seq: u64,
+        part: u16,
+        parts: u16,
+        leases: &[HeldLease],
+    ) -> Vec<u8> {
+        let mut b = Vec::with_capacity(MAX_PAYLOAD);
+        b.extend_from_slice(&MAGIC);
+        b.push(VERSION);
+        b.push(msg.kind as u8);
+        b.push(msg.flags.to_u8());
+        b.extend_from_slice(&part.to_be_bytes());
+        b.extend_from_slice(&parts.to_be_bytes());
+        b.extend_from_slice(&self.boot_id.to_be_bytes());
+        b.extend_from_slice(&seq.to_be_bytes());
+        b.extend_from_slice(&msg.wall_ms.to_be_bytes());
+        b.extend_from_slice(&msg.membership.to_be_bytes());
+        put_str(&mut b, &msg.node);
+        if let Some(t) = &msg.target {
+            put_str(&mut b, t);
+        }
+        // leases.len() ≤ MAX_LEASES, checked by validate.
+        b.extend_from_slice(
+            &u16::try_from(leases.len())
+                .unwrap_or(u16::MAX)
+                .to_be_bytes(),
+        );
+        for l in leases {
+            put_str(&mut b, &l.lease.namespace);
+            put_str(&mut b, &l.lease.name);
+            b.extend_from_slice(&l.term.to_be_bytes());
+            put_str(&mut b, &l.resource_version);
+        }
+        let tag = hmac::sign(&self.key.key, &b);
+        b.extend_from_slice(tag.as_ref());
+        b
+    }
+}
+
+/// `body` followed by its MAC under `key`: lets tests build payloads the encoder refuses.
+#[cfg(test)]
+pub(crate) fn sign_raw(key: &PeerKey, body: &[u8]) -> Vec<u8> {
+    let mut b = body.to_vec();
+    b.extend_from_slice(hmac::sign(&key.key, body).as_ref());
+    b
+}
+
+/// Appends a string of at most 255 bytes (checked by `validate`) with its length byte.
+fn put_str(b: &mut Vec<u8>, s: &str) {
+    b.push(u8::try_from(s.len()).unwrap_or(u8::MAX));
+    b.extend_from_slice(s.as_bytes());
+}
+
+fn lease_len(l: &HeldLease) -> usize {
+    1 + l.lease.namespace.len() + 1 + l.lease.name.len() + 8 + 1 + l.resource_version.len()
+}
+
+fn validate(msg: &Message) -> Result<(), EncodeError> {
+    if !is_dns1123_subdomain(&msg.node) {
+        return Err(EncodeError::NodeName {
+            field: "node",
+            value: msg.node.clone(),
+        });
+    }
+    match (msg.kind, &msg.target) {
+        (Kind::HandOverRequest, Some(t)) => {
+            if !is_dns1123_subdomain(t) {
+                return Err(EncodeError::NodeName {
+                    field: "target",
+                    value: t.clone(),
+                });
+            }
+            if msg.leases.len() != 1 {
+                return Err(EncodeError::Shape(
+                    "a hand-over request names exactly one lease",
+                ));
+            }
+        }
+        (Kind::HandOverRequest, None) => {
+            return Err(EncodeError::Shape("a hand-over request names its target"));
+        }
+        (_, Some(_)) => {
+            return Err(EncodeError::Shape(
+                "only a hand-over request names a target",
+            ));
+        }
+        (_, None) => {}
+    }
+    if msg.leases.len() > MAX_LEASES {
+        return Err(EncodeError::TooManyLeases {
+            count: msg.leases.len(),
+            max: MAX_LEASES,
+        });
+    }
+    for l in &msg.leases {
+        check_lease(l).map_err(|(field, value, expected)| match field {
+            "resourceVersion" => EncodeError::ResourceVersion {
+                lease: l.lease.to_string(),
+                len: l.resource_version.len(),
+                max: MAX_RESOURCE_VERSION,
+            },
+            _ => EncodeError::LeaseName {
+                field,
+                value,
+                expected,
+            },
+        })?;
+    }
+    Ok(())
+}
+
+/// The field rules of one lease entry, shared by encoding and decoding: `Err((field, value,
+/// expected))`.
+fn check_lease(l: &HeldLease) -> Result<(), (&'static str, String, &'static str)> {
+    if !is_dns1123_label(&l.lease.namespace) {
+        return Err(("namespace", l.lease.namespace.clone(), "DNS-1123 label"));
+    }
+    if !is_dns1123_subdomain(&l.lease.name) {
+        return Err(("name", l.lease.name.clone(), "DNS-1123 subdomain"));
+    }
+    let rv = l.resource_version.len();
+    if rv == 0 || rv > MAX_RESOURCE_VERSION {
+        return Err((
+            "resourceVersion",
+            l.resource_version.clone(),
+            "resourceVersion of 1 to 64 bytes",
+        ));
+    }
+    Ok(())
+}
+
+/// A bounds-checked reader: every read returns [`DecodeError::Truncated`] instead of
+/// panicking.
+struct Reader<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], DecodeError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|e| *e <= self.b.len())
+            .ok_or(DecodeError::Truncated { field })?;
+        let s = &self.b[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+
+    fn u8(&mut self, field: &'static str) -> Result<u8, DecodeError> {
+        Ok(self.take(1, field)?[0])
+    }
+
+    fn u16(&mut self, field: &'static str) -> Result<u16, DecodeError> {
+        let s = self.take(2, field)?;
+        Ok(u16::from_be_bytes([s[0], s[1]]))
+    }
+
+    fn u64(&mut self, field: &'static str) -> Result<u64, DecodeError> {
+        let s = self.take(8, field)?;
+        let mut a = [0u8; 8];
+        a.copy_from_slice(s);
+        Ok(u64::from_be_bytes(a))
+    }
+
+    fn string(&mut self, field: &'static str) -> Result<String, DecodeError> {
+        let n = usize::from(self.u8(field)?);
+        let s = self.take(n, field)?;
+        String::from_utf8(s.to_vec()).map_err(|_| DecodeError::Field {
+            field,
+            value: format!("is not UTF-8: {s:02x?}"),
+        })
+    }
+}
+
+/// Checks and decodes one payload: length, magic, version, then the MAC over everything
+/// before the last [`MAC_LEN`] bytes, then the fields and their rules. Never panics.
+///
+/// # Errors
+/// [`DecodeError`] naming what is wrong.
+pub fn decode(key: &PeerKey, payload: &[u8]) -> Result<Frame, DecodeError> {
+    if payload.len() > MAX_PAYLOAD {
+        return Err(DecodeError::TooLong {
+            len: payload.len(),
+            max: MAX_PAYLOAD,
+        });
+    }
+    if payload.len() < 5 {
+        return Err(DecodeError::TooShort { len: payload.len() });
+    }
+    let mut magic = [0u8; 4];
+    magic.copy_from_slice(&payload[..4]);
+    if magic != MAGIC {
+        return Err(DecodeError::Magic { found: magic });
+    }
+    if payload[4] != VERSION {
+        return Err(DecodeError::Version { found: payload[4] });
+    }
+    // Smallest: header, 1-character node name, lease count, MAC.
+    if payload.len() < FIXED_HEADER + 2 + 2 + MAC_LEN {
+        return Err(DecodeError::TooShort { len: payload.len() });
+    }
+    let (body, tag) = payload.split_at(payload.len() - MAC_LEN);
+    hmac::verify(&key.key, body, tag).map_err(|_| DecodeError::Mac)?;
+
+    let mut r = Reader { b: body, pos: 5 };
+    let kind_byte = r.u8("kind")?;
+    let kind = Kind::from_u8(kind_byte).ok_or(DecodeError::Field {
+        field: "kind",
+        value: format!("{kind_byte} is not 1, 2 or 3"),
+    })?;
+    let flags_byte = r.u8("flags")?;
+    if flags_byte & !(FLAG_API_REACHABLE | FLAG_API_HEARD | FLAG_API_HOLD) != 0 {
+        return Err(DecodeError::Field {
+            field: "flags",
+            value: format!("{flags_byte:#04x} has unknown bits"),
+        });
+    }
+    let flags = Flags {
+        api_reachable: flags_byte & FLAG_API_REACHABLE != 0,
+        api_heard: flags_byte & FLAG_API_HEARD != 0,
+        api_hold: flags_byte & FLAG_API_HOLD != 0,
+    };
+    let part = r.u16("part")?;
+    let parts = r.u16("parts")?;
+    if parts == 0 || part >= parts || usize::from(parts) > MAX_PARTS {
+        return Err(DecodeError::Field {
+            field: "part",
+            value: format!("{part} of {parts} parts"),
+        });
+    }
+    let boot_id = r.u64("boot id")?;
+    let seq = r.u64("seq")?;
+    let wall_ms = r.u64("wall-clock time")?;
+    let membership = r.u64("membership digest")?;
+    let node = r.string("node")?;
+    if !is_dns1123_subdomain(&node) {
+        return Err(DecodeError::Field {
+            field: "node",
+            value: format!("{node:?} is not a DNS-1123 subdomain"),
+        });
+    }
+    let target = if kind == Kind::HandOverRequest {
+        let t = r.string("target")?;
+        if !is_dns1123_subdomain(&t) {
+            return Err(DecodeError::Field {
+                field: "target",
+                value: format!("{t:?} is not a DNS-1123 subdomain"),
+            });
+        }
+        Some(t)
+    } else {
+        None
+    };
+    let count = usize::from(r.u16("lease count")?);
+    if count > MAX_LEASES {
+        return Err(DecodeError::Field {
+            field: "lease count",
+            value: format!("{count} is more than {MAX_LEASES}"),
+        });
+    }
+    if kind == Kind::HandOverRequest && (count != 1 || parts != 1) {
+        return Err(DecodeError::Field {
+            field: "lease count",
+            value: format!("{count} in {parts} parts; a hand-over request names exactly one"),
+        });
+    }
+    let mut leases = Vec::with_capacity(count.min(64));
+    for _ in 0..count {
+        let namespace = r.string("lease namespace")?;
+        let name = r.string("lease name")?;
+        let term = r.u64("lease term")?;
+        let resource_version = r.string("lease resourceVersion")?;
+        let l = HeldLease {
+            lease: LeaseRef { namespace, name },
+            term,
+            resource_version,
+        };
+        check_lease(&l).map_err(|(field, value, expected)| DecodeError::Field {
+            field,
+            value: format!("{value:?} is not a {expected}"),
+        })?;
+        leases.push(l);
+    }
+    if r.pos != body.len() {
+        return Err(DecodeError::Trailing {
+            count: body.len() - r.pos,
+        });
+    }
+    Ok(Frame {
+        boot_id,
+        seq,
+        part,
+        parts,
+        message: Message {
+            kind,
+            node,
+            flags,
+            membership,
+            wall_ms,
+            leases,
+            target,
+        },
+    })
+}
+
+/// Why [`Verifier::verify`] rejected a frame.
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum Rejection {
+    /// The payload itself is bad (see [`DecodeError`]).
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// The sender's clock differs from ours by more than the allowed skew.
+    #[error(
+        "peer frame from {node}: its clock is {offset_ms} ms off ours (at most {max_ms} ms allowed)"
+    )]
+    Skew {
+        /// Sender.
+        node: String,
+        /// Sender's time minus ours, in ms.
+        offset_ms: i128,
+        /// The allowed skew, in ms.
+        max_ms: u64,
+    },
+    /// Sequence number not above the last accepted one of the same boot.
+    #[error("peer frame from {node}: sequence {seq} replayed (last accepted {last})")]
+    Replay {
+        /// Sender.
+        node: String,
+        /// The frame's sequence number.
+        seq: u64,
+        /// The last accepted sequence number of that boot.
+        last: u64,
+    },
+    /// A boot id not seen before whose time is not after the last accepted frame's.
+    #[error(
+        "peer frame from {node}: boot {boot_id:016x} is not newer than the last accepted frame ({wall_ms} ms <= {last_wall_ms} ms)"
+    )]
+    OldBoot {
+        /// Sender.
+        node: String,
+        /// The frame's boot id.
+        boot_id: u64,
+        /// The frame's wall-clock time, ms.
+        wall_ms: u64,
+        /// Wall-clock time of the last frame accepted from that node, ms.
+        last_wall_ms: u64,
+    },
+}
+
+/// Counts of accepted and rejected frames, by reason (exported as metrics later).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Frames accepted.
+    pub accepted: u64,
+    /// Bad or missing MAC.
+    pub bad_mac: u64,
+    /// Unknown version.
+    pub bad_version: u64,
+    /// Not a vipd frame (magic).
+    pub bad_magic: u64,
+    /// Any other malformed payload (length, truncation, field rules).
+    pub malformed: u64,
+    /// Clock skew above the limit.
+    pub skew: u64,
+    /// Replayed sequence number.
+    pub replay: u64,
+    /// Replayed old boot.
+    pub old_boot: u64,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SenderState {
+    boot_id: u64,
+    last_seq: u64,
+    last_wall_ms: u64,
+}
+
+/// Default largest accepted difference between a sender's clock and ours.
+pub const DEFAULT_MAX_SKEW_MS: u64 = 10_000;
+
+/// Checks frames against the key and against what each sender sent before: per sender node
+/// it keeps (boot id, last sequence number, last wall-clock time).
+///
+/// Rules: the MAC and fields ([`decode`]); the sender's wall-clock time within `max_skew_ms`
+/// of ours; within one boot, sequence numbers strictly increase; a new boot id from a known
+/// node is accepted only if its time is after the last accepted frame's (an old boot's frames
+/// cannot be replayed once a newer one was heard). The first frame of an unknown node is
+/// accepted (within the skew). Every rejection is counted in [`Verifier::counters`].
+#[derive(Debug)]
+pub struct Verifier {
+    key: PeerKey,
+    max_skew_ms: u64,
+    senders: BTreeMap<String, SenderState>,
+    counters: Counters,
+}
+
+impl Verifier {
+    /// A verifier with this key and allowed clock skew in ms ([`DEFAULT_MAX_SKEW_MS`]).
+    pub fn new(key: PeerKey, max_skew_ms: u64) -> Self {
+        Verifier {
+            key,
+            max_skew_ms,
+            senders: BTreeMap::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// Counts so far.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// Checks one received payload; `now_wall_ms` is our wall-clock time (ms since the Unix
+    /// epoch). On success the sender's state advances.
+    ///
+    /// # Errors
+    /// [`Rejection`] naming the reason (also counted).
+    pub fn verify(&mut self, payload: &[u8], now_wall_ms: u64) -> Result<Frame, Rejection> {
+        let r = self.check(payload, now_wall_ms);
+        let c = &mut self.counters;
+        match &r {
+            Ok(_) => c.accepted += 1,
+            Err(Rejection::Decode(DecodeError::Mac)) => c.bad_mac += 1,
+            Err(Rejection::Decode(DecodeError::Version { .. })) => c.bad_version += 1,
+            Err(Rejection::Decode(DecodeError::Magic { .. })) => c.bad_magic += 1,
+            Err(Rejection::Decode(_)) => c.malformed += 1,
+            Err(Rejection::Skew { .. }) => c.skew += 1,
+            Err(Rejection::Replay { .. }) => c.replay += 1,
+            Err(Rejection::OldBoot { .. }) => c.old_boot += 1,
+        }
+        r
+    }
+
+    fn check(&mut self, payload: &[u8], now_wall_ms: u64) -> Result<Frame, Rejection> {
+        let f = decode(&self.key, payload)?;
+        let node = &f.message.node;
+        let offset = i128::from(f.message.wall_ms) - i128::from(now_wall_ms);
+        if offset.unsigned_abs() > u128::from(self.max_skew_ms) {
+            return Err(Rejection::Skew {
+                node: node.clone(),
+                offset_ms: offset,
+                max_ms: self.max_skew_ms,
+            });
+        }
+        if let Some(s) = self.senders.get(node) {
+            if s.boot_id == f.boot_id {
+                if f.seq <= s.last_seq {
+                    return Err(Rejection::Replay {
+                        node: node.clone(),
+                        seq: f.seq,
+                        last: s.last_seq,
+                    });
+                }
+            } else if f.message.wall_ms <= s.last_wall_ms {
+                return Err(Rejection::OldBoot {
+                    node: node.clone(),
+                    boot_id: f.boot_id,
+                    wall_ms: f.message.wall_ms,
+                    last_wall_ms: s.last_wall_ms,
+                });
+            }
+        }
+        self.senders.insert(
+            node.clone(),
+            SenderState {
+                boot_id: f.boot_id,
+                last_seq: f.seq,
+                last_wall_ms: f.message.wall_ms,
+            },
+        );
+        Ok(f)
+    }
+}
+
+/// Puts the parts of multi-frame messages back together. Parts of one message have
+/// consecutive sequence numbers (part `i` has the first part's number plus `i`); a message
+/// is returned once all its parts arrived, and a sender's unfinished message is dropped when
+/// a frame of a later message or another boot arrives (a lost part loses the message; the
+/// next heartbeat follows 200 ms later).
+#[derive(Debug, Default)]
+pub struct Assembler {
+    pending: BTreeMap<String, Pending>,
+}
+
+#[derive(Debug)]
+struct Pending {
+    boot_id: u64,
+    first_seq: u64,
+    parts: u16,
+    got: Vec<Option<Vec<HeldLease>>>,
+    message: Message,
+}
+
+impl Assembler {
+    /// Feeds one verified frame; the whole message when it is complete.
+    pub fn push(&mut self, f: Frame) -> Option<Message> {
+        if f.parts == 1 {
+            self.pending.remove(&f.message.node);
+            return Some(f.message);
+        }
+        let first_seq = f.seq.checked_sub(u64::from(f.part))?;
+        let node = f.message.node.clone();
+        let fresh = match self.pending.get(&node) {
+            Some(p) => p.boot_id != f.boot_id || p.first_seq != first_seq || p.parts != f.parts,
+            None => true,
+        };
+        if fresh {
+            self.pending.insert(
+                node.clone(),
+                Pending {
+                    boot_id: f.boot_id,
+                    first_seq,
+                    parts: f.parts,
+                    got: vec![None; usize::from(f.parts)],
+                    message: Message {
+                        leases: Vec::new(),
+                        ..f.message.clone()
+                    },
+                },
+            );
+        }
+        let p = self.pending.get_mut(&node)?;
+        if p.message.kind != f.message.kind || p.message.flags != f.message.flags {
+            self.pending.remove(&node);
+            return None;
+        }
+        let slot = p.got.get_mut(usize::from(f.part))?;
+        *slot = Some(f.message.leases);
+        if p.got.iter().all(Option::is_some) {
+            let mut p = self.pending.remove(&node)?;
+            p.message.leases = p.got.into_iter().flatten().flatten().collect();
+            return Some(p.message);
+        }
+        None
+    }
+}
