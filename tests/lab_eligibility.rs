@@ -1,0 +1,204 @@
+//! S42: eligibility and maintenance hand-over against the real API server, with Node
+//! objects the test creates. A Service VIP leaves a node that gets the
+//! `node.kubernetes.io/exclude-from-external-load-balancers` label, that the kubelet reports
+//! NotReady, that is annotated `vipd.io/drain=true` or drained with `vipd drain`; each time
+//! the holder hands over gracefully (the lease is released, so the other node takes it at
+//! once) and posts a `HandedOver` Event; clearing the condition lets the node campaign
+//! again. `vipd drain` also moves the control-plane VIP.
+//!
+//! Run as root: `cargo test --test lab_eligibility` (or `cargo xtask test`); skipped with
+//! `VIPD_SKIP_LAB=1`.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::*;
+use xtask::lab::{Lab, LabOptions, Signal};
+
+const SVC_VIP: &str = "192.0.2.20";
+const LIMIT: Duration = Duration::from_secs(30);
+const ADMIN: (&str, &str) = ("prometheus_server", "127.0.0.1:2112");
+
+fn create_ready_node(lab: &Lab, name: &str) {
+    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}});
+    let r = lab
+        .api_request("POST", "/api/v1/nodes", Some(&node.to_string()))
+        .expect("create node");
+    assert_eq!(r.status, 201, "create node {name}: {}", r.body);
+    set_ready(lab, name, true);
+}
+
+/// Sets the Node's Ready condition (as the kubelet would).
+fn set_ready(lab: &Lab, name: &str, ready: bool) {
+    let status = if ready { "True" } else { "False" };
+    let patch = json!({"status": {"conditions": [{
+        "type": "Ready", "status": status, "reason": "Test",
+        "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"
+    }]}});
+    let r = lab
+        .api_request(
+            "PATCH",
+            &format!("/api/v1/nodes/{name}/status"),
+            Some(&patch.to_string()),
+        )
+        .expect("patch node status");
+    assert_eq!(r.status, 200, "node {name} status: {}", r.body);
+}
+
+/// Merge-patches Node `name`'s metadata.
+fn patch_node(lab: &Lab, name: &str, patch: serde_json::Value) {
+    let r = lab
+        .api_request(
+            "PATCH",
+            &format!("/api/v1/nodes/{name}"),
+            Some(&patch.to_string()),
+        )
+        .expect("patch node");
+    assert_eq!(r.status, 200, "patch node {name}: {}", r.body);
+}
+
+fn other(node: &str) -> &'static str {
+    if node == "node-a" { "node-b" } else { "node-a" }
+}
+
+/// The Service VIP moves away from `from` (to the other node, which answers it), and
+/// `from` posted a HandedOver Event naming `why`.
+fn moved_away(lab: &Lab, from: &str, why: &str) {
+    let to = other(from);
+    wait_until(
+        &format!("{SVC_VIP} moves from {from} to {to}"),
+        LIMIT,
+        || holders(lab, SVC_VIP) == vec![to.to_string()],
+    );
+    wait_until(&format!("HandedOver Event from {from}"), LIMIT, || {
+        events_for(lab, "web").iter().any(|(kind, reason, note)| {
+            kind == "Normal"
+                && reason == "HandedOver"
+                && note.contains(&format!("node {from} hands {SVC_VIP} over"))
+                && note.contains(why)
+        })
+    });
+}
+
+/// Runs `vipd drain ARGS` on `node` (its local admin endpoint).
+fn vipd_drain(lab: &Lab, node: &str, args: &[&str]) -> String {
+    let mut all = vec!["drain"];
+    all.extend(args);
+    let mut p = lab
+        .spawn(node, env!("CARGO_BIN_EXE_vipd"), &all, &[])
+        .expect("spawn vipd drain");
+    let status = p
+        .wait_timeout(Duration::from_secs(10))
+        .unwrap()
+        .unwrap_or_else(|| panic!("vipd drain did not finish:\n{}", p.log()));
+    assert!(status.success(), "vipd drain {args:?}:\n{}", p.log());
+    p.log()
+}
+
+#[test]
+fn s42_ineligible_nodes_hand_service_vips_over() {
+    let Some(lab) = lab("eligibility", LabOptions::default()) else {
+        return;
+    };
+    create_ready_node(&lab, "node-a");
+    create_ready_node(&lab, "node-b");
+    let mut procs: Vec<_> = ["node-a", "node-b"]
+        .iter()
+        .map(|n| start_vipd_services(&lab, n, true, &[ADMIN]))
+        .collect();
+    create_service(
+        &lab,
+        &service_json("web", Some(SVC_VIP), None, &[(80, "TCP")], false),
+    );
+    let first = single_holder(&lab, SVC_VIP, LIMIT);
+
+    // Excluded by label.
+    patch_node(
+        &lab,
+        &first,
+        json!({"metadata": {"labels": {"node.kubernetes.io/exclude-from-external-load-balancers": "true"}}}),
+    );
+    moved_away(&lab, &first, "exclude-from-external-load-balancers");
+    patch_node(
+        &lab,
+        &first,
+        json!({"metadata": {"labels": {"node.kubernetes.io/exclude-from-external-load-balancers": null}}}),
+    );
+
+    // NotReady.
+    let second = other(&first).to_string();
+    set_ready(&lab, &second, false);
+    moved_away(&lab, &second, "NotReady");
+    set_ready(&lab, &second, true);
+
+    // The drain annotation.
+    patch_node(
+        &lab,
+        &first,
+        json!({"metadata": {"annotations": {"vipd.io/drain": "true"}}}),
+    );
+    moved_away(&lab, &first, "vipd.io/drain=true");
+    patch_node(
+        &lab,
+        &first,
+        json!({"metadata": {"annotations": {"vipd.io/drain": null}}}),
+    );
+
+    // `vipd drain` on the node itself; the node stays out until --undo.
+    assert_eq!(
+        vipd_drain(&lab, &second, &["--status"]).trim(),
+        "not drained"
+    );
+    assert_eq!(vipd_drain(&lab, &second, &[]).trim(), "drained");
+    moved_away(&lab, &second, "vipd drain");
+    assert_eq!(vipd_drain(&lab, &second, &["--status"]).trim(), "drained");
+    // With the other node gone, the drained node still does not take it.
+    let first_idx = if first == "node-a" { 0 } else { 1 };
+    procs[first_idx].signal(Signal::SIGTERM).unwrap();
+    let _ = procs[first_idx].wait_timeout(Duration::from_secs(5));
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(
+        holders(&lab, SVC_VIP).is_empty(),
+        "a drained node must not take the VIP: {:?}",
+        holders(&lab, SVC_VIP)
+    );
+    assert_eq!(vipd_drain(&lab, &second, &["--undo"]).trim(), "not drained");
+    wait_until("undrained node takes the VIP", LIMIT, || {
+        holders(&lab, SVC_VIP) == vec![second.clone()]
+    });
+    for p in &mut procs {
+        let _ = p.signal(Signal::SIGTERM);
+        let _ = p.wait_timeout(Duration::from_secs(5));
+    }
+}
+
+#[test]
+fn s42_vipd_drain_moves_the_control_plane_vip() {
+    let Some(lab) = lab("eligibility_cp", LabOptions::default()) else {
+        return;
+    };
+    let mut procs: Vec<_> = ["node-a", "node-b"]
+        .iter()
+        .map(|n| start_vipd(&lab, n, T531, &[ADMIN]))
+        .collect();
+    let first = single_holder(&lab, VIP, LIMIT);
+    assert_eq!(vipd_drain(&lab, &first, &[]).trim(), "drained");
+    let to = other(&first);
+    wait_until("control-plane VIP moves", LIMIT, || {
+        holders(&lab, VIP) == vec![to.to_string()]
+    });
+    // Graceful: released, not expired (the lease's holder changed without waiting out the
+    // lease).
+    let log = procs[if first == "node-a" { 0 } else { 1 }].log();
+    assert!(log.contains("lease released"), "{log}");
+    assert_eq!(vipd_drain(&lab, &first, &["--undo"]).trim(), "not drained");
+    // Undrained, it campaigns again but does not preempt the holder.
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(holders(&lab, VIP), vec![to.to_string()]);
+    for p in &mut procs {
+        let _ = p.signal(Signal::SIGTERM);
+        let _ = p.wait_timeout(Duration::from_secs(5));
+    }
+}
