@@ -181,20 +181,8 @@ impl Flags {
     }
 }
 
-/// A Lease, by namespace and name.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LeaseRef {
-    /// Namespace (DNS-1123 label).
-    pub namespace: String,
-    /// Name (DNS-1123 subdomain).
-    pub name: String,
-}
-
-impl fmt::Display for LeaseRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
+/// A Lease, by namespace and name (the one type the Services runtime uses too).
+pub use crate::services::desired::LeaseRef;
 
 /// A lease as its holder knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
