@@ -12,10 +12,13 @@
 //!
 //! Run: `cargo test --test net_kernel -- --nocapture` (prints the measured fence delay).
 
+mod support;
+
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 use std::time::{Duration, Instant};
+use support::netns::{assert_private_netns, ns_of};
 
 use pnet::datalink::{self, Channel, DataLinkReceiver, NetworkInterface};
 use pnet::packet::Packet;
@@ -30,31 +33,6 @@ use vipd::net::{
     ADDR_PROTO_VIPD, AddrInfo, Announcer, Kernel, LinkInfo, NetError, NetlinkKernel, RawAnnouncer,
     TagMode, Vip,
 };
-
-fn ns_of(path: &str) -> String {
-    std::fs::read_link(path)
-        .unwrap_or_else(|e| panic!("readlink {path}: {e}"))
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// Panics unless this thread is in a namespace other than the process's main thread's (the
-/// namespace the test binary started in) and, where readable, other than PID 1's.
-fn assert_private_netns() {
-    let mine = ns_of("/proc/thread-self/ns/net");
-    let process = ns_of("/proc/self/ns/net");
-    assert_ne!(
-        mine, process,
-        "refusing to touch the test process's own network namespace"
-    );
-    if let Ok(init) = std::fs::read_link("/proc/1/ns/net") {
-        assert_ne!(
-            mine,
-            init.to_string_lossy(),
-            "refusing to touch the root network namespace"
-        );
-    }
-}
 
 /// Run `ip ARGS` inside this thread's private namespace; panics on failure.
 fn ip(args: &str) {
