@@ -242,8 +242,20 @@ pub struct Config {
     /// `drain_on_cordon` and `svc_exclude_cordoned` (vipd options): what a cordon means for
     /// eligibility ([`crate::nodes::eligibility`]).
     pub eligibility: crate::nodes::eligibility::EligibilityRules,
+    /// `lb_enable` / `--enableLoadBalancer`, `lb_port`, `lb_fwdmethod`: control-plane load
+    /// balancing ([`crate::lb`]); `None` when `lb_enable` is off.
+    pub load_balancer: Option<LoadBalancerConfig>,
     /// `vip_loglevel`.
     pub log_level: LogLevel,
+}
+
+/// The control-plane load balancer's settings (`lb_enable` set).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadBalancerConfig {
+    /// `lb_port` / `--lbPort` (default 6443): the frontend port on the VIP.
+    pub lb_port: u16,
+    /// `lb_fwdmethod` / `--lbForwardingMethod` (default `local`).
+    pub forwarding: crate::lb::Forwarding,
 }
 
 // ---------------------------------------------------------------------------------------
