@@ -522,7 +522,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
     ignored(
         "backend_health_check_interval",
         "",
-        "IPVS backend health-check interval",
+        "Health-check interval of kube-vip's IPVS backends (vipd's lb_enable checks every second)",
     ),
     ignored("egress_withnftables", "", "Egress with nftables"),
     ignored("vip_leaseannotations", "", "Annotations on the Lease"),
