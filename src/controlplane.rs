@@ -209,6 +209,7 @@ pub fn start(cfg: &Config, parts: Parts, shutdown: CancellationToken) -> Running
                 client.clone(),
                 leadership.state.clone(),
                 leadership.dropped,
+                metrics.clone(),
             );
             (
                 crate::election::Leadership {

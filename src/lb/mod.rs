@@ -319,6 +319,7 @@ pub(crate) struct Lb<K, P> {
     pub(crate) cfg: LbConfig,
     pub(crate) tables: Tables<K>,
     pub(crate) prober: Arc<P>,
+    pub(crate) metrics: Option<crate::metrics::Metrics>,
 }
 
 fn is_leading(s: &LeaderState) -> Option<u64> {
@@ -436,6 +437,15 @@ impl<K: LbKernel, P: Prober> Lb<K, P> {
                 match self.tables.sync(&want).await {
                     Ok(()) => {
                         dirty = false;
+                        if let Some(m) = &self.metrics {
+                            let leading = term.is_some();
+                            m.lb_backends(
+                                health
+                                    .all()
+                                    .filter(|_| leading)
+                                    .map(|(a, n, up)| (n, a.to_string(), up)),
+                            );
+                        }
                         if std::mem::take(&mut failing) {
                             info!("load balancer: rules can be changed again");
                         }
@@ -457,6 +467,9 @@ impl<K: LbKernel, P: Prober> Lb<K, P> {
         if let Some((s, task)) = checker.take() {
             s.cancel();
             let _ = task.await;
+        }
+        if let Some(m) = &self.metrics {
+            m.lb_backends([]);
         }
         match self.tables.remove(&Family::ALL).await {
             Ok(()) => info!("load balancer: rules removed (stopping)"),
@@ -544,6 +557,7 @@ pub(crate) fn start(
     client: kube::Client,
     state: watch::Receiver<LeaderState>,
     dropped: watch::Sender<u64>,
+    metrics: crate::metrics::Metrics,
 ) -> (Running, watch::Sender<u64>) {
     info!(
         vips = ?cfg.vips,
@@ -560,6 +574,7 @@ pub(crate) fn start(
         cfg,
         tables: Tables::new(NftLbKernel::new("nft")),
         prober: Arc::new(health::TcpProber),
+        metrics: Some(metrics),
     };
     let lb_task = tokio::spawn(lb.run(cand_rx, state, holder_rx, dropped, stop.clone()));
     (

@@ -97,6 +97,7 @@ struct Harness {
     acked: watch::Receiver<u64>,
     stop: CancellationToken,
     task: JoinHandle<()>,
+    metrics: crate::metrics::Metrics,
 }
 
 fn cand(n: &str, a: &str) -> Candidate {
@@ -118,10 +119,12 @@ fn start() -> Harness {
     let (holder_ack, holder_rx) = watch::channel(0u64);
     let (acked_tx, acked) = watch::channel(0u64);
     let stop = CancellationToken::new();
+    let metrics = crate::metrics::Metrics::new("test");
     let lb = Lb {
         cfg: cfg(),
         tables: Tables::new(kernel.clone()),
         prober: Arc::new(prober.clone()),
+        metrics: Some(metrics.clone()),
     };
     let task = tokio::spawn(lb.run(cands_rx, state_rx, holder_rx, acked_tx, stop.clone()));
     Harness {
@@ -133,6 +136,7 @@ fn start() -> Harness {
         acked,
         stop,
         task,
+        metrics,
     }
 }
 
@@ -195,6 +199,12 @@ async fn follows_leadership_and_health() {
         dnat("0 : 192.0.2.11, 1 : 192.0.2.13"),
     )
     .await;
+    let text = h.metrics.encode();
+    assert!(
+        text.contains(r#"vipd_lb_backend_up{node="b",address="192.0.2.12"} 0"#)
+            && text.contains(r#"vipd_lb_backend_up{node="a",address="192.0.2.11"} 1"#),
+        "{text}"
+    );
     h.kernel.take();
     // Healthy again: back after two good checks.
     h.prober.down.lock().unwrap().clear();
@@ -254,6 +264,10 @@ async fn follows_leadership_and_health() {
     h.kernel.take();
     h.stop.cancel();
     h.task.await.unwrap();
+    assert!(
+        !h.metrics.encode().contains("vipd_lb_backend_up{"),
+        "no series after stop"
+    );
     assert_eq!(
         h.kernel.take(),
         [
