@@ -97,7 +97,7 @@ fn lb_backends(lab: &Lab, ns: &str) -> Option<Vec<String>> {
             .filter_map(|o| o.get("rule"))
             .filter(|r| r["chain"] == "prerouting")
             .flat_map(|r| {
-                r["expr"][3]["dnat"]["addr"]["map"]["data"]["set"]
+                r["expr"][4]["dnat"]["addr"]["map"]["data"]["set"]
                     .as_array()
                     .cloned()
                     .unwrap_or_default()
@@ -291,7 +291,31 @@ fn k3s_env_spreads_api_connections_over_the_control_plane_nodes() {
     );
     assert_eq!(connect_n(&lab, 30), 30, "new holder forwards");
 
+    // Failover by SIGKILL: the killed holder cannot clean up; its table stays but is inert
+    // (the kernel fence removed the VIP), the third node forwards, and the stale table goes
+    // when vipd starts again on the killed node.
+    let j = NODES.iter().position(|n| *n == new_holder).unwrap();
+    procs[j].kill().unwrap();
+    let third = wait_for("a third holder with rules", limit, || {
+        let h = holders(&lab, VIP);
+        (h.len() == 1
+            && h[0] != new_holder
+            && lb_backends(&lab, &h[0]).as_deref() == Some(&ips[..]))
+        .then(|| h[0].clone())
+    });
+    assert!(
+        lb_table(&lab, &new_holder).is_some(),
+        "a killed vipd cannot clean up"
+    );
+    assert_eq!(connect_n(&lab, 30), 30, "the third holder forwards");
+    procs[j] = spawn_env(&lab, &new_holder, &lab_env(&lab, &p, &new_holder));
+    wait_for("the stale table removed at start", limit, || {
+        lb_table(&lab, &new_holder).is_none().then_some(())
+    });
+    assert_eq!(nodes_with_table(&lab), vec![third.clone()]);
+
     // Clean stop of everyone: no table left anywhere, other owners' tables untouched.
+    procs.remove(i);
     for p in procs.iter_mut() {
         let _ = p.signal(Signal::SIGTERM);
     }

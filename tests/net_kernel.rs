@@ -727,7 +727,7 @@ fn lb_table_install_update_remove() {
         let dnat = chain_rules(&t, "prerouting");
         assert_eq!(dnat.len(), 1, "{t}");
         assert_eq!(
-            dnat[0]["expr"][3]["dnat"],
+            dnat[0]["expr"][4]["dnat"],
             serde_json::json!({"addr": {"map": {"key": {"numgen": {"mode": "inc", "mod": 3, "offset": 0}},
                 "data": {"set": [[0, "192.0.2.11"], [1, "192.0.2.12"], [2, "192.0.2.13"]]}}}, "port": 6443})
         );
@@ -741,7 +741,7 @@ fn lb_table_install_update_remove() {
         let dnat = chain_rules(&t, "prerouting");
         assert_eq!(dnat.len(), 1, "{t}");
         assert_eq!(
-            dnat[0]["expr"][3]["dnat"]["addr"]["map"]["data"],
+            dnat[0]["expr"][4]["dnat"]["addr"]["map"]["data"],
             serde_json::json!({"set": [[0, "192.0.2.11"], [1, "192.0.2.13"]]})
         );
         assert_eq!(chain_rules(&t, "postrouting").len(), 1, "masquerade kept");

@@ -5,7 +5,7 @@
 //! table ip vipd_lb {
 //!     chain prerouting {
 //!         type nat hook prerouting priority dstnat; policy accept;
-//!         ip daddr 192.0.2.10 tcp dport 6443 counter dnat to numgen inc mod 3 map { 0 : 192.0.2.11, 1 : 192.0.2.12, 2 : 192.0.2.13 }:6443
+//!         ip daddr 192.0.2.10 fib daddr type local tcp dport 6443 counter dnat to numgen inc mod 3 map { 0 : 192.0.2.11, 1 : 192.0.2.12, 2 : 192.0.2.13 }:6443
 //!     }
 //!     chain postrouting {
 //!         type nat hook postrouting priority srcnat; policy accept;
@@ -17,6 +17,9 @@
 //! * New connections to `VIP:lb_port` are spread round-robin (`numgen inc`, IPVS's `rr`)
 //!   over the healthy backends at `port`; only the VIP address is matched, so the node's own
 //!   API server on its node address is never redirected, also when `lb_port == port`.
+//! * The rule matches only while the VIP is a local address (`fib daddr type local`): a
+//!   table left by a killed vipd (removed when vipd starts again) is inert once the kernel
+//!   fence has removed the VIP, so only the node holding the VIP ever forwards.
 //! * Connections that were redirected leave with the holder's address (`masquerade`), so the
 //!   replies come back through the holder, which undoes both translations.
 //! * NAT applies to the first packet of a connection only; established connections follow
@@ -31,7 +34,8 @@
 use std::net::IpAddr;
 
 use nftables::expr::{
-    CT, CTDir, Expression, Map, NamedExpression, NgMode, Numgen, Payload, PayloadField, SetItem,
+    CT, CTDir, Expression, Fib, FibFlag, FibResult, Map, NamedExpression, NgMode, Numgen, Payload,
+    PayloadField, SetItem,
 };
 use nftables::schema::{Chain, NfCmd, NfListObject, Rule, Table};
 use nftables::stmt::{Counter, Match, NAT, Operator, Statement};
@@ -124,7 +128,7 @@ impl Ruleset {
             .collect::<Vec<_>>()
             .join(", ");
         Some(format!(
-            "add rule {f} {TABLE} {CHAIN_DNAT} {f} daddr {vip} tcp dport {lp} counter dnat to numgen inc mod {n} map {{ {map} }}:{p}",
+            "add rule {f} {TABLE} {CHAIN_DNAT} {f} daddr {vip} fib daddr type local tcp dport {lp} counter dnat to numgen inc mod {n} map {{ {map} }}:{p}",
             f = self.family,
             lp = self.lb_port,
             n = self.backends.len(),
@@ -162,7 +166,8 @@ fn addr(a: IpAddr) -> Expression<'static> {
     Expression::String(a.to_string().into())
 }
 
-/// `<family> daddr <vip> tcp dport <lb_port> counter dnat to numgen inc mod N map {...}:<port>`.
+/// `<family> daddr <vip> fib daddr type local tcp dport <lb_port> counter dnat to numgen inc
+/// mod N map {...}:<port>`.
 fn dnat_rule(rs: &Ruleset, vip: IpAddr) -> Rule<'static> {
     let map = rs
         .backends
@@ -184,6 +189,13 @@ fn dnat_rule(rs: &Ruleset, vip: IpAddr) -> Rule<'static> {
         chain: CHAIN_DNAT.into(),
         expr: vec![
             eq(payload(rs.family.name(), "daddr"), addr(vip)),
+            eq(
+                Expression::Named(NamedExpression::Fib(Fib {
+                    result: FibResult::Type,
+                    flags: [FibFlag::Daddr].into_iter().collect(),
+                })),
+                Expression::String("local".into()),
+            ),
             eq(
                 payload("tcp", "dport"),
                 Expression::Number(u32::from(rs.lb_port)),

@@ -65,6 +65,7 @@ fn install_batch_is_the_documented_ruleset() {
         c[6]["add"]["rule"]["expr"],
         json!([
             {"match": {"op": "==", "left": {"payload": {"protocol": "ip", "field": "daddr"}}, "right": "192.0.2.10"}},
+            {"match": {"op": "==", "left": {"fib": {"result": "type", "flags": ["daddr"]}}, "right": "local"}},
             {"match": {"op": "==", "left": {"payload": {"protocol": "tcp", "field": "dport"}}, "right": 6443}},
             {"counter": null},
             {"dnat": {
@@ -79,7 +80,7 @@ fn install_batch_is_the_documented_ruleset() {
     assert_eq!(c[6]["add"]["rule"]["chain"], "prerouting");
     assert_eq!(
         b.text[6],
-        "add rule ip vipd_lb prerouting ip daddr 192.0.2.10 tcp dport 6443 counter dnat to numgen inc mod 3 map { 0 : 192.0.2.11, 1 : 192.0.2.12, 2 : 192.0.2.13 }:6443"
+        "add rule ip vipd_lb prerouting ip daddr 192.0.2.10 fib daddr type local tcp dport 6443 counter dnat to numgen inc mod 3 map { 0 : 192.0.2.11, 1 : 192.0.2.12, 2 : 192.0.2.13 }:6443"
     );
     // Only vipd's own table is ever named.
     for cmd in &c {
@@ -99,9 +100,9 @@ fn frontend_port_is_lb_port_and_backends_get_port() {
     r.port = 6444;
     let c = cmds(&install_batch(&r));
     let expr = &c[6]["add"]["rule"]["expr"];
-    assert_eq!(expr[1]["match"]["right"], 8443);
-    assert_eq!(expr[3]["dnat"]["port"], 6444);
-    assert_eq!(expr[3]["dnat"]["addr"]["map"]["key"]["numgen"]["mod"], 1);
+    assert_eq!(expr[2]["match"]["right"], 8443);
+    assert_eq!(expr[4]["dnat"]["port"], 6444);
+    assert_eq!(expr[4]["dnat"]["addr"]["map"]["key"]["numgen"]["mod"], 1);
 }
 
 /// Without healthy backends there is no DNAT rule (connections reach the holder itself);
@@ -131,12 +132,12 @@ fn update_batch_flushes_and_refills_the_dnat_chain() {
     assert_eq!(c.len(), 2);
     assert!(c[0].get("flush").is_some());
     assert_eq!(
-        c[1]["add"]["rule"]["expr"][3]["dnat"]["addr"]["map"]["data"],
+        c[1]["add"]["rule"]["expr"][4]["dnat"]["addr"]["map"]["data"],
         json!({"set": [[0, "192.0.2.11"], [1, "192.0.2.13"]]})
     );
     assert_eq!(
         b.command(),
-        "flush chain ip vipd_lb prerouting; add rule ip vipd_lb prerouting ip daddr 192.0.2.10 tcp dport 6443 counter dnat to numgen inc mod 2 map { 0 : 192.0.2.11, 1 : 192.0.2.13 }:6443"
+        "flush chain ip vipd_lb prerouting; add rule ip vipd_lb prerouting ip daddr 192.0.2.10 fib daddr type local tcp dport 6443 counter dnat to numgen inc mod 2 map { 0 : 192.0.2.11, 1 : 192.0.2.13 }:6443"
     );
 }
 
