@@ -1,4 +1,4 @@
-//! Control-plane load balancing (`lb_enable`, kube-vip's `--enableLoadBalancer`) against
+//! S43: control-plane load balancing (`lb_enable`, kube-vip's `--enableLoadBalancer`) against
 //! the real API server: vipd runs with exactly the env of the k3s how-to's manifest
 //! (`--enableLoadBalancer` included) and the generated RBAC only; the Node objects carry
 //! the control-plane role label and the lab nodes' addresses; each node's local API proxy
@@ -185,7 +185,7 @@ fn accepted(lab: &Lab) -> Vec<u64> {
 
 /// The "Done when": spread, health, failover, cleanup, other owners untouched.
 #[test]
-fn k3s_env_spreads_api_connections_over_the_control_plane_nodes() {
+fn s43_k3s_env_spreads_api_connections_over_the_control_plane_nodes() {
     let opts = LabOptions {
         node_rbac: NodeRbac::None,
         ..LabOptions::default()
@@ -363,7 +363,7 @@ fn write_tmp(lab: &Lab, ns: &str, text: &str) -> String {
 /// Harvester's guest values: `lb_enable=true` with `cp_enable=false` starts, announces a
 /// Service as without it, and installs no table (the load balancer is the control plane's).
 #[test]
-fn lb_enable_without_control_plane_is_accepted_and_does_nothing() {
+fn s43_lb_enable_without_control_plane_is_accepted_and_does_nothing() {
     let Some(lab) = lab("lb_harvester", LabOptions::default()) else {
         return;
     };
@@ -398,7 +398,7 @@ fn lb_enable_without_control_plane_is_accepted_and_does_nothing() {
 /// with the Nodes' InternalIP addresses of its family, and both spread connections; both
 /// tables go at a clean stop.
 #[test]
-fn dual_stack_vips_get_a_table_per_family() {
+fn s43_dual_stack_vips_get_a_table_per_family() {
     let Some(lab) = lab("lb_dual", LabOptions::default()) else {
         return;
     };
