@@ -71,6 +71,11 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
             "enable_node_labeling labels the control-plane VIP's holder only; cp_enable is off, so no Node is labelled"
         );
     }
+    if !cfg.control_plane && cfg.load_balancer.is_some() {
+        info!(
+            "lb_enable balances the control-plane VIP only (as kube-vip); cp_enable is off, so nothing is balanced"
+        );
+    }
     let kernel = Arc::new(NetlinkKernel::new()?);
     if cfg.control_plane {
         for (_, checked) in controlplane::subnet_edges(kernel.as_ref(), &cfg).await {

@@ -21,6 +21,7 @@
 //! | `vipd_garp_sent_total` | counter | `vip` | gratuitous ARPs / unsolicited NAs sent |
 //! | `vipd_vips_held` | gauge | | VIPs this node carries right now |
 //! | `vipd_node_ineligible` | gauge | `vips`, `reason` | 1 while this node may not announce `vips` (`control-plane` or `services`) for `reason` (drained, drain-annotation, cordon-drain, excluded, not-ready, cordoned, unknown); no series while eligible |
+//! | `vipd_lb_backend_up` | gauge | `node`, `address` | `lb_enable`, on the control-plane VIP's holder only: 1 while a control-plane node's API server is in the load balancer's set, 0 while it fails its health checks |
 //! | `vipd_vip_conflicts_total` | counter | `vip` | times another host was found answering for a VIP this node leads (RFC 5227 conflict): the VIP was not bound, or was removed |
 
 use std::fmt::Write as _;
@@ -61,6 +62,12 @@ struct IneligibleLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendLabels {
+    node: String,
+    address: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NamespaceLabels {
     namespace: String,
 }
@@ -92,6 +99,7 @@ struct Inner {
     vips_held: Gauge,
     conflicts: Family<VipLabels, Counter>,
     ineligible: Family<IneligibleLabels, Gauge>,
+    lb_backends: Family<BackendLabels, Gauge>,
 }
 
 /// vipd's metrics. Cheap to clone (an `Arc`); every method is thread-safe and never fails.
@@ -122,6 +130,12 @@ impl Metrics {
         let vips_held = Gauge::default();
         let conflicts = Family::<VipLabels, Counter>::default();
         let ineligible = Family::<IneligibleLabels, Gauge>::default();
+        let lb_backends = Family::<BackendLabels, Gauge>::default();
+        registry.register(
+            "vipd_lb_backend_up",
+            "Control-plane load balancer (lb_enable), on the VIP's holder: 1 while the node's API server is in the set, 0 while it fails its health checks",
+            lb_backends.clone(),
+        );
         registry.register(
             "kube_vip_is_leader",
             "1 if this node currently holds the lease",
@@ -204,6 +218,7 @@ impl Metrics {
             vips_held,
             conflicts,
             ineligible,
+            lb_backends,
         }))
     }
 
@@ -338,6 +353,21 @@ impl Metrics {
         self.0.vips_held.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
+    /// Replaces every `vipd_lb_backend_up` series with `backends` (node, address, in the
+    /// set); an empty list (not leading, or `lb_enable` off) leaves none.
+    pub fn lb_backends<'a>(&self, backends: impl IntoIterator<Item = (&'a str, String, bool)>) {
+        self.0.lb_backends.clear();
+        for (node, address, up) in backends {
+            self.0
+                .lb_backends
+                .get_or_create(&BackendLabels {
+                    node: node.to_string(),
+                    address,
+                })
+                .set(i64::from(up));
+        }
+    }
+
     /// Sets `kube_vip_active_services{namespace}` to `n`.
     pub fn active_services(&self, namespace: &str, n: usize) {
         self.0
@@ -365,6 +395,7 @@ impl Metrics {
         m.vips_held(1);
         m.active_services("default", 1);
         m.set_ineligible("services", Some("drained"));
+        m.lb_backends([(node, "192.0.2.11".to_string(), true)]);
         m
     }
 
@@ -414,7 +445,7 @@ mod tests {
             .map(str::to_string)
             .collect();
         documented.sort();
-        assert_eq!(exported.len(), 12, "{text}");
+        assert_eq!(exported.len(), 13, "{text}");
         assert_eq!(exported, documented);
     }
 

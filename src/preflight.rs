@@ -15,6 +15,9 @@
 //! - `arp-flux:<interface>`: no other interface on the VIP's subnet would answer ARP for
 //!   the VIP (effective `arp_ignore` and `arp_filter` 0 there); a warning names the
 //!   interfaces and the sysctl remedy, and says whether the nftables guard covers it (S36).
+//! - `lb-nftables` (with `lb_enable` and `cp_enable`): `nft` can create the load balancer's
+//!   `table ip vipd_lb` with its NAT chains, numgen DNAT map and masquerade (`nft --check`,
+//!   nothing is changed); a failure means the holder could not balance.
 //! - `macvlan`: the module is loaded or loadable (needed by `dhcp_mode` only).
 //! - `api`: the API server answers `/version` with the configured kubeconfig.
 //! - `rbac`: a SelfSubjectAccessReview for every access of
@@ -245,6 +248,26 @@ pub(crate) fn check_arp_flux(
     out
 }
 
+/// The `lb-nftables` row: `checked` is the outcome of [`crate::lb::check`] (`None` when
+/// `lb_enable` is off or there is no control plane to balance: skipped).
+pub(crate) fn check_lb_nftables(checked: Option<&Result<(), crate::lb::LbError>>) -> Check {
+    match checked {
+        None => Check::new(
+            "lb-nftables",
+            Status::Skip,
+            "lb_enable is off or cp_enable is off",
+        ),
+        Some(Ok(())) => Check::new(
+            "lb-nftables",
+            Status::Pass,
+            "nft can create table ip vipd_lb (NAT, numgen DNAT map, masquerade)",
+        ),
+        Some(Err(e)) => Check::new("lb-nftables", Status::Fail, e.to_string()).fix(
+            "install nftables (the nft binary, 1.0 or later) and use a kernel with nf_tables NAT (CONFIG_NF_TABLES, CONFIG_NFT_NAT, CONFIG_NFT_MASQ, CONFIG_NFT_NUMGEN, CONFIG_NF_CONNTRACK), or unset lb_enable",
+        ),
+    }
+}
+
 /// One `vip-address:<vip>` row per control-plane VIP: the outcome of
 /// [`crate::controlplane::subnet_edges`] (`None` when its interface could not be read).
 /// The network or broadcast address of a subnet on the VIP's interface fails: the manager
@@ -366,6 +389,13 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
             }
         }
     }
+
+    // Control-plane load balancer.
+    let lb = match (&cfg.load_balancer, cfg.control_plane) {
+        (Some(_), true) => Some(crate::lb::check("nft").await),
+        _ => None,
+    };
+    report.checks.push(check_lb_nftables(lb.as_ref()));
 
     // macvlan.
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
@@ -682,6 +712,20 @@ mod tests {
         let c = check_capabilities("CapEff:\t0000000000000000\n");
         assert_eq!(c.detail, "missing CAP_NET_ADMIN, CAP_NET_RAW");
         assert_eq!(check_capabilities("nothing").status, Status::Fail);
+    }
+
+    #[test]
+    fn lb_nftables_row() {
+        assert_eq!(check_lb_nftables(None).status, Status::Skip);
+        assert_eq!(check_lb_nftables(Some(&Ok(()))).status, Status::Pass);
+        let e = crate::lb::LbError {
+            command: "add table ip vipd_lb".into(),
+            detail: "Could not process rule: No such file or directory".into(),
+        };
+        let c = check_lb_nftables(Some(&Err(e)));
+        assert_eq!(c.status, Status::Fail);
+        assert!(c.detail.contains("No such file"), "{}", c.detail);
+        assert!(c.fix.unwrap().contains("CONFIG_NFT_NAT"));
     }
 
     #[test]

@@ -329,7 +329,10 @@ const BAD: &[Bad] = &[
         "bgp_peers",
         "192.0.2.1:65000::false",
     ),
-    env(&[("lb_enable", "1")], "lb_enable", "1"),
+    env(&[("lb_fwdmethod", "tunnel")], "lb_fwdmethod", "tunnel"),
+    env(&[("lb_fwdmethod", "nat")], "lb_fwdmethod", "nat"),
+    env(&[("lb_port", "0")], "lb_port", "0"),
+    env(&[("lb_enable", "maybe")], "lb_enable", "maybe"),
     env(&[("vip_routingtable", "T")], "vip_routingtable", "T"),
     env(
         &[("egress_podcidr", "10.0.0.0/16")],

@@ -172,10 +172,18 @@ pub struct GenArgs {
     /// loadBalancerClass vipd handles [env: lb_class_name]
     #[arg(long = "lbClassName", value_name = "CLASS")]
     pub lb_class_name: Option<String>,
-    /// kube-vip's IPVS load balancer: refused (vipd announces VIPs only)
+    /// Control-plane load balancing with nftables: the VIP's holder spreads VIP:lbPort over
+    /// the control-plane nodes' API servers [env: lb_enable]
     #[arg(long = "enableLoadBalancer", value_name = "BOOL", num_args = 0..=1,
           require_equals = true, default_missing_value = "true")]
     pub enable_load_balancer: Option<String>,
+    /// Frontend port of the load balancer on the VIP [env: lb_port] [default: 6443]
+    #[arg(long = "lbPort", value_name = "PORT")]
+    pub lb_port: Option<String>,
+    /// Load-balancer forwarding method: local or masquerade [env: lb_fwdmethod]
+    /// [default: local]
+    #[arg(long = "lbForwardingMethod", value_name = "METHOD")]
+    pub lb_forwarding_method: Option<String>,
     /// kubeadm >= 1.29, first control-plane node only: mount super-admin.conf (as the
     /// kubeconfig path) because admin.conf has no rights before `kubeadm init` ends (S29)
     #[arg(long = "kubeadm-init", value_name = "BOOL", num_args = 0..=1, require_equals = true,
@@ -309,20 +317,11 @@ impl GenArgs {
     /// The mode flags, checked alone and together.
     ///
     /// # Errors
-    /// [`ManifestError::Unsupported`] for `--enableLoadBalancer`, [`ManifestError::Invalid`]
-    /// for a flag that is not a Go bool or for `--kubeadm-init` with `--inCluster` or without
-    /// `--controlplane`.
+    /// [`ManifestError::Invalid`] for a flag that is not a Go bool or for `--kubeadm-init`
+    /// with `--inCluster` or without `--controlplane`.
     fn modes(&self) -> Result<Modes, ManifestError> {
-        if Self::flag_bool("enableLoadBalancer", &self.enable_load_balancer)? {
-            return Err(ManifestError::Unsupported {
-                flag: "enableLoadBalancer",
-                reason: "kube-vip's IPVS load balancer (lb_enable) is not implemented by vipd, \
-                         which only announces VIPs (ARP/NDP); remove the flag and let kube-proxy \
-                         or your CNI forward the traffic"
-                    .into(),
-            });
-        }
         let modes = Modes {
+            lb: Self::flag_bool("enableLoadBalancer", &self.enable_load_balancer)?,
             cp: Self::flag_bool("controlplane", &self.control_plane)?,
             svc: Self::flag_bool("services", &self.services)?,
             in_cluster: Self::flag_bool("inCluster", &self.in_cluster)?,
@@ -393,7 +392,6 @@ impl GenArgs {
     /// Checks the flags and turns them into a [`Plan`].
     ///
     /// # Errors
-    /// [`ManifestError::Unsupported`] for `--enableLoadBalancer`,
     /// [`ManifestError::Invalid`] for unusable values and flag combinations,
     /// [`ManifestError::Config`] when `vipd manager` would refuse the generated environment.
     pub fn plan(&self) -> Result<Plan, ManifestError> {
@@ -403,6 +401,7 @@ impl GenArgs {
             in_cluster,
             kubeadm_init,
             taint,
+            lb,
         } = self.modes()?;
         let mut env: Vec<(&'static str, EnvValue)> = Vec::new();
         let mut push = |flag: &'static str, v: &str| -> Result<(), ManifestError> {
@@ -472,6 +471,20 @@ impl GenArgs {
                 push(flag, v)?;
             }
         }
+        // As kube-vip's generator: all three load-balancer variables when it is enabled.
+        if lb {
+            push("enableLoadBalancer", "true")?;
+            push(
+                "lbPort",
+                self.lb_port.as_deref().unwrap_or(default_for("lbPort")?),
+            )?;
+            push(
+                "lbForwardingMethod",
+                self.lb_forwarding_method
+                    .as_deref()
+                    .unwrap_or(default_for("lbForwardingMethod")?),
+            )?;
+        }
         let prometheus = self
             .prometheus_server
             .clone()
@@ -517,6 +530,8 @@ struct Modes {
     kubeadm_init: bool,
     /// `--taint`
     taint: bool,
+    /// `--enableLoadBalancer`
+    lb: bool,
 }
 
 /// Splits `prometheus_server` (`host:port`, `[v6]:port`, `:port`, empty = disabled).
@@ -692,17 +707,71 @@ mod tests {
         ));
     }
 
+    fn text_env(p: &Plan) -> Vec<(&'static str, String)> {
+        p.env
+            .iter()
+            .filter_map(|(k, v)| match v {
+                EnvValue::Text(t) => Some((*k, t.clone())),
+                EnvValue::NodeName => None,
+            })
+            .collect()
+    }
+
+    /// `--enableLoadBalancer` passes through as kube-vip's generator writes it: lb_enable,
+    /// lb_port and lb_fwdmethod (defaults filled in); a refused method names the flag.
     #[test]
-    fn enable_load_balancer_is_refused_with_the_flag_named() {
-        let e = plan(&["--services", "--enableLoadBalancer"])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("--enableLoadBalancer") && e.contains("IPVS"),
-            "{e}"
+    fn enable_load_balancer_passes_through_with_port_and_method() {
+        let cp = ["--controlplane", "--address", "192.0.2.10"];
+        let lb = |p: &Plan| {
+            text_env(p)
+                .into_iter()
+                .filter(|(k, _)| k.starts_with("lb_"))
+                .collect::<Vec<_>>()
+        };
+        let p = plan(&[&cp[..], &["--services", "--enableLoadBalancer"]].concat()).unwrap();
+        assert_eq!(
+            lb(&p),
+            [
+                ("lb_enable", "true".to_string()),
+                ("lb_port", "6443".to_string()),
+                ("lb_fwdmethod", "local".to_string())
+            ]
         );
-        // Explicitly false is fine.
-        plan(&["--services", "--enableLoadBalancer=false"]).unwrap();
+        let p = plan(
+            &[
+                &cp[..],
+                &[
+                    "--enableLoadBalancer=true",
+                    "--lbPort",
+                    "8443",
+                    "--lbForwardingMethod",
+                    "masquerade",
+                ],
+            ]
+            .concat(),
+        )
+        .unwrap();
+        assert_eq!(
+            lb(&p)[1..],
+            [
+                ("lb_port", "8443".to_string()),
+                ("lb_fwdmethod", "masquerade".to_string())
+            ]
+        );
+        // Off: nothing written, whatever the other two say (as kube-vip).
+        let p =
+            plan(&[&cp[..], &["--enableLoadBalancer=false", "--lbPort", "1"]].concat()).unwrap();
+        assert!(lb(&p).is_empty());
+        let e = plan(
+            &[
+                &cp[..],
+                &["--enableLoadBalancer", "--lbForwardingMethod", "tunnel"],
+            ]
+            .concat(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("lb_fwdmethod") && e.contains("tunnel"), "{e}");
     }
 
     #[test]

@@ -21,6 +21,7 @@ pub const K3S: &[&str] = &[
     "--vipSubnet",
     "16",
     "--servicesElection",
+    "--enableLoadBalancer",
     "--k8sConfigPath",
     "/etc/rancher/k3s/k3s.yaml",
 ];
@@ -184,12 +185,23 @@ pub fn err_cases() -> Vec<(Vec<&'static str>, &'static str)> {
             "applies to `manifest daemonset` only",
         ),
         (
-            vec!["pod", "--services", "--enableLoadBalancer"],
-            "--enableLoadBalancer",
+            vec![
+                "pod",
+                "--services",
+                "--enableLoadBalancer",
+                "--lbForwardingMethod",
+                "directroute",
+            ],
+            "lb_fwdmethod",
         ),
         (
-            vec!["daemonset", "--services", "--enableLoadBalancer=true"],
-            "IPVS",
+            vec![
+                "daemonset",
+                "--services",
+                "--enableLoadBalancer",
+                "--lbPort=0",
+            ],
+            "lb_port",
         ),
         (
             vec![
