@@ -412,50 +412,14 @@ impl<K: LbKernel, P: Prober> Lb<K, P> {
                     Err(_) => nodes_open = false,
                 },
                 Some(results) = results_rx.recv() => {
-                    for (addr, ok) in results {
-                        if term.is_none() {
-                            break;
-                        }
-                        if let Some(now_in) = health.record(addr, ok) {
-                            let node = health.node_of(addr).unwrap_or_default().to_string();
-                            if now_in {
-                                info!(%node, backend = %addr, port = self.cfg.port, "load balancer: backend healthy, back in the set");
-                            } else {
-                                warn!(%node, backend = %addr, port = self.cfg.port, "load balancer: backend failed its health checks, out of the set");
-                            }
-                            dirty = true;
-                        }
+                    if term.is_some() && self.record(&mut health, results) {
+                        dirty = true;
                     }
                 }
                 _ = retry.tick(), if dirty => {}
             }
-            if dirty {
-                let want = match term {
-                    Some(_) => self.cfg.rulesets(&health.in_set()),
-                    None => Vec::new(),
-                };
-                match self.tables.sync(&want).await {
-                    Ok(()) => {
-                        dirty = false;
-                        if let Some(m) = &self.metrics {
-                            let leading = term.is_some();
-                            m.lb_backends(
-                                health
-                                    .all()
-                                    .filter(|_| leading)
-                                    .map(|(a, n, up)| (n, a.to_string(), up)),
-                            );
-                        }
-                        if std::mem::take(&mut failing) {
-                            info!("load balancer: rules can be changed again");
-                        }
-                    }
-                    Err(e) if !failing => {
-                        failing = true;
-                        warn!(error = %e, "load balancer: cannot change the rules; retrying every second");
-                    }
-                    Err(e) => debug!(error = %e, "load balancer: still cannot change the rules"),
-                }
+            if dirty && self.apply(term.is_some(), &health, &mut failing).await {
+                dirty = false;
             }
             if term.is_none()
                 && self.tables.is_empty()
@@ -478,6 +442,59 @@ impl<K: LbKernel, P: Prober> Lb<K, P> {
         if let Some(t) = pending_ack.take() {
             let _ = dropped.send(t);
         }
+    }
+
+    /// Makes the tables match: the rulesets of the healthy backends while `leading`, none
+    /// otherwise; updates the backend metrics. `true` when done; a failure is logged once
+    /// per run of failures (`failing`) and retried by the caller.
+    async fn apply(&mut self, leading: bool, health: &Health, failing: &mut bool) -> bool {
+        let want = match leading {
+            true => self.cfg.rulesets(&health.in_set()),
+            false => Vec::new(),
+        };
+        match self.tables.sync(&want).await {
+            Ok(()) => {
+                if let Some(m) = &self.metrics {
+                    m.lb_backends(
+                        health
+                            .all()
+                            .filter(|_| leading)
+                            .map(|(a, n, up)| (n, a.to_string(), up)),
+                    );
+                }
+                if std::mem::take(failing) {
+                    info!("load balancer: rules can be changed again");
+                }
+                true
+            }
+            Err(e) if !*failing => {
+                *failing = true;
+                warn!(error = %e, "load balancer: cannot change the rules; retrying every second");
+                false
+            }
+            Err(e) => {
+                debug!(error = %e, "load balancer: still cannot change the rules");
+                false
+            }
+        }
+    }
+
+    /// Records one round of health-check `results` (backend address, answered); `true` when
+    /// a backend entered or left the set (logged).
+    fn record(&self, health: &mut Health, results: Vec<(std::net::IpAddr, bool)>) -> bool {
+        let mut changed = false;
+        for (addr, ok) in results {
+            if let Some(now_in) = health.record(addr, ok) {
+                let node = health.node_of(addr).unwrap_or_default().to_string();
+                if now_in {
+                    info!(%node, backend = %addr, port = self.cfg.port, "load balancer: backend healthy, back in the set");
+                } else {
+                    warn!(%node, backend = %addr, port = self.cfg.port, "load balancer: backend failed its health checks, out of the set");
+                }
+                changed = true;
+            }
+        }
+        changed
     }
 }
 
