@@ -207,7 +207,7 @@ fn start_eligibility(
         tokio::spawn(eligibility::follow(
             Wing::ControlPlane,
             facts.clone(),
-            drain.subscribe(),
+            drain.clone(),
             cfg.eligibility,
             metrics.clone(),
             move |why| gates.set(eligibility::GATE_INELIGIBLE, why.is_none()),
@@ -220,7 +220,7 @@ fn start_eligibility(
         tokio::spawn(eligibility::follow(
             Wing::Services,
             facts.clone(),
-            drain.subscribe(),
+            drain.clone(),
             cfg.eligibility,
             metrics.clone(),
             move |why| {

@@ -260,7 +260,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "vipSubnet",
         "32,128",
         Text,
-        "VIP prefix length(s): one per address in `address` order, or `v4` / `v4,v6` (e.g. 32 or 32,128)",
+        "VIP prefix length(s): one per address in `address` order, or `<v4 prefix>` / `<v4 prefix>,<v6 prefix>` (e.g. 32 or 32,128)",
     ).named("PREFIX[,PREFIX]"),
     alias(K_CIDR, "cidr", K_SUBNET, Text, "VIP prefix length").named("PREFIX"),
     opt(
@@ -536,6 +536,11 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "enableEndpoints",
         "Use Endpoints instead of EndpointSlices",
     ),
+    ignored(
+        "enable_endpointslices",
+        "enableEndpointSlices",
+        "Use EndpointSlices (vipd reads discovery.k8s.io/v1 EndpointSlices wherever the API server serves them, core Endpoints otherwise, whatever this says)",
+    ),
     // --- refused -----------------------------------------------------------------------
     refused("bgp_enable", "bgp", RTrue, "BGP"),
     refused("bgp_routerid", "bgpRouterID", NonEmpty, "BGP"),
@@ -585,12 +590,6 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "disableServiceUpdates",
         RTrue,
         "disabling Service status updates",
-    ),
-    refused(
-        "enable_endpointslices",
-        "enableEndpointSlices",
-        RTrue,
-        "EndpointSlices switch",
     ),
     refused(
         "mirror_dest_interface",

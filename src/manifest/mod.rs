@@ -389,6 +389,35 @@ impl GenArgs {
         Ok(plan)
     }
 
+    /// [`GenArgs::plan`] for a DaemonSet, which runs the same Pod on every node: a
+    /// `--prometheusHTTPServer` bound to one node's address would fail to bind (and its
+    /// probes would ask that node) everywhere else, so only `:port`, an unspecified address
+    /// or loopback are accepted.
+    ///
+    /// # Errors
+    /// [`ManifestError::Invalid`] naming `prometheusHTTPServer`; everything
+    /// [`GenArgs::plan`] returns.
+    pub fn daemonset_plan(&self) -> Result<Plan, ManifestError> {
+        let plan = self.plan()?;
+        if let Some(h) = &plan.admin_host {
+            let loopback = h == "localhost"
+                || h.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback());
+            if !loopback {
+                return Err(ManifestError::Invalid {
+                    flag: "prometheusHTTPServer",
+                    value: self.prometheus_server.clone().unwrap_or_default(),
+                    reason: "a DaemonSet runs on every node: bind :PORT (every address) or \
+                             localhost:PORT, not one node's address"
+                        .into(),
+                });
+            }
+        }
+        Ok(plan)
+    }
+
     /// Checks the flags and turns them into a [`Plan`].
     ///
     /// # Errors
@@ -613,7 +642,7 @@ pub(crate) fn to_yaml_stream<T: serde::Serialize>(objects: &[T]) -> Result<Strin
 pub fn run(cmd: &ManifestCommand) -> Result<String, ManifestError> {
     match cmd {
         ManifestCommand::Pod(a) => pod::pod_yaml(&a.static_pod_plan()?),
-        ManifestCommand::Daemonset(a) => pod::daemonset_yaml(&a.plan()?),
+        ManifestCommand::Daemonset(a) => pod::daemonset_yaml(&a.daemonset_plan()?),
         ManifestCommand::Rbac(a) => rbac::rbac_yaml(a),
         ManifestCommand::Systemd(a) => systemd::render(a),
     }

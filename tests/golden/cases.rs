@@ -169,6 +169,22 @@ pub fn err_cases() -> Vec<(Vec<&'static str>, &'static str)> {
             "cp_enable needs at least one VIP",
         ),
         (vec!["pod"], "nothing to do"),
+        // One node's address as the admin endpoint of a DaemonSet (every node).
+        (
+            vec![
+                "daemonset",
+                "--services",
+                "--inCluster",
+                "--prometheusHTTPServer",
+                "192.0.2.11:9999",
+            ],
+            "a DaemonSet runs on every node",
+        ),
+        // Generator flags for the unit itself (they belong in its EnvironmentFile).
+        (
+            vec!["systemd", "--controlplane", "--address", "192.0.2.10"],
+            "go into the EnvironmentFile",
+        ),
         // DaemonSet-only flags on a static pod.
         (
             vec![
