@@ -305,7 +305,15 @@ fn service_row(
         notes.push(m);
     }
     if !view.leases.contains_key(&lease) {
-        notes.push(format!("no Lease {lease}: no vipd has campaigned for it"));
+        let has_event = view
+            .events
+            .iter()
+            .any(|e| e.namespace == svc.key.namespace && e.name == svc.key.name);
+        notes.push(if has_event {
+            format!("no Lease {lease}: not announced (vipd's last Event below says why)")
+        } else {
+            format!("no Lease {lease}: no vipd has campaigned for it (is vipd running with svc_enable?)")
+        });
     }
     let announced = holder.is_some() && !expired;
     let mut shown: Vec<String> = ingress.to_vec();
