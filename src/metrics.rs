@@ -418,6 +418,29 @@ pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0
 mod tests {
     use super::*;
 
+    /// `vipd_node_ineligible{vips, reason}`: one series per kind of VIP, for the current
+    /// reason only; none once eligible.
+    #[test]
+    fn ineligible_keeps_only_the_current_reason() {
+        let m = Metrics::new("node-a");
+        m.set_ineligible("services", Some("not-ready"));
+        m.set_ineligible("control-plane", Some("drained"));
+        m.set_ineligible("services", Some("drained"));
+        let text = m.encode();
+        assert!(
+            text.contains(r#"vipd_node_ineligible{vips="services",reason="drained"} 1"#),
+            "{text}"
+        );
+        assert!(!text.contains(r#"reason="not-ready""#), "{text}");
+        m.set_ineligible("services", None);
+        let text = m.encode();
+        assert!(!text.contains(r#"vips="services""#), "{text}");
+        assert!(
+            text.contains(r#"vipd_node_ineligible{vips="control-plane",reason="drained"} 1"#),
+            "{text}"
+        );
+    }
+
     /// [`Metrics::example`] shows every metric, and the module docs' tables list exactly
     /// what it shows (names as queries spell them: `_total` for counters).
     #[test]

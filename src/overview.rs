@@ -312,7 +312,9 @@ fn service_row(
         notes.push(if has_event {
             format!("no Lease {lease}: not announced (vipd's last Event below says why)")
         } else {
-            format!("no Lease {lease}: no vipd has campaigned for it (is vipd running with svc_enable?)")
+            format!(
+                "no Lease {lease}: no vipd has campaigned for it (is vipd running with svc_enable?)"
+            )
         });
     }
     let announced = holder.is_some() && !expired;
