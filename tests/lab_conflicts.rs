@@ -155,7 +155,8 @@ fn s33_foreign_address_never_bound_and_taken_once_free() {
 /// one address is used by a Service in each. Each node sees a different Service and lease
 /// and would hold the address indefinitely; with conflict detection exactly one binds it,
 /// the other refuses with a Warning Event naming the first one's MAC, and no ARP request
-/// is ever answered by two MACs.
+/// is ever answered by two MACs. (A simultaneous first probe may leave one Event on the
+/// winner's Service too, never more: seen once in a loaded full run.)
 #[test]
 fn s33_nodes_watching_different_namespaces_one_responder() {
     let Some(lab) = lab("s33-namespaces", LabOptions::default()) else {
@@ -201,11 +202,16 @@ fn s33_nodes_watching_different_namespaces_one_responder() {
         BTreeSet::from([mac_h]),
         "only the first binder ever answered"
     );
+    // Both nodes may probe in the same window at first (RFC 5227: each then takes the other's
+    // probe as a conflict and backs off), which leaves one Event on the later winner too;
+    // holding, it never posts another.
+    let winner_events: Vec<_> = events_in(&lab, winner_ns, "web")
+        .into_iter()
+        .filter(|(_, r, _)| r == "AddressInUse")
+        .collect();
     assert!(
-        !events_in(&lab, winner_ns, "web")
-            .iter()
-            .any(|(_, r, _)| r == "AddressInUse"),
-        "the holder's Service has no conflict event"
+        winner_events.len() <= 1,
+        "the holder's Service gets no conflict events while it holds: {winner_events:?}"
     );
 }
 

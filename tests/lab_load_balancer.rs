@@ -334,6 +334,31 @@ fn s43_k3s_env_spreads_api_connections_over_the_control_plane_nodes() {
     });
     assert_eq!(nodes_with_table(&lab), vec![third.clone()]);
 
+    // Power-off of the holder (SIGKILL and its link cut at once): the restarted node takes
+    // over with rules, the dead node's API endpoint leaves the set (its health checks
+    // fail), new connections all land; once the node is back its stale table goes at start.
+    let k = NODES.iter().position(|n| *n == third).unwrap();
+    procs[k].kill().unwrap();
+    lab.cut_link(&third).unwrap();
+    let third_ip = ips[k].clone();
+    let alive: Vec<String> = ips.iter().filter(|ip| **ip != third_ip).cloned().collect();
+    let survivor = wait_for("a holder after the power-off, without the dead backend", limit, || {
+        let h = holders(&lab, VIP);
+        (h.len() == 1 && h[0] != third && lb_backends(&lab, &h[0]).as_deref() == Some(&alive[..]))
+            .then(|| h[0].clone())
+    });
+    assert_eq!(survivor, new_holder);
+    assert_eq!(connect_n(&lab, 30), 30, "every new connection lands after the power-off");
+    lab.restore_link(&third).unwrap();
+    procs[k] = spawn_env(&lab, &third, &lab_env(&lab, &p, &third));
+    wait_for("the powered-off node's stale table removed at start", limit, || {
+        lb_table(&lab, &third).is_none().then_some(())
+    });
+    wait_for("the powered-off node's API endpoint back in the set", limit, || {
+        (lb_backends(&lab, &survivor).as_deref() == Some(&ips[..])).then_some(())
+    });
+    assert_eq!(nodes_with_table(&lab), vec![survivor.clone()]);
+
     // Clean stop of everyone: no table left anywhere, other owners' tables untouched.
     procs.remove(i);
     for p in procs.iter_mut() {
