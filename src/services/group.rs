@@ -152,6 +152,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             Elector::new(client.clone(), shared.node.clone(), shared.timing, &gates);
         let elector = elector
             .with_metrics(shared.metrics.clone())
+            .with_spread(shared.spread.clone())
             .with_acquire_check(service_still_exists(
                 shared.lease_client.clone(),
                 spec.clone(),

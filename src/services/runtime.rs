@@ -109,6 +109,9 @@ pub(super) struct Shared<K: Kernel, A: Announcer> {
     pub(super) ineligible: watch::Receiver<Option<Ineligible>>,
     /// `svc_healthcheck`, `svc_healthcheck_hold` ([`super::health`]).
     pub(super) health: super::health::HealthSettings,
+    /// The Service leases this node holds: spreads them over the nodes
+    /// ([`crate::election::spread`]).
+    pub(super) spread: Arc<crate::election::spread::Spread>,
 }
 
 impl<K: Kernel, A: Announcer> Shared<K, A> {
@@ -381,6 +384,7 @@ async fn run<K: Kernel, A: Announcer>(
                 ..Default::default()
             },
         },
+        spread: crate::election::spread::Spread::new(),
     });
     let plan_cfg = plan_config(&cfg);
     info!(mode = ?plan_cfg.mode, namespace = namespace.unwrap_or("<all>"), "Services: watching LoadBalancer Services");
