@@ -405,13 +405,18 @@ pub(super) async fn follow<K: crate::net::Kernel, A: crate::net::Announcer>(
     let mut warned_invalid: Vec<(String, String, String)> = Vec::new();
     let mut last_checks: Vec<HealthCheck> = Vec::new();
     loop {
-        tokio::select! {
+        // Leadership changes (every renewal is one) only update the machine; checks run on
+        // the tick.
+        let tick_due = tokio::select! {
             _ = stop.cancelled() => return,
-            r = state.changed() => if r.is_err() { return },
-            _ = tick.tick() => {}
-        }
+            r = state.changed() => if r.is_err() { return } else { false },
+            _ = tick.tick() => true,
+        };
         let leading = matches!(*state.borrow_and_update(), LeaderState::Leading { .. });
         machine.on_leading(leading, Instant::now());
+        if !tick_due {
+            continue;
+        }
         let current = spec.borrow().clone();
         let mut invalid = Vec::new();
         let checks = {
