@@ -3,12 +3,11 @@
 //! campaign, and nobody ever takes a held lease away.
 //!
 //! A node holding `h` leases (plus `f` acquisitions in flight) takes a free lease no sooner
-//! than [`spread_delay`]`(h + f)` after the later of two instants: when it saw the lease free,
-//! and when it last acquired a lease. The first makes a node with fewer leases win a
-//! released lease; the second paces a node through many free leases at once (a cold start:
-//! every lease free at the same instant) one at a time, slower the more it holds, so the
-//! other nodes get their share. Counting the acquisitions in flight keeps one node's
-//! electors from all starting together.
+//! than [`spread_delay`]`(h + f)` after the latest of three instants: when it saw the lease
+//! free, when it last acquired a lease, and when it last began an acquisition. The first
+//! makes a node with fewer leases win a released lease; the others pace a node through many
+//! free leases at once (a cold start: every lease free at the same instant) one at a time,
+//! slower the more it holds, so the other nodes get their share.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,6 +32,7 @@ struct State {
     held: usize,
     in_flight: usize,
     last_acquired: Option<Instant>,
+    last_begun: Option<Instant>,
 }
 
 /// The leases one node holds, shared by the electors that spread (one per Service lease).
@@ -73,13 +73,19 @@ impl Spread {
     /// The earliest instant this node may acquire a lease it saw free at `free_since`.
     pub fn not_before(&self, free_since: Instant) -> Instant {
         let s = self.lock();
-        let base = s.last_acquired.map_or(free_since, |l| l.max(free_since));
+        let base = [s.last_acquired, s.last_begun]
+            .into_iter()
+            .flatten()
+            .fold(free_since, Instant::max);
         base + spread_delay(s.held + s.in_flight, self.step, self.cap)
     }
 
-    /// An acquisition starts; it counts as held until the returned guard is dropped.
+    /// An acquisition starts now; it counts as held until the returned guard is dropped.
     pub(crate) fn begin(self: &Arc<Self>) -> InFlight {
-        self.lock().in_flight += 1;
+        let mut s = self.lock();
+        s.in_flight += 1;
+        s.last_begun = Some(Instant::now());
+        drop(s);
         InFlight(self.clone())
     }
 
@@ -128,13 +134,23 @@ mod tests {
         let s = Spread::with(ms(20), ms(1000));
         let t0 = Instant::now();
         assert_eq!(s.not_before(t0), t0, "nothing held: at once");
+        tokio::time::advance(ms(30)).await;
         let g = s.begin();
-        assert_eq!(s.not_before(t0), t0 + ms(20), "one in flight");
-        s.acquired(t0 + ms(5));
+        assert_eq!(
+            s.not_before(t0),
+            t0 + ms(50),
+            "one in flight, paced from when it began"
+        );
+        drop(g);
+        assert_eq!(s.not_before(t0), t0 + ms(30), "lost its race: no delay");
+        let s = Spread::with(ms(20), ms(1000));
+        let g = s.begin();
+        tokio::time::advance(ms(5)).await;
+        s.acquired(Instant::now());
         drop(g);
         assert_eq!(s.held(), 1);
         // Paced from the last acquisition when the lease was free before it.
-        assert_eq!(s.not_before(t0), t0 + ms(25));
+        assert_eq!(s.not_before(t0), t0 + ms(55));
         // From when the lease was seen free when that is later.
         assert_eq!(s.not_before(t0 + ms(100)), t0 + ms(120));
         s.released();
