@@ -369,20 +369,19 @@ pub(crate) fn respond(
     drain: &DrainSwitch,
 ) -> Response<Full<Bytes>> {
     if path == "/drain" {
-        let state = |d: bool| if d { "drained\n" } else { "not drained\n" };
         return match *method {
-            http::Method::GET => text(StatusCode::OK, state(drain.is_set()).into()),
+            http::Method::GET => text(StatusCode::OK, drain.report()),
             http::Method::POST | http::Method::DELETE if !local => text(
                 StatusCode::FORBIDDEN,
-                "drain and undrain only from this node (a loopback address)\n".into(),
+                "drain and undrain only from this node (a loopback address or the address the endpoint listens on)\n".into(),
             ),
             http::Method::POST => {
                 drain.set(true);
-                text(StatusCode::OK, state(true).into())
+                text(StatusCode::OK, drain.report())
             }
             http::Method::DELETE => {
                 drain.set(false);
-                text(StatusCode::OK, state(false).into())
+                text(StatusCode::OK, drain.report())
             }
             _ => text(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -441,7 +440,13 @@ pub fn serve(
             let readiness = readiness.clone();
             let drain = drain.clone();
             let stop = shutdown.clone();
-            let local = peer.ip().to_canonical().is_loopback();
+            // From this node: a loopback peer, or one connecting from the very address it
+            // connected to (a client on this node using the node address the endpoint is
+            // bound to; another host cannot have this node's address).
+            let local = peer.ip().to_canonical().is_loopback()
+                || stream
+                    .local_addr()
+                    .is_ok_and(|l| l.ip().to_canonical() == peer.ip().to_canonical());
             tokio::spawn(async move {
                 let svc = service_fn(move |req: Request<Incoming>| {
                     let r = respond(

@@ -152,6 +152,7 @@ pub struct Running {
     holder_stop: CancellationToken,
     holder_task: JoinHandle<()>,
     labeler: Option<(CancellationToken, JoinHandle<()>)>,
+    load_balancer: Option<crate::lb::Running>,
 }
 
 /// Starts the control-plane election (`vip_leasename` in `cp_namespace`, client-go
@@ -191,9 +192,35 @@ pub fn start(cfg: &Config, parts: Parts, shutdown: CancellationToken) -> Running
         elector.duplicate_identity(),
         crate::services::model::ServiceKey::new(&cfg.lease.namespace, &cfg.lease.name),
         readiness,
-        crate::services::status::KubeStatusWriter::new(client, &cfg.node_name),
+        crate::services::status::KubeStatusWriter::new(client.clone(), &cfg.node_name),
         shutdown,
     ));
+    // With lb_enable the load balancer sits between the holder's acknowledgement and the
+    // elector: the lease is released only once the VIPs and the rules are gone.
+    let (leadership, load_balancer) = match &cfg.load_balancer {
+        Some(lb) => {
+            let (running, holder_dropped) = crate::lb::start(
+                crate::lb::LbConfig {
+                    vips: cfg.addresses.clone(),
+                    lb_port: lb.lb_port,
+                    port: cfg.port,
+                    forwarding: lb.forwarding,
+                },
+                client.clone(),
+                leadership.state.clone(),
+                leadership.dropped,
+                metrics.clone(),
+            );
+            (
+                crate::election::Leadership {
+                    state: leadership.state,
+                    dropped: holder_dropped,
+                },
+                Some(running),
+            )
+        }
+        None => (leadership, None),
+    };
     let vips = control_plane_vips(cfg);
     info!(
         vips = ?vips.iter().map(|s| s.vip.to_string()).collect::<Vec<_>>(),
@@ -224,6 +251,7 @@ pub fn start(cfg: &Config, parts: Parts, shutdown: CancellationToken) -> Running
         holder_stop,
         holder_task,
         labeler,
+        load_balancer,
     }
 }
 
@@ -231,7 +259,8 @@ impl Running {
     /// Stops in the documented order: the elector publishes `Following`, the holder
     /// removes the VIPs and acknowledges, the elector releases the Lease; then the holder
     /// task ends. The Node label (`enable_node_labeling`) is removed meanwhile, within
-    /// [`crate::nodes::label::SHUTDOWN_LIMIT`].
+    /// [`crate::nodes::label::SHUTDOWN_LIMIT`]. With `lb_enable` the load balancer's rules
+    /// are removed before the Lease is released, and its task ends last.
     pub async fn stop(self) {
         if let Some((stop, _)) = &self.labeler {
             stop.cancel();
@@ -243,6 +272,9 @@ impl Running {
         self.holder_stop.cancel();
         if let Err(e) = self.holder_task.await {
             error!(error = %e, "VIP holder task failed");
+        }
+        if let Some(lb) = self.load_balancer {
+            lb.stop().await;
         }
         if let Some((_, task)) = self.labeler
             && let Err(e) = task.await

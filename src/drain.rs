@@ -4,7 +4,7 @@
 //! annotation `vipd.io/drain=true`, without needing API access (see
 //! [`crate::nodes::eligibility`]).
 
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::Args;
@@ -12,6 +12,8 @@ use http_body_util::{BodyExt, Empty};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
+
+use crate::syntax::ListenAddr;
 
 /// `vipd drain` arguments.
 #[derive(Debug, Clone, Args)]
@@ -22,24 +24,65 @@ pub struct DrainArgs {
     /// Only print whether this node is drained
     #[arg(long = "status", conflicts_with = "undo")]
     pub status: bool,
-    /// Port of the local admin endpoint (the port of prometheus_server)
-    #[arg(long = "admin-port", value_name = "PORT", default_value_t = 2112)]
-    pub admin_port: u16,
+    /// The local vipd's admin endpoint, as its prometheus_server says (`:2112`,
+    /// `192.0.2.11:2112`, ...) [default: $prometheus_server, else :2112]
+    #[arg(long = "admin", value_name = "ADDR")]
+    pub admin: Option<String>,
+}
+
+impl DrainArgs {
+    /// The address to ask: `--admin`, else the `prometheus_server` environment variable (as
+    /// the manager reads it), else `:2112`, reached from this node
+    /// ([`ListenAddr::local_target`]).
+    ///
+    /// # Errors
+    /// [`DrainError::Admin`] for a value the manager would refuse, or an empty one (the
+    /// endpoint is disabled).
+    pub fn target(&self) -> Result<SocketAddr, DrainError> {
+        let (value, from) = match &self.admin {
+            Some(v) => (v.clone(), "--admin"),
+            None => match std::env::var("prometheus_server") {
+                Ok(v) => (v, "prometheus_server"),
+                Err(_) => (":2112".to_string(), "the default"),
+            },
+        };
+        if value.is_empty() {
+            return Err(DrainError::Admin {
+                from,
+                value,
+                reason: "empty: the admin endpoint is disabled, so there is nothing to ask; use the vipd.io/drain=true node annotation".into(),
+            });
+        }
+        ListenAddr::parse(&value)
+            .map(|l| l.local_target())
+            .map_err(|reason| DrainError::Admin {
+                from,
+                value,
+                reason,
+            })
+    }
 }
 
 /// Errors of `vipd drain`.
 #[derive(Debug, thiserror::Error)]
 pub enum DrainError {
-    /// The admin endpoint did not answer (vipd not running, another port, or disabled with
-    /// an empty `prometheus_server`).
+    /// The admin endpoint's address is unusable.
+    #[error("{from} {value:?}: {reason}")]
+    Admin {
+        /// Where the value came from (`--admin`, `prometheus_server`, the default).
+        from: &'static str,
+        /// The value.
+        value: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// The admin endpoint did not answer (vipd not running, or listening elsewhere).
     #[error(
-        "cannot reach the vipd admin endpoint at {addr}: {message} (is vipd manager running with prometheus_server on port {port}? use --admin-port)"
+        "cannot reach the vipd admin endpoint at {addr}: {message} (is vipd manager running on this node with this prometheus_server? use --admin)"
     )]
     Unreachable {
         /// Where it was asked.
         addr: SocketAddr,
-        /// The port.
-        port: u16,
         /// What failed.
         message: String,
     },
@@ -69,12 +112,8 @@ pub async fn run(args: &DrainArgs) -> Result<String, DrainError> {
     } else {
         http::Method::POST
     };
-    let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, args.admin_port));
-    let unreachable = |message: String| DrainError::Unreachable {
-        addr,
-        port: args.admin_port,
-        message,
-    };
+    let addr = args.target()?;
+    let unreachable = |message: String| DrainError::Unreachable { addr, message };
     let exchange = async {
         let stream = TcpStream::connect(addr)
             .await
@@ -134,7 +173,7 @@ mod tests {
     use super::*;
     use crate::admin::Readiness;
     use crate::metrics::Metrics;
-    use crate::nodes::eligibility::DrainSwitch;
+    use crate::nodes::eligibility::{DrainSwitch, Ineligible, Wing};
     use tokio_util::sync::CancellationToken;
 
     /// `vipd drain` against a real admin endpoint on loopback: drain, ask, undrain; and a
@@ -144,7 +183,7 @@ mod tests {
         let drain = DrainSwitch::default();
         let stop = CancellationToken::new();
         let srv = crate::admin::start(
-            &crate::syntax::ListenAddr::from(SocketAddr::from((Ipv4Addr::LOCALHOST, 0))),
+            &ListenAddr::from(SocketAddr::from(([127, 0, 0, 1], 0))),
             Metrics::new("n"),
             Readiness::new(),
             drain.clone(),
@@ -152,24 +191,45 @@ mod tests {
         )
         .await
         .unwrap();
-        let port = srv.local_addr.port();
+        let admin = srv.local_addr.to_string();
         let args = |undo, status| DrainArgs {
             undo,
             status,
-            admin_port: port,
+            admin: Some(admin.clone()),
         };
         assert_eq!(run(&args(false, true)).await.unwrap(), "not drained");
         assert_eq!(run(&args(false, false)).await.unwrap(), "drained");
         assert!(drain.is_set());
         assert_eq!(run(&args(false, true)).await.unwrap(), "drained");
-        assert_eq!(run(&args(true, false)).await.unwrap(), "not drained");
+        // Drained by other means too: said after the switch's state.
+        drain.record(Wing::Services, Some(Ineligible::DrainAnnotation));
+        assert_eq!(
+            run(&args(true, false)).await.unwrap(),
+            "not drained\nservices: not announcing: annotated vipd.io/drain=true"
+        );
         assert!(!drain.is_set());
         stop.cancel();
         srv.task.await.unwrap();
         let e = run(&args(false, false)).await.unwrap_err().to_string();
-        assert!(
-            e.contains("cannot reach") && e.contains("--admin-port"),
-            "{e}"
+        assert!(e.contains("cannot reach") && e.contains("--admin"), "{e}");
+        // The address forms the manager takes, reached from this node.
+        let target = |a: &str| {
+            DrainArgs {
+                undo: false,
+                status: false,
+                admin: Some(a.into()),
+            }
+            .target()
+        };
+        assert_eq!(target(":2112").unwrap().to_string(), "127.0.0.1:2112");
+        assert_eq!(target("[::]:9").unwrap().to_string(), "[::1]:9");
+        assert_eq!(
+            target("192.0.2.11:2112").unwrap().to_string(),
+            "192.0.2.11:2112"
         );
+        let e = target("").unwrap_err().to_string();
+        assert!(e.contains("--admin") && e.contains("disabled"), "{e}");
+        let e = target("myhost:2112").unwrap_err().to_string();
+        assert!(e.contains("--admin \"myhost:2112\""), "{e}");
     }
 }

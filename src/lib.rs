@@ -13,6 +13,7 @@ pub mod election;
 pub mod holder;
 pub mod identity;
 pub mod kubeclient;
+pub mod lb;
 pub mod logging;
 pub mod manager;
 pub mod manifest;

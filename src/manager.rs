@@ -64,21 +64,8 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     let (client, url) = kubeclient::election_client(&cfg).await?;
     info!(api = %url, "talking to this API server (kubernetes_addr, else 127.0.0.1:port in control-plane mode, else the kubeconfig's)");
 
-    if cfg.control_plane {
-        controlplane::check_not_node_addresses(&client, &cfg.addresses).await?;
-    } else if cfg.enable_node_labeling {
-        info!(
-            "enable_node_labeling labels the control-plane VIP's holder only; cp_enable is off, so no Node is labelled"
-        );
-    }
     let kernel = Arc::new(NetlinkKernel::new()?);
-    if cfg.control_plane {
-        for (_, checked) in controlplane::subnet_edges(kernel.as_ref(), &cfg).await {
-            if let Some(Err(e)) = checked {
-                return Err(e.into());
-            }
-        }
-    }
+    startup_checks(&cfg, &client, kernel.as_ref()).await?;
     let arp_guard = prepare_node(kernel.as_ref(), &cfg).await;
     let holder_cfg = HolderConfig {
         arp_guard: arp_guard.clone(),
@@ -98,42 +85,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     let aux_stop = CancellationToken::new();
     tokio::spawn(aux_loop(kernel.clone(), metrics.clone(), aux_stop.clone()));
 
-    // Eligibility: this node's Node object and `vipd drain` close the `ineligible` gate of
-    // the control-plane election (drains only) and of every Service election.
-    let (facts_tx, facts) = tokio::sync::watch::channel(None);
-    tokio::spawn(eligibility::watch_own_node(
-        client.clone(),
-        cfg.node_name.clone(),
-        facts_tx,
-        aux_stop.clone(),
-    ));
-    if cfg.control_plane {
-        let gates = cp_gates.clone();
-        tokio::spawn(eligibility::follow(
-            Wing::ControlPlane,
-            facts.clone(),
-            drain.subscribe(),
-            cfg.eligibility,
-            metrics.clone(),
-            move |why| gates.set(eligibility::GATE_INELIGIBLE, why.is_none()),
-            aux_stop.clone(),
-        ));
-    }
-    let (svc_eligible_tx, svc_eligible) = tokio::sync::watch::channel(None);
-    if cfg.services {
-        svc_eligible_tx.send_replace(Some(eligibility::Ineligible::Unknown));
-        tokio::spawn(eligibility::follow(
-            Wing::Services,
-            facts.clone(),
-            drain.subscribe(),
-            cfg.eligibility,
-            metrics.clone(),
-            move |why| {
-                svc_eligible_tx.send_replace(why);
-            },
-            aux_stop.clone(),
-        ));
-    }
+    let svc_eligible = start_eligibility(&cfg, &client, &drain, &metrics, &cp_gates, &aux_stop);
 
     let control_plane = cfg.control_plane.then(|| {
         controlplane::start(
@@ -197,6 +149,87 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     }
     info!("vipd manager stopped");
     Ok(())
+}
+
+/// The start-up checks that refuse a configuration the node cannot serve: a control-plane
+/// VIP that is a node's own address or the network / broadcast address of a subnet on its
+/// interface; and the info lines for options that do nothing without `cp_enable`.
+///
+/// # Errors
+/// [`ManagerError`] from the checks.
+async fn startup_checks(
+    cfg: &Config,
+    client: &kube::Client,
+    kernel: &NetlinkKernel,
+) -> Result<(), ManagerError> {
+    if cfg.control_plane {
+        controlplane::check_not_node_addresses(client, &cfg.addresses).await?;
+    } else if cfg.enable_node_labeling {
+        info!(
+            "enable_node_labeling labels the control-plane VIP's holder only; cp_enable is off, so no Node is labelled"
+        );
+    }
+    if !cfg.control_plane && cfg.load_balancer.is_some() {
+        info!(
+            "lb_enable balances the control-plane VIP only (as kube-vip); cp_enable is off, so nothing is balanced"
+        );
+    }
+    if cfg.control_plane {
+        for (_, checked) in controlplane::subnet_edges(kernel, cfg).await {
+            if let Some(Err(e)) = checked {
+                return Err(e.into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Eligibility ([`eligibility`]): this node's Node object (watched until `stop`) and
+/// `vipd drain` close the `ineligible` gate of the control-plane election (`cp_gates`,
+/// drains only) and, through the returned receiver, of every Service election.
+fn start_eligibility(
+    cfg: &Config,
+    client: &kube::Client,
+    drain: &DrainSwitch,
+    metrics: &crate::metrics::Metrics,
+    cp_gates: &Gates,
+    stop: &CancellationToken,
+) -> tokio::sync::watch::Receiver<Option<eligibility::Ineligible>> {
+    let (facts_tx, facts) = tokio::sync::watch::channel(None);
+    tokio::spawn(eligibility::watch_own_node(
+        client.clone(),
+        cfg.node_name.clone(),
+        facts_tx,
+        stop.clone(),
+    ));
+    if cfg.control_plane {
+        let gates = cp_gates.clone();
+        tokio::spawn(eligibility::follow(
+            Wing::ControlPlane,
+            facts.clone(),
+            drain.clone(),
+            cfg.eligibility,
+            metrics.clone(),
+            move |why| gates.set(eligibility::GATE_INELIGIBLE, why.is_none()),
+            stop.clone(),
+        ));
+    }
+    let (svc_eligible_tx, svc_eligible) = tokio::sync::watch::channel(None);
+    if cfg.services {
+        svc_eligible_tx.send_replace(Some(eligibility::Ineligible::Unknown));
+        tokio::spawn(eligibility::follow(
+            Wing::Services,
+            facts.clone(),
+            drain.clone(),
+            cfg.eligibility,
+            metrics.clone(),
+            move |why| {
+                svc_eligible_tx.send_replace(why);
+            },
+            stop.clone(),
+        ));
+    }
+    svc_eligible
 }
 
 /// Starts the admin endpoint (`/metrics`, `/healthz`, `/readyz`, `/drain` on

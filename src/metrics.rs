@@ -23,6 +23,7 @@
 //! | `vipd_node_ineligible` | gauge | `vips`, `reason` | 1 while this node may not announce `vips` (`control-plane` or `services`) for `reason` (drained, drain-annotation, cordon-drain, excluded, not-ready, cordoned, unknown); no series while eligible |
 //! | `vipd_health_check_failures_total` | counter | `lease_name` | failed data-path health checks of this Service lease's group (run while leading, and while handed over for health) |
 //! | `vipd_health_handovers_total` | counter | `lease_name` | times this node handed the lease over because its data-path health check failed |
+//! | `vipd_lb_backend_up` | gauge | `node`, `address` | `lb_enable`, on the control-plane VIP's holder only: 1 while a control-plane node's API server is in the load balancer's set, 0 while it fails its health checks |
 //! | `vipd_vip_conflicts_total` | counter | `vip` | times another host was found answering for a VIP this node leads (RFC 5227 conflict): the VIP was not bound, or was removed |
 
 use std::fmt::Write as _;
@@ -63,6 +64,12 @@ struct IneligibleLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BackendLabels {
+    node: String,
+    address: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NamespaceLabels {
     namespace: String,
 }
@@ -96,6 +103,7 @@ struct Inner {
     ineligible: Family<IneligibleLabels, Gauge>,
     health_failures: Family<LeaseLabels, Counter>,
     health_handovers: Family<LeaseLabels, Counter>,
+    lb_backends: Family<BackendLabels, Gauge>,
 }
 
 /// vipd's metrics. Cheap to clone (an `Arc`); every method is thread-safe and never fails.
@@ -128,6 +136,12 @@ impl Metrics {
         let ineligible = Family::<IneligibleLabels, Gauge>::default();
         let health_failures = Family::<LeaseLabels, Counter>::default();
         let health_handovers = Family::<LeaseLabels, Counter>::default();
+        let lb_backends = Family::<BackendLabels, Gauge>::default();
+        registry.register(
+            "vipd_lb_backend_up",
+            "Control-plane load balancer (lb_enable), on the VIP's holder: 1 while the node's API server is in the set, 0 while it fails its health checks",
+            lb_backends.clone(),
+        );
         registry.register(
             "kube_vip_is_leader",
             "1 if this node currently holds the lease",
@@ -222,6 +236,7 @@ impl Metrics {
             ineligible,
             health_failures,
             health_handovers,
+            lb_backends,
         }))
     }
 
@@ -374,6 +389,21 @@ impl Metrics {
         self.0.vips_held.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
+    /// Replaces every `vipd_lb_backend_up` series with `backends` (node, address, in the
+    /// set); an empty list (not leading, or `lb_enable` off) leaves none.
+    pub fn lb_backends<'a>(&self, backends: impl IntoIterator<Item = (&'a str, String, bool)>) {
+        self.0.lb_backends.clear();
+        for (node, address, up) in backends {
+            self.0
+                .lb_backends
+                .get_or_create(&BackendLabels {
+                    node: node.to_string(),
+                    address,
+                })
+                .set(i64::from(up));
+        }
+    }
+
     /// Sets `kube_vip_active_services{namespace}` to `n`.
     pub fn active_services(&self, namespace: &str, n: usize) {
         self.0
@@ -403,6 +433,7 @@ impl Metrics {
         m.set_ineligible("services", Some("drained"));
         m.health_check_failed(lease);
         m.health_handover(lease);
+        m.lb_backends([(node, "192.0.2.11".to_string(), true)]);
         m
     }
 
@@ -424,6 +455,29 @@ pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `vipd_node_ineligible{vips, reason}`: one series per kind of VIP, for the current
+    /// reason only; none once eligible.
+    #[test]
+    fn ineligible_keeps_only_the_current_reason() {
+        let m = Metrics::new("node-a");
+        m.set_ineligible("services", Some("not-ready"));
+        m.set_ineligible("control-plane", Some("drained"));
+        m.set_ineligible("services", Some("drained"));
+        let text = m.encode();
+        assert!(
+            text.contains(r#"vipd_node_ineligible{vips="services",reason="drained"} 1"#),
+            "{text}"
+        );
+        assert!(!text.contains(r#"reason="not-ready""#), "{text}");
+        m.set_ineligible("services", None);
+        let text = m.encode();
+        assert!(!text.contains(r#"vips="services""#), "{text}");
+        assert!(
+            text.contains(r#"vipd_node_ineligible{vips="control-plane",reason="drained"} 1"#),
+            "{text}"
+        );
+    }
 
     /// [`Metrics::example`] shows every metric, and the module docs' tables list exactly
     /// what it shows (names as queries spell them: `_total` for counters).
@@ -452,7 +506,7 @@ mod tests {
             .map(str::to_string)
             .collect();
         documented.sort();
-        assert_eq!(exported.len(), 14, "{text}");
+        assert_eq!(exported.len(), 15, "{text}");
         assert_eq!(exported, documented);
     }
 

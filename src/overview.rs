@@ -45,7 +45,8 @@ use crate::services::status::REPORTING_CONTROLLER;
 pub enum Output {
     /// A table for people.
     Text,
-    /// `{"vips": [...]}` with the fields of [`VipStatus`], for scripts.
+    /// `{"vips": [...], "notes": [...]}` for scripts: one object per VIP row, and what
+    /// could not be read.
     Json,
 }
 
@@ -73,7 +74,7 @@ pub struct StatusArgs {
     /// Only Services of this namespace [default: every namespace]
     #[arg(long = "namespace", short = 'n', value_name = "NAMESPACE")]
     pub namespace: Option<String>,
-    /// Output format
+    /// Output format: a table, or JSON ({"vips": [...], "notes": [...]})
     #[arg(long = "output", short = 'o', value_enum, default_value_t = Output::Text)]
     pub output: Output,
 }
@@ -91,9 +92,12 @@ pub enum StatusError {
         /// What is wrong.
         reason: String,
     },
-    /// No kubeconfig or in-cluster configuration could be loaded.
+    /// Building the client failed.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// No kubeconfig given and none found (in-cluster, `$KUBECONFIG`, `~/.kube/config`).
+    #[error("no Kubernetes credentials: give --kubeconfig PATH or set KUBECONFIG ({0})")]
+    NoKubeconfig(String),
     /// Listing objects failed (HTTP status and message, or the transport error).
     #[error("cannot list {what}: {message}")]
     List {
@@ -301,7 +305,17 @@ fn service_row(
         notes.push(m);
     }
     if !view.leases.contains_key(&lease) {
-        notes.push(format!("no Lease {lease}: no vipd has campaigned for it"));
+        let has_event = view
+            .events
+            .iter()
+            .any(|e| e.namespace == svc.key.namespace && e.name == svc.key.name);
+        notes.push(if has_event {
+            format!("no Lease {lease}: not announced (vipd's last Event below says why)")
+        } else {
+            format!(
+                "no Lease {lease}: no vipd has campaigned for it (is vipd running with svc_enable?)"
+            )
+        });
     }
     let announced = holder.is_some() && !expired;
     let mut shown: Vec<String> = ingress.to_vec();
@@ -551,7 +565,17 @@ pub(crate) async fn read_cluster(
 pub async fn run(args: &StatusArgs) -> Result<String, StatusError> {
     let cp_lease = parse_lease_ref("cp-lease", &args.cp_lease)?;
     let svc_lease = parse_lease_ref("svc-lease", &args.svc_lease)?;
-    let config = crate::kubeclient::kube_config(args.kubeconfig.as_deref(), false).await?;
+    let config = crate::kubeclient::kube_config(args.kubeconfig.as_deref(), false)
+        .await
+        .map_err(|e| match e {
+            ClientError::Kubeconfig { path, message } => StatusError::Invalid {
+                flag: "kubeconfig",
+                value: path,
+                reason: message,
+            },
+            ClientError::Infer(message) => StatusError::NoKubeconfig(message),
+            other => StatusError::Client(other),
+        })?;
     let client = kube::Client::try_from(config).map_err(|e| ClientError::Build(e.to_string()))?;
     let view = read_cluster(client, cp_lease, svc_lease, args.namespace.as_deref()).await?;
     let rows = vip_statuses(&view, Timestamp::now());

@@ -48,12 +48,12 @@ pub(crate) const GO_BOOL_VALUES: &str = "1 t T TRUE true True 0 f F FALSE false 
 /// `]:port`, a stray bracket, or a port that is not a number from 0 to 65535.
 pub fn split_host_port(value: &str) -> Result<(&str, u16), &'static str> {
     let (host, port) = match value.strip_prefix('[') {
-        Some(rest) => rest
-            .split_once("]:")
-            .ok_or("an IPv6 host in brackets must be followed by ]:port, e.g. [::1]:2112")?,
+        Some(rest) => rest.split_once("]:").ok_or(
+            "an IPv6 host in brackets must be followed by ]:port, e.g. [2001:db8::1]:6443",
+        )?,
         None => value
             .rsplit_once(':')
-            .ok_or("expected host:port, e.g. :2112")?,
+            .ok_or("expected host:port (e.g. 192.0.2.10:6443), a port is required")?,
     };
     if host.contains(['[', ']']) {
         return Err("unbalanced brackets: write an IPv6 host as [addr]:port");
@@ -174,6 +174,21 @@ impl ListenAddr {
             ListenHost::Localhost => vec![SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))],
             ListenHost::Ip(ip) => vec![SocketAddr::new(ip, self.port)],
         }
+    }
+}
+
+impl ListenAddr {
+    /// Where a client on this node reaches the listener: its address, or loopback for
+    /// `:port`, `localhost` and an unspecified address.
+    pub fn local_target(&self) -> std::net::SocketAddr {
+        use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+        let ip = match self.host {
+            ListenHost::All | ListenHost::Localhost => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            ListenHost::Ip(IpAddr::V4(a)) if a.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            ListenHost::Ip(IpAddr::V6(a)) if a.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ListenHost::Ip(ip) => ip,
+        };
+        SocketAddr::new(ip, self.port)
     }
 }
 

@@ -121,6 +121,20 @@ fn s42_ineligible_nodes_hand_service_vips_over() {
         json!({"metadata": {"labels": {"node.kubernetes.io/exclude-from-external-load-balancers": "true"}}}),
     );
     moved_away(&lab, &first, "exclude-from-external-load-balancers");
+    // Graceful: the old holder released the lease (the other node did not wait it out).
+    let idx = |n: &str| usize::from(n != "node-a");
+    assert!(
+        procs[idx(&first)].log().contains("lease released"),
+        "{}",
+        procs[idx(&first)].log()
+    );
+    // `vipd drain --status` names the reason, though `vipd drain` was not used.
+    let status = vipd_drain(&lab, &first, &["--status"]);
+    assert!(
+        status.contains("not drained")
+            && status.contains("services: not announcing: labelled node.kubernetes.io/exclude-from-external-load-balancers"),
+        "{status}"
+    );
     patch_node(
         &lab,
         &first,
@@ -155,9 +169,8 @@ fn s42_ineligible_nodes_hand_service_vips_over() {
     moved_away(&lab, &second, "vipd drain");
     assert_eq!(vipd_drain(&lab, &second, &["--status"]).trim(), "drained");
     // With the other node gone, the drained node still does not take it.
-    let first_idx = if first == "node-a" { 0 } else { 1 };
-    procs[first_idx].signal(Signal::SIGTERM).unwrap();
-    let _ = procs[first_idx].wait_timeout(Duration::from_secs(5));
+    procs[idx(&first)].signal(Signal::SIGTERM).unwrap();
+    let _ = procs[idx(&first)].wait_timeout(Duration::from_secs(5));
     std::thread::sleep(Duration::from_secs(5));
     assert!(
         holders(&lab, SVC_VIP).is_empty(),
@@ -179,11 +192,21 @@ fn s42_vipd_drain_moves_the_control_plane_vip() {
     let Some(lab) = lab("eligibility_cp", LabOptions::default()) else {
         return;
     };
+    create_ready_node(&lab, "node-a");
+    create_ready_node(&lab, "node-b");
     let mut procs: Vec<_> = ["node-a", "node-b"]
         .iter()
         .map(|n| start_vipd(&lab, n, T531, &[ADMIN]))
         .collect();
     let first = single_holder(&lab, VIP, LIMIT);
+    // Exclusion and readiness are for Service VIPs: the control-plane VIP stays.
+    patch_node(
+        &lab,
+        &first,
+        json!({"metadata": {"labels": {"node.kubernetes.io/exclude-from-external-load-balancers": "true"}}}),
+    );
+    set_ready(&lab, &first, false);
+    assert_held_by_after(&lab, VIP, &first, Duration::from_secs(3));
     assert_eq!(vipd_drain(&lab, &first, &[]).trim(), "drained");
     let to = other(&first);
     wait_until("control-plane VIP moves", LIMIT, || {

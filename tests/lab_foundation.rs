@@ -304,6 +304,8 @@ fn arp_watcher_counts_responders_and_capture_sees_arping() {
     assert_eq!(v6.max_simultaneous_responders(), 1);
 
     // Capture on the client sees node-a's arping for node-b (a broadcast request).
+    xtask::lab::control_plane::ensure_packages(&[("arping", "arping")])
+        .expect("arping (Debian package arping; run as root to install it)");
     let cap = lab.start_capture().unwrap();
     // Thomas Habets' arping (Debian `arping`) takes `-i IFACE`, iputils-arping `-I IFACE`;
     // try both, the wrong one exits with a usage error and sends nothing.

@@ -1,4 +1,4 @@
-//! S43: health-checked Service failover against the real API server. Each node runs an
+//! S44: health-checked Service failover against the real API server. Each node runs an
 //! HTTP stub on 127.0.0.1 in its own namespace standing in for kube-proxy's health endpoint
 //! (`svc_healthcheck`), answering 200 or 500 as the test says. When the holder's stub
 //! answers 500 the Service moves to the other node, with a `HealthCheckFailed` Warning
@@ -72,7 +72,7 @@ fn stop_all(procs: &mut [LabProcess]) {
 }
 
 #[test]
-fn s43_unhealthy_holder_hands_the_service_over() {
+fn s44_unhealthy_holder_hands_the_service_over() {
     let Some(lab) = lab("health", LabOptions::default()) else {
         return;
     };
@@ -116,7 +116,7 @@ fn s43_unhealthy_holder_hands_the_service_over() {
 }
 
 #[test]
-fn s43_flapping_check_moves_the_service_at_most_once_per_hold_time() {
+fn s44_flapping_check_moves_the_service_at_most_once_per_hold_time() {
     let Some(lab) = lab("health_flap", LabOptions::default()) else {
         return;
     };
@@ -173,7 +173,7 @@ fn s43_flapping_check_moves_the_service_at_most_once_per_hold_time() {
     stop.store(true, Ordering::SeqCst);
     let _ = flapper.join();
     eprintln!(
-        "S43 flapping: {moved} lease transitions in {window:?} (hold {hold:?}); holder changes: {changes:?}"
+        "S44 flapping: {moved} lease transitions in {window:?} (hold {hold:?}); holder changes: {changes:?}"
     );
     // At most one move per hold time, plus one for the window's edges.
     let allowed = (window.as_secs() / hold.as_secs() + 1) as i64;

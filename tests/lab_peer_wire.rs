@@ -13,9 +13,12 @@
 //! thread's namespace is neither the test process's nor PID 1's. Nothing is ever sent in the
 //! root namespace.
 
+mod support;
+
 use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, SystemTime};
+use support::netns::{assert_private_netns, ns_of};
 
 use vipd::net::{Kernel, LinkInfo, NetlinkKernel};
 use vipd::peer::socket::PeerSocket;
@@ -23,30 +26,6 @@ use vipd::peer::wire::{
     DEFAULT_MAX_SKEW_MS, DecodeError, Encoder, Flags, HeldLease, Kind, LeaseRef, Message, PeerKey,
     Rejection, Verifier,
 };
-
-fn ns_of(path: &str) -> String {
-    std::fs::read_link(path)
-        .unwrap_or_else(|e| panic!("readlink {path}: {e}"))
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// Panics unless this thread is in a namespace other than the test process's and PID 1's.
-fn assert_private_netns() {
-    let mine = ns_of("/proc/thread-self/ns/net");
-    assert_ne!(
-        mine,
-        ns_of("/proc/self/ns/net"),
-        "refusing to touch the test process's own network namespace"
-    );
-    if let Ok(init) = std::fs::read_link("/proc/1/ns/net") {
-        assert_ne!(
-            mine,
-            init.to_string_lossy(),
-            "refusing to touch the root network namespace"
-        );
-    }
-}
 
 /// A private network namespace for the calling thread.
 fn enter_private_netns() {

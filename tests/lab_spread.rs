@@ -1,4 +1,4 @@
-//! S44: spread without preemption. 30 LoadBalancer Services exist before three vipd nodes
+//! S45: spread without preemption. 30 LoadBalancer Services exist before three vipd nodes
 //! start (per-Service leases); each node delays acquiring a free lease by how many it
 //! already holds, so they end 10/10/10 (±1) with no lease ever taken from its holder.
 //!
@@ -46,7 +46,7 @@ fn lease_holders(lab: &xtask::lab::Lab) -> BTreeMap<String, String> {
 }
 
 #[test]
-fn s44_thirty_services_spread_over_three_nodes_without_preemption() {
+fn s45_thirty_services_spread_over_three_nodes_without_preemption() {
     let Some(lab) = lab("spread", LabOptions::default()) else {
         return;
     };
@@ -73,7 +73,7 @@ fn s44_thirty_services_spread_over_three_nodes_without_preemption() {
         c
     };
     let first = count(&holders);
-    eprintln!("S44 spread after a cold start: {first:?}");
+    eprintln!("S45 spread after a cold start: {first:?}");
     // No preemption: nothing moves afterwards.
     std::thread::sleep(Duration::from_secs(5));
     let later = lease_holders(&lab);

@@ -12,10 +12,13 @@
 //!
 //! Run: `cargo test --test net_kernel -- --nocapture` (prints the measured fence delay).
 
+mod support;
+
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 use std::time::{Duration, Instant};
+use support::netns::{assert_private_netns, ns_of};
 
 use pnet::datalink::{self, Channel, DataLinkReceiver, NetworkInterface};
 use pnet::packet::Packet;
@@ -30,31 +33,6 @@ use vipd::net::{
     ADDR_PROTO_VIPD, AddrInfo, Announcer, Kernel, LinkInfo, NetError, NetlinkKernel, RawAnnouncer,
     TagMode, Vip,
 };
-
-fn ns_of(path: &str) -> String {
-    std::fs::read_link(path)
-        .unwrap_or_else(|e| panic!("readlink {path}: {e}"))
-        .to_string_lossy()
-        .into_owned()
-}
-
-/// Panics unless this thread is in a namespace other than the process's main thread's (the
-/// namespace the test binary started in) and, where readable, other than PID 1's.
-fn assert_private_netns() {
-    let mine = ns_of("/proc/thread-self/ns/net");
-    let process = ns_of("/proc/self/ns/net");
-    assert_ne!(
-        mine, process,
-        "refusing to touch the test process's own network namespace"
-    );
-    if let Ok(init) = std::fs::read_link("/proc/1/ns/net") {
-        assert_ne!(
-            mine,
-            init.to_string_lossy(),
-            "refusing to touch the root network namespace"
-        );
-    }
-}
 
 /// Run `ip ARGS` inside this thread's private namespace; panics on failure.
 fn ip(args: &str) {
@@ -639,5 +617,120 @@ fn arp_guard_table_pins_refcounts_and_close() {
         g.close().await.unwrap();
         NftArpGuard::check("nft").await.expect("nft --check");
         assert!(vipd_table().is_none(), "--check changes nothing");
+    });
+}
+
+/// `nft -j list table <family> vipd_lb` in this thread's namespace (`None`: no table).
+fn lb_table(family: &str) -> Option<serde_json::Value> {
+    assert_private_netns();
+    let out = Command::new("nft")
+        .args(["-j", "list", "table", family, "vipd_lb"])
+        .output()
+        .expect("run nft");
+    out.status
+        .success()
+        .then(|| serde_json::from_slice(&out.stdout).expect("nft json"))
+}
+
+/// The rules of `chain` in a table listing.
+fn chain_rules(table: &serde_json::Value, chain: &str) -> Vec<serde_json::Value> {
+    table["nftables"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|o| o.get("rule"))
+        .filter(|r| r["chain"] == chain)
+        .cloned()
+        .collect()
+}
+
+fn nft_text(script: &str) {
+    assert_private_netns();
+    let ok = Command::new("nft")
+        .args(["-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(script.as_bytes())?;
+            c.wait()
+        })
+        .expect("nft");
+    assert!(ok.success(), "{script}");
+}
+
+/// The load balancer's ruleset in the kernel: install (replacing a stale table), read back
+/// as rendered, a backend change in one transaction, removal; another owner's NAT table is
+/// never touched. Needs the `nft` binary and nf_tables NAT.
+#[test]
+fn lb_table_install_update_remove() {
+    use vipd::lb::nft::{Family, Ruleset, install_batch, remove_batch, update_batch};
+    use vipd::lb::{LbKernel, NftLbKernel};
+    lab("192.0.2.11/24", || async {
+        nft_text("table ip vipd_lb {\n chain stale {\n }\n}\n");
+        nft_text(
+            "table ip other_owner {\n chain prerouting {\n type nat hook prerouting priority dstnat; policy accept;\n tcp dport 8080 dnat to 192.0.2.99\n }\n}\n",
+        );
+        let other = || {
+            let out = Command::new("nft")
+                .args(["list", "table", "ip", "other_owner"])
+                .output()
+                .unwrap();
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let other_before = other();
+        let ip = |s: &str| -> IpAddr { s.parse().unwrap() };
+        let mut rs = Ruleset {
+            family: Family::Ip,
+            vips: vec![ip("192.0.2.10")],
+            lb_port: 6443,
+            port: 6443,
+            backends: vec![ip("192.0.2.11"), ip("192.0.2.12"), ip("192.0.2.13")],
+        };
+        let k = NftLbKernel::new("nft");
+        k.apply(&install_batch(&rs)).await.expect("install");
+        let t = lb_table("ip").expect("table");
+        let chains: Vec<_> = t["nftables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|o| o.get("chain"))
+            .map(|c| c["name"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(
+            chains,
+            ["prerouting", "postrouting"],
+            "stale chain gone: {t}"
+        );
+        let dnat = chain_rules(&t, "prerouting");
+        assert_eq!(dnat.len(), 1, "{t}");
+        assert_eq!(
+            dnat[0]["expr"][4]["dnat"],
+            serde_json::json!({"addr": {"map": {"key": {"numgen": {"mode": "inc", "mod": 3, "offset": 0}},
+                "data": {"set": [[0, "192.0.2.11"], [1, "192.0.2.12"], [2, "192.0.2.13"]]}}}, "port": 6443})
+        );
+        let masq = chain_rules(&t, "postrouting");
+        assert_eq!(masq.len(), 1);
+        assert!(masq[0]["expr"][3].get("masquerade").is_some(), "{t}");
+
+        rs.backends = vec![ip("192.0.2.11"), ip("192.0.2.13")];
+        k.apply(&update_batch(&rs)).await.expect("update");
+        let t = lb_table("ip").unwrap();
+        let dnat = chain_rules(&t, "prerouting");
+        assert_eq!(dnat.len(), 1, "{t}");
+        assert_eq!(
+            dnat[0]["expr"][4]["dnat"]["addr"]["map"]["data"],
+            serde_json::json!({"set": [[0, "192.0.2.11"], [1, "192.0.2.13"]]})
+        );
+        assert_eq!(chain_rules(&t, "postrouting").len(), 1, "masquerade kept");
+
+        k.apply(&remove_batch(Family::Ip)).await.expect("remove");
+        assert!(lb_table("ip").is_none());
+        k.apply(&remove_batch(Family::Ip))
+            .await
+            .expect("remove twice");
+        assert_eq!(other(), other_before, "another owner's table untouched");
+        vipd::lb::check("nft").await.expect("nft --check");
+        assert!(lb_table("ip").is_none(), "--check changes nothing");
     });
 }

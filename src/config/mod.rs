@@ -42,7 +42,7 @@
 //! BGP (`bgp_enable`, every `bgp_*`, `zebra_*`, `mpbgp_*`, `annotation`), routing-table mode
 //! (`vip_routingtable`, `vip_routingtableid`, `vip_routingtabletype`, `vip_routingprotocol`,
 //! `vip_cleanroutingtable`), WireGuard (`vip_wireguard`), egress (`egress_podcidr`,
-//! `egress_servicecidr`, `egress_clean`), IPVS (`lb_enable`), dynamic DNS (`vip_ddns`),
+//! `egress_servicecidr`, `egress_clean`), dynamic DNS (`vip_ddns`),
 //! UPnP (`enable_upnp`), `enable_service_security`, `disable_service_updates`,
 //! `enable_endpointslices`, `mirror_dest_interface`, `health_check_port`, `cp_detect`,
 //! `vip_singlenode`, `vip_startleader`, `vip_interfaceloglobal`,
@@ -50,9 +50,11 @@
 //! `provider_config`) settings.
 //!
 //! Harmless ones are accepted and ignored with a warning ([`OptionKind::Ignored`]):
-//! `dns_mode` (silent when `first`, kube-vip's default), `lb_port`, `lb_fwdmethod`,
+//! `dns_mode` (silent when `first`, kube-vip's default),
 //! `iptables_backend`, `backend_health_check_interval`, `egress_withnftables`,
-//! `vip_leaseannotations`, `vip_configmap`, `enable_endpoints`.
+//! `vip_leaseannotations`, `vip_configmap`, `enable_endpoints`. `backend_health_check_interval`
+//! is kube-vip's IPVS health-check interval; vipd's load balancer (`lb_enable`) checks every
+//! second ([`crate::lb::health::INTERVAL`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -245,6 +247,9 @@ pub struct Config {
     /// `svc_healthcheck` and `svc_healthcheck_hold` (vipd options): the data-path check of
     /// Service VIP holders ([`crate::services::health`]).
     pub services_health: ServicesHealth,
+    /// `lb_enable` / `--enableLoadBalancer`, `lb_port`, `lb_fwdmethod`: control-plane load
+    /// balancing ([`crate::lb`]); `None` when `lb_enable` is off.
+    pub load_balancer: Option<LoadBalancerConfig>,
     /// `vip_loglevel`.
     pub log_level: LogLevel,
 }
@@ -258,6 +263,15 @@ pub struct ServicesHealth {
     /// `svc_healthcheck_hold` (default 30 s): minimum time out after a health hand-over,
     /// and minimum hold before one.
     pub hold: Duration,
+}
+
+/// The control-plane load balancer's settings (`lb_enable` set).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadBalancerConfig {
+    /// `lb_port` / `--lbPort` (default 6443): the frontend port on the VIP.
+    pub lb_port: u16,
+    /// `lb_fwdmethod` / `--lbForwardingMethod` (default `local`).
+    pub forwarding: crate::lb::Forwarding,
 }
 
 // ---------------------------------------------------------------------------------------

@@ -153,6 +153,9 @@ pub(super) const K_SVC_HEALTHCHECK_HOLD: &str = "svc_healthcheck_hold";
 pub(super) const K_LOG_LEVEL: &str = "vip_loglevel";
 pub(super) const K_CONFIG_FILE: &str = "config_file";
 pub(super) const K_DNS_MODE: &str = "dns_mode";
+pub(super) const K_LB_ENABLE: &str = "lb_enable";
+pub(super) const K_LB_PORT: &str = "lb_port";
+pub(super) const K_LB_FWD: &str = "lb_fwdmethod";
 
 /// Options where an empty environment value counts as set (kube-vip uses `LookupEnv`).
 pub(super) const EMPTY_ENV_IS_SET: &[&str] = &[K_LB_CLASS_NAME];
@@ -259,7 +262,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "vipSubnet",
         "32,128",
         Text,
-        "VIP prefix length(s): one per address in `address` order, or `v4` / `v4,v6` (e.g. 32 or 32,128)",
+        "VIP prefix length(s): one per address in `address` order, or `<v4 prefix>` / `<v4 prefix>,<v6 prefix>` (e.g. 32 or 32,128)",
     ).named("PREFIX[,PREFIX]"),
     alias(K_CIDR, "cidr", K_SUBNET, Text, "VIP prefix length").named("PREFIX"),
     opt(
@@ -487,6 +490,27 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "vipd option: a node that handed a Service over for health stays out at least this long (and until 2 checks in a row pass), and a holder holds at least this long before it hands over for health, so a flapping check moves a Service at most once per hold time",
     ),
     opt(
+        K_LB_ENABLE,
+        "enableLoadBalancer",
+        "false",
+        Bool,
+        "Control-plane load balancing: the control-plane VIP's holder spreads new TCP connections to VIP:lb_port round-robin over the API servers (port) of the healthy Ready control-plane Nodes, with nftables (table ip vipd_lb) instead of kube-vip's IPVS; control plane only (Services are not balanced), nothing without cp_enable",
+    ),
+    opt(
+        K_LB_PORT,
+        "lbPort",
+        "6443",
+        Integer,
+        "Frontend port of the control-plane load balancer: connections to VIP:lb_port are spread to the control-plane nodes at port",
+    ).named("PORT"),
+    opt(
+        K_LB_FWD,
+        "lbForwardingMethod",
+        "local",
+        Text,
+        "Load-balancer forwarding method: local or masquerade (both DNAT and masquerade with nftables); IPVS's tunnel, directroute and bypass are refused",
+    ).named("METHOD"),
+    opt(
         K_LOG_LEVEL,
         "log",
         "4",
@@ -506,12 +530,6 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "dnsMode",
         "DNS lookup mode for `address` (vipd takes IP addresses only)",
     ),
-    ignored("lb_port", "lbPort", "IPVS load-balancer port"),
-    ignored(
-        "lb_fwdmethod",
-        "lbForwardingMethod",
-        "IPVS forwarding method",
-    ),
     ignored(
         "iptables_backend",
         "",
@@ -520,7 +538,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
     ignored(
         "backend_health_check_interval",
         "",
-        "IPVS backend health-check interval",
+        "Health-check interval of kube-vip's IPVS backends (vipd's lb_enable checks every second)",
     ),
     ignored("egress_withnftables", "", "Egress with nftables"),
     ignored("vip_leaseannotations", "", "Annotations on the Lease"),
@@ -533,6 +551,11 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "enable_endpoints",
         "enableEndpoints",
         "Use Endpoints instead of EndpointSlices",
+    ),
+    ignored(
+        "enable_endpointslices",
+        "enableEndpointSlices",
+        "Use EndpointSlices (vipd reads discovery.k8s.io/v1 EndpointSlices wherever the API server serves them, core Endpoints otherwise, whatever this says)",
     ),
     // --- refused -----------------------------------------------------------------------
     refused("bgp_enable", "bgp", RTrue, "BGP"),
@@ -570,12 +593,6 @@ pub(super) static OPTIONS: &[EnvOption] = &[
     refused("egress_podcidr", "", NonEmpty, "egress"),
     refused("egress_servicecidr", "", NonEmpty, "egress"),
     refused("egress_clean", "", RTrue, "egress"),
-    refused(
-        "lb_enable",
-        "enableLoadBalancer",
-        RTrue,
-        "IPVS load balancer",
-    ),
     refused("vip_ddns", "ddns", RTrue, "dynamic DNS"),
     refused("enable_upnp", "", RTrue, "UPnP"),
     refused(
@@ -589,12 +606,6 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "disableServiceUpdates",
         RTrue,
         "disabling Service status updates",
-    ),
-    refused(
-        "enable_endpointslices",
-        "enableEndpointSlices",
-        RTrue,
-        "EndpointSlices switch",
     ),
     refused(
         "mirror_dest_interface",

@@ -138,6 +138,7 @@ pub fn resolve_detailed(
     )?;
     let svc = services(&inputs, modes.services, &mut warnings)?;
     let api = api_access(&inputs)?;
+    let load_balancer = load_balancer(&inputs)?;
     let log_level = match inputs.get(K_LOG_LEVEL) {
         Some(raw) => parse_log_level(&raw)?,
         None => LogLevel::Info,
@@ -174,6 +175,7 @@ pub fn resolve_detailed(
         },
         services_health: services_health(&inputs)?,
         enable_node_labeling: api.enable_node_labeling,
+        load_balancer,
         log_level,
     };
     Ok(Resolved { config, warnings })
@@ -436,6 +438,26 @@ fn services(
         lb_class_only,
         lb_class_name: lb_class_name.value,
     })
+}
+
+/// `lb_enable`, `lb_port`, `lb_fwdmethod` (the last two are checked even with `lb_enable`
+/// off, as kube-vip parses them regardless).
+fn load_balancer(inputs: &Inputs<'_>) -> Result<Option<LoadBalancerConfig>, ConfigError> {
+    let lb_port = match inputs.get(K_LB_PORT) {
+        Some(raw) => parse_port(&raw)?,
+        None => crate::lb::DEFAULT_LB_PORT,
+    };
+    let forwarding = match inputs.get(K_LB_FWD) {
+        Some(raw) if raw.value.is_empty() => crate::lb::Forwarding::default(),
+        Some(raw) => crate::lb::Forwarding::parse(&raw.value).map_err(|r| raw.invalid(r))?,
+        None => crate::lb::Forwarding::default(),
+    };
+    Ok(inputs
+        .bool_or(K_LB_ENABLE, false)?
+        .then_some(LoadBalancerConfig {
+            lb_port,
+            forwarding,
+        }))
 }
 
 /// API access and the admin endpoint.

@@ -172,10 +172,18 @@ pub struct GenArgs {
     /// loadBalancerClass vipd handles [env: lb_class_name]
     #[arg(long = "lbClassName", value_name = "CLASS")]
     pub lb_class_name: Option<String>,
-    /// kube-vip's IPVS load balancer: refused (vipd announces VIPs only)
+    /// Control-plane load balancing with nftables: the VIP's holder spreads VIP:lbPort over
+    /// the control-plane nodes' API servers [env: lb_enable]
     #[arg(long = "enableLoadBalancer", value_name = "BOOL", num_args = 0..=1,
           require_equals = true, default_missing_value = "true")]
     pub enable_load_balancer: Option<String>,
+    /// Frontend port of the load balancer on the VIP [env: lb_port] [default: 6443]
+    #[arg(long = "lbPort", value_name = "PORT")]
+    pub lb_port: Option<String>,
+    /// Load-balancer forwarding method: local or masquerade [env: lb_fwdmethod]
+    /// [default: local]
+    #[arg(long = "lbForwardingMethod", value_name = "METHOD")]
+    pub lb_forwarding_method: Option<String>,
     /// kubeadm >= 1.29, first control-plane node only: mount super-admin.conf (as the
     /// kubeconfig path) because admin.conf has no rights before `kubeadm init` ends (S29)
     #[arg(long = "kubeadm-init", value_name = "BOOL", num_args = 0..=1, require_equals = true,
@@ -309,20 +317,11 @@ impl GenArgs {
     /// The mode flags, checked alone and together.
     ///
     /// # Errors
-    /// [`ManifestError::Unsupported`] for `--enableLoadBalancer`, [`ManifestError::Invalid`]
-    /// for a flag that is not a Go bool or for `--kubeadm-init` with `--inCluster` or without
-    /// `--controlplane`.
+    /// [`ManifestError::Invalid`] for a flag that is not a Go bool or for `--kubeadm-init`
+    /// with `--inCluster` or without `--controlplane`.
     fn modes(&self) -> Result<Modes, ManifestError> {
-        if Self::flag_bool("enableLoadBalancer", &self.enable_load_balancer)? {
-            return Err(ManifestError::Unsupported {
-                flag: "enableLoadBalancer",
-                reason: "kube-vip's IPVS load balancer (lb_enable) is not implemented by vipd, \
-                         which only announces VIPs (ARP/NDP); remove the flag and let kube-proxy \
-                         or your CNI forward the traffic"
-                    .into(),
-            });
-        }
         let modes = Modes {
+            lb: Self::flag_bool("enableLoadBalancer", &self.enable_load_balancer)?,
             cp: Self::flag_bool("controlplane", &self.control_plane)?,
             svc: Self::flag_bool("services", &self.services)?,
             in_cluster: Self::flag_bool("inCluster", &self.in_cluster)?,
@@ -390,10 +389,38 @@ impl GenArgs {
         Ok(plan)
     }
 
+    /// [`GenArgs::plan`] for a DaemonSet, which runs the same Pod on every node: a
+    /// `--prometheusHTTPServer` bound to one node's address would fail to bind (and its
+    /// probes would ask that node) everywhere else, so only `:port`, an unspecified address
+    /// or loopback are accepted.
+    ///
+    /// # Errors
+    /// [`ManifestError::Invalid`] naming `prometheusHTTPServer`; everything
+    /// [`GenArgs::plan`] returns.
+    pub fn daemonset_plan(&self) -> Result<Plan, ManifestError> {
+        let plan = self.plan()?;
+        if let Some(h) = &plan.admin_host {
+            let loopback = h == "localhost"
+                || h.trim_start_matches('[')
+                    .trim_end_matches(']')
+                    .parse::<std::net::IpAddr>()
+                    .is_ok_and(|ip| ip.is_loopback());
+            if !loopback {
+                return Err(ManifestError::Invalid {
+                    flag: "prometheusHTTPServer",
+                    value: self.prometheus_server.clone().unwrap_or_default(),
+                    reason: "a DaemonSet runs on every node: bind :PORT (every address) or \
+                             localhost:PORT, not one node's address"
+                        .into(),
+                });
+            }
+        }
+        Ok(plan)
+    }
+
     /// Checks the flags and turns them into a [`Plan`].
     ///
     /// # Errors
-    /// [`ManifestError::Unsupported`] for `--enableLoadBalancer`,
     /// [`ManifestError::Invalid`] for unusable values and flag combinations,
     /// [`ManifestError::Config`] when `vipd manager` would refuse the generated environment.
     pub fn plan(&self) -> Result<Plan, ManifestError> {
@@ -403,6 +430,7 @@ impl GenArgs {
             in_cluster,
             kubeadm_init,
             taint,
+            lb,
         } = self.modes()?;
         let mut env: Vec<(&'static str, EnvValue)> = Vec::new();
         let mut push = |flag: &'static str, v: &str| -> Result<(), ManifestError> {
@@ -472,6 +500,20 @@ impl GenArgs {
                 push(flag, v)?;
             }
         }
+        // As kube-vip's generator: all three load-balancer variables when it is enabled.
+        if lb {
+            push("enableLoadBalancer", "true")?;
+            push(
+                "lbPort",
+                self.lb_port.as_deref().unwrap_or(default_for("lbPort")?),
+            )?;
+            push(
+                "lbForwardingMethod",
+                self.lb_forwarding_method
+                    .as_deref()
+                    .unwrap_or(default_for("lbForwardingMethod")?),
+            )?;
+        }
         let prometheus = self
             .prometheus_server
             .clone()
@@ -517,6 +559,8 @@ struct Modes {
     kubeadm_init: bool,
     /// `--taint`
     taint: bool,
+    /// `--enableLoadBalancer`
+    lb: bool,
 }
 
 /// Splits `prometheus_server` (`host:port`, `[v6]:port`, `:port`, empty = disabled).
@@ -598,176 +642,11 @@ pub(crate) fn to_yaml_stream<T: serde::Serialize>(objects: &[T]) -> Result<Strin
 pub fn run(cmd: &ManifestCommand) -> Result<String, ManifestError> {
     match cmd {
         ManifestCommand::Pod(a) => pod::pod_yaml(&a.static_pod_plan()?),
-        ManifestCommand::Daemonset(a) => pod::daemonset_yaml(&a.plan()?),
+        ManifestCommand::Daemonset(a) => pod::daemonset_yaml(&a.daemonset_plan()?),
         ManifestCommand::Rbac(a) => rbac::rbac_yaml(a),
         ManifestCommand::Systemd(a) => systemd::render(a),
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use clap::Parser;
-
-    #[derive(Parser)]
-    struct T {
-        #[command(subcommand)]
-        cmd: ManifestCommand,
-    }
-
-    fn plan(args: &[&str]) -> Result<Plan, ManifestError> {
-        let mut v = vec!["t", "pod"];
-        v.extend(args);
-        match T::try_parse_from(v).unwrap().cmd {
-            ManifestCommand::Pod(a) => a.plan(),
-            _ => unreachable!(),
-        }
-    }
-
-    /// DaemonSet-only flags on a static pod are refused with the flag's name, not ignored
-    /// (a static pod naming a ServiceAccount never reaches the API; --taint would do nothing).
-    #[test]
-    fn static_pod_refuses_daemonset_only_flags() {
-        let plan_for = |args: &[&str]| {
-            let mut v = vec!["t", "pod", "--controlplane", "--address", "192.0.2.10"];
-            v.extend(args);
-            match T::try_parse_from(v).unwrap().cmd {
-                ManifestCommand::Pod(a) => a.static_pod_plan(),
-                _ => unreachable!(),
-            }
-        };
-        for (args, flag) in [
-            (&["--inCluster"][..], "inCluster"),
-            (&["--inCluster=true"][..], "inCluster"),
-            (&["--taint"][..], "taint"),
-        ] {
-            match plan_for(args) {
-                Err(ManifestError::Invalid { flag: f, .. }) => assert_eq!(f, flag, "{args:?}"),
-                other => panic!("{args:?}: expected an error naming --{flag}, got {other:?}"),
-            }
-        }
-        assert!(plan_for(&["--inCluster=false", "--taint=false"]).is_ok());
-        assert!(plan_for(&[]).is_ok());
-        // The DaemonSet takes both.
-        let v = ["t", "daemonset", "--services", "--inCluster", "--taint"];
-        match T::try_parse_from(v).unwrap().cmd {
-            ManifestCommand::Daemonset(a) => assert!(a.plan().is_ok()),
-            _ => unreachable!(),
-        }
-    }
-
-    #[test]
-    fn every_generator_flag_has_an_env_name() {
-        for f in [
-            "arp",
-            "leaderElection",
-            "interface",
-            "port",
-            "controlplane",
-            "services",
-            "address",
-            "vipSubnet",
-            "namespace",
-            "leaseName",
-            "leaseDuration",
-            "leaseRenewDuration",
-            "leaseRetry",
-            "arpRate",
-            "servicesElection",
-            "serviceInterface",
-            "lbClassOnly",
-            "lbClassName",
-            "enableNodeLabeling",
-            "log",
-            "prometheusHTTPServer",
-            "kubernetesAddr",
-            "k8sConfigPath",
-            "nodeName",
-        ] {
-            env_for(f).unwrap();
-        }
-        assert!(matches!(
-            env_for("nope"),
-            Err(ManifestError::UnknownFlag("nope"))
-        ));
-    }
-
-    #[test]
-    fn enable_load_balancer_is_refused_with_the_flag_named() {
-        let e = plan(&["--services", "--enableLoadBalancer"])
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("--enableLoadBalancer") && e.contains("IPVS"),
-            "{e}"
-        );
-        // Explicitly false is fine.
-        plan(&["--services", "--enableLoadBalancer=false"]).unwrap();
-    }
-
-    #[test]
-    fn control_plane_without_address_is_the_managers_error() {
-        let e = plan(&["--controlplane"]).unwrap_err().to_string();
-        assert!(e.contains("cp_enable needs at least one VIP"), "{e}");
-    }
-
-    #[test]
-    fn arp_false_is_refused() {
-        let e = plan(&["--controlplane", "--address", "192.0.2.10", "--arp=false"])
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("vip_arp"), "{e}");
-    }
-
-    #[test]
-    fn bad_bool_names_the_flag() {
-        let e = plan(&["--controlplane=yes"]).unwrap_err().to_string();
-        assert!(e.contains("--controlplane") && e.contains("yes"), "{e}");
-    }
-
-    #[test]
-    fn kubeadm_init_mounts_super_admin_at_the_kubeconfig_path() {
-        let p = plan(&[
-            "--controlplane",
-            "--address",
-            "192.0.2.10",
-            "--kubeadm-init",
-        ])
-        .unwrap();
-        assert_eq!(
-            p.access,
-            Access::Kubeconfig {
-                host_path: SUPER_ADMIN_CONF.into(),
-                mount_path: DEFAULT_KUBECONFIG.into()
-            }
-        );
-        assert!(plan(&["--services", "--kubeadm-init"]).is_err());
-    }
-
-    #[test]
-    fn control_plane_sets_kubernetes_addr_to_the_local_api_server() {
-        let p = plan(&[
-            "--controlplane",
-            "--address",
-            "192.0.2.10",
-            "--port",
-            "6444",
-        ])
-        .unwrap();
-        let env = p.env_for_node("n1");
-        assert!(env.contains(&("kubernetes_addr".into(), "127.0.0.1:6444".into())));
-        let p = plan(&["--services"]).unwrap();
-        assert!(!p.env.iter().any(|(k, _)| *k == "kubernetes_addr"));
-    }
-
-    #[test]
-    fn admin_endpoint_forms() {
-        assert_eq!(admin_endpoint(":2112").unwrap(), (None, Some(2112)));
-        assert_eq!(
-            admin_endpoint("127.0.0.1:9000").unwrap(),
-            (Some("127.0.0.1".into()), Some(9000))
-        );
-        assert_eq!(admin_endpoint("").unwrap(), (None, None));
-        assert!(admin_endpoint("x").is_err());
-    }
-}
+mod tests;

@@ -226,6 +226,10 @@ pub const API_CALLS: &[ApiCall] = &[
     call::<CoreEvent>(Patch, ServiceLeases, Services, CoreEvents, (EVENTS, "core.patch(")),
     // The check that no control-plane VIP is a node's own address (`manager`).
     call::<Node>(List, Cluster, ControlPlane, Always, ("src/controlplane.rs", "api.list(&Default::default())")),
+    // lb_enable: the watch of the control-plane Nodes whose API servers are the backends
+    // (`lb::watch_candidates`).
+    call::<Node>(List, Cluster, ControlPlane, Always, ("src/lb/mod.rs", "watcher(api, cfg)")),
+    call::<Node>(Watch, Cluster, ControlPlane, Always, ("src/lb/mod.rs", "watcher(api, cfg)")),
     // enable_node_labeling: the holder's `kube-vip.io/has-ip` label, read and merge-patched
     // on this node's own Node (`nodes::label::KubeNodeLabels`).
     call::<Node>(Get, Cluster, NodeLabeling, Always, (NODE_LABEL, "self.api.get_opt(")),

@@ -194,8 +194,24 @@ pub(crate) fn environment_file(generator: &GenArgs) -> Result<String, ManifestEr
 /// See [`environment_file`].
 pub fn render(args: &SystemdArgs) -> Result<String, ManifestError> {
     if args.environment_file {
-        environment_file(&args.generator)
-    } else {
-        Ok(unit(args).render())
+        return environment_file(&args.generator);
     }
+    // The unit reads everything else from its EnvironmentFile: generator flags given
+    // without --environment-file would be silently dropped.
+    let untouched = GenArgs {
+        image: args.generator.image.clone(),
+        ..GenArgs::default()
+    };
+    if args.generator != untouched {
+        return Err(ManifestError::Invalid {
+            flag: "environment-file",
+            value: "false".into(),
+            reason: "the generator flags (--address, --controlplane, ...) go into the \
+                     EnvironmentFile: run `vipd manifest systemd --environment-file <flags>` \
+                     for it, and `vipd manifest systemd` (only --binary, --env-path, \
+                     --watchdog-sec) for the unit"
+                .into(),
+        });
+    }
+    Ok(unit(args).render())
 }

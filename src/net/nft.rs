@@ -197,7 +197,7 @@ impl ArpGuard for NoopArpGuard {
 /// One atomic `nft` transaction: the JSON sent to `nft -j -f -` and the same commands in
 /// `nft` syntax (for logs and errors).
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct NftBatch {
+pub struct NftBatch {
     /// The commands, in order.
     pub objects: Vec<NfObject<'static>>,
     /// The commands in `nft` syntax, in the same order.
@@ -205,20 +205,22 @@ pub(crate) struct NftBatch {
 }
 
 impl NftBatch {
-    fn new() -> Self {
+    /// An empty transaction.
+    pub(crate) fn new() -> Self {
         NftBatch {
             objects: Vec::new(),
             text: Vec::new(),
         }
     }
 
-    fn push(&mut self, cmd: NfCmd<'static>, text: String) {
+    /// Appends `cmd`, written `text` in `nft` syntax.
+    pub(crate) fn push(&mut self, cmd: NfCmd<'static>, text: String) {
         self.objects.push(NfObject::CmdObject(cmd));
         self.text.push(text);
     }
 
     /// The batch as nftables JSON (`{"nftables": [...]}`).
-    pub(crate) fn to_json(&self) -> String {
+    pub fn to_json(&self) -> String {
         let doc = Nftables {
             objects: std::borrow::Cow::Owned(self.objects.clone()),
         };
@@ -578,7 +580,11 @@ impl ArpGuard for NftArpGuard {
 
 /// Runs `nft [args] -j -f -` with the batch on stdin; the error is `nft`'s stderr (or why
 /// it could not run).
-async fn run_nft(nft: &std::path::Path, args: &[&str], batch: &NftBatch) -> Result<(), String> {
+pub(crate) async fn run_nft(
+    nft: &std::path::Path,
+    args: &[&str],
+    batch: &NftBatch,
+) -> Result<(), String> {
     let mut child = tokio::process::Command::new(nft)
         .args(args)
         .args(["-j", "-f", "-"])

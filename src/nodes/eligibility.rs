@@ -45,12 +45,21 @@ pub const GATE_INELIGIBLE: &str = "ineligible";
 
 /// The local drain switch (`vipd drain`, through the admin endpoint's `/drain`). Cheap to
 /// clone; every clone is the same switch.
+/// It also keeps, per [`Wing`], the reason this node does not announce those VIPs now
+/// (recorded by [`follow`]), so `GET /drain` and `vipd drain --status` tell the whole
+/// story: a node drained by the annotation or a cordon is not announcing either.
 #[derive(Debug, Clone)]
-pub struct DrainSwitch(std::sync::Arc<watch::Sender<bool>>);
+pub struct DrainSwitch {
+    switch: std::sync::Arc<watch::Sender<bool>>,
+    reasons: std::sync::Arc<std::sync::Mutex<std::collections::BTreeMap<&'static str, Ineligible>>>,
+}
 
 impl Default for DrainSwitch {
     fn default() -> Self {
-        DrainSwitch(std::sync::Arc::new(watch::Sender::new(false)))
+        DrainSwitch {
+            switch: std::sync::Arc::new(watch::Sender::new(false)),
+            reasons: Default::default(),
+        }
     }
 }
 
@@ -58,7 +67,7 @@ impl DrainSwitch {
     /// Drains (`true`) or undrains this node; logs a change.
     pub fn set(&self, drained: bool) {
         if self
-            .0
+            .switch
             .send_if_modified(|d| std::mem::replace(d, drained) != drained)
         {
             if drained {
@@ -71,14 +80,42 @@ impl DrainSwitch {
         }
     }
 
-    /// Whether this node is drained.
+    /// Whether this node is drained with `vipd drain`.
     pub fn is_set(&self) -> bool {
-        *self.0.borrow()
+        *self.switch.borrow()
     }
 
     /// A receiver of every change.
     pub fn subscribe(&self) -> watch::Receiver<bool> {
-        self.0.subscribe()
+        self.switch.subscribe()
+    }
+
+    /// Records why `wing`'s VIPs are not announced now (`None`: they may be).
+    pub fn record(&self, wing: Wing, why: Option<Ineligible>) {
+        if let Ok(mut m) = self.reasons.lock() {
+            match why {
+                Some(r) => m.insert(wing.label(), r),
+                None => m.remove(wing.label()),
+            };
+        }
+    }
+
+    /// The answer of `GET /drain`: `drained` or `not drained` (the `vipd drain` switch),
+    /// then one line per kind of VIP this node does not announce for another reason, e.g.
+    /// `services: not announcing: annotated vipd.io/drain=true`.
+    pub fn report(&self) -> String {
+        let mut out = String::from(if self.is_set() {
+            "drained"
+        } else {
+            "not drained"
+        });
+        out.push('\n');
+        if let Ok(m) = self.reasons.lock() {
+            for (wing, why) in m.iter().filter(|(_, w)| **w != Ineligible::DrainedLocally) {
+                out.push_str(&format!("{wing}: not announcing: {why}\n"));
+            }
+        }
+        out
     }
 }
 
@@ -122,19 +159,20 @@ pub fn ineligibility(
     }
 }
 
-/// Follows `facts` and the local `drain` switch until `stop` (or a channel closes), and
+/// Follows `facts` and the local drain `switch` until `stop` (or a channel closes), and
 /// calls `on_change` with the reason `wing`'s VIPs may not be announced (`None`:
 /// eligible) at start and on every change, logging each change and setting
 /// `vipd_node_ineligible{vips,reason}`.
 pub async fn follow(
     wing: Wing,
     mut facts: watch::Receiver<Option<NodeFacts>>,
-    mut drain: watch::Receiver<bool>,
+    switch: DrainSwitch,
     rules: EligibilityRules,
     metrics: crate::metrics::Metrics,
     mut on_change: impl FnMut(Option<Ineligible>),
     stop: CancellationToken,
 ) {
+    let mut drain = switch.subscribe();
     let mut last: Option<Option<Ineligible>> = None;
     loop {
         let now = ineligibility(
@@ -160,6 +198,7 @@ pub async fn follow(
                 (None, _) => {}
             }
             metrics.set_ineligible(wing.label(), now.map(Ineligible::label));
+            switch.record(wing, now);
             on_change(now);
             last = Some(now);
         }

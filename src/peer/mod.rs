@@ -22,6 +22,7 @@
 
 pub(crate) mod ridethrough;
 pub mod socket;
+pub mod verify;
 pub mod wire;
 
 use std::collections::BTreeSet;

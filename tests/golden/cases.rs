@@ -21,6 +21,7 @@ pub const K3S: &[&str] = &[
     "--vipSubnet",
     "16",
     "--servicesElection",
+    "--enableLoadBalancer",
     "--k8sConfigPath",
     "/etc/rancher/k3s/k3s.yaml",
 ];
@@ -168,6 +169,22 @@ pub fn err_cases() -> Vec<(Vec<&'static str>, &'static str)> {
             "cp_enable needs at least one VIP",
         ),
         (vec!["pod"], "nothing to do"),
+        // One node's address as the admin endpoint of a DaemonSet (every node).
+        (
+            vec![
+                "daemonset",
+                "--services",
+                "--inCluster",
+                "--prometheusHTTPServer",
+                "192.0.2.11:9999",
+            ],
+            "a DaemonSet runs on every node",
+        ),
+        // Generator flags for the unit itself (they belong in its EnvironmentFile).
+        (
+            vec!["systemd", "--controlplane", "--address", "192.0.2.10"],
+            "go into the EnvironmentFile",
+        ),
         // DaemonSet-only flags on a static pod.
         (
             vec![
@@ -184,12 +201,23 @@ pub fn err_cases() -> Vec<(Vec<&'static str>, &'static str)> {
             "applies to `manifest daemonset` only",
         ),
         (
-            vec!["pod", "--services", "--enableLoadBalancer"],
-            "--enableLoadBalancer",
+            vec![
+                "pod",
+                "--services",
+                "--enableLoadBalancer",
+                "--lbForwardingMethod",
+                "directroute",
+            ],
+            "lb_fwdmethod",
         ),
         (
-            vec!["daemonset", "--services", "--enableLoadBalancer=true"],
-            "IPVS",
+            vec![
+                "daemonset",
+                "--services",
+                "--enableLoadBalancer",
+                "--lbPort=0",
+            ],
+            "lb_port",
         ),
         (
             vec![

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use xtask::lab::{Lab, LabOptions, LabProcess};
 
 pub mod manifest;
+pub mod netns;
 
 /// The lab's control-plane VIP (scenarios: 192.0.2.10).
 pub const VIP: &str = "192.0.2.10";

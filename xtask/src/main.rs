@@ -342,6 +342,9 @@ fn test(extra: &[&str]) -> Result<()> {
             ("nft", "nftables"),
             // tests/monitoring.rs checks and unit-tests the alert rules.
             ("promtool", "prometheus"),
+            // lab_foundation's capture test sends with arping (.ci/run installs the same).
+            ("arping", "arping"),
+            ("tcpdump", "tcpdump"),
         ])?;
         // Fail early, with instructions, if there is no API server.
         let api = lab::find_apiserver()?;

@@ -49,11 +49,11 @@ fn config_kube_vip_options_refused_or_warned() {
     );
     // Ignored options warn; dns_mode=first (kube-vip's default) is silent.
     assert!(ok(&[], &[("dns_mode", "first")], None).warnings.is_empty());
-    let r = ok(&["--lbPort=6443"], &[("dns_mode", "ipv4")], None);
+    let r = ok(&["--enableEndpoints=true"], &[("dns_mode", "ipv4")], None);
     assert_eq!(r.warnings.len(), 2, "{:?}", r.warnings);
     assert!(
         r.warnings.iter().any(|w| w.contains("dns_mode"))
-            && r.warnings.iter().any(|w| w.contains("--lbPort"))
+            && r.warnings.iter().any(|w| w.contains("--enableEndpoints"))
     );
     // Services options without svc_enable warn.
     let r = ok(&[], &[("svc_election", "true")], None);

@@ -3,7 +3,7 @@
 //! hosts answered ARP for the VIP at once.
 //!
 //! ```text
-//! cargo xtask bench failover [--scenario graceful,kill,freeze,poweroff,partition|all]
+//! cargo xtask bench failover [--scenario graceful,kill,freeze,poweroff,partition,drain|all]
 //!     [--trials N] [--impl vipd|keepalived|both] [--timings default,5/3/1,...]
 //!     [--no-build] [--vipd PATH] [--json FILE] [--no-idle] [-v]
 //! ```
@@ -69,7 +69,8 @@ pub const KEEPALIVED: &str = "/usr/sbin/keepalived";
 const USAGE: &str = "usage: cargo xtask bench failover [options]
 
 options:
-  --scenario LIST   comma list of graceful,kill,freeze,poweroff,partition or `all` (default all)
+  --scenario LIST   comma list of graceful,kill,freeze,poweroff,partition,drain or `all`
+                    (default all; drain: vipd only)
   --trials N        trials per scenario and implementation (default 5)
   --impl WHICH      vipd | keepalived | both (default both)
   --timings LIST    vipd lease timings, comma list of `default` (vipd's built-in defaults,
@@ -97,16 +98,20 @@ pub enum Scenario {
     Poweroff,
     /// The holder cut off from everything (switch port detached, carrier kept).
     Partition,
+    /// `vipd drain` on the holder (maintenance hand-over; vipd only: keepalived has no
+    /// equivalent, its trials are skipped).
+    Drain,
 }
 
 impl Scenario {
     /// Every scenario, in the order they run.
-    pub const ALL: [Scenario; 5] = [
+    pub const ALL: [Scenario; 6] = [
         Scenario::Graceful,
         Scenario::Kill,
         Scenario::Freeze,
         Scenario::Poweroff,
         Scenario::Partition,
+        Scenario::Drain,
     ];
 
     /// The command-line name (`graceful`, `kill`, ...).
@@ -117,6 +122,7 @@ impl Scenario {
             Scenario::Freeze => "freeze",
             Scenario::Poweroff => "poweroff",
             Scenario::Partition => "partition",
+            Scenario::Drain => "drain",
         }
     }
 
@@ -130,7 +136,7 @@ impl Scenario {
             .find(|x| x.name() == s)
             .ok_or_else(|| {
                 anyhow!(
-                    "invalid --scenario value {s:?}: expected graceful, kill, freeze, poweroff, partition or all"
+                    "invalid --scenario value {s:?}: expected graceful, kill, freeze, poweroff, partition, drain or all"
                 )
             })
     }
@@ -407,6 +413,9 @@ fn failover(o: &BenchOptions) -> Result<()> {
     }
     for scenario in &o.scenarios {
         for subject in o.subjects() {
+            if *scenario == Scenario::Drain && matches!(subject, Subject::Keepalived) {
+                continue;
+            }
             for trial in 1..=o.trials {
                 match run_trial(&ctx, *scenario, &subject, trial) {
                     Ok(r) => {
@@ -1126,7 +1135,7 @@ pub fn run_trial(
     if w.max_carriers > 1
         && matches!(
             scenario,
-            Scenario::Graceful | Scenario::Kill | Scenario::Freeze
+            Scenario::Graceful | Scenario::Kill | Scenario::Freeze | Scenario::Drain
         )
     {
         notes.push(format!("{} nodes carried the VIP at once", w.max_carriers));
@@ -1233,6 +1242,11 @@ fn act(ctx: &Ctx, cluster: &Cluster, scenario: Scenario, holder: &str) -> Result
             ctx.lab.cut_link(holder)?;
         }
         Scenario::Partition => ctx.lab.partition(holder)?,
+        Scenario::Drain => {
+            // Through the holder's own admin endpoint (the default :2112), as an operator
+            // would run it on the node.
+            ctx.lab.exec(holder, &ctx.vipd, &["drain"])?;
+        }
     }
     Ok(())
 }

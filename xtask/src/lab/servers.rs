@@ -31,6 +31,7 @@ pub struct ThreadServer {
     stop: Arc<AtomicBool>,
     listener_fd: i32,
     conns: ConnList,
+    accepted: Arc<AtomicU64>,
     handle: Option<JoinHandle<Result<()>>>,
 }
 
@@ -94,6 +95,8 @@ impl ThreadServer {
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<Result<i32>>();
         let thread_stop = stop.clone();
         let thread_conns = conns.clone();
+        let accepted = Arc::new(AtomicU64::new(0));
+        let thread_accepted = accepted.clone();
         let thread_name = name.to_string();
         let handle = spawn_in_netns(netns, name, move || {
             let listener = match TcpListener::bind(listen) {
@@ -108,7 +111,13 @@ impl ThreadServer {
                 }
             };
             let _ = ready_tx.send(Ok(listener.as_raw_fd()));
-            accept_loop(&listener, &thread_stop, &thread_conns, &behaviour);
+            accept_loop(
+                &listener,
+                &thread_stop,
+                &thread_conns,
+                &thread_accepted,
+                &behaviour,
+            );
             Ok(())
         })?;
         let fd = match ready_rx.recv_timeout(Duration::from_secs(5)) {
@@ -134,8 +143,14 @@ impl ThreadServer {
             stop,
             listener_fd: fd,
             conns,
+            accepted,
             handle: Some(handle),
         })
+    }
+
+    /// How many connections the server has accepted since it started.
+    pub fn accepted(&self) -> u64 {
+        self.accepted.load(Ordering::SeqCst)
     }
 
     /// The address the server listens on (inside its namespace).
@@ -180,7 +195,13 @@ impl Drop for ThreadServer {
     }
 }
 
-fn accept_loop(listener: &TcpListener, stop: &AtomicBool, conns: &ConnList, behaviour: &Behaviour) {
+fn accept_loop(
+    listener: &TcpListener,
+    stop: &AtomicBool,
+    conns: &ConnList,
+    accepted_count: &AtomicU64,
+    behaviour: &Behaviour,
+) {
     loop {
         let accepted = listener.accept();
         if stop.load(Ordering::SeqCst) {
@@ -191,6 +212,7 @@ fn accept_loop(listener: &TcpListener, stop: &AtomicBool, conns: &ConnList, beha
             std::thread::sleep(Duration::from_millis(10));
             continue;
         };
+        accepted_count.fetch_add(1, Ordering::SeqCst);
         match behaviour {
             Behaviour::Http(body) => serve_http(stream, 200, &format!("{body}\n")),
             Behaviour::Status(code) => serve_http(stream, code.load(Ordering::SeqCst), ""),
@@ -293,6 +315,17 @@ impl Lab {
             .lock()
             .map(|m| m.contains_key(node))
             .unwrap_or(false)
+    }
+
+    /// Connections `node`'s local API server has accepted since it was (re)started; 0 when
+    /// it is not running. Counts every client: the node's own vipd, health checks, and
+    /// connections a load balancer forwarded to it.
+    pub fn local_api_accepted(&self, node: &str) -> u64 {
+        self.local_apis
+            .lock()
+            .ok()
+            .and_then(|m| m.get(node).map(ThreadServer::accepted))
+            .unwrap_or(0)
     }
 
     /// Starts the HTTP backend of `node` on [::]:80, answering every request with the node

@@ -1,0 +1,217 @@
+use super::*;
+use clap::Parser;
+
+#[derive(Parser)]
+struct T {
+    #[command(subcommand)]
+    cmd: ManifestCommand,
+}
+
+fn plan(args: &[&str]) -> Result<Plan, ManifestError> {
+    let mut v = vec!["t", "pod"];
+    v.extend(args);
+    match T::try_parse_from(v).unwrap().cmd {
+        ManifestCommand::Pod(a) => a.plan(),
+        _ => unreachable!(),
+    }
+}
+
+/// DaemonSet-only flags on a static pod are refused with the flag's name, not ignored
+/// (a static pod naming a ServiceAccount never reaches the API; --taint would do nothing).
+#[test]
+fn static_pod_refuses_daemonset_only_flags() {
+    let plan_for = |args: &[&str]| {
+        let mut v = vec!["t", "pod", "--controlplane", "--address", "192.0.2.10"];
+        v.extend(args);
+        match T::try_parse_from(v).unwrap().cmd {
+            ManifestCommand::Pod(a) => a.static_pod_plan(),
+            _ => unreachable!(),
+        }
+    };
+    for (args, flag) in [
+        (&["--inCluster"][..], "inCluster"),
+        (&["--inCluster=true"][..], "inCluster"),
+        (&["--taint"][..], "taint"),
+    ] {
+        match plan_for(args) {
+            Err(ManifestError::Invalid { flag: f, .. }) => assert_eq!(f, flag, "{args:?}"),
+            other => panic!("{args:?}: expected an error naming --{flag}, got {other:?}"),
+        }
+    }
+    assert!(plan_for(&["--inCluster=false", "--taint=false"]).is_ok());
+    assert!(plan_for(&[]).is_ok());
+    // The DaemonSet takes both.
+    let v = ["t", "daemonset", "--services", "--inCluster", "--taint"];
+    match T::try_parse_from(v).unwrap().cmd {
+        ManifestCommand::Daemonset(a) => assert!(a.plan().is_ok()),
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn every_generator_flag_has_an_env_name() {
+    for f in [
+        "arp",
+        "leaderElection",
+        "interface",
+        "port",
+        "controlplane",
+        "services",
+        "address",
+        "vipSubnet",
+        "namespace",
+        "leaseName",
+        "leaseDuration",
+        "leaseRenewDuration",
+        "leaseRetry",
+        "arpRate",
+        "servicesElection",
+        "serviceInterface",
+        "lbClassOnly",
+        "lbClassName",
+        "enableNodeLabeling",
+        "log",
+        "prometheusHTTPServer",
+        "kubernetesAddr",
+        "k8sConfigPath",
+        "nodeName",
+    ] {
+        env_for(f).unwrap();
+    }
+    assert!(matches!(
+        env_for("nope"),
+        Err(ManifestError::UnknownFlag("nope"))
+    ));
+}
+
+fn text_env(p: &Plan) -> Vec<(&'static str, String)> {
+    p.env
+        .iter()
+        .filter_map(|(k, v)| match v {
+            EnvValue::Text(t) => Some((*k, t.clone())),
+            EnvValue::NodeName => None,
+        })
+        .collect()
+}
+
+/// `--enableLoadBalancer` passes through as kube-vip's generator writes it: lb_enable,
+/// lb_port and lb_fwdmethod (defaults filled in); a refused method names the flag.
+#[test]
+fn enable_load_balancer_passes_through_with_port_and_method() {
+    let cp = ["--controlplane", "--address", "192.0.2.10"];
+    let lb = |p: &Plan| {
+        text_env(p)
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("lb_"))
+            .collect::<Vec<_>>()
+    };
+    let p = plan(&[&cp[..], &["--services", "--enableLoadBalancer"]].concat()).unwrap();
+    assert_eq!(
+        lb(&p),
+        [
+            ("lb_enable", "true".to_string()),
+            ("lb_port", "6443".to_string()),
+            ("lb_fwdmethod", "local".to_string())
+        ]
+    );
+    let p = plan(
+        &[
+            &cp[..],
+            &[
+                "--enableLoadBalancer=true",
+                "--lbPort",
+                "8443",
+                "--lbForwardingMethod",
+                "masquerade",
+            ],
+        ]
+        .concat(),
+    )
+    .unwrap();
+    assert_eq!(
+        lb(&p)[1..],
+        [
+            ("lb_port", "8443".to_string()),
+            ("lb_fwdmethod", "masquerade".to_string())
+        ]
+    );
+    // Off: nothing written, whatever the other two say (as kube-vip).
+    let p = plan(&[&cp[..], &["--enableLoadBalancer=false", "--lbPort", "1"]].concat()).unwrap();
+    assert!(lb(&p).is_empty());
+    let e = plan(
+        &[
+            &cp[..],
+            &["--enableLoadBalancer", "--lbForwardingMethod", "tunnel"],
+        ]
+        .concat(),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("lb_fwdmethod") && e.contains("tunnel"), "{e}");
+}
+
+#[test]
+fn control_plane_without_address_is_the_managers_error() {
+    let e = plan(&["--controlplane"]).unwrap_err().to_string();
+    assert!(e.contains("cp_enable needs at least one VIP"), "{e}");
+}
+
+#[test]
+fn arp_false_is_refused() {
+    let e = plan(&["--controlplane", "--address", "192.0.2.10", "--arp=false"])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("vip_arp"), "{e}");
+}
+
+#[test]
+fn bad_bool_names_the_flag() {
+    let e = plan(&["--controlplane=yes"]).unwrap_err().to_string();
+    assert!(e.contains("--controlplane") && e.contains("yes"), "{e}");
+}
+
+#[test]
+fn kubeadm_init_mounts_super_admin_at_the_kubeconfig_path() {
+    let p = plan(&[
+        "--controlplane",
+        "--address",
+        "192.0.2.10",
+        "--kubeadm-init",
+    ])
+    .unwrap();
+    assert_eq!(
+        p.access,
+        Access::Kubeconfig {
+            host_path: SUPER_ADMIN_CONF.into(),
+            mount_path: DEFAULT_KUBECONFIG.into()
+        }
+    );
+    assert!(plan(&["--services", "--kubeadm-init"]).is_err());
+}
+
+#[test]
+fn control_plane_sets_kubernetes_addr_to_the_local_api_server() {
+    let p = plan(&[
+        "--controlplane",
+        "--address",
+        "192.0.2.10",
+        "--port",
+        "6444",
+    ])
+    .unwrap();
+    let env = p.env_for_node("n1");
+    assert!(env.contains(&("kubernetes_addr".into(), "127.0.0.1:6444".into())));
+    let p = plan(&["--services"]).unwrap();
+    assert!(!p.env.iter().any(|(k, _)| *k == "kubernetes_addr"));
+}
+
+#[test]
+fn admin_endpoint_forms() {
+    assert_eq!(admin_endpoint(":2112").unwrap(), (None, Some(2112)));
+    assert_eq!(
+        admin_endpoint("127.0.0.1:9000").unwrap(),
+        (Some("127.0.0.1".into()), Some(9000))
+    );
+    assert_eq!(admin_endpoint("").unwrap(), (None, None));
+    assert!(admin_endpoint("x").is_err());
+}

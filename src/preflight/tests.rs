@@ -1,0 +1,172 @@
+use super::*;
+
+#[test]
+fn capabilities_from_status() {
+    let all = "Name:\tx\nCapEff:\t000001ffffffffff\n";
+    assert_eq!(check_capabilities(all).status, Status::Pass);
+    // NET_ADMIN (bit 12) only.
+    let c = check_capabilities("CapEff:\t0000000000001000\n");
+    assert_eq!(c.status, Status::Fail);
+    assert_eq!(c.detail, "missing CAP_NET_RAW");
+    assert!(c.fix.unwrap().contains("NET_RAW"));
+    let c = check_capabilities("CapEff:\t0000000000000000\n");
+    assert_eq!(c.detail, "missing CAP_NET_ADMIN, CAP_NET_RAW");
+    assert_eq!(check_capabilities("nothing").status, Status::Fail);
+}
+
+#[test]
+fn lb_nftables_row() {
+    assert_eq!(check_lb_nftables(None).status, Status::Skip);
+    assert_eq!(check_lb_nftables(Some(&Ok(()))).status, Status::Pass);
+    let e = crate::lb::LbError {
+        command: "add table ip vipd_lb".into(),
+        detail: "Could not process rule: No such file or directory".into(),
+    };
+    let c = check_lb_nftables(Some(&Err(e)));
+    assert_eq!(c.status, Status::Fail);
+    assert!(c.detail.contains("No such file"), "{}", c.detail);
+    assert!(c.fix.unwrap().contains("CONFIG_NFT_NAT"));
+}
+
+#[test]
+fn macvlan_cases() {
+    assert_eq!(check_macvlan(true, None, None, true).status, Status::Pass);
+    let dep = "kernel/drivers/net/macvlan.ko.zst: kernel/drivers/net/tap.ko\n";
+    assert_eq!(
+        check_macvlan(false, Some(dep), None, true).status,
+        Status::Pass
+    );
+    assert_eq!(
+        check_macvlan(
+            false,
+            Some(""),
+            Some("kernel/drivers/net/macvlan.ko\n"),
+            true
+        )
+        .status,
+        Status::Pass
+    );
+    let c = check_macvlan(false, Some("kernel/drivers/net/macvtap.ko:\n"), None, true);
+    assert_eq!(c.status, Status::Fail);
+    assert!(c.fix.unwrap().contains("kernel-default-base"));
+    assert_eq!(
+        check_macvlan(false, Some(""), None, false).status,
+        Status::Skip
+    );
+    assert_eq!(check_macvlan(false, None, None, true).status, Status::Warn);
+}
+
+#[test]
+fn arp_flux_rows() {
+    let t = |vip: Option<&str>, ifname: &str| FluxTarget {
+        vip: vip.map(|v| v.parse().unwrap()),
+        ifname: ifname.into(),
+    };
+    let targets = [t(Some("192.0.2.10"), "eth0"), t(None, "eth2")];
+    let findings = [FluxFinding {
+        target: targets[0].clone(),
+        peers: vec![arpflux::FluxPeer {
+            name: "eth1".into(),
+            addr: ("192.0.2.111".parse().unwrap(), 24),
+        }],
+    }];
+    let rows = check_arp_flux(&targets, &findings, &Ok(()));
+    assert_eq!(rows.len(), 3);
+    assert_eq!(
+        (rows[0].name.as_str(), rows[0].status),
+        ("nftables", Status::Pass)
+    );
+    assert_eq!(rows[1].name, "arp-flux:eth0");
+    assert_eq!(rows[1].status, Status::Warn);
+    assert!(
+        rows[1].detail.contains("eth1 (192.0.2.111/24)"),
+        "{}",
+        rows[1].detail
+    );
+    assert!(rows[1].detail.contains("arp vipd"), "{}", rows[1].detail);
+    let fix = rows[1].fix.as_deref().unwrap();
+    assert!(
+        fix.starts_with("sysctl -w net.ipv4.conf.all.arp_ignore=1"),
+        "{fix}"
+    );
+    assert!(fix.contains("/etc/sysctl.d/"), "{fix}");
+    assert_eq!(
+        (rows[2].name.as_str(), rows[2].status),
+        ("arp-flux:eth2", Status::Pass)
+    );
+    // Without nftables: the guard row warns and the finding says it is not covered.
+    let err = Err(crate::net::ArpGuardError::Setup {
+        command: "add table arp vipd".into(),
+        detail: "nft not found".into(),
+    });
+    let rows = check_arp_flux(&targets, &findings, &err);
+    assert_eq!(rows[0].status, Status::Warn);
+    assert!(
+        rows[0].detail.contains("nft not found"),
+        "{}",
+        rows[0].detail
+    );
+    assert!(
+        rows[1].detail.contains("guard is off"),
+        "{}",
+        rows[1].detail
+    );
+    // Warnings do not fail preflight.
+    assert!(!Report { checks: rows }.failed());
+}
+
+#[test]
+fn rbac_denial_names_access_and_rule() {
+    let checks = rbac::checks_for(
+        &rbac::Needs {
+            events_v1: Some(true),
+            endpoint_slices: Some(true),
+            ..rbac::Needs::manifest(false)
+        },
+        &rbac::Namespaces {
+            lease: "kube-system".into(),
+            services: None,
+            services_election: true,
+        },
+    );
+    let pass = rbac_verdict(&checks, &[], &[], Some(true));
+    assert_eq!(pass.status, Status::Pass);
+    assert!(pass.detail.contains("events.k8s.io/v1"), "{}", pass.detail);
+    let create_events: Vec<&rbac::AccessCheck> = checks
+        .iter()
+        .filter(|a| a.group == "events.k8s.io" && a.verb == rbac::Verb::Create)
+        .collect();
+    assert!(!create_events.is_empty());
+    let c = rbac_verdict(&checks, &create_events, &[], Some(true));
+    assert_eq!(c.status, Status::Fail);
+    assert!(
+        c.detail
+            .contains("create events.k8s.io/events cluster-wide"),
+        "{}",
+        c.detail
+    );
+    let fix = c.fix.unwrap();
+    assert!(
+        fix.contains(r#"{apiGroups: ["events.k8s.io"], resources: [events], verbs: [create]}"#)
+            && fix.contains("vipd manifest rbac"),
+        "{fix}"
+    );
+}
+
+#[test]
+fn report_renders_fixes_and_fails() {
+    let r = Report {
+        checks: vec![
+            Check::new("a", Status::Pass, "fine"),
+            Check::new("capabilities", Status::Fail, "missing CAP_NET_RAW").fix("add it"),
+        ],
+    };
+    assert!(r.failed());
+    let t = r.render();
+    assert!(
+        t.contains("capabilities  FAIL    missing CAP_NET_RAW"),
+        "{t}"
+    );
+    assert!(t.contains("fix: add it"), "{t}");
+    assert!(t.ends_with("preflight FAILED: 1 check(s)\n"), "{t}");
+}
