@@ -21,6 +21,8 @@
 //! | `vipd_garp_sent_total` | counter | `vip` | gratuitous ARPs / unsolicited NAs sent |
 //! | `vipd_vips_held` | gauge | | VIPs this node carries right now |
 //! | `vipd_node_ineligible` | gauge | `vips`, `reason` | 1 while this node may not announce `vips` (`control-plane` or `services`) for `reason` (drained, drain-annotation, cordon-drain, excluded, not-ready, cordoned, unknown); no series while eligible |
+//! | `vipd_health_check_failures_total` | counter | `lease_name` | failed data-path health checks of this Service lease's group (run while leading, and while handed over for health) |
+//! | `vipd_health_handovers_total` | counter | `lease_name` | times this node handed the lease over because its data-path health check failed |
 //! | `vipd_lb_backend_up` | gauge | `node`, `address` | `lb_enable`, on the control-plane VIP's holder only: 1 while a control-plane node's API server is in the load balancer's set, 0 while it fails its health checks |
 //! | `vipd_vip_conflicts_total` | counter | `vip` | times another host was found answering for a VIP this node leads (RFC 5227 conflict): the VIP was not bound, or was removed |
 
@@ -99,6 +101,8 @@ struct Inner {
     vips_held: Gauge,
     conflicts: Family<VipLabels, Counter>,
     ineligible: Family<IneligibleLabels, Gauge>,
+    health_failures: Family<LeaseLabels, Counter>,
+    health_handovers: Family<LeaseLabels, Counter>,
     lb_backends: Family<BackendLabels, Gauge>,
 }
 
@@ -130,6 +134,8 @@ impl Metrics {
         let vips_held = Gauge::default();
         let conflicts = Family::<VipLabels, Counter>::default();
         let ineligible = Family::<IneligibleLabels, Gauge>::default();
+        let health_failures = Family::<LeaseLabels, Counter>::default();
+        let health_handovers = Family::<LeaseLabels, Counter>::default();
         let lb_backends = Family::<BackendLabels, Gauge>::default();
         registry.register(
             "vipd_lb_backend_up",
@@ -197,6 +203,16 @@ impl Metrics {
             "1 while this node may not announce these VIPs (control-plane or services) for this reason",
             ineligible.clone(),
         );
+        registry.register(
+            "vipd_health_check_failures",
+            "Failed data-path health checks of this Service lease's group",
+            health_failures.clone(),
+        );
+        registry.register(
+            "vipd_health_handovers",
+            "Times this node handed the lease over because its data-path health check failed",
+            health_handovers.clone(),
+        );
         build_info
             .get_or_create(&BuildLabels {
                 version: env!("CARGO_PKG_VERSION").to_string(),
@@ -218,6 +234,8 @@ impl Metrics {
             vips_held,
             conflicts,
             ineligible,
+            health_failures,
+            health_handovers,
             lb_backends,
         }))
     }
@@ -284,7 +302,7 @@ impl Metrics {
     }
 
     /// Removes every series of `lease` (leader gauge, transitions, renew latency and
-    /// failures, failovers, duplicate-identity writes), so that Services deleted over time do not leave series behind.
+    /// failures, failovers, duplicate-identity writes, health checks), so that Services deleted over time do not leave series behind.
     pub(crate) fn forget_lease(&self, lease: &str) {
         let l = Self::lease(lease);
         self.0.is_leader.remove(&LeaderLabels {
@@ -296,6 +314,24 @@ impl Metrics {
         self.0.renew_failures.remove(&l);
         self.0.failovers.remove(&l);
         self.0.duplicate_identity.remove(&l);
+        self.0.health_failures.remove(&l);
+        self.0.health_handovers.remove(&l);
+    }
+
+    /// Counts one failed data-path health check of `lease`'s group.
+    pub(crate) fn health_check_failed(&self, lease: &str) {
+        self.0
+            .health_failures
+            .get_or_create(&Self::lease(lease))
+            .inc();
+    }
+
+    /// Counts one hand-over of `lease` for a failed health check.
+    pub(crate) fn health_handover(&self, lease: &str) {
+        self.0
+            .health_handovers
+            .get_or_create(&Self::lease(lease))
+            .inc();
     }
 
     /// Counts one address conflict for `vip` (another host answers for it).
@@ -395,6 +431,8 @@ impl Metrics {
         m.vips_held(1);
         m.active_services("default", 1);
         m.set_ineligible("services", Some("drained"));
+        m.health_check_failed(lease);
+        m.health_handover(lease);
         m.lb_backends([(node, "192.0.2.11".to_string(), true)]);
         m
     }
@@ -468,7 +506,7 @@ mod tests {
             .map(str::to_string)
             .collect();
         documented.sort();
-        assert_eq!(exported.len(), 13, "{text}");
+        assert_eq!(exported.len(), 15, "{text}");
         assert_eq!(exported, documented);
     }
 
@@ -482,6 +520,8 @@ mod tests {
             m.renew_failure(lease);
             m.failover(lease);
             m.duplicate_identity(lease);
+            m.health_check_failed(lease);
+            m.health_handover(lease);
         }
         m.garp_sent("192.0.2.10");
         m.garp_sent("192.0.2.11");

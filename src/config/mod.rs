@@ -244,11 +244,25 @@ pub struct Config {
     /// `drain_on_cordon` and `svc_exclude_cordoned` (vipd options): what a cordon means for
     /// eligibility ([`crate::nodes::eligibility`]).
     pub eligibility: crate::nodes::eligibility::EligibilityRules,
+    /// `svc_healthcheck` and `svc_healthcheck_hold` (vipd options): the data-path check of
+    /// Service VIP holders ([`crate::services::health`]).
+    pub services_health: ServicesHealth,
     /// `lb_enable` / `--enableLoadBalancer`, `lb_port`, `lb_fwdmethod`: control-plane load
     /// balancing ([`crate::lb`]); `None` when `lb_enable` is off.
     pub load_balancer: Option<LoadBalancerConfig>,
     /// `vip_loglevel`.
     pub log_level: LogLevel,
+}
+
+/// The node's Service health check settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServicesHealth {
+    /// `svc_healthcheck`: the check of Services without the `vipd.io/healthcheck`
+    /// annotation; `None` (the default): none.
+    pub check: Option<crate::services::health::HealthCheck>,
+    /// `svc_healthcheck_hold` (default 30 s): minimum time out after a health hand-over,
+    /// and minimum hold before one.
+    pub hold: Duration,
 }
 
 /// The control-plane load balancer's settings (`lb_enable` set).

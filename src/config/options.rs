@@ -148,6 +148,8 @@ pub(super) const K_IPV6_DAD: &str = "vip_ipv6_dad";
 pub(super) const K_NODE_LABELING: &str = "enable_node_labeling";
 pub(super) const K_DRAIN_ON_CORDON: &str = "drain_on_cordon";
 pub(super) const K_SVC_EXCLUDE_CORDONED: &str = "svc_exclude_cordoned";
+pub(super) const K_SVC_HEALTHCHECK: &str = "svc_healthcheck";
+pub(super) const K_SVC_HEALTHCHECK_HOLD: &str = "svc_healthcheck_hold";
 pub(super) const K_LOG_LEVEL: &str = "vip_loglevel";
 pub(super) const K_CONFIG_FILE: &str = "config_file";
 pub(super) const K_DNS_MODE: &str = "dns_mode";
@@ -472,6 +474,20 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "false",
         Bool,
         "vipd option: a cordoned node does not announce Service VIPs (by default cordoned nodes stay eligible; excluded-labelled and NotReady nodes never are)",
+    ),
+    opt(
+        K_SVC_HEALTHCHECK,
+        "servicesHealthCheck",
+        "",
+        Text,
+        "vipd option: the data-path check of the node holding a Service VIP, every second; after 3 failures in a row it hands the Service over (Warning Event HealthCheckFailed). `kube-proxy` (http://127.0.0.1:10256/healthz), an http:// URL (2xx is healthy), tcp:PORT (a connect to 127.0.0.1), or empty/off (default: clusters without kube-proxy would lose every VIP); per Service: annotation vipd.io/healthcheck",
+    ).named("CHECK"),
+    opt(
+        K_SVC_HEALTHCHECK_HOLD,
+        "servicesHealthCheckHold",
+        "30",
+        Seconds,
+        "vipd option: a node that handed a Service over for health stays out at least this long (and until 2 checks in a row pass), and a holder holds at least this long before it hands over for health, so a flapping check moves a Service at most once per hold time",
     ),
     opt(
         K_LB_ENABLE,

@@ -173,11 +173,27 @@ pub fn resolve_detailed(
             drain_on_cordon: inputs.bool_or(K_DRAIN_ON_CORDON, false)?,
             exclude_cordoned: inputs.bool_or(K_SVC_EXCLUDE_CORDONED, false)?,
         },
+        services_health: services_health(&inputs)?,
         enable_node_labeling: api.enable_node_labeling,
         load_balancer,
         log_level,
     };
     Ok(Resolved { config, warnings })
+}
+
+/// `svc_healthcheck` and `svc_healthcheck_hold`.
+fn services_health(inputs: &Inputs<'_>) -> Result<ServicesHealth, ConfigError> {
+    let check = match inputs.get(K_SVC_HEALTHCHECK) {
+        Some(raw) => {
+            crate::services::health::parse_check(&raw.value).map_err(|e| raw.invalid(e))?
+        }
+        None => None,
+    };
+    let hold = match inputs.get(K_SVC_HEALTHCHECK_HOLD) {
+        Some(raw) => parse_seconds(&raw)?,
+        None => crate::services::health::DEFAULT_HOLD,
+    };
+    Ok(ServicesHealth { check, hold })
 }
 
 /// What vipd runs (`cp_enable`, `svc_enable`, `dhcp_mode`, `vip_ipv6_dad`).

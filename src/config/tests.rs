@@ -527,3 +527,30 @@ fn config_services_and_misc_values() {
         assert_eq!(ok(&[], &[("vip_loglevel", n)], None).config.log_level, lvl);
     }
 }
+
+#[test]
+fn services_health_check_defaults_off_and_parses() {
+    let r = ok(&[], &[], None);
+    assert_eq!(r.config.services_health.check, None);
+    assert_eq!(
+        r.config.services_health.hold,
+        crate::services::health::DEFAULT_HOLD
+    );
+    let r = ok(
+        &["--servicesHealthCheck=kube-proxy"],
+        &[("svc_healthcheck_hold", "5")],
+        None,
+    );
+    assert_eq!(
+        r.config
+            .services_health
+            .check
+            .as_ref()
+            .map(ToString::to_string)
+            .as_deref(),
+        Some("http://127.0.0.1:10256/healthz")
+    );
+    assert_eq!(r.config.services_health.hold, Duration::from_secs(5));
+    let r = ok(&[], &[("svc_healthcheck", "off")], None);
+    assert_eq!(r.config.services_health.check, None);
+}

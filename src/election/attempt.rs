@@ -63,6 +63,16 @@ impl<C: LeaseClient> Elector<C> {
                 Standing::Ours | Standing::Free => true,
                 Standing::HeldByOther { .. } => false,
             };
+        let mut in_flight = None;
+        if acquiring && let Some(sp) = &self.spread {
+            let at = sp.not_before(*st.free_since.get_or_insert(now));
+            if now < at {
+                debug!(%lease, wait_ms = (at - now).as_millis() as u64, held = sp.held(), "spreading: waiting before acquiring");
+                st.next_attempt = at;
+                return;
+            }
+            in_flight = Some(sp.begin());
+        }
         if acquiring
             && let Some(check) = &self.acquire_check
             && !check().await
@@ -93,6 +103,7 @@ impl<C: LeaseClient> Elector<C> {
             }
             Err(e) => self.on_failure(st, e),
         }
+        drop(in_flight);
     }
 
     /// Reads the lease (a GET within the call timeout) and records what it shows; `false`
@@ -138,6 +149,7 @@ impl<C: LeaseClient> Elector<C> {
         let duration = record::duration_secs(self.timing.lease_duration);
         match standing {
             Standing::HeldByOther { holder, .. } => {
+                st.free_since = None;
                 let under_our_name = *holder == self.identity;
                 if st.leading.is_some() {
                     let why = if under_our_name {
@@ -231,6 +243,10 @@ impl<C: LeaseClient> Elector<C> {
             None => {
                 st.term += 1;
                 st.leading = Some((st.term, call_started));
+                st.free_since = None;
+                if let Some(sp) = &self.spread {
+                    sp.acquired(now);
+                }
                 info!(%lease, term = st.term, "acquired lease; leading");
                 if let Some(m) = &self.metrics {
                     m.set_leading(&lease, true);

@@ -33,6 +33,7 @@ mod attempt;
 pub mod kube;
 pub mod record;
 mod run;
+pub mod spread;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -322,6 +323,8 @@ pub struct Elector<C: LeaseClient> {
     quiet: crate::logging::RepeatLimiter<bool, String>,
     /// Asked before every acquisition (see [`Elector::with_acquire_check`]).
     acquire_check: Option<AcquireCheck>,
+    /// Delays acquisitions by the leases this node holds (see [`Elector::with_spread`]).
+    spread: Option<Arc<spread::Spread>>,
 }
 
 /// Asked before this node acquires the lease (creates it, or takes it over after it was
@@ -353,6 +356,9 @@ struct Run {
     /// `clean`), not a release found at start (ours from before a restart, or one that a
     /// misconfigured second vipd may answer for).
     seen_other_holder: bool,
+    /// When this node last found the lease free to acquire (absent, released or expired)
+    /// since it was last held by anyone: the spread delay counts from here.
+    free_since: Option<Instant>,
     /// The writes this process made: a record naming our identity is ours only if it is
     /// one of them.
     own: OwnWrites,
@@ -382,6 +388,7 @@ impl<C: LeaseClient> Elector<C> {
                 duplicate_tx: watch::Sender::new(None),
                 quiet: crate::logging::RepeatLimiter::default(),
                 acquire_check: None,
+                spread: None,
             },
             Leadership {
                 state: state_rx,
@@ -393,6 +400,15 @@ impl<C: LeaseClient> Elector<C> {
     /// Asks `check` before every acquisition (see [`AcquireCheck`]).
     pub fn with_acquire_check(mut self, check: AcquireCheck) -> Self {
         self.acquire_check = Some(check);
+        self
+    }
+
+    /// Spreads leases over nodes without preemption: every acquisition waits
+    /// [`spread::Spread::not_before`] (longer the more leases this node holds among those
+    /// sharing `spread`), and each term is counted in it while it lasts. Renewals never
+    /// wait.
+    pub(crate) fn with_spread(mut self, spread: Arc<spread::Spread>) -> Self {
+        self.spread = Some(spread);
         self
     }
 

@@ -24,6 +24,7 @@ impl<C: LeaseClient> Elector<C> {
             backoff: Backoff::new(self.timing.retry_period, self.timing.max_backoff()),
             absent_until: None,
             seen_other_holder: false,
+            free_since: None,
             own: OwnWrites::default(),
             ever_observed: false,
         };
@@ -172,6 +173,9 @@ impl<C: LeaseClient> Elector<C> {
                 let twin = record::foreign_under_identity(&obs, &self.identity, &st.own);
                 let released = !obs.record.is_held();
                 st.seen_other_holder |= other;
+                if other {
+                    st.free_since = None;
+                }
                 st.observed = Some(obs);
                 st.known = true;
                 st.observed_at = Instant::now();
@@ -275,6 +279,9 @@ impl<C: LeaseClient> Elector<C> {
         let Some((term, _)) = st.leading.take() else {
             return false;
         };
+        if let Some(sp) = &self.spread {
+            sp.released();
+        }
         if release && why == SHUTTING_DOWN {
             info!(%lease, term, "stepping down: shutting down");
         } else {

@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 use super::*;
 
 mod duplicate_identity;
+mod spreading;
 
 #[derive(Default)]
 struct ServerState {
@@ -246,12 +247,27 @@ fn start(server: &Arc<FakeServer>, who: &str, ack: bool) -> Node {
 /// Starts an elector whose API calls are made as `who` (for cuts and write counts) with
 /// election identity `identity` (two processes may share one).
 fn start_as(server: &Arc<FakeServer>, who: &str, identity: &str, ack: bool) -> Node {
+    start_with(server, who, identity, ack, None)
+}
+
+/// [`start_as`], spreading with `spread` when given.
+fn start_with(
+    server: &Arc<FakeServer>,
+    who: &str,
+    identity: &str,
+    ack: bool,
+    spread: Option<Arc<spread::Spread>>,
+) -> Node {
     let gates = Gates::default();
     let client = FakeClient {
         server: server.clone(),
         who: who.into(),
     };
     let (elector, leadership) = Elector::new(client, identity.into(), TIMING, &gates);
+    let elector = match spread {
+        Some(sp) => elector.with_spread(sp),
+        None => elector,
+    };
     let duplicate = elector.duplicate_identity();
     let duplicate_log = Arc::new(Mutex::new(Vec::new()));
     let mut dup_rx = duplicate.clone();

@@ -14,7 +14,8 @@
 //!
 //! A holder that becomes ineligible hands over gracefully: the elector's gate closes, the
 //! VIPs are removed, then the lease is released (the ~50 ms path), and the next eligible
-//! candidate takes it at once.
+//! candidate takes it at once (Service leases: after its spread delay,
+//! [`crate::election::spread`]).
 //!
 //! [`watch_own_node`] follows this node's Node object (a watch with a field selector on
 //! its name) and publishes the facts [`NodeFacts`] the decisions need.

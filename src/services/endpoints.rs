@@ -8,8 +8,13 @@
 //! - Endpoints: an address in `subsets[].addresses` (never `notReadyAddresses`) whose
 //!   `nodeName` is the node.
 //! - EndpointSlice v1: an endpoint whose `conditions.ready` is not `false` (absent means
-//!   ready, as the API documents: "unknown state ... should be interpreted as ready") and
-//!   whose `nodeName` is the node. Terminating endpoints have `ready: false`.
+//!   ready, as the API documents: "unknown state ... should be interpreted as ready"), or
+//!   whose `conditions.serving` is `true`, and whose `nodeName` is the node. Terminating
+//!   endpoints have `ready: false`; those still `serving` (a Pod in its graceful shutdown
+//!   that passes its readiness probe) count, as kube-proxy still sends them traffic for
+//!   `externalTrafficPolicy: Local` when a node has no ready endpoint, so a rolling update
+//!   does not drop the VIP before the new Pod is ready. Core Endpoints cannot tell
+//!   terminating-but-serving addresses apart (they are in `notReadyAddresses`).
 //!
 //! Everything here is pure except [`endpointslice_v1_served`].
 
@@ -75,7 +80,16 @@ fn ready_slice_endpoints(slices: &[EndpointSlice]) -> impl Iterator<Item = &Endp
     slices
         .iter()
         .flat_map(|s| s.endpoints.iter())
-        .filter(|ep| ep.conditions.as_ref().and_then(|c| c.ready) != Some(false))
+        .filter(|ep| counts(ep.conditions.as_ref()))
+}
+
+/// Whether an EndpointSlice endpoint with `conditions` counts as a local endpoint: ready
+/// (or unknown), or terminating and still serving.
+fn counts(conditions: Option<&k8s_openapi::api::discovery::v1::EndpointConditions>) -> bool {
+    let Some(c) = conditions else {
+        return true;
+    };
+    c.ready != Some(false) || c.serving == Some(true)
 }
 
 /// Core Endpoints: `node` has an address in `subsets[].addresses` (ready ones;
@@ -84,7 +98,8 @@ pub(crate) fn ready_local_endpoint_from_endpoints(endpoints: &Endpoints, node: &
     ready_addresses(endpoints).any(|a| a.node_name.as_deref() == Some(node))
 }
 
-/// EndpointSlice v1: `node` has an endpoint whose `conditions.ready` is not `false`.
+/// EndpointSlice v1: `node` has an endpoint whose `conditions.ready` is not `false`, or
+/// that is still `serving` (see the module docs).
 pub(crate) fn ready_local_endpoint_from_slices(slices: &[EndpointSlice], node: &str) -> bool {
     ready_slice_endpoints(slices).any(|ep| ep.node_name.as_deref() == Some(node))
 }
@@ -269,6 +284,42 @@ mod tests {
         )];
         assert!(!any_ready_endpoint(EndpointSource::Slices(&none_ready)));
         assert!(!any_ready_endpoint(EndpointSource::Slices(&[])));
+    }
+
+    #[test]
+    fn terminating_but_serving_endpoints_count() {
+        let cond = |ready, serving, terminating| EndpointConditions {
+            ready,
+            serving,
+            terminating,
+        };
+        let ep_with = |node: &str, c: EndpointConditions| Endpoint {
+            addresses: vec!["10.0.0.1".into()],
+            node_name: Some(node.into()),
+            conditions: Some(c),
+            ..Default::default()
+        };
+        let slices = vec![slice(
+            "default",
+            "web",
+            vec![
+                // Rolling update: the old Pod terminates but still serves.
+                ep_with("node-a", cond(Some(false), Some(true), Some(true))),
+                // Terminating and no longer serving.
+                ep_with("node-b", cond(Some(false), Some(false), Some(true))),
+                // Not ready, not terminating (serving false: fails its probe).
+                ep_with("node-c", cond(Some(false), Some(false), Some(false))),
+                // Not ready with serving unknown.
+                ep_with("node-d", cond(Some(false), None, None)),
+            ],
+        )];
+        let src = EndpointSource::Slices(&slices);
+        assert!(src.ready_on("node-a"), "terminating but serving counts");
+        assert!(!src.ready_on("node-b"));
+        assert!(!src.ready_on("node-c"));
+        assert!(!src.ready_on("node-d"));
+        assert_eq!(src.ready_nodes(), BTreeSet::from(["node-a".to_string()]));
+        assert!(src.any_ready());
     }
 
     #[test]

@@ -114,6 +114,8 @@ struct Group<K: Kernel, A: Announcer> {
     elector_task: JoinHandle<ElectionEnd>,
     holder_stop: CancellationToken,
     holder_task: JoinHandle<()>,
+    /// The data-path health check ([`super::health::follow`]); stopped with the holder.
+    health_task: JoinHandle<()>,
 }
 
 /// One Lease: election, VIP holder, status writing. Returns how the election ended.
@@ -150,6 +152,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             Elector::new(client.clone(), shared.node.clone(), shared.timing, &gates);
         let elector = elector
             .with_metrics(shared.metrics.clone())
+            .with_spread(shared.spread.clone())
             .with_acquire_check(service_still_exists(
                 shared.lease_client.clone(),
                 spec.clone(),
@@ -177,6 +180,14 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         // campaigns, so a node that must not carry the address never takes the lease.
         let holder_stop = CancellationToken::new();
         let elector_stop = CancellationToken::new();
+        let health_task = tokio::spawn(super::health::follow(
+            shared.clone(),
+            lease.to_string(),
+            spec.clone(),
+            state.clone(),
+            gates.clone(),
+            holder_stop.clone(),
+        ));
         let holder_task = tokio::spawn(holder.run(leadership, holder_stop.clone()));
         let elector_task = tokio::spawn(elector.run(elector_stop.clone()));
         let seen = shared.services_seen.subscribe();
@@ -201,6 +212,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             elector_task,
             holder_stop,
             holder_task,
+            health_task,
         }
     }
 
@@ -357,6 +369,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         let end = self.elector_task.await.ok();
         self.holder_stop.cancel();
         let _ = self.holder_task.await;
+        let _ = self.health_task.await;
         // Series of a group that is gone would otherwise stay for the process lifetime.
         shared.metrics.forget_lease(&lease.to_string());
         for v in &self.current.vips {

@@ -26,6 +26,7 @@ pub mod desired;
 pub mod endpoints;
 pub mod governance;
 mod group;
+pub mod health;
 pub mod lease_gc;
 pub mod model;
 pub mod runtime;

@@ -107,6 +107,11 @@ pub(super) struct Shared<K: Kernel, A: Announcer> {
     pub(super) services_seen: watch::Sender<u64>,
     /// Why this node may not announce Service VIPs (see [`Parts::ineligible`]).
     pub(super) ineligible: watch::Receiver<Option<Ineligible>>,
+    /// `svc_healthcheck`, `svc_healthcheck_hold` ([`super::health`]).
+    pub(super) health: super::health::HealthSettings,
+    /// The Service leases this node holds: spreads them over the nodes
+    /// ([`crate::election::spread`]).
+    pub(super) spread: Arc<crate::election::spread::Spread>,
 }
 
 impl<K: Kernel, A: Announcer> Shared<K, A> {
@@ -372,6 +377,14 @@ async fn run<K: Kernel, A: Announcer>(
         readiness,
         services_seen: watch::channel(0).0,
         ineligible,
+        health: super::health::HealthSettings {
+            default: cfg.services_health.check.clone(),
+            policy: super::health::HealthPolicy {
+                hold: cfg.services_health.hold,
+                ..Default::default()
+            },
+        },
+        spread: crate::election::spread::Spread::new(),
     });
     let plan_cfg = plan_config(&cfg);
     info!(mode = ?plan_cfg.mode, namespace = namespace.unwrap_or("<all>"), "Services: watching LoadBalancer Services");

@@ -31,7 +31,7 @@ pub(super) struct StatusCtx<'a, W: StatusWriter> {
 
 impl<W: StatusWriter> StatusCtx<'_, W> {
     /// The cached Service `key`, if any.
-    fn cached(&self, key: &ServiceKey) -> Option<Arc<Service>> {
+    pub(super) fn cached(&self, key: &ServiceKey) -> Option<Arc<Service>> {
         self.services
             .get(&reflector::ObjectRef::new(&key.name).within(&key.namespace))
     }
@@ -217,8 +217,20 @@ pub(super) async fn report_handover<W: StatusWriter>(
     spec: &GroupSpec,
     why: &str,
 ) {
+    report_each(ctx, spec, |addrs| {
+        ServiceEvent::handed_over(ctx.node, addrs, why)
+    })
+    .await;
+}
+
+/// Posts the Event `make(addresses)` on each of the group's Services (a failure is logged).
+pub(super) async fn report_each<W: StatusWriter>(
+    ctx: &StatusCtx<'_, W>,
+    spec: &GroupSpec,
+    make: impl Fn(&[IpAddr]) -> ServiceEvent,
+) {
     for (key, addrs, _) in &spec.services {
-        let ev = ServiceEvent::handed_over(ctx.node, addrs, why);
+        let ev = make(addrs);
         let uid = ctx.cached(key).and_then(|s| s.metadata.uid.clone());
         if let Err(e) = ctx.writer.event(key, uid.as_deref(), &ev).await {
             warn!(service = %key, error = %e, "cannot record the hand-over event");

@@ -192,6 +192,17 @@ const BAD: &[Bad] = &[
     env(&[("svc_renewdeadline", "9")], "svc_renewdeadline", "9"),
     env(&[("svc_leaseduration", "2")], "svc_renewdeadline", "2"),
     env(&[("svc_retryperiod", "x")], "svc_retryperiod", "x"),
+    env(
+        &[("svc_healthcheck", "https://127.0.0.1/healthz")],
+        "svc_healthcheck",
+        "https://127.0.0.1/healthz",
+    ),
+    env(&[("svc_healthcheck", "tcp:0")], "svc_healthcheck", "tcp:0"),
+    env(
+        &[("svc_healthcheck_hold", "0")],
+        "svc_healthcheck_hold",
+        "0",
+    ),
     flag(
         &["--leaseDuration=abc"],
         "vip_leaseduration",

@@ -90,6 +90,8 @@ pub const REASON_ANNOUNCED: &str = "AddressAnnounced";
 pub(crate) const REASON_INVALID_ADDRESS: &str = "InvalidAddress";
 /// Normal Event: the holder handed the Service's addresses over (node not eligible).
 pub(crate) const REASON_HANDED_OVER: &str = "HandedOver";
+/// Reason of [`ServiceEvent::health_handover`].
+pub(crate) const REASON_HEALTH_CHECK_FAILED: &str = "HealthCheckFailed";
 /// Reason of a Warning about a Service address and port already used by another Service
 /// (the Service is not announced on it).
 pub(crate) const REASON_ADDRESS_CONFLICT: &str = "AddressConflict";
@@ -187,6 +189,18 @@ impl ServiceEvent {
                 list.join(", ")
             ),
             change: crate::election::record::now_micros().to_string(),
+        }
+    }
+
+    /// Warning: `node` hands `addresses` over to another node because its data-path health
+    /// check failed (`why` names the check, how often it failed and the last error, see
+    /// [`crate::services::health`]): the VIPs are removed, then the lease is released. Each
+    /// hand-over is a separate Event.
+    pub(crate) fn health_handover(node: &str, addresses: &[IpAddr], why: &str) -> Self {
+        ServiceEvent {
+            kind: EventKind::Warning,
+            reason: REASON_HEALTH_CHECK_FAILED.into(),
+            ..Self::handed_over(node, addresses, why)
         }
     }
 

@@ -12,7 +12,7 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -40,6 +40,9 @@ enum Behaviour {
     Proxy(SocketAddr),
     /// Answer every HTTP request with this body.
     Http(String),
+    /// Answer every HTTP request with this status code (read at each request) and an
+    /// empty body.
+    Status(Arc<AtomicU16>),
 }
 
 impl ThreadServer {
@@ -64,6 +67,21 @@ impl ThreadServer {
     /// [`LabError::Io`] when the namespace cannot be entered or `listen` cannot be bound.
     pub fn http(netns: &Path, name: &str, listen: SocketAddr, body: &str) -> Result<ThreadServer> {
         Self::start(netns, name, listen, Behaviour::Http(body.to_string()))
+    }
+
+    /// Starts an HTTP/1.x server in the namespace at `netns` that answers every request
+    /// with the status code in `status` at the time of the request (e.g. 200 or 500; a
+    /// health endpoint stub whose answer the test flips), then closes the connection.
+    ///
+    /// # Errors
+    /// [`LabError::Io`] when the namespace cannot be entered or `listen` cannot be bound.
+    pub fn http_status(
+        netns: &Path,
+        name: &str,
+        listen: SocketAddr,
+        status: Arc<AtomicU16>,
+    ) -> Result<ThreadServer> {
+        Self::start(netns, name, listen, Behaviour::Status(status))
     }
 
     fn start(
@@ -196,7 +214,8 @@ fn accept_loop(
         };
         accepted_count.fetch_add(1, Ordering::SeqCst);
         match behaviour {
-            Behaviour::Http(body) => serve_http(stream, body),
+            Behaviour::Http(body) => serve_http(stream, 200, &format!("{body}\n")),
+            Behaviour::Status(code) => serve_http(stream, code.load(Ordering::SeqCst), ""),
             Behaviour::Proxy(target) => {
                 start_proxy_conn(stream, *target, conns);
             }
@@ -204,7 +223,7 @@ fn accept_loop(
     }
 }
 
-fn serve_http(mut stream: TcpStream, body: &str) {
+fn serve_http(mut stream: TcpStream, code: u16, payload: &str) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
     let mut buf = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
@@ -215,9 +234,9 @@ fn serve_http(mut stream: TcpStream, body: &str) {
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
         }
     }
-    let payload = format!("{body}\n");
+    let reason = if code == 200 { "OK" } else { "Status" };
     let resp = format!(
-        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\
          Connection: close\r\n\r\n{payload}",
         payload.len()
     );
