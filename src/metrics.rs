@@ -21,6 +21,9 @@
 //! | `vipd_garp_sent_total` | counter | `vip` | gratuitous ARPs / unsolicited NAs sent |
 //! | `vipd_vips_held` | gauge | | VIPs this node carries right now |
 //! | `vipd_node_ineligible` | gauge | `vips`, `reason` | 1 while this node may not announce `vips` (`control-plane` or `services`) for `reason` (drained, drain-annotation, cordon-drain, excluded, not-ready, cordoned, unknown); no series while eligible |
+//! | `vipd_ride_through` | gauge | `lease_name` | 1 while this node keeps the lease's Service VIPs through an API server outage (`svc_ridethrough`); no series otherwise |
+//! | `vipd_peer_api_reachable` | gauge | | with `svc_ridethrough`: 1 while this node's API probe (`/readyz`) answers, as its heartbeats say |
+//! | `vipd_peer_frames_total` | counter | `result` | peer protocol frames received: `accepted`, or why rejected (`bad_mac`, `bad_magic`, `bad_version`, `malformed`, `skew`, `replay`, `old_boot`) |
 //! | `vipd_vip_conflicts_total` | counter | `vip` | times another host was found answering for a VIP this node leads (RFC 5227 conflict): the VIP was not bound, or was removed |
 
 use std::fmt::Write as _;
@@ -61,6 +64,11 @@ struct IneligibleLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NamespaceLabels {
     namespace: String,
 }
@@ -92,6 +100,9 @@ struct Inner {
     vips_held: Gauge,
     conflicts: Family<VipLabels, Counter>,
     ineligible: Family<IneligibleLabels, Gauge>,
+    riding: Family<LeaseLabels, Gauge>,
+    peer_api: Gauge,
+    peer_frames: Family<ResultLabels, Counter>,
 }
 
 /// vipd's metrics. Cheap to clone (an `Arc`); every method is thread-safe and never fails.
@@ -122,6 +133,24 @@ impl Metrics {
         let vips_held = Gauge::default();
         let conflicts = Family::<VipLabels, Counter>::default();
         let ineligible = Family::<IneligibleLabels, Gauge>::default();
+        let riding = Family::<LeaseLabels, Gauge>::default();
+        let peer_api = Gauge::default();
+        let peer_frames = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "vipd_ride_through",
+            "1 while this node keeps the lease's Service VIPs through an API server outage",
+            riding.clone(),
+        );
+        registry.register(
+            "vipd_peer_api_reachable",
+            "1 while this node's API probe answers (peer protocol, svc_ridethrough)",
+            peer_api.clone(),
+        );
+        registry.register(
+            "vipd_peer_frames",
+            "Peer protocol frames received: accepted, or the reason they were rejected",
+            peer_frames.clone(),
+        );
         registry.register(
             "kube_vip_is_leader",
             "1 if this node currently holds the lease",
@@ -204,6 +233,9 @@ impl Metrics {
             vips_held,
             conflicts,
             ineligible,
+            riding,
+            peer_api,
+            peer_frames,
         }))
     }
 
@@ -333,6 +365,30 @@ impl Metrics {
         }
     }
 
+    /// Sets `vipd_ride_through{lease_name}`: 1 while riding, no series otherwise.
+    pub(crate) fn set_riding(&self, lease: &str, riding: bool) {
+        if riding {
+            self.0.riding.get_or_create(&Self::lease(lease)).set(1);
+        } else {
+            self.0.riding.remove(&Self::lease(lease));
+        }
+    }
+
+    /// Sets `vipd_peer_api_reachable`.
+    pub(crate) fn set_peer_api_reachable(&self, reachable: bool) {
+        self.0.peer_api.set(i64::from(reachable));
+    }
+
+    /// Counts one received peer frame: `accepted` or the rejection reason.
+    pub(crate) fn peer_frame(&self, result: &str) {
+        self.0
+            .peer_frames
+            .get_or_create(&ResultLabels {
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
     /// Sets `vipd_vips_held` to `n`.
     pub fn vips_held(&self, n: usize) {
         self.0.vips_held.set(i64::try_from(n).unwrap_or(i64::MAX));
@@ -365,6 +421,9 @@ impl Metrics {
         m.vips_held(1);
         m.active_services("default", 1);
         m.set_ineligible("services", Some("drained"));
+        m.set_riding(lease, true);
+        m.set_peer_api_reachable(true);
+        m.peer_frame("accepted");
         m
     }
 
@@ -414,7 +473,7 @@ mod tests {
             .map(str::to_string)
             .collect();
         documented.sort();
-        assert_eq!(exported.len(), 12, "{text}");
+        assert_eq!(exported.len(), 15, "{text}");
         assert_eq!(exported, documented);
     }
 

@@ -148,6 +148,7 @@ pub(super) const K_IPV6_DAD: &str = "vip_ipv6_dad";
 pub(super) const K_NODE_LABELING: &str = "enable_node_labeling";
 pub(super) const K_DRAIN_ON_CORDON: &str = "drain_on_cordon";
 pub(super) const K_SVC_EXCLUDE_CORDONED: &str = "svc_exclude_cordoned";
+pub(super) const K_SVC_RIDETHROUGH: &str = "svc_ridethrough";
 pub(super) const K_LOG_LEVEL: &str = "vip_loglevel";
 pub(super) const K_CONFIG_FILE: &str = "config_file";
 pub(super) const K_DNS_MODE: &str = "dns_mode";
@@ -469,6 +470,13 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "false",
         Bool,
         "vipd option: a cordoned node does not announce Service VIPs (by default cordoned nodes stay eligible; excluded-labelled and NotReady nodes never are)",
+    ),
+    opt(
+        K_SVC_RIDETHROUGH,
+        "servicesRideThrough",
+        "false",
+        Bool,
+        "vipd option: Service VIPs ride through API server outages while a majority of the vipd nodes vouch over signed heartbeats on the Services interface (needs the Secret vipd-peer-key in cp_namespace, key `key`, at least 32 bytes); the control-plane VIP is not affected",
     ),
     opt(
         K_LOG_LEVEL,

@@ -158,6 +158,7 @@ pub fn resolve_detailed(
         lease,
         services_timing,
         services_election: svc.election,
+        services_ride_through: inputs.bool_or(K_SVC_RIDETHROUGH, false)?,
         services_lease_name: svc.lease_name,
         services_namespace: svc.namespace,
         lb_class_only: svc.lb_class_only,

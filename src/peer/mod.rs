@@ -20,11 +20,18 @@
 // Not wired yet: the lead wires these into the manager (see docs/design.md).
 #![allow(dead_code)]
 
+pub(crate) mod node;
 pub(crate) mod ridethrough;
 pub mod socket;
 pub mod wire;
 
 use std::collections::BTreeSet;
+
+/// The Secret holding the peer key (`svc_ridethrough`), in `cp_namespace`.
+pub const KEY_SECRET: &str = "vipd-peer-key";
+/// The Secret's data key holding the peer key (at least [`wire::MIN_KEY_LEN`] bytes, used
+/// as they are: the text of a base64 string is fine).
+pub const KEY_SECRET_KEY: &str = "key";
 
 /// Digest of a membership (the vipd nodes a node last knew from the API): the first 8 bytes
 /// of SHA-256 over the sorted node names, each followed by `\n`. Two nodes count each
