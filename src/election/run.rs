@@ -271,6 +271,10 @@ impl<C: LeaseClient> Elector<C> {
                 st.next_attempt = Instant::now() + st.backoff.next_delay();
                 return;
             }
+            if now < st.next_attempt {
+                // Woken at an end of leadership that a ride grant has moved since.
+                return;
+            }
         } else if !open {
             return;
         } else if st.known

@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 use super::*;
 
 mod duplicate_identity;
+mod ride;
 
 #[derive(Default)]
 struct ServerState {
@@ -246,12 +247,27 @@ fn start(server: &Arc<FakeServer>, who: &str, ack: bool) -> Node {
 /// Starts an elector whose API calls are made as `who` (for cuts and write counts) with
 /// election identity `identity` (two processes may share one).
 fn start_as(server: &Arc<FakeServer>, who: &str, identity: &str, ack: bool) -> Node {
+    start_with(server, who, identity, ack, None)
+}
+
+/// [`start_as`], with a ride-through link when given.
+fn start_with(
+    server: &Arc<FakeServer>,
+    who: &str,
+    identity: &str,
+    ack: bool,
+    ride: Option<Arc<dyn RideLink>>,
+) -> Node {
     let gates = Gates::default();
     let client = FakeClient {
         server: server.clone(),
         who: who.into(),
     };
     let (elector, leadership) = Elector::new(client, identity.into(), TIMING, &gates);
+    let elector = match ride {
+        Some(r) => elector.with_ride(r),
+        None => elector,
+    };
     let duplicate = elector.duplicate_identity();
     let duplicate_log = Arc::new(Mutex::new(Vec::new()));
     let mut dup_rx = duplicate.clone();

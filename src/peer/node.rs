@@ -65,20 +65,6 @@ pub(crate) fn ride_renewed_at(until: Instant, lease_duration: Duration) -> Optio
     until.checked_sub(lease_duration.saturating_sub(FENCE_MARGIN))
 }
 
-/// Why ride-through cannot start.
-#[derive(Debug, thiserror::Error)]
-pub enum PeerStartError {
-    /// The timings break a rule of the peer protocol.
-    #[error("svc_ridethrough: {0}")]
-    Timings(String),
-    /// The socket on the Services interface.
-    #[error("svc_ridethrough: {0}")]
-    Socket(#[from] super::socket::PeerSocketError),
-    /// No random boot id.
-    #[error("svc_ridethrough: no random numbers for the boot id")]
-    Random,
-}
-
 /// A registered Service lease: its elector's state channel and the term it leads.
 struct Registered {
     state: Option<Arc<watch::Sender<LeaderState>>>,
@@ -124,6 +110,8 @@ pub(crate) struct PeerParts {
     pub key: PeerKey,
     /// The socket on the Services interface.
     pub socket: PeerSocket,
+    /// This process's boot id ([`super::wire::new_boot_id`]).
+    pub boot_id: u64,
     /// For the API probe.
     pub client: kube::Client,
     /// The Node cache (membership).
@@ -133,13 +121,12 @@ pub(crate) struct PeerParts {
 }
 
 impl PeerNode {
-    /// Starts heartbeats, the receiver and the API probe until `stop`.
-    ///
-    /// # Errors
-    /// [`PeerStartError::Random`] when no boot id can be drawn.
-    pub(crate) fn start(parts: PeerParts, stop: CancellationToken) -> Result<Self, PeerStartError> {
+    /// Starts heartbeats, the receiver and the API probe until `stop`. Should the
+    /// receiver thread not start (logged), this node hears nobody: it never rides through
+    /// and, as a candidate, takes a silent holder's lease only after the ride cap.
+    pub(crate) fn start(parts: PeerParts, stop: CancellationToken) -> Self {
         let now = Instant::now();
-        let boot_id = super::wire::new_boot_id().map_err(|_| PeerStartError::Random)?;
+        let boot_id = parts.boot_id;
         let inner = Arc::new(Inner {
             cfg: parts.cfg,
             own: parts.node.clone(),
@@ -163,18 +150,14 @@ impl PeerNode {
         let rx = node.clone();
         let rx_stop = stop.clone();
         let key = parts.key;
-        std::thread::Builder::new()
+        if let Err(e) = std::thread::Builder::new()
             .name("vipd-peer-rx".into())
             .spawn(move || rx.receive_loop(&socket, key, &rx_stop))
-            .map_err(|e| {
-                PeerStartError::Socket(super::socket::PeerSocketError::Io {
-                    ifname: String::new(),
-                    what: "start the receiver thread",
-                    source: e,
-                })
-            })?;
+        {
+            tracing::error!(error = %e, "peer protocol: the receiver thread did not start; this node hears no peer, so it never rides through");
+        }
         info!(node = %parts.node, boot_id = format!("{boot_id:016x}"), "peer protocol started: Service VIPs ride through API server outages");
-        Ok(node)
+        node
     }
 
     /// The link of Service lease `namespace/name` for its elector.

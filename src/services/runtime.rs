@@ -216,6 +216,7 @@ pub(super) struct RideSetup {
     key: crate::peer::wire::PeerKey,
     socket: crate::peer::socket::PeerSocket,
     cfg: crate::peer::ridethrough::RideConfig,
+    boot_id: u64,
 }
 
 /// Reads the peer key from the Secret [`crate::peer::KEY_SECRET`] in `cp_namespace`, opens
@@ -289,11 +290,14 @@ async fn ride_setup<K: Kernel>(
     let ride_cfg =
         crate::peer::ridethrough::RideConfig::new(&cfg.services_timing, holder_cfg.fence_secs)
             .map_err(|e| err(e.to_string()))?;
+    let boot_id = crate::peer::wire::new_boot_id()
+        .map_err(|_| err("no random numbers for the peer protocol's boot id".into()))?;
     info!(interface = %link.name, secret = %format!("{ns}/{KEY_SECRET}"), "svc_ridethrough: peer key read, heartbeats go on this interface");
     Ok(RideSetup {
         key,
         socket,
         cfg: ride_cfg,
+        boot_id,
     })
 }
 
@@ -462,17 +466,12 @@ async fn run<K: Kernel, A: Announcer>(
                 cfg: r.cfg,
                 key: r.key,
                 socket: r.socket,
+                boot_id: r.boot_id,
                 client: clients.leases.clone(),
                 nodes: caches.nodes.clone(),
                 metrics: metrics.clone(),
             };
-            match crate::peer::node::PeerNode::start(parts, watches.clone()) {
-                Ok(n) => Some(n),
-                Err(e) => {
-                    error!(error = %e, "svc_ridethrough: the peer protocol did not start; Service VIPs do not ride through API outages");
-                    None
-                }
-            }
+            Some(crate::peer::node::PeerNode::start(parts, watches.clone()))
         }
         None => None,
     };
