@@ -1,10 +1,9 @@
 //! The peer protocol (issue 12, API outage ride-through): vipd nodes on one segment vouch
 //! for each other while the API server is unreachable.
 //!
-//! **Built, not active yet.** Nothing here is wired into the manager: no frame is sent or
-//! received by `vipd manager`, no VIP rides through an outage, and no option enables it. See
-//! "Peer protocol (built, not active yet)" in `docs/design.md` for the rules, the safety
-//! argument and the wiring that remains.
+//! Active with `svc_ridethrough` (Service leases only): [`node`] drives it from `vipd
+//! manager`. See "Peer protocol" in `docs/design.md` for the rules, the safety argument, the
+//! wiring and what is not done yet (hand-over requests).
 //!
 //! * [`wire`]: the frame format (raw Ethernet, EtherType 0x88B5), HMAC-SHA256 signing with a
 //!   [`wire::PeerKey`], decoding that never panics, and the [`wire::Verifier`] (replays,
@@ -12,12 +11,15 @@
 //! * `ridethrough` (crate-private): the pure state machine that decides whether a holder may
 //!   keep its Service VIPs while it cannot renew (`Peers::may_ride_through`) and whether a
 //!   candidate may take an expired lease (`Peers::may_take`).
+//! * `node` (crate-private): the manager's side (heartbeats, receiver, API probe, ride
+//!   grants published to the Service electors, acquisitions through `may_take`).
 //! * [`socket`]: the frames on an interface (`AF_PACKET`, EtherType-filtered by the kernel,
 //!   with kernel receive timestamps).
 //!
 //! `wire` and `socket` are public for the lab test (`tests/lab_peer_wire.rs`).
 
-// Not wired yet: the lead wires these into the manager (see docs/design.md).
+// Hand-over requests (`should_release`, `released`, `Kind::HandOverRequest`) are not
+// driven yet, see docs/design.md.
 #![allow(dead_code)]
 
 pub(crate) mod node;
