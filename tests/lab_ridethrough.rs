@@ -258,13 +258,26 @@ fn service_vips_ride_through_api_freeze_and_stop() {
     );
 }
 
-/// Without `svc_ridethrough` (the default) a Service VIP is removed at the renew deadline
-/// of an API freeze, as before.
+/// With `svc_ridethrough` but no key Secret, vipd does not start and says which Secret
+/// and how to create it. Without the option (the default) a Service VIP is removed at the
+/// renew deadline of an API freeze, as before.
 #[test]
 fn without_the_option_service_vips_drop_during_an_api_freeze() {
     let Some(lab) = lab("ridethrough-off", LabOptions::default()) else {
         return;
     };
+    let mut p = start_vipd_services(&lab, "node-a", true, &[("svc_ridethrough", "true")]);
+    let status = p
+        .wait_timeout(LIMIT)
+        .expect("wait")
+        .expect("vipd must exit without the key Secret");
+    assert!(!status.success());
+    let log = p.log();
+    assert!(
+        log.contains("kube-system/vipd-peer-key")
+            && log.contains("kubectl create secret generic vipd-peer-key"),
+        "{log}"
+    );
     prepare(&lab);
     let _procs = start(&lab, false);
     let want = services_held(&lab);
