@@ -274,24 +274,7 @@ impl PeerNode {
                 RideDecision::Ride { until } => ride_renewed_at(*until, self.0.cfg.lease_duration),
                 _ => None,
             };
-            let term = reg.term;
-            // Only a `Leading` state of the term the elector told us about, checked under
-            // the channel's lock: a step-down published meanwhile is never undone.
-            state.send_if_modified(|s| match s {
-                LeaderState::Leading {
-                    term: t,
-                    renewed_at,
-                    ..
-                } if *t == term => {
-                    if let Some(r) = raise
-                        && r > *renewed_at
-                    {
-                        *renewed_at = r;
-                    }
-                    !api
-                }
-                _ => false,
-            });
+            publish_grant(state, reg.term, raise, !api);
             match decision {
                 RideDecision::Ride { .. } => {
                     if !reg.riding {
@@ -413,6 +396,36 @@ impl PeerNode {
             }
         }
     }
+}
+
+/// Publishes a ride grant on a lease's elector state: raises `renewed_at` to `raise` (see
+/// [`ride_renewed_at`]) and, with `touch`, notifies the VIP holder even when nothing
+/// changed (it then refreshes what its fence grants). Only a `Leading` state of `term`,
+/// checked under the channel's lock: a step-down or a new term published meanwhile is never
+/// undone or extended, and `renewed_at` never goes down. Whether receivers were notified.
+pub(crate) fn publish_grant(
+    state: &watch::Sender<LeaderState>,
+    term: u64,
+    raise: Option<Instant>,
+    touch: bool,
+) -> bool {
+    state.send_if_modified(|s| match s {
+        LeaderState::Leading {
+            term: t,
+            renewed_at,
+            ..
+        } if *t == term => {
+            let raised = match raise {
+                Some(r) if r > *renewed_at => {
+                    *renewed_at = r;
+                    true
+                }
+                _ => false,
+            };
+            raised || touch
+        }
+        _ => false,
+    })
 }
 
 /// The metric label of a rejection.
