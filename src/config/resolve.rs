@@ -405,6 +405,7 @@ fn services(
             K_SVC_NAMESPACE,
             K_LB_CLASS_ONLY,
             K_SVC_INTERFACE,
+            K_SVC_RIDETHROUGH,
         ] {
             if let Some(raw) = inputs.get(key) {
                 warnings.push(format!(

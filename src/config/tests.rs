@@ -215,6 +215,7 @@ const BAD: &[Bad] = &[
     env(&[("cp_enable", "<unset>")], "cp_enable", "false"),
     env(&[("dhcp_mode", "true")], "dhcp_mode", "true"),
     env(&[("svc_election", "maybe")], "svc_election", "maybe"),
+    env(&[("svc_ridethrough", "maybe")], "svc_ridethrough", "maybe"),
     // ARP rate
     env(&[("vip_arpRate", "0")], "vip_arpRate", "0"),
     env(&[("vip_arpRate", "1.5")], "vip_arpRate", "1.5"),
@@ -815,6 +816,7 @@ fn config_services_and_misc_values() {
         &["--services", "--prometheusHTTPServer="],
         &[
             ("svc_election", "true"),
+            ("svc_ridethrough", "true"),
             ("svc_namespace", "apps"),
             ("lb_class_name", ""),
             ("dhcp_mode", "false"),
@@ -828,6 +830,7 @@ fn config_services_and_misc_values() {
     );
     let c = r.config;
     assert!(c.services && c.services_election && !c.dhcp_mode);
+    assert!(c.services_ride_through);
     assert_eq!(c.services_namespace.as_deref(), Some("apps"));
     assert_eq!(
         c.lb_class_name, "",

@@ -64,6 +64,14 @@ fn config_kube_vip_options_refused_or_warned() {
         "{:?}",
         r.warnings
     );
+    let r = ok(&["--servicesRideThrough=true"], &[], None);
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("--servicesRideThrough") && w.contains("svc_enable")),
+        "{:?}",
+        r.warnings
+    );
 }
 
 #[test]
