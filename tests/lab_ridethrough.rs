@@ -140,10 +140,21 @@ impl Watcher {
         Watcher { stop, thread }
     }
 
-    /// Stops sampling; the violations seen.
-    fn finish(self) -> Vec<String> {
+    /// Samples 8 s more (the recovery after an outage), stops, and asserts that every
+    /// sample was clean (dumping the vipd logs otherwise).
+    fn finish_clean(self, what: &str, procs: &[LabProcess]) {
+        std::thread::sleep(Duration::from_secs(8));
         self.stop.store(true, Ordering::SeqCst);
-        self.thread.join().expect("watcher thread")
+        let v = self.thread.join().expect("watcher thread");
+        if !v.is_empty() {
+            dump(&procs.iter().collect::<Vec<_>>());
+        }
+        assert!(
+            v.is_empty(),
+            "{what}: {} violations: {:?}",
+            v.len(),
+            &v[..v.len().min(20)]
+        );
     }
 }
 
@@ -216,17 +227,7 @@ fn service_vips_ride_through_api_freeze_and_stop() {
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
     std::thread::sleep(Duration::from_secs(6));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
-    std::thread::sleep(Duration::from_secs(8));
-    let v = w.finish();
-    if !v.is_empty() {
-        dump(&procs.iter().collect::<Vec<_>>());
-    }
-    assert!(
-        v.is_empty(),
-        "freeze: {} violations: {:?}",
-        v.len(),
-        &v[..v.len().min(20)]
-    );
+    w.finish_clean("freeze", &procs);
     assert_renewed_by_same_holders(&lab, &before);
     let before = leases_now(&lab);
 
@@ -238,17 +239,7 @@ fn service_vips_ride_through_api_freeze_and_stop() {
         Duration::from_secs(120),
     )
     .expect("restart the API server");
-    std::thread::sleep(Duration::from_secs(8));
-    let v = w.finish();
-    if !v.is_empty() {
-        dump(&procs.iter().collect::<Vec<_>>());
-    }
-    assert!(
-        v.is_empty(),
-        "stop: {} violations: {:?}",
-        v.len(),
-        &v[..v.len().min(20)]
-    );
+    w.finish_clean("stop", &procs);
     assert_renewed_by_same_holders(&lab, &before);
     assert!(
         procs
