@@ -252,29 +252,37 @@ impl PeerNode {
     }
 
     /// One ride-through evaluation of every lease this node leads (see the module docs).
-    /// While this node does not reach the API, every leading lease's state is also touched
+    /// While this node does not reach the API, or a lease's last renewal is so old that its
+    /// VIPs' lifetime ends within two heartbeats, that lease's state is also touched
     /// (unchanged unless a ride grant raises it) so that its VIP holder refreshes the VIPs
     /// at every heartbeat for what the fence grants: within the API fence
     /// ([`crate::holder::fence_grant`], rule 3) and then within the ride grant. Renewals,
     /// which would otherwise refresh them, fail meanwhile; without this the VIPs would
-    /// lapse at the fence lifetime after the last renewal, before a ride can start.
+    /// lapse at the fence lifetime after the last renewal, before a ride can start (the
+    /// probe notices an outage only [`API_WINDOW`] after the last good answer).
     fn evaluate(&self, st: &mut State, now: Instant, api: bool) {
         let State { peers, leases, .. } = st;
+        let soon = self.0.cfg.fence.saturating_sub(self.0.cfg.interval * 2);
         for (lease, reg) in leases.iter_mut() {
             let Some(state) = &reg.state else { continue };
-            let leading =
-                matches!(*state.borrow(), LeaderState::Leading { term, .. } if term == reg.term);
-            if reg.term == 0 || !leading {
+            let renewed = match *state.borrow() {
+                LeaderState::Leading {
+                    term, renewed_at, ..
+                } if term == reg.term => Some(renewed_at),
+                _ => None,
+            };
+            let Some(renewed_at) = renewed.filter(|_| reg.term != 0) else {
                 reg.riding = false;
                 continue;
-            }
+            };
+            let touch = !api || now.saturating_duration_since(renewed_at) >= soon;
             let name = format!("{}/{}", lease.namespace, lease.name);
             let decision = peers.may_ride_through(now, lease);
             let raise = match &decision {
                 RideDecision::Ride { until } => ride_renewed_at(*until, self.0.cfg.lease_duration),
                 _ => None,
             };
-            publish_grant(state, reg.term, raise, !api);
+            publish_grant(state, reg.term, raise, touch);
             match decision {
                 RideDecision::Ride { .. } => {
                     if !reg.riding {
