@@ -282,7 +282,10 @@ impl PeerNode {
                 RideDecision::Ride { until } => ride_renewed_at(*until, self.0.cfg.lease_duration),
                 _ => None,
             };
-            publish_grant(state, reg.term, raise, touch);
+            // A step-down whose VIPs must go now (another node lists the lease) gets no
+            // further refresh: the VIPs keep at most the lifetime they have.
+            let drop_now = matches!(&decision, RideDecision::StepDown(r) if r.drop_now());
+            publish_grant(state, reg.term, raise, touch && !drop_now);
             match decision {
                 RideDecision::Ride { .. } => {
                     if !reg.riding {
