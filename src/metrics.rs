@@ -21,6 +21,9 @@
 //! | `vipd_garp_sent_total` | counter | `vip` | gratuitous ARPs / unsolicited NAs sent |
 //! | `vipd_vips_held` | gauge | | VIPs this node carries right now |
 //! | `vipd_node_ineligible` | gauge | `vips`, `reason` | 1 while this node may not announce `vips` (`control-plane` or `services`) for `reason` (drained, drain-annotation, cordon-drain, excluded, not-ready, cordoned, unknown); no series while eligible |
+//! | `vipd_ride_through` | gauge | `lease_name` | 1 while this node keeps the lease's Service VIPs through an API server outage (`svc_ridethrough`); no series otherwise |
+//! | `vipd_peer_api_reachable` | gauge | | with `svc_ridethrough`: 1 while this node's API probe (`/readyz`) answers, as its heartbeats say |
+//! | `vipd_peer_frames_total` | counter | `result` | peer protocol frames received: `accepted`, or why rejected (`bad_mac`, `bad_magic`, `bad_version`, `malformed`, `skew`, `replay`, `old_boot`) |
 //! | `vipd_health_check_failures_total` | counter | `lease_name` | failed data-path health checks of this Service lease's group (run while leading, and while handed over for health) |
 //! | `vipd_health_handovers_total` | counter | `lease_name` | times this node handed the lease over because its data-path health check failed |
 //! | `vipd_lb_backend_up` | gauge | `node`, `address` | `lb_enable`, on the control-plane VIP's holder only: 1 while a control-plane node's API server is in the load balancer's set, 0 while it fails its health checks |
@@ -64,6 +67,11 @@ struct IneligibleLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BackendLabels {
     node: String,
     address: String,
@@ -101,6 +109,9 @@ struct Inner {
     vips_held: Gauge,
     conflicts: Family<VipLabels, Counter>,
     ineligible: Family<IneligibleLabels, Gauge>,
+    riding: Family<LeaseLabels, Gauge>,
+    peer_api: Gauge,
+    peer_frames: Family<ResultLabels, Counter>,
     health_failures: Family<LeaseLabels, Counter>,
     health_handovers: Family<LeaseLabels, Counter>,
     lb_backends: Family<BackendLabels, Gauge>,
@@ -134,6 +145,24 @@ impl Metrics {
         let vips_held = Gauge::default();
         let conflicts = Family::<VipLabels, Counter>::default();
         let ineligible = Family::<IneligibleLabels, Gauge>::default();
+        let riding = Family::<LeaseLabels, Gauge>::default();
+        let peer_api = Gauge::default();
+        let peer_frames = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "vipd_ride_through",
+            "1 while this node keeps the lease's Service VIPs through an API server outage",
+            riding.clone(),
+        );
+        registry.register(
+            "vipd_peer_api_reachable",
+            "1 while this node's API probe answers (peer protocol, svc_ridethrough)",
+            peer_api.clone(),
+        );
+        registry.register(
+            "vipd_peer_frames",
+            "Peer protocol frames received: accepted, or the reason they were rejected",
+            peer_frames.clone(),
+        );
         let health_failures = Family::<LeaseLabels, Counter>::default();
         let health_handovers = Family::<LeaseLabels, Counter>::default();
         let lb_backends = Family::<BackendLabels, Gauge>::default();
@@ -234,6 +263,9 @@ impl Metrics {
             vips_held,
             conflicts,
             ineligible,
+            riding,
+            peer_api,
+            peer_frames,
             health_failures,
             health_handovers,
             lb_backends,
@@ -384,6 +416,30 @@ impl Metrics {
         }
     }
 
+    /// Sets `vipd_ride_through{lease_name}`: 1 while riding, no series otherwise.
+    pub(crate) fn set_riding(&self, lease: &str, riding: bool) {
+        if riding {
+            self.0.riding.get_or_create(&Self::lease(lease)).set(1);
+        } else {
+            self.0.riding.remove(&Self::lease(lease));
+        }
+    }
+
+    /// Sets `vipd_peer_api_reachable`.
+    pub(crate) fn set_peer_api_reachable(&self, reachable: bool) {
+        self.0.peer_api.set(i64::from(reachable));
+    }
+
+    /// Counts one received peer frame: `accepted` or the rejection reason.
+    pub(crate) fn peer_frame(&self, result: &str) {
+        self.0
+            .peer_frames
+            .get_or_create(&ResultLabels {
+                result: result.to_string(),
+            })
+            .inc();
+    }
+
     /// Sets `vipd_vips_held` to `n`.
     pub fn vips_held(&self, n: usize) {
         self.0.vips_held.set(i64::try_from(n).unwrap_or(i64::MAX));
@@ -431,6 +487,9 @@ impl Metrics {
         m.vips_held(1);
         m.active_services("default", 1);
         m.set_ineligible("services", Some("drained"));
+        m.set_riding(lease, true);
+        m.set_peer_api_reachable(true);
+        m.peer_frame("accepted");
         m.health_check_failed(lease);
         m.health_handover(lease);
         m.lb_backends([(node, "192.0.2.11".to_string(), true)]);
@@ -506,7 +565,7 @@ mod tests {
             .map(str::to_string)
             .collect();
         documented.sort();
-        assert_eq!(exported.len(), 15, "{text}");
+        assert_eq!(exported.len(), 18, "{text}");
         assert_eq!(exported, documented);
     }
 

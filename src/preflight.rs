@@ -608,6 +608,7 @@ pub(crate) async fn check_rbac(client: kube::Client, cfg: &Config) -> Check {
         control_plane: cfg.control_plane,
         services: cfg.services,
         node_labeling: cfg.control_plane && cfg.enable_node_labeling,
+        ride_through: cfg.services && cfg.services_ride_through,
         events_v1,
         endpoint_slices: Some(crate::services::endpoints::endpointslice_v1_served(&client).await),
     };
@@ -629,6 +630,7 @@ pub(crate) async fn check_rbac(client: kube::Client, cfg: &Config) -> Check {
                     subresource: (!a.subresource.is_empty()).then(|| a.subresource.to_string()),
                     verb: Some(a.verb.as_str().to_string()),
                     namespace: a.namespace.clone(),
+                    name: a.name.map(str::to_string),
                     ..Default::default()
                 }),
                 ..Default::default()

@@ -342,21 +342,35 @@ fn s43_k3s_env_spreads_api_connections_over_the_control_plane_nodes() {
     lab.cut_link(&third).unwrap();
     let third_ip = ips[k].clone();
     let alive: Vec<String> = ips.iter().filter(|ip| **ip != third_ip).cloned().collect();
-    let survivor = wait_for("a holder after the power-off, without the dead backend", limit, || {
-        let h = holders(&lab, VIP);
-        (h.len() == 1 && h[0] != third && lb_backends(&lab, &h[0]).as_deref() == Some(&alive[..]))
+    let survivor = wait_for(
+        "a holder after the power-off, without the dead backend",
+        limit,
+        || {
+            let h = holders(&lab, VIP);
+            (h.len() == 1
+                && h[0] != third
+                && lb_backends(&lab, &h[0]).as_deref() == Some(&alive[..]))
             .then(|| h[0].clone())
-    });
+        },
+    );
     assert_eq!(survivor, new_holder);
-    assert_eq!(connect_n(&lab, 30), 30, "every new connection lands after the power-off");
+    assert_eq!(
+        connect_n(&lab, 30),
+        30,
+        "every new connection lands after the power-off"
+    );
     lab.restore_link(&third).unwrap();
     procs[k] = spawn_env(&lab, &third, &lab_env(&lab, &p, &third));
-    wait_for("the powered-off node's stale table removed at start", limit, || {
-        lb_table(&lab, &third).is_none().then_some(())
-    });
-    wait_for("the powered-off node's API endpoint back in the set", limit, || {
-        (lb_backends(&lab, &survivor).as_deref() == Some(&ips[..])).then_some(())
-    });
+    wait_for(
+        "the powered-off node's stale table removed at start",
+        limit,
+        || lb_table(&lab, &third).is_none().then_some(()),
+    );
+    wait_for(
+        "the powered-off node's API endpoint back in the set",
+        limit,
+        || (lb_backends(&lab, &survivor).as_deref() == Some(&ips[..])).then_some(()),
+    );
     assert_eq!(nodes_with_table(&lab), vec![survivor.clone()]);
 
     // Clean stop of everyone: no table left anywhere, other owners' tables untouched.

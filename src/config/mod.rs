@@ -209,6 +209,10 @@ pub struct Config {
     pub services_timing: Timing,
     /// `svc_election` / `--servicesElection`.
     pub services_election: bool,
+    /// `svc_ridethrough` / `--servicesRideThrough` (vipd option): Service VIPs ride through
+    /// API server outages with the peer protocol ([`crate::peer`]); the key comes from the
+    /// Secret [`crate::peer::KEY_SECRET`] in `cp_namespace`.
+    pub services_ride_through: bool,
     /// `svc_leasename` (default `plndr-svcs-lock`).
     pub services_lease_name: String,
     /// `svc_namespace`; `None` = all namespaces.

@@ -150,6 +150,7 @@ pub(super) const K_DRAIN_ON_CORDON: &str = "drain_on_cordon";
 pub(super) const K_SVC_EXCLUDE_CORDONED: &str = "svc_exclude_cordoned";
 pub(super) const K_SVC_HEALTHCHECK: &str = "svc_healthcheck";
 pub(super) const K_SVC_HEALTHCHECK_HOLD: &str = "svc_healthcheck_hold";
+pub(super) const K_SVC_RIDETHROUGH: &str = "svc_ridethrough";
 pub(super) const K_LOG_LEVEL: &str = "vip_loglevel";
 pub(super) const K_CONFIG_FILE: &str = "config_file";
 pub(super) const K_DNS_MODE: &str = "dns_mode";
@@ -510,6 +511,13 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         Text,
         "Load-balancer forwarding method: local or masquerade (both DNAT and masquerade with nftables); IPVS's tunnel, directroute and bypass are refused",
     ).named("METHOD"),
+    opt(
+        K_SVC_RIDETHROUGH,
+        "servicesRideThrough",
+        "false",
+        Bool,
+        "vipd option: Service VIPs ride through API server outages while a majority of the vipd nodes vouch over signed heartbeats on the Services interface (needs the Secret vipd-peer-key in cp_namespace, key `key`, at least 32 bytes); the control-plane VIP is not affected",
+    ),
     opt(
         K_LOG_LEVEL,
         "log",

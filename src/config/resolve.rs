@@ -159,6 +159,7 @@ pub fn resolve_detailed(
         lease,
         services_timing,
         services_election: svc.election,
+        services_ride_through: inputs.bool_or(K_SVC_RIDETHROUGH, false)?,
         services_lease_name: svc.lease_name,
         services_namespace: svc.namespace,
         lb_class_only: svc.lb_class_only,
@@ -422,6 +423,7 @@ fn services(
             K_SVC_NAMESPACE,
             K_LB_CLASS_ONLY,
             K_SVC_INTERFACE,
+            K_SVC_RIDETHROUGH,
         ] {
             if let Some(raw) = inputs.get(key) {
                 warnings.push(format!(

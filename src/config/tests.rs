@@ -470,6 +470,7 @@ fn config_services_and_misc_values() {
         &["--services", "--prometheusHTTPServer="],
         &[
             ("svc_election", "true"),
+            ("svc_ridethrough", "true"),
             ("svc_namespace", "apps"),
             ("lb_class_name", ""),
             ("dhcp_mode", "false"),
@@ -483,6 +484,7 @@ fn config_services_and_misc_values() {
     );
     let c = r.config;
     assert!(c.services && c.services_election && !c.dhcp_mode);
+    assert!(c.services_ride_through);
     assert_eq!(c.services_namespace.as_deref(), Some("apps"));
     assert_eq!(
         c.lb_class_name, "",

@@ -74,6 +74,13 @@ impl<C: LeaseClient> Elector<C> {
             in_flight = Some(sp.begin());
         }
         if acquiring
+            && let Some(ride) = &self.ride
+            && !ride.may_acquire(now, st.observed.as_ref(), st.observed_at)
+        {
+            st.next_attempt = Instant::now() + self.timing.retry_period;
+            return;
+        }
+        if acquiring
             && let Some(check) = &self.acquire_check
             && !check().await
         {
@@ -209,6 +216,7 @@ impl<C: LeaseClient> Elector<C> {
     fn on_written(&mut self, st: &mut Run, sent: &LeaseRecord, obs: Observed, taken: Taken) {
         let lease = self.client.describe();
         let call_started = taken.call_started;
+        let resource_version = obs.resource_version.clone();
         self.calls_ok();
         st.own.succeeded(sent, &obs);
         st.seen_other_holder = false;
@@ -234,9 +242,22 @@ impl<C: LeaseClient> Elector<C> {
                 // may have written it at any moment after that, so the fence the VIP
                 // holder derives from it never outlives the lease others see.
                 st.leading = Some((term, call_started));
+                if let Some(r) = &self.ride {
+                    r.renewed(term, &resource_version, call_started);
+                }
+                // With ride-through, a ride grant published meanwhile may reach further;
+                // both bounds are safe on their own, so the later one stands.
+                let renewed_at = match *self.state_tx.borrow() {
+                    LeaderState::Leading {
+                        term: t,
+                        renewed_at,
+                        ..
+                    } if t == term && self.ride.is_some() => renewed_at.max(call_started),
+                    _ => call_started,
+                };
                 self.state_tx.send_replace(LeaderState::Leading {
                     term,
-                    renewed_at: call_started,
+                    renewed_at,
                     clean,
                 });
             }
@@ -246,6 +267,10 @@ impl<C: LeaseClient> Elector<C> {
                 st.free_since = None;
                 if let Some(sp) = &self.spread {
                     sp.acquired(now);
+                }
+                // Listed in heartbeats before any VIP of the term is bound (P2).
+                if let Some(r) = &self.ride {
+                    r.renewed(st.term, &resource_version, call_started);
                 }
                 info!(%lease, term = st.term, "acquired lease; leading");
                 if let Some(m) = &self.metrics {
@@ -300,7 +325,8 @@ impl<C: LeaseClient> Elector<C> {
         let t = self.timing.call_timeout();
         match st.leading {
             Some((_, last_renew)) => {
-                let left = (last_renew + self.timing.renew_deadline)
+                let left = self
+                    .lead_end(last_renew)
                     .saturating_duration_since(Instant::now());
                 t.min(left.max(Duration::from_millis(50)))
             }

@@ -312,7 +312,7 @@ pub struct Elector<C: LeaseClient> {
     client: C,
     identity: String,
     timing: Timing,
-    state_tx: watch::Sender<LeaderState>,
+    state_tx: Arc<watch::Sender<LeaderState>>,
     dropped_rx: watch::Receiver<u64>,
     gates: watch::Receiver<BTreeMap<String, bool>>,
     metrics: Option<crate::metrics::Metrics>,
@@ -325,6 +325,36 @@ pub struct Elector<C: LeaseClient> {
     acquire_check: Option<AcquireCheck>,
     /// Delays acquisitions by the leases this node holds (see [`Elector::with_spread`]).
     spread: Option<Arc<spread::Spread>>,
+    /// Ride-through of API outages (see [`RideLink`]); `None`: today's rules only.
+    ride: Option<Arc<dyn RideLink>>,
+    /// Bumped by the ride link when this node reaches the API again: renew at once.
+    api_back: Option<watch::Receiver<u64>>,
+}
+
+/// The ride-through seam of a Service lease's elector ([`crate::peer`], `svc_ridethrough`). With a
+/// link, the elector
+/// * reports every successful lease write ([`RideLink::renewed`], before it publishes
+///   [`LeaderState::Leading`]) and every confirmed drop of the VIPs ([`RideLink::dropped`]);
+/// * lets the link raise the published `renewed_at` of the current term (a ride-through
+///   grant, see [`RideLink::attach`]);
+/// * keeps leading past the renew deadline for as long as the published `renewed_at`
+///   covers (`renewed_at + lease duration - FENCE_MARGIN`: exactly when the VIP holder's
+///   [`crate::holder::fence_lapsed`] removes the VIPs), retrying renewals meanwhile;
+/// * acquires only what [`RideLink::may_acquire`] allows (takeover with consent).
+pub(crate) trait RideLink: Send + Sync {
+    /// The elector's state channel: the link may raise `renewed_at` of a `Leading` state
+    /// of the term it was told about (and nothing else).
+    fn attach(&self, state: Arc<watch::Sender<LeaderState>>);
+    /// A lease write of `term` succeeded; its request was sent at `sent`; the lease is now
+    /// at `resource_version`.
+    fn renewed(&self, term: u64, resource_version: &str, sent: Instant);
+    /// The holder confirmed the VIPs of the last term gone.
+    fn dropped(&self);
+    /// Whether this candidate may acquire the lease it observed as `observed` (changed last
+    /// at `observed_at`, `None`: absent).
+    fn may_acquire(&self, now: Instant, observed: Option<&Observed>, observed_at: Instant) -> bool;
+    /// Bumped when this node reaches the API server again after it could not.
+    fn api_back(&self) -> watch::Receiver<u64>;
 }
 
 /// Asked before this node acquires the lease (creates it, or takes it over after it was
@@ -381,7 +411,7 @@ impl<C: LeaseClient> Elector<C> {
                 client,
                 identity,
                 timing,
-                state_tx,
+                state_tx: Arc::new(state_tx),
                 dropped_rx,
                 gates: gates.subscribe(),
                 metrics: None,
@@ -389,6 +419,8 @@ impl<C: LeaseClient> Elector<C> {
                 quiet: crate::logging::RepeatLimiter::default(),
                 acquire_check: None,
                 spread: None,
+                ride: None,
+                api_back: None,
             },
             Leadership {
                 state: state_rx,
@@ -410,6 +442,34 @@ impl<C: LeaseClient> Elector<C> {
     pub(crate) fn with_spread(mut self, spread: Arc<spread::Spread>) -> Self {
         self.spread = Some(spread);
         self
+    }
+
+    /// Rides through API outages with `link` (see [`RideLink`]).
+    pub(crate) fn with_ride(mut self, link: Arc<dyn RideLink>) -> Self {
+        link.attach(self.state_tx.clone());
+        self.api_back = Some(link.api_back());
+        self.ride = Some(link);
+        self
+    }
+
+    /// Until when a leader keeps leading without a renewal: the renew deadline after the
+    /// last successful write's send; with a ride link, at least as long as the published
+    /// `renewed_at` covers (the holder's fence, [`crate::holder::fence_lapsed`]).
+    pub(crate) fn lead_end(&self, last_renew: Instant) -> Instant {
+        let deadline = last_renew + self.timing.renew_deadline;
+        if self.ride.is_none() {
+            return deadline;
+        }
+        match *self.state_tx.borrow() {
+            LeaderState::Leading { renewed_at, .. } => deadline.max(
+                renewed_at
+                    + self
+                        .timing
+                        .lease_duration
+                        .saturating_sub(crate::holder::FENCE_MARGIN),
+            ),
+            LeaderState::Following { .. } => deadline,
+        }
     }
 
     /// Reports leadership, transitions, failovers and renew latency / failures to

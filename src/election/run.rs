@@ -3,6 +3,18 @@
 use super::attempt::timed;
 use super::*;
 
+/// The next bump of the ride link's "API reachable again" signal; pending without a link.
+async fn api_back(rx: &mut Option<watch::Receiver<u64>>) {
+    match rx {
+        Some(r) => {
+            if r.changed().await.is_err() {
+                *rx = None;
+            }
+        }
+        None => std::future::pending().await,
+    }
+}
+
 impl<C: LeaseClient> Elector<C> {
     /// Campaigns, leads and follows until `shutdown` is cancelled. On shutdown a holder
     /// publishes `Following`, waits for the VIP holder's acknowledgement and releases the
@@ -91,6 +103,11 @@ impl<C: LeaseClient> Elector<C> {
                 _ = sleep_until(wake) => {
                     Box::pin(self.on_timer(&mut st, open)).await;
                 }
+                _ = api_back(&mut self.api_back) => {
+                    if st.leading.is_some() {
+                        st.next_attempt = Instant::now();
+                    }
+                }
             }
         }
     }
@@ -99,7 +116,7 @@ impl<C: LeaseClient> Elector<C> {
     pub(super) fn next_wake(&self, st: &Run, open: bool, now: Instant) -> Instant {
         let far = now + Duration::from_secs(3600);
         if let Some((_, last_renew)) = st.leading {
-            return st.next_attempt.min(last_renew + self.timing.renew_deadline);
+            return st.next_attempt.min(self.lead_end(last_renew));
         }
         if !open {
             return far;
@@ -242,13 +259,24 @@ impl<C: LeaseClient> Elector<C> {
     pub(super) async fn on_timer(&mut self, st: &mut Run, open: bool) {
         let now = Instant::now();
         if let Some((_, last_renew)) = st.leading {
-            if now >= last_renew + self.timing.renew_deadline {
-                let why = format!(
-                    "could not renew within the renew deadline ({} ms)",
-                    self.timing.renew_deadline.as_millis()
-                );
+            if now >= self.lead_end(last_renew) {
+                let why = if self.ride.is_some() {
+                    format!(
+                        "could not renew within the renew deadline ({} ms) and no ride-through grant covers the VIPs",
+                        self.timing.renew_deadline.as_millis()
+                    )
+                } else {
+                    format!(
+                        "could not renew within the renew deadline ({} ms)",
+                        self.timing.renew_deadline.as_millis()
+                    )
+                };
                 let _ = self.step_down(st, false, &why).await;
                 st.next_attempt = Instant::now() + st.backoff.next_delay();
+                return;
+            }
+            if now < st.next_attempt {
+                // Woken at an end of leadership that a ride grant has moved since.
                 return;
             }
         } else if !open {
@@ -304,6 +332,9 @@ impl<C: LeaseClient> Elector<C> {
         if !acked {
             warn!(%lease, term, "VIPs not confirmed dropped within {} ms; not releasing the lease, it will expire", ACK_TIMEOUT.as_millis());
             return false;
+        }
+        if let Some(r) = &self.ride {
+            r.dropped();
         }
         if !release {
             return false;

@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 use super::*;
 
 mod duplicate_identity;
+mod ride;
 mod spreading;
 
 #[derive(Default)]
@@ -247,16 +248,17 @@ fn start(server: &Arc<FakeServer>, who: &str, ack: bool) -> Node {
 /// Starts an elector whose API calls are made as `who` (for cuts and write counts) with
 /// election identity `identity` (two processes may share one).
 fn start_as(server: &Arc<FakeServer>, who: &str, identity: &str, ack: bool) -> Node {
-    start_with(server, who, identity, ack, None)
+    start_with(server, who, identity, ack, None, None)
 }
 
-/// [`start_as`], spreading with `spread` when given.
+/// [`start_as`], spreading with `spread` and riding through with `ride` when given.
 fn start_with(
     server: &Arc<FakeServer>,
     who: &str,
     identity: &str,
     ack: bool,
     spread: Option<Arc<spread::Spread>>,
+    ride: Option<Arc<dyn RideLink>>,
 ) -> Node {
     let gates = Gates::default();
     let client = FakeClient {
@@ -266,6 +268,10 @@ fn start_with(
     let (elector, leadership) = Elector::new(client, identity.into(), TIMING, &gates);
     let elector = match spread {
         Some(sp) => elector.with_spread(sp),
+        None => elector,
+    };
+    let elector = match ride {
+        Some(r) => elector.with_ride(r),
         None => elector,
     };
     let duplicate = elector.duplicate_identity();

@@ -131,6 +131,13 @@ pub struct GenArgs {
     #[arg(long = "servicesElection", value_name = "BOOL", num_args = 0..=1,
           require_equals = true, default_missing_value = "true")]
     pub services_election: Option<String>,
+    /// Service VIPs ride through API server outages [env: svc_ridethrough]; needs the Secret
+    /// vipd-peer-key (kubectl create secret generic vipd-peer-key -n <namespace>
+    /// --from-literal=key=$(head -c32 /dev/urandom | base64)) and `vipd manifest rbac
+    /// --servicesRideThrough`
+    #[arg(long = "servicesRideThrough", value_name = "BOOL", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true")]
+    pub services_ride_through: Option<String>,
     /// Interface for Service VIPs [env: vip_servicesinterface]
     #[arg(long = "serviceInterface", value_name = "IFACE")]
     pub service_interface: Option<String>,
@@ -490,6 +497,7 @@ impl GenArgs {
         for (flag, value) in [
             ("arpRate", &self.arp_rate),
             ("servicesElection", &self.services_election),
+            ("servicesRideThrough", &self.services_ride_through),
             ("serviceInterface", &self.service_interface),
             ("lbClassOnly", &self.lb_class_only),
             ("lbClassName", &self.lb_class_name),

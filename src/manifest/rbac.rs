@@ -16,7 +16,9 @@ use std::collections::BTreeSet;
 use clap::Args;
 use k8s_openapi::Resource;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Endpoints, Event as CoreEvent, Node, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    Endpoints, Event as CoreEvent, Node, Secret, Service, ServiceAccount,
+};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event as EventsV1Event;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
@@ -88,6 +90,9 @@ pub enum Feature {
     /// `enable_node_labeling` with `cp_enable` (the manifest's `--enableNodeLabeling`): the
     /// control-plane lease holder's `kube-vip.io/has-ip` label on its own Node.
     NodeLabeling,
+    /// `svc_ridethrough` with `svc_enable` (the manifest's `--servicesRideThrough`): the
+    /// peer key Secret [`crate::peer::KEY_SECRET`], read once at start.
+    RideThrough,
 }
 
 /// Calls made only when the server serves one of two API versions (decided once at start
@@ -125,6 +130,8 @@ pub struct ApiCall {
     pub variant: Variant,
     /// The call site: a source file and the call's text in it (checked by a unit test).
     pub call_site: (&'static str, &'static str),
+    /// The only objects it is called on (RBAC `resourceNames`); empty: any.
+    pub names: &'static [&'static str],
 }
 
 const fn call<K: Resource>(
@@ -143,6 +150,21 @@ const fn call<K: Resource>(
         feature,
         variant,
         call_site,
+        names: &[],
+    }
+}
+
+/// [`call`] on the objects `names` only (RBAC `resourceNames`).
+const fn named_call<K: Resource>(
+    verb: Verb,
+    scope: Scope,
+    feature: Feature,
+    names: &'static [&'static str],
+    call_site: (&'static str, &'static str),
+) -> ApiCall {
+    ApiCall {
+        names,
+        ..call::<K>(verb, scope, feature, Variant::Always, call_site)
     }
 }
 
@@ -158,7 +180,7 @@ const fn status_call<K: Resource>(
     }
 }
 
-use Feature::{ControlPlane, NodeLabeling, Services};
+use Feature::{ControlPlane, NodeLabeling, RideThrough, Services};
 use Scope::{Cluster, LeaseNamespace, ServiceLeases, ServiceNamespaces};
 use Variant::{Always, CoreEndpoints, CoreEvents, EndpointSlices, EventsV1};
 use Verb::{Create, Delete, Get, List, Patch, Update, Watch};
@@ -234,6 +256,8 @@ pub const API_CALLS: &[ApiCall] = &[
     // on this node's own Node (`nodes::label::KubeNodeLabels`).
     call::<Node>(Get, Cluster, NodeLabeling, Always, (NODE_LABEL, "self.api.get_opt(")),
     call::<Node>(Patch, Cluster, NodeLabeling, Always, (NODE_LABEL, "self.api.patch(")),
+    // svc_ridethrough: the peer key, read once at start (`services::runtime::ride_setup`).
+    named_call::<Secret>(Get, LeaseNamespace, RideThrough, &[crate::peer::KEY_SECRET], (RUNTIME, "api.get_opt(KEY_SECRET)")),
 ];
 
 impl ApiCall {
@@ -256,6 +280,8 @@ pub struct Needs {
     pub services: bool,
     /// `enable_node_labeling` with `cp_enable` (only the control-plane holder is labelled).
     pub node_labeling: bool,
+    /// `svc_ridethrough` with `svc_enable` (the peer key Secret).
+    pub ride_through: bool,
     /// `Some(true)`: the server serves events.k8s.io/v1; `Some(false)`: it does not (core
     /// Events); `None`: unknown, both.
     pub events_v1: Option<bool>,
@@ -271,6 +297,7 @@ impl Needs {
             control_plane: true,
             services: true,
             node_labeling,
+            ride_through: false,
             events_v1: None,
             endpoint_slices: None,
         }
@@ -282,6 +309,7 @@ impl Needs {
             Feature::ControlPlane => self.control_plane,
             Feature::Services => self.services,
             Feature::NodeLabeling => self.node_labeling,
+            Feature::RideThrough => self.ride_through,
         };
         let variant = match call.variant {
             Variant::Always => true,
@@ -303,17 +331,19 @@ pub(crate) struct Permission {
     pub resource: String,
     /// Verbs, in [`Verb`] order.
     pub verbs: Vec<Verb>,
+    /// The only objects (`resourceNames`); empty: any.
+    pub names: &'static [&'static str],
 }
 
-/// The rules for `needs`: one per (group, resource) of [`API_CALLS`], sorted by resource
-/// then group, with the union of the verbs called on it.
+/// The rules for `needs`: one per (group, resource, resource names) of [`API_CALLS`],
+/// sorted by resource then group, with the union of the verbs called on it.
 pub(crate) fn required_permissions(needs: &Needs) -> Vec<Permission> {
     let mut out: Vec<(Permission, BTreeSet<Verb>)> = Vec::new();
     for c in API_CALLS.iter().filter(|c| needs.wants(c)) {
         let resource = c.resource_name();
         match out
             .iter_mut()
-            .find(|(p, _)| p.group == c.group && p.resource == resource)
+            .find(|(p, _)| p.group == c.group && p.resource == resource && p.names == c.names)
         {
             Some((_, verbs)) => {
                 verbs.insert(c.verb);
@@ -323,6 +353,7 @@ pub(crate) fn required_permissions(needs: &Needs) -> Vec<Permission> {
                     group: c.group,
                     resource,
                     verbs: Vec::new(),
+                    names: c.names,
                 },
                 BTreeSet::from([c.verb]),
             )),
@@ -375,6 +406,8 @@ pub(crate) struct AccessCheck {
     pub verb: Verb,
     /// The namespace; `None` = cluster-wide.
     pub namespace: Option<String>,
+    /// The object's name, when the call is on one named object only.
+    pub name: Option<&'static str>,
 }
 
 impl AccessCheck {
@@ -394,8 +427,9 @@ impl AccessCheck {
             Some(ns) => format!("in namespace {ns}"),
             None => "cluster-wide".to_string(),
         };
+        let named = self.name.map(|n| format!(" {n}")).unwrap_or_default();
         format!(
-            "{} {group}{}{sub} {wher}",
+            "{} {group}{}{sub}{named} {wher}",
             self.verb.as_str(),
             self.resource
         )
@@ -409,8 +443,12 @@ impl AccessCheck {
         } else {
             format!("/{}", self.subresource)
         };
+        let names = self
+            .name
+            .map(|n| format!(", resourceNames: [{n}]"))
+            .unwrap_or_default();
         format!(
-            "{{apiGroups: [\"{}\"], resources: [{}{sub}], verbs: [{}]}}",
+            "{{apiGroups: [\"{}\"], resources: [{}{sub}]{names}, verbs: [{}]}}",
             self.group,
             self.resource,
             self.verb.as_str()
@@ -430,6 +468,7 @@ pub(crate) fn checks_for(needs: &Needs, namespaces: &Namespaces) -> Vec<AccessCh
             subresource: c.subresource,
             verb: c.verb,
             namespace: namespaces.resolve(c.scope),
+            name: c.names.first().copied(),
         };
         if !out.contains(&a) {
             out.push(a);
@@ -490,17 +529,35 @@ pub struct RbacArgs {
     #[arg(long = "enableNodeLabeling", value_name = "BOOL", num_args = 0..=1,
           require_equals = true, default_missing_value = "true")]
     pub enable_node_labeling: Option<String>,
+    /// Also allow `get` on the Secret vipd-peer-key (for svc_ridethrough; create the Secret
+    /// with: kubectl create secret generic vipd-peer-key -n <cp_namespace>
+    /// --from-literal=key=$(head -c32 /dev/urandom | base64))
+    #[arg(long = "servicesRideThrough", value_name = "BOOL", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true")]
+    pub services_ride_through: Option<String>,
 }
 
 /// The ClusterRole: one rule per (group, resource) of [`required_permissions`] for
 /// [`Needs::manifest`] (every feature, both Event APIs, both endpoint APIs; `get` and
 /// `patch` on nodes only with `node_labeling`).
 pub fn cluster_role(node_labeling: bool) -> ClusterRole {
-    let rules = required_permissions(&Needs::manifest(node_labeling))
+    cluster_role_for(node_labeling, false)
+}
+
+/// [`cluster_role`], plus `get` on the Secret [`crate::peer::KEY_SECRET`] (by name only)
+/// with `ride_through` (`svc_ridethrough`).
+pub fn cluster_role_for(node_labeling: bool, ride_through: bool) -> ClusterRole {
+    let needs = Needs {
+        ride_through,
+        ..Needs::manifest(node_labeling)
+    };
+    let rules = required_permissions(&needs)
         .into_iter()
         .map(|p| PolicyRule {
             api_groups: Some(vec![p.group.to_string()]),
             resources: Some(vec![p.resource]),
+            resource_names: (!p.names.is_empty())
+                .then(|| p.names.iter().map(|n| n.to_string()).collect()),
             verbs: p.verbs.iter().map(|v| v.as_str().to_string()).collect(),
             ..Default::default()
         })
@@ -562,7 +619,8 @@ pub(crate) fn service_account_binding(namespace: &str) -> ClusterRoleBinding {
 /// `vipd manifest rbac` output: ServiceAccount, ClusterRole, ClusterRoleBinding.
 ///
 /// # Errors
-/// [`ManifestError::Invalid`] for a bad `--enableNodeLabeling`; [`ManifestError::Yaml`].
+/// [`ManifestError::Invalid`] for a bad `--enableNodeLabeling` or `--servicesRideThrough`;
+/// [`ManifestError::Yaml`].
 pub fn rbac_yaml(args: &RbacArgs) -> Result<String, ManifestError> {
     let labeling = args
         .enable_node_labeling
@@ -570,8 +628,17 @@ pub fn rbac_yaml(args: &RbacArgs) -> Result<String, ManifestError> {
         .map(|v| parse_go_bool("enableNodeLabeling", v))
         .transpose()?
         .unwrap_or(false);
+    let ride_through = args
+        .services_ride_through
+        .as_deref()
+        .map(|v| parse_go_bool("servicesRideThrough", v))
+        .transpose()?
+        .unwrap_or(false);
     let mut out = super::to_yaml_stream(&[service_account(&args.namespace)])?;
-    out.push_str(&super::to_yaml_stream(&[cluster_role(labeling)])?);
+    out.push_str(&super::to_yaml_stream(&[cluster_role_for(
+        labeling,
+        ride_through,
+    )])?);
     out.push_str(&super::to_yaml_stream(&[service_account_binding(
         &args.namespace,
     )])?);

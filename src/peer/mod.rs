@@ -1,10 +1,9 @@
-//! The peer protocol (issue 12, API outage ride-through): vipd nodes on one segment vouch
+//! The peer protocol (API outage ride-through, `svc_ridethrough`): vipd nodes on one segment vouch
 //! for each other while the API server is unreachable.
 //!
-//! **Built, not active yet.** Nothing here is wired into the manager: no frame is sent or
-//! received by `vipd manager`, no VIP rides through an outage, and no option enables it. See
-//! "Peer protocol (built, not active yet)" in `docs/design.md` for the rules, the safety
-//! argument and the wiring that remains.
+//! Active with `svc_ridethrough` (Service leases only): [`node`] drives it from `vipd
+//! manager`. See "Peer protocol" in `docs/design.md` for the rules, the safety argument, the
+//! wiring and what is not done yet (hand-over requests).
 //!
 //! * [`wire`]: the frame format (raw Ethernet, EtherType 0x88B5), HMAC-SHA256 signing with a
 //!   [`wire::PeerKey`], decoding that never panics, and the [`wire::Verifier`] (replays,
@@ -12,20 +11,30 @@
 //! * `ridethrough` (crate-private): the pure state machine that decides whether a holder may
 //!   keep its Service VIPs while it cannot renew (`Peers::may_ride_through`) and whether a
 //!   candidate may take an expired lease (`Peers::may_take`).
+//! * `node` (crate-private): the manager's side (heartbeats, receiver, API probe, ride
+//!   grants published to the Service electors, acquisitions through `may_take`).
 //! * [`socket`]: the frames on an interface (`AF_PACKET`, EtherType-filtered by the kernel,
 //!   with kernel receive timestamps).
 //!
 //! `wire` and `socket` are public for the lab test (`tests/lab_peer_wire.rs`).
 
-// Not wired yet: the lead wires these into the manager (see docs/design.md).
+// Hand-over requests (`should_release`, `released`, `Kind::HandOverRequest`) are not
+// driven yet, see docs/design.md.
 #![allow(dead_code)]
 
+pub(crate) mod node;
 pub(crate) mod ridethrough;
 pub mod socket;
 pub mod verify;
 pub mod wire;
 
 use std::collections::BTreeSet;
+
+/// The Secret holding the peer key (`svc_ridethrough`), in `cp_namespace`.
+pub const KEY_SECRET: &str = "vipd-peer-key";
+/// The Secret's data key holding the peer key (at least [`wire::MIN_KEY_LEN`] bytes, used
+/// as they are: the text of a base64 string is fine).
+pub const KEY_SECRET_KEY: &str = "key";
 
 /// Digest of a membership (the vipd nodes a node last knew from the API): the first 8 bytes
 /// of SHA-256 over the sorted node names, each followed by `\n`. Two nodes count each

@@ -25,7 +25,7 @@
 //! * A holder that cannot reach the API and is asked to hand over releases at once
 //!   ([`Peers::should_release`]): drops its VIPs, then sends `Released`.
 //!
-//! Assumption (the socket layer's contract, not wired yet): `received_at` is the instant a
+//! Assumption (the socket layer's contract, kept by `peer::node`): `received_at` is the instant a
 //! frame reached this host (kernel receive timestamp), at most [`RideConfig::delivery`]
 //! after its sender built it.
 

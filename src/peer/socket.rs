@@ -9,8 +9,8 @@
 //! with `recvfrom`, without timestamps. The socket calls follow `net::conflict`'s capture
 //! socket.
 //!
-//! Blocking reads with a timeout ([`PeerSocket::recv`]); the manager will drive the
-//! descriptor through tokio's `AsyncFd` instead (not wired yet).
+//! Blocking reads with a timeout ([`PeerSocket::recv`]); the manager reads on a thread of
+//! its own (`peer::node`).
 
 use std::io::IoSliceMut;
 use std::os::fd::AsRawFd;

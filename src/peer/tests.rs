@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use super::*;
 
+mod node;
 mod ridethrough;
 mod sim;
 mod wire;

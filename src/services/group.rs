@@ -150,6 +150,10 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         }
         let (elector, leadership) =
             Elector::new(client.clone(), shared.node.clone(), shared.timing, &gates);
+        let elector = match &shared.ride {
+            Some(node) => elector.with_ride(node.link(&lease.namespace, &lease.name)),
+            None => elector,
+        };
         let elector = elector
             .with_metrics(shared.metrics.clone())
             .with_spread(shared.spread.clone())

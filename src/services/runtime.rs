@@ -112,6 +112,9 @@ pub(super) struct Shared<K: Kernel, A: Announcer> {
     /// The Service leases this node holds: spreads them over the nodes
     /// ([`crate::election::spread`]).
     pub(super) spread: Arc<crate::election::spread::Spread>,
+    /// The peer protocol (`svc_ridethrough`): every Service lease's elector rides through
+    /// API outages with it.
+    pub(super) ride: Option<crate::peer::node::PeerNode>,
 }
 
 impl<K: Kernel, A: Announcer> Shared<K, A> {
@@ -131,6 +134,10 @@ pub enum ServicesError {
     /// Building the Services' Kubernetes clients failed.
     #[error(transparent)]
     Client(#[from] crate::kubeclient::ClientError),
+    /// `svc_ridethrough` cannot start: the key Secret, the Services interface, the socket
+    /// or the timings (the message names which and how to fix it).
+    #[error("{0}")]
+    RideThrough(String),
     /// The Service lease timings (`svc_leaseduration`, `svc_renewdeadline`,
     /// `svc_retryperiod`) cannot be fenced.
     #[error(transparent)]
@@ -189,10 +196,15 @@ pub async fn start(cfg: &Arc<Config>, parts: Parts) -> Result<Running, ServicesE
     // Per-Service holders share one address dump per check interval.
     let cached = Arc::new(CachedKernel::new(parts.kernel, Duration::from_millis(200)));
     let clients = crate::kubeclient::services_clients(cfg).await?;
+    let ride = match cfg.services_ride_through {
+        true => Some(ride_setup(cfg, &clients.other, cached.as_ref(), &holder_cfg).await?),
+        false => None,
+    };
     let stop = CancellationToken::new();
     let task = tokio::spawn(run(
         cfg.clone(),
         clients,
+        ride,
         cached,
         Arc::new(RawAnnouncer),
         holder_cfg,
@@ -202,6 +214,96 @@ pub async fn start(cfg: &Arc<Config>, parts: Parts) -> Result<Running, ServicesE
         stop.clone(),
     ));
     Ok(Running { stop, task })
+}
+
+/// What `svc_ridethrough` needs before the wing starts, checked at start.
+pub(super) struct RideSetup {
+    key: crate::peer::wire::PeerKey,
+    socket: crate::peer::socket::PeerSocket,
+    cfg: crate::peer::ridethrough::RideConfig,
+    boot_id: u64,
+}
+
+/// Reads the peer key from the Secret [`crate::peer::KEY_SECRET`] in `cp_namespace`, opens
+/// the peer socket on the Services interface (`vip_servicesinterface`, else
+/// `vip_interface`, else the IPv4 default route's) and derives the protocol timings.
+///
+/// # Errors
+/// [`ServicesError::RideThrough`] naming the Secret (missing, no `key`, too short, not
+/// readable), the interface or the timing rule.
+async fn ride_setup<K: Kernel>(
+    cfg: &Config,
+    client: &kube::Client,
+    kernel: &K,
+    holder_cfg: &HolderConfig,
+) -> Result<RideSetup, ServicesError> {
+    use crate::peer::{KEY_SECRET, KEY_SECRET_KEY};
+    let ns = cfg.lease.namespace.as_str();
+    let how = format!(
+        "create it with: kubectl create secret generic {KEY_SECRET} -n {ns} --from-literal={KEY_SECRET_KEY}=$(head -c32 /dev/urandom | base64)"
+    );
+    let err = |what: String| ServicesError::RideThrough(format!("svc_ridethrough: {what}"));
+    let api: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), ns);
+    let secret = match api.get_opt(KEY_SECRET).await {
+        Ok(Some(s)) => s,
+        Ok(None) => {
+            return Err(err(format!(
+                "the Secret {ns}/{KEY_SECRET} with the peer key does not exist; {how}"
+            )));
+        }
+        Err(e) => {
+            return Err(err(format!(
+                "cannot read the Secret {ns}/{KEY_SECRET} with the peer key: {e} (vipd needs get on this Secret)"
+            )));
+        }
+    };
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(KEY_SECRET_KEY))
+        .map(|b| b.0.clone())
+        .ok_or_else(|| {
+            err(format!(
+                "the Secret {ns}/{KEY_SECRET} has no data key {KEY_SECRET_KEY:?}; {how}"
+            ))
+        })?;
+    let key = crate::peer::wire::PeerKey::from_bytes(&bytes).map_err(|e| {
+        err(format!(
+            "the Secret {ns}/{KEY_SECRET}, key {KEY_SECRET_KEY:?}: {e}; {how}"
+        ))
+    })?;
+    let ifname = cfg
+        .services_interface
+        .clone()
+        .or_else(|| cfg.interface.clone());
+    let link = match ifname {
+        Some(name) => kernel.link_by_name(&name).await,
+        None => match kernel
+            .choose_interface(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))
+            .await
+        {
+            Ok(idx) => kernel.link_by_index(idx).await,
+            Err(e) => Err(e),
+        },
+    }
+    .map_err(|e| {
+        err(format!(
+            "cannot find the Services interface for the peer protocol (set vip_servicesinterface): {e}"
+        ))
+    })?;
+    let socket = crate::peer::socket::PeerSocket::open(&link).map_err(|e| err(e.to_string()))?;
+    let ride_cfg =
+        crate::peer::ridethrough::RideConfig::new(&cfg.services_timing, holder_cfg.fence_secs)
+            .map_err(|e| err(e.to_string()))?;
+    let boot_id = crate::peer::wire::new_boot_id()
+        .map_err(|_| err("no random numbers for the peer protocol's boot id".into()))?;
+    info!(interface = %link.name, secret = %format!("{ns}/{KEY_SECRET}"), "svc_ridethrough: peer key read, heartbeats go on this interface");
+    Ok(RideSetup {
+        key,
+        socket,
+        cfg: ride_cfg,
+        boot_id,
+    })
 }
 
 /// The caches of Services, Nodes and endpoints, and the notification of their changes.
@@ -337,6 +439,7 @@ fn plan_config(cfg: &Config) -> PlanConfig {
 async fn run<K: Kernel, A: Announcer>(
     cfg: Arc<Config>,
     clients: crate::kubeclient::ServicesClients,
+    ride: Option<RideSetup>,
     kernel: Arc<K>,
     announcer: Arc<A>,
     holder_cfg: HolderConfig,
@@ -359,7 +462,26 @@ async fn run<K: Kernel, A: Announcer>(
         false => Some(cfg.lease.namespace.as_str()),
     };
     let hub = LeaseHub::start(client.clone(), lease_namespace, activity, watches.clone());
+    // Heartbeats start here, after the manager's start-up cleanup removed a previous
+    // process's VIPs; membership comes from the Node cache.
+    let ride = match ride {
+        Some(r) => {
+            let parts = crate::peer::node::PeerParts {
+                node: cfg.node_name.clone(),
+                cfg: r.cfg,
+                key: r.key,
+                socket: r.socket,
+                boot_id: r.boot_id,
+                client: clients.leases.clone(),
+                nodes: caches.nodes.clone(),
+                metrics: metrics.clone(),
+            };
+            Some(crate::peer::node::PeerNode::start(parts, watches.clone()))
+        }
+        None => None,
+    };
     let shared = Arc::new(Shared {
+        ride,
         node: cfg.node_name.clone(),
         per_service: cfg.services_election,
         timing: cfg.services_timing,

@@ -34,7 +34,7 @@ pub fn apply_generated_rbac(lab: &Lab) {
     use vipd::manifest::rbac;
     let yaml = rbac::rbac_yaml(&rbac::RbacArgs {
         namespace: "kube-system".into(),
-        enable_node_labeling: None,
+        ..Default::default()
     })
     .unwrap();
     for doc in yaml.split("---\n").filter(|d| !d.trim().is_empty()) {

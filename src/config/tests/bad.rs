@@ -165,6 +165,7 @@ const BAD: &[Bad] = &[
     env(&[("cp_enable", "<unset>")], "cp_enable", "false"),
     env(&[("dhcp_mode", "true")], "dhcp_mode", "true"),
     env(&[("svc_election", "maybe")], "svc_election", "maybe"),
+    env(&[("svc_ridethrough", "maybe")], "svc_ridethrough", "maybe"),
     // ARP rate
     env(&[("vip_arpRate", "0")], "vip_arpRate", "0"),
     env(&[("vip_arpRate", "1.5")], "vip_arpRate", "1.5"),

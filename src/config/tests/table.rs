@@ -64,6 +64,14 @@ fn config_kube_vip_options_refused_or_warned() {
         "{:?}",
         r.warnings
     );
+    let r = ok(&["--servicesRideThrough=true"], &[], None);
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("--servicesRideThrough") && w.contains("svc_enable")),
+        "{:?}",
+        r.warnings
+    );
 }
 
 #[test]
@@ -192,7 +200,7 @@ fn config_every_flag_feeds_its_env_key() {
     }
     // ... and flag_values covers exactly the table's flags.
     assert_eq!(args(&[]).flag_values(), vec![]);
-    assert_eq!(rows.len(), 61);
+    assert_eq!(rows.len(), 62);
 }
 
 #[test]

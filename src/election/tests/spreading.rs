@@ -17,8 +17,8 @@ async fn a_released_lease_goes_to_the_node_holding_fewer() {
         busy.acquired(Instant::now());
     }
     idle.acquired(Instant::now());
-    let mut x = start_with(&server, "x", "x", true, Some(busy.clone()));
-    let mut y = start_with(&server, "y", "y", true, Some(idle.clone()));
+    let mut x = start_with(&server, "x", "x", true, Some(busy.clone()), None);
+    let mut y = start_with(&server, "y", "y", true, Some(idle.clone()), None);
     tokio::time::sleep(Duration::from_secs(2)).await;
     let t0 = Instant::now();
     z.shutdown.cancel();
@@ -50,7 +50,14 @@ async fn thirty_leases_spread_over_three_nodes_from_a_cold_start() {
         let server = FakeServer::new();
         for (i, sp) in spreads.iter().enumerate() {
             let who = format!("n{i}");
-            all.push(start_with(&server, &who, &who, true, Some(sp.clone())));
+            all.push(start_with(
+                &server,
+                &who,
+                &who,
+                true,
+                Some(sp.clone()),
+                None,
+            ));
         }
     }
     tokio::time::sleep(Duration::from_secs(5)).await;

@@ -39,6 +39,46 @@ fn node_get_and_patch_only_with_labeling() {
     );
 }
 
+/// svc_ridethrough reads one Secret, the peer key: `get` on `secrets` restricted to that
+/// name, only with `--servicesRideThrough`; preflight asks about that very object.
+#[test]
+fn secret_get_by_name_only_with_ride_through() {
+    let role = cluster_role_for(false, true);
+    let r = rule(&role, "", "secrets").expect("secrets rule");
+    assert_eq!(r.verbs, ["get"]);
+    assert_eq!(
+        r.resource_names.as_deref(),
+        Some(&["vipd-peer-key".to_string()][..])
+    );
+    assert!(rule(&cluster_role_for(true, false), "", "secrets").is_none());
+    let ns = Namespaces {
+        lease: "kube-system".into(),
+        services: None,
+        services_election: true,
+    };
+    let needs = Needs {
+        ride_through: true,
+        ..Needs::manifest(false)
+    };
+    let c = checks_for(&needs, &ns)
+        .into_iter()
+        .find(|c| c.resource == "secrets")
+        .expect("secret check");
+    assert_eq!(
+        c.describe(),
+        "get secrets vipd-peer-key in namespace kube-system"
+    );
+    assert_eq!(
+        c.rule(),
+        "{apiGroups: [\"\"], resources: [secrets], resourceNames: [vipd-peer-key], verbs: [get]}"
+    );
+    let without: Vec<_> = checks_for(&Needs::manifest(true), &ns)
+        .into_iter()
+        .filter(|c| c.resource == "secrets")
+        .collect();
+    assert!(without.is_empty(), "{without:?}");
+}
+
 #[test]
 fn no_wildcards_and_no_secrets() {
     for r in cluster_role(true).rules.unwrap() {
@@ -181,6 +221,7 @@ fn rule_text_names_group_resource_and_verb() {
         subresource: "",
         verb: Verb::Create,
         namespace: Some("default".into()),
+        name: None,
     };
     assert_eq!(
         a.describe(),
@@ -234,6 +275,7 @@ fn table_matches_the_code() {
             "CoreEvent",
             Some((CoreEvent::GROUP, CoreEvent::URL_PATH_SEGMENT)),
         ),
+        ("Secret", Some((Secret::GROUP, Secret::URL_PATH_SEGMENT))),
         // vipd preflight only; allowed to every user (system:basic-user).
         ("SelfSubjectAccessReview", None),
         // Generic helpers (`scoped_api`, `spawn_reflector`).

@@ -285,6 +285,20 @@ impl Lab {
         which: ControlPlaneProcess,
         ready_timeout: Duration,
     ) -> Result<()> {
+        self.restart_control_plane_after(which, Duration::ZERO, ready_timeout)
+    }
+
+    /// Like [`Lab::restart_control_plane`], with the process down for `down` (not running:
+    /// connections are refused) before it is started again.
+    ///
+    /// # Errors
+    /// As [`Lab::restart_control_plane`].
+    pub fn restart_control_plane_after(
+        &mut self,
+        which: ControlPlaneProcess,
+        down: Duration,
+        ready_timeout: Duration,
+    ) -> Result<()> {
         let i = which as usize;
         let cmd = self
             .control_plane_cmds
@@ -298,6 +312,7 @@ impl Lab {
             let _ = p.signal(Signal::SIGCONT);
             p.stop(Duration::from_secs(10))?;
         }
+        std::thread::sleep(down);
         let env: Vec<(&str, &str)> = cmd
             .env
             .iter()

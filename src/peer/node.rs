@@ -1,0 +1,535 @@
+//! The peer protocol in `vipd manager` (`svc_ridethrough`): one [`PeerNode`] per process,
+//! for the Service leases only (the control-plane lease never rides through, P4).
+//!
+//! * A heartbeat every [`RideConfig::interval`] on the Services interface (signed frames of
+//!   [`super::wire`], [`PeerSocket`]): this node's flags ([`Peers::outgoing_flags`]) and the
+//!   leases whose VIPs may be live here ([`Peers::listed`]). Before each one, every Service
+//!   lease this node leads is evaluated ([`Peers::may_ride_through`], at least once per
+//!   interval as the chain rule needs); a `Ride { until }` is published to that lease's
+//!   elector state as a raised `renewed_at` ([`ride_renewed_at`]), which the VIP holder turns
+//!   into lifetimes that end by `until`.
+//! * A receiver thread: frames with their kernel arrival time (turned into a monotonic
+//!   instant, never later than the arrival), verified ([`Verifier`], rejections counted by
+//!   reason), assembled, fed to [`Peers::receive`].
+//! * An API probe (`GET /readyz` every [`PROBE_INTERVAL`], each within [`PROBE_TIMEOUT`]):
+//!   this node *reaches the API* while the last `ok` answer came within [`API_WINDOW`].
+//! * Membership: the names of the cluster's Node objects, from the Services wing's Node
+//!   cache.
+//! * Each Service lease's elector talks to it through a [`LeaseLink`] (the elector's
+//!   [`RideLink`]): lease writes ([`Peers::renewed`]), confirmed drops ([`Peers::dropped`]),
+//!   and acquisitions, allowed only by [`Peers::may_take`].
+//!
+//! Not done yet: hand-over requests (a candidate asking a holder cut off from the API, and
+//! the holder's `Released`, P5/P6). Without them a holder cut off from the API alone keeps
+//! its VIPs until its API fence ends and candidates take once it stops listing the lease, as
+//! fast as without ride-through.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::runtime::reflector::Store;
+use tokio::sync::watch;
+use tokio::time::{Instant, MissedTickBehavior};
+use tokio_util::sync::CancellationToken;
+use tracing::{debug, info, warn};
+
+use super::ridethrough::{LeaseView, Peers, RideConfig, RideDecision, TakeDecision};
+use super::socket::PeerSocket;
+use super::wire::{
+    DEFAULT_MAX_SKEW_MS, Encoder, HeldLease, Kind, LeaseRef, Message, PeerKey, Rejection, Verifier,
+};
+use crate::election::{LeaderState, Observed, RideLink};
+use crate::holder::FENCE_MARGIN;
+use crate::metrics::Metrics;
+
+/// Interval of the API probe.
+pub(crate) const PROBE_INTERVAL: Duration = Duration::from_millis(250);
+/// Time limit of one API probe.
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// This node reaches the API while its last good probe answer is at most this old. Short,
+/// so that the flags fade fast enough for a holder to start riding within its API fence
+/// (detection + liveness window + flag hold + liveness window < fence end after an outage
+/// starts: 1 + 0.6 + 1 + 0.6 s against at least 3.75 s with the default 5/3/1 s timings).
+pub(crate) const API_WINDOW: Duration = Duration::from_secs(1);
+
+/// The `renewed_at` that makes the VIP holder's fence end exactly at `until`: the holder
+/// gives lifetimes of [`crate::holder::fence_grant`] (`lease_duration - age - margin`,
+/// whole seconds) and removes everything once [`crate::holder::fence_lapsed`]
+/// (`age + margin >= lease_duration`), both counted from `renewed_at`; so `renewed_at =
+/// until - (lease_duration - margin)` makes the lifetime of every add end no later than
+/// `until`, and the holder stop at `until`. `None` when `until` is too early to express
+/// (never, for a real process).
+pub(crate) fn ride_renewed_at(until: Instant, lease_duration: Duration) -> Option<Instant> {
+    until.checked_sub(lease_duration.saturating_sub(FENCE_MARGIN))
+}
+
+/// A registered Service lease: its elector's state channel and the term it leads.
+struct Registered {
+    state: Option<Arc<watch::Sender<LeaderState>>>,
+    term: u64,
+    riding: bool,
+}
+
+struct State {
+    peers: Peers,
+    leases: BTreeMap<LeaseRef, Registered>,
+    /// The last good API probe answer.
+    api_ok_at: Option<Instant>,
+}
+
+struct Inner {
+    cfg: RideConfig,
+    own: String,
+    state: Mutex<State>,
+    api_back: watch::Sender<u64>,
+    metrics: Metrics,
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock leaves plain data behind: keep using it.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// This process's side of the peer protocol (see the module docs). Cheap to clone.
+#[derive(Clone)]
+pub(crate) struct PeerNode(Arc<Inner>);
+
+/// What [`PeerNode::start`] needs.
+pub(crate) struct PeerParts {
+    /// This node's name (`vip_nodename`).
+    pub node: String,
+    /// Protocol timings.
+    pub cfg: RideConfig,
+    /// The key from the Secret.
+    pub key: PeerKey,
+    /// The socket on the Services interface.
+    pub socket: PeerSocket,
+    /// This process's boot id ([`super::wire::new_boot_id`]).
+    pub boot_id: u64,
+    /// For the API probe.
+    pub client: kube::Client,
+    /// The Node cache (membership).
+    pub nodes: Store<Node>,
+    /// Metrics.
+    pub metrics: Metrics,
+}
+
+impl PeerNode {
+    /// Starts heartbeats, the receiver and the API probe until `stop`. Should the
+    /// receiver thread not start (logged), this node hears nobody: it never rides through
+    /// and, as a candidate, takes a silent holder's lease only after the ride cap.
+    pub(crate) fn start(parts: PeerParts, stop: CancellationToken) -> Self {
+        let now = Instant::now();
+        let boot_id = parts.boot_id;
+        let inner = Arc::new(Inner {
+            cfg: parts.cfg,
+            own: parts.node.clone(),
+            state: Mutex::new(State {
+                peers: Peers::new(parts.cfg, &parts.node, now),
+                leases: BTreeMap::new(),
+                api_ok_at: None,
+            }),
+            api_back: watch::Sender::new(0),
+            metrics: parts.metrics.clone(),
+        });
+        let socket = Arc::new(parts.socket);
+        let node = PeerNode(inner);
+        tokio::spawn(node.clone().heartbeats(
+            Encoder::new(parts.key.clone(), boot_id),
+            socket.clone(),
+            parts.nodes,
+            stop.clone(),
+        ));
+        tokio::spawn(node.clone().probe(parts.client, stop.clone()));
+        let rx = node.clone();
+        let rx_stop = stop.clone();
+        let key = parts.key;
+        if let Err(e) = std::thread::Builder::new()
+            .name("vipd-peer-rx".into())
+            .spawn(move || rx.receive_loop(&socket, key, &rx_stop))
+        {
+            tracing::error!(error = %e, "peer protocol: the receiver thread did not start; this node hears no peer, so it never rides through");
+        }
+        info!(node = %parts.node, boot_id = format!("{boot_id:016x}"), "peer protocol started: Service VIPs ride through API server outages");
+        node
+    }
+
+    /// The link of Service lease `namespace/name` for its elector.
+    pub(crate) fn link(&self, namespace: &str, name: &str) -> Arc<dyn RideLink> {
+        let lease = LeaseRef {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+        };
+        self.0.lock().leases.insert(
+            lease.clone(),
+            Registered {
+                state: None,
+                term: 0,
+                riding: false,
+            },
+        );
+        Arc::new(LeaseLink {
+            node: self.0.clone(),
+            lease,
+        })
+    }
+
+    /// Heartbeats (and ride-through evaluations before each) until `stop`.
+    async fn heartbeats(
+        self,
+        mut enc: Encoder,
+        socket: Arc<PeerSocket>,
+        nodes: Store<Node>,
+        stop: CancellationToken,
+    ) {
+        let mut tick = tokio::time::interval(self.0.cfg.interval);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut members: BTreeSet<String> = BTreeSet::new();
+        let mut send_failing = false;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let names: BTreeSet<String> = nodes
+                .state()
+                .iter()
+                .filter_map(|n| n.metadata.name.clone())
+                .collect();
+            let msg = {
+                let now = Instant::now();
+                let mut st = self.0.lock();
+                if names != members {
+                    info!(nodes = ?names, "peer protocol: membership");
+                    members = names;
+                    st.peers.set_membership(members.clone());
+                }
+                let api = st
+                    .api_ok_at
+                    .is_some_and(|t| now.duration_since(t) <= API_WINDOW);
+                st.peers.set_api(now, api);
+                self.evaluate(&mut st, now, api);
+                let flags = st.peers.outgoing_flags(now);
+                Message {
+                    kind: Kind::Heartbeat,
+                    node: self.0.own.clone(),
+                    flags,
+                    membership: st.peers.digest(),
+                    wall_ms: wall_ms(SystemTime::now()),
+                    leases: st.peers.listed(now),
+                    target: None,
+                }
+            };
+            let frames = match enc.encode(&msg) {
+                Ok(f) => f,
+                Err(e) => {
+                    warn!(error = %e, "peer protocol: cannot encode the heartbeat");
+                    continue;
+                }
+            };
+            for f in frames {
+                match socket.send(&f) {
+                    Ok(()) if send_failing => {
+                        send_failing = false;
+                        info!("peer protocol: sending heartbeats works again");
+                    }
+                    Ok(()) => {}
+                    Err(e) => {
+                        if !send_failing {
+                            warn!(error = %e, "peer protocol: cannot send a heartbeat");
+                        }
+                        send_failing = true;
+                    }
+                }
+            }
+        }
+    }
+
+    /// One ride-through evaluation of every lease this node leads (see the module docs).
+    /// While this node does not reach the API, or a lease's last renewal is so old that its
+    /// VIPs' lifetime ends within two heartbeats, that lease's state is also touched
+    /// (unchanged unless a ride grant raises it) so that its VIP holder refreshes the VIPs
+    /// at every heartbeat for what the fence grants: within the API fence
+    /// ([`crate::holder::fence_grant`], rule 3) and then within the ride grant. Renewals,
+    /// which would otherwise refresh them, fail meanwhile; without this the VIPs would
+    /// lapse at the fence lifetime after the last renewal, before a ride can start (the
+    /// probe notices an outage only [`API_WINDOW`] after the last good answer).
+    fn evaluate(&self, st: &mut State, now: Instant, api: bool) {
+        let State { peers, leases, .. } = st;
+        let soon = self.0.cfg.fence.saturating_sub(self.0.cfg.interval * 2);
+        for (lease, reg) in leases.iter_mut() {
+            let Some(state) = &reg.state else { continue };
+            let renewed = match *state.borrow() {
+                LeaderState::Leading {
+                    term, renewed_at, ..
+                } if term == reg.term => Some(renewed_at),
+                _ => None,
+            };
+            let Some(renewed_at) = renewed.filter(|_| reg.term != 0) else {
+                reg.riding = false;
+                continue;
+            };
+            let touch = !api || now.saturating_duration_since(renewed_at) >= soon;
+            let name = format!("{}/{}", lease.namespace, lease.name);
+            let decision = peers.may_ride_through(now, lease);
+            let raise = match &decision {
+                RideDecision::Ride { until } => ride_renewed_at(*until, self.0.cfg.lease_duration),
+                _ => None,
+            };
+            // A step-down whose VIPs must go now (another node lists the lease) gets no
+            // further refresh: the VIPs keep at most the lifetime they have.
+            let drop_now = matches!(&decision, RideDecision::StepDown(r) if r.drop_now());
+            publish_grant(state, reg.term, raise, touch && !drop_now);
+            match decision {
+                RideDecision::Ride { .. } => {
+                    if !reg.riding {
+                        warn!(lease = %name, "API server unreachable: riding through (a majority of the vipd nodes vouch, none reaches the API)");
+                        reg.riding = true;
+                        self.0.metrics.set_riding(&name, true);
+                    }
+                }
+                RideDecision::StepDown(why) => {
+                    if reg.riding {
+                        warn!(lease = %name, reason = ?why, "ride-through ended; the VIPs go when the last grant ends unless a renewal succeeds first");
+                        reg.riding = false;
+                        self.0.metrics.set_riding(&name, false);
+                    }
+                }
+                RideDecision::NotNeeded => {
+                    if reg.riding {
+                        info!(lease = %name, "API server reachable again: ride-through ends, renewing");
+                        reg.riding = false;
+                        self.0.metrics.set_riding(&name, false);
+                    }
+                }
+            }
+        }
+    }
+
+    /// The API probe until `stop` (see the module docs).
+    async fn probe(self, client: kube::Client, stop: CancellationToken) {
+        let mut tick = tokio::time::interval(PROBE_INTERVAL);
+        tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        let mut reachable = true;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let ok = match http::Request::get("/readyz").body(Vec::new()) {
+                Ok(req) => matches!(
+                    tokio::time::timeout(PROBE_TIMEOUT, client.request_text(req)).await,
+                    Ok(Ok(body)) if body.trim() == "ok"
+                ),
+                Err(_) => false,
+            };
+            let now = Instant::now();
+            let api = {
+                let mut st = self.0.lock();
+                if ok {
+                    st.api_ok_at = Some(now);
+                }
+                let api = st
+                    .api_ok_at
+                    .is_some_and(|t| now.duration_since(t) <= API_WINDOW);
+                st.peers.set_api(now, api);
+                api
+            };
+            if api != reachable {
+                if api {
+                    info!("peer protocol: API server reachable again");
+                    self.0.api_back.send_modify(|v| *v += 1);
+                } else {
+                    warn!(
+                        "peer protocol: API server unreachable (no good /readyz answer for {} ms)",
+                        API_WINDOW.as_millis()
+                    );
+                }
+                reachable = api;
+                self.0.metrics.set_peer_api_reachable(api);
+            }
+        }
+    }
+
+    /// The receiver (a thread: blocking reads with kernel timestamps) until `stop`.
+    fn receive_loop(&self, socket: &PeerSocket, key: PeerKey, stop: &CancellationToken) {
+        let mut verifier = Verifier::new(key, DEFAULT_MAX_SKEW_MS);
+        let mut assembler = super::wire::Assembler::default();
+        let mut failing = false;
+        let mut no_stamp_warned = false;
+        while !stop.is_cancelled() {
+            let r = match socket.recv(Duration::from_millis(200)) {
+                Ok(Some(r)) => r,
+                Ok(None) => continue,
+                Err(e) => {
+                    if !failing {
+                        warn!(error = %e, "peer protocol: cannot receive");
+                        failing = true;
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                    continue;
+                }
+            };
+            failing = false;
+            let now = Instant::now();
+            let wall = SystemTime::now();
+            // The arrival instant on the monotonic clock: now less the time the frame
+            // waited since the kernel stamped it (frames queued while vipd was frozen keep
+            // their old arrival). Without a stamp, now (the kernel always stamps).
+            let waited = match r.arrived {
+                Some(a) => wall.duration_since(a).unwrap_or_default(),
+                None => {
+                    if !no_stamp_warned {
+                        warn!("peer protocol: a frame without kernel receive timestamp");
+                        no_stamp_warned = true;
+                    }
+                    Duration::ZERO
+                }
+            };
+            let at = now.checked_sub(waited).unwrap_or(now);
+            match verifier.verify(&r.payload, wall_ms(wall)) {
+                Ok(frame) => {
+                    self.0.metrics.peer_frame("accepted");
+                    if let Some(msg) = assembler.push(frame) {
+                        self.0.lock().peers.receive(at, &msg);
+                    }
+                }
+                Err(e) => {
+                    self.0.metrics.peer_frame(rejection_label(&e));
+                    debug!(error = %e, "peer protocol: frame rejected");
+                }
+            }
+        }
+    }
+}
+
+/// Publishes a ride grant on a lease's elector state: raises `renewed_at` to `raise` (see
+/// [`ride_renewed_at`]) and, with `touch`, notifies the VIP holder even when nothing
+/// changed (it then refreshes what its fence grants). Only a `Leading` state of `term`,
+/// checked under the channel's lock: a step-down or a new term published meanwhile is never
+/// undone or extended, and `renewed_at` never goes down. Whether receivers were notified.
+pub(crate) fn publish_grant(
+    state: &watch::Sender<LeaderState>,
+    term: u64,
+    raise: Option<Instant>,
+    touch: bool,
+) -> bool {
+    state.send_if_modified(|s| match s {
+        LeaderState::Leading {
+            term: t,
+            renewed_at,
+            ..
+        } if *t == term => {
+            let raised = match raise {
+                Some(r) if r > *renewed_at => {
+                    *renewed_at = r;
+                    true
+                }
+                _ => false,
+            };
+            raised || touch
+        }
+        _ => false,
+    })
+}
+
+/// The metric label of a rejection.
+pub(crate) fn rejection_label(r: &Rejection) -> &'static str {
+    use super::wire::DecodeError;
+    match r {
+        Rejection::Decode(DecodeError::Mac) => "bad_mac",
+        Rejection::Decode(DecodeError::Magic { .. }) => "bad_magic",
+        Rejection::Decode(DecodeError::Version { .. }) => "bad_version",
+        Rejection::Decode(_) => "malformed",
+        Rejection::Skew { .. } => "skew",
+        Rejection::Replay { .. } => "replay",
+        Rejection::OldBoot { .. } => "old_boot",
+    }
+}
+
+fn wall_ms(t: SystemTime) -> u64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}
+
+/// One Service lease's [`RideLink`] (see the module docs); unregisters on drop.
+struct LeaseLink {
+    node: Arc<Inner>,
+    lease: LeaseRef,
+}
+
+impl Drop for LeaseLink {
+    fn drop(&mut self) {
+        self.node.lock().leases.remove(&self.lease);
+        self.node.metrics.set_riding(
+            &format!("{}/{}", self.lease.namespace, self.lease.name),
+            false,
+        );
+    }
+}
+
+impl RideLink for LeaseLink {
+    fn attach(&self, state: Arc<watch::Sender<LeaderState>>) {
+        if let Some(r) = self.node.lock().leases.get_mut(&self.lease) {
+            r.state = Some(state);
+        }
+    }
+
+    fn renewed(&self, term: u64, resource_version: &str, sent: Instant) {
+        let mut st = self.node.lock();
+        let held = HeldLease {
+            lease: self.lease.clone(),
+            term,
+            resource_version: resource_version.chars().take(64).collect(),
+        };
+        st.peers.renewed(held, sent, false);
+        if let Some(r) = st.leases.get_mut(&self.lease) {
+            r.term = term;
+        }
+    }
+
+    fn dropped(&self) {
+        let mut st = self.node.lock();
+        st.peers.dropped(&self.lease);
+        if let Some(r) = st.leases.get_mut(&self.lease) {
+            r.term = 0;
+            r.riding = false;
+        }
+    }
+
+    fn may_acquire(&self, now: Instant, observed: Option<&Observed>, observed_at: Instant) -> bool {
+        let view = LeaseView {
+            lease: self.lease.clone(),
+            holder: observed
+                .filter(|o| o.record.is_held())
+                .map(|o| o.record.holder.clone()),
+            resource_version: observed
+                .map(|o| o.resource_version.clone())
+                .unwrap_or_default(),
+            observed_at,
+            control_plane: false,
+        };
+        let d = self.node.lock().peers.may_take(now, &view);
+        match d {
+            TakeDecision::Take(why) => {
+                debug!(lease = %format!("{}/{}", self.lease.namespace, self.lease.name), reason = ?why, "peer protocol: may take the lease");
+                true
+            }
+            other => {
+                debug!(lease = %format!("{}/{}", self.lease.namespace, self.lease.name), decision = ?other, "peer protocol: not taking the lease yet");
+                false
+            }
+        }
+    }
+
+    fn api_back(&self) -> watch::Receiver<u64> {
+        self.node.api_back.subscribe()
+    }
+}

@@ -1,0 +1,288 @@
+//! Lab tests of `svc_ridethrough`: Service VIPs ride through API server outages.
+//! vipd runs on node-a/b/c in Services mode with per-Service leases against the real
+//! kube-apiserver; the API server is frozen (SIGSTOP) and stopped while a watcher samples
+//! every node's eth0 every 100 ms.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::*;
+use xtask::lab::{ControlPlaneProcess, Lab, LabOptions, LabProcess};
+
+const VIPS: [(&str, &str); 3] = [
+    ("ride-a", "192.0.2.30"),
+    ("ride-b", "192.0.2.31"),
+    ("ride-c", "192.0.2.32"),
+];
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// The peer key Secret and the Node objects (the membership) `svc_ridethrough` needs.
+fn prepare(lab: &Lab) {
+    for n in NODES {
+        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}});
+        let r = lab
+            .api_request("POST", "/api/v1/nodes", Some(&node.to_string()))
+            .expect("create node");
+        assert_eq!(r.status, 201, "create node {n}: {}", r.body);
+    }
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "vipd-peer-key", "namespace": "kube-system"},
+        "stringData": {"key": "bGFiLWtleS1vZi1hdC1sZWFzdC10aGlydHktdHdvLWJ5dGVzLWxvbmc="}
+    });
+    let r = lab
+        .api_request(
+            "POST",
+            "/api/v1/namespaces/kube-system/secrets",
+            Some(&secret.to_string()),
+        )
+        .expect("create secret");
+    assert_eq!(r.status, 201, "create secret: {}", r.body);
+}
+
+fn start(lab: &Lab, ride: bool) -> Vec<LabProcess> {
+    NODES
+        .iter()
+        .map(|n| {
+            start_vipd_services(
+                lab,
+                n,
+                true,
+                &[("svc_ridethrough", if ride { "true" } else { "false" })],
+            )
+        })
+        .collect()
+}
+
+/// Creates the Services and waits until each VIP has one holder whose lease names it;
+/// returns VIP -> holder.
+fn services_held(lab: &Lab) -> BTreeMap<&'static str, String> {
+    for (name, ip) in VIPS {
+        create_service(
+            lab,
+            &service_json(name, Some(ip), None, &[(80, "TCP")], false),
+        );
+    }
+    let mut out = BTreeMap::new();
+    for (name, ip) in VIPS {
+        let h = single_holder(lab, ip, LIMIT);
+        wait_until(&format!("lease of {name} names {h}"), LIMIT, || {
+            lease_holder(lab, "default", &format!("kubevip-{name}")).as_deref() == Some(&h)
+        });
+        out.insert(ip, h);
+    }
+    out
+}
+
+/// Samples which nodes carry each VIP every 100 ms on its own thread (the API server may
+/// be down; this reads the nodes' interfaces only).
+struct Watcher {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<Vec<String>>,
+}
+
+impl Watcher {
+    /// Starts sampling; every sample where a VIP is not on exactly its node in `want` is a
+    /// violation.
+    fn start(lab: &Lab, want: &BTreeMap<&'static str, String>) -> Watcher {
+        let namespaces: Vec<(String, String)> = NODES
+            .iter()
+            .map(|n| (n.to_string(), lab.ns_name(n).expect("ns name")))
+            .collect();
+        let want: Vec<(String, String)> = want
+            .iter()
+            .map(|(ip, n)| (ip.to_string(), n.clone()))
+            .collect();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let t0 = Instant::now();
+            let mut violations = Vec::new();
+            while !flag.load(Ordering::SeqCst) {
+                let mut on: BTreeMap<String, Vec<String>> = BTreeMap::new();
+                for (node, ns) in &namespaces {
+                    let out = std::process::Command::new("ip")
+                        .args(["-n", ns, "-j", "addr", "show", "dev", "eth0"])
+                        .output()
+                        .expect("ip addr");
+                    let v: serde_json::Value =
+                        serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+                    for a in v
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .flat_map(|l| l["addr_info"].as_array().into_iter().flatten())
+                    {
+                        if let Some(ip) = a["local"].as_str() {
+                            on.entry(ip.to_string()).or_default().push(node.clone());
+                        }
+                    }
+                }
+                for (ip, node) in &want {
+                    let got = on.get(ip).cloned().unwrap_or_default();
+                    if got != [node.clone()] {
+                        violations.push(format!(
+                            "{} ms: {ip} on {got:?}, expected only on {node}",
+                            t0.elapsed().as_millis()
+                        ));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            violations
+        });
+        Watcher { stop, thread }
+    }
+
+    /// Samples 8 s more (the recovery after an outage), stops, and asserts that every
+    /// sample was clean (dumping the vipd logs otherwise).
+    fn finish_clean(self, what: &str, procs: &[LabProcess]) {
+        std::thread::sleep(Duration::from_secs(8));
+        self.stop.store(true, Ordering::SeqCst);
+        let v = self.thread.join().expect("watcher thread");
+        if !v.is_empty() {
+            dump(&procs.iter().collect::<Vec<_>>());
+        }
+        assert!(
+            v.is_empty(),
+            "{what}: {} violations: {:?}",
+            v.len(),
+            &v[..v.len().min(20)]
+        );
+    }
+}
+
+/// The leases' (holder, renewTime) now.
+fn leases_now(lab: &Lab) -> BTreeMap<&'static str, (String, String)> {
+    VIPS.iter()
+        .map(|(name, _)| {
+            let l = lease(lab, "default", &format!("kubevip-{name}")).expect("lease");
+            (
+                *name,
+                (
+                    l["spec"]["holderIdentity"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    l["spec"]["renewTime"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// After an outage: every lease still names the holder it named before and is renewed by
+/// it again (its renewTime moves past the one before).
+fn assert_renewed_by_same_holders(lab: &Lab, before: &BTreeMap<&'static str, (String, String)>) {
+    wait_until("every lease renewed by its holder", LIMIT, || {
+        leases_now(lab)
+            .iter()
+            .all(|(name, (h, t))| before[name].0 == *h && before[name].1 != *t)
+    });
+    let now = leases_now(lab);
+    for (name, (h, _)) in &now {
+        assert_eq!(*h, before[name].0, "lease of {name} changed holder");
+    }
+}
+
+fn wait_for_peers(procs: &[LabProcess]) {
+    for p in procs {
+        wait_until("peer membership of three nodes", LIMIT, || {
+            p.log()
+                .lines()
+                .any(|l| l.contains("peer protocol: membership") && l.contains("node-c"))
+        });
+    }
+    // Heartbeats flow (W = 600 ms) before the outage starts.
+    std::thread::sleep(Duration::from_secs(2));
+}
+
+/// Issue 12, first "Done when": the API server frozen for 6 s, then stopped for 30 s; no
+/// Service VIP is removed or moved (sampled every 100 ms through each outage and the
+/// recovery after it), no lease changes holder, and afterwards the same holders renew.
+#[test]
+fn service_vips_ride_through_api_freeze_and_stop() {
+    let Some(mut lab) = lab("ridethrough", LabOptions::default()) else {
+        return;
+    };
+    prepare(&lab);
+    let procs = start(&lab, true);
+    wait_for_peers(&procs);
+    let want = services_held(&lab);
+    let before = leases_now(&lab);
+
+    // Frozen for 6 s.
+    let pid = *lab.control_plane_pids().get(1).expect("apiserver pid");
+    let pid = nix::unistd::Pid::from_raw(pid);
+    let w = Watcher::start(&lab, &want);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+    std::thread::sleep(Duration::from_secs(6));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
+    w.finish_clean("freeze", &procs);
+    assert_renewed_by_same_holders(&lab, &before);
+    let before = leases_now(&lab);
+
+    // Stopped for 30 s, then started again (the watcher runs through the restart).
+    let w = Watcher::start(&lab, &want);
+    lab.restart_control_plane_after(
+        ControlPlaneProcess::ApiServer,
+        Duration::from_secs(30),
+        Duration::from_secs(120),
+    )
+    .expect("restart the API server");
+    w.finish_clean("stop", &procs);
+    assert_renewed_by_same_holders(&lab, &before);
+    assert!(
+        procs
+            .iter()
+            .any(|p| p.log().lines().any(|l| l.contains("riding through"))),
+        "the holders rode through"
+    );
+}
+
+/// With `svc_ridethrough` but no key Secret, vipd does not start and says which Secret
+/// and how to create it. Without the option (the default) a Service VIP is removed at the
+/// renew deadline of an API freeze, as before.
+#[test]
+fn without_the_option_service_vips_drop_during_an_api_freeze() {
+    let Some(lab) = lab("ridethrough-off", LabOptions::default()) else {
+        return;
+    };
+    let mut p = start_vipd_services(&lab, "node-a", true, &[("svc_ridethrough", "true")]);
+    let status = p
+        .wait_timeout(LIMIT)
+        .expect("wait")
+        .expect("vipd must exit without the key Secret");
+    assert!(!status.success());
+    let log = p.log();
+    assert!(
+        log.contains("kube-system/vipd-peer-key")
+            && log.contains("kubectl create secret generic vipd-peer-key"),
+        "{log}"
+    );
+    prepare(&lab);
+    let _procs = start(&lab, false);
+    let want = services_held(&lab);
+    let (ip, _) = want.iter().next().expect("a VIP");
+    let pid = *lab.control_plane_pids().get(1).expect("apiserver pid");
+    let pid = nix::unistd::Pid::from_raw(pid);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+    let dropped = (0..60).any(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        holders(&lab, ip).is_empty()
+    });
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
+    assert!(
+        dropped,
+        "{ip} must be removed within 6 s of the freeze without ride-through"
+    );
+}
