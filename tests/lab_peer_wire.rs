@@ -1,4 +1,4 @@
-//! Peer protocol frames through the real kernel (the peer protocol foundation, not wired into the
+//! Peer protocol frames through the real kernel (the socket on its own, without the
 //! manager): two private network namespaces joined by a veth pair; signed heartbeats sent
 //! from one arrive in the other through `vipd::peer::socket::PeerSocket`, verify, and carry
 //! kernel arrival timestamps; a forged frame (another key) is rejected and counted; frames
