@@ -33,6 +33,11 @@ async fn request_unbounded(target: &Target) -> Result<String, FailureKind> {
             .ok_or_else(|| FailureKind::Other(format!("resolve {}: no address", target.host)))?,
     };
     let stream = TcpStream::connect(addr).await.map_err(|e| io_failure(&e))?;
+    if target.tcp_only {
+        // The handshake completed: a listener answered (behind a DNAT, whichever backend
+        // it chose, which a connect alone cannot name).
+        return Ok("connected".to_owned());
+    }
     // Small requests: do not let Nagle delay them. Failure to set it is harmless.
     let _ = stream.set_nodelay(true);
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))

@@ -85,7 +85,8 @@ pub fn parse_duration(value: &str) -> Result<Duration, DurationError> {
 #[derive(Debug, Clone, PartialEq, clap::Args)]
 pub struct Args {
     /// Target URL, `http://HOST[:PORT][/PATH]` (HOST: IPv4, `[IPv6]` or a name resolved per
-    /// request). Without a scheme, `http://` is assumed. HTTPS is not supported.
+    /// request), or `tcp://HOST:PORT` to only open a TCP connection per probe (e.g. an API
+    /// server's TLS port). Without a scheme, `http://` is assumed. HTTPS is not supported.
     #[arg(value_name = "URL")]
     pub target: String,
     /// Time between request starts (fixed schedule), e.g. 100ms, 1s, 1.5s, 2m.
@@ -121,15 +122,20 @@ pub struct Target {
     pub authority: String,
     /// Request target in origin form, `/path?query` (default `/`).
     pub path_and_query: String,
+    /// `tcp://HOST:PORT`: each probe only opens a TCP connection (success = the handshake
+    /// completed) and closes it, for services that are not plain HTTP (an API server's
+    /// TLS port behind a VIP, a load balancer's frontend).
+    pub tcp_only: bool,
 }
 
 impl Target {
-    /// Parses `http://HOST[:PORT][/PATH]`; a missing scheme means `http://`.
+    /// Parses `http://HOST[:PORT][/PATH]` (a missing scheme means `http://`) or
+    /// `tcp://HOST:PORT` (connect only).
     ///
     /// # Errors
     ///
     /// [`ProbeError::InvalidArg`] for `TARGET` when the URL does not parse, the scheme is not
-    /// `http`, or the host is missing.
+    /// `http` or `tcp`, the host is missing, or a `tcp://` target has no port.
     pub fn parse(value: &str) -> Result<Self, ProbeError> {
         let invalid = |reason: String| ProbeError::InvalidArg {
             flag: "TARGET",
@@ -137,11 +143,16 @@ impl Target {
             reason,
         };
         let uri = crate::syntax::uri_with_default_scheme(value, "http").map_err(invalid)?;
-        match uri.scheme_str() {
-            Some("http") => {}
-            Some(other) => return Err(invalid(format!("scheme {other:?} unsupported, use http"))),
+        let tcp_only = match uri.scheme_str() {
+            Some("http") => false,
+            Some("tcp") => true,
+            Some(other) => {
+                return Err(invalid(format!(
+                    "scheme {other:?} unsupported, use http or tcp"
+                )));
+            }
             None => return Err(invalid("missing scheme".to_owned())),
-        }
+        };
         let authority = uri
             .authority()
             .ok_or_else(|| invalid("missing host".to_owned()))?;
@@ -161,6 +172,9 @@ impl Target {
             .and_then(|rest| rest.strip_prefix(':'))
             .unwrap_or("");
         let port = if port_text.is_empty() {
+            if tcp_only {
+                return Err(invalid("tcp://HOST:PORT needs a port".to_owned()));
+            }
             80
         } else {
             match port_text.parse::<u16>() {
@@ -175,11 +189,16 @@ impl Target {
             .unwrap_or("/")
             .to_owned();
         Ok(Self {
-            url: format!("http://{}{}", authority.as_str(), path_and_query),
+            url: if tcp_only {
+                format!("tcp://{}", authority.as_str())
+            } else {
+                format!("http://{}{}", authority.as_str(), path_and_query)
+            },
             host,
             port,
             authority: authority.as_str().to_owned(),
             path_and_query,
+            tcp_only,
         })
     }
 }

@@ -389,7 +389,15 @@ fn targets() {
     assert_eq!(t.path_and_query, "/healthz?x=1");
     let t = Target::parse("192.0.2.10:81").expect("no scheme");
     assert_eq!((t.port, t.url.as_str()), (81, "http://192.0.2.10:81/"));
+    let t = Target::parse("tcp://192.0.2.10:6443").expect("tcp");
+    assert!(t.tcp_only);
+    assert_eq!(
+        (t.host.as_str(), t.port, t.url.as_str()),
+        ("192.0.2.10", 6443, "tcp://192.0.2.10:6443")
+    );
+    assert!(!Target::parse("http://192.0.2.10/").unwrap().tcp_only);
     for bad in [
+        "tcp://192.0.2.10",
         "https://192.0.2.10/",
         "ftp://x/",
         "http://",

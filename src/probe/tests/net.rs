@@ -205,6 +205,35 @@ async fn http_status_is_a_failure() {
     );
 }
 
+/// `tcp://`: a completed handshake is a success (a server that never answers a byte still
+/// counts), a refused connection a failure.
+#[tokio::test]
+async fn tcp_target_counts_handshakes() {
+    let server = TestServer::start(Mode::Hang).await;
+    let cfg = ProbeConfig {
+        target: Target::parse(&format!("tcp://{}", server.addr)).expect("target"),
+        ..server.config(10, 1000, Limit::Count(3))
+    };
+    let s = probe_to_limit(&cfg).await.0.summary();
+    assert_eq!((s.successes, s.failures), (3, 0));
+    server.set(Mode::Refuse);
+    // The server task closes its listener when it sees the mode change.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while TcpStream::connect(server.addr).await.is_ok() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "listener still open"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let s = probe_to_limit(&cfg).await.0.summary();
+    assert_eq!((s.successes, s.failures), (0, 3));
+    assert_eq!(
+        s.failures_by_kind,
+        BTreeMap::from([("refused".to_owned(), 3)])
+    );
+}
+
 #[tokio::test]
 async fn shutdown_stops_at_once_and_counts_abandoned() {
     let server = TestServer::start(Mode::Hang).await;

@@ -80,6 +80,9 @@ options:
   --vipd PATH       vipd binary to use (default target/release/vipd)
   --json FILE       also write every trial's figures as JSON to FILE
   --no-idle         skip the idle RSS / lease-write measurement
+  --lb              vipd with lb_enable: the probe opens TCP connections to VIP:6443 (the
+                    control-plane load balancer's frontend) instead of HTTP to VIP:80;
+                    control-plane Node objects are created for the backends (vipd only)
   -v, --verbose     print progress of every trial";
 
 /// What is done to the VIP holder in a trial.
@@ -234,6 +237,9 @@ pub struct BenchOptions {
     pub idle: bool,
     /// Print progress.
     pub verbose: bool,
+    /// vipd with `lb_enable` (control-plane load balancing): the probe opens TCP connections
+    /// to VIP:6443, which the holder spreads over the nodes' API endpoints.
+    pub lb: bool,
 }
 
 impl BenchOptions {
@@ -253,6 +259,7 @@ impl BenchOptions {
             json: None,
             idle: true,
             verbose: false,
+            lb: false,
         };
         parse_flags(args, USAGE, |a, value| {
             match a {
@@ -289,6 +296,7 @@ impl BenchOptions {
                 "--vipd" => o.vipd_path = Some(PathBuf::from(value()?)),
                 "--json" => o.json = Some(PathBuf::from(value()?)),
                 "--no-idle" => o.idle = false,
+                "--lb" => o.lb = true,
                 "-v" | "--verbose" => o.verbose = true,
                 _ => return Ok(false),
             }
@@ -391,7 +399,10 @@ fn failover(o: &BenchOptions) -> Result<()> {
     }
     let vipd = vipd_release_binary(o.build, o.vipd_path.as_deref())?;
     let started = Instant::now();
-    let ctx = Ctx::start(vipd, o.verbose)?;
+    let mut ctx = Ctx::start(vipd, o.verbose)?;
+    if o.lb {
+        ctx.enable_lb()?;
+    }
     println!(
         "lab {} up in {:.1} s; vipd {}",
         ctx.lab.prefix(),
@@ -413,7 +424,7 @@ fn failover(o: &BenchOptions) -> Result<()> {
     }
     for scenario in &o.scenarios {
         for subject in o.subjects() {
-            if *scenario == Scenario::Drain && matches!(subject, Subject::Keepalived) {
+            if (*scenario == Scenario::Drain || o.lb) && matches!(subject, Subject::Keepalived) {
                 continue;
             }
             for trial in 1..=o.trials {
@@ -501,6 +512,8 @@ pub struct Ctx {
     /// Print progress.
     pub verbose: bool,
     macs: HashMap<MacAddr, String>,
+    /// vipd runs with `lb_enable`, the probe targets VIP:6443 over TCP ([`Ctx::enable_lb`]).
+    pub lb: bool,
 }
 
 impl Ctx {
@@ -522,7 +535,43 @@ impl Ctx {
             vipd,
             verbose,
             macs,
+            lb: false,
         })
+    }
+
+    /// Control-plane load balancing for the rest of the run: Node objects for every lab
+    /// node (control-plane role label, Ready, InternalIP = its lab address) as the backends,
+    /// `lb_enable=true` for vipd, and a TCP probe of VIP:6443.
+    ///
+    /// # Errors
+    /// When a Node cannot be created.
+    pub fn enable_lb(&mut self) -> Result<()> {
+        for n in NODES {
+            let node = serde_json::json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": n, "labels": {"node-role.kubernetes.io/control-plane": "true"}}});
+            let r = self
+                .lab
+                .api_request("POST", "/api/v1/nodes", Some(&node.to_string()))?;
+            if r.status != 201 && r.status != 409 {
+                bail!("create Node {n}: HTTP {}: {}", r.status, r.body);
+            }
+            let status = serde_json::json!({"status": {
+                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                    "message": "lab", "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+                "addresses": [{"type": "InternalIP", "address": lab::node_ipv4(n).ok_or_else(|| anyhow!("no address for {n}"))?.to_string()},
+                              {"type": "Hostname", "address": n}]}});
+            let r = self.lab.api_request(
+                "PATCH",
+                &format!("/api/v1/nodes/{n}/status"),
+                Some(&status.to_string()),
+            )?;
+            if r.status != 200 {
+                bail!("Node {n} status: HTTP {}: {}", r.status, r.body);
+            }
+        }
+        self.lb = true;
+        Ok(())
     }
 
     fn say(&self, what: impl AsRef<str>) {
@@ -656,7 +705,11 @@ impl Ctx {
             &self.vipd,
             &[
                 "probe",
-                &format!("http://{VIP}/"),
+                &if self.lb {
+                    format!("tcp://{VIP}:6443")
+                } else {
+                    format!("http://{VIP}/")
+                },
                 "--interval",
                 "20ms",
                 "--timeout",
@@ -863,6 +916,9 @@ pub fn start_vipd(ctx: &Ctx, node: &str, t: &Timings) -> Result<LabProcess> {
             ("vip_renewdeadline", r.as_str()),
             ("vip_retryperiod", p.as_str()),
         ]);
+    }
+    if ctx.lb {
+        env.push(("lb_enable", "true"));
     }
     Ok(ctx.lab.spawn(node, &ctx.vipd, &["manager"], &env)?)
 }
@@ -1106,7 +1162,9 @@ pub fn run_trial(
     let watcher = ctx.start_arp_watch()?;
     let watch_t0 = Instant::now();
     let probe = ctx.start_probe()?;
-    wait_probe_steady(&probe, &holder, 25, Duration::from_secs(10))?;
+    // The HTTP probe names the answering node; a TCP probe only says it connected.
+    let answer = if ctx.lb { "connected" } else { holder.as_str() };
+    wait_probe_steady(&probe, answer, 25, Duration::from_secs(10))?;
     // The holder may have changed meanwhile (it should not).
     let h = ctx.holders()?;
     if h != [holder.clone()] {
@@ -1649,6 +1707,8 @@ mod tests {
         assert!(o.vipd && !o.keepalived);
         assert_eq!(o.timings[1].values.as_ref().unwrap()[0], "2.5");
         assert_eq!(o.subjects().len(), 2);
+        assert!(BenchOptions::parse(&["--lb"]).unwrap().lb);
+        assert!(!BenchOptions::parse(&[]).unwrap().lb);
         let e = BenchOptions::parse(&["--scenario", "reboot"]).unwrap_err();
         assert!(e.to_string().contains("\"reboot\""), "{e}");
         assert!(BenchOptions::parse(&["--trials", "0"]).is_err());
