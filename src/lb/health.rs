@@ -13,9 +13,14 @@ use tokio_util::sync::CancellationToken;
 
 /// Interval between two checks of a backend: 1 s.
 pub const INTERVAL: Duration = Duration::from_secs(1);
-/// How long a connect may take before the check counts as failed: 900 ms (under
-/// [`INTERVAL`], so rounds never overlap).
-pub const CHECK_TIMEOUT: Duration = Duration::from_millis(900);
+/// How long a connect may take before the check counts as failed: 300 ms. A control-plane
+/// node's API server on the same segment accepts within milliseconds; three failures in a
+/// row are needed to take a healthy-but-slow one out, while one failed first check after a
+/// takeover takes a powered-off node's endpoint out within this time (with 900 ms, the new
+/// holder sent a third of the new connections to a dead node for almost a second: `cargo
+/// xtask bench failover --lb`, docs/failover.md). Under [`INTERVAL`], so rounds never
+/// overlap.
+pub const CHECK_TIMEOUT: Duration = Duration::from_millis(300);
 
 /// One health check of a backend. Implemented by [`TcpProber`]; tests use a fake.
 pub trait Prober: Send + Sync + 'static {
