@@ -107,3 +107,60 @@ impl CommandFactory for ManagerArgs {
 }
 
 impl Parser for ManagerArgs {}
+
+/// The flags of the kube-vip features vipd refuses (the option table's refused rows), for a
+/// command that has its own flags (`vipd manifest pod|daemonset`): each is accepted by the
+/// parser (hidden) and kept, so the command can refuse it with the table's reason instead of
+/// clap's bare "unexpected argument". A flag the command already defines is left to it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RefusedFlags {
+    /// (environment variable name, flag value) for every refused flag given.
+    given: Vec<(&'static str, String)>,
+}
+
+impl RefusedFlags {
+    /// (environment variable name, flag value) for every refused flag given.
+    pub fn given(&self) -> &[(&'static str, String)] {
+        &self.given
+    }
+}
+
+fn refused_rows() -> impl Iterator<Item = &'static EnvOption> {
+    rows_with_flags().filter(|o| matches!(o.kind, OptionKind::Refused(..)))
+}
+
+impl Args for RefusedFlags {
+    fn augment_args(cmd: Command) -> Command {
+        let taken: Vec<String> = cmd
+            .get_arguments()
+            .filter_map(|a| a.get_long().map(str::to_string))
+            .collect();
+        let new: Vec<Arg> = refused_rows()
+            .filter(|o| !taken.iter().any(|t| t == o.flag))
+            .map(arg_of)
+            .collect();
+        cmd.args(new)
+    }
+
+    fn augment_args_for_update(cmd: Command) -> Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl FromArgMatches for RefusedFlags {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut r = RefusedFlags::default();
+        r.update_from_arg_matches(m)?;
+        Ok(r)
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        for o in refused_rows() {
+            if let Ok(Some(v)) = m.try_get_one::<String>(o.env) {
+                self.given.retain(|(k, _)| *k != o.env);
+                self.given.push((o.env, v.clone()));
+            }
+        }
+        Ok(())
+    }
+}

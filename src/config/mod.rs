@@ -111,7 +111,7 @@ mod options;
 mod parse;
 mod resolve;
 
-pub use args::ManagerArgs;
+pub use args::{ManagerArgs, RefusedFlags};
 pub use options::{EnvOption, OptionKind, RefuseWhen, ValueType, env_names, option};
 use options::{K_CONFIG_FILE, K_NODE_NAME};
 pub use resolve::{Resolved, resolve, resolve_detailed};

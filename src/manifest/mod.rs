@@ -214,6 +214,11 @@ pub struct GenArgs {
     /// Log level (logrus number 0..=6 or a name) [env: vip_loglevel]
     #[arg(long = "log", value_name = "LEVEL")]
     pub log: Option<String>,
+    /// kube-vip's flags for features vipd does not implement (`--bgp`, `--wireguard`,
+    /// `--table`, ...): accepted by the parser and refused by [`GenArgs::plan`] with the
+    /// reason, as `vipd manager` refuses them.
+    #[command(flatten)]
+    pub refused: crate::config::RefusedFlags,
 }
 
 /// How the generated workload reaches the API server.
@@ -538,6 +543,11 @@ impl GenArgs {
             push("k8sConfigPath", mount_path)?;
         }
         env.push((env_for("nodeName")?, EnvValue::NodeName));
+        // Refused kube-vip features: the manager's configuration check (`Plan::resolve`
+        // below) refuses them with the feature's name, as it would at start.
+        for (k, v) in self.refused.given() {
+            env.push((k, EnvValue::Text(v.clone())));
+        }
 
         let (admin_host, admin_port) = admin_endpoint(&prometheus)?;
         let plan = Plan {

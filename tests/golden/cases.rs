@@ -185,6 +185,12 @@ pub fn err_cases() -> Vec<(Vec<&'static str>, &'static str)> {
             vec!["systemd", "--controlplane", "--address", "192.0.2.10"],
             "go into the EnvironmentFile",
         ),
+        // kube-vip generator flags of features vipd does not implement.
+        (vec!["pod", "--services", "--bgp"], "bgp_enable"),
+        (
+            vec!["daemonset", "--services", "--wireguard=true"],
+            "WireGuard",
+        ),
         // DaemonSet-only flags on a static pod.
         (
             vec![
