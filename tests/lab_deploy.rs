@@ -14,17 +14,9 @@ mod cases;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use support::manifest::{generate, parse};
+use support::manifest::{generate, lab_env, plan, spawn_manager};
 use support::*;
-use vipd::manifest::{self, ManifestCommand};
 use xtask::lab::{Lab, LabOptions, NodeRbac, Signal};
-
-fn plan(argv: &[&str]) -> manifest::Plan {
-    match parse(argv).unwrap() {
-        ManifestCommand::Pod(a) | ManifestCommand::Daemonset(a) => a.plan().unwrap(),
-        _ => panic!("not a workload"),
-    }
-}
 
 /// The API path that creates `obj` (by apiVersion/kind, in its namespace).
 fn create_path(obj: &serde_json::Value) -> String {
@@ -148,29 +140,6 @@ fn service_accounts_with_tokens(lab: &Lab) {
             assert!(status == 201 || status == 409, "{body}");
         }
     }
-}
-
-/// The env of the generated static Pod for `node` in the lab: exactly the manifest's env,
-/// with the downward-API node name filled in and the kubeconfig path pointing at the lab
-/// node's kubeconfig (the hostPath mount in a real cluster).
-fn lab_env(lab: &Lab, p: &manifest::Plan, node: &str) -> Vec<(String, String)> {
-    let kubeconfig = lab.kubeconfig(node).unwrap().to_string_lossy().into_owned();
-    p.env_for_node(node)
-        .into_iter()
-        .map(|(k, v)| {
-            if k == "k8s_config_file" {
-                (k, kubeconfig.clone())
-            } else {
-                (k, v)
-            }
-        })
-        .collect()
-}
-
-fn spawn_manager(lab: &Lab, node: &str, env: &[(String, String)]) -> xtask::lab::LabProcess {
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    lab.spawn(node, env!("CARGO_BIN_EXE_vipd"), &["manager"], &env)
-        .unwrap()
 }
 
 /// [`wait_for`] that prints the processes' logs before panicking.

@@ -15,41 +15,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::manifest::parse;
+use support::manifest::{lab_env, plan, spawn_manager};
 use support::*;
-use vipd::manifest::{self, ManifestCommand};
 use xtask::lab::{Lab, LabOptions, LabProcess, NodeRbac, Signal};
 
 const LB_PORT: u16 = 6443;
 const OTHER_TABLE: &str = "table ip other_owner {\n chain prerouting {\n type nat hook prerouting priority dstnat - 1; policy accept;\n tcp dport 9999 dnat to 192.0.2.99\n }\n}\n";
-
-fn plan(argv: &[&str]) -> manifest::Plan {
-    match parse(argv).unwrap() {
-        ManifestCommand::Pod(a) | ManifestCommand::Daemonset(a) => a.plan().unwrap(),
-        _ => panic!("not a workload"),
-    }
-}
-
-/// Exactly the manifest's env for `node`, the kubeconfig path pointing at the lab's.
-fn lab_env(lab: &Lab, p: &manifest::Plan, node: &str) -> Vec<(String, String)> {
-    let kubeconfig = lab.kubeconfig(node).unwrap().to_string_lossy().into_owned();
-    p.env_for_node(node)
-        .into_iter()
-        .map(|(k, v)| {
-            if k == "k8s_config_file" {
-                (k, kubeconfig.clone())
-            } else {
-                (k, v)
-            }
-        })
-        .collect()
-}
-
-fn spawn_env(lab: &Lab, node: &str, env: &[(String, String)]) -> LabProcess {
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    lab.spawn(node, env!("CARGO_BIN_EXE_vipd"), &["manager"], &env)
-        .unwrap()
-}
 
 /// Registers Node `name` as a Ready control-plane node at its lab IPv4 address (as admin;
 /// the lab has no kubelet).
@@ -212,7 +183,7 @@ fn s43_k3s_env_spreads_api_connections_over_the_control_plane_nodes() {
     );
     let mut procs: Vec<LabProcess> = NODES
         .iter()
-        .map(|n| spawn_env(&lab, n, &lab_env(&lab, &p, n)))
+        .map(|n| spawn_manager(&lab, n, &lab_env(&lab, &p, n)))
         .collect();
     let limit = Duration::from_secs(30);
     let holder = single_holder(&lab, VIP, limit);
@@ -328,7 +299,7 @@ fn s43_k3s_env_spreads_api_connections_over_the_control_plane_nodes() {
         "a killed vipd cannot clean up"
     );
     assert_eq!(connect_n(&lab, 30), 30, "the third holder forwards");
-    procs[j] = spawn_env(&lab, &new_holder, &lab_env(&lab, &p, &new_holder));
+    procs[j] = spawn_manager(&lab, &new_holder, &lab_env(&lab, &p, &new_holder));
     wait_for("the stale table removed at start", limit, || {
         lb_table(&lab, &new_holder).is_none().then_some(())
     });
@@ -360,7 +331,7 @@ fn s43_k3s_env_spreads_api_connections_over_the_control_plane_nodes() {
         "every new connection lands after the power-off"
     );
     lab.restore_link(&third).unwrap();
-    procs[k] = spawn_env(&lab, &third, &lab_env(&lab, &p, &third));
+    procs[k] = spawn_manager(&lab, &third, &lab_env(&lab, &p, &third));
     wait_for(
         "the powered-off node's stale table removed at start",
         limit,
