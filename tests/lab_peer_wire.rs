@@ -15,10 +15,9 @@
 
 mod support;
 
-use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, SystemTime};
-use support::netns::{assert_private_netns, ns_of};
+use support::netns::{assert_private_netns, enter_private_netns, ip};
 
 use vipd::net::{Kernel, LinkInfo, NetlinkKernel};
 use vipd::peer::socket::PeerSocket;
@@ -26,33 +25,6 @@ use vipd::peer::wire::{
     DEFAULT_MAX_SKEW_MS, DecodeError, Encoder, Flags, HeldLease, Kind, LeaseRef, Message, PeerKey,
     Rejection, Verifier,
 };
-
-/// A private network namespace for the calling thread.
-fn enter_private_netns() {
-    let before = ns_of("/proc/thread-self/ns/net");
-    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
-        .expect("unshare(CLONE_NEWNET) on the test thread");
-    assert_ne!(
-        ns_of("/proc/thread-self/ns/net"),
-        before,
-        "unshare did not change the netns"
-    );
-    assert_private_netns();
-}
-
-/// Run `ip ARGS` inside this thread's private namespace; panics on failure.
-fn ip(args: &str) {
-    assert_private_netns();
-    let out = Command::new("ip")
-        .args(args.split_whitespace())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run `ip {args}`: {e}"));
-    assert!(
-        out.status.success(),
-        "`ip {args}` failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// The link named `name` once it is up with carrier (bounded wait).
 fn up_link(name: &str) -> LinkInfo {

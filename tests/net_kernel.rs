@@ -18,7 +18,7 @@ use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::netns::{assert_private_netns, ns_of};
+use support::netns::{assert_private_netns, enter_private_netns, ip, ns_of};
 
 use pnet::datalink::{self, Channel, DataLinkReceiver, NetworkInterface};
 use pnet::packet::Packet;
@@ -33,20 +33,6 @@ use vipd::net::{
     ADDR_PROTO_VIPD, AddrInfo, Announcer, Kernel, LinkInfo, NetError, NetlinkKernel, RawAnnouncer,
     TagMode, Vip,
 };
-
-/// Run `ip ARGS` inside this thread's private namespace; panics on failure.
-fn ip(args: &str) {
-    assert_private_netns();
-    let out = Command::new("ip")
-        .args(args.split_whitespace())
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run `ip {args}`: {e}"));
-    assert!(
-        out.status.success(),
-        "`ip {args}` failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// Run `body` on a fresh thread in a private network namespace with veth `v0`/`v1` up and
 /// `v0_addr` (e.g. `192.0.2.11/24`) on `v0`, on a current-thread tokio runtime.
@@ -65,15 +51,7 @@ where
         );
     }
     let t = std::thread::spawn(move || {
-        let before = ns_of("/proc/thread-self/ns/net");
-        nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
-            .expect("unshare(CLONE_NEWNET) on the test thread");
-        assert_ne!(
-            ns_of("/proc/thread-self/ns/net"),
-            before,
-            "unshare did not change the netns"
-        );
-        assert_private_netns();
+        enter_private_netns();
         // A child of this thread must see the thread's namespace, not the process's.
         let out = Command::new("readlink")
             .arg("/proc/self/ns/net")

@@ -26,3 +26,30 @@ pub fn assert_private_netns() {
         );
     }
 }
+
+/// Moves the calling thread into a new, private network namespace (checked).
+pub fn enter_private_netns() {
+    let before = ns_of("/proc/thread-self/ns/net");
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWNET)
+        .expect("unshare(CLONE_NEWNET) on the test thread");
+    assert_ne!(
+        ns_of("/proc/thread-self/ns/net"),
+        before,
+        "unshare did not change the netns"
+    );
+    assert_private_netns();
+}
+
+/// Runs `ip ARGS` inside this thread's private namespace; panics on failure.
+pub fn ip(args: &str) {
+    assert_private_netns();
+    let out = std::process::Command::new("ip")
+        .args(args.split_whitespace())
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run `ip {args}`: {e}"));
+    assert!(
+        out.status.success(),
+        "`ip {args}` failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
