@@ -37,8 +37,9 @@ use crate::election::LeaseRecord;
 use crate::kubeclient::ClientError;
 use crate::nodes::label::HAS_IP;
 use crate::services::desired::LeaseRef;
-use crate::services::model::{ServiceInfo, is_dns_subdomain, service_info};
-use crate::services::status::REPORTING_CONTROLLER;
+use crate::services::model::{ServiceInfo, service_info};
+use crate::services::status::{REPORTING_CONTROLLER, current_ingress};
+use crate::syntax::is_dns1123_subdomain;
 
 /// Output format of `vipd status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -124,7 +125,7 @@ pub(crate) fn parse_lease_ref(flag: &'static str, value: &str) -> Result<LeaseRe
             "expected NAMESPACE/NAME, e.g. kube-system/plndr-cp-lock",
         ));
     };
-    if !is_dns_subdomain(namespace) || !is_dns_subdomain(name) {
+    if !is_dns1123_subdomain(namespace) || !is_dns1123_subdomain(name) {
         return Err(invalid(
             "namespace and name must be DNS-1123 names (lowercase letters, digits, '-', '.')",
         ));
@@ -507,13 +508,10 @@ pub(crate) async fn read_cluster(
         );
     }
     for s in &services {
-        let ingress = s
-            .status
-            .as_ref()
-            .and_then(|st| st.load_balancer.as_ref())
-            .and_then(|lb| lb.ingress.as_ref())
-            .map(|i| i.iter().filter_map(|x| x.ip.clone()).collect())
-            .unwrap_or_default();
+        let ingress = current_ingress(s)
+            .iter()
+            .filter_map(|x| x.ip.clone())
+            .collect();
         view.services.push((service_info(s), ingress));
     }
     let ev_lp = ListParams::default().fields("involvedObject.kind=Service");

@@ -52,7 +52,8 @@ pub fn ingress_differs_with(
             .any(|(a, b)| !same_entry(a, b, compare_ports))
 }
 
-pub(super) fn current_ingress(svc: &Service) -> &[LoadBalancerIngress] {
+/// The Service's `status.loadBalancer.ingress` (empty when there is none).
+pub(crate) fn current_ingress(svc: &Service) -> &[LoadBalancerIngress] {
     svc.status
         .as_ref()
         .and_then(|s| s.load_balancer.as_ref())

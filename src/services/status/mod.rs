@@ -47,6 +47,7 @@ mod tests;
 mod writer;
 
 pub use events::{event_name, truncate_note};
+pub(crate) use ingress::current_ingress;
 pub use ingress::{desired_ingress, ingress_differs, ingress_differs_with, vip_host_of};
 #[cfg(test)]
 pub use memory::{MemoryServiceStatus, MemoryStatusWriter};
