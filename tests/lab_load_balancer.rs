@@ -14,7 +14,6 @@ mod cases;
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use support::manifest::{lab_env, plan, spawn_manager};
 use support::*;
 use xtask::lab::{Lab, LabOptions, LabProcess, NodeRbac, Signal};
@@ -30,26 +29,8 @@ fn create_cp_node(lab: &Lab, name: &str) {
 
 /// As [`create_cp_node`], with these InternalIP addresses.
 fn create_cp_node_at(lab: &Lab, name: &str, ips: &[IpAddr]) {
-    let node = json!({"apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": name, "labels": {"node-role.kubernetes.io/control-plane": "true"}}});
-    let r = lab
-        .api_request("POST", "/api/v1/nodes", Some(&node.to_string()))
-        .unwrap();
-    assert_eq!(r.status, 201, "create node {name}: {}", r.body);
-    let status = json!({"status": {
-        "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                        "message": "lab", "lastHeartbeatTime": "2026-01-01T00:00:00Z",
-                        "lastTransitionTime": "2026-01-01T00:00:00Z"}],
-        "addresses": ips.iter().map(|ip| json!({"type": "InternalIP", "address": ip.to_string()}))
-            .chain([json!({"type": "Hostname", "address": name})]).collect::<Vec<_>>()}});
-    let r = lab
-        .api_request(
-            "PATCH",
-            &format!("/api/v1/nodes/{name}/status"),
-            Some(&status.to_string()),
-        )
-        .unwrap();
-    assert_eq!(r.status, 200, "node {name} status: {}", r.body);
+    lab.register_control_plane_node(name, ips)
+        .unwrap_or_else(|e| panic!("register node {name}: {e}"));
 }
 
 /// `nft -j list table ip vipd_lb` in `ns`; `None` when there is no such table.

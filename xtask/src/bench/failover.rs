@@ -547,28 +547,8 @@ impl Ctx {
     /// When a Node cannot be created.
     pub fn enable_lb(&mut self) -> Result<()> {
         for n in NODES {
-            let node = serde_json::json!({"apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": n, "labels": {"node-role.kubernetes.io/control-plane": "true"}}});
-            let r = self
-                .lab
-                .api_request("POST", "/api/v1/nodes", Some(&node.to_string()))?;
-            if r.status != 201 && r.status != 409 {
-                bail!("create Node {n}: HTTP {}: {}", r.status, r.body);
-            }
-            let status = serde_json::json!({"status": {
-                "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                    "message": "lab", "lastHeartbeatTime": "2026-01-01T00:00:00Z",
-                    "lastTransitionTime": "2026-01-01T00:00:00Z"}],
-                "addresses": [{"type": "InternalIP", "address": lab::node_ipv4(n).ok_or_else(|| anyhow!("no address for {n}"))?.to_string()},
-                              {"type": "Hostname", "address": n}]}});
-            let r = self.lab.api_request(
-                "PATCH",
-                &format!("/api/v1/nodes/{n}/status"),
-                Some(&status.to_string()),
-            )?;
-            if r.status != 200 {
-                bail!("Node {n} status: HTTP {}: {}", r.status, r.body);
-            }
+            let ip = lab::node_ipv4(n).ok_or_else(|| anyhow!("no address for {n}"))?;
+            self.lab.register_control_plane_node(n, &[ip.into()])?;
         }
         self.lb = true;
         Ok(())

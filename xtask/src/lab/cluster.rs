@@ -387,6 +387,41 @@ impl Lab {
         ApiClient::new(addr, &self.ca_der, &self.admin_token)
     }
 
+    /// Registers Node `name` as a Ready control-plane node (label
+    /// `node-role.kubernetes.io/control-plane`, `Ready=True`) with `ips` as its InternalIP
+    /// addresses (as admin; the lab has no kubelet): the backends of vipd's control-plane
+    /// load balancer.
+    ///
+    /// # Errors
+    /// [`LabError::Http`] when the create does not answer 201 or the status patch 200;
+    /// transport errors as [`Lab::api_request`].
+    pub fn register_control_plane_node(&self, name: &str, ips: &[IpAddr]) -> Result<()> {
+        let node = serde_json::json!({"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"node-role.kubernetes.io/control-plane": "true"}}});
+        let status = serde_json::json!({"status": {
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                            "message": "lab", "lastHeartbeatTime": "2026-01-01T00:00:00Z",
+                            "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            "addresses": ips.iter().map(|ip| serde_json::json!({"type": "InternalIP", "address": ip.to_string()}))
+                .chain([serde_json::json!({"type": "Hostname", "address": name})]).collect::<Vec<_>>()}});
+        let status_path = format!("/api/v1/nodes/{name}/status");
+        for (method, path, body, want) in [
+            ("POST", "/api/v1/nodes", node, 201),
+            ("PATCH", status_path.as_str(), status, 200),
+        ] {
+            let r = self.api_request(method, path, Some(&body.to_string()))?;
+            if r.status != want {
+                return Err(LabError::Http {
+                    method: method.into(),
+                    path: path.into(),
+                    status: r.status,
+                    body: r.body.chars().take(500).collect(),
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Sends one request as admin from ns `api` to the API server; returns status and body.
     ///
     /// # Errors
