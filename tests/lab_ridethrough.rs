@@ -1,4 +1,4 @@
-//! Lab tests of `svc_ridethrough`: Service VIPs ride through API server outages.
+//! S46: lab tests of `svc_ridethrough`: Service VIPs ride through API server outages.
 //! vipd runs on node-a/b/c in Services mode with per-Service leases against the real
 //! kube-apiserver; the API server is frozen (SIGSTOP) and stopped while a watcher samples
 //! every node's eth0 every 100 ms.
@@ -210,7 +210,7 @@ fn wait_for_peers(procs: &[LabProcess]) {
 /// Service VIP is removed or moved (sampled every 100 ms through each outage and the
 /// recovery after it), no lease changes holder, and afterwards the same holders renew.
 #[test]
-fn service_vips_ride_through_api_freeze_and_stop() {
+fn s46_service_vips_ride_through_api_freeze_and_stop() {
     let Some(mut lab) = lab("ridethrough", LabOptions::default()) else {
         return;
     };
@@ -253,7 +253,7 @@ fn service_vips_ride_through_api_freeze_and_stop() {
 /// and how to create it. Without the option (the default) a Service VIP is removed at the
 /// renew deadline of an API freeze, as before.
 #[test]
-fn without_the_option_service_vips_drop_during_an_api_freeze() {
+fn s46_without_the_option_service_vips_drop_during_an_api_freeze() {
     let Some(lab) = lab("ridethrough-off", LabOptions::default()) else {
         return;
     };
