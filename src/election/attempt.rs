@@ -67,7 +67,7 @@ impl<C: LeaseClient> Elector<C> {
         if acquiring && let Some(sp) = &self.spread {
             let at = sp.not_before(*st.free_since.get_or_insert(now));
             if now < at {
-                debug!(%lease, wait_ms = (at - now).as_millis() as u64, held = sp.held(), "spreading: waiting before acquiring");
+                debug!(%lease, wait_ms = (at - now).as_millis() as u64, ahead = sp.ahead(), "spreading: waiting before acquiring");
                 st.next_attempt = at;
                 return;
             }

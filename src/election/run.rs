@@ -40,8 +40,14 @@ impl<C: LeaseClient> Elector<C> {
             own: OwnWrites::default(),
             ever_observed: false,
         };
+        let seen = self.spread.as_ref().map(|sp| sp.watch_lease(&lease));
         loop {
             let now = Instant::now();
+            if let Some(seen) = &seen
+                && let Some(holder) = self.other_holder(&st, now)
+            {
+                seen.holder(holder.as_deref());
+            }
             let closed_before = closed(&self.gates.borrow());
             let open = closed_before.is_empty();
             let wake = self.next_wake(&st, open, now);
@@ -109,6 +115,25 @@ impl<C: LeaseClient> Elector<C> {
                     }
                 }
             }
+        }
+    }
+
+    /// The other node that validly holds the lease as last seen (`Some(None)`: free, absent
+    /// or held under this node's identity; `None`: not known since a conflict), for the
+    /// spread's view of who holds what.
+    fn other_holder(&self, st: &Run, now: Instant) -> Option<Option<String>> {
+        if !st.known {
+            return None;
+        }
+        match record::standing(
+            st.observed.as_ref(),
+            st.observed_at,
+            now,
+            &self.identity,
+            &st.own,
+        ) {
+            Standing::HeldByOther { holder, .. } if holder != self.identity => Some(Some(holder)),
+            _ => Some(None),
         }
     }
 

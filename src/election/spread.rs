@@ -1,30 +1,59 @@
-//! Spread without preemption: a node that already holds leases waits a little before it
-//! acquires a free one, so leases (Service VIPs) spread evenly over the nodes that
+//! Spread without preemption: a node that holds more leases than its peers waits a little
+//! before it acquires a free one, so leases (Service VIPs) spread evenly over the nodes that
 //! campaign, and nobody ever takes a held lease away.
 //!
-//! A node holding `h` leases (plus `f` acquisitions in flight) takes a free lease no sooner
-//! than [`spread_delay`]`(h + f)` after the latest of three instants: when it saw the lease
-//! free, when it last acquired a lease, and when it last began an acquisition. The first
-//! makes a node with fewer leases win a released lease; the others pace a node through many
-//! free leases at once (a cold start: every lease free at the same instant) one at a time,
-//! slower the more it holds, so the other nodes get their share.
+//! The delay is relative. Every elector of a node reports who holds its lease
+//! ([`Spread::watch_lease`], [`LeaseWatch::holder`]), so the node knows how many of the
+//! leases it campaigns for each other node holds. A node holding `h` leases (plus `f`
+//! acquisitions in flight) while the least loaded other holder holds `m` is `h + f - m`
+//! ahead ([`lead`]). It takes a free lease no sooner than [`spread_delay`] of that lead
+//! after the latest of three instants: when it saw the lease free, when it last acquired a
+//! lease, and when it last began an acquisition. So:
+//! * balanced nodes (and a node alone) take a free lease at once: a new Service, or a
+//!   released lease raced by all, costs no delay;
+//! * a node ahead of its peers lets them win, and paces itself through many free leases
+//!   (a mass failover) one at a time, slower the further ahead it is;
+//! * in the first [`SPREAD_DISCOVERY`] after start, before other nodes have shown up as
+//!   holders, the lead counts from zero (every lease held is ahead): the nodes of a cold
+//!   start, which never start at the same instant, share the free leases instead of the
+//!   first one taking all. After that, a node that sees no other holder is alone and never
+//!   waits.
+//!
+//! Nodes that hold nothing are invisible (they appear once they win a lease); that only
+//! makes the least loaded visible node wait no more than an idle one.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
 
-/// Delay per lease held before acquiring a free lease.
+/// Delay per lease a node is ahead of the least loaded other holder.
 pub const SPREAD_STEP: Duration = Duration::from_millis(20);
 
-/// Upper bound of the spread delay (reached at 50 leases held).
+/// Upper bound of the spread delay (reached 50 leases ahead).
 pub const SPREAD_CAP: Duration = Duration::from_secs(1);
 
-/// The delay of a node that holds (or is acquiring) `count` leases: `count` x `step`, at most
-/// `cap`. Pure.
-pub fn spread_delay(count: usize, step: Duration, cap: Duration) -> Duration {
-    let n = u32::try_from(count).unwrap_or(u32::MAX);
+/// How long after start the lead counts from zero while no other holder has been seen
+/// (see the module doc).
+pub const SPREAD_DISCOVERY: Duration = Duration::from_secs(2);
+
+/// The delay of a node `ahead` leases ahead: `ahead` x `step`, at most `cap`. Pure.
+pub fn spread_delay(ahead: usize, step: Duration, cap: Duration) -> Duration {
+    let n = u32::try_from(ahead).unwrap_or(u32::MAX);
     step.checked_mul(n).unwrap_or(cap).min(cap)
+}
+
+/// How many leases a node counting `own` (held plus in flight) is ahead of the least loaded
+/// other holder, which holds `least_other` (`None`: no other holder seen). With no other
+/// holder the lead is `own` while `discovering` (peers may be about to show up) and 0
+/// after (alone). Pure.
+pub fn lead(own: usize, least_other: Option<usize>, discovering: bool) -> usize {
+    match least_other {
+        Some(m) => own.saturating_sub(m),
+        None if discovering => own,
+        None => 0,
+    }
 }
 
 #[derive(Debug, Default)]
@@ -33,28 +62,60 @@ struct State {
     in_flight: usize,
     last_acquired: Option<Instant>,
     last_begun: Option<Instant>,
+    /// Lease (`namespace/name`) -> its current holder, for the leases another node holds.
+    others: HashMap<String, Arc<str>>,
+    /// Holder -> how many entries of `others` name it.
+    counts: HashMap<Arc<str>, usize>,
 }
 
-/// The leases one node holds, shared by the electors that spread (one per Service lease).
+impl State {
+    fn set_holder(&mut self, lease: &str, holder: Option<&str>) {
+        if self.others.get(lease).map(|h| &**h) == holder {
+            return;
+        }
+        if let Some(old) = self.others.remove(lease)
+            && let Some(n) = self.counts.get_mut(&old)
+        {
+            *n -= 1;
+            if *n == 0 {
+                self.counts.remove(&old);
+            }
+        }
+        if let Some(h) = holder {
+            let key: Arc<str> = self
+                .counts
+                .get_key_value(h)
+                .map(|(k, _)| k.clone())
+                .unwrap_or_else(|| Arc::from(h));
+            *self.counts.entry(key.clone()).or_insert(0) += 1;
+            self.others.insert(lease.to_string(), key);
+        }
+    }
+}
+
+/// The leases one node holds and those it sees other nodes hold, shared by the electors
+/// that spread (one per Service lease).
 #[derive(Debug)]
 pub struct Spread {
     state: Mutex<State>,
     step: Duration,
     cap: Duration,
+    discovery_until: Instant,
 }
 
 impl Spread {
-    /// A counter with [`SPREAD_STEP`] and [`SPREAD_CAP`].
+    /// A spread with [`SPREAD_STEP`], [`SPREAD_CAP`] and [`SPREAD_DISCOVERY`] from now.
     pub fn new() -> Arc<Self> {
-        Self::with(SPREAD_STEP, SPREAD_CAP)
+        Self::with(SPREAD_STEP, SPREAD_CAP, SPREAD_DISCOVERY)
     }
 
-    /// A counter with the given step and cap.
-    pub fn with(step: Duration, cap: Duration) -> Arc<Self> {
+    /// A spread with the given step, cap and discovery period (from now).
+    pub fn with(step: Duration, cap: Duration, discovery: Duration) -> Arc<Self> {
         Arc::new(Spread {
             state: Mutex::new(State::default()),
             step,
             cap,
+            discovery_until: Instant::now() + discovery,
         })
     }
 
@@ -70,14 +131,42 @@ impl Spread {
         self.lock().held
     }
 
+    /// How many leases this node is ahead of the least loaded other holder now ([`lead`]).
+    pub fn ahead(&self) -> usize {
+        let s = self.lock();
+        self.ahead_of(&s, Instant::now())
+    }
+
+    fn ahead_of(&self, s: &State, now: Instant) -> usize {
+        lead(
+            s.held + s.in_flight,
+            s.counts.values().copied().min(),
+            now < self.discovery_until,
+        )
+    }
+
     /// The earliest instant this node may acquire a lease it saw free at `free_since`.
     pub fn not_before(&self, free_since: Instant) -> Instant {
         let s = self.lock();
+        let ahead = self.ahead_of(&s, Instant::now());
+        if ahead == 0 {
+            return free_since;
+        }
         let base = [s.last_acquired, s.last_begun]
             .into_iter()
             .flatten()
             .fold(free_since, Instant::max);
-        base + spread_delay(s.held + s.in_flight, self.step, self.cap)
+        base + spread_delay(ahead, self.step, self.cap)
+    }
+
+    /// Reports the holder of lease `lease` (`namespace/name`) as its elector sees it:
+    /// another node's identity while that node holds it validly, `None` while it is free,
+    /// absent or held by this node. The report ends when the returned guard is dropped.
+    pub(crate) fn watch_lease(self: &Arc<Self>, lease: &str) -> LeaseWatch {
+        LeaseWatch {
+            spread: self.clone(),
+            lease: lease.to_string(),
+        }
     }
 
     /// An acquisition starts now; it counts as held until the returned guard is dropped.
@@ -113,6 +202,26 @@ impl Drop for InFlight {
     }
 }
 
+/// One elector's report of who holds its lease (see [`Spread::watch_lease`]); dropping it
+/// forgets the lease.
+pub(crate) struct LeaseWatch {
+    spread: Arc<Spread>,
+    lease: String,
+}
+
+impl LeaseWatch {
+    /// The lease is now held by `holder`, another node (`None`: free, absent or ours).
+    pub(crate) fn holder(&self, holder: Option<&str>) {
+        self.spread.lock().set_holder(&self.lease, holder);
+    }
+}
+
+impl Drop for LeaseWatch {
+    fn drop(&mut self) {
+        self.spread.lock().set_holder(&self.lease, None);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -128,10 +237,21 @@ mod tests {
         assert_eq!(spread_delay(usize::MAX, ms(20), ms(1000)), ms(1000));
     }
 
+    #[test]
+    fn lead_is_relative_to_the_least_loaded_other_holder() {
+        assert_eq!(lead(10, Some(10), false), 0, "balanced");
+        assert_eq!(lead(10, Some(7), true), 3);
+        assert_eq!(lead(3, Some(7), false), 0, "behind: never negative");
+        assert_eq!(lead(4, None, true), 4, "nobody seen yet: from zero");
+        assert_eq!(lead(4, None, false), 0, "alone");
+    }
+
+    /// While discovering with nobody else seen: held and in flight count from zero, paced
+    /// from the latest of free, last acquired and last begun.
     #[tokio::test(start_paused = true)]
-    async fn not_before_counts_held_and_in_flight_from_the_later_instant() {
+    async fn while_discovering_not_before_counts_held_and_in_flight_from_the_later_instant() {
         let ms = Duration::from_millis;
-        let s = Spread::with(ms(20), ms(1000));
+        let s = Spread::with(ms(20), ms(1000), ms(10_000));
         let t0 = Instant::now();
         assert_eq!(s.not_before(t0), t0, "nothing held: at once");
         tokio::time::advance(ms(30)).await;
@@ -142,8 +262,8 @@ mod tests {
             "one in flight, paced from when it began"
         );
         drop(g);
-        assert_eq!(s.not_before(t0), t0 + ms(30), "lost its race: no delay");
-        let s = Spread::with(ms(20), ms(1000));
+        assert_eq!(s.not_before(t0), t0, "lost its race: no delay");
+        let s = Spread::with(ms(20), ms(1000), ms(10_000));
         let g = s.begin();
         tokio::time::advance(ms(5)).await;
         s.acquired(Instant::now());
@@ -157,5 +277,64 @@ mod tests {
         assert_eq!(s.not_before(t0 + ms(100)), t0 + ms(100));
         s.released();
         assert_eq!(s.held(), 0, "never below zero");
+    }
+
+    /// With other holders seen, only the lead over the least loaded one delays; leases
+    /// forgotten (elector gone) or freed stop counting.
+    #[tokio::test(start_paused = true)]
+    async fn the_delay_is_the_lead_over_the_least_loaded_other_holder() {
+        let ms = Duration::from_millis;
+        let s = Spread::with(ms(20), ms(1000), ms(10_000));
+        let t0 = Instant::now();
+        for _ in 0..10 {
+            s.acquired(t0);
+        }
+        let watches: Vec<LeaseWatch> = (0..19)
+            .map(|i| s.watch_lease(&format!("ns/l{i}")))
+            .collect();
+        for (i, w) in watches.iter().enumerate() {
+            w.holder(Some(if i < 10 { "b" } else { "c" }));
+        }
+        assert_eq!(s.ahead(), 1, "10 held, b 10, c 9");
+        assert_eq!(s.not_before(t0), t0 + ms(20));
+        watches[18].holder(Some("b"));
+        assert_eq!(s.ahead(), 2, "b 11, c 8");
+        watches[17].holder(None);
+        assert_eq!(s.ahead(), 3, "freed: c 7");
+        drop(watches);
+        assert_eq!(
+            s.ahead(),
+            10,
+            "every elector gone: nobody seen, still discovering"
+        );
+        let w = s.watch_lease("ns/l0");
+        w.holder(Some("c"));
+        w.holder(Some("c"));
+        assert_eq!(s.ahead(), 9, "a repeated report counts once");
+    }
+
+    /// A node alone (nobody else seen once discovery is over) never waits, however many it
+    /// holds: a single-node cold start of many Services is not paced.
+    #[tokio::test(start_paused = true)]
+    async fn a_node_alone_after_discovery_never_waits() {
+        let ms = Duration::from_millis;
+        let s = Spread::with(ms(20), ms(1000), ms(2000));
+        let t0 = Instant::now();
+        for _ in 0..100 {
+            s.acquired(t0);
+        }
+        assert_eq!(s.not_before(t0), t0 + ms(1000), "discovering: capped delay");
+        tokio::time::advance(ms(2000)).await;
+        let now = Instant::now();
+        assert_eq!(s.not_before(now), now, "alone");
+        let w = s.watch_lease("ns/x");
+        w.holder(Some("b"));
+        assert_eq!(
+            s.not_before(now),
+            now + ms(1000),
+            "b holds 1: 99 ahead, capped"
+        );
+        drop(w);
+        assert_eq!(s.not_before(now), now, "b's lease forgotten: alone again");
     }
 }
