@@ -26,6 +26,7 @@
 //! | `vipd_peer_frames_total` | counter | `result` | peer protocol frames received: `accepted`, or why rejected (`bad_mac`, `bad_magic`, `bad_version`, `malformed`, `skew`, `replay`, `old_boot`) |
 //! | `vipd_health_check_failures_total` | counter | `lease_name` | failed data-path health checks of this Service lease's group (run while leading, and while handed over for health) |
 //! | `vipd_health_handovers_total` | counter | `lease_name` | times this node handed the lease over because its data-path health check failed |
+//! | `vipd_vip_handovers_total` | counter | `vip`, `reason` | times this node handed a Service VIP it held over on purpose, by reason: the node became ineligible (`drained`, `drain-annotation`, `cordon-drain`, `excluded`, `not-ready`, `cordoned`), `health` (data-path check), `node-selector` (its labels stopped matching the Service's `vipd.io/node-selector`), `subnet` (no connected subnet holds the VIP any more); kept until the Service goes |
 //! | `vipd_lb_backend_up` | gauge | `node`, `address` | `lb_enable`, on the control-plane VIP's holder only: 1 while a control-plane node's API server is in the load balancer's set, 0 while it fails its health checks |
 //! | `vipd_vip_conflicts_total` | counter | `vip` | times another host was found answering for a VIP this node leads (RFC 5227 conflict): the VIP was not bound, or was removed |
 
@@ -39,6 +40,10 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+
+/// The `reason` values of `vipd_vip_handovers_total` besides the node-wide ineligibility
+/// reasons ([`crate::nodes::eligibility::Ineligible::label`]).
+pub(crate) const HANDOVER_REASONS: [&str; 3] = ["health", "node-selector", "subnet"];
 
 /// Upper bounds (seconds) of the renew latency histogram buckets.
 pub(crate) const RENEW_BUCKETS: [f64; 11] =
@@ -58,6 +63,12 @@ struct LeaseLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VipLabels {
     vip: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct HandoverLabels {
+    vip: String,
+    reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -114,6 +125,7 @@ struct Inner {
     peer_frames: Family<ResultLabels, Counter>,
     health_failures: Family<LeaseLabels, Counter>,
     health_handovers: Family<LeaseLabels, Counter>,
+    vip_handovers: Family<HandoverLabels, Counter>,
     lb_backends: Family<BackendLabels, Gauge>,
 }
 
@@ -165,6 +177,7 @@ impl Metrics {
         );
         let health_failures = Family::<LeaseLabels, Counter>::default();
         let health_handovers = Family::<LeaseLabels, Counter>::default();
+        let vip_handovers = Family::<HandoverLabels, Counter>::default();
         let lb_backends = Family::<BackendLabels, Gauge>::default();
         registry.register(
             "vipd_lb_backend_up",
@@ -242,6 +255,11 @@ impl Metrics {
             "Times this node handed the lease over because its data-path health check failed",
             health_handovers.clone(),
         );
+        registry.register(
+            "vipd_vip_handovers",
+            "Times this node handed a Service VIP over on purpose, by reason",
+            vip_handovers.clone(),
+        );
         build_info
             .get_or_create(&BuildLabels {
                 version: env!("CARGO_PKG_VERSION").to_string(),
@@ -268,6 +286,7 @@ impl Metrics {
             peer_frames,
             health_failures,
             health_handovers,
+            vip_handovers,
             lb_backends,
         }))
     }
@@ -364,6 +383,33 @@ impl Metrics {
             .health_handovers
             .get_or_create(&Self::lease(lease))
             .inc();
+    }
+
+    /// Counts one deliberate hand-over of Service VIP `vip` for `reason` (the `reason`
+    /// label, see the module docs).
+    pub(crate) fn vip_handover(&self, vip: impl std::fmt::Display, reason: &str) {
+        self.0
+            .vip_handovers
+            .get_or_create(&HandoverLabels {
+                vip: vip.to_string(),
+                reason: reason.to_string(),
+            })
+            .inc();
+    }
+
+    /// Removes every `vipd_vip_handovers_total` series of `vip` (its Service is gone).
+    pub(crate) fn forget_vip_handovers(&self, vip: impl std::fmt::Display) {
+        let vip = vip.to_string();
+        let reasons = crate::nodes::eligibility::Ineligible::ALL
+            .iter()
+            .map(|r| r.label())
+            .chain(HANDOVER_REASONS);
+        for reason in reasons {
+            self.0.vip_handovers.remove(&HandoverLabels {
+                vip: vip.clone(),
+                reason: reason.to_string(),
+            });
+        }
     }
 
     /// Counts one address conflict for `vip` (another host answers for it).
@@ -492,6 +538,7 @@ impl Metrics {
         m.peer_frame("accepted");
         m.health_check_failed(lease);
         m.health_handover(lease);
+        m.vip_handover("192.0.2.10", "health");
         m.lb_backends([(node, "192.0.2.11".to_string(), true)]);
         m
     }
@@ -565,7 +612,7 @@ mod tests {
             .map(str::to_string)
             .collect();
         documented.sort();
-        assert_eq!(exported.len(), 18, "{text}");
+        assert_eq!(exported.len(), 19, "{text}");
         assert_eq!(exported, documented);
     }
 
@@ -602,6 +649,29 @@ mod tests {
         ] {
             assert!(t.lines().any(|l| l == kept), "missing {kept}: {t}");
         }
+    }
+
+    #[test]
+    fn vip_handovers_count_per_vip_and_reason_and_survive_until_the_service_goes() {
+        let m = Metrics::new("node-a");
+        m.vip_handover("192.0.2.20", "health");
+        m.vip_handover("192.0.2.20", "health");
+        m.vip_handover("192.0.2.20", "not-ready");
+        m.vip_handover("192.0.2.21", "node-selector");
+        // A group that stops forgets its GARP and conflict series, not the hand-overs.
+        m.forget_vip("192.0.2.20");
+        let t = m.encode();
+        for want in [
+            r#"vipd_vip_handovers_total{vip="192.0.2.20",reason="health"} 2"#,
+            r#"vipd_vip_handovers_total{vip="192.0.2.20",reason="not-ready"} 1"#,
+            r#"vipd_vip_handovers_total{vip="192.0.2.21",reason="node-selector"} 1"#,
+        ] {
+            assert!(t.lines().any(|l| l == want), "missing {want}: {t}");
+        }
+        m.forget_vip_handovers("192.0.2.20");
+        let t = m.encode();
+        assert!(!t.contains("192.0.2.20"), "{t}");
+        assert!(t.contains(r#"vip="192.0.2.21""#), "{t}");
     }
 
     fn line<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {

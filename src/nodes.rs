@@ -4,6 +4,7 @@
 
 pub mod eligibility;
 pub mod label;
+pub mod selector;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;

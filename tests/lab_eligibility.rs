@@ -225,3 +225,102 @@ fn s42_vipd_drain_moves_the_control_plane_vip() {
         let _ = p.wait_timeout(Duration::from_secs(5));
     }
 }
+
+/// A Service `name` on `vip` with the `vipd.io/node-selector` annotation `selector`.
+fn selected_service(name: &str, vip: &str, selector: &str) -> serde_json::Value {
+    let mut svc = service_json(name, Some(vip), None, &[(80, "TCP")], false);
+    svc["metadata"]["annotations"]["vipd.io/node-selector"] = json!(selector);
+    svc
+}
+
+/// S47 and S48: per-Service node choice. Only nodes whose labels match a Service's
+/// `vipd.io/node-selector` campaign for it, and a holder whose labels stop matching hands
+/// over gracefully with a HandedOver Event; an invalid selector announces the Service
+/// nowhere with a Warning naming the value; a node without a subnet containing the VIP
+/// never takes it.
+#[test]
+fn s47_node_selector_and_subnet_choose_the_nodes_per_service() {
+    let Some(lab) = lab("eligibility_select", LabOptions::default()) else {
+        return;
+    };
+    create_ready_node(&lab, "node-a");
+    create_ready_node(&lab, "node-b");
+    patch_node(
+        &lab,
+        "node-a",
+        json!({"metadata": {"labels": {"zone": "a"}}}),
+    );
+    patch_node(
+        &lab,
+        "node-b",
+        json!({"metadata": {"labels": {"zone": "b"}}}),
+    );
+    // node-a has no IPv6 subnet: it must not take an IPv6 Service VIP.
+    lab.exec(
+        "node-a",
+        "ip",
+        &["addr", "del", "2001:db8::11/64", "dev", "eth0"],
+    )
+    .expect("remove node-a's IPv6 address");
+    let mut procs: Vec<_> = ["node-a", "node-b"]
+        .iter()
+        .map(|n| start_vipd_services(&lab, n, true, &[ADMIN]))
+        .collect();
+    create_service(&lab, &selected_service("web", SVC_VIP, "zone in (b, c)"));
+    create_service(
+        &lab,
+        &service_json("v6", Some("2001:db8::30"), None, &[(80, "TCP")], false),
+    );
+    create_service(&lab, &selected_service("bad", "192.0.2.21", "zone in (b"));
+    assert_eq!(single_holder(&lab, SVC_VIP, LIMIT), "node-b");
+    assert_eq!(single_holder(&lab, "2001:db8::30", LIMIT), "node-b");
+    wait_until("Warning about the invalid selector", LIMIT, || {
+        events_for(&lab, "bad").iter().any(|(kind, reason, note)| {
+            kind == "Warning"
+                && reason == "InvalidConfiguration"
+                && note.contains(r#"vipd.io/node-selector="zone in (b""#)
+        })
+    });
+    // Both nodes passed over it by now (the Warning is written after the plan) and neither
+    // campaigns for it: no lease, no holder.
+    assert!(holders(&lab, "192.0.2.21").is_empty());
+    assert!(lease(&lab, "default", "kubevip-bad").is_none());
+    // node-a never campaigned for web or v6 (the lease went to node-b at once).
+    let a_log = procs[0].log();
+    for lease in ["kubevip-web", "kubevip-v6"] {
+        assert!(
+            !a_log
+                .lines()
+                .any(|l| l.contains(lease) && l.contains("acquired lease")),
+            "{a_log}"
+        );
+    }
+
+    // node-b stops matching, node-a starts: the VIP moves with a HandedOver Event.
+    patch_node(
+        &lab,
+        "node-a",
+        json!({"metadata": {"labels": {"zone": "c"}}}),
+    );
+    patch_node(
+        &lab,
+        "node-b",
+        json!({"metadata": {"labels": {"zone": "d"}}}),
+    );
+    moved_away(
+        &lab,
+        "node-b",
+        r#"do not match vipd.io/node-selector="zone in (b, c)""#,
+    );
+    assert!(
+        procs[1].log().contains("lease released"),
+        "{}",
+        procs[1].log()
+    );
+    // The IPv6 Service has no selector: it stays.
+    assert_eq!(holders(&lab, "2001:db8::30"), vec!["node-b".to_string()]);
+    for p in &mut procs {
+        let _ = p.signal(Signal::SIGTERM);
+        let _ = p.wait_timeout(Duration::from_secs(5));
+    }
+}

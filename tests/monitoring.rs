@@ -55,7 +55,7 @@ fn alert_rules_pass_promtool_and_their_unit_tests() {
         return;
     };
     let out = run_promtool(&promtool, &["check", "rules", "vipd-alerts.rules.yaml"]);
-    assert!(out.contains("SUCCESS: 8 rules found"), "{out}");
+    assert!(out.contains("SUCCESS: 9 rules found"), "{out}");
     let out = run_promtool(&promtool, &["test", "rules", "vipd-alerts.test.yaml"]);
     assert!(out.contains("SUCCESS"), "{out}");
 }

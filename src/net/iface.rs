@@ -20,7 +20,7 @@ pub struct DefaultRoute {
 }
 
 /// `true` when `addr` lies in `net/prefix` (same family; prefix clamped to the family width).
-pub(super) fn in_subnet(addr: IpAddr, net: IpAddr, prefix: u8) -> bool {
+pub fn in_subnet(addr: IpAddr, net: IpAddr, prefix: u8) -> bool {
     match (addr, net) {
         (IpAddr::V4(a), IpAddr::V4(n)) => {
             let p = u32::from(prefix.min(32));

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
 
-use super::desired::{Candidate, LeaseRef, Plan};
+use super::desired::{Candidate, LeaseRef, NotHere, Plan};
 use super::governance;
 use super::model::{PortProto, ServiceKey};
 use super::runtime::GroupSpec;
@@ -24,6 +24,9 @@ pub(super) struct StopOrder {
     /// The lease serves no Service any more (per-Service leases only; the global lease is
     /// never deleted): whoever releases it also deletes it.
     pub(super) delete_lease: bool,
+    /// The group stays in the plan but this node may not announce it any more (node
+    /// selector, subnet): a holder hands it over with a `HandedOver` Event naming this.
+    pub(super) not_here: Option<NotHere>,
 }
 
 /// The first half of a pass: the groups to stop and the leases that retire (S34).
@@ -52,6 +55,7 @@ pub(super) fn stops(
         .into_iter()
         .map(|lease| StopOrder {
             delete_lease: per_service && !plan.groups.contains_key(&lease),
+            not_here: plan.groups.get(&lease).and_then(|g| g.not_here.clone()),
             lease,
         })
         .collect();

@@ -13,6 +13,8 @@
 //! * externalTrafficPolicy Local (per-Service election only): a node campaigns for a group
 //!   only when one of the group's Local Services has a ready endpoint on it, or a group member
 //!   uses policy Cluster.
+//! * Node selector and subnet (per-Service election only): a member counts for the rule
+//!   above only when this node may announce it ([`Candidate::not_here`] is `None`).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -61,6 +63,20 @@ pub struct Candidate {
     /// The Service's own lease (per-Service election): `kubevip-<name>` in its namespace,
     /// or the annotation's override.
     pub lease: LeaseRef,
+    /// Why this node may not announce this Service (per-Service election only): its
+    /// labels do not match the Service's node selector, or no subnet connected to it
+    /// contains the Service's addresses. `None`: it may.
+    pub not_here: Option<NotHere>,
+}
+
+/// Why this node may not announce a Service (the node selector and subnet rules of the Services runtime).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotHere {
+    /// The `reason` label of `vipd_vip_handovers_total`: `node-selector` or `subnet`.
+    pub reason: &'static str,
+    /// For the log and the `HandedOver` Event, e.g. `no subnet connected to the node
+    /// contains 192.0.2.80`.
+    pub message: String,
 }
 
 /// How Services are elected.
@@ -90,8 +106,11 @@ pub struct PlanConfig {
 pub struct Group {
     /// VIPs governed by this lease, with their interface.
     pub vips: Vec<VipSpec>,
-    /// Whether this node should campaign for it (ETP Local rule).
+    /// Whether this node should campaign for it (ETP Local rule, node selector, subnet).
     pub campaign: bool,
+    /// When this node does not campaign because of a member's [`Candidate::not_here`]: the
+    /// first such reason (for the Event of a holder that hands the group over).
+    pub not_here: Option<NotHere>,
     /// Services whose addresses this group announces (their status is written by the
     /// group's holder).
     pub services: BTreeSet<ServiceKey>,
@@ -169,7 +188,7 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
             }
         }
         out.addresses.insert(svc.key.clone(), svc.addresses.clone());
-        let eligible = !svc.etp_local || svc.local_endpoint;
+        let eligible = (!svc.etp_local || svc.local_endpoint) && svc.not_here.is_none();
         for a in &svc.addresses {
             if cfg.control_plane.contains(a) {
                 out.on_control_plane.insert(svc.key.clone());
@@ -185,11 +204,15 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
             let group = out.groups.entry(lease).or_insert_with(|| Group {
                 vips: Vec::new(),
                 campaign: matches!(cfg.mode, Mode::Global(_)),
+                not_here: None,
                 services: BTreeSet::new(),
             });
             group.services.insert(svc.key.clone());
             if eligible {
                 group.campaign = true;
+            }
+            if group.not_here.is_none() {
+                group.not_here = svc.not_here.clone();
             }
             let vip = Vip {
                 addr: *a,
@@ -201,6 +224,11 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
                     interface: svc.interface.clone().or_else(|| cfg.interface.clone()),
                 });
             }
+        }
+    }
+    for g in out.groups.values_mut() {
+        if g.campaign {
+            g.not_here = None;
         }
     }
     out
@@ -237,6 +265,7 @@ mod tests {
                 namespace: "default".into(),
                 name: format!("kubevip-{name}"),
             },
+            not_here: None,
         }
     }
 
@@ -334,6 +363,31 @@ mod tests {
         s.local_endpoint = true;
         let p = plan_leases(&[s], &cfg(Mode::PerService));
         assert!(p.groups[&lease("web")].campaign);
+    }
+
+    #[test]
+    fn a_node_the_service_is_not_for_does_not_campaign_and_keeps_the_reason() {
+        // S47 / S48: node selector mismatch, VIP outside the node's subnets.
+        let mut s = svc("web", 1, &["192.0.2.80"], &[(80, "TCP")]);
+        s.not_here = Some(NotHere {
+            reason: "subnet",
+            message: "no subnet connected to the node contains 192.0.2.80".into(),
+        });
+        let p = plan_leases(std::slice::from_ref(&s), &cfg(Mode::PerService));
+        let g = &p.groups[&lease("web")];
+        assert!(!g.campaign);
+        assert_eq!(g.not_here, s.not_here);
+        // A member this node may announce (sharing the address) keeps the group.
+        let mut t = svc("web-udp", 2, &["192.0.2.80"], &[(80, "UDP")]);
+        let p = plan_leases(&[s.clone(), t.clone()], &cfg(Mode::PerService));
+        let g = &p.groups[&lease("web")];
+        assert!(g.campaign && g.not_here.is_none());
+        // Even with a local endpoint, an ETP Local Service stays off this node.
+        s.etp_local = true;
+        s.local_endpoint = true;
+        t.not_here = s.not_here.clone();
+        let p = plan_leases(&[s, t], &cfg(Mode::PerService));
+        assert!(!p.groups[&lease("web")].campaign);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::decide::{self, GroupEvent, StatusStep};
-use super::desired::LeaseRef;
+use super::desired::{LeaseRef, NotHere};
 use super::model::ServiceKey;
 use super::runtime::{GroupSpec, Shared};
 use super::sync::{StatusSync, report_conflicts, report_handover};
@@ -31,6 +31,9 @@ pub(super) struct GroupHandle {
     /// Set before `stop` when the group's Services are gone: delete the lease after
     /// releasing it.
     delete_lease: Arc<AtomicBool>,
+    /// Set before `stop` when this node may not announce the group any more (node
+    /// selector, subnet): a holder posts a `HandedOver` Event and counts the hand-over.
+    not_here: Arc<std::sync::Mutex<Option<NotHere>>>,
     /// The group's election end (`None` if the task panicked).
     join: JoinHandle<Option<ElectionEnd>>,
 }
@@ -45,18 +48,21 @@ impl GroupHandle {
         let (tx, rx) = watch::channel(spec);
         let stop = CancellationToken::new();
         let delete_lease = Arc::new(AtomicBool::new(false));
+        let not_here = Arc::new(std::sync::Mutex::new(None));
         let join = tokio::spawn(group_task(
             shared.clone(),
             lease.clone(),
             rx,
             stop.clone(),
             delete_lease.clone(),
+            not_here.clone(),
         ));
         debug!(%lease, "Services: election started");
         GroupHandle {
             spec: tx,
             stop,
             delete_lease,
+            not_here,
             join,
         }
     }
@@ -74,9 +80,13 @@ impl GroupHandle {
     }
 
     /// Asks the group to stop (VIPs dropped, lease released, and deleted with
-    /// `delete_lease`) without waiting.
-    pub(super) fn cancel(&self, delete_lease: bool) {
+    /// `delete_lease`) without waiting; `not_here`: why this node may not announce it any
+    /// more (its holder then posts a `HandedOver` Event).
+    pub(super) fn cancel(&self, delete_lease: bool, not_here: Option<NotHere>) {
         self.delete_lease.store(delete_lease, Ordering::SeqCst);
+        if let Ok(mut n) = self.not_here.lock() {
+            *n = not_here;
+        }
         self.stop.cancel();
     }
 
@@ -125,10 +135,22 @@ async fn group_task<K: Kernel, A: Announcer>(
     spec: watch::Receiver<GroupSpec>,
     stop: CancellationToken,
     delete_lease: Arc<AtomicBool>,
+    not_here: Arc<std::sync::Mutex<Option<NotHere>>>,
 ) -> Option<ElectionEnd> {
-    let mut group = Group::start(shared, lease, spec);
+    let mut group = Group::start(shared.clone(), lease, spec);
     group.run(&stop).await;
-    group.finish(delete_lease.load(Ordering::SeqCst)).await
+    let (leading, spec) = (group.leading, group.current.clone());
+    let end = group.finish(delete_lease.load(Ordering::SeqCst)).await;
+    let why = not_here.lock().ok().and_then(|n| n.clone());
+    // The VIPs are gone and the lease released (the next node takes it at once): only
+    // now the Event, which costs an API call.
+    if let Some(why) = why
+        && leading
+    {
+        spec.count_handovers(&shared.metrics, why.reason);
+        report_handover(&shared.status_ctx(), &spec, &why.message).await;
+    }
+    end
 }
 
 impl<K: Kernel, A: Announcer> Group<K, A> {
@@ -322,6 +344,8 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         if !self.leading {
             return;
         }
+        self.current
+            .count_handovers(&self.shared.metrics, why.label());
         report_handover(&self.shared.status_ctx(), &self.current, &why.to_string()).await;
     }
 
@@ -378,6 +402,9 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         shared.metrics.forget_lease(&lease.to_string());
         for v in &self.current.vips {
             shared.metrics.forget_vip(v.vip.addr);
+            if delete_lease {
+                shared.metrics.forget_vip_handovers(v.vip.addr);
+            }
         }
         // Other nodes judge a lease deleted while held as held for one more lease duration;
         // the VIP holder has stopped.

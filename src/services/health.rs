@@ -481,6 +481,7 @@ pub(super) async fn follow<K: crate::net::Kernel, A: crate::net::Announcer>(
                 );
                 warn!(%lease, reason = %why, "data path unhealthy: handing the Service over");
                 shared.metrics.health_handover(&lease);
+                current.count_handovers(&shared.metrics, "health");
                 gates.set(GATE_HEALTH, false);
                 let ctx = shared.status_ctx();
                 super::sync::report_each(&ctx, &current, |addrs| {

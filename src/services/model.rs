@@ -339,6 +339,9 @@ pub(crate) struct ServiceInfo {
     pub dhcp_hostname: Option<String>,
     /// Annotation [`ANN_VIP_HOST`]: who last announced it, as written by the holder.
     pub vip_host: Option<String>,
+    /// Annotation [`crate::nodes::selector::NODE_SELECTOR_ANNOTATION`] (non-empty),
+    /// parsed; `Err` holds the value and why it is not a label selector.
+    pub node_selector: Option<Result<crate::nodes::selector::NodeSelector, (String, String)>>,
 }
 
 /// The pure view of a Service. Never fails: bad input ends up in
@@ -386,6 +389,11 @@ pub(crate) fn service_info(svc: &Service) -> ServiceInfo {
         requested_ip: ann(ANN_REQUESTED_IP),
         dhcp_hostname: ann(ANN_LOADBALANCER_HOSTNAME),
         vip_host: ann(ANN_VIP_HOST),
+        node_selector: annotation(svc, crate::nodes::selector::NODE_SELECTOR_ANNOTATION).map(
+            |text| {
+                crate::nodes::selector::NodeSelector::parse(text).map_err(|e| (text.to_string(), e))
+            },
+        ),
         key,
     }
 }
@@ -420,6 +428,15 @@ pub(crate) enum SkipReason {
     /// [`ANN_LEASE_NAME`] on a Service with `externalTrafficPolicy: Local` (kube-vip
     /// refuses the combination: a shared lease cannot follow per-Service endpoints).
     LeaseNameWithLocalPolicy,
+    /// [`crate::nodes::selector::NODE_SELECTOR_ANNOTATION`] is not a label selector: no
+    /// node announces the Service (a typo in a restriction must not announce it
+    /// everywhere).
+    InvalidNodeSelector {
+        /// The annotation value.
+        value: String,
+        /// Why it does not parse.
+        error: String,
+    },
     /// Neither a usable address nor a DHCP request (S20: skipped with a log line; rejected
     /// entries, if any, are reported separately).
     NoAddress,
@@ -431,7 +448,9 @@ impl SkipReason {
     pub(crate) fn warrants_warning(&self) -> bool {
         matches!(
             self,
-            SkipReason::InvalidLeaseName { .. } | SkipReason::LeaseNameWithLocalPolicy
+            SkipReason::InvalidLeaseName { .. }
+                | SkipReason::LeaseNameWithLocalPolicy
+                | SkipReason::InvalidNodeSelector { .. }
         )
     }
 }
@@ -462,6 +481,11 @@ impl fmt::Display for SkipReason {
                 f,
                 "annotation {ANN_LEASE_NAME} cannot be used with externalTrafficPolicy Local"
             ),
+            SkipReason::InvalidNodeSelector { value, error } => write!(
+                f,
+                "annotation {}={value:?} is not a label selector: {error}",
+                crate::nodes::selector::NODE_SELECTOR_ANNOTATION
+            ),
             SkipReason::NoAddress => write!(
                 f,
                 "no address: set {ANN_LOADBALANCER_IPS} or spec.loadBalancerIP"
@@ -482,7 +506,7 @@ pub(crate) enum Selection {
 
 /// Decides whether vipd handles a Service, checked in this order: type, deletion,
 /// namespace (`svc_namespace`, `None` = all), class, ignore annotation, lease-name
-/// annotation, address.
+/// annotation, node-selector annotation, address.
 ///
 /// Class rule = kube-vip's legacy handling (`lbClassFilterLegacy`, the only one vipd
 /// supports): a Service with a `loadBalancerClass` other than `lb_class_name` is skipped;
@@ -531,6 +555,12 @@ pub(crate) fn selection(
         if info.etp_local {
             return skip(LeaseNameWithLocalPolicy);
         }
+    }
+    if let Some(Err((value, error))) = &info.node_selector {
+        return skip(InvalidNodeSelector {
+            value: value.clone(),
+            error: error.clone(),
+        });
     }
     if info.addresses.is_empty() {
         return skip(NoAddress);

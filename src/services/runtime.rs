@@ -65,6 +65,16 @@ pub struct GroupSpec {
     pub services: Vec<(ServiceKey, Vec<IpAddr>, Vec<PortProto>)>,
 }
 
+impl GroupSpec {
+    /// Counts `vipd_vip_handovers_total{vip, reason}` once for each of the group's VIPs:
+    /// this node (the holder) hands them over on purpose.
+    pub(super) fn count_handovers(&self, metrics: &Metrics, reason: &str) {
+        for v in &self.vips {
+            metrics.vip_handover(v.vip.addr, reason);
+        }
+    }
+}
+
 /// Governance moves (S34, see [`super::governance`]).
 struct Governance {
     /// The governing lease of every address in the last plan.
@@ -629,7 +639,9 @@ impl<K: Kernel, A: Announcer> MainLoop<K, A> {
     async fn candidates(&mut self, services: &[Arc<Service>]) -> (Vec<Candidate>, Vec<Note>) {
         let cfg = &self.cfg;
         let local = self.caches.endpoints.local_ready(&cfg.node_name);
-        let node_addrs = node_addresses(&self.caches.nodes.state());
+        let nodes = self.caches.nodes.state();
+        let node_addrs = node_addresses(&nodes);
+        let connected = self.subnets.get(&*self.shared.kernel).await;
         let unusable = Unusable {
             control_plane: if cfg.control_plane {
                 cfg.addresses.clone()
@@ -637,9 +649,18 @@ impl<K: Kernel, A: Announcer> MainLoop<K, A> {
                 Vec::new()
             },
             vip_subnet: cfg.vip_subnet,
-            connected: self.subnets.get(&*self.shared.kernel).await,
+            connected: connected.iter().map(|c| (c.addr, c.prefix)).collect(),
         };
-        candidates(cfg, services, &local, &node_addrs, &unusable)
+        let here = ThisNode {
+            labels: nodes
+                .iter()
+                .find(|n| n.metadata.name.as_deref() == Some(cfg.node_name.as_str()))
+                .and_then(|n| n.metadata.labels.clone())
+                .unwrap_or_default(),
+            connected,
+            interface: self.plan_cfg.interface.clone(),
+        };
+        candidates(cfg, services, &local, &node_addrs, &unusable, &here)
     }
 
     /// The active-Services gauges per namespace and the lease write rate warning.
@@ -669,7 +690,7 @@ impl<K: Kernel, A: Announcer> MainLoop<K, A> {
         }
         let groups: Vec<GroupHandle> = self.groups.into_values().collect();
         for g in &groups {
-            g.cancel(false);
+            g.cancel(false, None);
         }
         for g in groups {
             let _ = g.join().await;
@@ -794,11 +815,17 @@ async fn stop_groups(
     for StopOrder {
         lease,
         delete_lease,
+        not_here,
     } in orders
     {
         if let Some(g) = groups.remove(&lease) {
-            info!(%lease, delete = delete_lease, "Services: stopping election");
-            g.cancel(delete_lease);
+            match &not_here {
+                Some(why) => {
+                    info!(%lease, reason = %why.message, "Services: this node may not announce the lease's Services any more; stopping election")
+                }
+                None => info!(%lease, delete = delete_lease, "Services: stopping election"),
+            }
+            g.cancel(delete_lease, not_here);
             if let Some(end) = g.join().await {
                 ends.insert(lease, end);
             }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Service;
 use tracing::debug;
 
-use super::desired::{self, Candidate, LeaseRef, Plan};
+use super::desired::{self, Candidate, LeaseRef, NotHere, Plan};
 use super::model::{self, Selection, ServiceInfo, ServiceKey};
 use crate::config::Config;
 use crate::net::Kernel;
@@ -36,20 +36,31 @@ impl Note {
     }
 }
 
-/// The node's connected subnets (its own addresses, not vipd's), read from the kernel at
-/// most every [`ConnectedSubnets::REFRESH`].
+/// The node's connected subnets (its own addresses, not vipd's), with the name of their
+/// interface, read from the kernel at most every [`ConnectedSubnets::REFRESH`].
 #[derive(Default)]
 pub(super) struct ConnectedSubnets {
     pub(super) read_at: Option<tokio::time::Instant>,
-    pub(super) subnets: Vec<(IpAddr, u8)>,
+    pub(super) subnets: Vec<Connected>,
+}
+
+/// One address of the node: the subnet it connects, on which interface.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Connected {
+    /// The node's address.
+    pub(super) addr: IpAddr,
+    /// Its prefix length.
+    pub(super) prefix: u8,
+    /// Its interface's name (empty when the name could not be read).
+    pub(super) interface: String,
 }
 
 impl ConnectedSubnets {
     const REFRESH: Duration = Duration::from_secs(2);
 
-    /// (address, prefix) of every address of the node that is not a VIP of vipd's. A
-    /// failed read keeps the last list.
-    pub(super) async fn get<K: Kernel>(&mut self, kernel: &K) -> Vec<(IpAddr, u8)> {
+    /// Every address of the node that is not a VIP of vipd's. A failed read keeps the last
+    /// list.
+    pub(super) async fn get<K: Kernel>(&mut self, kernel: &K) -> Vec<Connected> {
         let now = tokio::time::Instant::now();
         if self
             .read_at
@@ -57,17 +68,98 @@ impl ConnectedSubnets {
         {
             match kernel.addresses(None).await {
                 Ok(addrs) => {
-                    self.subnets = addrs
-                        .iter()
-                        .filter(|a| !a.ours)
-                        .map(|a| (a.vip.addr, a.vip.prefix))
-                        .collect();
+                    let mut names: BTreeMap<u32, String> = BTreeMap::new();
+                    let mut out = Vec::new();
+                    for a in addrs.iter().filter(|a| !a.ours) {
+                        if let std::collections::btree_map::Entry::Vacant(e) =
+                            names.entry(a.ifindex)
+                        {
+                            e.insert(match kernel.link_by_index(a.ifindex).await {
+                                Ok(l) => l.name,
+                                Err(_) => String::new(),
+                            });
+                        }
+                        out.push(Connected {
+                            addr: a.vip.addr,
+                            prefix: a.vip.prefix,
+                            interface: names.get(&a.ifindex).cloned().unwrap_or_default(),
+                        });
+                    }
+                    self.subnets = out;
                     self.read_at = Some(now);
                 }
                 Err(e) => debug!(error = %e, "reading the node's addresses failed"),
             }
         }
         self.subnets.clone()
+    }
+}
+
+/// What decides, per Service, whether this node may announce it (besides the node-wide
+/// eligibility of [`crate::nodes::eligibility`]): its Node labels against the Service's
+/// node selector, and its connected subnets against the Service's addresses.
+#[derive(Debug, Clone, Default)]
+pub(super) struct ThisNode {
+    /// This node's Node labels (empty while it has no Node object).
+    pub(super) labels: BTreeMap<String, String>,
+    /// This node's addresses and their interfaces.
+    pub(super) connected: Vec<Connected>,
+    /// `vip_servicesinterface`, else `vip_interface` (`None`: chosen per VIP by route).
+    pub(super) interface: Option<String>,
+}
+
+impl ThisNode {
+    /// Why this node may not announce a Service with `addresses` on `interface` (its
+    /// `kube-vip.io/serviceInterface`, else the configured one) and node selector
+    /// `selector`; `None`: it may. The selector is checked first, then every address must
+    /// lie in a subnet connected to the node on that interface (any interface when none is
+    /// named). Pure.
+    pub(super) fn not_here(
+        &self,
+        addresses: &[IpAddr],
+        interface: Option<&str>,
+        selector: Option<&crate::nodes::selector::NodeSelector>,
+    ) -> Option<NotHere> {
+        if let Some(sel) = selector
+            && !sel.matches(&self.labels)
+        {
+            return Some(NotHere {
+                reason: "node-selector",
+                message: format!(
+                    "the node's labels do not match {}={:?}",
+                    crate::nodes::selector::NODE_SELECTOR_ANNOTATION,
+                    sel.text
+                ),
+            });
+        }
+        let interface = interface.or(self.interface.as_deref());
+        let missing: Vec<String> = addresses
+            .iter()
+            .filter(|a| {
+                !self.connected.iter().any(|c| {
+                    interface.is_none_or(|i| i == c.interface)
+                        && crate::net::in_subnet(**a, c.addr, c.prefix)
+                })
+            })
+            .map(IpAddr::to_string)
+            .collect();
+        if missing.is_empty() {
+            return None;
+        }
+        let message = match interface {
+            Some(i) => format!(
+                "no subnet on interface {i} of the node contains {}",
+                missing.join(", ")
+            ),
+            None => format!(
+                "no subnet connected to the node contains {}",
+                missing.join(", ")
+            ),
+        };
+        Some(NotHere {
+            reason: "subnet",
+            message,
+        })
     }
 }
 
@@ -146,13 +238,15 @@ pub(super) fn uid_of(services: &[Arc<Service>], key: &ServiceKey) -> Option<Stri
 
 /// Selected Services as planner input, plus what to report about the others. `local`:
 /// Services with a ready endpoint on this node; `unusable`: addresses refused besides the
-/// nodes' own (`node_addrs`).
+/// nodes' own (`node_addrs`); `here`: whether this node may announce each one
+/// ([`ThisNode::not_here`], giving [`Candidate::not_here`]).
 pub(super) fn candidates(
     cfg: &Config,
     services: &[Arc<Service>],
     local: &HashSet<(String, String)>,
     node_addrs: &BTreeMap<IpAddr, String>,
     unusable: &Unusable,
+    here: &ThisNode,
 ) -> (Vec<Candidate>, Vec<Note>) {
     let mut out = Vec::new();
     let mut notes = Vec::new();
@@ -243,7 +337,10 @@ pub(super) fn candidates(
             continue;
         }
         let local_endpoint = local.contains(&(info.key.namespace.clone(), info.key.name.clone()));
+        let selector = info.node_selector.as_ref().and_then(|s| s.as_ref().ok());
+        let not_here = here.not_here(&addresses, info.interface.as_deref(), selector);
         out.push(Candidate {
+            not_here,
             key: info.key.clone(),
             created: info.created,
             addresses,
@@ -323,6 +420,7 @@ mod tests {
                 Group {
                     vips: Vec::new(),
                     campaign: false,
+                    not_here: None,
                     services: members.iter().map(|m| k(m)).collect(),
                 },
             );
@@ -336,6 +434,127 @@ mod tests {
         assert_eq!(announced_nowhere(&plan, &endpointless), [k("a")].into());
         let all: HashSet<ServiceKey> = [k("a"), k("b"), k("c")].into();
         assert_eq!(announced_nowhere(&plan, &all), all);
+    }
+
+    fn connected(addr: &str, prefix: u8, interface: &str) -> Connected {
+        Connected {
+            addr: addr.parse().unwrap(),
+            prefix,
+            interface: interface.into(),
+        }
+    }
+
+    #[test]
+    fn not_here_checks_the_selector_then_every_address_on_the_chosen_interface() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let mut here = ThisNode {
+            labels: [("zone".to_string(), "a".to_string())].into(),
+            connected: vec![
+                connected("192.0.2.11", 24, "eth0"),
+                connected("2001:db8::11", 64, "eth1"),
+            ],
+            interface: None,
+        };
+        let v4 = [ip("192.0.2.20")];
+        let dual = [ip("192.0.2.20"), ip("2001:db8::20")];
+        assert_eq!(here.not_here(&v4, None, None), None);
+        assert_eq!(here.not_here(&dual, None, None), None, "any interface");
+        let why = here.not_here(&dual, Some("eth0"), None).unwrap();
+        assert_eq!(why.reason, "subnet");
+        assert_eq!(
+            why.message,
+            "no subnet on interface eth0 of the node contains 2001:db8::20"
+        );
+        here.interface = Some("eth1".into());
+        let why = here.not_here(&v4, None, None).unwrap().message;
+        assert!(why.contains("interface eth1"), "{why}");
+        assert_eq!(
+            here.not_here(&v4, Some("eth0"), None),
+            None,
+            "the Service's interface wins over the configured one"
+        );
+        here.interface = None;
+        let why = here.not_here(&[ip("198.51.100.7")], None, None).unwrap();
+        assert_eq!(
+            why.message,
+            "no subnet connected to the node contains 198.51.100.7"
+        );
+        let b = crate::nodes::selector::NodeSelector::parse("zone=b").unwrap();
+        let a = crate::nodes::selector::NodeSelector::parse("zone in (a,c)").unwrap();
+        assert_eq!(here.not_here(&v4, None, Some(&a)), None);
+        let why = here.not_here(&v4, None, Some(&b)).unwrap();
+        assert_eq!(why.reason, "node-selector");
+        assert_eq!(
+            why.message,
+            "the node's labels do not match vipd.io/node-selector=\"zone=b\""
+        );
+    }
+
+    /// The manager's configuration from the environment `env` (no flags).
+    fn config(env: &[(&str, &str)]) -> Config {
+        use clap::Parser;
+        let env: std::collections::HashMap<&str, &str> = env.iter().copied().collect();
+        let args = crate::config::ManagerArgs::try_parse_from(["manager"]).unwrap();
+        crate::config::resolve(&args, &|k| env.get(k).map(|v| v.to_string()), None).unwrap()
+    }
+
+    #[test]
+    fn node_selector_mismatch_is_not_here_and_an_invalid_one_is_not_announced() {
+        let cfg = config(&[
+            ("svc_enable", "true"),
+            ("svc_election", "true"),
+            ("vip_interface", "eth0"),
+            ("vip_nodename", "node-a"),
+        ]);
+        let unusable = Unusable {
+            control_plane: Vec::new(),
+            vip_subnet: cfg.vip_subnet,
+            connected: Vec::new(),
+        };
+        let here = ThisNode {
+            labels: [("zone".to_string(), "a".to_string())].into(),
+            connected: vec![connected("192.0.2.11", 24, "eth0")],
+            interface: None,
+        };
+        let with_selector = |name: &str, ip: &str, sel: &str| {
+            let mut s = (*lb(name, ip)).clone();
+            if let Some(a) = s.metadata.annotations.as_mut() {
+                a.insert(
+                    crate::nodes::selector::NODE_SELECTOR_ANNOTATION.into(),
+                    sel.into(),
+                );
+            }
+            Arc::new(s)
+        };
+        let services = [
+            with_selector("a", "192.0.2.20", "zone=a"),
+            with_selector("b", "192.0.2.21", "zone=b"),
+            with_selector("bad", "192.0.2.22", "zone in (a"),
+        ];
+        let (cands, notes) = candidates(
+            &cfg,
+            &services,
+            &HashSet::new(),
+            &BTreeMap::new(),
+            &unusable,
+            &here,
+        );
+        let not_here: Vec<(&str, bool)> = cands
+            .iter()
+            .map(|c| (c.key.name.as_str(), c.not_here.is_some()))
+            .collect();
+        assert_eq!(not_here, [("a", false), ("b", true)], "bad is left out");
+        let bad: Vec<&Note> = notes.iter().filter(|n| n.key.name == "bad").collect();
+        assert_eq!(bad.len(), 1);
+        assert_eq!(bad[0].reason, "InvalidConfiguration");
+        assert!(bad[0].warn);
+        assert!(
+            bad[0]
+                .message
+                .contains("vipd.io/node-selector=\"zone in (a\""),
+            "{}",
+            bad[0].message
+        );
     }
 
     /// A LoadBalancer Service `name` with annotation `kube-vip.io/loadbalancerIPs` = `ips`.
@@ -355,18 +574,13 @@ mod tests {
 
     #[test]
     fn refused_addresses_are_noted_with_field_and_value() {
-        use clap::Parser;
-        let env: std::collections::HashMap<&str, &str> = [
+        let cfg = config(&[
             ("cp_enable", "true"),
             ("svc_enable", "true"),
             ("address", "192.0.2.10"),
             ("vip_interface", "eth0"),
             ("vip_nodename", "node-a"),
-        ]
-        .into();
-        let args = crate::config::ManagerArgs::try_parse_from(["manager"]).unwrap();
-        let cfg =
-            crate::config::resolve(&args, &|k| env.get(k).map(|v| v.to_string()), None).unwrap();
+        ]);
         let unusable = Unusable {
             control_plane: cfg.addresses.clone(),
             vip_subnet: cfg.vip_subnet,
@@ -378,12 +592,17 @@ mod tests {
             lb("bcast", "192.0.2.255,192.0.2.40"),
             lb("good", "192.0.2.41"),
         ];
+        let here = ThisNode {
+            connected: vec![connected("192.0.2.11", 24, "eth0")],
+            ..Default::default()
+        };
         let (cands, notes) = candidates(
             &cfg,
             &services,
             &HashSet::new(),
             &BTreeMap::new(),
             &unusable,
+            &here,
         );
         let found = |svc: &str, reason: &str| -> Vec<String> {
             notes
@@ -432,7 +651,14 @@ mod tests {
                 Arc::new(s)
             })
             .collect();
-        let (_, again) = candidates(&cfg, &bumped, &HashSet::new(), &BTreeMap::new(), &unusable);
+        let (_, again) = candidates(
+            &cfg,
+            &bumped,
+            &HashSet::new(),
+            &BTreeMap::new(),
+            &unusable,
+            &here,
+        );
         let ids = |n: &[Note]| n.iter().map(Note::id).collect::<Vec<_>>();
         assert_eq!(ids(&notes), ids(&again));
     }

@@ -116,13 +116,15 @@ pub(crate) fn strip_service(svc: &mut Service) {
     }
 }
 
-/// Keeps of a Node only its name and `status.addresses` (a Node's status carries its image
-/// list, often tens of KiB).
+/// Keeps of a Node only its name, labels (this node's are matched against Services' node
+/// selectors) and `status.addresses` (a Node's status carries its image list, often tens of
+/// KiB).
 pub(crate) fn strip_node(node: &mut Node) {
     let addresses = node.status.as_mut().and_then(|s| s.addresses.take());
     *node = Node {
         metadata: kube::api::ObjectMeta {
             name: node.metadata.name.take(),
+            labels: node.metadata.labels.take(),
             resource_version: node.metadata.resource_version.take(),
             ..Default::default()
         },
@@ -285,7 +287,11 @@ mod tests {
         );
 
         strip_node(&mut node);
-        assert_eq!(node.metadata.labels, None);
+        assert_eq!(
+            node.metadata.labels,
+            Some([("a".to_string(), "b".to_string())].into()),
+            "labels are matched against node selectors"
+        );
         assert_eq!(node.status.as_ref().and_then(|s| s.images.as_ref()), None);
         assert_eq!(
             node_addresses(&[Arc::new(node)]).get(&"192.0.2.21".parse().unwrap()),

@@ -16,6 +16,7 @@ fn stopped(lease: LeaseRef, delete_lease: bool) -> Vec<StopOrder> {
     vec![StopOrder {
         lease,
         delete_lease,
+        not_here: None,
     }]
 }
 

@@ -270,6 +270,7 @@ async fn stale_status_of_a_service_announced_nowhere_is_cleared_once_per_version
         Group {
             vips: Vec::new(),
             campaign: true,
+            not_here: None,
             services: [web()].into(),
         },
     );
