@@ -319,6 +319,31 @@ fn s47_node_selector_and_subnet_choose_the_nodes_per_service() {
     );
     // The IPv6 Service has no selector: it stays.
     assert_eq!(holders(&lab, "2001:db8::30"), vec!["node-b".to_string()]);
+
+    // The holder loses its IPv6 subnet while node-a gets one: the VIP moves with the Event.
+    lab.exec(
+        "node-a",
+        "ip",
+        &["addr", "add", "2001:db8::11/64", "dev", "eth0", "nodad"],
+    )
+    .expect("give node-a its IPv6 address back");
+    lab.exec(
+        "node-b",
+        "ip",
+        &["addr", "del", "2001:db8::12/64", "dev", "eth0"],
+    )
+    .expect("remove node-b's IPv6 address");
+    wait_until("2001:db8::30 moves to node-a", LIMIT, || {
+        holders(&lab, "2001:db8::30") == vec!["node-a".to_string()]
+    });
+    wait_until("HandedOver Event naming the subnet", LIMIT, || {
+        events_for(&lab, "v6").iter().any(|(kind, reason, note)| {
+            kind == "Normal"
+                && reason == "HandedOver"
+                && note.contains("node node-b hands 2001:db8::30 over")
+                && note.contains("no subnet on interface eth0 of the node contains 2001:db8::30")
+        })
+    });
     for p in &mut procs {
         let _ = p.signal(Signal::SIGTERM);
         let _ = p.wait_timeout(Duration::from_secs(5));

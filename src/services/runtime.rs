@@ -535,6 +535,10 @@ async fn run<K: Kernel, A: Announcer>(
         ));
     }
     let mut main = MainLoop::new(cfg, shared, plan_cfg, caches);
+    // The node's own addresses decide which Services it may announce (the subnet rule):
+    // a change of them alone starts a pass too.
+    let mut addresses = tokio::time::interval(ConnectedSubnets::REFRESH);
+    addresses.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let settle = tokio::select! {
             _ = shutdown.cancelled() => break,
@@ -542,6 +546,13 @@ async fn run<K: Kernel, A: Announcer>(
             // A handover finished: held-back addresses may be bound now, without delay.
             _ = main.gov.settled.notified() => false,
             _ = main.retry.wait() => false,
+            _ = addresses.tick() => {
+                if !main.subnets.changed(&*main.shared.kernel).await {
+                    continue;
+                }
+                debug!("Services: the node's addresses changed");
+                false
+            }
         };
         if settle {
             // Let a burst of events settle into one recomputation.

@@ -56,7 +56,14 @@ pub(super) struct Connected {
 }
 
 impl ConnectedSubnets {
-    const REFRESH: Duration = Duration::from_secs(2);
+    /// How old the list may get.
+    pub(super) const REFRESH: Duration = Duration::from_secs(2);
+
+    /// Reads the list again if it is due; whether it differs from the list before.
+    pub(super) async fn changed<K: Kernel>(&mut self, kernel: &K) -> bool {
+        let before = self.subnets.clone();
+        self.get(kernel).await != before
+    }
 
     /// Every address of the node that is not a VIP of vipd's. A failed read keeps the last
     /// list.
