@@ -64,14 +64,23 @@ impl<C: LeaseClient> Elector<C> {
                 Standing::HeldByOther { .. } => false,
             };
         let mut in_flight = None;
-        if acquiring && let Some(sp) = &self.spread {
-            let at = sp.not_before(*st.free_since.get_or_insert(now));
+        let preference = self
+            .preference
+            .as_ref()
+            .map(|p| *p.borrow())
+            .unwrap_or_default();
+        if acquiring && (self.spread.is_some() || !preference.is_zero()) {
+            let free_since = *st.free_since.get_or_insert(now);
+            let at = match &self.spread {
+                Some(sp) => sp.not_before(free_since),
+                None => free_since,
+            } + preference;
             if now < at {
-                debug!(%lease, wait_ms = (at - now).as_millis() as u64, ahead = sp.ahead(), "spreading: waiting before acquiring");
+                debug!(%lease, wait_ms = (at - now).as_millis() as u64, ahead = self.spread.as_ref().map(|sp| sp.ahead()), preference_ms = preference.as_millis() as u64, "spreading: waiting before acquiring");
                 st.next_attempt = at;
                 return;
             }
-            in_flight = Some(sp.begin());
+            in_flight = self.spread.as_ref().map(|sp| sp.begin());
         }
         if acquiring
             && let Some(ride) = &self.ride

@@ -325,6 +325,8 @@ pub struct Elector<C: LeaseClient> {
     acquire_check: Option<AcquireCheck>,
     /// Delays acquisitions by the leases this node holds (see [`Elector::with_spread`]).
     spread: Option<Arc<spread::Spread>>,
+    /// An extra delay before acquisitions (see [`Elector::with_preference`]).
+    preference: Option<watch::Receiver<Duration>>,
     /// Ride-through of API outages (see [`RideLink`]); `None`: today's rules only.
     ride: Option<Arc<dyn RideLink>>,
     /// Bumped by the ride link when this node reaches the API again: renew at once.
@@ -419,6 +421,7 @@ impl<C: LeaseClient> Elector<C> {
                 quiet: crate::logging::RepeatLimiter::default(),
                 acquire_check: None,
                 spread: None,
+                preference: None,
                 ride: None,
                 api_back: None,
             },
@@ -441,6 +444,14 @@ impl<C: LeaseClient> Elector<C> {
     /// wait.
     pub(crate) fn with_spread(mut self, spread: Arc<spread::Spread>) -> Self {
         self.spread = Some(spread);
+        self
+    }
+
+    /// Delays every acquisition by the current value of `delay` on top of the spread delay,
+    /// counted from when the lease was seen free (a Service's preferred nodes, see
+    /// [`spread::preference_delay`]). Renewals never wait.
+    pub(crate) fn with_preference(mut self, delay: watch::Receiver<Duration>) -> Self {
+        self.preference = Some(delay);
         self
     }
 

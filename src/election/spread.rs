@@ -38,6 +38,28 @@ pub const SPREAD_CAP: Duration = Duration::from_secs(1);
 /// (see the module doc).
 pub const SPREAD_DISCOVERY: Duration = Duration::from_secs(2);
 
+/// Extra delay per place a node stands behind in a Service's preferred-nodes list
+/// (`vipd.io/preferred-nodes`): the first node waits nothing, the second one step, a node
+/// not in the list as many steps as the list is long.
+pub const PREFERENCE_STEP: Duration = Duration::from_millis(100);
+
+/// Upper bound of the preference delay (a node 10 places back, or not in a list of 10 or
+/// more).
+pub const PREFERENCE_CAP: Duration = Duration::from_secs(1);
+
+/// How long `node` waits, on top of its spread delay, before it acquires a free lease of
+/// a Service whose preferred nodes are `preferred` (in order; empty: no preference): its
+/// place in the list (0 for the first) times [`PREFERENCE_STEP`], the list's length for a
+/// node not in it, at most [`PREFERENCE_CAP`]. So preferred nodes campaign first, and a
+/// node that is not preferred still takes the lease when no preferred node does. Pure.
+pub fn preference_delay(node: &str, preferred: &[String]) -> Duration {
+    let place = preferred
+        .iter()
+        .position(|n| n == node)
+        .unwrap_or(preferred.len());
+    spread_delay(place, PREFERENCE_STEP, PREFERENCE_CAP)
+}
+
 /// The delay of a node `ahead` leases ahead: `ahead` x `step`, at most `cap`. Pure.
 pub fn spread_delay(ahead: usize, step: Duration, cap: Duration) -> Duration {
     let n = u32::try_from(ahead).unwrap_or(u32::MAX);
@@ -225,6 +247,19 @@ impl Drop for LeaseWatch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn preference_delay_follows_the_place_in_the_list() {
+        let list: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        let ms = Duration::from_millis;
+        assert_eq!(preference_delay("a", &list), Duration::ZERO);
+        assert_eq!(preference_delay("b", &list), ms(100));
+        assert_eq!(preference_delay("c", &list), ms(200));
+        assert_eq!(preference_delay("x", &list), ms(300), "not listed: last");
+        assert_eq!(preference_delay("x", &[]), Duration::ZERO, "no preference");
+        let long: Vec<String> = (0..30).map(|i| format!("n{i}")).collect();
+        assert_eq!(preference_delay("x", &long), PREFERENCE_CAP);
+    }
 
     #[test]
     fn delay_grows_with_leases_held_and_is_capped() {

@@ -260,20 +260,33 @@ fn start_with(
     spread: Option<Arc<spread::Spread>>,
     ride: Option<Arc<dyn RideLink>>,
 ) -> Node {
+    start_built(server, who, identity, ack, |e| {
+        let e = match spread {
+            Some(sp) => e.with_spread(sp),
+            None => e,
+        };
+        match ride {
+            Some(r) => e.with_ride(r),
+            None => e,
+        }
+    })
+}
+
+/// [`start_as`], with the elector set up by `build` before it runs.
+fn start_built(
+    server: &Arc<FakeServer>,
+    who: &str,
+    identity: &str,
+    ack: bool,
+    build: impl FnOnce(Elector<FakeClient>) -> Elector<FakeClient>,
+) -> Node {
     let gates = Gates::default();
     let client = FakeClient {
         server: server.clone(),
         who: who.into(),
     };
     let (elector, leadership) = Elector::new(client, identity.into(), TIMING, &gates);
-    let elector = match spread {
-        Some(sp) => elector.with_spread(sp),
-        None => elector,
-    };
-    let elector = match ride {
-        Some(r) => elector.with_ride(r),
-        None => elector,
-    };
+    let elector = build(elector);
     let duplicate = elector.duplicate_identity();
     let duplicate_log = Arc::new(Mutex::new(Vec::new()));
     let mut dup_rx = duplicate.clone();

@@ -21,6 +21,33 @@ use kube::core::{Expression, Selector, SelectorExt};
 /// `InvalidConfiguration` naming the value).
 pub const NODE_SELECTOR_ANNOTATION: &str = "vipd.io/node-selector";
 
+/// `vipd.io/preferred-nodes`: an ordered, comma-separated list of node names on a Service;
+/// listed nodes campaign for it before the others, the first before the second
+/// ([`crate::election::spread::preference_delay`]); with `svc_failback` a more preferred
+/// node that returns gets it back by a graceful hand-over. An invalid value: a Warning
+/// `InvalidConfiguration` naming it, and no preference.
+pub const PREFERRED_NODES_ANNOTATION: &str = "vipd.io/preferred-nodes";
+
+/// Parses a [`PREFERRED_NODES_ANNOTATION`] value: node names (DNS-1123 subdomains, as the
+/// API server validates Node names) separated by commas, spaces around each allowed.
+///
+/// # Errors
+/// A message naming the first entry that is not a node name.
+pub fn parse_preferred_nodes(text: &str) -> Result<Vec<String>, String> {
+    text.split(',')
+        .map(str::trim)
+        .map(|n| {
+            if crate::syntax::is_dns1123_subdomain(n) {
+                Ok(n.to_string())
+            } else {
+                Err(format!(
+                    "entry {n:?} is not a node name (a DNS-1123 subdomain: lower-case letters, digits, '-' and '.')"
+                ))
+            }
+        })
+        .collect()
+}
+
 /// A parsed node selector and its text as written.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NodeSelector {
@@ -330,6 +357,18 @@ mod tests {
         let s = NodeSelector::parse("a=,b in (,x)").unwrap();
         assert!(s.matches(&labels(&[("a", ""), ("b", "")])));
         assert!(!s.matches(&labels(&[("a", "1"), ("b", "")])));
+    }
+
+    #[test]
+    fn preferred_nodes_are_node_names_in_order() {
+        assert_eq!(
+            parse_preferred_nodes("node-b, node-a,worker.example").unwrap(),
+            ["node-b", "node-a", "worker.example"]
+        );
+        for (text, bad) in [("node-a,,node-b", "\"\""), ("node-a,Node_B", "\"Node_B\"")] {
+            let e = parse_preferred_nodes(text).unwrap_err();
+            assert!(e.contains(bad), "{text:?}: {e}");
+        }
     }
 
     #[test]

@@ -105,7 +105,14 @@ pub(super) fn runs(
                     (k.clone(), addrs, ports)
                 })
                 .collect();
-            Some((lease, GroupSpec { vips, services }))
+            Some((
+                lease,
+                GroupSpec {
+                    vips,
+                    services,
+                    preferred: group.preferred.clone(),
+                },
+            ))
         })
         .collect();
     Runs {

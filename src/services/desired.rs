@@ -67,6 +67,8 @@ pub struct Candidate {
     /// labels do not match the Service's node selector, or no subnet connected to it
     /// contains the Service's addresses. `None`: it may.
     pub not_here: Option<NotHere>,
+    /// The Service's preferred nodes, in order (`vipd.io/preferred-nodes`; empty: none).
+    pub preferred: Vec<String>,
 }
 
 /// Why this node may not announce a Service (the node selector and subnet rules of the Services runtime).
@@ -111,6 +113,9 @@ pub struct Group {
     /// When this node does not campaign because of a member's [`Candidate::not_here`]: the
     /// first such reason (for the Event of a holder that hands the group over).
     pub not_here: Option<NotHere>,
+    /// The preferred nodes of the oldest member that names any (per-Service election; the
+    /// group's elector campaigns by them).
+    pub preferred: Vec<String>,
     /// Services whose addresses this group announces (their status is written by the
     /// group's holder).
     pub services: BTreeSet<ServiceKey>,
@@ -205,8 +210,12 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
                 vips: Vec::new(),
                 campaign: matches!(cfg.mode, Mode::Global(_)),
                 not_here: None,
+                preferred: Vec::new(),
                 services: BTreeSet::new(),
             });
+            if group.preferred.is_empty() && matches!(cfg.mode, Mode::PerService) {
+                group.preferred = svc.preferred.clone();
+            }
             group.services.insert(svc.key.clone());
             if eligible {
                 group.campaign = true;
@@ -266,6 +275,7 @@ mod tests {
                 name: format!("kubevip-{name}"),
             },
             not_here: None,
+            preferred: Vec::new(),
         }
     }
 
@@ -388,6 +398,24 @@ mod tests {
         t.not_here = s.not_here.clone();
         let p = plan_leases(&[s, t], &cfg(Mode::PerService));
         assert!(!p.groups[&lease("web")].campaign);
+    }
+
+    #[test]
+    fn a_group_campaigns_by_the_preferred_nodes_of_its_oldest_member_that_names_any() {
+        let a = svc("a", 1, &["192.0.2.60"], &[(53, "TCP")]);
+        let mut b = svc("b", 2, &["192.0.2.60"], &[(53, "UDP")]);
+        b.preferred = vec!["node-b".into()];
+        let mut c = svc("c", 3, &["192.0.2.60"], &[(80, "TCP")]);
+        c.preferred = vec!["node-c".into()];
+        let p = plan_leases(&[c.clone(), b, a], &cfg(Mode::PerService));
+        assert_eq!(p.groups[&lease("a")].preferred, ["node-b"]);
+        // One lease for all: no per-Service preference.
+        let global = LeaseRef {
+            namespace: "kube-system".into(),
+            name: "plndr-svcs-lock".into(),
+        };
+        let p = plan_leases(&[c], &cfg(Mode::Global(global.clone())));
+        assert!(p.groups[&global].preferred.is_empty());
     }
 
     #[test]

@@ -105,6 +105,8 @@ struct Group<K: Kernel, A: Announcer> {
     /// The spec last received.
     current: GroupSpec,
     vips_tx: watch::Sender<Vec<VipSpec>>,
+    /// The elector's preference delay, from the spec's preferred nodes.
+    preference: watch::Sender<Duration>,
     state: watch::Receiver<LeaderState>,
     conflicts: watch::Receiver<Vec<(IpAddr, [u8; 6])>>,
     bound: watch::Receiver<Vec<IpAddr>>,
@@ -176,16 +178,20 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             Some(node) => elector.with_ride(node.link(&lease.namespace, &lease.name)),
             None => elector,
         };
+        let initial = spec.borrow_and_update().clone();
+        let (preference, preference_rx) = watch::channel(
+            crate::election::spread::preference_delay(&shared.node, &initial.preferred),
+        );
         let elector = elector
             .with_metrics(shared.metrics.clone())
             .with_spread(shared.spread.clone())
+            .with_preference(preference_rx)
             .with_acquire_check(service_still_exists(
                 shared.lease_client.clone(),
                 spec.clone(),
             ));
         let duplicate = elector.duplicate_identity();
         let state = leadership.state.clone();
-        let initial = spec.borrow_and_update().clone();
         let (vips_tx, vips_rx) = watch::channel(initial.vips.clone());
         let (conflicts_tx, conflicts) = watch::channel(Vec::new());
         let (bound_tx, bound) = watch::channel(Vec::new());
@@ -226,6 +232,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             spec,
             current: initial,
             vips_tx,
+            preference,
             state,
             conflicts,
             bound,
@@ -253,6 +260,10 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
                     }
                     self.current = self.spec.borrow_and_update().clone();
                     self.vips_tx.send_replace(self.current.vips.clone());
+                    self.preference.send_replace(crate::election::spread::preference_delay(
+                        &self.shared.node,
+                        &self.current.preferred,
+                    ));
                     GroupEvent::Spec
                 }
                 r = self.state.changed() => {

@@ -342,6 +342,9 @@ pub(crate) struct ServiceInfo {
     /// Annotation [`crate::nodes::selector::NODE_SELECTOR_ANNOTATION`] (non-empty),
     /// parsed; `Err` holds the value and why it is not a label selector.
     pub node_selector: Option<Result<crate::nodes::selector::NodeSelector, (String, String)>>,
+    /// Annotation [`crate::nodes::selector::PREFERRED_NODES_ANNOTATION`] (non-empty),
+    /// parsed; `Err` holds the value and why it is not a list of node names.
+    pub preferred_nodes: Option<Result<Vec<String>, (String, String)>>,
 }
 
 /// The pure view of a Service. Never fails: bad input ends up in
@@ -392,6 +395,12 @@ pub(crate) fn service_info(svc: &Service) -> ServiceInfo {
         node_selector: annotation(svc, crate::nodes::selector::NODE_SELECTOR_ANNOTATION).map(
             |text| {
                 crate::nodes::selector::NodeSelector::parse(text).map_err(|e| (text.to_string(), e))
+            },
+        ),
+        preferred_nodes: annotation(svc, crate::nodes::selector::PREFERRED_NODES_ANNOTATION).map(
+            |text| {
+                crate::nodes::selector::parse_preferred_nodes(text)
+                    .map_err(|e| (text.to_string(), e))
             },
         ),
         key,

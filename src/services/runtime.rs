@@ -63,6 +63,8 @@ pub struct GroupSpec {
     /// status, sorted by Service (a vector: a BTreeMap's first node alone is about 1 KiB,
     /// and there is one spec per lease, often with a single Service).
     pub services: Vec<(ServiceKey, Vec<IpAddr>, Vec<PortProto>)>,
+    /// The group's preferred nodes, in order (`vipd.io/preferred-nodes`; empty: none).
+    pub preferred: Vec<String>,
 }
 
 impl GroupSpec {

@@ -346,8 +346,24 @@ pub(super) fn candidates(
         let local_endpoint = local.contains(&(info.key.namespace.clone(), info.key.name.clone()));
         let selector = info.node_selector.as_ref().and_then(|s| s.as_ref().ok());
         let not_here = here.not_here(&addresses, info.interface.as_deref(), selector);
+        let preferred = match &info.preferred_nodes {
+            Some(Ok(nodes)) => nodes.clone(),
+            Some(Err((value, error))) => {
+                notes.push(note(
+                    super::status::REASON_INVALID_CONFIG,
+                    format!(
+                        "annotation {}={value:?} ignored: {error}",
+                        crate::nodes::selector::PREFERRED_NODES_ANNOTATION
+                    ),
+                    true,
+                ));
+                Vec::new()
+            }
+            None => Vec::new(),
+        };
         out.push(Candidate {
             not_here,
+            preferred,
             key: info.key.clone(),
             created: info.created,
             addresses,
@@ -428,6 +444,7 @@ mod tests {
                     vips: Vec::new(),
                     campaign: false,
                     not_here: None,
+                    preferred: Vec::new(),
                     services: members.iter().map(|m| k(m)).collect(),
                 },
             );

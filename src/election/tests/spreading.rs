@@ -136,3 +136,39 @@ async fn thirty_leases_spread_over_three_nodes_from_a_cold_start() {
         n.shutdown.cancel();
     }
 }
+
+/// Preferred nodes campaign first: a released lease goes to the node with the smaller
+/// preference delay, also when it started last; the other takes it only when the preferred
+/// one does not campaign.
+#[tokio::test(start_paused = true)]
+async fn a_released_lease_goes_to_the_preferred_node_first() {
+    use crate::election::spread::preference_delay;
+    let preferred = vec!["p".to_string()];
+    let server = FakeServer::new();
+    let mut z = start(&server, "z", true);
+    assert!(until_leading(&mut z, Duration::from_millis(10)).await);
+    let delay = |who: &str| watch::channel(preference_delay(who, &preferred)).1;
+    let mut other = start_built(&server, "o", "o", true, |e| {
+        e.with_spread(Spread::new()).with_preference(delay("o"))
+    });
+    let mut pref = start_built(&server, "p", "p", true, |e| {
+        e.with_spread(Spread::new()).with_preference(delay("p"))
+    });
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    z.shutdown.cancel();
+    (&mut z.task).await.unwrap();
+    assert!(until_leading(&mut pref, Duration::from_millis(50)).await);
+    assert!(
+        !until_leading(&mut other, Duration::from_secs(2)).await,
+        "no preemption"
+    );
+    // Without the preferred node, the other one takes it after its preference delay.
+    let t0 = Instant::now();
+    pref.shutdown.cancel();
+    (&mut pref.task).await.unwrap();
+    assert!(until_leading(&mut other, Duration::from_millis(500)).await);
+    assert!(
+        Instant::now() - t0 >= Duration::from_millis(100),
+        "waited its place"
+    );
+}

@@ -44,6 +44,7 @@ pub(crate) fn svc(name: &str, created: i64, addrs: &[&str], port: i32) -> Candid
         interface: None,
         lease: lease(name),
         not_here: None,
+        preferred: Vec::new(),
     }
 }
 

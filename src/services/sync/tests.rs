@@ -142,6 +142,7 @@ fn spec(addrs: &[IpAddr]) -> GroupSpec {
     GroupSpec {
         vips: Vec::new(),
         services: vec![(web(), addrs.to_vec(), http())],
+        preferred: Vec::new(),
     }
 }
 
@@ -271,6 +272,7 @@ async fn stale_status_of_a_service_announced_nowhere_is_cleared_once_per_version
             vips: Vec::new(),
             campaign: true,
             not_here: None,
+            preferred: Vec::new(),
             services: [web()].into(),
         },
     );
