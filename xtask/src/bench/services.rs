@@ -3,7 +3,7 @@
 //! targets (30 MB per node, p95 create-to-answer).
 //!
 //! ```text
-//! cargo xtask bench services [--scenario bringup|scale|churn|all] [--services N]
+//! cargo xtask bench services [--scenario bringup|scale|churn|drain|all] [--services N]
 //!     [--minutes M] [--no-build] [--vipd PATH] [-v]
 //! ```
 //!
@@ -34,6 +34,13 @@
 //!   thread count and any task-count gauge vipd's `/metrics` exposes (metric names containing
 //!   `task`) per node at the start (after the first cycle) and at the end (after the last
 //!   cycle, same state), a sample per minute, cycle figures, and the Leases left over.
+//! - **drain**: [`DRAIN_SERVICES`] Services (192.0.2.150-164) created one at a time and
+//!   spread over the nodes; each is then probed continuously (one thread per Service, one
+//!   attempt per [`POLL_INTERVAL`] at most) while `vipd drain` runs on the node that answers
+//!   most of them. Per Service VIP that moved: the gap (last answer from the drained node ->
+//!   first answer from another), failed attempts in between, and who took it. Prints
+//!   p50/p95/max of the gaps, that no Service answered from the drained node afterwards, and
+//!   that the other Services had no gap longer than [`DRAIN_QUIET_GAP`].
 //!
 //! Every scenario ends with the API statuses other than 2xx seen by the bench's calls and the
 //! WARN/ERROR lines of each vipd log (counts and the first distinct ones).
@@ -56,7 +63,7 @@ use xtask::lab::{self, ApiClient, Lab, LabOptions, LabProcess, NODES};
 const USAGE: &str = "usage: cargo xtask bench services [options]
 
 options:
-  --scenario S    bringup | scale | churn | all, or a comma list (default all)
+  --scenario S    bringup | scale | churn | drain | all, or a comma list (default all)
   --services N    Services in the scale scenario (default 1000, at most 65000)
   --minutes M     length of the churn run in minutes, may be fractional (default 10)
   --no-build      do not run `cargo build --release -p vipd` first
@@ -101,10 +108,20 @@ pub enum Scenario {
     Scale,
     /// Services deleted and recreated for minutes: RSS, threads, tasks at start and end.
     Churn,
+    /// `vipd drain` on a node: the gap of every Service VIP it held.
+    Drain,
 }
 
 impl Scenario {
-    /// Parses `bringup`, `scale`, `churn` or `all` (every scenario).
+    /// Every scenario, in the order `all` runs them.
+    pub const ALL: [Scenario; 4] = [
+        Scenario::Bringup,
+        Scenario::Scale,
+        Scenario::Churn,
+        Scenario::Drain,
+    ];
+
+    /// Parses `bringup`, `scale`, `churn`, `drain` or `all` (every scenario).
     ///
     /// # Errors
     /// For any other word, naming it.
@@ -121,9 +138,12 @@ impl Scenario {
                 "churn" => {
                     out.insert(Scenario::Churn);
                 }
-                "all" => out.extend([Scenario::Bringup, Scenario::Scale, Scenario::Churn]),
+                "drain" => {
+                    out.insert(Scenario::Drain);
+                }
+                "all" => out.extend(Scenario::ALL),
                 other => bail!(
-                    "--scenario: unknown scenario {other:?} (expected bringup, scale, churn or all)"
+                    "--scenario: unknown scenario {other:?} (expected bringup, scale, churn, drain or all)"
                 ),
             }
         }
@@ -154,7 +174,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Options {
-            scenarios: [Scenario::Bringup, Scenario::Scale, Scenario::Churn].into(),
+            scenarios: Scenario::ALL.into(),
             services: DEFAULT_SCALE_SERVICES,
             minutes: DEFAULT_CHURN_MINUTES,
             build: true,
@@ -215,6 +235,7 @@ pub fn run(args: &[&str]) -> Result<()> {
             Scenario::Bringup => bringup(&vipd, o.verbose)?,
             Scenario::Scale => scale(&vipd, o.services, o.verbose)?,
             Scenario::Churn => churn(&vipd, o.minutes, o.verbose)?,
+            Scenario::Drain => drain(&vipd, o.verbose)?,
         }
         println!("({s:?} took {:.0} s)\n", t0.elapsed().as_secs_f64());
     }
@@ -1251,6 +1272,205 @@ fn churn(vipd: &Path, minutes: f64, verbose: bool) -> Result<()> {
     Ok(())
 }
 
+/// Services of the drain scenario (192.0.2.150-164).
+pub const DRAIN_SERVICES: usize = 15;
+
+/// A Service that stayed where it was during the drain may not have a gap longer than this
+/// (it would be a side effect of the drain).
+pub const DRAIN_QUIET_GAP: Duration = Duration::from_millis(100);
+
+/// Every probe of one Service: when each attempt ended, and the answering node (`None`:
+/// failed).
+type ProbeLog = Vec<(Instant, Option<String>)>;
+
+/// Probes `addr` (one attempt per [`POLL_INTERVAL`] at most) until `stop`. Must run inside
+/// the client's namespace.
+fn probe_until(addr: SocketAddr, stop: &std::sync::atomic::AtomicBool) -> ProbeLog {
+    let mut log = Vec::new();
+    while !stop.load(Ordering::SeqCst) {
+        let started = Instant::now();
+        let r = http_answer(addr).ok();
+        log.push((Instant::now(), r));
+        let next = started + POLL_INTERVAL;
+        if let Some(wait) = next.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+    }
+    log
+}
+
+/// What one Service's probe saw around a drain of `from` at `t0`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DrainMove {
+    /// Last answer from `from` (ms after `t0`; negative: before the drain started).
+    pub last_old_ms: f64,
+    /// First answer from another node after that (ms after `t0`).
+    pub first_new_ms: f64,
+    /// `first_new_ms - last_old_ms`: the client-visible gap, ms.
+    pub gap_ms: f64,
+    /// Failed attempts in between.
+    pub failures: usize,
+    /// The node that answered then.
+    pub to: String,
+}
+
+/// The move of one Service off `from`, from its probe `log` (`None` when it never answered
+/// from `from`, or never from another node after that). Pure.
+pub fn drain_move(log: &[(Instant, Option<String>)], from: &str, t0: Instant) -> Option<DrainMove> {
+    let rel = |t: Instant| -> f64 {
+        if t >= t0 {
+            ms(t - t0)
+        } else {
+            -ms(t0 - t)
+        }
+    };
+    let last_old = log
+        .iter()
+        .rposition(|(_, n)| n.as_deref() == Some(from))?;
+    let (first_new, to) = log
+        .iter()
+        .enumerate()
+        .skip(last_old + 1)
+        .find_map(|(i, (_, n))| n.as_ref().map(|n| (i, n.clone())))?;
+    let failures = log[last_old + 1..first_new]
+        .iter()
+        .filter(|(_, n)| n.is_none())
+        .count();
+    let (a, b) = (rel(log[last_old].0), rel(log[first_new].0));
+    Some(DrainMove {
+        last_old_ms: a,
+        first_new_ms: b,
+        gap_ms: b - a,
+        failures,
+        to,
+    })
+}
+
+/// The longest time between two consecutive successful answers in `log`, ms (0 with fewer
+/// than two). Pure.
+pub fn longest_gap_ms(log: &[(Instant, Option<String>)]) -> f64 {
+    let ok: Vec<Instant> = log
+        .iter()
+        .filter(|(_, n)| n.is_some())
+        .map(|(t, _)| *t)
+        .collect();
+    ok.windows(2)
+        .map(|w| ms(w[1] - w[0]))
+        .fold(0.0, f64::max)
+}
+
+/// Scenario (d).
+fn drain(vipd: &Path, verbose: bool) -> Result<()> {
+    println!(
+        "== bench services: drain ({DRAIN_SERVICES} IPv4 Services over 3 nodes, `vipd drain` on the node answering most)"
+    );
+    let b = Bench::start(vipd, verbose)?;
+    let names: Vec<String> = (0..DRAIN_SERVICES).map(|i| format!("drain-{i}")).collect();
+    let addrs = (0..DRAIN_SERVICES)
+        .map(v4_address)
+        .collect::<Result<Vec<_>>>()?;
+    let (up, failed) = sequential_bringup(&b, &names, &addrs)?;
+    if !failed.is_empty() {
+        bail!("drain: Services did not come up: {failed:?}");
+    }
+    // Let the spread settle (leases acquired in the first seconds), then read the holders
+    // from the answers.
+    std::thread::sleep(Duration::from_secs(3));
+    let mut by_node: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, n) in &up {
+        *by_node.entry(n.clone()).or_default() += 1;
+    }
+    let node = by_node
+        .iter()
+        .max_by_key(|(_, c)| **c)
+        .map(|(n, _)| n.clone())
+        .ok_or_else(|| anyhow!("drain: no Service answered"))?;
+    let admin = format!("127.0.0.1:{METRICS_PORT}");
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (logs, t0, drain_out) = b.in_client(|| {
+        std::thread::scope(|s| {
+            let probes: Vec<_> = addrs
+                .iter()
+                .map(|a| {
+                    let stop = &stop;
+                    s.spawn(move || probe_until(SocketAddr::new(*a, 80), stop))
+                })
+                .collect();
+            std::thread::sleep(Duration::from_secs(1));
+            let t0 = Instant::now();
+            let out = b.lab.exec(&node, vipd, &["drain", "--admin", admin.as_str()]);
+            // Long enough for every move (graceful: tens of ms each, paced by the spread).
+            std::thread::sleep(Duration::from_secs(5));
+            stop.store(true, Ordering::SeqCst);
+            let logs: Vec<ProbeLog> = probes
+                .into_iter()
+                .map(|p| p.join().unwrap_or_default())
+                .collect();
+            (logs, t0, out)
+        })
+    })?;
+    let drained = drain_out
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|e| format!("failed: {e}"));
+    println!("  Services per node before: {by_node:?}; `vipd drain` on {node}: {drained}");
+    let mut gaps = Vec::new();
+    let mut still_on_drained = Vec::new();
+    let mut others = Vec::new();
+    for ((name, addr), log) in names.iter().zip(&addrs).zip(&logs) {
+        let after: Vec<&Option<String>> = log
+            .iter()
+            .filter(|(t, _)| *t >= t0 + Duration::from_secs(3))
+            .map(|(_, n)| n)
+            .collect();
+        if after.iter().any(|n| n.as_deref() == Some(node.as_str())) {
+            still_on_drained.push(name.clone());
+        }
+        match drain_move(log, &node, t0) {
+            Some(m) => {
+                b.say(format!(
+                    "{name} {addr}: {node} -> {}: gap {:.0} ms ({} failed attempts; last old answer at {:.0} ms)",
+                    m.to, m.gap_ms, m.failures, m.last_old_ms
+                ));
+                gaps.push(m);
+            }
+            None => others.push(longest_gap_ms(log)),
+        }
+    }
+    let g: Vec<f64> = gaps.iter().map(|m| m.gap_ms).collect();
+    let mut to: BTreeMap<&str, usize> = BTreeMap::new();
+    for m in &gaps {
+        *to.entry(m.to.as_str()).or_default() += 1;
+    }
+    println!(
+        "  moved: {} VIPs, gap (last answer from {node} -> first from the new node): {}",
+        gaps.len(),
+        summary_ms(&g)
+    );
+    println!(
+        "    failed attempts per move: max {}; taken by: {to:?}",
+        gaps.iter().map(|m| m.failures).max().unwrap_or(0)
+    );
+    let quiet_max = others.iter().copied().fold(0.0, f64::max);
+    println!(
+        "  the {} Services on other nodes: longest gap {quiet_max:.0} ms (limit {} ms){}",
+        others.len(),
+        DRAIN_QUIET_GAP.as_millis(),
+        if quiet_max > ms(DRAIN_QUIET_GAP) { "  <-- over" } else { "" }
+    );
+    println!(
+        "  answered from {node} more than 3 s after the drain: {}",
+        if still_on_drained.is_empty() {
+            "none".to_string()
+        } else {
+            format!("{still_on_drained:?}  <-- not drained")
+        }
+    );
+    b.stats.print();
+    b.print_logs();
+    b.stop();
+    Ok(())
+}
+
 /// What the churn loop recorded.
 #[derive(Default)]
 struct ChurnRun {
@@ -1433,6 +1653,37 @@ mod tests {
             let e = Options::parse(&args).unwrap_err().to_string();
             assert!(e.contains(needle), "{args:?}: {e}");
         }
+    }
+
+    #[test]
+    fn drain_scenario_is_parsed_and_in_all() {
+        let o = Options::parse(&["--scenario", "drain"]).unwrap();
+        assert_eq!(o.scenarios, [Scenario::Drain].into());
+        let o = Options::parse(&["--scenario", "all"]).unwrap();
+        assert!(o.scenarios.contains(&Scenario::Drain));
+    }
+
+    #[test]
+    fn drain_move_is_last_old_answer_to_first_new_one() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let a = || Some("node-a".to_string());
+        let b = || Some("node-b".to_string());
+        let log = vec![
+            (at(0), a()),
+            (at(10), a()),
+            (at(20), None),
+            (at(30), None),
+            (at(70), b()),
+            (at(80), b()),
+        ];
+        let m = drain_move(&log, "node-a", at(5)).unwrap();
+        assert_eq!((m.gap_ms, m.failures, m.to.as_str()), (60.0, 2, "node-b"));
+        assert_eq!((m.last_old_ms, m.first_new_ms), (5.0, 65.0));
+        assert_eq!(drain_move(&log, "node-c", t0), None, "never on node-c");
+        assert_eq!(drain_move(&log[..4], "node-a", t0), None, "never answered again");
+        assert_eq!(longest_gap_ms(&log), 60.0);
+        assert_eq!(longest_gap_ms(&log[..1]), 0.0);
     }
 
     #[test]
