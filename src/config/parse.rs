@@ -201,18 +201,14 @@ pub(super) fn parse_subnet(raw: &Raw, addresses: &[IpAddr]) -> Result<VipSubnet,
     Ok(subnet)
 }
 
-/// Linux interface name (kernel `dev_valid_name`): 1..=15 bytes, not `.`/`..`, no `/`,
-/// `:` or whitespace. Empty = automatic (`None`).
+/// Linux interface name ([`crate::syntax::ifname_problem`]). Empty = automatic (`None`).
 pub(super) fn parse_interface(raw: Raw) -> Result<Option<String>, ConfigError> {
     let v = raw.value.as_str();
     if v.is_empty() {
         return Ok(None);
     }
-    if v.len() > 15 {
-        return Err(raw.invalid("interface names are at most 15 bytes (IFNAMSIZ)"));
-    }
-    if v == "." || v == ".." || v.contains(['/', ':']) || v.chars().any(char::is_whitespace) {
-        return Err(raw.invalid("not a valid Linux interface name"));
+    if let Some(why) = crate::syntax::ifname_problem(v) {
+        return Err(raw.invalid(why));
     }
     Ok(Some(raw.value))
 }

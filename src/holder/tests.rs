@@ -225,6 +225,7 @@ fn rig_with(
         .map(|vip| VipSpec {
             vip,
             interface: interface.map(str::to_string),
+            not_after: None,
         })
         .collect();
     rig_from(kernel, specs, cfg, probing, None)
@@ -688,6 +689,7 @@ async fn edited_vip_set_adds_new_and_removes_old_while_leading() {
     let spec = |v: Vip| VipSpec {
         vip: v,
         interface: None,
+        not_after: None,
     };
     let (set_tx, set_rx) = watch::channel(vec![spec(v120)]);
     let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap();
@@ -752,4 +754,78 @@ async fn a_vip_just_added_is_announced_even_if_a_dump_misses_it() {
             "announced right after the add (clean={clean}), not at the next repeat"
         );
     }
+}
+
+/// A VIP with a not-after time (a DHCP lease's expiry, issue 13) never gets a valid
+/// lifetime past it, however often the lease is renewed, and is removed (not re-added) once
+/// less than a second is left; a VIP without one keeps the full fence.
+#[tokio::test(start_paused = true)]
+async fn a_vip_never_outlives_its_not_after_time() {
+    let kernel = FakeKernel::with_eth0();
+    let dhcp_vip = Vip::new("192.0.2.201".parse().unwrap(), 32).unwrap();
+    let expires = Instant::now() + Duration::from_millis(3500);
+    let specs = vec![
+        VipSpec {
+            vip: vip4(),
+            interface: Some("eth0".into()),
+            not_after: None,
+        },
+        VipSpec {
+            vip: dhcp_vip,
+            interface: Some("eth0".into()),
+            not_after: Some(expires),
+        },
+    ];
+    let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap();
+    let (r, _) = rig_from(kernel.clone(), specs, cfg, false, None);
+    settle().await;
+    // Renew every second, as the elector does, for five seconds.
+    for term_second in 0..5u64 {
+        lead(&r, 1, true);
+        settle().await;
+        let now = Instant::now();
+        for (vip, lft) in kernel.0.lock().unwrap().adds.iter() {
+            if *vip == dhcp_vip {
+                assert!(lft >= &1, "a lifetime of 0 is never asked for");
+            }
+        }
+        let last = kernel
+            .0
+            .lock()
+            .unwrap()
+            .adds
+            .iter()
+            .rev()
+            .find(|(v, _)| *v == dhcp_vip)
+            .map(|(_, l)| *l);
+        if now + Duration::from_secs(1) <= expires {
+            let lft = last.expect("added while the DHCP lease lasts");
+            assert!(
+                now + Duration::from_secs(u64::from(lft)) <= expires,
+                "second {term_second}: lifetime {lft} s reaches past the DHCP expiry"
+            );
+            assert!(kernel.has(dhcp_vip));
+        } else {
+            assert!(
+                !kernel.has(dhcp_vip),
+                "second {term_second}: still held less than a second before expiry"
+            );
+        }
+        assert!(kernel.has(vip4()), "the other VIP keeps its fence");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let dhcp_adds: Vec<u32> = kernel
+        .0
+        .lock()
+        .unwrap()
+        .adds
+        .iter()
+        .filter(|(v, _)| *v == dhcp_vip)
+        .map(|(_, l)| *l)
+        .collect();
+    assert_eq!(dhcp_adds, vec![2, 2, 1], "capped to the seconds left");
+    assert!(!kernel.has(dhcp_vip));
+    assert_eq!(cap_lifetime(2, None, Instant::now()), 2);
+    r.shutdown.cancel();
+    let _ = r.task.await;
 }

@@ -204,6 +204,30 @@ impl StatusWriter for KubeStatusWriter {
         self.patch_vip_host(key, Some(node)).await
     }
 
+    async fn set_annotations(
+        &self,
+        key: &ServiceKey,
+        annotations: &[(&'static str, String)],
+    ) -> Result<WriteOutcome, StatusError> {
+        if annotations.is_empty() {
+            return Ok(WriteOutcome::Unchanged);
+        }
+        let values: serde_json::Map<String, serde_json::Value> = annotations
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), serde_json::Value::String(v.clone())))
+            .collect();
+        let patch = json!({ "metadata": { "annotations": values } });
+        let api = self.services(key);
+        let pp = PatchParams::default();
+        let patch = Patch::Merge(&patch);
+        let fut = api.patch(&key.name, &pp, &patch);
+        match timed(key, "patch DHCP annotations", fut).await {
+            Ok(_) => Ok(WriteOutcome::Written),
+            Err(e) if e.is_not_found() => Ok(WriteOutcome::NotFound),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn clear(&self, key: &ServiceKey) -> Result<WriteOutcome, StatusError> {
         let Some(current) = self.get(key).await? else {
             return Ok(WriteOutcome::NotFound);
