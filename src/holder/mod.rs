@@ -510,4 +510,4 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

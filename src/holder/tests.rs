@@ -11,11 +11,11 @@ use crate::net::conflict::{Claim, FakeConflictMonitor};
 mod conflicts;
 
 #[derive(Default)]
-struct KState {
+pub(crate) struct KState {
     links: Vec<LinkInfo>,
     addrs: Vec<AddrInfo>,
     /// (vip, valid_lft) of every add/refresh call.
-    adds: Vec<(Vip, u32)>,
+    pub(crate) adds: Vec<(Vip, u32)>,
     /// Make every remove fail (as netlink EBUSY did under load).
     fail_remove: bool,
     /// Address dumps miss every vipd address (as a dump made while other holders add
@@ -26,11 +26,13 @@ struct KState {
     stall_next_add: Option<Duration>,
 }
 
+/// A fake [`Kernel`] (also used by the Services' DHCP tests).
 #[derive(Default)]
-struct FakeKernel(Mutex<KState>);
+pub(crate) struct FakeKernel(pub(crate) Mutex<KState>);
 
 impl FakeKernel {
-    fn with_eth0() -> Arc<Self> {
+    /// A kernel with `eth0` (index 2) carrying 192.0.2.11/24.
+    pub(crate) fn with_eth0() -> Arc<Self> {
         let k = FakeKernel::default();
         {
             let mut s = k.0.lock().unwrap();
@@ -49,7 +51,27 @@ impl FakeKernel {
         }
         Arc::new(k)
     }
-    fn has(&self, vip: Vip) -> bool {
+    /// Adds an Ethernet link `name` with `index` (e.g. a macvlan), up with carrier.
+    pub(crate) fn add_link(&self, name: &str, index: u32, mac: [u8; 6]) {
+        self.0.lock().unwrap().links.push(LinkInfo {
+            index,
+            name: name.into(),
+            mac,
+            up: true,
+            carrier: true,
+        });
+    }
+    /// The interface index vipd's copy of `vip` is on, if any.
+    pub(crate) fn where_is(&self, vip: Vip) -> Option<u32> {
+        self.0
+            .lock()
+            .unwrap()
+            .addrs
+            .iter()
+            .find(|a| a.vip == vip && a.ours)
+            .map(|a| a.ifindex)
+    }
+    pub(crate) fn has(&self, vip: Vip) -> bool {
         self.0
             .lock()
             .unwrap()
@@ -151,8 +173,9 @@ impl Kernel for FakeKernel {
     }
 }
 
+/// A fake [`Announcer`] recording (when, VIP, source MAC).
 #[derive(Default)]
-struct FakeAnnouncer(Mutex<Vec<(Instant, Vip, [u8; 6])>>);
+pub(crate) struct FakeAnnouncer(pub(crate) Mutex<Vec<(Instant, Vip, [u8; 6])>>);
 
 impl FakeAnnouncer {
     fn count(&self, vip: Vip) -> usize {

@@ -304,3 +304,124 @@ async fn services_without_a_parent_or_sharing_a_macvlan_get_a_warning_and_others
     assert_eq!(events[0].0, key("b"));
     assert!(events[0].2.contains("lb-shared") && events[0].2.contains("default/a"));
 }
+
+/// Through both seams: the fake DHCP client binds, the group's VIP set
+/// ([`DhcpClients::effective`]) goes to a real [`crate::holder::VipHolder`] on a fake
+/// kernel: the leased address is added on the macvlan (announced from its MAC) with a
+/// lifetime that never reaches past the lease's expiry, and removed at once when the lease
+/// is lost.
+#[tokio::test(start_paused = true)]
+async fn the_holder_adds_the_leased_address_on_the_macvlan_within_the_lease_and_drops_it_when_lost()
+{
+    use crate::election::{Gates, LeaderState, Leadership, Timing};
+    use crate::holder::tests::{FakeAnnouncer, FakeKernel};
+    use crate::holder::{HolderConfig, VipHolder};
+    use tokio::sync::watch;
+    use tokio_util::sync::CancellationToken;
+
+    let fake = FakeDhcp::new();
+    let mut clients = DhcpClients::new(Arc::new(fake.clone()));
+    let web = dhcp_service(&service("web", &[]));
+    let base = spec(std::slice::from_ref(&web));
+    let kernel = FakeKernel::with_eth0();
+    // The macvlan the real client creates before it binds.
+    kernel.add_link("vip-uidweb", 7, web.request.mac);
+    let ann = Arc::new(FakeAnnouncer::default());
+    let timing = Timing {
+        lease_duration: Duration::from_secs(5),
+        renew_deadline: Duration::from_secs(3),
+        retry_period: Duration::from_secs(1),
+    };
+    let cfg = HolderConfig::from_timing(&timing, Duration::from_millis(3000)).unwrap();
+    let (vips_tx, vips_rx) = watch::channel(base.vips.clone());
+    let (state, state_rx) = watch::channel(LeaderState::Following { holder: None });
+    let (dropped_tx, _dropped) = watch::channel(0u64);
+    let holder = VipHolder::new(
+        "web",
+        kernel.clone(),
+        ann.clone(),
+        base.vips.clone(),
+        cfg,
+        Gates::default(),
+    )
+    .with_updates(vips_rx);
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(holder.run(
+        Leadership {
+            state: state_rx,
+            dropped: dropped_tx,
+        },
+        shutdown.clone(),
+    ));
+    let lead = || {
+        state.send_replace(LeaderState::Leading {
+            term: 1,
+            renewed_at: Instant::now(),
+            clean: true,
+        })
+    };
+    lead();
+    clients.follow(&base.dhcp, Some("eth0")).await;
+    settle().await;
+    let vip = Vip {
+        addr: "192.0.2.201".parse().unwrap(),
+        prefix: 32,
+    };
+    // A lease of 3.5 s (shorter than any real one, to see the cut).
+    let b = binding("192.0.2.201", Duration::from_millis(3500));
+    fake.set_state("vip-uidweb", DhcpState::Bound(b.clone()));
+    next(&mut clients).await;
+    vips_tx.send_replace(clients.effective(&base).vips);
+    settle().await;
+    assert_eq!(kernel.where_is(vip), Some(7), "on the macvlan");
+    assert!(
+        ann.0
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(_, v, mac)| *v == vip && *mac == web.request.mac),
+        "announced from the macvlan's MAC"
+    );
+    // Renewals every second: every lifetime ends by the DHCP expiry.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lead();
+        settle().await;
+    }
+    let adds: Vec<u32> = kernel
+        .0
+        .lock()
+        .unwrap()
+        .adds
+        .iter()
+        .filter(|(v, _)| *v == vip)
+        .map(|(_, l)| *l)
+        .collect();
+    assert!(!adds.is_empty());
+    assert!(
+        !kernel.has(vip),
+        "gone before the DHCP lease expired: {adds:?}"
+    );
+
+    // Bound again, then lost: removed at once.
+    let b = binding("192.0.2.201", Duration::from_secs(120));
+    fake.set_state("vip-uidweb", DhcpState::Bound(b));
+    next(&mut clients).await;
+    vips_tx.send_replace(clients.effective(&base).vips);
+    lead();
+    settle().await;
+    assert_eq!(kernel.where_is(vip), Some(7));
+    fake.set_state(
+        "vip-uidweb",
+        DhcpState::Lost {
+            reason: "lease of 192.0.2.201 expired".into(),
+        },
+    );
+    next(&mut clients).await;
+    vips_tx.send_replace(clients.effective(&base).vips);
+    settle().await;
+    assert!(!kernel.has(vip), "removed as soon as the lease is lost");
+    shutdown.cancel();
+    let _ = task.await;
+    clients.stop_all(false).await;
+}
