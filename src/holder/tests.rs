@@ -205,14 +205,16 @@ fn vip4() -> Vip {
     Vip::new("192.0.2.10".parse().unwrap(), 32).unwrap()
 }
 
-struct Rig {
+/// A running holder on a fake kernel and announcer (also used by the Services' DHCP
+/// tests).
+pub(crate) struct Rig {
     kernel: Arc<FakeKernel>,
-    ann: Arc<FakeAnnouncer>,
+    pub(crate) ann: Arc<FakeAnnouncer>,
     state: watch::Sender<LeaderState>,
     dropped: watch::Receiver<u64>,
     gates: Gates,
-    shutdown: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) task: tokio::task::JoinHandle<()>,
     /// What the holder reports as held (`with_bound_reports`).
     bound: watch::Receiver<Vec<std::net::IpAddr>>,
 }
@@ -256,7 +258,7 @@ fn rig_with(
 
 /// The holder behind every rig: `specs` at start, `cfg`, conflict reports when `probing`,
 /// and VIP set updates from `updates` when given (as the Services runtime sends them).
-fn rig_from(
+pub(crate) fn rig_from(
     kernel: Arc<FakeKernel>,
     specs: Vec<VipSpec>,
     cfg: HolderConfig,
@@ -310,7 +312,7 @@ fn rig_from(
 }
 
 /// Tells the holder it leads term `term`, renewed now (`clean`: after a clean release).
-fn lead(r: &Rig, term: u64, clean: bool) {
+pub(crate) fn lead(r: &Rig, term: u64, clean: bool) {
     r.state.send_replace(LeaderState::Leading {
         term,
         renewed_at: Instant::now(),

@@ -183,7 +183,6 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
             }
         }
         out.addresses.insert(svc.key.clone(), svc.addresses.clone());
-        let eligible = !svc.etp_local || svc.local_endpoint;
         for a in &svc.addresses {
             if cfg.control_plane.contains(a) {
                 out.on_control_plane.insert(svc.key.clone());
@@ -191,21 +190,9 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
             }
             let lease = governing
                 .entry(*a)
-                .or_insert_with(|| match &cfg.mode {
-                    Mode::PerService => svc.lease.clone(),
-                    Mode::Global(l) => l.clone(),
-                })
+                .or_insert_with(|| own_lease(svc, cfg))
                 .clone();
-            let group = out.groups.entry(lease).or_insert_with(|| Group {
-                vips: Vec::new(),
-                campaign: matches!(cfg.mode, Mode::Global(_)),
-                services: BTreeSet::new(),
-                dhcp: Vec::new(),
-            });
-            group.services.insert(svc.key.clone());
-            if eligible {
-                group.campaign = true;
-            }
+            let group = join_group(&mut out, lease, svc, cfg);
             let vip = Vip {
                 addr: *a,
                 prefix: vip_prefix(&cfg.subnet, a),
@@ -222,20 +209,7 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
             // The Service's own lease governs its DHCP client (per-Service election), or
             // the global one; the leased address is not known in advance, so no other
             // lease competes for it.
-            let lease = match &cfg.mode {
-                Mode::PerService => svc.lease.clone(),
-                Mode::Global(l) => l.clone(),
-            };
-            let group = out.groups.entry(lease).or_insert_with(|| Group {
-                vips: Vec::new(),
-                campaign: matches!(cfg.mode, Mode::Global(_)),
-                services: BTreeSet::new(),
-                dhcp: Vec::new(),
-            });
-            group.services.insert(svc.key.clone());
-            if eligible {
-                group.campaign = true;
-            }
+            let group = join_group(&mut out, own_lease(svc, cfg), svc, cfg);
             let mut request = request.clone();
             // The macvlan's parent: the Service's annotation, else the configured Services
             // interface, else (None) the automatic one, resolved by the holder.
@@ -247,6 +221,35 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
         }
     }
     out
+}
+
+/// The lease `svc` campaigns under: its own (per-Service election) or the global one.
+fn own_lease(svc: &Candidate, cfg: &PlanConfig) -> LeaseRef {
+    match &cfg.mode {
+        Mode::PerService => svc.lease.clone(),
+        Mode::Global(l) => l.clone(),
+    }
+}
+
+/// Adds `svc` to the group of `lease` (created when new); the node campaigns for it when
+/// `svc` is eligible here (the ETP Local rule) or in global mode.
+fn join_group<'a>(
+    out: &'a mut Plan,
+    lease: LeaseRef,
+    svc: &Candidate,
+    cfg: &PlanConfig,
+) -> &'a mut Group {
+    let group = out.groups.entry(lease).or_insert_with(|| Group {
+        vips: Vec::new(),
+        campaign: matches!(cfg.mode, Mode::Global(_)),
+        services: BTreeSet::new(),
+        dhcp: Vec::new(),
+    });
+    group.services.insert(svc.key.clone());
+    if !svc.etp_local || svc.local_endpoint {
+        group.campaign = true;
+    }
+    group
 }
 
 #[cfg(test)]

@@ -313,11 +313,10 @@ async fn services_without_a_parent_or_sharing_a_macvlan_get_a_warning_and_others
 #[tokio::test(start_paused = true)]
 async fn the_holder_adds_the_leased_address_on_the_macvlan_within_the_lease_and_drops_it_when_lost()
 {
-    use crate::election::{Gates, LeaderState, Leadership, Timing};
-    use crate::holder::tests::{FakeAnnouncer, FakeKernel};
-    use crate::holder::{HolderConfig, VipHolder};
+    use crate::election::Timing;
+    use crate::holder::HolderConfig;
+    use crate::holder::tests::{FakeKernel, lead, rig_from};
     use tokio::sync::watch;
-    use tokio_util::sync::CancellationToken;
 
     let fake = FakeDhcp::new();
     let mut clients = DhcpClients::new(Arc::new(fake.clone()));
@@ -326,7 +325,6 @@ async fn the_holder_adds_the_leased_address_on_the_macvlan_within_the_lease_and_
     let kernel = FakeKernel::with_eth0();
     // The macvlan the real client creates before it binds.
     kernel.add_link("vip-uidweb", 7, web.request.mac);
-    let ann = Arc::new(FakeAnnouncer::default());
     let timing = Timing {
         lease_duration: Duration::from_secs(5),
         renew_deadline: Duration::from_secs(3),
@@ -334,32 +332,8 @@ async fn the_holder_adds_the_leased_address_on_the_macvlan_within_the_lease_and_
     };
     let cfg = HolderConfig::from_timing(&timing, Duration::from_millis(3000)).unwrap();
     let (vips_tx, vips_rx) = watch::channel(base.vips.clone());
-    let (state, state_rx) = watch::channel(LeaderState::Following { holder: None });
-    let (dropped_tx, _dropped) = watch::channel(0u64);
-    let holder = VipHolder::new(
-        "web",
-        kernel.clone(),
-        ann.clone(),
-        base.vips.clone(),
-        cfg,
-        Gates::default(),
-    )
-    .with_updates(vips_rx);
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(holder.run(
-        Leadership {
-            state: state_rx,
-            dropped: dropped_tx,
-        },
-        shutdown.clone(),
-    ));
-    let lead = || {
-        state.send_replace(LeaderState::Leading {
-            term: 1,
-            renewed_at: Instant::now(),
-            clean: true,
-        })
-    };
+    let (rig, _) = rig_from(kernel.clone(), base.vips.clone(), cfg, false, Some(vips_rx));
+    let lead = || lead(&rig, 1, true);
     lead();
     clients.follow(&base.dhcp, Some("eth0")).await;
     settle().await;
@@ -375,7 +349,8 @@ async fn the_holder_adds_the_leased_address_on_the_macvlan_within_the_lease_and_
     settle().await;
     assert_eq!(kernel.where_is(vip), Some(7), "on the macvlan");
     assert!(
-        ann.0
+        rig.ann
+            .0
             .lock()
             .unwrap()
             .iter()
@@ -421,7 +396,7 @@ async fn the_holder_adds_the_leased_address_on_the_macvlan_within_the_lease_and_
     vips_tx.send_replace(clients.effective(&base).vips);
     settle().await;
     assert!(!kernel.has(vip), "removed as soon as the lease is lost");
-    shutdown.cancel();
-    let _ = task.await;
+    rig.shutdown.cancel();
+    let _ = rig.task.await;
     clients.stop_all(false).await;
 }
