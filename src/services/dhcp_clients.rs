@@ -57,26 +57,38 @@ impl DhcpClients {
         }
     }
 
-    /// Makes the running clients those of `wanted` (this node leads): starts the missing
+    /// Makes the running clients those of `wanted` (this node leads; the group does it in
+    /// two steps, [`Self::retire`] and [`Self::start_missing`], to update its VIP set in
+    /// between): starts the missing
     /// ones, on their own parent interface or else `parent` (the Services interface,
     /// resolved; `None` when it cannot be found), releases those whose Service left, and
     /// restarts (without release) those whose client settings changed. Returns a Warning
     /// for every Service whose client cannot start for want of a parent interface.
+    #[cfg(test)]
     pub(super) async fn follow(
         &mut self,
         wanted: &[DhcpService],
         parent: Option<&str>,
     ) -> Vec<DhcpEvent> {
+        self.retire(wanted).finish().await;
+        self.start_missing(wanted, parent)
+    }
+
+    /// The first half of [`Self::follow`]: takes out the clients to release (their
+    /// Service left `wanted`) or restart (settings changed), so that their addresses leave
+    /// [`Self::effective`] before [`Retired::finish`] removes their macvlans.
+    pub(super) fn retire(&mut self, wanted: &[DhcpService]) -> Retired {
         let mut keep = Vec::new();
+        let mut retired = Vec::new();
         for run in std::mem::take(&mut self.runs) {
             match wanted.iter().find(|w| w.key == run.service.key) {
                 None => {
                     info!(service = %run.service.key, macvlan = %run.service.request.macvlan, "DHCP Service gone or no longer DHCP: releasing its lease");
-                    run.handle.release_and_stop().await;
+                    retired.push((run.handle, true));
                 }
                 Some(w) if !w.request.same_client(&run.service.request) => {
                     info!(service = %w.key, macvlan = %w.request.macvlan, "DHCP client settings changed: restarting the client");
-                    run.handle.stop().await;
+                    retired.push((run.handle, false));
                 }
                 Some(w) => keep.push(Run {
                     service: w.clone(),
@@ -85,6 +97,16 @@ impl DhcpClients {
             }
         }
         self.runs = keep;
+        Retired(retired)
+    }
+
+    /// The second half of [`Self::follow`]: starts a client for every Service of `wanted`
+    /// without one (see there).
+    pub(super) fn start_missing(
+        &mut self,
+        wanted: &[DhcpService],
+        parent: Option<&str>,
+    ) -> Vec<DhcpEvent> {
         let mut events = Vec::new();
         for w in wanted {
             if self.runs.iter().any(|r| r.service.key == w.key) {
@@ -125,16 +147,18 @@ impl DhcpClients {
         events
     }
 
-    /// Stops every client: with `release`, each sends DHCPRELEASE first (the group's
+    /// Stops every client (the group does it in two steps, [`Self::take_all`] and
+    /// [`Retired::finish`]): with `release`, each sends DHCPRELEASE first (the group's
     /// Services are gone); without, the lease stays for the next holder.
+    #[cfg(test)]
     pub(super) async fn stop_all(&mut self, release: bool) {
-        for run in self.runs.drain(..) {
-            if release {
-                run.handle.release_and_stop().await;
-            } else {
-                run.handle.stop().await;
-            }
-        }
+        self.take_all(release).finish().await;
+    }
+
+    /// Takes out every client to stop (see [`Self::stop_all`]), so that their addresses
+    /// leave [`Self::effective`] before [`Retired::finish`] removes their macvlans.
+    pub(super) fn take_all(&mut self, release: bool) -> Retired {
+        Retired(self.runs.drain(..).map(|r| (r.handle, release)).collect())
     }
 
     /// Resolves when a client's state changes (or its task ends); never while none runs.
@@ -263,6 +287,25 @@ impl DhcpClients {
             .iter()
             .map(|r| r.service.request.macvlan.clone())
             .collect()
+    }
+}
+
+/// Clients taken out of a [`DhcpClients`], to stop: each with whether to send
+/// DHCPRELEASE first.
+#[must_use = "the clients run until finish() stops them"]
+pub(super) struct Retired(Vec<(DhcpHandle, bool)>);
+
+impl Retired {
+    /// Stops the clients (DHCPRELEASE first where asked) and waits until their macvlans
+    /// are gone.
+    pub(super) async fn finish(self) {
+        for (handle, release) in self.0 {
+            if release {
+                handle.release_and_stop().await;
+            } else {
+                handle.stop().await;
+            }
+        }
     }
 }
 

@@ -361,7 +361,9 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         if leading {
             self.dhcp_follow().await;
         } else if let Some(d) = &mut self.dhcp {
-            d.stop_all(false).await;
+            let stopping = d.take_all(false);
+            self.push_vips();
+            stopping.finish().await;
         }
         self.push_vips();
     }
@@ -376,7 +378,15 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             true => auto_parent(self.shared.kernel.as_ref()).await,
             false => None,
         };
-        let events = d.follow(&self.current.dhcp, parent.as_deref()).await;
+        // The addresses of clients that stop leave the VIP set before their macvlans go
+        // (a VIP whose interface vanished would close the link gate).
+        let retired = d.retire(&self.current.dhcp);
+        self.push_vips();
+        retired.finish().await;
+        let Some(d) = &mut self.dhcp else {
+            return;
+        };
+        let events = d.start_missing(&self.current.dhcp, parent.as_deref());
         post_events(&self.shared.status, events).await;
     }
 
@@ -448,8 +458,9 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         // is released: released with the group's Services gone, else kept for the next
         // holder.
         if let Some(d) = &mut self.dhcp {
-            d.stop_all(delete_lease).await;
+            let stopping = d.take_all(delete_lease);
             self.vips_tx.send_replace(self.current.vips.clone());
+            stopping.finish().await;
         }
         let lease = self.lease;
         let shared = self.shared;
