@@ -26,25 +26,6 @@ fn is_label_shaped(s: &str) -> bool {
         && b[b.len() - 1] != b'-'
 }
 
-/// What is wrong with a Linux interface name (kernel `dev_valid_name`: 1..=15 bytes,
-/// `IFNAMSIZ` - 1; not `.` or `..`; no `/`, `:` or whitespace), `None` when it is valid.
-pub(crate) fn ifname_problem(name: &str) -> Option<&'static str> {
-    if name.is_empty() {
-        return Some("an interface name cannot be empty");
-    }
-    if name.len() > 15 {
-        return Some("interface names are at most 15 bytes (IFNAMSIZ)");
-    }
-    if name == "."
-        || name == ".."
-        || name.contains(['/', ':'])
-        || name.chars().any(char::is_whitespace)
-    {
-        return Some("not a valid Linux interface name");
-    }
-    None
-}
-
 /// Go `strconv.ParseBool`: `1 t T TRUE true True` and `0 f F FALSE false False`; `None` for
 /// any other text (callers name the setting in their error).
 pub(crate) fn parse_go_bool(s: &str) -> Option<bool> {

@@ -201,14 +201,17 @@ pub(super) fn parse_subnet(raw: &Raw, addresses: &[IpAddr]) -> Result<VipSubnet,
     Ok(subnet)
 }
 
-/// Linux interface name ([`crate::syntax::ifname_problem`]). Empty = automatic (`None`).
+/// Linux interface name ([`crate::net::is_ifname`]). Empty = automatic (`None`).
 pub(super) fn parse_interface(raw: Raw) -> Result<Option<String>, ConfigError> {
     let v = raw.value.as_str();
     if v.is_empty() {
         return Ok(None);
     }
-    if let Some(why) = crate::syntax::ifname_problem(v) {
-        return Err(raw.invalid(why));
+    if !crate::net::is_ifname(v) {
+        return Err(raw.invalid(format!(
+            "not a Linux interface name ({})",
+            crate::net::IFNAME_RULE
+        )));
     }
     Ok(Some(raw.value))
 }

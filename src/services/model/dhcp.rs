@@ -211,8 +211,8 @@ pub(crate) fn dhcp_request(info: &ServiceInfo) -> Result<DhcpRequest, Vec<BadAnn
     };
     let macvlan = match info.macvlan_name.as_deref() {
         Some(name) => {
-            if let Some(why) = crate::syntax::ifname_problem(name) {
-                refuse(ANN_MACVLAN_NAME, name, why.to_string());
+            if !crate::net::is_ifname(name) {
+                refuse(ANN_MACVLAN_NAME, name, ifname_rule());
             }
             name.to_string()
         }
@@ -242,9 +242,9 @@ pub(crate) fn dhcp_request(info: &ServiceInfo) -> Result<DhcpRequest, Vec<BadAnn
         None => 0,
     };
     if let Some(name) = info.interface.as_deref()
-        && let Some(why) = crate::syntax::ifname_problem(name)
+        && !crate::net::is_ifname(name)
     {
-        refuse(super::ANN_SERVICE_INTERFACE, name, why.to_string());
+        refuse(super::ANN_SERVICE_INTERFACE, name, ifname_rule());
     }
     if !bad.is_empty() {
         return Err(bad);
@@ -260,6 +260,11 @@ pub(crate) fn dhcp_request(info: &ServiceInfo) -> Result<DhcpRequest, Vec<BadAnn
         parent: info.interface.clone(),
         mark: format!("{MACVLAN_MARK_PREFIX}{seed}"),
     })
+}
+
+/// Why a name is refused as an interface name.
+fn ifname_rule() -> String {
+    format!("not a Linux interface name ({})", crate::net::IFNAME_RULE)
 }
 
 /// `vip-` + the first 8 characters of `uid` (a UUID's first group: hex digits, always a
