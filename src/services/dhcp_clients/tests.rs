@@ -121,6 +121,16 @@ async fn bound_address_is_a_vip_on_the_macvlan_until_the_lease_expires_and_goes_
         }]
     );
     assert_eq!(eff.services[0].1, vec![IpAddr::from([192, 0, 2, 201])]);
+    // Next to a fixed address, the leased one comes first (Harvester reads ingress[0].ip).
+    let mut with_fixed = base.clone();
+    with_fixed.services[0].1 = vec![IpAddr::from([192, 0, 2, 50])];
+    assert_eq!(
+        clients.effective(&with_fixed).services[0].1,
+        vec![
+            IpAddr::from([192, 0, 2, 201]),
+            IpAddr::from([192, 0, 2, 50])
+        ]
+    );
 
     // Renewing still holds it, with the new expiry.
     let renewed = binding("192.0.2.201", Duration::from_secs(120));
