@@ -208,6 +208,20 @@ impl DhcpClients {
         events
     }
 
+    /// Another host answers for `addr` (the holder's RFC 5227 probe or watch): when it is
+    /// a leased address, its client sends DHCPDECLINE and starts over (RFC 2131 §4.4.1).
+    /// Returns the Service whose lease it was.
+    pub(super) fn decline(&self, addr: IpAddr) -> Option<ServiceKey> {
+        let IpAddr::V4(v4) = addr else {
+            return None;
+        };
+        let (service, _) = self.leased().find(|(_, b)| b.addr == v4)?;
+        let run = self.runs.iter().find(|r| r.service.key == service.key)?;
+        warn!(service = %service.key, %addr, macvlan = %service.request.macvlan, "another host answers for the leased address: declining it");
+        run.handle.decline(v4);
+        Some(service.key.clone())
+    }
+
     /// The Services' bindings that may be held now.
     fn leased(&self) -> impl Iterator<Item = (&DhcpService, DhcpBinding)> {
         self.runs.iter().filter(|r| !r.closed).filter_map(|r| {

@@ -424,7 +424,12 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             .copied()
             .collect();
         self.reported = now;
-        report_conflicts(&self.shared.status_ctx(), &self.current, &new).await;
+        if let Some(d) = &self.dhcp {
+            for (addr, _) in &new {
+                d.decline(*addr);
+            }
+        }
+        report_conflicts(&self.shared.status_ctx(), &self.effective(), &new).await;
     }
 
     /// S35: Event about the Services of a per-Service lease, about the Lease for the

@@ -410,3 +410,29 @@ async fn the_holder_adds_the_leased_address_on_the_macvlan_within_the_lease_and_
     let _ = rig.task.await;
     clients.stop_all(false).await;
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_address_another_host_answers_for_is_declined() {
+    let fake = FakeDhcp::new();
+    let mut clients = DhcpClients::new(Arc::new(fake.clone()));
+    let web = dhcp_service(&service("web", &[]));
+    clients
+        .follow(std::slice::from_ref(&web), Some("eth0"))
+        .await;
+    let leased: IpAddr = "192.0.2.203".parse().unwrap();
+    // Not leased (yet): nothing to decline.
+    assert_eq!(clients.decline(leased), None);
+    fake.set_state(
+        "vip-uidweb",
+        DhcpState::Bound(binding("192.0.2.203", Duration::from_secs(120))),
+    );
+    next(&mut clients).await;
+    assert_eq!(clients.decline("192.0.2.99".parse().unwrap()), None);
+    assert_eq!(clients.decline(leased), Some(key("web")));
+    settle().await;
+    assert_eq!(
+        fake.declined("vip-uidweb"),
+        vec![Ipv4Addr::new(192, 0, 2, 203)]
+    );
+    clients.stop_all(false).await;
+}
