@@ -101,7 +101,15 @@ pub(super) fn runs(
                     (k.clone(), addrs, ports)
                 })
                 .collect();
-            Some((lease, GroupSpec { vips, services }))
+            let dhcp = group.dhcp.clone();
+            Some((
+                lease,
+                GroupSpec {
+                    vips,
+                    services,
+                    dhcp,
+                },
+            ))
         })
         .collect();
     Runs {

@@ -43,6 +43,7 @@ pub(crate) fn svc(name: &str, created: i64, addrs: &[&str], port: i32) -> Candid
         local_endpoint: false,
         interface: None,
         lease: lease(name),
+        dhcp: None,
     }
 }
 
