@@ -64,6 +64,7 @@ pub(crate) fn control_plane_vips(cfg: &Config) -> Vec<VipSpec> {
                 },
             },
             interface: cfg.interface.clone(),
+            not_after: None,
         })
         .collect()
 }
@@ -428,6 +429,7 @@ mod tests {
                 prefix,
             },
             interface: None,
+            not_after: None,
         }
     }
 

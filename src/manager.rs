@@ -111,6 +111,8 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
                     metrics: metrics.clone(),
                     readiness: readiness.clone(),
                     ineligible: svc_eligible,
+                    // DHCP mode's client (src/dhcp, issue 13 part A) is wired in here.
+                    dhcp: None,
                 },
             )
             .await?,
@@ -167,6 +169,11 @@ async fn startup_checks(
     } else if cfg.enable_node_labeling {
         info!(
             "enable_node_labeling labels the control-plane VIP's holder only; cp_enable is off, so no Node is labelled"
+        );
+    }
+    if !cfg.control_plane && !cfg.leader_election {
+        info!(
+            "vip_leaderelection=false governs the control-plane election only; cp_enable is off, so it has no effect (Service leases are always elected)"
         );
     }
     if !cfg.control_plane && cfg.load_balancer.is_some() {

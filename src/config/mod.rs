@@ -199,7 +199,9 @@ pub struct Config {
     pub control_plane: bool,
     /// `svc_enable` / `--services`.
     pub services: bool,
-    /// `vip_leaderelection` / `--leaderElection`.
+    /// `vip_leaderelection` / `--leaderElection`: always `true` with `cp_enable` (false is
+    /// refused); without it, `false` is accepted and has no effect (Service leases are
+    /// always elected).
     pub leader_election: bool,
     /// Control-plane lease (`vip_leasename`, `cp_namespace`, timings).
     pub lease: LeaseConfig,

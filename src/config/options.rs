@@ -320,7 +320,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "leaderElection",
         "true",
         Bool,
-        "Kubernetes Lease leader election (vipd always elects: false is an error)",
+        "Kubernetes Lease leader election of the control-plane VIP (vipd always elects: false is an error with cp_enable, accepted and without effect otherwise)",
     ),
     opt(
         K_LEASE_NAME,
@@ -446,7 +446,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "dhcpMode",
         "false",
         Bool,
-        "kube-vip's DHCP mode (Service VIPs from a DHCP server); not implemented yet: true is refused with an error",
+        "kube-vip's DHCP mode: Services whose address is 0.0.0.0 get it from a DHCPv4 server on a macvlan (needs svc_enable)",
     ),
     opt(
         K_IPV6_DAD,

@@ -201,18 +201,17 @@ pub(super) fn parse_subnet(raw: &Raw, addresses: &[IpAddr]) -> Result<VipSubnet,
     Ok(subnet)
 }
 
-/// Linux interface name (kernel `dev_valid_name`): 1..=15 bytes, not `.`/`..`, no `/`,
-/// `:` or whitespace. Empty = automatic (`None`).
+/// Linux interface name ([`crate::net::is_ifname`]). Empty = automatic (`None`).
 pub(super) fn parse_interface(raw: Raw) -> Result<Option<String>, ConfigError> {
     let v = raw.value.as_str();
     if v.is_empty() {
         return Ok(None);
     }
-    if v.len() > 15 {
-        return Err(raw.invalid("interface names are at most 15 bytes (IFNAMSIZ)"));
-    }
-    if v == "." || v == ".." || v.contains(['/', ':']) || v.chars().any(char::is_whitespace) {
-        return Err(raw.invalid("not a valid Linux interface name"));
+    if !crate::net::is_ifname(v) {
+        return Err(raw.invalid(format!(
+            "not a Linux interface name ({})",
+            crate::net::IFNAME_RULE
+        )));
     }
     Ok(Some(raw.value))
 }

@@ -155,7 +155,7 @@ pub fn resolve_detailed(
         arp_probe,
         control_plane: modes.control_plane,
         services: modes.services,
-        leader_election: true,
+        leader_election: modes.leader_election,
         lease,
         services_timing,
         services_election: svc.election,
@@ -203,10 +203,11 @@ pub(super) struct Modes {
     services: bool,
     dhcp_mode: bool,
     ipv6_dad: bool,
+    leader_election: bool,
 }
 
 /// The modes, and the kube-vip modes vipd does not offer (`vip_arp=false`,
-/// `vip_leaderelection=false`) refused with the reason.
+/// `vip_leaderelection=false` with `cp_enable`) refused with the reason.
 fn modes(inputs: &Inputs<'_>) -> Result<Modes, ConfigError> {
     let control_plane = inputs.bool_or(K_CP_ENABLE, false)?;
     let services = inputs.bool_or(K_SVC_ENABLE, false)?;
@@ -219,13 +220,21 @@ fn modes(inputs: &Inputs<'_>) -> Result<Modes, ConfigError> {
             "vipd only implements ARP/NDP announcement; remove vip_arp or set it to true",
         ));
     }
-    if let Some(raw) = inputs.get(K_LEADER_ELECTION)
-        && !parse_bool(&raw)?
-    {
-        return Err(raw.invalid(
-            "vipd always uses Lease leader election (without it every node would answer for the VIP); remove vip_leaderelection or set it to true",
-        ));
-    }
+    // vip_leaderelection governs the control-plane election only (Service leases are
+    // always elected): with cp_enable off it has nothing to govern, and Harvester's guest
+    // clusters set it to false.
+    let leader_election = match inputs.get(K_LEADER_ELECTION) {
+        Some(raw) => {
+            let on = parse_bool(&raw)?;
+            if !on && control_plane {
+                return Err(raw.invalid(
+            "vipd always uses Lease leader election for the control-plane VIP (without it every node would answer for the VIP); remove vip_leaderelection or set it to true",
+                ));
+            }
+            on
+        }
+        None => true,
+    };
     if !control_plane && !services {
         let raw = inputs
             .get(K_CP_ENABLE)
@@ -242,21 +251,12 @@ fn modes(inputs: &Inputs<'_>) -> Result<Modes, ConfigError> {
             raw.invalid("dhcp_mode obtains Service VIPs and requires svc_enable (--services)")
         );
     }
-    if dhcp_mode {
-        // Refused here, where every command reads the configuration (manager, preflight),
-        // not only when the manager starts.
-        let raw = inputs
-            .get(K_DHCP_MODE)
-            .unwrap_or_else(|| Raw::default_of(K_DHCP_MODE, "true"));
-        return Err(raw.invalid(
-            "DHCP mode is not implemented in this release of vipd: unset dhcp_mode (--dhcpMode) and give each Service its address (kube-vip.io/loadbalancerIPs or spec.loadBalancerIP)",
-        ));
-    }
     Ok(Modes {
         control_plane,
         services,
         dhcp_mode,
         ipv6_dad,
+        leader_election,
     })
 }
 
@@ -301,9 +301,11 @@ fn addresses(
         Some(raw) => parse_addresses(raw)?,
         None => Vec::new(),
     };
-    if modes.control_plane && addresses.is_empty() && !modes.dhcp_mode {
+    if modes.control_plane && addresses.is_empty() {
         let raw = address_raw.unwrap_or_else(|| Raw::default_of(K_ADDRESS, ""));
-        return Err(raw.invalid("cp_enable needs at least one VIP in address (--address)"));
+        return Err(raw.invalid(
+            "cp_enable needs at least one VIP in address (--address); dhcp_mode gives Services their addresses, not the control plane",
+        ));
     }
     let vip_subnet = match with_alias(inputs, K_SUBNET, K_CIDR, warnings) {
         Some(raw) => parse_subnet(&raw, &addresses)?,

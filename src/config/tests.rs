@@ -499,21 +499,26 @@ fn config_services_and_misc_values() {
     assert_eq!(c.kubernetes_addr.as_deref(), Some("[2001:db8::2]:6443"));
     assert_eq!(c.log_level, LogLevel::Debug);
     assert_eq!(c.arp_rate, Duration::from_millis(500));
-    // DHCP mode is refused where the configuration is read, with or without svc_enable
-    // (not only when the manager starts: preflight reads the same configuration).
-    for svc in ["1", "<unset>"] {
-        let e = run(
-            &[],
-            &[("svc_enable", svc), ("cp_enable", "1"), ("dhcp_mode", "1")],
-            None,
-        )
+    // DHCP mode needs svc_enable; with it, it is accepted.
+    let e = run(&[], &[("cp_enable", "1"), ("dhcp_mode", "1")], None)
         .unwrap_err()
         .to_string();
-        assert!(e.contains("dhcp_mode"), "{e}");
-        if svc == "1" {
-            assert!(e.contains("not implemented"), "{e}");
-        }
-    }
+    assert!(e.contains("dhcp_mode") && e.contains("svc_enable"), "{e}");
+    let c = ok(&[], &[("svc_enable", "1"), ("dhcp_mode", "1")], None).config;
+    assert!(c.dhcp_mode && c.services && c.control_plane);
+    // DHCP mode gives Services their addresses, never the control plane.
+    let e = run(
+        &[],
+        &[
+            ("address", "<unset>"),
+            ("svc_enable", "1"),
+            ("dhcp_mode", "1"),
+        ],
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("address") && e.contains("dhcp_mode"), "{e}");
     // Empty prometheus_server env is "unset" as in kube-vip: the default stays.
     let c = ok(&[], &[("prometheus_server", "")], None).config;
     assert_eq!(
@@ -555,4 +560,54 @@ fn services_health_check_defaults_off_and_parses() {
     assert_eq!(r.config.services_health.hold, Duration::from_secs(5));
     let r = ok(&[], &[("svc_healthcheck", "off")], None);
     assert_eq!(r.config.services_health.check, None);
+}
+
+/// Harvester's guest-cluster settings (issue 13) start as they are: `lb_enable` and
+/// `vip_leaderelection=false` without `cp_enable` are accepted (no effect); with
+/// `cp_enable`, `vip_leaderelection=false` stays refused.
+#[test]
+fn harvester_guest_settings_are_accepted() {
+    let harvester: &[(&str, &str)] = &[
+        ("cp_enable", "false"),
+        ("address", "<unset>"),
+        ("vip_interface", ""),
+        ("vip_arp", "true"),
+        ("lb_enable", "true"),
+        ("svc_enable", "true"),
+        ("svc_election", "false"),
+        ("vip_leaderelection", "false"),
+        ("vip_subnet", "32"),
+        ("prometheus_server", ":2112"),
+        ("dhcp_mode", "true"),
+    ];
+    let c = ok(&[], harvester, None).config;
+    assert!(c.services && c.dhcp_mode && !c.control_plane && !c.services_election);
+    assert!(!c.leader_election && c.load_balancer.is_some() && c.interface.is_none());
+    let e = run(
+        &[],
+        &[("svc_enable", "true"), ("vip_leaderelection", "false")],
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("vip_leaderelection") && e.contains("\"false\""),
+        "{e}"
+    );
+    // A value that is no boolean is refused whatever cp_enable says.
+    let e = run(
+        &[],
+        &[
+            ("cp_enable", "false"),
+            ("svc_enable", "true"),
+            ("vip_leaderelection", "maybe"),
+        ],
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("vip_leaderelection") && e.contains("maybe"),
+        "{e}"
+    );
 }

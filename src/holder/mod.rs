@@ -110,6 +110,24 @@ pub struct VipSpec {
     pub vip: Vip,
     /// Interface name from the configuration, if any.
     pub interface: Option<String>,
+    /// The address must be gone by this instant whatever the lease says (a DHCP lease's
+    /// expiry, RFC 2131 §4.4.5): every add or refresh gets a valid lifetime that ends by
+    /// then, and from less than a second before it the VIP is not added and is removed.
+    /// `None` = only the kernel fence limits it.
+    pub not_after: Option<Instant>,
+}
+
+/// The valid lifetime, in whole seconds, a VIP may get at `now` when it must be gone by
+/// `not_after` ([`VipSpec::not_after`]): `lifetime` cut to the whole seconds left (0 once
+/// less than one is left). Pure.
+pub fn cap_lifetime(lifetime: u32, not_after: Option<Instant>, now: Instant) -> u32 {
+    match not_after {
+        Some(at) => {
+            let left = at.saturating_duration_since(now).as_secs();
+            lifetime.min(u32::try_from(left).unwrap_or(u32::MAX))
+        }
+        None => lifetime,
+    }
 }
 
 /// Settings of a [`VipHolder`].
@@ -492,4 +510,4 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

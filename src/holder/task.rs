@@ -179,12 +179,22 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         vip: Vip,
         lifetime: u32,
     ) -> Result<bool, NetError> {
-        let mut lifetime = lifetime;
+        let not_after = self.not_after(vip);
+        let mut lifetime = cap_lifetime(lifetime, not_after, Instant::now());
+        if lifetime == 0 {
+            debug!(holder = %self.name, %vip, "the VIP's not-after time (DHCP lease expiry) has come; removing it");
+            self.kernel.remove(ifindex, vip).await?;
+            return Ok(false);
+        }
         for _ in 0..FENCE_RECHECKS {
             self.kernel
                 .add_or_refresh(ifindex, vip, lifetime, self.cfg.skip_dad)
                 .await?;
-            match self.fence_left(Instant::now()) {
+            let now = Instant::now();
+            match self
+                .fence_left(now)
+                .map(|left| cap_lifetime(left, not_after, now))
+            {
                 Some(now_left) if now_left >= lifetime => return Ok(true),
                 Some(now_left) if now_left >= 1 => {
                     debug!(holder = %self.name, %vip, lifetime, now_left, "the kernel took the VIP's lifetime late; shortening it");
@@ -196,6 +206,21 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         warn!(holder = %self.name, %vip, "the kernel took the VIP's lifetime after the lease could have expired (this process was frozen or stalled); removing the VIP until the next renewal");
         self.kernel.remove(ifindex, vip).await?;
         Ok(false)
+    }
+
+    /// The not-after time of `vip` ([`VipSpec::not_after`]), `None` when it has none.
+    pub(super) fn not_after(&self, vip: Vip) -> Option<Instant> {
+        self.vips
+            .iter()
+            .find(|s| s.vip == vip)
+            .and_then(|s| s.not_after)
+    }
+
+    /// VIP `i` is past (or less than a second from) its not-after time.
+    pub(super) fn expired(&self, i: usize, now: Instant) -> bool {
+        self.vips
+            .get(i)
+            .is_some_and(|s| s.not_after.is_some() && cap_lifetime(1, s.not_after, now) == 0)
     }
 
     /// Replaces the VIP set (see [`VipHolder::with_updates`]).
@@ -356,21 +381,26 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// The VIPs to carry while leading, with their interface: those whose interface is
     /// known and whose conflict probe let them bind.
     pub(super) fn desired(&self) -> Vec<(Vip, u32)> {
+        let now = Instant::now();
         self.vips
             .iter()
             .enumerate()
             .filter(|(i, _)| self.probes.get(*i).is_some_and(ProbeState::bound))
+            .filter(|(i, _)| !self.expired(*i, now))
             .filter_map(|(i, s)| self.links.get(&i).map(|l| (s.vip, l.index)))
             .collect()
     }
 
-    /// VIPs held back by the conflict probe (probing or refused): never on the interface.
+    /// VIPs held back by the conflict probe (probing or refused) or past their not-after
+    /// time: never on the interface.
     pub(super) fn held_back(&self) -> Vec<(Vip, u32)> {
+        let now = Instant::now();
         self.vips
             .iter()
             .zip(&self.probes)
-            .filter(|(_, p)| !p.bound())
-            .map(|(s, _)| (s.vip, 0))
+            .enumerate()
+            .filter(|(i, (_, p))| !p.bound() || self.expired(*i, now))
+            .map(|(_, (s, _))| (s.vip, 0))
             .collect()
     }
 

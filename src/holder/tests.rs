@@ -11,11 +11,11 @@ use crate::net::conflict::{Claim, FakeConflictMonitor};
 mod conflicts;
 
 #[derive(Default)]
-struct KState {
+pub(crate) struct KState {
     links: Vec<LinkInfo>,
     addrs: Vec<AddrInfo>,
     /// (vip, valid_lft) of every add/refresh call.
-    adds: Vec<(Vip, u32)>,
+    pub(crate) adds: Vec<(Vip, u32)>,
     /// Make every remove fail (as netlink EBUSY did under load).
     fail_remove: bool,
     /// Address dumps miss every vipd address (as a dump made while other holders add
@@ -26,11 +26,13 @@ struct KState {
     stall_next_add: Option<Duration>,
 }
 
+/// A fake [`Kernel`] (also used by the Services' DHCP tests).
 #[derive(Default)]
-struct FakeKernel(Mutex<KState>);
+pub(crate) struct FakeKernel(pub(crate) Mutex<KState>);
 
 impl FakeKernel {
-    fn with_eth0() -> Arc<Self> {
+    /// A kernel with `eth0` (index 2) carrying 192.0.2.11/24.
+    pub(crate) fn with_eth0() -> Arc<Self> {
         let k = FakeKernel::default();
         {
             let mut s = k.0.lock().unwrap();
@@ -49,7 +51,27 @@ impl FakeKernel {
         }
         Arc::new(k)
     }
-    fn has(&self, vip: Vip) -> bool {
+    /// Adds an Ethernet link `name` with `index` (e.g. a macvlan), up with carrier.
+    pub(crate) fn add_link(&self, name: &str, index: u32, mac: [u8; 6]) {
+        self.0.lock().unwrap().links.push(LinkInfo {
+            index,
+            name: name.into(),
+            mac,
+            up: true,
+            carrier: true,
+        });
+    }
+    /// The interface index vipd's copy of `vip` is on, if any.
+    pub(crate) fn where_is(&self, vip: Vip) -> Option<u32> {
+        self.0
+            .lock()
+            .unwrap()
+            .addrs
+            .iter()
+            .find(|a| a.vip == vip && a.ours)
+            .map(|a| a.ifindex)
+    }
+    pub(crate) fn has(&self, vip: Vip) -> bool {
         self.0
             .lock()
             .unwrap()
@@ -151,8 +173,9 @@ impl Kernel for FakeKernel {
     }
 }
 
+/// A fake [`Announcer`] recording (when, VIP, source MAC).
 #[derive(Default)]
-struct FakeAnnouncer(Mutex<Vec<(Instant, Vip, [u8; 6])>>);
+pub(crate) struct FakeAnnouncer(pub(crate) Mutex<Vec<(Instant, Vip, [u8; 6])>>);
 
 impl FakeAnnouncer {
     fn count(&self, vip: Vip) -> usize {
@@ -182,14 +205,16 @@ fn vip4() -> Vip {
     Vip::new("192.0.2.10".parse().unwrap(), 32).unwrap()
 }
 
-struct Rig {
+/// A running holder on a fake kernel and announcer (also used by the Services' DHCP
+/// tests).
+pub(crate) struct Rig {
     kernel: Arc<FakeKernel>,
-    ann: Arc<FakeAnnouncer>,
+    pub(crate) ann: Arc<FakeAnnouncer>,
     state: watch::Sender<LeaderState>,
     dropped: watch::Receiver<u64>,
     gates: Gates,
-    shutdown: CancellationToken,
-    task: tokio::task::JoinHandle<()>,
+    pub(crate) shutdown: CancellationToken,
+    pub(crate) task: tokio::task::JoinHandle<()>,
     /// What the holder reports as held (`with_bound_reports`).
     bound: watch::Receiver<Vec<std::net::IpAddr>>,
 }
@@ -225,6 +250,7 @@ fn rig_with(
         .map(|vip| VipSpec {
             vip,
             interface: interface.map(str::to_string),
+            not_after: None,
         })
         .collect();
     rig_from(kernel, specs, cfg, probing, None)
@@ -232,7 +258,7 @@ fn rig_with(
 
 /// The holder behind every rig: `specs` at start, `cfg`, conflict reports when `probing`,
 /// and VIP set updates from `updates` when given (as the Services runtime sends them).
-fn rig_from(
+pub(crate) fn rig_from(
     kernel: Arc<FakeKernel>,
     specs: Vec<VipSpec>,
     cfg: HolderConfig,
@@ -286,7 +312,7 @@ fn rig_from(
 }
 
 /// Tells the holder it leads term `term`, renewed now (`clean`: after a clean release).
-fn lead(r: &Rig, term: u64, clean: bool) {
+pub(crate) fn lead(r: &Rig, term: u64, clean: bool) {
     r.state.send_replace(LeaderState::Leading {
         term,
         renewed_at: Instant::now(),
@@ -688,6 +714,7 @@ async fn edited_vip_set_adds_new_and_removes_old_while_leading() {
     let spec = |v: Vip| VipSpec {
         vip: v,
         interface: None,
+        not_after: None,
     };
     let (set_tx, set_rx) = watch::channel(vec![spec(v120)]);
     let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap();
@@ -752,4 +779,78 @@ async fn a_vip_just_added_is_announced_even_if_a_dump_misses_it() {
             "announced right after the add (clean={clean}), not at the next repeat"
         );
     }
+}
+
+/// A VIP with a not-after time (a DHCP lease's expiry, issue 13) never gets a valid
+/// lifetime past it, however often the lease is renewed, and is removed (not re-added) once
+/// less than a second is left; a VIP without one keeps the full fence.
+#[tokio::test(start_paused = true)]
+async fn a_vip_never_outlives_its_not_after_time() {
+    let kernel = FakeKernel::with_eth0();
+    let dhcp_vip = Vip::new("192.0.2.201".parse().unwrap(), 32).unwrap();
+    let expires = Instant::now() + Duration::from_millis(3500);
+    let specs = vec![
+        VipSpec {
+            vip: vip4(),
+            interface: Some("eth0".into()),
+            not_after: None,
+        },
+        VipSpec {
+            vip: dhcp_vip,
+            interface: Some("eth0".into()),
+            not_after: Some(expires),
+        },
+    ];
+    let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap();
+    let (r, _) = rig_from(kernel.clone(), specs, cfg, false, None);
+    settle().await;
+    // Renew every second, as the elector does, for five seconds.
+    for term_second in 0..5u64 {
+        lead(&r, 1, true);
+        settle().await;
+        let now = Instant::now();
+        for (vip, lft) in kernel.0.lock().unwrap().adds.iter() {
+            if *vip == dhcp_vip {
+                assert!(lft >= &1, "a lifetime of 0 is never asked for");
+            }
+        }
+        let last = kernel
+            .0
+            .lock()
+            .unwrap()
+            .adds
+            .iter()
+            .rev()
+            .find(|(v, _)| *v == dhcp_vip)
+            .map(|(_, l)| *l);
+        if now + Duration::from_secs(1) <= expires {
+            let lft = last.expect("added while the DHCP lease lasts");
+            assert!(
+                now + Duration::from_secs(u64::from(lft)) <= expires,
+                "second {term_second}: lifetime {lft} s reaches past the DHCP expiry"
+            );
+            assert!(kernel.has(dhcp_vip));
+        } else {
+            assert!(
+                !kernel.has(dhcp_vip),
+                "second {term_second}: still held less than a second before expiry"
+            );
+        }
+        assert!(kernel.has(vip4()), "the other VIP keeps its fence");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let dhcp_adds: Vec<u32> = kernel
+        .0
+        .lock()
+        .unwrap()
+        .adds
+        .iter()
+        .filter(|(v, _)| *v == dhcp_vip)
+        .map(|(_, l)| *l)
+        .collect();
+    assert_eq!(dhcp_adds, vec![2, 2, 1], "capped to the seconds left");
+    assert!(!kernel.has(dhcp_vip));
+    assert_eq!(cap_lifetime(2, None, Instant::now()), 2);
+    r.shutdown.cancel();
+    let _ = r.task.await;
 }

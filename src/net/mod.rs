@@ -31,8 +31,8 @@ pub mod vip;
 pub use arp::{RawAnnouncer, garp_frame, unsolicited_na_frame};
 pub use cache::CachedKernel;
 pub use iface::{
-    DefaultRoute, SubnetEdge, choose_interface_from, in_subnet, network_of, subnet_edge,
-    subnet_edge_of, vip_subnet_edge,
+    DefaultRoute, IFNAME_MAX, IFNAME_RULE, SubnetEdge, choose_interface_from, in_subnet, is_ifname,
+    network_of, subnet_edge, subnet_edge_of, vip_subnet_edge,
 };
 pub use netlink::{
     NetlinkKernel, RawAddr, TagMode, decode_addr_flags, detect_tag_mode, label_for, tag_for,

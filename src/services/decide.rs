@@ -105,12 +105,14 @@ pub(super) fn runs(
                     (k.clone(), addrs, ports)
                 })
                 .collect();
+            let dhcp = group.dhcp.clone();
             Some((
                 lease,
                 GroupSpec {
                     vips,
                     services,
                     preferred: group.preferred.clone(),
+                    dhcp,
                 },
             ))
         })

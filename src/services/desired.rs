@@ -22,7 +22,7 @@ use std::net::IpAddr;
 
 use k8s_openapi::jiff::Timestamp;
 
-use super::model::{PortProto, ServiceKey};
+use super::model::{DhcpRequest, PortProto, ServiceKey};
 use crate::config::VipSubnet;
 use crate::holder::VipSpec;
 use crate::net::Vip;
@@ -63,6 +63,9 @@ pub struct Candidate {
     /// The Service's own lease (per-Service election): `kubevip-<name>` in its namespace,
     /// or the annotation's override.
     pub lease: LeaseRef,
+    /// DHCP mode: the Service's address `0.0.0.0` asks for a DHCPv4 lease with this
+    /// request (its other addresses, if any, are served as usual).
+    pub dhcp: Option<DhcpRequest>,
     /// Why this node may not announce this Service (per-Service election only): its
     /// labels do not match the Service's node selector, or no subnet connected to it
     /// contains the Service's addresses. `None`: it may.
@@ -79,6 +82,15 @@ pub struct NotHere {
     /// For the log and the `HandedOver` Event, e.g. `no subnet connected to the node
     /// contains 192.0.2.80`.
     pub message: String,
+}
+
+/// A DHCP Service of a group: the lease holder runs its client (issue 13).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DhcpService {
+    /// The Service.
+    pub key: ServiceKey,
+    /// What its client asks for.
+    pub request: DhcpRequest,
 }
 
 /// How Services are elected.
@@ -119,6 +131,8 @@ pub struct Group {
     /// Services whose addresses this group announces (their status is written by the
     /// group's holder).
     pub services: BTreeSet<ServiceKey>,
+    /// DHCP Services whose client the group's holder runs, by Service.
+    pub dhcp: Vec<DhcpService>,
 }
 
 /// A Service not programmed because an older one has the same address, port and protocol.
@@ -193,7 +207,6 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
             }
         }
         out.addresses.insert(svc.key.clone(), svc.addresses.clone());
-        let eligible = (!svc.etp_local || svc.local_endpoint) && svc.not_here.is_none();
         for a in &svc.addresses {
             if cfg.control_plane.contains(a) {
                 out.on_control_plane.insert(svc.key.clone());
@@ -201,28 +214,9 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
             }
             let lease = governing
                 .entry(*a)
-                .or_insert_with(|| match &cfg.mode {
-                    Mode::PerService => svc.lease.clone(),
-                    Mode::Global(l) => l.clone(),
-                })
+                .or_insert_with(|| own_lease(svc, cfg))
                 .clone();
-            let group = out.groups.entry(lease).or_insert_with(|| Group {
-                vips: Vec::new(),
-                campaign: matches!(cfg.mode, Mode::Global(_)),
-                not_here: None,
-                preferred: Vec::new(),
-                services: BTreeSet::new(),
-            });
-            if group.preferred.is_empty() && matches!(cfg.mode, Mode::PerService) {
-                group.preferred = svc.preferred.clone();
-            }
-            group.services.insert(svc.key.clone());
-            if eligible {
-                group.campaign = true;
-            }
-            if group.not_here.is_none() {
-                group.not_here = svc.not_here.clone();
-            }
+            let group = join_group(&mut out, lease, svc, cfg);
             let vip = Vip {
                 addr: *a,
                 prefix: vip_prefix(&cfg.subnet, a),
@@ -231,8 +225,23 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
                 group.vips.push(VipSpec {
                     vip,
                     interface: svc.interface.clone().or_else(|| cfg.interface.clone()),
+                    not_after: None,
                 });
             }
+        }
+        if let Some(request) = &svc.dhcp {
+            // The Service's own lease governs its DHCP client (per-Service election), or
+            // the global one; the leased address is not known in advance, so no other
+            // lease competes for it.
+            let group = join_group(&mut out, own_lease(svc, cfg), svc, cfg);
+            let mut request = request.clone();
+            // The macvlan's parent: the Service's annotation, else the configured Services
+            // interface, else (None) the automatic one, resolved by the holder.
+            request.parent = request.parent.or_else(|| cfg.interface.clone());
+            group.dhcp.push(DhcpService {
+                key: svc.key.clone(),
+                request,
+            });
         }
     }
     for g in out.groups.values_mut() {
@@ -241,6 +250,44 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
         }
     }
     out
+}
+
+/// The lease `svc` campaigns under: its own (per-Service election) or the global one.
+fn own_lease(svc: &Candidate, cfg: &PlanConfig) -> LeaseRef {
+    match &cfg.mode {
+        Mode::PerService => svc.lease.clone(),
+        Mode::Global(l) => l.clone(),
+    }
+}
+
+/// Adds `svc` to the group of `lease` (created when new); the node campaigns for it when
+/// `svc` is eligible here (the ETP Local rule, and [`Candidate::not_here`] is `None`) or
+/// in global mode.
+fn join_group<'a>(
+    out: &'a mut Plan,
+    lease: LeaseRef,
+    svc: &Candidate,
+    cfg: &PlanConfig,
+) -> &'a mut Group {
+    let group = out.groups.entry(lease).or_insert_with(|| Group {
+        vips: Vec::new(),
+        campaign: matches!(cfg.mode, Mode::Global(_)),
+        not_here: None,
+        preferred: Vec::new(),
+        services: BTreeSet::new(),
+        dhcp: Vec::new(),
+    });
+    if group.preferred.is_empty() && matches!(cfg.mode, Mode::PerService) {
+        group.preferred = svc.preferred.clone();
+    }
+    group.services.insert(svc.key.clone());
+    if (!svc.etp_local || svc.local_endpoint) && svc.not_here.is_none() {
+        group.campaign = true;
+    }
+    if group.not_here.is_none() {
+        group.not_here = svc.not_here.clone();
+    }
+    group
 }
 
 #[cfg(test)]
@@ -276,6 +323,7 @@ mod tests {
             },
             not_here: None,
             preferred: Vec::new(),
+            dhcp: None,
         }
     }
 
@@ -462,5 +510,44 @@ mod tests {
             p.groups[&lease("a")].vips[0].interface.as_deref(),
             Some("eth1")
         );
+    }
+
+    /// Issue 13: a DHCP Service without a fixed address gets a group under its own lease
+    /// (or the global one) that carries its request; the macvlan's parent falls back to
+    /// the configured Services interface.
+    #[test]
+    fn dhcp_services_get_a_group_with_their_request() {
+        let info = |name: &str| {
+            let mut svc = k8s_openapi::api::core::v1::Service::default();
+            svc.metadata.name = Some(name.into());
+            svc.metadata.namespace = Some("default".into());
+            svc.metadata.uid = Some(format!("uid{name}"));
+            crate::services::model::service_info(&svc)
+        };
+        let mut a = svc("a", 1, &[], &[(80, "TCP")]);
+        a.dhcp = Some(crate::services::model::dhcp_request(&info("a")).unwrap());
+        let b = svc("b", 2, &["192.0.2.21"], &[(80, "TCP")]);
+        let mut c = cfg(Mode::PerService);
+        c.interface = Some("eth0".into());
+        let p = plan_leases(&[a.clone(), b.clone()], &c);
+        let g = &p.groups[&lease("a")];
+        assert!(g.vips.is_empty() && g.campaign);
+        assert_eq!(g.services, [key("a")].into());
+        assert_eq!(g.dhcp.len(), 1);
+        assert_eq!(g.dhcp[0].key, key("a"));
+        assert_eq!(g.dhcp[0].request.parent.as_deref(), Some("eth0"));
+        assert_eq!(g.dhcp[0].request.macvlan, "vip-uida");
+        assert!(p.groups[&lease("b")].dhcp.is_empty());
+        assert_eq!(p.addresses[&key("a")], Vec::<IpAddr>::new());
+        let global = LeaseRef {
+            namespace: "kube-system".into(),
+            name: "plndr-svcs-lock".into(),
+        };
+        let p = plan_leases(&[a, b], &cfg(Mode::Global(global.clone())));
+        assert_eq!(p.groups.len(), 1);
+        let g = &p.groups[&global];
+        assert_eq!(g.dhcp.len(), 1);
+        assert_eq!(g.dhcp[0].request.parent, None, "automatic parent");
+        assert_eq!(g.services.len(), 2);
     }
 }

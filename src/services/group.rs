@@ -15,8 +15,10 @@ use tracing::{debug, info, warn};
 
 use super::decide::{self, GroupEvent, StatusStep};
 use super::desired::{LeaseRef, NotHere};
+use super::dhcp_clients::{DhcpClients, DhcpEvent};
 use super::model::ServiceKey;
 use super::runtime::{GroupSpec, Shared};
+use super::status::{ServiceEvent, StatusWriter};
 use super::sync::{StatusSync, report_conflicts, report_handover};
 use crate::election::kube::KubeLeaseClient;
 use crate::election::{DuplicateIdentity, ElectionEnd, Elector, Gates, LeaderState};
@@ -128,6 +130,9 @@ struct Group<K: Kernel, A: Announcer> {
     holder_task: JoinHandle<()>,
     /// The data-path health check ([`super::health::follow`]); stopped with the holder.
     health_task: JoinHandle<()>,
+    /// DHCP mode: the clients of the group's DHCP Services while this node leads
+    /// (`None` without a DHCP client, see [`Shared::dhcp`]).
+    dhcp: Option<DhcpClients>,
 }
 
 /// One Lease: election, VIP holder, status writing. Returns how the election ended.
@@ -223,7 +228,9 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         let holder_task = tokio::spawn(holder.run(leadership, holder_stop.clone()));
         let elector_task = tokio::spawn(elector.run(elector_stop.clone()));
         let seen = shared.services_seen.subscribe();
+        let dhcp = shared.dhcp.clone().map(DhcpClients::new);
         Group {
+            dhcp,
             gates,
             ineligible,
             shared,
@@ -259,7 +266,10 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
                         return;
                     }
                     self.current = self.spec.borrow_and_update().clone();
-                    self.vips_tx.send_replace(self.current.vips.clone());
+                    if self.leading {
+                        Box::pin(self.dhcp_follow()).await;
+                    }
+                    self.push_vips();
                     self.preference.send_replace(crate::election::spread::preference_delay(
                         &self.shared.node,
                         &self.current.preferred,
@@ -270,7 +280,13 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
                     if r.is_err() {
                         return;
                     }
-                    GroupEvent::Leading(matches!(*self.state.borrow_and_update(), LeaderState::Leading { .. }))
+                    let leading = matches!(*self.state.borrow_and_update(), LeaderState::Leading { .. });
+                    Box::pin(self.dhcp_leading(leading)).await;
+                    GroupEvent::Leading(leading)
+                }
+                _ = dhcp_changed(&mut self.dhcp) => {
+                    Box::pin(self.dhcp_observe()).await;
+                    GroupEvent::Bound
                 }
                 r = self.seen.changed() => {
                     if r.is_err() {
@@ -338,9 +354,83 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         let held = self.bound.borrow().clone();
         let refused: Vec<IpAddr> = self.conflicts.borrow().iter().map(|(a, _)| *a).collect();
         let ctx = self.shared.status_ctx();
+        let spec = self.effective();
         self.status
-            .sync(&ctx, &self.current, &held, &refused, retrying)
+            .sync(&ctx, &spec, &held, &refused, retrying)
             .await;
+        if let Some(dhcp) = &self.dhcp {
+            write_annotations(dhcp, &ctx).await;
+        }
+    }
+
+    /// The spec with the DHCP Services' leased addresses ([`DhcpClients::effective`]).
+    fn effective(&self) -> GroupSpec {
+        match &self.dhcp {
+            Some(d) => d.effective(&self.current),
+            None => self.current.clone(),
+        }
+    }
+
+    /// Hands the holder the VIPs of [`Self::effective`] (no wake-up when unchanged).
+    fn push_vips(&self) {
+        let vips = self.effective().vips;
+        self.vips_tx.send_if_modified(|cur| {
+            if *cur != vips {
+                *cur = vips;
+                true
+            } else {
+                false
+            }
+        });
+    }
+
+    /// DHCP mode, leadership changed: leading starts the clients; not leading stops them
+    /// without DHCPRELEASE (the next holder asks for the same addresses) and drops their
+    /// addresses from the VIP set.
+    async fn dhcp_leading(&mut self, leading: bool) {
+        if leading == self.leading {
+            return;
+        }
+        if leading {
+            self.dhcp_follow().await;
+        } else if let Some(d) = &mut self.dhcp {
+            let stopping = d.take_all(false);
+            self.push_vips();
+            stopping.finish().await;
+        }
+        self.push_vips();
+    }
+
+    /// Leading: makes the DHCP clients follow the spec, posting a Warning for each that
+    /// cannot start.
+    async fn dhcp_follow(&mut self) {
+        let Some(d) = &mut self.dhcp else {
+            return;
+        };
+        let parent = match self.current.dhcp.iter().any(|s| s.request.parent.is_none()) {
+            true => auto_parent(self.shared.kernel.as_ref()).await,
+            false => None,
+        };
+        // The addresses of clients that stop leave the VIP set before their macvlans go
+        // (a VIP whose interface vanished would close the link gate).
+        let retired = d.retire(&self.current.dhcp);
+        self.push_vips();
+        retired.finish().await;
+        let Some(d) = &mut self.dhcp else {
+            return;
+        };
+        let events = d.start_missing(&self.current.dhcp, parent.as_deref());
+        post_events(&self.shared.status, events).await;
+    }
+
+    /// A DHCP client's state changed: Warnings for new failures, the VIP set updated.
+    async fn dhcp_observe(&mut self) {
+        let Some(d) = &mut self.dhcp else {
+            return;
+        };
+        let events = d.observe();
+        self.push_vips();
+        post_events(&self.shared.status, events).await;
     }
 
     /// Opens or closes [`GATE_INELIGIBLE`]; when it closes while this node leads (the
@@ -369,7 +459,12 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             .copied()
             .collect();
         self.reported = now;
-        report_conflicts(&self.shared.status_ctx(), &self.current, &new).await;
+        if let Some(d) = &self.dhcp {
+            for (addr, _) in &new {
+                d.decline(*addr);
+            }
+        }
+        report_conflicts(&self.shared.status_ctx(), &self.effective(), &new).await;
     }
 
     /// S35: Event about the Services of a per-Service lease, about the Lease for the
@@ -398,7 +493,15 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
     /// Stops the elector (which releases the lease once the holder has dropped the VIPs),
     /// then the holder; forgets the group's metrics series and deletes the lease when
     /// [`decide::lease_to_delete`] says so. Returns how the election ended.
-    async fn finish(self, delete_lease: bool) -> Option<ElectionEnd> {
+    async fn finish(mut self, delete_lease: bool) -> Option<ElectionEnd> {
+        // DHCP clients first, so their macvlans (and addresses) are gone before the lease
+        // is released: released with the group's Services gone, else kept for the next
+        // holder.
+        if let Some(d) = &mut self.dhcp {
+            let stopping = d.take_all(delete_lease);
+            self.vips_tx.send_replace(self.current.vips.clone());
+            stopping.finish().await;
+        }
         let lease = self.lease;
         let shared = self.shared;
         shared
@@ -464,4 +567,57 @@ fn service_still_exists(
             false
         })
     })
+}
+
+/// Resolves when a DHCP client's state changes; never without clients.
+async fn dhcp_changed(dhcp: &mut Option<DhcpClients>) {
+    match dhcp {
+        Some(d) => d.changed().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The automatic parent interface of DHCP macvlans: the IPv4 default route's interface
+/// (as for VIPs without a configured interface); `None` (logged) when there is none.
+async fn auto_parent<K: Kernel>(kernel: &K) -> Option<String> {
+    let any = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+    let link = match kernel.choose_interface(any).await {
+        Ok(idx) => kernel.link_by_index(idx).await,
+        Err(e) => Err(e),
+    };
+    match link {
+        Ok(l) => Some(l.name),
+        Err(e) => {
+            warn!(error = %e, "no interface for DHCP macvlans (set vip_servicesinterface)");
+            None
+        }
+    }
+}
+
+/// Posts DHCP Warnings (failures are logged by the writer and not retried: the next
+/// failure posts again).
+async fn post_events<W: StatusWriter>(writer: &W, events: Vec<DhcpEvent>) {
+    for (key, reason, message) in events {
+        let ev = ServiceEvent::warning(reason, message);
+        if let Err(e) = writer.event(&key, None, &ev).await {
+            debug!(service = %key, error = %e, "cannot record DHCP event");
+        }
+    }
+}
+
+/// Writes back the DHCP annotations that differ from the cache
+/// ([`DhcpClients::annotations`]); a failure is tried again at the next pass over the
+/// cache.
+async fn write_annotations<W: StatusWriter>(
+    dhcp: &DhcpClients,
+    ctx: &super::sync::StatusCtx<'_, W>,
+) {
+    for (key, values) in dhcp.annotations(|k| ctx.cached(k)) {
+        match ctx.writer.set_annotations(&key, &values).await {
+            Ok(_) => debug!(service = %key, annotations = ?values, "DHCP annotations written"),
+            Err(e) => {
+                warn!(service = %key, error = %e, "writing the DHCP annotations failed; retrying at the next change")
+            }
+        }
+    }
 }

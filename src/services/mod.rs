@@ -14,6 +14,8 @@
 //! * [`status`]: status / annotation / Event writer.
 //! * [`runtime`]: the orchestration: [`start`] / [`Running::stop`], the main loop.
 //! * `group`: one task per Lease: election, VIP holder, status while leading.
+//! * `dhcp_clients`: DHCP mode (issue 13): the DHCP clients of a group while it leads,
+//!   their leased addresses as VIPs, their Events and annotations.
 //! * `decide`: the orchestration's decisions, pure and unit-tested (which groups stop,
 //!   start or change, which leases are deleted, when status is written).
 //! * `select`: which Services are candidates and what to report about the others (pure
@@ -23,6 +25,7 @@
 
 mod decide;
 pub mod desired;
+mod dhcp_clients;
 pub mod endpoints;
 pub mod governance;
 mod group;

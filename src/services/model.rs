@@ -41,10 +41,10 @@ pub(crate) const ANN_LEASE_NAME: &str = "kube-vip.io/leaseName";
 /// (kube-vip `VipHost`).
 pub const ANN_VIP_HOST: &str = "kube-vip.io/vipHost";
 /// `kube-vip.io/hwaddr`: MAC address of the DHCP macvlan (kube-vip `HwAddrKey`).
-pub(crate) const ANN_HWADDR: &str = "kube-vip.io/hwaddr";
+pub const ANN_HWADDR: &str = "kube-vip.io/hwaddr";
 /// `kube-vip.io/requestedIP`: address last leased by DHCP, asked for again on restart
 /// (kube-vip `RequestedIP`).
-pub(crate) const ANN_REQUESTED_IP: &str = "kube-vip.io/requestedIP";
+pub const ANN_REQUESTED_IP: &str = "kube-vip.io/requestedIP";
 /// `kube-vip.io/loadbalancerHostname`: DHCP client hostname (kube-vip
 /// `LoadbalancerHostname`).
 pub(crate) const ANN_LOADBALANCER_HOSTNAME: &str = "kube-vip.io/loadbalancerHostname";
@@ -158,6 +158,10 @@ pub(crate) struct ParsedAddresses {
     pub addresses: Vec<IpAddr>,
     /// `0.0.0.0` or `::` was present: the Service asks for a DHCP address.
     pub dhcp: bool,
+    /// `0.0.0.0` was present: DHCPv4.
+    pub dhcp_v4: bool,
+    /// `::` was present: DHCPv6 (not implemented: refused with a Warning).
+    pub dhcp_v6: bool,
     /// Rejected entries, in the order written.
     pub rejected: Vec<Rejected>,
     /// Entries dropped because they repeat an earlier one (as written, e.g.
@@ -220,7 +224,14 @@ pub(crate) fn parse_spec_address(text: &str) -> ParsedAddresses {
 
 fn add_entry(out: &mut ParsedAddresses, entry: &str) {
     match parse_entry(entry) {
-        Ok(None) => out.dhcp = true,
+        Ok(None) => {
+            out.dhcp = true;
+            if entry.contains(':') {
+                out.dhcp_v6 = true;
+            } else {
+                out.dhcp_v4 = true;
+            }
+        }
         Ok(Some(ip)) => {
             if out.addresses.contains(&ip) {
                 out.duplicates.push(entry.to_string());
@@ -337,6 +348,12 @@ pub(crate) struct ServiceInfo {
     pub requested_ip: Option<String>,
     /// Annotation [`ANN_LOADBALANCER_HOSTNAME`] (DHCP mode).
     pub dhcp_hostname: Option<String>,
+    /// Annotation [`ANN_MACVLAN_NAME`] (DHCP mode).
+    pub macvlan_name: Option<String>,
+    /// Annotation [`ANN_DHCP_BROADCAST`] (DHCP mode).
+    pub dhcp_broadcast: Option<String>,
+    /// Annotation [`ANN_RP_FILTER`] (DHCP mode).
+    pub rp_filter: Option<String>,
     /// Annotation [`ANN_VIP_HOST`]: who last announced it, as written by the holder.
     pub vip_host: Option<String>,
     /// Annotation [`crate::nodes::selector::NODE_SELECTOR_ANNOTATION`] (non-empty),
@@ -391,6 +408,9 @@ pub(crate) fn service_info(svc: &Service) -> ServiceInfo {
         hwaddr: ann(ANN_HWADDR),
         requested_ip: ann(ANN_REQUESTED_IP),
         dhcp_hostname: ann(ANN_LOADBALANCER_HOSTNAME),
+        macvlan_name: ann(ANN_MACVLAN_NAME),
+        dhcp_broadcast: ann(ANN_DHCP_BROADCAST),
+        rp_filter: ann(ANN_RP_FILTER),
         vip_host: ann(ANN_VIP_HOST),
         node_selector: annotation(svc, crate::nodes::selector::NODE_SELECTOR_ANNOTATION).map(
             |text| {
@@ -583,6 +603,9 @@ pub(crate) fn selection(
 pub(crate) fn is_dns_subdomain(name: &str) -> bool {
     crate::syntax::is_dns1123_subdomain(name)
 }
+
+mod dhcp;
+pub(crate) use dhcp::*;
 
 #[cfg(test)]
 mod tests;

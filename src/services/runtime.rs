@@ -65,6 +65,8 @@ pub struct GroupSpec {
     pub services: Vec<(ServiceKey, Vec<IpAddr>, Vec<PortProto>)>,
     /// The group's preferred nodes, in order (`vipd.io/preferred-nodes`; empty: none).
     pub preferred: Vec<String>,
+    /// DHCP Services whose clients the group runs while it leads (issue 13).
+    pub dhcp: Vec<super::desired::DhcpService>,
 }
 
 impl GroupSpec {
@@ -127,6 +129,9 @@ pub(super) struct Shared<K: Kernel, A: Announcer> {
     /// The peer protocol (`svc_ridethrough`): every Service lease's elector rides through
     /// API outages with it.
     pub(super) ride: Option<crate::peer::node::PeerNode>,
+    /// DHCP mode (`dhcp_mode`): starts the DHCP clients of the groups this node leads;
+    /// `None`: DHCP Services get no client.
+    pub(super) dhcp: Option<Arc<dyn crate::dhcp::Dhcp>>,
 }
 
 impl<K: Kernel, A: Announcer> Shared<K, A> {
@@ -172,6 +177,10 @@ pub struct Parts {
     /// [`crate::nodes::eligibility::follow`]: closes every group's
     /// [`crate::nodes::eligibility::GATE_INELIGIBLE`].
     pub ineligible: watch::Receiver<Option<Ineligible>>,
+    /// The DHCP client of DHCP mode (`dhcp_mode`, issue 13): the holder of a Service's
+    /// lease starts one client per DHCP Service through it. `None` while `dhcp_mode` is
+    /// off (with `dhcp_mode` on, DHCP Services then get no address and an error is logged).
+    pub dhcp: Option<Arc<dyn crate::dhcp::Dhcp>>,
 }
 
 /// The running Services wing.
@@ -223,6 +232,7 @@ pub async fn start(cfg: &Arc<Config>, parts: Parts) -> Result<Running, ServicesE
         parts.metrics,
         parts.readiness,
         parts.ineligible,
+        parts.dhcp,
         stop.clone(),
     ));
     Ok(Running { stop, task })
@@ -458,8 +468,20 @@ async fn run<K: Kernel, A: Announcer>(
     metrics: Metrics,
     readiness: Readiness,
     ineligible: watch::Receiver<Option<Ineligible>>,
+    dhcp: Option<Arc<dyn crate::dhcp::Dhcp>>,
     shutdown: CancellationToken,
 ) {
+    let dhcp = match (cfg.dhcp_mode, dhcp) {
+        (true, None) => {
+            error!(
+                "dhcp_mode is on but this vipd runs no DHCP client: Services with address 0.0.0.0 get no address"
+            );
+            None
+        }
+        (true, Some(d)) => Some(d),
+        // DHCP Services are refused with a Warning when dhcp_mode is off (select).
+        (false, _) => None,
+    };
     let watches = CancellationToken::new();
     let client = clients.other.clone();
     let namespace = cfg.services_namespace.as_deref();
@@ -494,6 +516,7 @@ async fn run<K: Kernel, A: Announcer>(
     };
     let shared = Arc::new(Shared {
         ride,
+        dhcp,
         node: cfg.node_name.clone(),
         per_service: cfg.services_election,
         timing: cfg.services_timing,

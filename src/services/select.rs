@@ -306,16 +306,41 @@ pub(super) fn candidates(
                 true,
             ));
         }
-        if info.addresses.dhcp {
+        let mut dhcp = None;
+        if info.addresses.dhcp && !cfg.dhcp_mode {
             notes.push(note(
                 super::status::REASON_DHCP_NOT_ENABLED,
-                if cfg.dhcp_mode {
-                    "address 0.0.0.0 / :: asks for DHCP, which this vipd release does not implement yet".to_string()
-                } else {
-                    "address 0.0.0.0 / :: asks for DHCP, but DHCP mode is not enabled (dhcp_mode)".to_string()
-                },
+                format!(
+                    "address 0.0.0.0 / :: from {} asks for DHCP, but DHCP mode is not enabled: set dhcp_mode=true (--dhcpMode) or give the Service an address",
+                    info.addresses.source
+                ),
                 true,
             ));
+        } else if info.addresses.dhcp {
+            if info.addresses.dhcp_v6 {
+                notes.push(note(
+                    super::status::REASON_DHCPV6_NOT_SUPPORTED,
+                    format!(
+                        "address :: from {} asks for DHCPv6, which vipd does not implement; only 0.0.0.0 (DHCPv4) is served",
+                        info.addresses.source
+                    ),
+                    true,
+                ));
+            }
+            if info.addresses.dhcp_v4 {
+                match model::dhcp_request(&info) {
+                    Ok(request) => dhcp = Some(request),
+                    Err(bad) => {
+                        for b in bad {
+                            notes.push(note(
+                                super::status::REASON_INVALID_CONFIG,
+                                format!("DHCP client not started: {b}"),
+                                true,
+                            ));
+                        }
+                    }
+                }
+            }
         }
         let mut addresses = info.addresses.addresses.clone();
         addresses.retain(|a| {
@@ -340,7 +365,7 @@ pub(super) fn candidates(
             }
             true
         });
-        if addresses.is_empty() {
+        if addresses.is_empty() && dhcp.is_none() {
             continue;
         }
         let local_endpoint = local.contains(&(info.key.namespace.clone(), info.key.name.clone()));
@@ -375,6 +400,7 @@ pub(super) fn candidates(
                 namespace: info.key.namespace.clone(),
                 name: info.lease_name.clone(),
             },
+            dhcp,
         });
     }
     (out, notes)
@@ -446,6 +472,7 @@ mod tests {
                     not_here: None,
                     preferred: Vec::new(),
                     services: members.iter().map(|m| k(m)).collect(),
+                    dhcp: Vec::new(),
                 },
             );
             for m in members {
@@ -541,14 +568,11 @@ mod tests {
             interface: None,
         };
         let with_selector = |name: &str, ip: &str, sel: &str| {
-            let mut s = (*lb(name, ip)).clone();
-            if let Some(a) = s.metadata.annotations.as_mut() {
-                a.insert(
-                    crate::nodes::selector::NODE_SELECTOR_ANNOTATION.into(),
-                    sel.into(),
-                );
-            }
-            Arc::new(s)
+            with_annotation(
+                lb(name, ip),
+                crate::nodes::selector::NODE_SELECTOR_ANNOTATION,
+                sel,
+            )
         };
         let services = [
             with_selector("a", "192.0.2.20", "zone=a"),
@@ -685,5 +709,104 @@ mod tests {
         );
         let ids = |n: &[Note]| n.iter().map(Note::id).collect::<Vec<_>>();
         assert_eq!(ids(&notes), ids(&again));
+    }
+
+    /// Resolved configuration with `svc_enable` and `dhcp_mode` = `dhcp`.
+    fn dhcp_cfg(dhcp: bool) -> Config {
+        config(&[
+            ("svc_enable", "true"),
+            ("vip_nodename", "node-a"),
+            ("dhcp_mode", if dhcp { "true" } else { "false" }),
+        ])
+    }
+
+    fn with_annotation(svc: Arc<Service>, name: &str, value: &str) -> Arc<Service> {
+        let mut s = (*svc).clone();
+        s.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(name.to_string(), value.to_string());
+        Arc::new(s)
+    }
+
+    /// Issue 13: with dhcp_mode a `0.0.0.0` Service is a candidate with its DHCP request
+    /// and no address; bad DHCP annotations, `::` and dhcp_mode off each get a Warning
+    /// naming the value, and never stop the other Services.
+    #[test]
+    fn dhcp_services_are_candidates_and_bad_input_is_noted() {
+        let unusable = Unusable {
+            control_plane: Vec::new(),
+            vip_subnet: crate::config::VipSubnet { v4: 32, v6: 128 },
+            connected: Vec::new(),
+        };
+        let services = [
+            lb("dhcp", "0.0.0.0"),
+            with_annotation(lb("badmac", "0.0.0.0"), model::ANN_HWADDR, "02:00:00"),
+            with_annotation(
+                lb("longname", "0.0.0.0"),
+                model::ANN_MACVLAN_NAME,
+                "sixteen-bytes-xx",
+            ),
+            lb("v6", "::"),
+            lb("good", "192.0.2.41"),
+        ];
+        let here = ThisNode {
+            connected: vec![connected("192.0.2.11", 24, "eth0")],
+            ..Default::default()
+        };
+        let run = |dhcp: bool| {
+            candidates(
+                &dhcp_cfg(dhcp),
+                &services,
+                &HashSet::new(),
+                &BTreeMap::new(),
+                &unusable,
+                &here,
+            )
+        };
+        let (cands, notes) = run(true);
+        let names: Vec<&str> = cands.iter().map(|c| c.key.name.as_str()).collect();
+        assert_eq!(names, ["dhcp", "good"]);
+        let dhcp = &cands[0];
+        assert!(dhcp.addresses.is_empty());
+        let request = dhcp.dhcp.as_ref().expect("a DHCP request");
+        assert_eq!(request.macvlan, "vip-uiddhcp");
+        assert!(cands[1].dhcp.is_none());
+        let msg = |svc: &str, reason: &str| -> Vec<String> {
+            notes
+                .iter()
+                .filter(|n| n.key.name == svc && n.reason == reason && n.warn)
+                .map(|n| n.message.clone())
+                .collect()
+        };
+        let m = msg("badmac", "InvalidConfiguration");
+        assert!(
+            m.len() == 1 && m[0].contains("kube-vip.io/hwaddr") && m[0].contains("\"02:00:00\""),
+            "{m:?}"
+        );
+        let m = msg("longname", "InvalidConfiguration");
+        assert!(
+            m.len() == 1
+                && m[0].contains("kube-vip.io/macvlanName")
+                && m[0].contains("\"sixteen-bytes-xx\"")
+                && m[0].contains("15 bytes"),
+            "{m:?}"
+        );
+        let m = msg("v6", "DHCPv6NotSupported");
+        assert!(m.len() == 1 && m[0].contains("::"), "{m:?}");
+        assert!(msg("dhcp", "DHCPNotEnabled").is_empty());
+        // dhcp_mode off: a clear Warning, no candidate.
+        let (cands, notes) = run(false);
+        let names: Vec<&str> = cands.iter().map(|c| c.key.name.as_str()).collect();
+        assert_eq!(names, ["good"]);
+        let m: Vec<&Note> = notes
+            .iter()
+            .filter(|n| n.key.name == "dhcp" && n.reason == "DHCPNotEnabled")
+            .collect();
+        assert!(
+            m.len() == 1 && m[0].warn && m[0].message.contains("dhcp_mode"),
+            "{:?}",
+            m.iter().map(|n| &n.message).collect::<Vec<_>>()
+        );
     }
 }

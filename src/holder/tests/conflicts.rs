@@ -219,6 +219,7 @@ async fn arp_pins_come_before_the_address_and_go_after_it() {
     let spec = |v: Vip| VipSpec {
         vip: v,
         interface: Some("eth0".into()),
+        not_after: None,
     };
     let (set_tx, set_rx) = watch::channel(vec![spec(v120), spec(v6)]);
     let cfg = HolderConfig {

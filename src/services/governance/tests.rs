@@ -45,6 +45,7 @@ pub(crate) fn svc(name: &str, created: i64, addrs: &[&str], port: i32) -> Candid
         lease: lease(name),
         not_here: None,
         preferred: Vec::new(),
+        dhcp: None,
     }
 }
 

@@ -436,3 +436,111 @@ fn dns_subdomain() {
         assert!(!is_dns_subdomain(bad), "{bad}");
     }
 }
+
+/// A DHCP Service (`0.0.0.0`) with `annotations` and UID `uid-<name>`.
+fn dhcp_svc(name: &str, annotations: &[(&str, &str)]) -> ServiceInfo {
+    let mut all = vec![(ANN_LOADBALANCER_IPS, "0.0.0.0")];
+    all.extend_from_slice(annotations);
+    service_info(&svc(name, &all, lb_spec()))
+}
+
+#[test]
+fn dhcp_markers_are_told_apart_by_family() {
+    let p = parse_address_list("0.0.0.0,::,192.0.2.5");
+    assert!(p.dhcp && p.dhcp_v4 && p.dhcp_v6);
+    assert_eq!(p.addresses, vec![ip("192.0.2.5")]);
+    let p = parse_address_list("::");
+    assert!(p.dhcp && !p.dhcp_v4 && p.dhcp_v6);
+    let p = parse_spec_address("0.0.0.0");
+    assert!(p.dhcp && p.dhcp_v4 && !p.dhcp_v6);
+}
+
+#[test]
+fn dhcp_request_defaults_macvlan_from_uid_and_generates_a_stable_local_unicast_mac() {
+    let mut info = dhcp_svc("web", &[]);
+    info.uid = Some("3f2a9c1e-0000-4000-8000-000000000001".into());
+    let r = dhcp_request(&info).unwrap();
+    assert_eq!(r.macvlan, "vip-3f2a9c1e");
+    assert!(r.mac_generated);
+    assert_eq!(r.mac[0] & 0x03, 0x02, "locally administered, unicast");
+    assert_eq!(r.mac, generated_mac("3f2a9c1e-0000-4000-8000-000000000001"));
+    assert_ne!(r.mac, generated_mac("another-uid"));
+    assert_eq!(r.requested, None);
+    assert!(!r.broadcast);
+    assert_eq!(r.rp_filter, 0);
+    assert_eq!(r.parent, None);
+    assert_eq!(r.mark, "vipd:3f2a9c1e-0000-4000-8000-000000000001");
+    // Every node derives the same MAC for the same Service.
+    assert_eq!(dhcp_request(&info).unwrap(), r);
+}
+
+#[test]
+fn dhcp_request_reads_kube_vips_annotations() {
+    let info = dhcp_svc(
+        "web",
+        &[
+            (ANN_HWADDR, "02:00:5e:10:00:01"),
+            (ANN_REQUESTED_IP, "192.0.2.201,2001:db8::201"),
+            (ANN_MACVLAN_NAME, "lb-web"),
+            (ANN_DHCP_BROADCAST, "true"),
+            (ANN_RP_FILTER, "2"),
+            (ANN_SERVICE_INTERFACE, "eth1"),
+            (ANN_LOADBALANCER_HOSTNAME, "web-lb"),
+        ],
+    );
+    let r = dhcp_request(&info).unwrap();
+    assert_eq!(r.mac, [0x02, 0x00, 0x5e, 0x10, 0x00, 0x01]);
+    assert!(!r.mac_generated);
+    assert_eq!(r.requested, Some("192.0.2.201".parse().unwrap()));
+    assert_eq!(r.macvlan, "lb-web");
+    assert!(r.broadcast);
+    assert_eq!(r.rp_filter, 2);
+    assert_eq!(r.parent.as_deref(), Some("eth1"));
+    assert_eq!(r.hostname.as_deref(), Some("web-lb"));
+    let spec = r.spec("eth0");
+    assert_eq!(
+        spec.parent, "eth1",
+        "the annotation wins over the default parent"
+    );
+    // An IPv6-only requestedIP asks for nothing over DHCPv4.
+    let r = dhcp_request(&dhcp_svc("web", &[(ANN_REQUESTED_IP, "2001:db8::201")])).unwrap();
+    assert_eq!(r.requested, None);
+}
+
+#[test]
+fn bad_dhcp_annotations_are_each_named_with_their_value() {
+    let cases: &[(&str, &str, &str)] = &[
+        (ANN_HWADDR, "02:00:5e:10:00", "MAC"),
+        (ANN_HWADDR, "zz:00:5e:10:00:01", "MAC"),
+        (ANN_HWADDR, "01:00:5e:10:00:01", "multicast"),
+        (ANN_HWADDR, "00:00:00:00:00:00", "all-zero"),
+        (ANN_REQUESTED_IP, "192.0.2.300", "not an IPv4 or IPv6"),
+        (
+            ANN_REQUESTED_IP,
+            "192.0.2.1,192.0.2.2",
+            "more than one IPv4",
+        ),
+        (ANN_REQUESTED_IP, "0.0.0.0", "cannot be leased"),
+        (ANN_MACVLAN_NAME, "a-name-that-is-too-long", "1 to 15 bytes"),
+        (ANN_MACVLAN_NAME, "a/b", "not a Linux interface name"),
+        (ANN_DHCP_BROADCAST, "yes", "not a boolean"),
+        (ANN_RP_FILTER, "3", "0 (off), 1 (strict) or 2 (loose)"),
+        (ANN_SERVICE_INTERFACE, "eth 0", "not a Linux interface name"),
+    ];
+    for (annotation, value, why) in cases {
+        let bad = dhcp_request(&dhcp_svc("web", &[(annotation, value)])).unwrap_err();
+        assert_eq!(bad.len(), 1, "{annotation}={value}: {bad:?}");
+        let text = bad[0].to_string();
+        assert!(
+            text.contains(annotation) && text.contains(&format!("{value:?}")) && text.contains(why),
+            "{text}"
+        );
+    }
+    // Several bad values: each reported.
+    let bad = dhcp_request(&dhcp_svc(
+        "web",
+        &[(ANN_HWADDR, "nope"), (ANN_RP_FILTER, "x")],
+    ))
+    .unwrap_err();
+    assert_eq!(bad.len(), 2);
+}

@@ -15,6 +15,8 @@ pub struct MemoryServiceStatus {
     pub ingress: Vec<LoadBalancerIngress>,
     /// `kube-vip.io/vipHost`.
     pub vip_host: Option<String>,
+    /// Annotations written with [`StatusWriter::set_annotations`] (not `vipHost`).
+    pub annotations: std::collections::BTreeMap<String, String>,
     /// Events in order (identical repeats included).
     pub events: Vec<ServiceEvent>,
     /// Number of writes that changed something (ingress or annotation).
@@ -80,6 +82,20 @@ impl StatusWriter for MemoryStatusWriter {
         Ok(self.update(key, |s| {
             let changed = s.vip_host.as_deref() != Some(node);
             s.vip_host = Some(node.to_string());
+            changed
+        }))
+    }
+
+    async fn set_annotations(
+        &self,
+        key: &ServiceKey,
+        annotations: &[(&'static str, String)],
+    ) -> Result<WriteOutcome, StatusError> {
+        Ok(self.update(key, |s| {
+            let mut changed = false;
+            for (k, v) in annotations {
+                changed |= s.annotations.insert((*k).to_string(), v.clone()).as_ref() != Some(v);
+            }
             changed
         }))
     }

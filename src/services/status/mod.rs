@@ -100,6 +100,15 @@ pub(crate) const REASON_ADDRESS_CONFLICT: &str = "AddressConflict";
 pub(crate) const REASON_ADDRESS_IN_USE: &str = "AddressInUse";
 /// Reason of a Warning about a Service that asks for a DHCP address (`0.0.0.0` / `::`).
 pub(crate) const REASON_DHCP_NOT_ENABLED: &str = "DHCPNotEnabled";
+/// Reason of a Warning about a Service that asks for DHCPv6 (`::`), which vipd does not
+/// implement (DHCPv4 only).
+pub(crate) const REASON_DHCPV6_NOT_SUPPORTED: &str = "DHCPv6NotSupported";
+/// Reason of a Warning about a DHCP attempt that failed (no server, parent interface
+/// missing, macvlan refused): the client tries again after a back-off.
+pub(crate) const REASON_DHCP_FAILED: &str = "DHCPFailed";
+/// Reason of a Warning about a DHCP lease that ended (NAK, expiry, conflict): the address
+/// is removed at once and the client asks for it again.
+pub(crate) const REASON_DHCP_LOST: &str = "DHCPLeaseLost";
 /// Reason of a Warning about a Service skipped for a configuration the user should fix
 /// ([`super::model::SkipReason::warrants_warning`]).
 pub(crate) const REASON_INVALID_CONFIG: &str = "InvalidConfiguration";
@@ -319,6 +328,19 @@ pub trait StatusWriter: Send + Sync {
         &self,
         key: &ServiceKey,
         node: &str,
+    ) -> impl Future<Output = Result<WriteOutcome, StatusError>> + Send;
+
+    /// Sets each `(annotation, value)` of `annotations` on the Service (a merge patch of
+    /// `metadata.annotations`; DHCP mode writes `kube-vip.io/hwaddr` and
+    /// `kube-vip.io/requestedIP` with it). The caller sends only values that differ from
+    /// its cache.
+    ///
+    /// # Errors
+    /// [`StatusError`] naming the Service and the operation.
+    fn set_annotations(
+        &self,
+        key: &ServiceKey,
+        annotations: &[(&'static str, String)],
     ) -> impl Future<Output = Result<WriteOutcome, StatusError>> + Send;
 
     /// Removes the ingress and the `vipHost` annotation: only when the Service is announced

@@ -105,12 +105,25 @@ impl KubeStatusWriter {
         key: &ServiceKey,
         node: Option<&str>,
     ) -> Result<WriteOutcome, StatusError> {
-        let patch = json!({ "metadata": { "annotations": { ANN_VIP_HOST: node } } });
+        let values = json!({ ANN_VIP_HOST: node });
+        self.patch_annotations(key, values, "patch annotation kube-vip.io/vipHost")
+            .await
+    }
+
+    /// A merge patch of the Service's `metadata.annotations` with `values` (a JSON object;
+    /// `null` removes a key); `op` names the write in errors.
+    pub(super) async fn patch_annotations(
+        &self,
+        key: &ServiceKey,
+        values: serde_json::Value,
+        op: &'static str,
+    ) -> Result<WriteOutcome, StatusError> {
+        let patch = json!({ "metadata": { "annotations": values } });
         let api = self.services(key);
         let pp = PatchParams::default();
         let patch = Patch::Merge(&patch);
         let fut = api.patch(&key.name, &pp, &patch);
-        match timed(key, "patch annotation kube-vip.io/vipHost", fut).await {
+        match timed(key, op, fut).await {
             Ok(_) => Ok(WriteOutcome::Written),
             Err(e) if e.is_not_found() => Ok(WriteOutcome::NotFound),
             Err(e) => Err(e),
@@ -202,6 +215,22 @@ impl StatusWriter for KubeStatusWriter {
             return Ok(WriteOutcome::Unchanged);
         }
         self.patch_vip_host(key, Some(node)).await
+    }
+
+    async fn set_annotations(
+        &self,
+        key: &ServiceKey,
+        annotations: &[(&'static str, String)],
+    ) -> Result<WriteOutcome, StatusError> {
+        if annotations.is_empty() {
+            return Ok(WriteOutcome::Unchanged);
+        }
+        let values: serde_json::Map<String, serde_json::Value> = annotations
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), serde_json::Value::String(v.clone())))
+            .collect();
+        self.patch_annotations(key, values.into(), "patch DHCP annotations")
+            .await
     }
 
     async fn clear(&self, key: &ServiceKey) -> Result<WriteOutcome, StatusError> {

@@ -66,6 +66,17 @@ impl StatusWriter for Recorder {
         self.memory.set_vip_host(key, node).await
     }
 
+    async fn set_annotations(
+        &self,
+        key: &ServiceKey,
+        annotations: &[(&'static str, String)],
+    ) -> Result<WriteOutcome, StatusError> {
+        if let Some(e) = self.record("annotations", key) {
+            return Err(e);
+        }
+        self.memory.set_annotations(key, annotations).await
+    }
+
     async fn clear(&self, key: &ServiceKey) -> Result<WriteOutcome, StatusError> {
         if let Some(e) = self.record("clear", key) {
             return Err(e);
@@ -143,6 +154,7 @@ fn spec(addrs: &[IpAddr]) -> GroupSpec {
         vips: Vec::new(),
         services: vec![(web(), addrs.to_vec(), http())],
         preferred: Vec::new(),
+        dhcp: Vec::new(),
     }
 }
 
@@ -274,6 +286,7 @@ async fn stale_status_of_a_service_announced_nowhere_is_cleared_once_per_version
             not_here: None,
             preferred: Vec::new(),
             services: [web()].into(),
+            dhcp: Vec::new(),
         },
     );
     let mut cleared = HashSet::new();

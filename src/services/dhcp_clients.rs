@@ -1,0 +1,352 @@
+//! The DHCP clients of one group while this node leads it (issue 13): one
+//! [`crate::dhcp::Dhcp`] client per DHCP Service of the group's spec.
+//!
+//! * Leading: [`DhcpClients::follow`] starts a client for every DHCP Service, releases
+//!   (DHCPRELEASE, [`DhcpHandle::release_and_stop`]) the client of a Service that left the
+//!   spec (deleted, or no longer a DHCP LoadBalancer), and restarts one whose client
+//!   settings changed (MAC, macvlan, parent, ...).
+//! * Leadership lost, shutdown: [`DhcpClients::stop_all`] without release (the next holder
+//!   asks for the same address with the same MAC); the group's Services gone: with
+//!   release.
+//! * The leased address becomes a VIP on the macvlan ([`DhcpClients::effective`]) whose
+//!   lifetime never reaches past the lease's expiry ([`crate::holder::VipSpec::not_after`]);
+//!   a state without a binding (lost, requesting) removes it at once.
+//! * [`DhcpClients::observe`] turns each new failure into a Warning Event, and
+//!   [`DhcpClients::annotations`] says which of `kube-vip.io/hwaddr` and
+//!   `kube-vip.io/requestedIP` to write back.
+
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Service;
+use tracing::{info, warn};
+
+use super::desired::DhcpService;
+use super::model::{ANN_HWADDR, ANN_REQUESTED_IP, ServiceKey};
+use super::runtime::GroupSpec;
+use crate::dhcp::{Dhcp, DhcpBinding, DhcpHandle, DhcpState};
+use crate::holder::VipSpec;
+use crate::net::Vip;
+use crate::net::conflict::fmt_mac;
+
+/// One running client.
+struct Run {
+    service: DhcpService,
+    handle: DhcpHandle,
+    /// The client's task is gone (its state channel closed): nothing is leased.
+    closed: bool,
+    /// The last problem posted as an Event (see [`problem_of`]); not posted twice.
+    reported: Option<String>,
+}
+
+/// A Warning Event to post about a Service: (Service, reason, message).
+pub(super) type DhcpEvent = (ServiceKey, &'static str, String);
+
+/// The DHCP clients of one group (see the module docs).
+pub(super) struct DhcpClients {
+    dhcp: Arc<dyn Dhcp>,
+    runs: Vec<Run>,
+}
+
+impl DhcpClients {
+    /// No clients yet; `dhcp` starts them.
+    pub(super) fn new(dhcp: Arc<dyn Dhcp>) -> Self {
+        DhcpClients {
+            dhcp,
+            runs: Vec::new(),
+        }
+    }
+
+    /// Makes the running clients those of `wanted` (this node leads; the group does it in
+    /// two steps, [`Self::retire`] and [`Self::start_missing`], to update its VIP set in
+    /// between): starts the missing
+    /// ones, on their own parent interface or else `parent` (the Services interface,
+    /// resolved; `None` when it cannot be found), releases those whose Service left, and
+    /// restarts (without release) those whose client settings changed. Returns a Warning
+    /// for every Service whose client cannot start for want of a parent interface.
+    #[cfg(test)]
+    pub(super) async fn follow(
+        &mut self,
+        wanted: &[DhcpService],
+        parent: Option<&str>,
+    ) -> Vec<DhcpEvent> {
+        self.retire(wanted).finish().await;
+        self.start_missing(wanted, parent)
+    }
+
+    /// The first half of [`Self::follow`]: takes out the clients to release (their
+    /// Service left `wanted`) or restart (settings changed), so that their addresses leave
+    /// [`Self::effective`] before [`Retired::finish`] removes their macvlans.
+    pub(super) fn retire(&mut self, wanted: &[DhcpService]) -> Retired {
+        let mut keep = Vec::new();
+        let mut retired = Vec::new();
+        for run in std::mem::take(&mut self.runs) {
+            match wanted.iter().find(|w| w.key == run.service.key) {
+                None => {
+                    info!(service = %run.service.key, macvlan = %run.service.request.macvlan, "DHCP Service gone or no longer DHCP: releasing its lease");
+                    retired.push((run.handle, true));
+                }
+                Some(w) if !w.request.same_client(&run.service.request) => {
+                    info!(service = %w.key, macvlan = %w.request.macvlan, "DHCP client settings changed: restarting the client");
+                    retired.push((run.handle, false));
+                }
+                Some(w) => keep.push(Run {
+                    service: w.clone(),
+                    ..run
+                }),
+            }
+        }
+        self.runs = keep;
+        Retired(retired)
+    }
+
+    /// The second half of [`Self::follow`]: starts a client for every Service of `wanted`
+    /// without one (see there).
+    pub(super) fn start_missing(
+        &mut self,
+        wanted: &[DhcpService],
+        parent: Option<&str>,
+    ) -> Vec<DhcpEvent> {
+        let mut events = Vec::new();
+        for w in wanted {
+            if self.runs.iter().any(|r| r.service.key == w.key) {
+                continue;
+            }
+            if let Some(other) = self
+                .runs
+                .iter()
+                .find(|r| r.service.request.macvlan == w.request.macvlan)
+            {
+                events.push((
+                    w.key.clone(),
+                    super::status::REASON_INVALID_CONFIG,
+                    format!(
+                        "DHCP client not started: macvlan {} is already used by Service {}; give each DHCP Service its own kube-vip.io/macvlanName",
+                        w.request.macvlan, other.service.key
+                    ),
+                ));
+                continue;
+            }
+            let Some(parent) = w.request.parent.as_deref().or(parent) else {
+                events.push((
+                    w.key.clone(),
+                    super::status::REASON_DHCP_FAILED,
+                    "DHCP client not started: no parent interface for the macvlan (set kube-vip.io/serviceInterface or vip_servicesinterface, or give the node an IPv4 default route)".to_string(),
+                ));
+                continue;
+            };
+            let spec = w.request.spec(parent);
+            info!(service = %w.key, macvlan = %spec.macvlan, parent = %spec.parent, mac = %fmt_mac(spec.mac), requested = ?spec.requested, "starting the DHCP client");
+            self.runs.push(Run {
+                service: w.clone(),
+                handle: self.dhcp.start(spec),
+                closed: false,
+                reported: None,
+            });
+        }
+        events
+    }
+
+    /// Stops every client (the group does it in two steps, [`Self::take_all`] and
+    /// [`Retired::finish`]): with `release`, each sends DHCPRELEASE first (the group's
+    /// Services are gone); without, the lease stays for the next holder.
+    #[cfg(test)]
+    pub(super) async fn stop_all(&mut self, release: bool) {
+        self.take_all(release).finish().await;
+    }
+
+    /// Takes out every client to stop (see [`Self::stop_all`]), so that their addresses
+    /// leave [`Self::effective`] before [`Retired::finish`] removes their macvlans.
+    pub(super) fn take_all(&mut self, release: bool) -> Retired {
+        Retired(self.runs.drain(..).map(|r| (r.handle, release)).collect())
+    }
+
+    /// Resolves when a client's state changes (or its task ends); never while none runs.
+    pub(super) async fn changed(&mut self) {
+        let waiting: Vec<usize> = (0..self.runs.len())
+            .filter(|i| !self.runs[*i].closed)
+            .collect();
+        if waiting.is_empty() {
+            return std::future::pending().await;
+        }
+        let futures = self
+            .runs
+            .iter_mut()
+            .filter(|r| !r.closed)
+            .map(|r| Box::pin(r.handle.state.changed()));
+        let (result, i, rest) = futures::future::select_all(futures).await;
+        drop(rest);
+        if result.is_err()
+            && let Some(run) = waiting.get(i).and_then(|i| self.runs.get_mut(*i))
+        {
+            warn!(service = %run.service.key, macvlan = %run.service.request.macvlan, "the DHCP client ended on its own; its address is no longer held");
+            run.closed = true;
+        }
+    }
+
+    /// Reads every client's state; a Warning for each problem not posted yet: a failed
+    /// attempt ([`super::status::REASON_DHCP_FAILED`], once per attempt) or a lost lease
+    /// ([`super::status::REASON_DHCP_LOST`]).
+    pub(super) fn observe(&mut self) -> Vec<DhcpEvent> {
+        let mut events = Vec::new();
+        for run in &mut self.runs {
+            let state = run.handle.state.borrow_and_update().clone();
+            if state.binding().is_some() {
+                // Bound again: the next failure is news, whatever its text.
+                run.reported = None;
+            }
+            let Some((id, reason, message)) = problem_of(&run.service, &state) else {
+                continue;
+            };
+            if run.reported.as_deref() == Some(id.as_str()) {
+                continue;
+            }
+            warn!(service = %run.service.key, reason, "{message}");
+            run.reported = Some(id);
+            events.push((run.service.key.clone(), reason, message));
+        }
+        events
+    }
+
+    /// Another host answers for `addr` (the holder's RFC 5227 probe or watch): when it is
+    /// a leased address, its client sends DHCPDECLINE and starts over (RFC 2131 §4.4.1).
+    /// Returns the Service whose lease it was.
+    pub(super) fn decline(&self, addr: IpAddr) -> Option<ServiceKey> {
+        let IpAddr::V4(v4) = addr else {
+            return None;
+        };
+        let (service, _) = self.leased().find(|(_, b)| b.addr == v4)?;
+        let run = self.runs.iter().find(|r| r.service.key == service.key)?;
+        warn!(service = %service.key, %addr, macvlan = %service.request.macvlan, "another host answers for the leased address: declining it");
+        run.handle.decline(v4);
+        Some(service.key.clone())
+    }
+
+    /// The Services' bindings that may be held now.
+    fn leased(&self) -> impl Iterator<Item = (&DhcpService, DhcpBinding)> {
+        self.runs.iter().filter(|r| !r.closed).filter_map(|r| {
+            r.handle
+                .state
+                .borrow()
+                .binding()
+                .cloned()
+                .map(|b| (&r.service, b))
+        })
+    }
+
+    /// `base` with the leased addresses: each a /32 VIP on its Service's macvlan that must be
+    /// gone by the lease's expiry, and first among its Service's addresses (the status
+    /// lists it first: Harvester reads `ingress[0].ip`).
+    pub(super) fn effective(&self, base: &GroupSpec) -> GroupSpec {
+        let mut out = base.clone();
+        for (service, b) in self.leased() {
+            let addr = IpAddr::V4(b.addr);
+            if !out.vips.iter().any(|v| v.vip.addr == addr) {
+                out.vips.push(VipSpec {
+                    vip: Vip { addr, prefix: 32 },
+                    interface: Some(service.request.macvlan.clone()),
+                    not_after: Some(b.expires),
+                });
+            }
+            if let Some((_, addrs, _)) = out.services.iter_mut().find(|(k, _, _)| *k == service.key)
+                && !addrs.contains(&addr)
+            {
+                addrs.insert(0, addr);
+            }
+        }
+        out
+    }
+
+    /// The annotations to write back on each Service, compared with `cached` (the Services
+    /// cache): `kube-vip.io/hwaddr` (the MAC in use, so the next holder uses it too) and,
+    /// while leased, `kube-vip.io/requestedIP` (the leased address, asked for again after a
+    /// failover or restart). Only those that differ.
+    pub(super) fn annotations(
+        &self,
+        cached: impl Fn(&ServiceKey) -> Option<Arc<Service>>,
+    ) -> Vec<(ServiceKey, Vec<(&'static str, String)>)> {
+        let leased: Vec<(ServiceKey, Ipv4Addr)> = self
+            .leased()
+            .map(|(s, b)| (s.key.clone(), b.addr))
+            .collect();
+        let mut out = Vec::new();
+        for run in &self.runs {
+            let key = &run.service.key;
+            let Some(svc) = cached(key) else {
+                continue;
+            };
+            let current = |name: &str| {
+                svc.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(name))
+                    .cloned()
+            };
+            let mut want = vec![(ANN_HWADDR, fmt_mac(run.service.request.mac))];
+            if let Some((_, addr)) = leased.iter().find(|(k, _)| k == key) {
+                want.push((ANN_REQUESTED_IP, addr.to_string()));
+            }
+            want.retain(|(name, value)| current(name).as_deref() != Some(value.as_str()));
+            if !want.is_empty() {
+                out.push((key.clone(), want));
+            }
+        }
+        out
+    }
+
+    /// The macvlans of the running clients (for tests and logs).
+    #[cfg(test)]
+    pub(super) fn macvlans(&self) -> Vec<String> {
+        self.runs
+            .iter()
+            .map(|r| r.service.request.macvlan.clone())
+            .collect()
+    }
+}
+
+/// Clients taken out of a [`DhcpClients`], to stop: each with whether to send
+/// DHCPRELEASE first.
+#[must_use = "the clients run until finish() stops them"]
+pub(super) struct Retired(Vec<(DhcpHandle, bool)>);
+
+impl Retired {
+    /// Stops the clients (DHCPRELEASE first where asked) and waits until their macvlans
+    /// are gone.
+    pub(super) async fn finish(self) {
+        for (handle, release) in self.0 {
+            if release {
+                handle.release_and_stop().await;
+            } else {
+                handle.stop().await;
+            }
+        }
+    }
+}
+
+/// The problem a client's state shows, as (id, reason, message); `None` when there is none
+/// (bound, renewing, rebinding, or the first attempt under way). The id changes with each
+/// failed attempt, so every failure is posted once.
+fn problem_of(service: &DhcpService, state: &DhcpState) -> Option<(String, &'static str, String)> {
+    let macvlan = &service.request.macvlan;
+    match state {
+        DhcpState::Requesting {
+            attempt,
+            last_error: Some(e),
+        } => Some((
+            format!("requesting/{attempt}"),
+            super::status::REASON_DHCP_FAILED,
+            format!("DHCP request on macvlan {macvlan} failed: {e}; retrying"),
+        )),
+        DhcpState::Lost { reason } => Some((
+            format!("lost/{reason}"),
+            super::status::REASON_DHCP_LOST,
+            format!(
+                "DHCP lease on macvlan {macvlan} lost: {reason}; address removed, asking for it again"
+            ),
+        )),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests;

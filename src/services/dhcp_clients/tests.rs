@@ -1,0 +1,439 @@
+//! DHCP clients of a group, through the [`crate::dhcp::Dhcp`] seam with
+//! [`crate::dhcp::FakeDhcp`], on tokio's paused clock.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use tokio::time::Instant;
+
+use super::*;
+use crate::dhcp::{FakeDhcp, FakeEnd};
+use crate::services::model::{self, PortProto};
+
+fn key(name: &str) -> ServiceKey {
+    ServiceKey::new("default", name)
+}
+
+/// A DHCP Service `name` (UID `uid<name>`) with `annotations`, as cached.
+fn service(name: &str, annotations: &[(&str, &str)]) -> Service {
+    let mut svc = Service::default();
+    svc.metadata.name = Some(name.into());
+    svc.metadata.namespace = Some("default".into());
+    svc.metadata.uid = Some(format!("uid{name}"));
+    let mut ann: BTreeMap<String, String> =
+        [(model::ANN_LOADBALANCER_IPS.to_string(), "0.0.0.0".into())].into();
+    for (k, v) in annotations {
+        ann.insert(k.to_string(), v.to_string());
+    }
+    svc.metadata.annotations = Some(ann);
+    svc.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
+        type_: Some("LoadBalancer".into()),
+        ..Default::default()
+    });
+    svc
+}
+
+/// The group's view of `svc` (as the plan makes it).
+fn dhcp_service(svc: &Service) -> DhcpService {
+    let info = model::service_info(svc);
+    DhcpService {
+        key: info.key.clone(),
+        request: model::dhcp_request(&info).unwrap(),
+    }
+}
+
+/// A group spec with the DHCP Service `s` and no fixed address.
+fn spec(s: &[DhcpService]) -> GroupSpec {
+    GroupSpec {
+        vips: Vec::new(),
+        services: s
+            .iter()
+            .map(|d| {
+                (
+                    d.key.clone(),
+                    Vec::new(),
+                    vec![PortProto {
+                        port: 80,
+                        protocol: "TCP".into(),
+                    }],
+                )
+            })
+            .collect(),
+        preferred: Vec::new(),
+        dhcp: s.to_vec(),
+    }
+}
+
+fn binding(addr: &str, lease: Duration) -> DhcpBinding {
+    let now = Instant::now();
+    DhcpBinding {
+        addr: addr.parse().unwrap(),
+        prefix_len: 24,
+        server: "192.0.2.1".parse().unwrap(),
+        expires: now + lease,
+        t1: now + lease / 2,
+        t2: now + lease * 7 / 8,
+    }
+}
+
+/// Lets the fake clients' tasks run.
+async fn settle() {
+    tokio::time::sleep(Duration::from_millis(1)).await;
+}
+
+/// Waits (paused clock) for the next state change and reads it.
+async fn next(clients: &mut DhcpClients) -> Vec<DhcpEvent> {
+    tokio::time::timeout(Duration::from_secs(1), clients.changed())
+        .await
+        .expect("a state change");
+    clients.observe()
+}
+
+#[tokio::test(start_paused = true)]
+async fn bound_address_is_a_vip_on_the_macvlan_until_the_lease_expires_and_goes_when_lost() {
+    let fake = FakeDhcp::new();
+    let mut clients = DhcpClients::new(Arc::new(fake.clone()));
+    let web = dhcp_service(&service("web", &[]));
+    let base = spec(std::slice::from_ref(&web));
+    assert!(clients.follow(&base.dhcp, Some("eth0")).await.is_empty());
+    let started = fake.started();
+    assert_eq!(started.len(), 1);
+    assert_eq!(started[0].macvlan, "vip-uidweb");
+    assert_eq!(started[0].parent, "eth0");
+    assert_eq!(started[0].mac, web.request.mac);
+    assert_eq!(started[0].mark, "vipd:uidweb");
+    // Requesting: nothing to hold.
+    assert_eq!(clients.effective(&base), base);
+
+    let b = binding("192.0.2.201", Duration::from_secs(120));
+    assert!(fake.set_state("vip-uidweb", DhcpState::Bound(b.clone())));
+    assert!(next(&mut clients).await.is_empty());
+    let eff = clients.effective(&base);
+    assert_eq!(
+        eff.vips,
+        vec![VipSpec {
+            vip: Vip {
+                addr: "192.0.2.201".parse().unwrap(),
+                prefix: 32
+            },
+            interface: Some("vip-uidweb".into()),
+            not_after: Some(b.expires),
+        }]
+    );
+    assert_eq!(eff.services[0].1, vec![IpAddr::from([192, 0, 2, 201])]);
+    // Next to a fixed address, the leased one comes first (Harvester reads ingress[0].ip).
+    let mut with_fixed = base.clone();
+    with_fixed.services[0].1 = vec![IpAddr::from([192, 0, 2, 50])];
+    assert_eq!(
+        clients.effective(&with_fixed).services[0].1,
+        vec![
+            IpAddr::from([192, 0, 2, 201]),
+            IpAddr::from([192, 0, 2, 50])
+        ]
+    );
+
+    // Renewing still holds it, with the new expiry.
+    let renewed = binding("192.0.2.201", Duration::from_secs(120));
+    fake.set_state("vip-uidweb", DhcpState::Renewing(renewed.clone()));
+    assert!(next(&mut clients).await.is_empty());
+    assert_eq!(
+        clients.effective(&base).vips[0].not_after,
+        Some(renewed.expires)
+    );
+
+    // Lost: removed at once, and a Warning says why.
+    fake.set_state(
+        "vip-uidweb",
+        DhcpState::Lost {
+            reason: "DHCPNAK from 192.0.2.1".into(),
+        },
+    );
+    let events = next(&mut clients).await;
+    assert_eq!(clients.effective(&base), base);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].0, key("web"));
+    assert_eq!(events[0].1, "DHCPLeaseLost");
+    assert!(
+        events[0].2.contains("vip-uidweb") && events[0].2.contains("DHCPNAK from 192.0.2.1"),
+        "{}",
+        events[0].2
+    );
+    // The same state read again is not news.
+    fake.set_state(
+        "vip-uidweb",
+        DhcpState::Lost {
+            reason: "DHCPNAK from 192.0.2.1".into(),
+        },
+    );
+    assert!(next(&mut clients).await.is_empty());
+
+    // Each failed attempt: one Warning.
+    for attempt in 1..=2 {
+        fake.set_state(
+            "vip-uidweb",
+            DhcpState::Requesting {
+                attempt,
+                last_error: Some("no DHCPOFFER within 4 s".into()),
+            },
+        );
+        let events = next(&mut clients).await;
+        assert_eq!(events.len(), 1, "attempt {attempt}: {events:?}");
+        assert_eq!(events[0].1, "DHCPFailed");
+        assert!(events[0].2.contains("no DHCPOFFER"), "{}", events[0].2);
+    }
+    clients.stop_all(false).await;
+    settle().await;
+    assert_eq!(fake.ended("vip-uidweb"), Some(FakeEnd::Stopped));
+}
+
+#[tokio::test(start_paused = true)]
+async fn leaving_services_release_changed_ones_restart_and_stopping_keeps_the_lease() {
+    let fake = FakeDhcp::new();
+    let mut clients = DhcpClients::new(Arc::new(fake.clone()));
+    let a = dhcp_service(&service("a", &[]));
+    let b = dhcp_service(&service("b", &[]));
+    clients.follow(&[a.clone(), b.clone()], Some("eth0")).await;
+    assert_eq!(clients.macvlans(), ["vip-uida", "vip-uidb"]);
+    // The holder's own write-back (hwaddr, requestedIP) changes the request, not the
+    // client: no restart.
+    let a_written = dhcp_service(&service(
+        "a",
+        &[
+            (model::ANN_HWADDR, &fmt_mac(a.request.mac)),
+            (model::ANN_REQUESTED_IP, "192.0.2.201"),
+        ],
+    ));
+    assert!(a_written.request.same_client(&a.request));
+    clients
+        .follow(&[a_written.clone(), b.clone()], Some("eth0"))
+        .await;
+    assert_eq!(fake.started().len(), 2, "no restart");
+    // b deleted (or no longer DHCP): DHCPRELEASE.
+    clients
+        .follow(std::slice::from_ref(&a_written), Some("eth0"))
+        .await;
+    settle().await;
+    assert_eq!(fake.ended("vip-uidb"), Some(FakeEnd::Released));
+    assert_eq!(fake.ended("vip-uida"), None);
+    // a's macvlan renamed: the old client stops without release, a new one starts.
+    let renamed = dhcp_service(&service("a", &[(model::ANN_MACVLAN_NAME, "lb-a")]));
+    clients
+        .follow(std::slice::from_ref(&renamed), Some("eth0"))
+        .await;
+    settle().await;
+    assert_eq!(fake.ended("vip-uida"), Some(FakeEnd::Stopped));
+    assert_eq!(fake.running(), ["lb-a"]);
+    // Leadership lost or shutdown: stopped, no release.
+    clients.stop_all(false).await;
+    settle().await;
+    assert_eq!(fake.ended("lb-a"), Some(FakeEnd::Stopped));
+    // The group's Services gone: released.
+    clients
+        .follow(std::slice::from_ref(&renamed), Some("eth0"))
+        .await;
+    clients.stop_all(true).await;
+    settle().await;
+    assert_eq!(fake.ended("lb-a"), Some(FakeEnd::Released));
+    assert!(fake.running().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn failover_keeps_the_mac_and_asks_for_the_leased_address_again() {
+    // Node A leads: generated MAC, then bound.
+    let fake_a = FakeDhcp::new();
+    let mut node_a = DhcpClients::new(Arc::new(fake_a.clone()));
+    let fresh = service("web", &[]);
+    let web = dhcp_service(&fresh);
+    node_a
+        .follow(std::slice::from_ref(&web), Some("eth0"))
+        .await;
+    let cached = Arc::new(fresh.clone());
+    // Before any lease: the generated MAC is written back at once.
+    let writes = node_a.annotations(|_| Some(cached.clone()));
+    assert_eq!(
+        writes,
+        vec![(key("web"), vec![(ANN_HWADDR, fmt_mac(web.request.mac))])]
+    );
+    fake_a.set_state(
+        "vip-uidweb",
+        DhcpState::Bound(binding("192.0.2.207", Duration::from_secs(120))),
+    );
+    next(&mut node_a).await;
+    let writes = node_a.annotations(|_| Some(cached.clone()));
+    assert_eq!(
+        writes[0].1,
+        vec![
+            (ANN_HWADDR, fmt_mac(web.request.mac)),
+            (ANN_REQUESTED_IP, "192.0.2.207".to_string())
+        ]
+    );
+    // The Service as written back: nothing more to write.
+    let mut written = fresh.clone();
+    let ann = written.metadata.annotations.as_mut().unwrap();
+    for (k, v) in &writes[0].1 {
+        ann.insert(k.to_string(), v.clone());
+    }
+    let written = Arc::new(written);
+    assert!(node_a.annotations(|_| Some(written.clone())).is_empty());
+    // Node A goes away without release; node B takes over from the written Service.
+    node_a.stop_all(false).await;
+    let fake_b = FakeDhcp::new();
+    let mut node_b = DhcpClients::new(Arc::new(fake_b.clone()));
+    node_b.follow(&[dhcp_service(&written)], Some("eth1")).await;
+    let spec_b = &fake_b.started()[0];
+    assert_eq!(spec_b.mac, web.request.mac, "same MAC");
+    assert_eq!(spec_b.macvlan, "vip-uidweb");
+    assert_eq!(spec_b.requested, Some("192.0.2.207".parse().unwrap()));
+    assert_eq!(spec_b.parent, "eth1");
+    settle().await;
+    assert_eq!(fake_a.ended("vip-uidweb"), Some(FakeEnd::Stopped));
+}
+
+#[tokio::test(start_paused = true)]
+async fn services_without_a_parent_or_sharing_a_macvlan_get_a_warning_and_others_run() {
+    let fake = FakeDhcp::new();
+    let mut clients = DhcpClients::new(Arc::new(fake.clone()));
+    let a = dhcp_service(&service("a", &[(model::ANN_MACVLAN_NAME, "lb-shared")]));
+    let b = dhcp_service(&service("b", &[(model::ANN_MACVLAN_NAME, "lb-shared")]));
+    let c = dhcp_service(&service("c", &[("kube-vip.io/serviceInterface", "eth1")]));
+    let events = clients.follow(&[a, b, c], None).await;
+    // a: no parent at all; b: a's macvlan name is free (a did not start), but no parent
+    // either; c has its own parent.
+    assert_eq!(fake.running(), ["vip-uidc"]);
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert!(
+        events
+            .iter()
+            .all(|e| e.1 == "DHCPFailed" && e.2.contains("parent interface"))
+    );
+    let a = dhcp_service(&service("a", &[(model::ANN_MACVLAN_NAME, "lb-shared")]));
+    let b = dhcp_service(&service("b", &[(model::ANN_MACVLAN_NAME, "lb-shared")]));
+    let events = clients.follow(&[a, b], Some("eth0")).await;
+    assert_eq!(fake.running(), ["lb-shared"]);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].0, key("b"));
+    assert!(events[0].2.contains("lb-shared") && events[0].2.contains("default/a"));
+}
+
+/// Through both seams: the fake DHCP client binds, the group's VIP set
+/// ([`DhcpClients::effective`]) goes to a real [`crate::holder::VipHolder`] on a fake
+/// kernel: the leased address is added on the macvlan (announced from its MAC) with a
+/// lifetime that never reaches past the lease's expiry, and removed at once when the lease
+/// is lost.
+#[tokio::test(start_paused = true)]
+async fn the_holder_adds_the_leased_address_on_the_macvlan_within_the_lease_and_drops_it_when_lost()
+{
+    use crate::election::Timing;
+    use crate::holder::HolderConfig;
+    use crate::holder::tests::{FakeKernel, lead, rig_from};
+    use tokio::sync::watch;
+
+    let fake = FakeDhcp::new();
+    let mut clients = DhcpClients::new(Arc::new(fake.clone()));
+    let web = dhcp_service(&service("web", &[]));
+    let base = spec(std::slice::from_ref(&web));
+    let kernel = FakeKernel::with_eth0();
+    // The macvlan the real client creates before it binds.
+    kernel.add_link("vip-uidweb", 7, web.request.mac);
+    let timing = Timing {
+        lease_duration: Duration::from_secs(5),
+        renew_deadline: Duration::from_secs(3),
+        retry_period: Duration::from_secs(1),
+    };
+    let cfg = HolderConfig::from_timing(&timing, Duration::from_millis(3000)).unwrap();
+    let (vips_tx, vips_rx) = watch::channel(base.vips.clone());
+    let (rig, _) = rig_from(kernel.clone(), base.vips.clone(), cfg, false, Some(vips_rx));
+    let lead = || lead(&rig, 1, true);
+    lead();
+    clients.follow(&base.dhcp, Some("eth0")).await;
+    settle().await;
+    let vip = Vip {
+        addr: "192.0.2.201".parse().unwrap(),
+        prefix: 32,
+    };
+    // A lease of 3.5 s (shorter than any real one, to see the cut).
+    let b = binding("192.0.2.201", Duration::from_millis(3500));
+    fake.set_state("vip-uidweb", DhcpState::Bound(b.clone()));
+    next(&mut clients).await;
+    vips_tx.send_replace(clients.effective(&base).vips);
+    settle().await;
+    assert_eq!(kernel.where_is(vip), Some(7), "on the macvlan");
+    assert!(
+        rig.ann
+            .0
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(_, v, mac)| *v == vip && *mac == web.request.mac),
+        "announced from the macvlan's MAC"
+    );
+    // Renewals every second: every lifetime ends by the DHCP expiry.
+    for _ in 0..4 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lead();
+        settle().await;
+    }
+    let adds: Vec<u32> = kernel
+        .0
+        .lock()
+        .unwrap()
+        .adds
+        .iter()
+        .filter(|(v, _)| *v == vip)
+        .map(|(_, l)| *l)
+        .collect();
+    assert!(!adds.is_empty());
+    assert!(
+        !kernel.has(vip),
+        "gone before the DHCP lease expired: {adds:?}"
+    );
+
+    // Bound again, then lost: removed at once.
+    let b = binding("192.0.2.201", Duration::from_secs(120));
+    fake.set_state("vip-uidweb", DhcpState::Bound(b));
+    next(&mut clients).await;
+    vips_tx.send_replace(clients.effective(&base).vips);
+    lead();
+    settle().await;
+    assert_eq!(kernel.where_is(vip), Some(7));
+    fake.set_state(
+        "vip-uidweb",
+        DhcpState::Lost {
+            reason: "lease of 192.0.2.201 expired".into(),
+        },
+    );
+    next(&mut clients).await;
+    vips_tx.send_replace(clients.effective(&base).vips);
+    settle().await;
+    assert!(!kernel.has(vip), "removed as soon as the lease is lost");
+    rig.shutdown.cancel();
+    let _ = rig.task.await;
+    clients.stop_all(false).await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_address_another_host_answers_for_is_declined() {
+    let fake = FakeDhcp::new();
+    let mut clients = DhcpClients::new(Arc::new(fake.clone()));
+    let web = dhcp_service(&service("web", &[]));
+    clients
+        .follow(std::slice::from_ref(&web), Some("eth0"))
+        .await;
+    let leased: IpAddr = "192.0.2.203".parse().unwrap();
+    // Not leased (yet): nothing to decline.
+    assert_eq!(clients.decline(leased), None);
+    fake.set_state(
+        "vip-uidweb",
+        DhcpState::Bound(binding("192.0.2.203", Duration::from_secs(120))),
+    );
+    next(&mut clients).await;
+    assert_eq!(clients.decline("192.0.2.99".parse().unwrap()), None);
+    assert_eq!(clients.decline(leased), Some(key("web")));
+    settle().await;
+    assert_eq!(
+        fake.declined("vip-uidweb"),
+        vec![Ipv4Addr::new(192, 0, 2, 203)]
+    );
+    clients.stop_all(false).await;
+}
