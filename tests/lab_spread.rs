@@ -1,4 +1,4 @@
-//! S45: spread without preemption. 30 LoadBalancer Services exist before three vipd nodes
+//! S45: spread without preemption (and S50: preferred nodes, at the end). 30 LoadBalancer Services exist before three vipd nodes
 //! start (per-Service leases); each node delays acquiring a free lease by how many it
 //! already holds, so they end 10/10/10 (±1) with no lease ever taken from its holder.
 //!
@@ -86,5 +86,56 @@ fn s45_thirty_services_spread_over_three_nodes_without_preemption() {
     for p in &mut procs {
         let _ = p.signal(Signal::SIGTERM);
         let _ = p.wait_timeout(Duration::from_secs(10));
+    }
+}
+
+/// S50: preferred nodes campaign first. With both nodes up and idle, every Service whose
+/// `vipd.io/preferred-nodes` is `node-b,node-a` goes to node-b (node-a waits 100 ms); when
+/// node-b stops they move to node-a, and a returning node-b takes none back (no
+/// preemption).
+#[test]
+fn s50_preferred_nodes_campaign_first_without_preemption() {
+    let Some(lab) = lab("spread_preferred", LabOptions::default()) else {
+        return;
+    };
+    let mut procs: Vec<_> = ["node-a", "node-b"]
+        .iter()
+        .map(|n| start_vipd_services(&lab, n, true, &[]))
+        .collect();
+    // Past the spread's discovery period: idle nodes race equally for a new Service.
+    std::thread::sleep(Duration::from_secs(4));
+    let vips: Vec<String> = (0..4).map(|i| format!("192.0.2.{}", 60 + i)).collect();
+    for (i, ip) in vips.iter().enumerate() {
+        let mut svc = service_json(&format!("pref-{i}"), Some(ip), None, &[(80, "TCP")], false);
+        svc["metadata"]["annotations"]["vipd.io/preferred-nodes"] =
+            serde_json::json!("node-b, node-a");
+        create_service(&lab, &svc);
+        assert_eq!(
+            single_holder(&lab, ip, Duration::from_secs(20)),
+            "node-b",
+            "{ip}: the preferred node takes it"
+        );
+    }
+    procs[1].signal(Signal::SIGTERM).unwrap();
+    let _ = procs[1].wait_timeout(Duration::from_secs(10));
+    for ip in &vips {
+        wait_until(
+            &format!("{ip} moves to node-a"),
+            Duration::from_secs(20),
+            || holders(&lab, ip) == vec!["node-a".to_string()],
+        );
+    }
+    procs[1] = start_vipd_services(&lab, "node-b", true, &[]);
+    std::thread::sleep(Duration::from_secs(5));
+    for ip in &vips {
+        assert_eq!(
+            holders(&lab, ip),
+            vec!["node-a".to_string()],
+            "{ip}: no preemption by the returning preferred node"
+        );
+    }
+    for p in &mut procs {
+        let _ = p.signal(Signal::SIGTERM);
+        let _ = p.wait_timeout(Duration::from_secs(5));
     }
 }
