@@ -1,6 +1,7 @@
-//! S45: spread without preemption (and S50: preferred nodes, at the end). 30 LoadBalancer Services exist before three vipd nodes
+//! S45: spread without preemption. 30 LoadBalancer Services exist before three vipd nodes
 //! start (per-Service leases); each node delays acquiring a free lease by how many it
 //! already holds, so they end 10/10/10 (±1) with no lease ever taken from its holder.
+//! S50 (at the end): preferred nodes campaign first.
 //!
 //! Run as root: `cargo test --test lab_spread` (or `cargo xtask test`); skipped with
 //! `VIPD_SKIP_LAB=1`.
