@@ -161,7 +161,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     }
 
     /// Adds or refreshes `vip` on `ifindex` with `lifetime` seconds (a grant of
-    /// [`Self::fence_left`]), then makes sure the kernel's copy cannot outlive the lease as
+    /// [`Self::fence_left`], cut to the grant of the moment before the request is sent: a
+    /// grant computed before a stall adds nothing once the lease may have lapsed), then
+    /// makes sure the kernel's copy cannot outlive the lease as
     /// the other nodes see it. The kernel counts a lifetime from when it handles the
     /// request, not from when the grant was computed: a process frozen (or stalled) between
     /// the two would otherwise give a VIP a full fence long after its lease expired, and
@@ -180,7 +182,16 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         lifetime: u32,
     ) -> Result<bool, NetError> {
         let not_after = self.not_after(vip);
-        let mut lifetime = cap_lifetime(lifetime, not_after, Instant::now());
+        let now = Instant::now();
+        // The caller's grant may be stale (computed before an address dump that a freeze
+        // or a stall made late): it is cut to what the lease covers now, and nothing is
+        // added once the lease may have lapsed.
+        let Some(left) = self.fence_left(now) else {
+            debug!(holder = %self.name, %vip, "the lease may have lapsed since the grant; not adding the VIP");
+            self.kernel.remove(ifindex, vip).await?;
+            return Ok(false);
+        };
+        let mut lifetime = cap_lifetime(lifetime.min(left), not_after, now);
         if lifetime == 0 {
             debug!(holder = %self.name, %vip, "the VIP's not-after time (DHCP lease expiry) has come; removing it");
             self.kernel.remove(ifindex, vip).await?;

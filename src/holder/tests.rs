@@ -24,6 +24,8 @@ pub(crate) struct KState {
     /// The next add/refresh reaches the kernel this long after it was asked for (the
     /// process was frozen between computing the lifetime and the kernel handling it).
     stall_next_add: Option<Duration>,
+    /// Make the next address dump take this long (a freeze in the middle of a check).
+    stall_next_dump: Option<Duration>,
 }
 
 /// A fake [`Kernel`] (also used by the Services' DHCP tests).
@@ -160,6 +162,10 @@ impl Kernel for FakeKernel {
         Ok(())
     }
     async fn addresses(&self, ifindex: Option<u32>) -> Result<Vec<AddrInfo>, NetError> {
+        let stall = self.0.lock().unwrap().stall_next_dump.take();
+        if let Some(d) = stall {
+            tokio::time::sleep(d).await;
+        }
         let s = self.0.lock().unwrap();
         Ok(s.addrs
             .iter()
@@ -377,6 +383,33 @@ async fn a_freeze_between_grant_and_kernel_removes_the_vip() {
         garps,
         "nothing announced after the lease lapsed"
     );
+}
+
+/// A check whose address dump stalls past the lease (a freeze in the middle of the check)
+/// finds the VIP missing but adds nothing: the grant computed before the dump is stale.
+/// Found by the chaos soak (seed 20261201, debug vipd): a node thawed after 14 s re-added
+/// the control-plane VIP for 33 ms next to the new holder.
+#[tokio::test(start_paused = true)]
+async fn a_stalled_check_does_not_re_add_a_vip_after_the_lease_lapsed() {
+    let r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth0"));
+    settle().await;
+    lead(&r, 1, true);
+    settle().await;
+    assert!(r.kernel.has(vip4()));
+    let adds_before = r.kernel.0.lock().unwrap().adds.len();
+    {
+        let mut s = r.kernel.0.lock().unwrap();
+        s.addrs.retain(|a| a.vip != vip4());
+        s.stall_next_dump = Some(Duration::from_secs(6));
+    }
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let adds = r.kernel.0.lock().unwrap().adds.clone();
+    assert_eq!(
+        adds.len(),
+        adds_before,
+        "nothing added once the lease may have lapsed: {adds:?}"
+    );
+    assert!(!r.kernel.has(vip4()));
 }
 
 /// A shorter stall still inside the lease: the lifetime is cut to what the lease covers

@@ -535,9 +535,12 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
 
 /// The acquisition check of a group's elector ([`crate::election::AcquireCheck`]): a GET
 /// of its Services from the API server (not the cache) finds at least one that still exists
-/// and is not being deleted. A failed GET (API slow or down, RBAC) answers `true`: the lease
-/// call that follows needs the API anyway, and the check must never block a healthy
-/// takeover.
+/// and is not being deleted. A GET that fails or takes longer than 2 s answers `false`: the
+/// elector asks again a retry period later. The API server that just failed a GET may still
+/// take the lease write that follows (a timeout under load, a connection reset after a
+/// restart), and a node whose cache is behind would then announce a deleted Service's
+/// address (chaos soak, seed 20261201: 0.5 s, 6 s after the delete). Only a 403 answers
+/// `true`: missing RBAC (which `vipd preflight` reports) must not stop every takeover.
 fn service_still_exists(
     client: kube::Client,
     spec: watch::Receiver<GroupSpec>,
@@ -556,11 +559,18 @@ fn service_still_exists(
                 match tokio::time::timeout(Duration::from_secs(2), api.get_opt(&key.name)).await {
                     Ok(Ok(Some(svc))) if svc.metadata.deletion_timestamp.is_none() => return true,
                     Ok(Ok(_)) => {}
-                    Ok(Err(e)) => {
-                        debug!(service = %key, error = %e, "acquisition check: GET failed; not blocking");
+                    Ok(Err(kube::Error::Api(e))) if e.code == 403 => {
+                        debug!(service = %key, error = %e, "acquisition check: GET forbidden (RBAC); not blocking");
                         return true;
                     }
-                    Err(_) => return true,
+                    Ok(Err(e)) => {
+                        debug!(service = %key, error = %e, "acquisition check: GET failed; not acquiring until it works");
+                        return false;
+                    }
+                    Err(_) => {
+                        debug!(service = %key, "acquisition check: GET timed out; not acquiring until it works");
+                        return false;
+                    }
                 }
             }
             info!(services = ?keys, "not taking the lease: its Services no longer exist (the local cache is behind)");
@@ -619,5 +629,73 @@ async fn write_annotations<W: StatusWriter>(
                 warn!(service = %key, error = %e, "writing the DHCP annotations failed; retrying at the next change")
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod acquire_check_tests {
+    use super::*;
+
+    /// A client whose API server answers every GET with `status` and `body`, after `delay`.
+    fn api(status: u16, body: serde_json::Value, delay: Duration) -> kube::Client {
+        let svc = tower::service_fn(move |_req: http::Request<kube::client::Body>| {
+            let body = body.clone();
+            async move {
+                tokio::time::sleep(delay).await;
+                let resp = http::Response::builder()
+                    .status(status)
+                    .header("content-type", "application/json")
+                    .body(http_body_util::Full::new(hyper::body::Bytes::from(
+                        body.to_string(),
+                    )))
+                    .unwrap();
+                Ok::<_, std::convert::Infallible>(resp)
+            }
+        });
+        kube::Client::new(svc, "default")
+    }
+
+    fn status(code: u16) -> serde_json::Value {
+        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": "x", "reason": "x", "code": code})
+    }
+
+    async fn check(client: kube::Client) -> bool {
+        let spec = GroupSpec {
+            services: vec![(
+                ServiceKey {
+                    namespace: "default".into(),
+                    name: "svc-27".into(),
+                },
+                Vec::new(),
+                Vec::new(),
+            )],
+            ..Default::default()
+        };
+        let (_tx, rx) = watch::channel(spec);
+        service_still_exists(client, rx)().await
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn acquires_only_when_the_api_server_shows_the_service() {
+        let svc = serde_json::json!({"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "svc-27", "namespace": "default"}});
+        assert!(check(api(200, svc, Duration::ZERO)).await, "exists");
+        assert!(
+            !check(api(404, status(404), Duration::ZERO)).await,
+            "deleted"
+        );
+        assert!(
+            !check(api(500, status(500), Duration::ZERO)).await,
+            "a failed GET blocks"
+        );
+        assert!(
+            !check(api(200, serde_json::json!({}), Duration::from_secs(3))).await,
+            "a GET slower than 2 s blocks"
+        );
+        assert!(
+            check(api(403, status(403), Duration::ZERO)).await,
+            "RBAC missing: preflight's business, not a reason to stop takeovers"
+        );
     }
 }

@@ -80,9 +80,12 @@ pub const PROBE_SLACK: Duration = Duration::from_millis(500);
 /// How long the final status check waits for status and `vipHost` to converge (status
 /// writes are retried with back-off).
 pub const STATUS_WAIT: Duration = Duration::from_secs(30);
-/// How long the orphaned-lease check waits for vipd to delete them (lease expiry plus
-/// grace).
-pub const LEASE_GC_WAIT: Duration = Duration::from_secs(30);
+/// How long the orphaned-lease check waits for vipd to delete them. vipd's collector
+/// (`services::lease_gc`) deletes a lease no Service names once it has been unchanged for
+/// its duration (3 s here) plus `GC_GRACE` (30 s), judged at lists `GC_INTERVAL` (10 s)
+/// apart: up to 3 + 30 + 2 x 10 s after the lease's last write, when the Service was
+/// deleted while its holder was down; plus 7 s for the list and the delete.
+pub const LEASE_GC_WAIT: Duration = Duration::from_secs(60);
 /// Namespace of the Services.
 pub const NAMESPACE: &str = "default";
 /// Prefix of the per-Service lease names (`kubevip-<service>`).
