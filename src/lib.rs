@@ -8,6 +8,7 @@
 pub mod admin;
 pub mod config;
 pub mod controlplane;
+pub mod dhcp;
 pub mod drain;
 pub mod election;
 pub mod holder;

@@ -1,0 +1,198 @@
+//! DHCPv4 client for DHCP-mode Services (issue 13): one client per Service address, on a
+//! macvlan sub-interface vipd creates for it (`crate::net::macvlan`).
+//!
+//! The seam the Services side uses is [`Dhcp::start`] -> [`DhcpHandle`]: the handle's
+//! `state` watch says whether the Service's address may be held ([`DhcpState::Bound`],
+//! [`DhcpState::Renewing`], [`DhcpState::Rebinding`]) or not (every other state). The state
+//! machine follows RFC 2131 §4.4 (client behaviour):
+//!
+//! ```text
+//!  Requesting --ACK--> Bound --T1--> Renewing (unicast to the server)
+//!      ^                  ^             |  ACK: back to Bound
+//!      |                  +-------------+  T2:  Rebinding (broadcast), ACK: Bound
+//!      |   NAK, expiry, or conflict (DHCPDECLINE)
+//!      +---- Lost { reason } <----------+  (start over asking for the old address,
+//!                                          capped exponential backoff between attempts)
+//! ```
+//!
+//! On [`DhcpHandle::stop`] the client stops and the macvlan is removed with NO DHCPRELEASE
+//! (leadership loss, shutdown: the next holder asks for the same address with the same MAC);
+//! [`DhcpHandle::release_and_stop`] sends DHCPRELEASE first (RFC 2131 §4.4.6: the Service
+//! was deleted or is no longer a DHCP LoadBalancer).
+
+use std::net::Ipv4Addr;
+
+use tokio::sync::{mpsc, oneshot, watch};
+
+pub mod fake;
+
+pub use fake::{FakeDhcp, FakeEnd};
+
+/// What to ask for: one Service's DHCPv4 address.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DhcpSpec {
+    /// Parent interface of the macvlan (`kube-vip.io/serviceInterface`, else
+    /// `vip_servicesinterface`, else the VIP interface), e.g. `eth0`.
+    pub parent: String,
+    /// Name of the macvlan to create (`kube-vip.io/macvlanName`, else `vip-<uid[..8]>`);
+    /// at most 15 bytes (`IFNAMSIZ - 1`), checked when the macvlan is created.
+    pub macvlan: String,
+    /// The macvlan's MAC address (`kube-vip.io/hwaddr`); also the DHCP `chaddr` and, with
+    /// type 1, the client identifier (option 61) unless `hostname` gives one.
+    pub mac: [u8; 6],
+    /// Address to ask for with option 50 (`kube-vip.io/requestedIP`): the first attempt is
+    /// an INIT-REBOOT DHCPREQUEST for it (RFC 2131 §4.3.2, §4.4.2); `None` starts with
+    /// DHCPDISCOVER (INIT).
+    pub requested: Option<Ipv4Addr>,
+    /// Host name sent as option 12 (`kube-vip.io/loadbalancerHostname`), `None` = not sent.
+    pub hostname: Option<String>,
+    /// Set the BROADCAST flag (RFC 2131 §4.1) so the server broadcasts its replies
+    /// (`kube-vip.io/dhcp-broadcast`).
+    pub broadcast: bool,
+    /// Value for `/proc/sys/net/ipv4/conf/<macvlan>/rp_filter` (0 off, 1 strict, 2 loose;
+    /// `kube-vip.io/rp_filter`, default 0).
+    pub rp_filter: u8,
+    /// The macvlan's ifalias, marking it as vipd's (e.g. `vipd:<service uid>`); at start vipd
+    /// removes stale macvlans whose ifalias starts with `vipd:` and no others.
+    pub mark: String,
+}
+
+/// A bound lease (RFC 2131 §4.4.5). Instants are tokio monotonic time (so paused-clock tests
+/// drive them), computed from the DHCPACK's option 51 (lease), 58 (T1) and 59 (T2) at the
+/// moment the request was sent (RFC 2131 §4.4.1: times count from the request).
+#[derive(Clone, Debug, PartialEq)]
+pub struct DhcpBinding {
+    /// The leased address (`yiaddr`).
+    pub addr: Ipv4Addr,
+    /// Prefix length from option 1 (subnet mask), 32 when the server sent none. The address
+    /// is installed as a host route (/32) regardless; this is for information.
+    pub prefix_len: u8,
+    /// The server that granted it (option 54, server identifier): renewals go there by
+    /// unicast.
+    pub server: Ipv4Addr,
+    /// When the lease ends (option 51 seconds after the request): the address must be gone
+    /// by then.
+    pub expires: tokio::time::Instant,
+    /// Renewal time T1 (option 58, default 0.5 x lease).
+    pub t1: tokio::time::Instant,
+    /// Rebinding time T2 (option 59, default 0.875 x lease).
+    pub t2: tokio::time::Instant,
+}
+
+/// The client's state, published on [`DhcpHandle::state`].
+///
+/// Only `Bound`, `Renewing` and `Rebinding` carry an address that may be held; on any other
+/// state the holder removes the address at once. A watcher may miss a short-lived state
+/// (a `Lost` immediately followed by `Requesting`), so it must judge the state it sees,
+/// not the transitions.
+#[derive(Clone, Debug, PartialEq)]
+pub enum DhcpState {
+    /// No lease: discovering or requesting (INIT, INIT-REBOOT, SELECTING, REQUESTING).
+    /// `attempt` counts the failed attempts so far (0 = the first one is under way);
+    /// `last_error` says why the previous attempt failed (no answer, macvlan error, ...).
+    Requesting {
+        /// Failed attempts so far.
+        attempt: u32,
+        /// Why the previous attempt failed, `None` before the first failure.
+        last_error: Option<String>,
+    },
+    /// Leased, before T1.
+    Bound(DhcpBinding),
+    /// Past T1: renewing by unicast to the server (RFC 2131 §4.4.5).
+    Renewing(DhcpBinding),
+    /// Past T2: rebinding by broadcast.
+    Rebinding(DhcpBinding),
+    /// The lease ended (NAK, expiry, declined after a conflict). The client starts over,
+    /// asking for the same address, after a backoff.
+    Lost {
+        /// Why, e.g. `DHCPNAK from 192.0.2.1`, `lease of 192.0.2.201 expired`.
+        reason: String,
+    },
+}
+
+impl DhcpState {
+    /// The binding whose address may be held now, if any.
+    pub fn binding(&self) -> Option<&DhcpBinding> {
+        match self {
+            Self::Bound(b) | Self::Renewing(b) | Self::Rebinding(b) => Some(b),
+            Self::Requesting { .. } | Self::Lost { .. } => None,
+        }
+    }
+}
+
+/// Starts a DHCP client (and its macvlan) for one spec.
+pub trait Dhcp: Send + Sync + 'static {
+    /// Creates the macvlan for `spec` and runs the client until the returned handle is
+    /// stopped. Errors (bad macvlan name, missing parent, no server) do not end the client:
+    /// they show as [`DhcpState::Requesting`] with `last_error`, retried with backoff.
+    /// Must be called inside a tokio runtime.
+    fn start(&self, spec: DhcpSpec) -> DhcpHandle;
+}
+
+/// A command from the handle to its client task.
+#[derive(Debug)]
+pub enum DhcpCommand {
+    /// The caller found the leased address in use by another node (RFC 5227 probe): send
+    /// DHCPDECLINE for it (RFC 2131 §4.4.1), drop the lease and start over.
+    Decline(Ipv4Addr),
+    /// Stop: send DHCPRELEASE first when `release` (RFC 2131 §4.4.6), remove the macvlan,
+    /// then answer on `done`.
+    Stop {
+        /// Send DHCPRELEASE for the current lease before stopping.
+        release: bool,
+        /// Completed once the client has stopped and the macvlan is gone.
+        done: oneshot::Sender<()>,
+    },
+}
+
+/// The caller's end of one running client ([`Dhcp::start`]). Dropping it without
+/// [`DhcpHandle::stop`] stops the client too (no DHCPRELEASE), but without waiting for it.
+#[derive(Debug)]
+pub struct DhcpHandle {
+    /// The client's state; see [`DhcpState`].
+    pub state: watch::Receiver<DhcpState>,
+    commands: mpsc::UnboundedSender<DhcpCommand>,
+}
+
+impl DhcpHandle {
+    /// A handle over a client task that reads `commands` and publishes on `state`
+    /// (for [`Dhcp`] implementations). The task must treat a closed `commands` channel as
+    /// `Stop { release: false }`.
+    pub fn new(
+        state: watch::Receiver<DhcpState>,
+        commands: mpsc::UnboundedSender<DhcpCommand>,
+    ) -> Self {
+        Self { state, commands }
+    }
+
+    /// Stops the client and removes the macvlan WITHOUT DHCPRELEASE (leadership loss,
+    /// shutdown). Returns once that is done (or the task is already gone).
+    pub async fn stop(self) {
+        self.send_stop(false).await;
+    }
+
+    /// Sends DHCPRELEASE for the current lease (if any), then stops like [`Self::stop`].
+    pub async fn release_and_stop(self) {
+        self.send_stop(true).await;
+    }
+
+    /// Reports that `addr` is in use by another node: the client sends DHCPDECLINE for it
+    /// (if it is the current lease), goes [`DhcpState::Lost`] and starts over without asking
+    /// for that address again.
+    pub fn decline(&self, addr: Ipv4Addr) {
+        // A closed channel means the task is gone: nothing to decline.
+        let _ = self.commands.send(DhcpCommand::Decline(addr));
+    }
+
+    async fn send_stop(self, release: bool) {
+        let (done, wait) = oneshot::channel();
+        if self
+            .commands
+            .send(DhcpCommand::Stop { release, done })
+            .is_ok()
+        {
+            // An error means the task ended without answering: it is stopped either way.
+            let _ = wait.await;
+        }
+    }
+}
