@@ -5,6 +5,24 @@ use std::net::IpAddr;
 
 use super::AddrInfo;
 
+/// Longest Linux interface name in bytes (`IFNAMSIZ - 1`).
+pub const IFNAME_MAX: usize = 15;
+
+/// The rule [`is_ifname`] checks, for error messages.
+pub const IFNAME_RULE: &str = "1 to 15 bytes, not '.' or '..', no '/', ':', NUL or whitespace";
+
+/// `true` when the kernel accepts `name` as an interface name (its `dev_valid_name`): 1 to
+/// [`IFNAME_MAX`] bytes, not `.` or `..`, and no `/`, `:`, NUL or whitespace.
+pub fn is_ifname(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= IFNAME_MAX
+        && name != "."
+        && name != ".."
+        && !name
+            .bytes()
+            .any(|b| b == b'/' || b == b':' || b == 0 || b.is_ascii_whitespace())
+}
+
 /// A default route (`0.0.0.0/0` or `::/0`) of the main routing table, reduced to what interface
 /// choice needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -174,6 +192,25 @@ pub fn choose_interface_from(
 mod tests {
     use super::*;
     use crate::net::Vip;
+
+    #[test]
+    fn interface_names_checked_like_the_kernel() {
+        for ok in ["eth0", "enp0s31f6.100", "vip-0123abcd", "a23456789012345"] {
+            assert!(is_ifname(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            ".",
+            "..",
+            "a234567890123456",
+            "eth 0",
+            "a/b",
+            "eth0:1",
+            "a\0b",
+        ] {
+            assert!(!is_ifname(bad), "{bad:?}");
+        }
+    }
 
     fn addr(ifindex: u32, a: &str, prefix: u8, ours: bool) -> AddrInfo {
         let vip = Vip {

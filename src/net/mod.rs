@@ -24,6 +24,7 @@ pub mod arpflux;
 mod cache;
 pub mod conflict;
 mod iface;
+pub mod macvlan;
 mod netlink;
 pub mod nft;
 pub mod vip;
@@ -31,8 +32,8 @@ pub mod vip;
 pub use arp::{RawAnnouncer, garp_frame, unsolicited_na_frame};
 pub use cache::CachedKernel;
 pub use iface::{
-    DefaultRoute, SubnetEdge, choose_interface_from, network_of, subnet_edge, subnet_edge_of,
-    vip_subnet_edge,
+    DefaultRoute, IFNAME_MAX, IFNAME_RULE, SubnetEdge, choose_interface_from, is_ifname,
+    network_of, subnet_edge, subnet_edge_of, vip_subnet_edge,
 };
 pub use netlink::{
     NetlinkKernel, RawAddr, TagMode, decode_addr_flags, detect_tag_mode, label_for, tag_for,
