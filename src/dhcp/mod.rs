@@ -25,6 +25,7 @@ use std::net::Ipv4Addr;
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub mod fake;
+pub mod machine;
 
 pub use fake::{FakeDhcp, FakeEnd};
 
