@@ -559,13 +559,14 @@ impl Machine {
         if addr.is_unspecified() {
             return Err("DHCPACK without an address (yiaddr 0.0.0.0)".into());
         }
+        let current_server = match &self.phase {
+            Phase::Renewing { binding, .. } | Phase::Rebinding { binding, .. } => {
+                Some(binding.server)
+            }
+            _ => None,
+        };
         let server = server
-            .or_else(|| match &self.phase {
-                Phase::Renewing { binding, .. } | Phase::Rebinding { binding, .. } => {
-                    Some(binding.server)
-                }
-                _ => None,
-            })
+            .or(current_server)
             .ok_or("DHCPACK without a server identifier (option 54)")?;
         let lease = match msg.opts().get(OptionCode::AddressLeaseTime) {
             Some(DhcpOption::AddressLeaseTime(s)) if *s > 0 => lease_secs(*s),

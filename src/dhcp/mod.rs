@@ -24,9 +24,12 @@ use std::net::Ipv4Addr;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
+pub mod client;
 pub mod fake;
 pub mod machine;
+pub mod wire;
 
+pub use client::{DhcpClient, RawDhcp};
 pub use fake::{FakeDhcp, FakeEnd};
 
 /// What to ask for: one Service's DHCPv4 address.

@@ -553,4 +553,6 @@ impl MacvlanKernel for NetlinkMacvlans {
 }
 
 #[cfg(test)]
+pub(crate) mod fake;
+#[cfg(test)]
 mod tests;

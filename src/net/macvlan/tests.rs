@@ -1,5 +1,4 @@
-use std::sync::Mutex;
-
+use super::fake::FakeKernel;
 use super::*;
 
 fn entry(index: u32, name: &str, macvlan: bool, alias: Option<&str>) -> LinkEntry {
@@ -20,69 +19,6 @@ fn spec(name: &str) -> MacvlanSpec {
         mac: [0x02, 0, 0, 0, 0, 9],
         mark: "vipd:uid-1".into(),
         rp_filter: 0,
-    }
-}
-
-#[derive(Default)]
-struct FakeKernel {
-    links: Mutex<Vec<LinkEntry>>,
-    calls: Mutex<Vec<String>>,
-}
-
-impl FakeKernel {
-    fn with(links: Vec<LinkEntry>) -> Self {
-        Self {
-            links: Mutex::new(links),
-            calls: Mutex::default(),
-        }
-    }
-    fn calls(&self) -> Vec<String> {
-        self.calls.lock().unwrap().clone()
-    }
-    fn log(&self, s: String) {
-        self.calls.lock().unwrap().push(s);
-    }
-}
-
-impl MacvlanKernel for FakeKernel {
-    async fn links(&self) -> Result<Vec<LinkEntry>, MacvlanError> {
-        Ok(self.links.lock().unwrap().clone())
-    }
-    async fn create(
-        &self,
-        parent_index: u32,
-        name: &str,
-        mac: [u8; 6],
-        mark: &str,
-    ) -> Result<u32, MacvlanError> {
-        self.log(format!(
-            "create {name} on {parent_index} {} {mark}",
-            format_mac(&mac)
-        ));
-        let mut links = self.links.lock().unwrap();
-        let index = links.iter().map(|l| l.index).max().unwrap_or(0) + 1;
-        links.push(LinkEntry {
-            index,
-            name: name.into(),
-            macvlan: true,
-            alias: Some(mark.into()),
-            parent: Some(parent_index),
-            mac,
-        });
-        Ok(index)
-    }
-    async fn up(&self, index: u32, name: &str) -> Result<(), MacvlanError> {
-        self.log(format!("up {name} {index}"));
-        Ok(())
-    }
-    async fn delete(&self, index: u32, name: &str) -> Result<(), MacvlanError> {
-        self.log(format!("delete {name} {index}"));
-        self.links.lock().unwrap().retain(|l| l.index != index);
-        Ok(())
-    }
-    fn set_ipv4_conf(&self, name: &str, key: &'static str, value: u8) -> Result<(), MacvlanError> {
-        self.log(format!("sysctl {name} {key}={value}"));
-        Ok(())
     }
 }
 
