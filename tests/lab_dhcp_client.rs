@@ -181,6 +181,20 @@ fn links(lab: &Lab) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Runs `body` on a multi-thread tokio runtime (lab calls block one worker, the DHCP
+/// client runs on the other) whose threads are in node-a.
+fn in_node_a(lab: &Lab, body: impl AsyncFnOnce() + Send) {
+    lab.in_netns("node-a", || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(body())
+    })
+    .unwrap();
+}
+
 fn in_pool(a: Ipv4Addr) -> bool {
     (u32::from(DHCP_POOL_START)..=u32::from(DHCP_POOL_END)).contains(&u32::from(a))
 }
@@ -220,169 +234,160 @@ fn dhcp_client_binds_renews_expires_reacquires_and_releases() {
     let server_mac = lab.mac_of("dhcp").unwrap();
     let cap = ServerCapture::start(&lab);
     let lab = &lab;
-    lab.in_netns("node-a", || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let dhcp = RawDhcp::open().unwrap();
-            // Stale marked macvlans go, foreign ones stay.
-            let removed = dhcp.macvlans().remove_stale(&[]).await.unwrap();
-            assert_eq!(removed, vec!["vip-stale".to_string()]);
-            let l = links(lab);
-            assert!(!l.contains("vip-stale") && l.contains("mv-user"), "{l}");
+    in_node_a(lab, async || {
+        let dhcp = RawDhcp::open().unwrap();
+        // Stale marked macvlans go, foreign ones stay.
+        let removed = dhcp.macvlans().remove_stale(&[]).await.unwrap();
+        assert_eq!(removed, vec!["vip-stale".to_string()]);
+        let l = links(lab);
+        assert!(!l.contains("vip-stale") && l.contains("mv-user"), "{l}");
 
-            // Bind: the requested address (INIT-REBOOT), from the pool.
-            let mut h = dhcp.start(spec(Some(REQUESTED)));
-            let b = bound(&mut h, "the first lease", Duration::from_secs(15)).await;
-            assert_eq!(b.addr, REQUESTED);
-            assert!(in_pool(b.addr));
-            assert_eq!(b.server, DHCP_SERVER_V4);
-            hold(lab, b.addr);
-            let l = links(lab);
-            assert!(
-                l.contains(&format!("{MACVLAN}@eth0")) && l.contains("alias vipd:test-service-uid"),
-                "{l}"
-            );
-            assert!(l.contains(MAC_TEXT), "{l}");
-            for (key, want) in [
-                ("rp_filter", "0"),
-                ("arp_ignore", "1"),
-                ("arp_announce", "2"),
-            ] {
-                let got =
-                    std::fs::read_to_string(format!("/proc/sys/net/ipv4/conf/{MACVLAN}/{key}"))
-                        .unwrap();
-                assert_eq!(got.trim(), want, "{key}");
-            }
-            let leases = lab.dnsmasq_leases().unwrap();
-            assert!(
-                leases
-                    .iter()
-                    .any(|l| l.addr == REQUESTED && l.mac == MAC_TEXT),
-                "{leases:?}"
-            );
-
-            // T1: renewing by unicast from the macvlan's MAC and the leased address (the
-            // Renewing state lasts one round trip: the watch may skip it; the longer lease
-            // shows the renewal happened).
-            let renewed = match wait_state(
-                &mut h,
-                "a renewed lease",
-                Duration::from_secs(70),
-                |s| matches!(s, DhcpState::Bound(nb) if nb.expires > b.expires),
-            )
-            .await
-            {
-                DhcpState::Bound(nb) => nb,
-                other => unreachable!("{other:?}"),
-            };
-            assert_eq!(renewed.addr, REQUESTED);
-            let renewal: Vec<Seen> = cap
-                .seen()
-                .into_iter()
-                .filter(|s| s.kind == Some(MessageType::Request) && s.ciaddr == REQUESTED)
-                .collect();
-            assert!(
-                !renewal.is_empty(),
-                "no renewal on the wire: {:?}",
-                cap.seen()
-            );
-            for s in &renewal {
-                assert_eq!(s.eth_src, MAC, "{s:?}");
-                assert_eq!(
-                    pnet::util::MacAddr::from(s.eth_dst),
-                    server_mac,
-                    "unicast to the server: {s:?}"
-                );
-                assert_eq!((s.ip_src, s.ip_dst), (REQUESTED, DHCP_SERVER_V4), "{s:?}");
-            }
-            let log = lab.dnsmasq_log();
-            assert!(
-                log.contains(&format!("DHCPREQUEST(eth0) {REQUESTED} {MAC_TEXT}")),
-                "{log}"
-            );
-
-            // Server gone past expiry: renewing at T1 unanswered, rebinding (broadcast) at
-            // T2 (105 s after the renewal), then Lost at expiry.
-            tokio::task::block_in_place(|| lab.stop_dnsmasq()).unwrap();
-            wait_state(&mut h, "rebinding at T2", Duration::from_secs(120), |s| {
-                matches!(s, DhcpState::Rebinding(_))
-            })
-            .await;
-            let lost = wait_state(&mut h, "Lost at expiry", Duration::from_secs(30), |s| {
-                matches!(s, DhcpState::Lost { .. })
-            })
-            .await;
-            assert!(
-                tokio::time::Instant::now() >= renewed.expires,
-                "held until the lease expired"
-            );
-            let DhcpState::Lost { reason } = lost else {
-                unreachable!()
-            };
-            assert!(
-                reason.contains("expired") && reason.contains(&REQUESTED.to_string()),
-                "{reason}"
-            );
-            lab.exec("node-a", "ip", &["addr", "flush", "dev", MACVLAN])
+        // Bind: the requested address (INIT-REBOOT), from the pool.
+        let mut h = dhcp.start(spec(Some(REQUESTED)));
+        let b = bound(&mut h, "the first lease", Duration::from_secs(15)).await;
+        assert_eq!(b.addr, REQUESTED);
+        assert!(in_pool(b.addr));
+        assert_eq!(b.server, DHCP_SERVER_V4);
+        hold(lab, b.addr);
+        let l = links(lab);
+        assert!(
+            l.contains(&format!("{MACVLAN}@eth0")) && l.contains("alias vipd:test-service-uid"),
+            "{l}"
+        );
+        assert!(l.contains(MAC_TEXT), "{l}");
+        for (key, want) in [
+            ("rp_filter", "0"),
+            ("arp_ignore", "1"),
+            ("arp_announce", "2"),
+        ] {
+            let got = std::fs::read_to_string(format!("/proc/sys/net/ipv4/conf/{MACVLAN}/{key}"))
                 .unwrap();
-            let rebinds = cap
-                .seen()
-                .into_iter()
-                .filter(|s| s.ciaddr == REQUESTED && s.ip_dst == Ipv4Addr::BROADCAST)
-                .count();
-            assert!(rebinds > 0, "rebinding is broadcast: {:?}", cap.seen());
+            assert_eq!(got.trim(), want, "{key}");
+        }
+        let leases = lab.dnsmasq_leases().unwrap();
+        assert!(
+            leases
+                .iter()
+                .any(|l| l.addr == REQUESTED && l.mac == MAC_TEXT),
+            "{leases:?}"
+        );
 
-            // Server back: the same address again.
-            tokio::task::block_in_place(|| lab.start_dnsmasq(&DnsmasqOptions::default())).unwrap();
-            let again = bound(
-                &mut h,
-                "the lease after the server came back",
-                Duration::from_secs(30),
-            )
-            .await;
-            assert_eq!(again.addr, REQUESTED);
+        // T1: renewing by unicast from the macvlan's MAC and the leased address (the
+        // Renewing state lasts one round trip: the watch may skip it; the longer lease
+        // shows the renewal happened).
+        let renewed = match wait_state(
+            &mut h,
+            "a renewed lease",
+            Duration::from_secs(70),
+            |s| matches!(s, DhcpState::Bound(nb) if nb.expires > b.expires),
+        )
+        .await
+        {
+            DhcpState::Bound(nb) => nb,
+            other => unreachable!("{other:?}"),
+        };
+        assert_eq!(renewed.addr, REQUESTED);
+        let renewal: Vec<Seen> = cap
+            .seen()
+            .into_iter()
+            .filter(|s| s.kind == Some(MessageType::Request) && s.ciaddr == REQUESTED)
+            .collect();
+        assert!(
+            !renewal.is_empty(),
+            "no renewal on the wire: {:?}",
+            cap.seen()
+        );
+        for s in &renewal {
+            assert_eq!(s.eth_src, MAC, "{s:?}");
+            assert_eq!(
+                pnet::util::MacAddr::from(s.eth_dst),
+                server_mac,
+                "unicast to the server: {s:?}"
+            );
+            assert_eq!((s.ip_src, s.ip_dst), (REQUESTED, DHCP_SERVER_V4), "{s:?}");
+        }
+        let log = lab.dnsmasq_log();
+        assert!(
+            log.contains(&format!("DHCPREQUEST(eth0) {REQUESTED} {MAC_TEXT}")),
+            "{log}"
+        );
 
-            // Stop without release (leadership loss): macvlan gone, the lease kept; a new
-            // client with the same MAC and requested address gets it back at once.
-            h.stop().await;
-            assert!(!links(lab).contains(MACVLAN));
-            let log_before = lab.dnsmasq_log();
-            assert!(!log_before.contains("DHCPRELEASE"), "{log_before}");
-            assert!(
+        // Server gone past expiry: renewing at T1 unanswered, rebinding (broadcast) at
+        // T2 (105 s after the renewal), then Lost at expiry.
+        tokio::task::block_in_place(|| lab.stop_dnsmasq()).unwrap();
+        wait_state(&mut h, "rebinding at T2", Duration::from_secs(120), |s| {
+            matches!(s, DhcpState::Rebinding(_))
+        })
+        .await;
+        let lost = wait_state(&mut h, "Lost at expiry", Duration::from_secs(30), |s| {
+            matches!(s, DhcpState::Lost { .. })
+        })
+        .await;
+        assert!(
+            tokio::time::Instant::now() >= renewed.expires,
+            "held until the lease expired"
+        );
+        let DhcpState::Lost { reason } = lost else {
+            unreachable!()
+        };
+        assert!(
+            reason.contains("expired") && reason.contains(&REQUESTED.to_string()),
+            "{reason}"
+        );
+        lab.exec("node-a", "ip", &["addr", "flush", "dev", MACVLAN])
+            .unwrap();
+        let rebinds = cap
+            .seen()
+            .into_iter()
+            .filter(|s| s.ciaddr == REQUESTED && s.ip_dst == Ipv4Addr::BROADCAST)
+            .count();
+        assert!(rebinds > 0, "rebinding is broadcast: {:?}", cap.seen());
+
+        // Server back: the same address again.
+        tokio::task::block_in_place(|| lab.start_dnsmasq(&DnsmasqOptions::default())).unwrap();
+        let again = bound(
+            &mut h,
+            "the lease after the server came back",
+            Duration::from_secs(30),
+        )
+        .await;
+        assert_eq!(again.addr, REQUESTED);
+
+        // Stop without release (leadership loss): macvlan gone, the lease kept; a new
+        // client with the same MAC and requested address gets it back at once.
+        h.stop().await;
+        assert!(!links(lab).contains(MACVLAN));
+        let log_before = lab.dnsmasq_log();
+        assert!(!log_before.contains("DHCPRELEASE"), "{log_before}");
+        assert!(
+            lab.dnsmasq_leases()
+                .unwrap()
+                .iter()
+                .any(|l| l.addr == REQUESTED)
+        );
+        let mut h = dhcp.start(spec(Some(REQUESTED)));
+        let b = bound(&mut h, "the lease after a restart", Duration::from_secs(15)).await;
+        assert_eq!(b.addr, REQUESTED);
+
+        // Release: DHCPRELEASE, dnsmasq frees the lease; macvlan gone, the foreign one kept.
+        h.release_and_stop().await;
+        wait_until(
+            "the lease freed in dnsmasq's lease file",
+            Duration::from_secs(5),
+            || {
                 lab.dnsmasq_leases()
                     .unwrap()
                     .iter()
-                    .any(|l| l.addr == REQUESTED)
-            );
-            let mut h = dhcp.start(spec(Some(REQUESTED)));
-            let b = bound(&mut h, "the lease after a restart", Duration::from_secs(15)).await;
-            assert_eq!(b.addr, REQUESTED);
-
-            // Release: DHCPRELEASE, dnsmasq frees the lease; macvlan gone, the foreign one kept.
-            h.release_and_stop().await;
-            wait_until(
-                "the lease freed in dnsmasq's lease file",
-                Duration::from_secs(5),
-                || {
-                    lab.dnsmasq_leases()
-                        .unwrap()
-                        .iter()
-                        .all(|l| l.addr != REQUESTED)
-                },
-            );
-            assert!(
-                lab.dnsmasq_log()
-                    .contains(&format!("DHCPRELEASE(eth0) {REQUESTED} {MAC_TEXT}"))
-            );
-            let l = links(lab);
-            assert!(!l.contains(MACVLAN) && l.contains("mv-user"), "{l}");
-        });
-    })
-    .unwrap();
+                    .all(|l| l.addr != REQUESTED)
+            },
+        );
+        assert!(
+            lab.dnsmasq_log()
+                .contains(&format!("DHCPRELEASE(eth0) {REQUESTED} {MAC_TEXT}"))
+        );
+        let l = links(lab);
+        assert!(!l.contains(MACVLAN) && l.contains("mv-user"), "{l}");
+    });
 }
 
 /// A server that no longer serves the address NAKs the INIT-REBOOT request; the client
@@ -405,29 +410,21 @@ fn dhcp_client_nak_on_init_reboot_falls_back_to_discover() {
     })
     .unwrap();
     let lab = &lab;
-    lab.in_netns("node-a", || {
-        let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
-            let dhcp = RawDhcp::open().unwrap();
-            let mut h = dhcp.start(spec(Some(REQUESTED)));
-            let b = bound(
-                &mut h,
-                "a lease from the new range",
-                Duration::from_secs(20),
-            )
-            .await;
-            assert!(
-                (u32::from(new_range.0)..=u32::from(new_range.1)).contains(&u32::from(b.addr)),
-                "{b:?}"
-            );
-            h.stop().await;
-        });
-    })
-    .unwrap();
+    in_node_a(lab, async || {
+        let dhcp = RawDhcp::open().unwrap();
+        let mut h = dhcp.start(spec(Some(REQUESTED)));
+        let b = bound(
+            &mut h,
+            "a lease from the new range",
+            Duration::from_secs(20),
+        )
+        .await;
+        assert!(
+            (u32::from(new_range.0)..=u32::from(new_range.1)).contains(&u32::from(b.addr)),
+            "{b:?}"
+        );
+        h.stop().await;
+    });
     let log = lab.dnsmasq_log();
     assert!(
         log.contains(&format!("DHCPNAK(eth0) {REQUESTED} {MAC_TEXT}")),

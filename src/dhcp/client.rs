@@ -164,7 +164,7 @@ impl<K: MacvlanKernel, T: Transport> Task<K, T> {
             }
         };
         self.state.send_replace(DhcpState::Lost {
-            reason: "DHCP client stopped".into(),
+            reason: super::STOPPED.into(),
         });
         match self.macvlans.remove(&self.spec.macvlan).await {
             Ok(_) => debug!(macvlan = %self.spec.macvlan, "DHCP client stopped, macvlan removed"),

@@ -666,4 +666,4 @@ impl Machine {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

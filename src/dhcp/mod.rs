@@ -32,6 +32,9 @@ pub mod wire;
 pub use client::{DhcpClient, RawDhcp};
 pub use fake::{FakeDhcp, FakeEnd};
 
+/// The [`DhcpState::Lost`] reason of a stopped client.
+pub const STOPPED: &str = "DHCP client stopped";
+
 /// What to ask for: one Service's DHCPv4 address.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DhcpSpec {
@@ -170,7 +173,8 @@ impl DhcpHandle {
     }
 
     /// Stops the client and removes the macvlan WITHOUT DHCPRELEASE (leadership loss,
-    /// shutdown). Returns once that is done (or the task is already gone).
+    /// shutdown). Returns once that is done (or the task is already gone); the state then
+    /// reads [`DhcpState::Lost`] with the reason [`STOPPED`].
     pub async fn stop(self) {
         self.send_stop(false).await;
     }

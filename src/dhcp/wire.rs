@@ -21,6 +21,7 @@ use pnet::packet::udp::{self, MutableUdpPacket, UdpPacket};
 use tokio::io::unix::AsyncFd;
 
 use super::machine::{Dest, Outgoing};
+use crate::net::packet::{bound_packet_socket, sockaddr_ll};
 
 /// UDP port of DHCP servers (RFC 2131 §4.1).
 pub const SERVER_PORT: u16 = 67;
@@ -136,17 +137,6 @@ pub struct PacketWire {
     buf: Vec<u8>,
 }
 
-fn sockaddr_ll(ifindex: u32, mac: [u8; 6]) -> libc::sockaddr_ll {
-    // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
-    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_protocol = ETH_P_IP.to_be();
-    sll.sll_ifindex = i32::try_from(ifindex).unwrap_or(0);
-    sll.sll_halen = 6;
-    sll.sll_addr[..6].copy_from_slice(&mac);
-    sll
-}
-
 impl Transport for PacketTransport {
     type Wire = PacketWire;
 
@@ -155,24 +145,8 @@ impl Transport for PacketTransport {
             let what = format!("{what} on {name}");
             move |e: io::Error| io::Error::new(e.kind(), format!("{what}: {e}"))
         };
-        let sock = socket2::Socket::new(
-            socket2::Domain::PACKET,
-            socket2::Type::DGRAM,
-            Some(socket2::Protocol::from(i32::from(ETH_P_IP.to_be()))),
-        )
-        .map_err(step("open an AF_PACKET socket (needs CAP_NET_RAW)"))?;
-        let sll = sockaddr_ll(ifindex, [0; 6]);
-        // SAFETY: `sll` is a valid sockaddr_ll and the length is its size.
-        let rc = unsafe {
-            libc::bind(
-                sock.as_raw_fd(),
-                std::ptr::from_ref(&sll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(step("bind the AF_PACKET socket")(io::Error::last_os_error()));
-        }
+        let sock = bound_packet_socket(ifindex, socket2::Type::DGRAM, ETH_P_IP)
+            .map_err(|(what, e)| step(what)(e))?;
         sock.set_nonblocking(true)
             .map_err(step("make the socket non-blocking"))?;
         // SAFETY: the socket2 socket owns its descriptor and moves into the AsyncFd, which
@@ -200,7 +174,7 @@ impl PacketWire {
 impl Wire for PacketWire {
     async fn send(&mut self, out: &Outgoing) -> io::Result<()> {
         let packet = ip_udp_packet(out)?;
-        let sll = sockaddr_ll(self.ifindex, self.dest_mac(out.dest));
+        let sll = sockaddr_ll(self.ifindex, ETH_P_IP, self.dest_mac(out.dest));
         loop {
             let mut guard = self.fd.writable().await?;
             let res = guard.try_io(|inner| {

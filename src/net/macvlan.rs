@@ -23,6 +23,7 @@ use netlink_packet_route::link::{
 use rtnetlink::{Handle, LinkMacVlan, LinkUnspec};
 
 use super::iface::{IFNAME_RULE, is_ifname};
+use super::netlink::{ENODEV, errno};
 
 /// Prefix of the ifalias marking a macvlan as vipd's (`vipd:<service uid>`).
 pub const MARK_PREFIX: &str = "vipd:";
@@ -398,15 +399,6 @@ impl<K: MacvlanKernel> Macvlans<K> {
 #[derive(Debug, Clone)]
 pub struct NetlinkMacvlans {
     handle: Handle,
-}
-
-const ENODEV: i32 = 19;
-
-fn errno(err: &rtnetlink::Error) -> Option<i32> {
-    match err {
-        rtnetlink::Error::NetlinkError(m) => m.code.map(|c| c.get().abs()),
-        _ => None,
-    }
 }
 
 /// Decodes one `RTM_NEWLINK` message.

@@ -27,6 +27,7 @@ mod iface;
 pub mod macvlan;
 mod netlink;
 pub mod nft;
+pub mod packet;
 pub mod vip;
 
 pub use arp::{RawAnnouncer, garp_frame, unsolicited_na_frame};

@@ -1,18 +1,14 @@
 use std::io;
-use std::net::Ipv4Addr;
 use std::sync::Mutex;
 
-use dhcproto::v4::{DhcpOption, Message, MessageType, Opcode};
+use dhcproto::v4::{Message, MessageType};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::*;
 use crate::dhcp::machine::Dest;
+use crate::dhcp::machine::tests::{ADDR, MAC, SERVER, reply};
 use crate::net::macvlan::LinkEntry;
 use crate::net::macvlan::fake::FakeKernel;
-
-const MAC: [u8; 6] = [0x02, 0x42, 0, 0, 0, 7];
-const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
-const ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 201);
 
 struct FakeWire {
     sent: UnboundedSender<Outgoing>,
@@ -60,19 +56,7 @@ impl Server {
         self.sent.recv().await.expect("client gone")
     }
     fn answer(&self, req: &Outgoing, kind: MessageType) {
-        let mut m = Message::new_with_id(
-            req.msg.xid(),
-            Ipv4Addr::UNSPECIFIED,
-            ADDR,
-            Ipv4Addr::UNSPECIFIED,
-            Ipv4Addr::UNSPECIFIED,
-            &MAC,
-        );
-        m.set_opcode(Opcode::BootReply);
-        m.opts_mut().insert(DhcpOption::MessageType(kind));
-        m.opts_mut().insert(DhcpOption::ServerIdentifier(SERVER));
-        m.opts_mut().insert(DhcpOption::AddressLeaseTime(120));
-        self.replies.send(m).unwrap();
+        self.replies.send(reply(req, kind, ADDR)).unwrap();
     }
 }
 
@@ -159,7 +143,14 @@ async fn creates_the_macvlan_binds_renews_at_t1_and_stops_without_release() {
         .await
         .unwrap();
     let k = dhcp.macvlans().kernel();
+    let state = handle.state.clone();
     handle.stop().await;
+    assert_eq!(
+        *state.borrow(),
+        DhcpState::Lost {
+            reason: crate::dhcp::STOPPED.into()
+        }
+    );
     assert!(server.sent.try_recv().is_err(), "no DHCPRELEASE on stop");
     assert!(
         k.calls().last().unwrap().starts_with("delete vip-0123abcd"),
@@ -210,24 +201,30 @@ async fn decline_from_the_handle_sends_decline_and_loses_the_lease() {
     handle.stop().await;
 }
 
+/// Waits for `attempt` failed set-ups and returns the last error; the client keeps retrying.
+async fn setup_error(handle: &mut DhcpHandle, attempt: u32) -> String {
+    let state = handle
+        .state
+        .wait_for(|s| matches!(s, DhcpState::Requesting { attempt: a, .. } if *a == attempt))
+        .await
+        .unwrap()
+        .clone();
+    match state {
+        DhcpState::Requesting {
+            last_error: Some(e),
+            ..
+        } => e,
+        other => panic!("{other:?}"),
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn setup_errors_are_reported_and_retried_and_stop_still_works() {
     let (dhcp, _server) = client();
     let mut bad = spec();
     bad.parent = "eth9".into();
     let mut handle = dhcp.start(bad);
-    handle
-        .state
-        .wait_for(|s| matches!(s, DhcpState::Requesting { attempt: 2, .. }))
-        .await
-        .unwrap();
-    let DhcpState::Requesting {
-        last_error: Some(e),
-        ..
-    } = handle.state.borrow().clone()
-    else {
-        panic!()
-    };
+    let e = setup_error(&mut handle, 2).await;
     assert!(
         e.contains("\"eth9\"") && e.contains("does not exist"),
         "{e}"
@@ -237,18 +234,7 @@ async fn setup_errors_are_reported_and_retried_and_stop_still_works() {
     let mut long = spec();
     long.macvlan = "vip-0123456789ab".into();
     let mut handle = dhcp.start(long);
-    handle
-        .state
-        .wait_for(|s| matches!(s, DhcpState::Requesting { attempt: 1, .. }))
-        .await
-        .unwrap();
-    let DhcpState::Requesting {
-        last_error: Some(e),
-        ..
-    } = handle.state.borrow().clone()
-    else {
-        panic!()
-    };
+    let e = setup_error(&mut handle, 1).await;
     assert!(e.contains("\"vip-0123456789ab\""), "{e}");
     handle.stop().await;
 }

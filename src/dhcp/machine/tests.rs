@@ -1,8 +1,8 @@
 use super::*;
 
-const MAC: [u8; 6] = [0x02, 0x42, 0, 0, 0, 7];
-const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
-const ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 201);
+pub(crate) const MAC: [u8; 6] = [0x02, 0x42, 0, 0, 0, 7];
+pub(crate) const SERVER: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 1);
+pub(crate) const ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 201);
 
 fn cfg(requested: Option<Ipv4Addr>) -> ClientConfig {
     ClientConfig {
@@ -36,7 +36,7 @@ fn opt54(o: &Outgoing) -> Option<Ipv4Addr> {
 }
 
 /// A server reply of `kind` to `req`, with a 120 s lease (dnsmasq's minimum) and no T1/T2.
-fn reply(req: &Outgoing, kind: MessageType, yiaddr: Ipv4Addr) -> Message {
+pub(crate) fn reply(req: &Outgoing, kind: MessageType, yiaddr: Ipv4Addr) -> Message {
     let mut m = Message::new_with_id(
         req.msg.xid(),
         Ipv4Addr::UNSPECIFIED,
