@@ -21,7 +21,7 @@ use pnet::packet::udp::{self, MutableUdpPacket, UdpPacket};
 use tokio::io::unix::AsyncFd;
 
 use super::machine::{Dest, Outgoing};
-use crate::net::packet::{bound_packet_socket, sockaddr_ll};
+use crate::net::packet::{attach_filter, bound_packet_socket, sockaddr_ll};
 
 /// UDP port of DHCP servers (RFC 2131 §4.1).
 pub const SERVER_PORT: u16 = 67;
@@ -121,6 +121,30 @@ pub fn dhcp_in_ip_packet(packet: &[u8]) -> Option<(Ipv4Addr, Message)> {
         .map(|m| (ip.get_source(), m))
 }
 
+/// Classic BPF for the client socket (`SOCK_DGRAM`: offsets from the IPv4 header): accept
+/// unfragmented (or first-fragment) UDP to port [`CLIENT_PORT`], drop the rest.
+pub fn client_port_filter() -> [libc::sock_filter; 9] {
+    const LDB_ABS: u16 = 0x30; // BPF_LD | BPF_B | BPF_ABS
+    const LDH_ABS: u16 = 0x28; // BPF_LD | BPF_H | BPF_ABS
+    const LDH_IND: u16 = 0x48; // BPF_LD | BPF_H | BPF_IND
+    const LDX_MSH: u16 = 0xb1; // BPF_LDX | BPF_B | BPF_MSH: X = 4 * (byte & 0x0f)
+    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const JSET_K: u16 = 0x45; // BPF_JMP | BPF_JSET | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    let ins = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
+    [
+        ins(LDB_ABS, 0, 0, 9),                    // IPv4 protocol
+        ins(JEQ_K, 0, 6, 17),                     // UDP, else drop
+        ins(LDH_ABS, 0, 0, 6),                    // flags + fragment offset
+        ins(JSET_K, 4, 0, 0x1fff),                // a later fragment: drop
+        ins(LDX_MSH, 0, 0, 0),                    // X = IPv4 header length
+        ins(LDH_IND, 0, 0, 2),                    // UDP destination port
+        ins(JEQ_K, 0, 1, u32::from(CLIENT_PORT)), // port 68: accept, else drop
+        ins(RET_K, 0, 0, 0x0004_0000),            // accept
+        ins(RET_K, 0, 0, 0),                      // drop
+    ]
+}
+
 /// [`Transport`] over `AF_PACKET` `SOCK_DGRAM` sockets (needs `CAP_NET_RAW`); the socket
 /// lives in the network namespace of the thread that opens it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -147,6 +171,10 @@ impl Transport for PacketTransport {
         };
         let sock = bound_packet_socket(ifindex, socket2::Type::DGRAM, ETH_P_IP)
             .map_err(|(what, e)| step(what)(e))?;
+        // Once the Service's address is on the macvlan, all its traffic passes here: only
+        // DHCP replies may wake the client.
+        attach_filter(&sock, &client_port_filter())
+            .map_err(step("attach the UDP port 68 filter"))?;
         sock.set_nonblocking(true)
             .map_err(step("make the socket non-blocking"))?;
         // SAFETY: the socket2 socket owns its descriptor and moves into the AsyncFd, which
@@ -275,6 +303,22 @@ mod tests {
         let (src, msg) = dhcp_in_ip_packet(&pkt).unwrap();
         assert_eq!(src, Ipv4Addr::UNSPECIFIED);
         assert_eq!(msg, out.msg);
+    }
+
+    #[test]
+    fn client_port_filter_jumps_land_inside_the_program() {
+        let prog = client_port_filter();
+        for (i, ins) in prog.iter().enumerate() {
+            if ins.code & 0x07 == 0x05 {
+                assert!(i + 1 + usize::from(ins.jt) < prog.len(), "{i}");
+                assert!(i + 1 + usize::from(ins.jf) < prog.len(), "{i}");
+            }
+        }
+        // Non-UDP and later fragments land on the drop; port 68 on the accept.
+        assert_eq!(1 + 1 + usize::from(prog[1].jf), 8);
+        assert_eq!(3 + 1 + usize::from(prog[3].jt), 8);
+        assert_eq!((prog[7].code, prog[8].k), (0x06, 0));
+        assert_ne!(prog[7].k, 0);
     }
 
     #[test]

@@ -1,5 +1,5 @@
 //! `AF_PACKET` sockets bound to one interface (Linux `packet(7)`), shared by the users that
-//! talk below IP: the peer heartbeat socket and the DHCP client.
+//! talk below IP: the peer heartbeat socket, the conflict capture and the DHCP client.
 
 use std::os::fd::AsRawFd;
 
@@ -46,4 +46,31 @@ pub fn bound_packet_socket(
         return Err(("bind to the interface", std::io::Error::last_os_error()));
     }
     Ok(sock)
+}
+
+/// Attaches the classic BPF program `prog` to `sock` (`SO_ATTACH_FILTER`): the kernel drops
+/// what it rejects before it is queued.
+///
+/// # Errors
+/// The OS error (e.g. an invalid program).
+pub fn attach_filter(sock: &socket2::Socket, prog: &[libc::sock_filter]) -> std::io::Result<()> {
+    let fprog = libc::sock_fprog {
+        len: u16::try_from(prog.len()).map_err(|_| std::io::ErrorKind::InvalidInput)?,
+        filter: prog.as_ptr().cast_mut(),
+    };
+    // SAFETY: `fprog` points at `prog`, which outlives the call; the kernel copies the
+    // program; the length matches the slice.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_ATTACH_FILTER,
+            std::ptr::from_ref(&fprog).cast(),
+            std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
