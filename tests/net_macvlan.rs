@@ -46,8 +46,8 @@ fn link(name: &str) -> Option<serde_json::Value> {
     v.get(0).cloned()
 }
 
-fn sysctl(name: &str, key: &str) -> String {
-    std::fs::read_to_string(format!("/proc/sys/net/ipv4/conf/{name}/{key}"))
+fn sysctl(family: &str, name: &str, key: &str) -> String {
+    std::fs::read_to_string(format!("/proc/sys/net/{family}/conf/{name}/{key}"))
         .unwrap()
         .trim()
         .to_string()
@@ -86,9 +86,12 @@ fn creates_configures_reuses_replaces_and_removes_only_marked_macvlans() {
             l["flags"].as_array().unwrap().iter().any(|f| f == "UP"),
             "{l}"
         );
-        assert_eq!(sysctl("vip-abc", "rp_filter"), "2");
-        assert_eq!(sysctl("vip-abc", "arp_ignore"), "1");
-        assert_eq!(sysctl("vip-abc", "arp_announce"), "2");
+        assert_eq!(sysctl("ipv4", "vip-abc", "rp_filter"), "2");
+        assert_eq!(sysctl("ipv4", "vip-abc", "arp_ignore"), "1");
+        assert_eq!(sysctl("ipv4", "vip-abc", "arp_announce"), "2");
+        // No SLAAC address for the node through the macvlan.
+        assert_eq!(sysctl("ipv6", "vip-abc", "accept_ra"), "0");
+        assert_eq!(sysctl("ipv6", "vip-abc", "autoconf"), "0");
 
         // Same spec: the same link. Another MAC: replaced.
         assert_eq!(m.ensure(&s).await.unwrap(), index);

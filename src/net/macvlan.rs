@@ -281,12 +281,44 @@ pub trait MacvlanKernel: Send + Sync + 'static {
         name: &str,
     ) -> impl Future<Output = Result<(), MacvlanError>> + Send;
 
-    /// Writes `value` to `/proc/sys/net/ipv4/conf/<name>/<key>`.
+    /// Writes `value` to `/proc/sys/net/<family>/conf/<name>/<key>`.
     ///
     /// # Errors
-    /// [`MacvlanError::Sysctl`].
-    fn set_ipv4_conf(&self, name: &str, key: &'static str, value: u8) -> Result<(), MacvlanError>;
+    /// [`MacvlanError::Sysctl`] (its `source` is `NotFound` when the directory does not
+    /// exist, e.g. IPv6 disabled on the kernel command line).
+    fn set_conf(
+        &self,
+        family: ConfFamily,
+        name: &str,
+        key: &'static str,
+        value: u8,
+    ) -> Result<(), MacvlanError>;
 }
+
+/// Which `/proc/sys/net/<family>/conf` tree a setting lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfFamily {
+    /// `net.ipv4.conf.<if>`.
+    Ipv4,
+    /// `net.ipv6.conf.<if>`.
+    Ipv6,
+}
+
+impl ConfFamily {
+    /// `ipv4` or `ipv6`.
+    pub fn dir(self) -> &'static str {
+        match self {
+            Self::Ipv4 => "ipv4",
+            Self::Ipv6 => "ipv6",
+        }
+    }
+}
+
+/// The per-interface IPv6 settings vipd gives its macvlans: `accept_ra = 0` and
+/// `autoconf = 0`, so that router advertisements never give the macvlan (and so the node)
+/// a SLAAC address of its own. The link-local address stays. Skipped when the kernel has no
+/// IPv6.
+pub const IPV6_SETTINGS: [(&str, u8); 2] = [("accept_ra", 0), ("autoconf", 0)];
 
 /// The per-interface IPv4 settings vipd gives its macvlans, besides `rp_filter`:
 /// - `arp_ignore = 1`: answer ARP only for addresses configured on the macvlan itself, so its
@@ -314,7 +346,7 @@ impl<K: MacvlanKernel> Macvlans<K> {
 
     /// Makes `spec`'s macvlan exist, configured and up; returns its index. An existing vipd
     /// macvlan of that name is reused when identical, replaced otherwise. Order: create (down),
-    /// ifalias, sysctls (`rp_filter`, [`ARP_SETTINGS`]), up, so that it never answers with the
+    /// ifalias, sysctls (`rp_filter`, [`ARP_SETTINGS`], [`IPV6_SETTINGS`]), up, so that it never answers with the
     /// kernel defaults.
     ///
     /// # Errors
@@ -346,9 +378,20 @@ impl<K: MacvlanKernel> Macvlans<K> {
             }
         };
         self.kernel
-            .set_ipv4_conf(&spec.name, "rp_filter", spec.rp_filter)?;
+            .set_conf(ConfFamily::Ipv4, &spec.name, "rp_filter", spec.rp_filter)?;
         for (key, value) in ARP_SETTINGS {
-            self.kernel.set_ipv4_conf(&spec.name, key, value)?;
+            self.kernel
+                .set_conf(ConfFamily::Ipv4, &spec.name, key, value)?;
+        }
+        for (key, value) in IPV6_SETTINGS {
+            match self
+                .kernel
+                .set_conf(ConfFamily::Ipv6, &spec.name, key, value)
+            {
+                Err(MacvlanError::Sysctl { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound => {}
+                other => other?,
+            }
         }
         self.kernel.up(index, &spec.name).await?;
         Ok(index)
@@ -533,8 +576,14 @@ impl MacvlanKernel for NetlinkMacvlans {
         }
     }
 
-    fn set_ipv4_conf(&self, name: &str, key: &'static str, value: u8) -> Result<(), MacvlanError> {
-        let path = format!("/proc/sys/net/ipv4/conf/{name}/{key}");
+    fn set_conf(
+        &self,
+        family: ConfFamily,
+        name: &str,
+        key: &'static str,
+        value: u8,
+    ) -> Result<(), MacvlanError> {
+        let path = format!("/proc/sys/net/{}/conf/{name}/{key}", family.dir());
         std::fs::write(&path, format!("{value}\n")).map_err(|source| MacvlanError::Sysctl {
             name: name.into(),
             path,

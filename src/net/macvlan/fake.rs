@@ -1,13 +1,16 @@
 //! A [`MacvlanKernel`] in memory, for unit tests: it records every call.
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{LinkEntry, MacvlanError, MacvlanKernel, format_mac};
+use super::{ConfFamily, LinkEntry, MacvlanError, MacvlanKernel, format_mac};
 
 #[derive(Default)]
 pub(crate) struct FakeKernel {
     pub(crate) links: Mutex<Vec<LinkEntry>>,
     calls: Mutex<Vec<String>>,
+    /// Answer IPv6 settings with `NotFound`, as a kernel without IPv6 does.
+    pub(crate) no_ipv6: AtomicBool,
 }
 
 impl FakeKernel {
@@ -15,6 +18,7 @@ impl FakeKernel {
         Self {
             links: Mutex::new(links),
             calls: Mutex::default(),
+            no_ipv6: AtomicBool::new(false),
         }
     }
     pub(crate) fn calls(&self) -> Vec<String> {
@@ -61,8 +65,22 @@ impl MacvlanKernel for FakeKernel {
         self.links.lock().unwrap().retain(|l| l.index != index);
         Ok(())
     }
-    fn set_ipv4_conf(&self, name: &str, key: &'static str, value: u8) -> Result<(), MacvlanError> {
-        self.log(format!("sysctl {name} {key}={value}"));
+    fn set_conf(
+        &self,
+        family: ConfFamily,
+        name: &str,
+        key: &'static str,
+        value: u8,
+    ) -> Result<(), MacvlanError> {
+        if family == ConfFamily::Ipv6 && self.no_ipv6.load(Ordering::Relaxed) {
+            return Err(MacvlanError::Sysctl {
+                name: name.into(),
+                path: format!("/proc/sys/net/ipv6/conf/{name}/{key}"),
+                value,
+                source: std::io::ErrorKind::NotFound.into(),
+            });
+        }
+        self.log(format!("sysctl {} {name} {key}={value}", family.dir()));
         Ok(())
     }
 }

@@ -102,9 +102,11 @@ async fn ensure_creates_configures_then_brings_up() {
         m.kernel().calls(),
         vec![
             "create vip-a on 2 02:00:00:00:00:09 vipd:uid-1".to_string(),
-            "sysctl vip-a rp_filter=2".into(),
-            "sysctl vip-a arp_ignore=1".into(),
-            "sysctl vip-a arp_announce=2".into(),
+            "sysctl ipv4 vip-a rp_filter=2".into(),
+            "sysctl ipv4 vip-a arp_ignore=1".into(),
+            "sysctl ipv4 vip-a arp_announce=2".into(),
+            "sysctl ipv6 vip-a accept_ra=0".into(),
+            "sysctl ipv6 vip-a autoconf=0".into(),
             format!("up vip-a {index}"),
         ]
     );
@@ -115,6 +117,20 @@ async fn ensure_creates_configures_then_brings_up() {
             .iter()
             .any(|c| c.starts_with("create"))
     );
+}
+
+#[tokio::test]
+async fn ensure_works_on_a_kernel_without_ipv6() {
+    let k = FakeKernel::with(vec![entry(2, "eth0", false, None)]);
+    k.no_ipv6.store(true, std::sync::atomic::Ordering::Relaxed);
+    let m = Macvlans::new(k);
+    let index = m.ensure(&spec("vip-a")).await.unwrap();
+    let calls = m.kernel().calls();
+    assert!(
+        calls.contains(&"sysctl ipv4 vip-a arp_ignore=1".to_string()),
+        "{calls:?}"
+    );
+    assert_eq!(calls.last(), Some(&format!("up vip-a {index}")));
 }
 
 #[tokio::test]
