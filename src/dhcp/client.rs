@@ -13,7 +13,7 @@ use tracing::{debug, info, warn};
 use super::machine::{ClientConfig, Machine, Outgoing, backoff};
 use super::wire::{PacketTransport, Transport, Wire};
 use super::{Dhcp, DhcpCommand, DhcpHandle, DhcpSpec, DhcpState};
-use crate::net::macvlan::{MacvlanError, MacvlanKernel, MacvlanSpec, Macvlans, NetlinkMacvlans};
+use crate::net::macvlan::{MacvlanError, MacvlanKernel, Macvlans, NetlinkMacvlans};
 
 /// [`Dhcp`] over macvlans vipd manages (kernel `K`) and a packet transport `T`.
 pub struct DhcpClient<K, T> {
@@ -101,20 +101,11 @@ fn xid_seed(mac: [u8; 6]) -> u32 {
 }
 
 impl<K: MacvlanKernel, T: Transport> Task<K, T> {
-    fn macvlan_spec(&self) -> MacvlanSpec {
-        MacvlanSpec {
-            parent: self.spec.parent.clone(),
-            name: self.spec.macvlan.clone(),
-            mac: self.spec.mac,
-            mark: self.spec.mark.clone(),
-            rp_filter: self.spec.rp_filter,
-        }
-    }
-
     async fn setup(&self) -> Result<T::Wire, String> {
+        self.spec.check().map_err(|e| e.to_string())?;
         let index = self
             .macvlans
-            .ensure(&self.macvlan_spec())
+            .ensure(&self.spec.macvlan_spec())
             .await
             .map_err(|e| e.to_string())?;
         self.transport
