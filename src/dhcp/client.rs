@@ -1,6 +1,6 @@
 //! [`DhcpClient`]: the [`Dhcp`] implementation. One tokio task per started spec creates the
 //! macvlan ([`Macvlans::ensure`]), opens a [`Wire`] on it and drives the
-//! [`Machine`](super::machine::Machine) with its deadlines, the replies and the handle's
+//! [`Machine`] with its deadlines, the replies and the handle's
 //! commands, publishing [`DhcpState`] after each step.
 
 use std::sync::Arc;

@@ -120,7 +120,7 @@ pub enum ArpGuardError {
         /// `nft`'s error output, or why it could not run.
         detail: String,
     },
-    /// Not a Linux interface name ([`super::iface::is_ifname`]).
+    /// Not a Linux interface name ([`crate::net::is_ifname`]).
     #[error(
         "VIP {vip}: interface name {ifname:?} is not a Linux interface name ({})",
         super::iface::IFNAME_RULE
