@@ -101,6 +101,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
             shutdown.clone(),
         )
     });
+    let dhcp = start_dhcp(cfg.dhcp_mode).await;
     let services = match cfg.services {
         true => Some(
             services::start(
@@ -111,8 +112,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
                     metrics: metrics.clone(),
                     readiness: readiness.clone(),
                     ineligible: svc_eligible,
-                    // DHCP mode's client (src/dhcp, issue 13 part A) is wired in here.
-                    dhcp: None,
+                    dhcp,
                 },
             )
             .await?,
@@ -382,4 +382,28 @@ async fn aux_loop<K: Kernel>(
             metrics.vips_held(addrs.iter().filter(|a| a.ours).count());
         }
     }
+}
+
+/// Removes the macvlans a previous vipd left behind (they carry vipd's mark; a macvlan
+/// without it is never touched), whether or not DHCP mode is on now, and returns DHCP mode's
+/// client when `dhcp_mode` is on. Failures are logged: without the client, DHCP Services
+/// get a Warning and the rest of vipd runs.
+async fn start_dhcp(dhcp_mode: bool) -> Option<Arc<dyn crate::dhcp::Dhcp>> {
+    let client = match crate::dhcp::RawDhcp::open() {
+        Ok(c) => c,
+        Err(e) => {
+            if dhcp_mode {
+                error!(error = %e, "DHCP mode: cannot open rtnetlink for macvlans; DHCP Services will not be announced");
+            }
+            return None;
+        }
+    };
+    match client.macvlans().remove_stale(&[]).await {
+        Ok(removed) if !removed.is_empty() => {
+            info!(macvlans = ?removed, "removed macvlans a previous vipd left behind")
+        }
+        Ok(_) => {}
+        Err(e) => warn!(error = %e, "cannot remove stale vipd macvlans"),
+    }
+    dhcp_mode.then(|| Arc::new(client) as Arc<dyn crate::dhcp::Dhcp>)
 }

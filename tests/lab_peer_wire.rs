@@ -113,14 +113,8 @@ const HEARTBEATS: u64 = 5;
 
 #[test]
 fn signed_heartbeats_cross_a_veth_and_forgeries_are_counted() {
-    if !nix::unistd::geteuid().is_root() {
-        if std::env::var("VIPD_SKIP_LAB").as_deref() == Ok("1") {
-            println!("SKIPPED: peer wire lab test needs root (VIPD_SKIP_LAB=1)");
-            return;
-        }
-        panic!(
-            "peer wire lab test needs root (it creates network namespaces); set VIPD_SKIP_LAB=1 to skip"
-        );
+    if !support::netns::root_or_skip("peer wire lab test") {
+        return;
     }
     // Receiver side: its thread id (for `ip link set v1 netns <tid>`), then "socket open".
     let (tid_tx, tid_rx) = mpsc::channel::<i32>();

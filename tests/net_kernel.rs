@@ -18,7 +18,7 @@ use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::netns::{assert_private_netns, enter_private_netns, ip, ns_of};
+use support::netns::{assert_private_netns, enter_private_netns, ip, ns_of, root_or_skip};
 
 use pnet::datalink::{self, Channel, DataLinkReceiver, NetworkInterface};
 use pnet::packet::Packet;
@@ -41,14 +41,8 @@ where
     F: FnOnce() -> Fut + Send + 'static,
     Fut: Future<Output = ()>,
 {
-    if !nix::unistd::geteuid().is_root() {
-        if std::env::var("VIPD_SKIP_LAB").as_deref() == Ok("1") {
-            println!("SKIPPED: kernel tests need root (VIPD_SKIP_LAB=1)");
-            return;
-        }
-        panic!(
-            "kernel tests need root (they create network namespaces); set VIPD_SKIP_LAB=1 to skip"
-        );
+    if !root_or_skip("kernel tests") {
+        return;
     }
     let t = std::thread::spawn(move || {
         enter_private_netns();

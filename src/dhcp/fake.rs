@@ -25,7 +25,8 @@ struct FakeRun {
 }
 
 /// A [`Dhcp`] that records what it is asked and whose states the test sets. Clones share
-/// the record. Each started client begins in `Requesting { attempt: 0, last_error: None }`.
+/// the record. Each started client begins in `Requesting { attempt: 0, last_error: None }`
+/// and ends, like the real one, in `Lost` with the reason [`super::STOPPED`].
 #[derive(Clone, Default)]
 pub struct FakeDhcp {
     runs: Arc<Mutex<Vec<FakeRun>>>,
@@ -125,7 +126,12 @@ impl Dhcp for FakeDhcp {
                         } else {
                             FakeEnd::Stopped
                         };
-                        fake.with(|runs| runs[id].ended = Some(end));
+                        fake.with(|runs| {
+                            runs[id].ended = Some(end);
+                            runs[id].state.send_replace(DhcpState::Lost {
+                                reason: super::STOPPED.into(),
+                            });
+                        });
                         let _ = done.send(());
                         break end;
                     }
@@ -134,6 +140,9 @@ impl Dhcp for FakeDhcp {
             };
             fake.with(|runs| {
                 runs[id].ended.get_or_insert(end);
+                runs[id].state.send_replace(DhcpState::Lost {
+                    reason: super::STOPPED.into(),
+                });
             });
         });
         DhcpHandle::new(state_rx, cmd_tx)
@@ -167,11 +176,18 @@ mod tests {
         assert_eq!(*a.state.borrow(), DhcpState::Lost { reason: "x".into() });
         let addr = Ipv4Addr::new(192, 0, 2, 201);
         a.decline(addr);
+        let a_state = a.state.clone();
         a.stop().await;
         b.release_and_stop().await;
         assert_eq!(fake.declined("vip-a"), vec![addr]);
         assert_eq!(fake.ended("vip-a"), Some(FakeEnd::Stopped));
         assert_eq!(fake.ended("vip-b"), Some(FakeEnd::Released));
+        assert_eq!(
+            *a_state.borrow(),
+            DhcpState::Lost {
+                reason: crate::dhcp::STOPPED.into()
+            }
+        );
         assert!(fake.running().is_empty());
         assert!(!fake.set_state("vip-a", DhcpState::Lost { reason: "y".into() }));
     }

@@ -24,9 +24,18 @@ use std::net::Ipv4Addr;
 
 use tokio::sync::{mpsc, oneshot, watch};
 
-pub mod fake;
+use crate::net::macvlan::{MacvlanError, MacvlanSpec, validate};
 
+pub mod client;
+pub mod fake;
+pub mod machine;
+pub mod wire;
+
+pub use client::{DhcpClient, RawDhcp};
 pub use fake::{FakeDhcp, FakeEnd};
+
+/// The [`DhcpState::Lost`] reason of a stopped client.
+pub const STOPPED: &str = "DHCP client stopped";
 
 /// What to ask for: one Service's DHCPv4 address.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,6 +64,54 @@ pub struct DhcpSpec {
     /// The macvlan's ifalias, marking it as vipd's (e.g. `vipd:<service uid>`); at start vipd
     /// removes stale macvlans whose ifalias starts with `vipd:` and no others.
     pub mark: String,
+}
+
+/// Longest host name option 12 can carry (RFC 2132 §3.14: length 1 to 255 bytes).
+pub const HOSTNAME_MAX: usize = 255;
+
+/// A [`DhcpSpec`] field the client cannot use; the message names the field and the value.
+#[derive(Debug, thiserror::Error)]
+pub enum DhcpSpecError {
+    /// The macvlan part (name, MAC, mark, rp_filter) is invalid.
+    #[error(transparent)]
+    Macvlan(#[from] MacvlanError),
+    /// The host name cannot be sent as option 12.
+    #[error("DHCP host name {hostname:?} is invalid (1 to {HOSTNAME_MAX} bytes)")]
+    Hostname {
+        /// The value given.
+        hostname: String,
+    },
+}
+
+impl DhcpSpec {
+    /// The macvlan to create for this spec.
+    pub fn macvlan_spec(&self) -> MacvlanSpec {
+        MacvlanSpec {
+            parent: self.parent.clone(),
+            name: self.macvlan.clone(),
+            mac: self.mac,
+            mark: self.mark.clone(),
+            rp_filter: self.rp_filter,
+        }
+    }
+
+    /// Checks what can be checked without the kernel (the client does the same when it
+    /// starts, and reports a failure as `Requesting { last_error }`): the macvlan's name, MAC,
+    /// mark and `rp_filter` ([`crate::net::macvlan::validate`]) and the host name.
+    ///
+    /// # Errors
+    /// [`DhcpSpecError`] naming the field and the value.
+    pub fn check(&self) -> Result<(), DhcpSpecError> {
+        validate(&self.macvlan_spec())?;
+        if let Some(h) = &self.hostname
+            && (h.is_empty() || h.len() > HOSTNAME_MAX)
+        {
+            return Err(DhcpSpecError::Hostname {
+                hostname: h.clone(),
+            });
+        }
+        Ok(())
+    }
 }
 
 /// A bound lease (RFC 2131 §4.4.5). Instants are tokio monotonic time (so paused-clock tests
@@ -166,7 +223,8 @@ impl DhcpHandle {
     }
 
     /// Stops the client and removes the macvlan WITHOUT DHCPRELEASE (leadership loss,
-    /// shutdown). Returns once that is done (or the task is already gone).
+    /// shutdown). Returns once that is done (or the task is already gone); the state then
+    /// reads [`DhcpState::Lost`] with the reason [`STOPPED`].
     pub async fn stop(self) {
         self.send_stop(false).await;
     }
@@ -194,5 +252,41 @@ impl DhcpHandle {
             // An error means the task ended without answering: it is stopped either way.
             let _ = wait.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod spec_tests {
+    use super::*;
+
+    fn spec() -> DhcpSpec {
+        DhcpSpec {
+            parent: "eth0".into(),
+            macvlan: "vip-0123abcd".into(),
+            mac: [0x02, 0, 0, 0, 0, 1],
+            requested: None,
+            hostname: Some("lb-1".into()),
+            broadcast: false,
+            rp_filter: 0,
+            mark: "vipd:uid".into(),
+        }
+    }
+
+    #[test]
+    fn check_names_the_bad_field() {
+        assert!(spec().check().is_ok());
+        let mut long_name = spec();
+        long_name.macvlan = "vip-0123456789ab".into();
+        let e = long_name.check().unwrap_err().to_string();
+        assert!(e.contains("\"vip-0123456789ab\""), "{e}");
+        for bad in [String::new(), "h".repeat(256)] {
+            let mut s = spec();
+            s.hostname = Some(bad.clone());
+            let e = s.check().unwrap_err().to_string();
+            assert!(e.contains(&format!("{bad:?}")), "{e}");
+        }
+        let mut ok = spec();
+        ok.hostname = Some("h".repeat(255));
+        assert!(ok.check().is_ok());
     }
 }

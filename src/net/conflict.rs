@@ -418,28 +418,8 @@ fn open_capture(v6: bool) -> Result<socket2::Socket, NetError> {
     )
     .map_err(err("open an AF_PACKET socket (needs CAP_NET_RAW)"))?;
     if v6 {
-        let prog = nd_filter();
-        let fprog = libc::sock_fprog {
-            len: prog.len() as u16,
-            filter: prog.as_ptr().cast_mut(),
-        };
-        // SAFETY: `fprog` points at `prog`, which outlives the call; the kernel copies the
-        // program; the length matches the array.
-        let rc = unsafe {
-            libc::setsockopt(
-                sock.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_ATTACH_FILTER,
-                std::ptr::from_ref(&fprog).cast(),
-                std::mem::size_of::<libc::sock_fprog>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(NetError::Capture {
-                what: "attach the neighbour discovery filter",
-                source: std::io::Error::last_os_error(),
-            });
-        }
+        super::packet::attach_filter(&sock, &nd_filter())
+            .map_err(err("attach the neighbour discovery filter"))?;
     }
     sock.set_nonblocking(true)
         .map_err(err("make the capture socket non-blocking"))?;

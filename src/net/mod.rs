@@ -24,8 +24,10 @@ pub mod arpflux;
 mod cache;
 pub mod conflict;
 mod iface;
+pub mod macvlan;
 mod netlink;
 pub mod nft;
+pub mod packet;
 pub mod vip;
 
 pub use arp::{RawAnnouncer, garp_frame, unsolicited_na_frame};

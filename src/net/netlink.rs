@@ -20,7 +20,8 @@ const INFINITY_LIFE_TIME: u32 = u32::MAX;
 /// Longest interface address label the kernel accepts (`IFNAMSIZ - 1` bytes).
 const MAX_LABEL_LEN: usize = 15;
 
-const ENODEV: i32 = 19;
+/// `ENODEV`.
+pub(super) const ENODEV: i32 = 19;
 const EEXIST: i32 = 17;
 const EINVAL: i32 = 22;
 const ENOENT: i32 = 2;
@@ -209,7 +210,8 @@ impl RawAddr {
     }
 }
 
-fn errno(err: &rtnetlink::Error) -> Option<i32> {
+/// The kernel's errno (positive) in a netlink error reply, if it is one.
+pub(super) fn errno(err: &rtnetlink::Error) -> Option<i32> {
     match err {
         rtnetlink::Error::NetlinkError(m) => m.code.map(|c| c.get().abs()),
         _ => None,

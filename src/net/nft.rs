@@ -75,8 +75,6 @@ pub(crate) const SET_PINNED: &str = "pinned";
 pub(crate) const CHAIN: &str = "input";
 /// How long one `nft` run may take before it is killed and reported as failed.
 const NFT_TIMEOUT: Duration = Duration::from_secs(10);
-/// Longest Linux interface name in bytes (`IFNAMSIZ - 1`).
-const IFNAME_MAX: usize = 15;
 
 /// Errors of the ARP guard; each names the VIP / interface and the `nft` command concerned.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -122,9 +120,10 @@ pub enum ArpGuardError {
         /// `nft`'s error output, or why it could not run.
         detail: String,
     },
-    /// Not a Linux interface name (1 to 15 bytes, no `/`, NUL or whitespace).
+    /// Not a Linux interface name ([`crate::net::is_ifname`]).
     #[error(
-        "VIP {vip}: interface name {ifname:?} is not a Linux interface name (1 to 15 bytes, no '/', NUL or whitespace)"
+        "VIP {vip}: interface name {ifname:?} is not a Linux interface name ({})",
+        super::iface::IFNAME_RULE
     )]
     InvalidIfname {
         /// The VIP.
@@ -455,14 +454,6 @@ impl PinCounts {
     }
 }
 
-fn valid_ifname(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= IFNAME_MAX
-        && !name
-            .bytes()
-            .any(|b| b == b'/' || b == 0 || b.is_ascii_whitespace())
-}
-
 /// The real guard: vipd's `table arp vipd`, changed through the `nft` binary.
 #[derive(Debug)]
 pub struct NftArpGuard {
@@ -514,7 +505,7 @@ impl ArpGuard for NftArpGuard {
         ifname: &'a str,
     ) -> BoxFuture<'a, Result<(), ArpGuardError>> {
         Box::pin(async move {
-            if !valid_ifname(ifname) {
+            if !super::iface::is_ifname(ifname) {
                 return Err(ArpGuardError::InvalidIfname {
                     vip,
                     ifname: ifname.to_string(),

@@ -22,6 +22,7 @@ use nix::sys::socket::{
 
 use super::wire::{ETHERTYPE, GROUP_MAC, MAX_PAYLOAD};
 use crate::net::LinkInfo;
+use crate::net::packet::{bound_packet_socket, sockaddr_ll};
 
 /// `PACKET_OUTGOING`: a frame this host sent, looped back to packet sockets.
 const PACKET_OUTGOING: u8 = 4;
@@ -80,14 +81,7 @@ pub struct PeerSocket {
 }
 
 fn sockaddr(link: &LinkInfo, mac: [u8; 6]) -> libc::sockaddr_ll {
-    // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
-    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    sll.sll_family = libc::AF_PACKET as libc::sa_family_t;
-    sll.sll_protocol = ETHERTYPE.to_be();
-    sll.sll_ifindex = i32::try_from(link.index).unwrap_or(0);
-    sll.sll_halen = 6;
-    sll.sll_addr[..6].copy_from_slice(&mac);
-    sll
+    sockaddr_ll(link.index, ETHERTYPE, mac)
 }
 
 impl PeerSocket {
@@ -110,24 +104,8 @@ impl PeerSocket {
                 source,
             }
         };
-        let sock = socket2::Socket::new(
-            socket2::Domain::PACKET,
-            socket2::Type::RAW,
-            Some(socket2::Protocol::from(i32::from(ETHERTYPE.to_be()))),
-        )
-        .map_err(err("open an AF_PACKET socket (needs CAP_NET_RAW)"))?;
-        let sll = sockaddr(link, [0; 6]);
-        // SAFETY: `sll` is a valid sockaddr_ll and the length is its size.
-        let rc = unsafe {
-            libc::bind(
-                sock.as_raw_fd(),
-                std::ptr::from_ref(&sll).cast(),
-                std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-            )
-        };
-        if rc != 0 {
-            return Err(err("bind to the interface")(std::io::Error::last_os_error()));
-        }
+        let sock = bound_packet_socket(link.index, socket2::Type::RAW, ETHERTYPE)
+            .map_err(|(what, source)| err(what)(source))?;
         let mut addr = [0u8; 8];
         addr[..6].copy_from_slice(&GROUP_MAC);
         let mreq = libc::packet_mreq {

@@ -53,3 +53,17 @@ pub fn ip(args: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `true` when running as root; otherwise prints `SKIPPED <what>` and returns `false` when
+/// `VIPD_SKIP_LAB=1`, and panics with the reason when not (a kernel test run without root
+/// never passes silently).
+pub fn root_or_skip(what: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    if std::env::var("VIPD_SKIP_LAB").as_deref() == Ok("1") {
+        println!("SKIPPED: {what} needs root (VIPD_SKIP_LAB=1)");
+        return false;
+    }
+    panic!("{what} needs root (it creates network namespaces); set VIPD_SKIP_LAB=1 to skip");
+}

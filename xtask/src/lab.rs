@@ -10,6 +10,8 @@
 //!   ns node-a   eth0 192.0.2.11/24 + 2001:db8::11/64   (node-b .12, node-c .13)
 //!               "local API server": TCP proxy [::]:6443 -> 192.0.2.2:6443
 //!   ns client   eth0 192.0.2.100/24 + 2001:db8::100/64 (probes, ARP capture)
+//!   ns dhcp     eth0 192.0.2.3/24; dnsmasq (DHCPv4 pool 192.0.2.200-220) when a test
+//!               starts it ([`Lab::start_dnsmasq`])
 //! ```
 //!
 //! Veth pairs are created from inside `lan` with the peer moved straight into the member
@@ -27,6 +29,7 @@
 pub mod arp;
 mod cluster;
 pub mod control_plane;
+pub mod dhcp;
 pub mod error;
 pub mod https;
 pub mod netns;
@@ -48,6 +51,9 @@ pub use arp::{
 };
 pub use cluster::ControlPlaneProcess;
 pub use control_plane::{find_apiserver, vipd_binary};
+pub use dhcp::{
+    DHCP_LEASE_SECS, DHCP_POOL_END, DHCP_POOL_START, DnsmasqLease, DnsmasqOptions, parse_leases,
+};
 pub use error::{LabError, Result};
 pub use https::{ApiClient, HttpResponse};
 pub use process::{LabProcess, Signal};
@@ -62,13 +68,15 @@ use registry::{record_path, remove_namespaces};
 /// The node namespaces, in order.
 pub const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
 /// Every namespace of a lab, in creation order.
-pub const NAMESPACES: [&str; 6] = ["lan", "api", "node-a", "node-b", "node-c", "client"];
+pub const NAMESPACES: [&str; 7] = ["lan", "api", "node-a", "node-b", "node-c", "client", "dhcp"];
 /// Address of the API server (ns `api`).
 pub const API_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
 /// Port of the API server and of every node's local API proxy.
 pub const API_PORT: u16 = 6443;
 /// The control-plane VIP used by the scenarios (in the serving certificate's SANs).
 pub const CONTROL_PLANE_VIP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+/// IPv4 address of the DHCP server namespace (`dhcp`, dnsmasq).
+pub const DHCP_SERVER_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 3);
 /// IPv4 address of the client namespace.
 pub const CLIENT_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 100);
 /// IPv6 address of the client namespace.
@@ -167,6 +175,8 @@ pub struct Lab {
     control_plane_cmds: Vec<ControlPlaneCmd>,
     local_apis: Mutex<HashMap<String, ThreadServer>>,
     http_backends: Mutex<HashMap<String, ThreadServer>>,
+    /// dnsmasq in `dhcp`, while a test runs it ([`Lab::start_dnsmasq`]).
+    dnsmasq: Mutex<Option<LabProcess>>,
     admin_token: String,
     node_tokens: HashMap<String, String>,
     ca_der: Vec<u8>,
@@ -232,6 +242,7 @@ impl Lab {
             control_plane_cmds: Vec::new(),
             local_apis: Mutex::new(HashMap::new()),
             http_backends: Mutex::new(HashMap::new()),
+            dnsmasq: Mutex::new(None),
             admin_token: control_plane::random_token()?,
             node_tokens: HashMap::new(),
             ca_der: Vec::new(),
@@ -426,6 +437,9 @@ impl Lab {
         }
         if let Ok(mut m) = self.http_backends.lock() {
             m.clear();
+        }
+        if let Ok(mut d) = self.dnsmasq.lock() {
+            d.take();
         }
         for mut p in self.control_plane.drain(..) {
             let _ = p.kill();

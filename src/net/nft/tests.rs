@@ -137,16 +137,6 @@ fn holder_pin_changes() {
     assert_eq!(add.len(), 1);
 }
 
-#[test]
-fn interface_names_checked() {
-    assert!(valid_ifname("eth0"));
-    assert!(valid_ifname("enp0s31f6.100"));
-    assert!(!valid_ifname(""));
-    assert!(!valid_ifname("a-very-long-ifname"));
-    assert!(!valid_ifname("eth 0"));
-    assert!(!valid_ifname("a/b"));
-}
-
 #[tokio::test]
 async fn missing_nft_binary_is_a_setup_error_naming_the_command() {
     let e = NftArpGuard::start("/nonexistent/nft").await.unwrap_err();

@@ -8,8 +8,8 @@ use std::path::Path;
 use super::error::{LabError, Result, io_ctx};
 use super::process::ip;
 use super::{
-    API_IP, CLIENT_V4, CLIENT_V6, ETH, GATEWAY_V4, GATEWAY_V6, Lab, LabOptions, MacAddr,
-    NAMESPACES, NODES, PREFIX_V4, PREFIX_V6, netns, node_ipv4, node_ipv6,
+    API_IP, CLIENT_V4, CLIENT_V6, DHCP_SERVER_V4, ETH, GATEWAY_V4, GATEWAY_V6, Lab, LabOptions,
+    MacAddr, NAMESPACES, NODES, PREFIX_V4, PREFIX_V6, netns, node_ipv4, node_ipv6,
 };
 
 /// Fixed MAC of a member's eth0 (02:00:c0:00:02:<last IPv4 octet>), for readable logs.
@@ -17,6 +17,7 @@ fn member_mac(ns: &str) -> Option<String> {
     let last = match ns {
         "api" => API_IP.octets()[3],
         "client" => CLIENT_V4.octets()[3],
+        "dhcp" => DHCP_SERVER_V4.octets()[3],
         n => node_ipv4(n)?.octets()[3],
     };
     Some(format!("02:00:c0:00:02:{last:02x}"))
@@ -142,8 +143,9 @@ impl Lab {
                 ("net/ipv6/conf/all/router_solicitations", "0"),
             ];
             match ns {
-                // The switch and the API server stay IPv4-only: no MLD/NDP noise on the wire.
-                "lan" | "api" => {
+                // The switch, the API server and the DHCPv4 server stay IPv4-only: no
+                // MLD/NDP noise on the wire.
+                "lan" | "api" | "dhcp" => {
                     settings.push(("net/ipv6/conf/all/disable_ipv6", "1"));
                     settings.push(("net/ipv6/conf/default/disable_ipv6", "1"));
                 }
@@ -209,6 +211,7 @@ impl Lab {
         let (v4, v6) = match ns {
             "api" => (API_IP, None),
             "client" => (CLIENT_V4, Some(CLIENT_V6)),
+            "dhcp" => (DHCP_SERVER_V4, None),
             node => (node_ipv4(node).unwrap_or(API_IP), node_ipv6(node)),
         };
         ip(&[

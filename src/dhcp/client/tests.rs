@@ -1,0 +1,240 @@
+use std::io;
+use std::sync::Mutex;
+
+use dhcproto::v4::{Message, MessageType};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+
+use super::*;
+use crate::dhcp::machine::Dest;
+use crate::dhcp::machine::tests::{ADDR, MAC, SERVER, reply};
+use crate::net::macvlan::LinkEntry;
+use crate::net::macvlan::fake::FakeKernel;
+
+struct FakeWire {
+    sent: UnboundedSender<Outgoing>,
+    replies: UnboundedReceiver<Message>,
+}
+
+impl Wire for FakeWire {
+    async fn send(&mut self, out: &Outgoing) -> io::Result<()> {
+        let _ = self.sent.send(out.clone());
+        Ok(())
+    }
+    async fn recv(&mut self) -> io::Result<Message> {
+        match self.replies.recv().await {
+            Some(m) => Ok(m),
+            None => Err(io::Error::other("wire closed")),
+        }
+    }
+}
+
+/// Hands out prepared wires, one per `open`.
+#[derive(Default)]
+struct FakeTransport {
+    wires: Mutex<Vec<FakeWire>>,
+}
+
+impl Transport for FakeTransport {
+    type Wire = FakeWire;
+    fn open(&self, _ifindex: u32, name: &str) -> io::Result<FakeWire> {
+        self.wires
+            .lock()
+            .unwrap()
+            .pop()
+            .ok_or_else(|| io::Error::other(format!("no wire for {name}")))
+    }
+}
+
+/// The test's end of a wire: what the client sent, and a way to answer.
+struct Server {
+    sent: UnboundedReceiver<Outgoing>,
+    replies: UnboundedSender<Message>,
+}
+
+impl Server {
+    async fn next(&mut self) -> Outgoing {
+        self.sent.recv().await.expect("client gone")
+    }
+    fn answer(&self, req: &Outgoing, kind: MessageType) {
+        self.replies.send(reply(req, kind, ADDR)).unwrap();
+    }
+}
+
+fn client() -> (DhcpClient<FakeKernel, FakeTransport>, Server) {
+    let (sent_tx, sent_rx) = unbounded_channel();
+    let (reply_tx, reply_rx) = unbounded_channel();
+    let transport = FakeTransport::default();
+    transport.wires.lock().unwrap().push(FakeWire {
+        sent: sent_tx,
+        replies: reply_rx,
+    });
+    let eth0 = LinkEntry {
+        index: 2,
+        name: "eth0".into(),
+        macvlan: false,
+        alias: None,
+        parent: None,
+        mac: [0x02, 0, 0, 0, 0, 1],
+    };
+    (
+        DhcpClient::new(FakeKernel::with(vec![eth0]), transport),
+        Server {
+            sent: sent_rx,
+            replies: reply_tx,
+        },
+    )
+}
+
+fn spec() -> DhcpSpec {
+    DhcpSpec {
+        parent: "eth0".into(),
+        macvlan: "vip-0123abcd".into(),
+        mac: MAC,
+        requested: None,
+        hostname: None,
+        broadcast: false,
+        rp_filter: 0,
+        mark: "vipd:0123abcd-uid".into(),
+    }
+}
+
+fn kind(o: &Outgoing) -> MessageType {
+    o.msg.opts().msg_type().unwrap()
+}
+
+/// DISCOVER, OFFER, REQUEST, ACK: returns once the handle says Bound.
+async fn bind(handle: &mut DhcpHandle, server: &mut Server) {
+    let d = server.next().await;
+    assert_eq!(kind(&d), MessageType::Discover);
+    server.answer(&d, MessageType::Offer);
+    let r = server.next().await;
+    assert_eq!(kind(&r), MessageType::Request);
+    server.answer(&r, MessageType::Ack);
+    handle
+        .state
+        .wait_for(|s| matches!(s, DhcpState::Bound(b) if b.addr == ADDR))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(start_paused = true)]
+async fn creates_the_macvlan_binds_renews_at_t1_and_stops_without_release() {
+    let (dhcp, mut server) = client();
+    let mut handle = dhcp.start(spec());
+    let t0 = Instant::now();
+    bind(&mut handle, &mut server).await;
+    let calls = dhcp.macvlans().kernel().calls();
+    assert_eq!(
+        calls[0],
+        "create vip-0123abcd on 2 02:42:00:00:00:07 vipd:0123abcd-uid"
+    );
+    // Nothing is sent until T1 (60 s of a 120 s lease), then a unicast REQUEST.
+    let renew = server.next().await;
+    assert_eq!(Instant::now() - t0, Duration::from_secs(60));
+    assert_eq!(
+        (kind(&renew), renew.dest),
+        (MessageType::Request, Dest::Unicast(SERVER))
+    );
+    assert!(matches!(*handle.state.borrow(), DhcpState::Renewing(_)));
+    server.answer(&renew, MessageType::Ack);
+    handle
+        .state
+        .wait_for(|s| matches!(s, DhcpState::Bound(_)))
+        .await
+        .unwrap();
+    let k = dhcp.macvlans().kernel();
+    let state = handle.state.clone();
+    handle.stop().await;
+    assert_eq!(
+        *state.borrow(),
+        DhcpState::Lost {
+            reason: crate::dhcp::STOPPED.into()
+        }
+    );
+    assert!(server.sent.try_recv().is_err(), "no DHCPRELEASE on stop");
+    assert!(
+        k.calls().last().unwrap().starts_with("delete vip-0123abcd"),
+        "{:?}",
+        k.calls()
+    );
+    assert!(
+        k.links
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|l| l.name != "vip-0123abcd")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_and_stop_sends_release_then_removes_the_macvlan() {
+    let (dhcp, mut server) = client();
+    let mut handle = dhcp.start(spec());
+    bind(&mut handle, &mut server).await;
+    handle.release_and_stop().await;
+    let rel = server.next().await;
+    assert_eq!(
+        (kind(&rel), rel.dest),
+        (MessageType::Release, Dest::Unicast(SERVER))
+    );
+    assert!(
+        dhcp.macvlans()
+            .kernel()
+            .calls()
+            .last()
+            .unwrap()
+            .starts_with("delete")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn decline_from_the_handle_sends_decline_and_loses_the_lease() {
+    let (dhcp, mut server) = client();
+    let mut handle = dhcp.start(spec());
+    bind(&mut handle, &mut server).await;
+    handle.decline(ADDR);
+    let d = server.next().await;
+    assert_eq!(kind(&d), MessageType::Decline);
+    assert!(
+        matches!(&*handle.state.borrow(), DhcpState::Lost { reason } if reason.contains("DHCPDECLINE"))
+    );
+    handle.stop().await;
+}
+
+/// Waits for `attempt` failed set-ups and returns the last error; the client keeps retrying.
+async fn setup_error(handle: &mut DhcpHandle, attempt: u32) -> String {
+    let state = handle
+        .state
+        .wait_for(|s| matches!(s, DhcpState::Requesting { attempt: a, .. } if *a == attempt))
+        .await
+        .unwrap()
+        .clone();
+    match state {
+        DhcpState::Requesting {
+            last_error: Some(e),
+            ..
+        } => e,
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn setup_errors_are_reported_and_retried_and_stop_still_works() {
+    let (dhcp, _server) = client();
+    let mut bad = spec();
+    bad.parent = "eth9".into();
+    let mut handle = dhcp.start(bad);
+    let e = setup_error(&mut handle, 2).await;
+    assert!(
+        e.contains("\"eth9\"") && e.contains("does not exist"),
+        "{e}"
+    );
+    handle.stop().await;
+    // The spec's bad name is reported the same way, naming the value.
+    let mut long = spec();
+    long.macvlan = "vip-0123456789ab".into();
+    let mut handle = dhcp.start(long);
+    let e = setup_error(&mut handle, 1).await;
+    assert!(e.contains("\"vip-0123456789ab\""), "{e}");
+    handle.stop().await;
+}

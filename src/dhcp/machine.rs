@@ -1,0 +1,669 @@
+//! The RFC 2131 client state machine (§4.4, figure 5), without I/O: it is fed received
+//! messages, timeouts and the caller's commands, and answers with the messages to send. Times
+//! are tokio [`Instant`]s passed in by the caller, so tests drive it with a paused clock.
+//!
+//! Messages are built and read with `dhcproto` (no hand-written DHCP framing).
+//!
+//! Timing choices (RFC 2131 leaves them to the client):
+//! - an exchange (DISCOVER/OFFER, REQUEST/ACK) is sent at once, then retransmitted after
+//!   [`RETRANSMIT`] (1 s, 2 s, 4 s), and given up 4 s after the last send: 11 s per attempt.
+//!   §4.1 suggests 4 s doubling to 64 s; vipd uses shorter waits so that a missing server is
+//!   reported (a Warning Event per failed attempt) within seconds;
+//! - between failed attempts it waits [`backoff`]: 1 s doubling to [`BACKOFF_CAP`] (60 s);
+//! - while RENEWING / REBINDING it retransmits after half the time left to T2 / expiry
+//!   (§4.4.5), but at least [`MIN_RENEW_RETRY`] (4 s) apart (§4.4.5 says 60 s, which with
+//!   dnsmasq's 2-minute leases would skip the rebinding phase entirely), and never past T2 /
+//!   expiry;
+//! - after a NAK or expiry it is [`DhcpState::Lost`] for [`LOST_HOLDOFF`] (1 s), then starts
+//!   over with INIT-REBOOT for the same address; after a DHCPDECLINE it waits
+//!   [`DECLINE_HOLDOFF`] (10 s, §3.1.5) and starts over with DISCOVER, never asking for the
+//!   declined address again.
+
+use std::collections::BTreeSet;
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+use dhcproto::v4::{DhcpOption, Flags, Message, MessageType, Opcode, OptionCode};
+use tokio::time::Instant;
+
+use super::{DhcpBinding, DhcpState};
+
+/// Waits after the 1st, 2nd and 3rd send of one exchange before the next send.
+pub const RETRANSMIT: [Duration; 3] = [
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(4),
+];
+/// Wait after the last send of an exchange before the attempt counts as failed.
+pub const LAST_WAIT: Duration = Duration::from_secs(4);
+/// Longest wait between failed attempts.
+pub const BACKOFF_CAP: Duration = Duration::from_secs(60);
+/// Shortest retransmission interval while renewing or rebinding.
+pub const MIN_RENEW_RETRY: Duration = Duration::from_secs(4);
+/// Time spent in [`DhcpState::Lost`] after a NAK or expiry before starting over.
+pub const LOST_HOLDOFF: Duration = Duration::from_secs(1);
+/// Wait after a DHCPDECLINE before starting over (RFC 2131 §3.1.5: at least 10 s).
+pub const DECLINE_HOLDOFF: Duration = Duration::from_secs(10);
+/// Longest lease vipd plans with (an "infinite" lease, `0xffffffff`, is renewed like a
+/// 1-year one).
+pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Wait before attempt `failures + 1` after `failures` (>= 1) failed attempts: 1 s, 2 s, 4 s,
+/// ... capped at [`BACKOFF_CAP`].
+pub fn backoff(failures: u32) -> Duration {
+    let exp = failures.saturating_sub(1).min(6);
+    Duration::from_secs(1u64 << exp).min(BACKOFF_CAP)
+}
+
+/// Client settings the machine needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientConfig {
+    /// `chaddr`; the client identifier (option 61) is type 1 + this MAC (RFC 2132 §9.14).
+    pub mac: [u8; 6],
+    /// Option 12, when set.
+    pub hostname: Option<String>,
+    /// BROADCAST flag on DISCOVER and REQUEST (RFC 2131 §4.1).
+    pub broadcast: bool,
+    /// The address to ask for first (INIT-REBOOT with option 50, §4.3.2).
+    pub requested: Option<Ipv4Addr>,
+}
+
+/// Where a message goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dest {
+    /// `255.255.255.255`, Ethernet broadcast.
+    Broadcast,
+    /// IP unicast to the server (renewal, release), from the leased address.
+    Unicast(Ipv4Addr),
+}
+
+/// A message to send: UDP from port 68 (`src`) to port 67 at `dest`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outgoing {
+    /// The DHCP message.
+    pub msg: Message,
+    /// Where to.
+    pub dest: Dest,
+    /// IP source: `0.0.0.0` before a lease, the leased address after (RFC 2131 §4.1).
+    pub src: Ipv4Addr,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum Phase {
+    /// SELECTING: DISCOVER sent, waiting for an OFFER.
+    Selecting(Exchange),
+    /// INIT-REBOOT / REBOOTING: REQUEST for `addr` (option 50) sent, no server id.
+    Rebooting {
+        addr: Ipv4Addr,
+        ex: Exchange,
+    },
+    /// REQUESTING: REQUEST for an offer sent.
+    Requesting {
+        addr: Ipv4Addr,
+        server: Ipv4Addr,
+        ex: Exchange,
+    },
+    Bound(DhcpBinding),
+    Renewing {
+        binding: DhcpBinding,
+        ex: Exchange,
+    },
+    Rebinding {
+        binding: DhcpBinding,
+        ex: Exchange,
+    },
+    /// Waiting until `until`, then starting an attempt (INIT-REBOOT for `reboot` if set).
+    Waiting {
+        until: Instant,
+        reboot: Option<Ipv4Addr>,
+    },
+    Stopped,
+}
+
+/// One request/response exchange in flight.
+#[derive(Debug, Clone, PartialEq)]
+struct Exchange {
+    xid: u32,
+    /// When the first message was sent (`secs`, and lease times count from here: §4.4.1).
+    started: Instant,
+    /// When the latest message was sent.
+    sent: Instant,
+    sends: u32,
+    next: Instant,
+}
+
+/// The client state machine for one address.
+#[derive(Debug, Clone)]
+pub struct Machine {
+    cfg: ClientConfig,
+    phase: Phase,
+    xid_seed: u32,
+    /// Failed attempts since the last lease.
+    failures: u32,
+    last_error: Option<String>,
+    /// Why the last lease ended, shown as [`DhcpState::Lost`] while waiting to start over.
+    lost: Option<String>,
+    /// Address to hint with option 50 in DISCOVER (the last one asked for or leased).
+    hint: Option<Ipv4Addr>,
+    declined: BTreeSet<Ipv4Addr>,
+}
+
+fn lease_secs(secs: u32) -> Duration {
+    Duration::from_secs(u64::from(secs)).min(MAX_LEASE)
+}
+
+impl Machine {
+    /// A machine that starts at `now`: INIT-REBOOT for `cfg.requested` when set, else INIT.
+    /// `xid_seed` seeds the transaction ids (any value; a random one in production).
+    pub fn new(cfg: ClientConfig, now: Instant, xid_seed: u32) -> Self {
+        let hint = cfg.requested;
+        Self {
+            phase: Phase::Waiting {
+                until: now,
+                reboot: cfg.requested,
+            },
+            cfg,
+            xid_seed,
+            failures: 0,
+            last_error: None,
+            lost: None,
+            hint,
+            declined: BTreeSet::new(),
+        }
+    }
+
+    /// The state to publish.
+    pub fn state(&self) -> DhcpState {
+        match &self.phase {
+            Phase::Bound(b) => DhcpState::Bound(b.clone()),
+            Phase::Renewing { binding, .. } => DhcpState::Renewing(binding.clone()),
+            Phase::Rebinding { binding, .. } => DhcpState::Rebinding(binding.clone()),
+            Phase::Waiting { .. } | Phase::Stopped if self.lost.is_some() => DhcpState::Lost {
+                reason: self.lost.clone().unwrap_or_default(),
+            },
+            _ => DhcpState::Requesting {
+                attempt: self.failures,
+                last_error: self.last_error.clone(),
+            },
+        }
+    }
+
+    /// When [`Machine::on_timeout`] must be called next; `None` once stopped.
+    pub fn deadline(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Selecting(ex)
+            | Phase::Rebooting { ex, .. }
+            | Phase::Requesting { ex, .. }
+            | Phase::Renewing { ex, .. }
+            | Phase::Rebinding { ex, .. } => Some(ex.next),
+            Phase::Bound(b) => Some(b.t1),
+            Phase::Waiting { until, .. } => Some(*until),
+            Phase::Stopped => None,
+        }
+    }
+
+    /// The transaction id replies must carry now, if an exchange is in flight.
+    pub fn xid(&self) -> Option<u32> {
+        match &self.phase {
+            Phase::Selecting(ex)
+            | Phase::Rebooting { ex, .. }
+            | Phase::Requesting { ex, .. }
+            | Phase::Renewing { ex, .. }
+            | Phase::Rebinding { ex, .. } => Some(ex.xid),
+            _ => None,
+        }
+    }
+
+    fn next_xid(&mut self) -> u32 {
+        // A full-period LCG (Numerical Recipes constants): distinct ids for 2^32 exchanges.
+        self.xid_seed = self
+            .xid_seed
+            .wrapping_mul(1_664_525)
+            .wrapping_add(1_013_904_223);
+        self.xid_seed
+    }
+
+    fn new_exchange(&mut self, now: Instant) -> Exchange {
+        Exchange {
+            xid: self.next_xid(),
+            started: now,
+            sent: now,
+            sends: 1,
+            next: now + RETRANSMIT[0],
+        }
+    }
+
+    fn base(&self, kind: MessageType, ex: &Exchange, now: Instant, ciaddr: Ipv4Addr) -> Message {
+        let mut msg = Message::new_with_id(
+            ex.xid,
+            ciaddr,
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::UNSPECIFIED,
+            Ipv4Addr::UNSPECIFIED,
+            &self.cfg.mac,
+        );
+        let secs = now.saturating_duration_since(ex.started).as_secs();
+        msg.set_secs(u16::try_from(secs).unwrap_or(u16::MAX));
+        if self.cfg.broadcast
+            && ciaddr.is_unspecified()
+            && matches!(kind, MessageType::Discover | MessageType::Request)
+        {
+            msg.set_flags(Flags::default().set_broadcast());
+        }
+        let opts = msg.opts_mut();
+        opts.insert(DhcpOption::MessageType(kind));
+        let mut id = vec![1u8];
+        id.extend_from_slice(&self.cfg.mac);
+        opts.insert(DhcpOption::ClientIdentifier(id));
+        if matches!(kind, MessageType::Discover | MessageType::Request) {
+            if let Some(name) = &self.cfg.hostname {
+                opts.insert(DhcpOption::Hostname(name.clone()));
+            }
+            opts.insert(DhcpOption::ParameterRequestList(vec![
+                OptionCode::SubnetMask,
+                OptionCode::AddressLeaseTime,
+                OptionCode::ServerIdentifier,
+                OptionCode::Renewal,
+                OptionCode::Rebinding,
+            ]));
+        }
+        msg
+    }
+
+    /// The message for the current phase's exchange (first send or retransmission).
+    fn current_message(&self, now: Instant) -> Option<Outgoing> {
+        let zero = Ipv4Addr::UNSPECIFIED;
+        let out = match &self.phase {
+            Phase::Selecting(ex) => {
+                let mut msg = self.base(MessageType::Discover, ex, now, zero);
+                if let Some(hint) = self.hint.filter(|h| !self.declined.contains(h)) {
+                    msg.opts_mut().insert(DhcpOption::RequestedIpAddress(hint));
+                }
+                Outgoing {
+                    msg,
+                    dest: Dest::Broadcast,
+                    src: zero,
+                }
+            }
+            Phase::Rebooting { addr, ex } => {
+                let mut msg = self.base(MessageType::Request, ex, now, zero);
+                msg.opts_mut().insert(DhcpOption::RequestedIpAddress(*addr));
+                Outgoing {
+                    msg,
+                    dest: Dest::Broadcast,
+                    src: zero,
+                }
+            }
+            Phase::Requesting { addr, server, ex } => {
+                let mut msg = self.base(MessageType::Request, ex, now, zero);
+                msg.opts_mut().insert(DhcpOption::RequestedIpAddress(*addr));
+                msg.opts_mut().insert(DhcpOption::ServerIdentifier(*server));
+                Outgoing {
+                    msg,
+                    dest: Dest::Broadcast,
+                    src: zero,
+                }
+            }
+            Phase::Renewing { binding, ex } => Outgoing {
+                msg: self.base(MessageType::Request, ex, now, binding.addr),
+                dest: Dest::Unicast(binding.server),
+                src: binding.addr,
+            },
+            Phase::Rebinding { binding, ex } => Outgoing {
+                msg: self.base(MessageType::Request, ex, now, binding.addr),
+                dest: Dest::Broadcast,
+                src: binding.addr,
+            },
+            Phase::Bound(_) | Phase::Waiting { .. } | Phase::Stopped => return None,
+        };
+        Some(out)
+    }
+
+    fn start_attempt(&mut self, now: Instant, reboot: Option<Ipv4Addr>) -> Option<Outgoing> {
+        self.lost = None;
+        let ex = self.new_exchange(now);
+        self.phase = match reboot.filter(|a| !self.declined.contains(a)) {
+            Some(addr) => {
+                self.hint = Some(addr);
+                Phase::Rebooting { addr, ex }
+            }
+            None => Phase::Selecting(ex),
+        };
+        self.current_message(now)
+    }
+
+    fn fail_attempt(&mut self, now: Instant, error: String) {
+        self.failures = self.failures.saturating_add(1);
+        self.last_error = Some(error);
+        self.phase = Phase::Waiting {
+            until: now + backoff(self.failures),
+            reboot: None,
+        };
+    }
+
+    fn lose(&mut self, now: Instant, reason: String, holdoff: Duration, reboot: Option<Ipv4Addr>) {
+        self.lost = Some(reason);
+        self.failures = 0;
+        self.last_error = None;
+        self.phase = Phase::Waiting {
+            until: now + holdoff,
+            reboot,
+        };
+    }
+
+    /// Counts a retransmission of `ex` at `now` and sets its next deadline; `false` when the
+    /// exchange is over (all sends made and [`LAST_WAIT`] passed).
+    fn retransmit(ex: &mut Exchange, now: Instant) -> bool {
+        if ex.sends as usize > RETRANSMIT.len() {
+            return false;
+        }
+        ex.sends += 1;
+        ex.sent = now;
+        ex.next = now
+            + RETRANSMIT
+                .get(ex.sends as usize - 1)
+                .copied()
+                .unwrap_or(LAST_WAIT);
+        true
+    }
+
+    /// Next retransmission while renewing/rebinding: half the time left to `end`, at least
+    /// [`MIN_RENEW_RETRY`], never past `end`.
+    fn renew_retry(now: Instant, end: Instant) -> Instant {
+        let half = end.saturating_duration_since(now) / 2;
+        (now + half.max(MIN_RENEW_RETRY)).min(end)
+    }
+
+    /// Handles the deadline ([`Machine::deadline`]) having passed at `now`; returns what to
+    /// send.
+    pub fn on_timeout(&mut self, now: Instant) -> Vec<Outgoing> {
+        if self.deadline().is_none_or(|d| now < d) {
+            return Vec::new();
+        }
+        match &mut self.phase {
+            Phase::Waiting { reboot, .. } => {
+                let reboot = *reboot;
+                self.start_attempt(now, reboot).into_iter().collect()
+            }
+            Phase::Selecting(ex) => {
+                if Self::retransmit(ex, now) {
+                    self.current_message(now).into_iter().collect()
+                } else {
+                    let (sends, secs) = (ex.sends, now.saturating_duration_since(ex.started));
+                    self.fail_attempt(
+                        now,
+                        format!(
+                            "no DHCPOFFER from any server ({sends} DHCPDISCOVERs over {} s)",
+                            secs.as_secs()
+                        ),
+                    );
+                    Vec::new()
+                }
+            }
+            Phase::Rebooting { addr, ex } => {
+                if Self::retransmit(ex, now) {
+                    self.current_message(now).into_iter().collect()
+                } else {
+                    // RFC 2131 §3.2 step 5 / §4.4.2: no answer to INIT-REBOOT: go to INIT,
+                    // still hinting the address with option 50.
+                    self.hint = Some(*addr);
+                    self.start_attempt(now, None).into_iter().collect()
+                }
+            }
+            Phase::Requesting { addr, ex, .. } => {
+                if Self::retransmit(ex, now) {
+                    self.current_message(now).into_iter().collect()
+                } else {
+                    let (addr, sends) = (*addr, ex.sends);
+                    self.fail_attempt(now, format!("no DHCPACK for {addr} ({sends} DHCPREQUESTs)"));
+                    Vec::new()
+                }
+            }
+            Phase::Bound(binding) => {
+                // T1: RENEWING, unicast to the server (§4.4.5).
+                let binding = binding.clone();
+                let mut ex = self.new_exchange(now);
+                ex.next = Self::renew_retry(now, binding.t2);
+                self.phase = Phase::Renewing { binding, ex };
+                self.current_message(now).into_iter().collect()
+            }
+            Phase::Renewing { binding, ex } => {
+                if now >= binding.t2 {
+                    // T2: REBINDING, broadcast (§4.4.5).
+                    let binding = binding.clone();
+                    let mut ex = self.new_exchange(now);
+                    ex.next = Self::renew_retry(now, binding.expires);
+                    self.phase = Phase::Rebinding { binding, ex };
+                } else {
+                    ex.sends += 1;
+                    ex.sent = now;
+                    ex.next = Self::renew_retry(now, binding.t2);
+                }
+                self.current_message(now).into_iter().collect()
+            }
+            Phase::Rebinding { binding, ex } => {
+                if now >= binding.expires {
+                    let (addr, server) = (binding.addr, binding.server);
+                    self.lose(
+                        now,
+                        format!("lease of {addr} from {server} expired without renewal"),
+                        LOST_HOLDOFF,
+                        Some(addr),
+                    );
+                    Vec::new()
+                } else {
+                    ex.sends += 1;
+                    ex.sent = now;
+                    ex.next = Self::renew_retry(now, binding.expires);
+                    self.current_message(now).into_iter().collect()
+                }
+            }
+            Phase::Stopped => Vec::new(),
+        }
+    }
+
+    /// Handles a received BOOTREPLY at `now`; returns what to send. Replies for another
+    /// transaction or client are ignored.
+    pub fn on_message(&mut self, now: Instant, msg: &Message) -> Vec<Outgoing> {
+        if msg.opcode() != Opcode::BootReply
+            || Some(msg.xid()) != self.xid()
+            || msg.chaddr().get(..6) != Some(&self.cfg.mac[..])
+        {
+            return Vec::new();
+        }
+        let Some(kind) = msg.opts().msg_type() else {
+            return Vec::new();
+        };
+        let server = match msg.opts().get(OptionCode::ServerIdentifier) {
+            Some(DhcpOption::ServerIdentifier(s)) => Some(*s),
+            _ => None,
+        };
+        let text = match msg.opts().get(OptionCode::Message) {
+            Some(DhcpOption::Message(m)) => format!(": {m}"),
+            _ => String::new(),
+        };
+        let from = server.map_or_else(|| "a server".to_string(), |s| s.to_string());
+        match (&self.phase, kind) {
+            (Phase::Selecting(ex), MessageType::Offer) => {
+                let (Some(server), addr) = (server, msg.yiaddr()) else {
+                    return Vec::new();
+                };
+                if addr.is_unspecified() || self.declined.contains(&addr) {
+                    return Vec::new();
+                }
+                // §4.4.1: REQUEST with the same xid, option 50 and 54.
+                let mut ex = ex.clone();
+                ex.sends = 1;
+                ex.sent = now;
+                ex.next = now + RETRANSMIT[0];
+                self.phase = Phase::Requesting { addr, server, ex };
+                self.current_message(now).into_iter().collect()
+            }
+            (
+                Phase::Rebooting { ex, .. }
+                | Phase::Requesting { ex, .. }
+                | Phase::Renewing { ex, .. }
+                | Phase::Rebinding { ex, .. },
+                MessageType::Ack,
+            ) => {
+                let sent = ex.sent;
+                match self.binding_from_ack(msg, server, sent) {
+                    Ok(binding) => {
+                        self.failures = 0;
+                        self.last_error = None;
+                        self.lost = None;
+                        self.hint = Some(binding.addr);
+                        self.phase = Phase::Bound(binding);
+                    }
+                    Err(e) => {
+                        tracing::debug!(error = %e, "ignoring a DHCPACK");
+                    }
+                }
+                Vec::new()
+            }
+            (Phase::Rebooting { addr, .. }, MessageType::Nak) => {
+                // §3.2 step 3: INIT-REBOOT NAKed: restart in INIT (DISCOVER, still hinting).
+                let addr = *addr;
+                self.last_error = Some(format!("DHCPNAK for {addr} from {from}{text}"));
+                self.start_attempt(now, None).into_iter().collect()
+            }
+            (Phase::Requesting { addr, .. }, MessageType::Nak) => {
+                let addr = *addr;
+                self.fail_attempt(now, format!("DHCPNAK for {addr} from {from}{text}"));
+                Vec::new()
+            }
+            (
+                Phase::Renewing { binding, .. } | Phase::Rebinding { binding, .. },
+                MessageType::Nak,
+            ) => {
+                let addr = binding.addr;
+                self.lose(
+                    now,
+                    format!("DHCPNAK for {addr} from {from}{text}"),
+                    LOST_HOLDOFF,
+                    Some(addr),
+                );
+                Vec::new()
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn binding_from_ack(
+        &self,
+        msg: &Message,
+        server: Option<Ipv4Addr>,
+        sent: Instant,
+    ) -> Result<DhcpBinding, String> {
+        let addr = msg.yiaddr();
+        if addr.is_unspecified() {
+            return Err("DHCPACK without an address (yiaddr 0.0.0.0)".into());
+        }
+        let current_server = match &self.phase {
+            Phase::Renewing { binding, .. } | Phase::Rebinding { binding, .. } => {
+                Some(binding.server)
+            }
+            _ => None,
+        };
+        let server = server
+            .or(current_server)
+            .ok_or("DHCPACK without a server identifier (option 54)")?;
+        let lease = match msg.opts().get(OptionCode::AddressLeaseTime) {
+            Some(DhcpOption::AddressLeaseTime(s)) if *s > 0 => lease_secs(*s),
+            _ => {
+                return Err(format!(
+                    "DHCPACK for {addr} without a lease time (option 51)"
+                ));
+            }
+        };
+        let t1 = match msg.opts().get(OptionCode::Renewal) {
+            Some(DhcpOption::Renewal(s)) => lease_secs(*s),
+            _ => lease / 2,
+        };
+        let t2 = match msg.opts().get(OptionCode::Rebinding) {
+            Some(DhcpOption::Rebinding(s)) => lease_secs(*s),
+            _ => lease * 7 / 8,
+        };
+        // §4.4.5 defaults when the server's values are not T1 < T2 < lease.
+        let (t1, t2) = if t1 < t2 && t2 < lease {
+            (t1, t2)
+        } else {
+            (lease / 2, lease * 7 / 8)
+        };
+        let prefix_len = match msg.opts().get(OptionCode::SubnetMask) {
+            Some(DhcpOption::SubnetMask(m)) => u32::from(*m).leading_ones() as u8,
+            _ => 32,
+        };
+        Ok(DhcpBinding {
+            addr,
+            prefix_len,
+            server,
+            expires: sent + lease,
+            t1: sent + t1,
+            t2: sent + t2,
+        })
+    }
+
+    /// The caller found `addr` in use by another node. When it is the current lease: returns
+    /// the DHCPDECLINE (§4.4.1: broadcast, option 50 = `addr`, option 54 = server), goes Lost
+    /// and starts over with DISCOVER after [`DECLINE_HOLDOFF`], never asking for `addr` again.
+    pub fn decline(&mut self, now: Instant, addr: Ipv4Addr) -> Vec<Outgoing> {
+        let binding = match &self.phase {
+            Phase::Bound(b)
+            | Phase::Renewing { binding: b, .. }
+            | Phase::Rebinding { binding: b, .. } => b.clone(),
+            _ => return Vec::new(),
+        };
+        if binding.addr != addr {
+            return Vec::new();
+        }
+        let ex = self.new_exchange(now);
+        let mut msg = self.base(MessageType::Decline, &ex, now, Ipv4Addr::UNSPECIFIED);
+        msg.opts_mut().insert(DhcpOption::RequestedIpAddress(addr));
+        msg.opts_mut()
+            .insert(DhcpOption::ServerIdentifier(binding.server));
+        self.declined.insert(addr);
+        self.hint = None;
+        self.lose(
+            now,
+            format!(
+                "address {addr} is in use by another node: DHCPDECLINE sent to {}",
+                binding.server
+            ),
+            DECLINE_HOLDOFF,
+            None,
+        );
+        vec![Outgoing {
+            msg,
+            dest: Dest::Broadcast,
+            src: Ipv4Addr::UNSPECIFIED,
+        }]
+    }
+
+    /// Stops the machine; with `release`, returns the DHCPRELEASE for the current lease
+    /// (§4.4.6: unicast to the server, `ciaddr` = the address, option 54).
+    pub fn stop(&mut self, now: Instant, release: bool) -> Vec<Outgoing> {
+        let binding = match &self.phase {
+            Phase::Bound(b)
+            | Phase::Renewing { binding: b, .. }
+            | Phase::Rebinding { binding: b, .. } => Some(b.clone()),
+            _ => None,
+        };
+        self.phase = Phase::Stopped;
+        let (true, Some(binding)) = (release, binding) else {
+            return Vec::new();
+        };
+        let ex = self.new_exchange(now);
+        let mut msg = self.base(MessageType::Release, &ex, now, binding.addr);
+        msg.opts_mut()
+            .insert(DhcpOption::ServerIdentifier(binding.server));
+        vec![Outgoing {
+            msg,
+            dest: Dest::Unicast(binding.server),
+            src: binding.addr,
+        }]
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests;

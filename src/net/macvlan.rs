@@ -1,0 +1,599 @@
+//! Macvlan sub-interfaces for DHCP-mode Services (issue 13): one per Service address, with the
+//! Service's own MAC, so that the DHCP server sees one client per Service and the address
+//! follows the MAC from node to node.
+//!
+//! vipd marks every macvlan it creates with an ifalias starting with [`MARK_PREFIX`]
+//! (`ip link show` prints it as `alias vipd:<service uid>`); it deletes and reuses only
+//! macvlans carrying that mark, never any other interface ([`Macvlans::remove_stale`] at start,
+//! [`Macvlans::ensure`], [`Macvlans::remove`]).
+//!
+//! The decisions (validation, what to reuse, what is stale) are pure functions over a link
+//! listing; the kernel is reached through the small [`MacvlanKernel`] trait, implemented over
+//! rtnetlink and `/proc/sys` by [`NetlinkMacvlans`].
+//!
+//! vipd's macvlans are mode `bridge`: macvlans on the same parent reach each other; the parent
+//! itself cannot reach them (a property of macvlan, not of vipd).
+
+use std::future::Future;
+
+use futures::TryStreamExt;
+use netlink_packet_route::link::{
+    InfoKind, LinkAttribute, LinkInfo as NlLinkInfo, LinkMessage, MacVlanMode,
+};
+use rtnetlink::{Handle, LinkMacVlan, LinkUnspec};
+
+use super::iface::{IFNAME_RULE, is_ifname};
+use super::netlink::{ENODEV, errno};
+
+/// Prefix of the ifalias marking a macvlan as vipd's (`vipd:<service uid>`).
+pub const MARK_PREFIX: &str = "vipd:";
+
+/// Longest ifalias the kernel stores (`IFALIASZ - 1` bytes).
+pub const ALIAS_MAX: usize = 255;
+
+/// What to create: one marked macvlan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MacvlanSpec {
+    /// Parent interface name, e.g. `eth0`.
+    pub parent: String,
+    /// The macvlan's name ([`is_ifname`]: 1 to 15 bytes, ...).
+    pub name: String,
+    /// Its MAC address: unicast (I/G bit clear), not all zero.
+    pub mac: [u8; 6],
+    /// Its ifalias: must start with [`MARK_PREFIX`], at most [`ALIAS_MAX`] bytes.
+    pub mark: String,
+    /// `net.ipv4.conf.<name>.rp_filter`: 0 off, 1 strict, 2 loose (RFC 3704). The kernel uses
+    /// the larger of this and `net.ipv4.conf.all.rp_filter`.
+    pub rp_filter: u8,
+}
+
+/// One link as far as macvlan bookkeeping needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LinkEntry {
+    /// Interface index.
+    pub index: u32,
+    /// Interface name.
+    pub name: String,
+    /// `true` for `IFLA_INFO_KIND` = `macvlan`.
+    pub macvlan: bool,
+    /// The ifalias (`IFLA_IFALIAS`), if set.
+    pub alias: Option<String>,
+    /// Parent interface index (`IFLA_LINK`), if any.
+    pub parent: Option<u32>,
+    /// MAC address (zero when the link has none).
+    pub mac: [u8; 6],
+}
+
+impl LinkEntry {
+    /// A macvlan carrying vipd's mark.
+    pub fn is_ours(&self) -> bool {
+        self.macvlan
+            && self
+                .alias
+                .as_deref()
+                .is_some_and(|a| a.starts_with(MARK_PREFIX))
+    }
+}
+
+/// Errors of macvlan management; each names the interface and the offending value.
+#[derive(Debug, thiserror::Error)]
+pub enum MacvlanError {
+    /// The macvlan name is not a valid Linux interface name.
+    #[error("macvlan name {name:?} is invalid ({IFNAME_RULE})")]
+    InvalidName {
+        /// The name given.
+        name: String,
+    },
+    /// The MAC is all zero or multicast.
+    #[error("macvlan {name}: MAC {mac} is not a unicast address (must be non-zero, I/G bit clear)")]
+    InvalidMac {
+        /// The macvlan name.
+        name: String,
+        /// The MAC, `aa:bb:cc:dd:ee:ff`.
+        mac: String,
+    },
+    /// The mark does not start with [`MARK_PREFIX`] or is too long.
+    #[error(
+        "macvlan {name}: mark {mark:?} must start with {MARK_PREFIX:?} and be at most {ALIAS_MAX} bytes"
+    )]
+    InvalidMark {
+        /// The macvlan name.
+        name: String,
+        /// The mark given.
+        mark: String,
+    },
+    /// `rp_filter` outside 0..=2.
+    #[error("macvlan {name}: rp_filter {value} is invalid (0 off, 1 strict, 2 loose)")]
+    InvalidRpFilter {
+        /// The macvlan name.
+        name: String,
+        /// The value given.
+        value: u8,
+    },
+    /// The parent interface does not exist.
+    #[error("macvlan {name}: parent interface {parent:?} does not exist")]
+    NoParent {
+        /// The macvlan name.
+        name: String,
+        /// The parent asked for.
+        parent: String,
+    },
+    /// An interface of that name exists and is not a vipd macvlan: never touched.
+    #[error(
+        "macvlan {name}: an interface of that name exists and was not created by vipd (no {MARK_PREFIX:?} ifalias); refusing to touch it"
+    )]
+    NotOurs {
+        /// The name.
+        name: String,
+    },
+    /// A netlink request failed.
+    #[error("macvlan {name}: netlink {op} failed: {source}")]
+    Netlink {
+        /// The macvlan (or parent) concerned.
+        name: String,
+        /// The operation, e.g. `create`.
+        op: &'static str,
+        /// The rtnetlink error.
+        #[source]
+        source: rtnetlink::Error,
+    },
+    /// Writing a sysctl failed.
+    #[error("macvlan {name}: cannot write {value} to {path}: {source}")]
+    Sysctl {
+        /// The macvlan.
+        name: String,
+        /// The `/proc/sys` path.
+        path: String,
+        /// The value.
+        value: u8,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The netlink socket could not be opened.
+    #[error("cannot open a netlink socket: {0}")]
+    Socket(#[source] std::io::Error),
+}
+
+/// `aa:bb:cc:dd:ee:ff`.
+pub fn format_mac(mac: &[u8; 6]) -> String {
+    mac.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// Checks a spec before any kernel call.
+///
+/// # Errors
+/// [`MacvlanError::InvalidName`], [`MacvlanError::InvalidMac`], [`MacvlanError::InvalidMark`],
+/// [`MacvlanError::InvalidRpFilter`], each naming the value.
+pub fn validate(spec: &MacvlanSpec) -> Result<(), MacvlanError> {
+    if !is_ifname(&spec.name) {
+        return Err(MacvlanError::InvalidName {
+            name: spec.name.clone(),
+        });
+    }
+    if spec.mac == [0; 6] || spec.mac[0] & 1 != 0 {
+        return Err(MacvlanError::InvalidMac {
+            name: spec.name.clone(),
+            mac: format_mac(&spec.mac),
+        });
+    }
+    if !spec.mark.starts_with(MARK_PREFIX) || spec.mark.len() > ALIAS_MAX {
+        return Err(MacvlanError::InvalidMark {
+            name: spec.name.clone(),
+            mark: spec.mark.clone(),
+        });
+    }
+    if spec.rp_filter > 2 {
+        return Err(MacvlanError::InvalidRpFilter {
+            name: spec.name.clone(),
+            value: spec.rp_filter,
+        });
+    }
+    Ok(())
+}
+
+/// What [`Macvlans::ensure`] must do, decided from a link listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Plan {
+    /// A vipd macvlan with this name, parent, MAC and mark exists: keep it (index given),
+    /// re-apply the sysctls and bring it up.
+    Reuse(u32),
+    /// A vipd macvlan with this name exists but differs (parent, MAC or mark): delete it
+    /// (index given), then create.
+    Replace(u32),
+    /// No interface of that name: create.
+    Create,
+}
+
+/// Decides how to get `spec`'s macvlan given the current links; `parent_index` is the
+/// parent's index.
+///
+/// # Errors
+/// [`MacvlanError::NotOurs`] when an interface of that name exists without vipd's mark.
+pub fn plan(
+    links: &[LinkEntry],
+    spec: &MacvlanSpec,
+    parent_index: u32,
+) -> Result<Plan, MacvlanError> {
+    let Some(existing) = links.iter().find(|l| l.name == spec.name) else {
+        return Ok(Plan::Create);
+    };
+    if !existing.is_ours() {
+        return Err(MacvlanError::NotOurs {
+            name: spec.name.clone(),
+        });
+    }
+    let same = existing.parent == Some(parent_index)
+        && existing.mac == spec.mac
+        && existing.alias.as_deref() == Some(spec.mark.as_str());
+    Ok(if same {
+        Plan::Reuse(existing.index)
+    } else {
+        Plan::Replace(existing.index)
+    })
+}
+
+/// The vipd macvlans (marked) not named in `keep`: what [`Macvlans::remove_stale`] deletes.
+pub fn stale<'a>(links: &'a [LinkEntry], keep: &[&str]) -> Vec<&'a LinkEntry> {
+    links
+        .iter()
+        .filter(|l| l.is_ours() && !keep.contains(&l.name.as_str()))
+        .collect()
+}
+
+/// The kernel operations macvlan management needs; [`NetlinkMacvlans`] in production.
+pub trait MacvlanKernel: Send + Sync + 'static {
+    /// All links of the namespace.
+    ///
+    /// # Errors
+    /// [`MacvlanError::Netlink`].
+    fn links(&self) -> impl Future<Output = Result<Vec<LinkEntry>, MacvlanError>> + Send;
+
+    /// Creates a macvlan (mode bridge) named `name` on `parent_index` with `mac`, down, and
+    /// sets its ifalias to `mark`; returns its index.
+    ///
+    /// # Errors
+    /// [`MacvlanError::Netlink`].
+    fn create(
+        &self,
+        parent_index: u32,
+        name: &str,
+        mac: [u8; 6],
+        mark: &str,
+    ) -> impl Future<Output = Result<u32, MacvlanError>> + Send;
+
+    /// Brings link `index` up.
+    ///
+    /// # Errors
+    /// [`MacvlanError::Netlink`].
+    fn up(&self, index: u32, name: &str) -> impl Future<Output = Result<(), MacvlanError>> + Send;
+
+    /// Deletes link `index` (gone already = `Ok`).
+    ///
+    /// # Errors
+    /// [`MacvlanError::Netlink`].
+    fn delete(
+        &self,
+        index: u32,
+        name: &str,
+    ) -> impl Future<Output = Result<(), MacvlanError>> + Send;
+
+    /// Writes `value` to `/proc/sys/net/<family>/conf/<name>/<key>`.
+    ///
+    /// # Errors
+    /// [`MacvlanError::Sysctl`] (its `source` is `NotFound` when the directory does not
+    /// exist, e.g. IPv6 disabled on the kernel command line).
+    fn set_conf(
+        &self,
+        family: ConfFamily,
+        name: &str,
+        key: &'static str,
+        value: u8,
+    ) -> Result<(), MacvlanError>;
+}
+
+/// Which `/proc/sys/net/<family>/conf` tree a setting lives in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfFamily {
+    /// `net.ipv4.conf.<if>`.
+    Ipv4,
+    /// `net.ipv6.conf.<if>`.
+    Ipv6,
+}
+
+impl ConfFamily {
+    /// `ipv4` or `ipv6`.
+    pub fn dir(self) -> &'static str {
+        match self {
+            Self::Ipv4 => "ipv4",
+            Self::Ipv6 => "ipv6",
+        }
+    }
+}
+
+/// The per-interface IPv6 settings vipd gives its macvlans: `accept_ra = 0` and
+/// `autoconf = 0`, so that router advertisements never give the macvlan (and so the node)
+/// a SLAAC address of its own. The link-local address stays. Skipped when the kernel has no
+/// IPv6.
+pub const IPV6_SETTINGS: [(&str, u8); 2] = [("accept_ra", 0), ("autoconf", 0)];
+
+/// The per-interface IPv4 settings vipd gives its macvlans, besides `rp_filter`:
+/// - `arp_ignore = 1`: answer ARP only for addresses configured on the macvlan itself, so its
+///   MAC never answers for the node's own addresses (the leased address is a host route on
+///   the macvlan);
+/// - `arp_announce = 2`: ARP requests sent from the macvlan use its own address as source.
+pub const ARP_SETTINGS: [(&str, u8); 2] = [("arp_ignore", 1), ("arp_announce", 2)];
+
+/// Macvlan management over a [`MacvlanKernel`].
+#[derive(Debug)]
+pub struct Macvlans<K> {
+    kernel: K,
+}
+
+impl<K: MacvlanKernel> Macvlans<K> {
+    /// Over `kernel`.
+    pub fn new(kernel: K) -> Self {
+        Self { kernel }
+    }
+
+    /// The kernel access.
+    pub fn kernel(&self) -> &K {
+        &self.kernel
+    }
+
+    /// Makes `spec`'s macvlan exist, configured and up; returns its index. An existing vipd
+    /// macvlan of that name is reused when identical, replaced otherwise. Order: create (down),
+    /// ifalias, sysctls (`rp_filter`, [`ARP_SETTINGS`], [`IPV6_SETTINGS`]), up, so that it never answers with the
+    /// kernel defaults.
+    ///
+    /// # Errors
+    /// [`validate`]'s errors; [`MacvlanError::NoParent`]; [`MacvlanError::NotOurs`] (an
+    /// interface of that name not created by vipd, left alone); kernel errors.
+    pub async fn ensure(&self, spec: &MacvlanSpec) -> Result<u32, MacvlanError> {
+        validate(spec)?;
+        let links = self.kernel.links().await?;
+        let parent = links
+            .iter()
+            .find(|l| l.name == spec.parent)
+            .ok_or_else(|| MacvlanError::NoParent {
+                name: spec.name.clone(),
+                parent: spec.parent.clone(),
+            })?
+            .index;
+        let index = match plan(&links, spec, parent)? {
+            Plan::Reuse(index) => index,
+            Plan::Replace(index) => {
+                self.kernel.delete(index, &spec.name).await?;
+                self.kernel
+                    .create(parent, &spec.name, spec.mac, &spec.mark)
+                    .await?
+            }
+            Plan::Create => {
+                self.kernel
+                    .create(parent, &spec.name, spec.mac, &spec.mark)
+                    .await?
+            }
+        };
+        self.kernel
+            .set_conf(ConfFamily::Ipv4, &spec.name, "rp_filter", spec.rp_filter)?;
+        for (key, value) in ARP_SETTINGS {
+            self.kernel
+                .set_conf(ConfFamily::Ipv4, &spec.name, key, value)?;
+        }
+        for (key, value) in IPV6_SETTINGS {
+            match self
+                .kernel
+                .set_conf(ConfFamily::Ipv6, &spec.name, key, value)
+            {
+                Err(MacvlanError::Sysctl { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound => {}
+                other => other?,
+            }
+        }
+        self.kernel.up(index, &spec.name).await?;
+        Ok(index)
+    }
+
+    /// Deletes the macvlan `name` if it is vipd's (marked); absent = `Ok(false)`.
+    ///
+    /// # Errors
+    /// [`MacvlanError::NotOurs`] when `name` exists unmarked (left alone); kernel errors.
+    pub async fn remove(&self, name: &str) -> Result<bool, MacvlanError> {
+        let links = self.kernel.links().await?;
+        match links.iter().find(|l| l.name == name) {
+            None => Ok(false),
+            Some(l) if l.is_ours() => {
+                self.kernel.delete(l.index, name).await?;
+                Ok(true)
+            }
+            Some(_) => Err(MacvlanError::NotOurs { name: name.into() }),
+        }
+    }
+
+    /// Deletes every vipd macvlan not named in `keep` (at start: `keep` empty); returns the
+    /// names deleted. Macvlans without vipd's mark are never touched.
+    ///
+    /// # Errors
+    /// Kernel errors (the first one; the others are still tried).
+    pub async fn remove_stale(&self, keep: &[&str]) -> Result<Vec<String>, MacvlanError> {
+        let links = self.kernel.links().await?;
+        let mut removed = Vec::new();
+        let mut first_error = None;
+        for link in stale(&links, keep) {
+            match self.kernel.delete(link.index, &link.name).await {
+                Ok(()) => removed.push(link.name.clone()),
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        match first_error {
+            Some(e) => Err(e),
+            None => Ok(removed),
+        }
+    }
+}
+
+/// [`MacvlanKernel`] over rtnetlink and `/proc/sys`. The connection task runs on the tokio
+/// runtime current at [`NetlinkMacvlans::new`].
+#[derive(Debug, Clone)]
+pub struct NetlinkMacvlans {
+    handle: Handle,
+}
+
+/// Decodes one `RTM_NEWLINK` message.
+pub(crate) fn link_entry(msg: &LinkMessage) -> LinkEntry {
+    let mut entry = LinkEntry {
+        index: msg.header.index,
+        name: String::new(),
+        macvlan: false,
+        alias: None,
+        parent: None,
+        mac: [0; 6],
+    };
+    for attr in &msg.attributes {
+        match attr {
+            LinkAttribute::IfName(n) => entry.name = n.clone(),
+            LinkAttribute::IfAlias(a) => entry.alias = Some(a.clone()),
+            LinkAttribute::Link(p) => entry.parent = Some(*p),
+            LinkAttribute::Address(a) if a.len() == 6 => entry.mac.copy_from_slice(a),
+            LinkAttribute::LinkInfo(infos) => {
+                entry.macvlan = infos
+                    .iter()
+                    .any(|i| matches!(i, NlLinkInfo::Kind(InfoKind::MacVlan)));
+            }
+            _ => {}
+        }
+    }
+    entry
+}
+
+impl NetlinkMacvlans {
+    /// Opens an rtnetlink socket and spawns its connection task.
+    ///
+    /// # Errors
+    /// [`MacvlanError::Socket`] when the socket cannot be opened or no tokio runtime runs.
+    pub fn new() -> Result<Self, MacvlanError> {
+        let rt = tokio::runtime::Handle::try_current()
+            .map_err(|e| MacvlanError::Socket(std::io::Error::other(e)))?;
+        let (conn, handle, _) = rtnetlink::new_connection().map_err(MacvlanError::Socket)?;
+        rt.spawn(conn);
+        Ok(Self { handle })
+    }
+}
+
+impl MacvlanKernel for NetlinkMacvlans {
+    async fn links(&self) -> Result<Vec<LinkEntry>, MacvlanError> {
+        let msgs: Vec<LinkMessage> = self
+            .handle
+            .link()
+            .get()
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|source| MacvlanError::Netlink {
+                name: "(all links)".into(),
+                op: "dump links",
+                source,
+            })?;
+        Ok(msgs.iter().map(link_entry).collect())
+    }
+
+    async fn create(
+        &self,
+        parent_index: u32,
+        name: &str,
+        mac: [u8; 6],
+        mark: &str,
+    ) -> Result<u32, MacvlanError> {
+        let err = |op| {
+            move |source| MacvlanError::Netlink {
+                name: name.into(),
+                op,
+                source,
+            }
+        };
+        let msg = LinkMacVlan::new(name, parent_index, MacVlanMode::Bridge)
+            .address(mac.to_vec())
+            .build();
+        self.handle
+            .link()
+            .add(msg)
+            .execute()
+            .await
+            .map_err(err("create macvlan"))?;
+        let created: Option<LinkMessage> = self
+            .handle
+            .link()
+            .get()
+            .match_name(name.to_string())
+            .execute()
+            .try_next()
+            .await
+            .map_err(err("get created macvlan"))?;
+        let index = created
+            .map(|m| m.header.index)
+            .ok_or_else(|| MacvlanError::Netlink {
+                name: name.into(),
+                op: "get created macvlan",
+                source: rtnetlink::Error::RequestFailed,
+            })?;
+        // The kernel ignores IFLA_IFALIAS in RTM_NEWLINK for a new device: set it after.
+        self.handle
+            .link()
+            .set(LinkUnspec::new_with_index(index).alias(mark).build())
+            .execute()
+            .await
+            .map_err(err("set ifalias"))?;
+        Ok(index)
+    }
+
+    async fn up(&self, index: u32, name: &str) -> Result<(), MacvlanError> {
+        self.handle
+            .link()
+            .set(LinkUnspec::new_with_index(index).up().build())
+            .execute()
+            .await
+            .map_err(|source| MacvlanError::Netlink {
+                name: name.into(),
+                op: "set up",
+                source,
+            })
+    }
+
+    async fn delete(&self, index: u32, name: &str) -> Result<(), MacvlanError> {
+        match self.handle.link().del(index).execute().await {
+            Ok(()) => Ok(()),
+            Err(e) if errno(&e) == Some(ENODEV) => Ok(()),
+            Err(source) => Err(MacvlanError::Netlink {
+                name: name.into(),
+                op: "delete",
+                source,
+            }),
+        }
+    }
+
+    fn set_conf(
+        &self,
+        family: ConfFamily,
+        name: &str,
+        key: &'static str,
+        value: u8,
+    ) -> Result<(), MacvlanError> {
+        let path = format!("/proc/sys/net/{}/conf/{name}/{key}", family.dir());
+        std::fs::write(&path, format!("{value}\n")).map_err(|source| MacvlanError::Sysctl {
+            name: name.into(),
+            path,
+            value,
+            source,
+        })
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod fake;
+#[cfg(test)]
+mod tests;

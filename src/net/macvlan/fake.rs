@@ -1,0 +1,86 @@
+//! A [`MacvlanKernel`] in memory, for unit tests: it records every call.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use super::{ConfFamily, LinkEntry, MacvlanError, MacvlanKernel, format_mac};
+
+#[derive(Default)]
+pub(crate) struct FakeKernel {
+    pub(crate) links: Mutex<Vec<LinkEntry>>,
+    calls: Mutex<Vec<String>>,
+    /// Answer IPv6 settings with `NotFound`, as a kernel without IPv6 does.
+    pub(crate) no_ipv6: AtomicBool,
+}
+
+impl FakeKernel {
+    pub(crate) fn with(links: Vec<LinkEntry>) -> Self {
+        Self {
+            links: Mutex::new(links),
+            calls: Mutex::default(),
+            no_ipv6: AtomicBool::new(false),
+        }
+    }
+    pub(crate) fn calls(&self) -> Vec<String> {
+        self.calls.lock().unwrap().clone()
+    }
+    fn log(&self, s: String) {
+        self.calls.lock().unwrap().push(s);
+    }
+}
+
+impl MacvlanKernel for FakeKernel {
+    async fn links(&self) -> Result<Vec<LinkEntry>, MacvlanError> {
+        Ok(self.links.lock().unwrap().clone())
+    }
+    async fn create(
+        &self,
+        parent_index: u32,
+        name: &str,
+        mac: [u8; 6],
+        mark: &str,
+    ) -> Result<u32, MacvlanError> {
+        self.log(format!(
+            "create {name} on {parent_index} {} {mark}",
+            format_mac(&mac)
+        ));
+        let mut links = self.links.lock().unwrap();
+        let index = links.iter().map(|l| l.index).max().unwrap_or(0) + 1;
+        links.push(LinkEntry {
+            index,
+            name: name.into(),
+            macvlan: true,
+            alias: Some(mark.into()),
+            parent: Some(parent_index),
+            mac,
+        });
+        Ok(index)
+    }
+    async fn up(&self, index: u32, name: &str) -> Result<(), MacvlanError> {
+        self.log(format!("up {name} {index}"));
+        Ok(())
+    }
+    async fn delete(&self, index: u32, name: &str) -> Result<(), MacvlanError> {
+        self.log(format!("delete {name} {index}"));
+        self.links.lock().unwrap().retain(|l| l.index != index);
+        Ok(())
+    }
+    fn set_conf(
+        &self,
+        family: ConfFamily,
+        name: &str,
+        key: &'static str,
+        value: u8,
+    ) -> Result<(), MacvlanError> {
+        if family == ConfFamily::Ipv6 && self.no_ipv6.load(Ordering::Relaxed) {
+            return Err(MacvlanError::Sysctl {
+                name: name.into(),
+                path: format!("/proc/sys/net/ipv6/conf/{name}/{key}"),
+                value,
+                source: std::io::ErrorKind::NotFound.into(),
+            });
+        }
+        self.log(format!("sysctl {} {name} {key}={value}", family.dir()));
+        Ok(())
+    }
+}

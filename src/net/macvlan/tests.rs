@@ -1,0 +1,188 @@
+use super::fake::FakeKernel;
+use super::*;
+
+fn entry(index: u32, name: &str, macvlan: bool, alias: Option<&str>) -> LinkEntry {
+    LinkEntry {
+        index,
+        name: name.into(),
+        macvlan,
+        alias: alias.map(Into::into),
+        parent: macvlan.then_some(2),
+        mac: [0x02, 0, 0, 0, 0, index as u8],
+    }
+}
+
+fn spec(name: &str) -> MacvlanSpec {
+    MacvlanSpec {
+        parent: "eth0".into(),
+        name: name.into(),
+        mac: [0x02, 0, 0, 0, 0, 9],
+        mark: "vipd:uid-1".into(),
+        rp_filter: 0,
+    }
+}
+
+#[test]
+fn validation_names_the_value() {
+    let long = spec("vip-0123456789ab");
+    let e = validate(&long).unwrap_err().to_string();
+    assert!(
+        e.contains("\"vip-0123456789ab\"") && e.contains("15 bytes"),
+        "{e}"
+    );
+    assert!(validate(&spec("vip-01234567")).is_ok());
+
+    let mut multicast = spec("vip-a");
+    multicast.mac = [0x01, 0, 0x5e, 0, 0, 1];
+    let e = validate(&multicast).unwrap_err().to_string();
+    assert!(e.contains("01:00:5e:00:00:01"), "{e}");
+    let mut zero = spec("vip-a");
+    zero.mac = [0; 6];
+    assert!(validate(&zero).is_err());
+
+    let mut unmarked = spec("vip-a");
+    unmarked.mark = "kube-vip".into();
+    let e = validate(&unmarked).unwrap_err().to_string();
+    assert!(e.contains("\"kube-vip\""), "{e}");
+
+    let mut rp = spec("vip-a");
+    rp.rp_filter = 3;
+    let e = validate(&rp).unwrap_err().to_string();
+    assert!(e.contains("rp_filter 3"), "{e}");
+}
+
+#[test]
+fn plan_reuses_replaces_or_refuses() {
+    let s = spec("vip-a");
+    let mut same = entry(5, "vip-a", true, Some("vipd:uid-1"));
+    same.mac = s.mac;
+    assert_eq!(plan(&[same.clone()], &s, 2).unwrap(), Plan::Reuse(5));
+    // Other MAC, other parent or other mark: replaced.
+    let mut other_mac = same.clone();
+    other_mac.mac[5] = 1;
+    assert_eq!(plan(&[other_mac], &s, 2).unwrap(), Plan::Replace(5));
+    assert_eq!(plan(&[same.clone()], &s, 3).unwrap(), Plan::Replace(5));
+    let mut other_mark = same.clone();
+    other_mark.alias = Some("vipd:uid-2".into());
+    assert_eq!(plan(&[other_mark], &s, 2).unwrap(), Plan::Replace(5));
+    assert_eq!(plan(&[], &s, 2).unwrap(), Plan::Create);
+    // Not ours: a plain interface, a macvlan without or with a foreign alias.
+    for foreign in [
+        entry(5, "vip-a", false, Some("vipd:uid-1")),
+        entry(5, "vip-a", true, None),
+        entry(5, "vip-a", true, Some("kube-vip")),
+    ] {
+        let e = plan(&[foreign], &s, 2).unwrap_err().to_string();
+        assert!(e.contains("vip-a") && e.contains("refusing"), "{e}");
+    }
+}
+
+#[test]
+fn stale_is_only_marked_macvlans_not_kept() {
+    let links = vec![
+        entry(1, "lo", false, None),
+        entry(2, "eth0", false, Some("vipd:looks-ours-but-not-a-macvlan")),
+        entry(3, "vip-a", true, Some("vipd:a")),
+        entry(4, "vip-b", true, Some("vipd:b")),
+        entry(5, "mv-user", true, Some("user's")),
+        entry(6, "mv-bare", true, None),
+    ];
+    let names = |v: Vec<&LinkEntry>| v.into_iter().map(|l| l.name.clone()).collect::<Vec<_>>();
+    assert_eq!(names(stale(&links, &[])), vec!["vip-a", "vip-b"]);
+    assert_eq!(names(stale(&links, &["vip-b"])), vec!["vip-a"]);
+}
+
+#[tokio::test]
+async fn ensure_creates_configures_then_brings_up() {
+    let m = Macvlans::new(FakeKernel::with(vec![entry(2, "eth0", false, None)]));
+    let mut s = spec("vip-a");
+    s.rp_filter = 2;
+    let index = m.ensure(&s).await.unwrap();
+    assert_eq!(
+        m.kernel().calls(),
+        vec![
+            "create vip-a on 2 02:00:00:00:00:09 vipd:uid-1".to_string(),
+            "sysctl ipv4 vip-a rp_filter=2".into(),
+            "sysctl ipv4 vip-a arp_ignore=1".into(),
+            "sysctl ipv4 vip-a arp_announce=2".into(),
+            "sysctl ipv6 vip-a accept_ra=0".into(),
+            "sysctl ipv6 vip-a autoconf=0".into(),
+            format!("up vip-a {index}"),
+        ]
+    );
+    // Again: reused, not recreated.
+    m.ensure(&s).await.unwrap();
+    assert!(
+        !m.kernel().calls()[5..]
+            .iter()
+            .any(|c| c.starts_with("create"))
+    );
+}
+
+#[tokio::test]
+async fn ensure_works_on_a_kernel_without_ipv6() {
+    let k = FakeKernel::with(vec![entry(2, "eth0", false, None)]);
+    k.no_ipv6.store(true, std::sync::atomic::Ordering::Relaxed);
+    let m = Macvlans::new(k);
+    let index = m.ensure(&spec("vip-a")).await.unwrap();
+    let calls = m.kernel().calls();
+    assert!(
+        calls.contains(&"sysctl ipv4 vip-a arp_ignore=1".to_string()),
+        "{calls:?}"
+    );
+    assert_eq!(calls.last(), Some(&format!("up vip-a {index}")));
+}
+
+#[tokio::test]
+async fn ensure_errors_name_parent_and_foreign_interface() {
+    let m = Macvlans::new(FakeKernel::with(vec![
+        entry(2, "eth0", false, None),
+        entry(3, "vip-a", true, None),
+    ]));
+    let mut s = spec("vip-b");
+    s.parent = "eth9".into();
+    let e = m.ensure(&s).await.unwrap_err().to_string();
+    assert!(
+        e.contains("\"eth9\"") && e.contains("does not exist"),
+        "{e}"
+    );
+    let e = m.ensure(&spec("vip-a")).await.unwrap_err().to_string();
+    assert!(e.contains("vip-a") && e.contains("refusing"), "{e}");
+    let e = m.remove("vip-a").await.unwrap_err().to_string();
+    assert!(e.contains("refusing"), "{e}");
+    assert!(m.kernel().calls().is_empty(), "{:?}", m.kernel().calls());
+}
+
+#[tokio::test]
+async fn remove_stale_leaves_foreign_macvlans() {
+    let m = Macvlans::new(FakeKernel::with(vec![
+        entry(2, "eth0", false, None),
+        entry(3, "vip-a", true, Some("vipd:a")),
+        entry(4, "mv-user", true, None),
+    ]));
+    assert_eq!(m.remove_stale(&[]).await.unwrap(), vec!["vip-a"]);
+    assert_eq!(m.kernel().calls(), vec!["delete vip-a 3"]);
+    assert!(!m.remove("vip-a").await.unwrap());
+}
+
+#[test]
+fn decodes_kind_alias_parent_and_mac() {
+    let msg = LinkMacVlan::new("vip-a", 2, MacVlanMode::Bridge)
+        .address(vec![2, 0, 0, 0, 0, 9])
+        .alias("vipd:x")
+        .index(7)
+        .build();
+    let e = link_entry(&msg);
+    assert_eq!(
+        e,
+        LinkEntry {
+            index: 7,
+            name: "vip-a".into(),
+            macvlan: true,
+            alias: Some("vipd:x".into()),
+            parent: Some(2),
+            mac: [2, 0, 0, 0, 0, 9],
+        }
+    );
+    assert!(e.is_ours());
+}

@@ -1,0 +1,126 @@
+//! Kernel tests of `vipd::net::macvlan` (rtnetlink + /proc/sys) against the real Linux
+//! kernel, on a thread in a private network namespace (see tests/support/netns.rs): parent
+//! `d0` (one end of a veth pair), a foreign macvlan `mv-user` on it that must never be touched.
+
+mod support;
+
+use std::process::Command;
+
+use support::netns::{enter_private_netns, ip, root_or_skip};
+use vipd::net::macvlan::{MacvlanError, MacvlanSpec, Macvlans, NetlinkMacvlans};
+
+fn in_private_netns(body: impl AsyncFnOnce(Macvlans<NetlinkMacvlans>) + Send + 'static) {
+    if !root_or_skip("macvlan kernel tests") {
+        return;
+    }
+    let t = std::thread::spawn(move || {
+        enter_private_netns();
+        ip("link add d0 type veth peer name d1");
+        ip("link set d0 up");
+        ip("link set d1 up");
+        ip("link add link d0 name mv-user type macvlan mode bridge");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        rt.block_on(async {
+            let m = Macvlans::new(NetlinkMacvlans::new().unwrap());
+            body(m).await;
+        });
+    });
+    if let Err(panic) = t.join() {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+/// `ip -d -j link show NAME` as JSON, `None` when the link does not exist.
+fn link(name: &str) -> Option<serde_json::Value> {
+    let out = Command::new("ip")
+        .args(["-d", "-j", "link", "show", name])
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        return None;
+    }
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    v.get(0).cloned()
+}
+
+fn sysctl(family: &str, name: &str, key: &str) -> String {
+    std::fs::read_to_string(format!("/proc/sys/net/{family}/conf/{name}/{key}"))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+fn spec(name: &str) -> MacvlanSpec {
+    MacvlanSpec {
+        parent: "d0".into(),
+        name: name.into(),
+        mac: [0x02, 0x76, 0x69, 0x70, 0x64, 0x10],
+        mark: "vipd:uid-1".into(),
+        rp_filter: 2,
+    }
+}
+
+#[test]
+fn creates_configures_reuses_replaces_and_removes_only_marked_macvlans() {
+    in_private_netns(async |m| {
+        // Stale vipd macvlan from an earlier run: removed at start; mv-user kept.
+        ip("link add link d0 name vip-stale type macvlan mode bridge");
+        ip("link set vip-stale alias vipd:gone");
+        assert_eq!(m.remove_stale(&[]).await.unwrap(), vec!["vip-stale"]);
+        assert!(link("vip-stale").is_none());
+        assert!(link("mv-user").is_some());
+
+        let s = spec("vip-abc");
+        let index = m.ensure(&s).await.unwrap();
+        let l = link("vip-abc").expect("created");
+        assert_eq!(l["ifindex"], index);
+        assert_eq!(l["address"], "02:76:69:70:64:10");
+        assert_eq!(l["ifalias"], "vipd:uid-1");
+        assert_eq!(l["link"], "d0");
+        assert_eq!(l["linkinfo"]["info_kind"], "macvlan");
+        assert_eq!(l["linkinfo"]["info_data"]["mode"], "bridge");
+        assert!(
+            l["flags"].as_array().unwrap().iter().any(|f| f == "UP"),
+            "{l}"
+        );
+        assert_eq!(sysctl("ipv4", "vip-abc", "rp_filter"), "2");
+        assert_eq!(sysctl("ipv4", "vip-abc", "arp_ignore"), "1");
+        assert_eq!(sysctl("ipv4", "vip-abc", "arp_announce"), "2");
+        // No SLAAC address for the node through the macvlan.
+        assert_eq!(sysctl("ipv6", "vip-abc", "accept_ra"), "0");
+        assert_eq!(sysctl("ipv6", "vip-abc", "autoconf"), "0");
+
+        // Same spec: the same link. Another MAC: replaced.
+        assert_eq!(m.ensure(&s).await.unwrap(), index);
+        let mut other = s.clone();
+        other.mac[5] = 0x11;
+        m.ensure(&other).await.unwrap();
+        assert_eq!(link("vip-abc").unwrap()["address"], "02:76:69:70:64:11");
+
+        // A foreign interface of that name is refused and left as it is.
+        let foreign = link("mv-user").unwrap();
+        let e = m.ensure(&spec("mv-user")).await.unwrap_err();
+        assert!(matches!(e, MacvlanError::NotOurs { .. }), "{e}");
+        assert!(m.remove("mv-user").await.is_err());
+        assert_eq!(link("mv-user").unwrap(), foreign);
+
+        // Bad input never reaches the kernel; a missing parent is named.
+        let e = m.ensure(&spec("vip-0123456789ab")).await.unwrap_err();
+        assert!(e.to_string().contains("\"vip-0123456789ab\""), "{e}");
+        assert!(link("vip-0123456789ab").is_none());
+        let mut orphan = spec("vip-def");
+        orphan.parent = "eth9".into();
+        let e = m.ensure(&orphan).await.unwrap_err();
+        assert!(e.to_string().contains("\"eth9\""), "{e}");
+
+        // Removal: ours goes; absent is fine; the foreign one stays.
+        assert!(m.remove("vip-abc").await.unwrap());
+        assert!(link("vip-abc").is_none());
+        assert!(!m.remove("vip-abc").await.unwrap());
+        assert_eq!(m.remove_stale(&[]).await.unwrap(), Vec::<String>::new());
+        assert!(link("mv-user").is_some());
+    });
+}
