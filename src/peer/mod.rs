@@ -2,8 +2,8 @@
 //! for each other while the API server is unreachable.
 //!
 //! Active with `svc_ridethrough` (Service leases only): [`node`] drives it from `vipd
-//! manager`. See "Peer protocol" in `docs/design.md` for the rules, the safety argument, the
-//! wiring and what is not done yet (hand-over requests).
+//! manager`. See "Peer protocol" in `docs/design.md` for the rules, the safety argument and
+//! the wiring.
 //!
 //! * [`wire`]: the frame format (raw Ethernet, EtherType 0x88B5), HMAC-SHA256 signing with a
 //!   [`wire::PeerKey`], decoding that never panics, and the [`wire::Verifier`] (replays,
@@ -17,10 +17,6 @@
 //!   with kernel receive timestamps).
 //!
 //! `wire` and `socket` are public for the lab test (`tests/lab_peer_wire.rs`).
-
-// Hand-over requests (`should_release`, `released`, `Kind::HandOverRequest`) are not
-// driven yet, see docs/design.md.
-#![allow(dead_code)]
 
 pub(crate) mod node;
 pub(crate) mod ridethrough;
