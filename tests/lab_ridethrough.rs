@@ -211,6 +211,7 @@ fn wait_for_peers(procs: &[LabProcess]) {
 /// Issue 12, first "Done when": the API server frozen for 6 s, then stopped for 30 s; no
 /// Service VIP is removed or moved (sampled every 100 ms through each outage and the
 /// recovery after it), no lease changes holder, and afterwards the same holders renew.
+/// While riding, a holder's `/readyz` is ready and names its riding lease(s).
 #[test]
 fn s46_service_vips_ride_through_api_freeze_and_stop() {
     let Some(mut lab) = lab("ridethrough", LabOptions::default()) else {
@@ -227,8 +228,20 @@ fn s46_service_vips_ride_through_api_freeze_and_stop() {
     let pid = nix::unistd::Pid::from_raw(pid);
     let w = Watcher::start(&lab, &want);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
-    std::thread::sleep(Duration::from_secs(6));
+    // Riding by 5 s (flags fade within 3.2 s): /readyz of a holder stays ready and names
+    // the riding lease.
+    std::thread::sleep(Duration::from_secs(5));
+    let holder = want.values().next().expect("a holder").clone();
+    let admin: std::net::SocketAddr = "127.0.0.1:2112".parse().expect("addr");
+    let readyz = lab
+        .http_get(&holder, admin, "/readyz", Duration::from_secs(2))
+        .unwrap_or_else(|e| format!("admin endpoint error: {e}"));
+    std::thread::sleep(Duration::from_secs(1));
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
+    assert!(
+        readyz.starts_with("ok\nriding-through: ") && readyz.contains("default/kubevip-ride-"),
+        "{holder} /readyz while riding: {readyz}"
+    );
     w.finish_clean("freeze", &procs);
     assert_renewed_by_same_holders(&lab, &before);
     let before = leases_now(&lab);

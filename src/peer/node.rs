@@ -43,6 +43,7 @@ use super::socket::PeerSocket;
 use super::wire::{
     DEFAULT_MAX_SKEW_MS, Encoder, HeldLease, Kind, LeaseRef, Message, PeerKey, Rejection, Verifier,
 };
+use crate::admin::Readiness;
 use crate::election::{LeaderState, Observed, RideLink};
 use crate::holder::FENCE_MARGIN;
 use crate::metrics::Metrics;
@@ -108,9 +109,17 @@ struct Inner {
     /// on or to send.
     kick: tokio::sync::Notify,
     metrics: Metrics,
+    readiness: Readiness,
 }
 
 impl Inner {
+    /// Records whether lease `name` (`namespace/name`) rides through: the
+    /// `vipd_ride_through` metric and the `/readyz` line.
+    fn set_riding(&self, name: &str, riding: bool) {
+        self.metrics.set_riding(name, riding);
+        self.readiness.set_riding(name, riding);
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves plain data behind: keep using it.
         self.state
@@ -141,6 +150,8 @@ pub(crate) struct PeerParts {
     pub nodes: Store<Node>,
     /// Metrics.
     pub metrics: Metrics,
+    /// Readiness (the `/readyz` line of riding leases).
+    pub readiness: Readiness,
 }
 
 impl PeerNode {
@@ -162,6 +173,7 @@ impl PeerNode {
             api_back: watch::Sender::new(0),
             kick: tokio::sync::Notify::new(),
             metrics: parts.metrics.clone(),
+            readiness: parts.readiness.clone(),
         });
         let socket = Arc::new(parts.socket);
         let node = PeerNode(inner);
@@ -377,21 +389,21 @@ impl PeerNode {
                     if !reg.riding {
                         warn!(lease = %name, "API server unreachable: riding through (a majority of the vipd nodes vouch, none reaches the API)");
                         reg.riding = true;
-                        self.0.metrics.set_riding(&name, true);
+                        self.0.set_riding(&name, true);
                     }
                 }
                 RideDecision::StepDown(why) => {
                     if reg.riding {
                         warn!(lease = %name, reason = ?why, "ride-through ended; the VIPs go when the last grant ends unless a renewal succeeds first");
                         reg.riding = false;
-                        self.0.metrics.set_riding(&name, false);
+                        self.0.set_riding(&name, false);
                     }
                 }
                 RideDecision::NotNeeded => {
                     if reg.riding {
                         info!(lease = %name, "API server reachable again: ride-through ends, renewing");
                         reg.riding = false;
-                        self.0.metrics.set_riding(&name, false);
+                        self.0.set_riding(&name, false);
                     }
                 }
             }
@@ -564,7 +576,7 @@ struct LeaseLink {
 impl Drop for LeaseLink {
     fn drop(&mut self) {
         self.node.lock().leases.remove(&self.lease);
-        self.node.metrics.set_riding(
+        self.node.set_riding(
             &format!("{}/{}", self.lease.namespace, self.lease.name),
             false,
         );

@@ -475,6 +475,7 @@ async fn run<K: Kernel, A: Announcer>(
                 client: clients.leases.clone(),
                 nodes: caches.nodes.clone(),
                 metrics: metrics.clone(),
+                readiness: readiness.clone(),
             };
             Some(crate::peer::node::PeerNode::start(parts, watches.clone()))
         }
