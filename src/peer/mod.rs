@@ -32,6 +32,32 @@ pub const KEY_SECRET: &str = "vipd-peer-key";
 /// as they are: the text of a base64 string is fine).
 pub const KEY_SECRET_KEY: &str = "key";
 
+/// Node label that takes a Node out of the peer protocol's membership when its value is
+/// `false`: for Nodes that do not run vipd (e.g. outside the DaemonSet's nodeSelector), which
+/// would otherwise count as silent members.
+pub const MEMBER_LABEL: &str = "vipd.io/ridethrough-member";
+
+/// The membership from the Node objects (as every node reads them from the API): the names
+/// of the Nodes not labelled [`MEMBER_LABEL`]`=false`. Derived from the API on purpose, not
+/// from the peers heard on the segment: a node that restarted on the far side of a segment
+/// partition would otherwise know only itself and ride alone (see docs/design.md,
+/// "Membership").
+pub(crate) fn membership_of<'a>(
+    nodes: impl IntoIterator<Item = &'a k8s_openapi::api::core::v1::Node>,
+) -> BTreeSet<String> {
+    nodes
+        .into_iter()
+        .filter(|n| {
+            n.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(MEMBER_LABEL))
+                .is_none_or(|v| v != "false")
+        })
+        .filter_map(|n| n.metadata.name.clone())
+        .collect()
+}
+
 /// Digest of a membership (the vipd nodes a node last knew from the API): the first 8 bytes
 /// of SHA-256 over the sorted node names, each followed by `\n`. Two nodes count each
 /// other's heartbeats towards a majority only when their digests are equal.

@@ -13,8 +13,9 @@
 //!   reason), assembled, fed to [`Peers::receive`].
 //! * An API probe (`GET /readyz` every [`PROBE_INTERVAL`], each within [`PROBE_TIMEOUT`]):
 //!   this node *reaches the API* while the last `ok` answer came within [`API_WINDOW`].
-//! * Membership: the names of the cluster's Node objects, from the Services wing's Node
-//!   cache.
+//! * Membership: the names of the cluster's Node objects not labelled
+//!   `vipd.io/ridethrough-member=false` ([`super::membership_of`]), from the Services wing's
+//!   Node cache.
 //! * Each Service lease's elector talks to it through a [`LeaseLink`] (the elector's
 //!   [`RideLink`]): lease writes ([`Peers::renewed`]), confirmed drops ([`Peers::dropped`]),
 //!   and acquisitions, allowed only by [`Peers::may_take`].
@@ -239,11 +240,7 @@ impl PeerNode {
                 _ = tick.tick() => {}
                 () = self.0.kick.notified() => {}
             }
-            let names: BTreeSet<String> = nodes
-                .state()
-                .iter()
-                .filter_map(|n| n.metadata.name.clone())
-                .collect();
+            let names = super::membership_of(nodes.state().iter().map(|n| n.as_ref()));
             let msgs = {
                 let now = Instant::now();
                 let mut st = self.0.lock();

@@ -116,14 +116,22 @@ pub(crate) fn strip_service(svc: &mut Service) {
     }
 }
 
-/// Keeps of a Node only its name and `status.addresses` (a Node's status carries its image
+/// Keeps of a Node only its name, the peer membership label
+/// ([`crate::peer::MEMBER_LABEL`]) and `status.addresses` (a Node's status carries its image
 /// list, often tens of KiB).
 pub(crate) fn strip_node(node: &mut Node) {
     let addresses = node.status.as_mut().and_then(|s| s.addresses.take());
+    let labels = node
+        .metadata
+        .labels
+        .take()
+        .and_then(|mut l| l.remove_entry(crate::peer::MEMBER_LABEL))
+        .map(|kv| [kv].into());
     *node = Node {
         metadata: kube::api::ObjectMeta {
             name: node.metadata.name.take(),
             resource_version: node.metadata.resource_version.take(),
+            labels,
             ..Default::default()
         },
         spec: None,
@@ -284,8 +292,21 @@ mod tests {
             Some("web")
         );
 
+        let mut member = node.clone();
         strip_node(&mut node);
         assert_eq!(node.metadata.labels, None);
+        member.metadata.labels = Some(
+            [
+                ("other".to_string(), "x".to_string()),
+                (crate::peer::MEMBER_LABEL.to_string(), "false".to_string()),
+            ]
+            .into(),
+        );
+        strip_node(&mut member);
+        assert_eq!(
+            member.metadata.labels,
+            Some([(crate::peer::MEMBER_LABEL.to_string(), "false".to_string())].into())
+        );
         assert_eq!(node.status.as_ref().and_then(|s| s.images.as_ref()), None);
         assert_eq!(
             node_addresses(&[Arc::new(node)]).get(&"192.0.2.21".parse().unwrap()),
