@@ -61,7 +61,7 @@ pub(crate) fn membership_of<'a>(
 /// Digest of a membership (the vipd nodes a node last knew from the API): the first 8 bytes
 /// of SHA-256 over the sorted node names, each followed by `\n`. Two nodes count each
 /// other's heartbeats towards a majority only when their digests are equal.
-pub(crate) fn membership_digest(nodes: &BTreeSet<String>) -> u64 {
+pub fn membership_digest(nodes: &BTreeSet<String>) -> u64 {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     for n in nodes {
         ctx.update(n.as_bytes());
