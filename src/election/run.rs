@@ -332,10 +332,11 @@ impl<C: LeaseClient> Elector<C> {
         self.try_acquire_or_renew(st).await;
     }
 
-    /// Hand-over news from the ride link: a holder asked for the lease while it cannot
-    /// reach the API steps down at once (not releasing: it cannot write; the link sends
-    /// `Released` after the confirmed drop); a candidate whose observed holder handed this
-    /// very version over takes it now.
+    /// News from the ride link: a holder asked for the lease while it cannot reach the API
+    /// steps down at once (not releasing: it cannot write; the link sends `Released` after
+    /// the confirmed drop); a candidate tries now, when its observed holder handed this very
+    /// version over or the lease is free by the usual rules (the link then allows the take:
+    /// trying at once instead of at the next retry).
     async fn on_ride_news(&mut self, st: &mut Run, open: bool) {
         let Some(ride) = self.ride.clone() else {
             return;
@@ -348,7 +349,22 @@ impl<C: LeaseClient> Elector<C> {
                 let _ = self.step_down(st, false, &why).await;
                 st.next_attempt = Instant::now() + st.backoff.next_delay();
             }
-        } else if open && st.known && st.observed.as_ref().is_some_and(|o| ride.handed_over(o)) {
+            return;
+        }
+        if !open || !st.known {
+            return;
+        }
+        let free = !matches!(
+            record::standing(
+                st.observed.as_ref(),
+                st.observed_at,
+                Instant::now(),
+                &self.identity,
+                &st.own
+            ),
+            Standing::HeldByOther { .. }
+        );
+        if free || st.observed.as_ref().is_some_and(|o| ride.handed_over(o)) {
             self.try_acquire_or_renew(st).await;
         }
     }

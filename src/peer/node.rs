@@ -87,7 +87,8 @@ struct Registered {
     /// A peer asked for the lease and this node cannot reach the API: the asking node,
     /// until the elector's drop (or a new term).
     release_to: Option<String>,
-    /// The resourceVersion whose `Released` the elector was last woken for.
+    /// The resourceVersion the elector was last woken for (a `Released` of it arrived, or
+    /// [`Peers::may_take`] began to allow taking it).
     woken_for: Option<String>,
 }
 
@@ -351,10 +352,20 @@ impl PeerNode {
                                 resource_version: view.resource_version.clone(),
                             });
                         }
-                        TakeDecision::Take(TakeReason::Released { holder })
+                        TakeDecision::Take(reason)
                             if reg.woken_for.as_ref() != Some(&view.resource_version) =>
                         {
-                            info!(lease = %format!("{}/{}", lease.namespace, lease.name), %holder, "peer protocol: the holder handed the lease over; taking it");
+                            // Wake the elector now rather than at its next retry (up to a
+                            // retry period after the peers allow the take).
+                            let name = format!("{}/{}", lease.namespace, lease.name);
+                            match &reason {
+                                TakeReason::Released { holder } => {
+                                    info!(lease = %name, %holder, "peer protocol: the holder handed the lease over; taking it");
+                                }
+                                other => {
+                                    debug!(lease = %name, reason = ?other, "peer protocol: the lease may be taken now");
+                                }
+                            }
                             reg.woken_for = Some(view.resource_version.clone());
                             reg.news.send_modify(|v| *v += 1);
                         }

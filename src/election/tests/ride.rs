@@ -250,3 +250,17 @@ async fn a_handed_over_version_is_taken_before_expiry() {
     assert_eq!(server.holder().as_deref(), Some("b"));
     assert_eq!(clean_term(&b), Some(true), "handed over: clean");
 }
+
+/// A candidate whose acquisition the link refused tries again at once on the link's news
+/// (the peers now allow the take), not a retry period later.
+#[tokio::test(start_paused = true)]
+async fn news_retries_a_refused_acquisition_at_once() {
+    let server = FakeServer::new();
+    let ride = FakeRide::new(false);
+    let mut b = start_with(&server, "b", "b", true, None, Some(ride.clone()));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!b.state.borrow().is_leading(), "refused by the link");
+    ride.allow.store(true, Ordering::SeqCst);
+    ride.news.send_modify(|v| *v += 1);
+    assert!(until_leading(&mut b, Duration::from_millis(10)).await);
+}
