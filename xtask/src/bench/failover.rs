@@ -575,14 +575,8 @@ impl Ctx {
     /// # Errors
     /// When an object cannot be created.
     pub fn enable_service(&mut self, ride: bool) -> Result<()> {
-        let create = |path: &str, body: serde_json::Value, what: &str| -> Result<()> {
-            let r = self
-                .lab
-                .api_request("POST", path, Some(&body.to_string()))?;
-            if r.status != 201 {
-                bail!("create {what}: HTTP {}: {}", r.status, r.body);
-            }
-            Ok(())
+        let create = |path: &str, body: serde_json::Value, what: &str| {
+            super::create(&self.lab, path, &body, what)
         };
         for n in NODES {
             create(

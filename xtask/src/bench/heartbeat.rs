@@ -189,14 +189,6 @@ fn say(o: &Options, s: impl AsRef<str>) {
     }
 }
 
-fn created(lab: &Lab, path: &str, body: &serde_json::Value, what: &str) -> Result<()> {
-    let r = lab.api_request("POST", path, Some(&body.to_string()))?;
-    if r.status != 201 {
-        bail!("create {what}: HTTP {} {}", r.status, r.body);
-    }
-    Ok(())
-}
-
 fn metrics(lab: &Lab) -> String {
     let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), METRICS_PORT);
     lab.http_get("node-a", addr, "/metrics", Duration::from_secs(2))
@@ -243,7 +235,7 @@ fn measure(vipd: &Path, sim: &Path, peers: Option<usize>, o: &Options) -> Result
     members.extend(sims.iter().cloned());
     members.sort();
     for n in &members {
-        created(
+        super::create(
             &lab,
             "/api/v1/nodes",
             &json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}}),
@@ -253,7 +245,7 @@ fn measure(vipd: &Path, sim: &Path, peers: Option<usize>, o: &Options) -> Result
     let ride = peers.is_some();
     let key_file = lab.dir().join("peer.key");
     if ride {
-        created(
+        super::create(
             &lab,
             "/api/v1/namespaces/kube-system/secrets",
             &json!({"apiVersion": "v1", "kind": "Secret",
@@ -283,7 +275,7 @@ fn measure(vipd: &Path, sim: &Path, peers: Option<usize>, o: &Options) -> Result
         "watching LoadBalancer Services",
         Duration::from_secs(30),
     )?;
-    created(
+    super::create(
         &lab,
         "/api/v1/namespaces/default/services",
         &service_json("hb-bench", IpAddr::V4(SERVICE_VIP)),
