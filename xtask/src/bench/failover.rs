@@ -502,26 +502,33 @@ pub fn vipd_release_binary(build: bool, explicit: Option<&Path>) -> Result<PathB
         }
         return Ok(p.to_path_buf());
     }
+    release_artifact(build, &[], "vipd")
+}
+
+/// Runs `cargo build --release -p vipd EXTRA...` (unless `build` is false) and returns
+/// `<target>/release/<path>` (e.g. `vipd`, or `examples/peer_sim` with `--example
+/// peer_sim`).
+///
+/// # Errors
+/// When cargo fails or the file is missing (the message names the command to run).
+pub fn release_artifact(build: bool, extra: &[&str], path: &str) -> Result<PathBuf> {
+    let mut args = vec!["build", "--release", "-p", "vipd"];
+    args.extend_from_slice(extra);
+    let cmd = format!("cargo {}", args.join(" "));
     if build {
         let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        c.current_dir(lab::control_plane::workspace_root()).args([
-            "build",
-            "--release",
-            "-p",
-            "vipd",
-        ]);
+        c.current_dir(lab::control_plane::workspace_root())
+            .args(&args);
         eprintln!("==> {c:?}");
-        let st = c.status().context("run cargo build --release -p vipd")?;
+        let st = c.status().with_context(|| format!("run {cmd}"))?;
         if !st.success() {
-            bail!("cargo build --release -p vipd failed ({st})");
+            bail!("{cmd} failed ({st})");
         }
     }
-    let p = lab::control_plane::target_dir()
-        .join("release")
-        .join("vipd");
+    let p = lab::control_plane::target_dir().join("release").join(path);
     if !p.is_file() {
         bail!(
-            "{} not found: run `cargo build --release -p vipd` (or drop --no-build)",
+            "{} not found: run `{cmd}` (or drop --no-build)",
             p.display()
         );
     }

@@ -13,7 +13,6 @@
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
@@ -122,7 +121,11 @@ pub fn run(args: &[&str]) -> Result<()> {
         bail!("`cargo xtask bench heartbeat` needs root (network namespaces); run it with sudo -E");
     }
     let vipd = super::failover::vipd_release_binary(o.build, o.vipd.as_deref())?;
-    let sim = peer_sim_binary(o.build)?;
+    let sim = super::failover::release_artifact(
+        o.build,
+        &["--example", "peer_sim"],
+        "examples/peer_sim",
+    )?;
     println!(
         "vipd binary: {}\npeer_sim: {}",
         vipd.display(),
@@ -150,37 +153,6 @@ pub fn run(args: &[&str]) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// `target/release/examples/peer_sim`, built first with `build`.
-fn peer_sim_binary(build: bool) -> Result<PathBuf> {
-    if build {
-        let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        c.current_dir(lab::control_plane::workspace_root()).args([
-            "build",
-            "--release",
-            "-p",
-            "vipd",
-            "--example",
-            "peer_sim",
-        ]);
-        eprintln!("==> {c:?}");
-        let st = c.status().context("run cargo build --example peer_sim")?;
-        if !st.success() {
-            bail!("cargo build --release -p vipd --example peer_sim failed ({st})");
-        }
-    }
-    let p = lab::control_plane::target_dir()
-        .join("release")
-        .join("examples")
-        .join("peer_sim");
-    if !p.is_file() {
-        bail!(
-            "{} not found: run `cargo build --release -p vipd --example peer_sim` (or drop --no-build)",
-            p.display()
-        );
-    }
-    Ok(p)
 }
 
 fn say(o: &Options, s: impl AsRef<str>) {
