@@ -56,7 +56,13 @@ struct ReadinessInner {
     duplicate_identity: Mutex<BTreeSet<String>>,
     /// The watches whose silence fails readiness (see [`Readiness::track_watches`]).
     watches: Mutex<Vec<WatchActivity>>,
+    /// Service leases (`namespace/name`) whose VIPs ride through an API outage
+    /// (`svc_ridethrough`).
+    riding: Mutex<BTreeSet<String>>,
 }
+
+/// Name of the `/readyz` line listing the Service leases that ride through an API outage.
+pub(crate) const RIDING_THROUGH: &str = "riding-through";
 
 /// Name of the readiness condition that fails while another process writes a lease under
 /// this node's identity (see [`crate::election::DuplicateIdentity`]).
@@ -93,6 +99,26 @@ impl Readiness {
             set.remove(lease);
         }
     }
+    /// Marks (`true`) or clears Service lease `lease` (`namespace/name`) as riding through
+    /// an API outage: while any lease rides, an unreachable API does not fail readiness
+    /// (the data plane is served as designed) and `/readyz` names the leases
+    /// ([`RIDING_THROUGH`]).
+    pub(crate) fn set_riding(&self, lease: &str, riding: bool) {
+        let mut set = self.0.riding.lock().unwrap_or_else(|p| p.into_inner());
+        if riding {
+            set.insert(lease.to_string());
+        } else {
+            set.remove(lease);
+        }
+    }
+    /// Service leases riding through an API outage, sorted.
+    pub(crate) fn riding_leases(&self) -> Vec<String> {
+        self.0
+            .riding
+            .lock()
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
     /// Leases another process writes under this node's identity, sorted.
     pub(crate) fn duplicate_identity_leases(&self) -> Vec<String> {
         self.0
@@ -120,14 +146,15 @@ impl Readiness {
         out.sort();
         out
     }
-    /// The conditions that are not met, by name (`config`, `api`, `election`,
-    /// [`DUPLICATE_IDENTITY`], `watch-stalled:<watch>` per stalled watch); empty = ready.
+    /// The conditions that are not met, by name (`config`, `api` unless a Service lease
+    /// rides through, `election`, [`DUPLICATE_IDENTITY`], `watch-stalled:<watch>` per
+    /// stalled watch); empty = ready.
     pub fn missing(&self) -> Vec<String> {
         let mut m = Vec::new();
         if !self.0.config_valid.load(Ordering::Relaxed) {
             m.push("config".to_string());
         }
-        if !self.0.api_reachable.load(Ordering::Relaxed) {
+        if !self.0.api_reachable.load(Ordering::Relaxed) && self.riding_leases().is_empty() {
             m.push("api".to_string());
         }
         if !self.0.election_running.load(Ordering::Relaxed) {
@@ -142,25 +169,30 @@ impl Readiness {
         m
     }
     /// The `/readyz` body: `ok`, or the missing conditions, with the leases of a duplicate
-    /// identity named.
+    /// identity named; then, while Service leases ride through an API outage, a
+    /// [`RIDING_THROUGH`] line naming them.
     pub fn report(&self) -> String {
         let missing = self.missing();
-        if missing.is_empty() {
-            return "ok\n".into();
+        let mut body = if missing.is_empty() {
+            "ok\n".to_string()
+        } else {
+            format!("not ready: {}\n", missing.join(", "))
+        };
+        let riding = self.riding_leases();
+        if !riding.is_empty() {
+            body.push_str(&format!(
+                "{RIDING_THROUGH}: the API server is unreachable; the VIPs of {} Service \
+                 lease(s) stay while a majority of the vipd nodes vouch (svc_ridethrough): {}\n",
+                riding.len(),
+                first_of(riding)
+            ));
         }
-        let mut body = format!("not ready: {}\n", missing.join(", "));
+        if missing.is_empty() {
+            return body;
+        }
         let leases = self.duplicate_identity_leases();
         if !leases.is_empty() {
-            const SHOWN: usize = 10;
-            let more = leases.len().saturating_sub(SHOWN);
-            let mut list = leases
-                .into_iter()
-                .take(SHOWN)
-                .collect::<Vec<_>>()
-                .join(", ");
-            if more > 0 {
-                list.push_str(&format!(" and {more} more"));
-            }
+            let list = first_of(leases);
             body.push_str(&format!(
                 "{DUPLICATE_IDENTITY}: another process writes lease(s) {list} under this \
                  node's identity; node names (vip_nodename) must be unique\n"
@@ -181,6 +213,17 @@ impl Readiness {
     pub(crate) fn is_ready(&self) -> bool {
         self.missing().is_empty()
     }
+}
+
+/// The first ten of `names`, comma-separated, with "and N more" for the rest.
+fn first_of(names: Vec<String>) -> String {
+    const SHOWN: usize = 10;
+    let more = names.len().saturating_sub(SHOWN);
+    let mut list = names.into_iter().take(SHOWN).collect::<Vec<_>>().join(", ");
+    if more > 0 {
+        list.push_str(&format!(" and {more} more"));
+    }
+    list
 }
 
 /// Prefix of the readiness condition of a stalled watch: `watch-stalled:services`.
@@ -596,6 +639,40 @@ mod tests {
         assert_eq!(call(Method::DELETE, true), 200);
         assert!(!d.is_set());
         assert_eq!(call(Method::PUT, true), 405);
+    }
+
+    /// While Service leases ride through an API outage, an unreachable API does not fail
+    /// readiness (the data plane is served) and `/readyz` names the riding leases; once no
+    /// lease rides, `api` fails it as before. Other conditions still fail it while riding.
+    #[test]
+    fn riding_through_keeps_readiness_and_shows_the_api_condition() {
+        let ready = Readiness::new();
+        ready.set_config_valid(true);
+        ready.set_election_running(true);
+        ready.set_api_reachable(true);
+        assert_eq!(ready.report(), "ok\n");
+        ready.set_api_reachable(false);
+        assert_eq!(ready.missing(), vec!["api"]);
+        ready.set_riding("default/kubevip-web", true);
+        ready.set_riding("default/kubevip-db", true);
+        assert!(ready.is_ready());
+        assert_eq!(
+            ready.report(),
+            "ok\nriding-through: the API server is unreachable; the VIPs of 2 Service lease(s) \
+             stay while a majority of the vipd nodes vouch (svc_ridethrough): \
+             default/kubevip-db, default/kubevip-web\n"
+        );
+        ready.set_config_valid(false);
+        let body = ready.report();
+        assert!(
+            body.starts_with("not ready: config\nriding-through: "),
+            "{body}"
+        );
+        ready.set_config_valid(true);
+        ready.set_riding("default/kubevip-web", false);
+        ready.set_riding("default/kubevip-db", false);
+        assert_eq!(ready.missing(), vec!["api"]);
+        assert_eq!(ready.report(), "not ready: api\n");
     }
 
     #[test]

@@ -41,22 +41,35 @@ impl<C: LeaseClient> Elector<C> {
         }
         let lease = self.client.describe();
         let now = Instant::now();
-        let standing = record::standing(
+        let mut standing = record::standing(
             st.observed.as_ref(),
             st.observed_at,
             now,
             &self.identity,
             &st.own,
         );
+        // Its holder handed this very version over (ride link): free to take before expiry.
+        let handed_over = st.leading.is_none()
+            && matches!(standing, Standing::HeldByOther { .. })
+            && self.ride.as_ref().is_some_and(|r| {
+                st.observed
+                    .as_ref()
+                    .is_some_and(|o| o.record.holder != self.identity && r.handed_over(o))
+            });
+        if handed_over {
+            debug!(%lease, "its holder handed the lease over to the peers; taking it before expiry");
+            standing = Standing::Free;
+        }
         let call_started = Instant::now();
         let previous_holder = st
             .observed
             .as_ref()
             .map(|o| o.record.holder.clone())
             .filter(|h| !h.is_empty() && *h != self.identity);
-        // A clean handover: released, and this process saw who held it before the release.
-        let released_before =
-            st.seen_other_holder && st.observed.as_ref().is_some_and(|o| !o.record.is_held());
+        // A clean handover: released, and this process saw who held it before the release;
+        // or handed over by its holder after its VIPs were gone.
+        let released_before = handed_over
+            || (st.seen_other_holder && st.observed.as_ref().is_some_and(|o| !o.record.is_held()));
         let acquiring = st.leading.is_none()
             && match standing {
                 Standing::Absent => st.absent_until.is_none_or(|t| now >= t),

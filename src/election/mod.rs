@@ -331,6 +331,8 @@ pub struct Elector<C: LeaseClient> {
     ride: Option<Arc<dyn RideLink>>,
     /// Bumped by the ride link when this node reaches the API again: renew at once.
     api_back: Option<watch::Receiver<u64>>,
+    /// Bumped by the ride link on hand-over news ([`RideLink::news`]).
+    ride_news: Option<watch::Receiver<u64>>,
 }
 
 /// The ride-through seam of a Service lease's elector ([`crate::peer`], `svc_ridethrough`). With a
@@ -342,7 +344,12 @@ pub struct Elector<C: LeaseClient> {
 /// * keeps leading past the renew deadline for as long as the published `renewed_at`
 ///   covers (`renewed_at + lease duration - FENCE_MARGIN`: exactly when the VIP holder's
 ///   [`crate::holder::fence_lapsed`] removes the VIPs), retrying renewals meanwhile;
-/// * acquires only what [`RideLink::may_acquire`] allows (takeover with consent).
+/// * acquires only what [`RideLink::may_acquire`] allows (takeover with consent);
+/// * tells the link what it observes of the lease while not leading
+///   ([`RideLink::observe`], so that the link can ask a holder cut off from the API to hand
+///   over), and on [`RideLink::news`] steps down at once when the link says a peer asked for
+///   the lease ([`RideLink::hand_over_requested`]), or takes a lease whose holder handed
+///   this very version over ([`RideLink::handed_over`]) without waiting for its expiry.
 pub(crate) trait RideLink: Send + Sync {
     /// The elector's state channel: the link may raise `renewed_at` of a `Leading` state
     /// of the term it was told about (and nothing else).
@@ -357,6 +364,19 @@ pub(crate) trait RideLink: Send + Sync {
     fn may_acquire(&self, now: Instant, observed: Option<&Observed>, observed_at: Instant) -> bool;
     /// Bumped when this node reaches the API server again after it could not.
     fn api_back(&self) -> watch::Receiver<u64>;
+    /// What this node, not leading, last observed of the lease (`None`: absent or not
+    /// known), changed last at `observed_at`.
+    fn observe(&self, observed: Option<&Observed>, observed_at: Instant);
+    /// The holder named in `observed` released this very version to its peers after its
+    /// VIPs were gone (`Released`): it may be taken now, expired or not.
+    fn handed_over(&self, observed: &Observed) -> bool;
+    /// `Some(asking node)` while a peer asks this holder for the lease and this node cannot
+    /// reach the API server: step down at once (the link sends `Released` once the drop of
+    /// the VIPs is confirmed, [`RideLink::dropped`]).
+    fn hand_over_requested(&self) -> Option<String>;
+    /// Bumped when [`RideLink::hand_over_requested`] or [`RideLink::handed_over`] may have
+    /// become true.
+    fn news(&self) -> watch::Receiver<u64>;
 }
 
 /// Asked before this node acquires the lease (creates it, or takes it over after it was
@@ -424,6 +444,7 @@ impl<C: LeaseClient> Elector<C> {
                 preference: None,
                 ride: None,
                 api_back: None,
+                ride_news: None,
             },
             Leadership {
                 state: state_rx,
@@ -459,6 +480,7 @@ impl<C: LeaseClient> Elector<C> {
     pub(crate) fn with_ride(mut self, link: Arc<dyn RideLink>) -> Self {
         link.attach(self.state_tx.clone());
         self.api_back = Some(link.api_back());
+        self.ride_news = Some(link.news());
         self.ride = Some(link);
         self
     }

@@ -43,6 +43,11 @@ impl<C: LeaseClient> Elector<C> {
         let seen = self.spread.as_ref().map(|sp| sp.watch_lease(&lease));
         loop {
             let now = Instant::now();
+            if st.leading.is_none()
+                && let Some(r) = &self.ride
+            {
+                r.observe(st.observed.as_ref().filter(|_| st.known), st.observed_at);
+            }
             if let Some(seen) = &seen
                 && let Some(holder) = self.other_holder(&st, now)
             {
@@ -113,6 +118,9 @@ impl<C: LeaseClient> Elector<C> {
                     if st.leading.is_some() {
                         st.next_attempt = Instant::now();
                     }
+                }
+                _ = api_back(&mut self.ride_news) => {
+                    Box::pin(self.on_ride_news(&mut st, open)).await;
                 }
             }
         }
@@ -322,6 +330,43 @@ impl<C: LeaseClient> Elector<C> {
             st.known = false;
         }
         self.try_acquire_or_renew(st).await;
+    }
+
+    /// News from the ride link: a holder asked for the lease while it cannot reach the API
+    /// steps down at once (not releasing: it cannot write; the link sends `Released` after
+    /// the confirmed drop); a candidate tries now, when its observed holder handed this very
+    /// version over or the lease is free by the usual rules (the link then allows the take:
+    /// trying at once instead of at the next retry).
+    async fn on_ride_news(&mut self, st: &mut Run, open: bool) {
+        let Some(ride) = self.ride.clone() else {
+            return;
+        };
+        if st.leading.is_some() {
+            if let Some(by) = ride.hand_over_requested() {
+                let why = format!(
+                    "{by} asked for the lease and this node cannot reach the API server: handing over"
+                );
+                let _ = self.step_down(st, false, &why).await;
+                st.next_attempt = Instant::now() + st.backoff.next_delay();
+            }
+            return;
+        }
+        if !open || !st.known {
+            return;
+        }
+        let free = !matches!(
+            record::standing(
+                st.observed.as_ref(),
+                st.observed_at,
+                Instant::now(),
+                &self.identity,
+                &st.own
+            ),
+            Standing::HeldByOther { .. }
+        );
+        if free || st.observed.as_ref().is_some_and(|o| ride.handed_over(o)) {
+            self.try_acquire_or_renew(st).await;
+        }
     }
 
     /// Stops leading: publishes `Following`, waits for the VIP holder to confirm the VIPs

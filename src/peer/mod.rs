@@ -2,8 +2,8 @@
 //! for each other while the API server is unreachable.
 //!
 //! Active with `svc_ridethrough` (Service leases only): [`node`] drives it from `vipd
-//! manager`. See "Peer protocol" in `docs/design.md` for the rules, the safety argument, the
-//! wiring and what is not done yet (hand-over requests).
+//! manager`. See "Peer protocol" in `docs/design.md` for the rules, the safety argument and
+//! the wiring.
 //!
 //! * [`wire`]: the frame format (raw Ethernet, EtherType 0x88B5), HMAC-SHA256 signing with a
 //!   [`wire::PeerKey`], decoding that never panics, and the [`wire::Verifier`] (replays,
@@ -17,10 +17,6 @@
 //!   with kernel receive timestamps).
 //!
 //! `wire` and `socket` are public for the lab test (`tests/lab_peer_wire.rs`).
-
-// Hand-over requests (`should_release`, `released`, `Kind::HandOverRequest`) are not
-// driven yet, see docs/design.md.
-#![allow(dead_code)]
 
 pub(crate) mod node;
 pub(crate) mod ridethrough;
@@ -36,10 +32,36 @@ pub const KEY_SECRET: &str = "vipd-peer-key";
 /// as they are: the text of a base64 string is fine).
 pub const KEY_SECRET_KEY: &str = "key";
 
+/// Node label that takes a Node out of the peer protocol's membership when its value is
+/// `false`: for Nodes that do not run vipd (e.g. outside the DaemonSet's nodeSelector), which
+/// would otherwise count as silent members.
+pub const MEMBER_LABEL: &str = "vipd.io/ridethrough-member";
+
+/// The membership from the Node objects (as every node reads them from the API): the names
+/// of the Nodes not labelled [`MEMBER_LABEL`]`=false`. Derived from the API on purpose, not
+/// from the peers heard on the segment: a node that restarted on the far side of a segment
+/// partition would otherwise know only itself and ride alone (see docs/design.md,
+/// "Membership").
+pub(crate) fn membership_of<'a>(
+    nodes: impl IntoIterator<Item = &'a k8s_openapi::api::core::v1::Node>,
+) -> BTreeSet<String> {
+    nodes
+        .into_iter()
+        .filter(|n| {
+            n.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(MEMBER_LABEL))
+                .is_none_or(|v| v != "false")
+        })
+        .filter_map(|n| n.metadata.name.clone())
+        .collect()
+}
+
 /// Digest of a membership (the vipd nodes a node last knew from the API): the first 8 bytes
 /// of SHA-256 over the sorted node names, each followed by `\n`. Two nodes count each
 /// other's heartbeats towards a majority only when their digests are equal.
-pub(crate) fn membership_digest(nodes: &BTreeSet<String>) -> u64 {
+pub fn membership_digest(nodes: &BTreeSet<String>) -> u64 {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     for n in nodes {
         ctx.update(n.as_bytes());

@@ -13,16 +13,20 @@
 //!   reason), assembled, fed to [`Peers::receive`].
 //! * An API probe (`GET /readyz` every [`PROBE_INTERVAL`], each within [`PROBE_TIMEOUT`]):
 //!   this node *reaches the API* while the last `ok` answer came within [`API_WINDOW`].
-//! * Membership: the names of the cluster's Node objects, from the Services wing's Node
-//!   cache.
+//! * Membership: the names of the cluster's Node objects not labelled
+//!   `vipd.io/ridethrough-member=false` ([`super::membership_of`]), from the Services wing's
+//!   Node cache.
 //! * Each Service lease's elector talks to it through a [`LeaseLink`] (the elector's
 //!   [`RideLink`]): lease writes ([`Peers::renewed`]), confirmed drops ([`Peers::dropped`]),
 //!   and acquisitions, allowed only by [`Peers::may_take`].
 //!
-//! Not done yet: hand-over requests (a candidate asking a holder cut off from the API, and
-//! the holder's `Released`, P5/P6). Without them a holder cut off from the API alone keeps
-//! its VIPs until its API fence ends and candidates take once it stops listing the lease, as
-//! fast as without ride-through.
+//! * Hand-overs (P5/P6): a candidate's elector reports its view of the lease
+//!   ([`RideLink::observe`]); at each heartbeat [`Peers::may_take`] on it either adds a
+//!   `HandOverRequest` to the holder or, on the holder's `Released` for that version, wakes
+//!   the elector ([`RideLink::news`]) to take the lease before expiry. A holder asked while it
+//!   cannot reach the API ([`Peers::should_release`]) wakes its elector, which steps down at
+//!   once; after the confirmed drop ([`RideLink::dropped`]) `Released` goes out for
+//!   [`RELEASED_REPEAT`]. Requests and `Released` that arrive wake the heartbeat task at once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -35,11 +39,12 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::ridethrough::{LeaseView, Peers, RideConfig, RideDecision, TakeDecision};
+use super::ridethrough::{LeaseView, Peers, RideConfig, RideDecision, TakeDecision, TakeReason};
 use super::socket::PeerSocket;
 use super::wire::{
     DEFAULT_MAX_SKEW_MS, Encoder, HeldLease, Kind, LeaseRef, Message, PeerKey, Rejection, Verifier,
 };
+use crate::admin::Readiness;
 use crate::election::{LeaderState, Observed, RideLink};
 use crate::holder::FENCE_MARGIN;
 use crate::metrics::Metrics;
@@ -65,11 +70,26 @@ pub(crate) fn ride_renewed_at(until: Instant, lease_duration: Duration) -> Optio
     until.checked_sub(lease_duration.saturating_sub(FENCE_MARGIN))
 }
 
-/// A registered Service lease: its elector's state channel and the term it leads.
+/// How long a `Released` is repeated (once per heartbeat, and at once after the drop):
+/// five heartbeats, so that one lost frame does not make the candidate wait for expiry.
+pub(crate) const RELEASED_REPEAT: Duration = Duration::from_secs(1);
+
+/// A registered Service lease: its elector's state channel, the term it leads, and the
+/// hand-over bookkeeping.
 struct Registered {
     state: Option<Arc<watch::Sender<LeaderState>>>,
     term: u64,
     riding: bool,
+    /// Bumped for the elector ([`RideLink::news`]).
+    news: watch::Sender<u64>,
+    /// What the elector, not leading, last observed (`None` when not held by anyone).
+    view: Option<LeaseView>,
+    /// A peer asked for the lease and this node cannot reach the API: the asking node,
+    /// until the elector's drop (or a new term).
+    release_to: Option<String>,
+    /// The resourceVersion the elector was last woken for (a `Released` of it arrived, or
+    /// [`Peers::may_take`] began to allow taking it).
+    woken_for: Option<String>,
 }
 
 struct State {
@@ -77,6 +97,9 @@ struct State {
     leases: BTreeMap<LeaseRef, Registered>,
     /// The last good API probe answer.
     api_ok_at: Option<Instant>,
+    /// Leases released after a hand-over request, with when: `Released` goes out for
+    /// [`RELEASED_REPEAT`].
+    released: Vec<(Instant, HeldLease)>,
 }
 
 struct Inner {
@@ -84,10 +107,21 @@ struct Inner {
     own: String,
     state: Mutex<State>,
     api_back: watch::Sender<u64>,
+    /// Wakes the heartbeat task before its tick: a hand-over request or `Released` to act
+    /// on or to send.
+    kick: tokio::sync::Notify,
     metrics: Metrics,
+    readiness: Readiness,
 }
 
 impl Inner {
+    /// Records whether lease `name` (`namespace/name`) rides through: the
+    /// `vipd_ride_through` metric and the `/readyz` line.
+    fn set_riding(&self, name: &str, riding: bool) {
+        self.metrics.set_riding(name, riding);
+        self.readiness.set_riding(name, riding);
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock leaves plain data behind: keep using it.
         self.state
@@ -118,6 +152,8 @@ pub(crate) struct PeerParts {
     pub nodes: Store<Node>,
     /// Metrics.
     pub metrics: Metrics,
+    /// Readiness (the `/readyz` line of riding leases).
+    pub readiness: Readiness,
 }
 
 impl PeerNode {
@@ -134,9 +170,12 @@ impl PeerNode {
                 peers: Peers::new(parts.cfg, &parts.node, now),
                 leases: BTreeMap::new(),
                 api_ok_at: None,
+                released: Vec::new(),
             }),
             api_back: watch::Sender::new(0),
+            kick: tokio::sync::Notify::new(),
             metrics: parts.metrics.clone(),
+            readiness: parts.readiness.clone(),
         });
         let socket = Arc::new(parts.socket);
         let node = PeerNode(inner);
@@ -172,6 +211,10 @@ impl PeerNode {
                 state: None,
                 term: 0,
                 riding: false,
+                news: watch::Sender::new(0),
+                view: None,
+                release_to: None,
+                woken_for: None,
             },
         );
         Arc::new(LeaseLink {
@@ -196,13 +239,10 @@ impl PeerNode {
             tokio::select! {
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
+                () = self.0.kick.notified() => {}
             }
-            let names: BTreeSet<String> = nodes
-                .state()
-                .iter()
-                .filter_map(|n| n.metadata.name.clone())
-                .collect();
-            let msg = {
+            let names = super::membership_of(nodes.state().iter().map(|n| n.as_ref()));
+            let msgs = {
                 let now = Instant::now();
                 let mut st = self.0.lock();
                 if names != members {
@@ -214,25 +254,41 @@ impl PeerNode {
                     .api_ok_at
                     .is_some_and(|t| now.duration_since(t) <= API_WINDOW);
                 st.peers.set_api(now, api);
-                self.evaluate(&mut st, now, api);
+                let asks = self.evaluate(&mut st, now, api);
                 let flags = st.peers.outgoing_flags(now);
-                Message {
-                    kind: Kind::Heartbeat,
-                    node: self.0.own.clone(),
+                let wall = wall_ms(SystemTime::now());
+                let membership = st.peers.digest();
+                let own = self.0.own.clone();
+                let msg = |kind, leases, target| Message {
+                    kind,
+                    node: own.clone(),
                     flags,
-                    membership: st.peers.digest(),
-                    wall_ms: wall_ms(SystemTime::now()),
-                    leases: st.peers.listed(now),
-                    target: None,
+                    membership,
+                    wall_ms: wall,
+                    leases,
+                    target,
+                };
+                let mut msgs = vec![msg(Kind::Heartbeat, st.peers.listed(now), None)];
+                st.released
+                    .retain(|(at, _)| now.saturating_duration_since(*at) < RELEASED_REPEAT);
+                if !st.released.is_empty() {
+                    let leases = st.released.iter().map(|(_, h)| h.clone()).collect();
+                    msgs.push(msg(Kind::Released, leases, None));
                 }
-            };
-            let frames = match enc.encode(&msg) {
-                Ok(f) => f,
-                Err(e) => {
-                    warn!(error = %e, "peer protocol: cannot encode the heartbeat");
-                    continue;
+                for (holder, leases) in asks {
+                    msgs.push(msg(Kind::HandOverRequest, leases, Some(holder)));
                 }
+                msgs
             };
+            let mut frames = Vec::new();
+            for m in &msgs {
+                match enc.encode(m) {
+                    Ok(f) => frames.extend(f),
+                    Err(e) => {
+                        warn!(error = %e, kind = ?m.kind, "peer protocol: cannot encode a message")
+                    }
+                }
+            }
             for f in frames {
                 match socket.send(&f) {
                     Ok(()) if send_failing => {
@@ -260,9 +316,21 @@ impl PeerNode {
     /// which would otherwise refresh them, fail meanwhile; without this the VIPs would
     /// lapse at the fence lifetime after the last renewal, before a ride can start (the
     /// probe notices an outage only [`API_WINDOW`] after the last good answer).
-    fn evaluate(&self, st: &mut State, now: Instant, api: bool) {
+    ///
+    /// Hand-overs: a lease this node leads and is asked for while it cannot reach the API
+    /// ([`Peers::should_release`]) is flagged for its elector (which steps down at once);
+    /// for a lease it does not lead, [`Peers::may_take`] on the elector's last view says
+    /// whether to ask its holder (returned: target node and leases, one hand-over request
+    /// each) or to wake the elector for a `Released` version.
+    fn evaluate(
+        &self,
+        st: &mut State,
+        now: Instant,
+        api: bool,
+    ) -> BTreeMap<String, Vec<HeldLease>> {
         let State { peers, leases, .. } = st;
         let soon = self.0.cfg.fence.saturating_sub(self.0.cfg.interval * 2);
+        let mut asks: BTreeMap<String, Vec<HeldLease>> = BTreeMap::new();
         for (lease, reg) in leases.iter_mut() {
             let Some(state) = &reg.state else { continue };
             let renewed = match *state.borrow() {
@@ -273,11 +341,49 @@ impl PeerNode {
             };
             let Some(renewed_at) = renewed.filter(|_| reg.term != 0) else {
                 reg.riding = false;
+                if reg.term == 0
+                    && let Some(view) = &reg.view
+                {
+                    match peers.may_take(now, view) {
+                        TakeDecision::AskFirst { holder } => {
+                            asks.entry(holder).or_default().push(HeldLease {
+                                lease: lease.clone(),
+                                term: 0,
+                                resource_version: view.resource_version.clone(),
+                            });
+                        }
+                        TakeDecision::Take(reason)
+                            if reg.woken_for.as_ref() != Some(&view.resource_version) =>
+                        {
+                            // Wake the elector now rather than at its next retry (up to a
+                            // retry period after the peers allow the take).
+                            let name = format!("{}/{}", lease.namespace, lease.name);
+                            match &reason {
+                                TakeReason::Released { holder } => {
+                                    info!(lease = %name, %holder, "peer protocol: the holder handed the lease over; taking it");
+                                }
+                                other => {
+                                    debug!(lease = %name, reason = ?other, "peer protocol: the lease may be taken now");
+                                }
+                            }
+                            reg.woken_for = Some(view.resource_version.clone());
+                            reg.news.send_modify(|v| *v += 1);
+                        }
+                        _ => {}
+                    }
+                }
                 continue;
             };
             let touch = !api || now.saturating_duration_since(renewed_at) >= soon;
             let name = format!("{}/{}", lease.namespace, lease.name);
             let decision = peers.may_ride_through(now, lease);
+            if reg.release_to.is_none()
+                && let Some(by) = peers.should_release(now, lease)
+            {
+                warn!(lease = %name, asked_by = %by, "peer protocol: a peer that reaches the API asks for the lease and this node cannot reach it: handing over");
+                reg.release_to = Some(by);
+                reg.news.send_modify(|v| *v += 1);
+            }
             let raise = match &decision {
                 RideDecision::Ride { until } => ride_renewed_at(*until, self.0.cfg.lease_duration),
                 _ => None,
@@ -291,25 +397,26 @@ impl PeerNode {
                     if !reg.riding {
                         warn!(lease = %name, "API server unreachable: riding through (a majority of the vipd nodes vouch, none reaches the API)");
                         reg.riding = true;
-                        self.0.metrics.set_riding(&name, true);
+                        self.0.set_riding(&name, true);
                     }
                 }
                 RideDecision::StepDown(why) => {
                     if reg.riding {
                         warn!(lease = %name, reason = ?why, "ride-through ended; the VIPs go when the last grant ends unless a renewal succeeds first");
                         reg.riding = false;
-                        self.0.metrics.set_riding(&name, false);
+                        self.0.set_riding(&name, false);
                     }
                 }
                 RideDecision::NotNeeded => {
                     if reg.riding {
                         info!(lease = %name, "API server reachable again: ride-through ends, renewing");
                         reg.riding = false;
-                        self.0.metrics.set_riding(&name, false);
+                        self.0.set_riding(&name, false);
                     }
                 }
             }
         }
+        asks
     }
 
     /// The API probe until `stop` (see the module docs).
@@ -398,6 +505,15 @@ impl PeerNode {
                     self.0.metrics.peer_frame("accepted");
                     if let Some(msg) = assembler.push(frame) {
                         self.0.lock().peers.receive(at, &msg);
+                        let for_us = match msg.kind {
+                            Kind::HandOverRequest => msg.target.as_deref() == Some(&self.0.own),
+                            Kind::Released => true,
+                            Kind::Heartbeat => false,
+                        };
+                        if for_us {
+                            // Act on it now, not at the next heartbeat.
+                            self.0.kick.notify_one();
+                        }
                     }
                 }
                 Err(e) => {
@@ -468,7 +584,7 @@ struct LeaseLink {
 impl Drop for LeaseLink {
     fn drop(&mut self) {
         self.node.lock().leases.remove(&self.lease);
-        self.node.metrics.set_riding(
+        self.node.set_riding(
             &format!("{}/{}", self.lease.namespace, self.lease.name),
             false,
         );
@@ -492,11 +608,25 @@ impl RideLink for LeaseLink {
         st.peers.renewed(held, sent, false);
         if let Some(r) = st.leases.get_mut(&self.lease) {
             r.term = term;
+            r.view = None;
+            r.release_to = None;
         }
     }
 
     fn dropped(&self) {
         let mut st = self.node.lock();
+        let asked = st
+            .leases
+            .get_mut(&self.lease)
+            .and_then(|r| r.release_to.take());
+        if let Some(by) = asked
+            && let Some(held) = st.peers.released(&self.lease)
+        {
+            // The VIPs are confirmed gone: now `Released` may go out (P6).
+            info!(lease = %format!("{}/{}", self.lease.namespace, self.lease.name), to = %by, "peer protocol: VIPs removed, lease released to the peers");
+            st.released.push((Instant::now(), held));
+            self.node.kick.notify_one();
+        }
         st.peers.dropped(&self.lease);
         if let Some(r) = st.leases.get_mut(&self.lease) {
             r.term = 0;
@@ -531,5 +661,51 @@ impl RideLink for LeaseLink {
 
     fn api_back(&self) -> watch::Receiver<u64> {
         self.node.api_back.subscribe()
+    }
+
+    fn observe(&self, observed: Option<&Observed>, observed_at: Instant) {
+        let view = observed.filter(|o| o.record.is_held()).map(|o| LeaseView {
+            lease: self.lease.clone(),
+            holder: Some(o.record.holder.clone()),
+            resource_version: o.resource_version.chars().take(64).collect(),
+            observed_at,
+            control_plane: false,
+        });
+        if let Some(r) = self.node.lock().leases.get_mut(&self.lease)
+            && r.view != view
+        {
+            r.view = view;
+        }
+    }
+
+    fn handed_over(&self, observed: &Observed) -> bool {
+        self.node.lock().peers.released_by(
+            &observed.record.holder,
+            &self.lease,
+            &observed
+                .resource_version
+                .chars()
+                .take(64)
+                .collect::<String>(),
+        )
+    }
+
+    fn hand_over_requested(&self) -> Option<String> {
+        let mut st = self.node.lock();
+        let now = Instant::now();
+        let still = st.peers.should_release(now, &self.lease).is_some();
+        let r = st.leases.get_mut(&self.lease)?;
+        if !still {
+            // The API came back (or the request is stale) before the elector acted.
+            r.release_to = None;
+        }
+        r.release_to.clone()
+    }
+
+    fn news(&self) -> watch::Receiver<u64> {
+        match self.node.lock().leases.get(&self.lease) {
+            Some(r) => r.news.subscribe(),
+            None => watch::Sender::new(0).subscribe(),
+        }
     }
 }

@@ -63,7 +63,9 @@ pub(crate) struct RideConfig {
     pub max_ride: Duration,
     /// A candidate asks a holder that cannot reach the API to hand over only after it has
     /// reached the API itself for this long (the renew deadline), so that a holder whose API
-    /// has just come back renews instead of being asked.
+    /// has just come back renews instead of being asked, and only once the lease has not
+    /// changed for this long (the holder missed its renewals for the renew deadline, after
+    /// which it would have stepped down without ride-through).
     pub ask_delay: Duration,
 }
 
@@ -522,6 +524,19 @@ impl Peers {
         Some(l.held.clone())
     }
 
+    /// Whether `holder`'s `Released` for `lease` at `resource_version` arrived (and no
+    /// later heartbeat of it listed the lease again).
+    pub(crate) fn released_by(
+        &self,
+        holder: &str,
+        lease: &LeaseRef,
+        resource_version: &str,
+    ) -> bool {
+        self.peers
+            .get(holder)
+            .is_some_and(|p| p.released.get(lease).map(String::as_str) == Some(resource_version))
+    }
+
     /// The leases this node's heartbeat built at `now` lists: every lease whose VIPs may be
     /// live here (not released, and within the API fence or the last ride grant).
     pub(crate) fn listed(&self, now: Instant) -> Vec<HeldLease> {
@@ -658,7 +673,7 @@ impl Peers {
             };
         }
         let info = self.peers.get(&holder);
-        if info.is_some_and(|p| p.released.get(&view.lease) == Some(&view.resource_version)) {
+        if self.released_by(&holder, &view.lease, &view.resource_version) {
             return TakeDecision::Take(TakeReason::Released { holder });
         }
         let recent = info
@@ -667,8 +682,12 @@ impl Peers {
         if let Some((_, flags, listed)) = recent {
             if listed.contains(&view.lease) {
                 // The holder reaches the API (it renews), or we do only since recently (its
-                // API may be coming back too): defer. Otherwise ask.
-                if flags.api_reachable || now < api_since + c.ask_delay {
+                // API may be coming back too), or the holder renewed within the ask delay
+                // (a short blip of its API: it renews again): defer. Otherwise ask.
+                if flags.api_reachable
+                    || now < api_since + c.ask_delay
+                    || now < view.observed_at + c.ask_delay
+                {
                     return TakeDecision::Defer { holder };
                 }
                 return TakeDecision::AskFirst { holder };

@@ -29,6 +29,27 @@ fn digest_depends_on_the_set_only() {
     );
 }
 
+#[test]
+fn membership_is_the_nodes_not_labelled_out() {
+    use k8s_openapi::api::core::v1::Node;
+    let node = |name: &str, label: Option<&str>| {
+        let mut n = Node::default();
+        n.metadata.name = Some(name.into());
+        if let Some(v) = label {
+            n.metadata.labels = Some([(MEMBER_LABEL.to_string(), v.to_string())].into());
+        }
+        n
+    };
+    let nodes = [
+        node("a", None),
+        node("b", Some("true")),
+        node("c", Some("false")),
+        node("d", Some("")),
+    ];
+    let want: BTreeSet<String> = ["a", "b", "d"].iter().map(|s| s.to_string()).collect();
+    assert_eq!(membership_of(&nodes), want);
+}
+
 /// xorshift64*: a deterministic generator for the fuzz-like and chaos tests (no new crate).
 struct Gen(u64);
 

@@ -238,6 +238,17 @@ pub async fn start(cfg: &Arc<Config>, parts: Parts) -> Result<Running, ServicesE
     Ok(Running { stop, task })
 }
 
+/// How long the start-up read of the peer key Secret retries failures that may pass (no
+/// answer, a timeout, 429 or 5xx): a node whose link or API server comes up a moment after
+/// vipd (a reboot, the lab's link healing) must not exit on it.
+const KEY_READ_PATIENCE: Duration = Duration::from_secs(60);
+
+/// A failed read of the peer key Secret that retrying cannot fix: an answer of the API
+/// server with a 4xx status other than 429 (403: RBAC, 401: credentials, ...).
+fn key_read_is_final(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if (400..500).contains(&s.code) && s.code != 429)
+}
+
 /// What `svc_ridethrough` needs before the wing starts, checked at start.
 pub(super) struct RideSetup {
     key: crate::peer::wire::PeerKey,
@@ -266,17 +277,26 @@ async fn ride_setup<K: Kernel>(
     );
     let err = |what: String| ServicesError::RideThrough(format!("svc_ridethrough: {what}"));
     let api: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), ns);
-    let secret = match api.get_opt(KEY_SECRET).await {
-        Ok(Some(s)) => s,
-        Ok(None) => {
-            return Err(err(format!(
-                "the Secret {ns}/{KEY_SECRET} with the peer key does not exist; {how}"
-            )));
-        }
-        Err(e) => {
-            return Err(err(format!(
-                "cannot read the Secret {ns}/{KEY_SECRET} with the peer key: {e} (vipd needs get on this Secret)"
-            )));
+    let started = tokio::time::Instant::now();
+    let mut backoff = Duration::from_millis(500);
+    let secret = loop {
+        match api.get_opt(KEY_SECRET).await {
+            Ok(Some(s)) => break s,
+            Ok(None) => {
+                return Err(err(format!(
+                    "the Secret {ns}/{KEY_SECRET} with the peer key does not exist; {how}"
+                )));
+            }
+            Err(e) if !key_read_is_final(&e) && started.elapsed() < KEY_READ_PATIENCE => {
+                warn!(error = %e, secret = %format!("{ns}/{KEY_SECRET}"), retry_ms = backoff.as_millis() as u64, "svc_ridethrough: cannot read the peer key Secret yet (API server unreachable or failing); retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => {
+                return Err(err(format!(
+                    "cannot read the Secret {ns}/{KEY_SECRET} with the peer key: {e} (vipd needs get on this Secret)"
+                )));
+            }
         }
     };
     let bytes = secret
@@ -509,6 +529,7 @@ async fn run<K: Kernel, A: Announcer>(
                 client: clients.leases.clone(),
                 nodes: caches.nodes.clone(),
                 metrics: metrics.clone(),
+                readiness: readiness.clone(),
             };
             Some(crate::peer::node::PeerNode::start(parts, watches.clone()))
         }
@@ -922,6 +943,27 @@ mod tests {
             renew_deadline: Duration::from_secs(2 * retry_s),
             retry_period: Duration::from_secs(retry_s),
         }
+    }
+
+    /// Only an API answer that retrying cannot change ends the start-up read of the peer
+    /// key Secret; no answer (the error of the lab's bench: connect failed while the link
+    /// came up), 429 and 5xx are retried.
+    #[test]
+    fn peer_key_read_retries_what_may_pass() {
+        let api = |code: u16| {
+            kube::Error::Api(
+                kube::core::Status::failure("x", "Reason")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        assert!(key_read_is_final(&api(403)));
+        assert!(key_read_is_final(&api(401)));
+        assert!(!key_read_is_final(&api(429)));
+        assert!(!key_read_is_final(&api(503)));
+        assert!(!key_read_is_final(
+            &kube::Error::LinesCodecMaxLineLengthExceeded
+        ));
     }
 
     #[test]

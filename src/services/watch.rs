@@ -117,8 +117,8 @@ pub(crate) fn strip_service(svc: &mut Service) {
 }
 
 /// Keeps of a Node only its name, labels (this node's are matched against Services' node
-/// selectors) and `status.addresses` (a Node's status carries its image list, often tens of
-/// KiB).
+/// selectors; the peer membership label [`crate::peer::MEMBER_LABEL`] is among them) and
+/// `status.addresses` (a Node's status carries its image list, often tens of KiB).
 pub(crate) fn strip_node(node: &mut Node) {
     let addresses = node.status.as_mut().and_then(|s| s.addresses.take());
     *node = Node {

@@ -11,6 +11,8 @@
 //!                        Services while an auditor checks invariants (see chaos.rs)
 //! cargo xtask bench failover [--scenario ..] [--trials N] [--impl vipd|keepalived|both]
 //!                        failover figures for vipd and keepalived (see bench.rs)
+//! cargo xtask bench heartbeat [--peers 3,50] [--seconds 30]
+//!                        heartbeat cost of svc_ridethrough (see bench/heartbeat.rs)
 //! ```
 
 mod args;
@@ -40,6 +42,8 @@ commands:
               invariants; exits non-zero on any violation (`chaos --help`, docs/chaos.md)
   bench failover [--scenario LIST] [--trials N] [--impl vipd|keepalived|both]
               [--timings default,5/3/1,...]   failover figures (`bench failover --help`)
+  bench heartbeat [--peers 3,50] [--seconds 30]
+              the peer protocol's cost (svc_ridethrough) on one node, simulated peers
 
 environment:
   VIPD_KUBE_APISERVER   path to kube-apiserver v1.20.2
@@ -86,6 +90,7 @@ fn run() -> Result<()> {
         ["demo"] => demo::run(),
         ["chaos", rest @ ..] => chaos::run(rest),
         ["bench", "services", rest @ ..] => bench::services::run(rest),
+        ["bench", "heartbeat", rest @ ..] => bench::heartbeat::run(rest),
         ["bench", rest @ ..] => bench::failover::run(rest),
         ["help" | "--help" | "-h"] | [] => {
             println!("{USAGE}");

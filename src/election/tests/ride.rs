@@ -15,6 +15,13 @@ struct FakeRide {
     dropped: Mutex<usize>,
     allow: AtomicBool,
     api_back: watch::Sender<u64>,
+    /// The last view the elector reported: (holder, resourceVersion, observed at).
+    observed: Mutex<Option<(String, String, Instant)>>,
+    /// The resourceVersion the holder "handed over".
+    handed_over: Mutex<Option<String>>,
+    /// A peer "asks" for the lease.
+    asked_by: Mutex<Option<String>>,
+    news: watch::Sender<u64>,
 }
 
 impl FakeRide {
@@ -56,6 +63,24 @@ impl RideLink for FakeRide {
     }
     fn api_back(&self) -> watch::Receiver<u64> {
         self.api_back.subscribe()
+    }
+    fn observe(&self, observed: Option<&Observed>, observed_at: Instant) {
+        *self.observed.lock().unwrap() = observed.map(|o| {
+            (
+                o.record.holder.clone(),
+                o.resource_version.clone(),
+                observed_at,
+            )
+        });
+    }
+    fn handed_over(&self, observed: &Observed) -> bool {
+        self.handed_over.lock().unwrap().as_deref() == Some(observed.resource_version.as_str())
+    }
+    fn hand_over_requested(&self) -> Option<String> {
+        self.asked_by.lock().unwrap().clone()
+    }
+    fn news(&self) -> watch::Receiver<u64> {
+        self.news.subscribe()
     }
 }
 
@@ -167,4 +192,75 @@ async fn the_link_decides_acquisitions() {
     assert_eq!(server.writes_by("b"), 0);
     ride.allow.store(true, Ordering::SeqCst);
     assert!(until_leading(&mut b, TIMING.retry_period + Duration::from_millis(10)).await);
+}
+
+/// A holder asked for the lease while it cannot reach the API steps down at once on the
+/// link's news (long before the renew deadline), without releasing (it cannot write; the
+/// link sends `Released` after the drop it hears of), and only when the link says it was
+/// asked: news alone moves nothing.
+#[tokio::test(start_paused = true)]
+async fn an_asked_holder_steps_down_at_once_without_releasing() {
+    let server = FakeServer::new();
+    let ride = FakeRide::new(true);
+    let mut a = start_with(&server, "a", "a", true, None, Some(ride.clone()));
+    assert!(until_leading(&mut a, Duration::from_millis(10)).await);
+    server.cut("a", true);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    ride.news.send_modify(|v| *v += 1);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert!(a.state.borrow().is_leading(), "news without a request");
+    *ride.asked_by.lock().unwrap() = Some("b".into());
+    let asked = Instant::now();
+    ride.news.send_modify(|v| *v += 1);
+    assert!(until_following(&mut a, Duration::from_millis(10)).await);
+    assert!(Instant::now() - asked < Duration::from_millis(10));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(*ride.dropped.lock().unwrap(), 1, "the link heard the drop");
+    assert_eq!(server.holder().as_deref(), Some("a"), "not released");
+}
+
+/// A candidate reports what it observes of a lease held by another node; once the link
+/// says the holder handed that very version over, it takes the lease on the news, long
+/// before expiry, as a clean handover. A `Released` for another version does not count.
+#[tokio::test(start_paused = true)]
+async fn a_handed_over_version_is_taken_before_expiry() {
+    let server = FakeServer::new();
+    let mut a = start(&server, "a", true);
+    assert!(until_leading(&mut a, Duration::from_millis(10)).await);
+    let ride = FakeRide::new(true);
+    let mut b = start_with(&server, "b", "b", true, None, Some(ride.clone()));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    server.cut("a", true);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let (holder, rv, _) = ride
+        .observed
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("the candidate reported its view");
+    assert_eq!(holder, "a");
+    *ride.handed_over.lock().unwrap() = Some(format!("{rv}-other"));
+    ride.news.send_modify(|v| *v += 1);
+    assert!(!until_leading(&mut b, Duration::from_millis(500)).await);
+    *ride.handed_over.lock().unwrap() = Some(rv);
+    let news = Instant::now();
+    ride.news.send_modify(|v| *v += 1);
+    assert!(until_leading(&mut b, Duration::from_millis(10)).await);
+    assert!(Instant::now() - news < Duration::from_millis(10));
+    assert_eq!(server.holder().as_deref(), Some("b"));
+    assert_eq!(clean_term(&b), Some(true), "handed over: clean");
+}
+
+/// A candidate whose acquisition the link refused tries again at once on the link's news
+/// (the peers now allow the take), not a retry period later.
+#[tokio::test(start_paused = true)]
+async fn news_retries_a_refused_acquisition_at_once() {
+    let server = FakeServer::new();
+    let ride = FakeRide::new(false);
+    let mut b = start_with(&server, "b", "b", true, None, Some(ride.clone()));
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!b.state.borrow().is_leading(), "refused by the link");
+    ride.allow.store(true, Ordering::SeqCst);
+    ride.news.send_modify(|v| *v += 1);
+    assert!(until_leading(&mut b, Duration::from_millis(10)).await);
 }

@@ -391,6 +391,19 @@ fn take_with_consent() {
             holder: "n0".into()
         }
     );
+    // ... but not while the holder renewed within the ask delay (a short blip of its API).
+    assert_eq!(
+        c.may_take(t, &view(Some("n0"), "10", t - ms(2999))),
+        TakeDecision::Defer {
+            holder: "n0".into()
+        }
+    );
+    assert_eq!(
+        c.may_take(t, &view(Some("n0"), "10", t - ms(3000))),
+        TakeDecision::AskFirst {
+            holder: "n0".into()
+        }
+    );
     let mut late = node("n1", 3, t0);
     late.set_api(t - ms(2999), true);
     late.receive(t, &hb(&late, "n0", NONE, vec![held("10")]));

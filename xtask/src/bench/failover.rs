@@ -52,6 +52,8 @@ use super::stats::{ms, percentile};
 
 /// The control-plane VIP every trial moves (192.0.2.10).
 pub const VIP: Ipv4Addr = lab::CONTROL_PLANE_VIP;
+/// The Service of `--service` / `--ride` (its VIP is [`VIP`]).
+pub const SERVICE_NAME: &str = "failover";
 /// Namespace of vipd's control-plane Lease.
 pub const LEASE_NAMESPACE: &str = "kube-system";
 /// Name of vipd's (and kube-vip's) control-plane Lease.
@@ -83,6 +85,11 @@ options:
   --lb              vipd with lb_enable: the probe opens TCP connections to VIP:6443 (the
                     control-plane load balancer's frontend) instead of HTTP to VIP:80;
                     control-plane Node objects are created for the backends (vipd only)
+  --service         the VIP is a LoadBalancer Service's (192.0.2.10, per-Service lease
+                    default/kubevip-failover; vipd in Services mode, timings as svc_*;
+                    vipd only, no idle phase)
+  --ride            --service with svc_ridethrough (Node objects and the key Secret
+                    created; the option's peer protocol runs on eth0)
   -v, --verbose     print progress of every trial";
 
 /// What is done to the VIP holder in a trial.
@@ -240,6 +247,8 @@ pub struct BenchOptions {
     /// vipd with `lb_enable` (control-plane load balancing): the probe opens TCP connections
     /// to VIP:6443, which the holder spreads over the nodes' API endpoints.
     pub lb: bool,
+    /// The VIP is a Service's: `Some(ride)`, with `svc_ridethrough` when `ride`.
+    pub service: Option<bool>,
 }
 
 impl BenchOptions {
@@ -260,6 +269,7 @@ impl BenchOptions {
             idle: true,
             verbose: false,
             lb: false,
+            service: None,
         };
         parse_flags(args, USAGE, |a, value| {
             match a {
@@ -297,6 +307,8 @@ impl BenchOptions {
                 "--json" => o.json = Some(PathBuf::from(value()?)),
                 "--no-idle" => o.idle = false,
                 "--lb" => o.lb = true,
+                "--service" => o.service = Some(o.service.unwrap_or(false)),
+                "--ride" => o.service = Some(true),
                 "-v" | "--verbose" => o.verbose = true,
                 _ => return Ok(false),
             }
@@ -308,9 +320,19 @@ impl BenchOptions {
     fn subjects(&self) -> Vec<Subject> {
         let mut s = Vec::new();
         if self.vipd {
-            s.extend(self.timings.iter().cloned().map(Subject::Vipd));
+            let suffix = match self.service {
+                None => "",
+                Some(false) => " svc",
+                Some(true) => " svc+ride",
+            };
+            s.extend(self.timings.iter().cloned().map(|t| {
+                Subject::Vipd(Timings {
+                    label: format!("{}{suffix}", t.label),
+                    ..t
+                })
+            }));
         }
-        if self.keepalived {
+        if self.keepalived && self.service.is_none() {
             s.push(Subject::Keepalived);
         }
         s
@@ -403,6 +425,9 @@ fn failover(o: &BenchOptions) -> Result<()> {
     if o.lb {
         ctx.enable_lb()?;
     }
+    if let Some(ride) = o.service {
+        ctx.enable_service(ride)?;
+    }
     println!(
         "lab {} up in {:.1} s; vipd {}",
         ctx.lab.prefix(),
@@ -410,7 +435,7 @@ fn failover(o: &BenchOptions) -> Result<()> {
         ctx.vipd.display()
     );
     let mut report = BenchReport::default();
-    if o.idle && o.vipd {
+    if o.idle && o.vipd && o.service.is_none() {
         for t in &o.timings {
             let subject = Subject::Vipd(t.clone());
             match idle(&ctx, &subject) {
@@ -477,26 +502,33 @@ pub fn vipd_release_binary(build: bool, explicit: Option<&Path>) -> Result<PathB
         }
         return Ok(p.to_path_buf());
     }
+    release_artifact(build, &[], "vipd")
+}
+
+/// Runs `cargo build --release -p vipd EXTRA...` (unless `build` is false) and returns
+/// `<target>/release/<path>` (e.g. `vipd`, or `examples/peer_sim` with `--example
+/// peer_sim`).
+///
+/// # Errors
+/// When cargo fails or the file is missing (the message names the command to run).
+pub fn release_artifact(build: bool, extra: &[&str], path: &str) -> Result<PathBuf> {
+    let mut args = vec!["build", "--release", "-p", "vipd"];
+    args.extend_from_slice(extra);
+    let cmd = format!("cargo {}", args.join(" "));
     if build {
         let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        c.current_dir(lab::control_plane::workspace_root()).args([
-            "build",
-            "--release",
-            "-p",
-            "vipd",
-        ]);
+        c.current_dir(lab::control_plane::workspace_root())
+            .args(&args);
         eprintln!("==> {c:?}");
-        let st = c.status().context("run cargo build --release -p vipd")?;
+        let st = c.status().with_context(|| format!("run {cmd}"))?;
         if !st.success() {
-            bail!("cargo build --release -p vipd failed ({st})");
+            bail!("{cmd} failed ({st})");
         }
     }
-    let p = lab::control_plane::target_dir()
-        .join("release")
-        .join("vipd");
+    let p = lab::control_plane::target_dir().join("release").join(path);
     if !p.is_file() {
         bail!(
-            "{} not found: run `cargo build --release -p vipd` (or drop --no-build)",
+            "{} not found: run `{cmd}` (or drop --no-build)",
             p.display()
         );
     }
@@ -514,6 +546,8 @@ pub struct Ctx {
     macs: HashMap<MacAddr, String>,
     /// vipd runs with `lb_enable`, the probe targets VIP:6443 over TCP ([`Ctx::enable_lb`]).
     pub lb: bool,
+    /// The VIP is a Service's, `Some(ride)` ([`Ctx::enable_service`]).
+    pub service: Option<bool>,
 }
 
 impl Ctx {
@@ -536,7 +570,44 @@ impl Ctx {
             verbose,
             macs,
             lb: false,
+            service: None,
         })
+    }
+
+    /// The VIP becomes a LoadBalancer Service's for the rest of the run: Node objects for
+    /// the lab nodes (the peer membership), with `ride` the key Secret `vipd-peer-key`, and
+    /// the Service [`SERVICE_NAME`] at 192.0.2.10; vipd runs in Services mode
+    /// ([`start_vipd`]).
+    ///
+    /// # Errors
+    /// When an object cannot be created.
+    pub fn enable_service(&mut self, ride: bool) -> Result<()> {
+        let create = |path: &str, body: serde_json::Value, what: &str| {
+            super::create(&self.lab, path, &body, what)
+        };
+        for n in NODES {
+            create(
+                "/api/v1/nodes",
+                serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}}),
+                n,
+            )?;
+        }
+        if ride {
+            create(
+                "/api/v1/namespaces/kube-system/secrets",
+                serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "vipd-peer-key", "namespace": "kube-system"},
+                    "stringData": {"key": "ZmFpbG92ZXItYmVuY2gta2V5LWF0LWxlYXN0LTMyLWJ5dGVz"}}),
+                "Secret vipd-peer-key",
+            )?;
+        }
+        create(
+            "/api/v1/namespaces/default/services",
+            super::services::service_json(SERVICE_NAME, IpAddr::V4(VIP)),
+            "Service",
+        )?;
+        self.service = Some(ride);
+        Ok(())
     }
 
     /// Control-plane load balancing for the rest of the run: Node objects for every lab
@@ -638,9 +709,15 @@ impl Ctx {
     /// # Errors
     /// When the API call fails.
     pub fn delete_lease(&self) -> Result<()> {
+        let path = match self.service {
+            Some(_) => format!(
+                "/apis/coordination.k8s.io/v1/namespaces/default/leases/kubevip-{SERVICE_NAME}"
+            ),
+            None => lease_path(),
+        };
         let r = self
             .lab
-            .api_request("DELETE", &lease_path(), None)
+            .api_request("DELETE", &path, None)
             .context("delete the control-plane lease")?;
         if !matches!(r.status, 200 | 202 | 404) {
             bail!("DELETE lease: HTTP {}: {}", r.status, r.body);
@@ -873,12 +950,36 @@ fn children_of(pid: i32) -> Vec<i32> {
 
 /// Starts `vipd manager` in control-plane mode on `node` with kube-vip environment
 /// variables (as tests/support/mod.rs does), the timings `t` (nothing set for `default`),
-/// the default ARP rate and the metrics server left at its default.
+/// the default ARP rate and the metrics server left at its default; after
+/// [`Ctx::enable_service`] in Services mode with per-Service leases (timings as `svc_*`,
+/// `svc_ridethrough` as asked).
 ///
 /// # Errors
 /// When it cannot be spawned.
 pub fn start_vipd(ctx: &Ctx, node: &str, t: &Timings) -> Result<LabProcess> {
     let kubeconfig = ctx.lab.kubeconfig(node)?.to_string_lossy().into_owned();
+    if let Some(ride) = ctx.service {
+        let mut env: Vec<(&str, &str)> = vec![
+            ("vip_arp", "true"),
+            ("cp_enable", "false"),
+            ("svc_enable", "true"),
+            ("svc_election", "true"),
+            ("address", ""),
+            ("vip_interface", lab::ETH),
+            ("vip_nodename", node),
+            ("k8s_config_file", &kubeconfig),
+            ("vip_loglevel", "info"),
+            ("svc_ridethrough", if ride { "true" } else { "false" }),
+        ];
+        if let Some([l, r, p]) = &t.values {
+            env.extend([
+                ("svc_leaseduration", l.as_str()),
+                ("svc_renewdeadline", r.as_str()),
+                ("svc_retryperiod", p.as_str()),
+            ]);
+        }
+        return Ok(ctx.lab.spawn(node, &ctx.vipd, &["manager"], &env)?);
+    }
     let vip = VIP.to_string();
     let mut env: Vec<(&str, &str)> = vec![
         ("vip_arp", "true"),

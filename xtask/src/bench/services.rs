@@ -320,7 +320,8 @@ pub fn stat_cpu_ticks(stat: &str) -> Option<u64> {
     Some(utime + stime)
 }
 
-fn proc_status(pid: i32, key: &str) -> Option<u64> {
+/// [`status_field`] of `/proc/<pid>/status`.
+pub fn proc_status(pid: i32, key: &str) -> Option<u64> {
     status_field(
         &std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?,
         key,
@@ -338,7 +339,7 @@ fn clock_ticks_per_s() -> f64 {
 }
 
 /// CPU use of `pids` over `window`, percent of one core each (`None` when a pid vanished).
-fn cpu_percent(pids: &[i32], window: Duration) -> Vec<Option<f64>> {
+pub fn cpu_percent(pids: &[i32], window: Duration) -> Vec<Option<f64>> {
     let before: Vec<Option<u64>> = pids.iter().map(|p| cpu_ticks(*p)).collect();
     let t0 = Instant::now();
     std::thread::sleep(window);

@@ -389,3 +389,41 @@ fn chaos_negative_control_finds_two_holders() {
         "the naive model never made two holders: the chaos test cannot fail"
     );
 }
+
+/// Why the membership comes from the API (every node reads the same Node objects) and not
+/// from the peers a node hears: n0, cut off on the segment from n1 and n2, restarts and
+/// retakes its lease through the API. Had it built its membership from what it hears, it
+/// would know only itself; once its own API link fails it rides alone (a "majority" of
+/// one), while n1 and n2, which reach the API and last heard n0 (its previous process) with
+/// their own digest, form a blocking set and take the lease at expiry: two holders. With
+/// the API's membership the same run is safe (n0 alone has no majority and steps down).
+#[test]
+fn membership_from_the_segment_alone_would_make_two_holders() {
+    for heard_only in [false, true] {
+        let mut s = warm(3);
+        s.partition(&[&[0], &[1, 2]]);
+        s.run_for(Duration::from_secs(2));
+        s.power_off(0);
+        s.run_for(Duration::from_millis(500));
+        s.power_on(0);
+        if heard_only {
+            s.nodes[0]
+                .peers
+                .set_membership(std::iter::once("n0".to_string()).collect());
+        }
+        s.run_for(Duration::from_secs(2));
+        assert_eq!(s.holder_name(), Some(0), "n0 retook its lease");
+        s.nodes[0].api_link = false;
+        s.run_for(Duration::from_secs(20));
+        if heard_only {
+            assert!(
+                !s.log.overlaps.is_empty(),
+                "expected two holders; takes {:?}",
+                s.log.takes
+            );
+        } else {
+            s.assert_safe();
+            assert_ne!(s.holder_name(), Some(0), "the lease moved to n1 or n2");
+        }
+    }
+}
