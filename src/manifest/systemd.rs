@@ -113,6 +113,13 @@ pub fn unit(args: &SystemdArgs) -> Unit {
         e("PrivateTmp", "yes"),
         e("PrivateDevices", "yes"),
         e("ProtectKernelTunables", "yes"),
+        // DHCP mode sets rp_filter and the ARP settings of the macvlans it creates
+        // (net::macvlan); the per-interface sysctls stay writable, the rest of /proc/sys
+        // read-only ("-": fine on a kernel without IPv6).
+        e(
+            "ReadWritePaths",
+            "-/proc/sys/net/ipv4/conf -/proc/sys/net/ipv6/conf",
+        ),
         e("ProtectKernelModules", "yes"),
         e("ProtectKernelLogs", "yes"),
         e("ProtectControlGroups", "yes"),
