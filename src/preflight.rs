@@ -19,6 +19,9 @@
 //!   `table ip vipd_lb` with its NAT chains, numgen DNAT map and masquerade (`nft --check`,
 //!   nothing is changed); a failure means the holder could not balance.
 //! - `macvlan`: the module is loaded or loadable (needed by `dhcp_mode` only).
+//! - `dhcp-parent` (with `dhcp_mode`): the macvlans' parent interface (`vip_servicesinterface`,
+//!   else `vip_interface`, else the IPv4 default route's interface, as the manager picks it)
+//!   exists and is up with carrier ([`check_dhcp_parent`]).
 //! - `api`: the API server answers `/version` with the configured kubeconfig.
 //! - `rbac`: a SelfSubjectAccessReview for every access of
 //!   [`crate::manifest::rbac::API_CALLS`] the configuration makes, in its namespace
@@ -408,6 +411,10 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
         cfg.dhcp_mode,
     ));
 
+    if cfg.dhcp_mode {
+        report.checks.push(dhcp_parent(cfg).await);
+    }
+
     // API and RBAC.
     let client = check_api(cfg, &mut report).await;
     if let Some(c) = &client {
@@ -420,6 +427,66 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
         Some(c) => report.checks.push(check_rbac(c, cfg).await),
     }
     report
+}
+
+/// The `dhcp-parent` row for the macvlans of DHCP mode: `vip_servicesinterface`, else
+/// `vip_interface`, else the IPv4 default route's interface (what the manager uses when a
+/// Service names none with `kube-vip.io/serviceInterface`).
+async fn dhcp_parent(cfg: &Config) -> Check {
+    let configured = cfg.services_interface.clone().or(cfg.interface.clone());
+    let found = match NetlinkKernel::new() {
+        Err(e) => Err(format!("netlink: {e}")),
+        Ok(k) => match &configured {
+            Some(name) => k.link_by_name(name).await.map_err(|e| e.to_string()),
+            None => {
+                let any = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+                match k.choose_interface(any).await {
+                    Ok(idx) => k.link_by_index(idx).await.map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        },
+    };
+    check_dhcp_parent(
+        configured.as_deref(),
+        found.as_ref().map_err(String::as_str),
+    )
+}
+
+/// The `dhcp-parent` row from the configured parent name (`None`: automatic) and what the
+/// lookup found: pass when the link is up with carrier, fail naming it (or the lookup's
+/// error) otherwise. Pure.
+pub(crate) fn check_dhcp_parent(configured: Option<&str>, found: Result<&LinkInfo, &str>) -> Check {
+    const NAME: &str = "dhcp-parent";
+    let how = match configured {
+        Some(_) => "configured",
+        None => "the IPv4 default route's interface",
+    };
+    match found {
+        Ok(l) if l.up && l.carrier => Check::new(
+            NAME,
+            Status::Pass,
+            format!("DHCP macvlans go on {} ({how}), up with carrier", l.name),
+        ),
+        Ok(l) => Check::new(
+            NAME,
+            Status::Fail,
+            format!(
+                "DHCP macvlans' parent {} ({how}): up={} carrier={}",
+                l.name, l.up, l.carrier
+            ),
+        )
+        .fix(format!("bring the link up: ip link set {} up", l.name)),
+        Err(e) => Check::new(
+            NAME,
+            Status::Fail,
+            match configured {
+                Some(name) => format!("DHCP macvlans' parent {name:?} ({how}): {e}"),
+                None => format!("no parent for DHCP macvlans ({how}): {e}"),
+            },
+        )
+        .fix("set vip_servicesinterface (or vip_interface) to an interface of this node (ip -br link)"),
+    }
 }
 
 /// The `interface` row: `vip_interface`, else the interface chosen for the first VIP, up

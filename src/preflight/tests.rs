@@ -170,3 +170,39 @@ fn report_renders_fixes_and_fails() {
     assert!(t.contains("fix: add it"), "{t}");
     assert!(t.ends_with("preflight FAILED: 1 check(s)\n"), "{t}");
 }
+
+#[test]
+fn dhcp_parent_row() {
+    let link = |up, carrier| LinkInfo {
+        index: 2,
+        name: "eth0".into(),
+        mac: [2, 0, 0, 0, 0, 1],
+        up,
+        carrier,
+    };
+    let ok = check_dhcp_parent(None, Ok(&link(true, true)));
+    assert_eq!((ok.name.as_str(), ok.status), ("dhcp-parent", Status::Pass));
+    assert!(
+        ok.detail.contains("eth0") && ok.detail.contains("default route"),
+        "{ok:?}"
+    );
+    let down = check_dhcp_parent(Some("eth0"), Ok(&link(true, false)));
+    assert_eq!(down.status, Status::Fail);
+    assert!(down.detail.contains("carrier=false"), "{down:?}");
+    assert!(
+        down.fix
+            .as_deref()
+            .is_some_and(|f| f.contains("ip link set eth0 up"))
+    );
+    let missing = check_dhcp_parent(Some("bond7"), Err("no interface named bond7"));
+    assert_eq!(missing.status, Status::Fail);
+    assert!(
+        missing.detail.contains("\"bond7\"") && missing.detail.contains("configured"),
+        "{missing:?}"
+    );
+    let none = check_dhcp_parent(None, Err("no default route"));
+    assert!(
+        none.detail.contains("no parent") && none.detail.contains("no default route"),
+        "{none:?}"
+    );
+}
