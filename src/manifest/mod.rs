@@ -621,7 +621,27 @@ impl Plan {
     /// [`ManifestError::Config`] with the manager's error.
     pub fn resolve(&self) -> Result<config::Resolved, ManifestError> {
         let env = self.env_for_node(VALIDATION_NODE_NAME);
-        resolve_env(&env).map_err(ManifestError::Config)
+        resolve_env(&env).map_err(|e| ManifestError::Config(as_generator_flag(e)))
+    }
+}
+
+/// The manager names a bad setting by where it read it (an environment variable, or a
+/// default when the variable is absent); the generator's user gave a flag, so the error
+/// names the generator's flag for that setting instead, e.g. `flag --vipSubnet (vip_subnet)`.
+fn as_generator_flag(e: config::ConfigError) -> config::ConfigError {
+    match e {
+        config::ConfigError::Invalid {
+            key, value, reason, ..
+        } if config::option(key).is_some_and(|o| !o.flag.is_empty()) => {
+            let flag = config::option(key).map(|o| o.flag).unwrap_or_default();
+            config::ConfigError::Invalid {
+                key,
+                setting: format!("flag --{flag} ({key})"),
+                value,
+                reason,
+            }
+        }
+        other => other,
     }
 }
 

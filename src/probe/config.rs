@@ -240,14 +240,14 @@ impl ProbeConfig {
         if args.interval < Duration::from_millis(1) {
             return Err(ProbeError::InvalidArg {
                 flag: "--interval",
-                value: format!("{:?}", args.interval),
+                value: format!("{}ms", args.interval.as_millis()),
                 reason: "must be at least 1ms".to_owned(),
             });
         }
         if args.timeout.is_zero() {
             return Err(ProbeError::InvalidArg {
                 flag: "--timeout",
-                value: format!("{:?}", args.timeout),
+                value: format!("{}ms", args.timeout.as_millis()),
                 reason: "must be greater than zero".to_owned(),
             });
         }

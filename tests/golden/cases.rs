@@ -160,6 +160,19 @@ pub fn other_cases() -> Vec<(&'static str, Vec<&'static str>)> {
 /// Cases that must be refused: (argv, text the error must contain).
 pub fn err_cases() -> Vec<(Vec<&'static str>, &'static str)> {
     vec![
+        // A bad value is named by the generator flag that gave it, not by the
+        // environment variable the manager would read.
+        (
+            vec![
+                "pod",
+                "--controlplane",
+                "--address",
+                "192.0.2.10",
+                "--vipSubnet",
+                "abc",
+            ],
+            "invalid value \"abc\" for flag --vipSubnet (vip_subnet)",
+        ),
         (
             vec!["pod", "--controlplane"],
             "cp_enable needs at least one VIP",
