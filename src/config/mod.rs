@@ -225,6 +225,9 @@ pub struct Config {
     pub lb_class_name: String,
     /// `vip_servicesinterface`.
     pub services_interface: Option<String>,
+    /// `svc_subnet_check` (vipd option, default true): a node campaigns for a Service only
+    /// when its own subnets contain every address of the Service.
+    pub services_subnet_check: bool,
     /// `prometheus_server` (default `:2112`); `None` when set to empty (disabled). Only
     /// addresses the admin endpoint can bind: `:port`, `localhost:port`, an IPv4 address or
     /// `[IPv6]:port` (see [`crate::syntax::ListenAddr`]).

@@ -148,6 +148,7 @@ pub(super) const K_IPV6_DAD: &str = "vip_ipv6_dad";
 pub(super) const K_NODE_LABELING: &str = "enable_node_labeling";
 pub(super) const K_DRAIN_ON_CORDON: &str = "drain_on_cordon";
 pub(super) const K_SVC_EXCLUDE_CORDONED: &str = "svc_exclude_cordoned";
+pub(super) const K_SVC_SUBNET_CHECK: &str = "svc_subnet_check";
 pub(super) const K_SVC_HEALTHCHECK: &str = "svc_healthcheck";
 pub(super) const K_SVC_HEALTHCHECK_HOLD: &str = "svc_healthcheck_hold";
 pub(super) const K_SVC_RIDETHROUGH: &str = "svc_ridethrough";
@@ -475,6 +476,13 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "false",
         Bool,
         "vipd option: a cordoned node does not announce Service VIPs (by default cordoned nodes stay eligible; excluded-labelled and NotReady nodes never are)",
+    ),
+    opt(
+        K_SVC_SUBNET_CHECK,
+        "servicesSubnetCheck",
+        "true",
+        Bool,
+        "vipd option: a node campaigns for a Service only when every address of it lies in a subnet of the node's own addresses (on the Service's interface when one is named); false announces Service VIPs outside the node's subnets (a pool routed to the segment), as kube-vip does",
     ),
     opt(
         K_SVC_HEALTHCHECK,

@@ -716,6 +716,7 @@ impl<K: Kernel, A: Announcer> MainLoop<K, A> {
                 .unwrap_or_default(),
             connected,
             interface: self.plan_cfg.interface.clone(),
+            subnet_check: cfg.services_subnet_check,
         };
         candidates(cfg, services, &local, &node_addrs, &unusable, &here)
     }

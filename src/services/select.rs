@@ -113,6 +113,8 @@ pub(super) struct ThisNode {
     pub(super) connected: Vec<Connected>,
     /// `vip_servicesinterface`, else `vip_interface` (`None`: chosen per VIP by route).
     pub(super) interface: Option<String>,
+    /// `svc_subnet_check`: whether the subnet rule applies (false: only the selector).
+    pub(super) subnet_check: bool,
 }
 
 impl ThisNode {
@@ -138,6 +140,9 @@ impl ThisNode {
                     sel.text
                 ),
             });
+        }
+        if !self.subnet_check {
+            return None;
         }
         let interface = interface.or(self.interface.as_deref());
         let missing: Vec<String> = addresses
@@ -495,6 +500,31 @@ mod tests {
         }
     }
 
+    /// `svc_subnet_check=false`: a VIP outside the node's subnets (a pool routed to the
+    /// segment) may be announced; the node selector still applies.
+    #[test]
+    fn without_the_subnet_check_only_the_selector_decides() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let mut here = ThisNode {
+            labels: [("zone".to_string(), "a".to_string())].into(),
+            connected: vec![connected("192.0.2.11", 24, "eth0")],
+            interface: None,
+            subnet_check: true,
+        };
+        let routed = [ip("198.51.100.7")];
+        assert_eq!(
+            here.not_here(&routed, None, None).map(|n| n.reason),
+            Some("subnet")
+        );
+        here.subnet_check = false;
+        assert!(here.not_here(&routed, None, None).is_none());
+        let sel = crate::nodes::selector::NodeSelector::parse("zone=b").unwrap();
+        assert_eq!(
+            here.not_here(&routed, None, Some(&sel)).map(|n| n.reason),
+            Some("node-selector")
+        );
+    }
+
     #[test]
     fn not_here_checks_the_selector_then_every_address_on_the_chosen_interface() {
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
@@ -505,6 +535,7 @@ mod tests {
                 connected("2001:db8::11", 64, "eth1"),
             ],
             interface: None,
+            subnet_check: true,
         };
         let v4 = [ip("192.0.2.20")];
         let dual = [ip("192.0.2.20"), ip("2001:db8::20")];
@@ -566,6 +597,7 @@ mod tests {
             labels: [("zone".to_string(), "a".to_string())].into(),
             connected: vec![connected("192.0.2.11", 24, "eth0")],
             interface: None,
+            subnet_check: true,
         };
         let with_selector = |name: &str, ip: &str, sel: &str| {
             with_annotation(
@@ -642,6 +674,7 @@ mod tests {
         ];
         let here = ThisNode {
             connected: vec![connected("192.0.2.11", 24, "eth0")],
+            subnet_check: true,
             ..Default::default()
         };
         let (cands, notes) = candidates(
@@ -752,6 +785,7 @@ mod tests {
         ];
         let here = ThisNode {
             connected: vec![connected("192.0.2.11", 24, "eth0")],
+            subnet_check: true,
             ..Default::default()
         };
         let run = |dhcp: bool| {
