@@ -29,6 +29,13 @@
 //! | `vipd_vip_handovers_total` | counter | `vip`, `reason` | times this node handed a Service VIP it held over on purpose, by reason: the node became ineligible (`drained`, `drain-annotation`, `cordon-drain`, `excluded`, `not-ready`, `cordoned`), `health` (data-path check), `node-selector` (its labels stopped matching the Service's `vipd.io/node-selector`), `subnet` (no connected subnet holds the VIP any more); kept until the Service goes |
 //! | `vipd_lb_backend_up` | gauge | `node`, `address` | `lb_enable`, on the control-plane VIP's holder only: 1 while a control-plane node's API server is in the load balancer's set, 0 while it fails its health checks |
 //! | `vipd_vip_conflicts_total` | counter | `vip` | times another host was found answering for a VIP this node leads (RFC 5227 conflict): the VIP was not bound, or was removed |
+//!
+//! DHCP mode's are in [`dhcp`] (`vipd_dhcp_state`, `vipd_dhcp_lease_expiry_timestamp_seconds`,
+//! `vipd_dhcp_events_total`).
+
+mod dhcp;
+
+pub(crate) use dhcp::{DHCP_EVENTS, DHCP_STATES};
 
 use std::fmt::Write as _;
 use std::sync::Arc;
@@ -127,6 +134,7 @@ struct Inner {
     health_handovers: Family<LeaseLabels, Counter>,
     vip_handovers: Family<HandoverLabels, Counter>,
     lb_backends: Family<BackendLabels, Gauge>,
+    dhcp: dhcp::DhcpMetrics,
 }
 
 /// vipd's metrics. Cheap to clone (an `Arc`); every method is thread-safe and never fails.
@@ -260,6 +268,7 @@ impl Metrics {
             "Times this node handed a Service VIP over on purpose, by reason",
             vip_handovers.clone(),
         );
+        let dhcp = dhcp::DhcpMetrics::register(&mut registry);
         build_info
             .get_or_create(&BuildLabels {
                 version: env!("CARGO_PKG_VERSION").to_string(),
@@ -288,6 +297,7 @@ impl Metrics {
             health_handovers,
             vip_handovers,
             lb_backends,
+            dhcp,
         }))
     }
 
@@ -540,6 +550,8 @@ impl Metrics {
         m.health_handover(lease);
         m.vip_handover("192.0.2.10", "health");
         m.lb_backends([(node, "192.0.2.11".to_string(), true)]);
+        m.dhcp_state("default/example", "bound", Some(1_800_000_000));
+        m.dhcp_event("default/example", "renewed");
         m
     }
 
@@ -604,15 +616,16 @@ mod tests {
             })
             .collect();
         exported.sort();
-        let mut documented: Vec<String> = include_str!("metrics.rs")
-            .lines()
-            .take_while(|l| l.starts_with("//!"))
-            .filter_map(|l| l.strip_prefix("//! | `"))
-            .filter_map(|l| l.split('`').next())
-            .map(str::to_string)
-            .collect();
+        let mut documented: Vec<String> =
+            [include_str!("metrics.rs"), include_str!("metrics/dhcp.rs")]
+                .iter()
+                .flat_map(|f| f.lines().take_while(|l| l.starts_with("//!")))
+                .filter_map(|l| l.strip_prefix("//! | `"))
+                .filter_map(|l| l.split('`').next())
+                .map(str::to_string)
+                .collect();
         documented.sort();
-        assert_eq!(exported.len(), 19, "{text}");
+        assert_eq!(exported.len(), 22, "{text}");
         assert_eq!(exported, documented);
     }
 

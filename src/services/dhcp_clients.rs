@@ -37,6 +37,18 @@ struct Run {
     closed: bool,
     /// The last problem posted as an Event (see [`problem_of`]); not posted twice.
     reported: Option<String>,
+    /// What the metrics last saw of this client (see [`metric_updates`]).
+    seen: Seen,
+}
+
+/// What the metrics last saw of one client: its state, its binding (address, expiry) and
+/// its failed attempts, so that each event counts once even when the state watch skips a
+/// short state (a renewal shows as a later expiry, whether or not `Renewing` was seen).
+#[derive(Debug, Clone, Default, PartialEq)]
+struct Seen {
+    state: &'static str,
+    binding: Option<(std::net::Ipv4Addr, tokio::time::Instant)>,
+    attempt: u32,
 }
 
 /// A Warning Event to post about a Service: (Service, reason, message).
@@ -46,6 +58,7 @@ pub(super) type DhcpEvent = (ServiceKey, &'static str, String);
 pub(super) struct DhcpClients {
     dhcp: Arc<dyn Dhcp>,
     runs: Vec<Run>,
+    metrics: Option<crate::metrics::Metrics>,
 }
 
 impl DhcpClients {
@@ -54,6 +67,20 @@ impl DhcpClients {
         DhcpClients {
             dhcp,
             runs: Vec::new(),
+            metrics: None,
+        }
+    }
+
+    /// Exports each client's state and events (`vipd_dhcp_*`, [`crate::metrics`]).
+    pub(super) fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// Removes the metric series of a client that stops.
+    fn forget(&self, service: &ServiceKey) {
+        if let Some(m) = &self.metrics {
+            m.forget_dhcp(&service.to_string());
         }
     }
 
@@ -84,10 +111,12 @@ impl DhcpClients {
             match wanted.iter().find(|w| w.key == run.service.key) {
                 None => {
                     info!(service = %run.service.key, macvlan = %run.service.request.macvlan, "DHCP Service gone or no longer DHCP: releasing its lease");
+                    self.forget(&run.service.key);
                     retired.push((run.handle, true));
                 }
                 Some(w) if !w.request.same_client(&run.service.request) => {
                     info!(service = %w.key, macvlan = %w.request.macvlan, "DHCP client settings changed: restarting the client");
+                    self.forget(&run.service.key);
                     retired.push((run.handle, false));
                 }
                 Some(w) => keep.push(Run {
@@ -142,6 +171,7 @@ impl DhcpClients {
                 handle: self.dhcp.start(spec),
                 closed: false,
                 reported: None,
+                seen: Seen::default(),
             });
         }
         events
@@ -158,6 +188,9 @@ impl DhcpClients {
     /// Takes out every client to stop (see [`Self::stop_all`]), so that their addresses
     /// leave [`Self::effective`] before [`Retired::finish`] removes their macvlans.
     pub(super) fn take_all(&mut self, release: bool) -> Retired {
+        for r in &self.runs {
+            self.forget(&r.service.key);
+        }
         Retired(self.runs.drain(..).map(|r| (r.handle, release)).collect())
     }
 
@@ -191,6 +224,16 @@ impl DhcpClients {
         let mut events = Vec::new();
         for run in &mut self.runs {
             let state = run.handle.state.borrow_and_update().clone();
+            if let Some(m) = &self.metrics {
+                let (seen, events) = metric_updates(&run.seen, &state);
+                let service = run.service.key.to_string();
+                let expiry = seen.binding.map(|(_, at)| unix_time_of(at));
+                m.dhcp_state(&service, seen.state, expiry);
+                for e in events {
+                    m.dhcp_event(&service, e);
+                }
+                run.seen = seen;
+            }
             if state.binding().is_some() {
                 // Bound again: the next failure is news, whatever its text.
                 run.reported = None;
@@ -321,6 +364,66 @@ impl Retired {
             }
         }
     }
+}
+
+/// The metric view of `state` after `before`, and the events (of
+/// [`crate::metrics::DHCP_EVENTS`]) it shows: `renewed` when the same address got a later
+/// expiry, `failed` for a new failed attempt, `lost` (and `nak` when a DHCPNAK ended it) on
+/// entering `Lost`. Pure.
+fn metric_updates(before: &Seen, state: &DhcpState) -> (Seen, Vec<&'static str>) {
+    let mut events = Vec::new();
+    let name = match state {
+        DhcpState::Requesting { .. } => "requesting",
+        DhcpState::Bound(_) => "bound",
+        DhcpState::Renewing(_) => "renewing",
+        DhcpState::Rebinding(_) => "rebinding",
+        DhcpState::Lost { .. } => "lost",
+    };
+    let binding = state.binding().map(|b| (b.addr, b.expires));
+    if let (Some((addr, expires)), Some((was_addr, was_expires))) = (binding, before.binding)
+        && addr == was_addr
+        && expires > was_expires
+    {
+        events.push("renewed");
+    }
+    let mut attempt = before.attempt;
+    if let DhcpState::Requesting {
+        attempt: a,
+        last_error: Some(_),
+    } = state
+        && *a != before.attempt
+    {
+        events.push("failed");
+        attempt = *a;
+    }
+    if let DhcpState::Lost { reason } = state
+        && before.state != "lost"
+    {
+        events.push("lost");
+        if reason.contains("DHCPNAK") {
+            events.push("nak");
+        }
+    }
+    (
+        Seen {
+            state: name,
+            binding,
+            attempt,
+        },
+        events,
+    )
+}
+
+/// Unix time (seconds) of the monotonic instant `at`.
+fn unix_time_of(at: tokio::time::Instant) -> u64 {
+    let now = std::time::SystemTime::now();
+    let wall = match at.checked_duration_since(tokio::time::Instant::now()) {
+        Some(ahead) => now + ahead,
+        None => now - (tokio::time::Instant::now() - at),
+    };
+    wall.duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
 }
 
 /// The problem a client's state shows, as (id, reason, message); `None` when there is none

@@ -228,7 +228,10 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         let holder_task = tokio::spawn(holder.run(leadership, holder_stop.clone()));
         let elector_task = tokio::spawn(elector.run(elector_stop.clone()));
         let seen = shared.services_seen.subscribe();
-        let dhcp = shared.dhcp.clone().map(DhcpClients::new);
+        let dhcp = shared
+            .dhcp
+            .clone()
+            .map(|d| DhcpClients::new(d).with_metrics(shared.metrics.clone()));
         Group {
             dhcp,
             gates,

@@ -437,3 +437,48 @@ async fn an_address_another_host_answers_for_is_declined() {
     );
     clients.stop_all(false).await;
 }
+
+/// Metric events count once each, from the states seen, even when the watch skipped a
+/// short state (`Renewing`).
+#[tokio::test(start_paused = true)]
+async fn metric_updates_count_renewals_failures_and_losses_once() {
+    use crate::dhcp::{DhcpBinding, DhcpState};
+    let now = tokio::time::Instant::now();
+    let bound = |secs: u64| {
+        DhcpState::Bound(DhcpBinding {
+            addr: "192.0.2.207".parse().unwrap(),
+            prefix_len: 24,
+            server: "192.0.2.3".parse().unwrap(),
+            expires: now + std::time::Duration::from_secs(secs),
+            t1: now,
+            t2: now,
+        })
+    };
+    let failing = |attempt| DhcpState::Requesting {
+        attempt,
+        last_error: Some("no DHCPOFFER".into()),
+    };
+    let mut seen = Seen::default();
+    let mut all = Vec::new();
+    for state in [
+        failing(1),
+        failing(1),
+        failing(2),
+        bound(120),
+        bound(120),
+        bound(180),
+        DhcpState::Lost {
+            reason: "DHCPNAK for 192.0.2.207 from 192.0.2.3".into(),
+        },
+        DhcpState::Lost {
+            reason: "DHCPNAK for 192.0.2.207 from 192.0.2.3".into(),
+        },
+        bound(120),
+    ] {
+        let (next, events) = metric_updates(&seen, &state);
+        all.extend(events);
+        seen = next;
+    }
+    assert_eq!(all, vec!["failed", "failed", "renewed", "lost", "nak"]);
+    assert_eq!(seen.state, "bound");
+}

@@ -1,0 +1,157 @@
+//! DHCP mode's metrics (issue 13): per-Service client state, lease expiry and events.
+//!
+//! | metric | type | labels | meaning |
+//! |---|---|---|---|
+//! | `vipd_dhcp_state` | gauge | `service`, `state` | 1 for the DHCP client's current RFC 2131 state of a `0.0.0.0` Service this node holds: `requesting`, `bound`, `renewing`, `rebinding`, `lost`; no series while no client runs |
+//! | `vipd_dhcp_lease_expiry_timestamp_seconds` | gauge | `service` | Unix time at which the Service's DHCP lease expires (option 51, counted from the request); no series while unbound |
+//! | `vipd_dhcp_events_total` | counter | `service`, `event` | `renewed` (the lease was extended, at T1 or T2), `failed` (an attempt to get a lease failed), `lost` (the lease ended: NAK or expiry), `nak` (of those, by a DHCPNAK) |
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use super::Metrics;
+
+/// The `state` values of `vipd_dhcp_state`.
+pub(crate) const DHCP_STATES: [&str; 5] = ["requesting", "bound", "renewing", "rebinding", "lost"];
+
+/// The `event` values of `vipd_dhcp_events_total`.
+pub(crate) const DHCP_EVENTS: [&str; 4] = ["renewed", "failed", "lost", "nak"];
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    service: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ServiceLabels {
+    service: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabels {
+    service: String,
+    event: String,
+}
+
+/// The DHCP families, registered with the others.
+#[derive(Debug)]
+pub(super) struct DhcpMetrics {
+    state: Family<StateLabels, Gauge>,
+    expiry: Family<ServiceLabels, Gauge>,
+    events: Family<EventLabels, Counter>,
+}
+
+impl DhcpMetrics {
+    pub(super) fn register(registry: &mut Registry) -> Self {
+        let m = DhcpMetrics {
+            state: Family::default(),
+            expiry: Family::default(),
+            events: Family::default(),
+        };
+        registry.register(
+            "vipd_dhcp_state",
+            "1 for the DHCP client's current state of a 0.0.0.0 Service this node holds",
+            m.state.clone(),
+        );
+        registry.register(
+            "vipd_dhcp_lease_expiry_timestamp_seconds",
+            "Unix time at which the Service's DHCP lease expires",
+            m.expiry.clone(),
+        );
+        registry.register(
+            "vipd_dhcp_events",
+            "DHCP client events of a Service: renewed, failed, lost, nak",
+            m.events.clone(),
+        );
+        m
+    }
+}
+
+impl Metrics {
+    /// Sets `vipd_dhcp_state{service}` to `state` (one of [`DHCP_STATES`]) and
+    /// `vipd_dhcp_lease_expiry_timestamp_seconds{service}` to `expiry` (Unix seconds; `None`:
+    /// no series).
+    pub(crate) fn dhcp_state(&self, service: &str, state: &str, expiry: Option<u64>) {
+        let d = &self.0.dhcp;
+        for s in DHCP_STATES {
+            let labels = StateLabels {
+                service: service.to_string(),
+                state: s.to_string(),
+            };
+            if s == state {
+                d.state.get_or_create(&labels).set(1);
+            } else {
+                d.state.remove(&labels);
+            }
+        }
+        let labels = ServiceLabels {
+            service: service.to_string(),
+        };
+        match expiry.and_then(|e| i64::try_from(e).ok()) {
+            Some(e) => {
+                d.expiry.get_or_create(&labels).set(e);
+            }
+            None => {
+                d.expiry.remove(&labels);
+            }
+        }
+    }
+
+    /// Counts `event` (one of [`DHCP_EVENTS`]) for `service`.
+    pub(crate) fn dhcp_event(&self, service: &str, event: &str) {
+        self.0
+            .dhcp
+            .events
+            .get_or_create(&EventLabels {
+                service: service.to_string(),
+                event: event.to_string(),
+            })
+            .inc();
+    }
+
+    /// Removes every DHCP series of `service` (its client stopped).
+    pub(crate) fn forget_dhcp(&self, service: &str) {
+        self.dhcp_state(service, "", None);
+        for event in DHCP_EVENTS {
+            self.0.dhcp.events.remove(&EventLabels {
+                service: service.to_string(),
+                event: event.to_string(),
+            });
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_state_series_per_service_and_nothing_left_when_forgotten() {
+        let m = Metrics::new("node-a");
+        m.dhcp_state("default/web", "requesting", None);
+        m.dhcp_state("default/web", "bound", Some(1_800_000_000));
+        m.dhcp_event("default/web", "renewed");
+        let text = m.encode();
+        assert!(
+            text.contains(r#"vipd_dhcp_state{service="default/web",state="bound"} 1"#),
+            "{text}"
+        );
+        assert!(!text.contains(r#"state="requesting""#), "{text}");
+        assert!(
+            text.contains(
+                r#"vipd_dhcp_lease_expiry_timestamp_seconds{service="default/web"} 1800000000"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"vipd_dhcp_events_total{service="default/web",event="renewed"} 1"#),
+            "{text}"
+        );
+        m.forget_dhcp("default/web");
+        assert!(!m.encode().contains("default/web"));
+    }
+}
