@@ -35,7 +35,6 @@
 
 mod dhcp;
 
-pub(crate) use dhcp::{DHCP_EVENTS, DHCP_STATES};
 
 use std::fmt::Write as _;
 use std::sync::Arc;

@@ -367,7 +367,7 @@ impl Retired {
 }
 
 /// The metric view of `state` after `before`, and the events (of
-/// [`crate::metrics::DHCP_EVENTS`]) it shows: `renewed` when the same address got a later
+/// `vipd_dhcp_events_total`) it shows: `renewed` when the same address got a later
 /// expiry, `failed` for a new failed attempt, `lost` (and `nak` when a DHCPNAK ended it) on
 /// entering `Lost`. Pure.
 fn metric_updates(before: &Seen, state: &DhcpState) -> (Seen, Vec<&'static str>) {
