@@ -30,7 +30,7 @@
 //! | `vipd_lb_backend_up` | gauge | `node`, `address` | `lb_enable`, on the control-plane VIP's holder only: 1 while a control-plane node's API server is in the load balancer's set, 0 while it fails its health checks |
 //! | `vipd_vip_conflicts_total` | counter | `vip` | times another host was found answering for a VIP this node leads (RFC 5227 conflict): the VIP was not bound, or was removed |
 //!
-//! DHCP mode's are in [`dhcp`] (`vipd_dhcp_state`, `vipd_dhcp_lease_expiry_timestamp_seconds`,
+//! DHCP mode's are in `src/metrics/dhcp.rs` (`vipd_dhcp_state`, `vipd_dhcp_lease_expiry_timestamp_seconds`,
 //! `vipd_dhcp_events_total`).
 
 mod dhcp;

@@ -21,7 +21,7 @@
 //! - `macvlan`: the module is loaded or loadable (needed by `dhcp_mode` only).
 //! - `dhcp-parent` (with `dhcp_mode`): the macvlans' parent interface (`vip_servicesinterface`,
 //!   else `vip_interface`, else the IPv4 default route's interface, as the manager picks it)
-//!   exists and is up with carrier ([`check_dhcp_parent`]).
+//!   exists and is up with carrier.
 //! - `api`: the API server answers `/version` with the configured kubeconfig.
 //! - `rbac`: a SelfSubjectAccessReview for every access of
 //!   [`crate::manifest::rbac::API_CALLS`] the configuration makes, in its namespace
