@@ -18,9 +18,33 @@ use xtask::lab::{LabOptions, Signal};
 /// Lease duration of [`T531`].
 const LEASE: Duration = Duration::from_secs(5);
 
+/// IPv4: ARP requests for the VIP are dropped by `arp vipd_fence` once its element expired.
 #[test]
 fn frozen_holder_stops_answering_arp_at_the_fence_time() {
-    let Some(lab) = lab("nft_fence", LabOptions::default()) else {
+    frozen_holder_goes_silent(
+        "nft_fence_v4",
+        VIP,
+        &["arp", "vipd_fence"],
+        "arp operation request",
+    );
+}
+
+/// IPv6: neighbour solicitations for the VIP (target matched as raw ICMPv6 payload) are
+/// dropped by `inet vipd_fence` once its element expired.
+#[test]
+fn frozen_holder_stops_answering_neighbour_solicitations_at_the_fence_time() {
+    frozen_holder_goes_silent(
+        "nft_fence_v6",
+        "2001:db8::10",
+        &["inet", "vipd_fence"],
+        "nd-neighbor-solicit",
+    );
+}
+
+/// The scenario for `vip`: `table` is the fence table whose rule containing `rule` must
+/// have dropped the frozen holder's requests.
+fn frozen_holder_goes_silent(name: &str, vip_text: &str, table: &[&str], rule: &str) {
+    let Some(lab) = lab(name, LabOptions::default()) else {
         return;
     };
     let nft = |ns: &str, args: &[&str]| {
@@ -45,8 +69,12 @@ fn frozen_holder_stops_answering_arp_at_the_fence_time() {
         )
         .expect("nft add chain");
     }
-    let mut procs = start_vipd_on_all(&lab, T531, &[("vip_nftfence", "true")]);
-    let h = single_holder(&lab, VIP, Duration::from_secs(30));
+    let mut procs = start_vipd_on_all(
+        &lab,
+        T531,
+        &[("vip_nftfence", "true"), ("address", vip_text)],
+    );
+    let h = single_holder(&lab, vip_text, Duration::from_secs(30));
     let i = NODES
         .iter()
         .position(|n| *n == h)
@@ -54,11 +82,11 @@ fn frozen_holder_stops_answering_arp_at_the_fence_time() {
     let log = procs[i].log();
     assert!(log.contains("nftables fence on"), "{log}");
     assert!(
-        nft(&h, &["list", "table", "arp", "vipd_fence"]).contains(VIP),
+        nft(&h, &["list", "table", "inet", "vipd_fence"]).contains(vip_text),
         "the VIP is armed on its holder"
     );
     let old_mac = lab.mac_of(&h).expect("mac");
-    let vip: IpAddr = VIP.parse().expect("ip");
+    let vip: IpAddr = vip_text.parse().expect("ip");
     let watch_start = Instant::now();
     let watch = lab
         .arp_watch(vip, Duration::from_millis(20))
@@ -76,7 +104,7 @@ fn frozen_holder_stops_answering_arp_at_the_fence_time() {
     // Answers stop (no answer from the frozen holder for 300 ms running).
     let mut address_gone: Option<Duration> = None;
     let stopped = wait_for("the frozen holder stops answering", LEASE * 2, || {
-        if address_gone.is_none() && !holders(&lab, VIP).contains(&h) {
+        if address_gone.is_none() && !holders(&lab, vip_text).contains(&h) {
             address_gone = Some(watch_start.elapsed().saturating_sub(frozen_at));
         }
         let r = watch.report();
@@ -89,10 +117,17 @@ fn frozen_holder_stops_answering_arp_at_the_fence_time() {
         let after = r.slots.last()?.t;
         (last > frozen_at && after >= last + Duration::from_millis(300)).then_some(last)
     });
-    let counters = nft(&h, &["list", "table", "arp", "vipd_fence"]);
+    let mut list = vec!["list", "table"];
+    list.extend_from_slice(table);
+    let listing = nft(&h, &list);
+    let counters = listing
+        .lines()
+        .find(|l| l.contains(rule) && l.contains(" drop"))
+        .unwrap_or_else(|| panic!("no {rule} rule: {listing}"))
+        .to_string();
     let silent_after = stopped.saturating_sub(frozen_at);
     println!(
-        "frozen holder {h}: last ARP answer {} ms after SIGSTOP (fence 2000 ms from the last renewal's send, renewals every 1000 ms; lease {} ms); its address left eth0 about {:?} ms after SIGSTOP (address lifetime, the second line)",
+        "{name}: frozen holder {h}: last answer {} ms after SIGSTOP (fence 2000 ms from the last renewal's send, renewals every 1000 ms; lease {} ms); its address left eth0 about {:?} ms after SIGSTOP (address lifetime, the second line)",
         silent_after.as_millis(),
         LEASE.as_millis(),
         address_gone.map(|d| d.as_millis())
@@ -107,7 +142,7 @@ fn frozen_holder_stops_answering_arp_at_the_fence_time() {
     );
 
     // Another node takes over after the lease; the frozen one, continued, never answers.
-    let new = wait_for_takeover(&lab, VIP, &h, "takeover", LEASE * 4);
+    let new = wait_for_takeover(&lab, vip_text, &h, "takeover", LEASE * 4);
     let new_mac = lab.mac_of(&new).expect("mac");
     procs[i].signal(Signal::SIGCONT).expect("SIGCONT");
     let thawed_at = watch_start.elapsed();

@@ -732,6 +732,17 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
         let f = NftFence::start("nft").await.expect("start the fence");
         let v4: IpAddr = "192.0.2.10".parse().unwrap();
         let v6: IpAddr = "2001:db8::10".parse().unwrap();
+        ip("addr add 192.0.2.10/32 dev v0");
+        ip("addr add 2001:db8::10/128 dev v0 nodad");
+        // TCP to a listener on each VIP (through lo, so through prerouting): a SYN the
+        // fence drops leaves the connect to time out.
+        let l4 = std::net::TcpListener::bind((v4, 0)).expect("listen v4");
+        let l6 = std::net::TcpListener::bind((v6, 0)).expect("listen v6");
+        let (a4, a6) = (l4.local_addr().unwrap(), l6.local_addr().unwrap());
+        let reaches = |a: std::net::SocketAddr| {
+            std::net::TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_ok()
+        };
+        assert!(reaches(a4) && reaches(a6), "not armed: not filtered");
         f.refresh(&[v4, v6], Duration::from_millis(300))
             .await
             .unwrap();
@@ -740,6 +751,11 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
         assert!(arp.contains("192.0.2.10 timeout 300ms"), "{arp}");
         assert!(inet.contains("192.0.2.10 timeout 300ms"), "{inet}");
         assert!(inet.contains("2001:db8::10 timeout 300ms"), "{inet}");
+        assert!(
+            inet.contains("0x20010db8000000000000000000000010 timeout 300ms"),
+            "{inet}"
+        );
+        assert!(reaches(a4) && reaches(a6), "live: answered");
         // A refresh replaces the timeout (a plain add would keep the old one).
         f.refresh(&[v4], Duration::from_millis(1500)).await.unwrap();
         assert!(
@@ -754,9 +770,13 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
             "expired by the kernel: {inet}"
         );
         assert!(inet.contains("2001:db8::10"), "still armed: {inet}");
+        assert!(!reaches(a6), "expired: packets to the IPv6 VIP dropped");
+        assert!(reaches(a4), "the refreshed IPv4 VIP still answers");
         f.expire(&[v4]).await.unwrap();
         assert!(!fence_table("arp").unwrap().contains("timeout 1s500ms"));
+        assert!(!reaches(a4), "expired: packets to the IPv4 VIP dropped");
         f.disarm(&[v4, v6]).await.unwrap();
+        assert!(reaches(a4) && reaches(a6), "disarmed: not filtered");
         f.disarm(&[v4, v6]).await.unwrap();
         assert!(!fence_table("arp").unwrap().contains("192.0.2.10"));
         assert!(!fence_table("inet").unwrap().contains("2001:db8::10"));

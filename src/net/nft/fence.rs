@@ -22,17 +22,18 @@
 //!         type filter hook prerouting priority -150; policy accept;
 //!         ip daddr @vips4 ip daddr != @live4 counter drop
 //!         ip6 daddr @vips6 ip6 daddr != @live6 counter drop
+//!         icmpv6 type nd-neighbor-solicit @th,64,128 @vips6ns @th,64,128 != @live6ns counter drop
 //!     }
+//!     set vips6ns { typeof @th,64,128; }  set live6ns { typeof @th,64,128; flags timeout; }
 //! }
 //! ```
 //!
 //! The `inet` chain runs at priority -150, before destination NAT (-100), so the
 //! load balancer's DNAT ([`crate::lb`]) never turns a fenced packet into a forwarded one.
-//! Neighbour solicitations for IPv6 VIPs are not filtered yet: they are sent to the
-//! solicited-node multicast address and carry the VIP as the ICMPv6 target, which
-//! nftables 1.0.6 cannot match against a set (`icmpv6 taddr` came later); IPv6 VIPs keep
-//! answering NDP until the address lifetime ends, while IP packets to them are dropped at
-//! the fence time.
+//! Neighbour solicitations for an IPv6 VIP go to its solicited-node multicast address and
+//! carry the VIP as the ICMPv6 target (bits 64..192 of the ICMPv6 message, RFC 4861 §4.3):
+//! nftables 1.0.6 has no `icmpv6 taddr`, so those sets hold the VIP as a 128-bit integer
+//! matched against that raw payload.
 //!
 //! Element timeouts are written in `nft` syntax (`timeout 1995ms`), run through
 //! [`super::run_nft_text`]: the JSON API takes them in whole seconds only. A refresh
@@ -160,12 +161,25 @@ impl VipFence for NoopFence {
     }
 }
 
-/// `(family, VIP set, live set)` of every place `vip` is fenced: IPv4 in the `arp` table
-/// (ARP requests) and the `inet` table (packets), IPv6 in the `inet` table.
-fn places(vip: IpAddr) -> &'static [(&'static str, &'static str, &'static str)] {
+/// `(family, VIP set, live set, element)` of every place `vip` is fenced: IPv4 in the `arp`
+/// table (ARP requests) and the `inet` table (packets); IPv6 in the `inet` table, as an
+/// address (packets) and as the 128-bit integer the neighbour solicitation rule compares
+/// the ICMPv6 target with (`@th,64,128`).
+fn places(vip: IpAddr) -> Vec<(&'static str, &'static str, &'static str, String)> {
     match vip {
-        IpAddr::V4(_) => &[("arp", "vips", "live"), ("inet", "vips4", "live4")],
-        IpAddr::V6(_) => &[("inet", "vips6", "live6")],
+        IpAddr::V4(_) => vec![
+            ("arp", "vips", "live", vip.to_string()),
+            ("inet", "vips4", "live4", vip.to_string()),
+        ],
+        IpAddr::V6(a) => vec![
+            ("inet", "vips6", "live6", vip.to_string()),
+            (
+                "inet",
+                "vips6ns",
+                "live6ns",
+                format!("0x{:032x}", u128::from(a)),
+            ),
+        ],
     }
 }
 
@@ -207,6 +221,11 @@ pub(crate) fn setup_commands() -> Vec<String> {
         ),
         format!("add rule inet {t} prerouting ip daddr @vips4 ip daddr != @live4 counter drop"),
         format!("add rule inet {t} prerouting ip6 daddr @vips6 ip6 daddr != @live6 counter drop"),
+        format!("add set inet {t} vips6ns {{ typeof @th,64,128; }}"),
+        format!("add set inet {t} live6ns {{ typeof @th,64,128; flags timeout; }}"),
+        format!(
+            "add rule inet {t} prerouting icmpv6 type nd-neighbor-solicit @th,64,128 @vips6ns @th,64,128 != @live6ns counter drop"
+        ),
     ]);
     c
 }
@@ -226,14 +245,14 @@ pub(crate) fn refresh_commands(vips: &[IpAddr], timeout: Duration) -> Option<Vec
     let t = FENCE_TABLE;
     let mut c = Vec::new();
     for vip in vips {
-        for (f, set, live) in places(*vip) {
-            c.push(format!("add element {f} {t} {set} {{ {vip} }}"));
+        for (f, set, live, e) in places(*vip) {
+            c.push(format!("add element {f} {t} {set} {{ {e} }}"));
             c.push(format!(
-                "add element {f} {t} {live} {{ {vip} timeout {ms}ms }}"
+                "add element {f} {t} {live} {{ {e} timeout {ms}ms }}"
             ));
-            c.push(format!("delete element {f} {t} {live} {{ {vip} }}"));
+            c.push(format!("delete element {f} {t} {live} {{ {e} }}"));
             c.push(format!(
-                "add element {f} {t} {live} {{ {vip} timeout {ms}ms }}"
+                "add element {f} {t} {live} {{ {e} timeout {ms}ms }}"
             ));
         }
     }
@@ -246,14 +265,12 @@ pub(crate) fn expire_commands(vips: &[IpAddr], disarm: bool) -> Vec<String> {
     let t = FENCE_TABLE;
     let mut c = Vec::new();
     for vip in vips {
-        for (f, set, live) in places(*vip) {
-            c.push(format!(
-                "add element {f} {t} {live} {{ {vip} timeout 1ms }}"
-            ));
-            c.push(format!("delete element {f} {t} {live} {{ {vip} }}"));
+        for (f, set, live, e) in places(*vip) {
+            c.push(format!("add element {f} {t} {live} {{ {e} timeout 1ms }}"));
+            c.push(format!("delete element {f} {t} {live} {{ {e} }}"));
             if disarm {
-                c.push(format!("add element {f} {t} {set} {{ {vip} }}"));
-                c.push(format!("delete element {f} {t} {set} {{ {vip} }}"));
+                c.push(format!("add element {f} {t} {set} {{ {e} }}"));
+                c.push(format!("delete element {f} {t} {set} {{ {e} }}"));
             }
         }
     }
@@ -409,6 +426,10 @@ mod tests {
             ]
         );
         let c6 = refresh_commands(&[v6()], Duration::from_millis(5)).expect("grant");
+        assert!(c6.contains(
+            &"add element inet vipd_fence live6ns { 0x20010db8000000000000000000000010 timeout 5ms }"
+                .to_string()
+        ));
         assert!(c6.iter().all(|l| l.contains(" inet vipd_fence ")));
         assert!(c6.contains(
             &"add element inet vipd_fence live6 { 2001:db8::10 timeout 5ms }".to_string()
