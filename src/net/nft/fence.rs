@@ -52,7 +52,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::run_nft_text;
 
@@ -378,9 +378,17 @@ impl VipFence for NftFence {
 
 /// Starts the nftables fence for `vipd manager` when `vip_nftfence` is on: the
 /// [`NftFence`] when `nft` and the kernel support it, else a [`NoopFence`] with one
-/// warning saying the address lifetime alone fences and why.
+/// warning saying the address lifetime alone fences and why. Off: a [`NoopFence`], after
+/// deleting tables a crashed run with the option on may have left (they would drop the
+/// VIP's traffic on this node for good); where `nft` cannot run there are none.
 pub async fn start_fence(enabled: bool) -> Arc<dyn VipFence> {
     if !enabled {
+        match run_nft_text(std::path::Path::new("nft"), &[], &remove_commands()).await {
+            Ok(()) => {}
+            Err(e) => {
+                debug!(error = %e, "no nftables fence tables to remove (vip_nftfence is off)")
+            }
+        }
         return Arc::new(NoopFence);
     }
     match NftFence::start("nft").await {
