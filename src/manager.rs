@@ -87,13 +87,23 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
 
     let svc_eligible = start_eligibility(&cfg, &client, &drain, &metrics, &cp_gates, &aux_stop);
 
+    // The nftables fence (vip_nftfence) covers the control-plane VIP only for now.
+    let nft_fence = crate::net::nft::fence::start_fence(cfg.nft_fence && cfg.control_plane).await;
+    if cfg.nft_fence && !cfg.control_plane {
+        info!(
+            "vip_nftfence fences the control-plane VIP only, and cp_enable is off: Service VIPs keep the address-lifetime fence"
+        );
+    }
     let control_plane = cfg.control_plane.then(|| {
         controlplane::start(
             &cfg,
             controlplane::Parts {
                 client: client.clone(),
                 kernel: kernel.clone(),
-                holder_cfg: holder_cfg.clone(),
+                holder_cfg: HolderConfig {
+                    nft_fence: nft_fence.clone(),
+                    ..holder_cfg.clone()
+                },
                 gates: cp_gates.clone(),
                 metrics: metrics.clone(),
                 readiness: readiness.clone(),
@@ -148,6 +158,9 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     }
     if let Err(e) = arp_guard.close().await {
         warn!(error = %e, "could not remove the ARP flux table");
+    }
+    if let Err(e) = nft_fence.close().await {
+        warn!(error = %e, "could not remove the nftables fence tables");
     }
     info!("vipd manager stopped");
     Ok(())

@@ -35,7 +35,6 @@
 
 mod dhcp;
 
-
 use std::fmt::Write as _;
 use std::sync::Arc;
 use std::time::Duration;

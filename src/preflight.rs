@@ -271,6 +271,32 @@ pub(crate) fn check_lb_nftables(checked: Option<&Result<(), crate::lb::LbError>>
     }
 }
 
+/// The `nft-fence` row: `checked` is the outcome of
+/// [`crate::net::nft::fence::NftFence::check`] (`None` when `vip_nftfence` or `cp_enable`
+/// is off). A failure is a warning: the manager then fences with the address lifetime only.
+pub(crate) fn check_nft_fence(
+    checked: Option<&Result<(), crate::net::nft::fence::FenceError>>,
+) -> Check {
+    match checked {
+        None => Check::new(
+            "nft-fence",
+            Status::Skip,
+            "vip_nftfence is off or cp_enable is off",
+        ),
+        Some(Ok(())) => Check::new(
+            "nft-fence",
+            Status::Pass,
+            "nft can create tables arp/inet vipd_fence (sets with per-element timeouts): the control-plane VIP is fenced to the millisecond",
+        ),
+        Some(Err(e)) => Check::new(
+            "nft-fence",
+            Status::Warn,
+            format!("the nftables fence will be off (the address lifetime alone fences): {e}"),
+        )
+        .fix("install nftables (the nft binary) and use a kernel with nf_tables arp and inet families and set timeouts (CONFIG_NF_TABLES, CONFIG_NF_TABLES_ARP, CONFIG_NF_TABLES_INET), or unset vip_nftfence"),
+    }
+}
+
 /// One `vip-address:<vip>` row per control-plane VIP: the outcome of
 /// [`crate::controlplane::subnet_edges`] (`None` when its interface could not be read).
 /// The network or broadcast address of a subnet on the VIP's interface fails: the manager
@@ -399,6 +425,11 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
         _ => None,
     };
     report.checks.push(check_lb_nftables(lb.as_ref()));
+    let fence = match cfg.nft_fence && cfg.control_plane {
+        true => Some(crate::net::nft::fence::NftFence::check("nft").await),
+        false => None,
+    };
+    report.checks.push(check_nft_fence(fence.as_ref()));
 
     // macvlan.
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();

@@ -706,3 +706,98 @@ fn lb_table_install_update_remove() {
         assert!(lb_table("ip").is_none(), "--check changes nothing");
     });
 }
+
+/// `nft list table <family> vipd_fence` in this thread's namespace (`None`: no table).
+fn fence_table(family: &str) -> Option<String> {
+    assert_private_netns();
+    let out = Command::new("nft")
+        .args(["list", "table", family, "vipd_fence"])
+        .output()
+        .expect("run nft");
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Issue 16: the nftables fence's tables take millisecond element timeouts, the kernel
+/// expires them on time, expire/disarm remove the elements, and close removes both tables
+/// (leaving another owner's table alone). Needs the `nft` binary.
+#[test]
+fn nft_fence_tables_millisecond_timeouts_and_close() {
+    use vipd::net::nft::fence::{NftFence, VipFence};
+    lab("192.0.2.11/24", || async {
+        nft_text("add table inet other_owner\n");
+        NftFence::check("nft").await.expect("nft --check");
+        assert!(fence_table("arp").is_none(), "--check changes nothing");
+        let f = NftFence::start("nft").await.expect("start the fence");
+        let v4: IpAddr = "192.0.2.10".parse().unwrap();
+        let v6: IpAddr = "2001:db8::10".parse().unwrap();
+        ip("addr add 192.0.2.10/32 dev v0");
+        ip("addr add 2001:db8::10/128 dev v0 nodad");
+        // TCP to a listener on each VIP (through lo, so through prerouting): a SYN the
+        // fence drops leaves the connect to time out.
+        let l4 = std::net::TcpListener::bind((v4, 0)).expect("listen v4");
+        let l6 = std::net::TcpListener::bind((v6, 0)).expect("listen v6");
+        let (a4, a6) = (l4.local_addr().unwrap(), l6.local_addr().unwrap());
+        let reaches = |a: std::net::SocketAddr| {
+            std::net::TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_ok()
+        };
+        assert!(reaches(a4) && reaches(a6), "not armed: not filtered");
+        f.refresh(&[v4, v6], Duration::from_millis(300))
+            .await
+            .unwrap();
+        let arp = fence_table("arp").expect("arp table");
+        let inet = fence_table("inet").expect("inet table");
+        assert!(arp.contains("192.0.2.10 timeout 300ms"), "{arp}");
+        assert!(inet.contains("192.0.2.10 timeout 300ms"), "{inet}");
+        assert!(inet.contains("2001:db8::10 timeout 300ms"), "{inet}");
+        assert!(
+            inet.contains("0x20010db8000000000000000000000010 timeout 300ms"),
+            "{inet}"
+        );
+        assert!(reaches(a4) && reaches(a6), "live: answered");
+        // A refresh replaces the timeout (a plain add would keep the old one).
+        f.refresh(&[v4], Duration::from_millis(1500)).await.unwrap();
+        assert!(
+            fence_table("arp")
+                .unwrap()
+                .contains("192.0.2.10 timeout 1s500ms")
+        );
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let inet = fence_table("inet").unwrap();
+        assert!(
+            !inet.contains("2001:db8::10 timeout"),
+            "expired by the kernel: {inet}"
+        );
+        assert!(inet.contains("2001:db8::10"), "still armed: {inet}");
+        assert!(!reaches(a6), "expired: packets to the IPv6 VIP dropped");
+        assert!(reaches(a4), "the refreshed IPv4 VIP still answers");
+        f.expire(&[v4]).await.unwrap();
+        assert!(!fence_table("arp").unwrap().contains("timeout 1s500ms"));
+        assert!(!reaches(a4), "expired: packets to the IPv4 VIP dropped");
+        f.disarm(&[v4, v6]).await.unwrap();
+        assert!(reaches(a4) && reaches(a6), "disarmed: not filtered");
+        f.disarm(&[v4, v6]).await.unwrap();
+        assert!(!fence_table("arp").unwrap().contains("192.0.2.10"));
+        assert!(!fence_table("inet").unwrap().contains("2001:db8::10"));
+        f.close().await.unwrap();
+        assert!(fence_table("arp").is_none() && fence_table("inet").is_none());
+        let out = Command::new("nft")
+            .args(["list", "tables"])
+            .output()
+            .unwrap();
+        assert!(String::from_utf8_lossy(&out.stdout).contains("table inet other_owner"));
+        f.close().await.unwrap();
+        // A run with vip_nftfence off removes tables a crashed run with it on left.
+        let stale = NftFence::start("nft").await.unwrap();
+        stale
+            .refresh(&[v4], Duration::from_millis(1))
+            .await
+            .unwrap();
+        assert!(fence_table("arp").is_some());
+        let off = vipd::net::nft::fence::start_fence(false).await;
+        assert!(!off.active());
+        assert!(fence_table("arp").is_none() && fence_table("inet").is_none());
+        assert!(reaches(a4), "nothing filtered any more");
+    });
+}

@@ -145,6 +145,7 @@ pub(super) const K_K8S_CONFIG: &str = "k8s_config_file";
 pub(super) const K_KUBERNETES_ADDR: &str = "kubernetes_addr";
 pub(super) const K_DHCP_MODE: &str = "dhcp_mode";
 pub(super) const K_IPV6_DAD: &str = "vip_ipv6_dad";
+pub(super) const K_NFT_FENCE: &str = "vip_nftfence";
 pub(super) const K_NODE_LABELING: &str = "enable_node_labeling";
 pub(super) const K_DRAIN_ON_CORDON: &str = "drain_on_cordon";
 pub(super) const K_SVC_EXCLUDE_CORDONED: &str = "svc_exclude_cordoned";
@@ -455,6 +456,13 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "false",
         Bool,
         "Run IPv6 duplicate address detection on VIPs before announcing them (vipd option; off: the lease and kernel fence already keep one holder, DAD delays IPv6 failover by 1-2 s)",
+    ),
+    opt(
+        K_NFT_FENCE,
+        "nftFence",
+        "false",
+        Bool,
+        "vipd option: fence the control-plane VIP in nftables too (table vipd_fence): ARP requests and neighbour solicitations for it and IP packets to it are dropped unless its renewal-driven timeout runs, which ends at the last renewal's send time + the fence lifetime to the millisecond; needs nft and the kernel's nf_tables arp and inet families (off or missing: the address lifetime alone fences)",
     ),
     opt(
         K_NODE_LABELING,

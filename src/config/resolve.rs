@@ -171,6 +171,7 @@ pub fn resolve_detailed(
         kubernetes_addr: api.kubernetes_addr,
         dhcp_mode: modes.dhcp_mode,
         ipv6_dad: modes.ipv6_dad,
+        nft_fence: inputs.bool_or(K_NFT_FENCE, false)?,
         eligibility: crate::nodes::eligibility::EligibilityRules {
             drain_on_cordon: inputs.bool_or(K_DRAIN_ON_CORDON, false)?,
             exclude_cordoned: inputs.bool_or(K_SVC_EXCLUDE_CORDONED, false)?,

@@ -102,6 +102,27 @@ pub fn fence_lapsed(lease_duration: Duration, age: Duration) -> bool {
     age.saturating_add(FENCE_MARGIN) >= lease_duration
 }
 
+/// How long the nftables fence ([`crate::net::nft::fence`]) may keep a VIP answered,
+/// asked `age` after the last renewal request was sent: until that send time plus `fence`
+/// (the fence lifetime, the same one [`fence_grant`] starts from), never past the send time
+/// plus `lease_duration` less [`FENCE_MARGIN`]; whole milliseconds, rounded down. Zero
+/// (drop now) once that end has passed, e.g. when the process was frozen between the
+/// renewal and this call. Unlike [`fence_grant`] it is not cut to whole seconds: the
+/// element ends at `sent + fence` to the millisecond whenever it is asked. Pure.
+pub fn fence_timeout(fence: Duration, lease_duration: Duration, age: Duration) -> Duration {
+    let end = fence.min(lease_duration.saturating_sub(FENCE_MARGIN));
+    let left = end.saturating_sub(age);
+    Duration::from_millis(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Whether a fence element given `timeout` (by [`fence_timeout`]) may outlive the lease as
+/// the other nodes see it: the kernel took it at the latest when `nft` returned, `age`
+/// after the renewal request was sent, so it ends by `age + timeout`; past
+/// `lease_duration - FENCE_MARGIN` the holder must shorten or expire it. Pure.
+pub fn fence_overrun(lease_duration: Duration, timeout: Duration, age: Duration) -> bool {
+    age.saturating_add(timeout) > lease_duration.saturating_sub(FENCE_MARGIN)
+}
+
 /// One VIP this holder manages: the address and the interface to put it on (`None` =
 /// choose automatically, scenario S27).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,6 +185,10 @@ pub struct HolderConfig {
     /// VIP leaves the set or the holder ends. Default: [`crate::net::NoopArpGuard`] (no
     /// pins). IPv6 needs none (see [`crate::net::nft`]).
     pub arp_guard: Arc<dyn crate::net::ArpGuard>,
+    /// The nftables fence (`vip_nftfence`) the holder refreshes its VIPs in on every
+    /// renewal ([`fence_timeout`]) and disarms them from once their addresses are gone.
+    /// Default: [`crate::net::nft::fence::NoopFence`] (the address lifetime alone fences).
+    pub nft_fence: Arc<dyn crate::net::nft::fence::VipFence>,
 }
 
 impl HolderConfig {
@@ -185,6 +210,7 @@ impl HolderConfig {
             conflict_monitor: None,
             check_following: true,
             arp_guard: Arc::new(crate::net::NoopArpGuard::default()),
+            nft_fence: Arc::new(crate::net::nft::fence::NoopFence),
         })
     }
 }
@@ -397,6 +423,8 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     renewed_at: Option<Instant>,
     /// IPv4 VIPs pinned to their interface against ARP flux (S36).
     arp: crate::net::ArpPins,
+    /// VIPs armed in the nftables fence (`HolderConfig::nft_fence`).
+    nft_fenced: Vec<IpAddr>,
     /// Rate limiter of the log lines of repeating conditions (checked twice a second).
     quiet: RepeatLimiter<Quiet, String>,
 }
@@ -473,6 +501,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             bound: None,
             renewed_at: None,
             arp,
+            nft_fenced: Vec::new(),
             quiet: RepeatLimiter::default(),
         }
     }

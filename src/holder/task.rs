@@ -426,6 +426,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             debug!(holder = %self.name, "renewal too old to extend the fence; not refreshing");
             return;
         }
+        Box::pin(self.refresh_nft_fence()).await;
         for i in 0..self.vips.len() {
             let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
                 continue;
@@ -456,6 +457,83 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         if announce {
             self.pending_na.clear();
             self.announce_added(&added);
+        }
+    }
+
+    /// On every renewal: arms this holder's VIPs in the nftables fence
+    /// ([`HolderConfig::nft_fence`]) and lets them be answered until the renewal's send
+    /// time plus the fence lifetime. The timeout ([`fence_timeout`]) is computed right
+    /// before each `nft` run and checked after it ([`fence_overrun`]): when this process
+    /// was frozen or stalled during the run, the element is set again with what is left,
+    /// and expired (the VIPs are dropped at once) when nothing is. VIPs that left the set
+    /// are disarmed. Failures are logged; the elements keep their earlier timeout.
+    pub(super) async fn refresh_nft_fence(&mut self) {
+        if !self.cfg.nft_fence.active() {
+            return;
+        }
+        let Some(sent) = self.renewed_at else {
+            return;
+        };
+        let vips: Vec<IpAddr> = self.vips.iter().map(|s| s.vip.addr).collect();
+        let gone: Vec<IpAddr> = self
+            .nft_fenced
+            .iter()
+            .filter(|v| !vips.contains(v))
+            .copied()
+            .collect();
+        if !gone.is_empty() {
+            match self.cfg.nft_fence.disarm(&gone).await {
+                Ok(()) => self.nft_fenced.retain(|v| !gone.contains(v)),
+                Err(e) => {
+                    warn!(holder = %self.name, error = %e, "cannot disarm the nftables fence of VIPs that left the set")
+                }
+            }
+        }
+        if vips.is_empty() {
+            return;
+        }
+        let fence = Duration::from_secs(u64::from(self.cfg.fence_secs));
+        let lease = self.cfg.lease_duration;
+        for _ in 0..FENCE_RECHECKS {
+            let timeout =
+                fence_timeout(fence, lease, Instant::now().saturating_duration_since(sent));
+            if timeout.is_zero() {
+                break;
+            }
+            if let Err(e) = self.cfg.nft_fence.refresh(&vips, timeout).await {
+                warn!(holder = %self.name, error = %e, "cannot refresh the nftables fence; its elements keep their earlier timeout");
+                return;
+            }
+            for v in &vips {
+                if !self.nft_fenced.contains(v) {
+                    self.nft_fenced.push(*v);
+                }
+            }
+            let age = Instant::now().saturating_duration_since(sent);
+            if !fence_overrun(lease, timeout, age) {
+                return;
+            }
+            debug!(holder = %self.name, timeout_ms = timeout.as_millis(), age_ms = age.as_millis(), "the kernel took the nftables fence timeout late; setting it again");
+        }
+        if self.nft_fenced.is_empty() {
+            return;
+        }
+        warn!(holder = %self.name, "the renewal is older than the nftables fence (this process was frozen or stalled); the VIPs are not answered until the next renewal");
+        if let Err(e) = self.cfg.nft_fence.expire(&vips).await {
+            warn!(holder = %self.name, error = %e, "cannot expire the nftables fence; its elements expire at their earlier timeout");
+        }
+    }
+
+    /// Stops filtering this holder's VIPs in the nftables fence (their addresses are gone).
+    async fn disarm_nft_fence(&mut self) {
+        if self.nft_fenced.is_empty() {
+            return;
+        }
+        match self.cfg.nft_fence.disarm(&self.nft_fenced).await {
+            Ok(()) => self.nft_fenced.clear(),
+            Err(e) => {
+                warn!(holder = %self.name, error = %e, "cannot disarm the nftables fence; retried at the next step-down")
+            }
         }
     }
 
@@ -637,6 +715,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             };
             let steps = address_steps(&desired, &present, None);
             if steps.is_empty() {
+                Box::pin(self.disarm_nft_fence()).await;
                 return true;
             }
             for step in steps {

@@ -9,6 +9,7 @@ use crate::election::LeaderState;
 use crate::net::conflict::{Claim, FakeConflictMonitor};
 
 mod conflicts;
+mod nft_fence;
 
 #[derive(Default)]
 pub(crate) struct KState {

@@ -576,9 +576,36 @@ pub(crate) async fn run_nft(
     args: &[&str],
     batch: &NftBatch,
 ) -> Result<(), String> {
+    run_nft_input(nft, args, true, batch.to_json()).await
+}
+
+/// Runs `nft [args] -f -` with `commands` (one transaction in `nft` syntax, one command a
+/// line) on stdin. For what the JSON API cannot say: it takes set element timeouts in whole
+/// seconds only (and silently drops a string or fractional one), while the nftables fence
+/// ([`fence`]) needs milliseconds.
+pub(crate) async fn run_nft_text(
+    nft: &std::path::Path,
+    args: &[&str],
+    commands: &[String],
+) -> Result<(), String> {
+    run_nft_input(nft, args, false, commands.join("\n")).await
+}
+
+/// Runs `nft [args] [-j] -f -` with `input` on stdin (`json`: nftables JSON, else `nft`
+/// syntax); the error is `nft`'s stderr (or why it could not run).
+async fn run_nft_input(
+    nft: &std::path::Path,
+    args: &[&str],
+    json: bool,
+    input: String,
+) -> Result<(), String> {
     let mut child = tokio::process::Command::new(nft)
         .args(args)
-        .args(["-j", "-f", "-"])
+        .args(if json {
+            &["-j", "-f", "-"][..]
+        } else {
+            &["-f", "-"][..]
+        })
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -591,11 +618,10 @@ pub(crate) async fn run_nft(
             ),
             _ => format!("cannot run {}: {e}", nft.display()),
         })?;
-    let json = batch.to_json();
     let run = async move {
         if let Some(mut stdin) = child.stdin.take() {
             stdin
-                .write_all(json.as_bytes())
+                .write_all(input.as_bytes())
                 .await
                 .map_err(|e| format!("writing to {}: {e}", nft.display()))?;
         }
@@ -743,5 +769,6 @@ impl ArpPins {
     }
 }
 
+pub mod fence;
 #[cfg(test)]
 mod tests;

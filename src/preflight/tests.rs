@@ -206,3 +206,20 @@ fn dhcp_parent_row() {
         "{none:?}"
     );
 }
+
+#[test]
+fn nft_fence_row_warns_when_nftables_cannot_fence() {
+    assert_eq!(check_nft_fence(None).status, Status::Skip);
+    assert_eq!(check_nft_fence(Some(&Ok(()))).status, Status::Pass);
+    let e = crate::net::nft::fence::FenceError::Setup {
+        command: "add table arp vipd_fence".into(),
+        detail: "Error: Could not process rule: No such file or directory".into(),
+    };
+    let c = check_nft_fence(Some(&Err(e)));
+    assert_eq!(c.status, Status::Warn);
+    assert!(
+        c.detail.contains("address lifetime alone fences"),
+        "{}",
+        c.detail
+    );
+}

@@ -1,0 +1,495 @@
+//! The nftables fence (issue 16, opt-in `vip_nftfence`): a VIP is answered only while its
+//! renewal-driven timeout runs, to the millisecond.
+//!
+//! The address-lifetime fence ([`crate::holder::fence_lifetime`]) is counted by the kernel
+//! in whole seconds from when it handles the request. This fence is counted from the
+//! moment the renewal request was *sent*, in milliseconds, and it does not depend on the
+//! address being removed: vipd's own tables drop the traffic.
+//!
+//! ```text
+//! table arp vipd_fence {
+//!     set vips { type ipv4_addr; }                  # fenced IPv4 VIPs
+//!     set live { type ipv4_addr; flags timeout; }   # ... while their timeout runs
+//!     chain input {
+//!         type filter hook input priority filter; policy accept;
+//!         arp operation request arp daddr ip @vips arp daddr ip != @live counter drop
+//!     }
+//! }
+//! table inet vipd_fence {
+//!     set vips4 { type ipv4_addr; }   set live4 { type ipv4_addr; flags timeout; }
+//!     set vips6 { type ipv6_addr; }   set live6 { type ipv6_addr; flags timeout; }
+//!     chain prerouting {
+//!         type filter hook prerouting priority -150; policy accept;
+//!         ip daddr @vips4 ip daddr != @live4 counter drop
+//!         ip6 daddr @vips6 ip6 daddr != @live6 counter drop
+//!         icmpv6 type nd-neighbor-solicit @th,64,128 @vips6ns @th,64,128 != @live6ns counter drop
+//!     }
+//!     set vips6ns { typeof @th,64,128; }  set live6ns { typeof @th,64,128; flags timeout; }
+//! }
+//! ```
+//!
+//! The `inet` chain runs at priority -150, before destination NAT (-100), so the
+//! load balancer's DNAT ([`crate::lb`]) never turns a fenced packet into a forwarded one.
+//! Neighbour solicitations for an IPv6 VIP go to its solicited-node multicast address and
+//! carry the VIP as the ICMPv6 target (bits 64..192 of the ICMPv6 message, RFC 4861 §4.3):
+//! nftables 1.0.6 has no `icmpv6 taddr`, so those sets hold the VIP as a 128-bit integer
+//! matched against that raw payload.
+//!
+//! Element timeouts are written in `nft` syntax (`timeout 1995ms`), run through
+//! [`super::run_nft_text`]: the JSON API takes them in whole seconds only. A refresh
+//! deletes and re-adds the `live` element in one transaction (a plain `add` of an element
+//! that exists keeps its old timeout); the first `add` carries the same timeout, so an
+//! element without one (which would never expire) is never created.
+//!
+//! The tables are vipd's own (`vipd_fence`, next to the ARP flux guard's `arp vipd`):
+//! [`NftFence::start`] replaces ones left by an earlier run, [`VipFence::close`] deletes
+//! them, no other table is read or changed.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::BoxFuture;
+use tracing::{debug, info, warn};
+
+use super::run_nft_text;
+
+/// Name of the fence's tables (families `arp` and `inet`).
+pub const FENCE_TABLE: &str = "vipd_fence";
+
+/// Errors of the nftables fence; each names the `nft` commands concerned.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum FenceError {
+    /// Creating the tables failed (no `nft` binary, kernel without nf_tables `arp`/`inet`
+    /// or set timeouts, no CAP_NET_ADMIN).
+    #[error(
+        "cannot create the nftables fence tables arp/inet {FENCE_TABLE}: `{command}` failed: {detail}"
+    )]
+    Setup {
+        /// The commands, in `nft` syntax.
+        command: String,
+        /// `nft`'s error output, or why it could not run.
+        detail: String,
+    },
+    /// Changing the sets failed (the VIPs' elements are as before).
+    #[error("cannot update the nftables fence for {vips}: `{command}` failed: {detail}")]
+    Change {
+        /// The VIPs concerned, comma-separated.
+        vips: String,
+        /// The commands, in `nft` syntax.
+        command: String,
+        /// `nft`'s error output, or why it could not run.
+        detail: String,
+    },
+    /// Deleting the tables failed.
+    #[error(
+        "cannot delete the nftables fence tables arp/inet {FENCE_TABLE}: `{command}` failed: {detail}"
+    )]
+    Remove {
+        /// The commands, in `nft` syntax.
+        command: String,
+        /// `nft`'s error output, or why it could not run.
+        detail: String,
+    },
+}
+
+/// "Answer this VIP only while its timeout runs". Implemented by [`NftFence`] and
+/// [`NoopFence`]; the VIP holder refreshes its VIPs on every renewal and disarms them once
+/// their addresses are gone.
+pub trait VipFence: Send + Sync + fmt::Debug + 'static {
+    /// Arms `vips` (their traffic is filtered from now on) and lets them be answered for
+    /// `timeout` from when the kernel handles the request (milliseconds; below 1 ms the
+    /// caller must [`VipFence::expire`] instead).
+    ///
+    /// # Errors
+    /// [`FenceError::Change`] when `nft` fails (nothing changed).
+    fn refresh<'a>(
+        &'a self,
+        vips: &'a [IpAddr],
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<(), FenceError>>;
+
+    /// Ends the live time of `vips` now: armed ones are not answered any more.
+    ///
+    /// # Errors
+    /// [`FenceError::Change`].
+    fn expire<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>>;
+
+    /// Stops filtering `vips` (once their addresses are gone). Disarming what is not armed
+    /// is `Ok`.
+    ///
+    /// # Errors
+    /// [`FenceError::Change`].
+    fn disarm<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>>;
+
+    /// Whether traffic is really filtered (false for [`NoopFence`]).
+    fn active(&self) -> bool;
+
+    /// Deletes the tables (the manager calls it at exit, after the holders ended).
+    ///
+    /// # Errors
+    /// [`FenceError::Remove`].
+    fn close(&self) -> BoxFuture<'_, Result<(), FenceError>>;
+}
+
+/// The fence used when `vip_nftfence` is off or nftables cannot do it: filters nothing
+/// (the address lifetime alone fences).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NoopFence;
+
+impl VipFence for NoopFence {
+    fn refresh<'a>(
+        &'a self,
+        _: &'a [IpAddr],
+        _: Duration,
+    ) -> BoxFuture<'a, Result<(), FenceError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn expire<'a>(&'a self, _: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn disarm<'a>(&'a self, _: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
+        Box::pin(async { Ok(()) })
+    }
+    fn active(&self) -> bool {
+        false
+    }
+    fn close(&self) -> BoxFuture<'_, Result<(), FenceError>> {
+        Box::pin(async { Ok(()) })
+    }
+}
+
+/// `(family, VIP set, live set, element)` of every place `vip` is fenced: IPv4 in the `arp`
+/// table (ARP requests) and the `inet` table (packets); IPv6 in the `inet` table, as an
+/// address (packets) and as the 128-bit integer the neighbour solicitation rule compares
+/// the ICMPv6 target with (`@th,64,128`).
+fn places(vip: IpAddr) -> Vec<(&'static str, &'static str, &'static str, String)> {
+    match vip {
+        IpAddr::V4(_) => vec![
+            ("arp", "vips", "live", vip.to_string()),
+            ("inet", "vips4", "live4", vip.to_string()),
+        ],
+        IpAddr::V6(a) => vec![
+            ("inet", "vips6", "live6", vip.to_string()),
+            (
+                "inet",
+                "vips6ns",
+                "live6ns",
+                format!("0x{:032x}", u128::from(a)),
+            ),
+        ],
+    }
+}
+
+/// The commands deleting both tables whether they exist or not.
+pub(crate) fn remove_commands() -> Vec<String> {
+    ["arp", "inet"]
+        .iter()
+        .flat_map(|f| {
+            [
+                format!("add table {f} {FENCE_TABLE}"),
+                format!("delete table {f} {FENCE_TABLE}"),
+            ]
+        })
+        .collect()
+}
+
+/// The transaction (re)creating both tables with empty sets (tables left by an earlier run
+/// are deleted in the same transaction).
+pub(crate) fn setup_commands() -> Vec<String> {
+    let t = FENCE_TABLE;
+    let mut c = remove_commands();
+    c.extend([
+        format!("add table arp {t}"),
+        format!("add set arp {t} vips {{ type ipv4_addr; }}"),
+        format!("add set arp {t} live {{ type ipv4_addr; flags timeout; }}"),
+        format!(
+            "add chain arp {t} input {{ type filter hook input priority filter; policy accept; }}"
+        ),
+        format!(
+            "add rule arp {t} input arp operation request arp daddr ip @vips arp daddr ip != @live counter drop"
+        ),
+        format!("add table inet {t}"),
+        format!("add set inet {t} vips4 {{ type ipv4_addr; }}"),
+        format!("add set inet {t} live4 {{ type ipv4_addr; flags timeout; }}"),
+        format!("add set inet {t} vips6 {{ type ipv6_addr; }}"),
+        format!("add set inet {t} live6 {{ type ipv6_addr; flags timeout; }}"),
+        format!(
+            "add chain inet {t} prerouting {{ type filter hook prerouting priority -150; policy accept; }}"
+        ),
+        format!("add rule inet {t} prerouting ip daddr @vips4 ip daddr != @live4 counter drop"),
+        format!("add rule inet {t} prerouting ip6 daddr @vips6 ip6 daddr != @live6 counter drop"),
+        format!("add set inet {t} vips6ns {{ typeof @th,64,128; }}"),
+        format!("add set inet {t} live6ns {{ typeof @th,64,128; flags timeout; }}"),
+        format!(
+            "add rule inet {t} prerouting icmpv6 type nd-neighbor-solicit @th,64,128 @vips6ns @th,64,128 != @live6ns counter drop"
+        ),
+    ]);
+    c
+}
+
+/// Whole milliseconds of `timeout`, rounded down (never longer than granted).
+fn millis(timeout: Duration) -> u128 {
+    timeout.as_millis()
+}
+
+/// The transaction arming `vips` and setting their live element to expire `timeout` after
+/// the kernel handles it; `None` when `timeout` is under 1 ms (nothing may be granted).
+pub(crate) fn refresh_commands(vips: &[IpAddr], timeout: Duration) -> Option<Vec<String>> {
+    let ms = millis(timeout);
+    if ms == 0 {
+        return None;
+    }
+    let t = FENCE_TABLE;
+    let mut c = Vec::new();
+    for vip in vips {
+        for (f, set, live, e) in places(*vip) {
+            c.push(format!("add element {f} {t} {set} {{ {e} }}"));
+            c.push(format!(
+                "add element {f} {t} {live} {{ {e} timeout {ms}ms }}"
+            ));
+            c.push(format!("delete element {f} {t} {live} {{ {e} }}"));
+            c.push(format!(
+                "add element {f} {t} {live} {{ {e} timeout {ms}ms }}"
+            ));
+        }
+    }
+    Some(c)
+}
+
+/// The transaction removing the live elements of `vips` (and with `disarm`, the VIPs
+/// themselves: no longer filtered). Each delete follows an add, so it never fails.
+pub(crate) fn expire_commands(vips: &[IpAddr], disarm: bool) -> Vec<String> {
+    let t = FENCE_TABLE;
+    let mut c = Vec::new();
+    for vip in vips {
+        for (f, set, live, e) in places(*vip) {
+            c.push(format!("add element {f} {t} {live} {{ {e} timeout 1ms }}"));
+            c.push(format!("delete element {f} {t} {live} {{ {e} }}"));
+            if disarm {
+                c.push(format!("add element {f} {t} {set} {{ {e} }}"));
+                c.push(format!("delete element {f} {t} {set} {{ {e} }}"));
+            }
+        }
+    }
+    c
+}
+
+fn list(vips: &[IpAddr]) -> String {
+    vips.iter()
+        .map(IpAddr::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The real fence: vipd's `vipd_fence` tables, changed through the `nft` binary.
+#[derive(Debug)]
+pub struct NftFence {
+    nft: PathBuf,
+}
+
+impl NftFence {
+    /// Creates both tables empty with `nft` (replacing ones left by an earlier run).
+    ///
+    /// # Errors
+    /// [`FenceError::Setup`] when `nft` cannot run or fails (no binary, no nf_tables `arp`
+    /// or `inet` family or set timeouts in the kernel, no CAP_NET_ADMIN).
+    pub async fn start(nft: impl Into<PathBuf>) -> Result<Self, FenceError> {
+        let nft = nft.into();
+        let c = setup_commands();
+        run_nft_text(&nft, &[], &c)
+            .await
+            .map_err(|detail| FenceError::Setup {
+                command: c.join("; "),
+                detail,
+            })?;
+        Ok(NftFence { nft })
+    }
+
+    /// Checks, without changing anything (`nft --check`), that the tables could be
+    /// created: for `vipd preflight`.
+    ///
+    /// # Errors
+    /// [`FenceError::Setup`] as [`NftFence::start`].
+    pub async fn check(nft: impl Into<PathBuf>) -> Result<(), FenceError> {
+        let c = setup_commands();
+        run_nft_text(&nft.into(), &["--check"], &c)
+            .await
+            .map_err(|detail| FenceError::Setup {
+                command: c.join("; "),
+                detail,
+            })
+    }
+
+    async fn change(&self, vips: &[IpAddr], c: Vec<String>) -> Result<(), FenceError> {
+        if c.is_empty() {
+            return Ok(());
+        }
+        run_nft_text(&self.nft, &[], &c)
+            .await
+            .map_err(|detail| FenceError::Change {
+                vips: list(vips),
+                command: c.join("; "),
+                detail,
+            })
+    }
+}
+
+impl VipFence for NftFence {
+    fn refresh<'a>(
+        &'a self,
+        vips: &'a [IpAddr],
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<(), FenceError>> {
+        Box::pin(async move {
+            match refresh_commands(vips, timeout) {
+                Some(c) => self.change(vips, c).await,
+                None => self.change(vips, expire_commands(vips, false)).await,
+            }
+        })
+    }
+
+    fn expire<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
+        Box::pin(self.change(vips, expire_commands(vips, false)))
+    }
+
+    fn disarm<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
+        Box::pin(self.change(vips, expire_commands(vips, true)))
+    }
+
+    fn active(&self) -> bool {
+        true
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), FenceError>> {
+        Box::pin(async move {
+            let c = remove_commands();
+            run_nft_text(&self.nft, &[], &c)
+                .await
+                .map_err(|detail| FenceError::Remove {
+                    command: c.join("; "),
+                    detail,
+                })
+        })
+    }
+}
+
+/// Starts the nftables fence for `vipd manager` when `vip_nftfence` is on: the
+/// [`NftFence`] when `nft` and the kernel support it, else a [`NoopFence`] with one
+/// warning saying the address lifetime alone fences and why. Off: a [`NoopFence`], after
+/// deleting tables a crashed run with the option on may have left (they would drop the
+/// VIP's traffic on this node for good); where `nft` cannot run there are none.
+pub async fn start_fence(enabled: bool) -> Arc<dyn VipFence> {
+    if !enabled {
+        match run_nft_text(std::path::Path::new("nft"), &[], &remove_commands()).await {
+            Ok(()) => {}
+            Err(e) => {
+                debug!(error = %e, "no nftables fence tables to remove (vip_nftfence is off)")
+            }
+        }
+        return Arc::new(NoopFence);
+    }
+    match NftFence::start("nft").await {
+        Ok(f) => {
+            info!(
+                table = FENCE_TABLE,
+                "nftables fence on: the control-plane VIP is answered only until its last renewal's send time + the fence lifetime (nft list table arp vipd_fence; nft list table inet vipd_fence)"
+            );
+            Arc::new(f)
+        }
+        Err(e) => {
+            warn!(error = %e, "nftables fence is off (vip_nftfence=true but nftables cannot do it here): the VIP's address lifetime alone fences, in whole seconds");
+            Arc::new(NoopFence)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v4() -> IpAddr {
+        "192.0.2.10".parse().expect("ip")
+    }
+    fn v6() -> IpAddr {
+        "2001:db8::10".parse().expect("ip")
+    }
+
+    #[test]
+    fn refresh_replaces_the_live_element_with_a_millisecond_timeout() {
+        let c = refresh_commands(&[v4()], Duration::from_micros(1_995_900)).expect("grant");
+        assert_eq!(
+            c,
+            vec![
+                "add element arp vipd_fence vips { 192.0.2.10 }",
+                "add element arp vipd_fence live { 192.0.2.10 timeout 1995ms }",
+                "delete element arp vipd_fence live { 192.0.2.10 }",
+                "add element arp vipd_fence live { 192.0.2.10 timeout 1995ms }",
+                "add element inet vipd_fence vips4 { 192.0.2.10 }",
+                "add element inet vipd_fence live4 { 192.0.2.10 timeout 1995ms }",
+                "delete element inet vipd_fence live4 { 192.0.2.10 }",
+                "add element inet vipd_fence live4 { 192.0.2.10 timeout 1995ms }",
+            ]
+        );
+        let c6 = refresh_commands(&[v6()], Duration::from_millis(5)).expect("grant");
+        assert!(c6.contains(
+            &"add element inet vipd_fence live6ns { 0x20010db8000000000000000000000010 timeout 5ms }"
+                .to_string()
+        ));
+        assert!(c6.iter().all(|l| l.contains(" inet vipd_fence ")));
+        assert!(c6.contains(
+            &"add element inet vipd_fence live6 { 2001:db8::10 timeout 5ms }".to_string()
+        ));
+    }
+
+    #[test]
+    fn no_live_element_is_ever_added_without_a_timeout() {
+        for c in [
+            refresh_commands(&[v4(), v6()], Duration::from_millis(1)).expect("grant"),
+            expire_commands(&[v4(), v6()], false),
+            expire_commands(&[v4(), v6()], true),
+        ] {
+            for l in c
+                .iter()
+                .filter(|l| l.starts_with("add element") && l.contains(" live"))
+            {
+                assert!(l.contains(" timeout "), "{l}");
+            }
+        }
+    }
+
+    #[test]
+    fn under_a_millisecond_grants_nothing() {
+        assert_eq!(refresh_commands(&[v4()], Duration::from_micros(999)), None);
+        assert_eq!(refresh_commands(&[v4()], Duration::ZERO), None);
+    }
+
+    #[test]
+    fn expire_keeps_the_vip_filtered_disarm_does_not() {
+        let e = expire_commands(&[v4()], false);
+        assert!(
+            e.iter()
+                .all(|l| !l.contains(" vips ") && !l.contains(" vips4 "))
+        );
+        assert_eq!(
+            e.last().map(String::as_str),
+            Some("delete element inet vipd_fence live4 { 192.0.2.10 }")
+        );
+        let d = expire_commands(&[v4()], true);
+        assert!(d.contains(&"delete element arp vipd_fence vips { 192.0.2.10 }".to_string()));
+        assert!(d.contains(&"delete element inet vipd_fence vips4 { 192.0.2.10 }".to_string()));
+    }
+
+    #[test]
+    fn setup_replaces_only_vipds_fence_tables() {
+        let c = setup_commands();
+        for l in c.iter().filter(|l| l.starts_with("delete")) {
+            assert!(l.ends_with(&format!(" {FENCE_TABLE}")), "{l}");
+        }
+        // Every delete is preceded by an add of the same table, so it cannot fail.
+        assert_eq!(&c[..4], &remove_commands()[..]);
+        assert!(c.iter().any(|l| l.contains("flags timeout")));
+    }
+}

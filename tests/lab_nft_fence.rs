@@ -1,0 +1,194 @@
+//! Lab test of the nftables fence (issue 16, `vip_nftfence=true`): a frozen control-plane
+//! VIP holder stops answering ARP at its fence time (its last renewal's send time + the
+//! fence lifetime, 2 s at lease 5/3/1), well before the lease expires for the other nodes;
+//! continued, it never answers again while another node holds the VIP; after stop no
+//! vipd nftables table is left and another owner's table is untouched.
+//!
+//! Run: `VIPD_LAB_ASSETS=... cargo test --test lab_nft_fence -- --nocapture` (prints the
+//! measured times).
+
+mod support;
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use support::*;
+use xtask::lab::{LabOptions, Signal};
+
+/// Lease duration of [`T531`].
+const LEASE: Duration = Duration::from_secs(5);
+
+/// IPv4: ARP requests for the VIP are dropped by `arp vipd_fence` once its element expired.
+#[test]
+fn frozen_holder_stops_answering_arp_at_the_fence_time() {
+    frozen_holder_goes_silent(
+        "nft_fence_v4",
+        VIP,
+        &["arp", "vipd_fence"],
+        "arp operation request",
+    );
+}
+
+/// IPv6: neighbour solicitations for the VIP (target matched as raw ICMPv6 payload) are
+/// dropped by `inet vipd_fence` once its element expired.
+#[test]
+fn frozen_holder_stops_answering_neighbour_solicitations_at_the_fence_time() {
+    frozen_holder_goes_silent(
+        "nft_fence_v6",
+        "2001:db8::10",
+        &["inet", "vipd_fence"],
+        "nd-neighbor-solicit",
+    );
+}
+
+/// The scenario for `vip`: `table` is the fence table whose rule containing `rule` must
+/// have dropped the frozen holder's requests.
+fn frozen_holder_goes_silent(name: &str, vip_text: &str, table: &[&str], rule: &str) {
+    let Some(lab) = lab(name, LabOptions::default()) else {
+        return;
+    };
+    let nft = |ns: &str, args: &[&str]| {
+        let out = lab.exec(ns, "nft", args).expect("nft");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    // Another owner's table on every node: vipd must leave it alone.
+    for n in NODES {
+        lab.exec(n, "nft", &["add", "table", "inet", "other_owner"])
+            .expect("nft add table");
+        lab.exec(
+            n,
+            "nft",
+            &[
+                "add",
+                "chain",
+                "inet",
+                "other_owner",
+                "keep",
+                "{ type filter hook input priority 10; policy accept; }",
+            ],
+        )
+        .expect("nft add chain");
+    }
+    let mut procs = start_vipd_on_all(
+        &lab,
+        T531,
+        &[("vip_nftfence", "true"), ("address", vip_text)],
+    );
+    let h = single_holder(&lab, vip_text, Duration::from_secs(30));
+    let i = NODES
+        .iter()
+        .position(|n| *n == h)
+        .expect("holder is a lab node");
+    let log = procs[i].log();
+    assert!(log.contains("nftables fence on"), "{log}");
+    assert!(
+        nft(&h, &["list", "table", "inet", "vipd_fence"]).contains(vip_text),
+        "the VIP is armed on its holder"
+    );
+    let old_mac = lab.mac_of(&h).expect("mac");
+    let vip: IpAddr = vip_text.parse().expect("ip");
+    let watch_start = Instant::now();
+    let watch = lab
+        .arp_watch(vip, Duration::from_millis(20))
+        .expect("arp watch");
+    wait_for("the client sees the holder", Duration::from_secs(5), || {
+        watch
+            .report()
+            .last_responders()
+            .contains(&old_mac)
+            .then_some(())
+    });
+
+    procs[i].signal(Signal::SIGSTOP).expect("SIGSTOP");
+    let frozen_at = watch_start.elapsed();
+    // Answers stop (no answer from the frozen holder for 300 ms running).
+    let mut address_gone: Option<Duration> = None;
+    let stopped = wait_for("the frozen holder stops answering", LEASE * 2, || {
+        if address_gone.is_none() && !holders(&lab, vip_text).contains(&h) {
+            address_gone = Some(watch_start.elapsed().saturating_sub(frozen_at));
+        }
+        let r = watch.report();
+        let last = r
+            .slots
+            .iter()
+            .filter(|s| s.responders.contains(&old_mac))
+            .map(|s| s.t)
+            .max()?;
+        let after = r.slots.last()?.t;
+        (last > frozen_at && after >= last + Duration::from_millis(300)).then_some(last)
+    });
+    let mut list = vec!["list", "table"];
+    list.extend_from_slice(table);
+    let listing = nft(&h, &list);
+    let counters = listing
+        .lines()
+        .find(|l| l.contains(rule) && l.contains(" drop"))
+        .unwrap_or_else(|| panic!("no {rule} rule: {listing}"))
+        .to_string();
+    let silent_after = stopped.saturating_sub(frozen_at);
+    println!(
+        "{name}: frozen holder {h}: last answer {} ms after SIGSTOP (fence 2000 ms from the last renewal's send, renewals every 1000 ms; lease {} ms); its address left eth0 about {:?} ms after SIGSTOP (address lifetime, the second line)",
+        silent_after.as_millis(),
+        LEASE.as_millis(),
+        address_gone.map(|d| d.as_millis())
+    );
+    assert!(
+        silent_after < LEASE,
+        "the frozen holder answered for {silent_after:?}, not less than the lease"
+    );
+    assert!(
+        !counters.contains("counter packets 0 "),
+        "the fence's drop rule dropped the requests: {counters}"
+    );
+
+    // Another node takes over after the lease; the frozen one, continued, never answers.
+    let new = wait_for_takeover(&lab, vip_text, &h, "takeover", LEASE * 4);
+    let new_mac = lab.mac_of(&new).expect("mac");
+    procs[i].signal(Signal::SIGCONT).expect("SIGCONT");
+    let thawed_at = watch_start.elapsed();
+    std::thread::sleep(Duration::from_secs(4));
+    let report = watch.stop().expect("watch");
+    let after_thaw: Vec<_> = report
+        .slots
+        .iter()
+        .filter(|s| s.t >= stopped + Duration::from_millis(20))
+        .filter(|s| s.responders.contains(&old_mac))
+        .map(|s| s.t)
+        .collect();
+    assert!(
+        after_thaw.is_empty(),
+        "the old holder answered again at {after_thaw:?} (frozen at {frozen_at:?}, thawed at {thawed_at:?})"
+    );
+    assert!(
+        report.last_responders().contains(&new_mac) || report.all_responders().contains(&new_mac),
+        "the new holder answers"
+    );
+    assert_eq!(
+        report.max_simultaneous_responders(),
+        1,
+        "{:?}",
+        report.multi_responder_intervals()
+    );
+
+    for p in &mut procs {
+        p.signal(Signal::SIGTERM).expect("SIGTERM");
+        let st = p.wait_timeout(Duration::from_secs(10)).expect("wait");
+        assert!(
+            st.is_some_and(|s| s.success()),
+            "vipd exit: {st:?}\n{}",
+            p.log()
+        );
+    }
+    for n in NODES {
+        let tables = nft(n, &["list", "tables"]);
+        assert!(!tables.contains("vipd"), "{n}: vipd tables left: {tables}");
+        assert!(
+            tables.contains("table inet other_owner"),
+            "{n}: another owner's table removed: {tables}"
+        );
+        assert!(
+            nft(n, &["list", "table", "inet", "other_owner"]).contains("chain keep"),
+            "{n}: another owner's chain changed"
+        );
+    }
+}
