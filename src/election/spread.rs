@@ -13,11 +13,11 @@
 //!   released lease raced by all, costs no delay;
 //! * a node ahead of its peers lets them win, and paces itself through many free leases
 //!   (a mass failover) one at a time, slower the further ahead it is;
-//! * in the first [`SPREAD_DISCOVERY`] after start, before other nodes have shown up as
-//!   holders, the lead counts from zero (every lease held is ahead): the nodes of a cold
-//!   start, which never start at the same instant, share the free leases instead of the
-//!   first one taking all. After that, a node that sees no other holder is alone and never
-//!   waits.
+//! * in the first [`SPREAD_DISCOVERY`] after start the lead counts from zero (every lease
+//!   held is ahead, whoever else holds what): the nodes of a cold start, which come up
+//!   seconds apart, share the free leases instead of the first ones taking all before the
+//!   last arrives (the other nodes show up as holders only once they win a lease). After
+//!   that, a node that sees no other holder is alone and never waits.
 //!
 //! Nodes that hold nothing are invisible (they appear once they win a lease); that only
 //! makes the least loaded visible node wait no more than an idle one.
@@ -34,8 +34,7 @@ pub const SPREAD_STEP: Duration = Duration::from_millis(20);
 /// Upper bound of the spread delay (reached 50 leases ahead).
 pub const SPREAD_CAP: Duration = Duration::from_secs(1);
 
-/// How long after start the lead counts from zero while no other holder has been seen
-/// (see the module doc).
+/// How long after start the lead counts from zero (see the module doc).
 pub const SPREAD_DISCOVERY: Duration = Duration::from_secs(2);
 
 /// Extra delay per place a node stands behind in a Service's preferred-nodes list
@@ -67,13 +66,15 @@ pub fn spread_delay(ahead: usize, step: Duration, cap: Duration) -> Duration {
 }
 
 /// How many leases a node counting `own` (held plus in flight) is ahead of the least loaded
-/// other holder, which holds `least_other` (`None`: no other holder seen). With no other
-/// holder the lead is `own` while `discovering` (peers may be about to show up) and 0
-/// after (alone). Pure.
+/// other holder, which holds `least_other` (`None`: no other holder seen). While
+/// `discovering` (the first [`SPREAD_DISCOVERY`] after start) the lead is `own` whatever
+/// the others hold: nodes of a cold start come up seconds apart, and the ones already up
+/// must not share everything among themselves before the last one arrives. After it, the
+/// lead over the least loaded other holder, 0 with nobody else seen (alone). Pure.
 pub fn lead(own: usize, least_other: Option<usize>, discovering: bool) -> usize {
     match least_other {
+        _ if discovering => own,
         Some(m) => own.saturating_sub(m),
-        None if discovering => own,
         None => 0,
     }
 }
@@ -275,7 +276,8 @@ mod tests {
     #[test]
     fn lead_is_relative_to_the_least_loaded_other_holder() {
         assert_eq!(lead(10, Some(10), false), 0, "balanced");
-        assert_eq!(lead(10, Some(7), true), 3);
+        assert_eq!(lead(10, Some(7), false), 3);
+        assert_eq!(lead(10, Some(10), true), 10, "discovering: from zero");
         assert_eq!(lead(3, Some(7), false), 0, "behind: never negative");
         assert_eq!(lead(4, None, true), 4, "nobody seen yet: from zero");
         assert_eq!(lead(4, None, false), 0, "alone");
@@ -319,7 +321,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn the_delay_is_the_lead_over_the_least_loaded_other_holder() {
         let ms = Duration::from_millis;
-        let s = Spread::with(ms(20), ms(1000), ms(10_000));
+        let s = Spread::with(ms(20), ms(1000), Duration::ZERO);
         let t0 = Instant::now();
         for _ in 0..10 {
             s.acquired(t0);
@@ -339,13 +341,18 @@ mod tests {
         drop(watches);
         assert_eq!(
             s.ahead(),
-            10,
-            "every elector gone: nobody seen, still discovering"
+            0,
+            "every elector gone: nobody seen, alone"
         );
         let w = s.watch_lease("ns/l0");
         w.holder(Some("c"));
         w.holder(Some("c"));
         assert_eq!(s.ahead(), 9, "a repeated report counts once");
+        let discovering = Spread::with(ms(20), ms(1000), ms(10_000));
+        discovering.acquired(t0);
+        let w2 = discovering.watch_lease("ns/l0");
+        w2.holder(Some("c"));
+        assert_eq!(discovering.ahead(), 1, "discovering: from zero");
     }
 
     /// A node alone (nobody else seen once discovery is over) never waits, however many it
