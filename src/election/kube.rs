@@ -146,6 +146,8 @@ impl LeaseClient for KubeLeaseClient {
             },
             spec: Some(spec),
         };
+        let mut lease = lease;
+        record.apply_annotations(&mut lease.metadata);
         match Box::pin(self.api.create(&PostParams::default(), &lease)).await {
             Ok(l) => Ok(self.remember(&l)),
             Err(e) => Err(self.err("create", e)),
@@ -181,6 +183,7 @@ impl LeaseClient for KubeLeaseClient {
         let mut spec = lease.spec.take().unwrap_or_default();
         record.apply_to(&mut spec);
         lease.spec = Some(spec);
+        record.apply_annotations(&mut lease.metadata);
         match Box::pin(self.api.replace(&self.name, &PostParams::default(), &lease)).await {
             Ok(l) => Ok(self.remember(&l)),
             Err(e) => Err(self.err("update", e)),
