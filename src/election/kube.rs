@@ -486,6 +486,42 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_failback_request_is_an_annotation_set_and_removed_by_a_replace() {
+        use crate::election::record::FAILBACK_REQUEST_ANNOTATION as KEY;
+        let mut stored = Lease::default();
+        stored.metadata.name = Some("kubevip-web".into());
+        stored.metadata.namespace = Some("default".into());
+        stored.metadata.resource_version = Some("1".into());
+        stored.metadata.annotations = Some([("other".to_string(), "x".to_string())].into());
+        let (client, seen) = fake_api(stored);
+        let c = KubeLeaseClient::new(client, "default", "kubevip-web");
+        assert_eq!(
+            c.get().await.unwrap().unwrap().record.failback_request,
+            None
+        );
+        let mut rec = LeaseRecord {
+            holder: "node-b".into(),
+            failback_request: Some("node-a".into()),
+            ..Default::default()
+        };
+        let obs = c.update(&rec, "1").await.unwrap();
+        assert_eq!(obs.record.failback_request.as_deref(), Some("node-a"));
+        rec.failback_request = None;
+        let obs = c.update(&rec, "2").await.unwrap();
+        assert_eq!(obs.record.failback_request, None);
+        let reqs = seen.lock().unwrap().clone();
+        let puts: Vec<_> = reqs.iter().filter(|(m, _)| m == "PUT").collect();
+        assert_eq!(puts.len(), 2);
+        assert_eq!(puts[0].1["metadata"]["annotations"][KEY], "node-a");
+        assert_eq!(puts[0].1["metadata"]["annotations"]["other"], "x");
+        assert_eq!(
+            puts[1].1["metadata"]["annotations"][KEY],
+            serde_json::Value::Null
+        );
+        assert_eq!(puts[1].1["metadata"]["annotations"]["other"], "x");
+    }
+
+    #[tokio::test]
     async fn hub_dispatches_by_lease_and_forgets_dropped_subscribers() {
         let h = hub();
         let mut a1 = h.subscribe("default", "kubevip-a");
