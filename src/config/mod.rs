@@ -259,6 +259,9 @@ pub struct Config {
     /// `svc_healthcheck` and `svc_healthcheck_hold` (vipd options): the data-path check of
     /// Service VIP holders ([`crate::services::health`]).
     pub services_health: ServicesHealth,
+    /// `svc_failback` and `svc_failback_holddown` (vipd options): the hold-down of fail-back
+    /// to more preferred nodes ([`crate::election::failback`]); `None` (the default): off.
+    pub services_failback: Option<Duration>,
     /// `lb_enable` / `--enableLoadBalancer`, `lb_port`, `lb_fwdmethod`: control-plane load
     /// balancing ([`crate::lb`]); `None` when `lb_enable` is off.
     pub load_balancer: Option<LoadBalancerConfig>,

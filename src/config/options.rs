@@ -153,6 +153,8 @@ pub(super) const K_SVC_SUBNET_CHECK: &str = "svc_subnet_check";
 pub(super) const K_SVC_HEALTHCHECK: &str = "svc_healthcheck";
 pub(super) const K_SVC_HEALTHCHECK_HOLD: &str = "svc_healthcheck_hold";
 pub(super) const K_SVC_RIDETHROUGH: &str = "svc_ridethrough";
+pub(super) const K_SVC_FAILBACK: &str = "svc_failback";
+pub(super) const K_SVC_FAILBACK_HOLDDOWN: &str = "svc_failback_holddown";
 pub(super) const K_LOG_LEVEL: &str = "vip_loglevel";
 pub(super) const K_CONFIG_FILE: &str = "config_file";
 pub(super) const K_DNS_MODE: &str = "dns_mode";
@@ -505,6 +507,20 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "30",
         Seconds,
         "vipd option: a node that handed a Service over for health stays out at least this long (and until 2 checks in a row pass), and a holder holds at least this long before it hands over for health, so a flapping check moves a Service at most once per hold time",
+    ),
+    opt(
+        K_SVC_FAILBACK,
+        "servicesFailback",
+        "false",
+        Bool,
+        "vipd option: fail-back to preferred nodes (annotation vipd.io/preferred-nodes): a node more preferred than a Service VIP's holder asks for it on the lease, and the holder hands over gracefully once the request stood for svc_failback_holddown; never a preemption (set it on every node)",
+    ),
+    opt(
+        K_SVC_FAILBACK_HOLDDOWN,
+        "servicesFailbackHoldDown",
+        "30",
+        Seconds,
+        "vipd option: with svc_failback, how long a more preferred node's request must stand before the holder hands the Service over to it",
     ),
     opt(
         K_LB_ENABLE,

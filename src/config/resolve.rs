@@ -177,6 +177,7 @@ pub fn resolve_detailed(
             exclude_cordoned: inputs.bool_or(K_SVC_EXCLUDE_CORDONED, false)?,
         },
         services_health: services_health(&inputs)?,
+        services_failback: services_failback(&inputs)?,
         enable_node_labeling: api.enable_node_labeling,
         load_balancer,
         log_level,
@@ -198,6 +199,18 @@ fn services_health(inputs: &Inputs<'_>) -> Result<ServicesHealth, ConfigError> {
     };
     Ok(ServicesHealth { check, hold })
 }
+
+/// `svc_failback` and `svc_failback_holddown` (default 30 s): the hold-down when on.
+fn services_failback(inputs: &Inputs<'_>) -> Result<Option<Duration>, ConfigError> {
+    let holddown = match inputs.get(K_SVC_FAILBACK_HOLDDOWN) {
+        Some(raw) => parse_seconds(&raw)?,
+        None => DEFAULT_FAILBACK_HOLDDOWN,
+    };
+    Ok(inputs.bool_or(K_SVC_FAILBACK, false)?.then_some(holddown))
+}
+
+/// `svc_failback_holddown`'s default.
+pub(crate) const DEFAULT_FAILBACK_HOLDDOWN: Duration = Duration::from_secs(30);
 
 /// What vipd runs (`cp_enable`, `svc_enable`, `dhcp_mode`, `vip_ipv6_dad`).
 pub(super) struct Modes {
@@ -428,6 +441,7 @@ fn services(
             K_LB_CLASS_ONLY,
             K_SVC_INTERFACE,
             K_SVC_RIDETHROUGH,
+            K_SVC_FAILBACK,
         ] {
             if let Some(raw) = inputs.get(key) {
                 warnings.push(format!(

@@ -562,6 +562,19 @@ fn services_health_check_defaults_off_and_parses() {
     assert_eq!(r.config.services_health.check, None);
 }
 
+#[test]
+fn services_failback_defaults_off_and_parses_the_holddown() {
+    assert_eq!(ok(&[], &[], None).config.services_failback, None);
+    let r = ok(&["--servicesFailback=true"], &[], None);
+    assert_eq!(r.config.services_failback, Some(Duration::from_secs(30)));
+    let r = ok(
+        &[],
+        &[("svc_failback", "true"), ("svc_failback_holddown", "7")],
+        None,
+    );
+    assert_eq!(r.config.services_failback, Some(Duration::from_secs(7)));
+}
+
 /// Harvester's guest-cluster settings (issue 13) start as they are: `lb_enable` and
 /// `vip_leaderelection=false` without `cp_enable` are accepted (no effect); with
 /// `cp_enable`, `vip_leaderelection=false` stays refused.

@@ -77,12 +77,29 @@ impl<C: LeaseClient> Elector<C> {
                 Standing::HeldByOther { .. } => false,
             };
         let mut in_flight = None;
+        // A lease released with a fail-back request (see [`super::failback`]) goes to the
+        // node it names: that node takes it at once, every other one a retry period later.
+        let handed_to = st
+            .observed
+            .as_ref()
+            .filter(|o| !o.record.is_held())
+            .and_then(|o| o.record.failback_request.as_deref());
+        let invited = acquiring && handed_to == Some(self.identity.as_str());
+        let after_invited = if acquiring && handed_to.is_some() && !invited {
+            self.timing.retry_period
+        } else {
+            Duration::ZERO
+        };
         let preference = self
             .preference
             .as_ref()
             .map(|p| *p.borrow())
-            .unwrap_or_default();
-        if acquiring && (self.spread.is_some() || !preference.is_zero()) {
+            .unwrap_or_default()
+            + after_invited;
+        if invited {
+            debug!(%lease, "the lease was handed to this node (fail-back); taking it at once");
+            in_flight = self.spread.as_ref().map(|sp| sp.begin());
+        } else if acquiring && (self.spread.is_some() || !preference.is_zero()) {
             let free_since = *st.free_since.get_or_insert(now);
             let at = match &self.spread {
                 Some(sp) => sp.not_before(free_since),
@@ -214,12 +231,15 @@ impl<C: LeaseClient> Elector<C> {
             Standing::Ours | Standing::Free => {
                 let call_started = Instant::now();
                 let obs = st.observed.clone()?;
-                let rec = record::claim(
+                let mut rec = record::claim(
                     Some(&obs.record),
                     &self.identity,
                     duration,
                     record::now_micros(),
                 );
+                if st.leading.is_some() {
+                    rec.failback_request = self.failback_kept(rec.failback_request.take());
+                }
                 st.own.attempted(&rec);
                 let r = timed(
                     &lease,
@@ -287,6 +307,7 @@ impl<C: LeaseClient> Elector<C> {
                 st.term += 1;
                 st.leading = Some((st.term, call_started));
                 st.free_since = None;
+                st.failback_seen = None;
                 if let Some(sp) = &self.spread {
                     sp.acquired(now);
                 }

@@ -146,6 +146,8 @@ impl LeaseClient for KubeLeaseClient {
             },
             spec: Some(spec),
         };
+        let mut lease = lease;
+        record.apply_annotations(&mut lease.metadata);
         match Box::pin(self.api.create(&PostParams::default(), &lease)).await {
             Ok(l) => Ok(self.remember(&l)),
             Err(e) => Err(self.err("create", e)),
@@ -181,6 +183,7 @@ impl LeaseClient for KubeLeaseClient {
         let mut spec = lease.spec.take().unwrap_or_default();
         record.apply_to(&mut spec);
         lease.spec = Some(spec);
+        record.apply_annotations(&mut lease.metadata);
         match Box::pin(self.api.replace(&self.name, &PostParams::default(), &lease)).await {
             Ok(l) => Ok(self.remember(&l)),
             Err(e) => Err(self.err("update", e)),
@@ -480,6 +483,42 @@ mod tests {
         let reqs = seen.lock().unwrap().clone();
         let put = reqs.iter().find(|(m, _)| m == "PUT").expect("a PUT");
         assert_eq!(labels_of(&put.1), serde_json::Value::Null);
+    }
+
+    #[tokio::test]
+    async fn the_failback_request_is_an_annotation_set_and_removed_by_a_replace() {
+        use crate::election::record::FAILBACK_REQUEST_ANNOTATION as KEY;
+        let mut stored = Lease::default();
+        stored.metadata.name = Some("kubevip-web".into());
+        stored.metadata.namespace = Some("default".into());
+        stored.metadata.resource_version = Some("1".into());
+        stored.metadata.annotations = Some([("other".to_string(), "x".to_string())].into());
+        let (client, seen) = fake_api(stored);
+        let c = KubeLeaseClient::new(client, "default", "kubevip-web");
+        assert_eq!(
+            c.get().await.unwrap().unwrap().record.failback_request,
+            None
+        );
+        let mut rec = LeaseRecord {
+            holder: "node-b".into(),
+            failback_request: Some("node-a".into()),
+            ..Default::default()
+        };
+        let obs = c.update(&rec, "1").await.unwrap();
+        assert_eq!(obs.record.failback_request.as_deref(), Some("node-a"));
+        rec.failback_request = None;
+        let obs = c.update(&rec, "2").await.unwrap();
+        assert_eq!(obs.record.failback_request, None);
+        let reqs = seen.lock().unwrap().clone();
+        let puts: Vec<_> = reqs.iter().filter(|(m, _)| m == "PUT").collect();
+        assert_eq!(puts.len(), 2);
+        assert_eq!(puts[0].1["metadata"]["annotations"][KEY], "node-a");
+        assert_eq!(puts[0].1["metadata"]["annotations"]["other"], "x");
+        assert_eq!(
+            puts[1].1["metadata"]["annotations"][KEY],
+            serde_json::Value::Null
+        );
+        assert_eq!(puts[1].1["metadata"]["annotations"]["other"], "x");
     }
 
     #[tokio::test]

@@ -30,6 +30,7 @@
 //! different identity.
 
 mod attempt;
+pub(crate) mod failback;
 pub mod kube;
 pub mod record;
 mod run;
@@ -333,6 +334,10 @@ pub struct Elector<C: LeaseClient> {
     api_back: Option<watch::Receiver<u64>>,
     /// Bumped by the ride link on hand-over news ([`RideLink::news`]).
     ride_news: Option<watch::Receiver<u64>>,
+    /// Fail-back to more preferred nodes (see [`Elector::with_failback`]); `None`: off.
+    failback: Option<failback::FailbackLink>,
+    /// The node of each fail-back hand-over this holder made (see [`Elector::failbacks`]).
+    failback_tx: watch::Sender<Option<String>>,
 }
 
 /// The ride-through seam of a Service lease's elector ([`crate::peer`], `svc_ridethrough`). With a
@@ -414,6 +419,11 @@ struct Run {
     /// The writes this process made: a record naming our identity is ours only if it is
     /// one of them.
     own: OwnWrites,
+    /// Holder: the fail-back request in the lease and when this term first saw it.
+    failback_seen: Option<(String, Instant)>,
+    /// Candidate: when it last wrote a fail-back request (asked again at most once per
+    /// hold-down, so nodes with different views of the preferred nodes cannot ping-pong).
+    failback_asked: Option<Instant>,
     /// Whether this process has read the lease (present or absent) from the server, or
     /// written it: only a change after that proves a second process under our identity.
     /// The first state seen may be our own predecessor's, and watch events that arrive
@@ -445,6 +455,8 @@ impl<C: LeaseClient> Elector<C> {
                 ride: None,
                 api_back: None,
                 ride_news: None,
+                failback: None,
+                failback_tx: watch::Sender::new(None),
             },
             Leadership {
                 state: state_rx,
@@ -474,6 +486,20 @@ impl<C: LeaseClient> Elector<C> {
     pub(crate) fn with_preference(mut self, delay: watch::Receiver<Duration>) -> Self {
         self.preference = Some(delay);
         self
+    }
+
+    /// Fails back to more preferred nodes (see [`failback`]): as a candidate, asks a less
+    /// preferred holder for the lease; as a holder, hands over gracefully to a more
+    /// preferred node whose request stood for the hold-down. Never preempts.
+    pub(crate) fn with_failback(mut self, link: failback::FailbackLink) -> Self {
+        self.failback = Some(link);
+        self
+    }
+
+    /// The node of the last fail-back hand-over of this elector (notified at each one,
+    /// after the lease was released). Subscribe before [`Elector::run`].
+    pub(crate) fn failbacks(&self) -> watch::Receiver<Option<String>> {
+        self.failback_tx.subscribe()
     }
 
     /// Rides through API outages with `link` (see [`RideLink`]).

@@ -33,7 +33,16 @@ pub struct LeaseRecord {
     pub renew_time: Option<Timestamp>,
     /// `spec.leaseTransitions`: how many times the holder changed.
     pub transitions: i32,
+    /// The [`FAILBACK_REQUEST_ANNOTATION`] on the Lease (vipd's fail-back, not client-go's):
+    /// a node more preferred than the holder asks for the lease; only the holder decides
+    /// ([`super::failback`]). Kept by the holder's renewals and its release, cleared by an
+    /// acquisition.
+    pub failback_request: Option<String>,
 }
+
+/// Lease annotation in which a candidate more preferred than the holder asks for a
+/// fail-back (`svc_failback`): its node name.
+pub const FAILBACK_REQUEST_ANNOTATION: &str = "vipd.io/failback-request";
 
 impl LeaseRecord {
     /// Reads the record from a Lease (absent fields become empty / zero).
@@ -45,6 +54,33 @@ impl LeaseRecord {
             acquire_time: spec.acquire_time.map(|t| t.0),
             renew_time: spec.renew_time.map(|t| t.0),
             transitions: spec.lease_transitions.unwrap_or(0),
+            failback_request: lease
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(FAILBACK_REQUEST_ANNOTATION))
+                .filter(|v| !v.is_empty())
+                .cloned(),
+        }
+    }
+
+    /// Writes [`LeaseRecord::failback_request`] into a Lease's annotations (removed when
+    /// `None`; other annotations are left as they were).
+    pub(crate) fn apply_annotations(
+        &self,
+        meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    ) {
+        match &self.failback_request {
+            Some(node) => {
+                meta.annotations
+                    .get_or_insert_with(Default::default)
+                    .insert(FAILBACK_REQUEST_ANNOTATION.to_string(), node.clone());
+            }
+            None => {
+                if let Some(a) = meta.annotations.as_mut() {
+                    a.remove(FAILBACK_REQUEST_ANNOTATION);
+                }
+            }
         }
     }
 
@@ -262,6 +298,7 @@ pub fn claim(
             acquire_time: old.acquire_time.or(Some(now)),
             renew_time: Some(now),
             transitions: old.transitions,
+            failback_request: old.failback_request.clone(),
         },
         Some(old) => LeaseRecord {
             holder: identity.to_string(),
@@ -271,6 +308,7 @@ pub fn claim(
             // client-go increments only when there was a previous holder; a released lease
             // (empty holder) still counts as a transition there, and so it does here.
             transitions: old.transitions.saturating_add(1),
+            failback_request: None,
         },
         None => LeaseRecord {
             holder: identity.to_string(),
@@ -278,6 +316,7 @@ pub fn claim(
             acquire_time: Some(now),
             renew_time: Some(now),
             transitions: 0,
+            failback_request: None,
         },
     }
 }
@@ -291,6 +330,7 @@ pub fn release(old: &LeaseRecord, now: Timestamp) -> LeaseRecord {
         acquire_time: Some(now),
         renew_time: Some(now),
         transitions: old.transitions,
+        failback_request: old.failback_request.clone(),
     }
 }
 

@@ -39,6 +39,8 @@ impl<C: LeaseClient> Elector<C> {
             free_since: None,
             own: OwnWrites::default(),
             ever_observed: false,
+            failback_seen: None,
+            failback_asked: None,
         };
         let seen = self.spread.as_ref().map(|sp| sp.watch_lease(&lease));
         loop {
@@ -250,6 +252,7 @@ impl<C: LeaseClient> Elector<C> {
                 {
                     let holder = obs.record.holder.clone();
                     self.publish_following(&holder);
+                    Box::pin(self.ask_failback(st)).await;
                 }
             }
             LeaseEvent::Deleted => {
@@ -310,6 +313,14 @@ impl<C: LeaseClient> Elector<C> {
             }
             if now < st.next_attempt {
                 // Woken at an end of leadership that a ride grant has moved since.
+                return;
+            }
+            if let Some(to) = self.failback_due(st, now) {
+                let why = format!("fail-back: handing over to the more preferred node {to}");
+                if Box::pin(self.step_down(st, true, &why)).await {
+                    self.failback_tx.send_replace(Some(to));
+                }
+                st.next_attempt = Instant::now();
                 return;
             }
         } else if !open {

@@ -52,11 +52,22 @@ pub const PREFERENCE_CAP: Duration = Duration::from_secs(1);
 /// node not in it, at most [`PREFERENCE_CAP`]. So preferred nodes campaign first, and a
 /// node that is not preferred still takes the lease when no preferred node does. Pure.
 pub fn preference_delay(node: &str, preferred: &[String]) -> Duration {
-    let place = preferred
+    spread_delay(place(node, preferred), PREFERENCE_STEP, PREFERENCE_CAP)
+}
+
+/// `node`'s place in `preferred` (0 for the first), the list's length for a node not in it.
+/// Pure.
+fn place(node: &str, preferred: &[String]) -> usize {
+    preferred
         .iter()
         .position(|n| n == node)
-        .unwrap_or(preferred.len());
-    spread_delay(place, PREFERENCE_STEP, PREFERENCE_CAP)
+        .unwrap_or(preferred.len())
+}
+
+/// Whether `a` comes before `b` in `preferred` (a node not in the list comes after every
+/// node in it; with no list nobody is more preferred): what fail-back judges by. Pure.
+pub fn more_preferred(a: &str, b: &str, preferred: &[String]) -> bool {
+    place(a, preferred) < place(b, preferred)
 }
 
 /// The delay of a node `ahead` leases ahead: `ahead` x `step`, at most `cap`. Pure.

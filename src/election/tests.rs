@@ -10,6 +10,7 @@ use tokio::task::JoinHandle;
 use super::*;
 
 mod duplicate_identity;
+mod failback;
 mod ride;
 mod spreading;
 

@@ -23,6 +23,7 @@ fn record(holder: &str, renewed_ago: i64, acquired_ago: i64, moves: i32) -> Leas
         acquire_time: Some(ts(NOW - acquired_ago)),
         renew_time: Some(ts(NOW - renewed_ago)),
         transitions: moves,
+        failback_request: None,
     }
 }
 

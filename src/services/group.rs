@@ -109,6 +109,10 @@ struct Group<K: Kernel, A: Announcer> {
     vips_tx: watch::Sender<Vec<VipSpec>>,
     /// The elector's preference delay, from the spec's preferred nodes.
     preference: watch::Sender<Duration>,
+    /// The spec's preferred nodes, for the elector's fail-back (`svc_failback`).
+    preferred: watch::Sender<Vec<String>>,
+    /// The elector's fail-back hand-overs (the node each went to).
+    failbacks: watch::Receiver<Option<String>>,
     state: watch::Receiver<LeaderState>,
     conflicts: watch::Receiver<Vec<(IpAddr, [u8; 6])>>,
     bound: watch::Receiver<Vec<IpAddr>>,
@@ -187,6 +191,15 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         let (preference, preference_rx) = watch::channel(
             crate::election::spread::preference_delay(&shared.node, &initial.preferred),
         );
+        let (preferred, preferred_rx) = watch::channel(initial.preferred.clone());
+        let elector = match shared.failback {
+            Some(holddown) => elector.with_failback(crate::election::failback::FailbackLink {
+                holddown,
+                preferred: preferred_rx,
+            }),
+            None => elector,
+        };
+        let failbacks = elector.failbacks();
         let elector = elector
             .with_metrics(shared.metrics.clone())
             .with_spread(shared.spread.clone())
@@ -243,6 +256,8 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             current: initial,
             vips_tx,
             preference,
+            preferred,
+            failbacks,
             state,
             conflicts,
             bound,
@@ -277,6 +292,13 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
                         &self.shared.node,
                         &self.current.preferred,
                     ));
+                    self.preferred.send_if_modified(|p| {
+                        let changed = *p != self.current.preferred;
+                        if changed {
+                            p.clone_from(&self.current.preferred);
+                        }
+                        changed
+                    });
                     GroupEvent::Spec
                 }
                 r = self.state.changed() => {
@@ -320,6 +342,13 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
                     Box::pin(self.duplicate_changed()).await;
                     continue;
                 }
+                r = self.failbacks.changed() => {
+                    if r.is_err() {
+                        return;
+                    }
+                    Box::pin(self.failed_back()).await;
+                    continue;
+                }
                 r = self.ineligible.changed() => {
                     if r.is_err() {
                         return;
@@ -330,6 +359,19 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             };
             Box::pin(self.status_event(event)).await;
         }
+    }
+
+    /// The elector handed the lease over to a more preferred node (fail-back): the VIPs are
+    /// gone and the lease released; count it and post the `HandedOver` Events.
+    async fn failed_back(&mut self) {
+        let Some(to) = self.failbacks.borrow_and_update().clone() else {
+            return;
+        };
+        let spec = self.effective();
+        spec.count_handovers(&self.shared.metrics, "failback");
+        let why = format!("fail-back: {to} is more preferred (vipd.io/preferred-nodes)");
+        info!(lease = %self.lease, to = %to, "handed the Service over to a more preferred node");
+        report_handover(&self.shared.status_ctx(), &spec, &why).await;
     }
 
     /// Applies [`decide::status_step`] to `event`.

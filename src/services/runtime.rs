@@ -132,6 +132,9 @@ pub(super) struct Shared<K: Kernel, A: Announcer> {
     /// DHCP mode (`dhcp_mode`): starts the DHCP clients of the groups this node leads;
     /// `None`: DHCP Services get no client.
     pub(super) dhcp: Option<Arc<dyn crate::dhcp::Dhcp>>,
+    /// `svc_failback_holddown` when `svc_failback` is on: every Service lease's elector fails
+    /// back to more preferred nodes ([`crate::election::failback`]); `None`: off.
+    pub(super) failback: Option<Duration>,
 }
 
 impl<K: Kernel, A: Announcer> Shared<K, A> {
@@ -538,6 +541,7 @@ async fn run<K: Kernel, A: Announcer>(
     let shared = Arc::new(Shared {
         ride,
         dhcp,
+        failback: cfg.services_failback,
         node: cfg.node_name.clone(),
         per_service: cfg.services_election,
         timing: cfg.services_timing,

@@ -166,6 +166,12 @@ const BAD: &[Bad] = &[
     env(&[("dhcp_mode", "true")], "dhcp_mode", "true"),
     env(&[("svc_election", "maybe")], "svc_election", "maybe"),
     env(&[("svc_ridethrough", "maybe")], "svc_ridethrough", "maybe"),
+    env(&[("svc_failback", "maybe")], "svc_failback", "maybe"),
+    env(
+        &[("svc_failback_holddown", "0")],
+        "svc_failback_holddown",
+        "0",
+    ),
     // ARP rate
     env(&[("vip_arpRate", "0")], "vip_arpRate", "0"),
     env(&[("vip_arpRate", "1.5")], "vip_arpRate", "1.5"),

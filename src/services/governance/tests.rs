@@ -198,6 +198,7 @@ fn rec(holder: &str, acquired: i64, transitions: i32, dur: i32) -> LeaseRecord {
         acquire_time: Some(Timestamp::from_second(acquired).unwrap()),
         renew_time: Some(Timestamp::from_second(acquired).unwrap()),
         transitions,
+        failback_request: None,
     }
 }
 
