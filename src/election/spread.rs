@@ -350,11 +350,7 @@ mod tests {
         watches[17].holder(None);
         assert_eq!(s.ahead(), 3, "freed: c 7");
         drop(watches);
-        assert_eq!(
-            s.ahead(),
-            0,
-            "every elector gone: nobody seen, alone"
-        );
+        assert_eq!(s.ahead(), 0, "every elector gone: nobody seen, alone");
         let w = s.watch_lease("ns/l0");
         w.holder(Some("c"));
         w.holder(Some("c"));
