@@ -162,6 +162,24 @@ fn no_panics(procs: &[LabProcess]) {
     }
 }
 
+/// No Warning Event about `svc` and no WARN or ERROR line in any vipd log: the DHCP path
+/// ran without a failure anywhere.
+fn quiet(lab: &Lab, procs: &[LabProcess], svc: &str) {
+    let warnings: Vec<_> = events_for(lab, svc)
+        .into_iter()
+        .filter(|(t, _, _)| t == "Warning")
+        .collect();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    for p in procs {
+        let log = p.log();
+        let bad: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+            .collect();
+        assert!(bad.is_empty(), "{}: {bad:#?}", p.name());
+    }
+}
+
 /// S23: a `0.0.0.0` Service gets an address from dnsmasq's pool; its status, its
 /// `kube-vip.io/hwaddr` and `kube-vip.io/requestedIP` annotations name it; the macvlan
 /// `vip-<uid[..8]>` with that MAC exists only on the Service's lease holder, and only that
@@ -245,6 +263,7 @@ fn s23_dhcp_service_gets_pool_address_announced_from_macvlan() {
     assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
     // Stable: nothing else appears on the other nodes meanwhile.
     assert_eq!(nodes_with_vip_links(&lab), vec![holder.clone()]);
+    quiet(&lab, &procs, "web");
     no_panics(&procs);
 }
 
@@ -354,6 +373,7 @@ fn s24_macvlan_follows_holder_failover_keeps_address_delete_releases() {
         lab.dnsmasq_log()
     );
 
+    quiet(&lab, &procs, "web");
     // Delete: the macvlan goes everywhere and the lease is released.
     delete_service(&lab, "web");
     let t0 = Instant::now();
@@ -377,7 +397,8 @@ fn s24_macvlan_follows_holder_failover_keeps_address_delete_releases() {
 }
 
 /// S23 (Harvester): a Service created with `kube-vip.io/hwaddr` and
-/// `kube-vip.io/requestedIP` gets exactly that address on a macvlan with exactly that MAC;
+/// `kube-vip.io/requestedIP` gets exactly that address on a macvlan with exactly that MAC
+/// (and registers `kube-vip.io/loadbalancerHostname` as its DHCP host name);
 /// one whose requested address the server refuses (NAK) gets a new one, written back to
 /// `kube-vip.io/requestedIP`, and keeps its MAC. No `vip_interface`: the macvlans hang off
 /// the default route's interface.
@@ -406,6 +427,7 @@ fn s23_harvester_hwaddr_and_requested_ip_are_kept() {
             &[
                 ("kube-vip.io/hwaddr", want_mac),
                 ("kube-vip.io/requestedIP", "192.0.2.213"),
+                ("kube-vip.io/loadbalancerHostname", "vm-lb-guest"),
             ],
         ),
     );
@@ -452,7 +474,11 @@ fn s23_harvester_hwaddr_and_requested_ip_are_kept() {
         lab.dnsmasq_leases()
             .unwrap()
             .iter()
-            .any(|l| l.addr == want_ip && l.mac == want_mac)
+            .any(|l| l.addr == want_ip
+                && l.mac == want_mac
+                && l.hostname.as_deref() == Some("vm-lb-guest")),
+        "{:?}",
+        lab.dnsmasq_leases()
     );
     assert_eq!(
         annotation(&lab, "vm-lb", "kube-vip.io/hwaddr").as_deref(),
@@ -672,5 +698,78 @@ fn s24_service_leaving_dhcp_mode_releases_its_lease() {
     assert_eq!(nodes_with_link(&lab, &other_mv), vec![other_h]);
     assert_eq!(arp_responders(&lab, other_ip), BTreeSet::from([other_mac]));
     assert_eq!(ingress_ips(&lab, "other"), vec![other_ip.to_string()]);
+    no_panics(&procs);
+}
+
+/// S23 (no server yet): a DHCP Service created while the server is down gets a
+/// `DHCPFailed` Warning and no status; once the server is up it gets a pool address.
+#[test]
+fn s23_server_down_at_creation_then_up() {
+    let Some(lab) = lab("s23_no_server", LabOptions::default()) else {
+        return;
+    };
+    let procs = start(&lab);
+    lab.stop_dnsmasq().unwrap();
+    create_service(&lab, &dhcp_service("web", &[]));
+    wait_until("a DHCPFailed Warning", Duration::from_secs(30), || {
+        events_for(&lab, "web")
+            .iter()
+            .any(|(t, r, _)| t == "Warning" && r == "DHCPFailed")
+    });
+    assert!(ingress_ips(&lab, "web").is_empty());
+    lab.start_dnsmasq(&DnsmasqOptions::default()).unwrap();
+    let t0 = Instant::now();
+    let ip = wait_pool_ingress(&lab, "web", Duration::from_secs(90));
+    eprintln!(
+        "S23 figures: status {:?} after the server came up",
+        t0.elapsed()
+    );
+    let macvlan = macvlan_of(&lab, "web");
+    let holder = one_node_with_link(&lab, &macvlan, Duration::from_secs(10));
+    let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
+    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    no_panics(&procs);
+}
+
+/// S24 (leadership loss): a holder cut off from everything loses the Service's lease and
+/// removes its macvlan; another node takes over with the same address and MAC; after the
+/// partition heals only the new holder has the macvlan and answers.
+#[test]
+fn s24_partitioned_holder_drops_its_macvlan() {
+    let Some(lab) = lab("s24_partition", LabOptions::default()) else {
+        return;
+    };
+    let procs = start(&lab);
+    create_service(&lab, &dhcp_service("web", &[]));
+    let ip = wait_pool_ingress(&lab, "web", BRING_UP);
+    let macvlan = macvlan_of(&lab, "web");
+    let old = one_node_with_link(&lab, &macvlan, Duration::from_secs(10));
+    let mac = lab.mac_of_if(&old, &macvlan).unwrap();
+    lab.partition(&old).unwrap();
+    let new = wait_for("another node with the macvlan", BRING_UP, || {
+        nodes_with_link(&lab, &macvlan)
+            .into_iter()
+            .find(|n| *n != old)
+    });
+    assert_eq!(lab.mac_of_if(&new, &macvlan).unwrap(), mac, "same MAC");
+    wait_until(
+        "the partitioned holder's macvlan removed",
+        Duration::from_secs(15),
+        || !nodes_with_link(&lab, &macvlan).contains(&old),
+    );
+    wait_until("the new holder's address", Duration::from_secs(10), || {
+        lab.addresses(&new, &macvlan)
+            .unwrap_or_default()
+            .iter()
+            .any(|a| a.addr == IpAddr::V4(ip))
+    });
+    lab.heal(&old).unwrap();
+    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    assert_eq!(nodes_with_vip_links(&lab), vec![new]);
+    wait_until(
+        "the status kept the address",
+        Duration::from_secs(10),
+        || ingress_ips(&lab, "web") == vec![ip.to_string()],
+    );
     no_panics(&procs);
 }
