@@ -1,8 +1,8 @@
 //! Lab tests of DHCP mode end to end (issue 13, scenarios S23/S24): vipd on node-a/b/c in
-//! Services mode with `dhcp_mode=true` and per-Service election against the real
-//! kube-apiserver, dnsmasq in the lab's `dhcp` namespace (pool 192.0.2.200-220, lease
-//! 120 s). A Service with `spec.loadBalancerIP: 0.0.0.0` gets its address from dnsmasq
-//! through a macvlan on its holder; the client namespace probes it with ARP.
+//! Services mode with `dhcp_mode=true` and per-Service election (the Harvester test: one
+//! global lease) against the real kube-apiserver, dnsmasq in the lab's `dhcp` namespace
+//! (pool 192.0.2.200-220, lease 120 s). A Service whose address is `0.0.0.0` gets it from
+//! dnsmasq through a macvlan on its holder; the client namespace probes it with ARP.
 
 mod support;
 
@@ -17,8 +17,8 @@ use xtask::lab::{
     LabOptions, LabProcess, MacAddr, Signal,
 };
 
-/// How long a first lease may take: vipd's election (lease 5/3/1) plus DISCOVER/OFFER/
-/// REQUEST/ACK with dnsmasq's ARP probe of the offered address (about 3 s).
+/// How long a first lease may take: vipd's election (lease 5/3/1), DISCOVER/OFFER/
+/// REQUEST/ACK and vipd's conflict probe (well under a second in the lab; generous).
 const BRING_UP: Duration = Duration::from_secs(30);
 
 fn pool() -> Vec<Ipv4Addr> {
@@ -79,6 +79,25 @@ fn nodes_with_link(lab: &Lab, name: &str) -> Vec<String> {
         })
         .map(|n| n.to_string())
         .collect()
+}
+
+/// The node that alone has link `name`, once exactly one has it.
+fn one_node_with_link(lab: &Lab, name: &str, limit: Duration) -> String {
+    wait_for(
+        &format!("{name} on one node"),
+        limit,
+        || match nodes_with_link(lab, name).as_slice() {
+            [one] => Some(one.clone()),
+            _ => None,
+        },
+    )
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
 }
 
 /// Nodes with any `vip-*` link.
@@ -532,25 +551,6 @@ fn s23_harvester_hwaddr_and_requested_ip_are_kept() {
     no_panics(&procs);
 }
 
-/// The node that alone has link `name`, once exactly one has it.
-fn one_node_with_link(lab: &Lab, name: &str, limit: Duration) -> String {
-    wait_for(
-        &format!("{name} on one node"),
-        limit,
-        || match nodes_with_link(lab, name).as_slice() {
-            [one] => Some(one.clone()),
-            _ => None,
-        },
-    )
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
 /// S23 (renewal): the holder renews at T1 (60 s into dnsmasq's 120 s lease) and keeps the
 /// address past the end of the first lease: dnsmasq's lease extended, the address still on
 /// the macvlan of the same holder and answered from its MAC, the status unchanged.
@@ -771,5 +771,47 @@ fn s24_partitioned_holder_drops_its_macvlan() {
         Duration::from_secs(10),
         || ingress_ips(&lab, "web") == vec![ip.to_string()],
     );
+    no_panics(&procs);
+}
+
+/// S23 (no parent yet): without `vip_interface` and without an IPv4 default route the
+/// holder has no parent interface for the macvlan: a `DHCPFailed` Warning says so; once
+/// the node gets a default route the Service gets its address without any other change.
+#[test]
+fn s23_no_parent_interface_until_a_default_route_appears() {
+    let Some(lab) = lab("s23_no_parent", LabOptions::default()) else {
+        return;
+    };
+    let procs = start_with(&lab, true, &[("vip_interface", "")]);
+    create_service(&lab, &dhcp_service("web", &[]));
+    wait_until(
+        "a DHCPFailed Warning about the parent",
+        Duration::from_secs(30),
+        || {
+            events_for(&lab, "web").iter().any(|(t, r, m)| {
+                t == "Warning" && r == "DHCPFailed" && m.contains("no parent interface")
+            })
+        },
+    );
+    assert!(ingress_ips(&lab, "web").is_empty());
+    let gw = GATEWAY_V4.to_string();
+    for n in NODES {
+        lab.exec(
+            n,
+            "ip",
+            &["route", "add", "default", "via", &gw, "dev", "eth0"],
+        )
+        .unwrap();
+    }
+    let t0 = Instant::now();
+    let ip = wait_pool_ingress(&lab, "web", Duration::from_secs(20));
+    eprintln!(
+        "S23 figures: status {:?} after the default route appeared",
+        t0.elapsed()
+    );
+    let macvlan = macvlan_of(&lab, "web");
+    let holder = one_node_with_link(&lab, &macvlan, Duration::from_secs(10));
+    let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
+    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
     no_panics(&procs);
 }
