@@ -137,7 +137,14 @@ struct Group<K: Kernel, A: Announcer> {
     /// DHCP mode: the clients of the group's DHCP Services while this node leads
     /// (`None` without a DHCP client, see [`Shared::dhcp`]).
     dhcp: Option<DhcpClients>,
+    /// Leading, and DHCP Services wait for the automatic parent interface (no IPv4 default
+    /// route yet): when to look for it again ([`DHCP_PARENT_RETRY`]).
+    dhcp_parent_retry: Option<tokio::time::Instant>,
 }
+
+/// How often a leader whose DHCP Services have no parent interface (no IPv4 default route,
+/// no configured interface) looks for one again: 5 s.
+const DHCP_PARENT_RETRY: Duration = Duration::from_secs(5);
 
 /// One Lease: election, VIP holder, status writing. Returns how the election ended.
 async fn group_task<K: Kernel, A: Announcer>(
@@ -247,6 +254,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             .map(|d| DhcpClients::new(d).with_metrics(shared.metrics.clone()));
         Group {
             dhcp,
+            dhcp_parent_retry: None,
             gates,
             ineligible,
             shared,
@@ -312,6 +320,10 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
                 _ = dhcp_changed(&mut self.dhcp) => {
                     Box::pin(self.dhcp_observe()).await;
                     GroupEvent::Bound
+                }
+                _ = until(self.dhcp_parent_retry) => {
+                    Box::pin(self.dhcp_parent_retry()).await;
+                    continue;
                 }
                 r = self.seen.changed() => {
                     if r.is_err() {
@@ -439,6 +451,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         if leading {
             self.dhcp_follow().await;
         } else if let Some(d) = &mut self.dhcp {
+            self.dhcp_parent_retry = None;
             let stopping = d.take_all(false);
             self.push_vips();
             stopping.finish().await;
@@ -452,10 +465,15 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         let Some(d) = &mut self.dhcp else {
             return;
         };
-        let parent = match self.current.dhcp.iter().any(|s| s.request.parent.is_none()) {
+        let needs_auto = self.current.dhcp.iter().any(|s| s.request.parent.is_none());
+        let parent = match needs_auto {
             true => auto_parent(self.shared.kernel.as_ref()).await,
             false => None,
         };
+        // Without a parent those Services get a Warning now and their clients once one
+        // appears (a default route added after vipd started).
+        self.dhcp_parent_retry = (needs_auto && parent.is_none())
+            .then(|| tokio::time::Instant::now() + DHCP_PARENT_RETRY);
         // The addresses of clients that stop leave the VIP set before their macvlans go
         // (a VIP whose interface vanished would close the link gate).
         let retired = d.retire(&self.current.dhcp);
@@ -466,6 +484,21 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         };
         let events = d.start_missing(&self.current.dhcp, parent.as_deref());
         post_events(&self.shared.status, events).await;
+    }
+
+    /// [`Self::dhcp_parent_retry`] is due: starts the waiting clients once the automatic
+    /// parent interface exists (quietly looking again later while it does not).
+    async fn dhcp_parent_retry(&mut self) {
+        self.dhcp_parent_retry = None;
+        if !self.leading {
+            return;
+        }
+        match find_auto_parent(self.shared.kernel.as_ref()).await {
+            Ok(_) => self.dhcp_follow().await,
+            Err(_) => {
+                self.dhcp_parent_retry = Some(tokio::time::Instant::now() + DHCP_PARENT_RETRY);
+            }
+        }
     }
 
     /// A DHCP client's state changed: Warnings for new failures, the VIP set updated.
@@ -635,17 +668,27 @@ async fn dhcp_changed(dhcp: &mut Option<DhcpClients>) {
 /// The automatic parent interface of DHCP macvlans: the IPv4 default route's interface
 /// (as for VIPs without a configured interface); `None` (logged) when there is none.
 async fn auto_parent<K: Kernel>(kernel: &K) -> Option<String> {
-    let any = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
-    let link = match kernel.choose_interface(any).await {
-        Ok(idx) => kernel.link_by_index(idx).await,
-        Err(e) => Err(e),
-    };
-    match link {
-        Ok(l) => Some(l.name),
+    match find_auto_parent(kernel).await {
+        Ok(name) => Some(name),
         Err(e) => {
             warn!(error = %e, "no interface for DHCP macvlans (set vip_servicesinterface)");
             None
         }
+    }
+}
+
+/// [`auto_parent`] without the log line.
+async fn find_auto_parent<K: Kernel>(kernel: &K) -> Result<String, crate::net::NetError> {
+    let any = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+    let idx = kernel.choose_interface(any).await?;
+    Ok(kernel.link_by_index(idx).await?.name)
+}
+
+/// Resolves at `at`; never when `None`.
+async fn until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

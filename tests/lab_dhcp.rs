@@ -1,0 +1,817 @@
+//! Lab tests of DHCP mode end to end (issue 13, scenarios S23/S24): vipd on node-a/b/c in
+//! Services mode with `dhcp_mode=true` and per-Service election (the Harvester test: one
+//! global lease) against the real kube-apiserver, dnsmasq in the lab's `dhcp` namespace
+//! (pool 192.0.2.200-220, lease 120 s). A Service whose address is `0.0.0.0` gets it from
+//! dnsmasq through a macvlan on its holder; the client namespace probes it with ARP.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr};
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+use support::*;
+use xtask::lab::{
+    ArpRoundProber, CLIENT_V4, DHCP_POOL_END, DHCP_POOL_START, DnsmasqOptions, GATEWAY_V4, Lab,
+    LabOptions, LabProcess, MacAddr, Signal,
+};
+
+/// How long a first lease may take: vipd's election (lease 5/3/1), DISCOVER/OFFER/
+/// REQUEST/ACK and vipd's conflict probe (well under a second in the lab; generous).
+const BRING_UP: Duration = Duration::from_secs(30);
+
+fn pool() -> Vec<Ipv4Addr> {
+    (u32::from(DHCP_POOL_START)..=u32::from(DHCP_POOL_END))
+        .map(Ipv4Addr::from)
+        .collect()
+}
+
+fn in_pool(a: Ipv4Addr) -> bool {
+    (u32::from(DHCP_POOL_START)..=u32::from(DHCP_POOL_END)).contains(&u32::from(a))
+}
+
+/// dnsmasq running, vipd on every node in DHCP mode with per-Service election, the
+/// Services interface eth0.
+fn start(lab: &Lab) -> Vec<LabProcess> {
+    start_with(lab, true, &[])
+}
+
+/// As [`start`], with `svc_election` as given and more environment (`extra` overrides).
+fn start_with(lab: &Lab, election: bool, extra: &[(&str, &str)]) -> Vec<LabProcess> {
+    lab.start_dnsmasq(&DnsmasqOptions::default()).unwrap();
+    let mut env = vec![("dhcp_mode", "true")];
+    env.extend_from_slice(extra);
+    NODES
+        .iter()
+        .map(|n| start_vipd_services(lab, n, election, &env))
+        .collect()
+}
+
+/// A LoadBalancer Service in DHCP mode (`spec.loadBalancerIP: 0.0.0.0`) with `annotations`.
+fn dhcp_service(name: &str, annotations: &[(&str, &str)]) -> serde_json::Value {
+    let mut svc = service_json(name, None, Some("0.0.0.0"), &[(80, "TCP")], false);
+    for (k, v) in annotations {
+        svc["metadata"]["annotations"][*k] = json!(v);
+    }
+    svc
+}
+
+/// The default macvlan name of a Service: `vip-` and the first 8 characters of its UID.
+fn macvlan_of(lab: &Lab, svc: &str) -> String {
+    let s = get_service(lab, svc).expect("service");
+    let uid = s["metadata"]["uid"].as_str().expect("uid");
+    format!("vip-{}", &uid[..8])
+}
+
+/// Nodes that have a link named `name` (`ip -n <node> link`).
+fn nodes_with_link(lab: &Lab, name: &str) -> Vec<String> {
+    NODES
+        .iter()
+        .filter(|n| {
+            let out = lab.exec(n, "ip", &["-o", "link", "show"]).unwrap();
+            String::from_utf8_lossy(&out.stdout).lines().any(|l| {
+                l.split(':')
+                    .nth(1)
+                    .map(str::trim)
+                    .is_some_and(|i| i.split('@').next() == Some(name))
+            })
+        })
+        .map(|n| n.to_string())
+        .collect()
+}
+
+/// The node that alone has link `name`, once exactly one has it.
+fn one_node_with_link(lab: &Lab, name: &str, limit: Duration) -> String {
+    wait_for(
+        &format!("{name} on one node"),
+        limit,
+        || match nodes_with_link(lab, name).as_slice() {
+            [one] => Some(one.clone()),
+            _ => None,
+        },
+    )
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// Nodes with any `vip-*` link.
+fn nodes_with_vip_links(lab: &Lab) -> Vec<String> {
+    NODES
+        .iter()
+        .filter(|n| {
+            let out = lab.exec(n, "ip", &["-o", "link", "show"]).unwrap();
+            String::from_utf8_lossy(&out.stdout).contains(": vip-")
+        })
+        .map(|n| n.to_string())
+        .collect()
+}
+
+fn annotation(lab: &Lab, svc: &str, key: &str) -> Option<String> {
+    get_service(lab, svc)?["metadata"]["annotations"][key]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// The Service's single ingress address once it is one from the pool.
+fn wait_pool_ingress(lab: &Lab, svc: &str, limit: Duration) -> Ipv4Addr {
+    wait_for(
+        &format!("a pool address in {svc}'s status"),
+        limit,
+        || match ingress_ips(lab, svc).as_slice() {
+            [one] => one.parse::<Ipv4Addr>().ok().filter(|a| in_pool(*a)),
+            _ => None,
+        },
+    )
+}
+
+/// Probes `ip` from the client every 50 ms for about 2 s and returns the MACs that
+/// answered, checking that no two answered in one slot.
+fn arp_responders(lab: &Lab, ip: Ipv4Addr) -> BTreeSet<MacAddr> {
+    let w = lab
+        .arp_watch(IpAddr::V4(ip), xtask::lab::DEFAULT_WATCH_INTERVAL)
+        .unwrap();
+    wait_until("40 probe slots", Duration::from_secs(10), || {
+        w.report().slots.len() >= 41
+    });
+    let r = w.stop().unwrap();
+    assert!(
+        r.max_simultaneous_responders() <= 1,
+        "two answers for {ip} in one slot: {r:?}"
+    );
+    assert!(
+        r.answered_slots() >= 30,
+        "{ip} answered only {} of {} slots",
+        r.answered_slots(),
+        r.slots.len()
+    );
+    r.all_responders()
+}
+
+/// Probes the whole pool from the client (50 ms rounds); measures from `epoch`.
+fn pool_prober(lab: &Lab, epoch: Instant) -> ArpRoundProber {
+    ArpRoundProber::start(
+        &lab.netns_path("client").unwrap(),
+        "eth0",
+        CLIENT_V4,
+        pool(),
+        Duration::from_millis(50),
+        Duration::from_millis(40),
+        epoch,
+    )
+    .unwrap()
+}
+
+/// When `ip` first got an ARP answer from `mac` in the prober's rounds.
+fn first_answer(p: &ArpRoundProber, ip: Ipv4Addr, mac: MacAddr) -> Option<Duration> {
+    p.rounds_from(0)
+        .into_iter()
+        .find(|r| r.replies.get(&ip).is_some_and(|m| m.contains(&mac)))
+        .map(|r| r.t)
+}
+
+fn no_panics(procs: &[LabProcess]) {
+    for p in procs {
+        assert!(!p.log().contains("panicked"), "{}", p.log());
+    }
+}
+
+/// No Warning Event about `svc` and no WARN or ERROR line in any vipd log: the DHCP path
+/// ran without a failure anywhere.
+fn quiet(lab: &Lab, procs: &[LabProcess], svc: &str) {
+    let warnings: Vec<_> = events_for(lab, svc)
+        .into_iter()
+        .filter(|(t, _, _)| t == "Warning")
+        .collect();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    for p in procs {
+        let log = p.log();
+        let bad: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+            .collect();
+        assert!(bad.is_empty(), "{}: {bad:#?}", p.name());
+    }
+}
+
+/// S23: a `0.0.0.0` Service gets an address from dnsmasq's pool; its status, its
+/// `kube-vip.io/hwaddr` and `kube-vip.io/requestedIP` annotations name it; the macvlan
+/// `vip-<uid[..8]>` with that MAC exists only on the Service's lease holder, and only that
+/// MAC answers ARP for the address.
+#[test]
+fn s23_dhcp_service_gets_pool_address_announced_from_macvlan() {
+    let Some(lab) = lab("s23_dhcp", LabOptions::default()) else {
+        return;
+    };
+    let procs = start(&lab);
+    let cap = lab.start_capture().unwrap();
+    let epoch = Instant::now();
+    let prober = pool_prober(&lab, epoch);
+    create_service(&lab, &dhcp_service("web", &[]));
+    let ip = wait_pool_ingress(&lab, "web", BRING_UP);
+    let status_at = epoch.elapsed();
+    let macvlan = macvlan_of(&lab, "web");
+    let holder = wait_for("one lease holder", Duration::from_secs(10), || {
+        lease_holder(&lab, "default", "kubevip-web").filter(|h| !h.is_empty())
+    });
+    assert_eq!(nodes_with_link(&lab, &macvlan), vec![holder.clone()]);
+    assert_eq!(nodes_with_vip_links(&lab), vec![holder.clone()]);
+    let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
+    let first = wait_for("the first ARP answer", Duration::from_secs(10), || {
+        first_answer(&prober, ip, mac)
+    });
+    prober.stop().unwrap();
+    // Announced from the macvlan's MAC on acquisition.
+    wait_until(
+        "a gratuitous ARP from the macvlan",
+        Duration::from_secs(5),
+        || {
+            cap.frames().iter().any(|f| {
+                f.is_announcement_of(IpAddr::V4(ip)) && f.eth_src == mac && f.sender_mac == mac
+            })
+        },
+    );
+    let frames = cap.stop().unwrap();
+    assert!(
+        frames
+            .iter()
+            .filter(|f| f.is_announcement_of(IpAddr::V4(ip)))
+            .all(|f| f.sender_mac == mac),
+        "{frames:?}"
+    );
+    eprintln!(
+        "S23 figures: status {status_at:?}, first ARP answer {first:?} after the Service was created"
+    );
+    // The holder writes the MAC and the address back (kube-vip's annotations).
+    wait_until(
+        "hwaddr and requestedIP written",
+        Duration::from_secs(10),
+        || {
+            annotation(&lab, "web", "kube-vip.io/hwaddr").as_deref() == Some(&mac.to_string())
+                && annotation(&lab, "web", "kube-vip.io/requestedIP").as_deref()
+                    == Some(&ip.to_string())
+        },
+    );
+    let svc = get_service(&lab, "web").unwrap();
+    assert_eq!(
+        svc["metadata"]["annotations"]["kube-vip.io/vipHost"],
+        json!(holder)
+    );
+    // dnsmasq leased it to that MAC.
+    let leases = lab.dnsmasq_leases().unwrap();
+    assert!(
+        leases
+            .iter()
+            .any(|l| l.addr == ip && l.mac == mac.to_string()),
+        "{leases:?}"
+    );
+    // The address is on the macvlan, not on eth0, and only the macvlan's MAC answers.
+    assert!(holders(&lab, &ip.to_string()).is_empty(), "{ip} on an eth0");
+    let holder_addrs = lab.addresses(&holder, &macvlan).unwrap();
+    assert!(
+        holder_addrs
+            .iter()
+            .any(|a| a.addr == IpAddr::V4(ip) && a.prefix == 32),
+        "{holder_addrs:?}"
+    );
+    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    // Stable: nothing else appears on the other nodes meanwhile.
+    assert_eq!(nodes_with_vip_links(&lab), vec![holder.clone()]);
+    quiet(&lab, &procs, "web");
+    no_panics(&procs);
+}
+
+/// S24: SIGTERM of the holder removes its macvlan (no DHCPRELEASE) and another node takes
+/// over with the same address and MAC (kube-vip's Harvester behaviour: failover keeps the
+/// address); deleting the Service then removes the macvlan from every node and releases
+/// the lease in dnsmasq (DHCPRELEASE).
+#[test]
+fn s24_macvlan_follows_holder_failover_keeps_address_delete_releases() {
+    let Some(lab) = lab("s24_dhcp", LabOptions::default()) else {
+        return;
+    };
+    let mut procs = start(&lab);
+    create_service(&lab, &dhcp_service("web", &[]));
+    let ip = wait_pool_ingress(&lab, "web", BRING_UP);
+    let macvlan = macvlan_of(&lab, "web");
+    let old = wait_for(
+        "the macvlan on one node",
+        Duration::from_secs(10),
+        || match nodes_with_link(&lab, &macvlan).as_slice() {
+            [one] => Some(one.clone()),
+            _ => None,
+        },
+    );
+    let mac = lab.mac_of_if(&old, &macvlan).unwrap();
+    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    wait_until("annotations written", Duration::from_secs(10), || {
+        annotation(&lab, "web", "kube-vip.io/hwaddr").as_deref() == Some(&mac.to_string())
+    });
+
+    // Failover: SIGTERM the holder.
+    let i = NODES.iter().position(|n| *n == old).unwrap();
+    let cap = lab.start_capture().unwrap();
+    let epoch = Instant::now();
+    let prober = ArpRoundProber::start(
+        &lab.netns_path("client").unwrap(),
+        "eth0",
+        CLIENT_V4,
+        vec![ip],
+        Duration::from_millis(50),
+        Duration::from_millis(40),
+        epoch,
+    )
+    .unwrap();
+    procs[i].signal(Signal::SIGTERM).unwrap();
+    let st = procs[i].wait_timeout(Duration::from_secs(15)).unwrap();
+    assert!(st.is_some(), "{old} did not exit on SIGTERM");
+    let exited = epoch.elapsed();
+    assert!(
+        !nodes_with_link(&lab, &macvlan).contains(&old),
+        "{macvlan} left behind on {old} after SIGTERM"
+    );
+    let new = wait_for(
+        "another node with the macvlan",
+        BRING_UP,
+        || match nodes_with_link(&lab, &macvlan).as_slice() {
+            [one] if *one != old => Some(one.clone()),
+            _ => None,
+        },
+    );
+    assert_eq!(lab.mac_of_if(&new, &macvlan).unwrap(), mac, "same MAC");
+    // The old holder's macvlan is gone: answers from now on are the new holder's.
+    let seen_new = epoch.elapsed();
+    wait_for("the new holder answers", Duration::from_secs(15), || {
+        prober
+            .rounds_from(0)
+            .into_iter()
+            .find(|r| r.t > seen_new && r.replies.contains_key(&ip))
+    });
+    let rounds = prober.stop().unwrap();
+    // The new holder announces the address from the macvlan (moving the MAC's switch port).
+    let frames = cap.stop().unwrap();
+    assert!(
+        frames.iter().any(|f| f.t > exited
+            && f.is_announcement_of(IpAddr::V4(ip))
+            && f.eth_src == mac
+            && f.sender_mac == mac),
+        "no announcement of {ip} from {mac} after the takeover: {frames:?}"
+    );
+    for r in &rounds {
+        if let Some(m) = r.replies.get(&ip) {
+            assert_eq!(m, &BTreeSet::from([mac]), "round at {:?}", r.t);
+        }
+    }
+    // Figures: the old holder's last answer, the new one's first.
+    let silent = rounds.iter().position(|r| !r.replies.contains_key(&ip));
+    let back = silent.and_then(|i| rounds[i..].iter().find(|r| r.replies.contains_key(&ip)));
+    eprintln!(
+        "S24 figures: after SIGTERM of {old}: unanswered from {:?}, {new} answers from {:?}",
+        silent.map(|i| rounds[i].t),
+        back.map(|r| r.t)
+    );
+    wait_until(
+        "the new holder in the status",
+        Duration::from_secs(10),
+        || {
+            ingress_ips(&lab, "web") == vec![ip.to_string()]
+                && annotation(&lab, "web", "kube-vip.io/vipHost").as_deref() == Some(&new)
+        },
+    );
+    let addrs = lab.addresses(&new, &macvlan).unwrap();
+    assert!(addrs.iter().any(|a| a.addr == IpAddr::V4(ip)), "{addrs:?}");
+    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    assert!(
+        !lab.dnsmasq_log().contains("DHCPRELEASE"),
+        "no release on shutdown: {}",
+        lab.dnsmasq_log()
+    );
+
+    quiet(&lab, &procs, "web");
+    // Delete: the macvlan goes everywhere and the lease is released.
+    delete_service(&lab, "web");
+    let t0 = Instant::now();
+    wait_until("no vip-* link on any node", Duration::from_secs(10), || {
+        nodes_with_vip_links(&lab).is_empty()
+    });
+    let gone = t0.elapsed();
+    wait_until(
+        "the lease freed in dnsmasq's lease file",
+        Duration::from_secs(10),
+        || lab.dnsmasq_leases().unwrap().iter().all(|l| l.addr != ip),
+    );
+    eprintln!("S24 figures: macvlan gone {gone:?} after delete");
+    assert!(
+        lab.dnsmasq_log()
+            .contains(&format!("DHCPRELEASE(eth0) {ip} {mac}")),
+        "{}",
+        lab.dnsmasq_log()
+    );
+    no_panics(&procs);
+}
+
+/// S23 (Harvester): a Service created with `kube-vip.io/hwaddr` and
+/// `kube-vip.io/requestedIP` gets exactly that address on a macvlan with exactly that MAC
+/// (and registers `kube-vip.io/loadbalancerHostname` as its DHCP host name);
+/// one whose requested address the server refuses (NAK) gets a new one, written back to
+/// `kube-vip.io/requestedIP`, and keeps its MAC. No `vip_interface`: the macvlans hang off
+/// the default route's interface.
+#[test]
+fn s23_harvester_hwaddr_and_requested_ip_are_kept() {
+    let Some(lab) = lab("s23_harvester", LabOptions::default()) else {
+        return;
+    };
+    // No vip_interface: the macvlans' parent is the default route's interface.
+    let gw = GATEWAY_V4.to_string();
+    for n in NODES {
+        lab.exec(
+            n,
+            "ip",
+            &["route", "add", "default", "via", &gw, "dev", "eth0"],
+        )
+        .unwrap();
+    }
+    let mut procs = start_with(&lab, false, &[("vip_interface", "")]);
+    let want_ip = Ipv4Addr::new(192, 0, 2, 213);
+    let want_mac = "02:76:69:70:64:42";
+    create_service(
+        &lab,
+        &dhcp_service(
+            "vm-lb",
+            &[
+                ("kube-vip.io/hwaddr", want_mac),
+                ("kube-vip.io/requestedIP", "192.0.2.213"),
+                ("kube-vip.io/loadbalancerHostname", "vm-lb-guest"),
+            ],
+        ),
+    );
+    // A VM moved to a network whose server does not know its old address: NAK, a new
+    // address from the pool, written back to requestedIP; the MAC is kept.
+    create_service(
+        &lab,
+        &dhcp_service(
+            "vm-moved",
+            &[
+                ("kube-vip.io/hwaddr", "02:76:69:70:64:43"),
+                ("kube-vip.io/requestedIP", "192.0.2.150"),
+            ],
+        ),
+    );
+    let ip = wait_pool_ingress(&lab, "vm-lb", BRING_UP);
+    assert_eq!(ip, want_ip);
+    let moved = wait_pool_ingress(&lab, "vm-moved", BRING_UP);
+    assert_ne!(moved, want_ip);
+    wait_until(
+        "vm-moved's new requestedIP",
+        Duration::from_secs(10),
+        || annotation(&lab, "vm-moved", "kube-vip.io/requestedIP") == Some(moved.to_string()),
+    );
+    assert_eq!(
+        annotation(&lab, "vm-moved", "kube-vip.io/hwaddr").as_deref(),
+        Some("02:76:69:70:64:43")
+    );
+    let moved_mv = macvlan_of(&lab, "vm-moved");
+    let moved_h = one_node_with_link(&lab, &moved_mv, Duration::from_secs(10));
+    assert_eq!(
+        lab.mac_of_if(&moved_h, &moved_mv).unwrap().to_string(),
+        "02:76:69:70:64:43"
+    );
+    let macvlan = macvlan_of(&lab, "vm-lb");
+    let holder = match nodes_with_link(&lab, &macvlan).as_slice() {
+        [one] => one.clone(),
+        other => panic!("{macvlan} on {other:?}"),
+    };
+    let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
+    assert_eq!(mac.to_string(), want_mac);
+    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    assert!(
+        lab.dnsmasq_leases()
+            .unwrap()
+            .iter()
+            .any(|l| l.addr == want_ip
+                && l.mac == want_mac
+                && l.hostname.as_deref() == Some("vm-lb-guest")),
+        "{:?}",
+        lab.dnsmasq_leases()
+    );
+    assert_eq!(
+        annotation(&lab, "vm-lb", "kube-vip.io/hwaddr").as_deref(),
+        Some(want_mac)
+    );
+    assert_eq!(
+        annotation(&lab, "vm-lb", "kube-vip.io/requestedIP").as_deref(),
+        Some("192.0.2.213")
+    );
+    // One global lease (svc_election=false): both macvlans on its holder; SIGTERM of the
+    // holder moves both, with their addresses and MACs, to one other node.
+    assert_eq!(
+        lease_holder(&lab, "kube-system", "plndr-svcs-lock").as_deref(),
+        Some(holder.as_str())
+    );
+    assert_eq!(nodes_with_link(&lab, &moved_mv), vec![holder.clone()]);
+    let i = NODES.iter().position(|n| *n == holder).unwrap();
+    procs[i].signal(Signal::SIGTERM).unwrap();
+    assert!(
+        procs[i]
+            .wait_timeout(Duration::from_secs(15))
+            .unwrap()
+            .is_some()
+    );
+    let new = wait_for("both macvlans on one other node", BRING_UP, || {
+        match (
+            nodes_with_link(&lab, &macvlan).as_slice(),
+            nodes_with_link(&lab, &moved_mv).as_slice(),
+        ) {
+            ([a], [b]) if a == b && *a != holder => Some(a.clone()),
+            _ => None,
+        }
+    });
+    assert_eq!(lab.mac_of_if(&new, &macvlan).unwrap(), mac);
+    wait_until(
+        "both addresses on the new holder",
+        Duration::from_secs(10),
+        || {
+            lab.addresses(&new, &macvlan)
+                .unwrap_or_default()
+                .iter()
+                .any(|a| a.addr == IpAddr::V4(want_ip))
+                && lab
+                    .addresses(&new, &moved_mv)
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|a| a.addr == IpAddr::V4(moved))
+        },
+    );
+    assert_eq!(arp_responders(&lab, want_ip), BTreeSet::from([mac]));
+    no_panics(&procs);
+}
+
+/// S23 (renewal): the holder renews at T1 (60 s into dnsmasq's 120 s lease) and keeps the
+/// address past the end of the first lease: dnsmasq's lease extended, the address still on
+/// the macvlan of the same holder and answered from its MAC, the status unchanged.
+#[test]
+fn s23_renewal_keeps_the_address_past_the_first_lease() {
+    let Some(lab) = lab("s23_renewal", LabOptions::default()) else {
+        return;
+    };
+    let procs = start(&lab);
+    create_service(&lab, &dhcp_service("web", &[]));
+    let ip = wait_pool_ingress(&lab, "web", BRING_UP);
+    let macvlan = macvlan_of(&lab, "web");
+    let holder = one_node_with_link(&lab, &macvlan, Duration::from_secs(10));
+    let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
+    let first = wait_for("dnsmasq's lease", Duration::from_secs(5), || {
+        lab.dnsmasq_leases()
+            .unwrap()
+            .into_iter()
+            .find(|l| l.addr == ip)
+            .map(|l| l.expires)
+    });
+    wait_until("the lease renewed at T1", Duration::from_secs(90), || {
+        lab.dnsmasq_leases()
+            .unwrap()
+            .iter()
+            .any(|l| l.addr == ip && l.mac == mac.to_string() && l.expires > first)
+    });
+    wait_until(
+        "the first lease's end passed",
+        Duration::from_secs(90),
+        || unix_now() > first + 2,
+    );
+    let addrs = lab.addresses(&holder, &macvlan).unwrap();
+    assert!(
+        addrs.iter().any(|a| a.addr == IpAddr::V4(ip)),
+        "{ip} gone from {holder}/{macvlan} after the first lease ended: {addrs:?}"
+    );
+    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    assert_eq!(nodes_with_vip_links(&lab), vec![holder]);
+    assert_eq!(ingress_ips(&lab, "web"), vec![ip.to_string()]);
+    no_panics(&procs);
+}
+
+/// S24 (crash): SIGKILL of the holder leaves its macvlan behind; another node takes over
+/// with the same address and MAC once the election lease expires; vipd restarted on the
+/// crashed node removes the stale macvlan at start.
+#[test]
+fn s24_stale_macvlan_removed_when_vipd_restarts() {
+    let Some(lab) = lab("s24_stale", LabOptions::default()) else {
+        return;
+    };
+    let mut procs = start(&lab);
+    create_service(&lab, &dhcp_service("web", &[]));
+    let ip = wait_pool_ingress(&lab, "web", BRING_UP);
+    let macvlan = macvlan_of(&lab, "web");
+    let old = one_node_with_link(&lab, &macvlan, Duration::from_secs(10));
+    let mac = lab.mac_of_if(&old, &macvlan).unwrap();
+    let i = NODES.iter().position(|n| *n == old).unwrap();
+    procs[i].signal(Signal::SIGKILL).unwrap();
+    assert!(
+        procs[i]
+            .wait_timeout(Duration::from_secs(5))
+            .unwrap()
+            .is_some()
+    );
+    assert!(nodes_with_link(&lab, &macvlan).contains(&old));
+    let new = wait_for("another node with the macvlan", BRING_UP, || {
+        nodes_with_link(&lab, &macvlan)
+            .into_iter()
+            .find(|n| *n != old)
+    });
+    assert_eq!(lab.mac_of_if(&new, &macvlan).unwrap(), mac, "same MAC");
+    wait_until("the new holder's address", Duration::from_secs(10), || {
+        lab.addresses(&new, &macvlan)
+            .unwrap_or_default()
+            .iter()
+            .any(|a| a.addr == IpAddr::V4(ip))
+    });
+    procs[i] = start_vipd_services(&lab, &old, true, &[("dhcp_mode", "true")]);
+    wait_until("the stale macvlan removed", Duration::from_secs(15), || {
+        !nodes_with_link(&lab, &macvlan).contains(&old)
+    });
+    assert_eq!(nodes_with_vip_links(&lab), vec![new]);
+    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    wait_until(
+        "the status kept the address",
+        Duration::from_secs(10),
+        || ingress_ips(&lab, "web") == vec![ip.to_string()],
+    );
+    no_panics(&procs);
+}
+
+/// S24 (leaving DHCP mode): two DHCP Services get distinct addresses, MACs and macvlans;
+/// one switched to a static address releases its lease (DHCPRELEASE) and loses its
+/// macvlan on every node while its new address is announced, and the other is untouched.
+#[test]
+fn s24_service_leaving_dhcp_mode_releases_its_lease() {
+    let Some(lab) = lab("s24_leave", LabOptions::default()) else {
+        return;
+    };
+    let procs = start(&lab);
+    create_service(&lab, &dhcp_service("web", &[]));
+    // The annotation asks for DHCP as spec.loadBalancerIP does.
+    let mut other = service_json("other", Some("0.0.0.0"), None, &[(80, "TCP")], false);
+    other["metadata"]["annotations"]["kube-vip.io/loadbalancerIPs"] = json!("0.0.0.0");
+    create_service(&lab, &other);
+    let ip = wait_pool_ingress(&lab, "web", BRING_UP);
+    let other_ip = wait_pool_ingress(&lab, "other", BRING_UP);
+    assert_ne!(ip, other_ip);
+    let (mv, other_mv) = (macvlan_of(&lab, "web"), macvlan_of(&lab, "other"));
+    assert_ne!(mv, other_mv);
+    let h = one_node_with_link(&lab, &mv, Duration::from_secs(10));
+    let other_h = one_node_with_link(&lab, &other_mv, Duration::from_secs(10));
+    let mac = lab.mac_of_if(&h, &mv).unwrap();
+    let other_mac = lab.mac_of_if(&other_h, &other_mv).unwrap();
+    assert_ne!(mac, other_mac);
+    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    assert_eq!(arp_responders(&lab, other_ip), BTreeSet::from([other_mac]));
+
+    patch_service(
+        &lab,
+        "web",
+        json!({"spec": {"loadBalancerIP": "192.0.2.50"}}),
+    );
+    single_holder(&lab, "192.0.2.50", Duration::from_secs(20));
+    wait_until(
+        "web's macvlan gone everywhere",
+        Duration::from_secs(10),
+        || nodes_with_link(&lab, &mv).is_empty(),
+    );
+    wait_until(
+        "web's lease freed in dnsmasq's lease file",
+        Duration::from_secs(10),
+        || lab.dnsmasq_leases().unwrap().iter().all(|l| l.addr != ip),
+    );
+    assert!(
+        lab.dnsmasq_log()
+            .contains(&format!("DHCPRELEASE(eth0) {ip} {mac}")),
+        "{}",
+        lab.dnsmasq_log()
+    );
+    wait_until("web's status", Duration::from_secs(10), || {
+        ingress_ips(&lab, "web") == vec!["192.0.2.50".to_string()]
+    });
+    assert_eq!(nodes_with_link(&lab, &other_mv), vec![other_h]);
+    assert_eq!(arp_responders(&lab, other_ip), BTreeSet::from([other_mac]));
+    assert_eq!(ingress_ips(&lab, "other"), vec![other_ip.to_string()]);
+    no_panics(&procs);
+}
+
+/// S23 (no server yet): a DHCP Service created while the server is down gets a
+/// `DHCPFailed` Warning and no status; once the server is up it gets a pool address.
+#[test]
+fn s23_server_down_at_creation_then_up() {
+    let Some(lab) = lab("s23_no_server", LabOptions::default()) else {
+        return;
+    };
+    let procs = start(&lab);
+    lab.stop_dnsmasq().unwrap();
+    create_service(&lab, &dhcp_service("web", &[]));
+    wait_until("a DHCPFailed Warning", Duration::from_secs(30), || {
+        events_for(&lab, "web")
+            .iter()
+            .any(|(t, r, _)| t == "Warning" && r == "DHCPFailed")
+    });
+    assert!(ingress_ips(&lab, "web").is_empty());
+    lab.start_dnsmasq(&DnsmasqOptions::default()).unwrap();
+    let t0 = Instant::now();
+    let ip = wait_pool_ingress(&lab, "web", Duration::from_secs(90));
+    eprintln!(
+        "S23 figures: status {:?} after the server came up",
+        t0.elapsed()
+    );
+    let macvlan = macvlan_of(&lab, "web");
+    let holder = one_node_with_link(&lab, &macvlan, Duration::from_secs(10));
+    let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
+    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    no_panics(&procs);
+}
+
+/// S24 (leadership loss): a holder cut off from everything loses the Service's lease and
+/// removes its macvlan; another node takes over with the same address and MAC; after the
+/// partition heals only the new holder has the macvlan and answers.
+#[test]
+fn s24_partitioned_holder_drops_its_macvlan() {
+    let Some(lab) = lab("s24_partition", LabOptions::default()) else {
+        return;
+    };
+    let procs = start(&lab);
+    create_service(&lab, &dhcp_service("web", &[]));
+    let ip = wait_pool_ingress(&lab, "web", BRING_UP);
+    let macvlan = macvlan_of(&lab, "web");
+    let old = one_node_with_link(&lab, &macvlan, Duration::from_secs(10));
+    let mac = lab.mac_of_if(&old, &macvlan).unwrap();
+    lab.partition(&old).unwrap();
+    let new = wait_for("another node with the macvlan", BRING_UP, || {
+        nodes_with_link(&lab, &macvlan)
+            .into_iter()
+            .find(|n| *n != old)
+    });
+    assert_eq!(lab.mac_of_if(&new, &macvlan).unwrap(), mac, "same MAC");
+    wait_until(
+        "the partitioned holder's macvlan removed",
+        Duration::from_secs(15),
+        || !nodes_with_link(&lab, &macvlan).contains(&old),
+    );
+    wait_until("the new holder's address", Duration::from_secs(10), || {
+        lab.addresses(&new, &macvlan)
+            .unwrap_or_default()
+            .iter()
+            .any(|a| a.addr == IpAddr::V4(ip))
+    });
+    lab.heal(&old).unwrap();
+    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    assert_eq!(nodes_with_vip_links(&lab), vec![new]);
+    wait_until(
+        "the status kept the address",
+        Duration::from_secs(10),
+        || ingress_ips(&lab, "web") == vec![ip.to_string()],
+    );
+    no_panics(&procs);
+}
+
+/// S23 (no parent yet): without `vip_interface` and without an IPv4 default route the
+/// holder has no parent interface for the macvlan: a `DHCPFailed` Warning says so; once
+/// the node gets a default route the Service gets its address without any other change.
+#[test]
+fn s23_no_parent_interface_until_a_default_route_appears() {
+    let Some(lab) = lab("s23_no_parent", LabOptions::default()) else {
+        return;
+    };
+    let procs = start_with(&lab, true, &[("vip_interface", "")]);
+    create_service(&lab, &dhcp_service("web", &[]));
+    wait_until(
+        "a DHCPFailed Warning about the parent",
+        Duration::from_secs(30),
+        || {
+            events_for(&lab, "web").iter().any(|(t, r, m)| {
+                t == "Warning" && r == "DHCPFailed" && m.contains("no parent interface")
+            })
+        },
+    );
+    assert!(ingress_ips(&lab, "web").is_empty());
+    let gw = GATEWAY_V4.to_string();
+    for n in NODES {
+        lab.exec(
+            n,
+            "ip",
+            &["route", "add", "default", "via", &gw, "dev", "eth0"],
+        )
+        .unwrap();
+    }
+    let t0 = Instant::now();
+    let ip = wait_pool_ingress(&lab, "web", Duration::from_secs(20));
+    eprintln!(
+        "S23 figures: status {:?} after the default route appeared",
+        t0.elapsed()
+    );
+    let macvlan = macvlan_of(&lab, "web");
+    let holder = one_node_with_link(&lab, &macvlan, Duration::from_secs(10));
+    let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
+    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    no_panics(&procs);
+}
