@@ -141,10 +141,10 @@ pub struct GenArgs {
     /// Interface for Service VIPs [env: vip_servicesinterface]
     #[arg(long = "serviceInterface", value_name = "IFACE")]
     pub service_interface: Option<String>,
-    /// Lease duration, seconds [env: vip_leaseduration] [default: 5]
+    /// Lease duration, seconds [env: vip_leaseduration] [default: 3]
     #[arg(long = "leaseDuration", value_name = "SECONDS")]
     pub lease_duration: Option<String>,
-    /// Renew deadline, seconds [env: vip_renewdeadline] [default: 3]
+    /// Renew deadline, seconds [env: vip_renewdeadline] [default: 2]
     #[arg(long = "leaseRenewDuration", value_name = "SECONDS")]
     pub renew_deadline: Option<String>,
     /// Retry period, seconds [env: vip_retryperiod] [default: 1]

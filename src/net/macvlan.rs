@@ -150,6 +150,27 @@ pub enum MacvlanError {
         #[source]
         source: std::io::Error,
     },
+    /// A sysctl of the macvlan cannot be written (`/proc/sys` is read-only: a container
+    /// without privileges) and does not already hold the value DHCP mode needs.
+    #[error(
+        "macvlan {name}: {path} is read-only here and holds {current}, not {value}: run the vipd \
+         container privileged in DHCP mode (securityContext.privileged: true), or set \
+         net.{family}.conf.default.{key}={value} on the host so that new interfaces start with it"
+    )]
+    ReadOnlySysctl {
+        /// The macvlan.
+        name: String,
+        /// The `/proc/sys` path.
+        path: String,
+        /// `ipv4` or `ipv6`.
+        family: &'static str,
+        /// The setting.
+        key: &'static str,
+        /// The value needed.
+        value: u8,
+        /// The value it holds (`?` when unreadable).
+        current: String,
+    },
     /// The netlink socket could not be opened.
     #[error("cannot open a netlink socket: {0}")]
     Socket(#[source] std::io::Error),
@@ -293,6 +314,10 @@ pub trait MacvlanKernel: Send + Sync + 'static {
         key: &'static str,
         value: u8,
     ) -> Result<(), MacvlanError>;
+
+    /// Reads `/proc/sys/net/<family>/conf/<name>/<key>`; `None` when it cannot be read or
+    /// is not a small number.
+    fn get_conf(&self, family: ConfFamily, name: &str, key: &'static str) -> Option<u8>;
 }
 
 /// Which `/proc/sys/net/<family>/conf` tree a setting lives in.
@@ -377,17 +402,12 @@ impl<K: MacvlanKernel> Macvlans<K> {
                     .await?
             }
         };
-        self.kernel
-            .set_conf(ConfFamily::Ipv4, &spec.name, "rp_filter", spec.rp_filter)?;
+        self.configure(ConfFamily::Ipv4, &spec.name, "rp_filter", spec.rp_filter)?;
         for (key, value) in ARP_SETTINGS {
-            self.kernel
-                .set_conf(ConfFamily::Ipv4, &spec.name, key, value)?;
+            self.configure(ConfFamily::Ipv4, &spec.name, key, value)?;
         }
         for (key, value) in IPV6_SETTINGS {
-            match self
-                .kernel
-                .set_conf(ConfFamily::Ipv6, &spec.name, key, value)
-            {
+            match self.configure(ConfFamily::Ipv6, &spec.name, key, value) {
                 Err(MacvlanError::Sysctl { source, .. })
                     if source.kind() == std::io::ErrorKind::NotFound => {}
                 other => other?,
@@ -395,6 +415,40 @@ impl<K: MacvlanKernel> Macvlans<K> {
         }
         self.kernel.up(index, &spec.name).await?;
         Ok(index)
+    }
+
+    /// Writes one setting of macvlan `name`. Where `/proc/sys` is read-only (a container
+    /// without privileges) a setting that already holds `value` (inherited from the host's
+    /// `conf/default`) is fine; otherwise [`MacvlanError::ReadOnlySysctl`] says what to do.
+    fn configure(
+        &self,
+        family: ConfFamily,
+        name: &str,
+        key: &'static str,
+        value: u8,
+    ) -> Result<(), MacvlanError> {
+        match self.kernel.set_conf(family, name, key, value) {
+            Err(MacvlanError::Sysctl { path, source, .. })
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied
+                ) =>
+            {
+                let current = self.kernel.get_conf(family, name, key);
+                if current == Some(value) {
+                    return Ok(());
+                }
+                Err(MacvlanError::ReadOnlySysctl {
+                    name: name.into(),
+                    path,
+                    family: family.dir(),
+                    key,
+                    value,
+                    current: current.map_or_else(|| "?".into(), |c| c.to_string()),
+                })
+            }
+            other => other,
+        }
     }
 
     /// Deletes the macvlan `name` if it is vipd's (marked); absent = `Ok(false)`.
@@ -590,6 +644,11 @@ impl MacvlanKernel for NetlinkMacvlans {
             value,
             source,
         })
+    }
+
+    fn get_conf(&self, family: ConfFamily, name: &str, key: &'static str) -> Option<u8> {
+        let path = format!("/proc/sys/net/{}/conf/{name}/{key}", family.dir());
+        std::fs::read_to_string(path).ok()?.trim().parse().ok()
     }
 }
 

@@ -11,6 +11,9 @@ pub(crate) struct FakeKernel {
     calls: Mutex<Vec<String>>,
     /// Answer IPv6 settings with `NotFound`, as a kernel without IPv6 does.
     pub(crate) no_ipv6: AtomicBool,
+    /// `/proc/sys` read-only (a container without privileges): writes fail, and each
+    /// setting reads as the value given for its key (unreadable when absent).
+    pub(crate) read_only: Mutex<Option<std::collections::HashMap<&'static str, u8>>>,
 }
 
 impl FakeKernel {
@@ -19,6 +22,7 @@ impl FakeKernel {
             links: Mutex::new(links),
             calls: Mutex::default(),
             no_ipv6: AtomicBool::new(false),
+            read_only: Mutex::new(None),
         }
     }
     pub(crate) fn calls(&self) -> Vec<String> {
@@ -80,7 +84,18 @@ impl MacvlanKernel for FakeKernel {
                 source: std::io::ErrorKind::NotFound.into(),
             });
         }
+        if self.read_only.lock().unwrap().is_some() {
+            return Err(MacvlanError::Sysctl {
+                name: name.into(),
+                path: format!("/proc/sys/net/{}/conf/{name}/{key}", family.dir()),
+                value,
+                source: std::io::ErrorKind::ReadOnlyFilesystem.into(),
+            });
+        }
         self.log(format!("sysctl {} {name} {key}={value}", family.dir()));
         Ok(())
+    }
+    fn get_conf(&self, _family: ConfFamily, _name: &str, key: &'static str) -> Option<u8> {
+        self.read_only.lock().unwrap().as_ref()?.get(key).copied()
     }
 }

@@ -186,3 +186,40 @@ fn decodes_kind_alias_parent_and_mac() {
     );
     assert!(e.is_ours());
 }
+
+/// `/proc/sys` read-only (a container without privileges): settings that already hold the
+/// needed values (inherited from the host's `conf/default`) are fine; one that does not
+/// fails with the path, the values and what to do.
+#[tokio::test]
+async fn ensure_on_a_read_only_proc_sys_checks_the_values_instead() {
+    let k = FakeKernel::with(vec![entry(2, "eth0", false, None)]);
+    let good: std::collections::HashMap<&'static str, u8> = [
+        ("rp_filter", 0),
+        ("arp_ignore", 1),
+        ("arp_announce", 2),
+        ("accept_ra", 0),
+        ("autoconf", 0),
+    ]
+    .into();
+    *k.read_only.lock().unwrap() = Some(good.clone());
+    let m = Macvlans::new(k);
+    let index = m.ensure(&spec("vip-a")).await.unwrap();
+    assert_eq!(
+        m.kernel().calls().last(),
+        Some(&format!("up vip-a {index}"))
+    );
+
+    let k = FakeKernel::with(vec![entry(2, "eth0", false, None)]);
+    let mut strict = good;
+    strict.insert("rp_filter", 1);
+    *k.read_only.lock().unwrap() = Some(strict);
+    let m = Macvlans::new(k);
+    let e = m.ensure(&spec("vip-a")).await.unwrap_err().to_string();
+    assert!(
+        e.contains("/proc/sys/net/ipv4/conf/vip-a/rp_filter")
+            && e.contains("holds 1, not 0")
+            && e.contains("privileged")
+            && e.contains("net.ipv4.conf.default.rp_filter=0"),
+        "{e}"
+    );
+}
