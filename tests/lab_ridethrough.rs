@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::*;
-use xtask::lab::{ArpWatcher, ControlPlaneProcess, Lab, LabOptions, LabProcess, Signal};
+use xtask::lab::{ControlPlaneProcess, Lab, LabOptions, LabProcess, Signal};
 
 const VIPS: [(&str, &str); 3] = [
     ("ride-a", "192.0.2.30"),
@@ -375,15 +375,9 @@ fn cut_holder_from_api(lab: &Lab, ride: bool) -> CutRun {
     wait_until("the lease names the holder", LIMIT, || {
         lease_holder(lab, "default", &format!("kubevip-{name}")).as_deref() == Some(old.as_str())
     });
-    let arp = ArpWatcher::start(
-        &lab.netns_path("api").expect("api ns"),
-        xtask::lab::ETH,
-        xtask::lab::API_IP,
-        xtask::lab::CLIENT_V6,
-        ip.parse().expect("ip"),
-        Duration::from_millis(20),
-    )
-    .expect("arp watcher");
+    let arp = lab
+        .arp_watch_from_api(ip.parse().expect("ip"), Duration::from_millis(20))
+        .expect("arp watcher");
     let probe = lab
         .spawn(
             "client",

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use support::*;
-use xtask::lab::{ArpWatcher, LabOptions, Signal};
+use xtask::lab::{LabOptions, Signal};
 
 const SERVICES: usize = 30;
 
@@ -166,15 +166,9 @@ fn s52_failback_returns_the_service_after_the_holddown_with_one_handover() {
     wait_until("the VIP moves to node-a", Duration::from_secs(20), || {
         holders(&lab, ip) == vec!["node-a".to_string()]
     });
-    let arp = ArpWatcher::start(
-        &lab.netns_path("api").expect("api ns"),
-        xtask::lab::ETH,
-        xtask::lab::API_IP,
-        xtask::lab::CLIENT_V6,
-        ip.parse().expect("ip"),
-        Duration::from_millis(20),
-    )
-    .expect("arp watcher");
+    let arp = lab
+        .arp_watch_from_api(ip.parse().expect("ip"), Duration::from_millis(20))
+        .expect("arp watcher");
     procs[1] = start_vipd_services(&lab, "node-b", true, &extra);
     let t0 = Instant::now();
     std::thread::sleep(Duration::from_secs(3));

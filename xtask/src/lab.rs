@@ -431,6 +431,22 @@ impl Lab {
         )
     }
 
+    /// Starts an [`ArpWatcher`] in ns api probing `target` every `interval`: for tests that
+    /// also run a client probe, whose neighbour cache the watcher's replies must not touch.
+    ///
+    /// # Errors
+    /// [`LabError::Io`]/[`LabError::Thread`] if the socket cannot be opened.
+    pub fn arp_watch_from_api(&self, target: IpAddr, interval: Duration) -> Result<ArpWatcher> {
+        ArpWatcher::start(
+            &self.netns_path("api")?,
+            ETH,
+            API_IP,
+            CLIENT_V6,
+            target,
+            interval,
+        )
+    }
+
     fn teardown(&mut self) {
         if let Ok(mut m) = self.local_apis.lock() {
             m.clear();

@@ -52,11 +52,9 @@ async fn a_released_lease_goes_to_the_node_holding_fewer() {
     drop((busy_sees, idle_sees));
 }
 
-/// Balanced nodes take a new lease at once (no delay for holding many, the bring-up
-/// regression of the absolute delay), and the one that is ahead waits its lead.
-#[tokio::test(start_paused = true)]
-async fn balanced_nodes_take_a_new_lease_without_delay() {
-    let spreads = [Spread::new(), Spread::new(), Spread::new()];
+/// Electors for 30 leases (one fake server each) on nodes `n0`..`n2`, all starting now,
+/// node `i` spreading with `spreads[i]`.
+fn thirty_leases_three_nodes(spreads: &[Arc<Spread>; 3]) -> Vec<Node> {
     let mut all = Vec::new();
     for _ in 0..30 {
         let server = FakeServer::new();
@@ -72,6 +70,15 @@ async fn balanced_nodes_take_a_new_lease_without_delay() {
             ));
         }
     }
+    all
+}
+
+/// Balanced nodes take a new lease at once (no delay for holding many, the bring-up
+/// regression of the absolute delay), and the one that is ahead waits its lead.
+#[tokio::test(start_paused = true)]
+async fn balanced_nodes_take_a_new_lease_without_delay() {
+    let spreads = [Spread::new(), Spread::new(), Spread::new()];
+    let all = thirty_leases_three_nodes(&spreads);
     tokio::time::sleep(Duration::from_secs(5)).await;
     let held: Vec<usize> = spreads.iter().map(|s| s.held()).collect();
     assert_eq!(held.iter().sum::<usize>(), 30);
@@ -108,21 +115,7 @@ async fn balanced_nodes_take_a_new_lease_without_delay() {
 #[tokio::test(start_paused = true)]
 async fn thirty_leases_spread_over_three_nodes_from_a_cold_start() {
     let spreads = [Spread::new(), Spread::new(), Spread::new()];
-    let mut all = Vec::new();
-    for _ in 0..30 {
-        let server = FakeServer::new();
-        for (i, sp) in spreads.iter().enumerate() {
-            let who = format!("n{i}");
-            all.push(start_with(
-                &server,
-                &who,
-                &who,
-                true,
-                Some(sp.clone()),
-                None,
-            ));
-        }
-    }
+    let all = thirty_leases_three_nodes(&spreads);
     tokio::time::sleep(Duration::from_secs(5)).await;
     let held: Vec<usize> = spreads.iter().map(|s| s.held()).collect();
     let leading = all.iter().filter(|n| n.state.borrow().is_leading()).count();

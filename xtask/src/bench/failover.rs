@@ -783,14 +783,9 @@ impl Ctx {
     /// # Errors
     /// When the socket cannot be opened.
     pub fn start_arp_watch(&self) -> Result<ArpWatcher> {
-        Ok(ArpWatcher::start(
-            &self.lab.netns_path("api")?,
-            lab::ETH,
-            lab::API_IP,
-            lab::CLIENT_V6,
-            IpAddr::V4(VIP),
-            SAMPLE_INTERVAL,
-        )?)
+        Ok(self
+            .lab
+            .arp_watch_from_api(IpAddr::V4(VIP), SAMPLE_INTERVAL)?)
     }
 }
 
