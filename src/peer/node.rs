@@ -167,7 +167,7 @@ impl PeerNode {
             cfg: parts.cfg,
             own: parts.node.clone(),
             state: Mutex::new(State {
-                peers: Peers::new(parts.cfg, &parts.node, now),
+                peers: Peers::new(parts.cfg, &parts.node),
                 leases: BTreeMap::new(),
                 api_ok_at: None,
                 released: Vec::new(),

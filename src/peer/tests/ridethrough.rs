@@ -59,7 +59,7 @@ fn members(n: usize) -> BTreeSet<String> {
 
 /// Node `own` of `n` members.
 fn node(own: &str, n: usize, t0: Instant) -> Peers {
-    let mut p = Peers::new(cfg(), own, t0);
+    let mut p = Peers::new(cfg(), own);
     p.set_membership(members(n));
     p
 }
@@ -465,8 +465,7 @@ fn take_from_a_silent_holder_needs_a_blocking_set_or_the_cap() {
         }
         t += ms(200);
     }
-    // Expired at 5 s; silence: last listing + 600 ms + 2 s + 250 ms = 3.85 s; evidence
-    // (2.9 s) since t0: a blocking set of 2 (n1, n2) of 3.
+    // Expired at 5 s; evidence (2.9 s) since t0: a blocking set of 2 (n1, n2) of 3.
     assert_eq!(
         c.may_take(t5, &v),
         TakeDecision::Take(TakeReason::HolderSilent {
@@ -525,14 +524,25 @@ fn take_from_a_silent_holder_needs_a_blocking_set_or_the_cap() {
             ..
         }
     ));
-    // Heard too recently: wait for the silence rule even with a blocking set.
+    // Heard listing 1 s ago (silent for longer than the liveness window since): the
+    // blocking set alone decides, no extra silence wait (the rule this replaced took the
+    // lease only 2.85 s after the holder was last heard).
     let mut s = c.clone();
     s.receive(t5 - ms(1000), &hb(&s, "n0", NONE, vec![held("10")]));
     assert_eq!(
         s.may_take(t5, &v),
-        TakeDecision::WaitUntil {
-            at: t5 - ms(1000) + ms(2850),
-            why: WaitReason::Silence
+        TakeDecision::Take(TakeReason::HolderSilent {
+            holder: "n0".into()
+        })
+    );
+    // Heard within the liveness window: not silent; it cannot reach the API and the lease
+    // is past the ask delay: ask it first.
+    let mut r = c.clone();
+    r.receive(t5 - ms(500), &hb(&r, "n0", NONE, vec![held("10")]));
+    assert_eq!(
+        r.may_take(t5, &v),
+        TakeDecision::AskFirst {
+            holder: "n0".into()
         }
     );
 }
