@@ -161,7 +161,6 @@ impl PeerNode {
     /// receiver thread not start (logged), this node hears nobody: it never rides through
     /// and, as a candidate, takes a silent holder's lease only after the ride cap.
     pub(crate) fn start(parts: PeerParts, stop: CancellationToken) -> Self {
-        let now = Instant::now();
         let boot_id = parts.boot_id;
         let inner = Arc::new(Inner {
             cfg: parts.cfg,
