@@ -815,3 +815,49 @@ fn s23_no_parent_interface_until_a_default_route_appears() {
     assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
     no_panics(&procs);
 }
+
+/// S23 (Harvester share-IP mode): a second Service naming the DHCP Service's leased address
+/// concretely (as Harvester writes it for Services sharing one load balancer IP) is served
+/// by the DHCP Service's holder on its macvlan: its status shows the address, only the
+/// macvlan's MAC answers for it, and no node binds it on eth0, with per-Service leases
+/// (where the two Services' own leases could be held by different nodes).
+#[test]
+fn s23_harvester_share_ip_is_served_on_the_primary_macvlan() {
+    let Some(lab) = lab("s23_share", LabOptions::default()) else {
+        return;
+    };
+    let procs = start(&lab);
+    create_service(&lab, &dhcp_service("primary", &[]));
+    let ip = wait_pool_ingress(&lab, "primary", BRING_UP);
+    wait_until("requestedIP written", BRING_UP, || {
+        annotation(&lab, "primary", "kube-vip.io/requestedIP").as_deref()
+            == Some(ip.to_string().as_str())
+    });
+    let macvlan = macvlan_of(&lab, "primary");
+    let holder = one_node_with_link(&lab, &macvlan, BRING_UP);
+    let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
+    create_service(
+        &lab,
+        &service_json(
+            "secondary",
+            None,
+            Some(&ip.to_string()),
+            &[(8080, "TCP")],
+            false,
+        ),
+    );
+    wait_until("the secondary's status shows the address", BRING_UP, || {
+        ingress_ips(&lab, "secondary") == vec![ip.to_string()]
+    });
+    // Only the macvlan answers, and nothing carries the address on eth0.
+    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    assert!(
+        holders(&lab, &ip.to_string()).is_empty(),
+        "{ip} bound on eth0 of {:?}",
+        holders(&lab, &ip.to_string())
+    );
+    assert_eq!(nodes_with_vip_links(&lab), vec![holder.clone()]);
+    // The secondary's own lease is never used.
+    assert_eq!(lease_holder(&lab, "default", "kubevip-secondary"), None);
+    no_panics(&procs);
+}
