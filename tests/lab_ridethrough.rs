@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::*;
-use xtask::lab::{ControlPlaneProcess, Lab, LabOptions, LabProcess, Signal};
+use xtask::lab::{ControlPlaneProcess, Lab, LabOptions, LabProcess};
 
 const VIPS: [(&str, &str); 3] = [
     ("ride-a", "192.0.2.30"),
@@ -318,34 +318,6 @@ fn cut_api(lab: &Lab, node: &str) {
     );
     lab.exec(node, "nft", &[script.as_str()])
         .expect("nft: cut the node from the API server");
-}
-
-/// The longest gap (ms) in a `vipd probe --json` summary, an open gap at the end included.
-fn probe_gap_ms(mut probe: LabProcess) -> f64 {
-    let _ = probe.signal(Signal::SIGINT);
-    if probe
-        .wait_timeout(Duration::from_secs(5))
-        .expect("wait probe")
-        .is_none()
-    {
-        let _ = probe.kill();
-    }
-    let log = probe.log();
-    let line = log
-        .lines()
-        .rev()
-        .find(|l| l.trim_start().starts_with('{'))
-        .unwrap_or_else(|| panic!("no probe summary: {log}"));
-    let v: serde_json::Value = serde_json::from_str(line).expect("probe summary");
-    let closed = v["longest_gap"]["gap_ms"].as_f64().unwrap_or(0.0);
-    let open = match (
-        v["trailing_failures"].as_u64(),
-        v["last_success_ms"].as_f64(),
-    ) {
-        (Some(n), Some(last)) if n > 0 => v["elapsed_ms"].as_f64().unwrap_or(last) - last,
-        _ => 0.0,
-    };
-    closed.max(open)
 }
 
 /// What one S51 run saw.
