@@ -603,11 +603,7 @@ fn s24_stale_macvlan_removed_when_vipd_restarts() {
         return;
     };
     let mut procs = start(&lab);
-    create_service(&lab, &dhcp_service("web", &[]));
-    let ip = wait_pool_ingress(&lab, "web", BRING_UP);
-    let macvlan = macvlan_of(&lab, "web");
-    let old = one_node_with_link(&lab, &macvlan, Duration::from_secs(10));
-    let mac = lab.mac_of_if(&old, &macvlan).unwrap();
+    let (ip, macvlan, old, mac) = web_bound(&lab);
     let i = NODES.iter().position(|n| *n == old).unwrap();
     procs[i].signal(Signal::SIGKILL).unwrap();
     assert!(
@@ -869,6 +865,17 @@ impl PortCaptures {
     }
 }
 
+/// Creates the DHCP Service `web` and waits for its lease: (address, macvlan, holder,
+/// the macvlan's MAC).
+fn web_bound(lab: &Lab) -> (Ipv4Addr, String, String, MacAddr) {
+    create_service(lab, &dhcp_service("web", &[]));
+    let ip = wait_pool_ingress(lab, "web", BRING_UP);
+    let macvlan = macvlan_of(lab, "web");
+    let holder = one_node_with_link(lab, &macvlan, Duration::from_secs(10));
+    let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
+    (ip, macvlan, holder, mac)
+}
+
 /// Nodes whose `macvlan` carries `ip` right now.
 fn carriers(lab: &Lab, macvlan: &str, ip: Ipv4Addr) -> Vec<String> {
     NODES
@@ -899,11 +906,7 @@ fn holder_loss_keeps_address_and_mac(test: &str, loss: Loss) {
         return;
     };
     let mut procs = start(&lab);
-    create_service(&lab, &dhcp_service("web", &[]));
-    let ip = wait_pool_ingress(&lab, "web", BRING_UP);
-    let macvlan = macvlan_of(&lab, "web");
-    let old = one_node_with_link(&lab, &macvlan, Duration::from_secs(10));
-    let mac = lab.mac_of_if(&old, &macvlan).unwrap();
+    let (ip, macvlan, old, mac) = web_bound(&lab);
     wait_until("annotations written", Duration::from_secs(10), || {
         annotation(&lab, "web", "kube-vip.io/hwaddr").as_deref() == Some(&mac.to_string())
     });
@@ -914,22 +917,7 @@ fn holder_loss_keeps_address_and_mac(test: &str, loss: Loss) {
     let watch = lab
         .arp_watch_from_api(IpAddr::V4(ip), Duration::from_millis(20))
         .unwrap();
-    let probe = lab
-        .spawn(
-            "client",
-            env!("CARGO_BIN_EXE_vipd"),
-            &[
-                "probe",
-                &format!("http://{ip}/"),
-                "--interval",
-                "20ms",
-                "--timeout",
-                "1s",
-                "--json",
-            ],
-            &[],
-        )
-        .unwrap();
+    let probe = start_http_probe(&lab, &ip.to_string());
     wait_until(
         "the holder answers the watcher",
         Duration::from_secs(10),

@@ -350,22 +350,7 @@ fn cut_holder_from_api(lab: &Lab, ride: bool) -> CutRun {
     let arp = lab
         .arp_watch_from_api(ip.parse().expect("ip"), Duration::from_millis(20))
         .expect("arp watcher");
-    let probe = lab
-        .spawn(
-            "client",
-            env!("CARGO_BIN_EXE_vipd"),
-            &[
-                "probe",
-                &format!("http://{ip}/"),
-                "--interval",
-                "20ms",
-                "--timeout",
-                "1s",
-                "--json",
-            ],
-            &[],
-        )
-        .expect("start the probe");
+    let probe = start_http_probe(lab, ip);
     std::thread::sleep(Duration::from_secs(2));
     cut_api(lab, &old);
     let t0 = Instant::now();

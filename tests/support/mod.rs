@@ -506,6 +506,26 @@ pub fn assert_clean_handover(
     }
 }
 
+/// Starts `vipd probe http://<ip>/ --interval 20ms --timeout 1s --json` in ns client (the
+/// lab's HTTP backends answer it); [`probe_gap_ms`] stops it and reads the longest gap.
+pub fn start_http_probe(lab: &Lab, ip: &str) -> LabProcess {
+    lab.spawn(
+        "client",
+        env!("CARGO_BIN_EXE_vipd"),
+        &[
+            "probe",
+            &format!("http://{ip}/"),
+            "--interval",
+            "20ms",
+            "--timeout",
+            "1s",
+            "--json",
+        ],
+        &[],
+    )
+    .expect("start the probe")
+}
+
 /// Stops a running `vipd probe ... --json` (SIGINT, then SIGKILL after 5 s) and returns the
 /// longest gap (ms) of its summary, an open gap at the end included.
 pub fn probe_gap_ms(mut probe: LabProcess) -> f64 {
