@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::*;
-use xtask::lab::{ControlPlaneProcess, Lab, LabOptions, LabProcess, Signal};
+use xtask::lab::{ControlPlaneProcess, Lab, LabOptions, LabProcess};
 
 const VIPS: [(&str, &str); 3] = [
     ("ride-a", "192.0.2.30"),
@@ -230,7 +230,7 @@ fn s46_service_vips_ride_through_api_freeze_and_stop() {
     // Frozen for 6 s.
     let pid = *lab.control_plane_pids().get(1).expect("apiserver pid");
     let pid = nix::unistd::Pid::from_raw(pid);
-    let probe = start_probe(&lab, &probe_ip);
+    let probe = start_http_probe(&lab, &probe_ip);
     std::thread::sleep(Duration::from_secs(1));
     let w = Watcher::start(&lab, &want);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
@@ -254,7 +254,7 @@ fn s46_service_vips_ride_through_api_freeze_and_stop() {
     let before = leases_now(&lab);
 
     // Stopped for 30 s, then started again (the watcher runs through the restart).
-    let probe = start_probe(&lab, &probe_ip);
+    let probe = start_http_probe(&lab, &probe_ip);
     std::thread::sleep(Duration::from_secs(1));
     let w = Watcher::start(&lab, &want);
     lab.restart_control_plane_after(
@@ -342,54 +342,6 @@ fn cut_api(lab: &Lab, node: &str) {
         .expect("nft: cut the node from the API server");
 }
 
-/// `vipd probe http://<ip>/ --interval 20ms --timeout 1s --json` from ns client (stop it
-/// with [`probe_gap_ms`]).
-fn start_probe(lab: &Lab, ip: &str) -> LabProcess {
-    lab.spawn(
-        "client",
-        env!("CARGO_BIN_EXE_vipd"),
-        &[
-            "probe",
-            &format!("http://{ip}/"),
-            "--interval",
-            "20ms",
-            "--timeout",
-            "1s",
-            "--json",
-        ],
-        &[],
-    )
-    .expect("start the probe")
-}
-
-/// The longest gap (ms) in a `vipd probe --json` summary, an open gap at the end included.
-fn probe_gap_ms(mut probe: LabProcess) -> f64 {
-    let _ = probe.signal(Signal::SIGINT);
-    if probe
-        .wait_timeout(Duration::from_secs(5))
-        .expect("wait probe")
-        .is_none()
-    {
-        let _ = probe.kill();
-    }
-    let log = probe.log();
-    let line = log
-        .lines()
-        .rev()
-        .find(|l| l.trim_start().starts_with('{'))
-        .unwrap_or_else(|| panic!("no probe summary: {log}"));
-    let v: serde_json::Value = serde_json::from_str(line).expect("probe summary");
-    let closed = v["longest_gap"]["gap_ms"].as_f64().unwrap_or(0.0);
-    let open = match (
-        v["trailing_failures"].as_u64(),
-        v["last_success_ms"].as_f64(),
-    ) {
-        (Some(n), Some(last)) if n > 0 => v["elapsed_ms"].as_f64().unwrap_or(last) - last,
-        _ => 0.0,
-    };
-    closed.max(open)
-}
-
 /// What one S51 run saw.
 struct CutRun {
     procs: Vec<LabProcess>,
@@ -420,7 +372,7 @@ fn cut_holder_from_api(lab: &Lab, ride: bool) -> CutRun {
     let arp = lab
         .arp_watch_from_api(ip.parse().expect("ip"), Duration::from_millis(20))
         .expect("arp watcher");
-    let probe = start_probe(lab, ip);
+    let probe = start_http_probe(lab, ip);
     std::thread::sleep(Duration::from_secs(2));
     cut_api(lab, &old);
     let t0 = Instant::now();
