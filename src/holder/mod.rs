@@ -378,10 +378,6 @@ impl Links {
         self.0.retain(|(k, _)| k != i);
     }
 
-    fn clear(&mut self) {
-        self.0.clear();
-    }
-
     fn len(&self) -> usize {
         self.0.len()
     }

@@ -316,7 +316,18 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             })
             .map(|n| n.vip)
             .collect();
-        self.links.clear();
+        // Links follow their VIP to its new position (resolved again below; a VIP whose
+        // interface did not change is not logged again).
+        let old_links = std::mem::take(&mut self.links);
+        for (i, n) in self.vips.iter().enumerate() {
+            let kept = old
+                .iter()
+                .position(|o| o.vip == n.vip && o.interface == n.interface)
+                .and_then(|j| old_links.get(&j));
+            if let Some(link) = kept {
+                self.links.insert(i, link.clone());
+            }
+        }
         self.resolve_links().await;
         if leading {
             let window = self.probing_window();
