@@ -63,8 +63,8 @@ pub struct Candidate {
     /// The Service's own lease (per-Service election): `kubevip-<name>` in its namespace,
     /// or the annotation's override.
     pub lease: LeaseRef,
-    /// DHCP mode: the Service's address `0.0.0.0` asks for a DHCPv4 lease with this
-    /// request (its other addresses, if any, are served as usual).
+    /// DHCP mode: the Service's address `0.0.0.0` (`::`) asks for a DHCPv4 (DHCPv6) lease
+    /// with this request (its other addresses, if any, are served as usual).
     pub dhcp: Option<DhcpRequest>,
     /// Why this node may not announce this Service (per-Service election only): its
     /// labels do not match the Service's node selector, or no subnet connected to it

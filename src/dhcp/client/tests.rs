@@ -6,6 +6,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::*;
 use crate::dhcp::machine::Dest;
+use crate::dhcp::machine::Outgoing;
 use crate::dhcp::machine::tests::{ADDR, MAC, SERVER, reply};
 use crate::net::macvlan::LinkEntry;
 use crate::net::macvlan::fake::FakeKernel;
@@ -16,6 +17,9 @@ struct FakeWire {
 }
 
 impl Wire for FakeWire {
+    type Out = Outgoing;
+    type Msg = Message;
+
     async fn send(&mut self, out: &Outgoing) -> io::Result<()> {
         let _ = self.sent.send(out.clone());
         Ok(())
@@ -60,7 +64,7 @@ impl Server {
     }
 }
 
-fn client() -> (DhcpClient<FakeKernel, FakeTransport>, Server) {
+fn client() -> (DhcpClient<FakeKernel, FakeTransport, Udp6Transport>, Server) {
     let (sent_tx, sent_rx) = unbounded_channel();
     let (reply_tx, reply_rx) = unbounded_channel();
     let transport = FakeTransport::default();
@@ -77,7 +81,7 @@ fn client() -> (DhcpClient<FakeKernel, FakeTransport>, Server) {
         mac: [0x02, 0, 0, 0, 0, 1],
     };
     (
-        DhcpClient::new(FakeKernel::with(vec![eth0]), transport),
+        DhcpClient::new(FakeKernel::with(vec![eth0]), transport, Udp6Transport),
         Server {
             sent: sent_rx,
             replies: reply_tx,
@@ -87,10 +91,12 @@ fn client() -> (DhcpClient<FakeKernel, FakeTransport>, Server) {
 
 fn spec() -> DhcpSpec {
     DhcpSpec {
+        family: crate::dhcp::DhcpFamily::V4,
         parent: "eth0".into(),
         macvlan: "vip-0123abcd".into(),
         mac: MAC,
         requested: None,
+        requested_v6: None,
         hostname: None,
         broadcast: false,
         rp_filter: 0,
@@ -112,7 +118,7 @@ async fn bind(handle: &mut DhcpHandle, server: &mut Server) {
     server.answer(&r, MessageType::Ack);
     handle
         .state
-        .wait_for(|s| matches!(s, DhcpState::Bound(b) if b.addr == ADDR))
+        .wait_for(|s| matches!(s, DhcpState::Bound(b) if b.addr == std::net::IpAddr::V4(ADDR)))
         .await
         .unwrap();
 }
@@ -192,7 +198,7 @@ async fn decline_from_the_handle_sends_decline_and_loses_the_lease() {
     let (dhcp, mut server) = client();
     let mut handle = dhcp.start(spec());
     bind(&mut handle, &mut server).await;
-    handle.decline(ADDR);
+    handle.decline(ADDR.into());
     let d = server.next().await;
     assert_eq!(kind(&d), MessageType::Decline);
     assert!(
