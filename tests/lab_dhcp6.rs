@@ -1,0 +1,245 @@
+//! Lab tests of DHCPv6 mode end to end (issue 13, `::` Services): vipd on node-a/b/c in
+//! Services mode with `dhcp_mode=true` and per-Service election against the real
+//! kube-apiserver, dnsmasq in the lab's `dhcp` namespace with a DHCPv6 pool
+//! (2001:db8::1000-1fff, IA_NA, lease 120 s). A Service whose address is `::` gets one from
+//! dnsmasq through a macvlan on its holder; the client namespace probes it with neighbour
+//! solicitations.
+
+mod support;
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv6Addr};
+use std::time::{Duration, Instant};
+
+use support::*;
+use xtask::lab::{
+    DHCP6_POOL_END, DHCP6_POOL_START, DnsmasqOptions, Lab, LabOptions, LabProcess, MacAddr, Signal,
+};
+
+/// How long a first lease may take: vipd's election (lease 5/3/1), Solicit/Advertise/
+/// Request/Reply and vipd's conflict probe (well under a second in the lab; generous).
+const BRING_UP: Duration = Duration::from_secs(30);
+
+fn in_pool6(a: Ipv6Addr) -> bool {
+    (u128::from(DHCP6_POOL_START)..=u128::from(DHCP6_POOL_END)).contains(&u128::from(a))
+}
+
+/// dnsmasq with DHCPv4 and DHCPv6 running, vipd on every node in DHCP mode with
+/// per-Service election.
+fn start(lab: &Lab) -> Vec<LabProcess> {
+    lab.start_dnsmasq(&DnsmasqOptions {
+        range_v6: Some((DHCP6_POOL_START, DHCP6_POOL_END)),
+        ..DnsmasqOptions::default()
+    })
+    .unwrap();
+    NODES
+        .iter()
+        .map(|n| start_vipd_services(lab, n, true, &[("dhcp_mode", "true")]))
+        .collect()
+}
+
+/// A LoadBalancer Service asking for DHCP: `kube-vip.io/loadbalancerIPs: <ips>`.
+fn dhcp6_service(name: &str, ips: &str) -> serde_json::Value {
+    service_json(name, Some(ips), None, &[(80, "TCP")], false)
+}
+
+/// The default macvlan name of a Service: `vip-` and the first 8 characters of its UID.
+fn macvlan_of(lab: &Lab, svc: &str) -> String {
+    let s = get_service(lab, svc).expect("service");
+    let uid = s["metadata"]["uid"].as_str().expect("uid");
+    format!("vip-{}", &uid[..8])
+}
+
+/// Nodes that have a link named `name`.
+fn nodes_with_link(lab: &Lab, name: &str) -> Vec<String> {
+    NODES
+        .iter()
+        .filter(|n| lab.mac_of_if(n, name).is_ok())
+        .map(|n| n.to_string())
+        .collect()
+}
+
+fn annotation(lab: &Lab, svc: &str, key: &str) -> Option<String> {
+    get_service(lab, svc)?["metadata"]["annotations"][key]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// The Service's IPv6 ingress address once it is one from the DHCPv6 pool.
+fn wait_pool6_ingress(lab: &Lab, svc: &str, limit: Duration) -> Ipv6Addr {
+    wait_for(
+        &format!("a DHCPv6 pool address in {svc}'s status"),
+        limit,
+        || {
+            ingress_ips(lab, svc)
+                .iter()
+                .filter_map(|a| a.parse::<Ipv6Addr>().ok())
+                .find(|a| in_pool6(*a))
+        },
+    )
+}
+
+/// Solicits `ip` from the client every 50 ms for about 2 s and returns the MACs that
+/// answered, checking that no two answered in one slot.
+fn na_responders(lab: &Lab, ip: Ipv6Addr) -> BTreeSet<MacAddr> {
+    let w = lab
+        .arp_watch(IpAddr::V6(ip), xtask::lab::DEFAULT_WATCH_INTERVAL)
+        .unwrap();
+    wait_until("40 probe slots", Duration::from_secs(10), || {
+        w.report().slots.len() >= 41
+    });
+    let r = w.stop().unwrap();
+    assert!(
+        r.max_simultaneous_responders() <= 1,
+        "two answers for {ip} in one slot: {r:?}"
+    );
+    assert!(
+        r.answered_slots() >= 30,
+        "{ip} answered only {} of {} slots",
+        r.answered_slots(),
+        r.slots.len()
+    );
+    r.all_responders()
+}
+
+/// The lease holder of the Service's per-Service lease.
+fn holder_of(lab: &Lab, svc: &str) -> String {
+    wait_for("one lease holder", Duration::from_secs(10), || {
+        lease_holder(lab, "default", &format!("kubevip-{svc}")).filter(|h| !h.is_empty())
+    })
+}
+
+fn no_panics(procs: &[LabProcess]) {
+    for p in procs {
+        assert!(!p.log().contains("panicked"), "{}", p.log());
+    }
+}
+
+/// No Warning Event about `svc` and no WARN or ERROR line in any vipd log: the DHCPv6 path
+/// ran without a failure anywhere.
+fn quiet(lab: &Lab, procs: &[LabProcess], svc: &str) {
+    let warnings: Vec<_> = events_for(lab, svc)
+        .into_iter()
+        .filter(|(t, _, _)| t == "Warning")
+        .collect();
+    assert!(warnings.is_empty(), "{warnings:?}");
+    for p in procs {
+        let log = p.log();
+        let bad: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
+            .collect();
+        assert!(bad.is_empty(), "{}: {bad:#?}", p.name());
+    }
+}
+
+/// S23 (DHCPv6): a `::` Service gets an address from dnsmasq's DHCPv6 pool; its status and
+/// `kube-vip.io/requestedIP` name it; the macvlan `vip-<uid[..8]>` exists only on the
+/// holder and carries it as a /128; a neighbour solicitation for it from the client is
+/// answered by the macvlan's MAC alone, which also announced it (unsolicited NA); dnsmasq
+/// holds the lease for the macvlan's DUID-LL. SIGTERM of the holder then moves the macvlan
+/// (same MAC) and the same address to another node, without a Release.
+#[test]
+fn s23_dhcpv6_service_gets_pool_address() {
+    let Some(lab) = lab("s23_dhcpv6", LabOptions::default()) else {
+        return;
+    };
+    let mut procs = start(&lab);
+    let cap = lab.start_capture().unwrap();
+    let epoch = Instant::now();
+    create_service(&lab, &dhcp6_service("web6", "::"));
+    let ip = wait_pool6_ingress(&lab, "web6", BRING_UP);
+    let status_at = epoch.elapsed();
+    assert_eq!(ingress_ips(&lab, "web6"), vec![ip.to_string()]);
+    let macvlan = macvlan_of(&lab, "web6");
+    let holder = holder_of(&lab, "web6");
+    assert_eq!(nodes_with_link(&lab, &macvlan), vec![holder.clone()]);
+    let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
+    let addrs = lab.addresses(&holder, &macvlan).unwrap();
+    assert!(
+        addrs
+            .iter()
+            .any(|a| a.addr == IpAddr::V6(ip) && a.prefix == 128),
+        "{addrs:?}"
+    );
+    // The parent carries no leased address.
+    let parent = lab.addresses(&holder, "eth0").unwrap();
+    assert!(
+        parent.iter().all(|a| a.addr != IpAddr::V6(ip)),
+        "{parent:?}"
+    );
+    assert_eq!(na_responders(&lab, ip), BTreeSet::from([mac]));
+    wait_until(
+        "an unsolicited NA from the macvlan",
+        Duration::from_secs(5),
+        || {
+            cap.frames()
+                .iter()
+                .any(|f| f.is_announcement_of(IpAddr::V6(ip)) && f.eth_src == mac)
+        },
+    );
+    cap.stop().unwrap();
+    eprintln!("S23 (DHCPv6) figures: status {status_at:?} after the Service was created");
+    // dnsmasq leased it to the macvlan's DUID-LL (type 3, hardware type 1, the MAC).
+    let duid = format!("00:03:00:01:{mac}");
+    let leases = lab.dnsmasq_leases6().unwrap();
+    assert!(
+        leases.iter().any(|l| l.addr == ip && l.duid == duid),
+        "{leases:?} (want {ip} for {duid})"
+    );
+    // The holder writes the MAC and the address back.
+    wait_until(
+        "hwaddr and requestedIP written",
+        Duration::from_secs(10),
+        || {
+            annotation(&lab, "web6", "kube-vip.io/hwaddr").as_deref() == Some(&mac.to_string())
+                && annotation(&lab, "web6", "kube-vip.io/requestedIP").as_deref()
+                    == Some(&ip.to_string())
+        },
+    );
+    quiet(&lab, &procs, "web6");
+
+    // Failover: SIGTERM the holder; the next one asks as the same client (same MAC, so
+    // same DUID and IAID) and gets the same address.
+    let i = NODES.iter().position(|n| *n == holder).unwrap();
+    procs[i].signal(Signal::SIGTERM).unwrap();
+    let st = procs[i].wait_timeout(Duration::from_secs(15)).unwrap();
+    assert!(st.is_some(), "{holder} did not exit on SIGTERM");
+    assert!(
+        !nodes_with_link(&lab, &macvlan).contains(&holder),
+        "{macvlan} left behind on {holder} after SIGTERM"
+    );
+    let new = wait_for(
+        "another node with the macvlan",
+        BRING_UP,
+        || match nodes_with_link(&lab, &macvlan).as_slice() {
+            [one] if *one != holder => Some(one.clone()),
+            _ => None,
+        },
+    );
+    assert_eq!(lab.mac_of_if(&new, &macvlan).unwrap(), mac, "same MAC");
+    wait_until("the same address on the new holder", BRING_UP, || {
+        lab.addresses(&new, &macvlan)
+            .is_ok_and(|a| a.iter().any(|a| a.addr == IpAddr::V6(ip)))
+    });
+    assert_eq!(na_responders(&lab, ip), BTreeSet::from([mac]));
+    assert_eq!(ingress_ips(&lab, "web6"), vec![ip.to_string()]);
+    assert!(
+        !lab.dnsmasq_log().contains("DHCPRELEASE"),
+        "no Release on shutdown: {}",
+        lab.dnsmasq_log()
+    );
+    quiet(&lab, &procs, "web6");
+
+    // Delete: the macvlan goes and dnsmasq sees the Release.
+    delete_service(&lab, "web6");
+    wait_until("no macvlan on any node", Duration::from_secs(10), || {
+        nodes_with_link(&lab, &macvlan).is_empty()
+    });
+    wait_until(
+        "the Release in dnsmasq's log",
+        Duration::from_secs(10),
+        || lab.dnsmasq_log().contains("DHCPRELEASE"),
+    );
+    no_panics(&procs);
+}
