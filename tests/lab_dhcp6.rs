@@ -8,12 +8,13 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
 use support::*;
 use xtask::lab::{
-    DHCP6_POOL_END, DHCP6_POOL_START, DnsmasqOptions, Lab, LabOptions, LabProcess, MacAddr, Signal,
+    DHCP_POOL_END, DHCP_POOL_START, DHCP6_POOL_END, DHCP6_POOL_START, DnsmasqOptions, Lab,
+    LabOptions, LabProcess, MacAddr, Signal,
 };
 
 /// How long a first lease may take: vipd's election (lease 5/3/1), Solicit/Advertise/
@@ -24,14 +25,18 @@ fn in_pool6(a: Ipv6Addr) -> bool {
     (u128::from(DHCP6_POOL_START)..=u128::from(DHCP6_POOL_END)).contains(&u128::from(a))
 }
 
+/// dnsmasq with the lab's DHCPv4 and DHCPv6 pools.
+fn dnsmasq_options() -> DnsmasqOptions {
+    DnsmasqOptions {
+        range_v6: Some((DHCP6_POOL_START, DHCP6_POOL_END)),
+        ..DnsmasqOptions::default()
+    }
+}
+
 /// dnsmasq with DHCPv4 and DHCPv6 running, vipd on every node in DHCP mode with
 /// per-Service election.
 fn start(lab: &Lab) -> Vec<LabProcess> {
-    lab.start_dnsmasq(&DnsmasqOptions {
-        range_v6: Some((DHCP6_POOL_START, DHCP6_POOL_END)),
-        ..DnsmasqOptions::default()
-    })
-    .unwrap();
+    lab.start_dnsmasq(&dnsmasq_options()).unwrap();
     NODES
         .iter()
         .map(|n| start_vipd_services(lab, n, true, &[("dhcp_mode", "true")]))
@@ -156,10 +161,11 @@ fn s23_dhcpv6_service_gets_pool_address() {
     assert_eq!(nodes_with_link(&lab, &macvlan), vec![holder.clone()]);
     let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
     let addrs = lab.addresses(&holder, &macvlan).unwrap();
+    // A /128, fenced: its valid lifetime never reaches past the 120 s lease.
     assert!(
-        addrs
-            .iter()
-            .any(|a| a.addr == IpAddr::V6(ip) && a.prefix == 128),
+        addrs.iter().any(|a| a.addr == IpAddr::V6(ip)
+            && a.prefix == 128
+            && a.valid_lft.is_some_and(|l| l <= 120)),
         "{addrs:?}"
     );
     // The parent carries no leased address.
@@ -241,5 +247,151 @@ fn s23_dhcpv6_service_gets_pool_address() {
         Duration::from_secs(10),
         || lab.dnsmasq_log().contains("DHCPRELEASE"),
     );
+    no_panics(&procs);
+}
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// Whether `node`'s `macvlan` carries `ip`.
+fn carries(lab: &Lab, node: &str, macvlan: &str, ip: Ipv6Addr) -> bool {
+    lab.addresses(node, macvlan)
+        .is_ok_and(|a| a.iter().any(|a| a.addr == IpAddr::V6(ip)))
+}
+
+/// S23 (DHCPv6 renewal and expiry): the lease is renewed at T1 (dnsmasq sees a Renew from
+/// the macvlan's DUID and extends it) and the address stays past the first lease's end;
+/// with dnsmasq stopped, the address goes when the valid lifetime ends and a
+/// `DHCPLeaseLost` Warning says why; with dnsmasq back, the same address returns.
+#[test]
+fn s23_dhcpv6_renewal_keeps_the_address_and_expiry_removes_it() {
+    let Some(lab) = lab("s23_dhcpv6_renew", LabOptions::default()) else {
+        return;
+    };
+    let procs = start(&lab);
+    create_service(&lab, &dhcp6_service("web6", "::"));
+    let ip = wait_pool6_ingress(&lab, "web6", BRING_UP);
+    let macvlan = macvlan_of(&lab, "web6");
+    let holder = holder_of(&lab, "web6");
+    let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
+    let duid = format!("00:03:00:01:{mac}");
+    let first = wait_for("dnsmasq's DHCPv6 lease", Duration::from_secs(5), || {
+        lab.dnsmasq_leases6()
+            .unwrap()
+            .into_iter()
+            .find(|l| l.addr == ip && l.duid == duid)
+            .map(|l| l.expires)
+    });
+    wait_until("the lease renewed at T1", Duration::from_secs(90), || {
+        lab.dnsmasq_leases6()
+            .unwrap()
+            .iter()
+            .any(|l| l.addr == ip && l.duid == duid && l.expires > first)
+    });
+    assert!(
+        lab.dnsmasq_log().contains("DHCPRENEW"),
+        "{}",
+        lab.dnsmasq_log()
+    );
+    wait_until(
+        "the first lease's end passed",
+        Duration::from_secs(90),
+        || unix_now() > first + 2,
+    );
+    assert!(
+        carries(&lab, &holder, &macvlan, ip),
+        "{ip} gone from {holder}/{macvlan} after the first lease ended"
+    );
+    assert_eq!(na_responders(&lab, ip), BTreeSet::from([mac]));
+    quiet(&lab, &procs, "web6");
+
+    // No server: Renew, then Rebind, then the valid lifetime ends and the address goes.
+    lab.stop_dnsmasq().unwrap();
+    let stopped = Instant::now();
+    wait_until(
+        "the address removed at expiry",
+        Duration::from_secs(150),
+        || !carries(&lab, &holder, &macvlan, ip),
+    );
+    eprintln!(
+        "S23 (DHCPv6) figures: address removed {:?} after the server stopped",
+        stopped.elapsed()
+    );
+    wait_until("a DHCPLeaseLost Warning", Duration::from_secs(10), || {
+        events_for(&lab, "web6").iter().any(|(t, r, m)| {
+            t == "Warning"
+                && r == "DHCPLeaseLost"
+                && m.contains("DHCPv6")
+                && m.contains(&ip.to_string())
+        })
+    });
+    // The server back: the same address (asked for again, same DUID and IAID).
+    lab.start_dnsmasq(&dnsmasq_options()).unwrap();
+    wait_until("the same address again", Duration::from_secs(90), || {
+        carries(&lab, &holder, &macvlan, ip)
+    });
+    assert_eq!(ingress_ips(&lab, "web6"), vec![ip.to_string()]);
+    no_panics(&procs);
+}
+
+/// Dual stack: a `0.0.0.0,::` Service gets one address of each pool on its one macvlan;
+/// the status lists the IPv4 address first (Harvester reads `ingress[0].ip`) and
+/// `kube-vip.io/requestedIP` is `v4,v6`; both are answered from the macvlan's MAC.
+#[test]
+fn s23_dual_stack_dhcp_service_gets_both_addresses_on_one_macvlan() {
+    let Some(lab) = lab("s23_dhcp_dual", LabOptions::default()) else {
+        return;
+    };
+    let procs = start(&lab);
+    create_service(&lab, &dhcp6_service("dual", "0.0.0.0,::"));
+    let in_pool4 = |a: Ipv4Addr| {
+        (u32::from(DHCP_POOL_START)..=u32::from(DHCP_POOL_END)).contains(&u32::from(a))
+    };
+    let (v4, v6) = wait_for(
+        "both addresses in the status",
+        BRING_UP,
+        || match ingress_ips(&lab, "dual").as_slice() {
+            [a, b] => {
+                let v4 = a.parse::<Ipv4Addr>().ok().filter(|a| in_pool4(*a))?;
+                let v6 = b.parse::<Ipv6Addr>().ok().filter(|b| in_pool6(*b))?;
+                Some((v4, v6))
+            }
+            _ => None,
+        },
+    );
+    let macvlan = macvlan_of(&lab, "dual");
+    let holder = holder_of(&lab, "dual");
+    assert_eq!(nodes_with_link(&lab, &macvlan), vec![holder.clone()]);
+    let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
+    let addrs = lab.addresses(&holder, &macvlan).unwrap();
+    assert!(
+        addrs
+            .iter()
+            .any(|a| a.addr == IpAddr::V4(v4) && a.prefix == 32)
+            && addrs
+                .iter()
+                .any(|a| a.addr == IpAddr::V6(v6) && a.prefix == 128),
+        "{addrs:?}"
+    );
+    assert_eq!(na_responders(&lab, v6), BTreeSet::from([mac]));
+    wait_until("requestedIP v4,v6", Duration::from_secs(10), || {
+        annotation(&lab, "dual", "kube-vip.io/requestedIP").as_deref()
+            == Some(&format!("{v4},{v6}"))
+    });
+    quiet(&lab, &procs, "dual");
+    // Deleted: both released, the macvlan gone.
+    delete_service(&lab, "dual");
+    wait_until("no macvlan on any node", Duration::from_secs(10), || {
+        nodes_with_link(&lab, &macvlan).is_empty()
+    });
+    wait_until("both released", Duration::from_secs(10), || {
+        let log = lab.dnsmasq_log();
+        log.contains(&format!("DHCPRELEASE(eth0) {v4} {mac}"))
+            && log.matches("DHCPRELEASE").count() >= 2
+    });
     no_panics(&procs);
 }
