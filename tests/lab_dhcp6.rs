@@ -11,10 +11,11 @@ use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
+use support::dhcp::*;
 use support::*;
 use xtask::lab::{
     DHCP_POOL_END, DHCP_POOL_START, DHCP6_POOL_END, DHCP6_POOL_START, DnsmasqOptions, Lab,
-    LabOptions, LabProcess, MacAddr, Signal,
+    LabOptions, LabProcess, Signal,
 };
 
 /// How long a first lease may take: vipd's election (lease 5/3/1), Solicit/Advertise/
@@ -48,13 +49,6 @@ fn dhcp6_service(name: &str, ips: &str) -> serde_json::Value {
     service_json(name, Some(ips), None, &[(80, "TCP")], false)
 }
 
-/// The default macvlan name of a Service: `vip-` and the first 8 characters of its UID.
-fn macvlan_of(lab: &Lab, svc: &str) -> String {
-    let s = get_service(lab, svc).expect("service");
-    let uid = s["metadata"]["uid"].as_str().expect("uid");
-    format!("vip-{}", &uid[..8])
-}
-
 /// Nodes that have a link named `name`.
 fn nodes_with_link(lab: &Lab, name: &str) -> Vec<String> {
     NODES
@@ -62,12 +56,6 @@ fn nodes_with_link(lab: &Lab, name: &str) -> Vec<String> {
         .filter(|n| lab.mac_of_if(n, name).is_ok())
         .map(|n| n.to_string())
         .collect()
-}
-
-fn annotation(lab: &Lab, svc: &str, key: &str) -> Option<String> {
-    get_service(lab, svc)?["metadata"]["annotations"][key]
-        .as_str()
-        .map(str::to_string)
 }
 
 /// The Service's IPv6 ingress address once it is one from the DHCPv6 pool.
@@ -84,58 +72,11 @@ fn wait_pool6_ingress(lab: &Lab, svc: &str, limit: Duration) -> Ipv6Addr {
     )
 }
 
-/// Solicits `ip` from the client every 50 ms for about 2 s and returns the MACs that
-/// answered, checking that no two answered in one slot.
-fn na_responders(lab: &Lab, ip: Ipv6Addr) -> BTreeSet<MacAddr> {
-    let w = lab
-        .arp_watch(IpAddr::V6(ip), xtask::lab::DEFAULT_WATCH_INTERVAL)
-        .unwrap();
-    wait_until("40 probe slots", Duration::from_secs(10), || {
-        w.report().slots.len() >= 41
-    });
-    let r = w.stop().unwrap();
-    assert!(
-        r.max_simultaneous_responders() <= 1,
-        "two answers for {ip} in one slot: {r:?}"
-    );
-    assert!(
-        r.answered_slots() >= 30,
-        "{ip} answered only {} of {} slots",
-        r.answered_slots(),
-        r.slots.len()
-    );
-    r.all_responders()
-}
-
 /// The lease holder of the Service's per-Service lease.
 fn holder_of(lab: &Lab, svc: &str) -> String {
     wait_for("one lease holder", Duration::from_secs(10), || {
         lease_holder(lab, "default", &format!("kubevip-{svc}")).filter(|h| !h.is_empty())
     })
-}
-
-fn no_panics(procs: &[LabProcess]) {
-    for p in procs {
-        assert!(!p.log().contains("panicked"), "{}", p.log());
-    }
-}
-
-/// No Warning Event about `svc` and no WARN or ERROR line in any vipd log: the DHCPv6 path
-/// ran without a failure anywhere.
-fn quiet(lab: &Lab, procs: &[LabProcess], svc: &str) {
-    let warnings: Vec<_> = events_for(lab, svc)
-        .into_iter()
-        .filter(|(t, _, _)| t == "Warning")
-        .collect();
-    assert!(warnings.is_empty(), "{warnings:?}");
-    for p in procs {
-        let log = p.log();
-        let bad: Vec<&str> = log
-            .lines()
-            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
-            .collect();
-        assert!(bad.is_empty(), "{}: {bad:#?}", p.name());
-    }
 }
 
 /// S23 (DHCPv6): a `::` Service gets an address from dnsmasq's DHCPv6 pool; its status and
@@ -174,7 +115,7 @@ fn s23_dhcpv6_service_gets_pool_address() {
         parent.iter().all(|a| a.addr != IpAddr::V6(ip)),
         "{parent:?}"
     );
-    assert_eq!(na_responders(&lab, ip), BTreeSet::from([mac]));
+    assert_eq!(responders(&lab, IpAddr::V6(ip)), BTreeSet::from([mac]));
     wait_until(
         "an unsolicited NA from the macvlan",
         Duration::from_secs(5),
@@ -228,7 +169,7 @@ fn s23_dhcpv6_service_gets_pool_address() {
         lab.addresses(&new, &macvlan)
             .is_ok_and(|a| a.iter().any(|a| a.addr == IpAddr::V6(ip)))
     });
-    assert_eq!(na_responders(&lab, ip), BTreeSet::from([mac]));
+    assert_eq!(responders(&lab, IpAddr::V6(ip)), BTreeSet::from([mac]));
     assert_eq!(ingress_ips(&lab, "web6"), vec![ip.to_string()]);
     assert!(
         !lab.dnsmasq_log().contains("DHCPRELEASE"),
@@ -248,13 +189,6 @@ fn s23_dhcpv6_service_gets_pool_address() {
         || lab.dnsmasq_log().contains("DHCPRELEASE"),
     );
     no_panics(&procs);
-}
-
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
 }
 
 /// Whether `node`'s `macvlan` carries `ip`.
@@ -306,7 +240,7 @@ fn s23_dhcpv6_renewal_keeps_the_address_and_expiry_removes_it() {
         carries(&lab, &holder, &macvlan, ip),
         "{ip} gone from {holder}/{macvlan} after the first lease ended"
     );
-    assert_eq!(na_responders(&lab, ip), BTreeSet::from([mac]));
+    assert_eq!(responders(&lab, IpAddr::V6(ip)), BTreeSet::from([mac]));
     quiet(&lab, &procs, "web6");
 
     // No server: Renew, then Rebind, then the valid lifetime ends and the address goes.
@@ -377,7 +311,7 @@ fn s23_dual_stack_dhcp_service_gets_both_addresses_on_one_macvlan() {
                 .any(|a| a.addr == IpAddr::V6(v6) && a.prefix == 128),
         "{addrs:?}"
     );
-    assert_eq!(na_responders(&lab, v6), BTreeSet::from([mac]));
+    assert_eq!(responders(&lab, IpAddr::V6(v6)), BTreeSet::from([mac]));
     wait_until("requestedIP v4,v6", Duration::from_secs(10), || {
         annotation(&lab, "dual", "kube-vip.io/requestedIP").as_deref()
             == Some(&format!("{v4},{v6}"))

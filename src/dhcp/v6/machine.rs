@@ -547,103 +547,88 @@ impl Machine6 {
                 };
                 self.current_message(now).into_iter().collect()
             }
-            (Phase::Requesting { addr, ex, .. }, MessageType::Reply) => {
-                let (asked, sent) = (*addr, ex.sent);
-                match result {
-                    IaResult::Addr {
-                        addr,
-                        preferred,
-                        valid,
-                        t1,
-                        t2,
-                    } if valid > 0 => {
-                        self.bind(
-                            sent,
-                            addr,
-                            server_id,
-                            from,
-                            unicast,
-                            [preferred, valid, t1, t2],
-                        );
-                        Vec::new()
-                    }
-                    IaResult::Status(status, text) => {
-                        self.fail_attempt(
-                            now,
-                            format!(
-                                "DHCPv6 Reply from {from} to the Request for {asked}: {}",
-                                status_text(status, &text)
-                            ),
-                        );
-                        Vec::new()
-                    }
-                    _ => {
-                        self.fail_attempt(
-                            now,
-                            format!(
-                                "DHCPv6 Reply from {from} to the Request for {asked} holds no address"
-                            ),
-                        );
-                        Vec::new()
-                    }
-                }
-            }
             (
-                Phase::Renewing { lease, ex } | Phase::Rebinding { lease, ex },
+                Phase::Requesting { ex, .. }
+                | Phase::Renewing { ex, .. }
+                | Phase::Rebinding { ex, .. },
                 MessageType::Reply,
             ) => {
-                let (old, sent) = (lease.addr, ex.sent);
-                match result {
-                    IaResult::Addr {
-                        addr,
-                        preferred,
-                        valid,
-                        t1,
-                        t2,
-                    } if valid > 0 => {
-                        self.bind(
-                            sent,
-                            addr,
-                            server_id,
-                            from,
-                            unicast,
-                            [preferred, valid, t1, t2],
-                        );
-                        Vec::new()
-                    }
-                    IaResult::Addr { addr, .. } => {
-                        self.hint = None;
-                        self.lose(
-                            now,
-                            format!("DHCPv6 server {from} withdrew {addr} (valid lifetime 0)"),
-                            LOST_HOLDOFF,
-                        );
-                        Vec::new()
-                    }
-                    IaResult::Status(Status::UseMulticast, _) => {
-                        // §18.2.10: send again to All_DHCP_Relay_Agents_and_Servers.
-                        if let Phase::Renewing { lease, .. } = &mut self.phase {
-                            lease.unicast = None;
-                        }
-                        self.current_message(now).into_iter().collect()
-                    }
-                    IaResult::Status(status @ (Status::NoBinding | Status::NotOnLink), text) => {
-                        self.hint = Some(old);
-                        self.lose(
-                            now,
-                            format!(
-                                "DHCPv6 server {from} answered the renewal of {old} with {}",
-                                status_text(status, &text)
-                            ),
-                            LOST_HOLDOFF,
-                        );
-                        Vec::new()
-                    }
-                    // Another status or no IA_NA: keep the lease and keep trying (§18.2.10.1).
-                    IaResult::Status(..) | IaResult::Nothing => Vec::new(),
+                if let IaResult::Addr {
+                    addr,
+                    preferred,
+                    valid,
+                    t1,
+                    t2,
+                } = result
+                    && valid > 0
+                {
+                    let sent = ex.sent;
+                    let times = [preferred, valid, t1, t2];
+                    self.bind(sent, addr, server_id, from, unicast, times);
+                    return Vec::new();
                 }
+                self.on_failed_reply(now, from, result)
             }
             _ => Vec::new(),
+        }
+    }
+
+    /// A Reply without a usable address: to a Request, a failed attempt; to a Renew or
+    /// Rebind, the lease ends (withdrawn, NoBinding, NotOnLink), the message goes again to
+    /// ff02::1:2 (UseMulticast), or nothing changes and the retransmissions go on
+    /// (§18.2.10.1).
+    fn on_failed_reply(
+        &mut self,
+        now: Instant,
+        from: Ipv6Addr,
+        result: IaResult,
+    ) -> Vec<Outgoing6> {
+        let old = match &self.phase {
+            Phase::Requesting { addr, .. } => {
+                let asked = *addr;
+                let why = match result {
+                    IaResult::Status(status, text) => status_text(status, &text),
+                    _ => "no address".to_string(),
+                };
+                self.fail_attempt(
+                    now,
+                    format!("DHCPv6 Reply from {from} to the Request for {asked}: {why}"),
+                );
+                return Vec::new();
+            }
+            Phase::Renewing { lease, .. } | Phase::Rebinding { lease, .. } => lease.addr,
+            _ => return Vec::new(),
+        };
+        match result {
+            IaResult::Addr { addr, .. } => {
+                self.hint = None;
+                self.lose(
+                    now,
+                    format!("DHCPv6 server {from} withdrew {addr} (valid lifetime 0)"),
+                    LOST_HOLDOFF,
+                );
+                Vec::new()
+            }
+            IaResult::Status(Status::UseMulticast, _) => {
+                // §18.2.10: send again to All_DHCP_Relay_Agents_and_Servers.
+                if let Phase::Renewing { lease, .. } = &mut self.phase {
+                    lease.unicast = None;
+                }
+                self.current_message(now).into_iter().collect()
+            }
+            IaResult::Status(status @ (Status::NoBinding | Status::NotOnLink), text) => {
+                self.hint = Some(old);
+                self.lose(
+                    now,
+                    format!(
+                        "DHCPv6 server {from} answered the renewal of {old} with {}",
+                        status_text(status, &text)
+                    ),
+                    LOST_HOLDOFF,
+                );
+                Vec::new()
+            }
+            IaResult::Status(..) | IaResult::Nothing => Vec::new(),
         }
     }
 
@@ -686,19 +671,23 @@ impl Machine6 {
         });
     }
 
+    /// The current lease, if the address may be held.
+    fn lease(&self) -> Option<&Lease6> {
+        match &self.phase {
+            Phase::Bound(l)
+            | Phase::Renewing { lease: l, .. }
+            | Phase::Rebinding { lease: l, .. } => Some(l),
+            _ => None,
+        }
+    }
+
     /// The caller found `addr` in use by another node. When it is the current lease: returns
     /// the Decline (§18.2.8), goes Lost and solicits again after [`DECLINE_HOLDOFF`], never
     /// asking for `addr` again.
     pub fn decline(&mut self, now: Instant, addr: Ipv6Addr) -> Vec<Outgoing6> {
-        let lease = match &self.phase {
-            Phase::Bound(l)
-            | Phase::Renewing { lease: l, .. }
-            | Phase::Rebinding { lease: l, .. } => l.clone(),
-            _ => return Vec::new(),
-        };
-        if lease.addr != addr {
+        let Some(lease) = self.lease().filter(|l| l.addr == addr).cloned() else {
             return Vec::new();
-        }
+        };
         let ex = self.new_exchange(now);
         let mut msg = self.base(MessageType::Decline, &ex, now);
         msg.opts_mut()
@@ -723,12 +712,7 @@ impl Machine6 {
     /// Stops the machine; with `release`, returns the Release for the current lease
     /// (§18.2.7).
     pub fn stop(&mut self, now: Instant, release: bool) -> Vec<Outgoing6> {
-        let lease = match &self.phase {
-            Phase::Bound(l)
-            | Phase::Renewing { lease: l, .. }
-            | Phase::Rebinding { lease: l, .. } => Some(l.clone()),
-            _ => None,
-        };
+        let lease = self.lease().cloned();
         self.phase = Phase::Stopped;
         let (true, Some(lease)) = (release, lease) else {
             return Vec::new();
