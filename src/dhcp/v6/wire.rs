@@ -4,7 +4,9 @@
 //! macvlan's link-local address, which exists as soon as the macvlan is up (vipd turns off
 //! its DAD, [`crate::net::macvlan::NO_DAD`]). The socket is bound to `[::]:546` on the
 //! device, and the kernel picks that link-local address as the source of every message to
-//! `ff02::1:2` (link scope, RFC 6724); replies come back to it.
+//! `ff02::1:2` (link scope, RFC 6724); replies come back to it. (Bound to the wildcard
+//! rather than to the link-local address itself, so that opening the socket never waits for
+//! or races the address.)
 
 use std::io;
 use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6};
@@ -53,6 +55,11 @@ impl Transport for Udp6Transport {
             .map_err(step("set IPV6_MULTICAST_IF"))?;
         sock.set_multicast_loop_v6(false)
             .map_err(step("clear IPV6_MULTICAST_LOOP"))?;
+        // A host DHCPv6 client on the node (ISC dhclient binds [::]:546 with SO_REUSEADDR, on
+        // no device) would otherwise make this bind fail; the kernel still delivers what
+        // arrives on the macvlan to this socket, the one bound to that device.
+        sock.set_reuse_address(true)
+            .map_err(step("set SO_REUSEADDR"))?;
         sock.set_nonblocking(true)
             .map_err(step("make the socket non-blocking"))?;
         let any = SocketAddrV6::new(Ipv6Addr::UNSPECIFIED, CLIENT_PORT6, 0, 0);
