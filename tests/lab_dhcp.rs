@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use support::*;
 use xtask::lab::{
-    ArpRoundProber, CLIENT_V4, DHCP_POOL_END, DHCP_POOL_START, DnsmasqOptions, GATEWAY_V4, Lab,
-    LabOptions, LabProcess, MacAddr, Signal,
+    API_IP, ArpOp, ArpRoundProber, CLIENT_V4, Capture, DHCP_POOL_END, DHCP_POOL_START,
+    DnsmasqOptions, GATEWAY_V4, Lab, LabOptions, LabProcess, MacAddr, Signal,
 };
 
 /// How long a first lease may take: vipd's election (lease 5/3/1), DISCOVER/OFFER/
@@ -603,11 +603,7 @@ fn s24_stale_macvlan_removed_when_vipd_restarts() {
         return;
     };
     let mut procs = start(&lab);
-    create_service(&lab, &dhcp_service("web", &[]));
-    let ip = wait_pool_ingress(&lab, "web", BRING_UP);
-    let macvlan = macvlan_of(&lab, "web");
-    let old = one_node_with_link(&lab, &macvlan, Duration::from_secs(10));
-    let mac = lab.mac_of_if(&old, &macvlan).unwrap();
+    let (ip, macvlan, old, mac) = web_bound(&lab);
     let i = NODES.iter().position(|n| *n == old).unwrap();
     procs[i].signal(Signal::SIGKILL).unwrap();
     assert!(
@@ -813,5 +809,299 @@ fn s23_no_parent_interface_until_a_default_route_appears() {
     let holder = one_node_with_link(&lab, &macvlan, Duration::from_secs(10));
     let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
     assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    no_panics(&procs);
+}
+
+/// How the holder goes away in [`holder_loss_keeps_address_and_mac`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Loss {
+    /// vipd SIGKILLed: the node stays up with its macvlan and address until the fence ends.
+    Kill,
+    /// vipd SIGKILLed and the node's link cut at once (the failover bench's poweroff).
+    Poweroff,
+}
+
+/// ARP replies seen on each node's switch port (`v-<node>` in ns lan, one capture each):
+/// which node answered, which the client-side watchers cannot tell when the nodes share
+/// the Service's MAC.
+struct PortCaptures {
+    /// (node, capture, when it started relative to the epoch).
+    caps: Vec<(String, Capture, Duration)>,
+}
+
+impl PortCaptures {
+    fn start(lab: &Lab, epoch: Instant) -> PortCaptures {
+        let lan = lab.netns_path("lan").unwrap();
+        let caps = NODES
+            .iter()
+            .map(|n| {
+                let c = Capture::start(&lan, &format!("v-{n}")).unwrap();
+                (n.to_string(), c, epoch.elapsed())
+            })
+            .collect();
+        PortCaptures { caps }
+    }
+
+    /// Per node, when (since the epoch, within a few ms: each capture's start is taken as
+    /// the moment it returned) it sent an ARP reply for `ip` to `to`; announcements aside.
+    fn stop(self, ip: Ipv4Addr, to: Ipv4Addr) -> Vec<(String, Vec<Duration>)> {
+        self.caps
+            .into_iter()
+            .map(|(n, c, at)| {
+                let times = c
+                    .stop()
+                    .unwrap()
+                    .into_iter()
+                    .filter(|f| {
+                        f.op == ArpOp::Reply
+                            && f.sender_ip == IpAddr::V4(ip)
+                            && f.target_ip == IpAddr::V4(to)
+                    })
+                    .map(|f| at + f.t)
+                    .collect();
+                (n, times)
+            })
+            .collect()
+    }
+}
+
+/// Creates the DHCP Service `web` and waits for its lease: (address, macvlan, holder,
+/// the macvlan's MAC).
+fn web_bound(lab: &Lab) -> (Ipv4Addr, String, String, MacAddr) {
+    create_service(lab, &dhcp_service("web", &[]));
+    let ip = wait_pool_ingress(lab, "web", BRING_UP);
+    let macvlan = macvlan_of(lab, "web");
+    let holder = one_node_with_link(lab, &macvlan, Duration::from_secs(10));
+    let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
+    (ip, macvlan, holder, mac)
+}
+
+/// Nodes whose `macvlan` carries `ip` right now.
+fn carriers(lab: &Lab, macvlan: &str, ip: Ipv4Addr) -> Vec<String> {
+    NODES
+        .iter()
+        .filter(|n| {
+            lab.addresses(n, macvlan)
+                .unwrap_or_default()
+                .iter()
+                .any(|a| a.addr == IpAddr::V4(ip))
+        })
+        .map(|n| n.to_string())
+        .collect()
+}
+
+/// Failover of a DHCP Service whose holder dies without a word (`loss`): another node
+/// recreates the macvlan with the same MAC and gets the same address; at no moment do two
+/// nodes carry the address (polled) or answer ARP for it (a capture on every switch port,
+/// since both macvlans have the same MAC); the client's `vipd probe` through the address
+/// sees one gap, printed with the ARP figures (bound: the Service lease's 5 s plus 5 s).
+fn holder_loss_keeps_address_and_mac(test: &str, loss: Loss) {
+    let Some(lab) = lab(
+        test,
+        LabOptions {
+            http_backends: true,
+            ..LabOptions::default()
+        },
+    ) else {
+        return;
+    };
+    let mut procs = start(&lab);
+    let (ip, macvlan, old, mac) = web_bound(&lab);
+    wait_until("annotations written", Duration::from_secs(10), || {
+        annotation(&lab, "web", "kube-vip.io/hwaddr").as_deref() == Some(&mac.to_string())
+    });
+
+    let epoch = Instant::now();
+    let ports = PortCaptures::start(&lab, epoch);
+    let watch_at = epoch.elapsed();
+    let watch = lab
+        .arp_watch_from_api(IpAddr::V4(ip), Duration::from_millis(20))
+        .unwrap();
+    let probe = start_http_probe(&lab, &ip.to_string());
+    wait_until(
+        "the holder answers the watcher",
+        Duration::from_secs(10),
+        || watch.report().answered_slots() >= 25,
+    );
+
+    let i = NODES.iter().position(|n| *n == old).unwrap();
+    let lost_at = epoch.elapsed();
+    procs[i].signal(Signal::SIGKILL).unwrap();
+    if loss == Loss::Poweroff {
+        lab.cut_link(&old).unwrap();
+    }
+    assert!(
+        procs[i]
+            .wait_timeout(Duration::from_secs(5))
+            .unwrap()
+            .is_some(),
+        "{old} still runs after SIGKILL"
+    );
+    // Until another node carries the address: never two at once.
+    let mut most = 0;
+    let new = wait_for("another node carrying the address", BRING_UP, || {
+        let c = carriers(&lab, &macvlan, ip);
+        most = most.max(c.len());
+        match c.as_slice() {
+            [one] if *one != old => Some(one.clone()),
+            _ => None,
+        }
+    });
+    let carried_at = epoch.elapsed();
+    assert!(most <= 1, "two nodes carried {ip} at once");
+    assert_eq!(lab.mac_of_if(&new, &macvlan).unwrap(), mac, "same MAC");
+    // Answered again, then watched for 40 more answered slots (0.8 s).
+    let answered_before = watch
+        .report()
+        .slots
+        .iter()
+        .filter(|s| watch_at + s.t > carried_at && !s.responders.is_empty())
+        .count();
+    wait_until(
+        "the address answered again",
+        Duration::from_secs(15),
+        || {
+            let r = watch.report();
+            r.slots
+                .iter()
+                .filter(|s| watch_at + s.t > carried_at && !s.responders.is_empty())
+                .count()
+                >= answered_before + 40
+        },
+    );
+    assert_eq!(carriers(&lab, &macvlan, ip), vec![new.clone()]);
+    let gap_ms = probe_gap_ms(probe);
+    let report = watch.stop().unwrap();
+    let replies = ports.stop(ip, API_IP);
+
+    assert_eq!(report.all_responders(), BTreeSet::from([mac]), "{report:?}");
+    let by = |n: &str| {
+        replies
+            .iter()
+            .find(|(x, _)| x == n)
+            .map(|(_, t)| t.clone())
+            .unwrap_or_default()
+    };
+    let (old_replies, new_replies) = (by(&old), by(&new));
+    let third: Vec<_> = replies
+        .iter()
+        .filter(|(n, t)| *n != old && *n != new && !t.is_empty())
+        .collect();
+    assert!(third.is_empty(), "a third node answered: {third:?}");
+    let old_last = old_replies.last().copied();
+    let new_first = new_replies.first().copied();
+    assert!(old_last.is_some(), "no reply from {old} before the loss");
+    assert!(
+        new_first.is_some(),
+        "no reply from {new} after the takeover"
+    );
+    assert!(
+        old_last < new_first,
+        "{old} answered until {old_last:?}, {new} from {new_first:?}: both answered for {ip}"
+    );
+    // The watcher's view: the last answered slot before the loss-gap and the first after.
+    let answered: Vec<Duration> = report
+        .slots
+        .iter()
+        .filter(|s| !s.responders.is_empty())
+        .map(|s| watch_at + s.t)
+        .collect();
+    let arp_gap = answered
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default();
+    eprintln!(
+        "S24 figures ({loss:?} of {old}, {new} took over): lost at {lost_at:?}; {old} last ARP reply {old_last:?}, {new} first {new_first:?}; address on {new} at {carried_at:?}; longest ARP gap {arp_gap:?}; client probe gap {gap_ms:.0} ms"
+    );
+    assert!(
+        gap_ms < 10_000.0,
+        "client probe gap {gap_ms:.0} ms: not answered again within the Service lease (5 s) + 5 s"
+    );
+    wait_until(
+        "the status names the new holder, same address",
+        Duration::from_secs(10),
+        || {
+            ingress_ips(&lab, "web") == vec![ip.to_string()]
+                && annotation(&lab, "web", "kube-vip.io/vipHost").as_deref() == Some(&new)
+                && annotation(&lab, "web", "kube-vip.io/hwaddr").as_deref()
+                    == Some(&mac.to_string())
+        },
+    );
+    // The lease stays with that MAC: nothing was released.
+    assert!(
+        lab.dnsmasq_leases()
+            .unwrap()
+            .iter()
+            .any(|l| l.addr == ip && l.mac == mac.to_string()),
+        "{:?}",
+        lab.dnsmasq_leases()
+    );
+    assert!(
+        !lab.dnsmasq_log().contains("DHCPRELEASE"),
+        "{}",
+        lab.dnsmasq_log()
+    );
+    no_panics(&procs);
+}
+
+/// S24 (crash): SIGKILL of the holder: the next holder has the same address and MAC, the
+/// killed node's stale macvlan stops answering before the new one starts (its address
+/// fenced), never two nodes with the address.
+#[test]
+fn s24_holder_sigkill_keeps_address_and_mac() {
+    holder_loss_keeps_address_and_mac("s24_kill", Loss::Kill);
+}
+
+/// S24 (poweroff): the holder's vipd SIGKILLed and its link cut at once: the next holder
+/// has the same address and MAC, never two nodes with the address.
+#[test]
+fn s24_holder_poweroff_keeps_address_and_mac() {
+    holder_loss_keeps_address_and_mac("s24_poweroff", Loss::Poweroff);
+}
+
+/// S23 (Harvester share-IP mode): a second Service naming the DHCP Service's leased address
+/// concretely (as Harvester writes it for Services sharing one load balancer IP) is served
+/// by the DHCP Service's holder on its macvlan: its status shows the address, only the
+/// macvlan's MAC answers for it, and no node binds it on eth0, with per-Service leases
+/// (where the two Services' own leases could be held by different nodes).
+#[test]
+fn s23_harvester_share_ip_is_served_on_the_primary_macvlan() {
+    let Some(lab) = lab("s23_share", LabOptions::default()) else {
+        return;
+    };
+    let procs = start(&lab);
+    create_service(&lab, &dhcp_service("primary", &[]));
+    let ip = wait_pool_ingress(&lab, "primary", BRING_UP);
+    wait_until("requestedIP written", BRING_UP, || {
+        annotation(&lab, "primary", "kube-vip.io/requestedIP").as_deref()
+            == Some(ip.to_string().as_str())
+    });
+    let macvlan = macvlan_of(&lab, "primary");
+    let holder = one_node_with_link(&lab, &macvlan, BRING_UP);
+    let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
+    create_service(
+        &lab,
+        &service_json(
+            "secondary",
+            None,
+            Some(&ip.to_string()),
+            &[(8080, "TCP")],
+            false,
+        ),
+    );
+    wait_until("the secondary's status shows the address", BRING_UP, || {
+        ingress_ips(&lab, "secondary") == vec![ip.to_string()]
+    });
+    // Only the macvlan answers, and nothing carries the address on eth0.
+    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    assert!(
+        holders(&lab, &ip.to_string()).is_empty(),
+        "{ip} bound on eth0 of {:?}",
+        holders(&lab, &ip.to_string())
+    );
+    assert_eq!(nodes_with_vip_links(&lab), vec![holder.clone()]);
+    // The secondary's own lease is never used.
+    assert_eq!(lease_holder(&lab, "default", "kubevip-secondary"), None);
     no_panics(&procs);
 }

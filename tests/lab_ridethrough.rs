@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::*;
-use xtask::lab::{ControlPlaneProcess, Lab, LabOptions, LabProcess, Signal};
+use xtask::lab::{ControlPlaneProcess, Lab, LabOptions, LabProcess};
 
 const VIPS: [(&str, &str); 3] = [
     ("ride-a", "192.0.2.30"),
@@ -223,9 +223,15 @@ fn s46_service_vips_ride_through_api_freeze_and_stop() {
     let want = services_held(&lab);
     let before = leases_now(&lab);
 
+    // A client probes one Service VIP through both outages (every 20 ms over HTTP).
+    let (probe_ip, _) = want.iter().next().expect("a VIP");
+    let probe_ip = probe_ip.to_string();
+
     // Frozen for 6 s.
     let pid = *lab.control_plane_pids().get(1).expect("apiserver pid");
     let pid = nix::unistd::Pid::from_raw(pid);
+    let probe = start_http_probe(&lab, &probe_ip);
+    std::thread::sleep(Duration::from_secs(1));
     let w = Watcher::start(&lab, &want);
     nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
     // Riding by 5 s (flags fade within 3.2 s): /readyz of a holder stays ready and names
@@ -243,10 +249,13 @@ fn s46_service_vips_ride_through_api_freeze_and_stop() {
         "{holder} /readyz while riding: {readyz}"
     );
     w.finish_clean("freeze", &procs);
+    let freeze_gap = probe_gap_ms(probe);
     assert_renewed_by_same_holders(&lab, &before);
     let before = leases_now(&lab);
 
     // Stopped for 30 s, then started again (the watcher runs through the restart).
+    let probe = start_http_probe(&lab, &probe_ip);
+    std::thread::sleep(Duration::from_secs(1));
     let w = Watcher::start(&lab, &want);
     lab.restart_control_plane_after(
         ControlPlaneProcess::ApiServer,
@@ -255,6 +264,19 @@ fn s46_service_vips_ride_through_api_freeze_and_stop() {
     )
     .expect("restart the API server");
     w.finish_clean("stop", &procs);
+    let stop_gap = probe_gap_ms(probe);
+    println!(
+        "S46 figures: longest client probe gap through {probe_ip}: {freeze_gap:.0} ms (API frozen 6 s), {stop_gap:.0} ms (API stopped 30 s)"
+    );
+    // The VIP stayed on its holder (the watcher above); the client's longest gap is a
+    // figure (target 200 ms, printed), bounded here well below the 2 s drop of a VIP
+    // without the option so that a loaded machine does not fail the test.
+    for (what, gap) in [("freeze", freeze_gap), ("stop", stop_gap)] {
+        assert!(
+            gap < 1000.0,
+            "client probe through {probe_ip} had a {gap:.0} ms gap during the API {what}"
+        );
+    }
     assert_renewed_by_same_holders(&lab, &before);
     assert!(
         procs
@@ -320,34 +342,6 @@ fn cut_api(lab: &Lab, node: &str) {
         .expect("nft: cut the node from the API server");
 }
 
-/// The longest gap (ms) in a `vipd probe --json` summary, an open gap at the end included.
-fn probe_gap_ms(mut probe: LabProcess) -> f64 {
-    let _ = probe.signal(Signal::SIGINT);
-    if probe
-        .wait_timeout(Duration::from_secs(5))
-        .expect("wait probe")
-        .is_none()
-    {
-        let _ = probe.kill();
-    }
-    let log = probe.log();
-    let line = log
-        .lines()
-        .rev()
-        .find(|l| l.trim_start().starts_with('{'))
-        .unwrap_or_else(|| panic!("no probe summary: {log}"));
-    let v: serde_json::Value = serde_json::from_str(line).expect("probe summary");
-    let closed = v["longest_gap"]["gap_ms"].as_f64().unwrap_or(0.0);
-    let open = match (
-        v["trailing_failures"].as_u64(),
-        v["last_success_ms"].as_f64(),
-    ) {
-        (Some(n), Some(last)) if n > 0 => v["elapsed_ms"].as_f64().unwrap_or(last) - last,
-        _ => 0.0,
-    };
-    closed.max(open)
-}
-
 /// What one S51 run saw.
 struct CutRun {
     procs: Vec<LabProcess>,
@@ -378,22 +372,7 @@ fn cut_holder_from_api(lab: &Lab, ride: bool) -> CutRun {
     let arp = lab
         .arp_watch_from_api(ip.parse().expect("ip"), Duration::from_millis(20))
         .expect("arp watcher");
-    let probe = lab
-        .spawn(
-            "client",
-            env!("CARGO_BIN_EXE_vipd"),
-            &[
-                "probe",
-                &format!("http://{ip}/"),
-                "--interval",
-                "20ms",
-                "--timeout",
-                "1s",
-                "--json",
-            ],
-            &[],
-        )
-        .expect("start the probe");
+    let probe = start_http_probe(lab, ip);
     std::thread::sleep(Duration::from_secs(2));
     cut_api(lab, &old);
     let t0 = Instant::now();
@@ -485,4 +464,152 @@ fn s51_without_the_option_the_cut_holder_steps_down_and_the_lease_expires() {
         "two responders: {:?}",
         r.report.multi_responder_intervals()
     );
+}
+
+/// `vipd_peer_frames_total{result="bad_mac"}` of `node` (0 when absent).
+fn bad_mac_frames(lab: &Lab, node: &str) -> u64 {
+    let admin: std::net::SocketAddr = "127.0.0.1:2112".parse().expect("addr");
+    let body = lab
+        .http_get(node, admin, "/metrics", Duration::from_secs(2))
+        .unwrap_or_else(|e| panic!("{node} /metrics: {e}"));
+    body.lines()
+        .find(|l| l.starts_with("vipd_peer_frames_total{") && l.contains("result=\"bad_mac\""))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse::<f64>().ok())
+        .map_or(0, |v| v as u64)
+}
+
+/// Issue 12: forged heartbeats are ignored. A host on the segment (ns client) without the
+/// key sends, for 3 s, frames that would move the lease if they were believed: the holder's
+/// `Released` for the lease's current resourceVersion (a candidate would take it at once), a
+/// `HandOverRequest` to the holder, and heartbeats of the other two nodes saying they do not
+/// reach the API, all signed with another key. Every node counts them as `bad_mac`, and the
+/// lease and the VIP stay where they were.
+#[test]
+fn s46_forged_peer_frames_are_ignored_and_counted() {
+    use vipd::net::{Kernel, NetlinkKernel};
+    use vipd::peer::socket::PeerSocket;
+    use vipd::peer::wire::{Encoder, Flags, HeldLease, Kind, LeaseRef, Message, PeerKey};
+
+    let Some(lab) = lab("ridethrough-forged", LabOptions::default()) else {
+        return;
+    };
+    prepare(&lab);
+    let procs = start(&lab, true);
+    wait_for_peers(&procs);
+    let (name, ip) = VIPS[0];
+    create_service(
+        &lab,
+        &service_json(name, Some(ip), None, &[(80, "TCP")], false),
+    );
+    let lease_name = format!("kubevip-{name}");
+    let holder = single_holder(&lab, ip, LIMIT);
+    wait_until("the lease names the holder", LIMIT, || {
+        lease_holder(&lab, "default", &lease_name).as_deref() == Some(holder.as_str())
+    });
+    let before: Vec<u64> = NODES.iter().map(|n| bad_mac_frames(&lab, n)).collect();
+    let transitions = |lab: &Lab| {
+        lease(lab, "default", &lease_name).expect("lease")["spec"]["leaseTransitions"].as_i64()
+    };
+    let transitions_before = transitions(&lab);
+
+    let wall_ms = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_millis() as u64
+    };
+    let lease_ref = LeaseRef {
+        namespace: "default".into(),
+        name: lease_name.clone(),
+    };
+    let others: Vec<&str> = NODES.iter().copied().filter(|n| *n != holder).collect();
+    let mut sent = 0u64;
+    let client = lab.netns_path("client").expect("client ns");
+    xtask::lab::netns::run_in_netns(&client, || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let link = rt
+            .block_on(async {
+                let k = NetlinkKernel::new().expect("netlink");
+                k.link_by_name("eth0").await
+            })
+            .expect("client eth0");
+        let socket = PeerSocket::open(&link).expect("peer socket in ns client");
+        let forged = PeerKey::from_bytes(&[0x42; 32]).expect("key");
+        let mut enc = Encoder::new(forged, 7);
+        let end = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < end {
+            let rv =
+                lease(&lab, "default", &lease_name).expect("lease")["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string();
+            let held = HeldLease {
+                lease: lease_ref.clone(),
+                term: 1,
+                resource_version: rv,
+            };
+            let mut msgs = vec![
+                Message {
+                    kind: Kind::Released,
+                    node: holder.clone(),
+                    flags: Flags::default(),
+                    membership: 0,
+                    wall_ms: wall_ms(),
+                    leases: vec![held.clone()],
+                    target: None,
+                },
+                Message {
+                    kind: Kind::HandOverRequest,
+                    node: others[0].to_string(),
+                    flags: Flags::default(),
+                    membership: 0,
+                    wall_ms: wall_ms(),
+                    leases: vec![held.clone()],
+                    target: Some(holder.clone()),
+                },
+            ];
+            for o in &others {
+                msgs.push(Message {
+                    kind: Kind::Heartbeat,
+                    node: o.to_string(),
+                    flags: Flags::default(),
+                    membership: 0,
+                    wall_ms: wall_ms(),
+                    leases: vec![],
+                    target: None,
+                });
+            }
+            for m in &msgs {
+                for frame in enc.encode(m).expect("encode") {
+                    socket.send(&frame).expect("send a forged frame");
+                    sent += 1;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+    .expect("forger in ns client");
+
+    // Counted by every node (the counters are read after the frames had time to arrive).
+    std::thread::sleep(Duration::from_millis(500));
+    for (i, n) in NODES.iter().enumerate() {
+        let counted = bad_mac_frames(&lab, n) - before[i];
+        assert!(
+            counted >= sent,
+            "{n} counted {counted} bad_mac frames of the {sent} forged ones"
+        );
+    }
+    // Nothing moved: the same holder, no lease transition, the VIP on that node only.
+    assert_eq!(
+        lease_holder(&lab, "default", &lease_name).as_deref(),
+        Some(holder.as_str())
+    );
+    assert_eq!(transitions(&lab), transitions_before);
+    assert_eq!(holders(&lab, ip), vec![holder.clone()]);
+    println!("S46 (forged): {sent} forged frames sent, counted as bad_mac by every node");
+    drop(procs);
 }

@@ -289,8 +289,34 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let addrs: Vec<IpAddr> = self.vips.iter().map(|s| s.vip.addr).collect();
         self.quiet
             .retain(|k| k.vip().is_none_or(|a| addrs.contains(&a)));
+        // VIPs held before with the same interface keep their announcement state (an
+        // IPv6 VIP still waiting for DAD stays pending); only the others are announced.
+        let pending: Vec<VipSpec> = self
+            .pending_na
+            .iter()
+            .filter_map(|&i| old.get(i).cloned())
+            .collect();
+        self.pending_na = self
+            .vips
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| {
+                pending
+                    .iter()
+                    .any(|o| o.vip == n.vip && o.interface == n.interface)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let fresh: Vec<Vip> = self
+            .vips
+            .iter()
+            .filter(|n| {
+                !old.iter()
+                    .any(|o| o.vip == n.vip && o.interface == n.interface)
+            })
+            .map(|n| n.vip)
+            .collect();
         self.links.clear();
-        self.pending_na.clear();
         self.resolve_links().await;
         if leading {
             let window = self.probing_window();
@@ -303,7 +329,11 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 }
             }
             self.publish_conflicts();
-            self.refresh(true).await;
+            // Every VIP's lifetime is set again (a `not_after` may have moved), but only the
+            // new ones are announced: a Service added to a group of many, or a DHCP
+            // renewal, must not resend gratuitous ARP / NA for all the others.
+            self.refresh_announcing(|spec| fresh.contains(&spec.vip))
+                .await;
         }
     }
 
@@ -418,7 +448,14 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// After an acquire or renew: (re-)add every VIP with the full fence lifetime, and on
     /// acquire announce at once.
     pub(super) async fn refresh(&mut self, announce: bool) {
+        self.refresh_announcing(|_| announce).await;
+    }
+
+    /// [`Self::refresh`], announcing (and logging as added) only the VIPs for which
+    /// `announce` is true.
+    async fn refresh_announcing(&mut self, announce: impl Fn(&VipSpec) -> bool) {
         let mut added = Vec::new();
+        let mut any = false;
         // Never a full fence from a stale renewal (one sent before this process was frozen,
         // acted on after it was continued): only what the lease still covers.
         let lifetime = self.fence_left(Instant::now()).unwrap_or(0);
@@ -449,13 +486,14 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             if let Some(r) = self.quiet.clear(&key, Instant::now()) {
                 info!(holder = %self.name, %vip, interface = %link.name, "adding the VIP works again{r}");
             }
-            if announce {
+            if self.vips.get(i).is_some_and(&announce) {
                 info!(holder = %self.name, %vip, interface = %link.name, "VIP added");
                 added.push(i);
+                any = true;
             }
         }
-        if announce {
-            self.pending_na.clear();
+        if any {
+            self.pending_na.retain(|i| !added.contains(i));
             self.announce_added(&added);
         }
     }

@@ -138,6 +138,11 @@ pub struct GenArgs {
     #[arg(long = "servicesRideThrough", value_name = "BOOL", num_args = 0..=1,
           require_equals = true, default_missing_value = "true")]
     pub services_ride_through: Option<String>,
+    /// DHCP mode: Services with address 0.0.0.0 get theirs from the network's DHCPv4 server
+    /// on a macvlan of the Services interface [env: dhcp_mode]; needs --services
+    #[arg(long = "dhcpMode", value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true")]
+    pub dhcp_mode: Option<String>,
     /// Interface for Service VIPs [env: vip_servicesinterface]
     #[arg(long = "serviceInterface", value_name = "IFACE")]
     pub service_interface: Option<String>,
@@ -503,6 +508,7 @@ impl GenArgs {
             ("arpRate", &self.arp_rate),
             ("servicesElection", &self.services_election),
             ("servicesRideThrough", &self.services_ride_through),
+            ("dhcpMode", &self.dhcp_mode),
             ("serviceInterface", &self.service_interface),
             ("lbClassOnly", &self.lb_class_only),
             ("lbClassName", &self.lb_class_name),

@@ -215,3 +215,21 @@ fn admin_endpoint_forms() {
     assert_eq!(admin_endpoint("").unwrap(), (None, None));
     assert!(admin_endpoint("x").is_err());
 }
+
+/// Issue 13: kube-vip's `--dhcpMode` (Harvester's and DHCP users' generator line) writes
+/// `dhcp_mode`; without `--services` it is the manager's error, naming the flag's setting.
+#[test]
+fn dhcp_mode_flag_writes_dhcp_mode() {
+    let p = plan(&["--interface", "eth0", "--services", "--dhcpMode"]).unwrap();
+    assert!(
+        text_env(&p).contains(&("dhcp_mode", "true".to_string())),
+        "{:?}",
+        text_env(&p)
+    );
+    let p = plan(&["--interface", "eth0", "--services"]).unwrap();
+    assert!(!text_env(&p).iter().any(|(k, _)| *k == "dhcp_mode"));
+    let e = plan(&["--controlplane", "--address", "192.0.2.10", "--dhcpMode"])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("dhcp_mode"), "{e}");
+}

@@ -161,13 +161,12 @@ impl PeerNode {
     /// receiver thread not start (logged), this node hears nobody: it never rides through
     /// and, as a candidate, takes a silent holder's lease only after the ride cap.
     pub(crate) fn start(parts: PeerParts, stop: CancellationToken) -> Self {
-        let now = Instant::now();
         let boot_id = parts.boot_id;
         let inner = Arc::new(Inner {
             cfg: parts.cfg,
             own: parts.node.clone(),
             state: Mutex::new(State {
-                peers: Peers::new(parts.cfg, &parts.node, now),
+                peers: Peers::new(parts.cfg, &parts.node),
                 leases: BTreeMap::new(),
                 api_ok_at: None,
                 released: Vec::new(),

@@ -263,8 +263,6 @@ pub(crate) enum TakeReason {
 /// Why a candidate waits.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum WaitReason {
-    /// The holder went silent too recently.
-    Silence,
     /// Not enough nodes (of the holder's membership) vouch for the API for long enough.
     NoQuorum {
         /// Nodes vouching long enough.
@@ -312,7 +310,6 @@ struct PeerInfo {
     any_flag_at: Option<Instant>,
     api_reachable_at: Option<Instant>,
     heartbeat: Option<(Instant, Flags, BTreeSet<LeaseRef>)>,
-    listing: BTreeMap<LeaseRef, Instant>,
     released: BTreeMap<LeaseRef, String>,
 }
 
@@ -334,7 +331,6 @@ pub(crate) struct Peers {
     own: String,
     membership: BTreeSet<String>,
     digest: u64,
-    listening_since: Instant,
     api_since: Option<Instant>,
     flag_since: Option<Instant>,
     flag_hold_until: Option<Instant>,
@@ -348,15 +344,14 @@ fn within(now: Instant, at: Instant, window: Duration) -> bool {
 }
 
 impl Peers {
-    /// A node named `own` that starts listening at `now`, with an empty membership.
-    pub(crate) fn new(cfg: RideConfig, own: &str, now: Instant) -> Self {
+    /// A node named `own`, with an empty membership.
+    pub(crate) fn new(cfg: RideConfig, own: &str) -> Self {
         let membership = BTreeSet::new();
         Peers {
             cfg,
             own: own.to_owned(),
             digest: membership_digest(&membership),
             membership,
-            listening_since: now,
             api_since: None,
             flag_since: None,
             flag_hold_until: None,
@@ -403,7 +398,6 @@ impl Peers {
                 any_flag_at: None,
                 api_reachable_at: None,
                 heartbeat: None,
-                listing: BTreeMap::new(),
                 released: BTreeMap::new(),
             });
         p.last_at = p.last_at.max(received_at);
@@ -431,7 +425,6 @@ impl Peers {
                 let listed: BTreeSet<LeaseRef> =
                     msg.leases.iter().map(|l| l.lease.clone()).collect();
                 for l in &listed {
-                    p.listing.insert(l.clone(), received_at);
                     p.released.remove(l);
                 }
                 p.heartbeat = Some((received_at, msg.flags, listed));
@@ -440,7 +433,6 @@ impl Peers {
                 for l in &msg.leases {
                     p.released
                         .insert(l.lease.clone(), l.resource_version.clone());
-                    p.listing.remove(&l.lease);
                 }
                 if let Some((_, _, listed)) = &mut p.heartbeat {
                     for l in &msg.leases {
@@ -701,19 +693,13 @@ impl Peers {
         if !expired {
             return TakeDecision::NotExpired;
         }
-        let last_listing = info
-            .and_then(|p| p.listing.get(&view.lease).copied())
-            .unwrap_or(self.listening_since)
-            .max(self.listening_since);
-        let silence_end = last_listing + c.liveness + c.fence + c.margin;
+        // No wait for a silence window: the blocking set alone rules out every ride grant
+        // alive now (docs/design.md, "Why no two nodes answer for one address"), and the
+        // API fence ended at expiry (rule 3).
         match self.blocking_set(now, &holder, info.map(|p| p.digest)) {
-            Ok(()) if now >= silence_end => TakeDecision::Take(TakeReason::HolderSilent { holder }),
-            Ok(()) => TakeDecision::WaitUntil {
-                at: silence_end,
-                why: WaitReason::Silence,
-            },
+            Ok(()) => TakeDecision::Take(TakeReason::HolderSilent { holder }),
             Err((vouching, needed)) => {
-                let at = silence_end.max(view.observed_at + c.lease_duration + c.max_ride);
+                let at = view.observed_at + c.lease_duration + c.max_ride;
                 if now >= at {
                     TakeDecision::Take(TakeReason::RideCapPassed { holder })
                 } else {

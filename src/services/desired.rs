@@ -10,6 +10,10 @@
 //! * Two Services with the same address, port and protocol: the later one is not programmed
 //!   at all and gets a [`Conflict`] naming the earlier one; the same port with another
 //!   protocol is fine.
+//! * A DHCP Service's leased address (its `kube-vip.io/requestedIP`) is carried by its
+//!   macvlan: another Service naming that address (Harvester's share-IP mode) joins the DHCP
+//!   Service's group, is served there, and is never bound on the parent interface; the
+//!   same address, port and protocol as the DHCP Service is a [`Conflict`].
 //! * externalTrafficPolicy Local (per-Service election only): a node campaigns for a group
 //!   only when one of the group's Local Services has a ready endpoint on it, or a group member
 //!   uses policy Cluster.
@@ -182,6 +186,28 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
     let mut claimed: BTreeMap<(IpAddr, i32, String), ServiceKey> = BTreeMap::new();
     // address -> governing lease.
     let mut governing: BTreeMap<IpAddr, LeaseRef> = BTreeMap::new();
+    // Addresses DHCP Services lease (their `kube-vip.io/requestedIP`), carried by their
+    // macvlans: Services naming one concretely (Harvester's share-IP mode) join the DHCP
+    // Service's group and are served on its macvlan, never bound on the parent as well
+    // (that would be a second MAC, or a second node, answering for the address). The
+    // oldest DHCP Service naming an address has it; its ports are claimed there first.
+    let mut dhcp_owned: BTreeSet<IpAddr> = BTreeSet::new();
+    for svc in &ordered {
+        let Some(request) = svc.dhcp.as_ref() else {
+            continue;
+        };
+        for a in request.requested_addresses() {
+            if cfg.control_plane.contains(&a) || !dhcp_owned.insert(a) {
+                continue;
+            }
+            governing.insert(a, own_lease(svc, cfg));
+            for p in &svc.ports {
+                claimed
+                    .entry((a, p.port, p.protocol.clone()))
+                    .or_insert_with(|| svc.key.clone());
+            }
+        }
+    }
 
     for svc in ordered {
         let clash = svc.addresses.iter().find_map(|a| {
@@ -217,6 +243,10 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
                 .or_insert_with(|| own_lease(svc, cfg))
                 .clone();
             let group = join_group(&mut out, lease, svc, cfg);
+            if dhcp_owned.contains(a) {
+                // On the DHCP Service's macvlan (its holder's effective VIPs).
+                continue;
+            }
             let vip = Vip {
                 addr: *a,
                 prefix: vip_prefix(&cfg.subnet, a),
@@ -510,6 +540,124 @@ mod tests {
             p.groups[&lease("a")].vips[0].interface.as_deref(),
             Some("eth1")
         );
+    }
+
+    /// Issue 13, Harvester's share-IP mode: Services naming a DHCP Service's leased address
+    /// (its requestedIP) join its group and are never bound on the parent (the macvlan
+    /// carries the address), whatever their age and the election mode; the same port is a
+    /// conflict with the DHCP Service.
+    #[test]
+    fn services_sharing_a_dhcp_address_join_its_group_without_a_second_binding() {
+        let mut svc_dhcp = k8s_openapi::api::core::v1::Service::default();
+        svc_dhcp.metadata.name = Some("primary".into());
+        svc_dhcp.metadata.namespace = Some("default".into());
+        svc_dhcp.metadata.uid = Some("uidprimary".into());
+        svc_dhcp.metadata.annotations = Some(
+            [
+                (
+                    crate::services::model::ANN_LOADBALANCER_IPS.to_string(),
+                    "0.0.0.0".to_string(),
+                ),
+                (
+                    crate::services::model::ANN_REQUESTED_IP.to_string(),
+                    "192.0.2.205".to_string(),
+                ),
+            ]
+            .into(),
+        );
+        let info = crate::services::model::service_info(&svc_dhcp);
+        let mut primary = svc("primary", 2, &[], &[(80, "TCP")]);
+        primary.dhcp = Some(crate::services::model::dhcp_request(&info).unwrap());
+        // Older than the primary, and newer: both share; a third uses the primary's port.
+        let older = svc("older", 1, &["192.0.2.205"], &[(443, "TCP")]);
+        let newer = svc("newer", 3, &["192.0.2.205"], &[(8080, "TCP")]);
+        let clash = svc("clash", 4, &["192.0.2.205"], &[(80, "TCP")]);
+        let other = svc("other", 5, &["192.0.2.21"], &[(80, "TCP")]);
+        let all = [primary, older, newer, clash, other];
+        for mode in [
+            Mode::PerService,
+            Mode::Global(LeaseRef {
+                namespace: "kube-system".into(),
+                name: "plndr-svcs-lock".into(),
+            }),
+        ] {
+            let p = plan_leases(&all, &cfg(mode.clone()));
+            let governing = match &mode {
+                Mode::PerService => lease("primary"),
+                Mode::Global(l) => l.clone(),
+            };
+            let g = &p.groups[&governing];
+            assert_eq!(g.dhcp.len(), 1, "{mode:?}");
+            assert!(g.services.contains(&key("older")) && g.services.contains(&key("newer")));
+            assert!(
+                p.groups.values().all(|g| g
+                    .vips
+                    .iter()
+                    .all(|v| v.vip.addr.to_string() != "192.0.2.205")),
+                "{mode:?}: the shared DHCP address is never bound on the parent: {p:?}"
+            );
+            assert_eq!(
+                p.addresses[&key("newer")],
+                ["192.0.2.205".parse::<IpAddr>().unwrap()]
+            );
+            assert!(
+                !p.groups.contains_key(&lease("older")) && !p.groups.contains_key(&lease("newer"))
+            );
+            assert_eq!(p.conflicts.len(), 1, "{mode:?}");
+            assert_eq!(p.conflicts[0].service, key("clash"));
+            assert_eq!(p.conflicts[0].with, key("primary"));
+            // An unrelated static address is bound as before.
+            assert!(p.groups.values().any(|g| {
+                g.vips
+                    .iter()
+                    .any(|v| v.vip.addr.to_string() == "192.0.2.21")
+            }));
+        }
+    }
+
+    /// Share-IP with DHCPv6: a dual-stack DHCP Service's leased IPv6 address is shared like
+    /// its IPv4 one; the IPv6 entry of a Service that asks DHCPv4 only is not its lease.
+    #[test]
+    fn a_dhcp_services_ipv6_address_is_shared_only_when_it_asks_dhcpv6() {
+        let dhcp_svc = |name: &str, ips: &str| {
+            let mut s = k8s_openapi::api::core::v1::Service::default();
+            s.metadata.name = Some(name.into());
+            s.metadata.namespace = Some("default".into());
+            s.metadata.uid = Some(format!("uid{name}"));
+            s.metadata.annotations = Some(
+                [
+                    (
+                        crate::services::model::ANN_LOADBALANCER_IPS.to_string(),
+                        ips.to_string(),
+                    ),
+                    (
+                        crate::services::model::ANN_REQUESTED_IP.to_string(),
+                        "192.0.2.205,2001:db8::1005".to_string(),
+                    ),
+                ]
+                .into(),
+            );
+            let mut c = svc(name, 1, &[], &[(80, "TCP")]);
+            c.dhcp = Some(
+                crate::services::model::dhcp_request(&crate::services::model::service_info(&s))
+                    .unwrap(),
+            );
+            c
+        };
+        let sharer = svc("sharer", 2, &["2001:db8::1005"], &[(443, "TCP")]);
+        let mode = Mode::PerService;
+        let p = plan_leases(
+            &[dhcp_svc("dual", "0.0.0.0,::"), sharer.clone()],
+            &cfg(mode.clone()),
+        );
+        assert!(
+            p.groups[&lease("dual")].services.contains(&key("sharer")),
+            "{p:?}"
+        );
+        assert!(!p.groups.contains_key(&lease("sharer")));
+        // DHCPv4 only: the IPv6 entry is no lease of it, the sharer is on its own.
+        let p = plan_leases(&[dhcp_svc("four", "0.0.0.0"), sharer], &cfg(mode));
+        assert!(p.groups.contains_key(&lease("sharer")), "{p:?}");
     }
 
     /// Issue 13: a DHCP Service without a fixed address gets a group under its own lease

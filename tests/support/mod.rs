@@ -506,3 +506,52 @@ pub fn assert_clean_handover(
         }
     }
 }
+
+/// Starts `vipd probe http://<ip>/ --interval 20ms --timeout 1s --json` in ns client (the
+/// lab's HTTP backends answer it); [`probe_gap_ms`] stops it and reads the longest gap.
+pub fn start_http_probe(lab: &Lab, ip: &str) -> LabProcess {
+    lab.spawn(
+        "client",
+        env!("CARGO_BIN_EXE_vipd"),
+        &[
+            "probe",
+            &format!("http://{ip}/"),
+            "--interval",
+            "20ms",
+            "--timeout",
+            "1s",
+            "--json",
+        ],
+        &[],
+    )
+    .expect("start the probe")
+}
+
+/// Stops a running `vipd probe ... --json` (SIGINT, then SIGKILL after 5 s) and returns the
+/// longest gap (ms) of its summary, an open gap at the end included.
+pub fn probe_gap_ms(mut probe: LabProcess) -> f64 {
+    let _ = probe.signal(xtask::lab::Signal::SIGINT);
+    if probe
+        .wait_timeout(Duration::from_secs(5))
+        .expect("wait probe")
+        .is_none()
+    {
+        let _ = probe.kill();
+    }
+    let log = probe.log();
+    let line = log
+        .lines()
+        .rev()
+        .find(|l| l.trim_start().starts_with('{'))
+        .unwrap_or_else(|| panic!("no probe summary: {log}"));
+    let v: serde_json::Value = serde_json::from_str(line).expect("probe summary");
+    let closed = v["longest_gap"]["gap_ms"].as_f64().unwrap_or(0.0);
+    let open = match (
+        v["trailing_failures"].as_u64(),
+        v["last_success_ms"].as_f64(),
+    ) {
+        (Some(n), Some(last)) if n > 0 => v["elapsed_ms"].as_f64().unwrap_or(last) - last,
+        _ => 0.0,
+    };
+    closed.max(open)
+}

@@ -58,8 +58,8 @@ fn members(n: usize) -> BTreeSet<String> {
 }
 
 /// Node `own` of `n` members.
-fn node(own: &str, n: usize, t0: Instant) -> Peers {
-    let mut p = Peers::new(cfg(), own, t0);
+fn node(own: &str, n: usize) -> Peers {
+    let mut p = Peers::new(cfg(), own);
     p.set_membership(members(n));
     p
 }
@@ -115,7 +115,7 @@ fn config_rules_are_checked() {
 #[test]
 fn flags_keep_the_hold_promise_then_clear() {
     let t0 = Instant::now();
-    let mut p = node("n0", 3, t0);
+    let mut p = node("n0", 3);
     p.set_api(t0, true);
     assert_eq!(p.outgoing_flags(t0), REACH);
     p.set_api(t0 + ms(100), false);
@@ -136,7 +136,7 @@ fn flags_keep_the_hold_promise_then_clear() {
 
 /// A holder of n0 among 3 that lost the API 1 s after renewing at t0.
 fn rider(t0: Instant) -> Peers {
-    let mut p = node("n0", 3, t0);
+    let mut p = node("n0", 3);
     p.set_api(t0, true);
     p.renewed(held("10"), t0, false);
     p.set_api(t0 + ms(1000), false);
@@ -217,7 +217,7 @@ fn ride_rules_in_order() {
     );
     p.set_api(t0 + ms(1600), false);
 
-    let mut cp = node("n0", 3, t0);
+    let mut cp = node("n0", 3);
     cp.renewed(held("1"), t0, true);
     assert_eq!(
         cp.may_ride_through(t0 + ms(100), &lease()),
@@ -356,7 +356,7 @@ fn view(holder: Option<&str>, rv: &str, observed_at: Instant) -> LeaseView {
 #[test]
 fn take_with_consent() {
     let t0 = Instant::now();
-    let mut c = node("n1", 3, t0);
+    let mut c = node("n1", 3);
     let v = view(Some("n0"), "10", t0);
     assert_eq!(c.may_take(t0, &v), TakeDecision::NoApi);
     c.set_api(t0, true);
@@ -404,7 +404,7 @@ fn take_with_consent() {
             holder: "n0".into()
         }
     );
-    let mut late = node("n1", 3, t0);
+    let mut late = node("n1", 3);
     late.set_api(t - ms(2999), true);
     late.receive(t, &hb(&late, "n0", NONE, vec![held("10")]));
     assert_eq!(
@@ -430,7 +430,7 @@ fn take_with_consent() {
         TakeDecision::NotExpired
     );
     // Heartbeating without the lease: take once expired.
-    let mut d = node("n1", 3, t0);
+    let mut d = node("n1", 3);
     d.set_api(t0, true);
     d.receive(t, &hb(&d, "n0", NONE, vec![]));
     assert_eq!(
@@ -449,7 +449,7 @@ fn take_with_consent() {
 fn take_from_a_silent_holder_needs_a_blocking_set_or_the_cap() {
     let t0 = Instant::now();
     // n1 of 3; the holder n0 last heard (listing) at t0 + 1 s.
-    let mut c = node("n1", 3, t0);
+    let mut c = node("n1", 3);
     c.set_api(t0, true);
     let d = c.digest();
     c.receive(t0 + ms(1000), &hb(&c, "n0", NONE, vec![held("10")]));
@@ -465,8 +465,7 @@ fn take_from_a_silent_holder_needs_a_blocking_set_or_the_cap() {
         }
         t += ms(200);
     }
-    // Expired at 5 s; silence: last listing + 600 ms + 2 s + 250 ms = 3.85 s; evidence
-    // (2.9 s) since t0: a blocking set of 2 (n1, n2) of 3.
+    // Expired at 5 s; evidence (2.9 s) since t0: a blocking set of 2 (n1, n2) of 3.
     assert_eq!(
         c.may_take(t5, &v),
         TakeDecision::Take(TakeReason::HolderSilent {
@@ -512,7 +511,7 @@ fn take_from_a_silent_holder_needs_a_blocking_set_or_the_cap() {
         }
     ));
     // The holder's membership unknown or different: no blocking set.
-    let mut u = node("n1", 3, t0);
+    let mut u = node("n1", 3);
     u.set_api(t0, true);
     u.receive(
         t0 + ms(1000),
@@ -525,14 +524,25 @@ fn take_from_a_silent_holder_needs_a_blocking_set_or_the_cap() {
             ..
         }
     ));
-    // Heard too recently: wait for the silence rule even with a blocking set.
+    // Heard listing 1 s ago (silent for longer than the liveness window since): the
+    // blocking set alone decides, no extra silence wait (the rule this replaced took the
+    // lease only 2.85 s after the holder was last heard).
     let mut s = c.clone();
     s.receive(t5 - ms(1000), &hb(&s, "n0", NONE, vec![held("10")]));
     assert_eq!(
         s.may_take(t5, &v),
-        TakeDecision::WaitUntil {
-            at: t5 - ms(1000) + ms(2850),
-            why: WaitReason::Silence
+        TakeDecision::Take(TakeReason::HolderSilent {
+            holder: "n0".into()
+        })
+    );
+    // Heard within the liveness window: not silent; it cannot reach the API and the lease
+    // is past the ask delay: ask it first.
+    let mut r = c.clone();
+    r.receive(t5 - ms(500), &hb(&r, "n0", NONE, vec![held("10")]));
+    assert_eq!(
+        r.may_take(t5, &v),
+        TakeDecision::AskFirst {
+            holder: "n0".into()
         }
     );
 }

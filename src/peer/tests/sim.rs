@@ -119,7 +119,12 @@ impl Sim {
     }
 
     fn with(n: usize, tune: impl Fn(&mut RideConfig)) -> Sim {
-        let mut cfg = RideConfig::new(&timing(), FENCE_SECS).expect("config");
+        Sim::with_timing(n, &timing(), tune)
+    }
+
+    /// A segment of `n` nodes whose leases have `timing` (renewals still every second).
+    fn with_timing(n: usize, timing: &Timing, tune: impl Fn(&mut RideConfig)) -> Sim {
+        let mut cfg = RideConfig::new(timing, FENCE_SECS).expect("config");
         tune(&mut cfg);
         cfg.check().expect("tuned config");
         let start = Instant::now();
@@ -151,7 +156,7 @@ impl Sim {
     fn boot(&mut self, i: usize) -> Node {
         self.boot_counter += 1;
         let name = format!("n{i}");
-        let mut peers = Peers::new(self.cfg, &name, self.now);
+        let mut peers = Peers::new(self.cfg, &name);
         peers.set_membership(Sim::membership(self.link.len()));
         Node {
             name,

@@ -87,6 +87,14 @@ impl DhcpRequest {
         out
     }
 
+    /// The addresses this Service leases as far as `kube-vip.io/requestedIP` says: its IPv4
+    /// entry when it asks DHCPv4, its IPv6 entry when it asks DHCPv6.
+    pub fn requested_addresses(&self) -> Vec<IpAddr> {
+        let v4 = self.requested.filter(|_| self.v4).map(IpAddr::V4);
+        let v6 = self.requested_v6.filter(|_| self.v6).map(IpAddr::V6);
+        v4.into_iter().chain(v6).collect()
+    }
+
     /// The `family` client's spec on `parent` (this request's own parent when it has one).
     pub fn spec(&self, parent: &str, family: DhcpFamily) -> DhcpSpec {
         DhcpSpec {

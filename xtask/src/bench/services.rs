@@ -3,8 +3,8 @@
 //! targets (30 MB per node, p95 create-to-answer).
 //!
 //! ```text
-//! cargo xtask bench services [--scenario bringup|scale|churn|drain|all] [--services N]
-//!     [--minutes M] [--no-build] [--vipd PATH] [-v]
+//! cargo xtask bench services [--scenario bringup|scale|churn|drain|dhcp|all] [--services N]
+//!     [--minutes M] [--dhcp-services N] [--no-build] [--vipd PATH] [-v]
 //! ```
 //!
 //! Every scenario gets its own lab ([`Lab::start`] with HTTP backends: every node answers
@@ -43,6 +43,9 @@
 //!   that the other Services had no gap longer than [`DRAIN_QUIET_GAP`]. These probes use a
 //!   connect timeout of [`DRAIN_CONNECT_TIMEOUT`], so a SYN lost while a VIP moves costs
 //!   that, not [`CONNECT_TIMEOUT`].
+//! - **dhcp**: DHCP mode (issue 13) against dnsmasq, in two labs of its own; see
+//!   [`dhcp`] (bring-up to the first ARP answer from the macvlan, then 50 DHCP Services on
+//!   one node: RSS and renewals at T1).
 //!
 //! Every scenario ends with the API statuses other than 2xx seen by the bench's calls and the
 //! WARN/ERROR lines of each vipd log (counts and the first distinct ones).
@@ -62,12 +65,17 @@ use anyhow::{Context, Result, anyhow, bail};
 use crate::args::{parse_flags, whole_number};
 use xtask::lab::{self, ApiClient, Lab, LabOptions, LabProcess, NODES};
 
+mod dhcp;
+
 const USAGE: &str = "usage: cargo xtask bench services [options]
 
 options:
-  --scenario S    bringup | scale | churn | drain | all, or a comma list (default all)
+  --scenario S    bringup | scale | churn | drain | dhcp | all, or a comma list (default all)
   --services N    Services in the scale scenario (default 1000, at most 65000)
   --minutes M     length of the churn run in minutes, may be fractional (default 10)
+  --dhcp-services N
+                  Services created one at a time in the dhcp scenario's bring-up (default 20,
+                  at most 71: the bench's dnsmasq pool 192.0.2.150-220)
   --no-build      do not run `cargo build --release -p vipd` first
   --vipd PATH     vipd binary to use (default target/release/vipd)
   -v, --verbose   print progress details";
@@ -112,18 +120,21 @@ pub enum Scenario {
     Churn,
     /// `vipd drain` on a node: the gap of every Service VIP it held.
     Drain,
+    /// DHCP mode: bring-up to the first ARP answer, 50 DHCP Services on one node.
+    Dhcp,
 }
 
 impl Scenario {
     /// Every scenario, in the order `all` runs them.
-    pub const ALL: [Scenario; 4] = [
+    pub const ALL: [Scenario; 5] = [
         Scenario::Bringup,
         Scenario::Scale,
         Scenario::Churn,
         Scenario::Drain,
+        Scenario::Dhcp,
     ];
 
-    /// Parses `bringup`, `scale`, `churn`, `drain` or `all` (every scenario).
+    /// Parses `bringup`, `scale`, `churn`, `drain`, `dhcp` or `all` (every scenario).
     ///
     /// # Errors
     /// For any other word, naming it.
@@ -143,9 +154,12 @@ impl Scenario {
                 "drain" => {
                     out.insert(Scenario::Drain);
                 }
+                "dhcp" => {
+                    out.insert(Scenario::Dhcp);
+                }
                 "all" => out.extend(Scenario::ALL),
                 other => bail!(
-                    "--scenario: unknown scenario {other:?} (expected bringup, scale, churn, drain or all)"
+                    "--scenario: unknown scenario {other:?} (expected bringup, scale, churn, drain, dhcp or all)"
                 ),
             }
         }
@@ -165,6 +179,8 @@ pub struct Options {
     pub services: usize,
     /// Length of the churn run, minutes.
     pub minutes: f64,
+    /// Services created one at a time in the dhcp scenario's bring-up.
+    pub dhcp_services: usize,
     /// Run `cargo build --release -p vipd` first.
     pub build: bool,
     /// Explicit vipd binary.
@@ -179,6 +195,7 @@ impl Default for Options {
             scenarios: Scenario::ALL.into(),
             services: DEFAULT_SCALE_SERVICES,
             minutes: DEFAULT_CHURN_MINUTES,
+            dhcp_services: dhcp::DEFAULT_BRINGUP,
             build: true,
             vipd: None,
             verbose: false,
@@ -207,6 +224,9 @@ impl Options {
                         bail!("--minutes: {v:?} is outside (0, 1440]");
                     }
                     o.minutes = m;
+                }
+                "--dhcp-services" => {
+                    o.dhcp_services = whole_number(a, value()?, 1..=dhcp::pool().len())?;
                 }
                 "--no-build" => o.build = false,
                 "--vipd" => o.vipd = Some(PathBuf::from(value()?)),
@@ -238,6 +258,7 @@ pub fn run(args: &[&str]) -> Result<()> {
             Scenario::Scale => scale(&vipd, o.services, o.verbose)?,
             Scenario::Churn => churn(&vipd, o.minutes, o.verbose)?,
             Scenario::Drain => drain(&vipd, o.verbose)?,
+            Scenario::Dhcp => dhcp::run(&vipd, o.dhcp_services, o.verbose)?,
         }
         println!("({s:?} took {:.0} s)\n", t0.elapsed().as_secs_f64());
     }
@@ -581,6 +602,12 @@ struct Bench {
 
 impl Bench {
     fn start(vipd: &Path, verbose: bool) -> Result<Bench> {
+        Bench::start_with(vipd, verbose, &[])
+    }
+
+    /// As [`Bench::start`], with more vipd settings on every node (`extra` overrides the
+    /// defaults; `VIPD_BENCH_ENV` overrides both).
+    fn start_with(vipd: &Path, verbose: bool, extra: &[(&str, &str)]) -> Result<Bench> {
         let lab = Lab::start(LabOptions {
             http_backends: true,
             ..LabOptions::default()
@@ -603,9 +630,13 @@ impl Bench {
             ];
             // Extra vipd settings for a run, e.g. Service lease timings:
             // VIPD_BENCH_ENV="svc_leaseduration=9,svc_renewdeadline=6,svc_retryperiod=3"
-            let extra = std::env::var("VIPD_BENCH_ENV").unwrap_or_default();
             let mut env = env;
-            for kv in extra.split(',').filter(|kv| !kv.is_empty()) {
+            for (k, v) in extra {
+                env.retain(|(ek, _)| ek != k);
+                env.push((*k, *v));
+            }
+            let from_env = std::env::var("VIPD_BENCH_ENV").unwrap_or_default();
+            for kv in from_env.split(',').filter(|kv| !kv.is_empty()) {
                 let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
                 env.retain(|(ek, _)| *ek != k);
                 env.push((k, v));
@@ -1666,6 +1697,19 @@ mod tests {
             let e = Options::parse(&args).unwrap_err().to_string();
             assert!(e.contains(needle), "{args:?}: {e}");
         }
+    }
+
+    #[test]
+    fn dhcp_scenario_and_its_service_count_are_parsed() {
+        let o = Options::parse(&["--scenario", "dhcp", "--dhcp-services", "7"]).unwrap();
+        assert_eq!(o.scenarios, [Scenario::Dhcp].into());
+        assert_eq!(o.dhcp_services, 7);
+        assert_eq!(Options::default().dhcp_services, 20);
+        assert!(Options::default().scenarios.contains(&Scenario::Dhcp));
+        let e = Options::parse(&["--dhcp-services", "72"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--dhcp-services") && e.contains("72"), "{e}");
     }
 
     #[test]
