@@ -548,8 +548,8 @@ impl Metrics {
         m.health_handover(lease);
         m.vip_handover("192.0.2.10", "health");
         m.lb_backends([(node, "192.0.2.11".to_string(), true)]);
-        m.dhcp_state("default/example", "bound", Some(1_800_000_000));
-        m.dhcp_event("default/example", "renewed");
+        m.dhcp_state("default/example", "v4", "bound", Some(1_800_000_000));
+        m.dhcp_event("default/example", "v4", "renewed");
         m
     }
 

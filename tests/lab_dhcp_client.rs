@@ -4,7 +4,7 @@
 
 mod support;
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,7 +19,7 @@ use pnet::packet::ipv4::Ipv4Packet;
 use pnet::packet::udp::UdpPacket;
 use support::*;
 use tokio::time::timeout;
-use vipd::dhcp::{Dhcp, DhcpBinding, DhcpHandle, DhcpSpec, DhcpState, RawDhcp};
+use vipd::dhcp::{Dhcp, DhcpBinding, DhcpFamily, DhcpHandle, DhcpSpec, DhcpState, RawDhcp};
 use xtask::lab::{DHCP_POOL_END, DHCP_POOL_START, DHCP_SERVER_V4, DnsmasqOptions, Lab, LabOptions};
 
 const MAC: [u8; 6] = [0x02, 0x76, 0x69, 0x70, 0x64, 0x01];
@@ -128,10 +128,12 @@ impl Drop for ServerCapture {
 
 fn spec(requested: Option<Ipv4Addr>) -> DhcpSpec {
     DhcpSpec {
+        family: DhcpFamily::V4,
         parent: "eth0".into(),
         macvlan: MACVLAN.into(),
         mac: MAC,
         requested,
+        requested_v6: None,
         hostname: Some("lb-test".into()),
         broadcast: false,
         rp_filter: 0,
@@ -155,6 +157,14 @@ async fn wait_state(
             "timed out after {limit:?} waiting for {what}; state {:?}",
             *h.state.borrow()
         ),
+    }
+}
+
+/// The IPv4 address of a DHCPv4 binding.
+fn v4(b: &DhcpBinding) -> Ipv4Addr {
+    match b.addr {
+        IpAddr::V4(a) => a,
+        IpAddr::V6(a) => panic!("a DHCPv4 client leased {a}"),
     }
 }
 
@@ -245,10 +255,10 @@ fn dhcp_client_binds_renews_expires_reacquires_and_releases() {
         // Bind: the requested address (INIT-REBOOT), from the pool.
         let mut h = dhcp.start(spec(Some(REQUESTED)));
         let b = bound(&mut h, "the first lease", Duration::from_secs(15)).await;
-        assert_eq!(b.addr, REQUESTED);
-        assert!(in_pool(b.addr));
-        assert_eq!(b.server, DHCP_SERVER_V4);
-        hold(lab, b.addr);
+        assert_eq!(b.addr, IpAddr::V4(REQUESTED));
+        assert!(in_pool(v4(&b)));
+        assert_eq!(b.server, IpAddr::V4(DHCP_SERVER_V4));
+        hold(lab, v4(&b));
         let l = links(lab);
         assert!(
             l.contains(&format!("{MACVLAN}@eth0")) && l.contains("alias vipd:test-service-uid"),
@@ -286,7 +296,7 @@ fn dhcp_client_binds_renews_expires_reacquires_and_releases() {
             DhcpState::Bound(nb) => nb,
             other => unreachable!("{other:?}"),
         };
-        assert_eq!(renewed.addr, REQUESTED);
+        assert_eq!(renewed.addr, IpAddr::V4(REQUESTED));
         let renewal: Vec<Seen> = cap
             .seen()
             .into_iter()
@@ -351,7 +361,7 @@ fn dhcp_client_binds_renews_expires_reacquires_and_releases() {
             Duration::from_secs(30),
         )
         .await;
-        assert_eq!(again.addr, REQUESTED);
+        assert_eq!(again.addr, IpAddr::V4(REQUESTED));
 
         // Stop without release (leadership loss): macvlan gone, the lease kept; a new
         // client with the same MAC and requested address gets it back at once.
@@ -367,7 +377,7 @@ fn dhcp_client_binds_renews_expires_reacquires_and_releases() {
         );
         let mut h = dhcp.start(spec(Some(REQUESTED)));
         let b = bound(&mut h, "the lease after a restart", Duration::from_secs(15)).await;
-        assert_eq!(b.addr, REQUESTED);
+        assert_eq!(b.addr, IpAddr::V4(REQUESTED));
 
         // Release: DHCPRELEASE, dnsmasq frees the lease; macvlan gone, the foreign one kept.
         h.release_and_stop().await;
@@ -420,7 +430,7 @@ fn dhcp_client_nak_on_init_reboot_falls_back_to_discover() {
         )
         .await;
         assert!(
-            (u32::from(new_range.0)..=u32::from(new_range.1)).contains(&u32::from(b.addr)),
+            (u32::from(new_range.0)..=u32::from(new_range.1)).contains(&u32::from(v4(&b))),
             "{b:?}"
         );
         h.stop().await;

@@ -209,7 +209,7 @@ fn manager_accepts_exactly_the_generated_env() {
 }
 
 /// Shape rules of S29/S30 checked on the raw YAML: env values are YAML strings, no
-/// `status`, capabilities NET_ADMIN+NET_RAW added and ALL dropped, probes on the admin
+/// `status`, capabilities NET_ADMIN+NET_RAW+NET_BIND_SERVICE added and ALL dropped, probes on the admin
 /// port, memory limit, super-admin.conf only with --kubeadm-init.
 #[test]
 fn manifest_shape() {
@@ -235,7 +235,7 @@ fn manifest_shape() {
         }
         assert_eq!(
             c["securityContext"]["capabilities"]["add"],
-            serde_json::json!(["NET_ADMIN", "NET_RAW"])
+            serde_json::json!(["NET_ADMIN", "NET_RAW", "NET_BIND_SERVICE"])
         );
         assert_eq!(
             c["securityContext"]["capabilities"]["drop"],

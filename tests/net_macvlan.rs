@@ -60,6 +60,7 @@ fn spec(name: &str) -> MacvlanSpec {
         mac: [0x02, 0x76, 0x69, 0x70, 0x64, 0x10],
         mark: "vipd:uid-1".into(),
         rp_filter: 2,
+        ipv6_now: false,
     }
 }
 
@@ -122,5 +123,53 @@ fn creates_configures_reuses_replaces_and_removes_only_marked_macvlans() {
         assert!(!m.remove("vip-abc").await.unwrap());
         assert_eq!(m.remove_stale(&[]).await.unwrap(), Vec::<String>::new());
         assert!(link("mv-user").is_some());
+    });
+}
+
+/// `ip -j addr show dev NAME` flags of its link-local address.
+fn link_local_flags(name: &str) -> Option<Vec<String>> {
+    let out = Command::new("ip")
+        .args(["-6", "-j", "addr", "show", "dev", name])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).ok()?;
+    let info = v.get(0)?["addr_info"].as_array()?.clone();
+    let ll = info.iter().find(|a| a["scope"] == "link")?;
+    Some(
+        ["tentative", "dadfailed", "optimistic"]
+            .iter()
+            .filter(|f| ll[**f].as_bool() == Some(true))
+            .map(|f| f.to_string())
+            .collect(),
+    )
+}
+
+/// A macvlan for a DHCPv6 client (`ipv6_now`): DAD off, so its link-local address is there
+/// and not tentative as soon as `ensure` returns; each such macvlan gets its own UDP socket
+/// on port 546 (`SO_BINDTODEVICE`).
+#[test]
+fn dhcpv6_macvlan_has_a_usable_link_local_at_once_and_its_own_port_546() {
+    use vipd::dhcp::v6::Udp6Transport;
+    use vipd::dhcp::wire::Transport;
+    in_private_netns(async |m| {
+        let mut a = spec("vip-six");
+        a.ipv6_now = true;
+        let ia = m.ensure(&a).await.unwrap();
+        assert_eq!(sysctl("ipv6", "vip-six", "accept_dad"), "0");
+        assert_eq!(link_local_flags("vip-six"), Some(Vec::new()));
+        let mut b = spec("vip-six2");
+        b.ipv6_now = true;
+        b.mac[5] = 0x12;
+        let ib = m.ensure(&b).await.unwrap();
+        let _wa = Udp6Transport.open(ia, "vip-six").unwrap();
+        let _wb = Udp6Transport.open(ib, "vip-six2").unwrap();
+        // Without ipv6_now the kernel's DAD runs: tentative at first.
+        let mut c = spec("vip-dad");
+        c.mac[5] = 0x13;
+        m.ensure(&c).await.unwrap();
+        assert_eq!(
+            link_local_flags("vip-dad"),
+            Some(vec!["tentative".to_string()])
+        );
     });
 }

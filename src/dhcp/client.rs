@@ -1,8 +1,11 @@
 //! [`DhcpClient`]: the [`Dhcp`] implementation. One tokio task per started spec creates the
-//! macvlan ([`Macvlans::ensure`]), opens a [`Wire`] on it and drives the
-//! [`Machine`] with its deadlines, the replies and the handle's
+//! macvlan ([`Macvlans::acquire`]; a dual-stack Service's DHCPv4 and DHCPv6 clients share
+//! it), opens a [`Wire`] on it and drives the family's [`ClientMachine`] (DHCPv4
+//! [`Machine`], DHCPv6 [`Machine6`]) with its deadlines, the replies and the handle's
 //! commands, publishing [`DhcpState`] after each step.
 
+use std::marker::PhantomData;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -10,28 +13,99 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::machine::{ClientConfig, Machine, Outgoing, backoff};
+use super::machine::{ClientConfig, Machine, backoff};
+use super::v6::{Machine6, Udp6Transport};
 use super::wire::{PacketTransport, Transport, Wire};
-use super::{Dhcp, DhcpCommand, DhcpHandle, DhcpSpec, DhcpState};
+use super::{Dhcp, DhcpCommand, DhcpFamily, DhcpHandle, DhcpSpec, DhcpState};
 use crate::net::macvlan::{MacvlanError, MacvlanKernel, Macvlans, NetlinkMacvlans};
 
-/// [`Dhcp`] over macvlans vipd manages (kernel `K`) and a packet transport `T`.
-pub struct DhcpClient<K, T> {
-    macvlans: Arc<Macvlans<K>>,
-    transport: Arc<T>,
+/// One protocol's client state machine as the client task drives it: pure, fed the time,
+/// the replies and the handle's commands, answering with the messages to send.
+pub trait ClientMachine: Send + Sized + 'static {
+    /// A received reply.
+    type Msg: Send;
+    /// A message to send.
+    type Out: Send + Sync;
+
+    /// A machine for `spec` starting at `now`, asking first for `requested` (the spec's
+    /// requested address, or the one leased before the wire failed); `seed` seeds the
+    /// transaction ids.
+    fn begin(spec: &DhcpSpec, requested: Option<IpAddr>, now: Instant, seed: u32) -> Self;
+    /// The state to publish.
+    fn state(&self) -> DhcpState;
+    /// When [`Self::on_timeout`] must be called next; `None` once stopped.
+    fn deadline(&self) -> Option<Instant>;
+    /// The deadline passed at `now`.
+    fn on_timeout(&mut self, now: Instant) -> Vec<Self::Out>;
+    /// A reply arrived at `now`.
+    fn on_message(&mut self, now: Instant, msg: &Self::Msg) -> Vec<Self::Out>;
+    /// `addr` is in use by another node: decline it (when it is the current lease).
+    fn decline(&mut self, now: Instant, addr: IpAddr) -> Vec<Self::Out>;
+    /// Stop; with `release`, the release message of the current lease.
+    fn stop(&mut self, now: Instant, release: bool) -> Vec<Self::Out>;
 }
 
-impl<K, T> Clone for DhcpClient<K, T> {
+impl ClientMachine for Machine {
+    type Msg = dhcproto::v4::Message;
+    type Out = super::machine::Outgoing;
+
+    fn begin(spec: &DhcpSpec, requested: Option<IpAddr>, now: Instant, seed: u32) -> Self {
+        let requested = match requested {
+            Some(IpAddr::V4(a)) => Some(a),
+            _ => spec.requested,
+        };
+        let cfg = ClientConfig {
+            mac: spec.mac,
+            hostname: spec.hostname.clone(),
+            broadcast: spec.broadcast,
+            requested,
+        };
+        Machine::new(cfg, now, seed)
+    }
+    fn state(&self) -> DhcpState {
+        Machine::state(self)
+    }
+    fn deadline(&self) -> Option<Instant> {
+        Machine::deadline(self)
+    }
+    fn on_timeout(&mut self, now: Instant) -> Vec<Self::Out> {
+        Machine::on_timeout(self, now)
+    }
+    fn on_message(&mut self, now: Instant, msg: &Self::Msg) -> Vec<Self::Out> {
+        Machine::on_message(self, now, msg)
+    }
+    fn decline(&mut self, now: Instant, addr: IpAddr) -> Vec<Self::Out> {
+        match addr {
+            IpAddr::V4(a) => Machine::decline(self, now, a),
+            IpAddr::V6(_) => Vec::new(),
+        }
+    }
+    fn stop(&mut self, now: Instant, release: bool) -> Vec<Self::Out> {
+        Machine::stop(self, now, release)
+    }
+}
+
+/// [`Dhcp`] over macvlans vipd manages (kernel `K`), a DHCPv4 packet transport `T` and a
+/// DHCPv6 transport `T6`.
+pub struct DhcpClient<K, T, T6 = Udp6Transport> {
+    macvlans: Arc<Macvlans<K>>,
+    transport: Arc<T>,
+    transport6: Arc<T6>,
+}
+
+impl<K, T, T6> Clone for DhcpClient<K, T, T6> {
     fn clone(&self) -> Self {
         Self {
             macvlans: self.macvlans.clone(),
             transport: self.transport.clone(),
+            transport6: self.transport6.clone(),
         }
     }
 }
 
-/// The production client: rtnetlink macvlans, `AF_PACKET` sockets.
-pub type RawDhcp = DhcpClient<NetlinkMacvlans, PacketTransport>;
+/// The production client: rtnetlink macvlans, `AF_PACKET` sockets (DHCPv4), UDP sockets
+/// bound to the macvlan (DHCPv6).
+pub type RawDhcp = DhcpClient<NetlinkMacvlans, PacketTransport, Udp6Transport>;
 
 impl RawDhcp {
     /// A client in the current network namespace, on the current tokio runtime.
@@ -39,16 +113,21 @@ impl RawDhcp {
     /// # Errors
     /// [`MacvlanError::Socket`] when the rtnetlink socket cannot be opened.
     pub fn open() -> Result<Self, MacvlanError> {
-        Ok(Self::new(NetlinkMacvlans::new()?, PacketTransport))
+        Ok(Self::new(
+            NetlinkMacvlans::new()?,
+            PacketTransport,
+            Udp6Transport,
+        ))
     }
 }
 
-impl<K: MacvlanKernel, T: Transport> DhcpClient<K, T> {
-    /// Over `kernel` and `transport`.
-    pub fn new(kernel: K, transport: T) -> Self {
+impl<K: MacvlanKernel, T: Transport, T6: Transport> DhcpClient<K, T, T6> {
+    /// Over `kernel`, `transport` (DHCPv4) and `transport6` (DHCPv6).
+    pub fn new(kernel: K, transport: T, transport6: T6) -> Self {
         Self {
             macvlans: Arc::new(Macvlans::new(kernel)),
             transport: Arc::new(transport),
+            transport6: Arc::new(transport6),
         }
     }
 
@@ -58,31 +137,55 @@ impl<K: MacvlanKernel, T: Transport> DhcpClient<K, T> {
     }
 }
 
-impl<K: MacvlanKernel, T: Transport> Dhcp for DhcpClient<K, T> {
+impl<K, T, T6> Dhcp for DhcpClient<K, T, T6>
+where
+    K: MacvlanKernel,
+    T: Transport,
+    T::Wire: Wire<Out = <Machine as ClientMachine>::Out, Msg = <Machine as ClientMachine>::Msg>,
+    T6: Transport,
+    T6::Wire: Wire<Out = <Machine6 as ClientMachine>::Out, Msg = <Machine6 as ClientMachine>::Msg>,
+{
     fn start(&self, spec: DhcpSpec) -> DhcpHandle {
         let (state_tx, state_rx) = watch::channel(DhcpState::Requesting {
             attempt: 0,
             last_error: None,
         });
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
-        let task = Task {
-            spec,
-            macvlans: self.macvlans.clone(),
-            transport: self.transport.clone(),
-            state: state_tx,
-            commands: cmd_rx,
-        };
-        tokio::spawn(task.run());
+        match spec.family {
+            DhcpFamily::V4 => {
+                let task: Task<K, T, Machine> = Task {
+                    spec,
+                    macvlans: self.macvlans.clone(),
+                    transport: self.transport.clone(),
+                    state: state_tx,
+                    commands: cmd_rx,
+                    machine: PhantomData,
+                };
+                tokio::spawn(task.run());
+            }
+            DhcpFamily::V6 => {
+                let task: Task<K, T6, Machine6> = Task {
+                    spec,
+                    macvlans: self.macvlans.clone(),
+                    transport: self.transport6.clone(),
+                    state: state_tx,
+                    commands: cmd_rx,
+                    machine: PhantomData,
+                };
+                tokio::spawn(task.run());
+            }
+        }
         DhcpHandle::new(state_rx, cmd_tx)
     }
 }
 
-struct Task<K, T> {
+struct Task<K, T, M> {
     spec: DhcpSpec,
     macvlans: Arc<Macvlans<K>>,
     transport: Arc<T>,
     state: watch::Sender<DhcpState>,
     commands: mpsc::UnboundedReceiver<DhcpCommand>,
+    machine: PhantomData<fn() -> M>,
 }
 
 /// Why the client loop ended.
@@ -100,28 +203,46 @@ fn xid_seed(mac: [u8; 6]) -> u32 {
     nanos ^ u32::from_be_bytes([mac[2], mac[3], mac[4], mac[5]])
 }
 
-impl<K: MacvlanKernel, T: Transport> Task<K, T> {
+impl<K, T, M> Task<K, T, M>
+where
+    K: MacvlanKernel,
+    T: Transport,
+    M: ClientMachine,
+    T::Wire: Wire<Out = M::Out, Msg = M::Msg>,
+{
+    /// Who uses the macvlan ([`Macvlans::acquire`]): one client per family.
+    fn user(&self) -> &'static str {
+        self.spec.family.metric()
+    }
+
     async fn setup(&self) -> Result<T::Wire, String> {
         self.spec.check().map_err(|e| e.to_string())?;
         let index = self
             .macvlans
-            .ensure(&self.spec.macvlan_spec())
+            .acquire(&self.spec.macvlan_spec(), self.user())
             .await
             .map_err(|e| e.to_string())?;
-        self.transport
-            .open(index, &self.spec.macvlan)
-            .map_err(|e| format!("DHCP socket on macvlan {}: {e}", self.spec.macvlan))
+        self.transport.open(index, &self.spec.macvlan).map_err(|e| {
+            format!(
+                "{} socket on macvlan {}: {e}",
+                self.spec.family.label(),
+                self.spec.macvlan
+            )
+        })
     }
 
     async fn run(mut self) {
-        let mut requested = self.spec.requested;
+        let mut requested: Option<IpAddr> = match self.spec.family {
+            DhcpFamily::V4 => self.spec.requested.map(IpAddr::V4),
+            DhcpFamily::V6 => self.spec.requested_v6.map(IpAddr::V6),
+        };
         let mut failures = 0u32;
         let done = loop {
             let wire = match self.setup().await {
                 Ok(w) => w,
                 Err(e) => {
                     failures = failures.saturating_add(1);
-                    warn!(macvlan = %self.spec.macvlan, attempt = failures, error = %e, "DHCP client setup failed");
+                    warn!(macvlan = %self.spec.macvlan, family = self.spec.family.label(), attempt = failures, error = %e, "DHCP client setup failed");
                     self.state.send_replace(DhcpState::Requesting {
                         attempt: failures,
                         last_error: Some(e),
@@ -132,13 +253,12 @@ impl<K: MacvlanKernel, T: Transport> Task<K, T> {
                     }
                 }
             };
-            let cfg = ClientConfig {
-                mac: self.spec.mac,
-                hostname: self.spec.hostname.clone(),
-                broadcast: self.spec.broadcast,
+            let mut machine = M::begin(
+                &self.spec,
                 requested,
-            };
-            let mut machine = Machine::new(cfg, Instant::now(), xid_seed(self.spec.mac));
+                Instant::now(),
+                xid_seed(self.spec.mac),
+            );
             match self.drive(&mut machine, wire).await {
                 End::Stop(done) => break done,
                 End::WireFailed(e) => {
@@ -157,8 +277,10 @@ impl<K: MacvlanKernel, T: Transport> Task<K, T> {
         self.state.send_replace(DhcpState::Lost {
             reason: super::STOPPED.into(),
         });
-        match self.macvlans.remove(&self.spec.macvlan).await {
-            Ok(_) => debug!(macvlan = %self.spec.macvlan, "DHCP client stopped, macvlan removed"),
+        match self.macvlans.release(&self.spec.macvlan, self.user()).await {
+            Ok(removed) => {
+                debug!(macvlan = %self.spec.macvlan, family = self.spec.family.label(), removed, "DHCP client stopped")
+            }
             Err(e) => warn!(macvlan = %self.spec.macvlan, error = %e, "cannot remove the macvlan"),
         }
         if let Some(done) = done {
@@ -185,7 +307,7 @@ impl<K: MacvlanKernel, T: Transport> Task<K, T> {
         }
     }
 
-    fn publish(&self, machine: &Machine) {
+    fn publish(&self, machine: &M) {
         let state = machine.state();
         self.state.send_if_modified(|current| {
             if *current == state {
@@ -193,19 +315,19 @@ impl<K: MacvlanKernel, T: Transport> Task<K, T> {
             }
             match &state {
                 DhcpState::Bound(b) => {
-                    info!(macvlan = %self.spec.macvlan, addr = %b.addr, server = %b.server, "DHCP lease bound")
+                    info!(macvlan = %self.spec.macvlan, family = self.spec.family.label(), addr = %b.addr, server = %b.server, "DHCP lease bound")
                 }
                 DhcpState::Lost { reason } => {
-                    warn!(macvlan = %self.spec.macvlan, %reason, "DHCP lease lost")
+                    warn!(macvlan = %self.spec.macvlan, family = self.spec.family.label(), %reason, "DHCP lease lost")
                 }
-                other => debug!(macvlan = %self.spec.macvlan, state = ?other, "DHCP state"),
+                other => debug!(macvlan = %self.spec.macvlan, family = self.spec.family.label(), state = ?other, "DHCP state"),
             }
             *current = state.clone();
             true
         });
     }
 
-    async fn send_all(&self, wire: &mut T::Wire, outs: Vec<Outgoing>) {
+    async fn send_all(&self, wire: &mut T::Wire, outs: Vec<M::Out>) {
         for out in outs {
             if let Err(e) = wire.send(&out).await {
                 // Retransmission covers a lost send.
@@ -214,7 +336,7 @@ impl<K: MacvlanKernel, T: Transport> Task<K, T> {
         }
     }
 
-    async fn drive(&mut self, machine: &mut Machine, mut wire: T::Wire) -> End {
+    async fn drive(&mut self, machine: &mut M, mut wire: T::Wire) -> End {
         loop {
             self.publish(machine);
             let deadline = machine.deadline();
@@ -233,7 +355,7 @@ impl<K: MacvlanKernel, T: Transport> Task<K, T> {
                         let outs = machine.on_message(Instant::now(), &msg);
                         self.send_all(&mut wire, outs).await;
                     }
-                    Err(e) => return End::WireFailed(format!("DHCP socket on macvlan {}: {e}", self.spec.macvlan)),
+                    Err(e) => return End::WireFailed(format!("{} socket on macvlan {}: {e}", self.spec.family.label(), self.spec.macvlan)),
                 },
                 cmd = self.commands.recv() => match cmd {
                     Some(DhcpCommand::Decline(addr)) => {

@@ -1,7 +1,7 @@
 //! [`FakeDhcp`]: a [`Dhcp`] for tests of the Services side. It creates nothing; the test
 //! sets each client's state and reads what the caller asked for.
 
-use std::net::Ipv4Addr;
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{mpsc, watch};
@@ -20,7 +20,7 @@ pub enum FakeEnd {
 struct FakeRun {
     spec: DhcpSpec,
     state: watch::Sender<DhcpState>,
-    declined: Vec<Ipv4Addr>,
+    declined: Vec<IpAddr>,
     ended: Option<FakeEnd>,
 }
 
@@ -75,6 +75,40 @@ impl FakeDhcp {
         })
     }
 
+    /// Sets the state of the running `family` client for `macvlan` (a dual-stack Service
+    /// runs two on one macvlan); `false` when none is running.
+    pub fn set_family_state(
+        &self,
+        macvlan: &str,
+        family: super::DhcpFamily,
+        state: DhcpState,
+    ) -> bool {
+        self.with(|runs| {
+            match runs
+                .iter()
+                .rev()
+                .find(|r| r.spec.macvlan == macvlan && r.spec.family == family && r.ended.is_none())
+            {
+                Some(run) => {
+                    run.state.send_replace(state);
+                    true
+                }
+                None => false,
+            }
+        })
+    }
+
+    /// How the latest `family` client for `macvlan` ended; `None` while it runs or if never
+    /// started.
+    pub fn family_ended(&self, macvlan: &str, family: super::DhcpFamily) -> Option<FakeEnd> {
+        self.with(|runs| {
+            runs.iter()
+                .rev()
+                .find(|r| r.spec.macvlan == macvlan && r.spec.family == family)
+                .and_then(|r| r.ended)
+        })
+    }
+
     /// How the latest client for `macvlan` ended; `None` while it runs or if never started.
     pub fn ended(&self, macvlan: &str) -> Option<FakeEnd> {
         self.with(|runs| {
@@ -86,7 +120,7 @@ impl FakeDhcp {
     }
 
     /// Addresses declined through the latest client for `macvlan`.
-    pub fn declined(&self, macvlan: &str) -> Vec<Ipv4Addr> {
+    pub fn declined(&self, macvlan: &str) -> Vec<IpAddr> {
         self.with(|runs| {
             runs.iter()
                 .rev()
@@ -155,10 +189,12 @@ mod tests {
 
     fn spec(name: &str) -> DhcpSpec {
         DhcpSpec {
+            family: super::super::DhcpFamily::V4,
             parent: "eth0".into(),
             macvlan: name.into(),
             mac: [0x02, 0, 0, 0, 0, 1],
             requested: None,
+            requested_v6: None,
             hostname: None,
             broadcast: false,
             rp_filter: 0,
@@ -174,7 +210,7 @@ mod tests {
         assert_eq!(fake.running(), vec!["vip-a", "vip-b"]);
         assert!(fake.set_state("vip-a", DhcpState::Lost { reason: "x".into() }));
         assert_eq!(*a.state.borrow(), DhcpState::Lost { reason: "x".into() });
-        let addr = Ipv4Addr::new(192, 0, 2, 201);
+        let addr = IpAddr::from([192, 0, 2, 201]);
         a.decline(addr);
         let a_state = a.state.clone();
         a.stop().await;

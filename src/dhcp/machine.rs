@@ -28,6 +28,30 @@ use tokio::time::Instant;
 
 use super::{DhcpBinding, DhcpState};
 
+/// A lease as the v4 machine keeps it (IPv4 addresses); published as a [`DhcpBinding`].
+#[derive(Clone, Debug, PartialEq)]
+struct Lease {
+    addr: Ipv4Addr,
+    prefix_len: u8,
+    server: Ipv4Addr,
+    expires: Instant,
+    t1: Instant,
+    t2: Instant,
+}
+
+impl Lease {
+    fn public(&self) -> DhcpBinding {
+        DhcpBinding {
+            addr: self.addr.into(),
+            prefix_len: self.prefix_len,
+            server: self.server.into(),
+            expires: self.expires,
+            t1: self.t1,
+            t2: self.t2,
+        }
+    }
+}
+
 /// Waits after the 1st, 2nd and 3rd send of one exchange before the next send.
 pub const RETRANSMIT: [Duration; 3] = [
     Duration::from_secs(1),
@@ -103,13 +127,13 @@ enum Phase {
         server: Ipv4Addr,
         ex: Exchange,
     },
-    Bound(DhcpBinding),
+    Bound(Lease),
     Renewing {
-        binding: DhcpBinding,
+        binding: Lease,
         ex: Exchange,
     },
     Rebinding {
-        binding: DhcpBinding,
+        binding: Lease,
         ex: Exchange,
     },
     /// Waiting until `until`, then starting an attempt (INIT-REBOOT for `reboot` if set).
@@ -120,16 +144,56 @@ enum Phase {
     Stopped,
 }
 
-/// One request/response exchange in flight.
+/// One request/response exchange in flight (shared with the DHCPv6 machine, [`super::v6`]).
 #[derive(Debug, Clone, PartialEq)]
-struct Exchange {
-    xid: u32,
+pub(crate) struct Exchange {
+    /// Transaction id.
+    pub(crate) xid: u32,
     /// When the first message was sent (`secs`, and lease times count from here: §4.4.1).
-    started: Instant,
+    pub(crate) started: Instant,
     /// When the latest message was sent.
-    sent: Instant,
-    sends: u32,
-    next: Instant,
+    pub(crate) sent: Instant,
+    /// Messages sent so far.
+    pub(crate) sends: u32,
+    /// When to send again (or give up).
+    pub(crate) next: Instant,
+}
+
+impl Exchange {
+    /// A first send at `now` of transaction `xid`; the next after [`RETRANSMIT`]`[0]`.
+    pub(crate) fn first(xid: u32, now: Instant) -> Self {
+        Exchange {
+            xid,
+            started: now,
+            sent: now,
+            sends: 1,
+            next: now + RETRANSMIT[0],
+        }
+    }
+
+    /// Counts a retransmission at `now` and sets the next deadline ([`RETRANSMIT`], then
+    /// [`LAST_WAIT`]); `false` when the exchange is over (all sends made and [`LAST_WAIT`]
+    /// passed).
+    pub(crate) fn retransmit(&mut self, now: Instant) -> bool {
+        if self.sends as usize > RETRANSMIT.len() {
+            return false;
+        }
+        self.sends += 1;
+        self.sent = now;
+        self.next = now
+            + RETRANSMIT
+                .get(self.sends as usize - 1)
+                .copied()
+                .unwrap_or(LAST_WAIT);
+        true
+    }
+}
+
+/// The next transaction id after `seed` (updated): a full-period LCG (Numerical Recipes
+/// constants), distinct ids for 2^32 exchanges.
+pub(crate) fn next_xid(seed: &mut u32) -> u32 {
+    *seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+    *seed
 }
 
 /// The client state machine for one address.
@@ -148,7 +212,8 @@ pub struct Machine {
     declined: BTreeSet<Ipv4Addr>,
 }
 
-fn lease_secs(secs: u32) -> Duration {
+/// `secs` as a lease duration, at most [`MAX_LEASE`].
+pub(crate) fn lease_secs(secs: u32) -> Duration {
     Duration::from_secs(u64::from(secs)).min(MAX_LEASE)
 }
 
@@ -175,9 +240,9 @@ impl Machine {
     /// The state to publish.
     pub fn state(&self) -> DhcpState {
         match &self.phase {
-            Phase::Bound(b) => DhcpState::Bound(b.clone()),
-            Phase::Renewing { binding, .. } => DhcpState::Renewing(binding.clone()),
-            Phase::Rebinding { binding, .. } => DhcpState::Rebinding(binding.clone()),
+            Phase::Bound(b) => DhcpState::Bound(b.public()),
+            Phase::Renewing { binding, .. } => DhcpState::Renewing(binding.public()),
+            Phase::Rebinding { binding, .. } => DhcpState::Rebinding(binding.public()),
             Phase::Waiting { .. } | Phase::Stopped if self.lost.is_some() => DhcpState::Lost {
                 reason: self.lost.clone().unwrap_or_default(),
             },
@@ -214,23 +279,8 @@ impl Machine {
         }
     }
 
-    fn next_xid(&mut self) -> u32 {
-        // A full-period LCG (Numerical Recipes constants): distinct ids for 2^32 exchanges.
-        self.xid_seed = self
-            .xid_seed
-            .wrapping_mul(1_664_525)
-            .wrapping_add(1_013_904_223);
-        self.xid_seed
-    }
-
     fn new_exchange(&mut self, now: Instant) -> Exchange {
-        Exchange {
-            xid: self.next_xid(),
-            started: now,
-            sent: now,
-            sends: 1,
-            next: now + RETRANSMIT[0],
-        }
+        Exchange::first(next_xid(&mut self.xid_seed), now)
     }
 
     fn base(&self, kind: MessageType, ex: &Exchange, now: Instant, ciaddr: Ipv4Addr) -> Message {
@@ -351,22 +401,6 @@ impl Machine {
         };
     }
 
-    /// Counts a retransmission of `ex` at `now` and sets its next deadline; `false` when the
-    /// exchange is over (all sends made and [`LAST_WAIT`] passed).
-    fn retransmit(ex: &mut Exchange, now: Instant) -> bool {
-        if ex.sends as usize > RETRANSMIT.len() {
-            return false;
-        }
-        ex.sends += 1;
-        ex.sent = now;
-        ex.next = now
-            + RETRANSMIT
-                .get(ex.sends as usize - 1)
-                .copied()
-                .unwrap_or(LAST_WAIT);
-        true
-    }
-
     /// Next retransmission while renewing/rebinding: half the time left to `end`, at least
     /// [`MIN_RENEW_RETRY`], never past `end`.
     fn renew_retry(now: Instant, end: Instant) -> Instant {
@@ -386,7 +420,7 @@ impl Machine {
                 self.start_attempt(now, reboot).into_iter().collect()
             }
             Phase::Selecting(ex) => {
-                if Self::retransmit(ex, now) {
+                if ex.retransmit(now) {
                     self.current_message(now).into_iter().collect()
                 } else {
                     let (sends, secs) = (ex.sends, now.saturating_duration_since(ex.started));
@@ -401,7 +435,7 @@ impl Machine {
                 }
             }
             Phase::Rebooting { addr, ex } => {
-                if Self::retransmit(ex, now) {
+                if ex.retransmit(now) {
                     self.current_message(now).into_iter().collect()
                 } else {
                     // RFC 2131 §3.2 step 5 / §4.4.2: no answer to INIT-REBOOT: go to INIT,
@@ -411,7 +445,7 @@ impl Machine {
                 }
             }
             Phase::Requesting { addr, ex, .. } => {
-                if Self::retransmit(ex, now) {
+                if ex.retransmit(now) {
                     self.current_message(now).into_iter().collect()
                 } else {
                     let (addr, sends) = (*addr, ex.sends);
@@ -554,7 +588,7 @@ impl Machine {
         msg: &Message,
         server: Option<Ipv4Addr>,
         sent: Instant,
-    ) -> Result<DhcpBinding, String> {
+    ) -> Result<Lease, String> {
         let addr = msg.yiaddr();
         if addr.is_unspecified() {
             return Err("DHCPACK without an address (yiaddr 0.0.0.0)".into());
@@ -594,7 +628,7 @@ impl Machine {
             Some(DhcpOption::SubnetMask(m)) => u32::from(*m).leading_ones() as u8,
             _ => 32,
         };
-        Ok(DhcpBinding {
+        Ok(Lease {
             addr,
             prefix_len,
             server,

@@ -1,10 +1,12 @@
-//! DHCPv4 client for DHCP-mode Services (issue 13): one client per Service address, on a
-//! macvlan sub-interface vipd creates for it (`crate::net::macvlan`).
+//! DHCP clients for DHCP-mode Services (issue 13): one client per Service address family
+//! (DHCPv4 for `0.0.0.0`, DHCPv6 IA_NA for `::`, [`v6`]), on a macvlan sub-interface vipd
+//! creates for the Service (`crate::net::macvlan`; a dual-stack Service's two clients share
+//! it).
 //!
 //! The seam the Services side uses is [`Dhcp::start`] -> [`DhcpHandle`]: the handle's
 //! `state` watch says whether the Service's address may be held ([`DhcpState::Bound`],
-//! [`DhcpState::Renewing`], [`DhcpState::Rebinding`]) or not (every other state). The state
-//! machine follows RFC 2131 §4.4 (client behaviour):
+//! [`DhcpState::Renewing`], [`DhcpState::Rebinding`]) or not (every other state). The
+//! DHCPv4 machine follows RFC 2131 §4.4 (client behaviour; DHCPv6: see [`v6`]):
 //!
 //! ```text
 //!  Requesting --ACK--> Bound --T1--> Renewing (unicast to the server)
@@ -15,12 +17,13 @@
 //!                                          capped exponential backoff between attempts)
 //! ```
 //!
-//! On [`DhcpHandle::stop`] the client stops and the macvlan is removed with NO DHCPRELEASE
-//! (leadership loss, shutdown: the next holder asks for the same address with the same MAC);
-//! [`DhcpHandle::release_and_stop`] sends DHCPRELEASE first (RFC 2131 §4.4.6: the Service
-//! was deleted or is no longer a DHCP LoadBalancer).
+//! On [`DhcpHandle::stop`] the client stops and the macvlan is removed (once no client of
+//! the Service uses it) with NO DHCPRELEASE / DHCPv6 Release (leadership loss, shutdown: the
+//! next holder asks for the same address with the same MAC);
+//! [`DhcpHandle::release_and_stop`] sends DHCPRELEASE (RFC 2131 §4.4.6) or a DHCPv6 Release
+//! (RFC 8415 §18.2.7) first: the Service was deleted or is no longer a DHCP LoadBalancer.
 
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -29,6 +32,7 @@ use crate::net::macvlan::{MacvlanError, MacvlanSpec, validate};
 pub mod client;
 pub mod fake;
 pub mod machine;
+pub mod v6;
 pub mod wire;
 
 pub use client::{DhcpClient, RawDhcp};
@@ -37,9 +41,56 @@ pub use fake::{FakeDhcp, FakeEnd};
 /// The [`DhcpState::Lost`] reason of a stopped client.
 pub const STOPPED: &str = "DHCP client stopped";
 
-/// What to ask for: one Service's DHCPv4 address.
+/// Which protocol a client speaks: DHCPv4 (RFC 2131, a Service address `0.0.0.0`) or
+/// DHCPv6 IA_NA (RFC 8415, a Service address `::`). A dual-stack Service runs one client of
+/// each on the same macvlan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DhcpFamily {
+    /// DHCPv4.
+    V4,
+    /// DHCPv6, one IA_NA address.
+    V6,
+}
+
+impl DhcpFamily {
+    /// `DHCP` or `DHCPv6`, for logs and Events.
+    pub fn label(self) -> &'static str {
+        match self {
+            Self::V4 => "DHCP",
+            Self::V6 => "DHCPv6",
+        }
+    }
+
+    /// `v4` or `v6`, the `family` label of the `vipd_dhcp_*` metrics.
+    pub fn metric(self) -> &'static str {
+        match self {
+            Self::V4 => "v4",
+            Self::V6 => "v6",
+        }
+    }
+
+    /// The host-route prefix length of a leased address: 32 or 128.
+    pub fn host_prefix(self) -> u8 {
+        match self {
+            Self::V4 => 32,
+            Self::V6 => 128,
+        }
+    }
+
+    /// The family of `addr`.
+    pub fn of(addr: IpAddr) -> Self {
+        match addr {
+            IpAddr::V4(_) => Self::V4,
+            IpAddr::V6(_) => Self::V6,
+        }
+    }
+}
+
+/// What to ask for: one Service's DHCPv4 or DHCPv6 address.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DhcpSpec {
+    /// DHCPv4 or DHCPv6 ([`v6`]).
+    pub family: DhcpFamily,
     /// Parent interface of the macvlan (`kube-vip.io/serviceInterface`, else
     /// `vip_servicesinterface`, else the VIP interface), e.g. `eth0`.
     pub parent: String,
@@ -51,12 +102,16 @@ pub struct DhcpSpec {
     pub mac: [u8; 6],
     /// Address to ask for with option 50 (`kube-vip.io/requestedIP`): the first attempt is
     /// an INIT-REBOOT DHCPREQUEST for it (RFC 2131 §4.3.2, §4.4.2); `None` starts with
-    /// DHCPDISCOVER (INIT).
+    /// DHCPDISCOVER (INIT). DHCPv4 only.
     pub requested: Option<Ipv4Addr>,
+    /// DHCPv6: the address to hint in the IA_NA of the Solicit (the v6 entry of
+    /// `kube-vip.io/requestedIP`, RFC 8415 §18.2.1); `None` asks for any.
+    pub requested_v6: Option<Ipv6Addr>,
     /// Host name sent as option 12 (`kube-vip.io/loadbalancerHostname`), `None` = not sent.
+    /// DHCPv4 only (the DHCPv6 client sends no FQDN option).
     pub hostname: Option<String>,
     /// Set the BROADCAST flag (RFC 2131 §4.1) so the server broadcasts its replies
-    /// (`kube-vip.io/dhcp-broadcast`).
+    /// (`kube-vip.io/dhcp-broadcast`). DHCPv4 only.
     pub broadcast: bool,
     /// Value for `/proc/sys/net/ipv4/conf/<macvlan>/rp_filter` (0 off, 1 strict, 2 loose;
     /// `kube-vip.io/rp_filter`, default 0).
@@ -92,6 +147,7 @@ impl DhcpSpec {
             mac: self.mac,
             mark: self.mark.clone(),
             rp_filter: self.rp_filter,
+            ipv6_now: self.family == DhcpFamily::V6,
         }
     }
 
@@ -114,25 +170,28 @@ impl DhcpSpec {
     }
 }
 
-/// A bound lease (RFC 2131 §4.4.5). Instants are tokio monotonic time (so paused-clock tests
-/// drive them), computed from the DHCPACK's option 51 (lease), 58 (T1) and 59 (T2) at the
-/// moment the request was sent (RFC 2131 §4.4.1: times count from the request).
+/// A bound lease (RFC 2131 §4.4.5; DHCPv6: RFC 8415 §18.2.10.1). Instants are tokio
+/// monotonic time (so paused-clock tests drive them), counted from the moment the request
+/// was sent (RFC 2131 §4.4.1): DHCPv4 from the DHCPACK's option 51 (lease), 58 (T1) and 59
+/// (T2); DHCPv6 from the IA Address's valid lifetime and the IA_NA's T1 and T2.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DhcpBinding {
-    /// The leased address (`yiaddr`).
-    pub addr: Ipv4Addr,
-    /// Prefix length from option 1 (subnet mask), 32 when the server sent none. The address
-    /// is installed as a host route (/32) regardless; this is for information.
+    /// The leased address (DHCPv4 `yiaddr`, DHCPv6 the IA Address of the IA_NA).
+    pub addr: IpAddr,
+    /// DHCPv4: prefix length from option 1 (subnet mask), 32 when the server sent none;
+    /// DHCPv6: 128 (IA_NA carries no prefix length). The address is installed as a host
+    /// route (/32, /128) regardless; this is for information.
     pub prefix_len: u8,
-    /// The server that granted it (option 54, server identifier): renewals go there by
-    /// unicast.
-    pub server: Ipv4Addr,
-    /// When the lease ends (option 51 seconds after the request): the address must be gone
-    /// by then.
+    /// The server that granted it: DHCPv4 option 54 (server identifier), where renewals go
+    /// by unicast; DHCPv6 the Server Unicast option's address (RFC 8415 §21.12) or else the
+    /// address the Reply came from (renewals then go to ff02::1:2).
+    pub server: IpAddr,
+    /// When the lease ends (option 51 seconds, or the valid lifetime, after the request):
+    /// the address must be gone by then.
     pub expires: tokio::time::Instant,
-    /// Renewal time T1 (option 58, default 0.5 x lease).
+    /// Renewal time T1 (option 58 / the IA_NA's T1; default 0.5 x lease).
     pub t1: tokio::time::Instant,
-    /// Rebinding time T2 (option 59, default 0.875 x lease).
+    /// Rebinding time T2 (option 59 / the IA_NA's T2; default 0.875 x lease, DHCPv6 0.8).
     pub t2: tokio::time::Instant,
 }
 
@@ -190,8 +249,9 @@ pub trait Dhcp: Send + Sync + 'static {
 #[derive(Debug)]
 pub enum DhcpCommand {
     /// The caller found the leased address in use by another node (RFC 5227 probe): send
-    /// DHCPDECLINE for it (RFC 2131 §4.4.1), drop the lease and start over.
-    Decline(Ipv4Addr),
+    /// DHCPDECLINE (RFC 2131 §4.4.1) or a DHCPv6 Decline (RFC 8415 §18.2.8) for it, drop
+    /// the lease and start over.
+    Decline(IpAddr),
     /// Stop: send DHCPRELEASE first when `release` (RFC 2131 §4.4.6), remove the macvlan,
     /// then answer on `done`.
     Stop {
@@ -237,7 +297,7 @@ impl DhcpHandle {
     /// Reports that `addr` is in use by another node: the client sends DHCPDECLINE for it
     /// (if it is the current lease), goes [`DhcpState::Lost`] and starts over without asking
     /// for that address again.
-    pub fn decline(&self, addr: Ipv4Addr) {
+    pub fn decline(&self, addr: IpAddr) {
         // A closed channel means the task is gone: nothing to decline.
         let _ = self.commands.send(DhcpCommand::Decline(addr));
     }
@@ -261,10 +321,12 @@ mod spec_tests {
 
     fn spec() -> DhcpSpec {
         DhcpSpec {
+            family: DhcpFamily::V4,
             parent: "eth0".into(),
             macvlan: "vip-0123abcd".into(),
             mac: [0x02, 0, 0, 0, 0, 1],
             requested: None,
+            requested_v6: None,
             hostname: Some("lb-1".into()),
             broadcast: false,
             rp_filter: 0,

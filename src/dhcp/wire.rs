@@ -37,17 +37,22 @@ const UDP_HEADER: usize = 8;
 
 /// One client's packet I/O (a socket on its macvlan, or a test double).
 pub trait Wire: Send + 'static {
-    /// Sends `out` (UDP 68 -> 67).
+    /// What is sent (DHCPv4: [`Outgoing`]).
+    type Out;
+    /// What is received (DHCPv4: [`Message`]).
+    type Msg;
+
+    /// Sends `out` (DHCPv4: UDP 68 -> 67; DHCPv6: 546 -> 547).
     ///
     /// # Errors
     /// The socket's error.
-    fn send(&mut self, out: &Outgoing) -> impl Future<Output = io::Result<()>> + Send;
+    fn send(&mut self, out: &Self::Out) -> impl Future<Output = io::Result<()>> + Send;
 
-    /// The next DHCP message received on port 68. Cancel-safe.
+    /// The next DHCP message received on the client port. Cancel-safe.
     ///
     /// # Errors
     /// The socket's error (e.g. the interface is gone).
-    fn recv(&mut self) -> impl Future<Output = io::Result<Message>> + Send;
+    fn recv(&mut self) -> impl Future<Output = io::Result<Self::Msg>> + Send;
 }
 
 /// Opens a [`Wire`] on an interface.
@@ -200,6 +205,9 @@ impl PacketWire {
 }
 
 impl Wire for PacketWire {
+    type Out = Outgoing;
+    type Msg = Message;
+
     async fn send(&mut self, out: &Outgoing) -> io::Result<()> {
         let packet = ip_udp_packet(out)?;
         let sll = sockaddr_ll(self.ifindex, ETH_P_IP, self.dest_mac(out.dest));

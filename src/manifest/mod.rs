@@ -73,7 +73,7 @@ pub enum ManifestCommand {
     Daemonset(Box<GenArgs>),
     /// ServiceAccount, ClusterRole and ClusterRoleBinding with exactly the verbs vipd uses.
     Rbac(rbac::RbacArgs),
-    /// A systemd unit (Type=notify, watchdog, capabilities limited to NET_ADMIN/NET_RAW),
+    /// A systemd unit (Type=notify, watchdog, capabilities limited to NET_ADMIN/NET_RAW/NET_BIND_SERVICE),
     /// or with --environment-file the matching EnvironmentFile.
     Systemd(Box<systemd::SystemdArgs>),
 }

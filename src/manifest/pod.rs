@@ -2,7 +2,8 @@
 //!
 //! Shape (kube-vip's, made safer): `hostNetwork`, `args: [manager]`, the environment of
 //! [`Plan::env`] with every value a string and `vip_nodename` from `spec.nodeName`,
-//! capabilities `NET_ADMIN` + `NET_RAW` added and `ALL` dropped (no `privileged`), a
+//! capabilities `NET_ADMIN` + `NET_RAW` + `NET_BIND_SERVICE` (the DHCPv6 client's port 546)
+//! added and `ALL` dropped (no `privileged`), a
 //! read-only root filesystem, the kubeconfig mounted read-only from a `hostPath`,
 //! liveness (`/healthz`) and readiness (`/readyz`) probes on the admin endpoint, resource
 //! requests and a memory limit, priority class `system-node-critical`, no `status`.
@@ -112,7 +113,12 @@ pub(crate) fn pod_spec(plan: &Plan) -> PodSpec {
         env: Some(env_vars(plan)),
         security_context: Some(SecurityContext {
             capabilities: Some(Capabilities {
-                add: Some(vec!["NET_ADMIN".into(), "NET_RAW".into()]),
+                add: Some(vec![
+                    "NET_ADMIN".into(),
+                    "NET_RAW".into(),
+                    // The DHCPv6 client's UDP port 546 (DHCP mode, `::` Services).
+                    "NET_BIND_SERVICE".into(),
+                ]),
                 drop: Some(vec!["ALL".into()]),
             }),
             allow_privilege_escalation: Some(false),

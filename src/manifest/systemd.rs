@@ -8,7 +8,8 @@
 //! - `WatchdogSec=`: vipd pings `WATCHDOG=1` from its main loop at half that interval.
 //! - `Restart=always`: a VIP announcer must come back.
 //! - Runs as root but with the capability bounding set and ambient set limited to
-//!   `CAP_NET_ADMIN CAP_NET_RAW` (root is needed to read root-only kubeconfigs such as
+//!   `CAP_NET_ADMIN CAP_NET_RAW CAP_NET_BIND_SERVICE` (the last for the DHCPv6 client's
+//!   port 546; root is needed to read root-only kubeconfigs such as
 //!   k3s.yaml without CAP_DAC_OVERRIDE); `NoNewPrivileges`, a read-only file system
 //!   (`ProtectSystem=strict`), and the address families netlink, packet, inet, unix only.
 
@@ -84,8 +85,9 @@ impl Unit {
     }
 }
 
-/// The capabilities vipd needs: netlink address changes and raw ARP/NDP sockets.
-pub(crate) const CAPABILITIES: &str = "CAP_NET_ADMIN CAP_NET_RAW";
+/// The capabilities vipd needs: netlink address changes, raw ARP/NDP sockets, and (DHCP
+/// mode, `::` Services) the DHCPv6 client's UDP port 546.
+pub(crate) const CAPABILITIES: &str = "CAP_NET_ADMIN CAP_NET_RAW CAP_NET_BIND_SERVICE";
 
 /// The vipd unit.
 pub fn unit(args: &SystemdArgs) -> Unit {

@@ -2,9 +2,9 @@
 //!
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
-//! | `vipd_dhcp_state` | gauge | `service`, `state` | 1 for the DHCP client's current RFC 2131 state of a `0.0.0.0` Service this node holds: `requesting`, `bound`, `renewing`, `rebinding`, `lost`; no series while no client runs |
-//! | `vipd_dhcp_lease_expiry_timestamp_seconds` | gauge | `service` | Unix time at which the Service's DHCP lease expires (option 51, counted from the request); no series while unbound |
-//! | `vipd_dhcp_events_total` | counter | `service`, `event` | `renewed` (the lease was extended, at T1 or T2), `failed` (an attempt to get a lease failed), `lost` (the lease ended: NAK or expiry), `nak` (of those, by a DHCPNAK) |
+//! | `vipd_dhcp_state` | gauge | `service`, `family`, `state` | 1 for the DHCP client's current state (RFC 2131 / RFC 8415) of a `0.0.0.0` (`family="v4"`) or `::` (`family="v6"`) Service this node holds: `requesting`, `bound`, `renewing`, `rebinding`, `lost`; no series while no client runs |
+//! | `vipd_dhcp_lease_expiry_timestamp_seconds` | gauge | `service`, `family` | Unix time at which the Service's DHCP lease expires (option 51 / the DHCPv6 valid lifetime, counted from the request); no series while unbound |
+//! | `vipd_dhcp_events_total` | counter | `service`, `family`, `event` | `renewed` (the lease was extended, at T1 or T2), `failed` (an attempt to get a lease failed), `lost` (the lease ended: NAK, NoBinding or expiry), `nak` (of those, by a DHCPNAK; DHCPv6 has none) |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -23,17 +23,20 @@ pub(crate) const DHCP_EVENTS: [&str; 4] = ["renewed", "failed", "lost", "nak"];
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
     service: String,
+    family: String,
     state: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ServiceLabels {
     service: String,
+    family: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EventLabels {
     service: String,
+    family: String,
     event: String,
 }
 
@@ -72,14 +75,15 @@ impl DhcpMetrics {
 }
 
 impl Metrics {
-    /// Sets `vipd_dhcp_state{service}` to `state` (one of [`DHCP_STATES`]) and
-    /// `vipd_dhcp_lease_expiry_timestamp_seconds{service}` to `expiry` (Unix seconds; `None`:
-    /// no series).
-    pub(crate) fn dhcp_state(&self, service: &str, state: &str, expiry: Option<u64>) {
+    /// Sets `vipd_dhcp_state{service,family}` to `state` (one of [`DHCP_STATES`]) and
+    /// `vipd_dhcp_lease_expiry_timestamp_seconds{service,family}` to `expiry` (Unix seconds;
+    /// `None`: no series). `family`: `v4` or `v6`.
+    pub(crate) fn dhcp_state(&self, service: &str, family: &str, state: &str, expiry: Option<u64>) {
         let d = &self.0.dhcp;
         for s in DHCP_STATES {
             let labels = StateLabels {
                 service: service.to_string(),
+                family: family.to_string(),
                 state: s.to_string(),
             };
             if s == state {
@@ -90,6 +94,7 @@ impl Metrics {
         }
         let labels = ServiceLabels {
             service: service.to_string(),
+            family: family.to_string(),
         };
         match expiry.and_then(|e| i64::try_from(e).ok()) {
             Some(e) => {
@@ -101,24 +106,26 @@ impl Metrics {
         }
     }
 
-    /// Counts `event` (one of [`DHCP_EVENTS`]) for `service`.
-    pub(crate) fn dhcp_event(&self, service: &str, event: &str) {
+    /// Counts `event` (one of [`DHCP_EVENTS`]) for `service`'s `family` client.
+    pub(crate) fn dhcp_event(&self, service: &str, family: &str, event: &str) {
         self.0
             .dhcp
             .events
             .get_or_create(&EventLabels {
                 service: service.to_string(),
+                family: family.to_string(),
                 event: event.to_string(),
             })
             .inc();
     }
 
-    /// Removes every DHCP series of `service` (its client stopped).
-    pub(crate) fn forget_dhcp(&self, service: &str) {
-        self.dhcp_state(service, "", None);
+    /// Removes every DHCP series of `service`'s `family` client (it stopped).
+    pub(crate) fn forget_dhcp(&self, service: &str, family: &str) {
+        self.dhcp_state(service, family, "", None);
         for event in DHCP_EVENTS {
             self.0.dhcp.events.remove(&EventLabels {
                 service: service.to_string(),
+                family: family.to_string(),
                 event: event.to_string(),
             });
         }
@@ -132,26 +139,40 @@ mod tests {
     #[test]
     fn one_state_series_per_service_and_nothing_left_when_forgotten() {
         let m = Metrics::new("node-a");
-        m.dhcp_state("default/web", "requesting", None);
-        m.dhcp_state("default/web", "bound", Some(1_800_000_000));
-        m.dhcp_event("default/web", "renewed");
+        m.dhcp_state("default/web", "v4", "requesting", None);
+        m.dhcp_state("default/web", "v4", "bound", Some(1_800_000_000));
+        m.dhcp_state("default/web", "v6", "requesting", None);
+        m.dhcp_event("default/web", "v4", "renewed");
         let text = m.encode();
         assert!(
-            text.contains(r#"vipd_dhcp_state{service="default/web",state="bound"} 1"#),
+            text.contains(r#"vipd_dhcp_state{service="default/web",family="v4",state="bound"} 1"#),
             "{text}"
         );
-        assert!(!text.contains(r#"state="requesting""#), "{text}");
         assert!(
             text.contains(
-                r#"vipd_dhcp_lease_expiry_timestamp_seconds{service="default/web"} 1800000000"#
+                r#"vipd_dhcp_state{service="default/web",family="v6",state="requesting"} 1"#
             ),
             "{text}"
         );
         assert!(
-            text.contains(r#"vipd_dhcp_events_total{service="default/web",event="renewed"} 1"#),
+            !text.contains(r#"family="v4",state="requesting""#),
             "{text}"
         );
-        m.forget_dhcp("default/web");
+        assert!(
+            text.contains(
+                r#"vipd_dhcp_lease_expiry_timestamp_seconds{service="default/web",family="v4"} 1800000000"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"vipd_dhcp_events_total{service="default/web",family="v4",event="renewed"} 1"#
+            ),
+            "{text}"
+        );
+        m.forget_dhcp("default/web", "v4");
+        assert!(!m.encode().contains(r#"family="v4""#));
+        m.forget_dhcp("default/web", "v6");
         assert!(!m.encode().contains("default/web"));
     }
 }

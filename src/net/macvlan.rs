@@ -45,7 +45,20 @@ pub struct MacvlanSpec {
     /// `net.ipv4.conf.<name>.rp_filter`: 0 off, 1 strict, 2 loose (RFC 3704). The kernel uses
     /// the larger of this and `net.ipv4.conf.all.rp_filter`.
     pub rp_filter: u8,
+    /// Make the link-local IPv6 address usable at once (a DHCPv6 client runs on the
+    /// macvlan): [`NO_DAD`] is written before the macvlan goes up.
+    pub ipv6_now: bool,
 }
+
+/// `net.ipv6.conf.<macvlan>.accept_dad = 0`, for macvlans that carry a DHCPv6 client: its
+/// link-local address (the source of every DHCPv6 message, RFC 8415 §13.1) is usable as soon
+/// as the macvlan is up, instead of after 1 s or more of Duplicate Address Detection. DAD
+/// is off rather than optimistic (`optimistic_dad`, RFC 4429) because the link-local comes
+/// from the Service's MAC, which by design moves from node to node: a macvlan left behind
+/// by a killed holder would fail the new holder's DAD and leave its address unusable
+/// (`dadfailed`, optimistic or not), and `optimistic_dad` needs a kernel built with
+/// `CONFIG_IPV6_OPTIMISTIC_DAD`.
+pub const NO_DAD: (&str, u8) = ("accept_dad", 0);
 
 /// One link as far as macvlan bookkeeping needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -356,12 +369,52 @@ pub const ARP_SETTINGS: [(&str, u8); 2] = [("arp_ignore", 1), ("arp_announce", 2
 #[derive(Debug)]
 pub struct Macvlans<K> {
     kernel: K,
+    /// Who uses each macvlan ([`Macvlans::acquire`]): a dual-stack Service's DHCPv4 and
+    /// DHCPv6 clients share one.
+    users:
+        tokio::sync::Mutex<std::collections::HashMap<String, std::collections::BTreeSet<String>>>,
 }
 
 impl<K: MacvlanKernel> Macvlans<K> {
     /// Over `kernel`.
     pub fn new(kernel: K) -> Self {
-        Self { kernel }
+        Self {
+            kernel,
+            users: tokio::sync::Mutex::default(),
+        }
+    }
+
+    /// [`Self::ensure`] for `user` (e.g. `v4`, `v6`: the clients of one Service): the
+    /// macvlan stays until every user has called [`Self::release`]. Calls for one name are
+    /// serialised, so two users never create it twice.
+    ///
+    /// # Errors
+    /// As [`Self::ensure`].
+    pub async fn acquire(&self, spec: &MacvlanSpec, user: &str) -> Result<u32, MacvlanError> {
+        let mut users = self.users.lock().await;
+        let index = self.ensure(spec).await?;
+        users
+            .entry(spec.name.clone())
+            .or_default()
+            .insert(user.to_string());
+        Ok(index)
+    }
+
+    /// `user` is done with macvlan `name`: removes it ([`Self::remove`]) when no other user
+    /// remains; `Ok(false)` when it stays (or was absent).
+    ///
+    /// # Errors
+    /// As [`Self::remove`].
+    pub async fn release(&self, name: &str, user: &str) -> Result<bool, MacvlanError> {
+        let mut users = self.users.lock().await;
+        if let Some(set) = users.get_mut(name) {
+            set.remove(user);
+            if !set.is_empty() {
+                return Ok(false);
+            }
+            users.remove(name);
+        }
+        self.remove(name).await
     }
 
     /// The kernel access.
@@ -371,8 +424,8 @@ impl<K: MacvlanKernel> Macvlans<K> {
 
     /// Makes `spec`'s macvlan exist, configured and up; returns its index. An existing vipd
     /// macvlan of that name is reused when identical, replaced otherwise. Order: create (down),
-    /// ifalias, sysctls (`rp_filter`, [`ARP_SETTINGS`], [`IPV6_SETTINGS`]), up, so that it never answers with the
-    /// kernel defaults.
+    /// ifalias, sysctls (`rp_filter`, [`ARP_SETTINGS`], [`IPV6_SETTINGS`], [`NO_DAD`] when
+    /// `ipv6_now`), up, so that it never answers with the kernel defaults.
     ///
     /// # Errors
     /// [`validate`]'s errors; [`MacvlanError::NoParent`]; [`MacvlanError::NotOurs`] (an
@@ -412,6 +465,10 @@ impl<K: MacvlanKernel> Macvlans<K> {
                     if source.kind() == std::io::ErrorKind::NotFound => {}
                 other => other?,
             }
+        }
+        if spec.ipv6_now {
+            // DHCPv6 needs IPv6: no skipping when the kernel has none.
+            self.configure(ConfFamily::Ipv6, &spec.name, NO_DAD.0, NO_DAD.1)?;
         }
         self.kernel.up(index, &spec.name).await?;
         Ok(index)

@@ -67,8 +67,8 @@ pub struct Candidate {
     /// The Service's own lease (per-Service election): `kubevip-<name>` in its namespace,
     /// or the annotation's override.
     pub lease: LeaseRef,
-    /// DHCP mode: the Service's address `0.0.0.0` asks for a DHCPv4 lease with this
-    /// request (its other addresses, if any, are served as usual).
+    /// DHCP mode: the Service's address `0.0.0.0` (`::`) asks for a DHCPv4 (DHCPv6) lease
+    /// with this request (its other addresses, if any, are served as usual).
     pub dhcp: Option<DhcpRequest>,
     /// Why this node may not announce this Service (per-Service election only): its
     /// labels do not match the Service's node selector, or no subnet connected to it
@@ -193,17 +193,19 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
     // oldest DHCP Service naming an address has it; its ports are claimed there first.
     let mut dhcp_owned: BTreeSet<IpAddr> = BTreeSet::new();
     for svc in &ordered {
-        let Some(a) = svc.dhcp.as_ref().and_then(|r| r.requested).map(IpAddr::V4) else {
+        let Some(request) = svc.dhcp.as_ref() else {
             continue;
         };
-        if cfg.control_plane.contains(&a) || !dhcp_owned.insert(a) {
-            continue;
-        }
-        governing.insert(a, own_lease(svc, cfg));
-        for p in &svc.ports {
-            claimed
-                .entry((a, p.port, p.protocol.clone()))
-                .or_insert_with(|| svc.key.clone());
+        for a in request.requested_addresses() {
+            if cfg.control_plane.contains(&a) || !dhcp_owned.insert(a) {
+                continue;
+            }
+            governing.insert(a, own_lease(svc, cfg));
+            for p in &svc.ports {
+                claimed
+                    .entry((a, p.port, p.protocol.clone()))
+                    .or_insert_with(|| svc.key.clone());
+            }
         }
     }
 
@@ -551,10 +553,16 @@ mod tests {
         svc_dhcp.metadata.namespace = Some("default".into());
         svc_dhcp.metadata.uid = Some("uidprimary".into());
         svc_dhcp.metadata.annotations = Some(
-            [(
-                crate::services::model::ANN_REQUESTED_IP.to_string(),
-                "192.0.2.205".to_string(),
-            )]
+            [
+                (
+                    crate::services::model::ANN_LOADBALANCER_IPS.to_string(),
+                    "0.0.0.0".to_string(),
+                ),
+                (
+                    crate::services::model::ANN_REQUESTED_IP.to_string(),
+                    "192.0.2.205".to_string(),
+                ),
+            ]
             .into(),
         );
         let info = crate::services::model::service_info(&svc_dhcp);
@@ -605,6 +613,51 @@ mod tests {
                     .any(|v| v.vip.addr.to_string() == "192.0.2.21")
             }));
         }
+    }
+
+    /// Share-IP with DHCPv6: a dual-stack DHCP Service's leased IPv6 address is shared like
+    /// its IPv4 one; the IPv6 entry of a Service that asks DHCPv4 only is not its lease.
+    #[test]
+    fn a_dhcp_services_ipv6_address_is_shared_only_when_it_asks_dhcpv6() {
+        let dhcp_svc = |name: &str, ips: &str| {
+            let mut s = k8s_openapi::api::core::v1::Service::default();
+            s.metadata.name = Some(name.into());
+            s.metadata.namespace = Some("default".into());
+            s.metadata.uid = Some(format!("uid{name}"));
+            s.metadata.annotations = Some(
+                [
+                    (
+                        crate::services::model::ANN_LOADBALANCER_IPS.to_string(),
+                        ips.to_string(),
+                    ),
+                    (
+                        crate::services::model::ANN_REQUESTED_IP.to_string(),
+                        "192.0.2.205,2001:db8::1005".to_string(),
+                    ),
+                ]
+                .into(),
+            );
+            let mut c = svc(name, 1, &[], &[(80, "TCP")]);
+            c.dhcp = Some(
+                crate::services::model::dhcp_request(&crate::services::model::service_info(&s))
+                    .unwrap(),
+            );
+            c
+        };
+        let sharer = svc("sharer", 2, &["2001:db8::1005"], &[(443, "TCP")]);
+        let mode = Mode::PerService;
+        let p = plan_leases(
+            &[dhcp_svc("dual", "0.0.0.0,::"), sharer.clone()],
+            &cfg(mode.clone()),
+        );
+        assert!(
+            p.groups[&lease("dual")].services.contains(&key("sharer")),
+            "{p:?}"
+        );
+        assert!(!p.groups.contains_key(&lease("sharer")));
+        // DHCPv4 only: the IPv6 entry is no lease of it, the sharer is on its own.
+        let p = plan_leases(&[dhcp_svc("four", "0.0.0.0"), sharer], &cfg(mode));
+        assert!(p.groups.contains_key(&lease("sharer")), "{p:?}");
     }
 
     /// Issue 13: a DHCP Service without a fixed address gets a group under its own lease

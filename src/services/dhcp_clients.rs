@@ -1,5 +1,6 @@
 //! The DHCP clients of one group while this node leads it (issue 13): one
-//! [`crate::dhcp::Dhcp`] client per DHCP Service of the group's spec.
+//! [`crate::dhcp::Dhcp`] client per DHCP Service of the group's spec and family (`0.0.0.0`:
+//! DHCPv4, `::`: DHCPv6; a dual-stack Service runs both on its one macvlan).
 //!
 //! * Leading: [`DhcpClients::follow`] starts a client for every DHCP Service, releases
 //!   (DHCPRELEASE, [`DhcpHandle::release_and_stop`]) the client of a Service that left the
@@ -8,14 +9,15 @@
 //! * Leadership lost, shutdown: [`DhcpClients::stop_all`] without release (the next holder
 //!   asks for the same address with the same MAC); the group's Services gone: with
 //!   release.
-//! * The leased address becomes a VIP on the macvlan ([`DhcpClients::effective`]) whose
-//!   lifetime never reaches past the lease's expiry ([`crate::holder::VipSpec::not_after`]);
-//!   a state without a binding (lost, requesting) removes it at once.
+//! * The leased address becomes a VIP (/32, /128) on the macvlan ([`DhcpClients::effective`])
+//!   whose lifetime never reaches past the lease's expiry
+//!   ([`crate::holder::VipSpec::not_after`]); a state without a binding (lost, requesting)
+//!   removes it at once.
 //! * [`DhcpClients::observe`] turns each new failure into a Warning Event, and
 //!   [`DhcpClients::annotations`] says which of `kube-vip.io/hwaddr` and
 //!   `kube-vip.io/requestedIP` to write back.
 
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
@@ -24,7 +26,7 @@ use tracing::{info, warn};
 use super::desired::DhcpService;
 use super::model::{ANN_HWADDR, ANN_REQUESTED_IP, ServiceKey};
 use super::runtime::GroupSpec;
-use crate::dhcp::{Dhcp, DhcpBinding, DhcpHandle, DhcpState};
+use crate::dhcp::{Dhcp, DhcpBinding, DhcpFamily, DhcpHandle, DhcpState};
 use crate::holder::VipSpec;
 use crate::net::Vip;
 use crate::net::conflict::fmt_mac;
@@ -32,6 +34,8 @@ use crate::net::conflict::fmt_mac;
 /// One running client.
 struct Run {
     service: DhcpService,
+    /// Which of the Service's clients.
+    family: DhcpFamily,
     handle: DhcpHandle,
     /// The client's task is gone (its state channel closed): nothing is leased.
     closed: bool,
@@ -47,7 +51,7 @@ struct Run {
 #[derive(Debug, Clone, Default, PartialEq)]
 struct Seen {
     state: &'static str,
-    binding: Option<(std::net::Ipv4Addr, tokio::time::Instant)>,
+    binding: Option<(IpAddr, tokio::time::Instant)>,
     attempt: u32,
 }
 
@@ -78,9 +82,9 @@ impl DhcpClients {
     }
 
     /// Removes the metric series of a client that stops.
-    fn forget(&self, service: &ServiceKey) {
+    fn forget(&self, service: &ServiceKey, family: DhcpFamily) {
         if let Some(m) = &self.metrics {
-            m.forget_dhcp(&service.to_string());
+            m.forget_dhcp(&service.to_string(), family.metric());
         }
     }
 
@@ -108,15 +112,19 @@ impl DhcpClients {
         let mut keep = Vec::new();
         let mut retired = Vec::new();
         for run in std::mem::take(&mut self.runs) {
-            match wanted.iter().find(|w| w.key == run.service.key) {
+            let family = run.family;
+            match wanted
+                .iter()
+                .find(|w| w.key == run.service.key && w.request.families().contains(&family))
+            {
                 None => {
-                    info!(service = %run.service.key, macvlan = %run.service.request.macvlan, "DHCP Service gone or no longer DHCP: releasing its lease");
-                    self.forget(&run.service.key);
+                    info!(service = %run.service.key, macvlan = %run.service.request.macvlan, family = family.label(), "DHCP Service gone or no longer DHCP: releasing its lease");
+                    self.forget(&run.service.key, family);
                     retired.push((run.handle, true));
                 }
                 Some(w) if !w.request.same_client(&run.service.request) => {
-                    info!(service = %w.key, macvlan = %w.request.macvlan, "DHCP client settings changed: restarting the client");
-                    self.forget(&run.service.key);
+                    info!(service = %w.key, macvlan = %w.request.macvlan, family = family.label(), "DHCP client settings changed: restarting the client");
+                    self.forget(&run.service.key, family);
                     retired.push((run.handle, false));
                 }
                 Some(w) => keep.push(Run {
@@ -138,43 +146,66 @@ impl DhcpClients {
     ) -> Vec<DhcpEvent> {
         let mut events = Vec::new();
         for w in wanted {
-            if self.runs.iter().any(|r| r.service.key == w.key) {
-                continue;
+            for family in w.request.families() {
+                if let Some(e) = self.start_one(w, family, parent) {
+                    events.push(e);
+                }
             }
-            if let Some(other) = self
-                .runs
-                .iter()
-                .find(|r| r.service.request.macvlan == w.request.macvlan)
-            {
-                events.push((
-                    w.key.clone(),
-                    super::status::REASON_INVALID_CONFIG,
-                    format!(
-                        "DHCP client not started: macvlan {} is already used by Service {}; give each DHCP Service its own kube-vip.io/macvlanName",
-                        w.request.macvlan, other.service.key
-                    ),
-                ));
-                continue;
-            }
-            let Some(parent) = w.request.parent.as_deref().or(parent) else {
-                events.push((
-                    w.key.clone(),
-                    super::status::REASON_DHCP_FAILED,
-                    "DHCP client not started: no parent interface for the macvlan (set kube-vip.io/serviceInterface or vip_servicesinterface, or give the node an IPv4 default route)".to_string(),
-                ));
-                continue;
-            };
-            let spec = w.request.spec(parent);
-            info!(service = %w.key, macvlan = %spec.macvlan, parent = %spec.parent, mac = %fmt_mac(spec.mac), requested = ?spec.requested, "starting the DHCP client");
-            self.runs.push(Run {
-                service: w.clone(),
-                handle: self.dhcp.start(spec),
-                closed: false,
-                reported: None,
-                seen: Seen::default(),
-            });
         }
         events
+    }
+
+    /// Starts `w`'s `family` client unless it runs; a Warning when it cannot start.
+    fn start_one(
+        &mut self,
+        w: &DhcpService,
+        family: DhcpFamily,
+        parent: Option<&str>,
+    ) -> Option<DhcpEvent> {
+        if self
+            .runs
+            .iter()
+            .any(|r| r.service.key == w.key && r.family == family)
+        {
+            return None;
+        }
+        if let Some(other) = self
+            .runs
+            .iter()
+            .find(|r| r.service.request.macvlan == w.request.macvlan && r.service.key != w.key)
+        {
+            return Some((
+                w.key.clone(),
+                super::status::REASON_INVALID_CONFIG,
+                format!(
+                    "{} client not started: macvlan {} is already used by Service {}; give each DHCP Service its own kube-vip.io/macvlanName",
+                    family.label(),
+                    w.request.macvlan,
+                    other.service.key
+                ),
+            ));
+        }
+        let Some(parent) = w.request.parent.as_deref().or(parent) else {
+            return Some((
+                w.key.clone(),
+                super::status::REASON_DHCP_FAILED,
+                format!(
+                    "{} client not started: no parent interface for the macvlan (set kube-vip.io/serviceInterface or vip_servicesinterface, or give the node an IPv4 default route)",
+                    family.label()
+                ),
+            ));
+        };
+        let spec = w.request.spec(parent, family);
+        info!(service = %w.key, macvlan = %spec.macvlan, parent = %spec.parent, mac = %fmt_mac(spec.mac), family = family.label(), requested = ?spec.requested, requested_v6 = ?spec.requested_v6, "starting the DHCP client");
+        self.runs.push(Run {
+            service: w.clone(),
+            family,
+            handle: self.dhcp.start(spec),
+            closed: false,
+            reported: None,
+            seen: Seen::default(),
+        });
+        None
     }
 
     /// Stops every client (the group does it in two steps, [`Self::take_all`] and
@@ -189,7 +220,7 @@ impl DhcpClients {
     /// leave [`Self::effective`] before [`Retired::finish`] removes their macvlans.
     pub(super) fn take_all(&mut self, release: bool) -> Retired {
         for r in &self.runs {
-            self.forget(&r.service.key);
+            self.forget(&r.service.key, r.family);
         }
         Retired(self.runs.drain(..).map(|r| (r.handle, release)).collect())
     }
@@ -212,7 +243,7 @@ impl DhcpClients {
         if result.is_err()
             && let Some(run) = waiting.get(i).and_then(|i| self.runs.get_mut(*i))
         {
-            warn!(service = %run.service.key, macvlan = %run.service.request.macvlan, "the DHCP client ended on its own; its address is no longer held");
+            warn!(service = %run.service.key, macvlan = %run.service.request.macvlan, family = run.family.label(), "the DHCP client ended on its own; its address is no longer held");
             run.closed = true;
         }
     }
@@ -228,9 +259,10 @@ impl DhcpClients {
                 let (seen, events) = metric_updates(&run.seen, &state);
                 let service = run.service.key.to_string();
                 let expiry = seen.binding.map(|(_, at)| unix_time_of(at));
-                m.dhcp_state(&service, seen.state, expiry);
+                let family = run.family.metric();
+                m.dhcp_state(&service, family, seen.state, expiry);
                 for e in events {
-                    m.dhcp_event(&service, e);
+                    m.dhcp_event(&service, family, e);
                 }
                 run.seen = seen;
             }
@@ -238,7 +270,7 @@ impl DhcpClients {
                 // Bound again: the next failure is news, whatever its text.
                 run.reported = None;
             }
-            let Some((id, reason, message)) = problem_of(&run.service, &state) else {
+            let Some((id, reason, message)) = problem_of(&run.service, run.family, &state) else {
                 continue;
             };
             if run.reported.as_deref() == Some(id.as_str()) {
@@ -255,38 +287,39 @@ impl DhcpClients {
     /// a leased address, its client sends DHCPDECLINE and starts over (RFC 2131 §4.4.1).
     /// Returns the Service whose lease it was.
     pub(super) fn decline(&self, addr: IpAddr) -> Option<ServiceKey> {
-        let IpAddr::V4(v4) = addr else {
-            return None;
-        };
-        let (service, _) = self.leased().find(|(_, b)| b.addr == v4)?;
-        let run = self.runs.iter().find(|r| r.service.key == service.key)?;
-        warn!(service = %service.key, %addr, macvlan = %service.request.macvlan, "another host answers for the leased address: declining it");
-        run.handle.decline(v4);
+        let (run, _) = self.leased().find(|(_, b)| b.addr == addr)?;
+        let service = &run.service;
+        warn!(service = %service.key, %addr, macvlan = %service.request.macvlan, family = run.family.label(), "another host answers for the leased address: declining it");
+        run.handle.decline(addr);
         Some(service.key.clone())
     }
 
-    /// The Services' bindings that may be held now.
-    fn leased(&self) -> impl Iterator<Item = (&DhcpService, DhcpBinding)> {
-        self.runs.iter().filter(|r| !r.closed).filter_map(|r| {
-            r.handle
-                .state
-                .borrow()
-                .binding()
-                .cloned()
-                .map(|b| (&r.service, b))
-        })
+    /// The clients' bindings that may be held now.
+    fn leased(&self) -> impl Iterator<Item = (&Run, DhcpBinding)> {
+        self.runs
+            .iter()
+            .filter(|r| !r.closed)
+            .filter_map(|r| r.handle.state.borrow().binding().cloned().map(|b| (r, b)))
     }
 
-    /// `base` with the leased addresses: each a /32 VIP on its Service's macvlan that must be
-    /// gone by the lease's expiry, and first among its Service's addresses (the status
-    /// lists it first: Harvester reads `ingress[0].ip`).
+    /// `base` with the leased addresses: each a host VIP (/32, /128) on its Service's
+    /// macvlan that must be gone by the lease's expiry, and first among its Service's
+    /// addresses, the DHCPv4 one before the DHCPv6 one (the status lists them first:
+    /// Harvester reads `ingress[0].ip`).
     pub(super) fn effective(&self, base: &GroupSpec) -> GroupSpec {
         let mut out = base.clone();
-        for (service, b) in self.leased() {
-            let addr = IpAddr::V4(b.addr);
+        let mut leased: Vec<(&Run, DhcpBinding)> = self.leased().collect();
+        leased.sort_by_key(|(r, _)| r.family);
+        let mut placed: Vec<(ServiceKey, usize)> = Vec::new();
+        for (run, b) in leased {
+            let service = &run.service;
+            let addr = b.addr;
             if !out.vips.iter().any(|v| v.vip.addr == addr) {
                 out.vips.push(VipSpec {
-                    vip: Vip { addr, prefix: 32 },
+                    vip: Vip {
+                        addr,
+                        prefix: run.family.host_prefix(),
+                    },
                     interface: Some(service.request.macvlan.clone()),
                     not_after: Some(b.expires),
                 });
@@ -294,7 +327,17 @@ impl DhcpClients {
             if let Some((_, addrs, _)) = out.services.iter_mut().find(|(k, _, _)| *k == service.key)
                 && !addrs.contains(&addr)
             {
-                addrs.insert(0, addr);
+                let at = match placed.iter_mut().find(|(k, _)| *k == service.key) {
+                    Some((_, n)) => {
+                        *n += 1;
+                        *n - 1
+                    }
+                    None => {
+                        placed.push((service.key.clone(), 1));
+                        0
+                    }
+                };
+                addrs.insert(at.min(addrs.len()), addr);
             }
         }
         out
@@ -302,19 +345,24 @@ impl DhcpClients {
 
     /// The annotations to write back on each Service, compared with `cached` (the Services
     /// cache): `kube-vip.io/hwaddr` (the MAC in use, so the next holder uses it too) and,
-    /// while leased, `kube-vip.io/requestedIP` (the leased address, asked for again after a
-    /// failover or restart). Only those that differ.
+    /// while at least one family is leased, `kube-vip.io/requestedIP` (`v4,v6`, `v4` or
+    /// `v6`: each family's leased address, else the one it asks for, asked for again after
+    /// a failover or restart). Only those that differ.
     pub(super) fn annotations(
         &self,
         cached: impl Fn(&ServiceKey) -> Option<Arc<Service>>,
     ) -> Vec<(ServiceKey, Vec<(&'static str, String)>)> {
-        let leased: Vec<(ServiceKey, Ipv4Addr)> = self
+        let leased: Vec<(ServiceKey, DhcpFamily, IpAddr)> = self
             .leased()
-            .map(|(s, b)| (s.key.clone(), b.addr))
+            .map(|(r, b)| (r.service.key.clone(), r.family, b.addr))
             .collect();
-        let mut out = Vec::new();
+        let mut out: Vec<(ServiceKey, Vec<(&'static str, String)>)> = Vec::new();
         for run in &self.runs {
             let key = &run.service.key;
+            if out.iter().any(|(k, _)| k == key) {
+                // The Service's other family: done with the first.
+                continue;
+            }
             let Some(svc) = cached(key) else {
                 continue;
             };
@@ -326,8 +374,26 @@ impl DhcpClients {
                     .cloned()
             };
             let mut want = vec![(ANN_HWADDR, fmt_mac(run.service.request.mac))];
-            if let Some((_, addr)) = leased.iter().find(|(k, _)| k == key) {
-                want.push((ANN_REQUESTED_IP, addr.to_string()));
+            let lease_of = |family: DhcpFamily| {
+                leased
+                    .iter()
+                    .find(|(k, f, _)| k == key && *f == family)
+                    .map(|(_, _, a)| *a)
+            };
+            let request = &run.service.request;
+            if request
+                .families()
+                .into_iter()
+                .any(|f| lease_of(f).is_some())
+            {
+                let v4 = lease_of(DhcpFamily::V4).or(request.requested.map(IpAddr::V4));
+                let v6 = lease_of(DhcpFamily::V6).or(request.requested_v6.map(IpAddr::V6));
+                let value: Vec<String> = [v4, v6]
+                    .into_iter()
+                    .flatten()
+                    .map(|a| a.to_string())
+                    .collect();
+                want.push((ANN_REQUESTED_IP, value.join(",")));
             }
             want.retain(|(name, value)| current(name).as_deref() != Some(value.as_str()));
             if !want.is_empty() {
@@ -337,13 +403,16 @@ impl DhcpClients {
         out
     }
 
-    /// The macvlans of the running clients (for tests and logs).
+    /// The macvlans of the running clients (for tests and logs), once each.
     #[cfg(test)]
     pub(super) fn macvlans(&self) -> Vec<String> {
-        self.runs
-            .iter()
-            .map(|r| r.service.request.macvlan.clone())
-            .collect()
+        let mut out: Vec<String> = Vec::new();
+        for r in &self.runs {
+            if !out.contains(&r.service.request.macvlan) {
+                out.push(r.service.request.macvlan.clone());
+            }
+        }
+        out
     }
 }
 
@@ -429,8 +498,13 @@ fn unix_time_of(at: tokio::time::Instant) -> u64 {
 /// The problem a client's state shows, as (id, reason, message); `None` when there is none
 /// (bound, renewing, rebinding, or the first attempt under way). The id changes with each
 /// failed attempt, so every failure is posted once.
-fn problem_of(service: &DhcpService, state: &DhcpState) -> Option<(String, &'static str, String)> {
+fn problem_of(
+    service: &DhcpService,
+    family: DhcpFamily,
+    state: &DhcpState,
+) -> Option<(String, &'static str, String)> {
     let macvlan = &service.request.macvlan;
+    let dhcp = family.label();
     match state {
         DhcpState::Requesting {
             attempt,
@@ -438,13 +512,13 @@ fn problem_of(service: &DhcpService, state: &DhcpState) -> Option<(String, &'sta
         } => Some((
             format!("requesting/{attempt}"),
             super::status::REASON_DHCP_FAILED,
-            format!("DHCP request on macvlan {macvlan} failed: {e}; retrying"),
+            format!("{dhcp} request on macvlan {macvlan} failed: {e}; retrying"),
         )),
         DhcpState::Lost { reason } => Some((
             format!("lost/{reason}"),
             super::status::REASON_DHCP_LOST,
             format!(
-                "DHCP lease on macvlan {macvlan} lost: {reason}; address removed, asking for it again"
+                "{dhcp} lease on macvlan {macvlan} lost: {reason}; address removed, asking for it again"
             ),
         )),
         _ => None,

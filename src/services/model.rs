@@ -117,6 +117,8 @@ pub(crate) enum RejectReason {
     Whitespace,
     /// A prefix length (`192.0.2.1/24`): addresses only; the prefix comes from `vip_subnet`.
     Cidr,
+    /// A second `0.0.0.0` (or `::`): one DHCP address per family.
+    SecondDhcp,
     /// An IPv6 zone id (`fe80::1%eth0`).
     ZoneId,
     /// Not an IPv4/IPv6 address (bad octet, hostname, `::ffff:zz`, leading zeros).
@@ -132,6 +134,9 @@ impl fmt::Display for RejectReason {
             RejectReason::Empty => "empty entry",
             RejectReason::Whitespace => "leading or trailing whitespace",
             RejectReason::Cidr => "prefix length not allowed, give a plain address",
+            RejectReason::SecondDhcp => {
+                "a second DHCP request of the same family (one DHCP address per family: at most one 0.0.0.0 and one ::)"
+            }
             RejectReason::ZoneId => "IPv6 zone id not allowed",
             RejectReason::NotAnAddress => "not an IPv4 or IPv6 address",
             RejectReason::NotAVip(class) => return write!(f, "{class}, not usable as a VIP"),
@@ -160,7 +165,7 @@ pub(crate) struct ParsedAddresses {
     pub dhcp: bool,
     /// `0.0.0.0` was present: DHCPv4.
     pub dhcp_v4: bool,
-    /// `::` was present: DHCPv6 (not implemented: refused with a Warning).
+    /// `::` was present: DHCPv6 (IA_NA).
     pub dhcp_v6: bool,
     /// Rejected entries, in the order written.
     pub rejected: Vec<Rejected>,
@@ -225,12 +230,18 @@ pub(crate) fn parse_spec_address(text: &str) -> ParsedAddresses {
 fn add_entry(out: &mut ParsedAddresses, entry: &str) {
     match parse_entry(entry) {
         Ok(None) => {
-            out.dhcp = true;
-            if entry.contains(':') {
-                out.dhcp_v6 = true;
+            let seen = if entry.contains(':') {
+                &mut out.dhcp_v6
             } else {
-                out.dhcp_v4 = true;
+                &mut out.dhcp_v4
+            };
+            if std::mem::replace(seen, true) {
+                out.rejected.push(Rejected {
+                    value: entry.to_string(),
+                    reason: RejectReason::SecondDhcp,
+                });
             }
+            out.dhcp = true;
         }
         Ok(Some(ip)) => {
             if out.addresses.contains(&ip) {

@@ -322,27 +322,15 @@ pub(super) fn candidates(
                 true,
             ));
         } else if info.addresses.dhcp {
-            if info.addresses.dhcp_v6 {
-                notes.push(note(
-                    super::status::REASON_DHCPV6_NOT_SUPPORTED,
-                    format!(
-                        "address :: from {} asks for DHCPv6, which vipd does not implement; only 0.0.0.0 (DHCPv4) is served",
-                        info.addresses.source
-                    ),
-                    true,
-                ));
-            }
-            if info.addresses.dhcp_v4 {
-                match model::dhcp_request(&info) {
-                    Ok(request) => dhcp = Some(request),
-                    Err(bad) => {
-                        for b in bad {
-                            notes.push(note(
-                                super::status::REASON_INVALID_CONFIG,
-                                format!("DHCP client not started: {b}"),
-                                true,
-                            ));
-                        }
+            match model::dhcp_request(&info) {
+                Ok(request) => dhcp = Some(request),
+                Err(bad) => {
+                    for b in bad {
+                        notes.push(note(
+                            super::status::REASON_INVALID_CONFIG,
+                            format!("DHCP client not started: {b}"),
+                            true,
+                        ));
                     }
                 }
             }
@@ -762,8 +750,9 @@ mod tests {
         Arc::new(s)
     }
 
-    /// Issue 13: with dhcp_mode a `0.0.0.0` Service is a candidate with its DHCP request
-    /// and no address; bad DHCP annotations, `::` and dhcp_mode off each get a Warning
+    /// Issue 13: with dhcp_mode a `0.0.0.0` or `::` Service is a candidate with its DHCP
+    /// request and no address; bad DHCP annotations, two DHCP requests of one family and
+    /// dhcp_mode off each get a Warning
     /// naming the value, and never stop the other Services.
     #[test]
     fn dhcp_services_are_candidates_and_bad_input_is_noted() {
@@ -781,6 +770,11 @@ mod tests {
                 "sixteen-bytes-xx",
             ),
             lb("v6", "::"),
+            with_annotation(
+                lb("twice", "192.0.2.42"),
+                model::ANN_LOADBALANCER_IPS,
+                "0.0.0.0,::,0.0.0.0",
+            ),
             lb("good", "192.0.2.41"),
         ];
         let here = ThisNode {
@@ -800,12 +794,17 @@ mod tests {
         };
         let (cands, notes) = run(true);
         let names: Vec<&str> = cands.iter().map(|c| c.key.name.as_str()).collect();
-        assert_eq!(names, ["dhcp", "good"]);
+        assert_eq!(names, ["dhcp", "v6", "twice", "good"]);
         let dhcp = &cands[0];
         assert!(dhcp.addresses.is_empty());
         let request = dhcp.dhcp.as_ref().expect("a DHCP request");
         assert_eq!(request.macvlan, "vip-uiddhcp");
-        assert!(cands[1].dhcp.is_none());
+        assert!(request.v4 && !request.v6);
+        let v6 = cands[1].dhcp.as_ref().expect("a DHCPv6 request");
+        assert!(!v6.v4 && v6.v6);
+        let twice = cands[2].dhcp.as_ref().expect("a dual-stack request");
+        assert!(twice.v4 && twice.v6);
+        assert!(cands[3].dhcp.is_none());
         let msg = |svc: &str, reason: &str| -> Vec<String> {
             notes
                 .iter()
@@ -826,8 +825,17 @@ mod tests {
                 && m[0].contains("15 bytes"),
             "{m:?}"
         );
-        let m = msg("v6", "DHCPv6NotSupported");
-        assert!(m.len() == 1 && m[0].contains("::"), "{m:?}");
+        assert!(
+            notes.iter().all(|n| n.key.name != "v6"),
+            "no Warning for ::"
+        );
+        let m = msg("twice", "InvalidAddress");
+        assert!(
+            m.len() == 1
+                && m[0].contains("\"0.0.0.0\"")
+                && m[0].contains("one DHCP address per family"),
+            "{m:?}"
+        );
         assert!(msg("dhcp", "DHCPNotEnabled").is_empty());
         // dhcp_mode off: a clear Warning, no candidate.
         let (cands, notes) = run(false);

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use xtask::lab::{Lab, LabOptions, LabProcess};
 
+pub mod dhcp;
 pub mod manifest;
 pub mod netns;
 

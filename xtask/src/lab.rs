@@ -10,7 +10,8 @@
 //!   ns node-a   eth0 192.0.2.11/24 + 2001:db8::11/64   (node-b .12, node-c .13)
 //!               "local API server": TCP proxy [::]:6443 -> 192.0.2.2:6443
 //!   ns client   eth0 192.0.2.100/24 + 2001:db8::100/64 (probes, ARP capture)
-//!   ns dhcp     eth0 192.0.2.3/24; dnsmasq (DHCPv4 pool 192.0.2.200-220) when a test
+//!   ns dhcp     eth0 192.0.2.3/24 + 2001:db8::3/64; dnsmasq (DHCPv4 pool
+//!               192.0.2.200-220, DHCPv6 pool 2001:db8::1000-1fff when asked) when a test
 //!               starts it ([`Lab::start_dnsmasq`])
 //! ```
 //!
@@ -52,7 +53,8 @@ pub use arp::{
 pub use cluster::ControlPlaneProcess;
 pub use control_plane::{find_apiserver, vipd_binary};
 pub use dhcp::{
-    DHCP_LEASE_SECS, DHCP_POOL_END, DHCP_POOL_START, DnsmasqLease, DnsmasqOptions, parse_leases,
+    DHCP_LEASE_SECS, DHCP_POOL_END, DHCP_POOL_START, DHCP6_POOL_END, DHCP6_POOL_START,
+    DnsmasqLease, DnsmasqLease6, DnsmasqOptions, parse_leases, parse_leases6,
 };
 pub use error::{LabError, Result};
 pub use https::{ApiClient, HttpResponse};
@@ -77,6 +79,8 @@ pub const API_PORT: u16 = 6443;
 pub const CONTROL_PLANE_VIP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
 /// IPv4 address of the DHCP server namespace (`dhcp`, dnsmasq).
 pub const DHCP_SERVER_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 3);
+/// IPv6 address of the DHCP server namespace (`dhcp`, dnsmasq's DHCPv6).
+pub const DHCP_SERVER_V6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 3);
 /// IPv4 address of the client namespace.
 pub const CLIENT_V4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 100);
 /// IPv6 address of the client namespace.

@@ -1,4 +1,5 @@
 use std::io;
+use std::net::Ipv6Addr;
 use std::sync::Mutex;
 
 use dhcproto::v4::{Message, MessageType};
@@ -6,21 +7,28 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 
 use super::*;
 use crate::dhcp::machine::Dest;
+use crate::dhcp::machine::Outgoing;
 use crate::dhcp::machine::tests::{ADDR, MAC, SERVER, reply};
+use crate::dhcp::v6::Outgoing6;
 use crate::net::macvlan::LinkEntry;
 use crate::net::macvlan::fake::FakeKernel;
 
-struct FakeWire {
-    sent: UnboundedSender<Outgoing>,
-    replies: UnboundedReceiver<Message>,
+/// A wire whose sends the test reads and whose replies the test writes: `O` sent, `M`
+/// received.
+struct FakeWire<O, M> {
+    sent: UnboundedSender<O>,
+    replies: UnboundedReceiver<M>,
 }
 
-impl Wire for FakeWire {
-    async fn send(&mut self, out: &Outgoing) -> io::Result<()> {
+impl<O: Clone + Send + Sync + 'static, M: Send + 'static> Wire for FakeWire<O, M> {
+    type Out = O;
+    type Msg = M;
+
+    async fn send(&mut self, out: &O) -> io::Result<()> {
         let _ = self.sent.send(out.clone());
         Ok(())
     }
-    async fn recv(&mut self) -> io::Result<Message> {
+    async fn recv(&mut self) -> io::Result<M> {
         match self.replies.recv().await {
             Some(m) => Ok(m),
             None => Err(io::Error::other("wire closed")),
@@ -29,14 +37,21 @@ impl Wire for FakeWire {
 }
 
 /// Hands out prepared wires, one per `open`.
-#[derive(Default)]
-struct FakeTransport {
-    wires: Mutex<Vec<FakeWire>>,
+struct FakeTransport<O, M> {
+    wires: Mutex<Vec<FakeWire<O, M>>>,
 }
 
-impl Transport for FakeTransport {
-    type Wire = FakeWire;
-    fn open(&self, _ifindex: u32, name: &str) -> io::Result<FakeWire> {
+impl<O, M> Default for FakeTransport<O, M> {
+    fn default() -> Self {
+        Self {
+            wires: Mutex::new(Vec::new()),
+        }
+    }
+}
+
+impl<O: Clone + Send + Sync + 'static, M: Send + 'static> Transport for FakeTransport<O, M> {
+    type Wire = FakeWire<O, M>;
+    fn open(&self, _ifindex: u32, name: &str) -> io::Result<FakeWire<O, M>> {
         self.wires
             .lock()
             .unwrap()
@@ -44,6 +59,11 @@ impl Transport for FakeTransport {
             .ok_or_else(|| io::Error::other(format!("no wire for {name}")))
     }
 }
+
+/// DHCPv4 fakes.
+type FakeTransport4 = FakeTransport<Outgoing, Message>;
+/// DHCPv6 fakes: replies come with their source address.
+type FakeTransport6 = FakeTransport<Outgoing6, (Ipv6Addr, dhcproto::v6::Message)>;
 
 /// The test's end of a wire: what the client sent, and a way to answer.
 struct Server {
@@ -60,10 +80,13 @@ impl Server {
     }
 }
 
-fn client() -> (DhcpClient<FakeKernel, FakeTransport>, Server) {
+fn client() -> (
+    DhcpClient<FakeKernel, FakeTransport4, Udp6Transport>,
+    Server,
+) {
     let (sent_tx, sent_rx) = unbounded_channel();
     let (reply_tx, reply_rx) = unbounded_channel();
-    let transport = FakeTransport::default();
+    let transport = FakeTransport4::default();
     transport.wires.lock().unwrap().push(FakeWire {
         sent: sent_tx,
         replies: reply_rx,
@@ -77,7 +100,7 @@ fn client() -> (DhcpClient<FakeKernel, FakeTransport>, Server) {
         mac: [0x02, 0, 0, 0, 0, 1],
     };
     (
-        DhcpClient::new(FakeKernel::with(vec![eth0]), transport),
+        DhcpClient::new(FakeKernel::with(vec![eth0]), transport, Udp6Transport),
         Server {
             sent: sent_rx,
             replies: reply_tx,
@@ -87,10 +110,12 @@ fn client() -> (DhcpClient<FakeKernel, FakeTransport>, Server) {
 
 fn spec() -> DhcpSpec {
     DhcpSpec {
+        family: crate::dhcp::DhcpFamily::V4,
         parent: "eth0".into(),
         macvlan: "vip-0123abcd".into(),
         mac: MAC,
         requested: None,
+        requested_v6: None,
         hostname: None,
         broadcast: false,
         rp_filter: 0,
@@ -112,7 +137,7 @@ async fn bind(handle: &mut DhcpHandle, server: &mut Server) {
     server.answer(&r, MessageType::Ack);
     handle
         .state
-        .wait_for(|s| matches!(s, DhcpState::Bound(b) if b.addr == ADDR))
+        .wait_for(|s| matches!(s, DhcpState::Bound(b) if b.addr == std::net::IpAddr::V4(ADDR)))
         .await
         .unwrap();
 }
@@ -192,7 +217,7 @@ async fn decline_from_the_handle_sends_decline_and_loses_the_lease() {
     let (dhcp, mut server) = client();
     let mut handle = dhcp.start(spec());
     bind(&mut handle, &mut server).await;
-    handle.decline(ADDR);
+    handle.decline(ADDR.into());
     let d = server.next().await;
     assert_eq!(kind(&d), MessageType::Decline);
     assert!(
@@ -237,4 +262,94 @@ async fn setup_errors_are_reported_and_retried_and_stop_still_works() {
     let e = setup_error(&mut handle, 1).await;
     assert!(e.contains("\"vip-0123456789ab\""), "{e}");
     handle.stop().await;
+}
+
+/// A dual-stack Service: its DHCPv4 and DHCPv6 clients share one macvlan, created once
+/// with DAD off (the DHCPv6 client's link-local address); the DHCPv6 client binds through
+/// Solicit/Advertise/Request/Reply; the macvlan stays while one client runs and goes with
+/// the last, after the DHCPv6 Release.
+#[tokio::test(start_paused = true)]
+async fn dual_stack_clients_share_the_macvlan_and_the_last_one_removes_it() {
+    use crate::dhcp::v6::machine::tests::{ADDR as ADDR6, SERVER_LL, answer};
+    use dhcproto::v6::MessageType as M6;
+    let (sent4, mut sent4_rx) = unbounded_channel();
+    let (_reply4, reply4_rx) = unbounded_channel();
+    let t4 = FakeTransport4::default();
+    t4.wires.lock().unwrap().push(FakeWire {
+        sent: sent4,
+        replies: reply4_rx,
+    });
+    let (sent6, mut sent6_rx) = unbounded_channel::<Outgoing6>();
+    let (reply6, reply6_rx) = unbounded_channel();
+    let t6 = FakeTransport6::default();
+    t6.wires.lock().unwrap().push(FakeWire {
+        sent: sent6,
+        replies: reply6_rx,
+    });
+    let eth0 = LinkEntry {
+        index: 2,
+        name: "eth0".into(),
+        macvlan: false,
+        alias: None,
+        parent: None,
+        mac: [0x02, 0, 0, 0, 0, 1],
+    };
+    let dhcp = DhcpClient::new(FakeKernel::with(vec![eth0]), t4, t6);
+    let mut v6 = spec();
+    v6.family = crate::dhcp::DhcpFamily::V6;
+    v6.requested_v6 = Some(ADDR6);
+    let mut h6 = dhcp.start(v6);
+    let h4 = dhcp.start(spec());
+    // Both clients run: the v4 one sends a DISCOVER, the v6 one a Solicit hinting ADDR6.
+    assert_eq!(
+        sent4_rx.recv().await.unwrap().msg.opts().msg_type(),
+        Some(MessageType::Discover)
+    );
+    let sol = sent6_rx.recv().await.unwrap();
+    assert_eq!(sol.msg.msg_type(), M6::Solicit);
+    reply6
+        .send((SERVER_LL, answer(&sol, M6::Advertise, ADDR6, None)))
+        .unwrap();
+    let req = sent6_rx.recv().await.unwrap();
+    assert_eq!(req.msg.msg_type(), M6::Request);
+    reply6
+        .send((SERVER_LL, answer(&req, M6::Reply, ADDR6, None)))
+        .unwrap();
+    h6.state
+        .wait_for(|s| matches!(s, DhcpState::Bound(b) if b.addr == std::net::IpAddr::V6(ADDR6)))
+        .await
+        .unwrap();
+    let calls = dhcp.macvlans().kernel().calls();
+    assert_eq!(
+        calls.iter().filter(|c| c.starts_with("create")).count(),
+        1,
+        "{calls:?}"
+    );
+    let dad = calls.iter().position(|c| c.contains("accept_dad=0"));
+    let up = calls.iter().position(|c| c.starts_with("up "));
+    assert!(dad.is_some() && up.is_some(), "{calls:?}");
+    // The v4 client stops: the macvlan stays for the v6 one.
+    h4.stop().await;
+    assert!(
+        !dhcp
+            .macvlans()
+            .kernel()
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("delete")),
+        "{:?}",
+        dhcp.macvlans().kernel().calls()
+    );
+    // The v6 one releases and stops: Release sent, then the macvlan goes.
+    h6.release_and_stop().await;
+    let rel = sent6_rx.recv().await.unwrap();
+    assert_eq!(rel.msg.msg_type(), M6::Release);
+    assert!(
+        dhcp.macvlans()
+            .kernel()
+            .calls()
+            .last()
+            .unwrap()
+            .starts_with("delete vip-0123abcd")
+    );
 }

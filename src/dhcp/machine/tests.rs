@@ -116,9 +116,9 @@ fn init_discovers_then_requests_the_offer_with_options() {
     assert_eq!(
         m.state(),
         DhcpState::Bound(DhcpBinding {
-            addr: ADDR,
+            addr: ADDR.into(),
             prefix_len: 24,
-            server: SERVER,
+            server: SERVER.into(),
             expires: sent + secs(120),
             t1: sent + secs(60),
             t2: sent + secs(105),
@@ -215,7 +215,7 @@ fn renewal_ack_keeps_bound() {
     let DhcpState::Bound(b) = m.state() else {
         panic!("{:?}", m.state())
     };
-    assert_eq!((b.addr, b.t1), (ADDR, t0 + secs(120)));
+    assert_eq!((b.addr, b.t1), (ADDR.into(), t0 + secs(120)));
 }
 
 #[test]
@@ -247,7 +247,7 @@ fn expiry_is_lost_at_once_then_asks_for_the_old_address() {
         DhcpState::Requesting { attempt: 0, .. }
     ));
     m.on_message(now + LOST_HOLDOFF, &reply(&r, MessageType::Ack, ADDR));
-    assert_eq!(m.state().binding().map(|b| b.addr), Some(ADDR));
+    assert_eq!(m.state().binding().map(|b| b.addr), Some(ADDR.into()));
 }
 
 #[test]

@@ -19,6 +19,7 @@ fn spec(name: &str) -> MacvlanSpec {
         mac: [0x02, 0, 0, 0, 0, 9],
         mark: "vipd:uid-1".into(),
         rp_filter: 0,
+        ipv6_now: false,
     }
 }
 
@@ -221,5 +222,56 @@ async fn ensure_on_a_read_only_proc_sys_checks_the_values_instead() {
             && e.contains("privileged")
             && e.contains("net.ipv4.conf.default.rp_filter=0"),
         "{e}"
+    );
+}
+
+/// A DHCPv6 macvlan gets `accept_dad=0` before it goes up, so its link-local address is
+/// usable at once; a DHCPv4-only one does not (a read-only `/proc/sys` would refuse it).
+#[tokio::test]
+async fn ipv6_now_disables_dad_before_up() {
+    let m = Macvlans::new(FakeKernel::with(vec![entry(2, "eth0", false, None)]));
+    let mut s = spec("vip-a");
+    s.ipv6_now = true;
+    let index = m.ensure(&s).await.unwrap();
+    let calls = m.kernel().calls();
+    let n = calls.len();
+    assert_eq!(
+        calls[n - 2..],
+        [
+            "sysctl ipv6 vip-a accept_dad=0".to_string(),
+            format!("up vip-a {index}")
+        ]
+    );
+    let m = Macvlans::new(FakeKernel::with(vec![entry(2, "eth0", false, None)]));
+    m.ensure(&spec("vip-a")).await.unwrap();
+    assert!(!m.kernel().calls().iter().any(|c| c.contains("accept_dad")));
+}
+
+/// Two users of one macvlan (a dual-stack Service's DHCPv4 and DHCPv6 clients): created
+/// once, deleted only when the last one releases it.
+#[tokio::test]
+async fn shared_macvlan_is_removed_by_its_last_user() {
+    let m = Macvlans::new(FakeKernel::with(vec![entry(2, "eth0", false, None)]));
+    let s = spec("vip-a");
+    m.acquire(&s, "v4").await.unwrap();
+    m.acquire(&s, "v6").await.unwrap();
+    // The same user again (a client setting up after a socket error) counts once.
+    m.acquire(&s, "v4").await.unwrap();
+    let creates = |m: &Macvlans<FakeKernel>| {
+        m.kernel()
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("create"))
+            .count()
+    };
+    assert_eq!(creates(&m), 1);
+    assert!(!m.release("vip-a", "v4").await.unwrap());
+    assert!(!m.kernel().calls().iter().any(|c| c.starts_with("delete")));
+    assert!(m.release("vip-a", "v6").await.unwrap());
+    assert!(
+        m.kernel()
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("delete vip-a"))
     );
 }

@@ -433,7 +433,7 @@ async fn an_address_another_host_answers_for_is_declined() {
     settle().await;
     assert_eq!(
         fake.declined("vip-uidweb"),
-        vec![Ipv4Addr::new(192, 0, 2, 203)]
+        vec![std::net::IpAddr::from([192, 0, 2, 203])]
     );
     clients.stop_all(false).await;
 }
@@ -481,4 +481,94 @@ async fn metric_updates_count_renewals_failures_and_losses_once() {
     }
     assert_eq!(all, vec!["failed", "failed", "renewed", "lost", "nak"]);
     assert_eq!(seen.state, "bound");
+}
+
+/// A `0.0.0.0,::` Service runs a DHCPv4 and a DHCPv6 client on its one macvlan: the /32 and
+/// the /128 are VIPs there (IPv4 first in the status), `requestedIP` is written as `v4,v6`,
+/// dropping `::` releases the DHCPv6 lease only, and a `::` Service alone runs DHCPv6 only.
+#[tokio::test(start_paused = true)]
+async fn dual_stack_runs_both_families_on_one_macvlan() {
+    use crate::dhcp::DhcpFamily;
+    let fake = FakeDhcp::new();
+    let mut clients = DhcpClients::new(Arc::new(fake.clone()));
+    let both = service("web", &[(model::ANN_LOADBALANCER_IPS, "0.0.0.0,::")]);
+    let web = dhcp_service(&both);
+    let base = spec(std::slice::from_ref(&web));
+    assert!(clients.follow(&base.dhcp, Some("eth0")).await.is_empty());
+    let started = fake.started();
+    assert_eq!(
+        started.iter().map(|s| s.family).collect::<Vec<_>>(),
+        [DhcpFamily::V4, DhcpFamily::V6]
+    );
+    assert!(started.iter().all(|s| s.macvlan == "vip-uidweb"));
+    assert_eq!(clients.macvlans(), ["vip-uidweb"]);
+
+    // Only the DHCPv6 lease so far: its /128, and requestedIP holds just it.
+    let mut v6 = binding("192.0.2.1", Duration::from_secs(120));
+    v6.addr = "2001:db8::1005".parse().unwrap();
+    v6.prefix_len = 128;
+    assert!(fake.set_family_state("vip-uidweb", DhcpFamily::V6, DhcpState::Bound(v6.clone())));
+    next(&mut clients).await;
+    let eff = clients.effective(&base);
+    assert_eq!(eff.vips.len(), 1);
+    assert_eq!(eff.vips[0].vip.prefix, 128);
+    assert_eq!(eff.vips[0].interface.as_deref(), Some("vip-uidweb"));
+    assert_eq!(eff.vips[0].not_after, Some(v6.expires));
+    let cached = Arc::new(both.clone());
+    let writes = clients.annotations(|_| Some(cached.clone()));
+    assert!(
+        writes[0]
+            .1
+            .contains(&(ANN_REQUESTED_IP, "2001:db8::1005".to_string())),
+        "{writes:?}"
+    );
+
+    // Both leased: IPv4 first in the status and in requestedIP.
+    let v4 = binding("192.0.2.207", Duration::from_secs(120));
+    assert!(fake.set_family_state("vip-uidweb", DhcpFamily::V4, DhcpState::Bound(v4)));
+    next(&mut clients).await;
+    let eff = clients.effective(&base);
+    assert_eq!(
+        eff.services[0].1,
+        vec![
+            IpAddr::from([192, 0, 2, 207]),
+            "2001:db8::1005".parse::<IpAddr>().unwrap()
+        ]
+    );
+    assert_eq!(eff.vips.len(), 2);
+    let writes = clients.annotations(|_| Some(cached.clone()));
+    assert!(
+        writes[0]
+            .1
+            .contains(&(ANN_REQUESTED_IP, "192.0.2.207,2001:db8::1005".to_string())),
+        "{writes:?}"
+    );
+    // A conflict on the IPv6 address declines it through the DHCPv6 client.
+    let leased6: IpAddr = "2001:db8::1005".parse().unwrap();
+    assert_eq!(clients.decline(leased6), Some(key("web")));
+
+    // `::` dropped: the DHCPv6 client releases, the DHCPv4 one keeps running.
+    let v4_only = dhcp_service(&service("web", &[]));
+    clients
+        .follow(std::slice::from_ref(&v4_only), Some("eth0"))
+        .await;
+    settle().await;
+    assert_eq!(
+        fake.family_ended("vip-uidweb", DhcpFamily::V6),
+        Some(FakeEnd::Released)
+    );
+    assert_eq!(fake.family_ended("vip-uidweb", DhcpFamily::V4), None);
+    assert_eq!(fake.declined("vip-uidweb"), vec![leased6]);
+    clients.stop_all(false).await;
+
+    // `::` alone: DHCPv6 only.
+    let fake = FakeDhcp::new();
+    let mut clients = DhcpClients::new(Arc::new(fake.clone()));
+    let only6 = dhcp_service(&service("six", &[(model::ANN_LOADBALANCER_IPS, "::")]));
+    clients.follow(&[only6], Some("eth0")).await;
+    assert_eq!(
+        fake.started().iter().map(|s| s.family).collect::<Vec<_>>(),
+        [DhcpFamily::V6]
+    );
+    clients.stop_all(false).await;
 }

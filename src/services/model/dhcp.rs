@@ -11,10 +11,10 @@
 //! affected.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use super::{ANN_HWADDR, ANN_REQUESTED_IP, ServiceInfo};
-use crate::dhcp::DhcpSpec;
+use crate::dhcp::{DhcpFamily, DhcpSpec};
 
 /// `kube-vip.io/macvlanName`: name of the Service's DHCP macvlan (kube-vip docs, "DHCP");
 /// default `vip-<first 8 characters of the Service UID>`.
@@ -39,8 +39,14 @@ pub struct DhcpRequest {
     pub mac: [u8; 6],
     /// `mac` was generated (the holder writes it to [`ANN_HWADDR`]).
     pub mac_generated: bool,
+    /// `0.0.0.0` was given: a DHCPv4 client runs.
+    pub v4: bool,
+    /// `::` was given: a DHCPv6 (IA_NA) client runs, on the same macvlan.
+    pub v6: bool,
     /// The IPv4 address of [`ANN_REQUESTED_IP`], asked for again (option 50).
     pub requested: Option<Ipv4Addr>,
+    /// The IPv6 address of [`ANN_REQUESTED_IP`], hinted in the DHCPv6 Solicit.
+    pub requested_v6: Option<Ipv6Addr>,
     /// [`super::ANN_LOADBALANCER_HOSTNAME`].
     pub hostname: Option<String>,
     /// [`ANN_DHCP_BROADCAST`].
@@ -55,9 +61,10 @@ pub struct DhcpRequest {
 }
 
 impl DhcpRequest {
-    /// Whether `other` runs the same client: equal in everything but the requested address
-    /// and where the MAC came from (both change when the holder writes its annotations
-    /// back, which must not restart the client).
+    /// Whether `other` runs the same clients: equal in everything but the requested
+    /// addresses, where the MAC came from (both change when the holder writes its
+    /// annotations back, which must not restart the client) and the families (a family
+    /// added or dropped starts or releases that family's client only).
     pub fn same_client(&self, other: &DhcpRequest) -> bool {
         self.macvlan == other.macvlan
             && self.mac == other.mac
@@ -68,13 +75,35 @@ impl DhcpRequest {
             && self.mark == other.mark
     }
 
-    /// The client's spec on `parent` (this request's own parent when it has one).
-    pub fn spec(&self, parent: &str) -> DhcpSpec {
+    /// The families asked for: DHCPv4 first.
+    pub fn families(&self) -> Vec<DhcpFamily> {
+        let mut out = Vec::new();
+        if self.v4 {
+            out.push(DhcpFamily::V4);
+        }
+        if self.v6 {
+            out.push(DhcpFamily::V6);
+        }
+        out
+    }
+
+    /// The addresses this Service leases as far as `kube-vip.io/requestedIP` says: its IPv4
+    /// entry when it asks DHCPv4, its IPv6 entry when it asks DHCPv6.
+    pub fn requested_addresses(&self) -> Vec<IpAddr> {
+        let v4 = self.requested.filter(|_| self.v4).map(IpAddr::V4);
+        let v6 = self.requested_v6.filter(|_| self.v6).map(IpAddr::V6);
+        v4.into_iter().chain(v6).collect()
+    }
+
+    /// The `family` client's spec on `parent` (this request's own parent when it has one).
+    pub fn spec(&self, parent: &str, family: DhcpFamily) -> DhcpSpec {
         DhcpSpec {
+            family,
             parent: self.parent.clone().unwrap_or_else(|| parent.to_string()),
             macvlan: self.macvlan.clone(),
             mac: self.mac,
             requested: self.requested,
+            requested_v6: self.requested_v6,
             hostname: self.hostname.clone(),
             broadcast: self.broadcast,
             rp_filter: self.rp_filter,
@@ -146,12 +175,13 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
     h
 }
 
-/// The IPv4 address of a [`ANN_REQUESTED_IP`] value: `v4`, `v4,v6` or `v6,v4` (kube-vip
-/// writes the leased addresses, comma-separated); `None` when it holds only IPv6.
+/// The IPv4 and IPv6 addresses of a [`ANN_REQUESTED_IP`] value: `v4`, `v6`, `v4,v6` or
+/// `v6,v4` (kube-vip writes the leased addresses, comma-separated).
 ///
 /// # Errors
-/// The reason as text: an entry that is not an address, two of one family, `0.0.0.0`.
-pub fn parse_requested_ip(text: &str) -> Result<Option<Ipv4Addr>, String> {
+/// The reason as text: an entry that is not an address, two of one family, `0.0.0.0`,
+/// `::` or another IPv6 address that cannot be leased (multicast, link-local, loopback).
+pub fn parse_requested_ip(text: &str) -> Result<(Option<Ipv4Addr>, Option<Ipv6Addr>), String> {
     let (mut v4, mut v6) = (None, None);
     for entry in text.split(',') {
         let ip: IpAddr = entry
@@ -164,13 +194,16 @@ pub fn parse_requested_ip(text: &str) -> Result<Option<Ipv4Addr>, String> {
             IpAddr::V4(a) if v4.replace(a).is_some() => {
                 return Err("more than one IPv4 address".into());
             }
+            IpAddr::V6(a) if crate::net::vip::check_vip(IpAddr::V6(a)).is_err() => {
+                return Err(format!("{a} cannot be leased"));
+            }
             IpAddr::V6(a) if v6.replace(a).is_some() => {
                 return Err("more than one IPv6 address".into());
             }
             _ => {}
         }
     }
-    Ok(v4)
+    Ok((v4, v6))
 }
 
 /// A DHCP Service's request from its annotations (see [`DhcpRequest`]'s fields), or every
@@ -202,12 +235,12 @@ pub(crate) fn dhcp_request(info: &ServiceInfo) -> Result<DhcpRequest, Vec<BadAnn
         },
         None => (generated_mac(&seed), true),
     };
-    let requested = match info.requested_ip.as_deref() {
+    let (requested, requested_v6) = match info.requested_ip.as_deref() {
         Some(text) => parse_requested_ip(text).unwrap_or_else(|why| {
             refuse(ANN_REQUESTED_IP, text, why);
-            None
+            (None, None)
         }),
-        None => None,
+        None => (None, None),
     };
     let macvlan = match info.macvlan_name.as_deref() {
         Some(name) => {
@@ -253,7 +286,10 @@ pub(crate) fn dhcp_request(info: &ServiceInfo) -> Result<DhcpRequest, Vec<BadAnn
         macvlan,
         mac,
         mac_generated,
+        v4: info.addresses.dhcp_v4,
+        v6: info.addresses.dhcp_v6,
         requested,
+        requested_v6,
         hostname: info.dhcp_hostname.clone(),
         broadcast,
         rp_filter,

@@ -453,6 +453,19 @@ fn dhcp_markers_are_told_apart_by_family() {
     assert!(p.dhcp && !p.dhcp_v4 && p.dhcp_v6);
     let p = parse_spec_address("0.0.0.0");
     assert!(p.dhcp && p.dhcp_v4 && !p.dhcp_v6);
+    // One DHCP address per family: a second marker is rejected, naming the value.
+    let p = parse_address_list("0.0.0.0,::,0:0::0");
+    assert!(p.dhcp_v4 && p.dhcp_v6);
+    assert_eq!(p.rejected.len(), 1);
+    assert_eq!(p.rejected[0].value, "0:0::0");
+    assert!(
+        p.rejection_message()
+            .unwrap()
+            .contains("one DHCP address per family"),
+        "{:?}",
+        p.rejection_message()
+    );
+    assert_eq!(parse_address_list("0.0.0.0,0.0.0.0").rejected.len(), 1);
 }
 
 #[test]
@@ -497,14 +510,37 @@ fn dhcp_request_reads_kube_vips_annotations() {
     assert_eq!(r.rp_filter, 2);
     assert_eq!(r.parent.as_deref(), Some("eth1"));
     assert_eq!(r.hostname.as_deref(), Some("web-lb"));
-    let spec = r.spec("eth0");
+    assert_eq!(r.requested_v6, Some("2001:db8::201".parse().unwrap()));
+    let spec = r.spec("eth0", crate::dhcp::DhcpFamily::V4);
     assert_eq!(
         spec.parent, "eth1",
         "the annotation wins over the default parent"
     );
-    // An IPv6-only requestedIP asks for nothing over DHCPv4.
+    // An IPv6-only requestedIP asks for nothing over DHCPv4, and hints DHCPv6.
     let r = dhcp_request(&dhcp_svc("web", &[(ANN_REQUESTED_IP, "2001:db8::201")])).unwrap();
     assert_eq!(r.requested, None);
+    assert_eq!(r.requested_v6, Some("2001:db8::201".parse().unwrap()));
+    assert_eq!(r.families(), [crate::dhcp::DhcpFamily::V4]);
+}
+
+#[test]
+fn dual_stack_dhcp_request_runs_both_families_on_one_macvlan() {
+    let info = service_info(&svc(
+        "web",
+        &[(ANN_LOADBALANCER_IPS, "0.0.0.0,::")],
+        lb_spec(),
+    ));
+    let r = dhcp_request(&info).unwrap();
+    use crate::dhcp::DhcpFamily;
+    assert_eq!(r.families(), [DhcpFamily::V4, DhcpFamily::V6]);
+    let (a, b) = (
+        r.spec("eth0", DhcpFamily::V4),
+        r.spec("eth0", DhcpFamily::V6),
+    );
+    assert_eq!((a.family, b.family), (DhcpFamily::V4, DhcpFamily::V6));
+    assert_eq!((a.macvlan, a.mac), (b.macvlan, b.mac));
+    let info = service_info(&svc("web", &[(ANN_LOADBALANCER_IPS, "::")], lb_spec()));
+    assert_eq!(dhcp_request(&info).unwrap().families(), [DhcpFamily::V6]);
 }
 
 #[test]
@@ -521,6 +557,12 @@ fn bad_dhcp_annotations_are_each_named_with_their_value() {
             "more than one IPv4",
         ),
         (ANN_REQUESTED_IP, "0.0.0.0", "cannot be leased"),
+        (ANN_REQUESTED_IP, "fe80::1", "cannot be leased"),
+        (
+            ANN_REQUESTED_IP,
+            "2001:db8::1,2001:db8::2",
+            "more than one IPv6",
+        ),
         (ANN_MACVLAN_NAME, "a-name-that-is-too-long", "1 to 15 bytes"),
         (ANN_MACVLAN_NAME, "a/b", "not a Linux interface name"),
         (ANN_DHCP_BROADCAST, "yes", "not a boolean"),

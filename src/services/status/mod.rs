@@ -100,9 +100,6 @@ pub(crate) const REASON_ADDRESS_CONFLICT: &str = "AddressConflict";
 pub(crate) const REASON_ADDRESS_IN_USE: &str = "AddressInUse";
 /// Reason of a Warning about a Service that asks for a DHCP address (`0.0.0.0` / `::`).
 pub(crate) const REASON_DHCP_NOT_ENABLED: &str = "DHCPNotEnabled";
-/// Reason of a Warning about a Service that asks for DHCPv6 (`::`), which vipd does not
-/// implement (DHCPv4 only).
-pub(crate) const REASON_DHCPV6_NOT_SUPPORTED: &str = "DHCPv6NotSupported";
 /// Reason of a Warning about a DHCP attempt that failed (no server, parent interface
 /// missing, macvlan refused): the client tries again after a back-off.
 pub(crate) const REASON_DHCP_FAILED: &str = "DHCPFailed";

@@ -1,5 +1,6 @@
 //! The lab's DHCP server: dnsmasq (Debian `dnsmasq-base`, installed on demand) in namespace
-//! `dhcp` (192.0.2.3), DHCPv4 only, for the DHCP-mode tests (issue 13).
+//! `dhcp` (192.0.2.3, 2001:db8::3), for the DHCP-mode tests (issue 13): DHCPv4, and DHCPv6
+//! (IA_NA, pool 2001:db8::1000-1fff) when [`DnsmasqOptions::range_v6`] is set.
 //!
 //! Tests start and stop it ([`Lab::start_dnsmasq`], [`Lab::stop_dnsmasq`]), read its lease
 //! file ([`Lab::dnsmasq_leases`]) and its log ([`Lab::dnsmasq_log`], `--log-dhcp`: one line
@@ -7,7 +8,7 @@
 //! range ([`DnsmasqOptions::range`]): being authoritative, it NAKs requests for addresses
 //! outside its range.
 
-use std::net::Ipv4Addr;
+use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -18,6 +19,10 @@ use super::{Lab, control_plane};
 pub const DHCP_POOL_START: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 200);
 /// Last address of the lab's DHCP pool.
 pub const DHCP_POOL_END: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 220);
+/// First address of the lab's DHCPv6 pool.
+pub const DHCP6_POOL_START: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x1000);
+/// Last address of the lab's DHCPv6 pool.
+pub const DHCP6_POOL_END: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x1fff);
 /// Lease time the lab's dnsmasq grants by default: 120 s, dnsmasq's minimum (T1 60 s,
 /// T2 105 s, dnsmasq's defaults of 1/2 and 7/8).
 pub const DHCP_LEASE_SECS: u32 = 120;
@@ -32,6 +37,9 @@ pub struct DnsmasqOptions {
     /// `--dhcp-authoritative`: ACK INIT-REBOOT requests for free addresses it does not know,
     /// NAK requests for addresses outside its range. Default true.
     pub authoritative: bool,
+    /// DHCPv6 pool (IA_NA, /64, same lease time), inclusive; `None` (the default): no
+    /// DHCPv6. [`DHCP6_POOL_START`]-[`DHCP6_POOL_END`] for the lab's.
+    pub range_v6: Option<(Ipv6Addr, Ipv6Addr)>,
 }
 
 impl Default for DnsmasqOptions {
@@ -40,6 +48,7 @@ impl Default for DnsmasqOptions {
             range: (DHCP_POOL_START, DHCP_POOL_END),
             lease_secs: DHCP_LEASE_SECS,
             authoritative: true,
+            range_v6: None,
         }
     }
 }
@@ -59,14 +68,15 @@ pub struct DnsmasqLease {
     pub client_id: Option<String>,
 }
 
-/// Parses dnsmasq's lease file (`<expiry> <mac> <ip> <hostname|*> <client-id|*>` per line).
+/// Parses dnsmasq's lease file (`<expiry> <mac> <ip> <hostname|*> <client-id|*>` per line);
+/// DHCPv6 leases (an IPv6 address) are [`parse_leases6`]'s.
 ///
 /// # Errors
 /// [`LabError::Parse`] naming the line that does not have that shape.
 pub fn parse_leases(text: &str) -> Result<Vec<DnsmasqLease>> {
     let star = |s: &str| (s != "*").then(|| s.to_string());
     text.lines()
-        .filter(|l| !l.trim().is_empty() && !l.starts_with("duid"))
+        .filter(|l| !l.trim().is_empty() && !l.starts_with("duid") && !is_v6_lease(l))
         .map(|line| {
             let bad = || LabError::Parse {
                 what: "dnsmasq lease file".into(),
@@ -82,6 +92,53 @@ pub fn parse_leases(text: &str) -> Result<Vec<DnsmasqLease>> {
                 addr: addr.parse().map_err(|_| bad())?,
                 hostname: star(hostname),
                 client_id: star(client_id),
+            })
+        })
+        .collect()
+}
+
+/// A DHCPv6 line of the lease file: its address (third field) is IPv6.
+fn is_v6_lease(line: &str) -> bool {
+    line.split_whitespace()
+        .nth(2)
+        .is_some_and(|a| a.contains(':'))
+}
+
+/// One DHCPv6 (IA_NA) line of dnsmasq's lease file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsmasqLease6 {
+    /// Expiry, seconds since the Unix epoch.
+    pub expires: u64,
+    /// The IA_NA's IAID (decimal, as dnsmasq writes it).
+    pub iaid: u32,
+    /// The leased address.
+    pub addr: Ipv6Addr,
+    /// The client DUID in dnsmasq's hex form (`00:03:00:01:<mac>` for a DUID-LL).
+    pub duid: String,
+}
+
+/// The DHCPv6 leases of dnsmasq's lease file (`<expiry> <iaid> <ipv6> <hostname|*> <duid>`
+/// per line, after the server's `duid` line).
+///
+/// # Errors
+/// [`LabError::Parse`] naming the line that does not have that shape.
+pub fn parse_leases6(text: &str) -> Result<Vec<DnsmasqLease6>> {
+    text.lines()
+        .filter(|l| !l.starts_with("duid") && is_v6_lease(l))
+        .map(|line| {
+            let bad = || LabError::Parse {
+                what: "dnsmasq lease file (DHCPv6)".into(),
+                detail: format!("line {line:?}"),
+            };
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let [expires, iaid, addr, _hostname, duid] = f[..] else {
+                return Err(bad());
+            };
+            Ok(DnsmasqLease6 {
+                expires: expires.parse().map_err(|_| bad())?,
+                iaid: iaid.parse().map_err(|_| bad())?,
+                addr: addr.parse().map_err(|_| bad())?,
+                duid: duid.to_string(),
             })
         })
         .collect()
@@ -111,6 +168,10 @@ pub fn dnsmasq_args(opts: &DnsmasqOptions, leases: &std::path::Path) -> Vec<Stri
         ),
         format!("--dhcp-leasefile={}", leases.display()),
     ];
+    if let Some((start, end)) = opts.range_v6 {
+        // IA_NA from the /64 of eth0's 2001:db8::3; no router advertisements.
+        args.push(format!("--dhcp-range={start},{end},64,{}", opts.lease_secs));
+    }
     if opts.authoritative {
         args.push("--dhcp-authoritative".into());
     }
@@ -138,14 +199,23 @@ impl Lab {
         }
         let proc = self.spawn("dhcp", "dnsmasq", &dnsmasq_args(opts, &leases), &[])?;
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        let ports: &[&str] = if opts.range_v6.is_some() {
+            &["= :67", "= :547"]
+        } else {
+            &["= :67"]
+        };
         loop {
-            let out = self.exec_unchecked("dhcp", "ss", &["-Hlun", "sport", "= :67"])?;
-            if !String::from_utf8_lossy(&out.stdout).trim().is_empty() {
+            let mut listening = true;
+            for port in ports {
+                let out = self.exec_unchecked("dhcp", "ss", &["-Hlun", "sport", port])?;
+                listening &= !String::from_utf8_lossy(&out.stdout).trim().is_empty();
+            }
+            if listening {
                 break;
             }
             if std::time::Instant::now() > deadline {
                 return Err(LabError::Timeout {
-                    what: format!("dnsmasq to listen on UDP 67 (log: {})", proc.log()),
+                    what: format!("dnsmasq to listen on UDP {ports:?} (log: {})", proc.log()),
                     seconds: 5.0,
                 });
             }
@@ -203,6 +273,19 @@ impl Lab {
         log
     }
 
+    /// The current DHCPv6 leases in dnsmasq's lease file.
+    ///
+    /// # Errors
+    /// [`LabError::Io`] when it cannot be read, [`LabError::Parse`].
+    pub fn dnsmasq_leases6(&self) -> Result<Vec<DnsmasqLease6>> {
+        let path = self.dnsmasq_lease_file();
+        match std::fs::read_to_string(&path) {
+            Ok(text) => parse_leases6(&text),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+            Err(e) => Err(io_ctx(format!("read {}", path.display()))(e)),
+        }
+    }
+
     /// The current leases in dnsmasq's lease file.
     ///
     /// # Errors
@@ -232,6 +315,37 @@ mod tests {
         assert_eq!(leases[1].client_id, None);
         let e = parse_leases("garbage line\n").unwrap_err().to_string();
         assert!(e.contains("garbage line"), "{e}");
+    }
+
+    #[test]
+    fn dhcpv6_leases_are_parsed_apart() {
+        let text = "1767200000 02:42:c0:00:02:c9 192.0.2.205 * *\n\
+                    duid 00:01:00:01:2c:00:00:00:02:00:00:00:00:03\n\
+                    1767200100 7 2001:db8::1005 * 00:03:00:01:02:42:00:00:00:07\n";
+        assert_eq!(parse_leases(text).unwrap().len(), 1);
+        let v6 = parse_leases6(text).unwrap();
+        assert_eq!(
+            v6,
+            vec![DnsmasqLease6 {
+                expires: 1_767_200_100,
+                iaid: 7,
+                addr: "2001:db8::1005".parse().unwrap(),
+                duid: "00:03:00:01:02:42:00:00:00:07".into(),
+            }]
+        );
+        let args = dnsmasq_args(
+            &DnsmasqOptions {
+                range_v6: Some((DHCP6_POOL_START, DHCP6_POOL_END)),
+                ..DnsmasqOptions::default()
+            },
+            std::path::Path::new("/l"),
+        );
+        assert!(args.contains(&"--dhcp-range=2001:db8::1000,2001:db8::1fff,64,120".into()));
+        assert!(
+            !dnsmasq_args(&DnsmasqOptions::default(), std::path::Path::new("/l"))
+                .iter()
+                .any(|a| a.contains("2001:db8"))
+        );
     }
 
     #[test]

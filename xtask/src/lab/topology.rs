@@ -8,8 +8,8 @@ use std::path::Path;
 use super::error::{LabError, Result, io_ctx};
 use super::process::ip;
 use super::{
-    API_IP, CLIENT_V4, CLIENT_V6, DHCP_SERVER_V4, ETH, GATEWAY_V4, GATEWAY_V6, Lab, LabOptions,
-    MacAddr, NAMESPACES, NODES, PREFIX_V4, PREFIX_V6, netns, node_ipv4, node_ipv6,
+    API_IP, CLIENT_V4, CLIENT_V6, DHCP_SERVER_V4, DHCP_SERVER_V6, ETH, GATEWAY_V4, GATEWAY_V6, Lab,
+    LabOptions, MacAddr, NAMESPACES, NODES, PREFIX_V4, PREFIX_V6, netns, node_ipv4, node_ipv6,
 };
 
 /// Fixed MAC of a member's eth0 (02:00:c0:00:02:<last IPv4 octet>), for readable logs.
@@ -143,14 +143,15 @@ impl Lab {
                 ("net/ipv6/conf/all/router_solicitations", "0"),
             ];
             match ns {
-                // The switch, the API server and the DHCPv4 server stay IPv4-only: no
-                // MLD/NDP noise on the wire.
-                "lan" | "api" | "dhcp" => {
+                // The switch and the API server stay IPv4-only: no MLD/NDP noise on the
+                // wire.
+                "lan" | "api" => {
                     settings.push(("net/ipv6/conf/all/disable_ipv6", "1"));
                     settings.push(("net/ipv6/conf/default/disable_ipv6", "1"));
                 }
-                // The client's own addresses are usable at once (no DAD).
-                "client" => settings.push(("net/ipv6/conf/default/accept_dad", "0")),
+                // The client's and the DHCP server's own addresses are usable at once (no
+                // DAD; dnsmasq's DHCPv6 answers from its link-local address).
+                "client" | "dhcp" => settings.push(("net/ipv6/conf/default/accept_dad", "0")),
                 // Nodes keep DAD (IPv6 VIP tests need it); their own address skips it.
                 _ => {}
             }
@@ -211,7 +212,7 @@ impl Lab {
         let (v4, v6) = match ns {
             "api" => (API_IP, None),
             "client" => (CLIENT_V4, Some(CLIENT_V6)),
-            "dhcp" => (DHCP_SERVER_V4, None),
+            "dhcp" => (DHCP_SERVER_V4, Some(DHCP_SERVER_V6)),
             node => (node_ipv4(node).unwrap_or(API_IP), node_ipv6(node)),
         };
         ip(&[
