@@ -134,6 +134,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Manifest(cmd) => {
             print!("{}", vipd::manifest::run(&cmd)?);
+            for w in vipd::manifest::warnings(&cmd) {
+                eprintln!("warning: {w}");
+            }
             Ok(())
         }
         Command::Preflight(args) => {

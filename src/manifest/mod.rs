@@ -336,6 +336,29 @@ impl GenArgs {
     /// # Errors
     /// [`ManifestError::Invalid`] for a flag that is not a Go bool or for `--kubeadm-init`
     /// with `--inCluster` or without `--controlplane`.
+    /// See [`warnings`].
+    fn ineffective(&self) -> Vec<String> {
+        let Ok(modes) = self.modes() else {
+            return Vec::new();
+        };
+        if modes.lb {
+            return Vec::new();
+        }
+        [
+            ("lbPort", &self.lb_port),
+            ("lbForwardingMethod", &self.lb_forwarding_method),
+        ]
+        .into_iter()
+        .filter_map(|(flag, v)| {
+            v.as_ref().map(|v| {
+                format!(
+                    "--{flag}={v} has no effect without --enableLoadBalancer; not written to the manifest"
+                )
+            })
+        })
+        .collect()
+    }
+
     fn modes(&self) -> Result<Modes, ManifestError> {
         let modes = Modes {
             lb: Self::flag_bool("enableLoadBalancer", &self.enable_load_balancer)?,
@@ -677,6 +700,18 @@ pub(crate) fn to_yaml_stream<T: serde::Serialize>(objects: &[T]) -> Result<Strin
         out.push_str(&serde_norway::to_string(o).map_err(|e| ManifestError::Yaml(e.to_string()))?);
     }
     Ok(out)
+}
+
+/// Warnings about generator flags that have no effect on the generated output, one line
+/// each (for stderr; the output itself is unchanged): `--lbPort` and
+/// `--lbForwardingMethod` without `--enableLoadBalancer` are not written, as kube-vip's
+/// generator does. Empty when the flags do not parse (then [`run`] reports the error).
+pub fn warnings(cmd: &ManifestCommand) -> Vec<String> {
+    match cmd {
+        ManifestCommand::Pod(a) | ManifestCommand::Daemonset(a) => a.ineffective(),
+        ManifestCommand::Systemd(a) if a.environment_file => a.generator.ineffective(),
+        _ => Vec::new(),
+    }
 }
 
 /// Runs `vipd manifest ...` and returns what it prints.

@@ -135,9 +135,27 @@ fn enable_load_balancer_passes_through_with_port_and_method() {
             ("lb_fwdmethod", "masquerade".to_string())
         ]
     );
-    // Off: nothing written, whatever the other two say (as kube-vip).
-    let p = plan(&[&cp[..], &["--enableLoadBalancer=false", "--lbPort", "1"]].concat()).unwrap();
+    // Off: nothing written, whatever the other two say (as kube-vip), with a warning for
+    // each that was given.
+    let args = [&cp[..], &["--enableLoadBalancer=false", "--lbPort", "1"]].concat();
+    let p = plan(&args).unwrap();
     assert!(lb(&p).is_empty());
+    let mut v = vec!["t", "pod"];
+    v.extend(&args);
+    let w = warnings(&T::try_parse_from(v).unwrap().cmd);
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].contains("--lbPort=1") && w[0].contains("--enableLoadBalancer"),
+        "{w:?}"
+    );
+    let mut v = vec!["t", "daemonset"];
+    v.extend(&cp[..]);
+    v.extend(["--lbForwardingMethod", "masquerade", "--lbPort", "8443"]);
+    assert_eq!(warnings(&T::try_parse_from(v).unwrap().cmd).len(), 2);
+    let mut v = vec!["t", "pod"];
+    v.extend(&cp[..]);
+    v.extend(["--enableLoadBalancer", "--lbPort", "8443"]);
+    assert!(warnings(&T::try_parse_from(v).unwrap().cmd).is_empty());
     let e = plan(
         &[
             &cp[..],
