@@ -214,7 +214,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 _ => break,
             }
         }
-        warn!(holder = %self.name, %vip, "the kernel took the VIP's lifetime after the lease could have expired (this process was frozen or stalled); removing the VIP until the next renewal");
+        warn!(holder = %self.name, %vip, "less than a second of the lease was left when the kernel took the VIP's lifetime (renewals are late, or this process was frozen or stalled): the kernel counts lifetimes in whole seconds, so the VIP is removed until the next renewal");
         self.kernel.remove(ifindex, vip).await?;
         Ok(false)
     }
