@@ -47,6 +47,8 @@ use crate::net::{Kernel, LinkInfo, NetlinkKernel};
 pub const CAP_NET_ADMIN: u32 = 12;
 /// Linux capability number of `CAP_NET_RAW`.
 pub const CAP_NET_RAW: u32 = 13;
+/// Linux capability number of `CAP_NET_BIND_SERVICE` (DHCPv6 clients bind UDP port 546).
+pub const CAP_NET_BIND_SERVICE: u32 = 10;
 
 /// `vipd preflight`: the manager's flags and environment, plus probe options.
 #[derive(Debug, Clone, Args)]
@@ -205,6 +207,31 @@ pub(crate) fn check_capabilities(status: &str) -> Check {
              systemd: AmbientCapabilities=CAP_NET_ADMIN CAP_NET_RAW (vipd manifest systemd); \
              shell: run as root",
         )
+    }
+}
+
+/// The `dhcpv6-port` row over `/proc/self/status` text: with `dhcp_mode`, the DHCPv6 client
+/// of `::` Services binds UDP port 546 (RFC 8415 §7.2), which needs `CAP_NET_BIND_SERVICE`;
+/// without it DHCPv6 fails (DHCPv4 uses raw sockets and does not need it): a warning.
+pub(crate) fn check_dhcp6_port(status: &str, dhcp_mode: bool) -> Check {
+    if !dhcp_mode {
+        return Check::new("dhcpv6-port", Status::Skip, "dhcp_mode is off");
+    }
+    match parse_cap_eff(status) {
+        Some(eff) if eff & (1u64 << CAP_NET_BIND_SERVICE) != 0 => Check::new(
+            "dhcpv6-port",
+            Status::Pass,
+            "CAP_NET_BIND_SERVICE effective: DHCPv6 clients can bind UDP port 546",
+        ),
+        _ => Check::new(
+            "dhcpv6-port",
+            Status::Warn,
+            "missing CAP_NET_BIND_SERVICE: `::` Services (DHCPv6) cannot bind UDP port 546; DHCPv4 works",
+        )
+        .fix(
+            "Pod: securityContext.capabilities.add NET_BIND_SERVICE (vipd manifest pod); \
+             systemd: AmbientCapabilities=... CAP_NET_BIND_SERVICE (vipd manifest systemd)",
+        ),
     }
 }
 
@@ -392,6 +419,9 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
     let caps = check_capabilities(&status);
     let has_raw = parse_cap_eff(&status).is_some_and(|e| e & (1 << CAP_NET_RAW) != 0);
     report.checks.push(caps);
+    report
+        .checks
+        .push(check_dhcp6_port(&status, cfg.services && cfg.dhcp_mode));
     match NetlinkKernel::new() {
         Err(e) => report.checks.push(
             Check::new("interface", Status::Fail, format!("netlink: {e}"))

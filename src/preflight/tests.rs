@@ -15,6 +15,19 @@ fn capabilities_from_status() {
 }
 
 #[test]
+fn dhcpv6_port_row_needs_net_bind_service_in_dhcp_mode() {
+    let all = "CapEff:\t000001ffffffffff\n";
+    assert_eq!(check_dhcp6_port(all, false).status, Status::Skip);
+    assert_eq!(check_dhcp6_port(all, true).status, Status::Pass);
+    // NET_ADMIN and NET_RAW (bits 12, 13) only.
+    let c = check_dhcp6_port("CapEff:\t0000000000003000\n", true);
+    assert_eq!(c.status, Status::Warn);
+    assert!(c.detail.contains("CAP_NET_BIND_SERVICE"), "{}", c.detail);
+    assert!(c.fix.unwrap().contains("NET_BIND_SERVICE"));
+    assert_eq!(check_dhcp6_port("nothing", true).status, Status::Warn);
+}
+
+#[test]
 fn lb_nftables_row() {
     assert_eq!(check_lb_nftables(None).status, Status::Skip);
     assert_eq!(check_lb_nftables(Some(&Ok(()))).status, Status::Pass);
