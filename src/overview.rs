@@ -340,6 +340,16 @@ fn service_row(
     {
         notes.push(format!("kube-vip.io/vipHost says {v}"));
     }
+    if let Some(by) = view
+        .leases
+        .get(&lease)
+        .and_then(|r| r.failback_request.as_ref())
+        .filter(|by| holder.as_deref() != Some(by.as_str()))
+    {
+        notes.push(format!(
+            "fail-back requested by {by} (svc_failback: the holder hands over after its hold-down)"
+        ));
+    }
     if let Some(e) = view
         .events
         .iter()

@@ -147,6 +147,28 @@ fn service_uses_its_own_lease_else_the_global_one_and_reports_disagreements() {
     assert!(notes.contains("kube-vip.io/vipHost says node-c"), "{notes}");
 }
 
+/// A pending fail-back request (`vipd.io/failback-request` on the Service's lease) is shown
+/// with the requesting node, unless that node already holds the lease.
+#[test]
+fn service_row_shows_a_pending_failback_request() {
+    let mut v = view();
+    let web = lb_service(
+        "apps",
+        "web",
+        &[("kube-vip.io/loadbalancerIPs", "192.0.2.20")],
+    );
+    v.services.push((web, vec!["192.0.2.20".into()]));
+    let mut r = record("node-b", 0, 10, 1);
+    r.failback_request = Some("node-a".into());
+    v.leases.insert(lref("apps", "kubevip-web"), r.clone());
+    let notes = vip_statuses(&v, ts(NOW))[0].notes.join(" | ");
+    assert!(notes.contains("fail-back requested by node-a"), "{notes}");
+    r.holder = "node-a".into();
+    v.leases.insert(lref("apps", "kubevip-web"), r);
+    let notes = vip_statuses(&v, ts(NOW))[0].notes.join(" | ");
+    assert!(!notes.contains("fail-back"), "{notes}");
+}
+
 #[test]
 fn service_without_any_lease_or_address_says_so() {
     let mut v = view();
