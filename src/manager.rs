@@ -87,13 +87,11 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
 
     let svc_eligible = start_eligibility(&cfg, &client, &drain, &metrics, &cp_gates, &aux_stop);
 
-    // The nftables fence (vip_nftfence) covers the control-plane VIP only for now.
-    let nft_fence = crate::net::nft::fence::start_fence(cfg.nft_fence && cfg.control_plane).await;
-    if cfg.nft_fence && !cfg.control_plane {
-        info!(
-            "vip_nftfence fences the control-plane VIP only, and cp_enable is off: Service VIPs keep the address-lifetime fence"
-        );
-    }
+    // The nftables fence (vip_nftfence): every VIP, the control plane's and the Services'
+    // (DHCP-mode addresses included), through one batching writer.
+    let nft_fence =
+        crate::net::nft::fence::start_fence(cfg.nft_fence && (cfg.control_plane || cfg.services))
+            .await;
     let control_plane = cfg.control_plane.then(|| {
         controlplane::start(
             &cfg,
@@ -118,7 +116,10 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
                 &cfg,
                 services::Parts {
                     kernel: kernel.clone(),
-                    holder_cfg,
+                    holder_cfg: HolderConfig {
+                        nft_fence: nft_fence.clone(),
+                        ..holder_cfg
+                    },
                     metrics: metrics.clone(),
                     readiness: readiness.clone(),
                     ineligible: svc_eligible,

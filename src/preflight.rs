@@ -299,8 +299,8 @@ pub(crate) fn check_lb_nftables(checked: Option<&Result<(), crate::lb::LbError>>
 }
 
 /// The `nft-fence` row: `checked` is the outcome of
-/// [`crate::net::nft::fence::NftFence::check`] (`None` when `vip_nftfence` or `cp_enable`
-/// is off). A failure is a warning: the manager then fences with the address lifetime only.
+/// [`crate::net::nft::fence::NftFence::check`] (`None` when `vip_nftfence` is off, or
+/// neither `cp_enable` nor `svc_enable` is on). A failure is a warning: the manager then fences with the address lifetime only.
 pub(crate) fn check_nft_fence(
     checked: Option<&Result<(), crate::net::nft::fence::FenceError>>,
 ) -> Check {
@@ -308,7 +308,7 @@ pub(crate) fn check_nft_fence(
         None => Check::new(
             "nft-fence",
             Status::Skip,
-            "vip_nftfence is off or cp_enable is off",
+            "vip_nftfence is off (or neither cp_enable nor svc_enable)",
         ),
         Some(Ok(())) => Check::new(
             "nft-fence",
@@ -455,7 +455,7 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
         _ => None,
     };
     report.checks.push(check_lb_nftables(lb.as_ref()));
-    let fence = match cfg.nft_fence && cfg.control_plane {
+    let fence = match cfg.nft_fence && (cfg.control_plane || cfg.services) {
         true => Some(crate::net::nft::fence::NftFence::check("nft").await),
         false => None,
     };

@@ -41,6 +41,33 @@ fn frozen_holder_stops_answering_neighbour_solicitations_at_the_fence_time() {
     );
 }
 
+/// Service VIPs (per-Service leases, svc timings 5/3/1): ten Services, so that several
+/// holders on one node share the batched `nft` writer; a frozen holder's Service VIP stops
+/// being answered at its fence time, like the control-plane VIP.
+#[test]
+fn frozen_holder_stops_answering_arp_for_a_service_vip_at_the_fence_time() {
+    frozen_holder_goes_silent(
+        "nft_fence_svc",
+        "192.0.2.60",
+        &["arp", "vipd_fence"],
+        "arp operation request",
+    );
+}
+
+/// Service VIPs of [`frozen_holder_stops_answering_arp_for_a_service_vip_at_the_fence_time`].
+const SERVICE_VIPS: [&str; 10] = [
+    "192.0.2.60",
+    "192.0.2.61",
+    "192.0.2.62",
+    "192.0.2.63",
+    "192.0.2.64",
+    "192.0.2.65",
+    "192.0.2.66",
+    "192.0.2.67",
+    "192.0.2.68",
+    "192.0.2.69",
+];
+
 /// The scenario for `vip`: `table` is the fence table whose rule containing `rule` must
 /// have dropped the frozen holder's requests.
 fn frozen_holder_goes_silent(name: &str, vip_text: &str, table: &[&str], rule: &str) {
@@ -69,11 +96,32 @@ fn frozen_holder_goes_silent(name: &str, vip_text: &str, table: &[&str], rule: &
         )
         .expect("nft add chain");
     }
-    let mut procs = start_vipd_on_all(
-        &lab,
-        T531,
-        &[("vip_nftfence", "true"), ("address", vip_text)],
-    );
+    let services = SERVICE_VIPS.contains(&vip_text);
+    let mut procs = if services {
+        let procs: Vec<_> = NODES
+            .iter()
+            .map(|n| start_vipd_services(&lab, n, true, &[("vip_nftfence", "true")]))
+            .collect();
+        for (k, ip) in SERVICE_VIPS.iter().enumerate() {
+            create_service(
+                &lab,
+                &service_json(
+                    &format!("fenced-{k}"),
+                    Some(ip),
+                    None,
+                    &[(80, "TCP")],
+                    false,
+                ),
+            );
+        }
+        procs
+    } else {
+        start_vipd_on_all(
+            &lab,
+            T531,
+            &[("vip_nftfence", "true"), ("address", vip_text)],
+        )
+    };
     let h = single_holder(&lab, vip_text, Duration::from_secs(30));
     let i = NODES
         .iter()
@@ -85,6 +133,21 @@ fn frozen_holder_goes_silent(name: &str, vip_text: &str, table: &[&str], rule: &
         nft(&h, &["list", "table", "inet", "vipd_fence"]).contains(vip_text),
         "the VIP is armed on its holder"
     );
+    if services {
+        // Every Service VIP is held somewhere and armed (with a live element) on its holder.
+        for ip in SERVICE_VIPS {
+            let holder = single_holder(&lab, ip, Duration::from_secs(30));
+            wait_for(
+                &format!("{ip} live in the fence on {holder}"),
+                Duration::from_secs(5),
+                || {
+                    nft(&holder, &["list", "set", "arp", "vipd_fence", "live"])
+                        .contains(ip)
+                        .then_some(())
+                },
+            );
+        }
+    }
     let old_mac = lab.mac_of(&h).expect("mac");
     let vip: IpAddr = vip_text.parse().expect("ip");
     let watch_start = Instant::now();

@@ -247,7 +247,7 @@ pub struct Config {
     /// on VIPs. Off by default: the lease and the kernel fence already ensure one holder
     /// among vipd nodes, and DAD delays every IPv6 failover by 1-2 s (scenario S26).
     pub ipv6_dad: bool,
-    /// `vip_nftfence` (vipd's own, default false): fence the control-plane VIP in nftables
+    /// `vip_nftfence` (vipd's own, default false): fence every VIP in nftables
     /// as well as by the address lifetime ([`crate::net::nft::fence`]).
     pub nft_fence: bool,
     /// `enable_node_labeling`: with `cp_enable`, the control-plane lease holder labels its

@@ -464,7 +464,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "nftFence",
         "false",
         Bool,
-        "vipd option: fence the control-plane VIP in nftables too (table vipd_fence): ARP requests and neighbour solicitations for it and IP packets to it are dropped unless its renewal-driven timeout runs, which ends at the last renewal's send time + the fence lifetime to the millisecond; needs nft and the kernel's nf_tables arp and inet families (off or missing: the address lifetime alone fences)",
+        "vipd option: fence every VIP (the control plane's and the Services', DHCP-mode addresses included) in nftables too (table vipd_fence): ARP requests and neighbour solicitations for it and IP packets to it are dropped unless its renewal-driven timeout runs, which ends at the last renewal's send time + the fence lifetime to the millisecond; needs nft and the kernel's nf_tables arp and inet families (off or missing: the address lifetime alone fences)",
     ),
     opt(
         K_NODE_LABELING,

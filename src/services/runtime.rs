@@ -215,6 +215,7 @@ pub async fn start(cfg: &Arc<Config>, parts: Parts) -> Result<Running, ServicesE
         probe_window: parts.holder_cfg.probe_window,
         conflict_monitor: parts.holder_cfg.conflict_monitor.clone(),
         arp_guard: parts.holder_cfg.arp_guard.clone(),
+        nft_fence: parts.holder_cfg.nft_fence.clone(),
         ..HolderConfig::from_timing(&cfg.services_timing, cfg.arp_rate)?
     };
     // Per-Service holders share one address dump per check interval.

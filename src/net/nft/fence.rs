@@ -60,7 +60,7 @@ use super::run_nft_text;
 pub const FENCE_TABLE: &str = "vipd_fence";
 
 /// Errors of the nftables fence; each names the `nft` commands concerned.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum FenceError {
     /// Creating the tables failed (no `nft` binary, kernel without nf_tables `arp`/`inet`
     /// or set timeouts, no CAP_NET_ADMIN).
@@ -376,6 +376,118 @@ impl VipFence for NftFence {
     }
 }
 
+/// One change queued for [`BatchedFence`]'s writer: its commands, the VIPs they concern
+/// (for the error) and where the outcome goes.
+struct Batched {
+    vips: Vec<IpAddr>,
+    commands: Vec<String>,
+    reply: tokio::sync::oneshot::Sender<Result<(), FenceError>>,
+}
+
+/// [`NftFence`] for many holders at once: every change queued while an `nft` run is under
+/// way goes into the next run, as one transaction. One `nft` process per renewal is fine
+/// for the control-plane lease, but with a lease per Service (a renewal per Service every
+/// retry period) it would be hundreds a second; batched, it is at most one run at a time,
+/// whatever the number of holders.
+///
+/// Each caller still computes its element's timeout right before queueing and checks after
+/// the answer whether the kernel took it too late (`holder::fence_overrun`): the time spent
+/// in the queue counts as lateness, so batching cannot stretch a fence. A failed run fails
+/// every change in it (nftables transactions are atomic): their elements keep the timeouts
+/// they had.
+#[derive(Debug)]
+pub struct BatchedFence {
+    nft: Arc<NftFence>,
+    queue: tokio::sync::mpsc::UnboundedSender<Batched>,
+}
+
+impl fmt::Debug for Batched {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Batched")
+            .field("vips", &self.vips)
+            .field("commands", &self.commands.len())
+            .finish()
+    }
+}
+
+impl BatchedFence {
+    /// Wraps `nft` and starts its writer task (ends when the last clone of this fence is
+    /// dropped).
+    pub fn new(nft: NftFence) -> Self {
+        let nft = Arc::new(nft);
+        let (queue, mut rx) = tokio::sync::mpsc::unbounded_channel::<Batched>();
+        let writer = nft.clone();
+        tokio::spawn(async move {
+            while let Some(first) = rx.recv().await {
+                let mut batch = vec![first];
+                while let Ok(more) = rx.try_recv() {
+                    batch.push(more);
+                }
+                let vips: Vec<IpAddr> = batch.iter().flat_map(|b| b.vips.clone()).collect();
+                let commands: Vec<String> = batch.iter().flat_map(|b| b.commands.clone()).collect();
+                let result = writer.change(&vips, commands).await;
+                for b in batch {
+                    // A caller that went away (its holder stopped) needs no answer.
+                    let _ = b.reply.send(result.clone());
+                }
+            }
+        });
+        BatchedFence { nft, queue }
+    }
+
+    async fn queue(&self, vips: &[IpAddr], commands: Vec<String>) -> Result<(), FenceError> {
+        if commands.is_empty() {
+            return Ok(());
+        }
+        let (reply, answer) = tokio::sync::oneshot::channel();
+        let lost = |detail: &str| FenceError::Change {
+            vips: list(vips),
+            command: commands.join("; "),
+            detail: detail.to_string(),
+        };
+        const ENDED: &str = "the fence's writer task has ended";
+        self.queue
+            .send(Batched {
+                vips: vips.to_vec(),
+                commands: commands.clone(),
+                reply,
+            })
+            .map_err(|_| lost(ENDED))?;
+        answer.await.unwrap_or_else(|_| Err(lost(ENDED)))
+    }
+}
+
+impl VipFence for BatchedFence {
+    fn refresh<'a>(
+        &'a self,
+        vips: &'a [IpAddr],
+        timeout: Duration,
+    ) -> BoxFuture<'a, Result<(), FenceError>> {
+        Box::pin(async move {
+            match refresh_commands(vips, timeout) {
+                Some(c) => self.queue(vips, c).await,
+                None => self.queue(vips, expire_commands(vips, false)).await,
+            }
+        })
+    }
+
+    fn expire<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
+        Box::pin(self.queue(vips, expire_commands(vips, false)))
+    }
+
+    fn disarm<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
+        Box::pin(self.queue(vips, expire_commands(vips, true)))
+    }
+
+    fn active(&self) -> bool {
+        true
+    }
+
+    fn close(&self) -> BoxFuture<'_, Result<(), FenceError>> {
+        self.nft.close()
+    }
+}
+
 /// Starts the nftables fence for `vipd manager` when `vip_nftfence` is on: the
 /// [`NftFence`] when `nft` and the kernel support it, else a [`NoopFence`] with one
 /// warning saying the address lifetime alone fences and why. Off: a [`NoopFence`], after
@@ -395,9 +507,9 @@ pub async fn start_fence(enabled: bool) -> Arc<dyn VipFence> {
         Ok(f) => {
             info!(
                 table = FENCE_TABLE,
-                "nftables fence on: the control-plane VIP is answered only until its last renewal's send time + the fence lifetime (nft list table arp vipd_fence; nft list table inet vipd_fence)"
+                "nftables fence on: every VIP is answered only until its last renewal's send time + the fence lifetime (nft list table arp vipd_fence; nft list table inet vipd_fence)"
             );
-            Arc::new(f)
+            Arc::new(BatchedFence::new(f))
         }
         Err(e) => {
             warn!(error = %e, "nftables fence is off (vip_nftfence=true but nftables cannot do it here): the VIP's address lifetime alone fences, in whole seconds");
@@ -480,6 +592,64 @@ mod tests {
         let d = expire_commands(&[v4()], true);
         assert!(d.contains(&"delete element arp vipd_fence vips { 192.0.2.10 }".to_string()));
         assert!(d.contains(&"delete element inet vipd_fence vips4 { 192.0.2.10 }".to_string()));
+    }
+
+    /// A stand-in `nft` that appends each run's input to `log` (a `---` line per run) and
+    /// fails when `fail` exists.
+    fn fake_nft(dir: &std::path::Path) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let path = dir.join("nft");
+        let script = format!(
+            "#!/bin/sh\ncat >> {d}/log\necho --- >> {d}/log\n[ -e {d}/fail ] && {{ echo 'Error: boom' >&2; exit 1; }}\nexit 0\n",
+            d = dir.display()
+        );
+        std::fs::write(&path, script).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        path
+    }
+
+    /// Changes queued while a run is pending go into one `nft` transaction, each caller
+    /// gets the run's outcome, and a failed run fails every change in it.
+    #[tokio::test]
+    async fn batched_fence_runs_queued_changes_as_one_transaction() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let nft = NftFence::start(fake_nft(dir)).await.unwrap();
+        let fence = BatchedFence::new(nft);
+        let vips: Vec<IpAddr> = (1..=20)
+            .map(|i| format!("192.0.2.{i}").parse().unwrap())
+            .collect();
+        let calls = vips
+            .iter()
+            .map(|v| fence.refresh(std::slice::from_ref(v), Duration::from_millis(1500)));
+        for r in futures::future::join_all(calls).await {
+            assert_eq!(r, Ok(()));
+        }
+        let log = std::fs::read_to_string(dir.join("log")).unwrap();
+        let runs: Vec<&str> = log.split("---\n").filter(|r| !r.is_empty()).collect();
+        assert_eq!(
+            runs.len(),
+            2,
+            "setup, then one run for the 20 changes: {log}"
+        );
+        for v in &vips {
+            assert!(
+                runs[1].contains(&format!("live {{ {v} timeout 1500ms }}")),
+                "{v} in the batch"
+            );
+        }
+        std::fs::write(dir.join("fail"), "").unwrap();
+        let calls = vips[..3]
+            .iter()
+            .map(|v| fence.expire(std::slice::from_ref(v)));
+        for r in futures::future::join_all(calls).await {
+            match r {
+                Err(FenceError::Change { detail, .. }) => {
+                    assert!(detail.contains("boom"), "{detail}")
+                }
+                other => panic!("expected the run's failure, got {other:?}"),
+            }
+        }
     }
 
     #[test]
