@@ -10,8 +10,11 @@
 //! * Two Services with the same address, port and protocol: the later one is not programmed
 //!   at all and gets a [`Conflict`] naming the earlier one; the same port with another
 //!   protocol is fine.
+//! * A DHCP Service's MAC and macvlan name are its own: a newer DHCP Service with the same
+//!   (copied annotations) is left out with a [`DhcpConflict`].
 //! * A DHCP Service's leased address (its `kube-vip.io/requestedIP`) is carried by its
-//!   macvlan: another Service naming that address (Harvester's share-IP mode) joins the DHCP
+//!   macvlan, unless an older Service names it concretely (oldest wins): another Service
+//!   naming that address (Harvester's share-IP mode) joins the DHCP
 //!   Service's group, is served there, and is never bound on the parent interface; the
 //!   same address, port and protocol as the DHCP Service is a [`Conflict`].
 //! * externalTrafficPolicy Local (per-Service election only): a node campaigns for a group
@@ -30,6 +33,7 @@ use super::model::{DhcpRequest, PortProto, ServiceKey};
 use crate::config::VipSubnet;
 use crate::holder::VipSpec;
 use crate::net::Vip;
+use crate::net::conflict::fmt_mac;
 
 /// A Lease by namespace and name.
 #[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -152,6 +156,18 @@ pub struct Conflict {
     pub port: PortProto,
 }
 
+/// A DHCP Service not programmed because an older DHCP Service has its MAC or its macvlan
+/// name (a copied `kube-vip.io/hwaddr` or `kube-vip.io/macvlanName`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DhcpConflict {
+    /// The Service left out.
+    pub service: ServiceKey,
+    /// The older Service that has the MAC or macvlan.
+    pub with: ServiceKey,
+    /// What both use, e.g. `MAC 02:76:69:70:64:42 (kube-vip.io/hwaddr)` or `macvlan vip-lb0`.
+    pub what: String,
+}
+
 /// The result of [`plan_leases`].
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Plan {
@@ -159,6 +175,8 @@ pub struct Plan {
     pub groups: BTreeMap<LeaseRef, Group>,
     /// Services left out because of a conflict.
     pub conflicts: Vec<Conflict>,
+    /// DHCP Services left out because an older one has their MAC or macvlan name.
+    pub dhcp_conflicts: Vec<DhcpConflict>,
     /// Addresses each programmed Service gets, in its configured order.
     pub addresses: BTreeMap<ServiceKey, Vec<IpAddr>>,
     /// Services whose addresses are (partly) the control-plane VIP.
@@ -191,13 +209,76 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
     // Service's group and are served on its macvlan, never bound on the parent as well
     // (that would be a second MAC, or a second node, answering for the address). The
     // oldest DHCP Service naming an address has it; its ports are claimed there first.
-    let mut dhcp_owned: BTreeSet<IpAddr> = BTreeSet::new();
+    //
+    // A DHCP Service's identity on the segment is its MAC (and, on the holder, its
+    // macvlan's name): the oldest DHCP Service with a MAC or a macvlan name has it; a newer
+    // one with the same (a copied `kube-vip.io/hwaddr` or `kube-vip.io/macvlanName`) is
+    // left out with a [`DhcpConflict`]: two clients with one MAC share one DHCP lease, and
+    // their holders would answer for it from two nodes with that MAC.
+    let mut macs: BTreeMap<[u8; 6], &ServiceKey> = BTreeMap::new();
+    let mut macvlans: BTreeMap<&str, &ServiceKey> = BTreeMap::new();
+    let mut left_out: BTreeMap<ServiceKey, DhcpConflict> = BTreeMap::new();
     for svc in &ordered {
+        let Some(r) = svc.dhcp.as_ref() else {
+            continue;
+        };
+        let dup = match (macs.get(&r.mac), macvlans.get(r.macvlan.as_str())) {
+            (Some(with), _) => Some((
+                format!("MAC {} (kube-vip.io/hwaddr)", fmt_mac(r.mac)),
+                *with,
+            )),
+            (None, Some(with)) => Some((format!("macvlan {}", r.macvlan), *with)),
+            (None, None) => None,
+        };
+        match dup {
+            Some((what, with)) => {
+                left_out.insert(
+                    svc.key.clone(),
+                    DhcpConflict {
+                        service: svc.key.clone(),
+                        with: with.clone(),
+                        what,
+                    },
+                );
+            }
+            None => {
+                macs.insert(r.mac, &svc.key);
+                macvlans.insert(r.macvlan.as_str(), &svc.key);
+            }
+        }
+    }
+    // A DHCP Service asking for an address (requestedIP) that an older Service of another
+    // namespace names concretely does not take it over (one annotation must not move
+    // another tenant's address); it asks the DHCP server like for any address, and the
+    // conflict probe before use declines it while the older Service answers. In its own
+    // namespace it does: Harvester's share-IP Services and its upgrade flow (a DHCP
+    // Service re-created with the old MAC and address) live there.
+    let mut first_static: BTreeMap<IpAddr, Vec<(usize, &str)>> = BTreeMap::new();
+    for (i, svc) in ordered.iter().enumerate() {
+        for a in &svc.addresses {
+            first_static
+                .entry(*a)
+                .or_default()
+                .push((i, svc.key.namespace.as_str()));
+        }
+    }
+    let mut dhcp_owned: BTreeSet<IpAddr> = BTreeSet::new();
+    for (i, svc) in ordered.iter().enumerate() {
         let Some(request) = svc.dhcp.as_ref() else {
             continue;
         };
+        if left_out.contains_key(&svc.key) {
+            continue;
+        }
         for a in request.requested_addresses() {
-            if cfg.control_plane.contains(&a) || !dhcp_owned.insert(a) {
+            if cfg.control_plane.contains(&a)
+                || first_static.get(&a).is_some_and(|users| {
+                    users
+                        .iter()
+                        .any(|(j, ns)| *j < i && *ns != svc.key.namespace)
+                })
+                || !dhcp_owned.insert(a)
+            {
                 continue;
             }
             governing.insert(a, own_lease(svc, cfg));
@@ -210,6 +291,10 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
     }
 
     for svc in ordered {
+        if let Some(c) = left_out.remove(&svc.key) {
+            out.dhcp_conflicts.push(c);
+            continue;
+        }
         let clash = svc.addresses.iter().find_map(|a| {
             svc.ports.iter().find_map(|p| {
                 claimed
@@ -658,6 +743,115 @@ mod tests {
         // DHCPv4 only: the IPv6 entry is no lease of it, the sharer is on its own.
         let p = plan_leases(&[dhcp_svc("four", "0.0.0.0"), sharer], &cfg(mode));
         assert!(p.groups.contains_key(&lease("sharer")), "{p:?}");
+    }
+
+    /// A DHCP Service built from `name` with `annotations`, created at `created`.
+    fn dhcp_svc(name: &str, created: i64, annotations: &[(&str, &str)]) -> Candidate {
+        let mut s = k8s_openapi::api::core::v1::Service::default();
+        s.metadata.name = Some(name.into());
+        s.metadata.namespace = Some("default".into());
+        s.metadata.uid = Some(format!("uid{name}"));
+        s.metadata.annotations = Some(
+            annotations
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        s.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert("kube-vip.io/loadbalancerIPs".into(), "0.0.0.0".into());
+        let info = crate::services::model::service_info(&s);
+        let mut c = svc(name, created, &[], &[(80, "TCP")]);
+        c.dhcp = Some(crate::services::model::dhcp_request(&info).unwrap());
+        c
+    }
+
+    /// Trial finding: a DHCP Service copied with its `kube-vip.io/hwaddr` (or
+    /// `kube-vip.io/macvlanName`) got its own client with the same MAC: two holders served
+    /// one DHCP lease's address with one MAC. The newer one is left out, whatever the
+    /// election mode, with a conflict naming the older one.
+    #[test]
+    fn a_dhcp_service_with_a_copied_mac_or_macvlan_is_left_out() {
+        let mac = "02:76:69:70:64:42";
+        let orig = dhcp_svc("orig", 1, &[("kube-vip.io/hwaddr", mac)]);
+        let clone = dhcp_svc("clone", 2, &[("kube-vip.io/hwaddr", mac)]);
+        let named = dhcp_svc("named", 3, &[("kube-vip.io/macvlanName", "lb0")]);
+        let same_name = dhcp_svc("same-name", 4, &[("kube-vip.io/macvlanName", "lb0")]);
+        let other = dhcp_svc("other", 5, &[]);
+        let all = [same_name, clone, other, named, orig];
+        for mode in [
+            Mode::PerService,
+            Mode::Global(LeaseRef {
+                namespace: "kube-system".into(),
+                name: "plndr-svcs-lock".into(),
+            }),
+        ] {
+            let p = plan_leases(&all, &cfg(mode.clone()));
+            let left: Vec<(&str, &str)> = p
+                .dhcp_conflicts
+                .iter()
+                .map(|c| (c.service.name.as_str(), c.with.name.as_str()))
+                .collect();
+            assert_eq!(
+                left,
+                [("clone", "orig"), ("same-name", "named")],
+                "{mode:?}"
+            );
+            assert!(
+                p.dhcp_conflicts[0].what.contains(mac),
+                "{:?}",
+                p.dhcp_conflicts
+            );
+            assert!(p.dhcp_conflicts[1].what.contains("lb0"));
+            let clients: BTreeSet<&str> = p
+                .groups
+                .values()
+                .flat_map(|g| g.dhcp.iter().map(|d| d.key.name.as_str()))
+                .collect();
+            assert_eq!(clients, ["named", "orig", "other"].into(), "{mode:?}");
+            assert!(!p.addresses.contains_key(&key("clone")));
+        }
+    }
+
+    /// Trial finding: a newer DHCP Service whose requestedIP names an older static
+    /// Service's address took the address over (the older one got the AddressConflict),
+    /// across namespaces. An older Service of another namespace keeps it; in the same
+    /// namespace (share-IP, Harvester's upgrade flow) the DHCP Service has it.
+    #[test]
+    fn an_older_service_of_another_namespace_keeps_its_address_against_a_requested_ip() {
+        let mut stat = svc("static", 1, &["192.0.2.215"], &[(80, "TCP")]);
+        stat.key.namespace = "tenant-a".into();
+        stat.lease.namespace = "tenant-a".into();
+        let dhcp = dhcp_svc("dhcp", 2, &[("kube-vip.io/requestedIP", "192.0.2.215")]);
+        let p = plan_leases(&[dhcp.clone(), stat.clone()], &cfg(Mode::PerService));
+        assert!(p.conflicts.is_empty(), "{:?}", p.conflicts);
+        let g = &p.groups[&stat.lease];
+        assert!(
+            g.vips
+                .iter()
+                .any(|v| v.vip.addr.to_string() == "192.0.2.215")
+        );
+        assert_eq!(
+            p.groups[&lease("dhcp")].dhcp.len(),
+            1,
+            "the DHCP client still runs"
+        );
+        // Same namespace: the DHCP Service's macvlan carries it, the static one joins
+        // (on another port: the same one would be an AddressConflict).
+        stat.key.namespace = "default".into();
+        stat.lease.namespace = "default".into();
+        stat.ports = vec![port(8080, "TCP")];
+        let p = plan_leases(&[dhcp, stat], &cfg(Mode::PerService));
+        assert!(
+            p.groups.values().all(|g| {
+                g.vips
+                    .iter()
+                    .all(|v| v.vip.addr.to_string() != "192.0.2.215")
+            }),
+            "{p:?}"
+        );
+        assert!(p.groups[&lease("dhcp")].services.contains(&key("static")), "{p:?}");
     }
 
     /// Issue 13: a DHCP Service without a fixed address gets a group under its own lease

@@ -103,6 +103,18 @@ pub(super) async fn report<W: StatusWriter>(
             warn: true,
         });
     }
+    for c in &plan.dhcp_conflicts {
+        all.push(Note {
+            key: c.service.clone(),
+            uid: uid_of(services, &c.service),
+            reason: super::status::REASON_INVALID_CONFIG,
+            message: format!(
+                "not announced: {} is already used by DHCP Service {}; give each DHCP Service its own (remove a copied kube-vip.io/hwaddr or kube-vip.io/macvlanName: vipd then derives them from the Service UID)",
+                c.what, c.with
+            ),
+            warn: true,
+        });
+    }
     // Forget notes whose cause is gone (bounded memory; a recurrence is reported again).
     let current: HashSet<String> = all.iter().map(Note::id).collect();
     reported.0.retain(|id, _| current.contains(id));
