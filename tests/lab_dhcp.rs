@@ -1105,3 +1105,45 @@ fn s23_harvester_share_ip_is_served_on_the_primary_macvlan() {
     assert_eq!(lease_holder(&lab, "default", "kubevip-secondary"), None);
     no_panics(&procs);
 }
+
+/// Trial finding (S24, one address one holder): a DHCP Service copied with its
+/// `kube-vip.io/hwaddr` got its own client and macvlan with the same MAC, and two nodes
+/// served the one DHCP lease's address. The copy now gets an `InvalidConfiguration`
+/// Warning naming the original and no client: one macvlan, on one node.
+#[test]
+fn s24_a_copied_hwaddr_gets_a_warning_and_no_second_macvlan() {
+    let Some(lab) = lab("s24_clone", LabOptions::default()) else {
+        return;
+    };
+    let procs = start(&lab);
+    create_service(&lab, &dhcp_service("orig", &[]));
+    let ip = wait_pool_ingress(&lab, "orig", BRING_UP);
+    let mac = wait_for("orig's hwaddr written", BRING_UP, || {
+        annotation(&lab, "orig", "kube-vip.io/hwaddr")
+    });
+    create_service(
+        &lab,
+        &dhcp_service("clone", &[("kube-vip.io/hwaddr", mac.as_str())]),
+    );
+    let warning = wait_for("the clone's Warning", BRING_UP, || {
+        events_for(&lab, "clone")
+            .into_iter()
+            .find(|(t, r, _)| t == "Warning" && r == "InvalidConfiguration")
+            .map(|(_, _, m)| m)
+    });
+    assert!(
+        warning.contains(&mac) && warning.contains("default/orig"),
+        "{warning}"
+    );
+    // Over 3 s: one node with a vip-* link (orig's), the clone's macvlan nowhere, and the
+    // clone has no address in its status.
+    let clone_macvlan = macvlan_of(&lab, "clone");
+    for _ in 0..15 {
+        assert_eq!(nodes_with_vip_links(&lab).len(), 1);
+        assert!(nodes_with_link(&lab, &clone_macvlan).is_empty());
+        assert!(ingress_ips(&lab, "clone").is_empty());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(ingress_ips(&lab, "orig"), vec![ip.to_string()]);
+    no_panics(&procs);
+}

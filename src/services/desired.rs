@@ -218,7 +218,11 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
     let mut macs: BTreeMap<[u8; 6], &ServiceKey> = BTreeMap::new();
     let mut macvlans: BTreeMap<&str, &ServiceKey> = BTreeMap::new();
     let mut left_out: BTreeMap<ServiceKey, DhcpConflict> = BTreeMap::new();
-    for svc in &ordered {
+    // A Service whose MAC vipd derived from its own UID has it before any other (a copy
+    // made within the same second would otherwise win on its name), then by age.
+    let mut by_identity: Vec<&&Candidate> = ordered.iter().collect();
+    by_identity.sort_by_key(|c| !c.dhcp.as_ref().is_some_and(|r| r.mac_is_derived()));
+    for svc in by_identity {
         let Some(r) = svc.dhcp.as_ref() else {
             continue;
         };
@@ -775,6 +779,17 @@ mod tests {
     fn a_dhcp_service_with_a_copied_mac_or_macvlan_is_left_out() {
         let mac = "02:76:69:70:64:42";
         let orig = dhcp_svc("orig", 1, &[("kube-vip.io/hwaddr", mac)]);
+        // A copy of a Service whose MAC vipd derived from its UID, made in the same second
+        // (creationTimestamp has whole seconds, and "a-copy" sorts before "derived"): the
+        // original keeps its MAC.
+        let derived = dhcp_svc("derived", 7, &[]);
+        let derived_mac = crate::net::conflict::fmt_mac(derived.dhcp.as_ref().unwrap().mac);
+        let copy = dhcp_svc("a-copy", 7, &[("kube-vip.io/hwaddr", derived_mac.as_str())]);
+        assert!(derived.dhcp.as_ref().unwrap().mac_is_derived());
+        assert!(!copy.dhcp.as_ref().unwrap().mac_is_derived());
+        let p = plan_leases(&[copy, derived], &cfg(Mode::PerService));
+        assert_eq!(p.dhcp_conflicts.len(), 1);
+        assert_eq!(p.dhcp_conflicts[0].service, key("a-copy"));
         let clone = dhcp_svc("clone", 2, &[("kube-vip.io/hwaddr", mac)]);
         let named = dhcp_svc("named", 3, &[("kube-vip.io/macvlanName", "lb0")]);
         let same_name = dhcp_svc("same-name", 4, &[("kube-vip.io/macvlanName", "lb0")]);
@@ -851,7 +866,10 @@ mod tests {
             }),
             "{p:?}"
         );
-        assert!(p.groups[&lease("dhcp")].services.contains(&key("static")), "{p:?}");
+        assert!(
+            p.groups[&lease("dhcp")].services.contains(&key("static")),
+            "{p:?}"
+        );
     }
 
     /// Issue 13: a DHCP Service without a fixed address gets a group under its own lease

@@ -61,6 +61,16 @@ pub struct DhcpRequest {
 }
 
 impl DhcpRequest {
+    /// Whether the MAC is the one derived from this Service's own UID ([`generated_mac`]
+    /// of the UID in [`DhcpRequest::mark`]): true for a Service that got its MAC from
+    /// vipd, false for one whose `kube-vip.io/hwaddr` was copied from another Service (or
+    /// set by hand).
+    pub fn mac_is_derived(&self) -> bool {
+        self.mark
+            .strip_prefix(MACVLAN_MARK_PREFIX)
+            .is_some_and(|uid| generated_mac(uid) == self.mac)
+    }
+
     /// Whether `other` runs the same clients: equal in everything but the requested
     /// addresses, where the MAC came from (both change when the holder writes its
     /// annotations back, which must not restart the client) and the families (a family
