@@ -450,7 +450,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "dhcpMode",
         "false",
         Bool,
-        "kube-vip's DHCP mode: Services whose address is 0.0.0.0 get it from a DHCPv4 server on a macvlan (needs svc_enable)",
+        "kube-vip's DHCP mode: Services whose address is 0.0.0.0 (::) get it from a DHCPv4 (DHCPv6) server on a macvlan (needs svc_enable)",
     ),
     opt(
         K_IPV6_DAD,

@@ -138,7 +138,7 @@ pub struct GenArgs {
     #[arg(long = "servicesRideThrough", value_name = "BOOL", num_args = 0..=1,
           require_equals = true, default_missing_value = "true")]
     pub services_ride_through: Option<String>,
-    /// DHCP mode: Services with address 0.0.0.0 get theirs from the network's DHCPv4 server
+    /// DHCP mode: Services with address 0.0.0.0 (::) get theirs from the network's DHCPv4 (DHCPv6) server
     /// on a macvlan of the Services interface [env: dhcp_mode]; needs --services
     #[arg(long = "dhcpMode", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true")]
