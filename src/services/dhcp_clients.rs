@@ -395,7 +395,14 @@ impl DhcpClients {
                     .collect();
                 want.push((ANN_REQUESTED_IP, value.join(",")));
             }
-            want.retain(|(name, value)| current(name).as_deref() != Some(value.as_str()));
+            want.retain(|(name, value)| match current(name) {
+                // The same MAC in another spelling (upper case, from a user or GitOps) is
+                // kept as written: rewriting it would show as drift.
+                Some(cur) if *name == ANN_HWADDR => {
+                    super::model::parse_unicast_mac(&cur).ok() != Some(request.mac)
+                }
+                cur => cur.as_deref() != Some(value.as_str()),
+            });
             if !want.is_empty() {
                 out.push((key.clone(), want));
             }

@@ -276,6 +276,16 @@ async fn failover_keeps_the_mac_and_asks_for_the_leased_address_again() {
     }
     let written = Arc::new(written);
     assert!(node_a.annotations(|_| Some(written.clone())).is_empty());
+    // The same MAC in upper case (a user's or GitOps's spelling) is left as written.
+    let mut upper = (*written).clone();
+    upper
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(ANN_HWADDR.into(), fmt_mac(web.request.mac).to_uppercase());
+    let upper = Arc::new(upper);
+    assert!(node_a.annotations(|_| Some(upper.clone())).is_empty());
     // Node A goes away without release; node B takes over from the written Service.
     node_a.stop_all(false).await;
     let fake_b = FakeDhcp::new();
