@@ -481,6 +481,22 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
     if let Some(c) = &client {
         explain_answers_by_holder(c, cfg, &mut report).await;
     }
+    let ride_through = cfg.services && cfg.services_ride_through;
+    match (&client, ride_through) {
+        (_, false) => report.checks.push(Check::new(
+            "peer-key",
+            Status::Skip,
+            "svc_ridethrough is off",
+        )),
+        (None, true) => {
+            report
+                .checks
+                .push(Check::new("peer-key", Status::Skip, "needs the API server"))
+        }
+        (Some(c), true) => report.checks.push(check_peer_key(
+            crate::services::runtime::read_peer_key(c, &cfg.lease.namespace, Duration::ZERO).await,
+        )),
+    }
     match client {
         None => report
             .checks
@@ -488,6 +504,25 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
         Some(c) => report.checks.push(check_rbac(c, cfg).await),
     }
     report
+}
+
+/// The `peer-key` row (`svc_ridethrough`): the outcome of reading the peer key Secret as
+/// the manager does at start ([`crate::services::runtime::read_peer_key`]); the manager refuses to
+/// start without it, so a failure fails.
+pub(crate) fn check_peer_key(read: Result<crate::peer::wire::PeerKey, String>) -> Check {
+    match read {
+        Ok(_) => Check::new(
+            "peer-key",
+            Status::Pass,
+            format!(
+                "the Secret {} has a usable peer key",
+                crate::peer::KEY_SECRET
+            ),
+        ),
+        Err(e) => Check::new("peer-key", Status::Fail, e).fix(
+            "create the Secret as the message says, and `vipd manifest rbac --servicesRideThrough`",
+        ),
+    }
 }
 
 /// The `dhcp-parent` row for the macvlans of DHCP mode: `vip_servicesinterface`, else

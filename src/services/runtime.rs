@@ -261,6 +261,59 @@ pub(super) struct RideSetup {
     boot_id: u64,
 }
 
+/// Reads the peer key of `svc_ridethrough` from the Secret [`crate::peer::KEY_SECRET`]
+/// (data key [`crate::peer::KEY_SECRET_KEY`], at least 32 bytes) in `namespace`, retrying
+/// an unreachable or failing API server for up to `patience` (zero: one try). Used by the
+/// manager at start and by `vipd preflight`.
+///
+/// # Errors
+/// A message naming the Secret and what is wrong (missing, no `key`, too short, not
+/// readable), with the command that creates it.
+pub(crate) async fn read_peer_key(
+    client: &kube::Client,
+    namespace: &str,
+    patience: Duration,
+) -> Result<crate::peer::wire::PeerKey, String> {
+    use crate::peer::{KEY_SECRET, KEY_SECRET_KEY};
+    let ns = namespace;
+    let how = format!(
+        "create it with: kubectl create secret generic {KEY_SECRET} -n {ns} --from-literal={KEY_SECRET_KEY}=$(head -c32 /dev/urandom | base64)"
+    );
+    let api: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), ns);
+    let started = tokio::time::Instant::now();
+    let mut backoff = Duration::from_millis(500);
+    let secret = loop {
+        match api.get_opt(KEY_SECRET).await {
+            Ok(Some(s)) => break s,
+            Ok(None) => {
+                return Err(format!(
+                    "the Secret {ns}/{KEY_SECRET} with the peer key does not exist; {how}"
+                ));
+            }
+            Err(e) if !key_read_is_final(&e) && started.elapsed() < patience => {
+                warn!(error = %e, secret = %format!("{ns}/{KEY_SECRET}"), retry_ms = backoff.as_millis() as u64, "svc_ridethrough: cannot read the peer key Secret yet (API server unreachable or failing); retrying");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_secs(5));
+            }
+            Err(e) => {
+                return Err(format!(
+                    "cannot read the Secret {ns}/{KEY_SECRET} with the peer key: {e} (vipd needs get on this Secret)"
+                ));
+            }
+        }
+    };
+    let bytes = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(KEY_SECRET_KEY))
+        .map(|b| b.0.clone())
+        .ok_or_else(|| {
+            format!("the Secret {ns}/{KEY_SECRET} has no data key {KEY_SECRET_KEY:?}; {how}")
+        })?;
+    crate::peer::wire::PeerKey::from_bytes(&bytes)
+        .map_err(|e| format!("the Secret {ns}/{KEY_SECRET}, key {KEY_SECRET_KEY:?}: {e}; {how}"))
+}
+
 /// Reads the peer key from the Secret [`crate::peer::KEY_SECRET`] in `cp_namespace`, opens
 /// the peer socket on the Services interface (`vip_servicesinterface`, else
 /// `vip_interface`, else the IPv4 default route's) and derives the protocol timings.
@@ -274,50 +327,12 @@ async fn ride_setup<K: Kernel>(
     kernel: &K,
     holder_cfg: &HolderConfig,
 ) -> Result<RideSetup, ServicesError> {
-    use crate::peer::{KEY_SECRET, KEY_SECRET_KEY};
+    use crate::peer::KEY_SECRET;
     let ns = cfg.lease.namespace.as_str();
-    let how = format!(
-        "create it with: kubectl create secret generic {KEY_SECRET} -n {ns} --from-literal={KEY_SECRET_KEY}=$(head -c32 /dev/urandom | base64)"
-    );
     let err = |what: String| ServicesError::RideThrough(format!("svc_ridethrough: {what}"));
-    let api: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), ns);
-    let started = tokio::time::Instant::now();
-    let mut backoff = Duration::from_millis(500);
-    let secret = loop {
-        match api.get_opt(KEY_SECRET).await {
-            Ok(Some(s)) => break s,
-            Ok(None) => {
-                return Err(err(format!(
-                    "the Secret {ns}/{KEY_SECRET} with the peer key does not exist; {how}"
-                )));
-            }
-            Err(e) if !key_read_is_final(&e) && started.elapsed() < KEY_READ_PATIENCE => {
-                warn!(error = %e, secret = %format!("{ns}/{KEY_SECRET}"), retry_ms = backoff.as_millis() as u64, "svc_ridethrough: cannot read the peer key Secret yet (API server unreachable or failing); retrying");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_secs(5));
-            }
-            Err(e) => {
-                return Err(err(format!(
-                    "cannot read the Secret {ns}/{KEY_SECRET} with the peer key: {e} (vipd needs get on this Secret)"
-                )));
-            }
-        }
-    };
-    let bytes = secret
-        .data
-        .as_ref()
-        .and_then(|d| d.get(KEY_SECRET_KEY))
-        .map(|b| b.0.clone())
-        .ok_or_else(|| {
-            err(format!(
-                "the Secret {ns}/{KEY_SECRET} has no data key {KEY_SECRET_KEY:?}; {how}"
-            ))
-        })?;
-    let key = crate::peer::wire::PeerKey::from_bytes(&bytes).map_err(|e| {
-        err(format!(
-            "the Secret {ns}/{KEY_SECRET}, key {KEY_SECRET_KEY:?}: {e}; {how}"
-        ))
-    })?;
+    let key = read_peer_key(client, ns, KEY_READ_PATIENCE)
+        .await
+        .map_err(err)?;
     let ifname = cfg
         .services_interface
         .clone()
