@@ -3,7 +3,8 @@
 //! Shape (kube-vip's, made safer): `hostNetwork`, `args: [manager]`, the environment of
 //! [`Plan::env`] with every value a string and `vip_nodename` from `spec.nodeName`,
 //! capabilities `NET_ADMIN` + `NET_RAW` + `NET_BIND_SERVICE` (the DHCPv6 client's port 546)
-//! added and `ALL` dropped (no `privileged`), a
+//! added and `ALL` dropped (no `privileged`; with `dhcp_mode` privileged, for the sysctls
+//! of the macvlans vipd creates), a
 //! read-only root filesystem, the kubeconfig mounted read-only from a `hostPath`,
 //! liveness (`/healthz`) and readiness (`/readyz`) probes on the admin endpoint, resource
 //! requests and a memory limit, priority class `system-node-critical`, no `status`.
@@ -111,20 +112,7 @@ pub(crate) fn pod_spec(plan: &Plan) -> PodSpec {
         image_pull_policy: Some("IfNotPresent".into()),
         args: Some(vec!["manager".into()]),
         env: Some(env_vars(plan)),
-        security_context: Some(SecurityContext {
-            capabilities: Some(Capabilities {
-                add: Some(vec![
-                    "NET_ADMIN".into(),
-                    "NET_RAW".into(),
-                    // The DHCPv6 client's UDP port 546 (DHCP mode, `::` Services).
-                    "NET_BIND_SERVICE".into(),
-                ]),
-                drop: Some(vec!["ALL".into()]),
-            }),
-            allow_privilege_escalation: Some(false),
-            read_only_root_filesystem: Some(true),
-            ..Default::default()
-        }),
+        security_context: Some(security_context(dhcp_mode(plan))),
         resources: Some(ResourceRequirements {
             requests: Some(BTreeMap::from([
                 ("cpu".to_string(), Quantity(CPU_REQUEST.into())),
@@ -254,4 +242,45 @@ pub(crate) fn pod_yaml(plan: &Plan) -> Result<String, ManifestError> {
 /// [`ManifestError::Yaml`].
 pub(crate) fn daemonset_yaml(plan: &Plan) -> Result<String, ManifestError> {
     to_yaml_stream(&[daemonset(plan)])
+}
+
+/// Whether the plan runs DHCP mode (`dhcp_mode` set to a true Go boolean).
+fn dhcp_mode(plan: &Plan) -> bool {
+    plan.env.iter().any(|(k, v)| {
+        *k == "dhcp_mode"
+            && matches!(v, EnvValue::Text(t) if crate::syntax::parse_go_bool(t) == Some(true))
+    })
+}
+
+/// The container's security context: capabilities `NET_ADMIN`, `NET_RAW` and
+/// `NET_BIND_SERVICE` (the DHCPv6 client's UDP port 546), everything else dropped, no
+/// privilege escalation, read-only root. With DHCP mode (`dhcp`) the container is
+/// privileged instead: vipd writes the sysctls of the macvlans it creates
+/// (`/proc/sys/net/*/conf/<macvlan>/`: `arp_ignore`, `arp_announce`, `rp_filter`, IPv6
+/// `accept_ra`/`autoconf`/`accept_dad`), and container runtimes mount `/proc/sys`
+/// read-only in unprivileged containers; there vipd refuses a macvlan whose inherited
+/// defaults differ (a `DHCPFailed` Warning), which is the case on a stock host
+/// (`arp_ignore` defaults to 0).
+fn security_context(dhcp: bool) -> SecurityContext {
+    if dhcp {
+        return SecurityContext {
+            privileged: Some(true),
+            read_only_root_filesystem: Some(true),
+            ..Default::default()
+        };
+    }
+    SecurityContext {
+        capabilities: Some(Capabilities {
+            add: Some(vec![
+                "NET_ADMIN".into(),
+                "NET_RAW".into(),
+                // The DHCPv6 client's UDP port 546 (DHCP mode, `::` Services).
+                "NET_BIND_SERVICE".into(),
+            ]),
+            drop: Some(vec!["ALL".into()]),
+        }),
+        allow_privilege_escalation: Some(false),
+        read_only_root_filesystem: Some(true),
+        ..Default::default()
+    }
 }

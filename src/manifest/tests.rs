@@ -251,3 +251,31 @@ fn dhcp_mode_flag_writes_dhcp_mode() {
         .to_string();
     assert!(e.contains("dhcp_mode"), "{e}");
 }
+
+/// Trial finding: the DHCP-mode manifests ran unprivileged, where `/proc/sys` is read-only
+/// and vipd refuses every macvlan on a stock host (`arp_ignore` 0). With `--dhcpMode` the
+/// container is privileged (and nothing contradicts it); without, unchanged.
+#[test]
+fn dhcp_mode_manifests_are_privileged_and_others_are_not() {
+    let mut v = vec!["t", "daemonset", "--services", "--inCluster", "--dhcpMode"];
+    let yaml = run(&T::try_parse_from(v.clone()).unwrap().cmd).unwrap();
+    assert!(yaml.contains("privileged: true"), "{yaml}");
+    assert!(!yaml.contains("allowPrivilegeEscalation: false"), "{yaml}");
+    assert!(!yaml.contains("NET_ADMIN"), "{yaml}");
+    v.pop();
+    let yaml = run(&T::try_parse_from(v).unwrap().cmd).unwrap();
+    assert!(!yaml.contains("privileged"), "{yaml}");
+    assert!(yaml.contains("NET_ADMIN") && yaml.contains("allowPrivilegeEscalation: false"));
+    let yaml = run(&T::try_parse_from([
+        "t",
+        "pod",
+        "--services",
+        "--interface",
+        "eth0",
+        "--dhcpMode=1",
+    ])
+    .unwrap()
+    .cmd)
+    .unwrap();
+    assert!(yaml.contains("privileged: true"), "{yaml}");
+}
