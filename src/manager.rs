@@ -109,7 +109,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
             shutdown.clone(),
         )
     });
-    let dhcp = start_dhcp(cfg.dhcp_mode).await;
+    let dhcp = start_dhcp(cfg.dhcp_mode, cfg.dhcp_backoff_attempts).await;
     let services = match cfg.services {
         true => Some(
             services::start(
@@ -400,11 +400,12 @@ async fn aux_loop<K: Kernel>(
 
 /// Removes the macvlans a previous vipd left behind (they carry vipd's mark; a macvlan
 /// without it is never touched), whether or not DHCP mode is on now, and returns DHCP mode's
-/// client when `dhcp_mode` is on. Failures are logged: without the client, DHCP Services
-/// get a Warning and the rest of vipd runs.
-async fn start_dhcp(dhcp_mode: bool) -> Option<Arc<dyn crate::dhcp::Dhcp>> {
+/// client when `dhcp_mode` is on, giving up after `backoff_attempts` failed attempts in a
+/// row (`dhcp_backoff_attempts`; 0 = never). Failures are logged: without the client, DHCP
+/// Services get a Warning and the rest of vipd runs.
+async fn start_dhcp(dhcp_mode: bool, backoff_attempts: u32) -> Option<Arc<dyn crate::dhcp::Dhcp>> {
     let client = match crate::dhcp::RawDhcp::open() {
-        Ok(c) => c,
+        Ok(c) => c.with_attempt_limit(backoff_attempts),
         Err(e) => {
             if dhcp_mode {
                 error!(error = %e, "DHCP mode: cannot open rtnetlink for macvlans; DHCP Services will not be announced");

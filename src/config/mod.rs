@@ -243,6 +243,10 @@ pub struct Config {
     pub kubernetes_addr: Option<String>,
     /// `dhcp_mode`.
     pub dhcp_mode: bool,
+    /// `dhcp_backoff_attempts` / `--dhcpBackoffAttempts`: a Service's DHCP client gives up
+    /// after this many failed attempts in a row ([`crate::dhcp::DhcpState::GaveUp`]); 0
+    /// (vipd's default; kube-vip's is 3) retries forever.
+    pub dhcp_backoff_attempts: u32,
     /// `vip_ipv6_dad` (vipd's own, default false): run IPv6 duplicate address detection
     /// on VIPs. Off by default: the lease and the kernel fence already ensure one holder
     /// among vipd nodes, and DAD delays every IPv6 failover by 1-2 s (scenario S26).

@@ -144,6 +144,7 @@ pub(super) const K_PROMETHEUS: &str = "prometheus_server";
 pub(super) const K_K8S_CONFIG: &str = "k8s_config_file";
 pub(super) const K_KUBERNETES_ADDR: &str = "kubernetes_addr";
 pub(super) const K_DHCP_MODE: &str = "dhcp_mode";
+pub(super) const K_DHCP_BACKOFF_ATTEMPTS: &str = "dhcp_backoff_attempts";
 pub(super) const K_IPV6_DAD: &str = "vip_ipv6_dad";
 pub(super) const K_NFT_FENCE: &str = "vip_nftfence";
 pub(super) const K_NODE_LABELING: &str = "enable_node_labeling";
@@ -452,6 +453,13 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         Bool,
         "kube-vip's DHCP mode: Services whose address is 0.0.0.0 (::) get it from a DHCPv4 (DHCPv6) server on a macvlan (needs svc_enable)",
     ),
+    opt(
+        K_DHCP_BACKOFF_ATTEMPTS,
+        "dhcpBackoffAttempts",
+        "0",
+        Integer,
+        "DHCP mode: a Service's DHCP client gives up after this many failed attempts in a row to get an address (Warning Event DHCPGaveUp) until the Service's DHCP request changes or its Lease changes holder; 0 retries forever with a backoff capped at 60 s. kube-vip's default is 3, vipd's 0: a kube-vip manifest without this variable retries forever here",
+    ).named("COUNT"),
     opt(
         K_IPV6_DAD,
         "ipv6DAD",

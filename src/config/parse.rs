@@ -88,6 +88,19 @@ pub(super) fn parse_port(raw: &Raw) -> Result<u16, ConfigError> {
     }
 }
 
+/// A count: a whole number from 0 to `u32::MAX`, no sign.
+pub(super) fn parse_count(raw: &Raw) -> Result<u32, ConfigError> {
+    let v = raw.value.as_str();
+    if v.starts_with('-') && v.len() > 1 && v[1..].bytes().all(|b| b.is_ascii_digit()) {
+        return Err(raw.invalid("must not be negative"));
+    }
+    if v.is_empty() || !v.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(raw.invalid("not a whole number"));
+    }
+    v.parse::<u32>()
+        .map_err(|_| raw.invalid(format!("must be at most {}", u32::MAX)))
+}
+
 pub(super) fn parse_log_level(raw: &Raw) -> Result<LogLevel, ConfigError> {
     Ok(match raw.value.to_ascii_lowercase().as_str() {
         "0" | "1" | "2" | "panic" | "fatal" | "error" => LogLevel::Error,

@@ -137,6 +137,7 @@ pub fn resolve_detailed(
         ],
     )?;
     let svc = services(&inputs, modes.services, &mut warnings)?;
+    let dhcp_backoff_attempts = dhcp_backoff_attempts(&inputs, modes.dhcp_mode, &mut warnings)?;
     let api = api_access(&inputs)?;
     let load_balancer = load_balancer(&inputs)?;
     let log_level = match inputs.get(K_LOG_LEVEL) {
@@ -170,6 +171,7 @@ pub fn resolve_detailed(
         kubeconfig: api.kubeconfig,
         kubernetes_addr: api.kubernetes_addr,
         dhcp_mode: modes.dhcp_mode,
+        dhcp_backoff_attempts,
         ipv6_dad: modes.ipv6_dad,
         nft_fence: inputs.bool_or(K_NFT_FENCE, false)?,
         eligibility: crate::nodes::eligibility::EligibilityRules {
@@ -207,6 +209,23 @@ fn services_failback(inputs: &Inputs<'_>) -> Result<Option<Duration>, ConfigErro
         None => DEFAULT_FAILBACK_HOLDDOWN,
     };
     Ok(inputs.bool_or(K_SVC_FAILBACK, false)?.then_some(holddown))
+}
+
+/// `dhcp_backoff_attempts` (default 0: retry forever); warns when it is set without
+/// `dhcp_mode`.
+fn dhcp_backoff_attempts(
+    inputs: &Inputs<'_>,
+    dhcp_mode: bool,
+    warnings: &mut Vec<String>,
+) -> Result<u32, ConfigError> {
+    let Some(raw) = inputs.get(K_DHCP_BACKOFF_ATTEMPTS) else {
+        return Ok(0);
+    };
+    let n = parse_count(&raw)?;
+    if !dhcp_mode {
+        warnings.push(format!("{} has no effect without dhcp_mode", raw.setting()));
+    }
+    Ok(n)
 }
 
 /// `svc_failback_holddown`'s default.

@@ -118,6 +118,10 @@ fn config_defaults() {
     assert_eq!(c.kubeconfig, None);
     assert_eq!(c.kubernetes_addr, None);
     assert!(!c.dhcp_mode && !c.enable_node_labeling);
+    assert_eq!(
+        c.dhcp_backoff_attempts, 0,
+        "vipd retries forever by default"
+    );
     assert_eq!(c.log_level, LogLevel::Info);
     assert!(r.warnings.is_empty(), "{:?}", r.warnings);
 }
@@ -622,5 +626,61 @@ fn harvester_guest_settings_are_accepted() {
     assert!(
         e.contains("vip_leaderelection") && e.contains("maybe"),
         "{e}"
+    );
+}
+
+/// kube-vip's `dhcp_backoff_attempts` / `--dhcpBackoffAttempts`: a count (0 = forever,
+/// vipd's default), from env, flag or file; a negative or non-number value names the
+/// option and the value; set without `dhcp_mode` it warns.
+#[test]
+fn dhcp_backoff_attempts_is_a_count_and_needs_dhcp_mode() {
+    let dhcp = [("svc_enable", "true"), ("dhcp_mode", "true")];
+    let with = |extra: &[(&'static str, &'static str)]| {
+        let env: Vec<(&str, &str)> = dhcp.iter().chain(extra).copied().collect();
+        ok(&[], &env, None)
+    };
+    let r = with(&[("dhcp_backoff_attempts", "3")]);
+    assert_eq!(r.config.dhcp_backoff_attempts, 3);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    assert_eq!(
+        with(&[("dhcp_backoff_attempts", "0")])
+            .config
+            .dhcp_backoff_attempts,
+        0
+    );
+    assert_eq!(with(&[]).config.dhcp_backoff_attempts, 0);
+    let r = ok(&["--dhcpBackoffAttempts", "5"], &dhcp, None);
+    assert_eq!(r.config.dhcp_backoff_attempts, 5);
+    let r = ok(&[], &dhcp, Some("dhcp_backoff_attempts: 7\n"));
+    assert_eq!(r.config.dhcp_backoff_attempts, 7);
+    // Environment wins over the flag, as everywhere.
+    let r = ok(
+        &["--dhcpBackoffAttempts=5"],
+        &[dhcp[0], dhcp[1], ("dhcp_backoff_attempts", "2")],
+        None,
+    );
+    assert_eq!(r.config.dhcp_backoff_attempts, 2);
+    let e = run(&[], &[("dhcp_backoff_attempts", "-3")], None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("dhcp_backoff_attempts") && e.contains("\"-3\"") && e.contains("negative"),
+        "{e}"
+    );
+    let e = run(&["--dhcpBackoffAttempts=lots"], &[], None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("--dhcpBackoffAttempts") && e.contains("\"lots\"") && e.contains("whole number"),
+        "{e}"
+    );
+    // Without dhcp_mode it does nothing: a warning says so.
+    let r = ok(&[], &[("dhcp_backoff_attempts", "3")], None);
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("dhcp_backoff_attempts") && w.contains("dhcp_mode")),
+        "{:?}",
+        r.warnings
     );
 }

@@ -2,7 +2,10 @@
 //! macvlan ([`Macvlans::acquire`]; a dual-stack Service's DHCPv4 and DHCPv6 clients share
 //! it), opens a [`Wire`] on it and drives the family's [`ClientMachine`] (DHCPv4
 //! [`Machine`], DHCPv6 [`Machine6`]) with its deadlines, the replies and the handle's
-//! commands, publishing [`DhcpState`] after each step.
+//! commands, publishing [`DhcpState`] after each step. Failed attempts in a row (a failed
+//! macvlan setup or wire counts as one too) are counted across machines; at the limit
+//! ([`DhcpClient::with_attempt_limit`]) the task publishes [`DhcpState::GaveUp`], closes its
+//! socket and waits, keeping the macvlan, until it is stopped.
 
 use std::marker::PhantomData;
 use std::net::IpAddr;
@@ -13,11 +16,21 @@ use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use super::machine::{ClientConfig, Machine, backoff};
+use super::machine::{ClientConfig, Machine, backoff, exhausted};
 use super::v6::{Machine6, Udp6Transport};
 use super::wire::{PacketTransport, Transport, Wire};
 use super::{Dhcp, DhcpCommand, DhcpFamily, DhcpHandle, DhcpSpec, DhcpState};
 use crate::net::macvlan::{MacvlanError, MacvlanKernel, Macvlans, NetlinkMacvlans};
+
+/// Where a client's count of failed attempts stands when a machine begins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempts {
+    /// Failed attempts in a row so far (failed macvlan setups, a failed wire).
+    pub failed: u32,
+    /// Give up after this many in a row (kube-vip's `dhcp_backoff_attempts`,
+    /// [`super::machine::exhausted`]); 0 = never.
+    pub max: u32,
+}
 
 /// One protocol's client state machine as the client task drives it: pure, fed the time,
 /// the replies and the handle's commands, answering with the messages to send.
@@ -28,9 +41,15 @@ pub trait ClientMachine: Send + Sized + 'static {
     type Out: Send + Sync;
 
     /// A machine for `spec` starting at `now`, asking first for `requested` (the spec's
-    /// requested address, or the one leased before the wire failed); `seed` seeds the
-    /// transaction ids.
-    fn begin(spec: &DhcpSpec, requested: Option<IpAddr>, now: Instant, seed: u32) -> Self;
+    /// requested address, or the one leased before the wire failed), with `attempts`
+    /// failed so far and its limit; `seed` seeds the transaction ids.
+    fn begin(
+        spec: &DhcpSpec,
+        requested: Option<IpAddr>,
+        attempts: Attempts,
+        now: Instant,
+        seed: u32,
+    ) -> Self;
     /// The state to publish.
     fn state(&self) -> DhcpState;
     /// When [`Self::on_timeout`] must be called next; `None` once stopped.
@@ -49,7 +68,13 @@ impl ClientMachine for Machine {
     type Msg = dhcproto::v4::Message;
     type Out = super::machine::Outgoing;
 
-    fn begin(spec: &DhcpSpec, requested: Option<IpAddr>, now: Instant, seed: u32) -> Self {
+    fn begin(
+        spec: &DhcpSpec,
+        requested: Option<IpAddr>,
+        attempts: Attempts,
+        now: Instant,
+        seed: u32,
+    ) -> Self {
         let requested = match requested {
             Some(IpAddr::V4(a)) => Some(a),
             _ => spec.requested,
@@ -59,8 +84,9 @@ impl ClientMachine for Machine {
             hostname: spec.hostname.clone(),
             broadcast: spec.broadcast,
             requested,
+            max_attempts: attempts.max,
         };
-        Machine::new(cfg, now, seed)
+        Machine::new(cfg, now, seed).after_failures(attempts.failed)
     }
     fn state(&self) -> DhcpState {
         Machine::state(self)
@@ -91,6 +117,8 @@ pub struct DhcpClient<K, T, T6 = Udp6Transport> {
     macvlans: Arc<Macvlans<K>>,
     transport: Arc<T>,
     transport6: Arc<T6>,
+    /// See [`DhcpClient::with_attempt_limit`].
+    max_attempts: u32,
 }
 
 impl<K, T, T6> Clone for DhcpClient<K, T, T6> {
@@ -99,6 +127,7 @@ impl<K, T, T6> Clone for DhcpClient<K, T, T6> {
             macvlans: self.macvlans.clone(),
             transport: self.transport.clone(),
             transport6: self.transport6.clone(),
+            max_attempts: self.max_attempts,
         }
     }
 }
@@ -122,13 +151,24 @@ impl RawDhcp {
 }
 
 impl<K: MacvlanKernel, T: Transport, T6: Transport> DhcpClient<K, T, T6> {
-    /// Over `kernel`, `transport` (DHCPv4) and `transport6` (DHCPv6).
+    /// Over `kernel`, `transport` (DHCPv4) and `transport6` (DHCPv6); clients retry
+    /// forever (see [`Self::with_attempt_limit`]).
     pub fn new(kernel: K, transport: T, transport6: T6) -> Self {
         Self {
             macvlans: Arc::new(Macvlans::new(kernel)),
             transport: Arc::new(transport),
             transport6: Arc::new(transport6),
+            max_attempts: 0,
         }
+    }
+
+    /// Clients started from now on give up after `max_attempts` failed attempts in a row
+    /// to get a lease (kube-vip's `dhcp_backoff_attempts`; 0, the default here, retries
+    /// forever): [`DhcpState::GaveUp`]. An attempt is one DISCOVER/REQUEST (DHCPv6:
+    /// Solicit/Request) exchange without a lease, or a failed macvlan setup.
+    pub fn with_attempt_limit(mut self, max_attempts: u32) -> Self {
+        self.max_attempts = max_attempts;
+        self
     }
 
     /// The macvlan manager (for [`Macvlans::remove_stale`] at start).
@@ -155,6 +195,7 @@ where
             DhcpFamily::V4 => {
                 let task: Task<K, T, Machine> = Task {
                     spec,
+                    max_attempts: self.max_attempts,
                     macvlans: self.macvlans.clone(),
                     transport: self.transport.clone(),
                     state: state_tx,
@@ -166,6 +207,7 @@ where
             DhcpFamily::V6 => {
                 let task: Task<K, T6, Machine6> = Task {
                     spec,
+                    max_attempts: self.max_attempts,
                     macvlans: self.macvlans.clone(),
                     transport: self.transport6.clone(),
                     state: state_tx,
@@ -181,6 +223,8 @@ where
 
 struct Task<K, T, M> {
     spec: DhcpSpec,
+    /// Give up after this many failed attempts in a row; 0 = never.
+    max_attempts: u32,
     macvlans: Arc<Macvlans<K>>,
     transport: Arc<T>,
     state: watch::Sender<DhcpState>,
@@ -191,10 +235,15 @@ struct Task<K, T, M> {
 /// Why the client loop ended.
 enum End {
     /// Stop requested (or the handle dropped); `done` answered after cleanup.
-    Stop(Option<tokio::sync::oneshot::Sender<()>>),
+    Stop(Done),
     /// The wire failed: set up the macvlan again.
     WireFailed(String),
+    /// The machine gave up ([`DhcpState::GaveUp`], published).
+    GaveUp,
 }
+
+/// Stop answer channel of a [`DhcpCommand::Stop`] (`None`: the handle was dropped).
+type Done = Option<tokio::sync::oneshot::Sender<()>>;
 
 fn xid_seed(mac: [u8; 6]) -> u32 {
     let nanos = SystemTime::now()
@@ -236,6 +285,7 @@ where
             DhcpFamily::V4 => self.spec.requested.map(IpAddr::V4),
             DhcpFamily::V6 => self.spec.requested_v6.map(IpAddr::V6),
         };
+        // Failed attempts in a row, across machines: a failed setup or wire counts as one.
         let mut failures = 0u32;
         let done = loop {
             let wire = match self.setup().await {
@@ -243,32 +293,35 @@ where
                 Err(e) => {
                     failures = failures.saturating_add(1);
                     warn!(macvlan = %self.spec.macvlan, family = self.spec.family.label(), attempt = failures, error = %e, "DHCP client setup failed");
-                    self.state.send_replace(DhcpState::Requesting {
-                        attempt: failures,
-                        last_error: Some(e),
-                    });
-                    match self.wait_or_command(backoff(failures)).await {
+                    match self.failed(failures, e).await {
                         Some(done) => break done,
                         None => continue,
                     }
                 }
             };
+            let attempts = Attempts {
+                failed: failures,
+                max: self.max_attempts,
+            };
             let mut machine = M::begin(
                 &self.spec,
                 requested,
+                attempts,
                 Instant::now(),
                 xid_seed(self.spec.mac),
             );
             match self.drive(&mut machine, wire).await {
                 End::Stop(done) => break done,
+                End::GaveUp => break self.wait_for_stop().await,
                 End::WireFailed(e) => {
-                    requested = machine.state().binding().map(|b| b.addr).or(requested);
-                    failures = 1;
-                    self.state.send_replace(DhcpState::Requesting {
-                        attempt: failures,
-                        last_error: Some(e),
-                    });
-                    if let Some(done) = self.wait_or_command(backoff(failures)).await {
+                    let state = machine.state();
+                    requested = state.binding().map(|b| b.addr).or(requested);
+                    failures = match state {
+                        DhcpState::Requesting { attempt, .. } => attempt,
+                        _ => 0,
+                    }
+                    .saturating_add(1);
+                    if let Some(done) = self.failed(failures, e).await {
                         break done;
                     }
                 }
@@ -288,16 +341,43 @@ where
         }
     }
 
-    /// Sleeps `wait`, handling commands meanwhile; `Some(done)` when told to stop (nothing
-    /// to release: no lease).
-    async fn wait_or_command(
-        &mut self,
-        wait: Duration,
-    ) -> Option<Option<tokio::sync::oneshot::Sender<()>>> {
-        let until = Instant::now() + wait;
+    /// Attempt `failures` (in a row) failed outside the machine for `error`: publishes it
+    /// and waits the backoff, or, at the limit, publishes [`DhcpState::GaveUp`] and waits
+    /// for the stop. `Some(done)` when told to stop.
+    async fn failed(&mut self, failures: u32, error: String) -> Option<Done> {
+        if exhausted(failures, self.max_attempts) {
+            let state = DhcpState::GaveUp {
+                attempts: failures,
+                last_error: error,
+            };
+            self.log_state(&state);
+            self.state.send_replace(state);
+            return Some(self.wait_for_stop().await);
+        }
+        self.state.send_replace(DhcpState::Requesting {
+            attempt: failures,
+            last_error: Some(error),
+        });
+        self.wait_or_command(Some(backoff(failures))).await
+    }
+
+    /// After giving up: nothing more is sent; waits until told to stop.
+    async fn wait_for_stop(&mut self) -> Done {
+        self.wait_or_command(None).await.unwrap_or_default()
+    }
+
+    /// Sleeps `wait` (`None`: until a stop), handling commands meanwhile; `Some(done)` when
+    /// told to stop (nothing to release: no lease).
+    async fn wait_or_command(&mut self, wait: Option<Duration>) -> Option<Done> {
+        let until = wait.map(|w| Instant::now() + w);
         loop {
             tokio::select! {
-                () = tokio::time::sleep_until(until) => return None,
+                () = async {
+                    match until {
+                        Some(u) => tokio::time::sleep_until(u).await,
+                        None => std::future::pending().await,
+                    }
+                } => return None,
                 cmd = self.commands.recv() => match cmd {
                     Some(DhcpCommand::Stop { done, .. }) => return Some(Some(done)),
                     None => return Some(None),
@@ -307,21 +387,33 @@ where
         }
     }
 
+    /// Logs a state the client enters.
+    fn log_state(&self, state: &DhcpState) {
+        let (macvlan, family) = (&self.spec.macvlan, self.spec.family.label());
+        match state {
+            DhcpState::Bound(b) => {
+                info!(%macvlan, family, addr = %b.addr, server = %b.server, "DHCP lease bound")
+            }
+            DhcpState::Lost { reason } => {
+                warn!(%macvlan, family, %reason, "DHCP lease lost")
+            }
+            DhcpState::GaveUp {
+                attempts,
+                last_error,
+            } => {
+                warn!(%macvlan, family, attempts, %last_error, "DHCP client gave up after {attempts} failed attempt(s) in a row (dhcp_backoff_attempts); it sends nothing more until the Service's DHCP request changes or its Lease changes holder")
+            }
+            other => debug!(%macvlan, family, state = ?other, "DHCP state"),
+        }
+    }
+
     fn publish(&self, machine: &M) {
         let state = machine.state();
         self.state.send_if_modified(|current| {
             if *current == state {
                 return false;
             }
-            match &state {
-                DhcpState::Bound(b) => {
-                    info!(macvlan = %self.spec.macvlan, family = self.spec.family.label(), addr = %b.addr, server = %b.server, "DHCP lease bound")
-                }
-                DhcpState::Lost { reason } => {
-                    warn!(macvlan = %self.spec.macvlan, family = self.spec.family.label(), %reason, "DHCP lease lost")
-                }
-                other => debug!(macvlan = %self.spec.macvlan, family = self.spec.family.label(), state = ?other, "DHCP state"),
-            }
+            self.log_state(&state);
             *current = state.clone();
             true
         });
@@ -339,6 +431,9 @@ where
     async fn drive(&mut self, machine: &mut M, mut wire: T::Wire) -> End {
         loop {
             self.publish(machine);
+            if matches!(machine.state(), DhcpState::GaveUp { .. }) {
+                return End::GaveUp;
+            }
             let deadline = machine.deadline();
             tokio::select! {
                 () = async {

@@ -10,6 +10,10 @@
 //!   §4.1 suggests 4 s doubling to 64 s; vipd uses shorter waits so that a missing server is
 //!   reported (a Warning Event per failed attempt) within seconds;
 //! - between failed attempts it waits [`backoff`]: 1 s doubling to [`BACKOFF_CAP`] (60 s);
+//!   after [`ClientConfig::max_attempts`] failed attempts in a row (kube-vip's
+//!   `dhcp_backoff_attempts`; 0 = no limit) it gives up ([`DhcpState::GaveUp`], see
+//!   [`exhausted`]) and sends nothing more; a lease resets the count, and so does a lease
+//!   that ends (the attempts after a NAK or expiry count from one);
 //! - while RENEWING / REBINDING it retransmits after half the time left to T2 / expiry
 //!   (§4.4.5), but at least [`MIN_RENEW_RETRY`] (4 s) apart (§4.4.5 says 60 s, which with
 //!   dnsmasq's 2-minute leases would skip the rebinding phase entirely), and never past T2 /
@@ -79,6 +83,13 @@ pub fn backoff(failures: u32) -> Duration {
     Duration::from_secs(1u64 << exp).min(BACKOFF_CAP)
 }
 
+/// Whether `failures` failed attempts in a row reach `max_attempts` (kube-vip's
+/// `dhcp_backoff_attempts`: give up after that many; 0 = never). The one rule of both
+/// machines and the client task (which counts failed macvlan setups too).
+pub fn exhausted(failures: u32, max_attempts: u32) -> bool {
+    max_attempts > 0 && failures >= max_attempts
+}
+
 /// Client settings the machine needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClientConfig {
@@ -90,6 +101,8 @@ pub struct ClientConfig {
     pub broadcast: bool,
     /// The address to ask for first (INIT-REBOOT with option 50, §4.3.2).
     pub requested: Option<Ipv4Addr>,
+    /// Give up after this many failed attempts in a row (see [`exhausted`]); 0 = never.
+    pub max_attempts: u32,
 }
 
 /// Where a message goes.
@@ -141,6 +154,8 @@ enum Phase {
         until: Instant,
         reboot: Option<Ipv4Addr>,
     },
+    /// [`ClientConfig::max_attempts`] attempts in a row failed: nothing more is sent.
+    GaveUp,
     Stopped,
 }
 
@@ -237,10 +252,22 @@ impl Machine {
         }
     }
 
+    /// This machine with `failures` failed attempts already counted (the client task's
+    /// failed macvlan setups before it), so that the attempt limit and the attempt numbers
+    /// go on from there.
+    pub fn after_failures(mut self, failures: u32) -> Self {
+        self.failures = failures;
+        self
+    }
+
     /// The state to publish.
     pub fn state(&self) -> DhcpState {
         match &self.phase {
             Phase::Bound(b) => DhcpState::Bound(b.public()),
+            Phase::GaveUp => DhcpState::GaveUp {
+                attempts: self.failures,
+                last_error: self.last_error.clone().unwrap_or_default(),
+            },
             Phase::Renewing { binding, .. } => DhcpState::Renewing(binding.public()),
             Phase::Rebinding { binding, .. } => DhcpState::Rebinding(binding.public()),
             Phase::Waiting { .. } | Phase::Stopped if self.lost.is_some() => DhcpState::Lost {
@@ -263,7 +290,7 @@ impl Machine {
             | Phase::Rebinding { ex, .. } => Some(ex.next),
             Phase::Bound(b) => Some(b.t1),
             Phase::Waiting { until, .. } => Some(*until),
-            Phase::Stopped => None,
+            Phase::GaveUp | Phase::Stopped => None,
         }
     }
 
@@ -364,7 +391,9 @@ impl Machine {
                 dest: Dest::Broadcast,
                 src: binding.addr,
             },
-            Phase::Bound(_) | Phase::Waiting { .. } | Phase::Stopped => return None,
+            Phase::Bound(_) | Phase::Waiting { .. } | Phase::GaveUp | Phase::Stopped => {
+                return None;
+            }
         };
         Some(out)
     }
@@ -382,12 +411,18 @@ impl Machine {
         self.current_message(now)
     }
 
+    /// An attempt failed at `now` for `error`: wait [`backoff`] before the next one, or
+    /// give up when that was the last one allowed.
     fn fail_attempt(&mut self, now: Instant, error: String) {
         self.failures = self.failures.saturating_add(1);
         self.last_error = Some(error);
-        self.phase = Phase::Waiting {
-            until: now + backoff(self.failures),
-            reboot: None,
+        self.phase = if exhausted(self.failures, self.cfg.max_attempts) {
+            Phase::GaveUp
+        } else {
+            Phase::Waiting {
+                until: now + backoff(self.failures),
+                reboot: None,
+            }
         };
     }
 
@@ -492,7 +527,7 @@ impl Machine {
                     self.current_message(now).into_iter().collect()
                 }
             }
-            Phase::Stopped => Vec::new(),
+            Phase::GaveUp | Phase::Stopped => Vec::new(),
         }
     }
 

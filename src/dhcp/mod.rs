@@ -14,8 +14,14 @@
 //!      |                  +-------------+  T2:  Rebinding (broadcast), ACK: Bound
 //!      |   NAK, expiry, or conflict (DHCPDECLINE)
 //!      +---- Lost { reason } <----------+  (start over asking for the old address,
-//!                                          capped exponential backoff between attempts)
+//!      |                                   capped exponential backoff between attempts)
+//!      +--- N failed attempts in a row ---> GaveUp { attempts, last_error }
 //! ```
+//!
+//! `N` is kube-vip's `dhcp_backoff_attempts` ([`DhcpClient::with_attempt_limit`]; 0, vipd's
+//! default, retries forever). A client that gave up sends nothing more; it runs again, counting
+//! from zero, only as a new client: the Services side starts one when the Service's DHCP
+//! request changes or this node takes the Service's lease again.
 //!
 //! On [`DhcpHandle::stop`] the client stops and the macvlan is removed (once no client of
 //! the Service uses it) with NO DHCPRELEASE / DHCPv6 Release (leadership loss, shutdown: the
@@ -224,6 +230,15 @@ pub enum DhcpState {
         /// Why, e.g. `DHCPNAK from 192.0.2.1`, `lease of 192.0.2.201 expired`.
         reason: String,
     },
+    /// `attempts` attempts in a row failed, the limit set with
+    /// [`DhcpClient::with_attempt_limit`] (kube-vip's `dhcp_backoff_attempts`): the client
+    /// sends nothing more until it is stopped (kube-vip: "giving up").
+    GaveUp {
+        /// Failed attempts in a row: the limit.
+        attempts: u32,
+        /// Why the last attempt failed.
+        last_error: String,
+    },
 }
 
 impl DhcpState {
@@ -231,7 +246,7 @@ impl DhcpState {
     pub fn binding(&self) -> Option<&DhcpBinding> {
         match self {
             Self::Bound(b) | Self::Renewing(b) | Self::Rebinding(b) => Some(b),
-            Self::Requesting { .. } | Self::Lost { .. } => None,
+            Self::Requesting { .. } | Self::Lost { .. } | Self::GaveUp { .. } => None,
         }
     }
 }
@@ -240,7 +255,8 @@ impl DhcpState {
 pub trait Dhcp: Send + Sync + 'static {
     /// Creates the macvlan for `spec` and runs the client until the returned handle is
     /// stopped. Errors (bad macvlan name, missing parent, no server) do not end the client:
-    /// they show as [`DhcpState::Requesting`] with `last_error`, retried with backoff.
+    /// they show as [`DhcpState::Requesting`] with `last_error`, retried with backoff, until
+    /// an attempt limit (if any) is reached: then [`DhcpState::GaveUp`].
     /// Must be called inside a tokio runtime.
     fn start(&self, spec: DhcpSpec) -> DhcpHandle;
 }

@@ -143,6 +143,10 @@ pub struct GenArgs {
     #[arg(long = "dhcpMode", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true")]
     pub dhcp_mode: Option<String>,
+    /// DHCP mode: give up after this many failed attempts in a row to get a Service's
+    /// address; 0 retries forever [env: dhcp_backoff_attempts] [default: 0; kube-vip's is 3]
+    #[arg(long = "dhcpBackoffAttempts", value_name = "COUNT")]
+    pub dhcp_backoff_attempts: Option<String>,
     /// Interface for Service VIPs [env: vip_servicesinterface]
     #[arg(long = "serviceInterface", value_name = "IFACE")]
     pub service_interface: Option<String>,
@@ -532,6 +536,7 @@ impl GenArgs {
             ("servicesElection", &self.services_election),
             ("servicesRideThrough", &self.services_ride_through),
             ("dhcpMode", &self.dhcp_mode),
+            ("dhcpBackoffAttempts", &self.dhcp_backoff_attempts),
             ("serviceInterface", &self.service_interface),
             ("lbClassOnly", &self.lb_class_only),
             ("lbClassName", &self.lb_class_name),

@@ -279,3 +279,32 @@ fn dhcp_mode_manifests_are_privileged_and_others_are_not() {
     .unwrap();
     assert!(yaml.contains("privileged: true"), "{yaml}");
 }
+
+/// kube-vip's `--dhcpBackoffAttempts` writes `dhcp_backoff_attempts` as given (the
+/// manager checks it: a negative count is its error, naming the flag); unset, nothing is
+/// written and vipd retries forever.
+#[test]
+fn dhcp_backoff_attempts_flag_is_passed_through() {
+    let base = ["--interface", "eth0", "--services", "--dhcpMode"];
+    let with = |extra: &[&str]| {
+        let args: Vec<&str> = base.iter().chain(extra).copied().collect();
+        plan(&args)
+    };
+    let p = with(&["--dhcpBackoffAttempts", "3"]).unwrap();
+    assert!(
+        text_env(&p).contains(&("dhcp_backoff_attempts", "3".to_string())),
+        "{:?}",
+        text_env(&p)
+    );
+    let p = with(&[]).unwrap();
+    assert!(
+        !text_env(&p)
+            .iter()
+            .any(|(k, _)| *k == "dhcp_backoff_attempts")
+    );
+    let e = with(&["--dhcpBackoffAttempts=-1"]).unwrap_err().to_string();
+    assert!(
+        e.contains("--dhcpBackoffAttempts") && e.contains("\"-1\""),
+        "{e}"
+    );
+}

@@ -2,9 +2,9 @@
 //!
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
-//! | `vipd_dhcp_state` | gauge | `service`, `family`, `state` | 1 for the DHCP client's current state (RFC 2131 / RFC 8415) of a `0.0.0.0` (`family="v4"`) or `::` (`family="v6"`) Service this node holds: `requesting`, `bound`, `renewing`, `rebinding`, `lost`; no series while no client runs |
+//! | `vipd_dhcp_state` | gauge | `service`, `family`, `state` | 1 for the DHCP client's current state (RFC 2131 / RFC 8415) of a `0.0.0.0` (`family="v4"`) or `::` (`family="v6"`) Service this node holds: `requesting`, `bound`, `renewing`, `rebinding`, `lost`, `gave_up` (`dhcp_backoff_attempts` attempts in a row failed: no more requests until the Service's DHCP request changes or its Lease changes holder); no series while no client runs |
 //! | `vipd_dhcp_lease_expiry_timestamp_seconds` | gauge | `service`, `family` | Unix time at which the Service's DHCP lease expires (option 51 / the DHCPv6 valid lifetime, counted from the request); no series while unbound |
-//! | `vipd_dhcp_events_total` | counter | `service`, `family`, `event` | `renewed` (the lease was extended, at T1 or T2), `failed` (an attempt to get a lease failed), `lost` (the lease ended: NAK, NoBinding or expiry), `nak` (of those, by a DHCPNAK; DHCPv6 has none) |
+//! | `vipd_dhcp_events_total` | counter | `service`, `family`, `event` | `renewed` (the lease was extended, at T1 or T2), `failed` (an attempt to get a lease failed, the one that gives up too), `lost` (the lease ended: NAK, NoBinding or expiry), `nak` (of those, by a DHCPNAK; DHCPv6 has none) |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -15,7 +15,14 @@ use prometheus_client::registry::Registry;
 use super::Metrics;
 
 /// The `state` values of `vipd_dhcp_state`.
-pub(crate) const DHCP_STATES: [&str; 5] = ["requesting", "bound", "renewing", "rebinding", "lost"];
+pub(crate) const DHCP_STATES: [&str; 6] = [
+    "requesting",
+    "bound",
+    "renewing",
+    "rebinding",
+    "lost",
+    "gave_up",
+];
 
 /// The `event` values of `vipd_dhcp_events_total`.
 pub(crate) const DHCP_EVENTS: [&str; 4] = ["renewed", "failed", "lost", "nak"];
@@ -174,5 +181,20 @@ mod tests {
         assert!(!m.encode().contains(r#"family="v4""#));
         m.forget_dhcp("default/web", "v6");
         assert!(!m.encode().contains("default/web"));
+    }
+
+    #[test]
+    fn gave_up_is_a_state_of_its_own() {
+        let m = Metrics::new("node-a");
+        m.dhcp_state("default/web", "v6", "requesting", None);
+        m.dhcp_state("default/web", "v6", "gave_up", None);
+        let text = m.encode();
+        assert!(
+            text.contains(
+                r#"vipd_dhcp_state{service="default/web",family="v6",state="gave_up"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(!text.contains(r#"state="requesting""#), "{text}");
     }
 }

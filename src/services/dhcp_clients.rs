@@ -5,7 +5,11 @@
 //! * Leading: [`DhcpClients::follow`] starts a client for every DHCP Service, releases
 //!   (DHCPRELEASE, [`DhcpHandle::release_and_stop`]) the client of a Service that left the
 //!   spec (deleted, or no longer a DHCP LoadBalancer), and restarts one whose client
-//!   settings changed (MAC, macvlan, parent, ...).
+//!   settings changed (MAC, macvlan, parent, ...), or that gave up
+//!   ([`DhcpState::GaveUp`], `dhcp_backoff_attempts`) and whose request for its family
+//!   changed in any way (the requested address too): the new client counts its attempts
+//!   from zero. A client that gave up also starts again when this node takes the lease
+//!   again.
 //! * Leadership lost, shutdown: [`DhcpClients::stop_all`] without release (the next holder
 //!   asks for the same address with the same MAC); the group's Services gone: with
 //!   release.
@@ -13,7 +17,8 @@
 //!   whose lifetime never reaches past the lease's expiry
 //!   ([`crate::holder::VipSpec::not_after`]); a state without a binding (lost, requesting)
 //!   removes it at once.
-//! * [`DhcpClients::observe`] turns each new failure into a Warning Event, and
+//! * [`DhcpClients::observe`] turns each new failure into a Warning Event (giving up:
+//!   one `DHCPGaveUp`), and
 //!   [`DhcpClients::annotations`] says which of `kube-vip.io/hwaddr` and
 //!   `kube-vip.io/requestedIP` to write back.
 
@@ -106,7 +111,8 @@ impl DhcpClients {
     }
 
     /// The first half of [`Self::follow`]: takes out the clients to release (their
-    /// Service left `wanted`) or restart (settings changed), so that their addresses leave
+    /// Service left `wanted`) or restart (settings changed, or gave up and the request
+    /// changed), so that their addresses leave
     /// [`Self::effective`] before [`Retired::finish`] removes their macvlans.
     pub(super) fn retire(&mut self, wanted: &[DhcpService]) -> Retired {
         let mut keep = Vec::new();
@@ -124,6 +130,14 @@ impl DhcpClients {
                 }
                 Some(w) if !w.request.same_client(&run.service.request) => {
                     info!(service = %w.key, macvlan = %w.request.macvlan, family = family.label(), "DHCP client settings changed: restarting the client");
+                    self.forget(&run.service.key, family);
+                    retired.push((run.handle, false));
+                }
+                Some(w)
+                    if matches!(*run.handle.state.borrow(), DhcpState::GaveUp { .. })
+                        && !w.request.same_ask(&run.service.request, family) =>
+                {
+                    info!(service = %w.key, macvlan = %w.request.macvlan, family = family.label(), "DHCP request changed after the client gave up: starting it again");
                     self.forget(&run.service.key, family);
                     retired.push((run.handle, false));
                 }
@@ -249,8 +263,9 @@ impl DhcpClients {
     }
 
     /// Reads every client's state; a Warning for each problem not posted yet: a failed
-    /// attempt ([`super::status::REASON_DHCP_FAILED`], once per attempt) or a lost lease
-    /// ([`super::status::REASON_DHCP_LOST`]).
+    /// attempt ([`super::status::REASON_DHCP_FAILED`], once per attempt), a lost lease
+    /// ([`super::status::REASON_DHCP_LOST`]) or a client that gave up
+    /// ([`super::status::REASON_DHCP_GAVE_UP`], once: it stays so).
     pub(super) fn observe(&mut self) -> Vec<DhcpEvent> {
         let mut events = Vec::new();
         for run in &mut self.runs {
@@ -444,8 +459,8 @@ impl Retired {
 
 /// The metric view of `state` after `before`, and the events (of
 /// `vipd_dhcp_events_total`) it shows: `renewed` when the same address got a later
-/// expiry, `failed` for a new failed attempt, `lost` (and `nak` when a DHCPNAK ended it) on
-/// entering `Lost`. Pure.
+/// expiry, `failed` for a new failed attempt (the last one too, which gives up), `lost` (and
+/// `nak` when a DHCPNAK ended it) on entering `Lost`. Pure.
 fn metric_updates(before: &Seen, state: &DhcpState) -> (Seen, Vec<&'static str>) {
     let mut events = Vec::new();
     let name = match state {
@@ -454,6 +469,7 @@ fn metric_updates(before: &Seen, state: &DhcpState) -> (Seen, Vec<&'static str>)
         DhcpState::Renewing(_) => "renewing",
         DhcpState::Rebinding(_) => "rebinding",
         DhcpState::Lost { .. } => "lost",
+        DhcpState::GaveUp { .. } => "gave_up",
     };
     let binding = state.binding().map(|b| (b.addr, b.expires));
     if let (Some((addr, expires)), Some((was_addr, was_expires))) = (binding, before.binding)
@@ -463,14 +479,19 @@ fn metric_updates(before: &Seen, state: &DhcpState) -> (Seen, Vec<&'static str>)
         events.push("renewed");
     }
     let mut attempt = before.attempt;
-    if let DhcpState::Requesting {
-        attempt: a,
-        last_error: Some(_),
-    } = state
-        && *a != before.attempt
+    let failed = match state {
+        DhcpState::Requesting {
+            attempt: a,
+            last_error: Some(_),
+        } => Some(*a),
+        DhcpState::GaveUp { attempts, .. } => Some(*attempts),
+        _ => None,
+    };
+    if let Some(a) = failed
+        && a != before.attempt
     {
         events.push("failed");
-        attempt = *a;
+        attempt = a;
     }
     if let DhcpState::Lost { reason } = state
         && before.state != "lost"
@@ -526,6 +547,17 @@ fn problem_of(
             super::status::REASON_DHCP_LOST,
             format!(
                 "{dhcp} lease on macvlan {macvlan} lost: {reason}; address removed, asking for it again"
+            ),
+        )),
+        DhcpState::GaveUp {
+            attempts,
+            last_error,
+        } => Some((
+            format!("gaveup/{attempts}"),
+            super::status::REASON_DHCP_GAVE_UP,
+            format!(
+                "{dhcp} client of Service {} on macvlan {macvlan} gave up after {attempts} failed attempt(s) in a row (dhcp_backoff_attempts={attempts}); last error: {last_error}; no more requests until the Service's DHCP annotations change or its Lease changes holder",
+                service.key
             ),
         )),
         _ => None,

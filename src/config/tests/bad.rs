@@ -164,6 +164,28 @@ const BAD: &[Bad] = &[
     env(&[("cp_enable", "false")], "cp_enable", "false"),
     env(&[("cp_enable", "<unset>")], "cp_enable", "false"),
     env(&[("dhcp_mode", "true")], "dhcp_mode", "true"),
+    // DHCP attempts
+    env(
+        &[("dhcp_backoff_attempts", "-1")],
+        "dhcp_backoff_attempts",
+        "-1",
+    ),
+    env(
+        &[("dhcp_backoff_attempts", "three")],
+        "dhcp_backoff_attempts",
+        "three",
+    ),
+    env(
+        &[("dhcp_backoff_attempts", "4294967296")],
+        "dhcp_backoff_attempts",
+        "4294967296",
+    ),
+    flag(
+        &["--dhcpBackoffAttempts=2.5"],
+        "dhcp_backoff_attempts",
+        "2.5",
+        "--dhcpBackoffAttempts",
+    ),
     env(&[("svc_election", "maybe")], "svc_election", "maybe"),
     env(&[("svc_ridethrough", "maybe")], "svc_ridethrough", "maybe"),
     env(&[("svc_failback", "maybe")], "svc_failback", "maybe"),

@@ -353,3 +353,83 @@ async fn dual_stack_clients_share_the_macvlan_and_the_last_one_removes_it() {
             .starts_with("delete vip-0123abcd")
     );
 }
+
+/// Waits for [`DhcpState::GaveUp`]; fails (instead of retrying forever on the paused
+/// clock) when it has not come within an hour.
+async fn gave_up(handle: &mut DhcpHandle) -> DhcpState {
+    tokio::time::timeout(
+        Duration::from_secs(3600),
+        handle
+            .state
+            .wait_for(|s| matches!(s, DhcpState::GaveUp { .. })),
+    )
+    .await
+    .expect("gave up within an hour")
+    .unwrap()
+    .clone()
+}
+
+/// With an attempt limit, failed set-ups and failed exchanges count together: one failed
+/// set-up (no socket) and two exchanges without an answer give up at 3; the client then
+/// sends nothing more, keeps its macvlan, and still stops on request.
+#[tokio::test(start_paused = true)]
+async fn gives_up_at_the_limit_counting_setups_and_exchanges_then_stops() {
+    let (dhcp, mut server) = client();
+    let dhcp = dhcp.with_attempt_limit(3);
+    // No socket for the first set-up.
+    let wire = dhcp.transport.wires.lock().unwrap().pop().unwrap();
+    let mut handle = dhcp.start(spec());
+    let e = setup_error(&mut handle, 1).await;
+    assert!(e.contains("no wire"), "{e}");
+    dhcp.transport.wires.lock().unwrap().push(wire);
+    // Two attempts of 4 DISCOVERs each go unanswered.
+    for _ in 0..8 {
+        assert_eq!(kind(&server.next().await), MessageType::Discover);
+    }
+    let state = gave_up(&mut handle).await;
+    assert_eq!(
+        state,
+        DhcpState::GaveUp {
+            attempts: 3,
+            last_error: "no DHCPOFFER from any server (4 DHCPDISCOVERs over 11 s)".into()
+        }
+    );
+    // Nothing more is sent (the socket is closed), however long it waits.
+    assert!(server.sent.recv().await.is_none(), "the socket is closed");
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+    assert!(matches!(*handle.state.borrow(), DhcpState::GaveUp { .. }));
+    let k = dhcp.macvlans().kernel();
+    assert!(
+        !k.calls().iter().any(|c| c.starts_with("delete")),
+        "{:?}",
+        k.calls()
+    );
+    let state = handle.state.clone();
+    handle.stop().await;
+    assert_eq!(
+        *state.borrow(),
+        DhcpState::Lost {
+            reason: crate::dhcp::STOPPED.into()
+        }
+    );
+    assert!(k.calls().last().unwrap().starts_with("delete vip-0123abcd"));
+}
+
+/// Set-ups alone reach the limit too: the last set-up error is the one reported.
+#[tokio::test(start_paused = true)]
+async fn failed_setups_alone_give_up_at_the_limit() {
+    let (dhcp, _server) = client();
+    let dhcp = dhcp.with_attempt_limit(2);
+    let mut bad = spec();
+    bad.parent = "eth9".into();
+    let mut handle = dhcp.start(bad);
+    let state = gave_up(&mut handle).await;
+    match state {
+        DhcpState::GaveUp {
+            attempts: 2,
+            last_error,
+        } => assert!(last_error.contains("\"eth9\""), "{last_error}"),
+        other => panic!("{other:?}"),
+    }
+    handle.stop().await;
+}

@@ -10,6 +10,7 @@ fn cfg(requested: Option<Ipv4Addr>) -> ClientConfig {
         hostname: Some("lb-1".into()),
         broadcast: true,
         requested,
+        max_attempts: 0,
     }
 }
 
@@ -420,4 +421,160 @@ fn backoff_doubles_to_the_cap() {
     assert_eq!(backoff(3), secs(4));
     assert_eq!(backoff(7), secs(60));
     assert_eq!(backoff(u32::MAX), BACKOFF_CAP);
+}
+
+/// The failed attempts counted so far (`Requesting`'s `attempt`, `GaveUp`'s `attempts`).
+fn failed(m: &Machine) -> u32 {
+    match m.state() {
+        DhcpState::Requesting { attempt, .. } => attempt,
+        DhcpState::GaveUp { attempts, .. } => attempts,
+        _ => 0,
+    }
+}
+
+/// Runs the machine from `now` without a server until one more attempt has failed (a Lost
+/// state's hold-off and a backoff wait included); returns the messages sent and the time
+/// the attempt failed.
+fn fail_one(m: &mut Machine, mut now: Instant) -> (usize, Instant) {
+    let before = failed(m);
+    let mut sends = 0;
+    loop {
+        sends += m.on_timeout(now).len();
+        if failed(m) > before {
+            return (sends, now);
+        }
+        now = m.deadline().expect("a deadline while trying");
+    }
+}
+
+fn limited(max_attempts: u32) -> ClientConfig {
+    ClientConfig {
+        max_attempts,
+        ..cfg(None)
+    }
+}
+
+#[test]
+fn gives_up_after_exactly_the_limit_of_failed_attempts() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(limited(3), t0, 1);
+    let mut now = t0;
+    for attempt in 1..=2 {
+        let (sends, at) = fail_one(&mut m, now);
+        assert_eq!(sends, 4);
+        assert!(
+            matches!(m.state(), DhcpState::Requesting { attempt: a, .. } if a == attempt),
+            "{:?}",
+            m.state()
+        );
+        now = at;
+    }
+    let (sends, at) = fail_one(&mut m, now);
+    assert_eq!(sends, 4, "the third attempt is made in full");
+    assert_eq!(
+        m.state(),
+        DhcpState::GaveUp {
+            attempts: 3,
+            last_error: "no DHCPOFFER from any server (4 DHCPDISCOVERs over 11 s)".into()
+        }
+    );
+    // Nothing more: no deadline, no sends however late, replies ignored.
+    assert_eq!((m.deadline(), m.xid()), (None, None));
+    assert!(m.on_timeout(at + Duration::from_secs(3600)).is_empty());
+    assert!(m.decline(at, ADDR).is_empty());
+    assert!(m.stop(at, true).is_empty(), "nothing to release");
+}
+
+#[test]
+fn a_nak_to_the_last_allowed_request_gives_up_too() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(limited(1), t0, 1);
+    let d = one(m.on_timeout(t0));
+    let r = one(m.on_message(t0, &reply(&d, MessageType::Offer, ADDR)));
+    assert!(
+        m.on_message(t0, &reply(&r, MessageType::Nak, Ipv4Addr::UNSPECIFIED))
+            .is_empty()
+    );
+    let DhcpState::GaveUp {
+        attempts: 1,
+        last_error,
+    } = m.state()
+    else {
+        panic!("{:?}", m.state())
+    };
+    assert!(
+        last_error.starts_with("DHCPNAK for 192.0.2.201"),
+        "{last_error}"
+    );
+    assert_eq!(m.deadline(), None);
+}
+
+#[test]
+fn never_gives_up_without_a_limit() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(limited(0), t0, 1);
+    let mut now = t0;
+    for attempt in 1..=50 {
+        let (sends, at) = fail_one(&mut m, now);
+        assert_eq!(sends, 4);
+        assert_eq!(failed(&m), attempt);
+        assert!(matches!(m.state(), DhcpState::Requesting { .. }));
+        now = at;
+    }
+    assert!(m.deadline().is_some());
+}
+
+#[test]
+fn a_lease_resets_the_count_and_a_lost_lease_counts_afresh() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(limited(3), t0, 1);
+    let (_, now) = fail_one(&mut m, t0);
+    fail_one(&mut m, now);
+    assert_eq!(failed(&m), 2);
+    // The third attempt gets a lease.
+    let mut now = m.deadline().unwrap();
+    let d = one(m.on_timeout(now));
+    let r = one(m.on_message(now, &reply(&d, MessageType::Offer, ADDR)));
+    m.on_message(now, &reply(&r, MessageType::Ack, ADDR));
+    assert!(matches!(m.state(), DhcpState::Bound(_)), "{:?}", m.state());
+    // NAKed at renewal: lost, then two failed attempts are not yet the limit...
+    now = m.deadline().unwrap();
+    let renew = one(m.on_timeout(now));
+    m.on_message(now, &reply(&renew, MessageType::Nak, Ipv4Addr::UNSPECIFIED));
+    assert!(matches!(m.state(), DhcpState::Lost { .. }));
+    for attempt in 1..=2 {
+        (_, now) = fail_one(&mut m, now);
+        assert!(
+            matches!(m.state(), DhcpState::Requesting { attempt: a, .. } if a == attempt),
+            "{:?}",
+            m.state()
+        );
+    }
+    // ...the third is.
+    fail_one(&mut m, now);
+    assert!(
+        matches!(m.state(), DhcpState::GaveUp { attempts: 3, .. }),
+        "{:?}",
+        m.state()
+    );
+}
+
+#[test]
+fn failures_counted_before_the_machine_count_towards_the_limit() {
+    let t0 = Instant::now();
+    let mut m = Machine::new(limited(3), t0, 1).after_failures(2);
+    assert_eq!(failed(&m), 2);
+    fail_one(&mut m, t0);
+    assert!(
+        matches!(m.state(), DhcpState::GaveUp { attempts: 3, .. }),
+        "{:?}",
+        m.state()
+    );
+}
+
+#[test]
+fn exhausted_is_the_limit_rule() {
+    assert!(!exhausted(0, 0) && !exhausted(u32::MAX, 0), "0: no limit");
+    assert!(!exhausted(2, 3) && exhausted(3, 3) && exhausted(4, 3));
+    assert!(exhausted(1, 1));
 }

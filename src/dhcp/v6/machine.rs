@@ -11,6 +11,10 @@
 //!   seconds rather than retransmitting up to SOL_MAX_RT (3600 s); between failed attempts
 //!   the DHCPv4 [`backoff`] (1 s doubling to 60 s). No random factor: one client per
 //!   Service, whose clients do not start in lockstep;
+//! - after [`Config6::max_attempts`] failed attempts in a row (kube-vip's
+//!   `dhcp_backoff_attempts`; 0 = no limit) it gives up ([`DhcpState::GaveUp`], the DHCPv4
+//!   rule [`exhausted`]) and sends nothing more; a lease resets the count, and the attempts
+//!   after a lease ends count from one;
 //! - the first Advertise with an address is taken (no wait for more, §18.2.1 allows it);
 //! - Renew at T1: after REN_TIMEOUT (10 s) doubling up to REN_MAX_RT (600 s), never past
 //!   T2; Rebind at T2: after REB_TIMEOUT (10 s) doubling up to REB_MAX_RT (600 s), never
@@ -35,7 +39,7 @@ use dhcproto::v6::{
 use tokio::time::Instant;
 
 use crate::dhcp::machine::{
-    DECLINE_HOLDOFF, Exchange, LOST_HOLDOFF, backoff, lease_secs, next_xid,
+    DECLINE_HOLDOFF, Exchange, LOST_HOLDOFF, backoff, exhausted, lease_secs, next_xid,
 };
 use crate::dhcp::{DhcpBinding, DhcpState};
 
@@ -57,6 +61,8 @@ pub struct Config6 {
     pub mac: [u8; 6],
     /// Address to hint in the IA_NA of the first Solicit (`kube-vip.io/requestedIP`).
     pub requested: Option<Ipv6Addr>,
+    /// Give up after this many failed attempts in a row ([`exhausted`]); 0 = never.
+    pub max_attempts: u32,
 }
 
 impl Config6 {
@@ -145,6 +151,8 @@ enum Phase {
     Waiting {
         until: Instant,
     },
+    /// [`Config6::max_attempts`] attempts in a row failed: nothing more is sent.
+    GaveUp,
     Stopped,
 }
 
@@ -213,11 +221,23 @@ impl Machine6 {
         }
     }
 
+    /// This machine with `failures` failed attempts already counted (the client task's
+    /// failed macvlan setups before it), so that the attempt limit and the attempt numbers
+    /// go on from there.
+    pub fn after_failures(mut self, failures: u32) -> Self {
+        self.failures = failures;
+        self
+    }
+
     /// The state to publish (as the DHCPv4 machine's: only Bound, Renewing and Rebinding
     /// carry an address that may be held).
     pub fn state(&self) -> DhcpState {
         match &self.phase {
             Phase::Bound(l) => DhcpState::Bound(l.public()),
+            Phase::GaveUp => DhcpState::GaveUp {
+                attempts: self.failures,
+                last_error: self.last_error.clone().unwrap_or_default(),
+            },
             Phase::Renewing { lease, .. } => DhcpState::Renewing(lease.public()),
             Phase::Rebinding { lease, .. } => DhcpState::Rebinding(lease.public()),
             Phase::Waiting { .. } | Phase::Stopped if self.lost.is_some() => DhcpState::Lost {
@@ -239,7 +259,7 @@ impl Machine6 {
             | Phase::Rebinding { ex, .. } => Some(ex.next),
             Phase::Bound(l) => Some(l.t1),
             Phase::Waiting { until } => Some(*until),
-            Phase::Stopped => None,
+            Phase::GaveUp | Phase::Stopped => None,
         }
     }
 
@@ -344,7 +364,9 @@ impl Machine6 {
                     dest: Dest6::AllServers,
                 }
             }
-            Phase::Bound(_) | Phase::Waiting { .. } | Phase::Stopped => return None,
+            Phase::Bound(_) | Phase::Waiting { .. } | Phase::GaveUp | Phase::Stopped => {
+                return None;
+            }
         };
         Some(out)
     }
@@ -356,11 +378,17 @@ impl Machine6 {
         self.current_message(now)
     }
 
+    /// An attempt failed at `now` for `error`: wait [`backoff`] before the next one, or
+    /// give up when that was the last one allowed.
     fn fail_attempt(&mut self, now: Instant, error: String) {
         self.failures = self.failures.saturating_add(1);
         self.last_error = Some(error);
-        self.phase = Phase::Waiting {
-            until: now + backoff(self.failures),
+        self.phase = if exhausted(self.failures, self.cfg.max_attempts) {
+            Phase::GaveUp
+        } else {
+            Phase::Waiting {
+                until: now + backoff(self.failures),
+            }
         };
     }
 
@@ -454,7 +482,7 @@ impl Machine6 {
                     self.current_message(now).into_iter().collect()
                 }
             }
-            Phase::Stopped => Vec::new(),
+            Phase::GaveUp | Phase::Stopped => Vec::new(),
         }
     }
 
@@ -736,6 +764,7 @@ impl crate::dhcp::client::ClientMachine for Machine6 {
     fn begin(
         spec: &crate::dhcp::DhcpSpec,
         requested: Option<std::net::IpAddr>,
+        attempts: crate::dhcp::client::Attempts,
         now: Instant,
         seed: u32,
     ) -> Self {
@@ -747,10 +776,12 @@ impl crate::dhcp::client::ClientMachine for Machine6 {
             Config6 {
                 mac: spec.mac,
                 requested,
+                max_attempts: attempts.max,
             },
             now,
             seed,
         )
+        .after_failures(attempts.failed)
     }
     fn state(&self) -> DhcpState {
         Machine6::state(self)

@@ -582,3 +582,133 @@ async fn dual_stack_runs_both_families_on_one_macvlan() {
     );
     clients.stop_all(false).await;
 }
+
+/// A client that gave up (`dhcp_backoff_attempts`): one `DHCPGaveUp` Warning naming the
+/// Service, the family, the count and the last error, shown as `gave_up` and counted as a
+/// failed attempt; it is not restarted by the holder's own write-back, but is (from zero)
+/// when the Service's request changes for its family, and when this node leads again.
+#[tokio::test(start_paused = true)]
+async fn a_client_that_gave_up_warns_once_and_starts_again_only_on_a_change() {
+    use crate::dhcp::DhcpFamily;
+    let fake = FakeDhcp::new();
+    let metrics = crate::metrics::Metrics::new("node-a");
+    let mut clients = DhcpClients::new(Arc::new(fake.clone())).with_metrics(metrics.clone());
+    let both = service("web", &[(model::ANN_LOADBALANCER_IPS, "0.0.0.0,::")]);
+    let web = dhcp_service(&both);
+    clients
+        .follow(std::slice::from_ref(&web), Some("eth0"))
+        .await;
+    assert_eq!(fake.started().len(), 2);
+    let gave_up = DhcpState::GaveUp {
+        attempts: 3,
+        last_error: "no DHCPv6 Advertise from any server (4 Solicits over 11 s)".into(),
+    };
+    fake.set_family_state("vip-uidweb", DhcpFamily::V6, gave_up.clone());
+    let events = next(&mut clients).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    let (service_key, reason, message) = &events[0];
+    assert_eq!((service_key, *reason), (&key("web"), "DHCPGaveUp"));
+    for part in [
+        "DHCPv6",
+        "default/web",
+        "vip-uidweb",
+        "3 failed attempt(s)",
+        "no DHCPv6 Advertise from any server",
+    ] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
+    let text = metrics.encode();
+    assert!(
+        text.contains(r#"vipd_dhcp_state{service="default/web",family="v6",state="gave_up"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            r#"vipd_dhcp_events_total{service="default/web",family="v6",event="failed"} 1"#
+        ),
+        "{text}"
+    );
+    // Read again: not news.
+    fake.set_family_state("vip-uidweb", DhcpFamily::V6, gave_up.clone());
+    assert!(next(&mut clients).await.is_empty());
+
+    // The holder writes back the MAC and the DHCPv4 lease: no restart.
+    let mut v4 = binding("192.0.2.201", Duration::from_secs(120));
+    v4.prefix_len = 24;
+    fake.set_family_state("vip-uidweb", DhcpFamily::V4, DhcpState::Bound(v4));
+    next(&mut clients).await;
+    let written = service(
+        "web",
+        &[
+            (model::ANN_LOADBALANCER_IPS, "0.0.0.0,::"),
+            (model::ANN_HWADDR, &fmt_mac(web.request.mac)),
+            (model::ANN_REQUESTED_IP, "192.0.2.201"),
+        ],
+    );
+    clients
+        .follow(&[dhcp_service(&written)], Some("eth0"))
+        .await;
+    settle().await;
+    assert_eq!(fake.started().len(), 2, "no restart");
+    assert_eq!(fake.family_ended("vip-uidweb", DhcpFamily::V6), None);
+
+    // The user asks for another IPv6 address: the DHCPv6 client starts again, the DHCPv4
+    // one (bound, its request unchanged) keeps running.
+    let asked = service(
+        "web",
+        &[
+            (model::ANN_LOADBALANCER_IPS, "0.0.0.0,::"),
+            (model::ANN_HWADDR, &fmt_mac(web.request.mac)),
+            (model::ANN_REQUESTED_IP, "192.0.2.201,2001:db8::1005"),
+        ],
+    );
+    clients.follow(&[dhcp_service(&asked)], Some("eth0")).await;
+    settle().await;
+    let started = fake.started();
+    assert_eq!(started.len(), 3, "{started:?}");
+    assert_eq!(started[2].family, DhcpFamily::V6);
+    assert_eq!(
+        started[2].requested_v6,
+        Some("2001:db8::1005".parse().unwrap())
+    );
+    assert_eq!(fake.family_ended("vip-uidweb", DhcpFamily::V4), None);
+    assert!(
+        !metrics.encode().contains(r#"state="gave_up""#),
+        "the new client's series start afresh"
+    );
+
+    // A DHCPv4 client that gave up is not restarted by an unchanged request either...
+    fake.set_family_state(
+        "vip-uidweb",
+        DhcpFamily::V4,
+        DhcpState::GaveUp {
+            attempts: 1,
+            last_error: "no DHCPOFFER".into(),
+        },
+    );
+    next(&mut clients).await;
+    clients.follow(&[dhcp_service(&asked)], Some("eth0")).await;
+    assert_eq!(fake.started().len(), 3);
+    // ...but is when this node loses and takes the lease again (a new holder).
+    clients.stop_all(false).await;
+    clients.follow(&[dhcp_service(&asked)], Some("eth0")).await;
+    assert_eq!(fake.started().len(), 5);
+}
+
+#[test]
+fn metric_updates_show_gave_up_and_count_its_failure() {
+    let failing = DhcpState::Requesting {
+        attempt: 2,
+        last_error: Some("no DHCPOFFER".into()),
+    };
+    let gave_up = DhcpState::GaveUp {
+        attempts: 3,
+        last_error: "no DHCPOFFER".into(),
+    };
+    let (seen, events) = metric_updates(&Seen::default(), &failing);
+    assert_eq!(events, ["failed"]);
+    let (seen, events) = metric_updates(&seen, &gave_up);
+    assert_eq!((seen.state, events), ("gave_up", vec!["failed"]));
+    let (_, events) = metric_updates(&seen, &gave_up);
+    assert!(events.is_empty());
+}

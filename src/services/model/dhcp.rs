@@ -85,6 +85,17 @@ impl DhcpRequest {
             && self.mark == other.mark
     }
 
+    /// Whether `other` asks the same of the `family` client: [`Self::same_client`] and the
+    /// same requested address of that family (the one `kube-vip.io/requestedIP` gives it).
+    /// A client that gave up starts again when this changes.
+    pub fn same_ask(&self, other: &DhcpRequest, family: DhcpFamily) -> bool {
+        self.same_client(other)
+            && match family {
+                DhcpFamily::V4 => self.requested == other.requested,
+                DhcpFamily::V6 => self.requested_v6 == other.requested_v6,
+            }
+    }
+
     /// The families asked for: DHCPv4 first.
     pub fn families(&self) -> Vec<DhcpFamily> {
         let mut out = Vec::new();

@@ -106,6 +106,10 @@ pub(crate) const REASON_DHCP_FAILED: &str = "DHCPFailed";
 /// Reason of a Warning about a DHCP lease that ended (NAK, expiry, conflict): the address
 /// is removed at once and the client asks for it again.
 pub(crate) const REASON_DHCP_LOST: &str = "DHCPLeaseLost";
+/// Reason of the Warning about a DHCP client that gave up: `dhcp_backoff_attempts` attempts
+/// in a row failed; it asks no more until the Service's DHCP request changes or the
+/// Service's lease moves.
+pub(crate) const REASON_DHCP_GAVE_UP: &str = "DHCPGaveUp";
 /// Reason of a Warning about a Service skipped for a configuration the user should fix
 /// ([`super::model::SkipReason::warrants_warning`]).
 pub(crate) const REASON_INVALID_CONFIG: &str = "InvalidConfiguration";

@@ -19,6 +19,7 @@ fn machine(requested: Option<Ipv6Addr>, t0: Instant) -> Machine6 {
         Config6 {
             mac: MAC,
             requested,
+            max_attempts: 0,
         },
         t0,
         42,
@@ -382,5 +383,161 @@ fn decline_and_release() {
     assert!(
         m.stop(t0, false).is_empty(),
         "no Release on leadership loss"
+    );
+}
+
+/// The failed attempts counted so far (`Requesting`'s `attempt`, `GaveUp`'s `attempts`).
+fn failed(m: &Machine6) -> u32 {
+    match m.state() {
+        DhcpState::Requesting { attempt, .. } => attempt,
+        DhcpState::GaveUp { attempts, .. } => attempts,
+        _ => 0,
+    }
+}
+
+/// Runs the machine from `now` without a server until one more attempt has failed (a Lost
+/// state's hold-off and a backoff wait included); returns the messages sent and the time
+/// the attempt failed.
+fn fail_one(m: &mut Machine6, mut now: Instant) -> (usize, Instant) {
+    let before = failed(m);
+    let mut sends = 0;
+    loop {
+        sends += m.on_timeout(now).len();
+        if failed(m) > before {
+            return (sends, now);
+        }
+        now = m.deadline().expect("a deadline while trying");
+    }
+}
+
+fn limited(max_attempts: u32, t0: Instant) -> Machine6 {
+    Machine6::new(
+        Config6 {
+            mac: MAC,
+            requested: None,
+            max_attempts,
+        },
+        t0,
+        42,
+    )
+}
+
+#[test]
+fn gives_up_after_exactly_the_limit_of_failed_attempts() {
+    let t0 = Instant::now();
+    let mut m = limited(3, t0);
+    let mut now = t0;
+    for attempt in 1..=2 {
+        let (sends, at) = fail_one(&mut m, now);
+        assert_eq!(sends, 4);
+        assert!(
+            matches!(m.state(), DhcpState::Requesting { attempt: a, .. } if a == attempt),
+            "{:?}",
+            m.state()
+        );
+        now = at;
+    }
+    let (sends, at) = fail_one(&mut m, now);
+    assert_eq!(sends, 4, "the third attempt is made in full");
+    assert_eq!(
+        m.state(),
+        DhcpState::GaveUp {
+            attempts: 3,
+            last_error: "no DHCPv6 Advertise from any server (4 Solicits over 11 s)".into()
+        }
+    );
+    assert_eq!((m.deadline(), m.xid()), (None, None));
+    assert!(m.on_timeout(at + secs(3600)).is_empty());
+    assert!(m.decline(at, ADDR).is_empty());
+    assert!(m.stop(at, true).is_empty(), "nothing to release");
+}
+
+#[test]
+fn no_addrs_avail_to_the_last_allowed_request_gives_up_too() {
+    let t0 = Instant::now();
+    let mut m = limited(1, t0);
+    let s = one(m.on_timeout(t0));
+    let r = one(m.on_message(
+        t0,
+        SERVER_LL,
+        &answer(&s, MessageType::Advertise, ADDR, None),
+    ));
+    let reply = answer(&r, MessageType::Reply, ADDR, Some(Status::NoAddrsAvail));
+    assert!(m.on_message(t0, SERVER_LL, &reply).is_empty());
+    match m.state() {
+        DhcpState::GaveUp {
+            attempts: 1,
+            last_error,
+        } => assert!(last_error.contains("NoAddrsAvail"), "{last_error}"),
+        s => panic!("{s:?}"),
+    }
+    assert_eq!(m.deadline(), None);
+}
+
+#[test]
+fn never_gives_up_without_a_limit() {
+    let t0 = Instant::now();
+    let mut m = limited(0, t0);
+    let mut now = t0;
+    for attempt in 1..=50 {
+        let (sends, at) = fail_one(&mut m, now);
+        assert_eq!(sends, 4);
+        assert_eq!(failed(&m), attempt);
+        assert!(matches!(m.state(), DhcpState::Requesting { .. }));
+        now = at;
+    }
+    assert!(m.deadline().is_some());
+}
+
+#[test]
+fn a_lease_resets_the_count_and_a_lost_lease_counts_afresh() {
+    let t0 = Instant::now();
+    let mut m = limited(3, t0);
+    let (_, now) = fail_one(&mut m, t0);
+    fail_one(&mut m, now);
+    assert_eq!(failed(&m), 2);
+    // The third attempt gets a lease.
+    let mut now = m.deadline().unwrap();
+    let s = one(m.on_timeout(now));
+    let r = one(m.on_message(
+        now,
+        SERVER_LL,
+        &answer(&s, MessageType::Advertise, ADDR, None),
+    ));
+    m.on_message(now, SERVER_LL, &answer(&r, MessageType::Reply, ADDR, None));
+    assert!(matches!(m.state(), DhcpState::Bound(_)), "{:?}", m.state());
+    // NoBinding at renewal: lost, then two failed attempts are not yet the limit...
+    now = m.deadline().unwrap();
+    let renew = one(m.on_timeout(now));
+    let reply = answer(&renew, MessageType::Reply, ADDR, Some(Status::NoBinding));
+    m.on_message(now, SERVER_LL, &reply);
+    assert!(matches!(m.state(), DhcpState::Lost { .. }));
+    for attempt in 1..=2 {
+        (_, now) = fail_one(&mut m, now);
+        assert!(
+            matches!(m.state(), DhcpState::Requesting { attempt: a, .. } if a == attempt),
+            "{:?}",
+            m.state()
+        );
+    }
+    // ...the third is.
+    fail_one(&mut m, now);
+    assert!(
+        matches!(m.state(), DhcpState::GaveUp { attempts: 3, .. }),
+        "{:?}",
+        m.state()
+    );
+}
+
+#[test]
+fn failures_counted_before_the_machine_count_towards_the_limit() {
+    let t0 = Instant::now();
+    let mut m = limited(3, t0).after_failures(2);
+    assert_eq!(failed(&m), 2);
+    fail_one(&mut m, t0);
+    assert!(
+        matches!(m.state(), DhcpState::GaveUp { attempts: 3, .. }),
+        "{:?}",
+        m.state()
     );
 }
