@@ -11,6 +11,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
+use support::dhcp::*;
 use support::*;
 use xtask::lab::{
     API_IP, ArpOp, ArpRoundProber, CLIENT_V4, Capture, DHCP_POOL_END, DHCP_POOL_START,
@@ -57,13 +58,6 @@ fn dhcp_service(name: &str, annotations: &[(&str, &str)]) -> serde_json::Value {
     svc
 }
 
-/// The default macvlan name of a Service: `vip-` and the first 8 characters of its UID.
-fn macvlan_of(lab: &Lab, svc: &str) -> String {
-    let s = get_service(lab, svc).expect("service");
-    let uid = s["metadata"]["uid"].as_str().expect("uid");
-    format!("vip-{}", &uid[..8])
-}
-
 /// Nodes that have a link named `name` (`ip -n <node> link`).
 fn nodes_with_link(lab: &Lab, name: &str) -> Vec<String> {
     NODES
@@ -93,13 +87,6 @@ fn one_node_with_link(lab: &Lab, name: &str, limit: Duration) -> String {
     )
 }
 
-fn unix_now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
-
 /// Nodes with any `vip-*` link.
 fn nodes_with_vip_links(lab: &Lab) -> Vec<String> {
     NODES
@@ -112,12 +99,6 @@ fn nodes_with_vip_links(lab: &Lab) -> Vec<String> {
         .collect()
 }
 
-fn annotation(lab: &Lab, svc: &str, key: &str) -> Option<String> {
-    get_service(lab, svc)?["metadata"]["annotations"][key]
-        .as_str()
-        .map(str::to_string)
-}
-
 /// The Service's single ingress address once it is one from the pool.
 fn wait_pool_ingress(lab: &Lab, svc: &str, limit: Duration) -> Ipv4Addr {
     wait_for(
@@ -128,29 +109,6 @@ fn wait_pool_ingress(lab: &Lab, svc: &str, limit: Duration) -> Ipv4Addr {
             _ => None,
         },
     )
-}
-
-/// Probes `ip` from the client every 50 ms for about 2 s and returns the MACs that
-/// answered, checking that no two answered in one slot.
-fn arp_responders(lab: &Lab, ip: Ipv4Addr) -> BTreeSet<MacAddr> {
-    let w = lab
-        .arp_watch(IpAddr::V4(ip), xtask::lab::DEFAULT_WATCH_INTERVAL)
-        .unwrap();
-    wait_until("40 probe slots", Duration::from_secs(10), || {
-        w.report().slots.len() >= 41
-    });
-    let r = w.stop().unwrap();
-    assert!(
-        r.max_simultaneous_responders() <= 1,
-        "two answers for {ip} in one slot: {r:?}"
-    );
-    assert!(
-        r.answered_slots() >= 30,
-        "{ip} answered only {} of {} slots",
-        r.answered_slots(),
-        r.slots.len()
-    );
-    r.all_responders()
 }
 
 /// Probes the whole pool from the client (50 ms rounds); measures from `epoch`.
@@ -173,30 +131,6 @@ fn first_answer(p: &ArpRoundProber, ip: Ipv4Addr, mac: MacAddr) -> Option<Durati
         .into_iter()
         .find(|r| r.replies.get(&ip).is_some_and(|m| m.contains(&mac)))
         .map(|r| r.t)
-}
-
-fn no_panics(procs: &[LabProcess]) {
-    for p in procs {
-        assert!(!p.log().contains("panicked"), "{}", p.log());
-    }
-}
-
-/// No Warning Event about `svc` and no WARN or ERROR line in any vipd log: the DHCP path
-/// ran without a failure anywhere.
-fn quiet(lab: &Lab, procs: &[LabProcess], svc: &str) {
-    let warnings: Vec<_> = events_for(lab, svc)
-        .into_iter()
-        .filter(|(t, _, _)| t == "Warning")
-        .collect();
-    assert!(warnings.is_empty(), "{warnings:?}");
-    for p in procs {
-        let log = p.log();
-        let bad: Vec<&str> = log
-            .lines()
-            .filter(|l| l.contains(" WARN ") || l.contains(" ERROR "))
-            .collect();
-        assert!(bad.is_empty(), "{}: {bad:#?}", p.name());
-    }
 }
 
 /// S23: a `0.0.0.0` Service gets an address from dnsmasq's pool; its status, its
@@ -279,7 +213,7 @@ fn s23_dhcp_service_gets_pool_address_announced_from_macvlan() {
             .any(|a| a.addr == IpAddr::V4(ip) && a.prefix == 32),
         "{holder_addrs:?}"
     );
-    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    assert_eq!(responders(&lab, IpAddr::V4(ip)), BTreeSet::from([mac]));
     // Stable: nothing else appears on the other nodes meanwhile.
     assert_eq!(nodes_with_vip_links(&lab), vec![holder.clone()]);
     quiet(&lab, &procs, "web");
@@ -308,7 +242,7 @@ fn s24_macvlan_follows_holder_failover_keeps_address_delete_releases() {
         },
     );
     let mac = lab.mac_of_if(&old, &macvlan).unwrap();
-    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    assert_eq!(responders(&lab, IpAddr::V4(ip)), BTreeSet::from([mac]));
     wait_until("annotations written", Duration::from_secs(10), || {
         annotation(&lab, "web", "kube-vip.io/hwaddr").as_deref() == Some(&mac.to_string())
     });
@@ -385,7 +319,7 @@ fn s24_macvlan_follows_holder_failover_keeps_address_delete_releases() {
     );
     let addrs = lab.addresses(&new, &macvlan).unwrap();
     assert!(addrs.iter().any(|a| a.addr == IpAddr::V4(ip)), "{addrs:?}");
-    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    assert_eq!(responders(&lab, IpAddr::V4(ip)), BTreeSet::from([mac]));
     assert!(
         !lab.dnsmasq_log().contains("DHCPRELEASE"),
         "no release on shutdown: {}",
@@ -488,7 +422,7 @@ fn s23_harvester_hwaddr_and_requested_ip_are_kept() {
     };
     let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
     assert_eq!(mac.to_string(), want_mac);
-    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    assert_eq!(responders(&lab, IpAddr::V4(ip)), BTreeSet::from([mac]));
     assert!(
         lab.dnsmasq_leases()
             .unwrap()
@@ -547,7 +481,7 @@ fn s23_harvester_hwaddr_and_requested_ip_are_kept() {
                     .any(|a| a.addr == IpAddr::V4(moved))
         },
     );
-    assert_eq!(arp_responders(&lab, want_ip), BTreeSet::from([mac]));
+    assert_eq!(responders(&lab, IpAddr::V4(want_ip)), BTreeSet::from([mac]));
     no_panics(&procs);
 }
 
@@ -588,7 +522,7 @@ fn s23_renewal_keeps_the_address_past_the_first_lease() {
         addrs.iter().any(|a| a.addr == IpAddr::V4(ip)),
         "{ip} gone from {holder}/{macvlan} after the first lease ended: {addrs:?}"
     );
-    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    assert_eq!(responders(&lab, IpAddr::V4(ip)), BTreeSet::from([mac]));
     assert_eq!(nodes_with_vip_links(&lab), vec![holder]);
     assert_eq!(ingress_ips(&lab, "web"), vec![ip.to_string()]);
     no_panics(&procs);
@@ -630,7 +564,7 @@ fn s24_stale_macvlan_removed_when_vipd_restarts() {
         !nodes_with_link(&lab, &macvlan).contains(&old)
     });
     assert_eq!(nodes_with_vip_links(&lab), vec![new]);
-    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    assert_eq!(responders(&lab, IpAddr::V4(ip)), BTreeSet::from([mac]));
     wait_until(
         "the status kept the address",
         Duration::from_secs(10),
@@ -663,8 +597,11 @@ fn s24_service_leaving_dhcp_mode_releases_its_lease() {
     let mac = lab.mac_of_if(&h, &mv).unwrap();
     let other_mac = lab.mac_of_if(&other_h, &other_mv).unwrap();
     assert_ne!(mac, other_mac);
-    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
-    assert_eq!(arp_responders(&lab, other_ip), BTreeSet::from([other_mac]));
+    assert_eq!(responders(&lab, IpAddr::V4(ip)), BTreeSet::from([mac]));
+    assert_eq!(
+        responders(&lab, IpAddr::V4(other_ip)),
+        BTreeSet::from([other_mac])
+    );
 
     patch_service(
         &lab,
@@ -692,7 +629,10 @@ fn s24_service_leaving_dhcp_mode_releases_its_lease() {
         ingress_ips(&lab, "web") == vec!["192.0.2.50".to_string()]
     });
     assert_eq!(nodes_with_link(&lab, &other_mv), vec![other_h]);
-    assert_eq!(arp_responders(&lab, other_ip), BTreeSet::from([other_mac]));
+    assert_eq!(
+        responders(&lab, IpAddr::V4(other_ip)),
+        BTreeSet::from([other_mac])
+    );
     assert_eq!(ingress_ips(&lab, "other"), vec![other_ip.to_string()]);
     no_panics(&procs);
 }
@@ -723,7 +663,7 @@ fn s23_server_down_at_creation_then_up() {
     let macvlan = macvlan_of(&lab, "web");
     let holder = one_node_with_link(&lab, &macvlan, Duration::from_secs(10));
     let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
-    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    assert_eq!(responders(&lab, IpAddr::V4(ip)), BTreeSet::from([mac]));
     no_panics(&procs);
 }
 
@@ -760,7 +700,7 @@ fn s24_partitioned_holder_drops_its_macvlan() {
             .any(|a| a.addr == IpAddr::V4(ip))
     });
     lab.heal(&old).unwrap();
-    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    assert_eq!(responders(&lab, IpAddr::V4(ip)), BTreeSet::from([mac]));
     assert_eq!(nodes_with_vip_links(&lab), vec![new]);
     wait_until(
         "the status kept the address",
@@ -808,7 +748,7 @@ fn s23_no_parent_interface_until_a_default_route_appears() {
     let macvlan = macvlan_of(&lab, "web");
     let holder = one_node_with_link(&lab, &macvlan, Duration::from_secs(10));
     let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
-    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    assert_eq!(responders(&lab, IpAddr::V4(ip)), BTreeSet::from([mac]));
     no_panics(&procs);
 }
 
@@ -1094,7 +1034,7 @@ fn s23_harvester_share_ip_is_served_on_the_primary_macvlan() {
         ingress_ips(&lab, "secondary") == vec![ip.to_string()]
     });
     // Only the macvlan answers, and nothing carries the address on eth0.
-    assert_eq!(arp_responders(&lab, ip), BTreeSet::from([mac]));
+    assert_eq!(responders(&lab, IpAddr::V4(ip)), BTreeSet::from([mac]));
     assert!(
         holders(&lab, &ip.to_string()).is_empty(),
         "{ip} bound on eth0 of {:?}",

@@ -1,7 +1,6 @@
 //! Helpers of the DHCP-mode lab tests (issue 13): the Service's macvlan and annotations,
 //! who answers for an address, and that a run was quiet (no Warning Event, no WARN/ERROR
-//! log line, no panic). `tests/lab_dhcp.rs` has its own copies of several of these (kept
-//! there while that file changes on another branch).
+//! log line, no panic). Shared by `tests/lab_dhcp.rs` and `tests/lab_dhcp6.rs`.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
