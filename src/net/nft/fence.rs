@@ -259,6 +259,12 @@ pub(crate) fn refresh_commands(vips: &[IpAddr], timeout: Duration) -> Option<Vec
     Some(c)
 }
 
+/// What [`VipFence::refresh`] runs: [`refresh_commands`], or, when `timeout` grants
+/// nothing (under 1 ms), [`expire_commands`] without disarming.
+fn refresh_or_expire_commands(vips: &[IpAddr], timeout: Duration) -> Vec<String> {
+    refresh_commands(vips, timeout).unwrap_or_else(|| expire_commands(vips, false))
+}
+
 /// The transaction removing the live elements of `vips` (and with `disarm`, the VIPs
 /// themselves: no longer filtered). Each delete follows an add, so it never fails.
 pub(crate) fn expire_commands(vips: &[IpAddr], disarm: bool) -> Vec<String> {
@@ -343,12 +349,7 @@ impl VipFence for NftFence {
         vips: &'a [IpAddr],
         timeout: Duration,
     ) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(async move {
-            match refresh_commands(vips, timeout) {
-                Some(c) => self.change(vips, c).await,
-                None => self.change(vips, expire_commands(vips, false)).await,
-            }
-        })
+        Box::pin(self.change(vips, refresh_or_expire_commands(vips, timeout)))
     }
 
     fn expire<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
@@ -463,12 +464,7 @@ impl VipFence for BatchedFence {
         vips: &'a [IpAddr],
         timeout: Duration,
     ) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(async move {
-            match refresh_commands(vips, timeout) {
-                Some(c) => self.queue(vips, c).await,
-                None => self.queue(vips, expire_commands(vips, false)).await,
-            }
-        })
+        Box::pin(self.queue(vips, refresh_or_expire_commands(vips, timeout)))
     }
 
     fn expire<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
