@@ -289,42 +289,29 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let addrs: Vec<IpAddr> = self.vips.iter().map(|s| s.vip.addr).collect();
         self.quiet
             .retain(|k| k.vip().is_none_or(|a| addrs.contains(&a)));
-        // VIPs held before with the same interface keep their announcement state (an
-        // IPv6 VIP still waiting for DAD stays pending); only the others are announced.
-        let pending: Vec<VipSpec> = self
-            .pending_na
-            .iter()
-            .filter_map(|&i| old.get(i).cloned())
-            .collect();
-        self.pending_na = self
+        // Where each VIP was in the old set with the same interface (`None`: new). Such
+        // VIPs keep their announcement state (an IPv6 VIP still waiting for DAD stays
+        // pending) and their resolved link (resolved again below; not logged again); only
+        // the new ones are announced.
+        let was: Vec<Option<usize>> = self
             .vips
             .iter()
-            .enumerate()
-            .filter(|(_, n)| {
-                pending
-                    .iter()
-                    .any(|o| o.vip == n.vip && o.interface == n.interface)
+            .map(|n| {
+                old.iter()
+                    .position(|o| o.vip == n.vip && o.interface == n.interface)
             })
-            .map(|(i, _)| i)
             .collect();
-        let fresh: Vec<Vip> = self
-            .vips
-            .iter()
-            .filter(|n| {
-                !old.iter()
-                    .any(|o| o.vip == n.vip && o.interface == n.interface)
-            })
-            .map(|n| n.vip)
+        let old_pending = std::mem::take(&mut self.pending_na);
+        self.pending_na = (0..self.vips.len())
+            .filter(|i| was[*i].is_some_and(|j| old_pending.contains(&j)))
             .collect();
-        // Links follow their VIP to its new position (resolved again below; a VIP whose
-        // interface did not change is not logged again).
+        let fresh: Vec<Vip> = (0..self.vips.len())
+            .filter(|i| was[*i].is_none())
+            .map(|i| self.vips[i].vip)
+            .collect();
         let old_links = std::mem::take(&mut self.links);
-        for (i, n) in self.vips.iter().enumerate() {
-            let kept = old
-                .iter()
-                .position(|o| o.vip == n.vip && o.interface == n.interface)
-                .and_then(|j| old_links.get(&j));
-            if let Some(link) = kept {
+        for (i, j) in was.iter().enumerate() {
+            if let Some(link) = j.and_then(|j| old_links.get(&j)) {
                 self.links.insert(i, link.clone());
             }
         }
