@@ -13,8 +13,9 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 use support::dhcp::*;
 use support::*;
+use vipd::net::macvlan::eui64_link_local;
 use xtask::lab::{
-    API_IP, ArpOp, ArpRoundProber, CLIENT_V4, Capture, DHCP_POOL_END, DHCP_POOL_START,
+    API_IP, ArpFrame, ArpOp, ArpRoundProber, CLIENT_V4, Capture, DHCP_POOL_END, DHCP_POOL_START,
     DnsmasqOptions, GATEWAY_V4, Lab, LabOptions, LabProcess, MacAddr, Signal,
 };
 
@@ -248,7 +249,6 @@ fn s24_macvlan_follows_holder_failover_keeps_address_delete_releases() {
     });
 
     // Failover: SIGTERM the holder.
-    let i = NODES.iter().position(|n| *n == old).unwrap();
     let cap = lab.start_capture().unwrap();
     let epoch = Instant::now();
     let prober = ArpRoundProber::start(
@@ -261,9 +261,7 @@ fn s24_macvlan_follows_holder_failover_keeps_address_delete_releases() {
         epoch,
     )
     .unwrap();
-    procs[i].signal(Signal::SIGTERM).unwrap();
-    let st = procs[i].wait_timeout(Duration::from_secs(15)).unwrap();
-    assert!(st.is_some(), "{old} did not exit on SIGTERM");
+    signal_node(&mut procs, &old, Signal::SIGTERM, Duration::from_secs(15));
     let exited = epoch.elapsed();
     assert!(
         !nodes_with_link(&lab, &macvlan).contains(&old),
@@ -448,13 +446,11 @@ fn s23_harvester_hwaddr_and_requested_ip_are_kept() {
         Some(holder.as_str())
     );
     assert_eq!(nodes_with_link(&lab, &moved_mv), vec![holder.clone()]);
-    let i = NODES.iter().position(|n| *n == holder).unwrap();
-    procs[i].signal(Signal::SIGTERM).unwrap();
-    assert!(
-        procs[i]
-            .wait_timeout(Duration::from_secs(15))
-            .unwrap()
-            .is_some()
+    signal_node(
+        &mut procs,
+        &holder,
+        Signal::SIGTERM,
+        Duration::from_secs(15),
     );
     let new = wait_for("both macvlans on one other node", BRING_UP, || {
         match (
@@ -538,14 +534,7 @@ fn s24_stale_macvlan_removed_when_vipd_restarts() {
     };
     let mut procs = start(&lab);
     let (ip, macvlan, old, mac) = web_bound(&lab);
-    let i = NODES.iter().position(|n| *n == old).unwrap();
-    procs[i].signal(Signal::SIGKILL).unwrap();
-    assert!(
-        procs[i]
-            .wait_timeout(Duration::from_secs(5))
-            .unwrap()
-            .is_some()
-    );
+    signal_node(&mut procs, &old, Signal::SIGKILL, Duration::from_secs(5));
     assert!(nodes_with_link(&lab, &macvlan).contains(&old));
     let new = wait_for("another node with the macvlan", BRING_UP, || {
         nodes_with_link(&lab, &macvlan)
@@ -559,6 +548,7 @@ fn s24_stale_macvlan_removed_when_vipd_restarts() {
             .iter()
             .any(|a| a.addr == IpAddr::V4(ip))
     });
+    let i = NODES.iter().position(|n| *n == old).unwrap();
     procs[i] = start_vipd_services(&lab, &old, true, &[("dhcp_mode", "true")]);
     wait_until("the stale macvlan removed", Duration::from_secs(15), || {
         !nodes_with_link(&lab, &macvlan).contains(&old)
@@ -782,27 +772,57 @@ impl PortCaptures {
         PortCaptures { caps }
     }
 
-    /// Per node, when (since the epoch, within a few ms: each capture's start is taken as
-    /// the moment it returned) it sent an ARP reply for `ip` to `to`; announcements aside.
-    fn stop(self, ip: Ipv4Addr, to: Ipv4Addr) -> Vec<(String, Vec<Duration>)> {
+    /// Per node, every ARP and NDP frame its port sent, each with its time since the epoch
+    /// (within a few ms: each capture's start is taken as the moment it returned).
+    fn stop(self) -> Vec<(String, Vec<(Duration, ArpFrame)>)> {
         self.caps
             .into_iter()
             .map(|(n, c, at)| {
-                let times = c
+                let frames = c
                     .stop()
                     .unwrap()
                     .into_iter()
-                    .filter(|f| {
-                        f.op == ArpOp::Reply
-                            && f.sender_ip == IpAddr::V4(ip)
-                            && f.target_ip == IpAddr::V4(to)
-                    })
-                    .map(|f| at + f.t)
+                    .map(|f| (at + f.t, f))
                     .collect();
-                (n, times)
+                (n, frames)
             })
             .collect()
     }
+}
+
+/// The lab bridge's port (`v-<node>`) that its forwarding database gives for `mac` now.
+fn fdb_port(lab: &Lab, mac: MacAddr) -> Option<String> {
+    let out = lab.exec("lan", "bridge", &["fdb", "show"]).unwrap();
+    let mac = mac.to_string();
+    String::from_utf8_lossy(&out.stdout).lines().find_map(|l| {
+        let mut w = l.split_whitespace();
+        (w.next() == Some(mac.as_str()) && w.next() == Some("dev"))
+            .then(|| w.next().map(String::from))
+            .flatten()
+    })
+}
+
+/// Per node, when it sent an ARP reply for `ip` to `to` (announcements aside).
+fn replies_by_node(
+    frames: &[(String, Vec<(Duration, ArpFrame)>)],
+    ip: Ipv4Addr,
+    to: Ipv4Addr,
+) -> Vec<(String, Vec<Duration>)> {
+    frames
+        .iter()
+        .map(|(n, fs)| {
+            let times = fs
+                .iter()
+                .filter(|(_, f)| {
+                    f.op == ArpOp::Reply
+                        && f.sender_ip == IpAddr::V4(ip)
+                        && f.target_ip == IpAddr::V4(to)
+                })
+                .map(|(t, _)| *t)
+                .collect();
+            (n.clone(), times)
+        })
+        .collect()
 }
 
 /// Creates the DHCP Service `web` and waits for its lease: (address, macvlan, holder,
@@ -879,7 +899,12 @@ fn holder_loss_keeps_address_and_mac(test: &str, loss: Loss) {
     );
     // Until another node carries the address: never two at once.
     let mut most = 0;
+    let mut ports_seen = Vec::new();
     let new = wait_for("another node carrying the address", BRING_UP, || {
+        let port = fdb_port(&lab, mac);
+        if ports_seen.last() != Some(&port) {
+            ports_seen.push(port);
+        }
         let c = carriers(&lab, &macvlan, ip);
         most = most.max(c.len());
         match c.as_slice() {
@@ -910,9 +935,37 @@ fn holder_loss_keeps_address_and_mac(test: &str, loss: Loss) {
         },
     );
     assert_eq!(carriers(&lab, &macvlan, ip), vec![new.clone()]);
+    // The killed node's leftover macvlan (kept by the kernel with the shared MAC) has no
+    // address left once its fence passed: no IPv4 address, and no IPv6 link-local, which
+    // the kernel would have made from the shared MAC and kept forever. With one, it answered
+    // neighbour solicitations and MLD queries from the shared MAC, and each answer moved the
+    // switch's entry for that MAC to the dead node's port until the next gratuitous ARP.
+    wait_until(
+        "the leftover macvlan without addresses",
+        Duration::from_secs(5),
+        || lab.addresses(&old, &macvlan).unwrap_or_default().is_empty(),
+    );
+    // Ask for the MAC's link-local address from the client (nobody may answer it); then,
+    // for 1 s more, the bridge's entry for the shared MAC stays on the new holder's port.
+    let ll = format!("{}%eth0", eui64_link_local(mac.octets()));
+    let _ = lab.exec_unchecked("client", "ping", &["-6", "-c", "1", "-W", "1", ll.as_str()]);
+    let until = epoch.elapsed() + Duration::from_secs(1);
+    while epoch.elapsed() < until {
+        let port = fdb_port(&lab, mac);
+        if ports_seen.last() != Some(&port) {
+            ports_seen.push(port);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let new_port = Some(format!("v-{new}"));
+    let first_new = ports_seen.iter().position(|p| *p == new_port);
+    assert!(
+        first_new.is_some_and(|i| ports_seen[i..].iter().all(|p| *p == new_port)),
+        "the bridge's entry for {mac} since the loss: {ports_seen:?} (want {new_port:?} to stay once there)"
+    );
     let gap_ms = probe_gap_ms(probe);
     let report = watch.stop().unwrap();
-    let replies = ports.stop(ip, API_IP);
+    let replies = replies_by_node(&ports.stop(), ip, API_IP);
 
     assert_eq!(report.all_responders(), BTreeSet::from([mac]), "{report:?}");
     let by = |n: &str| {

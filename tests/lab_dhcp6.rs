@@ -148,10 +148,12 @@ fn s23_dhcpv6_service_gets_pool_address() {
 
     // Failover: SIGTERM the holder; the next one asks as the same client (same MAC, so
     // same DUID and IAID) and gets the same address.
-    let i = NODES.iter().position(|n| *n == holder).unwrap();
-    procs[i].signal(Signal::SIGTERM).unwrap();
-    let st = procs[i].wait_timeout(Duration::from_secs(15)).unwrap();
-    assert!(st.is_some(), "{holder} did not exit on SIGTERM");
+    signal_node(
+        &mut procs,
+        &holder,
+        Signal::SIGTERM,
+        Duration::from_secs(15),
+    );
     assert!(
         !nodes_with_link(&lab, &macvlan).contains(&holder),
         "{macvlan} left behind on {holder} after SIGTERM"
@@ -327,5 +329,53 @@ fn s23_dual_stack_dhcp_service_gets_both_addresses_on_one_macvlan() {
         log.contains(&format!("DHCPRELEASE(eth0) {v4} {mac}"))
             && log.matches("DHCPRELEASE").count() >= 2
     });
+    no_panics(&procs);
+}
+
+/// S24 (DHCPv6, SIGKILL): the holder's macvlan carries vipd's link-local address (the
+/// EUI-64 of the Service's MAC) with a lifetime of seconds, not the kernel's infinite one.
+/// SIGKILL the holder: the kernel keeps its macvlan, but within seconds it carries no
+/// address at all (leased address fenced, link-local expired), while the next holder has
+/// the same MAC and the same leased address. A leftover with the shared MAC's link-local
+/// would answer for it, moving the switch's entry for the MAC to the dead node.
+#[test]
+fn s24_dhcpv6_holder_sigkill_leaves_a_silent_macvlan() {
+    let Some(lab) = lab("s24_dhcpv6_kill", LabOptions::default()) else {
+        return;
+    };
+    let mut procs = start(&lab);
+    create_service(&lab, &dhcp6_service("web6", "::"));
+    let ip = wait_pool6_ingress(&lab, "web6", BRING_UP);
+    let macvlan = macvlan_of(&lab, "web6");
+    let holder = holder_of(&lab, "web6");
+    let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
+    let ll = IpAddr::V6(vipd::net::macvlan::eui64_link_local(mac.octets()));
+    let addrs = lab.addresses(&holder, &macvlan).unwrap();
+    assert!(
+        addrs
+            .iter()
+            .any(|a| a.addr == ll && a.valid_lft.is_some_and(|l| l <= 2)),
+        "want {ll} with a lifetime of at most 2 s: {addrs:?}"
+    );
+
+    signal_node(&mut procs, &holder, Signal::SIGKILL, Duration::from_secs(5));
+    wait_until(
+        "the killed holder's macvlan without any address",
+        Duration::from_secs(6),
+        || lab.addresses(&holder, &macvlan).is_ok_and(|a| a.is_empty()),
+    );
+    assert!(
+        nodes_with_link(&lab, &macvlan).contains(&holder),
+        "the kernel keeps the killed holder's macvlan"
+    );
+    let new = wait_for("another node carrying the address", BRING_UP, || {
+        NODES
+            .iter()
+            .find(|n| **n != holder && carries(&lab, n, &macvlan, ip))
+            .map(|n| n.to_string())
+    });
+    assert_eq!(lab.mac_of_if(&new, &macvlan).unwrap(), mac, "same MAC");
+    assert!(lab.addresses(&holder, &macvlan).unwrap().is_empty());
+    assert_eq!(responders(&lab, IpAddr::V6(ip)), BTreeSet::from([mac]));
     no_panics(&procs);
 }

@@ -20,7 +20,10 @@ use super::machine::{ClientConfig, Machine, backoff, exhausted};
 use super::v6::{Machine6, Udp6Transport};
 use super::wire::{PacketTransport, Transport, Wire};
 use super::{Dhcp, DhcpCommand, DhcpFamily, DhcpHandle, DhcpSpec, DhcpState};
-use crate::net::macvlan::{MacvlanError, MacvlanKernel, Macvlans, NetlinkMacvlans};
+use crate::net::macvlan::{
+    LINK_LOCAL_LIFETIME_SECS, LINK_LOCAL_REFRESH, MacvlanError, MacvlanKernel, Macvlans,
+    NetlinkMacvlans, eui64_link_local,
+};
 
 /// Where a client's count of failed attempts stands when a machine begins.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -264,20 +267,32 @@ where
         self.spec.family.metric()
     }
 
-    async fn setup(&self) -> Result<T::Wire, String> {
+    /// Creates (or joins) the macvlan, gives a DHCPv6 client its link-local address and
+    /// opens the wire: (macvlan index, wire).
+    async fn setup(&self) -> Result<(u32, T::Wire), String> {
         self.spec.check().map_err(|e| e.to_string())?;
         let index = self
             .macvlans
             .acquire(&self.spec.macvlan_spec(), self.user())
             .await
             .map_err(|e| e.to_string())?;
-        self.transport.open(index, &self.spec.macvlan).map_err(|e| {
-            format!(
-                "{} socket on macvlan {}: {e}",
-                self.spec.family.label(),
-                self.spec.macvlan
-            )
-        })
+        if self.spec.family == DhcpFamily::V6 {
+            self.macvlans
+                .add_link_local(index, &self.spec.macvlan, self.spec.mac)
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        let wire = self
+            .transport
+            .open(index, &self.spec.macvlan)
+            .map_err(|e| {
+                format!(
+                    "{} socket on macvlan {}: {e}",
+                    self.spec.family.label(),
+                    self.spec.macvlan
+                )
+            })?;
+        Ok((index, wire))
     }
 
     async fn run(mut self) {
@@ -288,7 +303,7 @@ where
         // Failed attempts in a row, across machines: a failed setup or wire counts as one.
         let mut failures = 0u32;
         let done = loop {
-            let wire = match self.setup().await {
+            let (index, wire) = match self.setup().await {
                 Ok(w) => w,
                 Err(e) => {
                     failures = failures.saturating_add(1);
@@ -310,7 +325,7 @@ where
                 Instant::now(),
                 xid_seed(self.spec.mac),
             );
-            match self.drive(&mut machine, wire).await {
+            match self.drive(&mut machine, wire, index).await {
                 End::Stop(done) => break done,
                 End::GaveUp => break self.wait_for_stop().await,
                 End::WireFailed(e) => {
@@ -428,7 +443,14 @@ where
         }
     }
 
-    async fn drive(&mut self, machine: &mut M, mut wire: T::Wire) -> End {
+    /// Runs `machine` over `wire` on macvlan `index` until it stops, gives up or the wire
+    /// fails. A DHCPv6 client also refreshes the macvlan's link-local address every
+    /// [`LINK_LOCAL_REFRESH`]; one found expired (the process was frozen or starved for
+    /// [`LINK_LOCAL_LIFETIME_SECS`]) ends the wire, so the address comes back only through a
+    /// new setup, after the backoff, by which time a lost Lease has stopped the client.
+    async fn drive(&mut self, machine: &mut M, mut wire: T::Wire, index: u32) -> End {
+        let mut refresh_at =
+            (self.spec.family == DhcpFamily::V6).then(|| Instant::now() + LINK_LOCAL_REFRESH);
         loop {
             self.publish(machine);
             if matches!(machine.state(), DhcpState::GaveUp { .. }) {
@@ -444,6 +466,24 @@ where
                 } => {
                     let outs = machine.on_timeout(Instant::now());
                     self.send_all(&mut wire, outs).await;
+                }
+                () = async {
+                    match refresh_at {
+                        Some(t) => tokio::time::sleep_until(t).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    refresh_at = Some(Instant::now() + LINK_LOCAL_REFRESH);
+                    match self.macvlans.refresh_link_local(index, &self.spec.macvlan, self.spec.mac).await {
+                        Ok(true) => {}
+                        Ok(false) => return End::WireFailed(format!(
+                            "link-local address {} of macvlan {} expired: vipd did not refresh it for {LINK_LOCAL_LIFETIME_SECS} s (frozen or starved)",
+                            eui64_link_local(self.spec.mac),
+                            self.spec.macvlan
+                        )),
+                        // The next tick tries again; the address outlives a few misses.
+                        Err(e) => debug!(macvlan = %self.spec.macvlan, error = %e, "cannot refresh the link-local address"),
+                    }
                 }
                 msg = wire.recv() => match msg {
                     Ok(msg) => {

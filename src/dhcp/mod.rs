@@ -136,11 +136,13 @@ pub enum DhcpSpecError {
     /// The macvlan part (name, MAC, mark, rp_filter) is invalid.
     #[error(transparent)]
     Macvlan(#[from] MacvlanError),
-    /// The host name cannot be sent as option 12.
-    #[error("DHCP host name {hostname:?} is invalid (1 to {HOSTNAME_MAX} bytes)")]
+    /// The host name cannot be sent as option 12 ([`check_hostname`]).
+    #[error("DHCP host name {hostname:?} is invalid: {why}")]
     Hostname {
         /// The value given.
         hostname: String,
+        /// Why ([`check_hostname`]).
+        why: String,
     },
 }
 
@@ -166,14 +168,37 @@ impl DhcpSpec {
     pub fn check(&self) -> Result<(), DhcpSpecError> {
         validate(&self.macvlan_spec())?;
         if let Some(h) = &self.hostname
-            && (h.is_empty() || h.len() > HOSTNAME_MAX)
+            && let Err(why) = check_hostname(h)
         {
             return Err(DhcpSpecError::Hostname {
                 hostname: h.clone(),
+                why,
             });
         }
         Ok(())
     }
+}
+
+/// Checks a host name for DHCPv4 option 12 (`kube-vip.io/loadbalancerHostname`): 1 to
+/// [`HOSTNAME_MAX`] bytes (RFC 2132 §3.14) of printable ASCII without spaces (RFC 1123
+/// host names are letters, digits, `-` and `.`; `_` and other punctuation are passed
+/// through, as kube-vip does, since servers differ in what they accept).
+///
+/// # Errors
+/// Why it is refused, as text naming the rule (the caller names the field and value).
+pub fn check_hostname(host: &str) -> Result<(), String> {
+    if host.is_empty() || host.len() > HOSTNAME_MAX {
+        return Err(format!(
+            "{} bytes long: a DHCP host name (option 12) has 1 to {HOSTNAME_MAX}",
+            host.len()
+        ));
+    }
+    if let Some(c) = host.chars().find(|c| !c.is_ascii_graphic()) {
+        return Err(format!(
+            "contains {c:?}: a DHCP host name is printable ASCII without spaces"
+        ));
+    }
+    Ok(())
 }
 
 /// A bound lease (RFC 2131 §4.4.5; DHCPv6: RFC 8415 §18.2.10.1). Instants are tokio

@@ -162,6 +162,10 @@ pub struct GenArgs {
     /// Name of the control-plane Lease [env: vip_leasename]
     #[arg(long = "leaseName", value_name = "NAME")]
     pub lease_name: Option<String>,
+    /// Name of the Lease for all Services, when --servicesElection is off [env: svc_leasename]
+    /// [default: plndr-svcs-lock]
+    #[arg(long = "servicesLeaseName", value_name = "NAME")]
+    pub services_lease_name: Option<String>,
     /// Namespace of the Pod/DaemonSet and of the Leases [env: cp_namespace] [default: kube-system]
     #[arg(long = "namespace", short = 'n', value_name = "NAMESPACE")]
     pub namespace: Option<String>,
@@ -338,8 +342,9 @@ impl GenArgs {
     /// The mode flags, checked alone and together.
     ///
     /// # Errors
-    /// [`ManifestError::Invalid`] for a flag that is not a Go bool or for `--kubeadm-init`
-    /// with `--inCluster` or without `--controlplane`.
+    /// [`ManifestError::Invalid`] for a flag that is not a Go bool, for `--k8sConfigPath`
+    /// with `--inCluster`, or for `--kubeadm-init` with `--inCluster` or without
+    /// `--controlplane`.
     /// See [`warnings`].
     fn ineffective(&self) -> Vec<String> {
         let Ok(modes) = self.modes() else {
@@ -378,6 +383,15 @@ impl GenArgs {
             kubeadm_init,
             ..
         } = modes;
+        if in_cluster && let Some(path) = &self.k8s_config_path {
+            return Err(ManifestError::Invalid {
+                flag: "k8sConfigPath",
+                value: path.clone(),
+                reason: "is not used with --inCluster (the pod reaches the API with the \
+                         ServiceAccount vipd): give one of the two"
+                    .into(),
+            });
+        }
         if kubeadm_init && in_cluster {
             return Err(ManifestError::Invalid {
                 flag: "kubeadm-init",
@@ -511,6 +525,9 @@ impl GenArgs {
         push("namespace", &namespace)?;
         if let Some(n) = &self.lease_name {
             push("leaseName", n)?;
+        }
+        if let Some(n) = &self.services_lease_name {
+            push("servicesLeaseName", n)?;
         }
         push(
             "leaseDuration",

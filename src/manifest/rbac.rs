@@ -517,7 +517,7 @@ pub(crate) async fn discover_event_api(client: &kube::Client) -> Result<EventApi
 /// `vipd manifest rbac` flags.
 #[derive(Debug, Clone, Default, Args, PartialEq, Eq)]
 pub struct RbacArgs {
-    /// Namespace of the ServiceAccount [default: kube-system]
+    /// Namespace of the ServiceAccount
     #[arg(
         long = "namespace",
         short = 'n',

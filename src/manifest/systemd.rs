@@ -173,6 +173,7 @@ pub fn unit(args: &SystemdArgs) -> Unit {
 /// # Errors
 /// Everything [`GenArgs::plan`] returns; [`ManifestError::Invalid`] for `--inCluster`.
 pub(crate) fn environment_file(generator: &GenArgs) -> Result<String, ManifestError> {
+    refuse_workload_flags(generator)?;
     let plan = generator.plan()?;
     if plan.access == Access::InCluster {
         return Err(ManifestError::Invalid {
@@ -197,6 +198,47 @@ pub(crate) fn environment_file(generator: &GenArgs) -> Result<String, ManifestEr
     Ok(s)
 }
 
+/// Refuses the generator flags that shape a Pod and mean nothing to a systemd unit, rather
+/// than dropping them: `--image` (the unit runs `--binary`), `--taint` (scheduling) and
+/// `--kubeadm-init` (a Pod mount; a unit reads `--k8sConfigPath` directly).
+///
+/// # Errors
+/// [`ManifestError::Invalid`] naming the flag.
+fn refuse_workload_flags(generator: &GenArgs) -> Result<(), ManifestError> {
+    if generator.image != super::DEFAULT_IMAGE {
+        return Err(ManifestError::Invalid {
+            flag: "image",
+            value: generator.image.clone(),
+            reason: "a systemd unit runs the vipd binary (--binary), not a container image".into(),
+        });
+    }
+    for (flag, value, reason) in [
+        (
+            "taint",
+            &generator.taint,
+            "applies to `manifest daemonset` only (tolerations and node affinity)",
+        ),
+        (
+            "kubeadm-init",
+            &generator.kubeadm_init,
+            "mounts super-admin.conf into a Pod; for a systemd unit on the first kubeadm node \
+             give --k8sConfigPath /etc/kubernetes/super-admin.conf until `kubeadm init` ends, \
+             then admin.conf",
+        ),
+    ] {
+        if let Some(v) = value
+            && GenArgs::flag_bool(flag, value)?
+        {
+            return Err(ManifestError::Invalid {
+                flag,
+                value: v.clone(),
+                reason: reason.into(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// `vipd manifest systemd` output.
 ///
 /// # Errors
@@ -205,6 +247,7 @@ pub fn render(args: &SystemdArgs) -> Result<String, ManifestError> {
     if args.environment_file {
         return environment_file(&args.generator);
     }
+    refuse_workload_flags(&args.generator)?;
     // The unit reads everything else from its EnvironmentFile: generator flags given
     // without --environment-file would be silently dropped.
     let untouched = GenArgs {

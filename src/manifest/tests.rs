@@ -61,6 +61,7 @@ fn every_generator_flag_has_an_env_name() {
         "vipSubnet",
         "namespace",
         "leaseName",
+        "servicesLeaseName",
         "leaseDuration",
         "leaseRenewDuration",
         "leaseRetry",
@@ -307,4 +308,69 @@ fn dhcp_backoff_attempts_flag_is_passed_through() {
         e.contains("--dhcpBackoffAttempts") && e.contains("\"-1\""),
         "{e}"
     );
+}
+
+/// Flags the output would silently drop are refused, naming the flag: `--k8sConfigPath`
+/// with `--inCluster`, and `--image`, `--taint`, `--kubeadm-init` for a systemd unit or its
+/// EnvironmentFile.
+#[test]
+fn flags_the_output_would_drop_are_refused() {
+    let run_args = |args: &[&str]| run(&T::try_parse_from(args).unwrap().cmd);
+    let names = |args: &[&str], flag: &str| match run_args(args) {
+        Err(ManifestError::Invalid { flag: f, .. }) => assert_eq!(f, flag, "{args:?}"),
+        other => panic!("{args:?}: expected an error naming --{flag}, got {other:?}"),
+    };
+    names(
+        &[
+            "t",
+            "daemonset",
+            "--services",
+            "--inCluster",
+            "--k8sConfigPath",
+            "/x/kubeconfig",
+        ],
+        "k8sConfigPath",
+    );
+    assert!(run_args(&["t", "daemonset", "--services", "--inCluster"]).is_ok());
+    assert!(
+        run_args(&[
+            "t",
+            "daemonset",
+            "--services",
+            "--k8sConfigPath",
+            "/x/kubeconfig"
+        ])
+        .is_ok()
+    );
+    let cp = [
+        "t",
+        "systemd",
+        "--environment-file",
+        "--controlplane",
+        "--address",
+        "192.0.2.10",
+    ];
+    for (extra, flag) in [
+        (&["--image", "example.com/vipd:1"][..], "image"),
+        (&["--taint"][..], "taint"),
+        (&["--kubeadm-init"][..], "kubeadm-init"),
+    ] {
+        names(&[&cp[..], extra].concat(), flag);
+    }
+    names(&["t", "systemd", "--image", "example.com/vipd:1"], "image");
+    assert!(run_args(&[&cp[..], &["--taint=false", "--kubeadm-init=false"][..]].concat()).is_ok());
+    assert!(run_args(&["t", "systemd"]).is_ok());
+}
+
+/// kube-vip's `--servicesLeaseName` writes `svc_leasename`.
+#[test]
+fn services_lease_name_flag_writes_svc_leasename() {
+    let p = plan(&["--services", "--servicesLeaseName", "my-svcs-lock"]).unwrap();
+    assert!(
+        text_env(&p).contains(&("svc_leasename", "my-svcs-lock".to_string())),
+        "{:?}",
+        text_env(&p)
+    );
+    let p = plan(&["--services"]).unwrap();
+    assert!(!text_env(&p).iter().any(|(k, _)| *k == "svc_leasename"));
 }

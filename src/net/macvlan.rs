@@ -18,12 +18,17 @@ use std::future::Future;
 
 use futures::TryStreamExt;
 use netlink_packet_route::link::{
-    InfoKind, LinkAttribute, LinkInfo as NlLinkInfo, LinkMessage, MacVlanMode,
+    AfSpecInet6, AfSpecUnspec, In6AddrGenMode, InfoKind, LinkAttribute, LinkInfo as NlLinkInfo,
+    LinkMessage, MacVlanMode,
 };
 use rtnetlink::{Handle, LinkMacVlan, LinkUnspec};
 
+use netlink_packet_route::address::{
+    AddressAttribute, AddressFlags, AddressHeaderFlags, CacheInfo,
+};
+
 use super::iface::{IFNAME_RULE, is_ifname};
-use super::netlink::{ENODEV, errno};
+use super::netlink::{EAFNOSUPPORT, ENODEV, errno};
 
 /// Prefix of the ifalias marking a macvlan as vipd's (`vipd:<service uid>`).
 pub const MARK_PREFIX: &str = "vipd:";
@@ -299,6 +304,29 @@ pub trait MacvlanKernel: Send + Sync + 'static {
         mark: &str,
     ) -> impl Future<Output = Result<u32, MacvlanError>> + Send;
 
+    /// Sets link `index`'s IPv6 address generation mode to none
+    /// (`IFLA_INET6_ADDR_GEN_MODE` = `IN6_ADDR_GEN_MODE_NONE`, `ip link set <name>
+    /// addrgenmode none`), so that the kernel gives it no link-local address when it goes
+    /// up. A netlink setting, so it works where `/proc/sys` is read-only. `Ok(false)` when
+    /// the kernel has no IPv6 (nothing to do).
+    ///
+    /// Why: every node that holds a DHCP Service gives its macvlan the same MAC, so a
+    /// kernel-made link-local (the EUI-64 of that MAC, infinite lifetime) would be the same
+    /// on each. A macvlan left behind by a killed or frozen holder would then answer the
+    /// next holder's Duplicate Address Detection and MLD queries, and each such frame moves
+    /// the switch's entry for the shared MAC to the dead node's port, black-holing the
+    /// Service until the next gratuitous ARP. Without any address the leftover is silent; a
+    /// DHCPv6 macvlan gets a fenced link-local from vipd instead
+    /// ([`Macvlans::add_link_local`]).
+    ///
+    /// # Errors
+    /// [`MacvlanError::Netlink`].
+    fn no_link_local(
+        &self,
+        index: u32,
+        name: &str,
+    ) -> impl Future<Output = Result<bool, MacvlanError>> + Send;
+
     /// Brings link `index` up.
     ///
     /// # Errors
@@ -331,6 +359,22 @@ pub trait MacvlanKernel: Send + Sync + 'static {
     /// Reads `/proc/sys/net/<family>/conf/<name>/<key>`; `None` when it cannot be read or
     /// is not a small number.
     fn get_conf(&self, family: ConfFamily, name: &str, key: &'static str) -> Option<u8>;
+
+    /// Puts `addr/64` on link `index` with `IFA_F_NODAD` and valid and preferred lifetimes
+    /// of `lifetime_secs` seconds, or, when it is there, renews its lifetimes. With
+    /// `create` false an absent address is not added: `Ok(false)`. `Ok(true)` when the
+    /// address is there afterwards.
+    ///
+    /// # Errors
+    /// [`MacvlanError::Netlink`].
+    fn link_local(
+        &self,
+        index: u32,
+        name: &str,
+        addr: std::net::Ipv6Addr,
+        lifetime_secs: u32,
+        create: bool,
+    ) -> impl Future<Output = Result<bool, MacvlanError>> + Send;
 }
 
 /// Which `/proc/sys/net/<family>/conf` tree a setting lives in.
@@ -354,9 +398,44 @@ impl ConfFamily {
 
 /// The per-interface IPv6 settings vipd gives its macvlans: `accept_ra = 0` and
 /// `autoconf = 0`, so that router advertisements never give the macvlan (and so the node)
-/// a SLAAC address of its own. The link-local address stays. Skipped when the kernel has no
-/// IPv6.
+/// a SLAAC address of its own. Skipped when the kernel has no IPv6.
 pub const IPV6_SETTINGS: [(&str, u8); 2] = [("accept_ra", 0), ("autoconf", 0)];
+
+/// Valid (and preferred) lifetime, in seconds, of the link-local address vipd puts on a
+/// DHCPv6 macvlan ([`Macvlans::add_link_local`]). The client refreshes it every
+/// [`LINK_LOCAL_REFRESH`] while it runs, so the address of a killed or frozen vipd is gone
+/// 2 to 3 s later (the kernel counts whole seconds), before the Service's lease (at least
+/// 3 s) can pass to another node; a refresh that finds it gone does not bring it back.
+pub const LINK_LOCAL_LIFETIME_SECS: u32 = 2;
+
+/// How often a DHCPv6 client refreshes its macvlan's link-local address
+/// ([`LINK_LOCAL_LIFETIME_SECS`]).
+pub const LINK_LOCAL_REFRESH: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// The modified EUI-64 link-local address of `mac` (RFC 4291 §2.5.1 and appendix A:
+/// `fe80::` + the MAC with `ff:fe` in the middle and the universal/local bit flipped), the
+/// address the kernel would have made; a DHCPv6 macvlan's source address.
+pub fn eui64_link_local(mac: [u8; 6]) -> std::net::Ipv6Addr {
+    let [a, b, c, d, e, f] = mac;
+    std::net::Ipv6Addr::from([
+        0xfe,
+        0x80,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        a ^ 0x02,
+        b,
+        c,
+        0xff,
+        0xfe,
+        d,
+        e,
+        f,
+    ])
+}
 
 /// The per-interface IPv4 settings vipd gives its macvlans, besides `rp_filter`:
 /// - `arp_ignore = 1`: answer ARP only for addresses configured on the macvlan itself, so its
@@ -417,6 +496,49 @@ impl<K: MacvlanKernel> Macvlans<K> {
         self.remove(name).await
     }
 
+    /// Puts the link-local address of `mac` ([`eui64_link_local`]) on macvlan `index`
+    /// (`name`) for [`LINK_LOCAL_LIFETIME_SECS`], for a DHCPv6 client, which keeps it with
+    /// [`Self::refresh_link_local`]; returns the address.
+    ///
+    /// # Errors
+    /// [`MacvlanError::Netlink`].
+    pub async fn add_link_local(
+        &self,
+        index: u32,
+        name: &str,
+        mac: [u8; 6],
+    ) -> Result<std::net::Ipv6Addr, MacvlanError> {
+        let addr = eui64_link_local(mac);
+        self.kernel
+            .link_local(index, name, addr, LINK_LOCAL_LIFETIME_SECS, true)
+            .await?;
+        Ok(addr)
+    }
+
+    /// Renews the lifetimes of [`Self::add_link_local`]'s address; `Ok(false)` when it has
+    /// expired (vipd did not run for [`LINK_LOCAL_LIFETIME_SECS`]): it is not added back,
+    /// so a holder frozen past its fence never sends from it again unless the client is set
+    /// up anew.
+    ///
+    /// # Errors
+    /// [`MacvlanError::Netlink`].
+    pub async fn refresh_link_local(
+        &self,
+        index: u32,
+        name: &str,
+        mac: [u8; 6],
+    ) -> Result<bool, MacvlanError> {
+        self.kernel
+            .link_local(
+                index,
+                name,
+                eui64_link_local(mac),
+                LINK_LOCAL_LIFETIME_SECS,
+                false,
+            )
+            .await
+    }
+
     /// The kernel access.
     pub fn kernel(&self) -> &K {
         &self.kernel
@@ -424,7 +546,7 @@ impl<K: MacvlanKernel> Macvlans<K> {
 
     /// Makes `spec`'s macvlan exist, configured and up; returns its index. An existing vipd
     /// macvlan of that name is reused when identical, replaced otherwise. Order: create (down),
-    /// ifalias, sysctls (`rp_filter`, [`ARP_SETTINGS`], [`IPV6_SETTINGS`], [`NO_DAD`] when
+    /// ifalias, no kernel link-local ([`MacvlanKernel::no_link_local`]), sysctls (`rp_filter`, [`ARP_SETTINGS`], [`IPV6_SETTINGS`], [`NO_DAD`] when
     /// `ipv6_now`), up, so that it never answers with the kernel defaults.
     ///
     /// # Errors
@@ -455,6 +577,7 @@ impl<K: MacvlanKernel> Macvlans<K> {
                     .await?
             }
         };
+        self.kernel.no_link_local(index, &spec.name).await?;
         self.configure(ConfFamily::Ipv4, &spec.name, "rp_filter", spec.rp_filter)?;
         for (key, value) in ARP_SETTINGS {
             self.configure(ConfFamily::Ipv4, &spec.name, key, value)?;
@@ -662,6 +785,23 @@ impl MacvlanKernel for NetlinkMacvlans {
         Ok(index)
     }
 
+    async fn no_link_local(&self, index: u32, name: &str) -> Result<bool, MacvlanError> {
+        let mut msg = LinkUnspec::new_with_index(index).build();
+        msg.attributes
+            .push(LinkAttribute::AfSpecUnspec(vec![AfSpecUnspec::Inet6(
+                vec![AfSpecInet6::AddrGenMode(In6AddrGenMode::None)],
+            )]));
+        match self.handle.link().set(msg).execute().await {
+            Ok(()) => Ok(true),
+            Err(e) if errno(&e) == Some(EAFNOSUPPORT) => Ok(false),
+            Err(source) => Err(MacvlanError::Netlink {
+                name: name.into(),
+                op: "set addrgenmode none",
+                source,
+            }),
+        }
+    }
+
     async fn up(&self, index: u32, name: &str) -> Result<(), MacvlanError> {
         self.handle
             .link()
@@ -706,6 +846,58 @@ impl MacvlanKernel for NetlinkMacvlans {
     fn get_conf(&self, family: ConfFamily, name: &str, key: &'static str) -> Option<u8> {
         let path = format!("/proc/sys/net/{}/conf/{name}/{key}", family.dir());
         std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    }
+
+    async fn link_local(
+        &self,
+        index: u32,
+        name: &str,
+        addr: std::net::Ipv6Addr,
+        lifetime_secs: u32,
+        create: bool,
+    ) -> Result<bool, MacvlanError> {
+        let err = |op| {
+            move |source| MacvlanError::Netlink {
+                name: name.into(),
+                op,
+                source,
+            }
+        };
+        if !create {
+            let mut get = self
+                .handle
+                .address()
+                .get()
+                .set_link_index_filter(index)
+                .set_address_filter(std::net::IpAddr::V6(addr));
+            get.message_mut().header.family = netlink_packet_route::AddressFamily::Inet6;
+            let present = get
+                .execute()
+                .try_next()
+                .await
+                .map_err(err("get link-local"))?
+                .is_some();
+            if !present {
+                return Ok(false);
+            }
+        }
+        let mut req = self
+            .handle
+            .address()
+            .add(index, std::net::IpAddr::V6(addr), 64);
+        let msg = req.message_mut();
+        let mut ci = CacheInfo::default();
+        ci.ifa_preferred = lifetime_secs;
+        ci.ifa_valid = lifetime_secs;
+        msg.attributes.push(AddressAttribute::CacheInfo(ci));
+        msg.header.flags |= AddressHeaderFlags::Nodad;
+        msg.attributes
+            .push(AddressAttribute::Flags(AddressFlags::Nodad));
+        req.replace()
+            .execute()
+            .await
+            .map_err(err("add link-local"))?;
+        Ok(true)
     }
 }
 

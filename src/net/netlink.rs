@@ -27,6 +27,8 @@ const EINVAL: i32 = 22;
 const ENOENT: i32 = 2;
 const EADDRNOTAVAIL: i32 = 99;
 const EOPNOTSUPP: i32 = 95;
+/// `EAFNOSUPPORT`: e.g. an IPv6 setting on a kernel or link without IPv6.
+pub(super) const EAFNOSUPPORT: i32 = 97;
 
 /// How vipd tags the addresses it adds. Detected once per [`NetlinkKernel`], on the first
 /// address it creates ([`detect_tag_mode`]).

@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::time::Duration;
 
-use xtask::lab::{Lab, LabProcess, MacAddr};
+use xtask::lab::{Lab, LabProcess, MacAddr, Signal};
 
-use super::{events_for, get_service, wait_until};
+use super::{NODES, events_for, get_service, wait_until};
 
 /// The default macvlan name of a Service: `vip-` and the first 8 characters of its UID.
 pub fn macvlan_of(lab: &Lab, svc: &str) -> String {
@@ -77,4 +77,16 @@ pub fn unix_now() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_secs()
+}
+
+/// Sends `signal` to `node`'s vipd (`procs` in [`NODES`] order) and fails the test unless
+/// it exits within `limit`.
+pub fn signal_node(procs: &mut [LabProcess], node: &str, signal: Signal, limit: Duration) {
+    let i = NODES.iter().position(|n| *n == node).unwrap();
+    procs[i].signal(signal).unwrap();
+    let exited = procs[i].wait_timeout(limit).unwrap();
+    assert!(
+        exited.is_some(),
+        "{node} still runs {limit:?} after {signal:?}"
+    );
 }

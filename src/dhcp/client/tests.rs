@@ -80,6 +80,18 @@ impl Server {
     }
 }
 
+/// The parent interface of the fakes' macvlans.
+fn eth0() -> LinkEntry {
+    LinkEntry {
+        index: 2,
+        name: "eth0".into(),
+        macvlan: false,
+        alias: None,
+        parent: None,
+        mac: [0x02, 0, 0, 0, 0, 1],
+    }
+}
+
 fn client() -> (
     DhcpClient<FakeKernel, FakeTransport4, Udp6Transport>,
     Server,
@@ -91,16 +103,8 @@ fn client() -> (
         sent: sent_tx,
         replies: reply_rx,
     });
-    let eth0 = LinkEntry {
-        index: 2,
-        name: "eth0".into(),
-        macvlan: false,
-        alias: None,
-        parent: None,
-        mac: [0x02, 0, 0, 0, 0, 1],
-    };
     (
-        DhcpClient::new(FakeKernel::with(vec![eth0]), transport, Udp6Transport),
+        DhcpClient::new(FakeKernel::with(vec![eth0()]), transport, Udp6Transport),
         Server {
             sent: sent_rx,
             replies: reply_tx,
@@ -286,15 +290,7 @@ async fn dual_stack_clients_share_the_macvlan_and_the_last_one_removes_it() {
         sent: sent6,
         replies: reply6_rx,
     });
-    let eth0 = LinkEntry {
-        index: 2,
-        name: "eth0".into(),
-        macvlan: false,
-        alias: None,
-        parent: None,
-        mac: [0x02, 0, 0, 0, 0, 1],
-    };
-    let dhcp = DhcpClient::new(FakeKernel::with(vec![eth0]), t4, t6);
+    let dhcp = DhcpClient::new(FakeKernel::with(vec![eth0()]), t4, t6);
     let mut v6 = spec();
     v6.family = crate::dhcp::DhcpFamily::V6;
     v6.requested_v6 = Some(ADDR6);
@@ -432,4 +428,91 @@ async fn failed_setups_alone_give_up_at_the_limit() {
         other => panic!("{other:?}"),
     }
     handle.stop().await;
+}
+
+/// A DHCPv6 client puts the macvlan's link-local address on itself, keeps refreshing it,
+/// and when it finds it expired (the process was frozen past its lifetime) ends the wire
+/// with an error naming it, instead of adding it back, and sets up anew after the backoff,
+/// hinting the address it held.
+#[tokio::test(start_paused = true)]
+async fn v6_client_refreshes_its_link_local_and_sets_up_again_when_it_expired() {
+    use crate::dhcp::v6::machine::tests::{ADDR as ADDR6, SERVER_LL, answer};
+    use crate::net::macvlan::eui64_link_local;
+    use dhcproto::v6::MessageType as M6;
+    let t6 = FakeTransport6::default();
+    let (sent6b, mut sent6b_rx) = unbounded_channel::<Outgoing6>();
+    let (_reply6b, reply6b_rx) = unbounded_channel();
+    let (sent6, mut sent6_rx) = unbounded_channel::<Outgoing6>();
+    let (reply6, reply6_rx) = unbounded_channel();
+    // `open` pops: the second wire first.
+    t6.wires.lock().unwrap().push(FakeWire {
+        sent: sent6b,
+        replies: reply6b_rx,
+    });
+    t6.wires.lock().unwrap().push(FakeWire {
+        sent: sent6,
+        replies: reply6_rx,
+    });
+    let dhcp = DhcpClient::new(
+        FakeKernel::with(vec![eth0()]),
+        FakeTransport4::default(),
+        t6,
+    );
+    let mut v6 = spec();
+    v6.family = crate::dhcp::DhcpFamily::V6;
+    let ll = eui64_link_local(v6.mac);
+    let mut h6 = dhcp.start(v6);
+    let sol = sent6_rx.recv().await.unwrap();
+    reply6
+        .send((SERVER_LL, answer(&sol, M6::Advertise, ADDR6, None)))
+        .unwrap();
+    let req = sent6_rx.recv().await.unwrap();
+    reply6
+        .send((SERVER_LL, answer(&req, M6::Reply, ADDR6, None)))
+        .unwrap();
+    h6.state
+        .wait_for(|s| matches!(s, DhcpState::Bound(_)))
+        .await
+        .unwrap();
+    let count = |what: &str| {
+        dhcp.macvlans()
+            .kernel()
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with(&format!("link-local {what}")))
+            .count()
+    };
+    assert_eq!(count("add"), 1);
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    assert!(
+        count("refresh") >= 3,
+        "{:?}",
+        dhcp.macvlans().kernel().calls()
+    );
+
+    // The macvlan (index 3) loses its link-local: the client notices at the next refresh.
+    dhcp.macvlans().kernel().expire_link_local(3);
+    let state = tokio::time::timeout(
+        Duration::from_secs(60),
+        h6.state
+            .wait_for(|s| matches!(s, DhcpState::Requesting { .. })),
+    )
+    .await
+    .expect("the expired link-local went unnoticed")
+    .unwrap()
+    .clone();
+    let DhcpState::Requesting {
+        last_error: Some(e),
+        ..
+    } = state
+    else {
+        panic!("{state:?}")
+    };
+    assert!(e.contains(&ll.to_string()) && e.contains("expired"), "{e}");
+    assert_eq!(count("add"), 1, "not added back by a refresh");
+    // After the backoff: set up anew, the address added again.
+    let sol = sent6b_rx.recv().await.unwrap();
+    assert_eq!(sol.msg.msg_type(), M6::Solicit);
+    assert_eq!(count("add"), 2);
+    h6.stop().await;
 }

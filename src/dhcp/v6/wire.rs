@@ -1,8 +1,9 @@
 //! DHCPv6 messages on a macvlan: a kernel UDP socket on port 546 (RFC 8415 §7.2), bound to
 //! the macvlan with `SO_BINDTODEVICE`, so that each Service's client has its own socket on
 //! the same port. Unlike DHCPv4, no raw socket is needed: the client talks from the
-//! macvlan's link-local address, which exists as soon as the macvlan is up (vipd turns off
-//! its DAD, [`crate::net::macvlan::NO_DAD`]). The socket is bound to `[::]:546` on the
+//! macvlan's link-local address, which vipd adds, without DAD, before the socket opens and
+//! keeps with a short lifetime ([`crate::net::macvlan::Macvlans::add_link_local`]). The
+//! socket is bound to `[::]:546` on the
 //! device, and the kernel picks that link-local address as the source of every message to
 //! `ff02::1:2` (link scope, RFC 6724); replies come back to it. (Bound to the wildcard
 //! rather than to the link-local address itself, so that opening the socket never waits for

@@ -14,6 +14,8 @@ pub(crate) struct FakeKernel {
     /// `/proc/sys` read-only (a container without privileges): writes fail, and each
     /// setting reads as the value given for its key (unreadable when absent).
     pub(crate) read_only: Mutex<Option<std::collections::HashMap<&'static str, u8>>>,
+    /// Links carrying their link-local address ([`MacvlanKernel::link_local`]).
+    link_locals: Mutex<std::collections::BTreeSet<u32>>,
 }
 
 impl FakeKernel {
@@ -23,6 +25,7 @@ impl FakeKernel {
             calls: Mutex::default(),
             no_ipv6: AtomicBool::new(false),
             read_only: Mutex::new(None),
+            link_locals: Mutex::default(),
         }
     }
     pub(crate) fn calls(&self) -> Vec<String> {
@@ -60,6 +63,13 @@ impl MacvlanKernel for FakeKernel {
         });
         Ok(index)
     }
+    async fn no_link_local(&self, _index: u32, name: &str) -> Result<bool, MacvlanError> {
+        if self.no_ipv6.load(Ordering::Relaxed) {
+            return Ok(false);
+        }
+        self.log(format!("addrgenmode none {name}"));
+        Ok(true)
+    }
     async fn up(&self, index: u32, name: &str) -> Result<(), MacvlanError> {
         self.log(format!("up {name} {index}"));
         Ok(())
@@ -67,6 +77,7 @@ impl MacvlanKernel for FakeKernel {
     async fn delete(&self, index: u32, name: &str) -> Result<(), MacvlanError> {
         self.log(format!("delete {name} {index}"));
         self.links.lock().unwrap().retain(|l| l.index != index);
+        self.link_locals.lock().unwrap().remove(&index);
         Ok(())
     }
     fn set_conf(
@@ -97,5 +108,30 @@ impl MacvlanKernel for FakeKernel {
     }
     fn get_conf(&self, _family: ConfFamily, _name: &str, key: &'static str) -> Option<u8> {
         self.read_only.lock().unwrap().as_ref()?.get(key).copied()
+    }
+    async fn link_local(
+        &self,
+        index: u32,
+        name: &str,
+        addr: std::net::Ipv6Addr,
+        lifetime_secs: u32,
+        create: bool,
+    ) -> Result<bool, MacvlanError> {
+        let mut present = self.link_locals.lock().unwrap();
+        if !create && !present.contains(&index) {
+            self.log(format!("link-local {name} {addr} absent"));
+            return Ok(false);
+        }
+        present.insert(index);
+        let verb = if create { "add" } else { "refresh" };
+        self.log(format!("link-local {verb} {name} {addr} {lifetime_secs}s"));
+        Ok(true)
+    }
+}
+
+impl FakeKernel {
+    /// The link-local address of link `index` expires (vipd did not refresh it in time).
+    pub(crate) fn expire_link_local(&self, index: u32) {
+        self.link_locals.lock().unwrap().remove(&index);
     }
 }

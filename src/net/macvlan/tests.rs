@@ -103,6 +103,7 @@ async fn ensure_creates_configures_then_brings_up() {
         m.kernel().calls(),
         vec![
             "create vip-a on 2 02:00:00:00:00:09 vipd:uid-1".to_string(),
+            "addrgenmode none vip-a".into(),
             "sysctl ipv4 vip-a rp_filter=2".into(),
             "sysctl ipv4 vip-a arp_ignore=1".into(),
             "sysctl ipv4 vip-a arp_announce=2".into(),
@@ -114,7 +115,7 @@ async fn ensure_creates_configures_then_brings_up() {
     // Again: reused, not recreated.
     m.ensure(&s).await.unwrap();
     assert!(
-        !m.kernel().calls()[5..]
+        !m.kernel().calls()[8..]
             .iter()
             .any(|c| c.starts_with("create"))
     );
@@ -273,5 +274,45 @@ async fn shared_macvlan_is_removed_by_its_last_user() {
             .calls()
             .iter()
             .any(|c| c.starts_with("delete vip-a"))
+    );
+}
+
+/// RFC 4291 appendix A: the modified EUI-64 of a MAC, universal/local bit flipped; the
+/// address the kernel itself would have generated.
+#[test]
+fn eui64_link_local_is_the_kernels_address() {
+    assert_eq!(
+        eui64_link_local([0x02, 0x00, 0x00, 0xaa, 0xbb, 0xcc]),
+        "fe80::ff:feaa:bbcc".parse::<std::net::Ipv6Addr>().unwrap()
+    );
+    assert_eq!(
+        eui64_link_local([0x52, 0x54, 0x00, 0x12, 0x34, 0x56]),
+        "fe80::5054:ff:fe12:3456"
+            .parse::<std::net::Ipv6Addr>()
+            .unwrap()
+    );
+}
+
+/// The link-local of a DHCPv6 macvlan is added with a finite lifetime and refreshed; once
+/// it has expired, a refresh does not bring it back.
+#[tokio::test]
+async fn link_local_is_refreshed_but_never_revived() {
+    let m = Macvlans::new(FakeKernel::with(vec![entry(2, "eth0", false, None)]));
+    let mut s = spec("vip-a");
+    s.ipv6_now = true;
+    let index = m.ensure(&s).await.unwrap();
+    let ll = m.add_link_local(index, "vip-a", s.mac).await.unwrap();
+    assert_eq!(ll, eui64_link_local(s.mac));
+    assert!(m.refresh_link_local(index, "vip-a", s.mac).await.unwrap());
+    m.kernel().expire_link_local(index);
+    assert!(!m.refresh_link_local(index, "vip-a", s.mac).await.unwrap());
+    let calls = m.kernel().calls();
+    assert_eq!(
+        calls[calls.len() - 3..],
+        [
+            format!("link-local add vip-a {ll} {LINK_LOCAL_LIFETIME_SECS}s"),
+            format!("link-local refresh vip-a {ll} {LINK_LOCAL_LIFETIME_SECS}s"),
+            format!("link-local vip-a {ll} absent"),
+        ]
     );
 }

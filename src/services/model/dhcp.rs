@@ -200,23 +200,22 @@ fn fnv1a64(bytes: &[u8]) -> u64 {
 /// `v6,v4` (kube-vip writes the leased addresses, comma-separated).
 ///
 /// # Errors
-/// The reason as text: an entry that is not an address, two of one family, `0.0.0.0`,
-/// `::` or another IPv6 address that cannot be leased (multicast, link-local, loopback).
+/// The reason as text: an entry that is not an address, two of one family, or an address
+/// that cannot be a VIP and so cannot be leased for one (the VIP rule,
+/// [`crate::net::vip::check_vip`]: unspecified, loopback, multicast, link-local,
+/// broadcast, `0.0.0.0/8`, IPv4 in IPv6).
 pub fn parse_requested_ip(text: &str) -> Result<(Option<Ipv4Addr>, Option<Ipv6Addr>), String> {
     let (mut v4, mut v6) = (None, None);
     for entry in text.split(',') {
         let ip: IpAddr = entry
             .parse()
             .map_err(|_| format!("{entry:?} is not an IPv4 or IPv6 address"))?;
+        if let Err(why) = crate::net::vip::check_vip(ip) {
+            return Err(format!("{ip} cannot be leased ({why})"));
+        }
         match ip {
-            IpAddr::V4(a) if a.is_unspecified() || a.is_broadcast() || a.is_multicast() => {
-                return Err(format!("{a} cannot be leased"));
-            }
             IpAddr::V4(a) if v4.replace(a).is_some() => {
                 return Err("more than one IPv4 address".into());
-            }
-            IpAddr::V6(a) if crate::net::vip::check_vip(IpAddr::V6(a)).is_err() => {
-                return Err(format!("{a} cannot be leased"));
             }
             IpAddr::V6(a) if v6.replace(a).is_some() => {
                 return Err("more than one IPv6 address".into());
@@ -235,7 +234,7 @@ pub fn parse_requested_ip(text: &str) -> Result<(Option<Ipv4Addr>, Option<Ipv6Ad
 /// [`ANN_REQUESTED_IP`] (not `v4[,v6]`), [`ANN_MACVLAN_NAME`] (not a Linux interface name,
 /// e.g. longer than 15 bytes), [`ANN_DHCP_BROADCAST`] (not a Go boolean),
 /// [`ANN_RP_FILTER`] (not 0, 1 or 2), [`super::ANN_SERVICE_INTERFACE`] (not an interface
-/// name).
+/// name), [`super::ANN_LOADBALANCER_HOSTNAME`] ([`crate::dhcp::check_hostname`]).
 pub(crate) fn dhcp_request(info: &ServiceInfo) -> Result<DhcpRequest, Vec<BadAnnotation>> {
     let mut bad = Vec::new();
     let mut refuse = |annotation: &'static str, value: &str, why: String| {
@@ -299,6 +298,11 @@ pub(crate) fn dhcp_request(info: &ServiceInfo) -> Result<DhcpRequest, Vec<BadAnn
         && !crate::net::is_ifname(name)
     {
         refuse(super::ANN_SERVICE_INTERFACE, name, ifname_rule());
+    }
+    if let Some(host) = info.dhcp_hostname.as_deref()
+        && let Err(why) = crate::dhcp::check_hostname(host)
+    {
+        refuse(super::ANN_LOADBALANCER_HOSTNAME, host, why);
     }
     if !bad.is_empty() {
         return Err(bad);

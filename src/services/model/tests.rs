@@ -560,6 +560,22 @@ fn bad_dhcp_annotations_are_each_named_with_their_value() {
         (ANN_REQUESTED_IP, "fe80::1", "cannot be leased"),
         (
             ANN_REQUESTED_IP,
+            "127.0.0.1",
+            "cannot be leased (a loopback",
+        ),
+        (ANN_REQUESTED_IP, "169.254.1.1", "cannot be leased"),
+        (ANN_REQUESTED_IP, "255.255.255.255", "cannot be leased"),
+        (ANN_REQUESTED_IP, "192.0.2.1,224.0.0.1", "cannot be leased"),
+        (
+            ANN_LOADBALANCER_HOSTNAME,
+            &"h".repeat(300),
+            "300 bytes long",
+        ),
+        (ANN_LOADBALANCER_HOSTNAME, "lb\0x", "printable ASCII"),
+        (ANN_LOADBALANCER_HOSTNAME, "my lb", "printable ASCII"),
+        (ANN_LOADBALANCER_HOSTNAME, "lb-é", "printable ASCII"),
+        (
+            ANN_REQUESTED_IP,
             "2001:db8::1,2001:db8::2",
             "more than one IPv6",
         ),
@@ -577,6 +593,11 @@ fn bad_dhcp_annotations_are_each_named_with_their_value() {
             text.contains(annotation) && text.contains(&format!("{value:?}")) && text.contains(why),
             "{text}"
         );
+    }
+    // Host names a DHCP server may take are passed through.
+    for host in ["lb-1.example.com", "my_lb", "h"] {
+        let r = dhcp_request(&dhcp_svc("web", &[(ANN_LOADBALANCER_HOSTNAME, host)])).unwrap();
+        assert_eq!(r.hostname.as_deref(), Some(host));
     }
     // Several bad values: each reported.
     let bad = dhcp_request(&dhcp_svc(
