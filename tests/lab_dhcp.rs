@@ -1140,3 +1140,83 @@ fn s24_a_copied_hwaddr_gets_a_warning_and_no_second_macvlan() {
     assert_eq!(ingress_ips(&lab, "orig"), vec![ip.to_string()]);
     no_panics(&procs);
 }
+
+/// S23 (request annotations on the wire): `kube-vip.io/rp_filter`, `kube-vip.io/dhcp-broadcast`
+/// and `kube-vip.io/loadbalancerHostname` take effect: the holder's macvlan has that
+/// `rp_filter`, and dnsmasq's log shows the client's host name and a broadcast reply.
+#[test]
+fn s23_rp_filter_broadcast_and_hostname_annotations_take_effect() {
+    let Some(lab) = lab("s23_annotations", LabOptions::default()) else {
+        return;
+    };
+    let procs = start(&lab);
+    create_service(
+        &lab,
+        &dhcp_service(
+            "web",
+            &[
+                ("kube-vip.io/rp_filter", "2"),
+                ("kube-vip.io/dhcp-broadcast", "true"),
+                ("kube-vip.io/loadbalancerHostname", "lb-web"),
+            ],
+        ),
+    );
+    let ip = wait_pool_ingress(&lab, "web", BRING_UP);
+    let macvlan = macvlan_of(&lab, "web");
+    let holder = one_node_with_link(&lab, &macvlan, Duration::from_secs(10));
+    let path = format!("/proc/sys/net/ipv4/conf/{macvlan}/rp_filter");
+    let out = lab.exec(&holder, "cat", &[path.as_str()]).unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "2", "{path}");
+    let log = lab.dnsmasq_log();
+    assert!(
+        log.contains("client provides name: lb-web"),
+        "no host name in dnsmasq's log:\n{log}"
+    );
+    assert!(
+        log.contains("broadcast response"),
+        "no broadcast reply in dnsmasq's log:\n{log}"
+    );
+    assert!(log.contains(&ip.to_string()));
+    no_panics(&procs);
+}
+
+/// S23 (give up): with `dhcp_backoff_attempts=2` and no DHCP server, the client gives up
+/// after two failed attempts with one `DHCPGaveUp` Warning, and sends nothing more: a
+/// server started afterwards is not asked; a change of the Service's DHCP request starts
+/// it again.
+#[test]
+fn s23_client_gives_up_after_dhcp_backoff_attempts() {
+    let Some(lab) = lab("s23_give_up", LabOptions::default()) else {
+        return;
+    };
+    let procs = start_with(&lab, true, &[("dhcp_backoff_attempts", "2")]);
+    lab.stop_dnsmasq().unwrap();
+    create_service(&lab, &dhcp_service("web", &[]));
+    let warning = wait_for("a DHCPGaveUp Warning", Duration::from_secs(60), || {
+        events_for(&lab, "web")
+            .into_iter()
+            .find(|(t, r, _)| t == "Warning" && r == "DHCPGaveUp")
+            .map(|(_, _, m)| m)
+    });
+    assert!(warning.contains('2'), "{warning}");
+    lab.start_dnsmasq(&DnsmasqOptions::default()).unwrap();
+    // Given up: nothing asks the server now up (its log stays empty of this client).
+    let macvlan = macvlan_of(&lab, "web");
+    let holder = one_node_with_link(&lab, &macvlan, Duration::from_secs(10));
+    let mac = lab.mac_of_if(&holder, &macvlan).unwrap().to_string();
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(
+        !lab.dnsmasq_log().contains(&mac),
+        "a client that gave up still asked: {}",
+        lab.dnsmasq_log()
+    );
+    assert!(ingress_ips(&lab, "web").is_empty());
+    // A changed request (a host name) starts it again.
+    patch_service(
+        &lab,
+        "web",
+        json!({"metadata": {"annotations": {"kube-vip.io/loadbalancerHostname": "lb-web"}}}),
+    );
+    wait_pool_ingress(&lab, "web", Duration::from_secs(30));
+    no_panics(&procs);
+}

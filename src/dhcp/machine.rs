@@ -8,7 +8,10 @@
 //! - an exchange (DISCOVER/OFFER, REQUEST/ACK) is sent at once, then retransmitted after
 //!   [`RETRANSMIT`] (1 s, 2 s, 4 s), and given up 4 s after the last send: 11 s per attempt.
 //!   §4.1 suggests 4 s doubling to 64 s; vipd uses shorter waits so that a missing server is
-//!   reported (a Warning Event per failed attempt) within seconds;
+//!   reported (a Warning Event per failed attempt) within seconds. Each wait is randomised
+//!   by ±[`RETRANSMIT_SPREAD_V4`] % (§4.1: ±1 s on 4 s), so that the clients of many
+//!   Services started at once (a global Services lease changing holder) do not retransmit
+//!   in step ([`jittered`]);
 //! - between failed attempts it waits [`backoff`]: 1 s doubling to [`BACKOFF_CAP`] (60 s);
 //!   after [`ClientConfig::max_attempts`] failed attempts in a row (kube-vip's
 //!   `dhcp_backoff_attempts`; 0 = no limit) it gives up ([`DhcpState::GaveUp`], see
@@ -62,6 +65,27 @@ pub const RETRANSMIT: [Duration; 3] = [
     Duration::from_secs(2),
     Duration::from_secs(4),
 ];
+/// Randomisation of a DHCPv4 retransmission wait, in percent either way (RFC 2131 §4.1:
+/// "randomized by the value of a uniform random number chosen from the range -1 to +1"
+/// seconds on a 4 s wait).
+pub const RETRANSMIT_SPREAD_V4: u32 = 25;
+
+/// `base` randomised by up to ±`spread_pct` % (at most 100), pseudo-randomly but fixed for
+/// one transaction `xid` and send number `sends`: the xid is random per client, so clients
+/// started together spread out, while a test with a fixed seed sees fixed times. Pure.
+pub(crate) fn jittered(base: Duration, xid: u32, sends: u32, spread_pct: u32) -> Duration {
+    let spread = u64::from(spread_pct.min(100));
+    // SplitMix64 finaliser over (xid, sends): well mixed for neighbouring inputs.
+    let mut h = (u64::from(xid) << 32 | u64::from(sends)).wrapping_add(0x9e37_79b9_7f4a_7c15);
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^= h >> 31;
+    // A factor in [100 - spread, 100 + spread] percent, in per-mille steps.
+    let per_mille = (100 - spread) * 10 + h % (spread * 20 + 1);
+    let ms = u64::try_from(base.as_millis()).unwrap_or(u64::MAX);
+    Duration::from_millis(ms.saturating_mul(per_mille) / 1000)
+}
+
 /// Wait after the last send of an exchange before the attempt counts as failed.
 pub const LAST_WAIT: Duration = Duration::from_secs(4);
 /// Longest wait between failed attempts.
@@ -172,17 +196,21 @@ pub(crate) struct Exchange {
     pub(crate) sends: u32,
     /// When to send again (or give up).
     pub(crate) next: Instant,
+    /// Randomisation of the waits, ± percent ([`jittered`]).
+    pub(crate) spread_pct: u32,
 }
 
 impl Exchange {
-    /// A first send at `now` of transaction `xid`; the next after [`RETRANSMIT`]`[0]`.
-    pub(crate) fn first(xid: u32, now: Instant) -> Self {
+    /// A first send at `now` of transaction `xid`; the next after [`RETRANSMIT`]`[0]`,
+    /// randomised by ±`spread_pct` % as every wait of the exchange ([`jittered`]).
+    pub(crate) fn first(xid: u32, now: Instant, spread_pct: u32) -> Self {
         Exchange {
             xid,
             started: now,
             sent: now,
             sends: 1,
-            next: now + RETRANSMIT[0],
+            next: now + jittered(RETRANSMIT[0], xid, 1, spread_pct),
+            spread_pct,
         }
     }
 
@@ -195,11 +223,11 @@ impl Exchange {
         }
         self.sends += 1;
         self.sent = now;
-        self.next = now
-            + RETRANSMIT
-                .get(self.sends as usize - 1)
-                .copied()
-                .unwrap_or(LAST_WAIT);
+        let wait = RETRANSMIT
+            .get(self.sends as usize - 1)
+            .copied()
+            .unwrap_or(LAST_WAIT);
+        self.next = now + jittered(wait, self.xid, self.sends, self.spread_pct);
         true
     }
 }
@@ -307,7 +335,7 @@ impl Machine {
     }
 
     fn new_exchange(&mut self, now: Instant) -> Exchange {
-        Exchange::first(next_xid(&mut self.xid_seed), now)
+        Exchange::first(next_xid(&mut self.xid_seed), now, RETRANSMIT_SPREAD_V4)
     }
 
     fn base(&self, kind: MessageType, ex: &Exchange, now: Instant, ciaddr: Ipv4Addr) -> Message {

@@ -383,12 +383,11 @@ async fn gives_up_at_the_limit_counting_setups_and_exchanges_then_stops() {
         assert_eq!(kind(&server.next().await), MessageType::Discover);
     }
     let state = gave_up(&mut handle).await;
-    assert_eq!(
-        state,
-        DhcpState::GaveUp {
-            attempts: 3,
-            last_error: "no DHCPOFFER from any server (4 DHCPDISCOVERs over 11 s)".into()
-        }
+    // The seconds vary with the randomised retransmission waits.
+    assert!(
+        matches!(&state, DhcpState::GaveUp { attempts: 3, last_error }
+            if last_error.starts_with("no DHCPOFFER from any server (4 DHCPDISCOVERs over ")),
+        "{state:?}"
     );
     // Nothing more is sent (the socket is closed), however long it waits.
     assert!(server.sent.recv().await.is_none(), "the socket is closed");

@@ -149,21 +149,28 @@ fn init_reboot_asks_for_the_requested_address_then_falls_back_to_discover() {
     assert_eq!(kind(&d), MessageType::Discover);
     assert_eq!(opt50(&d), Some(ADDR));
 
-    // No answer at all: retransmitted at +1, +3, +7 s, then DISCOVER at +11 s.
+    // No answer at all: retransmitted after 1, 2 and 4 s, then DISCOVER 4 s later, each
+    // wait randomised by ±25 % (RFC 2131 §4.1), nothing sent before its deadline.
     let mut m = Machine::new(cfg(Some(ADDR)), t0, 1);
     one(m.on_timeout(t0));
-    for at in [1, 3, 7] {
+    let mut last = t0;
+    for (base, next) in [
+        (1, MessageType::Request),
+        (2, MessageType::Request),
+        (4, MessageType::Request),
+        (4, MessageType::Discover),
+    ] {
+        let at = m.deadline().unwrap();
+        let wait = at - last;
         assert!(
-            m.on_timeout(t0 + secs(at) - Duration::from_millis(1))
-                .is_empty()
+            wait >= secs(base) * 3 / 4 && wait <= secs(base) * 5 / 4,
+            "{wait:?} after a {base} s wait"
         );
-        assert_eq!(
-            kind(&one(m.on_timeout(t0 + secs(at)))),
-            MessageType::Request
-        );
+        assert!(m.on_timeout(at - Duration::from_millis(1)).is_empty());
+        let out = one(m.on_timeout(at));
+        assert_eq!((kind(&out), opt50(&out)), (next, Some(ADDR)));
+        last = at;
     }
-    let d = one(m.on_timeout(t0 + secs(11)));
-    assert_eq!((kind(&d), opt50(&d)), (MessageType::Discover, Some(ADDR)));
 }
 
 #[test]
@@ -296,9 +303,10 @@ fn no_server_counts_attempts_with_capped_backoff() {
             panic!("{:?}", m.state())
         };
         assert_eq!(a, attempt + 1);
-        assert_eq!(
-            last_error.as_deref(),
-            Some("no DHCPOFFER from any server (4 DHCPDISCOVERs over 11 s)")
+        let last_error = last_error.unwrap_or_default();
+        assert!(
+            last_error.starts_with("no DHCPOFFER from any server (4 DHCPDISCOVERs over "),
+            "{last_error}"
         );
         let failed_at = now;
         now = m.deadline().unwrap();
@@ -471,12 +479,12 @@ fn gives_up_after_exactly_the_limit_of_failed_attempts() {
     }
     let (sends, at) = fail_one(&mut m, now);
     assert_eq!(sends, 4, "the third attempt is made in full");
-    assert_eq!(
-        m.state(),
-        DhcpState::GaveUp {
-            attempts: 3,
-            last_error: "no DHCPOFFER from any server (4 DHCPDISCOVERs over 11 s)".into()
-        }
+    // 1 + 2 + 4 + 4 s, each randomised by the retransmission spread.
+    assert!(
+        matches!(m.state(), DhcpState::GaveUp { attempts: 3, ref last_error }
+            if last_error.starts_with("no DHCPOFFER from any server (4 DHCPDISCOVERs over ")),
+        "{:?}",
+        m.state()
     );
     // Nothing more: no deadline, no sends however late, replies ignored.
     assert_eq!((m.deadline(), m.xid()), (None, None));
@@ -577,4 +585,30 @@ fn exhausted_is_the_limit_rule() {
     assert!(!exhausted(0, 0) && !exhausted(u32::MAX, 0), "0: no limit");
     assert!(!exhausted(2, 3) && exhausted(3, 3) && exhausted(4, 3));
     assert!(exhausted(1, 1));
+}
+
+/// RFC 2131 §4.1 randomisation: each wait within ±spread of its base, the same for one
+/// (xid, send), different across transactions, so clients started together spread out.
+#[test]
+fn retransmission_waits_are_randomised_within_the_spread() {
+    use super::jittered;
+    let base = secs(4);
+    let waits: Vec<Duration> = (0..200u32)
+        .map(|xid| jittered(base, xid.wrapping_mul(2_654_435_761), 1, 25))
+        .collect();
+    assert!(
+        waits.iter().all(|w| *w >= secs(3) && *w <= secs(5)),
+        "{waits:?}"
+    );
+    let distinct: std::collections::BTreeSet<_> = waits.iter().collect();
+    assert!(
+        distinct.len() > 150,
+        "{} distinct waits of 200",
+        distinct.len()
+    );
+    // Both halves of the range are used.
+    assert!(waits.iter().any(|w| *w < Duration::from_millis(3500)));
+    assert!(waits.iter().any(|w| *w > Duration::from_millis(4500)));
+    assert_eq!(jittered(base, 7, 2, 25), jittered(base, 7, 2, 25));
+    assert_eq!(jittered(base, 7, 2, 0), base);
 }

@@ -9,8 +9,9 @@
 //!   REQ_TIMEOUT = 1 s, doubling) and given up 4 s after the last send: 11 s per attempt,
 //!   so that a missing server is reported (a Warning Event per failed attempt) within
 //!   seconds rather than retransmitting up to SOL_MAX_RT (3600 s); between failed attempts
-//!   the DHCPv4 [`backoff`] (1 s doubling to 60 s). No random factor: one client per
-//!   Service, whose clients do not start in lockstep;
+//!   the DHCPv4 [`backoff`] (1 s doubling to 60 s). Each retransmission wait is randomised
+//!   by ±10 % ([`RETRANSMIT_SPREAD_V6`], the RAND of §15), so that the clients of many
+//!   Services started at once do not retransmit in step;
 //! - after [`Config6::max_attempts`] failed attempts in a row (kube-vip's
 //!   `dhcp_backoff_attempts`; 0 = no limit) it gives up ([`DhcpState::GaveUp`], the DHCPv4
 //!   rule [`exhausted`]) and sends nothing more; a lease resets the count, and the attempts
@@ -46,6 +47,10 @@ use crate::dhcp::{DhcpBinding, DhcpState};
 /// `All_DHCP_Relay_Agents_and_Servers` (RFC 8415 §7.1): where the client sends unless told
 /// to unicast.
 pub const ALL_SERVERS: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 1, 2);
+/// Randomisation of a Solicit / Request retransmission wait, in percent either way (RFC
+/// 8415 §15: RAND uniform in -0.1 to +0.1).
+pub const RETRANSMIT_SPREAD_V6: u32 = 10;
+
 /// REN_TIMEOUT and REB_TIMEOUT (RFC 8415 §7.6): first Renew / Rebind retransmission.
 pub const RENEW_TIMEOUT: Duration = Duration::from_secs(10);
 /// REN_MAX_RT and REB_MAX_RT (RFC 8415 §7.6): longest Renew / Rebind retransmission
@@ -275,7 +280,11 @@ impl Machine6 {
     }
 
     fn new_exchange(&mut self, now: Instant) -> Exchange {
-        Exchange::first(next_xid(&mut self.xid_seed) & 0x00ff_ffff, now)
+        Exchange::first(
+            next_xid(&mut self.xid_seed) & 0x00ff_ffff,
+            now,
+            RETRANSMIT_SPREAD_V6,
+        )
     }
 
     /// Client Identifier, Elapsed Time (§21.9, hundredths of a second since the exchange
