@@ -43,6 +43,14 @@ pub enum ManagerError {
     /// A feature that is configured but not implemented in this release.
     #[error("{0}")]
     Unsupported(String),
+    /// Sub-second lease timings need the nftables fence, which could not start.
+    #[error(
+        "{timings} are too short for a whole-second address fence and need the millisecond nftables fence (vip_nftfence=true), which could not start on this node (see the warning above; `vipd preflight` checks it): refusing to run unfenced"
+    )]
+    NoMillisecondFence {
+        /// Which timings: the control plane's or the Services'.
+        timings: &'static str,
+    },
 }
 
 /// Runs the manager until `shutdown` is cancelled (the binary cancels it on SIGTERM and
@@ -92,6 +100,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     let nft_fence =
         crate::net::nft::fence::start_fence(cfg.nft_fence && (cfg.control_plane || cfg.services))
             .await;
+    needs_nft_fence(&cfg, &holder_cfg, nft_fence.active())?;
     let control_plane = cfg.control_plane.then(|| {
         controlplane::start(
             &cfg,
@@ -300,8 +309,32 @@ fn holder_config(cfg: &Config) -> Result<HolderConfig, holder::FenceError> {
         skip_dad: !cfg.ipv6_dad,
         probe_window: cfg.arp_probe,
         conflict_monitor: monitor,
-        ..HolderConfig::from_timing(&cfg.lease.timing, cfg.arp_rate)?
+        ..HolderConfig::from_timing(&cfg.lease.timing, cfg.arp_rate, cfg.nft_fence)?
     })
+}
+
+/// Sub-second lease timings are fenced by nftables alone ([`holder::fence_plan`]): when
+/// the nftables fence could not start, refuse to run rather than fall back to an address
+/// lifetime that would outlive the lease.
+///
+/// # Errors
+/// [`ManagerError::NoMillisecondFence`] naming the timings.
+fn needs_nft_fence(cfg: &Config, cp: &HolderConfig, active: bool) -> Result<(), ManagerError> {
+    if active {
+        return Ok(());
+    }
+    let ms = |t| holder::fence_plan(t, cfg.nft_fence).is_ok_and(|p| !p.address_fences);
+    if cfg.control_plane && !cp.fence.address_fences {
+        return Err(ManagerError::NoMillisecondFence {
+            timings: "vip_leaseduration/vip_renewdeadline/vip_retryperiod",
+        });
+    }
+    if cfg.services && ms(&cfg.services_timing) {
+        return Err(ManagerError::NoMillisecondFence {
+            timings: "svc_leaseduration/svc_renewdeadline/svc_retryperiod",
+        });
+    }
+    Ok(())
 }
 
 /// Prepares the node before any election: removes the VIPs an earlier run left (this

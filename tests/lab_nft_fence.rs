@@ -18,6 +18,9 @@ use xtask::lab::{LabOptions, Signal};
 /// Lease duration of [`T531`].
 const LEASE: Duration = Duration::from_secs(5);
 
+/// The `fast` profile (docs/failover.md): lease 600 ms, renew deadline 400 ms, retry 200 ms.
+const FAST: Timings = ("0.6", "0.4", "0.2");
+
 /// IPv4: ARP requests for the VIP are dropped by `arp vipd_fence` once its element expired.
 #[test]
 fn frozen_holder_stops_answering_arp_at_the_fence_time() {
@@ -26,6 +29,23 @@ fn frozen_holder_stops_answering_arp_at_the_fence_time() {
         VIP,
         &["arp", "vipd_fence"],
         "arp operation request",
+    );
+}
+
+/// The `fast` profile (sub-second lease, millisecond fence): a frozen control-plane VIP
+/// holder stops answering ARP within the lease (its element ends 400 ms after its last
+/// renewal's send, renewals every 200 ms), although its address (lifetime 1 s, the lease
+/// rounded up) may still be on eth0; the next holder takes over, and the thawed one never
+/// answers again.
+#[test]
+fn fast_profile_frozen_holder_stops_answering_at_the_millisecond_fence() {
+    silent_with(
+        "nft_fence_fast",
+        VIP,
+        &["arp", "vipd_fence"],
+        "arp operation request",
+        FAST,
+        Duration::from_millis(600),
     );
 }
 
@@ -71,6 +91,18 @@ const SERVICE_VIPS: [&str; 10] = [
 /// The scenario for `vip`: `table` is the fence table whose rule containing `rule` must
 /// have dropped the frozen holder's requests.
 fn frozen_holder_goes_silent(name: &str, vip_text: &str, table: &[&str], rule: &str) {
+    silent_with(name, vip_text, table, rule, T531, LEASE);
+}
+
+/// [`frozen_holder_goes_silent`] with lease timings `t`, whose lease duration is `lease`.
+fn silent_with(
+    name: &str,
+    vip_text: &str,
+    table: &[&str],
+    rule: &str,
+    t: Timings,
+    lease: Duration,
+) {
     let Some(lab) = lab(name, LabOptions::default()) else {
         return;
     };
@@ -116,11 +148,7 @@ fn frozen_holder_goes_silent(name: &str, vip_text: &str, table: &[&str], rule: &
         }
         procs
     } else {
-        start_vipd_on_all(
-            &lab,
-            T531,
-            &[("vip_nftfence", "true"), ("address", vip_text)],
-        )
+        start_vipd_on_all(&lab, t, &[("vip_nftfence", "true"), ("address", vip_text)])
     };
     let h = single_holder(&lab, vip_text, Duration::from_secs(30));
     let i = NODES
@@ -166,7 +194,7 @@ fn frozen_holder_goes_silent(name: &str, vip_text: &str, table: &[&str], rule: &
     let frozen_at = watch_start.elapsed();
     // Answers stop (no answer from the frozen holder for 300 ms running).
     let mut address_gone: Option<Duration> = None;
-    let stopped = wait_for("the frozen holder stops answering", LEASE * 2, || {
+    let stopped = wait_for("the frozen holder stops answering", lease * 2, || {
         if address_gone.is_none() && !holders(&lab, vip_text).contains(&h) {
             address_gone = Some(watch_start.elapsed().saturating_sub(frozen_at));
         }
@@ -190,13 +218,13 @@ fn frozen_holder_goes_silent(name: &str, vip_text: &str, table: &[&str], rule: &
         .to_string();
     let silent_after = stopped.saturating_sub(frozen_at);
     println!(
-        "{name}: frozen holder {h}: last answer {} ms after SIGSTOP (fence 2000 ms from the last renewal's send, renewals every 1000 ms; lease {} ms); its address left eth0 about {:?} ms after SIGSTOP (address lifetime, the second line)",
+        "{name}: frozen holder {h}: last answer {} ms after SIGSTOP (lease timings {t:?} s; lease {} ms); its address left eth0 about {:?} ms after SIGSTOP (address lifetime, the second line)",
         silent_after.as_millis(),
-        LEASE.as_millis(),
+        lease.as_millis(),
         address_gone.map(|d| d.as_millis())
     );
     assert!(
-        silent_after < LEASE,
+        silent_after < lease,
         "the frozen holder answered for {silent_after:?}, not less than the lease"
     );
     assert!(
@@ -205,7 +233,7 @@ fn frozen_holder_goes_silent(name: &str, vip_text: &str, table: &[&str], rule: &
     );
 
     // Another node takes over after the lease; the frozen one, continued, never answers.
-    let new = wait_for_takeover(&lab, vip_text, &h, "takeover", LEASE * 4);
+    let new = wait_for_takeover(&lab, vip_text, &h, "takeover", lease * 4);
     let new_mac = lab.mac_of(&new).expect("mac");
     procs[i].signal(Signal::SIGCONT).expect("SIGCONT");
     let thawed_at = watch_start.elapsed();

@@ -192,7 +192,7 @@ impl<C: LeaseClient> Elector<C> {
         call_started: Instant,
     ) -> Option<(LeaseRecord, Instant, Result<Observed, LeaseError>)> {
         let lease = self.client.describe();
-        let duration = record::duration_secs(self.timing.lease_duration);
+        let duration = self.timing.lease_duration;
         match standing {
             Standing::HeldByOther { holder, .. } => {
                 st.free_since = None;

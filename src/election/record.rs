@@ -38,16 +38,43 @@ pub struct LeaseRecord {
     /// ([`super::failback`]). Kept by the holder's renewals and its release, cleared by an
     /// acquisition.
     pub failback_request: Option<String>,
+    /// The exact lease duration in milliseconds, from [`LEASE_DURATION_ANNOTATION`], when
+    /// the holder's lease duration is not a whole number of seconds (`leaseDurationSeconds`
+    /// is then rounded up). Read only when the annotation was written with this record's
+    /// `renewTime` (any later write by another client, e.g. kube-vip's client-go, changes
+    /// `renewTime` and so voids it); see [`LeaseRecord::wait`].
+    pub lease_duration_ms: Option<u32>,
 }
 
 /// Lease annotation in which a candidate more preferred than the holder asks for a
 /// fail-back (`svc_failback`): its node name.
 pub const FAILBACK_REQUEST_ANNOTATION: &str = "vipd.io/failback-request";
 
+/// Lease annotation with the holder's exact lease duration when it is not a whole number
+/// of seconds (sub-second timings, issue 16): `<ms>ms@<renewTime in microseconds since the
+/// Unix epoch>`, e.g. `600ms@1764615341123456`. vipd candidates wait this long instead of
+/// the rounded-up `leaseDurationSeconds` (kube-vip's client-go keeps reading the seconds,
+/// which are never shorter); the `renewTime` part ties the value to the write that made it.
+pub const LEASE_DURATION_ANNOTATION: &str = "vipd.io/lease-duration";
+
+/// The [`LEASE_DURATION_ANNOTATION`] value for `ms` written with `renew_time`.
+fn lease_duration_value(ms: u32, renew_time: Timestamp) -> String {
+    format!("{ms}ms@{}", renew_time.as_microsecond())
+}
+
+/// The milliseconds of a [`LEASE_DURATION_ANNOTATION`] value, when it is well formed and
+/// was written with `renew_time` (to the microsecond); `None` otherwise.
+fn parse_lease_duration(value: &str, renew_time: Option<Timestamp>) -> Option<u32> {
+    let (ms, micros) = value.split_once("ms@")?;
+    let (ms, micros) = (ms.parse::<u32>().ok()?, micros.parse::<i64>().ok()?);
+    (ms > 0 && renew_time?.as_microsecond() == micros).then_some(ms)
+}
+
 impl LeaseRecord {
     /// Reads the record from a Lease (absent fields become empty / zero).
     pub(crate) fn from_lease(lease: &Lease) -> Self {
         let spec = lease.spec.clone().unwrap_or_default();
+        let renew_time = spec.renew_time.as_ref().map(|t| t.0);
         LeaseRecord {
             holder: spec.holder_identity.unwrap_or_default(),
             lease_duration_secs: spec.lease_duration_seconds.unwrap_or(0),
@@ -61,11 +88,33 @@ impl LeaseRecord {
                 .and_then(|a| a.get(FAILBACK_REQUEST_ANNOTATION))
                 .filter(|v| !v.is_empty())
                 .cloned(),
+            lease_duration_ms: lease
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(LEASE_DURATION_ANNOTATION))
+                .and_then(|v| parse_lease_duration(v, renew_time)),
         }
     }
 
-    /// Writes [`LeaseRecord::failback_request`] into a Lease's annotations (removed when
-    /// `None`; other annotations are left as they were).
+    /// How long after an observed change of this record a candidate waits before taking
+    /// the lease: the exact [`LeaseRecord::lease_duration_ms`] when it is known and not
+    /// longer than `leaseDurationSeconds` (which a consistent record rounds up from it),
+    /// else `leaseDurationSeconds`.
+    pub fn wait(&self) -> Duration {
+        let secs = Duration::from_secs(u64::try_from(self.lease_duration_secs.max(0)).unwrap_or(0));
+        match self
+            .lease_duration_ms
+            .map(|ms| Duration::from_millis(u64::from(ms)))
+        {
+            Some(exact) if exact <= secs => exact,
+            _ => secs,
+        }
+    }
+
+    /// Writes [`LeaseRecord::failback_request`] and [`LeaseRecord::lease_duration_ms`] (with
+    /// the renew time, [`LEASE_DURATION_ANNOTATION`]) into a Lease's annotations (each
+    /// removed when `None`; other annotations are left as they were).
     pub(crate) fn apply_annotations(
         &self,
         meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
@@ -79,6 +128,21 @@ impl LeaseRecord {
             None => {
                 if let Some(a) = meta.annotations.as_mut() {
                     a.remove(FAILBACK_REQUEST_ANNOTATION);
+                }
+            }
+        }
+        match (self.lease_duration_ms, self.renew_time) {
+            (Some(ms), Some(renewed)) => {
+                meta.annotations
+                    .get_or_insert_with(Default::default)
+                    .insert(
+                        LEASE_DURATION_ANNOTATION.to_string(),
+                        lease_duration_value(ms, renewed),
+                    );
+            }
+            _ => {
+                if let Some(a) = meta.annotations.as_mut() {
+                    a.remove(LEASE_DURATION_ANNOTATION);
                 }
             }
         }
@@ -248,8 +312,8 @@ pub enum Standing {
 
 /// Judges the lease as client-go does: expiry is measured on *our own* monotonic clock from
 /// the instant we last saw the record change (`observed_at`), plus the record's own
-/// `leaseDurationSeconds` (so a released lease, written with duration 1 s and no holder, is
-/// free at once). The holder's wall-clock `renewTime` is never compared with our clock.
+/// `leaseDurationSeconds`, or its exact duration ([`LeaseRecord::wait`]) (so a released
+/// lease, written with duration 1 s and no holder, is free at once). The holder's wall-clock `renewTime` is never compared with our clock.
 ///
 /// A record naming `identity` is [`Standing::Ours`] only when `own` says this process wrote
 /// it; otherwise it is judged like any other holder's (taken once it expired).
@@ -270,8 +334,7 @@ pub fn standing(
     if rec.holder == identity && own.is_ours(obs) {
         return Standing::Ours;
     }
-    let duration = Duration::from_secs(u64::try_from(rec.lease_duration_secs.max(0)).unwrap_or(0));
-    let expires_at = observed_at + duration;
+    let expires_at = observed_at + rec.wait();
     if now >= expires_at {
         Standing::Free
     } else {
@@ -285,7 +348,26 @@ pub fn standing(
 /// The record to write when acquiring or renewing (client-go `tryAcquireOrRenew`):
 /// `acquireTime` and `leaseTransitions` are kept while the holder stays the same; a change
 /// of holder sets `acquireTime` to now and increments `leaseTransitions`.
+///
+/// `lease_duration` is written as `leaseDurationSeconds` rounded up ([`duration_secs`]),
+/// and, when it is not a whole number of seconds, exactly in [`LEASE_DURATION_ANNOTATION`].
 pub fn claim(
+    old: Option<&LeaseRecord>,
+    identity: &str,
+    lease_duration: Duration,
+    now: Timestamp,
+) -> LeaseRecord {
+    let lease_duration_secs = duration_secs(lease_duration);
+    let lease_duration_ms = (lease_duration.subsec_nanos() != 0)
+        .then(|| u32::try_from(lease_duration.as_micros().div_ceil(1000)).unwrap_or(u32::MAX));
+    let record = claim_secs(old, identity, lease_duration_secs, now);
+    LeaseRecord {
+        lease_duration_ms,
+        ..record
+    }
+}
+
+fn claim_secs(
     old: Option<&LeaseRecord>,
     identity: &str,
     lease_duration_secs: i32,
@@ -299,6 +381,7 @@ pub fn claim(
             renew_time: Some(now),
             transitions: old.transitions,
             failback_request: old.failback_request.clone(),
+            lease_duration_ms: None,
         },
         Some(old) => LeaseRecord {
             holder: identity.to_string(),
@@ -309,6 +392,7 @@ pub fn claim(
             // (empty holder) still counts as a transition there, and so it does here.
             transitions: old.transitions.saturating_add(1),
             failback_request: None,
+            lease_duration_ms: None,
         },
         None => LeaseRecord {
             holder: identity.to_string(),
@@ -317,6 +401,7 @@ pub fn claim(
             renew_time: Some(now),
             transitions: 0,
             failback_request: None,
+            lease_duration_ms: None,
         },
     }
 }
@@ -331,6 +416,7 @@ pub fn release(old: &LeaseRecord, now: Timestamp) -> LeaseRecord {
         renew_time: Some(now),
         transitions: old.transitions,
         failback_request: old.failback_request.clone(),
+        lease_duration_ms: None,
     }
 }
 
@@ -345,6 +431,8 @@ pub(crate) fn duration_secs(lease_duration: Duration) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const FIVE: Duration = Duration::from_secs(5);
 
     fn obs(holder: &str, dur: i32, rv: &str) -> Observed {
         Observed {
@@ -405,7 +493,7 @@ mod tests {
     #[test]
     fn own_writes_are_recognised_by_version_or_by_record() {
         let t0 = Timestamp::from_microsecond(1_000_000_123).unwrap();
-        let mine = claim(None, "a", 5, t0);
+        let mine = claim(None, "a", FIVE, t0);
         let mut own = none();
         own.attempted(&mine);
         // Answer lost (timeout), but the server stored it: recognised by its renewTime.
@@ -417,7 +505,7 @@ mod tests {
         // Somebody else's renewal under the same name: a different renewTime.
         let t1 = Timestamp::from_microsecond(1_000_000_124).unwrap();
         let twin = Observed {
-            record: claim(Some(&mine), "a", 5, t1),
+            record: claim(Some(&mine), "a", FIVE, t1),
             resource_version: "10".into(),
         };
         assert!(!own.is_ours(&twin));
@@ -433,7 +521,7 @@ mod tests {
             let r = claim(
                 None,
                 "a",
-                5,
+                FIVE,
                 Timestamp::from_microsecond(2_000_000_000 + i).unwrap(),
             );
             own.attempted(&r);
@@ -444,7 +532,7 @@ mod tests {
             own.attempted(&claim(
                 None,
                 "a",
-                5,
+                FIVE,
                 Timestamp::from_microsecond(3_000_000_000 + i).unwrap(),
             ));
         }
@@ -501,14 +589,14 @@ mod tests {
     fn claim_keeps_acquire_time_on_renew_and_counts_transitions() {
         let t0 = Timestamp::from_second(1_000).unwrap();
         let t1 = Timestamp::from_second(1_005).unwrap();
-        let first = claim(None, "a", 5, t0);
+        let first = claim(None, "a", FIVE, t0);
         assert_eq!(first.transitions, 0);
         assert_eq!(first.acquire_time, Some(t0));
-        let renewed = claim(Some(&first), "a", 5, t1);
+        let renewed = claim(Some(&first), "a", FIVE, t1);
         assert_eq!(renewed.acquire_time, Some(t0));
         assert_eq!(renewed.renew_time, Some(t1));
         assert_eq!(renewed.transitions, 0);
-        let taken = claim(Some(&renewed), "b", 5, t1);
+        let taken = claim(Some(&renewed), "b", FIVE, t1);
         assert_eq!(taken.holder, "b");
         assert_eq!(taken.acquire_time, Some(t1));
         assert_eq!(taken.transitions, 1);
@@ -517,7 +605,7 @@ mod tests {
     #[test]
     fn release_empties_holder_and_shortens_duration() {
         let t0 = Timestamp::from_second(1_000).unwrap();
-        let held = claim(None, "a", 5, t0);
+        let held = claim(None, "a", FIVE, t0);
         let released = release(&held, t0);
         assert!(!released.is_held());
         assert_eq!(released.lease_duration_secs, 1);
@@ -541,7 +629,7 @@ mod tests {
     #[test]
     fn lease_round_trip() {
         let t0 = Timestamp::from_second(1_000).unwrap();
-        let rec = claim(None, "node-a", 5, t0);
+        let rec = claim(None, "node-a", FIVE, t0);
         let mut spec = LeaseSpec::default();
         rec.apply_to(&mut spec);
         let lease = Lease {
@@ -549,5 +637,133 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(LeaseRecord::from_lease(&lease), rec);
+    }
+}
+
+/// The exact lease duration: written with the renew time when the duration is not whole
+/// seconds, honoured by [`standing`] only while it belongs to the current write, never
+/// longer than `leaseDurationSeconds`.
+#[cfg(test)]
+mod exact_duration {
+    use super::*;
+    use k8s_openapi::api::coordination::v1::Lease;
+
+    fn lease_of(rec: &LeaseRecord) -> Lease {
+        let mut lease = Lease::default();
+        let mut spec = LeaseSpec::default();
+        rec.apply_to(&mut spec);
+        rec.apply_annotations(&mut lease.metadata);
+        lease.spec = Some(spec);
+        lease
+    }
+
+    #[test]
+    fn sub_second_duration_round_trips_and_is_what_candidates_wait() {
+        let t0 = Timestamp::from_microsecond(1_764_615_341_123_456).unwrap();
+        let rec = claim(None, "a", Duration::from_millis(600), t0);
+        assert_eq!(
+            (rec.lease_duration_secs, rec.lease_duration_ms),
+            (1, Some(600))
+        );
+        let lease = lease_of(&rec);
+        assert_eq!(
+            lease.metadata.annotations.as_ref().unwrap()[LEASE_DURATION_ANNOTATION],
+            "600ms@1764615341123456"
+        );
+        let read = LeaseRecord::from_lease(&lease);
+        assert_eq!(read, rec);
+        assert_eq!(read.wait(), Duration::from_millis(600));
+        // Whole seconds: no annotation, the seconds as before; a renewal by the same
+        // holder with whole seconds removes an earlier annotation.
+        let whole = claim(Some(&rec), "a", Duration::from_secs(3), t0);
+        assert_eq!(
+            (whole.lease_duration_secs, whole.lease_duration_ms),
+            (3, None)
+        );
+        let mut lease2 = lease.clone();
+        whole.apply_annotations(&mut lease2.metadata);
+        assert!(
+            !lease2
+                .metadata
+                .annotations
+                .unwrap()
+                .contains_key(LEASE_DURATION_ANNOTATION)
+        );
+        assert_eq!(whole.wait(), Duration::from_secs(3));
+        // 2.5 s: 3 s written, 2500 ms exact.
+        let r = claim(None, "a", Duration::from_millis(2500), t0);
+        assert_eq!(
+            (r.lease_duration_secs, r.lease_duration_ms),
+            (3, Some(2500))
+        );
+    }
+
+    /// Another client (kube-vip's client-go) writes the Lease keeping our annotation but
+    /// with its own renewTime and seconds: the annotation no longer counts, candidates wait
+    /// the seconds. A value longer than the seconds or malformed never shortens the wait.
+    #[test]
+    fn a_stale_or_inconsistent_annotation_is_ignored() {
+        let t0 = Timestamp::from_microsecond(1_764_615_341_123_456).unwrap();
+        let mut lease = lease_of(&claim(None, "a", Duration::from_millis(600), t0));
+        let spec = lease.spec.as_mut().unwrap();
+        spec.lease_duration_seconds = Some(15);
+        spec.renew_time = Some(MicroTime(
+            Timestamp::from_microsecond(1_764_615_342_000_000).unwrap(),
+        ));
+        let read = LeaseRecord::from_lease(&lease);
+        assert_eq!(read.lease_duration_ms, None);
+        assert_eq!(read.wait(), Duration::from_secs(15));
+        for bad in ["600", "ms@1764615341123456", "0ms@1764615342000000", "x"] {
+            let mut l = lease.clone();
+            l.metadata
+                .annotations
+                .as_mut()
+                .unwrap()
+                .insert(LEASE_DURATION_ANNOTATION.into(), bad.into());
+            assert_eq!(
+                LeaseRecord::from_lease(&l).wait(),
+                Duration::from_secs(15),
+                "{bad}"
+            );
+        }
+        let longer = LeaseRecord {
+            lease_duration_secs: 1,
+            lease_duration_ms: Some(5000),
+            ..Default::default()
+        };
+        assert_eq!(longer.wait(), Duration::from_secs(1));
+    }
+
+    /// A candidate that saw a 600 ms holder's renewal takes the lease 600 ms later, not 1 s.
+    #[test]
+    fn standing_expires_after_the_exact_duration() {
+        let t0 = Timestamp::from_microsecond(1_764_615_341_123_456).unwrap();
+        let rec = claim(None, "a", Duration::from_millis(600), t0);
+        let obs = Observed {
+            record: rec,
+            resource_version: "1".into(),
+        };
+        let seen = Instant::now();
+        let own = OwnWrites::default();
+        assert!(matches!(
+            standing(
+                Some(&obs),
+                seen,
+                seen + Duration::from_millis(599),
+                "b",
+                &own
+            ),
+            Standing::HeldByOther { .. }
+        ));
+        assert_eq!(
+            standing(
+                Some(&obs),
+                seen,
+                seen + Duration::from_millis(600),
+                "b",
+                &own
+            ),
+            Standing::Free
+        );
     }
 }

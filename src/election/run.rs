@@ -269,9 +269,7 @@ impl<C: LeaseClient> Elector<C> {
                 if let Some(last) = st.observed.take() {
                     debug!(%lease, "lease deleted");
                     if record::held_by_another(&last, &self.identity, &st.own) {
-                        let secs =
-                            u64::try_from(last.record.lease_duration_secs.max(0)).unwrap_or(0);
-                        st.absent_until = Some(now + Duration::from_secs(secs));
+                        st.absent_until = Some(now + last.record.wait());
                     }
                 }
                 st.known = true;

@@ -86,7 +86,12 @@ impl FakeServer {
     /// the same name that believes it holds the lease).
     fn renew_as(&self, identity: &str) {
         let old = self.record();
-        let rec = record::claim(old.as_ref(), identity, 5, record::now_micros());
+        let rec = record::claim(
+            old.as_ref(),
+            identity,
+            Duration::from_secs(5),
+            record::now_micros(),
+        );
         self.force(rec);
     }
     /// Sends a watch event without changing the lease: a late event of an earlier state, as

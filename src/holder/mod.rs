@@ -40,13 +40,24 @@ pub enum FenceError {
     /// No whole number of seconds is both longer than the retry period and shorter than the
     /// lease duration.
     #[error(
-        "lease timings leave no room for the kernel fence: the VIP lifetime must be a whole number of seconds longer than vip_retryperiod ({retry_ms} ms) and shorter than vip_leaseduration ({lease_ms} ms); use e.g. vip_leaseduration=5 vip_renewdeadline=3 vip_retryperiod=1"
+        "lease timings leave no room for the kernel fence: the VIP lifetime must be a whole number of seconds longer than vip_retryperiod ({retry_ms} ms) and shorter than vip_leaseduration ({lease_ms} ms); use e.g. vip_leaseduration=3 vip_renewdeadline=2 vip_retryperiod=1, or turn on the millisecond fence (vip_nftfence=true) for sub-second timings"
     )]
     NoRoom {
         /// Retry period in ms.
         retry_ms: u128,
         /// Lease duration in ms.
         lease_ms: u128,
+    },
+    /// The millisecond fence (`min(renew deadline, lease duration - NFT_FENCE_MARGIN)`)
+    /// would end before the next renewal.
+    #[error(
+        "lease timings leave no room for the millisecond fence: min(vip_renewdeadline, vip_leaseduration - 50 ms) = {fence_ms} ms must be longer than vip_retryperiod ({retry_ms} ms); use e.g. the fast profile vip_leaseduration=0.6 vip_renewdeadline=0.4 vip_retryperiod=0.2"
+    )]
+    NoRoomMs {
+        /// The fence, ms.
+        fence_ms: u128,
+        /// Retry period in ms.
+        retry_ms: u128,
     },
 }
 
@@ -96,21 +107,27 @@ pub fn fence_grant(fence_secs: u32, lease_duration: Duration, age: Duration) -> 
 }
 
 /// Whether the lease others see may have expired `age` after the last renewal request was
-/// sent (less [`FENCE_MARGIN`]): from then on this node must hold nothing, whatever its
-/// elector has not yet noticed (a process continued after a freeze, a stalled task). Pure.
-pub fn fence_lapsed(lease_duration: Duration, age: Duration) -> bool {
-    age.saturating_add(FENCE_MARGIN) >= lease_duration
+/// sent (less `margin`: [`FENCE_MARGIN`], or [`NFT_FENCE_MARGIN`] under the millisecond
+/// fence): from then on this node must hold nothing, whatever its elector has not yet
+/// noticed (a process continued after a freeze, a stalled task). Pure.
+pub fn fence_lapsed(lease_duration: Duration, margin: Duration, age: Duration) -> bool {
+    age.saturating_add(margin) >= lease_duration
 }
 
 /// How long the nftables fence ([`crate::net::nft::fence`]) may keep a VIP answered,
 /// asked `age` after the last renewal request was sent: until that send time plus `fence`
 /// (the fence lifetime, the same one [`fence_grant`] starts from), never past the send time
-/// plus `lease_duration` less [`FENCE_MARGIN`]; whole milliseconds, rounded down. Zero
+/// plus `lease_duration` less `margin` ([`FencePlan::margin`]); whole milliseconds, rounded down. Zero
 /// (drop now) once that end has passed, e.g. when the process was frozen between the
 /// renewal and this call. Unlike [`fence_grant`] it is not cut to whole seconds: the
 /// element ends at `sent + fence` to the millisecond whenever it is asked. Pure.
-pub fn fence_timeout(fence: Duration, lease_duration: Duration, age: Duration) -> Duration {
-    let end = fence.min(lease_duration.saturating_sub(FENCE_MARGIN));
+pub fn fence_timeout(
+    fence: Duration,
+    lease_duration: Duration,
+    margin: Duration,
+    age: Duration,
+) -> Duration {
+    let end = fence.min(lease_duration.saturating_sub(margin));
     let left = end.saturating_sub(age);
     Duration::from_millis(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
 }
@@ -118,9 +135,82 @@ pub fn fence_timeout(fence: Duration, lease_duration: Duration, age: Duration) -
 /// Whether a fence element given `timeout` (by [`fence_timeout`]) may outlive the lease as
 /// the other nodes see it: the kernel took it at the latest when `nft` returned, `age`
 /// after the renewal request was sent, so it ends by `age + timeout`; past
-/// `lease_duration - FENCE_MARGIN` the holder must shorten or expire it. Pure.
-pub fn fence_overrun(lease_duration: Duration, timeout: Duration, age: Duration) -> bool {
-    age.saturating_add(timeout) > lease_duration.saturating_sub(FENCE_MARGIN)
+/// `lease_duration - margin` the holder must shorten or expire it. Pure.
+pub fn fence_overrun(
+    lease_duration: Duration,
+    margin: Duration,
+    timeout: Duration,
+    age: Duration,
+) -> bool {
+    age.saturating_add(timeout) > lease_duration.saturating_sub(margin)
+}
+
+/// Margin of the millisecond fence ([`FencePlan`] with `address_fences` false): time kept
+/// between the end of a VIP's nftables element and the earliest takeover by another node.
+/// It covers what the whole-second [`FENCE_MARGIN`] covers except the kernel's address
+/// expiry lag, which does not apply (an element's timeout is checked on every packet, to the
+/// jiffy): clock-rate drift between the nodes (under 0.1 %, under 1 ms on a 1 s lease), the
+/// jiffy granularity of nftables timeouts (at most 10 ms at HZ=100), and the time `nft`
+/// takes to apply an element, which [`fence_overrun`] checks. docs/design.md has the proof.
+pub const NFT_FENCE_MARGIN: Duration = Duration::from_millis(50);
+
+/// How a holder's VIPs are fenced, from the lease timings ([`fence_plan`], issue 16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FencePlan {
+    /// Valid lifetime, whole seconds, given to every VIP address and refreshed on every
+    /// renewal.
+    pub address_secs: u32,
+    /// The address lifetime is the fence: every grant is cut so that the address is gone
+    /// [`FENCE_MARGIN`] before the lease can pass ([`fence_grant`]). `false` under the
+    /// millisecond fence: the nftables element is the fence, and the address (which the
+    /// kernel can only time in whole seconds) may outlive the lease, inert (its ARP, NS and
+    /// IP packets dropped), as a second line.
+    pub address_fences: bool,
+    /// How long after a renewal's send time the VIP's nftables element keeps it answered
+    /// ([`fence_timeout`]).
+    pub nft: Duration,
+    /// The margin before the lease can pass: [`FENCE_MARGIN`] or [`NFT_FENCE_MARGIN`].
+    pub margin: Duration,
+}
+
+/// The fence for these lease timings. When [`fence_lifetime`] finds a whole number of
+/// seconds, the address lifetime fences (and the nftables fence, when on, ends at the same
+/// time). Otherwise (sub-second timings such as the `fast` profile) the nftables fence must
+/// be on (`nft`): its elements last `min(renew deadline, lease duration -
+/// NFT_FENCE_MARGIN)`, which must be longer than the retry period, and the addresses get
+/// the lease duration rounded up to whole seconds.
+///
+/// # Errors
+/// [`FenceError::NoRoom`] when no whole-second fence fits and `nft` is false;
+/// [`FenceError::NoRoomMs`] when the millisecond fence would not outlast a retry period.
+pub fn fence_plan(t: &Timing, nft: bool) -> Result<FencePlan, FenceError> {
+    match fence_lifetime(t) {
+        Ok(secs) => Ok(FencePlan {
+            address_secs: secs,
+            address_fences: true,
+            nft: Duration::from_secs(u64::from(secs)),
+            margin: FENCE_MARGIN,
+        }),
+        Err(e) if !nft => Err(e),
+        Err(_) => {
+            let fence = t
+                .renew_deadline
+                .min(t.lease_duration.saturating_sub(NFT_FENCE_MARGIN));
+            if fence <= t.retry_period {
+                return Err(FenceError::NoRoomMs {
+                    fence_ms: fence.as_millis(),
+                    retry_ms: t.retry_period.as_millis(),
+                });
+            }
+            let secs = t.lease_duration.as_millis().div_ceil(1000).max(1);
+            Ok(FencePlan {
+                address_secs: u32::try_from(secs).unwrap_or(u32::MAX),
+                address_fences: false,
+                nft: fence,
+                margin: NFT_FENCE_MARGIN,
+            })
+        }
+    }
 }
 
 /// One VIP this holder manages: the address and the interface to put it on (`None` =
@@ -158,8 +248,10 @@ pub struct HolderConfig {
     pub arp_rate: Duration,
     /// Interval of the periodic check (address present, DAD state, carrier).
     pub check_interval: Duration,
-    /// Kernel fence lifetime in seconds, see [`fence_lifetime`].
+    /// Address lifetime in seconds, see [`fence_plan`].
     pub fence_secs: u32,
+    /// The whole fence plan ([`fence_plan`]); `fence_secs` is its `address_secs`.
+    pub fence: FencePlan,
     /// The lease duration: a VIP's lifetime never reaches past the last renewal's send
     /// time plus this, less [`FENCE_MARGIN`] (see [`fence_grant`]).
     pub lease_duration: Duration,
@@ -194,15 +286,22 @@ pub struct HolderConfig {
 impl HolderConfig {
     /// Settings derived from lease timings and the ARP rate: check every
     /// `min(arp_rate, 500 ms)`, carrier grace = renew deadline, IPv6 DAD skipped (see
-    /// `Config::ipv6_dad`; set `skip_dad` from it).
+    /// `Config::ipv6_dad`; set `skip_dad` from it); the fence from [`fence_plan`] with
+    /// `nft` = `vip_nftfence`.
     ///
     /// # Errors
-    /// See [`fence_lifetime`].
-    pub(crate) fn from_timing(t: &Timing, arp_rate: Duration) -> Result<Self, FenceError> {
+    /// See [`fence_plan`].
+    pub(crate) fn from_timing(
+        t: &Timing,
+        arp_rate: Duration,
+        nft: bool,
+    ) -> Result<Self, FenceError> {
+        let fence = fence_plan(t, nft)?;
         Ok(HolderConfig {
             arp_rate,
             check_interval: arp_rate.min(Duration::from_millis(500)),
-            fence_secs: fence_lifetime(t)?,
+            fence_secs: fence.address_secs,
+            fence,
             lease_duration: t.lease_duration,
             carrier_grace: t.renew_deadline,
             skip_dad: true,

@@ -150,8 +150,12 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// ([`fence_lapsed`]) even though the elector has not said so yet: then every VIP goes.
     pub(super) fn fence_left(&self, now: Instant) -> Option<u32> {
         let age = now.saturating_duration_since(self.renewed_at?);
-        if fence_lapsed(self.cfg.lease_duration, age) {
+        if fence_lapsed(self.cfg.lease_duration, self.cfg.fence.margin, age) {
             return None;
+        }
+        if !self.cfg.fence.address_fences {
+            // The nftables element fences; the address is its inert second line.
+            return Some(self.cfg.fence_secs);
         }
         Some(fence_grant(
             self.cfg.fence_secs,
@@ -461,7 +465,10 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             debug!(holder = %self.name, "renewal too old to extend the fence; not refreshing");
             return;
         }
-        Box::pin(self.refresh_nft_fence()).await;
+        if !Box::pin(self.refresh_nft_fence()).await {
+            debug!(holder = %self.name, "the millisecond fence could not be set; adding or refreshing no VIP");
+            return;
+        }
         for i in 0..self.vips.len() {
             let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
                 continue;
@@ -503,12 +510,18 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// was frozen or stalled during the run, the element is set again with what is left,
     /// and expired (the VIPs are dropped at once) when nothing is. VIPs that left the set
     /// are disarmed. Failures are logged; the elements keep their earlier timeout.
-    pub(super) async fn refresh_nft_fence(&mut self) {
+    ///
+    /// Returns whether the VIPs may be added or refreshed now: always under the
+    /// whole-second address fence; under the millisecond fence ([`FencePlan`] with
+    /// `address_fences` false) only when every VIP's element was just set, since an address
+    /// without a live element would outlive the lease unfenced.
+    pub(super) async fn refresh_nft_fence(&mut self) -> bool {
+        let needed = !self.cfg.fence.address_fences;
         if !self.cfg.nft_fence.active() {
-            return;
+            return !needed;
         }
         let Some(sent) = self.renewed_at else {
-            return;
+            return !needed;
         };
         let vips: Vec<IpAddr> = self.vips.iter().map(|s| s.vip.addr).collect();
         let gone: Vec<IpAddr> = self
@@ -526,19 +539,23 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             }
         }
         if vips.is_empty() {
-            return;
+            return true;
         }
-        let fence = Duration::from_secs(u64::from(self.cfg.fence_secs));
+        let (fence, margin) = (self.cfg.fence.nft, self.cfg.fence.margin);
         let lease = self.cfg.lease_duration;
         for _ in 0..FENCE_RECHECKS {
-            let timeout =
-                fence_timeout(fence, lease, Instant::now().saturating_duration_since(sent));
+            let timeout = fence_timeout(
+                fence,
+                lease,
+                margin,
+                Instant::now().saturating_duration_since(sent),
+            );
             if timeout.is_zero() {
                 break;
             }
             if let Err(e) = self.cfg.nft_fence.refresh(&vips, timeout).await {
                 warn!(holder = %self.name, error = %e, "cannot refresh the nftables fence; its elements keep their earlier timeout");
-                return;
+                return !needed;
             }
             for v in &vips {
                 if !self.nft_fenced.contains(v) {
@@ -546,18 +563,19 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 }
             }
             let age = Instant::now().saturating_duration_since(sent);
-            if !fence_overrun(lease, timeout, age) {
-                return;
+            if !fence_overrun(lease, margin, timeout, age) {
+                return true;
             }
             debug!(holder = %self.name, timeout_ms = timeout.as_millis(), age_ms = age.as_millis(), "the kernel took the nftables fence timeout late; setting it again");
         }
         if self.nft_fenced.is_empty() {
-            return;
+            return !needed;
         }
         warn!(holder = %self.name, "the renewal is older than the nftables fence (this process was frozen or stalled); the VIPs are not answered until the next renewal");
         if let Err(e) = self.cfg.nft_fence.expire(&vips).await {
             warn!(holder = %self.name, error = %e, "cannot expire the nftables fence; its elements expire at their earlier timeout");
         }
+        !needed
     }
 
     /// Stops filtering this holder's VIPs in the nftables fence (their addresses are gone).

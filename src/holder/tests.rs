@@ -247,7 +247,7 @@ fn rig_with(
     interface: Option<&str>,
     monitor: Option<FakeConflictMonitor>,
 ) -> (Rig, Option<watch::Receiver<Conflicts>>) {
-    let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap();
+    let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
     let probing = monitor.is_some();
     if let Some(m) = monitor {
         cfg.conflict_monitor = Some(Arc::new(m));
@@ -751,7 +751,7 @@ async fn edited_vip_set_adds_new_and_removes_old_while_leading() {
         not_after: None,
     };
     let (set_tx, set_rx) = watch::channel(vec![spec(v120)]);
-    let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap();
+    let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
     cfg.check_following = false;
     let (r, _) = rig_from(kernel.clone(), vec![], cfg, false, Some(set_rx));
     lead(&r, 1, true);
@@ -782,7 +782,7 @@ async fn a_grown_vip_set_announces_only_the_new_vip() {
         not_after,
     };
     let (set_tx, set_rx) = watch::channel(vec![spec(v120, None)]);
-    let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap();
+    let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
     cfg.check_following = false;
     let (r, _) = rig_from(kernel.clone(), vec![], cfg, false, Some(set_rx));
     lead(&r, 1, true);
@@ -879,7 +879,7 @@ async fn a_vip_never_outlives_its_not_after_time() {
             not_after: Some(expires),
         },
     ];
-    let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap();
+    let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
     let (r, _) = rig_from(kernel.clone(), specs, cfg, false, None);
     settle().await;
     // Renew every second, as the elector does, for five seconds.

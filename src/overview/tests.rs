@@ -24,6 +24,7 @@ fn record(holder: &str, renewed_ago: i64, acquired_ago: i64, moves: i32) -> Leas
         renew_time: Some(ts(NOW - renewed_ago)),
         transitions: moves,
         failback_request: None,
+        lease_duration_ms: None,
     }
 }
 

@@ -202,15 +202,11 @@ impl LeaseView {
         self.known = true;
         if let Some(last) = self.observed.take() {
             if last.record.is_held() {
-                self.absent_until = Some(now + lease_duration(&last.record));
+                self.absent_until = Some(now + last.record.wait());
             }
             self.observed_at = now;
         }
     }
-}
-
-fn lease_duration(rec: &LeaseRecord) -> Duration {
-    Duration::from_secs(u64::try_from(rec.lease_duration_secs.max(0)).unwrap_or(0))
 }
 
 /// Whether `now` is a later term than `from`: another holder, or the same holder after a
@@ -267,7 +263,7 @@ pub fn handover(from: Option<&LeaseRecord>, view: &LeaseView, now: Instant) -> H
                 + view
                     .observed
                     .as_ref()
-                    .map(|o| lease_duration(&o.record))
+                    .map(|o| o.record.wait())
                     .unwrap_or_default(),
         ),
     }

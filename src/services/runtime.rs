@@ -216,7 +216,7 @@ pub async fn start(cfg: &Arc<Config>, parts: Parts) -> Result<Running, ServicesE
         conflict_monitor: parts.holder_cfg.conflict_monitor.clone(),
         arp_guard: parts.holder_cfg.arp_guard.clone(),
         nft_fence: parts.holder_cfg.nft_fence.clone(),
-        ..HolderConfig::from_timing(&cfg.services_timing, cfg.arp_rate)?
+        ..HolderConfig::from_timing(&cfg.services_timing, cfg.arp_rate, cfg.nft_fence)?
     };
     // Per-Service holders share one address dump per check interval.
     let cached = Arc::new(CachedKernel::new(parts.kernel, Duration::from_millis(200)));
@@ -330,6 +330,15 @@ async fn ride_setup<K: Kernel>(
     use crate::peer::KEY_SECRET;
     let ns = cfg.lease.namespace.as_str();
     let err = |what: String| ServicesError::RideThrough(format!("svc_ridethrough: {what}"));
+    if !holder_cfg.fence.address_fences {
+        // Its safety argument (docs/design.md) counts on the whole-second address fence.
+        return Err(err(
+            "needs Service lease timings with a whole-second address fence (e.g. \
+             svc_leaseduration=3 svc_renewdeadline=2 svc_retryperiod=1), not the millisecond \
+             fence of sub-second timings"
+                .into(),
+        ));
+    }
     let key = read_peer_key(client, ns, KEY_READ_PATIENCE)
         .await
         .map_err(err)?;

@@ -9,7 +9,8 @@
 //! cargo xtask chaos --minutes N [--seed S]
 //!                        the chaos soak: random faults against 3 vipd nodes and 50
 //!                        Services while an auditor checks invariants (see chaos.rs)
-//! cargo xtask bench failover [--scenario ..] [--trials N] [--impl vipd|keepalived|both]
+//! cargo xtask bench failover [--scenario ..] [--trials N]
+//!                        [--impl vipd|keepalived|keepalived-fast|both]
 //!                        failover figures for vipd and keepalived (see bench.rs)
 //! cargo xtask bench heartbeat [--peers 3,50] [--seconds 30]
 //!                        heartbeat cost of svc_ridethrough (see bench/heartbeat.rs)
@@ -40,8 +41,9 @@ commands:
   chaos --minutes N [--seed S] [--services 50] [--nodes 3] [--orphan-leases-warn]
               random faults against vipd on the lab nodes while an auditor checks
               invariants; exits non-zero on any violation (`chaos --help`, docs/chaos.md)
-  bench failover [--scenario LIST] [--trials N] [--impl vipd|keepalived|both]
-              [--timings default,5/3/1,...]   failover figures (`bench failover --help`)
+  bench failover [--scenario LIST] [--trials N]
+              [--impl vipd|keepalived|keepalived-fast|both] [--timings default,5/3/1,...]
+              failover figures (`bench failover --help`)
   bench heartbeat [--peers 3,50] [--seconds 30]
               the peer protocol's cost (svc_ridethrough) on one node, simulated peers
 

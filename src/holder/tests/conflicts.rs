@@ -224,7 +224,7 @@ async fn arp_pins_come_before_the_address_and_go_after_it() {
     let (set_tx, set_rx) = watch::channel(vec![spec(v120), spec(v6)]);
     let cfg = HolderConfig {
         arp_guard: guard.clone(),
-        ..HolderConfig::from_timing(&TIMING, Duration::from_millis(3000)).unwrap()
+        ..HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap()
     };
     let (r, _) = rig_from(kernel.clone(), vec![], cfg, false, Some(set_rx));
     settle().await;

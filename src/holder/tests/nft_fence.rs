@@ -22,6 +22,8 @@ struct FakeFence {
     calls: Mutex<Vec<(Instant, Call)>>,
     /// The next refresh reaches the kernel this long after it was asked for.
     stall_next: Mutex<Option<Duration>>,
+    /// Every refresh fails (as `nft` would without the table).
+    failing: Mutex<bool>,
 }
 
 impl FakeFence {
@@ -52,6 +54,13 @@ impl VipFence for FakeFence {
             let stall = self.stall_next.lock().unwrap().take();
             if let Some(d) = stall {
                 tokio::time::sleep(d).await;
+            }
+            if *self.failing.lock().unwrap() {
+                return Err(FenceError::Change {
+                    vips: format!("{vips:?}"),
+                    command: "add element".into(),
+                    detail: "no such table".into(),
+                });
             }
             self.calls
                 .lock()
@@ -93,7 +102,7 @@ fn fenced_rig(fence: Arc<FakeFence>) -> Rig {
 }
 
 fn fenced_rig_at(fence: Arc<FakeFence>, timing: &Timing) -> Rig {
-    let mut cfg = HolderConfig::from_timing(timing, Duration::from_millis(3000)).unwrap();
+    let mut cfg = HolderConfig::from_timing(timing, Duration::from_millis(3000), true).unwrap();
     cfg.nft_fence = fence;
     let spec = VipSpec {
         vip: vip4(),
@@ -111,13 +120,19 @@ async fn fence_timeout_counts_from_the_send_time() {
     let lease = TIMING.lease_duration;
     let ms = Duration::from_millis;
     let at = |t: Instant| t.saturating_duration_since(sent);
-    assert_eq!(fence_timeout(FENCE, lease, at(Instant::now())), ms(2000));
+    assert_eq!(
+        fence_timeout(FENCE, lease, FENCE_MARGIN, at(Instant::now())),
+        ms(2000)
+    );
     tokio::time::advance(ms(37)).await;
-    assert_eq!(fence_timeout(FENCE, lease, at(Instant::now())), ms(1963));
+    assert_eq!(
+        fence_timeout(FENCE, lease, FENCE_MARGIN, at(Instant::now())),
+        ms(1963)
+    );
     // A stale renewal (acted on long after it was sent) never reaches past
     // send + lease - margin, and not past send + fence either.
     for age_ms in (0..6000).step_by(7) {
-        let t = fence_timeout(FENCE, lease, ms(age_ms));
+        let t = fence_timeout(FENCE, lease, FENCE_MARGIN, ms(age_ms));
         assert!(
             t.is_zero() || ms(age_ms) + t <= lease - FENCE_MARGIN,
             "age {age_ms} ms: {t:?}"
@@ -129,18 +144,18 @@ async fn fence_timeout_counts_from_the_send_time() {
     }
     // A fence longer than the lease allows is cut to lease - margin.
     assert_eq!(
-        fence_timeout(Duration::from_secs(9), lease, ms(0)),
+        fence_timeout(Duration::from_secs(9), lease, FENCE_MARGIN, ms(0)),
         lease - FENCE_MARGIN
     );
     // Frozen between the renewal and the nft call, past the fence: already expired.
     tokio::time::advance(ms(1963)).await;
     assert_eq!(
-        fence_timeout(FENCE, lease, at(Instant::now())),
+        fence_timeout(FENCE, lease, FENCE_MARGIN, at(Instant::now())),
         Duration::ZERO
     );
     // Sub-millisecond rest rounds down: never more than granted.
     assert_eq!(
-        fence_timeout(FENCE, lease, Duration::from_micros(1_999_001)),
+        fence_timeout(FENCE, lease, FENCE_MARGIN, Duration::from_micros(1_999_001)),
         Duration::ZERO
     );
 }
@@ -149,14 +164,16 @@ async fn fence_timeout_counts_from_the_send_time() {
 fn an_element_taken_late_overruns_the_lease() {
     let lease = TIMING.lease_duration;
     let ms = Duration::from_millis;
-    assert!(!fence_overrun(lease, ms(2000), ms(5)));
+    assert!(!fence_overrun(lease, FENCE_MARGIN, ms(2000), ms(5)));
     assert!(!fence_overrun(
         lease,
+        FENCE_MARGIN,
         ms(2000),
         lease - FENCE_MARGIN - ms(2000)
     ));
     assert!(fence_overrun(
         lease,
+        FENCE_MARGIN,
         ms(2000),
         lease - FENCE_MARGIN - ms(1999)
     ));
@@ -269,4 +286,93 @@ async fn step_down_disarms_after_the_address_is_gone() {
     r.shutdown.cancel();
     r.task.await.unwrap();
     assert_eq!(fence.calls().len(), n, "nothing left to disarm");
+}
+
+/// The `fast` profile's timings: lease 600 ms, renew deadline 400 ms, retry 200 ms.
+const FAST: Timing = Timing {
+    lease_duration: Duration::from_millis(600),
+    renew_deadline: Duration::from_millis(400),
+    retry_period: Duration::from_millis(200),
+};
+
+/// Sub-second timings have no whole-second address fence: without the nftables fence they
+/// are refused; with it the element fences (min(renew deadline, lease - 50 ms)), the address
+/// gets the lease rounded up and is no longer cut to the lease. Whole-second timings keep
+/// the address fence whatever `nft` says. A millisecond fence that would not outlast a
+/// retry period is refused.
+#[test]
+fn fence_plan_uses_the_millisecond_fence_only_where_seconds_do_not_fit() {
+    assert!(matches!(
+        fence_plan(&FAST, false),
+        Err(crate::holder::FenceError::NoRoom { .. })
+    ));
+    assert_eq!(
+        fence_plan(&FAST, true),
+        Ok(FencePlan {
+            address_secs: 1,
+            address_fences: false,
+            nft: Duration::from_millis(400),
+            margin: NFT_FENCE_MARGIN,
+        })
+    );
+    let t = |l: u64, r: u64, p: u64| Timing {
+        lease_duration: Duration::from_millis(l),
+        renew_deadline: Duration::from_millis(r),
+        retry_period: Duration::from_millis(p),
+    };
+    for nft in [false, true] {
+        assert_eq!(
+            fence_plan(&t(3000, 2000, 1000), nft),
+            Ok(FencePlan {
+                address_secs: 2,
+                address_fences: true,
+                nft: Duration::from_secs(2),
+                margin: FENCE_MARGIN,
+            })
+        );
+    }
+    // lease 2 s, retry 1 s: no whole second fits; the element lasts the renew deadline.
+    let p = fence_plan(&t(2000, 1500, 1000), true).unwrap();
+    assert_eq!(
+        (p.address_secs, p.nft, p.address_fences),
+        (2, Duration::from_millis(1500), false)
+    );
+    // The element is cut to lease - 50 ms.
+    assert_eq!(
+        fence_plan(&t(300, 290, 200), true).unwrap().nft,
+        Duration::from_millis(250)
+    );
+    let e = fence_plan(&t(250, 240, 200), true).unwrap_err().to_string();
+    assert!(e.contains("200 ms") && e.contains("fast profile"), "{e}");
+}
+
+/// Under the millisecond fence the address is added with the lease rounded up (1 s, not a
+/// lifetime cut to 0 by the 600 ms lease) once the element is set, and the element ends at
+/// send + 400 ms; when the element cannot be set, no address is added at all.
+#[tokio::test(start_paused = true)]
+async fn millisecond_fence_sets_the_element_before_the_address_or_adds_nothing() {
+    let fence = Arc::new(FakeFence::default());
+    *fence.failing.lock().unwrap() = true;
+    let r = fenced_rig_at(fence.clone(), &FAST);
+    settle().await;
+    lead(&r, 1, true);
+    settle().await;
+    assert!(!r.kernel.has(vip4()), "no address without its element");
+    assert!(r.kernel.0.lock().unwrap().adds.is_empty());
+
+    *fence.failing.lock().unwrap() = false;
+    let sent = Instant::now();
+    lead(&r, 1, true);
+    settle().await;
+    let vip: IpAddr = vip4().addr;
+    assert_eq!(
+        fence.live_until(vip),
+        Some(sent + Duration::from_millis(400))
+    );
+    assert!(r.kernel.has(vip4()));
+    assert_eq!(r.kernel.0.lock().unwrap().adds.last(), Some(&(vip4(), 1)));
+    // Without a renewal the address goes too, at the first check (every 500 ms) past
+    // lease - 50 ms; until then it is inert (its element ended at 400 ms).
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(!r.kernel.has(vip4()), "the address outlived the lease");
 }

@@ -26,7 +26,7 @@ async fn ride_grant_bounds_every_lifetime_the_holder_gives() {
     while t < until + Duration::from_millis(500) {
         let age = t.saturating_duration_since(r);
         let grant = fence_grant(FENCE_SECS, LEASE, age);
-        let lapsed = fence_lapsed(LEASE, age);
+        let lapsed = fence_lapsed(LEASE, FENCE_MARGIN, age);
         if t >= until {
             assert!(
                 lapsed,

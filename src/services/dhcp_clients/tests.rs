@@ -351,7 +351,7 @@ async fn the_holder_adds_the_leased_address_on_the_macvlan_within_the_lease_and_
         renew_deadline: Duration::from_secs(3),
         retry_period: Duration::from_secs(1),
     };
-    let cfg = HolderConfig::from_timing(&timing, Duration::from_millis(3000)).unwrap();
+    let cfg = HolderConfig::from_timing(&timing, Duration::from_millis(3000), false).unwrap();
     let (vips_tx, vips_rx) = watch::channel(base.vips.clone());
     let (rig, _) = rig_from(kernel.clone(), base.vips.clone(), cfg, false, Some(vips_rx));
     let lead = || lead(&rig, 1, true);

@@ -199,6 +199,7 @@ fn rec(holder: &str, acquired: i64, transitions: i32, dur: i32) -> LeaseRecord {
         renew_time: Some(Timestamp::from_second(acquired).unwrap()),
         transitions,
         failback_request: None,
+        lease_duration_ms: None,
     }
 }
 

@@ -1,10 +1,11 @@
 //! `cargo xtask bench failover`: measures control-plane VIP failover in the lab, for vipd
-//! and for keepalived (VRRP), and prints p50/p95/max client-visible gaps and the time two
+//! and for keepalived (VRRP: `keepalived`, VRRPv2 `advert_int 1`, and `keepalived-fast`, VRRPv3
+//! `advert_int 0.1`), and prints p50/p95/max client-visible gaps and the time two
 //! hosts answered ARP for the VIP at once.
 //!
 //! ```text
 //! cargo xtask bench failover [--scenario graceful,kill,freeze,poweroff,partition,drain|all]
-//!     [--trials N] [--impl vipd|keepalived|both] [--timings default,5/3/1,...]
+//!     [--trials N] [--impl vipd|keepalived|keepalived-fast|both] [--timings default,5/3/1,...]
 //!     [--no-build] [--vipd PATH] [--json FILE] [--no-idle] [-v]
 //! ```
 //!
@@ -13,7 +14,7 @@
 //!
 //! 1. cleans up (deletes the Lease `kube-system/plndr-cp-lock`, checks no node carries
 //!    192.0.2.10) and starts one instance per node (vipd in control-plane mode, or one
-//!    keepalived per node);
+//!    keepalived per node, [`keepalived_conf`]);
 //! 2. waits until exactly one node carries the VIP and the client reaches it, then starts
 //!    `vipd probe http://192.0.2.10/ --interval 20ms --json` in ns `client` and an
 //!    [`xtask::lab::ArpWatcher`] (ARP request every 20 ms) in ns `api`, so the watcher's
@@ -63,7 +64,8 @@ pub const SAMPLE_INTERVAL: Duration = Duration::from_millis(20);
 /// How long the idle phase waits before reading RSS, and how long it counts Lease writes.
 pub const IDLE_WINDOW: Duration = Duration::from_secs(10);
 /// Trial n waits `((n - 1) mod 5) / 5` of this before the event (1 s: the retry period and
-/// the VRRP advert interval), so five trials sample the renew cycle evenly.
+/// keepalived's VRRP advert interval; keepalived-fast's 0.1 s adverts repeat ten times in
+/// it), so five trials sample the renew cycle evenly.
 pub const PHASE_SPREAD: Duration = Duration::from_secs(1);
 /// keepalived binary (Debian package `keepalived`).
 pub const KEEPALIVED: &str = "/usr/sbin/keepalived";
@@ -74,7 +76,10 @@ options:
   --scenario LIST   comma list of graceful,kill,freeze,poweroff,partition,drain or `all`
                     (default all; drain: vipd only)
   --trials N        trials per scenario and implementation (default 5)
-  --impl WHICH      vipd | keepalived | both (default both)
+  --impl WHICH      vipd | keepalived | keepalived-fast | both (default both);
+                    keepalived runs two rows: `keepalived` (VRRPv2, advert_int 1) and
+                    `keepalived-fast` (VRRPv3, advert_int 0.1); keepalived-fast runs only
+                    the latter; both = vipd and the two keepalived rows
   --timings LIST    vipd lease timings, comma list of `default` (vipd's built-in defaults,
                     vip_lease* unset) or LEASE/RENEW/RETRY seconds, e.g. 5/3/1 or 2.5/2/1
                     (default: default,5/3/1)
@@ -202,21 +207,72 @@ impl Timings {
     }
 }
 
+/// A keepalived variant of the bench: the VRRP version and advertisement interval of
+/// [`keepalived_conf`] (everything else is the same recipe). Only the constants exist.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Vrrp {
+    label: &'static str,
+    version: u8,
+    /// Advertisement interval in centiseconds (VRRPv3's unit, RFC 5798 §5.2.7; VRRPv2
+    /// only knows whole seconds, RFC 3768 §5.3.7).
+    advert_cs: u16,
+}
+
+impl Vrrp {
+    /// `keepalived`: VRRPv2 (keepalived's default), `advert_int 1`.
+    pub const CLASSIC: Vrrp = Vrrp {
+        label: "keepalived",
+        version: 2,
+        advert_cs: 100,
+    };
+    /// `keepalived-fast`: VRRPv3, `advert_int 0.1` (keepalived's sub-second adverts need
+    /// VRRPv3).
+    pub const FAST: Vrrp = Vrrp {
+        label: "keepalived-fast",
+        version: 3,
+        advert_cs: 10,
+    };
+    /// Both variants, in the order they run.
+    pub const ALL: [Vrrp; 2] = [Vrrp::CLASSIC, Vrrp::FAST];
+
+    /// Label in tables and JSON: `keepalived` or `keepalived-fast`.
+    pub fn label(self) -> &'static str {
+        self.label
+    }
+
+    /// VRRP version (`vrrp_version` in global_defs): 2 or 3.
+    pub fn version(self) -> u8 {
+        self.version
+    }
+
+    /// Advertisement interval (`advert_int`).
+    pub fn advert(self) -> Duration {
+        Duration::from_millis(u64::from(self.advert_cs) * 10)
+    }
+
+    /// Master-down interval of a BACKUP with priority 100: 3 x advert + skew, skew =
+    /// (256 - priority) / 256 x advert (RFC 5798 §6.1; RFC 3768 §6.1 with the advert in
+    /// whole seconds gives the same). 3.61 s for `keepalived`, 0.36 s for `keepalived-fast`.
+    pub fn master_down(self) -> Duration {
+        self.advert().mul_f64(3.0 + (256.0 - 100.0) / 256.0)
+    }
+}
+
 /// What runs on the nodes.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Subject {
     /// vipd in control-plane mode with these timings.
     Vipd(Timings),
-    /// keepalived, VRRP, see [`keepalived_conf`].
-    Keepalived,
+    /// keepalived with this VRRP variant, see [`keepalived_conf`].
+    Keepalived(Vrrp),
 }
 
 impl Subject {
-    /// Label in tables: `vipd default`, `vipd 5/3/1`, `keepalived`.
+    /// Label in tables: `vipd default`, `vipd 5/3/1`, `keepalived`, `keepalived-fast`.
     pub fn label(&self) -> String {
         match self {
             Subject::Vipd(t) => format!("vipd {}", t.label),
-            Subject::Keepalived => "keepalived".into(),
+            Subject::Keepalived(v) => v.label().into(),
         }
     }
 }
@@ -230,8 +286,8 @@ pub struct BenchOptions {
     pub trials: usize,
     /// Run vipd.
     pub vipd: bool,
-    /// Run keepalived.
-    pub keepalived: bool,
+    /// keepalived variants to run, in order.
+    pub keepalived: Vec<Vrrp>,
     /// vipd timings to run.
     pub timings: Vec<Timings>,
     /// Build vipd in release mode first.
@@ -261,7 +317,7 @@ impl BenchOptions {
             scenarios: Scenario::ALL.to_vec(),
             trials: 5,
             vipd: true,
-            keepalived: true,
+            keepalived: Vrrp::ALL.to_vec(),
             timings: vec![Timings::parse("default")?, Timings::parse("5/3/1")?],
             build: true,
             vipd_path: None,
@@ -290,10 +346,13 @@ impl BenchOptions {
                 "--impl" => {
                     let v = value()?;
                     (o.vipd, o.keepalived) = match v {
-                        "vipd" => (true, false),
-                        "keepalived" => (false, true),
-                        "both" => (true, true),
-                        _ => bail!("invalid --impl value {v:?}: expected vipd, keepalived or both"),
+                        "vipd" => (true, Vec::new()),
+                        "keepalived" => (false, Vrrp::ALL.to_vec()),
+                        "keepalived-fast" => (false, vec![Vrrp::FAST]),
+                        "both" => (true, Vrrp::ALL.to_vec()),
+                        _ => bail!(
+                            "invalid --impl value {v:?}: expected vipd, keepalived, keepalived-fast or both"
+                        ),
                     };
                 }
                 "--timings" => {
@@ -332,8 +391,8 @@ impl BenchOptions {
                 })
             }));
         }
-        if self.keepalived && self.service.is_none() {
-            s.push(Subject::Keepalived);
+        if self.service.is_none() {
+            s.extend(self.keepalived.iter().copied().map(Subject::Keepalived));
         }
         s
     }
@@ -416,7 +475,7 @@ fn failover(o: &BenchOptions) -> Result<()> {
     if nix::unistd::geteuid().as_raw() != 0 {
         bail!("`cargo xtask bench` needs root (network namespaces); run it with sudo -E");
     }
-    if o.keepalived && !Path::new(KEEPALIVED).is_file() {
+    if !o.keepalived.is_empty() && !Path::new(KEEPALIVED).is_file() {
         bail!("{KEEPALIVED} not found: apt-get install keepalived (or use --impl vipd)");
     }
     let vipd = vipd_release_binary(o.build, o.vipd_path.as_deref())?;
@@ -449,7 +508,7 @@ fn failover(o: &BenchOptions) -> Result<()> {
     }
     for scenario in &o.scenarios {
         for subject in o.subjects() {
-            if (*scenario == Scenario::Drain || o.lb) && matches!(subject, Subject::Keepalived) {
+            if (*scenario == Scenario::Drain || o.lb) && matches!(subject, Subject::Keepalived(_)) {
                 continue;
             }
             for trial in 1..=o.trials {
@@ -808,7 +867,7 @@ impl Cluster {
         for n in NODES {
             let p = match subject {
                 Subject::Vipd(t) => start_vipd(ctx, n, t)?,
-                Subject::Keepalived => start_keepalived(ctx, n)?,
+                Subject::Keepalived(v) => start_keepalived(ctx, n, *v)?,
             };
             procs.push((n.to_string(), p));
         }
@@ -1001,33 +1060,37 @@ pub fn start_vipd(ctx: &Ctx, node: &str, t: &Timings) -> Result<LabProcess> {
 
 /// keepalived configuration of `node`: the common two-tier HA recipe, one MASTER with
 /// priority 101 (node-a) and BACKUPs with priority 100, preemption on (keepalived's
-/// default), VRRP v2 multicast, `advert_int 1`, virtual router id 51, no authentication,
-/// `192.0.2.10/32 dev eth0`. Everything else is keepalived's default (5 gratuitous ARPs at
-/// the transition to MASTER, again 5 s later).
-pub fn keepalived_conf(node: &str) -> String {
+/// default), multicast, virtual router id 51, no authentication, `192.0.2.10/32 dev eth0`,
+/// with the VRRP version (`vrrp_version` in global_defs) and `advert_int` of `vrrp`
+/// ([`Vrrp::CLASSIC`]: 2 and 1 s, [`Vrrp::FAST`]: 3 and 0.1 s). Everything else is
+/// keepalived's default (5 gratuitous ARPs at the transition to MASTER, again 5 s later).
+pub fn keepalived_conf(node: &str, vrrp: Vrrp) -> String {
     let (state, prio) = if node == NODES[0] {
         ("MASTER", 101)
     } else {
         ("BACKUP", 100)
     };
+    // f64's Display prints 1.0 as `1` and 0.1 as `0.1`.
+    let advert = vrrp.advert().as_secs_f64();
     format!(
-        "global_defs {{\n    router_id {node}\n}}\n\n\
+        "global_defs {{\n    router_id {node}\n    vrrp_version {version}\n}}\n\n\
          vrrp_instance VI_CP {{\n    state {state}\n    interface {eth}\n    virtual_router_id 51\n    \
-         priority {prio}\n    advert_int 1\n    virtual_ipaddress {{\n        {VIP}/32 dev {eth}\n    }}\n}}\n",
+         priority {prio}\n    advert_int {advert}\n    virtual_ipaddress {{\n        {VIP}/32 dev {eth}\n    }}\n}}\n",
+        version = vrrp.version(),
         eth = lab::ETH
     )
 }
 
 /// Starts `keepalived -n -l -D -P -f CONF -p PID -r VRRP_PID` on `node` (foreground, VRRP
-/// only, per-node pid files under the lab directory).
+/// only, per-node pid files under the lab directory) with [`keepalived_conf`]`(node, vrrp)`.
 ///
 /// # Errors
 /// When the config cannot be written or the process spawned.
-pub fn start_keepalived(ctx: &Ctx, node: &str) -> Result<LabProcess> {
+pub fn start_keepalived(ctx: &Ctx, node: &str, vrrp: Vrrp) -> Result<LabProcess> {
     let dir = ctx.lab.dir().join("keepalived");
     std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
     let conf = dir.join(format!("{node}.conf"));
-    std::fs::write(&conf, keepalived_conf(node))
+    std::fs::write(&conf, keepalived_conf(node, vrrp))
         .with_context(|| format!("write {}", conf.display()))?;
     let s = |p: PathBuf| p.to_string_lossy().into_owned();
     let args = [
@@ -1212,7 +1275,7 @@ fn takeover_limit(subject: &Subject) -> Duration {
                 .unwrap_or(5.0);
             Duration::from_secs_f64(lease * 3.0 + 10.0)
         }
-        Subject::Keepalived => Duration::from_secs(20),
+        Subject::Keepalived(_) => Duration::from_secs(20),
     }
 }
 
@@ -1331,10 +1394,11 @@ fn start_trial_cluster(ctx: &Ctx, subject: &Subject, notes: &mut Vec<String>) ->
 
 /// Waits for a stable holder and until the client reaches it through the VIP; returns it.
 fn reachable_holder(ctx: &Ctx, subject: &Subject, cluster: &Cluster) -> Result<String> {
-    // keepalived: longer than its master-down interval (3 x advert_int + skew, 3.6 s).
+    // keepalived: longer than its master-down interval (3 x advert_int + skew: 3.6 s, 4.5 s
+    // stable; keepalived-fast 0.36 s, 1.26 s stable).
     let stable_for = match subject {
         Subject::Vipd(_) => Duration::from_millis(500),
-        Subject::Keepalived => Duration::from_millis(4500),
+        Subject::Keepalived(v) => v.master_down() + Duration::from_millis(900),
     };
     let holder = ctx
         .stable_holder(Duration::from_secs(30), stable_for)
@@ -1441,7 +1505,7 @@ fn end_trial(
     // leaves it behind for good. Either way the next trial starts clean.
     let grace = match subject {
         Subject::Vipd(_) => Duration::from_secs(6),
-        Subject::Keepalived => Duration::from_secs(1),
+        Subject::Keepalived(_) => Duration::from_secs(1),
     };
     let left = ctx.clear_vip(grace)?;
     if !left.is_empty() {
@@ -1721,7 +1785,8 @@ pub fn summary_table(report: &BenchReport) -> String {
     s
 }
 
-/// vipd / keepalived ratios of gap p50 and p95 per scenario and vipd timing.
+/// vipd / keepalived ratios of gap p50 and p95 per scenario and vipd timing, one section
+/// per keepalived variant ([`Vrrp::label`]) in the report.
 pub fn ratio_table(report: &BenchReport) -> String {
     let groups = grouped(report);
     let stats: HashMap<(Scenario, String), GapStats> = groups
@@ -1729,17 +1794,30 @@ pub fn ratio_table(report: &BenchReport) -> String {
         .filter_map(|(k, rs)| gap_stats(rs).map(|g| (k.clone(), g)))
         .collect();
     let mut s = String::new();
+    for vrrp in Vrrp::ALL {
+        ratio_section(&mut s, &groups, &stats, vrrp.label());
+    }
+    s
+}
+
+/// The lines of [`ratio_table`] against the keepalived row `against`.
+fn ratio_section(
+    s: &mut String,
+    groups: &[((Scenario, String), Vec<&TrialResult>)],
+    stats: &HashMap<(Scenario, String), GapStats>,
+    against: &str,
+) {
     let mut header = false;
     for ((scenario, subject), g) in groups
         .iter()
         .filter(|((_, subj), _)| subj.starts_with("vipd"))
         .filter_map(|(k, _)| stats.get(k).map(|g| (k, g)))
     {
-        let Some(k) = stats.get(&(*scenario, "keepalived".to_string())) else {
+        let Some(k) = stats.get(&(*scenario, against.to_string())) else {
             continue;
         };
         if !header {
-            let _ = writeln!(s, "\nvipd / keepalived (gap; < 1 means vipd is faster):");
+            let _ = writeln!(s, "\nvipd / {against} (gap; < 1 means vipd is faster):");
             header = true;
         }
         let ratio = |a: f64, b: f64| {
@@ -1758,7 +1836,6 @@ pub fn ratio_table(report: &BenchReport) -> String {
             ratio(g.p95, k.p95)
         );
     }
-    s
 }
 
 #[cfg(test)]
@@ -1780,7 +1857,7 @@ mod tests {
         .unwrap();
         assert_eq!(o.scenarios, vec![Scenario::Kill, Scenario::Freeze]);
         assert_eq!(o.trials, 3);
-        assert!(o.vipd && !o.keepalived);
+        assert!(o.vipd && o.keepalived.is_empty());
         assert_eq!(o.timings[1].values.as_ref().unwrap()[0], "2.5");
         assert_eq!(o.subjects().len(), 2);
         assert!(BenchOptions::parse(&["--lb"]).unwrap().lb);
@@ -1790,8 +1867,43 @@ mod tests {
         assert!(BenchOptions::parse(&["--trials", "0"]).is_err());
         assert!(BenchOptions::parse(&["--timings", "3/5/1"]).is_err());
         assert!(BenchOptions::parse(&["--timings", "5/3"]).is_err());
-        assert!(BenchOptions::parse(&["--impl", "kube-vip"]).is_err());
         assert!(BenchOptions::parse(&["--trials"]).is_err());
+    }
+
+    #[test]
+    fn impl_selects_vipd_and_the_keepalived_rows() {
+        let labels = |args: &[&str]| -> Vec<String> {
+            BenchOptions::parse(args)
+                .unwrap()
+                .subjects()
+                .iter()
+                .map(Subject::label)
+                .collect()
+        };
+        let all = [
+            "vipd default",
+            "vipd 5/3/1",
+            "keepalived",
+            "keepalived-fast",
+        ];
+        assert_eq!(labels(&[]), all);
+        assert_eq!(labels(&["--impl", "both"]), all);
+        assert_eq!(labels(&["--impl", "vipd"]), ["vipd default", "vipd 5/3/1"]);
+        assert_eq!(
+            labels(&["--impl", "keepalived"]),
+            ["keepalived", "keepalived-fast"]
+        );
+        assert_eq!(labels(&["--impl", "keepalived-fast"]), ["keepalived-fast"]);
+        // Services mode is vipd only.
+        assert_eq!(
+            labels(&["--impl", "both", "--service", "--timings", "default"]),
+            ["vipd default svc"]
+        );
+        let e = BenchOptions::parse(&["--impl", "kube-vip"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "invalid --impl value \"kube-vip\": expected vipd, keepalived, keepalived-fast or both"
+        );
     }
 
     #[test]
@@ -1814,20 +1926,39 @@ mod tests {
 
     #[test]
     fn keepalived_conf_is_the_documented_recipe() {
-        let a = keepalived_conf("node-a");
-        assert!(
-            a.contains("state MASTER") && a.contains("priority 101"),
-            "{a}"
-        );
-        let b = keepalived_conf("node-b");
-        assert!(
-            b.contains("state BACKUP") && b.contains("priority 100"),
-            "{b}"
-        );
-        assert!(
-            b.contains("advert_int 1") && b.contains("192.0.2.10/32 dev eth0"),
-            "{b}"
-        );
+        for vrrp in Vrrp::ALL {
+            let a = keepalived_conf("node-a", vrrp);
+            assert!(
+                a.contains("state MASTER") && a.contains("priority 101"),
+                "{a}"
+            );
+            for n in ["node-b", "node-c"] {
+                let b = keepalived_conf(n, vrrp);
+                assert!(
+                    b.contains("state BACKUP") && b.contains("priority 100"),
+                    "{b}"
+                );
+            }
+            assert!(
+                a.contains("virtual_router_id 51") && a.contains("192.0.2.10/32 dev eth0"),
+                "{a}"
+            );
+        }
+        let lines =
+            |c: String| -> Vec<String> { c.lines().map(|l| l.trim().to_string()).collect() };
+        let classic = lines(keepalived_conf("node-b", Vrrp::CLASSIC));
+        assert!(classic.contains(&"vrrp_version 2".into()), "{classic:?}");
+        assert!(classic.contains(&"advert_int 1".into()), "{classic:?}");
+        let fast = lines(keepalived_conf("node-b", Vrrp::FAST));
+        assert!(fast.contains(&"vrrp_version 3".into()), "{fast:?}");
+        assert!(fast.contains(&"advert_int 0.1".into()), "{fast:?}");
+        // Only the version and the advert interval differ.
+        let differing: Vec<_> = classic.iter().filter(|l| !fast.contains(l)).collect();
+        assert_eq!(differing, ["vrrp_version 2", "advert_int 1"]);
+        assert_eq!(Vrrp::CLASSIC.label(), "keepalived");
+        assert_eq!(Vrrp::FAST.label(), "keepalived-fast");
+        assert_eq!(Vrrp::CLASSIC.master_down().as_millis(), 3609);
+        assert_eq!(Vrrp::FAST.master_down().as_millis(), 360);
     }
 
     #[test]
@@ -1852,12 +1983,26 @@ mod tests {
             notes: vec![],
         };
         let report = BenchReport {
-            trials: vec![t("vipd default", 1000.0), t("keepalived", 4000.0)],
+            trials: vec![
+                t("vipd default", 1000.0),
+                t("keepalived", 4000.0),
+                t("keepalived-fast", 500.0),
+            ],
             idle: vec![],
         };
         let table = summary_table(&report);
-        assert_eq!(table.lines().count(), 3, "{table}");
+        assert_eq!(table.lines().count(), 4, "{table}");
+        assert!(table.contains("\nkill      keepalived-fast "), "{table}");
         let ratios = ratio_table(&report);
-        assert!(ratios.contains("p50  0.25"), "{ratios}");
+        let (classic, fast) = ratios
+            .split_once("vipd / keepalived-fast ")
+            .expect("a keepalived-fast section");
+        assert!(
+            classic.contains("vipd / keepalived (") && classic.contains("p50  0.25"),
+            "{ratios}"
+        );
+        assert!(fast.contains("p50  2.00"), "{ratios}");
+        let json = serde_json::to_string(&report.trials[2]).unwrap();
+        assert!(json.contains(r#""subject":"keepalived-fast""#), "{json}");
     }
 }
