@@ -61,6 +61,7 @@ fn spec(name: &str) -> MacvlanSpec {
         mark: "vipd:uid-1".into(),
         rp_filter: 2,
         ipv6_now: false,
+        own_addrs: Vec::new(),
     }
 }
 
@@ -144,9 +145,11 @@ fn link_local_flags(name: &str) -> Option<Vec<String>> {
     )
 }
 
-/// A macvlan for a DHCPv6 client (`ipv6_now`): DAD off, so its link-local address is there
-/// and not tentative as soon as `ensure` returns; each such macvlan gets its own UDP socket
-/// on port 546 (`SO_BINDTODEVICE`).
+/// A macvlan for a DHCPv6 client (`ipv6_now`): the kernel makes no link-local address
+/// (address generation off, as on every vipd macvlan); vipd adds the EUI-64 one itself,
+/// not tentative (DAD off), with a 2 s lifetime, renews it while it is there and does not
+/// bring it back once gone; each such macvlan gets its own UDP socket on port 546
+/// (`SO_BINDTODEVICE`).
 #[test]
 fn dhcpv6_macvlan_has_a_usable_link_local_at_once_and_its_own_port_546() {
     use vipd::dhcp::v6::Udp6Transport;
@@ -156,20 +159,38 @@ fn dhcpv6_macvlan_has_a_usable_link_local_at_once_and_its_own_port_546() {
         a.ipv6_now = true;
         let ia = m.ensure(&a).await.unwrap();
         assert_eq!(sysctl("ipv6", "vip-six", "accept_dad"), "0");
+        assert_eq!(link_local_flags("vip-six"), None, "no kernel link-local");
+        let ll = m.add_link_local(ia, "vip-six", a.mac).await.unwrap();
+        assert_eq!(ll, vipd::net::macvlan::eui64_link_local(a.mac));
         assert_eq!(link_local_flags("vip-six"), Some(Vec::new()));
+        let out = Command::new("ip")
+            .args(["-6", "-j", "addr", "show", "dev", "vip-six"])
+            .output()
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let valid = v[0]["addr_info"][0]["valid_life_time"].as_u64().unwrap();
+        assert!(valid <= 2, "lifetime {valid} s");
+        assert!(m.refresh_link_local(ia, "vip-six", a.mac).await.unwrap());
         let mut b = spec("vip-six2");
         b.ipv6_now = true;
         b.mac[5] = 0x12;
         let ib = m.ensure(&b).await.unwrap();
+        m.add_link_local(ib, "vip-six2", b.mac).await.unwrap();
         let _wa = Udp6Transport.open(ia, "vip-six").unwrap();
         let _wb = Udp6Transport.open(ib, "vip-six2").unwrap();
-        // Without ipv6_now the kernel's DAD runs: tentative at first.
+        // Gone (expired): a refresh does not add it back.
+        let ll_text = format!("{ll}/64");
+        let st = Command::new("ip")
+            .args(["-6", "addr", "del", ll_text.as_str(), "dev", "vip-six"])
+            .status()
+            .unwrap();
+        assert!(st.success());
+        assert!(!m.refresh_link_local(ia, "vip-six", a.mac).await.unwrap());
+        assert_eq!(link_local_flags("vip-six"), None);
+        // Without ipv6_now: no link-local at all (a leftover macvlan stays silent).
         let mut c = spec("vip-dad");
         c.mac[5] = 0x13;
         m.ensure(&c).await.unwrap();
-        assert_eq!(
-            link_local_flags("vip-dad"),
-            Some(vec!["tentative".to_string()])
-        );
+        assert_eq!(link_local_flags("vip-dad"), None);
     });
 }

@@ -346,7 +346,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "leaseDuration",
         "3",
         Seconds,
-        "Lease duration in seconds (decimals allowed): how long a lease is valid after its last change",
+        "Lease duration in seconds (decimals allowed): how long a lease is valid after its last change; timings with no whole-second address fence (e.g. the fast profile 0.6/0.4/0.2) need vip_nftfence=true",
     ),
     opt(
         K_RENEW_DEADLINE,
@@ -472,7 +472,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "nftFence",
         "false",
         Bool,
-        "vipd option: fence every VIP (the control plane's and the Services', DHCP-mode addresses included) in nftables too (table vipd_fence): ARP requests and neighbour solicitations for it and IP packets to it are dropped unless its renewal-driven timeout runs, which ends at the last renewal's send time + the fence lifetime to the millisecond; needs nft and the kernel's nf_tables arp and inet families (off or missing: the address lifetime alone fences)",
+        "vipd option: fence every VIP (the control plane's and the Services', DHCP-mode addresses included) in nftables too (table vipd_fence): ARP requests and neighbour solicitations for it and IP packets to it are dropped unless its renewal-driven timeout runs, which ends at the last renewal's send time + the fence lifetime to the millisecond; needs nft and the kernel's nf_tables arp and inet families (off or missing: the address lifetime alone fences, and sub-second lease timings are refused)",
     ),
     opt(
         K_NODE_LABELING,

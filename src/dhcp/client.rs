@@ -61,7 +61,7 @@ pub trait ClientMachine: Send + Sized + 'static {
     fn on_timeout(&mut self, now: Instant) -> Vec<Self::Out>;
     /// A reply arrived at `now`.
     fn on_message(&mut self, now: Instant, msg: &Self::Msg) -> Vec<Self::Out>;
-    /// `addr` is in use by another node: decline it (when it is the current lease).
+    /// `addr` is in use by another host: decline it (when it is the current lease).
     fn decline(&mut self, now: Instant, addr: IpAddr) -> Vec<Self::Out>;
     /// Stop; with `release`, the release message of the current lease.
     fn stop(&mut self, now: Instant, release: bool) -> Vec<Self::Out>;

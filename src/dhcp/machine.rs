@@ -701,7 +701,7 @@ impl Machine {
         })
     }
 
-    /// The caller found `addr` in use by another node. When it is the current lease: returns
+    /// The caller found `addr` in use by another host. When it is the current lease: returns
     /// the DHCPDECLINE (§4.4.1: broadcast, option 50 = `addr`, option 54 = server), goes Lost
     /// and starts over with DISCOVER after [`DECLINE_HOLDOFF`], never asking for `addr` again.
     pub fn decline(&mut self, now: Instant, addr: Ipv4Addr) -> Vec<Outgoing> {
@@ -724,7 +724,7 @@ impl Machine {
         self.lose(
             now,
             format!(
-                "address {addr} is in use by another node: DHCPDECLINE sent to {}",
+                "address {addr} is in use by another host: DHCPDECLINE sent to {}",
                 binding.server
             ),
             DECLINE_HOLDOFF,

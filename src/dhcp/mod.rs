@@ -156,6 +156,12 @@ impl DhcpSpec {
             mark: self.mark.clone(),
             rp_filter: self.rp_filter,
             ipv6_now: self.family == DhcpFamily::V6,
+            own_addrs: self
+                .requested
+                .map(IpAddr::V4)
+                .into_iter()
+                .chain(self.requested_v6.map(IpAddr::V6))
+                .collect(),
         }
     }
 
@@ -289,7 +295,7 @@ pub trait Dhcp: Send + Sync + 'static {
 /// A command from the handle to its client task.
 #[derive(Debug)]
 pub enum DhcpCommand {
-    /// The caller found the leased address in use by another node (RFC 5227 probe): send
+    /// The caller found the leased address in use by another host (RFC 5227 probe): send
     /// DHCPDECLINE (RFC 2131 §4.4.1) or a DHCPv6 Decline (RFC 8415 §18.2.8) for it, drop
     /// the lease and start over.
     Decline(IpAddr),
@@ -335,7 +341,7 @@ impl DhcpHandle {
         self.send_stop(true).await;
     }
 
-    /// Reports that `addr` is in use by another node: the client sends DHCPDECLINE for it
+    /// Reports that `addr` is in use by another host: the client sends DHCPDECLINE for it
     /// (if it is the current lease), goes [`DhcpState::Lost`] and starts over without asking
     /// for that address again.
     pub fn decline(&self, addr: IpAddr) {

@@ -350,22 +350,38 @@ impl GenArgs {
         let Ok(modes) = self.modes() else {
             return Vec::new();
         };
-        if modes.lb {
-            return Vec::new();
+        let mut out: Vec<String> = Vec::new();
+        if !modes.lb {
+            for (flag, v) in [
+                ("lbPort", &self.lb_port),
+                ("lbForwardingMethod", &self.lb_forwarding_method),
+            ] {
+                if let Some(v) = v {
+                    out.push(format!(
+                        "--{flag}={v} has no effect without --enableLoadBalancer; not written to the manifest"
+                    ));
+                }
+            }
         }
-        [
-            ("lbPort", &self.lb_port),
-            ("lbForwardingMethod", &self.lb_forwarding_method),
-        ]
-        .into_iter()
-        .filter_map(|(flag, v)| {
-            v.as_ref().map(|v| {
-                format!(
-                    "--{flag}={v} has no effect without --enableLoadBalancer; not written to the manifest"
-                )
-            })
-        })
-        .collect()
+        // Written (the manager reads them), but they do nothing in this combination.
+        let dhcp = Self::flag_bool("dhcpMode", &self.dhcp_mode).unwrap_or(false);
+        if let Some(v) = &self.dhcp_backoff_attempts
+            && !dhcp
+        {
+            out.push(format!(
+                "--dhcpBackoffAttempts={v} has no effect without --dhcpMode (the manager logs the same)"
+            ));
+        }
+        let election =
+            Self::flag_bool("servicesElection", &self.services_election).unwrap_or(false);
+        if let Some(v) = &self.services_lease_name
+            && election
+        {
+            out.push(format!(
+                "--servicesLeaseName={v} has no effect with --servicesElection (every Service has its own Lease)"
+            ));
+        }
+        out
     }
 
     fn modes(&self) -> Result<Modes, ManifestError> {

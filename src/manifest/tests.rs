@@ -374,3 +374,34 @@ fn services_lease_name_flag_writes_svc_leasename() {
     let p = plan(&["--services"]).unwrap();
     assert!(!text_env(&p).iter().any(|(k, _)| *k == "svc_leasename"));
 }
+
+/// Trial finding: flags that are written but do nothing in that combination get a warning
+/// (the output is unchanged): `--dhcpBackoffAttempts` without `--dhcpMode`,
+/// `--servicesLeaseName` with `--servicesElection`.
+#[test]
+fn flags_without_effect_in_their_combination_are_warned_about() {
+    let w = |args: &[&str]| {
+        let mut v = vec!["t", "pod"];
+        v.extend(args);
+        warnings(&T::try_parse_from(v).unwrap().cmd)
+    };
+    let one = w(&["--services", "--dhcpBackoffAttempts", "3"]);
+    assert!(
+        one.len() == 1
+            && one[0].contains("--dhcpBackoffAttempts=3")
+            && one[0].contains("--dhcpMode"),
+        "{one:?}"
+    );
+    assert!(w(&["--services", "--dhcpMode", "--dhcpBackoffAttempts", "3"]).is_empty());
+    let two = w(&[
+        "--services",
+        "--servicesElection",
+        "--servicesLeaseName",
+        "x",
+    ]);
+    assert!(
+        two.len() == 1 && two[0].contains("--servicesLeaseName=x"),
+        "{two:?}"
+    );
+    assert!(w(&["--services", "--servicesLeaseName", "x"]).is_empty());
+}

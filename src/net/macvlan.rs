@@ -53,6 +53,43 @@ pub struct MacvlanSpec {
     /// Make the link-local IPv6 address usable at once (a DHCPv6 client runs on the
     /// macvlan): [`NO_DAD`] is written before the macvlan goes up.
     pub ipv6_now: bool,
+    /// The addresses this macvlan's Service asks for (`kube-vip.io/requestedIP`): a
+    /// neighbour entry mapping one of them to [`MacvlanSpec::mac`] is this Service's own
+    /// (the previous holder's), not another host's ([`foreign_mac_owner`]).
+    pub own_addrs: Vec<std::net::IpAddr>,
+}
+
+/// One entry of the parent's neighbour table (ARP / NDP cache) that has a link-layer
+/// address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Neighbour {
+    /// The neighbour's IP address.
+    pub ip: std::net::IpAddr,
+    /// Its MAC.
+    pub mac: [u8; 6],
+}
+
+/// Who else has `spec.mac`, as far as this node can see: a local interface other than this
+/// macvlan (any link of the namespace), or a host in the parent's neighbour table under an
+/// address that is not one of the Service's own (`own_addrs`). A macvlan with another
+/// host's MAC takes that host's traffic: the switch learns the MAC on this node's port
+/// (the gateway's or the DHCP server's MAC in a copied `kube-vip.io/hwaddr` would cut the
+/// segment off). `None` when nobody is seen. Pure.
+pub fn foreign_mac_owner(
+    links: &[LinkEntry],
+    neighbours: &[Neighbour],
+    spec: &MacvlanSpec,
+) -> Option<String> {
+    if let Some(l) = links
+        .iter()
+        .find(|l| l.mac == spec.mac && !(l.is_ours() && l.name == spec.name))
+    {
+        return Some(format!("this node's interface {}", l.name));
+    }
+    neighbours
+        .iter()
+        .find(|n| n.mac == spec.mac && !spec.own_addrs.contains(&n.ip))
+        .map(|n| format!("{} in {}'s neighbour table", n.ip, spec.parent))
 }
 
 /// `net.ipv6.conf.<macvlan>.accept_dad = 0`, for macvlans that carry a DHCPv6 client: its
@@ -135,6 +172,18 @@ pub enum MacvlanError {
         name: String,
         /// The parent asked for.
         parent: String,
+    },
+    /// The MAC is another interface's or another host's ([`foreign_mac_owner`]).
+    #[error(
+        "macvlan {name}: MAC {mac} belongs to {owner}; refusing to take another host's MAC (the switch would send that host's traffic here): set kube-vip.io/hwaddr to a MAC of its own, or remove it to get one derived from the Service"
+    )]
+    ForeignMac {
+        /// The macvlan name.
+        name: String,
+        /// The MAC, `aa:bb:cc:dd:ee:ff`.
+        mac: String,
+        /// Who has it.
+        owner: String,
     },
     /// An interface of that name exists and is not a vipd macvlan: never touched.
     #[error(
@@ -360,6 +409,17 @@ pub trait MacvlanKernel: Send + Sync + 'static {
     /// is not a small number.
     fn get_conf(&self, family: ConfFamily, name: &str, key: &'static str) -> Option<u8>;
 
+    /// The neighbour entries (IPv4 and IPv6) of link `parent_index` that carry a MAC,
+    /// failed and incomplete ones left out.
+    ///
+    /// # Errors
+    /// [`MacvlanError::Netlink`].
+    fn neighbours(
+        &self,
+        parent_index: u32,
+        parent: &str,
+    ) -> impl Future<Output = Result<Vec<Neighbour>, MacvlanError>> + Send;
+
     /// Puts `addr/64` on link `index` with `IFA_F_NODAD` and valid and preferred lifetimes
     /// of `lifetime_secs` seconds, or, when it is there, renews its lifetimes. With
     /// `create` false an absent address is not added: `Ok(false)`. `Ok(true)` when the
@@ -563,6 +623,14 @@ impl<K: MacvlanKernel> Macvlans<K> {
                 parent: spec.parent.clone(),
             })?
             .index;
+        let neighbours = self.kernel.neighbours(parent, &spec.parent).await?;
+        if let Some(owner) = foreign_mac_owner(&links, &neighbours, spec) {
+            return Err(MacvlanError::ForeignMac {
+                name: spec.name.clone(),
+                mac: format_mac(&spec.mac),
+                owner,
+            });
+        }
         let index = match plan(&links, spec, parent)? {
             Plan::Reuse(index) => index,
             Plan::Replace(index) => {
@@ -846,6 +914,59 @@ impl MacvlanKernel for NetlinkMacvlans {
     fn get_conf(&self, family: ConfFamily, name: &str, key: &'static str) -> Option<u8> {
         let path = format!("/proc/sys/net/{}/conf/{name}/{key}", family.dir());
         std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    }
+
+    async fn neighbours(
+        &self,
+        parent_index: u32,
+        parent: &str,
+    ) -> Result<Vec<Neighbour>, MacvlanError> {
+        use netlink_packet_route::neighbour::{
+            NeighbourAddress, NeighbourAttribute, NeighbourMessage, NeighbourState,
+        };
+        let msgs: Vec<NeighbourMessage> = self
+            .handle
+            .neighbours()
+            .get()
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|source| MacvlanError::Netlink {
+                name: parent.into(),
+                op: "dump neighbours",
+                source,
+            })?;
+        Ok(msgs
+            .iter()
+            .filter(|m| {
+                m.header.ifindex == parent_index
+                    && !matches!(
+                        m.header.state,
+                        NeighbourState::Failed | NeighbourState::Incomplete
+                    )
+            })
+            .filter_map(|m| {
+                let mut ip = None;
+                let mut mac = None;
+                for a in &m.attributes {
+                    match a {
+                        NeighbourAttribute::Destination(NeighbourAddress::Inet(v4)) => {
+                            ip = Some(std::net::IpAddr::V4(*v4));
+                        }
+                        NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => {
+                            ip = Some(std::net::IpAddr::V6(*v6));
+                        }
+                        NeighbourAttribute::LinkLayerAddress(l) if l.len() == 6 => {
+                            let mut m6 = [0u8; 6];
+                            m6.copy_from_slice(l);
+                            mac = Some(m6);
+                        }
+                        _ => {}
+                    }
+                }
+                Some(Neighbour { ip: ip?, mac: mac? })
+            })
+            .collect())
     }
 
     async fn link_local(

@@ -113,6 +113,7 @@ pub(super) fn runs(
                     services,
                     preferred: group.preferred.clone(),
                     dhcp,
+                    dhcp_unserved: Vec::new(),
                 },
             ))
         })

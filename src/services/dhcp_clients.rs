@@ -355,6 +355,32 @@ impl DhcpClients {
                 addrs.insert(at.min(addrs.len()), addr);
             }
         }
+        out.dhcp_unserved = self.unserved();
+        out
+    }
+
+    /// The Services none of whose clients has a lease, at least one of which has failed
+    /// an attempt (or lost its lease, or gave up) since: they answer nowhere. A client
+    /// still on its first attempt (a new holder asking for the address after a failover)
+    /// does not count, so the status is not cleared on every hand-over.
+    fn unserved(&self) -> Vec<ServiceKey> {
+        let mut out: Vec<ServiceKey> = Vec::new();
+        for run in self.runs.iter().filter(|r| !r.closed) {
+            let key = &run.service.key;
+            let failed = match &*run.handle.state.borrow() {
+                DhcpState::Requesting { attempt, .. } => *attempt > 0,
+                DhcpState::Lost { .. } | DhcpState::GaveUp { .. } => true,
+                _ => false,
+            };
+            let leased = self
+                .runs
+                .iter()
+                .filter(|r| !r.closed && r.service.key == *key)
+                .any(|r| r.handle.state.borrow().binding().is_some());
+            if failed && !leased && !out.contains(key) {
+                out.push(key.clone());
+            }
+        }
         out
     }
 

@@ -67,6 +67,12 @@ pub struct GroupSpec {
     pub preferred: Vec<String>,
     /// DHCP Services whose clients the group runs while it leads (issue 13).
     pub dhcp: Vec<super::desired::DhcpService>,
+    /// DHCP Services this holder serves with no address now after at least one failed
+    /// attempt (a lost lease not re-acquired, a NAK, a client that cannot set up or gave
+    /// up): announced by no node, so their status and `vipHost` are cleared like a
+    /// Service whose addresses are all refused. Filled by the DHCP clients
+    /// (`DhcpClients::effective`), not by the planner.
+    pub dhcp_unserved: Vec<ServiceKey>,
 }
 
 impl GroupSpec {

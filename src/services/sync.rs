@@ -320,7 +320,8 @@ impl StatusSync {
         self.announced.retain(|k| keys.contains(k));
         for (key, addrs, ports) in &spec.services {
             let cached = ctx.cached(key);
-            let all_refused = !addrs.is_empty() && addrs.iter().all(|a| refused.contains(a));
+            let all_refused = (!addrs.is_empty() && addrs.iter().all(|a| refused.contains(a)))
+                || spec.dhcp_unserved.contains(key);
             let addrs: Vec<IpAddr> = addrs
                 .iter()
                 .filter(|a| bound.contains(a))
@@ -342,7 +343,7 @@ impl StatusSync {
                 if ours {
                     match ctx.writer.clear(key).await {
                         Ok(_) => {
-                            info!(service = %key, "address not held (refused or given up): status and vipHost cleared")
+                            info!(service = %key, "address not held (refused, given up, or its DHCP lease lost and not re-acquired): status and vipHost cleared")
                         }
                         Err(e) => {
                             warn!(service = %key, error = %e, "clearing status failed; retrying with back-off");

@@ -718,7 +718,7 @@ impl Machine6 {
         }
     }
 
-    /// The caller found `addr` in use by another node. When it is the current lease: returns
+    /// The caller found `addr` in use by another host. When it is the current lease: returns
     /// the Decline (§18.2.8), goes Lost and solicits again after [`DECLINE_HOLDOFF`], never
     /// asking for `addr` again.
     pub fn decline(&mut self, now: Instant, addr: Ipv6Addr) -> Vec<Outgoing6> {
@@ -735,7 +735,7 @@ impl Machine6 {
         self.lose(
             now,
             format!(
-                "address {addr} is in use by another node: DHCPv6 Decline sent to {}",
+                "address {addr} is in use by another host: DHCPv6 Decline sent to {}",
                 lease.unicast.unwrap_or(lease.from)
             ),
             DECLINE_HOLDOFF,

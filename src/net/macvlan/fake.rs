@@ -3,7 +3,7 @@
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use super::{ConfFamily, LinkEntry, MacvlanError, MacvlanKernel, format_mac};
+use super::{ConfFamily, LinkEntry, MacvlanError, MacvlanKernel, Neighbour, format_mac};
 
 #[derive(Default)]
 pub(crate) struct FakeKernel {
@@ -16,6 +16,8 @@ pub(crate) struct FakeKernel {
     pub(crate) read_only: Mutex<Option<std::collections::HashMap<&'static str, u8>>>,
     /// Links carrying their link-local address ([`MacvlanKernel::link_local`]).
     link_locals: Mutex<std::collections::BTreeSet<u32>>,
+    /// The parent's neighbour table.
+    pub(crate) neighbours: Mutex<Vec<Neighbour>>,
 }
 
 impl FakeKernel {
@@ -26,6 +28,7 @@ impl FakeKernel {
             no_ipv6: AtomicBool::new(false),
             read_only: Mutex::new(None),
             link_locals: Mutex::default(),
+            neighbours: Mutex::default(),
         }
     }
     pub(crate) fn calls(&self) -> Vec<String> {
@@ -62,6 +65,13 @@ impl MacvlanKernel for FakeKernel {
             mac,
         });
         Ok(index)
+    }
+    async fn neighbours(
+        &self,
+        _parent_index: u32,
+        _parent: &str,
+    ) -> Result<Vec<Neighbour>, MacvlanError> {
+        Ok(self.neighbours.lock().unwrap().clone())
     }
     async fn no_link_local(&self, _index: u32, name: &str) -> Result<bool, MacvlanError> {
         if self.no_ipv6.load(Ordering::Relaxed) {

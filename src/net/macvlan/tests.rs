@@ -20,6 +20,7 @@ fn spec(name: &str) -> MacvlanSpec {
         mark: "vipd:uid-1".into(),
         rp_filter: 0,
         ipv6_now: false,
+        own_addrs: vec!["192.0.2.210".parse().unwrap()],
     }
 }
 
@@ -315,4 +316,45 @@ async fn link_local_is_refreshed_but_never_revived() {
             format!("link-local vip-a {ll} absent"),
         ]
     );
+}
+
+/// Trial finding (safety): a `kube-vip.io/hwaddr` naming another host's MAC (the gateway's,
+/// a node's eth0) made the macvlan take that host's traffic. The MAC of any local interface
+/// but this macvlan, or of a neighbour under an address that is not the Service's own, is
+/// refused before anything is created; the Service's own address (the previous holder's
+/// macvlan in the ARP cache) is not another host.
+#[tokio::test]
+async fn a_mac_of_another_interface_or_host_is_refused() {
+    let mac = [0x02, 0, 0, 0, 0, 9];
+    let mut eth1 = entry(3, "eth1", false, None);
+    eth1.mac = mac;
+    let m = Macvlans::new(FakeKernel::with(vec![entry(2, "eth0", false, None), eth1]));
+    let e = m.ensure(&spec("vip-a")).await.unwrap_err().to_string();
+    assert!(
+        e.contains("02:00:00:00:00:09")
+            && e.contains("interface eth1")
+            && e.contains("kube-vip.io/hwaddr"),
+        "{e}"
+    );
+    assert!(!m.kernel().calls().iter().any(|c| c.starts_with("create")));
+
+    let k = FakeKernel::with(vec![entry(2, "eth0", false, None)]);
+    *k.neighbours.lock().unwrap() = vec![Neighbour {
+        ip: "192.0.2.1".parse().unwrap(),
+        mac,
+    }];
+    let m = Macvlans::new(k);
+    let e = m.ensure(&spec("vip-a")).await.unwrap_err().to_string();
+    assert!(e.contains("192.0.2.1 in eth0's neighbour table"), "{e}");
+
+    // The Service's own address with its MAC: the previous holder, fine; and our own
+    // macvlan of that name is reused, not refused.
+    let k = FakeKernel::with(vec![entry(2, "eth0", false, None)]);
+    *k.neighbours.lock().unwrap() = vec![Neighbour {
+        ip: "192.0.2.210".parse().unwrap(),
+        mac,
+    }];
+    let m = Macvlans::new(k);
+    m.ensure(&spec("vip-a")).await.unwrap();
+    m.ensure(&spec("vip-a")).await.unwrap();
 }

@@ -62,6 +62,7 @@ fn spec(s: &[DhcpService]) -> GroupSpec {
             .collect(),
         preferred: Vec::new(),
         dhcp: s.to_vec(),
+        dhcp_unserved: Vec::new(),
     }
 }
 
@@ -150,7 +151,12 @@ async fn bound_address_is_a_vip_on_the_macvlan_until_the_lease_expires_and_goes_
         },
     );
     let events = next(&mut clients).await;
-    assert_eq!(clients.effective(&base), base);
+    // Nothing held, and the Service counts as announced nowhere (its status is cleared).
+    let lost = GroupSpec {
+        dhcp_unserved: vec![key("web")],
+        ..base.clone()
+    };
+    assert_eq!(clients.effective(&base), lost);
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].0, key("web"));
     assert_eq!(events[0].1, "DHCPLeaseLost");
@@ -181,7 +187,15 @@ async fn bound_address_is_a_vip_on_the_macvlan_until_the_lease_expires_and_goes_
         assert_eq!(events.len(), 1, "attempt {attempt}: {events:?}");
         assert_eq!(events[0].1, "DHCPFailed");
         assert!(events[0].2.contains("no DHCPOFFER"), "{}", events[0].2);
+        assert_eq!(clients.effective(&base).dhcp_unserved, vec![key("web")]);
     }
+    // Bound again: served.
+    fake.set_state(
+        "vip-uidweb",
+        DhcpState::Bound(binding("192.0.2.201", Duration::from_secs(120))),
+    );
+    next(&mut clients).await;
+    assert!(clients.effective(&base).dhcp_unserved.is_empty());
     clients.stop_all(false).await;
     settle().await;
     assert_eq!(fake.ended("vip-uidweb"), Some(FakeEnd::Stopped));

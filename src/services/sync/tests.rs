@@ -155,6 +155,7 @@ fn spec(addrs: &[IpAddr]) -> GroupSpec {
         services: vec![(web(), addrs.to_vec(), http())],
         preferred: Vec::new(),
         dhcp: Vec::new(),
+        dhcp_unserved: Vec::new(),
     }
 }
 
@@ -223,6 +224,32 @@ async fn nothing_is_claimed_while_probing_and_a_refused_claim_is_taken_back() {
     let services = store(&[cached("2", Some("node-b"), &[a])]);
     let ctx = status_ctx(&services, &w);
     sync.sync(&ctx, &spec(&[a]), &[], &[a], true).await;
+    assert_eq!(w.take(), Vec::<String>::new());
+}
+
+/// Trial finding: a DHCP Service whose lease was lost and not re-acquired (a NAK, its
+/// macvlan's parent gone) kept the status and `vipHost` of an address nobody answered.
+/// Listed as unserved by its clients, it is cleared when the claim is ours, left alone
+/// when another node's.
+#[tokio::test]
+async fn a_dhcp_service_without_its_lease_is_cleared_when_the_claim_is_ours() {
+    let a = ip("192.0.2.210");
+    let w = Recorder::default();
+    let services = store(&[cached("1", Some(NODE), &[a])]);
+    let ctx = status_ctx(&services, &w);
+    let mut sync = StatusSync::default();
+    let lost = GroupSpec {
+        dhcp_unserved: vec![web()],
+        ..spec(&[])
+    };
+    // Still asking on its first attempt (a new holder): left as it is.
+    sync.sync(&ctx, &spec(&[]), &[], &[], true).await;
+    assert_eq!(w.take(), Vec::<String>::new());
+    sync.sync(&ctx, &lost, &[], &[], true).await;
+    assert_eq!(w.take(), ["clear default/web"]);
+    let services = store(&[cached("2", Some("node-b"), &[a])]);
+    let ctx = status_ctx(&services, &w);
+    sync.sync(&ctx, &lost, &[], &[], true).await;
     assert_eq!(w.take(), Vec::<String>::new());
 }
 
