@@ -265,12 +265,21 @@ fn s23_dhcpv6_renewal_keeps_the_address_and_expiry_removes_it() {
                 && m.contains(&ip.to_string())
         })
     });
+    // Held nowhere now: its status and vipHost are cleared.
+    wait_until("the status cleared", Duration::from_secs(10), || {
+        ingress_ips(&lab, "web6").is_empty()
+    });
     // The server back: the same address (asked for again, same DUID and IAID).
     lab.start_dnsmasq(&dnsmasq_options()).unwrap();
     wait_until("the same address again", Duration::from_secs(90), || {
         carries(&lab, &holder, &macvlan, ip)
     });
-    assert_eq!(ingress_ips(&lab, "web6"), vec![ip.to_string()]);
+    // The status, cleared while no address was held, is written again.
+    wait_until(
+        "the status naming it again",
+        Duration::from_secs(10),
+        || ingress_ips(&lab, "web6") == vec![ip.to_string()],
+    );
     no_panics(&procs);
 }
 
