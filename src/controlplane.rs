@@ -226,7 +226,7 @@ pub fn start(cfg: &Config, parts: Parts, shutdown: CancellationToken) -> Running
     info!(
         vips = ?vips.iter().map(|s| s.vip.to_string()).collect::<Vec<_>>(),
         lease = %format!("{}/{}", cfg.lease.namespace, cfg.lease.name),
-        fence_secs = holder_cfg.fence_secs,
+        fence_secs = holder_cfg.fence.address_secs,
         arp_rate_ms = cfg.arp_rate.as_millis() as u64,
         "control-plane VIP"
     );

@@ -248,9 +248,8 @@ pub struct HolderConfig {
     pub arp_rate: Duration,
     /// Interval of the periodic check (address present, DAD state, carrier).
     pub check_interval: Duration,
-    /// Address lifetime in seconds, see [`fence_plan`].
-    pub fence_secs: u32,
-    /// The whole fence plan ([`fence_plan`]); `fence_secs` is its `address_secs`.
+    /// How the VIPs are fenced ([`fence_plan`]): the address lifetime in seconds, whether
+    /// it is the fence, the nftables element's duration and the margin.
     pub fence: FencePlan,
     /// The lease duration: a VIP's lifetime never reaches past the last renewal's send
     /// time plus this, less [`FENCE_MARGIN`] (see [`fence_grant`]).
@@ -300,7 +299,6 @@ impl HolderConfig {
         Ok(HolderConfig {
             arp_rate,
             check_interval: arp_rate.min(Duration::from_millis(500)),
-            fence_secs: fence.address_secs,
             fence,
             lease_duration: t.lease_duration,
             carrier_grace: t.renew_deadline,

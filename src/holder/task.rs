@@ -155,10 +155,10 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
         if !self.cfg.fence.address_fences {
             // The nftables element fences; the address is its inert second line.
-            return Some(self.cfg.fence_secs);
+            return Some(self.cfg.fence.address_secs);
         }
         Some(fence_grant(
-            self.cfg.fence_secs,
+            self.cfg.fence.address_secs,
             self.cfg.lease_duration,
             age,
         ))

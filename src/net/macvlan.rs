@@ -23,12 +23,8 @@ use netlink_packet_route::link::{
 };
 use rtnetlink::{Handle, LinkMacVlan, LinkUnspec};
 
-use netlink_packet_route::address::{
-    AddressAttribute, AddressFlags, AddressHeaderFlags, CacheInfo,
-};
-
 use super::iface::{IFNAME_RULE, is_ifname};
-use super::netlink::{EAFNOSUPPORT, ENODEV, errno};
+use super::netlink::{EAFNOSUPPORT, ENODEV, errno, set_lifetimes};
 
 /// Prefix of the ifalias marking a macvlan as vipd's (`vipd:<service uid>`).
 pub const MARK_PREFIX: &str = "vipd:";
@@ -956,10 +952,8 @@ impl MacvlanKernel for NetlinkMacvlans {
                         NeighbourAttribute::Destination(NeighbourAddress::Inet6(v6)) => {
                             ip = Some(std::net::IpAddr::V6(*v6));
                         }
-                        NeighbourAttribute::LinkLayerAddress(l) if l.len() == 6 => {
-                            let mut m6 = [0u8; 6];
-                            m6.copy_from_slice(l);
-                            mac = Some(m6);
+                        NeighbourAttribute::LinkLayerAddress(l) => {
+                            mac = <[u8; 6]>::try_from(l.as_slice()).ok();
                         }
                         _ => {}
                     }
@@ -1006,14 +1000,7 @@ impl MacvlanKernel for NetlinkMacvlans {
             .handle
             .address()
             .add(index, std::net::IpAddr::V6(addr), 64);
-        let msg = req.message_mut();
-        let mut ci = CacheInfo::default();
-        ci.ifa_preferred = lifetime_secs;
-        ci.ifa_valid = lifetime_secs;
-        msg.attributes.push(AddressAttribute::CacheInfo(ci));
-        msg.header.flags |= AddressHeaderFlags::Nodad;
-        msg.attributes
-            .push(AddressAttribute::Flags(AddressFlags::Nodad));
+        set_lifetimes(req.message_mut(), lifetime_secs, lifetime_secs, true);
         req.replace()
             .execute()
             .await

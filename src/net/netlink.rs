@@ -30,6 +30,21 @@ const EOPNOTSUPP: i32 = 95;
 /// `EAFNOSUPPORT`: e.g. an IPv6 setting on a kernel or link without IPv6.
 pub(super) const EAFNOSUPPORT: i32 = 97;
 
+/// Gives an `RTM_NEWADDR` message its valid and preferred lifetimes (seconds,
+/// `IFA_CACHEINFO`) and, with `nodad`, `IFA_F_NODAD` (in the header and in `IFA_FLAGS`):
+/// the one way vipd writes both for its VIPs and for a DHCPv6 macvlan's link-local address.
+pub(super) fn set_lifetimes(msg: &mut AddressMessage, valid: u32, preferred: u32, nodad: bool) {
+    let mut ci = CacheInfo::default();
+    ci.ifa_preferred = preferred;
+    ci.ifa_valid = valid;
+    msg.attributes.push(AddressAttribute::CacheInfo(ci));
+    if nodad {
+        msg.header.flags |= AddressHeaderFlags::Nodad;
+        msg.attributes
+            .push(AddressAttribute::Flags(AddressFlags::Nodad));
+    }
+}
+
 /// How vipd tags the addresses it adds. Detected once per [`NetlinkKernel`], on the first
 /// address it creates ([`detect_tag_mode`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -382,20 +397,12 @@ impl NetlinkKernel {
     ) -> Result<(), rtnetlink::Error> {
         let mut req = self.handle.address().add(ifindex, vip.addr, vip.prefix);
         let msg = req.message_mut();
-        let mut ci = CacheInfo::default();
-        ci.ifa_preferred = 0;
-        ci.ifa_valid = valid;
-        msg.attributes.push(AddressAttribute::CacheInfo(ci));
+        set_lifetimes(msg, valid, 0, vip.addr.is_ipv6() && skip_dad);
         match tag {
             Tag::Proto(p) => msg
                 .attributes
                 .push(AddressAttribute::Protocol(AddressProtocol::from(*p))),
             Tag::Label(l) => msg.attributes.push(AddressAttribute::Label(l.clone())),
-        }
-        if vip.addr.is_ipv6() && skip_dad {
-            msg.header.flags |= AddressHeaderFlags::Nodad;
-            msg.attributes
-                .push(AddressAttribute::Flags(AddressFlags::Nodad));
         }
         let req = if replace { req.replace() } else { req };
         req.execute().await

@@ -364,6 +364,7 @@ impl DhcpClients {
     /// still on its first attempt (a new holder asking for the address after a failover)
     /// does not count, so the status is not cleared on every hand-over.
     fn unserved(&self) -> Vec<ServiceKey> {
+        let leased: Vec<&ServiceKey> = self.leased().map(|(r, _)| &r.service.key).collect();
         let mut out: Vec<ServiceKey> = Vec::new();
         for run in self.runs.iter().filter(|r| !r.closed) {
             let key = &run.service.key;
@@ -372,12 +373,7 @@ impl DhcpClients {
                 DhcpState::Lost { .. } | DhcpState::GaveUp { .. } => true,
                 _ => false,
             };
-            let leased = self
-                .runs
-                .iter()
-                .filter(|r| !r.closed && r.service.key == *key)
-                .any(|r| r.handle.state.borrow().binding().is_some());
-            if failed && !leased && !out.contains(key) {
+            if failed && !leased.contains(&key) && !out.contains(key) {
                 out.push(key.clone());
             }
         }

@@ -368,9 +368,11 @@ async fn ride_setup<K: Kernel>(
         ))
     })?;
     let socket = crate::peer::socket::PeerSocket::open(&link).map_err(|e| err(e.to_string()))?;
-    let ride_cfg =
-        crate::peer::ridethrough::RideConfig::new(&cfg.services_timing, holder_cfg.fence_secs)
-            .map_err(|e| err(e.to_string()))?;
+    let ride_cfg = crate::peer::ridethrough::RideConfig::new(
+        &cfg.services_timing,
+        holder_cfg.fence.address_secs,
+    )
+    .map_err(|e| err(e.to_string()))?;
     let boot_id = crate::peer::wire::new_boot_id()
         .map_err(|_| err("no random numbers for the peer protocol's boot id".into()))?;
     info!(interface = %link.name, secret = %format!("{ns}/{KEY_SECRET}"), "svc_ridethrough: peer key read, heartbeats go on this interface");
