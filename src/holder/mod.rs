@@ -450,7 +450,7 @@ const DROP_ATTEMPTS: u32 = 3;
 /// How many times an add is re-checked against the fence (see `VipHolder::add_fenced`)
 /// before the VIP is removed instead.
 const FENCE_RECHECKS: u32 = 3;
-/// Pause between two removal tries.
+/// Pause before a removal try that follows a failed netlink call (none after a success).
 const DROP_RETRY: Duration = Duration::from_millis(30);
 
 /// The interface resolved for each VIP, by VIP index. A small vector rather than a BTreeMap:

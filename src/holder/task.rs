@@ -64,6 +64,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                     if Box::pin(self.drop_all()).await {
                         let _ = leadership.dropped.send(term);
                         Box::pin(self.arp.release(&self.name)).await;
+                        Box::pin(self.disarm_nft_fence()).await;
                     }
                     return;
                 }
@@ -72,6 +73,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                         // Elector gone: hold nothing.
                         if Box::pin(self.drop_all()).await {
                             Box::pin(self.arp.release(&self.name)).await;
+                            Box::pin(self.disarm_nft_fence()).await;
                         }
                         shutdown.cancelled().await;
                         return;
@@ -98,6 +100,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                             if Box::pin(self.drop_all()).await {
                                 let _ = leadership.dropped.send(term);
                                 unacked = None;
+                                Box::pin(self.disarm_nft_fence()).await;
                             } else {
                                 unacked = Some(term);
                             }
@@ -120,6 +123,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                     {
                         let _ = leadership.dropped.send(t);
                         unacked = None;
+                        Box::pin(self.disarm_nft_fence()).await;
                     }
                     if checking {
                         Box::pin(self.check()).await;
@@ -579,7 +583,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     }
 
     /// Stops filtering this holder's VIPs in the nftables fence (their addresses are gone).
-    async fn disarm_nft_fence(&mut self) {
+    pub(super) async fn disarm_nft_fence(&mut self) {
         if self.nft_fenced.is_empty() {
             return;
         }
@@ -744,7 +748,10 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
     }
 
-    /// Removes every VIP of this holder that is ours, wherever it is.
+    /// Removes every VIP of this holder that is ours, wherever it is; true once confirmed
+    /// gone. The caller acknowledges, then disarms the nftables fence
+    /// ([`Self::disarm_nft_fence`]): with the addresses gone the filter has nothing left
+    /// to guard, and its `nft` run (about 20 ms) would otherwise delay the lease's release.
     pub(super) async fn drop_all(&mut self) -> bool {
         self.pending_na.clear();
         self.last_garp = None;
@@ -754,22 +761,25 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
         self.publish_conflicts();
         let desired: Vec<(Vip, u32)> = self.vips.iter().map(|s| (s.vip, 0)).collect();
-        // Remove, then list again to confirm; a few quick tries ride out transient
-        // netlink errors.
+        // Remove, then list again at once to confirm (every millisecond here delays the
+        // lease's release, so a graceful hand-over); a few tries, with a pause only after a
+        // failed netlink call, ride out transient errors.
+        let mut failed = false;
         for attempt in 0..DROP_ATTEMPTS {
-            if attempt > 0 {
+            if attempt > 0 && failed {
                 tokio::time::sleep(DROP_RETRY).await;
             }
+            failed = false;
             let present = match self.kernel.addresses(None).await {
                 Ok(p) => p,
                 Err(e) => {
                     warn!(holder = %self.name, error = %e, "cannot list addresses to drop VIPs; retrying");
+                    failed = true;
                     continue;
                 }
             };
             let steps = address_steps(&desired, &present, None);
             if steps.is_empty() {
-                Box::pin(self.disarm_nft_fence()).await;
                 return true;
             }
             for step in steps {
@@ -777,6 +787,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                     match self.kernel.remove(ifindex, vip).await {
                         Ok(()) => info!(holder = %self.name, %vip, "VIP removed"),
                         Err(e) => {
+                            failed = true;
                             warn!(holder = %self.name, %vip, error = %e, "removing VIP failed; retrying")
                         }
                     }

@@ -1,6 +1,6 @@
 //! `vipd probe`: the wget failover loop, done right.
 //!
-//! `vipd probe http://VIP[:port]/path --interval 100ms --timeout 1s [--count N | --duration 30s]`
+//! `vipd probe http://VIP[:port]/path --interval 100ms --timeout 900ms [--count N | --duration 30s]`
 //! requests the target on a fixed schedule until `--count` requests were issued, `--duration`
 //! elapsed or the caller's shutdown future fires (SIGINT/SIGTERM), prints one line per answer
 //! and, on exit, a summary: requests, successes, failures by kind, the longest gap between two
@@ -29,7 +29,7 @@
 //!
 //! ```text
 //! 12:00:01.250 node-a 3.1ms
-//! 12:00:01.350 FAIL timeout 1000ms
+//! 12:00:01.350 FAIL timeout 900ms
 //! ```
 //!
 //! These lines go to stdout, or to stderr with `--json` so that stdout then carries only the

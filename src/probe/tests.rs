@@ -312,7 +312,7 @@ fn cli(argv: &[&str]) -> Result<Args, clap::Error> {
 fn cli_defaults_and_errors_name_flag_and_value() {
     let a = cli(&["http://192.0.2.10/"]).expect("parses");
     assert_eq!(a.interval, Duration::from_millis(100));
-    assert_eq!(a.timeout, Duration::from_secs(1));
+    assert_eq!(a.timeout, Duration::from_millis(900));
     assert_eq!(
         (a.count, a.duration, a.quiet, a.json),
         (None, None, false, false)

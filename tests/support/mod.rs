@@ -507,7 +507,7 @@ pub fn assert_clean_handover(
     }
 }
 
-/// Starts `vipd probe http://<ip>/ --interval 20ms --timeout 1s --json` in ns client (the
+/// Starts `vipd probe http://<ip>/ --interval 20ms --timeout 900ms --json` in ns client (the
 /// lab's HTTP backends answer it); [`probe_gap_ms`] stops it and reads the longest gap.
 pub fn start_http_probe(lab: &Lab, ip: &str) -> LabProcess {
     lab.spawn(
@@ -519,7 +519,7 @@ pub fn start_http_probe(lab: &Lab, ip: &str) -> LabProcess {
             "--interval",
             "20ms",
             "--timeout",
-            "1s",
+            xtask::lab::PROBE_TIMEOUT,
             "--json",
         ],
         &[],

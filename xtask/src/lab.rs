@@ -75,6 +75,13 @@ pub const NAMESPACES: [&str; 7] = ["lan", "api", "node-a", "node-b", "node-c", "
 pub const API_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
 /// Port of the API server and of every node's local API proxy.
 pub const API_PORT: u16 = 6443;
+/// `--timeout` of every `vipd probe` the benches and lab tests run: below TCP's initial
+/// retransmission timeout (1 s, RFC 6298 §2.1). A request whose SYN was lost in the outage
+/// is retransmitted 1 s later; with a 1 s timeout it raced that retransmission, and when it
+/// won, its late answer (from a request started early in the outage) made the gap about
+/// 1 s whatever the failover took. At 900 ms it always counts as failed, and the gap is
+/// the time the VIP gave no answer to requests started every 20 ms.
+pub const PROBE_TIMEOUT: &str = "900ms";
 /// The control-plane VIP used by the scenarios (in the serving certificate's SANs).
 pub const CONTROL_PLANE_VIP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
 /// IPv4 address of the DHCP server namespace (`dhcp`, dnsmasq).

@@ -36,20 +36,28 @@
 //! matched against that raw payload.
 //!
 //! Element timeouts are written in `nft` syntax (`timeout 1995ms`), run through
-//! [`super::run_nft_text`]: the JSON API takes them in whole seconds only. A refresh
-//! deletes and re-adds the `live` element in one transaction (a plain `add` of an element
-//! that exists keeps its old timeout); the first `add` carries the same timeout, so an
-//! element without one (which would never expire) is never created.
+//! [`super::run_nft_text`]: the JSON API takes them in whole seconds only. A refresh of an
+//! element that may still be live deletes and re-adds it in one transaction (a plain `add`
+//! of an element that exists keeps its old timeout); the first `add` carries the same
+//! timeout, so an element without one (which would never expire) is never created. The
+//! delete makes the kernel wait for readers to finish (about 20 ms a run, against about
+//! 3 ms for adds alone), so where [`NftFence`] knows the element has expired (its own
+//! record of every timeout it set, [`LIVE_SLACK`] added), as at a takeover, it only adds:
+//! nftables treats an expired element as absent, and an `add` over one that has not quite
+//! expired keeps the earlier, shorter timeout, which can only end the VIP's answers early.
 //!
 //! The tables are vipd's own (`vipd_fence`, next to the ARP flux guard's `arp vipd`):
 //! [`NftFence::start`] replaces ones left by an earlier run, [`VipFence::close`] deletes
 //! them, no other table is read or changed.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::IpAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use futures::future::BoxFuture;
 use tracing::{debug, info, warn};
@@ -58,6 +66,11 @@ use super::run_nft_text;
 
 /// Name of the fence's tables (families `arp` and `inet`).
 pub const FENCE_TABLE: &str = "vipd_fence";
+
+/// Added to the end of every timeout [`NftFence`] set before it counts the element as
+/// expired (and refreshes it with adds only): the kernel counts timeouts in jiffies (up to
+/// 10 ms at `HZ=100`) from when it handled the run, which is before the run returned.
+pub const LIVE_SLACK: Duration = Duration::from_millis(10);
 
 /// Errors of the nftables fence; each names the `nft` commands concerned.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
@@ -237,7 +250,14 @@ fn millis(timeout: Duration) -> u128 {
 
 /// The transaction arming `vips` and setting their live element to expire `timeout` after
 /// the kernel handles it; `None` when `timeout` is under 1 ms (nothing may be granted).
-pub(crate) fn refresh_commands(vips: &[IpAddr], timeout: Duration) -> Option<Vec<String>> {
+/// The element of a VIP for which `may_be_live` is true is deleted and added again (a
+/// plain `add` would keep its timeout); the others, known absent or expired, are only
+/// added.
+pub(crate) fn refresh_commands(
+    vips: &[IpAddr],
+    timeout: Duration,
+    may_be_live: impl Fn(&IpAddr) -> bool,
+) -> Option<Vec<String>> {
     let ms = millis(timeout);
     if ms == 0 {
         return None;
@@ -245,24 +265,71 @@ pub(crate) fn refresh_commands(vips: &[IpAddr], timeout: Duration) -> Option<Vec
     let t = FENCE_TABLE;
     let mut c = Vec::new();
     for vip in vips {
+        let replace = may_be_live(vip);
         for (f, set, live, e) in places(*vip) {
             c.push(format!("add element {f} {t} {set} {{ {e} }}"));
             c.push(format!(
                 "add element {f} {t} {live} {{ {e} timeout {ms}ms }}"
             ));
-            c.push(format!("delete element {f} {t} {live} {{ {e} }}"));
-            c.push(format!(
-                "add element {f} {t} {live} {{ {e} timeout {ms}ms }}"
-            ));
+            if replace {
+                c.push(format!("delete element {f} {t} {live} {{ {e} }}"));
+                c.push(format!(
+                    "add element {f} {t} {live} {{ {e} timeout {ms}ms }}"
+                ));
+            }
         }
     }
     Some(c)
 }
 
-/// What [`VipFence::refresh`] runs: [`refresh_commands`], or, when `timeout` grants
-/// nothing (under 1 ms), [`expire_commands`] without disarming.
-fn refresh_or_expire_commands(vips: &[IpAddr], timeout: Duration) -> Vec<String> {
-    refresh_commands(vips, timeout).unwrap_or_else(|| expire_commands(vips, false))
+/// One change a holder asks of the fence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// [`VipFence::refresh`] with this timeout.
+    Refresh(Duration),
+    /// [`VipFence::expire`].
+    Expire,
+    /// [`VipFence::disarm`].
+    Disarm,
+}
+
+/// A [`Change`] of some VIPs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Op {
+    vips: Vec<IpAddr>,
+    change: Change,
+}
+
+/// The commands of `ops`, in order, as one transaction. `may_be_live` holds the VIPs
+/// whose live element may exist before it; it is updated as each op is written, so a
+/// second refresh of a VIP in the same transaction replaces the first's element.
+fn op_commands(ops: &[Op], may_be_live: &mut HashSet<IpAddr>) -> Vec<String> {
+    let mut c = Vec::new();
+    for op in ops {
+        match op.change {
+            Change::Refresh(timeout) => {
+                match refresh_commands(&op.vips, timeout, |v| may_be_live.contains(v)) {
+                    Some(r) => {
+                        c.extend(r);
+                        may_be_live.extend(op.vips.iter().copied());
+                    }
+                    None => {
+                        c.extend(expire_commands(&op.vips, false));
+                        op.vips.iter().for_each(|v| {
+                            may_be_live.remove(v);
+                        });
+                    }
+                }
+            }
+            Change::Expire | Change::Disarm => {
+                c.extend(expire_commands(&op.vips, op.change == Change::Disarm));
+                op.vips.iter().for_each(|v| {
+                    may_be_live.remove(v);
+                });
+            }
+        }
+    }
+    c
 }
 
 /// The transaction removing the live elements of `vips` (and with `disarm`, the VIPs
@@ -294,6 +361,9 @@ fn list(vips: &[IpAddr]) -> String {
 #[derive(Debug)]
 pub struct NftFence {
     nft: PathBuf,
+    /// Per VIP, the latest instant its live element may still exist (the end of the run
+    /// that set it + its timeout + [`LIVE_SLACK`]); removed when expired or disarmed.
+    live: Mutex<HashMap<IpAddr, Instant>>,
 }
 
 impl NftFence {
@@ -311,7 +381,10 @@ impl NftFence {
                 command: c.join("; "),
                 detail,
             })?;
-        Ok(NftFence { nft })
+        Ok(NftFence {
+            nft,
+            live: Mutex::new(HashMap::new()),
+        })
     }
 
     /// Checks, without changing anything (`nft --check`), that the tables could be
@@ -329,17 +402,53 @@ impl NftFence {
             })
     }
 
-    async fn change(&self, vips: &[IpAddr], c: Vec<String>) -> Result<(), FenceError> {
+    /// Runs `ops` as one transaction and, when it succeeded, records the live elements'
+    /// new ends. A failed run changed nothing (nftables transactions are atomic).
+    async fn apply(&self, ops: &[Op]) -> Result<(), FenceError> {
+        let mut may_be_live: HashSet<IpAddr> = {
+            let now = Instant::now();
+            let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+            live.iter()
+                .filter(|(_, until)| **until > now)
+                .map(|(v, _)| *v)
+                .collect()
+        };
+        let c = op_commands(ops, &mut may_be_live);
         if c.is_empty() {
             return Ok(());
         }
-        run_nft_text(&self.nft, &[], &c)
-            .await
-            .map_err(|detail| FenceError::Change {
-                vips: list(vips),
+        let result = run_nft_text(&self.nft, &[], &c).await;
+        if let Err(detail) = result {
+            let vips: Vec<IpAddr> = ops.iter().flat_map(|o| o.vips.clone()).collect();
+            return Err(FenceError::Change {
+                vips: list(&vips),
                 command: c.join("; "),
                 detail,
-            })
+            });
+        }
+        let done = Instant::now();
+        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        for op in ops {
+            for v in &op.vips {
+                match op.change {
+                    Change::Refresh(t) if millis(t) > 0 => {
+                        live.insert(*v, done + t + LIVE_SLACK);
+                    }
+                    _ => {
+                        live.remove(v);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn change(&self, vips: &[IpAddr], change: Change) -> Result<(), FenceError> {
+        self.apply(&[Op {
+            vips: vips.to_vec(),
+            change,
+        }])
+        .await
     }
 }
 
@@ -349,15 +458,15 @@ impl VipFence for NftFence {
         vips: &'a [IpAddr],
         timeout: Duration,
     ) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(self.change(vips, refresh_or_expire_commands(vips, timeout)))
+        Box::pin(self.change(vips, Change::Refresh(timeout)))
     }
 
     fn expire<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(self.change(vips, expire_commands(vips, false)))
+        Box::pin(self.change(vips, Change::Expire))
     }
 
     fn disarm<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(self.change(vips, expire_commands(vips, true)))
+        Box::pin(self.change(vips, Change::Disarm))
     }
 
     fn active(&self) -> bool {
@@ -377,11 +486,9 @@ impl VipFence for NftFence {
     }
 }
 
-/// One change queued for [`BatchedFence`]'s writer: its commands, the VIPs they concern
-/// (for the error) and where the outcome goes.
+/// One change queued for [`BatchedFence`]'s writer and where the outcome goes.
 struct Batched {
-    vips: Vec<IpAddr>,
-    commands: Vec<String>,
+    op: Op,
     reply: tokio::sync::oneshot::Sender<Result<(), FenceError>>,
 }
 
@@ -404,10 +511,7 @@ pub struct BatchedFence {
 
 impl fmt::Debug for Batched {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Batched")
-            .field("vips", &self.vips)
-            .field("commands", &self.commands.len())
-            .finish()
+        f.debug_struct("Batched").field("op", &self.op).finish()
     }
 }
 
@@ -424,9 +528,8 @@ impl BatchedFence {
                 while let Ok(more) = rx.try_recv() {
                     batch.push(more);
                 }
-                let vips: Vec<IpAddr> = batch.iter().flat_map(|b| b.vips.clone()).collect();
-                let commands: Vec<String> = batch.iter().flat_map(|b| b.commands.clone()).collect();
-                let result = writer.change(&vips, commands).await;
+                let ops: Vec<Op> = batch.iter().map(|b| b.op.clone()).collect();
+                let result = writer.apply(&ops).await;
                 for b in batch {
                     // A caller that went away (its holder stopped) needs no answer.
                     let _ = b.reply.send(result.clone());
@@ -436,21 +539,23 @@ impl BatchedFence {
         BatchedFence { nft, queue }
     }
 
-    async fn queue(&self, vips: &[IpAddr], commands: Vec<String>) -> Result<(), FenceError> {
-        if commands.is_empty() {
+    async fn queue(&self, vips: &[IpAddr], change: Change) -> Result<(), FenceError> {
+        if vips.is_empty() {
             return Ok(());
         }
         let (reply, answer) = tokio::sync::oneshot::channel();
         let lost = |detail: &str| FenceError::Change {
             vips: list(vips),
-            command: commands.join("; "),
+            command: format!("{change:?}"),
             detail: detail.to_string(),
         };
         const ENDED: &str = "the fence's writer task has ended";
         self.queue
             .send(Batched {
-                vips: vips.to_vec(),
-                commands: commands.clone(),
+                op: Op {
+                    vips: vips.to_vec(),
+                    change,
+                },
                 reply,
             })
             .map_err(|_| lost(ENDED))?;
@@ -464,15 +569,15 @@ impl VipFence for BatchedFence {
         vips: &'a [IpAddr],
         timeout: Duration,
     ) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(self.queue(vips, refresh_or_expire_commands(vips, timeout)))
+        Box::pin(self.queue(vips, Change::Refresh(timeout)))
     }
 
     fn expire<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(self.queue(vips, expire_commands(vips, false)))
+        Box::pin(self.queue(vips, Change::Expire))
     }
 
     fn disarm<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(self.queue(vips, expire_commands(vips, true)))
+        Box::pin(self.queue(vips, Change::Disarm))
     }
 
     fn active(&self) -> bool {
@@ -527,7 +632,8 @@ mod tests {
 
     #[test]
     fn refresh_replaces_the_live_element_with_a_millisecond_timeout() {
-        let c = refresh_commands(&[v4()], Duration::from_micros(1_995_900)).expect("grant");
+        let c =
+            refresh_commands(&[v4()], Duration::from_micros(1_995_900), |_| true).expect("grant");
         assert_eq!(
             c,
             vec![
@@ -541,7 +647,7 @@ mod tests {
                 "add element inet vipd_fence live4 { 192.0.2.10 timeout 1995ms }",
             ]
         );
-        let c6 = refresh_commands(&[v6()], Duration::from_millis(5)).expect("grant");
+        let c6 = refresh_commands(&[v6()], Duration::from_millis(5), |_| true).expect("grant");
         assert!(c6.contains(
             &"add element inet vipd_fence live6ns { 0x20010db8000000000000000000000010 timeout 5ms }"
                 .to_string()
@@ -555,7 +661,8 @@ mod tests {
     #[test]
     fn no_live_element_is_ever_added_without_a_timeout() {
         for c in [
-            refresh_commands(&[v4(), v6()], Duration::from_millis(1)).expect("grant"),
+            refresh_commands(&[v4(), v6()], Duration::from_millis(1), |_| true).expect("grant"),
+            refresh_commands(&[v4(), v6()], Duration::from_millis(1), |_| false).expect("grant"),
             expire_commands(&[v4(), v6()], false),
             expire_commands(&[v4(), v6()], true),
         ] {
@@ -570,8 +677,11 @@ mod tests {
 
     #[test]
     fn under_a_millisecond_grants_nothing() {
-        assert_eq!(refresh_commands(&[v4()], Duration::from_micros(999)), None);
-        assert_eq!(refresh_commands(&[v4()], Duration::ZERO), None);
+        assert_eq!(
+            refresh_commands(&[v4()], Duration::from_micros(999), |_| true),
+            None
+        );
+        assert_eq!(refresh_commands(&[v4()], Duration::ZERO, |_| false), None);
     }
 
     #[test]
@@ -646,6 +756,101 @@ mod tests {
                 other => panic!("expected the run's failure, got {other:?}"),
             }
         }
+    }
+
+    #[test]
+    fn an_element_known_expired_is_only_added() {
+        let c = refresh_commands(&[v4()], Duration::from_millis(600), |_| false).expect("grant");
+        assert_eq!(
+            c,
+            vec![
+                "add element arp vipd_fence vips { 192.0.2.10 }",
+                "add element arp vipd_fence live { 192.0.2.10 timeout 600ms }",
+                "add element inet vipd_fence vips4 { 192.0.2.10 }",
+                "add element inet vipd_fence live4 { 192.0.2.10 timeout 600ms }",
+            ]
+        );
+    }
+
+    /// Within one transaction, a VIP refreshed twice is replaced the second time, and one
+    /// expired before its refresh is only added.
+    #[test]
+    fn ops_in_one_transaction_see_each_others_elements() {
+        let refresh = |v: IpAddr| Op {
+            vips: vec![v],
+            change: Change::Refresh(Duration::from_millis(400)),
+        };
+        let deletes = |c: &[String]| c.iter().filter(|l| l.starts_with("delete")).count();
+        let mut live = HashSet::new();
+        let c = op_commands(&[refresh(v4()), refresh(v4())], &mut live);
+        assert_eq!(deletes(&c), 2, "the second refresh replaces: {c:?}");
+        assert!(live.contains(&v4()));
+        let expire = Op {
+            vips: vec![v4()],
+            change: Change::Expire,
+        };
+        let c = op_commands(&[expire, refresh(v4())], &mut live);
+        assert_eq!(
+            c.last().map(String::as_str),
+            Some("add element inet vipd_fence live4 { 192.0.2.10 timeout 400ms }")
+        );
+        assert_eq!(deletes(&c), 2, "only the expiry deletes: {c:?}");
+    }
+
+    /// The fence remembers the elements it set: the first refresh only adds, one while the
+    /// element may be live replaces it, one after its timeout only adds again; a failed run
+    /// changes nothing it remembers.
+    #[tokio::test]
+    async fn nft_fence_replaces_only_elements_that_may_be_live() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path();
+        let fence = NftFence::start(fake_nft(dir)).await.unwrap();
+        let last_run = || {
+            let log = std::fs::read_to_string(dir.join("log")).unwrap();
+            let runs: Vec<String> = log
+                .split("---\n")
+                .filter(|r| !r.is_empty())
+                .map(str::to_string)
+                .collect();
+            runs.last().cloned().unwrap_or_default()
+        };
+        let short = Duration::from_millis(5);
+        fence.refresh(&[v4()], short).await.unwrap();
+        assert!(!last_run().contains("delete"), "{}", last_run());
+        fence.refresh(&[v4()], short).await.unwrap();
+        assert!(
+            last_run().contains("delete element arp vipd_fence live"),
+            "{}",
+            last_run()
+        );
+        tokio::time::sleep(short + LIVE_SLACK + Duration::from_millis(20)).await;
+        fence
+            .refresh(&[v4()], Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(!last_run().contains("delete"), "expired: {}", last_run());
+        fence.expire(&[v4()]).await.unwrap();
+        fence
+            .refresh(&[v4()], Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(
+            !last_run().contains("delete"),
+            "expired by us: {}",
+            last_run()
+        );
+        std::fs::write(dir.join("fail"), "").unwrap();
+        assert!(fence.expire(&[v4()]).await.is_err());
+        std::fs::remove_file(dir.join("fail")).unwrap();
+        fence
+            .refresh(&[v4()], Duration::from_secs(5))
+            .await
+            .unwrap();
+        assert!(
+            last_run().contains("delete element arp vipd_fence live"),
+            "the failed expiry deleted nothing: {}",
+            last_run()
+        );
     }
 
     #[test]

@@ -829,8 +829,8 @@ impl Ctx {
         }
     }
 
-    /// Starts `vipd probe http://192.0.2.10/ --interval 20ms --timeout 1s --json` in ns
-    /// client.
+    /// Starts `vipd probe http://192.0.2.10/ --interval 20ms --timeout 900ms --json` in ns
+    /// client ([`lab::PROBE_TIMEOUT`]).
     ///
     /// # Errors
     /// When it cannot be spawned.
@@ -848,7 +848,7 @@ impl Ctx {
                 "--interval",
                 "20ms",
                 "--timeout",
-                "1s",
+                lab::PROBE_TIMEOUT,
                 "--json",
             ],
             &[],
