@@ -109,6 +109,17 @@ impl FakeDhcp {
         })
     }
 
+    /// How the latest client with MAC `mac` ended (`None`: still running, or never
+    /// started).
+    pub fn ended_mac(&self, mac: [u8; 6]) -> Option<FakeEnd> {
+        self.with(|runs| {
+            runs.iter()
+                .rev()
+                .find(|r| r.spec.mac == mac)
+                .and_then(|r| r.ended)
+        })
+    }
+
     /// How the latest client for `macvlan` ended; `None` while it runs or if never started.
     pub fn ended(&self, macvlan: &str) -> Option<FakeEnd> {
         self.with(|runs| {

@@ -103,8 +103,9 @@ pub struct DhcpSpec {
     /// Name of the macvlan to create (`kube-vip.io/macvlanName`, else `vip-<uid[..8]>`);
     /// at most 15 bytes (`IFNAMSIZ - 1`), checked when the macvlan is created.
     pub macvlan: String,
-    /// The macvlan's MAC address (`kube-vip.io/hwaddr`); also the DHCP `chaddr` and, with
-    /// type 1, the client identifier (option 61) unless `hostname` gives one.
+    /// The macvlan's MAC address (`kube-vip.io/hwaddr`); also the DHCP `chaddr`, the client
+    /// identifier (option 61, type 1 + this MAC) and the DHCPv6 DUID-LL: a new MAC is a new
+    /// client to the server.
     pub mac: [u8; 6],
     /// Address to ask for with option 50 (`kube-vip.io/requestedIP`): the first attempt is
     /// an INIT-REBOOT DHCPREQUEST for it (RFC 2131 §4.3.2, §4.4.2); `None` starts with

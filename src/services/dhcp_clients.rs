@@ -5,7 +5,8 @@
 //! * Leading: [`DhcpClients::follow`] starts a client for every DHCP Service, releases
 //!   (DHCPRELEASE, [`DhcpHandle::release_and_stop`]) the client of a Service that left the
 //!   spec (deleted, or no longer a DHCP LoadBalancer), and restarts one whose client
-//!   settings changed (MAC, macvlan, parent, ...), or that gave up
+//!   settings changed (macvlan, parent, ...; a changed MAC releases the old MAC's lease
+//!   first, since it is another client to the server), or that gave up
 //!   ([`DhcpState::GaveUp`], `dhcp_backoff_attempts`) and whose request for its family
 //!   changed in any way (the requested address too): the new client counts its attempts
 //!   from zero. A client that gave up also starts again when this node takes the lease
@@ -129,9 +130,17 @@ impl DhcpClients {
                     retired.push((run.handle, true));
                 }
                 Some(w) if !w.request.same_client(&run.service.request) => {
-                    info!(service = %w.key, macvlan = %w.request.macvlan, family = family.label(), "DHCP client settings changed: restarting the client");
+                    // A new MAC is a new DHCP client (chaddr, client identifier, DUID):
+                    // the old one's lease would stay bound to nobody until it expires, and
+                    // the server would refuse the new client the same address meanwhile.
+                    let new_identity = w.request.mac != run.service.request.mac;
+                    if new_identity {
+                        info!(service = %w.key, macvlan = %w.request.macvlan, family = family.label(), old_mac = %fmt_mac(run.service.request.mac), new_mac = %fmt_mac(w.request.mac), "DHCP client's MAC changed: releasing the old MAC's lease and restarting the client");
+                    } else {
+                        info!(service = %w.key, macvlan = %w.request.macvlan, family = family.label(), "DHCP client settings changed: restarting the client");
+                    }
                     self.forget(&run.service.key, family);
-                    retired.push((run.handle, false));
+                    retired.push((run.handle, new_identity));
                 }
                 Some(w)
                     if matches!(*run.handle.state.borrow(), DhcpState::GaveUp { .. })
@@ -423,8 +432,14 @@ impl DhcpClients {
                 .into_iter()
                 .any(|f| lease_of(f).is_some())
             {
-                let v4 = lease_of(DhcpFamily::V4).or(request.requested.map(IpAddr::V4));
-                let v6 = lease_of(DhcpFamily::V6).or(request.requested_v6.map(IpAddr::V6));
+                // Only the families it asks for: an entry of a dropped family would be
+                // asked for again by no one, and read as current by tools.
+                let v4 = lease_of(DhcpFamily::V4)
+                    .or(request.requested.map(IpAddr::V4))
+                    .filter(|_| request.v4);
+                let v6 = lease_of(DhcpFamily::V6)
+                    .or(request.requested_v6.map(IpAddr::V6))
+                    .filter(|_| request.v6);
                 let value: Vec<String> = [v4, v6]
                     .into_iter()
                     .flatten()

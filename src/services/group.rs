@@ -157,7 +157,8 @@ async fn group_task<K: Kernel, A: Announcer>(
 ) -> Option<ElectionEnd> {
     let mut group = Group::start(shared.clone(), lease, spec);
     group.run(&stop).await;
-    let (leading, spec) = (group.leading, group.current.clone());
+    // With the DHCP leases: those addresses are what is handed over.
+    let (leading, spec) = (group.leading, group.effective());
     let end = group.finish(delete_lease.load(Ordering::SeqCst)).await;
     let why = not_here.lock().ok().and_then(|n| n.clone());
     // The VIPs are gone and the lease released (the next node takes it at once): only
@@ -525,7 +526,12 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         }
         self.current
             .count_handovers(&self.shared.metrics, why.label());
-        report_handover(&self.shared.status_ctx(), &self.current, &why.to_string()).await;
+        report_handover(
+            &self.shared.status_ctx(),
+            &self.effective(),
+            &why.to_string(),
+        )
+        .await;
     }
 
     /// Posts an Event for every new address conflict.
@@ -537,12 +543,16 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             .copied()
             .collect();
         self.reported = now;
-        if let Some(d) = &self.dhcp {
-            for (addr, _) in &new {
-                d.decline(*addr);
-            }
-        }
-        report_conflicts(&self.shared.status_ctx(), &self.effective(), &new).await;
+        let spec = self.effective();
+        let declined: Vec<IpAddr> = match &self.dhcp {
+            Some(d) => new
+                .iter()
+                .filter(|(addr, _)| d.decline(*addr).is_some())
+                .map(|(addr, _)| *addr)
+                .collect(),
+            None => Vec::new(),
+        };
+        report_conflicts(&self.shared.status_ctx(), &spec, &new, &declined).await;
     }
 
     /// S35: Event about the Services of a per-Service lease, about the Lease for the

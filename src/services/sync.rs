@@ -1,7 +1,7 @@
 //! Status, annotations and Events kept level-triggered (S38, S39): the group holder's
 //! [`StatusSync`], the main loop's notes and stale-status clearing, with retries.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -204,14 +204,20 @@ pub(super) async fn clear_stale<W: StatusWriter>(
 }
 
 /// Posts an `AddressInUse` Warning Event on every Service of the group that uses an address
-/// in `new` (address, other host's MAC).
+/// in `new` (address, other host's MAC); `declined` are the DHCP leases among them, whose
+/// clients send DHCPDECLINE and ask for another address instead of probing again.
 pub(super) async fn report_conflicts<W: StatusWriter>(
     ctx: &StatusCtx<'_, W>,
     spec: &GroupSpec,
     new: &[(IpAddr, [u8; 6])],
+    declined: &[IpAddr],
 ) {
     for (addr, mac) in new {
-        let ev = ServiceEvent::address_in_use(*addr, &fmt_mac(*mac), ctx.node);
+        let ev = if declined.contains(addr) {
+            ServiceEvent::dhcp_address_in_use(*addr, &fmt_mac(*mac), ctx.node)
+        } else {
+            ServiceEvent::address_in_use(*addr, &fmt_mac(*mac), ctx.node)
+        };
         for (key, addrs, _) in spec.services.iter().filter(|(_, a, _)| a.contains(addr)) {
             let uid = ctx.cached(key).and_then(|s| s.metadata.uid.clone());
             if let Err(e) = ctx.writer.event(key, uid.as_deref(), &ev).await {
@@ -253,8 +259,11 @@ pub(super) async fn report_each<W: StatusWriter>(
 /// The status side of a group while this node leads it: what is still to be written.
 #[derive(Default)]
 pub(super) struct StatusSync {
-    /// Services whose announcement Event was queued this term (at most one per term).
-    pub(super) announced: HashSet<ServiceKey>,
+    /// Services whose announcement Event was queued this term, with the addresses it
+    /// named: one Event when the Service comes to this node, another only when the
+    /// addresses it holds here change (a DHCP lease replaced after a NAK, an edited
+    /// `loadBalancerIP`).
+    pub(super) announced: HashMap<ServiceKey, Vec<IpAddr>>,
     /// Announcement Events not written yet: (Service uid, Event).
     pub(super) pending: BTreeMap<ServiceKey, (Option<String>, ServiceEvent)>,
     /// Back-off after a failed write.
@@ -317,7 +326,7 @@ impl StatusSync {
         let mut ok = true;
         let keys: HashSet<&ServiceKey> = spec.services.iter().map(|(k, _, _)| k).collect();
         self.pending.retain(|k, _| keys.contains(k));
-        self.announced.retain(|k| keys.contains(k));
+        self.announced.retain(|k, _| keys.contains(k));
         for (key, addrs, ports) in &spec.services {
             let cached = ctx.cached(key);
             let all_refused = (!addrs.is_empty() && addrs.iter().all(|a| refused.contains(a)))
@@ -331,8 +340,9 @@ impl StatusSync {
                 // Not held here (yet): claim nothing. Once every address is refused, take
                 // back a claim of ours; while they are only being probed, leave it (a
                 // restarted holder re-probing its own address must not flap the status).
+                // The announced addresses are kept: bound again, a different address is
+                // announced as such.
                 self.pending.remove(key);
-                self.announced.remove(key);
                 if !all_refused {
                     continue;
                 }
@@ -343,6 +353,7 @@ impl StatusSync {
                 if ours {
                     match ctx.writer.clear(key).await {
                         Ok(_) => {
+                            self.announced.remove(key);
                             info!(service = %key, "address not held (refused, given up, or its DHCP lease lost and not re-acquired): status and vipHost cleared")
                         }
                         Err(e) => {
@@ -356,9 +367,19 @@ impl StatusSync {
             let addrs = addrs.as_slice();
             let ingress = desired_ingress(addrs, ports);
             let diff = status_diff(cached.as_deref(), ctx.node, addrs, &ingress);
-            if let Some(ev) = diff.announce
-                && self.announced.insert(key.clone())
-            {
+            let event = match (diff.announce, self.announced.get(key)) {
+                (Some(ev), None) => Some(ev),
+                (_, Some(before)) if before.as_slice() != addrs => {
+                    let rv = cached
+                        .as_ref()
+                        .and_then(|s| s.metadata.resource_version.clone())
+                        .unwrap_or_default();
+                    Some(ServiceEvent::readdressed(ctx.node, addrs, before).with_change(rv))
+                }
+                _ => None,
+            };
+            self.announced.insert(key.clone(), addrs.to_vec());
+            if let Some(ev) = event {
                 info!(service = %key, "{}", ev.note);
                 let uid = cached.as_ref().and_then(|s| s.metadata.uid.clone());
                 self.pending.insert(key.clone(), (uid, ev));

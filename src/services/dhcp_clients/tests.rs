@@ -238,6 +238,26 @@ async fn leaving_services_release_changed_ones_restart_and_stopping_keeps_the_le
     settle().await;
     assert_eq!(fake.ended("vip-uida"), Some(FakeEnd::Stopped));
     assert_eq!(fake.running(), ["lb-a"]);
+    // a's MAC changed (kube-vip.io/hwaddr edited): to the server that is another client,
+    // so the old MAC's lease is released before the new client starts (trial finding F4).
+    let new_mac = dhcp_service(&service(
+        "a",
+        &[
+            (model::ANN_MACVLAN_NAME, "lb-a"),
+            (model::ANN_HWADDR, "02:00:5e:10:00:01"),
+        ],
+    ));
+    clients
+        .follow(std::slice::from_ref(&new_mac), Some("eth0"))
+        .await;
+    settle().await;
+    assert_eq!(fake.ended_mac(renamed.request.mac), Some(FakeEnd::Released));
+    assert_eq!(fake.running(), ["lb-a"]);
+    assert_eq!(
+        fake.started().last().map(|s| s.mac),
+        Some(new_mac.request.mac)
+    );
+    let renamed = new_mac;
     // Leadership lost or shutdown: stopped, no release.
     clients.stop_all(false).await;
     settle().await;
@@ -572,7 +592,8 @@ async fn dual_stack_runs_both_families_on_one_macvlan() {
     assert_eq!(clients.decline(leased6), Some(key("web")));
 
     // `::` dropped: the DHCPv6 client releases, the DHCPv4 one keeps running.
-    let v4_only = dhcp_service(&service("web", &[]));
+    let v4_only_svc = service("web", &[(ANN_REQUESTED_IP, "192.0.2.207,2001:db8::1005")]);
+    let v4_only = dhcp_service(&v4_only_svc);
     clients
         .follow(std::slice::from_ref(&v4_only), Some("eth0"))
         .await;
@@ -583,6 +604,15 @@ async fn dual_stack_runs_both_families_on_one_macvlan() {
     );
     assert_eq!(fake.family_ended("vip-uidweb", DhcpFamily::V4), None);
     assert_eq!(fake.declined("vip-uidweb"), vec![leased6]);
+    // requestedIP drops the IPv6 entry the Service no longer asks for (trial finding F9).
+    let v4_cached = Arc::new(v4_only_svc.clone());
+    let writes = clients.annotations(|_| Some(v4_cached.clone()));
+    assert!(
+        writes[0]
+            .1
+            .contains(&(ANN_REQUESTED_IP, "192.0.2.207".to_string())),
+        "{writes:?}"
+    );
     clients.stop_all(false).await;
 
     // `::` alone: DHCPv6 only.

@@ -186,6 +186,23 @@ impl ServiceEvent {
         }
     }
 
+    /// Normal: `node`, which announced `before` for the Service, now announces `addresses`
+    /// instead (a DHCP lease replaced after a NAK or a conflict, an edited address).
+    pub(crate) fn readdressed(node: &str, addresses: &[IpAddr], before: &[IpAddr]) -> Self {
+        let list = |a: &[IpAddr]| {
+            let v: Vec<String> = a.iter().map(ToString::to_string).collect();
+            v.join(", ")
+        };
+        ServiceEvent {
+            note: format!(
+                "{} announced by node {node} (was {})",
+                list(addresses),
+                list(before)
+            ),
+            ..Self::announced(node, addresses, None)
+        }
+    }
+
     /// Normal: `node` hands `addresses` over to another node because `why` (it is no
     /// longer eligible: drained, excluded, NotReady, ...): the VIPs are removed, then the
     /// lease is released. Each hand-over is a separate Event.
@@ -225,6 +242,21 @@ impl ServiceEvent {
                 "{address} is already answered by another host (MAC {other_mac}); node {node} \
                  holds the lease but does not announce it, and probes again with back-off \
                  until the address is free"
+            ),
+        )
+    }
+
+    /// Warning: the DHCP server leased `address` to the Service, but another host
+    /// (`other_mac`) answers ARP / neighbour discovery for it (the RFC 5227 probe before
+    /// use); `node`'s client declines it (DHCPDECLINE, RFC 2131 §4.4.1; DHCPv6 Decline, RFC
+    /// 8415 §18.2.8) and asks for another address after the RFC's wait.
+    pub(crate) fn dhcp_address_in_use(address: IpAddr, other_mac: &str, node: &str) -> Self {
+        Self::warning(
+            REASON_ADDRESS_IN_USE,
+            format!(
+                "{address}, leased by the DHCP server, is already answered by another host \
+                 (MAC {other_mac}); node {node} declined it (DHCPDECLINE) and asks the server \
+                 for another address"
             ),
         )
     }

@@ -207,6 +207,35 @@ async fn a_new_holder_writes_status_and_vip_host_and_announces_once_per_term() {
     assert_eq!(w.memory.get(&web()).events.len(), 1);
 }
 
+/// Trial finding F5: the address a Service holds on this node changed within the term (its
+/// DHCP lease replaced after a NAK): one more `AddressAnnounced`, naming both.
+#[tokio::test]
+async fn a_changed_address_on_the_same_holder_is_announced_once() {
+    let (a, b) = (ip("192.0.2.205"), ip("192.0.2.206"));
+    let w = Recorder::default();
+    let services = store(&[cached("7", Some(NODE), &[a])]);
+    let ctx = status_ctx(&services, &w);
+    let mut sync = StatusSync::default();
+    // Already ours in the cache: nothing to write, nothing to announce.
+    sync.sync(&ctx, &spec(&[a]), &[a], &[], false).await;
+    assert_eq!(w.take(), Vec::<String>::new());
+    // The lease lost for a moment: the claim is left as it is.
+    sync.sync(&ctx, &spec(&[]), &[], &[], false).await;
+    assert_eq!(w.take(), Vec::<String>::new());
+    sync.sync(&ctx, &spec(&[b]), &[b], &[], false).await;
+    assert_eq!(
+        w.take(),
+        ["ingress default/web", "event AddressAnnounced default/web"]
+    );
+    assert_eq!(
+        w.memory.get(&web()).events[0].note,
+        "192.0.2.206 announced by node node-a (was 192.0.2.205)"
+    );
+    // The cache has not caught up yet: the status again, no second Event.
+    sync.sync(&ctx, &spec(&[b]), &[b], &[], true).await;
+    assert_eq!(w.take(), ["ingress default/web"]);
+}
+
 #[tokio::test]
 async fn nothing_is_claimed_while_probing_and_a_refused_claim_is_taken_back() {
     let a = ip("192.0.2.20");
@@ -387,8 +416,19 @@ async fn an_address_conflict_is_posted_on_the_services_using_the_address() {
         vec![ip("192.0.2.21")],
         http(),
     ));
-    report_conflicts(&ctx, &spec, &[(a, [2, 0, 0, 0, 0, 1])]).await;
+    report_conflicts(&ctx, &spec, &[(a, [2, 0, 0, 0, 0, 1])], &[]).await;
     assert_eq!(w.take(), ["event AddressInUse default/web"]);
+    assert!(
+        w.memory.get(&web()).events[0]
+            .note
+            .contains("probes again with back-off")
+    );
+    // A DHCP lease: the client declined it, and the Event says so (trial finding F5).
+    report_conflicts(&ctx, &spec, &[(a, [2, 0, 0, 0, 0, 1])], &[a]).await;
+    assert_eq!(w.take(), ["event AddressInUse default/web"]);
+    let note = &w.memory.get(&web()).events[1].note;
+    assert!(note.contains("declined it (DHCPDECLINE)"), "{note}");
+    assert!(note.contains("02:00:00:00:00:01"), "{note}");
 }
 
 #[test]
