@@ -18,7 +18,9 @@
 //! - `lb-nftables` (with `lb_enable` and `cp_enable`): `nft` can create the load balancer's
 //!   `table ip vipd_lb` with its NAT chains, numgen DNAT map and masquerade (`nft --check`,
 //!   nothing is changed); a failure means the holder could not balance.
-//! - `macvlan`: the module is loaded or loadable (needed by `dhcp_mode` only).
+//! - `macvlan`: the kernel can create macvlans (asked of the kernel itself, see
+//!   [`crate::net::macvlan::NetlinkMacvlans::kernel_has_macvlan`]; else the module is loaded
+//!   or listed in modules.dep / modules.builtin). Needed by `dhcp_mode` only.
 //! - `dhcp-parent` (with `dhcp_mode`): the macvlans' parent interface (`vip_servicesinterface`,
 //!   else `vip_interface`, else the IPv4 default route's interface, as the manager picks it)
 //!   exists and is up with carrier.
@@ -353,10 +355,15 @@ pub(crate) fn check_vip_addresses(
         .collect()
 }
 
-/// The macvlan check: `loaded` (`/sys/module/macvlan` exists: loaded or built in),
-/// `modules_dep` / `modules_builtin` (contents of `/lib/modules/$(uname -r)/modules.dep`
-/// and `modules.builtin`, when readable), `needed` (`dhcp_mode`).
+/// The macvlan check: `kernel` (the kernel's own answer,
+/// [`crate::net::macvlan::NetlinkMacvlans::kernel_has_macvlan`]; `None` when it could not
+/// be asked), `loaded` (`/sys/module/macvlan` exists: loaded, or built in with
+/// parameters), `modules_dep` / `modules_builtin` (contents of
+/// `/lib/modules/$(uname -r)/modules.dep` and `modules.builtin`, when readable), `needed`
+/// (`dhcp_mode`). The kernel's answer wins: the files miss a built-in driver without
+/// parameters, and containers often have no `/lib/modules`.
 pub(crate) fn check_macvlan(
+    kernel: Option<bool>,
     loaded: bool,
     modules_dep: Option<&str>,
     modules_builtin: Option<&str>,
@@ -372,7 +379,18 @@ pub(crate) fn check_macvlan(
             })
         })
     };
-    let (status, detail) = if loaded {
+    let (status, detail) = if kernel == Some(true) {
+        (
+            Status::Pass,
+            "the kernel creates macvlans (built in, or its module loads on demand)".to_string(),
+        )
+    } else if kernel == Some(false) {
+        (
+            if needed { Status::Fail } else { Status::Skip },
+            "this kernel cannot create macvlans (RTNETLINK: unknown device type macvlan)"
+                .to_string(),
+        )
+    } else if loaded {
         (Status::Pass, "macvlan is loaded (or built in)".to_string())
     } else if has(modules_builtin) {
         (Status::Pass, "macvlan is built into the kernel".to_string())
@@ -465,7 +483,12 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let release = release.trim();
     let read = |f: &str| std::fs::read_to_string(format!("/lib/modules/{release}/{f}")).ok();
+    let kernel = match crate::net::macvlan::NetlinkMacvlans::new() {
+        Ok(k) => k.kernel_has_macvlan().await.ok(),
+        Err(_) => None,
+    };
     report.checks.push(check_macvlan(
+        kernel,
         std::path::Path::new("/sys/module/macvlan").exists(),
         read("modules.dep").as_deref(),
         read("modules.builtin").as_deref(),

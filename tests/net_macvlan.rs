@@ -194,3 +194,20 @@ fn dhcpv6_macvlan_has_a_usable_link_local_at_once_and_its_own_port_546() {
         assert_eq!(link_local_flags("vip-dad"), None);
     });
 }
+
+/// Trial finding F7: preflight asks the kernel itself whether it has macvlan. This kernel
+/// has it built in (no /sys/module/macvlan, no /lib/modules here): the answer is yes, and
+/// the question creates nothing.
+#[test]
+fn the_kernel_is_asked_whether_it_has_macvlan_and_nothing_is_created() {
+    in_private_netns(async |m| {
+        let links_before = Command::new("ip").args(["-o", "link"]).output().unwrap();
+        assert_eq!(m.kernel().kernel_has_macvlan().await.ok(), Some(true));
+        let links_after = Command::new("ip").args(["-o", "link"]).output().unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&links_before.stdout),
+            String::from_utf8_lossy(&links_after.stdout)
+        );
+        assert!(link("vipd-pf-probe").is_none());
+    });
+}

@@ -781,6 +781,48 @@ impl NetlinkMacvlans {
         rt.spawn(conn);
         Ok(Self { handle })
     }
+
+    /// Whether the running kernel can create macvlans, asked of the kernel itself (for
+    /// `vipd preflight`, where `/sys/module` and `/lib/modules` may not tell: a built-in
+    /// driver without parameters has no `/sys/module/macvlan`, and containers often have no
+    /// `/lib/modules`). Sends an `RTM_NEWLINK` of kind `macvlan` on parent index 0, which
+    /// no kernel accepts: "Unknown device type" (`EOPNOTSUPP`) means no macvlan (after the
+    /// kernel tried to load the module, as a first macvlan would), any other refusal
+    /// (`ENODEV`, `EINVAL`) means the driver is there. Nothing is created; should a kernel
+    /// ever accept it, the link is deleted again.
+    ///
+    /// # Errors
+    /// [`MacvlanError::Netlink`] when the answer says neither (e.g. `EPERM` without
+    /// CAP_NET_ADMIN).
+    pub async fn kernel_has_macvlan(&self) -> Result<bool, MacvlanError> {
+        const PROBE: &str = "vipd-pf-probe";
+        let msg = LinkMacVlan::new(PROBE, 0, MacVlanMode::Bridge).build();
+        match self.handle.link().add(msg).execute().await {
+            Ok(()) => {
+                if let Ok(Some(m)) = self
+                    .handle
+                    .link()
+                    .get()
+                    .match_name(PROBE.to_string())
+                    .execute()
+                    .try_next()
+                    .await
+                {
+                    let _ = self.handle.link().del(m.header.index).execute().await;
+                }
+                Ok(true)
+            }
+            Err(e) => match super::netlink::errno(&e) {
+                Some(libc::EOPNOTSUPP) => Ok(false),
+                Some(libc::ENODEV | libc::EINVAL) => Ok(true),
+                _ => Err(MacvlanError::Netlink {
+                    name: PROBE.into(),
+                    op: "ask the kernel for the macvlan driver",
+                    source: e,
+                }),
+            },
+        }
+    }
 }
 
 impl MacvlanKernel for NetlinkMacvlans {
