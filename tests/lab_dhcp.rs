@@ -7,7 +7,7 @@
 mod support;
 
 use std::collections::BTreeSet;
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -1138,6 +1138,53 @@ fn s24_a_copied_hwaddr_gets_a_warning_and_no_second_macvlan() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(ingress_ips(&lab, "orig"), vec![ip.to_string()]);
+    no_panics(&procs);
+}
+
+/// Trial finding F1 (bad input, S24): a `kube-vip.io/hwaddr` naming the MAC of a host the
+/// holder never talked to (node-a, running no vipd) took that host's traffic: the switch
+/// learnt its MAC on the holder's port. The holder now asks the segment first (an ICMPv6
+/// echo to all nodes, sent to that MAC alone): node-a answers, the Service gets a
+/// `DHCPFailed` Warning naming the MAC, no macvlan is created and node-a stays reachable.
+#[test]
+fn s24_hwaddr_of_a_host_the_holder_never_saw_is_refused() {
+    let Some(lab) = lab(
+        "s24_foreign_mac",
+        LabOptions {
+            http_backends: true,
+            ..LabOptions::default()
+        },
+    ) else {
+        return;
+    };
+    lab.start_dnsmasq(&DnsmasqOptions::default()).unwrap();
+    let procs: Vec<LabProcess> = ["node-b", "node-c"]
+        .iter()
+        .map(|n| start_vipd_services(&lab, n, true, &[("dhcp_mode", "true")]))
+        .collect();
+    let victim = lab.mac_of_if("node-a", "eth0").unwrap().to_string();
+    create_service(
+        &lab,
+        &dhcp_service("steal", &[("kube-vip.io/hwaddr", victim.as_str())]),
+    );
+    let warning = wait_for("the DHCPFailed Warning", BRING_UP * 4, || {
+        events_for(&lab, "steal")
+            .into_iter()
+            .find(|(t, r, m)| t == "Warning" && r == "DHCPFailed" && m.contains("answers from it"))
+            .map(|(_, _, m)| m)
+    });
+    assert!(
+        warning.contains(&victim.to_lowercase()) && warning.contains("kube-vip.io/hwaddr"),
+        "{warning}"
+    );
+    let macvlan = macvlan_of(&lab, "steal");
+    assert!(nodes_with_link(&lab, &macvlan).is_empty());
+    assert!(ingress_ips(&lab, "steal").is_empty());
+    let node_a = SocketAddr::new(IpAddr::V4(Ipv4Addr::new(192, 0, 2, 11)), 80);
+    let body = lab
+        .http_get("client", node_a, "/", Duration::from_secs(1))
+        .unwrap();
+    assert_eq!(body.trim(), "node-a");
     no_panics(&procs);
 }
 

@@ -138,6 +138,7 @@ fn spec(requested: Option<Ipv4Addr>) -> DhcpSpec {
         broadcast: false,
         rp_filter: 0,
         mark: "vipd:test-service-uid".into(),
+        mac_derived: true,
     }
 }
 

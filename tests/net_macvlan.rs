@@ -7,7 +7,7 @@ mod support;
 use std::process::Command;
 
 use support::netns::{enter_private_netns, ip, root_or_skip};
-use vipd::net::macvlan::{MacvlanError, MacvlanSpec, Macvlans, NetlinkMacvlans};
+use vipd::net::macvlan::{MacvlanError, MacvlanKernel, MacvlanSpec, Macvlans, NetlinkMacvlans};
 
 fn in_private_netns(body: impl AsyncFnOnce(Macvlans<NetlinkMacvlans>) + Send + 'static) {
     if !root_or_skip("macvlan kernel tests") {
@@ -62,6 +62,7 @@ fn spec(name: &str) -> MacvlanSpec {
         rp_filter: 2,
         ipv6_now: false,
         own_addrs: Vec::new(),
+        probe_mac: false,
     }
 }
 
@@ -209,5 +210,103 @@ fn the_kernel_is_asked_whether_it_has_macvlan_and_nothing_is_created() {
             String::from_utf8_lossy(&links_after.stdout)
         );
         assert!(link("vipd-pf-probe").is_none());
+    });
+}
+
+/// Runs `ip ARGS` in the network namespace of process `pid`.
+fn ip_in(pid: &str, args: &str) -> String {
+    let out = Command::new("nsenter")
+        .args(["-t", pid, "-n", "ip"])
+        .args(args.split_whitespace())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "`ip {args}` in {pid}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Waits (up to 10 s) until `check` holds.
+fn wait_until(what: &str, check: impl Fn() -> bool) {
+    let t = std::time::Instant::now();
+    while !check() {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "timed out: {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+fn mac_of(name: &str) -> [u8; 6] {
+    let l = link(name).unwrap();
+    let bytes: Vec<u8> = l["address"]
+        .as_str()
+        .unwrap()
+        .split(':')
+        .map(|b| u8::from_str_radix(b, 16).unwrap())
+        .collect();
+    bytes.try_into().unwrap()
+}
+
+/// Trial finding F1: a host this node never talked to, on the parent's segment, answers
+/// the MAC probe (ICMPv6 echo to all nodes, sent to its MAC alone) and is found; a macvlan
+/// without IPv6 addresses (a killed holder's leftover) stays silent and is not.
+#[test]
+fn a_host_using_the_mac_answers_the_probe_and_a_silent_leftover_does_not() {
+    in_private_netns(async |m| {
+        let mut other = Command::new("unshare")
+            .args(["--net", "sleep", "60"])
+            .spawn()
+            .unwrap();
+        let pid = other.id().to_string();
+        let ours = std::fs::read_link("/proc/self/ns/net").unwrap();
+        wait_until("the other host's namespace", || {
+            std::fs::read_link(format!("/proc/{pid}/ns/net")).is_ok_and(|n| n != ours)
+        });
+        let host_mac = mac_of("d1");
+        ip(&format!("link set d1 netns {pid}"));
+        ip_in(&pid, "link set d1 up");
+        ip_in(
+            &pid,
+            "link add link d1 name mv-left address 02:76:69:70:64:77 type macvlan mode bridge",
+        );
+        ip_in(&pid, "link set mv-left addrgenmode none");
+        ip_in(&pid, "link set mv-left up");
+        let ready = |out: String| out.contains("fe80::") && !out.contains("tentative");
+        wait_until("d1's link-local", || {
+            ready(ip_in(&pid, "-6 addr show dev d1"))
+        });
+        wait_until("d0's link-local", || {
+            let out = Command::new("ip")
+                .args(["-6", "addr", "show", "dev", "d0"])
+                .output()
+                .unwrap();
+            ready(String::from_utf8_lossy(&out.stdout).into_owned())
+        });
+        let d0 = u32::try_from(link("d0").unwrap()["ifindex"].as_u64().unwrap()).unwrap();
+        let k = m.kernel();
+        let found = k
+            .mac_answers(d0, "d0", mac_of("d0"), host_mac)
+            .await
+            .unwrap();
+        assert!(
+            found.as_deref().is_some_and(|f| f.contains("fe80::")),
+            "the host was not found: {found:?}"
+        );
+        let silent = k
+            .mac_answers(d0, "d0", mac_of("d0"), [0x02, 0x76, 0x69, 0x70, 0x64, 0x77])
+            .await
+            .unwrap();
+        assert_eq!(silent, None);
+        let nobody = k
+            .mac_answers(d0, "d0", mac_of("d0"), [0x02, 0x76, 0x69, 0x70, 0x64, 0x78])
+            .await
+            .unwrap();
+        assert_eq!(nobody, None);
+        let _ = other.kill();
+        let _ = other.wait();
     });
 }

@@ -210,6 +210,7 @@ mod tests {
             broadcast: false,
             rp_filter: 0,
             mark: "vipd:uid".into(),
+            mac_derived: true,
         }
     }
 

@@ -126,6 +126,10 @@ pub struct DhcpSpec {
     /// The macvlan's ifalias, marking it as vipd's (e.g. `vipd:<service uid>`); at start vipd
     /// removes stale macvlans whose ifalias starts with `vipd:` and no others.
     pub mark: String,
+    /// `mac` is the one vipd derives from the Service UID; otherwise (a MAC given by
+    /// `kube-vip.io/hwaddr`) the segment is asked whether a host already uses it before the
+    /// macvlan is created ([`MacvlanSpec::probe_mac`]).
+    pub mac_derived: bool,
 }
 
 /// Longest host name option 12 can carry (RFC 2132 §3.14: length 1 to 255 bytes).
@@ -163,6 +167,7 @@ impl DhcpSpec {
                 .into_iter()
                 .chain(self.requested_v6.map(IpAddr::V6))
                 .collect(),
+            probe_mac: !self.mac_derived,
         }
     }
 
@@ -379,6 +384,7 @@ mod spec_tests {
             broadcast: false,
             rp_filter: 0,
             mark: "vipd:uid".into(),
+            mac_derived: true,
         }
     }
 

@@ -53,6 +53,10 @@ pub struct MacvlanSpec {
     /// neighbour entry mapping one of them to [`MacvlanSpec::mac`] is this Service's own
     /// (the previous holder's), not another host's ([`foreign_mac_owner`]).
     pub own_addrs: Vec<std::net::IpAddr>,
+    /// Ask the segment whether a host already uses [`MacvlanSpec::mac`] before creating
+    /// the macvlan ([`MacvlanKernel::mac_answers`], [`crate::net::macprobe`]): for a MAC
+    /// vipd did not derive from the Service itself (given by `kube-vip.io/hwaddr`).
+    pub probe_mac: bool,
 }
 
 /// One entry of the parent's neighbour table (ARP / NDP cache) that has a link-layer
@@ -188,6 +192,21 @@ pub enum MacvlanError {
     NotOurs {
         /// The name.
         name: String,
+    },
+    /// Asking the segment who uses the MAC ([`crate::net::macprobe`]) failed.
+    #[error("macvlan {name}: cannot ask {parent} who uses MAC {mac}: {what}: {source}")]
+    MacProbe {
+        /// The macvlan name.
+        name: String,
+        /// The parent interface.
+        parent: String,
+        /// The MAC, `aa:bb:cc:dd:ee:ff`.
+        mac: String,
+        /// The step that failed.
+        what: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
     },
     /// A netlink request failed.
     #[error("macvlan {name}: netlink {op} failed: {source}")]
@@ -431,6 +450,23 @@ pub trait MacvlanKernel: Send + Sync + 'static {
         lifetime_secs: u32,
         create: bool,
     ) -> impl Future<Output = Result<bool, MacvlanError>> + Send;
+
+    /// Who on link `parent_index` (named `parent`, MAC `parent_mac`) sends from `mac`
+    /// when asked ([`crate::net::macprobe`]: an ICMPv6 echo to all nodes, sent to `mac`
+    /// alone, from the parent's link-local, answers awaited for
+    /// [`crate::net::macprobe::MAC_PROBE_WAIT`]): a description of the answer, `None` when
+    /// nothing answered or the parent has no IPv6 link-local to ask from.
+    ///
+    /// # Errors
+    /// [`MacvlanError::MacProbe`] when the question cannot be sent; [`MacvlanError::Netlink`]
+    /// when the parent's addresses cannot be read.
+    fn mac_answers(
+        &self,
+        parent_index: u32,
+        parent: &str,
+        parent_mac: [u8; 6],
+        mac: [u8; 6],
+    ) -> impl Future<Output = Result<Option<String>, MacvlanError>> + Send;
 }
 
 /// Which `/proc/sys/net/<family>/conf` tree a setting lives in.
@@ -627,7 +663,28 @@ impl<K: MacvlanKernel> Macvlans<K> {
                 owner,
             });
         }
-        let index = match plan(&links, spec, parent)? {
+        let planned = plan(&links, spec, parent)?;
+        // Asked once per macvlan this node creates: a macvlan already ours carries the MAC,
+        // and its own frames would be the answer.
+        if spec.probe_mac && !matches!(planned, Plan::Reuse(_)) {
+            let parent_mac = links
+                .iter()
+                .find(|l| l.index == parent)
+                .map(|l| l.mac)
+                .unwrap_or_default();
+            if let Some(owner) = self
+                .kernel
+                .mac_answers(parent, &spec.parent, parent_mac, spec.mac)
+                .await?
+            {
+                return Err(MacvlanError::ForeignMac {
+                    name: spec.name.clone(),
+                    mac: format_mac(&spec.mac),
+                    owner,
+                });
+            }
+        }
+        let index = match planned {
             Plan::Reuse(index) => index,
             Plan::Replace(index) => {
                 self.kernel.delete(index, &spec.name).await?;
@@ -1003,6 +1060,58 @@ impl MacvlanKernel for NetlinkMacvlans {
                 Some(Neighbour { ip: ip?, mac: mac? })
             })
             .collect())
+    }
+
+    async fn mac_answers(
+        &self,
+        parent_index: u32,
+        parent: &str,
+        parent_mac: [u8; 6],
+        mac: [u8; 6],
+    ) -> Result<Option<String>, MacvlanError> {
+        let mut get = self
+            .handle
+            .address()
+            .get()
+            .set_link_index_filter(parent_index);
+        get.message_mut().header.family = netlink_packet_route::AddressFamily::Inet6;
+        let msgs: Vec<netlink_packet_route::address::AddressMessage> = get
+            .execute()
+            .try_collect()
+            .await
+            .map_err(|source| MacvlanError::Netlink {
+                name: parent.into(),
+                op: "list the parent's IPv6 addresses",
+                source,
+            })?;
+        let link_local = msgs
+            .iter()
+            .filter_map(|m| super::netlink::RawAddr::from_message(m).to_info())
+            .filter(|a| a.ifindex == parent_index && !a.tentative && !a.dad_failed)
+            .find_map(|a| match a.vip.addr {
+                std::net::IpAddr::V6(v6) if v6.is_unicast_link_local() => Some(v6),
+                _ => None,
+            });
+        let Some(src) = link_local else {
+            tracing::debug!(parent, mac = %format_mac(&mac), "the parent has no IPv6 link-local: not asking who uses the MAC");
+            return Ok(None);
+        };
+        let answer = crate::net::macprobe::mac_answers(
+            parent_index,
+            parent_mac,
+            src,
+            mac,
+            crate::net::macprobe::MAC_PROBE_WAIT,
+        )
+        .await
+        .map_err(|(what, source)| MacvlanError::MacProbe {
+            name: parent.into(),
+            parent: parent.into(),
+            mac: format_mac(&mac),
+            what,
+            source,
+        })?;
+        Ok(answer.map(|ip| format!("a host on {parent} that answers from it (IPv6 {ip})")))
     }
 
     async fn link_local(

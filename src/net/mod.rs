@@ -24,6 +24,7 @@ pub mod arpflux;
 mod cache;
 pub mod conflict;
 mod iface;
+pub mod macprobe;
 pub mod macvlan;
 mod netlink;
 pub mod nft;

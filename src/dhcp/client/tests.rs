@@ -124,6 +124,7 @@ fn spec() -> DhcpSpec {
         broadcast: false,
         rp_filter: 0,
         mark: "vipd:0123abcd-uid".into(),
+        mac_derived: true,
     }
 }
 

@@ -18,6 +18,8 @@ pub(crate) struct FakeKernel {
     link_locals: Mutex<std::collections::BTreeSet<u32>>,
     /// The parent's neighbour table.
     pub(crate) neighbours: Mutex<Vec<Neighbour>>,
+    /// MACs a host on the segment answers from ([`MacvlanKernel::mac_answers`]).
+    pub(crate) answering: Mutex<Vec<[u8; 6]>>,
 }
 
 impl FakeKernel {
@@ -29,6 +31,7 @@ impl FakeKernel {
             read_only: Mutex::new(None),
             link_locals: Mutex::default(),
             neighbours: Mutex::default(),
+            answering: Mutex::default(),
         }
     }
     pub(crate) fn calls(&self) -> Vec<String> {
@@ -72,6 +75,21 @@ impl MacvlanKernel for FakeKernel {
         _parent: &str,
     ) -> Result<Vec<Neighbour>, MacvlanError> {
         Ok(self.neighbours.lock().unwrap().clone())
+    }
+    async fn mac_answers(
+        &self,
+        _parent_index: u32,
+        parent: &str,
+        _parent_mac: [u8; 6],
+        mac: [u8; 6],
+    ) -> Result<Option<String>, MacvlanError> {
+        self.log(format!("ask {parent} who uses {}", format_mac(&mac)));
+        Ok(self
+            .answering
+            .lock()
+            .unwrap()
+            .contains(&mac)
+            .then(|| format!("a host on {parent} that answers from it")))
     }
     async fn no_link_local(&self, _index: u32, name: &str) -> Result<bool, MacvlanError> {
         if self.no_ipv6.load(Ordering::Relaxed) {

@@ -21,6 +21,7 @@ fn spec(name: &str) -> MacvlanSpec {
         rp_filter: 0,
         ipv6_now: false,
         own_addrs: vec!["192.0.2.210".parse().unwrap()],
+        probe_mac: false,
     }
 }
 
@@ -357,4 +358,49 @@ async fn a_mac_of_another_interface_or_host_is_refused() {
     let m = Macvlans::new(k);
     m.ensure(&spec("vip-a")).await.unwrap();
     m.ensure(&spec("vip-a")).await.unwrap();
+}
+
+/// Trial finding F1: a given MAC (`kube-vip.io/hwaddr`, not derived) of a host this node
+/// never talked to is in no table: the segment is asked before the macvlan is created, and
+/// a host answering from it refuses the MAC. A derived MAC is not asked about, nor is the
+/// MAC of a macvlan already ours (reused).
+#[tokio::test]
+async fn a_given_mac_a_host_answers_from_is_refused() {
+    let mac = [0x02, 0, 0, 0, 0, 9];
+    let asked = |m: &Macvlans<FakeKernel>| {
+        m.kernel()
+            .calls()
+            .iter()
+            .filter(|c| c.starts_with("ask eth0 who uses 02:00:00:00:00:09"))
+            .count()
+    };
+    let given = MacvlanSpec {
+        probe_mac: true,
+        ..spec("vip-a")
+    };
+    let k = FakeKernel::with(vec![entry(2, "eth0", false, None)]);
+    k.answering.lock().unwrap().push(mac);
+    let m = Macvlans::new(k);
+    let e = m.ensure(&given).await.unwrap_err().to_string();
+    assert!(
+        e.contains("02:00:00:00:00:09") && e.contains("a host on eth0 that answers from it"),
+        "{e}"
+    );
+    assert!(!m.kernel().calls().iter().any(|c| c.starts_with("create")));
+    // Derived: not asked, created.
+    m.ensure(&spec("vip-a")).await.unwrap();
+    assert_eq!(asked(&m), 1);
+    // Ours already: reused without asking.
+    m.ensure(&given).await.unwrap();
+    assert_eq!(asked(&m), 1);
+    // Nobody answers: asked once, created.
+    let m = Macvlans::new(FakeKernel::with(vec![entry(2, "eth0", false, None)]));
+    m.ensure(&given).await.unwrap();
+    assert_eq!(asked(&m), 1);
+    assert!(
+        m.kernel()
+            .calls()
+            .iter()
+            .any(|c| c.starts_with("create vip-a"))
+    );
 }

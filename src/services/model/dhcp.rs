@@ -129,6 +129,7 @@ impl DhcpRequest {
             broadcast: self.broadcast,
             rp_filter: self.rp_filter,
             mark: self.mark.clone(),
+            mac_derived: self.mac_is_derived(),
         }
     }
 }
