@@ -1096,6 +1096,49 @@ fn s23_harvester_share_ip_is_served_on_the_primary_macvlan() {
     assert_eq!(nodes_with_vip_links(&lab), vec![holder.clone()]);
     // The secondary's own lease is never used.
     assert_eq!(lease_holder(&lab, "default", "kubevip-secondary"), None);
+    // Trial finding F3: the holder records that the secondary's address is a DHCP lease;
+    // once no DHCP Service asks for it (here the primary is deleted and its lease
+    // released), the secondary is not announced as a static address: a Warning, its
+    // status cleared, nobody carries or answers for the address.
+    wait_until(
+        "the secondary's vipd.io/dhcp-lease record",
+        BRING_UP,
+        || {
+            annotation(&lab, "secondary", "vipd.io/dhcp-lease").as_deref()
+                == Some(ip.to_string().as_str())
+        },
+    );
+    delete_service(&lab, "primary");
+    let warning = wait_for("the DHCPLeaseLapsed Warning", BRING_UP, || {
+        events_for(&lab, "secondary")
+            .into_iter()
+            .find(|(t, r, _)| t == "Warning" && r == "DHCPLeaseLapsed")
+            .map(|(_, _, m)| m)
+    });
+    assert!(
+        warning.contains(&ip.to_string()) && warning.contains("vipd.io/dhcp-lease"),
+        "{warning}"
+    );
+    wait_until("the secondary's status cleared", BRING_UP, || {
+        ingress_ips(&lab, "secondary").is_empty()
+    });
+    for _ in 0..15 {
+        assert!(
+            holders(&lab, &ip.to_string()).is_empty(),
+            "{ip} bound on eth0 of {:?} after its lease lapsed",
+            holders(&lab, &ip.to_string())
+        );
+        assert!(nodes_with_vip_links(&lab).is_empty());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let w = lab
+        .arp_watch(IpAddr::V4(ip), xtask::lab::DEFAULT_WATCH_INTERVAL)
+        .unwrap();
+    wait_until("40 probe slots", Duration::from_secs(10), || {
+        w.report().slots.len() >= 41
+    });
+    let r = w.stop().unwrap();
+    assert_eq!(r.answered_slots(), 0, "{ip} still answered: {r:?}");
     no_panics(&procs);
 }
 

@@ -80,6 +80,9 @@ pub struct Candidate {
     pub not_here: Option<NotHere>,
     /// The Service's preferred nodes, in order (`vipd.io/preferred-nodes`; empty: none).
     pub preferred: Vec<String>,
+    /// Addresses it shared from a DHCP Service's lease (`vipd.io/dhcp-lease`): never
+    /// announced as static addresses ([`LapsedLease`]).
+    pub dhcp_lease_marks: Vec<IpAddr>,
 }
 
 /// Why this node may not announce a Service (the node selector and subnet rules of the Services runtime).
@@ -156,6 +159,18 @@ pub struct Conflict {
     pub port: PortProto,
 }
 
+/// A Service not programmed because an address it shared from a DHCP Service's lease
+/// (`vipd.io/dhcp-lease`) is asked for by no DHCP Service now (the DHCP Service was
+/// deleted, or its address NAKed and replaced): the DHCP server may lease that address to
+/// another host, so it is not announced as a static address either.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LapsedLease {
+    /// The Service left out.
+    pub service: ServiceKey,
+    /// Its addresses that are lapsed leases.
+    pub addresses: Vec<IpAddr>,
+}
+
 /// A DHCP Service not programmed because an older DHCP Service has its MAC or its macvlan
 /// name (a copied `kube-vip.io/hwaddr` or `kube-vip.io/macvlanName`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -177,6 +192,8 @@ pub struct Plan {
     pub conflicts: Vec<Conflict>,
     /// DHCP Services left out because an older one has their MAC or macvlan name.
     pub dhcp_conflicts: Vec<DhcpConflict>,
+    /// Services left out because an address they shared from a DHCP lease lapsed.
+    pub lapsed: Vec<LapsedLease>,
     /// Addresses each programmed Service gets, in its configured order.
     pub addresses: BTreeMap<ServiceKey, Vec<IpAddr>>,
     /// Services whose addresses are (partly) the control-plane VIP.
@@ -297,6 +314,19 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
     for svc in ordered {
         if let Some(c) = left_out.remove(&svc.key) {
             out.dhcp_conflicts.push(c);
+            continue;
+        }
+        let lapsed: Vec<IpAddr> = svc
+            .addresses
+            .iter()
+            .filter(|a| svc.dhcp_lease_marks.contains(a) && !dhcp_owned.contains(a))
+            .copied()
+            .collect();
+        if !lapsed.is_empty() {
+            out.lapsed.push(LapsedLease {
+                service: svc.key.clone(),
+                addresses: lapsed,
+            });
             continue;
         }
         let clash = svc.addresses.iter().find_map(|a| {
@@ -443,6 +473,7 @@ mod tests {
             not_here: None,
             preferred: Vec::new(),
             dhcp: None,
+            dhcp_lease_marks: Vec::new(),
         }
     }
 
@@ -701,6 +732,69 @@ mod tests {
                     .iter()
                     .any(|v| v.vip.addr.to_string() == "192.0.2.21")
             }));
+        }
+    }
+
+    /// Trial finding F3: a Service that shared a DHCP lease's address (its
+    /// `vipd.io/dhcp-lease` record names it) is served on the DHCP Service's macvlan while a
+    /// DHCP Service asks for the address, and left out (never bound on the parent as a
+    /// static address) once none does: the DHCP Service deleted, or its address NAKed and
+    /// replaced. The same address without the record is an ordinary static one.
+    #[test]
+    fn an_address_shared_from_a_lapsed_dhcp_lease_is_not_announced_as_static() {
+        let primary = |requested: &str| {
+            dhcp_svc(
+                "primary",
+                2,
+                &[(crate::services::model::ANN_REQUESTED_IP, requested)],
+            )
+        };
+        let mut marked = svc("sharer", 3, &["192.0.2.205"], &[(443, "TCP")]);
+        marked.dhcp_lease_marks = vec!["192.0.2.205".parse().unwrap()];
+        let unmarked = svc("sharer", 3, &["192.0.2.205"], &[(443, "TCP")]);
+        let bound_anywhere = |p: &Plan| {
+            p.groups.values().any(|g| {
+                g.vips
+                    .iter()
+                    .any(|v| v.vip.addr.to_string() == "192.0.2.205")
+            })
+        };
+        for mode in [
+            Mode::PerService,
+            Mode::Global(LeaseRef {
+                namespace: "kube-system".into(),
+                name: "plndr-svcs-lock".into(),
+            }),
+        ] {
+            // Still the primary's lease: shared on its macvlan.
+            let p = plan_leases(
+                &[primary("192.0.2.205"), marked.clone()],
+                &cfg(mode.clone()),
+            );
+            assert!(p.lapsed.is_empty(), "{p:?}");
+            assert!(p.addresses.contains_key(&key("sharer")));
+            assert!(!bound_anywhere(&p));
+            // NAKed and replaced, or the primary deleted: left out, never bound.
+            for all in [
+                vec![primary("192.0.2.207"), marked.clone()],
+                vec![marked.clone()],
+            ] {
+                let p = plan_leases(&all, &cfg(mode.clone()));
+                assert_eq!(
+                    p.lapsed,
+                    vec![LapsedLease {
+                        service: key("sharer"),
+                        addresses: vec!["192.0.2.205".parse().unwrap()],
+                    }],
+                    "{mode:?}"
+                );
+                assert!(!p.addresses.contains_key(&key("sharer")));
+                assert!(!bound_anywhere(&p), "{mode:?}: {p:?}");
+            }
+            // Without the record: a static address, as before.
+            let p = plan_leases(std::slice::from_ref(&unmarked), &cfg(mode.clone()));
+            assert!(p.lapsed.is_empty());
+            assert!(bound_anywhere(&p));
         }
     }
 

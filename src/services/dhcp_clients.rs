@@ -30,7 +30,7 @@ use k8s_openapi::api::core::v1::Service;
 use tracing::{info, warn};
 
 use super::desired::DhcpService;
-use super::model::{ANN_HWADDR, ANN_REQUESTED_IP, ServiceKey};
+use super::model::{ANN_DHCP_LEASE, ANN_HWADDR, ANN_REQUESTED_IP, ServiceKey};
 use super::runtime::GroupSpec;
 use crate::dhcp::{Dhcp, DhcpBinding, DhcpFamily, DhcpHandle, DhcpState};
 use crate::holder::VipSpec;
@@ -458,6 +458,44 @@ impl DhcpClients {
             if !want.is_empty() {
                 out.push((key.clone(), want));
             }
+        }
+        out
+    }
+
+    /// `vipd.io/dhcp-lease` to write on the Services of `spec` (the effective spec) that
+    /// share a leased address without being DHCP Services themselves (Harvester's
+    /// share-IP mode: a Service naming the address concretely): the leased addresses it
+    /// names, when the cached annotation (`cached`) says otherwise. The record is never
+    /// removed here: it is what keeps such an address from being announced as a static one
+    /// once no DHCP Service asks for it ([`super::desired::LapsedLease`]).
+    pub(super) fn lease_marks(
+        &self,
+        spec: &GroupSpec,
+        cached: impl Fn(&ServiceKey) -> Option<Arc<Service>>,
+    ) -> Vec<(ServiceKey, Vec<(&'static str, String)>)> {
+        let leased: Vec<IpAddr> = self.leased().map(|(_, b)| b.addr).collect();
+        let mut out = Vec::new();
+        for (key, addrs, _) in &spec.services {
+            if self.runs.iter().any(|r| r.service.key == *key) {
+                continue;
+            }
+            let mut shared: Vec<IpAddr> = addrs
+                .iter()
+                .filter(|a| leased.contains(a))
+                .copied()
+                .collect();
+            if shared.is_empty() {
+                continue;
+            }
+            shared.sort();
+            let Some(svc) = cached(key) else {
+                continue;
+            };
+            if super::model::service_info(&svc).dhcp_lease_marks == shared {
+                continue;
+            }
+            let value: Vec<String> = shared.iter().map(ToString::to_string).collect();
+            out.push((key.clone(), vec![(ANN_DHCP_LEASE, value.join(","))]));
         }
         out
     }

@@ -417,7 +417,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             .sync(&ctx, &spec, &held, &refused, retrying)
             .await;
         if let Some(dhcp) = &self.dhcp {
-            write_annotations(dhcp, &ctx).await;
+            write_annotations(dhcp, &spec, &ctx).await;
         }
     }
 
@@ -714,13 +714,19 @@ async fn post_events<W: StatusWriter>(writer: &W, events: Vec<DhcpEvent>) {
 }
 
 /// Writes back the DHCP annotations that differ from the cache
-/// ([`DhcpClients::annotations`]); a failure is tried again at the next pass over the
+/// ([`DhcpClients::annotations`], and [`DhcpClients::lease_marks`] on the Services of
+/// `spec` sharing a leased address); a failure is tried again at the next pass over the
 /// cache.
 async fn write_annotations<W: StatusWriter>(
     dhcp: &DhcpClients,
+    spec: &GroupSpec,
     ctx: &super::sync::StatusCtx<'_, W>,
 ) {
-    for (key, values) in dhcp.annotations(|k| ctx.cached(k)) {
+    let writes = dhcp
+        .annotations(|k| ctx.cached(k))
+        .into_iter()
+        .chain(dhcp.lease_marks(spec, |k| ctx.cached(k)));
+    for (key, values) in writes {
         match ctx.writer.set_annotations(&key, &values).await {
             Ok(_) => debug!(service = %key, annotations = ?values, "DHCP annotations written"),
             Err(e) => {

@@ -42,6 +42,11 @@ pub(crate) const ANN_LEASE_NAME: &str = "kube-vip.io/leaseName";
 pub const ANN_VIP_HOST: &str = "kube-vip.io/vipHost";
 /// `kube-vip.io/hwaddr`: MAC address of the DHCP macvlan (kube-vip `HwAddrKey`).
 pub const ANN_HWADDR: &str = "kube-vip.io/hwaddr";
+/// `vipd.io/dhcp-lease`: vipd's record on a Service that shares a DHCP Service's leased
+/// address (Harvester's share-IP mode) of which of its addresses it got that way
+/// (comma-separated). Written by the holder; such an address is never announced as a static
+/// one when no DHCP Service asks for it any more ([`super::desired::LapsedLease`]).
+pub const ANN_DHCP_LEASE: &str = "vipd.io/dhcp-lease";
 /// `kube-vip.io/requestedIP`: address last leased by DHCP, asked for again on restart
 /// (kube-vip `RequestedIP`).
 pub const ANN_REQUESTED_IP: &str = "kube-vip.io/requestedIP";
@@ -367,6 +372,9 @@ pub(crate) struct ServiceInfo {
     pub rp_filter: Option<String>,
     /// Annotation [`ANN_VIP_HOST`]: who last announced it, as written by the holder.
     pub vip_host: Option<String>,
+    /// Annotation [`ANN_DHCP_LEASE`]: addresses this Service shared from a DHCP lease
+    /// (entries that are not IP addresses are ignored: vipd writes this annotation).
+    pub dhcp_lease_marks: Vec<IpAddr>,
     /// Annotation [`crate::nodes::selector::NODE_SELECTOR_ANNOTATION`] (non-empty),
     /// parsed; `Err` holds the value and why it is not a label selector.
     pub node_selector: Option<Result<crate::nodes::selector::NodeSelector, (String, String)>>,
@@ -423,6 +431,13 @@ pub(crate) fn service_info(svc: &Service) -> ServiceInfo {
         dhcp_broadcast: ann(ANN_DHCP_BROADCAST),
         rp_filter: ann(ANN_RP_FILTER),
         vip_host: ann(ANN_VIP_HOST),
+        dhcp_lease_marks: annotation(svc, ANN_DHCP_LEASE)
+            .map(|v| {
+                v.split(',')
+                    .filter_map(|a| a.trim().parse::<IpAddr>().ok())
+                    .collect()
+            })
+            .unwrap_or_default(),
         node_selector: annotation(svc, crate::nodes::selector::NODE_SELECTOR_ANNOTATION).map(
             |text| {
                 crate::nodes::selector::NodeSelector::parse(text).map_err(|e| (text.to_string(), e))

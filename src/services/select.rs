@@ -394,6 +394,7 @@ pub(super) fn candidates(
                 name: info.lease_name.clone(),
             },
             dhcp,
+            dhcp_lease_marks: info.dhcp_lease_marks.clone(),
         });
     }
     (out, notes)

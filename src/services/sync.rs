@@ -115,6 +115,21 @@ pub(super) async fn report<W: StatusWriter>(
             warn: true,
         });
     }
+    for l in &plan.lapsed {
+        let list: Vec<String> = l.addresses.iter().map(ToString::to_string).collect();
+        all.push(Note {
+            key: l.service.clone(),
+            uid: uid_of(services, &l.service),
+            reason: super::status::REASON_DHCP_LEASE_LAPSED,
+            message: format!(
+                "not announced: {} came from a DHCP Service's lease ({}), and no DHCP Service asks for it now (deleted, or its address was NAKed and replaced): the DHCP server may lease it to another host. Point this Service at its DHCP Service's current address, or remove the annotation {} to announce it as a static address",
+                list.join(", "),
+                model::ANN_DHCP_LEASE,
+                model::ANN_DHCP_LEASE
+            ),
+            warn: true,
+        });
+    }
     // Forget notes whose cause is gone (bounded memory; a recurrence is reported again).
     let current: HashSet<String> = all.iter().map(Note::id).collect();
     reported.0.retain(|id, _| current.contains(id));

@@ -756,3 +756,44 @@ fn metric_updates_show_gave_up_and_count_its_failure() {
     let (_, events) = metric_updates(&seen, &gave_up);
     assert!(events.is_empty());
 }
+
+/// Trial finding F3: a Service sharing the leased address (Harvester's share-IP mode) gets
+/// the `vipd.io/dhcp-lease` record naming it, once; the DHCP Service itself does not.
+#[tokio::test(start_paused = true)]
+async fn a_service_sharing_the_leased_address_gets_the_lease_record() {
+    let fake = FakeDhcp::new();
+    let mut clients = DhcpClients::new(Arc::new(fake.clone()));
+    let primary = dhcp_service(&service("primary", &[]));
+    let mut base = spec(std::slice::from_ref(&primary));
+    let sharer = key("sharer");
+    let leased: IpAddr = "192.0.2.205".parse().unwrap();
+    base.services
+        .push((sharer.clone(), vec![leased], Vec::new()));
+    clients.follow(&base.dhcp, Some("eth0")).await;
+    let plain = Arc::new(service("sharer", &[]));
+    // Not leased yet: nothing to record.
+    assert!(
+        clients
+            .lease_marks(&clients.effective(&base), |_| Some(plain.clone()))
+            .is_empty()
+    );
+    fake.set_state(
+        "vip-uidprima",
+        DhcpState::Bound(binding("192.0.2.205", Duration::from_secs(120))),
+    );
+    next(&mut clients).await;
+    let eff = clients.effective(&base);
+    let writes = clients.lease_marks(&eff, |_| Some(plain.clone()));
+    assert_eq!(
+        writes,
+        vec![(sharer, vec![(ANN_DHCP_LEASE, "192.0.2.205".to_string())])]
+    );
+    // Written: nothing more.
+    let recorded = Arc::new(service("sharer", &[(ANN_DHCP_LEASE, "192.0.2.205")]));
+    assert!(
+        clients
+            .lease_marks(&eff, |_| Some(recorded.clone()))
+            .is_empty()
+    );
+    clients.stop_all(false).await;
+}

@@ -46,6 +46,7 @@ pub(crate) fn svc(name: &str, created: i64, addrs: &[&str], port: i32) -> Candid
         not_here: None,
         preferred: Vec::new(),
         dhcp: None,
+        dhcp_lease_marks: Vec::new(),
     }
 }
 

@@ -110,6 +110,9 @@ pub(crate) const REASON_DHCP_LOST: &str = "DHCPLeaseLost";
 /// in a row failed; it asks no more until the Service's DHCP request changes or the
 /// Service's lease moves.
 pub(crate) const REASON_DHCP_GAVE_UP: &str = "DHCPGaveUp";
+/// Reason of a Warning about a Service not announced because an address it shared from a
+/// DHCP Service's lease (`vipd.io/dhcp-lease`) is asked for by no DHCP Service any more.
+pub(crate) const REASON_DHCP_LEASE_LAPSED: &str = "DHCPLeaseLapsed";
 /// Reason of a Warning about a Service skipped for a configuration the user should fix
 /// ([`super::model::SkipReason::warrants_warning`]).
 pub(crate) const REASON_INVALID_CONFIG: &str = "InvalidConfiguration";
