@@ -90,8 +90,13 @@ pub fn fence_lifetime(t: &Timing) -> Result<u32, FenceError> {
 }
 
 /// Time kept between a VIP's expiry and the earliest takeover by another node (its lease
-/// duration after the last renewal it saw): the kernel's address expiry work runs late by
-/// up to a fraction of a second, and clocks run at slightly different rates.
+/// duration after the last renewal it saw): the kernel's address expiry work
+/// (`check_lifetime`, net/ipv4/devinet.c) removes a lone address up to 250 ms late
+/// (`ADDRCONF_TIMER_FUZZ`), and clocks run at slightly different rates. Several addresses
+/// expiring within a second of each other can be removed up to a second late (its runs are
+/// at least `ADDRCONF_TIMER_FUZZ_MAX` apart): docs/design.md, "The kernel fence", says what
+/// covers that (the RFC 5227 probe before a takeover after expiry; exactly, the nftables
+/// fence).
 pub const FENCE_MARGIN: Duration = Duration::from_millis(250);
 
 /// The valid lifetime, in whole seconds, a VIP may get `age` after the last renewal request
