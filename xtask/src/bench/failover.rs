@@ -6,7 +6,8 @@
 //! ```text
 //! cargo xtask bench failover [--scenario graceful,kill,freeze,poweroff,partition,drain|all]
 //!     [--trials N] [--impl vipd|keepalived|keepalived-fast|both] [--timings default,5/3/1,...]
-//!     [--no-build] [--vipd PATH] [--json FILE] [--no-idle] [-v]
+//!     [--no-build] [--vipd PATH] [--json FILE] [--no-idle]
+//!     [--lb | --service | --ride | --cp-and-service] [-v]
 //! ```
 //!
 //! One lab ([`Lab::start`], HTTP backends on every node answering their node name) is shared
@@ -33,6 +34,19 @@
 //! responders x 20 ms). Before the scenarios, an idle phase per vipd timing reads VmRSS of
 //! the leading and a following vipd after 10 s and counts Lease writes over 10 s with a
 //! watch.
+//!
+//! `--cp-and-service` (vipd only; issue 16: kube-vip users reported 9 s for this case) moves
+//! two VIPs held by one node: the control-plane VIP 192.0.2.10 (Lease
+//! `kube-system/plndr-cp-lock`) and the LoadBalancer Service `default/failover`'s VIP
+//! [`SERVICE_VIP`] 192.0.2.20 under the global Services Lease `kube-system/plndr-svcs-lock`
+//! (`svc_election=false`, kube-vip's default), `svc_*` timings equal to the `vip_*` ones. A
+//! trial deletes both Leases, starts vipd on one node first (node-a, -b, -c in turn), waits
+//! until that node carries both VIPs and the client reaches both, then starts the other two
+//! and waits until they follow both Leases; it runs one probe and one ARP watcher per VIP,
+//! acts on the holder as above and polls until another node carries each VIP. Each trial
+//! gives one result per VIP (`vipd T cp+svc:cp`, `vipd T cp+svc:svc`) in the usual tables,
+//! and a pair table: the slower VIP's gap (both back), the spread between the two
+//! takeovers and whether both VIPs moved to the same node.
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write as _;
@@ -53,8 +67,14 @@ use super::stats::{ms, percentile};
 
 /// The control-plane VIP every trial moves (192.0.2.10).
 pub const VIP: Ipv4Addr = lab::CONTROL_PLANE_VIP;
-/// The Service of `--service` / `--ride` (its VIP is [`VIP`]).
+/// The Service of `--service` / `--ride` (its VIP is [`VIP`]) and of `--cp-and-service`
+/// (its VIP is [`SERVICE_VIP`]).
 pub const SERVICE_NAME: &str = "failover";
+/// The Service VIP of `--cp-and-service` (192.0.2.20), next to the control-plane VIP.
+pub const SERVICE_VIP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 20);
+/// Name of the Lease all Services share without `svc_election` (vipd's and kube-vip's
+/// default `svc_leasename`), in [`LEASE_NAMESPACE`].
+pub const SERVICES_LEASE_NAME: &str = "plndr-svcs-lock";
 /// Namespace of vipd's control-plane Lease.
 pub const LEASE_NAMESPACE: &str = "kube-system";
 /// Name of vipd's (and kube-vip's) control-plane Lease.
@@ -95,6 +115,12 @@ options:
                     vipd only, no idle phase)
   --ride            --service with svc_ridethrough (Node objects and the key Secret
                     created; the option's peer protocol runs on eth0)
+  --cp-and-service  one node holds two VIPs before the event: the control-plane VIP
+                    192.0.2.10 and a LoadBalancer Service's 192.0.2.20 (global Services
+                    lease kube-system/plndr-svcs-lock, svc_election=false, svc_* timings
+                    = vip_* timings); one probe and ARP watcher per VIP, figures per VIP
+                    (`vipd T cp+svc:cp`, `vipd T cp+svc:svc`) and per pair (vipd only, no
+                    idle phase; not with --lb, --service or --ride)
   -v, --verbose     print progress of every trial";
 
 /// What is done to the VIP holder in a trial.
@@ -324,6 +350,9 @@ pub struct BenchOptions {
     pub lb: bool,
     /// The VIP is a Service's: `Some(ride)`, with `svc_ridethrough` when `ride`.
     pub service: Option<bool>,
+    /// One node holds the control-plane VIP and a Service VIP ([`SERVICE_VIP`]) before the
+    /// event (`--cp-and-service`).
+    pub cp_and_service: bool,
 }
 
 impl BenchOptions {
@@ -345,6 +374,7 @@ impl BenchOptions {
             verbose: false,
             lb: false,
             service: None,
+            cp_and_service: false,
         };
         parse_flags(args, USAGE, |a, value| {
             match a {
@@ -387,11 +417,27 @@ impl BenchOptions {
                 "--lb" => o.lb = true,
                 "--service" => o.service = Some(o.service.unwrap_or(false)),
                 "--ride" => o.service = Some(true),
+                "--cp-and-service" => o.cp_and_service = true,
                 "-v" | "--verbose" => o.verbose = true,
                 _ => return Ok(false),
             }
             Ok(true)
         })?;
+        if o.cp_and_service {
+            let other = [
+                (o.service == Some(false), "--service"),
+                (o.service == Some(true), "--ride"),
+                (o.lb, "--lb"),
+            ];
+            if let Some((_, flag)) = other.iter().find(|(set, _)| *set) {
+                bail!(
+                    "--cp-and-service cannot be combined with {flag}: it runs the control-plane VIP and a Service VIP (192.0.2.20) side by side, with HTTP probes"
+                );
+            }
+            if !o.vipd {
+                bail!("--cp-and-service measures vipd only: use --impl vipd (or both)");
+            }
+        }
         Ok(o)
     }
 
@@ -399,6 +445,7 @@ impl BenchOptions {
         let mut s = Vec::new();
         if self.vipd {
             let suffix = match self.service {
+                None if self.cp_and_service => " cp+svc",
                 None => "",
                 Some(false) => " svc",
                 Some(true) => " svc+ride",
@@ -410,7 +457,7 @@ impl BenchOptions {
                 })
             }));
         }
-        if self.service.is_none() {
+        if self.service.is_none() && !self.cp_and_service {
             s.extend(self.keepalived.iter().copied().map(Subject::Keepalived));
         }
         s
@@ -470,13 +517,58 @@ pub struct IdleResult {
     pub lease_writes_per_s: Option<f64>,
 }
 
+/// Both VIPs of one `--cp-and-service` trial, from its two [`TrialResult`]s.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PairResult {
+    /// The scenario.
+    pub scenario: Scenario,
+    /// [`Subject::label`] (`vipd T cp+svc`).
+    pub subject: String,
+    /// Trial number, from 1.
+    pub trial: usize,
+    /// Node that held both VIPs before the event.
+    pub holder: String,
+    /// Node that carried the control-plane VIP after the event.
+    pub cp_new_holder: Option<String>,
+    /// Node that carried the Service VIP after the event.
+    pub svc_new_holder: Option<String>,
+    /// Both VIPs moved to the same node.
+    pub same_node: bool,
+    /// The larger of the two VIPs' gaps: until both answered again, ms (`None` if a probe
+    /// had fewer than two answers).
+    pub both_gap_ms: Option<f64>,
+    /// The Service VIP's takeover minus the control-plane VIP's, ms (`None` if either did
+    /// not move).
+    pub takeover_spread_ms: Option<f64>,
+}
+
+impl PairResult {
+    /// The pair of `cp` and `svc` (the two results of one trial, in [`Ctx::vips`] order).
+    pub fn of(subject: &str, cp: &TrialResult, svc: &TrialResult) -> PairResult {
+        PairResult {
+            scenario: cp.scenario,
+            subject: subject.to_string(),
+            trial: cp.trial,
+            holder: cp.holder.clone(),
+            cp_new_holder: cp.new_holder.clone(),
+            svc_new_holder: svc.new_holder.clone(),
+            same_node: cp.new_holder.is_some() && cp.new_holder == svc.new_holder,
+            both_gap_ms: cp.gap_ms.zip(svc.gap_ms).map(|(a, b)| a.max(b)),
+            takeover_spread_ms: svc.takeover_ms.zip(cp.takeover_ms).map(|(s, c)| s - c),
+        }
+    }
+}
+
 /// Everything a run measured (the `--json` output).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct BenchReport {
-    /// Every trial.
+    /// Every trial (with `--cp-and-service` one per VIP and trial).
     pub trials: Vec<TrialResult>,
     /// Idle figures per vipd timing.
     pub idle: Vec<IdleResult>,
+    /// `--cp-and-service`: both VIPs of each trial.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pairs: Vec<PairResult>,
 }
 
 /// `cargo xtask bench ARGS...`.
@@ -494,7 +586,10 @@ fn failover(o: &BenchOptions) -> Result<()> {
     if nix::unistd::geteuid().as_raw() != 0 {
         bail!("`cargo xtask bench` needs root (network namespaces); run it with sudo -E");
     }
-    if !o.keepalived.is_empty() && !Path::new(KEEPALIVED).is_file() {
+    let subjects = o.subjects();
+    if subjects.iter().any(|s| matches!(s, Subject::Keepalived(_)))
+        && !Path::new(KEEPALIVED).is_file()
+    {
         bail!("{KEEPALIVED} not found: apt-get install keepalived (or use --impl vipd)");
     }
     let vipd = vipd_release_binary(o.build, o.vipd_path.as_deref())?;
@@ -506,6 +601,9 @@ fn failover(o: &BenchOptions) -> Result<()> {
     if let Some(ride) = o.service {
         ctx.enable_service(ride)?;
     }
+    if o.cp_and_service {
+        ctx.enable_cp_and_service()?;
+    }
     println!(
         "lab {} up in {:.1} s; vipd {}",
         ctx.lab.prefix(),
@@ -513,7 +611,7 @@ fn failover(o: &BenchOptions) -> Result<()> {
         ctx.vipd.display()
     );
     let mut report = BenchReport::default();
-    if o.idle && o.vipd && o.service.is_none() {
+    if o.idle && o.vipd && o.service.is_none() && !o.cp_and_service {
         for t in &o.timings {
             let subject = Subject::Vipd(t.clone());
             match idle(&ctx, &subject) {
@@ -526,15 +624,22 @@ fn failover(o: &BenchOptions) -> Result<()> {
         }
     }
     for scenario in &o.scenarios {
-        for subject in o.subjects() {
+        for subject in &subjects {
             if (*scenario == Scenario::Drain || o.lb) && matches!(subject, Subject::Keepalived(_)) {
                 continue;
             }
             for trial in 1..=o.trials {
-                match run_trial(&ctx, *scenario, &subject, trial) {
-                    Ok(r) => {
-                        println!("{}", trial_line(&r));
-                        report.trials.push(r);
+                match run_trial_per_vip(&ctx, *scenario, subject, trial) {
+                    Ok(rs) => {
+                        for r in &rs {
+                            println!("{}", trial_line(r));
+                        }
+                        if let [cp, svc] = rs.as_slice() {
+                            let p = PairResult::of(&subject.label(), cp, svc);
+                            println!("{}", pair_line(&p));
+                            report.pairs.push(p);
+                        }
+                        report.trials.extend(rs);
                     }
                     Err(e) => {
                         println!(
@@ -549,6 +654,7 @@ fn failover(o: &BenchOptions) -> Result<()> {
     }
     println!();
     print!("{}", summary_table(&report));
+    print!("{}", pair_table(&report));
     print!("{}", ratio_table(&report));
     if !report.idle.is_empty() {
         println!("\nidle (after {} s):", IDLE_WINDOW.as_secs());
@@ -626,6 +732,9 @@ pub struct Ctx {
     pub lb: bool,
     /// The VIP is a Service's, `Some(ride)` ([`Ctx::enable_service`]).
     pub service: Option<bool>,
+    /// The control-plane VIP and a Service VIP on one node
+    /// ([`Ctx::enable_cp_and_service`]).
+    pub cp_and_service: bool,
 }
 
 impl Ctx {
@@ -649,6 +758,7 @@ impl Ctx {
             macs,
             lb: false,
             service: None,
+            cp_and_service: false,
         })
     }
 
@@ -660,6 +770,27 @@ impl Ctx {
     /// # Errors
     /// When an object cannot be created.
     pub fn enable_service(&mut self, ride: bool) -> Result<()> {
+        self.create_service_objects(ride, VIP)?;
+        self.service = Some(ride);
+        Ok(())
+    }
+
+    /// The control-plane VIP and a Service VIP held together for the rest of the run: Node
+    /// objects for the lab nodes and the Service [`SERVICE_NAME`] at [`SERVICE_VIP`]; vipd
+    /// runs with `cp_enable` and `svc_enable` under the global Services Lease
+    /// ([`start_vipd`]).
+    ///
+    /// # Errors
+    /// When an object cannot be created.
+    pub fn enable_cp_and_service(&mut self) -> Result<()> {
+        self.create_service_objects(false, SERVICE_VIP)?;
+        self.cp_and_service = true;
+        Ok(())
+    }
+
+    /// Node objects for the lab nodes, with `ride` the key Secret `vipd-peer-key`, and the
+    /// LoadBalancer Service [`SERVICE_NAME`] at `addr`.
+    fn create_service_objects(&self, ride: bool, addr: Ipv4Addr) -> Result<()> {
         let create = |path: &str, body: serde_json::Value, what: &str| {
             super::create(&self.lab, path, &body, what)
         };
@@ -681,11 +812,37 @@ impl Ctx {
         }
         create(
             "/api/v1/namespaces/default/services",
-            super::services::service_json(SERVICE_NAME, IpAddr::V4(VIP)),
+            super::services::service_json(SERVICE_NAME, IpAddr::V4(addr)),
             "Service",
-        )?;
-        self.service = Some(ride);
-        Ok(())
+        )
+    }
+
+    /// The VIPs a trial moves, each with its tag in result labels: `[(VIP, "")]`, or with
+    /// `--cp-and-service` `[(VIP, "cp"), (SERVICE_VIP, "svc")]`.
+    pub fn vips(&self) -> Vec<(Ipv4Addr, &'static str)> {
+        if self.cp_and_service {
+            vec![(VIP, "cp"), (SERVICE_VIP, "svc")]
+        } else {
+            vec![(VIP, "")]
+        }
+    }
+
+    /// API paths of the Leases a trial deletes first: the control-plane Lease, the
+    /// Service's own Lease with `--service`, both the control-plane and the global
+    /// Services Lease with `--cp-and-service`.
+    pub fn lease_paths(&self) -> Vec<String> {
+        if self.service.is_some() {
+            return vec![format!(
+                "/apis/coordination.k8s.io/v1/namespaces/default/leases/kubevip-{SERVICE_NAME}"
+            )];
+        }
+        let mut v = vec![lease_path()];
+        if self.cp_and_service {
+            v.push(format!(
+                "/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{SERVICES_LEASE_NAME}"
+            ));
+        }
+        v
     }
 
     /// Control-plane load balancing for the rest of the run: Node objects for every lab
@@ -721,16 +878,21 @@ impl Ctx {
     /// # Errors
     /// When `ip addr` fails.
     pub fn holders(&self) -> Result<Vec<String>> {
-        let vip = IpAddr::V4(VIP);
-        let mut out = Vec::new();
+        Ok(self.holders_of(&[VIP])?.pop().unwrap_or_default())
+    }
+
+    /// For each of `vips`, the nodes whose eth0 carries it (one `ip addr` per node).
+    ///
+    /// # Errors
+    /// When `ip addr` fails.
+    pub fn holders_of(&self, vips: &[Ipv4Addr]) -> Result<Vec<Vec<String>>> {
+        let mut out = vec![Vec::new(); vips.len()];
         for n in NODES {
-            if self
-                .lab
-                .addresses(n, lab::ETH)?
-                .iter()
-                .any(|a| a.addr == vip)
-            {
-                out.push(n.to_string());
+            let addrs = self.lab.addresses(n, lab::ETH)?;
+            for (vip, holders) in vips.iter().zip(out.iter_mut()) {
+                if addrs.iter().any(|a| a.addr == IpAddr::V4(*vip)) {
+                    holders.push(n.to_string());
+                }
             }
         }
         Ok(out)
@@ -754,21 +916,28 @@ impl Ctx {
         }
     }
 
-    /// Waits up to `limit` until one node has carried the VIP alone for `stable_for`
-    /// (keepalived may hand the VIP to its MASTER shortly after a BACKUP took it); returns
-    /// that node.
+    /// Waits up to `limit` until one node has carried every VIP of the run ([`Ctx::vips`])
+    /// alone for `stable_for` (keepalived may hand the VIP to its MASTER shortly after a
+    /// BACKUP took it); returns that node.
     ///
     /// # Errors
     /// On timeout or when `ip addr` fails.
     pub fn stable_holder(&self, limit: Duration, stable_for: Duration) -> Result<String> {
+        let vips: Vec<Ipv4Addr> = self.vips().iter().map(|(v, _)| *v).collect();
         let t0 = Instant::now();
         let mut since: Option<(String, Instant)> = None;
         loop {
-            let h = self.holders()?;
-            since = match (h.as_slice(), since) {
-                ([one], Some((prev, at))) if *one == prev => Some((prev, at)),
-                ([one], _) => Some((one.clone(), Instant::now())),
+            let h = self.holders_of(&vips)?;
+            let one = match h.first().map(Vec::as_slice) {
+                Some([one]) if h.iter().all(|x| x == std::slice::from_ref(one)) => {
+                    Some(one.clone())
+                }
                 _ => None,
+            };
+            since = match (one, since) {
+                (Some(one), Some((prev, at))) if one == prev => Some((prev, at)),
+                (Some(one), _) => Some((one, Instant::now())),
+                (None, _) => None,
             };
             if let Some((n, at)) = &since
                 && at.elapsed() >= stable_for
@@ -776,74 +945,76 @@ impl Ctx {
                 return Ok(n.clone());
             }
             if t0.elapsed() > limit {
-                bail!("no stable single holder of {VIP} after {limit:?} (holders: {h:?})");
+                bail!("no stable single holder of {vips:?} after {limit:?} (holders: {h:?})");
             }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
 
-    /// Deletes the control-plane Lease (ignores 404).
+    /// Deletes the run's Leases ([`Ctx::lease_paths`]; ignores 404).
     ///
     /// # Errors
-    /// When the API call fails.
+    /// When an API call fails.
     pub fn delete_lease(&self) -> Result<()> {
-        let path = match self.service {
-            Some(_) => format!(
-                "/apis/coordination.k8s.io/v1/namespaces/default/leases/kubevip-{SERVICE_NAME}"
-            ),
-            None => lease_path(),
-        };
-        let r = self
-            .lab
-            .api_request("DELETE", &path, None)
-            .context("delete the control-plane lease")?;
-        if !matches!(r.status, 200 | 202 | 404) {
-            bail!("DELETE lease: HTTP {}: {}", r.status, r.body);
+        for path in self.lease_paths() {
+            let r = self
+                .lab
+                .api_request("DELETE", &path, None)
+                .with_context(|| format!("delete the lease {path}"))?;
+            if !matches!(r.status, 200 | 202 | 404) {
+                bail!("DELETE {path}: HTTP {}: {}", r.status, r.body);
+            }
         }
         Ok(())
     }
 
-    /// Makes sure no node carries the VIP: waits up to `grace` (a vipd fence expiring), then
-    /// removes leftovers by hand and says so.
+    /// Makes sure no node carries a VIP of the run ([`Ctx::vips`]): waits up to `grace` (a
+    /// vipd fence expiring), then removes leftovers by hand and returns the nodes it removed
+    /// them from.
     ///
     /// # Errors
     /// When `ip` fails.
     pub fn clear_vip(&self, grace: Duration) -> Result<Vec<String>> {
+        let vips: Vec<Ipv4Addr> = self.vips().iter().map(|(v, _)| *v).collect();
         let t0 = Instant::now();
         loop {
-            let h = self.holders()?;
-            if h.is_empty() {
+            let h = self.holders_of(&vips)?;
+            if h.iter().all(Vec::is_empty) {
                 return Ok(Vec::new());
             }
             if t0.elapsed() >= grace {
-                for n in &h {
-                    self.lab.exec(
-                        n,
-                        "ip",
-                        &["addr", "del", &format!("{VIP}/32"), "dev", lab::ETH],
-                    )?;
+                let mut removed = BTreeSet::new();
+                for (vip, nodes) in vips.iter().zip(&h) {
+                    for n in nodes {
+                        self.lab.exec(
+                            n,
+                            "ip",
+                            &["addr", "del", &format!("{vip}/32"), "dev", lab::ETH],
+                        )?;
+                        removed.insert(n.clone());
+                    }
                 }
-                return Ok(h);
+                return Ok(removed.into_iter().collect());
             }
             std::thread::sleep(Duration::from_millis(100));
         }
     }
 
-    /// Starts `vipd probe http://192.0.2.10/ --interval 20ms --timeout 900ms --json` in ns
-    /// client ([`lab::PROBE_TIMEOUT`]).
+    /// Starts `vipd probe http://VIP/ --interval 20ms --timeout 900ms --json` (with `--lb`
+    /// `tcp://VIP:6443`) for `vip` in ns client ([`lab::PROBE_TIMEOUT`]).
     ///
     /// # Errors
     /// When it cannot be spawned.
-    pub fn start_probe(&self) -> Result<LabProcess> {
+    pub fn start_probe(&self, vip: Ipv4Addr) -> Result<LabProcess> {
         Ok(self.lab.spawn(
             "client",
             &self.vipd,
             &[
                 "probe",
                 &if self.lb {
-                    format!("tcp://{VIP}:6443")
+                    format!("tcp://{vip}:6443")
                 } else {
-                    format!("http://{VIP}/")
+                    format!("http://{vip}/")
                 },
                 "--interval",
                 "20ms",
@@ -855,15 +1026,15 @@ impl Ctx {
         )?)
     }
 
-    /// Starts the ARP watcher for the VIP (every 20 ms) in ns `api`, away from the client's
+    /// Starts the ARP watcher for `vip` (every 20 ms) in ns `api`, away from the client's
     /// neighbour cache.
     ///
     /// # Errors
     /// When the socket cannot be opened.
-    pub fn start_arp_watch(&self) -> Result<ArpWatcher> {
+    pub fn start_arp_watch(&self, vip: Ipv4Addr) -> Result<ArpWatcher> {
         Ok(self
             .lab
-            .arp_watch_from_api(IpAddr::V4(VIP), SAMPLE_INTERVAL)?)
+            .arp_watch_from_api(IpAddr::V4(vip), SAMPLE_INTERVAL)?)
     }
 }
 
@@ -882,15 +1053,24 @@ impl Cluster {
     /// # Errors
     /// When a process cannot be spawned or a config file written.
     pub fn start(ctx: &Ctx, subject: &Subject) -> Result<Cluster> {
-        let mut procs = Vec::new();
+        let mut c = Cluster { procs: Vec::new() };
         for n in NODES {
-            let p = match subject {
-                Subject::Vipd(t) => start_vipd(ctx, n, t)?,
-                Subject::Keepalived(v) => start_keepalived(ctx, n, *v)?,
-            };
-            procs.push((n.to_string(), p));
+            c.add(ctx, subject, n)?;
         }
-        Ok(Cluster { procs })
+        Ok(c)
+    }
+
+    /// Starts an instance on `node` too.
+    ///
+    /// # Errors
+    /// When the process cannot be spawned or a config file written.
+    pub fn add(&mut self, ctx: &Ctx, subject: &Subject, node: &str) -> Result<()> {
+        let p = match subject {
+            Subject::Vipd(t) => start_vipd(ctx, node, t)?,
+            Subject::Keepalived(v) => start_keepalived(ctx, node, *v)?,
+        };
+        self.procs.push((node.to_string(), p));
+        Ok(())
     }
 
     /// The process started on `node`.
@@ -1025,7 +1205,10 @@ fn children_of(pid: i32) -> Vec<i32> {
 /// variables (as tests/support/mod.rs does), the timings `t` (nothing set for `default`),
 /// the default ARP rate and the metrics server left at its default; after
 /// [`Ctx::enable_service`] in Services mode with per-Service leases (timings as `svc_*`,
-/// `svc_ridethrough` as asked).
+/// `svc_ridethrough` as asked); after [`Ctx::enable_cp_and_service`] in control-plane mode
+/// and Services mode with the global Services Lease (`svc_election=false`) and the
+/// timings as both `vip_*` and `svc_*` (kube-vip has no `svc_*` timings: its Services use
+/// `vip_*`, as vipd's do when `svc_*` are unset).
 ///
 /// # Errors
 /// When it cannot be spawned.
@@ -1044,13 +1227,7 @@ pub fn start_vipd(ctx: &Ctx, node: &str, t: &Timings) -> Result<LabProcess> {
             ("vip_loglevel", "info"),
             ("svc_ridethrough", if ride { "true" } else { "false" }),
         ];
-        if let Some([l, r, p]) = &t.values {
-            env.extend([
-                ("svc_leaseduration", l.as_str()),
-                ("svc_renewdeadline", r.as_str()),
-                ("svc_retryperiod", p.as_str()),
-            ]);
-        }
+        env.extend(lease_env(SVC_TIMING_ENV, t));
         if t.nft_fence {
             env.push(("vip_nftfence", "true"));
         }
@@ -1067,20 +1244,32 @@ pub fn start_vipd(ctx: &Ctx, node: &str, t: &Timings) -> Result<LabProcess> {
         ("k8s_config_file", &kubeconfig),
         ("vip_loglevel", "info"),
     ];
-    if let Some([l, r, p]) = &t.values {
-        env.extend([
-            ("vip_leaseduration", l.as_str()),
-            ("vip_renewdeadline", r.as_str()),
-            ("vip_retryperiod", p.as_str()),
-        ]);
-    }
+    env.extend(lease_env(VIP_TIMING_ENV, t));
     if t.nft_fence {
         env.push(("vip_nftfence", "true"));
     }
     if ctx.lb {
         env.push(("lb_enable", "true"));
     }
+    if ctx.cp_and_service {
+        env.extend([("svc_enable", "true"), ("svc_election", "false")]);
+        env.extend(lease_env(SVC_TIMING_ENV, t));
+    }
     Ok(ctx.lab.spawn(node, &ctx.vipd, &["manager"], &env)?)
+}
+
+/// vipd's (and kube-vip's) control-plane lease timing variables: duration, renew deadline,
+/// retry period.
+const VIP_TIMING_ENV: [&str; 3] = ["vip_leaseduration", "vip_renewdeadline", "vip_retryperiod"];
+/// vipd's Service lease timing variables (vipd only; unset they take the `vip_*` values).
+const SVC_TIMING_ENV: [&str; 3] = ["svc_leaseduration", "svc_renewdeadline", "svc_retryperiod"];
+
+/// `keys` paired with the values of `t` (nothing for `default`).
+fn lease_env<'a>(keys: [&'static str; 3], t: &'a Timings) -> Vec<(&'static str, &'a str)> {
+    t.values
+        .iter()
+        .flat_map(|v| keys.into_iter().zip(v.iter().map(String::as_str)))
+        .collect()
 }
 
 /// keepalived configuration of `node`: the common two-tier HA recipe, one MASTER with
@@ -1256,7 +1445,7 @@ fn wait_probe_steady(probe: &LabProcess, node: &str, n: usize, limit: Duration) 
     }
 }
 
-/// What happened after the event, from polling the nodes' addresses.
+/// What happened to one VIP after the event, from polling the nodes' addresses.
 #[derive(Debug, Default)]
 struct Watch {
     new_holder: Option<String>,
@@ -1265,24 +1454,34 @@ struct Watch {
     max_carriers: usize,
 }
 
-/// Polls the nodes' addresses until a node other than `old` carries the VIP or `limit`
-/// passes.
-fn watch_takeover(ctx: &Ctx, old: &str, t0: Instant, limit: Duration) -> Result<Watch> {
-    let mut w = Watch::default();
+/// Polls the nodes' addresses until, for every one of `vips`, a node other than `old`
+/// carries it, or `limit` passes; one [`Watch`] per VIP, in order.
+fn watch_takeovers(
+    ctx: &Ctx,
+    vips: &[Ipv4Addr],
+    old: &str,
+    t0: Instant,
+    limit: Duration,
+) -> Result<Vec<Watch>> {
+    let mut ws: Vec<Watch> = vips.iter().map(|_| Watch::default()).collect();
     loop {
-        let h = ctx.holders()?;
+        let hs = ctx.holders_of(vips)?;
         let now = t0.elapsed();
-        w.max_carriers = w.max_carriers.max(h.len());
-        if w.old_gone.is_none() && !h.iter().any(|n| n == old) {
-            w.old_gone = Some(now);
+        for (w, h) in ws.iter_mut().zip(&hs) {
+            if w.new_holder.is_some() {
+                continue;
+            }
+            w.max_carriers = w.max_carriers.max(h.len());
+            if w.old_gone.is_none() && !h.iter().any(|n| n == old) {
+                w.old_gone = Some(now);
+            }
+            if let Some(n) = h.iter().find(|n| *n != old) {
+                w.new_holder = Some(n.clone());
+                w.takeover = Some(now);
+            }
         }
-        if let Some(n) = h.iter().find(|n| *n != old) {
-            w.new_holder = Some(n.clone());
-            w.takeover = Some(now);
-            return Ok(w);
-        }
-        if now > limit {
-            return Ok(w);
+        if ws.iter().all(|w| w.new_holder.is_some()) || now > limit {
+            return Ok(ws);
         }
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -1315,24 +1514,61 @@ pub fn run_trial(
     subject: &Subject,
     trial: usize,
 ) -> Result<TrialResult> {
+    run_trial_per_vip(ctx, scenario, subject, trial)?
+        .into_iter()
+        .next()
+        .ok_or_else(|| anyhow!("the trial measured no VIP"))
+}
+
+/// Runs one trial of `scenario` for `subject` and returns one result per VIP of the run
+/// ([`Ctx::vips`], in that order; labelled `SUBJECT:TAG` when there are several). See the
+/// module documentation.
+///
+/// # Errors
+/// When the trial cannot be set up (no holder, probe never answers); what happens after the
+/// event is reported in the results, not as an error.
+pub fn run_trial_per_vip(
+    ctx: &Ctx,
+    scenario: Scenario,
+    subject: &Subject,
+    trial: usize,
+) -> Result<Vec<TrialResult>> {
     let mut notes = Vec::new();
     ctx.say(format!(
         "{} {} #{trial}: setting up",
         scenario.name(),
         subject.label()
     ));
-    let mut cluster = start_trial_cluster(ctx, subject, &mut notes)?;
+    let mut cluster = if ctx.cp_and_service {
+        start_one_node_first(ctx, subject, trial, &mut notes)?
+    } else {
+        start_trial_cluster(ctx, subject, &mut notes)?
+    };
     let holder = reachable_holder(ctx, subject, &cluster)?;
-    let watcher = ctx.start_arp_watch()?;
-    let watch_t0 = Instant::now();
-    let probe = ctx.start_probe()?;
+    let vips = ctx.vips();
+    let addrs: Vec<Ipv4Addr> = vips.iter().map(|(v, _)| *v).collect();
+    // Each watcher's slots count from its own start.
+    let mut watchers = Vec::new();
+    for v in &addrs {
+        watchers.push((ctx.start_arp_watch(*v)?, Instant::now()));
+    }
+    let mut probes = Vec::new();
+    for v in &addrs {
+        probes.push(ctx.start_probe(*v)?);
+    }
     // The HTTP probe names the answering node; a TCP probe only says it connected.
     let answer = if ctx.lb { "connected" } else { holder.as_str() };
-    wait_probe_steady(&probe, answer, 25, Duration::from_secs(10))?;
+    for p in &probes {
+        wait_probe_steady(p, answer, 25, Duration::from_secs(10))?;
+    }
     // The holder may have changed meanwhile (it should not).
-    let h = ctx.holders()?;
-    if h != [holder.clone()] {
-        notes.push(format!("holders changed before the event: {h:?}"));
+    let h = ctx.holders_of(&addrs)?;
+    if h.iter().any(|h| *h != [holder.clone()]) {
+        let h: Vec<String> = h.iter().map(|h| format!("{h:?}")).collect();
+        notes.push(format!(
+            "holders changed before the event: {}",
+            h.join(", ")
+        ));
     }
     // Spread the event over one renew (or VRRP advert) interval, trial by trial, so the
     // trials do not all hit the same phase of the holder's 1 s renew cycle.
@@ -1344,71 +1580,97 @@ pub fn run_trial(
 
     let t0 = Instant::now();
     act(ctx, &cluster, scenario, &holder)?;
-    let event_at = t0.duration_since(watch_t0);
-    let w = watch_takeover(ctx, &holder, t0, takeover_limit(subject))?;
+    let ws = watch_takeovers(ctx, &addrs, &holder, t0, takeover_limit(subject))?;
     let opt_ms =
         |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{} ms", d.as_millis()));
-    ctx.say(format!(
-        "takeover by {} after {} (old gone after {})",
-        w.new_holder.as_deref().unwrap_or("nobody"),
-        opt_ms(w.takeover),
-        opt_ms(w.old_gone)
-    ));
+    let mut per_vip: Vec<Vec<String>> = vec![Vec::new(); vips.len()];
     // Under the millisecond fence a killed or frozen holder's address outlives the lease
     // by design, inert (its element ended): only the two-responder figure counts there.
     let inert_allowed = matches!(subject, Subject::Vipd(t) if t.nft_fence)
         && matches!(scenario, Scenario::Kill | Scenario::Freeze);
-    if w.max_carriers > 1
-        && !inert_allowed
-        && matches!(
-            scenario,
-            Scenario::Graceful | Scenario::Kill | Scenario::Freeze | Scenario::Drain
-        )
-    {
-        notes.push(format!("{} nodes carried the VIP at once", w.max_carriers));
+    for ((w, (vip, _)), notes) in ws.iter().zip(&vips).zip(per_vip.iter_mut()) {
+        let of = if vips.len() > 1 {
+            format!(" of {vip}")
+        } else {
+            String::new()
+        };
+        ctx.say(format!(
+            "takeover{of} by {} after {} (old gone after {})",
+            w.new_holder.as_deref().unwrap_or("nobody"),
+            opt_ms(w.takeover),
+            opt_ms(w.old_gone)
+        ));
+        if w.max_carriers > 1
+            && !inert_allowed
+            && matches!(
+                scenario,
+                Scenario::Graceful | Scenario::Kill | Scenario::Freeze | Scenario::Drain
+            )
+        {
+            notes.push(format!("{} nodes carried the VIP at once", w.max_carriers));
+        }
     }
-    let mut came_back = None;
-    if scenario == Scenario::Freeze {
-        came_back = Some(thaw_and_watch(
-            ctx, &cluster, &watcher, &holder, watch_t0, &mut notes,
-        )?);
+    let came_back = if scenario == Scenario::Freeze {
+        let watching: Vec<(Ipv4Addr, &ArpWatcher, Duration)> = addrs
+            .iter()
+            .zip(&watchers)
+            .map(|(v, (w, at))| (*v, w, t0.duration_since(*at)))
+            .collect();
+        thaw_and_watch(ctx, &cluster, &watching, &holder, t0, &mut per_vip)?
+            .into_iter()
+            .map(Some)
+            .collect()
     } else {
         std::thread::sleep(Duration::from_secs(2));
+        vec![None; vips.len()]
+    };
+    let summaries: Vec<Result<ProbeSummary>> = probes.into_iter().map(stop_probe).collect();
+    let mut reports = Vec::new();
+    for (w, at) in watchers {
+        reports.push((w.stop()?, t0.duration_since(at)));
     }
-    let summary = stop_probe(probe);
-    let report = watcher.stop()?;
     end_trial(ctx, &mut cluster, scenario, subject, &holder, &mut notes)?;
-    let summary = summary?;
 
-    let (two_ms, pairs) = two_responders(ctx, &report, event_at, &mut notes);
-    if w.new_holder.is_none() {
-        notes.push("no takeover within the time limit".into());
+    let mut out = Vec::new();
+    for (i, (summary, (report, event_at))) in summaries.into_iter().zip(reports).enumerate() {
+        let summary = summary?;
+        let mut notes = [notes.clone(), std::mem::take(&mut per_vip[i])].concat();
+        let (two_ms, pairs) = two_responders(ctx, &report, event_at, &mut notes);
+        let w = &ws[i];
+        if w.new_holder.is_none() {
+            notes.push("no takeover within the time limit".into());
+        }
+        let (recovered, sw) = probe_notes(&summary, &mut notes);
+        let subject = match vips[i].1 {
+            "" => subject.label(),
+            tag => format!("{}:{tag}", subject.label()),
+        };
+        out.push(TrialResult {
+            scenario,
+            subject,
+            trial,
+            holder: holder.clone(),
+            new_holder: w.new_holder.clone(),
+            gap_ms: summary.worst_gap_ms(),
+            takeover_ms: w.takeover.map(ms),
+            old_gone_ms: w.old_gone.map(ms),
+            two_responders_ms: two_ms,
+            two_responder_nodes: pairs.into_iter().collect(),
+            switches: summary.switch_count,
+            probe_failures: summary.failures,
+            probe_requests: summary.requests,
+            probe_switches: sw,
+            recovered,
+            came_back: came_back[i],
+            notes,
+        });
     }
-    let (recovered, sw) = probe_notes(&summary, &mut notes);
-    Ok(TrialResult {
-        scenario,
-        subject: subject.label(),
-        trial,
-        holder,
-        new_holder: w.new_holder,
-        gap_ms: summary.worst_gap_ms(),
-        takeover_ms: w.takeover.map(ms),
-        old_gone_ms: w.old_gone.map(ms),
-        two_responders_ms: two_ms,
-        two_responder_nodes: pairs.into_iter().collect(),
-        switches: summary.switch_count,
-        probe_failures: summary.failures,
-        probe_requests: summary.requests,
-        probe_switches: sw,
-        recovered,
-        came_back,
-        notes,
-    })
+    Ok(out)
 }
 
-/// Clears what a previous trial may have left (the vipd lease, the VIP) and starts the
-/// subject on every node.
-fn start_trial_cluster(ctx: &Ctx, subject: &Subject, notes: &mut Vec<String>) -> Result<Cluster> {
+/// Clears what a previous trial may have left (the vipd leases, the VIPs, a killed vipd's
+/// fence tables).
+fn prepare_trial(ctx: &Ctx, subject: &Subject, notes: &mut Vec<String>) -> Result<()> {
     if matches!(subject, Subject::Vipd(_)) {
         ctx.delete_lease()?;
     }
@@ -1428,10 +1690,72 @@ fn start_trial_cluster(ctx: &Ctx, subject: &Subject, notes: &mut Vec<String>) ->
             leftovers.join(",")
         ));
     }
+    Ok(())
+}
+
+/// Clears what a previous trial may have left ([`prepare_trial`]) and starts the subject on
+/// every node.
+fn start_trial_cluster(ctx: &Ctx, subject: &Subject, notes: &mut Vec<String>) -> Result<Cluster> {
+    prepare_trial(ctx, subject, notes)?;
     Cluster::start(ctx, subject)
 }
 
-/// Waits for a stable holder and until the client reaches it through the VIP; returns it.
+/// `--cp-and-service`: clears what a previous trial may have left ([`prepare_trial`]),
+/// starts vipd on one node (node-a, node-b, node-c by trial number), waits until that node
+/// carries every VIP of the run and the client reaches each, then starts the other nodes
+/// and waits until each follows every Lease of the run.
+fn start_one_node_first(
+    ctx: &Ctx,
+    subject: &Subject,
+    trial: usize,
+    notes: &mut Vec<String>,
+) -> Result<Cluster> {
+    prepare_trial(ctx, subject, notes)?;
+    let first = NODES[trial.saturating_sub(1) % NODES.len()];
+    let mut cluster = Cluster { procs: Vec::new() };
+    cluster.add(ctx, subject, first)?;
+    let h = reachable_holder(ctx, subject, &cluster)?;
+    if h != first {
+        bail!("{h} carries the VIPs, but only {first} runs vipd");
+    }
+    let others: Vec<&str> = NODES.iter().copied().filter(|n| *n != first).collect();
+    for n in &others {
+        cluster.add(ctx, subject, n)?;
+    }
+    let leases = [LEASE_NAME, SERVICES_LEASE_NAME].map(|l| format!("{LEASE_NAMESPACE}/{l}"));
+    let t0 = Instant::now();
+    for n in &others {
+        loop {
+            let log = cluster.log(n);
+            let missing: Vec<&String> =
+                leases.iter().filter(|l| !follows(&log, l, first)).collect();
+            if missing.is_empty() {
+                break;
+            }
+            if t0.elapsed() > Duration::from_secs(15) {
+                bail!(
+                    "{n} does not follow {missing:?} held by {first} after 15 s; log:\n{}",
+                    tail(&log, 15)
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Ok(cluster)
+}
+
+/// Whether a vipd log (`vip_loglevel=info`) says it follows `lease` (`NAMESPACE/NAME`)
+/// held by `holder`: vipd's `following` line with `lease=` and `holder=` fields.
+fn follows(log: &str, lease: &str, holder: &str) -> bool {
+    log.lines().any(|l| {
+        l.contains("following")
+            && l.contains(&format!("lease={lease}"))
+            && l.contains(&format!("holder={holder}"))
+    })
+}
+
+/// Waits for a stable holder of every VIP of the run and until the client reaches it
+/// through each of them; returns it.
 fn reachable_holder(ctx: &Ctx, subject: &Subject, cluster: &Cluster) -> Result<String> {
     // keepalived: longer than its master-down interval (3 x advert_int + skew: 3.6 s, 4.5 s
     // stable; keepalived-fast 0.36 s, 1.26 s stable).
@@ -1451,19 +1775,21 @@ fn reachable_holder(ctx: &Ctx, subject: &Subject, cluster: &Cluster) -> Result<S
                     .join("\n")
             )
         })?;
-    let vip80 = SocketAddr::new(IpAddr::V4(VIP), 80);
-    let t_http = Instant::now();
-    loop {
-        let body = ctx
-            .lab
-            .http_get("client", vip80, "/", Duration::from_millis(500));
-        if body.as_deref().is_ok_and(|b| b.trim() == holder) {
-            break;
+    for (vip, _) in ctx.vips() {
+        let vip80 = SocketAddr::new(IpAddr::V4(vip), 80);
+        let t_http = Instant::now();
+        loop {
+            let body = ctx
+                .lab
+                .http_get("client", vip80, "/", Duration::from_millis(500));
+            if body.as_deref().is_ok_and(|b| b.trim() == holder) {
+                break;
+            }
+            if t_http.elapsed() > Duration::from_secs(10) {
+                bail!("client never reached {holder} through {vip}: {body:?}");
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
-        if t_http.elapsed() > Duration::from_secs(10) {
-            bail!("client never reached {holder} through {VIP}: {body:?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
     }
     Ok(holder)
 }
@@ -1489,39 +1815,50 @@ fn act(ctx: &Ctx, cluster: &Cluster, scenario: Scenario, holder: &str) -> Result
 }
 
 /// Freeze only: 3 s after the event thaws the old holder and watches 4 s whether it carried
-/// or answered for the VIP again (noted); returns whether it did.
+/// or answered for each VIP again (noted in that VIP's notes). `watching` holds each VIP, its
+/// watcher and the event's time on that watcher's clock.
 fn thaw_and_watch(
     ctx: &Ctx,
     cluster: &Cluster,
-    watcher: &ArpWatcher,
+    watching: &[(Ipv4Addr, &ArpWatcher, Duration)],
     holder: &str,
-    watch_t0: Instant,
-    notes: &mut Vec<String>,
-) -> Result<bool> {
+    t0: Instant,
+    notes: &mut [Vec<String>],
+) -> Result<Vec<bool>> {
     std::thread::sleep(Duration::from_secs(3));
     for p in cluster.pids(holder) {
         let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), Signal::SIGCONT);
     }
-    let cont_at = watch_t0.elapsed();
+    let cont_after_event = t0.elapsed();
     let t_cont = Instant::now();
-    let mut carried = false;
+    let vips: Vec<Ipv4Addr> = watching.iter().map(|(v, _, _)| *v).collect();
+    let mut carried = vec![false; vips.len()];
     while t_cont.elapsed() < Duration::from_secs(4) {
-        carried |= ctx.holders()?.iter().any(|h| h == holder);
+        for (c, h) in carried.iter_mut().zip(ctx.holders_of(&vips)?) {
+            *c |= h.iter().any(|h| h == holder);
+        }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let rep = watcher.report();
     let old_mac = ctx.lab.mac_of(holder)?;
-    let answered = rep
-        .slots
-        .iter()
-        .filter(|s| s.t >= cont_at)
-        .any(|s| s.responders.contains(&old_mac));
-    if carried || answered {
-        notes.push(format!(
-            "thawed {holder} came back (carried the VIP: {carried}, answered ARP: {answered})"
-        ));
+    let mut out = Vec::new();
+    for (((_, watcher, event_at), carried), notes) in
+        watching.iter().zip(carried).zip(notes.iter_mut())
+    {
+        let cont_at = *event_at + cont_after_event;
+        let answered = watcher
+            .report()
+            .slots
+            .iter()
+            .filter(|s| s.t >= cont_at)
+            .any(|s| s.responders.contains(&old_mac));
+        if carried || answered {
+            notes.push(format!(
+                "thawed {holder} came back (carried the VIP: {carried}, answered ARP: {answered})"
+            ));
+        }
+        out.push(carried || answered);
     }
-    Ok(carried || answered)
+    Ok(out)
 }
 
 /// Heals the event, stops every instance and removes a VIP left behind (noted).
@@ -1747,6 +2084,85 @@ pub fn trial_line(r: &TrialResult) -> String {
     s
 }
 
+/// One line per `--cp-and-service` trial: where each VIP went and the slower VIP's gap.
+pub fn pair_line(p: &PairResult) -> String {
+    let to = |n: &Option<String>| n.clone().unwrap_or_else(|| "?".into());
+    format!(
+        "{:<9} {:<16} #{} {}->cp {}, svc {} ({}): both back after {} ms, svc takeover - cp takeover {} ms",
+        p.scenario.name(),
+        p.subject,
+        p.trial,
+        p.holder,
+        to(&p.cp_new_holder),
+        to(&p.svc_new_holder),
+        if p.same_node {
+            "same node"
+        } else {
+            "different nodes"
+        },
+        opt_ms(p.both_gap_ms),
+        opt_ms(p.takeover_spread_ms)
+    )
+}
+
+/// The `--cp-and-service` table per (scenario, subject): trials, p50/p95/max of the slower
+/// VIP's gap (ms), the largest takeover spread between the two VIPs (ms, absolute) and in
+/// how many trials both moved to the same node. Empty without pairs.
+pub fn pair_table(report: &BenchReport) -> String {
+    let mut s = String::new();
+    if report.pairs.is_empty() {
+        return s;
+    }
+    let mut order: Vec<(Scenario, &str)> = Vec::new();
+    for p in &report.pairs {
+        if !order.contains(&(p.scenario, p.subject.as_str())) {
+            order.push((p.scenario, p.subject.as_str()));
+        }
+    }
+    let w = label_width(order.iter().map(|(_, subj)| *subj));
+    let _ = writeln!(
+        s,
+        "
+both VIPs (control-plane and Service, one holder before the event; both back = the slower VIP's gap):"
+    );
+    let _ = writeln!(
+        s,
+        "{:<9} {:<w$} {:>6} {:>9} {:>9} {:>9} {:>11} {:>10}",
+        "scenario", "impl", "trials", "both p50", "both p95", "both max", "spread max", "same node",
+    );
+    for (scenario, subject) in order {
+        let ps: Vec<&PairResult> = report
+            .pairs
+            .iter()
+            .filter(|p| p.scenario == scenario && p.subject == subject)
+            .collect();
+        let both: Vec<f64> = ps.iter().filter_map(|p| p.both_gap_ms).collect();
+        let spread = ps
+            .iter()
+            .filter_map(|p| p.takeover_spread_ms)
+            .map(f64::abs)
+            .reduce(f64::max);
+        let _ = writeln!(
+            s,
+            "{:<9} {:<w$} {:>6} {:>9} {:>9} {:>9} {:>11} {:>10}",
+            scenario.name(),
+            subject,
+            ps.len(),
+            opt_ms(percentile(&both, 50.0)),
+            opt_ms(percentile(&both, 95.0)),
+            opt_ms(percentile(&both, 100.0)),
+            opt_ms(spread),
+            format!("{}/{}", ps.iter().filter(|p| p.same_node).count(), ps.len()),
+        );
+    }
+    s
+}
+
+/// Width of the `impl` column: the longest label, at least 16.
+fn label_width<'a>(labels: impl Iterator<Item = &'a str>) -> usize {
+    labels.map(str::len).fold(16, usize::max)
+}
+
 /// p50, p95 and max of the trials' gaps of one (scenario, subject).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GapStats {
@@ -1790,12 +2206,14 @@ fn grouped(report: &BenchReport) -> Vec<((Scenario, String), Vec<&TrialResult>)>
 /// the worst trial's time with two responders (ms).
 pub fn summary_table(report: &BenchReport) -> String {
     let mut s = String::new();
+    let groups = grouped(report);
+    let w = label_width(groups.iter().map(|((_, subj), _)| subj.as_str()));
     let _ = writeln!(
         s,
-        "{:<9} {:<16} {:>6} {:>8} {:>8} {:>8} {:>10} {:>12}  notes",
+        "{:<9} {:<w$} {:>6} {:>8} {:>8} {:>8} {:>10} {:>12}  notes",
         "scenario", "impl", "trials", "gap p50", "gap p95", "gap max", "takeover50", "2-resp max",
     );
-    for ((scenario, subject), rs) in grouped(report) {
+    for ((scenario, subject), rs) in groups {
         let g = gap_stats(&rs);
         let take: Vec<f64> = rs.iter().filter_map(|r| r.takeover_ms).collect();
         let two_max = rs
@@ -1805,7 +2223,7 @@ pub fn summary_table(report: &BenchReport) -> String {
         let flagged = rs.iter().filter(|r| !r.notes.is_empty()).count();
         let _ = writeln!(
             s,
-            "{:<9} {:<16} {:>6} {:>8} {:>8} {:>8} {:>10} {:>12}  {}",
+            "{:<9} {:<w$} {:>6} {:>8} {:>8} {:>8} {:>10} {:>12}  {}",
             scenario.name(),
             subject,
             rs.len(),
@@ -1957,6 +2375,122 @@ mod tests {
     }
 
     #[test]
+    fn cp_and_service_is_vipd_only_and_alone() {
+        let o = BenchOptions::parse(&["--cp-and-service", "--timings", "default,fast"]).unwrap();
+        assert!(o.cp_and_service && o.service.is_none() && !o.lb);
+        // keepalived rows are skipped, as with --service.
+        let labels: Vec<String> = o.subjects().iter().map(Subject::label).collect();
+        assert_eq!(labels, ["vipd default cp+svc", "vipd fast cp+svc"]);
+        assert!(!BenchOptions::parse(&[]).unwrap().cp_and_service);
+        for (flags, named) in [
+            (&["--cp-and-service", "--service"][..], "--service"),
+            (&["--service", "--cp-and-service"][..], "--service"),
+            (&["--cp-and-service", "--ride"][..], "--ride"),
+            (&["--lb", "--cp-and-service"][..], "--lb"),
+        ] {
+            let e = BenchOptions::parse(flags).unwrap_err().to_string();
+            assert!(
+                e.starts_with(&format!(
+                    "--cp-and-service cannot be combined with {named}:"
+                )),
+                "{flags:?}: {e}"
+            );
+        }
+        let e = BenchOptions::parse(&["--cp-and-service", "--impl", "keepalived"]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "--cp-and-service measures vipd only: use --impl vipd (or both)"
+        );
+    }
+
+    #[test]
+    fn service_timings_mirror_the_control_plane_timings() {
+        let fast = Timings::parse("fast").unwrap();
+        assert_eq!(
+            lease_env(SVC_TIMING_ENV, &fast),
+            [
+                ("svc_leaseduration", "0.6"),
+                ("svc_renewdeadline", "0.4"),
+                ("svc_retryperiod", "0.2")
+            ]
+        );
+        assert_eq!(
+            lease_env(VIP_TIMING_ENV, &fast),
+            [
+                ("vip_leaseduration", "0.6"),
+                ("vip_renewdeadline", "0.4"),
+                ("vip_retryperiod", "0.2")
+            ]
+        );
+        assert!(lease_env(SVC_TIMING_ENV, &Timings::parse("default").unwrap()).is_empty());
+    }
+
+    #[test]
+    fn follows_reads_vipds_following_line() {
+        let log = "2026-12-01T21:50:00.123456Z  INFO leader election starting lease=kube-system/plndr-svcs-lock identity=node-b\n\
+                   2026-12-01T21:50:00.200000Z  INFO following lease=kube-system/plndr-cp-lock holder=node-a";
+        assert!(follows(log, "kube-system/plndr-cp-lock", "node-a"));
+        assert!(!follows(log, "kube-system/plndr-cp-lock", "node-c"));
+        assert!(!follows(log, "kube-system/plndr-svcs-lock", "node-a"));
+    }
+
+    #[test]
+    fn pairs_take_the_slower_vip_and_name_the_new_nodes() {
+        let r = |subject: &str, to: &str, gap: f64, take: f64| TrialResult {
+            scenario: Scenario::Poweroff,
+            subject: subject.into(),
+            trial: 2,
+            holder: "node-a".into(),
+            new_holder: Some(to.into()),
+            gap_ms: Some(gap),
+            takeover_ms: Some(take),
+            old_gone_ms: None,
+            two_responders_ms: 0.0,
+            two_responder_nodes: vec![],
+            switches: 1,
+            probe_failures: 0,
+            probe_requests: 10,
+            probe_switches: vec![],
+            recovered: true,
+            came_back: None,
+            notes: vec![],
+        };
+        let same = PairResult::of(
+            "vipd fast cp+svc",
+            &r("vipd fast cp+svc:cp", "node-b", 700.0, 650.0),
+            &r("vipd fast cp+svc:svc", "node-b", 900.0, 610.0),
+        );
+        assert!(same.same_node);
+        assert_eq!(same.both_gap_ms, Some(900.0));
+        assert_eq!(same.takeover_spread_ms, Some(-40.0));
+        let split = PairResult::of(
+            "vipd fast cp+svc",
+            &r("vipd fast cp+svc:cp", "node-b", 700.0, 650.0),
+            &r("vipd fast cp+svc:svc", "node-c", 600.0, 700.0),
+        );
+        assert!(!split.same_node);
+        assert_eq!(split.both_gap_ms, Some(700.0));
+        assert!(pair_line(&split).contains("->cp node-b, svc node-c (different nodes)"));
+        let report = BenchReport {
+            trials: vec![],
+            idle: vec![],
+            pairs: vec![same, split],
+        };
+        let table = pair_table(&report);
+        let row = table.lines().last().unwrap();
+        let cols: Vec<&str> = row.split_whitespace().collect();
+        // scenario, impl (3 words), trials, both p50/p95/max, spread max, same node
+        assert_eq!(
+            cols,
+            [
+                "poweroff", "vipd", "fast", "cp+svc", "2", "700", "900", "900", "50", "1/2"
+            ],
+            "{table}"
+        );
+        assert_eq!(pair_table(&BenchReport::default()), "");
+    }
+
+    #[test]
     fn open_gap_at_the_end_counts() {
         let s: ProbeSummary = serde_json::from_str(
             r#"{"requests":10,"successes":5,"failures":5,"elapsed_ms":1000.0,
@@ -2039,6 +2573,7 @@ mod tests {
                 t("keepalived-fast", 500.0),
             ],
             idle: vec![],
+            pairs: vec![],
         };
         let table = summary_table(&report);
         assert_eq!(table.lines().count(), 4, "{table}");
