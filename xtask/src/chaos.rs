@@ -49,6 +49,8 @@ options:
   --faults LIST          only these fault kinds (comma list of kill, stop, term, link-cut,
                          partition, api-freeze, api-restart, etcd-restart, services); to
                          chase a finding. Default: all
+  --nft-fence            run vipd with vip_nftfence=true (the nftables fence in front of
+                         every VIP's address lifetime, docs/operators.md)
   --canary               check the auditor end to end: put 192.0.2.250 on two nodes for 2 s
                          after the warm-up; the run fails unless the auditor reports it
   --rss-growth-pct P     RSS growth (end over start, same process) counted as a violation
@@ -129,6 +131,8 @@ pub struct Options {
     /// Put [`CANARY_ADDR`] on two nodes for [`CANARY_HOLD`] after the warm-up and require
     /// the auditor to report it.
     pub canary: bool,
+    /// Run vipd with `vip_nftfence=true`.
+    pub nft_fence: bool,
     /// Only these fault kinds (`None`: all); [`FaultKind::SvcCreate`] stands for the
     /// Service-only episodes.
     pub faults: Option<BTreeSet<FaultKind>>,
@@ -154,6 +158,7 @@ impl Options {
             vipd: None,
             orphan_leases_warn: false,
             canary: false,
+            nft_fence: false,
             faults: None,
             rss_growth_pct: 20.0,
             verbose: false,
@@ -195,6 +200,7 @@ impl Options {
                 "--vipd" => o.vipd = Some(PathBuf::from(value()?)),
                 "--orphan-leases-warn" => o.orphan_leases_warn = true,
                 "--canary" => o.canary = true,
+                "--nft-fence" => o.nft_fence = true,
                 "--faults" => o.faults = Some(parse_faults(value()?)?),
                 "-v" | "--verbose" => o.verbose = true,
                 _ => return Ok(false),
@@ -682,7 +688,8 @@ pub fn rss_violation(
 }
 
 /// What is left on a node after vipd stopped (pure): addresses on `eth0` other than the
-/// node's own and link-local ones, `nft list tables` lines naming a table `vipd`, and links
+/// node's own and link-local ones, `nft list tables` lines naming one of vipd's tables
+/// (`vipd`, `vipd_fence`, `vipd_lb`; not the soak's own [`PARTITION_TABLE`]), and links
 /// other than `lo` and `eth0` (`links`: names from `ip -j link`).
 pub fn leftovers(
     node: &str,
@@ -703,7 +710,8 @@ pub fn leftovers(
     }
     for l in nft_tables.lines() {
         let w: Vec<&str> = l.split_whitespace().collect();
-        if w.first() == Some(&"table") && w.last() == Some(&"vipd") {
+        let vipds = |name: &str| ["vipd", "vipd_fence", "vipd_lb"].contains(&name);
+        if w.first() == Some(&"table") && w.last().is_some_and(|n| vipds(n)) {
             out.push(v(
                 ViolationKind::LeakedNftTable,
                 format!("{node}: {} left", l.trim()),
@@ -785,6 +793,8 @@ struct Chaos {
     macs: BTreeMap<MacAddr, String>,
     prober: Option<ArpRoundProber>,
     verbose: bool,
+    /// vipd runs with `vip_nftfence=true` ([`Options::nft_fence`]).
+    nft_fence: bool,
 }
 
 impl Chaos {
@@ -831,6 +841,10 @@ impl Chaos {
             ("svc_retryperiod", &p),
             ("prometheus_server", ""),
             ("vip_loglevel", "info"),
+            (
+                "vip_nftfence",
+                if self.nft_fence { "true" } else { "false" },
+            ),
         ];
         let proc = self.lab.spawn(node, &self.vipd, &["manager"], &env)?;
         self.logs
@@ -1536,6 +1550,7 @@ pub fn run(args: &[&str]) -> Result<()> {
         macs,
         prober: None,
         verbose: o.verbose,
+        nft_fence: o.nft_fence,
     };
     let result = soak(&mut c, &o, &mut rng);
     // Whatever happened: no vipd may outlive the lab (the lab's teardown kills the rest).
@@ -2233,7 +2248,7 @@ mod tests {
             addr("fe80::1", 64),
             addr("192.0.2.150", 32),
         ];
-        let nft = "table inet vipd_chaos_partition\ntable arp vipd\n";
+        let nft = "table inet vipd_chaos_partition\ntable arp vipd\ntable inet vipd_fence\n";
         let links = vec!["lo".to_string(), "eth0".into(), "vip-1".into()];
         let found = leftovers("node-a", &addrs, &own, nft, &links);
         let kinds: Vec<ViolationKind> = found.iter().map(|x| x.kind).collect();
@@ -2241,6 +2256,7 @@ mod tests {
             kinds,
             vec![
                 ViolationKind::LeakedAddress,
+                ViolationKind::LeakedNftTable,
                 ViolationKind::LeakedNftTable,
                 ViolationKind::LeakedLink
             ],
@@ -2252,7 +2268,13 @@ mod tests {
 
     #[test]
     fn options_parse_and_name_bad_values() {
+        assert!(
+            Options::parse(&["--minutes", "1", "--nft-fence"])
+                .unwrap()
+                .nft_fence
+        );
         let o = Options::parse(&["--minutes", "2"]).unwrap();
+        assert!(!o.nft_fence);
         assert_eq!(o.minutes, 2.0);
         assert_eq!(o.services, DEFAULT_SERVICES);
         assert_eq!(o.nodes, 3);
