@@ -867,7 +867,7 @@ impl Ctx {
     }
 }
 
-fn lease_path() -> String {
+pub(crate) fn lease_path() -> String {
     format!("/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{LEASE_NAME}")
 }
 
@@ -1229,7 +1229,12 @@ pub fn tail(s: &str, n: usize) -> String {
 
 /// Waits until the probe's last `n` answer lines (stderr, `HH:MM:SS.mmm NODE LAT`) all name
 /// `node`.
-fn wait_probe_steady(probe: &LabProcess, node: &str, n: usize, limit: Duration) -> Result<()> {
+pub(crate) fn wait_probe_steady(
+    probe: &LabProcess,
+    node: &str,
+    n: usize,
+    limit: Duration,
+) -> Result<()> {
     let t0 = Instant::now();
     loop {
         let log = probe.log();
@@ -1408,7 +1413,11 @@ pub fn run_trial(
 
 /// Clears what a previous trial may have left (the vipd lease, the VIP) and starts the
 /// subject on every node.
-fn start_trial_cluster(ctx: &Ctx, subject: &Subject, notes: &mut Vec<String>) -> Result<Cluster> {
+pub(crate) fn start_trial_cluster(
+    ctx: &Ctx,
+    subject: &Subject,
+    notes: &mut Vec<String>,
+) -> Result<Cluster> {
     if matches!(subject, Subject::Vipd(_)) {
         ctx.delete_lease()?;
     }
@@ -1432,7 +1441,7 @@ fn start_trial_cluster(ctx: &Ctx, subject: &Subject, notes: &mut Vec<String>) ->
 }
 
 /// Waits for a stable holder and until the client reaches it through the VIP; returns it.
-fn reachable_holder(ctx: &Ctx, subject: &Subject, cluster: &Cluster) -> Result<String> {
+pub(crate) fn reachable_holder(ctx: &Ctx, subject: &Subject, cluster: &Cluster) -> Result<String> {
     // keepalived: longer than its master-down interval (3 x advert_int + skew: 3.6 s, 4.5 s
     // stable; keepalived-fast 0.36 s, 1.26 s stable).
     let stable_for = match subject {
