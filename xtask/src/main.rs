@@ -14,7 +14,7 @@
 //!                        failover figures for vipd and keepalived (see bench.rs)
 //! cargo xtask bench heartbeat [--peers 3,50] [--seconds 30]
 //!                        heartbeat cost of svc_ridethrough (see bench/heartbeat.rs)
-//! cargo xtask bench apiload [--timings default,fast] [--load 0,16,64] [--seconds 60]
+//! cargo xtask bench apiload [--timings fast,default] [--load 0,4,16,64] [--seconds 60]
 //!                        the flapping guard under API server load (see bench/apiload.rs)
 //! ```
 
@@ -48,7 +48,7 @@ commands:
               failover figures (`bench failover --help`)
   bench heartbeat [--peers 3,50] [--seconds 30]
               the peer protocol's cost (svc_ridethrough) on one node, simulated peers
-  bench apiload [--timings fast,default] [--load 0,16,64] [--seconds 60]
+  bench apiload [--timings fast,default] [--load 0,4,16,64] [--seconds 60]
               vipd's lease renewals, step-downs and leadership moves while loops of
               LISTs and PATCHes load the API server (`bench apiload --help`)
 
