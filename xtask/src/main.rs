@@ -14,6 +14,8 @@
 //!                        failover figures for vipd and keepalived (see bench.rs)
 //! cargo xtask bench heartbeat [--peers 3,50] [--seconds 30]
 //!                        heartbeat cost of svc_ridethrough (see bench/heartbeat.rs)
+//! cargo xtask bench apiload [--timings fast,default] [--load 0,4,16,64] [--seconds 60]
+//!                        the flapping guard under API server load (see bench/apiload.rs)
 //! ```
 
 mod args;
@@ -46,6 +48,9 @@ commands:
               failover figures (`bench failover --help`)
   bench heartbeat [--peers 3,50] [--seconds 30]
               the peer protocol's cost (svc_ridethrough) on one node, simulated peers
+  bench apiload [--timings fast,default] [--load 0,4,16,64] [--seconds 60]
+              vipd's lease renewals, step-downs and leadership moves while loops of
+              LISTs and PATCHes load the API server (`bench apiload --help`)
 
 environment:
   VIPD_KUBE_APISERVER   path to kube-apiserver v1.20.2
@@ -93,6 +98,7 @@ fn run() -> Result<()> {
         ["chaos", rest @ ..] => chaos::run(rest),
         ["bench", "services", rest @ ..] => bench::services::run(rest),
         ["bench", "heartbeat", rest @ ..] => bench::heartbeat::run(rest),
+        ["bench", "apiload", rest @ ..] => bench::apiload::run(rest),
         ["bench", rest @ ..] => bench::failover::run(rest),
         ["help" | "--help" | "-h"] | [] => {
             println!("{USAGE}");

@@ -1038,7 +1038,7 @@ impl Ctx {
     }
 }
 
-fn lease_path() -> String {
+pub(crate) fn lease_path() -> String {
     format!("/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{LEASE_NAME}")
 }
 
@@ -1418,7 +1418,12 @@ pub fn tail(s: &str, n: usize) -> String {
 
 /// Waits until the probe's last `n` answer lines (stderr, `HH:MM:SS.mmm NODE LAT`) all name
 /// `node`.
-fn wait_probe_steady(probe: &LabProcess, node: &str, n: usize, limit: Duration) -> Result<()> {
+pub(crate) fn wait_probe_steady(
+    probe: &LabProcess,
+    node: &str,
+    n: usize,
+    limit: Duration,
+) -> Result<()> {
     let t0 = Instant::now();
     loop {
         let log = probe.log();
@@ -1695,7 +1700,11 @@ fn prepare_trial(ctx: &Ctx, subject: &Subject, notes: &mut Vec<String>) -> Resul
 
 /// Clears what a previous trial may have left ([`prepare_trial`]) and starts the subject on
 /// every node.
-fn start_trial_cluster(ctx: &Ctx, subject: &Subject, notes: &mut Vec<String>) -> Result<Cluster> {
+pub(crate) fn start_trial_cluster(
+    ctx: &Ctx,
+    subject: &Subject,
+    notes: &mut Vec<String>,
+) -> Result<Cluster> {
     prepare_trial(ctx, subject, notes)?;
     Cluster::start(ctx, subject)
 }
@@ -1756,7 +1765,7 @@ fn follows(log: &str, lease: &str, holder: &str) -> bool {
 
 /// Waits for a stable holder of every VIP of the run and until the client reaches it
 /// through each of them; returns it.
-fn reachable_holder(ctx: &Ctx, subject: &Subject, cluster: &Cluster) -> Result<String> {
+pub(crate) fn reachable_holder(ctx: &Ctx, subject: &Subject, cluster: &Cluster) -> Result<String> {
     // keepalived: longer than its master-down interval (3 x advert_int + skew: 3.6 s, 4.5 s
     // stable; keepalived-fast 0.36 s, 1.26 s stable).
     let stable_for = match subject {

@@ -1,7 +1,8 @@
 //! `cargo xtask bench ...`: benchmarks that print figures (failover against keepalived,
-//! LoadBalancer Services at scale and under churn, the peer protocol's heartbeat cost) and
-//! their shared statistics.
+//! LoadBalancer Services at scale and under churn, the peer protocol's heartbeat cost, the
+//! flapping guard under API server load) and their shared statistics.
 
+pub mod apiload;
 pub mod failover;
 pub mod heartbeat;
 pub mod services;
