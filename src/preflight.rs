@@ -305,6 +305,7 @@ pub(crate) fn check_lb_nftables(checked: Option<&Result<(), crate::lb::LbError>>
 /// neither `cp_enable` nor `svc_enable` is on). A failure is a warning: the manager then fences with the address lifetime only.
 pub(crate) fn check_nft_fence(
     checked: Option<&Result<(), crate::net::nft::fence::FenceError>>,
+    sub_second: bool,
 ) -> Check {
     match checked {
         None => Check::new(
@@ -315,8 +316,14 @@ pub(crate) fn check_nft_fence(
         Some(Ok(())) => Check::new(
             "nft-fence",
             Status::Pass,
-            "nft can create tables arp/inet vipd_fence (sets with per-element timeouts): the control-plane VIP is fenced to the millisecond",
+            "nft can create tables arp/inet vipd_fence (sets with per-element timeouts): every VIP is fenced to the millisecond",
         ),
+        Some(Err(e)) if sub_second => Check::new(
+            "nft-fence",
+            Status::Fail,
+            format!("the lease timings are sub-second and only the nftables fence can fence them, but it cannot start: vipd manager will refuse to run: {e}"),
+        )
+        .fix("install nftables (the nft binary) and use a kernel with nf_tables arp and inet families and set timeouts (CONFIG_NF_TABLES, CONFIG_NF_TABLES_ARP, CONFIG_NF_TABLES_INET), or use whole-second lease timings (e.g. the default 3/2/1)"),
         Some(Err(e)) => Check::new(
             "nft-fence",
             Status::Warn,
@@ -477,7 +484,12 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
         true => Some(crate::net::nft::fence::NftFence::check("nft").await),
         false => None,
     };
-    report.checks.push(check_nft_fence(fence.as_ref()));
+    let sub_second = |t: &crate::election::Timing| crate::holder::fence_plan(t, false).is_err();
+    let needs_ms = (cfg.control_plane && sub_second(&cfg.lease.timing))
+        || (cfg.services && sub_second(&cfg.services_timing));
+    report
+        .checks
+        .push(check_nft_fence(fence.as_ref(), needs_ms));
 
     // macvlan.
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();

@@ -76,6 +76,10 @@ pub(crate) const DEFAULT_RENEW_DEADLINE: Duration = Duration::from_secs(2);
 pub(crate) const DEFAULT_RETRY_PERIOD: Duration = Duration::from_secs(1);
 /// Largest accepted lease timing (any of the three): 1 hour.
 pub(crate) const MAX_LEASE_TIMING: Duration = Duration::from_secs(3600);
+/// Shortest accepted retry period (`vip_retryperiod`, `svc_retryperiod`): 100 ms, half the
+/// fast profile's. One lease write per retry period is the cost of a lease; a typo such as
+/// `0.001` for `1` would have the holder write as fast as the API server answers.
+pub(crate) const MIN_RETRY_PERIOD: Duration = Duration::from_millis(100);
 /// client-go's `JitterFactor`: `NewLeaderElector` requires
 /// `renew_deadline > JITTER_FACTOR * retry_period`.
 pub(crate) const LEADER_ELECTION_JITTER_FACTOR: f64 = 1.2;

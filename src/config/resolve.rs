@@ -121,7 +121,8 @@ pub fn resolve_detailed(
         Some(raw) => parse_millis(&raw, Duration::ZERO, MAX_ARP_PROBE)?,
         None => DEFAULT_ARP_PROBE,
     };
-    let lease = lease(&inputs)?;
+    let nft_fence = inputs.bool_or(K_NFT_FENCE, false)?;
+    let lease = lease(&inputs, nft_fence)?;
     // Service lease timings default to the control plane's.
     let services_timing = lease_timings(
         &inputs,
@@ -135,6 +136,7 @@ pub fn resolve_detailed(
             lease.timing.renew_deadline,
             lease.timing.retry_period,
         ],
+        nft_fence,
     )?;
     let svc = services(&inputs, modes.services, &mut warnings)?;
     let dhcp_backoff_attempts = dhcp_backoff_attempts(&inputs, modes.dhcp_mode, &mut warnings)?;
@@ -173,7 +175,7 @@ pub fn resolve_detailed(
         dhcp_mode: modes.dhcp_mode,
         dhcp_backoff_attempts,
         ipv6_dad: modes.ipv6_dad,
-        nft_fence: inputs.bool_or(K_NFT_FENCE, false)?,
+        nft_fence,
         eligibility: crate::nodes::eligibility::EligibilityRules {
             drain_on_cordon: inputs.bool_or(K_DRAIN_ON_CORDON, false)?,
             exclude_cordoned: inputs.bool_or(K_SVC_EXCLUDE_CORDONED, false)?,
@@ -393,7 +395,7 @@ fn interface_option(inputs: &Inputs<'_>, key: &'static str) -> Result<Option<Str
 }
 
 /// The control-plane lease: name, namespace and timings.
-fn lease(inputs: &Inputs<'_>) -> Result<LeaseConfig, ConfigError> {
+fn lease(inputs: &Inputs<'_>, nft_fence: bool) -> Result<LeaseConfig, ConfigError> {
     let name = inputs.text_or(K_LEASE_NAME, DEFAULT_LEASE_NAME);
     check_dns1123_subdomain(&name)?;
     let namespace = inputs.text_or(K_NAMESPACE, DEFAULT_NAMESPACE);
@@ -406,6 +408,7 @@ fn lease(inputs: &Inputs<'_>) -> Result<LeaseConfig, ConfigError> {
             DEFAULT_RENEW_DEADLINE,
             DEFAULT_RETRY_PERIOD,
         ],
+        nft_fence,
     )?;
     Ok(LeaseConfig {
         name: name.value,
@@ -657,11 +660,16 @@ impl Inputs<'_> {
 
 /// Parses and checks one set of lease timings (`keys` = duration, renew deadline, retry
 /// period env names; `defaults` used for unset ones): renew deadline < duration, renew
-/// deadline > client-go's jitter factor x retry period. Errors name the setting and value.
+/// deadline > client-go's jitter factor x retry period, retry period at least
+/// [`MIN_RETRY_PERIOD`], and a fence for them ([`crate::holder::fence_plan`] with
+/// `nft_fence`, `vip_nftfence`: sub-second timings need it). The manager, the manifest
+/// generator and `vipd preflight` all resolve the configuration here, so what one refuses
+/// the others refuse too. Errors name the setting and value.
 pub(super) fn lease_timings(
     inputs: &Inputs<'_>,
     keys: [&'static str; 3],
     defaults: [Duration; 3],
+    nft_fence: bool,
 ) -> Result<Timing, ConfigError> {
     let raws = keys.map(|k| inputs.get(k));
     let mut vals = defaults;
@@ -684,6 +692,12 @@ pub(super) fn lease_timings(
             lease_duration.as_secs_f64()
         )));
     }
+    if retry_period < MIN_RETRY_PERIOD {
+        return Err(shown(2).invalid(format!(
+            "the retry period must be at least {} s: the holder writes the lease once per retry period",
+            MIN_RETRY_PERIOD.as_secs_f64()
+        )));
+    }
     if renew_deadline.as_secs_f64() <= LEADER_ELECTION_JITTER_FACTOR * retry_period.as_secs_f64() {
         return Err(shown(2).invalid(format!(
             "the retry period ({} s) must be shorter than the renew deadline {} ({} s) divided by client-go's jitter factor {}",
@@ -693,11 +707,13 @@ pub(super) fn lease_timings(
             LEADER_ELECTION_JITTER_FACTOR
         )));
     }
-    Ok(Timing {
+    let timing = Timing {
         lease_duration,
         renew_deadline,
         retry_period,
-    })
+    };
+    crate::holder::fence_plan(&timing, nft_fence).map_err(|e| shown(0).invalid(e.to_string()))?;
+    Ok(timing)
 }
 
 /// Refuse the kube-vip options vipd does not implement; warn about the ignored ones.

@@ -724,7 +724,7 @@ impl Machine {
         self.lose(
             now,
             format!(
-                "address {addr} is in use by another host: DHCPDECLINE sent to {}",
+                "address {addr} is in use by another host: DHCPDECLINE sent to {} (another address is asked for)",
                 binding.server
             ),
             DECLINE_HOLDOFF,

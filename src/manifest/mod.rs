@@ -159,6 +159,12 @@ pub struct GenArgs {
     /// Retry period, seconds [env: vip_retryperiod] [default: 1]
     #[arg(long = "leaseRetry", value_name = "SECONDS")]
     pub retry_period: Option<String>,
+    /// Fence every VIP in nftables too (table vipd_fence), to the millisecond; needed by
+    /// sub-second lease timings such as the fast profile 0.6/0.4/0.2 [env: vip_nftfence]
+    /// [default: false]
+    #[arg(long = "nftFence", value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true")]
+    pub nft_fence: Option<String>,
     /// Name of the control-plane Lease [env: vip_leasename]
     #[arg(long = "leaseName", value_name = "NAME")]
     pub lease_name: Option<String>,
@@ -570,6 +576,7 @@ impl GenArgs {
             ("servicesRideThrough", &self.services_ride_through),
             ("dhcpMode", &self.dhcp_mode),
             ("dhcpBackoffAttempts", &self.dhcp_backoff_attempts),
+            ("nftFence", &self.nft_fence),
             ("serviceInterface", &self.service_interface),
             ("lbClassOnly", &self.lb_class_only),
             ("lbClassName", &self.lb_class_name),

@@ -405,3 +405,39 @@ fn flags_without_effect_in_their_combination_are_warned_about() {
     );
     assert!(w(&["--services", "--servicesLeaseName", "x"]).is_empty());
 }
+
+/// Trial finding: the documented fast profile could not be generated (`--nftFence` was
+/// missing), and its timings without the fence were generated although the manager refuses
+/// them. Now `--nftFence` writes `vip_nftfence`, and the timings are refused without it,
+/// naming the value, as the manager does (one check, `config::resolve`).
+#[test]
+fn the_fast_profile_needs_and_gets_the_nftables_fence() {
+    let fast = [
+        "--controlplane",
+        "--interface",
+        "eth0",
+        "--address",
+        "192.0.2.10",
+        "--leaseDuration",
+        "0.6",
+        "--leaseRenewDuration",
+        "0.4",
+        "--leaseRetry",
+        "0.2",
+    ];
+    let e = plan(&fast).unwrap_err().to_string();
+    assert!(
+        e.contains("vip_leaseduration") && e.contains("\"0.6\""),
+        "{e}"
+    );
+    let p = plan(&[&fast[..], &["--nftFence"][..]].concat()).unwrap();
+    assert!(
+        text_env(&p).contains(&("vip_nftfence", "true".to_string())),
+        "{:?}",
+        text_env(&p)
+    );
+    let e = plan(&[&fast[..10], &["0.001", "--nftFence"][..]].concat())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("vip_retryperiod") && e.contains("0.1 s"), "{e}");
+}

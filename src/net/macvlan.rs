@@ -173,6 +173,17 @@ pub enum MacvlanError {
         /// The parent asked for.
         parent: String,
     },
+    /// The parent interface has no Ethernet address (loopback, a tunnel or point-to-point
+    /// device): no macvlan can go on it.
+    #[error(
+        "macvlan {name}: parent interface {parent} has no Ethernet address (loopback, tunnel or point-to-point device) and cannot carry a macvlan; set kube-vip.io/serviceInterface (or vip_servicesinterface) to an Ethernet interface"
+    )]
+    NotEthernet {
+        /// The macvlan name.
+        name: String,
+        /// The parent interface.
+        parent: String,
+    },
     /// The MAC is another interface's or another host's ([`foreign_mac_owner`]).
     #[error(
         "macvlan {name}: MAC {mac} belongs to {owner}; refusing to take another host's MAC (the switch would send that host's traffic here): set kube-vip.io/hwaddr to a MAC of its own, or remove it to get one derived from the Service"
@@ -647,14 +658,20 @@ impl<K: MacvlanKernel> Macvlans<K> {
     pub async fn ensure(&self, spec: &MacvlanSpec) -> Result<u32, MacvlanError> {
         validate(spec)?;
         let links = self.kernel.links().await?;
-        let parent = links
+        let parent_link = links
             .iter()
             .find(|l| l.name == spec.parent)
             .ok_or_else(|| MacvlanError::NoParent {
                 name: spec.name.clone(),
                 parent: spec.parent.clone(),
-            })?
-            .index;
+            })?;
+        if parent_link.mac == [0; 6] {
+            return Err(MacvlanError::NotEthernet {
+                name: spec.name.clone(),
+                parent: spec.parent.clone(),
+            });
+        }
+        let parent = parent_link.index;
         let neighbours = self.kernel.neighbours(parent, &spec.parent).await?;
         if let Some(owner) = foreign_mac_owner(&links, &neighbours, spec) {
             return Err(MacvlanError::ForeignMac {
@@ -666,23 +683,18 @@ impl<K: MacvlanKernel> Macvlans<K> {
         let planned = plan(&links, spec, parent)?;
         // Asked once per macvlan this node creates: a macvlan already ours carries the MAC,
         // and its own frames would be the answer.
-        if spec.probe_mac && !matches!(planned, Plan::Reuse(_)) {
-            let parent_mac = links
-                .iter()
-                .find(|l| l.index == parent)
-                .map(|l| l.mac)
-                .unwrap_or_default();
-            if let Some(owner) = self
+        if spec.probe_mac
+            && !matches!(planned, Plan::Reuse(_))
+            && let Some(owner) = self
                 .kernel
-                .mac_answers(parent, &spec.parent, parent_mac, spec.mac)
+                .mac_answers(parent, &spec.parent, parent_link.mac, spec.mac)
                 .await?
-            {
-                return Err(MacvlanError::ForeignMac {
-                    name: spec.name.clone(),
-                    mac: format_mac(&spec.mac),
-                    owner,
-                });
-            }
+        {
+            return Err(MacvlanError::ForeignMac {
+                name: spec.name.clone(),
+                mac: format_mac(&spec.mac),
+                owner,
+            });
         }
         let index = match planned {
             Plan::Reuse(index) => index,

@@ -244,19 +244,24 @@ fn dhcp_parent_row() {
 
 #[test]
 fn nft_fence_row_warns_when_nftables_cannot_fence() {
-    assert_eq!(check_nft_fence(None).status, Status::Skip);
-    assert_eq!(check_nft_fence(Some(&Ok(()))).status, Status::Pass);
-    let e = crate::net::nft::fence::FenceError::Setup {
+    assert_eq!(check_nft_fence(None, false).status, Status::Skip);
+    assert_eq!(check_nft_fence(Some(&Ok(())), true).status, Status::Pass);
+    let e = || crate::net::nft::fence::FenceError::Setup {
         command: "add table arp vipd_fence".into(),
         detail: "Error: Could not process rule: No such file or directory".into(),
     };
-    let c = check_nft_fence(Some(&Err(e)));
+    let c = check_nft_fence(Some(&Err(e())), false);
     assert_eq!(c.status, Status::Warn);
     assert!(
         c.detail.contains("address lifetime alone fences"),
         "{}",
         c.detail
     );
+    // Trial finding: with sub-second timings the manager refuses to run without the fence,
+    // so preflight fails instead of passing with a warning that was not true.
+    let c = check_nft_fence(Some(&Err(e())), true);
+    assert_eq!(c.status, Status::Fail, "{}", c.detail);
+    assert!(c.detail.contains("refuse to run"), "{}", c.detail);
 }
 
 #[test]

@@ -161,7 +161,7 @@ pub struct Conflict {
 
 /// A Service not programmed because an address it shared from a DHCP Service's lease
 /// (`vipd.io/dhcp-lease`) is asked for by no DHCP Service now (the DHCP Service was
-/// deleted, or its address NAKed and replaced): the DHCP server may lease that address to
+/// deleted, or its lease lost and replaced: NAKed, declined, expired): the DHCP server may lease that address to
 /// another host, so it is not announced as a static address either.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LapsedLease {

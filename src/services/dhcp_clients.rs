@@ -621,7 +621,7 @@ fn problem_of(
             format!("lost/{reason}"),
             super::status::REASON_DHCP_LOST,
             format!(
-                "{dhcp} lease on macvlan {macvlan} lost: {reason}; address removed, asking for it again"
+                "{dhcp} lease on macvlan {macvlan} lost: {reason}; address removed, asking the server again"
             ),
         )),
         DhcpState::GaveUp {

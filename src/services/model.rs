@@ -372,9 +372,11 @@ pub(crate) struct ServiceInfo {
     pub rp_filter: Option<String>,
     /// Annotation [`ANN_VIP_HOST`]: who last announced it, as written by the holder.
     pub vip_host: Option<String>,
-    /// Annotation [`ANN_DHCP_LEASE`]: addresses this Service shared from a DHCP lease
-    /// (entries that are not IP addresses are ignored: vipd writes this annotation).
+    /// Annotation [`ANN_DHCP_LEASE`]: addresses this Service shared from a DHCP lease.
     pub dhcp_lease_marks: Vec<IpAddr>,
+    /// The entries of [`ANN_DHCP_LEASE`] that are not IP addresses (empty ones included):
+    /// ignored, and reported.
+    pub dhcp_lease_bad: Vec<String>,
     /// Annotation [`crate::nodes::selector::NODE_SELECTOR_ANNOTATION`] (non-empty),
     /// parsed; `Err` holds the value and why it is not a label selector.
     pub node_selector: Option<Result<crate::nodes::selector::NodeSelector, (String, String)>>,
@@ -435,6 +437,15 @@ pub(crate) fn service_info(svc: &Service) -> ServiceInfo {
             .map(|v| {
                 v.split(',')
                     .filter_map(|a| a.trim().parse::<IpAddr>().ok())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        dhcp_lease_bad: annotation(svc, ANN_DHCP_LEASE)
+            .map(|v| {
+                v.split(',')
+                    .map(str::trim)
+                    .filter(|a| a.parse::<IpAddr>().is_err())
+                    .map(str::to_string)
                     .collect()
             })
             .unwrap_or_default(),

@@ -18,6 +18,7 @@ use crate::net::Kernel;
 /// Something to tell the user about a Service (logged, and a Warning Event when `warn`).
 /// The same note (Service, reason, message) is logged once per process while its cause
 /// lasts, and its Event is written until it succeeds.
+#[derive(Debug)]
 pub(super) struct Note {
     pub(super) key: ServiceKey,
     /// The Service's `metadata.uid` (part of the Event's name, see
@@ -379,6 +380,17 @@ pub(super) fn candidates(
             }
             None => Vec::new(),
         };
+        if !info.dhcp_lease_bad.is_empty() {
+            notes.push(note(
+                super::status::REASON_INVALID_CONFIG,
+                format!(
+                    "annotation {}: entries {:?} are not IP addresses and are ignored (vipd writes this record of the addresses a Service shares from a DHCP lease; fix or remove it)",
+                    model::ANN_DHCP_LEASE,
+                    info.dhcp_lease_bad
+                ),
+                true,
+            ));
+        }
         out.push(Candidate {
             not_here,
             preferred,
@@ -731,6 +743,48 @@ mod tests {
         );
         let ids = |n: &[Note]| n.iter().map(Note::id).collect::<Vec<_>>();
         assert_eq!(ids(&notes), ids(&again));
+    }
+
+    /// Trial finding: entries of the `vipd.io/dhcp-lease` record that are not IP addresses
+    /// were ignored silently; they are reported (InvalidConfiguration, naming them) and the
+    /// valid ones still count.
+    #[test]
+    fn a_malformed_dhcp_lease_record_is_reported_and_its_valid_entries_kept() {
+        let cfg = dhcp_cfg(true);
+        let unusable = Unusable {
+            control_plane: Vec::new(),
+            vip_subnet: cfg.vip_subnet,
+            connected: vec![("192.0.2.11".parse().unwrap(), 24)],
+        };
+        let svc = with_annotation(
+            lb("sharer", "192.0.2.54"),
+            model::ANN_DHCP_LEASE,
+            "192.0.2.54,,not-an-ip",
+        );
+        let (cands, notes) = candidates(
+            &cfg,
+            &[svc],
+            &HashSet::new(),
+            &BTreeMap::new(),
+            &unusable,
+            &ThisNode::default(),
+        );
+        let m: Vec<&Note> = notes
+            .iter()
+            .filter(|n| n.reason == super::super::status::REASON_INVALID_CONFIG)
+            .collect();
+        assert_eq!(m.len(), 1, "{notes:?}");
+        assert!(
+            m[0].message.contains("vipd.io/dhcp-lease")
+                && m[0].message.contains("\"not-an-ip\"")
+                && m[0].message.contains("\"\""),
+            "{}",
+            m[0].message
+        );
+        assert_eq!(
+            cands[0].dhcp_lease_marks,
+            vec!["192.0.2.54".parse::<IpAddr>().unwrap()]
+        );
     }
 
     /// Resolved configuration with `svc_enable` and `dhcp_mode` = `dhcp`.

@@ -122,7 +122,7 @@ pub(super) async fn report<W: StatusWriter>(
             uid: uid_of(services, &l.service),
             reason: super::status::REASON_DHCP_LEASE_LAPSED,
             message: format!(
-                "not announced: {} came from a DHCP Service's lease ({}), and no DHCP Service asks for it now (deleted, or its address was NAKed and replaced): the DHCP server may lease it to another host. Point this Service at its DHCP Service's current address, or remove the annotation {} to announce it as a static address",
+                "not announced: {} came from a DHCP Service's lease ({}), and no DHCP Service asks for it now (the DHCP Service deleted, or its lease lost and replaced by another address: NAKed, declined or expired): the DHCP server may lease it to another host. Point this Service at its DHCP Service's current address, or remove the annotation {} to announce it as a static address",
                 list.join(", "),
                 model::ANN_DHCP_LEASE,
                 model::ANN_DHCP_LEASE

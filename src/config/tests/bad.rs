@@ -221,6 +221,47 @@ const BAD: &[Bad] = &[
     env(&[("svc_renewdeadline", "9")], "svc_renewdeadline", "9"),
     env(&[("svc_leaseduration", "2")], "svc_renewdeadline", "2"),
     env(&[("svc_retryperiod", "x")], "svc_retryperiod", "x"),
+    // Trial finding: a retry period under 100 ms (a typo for 1) had the holder write as fast
+    // as the API server answers.
+    env(
+        &[
+            ("vip_leaseduration", "5"),
+            ("vip_renewdeadline", "3"),
+            ("vip_retryperiod", "0.001"),
+        ],
+        "vip_retryperiod",
+        "0.001",
+    ),
+    env(
+        &[
+            ("vip_nftfence", "true"),
+            ("svc_leaseduration", "0.6"),
+            ("svc_renewdeadline", "0.4"),
+            ("svc_retryperiod", "0.0001"),
+        ],
+        "svc_retryperiod",
+        "0.0001",
+    ),
+    // Trial finding: sub-second timings without vip_nftfence were refused by the manager
+    // only; the generator and preflight accepted them. Now one check refuses them all.
+    env(
+        &[
+            ("vip_leaseduration", "0.6"),
+            ("vip_renewdeadline", "0.4"),
+            ("vip_retryperiod", "0.2"),
+        ],
+        "vip_leaseduration",
+        "0.6",
+    ),
+    env(
+        &[
+            ("svc_leaseduration", "0.6"),
+            ("svc_renewdeadline", "0.4"),
+            ("svc_retryperiod", "0.2"),
+        ],
+        "svc_leaseduration",
+        "0.6",
+    ),
     env(
         &[("svc_healthcheck", "https://127.0.0.1/healthz")],
         "svc_healthcheck",

@@ -735,7 +735,7 @@ impl Machine6 {
         self.lose(
             now,
             format!(
-                "address {addr} is in use by another host: DHCPv6 Decline sent to {}",
+                "address {addr} is in use by another host: DHCPv6 Decline sent to {} (another address is asked for)",
                 lease.unicast.unwrap_or(lease.from)
             ),
             DECLINE_HOLDOFF,

@@ -364,6 +364,29 @@ async fn a_mac_of_another_interface_or_host_is_refused() {
 /// never talked to is in no table: the segment is asked before the macvlan is created, and
 /// a host answering from it refuses the MAC. A derived MAC is not asked about, nor is the
 /// MAC of a macvlan already ours (reused).
+/// Trial finding: `kube-vip.io/serviceInterface: lo` gave a raw netlink EINVAL; a parent
+/// without an Ethernet address is refused by name before anything is created.
+#[tokio::test]
+async fn a_parent_without_an_ethernet_address_is_refused_by_name() {
+    let mut lo = entry(1, "lo", false, None);
+    lo.mac = [0; 6];
+    let m = Macvlans::new(FakeKernel::with(vec![lo, entry(2, "eth0", false, None)]));
+    let e = m
+        .ensure(&MacvlanSpec {
+            parent: "lo".into(),
+            ..spec("vip-a")
+        })
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("parent interface lo has no Ethernet address")
+            && e.contains("kube-vip.io/serviceInterface"),
+        "{e}"
+    );
+    assert!(!m.kernel().calls().iter().any(|c| c.starts_with("create")));
+}
+
 #[tokio::test]
 async fn a_given_mac_a_host_answers_from_is_refused() {
     let mac = [0x02, 0, 0, 0, 0, 9];

@@ -686,8 +686,8 @@ fn measure(ctx: &Ctx, o: &Options, t: &Timings, load: usize) -> Result<Row> {
     say(ctx, format!("{} load {load}: starting vipd", t.label));
     let mut cluster = start_trial_cluster(ctx, &subject, &mut row.notes)?;
     let holder = reachable_holder(ctx, &subject, &cluster)?;
-    let watcher = ctx.start_arp_watch()?;
-    let probe = ctx.start_probe()?;
+    let watcher = ctx.start_arp_watch(super::failover::VIP)?;
+    let probe = ctx.start_probe(super::failover::VIP)?;
     wait_probe_steady(&probe, &holder, 25, Duration::from_secs(10))?;
     say(ctx, format!("{holder} holds the VIP; {load} load loops"));
     let loadgen = Load::start(&ctx.lab, load, o.objects)?;
