@@ -360,7 +360,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "leaseRetry",
         "1",
         Seconds,
-        "Retry period in seconds (decimals allowed) between renew / acquire attempts; renew deadline > 1.2 x retry period",
+        "Retry period in seconds (decimals allowed) between renew / acquire attempts; renew deadline > 1.2 x retry period; at least 0.1",
     ),
     opt(
         K_SVC_LEASE_DURATION,
@@ -381,7 +381,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "servicesLeaseRetry",
         "<vip_retryperiod>",
         Seconds,
-        "Retry period of Service leases in seconds (vipd option)",
+        "Retry period of Service leases in seconds (vipd option); at least 0.1",
     ),
     opt(
         K_SVC_ELECTION,
