@@ -323,13 +323,12 @@ fn needs_nft_fence(cfg: &Config, cp: &HolderConfig, active: bool) -> Result<(), 
     if active {
         return Ok(());
     }
-    let ms = |t| holder::fence_plan(t, cfg.nft_fence).is_ok_and(|p| !p.address_fences);
     if cfg.control_plane && !cp.fence.address_fences {
         return Err(ManagerError::NoMillisecondFence {
             timings: "vip_leaseduration/vip_renewdeadline/vip_retryperiod",
         });
     }
-    if cfg.services && ms(&cfg.services_timing) {
+    if cfg.services && holder::needs_nft_fence(&cfg.services_timing) {
         return Err(ManagerError::NoMillisecondFence {
             timings: "svc_leaseduration/svc_renewdeadline/svc_retryperiod",
         });

@@ -484,9 +484,8 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
         true => Some(crate::net::nft::fence::NftFence::check("nft").await),
         false => None,
     };
-    let sub_second = |t: &crate::election::Timing| crate::holder::fence_plan(t, false).is_err();
-    let needs_ms = (cfg.control_plane && sub_second(&cfg.lease.timing))
-        || (cfg.services && sub_second(&cfg.services_timing));
+    let needs_ms = (cfg.control_plane && crate::holder::needs_nft_fence(&cfg.lease.timing))
+        || (cfg.services && crate::holder::needs_nft_fence(&cfg.services_timing));
     report
         .checks
         .push(check_nft_fence(fence.as_ref(), needs_ms));

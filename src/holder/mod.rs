@@ -89,6 +89,13 @@ pub fn fence_lifetime(t: &Timing) -> Result<u32, FenceError> {
     u32::try_from(f).map_err(|_| FenceError::NoRoom { retry_ms, lease_ms })
 }
 
+/// Whether timings `t` can be fenced by the nftables element alone: no whole number of
+/// seconds fits them ([`fence_lifetime`] fails), so [`fence_plan`] needs `vip_nftfence`
+/// and refuses them without it. Pure.
+pub fn needs_nft_fence(t: &Timing) -> bool {
+    fence_lifetime(t).is_err()
+}
+
 /// Time kept between a VIP's expiry and the earliest takeover by another node (its lease
 /// duration after the last renewal it saw): the kernel's address expiry work
 /// (`check_lifetime`, net/ipv4/devinet.c) removes a lone address up to 250 ms late

@@ -491,7 +491,7 @@ impl DhcpClients {
             let Some(svc) = cached(key) else {
                 continue;
             };
-            if super::model::service_info(&svc).dhcp_lease_marks == shared {
+            if super::model::dhcp_lease_record(&svc).0 == shared {
                 continue;
             }
             let value: Vec<String> = shared.iter().map(ToString::to_string).collect();

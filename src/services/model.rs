@@ -385,9 +385,28 @@ pub(crate) struct ServiceInfo {
     pub preferred_nodes: Option<Result<Vec<String>, (String, String)>>,
 }
 
+/// The [`ANN_DHCP_LEASE`] record of `svc`: its addresses, and the entries that are not IP
+/// addresses (empty ones included). Both empty without the annotation. Pure.
+pub(crate) fn dhcp_lease_record(svc: &Service) -> (Vec<IpAddr>, Vec<String>) {
+    let mut addrs = Vec::new();
+    let mut bad = Vec::new();
+    for entry in annotation(svc, ANN_DHCP_LEASE)
+        .into_iter()
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+    {
+        match entry.parse::<IpAddr>() {
+            Ok(a) => addrs.push(a),
+            Err(_) => bad.push(entry.to_string()),
+        }
+    }
+    (addrs, bad)
+}
+
 /// The pure view of a Service. Never fails: bad input ends up in
 /// [`ServiceInfo::addresses`]`.rejected` or as a [`Selection::Skip`].
 pub(crate) fn service_info(svc: &Service) -> ServiceInfo {
+    let dhcp_lease = dhcp_lease_record(svc);
     let key = ServiceKey::of(svc);
     let spec = svc.spec.as_ref();
     let ann = |name: &str| annotation(svc, name).map(str::to_string);
@@ -433,22 +452,8 @@ pub(crate) fn service_info(svc: &Service) -> ServiceInfo {
         dhcp_broadcast: ann(ANN_DHCP_BROADCAST),
         rp_filter: ann(ANN_RP_FILTER),
         vip_host: ann(ANN_VIP_HOST),
-        dhcp_lease_marks: annotation(svc, ANN_DHCP_LEASE)
-            .map(|v| {
-                v.split(',')
-                    .filter_map(|a| a.trim().parse::<IpAddr>().ok())
-                    .collect()
-            })
-            .unwrap_or_default(),
-        dhcp_lease_bad: annotation(svc, ANN_DHCP_LEASE)
-            .map(|v| {
-                v.split(',')
-                    .map(str::trim)
-                    .filter(|a| a.parse::<IpAddr>().is_err())
-                    .map(str::to_string)
-                    .collect()
-            })
-            .unwrap_or_default(),
+        dhcp_lease_marks: dhcp_lease.0,
+        dhcp_lease_bad: dhcp_lease.1,
         node_selector: annotation(svc, crate::nodes::selector::NODE_SELECTOR_ANNOTATION).map(
             |text| {
                 crate::nodes::selector::NodeSelector::parse(text).map_err(|e| (text.to_string(), e))

@@ -43,8 +43,8 @@ use anyhow::{Result, anyhow, bail};
 use xtask::lab::{self, ApiClient, Lab, NODES};
 
 use super::failover::{
-    Ctx, LEASE_NAME, LEASE_NAMESPACE, SAMPLE_INTERVAL, Subject, Timings, lease_path,
-    reachable_holder, start_trial_cluster, stop_probe, vipd_release_binary, wait_probe_steady,
+    Ctx, SAMPLE_INTERVAL, Subject, Timings, get_lease, lease_watch_path, reachable_holder,
+    start_trial_cluster, stop_probe, vipd_release_binary, wait_probe_steady,
 };
 use super::services::{CREATE_THREADS, METRICS_PORT, cpu_percent, metric_sum};
 use crate::args::{parse_flags, whole_number};
@@ -448,24 +448,14 @@ fn tod_diff(a: f64, b: f64) -> f64 {
 /// start and every write seen, and the number of failed watch calls.
 fn watch_lease(lab: &Lab, stop: &AtomicBool) -> Result<(LeaseWrite, Vec<LeaseWrite>, u64)> {
     let get = || -> Result<(LeaseWrite, String)> {
-        let r = lab.api_request("GET", &lease_path(), None)?;
-        if r.status != 200 {
-            bail!("GET lease: HTTP {}: {}", r.status, r.body);
-        }
-        let v: serde_json::Value = serde_json::from_str(&r.body)?;
-        let rv = v["metadata"]["resourceVersion"]
-            .as_str()
-            .ok_or_else(|| anyhow!("lease without resourceVersion"))?
-            .to_string();
+        let (v, rv) = get_lease(lab)?;
         Ok((LeaseWrite::from_lease(&v), rv))
     };
     let (first, mut rv) = get()?;
     let mut writes = Vec::new();
     let mut failed = 0;
     while !stop.load(Ordering::Relaxed) {
-        let path = format!(
-            "/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases?watch=1&fieldSelector=metadata.name%3D{LEASE_NAME}&resourceVersion={rv}&timeoutSeconds={WATCH_CHUNK_SECS}"
-        );
+        let path = lease_watch_path(&rv, WATCH_CHUNK_SECS);
         let mut restart = false;
         match lab.api_request("GET", &path, None) {
             Ok(r) if r.status == 200 => {

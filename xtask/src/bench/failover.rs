@@ -1038,8 +1038,33 @@ impl Ctx {
     }
 }
 
-pub(crate) fn lease_path() -> String {
+fn lease_path() -> String {
     format!("/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{LEASE_NAME}")
+}
+
+/// The control-plane Lease as JSON, and its `resourceVersion`.
+///
+/// # Errors
+/// The request fails, answers other than 200, or the Lease has no resourceVersion.
+pub(crate) fn get_lease(lab: &Lab) -> Result<(serde_json::Value, String)> {
+    let r = lab.api_request("GET", &lease_path(), None)?;
+    if r.status != 200 {
+        bail!("GET lease: HTTP {}: {}", r.status, r.body);
+    }
+    let v: serde_json::Value = serde_json::from_str(&r.body)?;
+    let rv = v["metadata"]["resourceVersion"]
+        .as_str()
+        .ok_or_else(|| anyhow!("lease without resourceVersion"))?
+        .to_string();
+    Ok((v, rv))
+}
+
+/// API path of a watch of the control-plane Lease from `rv`, ended by the server after
+/// `timeout_secs`.
+pub(crate) fn lease_watch_path(rv: &str, timeout_secs: u64) -> String {
+    format!(
+        "/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases?watch=1&fieldSelector=metadata.name%3D{LEASE_NAME}&resourceVersion={rv}&timeoutSeconds={timeout_secs}"
+    )
 }
 
 /// One instance per node of a [`Subject`].
@@ -1980,18 +2005,8 @@ pub fn rss_kib(pid: i32) -> Option<u64> {
 /// # Errors
 /// When the Lease cannot be read or the watch fails.
 pub fn lease_writes_per_s(lab: &Lab, window: Duration) -> Result<f64> {
-    let r = lab.api_request("GET", &lease_path(), None)?;
-    if r.status != 200 {
-        bail!("GET lease: HTTP {}: {}", r.status, r.body);
-    }
-    let v: serde_json::Value = serde_json::from_str(&r.body)?;
-    let rv = v["metadata"]["resourceVersion"]
-        .as_str()
-        .ok_or_else(|| anyhow!("lease without resourceVersion"))?;
-    let path = format!(
-        "/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases?watch=1&fieldSelector=metadata.name%3D{LEASE_NAME}&resourceVersion={rv}&timeoutSeconds={}",
-        window.as_secs().max(1)
-    );
+    let (_, rv) = get_lease(lab)?;
+    let path = lease_watch_path(&rv, window.as_secs().max(1));
     let t0 = Instant::now();
     let w = lab.api_request("GET", &path, None)?;
     let took = t0.elapsed();
