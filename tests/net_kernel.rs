@@ -30,8 +30,8 @@ use pnet::packet::ip::IpNextHeaderProtocols;
 use pnet::packet::ipv6::Ipv6Packet;
 use pnet::util::MacAddr;
 use vipd::net::{
-    ADDR_PROTO_VIPD, AddrInfo, Announcer, Kernel, LinkInfo, NetError, NetlinkKernel, RawAnnouncer,
-    TagMode, Vip,
+    ADDR_PROTO_VIPD, AddrInfo, Announcer, Kernel, Lifetime, LinkInfo, NetError, NetlinkKernel,
+    RawAnnouncer, TagMode, Vip,
 };
 
 /// Run `body` on a fresh thread in a private network namespace with veth `v0`/`v1` up and
@@ -116,13 +116,18 @@ fn ipv4_vip_tag_lifetimes_refresh_and_kernel_fence() {
         ));
 
         let vip = Vip::new(v4("192.0.2.10"), 32).unwrap();
-        let e = k.add_or_refresh(v0.index, vip, 0, false).await.unwrap_err();
+        let e = k
+            .add_or_refresh(v0.index, vip, Lifetime::fixed(0), false)
+            .await
+            .unwrap_err();
         assert!(
             matches!(e, NetError::InvalidLifetime { value: 0, .. }),
             "{e}"
         );
 
-        k.add_or_refresh(v0.index, vip, 2, false).await.unwrap();
+        k.add_or_refresh(v0.index, vip, Lifetime::fixed(2), false)
+            .await
+            .unwrap();
         assert_eq!(
             k.tag_mode(),
             TagMode::Proto,
@@ -146,7 +151,9 @@ fn ipv4_vip_tag_lifetimes_refresh_and_kernel_fence() {
         assert!(text.contains("preferred_lft 0sec"), "{text}");
 
         // Refresh = replace: no EEXIST, lifetime set to the new value.
-        k.add_or_refresh(v0.index, vip, 30, false).await.unwrap();
+        k.add_or_refresh(v0.index, vip, Lifetime::fixed(30), false)
+            .await
+            .unwrap();
         let a = find(&k, v0.index, vip).await.unwrap();
         assert!(
             a.valid_lft_secs.is_some_and(|v| (29..=30).contains(&v)),
@@ -163,8 +170,31 @@ fn ipv4_vip_tag_lifetimes_refresh_and_kernel_fence() {
             1
         );
 
+        // A lifetime given as an end is turned into seconds when the kernel takes it (the
+        // chaos soak's freeze window, src/net/lifetime.rs): an end less than a second away
+        // adds nothing, one 2.5 s away gives 2 s, whatever the cap.
+        let ended = Vip::new(v4("192.0.2.12"), 32).unwrap();
+        let soon = tokio::time::Instant::now() + Duration::from_millis(900);
+        let held = k
+            .add_or_refresh(v0.index, ended, Lifetime::until(5, soon), false)
+            .await
+            .unwrap();
+        assert_eq!(held, 0, "less than a second left: nothing added");
+        assert!(find(&k, v0.index, ended).await.is_none());
+        let later = tokio::time::Instant::now() + Duration::from_millis(2500);
+        let held = k
+            .add_or_refresh(v0.index, ended, Lifetime::until(5, later), false)
+            .await
+            .unwrap();
+        assert_eq!(held, 2);
+        let a = find(&k, v0.index, ended).await.expect("added");
+        assert!(a.ours && a.valid_lft_secs.is_some_and(|v| v <= 2), "{a:?}");
+        k.remove(v0.index, ended).await.unwrap();
+
         // Kernel fence: set valid_lft 2 and stop refreshing; the kernel deletes it.
-        k.add_or_refresh(v0.index, vip, 2, false).await.unwrap();
+        k.add_or_refresh(v0.index, vip, Lifetime::fixed(2), false)
+            .await
+            .unwrap();
         let t0 = Instant::now();
         let deadline = t0 + Duration::from_secs(15);
         while find(&k, v0.index, vip).await.is_some() {
@@ -191,7 +221,9 @@ fn refresh_keeps_vip_past_its_lifetime() {
         let k = NetlinkKernel::new().unwrap();
         let v0 = up_link(&k, "v0").await;
         let vip = Vip::host(v4("192.0.2.10"));
-        k.add_or_refresh(v0.index, vip, 2, false).await.unwrap();
+        k.add_or_refresh(v0.index, vip, Lifetime::fixed(2), false)
+            .await
+            .unwrap();
         let t0 = Instant::now();
         // Refresh every 500 ms for 4 s (twice the lifetime): it must never vanish.
         while t0.elapsed() < Duration::from_secs(4) {
@@ -201,7 +233,9 @@ fn refresh_keeps_vip_past_its_lifetime() {
                 "vanished at {:?}",
                 t0.elapsed()
             );
-            k.add_or_refresh(v0.index, vip, 2, false).await.unwrap();
+            k.add_or_refresh(v0.index, vip, Lifetime::fixed(2), false)
+                .await
+                .unwrap();
         }
         k.remove(v0.index, vip).await.unwrap();
         assert!(find(&k, v0.index, vip).await.is_none());
@@ -229,7 +263,12 @@ fn untagged_addresses_are_never_touched() {
 
         for prefix in [24, 32] {
             let e = k
-                .add_or_refresh(v0.index, Vip::new(node.addr, prefix).unwrap(), 5, false)
+                .add_or_refresh(
+                    v0.index,
+                    Vip::new(node.addr, prefix).unwrap(),
+                    Lifetime::fixed(5),
+                    false,
+                )
                 .await
                 .unwrap_err();
             assert!(matches!(e, NetError::NotOurs { .. }), "{e}");
@@ -243,7 +282,12 @@ fn untagged_addresses_are_never_touched() {
         // An address on another interface counts too, and the error names that interface.
         ip("addr add 192.0.2.50/24 dev v1");
         let e = k
-            .add_or_refresh(v0.index, Vip::host(v4("192.0.2.50")), 5, false)
+            .add_or_refresh(
+                v0.index,
+                Vip::host(v4("192.0.2.50")),
+                Lifetime::fixed(5),
+                false,
+            )
             .await
             .unwrap_err();
         assert!(
@@ -254,7 +298,9 @@ fn untagged_addresses_are_never_touched() {
 
         // A VIP with the node's prefix length is secondary; removing it leaves the node's.
         let vip24 = Vip::new(v4("192.0.2.20"), 24).unwrap();
-        k.add_or_refresh(v0.index, vip24, 5, false).await.unwrap();
+        k.add_or_refresh(v0.index, vip24, Lifetime::fixed(5), false)
+            .await
+            .unwrap();
         let a = find(&k, v0.index, vip24).await.unwrap();
         assert!(a.ours && !a.primary, "{a:?}");
         k.remove(v0.index, vip24).await.unwrap();
@@ -273,12 +319,16 @@ fn ipv6_vip_skip_dad_and_dadfailed() {
         let v1 = up_link(&k, "v1").await;
 
         let vip = Vip::host(v4("2001:db8::10"));
-        k.add_or_refresh(v0.index, vip, 10, true).await.unwrap();
+        k.add_or_refresh(v0.index, vip, Lifetime::fixed(10), true)
+            .await
+            .unwrap();
         let a = find(&k, v0.index, vip).await.expect("IPv6 VIP added");
         assert!(a.ours && !a.tentative && !a.dad_failed, "{a:?}");
         assert_eq!(a.preferred_lft_secs, Some(0));
         assert!(a.valid_lft_secs.is_some_and(|v| v <= 10));
-        k.add_or_refresh(v0.index, vip, 10, true).await.unwrap(); // refresh
+        k.add_or_refresh(v0.index, vip, Lifetime::fixed(10), true)
+            .await
+            .unwrap(); // refresh
         k.remove(v0.index, vip).await.unwrap();
         assert!(find(&k, v0.index, vip).await.is_none());
 
@@ -287,8 +337,12 @@ fn ipv6_vip_skip_dad_and_dadfailed() {
         // with a finite valid lifetime (not IFA_F_PERMANENT) the kernel then DELETES it
         // (addrconf_dad_stop -> ipv6_del_addr); it does not stay in dadfailed state.
         let dup = Vip::host(v4("2001:db8::20"));
-        k.add_or_refresh(v1.index, dup, 60, true).await.unwrap();
-        k.add_or_refresh(v0.index, dup, 60, false).await.unwrap();
+        k.add_or_refresh(v1.index, dup, Lifetime::fixed(60), true)
+            .await
+            .unwrap();
+        k.add_or_refresh(v0.index, dup, Lifetime::fixed(60), false)
+            .await
+            .unwrap();
         let a = find(&k, v0.index, dup).await.expect("added");
         assert!(a.ours && a.tentative, "DAD running: {a:?}");
         let t0 = Instant::now();
@@ -311,7 +365,9 @@ fn ipv6_vip_skip_dad_and_dadfailed() {
         // A permanent address (infinite lifetime, added by `ip`) stays, flagged dadfailed:
         // checks AddrInfo's flag decoding against the kernel.
         let dup2 = Vip::host(v4("2001:db8::30"));
-        k.add_or_refresh(v1.index, dup2, 60, true).await.unwrap();
+        k.add_or_refresh(v1.index, dup2, Lifetime::fixed(60), true)
+            .await
+            .unwrap();
         ip("-6 addr add 2001:db8::30/128 dev v0");
         let t0 = Instant::now();
         let a = loop {
@@ -376,7 +432,7 @@ fn choose_interface_subnet_default_and_multipath() {
         );
 
         // Our own VIP does not attract the choice: 192.0.2.200/32 tagged on v0.
-        k.add_or_refresh(v0.index, Vip::host(outside), 30, false)
+        k.add_or_refresh(v0.index, Vip::host(outside), Lifetime::fixed(30), false)
             .await
             .unwrap();
         assert_eq!(k.choose_interface(outside).await.unwrap(), v1.index);
@@ -743,26 +799,36 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
             std::net::TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_ok()
         };
         assert!(reaches(a4) && reaches(a6), "not armed: not filtered");
-        f.refresh(&[v4, v6], Duration::from_millis(300))
-            .await
-            .unwrap();
+        // The timeout is what is left of the end when the run is written (a few ms less).
+        let near = |ms: Option<u64>, want: u64| ms.is_some_and(|m| m <= want && m + 100 >= want);
+        f.refresh(
+            &[v4, v6],
+            tokio::time::Instant::now() + Duration::from_millis(300),
+        )
+        .await
+        .unwrap();
         let arp = fence_table("arp").expect("arp table");
         let inet = fence_table("inet").expect("inet table");
-        assert!(arp.contains("192.0.2.10 timeout 300ms"), "{arp}");
-        assert!(inet.contains("192.0.2.10 timeout 300ms"), "{inet}");
-        assert!(inet.contains("2001:db8::10 timeout 300ms"), "{inet}");
+        assert!(near(element_timeout(&arp, "192.0.2.10"), 300), "{arp}");
+        assert!(near(element_timeout(&inet, "192.0.2.10"), 300), "{inet}");
+        assert!(near(element_timeout(&inet, "2001:db8::10"), 300), "{inet}");
         assert!(
-            inet.contains("0x20010db8000000000000000000000010 timeout 300ms"),
+            near(
+                element_timeout(&inet, "0x20010db8000000000000000000000010"),
+                300
+            ),
             "{inet}"
         );
         assert!(reaches(a4) && reaches(a6), "live: answered");
         // A refresh replaces the timeout (a plain add would keep the old one).
-        f.refresh(&[v4], Duration::from_millis(1500)).await.unwrap();
-        assert!(
-            fence_table("arp")
-                .unwrap()
-                .contains("192.0.2.10 timeout 1s500ms")
-        );
+        f.refresh(
+            &[v4],
+            tokio::time::Instant::now() + Duration::from_millis(1500),
+        )
+        .await
+        .unwrap();
+        let arp = fence_table("arp").unwrap();
+        assert!(near(element_timeout(&arp, "192.0.2.10"), 1500), "{arp}");
         tokio::time::sleep(Duration::from_millis(400)).await;
         let inet = fence_table("inet").unwrap();
         assert!(
@@ -773,7 +839,10 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
         assert!(!reaches(a6), "expired: packets to the IPv6 VIP dropped");
         assert!(reaches(a4), "the refreshed IPv4 VIP still answers");
         f.expire(&[v4]).await.unwrap();
-        assert!(!fence_table("arp").unwrap().contains("timeout 1s500ms"));
+        assert_eq!(
+            element_timeout(&fence_table("arp").unwrap(), "192.0.2.10"),
+            None
+        );
         assert!(!reaches(a4), "expired: packets to the IPv4 VIP dropped");
         f.disarm(&[v4, v6]).await.unwrap();
         assert!(reaches(a4) && reaches(a6), "disarmed: not filtered");
@@ -791,7 +860,10 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
         // A run with vip_nftfence off removes tables a crashed run with it on left.
         let stale = NftFence::start("nft").await.unwrap();
         stale
-            .refresh(&[v4], Duration::from_millis(1))
+            .refresh(
+                &[v4],
+                tokio::time::Instant::now() + Duration::from_millis(500),
+            )
             .await
             .unwrap();
         assert!(fence_table("arp").is_some());
@@ -800,4 +872,34 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
         assert!(fence_table("arp").is_none() && fence_table("inet").is_none());
         assert!(reaches(a4), "nothing filtered any more");
     });
+}
+
+/// The timeout `nft list` shows for `element` in `table` (`192.0.2.10 timeout 1s495ms
+/// expires ...`), milliseconds; `None` when the element has none (or is absent).
+fn element_timeout(table: &str, element: &str) -> Option<u64> {
+    let rest = table.split(&format!("{element} timeout ")).nth(1)?;
+    let word = rest.split([' ', ',', '}', '\n']).next()?;
+    let mut ms = 0u64;
+    let mut num = String::new();
+    let mut chars = word.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            num.push(c);
+            continue;
+        }
+        let n: u64 = num.parse().ok()?;
+        num.clear();
+        match c {
+            'm' if chars.peek() == Some(&'s') => {
+                chars.next();
+                ms += n;
+            }
+            's' => ms += n * 1000,
+            'm' => ms += n * 60_000,
+            'h' => ms += n * 3_600_000,
+            'd' => ms += n * 86_400_000,
+            _ => return None,
+        }
+    }
+    Some(ms)
 }

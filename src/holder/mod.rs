@@ -24,7 +24,7 @@ use tracing::{debug, error, info, warn};
 use crate::election::{Gates, LeaderState, Leadership, Timing};
 use crate::logging::RepeatLimiter;
 use crate::net::conflict::{Claim, ConflictMonitor, WatchId, fmt_mac};
-use crate::net::{AddrInfo, Announcer, Kernel, LinkInfo, NetError, Vip};
+use crate::net::{AddrInfo, Announcer, Kernel, Lifetime, LinkInfo, NetError, Vip};
 use probe::{Action, ProbeState};
 
 /// Gate name closed while the VIP interface has had no carrier for longer than the renew
@@ -144,17 +144,12 @@ pub fn fence_timeout(
     Duration::from_millis(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Whether a fence element given `timeout` (by [`fence_timeout`]) may outlive the lease as
-/// the other nodes see it: the kernel took it at the latest when `nft` returned, `age`
-/// after the renewal request was sent, so it ends by `age + timeout`; past
-/// `lease_duration - margin` the holder must shorten or expire it. Pure.
-pub fn fence_overrun(
-    lease_duration: Duration,
-    margin: Duration,
-    timeout: Duration,
-    age: Duration,
-) -> bool {
-    age.saturating_add(timeout) > lease_duration.saturating_sub(margin)
+/// Whether a fence element that may live until `ends` after the last renewal request was
+/// sent (what [`crate::net::nft::fence::VipFence::refresh`] returns: its run's end plus
+/// the timeout it carried) may outlive the lease as the other nodes see it, less `margin`:
+/// then the holder must shorten or expire it. Pure.
+pub fn fence_overrun(lease_duration: Duration, margin: Duration, ends: Duration) -> bool {
+    ends > lease_duration.saturating_sub(margin)
 }
 
 /// Margin of the millisecond fence ([`FencePlan`] with `address_fences` false): time kept

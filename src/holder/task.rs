@@ -168,16 +168,41 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         ))
     }
 
-    /// Adds or refreshes `vip` on `ifindex` with `lifetime` seconds (a grant of
-    /// [`Self::fence_left`], cut to the grant of the moment before the request is sent: a
-    /// grant computed before a stall adds nothing once the lease may have lapsed), then
-    /// makes sure the kernel's copy cannot outlive the lease as
-    /// the other nodes see it. The kernel counts a lifetime from when it handles the
-    /// request, not from when the grant was computed: a process frozen (or stalled) between
-    /// the two would otherwise give a VIP a full fence long after its lease expired, and
-    /// answer next to the new holder (found by the chaos soak, seed 711036458). After the
-    /// kernel's answer the grant is computed again: a shorter one replaces the lifetime, none
-    /// removes the VIP at once (the next renewal adds it again).
+    /// The fence `vip` may get now, as an end rather than a number ([`Lifetime`]): at most
+    /// `max_secs` (and the plan's address lifetime); under the address fence gone by the
+    /// last renewal's send time plus the lease duration less [`FENCE_MARGIN`] (so
+    /// [`Lifetime::secs_at`] is [`fence_grant`] of the moment the kernel takes it); never
+    /// past the VIP's not-after time (DHCP lease expiry). `None` when not leading or when
+    /// the lease may have lapsed for the other nodes ([`fence_lapsed`]).
+    pub(super) fn fence_for(&self, vip: Vip, max_secs: u32, now: Instant) -> Option<Lifetime> {
+        let renewed = self.renewed_at?;
+        let age = now.saturating_duration_since(renewed);
+        if fence_lapsed(self.cfg.lease_duration, self.cfg.fence.margin, age) {
+            return None;
+        }
+        let max_secs = max_secs.min(self.cfg.fence.address_secs);
+        let not_after = self.not_after(vip);
+        if !self.cfg.fence.address_fences {
+            // The nftables element fences; the address is its inert second line.
+            return Some(Lifetime {
+                max_secs,
+                until: not_after,
+            });
+        }
+        let end = renewed + self.cfg.lease_duration.saturating_sub(FENCE_MARGIN);
+        Some(Lifetime::until(
+            max_secs,
+            not_after.map_or(end, |n| n.min(end)),
+        ))
+    }
+
+    /// Adds or refreshes `vip` on `ifindex` for at most `lifetime` seconds (a grant of
+    /// [`Self::fence_left`]), as [`Self::fence_for`] allows when the kernel takes it: the
+    /// kernel layer turns the end into seconds right before the request and deletes the
+    /// address again when this process was frozen or stalled in between
+    /// ([`crate::net::lifetime`]; the chaos soak found this window, seeds 20261201 and
+    /// 711036458). When nothing is left (the lease may have lapsed, the not-after time has
+    /// come, less than a second is left), the VIP is removed until the next renewal.
     ///
     /// Returns `Ok(true)` when the VIP is in place, `Ok(false)` when it was removed.
     ///
@@ -189,38 +214,23 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         vip: Vip,
         lifetime: u32,
     ) -> Result<bool, NetError> {
-        let not_after = self.not_after(vip);
         let now = Instant::now();
-        // The caller's grant may be stale (computed before an address dump that a freeze
-        // or a stall made late): it is cut to what the lease covers now, and nothing is
-        // added once the lease may have lapsed.
-        let Some(left) = self.fence_left(now) else {
+        let Some(fence) = self.fence_for(vip, lifetime, now) else {
             debug!(holder = %self.name, %vip, "the lease may have lapsed since the grant; not adding the VIP");
             self.kernel.remove(ifindex, vip).await?;
             return Ok(false);
         };
-        let mut lifetime = cap_lifetime(lifetime.min(left), not_after, now);
-        if lifetime == 0 {
-            debug!(holder = %self.name, %vip, "the VIP's not-after time (DHCP lease expiry) has come; removing it");
+        if fence.secs_at(now) == 0 {
+            debug!(holder = %self.name, %vip, "less than a second of the lease or of the VIP's not-after time (DHCP lease expiry) is left; removing it");
             self.kernel.remove(ifindex, vip).await?;
             return Ok(false);
         }
-        for _ in 0..FENCE_RECHECKS {
-            self.kernel
-                .add_or_refresh(ifindex, vip, lifetime, self.cfg.skip_dad)
-                .await?;
-            let now = Instant::now();
-            match self
-                .fence_left(now)
-                .map(|left| cap_lifetime(left, not_after, now))
-            {
-                Some(now_left) if now_left >= lifetime => return Ok(true),
-                Some(now_left) if now_left >= 1 => {
-                    debug!(holder = %self.name, %vip, lifetime, now_left, "the kernel took the VIP's lifetime late; shortening it");
-                    lifetime = now_left;
-                }
-                _ => break,
-            }
+        let held = self
+            .kernel
+            .add_or_refresh(ifindex, vip, fence, self.cfg.skip_dad)
+            .await?;
+        if held > 0 {
+            return Ok(true);
         }
         warn!(holder = %self.name, %vip, "less than a second of the lease was left when the kernel took the VIP's lifetime (renewals are late, or this process was frozen or stalled): the kernel counts lifetimes in whole seconds, so the VIP is removed until the next renewal");
         self.kernel.remove(ifindex, vip).await?;
@@ -509,11 +519,12 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
 
     /// On every renewal: arms this holder's VIPs in the nftables fence
     /// ([`HolderConfig::nft_fence`]) and lets them be answered until the renewal's send
-    /// time plus the fence lifetime. The timeout ([`fence_timeout`]) is computed right
-    /// before each `nft` run and checked after it ([`fence_overrun`]): when this process
-    /// was frozen or stalled during the run, the element is set again with what is left,
-    /// and expired (the VIPs are dropped at once) when nothing is. VIPs that left the set
-    /// are disarmed. Failures are logged; the elements keep their earlier timeout.
+    /// time plus the fence lifetime ([`fence_timeout`] of age zero). The fence turns that end
+    /// into a timeout when its `nft` run is written ([`crate::net::nft::fence::VipFence::refresh`]) and says how
+    /// long the element may live; past the lease ([`fence_overrun`]: this process was
+    /// frozen or stalled during the run) the element is set again with what is left, and
+    /// expired (the VIPs are dropped at once) when nothing is. VIPs that left the set are
+    /// disarmed. Failures are logged; the elements keep their earlier timeout.
     ///
     /// Returns whether the VIPs may be added or refreshed now: always under the
     /// whole-second address fence; under the millisecond fence ([`FencePlan`] with
@@ -547,30 +558,31 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
         let (fence, margin) = (self.cfg.fence.nft, self.cfg.fence.margin);
         let lease = self.cfg.lease_duration;
+        // The element's end, fixed by the renewal's send time; the fence turns it into a
+        // timeout when its `nft` run is written, so a freeze before that shortens it.
+        let until = sent + fence_timeout(fence, lease, margin, Duration::ZERO);
         for _ in 0..FENCE_RECHECKS {
-            let timeout = fence_timeout(
-                fence,
-                lease,
-                margin,
-                Instant::now().saturating_duration_since(sent),
-            );
-            if timeout.is_zero() {
+            let now = Instant::now();
+            if fence_timeout(fence, lease, margin, now.saturating_duration_since(sent)).is_zero() {
                 break;
             }
-            if let Err(e) = self.cfg.nft_fence.refresh(&vips, timeout).await {
-                warn!(holder = %self.name, error = %e, "cannot refresh the nftables fence; its elements keep their earlier timeout");
-                return !needed;
-            }
+            let ends = match self.cfg.nft_fence.refresh(&vips, until).await {
+                Ok(ends) => ends,
+                Err(e) => {
+                    warn!(holder = %self.name, error = %e, "cannot refresh the nftables fence; its elements keep their earlier timeout");
+                    return !needed;
+                }
+            };
             for v in &vips {
                 if !self.nft_fenced.contains(v) {
                     self.nft_fenced.push(*v);
                 }
             }
-            let age = Instant::now().saturating_duration_since(sent);
-            if !fence_overrun(lease, margin, timeout, age) {
+            let now = Instant::now();
+            if ends > now && !fence_overrun(lease, margin, ends.saturating_duration_since(sent)) {
                 return true;
             }
-            debug!(holder = %self.name, timeout_ms = timeout.as_millis(), age_ms = age.as_millis(), "the kernel took the nftables fence timeout late; setting it again");
+            debug!(holder = %self.name, ends_ms = ends.saturating_duration_since(sent).as_millis(), "the nftables fence element may live past the lease (the run was late) or was written expired; setting it again");
         }
         if self.nft_fenced.is_empty() {
             return !needed;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
-use super::{AddrInfo, Kernel, LinkInfo, NetError, Vip};
+use super::{AddrInfo, Kernel, Lifetime, LinkInfo, NetError, Vip};
 
 /// A [`Kernel`] whose `addresses()` answers from a shared snapshot (see module docs).
 pub struct CachedKernel<K: Kernel> {
@@ -49,12 +49,12 @@ impl<K: Kernel> Kernel for CachedKernel<K> {
         &self,
         ifindex: u32,
         vip: Vip,
-        valid_lft_secs: u32,
+        lifetime: Lifetime,
         skip_dad: bool,
-    ) -> Result<(), NetError> {
+    ) -> Result<u32, NetError> {
         let r = self
             .inner
-            .add_or_refresh(ifindex, vip, valid_lft_secs, skip_dad)
+            .add_or_refresh(ifindex, vip, lifetime, skip_dad)
             .await;
         self.invalidate().await;
         r
@@ -112,8 +112,14 @@ mod tests {
         async fn link_by_index(&self, index: u32) -> Result<LinkInfo, NetError> {
             Err(NetError::NoSuchIndex { index })
         }
-        async fn add_or_refresh(&self, _: u32, _: Vip, _: u32, _: bool) -> Result<(), NetError> {
-            Ok(())
+        async fn add_or_refresh(
+            &self,
+            _: u32,
+            _: Vip,
+            l: Lifetime,
+            _: bool,
+        ) -> Result<u32, NetError> {
+            Ok(l.max_secs)
         }
         async fn remove(&self, _: u32, _: Vip) -> Result<(), NetError> {
             Ok(())

@@ -19,11 +19,13 @@ use std::fmt;
 use std::future::Future;
 use std::net::IpAddr;
 
+mod addr_socket;
 mod arp;
 pub mod arpflux;
 mod cache;
 pub mod conflict;
 mod iface;
+pub mod lifetime;
 pub mod macprobe;
 pub mod macvlan;
 mod netlink;
@@ -37,6 +39,7 @@ pub use iface::{
     DefaultRoute, IFNAME_MAX, IFNAME_RULE, SubnetEdge, choose_interface_from, in_subnet, is_ifname,
     network_of, subnet_edge, subnet_edge_of, vip_subnet_edge,
 };
+pub use lifetime::Lifetime;
 pub use netlink::{
     NetlinkKernel, RawAddr, TagMode, decode_addr_flags, detect_tag_mode, label_for, tag_for,
 };
@@ -279,22 +282,28 @@ pub trait Kernel: Send + Sync + 'static {
     fn link_by_index(&self, index: u32) -> impl Future<Output = Result<LinkInfo, NetError>> + Send;
 
     /// Add, or refresh the lifetimes of, a VIP on interface `ifindex`: `preferred_lft 0`
-    /// (never a source address), `valid_lft = valid_lft_secs` seconds (finite: the kernel
-    /// fence), tagged with [`ADDR_PROTO_VIPD`]; IPv6 with `IFA_F_NODAD` when `skip_dad`.
-    /// Adding an address that exists on `ifindex` with this prefix and is ours refreshes it
-    /// (`NLM_F_REPLACE`, like `ip address replace`).
+    /// (never a source address), a finite `valid_lft` (the kernel fence) computed from
+    /// `lifetime` ([`Lifetime::secs_at`]) immediately before the kernel takes it and checked
+    /// once it has ([`lifetime::add_within`]: a process frozen in between gets the address
+    /// cut or deleted at once), tagged with [`ADDR_PROTO_VIPD`]; IPv6 with `IFA_F_NODAD`
+    /// when `skip_dad`. Adding an address that exists on `ifindex` with this prefix and is
+    /// ours refreshes it (`NLM_F_REPLACE`, like `ip address replace`).
+    ///
+    /// Returns the lifetime the address holds, seconds; 0 when nothing of `lifetime` was
+    /// left (nothing added; an existing copy keeps its earlier lifetime, the caller removes
+    /// it) or the add came too late and was deleted.
     ///
     /// # Errors
     /// [`NetError::NotOurs`] when the node has this address (any interface, any prefix)
-    /// untagged; [`NetError::InvalidLifetime`] for `valid_lft_secs` 0 or `u32::MAX`;
+    /// untagged; [`NetError::InvalidLifetime`] for a `max_secs` of 0 or `u32::MAX`;
     /// [`NetError::InvalidPrefix`]; [`NetError::TagUnsupported`]; [`NetError::Netlink`].
     fn add_or_refresh(
         &self,
         ifindex: u32,
         vip: Vip,
-        valid_lft_secs: u32,
+        lifetime: Lifetime,
         skip_dad: bool,
-    ) -> impl Future<Output = Result<(), NetError>> + Send;
+    ) -> impl Future<Output = Result<u32, NetError>> + Send;
 
     /// Remove a VIP from `ifindex` only if it is ours (tagged). Absent = `Ok`.
     ///

@@ -12,7 +12,9 @@ use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
 use netlink_packet_route::route::{RouteAttribute, RouteHeader, RouteMessage, RouteType};
 use rtnetlink::Handle;
 
+use super::addr_socket::AddrSocket;
 use super::iface::{DefaultRoute, choose_interface_from};
+use super::lifetime::Lifetime;
 use super::{ADDR_PROTO_VIPD, AddrInfo, Kernel, LABEL_SUFFIX, LinkInfo, NetError, Vip};
 
 /// The kernel's "forever" lifetime (`INFINITY_LIFE_TIME`, seconds).
@@ -294,6 +296,8 @@ pub struct NetlinkKernel {
     /// The kernel answers a second dump on the same netlink socket while one is running
     /// with `EBUSY`: dumps (addresses, routes) take turns.
     dump_lock: tokio::sync::Mutex<()>,
+    /// The blocking socket that carries fence lifetimes ([`super::addr_socket`]).
+    addr_socket: std::sync::Arc<AddrSocket>,
 }
 
 impl NetlinkKernel {
@@ -318,11 +322,13 @@ impl NetlinkKernel {
                 tracing::warn!(error = %e, "cannot enlarge the netlink receive buffer");
             }
         }
+        let addr_socket = std::sync::Arc::new(AddrSocket::open().map_err(NetError::Socket)?);
         rt.spawn(conn);
         Ok(Self {
             handle,
             tag_mode: AtomicU8::new(TagMode::Unknown.to_u8()),
             dump_lock: tokio::sync::Mutex::new(()),
+            addr_socket,
         })
     }
 
@@ -386,26 +392,34 @@ impl NetlinkKernel {
     }
 
     /// Send one `RTM_NEWADDR`.
+    /// Sends the add (or, `replace`, the refresh) through the blocking socket, with the
+    /// lifetime computed from `lifetime` right before the kernel takes it
+    /// ([`AddrSocket::add`]). Returns the seconds the address holds (0: not added, or
+    /// deleted again because the kernel took the lifetime too late).
     async fn send_add(
         &self,
         ifindex: u32,
         vip: Vip,
-        valid: u32,
+        lifetime: Lifetime,
         skip_dad: bool,
         tag: &Tag,
         replace: bool,
-    ) -> Result<(), rtnetlink::Error> {
+    ) -> Result<u32, rtnetlink::Error> {
+        // rtnetlink builds the message (address, local, broadcast attributes); it is sent
+        // on the blocking socket, not through the request's `execute`.
         let mut req = self.handle.address().add(ifindex, vip.addr, vip.prefix);
-        let msg = req.message_mut();
-        set_lifetimes(msg, valid, 0, vip.addr.is_ipv6() && skip_dad);
+        let mut msg = req.message_mut().clone();
         match tag {
             Tag::Proto(p) => msg
                 .attributes
                 .push(AddressAttribute::Protocol(AddressProtocol::from(*p))),
             Tag::Label(l) => msg.attributes.push(AddressAttribute::Label(l.clone())),
         }
-        let req = if replace { req.replace() } else { req };
-        req.execute().await
+        let nodad = vip.addr.is_ipv6() && skip_dad;
+        let sock = self.addr_socket.clone();
+        tokio::task::spawn_blocking(move || sock.add(&msg, &lifetime, nodad, replace))
+            .await
+            .map_err(|_| rtnetlink::Error::RequestFailed)?
     }
 
     /// Delete exactly the address described by a dumped message.
@@ -464,14 +478,14 @@ impl Kernel for NetlinkKernel {
         &self,
         ifindex: u32,
         vip: Vip,
-        valid_lft_secs: u32,
+        lifetime: Lifetime,
         skip_dad: bool,
-    ) -> Result<(), NetError> {
+    ) -> Result<u32, NetError> {
         vip.check()?;
-        if valid_lft_secs == 0 || valid_lft_secs == INFINITY_LIFE_TIME {
+        if lifetime.max_secs == 0 || lifetime.max_secs == INFINITY_LIFE_TIME {
             return Err(NetError::InvalidLifetime {
                 vip,
-                value: valid_lft_secs,
+                value: lifetime.max_secs,
             });
         }
         let link = self.link_by_index(ifindex).await?;
@@ -492,11 +506,11 @@ impl Kernel for NetlinkKernel {
             }
             let mode = self.tag_mode();
             let tag = tag_for(mode, vip, &link.name)?;
-            match self
-                .send_add(ifindex, vip, valid_lft_secs, skip_dad, &tag, existing)
+            let held = match self
+                .send_add(ifindex, vip, lifetime, skip_dad, &tag, existing)
                 .await
             {
-                Ok(()) => {}
+                Ok(held) => held,
                 Err(e)
                     if mode == TagMode::Unknown
                         && matches!(errno(&e), Some(EINVAL | EOPNOTSUPP)) =>
@@ -531,22 +545,22 @@ impl Kernel for NetlinkKernel {
                         source,
                     });
                 }
-            }
-            if mode != TagMode::Unknown || existing {
-                return Ok(());
+            };
+            if mode != TagMode::Unknown || existing || held == 0 {
+                return Ok(held);
             }
             // First address created by this process: did the kernel keep IFA_PROTO?
             let addrs = self.dump_addrs().await?;
             let Some((msg, _)) = addrs.into_iter().find(|(_, a)| {
                 a.ifindex == ifindex && a.vip.addr == vip.addr && a.vip.prefix == vip.prefix
             }) else {
-                // Gone already (cannot happen with a valid lifetime >= 1 s); decide next time.
-                return Ok(());
+                // Gone already (expired or removed meanwhile); decide next time.
+                return Ok(held);
             };
             let detected = detect_tag_mode(RawAddr::from_message(&msg).proto);
             self.set_tag_mode(detected);
             if detected == TagMode::Proto {
-                return Ok(());
+                return Ok(held);
             }
             // The address we just created (NLM_F_EXCL, so it is ours) is untagged: replace it
             // with a labelled one, or remove it when it cannot be tagged.

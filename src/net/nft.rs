@@ -591,6 +591,12 @@ pub(crate) async fn run_nft_text(
     run_nft_input(nft, args, false, commands.join("\n")).await
 }
 
+/// How often a run whose `nft` binary is busy (`ETXTBSY`) is tried again, [`NFT_BUSY_PAUSE`]
+/// apart.
+const NFT_BUSY_RETRIES: u32 = 5;
+/// Pause before trying a busy `nft` binary again.
+const NFT_BUSY_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
+
 /// Runs `nft [args] [-j] -f -` with `input` on stdin (`json`: nftables JSON, else `nft`
 /// syntax); the error is `nft`'s stderr (or why it could not run).
 async fn run_nft_input(
@@ -599,25 +605,38 @@ async fn run_nft_input(
     json: bool,
     input: String,
 ) -> Result<(), String> {
-    let mut child = tokio::process::Command::new(nft)
-        .args(args)
-        .args(if json {
-            &["-j", "-f", "-"][..]
-        } else {
-            &["-f", "-"][..]
-        })
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => format!(
-                "{} not found (install the nftables package, which provides nft)",
-                nft.display()
-            ),
-            _ => format!("cannot run {}: {e}", nft.display()),
-        })?;
+    // ETXTBSY: the binary is open for writing somewhere (being replaced by a package
+    // upgrade, or a stand-in just written while another thread forked); it passes.
+    let mut busy = 0;
+    let mut child = loop {
+        let spawned = tokio::process::Command::new(nft)
+            .args(args)
+            .args(if json {
+                &["-j", "-f", "-"][..]
+            } else {
+                &["-f", "-"][..]
+            })
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn();
+        match spawned {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && busy < NFT_BUSY_RETRIES => {
+                busy += 1;
+                tokio::time::sleep(NFT_BUSY_PAUSE).await;
+            }
+            r => {
+                break r.map_err(|e| match e.kind() {
+                    std::io::ErrorKind::NotFound => format!(
+                        "{} not found (install the nftables package, which provides nft)",
+                        nft.display()
+                    ),
+                    _ => format!("cannot run {}: {e}", nft.display()),
+                })?;
+            }
+        }
+    };
     let run = async move {
         if let Some(mut stdin) = child.stdin.take() {
             stdin

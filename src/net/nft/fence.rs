@@ -112,17 +112,22 @@ pub enum FenceError {
 /// [`NoopFence`]; the VIP holder refreshes its VIPs on every renewal and disarms them once
 /// their addresses are gone.
 pub trait VipFence: Send + Sync + fmt::Debug + 'static {
-    /// Arms `vips` (their traffic is filtered from now on) and lets them be answered for
-    /// `timeout` from when the kernel handles the request (milliseconds; below 1 ms the
-    /// caller must [`VipFence::expire`] instead).
+    /// Arms `vips` (their traffic is filtered from now on) and lets them be answered until
+    /// `until`: the element timeout (whole milliseconds, rounded down) is computed from
+    /// `until` right before `nft` runs, so time spent queued or frozen before the run does
+    /// not stretch it. When less than 1 ms is left the VIPs' elements are expired instead.
+    ///
+    /// Returns the latest moment the elements may live: the run's end plus the timeout it
+    /// carried (the kernel counts it from some moment inside the run). Past the lease the
+    /// caller must refresh again (a shorter timeout) or [`VipFence::expire`].
     ///
     /// # Errors
     /// [`FenceError::Change`] when `nft` fails (nothing changed).
     fn refresh<'a>(
         &'a self,
         vips: &'a [IpAddr],
-        timeout: Duration,
-    ) -> BoxFuture<'a, Result<(), FenceError>>;
+        until: Instant,
+    ) -> BoxFuture<'a, Result<Instant, FenceError>>;
 
     /// Ends the live time of `vips` now: armed ones are not answered any more.
     ///
@@ -156,9 +161,9 @@ impl VipFence for NoopFence {
     fn refresh<'a>(
         &'a self,
         _: &'a [IpAddr],
-        _: Duration,
-    ) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(async { Ok(()) })
+        until: Instant,
+    ) -> BoxFuture<'a, Result<Instant, FenceError>> {
+        Box::pin(async move { Ok(until) })
     }
     fn expire<'a>(&'a self, _: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
         Box::pin(async { Ok(()) })
@@ -285,8 +290,8 @@ pub(crate) fn refresh_commands(
 /// One change a holder asks of the fence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Change {
-    /// [`VipFence::refresh`] with this timeout.
-    Refresh(Duration),
+    /// [`VipFence::refresh`] until this moment.
+    Refresh(Instant),
     /// [`VipFence::expire`].
     Expire,
     /// [`VipFence::disarm`].
@@ -300,14 +305,24 @@ struct Op {
     change: Change,
 }
 
-/// The commands of `ops`, in order, as one transaction. `may_be_live` holds the VIPs
-/// whose live element may exist before it; it is updated as each op is written, so a
-/// second refresh of a VIP in the same transaction replaces the first's element.
-fn op_commands(ops: &[Op], may_be_live: &mut HashSet<IpAddr>) -> Vec<String> {
+/// The element timeout of a refresh until `until`, written at `now` (whole milliseconds,
+/// rounded down; zero once less than 1 ms is left). Pure.
+fn timeout_until(until: Instant, now: Instant) -> Duration {
+    Duration::from_millis(
+        u64::try_from(millis(until.saturating_duration_since(now))).unwrap_or(u64::MAX),
+    )
+}
+
+/// The commands of `ops`, in order, as one transaction written at `now` (refresh timeouts
+/// are counted from it, [`timeout_until`]). `may_be_live` holds the VIPs whose live element
+/// may exist before it; it is updated as each op is written, so a second refresh of a VIP
+/// in the same transaction replaces the first's element.
+fn op_commands(ops: &[Op], may_be_live: &mut HashSet<IpAddr>, now: Instant) -> Vec<String> {
     let mut c = Vec::new();
     for op in ops {
         match op.change {
-            Change::Refresh(timeout) => {
+            Change::Refresh(until) => {
+                let timeout = timeout_until(until, now);
                 match refresh_commands(&op.vips, timeout, |v| may_be_live.contains(v)) {
                     Some(r) => {
                         c.extend(r);
@@ -402,20 +417,22 @@ impl NftFence {
             })
     }
 
-    /// Runs `ops` as one transaction and, when it succeeded, records the live elements'
-    /// new ends. A failed run changed nothing (nftables transactions are atomic).
-    async fn apply(&self, ops: &[Op]) -> Result<(), FenceError> {
+    /// Runs `ops` as one transaction, their timeouts computed from the moment it is written
+    /// ([`op_commands`]), and, when it succeeded, records the live elements' new ends.
+    /// Returns when it was written and when `nft` returned ([`ends_by`]). A failed run
+    /// changed nothing (nftables transactions are atomic).
+    async fn apply(&self, ops: &[Op]) -> Result<(Instant, Instant), FenceError> {
+        let written = Instant::now();
         let mut may_be_live: HashSet<IpAddr> = {
-            let now = Instant::now();
             let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
             live.iter()
-                .filter(|(_, until)| **until > now)
+                .filter(|(_, until)| **until > written)
                 .map(|(v, _)| *v)
                 .collect()
         };
-        let c = op_commands(ops, &mut may_be_live);
+        let c = op_commands(ops, &mut may_be_live, written);
         if c.is_empty() {
-            return Ok(());
+            return Ok((written, Instant::now()));
         }
         let result = run_nft_text(&self.nft, &[], &c).await;
         if let Err(detail) = result {
@@ -431,8 +448,8 @@ impl NftFence {
         for op in ops {
             for v in &op.vips {
                 match op.change {
-                    Change::Refresh(t) if millis(t) > 0 => {
-                        live.insert(*v, done + t + LIVE_SLACK);
+                    Change::Refresh(until) if !timeout_until(until, written).is_zero() => {
+                        live.insert(*v, ends_by(until, written, done) + LIVE_SLACK);
                     }
                     _ => {
                         live.remove(v);
@@ -440,15 +457,34 @@ impl NftFence {
                 }
             }
         }
-        Ok(())
+        Ok((written, done))
     }
 
-    async fn change(&self, vips: &[IpAddr], change: Change) -> Result<(), FenceError> {
-        self.apply(&[Op {
-            vips: vips.to_vec(),
-            change,
-        }])
-        .await
+    async fn change(&self, vips: &[IpAddr], change: Change) -> Result<Instant, FenceError> {
+        let (written, done) = self
+            .apply(&[Op {
+                vips: vips.to_vec(),
+                change,
+            }])
+            .await?;
+        Ok(outcome(change, written, done))
+    }
+}
+
+/// The latest moment an element refreshed until `until` by a run written at `written` and
+/// returned at `done` may live: the kernel started its timeout ([`timeout_until`] of
+/// `written`) at some moment of the run, at the latest `done`. Pure.
+fn ends_by(until: Instant, written: Instant, done: Instant) -> Instant {
+    done + timeout_until(until, written)
+}
+
+/// What [`VipFence`]'s methods return for `change` run in a transaction written at
+/// `written` and returned at `done`: for a refresh [`ends_by`], else `done` (nothing lives
+/// past it).
+fn outcome(change: Change, written: Instant, done: Instant) -> Instant {
+    match change {
+        Change::Refresh(until) => ends_by(until, written, done),
+        Change::Expire | Change::Disarm => done,
     }
 }
 
@@ -456,17 +492,17 @@ impl VipFence for NftFence {
     fn refresh<'a>(
         &'a self,
         vips: &'a [IpAddr],
-        timeout: Duration,
-    ) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(self.change(vips, Change::Refresh(timeout)))
+        until: Instant,
+    ) -> BoxFuture<'a, Result<Instant, FenceError>> {
+        Box::pin(self.change(vips, Change::Refresh(until)))
     }
 
     fn expire<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(self.change(vips, Change::Expire))
+        Box::pin(async move { self.change(vips, Change::Expire).await.map(|_| ()) })
     }
 
     fn disarm<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(self.change(vips, Change::Disarm))
+        Box::pin(async move { self.change(vips, Change::Disarm).await.map(|_| ()) })
     }
 
     fn active(&self) -> bool {
@@ -489,7 +525,7 @@ impl VipFence for NftFence {
 /// One change queued for [`BatchedFence`]'s writer and where the outcome goes.
 struct Batched {
     op: Op,
-    reply: tokio::sync::oneshot::Sender<Result<(), FenceError>>,
+    reply: tokio::sync::oneshot::Sender<Result<Instant, FenceError>>,
 }
 
 /// [`NftFence`] for many holders at once: every change queued while an `nft` run is under
@@ -498,9 +534,9 @@ struct Batched {
 /// retry period) it would be hundreds a second; batched, it is at most one run at a time,
 /// whatever the number of holders.
 ///
-/// Each caller still computes its element's timeout right before queueing and checks after
-/// the answer whether the kernel took it too late (`holder::fence_overrun`): the time spent
-/// in the queue counts as lateness, so batching cannot stretch a fence. A failed run fails
+/// Each caller gives the end of its element's live time, and the timeout is computed from
+/// it when the batch is written ([`NftFence::apply`]): the time spent in the queue is taken
+/// off the timeout, so batching cannot stretch a fence. A failed run fails
 /// every change in it (nftables transactions are atomic): their elements keep the timeouts
 /// they had.
 #[derive(Debug)]
@@ -532,16 +568,20 @@ impl BatchedFence {
                 let result = writer.apply(&ops).await;
                 for b in batch {
                     // A caller that went away (its holder stopped) needs no answer.
-                    let _ = b.reply.send(result.clone());
+                    let _ = b.reply.send(
+                        result
+                            .clone()
+                            .map(|(written, done)| outcome(b.op.change, written, done)),
+                    );
                 }
             }
         });
         BatchedFence { nft, queue }
     }
 
-    async fn queue(&self, vips: &[IpAddr], change: Change) -> Result<(), FenceError> {
+    async fn queue(&self, vips: &[IpAddr], change: Change) -> Result<Instant, FenceError> {
         if vips.is_empty() {
-            return Ok(());
+            return Ok(Instant::now());
         }
         let (reply, answer) = tokio::sync::oneshot::channel();
         let lost = |detail: &str| FenceError::Change {
@@ -567,17 +607,17 @@ impl VipFence for BatchedFence {
     fn refresh<'a>(
         &'a self,
         vips: &'a [IpAddr],
-        timeout: Duration,
-    ) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(self.queue(vips, Change::Refresh(timeout)))
+        until: Instant,
+    ) -> BoxFuture<'a, Result<Instant, FenceError>> {
+        Box::pin(self.queue(vips, Change::Refresh(until)))
     }
 
     fn expire<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(self.queue(vips, Change::Expire))
+        Box::pin(async move { self.queue(vips, Change::Expire).await.map(|_| ()) })
     }
 
     fn disarm<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(self.queue(vips, Change::Disarm))
+        Box::pin(async move { self.queue(vips, Change::Disarm).await.map(|_| ()) })
     }
 
     fn active(&self) -> bool {
@@ -725,11 +765,17 @@ mod tests {
         let vips: Vec<IpAddr> = (1..=20)
             .map(|i| format!("192.0.2.{i}").parse().unwrap())
             .collect();
+        let asked = Instant::now();
+        let until = asked + Duration::from_millis(1500);
         let calls = vips
             .iter()
-            .map(|v| fence.refresh(std::slice::from_ref(v), Duration::from_millis(1500)));
+            .map(|v| fence.refresh(std::slice::from_ref(v), until));
         for r in futures::future::join_all(calls).await {
-            assert_eq!(r, Ok(()));
+            let ends = r.expect("refreshed");
+            assert!(
+                ends >= until && ends <= Instant::now() + Duration::from_millis(1500),
+                "the run's end plus the timeout written"
+            );
         }
         let log = std::fs::read_to_string(dir.join("log")).unwrap();
         let runs: Vec<&str> = log.split("---\n").filter(|r| !r.is_empty()).collect();
@@ -739,9 +785,15 @@ mod tests {
             "setup, then one run for the 20 changes: {log}"
         );
         for v in &vips {
+            let ms = runs[1]
+                .split(&format!("live {{ {v} timeout "))
+                .nth(1)
+                .and_then(|r| r.split("ms").next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("{v} in the batch: {}", runs[1]));
             assert!(
-                runs[1].contains(&format!("live {{ {v} timeout 1500ms }}")),
-                "{v} in the batch"
+                (1..=1500).contains(&ms),
+                "{v}: the time to the end when the run was written, {ms} ms"
             );
         }
         std::fs::write(dir.join("fail"), "").unwrap();
@@ -776,25 +828,68 @@ mod tests {
     /// expired before its refresh is only added.
     #[test]
     fn ops_in_one_transaction_see_each_others_elements() {
+        let now = Instant::now();
         let refresh = |v: IpAddr| Op {
             vips: vec![v],
-            change: Change::Refresh(Duration::from_millis(400)),
+            change: Change::Refresh(now + Duration::from_millis(400)),
         };
         let deletes = |c: &[String]| c.iter().filter(|l| l.starts_with("delete")).count();
         let mut live = HashSet::new();
-        let c = op_commands(&[refresh(v4()), refresh(v4())], &mut live);
+        let c = op_commands(&[refresh(v4()), refresh(v4())], &mut live, now);
         assert_eq!(deletes(&c), 2, "the second refresh replaces: {c:?}");
         assert!(live.contains(&v4()));
         let expire = Op {
             vips: vec![v4()],
             change: Change::Expire,
         };
-        let c = op_commands(&[expire, refresh(v4())], &mut live);
+        let c = op_commands(&[expire, refresh(v4())], &mut live, now);
         assert_eq!(
             c.last().map(String::as_str),
             Some("add element inet vipd_fence live4 { 192.0.2.10 timeout 400ms }")
         );
         assert_eq!(deletes(&c), 2, "only the expiry deletes: {c:?}");
+    }
+
+    /// A refresh is written with the time left to its end when the transaction is written,
+    /// not when it was asked for: a change that waited 300 ms in the queue (or in a frozen
+    /// process) gets 300 ms less, and one whose end has passed expires its element. What it
+    /// may live until is the run's end plus that timeout.
+    #[test]
+    fn the_timeout_is_the_time_left_when_the_run_is_written() {
+        let asked = Instant::now();
+        let until = asked + Duration::from_millis(1950);
+        let refresh = Op {
+            vips: vec![v4()],
+            change: Change::Refresh(until),
+        };
+        let c = op_commands(
+            std::slice::from_ref(&refresh),
+            &mut HashSet::new(),
+            asked + Duration::from_millis(300),
+        );
+        assert!(
+            c.contains(
+                &"add element inet vipd_fence live4 { 192.0.2.10 timeout 1650ms }".to_string()
+            ),
+            "{c:?}"
+        );
+        let c = op_commands(
+            &[refresh],
+            &mut HashSet::new(),
+            asked + Duration::from_millis(1950),
+        );
+        assert_eq!(c, expire_commands(&[v4()], false), "expired");
+        assert_eq!(
+            timeout_until(until, asked + Duration::from_micros(1_949_500)),
+            Duration::ZERO,
+            "under a millisecond left: nothing"
+        );
+        let written = asked + Duration::from_millis(300);
+        assert_eq!(
+            ends_by(until, written, written + Duration::from_millis(20)),
+            until + Duration::from_millis(20),
+            "a run that took 20 ms may keep the element 20 ms past the end"
+        );
     }
 
     /// The fence remembers the elements it set: the first refresh only adds, one while the
@@ -814,24 +909,31 @@ mod tests {
                 .collect();
             runs.last().cloned().unwrap_or_default()
         };
-        let short = Duration::from_millis(5);
-        fence.refresh(&[v4()], short).await.unwrap();
+        // Long enough for a stand-in `nft` run on a loaded machine to find time left.
+        let short = Duration::from_millis(200);
+        fence
+            .refresh(&[v4()], Instant::now() + short)
+            .await
+            .unwrap();
         assert!(!last_run().contains("delete"), "{}", last_run());
-        fence.refresh(&[v4()], short).await.unwrap();
+        fence
+            .refresh(&[v4()], Instant::now() + short)
+            .await
+            .unwrap();
         assert!(
             last_run().contains("delete element arp vipd_fence live"),
             "{}",
             last_run()
         );
-        tokio::time::sleep(short + LIVE_SLACK + Duration::from_millis(20)).await;
+        tokio::time::sleep(short + LIVE_SLACK + Duration::from_millis(50)).await;
         fence
-            .refresh(&[v4()], Duration::from_secs(5))
+            .refresh(&[v4()], Instant::now() + Duration::from_secs(5))
             .await
             .unwrap();
         assert!(!last_run().contains("delete"), "expired: {}", last_run());
         fence.expire(&[v4()]).await.unwrap();
         fence
-            .refresh(&[v4()], Duration::from_secs(5))
+            .refresh(&[v4()], Instant::now() + Duration::from_secs(5))
             .await
             .unwrap();
         assert!(
@@ -843,7 +945,7 @@ mod tests {
         assert!(fence.expire(&[v4()]).await.is_err());
         std::fs::remove_file(dir.join("fail")).unwrap();
         fence
-            .refresh(&[v4()], Duration::from_secs(5))
+            .refresh(&[v4()], Instant::now() + Duration::from_secs(5))
             .await
             .unwrap();
         assert!(

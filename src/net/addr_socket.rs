@@ -1,0 +1,178 @@
+//! A blocking rtnetlink socket for the one request whose timing is a safety matter: an
+//! address add or refresh carrying a fence lifetime ([`super::lifetime`]).
+//!
+//! rtnetlink's asynchronous handle queues a request to its connection task, which writes it
+//! when it is next polled; a lifetime computed before that can reach the kernel late. Here
+//! the request is written with `send(2)`, and the kernel handles an `RTM_NEWADDR` inside
+//! that call (rtnetlink requests are processed in the sender's context), so the lifetime
+//! computed just before it is the one the kernel counts from. Messages are built by
+//! netlink-packet-route; the socket is netlink-sys's.
+//!
+//! The socket is opened with the [`super::NetlinkKernel`] (so in the same network
+//! namespace as its rtnetlink connection) and used from a blocking thread
+//! ([`tokio::task::spawn_blocking`]), one request at a time.
+
+use std::cell::Cell;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use netlink_packet_core::{
+    NLM_F_ACK, NLM_F_CREATE, NLM_F_EXCL, NLM_F_REPLACE, NLM_F_REQUEST, NetlinkHeader,
+    NetlinkMessage, NetlinkPayload,
+};
+use netlink_packet_route::RouteNetlinkMessage;
+use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+
+use super::lifetime::{Lifetime, add_within};
+use super::netlink::set_lifetimes;
+
+/// How long a request waits for the kernel's answer before it is an error (the kernel
+/// answers an address request at once; this bounds a stuck socket, never a normal wait).
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Sends at most this many adds per call: the first, and up to two shorter ones after a
+/// stall ([`add_within`]).
+const ATTEMPTS: usize = 3;
+
+/// The blocking socket and its sequence numbers.
+#[derive(Debug)]
+pub(super) struct AddrSocket {
+    inner: Mutex<(Socket, u32)>,
+}
+
+impl AddrSocket {
+    /// Opens, binds and connects the socket in the caller's network namespace.
+    ///
+    /// # Errors
+    /// The socket's I/O error.
+    pub(super) fn open() -> std::io::Result<Self> {
+        let mut s = Socket::new(NETLINK_ROUTE)?;
+        s.bind_auto()?;
+        s.connect(&SocketAddr::new(0, 0))?;
+        let tv = nix::sys::time::TimeVal::new(
+            i64::try_from(ANSWER_TIMEOUT.as_secs()).unwrap_or(i64::MAX),
+            0,
+        );
+        nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::ReceiveTimeout, &tv)
+            .map_err(std::io::Error::from)?;
+        Ok(Self {
+            inner: Mutex::new((s, 0)),
+        })
+    }
+
+    /// Adds (`replace` false: `NLM_F_EXCL`) or replaces (`NLM_F_REPLACE`) the address
+    /// `msg` describes with the lifetimes [`add_within`] computes from `lifetime` right
+    /// before each send (`preferred_lft` 0, `IFA_F_NODAD` when `nodad`), and deletes it
+    /// when the kernel may have taken a lifetime reaching past `lifetime.until`. Blocking.
+    ///
+    /// Returns the seconds the address holds (0: not added, or deleted).
+    ///
+    /// # Errors
+    /// The kernel's refusal as [`rtnetlink::Error::NetlinkError`] (so callers read its
+    /// errno as for any rtnetlink request), or [`rtnetlink::Error::RequestFailed`] when
+    /// the socket fails or no answer comes within [`ANSWER_TIMEOUT`].
+    pub(super) fn add(
+        &self,
+        msg: &AddressMessage,
+        lifetime: &Lifetime,
+        nodad: bool,
+        replace: bool,
+    ) -> Result<u32, rtnetlink::Error> {
+        let mut guard = self
+            .inner
+            .lock()
+            .map_err(|_| rtnetlink::Error::RequestFailed)?;
+        let (sock, next_seq) = &mut *guard;
+        let seq = Cell::new(*next_seq);
+        let create = if replace { NLM_F_REPLACE } else { NLM_F_EXCL };
+        let mut base = msg.clone();
+        base.attributes
+            .retain(|a| !matches!(a, AddressAttribute::CacheInfo(_)));
+        let mut first = true;
+        let r = add_within(
+            lifetime,
+            ATTEMPTS,
+            tokio::time::Instant::now,
+            |secs| {
+                let mut m = base.clone();
+                set_lifetimes(&mut m, secs, 0, nodad);
+                // A shorter lifetime after a stall replaces the address just added.
+                let flags = if first { create } else { NLM_F_REPLACE };
+                first = false;
+                request(
+                    sock,
+                    &seq,
+                    RouteNetlinkMessage::NewAddress(m),
+                    NLM_F_CREATE | flags,
+                )
+            },
+            || {
+                match request(sock, &seq, RouteNetlinkMessage::DelAddress(base.clone()), 0) {
+                    // Already gone (expired meanwhile): what the delete was for.
+                    Err(rtnetlink::Error::NetlinkError(e))
+                        if e.code.is_some_and(|c| {
+                            matches!(
+                                c.get().abs(),
+                                nix::libc::EADDRNOTAVAIL | nix::libc::ENOENT | nix::libc::ENODEV
+                            )
+                        }) =>
+                    {
+                        Ok(())
+                    }
+                    r => r,
+                }
+            },
+        );
+        *next_seq = seq.get();
+        r
+    }
+}
+
+/// Sends one request with `NLM_F_REQUEST | NLM_F_ACK | flags` and waits for its answer
+/// (by sequence number; anything else on the socket is stale and skipped).
+fn request(
+    sock: &Socket,
+    seq: &Cell<u32>,
+    payload: RouteNetlinkMessage,
+    flags: u16,
+) -> Result<(), rtnetlink::Error> {
+    seq.set(seq.get().wrapping_add(1));
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST | NLM_F_ACK | flags;
+    header.sequence_number = seq.get();
+    let mut nl = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(payload));
+    nl.finalize();
+    let mut buf = vec![0u8; nl.buffer_len()];
+    nl.serialize(&mut buf);
+    sock.send(&buf, 0)
+        .map_err(|_| rtnetlink::Error::RequestFailed)?;
+    loop {
+        let (data, _) = sock
+            .recv_from_full()
+            .map_err(|_| rtnetlink::Error::RequestFailed)?;
+        let mut off = 0;
+        while off < data.len() {
+            let Some(rest) = data.get(off..) else { break };
+            let m = NetlinkMessage::<RouteNetlinkMessage>::deserialize(rest)
+                .map_err(|_| rtnetlink::Error::RequestFailed)?;
+            let len = usize::try_from(m.header.length).unwrap_or(0);
+            if len == 0 {
+                break;
+            }
+            off += (len + 3) & !3;
+            if m.header.sequence_number != seq.get() {
+                continue;
+            }
+            match m.payload {
+                NetlinkPayload::Error(e) if e.code.is_none() => return Ok(()),
+                NetlinkPayload::Error(e) => return Err(rtnetlink::Error::NetlinkError(e)),
+                other => {
+                    return Err(rtnetlink::Error::UnexpectedMessage(NetlinkMessage::new(
+                        m.header, other,
+                    )));
+                }
+            }
+        }
+    }
+}
