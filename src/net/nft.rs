@@ -576,7 +576,8 @@ pub(crate) async fn run_nft(
     args: &[&str],
     batch: &NftBatch,
 ) -> Result<(), String> {
-    run_nft_input(nft, args, true, batch.to_json()).await
+    let input = batch.to_json();
+    run_nft_input(nft, args, true, move || input).await
 }
 
 /// Runs `nft [args] -f -` with `commands` (one transaction in `nft` syntax, one command a
@@ -588,7 +589,20 @@ pub(crate) async fn run_nft_text(
     args: &[&str],
     commands: &[String],
 ) -> Result<(), String> {
-    run_nft_input(nft, args, false, commands.join("\n")).await
+    let input = commands.join("\n");
+    run_nft_input(nft, args, false, move || input).await
+}
+
+/// [`run_nft_text`] with the commands written by `write` once `nft` has started, right
+/// before they go to its stdin: for commands that carry timeouts counted from the moment
+/// they are written (the nftables fence, [`fence`]), so that starting `nft`, or this
+/// process being frozen meanwhile, does not count against them.
+pub(crate) async fn run_nft_text_written(
+    nft: &std::path::Path,
+    args: &[&str],
+    write: impl FnOnce() -> Vec<String> + Send,
+) -> Result<(), String> {
+    run_nft_input(nft, args, false, move || write().join("\n")).await
 }
 
 /// How often a run whose `nft` binary is busy (`ETXTBSY`) is tried again, [`NFT_BUSY_PAUSE`]
@@ -597,13 +611,14 @@ const NFT_BUSY_RETRIES: u32 = 5;
 /// Pause before trying a busy `nft` binary again.
 const NFT_BUSY_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
 
-/// Runs `nft [args] [-j] -f -` with `input` on stdin (`json`: nftables JSON, else `nft`
-/// syntax); the error is `nft`'s stderr (or why it could not run).
+/// Runs `nft [args] [-j] -f -` with `input()` on stdin (`json`: nftables JSON, else `nft`
+/// syntax), `input` called once `nft` has started; the error is `nft`'s stderr (or why it
+/// could not run).
 async fn run_nft_input(
     nft: &std::path::Path,
     args: &[&str],
     json: bool,
-    input: String,
+    input: impl FnOnce() -> String + Send,
 ) -> Result<(), String> {
     // ETXTBSY: the binary is open for writing somewhere (being replaced by a package
     // upgrade, or a stand-in just written while another thread forked); it passes.
@@ -637,6 +652,7 @@ async fn run_nft_input(
             }
         }
     };
+    let input = input();
     let run = async move {
         if let Some(mut stdin) = child.stdin.take() {
             stdin

@@ -62,7 +62,7 @@ use tokio::time::Instant;
 use futures::future::BoxFuture;
 use tracing::{debug, info, warn};
 
-use super::run_nft_text;
+use super::{run_nft_text, run_nft_text_written};
 
 /// Name of the fence's tables (families `arp` and `inet`).
 pub const FENCE_TABLE: &str = "vipd_fence";
@@ -422,19 +422,37 @@ impl NftFence {
     /// Returns when it was written and when `nft` returned ([`ends_by`]). A failed run
     /// changed nothing (nftables transactions are atomic).
     async fn apply(&self, ops: &[Op]) -> Result<(Instant, Instant), FenceError> {
-        let written = Instant::now();
-        let mut may_be_live: HashSet<IpAddr> = {
+        if ops.iter().all(|o| o.vips.is_empty()) {
+            let now = Instant::now();
+            return Ok((now, now));
+        }
+        let may_be_live: HashSet<IpAddr> = {
+            let now = Instant::now();
             let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
             live.iter()
-                .filter(|(_, until)| **until > written)
+                .filter(|(_, until)| **until > now)
                 .map(|(v, _)| *v)
                 .collect()
         };
-        let c = op_commands(ops, &mut may_be_live, written);
-        if c.is_empty() {
-            return Ok((written, Instant::now()));
-        }
-        let result = run_nft_text(&self.nft, &[], &c).await;
+        // Written once `nft` has started: the timeouts count from here.
+        let written: Mutex<Option<(Instant, Vec<String>)>> = Mutex::new(None);
+        let mut unwritten = may_be_live.clone();
+        let result = run_nft_text_written(&self.nft, &[], || {
+            let mut may_be_live = may_be_live;
+            let now = Instant::now();
+            let c = op_commands(ops, &mut may_be_live, now);
+            *written.lock().unwrap_or_else(PoisonError::into_inner) = Some((now, c.clone()));
+            c
+        })
+        .await;
+        let (written, c) = written
+            .into_inner()
+            .unwrap_or_else(PoisonError::into_inner)
+            .unwrap_or_else(|| {
+                // `nft` did not start: the commands it would have been given, for the error.
+                let now = Instant::now();
+                (now, op_commands(ops, &mut unwritten, now))
+            });
         if let Err(detail) = result {
             let vips: Vec<IpAddr> = ops.iter().flat_map(|o| o.vips.clone()).collect();
             return Err(FenceError::Change {
