@@ -172,7 +172,8 @@ fn ipv4_vip_tag_lifetimes_refresh_and_kernel_fence() {
 
         // A lifetime given as an end is turned into seconds when the kernel takes it (the
         // chaos soak's freeze window, src/net/lifetime.rs): an end less than a second away
-        // adds nothing, one 2.5 s away gives 2 s, whatever the cap.
+        // adds nothing, one 2.9 s away gives 2 s (1 on a machine too loaded to reach the
+        // kernel within 0.9 s), whatever the cap.
         let ended = Vip::new(v4("192.0.2.12"), 32).unwrap();
         let soon = tokio::time::Instant::now() + Duration::from_millis(900);
         let held = k
@@ -181,14 +182,17 @@ fn ipv4_vip_tag_lifetimes_refresh_and_kernel_fence() {
             .unwrap();
         assert_eq!(held, 0, "less than a second left: nothing added");
         assert!(find(&k, v0.index, ended).await.is_none());
-        let later = tokio::time::Instant::now() + Duration::from_millis(2500);
+        let later = tokio::time::Instant::now() + Duration::from_millis(2900);
         let held = k
             .add_or_refresh(v0.index, ended, Lifetime::until(5, later), false)
             .await
             .unwrap();
-        assert_eq!(held, 2);
+        assert!((1..=2).contains(&held), "{held}");
         let a = find(&k, v0.index, ended).await.expect("added");
-        assert!(a.ours && a.valid_lft_secs.is_some_and(|v| v <= 2), "{a:?}");
+        assert!(
+            a.ours && a.valid_lft_secs.is_some_and(|v| v <= held),
+            "{a:?}"
+        );
         k.remove(v0.index, ended).await.unwrap();
 
         // Kernel fence: set valid_lft 2 and stop refreshing; the kernel deletes it.
@@ -800,7 +804,7 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
         };
         assert!(reaches(a4) && reaches(a6), "not armed: not filtered");
         // The timeout is what is left of the end when the run is written (a few ms less).
-        let near = |ms: Option<u64>, want: u64| ms.is_some_and(|m| m <= want && m + 100 >= want);
+        let near = |ms: Option<u64>, want: u64| ms.is_some_and(|m| m <= want && m + 250 >= want);
         f.refresh(
             &[v4, v6],
             tokio::time::Instant::now() + Duration::from_millis(300),

@@ -146,11 +146,21 @@ pub fn fence_timeout(
 
 /// Whether a fence element that may live until `ends` after the last renewal request was
 /// sent (what [`crate::net::nft::fence::VipFence::refresh`] returns: its run's end plus
-/// the timeout it carried) may outlive the lease as the other nodes see it, less `margin`:
-/// then the holder must shorten or expire it. Pure.
+/// the timeout it carried) may outlive the lease as the other nodes see it: past
+/// `lease_duration` less `margin` plus [`NFT_RUN_ALLOWANCE`], the part of the margin kept
+/// for the `nft` run itself. Then the holder must shorten or expire it. Pure.
 pub fn fence_overrun(lease_duration: Duration, margin: Duration, ends: Duration) -> bool {
-    ends > lease_duration.saturating_sub(margin)
+    ends > lease_duration.saturating_sub(margin) + NFT_RUN_ALLOWANCE.min(margin)
 }
+
+/// How long an `nft` run may take (from writing its transaction to its answer) before the
+/// element it set counts as overrunning the lease ([`fence_overrun`]): the part of
+/// [`NFT_FENCE_MARGIN`] (and of [`FENCE_MARGIN`]) kept for it. The rest of the margin, 20 ms,
+/// covers the jiffy granularity of nftables timeouts (at most 10 ms) and clock-rate drift
+/// (under 1 ms on a 1 s lease). A delete of a live element makes a run wait for the kernel's
+/// readers (about 20 ms), so a run rarely takes longer on an idle node; a longer one costs
+/// another run with what is left of the element's time, or its expiry.
+pub const NFT_RUN_ALLOWANCE: Duration = Duration::from_millis(30);
 
 /// Margin of the millisecond fence ([`FencePlan`] with `address_fences` false): time kept
 /// between the end of a VIP's nftables element and the earliest takeover by another node.
@@ -158,7 +168,8 @@ pub fn fence_overrun(lease_duration: Duration, margin: Duration, ends: Duration)
 /// expiry lag, which does not apply (an element's timeout is checked on every packet, to the
 /// jiffy): clock-rate drift between the nodes (under 0.1 %, under 1 ms on a 1 s lease), the
 /// jiffy granularity of nftables timeouts (at most 10 ms at HZ=100), and the time `nft`
-/// takes to apply an element, which [`fence_overrun`] checks. docs/design.md has the proof.
+/// takes to apply an element ([`NFT_RUN_ALLOWANCE`], which [`fence_overrun`] checks).
+/// docs/design.md has the proof.
 pub const NFT_FENCE_MARGIN: Duration = Duration::from_millis(50);
 
 /// How a holder's VIPs are fenced, from the lease timings ([`fence_plan`], issue 16).
@@ -454,8 +465,9 @@ pub(crate) async fn remove_stale<K: Kernel>(
 
 /// Tries to remove and confirm the removal of the VIPs before giving up for this round.
 const DROP_ATTEMPTS: u32 = 3;
-/// How many times an add is re-checked against the fence (see `VipHolder::add_fenced`)
-/// before the VIP is removed instead.
+/// How many times a refresh of the nftables fence is tried when its answer shows the
+/// element may outlive the lease (`VipHolder::refresh_nft_fence`) before it is expired
+/// instead.
 const FENCE_RECHECKS: u32 = 3;
 /// Pause before a removal try that follows a failed netlink call (none after a success).
 const DROP_RETRY: Duration = Duration::from_millis(30);

@@ -13,7 +13,7 @@
 //! ([`tokio::task::spawn_blocking`]), one request at a time.
 
 use std::cell::Cell;
-use std::sync::Mutex;
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use netlink_packet_core::{
@@ -79,10 +79,8 @@ impl AddrSocket {
         nodad: bool,
         replace: bool,
     ) -> Result<u32, rtnetlink::Error> {
-        let mut guard = self
-            .inner
-            .lock()
-            .map_err(|_| rtnetlink::Error::RequestFailed)?;
+        // A panic while holding the socket leaves it usable: each request stands alone.
+        let mut guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let (sock, next_seq) = &mut *guard;
         let seq = Cell::new(*next_seq);
         let create = if replace { NLM_F_REPLACE } else { NLM_F_EXCL };
@@ -94,6 +92,9 @@ impl AddrSocket {
             lifetime,
             ATTEMPTS,
             tokio::time::Instant::now,
+            // The kernel refused: it took nothing. Any other failure (the socket, the
+            // answer) may have come after it took the request.
+            |e| !matches!(e, rtnetlink::Error::NetlinkError(_)),
             |secs| {
                 let mut m = base.clone();
                 set_lifetimes(&mut m, secs, 0, nodad);

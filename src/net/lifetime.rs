@@ -87,12 +87,16 @@ impl Lifetime {
 /// (nothing left at the first read) or deleted.
 ///
 /// # Errors
-/// The first error of `send` or `delete`; after a failed `delete` the address may hold a
-/// lifetime reaching past [`Lifetime::until`] (the caller removes it by other means).
+/// The first error of `send` or `delete`. A `send` error after an earlier send was taken,
+/// or one for which `taken` says the kernel may have taken the request anyway (the answer
+/// was lost, not refused), first deletes the address (best effort: a lifetime taken late
+/// may reach past [`Lifetime::until`]); after a failed `delete` it may still, and the caller
+/// removes it by other means.
 pub fn add_within<E>(
     lifetime: &Lifetime,
     attempts: usize,
     mut now: impl FnMut() -> Instant,
+    taken: impl Fn(&E) -> bool,
     mut send: impl FnMut(u32) -> Result<(), E>,
     mut delete: impl FnMut() -> Result<(), E>,
 ) -> Result<u32, E> {
@@ -102,7 +106,13 @@ pub fn add_within<E>(
         if secs == 0 {
             break;
         }
-        send(secs)?;
+        if let Err(e) = send(secs) {
+            if sent || taken(&e) {
+                // Best effort; the send's error is the one that matters.
+                let _ = delete();
+            }
+            return Err(e);
+        }
         sent = true;
         if lifetime.holds(secs, now()) {
             return Ok(secs);
@@ -148,6 +158,7 @@ mod tests {
             &l,
             3,
             || clock.get(),
+            |_| false,
             |s| {
                 if sends.borrow().is_empty() {
                     clock.set(clock.get() + freeze);
@@ -188,21 +199,44 @@ mod tests {
         assert_eq!(run(l, t0, ms(0)), (0, vec![], 0));
     }
 
+    /// A refused send took nothing: nothing to delete. A send whose answer was lost may
+    /// have been taken, and a failed second send follows one that was: both delete.
     #[test]
-    fn a_failed_send_is_the_error_and_nothing_is_deleted() {
+    fn a_failed_send_is_the_error_and_deletes_what_may_have_been_taken() {
         let t0 = Instant::now();
+        let l = Lifetime::until(2, t0 + ms(2750));
         let deletes = Cell::new(0);
+        let delete = || {
+            deletes.set(deletes.get() + 1);
+            Ok(())
+        };
+        let lost = |e: &&str| *e == "no answer";
+        let r = add_within(&l, 3, || t0, lost, |_| Err("EBUSY"), delete);
+        assert_eq!(r, Err("EBUSY"));
+        assert_eq!(deletes.get(), 0, "refused: nothing taken");
+        let r = add_within(&l, 3, || t0, lost, |_| Err("no answer"), delete);
+        assert_eq!(r, Err("no answer"));
+        assert_eq!(deletes.get(), 1, "maybe taken: deleted");
+        // Taken 1.2 s late, then the shorter replace is refused: deleted.
+        let clock = Cell::new(t0);
+        let sends = Cell::new(0);
         let r = add_within(
-            &Lifetime::until(2, t0 + ms(2750)),
+            &l,
             3,
-            || t0,
-            |_| Err("EBUSY"),
-            || {
-                deletes.set(deletes.get() + 1);
-                Ok(())
+            || clock.get(),
+            lost,
+            |_| {
+                sends.set(sends.get() + 1);
+                if sends.get() == 1 {
+                    clock.set(t0 + ms(1200));
+                    Ok(())
+                } else {
+                    Err("EBUSY")
+                }
             },
+            delete,
         );
         assert_eq!(r, Err("EBUSY"));
-        assert_eq!(deletes.get(), 0);
+        assert_eq!(deletes.get(), 2, "the late first add is deleted");
     }
 }

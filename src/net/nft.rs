@@ -608,6 +608,8 @@ pub(crate) async fn run_nft_text_written(
 /// How often a run whose `nft` binary is busy (`ETXTBSY`) is tried again, [`NFT_BUSY_PAUSE`]
 /// apart.
 const NFT_BUSY_RETRIES: u32 = 5;
+/// A pipe's default capacity (Linux: 16 pages of 4 KiB).
+const PIPE_DEFAULT: usize = 65536;
 /// Pause before trying a busy `nft` binary again.
 const NFT_BUSY_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
 
@@ -653,6 +655,19 @@ async fn run_nft_input(
         }
     };
     let input = input();
+    if let Some(stdin) = child.stdin.as_ref()
+        && input.len() > PIPE_DEFAULT
+    {
+        // One write(2) for the whole input: a partial write would let `nft` wait for the
+        // rest while this process is frozen, and commit timeouts written before the freeze
+        // after it. Best effort: the kernel caps it at fs.pipe-max-size (1 MiB by default).
+        let _ = nix::fcntl::fcntl(
+            stdin,
+            nix::fcntl::FcntlArg::F_SETPIPE_SZ(
+                nix::libc::c_int::try_from(input.len()).unwrap_or(nix::libc::c_int::MAX),
+            ),
+        );
+    }
     let run = async move {
         if let Some(mut stdin) = child.stdin.take() {
             stdin

@@ -938,11 +938,13 @@ mod tests {
             .refresh(&[v4()], Instant::now() + short)
             .await
             .unwrap();
-        assert!(
-            last_run().contains("delete element arp vipd_fence live"),
-            "{}",
-            last_run()
-        );
+        let run = last_run();
+        let replaced = run
+            .split_once("delete element arp vipd_fence live { 192.0.2.10 }")
+            .is_some_and(|(_, after)| {
+                after.contains("add element arp vipd_fence live { 192.0.2.10 timeout")
+            });
+        assert!(replaced, "deleted and added again with a timeout: {run}");
         tokio::time::sleep(short + LIVE_SLACK + Duration::from_millis(50)).await;
         fence
             .refresh(&[v4()], Instant::now() + Duration::from_secs(5))
