@@ -806,6 +806,7 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
         // The timeout is what is left of the end when the run is written (a few ms less).
         let near = |ms: Option<u64>, want: u64| ms.is_some_and(|m| m <= want && m + 250 >= want);
         f.refresh(
+            1,
             &[v4, v6],
             tokio::time::Instant::now() + Duration::from_millis(300),
         )
@@ -826,6 +827,7 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
         assert!(reaches(a4) && reaches(a6), "live: answered");
         // A refresh replaces the timeout (a plain add would keep the old one).
         f.refresh(
+            1,
             &[v4],
             tokio::time::Instant::now() + Duration::from_millis(1500),
         )
@@ -848,9 +850,26 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
             None
         );
         assert!(!reaches(a4), "expired: packets to the IPv4 VIP dropped");
-        f.disarm(&[v4, v6]).await.unwrap();
+        // Armed by a second holder too (the address moved to it): the first one's disarm
+        // leaves it filtered, and the second one's ends it.
+        f.refresh(
+            2,
+            &[v4],
+            tokio::time::Instant::now() + Duration::from_millis(50),
+        )
+        .await
+        .unwrap();
+        f.disarm(1, &[v4]).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        assert!(
+            fence_table("arp").unwrap().contains("192.0.2.10"),
+            "still armed"
+        );
+        assert!(!reaches(a4), "still filtered for holder 2");
+        f.disarm(2, &[v4]).await.unwrap();
+        f.disarm(1, &[v4, v6]).await.unwrap();
         assert!(reaches(a4) && reaches(a6), "disarmed: not filtered");
-        f.disarm(&[v4, v6]).await.unwrap();
+        f.disarm(1, &[v4, v6]).await.unwrap();
         assert!(!fence_table("arp").unwrap().contains("192.0.2.10"));
         assert!(!fence_table("inet").unwrap().contains("2001:db8::10"));
         f.close().await.unwrap();
@@ -865,6 +884,7 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
         let stale = NftFence::start("nft").await.unwrap();
         stale
             .refresh(
+                1,
                 &[v4],
                 tokio::time::Instant::now() + Duration::from_millis(500),
             )

@@ -537,6 +537,9 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     arp: crate::net::ArpPins,
     /// VIPs armed in the nftables fence (`HolderConfig::nft_fence`).
     nft_fenced: Vec<IpAddr>,
+    /// This holder as an owner of nftables fence elements (another holder of this node
+    /// may arm the same VIP after an address moved; each disarms only its own arming).
+    fence_owner: crate::net::nft::fence::Owner,
     /// Rate limiter of the log lines of repeating conditions (checked twice a second).
     quiet: RepeatLimiter<Quiet, String>,
 }
@@ -614,6 +617,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             renewed_at: None,
             arp,
             nft_fenced: Vec::new(),
+            fence_owner: crate::net::nft::fence::next_owner(),
             quiet: RepeatLimiter::default(),
         }
     }

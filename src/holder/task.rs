@@ -546,7 +546,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             .copied()
             .collect();
         if !gone.is_empty() {
-            match self.cfg.nft_fence.disarm(&gone).await {
+            match self.cfg.nft_fence.disarm(self.fence_owner, &gone).await {
                 Ok(()) => self.nft_fenced.retain(|v| !gone.contains(v)),
                 Err(e) => {
                     warn!(holder = %self.name, error = %e, "cannot disarm the nftables fence of VIPs that left the set")
@@ -566,7 +566,12 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             if fence_timeout(fence, lease, margin, now.saturating_duration_since(sent)).is_zero() {
                 break;
             }
-            let ends = match self.cfg.nft_fence.refresh(&vips, until).await {
+            let ends = match self
+                .cfg
+                .nft_fence
+                .refresh(self.fence_owner, &vips, until)
+                .await
+            {
                 Ok(ends) => ends,
                 Err(e) => {
                     warn!(holder = %self.name, error = %e, "cannot refresh the nftables fence; its elements keep their earlier timeout");
@@ -599,7 +604,12 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         if self.nft_fenced.is_empty() {
             return;
         }
-        match self.cfg.nft_fence.disarm(&self.nft_fenced).await {
+        match self
+            .cfg
+            .nft_fence
+            .disarm(self.fence_owner, &self.nft_fenced)
+            .await
+        {
             Ok(()) => self.nft_fenced.clear(),
             Err(e) => {
                 warn!(holder = %self.name, error = %e, "cannot disarm the nftables fence; retried at the next step-down")

@@ -57,6 +57,7 @@ impl VipFence for FakeFence {
     /// plus that timeout.
     fn refresh<'a>(
         &'a self,
+        _: crate::net::nft::fence::Owner,
         vips: &'a [IpAddr],
         until: Instant,
     ) -> BoxFuture<'a, Result<Instant, FenceError>> {
@@ -97,7 +98,11 @@ impl VipFence for FakeFence {
             Ok(())
         })
     }
-    fn disarm<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
+    fn disarm<'a>(
+        &'a self,
+        _: crate::net::nft::fence::Owner,
+        vips: &'a [IpAddr],
+    ) -> BoxFuture<'a, Result<(), FenceError>> {
         Box::pin(async move {
             self.calls
                 .lock()

@@ -125,6 +125,7 @@ pub trait VipFence: Send + Sync + fmt::Debug + 'static {
     /// [`FenceError::Change`] when `nft` fails (nothing changed).
     fn refresh<'a>(
         &'a self,
+        owner: Owner,
         vips: &'a [IpAddr],
         until: Instant,
     ) -> BoxFuture<'a, Result<Instant, FenceError>>;
@@ -135,12 +136,18 @@ pub trait VipFence: Send + Sync + fmt::Debug + 'static {
     /// [`FenceError::Change`].
     fn expire<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>>;
 
-    /// Stops filtering `vips` (once their addresses are gone). Disarming what is not armed
-    /// is `Ok`.
+    /// Takes back `owner`'s arming of `vips` (once its addresses are gone): a VIP no other
+    /// holder armed is no longer filtered and its live element goes; one another holder of
+    /// this node armed meanwhile (the address moved to it) stays filtered, with that
+    /// holder's element. Disarming what is not armed is `Ok`.
     ///
     /// # Errors
     /// [`FenceError::Change`].
-    fn disarm<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>>;
+    fn disarm<'a>(
+        &'a self,
+        owner: Owner,
+        vips: &'a [IpAddr],
+    ) -> BoxFuture<'a, Result<(), FenceError>>;
 
     /// Whether traffic is really filtered (false for [`NoopFence`]).
     fn active(&self) -> bool;
@@ -160,6 +167,7 @@ pub struct NoopFence;
 impl VipFence for NoopFence {
     fn refresh<'a>(
         &'a self,
+        _: Owner,
         _: &'a [IpAddr],
         until: Instant,
     ) -> BoxFuture<'a, Result<Instant, FenceError>> {
@@ -168,7 +176,7 @@ impl VipFence for NoopFence {
     fn expire<'a>(&'a self, _: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
         Box::pin(async { Ok(()) })
     }
-    fn disarm<'a>(&'a self, _: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
+    fn disarm<'a>(&'a self, _: Owner, _: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
         Box::pin(async { Ok(()) })
     }
     fn active(&self) -> bool {
@@ -298,11 +306,26 @@ enum Change {
     Disarm,
 }
 
-/// A [`Change`] of some VIPs.
+/// Who asks for a change: one VIP holder (its [`VipFence::refresh`] arms the VIP for it,
+/// its [`VipFence::disarm`] takes back only its own arming). Unique per holder in this
+/// process ([`next_owner`]).
+pub type Owner = u64;
+
+/// A new [`Owner`], never handed out before in this process.
+pub fn next_owner() -> Owner {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
+/// Per VIP, the holders that armed it and have not disarmed it.
+type Arms = HashMap<IpAddr, std::collections::BTreeSet<Owner>>;
+
+/// A [`Change`] of some VIPs, asked for by `owner`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Op {
     vips: Vec<IpAddr>,
     change: Change,
+    owner: Owner,
 }
 
 /// The element timeout of a refresh until `until`, written at `now` (whole milliseconds,
@@ -316,10 +339,51 @@ fn timeout_until(until: Instant, now: Instant) -> Duration {
 /// The commands of `ops`, in order, as one transaction written at `now` (refresh timeouts
 /// are counted from it, [`timeout_until`]). `may_be_live` holds the VIPs whose live element
 /// may exist before it; it is updated as each op is written, so a second refresh of a VIP
-/// in the same transaction replaces the first's element.
-fn op_commands(ops: &[Op], may_be_live: &mut HashSet<IpAddr>, now: Instant) -> Vec<String> {
+/// in the same transaction replaces the first's element. `arms` holds who armed each VIP,
+/// updated likewise: a refresh arms the VIP for its owner, a disarm takes back its owner's
+/// arming and stops filtering the VIP only when no other holder armed it (an address that
+/// moved from one holder of this node to another stays filtered, and its live element
+/// stays the new holder's).
+fn op_commands(
+    ops: &[Op],
+    may_be_live: &mut HashSet<IpAddr>,
+    arms: &mut Arms,
+    now: Instant,
+) -> Vec<String> {
     let mut c = Vec::new();
     for op in ops {
+        match op.change {
+            Change::Disarm => {
+                let alone: Vec<IpAddr> = op
+                    .vips
+                    .iter()
+                    .filter(|v| {
+                        let Some(owners) = arms.get_mut(v) else {
+                            return true;
+                        };
+                        owners.remove(&op.owner);
+                        if owners.is_empty() {
+                            arms.remove(v);
+                            true
+                        } else {
+                            false
+                        }
+                    })
+                    .copied()
+                    .collect();
+                c.extend(expire_commands(&alone, true));
+                alone.iter().for_each(|v| {
+                    may_be_live.remove(v);
+                });
+                continue;
+            }
+            Change::Refresh(_) => {
+                for v in &op.vips {
+                    arms.entry(*v).or_default().insert(op.owner);
+                }
+            }
+            Change::Expire => {}
+        }
         match op.change {
             Change::Refresh(until) => {
                 let timeout = timeout_until(until, now);
@@ -337,7 +401,7 @@ fn op_commands(ops: &[Op], may_be_live: &mut HashSet<IpAddr>, now: Instant) -> V
                 }
             }
             Change::Expire | Change::Disarm => {
-                c.extend(expire_commands(&op.vips, op.change == Change::Disarm));
+                c.extend(expire_commands(&op.vips, false));
                 op.vips.iter().for_each(|v| {
                     may_be_live.remove(v);
                 });
@@ -379,6 +443,10 @@ pub struct NftFence {
     /// Per VIP, the latest instant its live element may still exist (the end of the run
     /// that set it + its timeout + [`LIVE_SLACK`]); removed when expired or disarmed.
     live: Mutex<HashMap<IpAddr, Instant>>,
+    /// Who armed each VIP, as of the last successful run.
+    arms: Mutex<Arms>,
+    /// One run at a time: `live` and `arms` follow the runs in order.
+    run: tokio::sync::Mutex<()>,
 }
 
 impl NftFence {
@@ -399,6 +467,8 @@ impl NftFence {
         Ok(NftFence {
             nft,
             live: Mutex::new(HashMap::new()),
+            arms: Mutex::new(HashMap::new()),
+            run: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -426,6 +496,7 @@ impl NftFence {
             let now = Instant::now();
             return Ok((now, now));
         }
+        let _one_run = self.run.lock().await;
         let may_be_live: HashSet<IpAddr> = {
             let now = Instant::now();
             let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
@@ -434,24 +505,31 @@ impl NftFence {
                 .map(|(v, _)| *v)
                 .collect()
         };
+        let arms = self
+            .arms
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         // Written once `nft` has started: the timeouts count from here.
-        let written: Mutex<Option<(Instant, Vec<String>)>> = Mutex::new(None);
-        let mut unwritten = may_be_live.clone();
+        type Written = (Instant, Vec<String>, Arms);
+        let written: Mutex<Option<Written>> = Mutex::new(None);
+        let (mut unwritten, mut unwritten_arms) = (may_be_live.clone(), arms.clone());
         let result = run_nft_text_written(&self.nft, &[], || {
-            let mut may_be_live = may_be_live;
+            let (mut may_be_live, mut arms) = (may_be_live, arms);
             let now = Instant::now();
-            let c = op_commands(ops, &mut may_be_live, now);
-            *written.lock().unwrap_or_else(PoisonError::into_inner) = Some((now, c.clone()));
+            let c = op_commands(ops, &mut may_be_live, &mut arms, now);
+            *written.lock().unwrap_or_else(PoisonError::into_inner) = Some((now, c.clone(), arms));
             c
         })
         .await;
-        let (written, c) = written
+        let (written, c, arms) = written
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner)
             .unwrap_or_else(|| {
                 // `nft` did not start: the commands it would have been given, for the error.
                 let now = Instant::now();
-                (now, op_commands(ops, &mut unwritten, now))
+                let c = op_commands(ops, &mut unwritten, &mut unwritten_arms, now);
+                (now, c, unwritten_arms)
             });
         if let Err(detail) = result {
             let vips: Vec<IpAddr> = ops.iter().flat_map(|o| o.vips.clone()).collect();
@@ -469,20 +547,29 @@ impl NftFence {
                     Change::Refresh(until) if !timeout_until(until, written).is_zero() => {
                         live.insert(*v, ends_by(until, written, done) + LIVE_SLACK);
                     }
+                    // Still armed by another holder: its element stands.
+                    Change::Disarm if arms.contains_key(v) => {}
                     _ => {
                         live.remove(v);
                     }
                 }
             }
         }
+        *self.arms.lock().unwrap_or_else(PoisonError::into_inner) = arms;
         Ok((written, done))
     }
 
-    async fn change(&self, vips: &[IpAddr], change: Change) -> Result<Instant, FenceError> {
+    async fn change(
+        &self,
+        owner: Owner,
+        vips: &[IpAddr],
+        change: Change,
+    ) -> Result<Instant, FenceError> {
         let (written, done) = self
             .apply(&[Op {
                 vips: vips.to_vec(),
                 change,
+                owner,
             }])
             .await?;
         Ok(outcome(change, written, done))
@@ -509,18 +596,23 @@ fn outcome(change: Change, written: Instant, done: Instant) -> Instant {
 impl VipFence for NftFence {
     fn refresh<'a>(
         &'a self,
+        owner: Owner,
         vips: &'a [IpAddr],
         until: Instant,
     ) -> BoxFuture<'a, Result<Instant, FenceError>> {
-        Box::pin(self.change(vips, Change::Refresh(until)))
+        Box::pin(self.change(owner, vips, Change::Refresh(until)))
     }
 
     fn expire<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(async move { self.change(vips, Change::Expire).await.map(|_| ()) })
+        Box::pin(async move { self.change(0, vips, Change::Expire).await.map(|_| ()) })
     }
 
-    fn disarm<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(async move { self.change(vips, Change::Disarm).await.map(|_| ()) })
+    fn disarm<'a>(
+        &'a self,
+        owner: Owner,
+        vips: &'a [IpAddr],
+    ) -> BoxFuture<'a, Result<(), FenceError>> {
+        Box::pin(async move { self.change(owner, vips, Change::Disarm).await.map(|_| ()) })
     }
 
     fn active(&self) -> bool {
@@ -597,7 +689,12 @@ impl BatchedFence {
         BatchedFence { nft, queue }
     }
 
-    async fn queue(&self, vips: &[IpAddr], change: Change) -> Result<Instant, FenceError> {
+    async fn queue(
+        &self,
+        owner: Owner,
+        vips: &[IpAddr],
+        change: Change,
+    ) -> Result<Instant, FenceError> {
         if vips.is_empty() {
             return Ok(Instant::now());
         }
@@ -613,6 +710,7 @@ impl BatchedFence {
                 op: Op {
                     vips: vips.to_vec(),
                     change,
+                    owner,
                 },
                 reply,
             })
@@ -624,18 +722,23 @@ impl BatchedFence {
 impl VipFence for BatchedFence {
     fn refresh<'a>(
         &'a self,
+        owner: Owner,
         vips: &'a [IpAddr],
         until: Instant,
     ) -> BoxFuture<'a, Result<Instant, FenceError>> {
-        Box::pin(self.queue(vips, Change::Refresh(until)))
+        Box::pin(self.queue(owner, vips, Change::Refresh(until)))
     }
 
     fn expire<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(async move { self.queue(vips, Change::Expire).await.map(|_| ()) })
+        Box::pin(async move { self.queue(0, vips, Change::Expire).await.map(|_| ()) })
     }
 
-    fn disarm<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
-        Box::pin(async move { self.queue(vips, Change::Disarm).await.map(|_| ()) })
+    fn disarm<'a>(
+        &'a self,
+        owner: Owner,
+        vips: &'a [IpAddr],
+    ) -> BoxFuture<'a, Result<(), FenceError>> {
+        Box::pin(async move { self.queue(owner, vips, Change::Disarm).await.map(|_| ()) })
     }
 
     fn active(&self) -> bool {
@@ -787,7 +890,7 @@ mod tests {
         let until = asked + Duration::from_millis(1500);
         let calls = vips
             .iter()
-            .map(|v| fence.refresh(std::slice::from_ref(v), until));
+            .map(|v| fence.refresh(1, std::slice::from_ref(v), until));
         for r in futures::future::join_all(calls).await {
             let ends = r.expect("refreshed");
             assert!(
@@ -850,22 +953,59 @@ mod tests {
         let refresh = |v: IpAddr| Op {
             vips: vec![v],
             change: Change::Refresh(now + Duration::from_millis(400)),
+            owner: 1,
         };
         let deletes = |c: &[String]| c.iter().filter(|l| l.starts_with("delete")).count();
         let mut live = HashSet::new();
-        let c = op_commands(&[refresh(v4()), refresh(v4())], &mut live, now);
+        let c = op_commands(
+            &[refresh(v4()), refresh(v4())],
+            &mut live,
+            &mut Arms::new(),
+            now,
+        );
         assert_eq!(deletes(&c), 2, "the second refresh replaces: {c:?}");
         assert!(live.contains(&v4()));
         let expire = Op {
             vips: vec![v4()],
             change: Change::Expire,
+            owner: 1,
         };
-        let c = op_commands(&[expire, refresh(v4())], &mut live, now);
+        let c = op_commands(&[expire, refresh(v4())], &mut live, &mut Arms::new(), now);
         assert_eq!(
             c.last().map(String::as_str),
             Some("add element inet vipd_fence live4 { 192.0.2.10 timeout 400ms }")
         );
         assert_eq!(deletes(&c), 2, "only the expiry deletes: {c:?}");
+    }
+
+    /// An address that moved from one holder of this node to another: the old holder's
+    /// disarm (at its next renewal, after the new holder armed the VIP) leaves it filtered
+    /// and its live element in place; the last holder's disarm stops filtering it.
+    #[test]
+    fn a_vip_armed_by_another_holder_stays_filtered_when_one_disarms() {
+        let now = Instant::now();
+        let op = |owner: Owner, change: Change| Op {
+            vips: vec![v4()],
+            change,
+            owner,
+        };
+        let refresh = Change::Refresh(now + Duration::from_millis(900));
+        let (mut live, mut arms) = (HashSet::new(), Arms::new());
+        op_commands(&[op(1, refresh), op(2, refresh)], &mut live, &mut arms, now);
+        let c = op_commands(&[op(1, Change::Disarm)], &mut live, &mut arms, now);
+        assert!(c.is_empty(), "still armed by holder 2: {c:?}");
+        assert!(live.contains(&v4()), "holder 2's element stands");
+        let c = op_commands(&[op(2, Change::Disarm)], &mut live, &mut arms, now);
+        assert_eq!(c, expire_commands(&[v4()], true), "the last arming goes");
+        assert!(arms.is_empty() && !live.contains(&v4()));
+        // Disarming what nobody armed (a restart's leftovers) stops filtering it.
+        let c = op_commands(&[op(3, Change::Disarm)], &mut live, &mut arms, now);
+        assert_eq!(c, expire_commands(&[v4()], true));
+        // An expiry by any holder ends the element (the VIP's lease may be gone).
+        op_commands(&[op(1, refresh), op(2, refresh)], &mut live, &mut arms, now);
+        let c = op_commands(&[op(1, Change::Expire)], &mut live, &mut arms, now);
+        assert_eq!(c, expire_commands(&[v4()], false));
+        assert_eq!(arms.get(&v4()).map(|o| o.len()), Some(2), "still armed");
     }
 
     /// A refresh is written with the time left to its end when the transaction is written,
@@ -879,10 +1019,12 @@ mod tests {
         let refresh = Op {
             vips: vec![v4()],
             change: Change::Refresh(until),
+            owner: 1,
         };
         let c = op_commands(
             std::slice::from_ref(&refresh),
             &mut HashSet::new(),
+            &mut Arms::new(),
             asked + Duration::from_millis(300),
         );
         assert!(
@@ -894,6 +1036,7 @@ mod tests {
         let c = op_commands(
             &[refresh],
             &mut HashSet::new(),
+            &mut Arms::new(),
             asked + Duration::from_millis(1950),
         );
         assert_eq!(c, expire_commands(&[v4()], false), "expired");
@@ -930,12 +1073,12 @@ mod tests {
         // Long enough for a stand-in `nft` run on a loaded machine to find time left.
         let short = Duration::from_millis(200);
         fence
-            .refresh(&[v4()], Instant::now() + short)
+            .refresh(1, &[v4()], Instant::now() + short)
             .await
             .unwrap();
         assert!(!last_run().contains("delete"), "{}", last_run());
         fence
-            .refresh(&[v4()], Instant::now() + short)
+            .refresh(1, &[v4()], Instant::now() + short)
             .await
             .unwrap();
         let run = last_run();
@@ -947,13 +1090,13 @@ mod tests {
         assert!(replaced, "deleted and added again with a timeout: {run}");
         tokio::time::sleep(short + LIVE_SLACK + Duration::from_millis(50)).await;
         fence
-            .refresh(&[v4()], Instant::now() + Duration::from_secs(5))
+            .refresh(1, &[v4()], Instant::now() + Duration::from_secs(5))
             .await
             .unwrap();
         assert!(!last_run().contains("delete"), "expired: {}", last_run());
         fence.expire(&[v4()]).await.unwrap();
         fence
-            .refresh(&[v4()], Instant::now() + Duration::from_secs(5))
+            .refresh(1, &[v4()], Instant::now() + Duration::from_secs(5))
             .await
             .unwrap();
         assert!(
@@ -965,7 +1108,7 @@ mod tests {
         assert!(fence.expire(&[v4()]).await.is_err());
         std::fs::remove_file(dir.join("fail")).unwrap();
         fence
-            .refresh(&[v4()], Instant::now() + Duration::from_secs(5))
+            .refresh(1, &[v4()], Instant::now() + Duration::from_secs(5))
             .await
             .unwrap();
         assert!(
