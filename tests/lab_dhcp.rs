@@ -1122,6 +1122,11 @@ fn s23_harvester_share_ip_is_served_on_the_primary_macvlan() {
     wait_until("the secondary's status cleared", BRING_UP, || {
         ingress_ips(&lab, "secondary").is_empty()
     });
+    // The primary's macvlan goes with its release (its own teardown, not ordered with the
+    // secondary's status); from then on nothing carries the address.
+    wait_until("the primary's macvlan removed", BRING_UP, || {
+        nodes_with_vip_links(&lab).is_empty()
+    });
     for _ in 0..15 {
         assert!(
             holders(&lab, &ip.to_string()).is_empty(),
