@@ -645,7 +645,7 @@ struct Batched {
 /// whatever the number of holders.
 ///
 /// Each caller gives the end of its element's live time, and the timeout is computed from
-/// it when the batch is written ([`NftFence::apply`]): the time spent in the queue is taken
+/// it when the batch is written (`NftFence::apply`): the time spent in the queue is taken
 /// off the timeout, so batching cannot stretch a fence. A failed run fails
 /// every change in it (nftables transactions are atomic): their elements keep the timeouts
 /// they had.
