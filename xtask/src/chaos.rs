@@ -214,6 +214,20 @@ impl Options {
     }
 }
 
+/// The names `--faults` takes, and the kind each stands for (`services`: the Service
+/// operations, during holds and as episodes of their own).
+pub const FAULT_FLAGS: [(&str, FaultKind); 9] = [
+    ("kill", FaultKind::Kill),
+    ("stop", FaultKind::Stop),
+    ("term", FaultKind::Term),
+    ("link-cut", FaultKind::LinkCut),
+    ("partition", FaultKind::Partition),
+    ("api-freeze", FaultKind::ApiFreeze),
+    ("api-restart", FaultKind::ApiRestart),
+    ("etcd-restart", FaultKind::EtcdRestart),
+    ("services", FaultKind::SvcCreate),
+];
+
 /// Parses the `--faults` list.
 ///
 /// # Errors
@@ -221,25 +235,43 @@ impl Options {
 pub fn parse_faults(list: &str) -> Result<BTreeSet<FaultKind>> {
     let mut out = BTreeSet::new();
     for w in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
-        out.insert(match w {
-            "kill" => FaultKind::Kill,
-            "stop" => FaultKind::Stop,
-            "term" => FaultKind::Term,
-            "link-cut" => FaultKind::LinkCut,
-            "partition" => FaultKind::Partition,
-            "api-freeze" => FaultKind::ApiFreeze,
-            "api-restart" => FaultKind::ApiRestart,
-            "etcd-restart" => FaultKind::EtcdRestart,
-            "services" => FaultKind::SvcCreate,
-            other => bail!(
-                "--faults: unknown fault {other:?} (expected kill, stop, term, link-cut, partition, api-freeze, api-restart, etcd-restart, services)"
-            ),
-        });
+        let Some((_, kind)) = FAULT_FLAGS.iter().find(|(name, _)| *name == w) else {
+            let names: Vec<&str> = FAULT_FLAGS.iter().map(|(n, _)| *n).collect();
+            bail!(
+                "--faults: unknown fault {w:?} (expected {})",
+                names.join(", ")
+            );
+        };
+        out.insert(*kind);
     }
     if out.is_empty() {
         bail!("--faults: empty list {list:?}");
     }
     Ok(out)
+}
+
+/// The command that replays a run of `o` with `seed`: every option that changes the
+/// schedule or what runs (the fault list, the Service count, the nodes, the fence).
+pub fn rerun_command(o: &Options, seed: u64) -> String {
+    let mut c = format!("cargo xtask chaos --minutes {} --seed {seed}", o.minutes);
+    if let Some(only) = &o.faults {
+        let names: Vec<&str> = FAULT_FLAGS
+            .iter()
+            .filter(|(_, k)| only.contains(k))
+            .map(|(n, _)| *n)
+            .collect();
+        c.push_str(&format!(" --faults {}", names.join(",")));
+    }
+    if o.services != DEFAULT_SERVICES {
+        c.push_str(&format!(" --services {}", o.services));
+    }
+    if o.nodes != 3 {
+        c.push_str(&format!(" --nodes {}", o.nodes));
+    }
+    if o.nft_fence {
+        c.push_str(" --nft-fence");
+    }
+    c
 }
 
 // ----- the model the auditor judges ------------------------------------------------------
@@ -1234,7 +1266,11 @@ impl Chaos {
         self.check_alive()?;
         let chosen = self.choose_faults(rng, only);
         let hold = Duration::from_millis(rng.u64(300..8000));
-        let svc_ops = rng.usize(0..4) + usize::from(chosen.is_empty());
+        let mut svc_ops = rng.usize(0..4) + usize::from(chosen.is_empty());
+        if only.is_some_and(|o| !o.contains(&FaultKind::SvcCreate)) {
+            // `--faults` without `services`: no Service operations during holds either.
+            svc_ops = 0;
+        }
         let cp_fault = chosen.iter().any(|(k, _)| k.is_control_plane_fault());
         let active = self.inject_all(chosen);
         self.hold_with_service_ops(rng, hold, svc_ops, cp_fault, target_services);
@@ -1505,9 +1541,9 @@ pub fn run(args: &[&str]) -> Result<()> {
             .unwrap_or(1)
     });
     println!(
-        "chaos soak: {} min, seed {seed} (rerun: cargo xtask chaos --minutes {} --seed {seed}), {} Services, {} nodes, vipd {}",
+        "chaos soak: {} min, seed {seed} (rerun: {}), {} Services, {} nodes, vipd {}",
         o.minutes,
-        o.minutes,
+        rerun_command(&o, seed),
         o.services,
         o.nodes,
         vipd.display()
@@ -2264,6 +2300,41 @@ mod tests {
         );
         assert!(found[0].detail.contains("192.0.2.150/32"));
         assert!(leftovers("node-a", &addrs[..3], &own, "", &links[..2]).is_empty());
+    }
+
+    /// The printed rerun command replays the run: every option that changes the schedule
+    /// or what runs (found by the new-user trial: `--faults` and `--nft-fence` were left
+    /// out, so the command ran a different schedule).
+    #[test]
+    fn the_rerun_command_carries_the_options_of_the_run() {
+        let o = Options::parse(&["--minutes", "2"]).unwrap();
+        assert_eq!(
+            rerun_command(&o, 711036458),
+            "cargo xtask chaos --minutes 2 --seed 711036458"
+        );
+        let o = Options::parse(&[
+            "--minutes",
+            "3",
+            "--faults",
+            "services,stop",
+            "--nft-fence",
+            "--services",
+            "10",
+            "--nodes",
+            "2",
+        ])
+        .unwrap();
+        let c = rerun_command(&o, 5);
+        assert_eq!(
+            c,
+            "cargo xtask chaos --minutes 3 --seed 5 --faults stop,services --services 10 --nodes 2 --nft-fence"
+        );
+        let args: Vec<&str> = c.split(' ').skip(3).collect();
+        let again = Options::parse(&args).unwrap();
+        assert_eq!(
+            (again.faults, again.nft_fence, again.services, again.nodes),
+            (o.faults, true, 10, 2)
+        );
     }
 
     #[test]

@@ -356,6 +356,42 @@ async fn a_freeze_while_nft_runs_is_judged_by_when_the_run_returned() {
     assert_eq!(fence.live_until(vip), None);
 }
 
+/// The fast profile (lease 600 ms, element 400 ms: the address, 1 s, is no fence of its
+/// own) and a freeze of this process together with its `nft` run: the run returns 450 ms
+/// late, its element may live until 850 ms, past the lease, and nothing is left to set it
+/// again with; the VIP's address goes at once (before the run that expires the element, and
+/// before the lease lapses at 550 ms), and comes back with the next renewal. Found by the new-user trial (vipd
+/// and `nft` frozen together answered next to the new holder for 20-140 ms).
+#[tokio::test(start_paused = true)]
+async fn millisecond_fence_a_late_run_removes_the_address_at_once() {
+    let timing = Timing {
+        lease_duration: Duration::from_millis(600),
+        renew_deadline: Duration::from_millis(400),
+        retry_period: Duration::from_millis(200),
+    };
+    let fence = Arc::new(FakeFence::default());
+    let r = fenced_rig_at(fence.clone(), &timing);
+    settle().await;
+    lead(&r, 1, true);
+    settle().await;
+    assert!(r.kernel.has(vip4()), "held");
+    *fence.stall_in_run.lock().unwrap() = Some(Duration::from_millis(450));
+    lead(&r, 1, true);
+    tokio::time::sleep(Duration::from_millis(451)).await;
+    assert!(
+        !r.kernel.has(vip4()),
+        "the address went as soon as the late run returned"
+    );
+    let calls = fence.calls();
+    assert!(
+        matches!(calls.last(), Some((_, Call::Expire(_)))),
+        "{calls:?}"
+    );
+    lead(&r, 1, true);
+    settle().await;
+    assert!(r.kernel.has(vip4()), "a fresh renewal adds it again");
+}
+
 /// Losing the lease: the VIP's address goes first, then it is disarmed (no longer
 /// filtered); the same at shutdown.
 #[tokio::test(start_paused = true)]
