@@ -149,39 +149,33 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
     }
 
-    /// The lifetime a VIP may get now ([`fence_grant`] from the last renewal's send time);
-    /// `None` when not leading, or when the lease may have expired for the other nodes
-    /// ([`fence_lapsed`]) even though the elector has not said so yet: then every VIP goes.
+    /// The lifetime a VIP may get now ([`fence_grant`] from the last renewal's send time):
+    /// [`Self::fence_for`] without a not-after time, in seconds; `None` when not leading, or
+    /// when the lease may have expired for the other nodes ([`fence_lapsed`]) even though
+    /// the elector has not said so yet: then every VIP goes.
     pub(super) fn fence_left(&self, now: Instant) -> Option<u32> {
-        let age = now.saturating_duration_since(self.renewed_at?);
-        if fence_lapsed(self.cfg.lease_duration, self.cfg.fence.margin, age) {
-            return None;
-        }
-        if !self.cfg.fence.address_fences {
-            // The nftables element fences; the address is its inert second line.
-            return Some(self.cfg.fence.address_secs);
-        }
-        Some(fence_grant(
-            self.cfg.fence.address_secs,
-            self.cfg.lease_duration,
-            age,
-        ))
+        self.fence_for(None, u32::MAX, now).map(|f| f.secs_at(now))
     }
 
-    /// The fence `vip` may get now, as an end rather than a number ([`Lifetime`]): at most
-    /// `max_secs` (and the plan's address lifetime); under the address fence gone by the
-    /// last renewal's send time plus the lease duration less [`FENCE_MARGIN`] (so
-    /// [`Lifetime::secs_at`] is [`fence_grant`] of the moment the kernel takes it); never
-    /// past the VIP's not-after time (DHCP lease expiry). `None` when not leading or when
-    /// the lease may have lapsed for the other nodes ([`fence_lapsed`]).
-    pub(super) fn fence_for(&self, vip: Vip, max_secs: u32, now: Instant) -> Option<Lifetime> {
+    /// The fence a VIP with `not_after` (its [`VipSpec::not_after`]) may get now, as an end
+    /// rather than a number ([`Lifetime`]): at most `max_secs` (and the plan's address
+    /// lifetime); under the address fence gone by the last renewal's send time plus the
+    /// lease duration less [`FENCE_MARGIN`] (so [`Lifetime::secs_at`] is [`fence_grant`] of
+    /// the moment the kernel takes it); never past `not_after` (DHCP lease expiry). `None`
+    /// when not leading or when the lease may have lapsed for the other nodes
+    /// ([`fence_lapsed`]).
+    pub(super) fn fence_for(
+        &self,
+        not_after: Option<Instant>,
+        max_secs: u32,
+        now: Instant,
+    ) -> Option<Lifetime> {
         let renewed = self.renewed_at?;
         let age = now.saturating_duration_since(renewed);
         if fence_lapsed(self.cfg.lease_duration, self.cfg.fence.margin, age) {
             return None;
         }
         let max_secs = max_secs.min(self.cfg.fence.address_secs);
-        let not_after = self.not_after(vip);
         if !self.cfg.fence.address_fences {
             // The nftables element fences; the address is its inert second line.
             return Some(Lifetime {
@@ -215,7 +209,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         lifetime: u32,
     ) -> Result<bool, NetError> {
         let now = Instant::now();
-        let Some(fence) = self.fence_for(vip, lifetime, now) else {
+        let Some(fence) = self.fence_for(self.not_after(vip), lifetime, now) else {
             debug!(holder = %self.name, %vip, "the lease may have lapsed since the grant; not adding the VIP");
             self.kernel.remove(ifindex, vip).await?;
             return Ok(false);
@@ -600,15 +594,19 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             // process to start), then the run that expires the elements; the next renewal
             // adds them again (found by the new-user trial: vipd and `nft` frozen together
             // for 0.8 s in the fast profile answered next to the new holder for 20-140 ms).
-            let placed: Vec<(Vip, u32)> = self
-                .vips
-                .iter()
-                .enumerate()
-                .filter_map(|(i, s)| self.links.get(&i).map(|l| (s.vip, l.index)))
-                .collect();
-            for (vip, ifindex) in placed {
-                if let Err(e) = self.kernel.remove(ifindex, vip).await {
-                    warn!(holder = %self.name, %vip, error = %e, "cannot remove the VIP whose nftables element may outlive the lease");
+            let mine: Vec<(Vip, u32)> = self.vips.iter().map(|s| (s.vip, 0)).collect();
+            match self.kernel.addresses(None).await {
+                Ok(present) => {
+                    for step in address_steps(&mine, &present, None) {
+                        if let Step::Remove { vip, ifindex } = step
+                            && let Err(e) = self.kernel.remove(ifindex, vip).await
+                        {
+                            warn!(holder = %self.name, %vip, error = %e, "cannot remove the VIP whose nftables element may outlive the lease");
+                        }
+                    }
+                }
+                Err(e) => {
+                    warn!(holder = %self.name, error = %e, "cannot list addresses to remove the VIPs whose nftables element may outlive the lease")
                 }
             }
         }

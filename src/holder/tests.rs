@@ -362,6 +362,41 @@ fn fence_grant_never_outlives_the_lease_others_see() {
     assert_eq!(fence_grant(2, Duration::from_secs(5), ms(2700)), 2);
 }
 
+/// The end the holder hands the kernel layer ([`VipHolder::fence_for`]) gives, at every
+/// moment the kernel may take it, exactly the whole-second grant [`fence_grant`] defines
+/// (the rule the peer simulation and the docs reason with), and `fence_left` is it; a DHCP
+/// not-after time cuts it further.
+#[tokio::test(start_paused = true)]
+async fn the_fence_end_gives_the_grant_of_the_moment_the_kernel_takes_it() {
+    let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
+    let secs = cfg.fence.address_secs;
+    let mut h = VipHolder::new(
+        "test",
+        FakeKernel::with_eth0(),
+        Arc::new(FakeAnnouncer::default()),
+        Vec::new(),
+        cfg,
+        Gates::default(),
+    );
+    let renewed = Instant::now();
+    h.renewed_at = Some(renewed);
+    for age_ms in (0..=5000).step_by(50) {
+        let now = renewed + Duration::from_millis(age_ms);
+        let age = Duration::from_millis(age_ms);
+        let lapsed = fence_lapsed(TIMING.lease_duration, FENCE_MARGIN, age);
+        let end = h.fence_for(None, secs, now);
+        assert_eq!(end.is_none(), lapsed, "age {age_ms} ms");
+        if let Some(end) = end {
+            let grant = fence_grant(secs, TIMING.lease_duration, age);
+            assert_eq!(end.secs_at(now), grant, "age {age_ms} ms");
+            assert_eq!(h.fence_left(now), Some(grant), "age {age_ms} ms");
+        }
+    }
+    let soon = renewed + Duration::from_millis(1500);
+    let cut = h.fence_for(Some(soon), secs, renewed).unwrap();
+    assert_eq!(cut.secs_at(renewed), 1, "1.5 s to the not-after time: 1 s");
+}
+
 /// The kernel counts a lifetime from when it handles the add, not from when vipd computed
 /// it: a freeze in between must not leave the VIP alive past the lease others see (found by
 /// the chaos soak, seed 711036458, twice: a holder continued after SIGSTOP answered next to

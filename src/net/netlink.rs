@@ -391,7 +391,6 @@ impl NetlinkKernel {
         }
     }
 
-    /// Send one `RTM_NEWADDR`.
     /// Sends the add (or, `replace`, the refresh) through the blocking socket, with the
     /// lifetime computed from `lifetime` right before the kernel takes it
     /// ([`AddrSocket::add`]). Returns the seconds the address holds (0: not added, or

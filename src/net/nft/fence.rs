@@ -320,6 +320,9 @@ pub fn next_owner() -> Owner {
 /// Per VIP, the holders that armed it and have not disarmed it.
 type Arms = HashMap<IpAddr, std::collections::BTreeSet<Owner>>;
 
+/// A transaction as written: when, its commands, and [`Arms`] once it has run.
+type Transaction = (Instant, Vec<String>, Arms);
+
 /// A [`Change`] of some VIPs, asked for by `owner`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Op {
@@ -497,40 +500,21 @@ impl NftFence {
             return Ok((now, now));
         }
         let _one_run = self.run.lock().await;
-        let may_be_live: HashSet<IpAddr> = {
-            let now = Instant::now();
-            let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-            live.iter()
-                .filter(|(_, until)| **until > now)
-                .map(|(v, _)| *v)
-                .collect()
-        };
-        let arms = self
-            .arms
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
         // Written once `nft` has started: the timeouts count from here.
-        type Written = (Instant, Vec<String>, Arms);
-        let written: Mutex<Option<Written>> = Mutex::new(None);
-        let (mut unwritten, mut unwritten_arms) = (may_be_live.clone(), arms.clone());
+        let written: Mutex<Option<Transaction>> = Mutex::new(None);
         let result = run_nft_text_written(&self.nft, &[], || {
-            let (mut may_be_live, mut arms) = (may_be_live, arms);
-            let now = Instant::now();
-            let c = op_commands(ops, &mut may_be_live, &mut arms, now);
-            *written.lock().unwrap_or_else(PoisonError::into_inner) = Some((now, c.clone(), arms));
+            let t = self.transaction(ops);
+            let c = t.1.clone();
+            *written.lock().unwrap_or_else(PoisonError::into_inner) = Some(t);
             c
         })
         .await;
+        // `nft` did not start: the commands it would have been given, for the error (the
+        // recorded state is unchanged: one run at a time).
         let (written, c, arms) = written
             .into_inner()
             .unwrap_or_else(PoisonError::into_inner)
-            .unwrap_or_else(|| {
-                // `nft` did not start: the commands it would have been given, for the error.
-                let now = Instant::now();
-                let c = op_commands(ops, &mut unwritten, &mut unwritten_arms, now);
-                (now, c, unwritten_arms)
-            });
+            .unwrap_or_else(|| self.transaction(ops));
         if let Err(detail) = result {
             let vips: Vec<IpAddr> = ops.iter().flat_map(|o| o.vips.clone()).collect();
             return Err(FenceError::Change {
@@ -557,6 +541,27 @@ impl NftFence {
         }
         *self.arms.lock().unwrap_or_else(PoisonError::into_inner) = arms;
         Ok((written, done))
+    }
+
+    /// The transaction of `ops` written now ([`op_commands`]) from the recorded state: when,
+    /// the commands, and who armed each VIP once it has run.
+    fn transaction(&self, ops: &[Op]) -> Transaction {
+        let now = Instant::now();
+        let mut may_be_live: HashSet<IpAddr> = self
+            .live
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+            .filter(|(_, until)| **until > now)
+            .map(|(v, _)| *v)
+            .collect();
+        let mut arms = self
+            .arms
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let c = op_commands(ops, &mut may_be_live, &mut arms, now);
+        (now, c, arms)
     }
 
     async fn change(
