@@ -393,6 +393,21 @@ fn lab_process_signals_stop_and_resume_it() {
     assert!(std::net::TcpStream::connect_timeout(&health, Duration::from_millis(200)).is_err());
 
     etcd.signal(Signal::SIGSTOP).unwrap();
+    // kill(2) returns before every thread has stopped; a request served in between is not
+    // the process answering while stopped (CI saw it once). Wait for the group stop.
+    let pid = etcd.pid();
+    wait_until("every etcd thread stopped", Duration::from_secs(5), || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| {
+                tasks.flatten().all(|t| {
+                    std::fs::read_to_string(t.path().join("stat"))
+                        .ok()
+                        .and_then(|st| st.rsplit_once(") ").map(|(_, rest)| rest.starts_with('T')))
+                        .unwrap_or(false)
+                })
+            })
+            .unwrap_or(false)
+    });
     assert!(
         !answers(Duration::from_secs(1)),
         "a SIGSTOPped process must not answer"
