@@ -21,19 +21,19 @@ enum Command {
     Manager(Box<ManagerArgs>),
     /// Request a URL on a fixed schedule and report gaps and backend switches (the
     /// failover "wget loop").
-    Probe(vipd::probe::Args),
+    Probe(vipd::cmd::probe::Args),
     /// Print deployment files: static Pod, DaemonSet, RBAC or systemd unit.
     #[command(subcommand)]
-    Manifest(vipd::manifest::ManifestCommand),
+    Manifest(vipd::cmd::manifest::ManifestCommand),
     /// Check this node (capabilities, interface, VIP free, macvlan, API, RBAC); exits
     /// non-zero when a check fails.
-    Preflight(Box<vipd::preflight::PreflightArgs>),
+    Preflight(Box<vipd::cmd::preflight::PreflightArgs>),
     /// Show every VIP, its holder, lease age, moves and vipd's last word on it, read from
     /// the API (works from any machine with a kubeconfig).
-    Status(vipd::overview::StatusArgs),
+    Status(vipd::cmd::status::StatusArgs),
     /// Hand every VIP this node holds to a peer and stop campaigning (maintenance), via the
     /// local vipd's admin endpoint; --undo to campaign again.
-    Drain(vipd::drain::DrainArgs),
+    Drain(vipd::cmd::drain::DrainArgs),
 }
 
 fn init_tracing(level: tracing::level_filters::LevelFilter) {
@@ -129,12 +129,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let shutdown = CancellationToken::new();
             cancel_on_signal(shutdown.clone())?;
-            vipd::manager::run(cfg, shutdown).await?;
+            vipd::cmd::manager::run(cfg, shutdown).await?;
             Ok(())
         }
         Command::Manifest(cmd) => {
-            print!("{}", vipd::manifest::run(&cmd)?);
-            for w in vipd::manifest::warnings(&cmd) {
+            print!("{}", vipd::cmd::manifest::run(&cmd)?);
+            for w in vipd::cmd::manifest::warnings(&cmd) {
                 eprintln!("warning: {w}");
             }
             Ok(())
@@ -144,7 +144,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let cfg = Config::from_process(&args.manager)
                 .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?
                 .init_logging_then_warn(|l| init_tracing(l.as_tracing()));
-            let report = vipd::preflight::run(&cfg, &args).await;
+            let report = vipd::cmd::preflight::run(&cfg, &args).await;
             print!("{}", report.render());
             if report.failed() {
                 anyhow::bail!("preflight found problems (see the table above)");
@@ -152,18 +152,18 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Drain(args) => {
-            println!("{}", vipd::drain::run(&args).await?);
+            println!("{}", vipd::cmd::drain::run(&args).await?);
             Ok(())
         }
         Command::Status(args) => {
             init_tracing(tracing::level_filters::LevelFilter::WARN);
-            print!("{}", vipd::overview::run(&args).await?);
+            print!("{}", vipd::cmd::status::run(&args).await?);
             Ok(())
         }
         Command::Probe(args) => {
             let shutdown = CancellationToken::new();
             cancel_on_signal(shutdown.clone())?;
-            let stats = vipd::probe::run(args, async move { shutdown.cancelled().await }).await?;
+            let stats = vipd::cmd::probe::run(args, async move { shutdown.cancelled().await }).await?;
             if stats.summary().successes == 0 {
                 anyhow::bail!("no successful answer");
             }

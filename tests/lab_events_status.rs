@@ -17,7 +17,7 @@ mod support;
 use std::time::Duration;
 
 use support::*;
-use vipd::manifest::rbac;
+use vipd::cmd::manifest::rbac;
 use xtask::lab::{Lab, LabOptions, LabProcess, NodeRbac};
 
 /// A lab whose node users have only the generated RBAC.

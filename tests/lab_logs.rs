@@ -1,5 +1,5 @@
 //! Lab tests of vipd's log discipline: one line per state change, repeats
-//! rate-limited with a count (`vipd::logging`), a line when the condition clears.
+//! rate-limited with a count (`vipd::obs::logging`), a line when the condition clears.
 
 mod support;
 

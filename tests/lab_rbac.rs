@@ -12,7 +12,7 @@ mod support;
 use std::time::Duration;
 
 use support::*;
-use vipd::manifest::rbac;
+use vipd::cmd::manifest::rbac;
 use xtask::lab::{Lab, LabOptions, NodeRbac};
 
 const SVC_VIP: &str = "192.0.2.20";

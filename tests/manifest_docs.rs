@@ -1,7 +1,7 @@
 //! docs/operators.md carries the option table generated from the clap/option definitions
-//! (`vipd::manifest::docs`); this test fails when it drifts. `UPDATE_GOLDEN=1` rewrites it.
+//! (`vipd::cmd::manifest::docs`); this test fails when it drifts. `UPDATE_GOLDEN=1` rewrites it.
 
-use vipd::manifest::docs;
+use vipd::cmd::manifest::docs;
 
 #[test]
 fn operator_docs_option_table_is_current() {

@@ -7,7 +7,7 @@ use std::process::Command;
 mod manifest_cli;
 
 use manifest_cli::generate;
-use vipd::manifest;
+use vipd::cmd::manifest;
 
 #[test]
 fn systemd_analyze_verify_accepts_the_unit() {

@@ -696,8 +696,8 @@ fn nft_text(script: &str) {
 /// never touched. Needs the `nft` binary and nf_tables NAT.
 #[test]
 fn lb_table_install_update_remove() {
-    use vipd::lb::nft::{Family, Ruleset, install_batch, remove_batch, update_batch};
-    use vipd::lb::{LbKernel, NftLbKernel};
+    use vipd::controlplane::lb::nft::{Family, Ruleset, install_batch, remove_batch, update_batch};
+    use vipd::controlplane::lb::{LbKernel, NftLbKernel};
     lab("192.0.2.11/24", || async {
         nft_text("table ip vipd_lb {\n chain stale {\n }\n}\n");
         nft_text(
@@ -762,7 +762,7 @@ fn lb_table_install_update_remove() {
             .await
             .expect("remove twice");
         assert_eq!(other(), other_before, "another owner's table untouched");
-        vipd::lb::check("nft").await.expect("nft --check");
+        vipd::controlplane::lb::check("nft").await.expect("nft --check");
         assert!(lb_table("ip").is_none(), "--check changes nothing");
     });
 }

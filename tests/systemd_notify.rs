@@ -26,16 +26,16 @@ fn notify_protocol_against_a_test_socket() {
     // SAFETY: this test is the only one in this test binary, nothing else reads the
     // environment concurrently.
     unsafe { std::env::remove_var("NOTIFY_SOCKET") };
-    assert!(!vipd::systemd::notify_ready("x").unwrap());
-    assert!(!vipd::systemd::notify_watchdog().unwrap());
+    assert!(!vipd::obs::systemd::notify_ready("x").unwrap());
+    assert!(!vipd::obs::systemd::notify_watchdog().unwrap());
 
     // SAFETY: as above.
     unsafe { std::env::set_var("NOTIFY_SOCKET", &path) };
-    assert!(vipd::systemd::notify_ready("holding 0 VIPs").unwrap());
+    assert!(vipd::obs::systemd::notify_ready("holding 0 VIPs").unwrap());
     assert_eq!(recv(&server), "READY=1\nSTATUS=holding 0 VIPs");
-    assert!(vipd::systemd::notify_watchdog().unwrap());
+    assert!(vipd::obs::systemd::notify_watchdog().unwrap());
     assert_eq!(recv(&server), "WATCHDOG=1");
-    assert!(vipd::systemd::notify_stopping().unwrap());
+    assert!(vipd::obs::systemd::notify_stopping().unwrap());
     assert_eq!(recv(&server), "STOPPING=1");
 
     // Abstract namespace socket (`@name`), as systemd uses for some services.
@@ -48,14 +48,14 @@ fn notify_protocol_against_a_test_socket() {
         .unwrap();
     // SAFETY: as above.
     unsafe { std::env::set_var("NOTIFY_SOCKET", format!("@{name}")) };
-    assert!(vipd::systemd::notify_watchdog().unwrap());
+    assert!(vipd::obs::systemd::notify_watchdog().unwrap());
     assert_eq!(recv(&abstract_server), "WATCHDOG=1");
 
     // A socket nobody listens on is an error naming it.
     drop(server);
     // SAFETY: as above.
     unsafe { std::env::set_var("NOTIFY_SOCKET", &path) };
-    let e = vipd::systemd::notify_ready("x").unwrap_err().to_string();
+    let e = vipd::obs::systemd::notify_ready("x").unwrap_err().to_string();
     assert!(e.contains("notify.sock"), "{e}");
     // SAFETY: as above.
     unsafe { std::env::remove_var("NOTIFY_SOCKET") };

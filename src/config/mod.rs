@@ -54,7 +54,7 @@
 //! `iptables_backend`, `backend_health_check_interval`, `egress_withnftables`,
 //! `vip_leaseannotations`, `vip_configmap`, `enable_endpoints`. `backend_health_check_interval`
 //! is kube-vip's IPVS health-check interval; vipd's load balancer (`lb_enable`) checks every
-//! second ([`crate::lb::health::INTERVAL`]).
+//! second ([`crate::controlplane::lb::health::INTERVAL`]).
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -271,7 +271,7 @@ pub struct Config {
     /// to more preferred nodes ([`crate::election::failback`]); `None` (the default): off.
     pub services_failback: Option<Duration>,
     /// `lb_enable` / `--enableLoadBalancer`, `lb_port`, `lb_fwdmethod`: control-plane load
-    /// balancing ([`crate::lb`]); `None` when `lb_enable` is off.
+    /// balancing ([`crate::controlplane::lb`]); `None` when `lb_enable` is off.
     pub load_balancer: Option<LoadBalancerConfig>,
     /// `vip_loglevel`.
     pub log_level: LogLevel,
@@ -294,7 +294,7 @@ pub struct LoadBalancerConfig {
     /// `lb_port` / `--lbPort` (default 6443): the frontend port on the VIP.
     pub lb_port: u16,
     /// `lb_fwdmethod` / `--lbForwardingMethod` (default `local`).
-    pub forwarding: crate::lb::Forwarding,
+    pub forwarding: crate::controlplane::lb::Forwarding,
 }
 
 // ---------------------------------------------------------------------------------------

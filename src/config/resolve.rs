@@ -487,12 +487,12 @@ fn services(
 fn load_balancer(inputs: &Inputs<'_>) -> Result<Option<LoadBalancerConfig>, ConfigError> {
     let lb_port = match inputs.get(K_LB_PORT) {
         Some(raw) => parse_port(&raw)?,
-        None => crate::lb::DEFAULT_LB_PORT,
+        None => crate::controlplane::lb::DEFAULT_LB_PORT,
     };
     let forwarding = match inputs.get(K_LB_FWD) {
-        Some(raw) if raw.value.is_empty() => crate::lb::Forwarding::default(),
-        Some(raw) => crate::lb::Forwarding::parse(&raw.value).map_err(|r| raw.invalid(r))?,
-        None => crate::lb::Forwarding::default(),
+        Some(raw) if raw.value.is_empty() => crate::controlplane::lb::Forwarding::default(),
+        Some(raw) => crate::controlplane::lb::Forwarding::parse(&raw.value).map_err(|r| raw.invalid(r))?,
+        None => crate::controlplane::lb::Forwarding::default(),
     };
     Ok(inputs
         .bool_or(K_LB_ENABLE, false)?

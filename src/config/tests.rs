@@ -214,7 +214,7 @@ fn control_plane_and_service_addresses_follow_one_rule() {
         if let Err(e) = cp {
             assert!(e.to_string().contains(addr), "{e}");
         }
-        let svc = crate::services::model::parse_address_list(addr);
+        let svc = crate::services::plan::model::parse_address_list(addr);
         assert_eq!(svc.addresses.len() == 1, *usable, "Service {addr}: {svc:?}");
         assert_eq!(svc.rejected.len() == 1, !*usable, "Service {addr}: {svc:?}");
     }

@@ -237,12 +237,12 @@ pub struct LeaseHub {
 impl LeaseHub {
     /// Starts the shared watch on Leases in `namespace` (`None` = all namespaces) on the
     /// current tokio runtime. The watch is tracked as `leases` in `activity` (every event
-    /// counts; `client`'s `kubeclient::WatchStartLayer` reports its restarts). The task
+    /// counts; `client`'s `crate::kube::client::WatchStartLayer` reports its restarts). The task
     /// ends when `shutdown` is cancelled.
     pub fn start(
         client: kube::Client,
         namespace: Option<&str>,
-        activity: crate::admin::WatchActivity,
+        activity: crate::obs::readiness::WatchActivity,
         shutdown: tokio_util::sync::CancellationToken,
     ) -> Self {
         let hub = LeaseHub {
@@ -255,15 +255,15 @@ impl LeaseHub {
         let h = hub.clone();
         activity.register(
             LEASE_WATCH,
-            std::time::Duration::from_secs(crate::kubeclient::SERVICES_WATCH_TIMEOUT_SECS.into()),
+            std::time::Duration::from_secs(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS.into()),
         );
         tokio::spawn(async move {
-            // The Services clients' read timeout (kubeclient::SERVICES_READ_TIMEOUT) is
+            // The Services clients' read timeout (crate::kube::client::SERVICES_READ_TIMEOUT) is
             // longer than this server-side watch timeout.
             let cfg =
-                watcher::Config::default().timeout(crate::kubeclient::SERVICES_WATCH_TIMEOUT_SECS);
+                watcher::Config::default().timeout(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS);
             let mut stream = watcher(api, cfg)
-                .backoff(crate::kubeclient::WatchBackoff::default())
+                .backoff(crate::kube::client::WatchBackoff::default())
                 .boxed();
             let mut listed: HashSet<String> = HashSet::new();
             loop {

@@ -31,6 +31,7 @@
 
 mod attempt;
 pub(crate) mod failback;
+pub(crate) mod identity;
 pub mod kube;
 pub mod record;
 mod run;
@@ -316,12 +317,12 @@ pub struct Elector<C: LeaseClient> {
     state_tx: Arc<watch::Sender<LeaderState>>,
     dropped_rx: watch::Receiver<u64>,
     gates: watch::Receiver<BTreeMap<String, bool>>,
-    metrics: Option<crate::metrics::Metrics>,
+    metrics: Option<crate::obs::metrics::Metrics>,
     duplicate_tx: watch::Sender<Option<DuplicateIdentity>>,
     /// Rate limiter of failed-call lines, keyed by whether the call was a renewal (see
-    /// [`crate::logging`]): a Lease API down for minutes logs once a minute, not at every
+    /// [`crate::obs::logging`]): a Lease API down for minutes logs once a minute, not at every
     /// back-off step.
-    quiet: crate::logging::RepeatLimiter<bool, String>,
+    quiet: crate::obs::logging::RepeatLimiter<bool, String>,
     /// Asked before every acquisition (see [`Elector::with_acquire_check`]).
     acquire_check: Option<AcquireCheck>,
     /// Delays acquisitions by the leases this node holds (see [`Elector::with_spread`]).
@@ -448,7 +449,7 @@ impl<C: LeaseClient> Elector<C> {
                 gates: gates.subscribe(),
                 metrics: None,
                 duplicate_tx: watch::Sender::new(None),
-                quiet: crate::logging::RepeatLimiter::default(),
+                quiet: crate::obs::logging::RepeatLimiter::default(),
                 acquire_check: None,
                 spread: None,
                 preference: None,
@@ -533,7 +534,7 @@ impl<C: LeaseClient> Elector<C> {
 
     /// Reports leadership, transitions, failovers and renew latency / failures to
     /// `metrics`, labelled with the lease (`namespace/name`).
-    pub(crate) fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+    pub(crate) fn with_metrics(mut self, metrics: crate::obs::metrics::Metrics) -> Self {
         self.metrics = Some(metrics);
         self
     }

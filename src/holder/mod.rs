@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::election::{Gates, LeaderState, Leadership, Timing};
-use crate::logging::RepeatLimiter;
+use crate::obs::logging::RepeatLimiter;
 use crate::net::conflict::{Claim, ConflictMonitor, WatchId, fmt_mac};
 use crate::net::{AddrInfo, Announcer, Kernel, Lifetime, LinkInfo, NetError, Vip};
 use probe::{Action, ProbeState};
@@ -517,7 +517,7 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     /// IPv6 VIPs added but not yet announced because they were tentative.
     pending_na: Vec<usize>,
     updates: Option<watch::Receiver<Vec<VipSpec>>>,
-    metrics: Option<crate::metrics::Metrics>,
+    metrics: Option<crate::obs::metrics::Metrics>,
     /// Conflict detection (RFC 5227); `None` = off.
     monitor: Option<Arc<dyn ConflictMonitor>>,
     /// Conflict state per VIP, by VIP index.
@@ -545,8 +545,8 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
 }
 
 /// Conditions of a [`VipHolder`] whose log lines are rate-limited (see
-/// [`crate::logging`]): logged when they start or change, then at most once per
-/// [`crate::logging::REPEAT_WINDOW`] with the count of repeats, and once when they clear.
+/// [`crate::obs::logging`]): logged when they start or change, then at most once per
+/// [`crate::obs::logging::REPEAT_WINDOW`] with the count of repeats, and once when they clear.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Quiet {
     /// Some VIPs cannot be placed (interface missing or unusable).
@@ -640,7 +640,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     }
 
     /// Counts announcements in `metrics` (`vipd_garp_sent_total`).
-    pub(crate) fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+    pub(crate) fn with_metrics(mut self, metrics: crate::obs::metrics::Metrics) -> Self {
         self.metrics = Some(metrics);
         self
     }

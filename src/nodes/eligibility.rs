@@ -168,7 +168,7 @@ pub async fn follow(
     mut facts: watch::Receiver<Option<NodeFacts>>,
     switch: DrainSwitch,
     rules: EligibilityRules,
-    metrics: crate::metrics::Metrics,
+    metrics: crate::obs::metrics::Metrics,
     mut on_change: impl FnMut(Option<Ineligible>),
     stop: CancellationToken,
 ) {

@@ -35,7 +35,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::election::{Backoff, LeaderState};
-use crate::logging::RepeatLimiter;
+use crate::obs::logging::RepeatLimiter;
 
 /// The label key (kube-vip's `kubevip.HasIP`).
 pub const HAS_IP: &str = "kube-vip.io/has-ip";

@@ -44,10 +44,10 @@ use super::socket::PeerSocket;
 use super::wire::{
     DEFAULT_MAX_SKEW_MS, Encoder, HeldLease, Kind, LeaseRef, Message, PeerKey, Rejection, Verifier,
 };
-use crate::admin::Readiness;
+use crate::obs::readiness::Readiness;
 use crate::election::{LeaderState, Observed, RideLink};
 use crate::holder::FENCE_MARGIN;
-use crate::metrics::Metrics;
+use crate::obs::metrics::Metrics;
 
 /// Interval of the API probe.
 pub(crate) const PROBE_INTERVAL: Duration = Duration::from_millis(250);

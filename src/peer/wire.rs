@@ -181,7 +181,7 @@ impl Flags {
 }
 
 /// A Lease, by namespace and name (the one type the Services runtime uses too).
-pub use crate::services::desired::LeaseRef;
+pub use crate::services::plan::desired::LeaseRef;
 
 /// A lease as its holder knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -29,8 +29,8 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service;
 use tracing::{info, warn};
 
-use super::desired::DhcpService;
-use super::model::{ANN_DHCP_LEASE, ANN_HWADDR, ANN_REQUESTED_IP, ServiceKey};
+use crate::services::plan::desired::DhcpService;
+use crate::services::plan::model::{ANN_DHCP_LEASE, ANN_HWADDR, ANN_REQUESTED_IP, ServiceKey};
 use super::runtime::GroupSpec;
 use crate::dhcp::{Dhcp, DhcpBinding, DhcpFamily, DhcpHandle, DhcpState};
 use crate::holder::VipSpec;
@@ -68,7 +68,7 @@ pub(super) type DhcpEvent = (ServiceKey, &'static str, String);
 pub(super) struct DhcpClients {
     dhcp: Arc<dyn Dhcp>,
     runs: Vec<Run>,
-    metrics: Option<crate::metrics::Metrics>,
+    metrics: Option<crate::obs::metrics::Metrics>,
 }
 
 impl DhcpClients {
@@ -81,8 +81,8 @@ impl DhcpClients {
         }
     }
 
-    /// Exports each client's state and events (`vipd_dhcp_*`, [`crate::metrics`]).
-    pub(super) fn with_metrics(mut self, metrics: crate::metrics::Metrics) -> Self {
+    /// Exports each client's state and events (`vipd_dhcp_*`, [`crate::obs::metrics`]).
+    pub(super) fn with_metrics(mut self, metrics: crate::obs::metrics::Metrics) -> Self {
         self.metrics = Some(metrics);
         self
     }
@@ -451,7 +451,7 @@ impl DhcpClients {
                 // The same MAC in another spelling (upper case, from a user or GitOps) is
                 // kept as written: rewriting it would show as drift.
                 Some(cur) if *name == ANN_HWADDR => {
-                    super::model::parse_unicast_mac(&cur).ok() != Some(request.mac)
+                    crate::services::plan::model::parse_unicast_mac(&cur).ok() != Some(request.mac)
                 }
                 cur => cur.as_deref() != Some(value.as_str()),
             });
@@ -467,7 +467,7 @@ impl DhcpClients {
     /// share-IP mode: a Service naming the address concretely): the leased addresses it
     /// names, when the cached annotation (`cached`) says otherwise. The record is never
     /// removed here: it is what keeps such an address from being announced as a static one
-    /// once no DHCP Service asks for it ([`super::desired::LapsedLease`]).
+    /// once no DHCP Service asks for it ([`crate::services::plan::desired::LapsedLease`]).
     pub(super) fn lease_marks(
         &self,
         spec: &GroupSpec,
@@ -491,7 +491,7 @@ impl DhcpClients {
             let Some(svc) = cached(key) else {
                 continue;
             };
-            if super::model::dhcp_lease_record(&svc).0 == shared {
+            if crate::services::plan::model::dhcp_lease_record(&svc).0 == shared {
                 continue;
             }
             let value: Vec<String> = shared.iter().map(ToString::to_string).collect();

@@ -1,7 +1,7 @@
 //! Governance moves between Service leases (scenario S34 in `docs/scenarios.md`).
 //!
 //! An address shared by several Services is governed by the lease of the oldest of them
-//! ([`super::desired`]). When that changes (the governing Service is deleted, changes
+//! ([`crate::services::plan::desired`]). When that changes (the governing Service is deleted, changes
 //! address, type or class, or an older Service starts using the address), the address moves
 //! to another lease, whose holder may be another node. The rule:
 //!
@@ -37,7 +37,7 @@ use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use super::desired::{LeaseRef, Plan};
+use crate::services::plan::desired::{LeaseRef, Plan};
 use crate::election::record::{self, LeaseRecord, Observed, Standing};
 use crate::election::{ElectionEnd, LeaseClient, LeaseEvent, Timing};
 use crate::holder::VipSpec;

@@ -1,5 +1,5 @@
 //! One group task per Lease: the election, the VIP holder that follows it, and the status,
-//! annotation and Events its Services get while this node leads ([`super::decide::status_step`]).
+//! annotation and Events its Services get while this node leads ([`crate::services::plan::decide::status_step`]).
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -13,10 +13,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::decide::{self, GroupEvent, StatusStep};
-use super::desired::{LeaseRef, NotHere};
+use crate::services::plan::decide::{self, GroupEvent, StatusStep};
+use crate::services::plan::desired::{LeaseRef, NotHere};
 use super::dhcp_clients::{DhcpClients, DhcpEvent};
-use super::model::ServiceKey;
+use crate::services::plan::model::ServiceKey;
 use super::runtime::{GroupSpec, Shared};
 use super::status::{ServiceEvent, StatusWriter};
 use super::sync::{StatusSync, report_conflicts, report_handover};
@@ -568,7 +568,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         } else {
             Vec::new()
         };
-        crate::identity::publish(
+        crate::election::identity::publish(
             cond.as_ref(),
             &ServiceKey::new(&self.lease.namespace, &self.lease.name),
             &about,

@@ -29,8 +29,8 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use super::desired::LeaseRef;
-use super::model;
+use crate::services::plan::desired::LeaseRef;
+use crate::services::plan::model;
 
 /// Label key marking objects vipd manages (Kubernetes recommended labels).
 pub(crate) const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
@@ -194,9 +194,9 @@ impl GcState {
 /// [`lease_labels`], decides with [`GcState::decide`] against the Services in `services`
 /// (call only once its first list is loaded), and deletes each orphan with a
 /// `resourceVersion` precondition. Logs one info line per deleted lease; list and delete
-/// failures are logged at warn once per [`crate::logging::REPEAT_WINDOW`]. RBAC: `list` and
+/// failures are logged at warn once per [`crate::obs::logging::REPEAT_WINDOW`]. RBAC: `list` and
 /// `delete` on `coordination.k8s.io` leases (rows of
-/// [`crate::manifest::rbac::API_CALLS`]).
+/// [`crate::cmd::manifest::rbac::API_CALLS`]).
 pub async fn run(
     client: kube::Client,
     namespace: Option<String>,
@@ -212,7 +212,7 @@ pub async fn run(
     // every few seconds, and a stale answer costs nothing (the delete's precondition fails).
     let lp = ListParams::default().labels(&label_selector()).match_any();
     let mut state = GcState::default();
-    let mut quiet: crate::logging::RepeatLimiter<&'static str, String> = Default::default();
+    let mut quiet: crate::obs::logging::RepeatLimiter<&'static str, String> = Default::default();
     let mut tick = tokio::time::interval(GC_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {

@@ -23,15 +23,13 @@
 //! * `sync`: status, `kube-vip.io/vipHost` and Events kept level-triggered, with retries.
 //! * `watch`: the reflectors and the endpoint cache.
 
-mod decide;
-pub mod desired;
 mod dhcp_clients;
 pub mod endpoints;
 pub mod governance;
 mod group;
 pub mod health;
 pub mod lease_gc;
-pub mod model;
+pub mod plan;
 pub mod runtime;
 mod select;
 pub mod status;

@@ -34,22 +34,22 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use super::decide::{self, StopOrder};
-use super::desired::{self, Candidate, LeaseRef, Mode, Plan, PlanConfig};
+use crate::services::plan::decide::{self, StopOrder};
+use crate::services::plan::desired::{self, Candidate, LeaseRef, Mode, Plan, PlanConfig};
 use super::endpoints::endpointslice_v1_served;
 use super::governance::{self, Handover, LeaseView};
 use super::group::GroupHandle;
-use super::model::{PortProto, ServiceKey};
+use crate::services::plan::model::{PortProto, ServiceKey};
 use super::select::*;
 use super::status::KubeStatusWriter;
 use super::sync::*;
 use super::watch::*;
-use crate::admin::{Readiness, WatchActivity};
+use crate::obs::readiness::{Readiness, WatchActivity};
 use crate::config::Config;
 use crate::election::kube::{KubeLeaseClient, LeaseHub};
 use crate::election::{ElectionEnd, LeaseClient, Timing};
 use crate::holder::{HolderConfig, VipSpec};
-use crate::metrics::Metrics;
+use crate::obs::metrics::Metrics;
 use crate::net::{Announcer, CachedKernel, Kernel, NetlinkKernel, RawAnnouncer};
 use crate::nodes::eligibility::Ineligible;
 pub use crate::nodes::node_addresses;
@@ -66,7 +66,7 @@ pub struct GroupSpec {
     /// The group's preferred nodes, in order (`vipd.io/preferred-nodes`; empty: none).
     pub preferred: Vec<String>,
     /// DHCP Services whose clients the group runs while it leads (issue 13).
-    pub dhcp: Vec<super::desired::DhcpService>,
+    pub dhcp: Vec<crate::services::plan::desired::DhcpService>,
     /// DHCP Services this holder serves with no address now after at least one failed
     /// attempt (a lost lease not re-acquired, a NAK, a client that cannot set up or gave
     /// up): announced by no node, so their status and `vipHost` are cleared like a
@@ -114,7 +114,7 @@ pub(super) struct Shared<K: Kernel, A: Announcer> {
     pub(super) holder_cfg: HolderConfig,
     pub(super) kernel: Arc<K>,
     pub(super) announcer: Arc<A>,
-    /// For Lease reads and writes only (see `kubeclient::ServicesClients`).
+    /// For Lease reads and writes only (see `crate::kube::client::ServicesClients`).
     pub(super) lease_client: kube::Client,
     pub(super) hub: LeaseHub,
     pub(super) status: KubeStatusWriter,
@@ -159,7 +159,7 @@ impl<K: Kernel, A: Announcer> Shared<K, A> {
 pub enum ServicesError {
     /// Building the Services' Kubernetes clients failed.
     #[error(transparent)]
-    Client(#[from] crate::kubeclient::ClientError),
+    Client(#[from] crate::kube::client::ClientError),
     /// `svc_ridethrough` cannot start: the key Secret, the Services interface, the socket
     /// or the timings (the message names which and how to fix it).
     #[error("{0}")]
@@ -226,7 +226,7 @@ pub async fn start(cfg: &Arc<Config>, parts: Parts) -> Result<Running, ServicesE
     };
     // Per-Service holders share one address dump per check interval.
     let cached = Arc::new(CachedKernel::new(parts.kernel, Duration::from_millis(200)));
-    let clients = crate::kubeclient::services_clients(cfg).await?;
+    let clients = crate::kube::client::services_clients(cfg).await?;
     let ride = match cfg.services_ride_through {
         true => Some(ride_setup(cfg, &clients.other, cached.as_ref(), &holder_cfg).await?),
         false => None,
@@ -516,7 +516,7 @@ fn plan_config(cfg: &Config) -> PlanConfig {
 #[allow(clippy::too_many_arguments)] // each one is a separate part the manager owns
 async fn run<K: Kernel, A: Announcer>(
     cfg: Arc<Config>,
-    clients: crate::kubeclient::ServicesClients,
+    clients: crate::kube::client::ServicesClients,
     ride: Option<RideSetup>,
     kernel: Arc<K>,
     announcer: Arc<A>,

@@ -10,8 +10,8 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Service;
 use tracing::debug;
 
-use super::desired::{self, Candidate, LeaseRef, NotHere, Plan};
-use super::model::{self, Selection, ServiceInfo, ServiceKey};
+use crate::services::plan::desired::{self, Candidate, LeaseRef, NotHere, Plan};
+use crate::services::plan::model::{self, Selection, ServiceInfo, ServiceKey};
 use crate::config::Config;
 use crate::net::Kernel;
 
@@ -19,7 +19,7 @@ use crate::net::Kernel;
 /// The same note (Service, reason, message) is logged once per process while its cause
 /// lasts, and its Event is written until it succeeds.
 #[derive(Debug)]
-pub(super) struct Note {
+pub(crate) struct Note {
     pub(super) key: ServiceKey,
     /// The Service's `metadata.uid` (part of the Event's name, see
     /// [`super::status::event_name`]).
@@ -415,7 +415,7 @@ pub(super) fn candidates(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::services::model;
+    use crate::services::plan::model;
 
     #[test]
     fn unusable_addresses_name_the_rule() {
@@ -462,7 +462,7 @@ mod tests {
 
     #[test]
     fn local_services_without_endpoints_are_announced_nowhere_unless_their_group_lives() {
-        use super::desired::Group;
+        use crate::services::plan::desired::Group;
         let k = |n: &str| ServiceKey::new("default", n);
         let lease = |n: &str| LeaseRef {
             namespace: "default".into(),

@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::{self, Store};
 use tracing::{debug, info, warn};
 
-use super::desired::Plan;
-use super::model::{self, ServiceKey};
+use crate::services::plan::desired::Plan;
+use crate::services::plan::model::{self, ServiceKey};
 use super::status::{ServiceEvent, StatusWriter, desired_ingress};
 use crate::net::conflict::fmt_mac;
 
@@ -42,11 +42,11 @@ impl<W: StatusWriter> StatusCtx<'_, W> {
 pub(super) struct Reported(std::collections::HashMap<String, bool>);
 
 /// Back-off of the main loop's retries (failed Events of notes, failed status clears):
-/// the watches' back-off ([`crate::kubeclient::WatchBackoff`], 0.8 s doubling to 20 s
+/// the watches' back-off ([`crate::kube::client::WatchBackoff`], 0.8 s doubling to 20 s
 /// plus up to 25 %), reset after a pass where everything succeeded.
 #[derive(Default)]
 pub(super) struct Retry {
-    pub(super) backoff: crate::kubeclient::WatchBackoff,
+    pub(super) backoff: crate::kube::client::WatchBackoff,
     pub(super) at: Option<tokio::time::Instant>,
 }
 

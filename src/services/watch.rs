@@ -19,7 +19,7 @@ use tracing::{info, warn};
 use super::endpoints::{
     SERVICE_NAME_LABEL, ready_local_endpoint_from_endpoints, ready_local_endpoint_from_slices,
 };
-use super::model::ServiceKey;
+use crate::services::plan::model::ServiceKey;
 
 /// An API for `K` in `namespace` (`svc_namespace`), or in all namespaces.
 pub(super) fn scoped_api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
@@ -42,7 +42,7 @@ pub(super) fn spawn_reflector<K>(
     writer: reflector::store::Writer<K>,
     changed: Arc<Notify>,
     stop: CancellationToken,
-    activity: crate::admin::WatchActivity,
+    activity: crate::obs::readiness::WatchActivity,
     strip: fn(&mut K),
 ) where
     K: kube::Resource<DynamicType = ()>
@@ -55,11 +55,11 @@ pub(super) fn spawn_reflector<K>(
 {
     activity.register(
         what,
-        Duration::from_secs(crate::kubeclient::SERVICES_WATCH_TIMEOUT_SECS.into()),
+        Duration::from_secs(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS.into()),
     );
     tokio::spawn(async move {
         // Watch errors (401/403 included, S15) retry with a capped exponential back-off
-        // (kubeclient::WatchBackoff: 0.8 s doubling to 20 s, plus up to 25 %); each is logged with the resource and the
+        // (crate::kube::client::WatchBackoff: 0.8 s doubling to 20 s, plus up to 25 %); each is logged with the resource and the
         // server's message, which for RBAC names the verb.
         // Objects are stripped to what vipd reads before they are cached (at 1000 Services,
         // managedFields alone were 7 MB of a node's memory).
@@ -67,11 +67,11 @@ pub(super) fn spawn_reflector<K>(
             writer,
             watcher(
                 api,
-                watcher::Config::default().timeout(crate::kubeclient::SERVICES_WATCH_TIMEOUT_SECS),
+                watcher::Config::default().timeout(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS),
             )
             .modify(strip),
         )
-        .backoff(crate::kubeclient::WatchBackoff::default())
+        .backoff(crate::kube::client::WatchBackoff::default())
         .boxed();
         let mut failing = false;
         loop {
@@ -232,7 +232,7 @@ impl EndpointStore {
 mod tests {
     use super::*;
     use crate::services::endpoints::SERVICE_NAME_LABEL;
-    use crate::services::model;
+    use crate::services::plan::model;
     use crate::services::runtime::*;
 
     #[test]

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use clap::Parser;
-use vipd::manifest::{self, ManifestCommand, Plan};
+use vipd::cmd::manifest::{self, ManifestCommand, Plan};
 use xtask::lab::{Lab, LabProcess};
 
 #[derive(Parser)]

@@ -32,7 +32,7 @@ pub fn lab(test: &str, opts: LabOptions) -> Option<Lab> {
 /// the ServiceAccount) and binds the same ClusterRole to the lab's node users, which have
 /// no other rights in a lab started with `NodeRbac::None`.
 pub fn apply_generated_rbac(lab: &Lab) {
-    use vipd::manifest::rbac;
+    use vipd::cmd::manifest::rbac;
     let yaml = rbac::rbac_yaml(&rbac::RbacArgs {
         namespace: "kube-system".into(),
         ..Default::default()
@@ -64,7 +64,7 @@ pub fn apply_generated_role_to_nodes(lab: &Lab) {
 /// As [`apply_generated_role_to_nodes`], the role of `vipd manifest rbac
 /// --enableNodeLabeling=<node_labeling>`.
 pub fn apply_generated_role_to_nodes_with(lab: &Lab, node_labeling: bool) {
-    let role = serde_json::to_value(vipd::manifest::rbac::cluster_role(node_labeling)).unwrap();
+    let role = serde_json::to_value(vipd::cmd::manifest::rbac::cluster_role(node_labeling)).unwrap();
     let path = "/apis/rbac.authorization.k8s.io/v1/clusterroles";
     let r = lab
         .api_request("POST", path, Some(&role.to_string()))
@@ -76,7 +76,7 @@ pub fn apply_generated_role_to_nodes_with(lab: &Lab, node_labeling: bool) {
 /// Binds the generated ClusterRole to group [`xtask::lab::NODE_GROUP`] (ClusterRoleBinding
 /// `vipd-lab-nodes-vipd`).
 fn bind_generated_role_to_nodes(lab: &Lab) {
-    let nodes = vipd::manifest::rbac::binding(
+    let nodes = vipd::cmd::manifest::rbac::binding(
         "vipd-lab-nodes-vipd",
         vec![k8s_openapi::api::rbac::v1::Subject {
             kind: "Group".into(),

@@ -29,7 +29,7 @@
 //! ```
 //!
 //! The `inet` chain runs at priority -150, before destination NAT (-100), so the
-//! load balancer's DNAT ([`crate::lb`]) never turns a fenced packet into a forwarded one.
+//! load balancer's DNAT ([`crate::controlplane::lb`]) never turns a fenced packet into a forwarded one.
 //! Neighbour solicitations for an IPv6 VIP go to its solicited-node multicast address and
 //! carry the VIP as the ICMPv6 target (bits 64..192 of the ICMPv6 message, RFC 4861 §4.3):
 //! nftables 1.0.6 has no `icmpv6 taddr`, so those sets hold the VIP as a 128-bit integer

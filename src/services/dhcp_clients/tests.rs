@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::*;
 use crate::dhcp::{FakeDhcp, FakeEnd};
-use crate::services::model::{self, PortProto};
+use crate::services::plan::model::{self, PortProto};
 
 fn key(name: &str) -> ServiceKey {
     ServiceKey::new("default", name)
@@ -635,7 +635,7 @@ async fn dual_stack_runs_both_families_on_one_macvlan() {
 async fn a_client_that_gave_up_warns_once_and_starts_again_only_on_a_change() {
     use crate::dhcp::DhcpFamily;
     let fake = FakeDhcp::new();
-    let metrics = crate::metrics::Metrics::new("node-a");
+    let metrics = crate::obs::metrics::Metrics::new("node-a");
     let mut clients = DhcpClients::new(Arc::new(fake.clone())).with_metrics(metrics.clone());
     let both = service("web", &[(model::ANN_LOADBALANCER_IPS, "0.0.0.0,::")]);
     let web = dhcp_service(&both);

@@ -11,8 +11,8 @@ use tokio::sync::broadcast;
 use super::*;
 use crate::config::VipSubnet;
 use crate::election::LeaseError;
-use crate::services::desired::{Candidate, Mode, PlanConfig, plan_leases};
-use crate::services::model::{PortProto, ServiceKey};
+use crate::services::plan::desired::{Candidate, Mode, PlanConfig, plan_leases};
+use crate::services::plan::model::{PortProto, ServiceKey};
 
 pub(crate) fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()

@@ -13,8 +13,8 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
-use crate::manifest::rbac::{EventApi, discover_event_api};
-use crate::services::model::ServiceKey;
+use crate::cmd::manifest::rbac::{EventApi, discover_event_api};
+use crate::services::plan::model::ServiceKey;
 
 use super::writer::{KubeStatusWriter, timed_as};
 use super::{

@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, PortStatus, Service};
 
-use super::super::model::{ANN_VIP_HOST, PortProto};
+use crate::services::plan::model::{ANN_VIP_HOST, PortProto};
 
 /// The ingress entries for the announced `addresses`: one per address, in the order given
 /// (the first configured address first), each with every Service port (`port`,

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use k8s_openapi::api::core::v1::LoadBalancerIngress;
 
 use super::{ServiceEvent, StatusError, StatusWriter, WriteOutcome};
-use crate::services::model::ServiceKey;
+use crate::services::plan::model::ServiceKey;
 
 /// What a [`MemoryStatusWriter`] holds for one Service.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::LoadBalancerIngress;
 
-use super::model::ServiceKey;
+use crate::services::plan::model::ServiceKey;
 
 mod events;
 mod ingress;
@@ -114,7 +114,7 @@ pub(crate) const REASON_DHCP_GAVE_UP: &str = "DHCPGaveUp";
 /// DHCP Service's lease (`vipd.io/dhcp-lease`) is asked for by no DHCP Service any more.
 pub(crate) const REASON_DHCP_LEASE_LAPSED: &str = "DHCPLeaseLapsed";
 /// Reason of a Warning about a Service skipped for a configuration the user should fix
-/// ([`super::model::SkipReason::warrants_warning`]).
+/// ([`crate::services::plan::model::SkipReason::warrants_warning`]).
 pub(crate) const REASON_INVALID_CONFIG: &str = "InvalidConfiguration";
 /// Reason of [`ServiceEvent::duplicate_identity`].
 pub(crate) const REASON_DUPLICATE_IDENTITY: &str = "DuplicateIdentity";

@@ -1,5 +1,5 @@
 use super::*;
-use crate::services::model::PortProto;
+use crate::services::plan::model::PortProto;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, ServiceStatus};
 
@@ -152,9 +152,9 @@ fn event_names_are_deterministic_and_valid() {
     let long = format!("{}-x", "a".repeat(250));
     let n = event_name(&long, None, &ev);
     assert!(n.len() <= 253, "{}", n.len());
-    assert!(super::super::model::is_dns_subdomain(&n), "{n}");
+    assert!(crate::services::plan::model::is_dns_subdomain(&n), "{n}");
     let dotted = format!("{}.b", "a".repeat(235));
-    assert!(super::super::model::is_dns_subdomain(&event_name(
+    assert!(crate::services::plan::model::is_dns_subdomain(&event_name(
         &dotted, None, &ev
     )));
 }

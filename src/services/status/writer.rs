@@ -12,12 +12,12 @@ use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use crate::manifest::rbac::EventApi;
+use crate::cmd::manifest::rbac::EventApi;
 
 use super::events::{EventIdentity, FailureKey, Regarding, SeriesState};
 use super::ingress::{current_ingress, ingress_differs_with, vip_host_of};
 use super::{API_TIMEOUT, ServiceEvent, StatusError, StatusWriter, WriteOutcome};
-use crate::services::model::{ANN_VIP_HOST, ServiceKey};
+use crate::services::plan::model::{ANN_VIP_HOST, ServiceKey};
 
 /// [`StatusWriter`] through kube-rs: status with a merge patch on the `status`
 /// subresource, the annotation with a merge patch on `metadata.annotations`, Events as
@@ -30,7 +30,7 @@ use crate::services::model::{ANN_VIP_HOST, ServiceKey};
 /// Every write first reads the Service (one GET) and skips the write when nothing would
 /// change. A failed Event write is logged at warn with the object, reason and HTTP status,
 /// once per (reason, status) per [`EVENT_FAILURE_LOG_WINDOW`](super::EVENT_FAILURE_LOG_WINDOW). RBAC: the rows of
-/// [`crate::manifest::rbac::API_CALLS`] with call sites in this file and in `events.rs`.
+/// [`crate::cmd::manifest::rbac::API_CALLS`] with call sites in this file and in `events.rs`.
 #[derive(Clone)]
 pub struct KubeStatusWriter {
     pub(super) client: kube::Client,

@@ -8,8 +8,8 @@ use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Servic
 use kube::runtime::watcher;
 
 use super::*;
-use crate::services::desired::{Group, LeaseRef};
-use crate::services::model::{self, PortProto};
+use crate::services::plan::desired::{Group, LeaseRef};
+use crate::services::plan::model::{self, PortProto};
 use crate::services::status::{MemoryStatusWriter, StatusError, WriteOutcome, desired_ingress};
 
 const NODE: &str = "node-a";

@@ -1,0 +1,455 @@
+//! `vipd manager`: wires configuration, the kernel, elections and VIP holders together and
+//! runs until SIGTERM/SIGINT.
+//!
+//! Shutdown order (never two holders, all within about 2 s): the elector publishes
+//! `Following`, the VIP holder removes the VIPs and acknowledges, the elector releases the
+//! Lease (client-go `ReleaseOnCancel`), then the process exits 0.
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info, warn};
+
+use crate::config::Config;
+use crate::controlplane;
+use crate::election::Gates;
+use crate::holder::{self, HolderConfig};
+use crate::net::conflict::{ConflictMonitor, RawConflictMonitor};
+use crate::net::{Kernel, NetlinkKernel};
+use crate::nodes::eligibility::{self, DrainSwitch, Wing};
+use crate::services;
+
+/// Errors that stop the manager at start.
+#[derive(Debug, thiserror::Error)]
+pub enum ManagerError {
+    /// Building the Kubernetes client failed.
+    #[error(transparent)]
+    Client(#[from] crate::kube::client::ClientError),
+    /// The kernel could not be reached (netlink socket).
+    #[error(transparent)]
+    Net(#[from] crate::net::NetError),
+    /// The lease timings cannot be fenced.
+    #[error(transparent)]
+    Fence(#[from] holder::FenceError),
+    /// The control-plane configuration cannot be used on this cluster.
+    #[error(transparent)]
+    ControlPlane(#[from] controlplane::ControlPlaneError),
+    /// The Services wing cannot start (its clients or lease timings).
+    #[error(transparent)]
+    Services(#[from] services::ServicesError),
+    /// A feature that is configured but not implemented in this release.
+    #[error("{0}")]
+    Unsupported(String),
+    /// Sub-second lease timings need the nftables fence, which could not start.
+    #[error(
+        "{timings} are too short for a whole-second address fence and need the millisecond nftables fence (vip_nftfence=true), which could not start on this node (see the warning above; `vipd preflight` checks it): refusing to run unfenced"
+    )]
+    NoMillisecondFence {
+        /// Which timings: the control plane's or the Services'.
+        timings: &'static str,
+    },
+}
+
+/// Runs the manager until `shutdown` is cancelled (the binary cancels it on SIGTERM and
+/// SIGINT), then shuts down in the documented order.
+///
+/// # Errors
+/// [`ManagerError`] for problems found at start; once running, failures are retried and
+/// logged, never returned.
+pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), ManagerError> {
+    info!(node = %cfg.node_name, version = env!("CARGO_PKG_VERSION"), "vipd manager starting");
+    let (metrics, readiness, drain) = start_admin(&cfg, &shutdown).await;
+    if !cfg.control_plane && !cfg.services {
+        return Err(ManagerError::Unsupported(
+            "nothing to do: set cp_enable (--controlplane) and/or svc_enable (--services)".into(),
+        ));
+    }
+    let cfg = Arc::new(cfg);
+    let holder_cfg = holder_config(&cfg)?;
+    let (client, url) = crate::kube::client::election_client(&cfg).await?;
+    info!(api = %url, "talking to this API server (kubernetes_addr, else 127.0.0.1:port in control-plane mode, else the kubeconfig's)");
+
+    let kernel = Arc::new(NetlinkKernel::new()?);
+    startup_checks(&cfg, &client, kernel.as_ref()).await?;
+    let arp_guard = prepare_node(kernel.as_ref(), &cfg).await;
+    let holder_cfg = HolderConfig {
+        arp_guard: arp_guard.clone(),
+        ..holder_cfg
+    };
+
+    // API health: in control-plane mode it gates the control-plane election (the node's own
+    // API server); in every mode it drives /readyz and systemd READY=1.
+    let cp_gates = Gates::default();
+    let health_stop = CancellationToken::new();
+    let health = tokio::spawn(controlplane::health_loop(
+        client.clone(),
+        cfg.control_plane.then(|| cp_gates.clone()),
+        readiness.clone(),
+        health_stop.clone(),
+    ));
+    let aux_stop = CancellationToken::new();
+    tokio::spawn(aux_loop(kernel.clone(), metrics.clone(), aux_stop.clone()));
+
+    let svc_eligible = start_eligibility(&cfg, &client, &drain, &metrics, &cp_gates, &aux_stop);
+
+    // The nftables fence (vip_nftfence): every VIP, the control plane's and the Services'
+    // (DHCP-mode addresses included), through one batching writer.
+    let nft_fence =
+        crate::net::nft::fence::start_fence(cfg.nft_fence && (cfg.control_plane || cfg.services))
+            .await;
+    needs_nft_fence(&cfg, &holder_cfg, nft_fence.active())?;
+    let control_plane = cfg.control_plane.then(|| {
+        controlplane::start(
+            &cfg,
+            controlplane::Parts {
+                client: client.clone(),
+                kernel: kernel.clone(),
+                holder_cfg: HolderConfig {
+                    nft_fence: nft_fence.clone(),
+                    ..holder_cfg.clone()
+                },
+                gates: cp_gates.clone(),
+                metrics: metrics.clone(),
+                readiness: readiness.clone(),
+            },
+            shutdown.clone(),
+        )
+    });
+    let dhcp = start_dhcp(cfg.dhcp_mode, cfg.dhcp_backoff_attempts).await;
+    let services = match cfg.services {
+        true => Some(
+            services::start(
+                &cfg,
+                services::Parts {
+                    kernel: kernel.clone(),
+                    holder_cfg: HolderConfig {
+                        nft_fence: nft_fence.clone(),
+                        ..holder_cfg
+                    },
+                    metrics: metrics.clone(),
+                    readiness: readiness.clone(),
+                    ineligible: svc_eligible,
+                    dhcp,
+                },
+            )
+            .await?,
+        ),
+        false => None,
+    };
+    readiness.set_election_running(true);
+
+    shutdown.cancelled().await;
+    if let Err(e) = crate::obs::systemd::notify_stopping() {
+        warn!(error = %e, "cannot notify systemd");
+    }
+    info!("shutting down: dropping VIPs, then releasing the leases");
+    tokio::join!(
+        async {
+            if let Some(s) = services {
+                s.stop().await;
+            }
+        },
+        async {
+            if let Some(cp) = control_plane {
+                cp.stop().await;
+            }
+        }
+    );
+    readiness.set_election_running(false);
+    health_stop.cancel();
+    let _ = health.await;
+    aux_stop.cancel();
+    // Belt and braces: nothing tagged may outlive the process.
+    if let Err(e) = holder::remove_stale(kernel.as_ref(), None).await {
+        warn!(error = %e, "final VIP cleanup failed");
+    }
+    if let Err(e) = arp_guard.close().await {
+        warn!(error = %e, "could not remove the ARP flux table");
+    }
+    if let Err(e) = nft_fence.close().await {
+        warn!(error = %e, "could not remove the nftables fence tables");
+    }
+    info!("vipd manager stopped");
+    Ok(())
+}
+
+/// The start-up checks that refuse a configuration the node cannot serve: a control-plane
+/// VIP that is a node's own address or the network / broadcast address of a subnet on its
+/// interface; and the info lines for options that do nothing without `cp_enable`.
+///
+/// # Errors
+/// [`ManagerError`] from the checks.
+async fn startup_checks(
+    cfg: &Config,
+    client: &kube::Client,
+    kernel: &NetlinkKernel,
+) -> Result<(), ManagerError> {
+    if cfg.control_plane {
+        controlplane::check_not_node_addresses(client, &cfg.addresses).await?;
+    } else if cfg.enable_node_labeling {
+        info!(
+            "enable_node_labeling labels the control-plane VIP's holder only; cp_enable is off, so no Node is labelled"
+        );
+    }
+    if !cfg.control_plane && !cfg.leader_election {
+        info!(
+            "vip_leaderelection=false governs the control-plane election only; cp_enable is off, so it has no effect (Service leases are always elected)"
+        );
+    }
+    if !cfg.control_plane && cfg.load_balancer.is_some() {
+        info!(
+            "lb_enable balances the control-plane VIP only (as kube-vip); cp_enable is off, so nothing is balanced"
+        );
+    }
+    if cfg.control_plane {
+        for (_, checked) in controlplane::subnet_edges(kernel, cfg).await {
+            if let Some(Err(e)) = checked {
+                return Err(e.into());
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Eligibility ([`eligibility`]): this node's Node object (watched until `stop`) and
+/// `vipd drain` close the `ineligible` gate of the control-plane election (`cp_gates`,
+/// drains only) and, through the returned receiver, of every Service election.
+fn start_eligibility(
+    cfg: &Config,
+    client: &kube::Client,
+    drain: &DrainSwitch,
+    metrics: &crate::obs::metrics::Metrics,
+    cp_gates: &Gates,
+    stop: &CancellationToken,
+) -> tokio::sync::watch::Receiver<Option<eligibility::Ineligible>> {
+    let (facts_tx, facts) = tokio::sync::watch::channel(None);
+    tokio::spawn(eligibility::watch_own_node(
+        client.clone(),
+        cfg.node_name.clone(),
+        facts_tx,
+        stop.clone(),
+    ));
+    if cfg.control_plane {
+        let gates = cp_gates.clone();
+        tokio::spawn(eligibility::follow(
+            Wing::ControlPlane,
+            facts.clone(),
+            drain.clone(),
+            cfg.eligibility,
+            metrics.clone(),
+            move |why| gates.set(eligibility::GATE_INELIGIBLE, why.is_none()),
+            stop.clone(),
+        ));
+    }
+    let (svc_eligible_tx, svc_eligible) = tokio::sync::watch::channel(None);
+    if cfg.services {
+        svc_eligible_tx.send_replace(Some(eligibility::Ineligible::Unknown));
+        tokio::spawn(eligibility::follow(
+            Wing::Services,
+            facts.clone(),
+            drain.clone(),
+            cfg.eligibility,
+            metrics.clone(),
+            move |why| {
+                svc_eligible_tx.send_replace(why);
+            },
+            stop.clone(),
+        ));
+    }
+    svc_eligible
+}
+
+/// Starts the admin endpoint (`/metrics`, `/healthz`, `/readyz`, `/drain` on
+/// `prometheus_server`) until `shutdown`; returns the metrics, readiness and drain switch
+/// the other parts update or follow. A port that
+/// cannot be bound is logged and vipd goes on: the VIP matters more than its metrics.
+async fn start_admin(
+    cfg: &Config,
+    shutdown: &CancellationToken,
+) -> (
+    crate::obs::metrics::Metrics,
+    crate::obs::readiness::Readiness,
+    DrainSwitch,
+) {
+    let metrics = crate::obs::metrics::Metrics::new(&cfg.node_name);
+    let readiness = crate::obs::readiness::Readiness::new();
+    let drain = DrainSwitch::default();
+    readiness.set_config_valid(true);
+    if let Some(addr) = &cfg.prometheus_server
+        && let Err(e) = crate::obs::readiness::start(
+            addr,
+            metrics.clone(),
+            readiness.clone(),
+            drain.clone(),
+            shutdown.clone(),
+        )
+        .await
+    {
+        error!(error = %e, "admin endpoint not started");
+    }
+    (metrics, readiness, drain)
+}
+
+/// The VIP holders' settings at the control-plane lease timings, with one RFC 5227
+/// conflict capture for every holder of this process (none with `vip_arpprobe=0`).
+///
+/// # Errors
+/// [`holder::FenceError`] when the lease timings cannot be fenced.
+fn holder_config(cfg: &Config) -> Result<HolderConfig, holder::FenceError> {
+    let monitor: Option<Arc<dyn ConflictMonitor>> = if cfg.arp_probe.is_zero() {
+        info!("address conflict detection off (vip_arpprobe=0)");
+        None
+    } else {
+        Some(Arc::new(RawConflictMonitor::new()))
+    };
+    Ok(HolderConfig {
+        skip_dad: !cfg.ipv6_dad,
+        probe_window: cfg.arp_probe,
+        conflict_monitor: monitor,
+        ..HolderConfig::from_timing(&cfg.lease.timing, cfg.arp_rate, cfg.nft_fence)?
+    })
+}
+
+/// Sub-second lease timings are fenced by nftables alone ([`holder::fence_plan`]): when
+/// the nftables fence could not start, refuse to run rather than fall back to an address
+/// lifetime that would outlive the lease.
+///
+/// # Errors
+/// [`ManagerError::NoMillisecondFence`] naming the timings.
+fn needs_nft_fence(cfg: &Config, cp: &HolderConfig, active: bool) -> Result<(), ManagerError> {
+    if active {
+        return Ok(());
+    }
+    if cfg.control_plane && !cp.fence.address_fences {
+        return Err(ManagerError::NoMillisecondFence {
+            timings: "vip_leaseduration/vip_renewdeadline/vip_retryperiod",
+        });
+    }
+    if cfg.services && holder::needs_nft_fence(&cfg.services_timing) {
+        return Err(ManagerError::NoMillisecondFence {
+            timings: "svc_leaseduration/svc_renewdeadline/svc_retryperiod",
+        });
+    }
+    Ok(())
+}
+
+/// Prepares the node before any election: removes the VIPs an earlier run left (this
+/// process leads nothing yet, so every address vipd tagged is stale), installs the ARP flux
+/// guard (S36: vipd's nftables table, replacing one left by an earlier run) and logs the
+/// ARP flux check. Returns the guard.
+async fn prepare_node<K: Kernel>(kernel: &K, cfg: &Config) -> Arc<dyn crate::net::ArpGuard> {
+    match holder::remove_stale(kernel, None).await {
+        Ok(removed) if !removed.is_empty() => info!(count = removed.len(), "removed stale VIPs"),
+        Ok(_) => {}
+        Err(e) => warn!(error = %e, "could not list addresses for stale VIP cleanup"),
+    }
+    let arp_guard = crate::net::start_arp_guard().await;
+    log_arp_flux(kernel, cfg, arp_guard.active()).await;
+    arp_guard
+}
+
+/// What the ARP flux check looks at (S36): each IPv4 control-plane VIP with its interface
+/// (`vip_interface`, else the one chosen for it), and for Services the interface their
+/// VIPs go on (`vip_interface`, else the IPv4 default route's) unless a control-plane VIP
+/// already covers it. VIPs whose interface cannot be found are left out (the holder
+/// reports those).
+pub(crate) async fn arp_flux_targets<K: Kernel>(
+    kernel: &K,
+    cfg: &Config,
+) -> Vec<crate::net::arpflux::FluxTarget> {
+    let interface_for = async |addr: IpAddr| match &cfg.interface {
+        Some(name) => Some(name.clone()),
+        None => match kernel.choose_interface(addr).await {
+            Ok(idx) => kernel.link_by_index(idx).await.ok().map(|l| l.name),
+            Err(_) => None,
+        },
+    };
+    let mut targets: Vec<crate::net::arpflux::FluxTarget> = Vec::new();
+    if cfg.control_plane {
+        for a in &cfg.addresses {
+            if let IpAddr::V4(v4) = a
+                && let Some(ifname) = interface_for(*a).await
+            {
+                targets.push(crate::net::arpflux::FluxTarget {
+                    vip: Some(*v4),
+                    ifname,
+                });
+            }
+        }
+    }
+    if cfg.services
+        && let Some(ifname) = interface_for(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)).await
+        && !targets.iter().any(|t| t.ifname == ifname)
+    {
+        targets.push(crate::net::arpflux::FluxTarget { vip: None, ifname });
+    }
+    targets
+}
+
+/// Logs the ARP flux check (S36) at start: one warning per VIP interface with other
+/// interfaces on its subnet that would answer ARP for the VIP, naming them and the sysctl.
+async fn log_arp_flux<K: Kernel>(kernel: &K, cfg: &Config, guard_active: bool) {
+    let targets = arp_flux_targets(kernel, cfg).await;
+    match crate::net::arpflux::check(kernel, &targets).await {
+        Ok(findings) => {
+            for f in &findings {
+                warn!(interface = %f.target.ifname, others = %f.peer_names(), "{}", f.message(guard_active));
+            }
+        }
+        Err(e) => warn!(error = %e, "ARP flux check: cannot list addresses"),
+    }
+}
+
+/// Periodic housekeeping until `stop`: the `vipd_vips_held` gauge (vipd-tagged addresses on
+/// the node, every 2 s) and systemd watchdog pings (at half `WatchdogSec`, when systemd
+/// asks for them).
+async fn aux_loop<K: Kernel>(
+    kernel: Arc<K>,
+    metrics: crate::obs::metrics::Metrics,
+    stop: CancellationToken,
+) {
+    let watchdog = crate::obs::systemd::watchdog_interval();
+    let period = watchdog.map_or(Duration::from_secs(2), |w| w.min(Duration::from_secs(2)));
+    let mut tick = tokio::time::interval(period);
+    loop {
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = tick.tick() => {}
+        }
+        if watchdog.is_some()
+            && let Err(e) = crate::obs::systemd::notify_watchdog()
+        {
+            warn!(error = %e, "systemd watchdog ping failed");
+        }
+        if let Ok(addrs) = kernel.addresses(None).await {
+            metrics.vips_held(addrs.iter().filter(|a| a.ours).count());
+        }
+    }
+}
+
+/// Removes the macvlans a previous vipd left behind (they carry vipd's mark; a macvlan
+/// without it is never touched), whether or not DHCP mode is on now, and returns DHCP mode's
+/// client when `dhcp_mode` is on, giving up after `backoff_attempts` failed attempts in a
+/// row (`dhcp_backoff_attempts`; 0 = never). Failures are logged: without the client, DHCP
+/// Services get a Warning and the rest of vipd runs.
+async fn start_dhcp(dhcp_mode: bool, backoff_attempts: u32) -> Option<Arc<dyn crate::dhcp::Dhcp>> {
+    let client = match crate::dhcp::RawDhcp::open() {
+        Ok(c) => c.with_attempt_limit(backoff_attempts),
+        Err(e) => {
+            if dhcp_mode {
+                error!(error = %e, "DHCP mode: cannot open rtnetlink for macvlans; DHCP Services will not be announced");
+            }
+            return None;
+        }
+    };
+    match client.macvlans().remove_stale(&[]).await {
+        Ok(removed) if !removed.is_empty() => {
+            info!(macvlans = ?removed, "removed macvlans a previous vipd left behind")
+        }
+        Ok(_) => {}
+        Err(e) => warn!(error = %e, "cannot remove stale vipd macvlans"),
+    }
+    dhcp_mode.then(|| Arc::new(client) as Arc<dyn crate::dhcp::Dhcp>)
+}

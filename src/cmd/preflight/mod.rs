@@ -1,0 +1,898 @@
+//! `vipd preflight`: checks a node before `vipd manager` runs there and prints a table with
+//! a fix for every failure; the process exits non-zero when any check fails.
+//!
+//! Checks (each independent, all run):
+//! - `capabilities`: `CAP_NET_ADMIN` (addresses via netlink) and `CAP_NET_RAW` (ARP/NDP
+//!   frames) in the effective set (`CapEff` of `/proc/self/status`).
+//! - `interface`: the VIP interface exists and has carrier (`IFLA_CARRIER`).
+//! - `vip-address:<ip>`: a control-plane VIP is not the network or broadcast address of its
+//!   own prefix (`vip_subnet`) or of a subnet on its interface (the manager refuses those).
+//! - `vip-free:<ip>`: nobody on the segment answers for the VIP: the manager's own conflict
+//!   probe ([`crate::net::conflict`]: RFC 5227 §2.1.1 ARP probes, IPv6 DAD-style neighbour
+//!   solicitations) and ~1 s of listening for any frame from another MAC claiming it.
+//! - `nftables`: `nft` can create vipd's `table arp vipd` (checked with `nft --check`,
+//!   nothing is changed): without it the manager's ARP flux guard is off.
+//! - `arp-flux:<interface>`: no other interface on the VIP's subnet would answer ARP for
+//!   the VIP (effective `arp_ignore` and `arp_filter` 0 there); a warning names the
+//!   interfaces and the sysctl remedy, and says whether the nftables guard covers it (S36).
+//! - `lb-nftables` (with `lb_enable` and `cp_enable`): `nft` can create the load balancer's
+//!   `table ip vipd_lb` with its NAT chains, numgen DNAT map and masquerade (`nft --check`,
+//!   nothing is changed); a failure means the holder could not balance.
+//! - `macvlan`: the kernel can create macvlans (asked of the kernel itself, see
+//!   [`crate::net::macvlan::NetlinkMacvlans::kernel_has_macvlan`]; else the module is loaded
+//!   or listed in modules.dep / modules.builtin). Needed by `dhcp_mode` only.
+//! - `dhcp-parent` (with `dhcp_mode`): the macvlans' parent interface (`vip_servicesinterface`,
+//!   else `vip_interface`, else the IPv4 default route's interface, as the manager picks it)
+//!   exists and is up with carrier.
+//! - `api`: the API server answers `/version` with the configured kubeconfig.
+//! - `rbac`: a SelfSubjectAccessReview for every access of
+//!   [`crate::cmd::manifest::rbac::API_CALLS`] the configuration makes, in its namespace
+//!   ([`check_rbac`]); a denied one fails, naming it and the rule that grants it.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use clap::Args;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::api::PostParams;
+
+use crate::config::{Config, ManagerArgs};
+use crate::cmd::manifest::rbac;
+use crate::net::arpflux::{self, FluxFinding, FluxTarget};
+use crate::net::conflict::{RawConflictMonitor, fmt_mac, probe_for};
+use crate::net::{Kernel, LinkInfo, NetlinkKernel};
+
+/// Linux capability number of `CAP_NET_ADMIN` (linux/capability.h).
+pub const CAP_NET_ADMIN: u32 = 12;
+/// Linux capability number of `CAP_NET_RAW`.
+pub const CAP_NET_RAW: u32 = 13;
+/// Linux capability number of `CAP_NET_BIND_SERVICE` (DHCPv6 clients bind UDP port 546).
+pub const CAP_NET_BIND_SERVICE: u32 = 10;
+
+/// `vipd preflight`: the manager's flags and environment, plus probe options.
+#[derive(Debug, Clone, Args)]
+pub struct PreflightArgs {
+    /// How long to listen for answers to the ARP probe, in milliseconds
+    #[arg(long = "arp-probe-ms", value_name = "MS", default_value_t = 1000)]
+    pub arp_probe_ms: u64,
+    /// Skip the ARP probe (it sends one ARP request on the VIP interface)
+    #[arg(long = "no-arp-probe")]
+    pub no_arp_probe: bool,
+    /// `vipd manager` flags (environment variables win, as for the manager)
+    #[command(flatten)]
+    pub manager: ManagerArgs,
+}
+
+/// Outcome of one check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Good.
+    Pass,
+    /// Bad: `vipd manager` will not work here.
+    Fail,
+    /// Worth knowing, does not stop vipd.
+    Warn,
+    /// Not applicable to this configuration (or not possible without an earlier check).
+    Skip,
+}
+
+impl std::fmt::Display for Status {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Status::Pass => "ok",
+            Status::Fail => "FAIL",
+            Status::Warn => "warn",
+            Status::Skip => "skip",
+        })
+    }
+}
+
+/// One row of the report.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Check {
+    /// Short name, e.g. `capabilities`.
+    pub name: String,
+    /// Outcome.
+    pub status: Status,
+    /// What was found.
+    pub detail: String,
+    /// How to fix it (for failures and warnings).
+    pub fix: Option<String>,
+}
+
+impl Check {
+    fn new(name: impl Into<String>, status: Status, detail: impl Into<String>) -> Self {
+        Check {
+            name: name.into(),
+            status,
+            detail: detail.into(),
+            fix: None,
+        }
+    }
+    fn fix(mut self, fix: impl Into<String>) -> Self {
+        self.fix = Some(fix.into());
+        self
+    }
+}
+
+/// All checks of one run.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Report {
+    /// In the order they ran.
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    /// Whether any check failed (the process then exits non-zero).
+    pub fn failed(&self) -> bool {
+        self.checks.iter().any(|c| c.status == Status::Fail)
+    }
+
+    /// The table: `CHECK  RESULT  DETAIL`, with a `fix:` line under each failure/warning.
+    pub fn render(&self) -> String {
+        let w = self
+            .checks
+            .iter()
+            .map(|c| c.name.len())
+            .max()
+            .unwrap_or(5)
+            .max(5);
+        let mut s = format!("{:<w$}  {:<6}  DETAIL\n", "CHECK", "RESULT");
+        for c in &self.checks {
+            s.push_str(&format!(
+                "{:<w$}  {:<6}  {}\n",
+                c.name,
+                c.status.to_string(),
+                c.detail
+            ));
+            if let Some(f) = &c.fix {
+                s.push_str(&format!("{:<w$}  {:<6}  fix: {}\n", "", "", f));
+            }
+        }
+        let failed = self
+            .checks
+            .iter()
+            .filter(|c| c.status == Status::Fail)
+            .count();
+        s.push_str(&if failed == 0 {
+            "preflight passed\n".to_string()
+        } else {
+            format!("preflight FAILED: {failed} check(s)\n")
+        });
+        s
+    }
+}
+
+/// The effective capability mask from `/proc/<pid>/status` text (`CapEff:` hex).
+pub(crate) fn parse_cap_eff(status: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+}
+
+/// The capability check over `/proc/self/status` text.
+pub(crate) fn check_capabilities(status: &str) -> Check {
+    let Some(eff) = parse_cap_eff(status) else {
+        return Check::new(
+            "capabilities",
+            Status::Fail,
+            "no CapEff line in /proc/self/status",
+        )
+        .fix("run on Linux with /proc mounted");
+    };
+    let missing: Vec<&str> = [
+        (CAP_NET_ADMIN, "CAP_NET_ADMIN"),
+        (CAP_NET_RAW, "CAP_NET_RAW"),
+    ]
+    .iter()
+    .filter(|(bit, _)| eff & (1u64 << bit) == 0)
+    .map(|(_, n)| *n)
+    .collect();
+    if missing.is_empty() {
+        Check::new(
+            "capabilities",
+            Status::Pass,
+            "CAP_NET_ADMIN and CAP_NET_RAW effective",
+        )
+    } else {
+        Check::new(
+            "capabilities",
+            Status::Fail,
+            format!("missing {}", missing.join(", ")),
+        )
+        .fix(
+            "Pod: securityContext.capabilities.add [NET_ADMIN, NET_RAW] (vipd manifest pod); \
+             systemd: AmbientCapabilities=CAP_NET_ADMIN CAP_NET_RAW (vipd manifest systemd); \
+             shell: run as root",
+        )
+    }
+}
+
+/// The `dhcpv6-port` row over `/proc/self/status` text: with `dhcp_mode`, the DHCPv6 client
+/// of `::` Services binds UDP port 546 (RFC 8415 §7.2), which needs `CAP_NET_BIND_SERVICE`;
+/// without it DHCPv6 fails (DHCPv4 uses raw sockets and does not need it): a warning.
+pub(crate) fn check_dhcp6_port(status: &str, dhcp_mode: bool) -> Check {
+    if !dhcp_mode {
+        return Check::new("dhcpv6-port", Status::Skip, "dhcp_mode is off");
+    }
+    match parse_cap_eff(status) {
+        Some(eff) if eff & (1u64 << CAP_NET_BIND_SERVICE) != 0 => Check::new(
+            "dhcpv6-port",
+            Status::Pass,
+            "CAP_NET_BIND_SERVICE effective: DHCPv6 clients can bind UDP port 546",
+        ),
+        _ => Check::new(
+            "dhcpv6-port",
+            Status::Warn,
+            "missing CAP_NET_BIND_SERVICE: `::` Services (DHCPv6) cannot bind UDP port 546; DHCPv4 works",
+        )
+        .fix(
+            "Pod: securityContext.capabilities.add NET_BIND_SERVICE (vipd manifest pod); \
+             systemd: AmbientCapabilities=... CAP_NET_BIND_SERVICE (vipd manifest systemd)",
+        ),
+    }
+}
+
+/// The `nftables` row and one `arp-flux:<interface>` row per target of the ARP flux check
+/// (S36): `guard` is the outcome of [`crate::net::NftArpGuard::check`], `findings` that of
+/// [`crate::net::arpflux::flux_findings`] for `targets`. Findings are warnings (vipd works,
+/// but clients may get two MACs for a VIP), with the sysctl remedy as the fix.
+pub(crate) fn check_arp_flux(
+    targets: &[FluxTarget],
+    findings: &[FluxFinding],
+    guard: &Result<(), crate::net::ArpGuardError>,
+) -> Vec<Check> {
+    let mut out = vec![match guard {
+        Ok(()) => Check::new(
+            "nftables",
+            Status::Pass,
+            "nft can create table arp vipd: the manager answers ARP for each VIP on its interface only",
+        ),
+        Err(e) => Check::new(
+            "nftables",
+            Status::Warn,
+            format!("ARP flux protection will be off: {e}"),
+        )
+        .fix("install nftables (the nft binary) and use a kernel with nf_tables (CONFIG_NF_TABLES_ARP), or set the sysctl below"),
+    }];
+    for t in targets {
+        let name = format!("arp-flux:{}", t.ifname);
+        let what = t
+            .vip
+            .map_or_else(|| "its subnet".to_string(), |v| format!("VIP {v}"));
+        out.push(match findings.iter().find(|f| f.target == *t) {
+            None => Check::new(
+                name,
+                Status::Pass,
+                format!("no other interface answers ARP for {what}"),
+            ),
+            Some(f) => Check::new(name, Status::Warn, f.message(guard.is_ok())).fix(format!(
+                "{} (persistent: {})",
+                arpflux::REMEDY,
+                arpflux::REMEDY_PERSISTENT
+            )),
+        });
+    }
+    out
+}
+
+/// The `lb-nftables` row: `checked` is the outcome of [`crate::controlplane::lb::check`] (`None` when
+/// `lb_enable` is off or there is no control plane to balance: skipped).
+pub(crate) fn check_lb_nftables(checked: Option<&Result<(), crate::controlplane::lb::LbError>>) -> Check {
+    match checked {
+        None => Check::new(
+            "lb-nftables",
+            Status::Skip,
+            "lb_enable is off or cp_enable is off",
+        ),
+        Some(Ok(())) => Check::new(
+            "lb-nftables",
+            Status::Pass,
+            "nft can create table ip vipd_lb (NAT, numgen DNAT map, masquerade)",
+        ),
+        Some(Err(e)) => Check::new("lb-nftables", Status::Fail, e.to_string()).fix(
+            "install nftables (the nft binary, 1.0 or later) and use a kernel with nf_tables NAT (CONFIG_NF_TABLES, CONFIG_NFT_NAT, CONFIG_NFT_MASQ, CONFIG_NFT_NUMGEN, CONFIG_NF_CONNTRACK), or unset lb_enable",
+        ),
+    }
+}
+
+/// The `nft-fence` row: `checked` is the outcome of
+/// [`crate::net::nft::fence::NftFence::check`] (`None` when `vip_nftfence` is off, or
+/// neither `cp_enable` nor `svc_enable` is on). A failure is a warning: the manager then fences with the address lifetime only.
+pub(crate) fn check_nft_fence(
+    checked: Option<&Result<(), crate::net::nft::fence::FenceError>>,
+    sub_second: bool,
+) -> Check {
+    match checked {
+        None => Check::new(
+            "nft-fence",
+            Status::Skip,
+            "vip_nftfence is off (or neither cp_enable nor svc_enable)",
+        ),
+        Some(Ok(())) => Check::new(
+            "nft-fence",
+            Status::Pass,
+            "nft can create tables arp/inet vipd_fence (sets with per-element timeouts): every VIP is fenced to the millisecond",
+        ),
+        Some(Err(e)) if sub_second => Check::new(
+            "nft-fence",
+            Status::Fail,
+            format!("the lease timings are sub-second and only the nftables fence can fence them, but it cannot start: vipd manager will refuse to run: {e}"),
+        )
+        .fix("install nftables (the nft binary) and use a kernel with nf_tables arp and inet families and set timeouts (CONFIG_NF_TABLES, CONFIG_NF_TABLES_ARP, CONFIG_NF_TABLES_INET), or use whole-second lease timings (e.g. the default 3/2/1)"),
+        Some(Err(e)) => Check::new(
+            "nft-fence",
+            Status::Warn,
+            format!("the nftables fence will be off (the address lifetime alone fences): {e}"),
+        )
+        .fix("install nftables (the nft binary) and use a kernel with nf_tables arp and inet families and set timeouts (CONFIG_NF_TABLES, CONFIG_NF_TABLES_ARP, CONFIG_NF_TABLES_INET), or unset vip_nftfence"),
+    }
+}
+
+/// One `vip-address:<vip>` row per control-plane VIP: the outcome of
+/// [`crate::controlplane::subnet_edges`] (`None` when its interface could not be read).
+/// The network or broadcast address of a subnet on the VIP's interface fails: the manager
+/// refuses to start with it.
+pub(crate) fn check_vip_addresses(
+    edges: &[(
+        IpAddr,
+        Option<Result<(), crate::controlplane::ControlPlaneError>>,
+    )],
+) -> Vec<Check> {
+    edges
+        .iter()
+        .map(|(vip, checked)| {
+            let name = format!("vip-address:{vip}");
+            match checked {
+                None => Check::new(name, Status::Skip, "needs a working interface"),
+                Some(Ok(())) => Check::new(
+                    name,
+                    Status::Pass,
+                    "a host address: not the network or broadcast address of a subnet on its interface",
+                ),
+                Some(Err(e)) => Check::new(name, Status::Fail, e.to_string()).fix(
+                    "set address (--address) to a host address of the subnet, not its first or last",
+                ),
+            }
+        })
+        .collect()
+}
+
+/// The macvlan check: `kernel` (the kernel's own answer,
+/// [`crate::net::macvlan::NetlinkMacvlans::kernel_has_macvlan`]; `None` when it could not
+/// be asked), `loaded` (`/sys/module/macvlan` exists: loaded, or built in with
+/// parameters), `modules_dep` / `modules_builtin` (contents of
+/// `/lib/modules/$(uname -r)/modules.dep` and `modules.builtin`, when readable), `needed`
+/// (`dhcp_mode`). The kernel's answer wins: the files miss a built-in driver without
+/// parameters, and containers often have no `/lib/modules`.
+pub(crate) fn check_macvlan(
+    kernel: Option<bool>,
+    loaded: bool,
+    modules_dep: Option<&str>,
+    modules_builtin: Option<&str>,
+    needed: bool,
+) -> Check {
+    let has = |t: Option<&str>| {
+        t.is_some_and(|t| {
+            t.lines().any(|l| {
+                let path = l.split(':').next().unwrap_or_default();
+                path.rsplit('/')
+                    .next()
+                    .is_some_and(|f| f == "macvlan.ko" || f.starts_with("macvlan.ko."))
+            })
+        })
+    };
+    let (status, detail) = if kernel == Some(true) {
+        (
+            Status::Pass,
+            "the kernel creates macvlans (built in, or its module loads on demand)".to_string(),
+        )
+    } else if kernel == Some(false) {
+        (
+            if needed { Status::Fail } else { Status::Skip },
+            "this kernel cannot create macvlans (RTNETLINK: unknown device type macvlan)"
+                .to_string(),
+        )
+    } else if loaded {
+        (Status::Pass, "macvlan is loaded (or built in)".to_string())
+    } else if has(modules_builtin) {
+        (Status::Pass, "macvlan is built into the kernel".to_string())
+    } else if has(modules_dep) {
+        (
+            Status::Pass,
+            "macvlan is loadable (modules.dep lists it; it loads on first use)".to_string(),
+        )
+    } else if modules_dep.is_none() {
+        (
+            if needed { Status::Warn } else { Status::Skip },
+            "cannot read /lib/modules/<release>/modules.dep to tell whether macvlan exists"
+                .to_string(),
+        )
+    } else {
+        (
+            if needed { Status::Fail } else { Status::Skip },
+            "this kernel has no macvlan module".to_string(),
+        )
+    };
+    let suffix = if needed {
+        ""
+    } else {
+        " (only dhcp_mode needs it)"
+    };
+    let c = Check::new("macvlan", status, format!("{detail}{suffix}"));
+    if matches!(status, Status::Fail | Status::Warn) || (!needed && status == Status::Skip) {
+        c.fix(
+            "install the full kernel package: minimal SUSE cloud images (SLE Micro, openSUSE \
+             MicroOS/Leap Micro) ship kernel-default-base, which leaves out macvlan; \
+             `transactional-update pkg install kernel-default` (or `zypper in kernel-default` \
+             and remove kernel-default-base), then reboot. Other distributions: install the \
+             linux-modules-extra / kernel-modules package for the running kernel",
+        )
+    } else {
+        c
+    }
+}
+
+/// Runs every check for `cfg`.
+pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
+    let mut report = Report::default();
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let caps = check_capabilities(&status);
+    let has_raw = parse_cap_eff(&status).is_some_and(|e| e & (1 << CAP_NET_RAW) != 0);
+    report.checks.push(caps);
+    report
+        .checks
+        .push(check_dhcp6_port(&status, cfg.services && cfg.dhcp_mode));
+    match NetlinkKernel::new() {
+        Err(e) => report.checks.push(
+            Check::new("interface", Status::Fail, format!("netlink: {e}"))
+                .fix("run on Linux with NET_ADMIN"),
+        ),
+        Ok(k) => {
+            let vip_link = check_interface(&k, cfg, &mut report).await;
+            if cfg.control_plane {
+                let edges = crate::controlplane::subnet_edges(&k, cfg).await;
+                report.checks.extend(check_vip_addresses(&edges));
+            }
+            check_vips_free(&k, cfg, args, vip_link.as_ref(), has_raw, &mut report).await;
+            // ARP flux (S36).
+            let guard = crate::net::NftArpGuard::check("nft").await;
+            let targets = crate::cmd::manager::arp_flux_targets(&k, cfg).await;
+            match arpflux::check(&k, &targets).await {
+                Ok(findings) => report
+                    .checks
+                    .extend(check_arp_flux(&targets, &findings, &guard)),
+                Err(e) => report.checks.push(
+                    Check::new("arp-flux", Status::Fail, format!("netlink: {e}"))
+                        .fix("run on Linux with NET_ADMIN"),
+                ),
+            }
+        }
+    }
+
+    // Control-plane load balancer.
+    let lb = match (&cfg.load_balancer, cfg.control_plane) {
+        (Some(_), true) => Some(crate::controlplane::lb::check("nft").await),
+        _ => None,
+    };
+    report.checks.push(check_lb_nftables(lb.as_ref()));
+    let fence = match cfg.nft_fence && (cfg.control_plane || cfg.services) {
+        true => Some(crate::net::nft::fence::NftFence::check("nft").await),
+        false => None,
+    };
+    let needs_ms = (cfg.control_plane && crate::holder::needs_nft_fence(&cfg.lease.timing))
+        || (cfg.services && crate::holder::needs_nft_fence(&cfg.services_timing));
+    report
+        .checks
+        .push(check_nft_fence(fence.as_ref(), needs_ms));
+
+    // macvlan.
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let release = release.trim();
+    let read = |f: &str| std::fs::read_to_string(format!("/lib/modules/{release}/{f}")).ok();
+    let kernel = match crate::net::macvlan::NetlinkMacvlans::new() {
+        Ok(k) => k.kernel_has_macvlan().await.ok(),
+        Err(_) => None,
+    };
+    report.checks.push(check_macvlan(
+        kernel,
+        std::path::Path::new("/sys/module/macvlan").exists(),
+        read("modules.dep").as_deref(),
+        read("modules.builtin").as_deref(),
+        cfg.dhcp_mode,
+    ));
+
+    if cfg.dhcp_mode {
+        report.checks.push(dhcp_parent(cfg).await);
+    }
+
+    // API and RBAC.
+    let client = check_api(cfg, &mut report).await;
+    if let Some(c) = &client {
+        explain_answers_by_holder(c, cfg, &mut report).await;
+    }
+    let ride_through = cfg.services && cfg.services_ride_through;
+    match (&client, ride_through) {
+        (_, false) => report.checks.push(Check::new(
+            "peer-key",
+            Status::Skip,
+            "svc_ridethrough is off",
+        )),
+        (None, true) => {
+            report
+                .checks
+                .push(Check::new("peer-key", Status::Skip, "needs the API server"))
+        }
+        (Some(c), true) => report.checks.push(check_peer_key(
+            crate::services::runtime::read_peer_key(c, &cfg.lease.namespace, Duration::ZERO).await,
+        )),
+    }
+    match client {
+        None => report
+            .checks
+            .push(Check::new("rbac", Status::Skip, "needs the API server")),
+        Some(c) => report.checks.push(check_rbac(c, cfg).await),
+    }
+    report
+}
+
+/// The `peer-key` row (`svc_ridethrough`): the outcome of reading the peer key Secret as
+/// the manager does at start ([`crate::services::runtime::read_peer_key`]); the manager refuses to
+/// start without it, so a failure fails.
+pub(crate) fn check_peer_key(read: Result<crate::peer::wire::PeerKey, String>) -> Check {
+    match read {
+        Ok(_) => Check::new(
+            "peer-key",
+            Status::Pass,
+            format!(
+                "the Secret {} has a usable peer key",
+                crate::peer::KEY_SECRET
+            ),
+        ),
+        Err(e) => Check::new("peer-key", Status::Fail, e).fix(
+            "create the Secret as the message says, and `vipd manifest rbac --servicesRideThrough`",
+        ),
+    }
+}
+
+/// The `dhcp-parent` row for the macvlans of DHCP mode: `vip_servicesinterface`, else
+/// `vip_interface`, else the IPv4 default route's interface (what the manager uses when a
+/// Service names none with `kube-vip.io/serviceInterface`).
+async fn dhcp_parent(cfg: &Config) -> Check {
+    let configured = cfg.services_interface.clone().or(cfg.interface.clone());
+    let found = match NetlinkKernel::new() {
+        Err(e) => Err(format!("netlink: {e}")),
+        Ok(k) => match &configured {
+            Some(name) => k.link_by_name(name).await.map_err(|e| e.to_string()),
+            None => {
+                let any = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
+                match k.choose_interface(any).await {
+                    Ok(idx) => k.link_by_index(idx).await.map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        },
+    };
+    check_dhcp_parent(
+        configured.as_deref(),
+        found.as_ref().map_err(String::as_str),
+    )
+}
+
+/// The `dhcp-parent` row from the configured parent name (`None`: automatic) and what the
+/// lookup found: pass when the link is up with carrier, fail naming it (or the lookup's
+/// error) otherwise. Pure.
+pub(crate) fn check_dhcp_parent(configured: Option<&str>, found: Result<&LinkInfo, &str>) -> Check {
+    const NAME: &str = "dhcp-parent";
+    let how = match configured {
+        Some(_) => "configured",
+        None => "the IPv4 default route's interface",
+    };
+    match found {
+        Ok(l) if l.up && l.carrier => Check::new(
+            NAME,
+            Status::Pass,
+            format!("DHCP macvlans go on {} ({how}), up with carrier", l.name),
+        ),
+        Ok(l) => Check::new(
+            NAME,
+            Status::Fail,
+            format!(
+                "DHCP macvlans' parent {} ({how}): up={} carrier={}",
+                l.name, l.up, l.carrier
+            ),
+        )
+        .fix(format!("bring the link up: ip link set {} up", l.name)),
+        Err(e) => Check::new(
+            NAME,
+            Status::Fail,
+            match configured {
+                Some(name) => format!("DHCP macvlans' parent {name:?} ({how}): {e}"),
+                None => format!("no parent for DHCP macvlans ({how}): {e}"),
+            },
+        )
+        .fix("set vip_servicesinterface (or vip_interface) to an interface of this node (ip -br link)"),
+    }
+}
+
+/// The `interface` row: `vip_interface`, else the interface chosen for the first VIP, up
+/// with carrier. Returns the link when it is usable.
+async fn check_interface(k: &NetlinkKernel, cfg: &Config, report: &mut Report) -> Option<LinkInfo> {
+    let mut iface_name = cfg.interface.clone();
+    if iface_name.is_none()
+        && let Some(a) = cfg.addresses.first()
+        && let Ok(idx) = k.choose_interface(*a).await
+        && let Ok(l) = k.link_by_index(idx).await
+    {
+        iface_name = Some(l.name);
+    }
+    let Some(name) = iface_name else {
+        report.checks.push(
+            Check::new(
+                "interface",
+                Status::Fail,
+                "no vip_interface and none chosen automatically",
+            )
+            .fix("set vip_interface (--interface)"),
+        );
+        return None;
+    };
+    match k.link_by_name(&name).await {
+        Ok(l) if l.carrier && l.up => {
+            report.checks.push(Check::new(
+                "interface",
+                Status::Pass,
+                format!("{name} is up with carrier"),
+            ));
+            Some(l)
+        }
+        Ok(l) => {
+            report.checks.push(
+                Check::new(
+                    "interface",
+                    Status::Fail,
+                    format!("{name}: up={} carrier={}", l.up, l.carrier),
+                )
+                .fix(format!(
+                    "plug the cable / bring the link up: ip link set {name} up"
+                )),
+            );
+            None
+        }
+        Err(e) => {
+            report.checks.push(
+                Check::new("interface", Status::Fail, e.to_string())
+                    .fix("set vip_interface to an interface of this node (ip -br link)"),
+            );
+            None
+        }
+    }
+}
+
+/// One `vip-free:<vip>` row per control-plane VIP: an RFC 5227 probe (the manager's own)
+/// on `vip_link`; a VIP this node carries now is not a conflict.
+async fn check_vips_free(
+    k: &NetlinkKernel,
+    cfg: &Config,
+    args: &PreflightArgs,
+    vip_link: Option<&LinkInfo>,
+    has_raw: bool,
+    report: &mut Report,
+) {
+    let local: Vec<IpAddr> = k
+        .addresses(None)
+        .await
+        .map(|a| a.into_iter().map(|x| x.vip.addr).collect())
+        .unwrap_or_default();
+    for vip in &cfg.addresses {
+        let name = format!("vip-free:{vip}");
+        let c = match vip_link {
+            _ if args.no_arp_probe => Check::new(name, Status::Skip, "--no-arp-probe"),
+            _ if local.contains(vip) => Check::new(name, Status::Pass, "this node holds it now"),
+            None => Check::new(name, Status::Skip, "needs a working interface"),
+            _ if !has_raw => Check::new(name, Status::Skip, "needs CAP_NET_RAW"),
+            Some(link) => {
+                let listen = Duration::from_millis(args.arp_probe_ms);
+                match probe_for(&RawConflictMonitor::new(), link, *vip, listen).await {
+                    Ok(macs) if macs.is_empty() => Check::new(
+                        name,
+                        Status::Pass,
+                        format!("no answer to a conflict probe within {} ms", args.arp_probe_ms),
+                    ),
+                    Ok(macs) => Check::new(
+                        name,
+                        Status::Fail,
+                        format!(
+                            "already in use on the segment by {}",
+                            macs.into_iter().map(fmt_mac).collect::<Vec<_>>().join(", ")
+                        ),
+                    )
+                    .fix("pick a free address, or stop whatever holds it (another kube-vip/keepalived?)"),
+                    Err(e) => Check::new(name, Status::Fail, e.to_string()).fix("run with CAP_NET_RAW"),
+                }
+            }
+        };
+        report.checks.push(c);
+    }
+}
+
+/// The `api` row: the election client answers within 5 s. Returns the client when it does.
+async fn check_api(cfg: &Config, report: &mut Report) -> Option<kube::Client> {
+    match crate::kube::client::election_client(cfg).await {
+        Ok((c, url)) => match tokio::time::timeout(Duration::from_secs(5), c.apiserver_version())
+            .await
+        {
+            Ok(Ok(v)) => {
+                report.checks.push(Check::new(
+                    "api",
+                    Status::Pass,
+                    format!("{url} answers, version {}", v.git_version),
+                ));
+                Some(c)
+            }
+            Ok(Err(e)) => {
+                report
+                    .checks
+                    .push(Check::new("api", Status::Fail, format!("{url}: {e}")).fix(
+                        "check k8s_config_file and kubernetes_addr, and that the API server runs",
+                    ));
+                None
+            }
+            Err(_) => {
+                report.checks.push(
+                    Check::new("api", Status::Fail, format!("{url}: no answer within 5 s"))
+                        .fix("check kubernetes_addr / the kubeconfig's server and the firewall"),
+                );
+                None
+            }
+        },
+        Err(e) => {
+            report.checks.push(
+                Check::new("api", Status::Fail, e.to_string())
+                    .fix("set k8s_config_file (--k8sConfigPath) to a readable kubeconfig"),
+            );
+            None
+        }
+    }
+}
+
+/// A VIP that answers on the segment while the control-plane Lease names another node as
+/// holder is that node's vipd (or kube-vip) doing its job, not a conflict: the failed
+/// `vip-free` checks become passes that say so.
+async fn explain_answers_by_holder(client: &kube::Client, cfg: &Config, report: &mut Report) {
+    if !cfg.control_plane {
+        return;
+    }
+    let api: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+        kube::Api::namespaced(client.clone(), &cfg.lease.namespace);
+    let holder =
+        match tokio::time::timeout(Duration::from_secs(5), api.get_opt(&cfg.lease.name)).await {
+            Ok(Ok(Some(l))) => l.spec.and_then(|s| s.holder_identity).unwrap_or_default(),
+            _ => return,
+        };
+    if holder.is_empty() || holder == cfg.node_name {
+        return;
+    }
+    for c in report.checks.iter_mut().filter(|c| {
+        c.name.starts_with("vip-free:")
+            && c.status == Status::Fail
+            && c.detail.starts_with("already in use")
+    }) {
+        c.status = Status::Pass;
+        c.detail = format!(
+            "{}; lease {}/{} is held by {holder}, so this is its announcer",
+            c.detail, cfg.lease.namespace, cfg.lease.name
+        );
+        c.fix = None;
+    }
+}
+
+/// SelfSubjectAccessReviews for every access of [`crate::cmd::manifest::rbac::API_CALLS`] this
+/// configuration makes ([`rbac::checks_for`]: the features enabled, the Event and endpoint
+/// APIs the server serves, each in the namespace it is made in: `cp_namespace`,
+/// `svc_namespace` or cluster-wide). Fails naming each denied access and the rule that
+/// grants it.
+pub(crate) async fn check_rbac(client: kube::Client, cfg: &Config) -> Check {
+    let events_v1 = match rbac::discover_event_api(&client).await {
+        Ok(api) => Some(api == rbac::EventApi::EventsV1),
+        Err(_) => None,
+    };
+    let needs = rbac::Needs {
+        control_plane: cfg.control_plane,
+        services: cfg.services,
+        node_labeling: cfg.control_plane && cfg.enable_node_labeling,
+        ride_through: cfg.services && cfg.services_ride_through,
+        events_v1,
+        endpoint_slices: Some(crate::services::endpoints::endpointslice_v1_served(&client).await),
+    };
+    let namespaces = rbac::Namespaces {
+        lease: cfg.lease.namespace.clone(),
+        services: cfg.services_namespace.clone(),
+        services_election: cfg.services_election,
+    };
+    let checks = rbac::checks_for(&needs, &namespaces);
+    let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client);
+    let mut denied = Vec::new();
+    let mut errors = Vec::new();
+    for a in &checks {
+        let review = SelfSubjectAccessReview {
+            spec: SelfSubjectAccessReviewSpec {
+                resource_attributes: Some(ResourceAttributes {
+                    group: Some(a.group.to_string()),
+                    resource: Some(a.resource.to_string()),
+                    subresource: (!a.subresource.is_empty()).then(|| a.subresource.to_string()),
+                    verb: Some(a.verb.as_str().to_string()),
+                    namespace: a.namespace.clone(),
+                    name: a.name.map(str::to_string),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let answer = tokio::time::timeout(
+            Duration::from_secs(5),
+            api.create(&PostParams::default(), &review),
+        )
+        .await;
+        match answer {
+            Ok(Ok(r)) if r.status.as_ref().is_some_and(|s| s.allowed) => {}
+            Ok(Ok(_)) => denied.push(a),
+            Ok(Err(e)) => errors.push(format!("{}: {e}", a.describe())),
+            Err(_) => errors.push(format!("{}: no answer within 5 s", a.describe())),
+        }
+    }
+    rbac_verdict(&checks, &denied, &errors, events_v1)
+}
+
+/// The `rbac` row from the outcome of [`check_rbac`]'s reviews: `denied` (a subset of
+/// `checks`) and `errors` (failed reviews); `events_v1` as in [`rbac::Needs`].
+pub(crate) fn rbac_verdict(
+    checks: &[rbac::AccessCheck],
+    denied: &[&rbac::AccessCheck],
+    errors: &[String],
+    events_v1: Option<bool>,
+) -> Check {
+    if !errors.is_empty() {
+        return Check::new(
+            "rbac",
+            Status::Fail,
+            format!("SelfSubjectAccessReview failed: {}", errors.join("; ")),
+        )
+        .fix("allow create on authorization.k8s.io selfsubjectaccessreviews (every user has it by default)");
+    }
+    if denied.is_empty() {
+        let events = match events_v1 {
+            Some(true) => " (Events through events.k8s.io/v1)",
+            Some(false) => " (Events through core v1)",
+            None => "",
+        };
+        return Check::new(
+            "rbac",
+            Status::Pass,
+            format!(
+                "all {} accesses vipd makes are allowed{events}",
+                checks.len()
+            ),
+        );
+    }
+    let what: Vec<String> = denied.iter().map(|a| a.describe()).collect();
+    let mut rules: Vec<String> = Vec::new();
+    for r in denied.iter().map(|a| a.rule()) {
+        if !rules.contains(&r) {
+            rules.push(r);
+        }
+    }
+    Check::new("rbac", Status::Fail, format!("denied: {}", what.join(", "))).fix(format!(
+        "grant the rule(s) {} to this identity: `vipd manifest rbac | kubectl apply -f -` \
+         has them all in the ClusterRole {} (bind it to this identity)",
+        rules.join(", "),
+        rbac::CLUSTER_ROLE
+    ))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,600 @@
+//! `vipd status`: every VIP vipd manages, who holds it, how fresh its lease is, how often it
+//! moved and what vipd last said about it, read from the API server alone (Leases, Services,
+//! vipd's Events, and the `kube-vip.io/has-ip` node label), so it works from any machine
+//! with a kubeconfig, not only on a node.
+//!
+//! Where each column comes from:
+//! * control plane: the Lease `--cp-lease` (kube-vip's `cp_namespace`/`vip_leasename`,
+//!   default `kube-system/plndr-cp-lock`); its VIP from the Node carrying
+//!   [`crate::nodes::label::HAS_IP`] (written with `enable_node_labeling`), else `-`;
+//! * a `type: LoadBalancer` Service: its addresses as vipd reads them
+//!   (`kube-vip.io/loadbalancerIPs`, then `spec.loadBalancerIP`); its lease is its own
+//!   (`kubevip-<name>` or `kube-vip.io/leaseName`, in its namespace, with `svc_election`)
+//!   when that Lease exists, else the global `--svc-lease` (default
+//!   `kube-system/plndr-svcs-lock`);
+//! * holder, renewed, held since and moves: the Lease's `holderIdentity`, `renewTime`,
+//!   `acquireTime` and `leaseTransitions`; a lease not renewed within its
+//!   `leaseDurationSeconds` is shown as expired (nobody may be answering);
+//! * notes: what disagrees (status `ingress` or `kube-vip.io/vipHost` versus the holder,
+//!   rejected addresses, no lease) and the latest Event vipd posted for the Service.
+//!
+//! The decisions ([`vip_statuses`], [`render_text`]) are pure and unit-tested; [`run`] only
+//! reads the API. RBAC: `list` on leases, services, events and nodes (a `403` on nodes or
+//! events only drops what they give, with a note).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Event, Node, Service};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, ListParams};
+use serde::Serialize;
+
+use crate::election::LeaseRecord;
+use crate::kube::client::ClientError;
+use crate::nodes::label::HAS_IP;
+use crate::services::plan::desired::LeaseRef;
+use crate::services::plan::model::{ServiceInfo, service_info};
+use crate::services::status::{REPORTING_CONTROLLER, current_ingress};
+use crate::syntax::is_dns1123_subdomain;
+
+/// Output format of `vipd status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// A table for people.
+    Text,
+    /// `{"vips": [...], "notes": [...]}` for scripts: one object per VIP row, and what
+    /// could not be read.
+    Json,
+}
+
+/// `vipd status` arguments.
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// Kubeconfig to read the cluster with [default: in-cluster, $KUBECONFIG, ~/.kube/config]
+    #[arg(long = "kubeconfig", value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The control-plane Lease as NAMESPACE/NAME (cp_namespace / vip_leasename)
+    #[arg(
+        long = "cp-lease",
+        value_name = "NAMESPACE/NAME",
+        default_value = "kube-system/plndr-cp-lock"
+    )]
+    pub cp_lease: String,
+    /// The global Services Lease as NAMESPACE/NAME (used without svc_election;
+    /// cp_namespace / svc_leasename)
+    #[arg(
+        long = "svc-lease",
+        value_name = "NAMESPACE/NAME",
+        default_value = "kube-system/plndr-svcs-lock"
+    )]
+    pub svc_lease: String,
+    /// Only Services of this namespace [default: every namespace]
+    #[arg(long = "namespace", short = 'n', value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Output format: a table, or JSON ({"vips": [...], "notes": [...]})
+    #[arg(long = "output", short = 'o', value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+}
+
+/// Errors of `vipd status`.
+#[derive(Debug, thiserror::Error)]
+pub enum StatusError {
+    /// A flag's value is not usable.
+    #[error("--{flag} {value:?}: {reason}")]
+    Invalid {
+        /// The flag, without dashes.
+        flag: &'static str,
+        /// The value given.
+        value: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Building the client failed.
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    /// No kubeconfig given and none found (in-cluster, `$KUBECONFIG`, `~/.kube/config`).
+    #[error("no Kubernetes credentials: give --kubeconfig PATH or set KUBECONFIG ({0})")]
+    NoKubeconfig(String),
+    /// Listing objects failed (HTTP status and message, or the transport error).
+    #[error("cannot list {what}: {message}")]
+    List {
+        /// `leases`, `services`, ...
+        what: &'static str,
+        /// The API server's or the transport's message.
+        message: String,
+    },
+}
+
+/// Parses `NAMESPACE/NAME` for `flag`.
+///
+/// # Errors
+/// [`StatusError::Invalid`] naming `flag` unless there is exactly one `/` between two
+/// DNS-1123 subdomains.
+pub(crate) fn parse_lease_ref(flag: &'static str, value: &str) -> Result<LeaseRef, StatusError> {
+    let invalid = |reason: &str| StatusError::Invalid {
+        flag,
+        value: value.to_string(),
+        reason: reason.to_string(),
+    };
+    let Some((namespace, name)) = value.split_once('/') else {
+        return Err(invalid(
+            "expected NAMESPACE/NAME, e.g. kube-system/plndr-cp-lock",
+        ));
+    };
+    if !is_dns1123_subdomain(namespace) || !is_dns1123_subdomain(name) {
+        return Err(invalid(
+            "namespace and name must be DNS-1123 names (lowercase letters, digits, '-', '.')",
+        ));
+    }
+    Ok(LeaseRef {
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+    })
+}
+
+/// One VIP (or one Service's set of VIPs) and who holds it. Times are whole seconds before
+/// the moment `vipd status` read the cluster.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct VipStatus {
+    /// `control-plane` or `service`.
+    pub kind: &'static str,
+    /// `control-plane`, or the Service as `namespace/name`.
+    pub name: String,
+    /// The VIPs, as vipd reads them (`-` when unknown: the control-plane VIP without the
+    /// node label).
+    pub vips: Vec<String>,
+    /// The Lease as `namespace/name`.
+    pub lease: String,
+    /// `holderIdentity`; `None`: nobody (released, or no Lease).
+    pub holder: Option<String>,
+    /// Seconds since `renewTime`.
+    pub renewed_ago_s: Option<i64>,
+    /// Seconds since `acquireTime` (how long the holder has held it).
+    pub held_for_s: Option<i64>,
+    /// `leaseTransitions`: how many times the holder changed.
+    pub moves: Option<i32>,
+    /// Not renewed within `leaseDurationSeconds`: the holder is gone or cut off, and no
+    /// other vipd has taken the lease (yet).
+    pub expired: bool,
+    /// What disagrees or is worth knowing, one sentence each.
+    pub notes: Vec<String>,
+}
+
+/// A vipd Event about a Service, as read (core v1 view, which also shows events.k8s.io
+/// Events).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct EventView {
+    /// The Service's namespace.
+    pub namespace: String,
+    /// The Service's name.
+    pub name: String,
+    /// `reason`, e.g. `AddressAnnounced`.
+    pub reason: String,
+    /// `message` (events.k8s.io `note`).
+    pub message: String,
+    /// The latest of `series.lastObservedTime`, `lastTimestamp` and `eventTime`.
+    pub time: Option<Timestamp>,
+}
+
+/// Everything [`vip_statuses`] reads.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct ClusterView {
+    /// The control-plane Lease's reference.
+    pub cp_lease: LeaseRef,
+    /// The global Services Lease's reference.
+    pub svc_lease: LeaseRef,
+    /// Every Lease read, by reference.
+    pub leases: BTreeMap<LeaseRef, LeaseRecord>,
+    /// Every Service read (LoadBalancer or not), with the IPs of its
+    /// `status.loadBalancer.ingress`.
+    pub services: Vec<(ServiceInfo, Vec<String>)>,
+    /// vipd's Events about Services.
+    pub events: Vec<EventView>,
+    /// Values of the `kube-vip.io/has-ip` label, with the Node carrying each.
+    pub has_ip: Vec<(String, String)>,
+    /// Notes about what could not be read (e.g. nodes forbidden).
+    pub unread: Vec<String>,
+}
+
+/// Seconds from `t` to `now` (negative when `t` is in the future, e.g. clock skew).
+fn secs_since(t: Option<Timestamp>, now: Timestamp) -> Option<i64> {
+    t.map(|t| now.as_second() - t.as_second())
+}
+
+/// Holder, ages and expiry of `lease` (all empty when it was not read).
+fn lease_columns(
+    view: &ClusterView,
+    lease: &LeaseRef,
+    now: Timestamp,
+) -> (Option<String>, Option<i64>, Option<i64>, Option<i32>, bool) {
+    let Some(r) = view.leases.get(lease) else {
+        return (None, None, None, None, false);
+    };
+    let renewed = secs_since(r.renew_time, now);
+    let held = r.is_held();
+    let expired = held && renewed.is_none_or(|s| s > i64::from(r.lease_duration_secs));
+    (
+        held.then(|| r.holder.clone()),
+        renewed,
+        secs_since(r.acquire_time, now).filter(|_| held),
+        Some(r.transitions),
+        expired,
+    )
+}
+
+/// The rows `vipd status` shows: the control plane first (when its Lease exists), then every
+/// LoadBalancer Service that vipd would consider (not ignored), by namespace/name. Pure.
+pub(crate) fn vip_statuses(view: &ClusterView, now: Timestamp) -> Vec<VipStatus> {
+    let mut rows = Vec::new();
+    if view.leases.contains_key(&view.cp_lease) {
+        let (holder, renewed, held_for, moves, expired) = lease_columns(view, &view.cp_lease, now);
+        let mut vips: Vec<String> = view.has_ip.iter().map(|(v, _)| v.clone()).collect();
+        vips.sort();
+        vips.dedup();
+        let mut notes = Vec::new();
+        if vips.is_empty() {
+            vips.push("-".into());
+        }
+        for (value, node) in &view.has_ip {
+            if holder.as_deref() != Some(node.as_str()) {
+                notes.push(format!(
+                    "node {node} still carries {HAS_IP}={value} but does not hold the lease"
+                ));
+            }
+        }
+        rows.push(VipStatus {
+            kind: "control-plane",
+            name: "control-plane".into(),
+            vips,
+            lease: view.cp_lease.to_string(),
+            holder,
+            renewed_ago_s: renewed,
+            held_for_s: held_for,
+            moves,
+            expired,
+            notes,
+        });
+    }
+    let mut services: Vec<&(ServiceInfo, Vec<String>)> = view
+        .services
+        .iter()
+        .filter(|(s, _)| s.is_load_balancer && !s.ignored)
+        .collect();
+    services.sort_by_key(|(s, _)| s.key.to_string());
+    for (svc, ingress) in services {
+        rows.push(service_row(view, svc, ingress, now));
+    }
+    rows
+}
+
+/// The row of one LoadBalancer Service.
+fn service_row(
+    view: &ClusterView,
+    svc: &ServiceInfo,
+    ingress: &[String],
+    now: Timestamp,
+) -> VipStatus {
+    let own = LeaseRef {
+        namespace: svc.key.namespace.clone(),
+        name: svc.lease_name.clone(),
+    };
+    let lease = if view.leases.contains_key(&own) || !view.leases.contains_key(&view.svc_lease) {
+        own
+    } else {
+        view.svc_lease.clone()
+    };
+    let (holder, renewed, held_for, moves, expired) = lease_columns(view, &lease, now);
+    let mut vips: Vec<String> = svc
+        .addresses
+        .addresses
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    if svc.addresses.dhcp {
+        vips.push("DHCP".into());
+    }
+    let mut notes = Vec::new();
+    if vips.is_empty() {
+        vips.push("-".into());
+        notes.push("no address (kube-vip.io/loadbalancerIPs or spec.loadBalancerIP)".into());
+    }
+    if let Some(m) = svc.addresses.rejection_message() {
+        notes.push(m);
+    }
+    if !view.leases.contains_key(&lease) {
+        let has_event = view
+            .events
+            .iter()
+            .any(|e| e.namespace == svc.key.namespace && e.name == svc.key.name);
+        notes.push(if has_event {
+            format!("no Lease {lease}: not announced (vipd's last Event below says why)")
+        } else {
+            format!(
+                "no Lease {lease}: no vipd has campaigned for it (is vipd running with svc_enable?)"
+            )
+        });
+    }
+    let announced = holder.is_some() && !expired;
+    let mut shown: Vec<String> = ingress.to_vec();
+    shown.sort();
+    let mut expected: Vec<String> = svc
+        .addresses
+        .addresses
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+    expected.sort();
+    if announced && shown != expected {
+        notes.push(format!(
+            "status.loadBalancer.ingress shows [{}]",
+            shown.join(", ")
+        ));
+    }
+    if let (Some(h), Some(v)) = (&holder, &svc.vip_host)
+        && h != v
+        && announced
+    {
+        notes.push(format!("kube-vip.io/vipHost says {v}"));
+    }
+    if let Some(by) = view
+        .leases
+        .get(&lease)
+        .and_then(|r| r.failback_request.as_ref())
+        .filter(|by| holder.as_deref() != Some(by.as_str()))
+    {
+        notes.push(format!(
+            "fail-back requested by {by} (svc_failback: the holder hands over after its hold-down)"
+        ));
+    }
+    if let Some(e) = view
+        .events
+        .iter()
+        .filter(|e| e.namespace == svc.key.namespace && e.name == svc.key.name)
+        .max_by_key(|e| e.time)
+    {
+        let age = secs_since(e.time, now).map_or(String::new(), |s| format!(" ({} ago)", age(s)));
+        notes.push(format!("last Event {}: {}{age}", e.reason, e.message));
+    }
+    VipStatus {
+        kind: "service",
+        name: svc.key.to_string(),
+        vips,
+        lease: lease.to_string(),
+        holder,
+        renewed_ago_s: renewed,
+        held_for_s: held_for,
+        moves,
+        expired,
+        notes,
+    }
+}
+
+/// A duration in kubectl's short style: `45s`, `3m12s`, `5h3m`, `2d4h`; `0s` for negatives.
+pub(crate) fn age(secs: i64) -> String {
+    let s = secs.max(0);
+    match s {
+        0..60 => format!("{s}s"),
+        60..3600 => format!("{}m{}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h{}m", s / 3600, (s % 3600) / 60),
+        _ => format!("{}d{}h", s / 86_400, (s % 86_400) / 3600),
+    }
+}
+
+/// The table `vipd status` prints: one line per row with KIND, NAME, VIPS, HOLDER, RENEWED
+/// (`expired` when the lease lapsed), HELD, MOVES; each note on its own indented line below.
+pub(crate) fn render_text(rows: &[VipStatus], unread: &[String]) -> String {
+    let dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    let table: Vec<[String; 7]> = rows
+        .iter()
+        .map(|r| {
+            let renewed = match (r.expired, r.renewed_ago_s) {
+                (true, Some(s)) => format!("expired ({} ago)", age(s)),
+                (true, None) => "expired".into(),
+                (false, s) => dash(s.map(|s| format!("{} ago", age(s)))),
+            };
+            [
+                r.kind.to_string(),
+                r.name.clone(),
+                r.vips.join(","),
+                dash(r.holder.clone()),
+                renewed,
+                dash(r.held_for_s.map(age)),
+                dash(r.moves.map(|m| m.to_string())),
+            ]
+        })
+        .collect();
+    let header = ["KIND", "NAME", "VIPS", "HOLDER", "RENEWED", "HELD", "MOVES"];
+    let mut widths = header.map(str::len);
+    for line in &table {
+        for (w, cell) in widths.iter_mut().zip(line) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let fmt_line = |cells: [&str; 7]| {
+        let mut out = String::new();
+        for (i, (c, w)) in cells.iter().zip(widths).enumerate() {
+            if i + 1 == cells.len() {
+                out.push_str(c);
+            } else {
+                out.push_str(&format!("{c:<w$}  "));
+            }
+        }
+        out.trim_end().to_string() + "\n"
+    };
+    let mut out = fmt_line(header);
+    for (line, row) in table.iter().zip(rows) {
+        out.push_str(&fmt_line([
+            &line[0], &line[1], &line[2], &line[3], &line[4], &line[5], &line[6],
+        ]));
+        for n in &row.notes {
+            out.push_str(&format!("    {n}\n"));
+        }
+    }
+    if rows.is_empty() {
+        out.push_str("(no vipd lease and no LoadBalancer Service found)\n");
+    }
+    for u in unread {
+        out.push_str(&format!("note: {u}\n"));
+    }
+    out
+}
+
+/// How long one list may take before `vipd status` gives up: 10 s.
+const LIST_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Lists `api` with `lp` within [`LIST_TIMEOUT`].
+async fn list<K>(api: &Api<K>, lp: &ListParams, what: &'static str) -> Result<Vec<K>, StatusError>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    match tokio::time::timeout(LIST_TIMEOUT, api.list(lp)).await {
+        Ok(Ok(l)) => Ok(l.items),
+        Ok(Err(e)) => Err(StatusError::List {
+            what,
+            message: e.to_string(),
+        }),
+        Err(_) => Err(StatusError::List {
+            what,
+            message: format!("timed out after {} s", LIST_TIMEOUT.as_secs()),
+        }),
+    }
+}
+
+/// The latest time an Event shows.
+fn event_time(e: &Event) -> Option<Timestamp> {
+    [
+        e.series
+            .as_ref()
+            .and_then(|s| s.last_observed_time.as_ref())
+            .map(|t| t.0),
+        e.last_timestamp.as_ref().map(|t| t.0),
+        e.event_time.as_ref().map(|t| t.0),
+    ]
+    .into_iter()
+    .flatten()
+    .max()
+}
+
+/// Reads the cluster (Leases, Services, vipd's Service Events, labelled Nodes).
+///
+/// # Errors
+/// [`StatusError::List`] when leases or services cannot be listed; events and nodes that
+/// cannot be listed become notes in [`ClusterView::unread`].
+pub(crate) async fn read_cluster(
+    client: kube::Client,
+    cp_lease: LeaseRef,
+    svc_lease: LeaseRef,
+    namespace: Option<&str>,
+) -> Result<ClusterView, StatusError> {
+    let all = ListParams::default();
+    let leases = list(&Api::<Lease>::all(client.clone()), &all, "leases").await?;
+    let (svc_api, ev_api): (Api<Service>, Api<Event>) = match namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
+    };
+    let services = list(&svc_api, &all, "services").await?;
+    let mut view = ClusterView {
+        cp_lease,
+        svc_lease,
+        ..Default::default()
+    };
+    for l in &leases {
+        let (Some(ns), Some(name)) = (&l.metadata.namespace, &l.metadata.name) else {
+            continue;
+        };
+        view.leases.insert(
+            LeaseRef {
+                namespace: ns.clone(),
+                name: name.clone(),
+            },
+            LeaseRecord::from_lease(l),
+        );
+    }
+    for s in &services {
+        let ingress = current_ingress(s)
+            .iter()
+            .filter_map(|x| x.ip.clone())
+            .collect();
+        view.services.push((service_info(s), ingress));
+    }
+    let ev_lp = ListParams::default().fields("involvedObject.kind=Service");
+    match list(&ev_api, &ev_lp, "events").await {
+        Ok(events) => {
+            for e in events {
+                let by_vipd = e.reporting_component.as_deref() == Some(REPORTING_CONTROLLER)
+                    || e.source.as_ref().and_then(|s| s.component.as_deref())
+                        == Some(REPORTING_CONTROLLER);
+                if !by_vipd {
+                    continue;
+                }
+                let time = event_time(&e);
+                view.events.push(EventView {
+                    namespace: e.involved_object.namespace.clone().unwrap_or_default(),
+                    name: e.involved_object.name.clone().unwrap_or_default(),
+                    reason: e.reason.clone().unwrap_or_default(),
+                    message: e.message.clone().unwrap_or_default(),
+                    time,
+                });
+            }
+        }
+        Err(e) => view
+            .unread
+            .push(format!("{e}; the last Event of each Service is not shown")),
+    }
+    let node_lp = ListParams::default().labels(HAS_IP);
+    match list(&Api::<Node>::all(client), &node_lp, "nodes").await {
+        Ok(nodes) => {
+            for n in nodes {
+                let name = n.metadata.name.clone().unwrap_or_default();
+                if let Some(v) = n.metadata.labels.as_ref().and_then(|l| l.get(HAS_IP)) {
+                    view.has_ip.push((v.clone(), name));
+                }
+            }
+        }
+        Err(e) => view.unread.push(format!(
+            "{e}; the control-plane VIP is shown only from the {HAS_IP} node label"
+        )),
+    }
+    Ok(view)
+}
+
+/// `vipd status`: reads the cluster and returns what to print.
+///
+/// # Errors
+/// [`StatusError::Invalid`] for a bad `--cp-lease` / `--svc-lease`, [`StatusError::Client`]
+/// without a usable kubeconfig, [`StatusError::List`] (see [`read_cluster`]).
+pub async fn run(args: &StatusArgs) -> Result<String, StatusError> {
+    let cp_lease = parse_lease_ref("cp-lease", &args.cp_lease)?;
+    let svc_lease = parse_lease_ref("svc-lease", &args.svc_lease)?;
+    let config = crate::kube::client::kube_config(args.kubeconfig.as_deref(), false)
+        .await
+        .map_err(|e| match e {
+            ClientError::Kubeconfig { path, message } => StatusError::Invalid {
+                flag: "kubeconfig",
+                value: path,
+                reason: message,
+            },
+            ClientError::Infer(message) => StatusError::NoKubeconfig(message),
+            other => StatusError::Client(other),
+        })?;
+    let client = kube::Client::try_from(config).map_err(|e| ClientError::Build(e.to_string()))?;
+    let view = read_cluster(client, cp_lease, svc_lease, args.namespace.as_deref()).await?;
+    let rows = vip_statuses(&view, Timestamp::now());
+    Ok(match args.output {
+        Output::Text => render_text(&rows, &view.unread),
+        Output::Json => {
+            let doc = serde_json::json!({ "vips": rows, "notes": view.unread });
+            format!("{doc:#}\n")
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests;

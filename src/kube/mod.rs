@@ -1,0 +1,3 @@
+//! The Kubernetes API as every part of vipd uses it: building clients.
+
+pub mod client;

@@ -1,0 +1,1 @@
+//! Lease timing and fence rules shared by election, holder and peer protocol.

@@ -1,0 +1,243 @@
+//! The orchestration's decisions, pure (the runtime applies them; their unit tests are in
+//! `decide/tests.rs`): which group tasks stop on a pass and whether their lease is deleted,
+//! what every group that runs announces, whether a stopped group deletes its lease, which
+//! Services are announced nowhere, and when a group's holder writes status.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Service;
+
+use super::desired::{Candidate, LeaseRef, NotHere, Plan};
+use crate::services::governance;
+use super::model::{PortProto, ServiceKey};
+use crate::services::runtime::GroupSpec;
+use crate::services::select::{Note, announced_nowhere, uid_of};
+use crate::election::ElectionEnd;
+
+/// A running group to stop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct StopOrder {
+    /// The group's lease.
+    pub(crate) lease: LeaseRef,
+    /// The lease serves no Service any more (per-Service leases only; the global lease is
+    /// never deleted): whoever releases it also deletes it.
+    pub(crate) delete_lease: bool,
+    /// The group stays in the plan but this node may not announce it any more (node
+    /// selector, subnet): a holder hands it over with a `HandedOver` Event naming this.
+    pub(crate) not_here: Option<NotHere>,
+}
+
+/// The first half of a pass: the groups to stop and the leases that retire (S34).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Stops {
+    /// Groups to stop, in lease order.
+    pub(crate) stop: Vec<StopOrder>,
+    /// Leases that stop governing addresses, with those addresses
+    /// ([`governance::Changes::retire`]).
+    pub(crate) retire: BTreeMap<LeaseRef, BTreeSet<IpAddr>>,
+}
+
+/// Which of the `running` groups stop for `plan`, given the governors of the previous plan
+/// (`prev`): gone from the plan, not campaigned for by this node, or retiring. A lease that
+/// governs no address anywhere any more (its Service was deleted, changed type or class, or
+/// lost its addresses: S17, S18, S32) is deleted after its release when `per_service`.
+pub(crate) fn stops(
+    prev: &BTreeMap<IpAddr, LeaseRef>,
+    plan: &Plan,
+    running: &BTreeSet<LeaseRef>,
+    per_service: bool,
+) -> Stops {
+    let changes = governance::changes(prev, plan, running);
+    let stop = changes
+        .stop
+        .into_iter()
+        .map(|lease| StopOrder {
+            delete_lease: per_service && !plan.groups.contains_key(&lease),
+            not_here: plan.groups.get(&lease).and_then(|g| g.not_here.clone()),
+            lease,
+        })
+        .collect();
+    Stops {
+        stop,
+        retire: changes.retire,
+    }
+}
+
+/// The second half of a pass: the groups to start or update, and the held-back addresses.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub(crate) struct Runs {
+    /// One spec per lease this node campaigns for (at most one group per lease), in lease
+    /// order.
+    pub(crate) specs: Vec<(LeaseRef, GroupSpec)>,
+    /// Addresses held back per lease by another lease's unfinished handover
+    /// ([`governance::Admission::held_back`]).
+    pub(crate) held_back: BTreeMap<LeaseRef, BTreeSet<IpAddr>>,
+}
+
+/// What every group of `plan` this node campaigns for runs with, after the stops
+/// (`running`: the groups still running; `retiring`: lease -> addresses whose handover is
+/// not done): its admitted VIPs ([`governance::admit`]) and its Services with their
+/// addresses and ports (ports from `candidates`, the planner's input).
+pub(crate) fn runs(
+    plan: &Plan,
+    candidates: &[Candidate],
+    running: &BTreeSet<LeaseRef>,
+    retiring: &BTreeMap<LeaseRef, BTreeSet<IpAddr>>,
+) -> Runs {
+    let admission = governance::admit(plan, running, retiring);
+    let ports: BTreeMap<&ServiceKey, &[PortProto]> = candidates
+        .iter()
+        .map(|c| (&c.key, c.ports.as_slice()))
+        .collect();
+    let specs = admission
+        .run
+        .into_iter()
+        .filter_map(|(lease, vips)| {
+            let group = plan.groups.get(&lease)?;
+            let services = group
+                .services
+                .iter()
+                .map(|k| {
+                    let addrs = plan.addresses.get(k).cloned().unwrap_or_default();
+                    let ports = ports.get(k).map(|p| p.to_vec()).unwrap_or_default();
+                    (k.clone(), addrs, ports)
+                })
+                .collect();
+            let dhcp = group.dhcp.clone();
+            Some((
+                lease,
+                GroupSpec {
+                    vips,
+                    services,
+                    preferred: group.preferred.clone(),
+                    dhcp,
+                    dhcp_unserved: Vec::new(),
+                },
+            ))
+        })
+        .collect();
+    Runs {
+        specs,
+        held_back: admission.held_back,
+    }
+}
+
+/// The resourceVersion at which a stopped group deletes its lease, if it does: only when
+/// deletion was ordered (`delete_lease`, see [`StopOrder`]) and this node (`node`) released
+/// the lease or still holds it after stepping down without a release (e.g. frozen past its
+/// renew deadline). The delete is conditional on that version: a lease someone else wrote
+/// since is kept.
+pub(crate) fn lease_to_delete<'a>(
+    delete_lease: bool,
+    end: Option<&'a ElectionEnd>,
+    node: &str,
+) -> Option<&'a str> {
+    let end = end.filter(|_| delete_lease)?;
+    let obs = end.observed.as_ref()?;
+    (end.released || obs.record.holder == node).then_some(obs.resource_version.as_str())
+}
+
+/// Services of `plan` that are announced nowhere: with per-Service leases
+/// (`per_service`), `externalTrafficPolicy: Local` Services without a ready endpoint on any
+/// node (`without_ready_endpoint`) whose group nobody campaigns for; with one lease for all,
+/// none (its holder announces Local Services too).
+pub(crate) fn endpointless(
+    per_service: bool,
+    plan: &Plan,
+    without_ready_endpoint: &HashSet<ServiceKey>,
+) -> HashSet<ServiceKey> {
+    if per_service {
+        announced_nowhere(plan, without_ready_endpoint)
+    } else {
+        HashSet::new()
+    }
+}
+
+/// The Warning notes about the `endpointless` Services of `plan` (reason
+/// [`crate::services::status::REASON_NO_LOCAL_ENDPOINT`]), in Service order.
+pub(crate) fn endpointless_notes(
+    plan: &Plan,
+    endpointless: &HashSet<ServiceKey>,
+    services: &[Arc<Service>],
+) -> Vec<Note> {
+    plan.addresses
+        .keys()
+        .filter(|k| endpointless.contains(*k))
+        .map(|key| Note {
+            key: key.clone(),
+            uid: uid_of(services, key),
+            reason: crate::services::status::REASON_NO_LOCAL_ENDPOINT,
+            message: "not announced: externalTrafficPolicy is Local and no node has a ready \
+                      endpoint of this Service; status and kube-vip.io/vipHost cleared until \
+                      one has"
+                .to_string(),
+            warn: true,
+        })
+        .collect()
+}
+
+/// Announced Services per namespace in `plan` (the `vipd_services_active` gauge).
+pub(crate) fn per_namespace(plan: &Plan) -> BTreeMap<String, usize> {
+    let mut out: BTreeMap<String, usize> = BTreeMap::new();
+    for k in plan.addresses.keys() {
+        *out.entry(k.namespace.clone()).or_default() += 1;
+    }
+    out
+}
+
+/// What a group task saw happen (the inputs of its status decision).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum GroupEvent {
+    /// The group's spec (VIPs, Services, addresses, ports) changed.
+    Spec,
+    /// The election state changed: leading now or not.
+    Leading(bool),
+    /// A pass over the Services cache finished.
+    CacheSeen,
+    /// The status retry's back-off is over.
+    RetryDue,
+    /// The VIP holder bound, refused or gave up an address.
+    Bound,
+}
+
+/// What the group's status side does about a [`GroupEvent`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum StatusStep {
+    /// Nothing.
+    Nothing,
+    /// Compare with the cache and write what differs; `retrying`: also write pending
+    /// Events.
+    Sync {
+        /// Write pending Events even when nothing else is due.
+        retrying: bool,
+    },
+    /// This node just became the leader: start a new term (no announcement queued yet),
+    /// then sync with `retrying`.
+    NewTerm,
+    /// Not leading any more: forget the term (the next holder writes its own status and
+    /// Events).
+    EndTerm,
+    /// A retry fell due while not leading: drop it.
+    DropRetry,
+}
+
+/// The status decision of a group task (S38): status, vipHost and Events are written only
+/// while this node leads (`leading`, before the event), level-triggered; a cache pass while
+/// a retry is scheduled (`retry_scheduled`) leaves the writing to the retry.
+pub(crate) fn status_step(leading: bool, event: GroupEvent, retry_scheduled: bool) -> StatusStep {
+    match event {
+        GroupEvent::Leading(true) if !leading => StatusStep::NewTerm,
+        GroupEvent::Leading(true) => StatusStep::Nothing,
+        GroupEvent::Leading(false) => StatusStep::EndTerm,
+        GroupEvent::RetryDue if !leading => StatusStep::DropRetry,
+        _ if !leading => StatusStep::Nothing,
+        GroupEvent::Spec | GroupEvent::RetryDue => StatusStep::Sync { retrying: true },
+        GroupEvent::CacheSeen if retry_scheduled => StatusStep::Nothing,
+        GroupEvent::CacheSeen | GroupEvent::Bound => StatusStep::Sync { retrying: false },
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,330 @@
+//! The orchestration's decisions, pass by pass, on plans made by the real planner.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::net::IpAddr;
+
+use super::*;
+use crate::config::VipSubnet;
+use crate::election::record::{LeaseRecord, Observed};
+use crate::services::plan::desired::{self, Mode, PlanConfig};
+use crate::services::governance::tests::{ip, lease, svc};
+
+const NODE: &str = "node-a";
+
+/// What a pass reports when it stops only `lease`.
+fn stopped(lease: LeaseRef, delete_lease: bool) -> Vec<StopOrder> {
+    vec![StopOrder {
+        lease,
+        delete_lease,
+        not_here: None,
+    }]
+}
+
+fn global() -> LeaseRef {
+    LeaseRef {
+        namespace: "kube-system".into(),
+        name: "plndr-svcs-lock".into(),
+    }
+}
+
+fn plan_cfg(per_service: bool) -> PlanConfig {
+    PlanConfig {
+        mode: if per_service {
+            Mode::PerService
+        } else {
+            Mode::Global(global())
+        },
+        control_plane: Vec::new(),
+        interface: None,
+        subnet: VipSubnet { v4: 32, v6: 128 },
+    }
+}
+
+/// This node's groups across passes, applying the decisions as the runtime does (stops,
+/// then starts and updates; retirements end at once, as when the stopped group released
+/// its lease).
+#[derive(Default)]
+struct Node {
+    prev: BTreeMap<IpAddr, LeaseRef>,
+    groups: BTreeMap<LeaseRef, GroupSpec>,
+}
+
+/// What one pass did.
+#[derive(Debug, Default)]
+struct Pass {
+    started: Vec<LeaseRef>,
+    updated: Vec<LeaseRef>,
+    stopped: Vec<StopOrder>,
+}
+
+impl Node {
+    fn pass(&mut self, candidates: &[Candidate], per_service: bool) -> Pass {
+        let plan = desired::plan_leases(candidates, &plan_cfg(per_service));
+        let running: BTreeSet<LeaseRef> = self.groups.keys().cloned().collect();
+        let stops = stops(&self.prev, &plan, &running, per_service);
+        self.prev = governance::governors(&plan);
+        let mut out = Pass::default();
+        for order in stops.stop {
+            assert!(self.groups.remove(&order.lease).is_some(), "{order:?}");
+            out.stopped.push(order);
+        }
+        let running: BTreeSet<LeaseRef> = self.groups.keys().cloned().collect();
+        let runs = runs(&plan, candidates, &running, &BTreeMap::new());
+        for (lease, spec) in runs.specs {
+            match self.groups.insert(lease.clone(), spec.clone()) {
+                None => out.started.push(lease),
+                Some(old) if old != spec => out.updated.push(lease),
+                Some(_) => {}
+            }
+        }
+        out
+    }
+
+    /// Every address of every running group with its lease; panics if one is in two.
+    fn lease_of_each_address(&self) -> BTreeMap<IpAddr, LeaseRef> {
+        let mut out = BTreeMap::new();
+        for (lease, spec) in &self.groups {
+            for v in &spec.vips {
+                let before = out.insert(v.vip.addr, lease.clone());
+                assert!(before.is_none(), "{} in two groups", v.vip.addr);
+            }
+        }
+        out
+    }
+}
+
+#[test]
+fn one_lease_per_service_and_per_shared_address_and_none_started_twice() {
+    let mut node = Node::default();
+    // a and b share 192.0.2.20 on different ports: a (older) governs it; c has its own.
+    let services = [
+        svc("a", 1, &["192.0.2.20"], 80),
+        svc("b", 2, &["192.0.2.20"], 443),
+        svc("c", 3, &["192.0.2.21"], 80),
+    ];
+    let pass = node.pass(&services, true);
+    assert_eq!(pass.started, vec![lease("a"), lease("c")]);
+    assert!(pass.stopped.is_empty());
+    assert_eq!(
+        node.lease_of_each_address(),
+        BTreeMap::from([
+            (ip("192.0.2.20"), lease("a")),
+            (ip("192.0.2.21"), lease("c"))
+        ])
+    );
+    // The shared address's group writes the status of both Services, each with its port.
+    let a = &node.groups[&lease("a")];
+    let keys: Vec<&str> = a.services.iter().map(|(k, _, _)| k.name.as_str()).collect();
+    assert_eq!(keys, ["a", "b"]);
+    assert_eq!(a.services[1].2[0].port, 443);
+    // The same Services again: nothing starts, stops or changes.
+    let pass = node.pass(&services, true);
+    assert!(pass.started.is_empty() && pass.updated.is_empty() && pass.stopped.is_empty());
+}
+
+#[test]
+fn one_global_lease_for_every_address() {
+    let mut node = Node::default();
+    let services = [
+        svc("a", 1, &["192.0.2.20"], 80),
+        svc("b", 2, &["192.0.2.21", "2001:db8::21"], 80),
+    ];
+    let pass = node.pass(&services, false);
+    assert_eq!(pass.started, vec![global()]);
+    assert_eq!(node.lease_of_each_address().len(), 3);
+    assert!(node.pass(&services, false).started.is_empty());
+}
+
+#[test]
+fn a_deleted_service_stops_its_group_and_deletes_its_lease() {
+    let mut node = Node::default();
+    let both = [
+        svc("a", 1, &["192.0.2.20"], 80),
+        svc("c", 3, &["192.0.2.21"], 80),
+    ];
+    node.pass(&both, true);
+    // c deleted: its group stops (VIPs dropped, lease released) and its lease is deleted;
+    // a's group is left alone.
+    let pass = node.pass(&both[..1], true);
+    assert_eq!(pass.stopped, stopped(lease("c"), true));
+    assert!(pass.started.is_empty() && pass.updated.is_empty());
+    assert_eq!(node.groups.keys().collect::<Vec<_>>(), [&lease("a")]);
+}
+
+#[test]
+fn the_global_lease_stops_with_the_last_service_but_is_never_deleted() {
+    let mut node = Node::default();
+    let both = [
+        svc("a", 1, &["192.0.2.20"], 80),
+        svc("c", 3, &["192.0.2.21"], 80),
+    ];
+    node.pass(&both, false);
+    // One Service deleted: the group stays and drops that address.
+    let pass = node.pass(&both[..1], false);
+    assert!(pass.stopped.is_empty());
+    assert_eq!(pass.updated, vec![global()]);
+    assert_eq!(node.lease_of_each_address().len(), 1);
+    // The last one deleted: the group stops, the lease stays.
+    let pass = node.pass(&[], false);
+    assert_eq!(pass.stopped, stopped(global(), false));
+    assert!(node.groups.is_empty());
+}
+
+#[test]
+fn a_local_service_without_a_local_endpoint_stops_its_group_but_keeps_its_lease() {
+    let mut node = Node::default();
+    let mut local = svc("l", 1, &["192.0.2.30"], 80);
+    local.etp_local = true;
+    local.local_endpoint = true;
+    assert_eq!(
+        node.pass(std::slice::from_ref(&local), true).started,
+        vec![lease("l")]
+    );
+    // The endpoint moved to another node: this node stops campaigning; the lease still
+    // governs the address (for the node that has the endpoint) and is not deleted.
+    local.local_endpoint = false;
+    let pass = node.pass(std::slice::from_ref(&local), true);
+    assert_eq!(pass.stopped, stopped(lease("l"), false));
+    assert!(pass.started.is_empty());
+    // Back on this node: campaigns again.
+    local.local_endpoint = true;
+    assert_eq!(node.pass(&[local], true).started, vec![lease("l")]);
+}
+
+#[test]
+fn an_address_taken_over_by_an_older_service_moves_to_its_lease() {
+    let mut node = Node::default();
+    node.pass(&[svc("b", 2, &["192.0.2.20"], 80)], true);
+    // An older Service a takes 192.0.2.20 on another port: a's lease governs it now; b's
+    // group stops, and its lease, which governs nothing now, is deleted; b is announced
+    // through a's group.
+    let services = [
+        svc("a", 1, &["192.0.2.20"], 443),
+        svc("b", 2, &["192.0.2.20"], 80),
+    ];
+    let pass = node.pass(&services, true);
+    assert_eq!(pass.stopped.len(), 1);
+    assert_eq!(pass.stopped[0].lease, lease("b"));
+    assert!(pass.stopped[0].delete_lease);
+    assert_eq!(pass.started, vec![lease("a")]);
+    assert_eq!(
+        node.lease_of_each_address(),
+        BTreeMap::from([(ip("192.0.2.20"), lease("a"))])
+    );
+    let names: Vec<&str> = node.groups[&lease("a")]
+        .services
+        .iter()
+        .map(|(k, _, _)| k.name.as_str())
+        .collect();
+    assert_eq!(names, ["a", "b"]);
+}
+
+#[test]
+fn retiring_addresses_are_held_back_from_the_new_lease() {
+    let services = [svc("a", 1, &["192.0.2.20", "192.0.2.22"], 80)];
+    let plan = desired::plan_leases(&services, &plan_cfg(true));
+    let retiring = BTreeMap::from([(lease("b"), BTreeSet::from([ip("192.0.2.20")]))]);
+    let r = runs(&plan, &services, &BTreeSet::new(), &retiring);
+    assert_eq!(r.specs.len(), 1);
+    let vips: Vec<IpAddr> = r.specs[0].1.vips.iter().map(|v| v.vip.addr).collect();
+    assert_eq!(vips, [ip("192.0.2.22")]);
+    assert_eq!(r.held_back[&lease("a")], BTreeSet::from([ip("192.0.2.20")]));
+}
+
+fn end(released: bool, holder: &str) -> ElectionEnd {
+    ElectionEnd {
+        released,
+        observed: Some(Observed {
+            record: LeaseRecord {
+                holder: holder.into(),
+                ..Default::default()
+            },
+            resource_version: "42".into(),
+        }),
+        observed_at: tokio::time::Instant::now(),
+        absent_until: None,
+    }
+}
+
+#[test]
+fn the_lease_is_deleted_only_when_ordered_and_released_or_still_ours() {
+    // Released on the way out (the holder is empty then).
+    assert_eq!(
+        lease_to_delete(true, Some(&end(true, "")), NODE),
+        Some("42")
+    );
+    // Stepped down without a release, still named holder.
+    assert_eq!(
+        lease_to_delete(true, Some(&end(false, NODE)), NODE),
+        Some("42")
+    );
+    // Another node holds it now, or deletion was not ordered, or nothing was seen.
+    assert_eq!(
+        lease_to_delete(true, Some(&end(false, "node-b")), NODE),
+        None
+    );
+    assert_eq!(lease_to_delete(false, Some(&end(true, "")), NODE), None);
+    assert_eq!(lease_to_delete(true, None, NODE), None);
+    let mut unseen = end(true, "");
+    unseen.observed = None;
+    assert_eq!(lease_to_delete(true, Some(&unseen), NODE), None);
+}
+
+#[test]
+fn local_services_without_endpoints_are_noted_only_with_per_service_leases() {
+    let mut local = svc("l", 1, &["192.0.2.30"], 80);
+    local.etp_local = true;
+    let without: HashSet<ServiceKey> = [local.key.clone()].into();
+    let plan = desired::plan_leases(std::slice::from_ref(&local), &plan_cfg(true));
+    let nowhere = endpointless(true, &plan, &without);
+    assert_eq!(nowhere, without);
+    let notes = endpointless_notes(&plan, &nowhere, &[]);
+    assert_eq!(notes.len(), 1);
+    assert_eq!(
+        notes[0].reason,
+        crate::services::status::REASON_NO_LOCAL_ENDPOINT
+    );
+    assert!(notes[0].warn);
+    // One lease for all: its holder announces Local Services too.
+    let plan = desired::plan_leases(&[local], &plan_cfg(false));
+    assert!(endpointless(false, &plan, &without).is_empty());
+}
+
+#[test]
+fn services_are_counted_per_namespace() {
+    let mut other = svc("x", 2, &["192.0.2.40"], 80);
+    other.key = ServiceKey::new("prod", "x");
+    let services = [svc("a", 1, &["192.0.2.20"], 80), other];
+    let plan = desired::plan_leases(&services, &plan_cfg(true));
+    assert_eq!(
+        per_namespace(&plan),
+        BTreeMap::from([("default".to_string(), 1), ("prod".to_string(), 1)])
+    );
+}
+
+#[test]
+fn status_is_written_only_while_leading() {
+    use GroupEvent::*;
+    use StatusStep::*;
+    // Following: nothing is written; a due retry is dropped.
+    for ev in [Spec, CacheSeen, Bound, Leading(false)] {
+        assert_ne!(status_step(false, ev, false), Sync { retrying: true });
+        assert_ne!(status_step(false, ev, false), Sync { retrying: false });
+    }
+    assert_eq!(status_step(false, RetryDue, true), DropRetry);
+    // Taking the lease starts a term; losing it ends it; a repeat changes nothing.
+    assert_eq!(status_step(false, Leading(true), false), NewTerm);
+    assert_eq!(status_step(true, Leading(true), false), Nothing);
+    assert_eq!(status_step(true, Leading(false), false), EndTerm);
+    // Leading: a new spec or a due retry also writes pending Events; the holder's bound
+    // addresses and a cache pass compare with the cache.
+    assert_eq!(status_step(true, Spec, false), Sync { retrying: true });
+    assert_eq!(status_step(true, RetryDue, true), Sync { retrying: true });
+    assert_eq!(status_step(true, Bound, false), Sync { retrying: false });
+    assert_eq!(
+        status_step(true, CacheSeen, false),
+        Sync { retrying: false }
+    );
+    // While a retry is scheduled, a cache pass leaves the writing to the retry.
+    assert_eq!(status_step(true, CacheSeen, true), Nothing);
+}

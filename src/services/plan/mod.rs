@@ -1,0 +1,6 @@
+//! The Services wing's decisions, pure: no tokio, no `kube::Client`, no kernel. The runtime
+//! feeds them the watched objects and applies what they decide.
+
+pub(crate) mod decide;
+pub mod desired;
+pub mod model;
