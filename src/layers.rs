@@ -60,6 +60,8 @@ const UNITS: &[(&str, Layer, &[&str])] = &[
     ("net",                 Layer::Foundation, &["syntax"]),
     ("obs",                 Layer::Foundation, &["syntax"]),
     ("syntax",              Layer::Foundation, &[]),
+    // This table's own tests.
+    ("layers",              Layer::Foundation, &[]),
 ];
 
 /// The unit of module path `module` (segments without `crate`): the longest prefix listed
@@ -93,7 +95,10 @@ fn module_of(rel: &Path) -> Vec<String> {
         .iter()
         .map(|p| p.to_string_lossy().trim_end_matches(".rs").to_string())
         .collect();
-    if matches!(parts.last().map(String::as_str), Some("mod" | "lib" | "main")) {
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
         parts.pop();
     }
     parts
@@ -208,7 +213,11 @@ fn expand(s: &str) -> Vec<Vec<String>> {
 /// inline `mod name { ... }` inside it).
 fn imports(code: &str, module: &[String]) -> Vec<Vec<String>> {
     let chars: Vec<char> = code.chars().collect();
-    let at = |i: usize, word: &str| word.chars().enumerate().all(|(k, c)| chars.get(i + k) == Some(&c));
+    let at = |i: usize, word: &str| {
+        word.chars()
+            .enumerate()
+            .all(|(k, c)| chars.get(i + k) == Some(&c))
+    };
     let boundary = |i: usize| i == 0 || !(is_ident(chars[i - 1]) || chars[i - 1] == ':');
     let mut out = Vec::new();
     // (module path, brace depth inside it) of the inline modules we are in.
@@ -416,8 +425,10 @@ fn cycles(files: &[File]) -> Vec<Vec<String>> {
     s.out
         .into_iter()
         .map(|c| {
-            let mut names: Vec<String> =
-                c.iter().map(|&i| files[i].rel.display().to_string()).collect();
+            let mut names: Vec<String> = c
+                .iter()
+                .map(|&i| files[i].rel.display().to_string())
+                .collect();
             names.sort();
             names
         })
@@ -425,7 +436,9 @@ fn cycles(files: &[File]) -> Vec<Vec<String>> {
 }
 
 fn crate_src(krate: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join(krate).join("src")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(krate)
+        .join("src")
 }
 
 #[cfg(test)]
@@ -446,7 +459,11 @@ mod tests {
         let files = read_tree(&crate_src(""));
         assert!(files.len() > 100, "read {} files", files.len());
         let bad = violations(&files);
-        assert!(bad.is_empty(), "imports against the house's table:\n{}", bad.join("\n"));
+        assert!(
+            bad.is_empty(),
+            "imports against the house's table:\n{}",
+            bad.join("\n")
+        );
     }
 
     #[test]
@@ -467,7 +484,13 @@ mod tests {
             .collect();
         assert!(plan.len() >= 3, "found {} plan files", plan.len());
         for f in plan {
-            for word in ["tokio", "kube::Client", "kube::Api", "async fn", "crate::net::Kernel"] {
+            for word in [
+                "tokio",
+                "kube::Client",
+                "kube::Api",
+                "async fn",
+                "crate::net::Kernel",
+            ] {
                 assert!(!f.code.contains(word), "{} uses {word}", f.rel.display());
             }
         }
@@ -477,8 +500,14 @@ mod tests {
     fn an_upward_or_sideways_import_is_found() {
         let files = [
             file("net/vip.rs", "use crate::holder::VipSpec;\n"),
-            file("election/mod.rs", "use crate::{holder::FENCE, lease::Timing};\n"),
-            file("services/group.rs", "fn f() { crate::controlplane::start(); }\n"),
+            file(
+                "election/mod.rs",
+                "use crate::{holder::FENCE, lease::Timing};\n",
+            ),
+            file(
+                "services/group.rs",
+                "fn f() { crate::controlplane::start(); }\n",
+            ),
             file(
                 "cmd/drain.rs",
                 "mod tests { use super::*; use super::super::manager::admin; }\n",
@@ -488,12 +517,18 @@ mod tests {
                 "mod tests { use super::*; fn f() { super::super::stats::x(); } }\n",
             ),
             file("kube/client.rs", "use crate::config::Config;\n"),
-            file("obs/metrics.rs", "use super::super::nodes::eligibility::Ineligible;\n"),
+            file(
+                "obs/metrics.rs",
+                "use super::super::nodes::eligibility::Ineligible;\n",
+            ),
             file(
                 "holder/task.rs",
                 "use crate::election::Gates; use crate::net::Vip; use super::probe::X;\n",
             ),
-            file("services/plan/decide.rs", "use crate::services::group::GroupSpec;\n"),
+            file(
+                "services/plan/decide.rs",
+                "use crate::services::group::GroupSpec;\n",
+            ),
         ];
         let bad = violations(&files);
         assert_eq!(
@@ -524,17 +559,29 @@ mod tests {
     #[test]
     fn a_cycle_between_siblings_is_found_and_a_facade_is_not_one() {
         let files = [
-            file("net/mod.rs", "pub use self::netlink::Kernel; use crate::net::addr_socket::A;"),
-            file("net/netlink.rs", "use super::addr_socket::send; use crate::net::Vip;"),
+            file(
+                "net/mod.rs",
+                "pub use self::netlink::Kernel; use crate::net::addr_socket::A;",
+            ),
+            file(
+                "net/netlink.rs",
+                "use super::addr_socket::send; use crate::net::Vip;",
+            ),
             file("net/addr_socket.rs", "use crate::net::netlink::decode;"),
         ];
         assert_eq!(
             cycles(&files),
-            [vec!["net/addr_socket.rs".to_string(), "net/netlink.rs".into()]]
+            [vec![
+                "net/addr_socket.rs".to_string(),
+                "net/netlink.rs".into()
+            ]]
         );
         let files = [
             file("net/mod.rs", "use crate::net::addr_socket::A;"),
-            file("net/netlink.rs", "use super::addr_socket::send; use crate::net::Vip;"),
+            file(
+                "net/netlink.rs",
+                "use super::addr_socket::send; use crate::net::Vip;",
+            ),
             file("net/addr_socket.rs", "use super::Lifetime;"),
         ];
         assert_eq!(cycles(&files), Vec::<Vec<String>>::new());

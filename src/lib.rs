@@ -21,9 +21,9 @@ pub mod dhcp;
 pub mod election;
 pub mod holder;
 pub mod kube;
-pub mod lease;
 #[cfg(test)]
 mod layers;
+pub mod lease;
 pub mod net;
 pub mod nodes;
 pub mod obs;

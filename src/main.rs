@@ -163,7 +163,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Probe(args) => {
             let shutdown = CancellationToken::new();
             cancel_on_signal(shutdown.clone())?;
-            let stats = vipd::cmd::probe::run(args, async move { shutdown.cancelled().await }).await?;
+            let stats =
+                vipd::cmd::probe::run(args, async move { shutdown.cancelled().await }).await?;
             if stats.summary().successes == 0 {
                 anyhow::bail!("no successful answer");
             }

@@ -762,7 +762,9 @@ fn lb_table_install_update_remove() {
             .await
             .expect("remove twice");
         assert_eq!(other(), other_before, "another owner's table untouched");
-        vipd::controlplane::lb::check("nft").await.expect("nft --check");
+        vipd::controlplane::lb::check("nft")
+            .await
+            .expect("nft --check");
         assert!(lb_table("ip").is_none(), "--check changes nothing");
     });
 }

@@ -55,7 +55,9 @@ fn notify_protocol_against_a_test_socket() {
     drop(server);
     // SAFETY: as above.
     unsafe { std::env::set_var("NOTIFY_SOCKET", &path) };
-    let e = vipd::obs::systemd::notify_ready("x").unwrap_err().to_string();
+    let e = vipd::obs::systemd::notify_ready("x")
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("notify.sock"), "{e}");
     // SAFETY: as above.
     unsafe { std::env::remove_var("NOTIFY_SOCKET") };

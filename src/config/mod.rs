@@ -56,13 +56,15 @@
 //! is kube-vip's IPVS health-check interval; vipd's load balancer (`lb_enable`) checks every
 //! second ([`crate::controlplane::lb::health::INTERVAL`]).
 
+use crate::net::VipSubnet;
+use crate::services::plan::model::DEFAULT_LB_CLASS_NAME;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use crate::election::Timing;
+pub use crate::lease::Timing;
 
 /// Default `vip_leaseduration`: 3 s (kube-vip's is 5 s). The shortest lease that keeps one
 /// lease write per second (retry period 1 s) and room for a whole-second kernel fence
@@ -101,8 +103,6 @@ pub(crate) const DEFAULT_LEASE_NAME: &str = "plndr-cp-lock";
 pub(crate) const DEFAULT_SERVICES_LEASE_NAME: &str = "plndr-svcs-lock";
 /// Default `cp_namespace`.
 pub(crate) const DEFAULT_NAMESPACE: &str = "kube-system";
-/// Default `lb_class_name`.
-pub(crate) const DEFAULT_LB_CLASS_NAME: &str = "kube-vip.io/kube-vip-class";
 /// Default `prometheus_server` (`host:port`, empty host = all addresses).
 pub(crate) const DEFAULT_PROMETHEUS_SERVER: &str = ":2112";
 /// Default IPv4 VIP prefix length.
@@ -133,15 +133,6 @@ pub struct LeaseConfig {
     pub namespace: String,
     /// `vip_leaseduration`, `vip_renewdeadline`, `vip_retryperiod`.
     pub timing: Timing,
-}
-
-/// Per address family prefix lengths for VIPs (`vip_subnet`, e.g. `32` or `32,128`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct VipSubnet {
-    /// Prefix length for IPv4 VIPs (0..=32, default 32).
-    pub v4: u8,
-    /// Prefix length for IPv6 VIPs (0..=128, default 128).
-    pub v6: u8,
 }
 
 /// Log level (`vip_loglevel`, kube-vip uses logrus numbers 0..=6; names also accepted).

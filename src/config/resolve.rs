@@ -491,7 +491,9 @@ fn load_balancer(inputs: &Inputs<'_>) -> Result<Option<LoadBalancerConfig>, Conf
     };
     let forwarding = match inputs.get(K_LB_FWD) {
         Some(raw) if raw.value.is_empty() => crate::controlplane::lb::Forwarding::default(),
-        Some(raw) => crate::controlplane::lb::Forwarding::parse(&raw.value).map_err(|r| raw.invalid(r))?,
+        Some(raw) => {
+            crate::controlplane::lb::Forwarding::parse(&raw.value).map_err(|r| raw.invalid(r))?
+        }
         None => crate::controlplane::lb::Forwarding::default(),
     };
     Ok(inputs
@@ -661,7 +663,7 @@ impl Inputs<'_> {
 /// Parses and checks one set of lease timings (`keys` = duration, renew deadline, retry
 /// period env names; `defaults` used for unset ones): renew deadline < duration, renew
 /// deadline > client-go's jitter factor x retry period, retry period at least
-/// [`MIN_RETRY_PERIOD`], and a fence for them ([`crate::holder::fence_plan`] with
+/// [`MIN_RETRY_PERIOD`], and a fence for them ([`crate::lease::fence_plan`] with
 /// `nft_fence`, `vip_nftfence`: sub-second timings need it). The manager, the manifest
 /// generator and `vipd preflight` all resolve the configuration here, so what one refuses
 /// the others refuse too. Errors name the setting and value.
@@ -712,7 +714,7 @@ pub(super) fn lease_timings(
         renew_deadline,
         retry_period,
     };
-    crate::holder::fence_plan(&timing, nft_fence).map_err(|e| shown(0).invalid(e.to_string()))?;
+    crate::lease::fence_plan(&timing, nft_fence).map_err(|e| shown(0).invalid(e.to_string()))?;
     Ok(timing)
 }
 

@@ -14,12 +14,12 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::obs::readiness::Readiness;
 use crate::config::Config;
 use crate::election::kube::KubeLeaseClient;
 use crate::election::{Elector, Gates};
 use crate::holder::{HolderConfig, VipHolder, VipSpec};
 use crate::net::{Kernel, NetlinkKernel, RawAnnouncer, Vip};
+use crate::obs::readiness::Readiness;
 
 /// Why the control-plane configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -413,7 +413,8 @@ pub(crate) async fn health_loop(
         readiness.set_api_reachable(res.is_ok());
         if res.is_ok() && !notified {
             notified = true;
-            if let Err(e) = crate::obs::systemd::notify_ready("configuration valid, API reachable") {
+            if let Err(e) = crate::obs::systemd::notify_ready("configuration valid, API reachable")
+            {
                 warn!(error = %e, "cannot notify systemd");
             }
         }

@@ -12,8 +12,8 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
-use crate::obs::readiness::Readiness;
 use crate::election::DuplicateIdentity;
+use crate::obs::readiness::Readiness;
 use crate::services::plan::model::ServiceKey;
 use crate::services::status::{KubeStatusWriter, ServiceEvent, StatusWriter};
 

@@ -260,8 +260,8 @@ impl LeaseHub {
         tokio::spawn(async move {
             // The Services clients' read timeout (crate::kube::client::SERVICES_READ_TIMEOUT) is
             // longer than this server-side watch timeout.
-            let cfg =
-                watcher::Config::default().timeout(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS);
+            let cfg = watcher::Config::default()
+                .timeout(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS);
             let mut stream = watcher(api, cfg)
                 .backoff(crate::kube::client::WatchBackoff::default())
                 .boxed();

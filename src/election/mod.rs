@@ -37,6 +37,7 @@ pub mod record;
 mod run;
 pub mod spread;
 
+use crate::lease::Timing;
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
@@ -123,35 +124,6 @@ pub trait LeaseClient: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Observed, LeaseError>> + Send;
     /// A never-ending stream of changes of this Lease (restarts by itself after errors).
     fn watch(&self) -> BoxStream<'static, LeaseEvent>;
-}
-
-/// Lease timings (client-go `LeaderElectionConfig`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timing {
-    /// Written as `leaseDurationSeconds` (rounded up to whole seconds): candidates wait this
-    /// long after the last observed change before they take the lease.
-    pub lease_duration: Duration,
-    /// The holder stops leading when it could not renew for this long. Shorter than
-    /// `lease_duration`.
-    pub renew_deadline: Duration,
-    /// Interval between renewals by the holder, and the poll interval of candidates whose
-    /// watch is failing. Shorter than `renew_deadline`.
-    pub retry_period: Duration,
-}
-
-impl Timing {
-    /// Timeout of each single Lease API call: half the renew deadline, within 0.5..=5 s, so
-    /// a holder gets at least two tries before its renew deadline.
-    pub(crate) fn call_timeout(&self) -> Duration {
-        (self.renew_deadline / 2).clamp(Duration::from_millis(500), Duration::from_secs(5))
-    }
-
-    /// Largest back-off between failed campaign attempts: the lease duration (so a node that
-    /// lost its API connection gets the lease back within about one lease duration once the
-    /// API returns), at least the retry period.
-    pub(crate) fn max_backoff(&self) -> Duration {
-        self.lease_duration.max(self.retry_period)
-    }
 }
 
 /// Another process writes the lease under this elector's identity (two nodes configured
@@ -349,7 +321,7 @@ pub struct Elector<C: LeaseClient> {
 ///   grant, see [`RideLink::attach`]);
 /// * keeps leading past the renew deadline for as long as the published `renewed_at`
 ///   covers (`renewed_at + lease duration - FENCE_MARGIN`: exactly when the VIP holder's
-///   [`crate::holder::fence_lapsed`] removes the VIPs), retrying renewals meanwhile;
+///   [`crate::lease::fence_lapsed`] removes the VIPs), retrying renewals meanwhile;
 /// * acquires only what [`RideLink::may_acquire`] allows (takeover with consent);
 /// * tells the link what it observes of the lease while not leading
 ///   ([`RideLink::observe`], so that the link can ask a holder cut off from the API to hand
@@ -514,7 +486,7 @@ impl<C: LeaseClient> Elector<C> {
 
     /// Until when a leader keeps leading without a renewal: the renew deadline after the
     /// last successful write's send; with a ride link, at least as long as the published
-    /// `renewed_at` covers (the holder's fence, [`crate::holder::fence_lapsed`]).
+    /// `renewed_at` covers (the holder's fence, [`crate::lease::fence_lapsed`]).
     pub(crate) fn lead_end(&self, last_renew: Instant) -> Instant {
         let deadline = last_renew + self.timing.renew_deadline;
         if self.ride.is_none() {
@@ -526,7 +498,7 @@ impl<C: LeaseClient> Elector<C> {
                     + self
                         .timing
                         .lease_duration
-                        .saturating_sub(crate::holder::FENCE_MARGIN),
+                        .saturating_sub(crate::lease::FENCE_MARGIN),
             ),
             LeaderState::Following { .. } => deadline,
         }

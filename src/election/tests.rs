@@ -1,6 +1,7 @@
 //! Elector tests against an in-memory lease server, on tokio's paused clock: time only moves
 //! when every task waits, so the timing assertions are exact and need no sleeps.
 
+use crate::lease::Timing;
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 

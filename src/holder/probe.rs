@@ -18,15 +18,13 @@
 //!   refused each other do not probe in lock-step), so the address is used as soon as it is
 //!   free.
 
+use crate::net::conflict::PROBES;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use crate::net::conflict::Claim;
 
-/// Probes sent per probe window (RFC 5227 sends 3 over 1-3 s; vipd compresses the window
-/// to tens of ms because a LAN answers within a millisecond and failover time matters).
-pub(crate) const PROBES: u32 = 2;
 /// First re-probe delay after a conflict.
 pub(crate) const BACKOFF_MIN: Duration = Duration::from_secs(1);
 /// Longest re-probe delay after repeated conflicts.

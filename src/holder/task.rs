@@ -1,6 +1,7 @@
 //! The holder's loop: follows leadership, VIP set updates, claims and the periodic check.
 
 use super::*;
+use crate::lease::{FENCE_MARGIN, fence_lapsed, fence_overrun, fence_timeout};
 
 async fn next_update(updates: &mut Option<watch::Receiver<Vec<VipSpec>>>) -> Vec<VipSpec> {
     if let Some(rx) = updates {

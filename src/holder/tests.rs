@@ -1,5 +1,6 @@
 //! VIP holder tests with a fake kernel on tokio's paused clock.
 
+use crate::lease::{FENCE_MARGIN, Timing, fence_grant, fence_lapsed, fence_lifetime};
 use std::sync::Mutex;
 
 use tokio::sync::watch;

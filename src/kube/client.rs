@@ -25,8 +25,8 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tower::{BoxError, ServiceBuilder, ServiceExt as _};
 use tracing::warn;
 
-use crate::obs::readiness::WatchActivity;
 use crate::config::Config;
+use crate::obs::readiness::WatchActivity;
 
 /// Idle time of an API connection before the first TCP keepalive probe (`TCP_KEEPIDLE`).
 pub(crate) const API_KEEPALIVE_IDLE: Duration = Duration::from_secs(10);

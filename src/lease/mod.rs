@@ -1,1 +1,232 @@
-//! Lease timing and fence rules shared by election, holder and peer protocol.
+//! Lease timing and fence rules, shared by election, holder, peer protocol and the
+//! configuration check: the [`Timing`] of a Lease (client-go `LeaderElectionConfig`) and
+//! how long a holder may keep a VIP answered after a renewal (the kernel fence's whole
+//! seconds, the nftables fence's milliseconds, and their margins). Pure: no I/O, no clock.
+
+use std::time::Duration;
+
+/// Lease timings (client-go `LeaderElectionConfig`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// Written as `leaseDurationSeconds` (rounded up to whole seconds): candidates wait this
+    /// long after the last observed change before they take the lease.
+    pub lease_duration: Duration,
+    /// The holder stops leading when it could not renew for this long. Shorter than
+    /// `lease_duration`.
+    pub renew_deadline: Duration,
+    /// Interval between renewals by the holder, and the poll interval of candidates whose
+    /// watch is failing. Shorter than `renew_deadline`.
+    pub retry_period: Duration,
+}
+
+impl Timing {
+    /// Timeout of each single Lease API call: half the renew deadline, within 0.5..=5 s, so
+    /// a holder gets at least two tries before its renew deadline.
+    pub fn call_timeout(&self) -> Duration {
+        (self.renew_deadline / 2).clamp(Duration::from_millis(500), Duration::from_secs(5))
+    }
+
+    /// Largest back-off between failed campaign attempts: the lease duration (so a node that
+    /// lost its API connection gets the lease back within about one lease duration once the
+    /// API returns), at least the retry period.
+    pub fn max_backoff(&self) -> Duration {
+        self.lease_duration.max(self.retry_period)
+    }
+}
+
+/// Errors of the fence computation.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TimingError {
+    /// No whole number of seconds is both longer than the retry period and shorter than the
+    /// lease duration.
+    #[error(
+        "lease timings leave no room for the kernel fence: the VIP lifetime must be a whole number of seconds longer than vip_retryperiod ({retry_ms} ms) and shorter than vip_leaseduration ({lease_ms} ms); use e.g. vip_leaseduration=3 vip_renewdeadline=2 vip_retryperiod=1, or turn on the millisecond fence (vip_nftfence=true) for sub-second timings"
+    )]
+    NoRoom {
+        /// Retry period in ms.
+        retry_ms: u128,
+        /// Lease duration in ms.
+        lease_ms: u128,
+    },
+    /// The millisecond fence (`min(renew deadline, lease duration - NFT_FENCE_MARGIN)`)
+    /// would end before the next renewal.
+    #[error(
+        "lease timings leave no room for the millisecond fence: min(vip_renewdeadline, vip_leaseduration - 50 ms) = {fence_ms} ms must be longer than vip_retryperiod ({retry_ms} ms); use e.g. the fast profile vip_leaseduration=0.6 vip_renewdeadline=0.4 vip_retryperiod=0.2"
+    )]
+    NoRoomMs {
+        /// The fence, ms.
+        fence_ms: u128,
+        /// Retry period in ms.
+        retry_ms: u128,
+    },
+}
+
+/// The kernel fence: the valid lifetime, in whole seconds (the kernel's unit), given to
+/// every VIP and refreshed on every successful renew. A killed or frozen vipd stops
+/// refreshing and the kernel removes the address before any other node may take the lease.
+///
+/// Rule: the largest whole number of seconds below the renew deadline; when that is not
+/// longer than the retry period (the address would lapse between two renewals), the
+/// smallest whole number above the retry period instead, as long as it stays below the lease
+/// duration (the bound safety needs: a candidate waits a full lease duration after the last
+/// renewal it saw). Kube-vip's 5/3/1 gives 2 s.
+///
+/// # Errors
+/// [`TimingError::NoRoom`] when no such number exists (e.g. lease 2 s, retry 1 s).
+pub fn fence_lifetime(t: &Timing) -> Result<u32, TimingError> {
+    let rd_ms = t.renew_deadline.as_millis();
+    let below_rd = rd_ms.div_ceil(1000).saturating_sub(1);
+    let retry_ms = t.retry_period.as_millis();
+    let lease_ms = t.lease_duration.as_millis();
+    let f = if below_rd * 1000 > retry_ms {
+        below_rd
+    } else {
+        retry_ms / 1000 + 1
+    };
+    if f == 0 || f * 1000 >= lease_ms {
+        return Err(TimingError::NoRoom { retry_ms, lease_ms });
+    }
+    u32::try_from(f).map_err(|_| TimingError::NoRoom { retry_ms, lease_ms })
+}
+
+/// Whether timings `t` can be fenced by the nftables element alone: no whole number of
+/// seconds fits them ([`fence_lifetime`] fails), so [`fence_plan`] needs `vip_nftfence`
+/// and refuses them without it. Pure.
+pub fn needs_nft_fence(t: &Timing) -> bool {
+    fence_lifetime(t).is_err()
+}
+
+/// Time kept between a VIP's expiry and the earliest takeover by another node (its lease
+/// duration after the last renewal it saw): the kernel's address expiry work
+/// (`check_lifetime`, net/ipv4/devinet.c) removes a lone address up to 250 ms late
+/// (`ADDRCONF_TIMER_FUZZ`), and clocks run at slightly different rates. Several addresses
+/// expiring within a second of each other can be removed up to a second late (its runs are
+/// at least `ADDRCONF_TIMER_FUZZ_MAX` apart): docs/design.md, "The kernel fence", says what
+/// covers that (the RFC 5227 probe before a takeover after expiry; exactly, the nftables
+/// fence).
+pub const FENCE_MARGIN: Duration = Duration::from_millis(250);
+
+/// The valid lifetime, in whole seconds, a VIP may get `age` after the last renewal request
+/// was sent: [`fence_lifetime`]'s `fence_secs`, cut so that the address is gone
+/// [`FENCE_MARGIN`] before `lease_duration` has passed since that send (no candidate takes
+/// the lease earlier). 0 (do not add or refresh) once less than a second is left, e.g. when
+/// a stale leadership update is acted on after the process was frozen. Pure.
+pub fn fence_grant(fence_secs: u32, lease_duration: Duration, age: Duration) -> u32 {
+    let left = lease_duration.saturating_sub(age.saturating_add(FENCE_MARGIN));
+    u32::try_from(left.as_secs())
+        .unwrap_or(u32::MAX)
+        .min(fence_secs)
+}
+
+/// Whether the lease others see may have expired `age` after the last renewal request was
+/// sent (less `margin`: [`FENCE_MARGIN`], or [`NFT_FENCE_MARGIN`] under the millisecond
+/// fence): from then on this node must hold nothing, whatever its elector has not yet
+/// noticed (a process continued after a freeze, a stalled task). Pure.
+pub fn fence_lapsed(lease_duration: Duration, margin: Duration, age: Duration) -> bool {
+    age.saturating_add(margin) >= lease_duration
+}
+
+/// How long the nftables fence ([`crate::net::nft::fence`]) may keep a VIP answered,
+/// asked `age` after the last renewal request was sent: until that send time plus `fence`
+/// (the fence lifetime, the same one [`fence_grant`] starts from), never past the send time
+/// plus `lease_duration` less `margin` ([`FencePlan::margin`]); whole milliseconds, rounded down. Zero
+/// (drop now) once that end has passed, e.g. when the process was frozen between the
+/// renewal and this call. Unlike [`fence_grant`] it is not cut to whole seconds: the
+/// element ends at `sent + fence` to the millisecond whenever it is asked. Pure.
+pub fn fence_timeout(
+    fence: Duration,
+    lease_duration: Duration,
+    margin: Duration,
+    age: Duration,
+) -> Duration {
+    let end = fence.min(lease_duration.saturating_sub(margin));
+    let left = end.saturating_sub(age);
+    Duration::from_millis(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Whether a fence element that may live until `ends` after the last renewal request was
+/// sent (what [`crate::net::nft::fence::VipFence::refresh`] returns: its run's end plus
+/// the timeout it carried) may outlive the lease as the other nodes see it: past
+/// `lease_duration` less `margin` plus [`NFT_RUN_ALLOWANCE`], the part of the margin kept
+/// for the `nft` run itself. Then the holder must shorten or expire it. Pure.
+pub fn fence_overrun(lease_duration: Duration, margin: Duration, ends: Duration) -> bool {
+    ends > lease_duration.saturating_sub(margin) + NFT_RUN_ALLOWANCE.min(margin)
+}
+
+/// How long an `nft` run may take (from writing its transaction to its answer) before the
+/// element it set counts as overrunning the lease ([`fence_overrun`]): the part of
+/// [`NFT_FENCE_MARGIN`] (and of [`FENCE_MARGIN`]) kept for it. The rest of the margin, 20 ms,
+/// covers the jiffy granularity of nftables timeouts (at most 10 ms) and clock-rate drift
+/// (under 1 ms on a 1 s lease). A delete of a live element makes a run wait for the kernel's
+/// readers (about 20 ms), so a run rarely takes longer on an idle node; a longer one costs
+/// another run with what is left of the element's time, or its expiry.
+pub const NFT_RUN_ALLOWANCE: Duration = Duration::from_millis(30);
+
+/// Margin of the millisecond fence ([`FencePlan`] with `address_fences` false): time kept
+/// between the end of a VIP's nftables element and the earliest takeover by another node.
+/// It covers what the whole-second [`FENCE_MARGIN`] covers except the kernel's address
+/// expiry lag, which does not apply (an element's timeout is checked on every packet, to the
+/// jiffy): clock-rate drift between the nodes (under 0.1 %, under 1 ms on a 1 s lease), the
+/// jiffy granularity of nftables timeouts (at most 10 ms at HZ=100), and the time `nft`
+/// takes to apply an element ([`NFT_RUN_ALLOWANCE`], which [`fence_overrun`] checks).
+/// docs/design.md has the proof.
+pub const NFT_FENCE_MARGIN: Duration = Duration::from_millis(50);
+
+/// How a holder's VIPs are fenced, from the lease timings ([`fence_plan`], issue 16).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FencePlan {
+    /// Valid lifetime, whole seconds, given to every VIP address and refreshed on every
+    /// renewal.
+    pub address_secs: u32,
+    /// The address lifetime is the fence: every grant is cut so that the address is gone
+    /// [`FENCE_MARGIN`] before the lease can pass ([`fence_grant`]). `false` under the
+    /// millisecond fence: the nftables element is the fence, and the address (which the
+    /// kernel can only time in whole seconds) may outlive the lease, inert (its ARP, NS and
+    /// IP packets dropped), as a second line.
+    pub address_fences: bool,
+    /// How long after a renewal's send time the VIP's nftables element keeps it answered
+    /// ([`fence_timeout`]).
+    pub nft: Duration,
+    /// The margin before the lease can pass: [`FENCE_MARGIN`] or [`NFT_FENCE_MARGIN`].
+    pub margin: Duration,
+}
+
+/// The fence for these lease timings. When [`fence_lifetime`] finds a whole number of
+/// seconds, the address lifetime fences (and the nftables fence, when on, ends at the same
+/// time). Otherwise (sub-second timings such as the `fast` profile) the nftables fence must
+/// be on (`nft`): its elements last `min(renew deadline, lease duration -
+/// NFT_FENCE_MARGIN)`, which must be longer than the retry period, and the addresses get
+/// the lease duration rounded up to whole seconds.
+///
+/// # Errors
+/// [`TimingError::NoRoom`] when no whole-second fence fits and `nft` is false;
+/// [`TimingError::NoRoomMs`] when the millisecond fence would not outlast a retry period.
+pub fn fence_plan(t: &Timing, nft: bool) -> Result<FencePlan, TimingError> {
+    match fence_lifetime(t) {
+        Ok(secs) => Ok(FencePlan {
+            address_secs: secs,
+            address_fences: true,
+            nft: Duration::from_secs(u64::from(secs)),
+            margin: FENCE_MARGIN,
+        }),
+        Err(e) if !nft => Err(e),
+        Err(_) => {
+            let fence = t
+                .renew_deadline
+                .min(t.lease_duration.saturating_sub(NFT_FENCE_MARGIN));
+            if fence <= t.retry_period {
+                return Err(TimingError::NoRoomMs {
+                    fence_ms: fence.as_millis(),
+                    retry_ms: t.retry_period.as_millis(),
+                });
+            }
+            let secs = t.lease_duration.as_millis().div_ceil(1000).max(1);
+            Ok(FencePlan {
+                address_secs: u32::try_from(secs).unwrap_or(u32::MAX),
+                address_fences: false,
+                nft: fence,
+                margin: NFT_FENCE_MARGIN,
+            })
+        }
+    }
+}

@@ -37,6 +37,10 @@ use tracing::{debug, warn};
 use super::arp::{arp_request_frame, mac_of, send_frame};
 use super::{LinkInfo, NetError, Vip};
 
+/// Probes sent per probe window (RFC 5227 sends 3 over 1-3 s; vipd compresses the window
+/// to tens of ms because a LAN answers within a millisecond and failover time matters).
+pub const PROBES: u32 = 2;
+
 /// Ethernet header length in bytes.
 const ETH_LEN: usize = 14;
 /// `ETH_P_ARP`.
@@ -454,7 +458,7 @@ fn recv_frame(fd: i32, buf: &mut [u8]) -> std::io::Result<Option<(usize, u32)>> 
     Ok(Some((usize::try_from(n).unwrap_or(0), ifindex)))
 }
 
-/// Probes for `addr` on `link` once: [`PROBES`](crate::holder::probe::PROBES) probes
+/// Probes for `addr` on `link` once: [`PROBES`](PROBES) probes
 /// spread over `listen`, and returns the distinct MACs (other than `link.mac`) that claimed
 /// the address during `listen`, probes from other hosts included (`vipd preflight` uses it;
 /// the manager drives the same monitor through the VIP holder's state machine).
@@ -470,7 +474,7 @@ pub(crate) async fn probe_for<M: ConflictMonitor + ?Sized>(
 ) -> Result<Vec<[u8; 6]>, NetError> {
     let (tx, mut rx) = mpsc::unbounded_channel();
     let id = monitor.watch(link, addr, tx)?;
-    let probes = crate::holder::probe::PROBES;
+    let probes = PROBES;
     let start = tokio::time::Instant::now();
     let mut seen: Vec<[u8; 6]> = Vec::new();
     let mut result = Ok(());

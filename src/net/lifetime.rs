@@ -27,7 +27,7 @@ use tokio::time::Instant;
 /// seconds) sees it: at most `max_secs`, and gone by `until` when there is one.
 ///
 /// `until` is the end the holder derives from the lease (the last renewal's send time plus
-/// the lease duration less [`crate::holder::FENCE_MARGIN`]) and, for a DHCP address, the
+/// the lease duration less [`crate::lease::FENCE_MARGIN`]) and, for a DHCP address, the
 /// DHCP lease's expiry (RFC 2131 section 4.4.5).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Lifetime {

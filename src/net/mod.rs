@@ -40,6 +40,7 @@ pub use iface::{
     network_of, subnet_edge, subnet_edge_of, vip_subnet_edge,
 };
 pub use lifetime::Lifetime;
+pub use vip::VipSubnet;
 pub use netlink::{
     NetlinkKernel, RawAddr, TagMode, decode_addr_flags, detect_tag_mode, label_for, tag_for,
 };

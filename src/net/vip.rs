@@ -90,6 +90,15 @@ fn check_v6(ip: Ipv6Addr) -> Result<(), NotAVip> {
     }
 }
 
+/// Per address family prefix lengths for VIPs (`vip_subnet`, e.g. `32` or `32,128`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct VipSubnet {
+    /// Prefix length for IPv4 VIPs (0..=32, default 32).
+    pub v4: u8,
+    /// Prefix length for IPv6 VIPs (0..=128, default 128).
+    pub v6: u8,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -197,7 +197,7 @@ pub async fn follow(
                 }
                 (None, _) => {}
             }
-            metrics.set_ineligible(wing.label(), now.map(Ineligible::label));
+            metrics.set_ineligible(wing.label(), now.map(Ineligible::label), &Ineligible::labels());
             switch.record(wing, now);
             on_change(now);
             last = Some(now);
@@ -313,6 +313,11 @@ impl Ineligible {
             Ineligible::Cordoned => "cordoned",
             Ineligible::Unknown => "unknown",
         }
+    }
+
+    /// Every [`Ineligible::label`], in [`Ineligible::ALL`]'s order.
+    pub fn labels() -> [&'static str; 7] {
+        Ineligible::ALL.map(Ineligible::label)
     }
 }
 

@@ -46,9 +46,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
-/// The `reason` values of `vipd_vip_handovers_total` besides the node-wide ineligibility
-/// reasons ([`crate::nodes::eligibility::Ineligible::label`]).
-pub(crate) const HANDOVER_REASONS: [&str; 3] = ["health", "node-selector", "subnet"];
 
 /// Upper bounds (seconds) of the renew latency histogram buckets.
 pub(crate) const RENEW_BUCKETS: [f64; 11] =
@@ -405,13 +402,14 @@ impl Metrics {
             .inc();
     }
 
-    /// Removes every `vipd_vip_handovers_total` series of `vip` (its Service is gone).
-    pub(crate) fn forget_vip_handovers(&self, vip: impl std::fmt::Display) {
+    /// Removes the `vipd_vip_handovers_total` series of `vip` with each of `reasons` (every
+    /// reason its owner counts: its Service is gone).
+    pub(crate) fn forget_vip_handovers<'a>(
+        &self,
+        vip: impl std::fmt::Display,
+        reasons: impl IntoIterator<Item = &'a str>,
+    ) {
         let vip = vip.to_string();
-        let reasons = crate::nodes::eligibility::Ineligible::ALL
-            .iter()
-            .map(|r| r.label())
-            .chain(HANDOVER_REASONS);
         for reason in reasons {
             self.0.vip_handovers.remove(&HandoverLabels {
                 vip: vip.clone(),
@@ -449,13 +447,14 @@ impl Metrics {
     }
 
     /// Sets `vipd_node_ineligible{vips, reason}`: 1 for `reason`, and no other series of
-    /// `vips` (none at all when `reason` is `None`: eligible).
-    pub fn set_ineligible(&self, vips: &str, reason: Option<&str>) {
-        for r in crate::nodes::eligibility::Ineligible::ALL {
-            if Some(r.label()) != reason {
+    /// `vips` (none at all when `reason` is `None`: eligible); `every_reason` lists the
+    /// reasons its owner has (`crate::nodes::eligibility::Ineligible::label`).
+    pub fn set_ineligible(&self, vips: &str, reason: Option<&str>, every_reason: &[&str]) {
+        for r in every_reason {
+            if Some(*r) != reason {
                 self.0.ineligible.remove(&IneligibleLabels {
                     vips: vips.to_string(),
-                    reason: r.label().to_string(),
+                    reason: r.to_string(),
                 });
             }
         }
@@ -540,7 +539,7 @@ impl Metrics {
         m.vip_conflict("192.0.2.10");
         m.vips_held(1);
         m.active_services("default", 1);
-        m.set_ineligible("services", Some("drained"));
+        m.set_ineligible("services", Some("drained"), &["drained"]);
         m.set_riding(lease, true);
         m.set_peer_api_reachable(true);
         m.peer_frame("accepted");
@@ -572,21 +571,24 @@ pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0
 mod tests {
     use super::*;
 
+    /// Ineligibility reasons as their owner (`nodes::eligibility`) names them.
+    const REASONS: &[&str] = &["not-ready", "drained", "cordoned"];
+
     /// `vipd_node_ineligible{vips, reason}`: one series per kind of VIP, for the current
     /// reason only; none once eligible.
     #[test]
     fn ineligible_keeps_only_the_current_reason() {
         let m = Metrics::new("node-a");
-        m.set_ineligible("services", Some("not-ready"));
-        m.set_ineligible("control-plane", Some("drained"));
-        m.set_ineligible("services", Some("drained"));
+        m.set_ineligible("services", Some("not-ready"), REASONS);
+        m.set_ineligible("control-plane", Some("drained"), REASONS);
+        m.set_ineligible("services", Some("drained"), REASONS);
         let text = m.encode();
         assert!(
             text.contains(r#"vipd_node_ineligible{vips="services",reason="drained"} 1"#),
             "{text}"
         );
         assert!(!text.contains(r#"reason="not-ready""#), "{text}");
-        m.set_ineligible("services", None);
+        m.set_ineligible("services", None, REASONS);
         let text = m.encode();
         assert!(!text.contains(r#"vips="services""#), "{text}");
         assert!(
@@ -679,7 +681,7 @@ mod tests {
         ] {
             assert!(t.lines().any(|l| l == want), "missing {want}: {t}");
         }
-        m.forget_vip_handovers("192.0.2.20");
+        m.forget_vip_handovers("192.0.2.20", ["health", "not-ready", "node-selector"]);
         let t = m.encode();
         assert!(!t.contains("192.0.2.20"), "{t}");
         assert!(t.contains(r#"vip="192.0.2.21""#), "{t}");

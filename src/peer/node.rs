@@ -44,10 +44,10 @@ use super::socket::PeerSocket;
 use super::wire::{
     DEFAULT_MAX_SKEW_MS, Encoder, HeldLease, Kind, LeaseRef, Message, PeerKey, Rejection, Verifier,
 };
-use crate::obs::readiness::Readiness;
 use crate::election::{LeaderState, Observed, RideLink};
-use crate::holder::FENCE_MARGIN;
+use crate::lease::FENCE_MARGIN;
 use crate::obs::metrics::Metrics;
+use crate::obs::readiness::Readiness;
 
 /// Interval of the API probe.
 pub(crate) const PROBE_INTERVAL: Duration = Duration::from_millis(250);
@@ -60,8 +60,8 @@ pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
 pub(crate) const API_WINDOW: Duration = Duration::from_secs(1);
 
 /// The `renewed_at` that makes the VIP holder's fence end exactly at `until`: the holder
-/// gives lifetimes of [`crate::holder::fence_grant`] (`lease_duration - age - margin`,
-/// whole seconds) and removes everything once [`crate::holder::fence_lapsed`]
+/// gives lifetimes of [`crate::lease::fence_grant`] (`lease_duration - age - margin`,
+/// whole seconds) and removes everything once [`crate::lease::fence_lapsed`]
 /// (`age + margin >= lease_duration`), both counted from `renewed_at`; so `renewed_at =
 /// until - (lease_duration - margin)` makes the lifetime of every add end no later than
 /// `until`, and the holder stop at `until`. `None` when `until` is too early to express
@@ -311,7 +311,7 @@ impl PeerNode {
     /// VIPs' lifetime ends within two heartbeats, that lease's state is also touched
     /// (unchanged unless a ride grant raises it) so that its VIP holder refreshes the VIPs
     /// at every heartbeat for what the fence grants: within the API fence
-    /// ([`crate::holder::fence_grant`], rule 3) and then within the ride grant. Renewals,
+    /// ([`crate::lease::fence_grant`], rule 3) and then within the ride grant. Renewals,
     /// which would otherwise refresh them, fail meanwhile; without this the VIPs would
     /// lapse at the fence lifetime after the last renewal, before a ride can start (the
     /// probe notices an outage only [`API_WINDOW`] after the last good answer).

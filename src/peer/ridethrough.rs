@@ -36,8 +36,8 @@ use tokio::time::Instant;
 
 use super::membership_digest;
 use super::wire::{Flags, HeldLease, Kind, LeaseRef, Message};
-use crate::election::Timing;
-use crate::holder::FENCE_MARGIN;
+use crate::lease::FENCE_MARGIN;
+use crate::lease::Timing;
 
 /// Timings of the peer protocol.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,7 +46,7 @@ pub(crate) struct RideConfig {
     pub interval: Duration,
     /// A peer counts as heard when a frame of it arrived within this window (3 intervals).
     pub liveness: Duration,
-    /// The kernel fence lifetime (`holder::fence_lifetime`, whole seconds): the longest VIP
+    /// The kernel fence lifetime (`crate::lease::fence_lifetime`, whole seconds): the longest VIP
     /// lifetime one refresh grants.
     pub fence: Duration,
     /// [`FENCE_MARGIN`]: kernel expiry lag and clock-rate drift.

@@ -29,13 +29,13 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service;
 use tracing::{info, warn};
 
-use crate::services::plan::desired::DhcpService;
-use crate::services::plan::model::{ANN_DHCP_LEASE, ANN_HWADDR, ANN_REQUESTED_IP, ServiceKey};
 use super::runtime::GroupSpec;
 use crate::dhcp::{Dhcp, DhcpBinding, DhcpFamily, DhcpHandle, DhcpState};
 use crate::holder::VipSpec;
 use crate::net::Vip;
 use crate::net::conflict::fmt_mac;
+use crate::services::plan::desired::DhcpService;
+use crate::services::plan::model::{ANN_DHCP_LEASE, ANN_HWADDR, ANN_REQUESTED_IP, ServiceKey};
 
 /// One running client.
 struct Run {

@@ -37,10 +37,11 @@ use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::debug;
 
-use crate::services::plan::desired::{LeaseRef, Plan};
 use crate::election::record::{self, LeaseRecord, Observed, Standing};
-use crate::election::{ElectionEnd, LeaseClient, LeaseEvent, Timing};
+use crate::election::{ElectionEnd, LeaseClient, LeaseEvent};
 use crate::holder::VipSpec;
+use crate::lease::Timing;
+use crate::services::plan::desired::{LeaseRef, Plan};
 
 /// Every governed address and the lease that governs it in `plan`.
 pub(crate) fn governors(plan: &Plan) -> BTreeMap<IpAddr, LeaseRef> {

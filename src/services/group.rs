@@ -13,10 +13,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::services::plan::decide::{self, GroupEvent, StatusStep};
-use crate::services::plan::desired::{LeaseRef, NotHere};
 use super::dhcp_clients::{DhcpClients, DhcpEvent};
-use crate::services::plan::model::ServiceKey;
 use super::runtime::{GroupSpec, Shared};
 use super::status::{ServiceEvent, StatusWriter};
 use super::sync::{StatusSync, report_conflicts, report_handover};
@@ -25,6 +22,9 @@ use crate::election::{DuplicateIdentity, ElectionEnd, Elector, Gates, LeaderStat
 use crate::holder::{VipHolder, VipSpec};
 use crate::net::{Announcer, Kernel};
 use crate::nodes::eligibility::{GATE_INELIGIBLE, Ineligible};
+use crate::services::plan::decide::{self, GroupEvent, StatusStep};
+use crate::services::plan::desired::{LeaseRef, NotHere};
+use crate::services::plan::model::ServiceKey;
 
 /// The main loop's handle on a running group task.
 pub(super) struct GroupHandle {
@@ -605,7 +605,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         for v in &self.current.vips {
             shared.metrics.forget_vip(v.vip.addr);
             if delete_lease {
-                shared.metrics.forget_vip_handovers(v.vip.addr);
+                shared.metrics.forget_vip_handovers(v.vip.addr, handover_reasons());
             }
         }
         // Other nodes judge a lease deleted while held as held for one more lease duration;
@@ -736,6 +736,14 @@ async fn write_annotations<W: StatusWriter>(
     }
 }
 
+/// The `reason` values of `vipd_vip_handovers_total`: the node-wide ineligibility reasons
+/// ([`crate::nodes::eligibility::Ineligible::label`]) and the per-Service ones.
+fn handover_reasons() -> impl Iterator<Item = &'static str> {
+    crate::nodes::eligibility::Ineligible::labels()
+        .into_iter()
+        .chain(["health", "node-selector", "subnet"])
+}
+
 #[cfg(test)]
 mod acquire_check_tests {
     use super::*;
@@ -803,3 +811,4 @@ mod acquire_check_tests {
         );
     }
 }
+

@@ -34,25 +34,26 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
-use crate::services::plan::decide::{self, StopOrder};
-use crate::services::plan::desired::{self, Candidate, LeaseRef, Mode, Plan, PlanConfig};
 use super::endpoints::endpointslice_v1_served;
 use super::governance::{self, Handover, LeaseView};
 use super::group::GroupHandle;
-use crate::services::plan::model::{PortProto, ServiceKey};
 use super::select::*;
 use super::status::KubeStatusWriter;
 use super::sync::*;
 use super::watch::*;
-use crate::obs::readiness::{Readiness, WatchActivity};
 use crate::config::Config;
 use crate::election::kube::{KubeLeaseClient, LeaseHub};
-use crate::election::{ElectionEnd, LeaseClient, Timing};
+use crate::election::{ElectionEnd, LeaseClient};
 use crate::holder::{HolderConfig, VipSpec};
-use crate::obs::metrics::Metrics;
+use crate::lease::Timing;
 use crate::net::{Announcer, CachedKernel, Kernel, NetlinkKernel, RawAnnouncer};
 use crate::nodes::eligibility::Ineligible;
 pub use crate::nodes::node_addresses;
+use crate::obs::metrics::Metrics;
+use crate::obs::readiness::{Readiness, WatchActivity};
+use crate::services::plan::decide::{self, StopOrder};
+use crate::services::plan::desired::{self, Candidate, LeaseRef, Mode, Plan, PlanConfig};
+use crate::services::plan::model::{PortProto, ServiceKey};
 
 /// What a group task needs to know about the Services whose addresses it announces.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -167,7 +168,7 @@ pub enum ServicesError {
     /// The Service lease timings (`svc_leaseduration`, `svc_renewdeadline`,
     /// `svc_retryperiod`) cannot be fenced.
     #[error(transparent)]
-    Fence(#[from] crate::holder::FenceError),
+    Fence(#[from] crate::lease::TimingError),
 }
 
 /// What the Services wing shares with the rest of the manager.

@@ -10,10 +10,10 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Service;
 use tracing::debug;
 
-use crate::services::plan::desired::{self, Candidate, LeaseRef, NotHere, Plan};
-use crate::services::plan::model::{self, Selection, ServiceInfo, ServiceKey};
 use crate::config::Config;
 use crate::net::Kernel;
+use crate::services::plan::desired::{self, Candidate, LeaseRef, NotHere, Plan};
+use crate::services::plan::model::{self, Selection, ServiceInfo, ServiceKey};
 
 /// Something to tell the user about a Service (logged, and a Warning Event when `warn`).
 /// The same note (Service, reason, message) is logged once per process while its cause
@@ -184,7 +184,7 @@ pub struct Unusable {
     /// Control-plane VIP addresses (empty without `cp_enable`).
     pub control_plane: Vec<IpAddr>,
     /// `vip_subnet`: the prefix a Service VIP is bound with.
-    pub vip_subnet: crate::config::VipSubnet,
+    pub vip_subnet: crate::net::VipSubnet,
     /// The node's own addresses with their prefixes (its connected subnets).
     pub connected: Vec<(IpAddr, u8)>,
 }
@@ -422,7 +422,7 @@ mod tests {
         let ip = |s: &str| s.parse::<IpAddr>().unwrap();
         let u = Unusable {
             control_plane: vec![ip("192.0.2.10")],
-            vip_subnet: crate::config::VipSubnet { v4: 32, v6: 128 },
+            vip_subnet: crate::net::VipSubnet { v4: 32, v6: 128 },
             connected: vec![(ip("192.0.2.11"), 24), (ip("2001:db8::11"), 64)],
         };
         let (reason, msg) = u.check(ip("192.0.2.10")).unwrap();
@@ -453,7 +453,7 @@ mod tests {
         // The VIP's own prefix counts too (vip_subnet /28: .15 is its broadcast).
         let u = Unusable {
             control_plane: Vec::new(),
-            vip_subnet: crate::config::VipSubnet { v4: 28, v6: 128 },
+            vip_subnet: crate::net::VipSubnet { v4: 28, v6: 128 },
             connected: Vec::new(),
         };
         let (_, msg) = u.check(ip("198.51.100.15")).unwrap();
@@ -813,7 +813,7 @@ mod tests {
     fn dhcp_services_are_candidates_and_bad_input_is_noted() {
         let unusable = Unusable {
             control_plane: Vec::new(),
-            vip_subnet: crate::config::VipSubnet { v4: 32, v6: 128 },
+            vip_subnet: crate::net::VipSubnet { v4: 32, v6: 128 },
             connected: Vec::new(),
         };
         let services = [

@@ -9,10 +9,10 @@ use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::{self, Store};
 use tracing::{debug, info, warn};
 
-use crate::services::plan::desired::Plan;
-use crate::services::plan::model::{self, ServiceKey};
 use super::status::{ServiceEvent, StatusWriter, desired_ingress};
 use crate::net::conflict::fmt_mac;
+use crate::services::plan::desired::Plan;
+use crate::services::plan::model::{self, ServiceKey};
 
 use super::runtime::GroupSpec;
 use super::select::*;

@@ -67,7 +67,8 @@ pub(super) fn spawn_reflector<K>(
             writer,
             watcher(
                 api,
-                watcher::Config::default().timeout(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS),
+                watcher::Config::default()
+                    .timeout(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS),
             )
             .modify(strip),
         )

@@ -64,7 +64,8 @@ pub fn apply_generated_role_to_nodes(lab: &Lab) {
 /// As [`apply_generated_role_to_nodes`], the role of `vipd manifest rbac
 /// --enableNodeLabeling=<node_labeling>`.
 pub fn apply_generated_role_to_nodes_with(lab: &Lab, node_labeling: bool) {
-    let role = serde_json::to_value(vipd::cmd::manifest::rbac::cluster_role(node_labeling)).unwrap();
+    let role =
+        serde_json::to_value(vipd::cmd::manifest::rbac::cluster_role(node_labeling)).unwrap();
     let path = "/apis/rbac.authorization.k8s.io/v1/clusterroles";
     let r = lab
         .api_request("POST", path, Some(&role.to_string()))

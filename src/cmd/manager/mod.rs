@@ -5,6 +5,8 @@
 //! `Following`, the VIP holder removes the VIPs and acknowledges, the elector releases the
 //! Lease (client-go `ReleaseOnCancel`), then the process exits 0.
 
+pub mod admin;
+
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +34,7 @@ pub enum ManagerError {
     Net(#[from] crate::net::NetError),
     /// The lease timings cannot be fenced.
     #[error(transparent)]
-    Fence(#[from] holder::FenceError),
+    Fence(#[from] crate::lease::TimingError),
     /// The control-plane configuration cannot be used on this cluster.
     #[error(transparent)]
     ControlPlane(#[from] controlplane::ControlPlaneError),
@@ -278,7 +280,7 @@ async fn start_admin(
     let drain = DrainSwitch::default();
     readiness.set_config_valid(true);
     if let Some(addr) = &cfg.prometheus_server
-        && let Err(e) = crate::obs::readiness::start(
+        && let Err(e) = crate::cmd::manager::admin::start(
             addr,
             metrics.clone(),
             readiness.clone(),
@@ -296,8 +298,8 @@ async fn start_admin(
 /// conflict capture for every holder of this process (none with `vip_arpprobe=0`).
 ///
 /// # Errors
-/// [`holder::FenceError`] when the lease timings cannot be fenced.
-fn holder_config(cfg: &Config) -> Result<HolderConfig, holder::FenceError> {
+/// [`crate::lease::TimingError`] when the lease timings cannot be fenced.
+fn holder_config(cfg: &Config) -> Result<HolderConfig, crate::lease::TimingError> {
     let monitor: Option<Arc<dyn ConflictMonitor>> = if cfg.arp_probe.is_zero() {
         info!("address conflict detection off (vip_arpprobe=0)");
         None
@@ -312,7 +314,7 @@ fn holder_config(cfg: &Config) -> Result<HolderConfig, holder::FenceError> {
     })
 }
 
-/// Sub-second lease timings are fenced by nftables alone ([`holder::fence_plan`]): when
+/// Sub-second lease timings are fenced by nftables alone ([`crate::lease::fence_plan`]): when
 /// the nftables fence could not start, refuse to run rather than fall back to an address
 /// lifetime that would outlive the lease.
 ///
@@ -327,7 +329,7 @@ fn needs_nft_fence(cfg: &Config, cp: &HolderConfig, active: bool) -> Result<(), 
             timings: "vip_leaseduration/vip_renewdeadline/vip_retryperiod",
         });
     }
-    if cfg.services && holder::needs_nft_fence(&cfg.services_timing) {
+    if cfg.services && crate::lease::needs_nft_fence(&cfg.services_timing) {
         return Err(ManagerError::NoMillisecondFence {
             timings: "svc_leaseduration/svc_renewdeadline/svc_retryperiod",
         });

@@ -38,8 +38,8 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::api::PostParams;
 
-use crate::config::{Config, ManagerArgs};
 use crate::cmd::manifest::rbac;
+use crate::config::{Config, ManagerArgs};
 use crate::net::arpflux::{self, FluxFinding, FluxTarget};
 use crate::net::conflict::{RawConflictMonitor, fmt_mac, probe_for};
 use crate::net::{Kernel, LinkInfo, NetlinkKernel};
@@ -281,7 +281,9 @@ pub(crate) fn check_arp_flux(
 
 /// The `lb-nftables` row: `checked` is the outcome of [`crate::controlplane::lb::check`] (`None` when
 /// `lb_enable` is off or there is no control plane to balance: skipped).
-pub(crate) fn check_lb_nftables(checked: Option<&Result<(), crate::controlplane::lb::LbError>>) -> Check {
+pub(crate) fn check_lb_nftables(
+    checked: Option<&Result<(), crate::controlplane::lb::LbError>>,
+) -> Check {
     match checked {
         None => Check::new(
             "lb-nftables",
@@ -483,8 +485,8 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
         true => Some(crate::net::nft::fence::NftFence::check("nft").await),
         false => None,
     };
-    let needs_ms = (cfg.control_plane && crate::holder::needs_nft_fence(&cfg.lease.timing))
-        || (cfg.services && crate::holder::needs_nft_fence(&cfg.services_timing));
+    let needs_ms = (cfg.control_plane && crate::lease::needs_nft_fence(&cfg.lease.timing))
+        || (cfg.services && crate::lease::needs_nft_fence(&cfg.services_timing));
     report
         .checks
         .push(check_nft_fence(fence.as_ref(), needs_ms));

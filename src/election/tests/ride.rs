@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use super::*;
-use crate::holder::FENCE_MARGIN;
+use crate::lease::FENCE_MARGIN;
 
 /// A link that records what the elector reports and lets the test publish ride grants the
 /// way `peer::node` does.

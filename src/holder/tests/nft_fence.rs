@@ -1,6 +1,10 @@
 //! The holder and the nftables fence (issue 16, `vip_nftfence`): element timeouts from the
 //! renewal's send time, on tokio's paused clock with a fake fence.
 
+use crate::lease::{
+    FENCE_MARGIN, FencePlan, NFT_FENCE_MARGIN, NFT_RUN_ALLOWANCE, Timing, fence_overrun,
+    fence_plan, fence_timeout,
+};
 use std::net::IpAddr;
 use std::sync::Mutex;
 
@@ -431,7 +435,7 @@ const FAST: Timing = Timing {
 fn fence_plan_uses_the_millisecond_fence_only_where_seconds_do_not_fit() {
     assert!(matches!(
         fence_plan(&FAST, false),
-        Err(crate::holder::FenceError::NoRoom { .. })
+        Err(crate::lease::TimingError::NoRoom { .. })
     ));
     assert_eq!(
         fence_plan(&FAST, true),

@@ -1,7 +1,7 @@
 //! The nftables fence (issue 16, opt-in `vip_nftfence`): a VIP is answered only while its
 //! renewal-driven timeout runs, to the millisecond.
 //!
-//! The address-lifetime fence ([`crate::holder::fence_lifetime`]) is counted by the kernel
+//! The address-lifetime fence ([`crate::lease::fence_lifetime`]) is counted by the kernel
 //! in whole seconds from when it handles the request. This fence is counted from the
 //! moment the renewal request was *sent*, in milliseconds, and it does not depend on the
 //! address being removed: vipd's own tables drop the traffic.

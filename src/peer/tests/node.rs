@@ -7,7 +7,9 @@ use tokio::time::Instant;
 use tokio::sync::watch;
 
 use crate::election::LeaderState;
-use crate::holder::{FENCE_MARGIN, fence_grant, fence_lapsed};
+use crate::lease::FENCE_MARGIN;
+use crate::lease::fence_grant;
+use crate::lease::fence_lapsed;
 use crate::peer::node::{publish_grant, ride_renewed_at};
 
 const LEASE: Duration = Duration::from_secs(5);

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use crate::election::Timing;
+use crate::lease::Timing;
 use crate::peer::ridethrough::*;
 use crate::peer::wire::{Flags, HeldLease, Kind, LeaseRef, Message};
 

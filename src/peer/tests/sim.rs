@@ -14,7 +14,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::Gen;
-use crate::election::Timing;
+use crate::lease::Timing;
 use crate::peer::ridethrough::*;
 use crate::peer::wire::*;
 
@@ -365,9 +365,9 @@ impl Sim {
                 if let Some(l) = &n.lead
                     && !l.riding
                 {
-                    // Not riding: the VIPs keep what the API fence grants (holder::fence_grant),
+                    // Not riding: the VIPs keep what the API fence grants (crate::lease::fence_grant),
                     // refreshed while it lasts; at its end the holder steps down.
-                    let grant = crate::holder::fence_grant(
+                    let grant = crate::lease::fence_grant(
                         FENCE_SECS,
                         cfg.lease_duration,
                         now.saturating_duration_since(l.renewed_at),

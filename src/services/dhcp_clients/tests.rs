@@ -368,9 +368,9 @@ async fn services_without_a_parent_or_sharing_a_macvlan_get_a_warning_and_others
 #[tokio::test(start_paused = true)]
 async fn the_holder_adds_the_leased_address_on_the_macvlan_within_the_lease_and_drops_it_when_lost()
 {
-    use crate::election::Timing;
     use crate::holder::HolderConfig;
     use crate::holder::tests::{FakeKernel, lead, rig_from};
+    use crate::lease::Timing;
     use tokio::sync::watch;
 
     let fake = FakeDhcp::new();

@@ -9,7 +9,7 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::sync::broadcast;
 
 use super::*;
-use crate::config::VipSubnet;
+use crate::net::VipSubnet;
 use crate::election::LeaseError;
 use crate::services::plan::desired::{Candidate, Mode, PlanConfig, plan_leases};
 use crate::services::plan::model::{PortProto, ServiceKey};

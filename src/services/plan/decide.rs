@@ -10,11 +10,11 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service;
 
 use super::desired::{Candidate, LeaseRef, NotHere, Plan};
-use crate::services::governance;
 use super::model::{PortProto, ServiceKey};
+use crate::election::ElectionEnd;
+use crate::services::governance;
 use crate::services::runtime::GroupSpec;
 use crate::services::select::{Note, announced_nowhere, uid_of};
-use crate::election::ElectionEnd;
 
 /// A running group to stop.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -30,7 +30,7 @@ use std::net::IpAddr;
 use k8s_openapi::jiff::Timestamp;
 
 use super::model::{DhcpRequest, PortProto, ServiceKey};
-use crate::config::VipSubnet;
+use crate::net::VipSubnet;
 use crate::holder::VipSpec;
 use crate::net::Vip;
 use crate::net::conflict::fmt_mac;
@@ -822,8 +822,10 @@ mod tests {
             );
             let mut c = svc(name, 1, &[], &[(80, "TCP")]);
             c.dhcp = Some(
-                crate::services::plan::model::dhcp_request(&crate::services::plan::model::service_info(&s))
-                    .unwrap(),
+                crate::services::plan::model::dhcp_request(
+                    &crate::services::plan::model::service_info(&s),
+                )
+                .unwrap(),
             );
             c
         };

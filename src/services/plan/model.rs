@@ -24,6 +24,9 @@ use crate::net::vip::{NotAVip, check_vip};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
 
+/// Default `lb_class_name`.
+pub const DEFAULT_LB_CLASS_NAME: &str = "kube-vip.io/kube-vip-class";
+
 /// `kube-vip.io/loadbalancerIPs`: comma-separated IPv4/IPv6 addresses of a Service
 /// (kube-vip `LoadbalancerIPAnnotation`). Wins over `spec.loadBalancerIP`.
 pub const ANN_LOADBALANCER_IPS: &str = "kube-vip.io/loadbalancerIPs";

@@ -4,10 +4,10 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
 
 use super::*;
-use crate::config::VipSubnet;
+use crate::net::VipSubnet;
 use crate::election::record::{LeaseRecord, Observed};
-use crate::services::plan::desired::{self, Mode, PlanConfig};
 use crate::services::governance::tests::{ip, lease, svc};
+use crate::services::plan::desired::{self, Mode, PlanConfig};
 
 const NODE: &str = "node-a";
 

@@ -263,7 +263,7 @@ fn spec_address_is_one_value() {
 fn info_fields() {
     let mut spec = lb_spec();
     spec.external_traffic_policy = Some("Local".into());
-    spec.load_balancer_class = Some(crate::config::DEFAULT_LB_CLASS_NAME.into());
+    spec.load_balancer_class = Some(crate::services::plan::model::DEFAULT_LB_CLASS_NAME.into());
     let s = svc(
         "web",
         &[
@@ -335,7 +335,7 @@ fn info_with(
 #[test]
 fn selection_follows_kube_vip_legacy_class_rules() {
     use Selection::Announce;
-    let cls = crate::config::DEFAULT_LB_CLASS_NAME;
+    let cls = crate::services::plan::model::DEFAULT_LB_CLASS_NAME;
     let none = info_with(None, &[], |_| {});
     let ours = info_with(Some(cls), &[], |_| {});
     let other = info_with(Some("metallb"), &[], |_| {});
@@ -371,7 +371,7 @@ fn other_class_is_never_touched_even_with_bad_input() {
         &[(ANN_LEASE_NAME, "Bad_Name"), (ANN_IGNORE, "true")],
         |s| s.external_traffic_policy = Some("Local".into()),
     );
-    let sel = selection(&i, false, crate::config::DEFAULT_LB_CLASS_NAME, None);
+    let sel = selection(&i, false, crate::services::plan::model::DEFAULT_LB_CLASS_NAME, None);
     assert!(
         matches!(&sel, Selection::Skip(r) if !r.warrants_warning()),
         "{sel:?}"
@@ -384,7 +384,7 @@ fn other_class_is_never_touched_even_with_bad_input() {
 
 #[test]
 fn selection_other_reasons() {
-    let cls = crate::config::DEFAULT_LB_CLASS_NAME;
+    let cls = crate::services::plan::model::DEFAULT_LB_CLASS_NAME;
     let skip = |i: &ServiceInfo, ns: Option<&str>| match selection(i, false, cls, ns) {
         Selection::Skip(r) => Some(r),
         Selection::Announce => None,
