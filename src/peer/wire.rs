@@ -181,7 +181,7 @@ impl Flags {
 }
 
 /// A Lease, by namespace and name (the one type the Services runtime uses too).
-pub use crate::services::plan::desired::LeaseRef;
+pub use crate::kube::ObjectKey as LeaseRef;
 
 /// A lease as its holder knows it.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -245,7 +245,7 @@ pub(crate) fn announced_nowhere(
 pub(super) fn uid_of(services: &[Arc<Service>], key: &ServiceKey) -> Option<String> {
     services
         .iter()
-        .find(|s| ServiceKey::of(s) == *key)
+        .find(|s| ServiceKey::of(&***s) == *key)
         .and_then(|s| s.metadata.uid.clone())
 }
 

@@ -185,7 +185,7 @@ pub(super) async fn clear_stale<W: StatusWriter>(
     let mut now_stale = HashSet::new();
     let mut ok = true;
     for svc in services {
-        let key = ServiceKey::of(svc);
+        let key = ServiceKey::of(&**svc);
         let host = svc
             .metadata
             .annotations

@@ -184,7 +184,7 @@ impl EndpointStore {
                     .and_then(|sp| sp.external_traffic_policy.as_deref())
                     == Some("Local")
             })
-            .map(|s| ServiceKey::of(s))
+            .map(|s| ServiceKey::of(&**s))
             .filter(|k| !with.contains(&(k.namespace.clone(), k.name.clone())))
             .collect()
     }

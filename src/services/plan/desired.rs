@@ -24,7 +24,6 @@
 //!   above only when this node may announce it ([`Candidate::not_here`] is `None`).
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::net::IpAddr;
 
 use k8s_openapi::jiff::Timestamp;
@@ -36,19 +35,7 @@ use crate::net::Vip;
 use crate::net::conflict::fmt_mac;
 
 /// A Lease by namespace and name.
-#[derive(Debug, Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct LeaseRef {
-    /// Namespace.
-    pub namespace: String,
-    /// Name.
-    pub name: String,
-}
-
-impl fmt::Display for LeaseRef {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
+pub type LeaseRef = crate::kube::ObjectKey;
 
 /// A Service selected for announcement (class, type and ignore filters already applied,
 /// addresses already parsed and valid), as the planner needs it.

@@ -60,39 +60,9 @@ pub(crate) const ANN_LOADBALANCER_HOSTNAME: &str = "kube-vip.io/loadbalancerHost
 /// `lease.ServiceName` / `GetName`), in the Service's namespace.
 pub(crate) const LEASE_NAME_PREFIX: &str = "kubevip-";
 
-/// A Service's identity: namespace and name. Orders by namespace, then name; displays as
-/// `namespace/name` (the form kubectl and client-go cache keys use).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ServiceKey {
-    /// `metadata.namespace`.
-    pub namespace: String,
-    /// `metadata.name`.
-    pub name: String,
-}
-
-impl ServiceKey {
-    /// A key from its parts.
-    pub fn new(namespace: impl Into<String>, name: impl Into<String>) -> Self {
-        ServiceKey {
-            namespace: namespace.into(),
-            name: name.into(),
-        }
-    }
-
-    /// The key of a Service object (missing namespace/name read as empty strings).
-    pub fn of(svc: &Service) -> Self {
-        ServiceKey {
-            namespace: svc.metadata.namespace.clone().unwrap_or_default(),
-            name: svc.metadata.name.clone().unwrap_or_default(),
-        }
-    }
-}
-
-impl fmt::Display for ServiceKey {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}/{}", self.namespace, self.name)
-    }
-}
+/// A Service's identity: namespace and name (`namespace/name`, as kubectl and client-go
+/// cache keys write it).
+pub type ServiceKey = crate::kube::ObjectKey;
 
 /// Where a Service's addresses came from, for messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
