@@ -193,9 +193,9 @@ pub fn start(cfg: &Config, parts: Parts, shutdown: CancellationToken) -> Running
     };
     tokio::spawn(crate::election::identity::follow(
         elector.duplicate_identity(),
-        crate::services::plan::model::ServiceKey::new(&cfg.lease.namespace, &cfg.lease.name),
+        crate::kube::ObjectKey::new(&cfg.lease.namespace, &cfg.lease.name),
         readiness,
-        crate::services::status::KubeStatusWriter::new(client.clone(), &cfg.node_name),
+        crate::kube::events::Recorder::new(client.clone(), &cfg.node_name),
         shutdown,
     ));
     // With lb_enable the load balancer sits between the holder's acknowledgement and the

@@ -12,10 +12,33 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::warn;
 
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Service;
+
 use crate::election::DuplicateIdentity;
+use crate::kube::ObjectKey;
+use crate::kube::events::{Event, EventKind, Recorder};
 use crate::obs::readiness::Readiness;
-use crate::services::plan::model::ServiceKey;
-use crate::services::status::{KubeStatusWriter, ServiceEvent, StatusWriter};
+
+/// Reason of [`duplicate_identity_event`].
+pub(crate) const REASON_DUPLICATE_IDENTITY: &str = "DuplicateIdentity";
+
+/// Warning: another process writes lease `lease` (`namespace/name`) under this node's
+/// identity `identity`, so this node does not hold the lease or its addresses while the
+/// other one renews it.
+pub(crate) fn duplicate_identity_event(identity: &str, lease: &str) -> Event {
+    Event {
+        kind: EventKind::Warning,
+        reason: REASON_DUPLICATE_IDENTITY.into(),
+        action: "LeaderElection".into(),
+        note: format!(
+            "another vipd process writes lease {lease} under this node's identity \
+             {identity}; node names (vip_nodename) must be unique. This process does not \
+             hold the lease or its addresses while the other one renews it"
+        ),
+        change: String::new(),
+    }
+}
 
 /// Applies one value of the duplicate-identity condition of lease `lease` (namespace and
 /// name): sets or clears the readiness condition and, when `cond` is `Some`, posts the
@@ -24,25 +47,25 @@ use crate::services::status::{KubeStatusWriter, ServiceEvent, StatusWriter};
 /// metric carry the same news.
 pub(crate) async fn publish(
     cond: Option<&DuplicateIdentity>,
-    lease: &ServiceKey,
-    services: &[ServiceKey],
+    lease: &ObjectKey,
+    services: &[ObjectKey],
     readiness: &Readiness,
-    writer: &KubeStatusWriter,
+    recorder: &Recorder,
 ) {
     let name = lease.to_string();
     readiness.set_duplicate_identity(&name, cond.is_some());
     let Some(cond) = cond else {
         return;
     };
-    let ev = ServiceEvent::duplicate_identity(&cond.identity, &name);
+    let ev = duplicate_identity_event(&cond.identity, &name);
     if services.is_empty() {
-        if let Err(e) = writer.lease_event(lease, &ev).await {
+        if let Err(e) = recorder.record::<Lease>(lease, &ev).await {
             warn!(lease = %name, error = %e, "cannot record the DuplicateIdentity event");
         }
         return;
     }
     for svc in services {
-        if let Err(e) = writer.event(svc, None, &ev).await {
+        if let Err(e) = recorder.record::<Service>(svc, &ev).await {
             warn!(service = %svc, lease = %name, error = %e, "cannot record the DuplicateIdentity event");
         }
     }
@@ -53,9 +76,9 @@ pub(crate) async fn publish(
 /// Event about the Lease. Clears the readiness condition of `lease` when it ends.
 pub(crate) async fn follow(
     mut cond: watch::Receiver<Option<DuplicateIdentity>>,
-    lease: ServiceKey,
+    lease: ObjectKey,
     readiness: Readiness,
-    writer: KubeStatusWriter,
+    recorder: Recorder,
     stop: CancellationToken,
 ) {
     loop {
@@ -64,7 +87,7 @@ pub(crate) async fn follow(
             r = cond.changed() => if r.is_err() { break },
         }
         let now = cond.borrow_and_update().clone();
-        publish(now.as_ref(), &lease, &[], &readiness, &writer).await;
+        publish(now.as_ref(), &lease, &[], &readiness, &recorder).await;
     }
     readiness.set_duplicate_identity(&lease.to_string(), false);
 }

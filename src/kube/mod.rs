@@ -1,6 +1,8 @@
-//! The Kubernetes API as every part of vipd uses it: building clients.
+//! The Kubernetes API as every part of vipd uses it: building clients ([`client`]), one
+//! key for namespaced objects ([`ObjectKey`]) and Events ([`events::Recorder`]).
 
 pub mod client;
+pub mod events;
 pub mod key;
 
 pub use key::ObjectKey;

@@ -40,11 +40,11 @@ pub use iface::{
     network_of, subnet_edge, subnet_edge_of, vip_subnet_edge,
 };
 pub use lifetime::Lifetime;
-pub use vip::VipSubnet;
 pub use netlink::{
     NetlinkKernel, RawAddr, TagMode, decode_addr_flags, detect_tag_mode, label_for, tag_for,
 };
 pub use nft::{ArpGuard, ArpGuardError, ArpPins, NftArpGuard, NoopArpGuard, start_arp_guard};
+pub use vip::VipSubnet;
 
 /// `IFA_PROTO` value (an address "protocol", kernel >= 5.18, `ip address show proto`) that
 /// vipd tags its addresses with: `0x76` (ASCII `v`).

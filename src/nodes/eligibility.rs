@@ -197,7 +197,11 @@ pub async fn follow(
                 }
                 (None, _) => {}
             }
-            metrics.set_ineligible(wing.label(), now.map(Ineligible::label), &Ineligible::labels());
+            metrics.set_ineligible(
+                wing.label(),
+                now.map(Ineligible::label),
+                &Ineligible::labels(),
+            );
             switch.record(wing, now);
             on_change(now);
             last = Some(now);

@@ -13,7 +13,6 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{info, warn};
 
-
 /// What `/readyz` checks. Cheap to clone; the setters are called by the manager.
 #[derive(Clone, Debug, Default)]
 pub struct Readiness(Arc<ReadinessInner>);
@@ -332,4 +331,3 @@ impl WatchActivity {
         })
     }
 }
-

@@ -573,7 +573,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             &ServiceKey::new(&self.lease.namespace, &self.lease.name),
             &about,
             &self.shared.readiness,
-            &self.shared.status,
+            self.shared.status.recorder(),
         )
         .await;
     }
@@ -605,7 +605,9 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         for v in &self.current.vips {
             shared.metrics.forget_vip(v.vip.addr);
             if delete_lease {
-                shared.metrics.forget_vip_handovers(v.vip.addr, handover_reasons());
+                shared
+                    .metrics
+                    .forget_vip_handovers(v.vip.addr, handover_reasons());
             }
         }
         // Other nodes judge a lease deleted while held as held for one more lease duration;
@@ -811,4 +813,3 @@ mod acquire_check_tests {
         );
     }
 }
-

@@ -14,7 +14,7 @@
 //! announced get a Warning naming the reason and the value (refused addresses:
 //! `select::Unusable`); one whose `externalTrafficPolicy: Local` leaves it announced nowhere has
 //! its status cleared (`select::announced_nowhere`). Event names are deterministic
-//! ([`super::status::event_name`]), so nodes and restarts add no duplicates.
+//! ([`crate::kube::events::event_name`]), so nodes and restarts add no duplicates.
 //!
 //! Governance moves (S34): when an address moves to another lease, the previous lease
 //! retires on every node and the address is held back from other leases until its handover

@@ -22,7 +22,7 @@ use crate::services::plan::model::{self, Selection, ServiceInfo, ServiceKey};
 pub(crate) struct Note {
     pub(super) key: ServiceKey,
     /// The Service's `metadata.uid` (part of the Event's name, see
-    /// [`super::status::event_name`]).
+    /// [`crate::kube::events::event_name`]).
     pub(super) uid: Option<String>,
     pub(super) reason: &'static str,
     pub(super) message: String,

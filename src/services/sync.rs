@@ -78,7 +78,7 @@ impl Retry {
 
 /// Logs every note once while its cause lasts and writes its Warning Event until that
 /// succeeds (every node that sees the cause may write it: the Event's deterministic name,
-/// [`super::status::event_name`], makes the API server keep one). Events that failed
+/// [`crate::kube::events::event_name`], makes the API server keep one). Events that failed
 /// before are written again only with `retry_failed` (the back-off is over). Returns
 /// `false` when an Event write failed or is still due (the caller retries after a
 /// back-off).

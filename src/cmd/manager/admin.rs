@@ -216,8 +216,8 @@ pub async fn start(
 mod tests {
     use super::*;
     use std::time::Duration;
-    use tokio::time::Instant;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::time::Instant;
 
     async fn get(addr: SocketAddr, path: &str) -> (u16, String, String) {
         let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();

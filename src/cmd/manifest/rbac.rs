@@ -187,7 +187,7 @@ use Verb::{Create, Delete, Get, List, Patch, Update, Watch};
 
 const LEASE_CLIENT: &str = "src/election/kube.rs";
 const STATUS: &str = "src/services/status/writer.rs";
-const EVENTS: &str = "src/services/status/events.rs";
+const EVENTS: &str = "src/kube/events.rs";
 const RUNTIME: &str = "src/services/runtime.rs";
 const LEASE_GC: &str = "src/services/lease_gc.rs";
 const NODE_LABEL: &str = "src/nodes/label.rs";
@@ -475,43 +475,6 @@ pub(crate) fn checks_for(needs: &Needs, namespaces: &Namespaces) -> Vec<AccessCh
         }
     }
     out
-}
-
-/// The Event API a server serves, of the two in [`API_CALLS`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum EventApi {
-    /// `events.k8s.io/v1` (Kubernetes 1.19+).
-    EventsV1,
-    /// Core `v1` Events.
-    Core,
-}
-
-/// Which Event API to use, given the resources the server lists for `events.k8s.io/v1`
-/// (`None`: the group version is not served): events.k8s.io/v1 when it lists `events`, core
-/// otherwise.
-pub(crate) fn event_api_from_discovery(events_v1_resources: Option<&[&str]>) -> EventApi {
-    match events_v1_resources {
-        Some(list) if list.contains(&EventsV1Event::URL_PATH_SEGMENT) => EventApi::EventsV1,
-        _ => EventApi::Core,
-    }
-}
-
-/// Asks the server (API discovery, `GET /apis/events.k8s.io/v1`) which Event API to use,
-/// like the EndpointSlice choice ([`crate::services::endpoints::endpointslice_v1_served`]).
-///
-/// # Errors
-/// The kube-rs error when discovery fails for another reason than 404 (the group version
-/// not served), so the caller can retry instead of settling on the wrong API.
-pub(crate) async fn discover_event_api(client: &kube::Client) -> Result<EventApi, kube::Error> {
-    let gv = format!("{}/{}", EventsV1Event::GROUP, EventsV1Event::VERSION);
-    match client.list_api_group_resources(&gv).await {
-        Ok(list) => {
-            let names: Vec<&str> = list.resources.iter().map(|r| r.name.as_str()).collect();
-            Ok(event_api_from_discovery(Some(&names)))
-        }
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(event_api_from_discovery(None)),
-        Err(e) => Err(e),
-    }
 }
 
 /// `vipd manifest rbac` flags.

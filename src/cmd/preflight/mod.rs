@@ -798,8 +798,8 @@ async fn explain_answers_by_holder(client: &kube::Client, cfg: &Config, report: 
 /// `svc_namespace` or cluster-wide). Fails naming each denied access and the rule that
 /// grants it.
 pub(crate) async fn check_rbac(client: kube::Client, cfg: &Config) -> Check {
-    let events_v1 = match rbac::discover_event_api(&client).await {
-        Ok(api) => Some(api == rbac::EventApi::EventsV1),
+    let events_v1 = match crate::kube::events::discover_event_api(&client).await {
+        Ok(api) => Some(api == crate::kube::events::EventApi::EventsV1),
         Err(_) => None,
     };
     let needs = rbac::Needs {

@@ -35,10 +35,11 @@ use serde::Serialize;
 
 use crate::election::LeaseRecord;
 use crate::kube::client::ClientError;
+use crate::kube::events::REPORTING_CONTROLLER;
 use crate::nodes::label::HAS_IP;
 use crate::services::plan::desired::LeaseRef;
 use crate::services::plan::model::{ServiceInfo, service_info};
-use crate::services::status::{REPORTING_CONTROLLER, current_ingress};
+use crate::services::status::current_ingress;
 use crate::syntax::is_dns1123_subdomain;
 
 /// Output format of `vipd status`.

@@ -9,8 +9,8 @@ use k8s_openapi::jiff::Timestamp;
 use tokio::sync::broadcast;
 
 use super::*;
-use crate::net::VipSubnet;
 use crate::election::LeaseError;
+use crate::net::VipSubnet;
 use crate::services::plan::desired::{Candidate, Mode, PlanConfig, plan_leases};
 use crate::services::plan::model::{PortProto, ServiceKey};
 

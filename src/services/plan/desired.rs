@@ -29,9 +29,9 @@ use std::net::IpAddr;
 use k8s_openapi::jiff::Timestamp;
 
 use super::model::{DhcpRequest, PortProto, ServiceKey};
-use crate::net::VipSubnet;
 use crate::holder::VipSpec;
 use crate::net::Vip;
+use crate::net::VipSubnet;
 use crate::net::conflict::fmt_mac;
 
 /// A Lease by namespace and name.

@@ -1,6 +1,6 @@
 //! What the holder of a Service's addresses writes back, only when it changes:
 //! `status.loadBalancer.ingress`, the `kube-vip.io/vipHost` annotation and Events (also
-//! Events about a Lease: [`KubeStatusWriter::lease_event`], e.g. a duplicate identity).
+//! its Events through a [`crate::kube::events::Recorder`]).
 //!
 //! - [`desired_ingress`] / [`ingress_differs`] / [`event_name`] are pure.
 //! - Event names are deterministic ([`event_name`]): the same Event written by several
@@ -32,13 +32,18 @@
 
 use std::future::Future;
 use std::net::IpAddr;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::LoadBalancerIngress;
 
 use crate::services::plan::model::ServiceKey;
 
-mod events;
+pub use crate::kube::events::EventKind;
+
+/// One Event about a Service (or a Lease): see [`crate::kube::events::Event`].
+pub type ServiceEvent = crate::kube::events::Event;
+/// A failed write about a Service: see [`crate::kube::events::ApiError`].
+pub type StatusError = crate::kube::events::ApiError;
+
 mod ingress;
 #[cfg(test)]
 mod memory;
@@ -46,44 +51,11 @@ mod memory;
 mod tests;
 mod writer;
 
-pub use events::{event_name, truncate_note};
 pub(crate) use ingress::current_ingress;
 pub use ingress::{desired_ingress, ingress_differs, ingress_differs_with, vip_host_of};
 #[cfg(test)]
 pub use memory::{MemoryServiceStatus, MemoryStatusWriter};
 pub use writer::KubeStatusWriter;
-
-/// Time limit of every single API request the [`KubeStatusWriter`] makes (2 s).
-pub(crate) const API_TIMEOUT: Duration = Duration::from_secs(2);
-/// `reportingController` of vipd's Events (events.k8s.io/v1).
-pub const REPORTING_CONTROLLER: &str = "vipd";
-/// Longest Event note the API accepts (events.k8s.io/v1: 1 kB); longer notes are cut.
-pub(crate) const MAX_NOTE_BYTES: usize = 1024;
-/// How long an identical Event is folded into a series instead of creating a new one
-/// (6 minutes, client-go's and kube-rs's value).
-pub(crate) const EVENT_SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
-/// A failed Event write is logged at warn once per (reason, HTTP status) in this window
-/// (60 s); the next line after it gives the number of failures not logged meanwhile.
-pub(crate) const EVENT_FAILURE_LOG_WINDOW: Duration = Duration::from_secs(60);
-
-/// Event severity (events.k8s.io/v1 `type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventKind {
-    /// `Normal`: an address was announced by a node or moved.
-    Normal,
-    /// `Warning`: rejected input, conflicts, unsupported requests.
-    Warning,
-}
-
-impl EventKind {
-    /// The API's spelling.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventKind::Normal => "Normal",
-            EventKind::Warning => "Warning",
-        }
-    }
-}
 
 /// Reason of [`ServiceEvent::announced`].
 pub const REASON_ANNOUNCED: &str = "AddressAnnounced";
@@ -116,8 +88,6 @@ pub(crate) const REASON_DHCP_LEASE_LAPSED: &str = "DHCPLeaseLapsed";
 /// Reason of a Warning about a Service skipped for a configuration the user should fix
 /// ([`crate::services::plan::model::SkipReason::warrants_warning`]).
 pub(crate) const REASON_INVALID_CONFIG: &str = "InvalidConfiguration";
-/// Reason of [`ServiceEvent::duplicate_identity`].
-pub(crate) const REASON_DUPLICATE_IDENTITY: &str = "DuplicateIdentity";
 /// Reason of a Warning about a Service address that is the control-plane VIP (refused:
 /// the control-plane lease governs that address, and no Service group announces it).
 pub(crate) const REASON_CONTROL_PLANE_ADDRESS: &str = "ControlPlaneAddress";
@@ -132,25 +102,6 @@ pub(crate) const REASON_NO_LOCAL_ENDPOINT: &str = "NoLocalEndpoint";
 pub(crate) const REASON_ADDRESS_OF_NODE: &str = "AddressOfNode";
 /// Reason of the log line (no Event) about a Service without any address.
 pub(crate) const REASON_NO_ADDRESS: &str = "NoAddress";
-
-/// One Event about a Service (or a Lease): events.k8s.io/v1 `type`, `reason`, `action` (both
-/// PascalCase, at most 128 characters) and `note` (human text, cut to
-/// [`MAX_NOTE_BYTES`]).
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ServiceEvent {
-    /// Normal or Warning.
-    pub kind: EventKind,
-    /// Why (e.g. [`REASON_ANNOUNCED`]).
-    pub reason: String,
-    /// What vipd did or failed to do (e.g. `Announce`).
-    pub action: String,
-    /// The message shown by `kubectl describe`.
-    pub note: String,
-    /// What distinguishes this occurrence from an identical earlier one that is a separate
-    /// change (e.g. the Service's resourceVersion when a move was seen); empty for most
-    /// Events. Part of the Event's name ([`event_name`]), never shown.
-    pub change: String,
-}
 
 impl ServiceEvent {
     /// A Warning with `reason` (PascalCase) and `note`, action `Announce`.
@@ -263,23 +214,6 @@ impl ServiceEvent {
             ),
         )
     }
-
-    /// Warning: another process writes lease `lease` (`namespace/name`) under this node's
-    /// identity `identity`, so this node does not hold the lease or its addresses while the
-    /// other one renews it.
-    pub(crate) fn duplicate_identity(identity: &str, lease: &str) -> Self {
-        ServiceEvent {
-            kind: EventKind::Warning,
-            reason: REASON_DUPLICATE_IDENTITY.into(),
-            action: "LeaderElection".into(),
-            note: format!(
-                "another vipd process writes lease {lease} under this node's identity \
-                 {identity}; node names (vip_nodename) must be unique. This process does not \
-                 hold the lease or its addresses while the other one renews it"
-            ),
-            change: String::new(),
-        }
-    }
 }
 
 /// What a write call did.
@@ -291,55 +225,6 @@ pub enum WriteOutcome {
     Unchanged,
     /// The Service does not exist (deleted meanwhile); nothing written.
     NotFound,
-}
-
-/// A failed write, naming the object (a Service, or a Lease for
-/// [`KubeStatusWriter::lease_event`]) and the operation.
-#[derive(Debug, thiserror::Error)]
-pub enum StatusError {
-    /// The API answered with an error or the connection failed.
-    #[error("{kind} {key}: {op}: {source}")]
-    Api {
-        /// `Service` or `Lease`.
-        kind: &'static str,
-        /// The object's namespace and name.
-        key: ServiceKey,
-        /// What was attempted (e.g. `patch status.loadBalancer.ingress`).
-        op: &'static str,
-        /// The kube-rs error.
-        #[source]
-        source: kube::Error,
-    },
-    /// No answer within [`API_TIMEOUT`].
-    #[error("{kind} {key}: {op}: no answer within {after:?}")]
-    Timeout {
-        /// `Service` or `Lease`.
-        kind: &'static str,
-        /// The object's namespace and name.
-        key: ServiceKey,
-        /// What was attempted.
-        op: &'static str,
-        /// The limit ([`API_TIMEOUT`]).
-        after: Duration,
-    },
-}
-
-impl StatusError {
-    /// The HTTP status code of an API error (e.g. 403 for missing RBAC).
-    pub fn api_code(&self) -> Option<u16> {
-        match self {
-            StatusError::Api {
-                source: kube::Error::Api(s),
-                ..
-            } => Some(s.code),
-            _ => None,
-        }
-    }
-
-    /// The API said 404.
-    pub(crate) fn is_not_found(&self) -> bool {
-        self.api_code() == Some(404)
-    }
 }
 
 /// Writes what the holder reports about a Service. Every method writes only when
@@ -391,7 +276,7 @@ pub trait StatusWriter: Send + Sync {
 
     /// Records an Event on the Service. `uid` is the Service's `metadata.uid` when known
     /// (`kubectl describe` matches Events by it); when `None` the writer looks it up.
-    /// Repeats of an identical Event by this process within [`EVENT_SERIES_WINDOW`] update
+    /// Repeats of an identical Event by this process within [`crate::kube::events::EVENT_SERIES_WINDOW`] update
     /// the first one's series (count) instead of creating new objects; an identical Event
     /// already written by another node or before a restart (same [`event_name`]) is kept
     /// as it is and counts as written.

@@ -1,4 +1,5 @@
 use super::*;
+use crate::kube::events::{API_TIMEOUT, MAX_NOTE_BYTES, event_name, truncate_note};
 use crate::services::plan::model::PortProto;
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use k8s_openapi::api::core::v1::{LoadBalancerStatus, ServiceStatus};
@@ -120,7 +121,10 @@ fn event_texts() {
     for e in [
         e,
         ServiceEvent::warning(REASON_DHCP_NOT_ENABLED, "no DHCP".into()),
-        ServiceEvent::duplicate_identity("node-a", "kube-system/plndr-svcs-lock"),
+        crate::election::identity::duplicate_identity_event(
+            "node-a",
+            "kube-system/plndr-svcs-lock",
+        ),
     ] {
         assert_eq!(e.kind, EventKind::Warning);
         assert!(e.reason.len() <= 128 && e.action.len() <= 128);

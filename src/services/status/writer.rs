@@ -1,61 +1,56 @@
 //! [`KubeStatusWriter`]: the [`StatusWriter`] through kube-rs (the Service reads and
 //! patches; its Events are in `events.rs`).
 
-use std::collections::HashMap;
 use std::future::Future;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
 
-use crate::cmd::manifest::rbac::EventApi;
+use crate::kube::events::{Recorder, Regarding, timed_as};
 
-use super::events::{EventIdentity, FailureKey, Regarding, SeriesState};
 use super::ingress::{current_ingress, ingress_differs_with, vip_host_of};
-use super::{API_TIMEOUT, ServiceEvent, StatusError, StatusWriter, WriteOutcome};
+use super::{ServiceEvent, StatusError, StatusWriter, WriteOutcome};
 use crate::services::plan::model::{ANN_VIP_HOST, ServiceKey};
 
 /// [`StatusWriter`] through kube-rs: status with a merge patch on the `status`
 /// subresource, the annotation with a merge patch on `metadata.annotations`, Events as
 /// events.k8s.io/v1 objects where the server serves them, else as core v1 Events (decided
-/// once, by API discovery before the first Event: [`KubeStatusWriter::event_api`]);
-/// `reportingController` / `source.component` [`REPORTING_CONTROLLER`](super::REPORTING_CONTROLLER),
+/// once, by API discovery before the first Event: [`Recorder::event_api`]);
+/// `reportingController` / `source.component` [`REPORTING_CONTROLLER`](crate::kube::events::REPORTING_CONTROLLER),
 /// `reportingInstance` / `source.host` the node name. Each request is limited to
 /// [`API_TIMEOUT`].
 ///
 /// Every write first reads the Service (one GET) and skips the write when nothing would
 /// change. A failed Event write is logged at warn with the object, reason and HTTP status,
-/// once per (reason, status) per [`EVENT_FAILURE_LOG_WINDOW`](super::EVENT_FAILURE_LOG_WINDOW). RBAC: the rows of
-/// [`crate::cmd::manifest::rbac::API_CALLS`] with call sites in this file and in `events.rs`.
+/// once per (reason, status) per [`EVENT_FAILURE_LOG_WINDOW`](crate::kube::events::EVENT_FAILURE_LOG_WINDOW). RBAC: the rows of
+/// [`crate::cmd::manifest::rbac::API_CALLS`] with call sites in this file and in `src/kube/events.rs`.
 #[derive(Clone)]
 pub struct KubeStatusWriter {
     pub(super) client: kube::Client,
-    pub(super) node: String,
     /// The server dropped `ingress[].ports` once: compare without ports from then on.
     pub(super) ports_dropped: Arc<AtomicBool>,
-    pub(super) series: Arc<Mutex<HashMap<EventIdentity, SeriesState>>>,
-    /// The Event API, once discovered (shared with clones).
-    pub(super) event_api: Arc<tokio::sync::OnceCell<EventApi>>,
-    /// Event write failures by (reason, HTTP status): when last logged, and how many were
-    /// not logged since.
-    pub(super) event_failures: Arc<Mutex<HashMap<FailureKey, (Instant, u32)>>>,
+    /// The Events about its Services (and, through [`KubeStatusWriter::recorder`], other
+    /// objects' Events that share its series).
+    recorder: Recorder,
 }
 
 impl KubeStatusWriter {
     /// A writer reporting as `node` (the Event `reportingInstance`, max 128 characters).
     pub fn new(client: kube::Client, node: &str) -> Self {
         KubeStatusWriter {
+            recorder: Recorder::new(client.clone(), node),
             client,
-            node: node.to_string(),
             ports_dropped: Arc::new(AtomicBool::new(false)),
-            series: Arc::new(Mutex::new(HashMap::new())),
-            event_api: Arc::new(tokio::sync::OnceCell::new()),
-            event_failures: Arc::new(Mutex::new(HashMap::new())),
         }
+    }
+
+    /// The Event recorder this writer writes its Services' Events through.
+    pub fn recorder(&self) -> &Recorder {
+        &self.recorder
     }
 
     /// The server was seen dropping `status.loadBalancer.ingress[].ports` (pre-1.24
@@ -154,31 +149,7 @@ pub(super) async fn timed<T>(
     op: &'static str,
     fut: impl Future<Output = Result<T, kube::Error>>,
 ) -> Result<T, StatusError> {
-    timed_as(Regarding::Service.kind(), key, op, fut).await
-}
-
-/// [`timed`] for an object of kind `kind`.
-pub(super) async fn timed_as<T>(
-    kind: &'static str,
-    key: &ServiceKey,
-    op: &'static str,
-    fut: impl Future<Output = Result<T, kube::Error>>,
-) -> Result<T, StatusError> {
-    match tokio::time::timeout(API_TIMEOUT, fut).await {
-        Ok(Ok(v)) => Ok(v),
-        Ok(Err(source)) => Err(StatusError::Api {
-            kind,
-            key: key.clone(),
-            op,
-            source,
-        }),
-        Err(_) => Err(StatusError::Timeout {
-            kind,
-            key: key.clone(),
-            op,
-            after: API_TIMEOUT,
-        }),
-    }
+    timed_as("Service", key, op, fut).await
 }
 
 impl StatusWriter for KubeStatusWriter {
@@ -264,6 +235,8 @@ impl StatusWriter for KubeStatusWriter {
                 None => return Ok(()),
             },
         };
-        self.write_event(Regarding::Service, key, uid, event).await
+        self.recorder
+            .write_event(Regarding::of::<Service>(), key, uid, event)
+            .await
     }
 }

@@ -233,16 +233,6 @@ fn rule_text_names_group_resource_and_verb() {
     );
 }
 
-#[test]
-fn event_api_by_discovery() {
-    assert_eq!(
-        event_api_from_discovery(Some(&["events"])),
-        EventApi::EventsV1
-    );
-    assert_eq!(event_api_from_discovery(Some(&[])), EventApi::Core);
-    assert_eq!(event_api_from_discovery(None), EventApi::Core);
-}
-
 /// Ties the table to the code: every resource type vipd builds an `Api<T>` for in
 /// `src/` is in [`API_CALLS`] (or is preflight's SelfSubjectAccessReview), and every
 /// row's call site text is in its file.
@@ -268,7 +258,7 @@ fn table_matches_the_code() {
             Some((EndpointSlice::GROUP, EndpointSlice::URL_PATH_SEGMENT)),
         ),
         (
-            "K8sEvent",
+            "EventsV1Event",
             Some((EventsV1Event::GROUP, EventsV1Event::URL_PATH_SEGMENT)),
         ),
         (
@@ -330,7 +320,7 @@ fn table_matches_the_code() {
         "Node",
         "Endpoints",
         "EndpointSlice",
-        "K8sEvent",
+        "EventsV1Event",
         "CoreEvent",
     ] {
         assert!(seen.contains(ty), "no Api<{ty}> found in src/: {seen:?}");

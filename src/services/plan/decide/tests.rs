@@ -4,8 +4,8 @@ use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
 
 use super::*;
-use crate::net::VipSubnet;
 use crate::election::record::{LeaseRecord, Observed};
+use crate::net::VipSubnet;
 use crate::services::governance::tests::{ip, lease, svc};
 use crate::services::plan::desired::{self, Mode, PlanConfig};
 

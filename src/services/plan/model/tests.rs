@@ -371,7 +371,12 @@ fn other_class_is_never_touched_even_with_bad_input() {
         &[(ANN_LEASE_NAME, "Bad_Name"), (ANN_IGNORE, "true")],
         |s| s.external_traffic_policy = Some("Local".into()),
     );
-    let sel = selection(&i, false, crate::services::plan::model::DEFAULT_LB_CLASS_NAME, None);
+    let sel = selection(
+        &i,
+        false,
+        crate::services::plan::model::DEFAULT_LB_CLASS_NAME,
+        None,
+    );
     assert!(
         matches!(&sel, Selection::Skip(r) if !r.warrants_warning()),
         "{sel:?}"

@@ -1,26 +1,216 @@
-//! Events: their names ([`event_name`]), notes ([`truncate_note`]) and how
-//! [`KubeStatusWriter`] writes them (events.k8s.io/v1 or core v1, repeats folded into a
-//! series, failures logged with a rate limit).
+//! Events, object-agnostic (like kube-runtime's `events::Recorder`, which vipd does not use:
+//! it folds repeats on reason and action only and would keep showing an old note): their
+//! names ([`event_name`]), notes ([`truncate_note`]) and how a [`Recorder`] writes them
+//! (events.k8s.io/v1 or core v1, chosen by API discovery; repeats folded into a series;
+//! failures logged with a rate limit). The Services status writer and the duplicate-identity
+//! report each hold one.
 
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Event as CoreEvent, EventSource, ObjectReference};
-use k8s_openapi::api::events::v1::{Event as K8sEvent, EventSeries};
+use k8s_openapi::api::events::v1::{Event as EventsV1Event, EventSeries};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::{Metadata, NamespaceResourceScope, Resource};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
+use serde::de::DeserializeOwned;
 use serde_json::json;
 
-use crate::cmd::manifest::rbac::{EventApi, discover_event_api};
-use crate::services::plan::model::ServiceKey;
+use super::ObjectKey;
 
-use super::writer::{KubeStatusWriter, timed_as};
-use super::{
-    EVENT_FAILURE_LOG_WINDOW, EVENT_SERIES_WINDOW, MAX_NOTE_BYTES, REPORTING_CONTROLLER,
-    ServiceEvent, StatusError,
-};
+/// Time limit of every single API request about an object that the [`Recorder`] and the
+/// Service status writer make (2 s).
+pub const API_TIMEOUT: Duration = Duration::from_secs(2);
+/// `reportingController` of vipd's Events (events.k8s.io/v1).
+pub const REPORTING_CONTROLLER: &str = "vipd";
+/// Longest Event note the API accepts (events.k8s.io/v1: 1 kB); longer notes are cut.
+pub(crate) const MAX_NOTE_BYTES: usize = 1024;
+/// How long an identical Event is folded into a series instead of creating a new one
+/// (6 minutes, client-go's and kube-rs's value).
+pub(crate) const EVENT_SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);
+/// A failed Event write is logged at warn once per (reason, HTTP status) in this window
+/// (60 s); the next line after it gives the number of failures not logged meanwhile.
+pub(crate) const EVENT_FAILURE_LOG_WINDOW: Duration = Duration::from_secs(60);
+
+/// Event severity (events.k8s.io/v1 `type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// `Normal`: an address was announced by a node or moved.
+    Normal,
+    /// `Warning`: rejected input, conflicts, unsupported requests.
+    Warning,
+}
+
+impl EventKind {
+    /// The API's spelling.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::Normal => "Normal",
+            EventKind::Warning => "Warning",
+        }
+    }
+}
+
+/// One Event about an object (a Service, a Lease): events.k8s.io/v1 `type`, `reason`, `action` (both
+/// PascalCase, at most 128 characters) and `note` (human text, cut to
+/// [`MAX_NOTE_BYTES`]).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Event {
+    /// Normal or Warning.
+    pub kind: EventKind,
+    /// Why (e.g. [`REASON_ANNOUNCED`]).
+    pub reason: String,
+    /// What vipd did or failed to do (e.g. `Announce`).
+    pub action: String,
+    /// The message shown by `kubectl describe`.
+    pub note: String,
+    /// What distinguishes this occurrence from an identical earlier one that is a separate
+    /// change (e.g. the Service's resourceVersion when a move was seen); empty for most
+    /// Events. Part of the Event's name ([`event_name`]), never shown.
+    pub change: String,
+}
+
+/// A failed API request about one object, naming the object (its kind, namespace and
+/// name) and the operation.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The API answered with an error or the connection failed.
+    #[error("{kind} {key}: {op}: {source}")]
+    Api {
+        /// `Service` or `Lease`.
+        kind: &'static str,
+        /// The object's namespace and name.
+        key: ObjectKey,
+        /// What was attempted (e.g. `patch status.loadBalancer.ingress`).
+        op: &'static str,
+        /// The kube-rs error.
+        #[source]
+        source: kube::Error,
+    },
+    /// No answer within [`API_TIMEOUT`].
+    #[error("{kind} {key}: {op}: no answer within {after:?}")]
+    Timeout {
+        /// `Service` or `Lease`.
+        kind: &'static str,
+        /// The object's namespace and name.
+        key: ObjectKey,
+        /// What was attempted.
+        op: &'static str,
+        /// The limit ([`API_TIMEOUT`]).
+        after: Duration,
+    },
+}
+
+impl ApiError {
+    /// The HTTP status code of an API error (e.g. 403 for missing RBAC).
+    pub fn api_code(&self) -> Option<u16> {
+        match self {
+            ApiError::Api {
+                source: kube::Error::Api(s),
+                ..
+            } => Some(s.code),
+            _ => None,
+        }
+    }
+
+    /// The API said 404.
+    pub(crate) fn is_not_found(&self) -> bool {
+        self.api_code() == Some(404)
+    }
+}
+
+/// Runs one API request about the object `key` of kind `kind` with [`API_TIMEOUT`],
+/// mapping errors to [`ApiError`].
+///
+/// # Errors
+/// [`ApiError::Api`] with the kube-rs error; [`ApiError::Timeout`] after [`API_TIMEOUT`].
+pub async fn timed_as<T>(
+    kind: &'static str,
+    key: &ObjectKey,
+    op: &'static str,
+    fut: impl Future<Output = Result<T, kube::Error>>,
+) -> Result<T, ApiError> {
+    match tokio::time::timeout(API_TIMEOUT, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(source)) => Err(ApiError::Api {
+            kind,
+            key: key.clone(),
+            op,
+            source,
+        }),
+        Err(_) => Err(ApiError::Timeout {
+            kind,
+            key: key.clone(),
+            op,
+            after: API_TIMEOUT,
+        }),
+    }
+}
+
+/// The Event API a server serves, of the two vipd writes through (both are rows of
+/// `cmd/manifest/rbac.rs`'s `API_CALLS`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventApi {
+    /// `events.k8s.io/v1` (Kubernetes 1.19+).
+    EventsV1,
+    /// Core `v1` Events.
+    Core,
+}
+
+/// Which Event API to use, given the resources the server lists for `events.k8s.io/v1`
+/// (`None`: the group version is not served): events.k8s.io/v1 when it lists `events`, core
+/// otherwise.
+pub fn event_api_from_discovery(events_v1_resources: Option<&[&str]>) -> EventApi {
+    match events_v1_resources {
+        Some(list) if list.contains(&EventsV1Event::URL_PATH_SEGMENT) => EventApi::EventsV1,
+        _ => EventApi::Core,
+    }
+}
+
+/// Asks the server (API discovery, `GET /apis/events.k8s.io/v1`) which Event API to use,
+/// like the EndpointSlice choice ([`crate::services::endpoints::endpointslice_v1_served`]).
+///
+/// # Errors
+/// The kube-rs error when discovery fails for another reason than 404 (the group version
+/// not served), so the caller can retry instead of settling on the wrong API.
+pub async fn discover_event_api(client: &kube::Client) -> Result<EventApi, kube::Error> {
+    let gv = format!("{}/{}", EventsV1Event::GROUP, EventsV1Event::VERSION);
+    match client.list_api_group_resources(&gv).await {
+        Ok(list) => {
+            let names: Vec<&str> = list.resources.iter().map(|r| r.name.as_str()).collect();
+            Ok(event_api_from_discovery(Some(&names)))
+        }
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(event_api_from_discovery(None)),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes Events as one reporting instance (the node name): see the module docs. Cheap to
+/// clone; clones share the discovered Event API, the series of repeats and the failure
+/// log state.
+#[derive(Clone)]
+pub struct Recorder {
+    client: kube::Client,
+    node: String,
+    series: Arc<Mutex<HashMap<EventIdentity, SeriesState>>>,
+    /// The Event API, once discovered (shared with clones).
+    event_api: Arc<tokio::sync::OnceCell<EventApi>>,
+    /// Event write failures by (reason, HTTP status): when last logged, and how many were
+    /// not logged since.
+    event_failures: Arc<Mutex<HashMap<FailureKey, (Instant, u32)>>>,
+}
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Recorder")
+            .field("node", &self.node)
+            .finish()
+    }
+}
 
 /// Cuts `note` to at most [`MAX_NOTE_BYTES`] bytes on a character boundary, marking the
 /// cut with `…`.
@@ -42,7 +232,7 @@ pub fn truncate_note(note: &str) -> String {
 /// AlreadyExists and keeps exactly one (the writer treats that as success). A valid Event
 /// name (DNS-1123 subdomain, at most 253 characters) for any valid object name: the object
 /// part is cut to 236 characters, with a trailing `.` or `-` removed.
-pub fn event_name(object: &str, uid: Option<&str>, ev: &ServiceEvent) -> String {
+pub fn event_name(object: &str, uid: Option<&str>, ev: &Event) -> String {
     let mut ctx = ring::digest::Context::new(&ring::digest::SHA256);
     for part in [
         uid.unwrap_or_default(),
@@ -71,60 +261,71 @@ pub fn event_name(object: &str, uid: Option<&str>, ev: &ServiceEvent) -> String 
 /// (kube-rs's `Recorder` folds on reason/action only and would keep showing an old note,
 /// e.g. an earlier rejected value; that is why vipd writes Events itself).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub(super) struct EventIdentity {
+struct EventIdentity {
     regarding: Regarding,
-    key: ServiceKey,
+    key: ObjectKey,
     uid: Option<String>,
-    event: ServiceEvent,
+    event: Event,
 }
 
-/// The kind of object an Event is about.
+/// The kind of object an Event is about: its `kind` and `apiVersion` (from its
+/// k8s-openapi type: [`Regarding::of`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(super) enum Regarding {
-    /// A core v1 Service.
-    Service,
-    /// A coordination.k8s.io/v1 Lease.
-    Lease,
+pub struct Regarding {
+    kind: &'static str,
+    api_version: &'static str,
 }
 
 impl Regarding {
-    pub(super) fn kind(self) -> &'static str {
-        match self {
-            Regarding::Service => "Service",
-            Regarding::Lease => "Lease",
+    /// The kind of `K` (e.g. `Service`, `v1`; `Lease`, `coordination.k8s.io/v1`).
+    pub fn of<K: Resource>() -> Self {
+        Regarding {
+            kind: K::KIND,
+            api_version: K::API_VERSION,
         }
     }
+    pub(super) fn kind(self) -> &'static str {
+        self.kind
+    }
     pub(super) fn api_version(self) -> &'static str {
-        match self {
-            Regarding::Service => "v1",
-            Regarding::Lease => "coordination.k8s.io/v1",
-        }
+        self.api_version
     }
 }
 
 /// (Event reason, HTTP status of the failure) for rate-limiting failure logs.
-pub(super) type FailureKey = (String, Option<u16>);
+type FailureKey = (String, Option<u16>);
 
 #[derive(Debug, Clone)]
-pub(super) struct SeriesState {
+struct SeriesState {
     name: String,
     count: i32,
     last_seen: Instant,
 }
 
-impl KubeStatusWriter {
-    /// The Event API this writer posts to: events.k8s.io/v1 where the server serves it,
+impl Recorder {
+    /// A recorder reporting as `node` (the Event `reportingInstance`, max 128 characters).
+    pub fn new(client: kube::Client, node: &str) -> Self {
+        Recorder {
+            client,
+            node: node.to_string(),
+            series: Arc::new(Mutex::new(HashMap::new())),
+            event_api: Arc::new(tokio::sync::OnceCell::new()),
+            event_failures: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// The Event API this recorder posts to: events.k8s.io/v1 where the server serves it,
     /// core v1 otherwise ([`discover_event_api`]), asked once and then kept (a failed
     /// discovery is asked again on the next Event).
     ///
     /// # Errors
-    /// [`StatusError`] about `key` (the object of the Event being written) when discovery
+    /// [`ApiError`] about `key` (the object of the Event being written) when discovery
     /// fails or times out.
-    pub(crate) async fn event_api(
+    pub async fn event_api(
         &self,
         kind: &'static str,
-        key: &ServiceKey,
-    ) -> Result<EventApi, StatusError> {
+        key: &ObjectKey,
+    ) -> Result<EventApi, ApiError> {
         self.event_api
             .get_or_try_init(|| async {
                 let api = timed_as(
@@ -148,7 +349,7 @@ impl KubeStatusWriter {
 
     /// Logs a failed Event write at warn, once per (reason, HTTP status) per
     /// [`EVENT_FAILURE_LOG_WINDOW`], with the count of failures not logged since.
-    fn log_event_failure(&self, ev: &ServiceEvent, err: &StatusError) {
+    fn log_event_failure(&self, ev: &Event, err: &ApiError) {
         let code = err.api_code();
         let now = Instant::now();
         let suppressed = {
@@ -185,13 +386,13 @@ impl KubeStatusWriter {
 
     /// Writes an Event about `key` (see [`Self::write_event_inner`]); failures are logged
     /// ([`Self::log_event_failure`]) and returned.
-    pub(super) async fn write_event(
+    pub async fn write_event(
         &self,
         regarding: Regarding,
-        key: &ServiceKey,
+        key: &ObjectKey,
         uid: Option<String>,
-        ev: &ServiceEvent,
-    ) -> Result<(), StatusError> {
+        ev: &Event,
+    ) -> Result<(), ApiError> {
         let ident = EventIdentity {
             regarding,
             key: key.clone(),
@@ -208,7 +409,7 @@ impl KubeStatusWriter {
 
     /// Creates the Event, or folds a repeat into the first one's series (events.k8s.io) or
     /// count (core).
-    async fn write_event_inner(&self, ident: EventIdentity) -> Result<(), StatusError> {
+    async fn write_event_inner(&self, ident: EventIdentity) -> Result<(), ApiError> {
         let api = self.event_api(ident.regarding.kind(), &ident.key).await?;
         let now = Instant::now();
         if let Some((name, count)) = self.count_repeat(&ident, now) {
@@ -253,12 +454,13 @@ impl KubeStatusWriter {
         ident: &EventIdentity,
         name: &str,
         count: i32,
-    ) -> Result<(), StatusError> {
+    ) -> Result<(), ApiError> {
         let (kind, key) = (ident.regarding.kind(), &ident.key);
         let pp = PatchParams::default();
         match api {
             EventApi::EventsV1 => {
-                let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), &key.namespace);
+                let events: Api<EventsV1Event> =
+                    Api::namespaced(self.client.clone(), &key.namespace);
                 let patch = json!({ "series": EventSeries {
                     count,
                     last_observed_time: MicroTime(Timestamp::now()),
@@ -284,7 +486,7 @@ impl KubeStatusWriter {
         api: EventApi,
         ident: &EventIdentity,
         name: &str,
-    ) -> Result<(), StatusError> {
+    ) -> Result<(), ApiError> {
         let (kind, key, ev) = (ident.regarding.kind(), &ident.key, &ident.event);
         let reference = ObjectReference {
             api_version: Some(ident.regarding.api_version().into()),
@@ -308,7 +510,8 @@ impl KubeStatusWriter {
                 timed_as(kind, key, "create Event", core.create(&pp, &obj)).await?;
             }
             EventApi::EventsV1 => {
-                let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), &key.namespace);
+                let events: Api<EventsV1Event> =
+                    Api::namespaced(self.client.clone(), &key.namespace);
                 let obj = self.events_v1_event(meta, reference, ev, now);
                 timed_as(kind, key, "create Event", events.create(&pp, &obj)).await?;
             }
@@ -321,7 +524,7 @@ impl KubeStatusWriter {
         &self,
         metadata: ObjectMeta,
         involved_object: ObjectReference,
-        ev: &ServiceEvent,
+        ev: &Event,
         now: Timestamp,
     ) -> CoreEvent {
         CoreEvent {
@@ -349,10 +552,10 @@ impl KubeStatusWriter {
         &self,
         metadata: ObjectMeta,
         regarding: ObjectReference,
-        ev: &ServiceEvent,
+        ev: &Event,
         now: Timestamp,
-    ) -> K8sEvent {
-        K8sEvent {
+    ) -> EventsV1Event {
+        EventsV1Event {
             metadata,
             event_time: Some(MicroTime(now)),
             type_: Some(ev.kind.as_str().into()),
@@ -379,25 +582,44 @@ impl KubeStatusWriter {
         );
     }
 
-    /// Records an Event about Lease `key` (its namespace and name), e.g. a duplicate
-    /// identity found by the Lease's election. Reads the Lease for its uid (`kubectl
-    /// describe lease` matches Events by it); a Lease that is gone gets no Event. Repeats
-    /// fold into a series as for Services. RBAC: leases get, events create + patch.
+    /// Records an Event about the object `key` of type `K` (a Service, a Lease), read
+    /// first for its uid (`kubectl describe` matches Events by it); an object that is gone
+    /// gets no Event. Repeats fold into a series. RBAC: `get` on the object, events create +
+    /// patch.
     ///
     /// # Errors
-    /// [`StatusError`] naming the Lease and the operation.
-    pub(crate) async fn lease_event(
-        &self,
-        key: &ServiceKey,
-        event: &ServiceEvent,
-    ) -> Result<(), StatusError> {
-        let api: Api<Lease> = Api::namespaced(self.client.clone(), &key.namespace);
-        let kind = Regarding::Lease.kind();
-        let uid = match timed_as(kind, key, "get Lease", api.get(&key.name)).await {
-            Ok(lease) => lease.metadata.uid,
+    /// [`ApiError`] naming the object and the operation (read, Event discovery, create or
+    /// patch).
+    pub async fn record<K>(&self, key: &ObjectKey, event: &Event) -> Result<(), ApiError>
+    where
+        K: Resource<Scope = NamespaceResourceScope>
+            + Metadata<Ty = ObjectMeta>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+    {
+        let api: Api<K> = Api::namespaced(self.client.clone(), &key.namespace);
+        let uid = match timed_as(K::KIND, key, "get", api.get(&key.name)).await {
+            Ok(obj) => obj.metadata().uid.clone(),
             Err(e) if e.is_not_found() => return Ok(()),
             Err(e) => return Err(e),
         };
-        self.write_event(Regarding::Lease, key, uid, event).await
+        self.write_event(Regarding::of::<K>(), key, uid, event)
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_api_by_discovery() {
+        assert_eq!(
+            event_api_from_discovery(Some(&["events"])),
+            EventApi::EventsV1
+        );
+        assert_eq!(event_api_from_discovery(Some(&[])), EventApi::Core);
+        assert_eq!(event_api_from_discovery(None), EventApi::Core);
     }
 }
