@@ -208,7 +208,7 @@ pub struct Config {
     pub services_election: bool,
     /// `svc_ridethrough` / `--servicesRideThrough` (vipd option): Service VIPs ride through
     /// API server outages with the peer protocol ([`crate::peer`]); the key comes from the
-    /// Secret [`crate::peer::KEY_SECRET`] in `cp_namespace`.
+    /// Secret [`crate::kube::api::PEER_KEY_SECRET`] in `cp_namespace`.
     pub services_ride_through: bool,
     /// `svc_leasename` (default `plndr-svcs-lock`).
     pub services_lease_name: String,
@@ -266,6 +266,47 @@ pub struct Config {
     pub load_balancer: Option<LoadBalancerConfig>,
     /// `vip_loglevel`.
     pub log_level: LogLevel,
+}
+
+impl Config {
+    /// What the ARP flux check looks at (S36): each IPv4 control-plane VIP with its
+    /// interface (`vip_interface`, else the one `kernel` chooses for it), and for Services
+    /// the interface their VIPs go on (`vip_interface`, else the IPv4 default route's)
+    /// unless a control-plane VIP already covers it. VIPs whose interface cannot be found
+    /// are left out (the holder reports those). Used by `vipd manager` at start and by
+    /// `vipd preflight`.
+    pub async fn arp_flux_targets<K: crate::net::Kernel>(
+        &self,
+        kernel: &K,
+    ) -> Vec<crate::net::arpflux::FluxTarget> {
+        let interface_for = async |addr: IpAddr| match &self.interface {
+            Some(name) => Some(name.clone()),
+            None => match kernel.choose_interface(addr).await {
+                Ok(idx) => kernel.link_by_index(idx).await.ok().map(|l| l.name),
+                Err(_) => None,
+            },
+        };
+        let mut targets: Vec<crate::net::arpflux::FluxTarget> = Vec::new();
+        if self.control_plane {
+            for a in &self.addresses {
+                if let IpAddr::V4(v4) = a
+                    && let Some(ifname) = interface_for(*a).await
+                {
+                    targets.push(crate::net::arpflux::FluxTarget {
+                        vip: Some(*v4),
+                        ifname,
+                    });
+                }
+            }
+        }
+        if self.services
+            && let Some(ifname) = interface_for(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)).await
+            && !targets.iter().any(|t| t.ifname == ifname)
+        {
+            targets.push(crate::net::arpflux::FluxTarget { vip: None, ifname });
+        }
+        targets
+    }
 }
 
 /// The node's Service health check settings.

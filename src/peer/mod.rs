@@ -18,6 +18,7 @@
 //!
 //! `wire` and `socket` are public for the lab test (`tests/lab_peer_wire.rs`).
 
+pub mod key;
 pub(crate) mod node;
 pub(crate) mod ridethrough;
 pub mod socket;
@@ -26,8 +27,6 @@ pub mod wire;
 
 use std::collections::BTreeSet;
 
-/// The Secret holding the peer key (`svc_ridethrough`), in `cp_namespace`.
-pub const KEY_SECRET: &str = "vipd-peer-key";
 /// The Secret's data key holding the peer key (at least [`wire::MIN_KEY_LEN`] bytes, used
 /// as they are: the text of a base64 string is fine).
 pub const KEY_SECRET_KEY: &str = "key";

@@ -196,7 +196,7 @@ impl GcState {
 /// `resourceVersion` precondition. Logs one info line per deleted lease; list and delete
 /// failures are logged at warn once per [`crate::obs::logging::REPEAT_WINDOW`]. RBAC: `list` and
 /// `delete` on `coordination.k8s.io` leases (rows of
-/// [`crate::cmd::manifest::rbac::API_CALLS`]).
+/// [`crate::kube::api::API_CALLS`]).
 pub async fn run(
     client: kube::Client,
     namespace: Option<String>,

@@ -7,7 +7,6 @@
 
 pub mod admin;
 
-use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -352,48 +351,10 @@ async fn prepare_node<K: Kernel>(kernel: &K, cfg: &Config) -> Arc<dyn crate::net
     arp_guard
 }
 
-/// What the ARP flux check looks at (S36): each IPv4 control-plane VIP with its interface
-/// (`vip_interface`, else the one chosen for it), and for Services the interface their
-/// VIPs go on (`vip_interface`, else the IPv4 default route's) unless a control-plane VIP
-/// already covers it. VIPs whose interface cannot be found are left out (the holder
-/// reports those).
-pub(crate) async fn arp_flux_targets<K: Kernel>(
-    kernel: &K,
-    cfg: &Config,
-) -> Vec<crate::net::arpflux::FluxTarget> {
-    let interface_for = async |addr: IpAddr| match &cfg.interface {
-        Some(name) => Some(name.clone()),
-        None => match kernel.choose_interface(addr).await {
-            Ok(idx) => kernel.link_by_index(idx).await.ok().map(|l| l.name),
-            Err(_) => None,
-        },
-    };
-    let mut targets: Vec<crate::net::arpflux::FluxTarget> = Vec::new();
-    if cfg.control_plane {
-        for a in &cfg.addresses {
-            if let IpAddr::V4(v4) = a
-                && let Some(ifname) = interface_for(*a).await
-            {
-                targets.push(crate::net::arpflux::FluxTarget {
-                    vip: Some(*v4),
-                    ifname,
-                });
-            }
-        }
-    }
-    if cfg.services
-        && let Some(ifname) = interface_for(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)).await
-        && !targets.iter().any(|t| t.ifname == ifname)
-    {
-        targets.push(crate::net::arpflux::FluxTarget { vip: None, ifname });
-    }
-    targets
-}
-
 /// Logs the ARP flux check (S36) at start: one warning per VIP interface with other
 /// interfaces on its subnet that would answer ARP for the VIP, naming them and the sysctl.
 async fn log_arp_flux<K: Kernel>(kernel: &K, cfg: &Config, guard_active: bool) {
-    let targets = arp_flux_targets(kernel, cfg).await;
+    let targets = cfg.arp_flux_targets(kernel).await;
     match crate::net::arpflux::check(kernel, &targets).await {
         Ok(findings) => {
             for f in &findings {

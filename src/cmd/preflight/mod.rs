@@ -26,7 +26,7 @@
 //!   exists and is up with carrier.
 //! - `api`: the API server answers `/version` with the configured kubeconfig.
 //! - `rbac`: a SelfSubjectAccessReview for every access of
-//!   [`crate::cmd::manifest::rbac::API_CALLS`] the configuration makes, in its namespace
+//!   [`crate::kube::api::API_CALLS`] the configuration makes, in its namespace
 //!   ([`check_rbac`]); a denied one fails, naming it and the rule that grants it.
 
 use std::net::IpAddr;
@@ -462,7 +462,7 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
             check_vips_free(&k, cfg, args, vip_link.as_ref(), has_raw, &mut report).await;
             // ARP flux (S36).
             let guard = crate::net::NftArpGuard::check("nft").await;
-            let targets = crate::cmd::manager::arp_flux_targets(&k, cfg).await;
+            let targets = cfg.arp_flux_targets(&k).await;
             match arpflux::check(&k, &targets).await {
                 Ok(findings) => report
                     .checks
@@ -529,7 +529,7 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
                 .push(Check::new("peer-key", Status::Skip, "needs the API server"))
         }
         (Some(c), true) => report.checks.push(check_peer_key(
-            crate::services::runtime::read_peer_key(c, &cfg.lease.namespace, Duration::ZERO).await,
+            crate::peer::key::read_peer_key(c, &cfg.lease.namespace, Duration::ZERO).await,
         )),
     }
     match client {
@@ -542,7 +542,7 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
 }
 
 /// The `peer-key` row (`svc_ridethrough`): the outcome of reading the peer key Secret as
-/// the manager does at start ([`crate::services::runtime::read_peer_key`]); the manager refuses to
+/// the manager does at start ([`crate::peer::key::read_peer_key`]); the manager refuses to
 /// start without it, so a failure fails.
 pub(crate) fn check_peer_key(read: Result<crate::peer::wire::PeerKey, String>) -> Check {
     match read {
@@ -551,7 +551,7 @@ pub(crate) fn check_peer_key(read: Result<crate::peer::wire::PeerKey, String>) -
             Status::Pass,
             format!(
                 "the Secret {} has a usable peer key",
-                crate::peer::KEY_SECRET
+                crate::kube::api::PEER_KEY_SECRET
             ),
         ),
         Err(e) => Check::new("peer-key", Status::Fail, e).fix(
@@ -792,8 +792,8 @@ async fn explain_answers_by_holder(client: &kube::Client, cfg: &Config, report: 
     }
 }
 
-/// SelfSubjectAccessReviews for every access of [`crate::cmd::manifest::rbac::API_CALLS`] this
-/// configuration makes ([`rbac::checks_for`]: the features enabled, the Event and endpoint
+/// SelfSubjectAccessReviews for every access of [`crate::kube::api::API_CALLS`] this
+/// configuration makes ([`crate::kube::api::checks_for`]: the features enabled, the Event and endpoint
 /// APIs the server serves, each in the namespace it is made in: `cp_namespace`,
 /// `svc_namespace` or cluster-wide). Fails naming each denied access and the rule that
 /// grants it.
@@ -802,7 +802,7 @@ pub(crate) async fn check_rbac(client: kube::Client, cfg: &Config) -> Check {
         Ok(api) => Some(api == crate::kube::events::EventApi::EventsV1),
         Err(_) => None,
     };
-    let needs = rbac::Needs {
+    let needs = crate::kube::api::Needs {
         control_plane: cfg.control_plane,
         services: cfg.services,
         node_labeling: cfg.control_plane && cfg.enable_node_labeling,
@@ -810,12 +810,12 @@ pub(crate) async fn check_rbac(client: kube::Client, cfg: &Config) -> Check {
         events_v1,
         endpoint_slices: Some(crate::services::endpoints::endpointslice_v1_served(&client).await),
     };
-    let namespaces = rbac::Namespaces {
+    let namespaces = crate::kube::api::Namespaces {
         lease: cfg.lease.namespace.clone(),
         services: cfg.services_namespace.clone(),
         services_election: cfg.services_election,
     };
-    let checks = rbac::checks_for(&needs, &namespaces);
+    let checks = crate::kube::api::checks_for(&needs, &namespaces);
     let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client);
     let mut denied = Vec::new();
     let mut errors = Vec::new();
@@ -851,10 +851,10 @@ pub(crate) async fn check_rbac(client: kube::Client, cfg: &Config) -> Check {
 }
 
 /// The `rbac` row from the outcome of [`check_rbac`]'s reviews: `denied` (a subset of
-/// `checks`) and `errors` (failed reviews); `events_v1` as in [`rbac::Needs`].
+/// `checks`) and `errors` (failed reviews); `events_v1` as in [`crate::kube::api::Needs`].
 pub(crate) fn rbac_verdict(
-    checks: &[rbac::AccessCheck],
-    denied: &[&rbac::AccessCheck],
+    checks: &[crate::kube::api::AccessCheck],
+    denied: &[&crate::kube::api::AccessCheck],
     errors: &[String],
     events_v1: Option<bool>,
 ) -> Check {

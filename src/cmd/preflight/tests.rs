@@ -152,13 +152,13 @@ fn arp_flux_rows() {
 
 #[test]
 fn rbac_denial_names_access_and_rule() {
-    let checks = rbac::checks_for(
-        &rbac::Needs {
+    let checks = crate::kube::api::checks_for(
+        &crate::kube::api::Needs {
             events_v1: Some(true),
             endpoint_slices: Some(true),
-            ..rbac::Needs::manifest(false)
+            ..crate::kube::api::Needs::manifest(false)
         },
-        &rbac::Namespaces {
+        &crate::kube::api::Namespaces {
             lease: "kube-system".into(),
             services: None,
             services_election: true,
@@ -167,9 +167,9 @@ fn rbac_denial_names_access_and_rule() {
     let pass = rbac_verdict(&checks, &[], &[], Some(true));
     assert_eq!(pass.status, Status::Pass);
     assert!(pass.detail.contains("events.k8s.io/v1"), "{}", pass.detail);
-    let create_events: Vec<&rbac::AccessCheck> = checks
+    let create_events: Vec<&crate::kube::api::AccessCheck> = checks
         .iter()
-        .filter(|a| a.group == "events.k8s.io" && a.verb == rbac::Verb::Create)
+        .filter(|a| a.group == "events.k8s.io" && a.verb == crate::kube::api::Verb::Create)
         .collect();
     assert!(!create_events.is_empty());
     let c = rbac_verdict(&checks, &create_events, &[], Some(true));

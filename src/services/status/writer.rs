@@ -27,7 +27,7 @@ use crate::services::plan::model::{ANN_VIP_HOST, ServiceKey};
 /// Every write first reads the Service (one GET) and skips the write when nothing would
 /// change. A failed Event write is logged at warn with the object, reason and HTTP status,
 /// once per (reason, status) per [`EVENT_FAILURE_LOG_WINDOW`](crate::kube::events::EVENT_FAILURE_LOG_WINDOW). RBAC: the rows of
-/// [`crate::cmd::manifest::rbac::API_CALLS`] with call sites in this file and in `src/kube/events.rs`.
+/// [`crate::kube::api::API_CALLS`] with call sites in this file and in `src/kube/events.rs`.
 #[derive(Clone)]
 pub struct KubeStatusWriter {
     pub(super) client: kube::Client,

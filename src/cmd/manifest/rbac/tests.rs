@@ -1,4 +1,11 @@
 use super::*;
+use crate::kube::api::*;
+use k8s_openapi::Resource;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Endpoints, Event as CoreEvent, Node, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::events::v1::Event as EventsV1Event;
+use std::collections::BTreeSet;
 
 /// enable_node_labeling reads and merge-patches the node's own Node: get and patch on
 /// nodes, only then; preflight asks for them only with the control plane on.
