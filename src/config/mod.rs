@@ -257,7 +257,7 @@ pub struct Config {
     pub eligibility: crate::nodes::eligibility::EligibilityRules,
     /// `svc_healthcheck` and `svc_healthcheck_hold` (vipd options): the data-path check of
     /// Service VIP holders ([`crate::services::health`]).
-    pub services_health: ServicesHealth,
+    pub services_health: crate::services::health::ServicesHealth,
     /// `svc_failback` and `svc_failback_holddown` (vipd options): the hold-down of fail-back
     /// to more preferred nodes ([`crate::election::failback`]); `None` (the default): off.
     pub services_failback: Option<Duration>,
@@ -269,6 +269,43 @@ pub struct Config {
 }
 
 impl Config {
+    /// The Services wing's settings.
+    pub fn services(&self) -> crate::services::Settings {
+        crate::services::Settings {
+            kube: self.kube(),
+            node_name: self.node_name.clone(),
+            interface: self.interface.clone(),
+            control_plane: self.control_plane,
+            addresses: self.addresses.clone(),
+            services_interface: self.services_interface.clone(),
+            vip_subnet: self.vip_subnet,
+            arp_rate: self.arp_rate,
+            nft_fence: self.nft_fence,
+            cp_namespace: self.lease.namespace.clone(),
+            services_timing: self.services_timing,
+            services_election: self.services_election,
+            services_ride_through: self.services_ride_through,
+            services_lease_name: self.services_lease_name.clone(),
+            services_namespace: self.services_namespace.clone(),
+            services_subnet_check: self.services_subnet_check,
+            services_health: self.services_health.clone(),
+            services_failback: self.services_failback,
+            lb_class_only: self.lb_class_only,
+            lb_class_name: self.lb_class_name.clone(),
+            dhcp_mode: self.dhcp_mode,
+        }
+    }
+
+    /// The Kubernetes client's settings.
+    pub fn kube(&self) -> crate::kube::client::Settings {
+        crate::kube::client::Settings {
+            kubeconfig: self.kubeconfig.clone(),
+            kubernetes_addr: self.kubernetes_addr.clone(),
+            control_plane: self.control_plane,
+            port: self.port,
+        }
+    }
+
     /// What the ARP flux check looks at (S36): each IPv4 control-plane VIP with its
     /// interface (`vip_interface`, else the one `kernel` chooses for it), and for Services
     /// the interface their VIPs go on (`vip_interface`, else the IPv4 default route's)
@@ -307,17 +344,6 @@ impl Config {
         }
         targets
     }
-}
-
-/// The node's Service health check settings.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ServicesHealth {
-    /// `svc_healthcheck`: the check of Services without the `vipd.io/healthcheck`
-    /// annotation; `None` (the default): none.
-    pub check: Option<crate::services::health::HealthCheck>,
-    /// `svc_healthcheck_hold` (default 30 s): minimum time out after a health hand-over,
-    /// and minimum hold before one.
-    pub hold: Duration,
 }
 
 /// The control-plane load balancer's settings (`lb_enable` set).

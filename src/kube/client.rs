@@ -25,8 +25,23 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use tower::{BoxError, ServiceBuilder, ServiceExt as _};
 use tracing::warn;
 
-use crate::config::Config;
 use crate::obs::readiness::WatchActivity;
+
+/// Where the API server is, as the client builders need it (composed by the configuration
+/// from kube-vip's `k8s_config_file`, `kubernetes_addr`, `cp_enable` and `port`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Settings {
+    /// `k8s_config_file` / `--k8sConfigPath`; `None`: in-cluster or the default kubeconfig
+    /// (and kube-vip's `/etc/kubernetes/admin.conf` in control-plane mode).
+    pub kubeconfig: Option<std::path::PathBuf>,
+    /// `kubernetes_addr`: the API server address (`host:port`) the elections use instead of
+    /// the kubeconfig's server.
+    pub kubernetes_addr: Option<String>,
+    /// `cp_enable`: control-plane mode (elections fall back to `127.0.0.1:<port>`).
+    pub control_plane: bool,
+    /// `port` (default 6443): the local API server's port.
+    pub port: u16,
+}
 
 /// Idle time of an API connection before the first TCP keepalive probe (`TCP_KEEPIDLE`).
 pub(crate) const API_KEEPALIVE_IDLE: Duration = Duration::from_secs(10);
@@ -103,7 +118,7 @@ pub fn api_url(addr: &str) -> Result<http::Uri, ClientError> {
 ///
 /// # Errors
 /// [`ClientError::Kubeconfig`], [`ClientError::Infer`].
-pub(crate) async fn base_config(cfg: &Config) -> Result<kube::Config, ClientError> {
+pub(crate) async fn base_config(cfg: &Settings) -> Result<kube::Config, ClientError> {
     kube_config(cfg.kubeconfig.as_deref(), cfg.control_plane).await
 }
 
@@ -144,7 +159,7 @@ async fn from_file(path: &Path) -> Result<kube::Config, ClientError> {
 /// The API server address the election talks to: `kubernetes_addr` when set; in
 /// control-plane mode otherwise `127.0.0.1:<port>` (the node's own API server); in
 /// services-only mode `None` (the kubeconfig's server is used).
-pub(crate) fn election_address(cfg: &Config) -> Option<String> {
+pub(crate) fn election_address(cfg: &Settings) -> Option<String> {
     api_address(cfg.kubernetes_addr.as_deref(), cfg.control_plane, cfg.port)
 }
 
@@ -169,7 +184,7 @@ pub(crate) fn api_address(
 ///
 /// # Errors
 /// See [`base_config`] and [`api_url`]; [`ClientError::Build`].
-pub(crate) async fn election_client(cfg: &Config) -> Result<(kube::Client, String), ClientError> {
+pub(crate) async fn election_client(cfg: &Settings) -> Result<(kube::Client, String), ClientError> {
     let kc = election_config(cfg).await?;
     let url = kc.cluster_url.to_string();
     let client = client_builder(&kc)?.build();
@@ -397,7 +412,7 @@ pub(crate) struct ServicesClients {
 ///
 /// # Errors
 /// As [`election_client`].
-pub(crate) async fn services_clients(cfg: &Config) -> Result<ServicesClients, ClientError> {
+pub(crate) async fn services_clients(cfg: &Settings) -> Result<ServicesClients, ClientError> {
     let mut kc = election_config(cfg).await?;
     // Watches on these clients ask the server to end them after SERVICES_WATCH_TIMEOUT_SECS;
     // a read that waits longer than this means a dead connection (e.g. half-open after a
@@ -420,7 +435,7 @@ pub(crate) async fn services_clients(cfg: &Config) -> Result<ServicesClients, Cl
 }
 
 /// The configuration [`election_client`] and [`services_clients`] are built from.
-async fn election_config(cfg: &Config) -> Result<kube::Config, ClientError> {
+async fn election_config(cfg: &Settings) -> Result<kube::Config, ClientError> {
     let mut kc = base_config(cfg).await?;
     if let Some(addr) = election_address(cfg) {
         let uri = api_url(&addr)?;

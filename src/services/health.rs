@@ -25,6 +25,17 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
+/// The node's Service health check settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServicesHealth {
+    /// `svc_healthcheck`: the check of Services without the `vipd.io/healthcheck`
+    /// annotation; `None` (the default): none.
+    pub check: Option<HealthCheck>,
+    /// `svc_healthcheck_hold` (default 30 s): minimum time out after a health hand-over,
+    /// and minimum hold before one.
+    pub hold: Duration,
+}
+
 /// The election gate a failing health check closes (see [`crate::election::Gates`]).
 pub const GATE_HEALTH: &str = "health";
 

@@ -31,9 +31,11 @@ pub mod health;
 pub mod lease_gc;
 pub mod plan;
 pub mod runtime;
+mod settings;
 mod select;
 pub mod status;
 mod sync;
 mod watch;
 
 pub use runtime::{Parts, Running, ServicesError, start};
+pub use settings::Settings;

@@ -41,7 +41,7 @@ use super::select::*;
 use super::status::KubeStatusWriter;
 use super::sync::*;
 use super::watch::*;
-use crate::config::Config;
+use super::Settings;
 use crate::election::kube::{KubeLeaseClient, LeaseHub};
 use crate::election::{ElectionEnd, LeaseClient};
 use crate::holder::{HolderConfig, VipSpec};
@@ -216,7 +216,7 @@ impl Running {
 /// # Errors
 /// [`ServicesError`] when the Service lease timings cannot be fenced or the clients
 /// cannot be built.
-pub async fn start(cfg: &Arc<Config>, parts: Parts) -> Result<Running, ServicesError> {
+pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, ServicesError> {
     let holder_cfg = HolderConfig {
         skip_dad: parts.holder_cfg.skip_dad,
         probe_window: parts.holder_cfg.probe_window,
@@ -227,7 +227,7 @@ pub async fn start(cfg: &Arc<Config>, parts: Parts) -> Result<Running, ServicesE
     };
     // Per-Service holders share one address dump per check interval.
     let cached = Arc::new(CachedKernel::new(parts.kernel, Duration::from_millis(200)));
-    let clients = crate::kube::client::services_clients(cfg).await?;
+    let clients = crate::kube::client::services_clients(&cfg.kube).await?;
     let ride = match cfg.services_ride_through {
         true => Some(ride_setup(cfg, &clients.other, cached.as_ref(), &holder_cfg).await?),
         false => None,
@@ -270,13 +270,13 @@ pub(super) struct RideSetup {
 /// [`ServicesError::RideThrough`] naming the Secret (missing, no `key`, too short, not
 /// readable), the interface or the timing rule.
 async fn ride_setup<K: Kernel>(
-    cfg: &Config,
+    cfg: &Settings,
     client: &kube::Client,
     kernel: &K,
     holder_cfg: &HolderConfig,
 ) -> Result<RideSetup, ServicesError> {
     use crate::kube::api::PEER_KEY_SECRET;
-    let ns = cfg.lease.namespace.as_str();
+    let ns = cfg.cp_namespace.as_str();
     let err = |what: String| ServicesError::RideThrough(format!("svc_ridethrough: {what}"));
     if !holder_cfg.fence.address_fences {
         // Its safety argument (docs/design.md) counts on the whole-second address fence.
@@ -361,7 +361,7 @@ impl Caches {
 /// Starts the reflectors on Services, Nodes and endpoints (until `watches`), reporting to
 /// `activity`.
 async fn start_caches(
-    cfg: &Config,
+    cfg: &Settings,
     client: &kube::Client,
     activity: &WatchActivity,
     watches: &CancellationToken,
@@ -430,13 +430,13 @@ async fn start_caches(
 }
 
 /// The planner's settings from the configuration.
-fn plan_config(cfg: &Config) -> PlanConfig {
+fn plan_config(cfg: &Settings) -> PlanConfig {
     PlanConfig {
         mode: if cfg.services_election {
             Mode::PerService
         } else {
             Mode::Global(LeaseRef {
-                namespace: cfg.lease.namespace.clone(),
+                namespace: cfg.cp_namespace.clone(),
                 name: cfg.services_lease_name.clone(),
             })
         },
@@ -457,7 +457,7 @@ fn plan_config(cfg: &Config) -> PlanConfig {
 /// (dropping VIPs and releasing leases) before returning.
 #[allow(clippy::too_many_arguments)] // each one is a separate part the manager owns
 async fn run<K: Kernel, A: Announcer>(
-    cfg: Arc<Config>,
+    cfg: Arc<Settings>,
     clients: crate::kube::client::ServicesClients,
     ride: Option<RideSetup>,
     kernel: Arc<K>,
@@ -491,7 +491,7 @@ async fn run<K: Kernel, A: Announcer>(
     let caches = start_caches(&cfg, &client, &activity, &watches).await;
     let lease_namespace = match cfg.services_election {
         true => namespace,
-        false => Some(cfg.lease.namespace.as_str()),
+        false => Some(cfg.cp_namespace.as_str()),
     };
     let hub = LeaseHub::start(client.clone(), lease_namespace, activity, watches.clone());
     // Heartbeats start here, after the manager's start-up cleanup removed a previous
@@ -591,7 +591,7 @@ async fn run<K: Kernel, A: Announcer>(
 
 /// The main loop's state between passes.
 struct MainLoop<K: Kernel, A: Announcer> {
-    cfg: Arc<Config>,
+    cfg: Arc<Settings>,
     shared: Arc<Shared<K, A>>,
     plan_cfg: PlanConfig,
     caches: Caches,
@@ -609,7 +609,7 @@ struct MainLoop<K: Kernel, A: Announcer> {
 
 impl<K: Kernel, A: Announcer> MainLoop<K, A> {
     fn new(
-        cfg: Arc<Config>,
+        cfg: Arc<Settings>,
         shared: Arc<Shared<K, A>>,
         plan_cfg: PlanConfig,
         caches: Caches,

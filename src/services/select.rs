@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Service;
 use tracing::debug;
 
-use crate::config::Config;
+use super::Settings;
 use crate::net::Kernel;
 use crate::services::plan::desired::{self, Candidate, LeaseRef, NotHere, Plan};
 use crate::services::plan::model::{self, Selection, ServiceInfo, ServiceKey};
@@ -254,7 +254,7 @@ pub(super) fn uid_of(services: &[Arc<Service>], key: &ServiceKey) -> Option<Stri
 /// nodes' own (`node_addrs`); `here`: whether this node may announce each one
 /// ([`ThisNode::not_here`], giving [`Candidate::not_here`]).
 pub(super) fn candidates(
-    cfg: &Config,
+    cfg: &Settings,
     services: &[Arc<Service>],
     local: &HashSet<(String, String)>,
     node_addrs: &BTreeMap<IpAddr, String>,
@@ -573,22 +573,49 @@ mod tests {
         );
     }
 
-    /// The manager's configuration from the environment `env` (no flags).
-    fn config(env: &[(&str, &str)]) -> Config {
-        use clap::Parser;
-        let env: std::collections::HashMap<&str, &str> = env.iter().copied().collect();
-        let args = crate::config::ManagerArgs::try_parse_from(["manager"]).unwrap();
-        crate::config::resolve(&args, &|k| env.get(k).map(|v| v.to_string()), None).unwrap()
+    /// The Services settings of node `node-a` with vipd's defaults (what
+    /// `Config::services` gives for `svc_enable=true` alone), changed by `edit`.
+    fn settings(edit: impl FnOnce(&mut Settings)) -> Settings {
+        let mut s = Settings {
+            kube: crate::kube::client::Settings::default(),
+            node_name: "node-a".into(),
+            interface: None,
+            control_plane: false,
+            addresses: Vec::new(),
+            services_interface: None,
+            vip_subnet: crate::net::VipSubnet { v4: 32, v6: 128 },
+            arp_rate: Duration::from_secs(3),
+            nft_fence: false,
+            cp_namespace: "kube-system".into(),
+            services_timing: crate::lease::Timing {
+                lease_duration: Duration::from_secs(3),
+                renew_deadline: Duration::from_secs(2),
+                retry_period: Duration::from_secs(1),
+            },
+            services_election: false,
+            services_ride_through: false,
+            services_lease_name: "plndr-svcs-lock".into(),
+            services_namespace: None,
+            services_subnet_check: true,
+            services_health: crate::services::health::ServicesHealth {
+                check: None,
+                hold: Duration::from_secs(30),
+            },
+            services_failback: None,
+            lb_class_only: false,
+            lb_class_name: crate::services::plan::model::DEFAULT_LB_CLASS_NAME.into(),
+            dhcp_mode: false,
+        };
+        edit(&mut s);
+        s
     }
 
     #[test]
     fn node_selector_mismatch_is_not_here_and_an_invalid_one_is_not_announced() {
-        let cfg = config(&[
-            ("svc_enable", "true"),
-            ("svc_election", "true"),
-            ("vip_interface", "eth0"),
-            ("vip_nodename", "node-a"),
-        ]);
+        let cfg = settings(|s| {
+            s.services_election = true;
+            s.interface = Some("eth0".into());
+        });
         let unusable = Unusable {
             control_plane: Vec::new(),
             vip_subnet: cfg.vip_subnet,
@@ -655,13 +682,11 @@ mod tests {
 
     #[test]
     fn refused_addresses_are_noted_with_field_and_value() {
-        let cfg = config(&[
-            ("cp_enable", "true"),
-            ("svc_enable", "true"),
-            ("address", "192.0.2.10"),
-            ("vip_interface", "eth0"),
-            ("vip_nodename", "node-a"),
-        ]);
+        let cfg = settings(|s| {
+            s.control_plane = true;
+            s.addresses = vec!["192.0.2.10".parse().unwrap()];
+            s.interface = Some("eth0".into());
+        });
         let unusable = Unusable {
             control_plane: cfg.addresses.clone(),
             vip_subnet: cfg.vip_subnet,
@@ -787,13 +812,9 @@ mod tests {
         );
     }
 
-    /// Resolved configuration with `svc_enable` and `dhcp_mode` = `dhcp`.
-    fn dhcp_cfg(dhcp: bool) -> Config {
-        config(&[
-            ("svc_enable", "true"),
-            ("vip_nodename", "node-a"),
-            ("dhcp_mode", if dhcp { "true" } else { "false" }),
-        ])
+    /// The settings with `dhcp_mode` = `dhcp`.
+    fn dhcp_cfg(dhcp: bool) -> Settings {
+        settings(|s| s.dhcp_mode = dhcp)
     }
 
     fn with_annotation(svc: Arc<Service>, name: &str, value: &str) -> Arc<Service> {

@@ -69,7 +69,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     }
     let cfg = Arc::new(cfg);
     let holder_cfg = holder_config(&cfg)?;
-    let (client, url) = crate::kube::client::election_client(&cfg).await?;
+    let (client, url) = crate::kube::client::election_client(&cfg.kube()).await?;
     info!(api = %url, "talking to this API server (kubernetes_addr, else 127.0.0.1:port in control-plane mode, else the kubeconfig's)");
 
     let kernel = Arc::new(NetlinkKernel::new()?);
@@ -122,7 +122,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     let services = match cfg.services {
         true => Some(
             services::start(
-                &cfg,
+                &Arc::new(cfg.services()),
                 services::Parts {
                     kernel: kernel.clone(),
                     holder_cfg: HolderConfig {

@@ -723,7 +723,7 @@ async fn check_vips_free(
 
 /// The `api` row: the election client answers within 5 s. Returns the client when it does.
 async fn check_api(cfg: &Config, report: &mut Report) -> Option<kube::Client> {
-    match crate::kube::client::election_client(cfg).await {
+    match crate::kube::client::election_client(&cfg.kube()).await {
         Ok((c, url)) => match tokio::time::timeout(Duration::from_secs(5), c.apiserver_version())
             .await
         {

@@ -1,0 +1,60 @@
+//! The Services wing's own settings, composed by the configuration
+//! (`crate::config::Config::services`) from kube-vip's and vipd's options.
+
+use std::net::IpAddr;
+use std::time::Duration;
+
+use crate::lease::Timing;
+use crate::net::VipSubnet;
+
+use super::health::ServicesHealth;
+
+/// What the Services wing reads of the node's configuration. Each field names the option
+/// it comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// Where the API server is (`k8s_config_file`, `kubernetes_addr`, `cp_enable`, `port`).
+    pub kube: crate::kube::client::Settings,
+    /// `vip_nodename`: this node's name, never empty.
+    pub node_name: String,
+    /// `vip_interface`; `None`: chosen per VIP.
+    pub interface: Option<String>,
+    /// `cp_enable`: the control-plane VIPs (`addresses`) are refused to Services.
+    pub control_plane: bool,
+    /// `address`: the control-plane VIPs.
+    pub addresses: Vec<IpAddr>,
+    /// `vip_servicesinterface`: the interface of Service VIPs, if other than
+    /// `vip_interface`.
+    pub services_interface: Option<String>,
+    /// `vip_subnet`: prefix lengths of VIPs.
+    pub vip_subnet: VipSubnet,
+    /// `vip_arpRate`: gratuitous ARP repeat interval.
+    pub arp_rate: Duration,
+    /// `vip_nftfence`: fence every VIP in nftables too.
+    pub nft_fence: bool,
+    /// `cp_namespace`: where the peer key Secret is (`svc_ridethrough`) and the global
+    /// Services lease lives.
+    pub cp_namespace: String,
+    /// `svc_leaseduration`, `svc_renewdeadline`, `svc_retryperiod`.
+    pub services_timing: Timing,
+    /// `svc_election`: one lease per Service.
+    pub services_election: bool,
+    /// `svc_ridethrough`: ride through API outages with the peer protocol.
+    pub services_ride_through: bool,
+    /// `svc_leasename`: the global Services lease.
+    pub services_lease_name: String,
+    /// `svc_namespace`; `None`: all namespaces.
+    pub services_namespace: Option<String>,
+    /// `svc_subnet_check`: campaign only for Services inside one of the node's subnets.
+    pub services_subnet_check: bool,
+    /// `svc_healthcheck`, `svc_healthcheck_hold`.
+    pub services_health: ServicesHealth,
+    /// `svc_failback_holddown` with `svc_failback`; `None`: off.
+    pub services_failback: Option<Duration>,
+    /// `lb_class_only`.
+    pub lb_class_only: bool,
+    /// `lb_class_name`.
+    pub lb_class_name: String,
+    /// `dhcp_mode`.
+    pub dhcp_mode: bool,
+}
