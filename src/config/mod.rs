@@ -124,17 +124,6 @@ pub use resolve::{Resolved, resolve, resolve_detailed};
 // Types the rest of the crate codes against.
 // ---------------------------------------------------------------------------------------
 
-/// Lease timings and identity for one election (client-go leaderelection semantics).
-#[derive(Debug, Clone, PartialEq)]
-pub struct LeaseConfig {
-    /// Lease object name, e.g. `plndr-cp-lock` (kube-vip `vip_leasename`).
-    pub name: String,
-    /// Namespace of the Lease (kube-vip `cp_namespace`).
-    pub namespace: String,
-    /// `vip_leaseduration`, `vip_renewdeadline`, `vip_retryperiod`.
-    pub timing: Timing,
-}
-
 /// Log level (`vip_loglevel`, kube-vip uses logrus numbers 0..=6; names also accepted).
 ///
 /// logrus numbers: 0 panic, 1 fatal, 2 error (all three map to [`LogLevel::Error`]),
@@ -199,7 +188,7 @@ pub struct Config {
     /// always elected).
     pub leader_election: bool,
     /// Control-plane lease (`vip_leasename`, `cp_namespace`, timings).
-    pub lease: LeaseConfig,
+    pub lease: crate::lease::LeaseConfig,
     /// Timings of Service leases (per-Service and global): `svc_leaseduration`,
     /// `svc_renewdeadline`, `svc_retryperiod` (vipd options, each defaulting to its `vip_*`
     /// twin). Every held Service lease is written once per retry period.
@@ -263,12 +252,27 @@ pub struct Config {
     pub services_failback: Option<Duration>,
     /// `lb_enable` / `--enableLoadBalancer`, `lb_port`, `lb_fwdmethod`: control-plane load
     /// balancing ([`crate::controlplane::lb`]); `None` when `lb_enable` is off.
-    pub load_balancer: Option<LoadBalancerConfig>,
+    pub load_balancer: Option<crate::controlplane::lb::LoadBalancerConfig>,
     /// `vip_loglevel`.
     pub log_level: LogLevel,
 }
 
 impl Config {
+    /// The control-plane wing's settings.
+    pub fn controlplane(&self) -> crate::controlplane::Settings {
+        crate::controlplane::Settings {
+            node_name: self.node_name.clone(),
+            interface: self.interface.clone(),
+            addresses: self.addresses.clone(),
+            vip_subnet: self.vip_subnet,
+            port: self.port,
+            arp_rate: self.arp_rate,
+            lease: self.lease.clone(),
+            enable_node_labeling: self.enable_node_labeling,
+            load_balancer: self.load_balancer.clone(),
+        }
+    }
+
     /// The Services wing's settings.
     pub fn services(&self) -> crate::services::Settings {
         crate::services::Settings {
@@ -344,15 +348,6 @@ impl Config {
         }
         targets
     }
-}
-
-/// The control-plane load balancer's settings (`lb_enable` set).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LoadBalancerConfig {
-    /// `lb_port` / `--lbPort` (default 6443): the frontend port on the VIP.
-    pub lb_port: u16,
-    /// `lb_fwdmethod` / `--lbForwardingMethod` (default `local`).
-    pub forwarding: crate::controlplane::lb::Forwarding,
 }
 
 // ---------------------------------------------------------------------------------------

@@ -1,10 +1,12 @@
 //! Resolution: flags, environment and config file into one validated [`Config`], with
 //! kube-vip's precedence (see the module docs of [`crate::config`]).
 
-use crate::services::health::ServicesHealth;
 use super::options::*;
 use super::parse::*;
 use super::*;
+use crate::controlplane::lb::LoadBalancerConfig;
+use crate::lease::LeaseConfig;
+use crate::services::health::ServicesHealth;
 
 // ---------------------------------------------------------------------------------------
 // Resolution.

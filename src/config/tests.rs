@@ -4,6 +4,7 @@ use super::args::*;
 use super::options::*;
 use super::resolve::*;
 use super::*;
+use crate::lease::LeaseConfig;
 use clap::CommandFactory;
 use clap::Parser;
 use std::collections::HashMap;

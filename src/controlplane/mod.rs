@@ -14,12 +14,35 @@ use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
 use tracing::{error, info, warn};
 
-use crate::config::Config;
 use crate::election::kube::KubeLeaseClient;
 use crate::election::{Elector, Gates};
 use crate::holder::{HolderConfig, VipHolder, VipSpec};
 use crate::net::{Kernel, NetlinkKernel, RawAnnouncer, Vip};
 use crate::obs::readiness::Readiness;
+
+/// What the control-plane wing reads of the node's configuration (composed by
+/// `crate::config::Config::controlplane`). Each field names the option it comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Settings {
+    /// `vip_nodename`: this node's name, never empty.
+    pub node_name: String,
+    /// `vip_interface`; `None`: chosen per VIP.
+    pub interface: Option<String>,
+    /// `address`: the control-plane VIPs.
+    pub addresses: Vec<IpAddr>,
+    /// `vip_subnet`: prefix lengths of VIPs.
+    pub vip_subnet: crate::net::VipSubnet,
+    /// `port`: the API server port (health checks, load balancer backends).
+    pub port: u16,
+    /// `vip_arpRate`: gratuitous ARP repeat interval.
+    pub arp_rate: std::time::Duration,
+    /// `vip_leasename`, `cp_namespace`, `vip_leaseduration`/`renewdeadline`/`retryperiod`.
+    pub lease: crate::lease::LeaseConfig,
+    /// `enable_node_labeling`: label the holder's Node `kube-vip.io/has-ip`.
+    pub enable_node_labeling: bool,
+    /// `lb_enable` with `lb_port`, `lb_fwdmethod`; `None`: no load balancing.
+    pub load_balancer: Option<lb::LoadBalancerConfig>,
+}
 
 /// Why the control-plane configuration cannot be used.
 #[derive(Debug, thiserror::Error)]
@@ -54,7 +77,7 @@ pub enum ControlPlaneError {
 }
 
 /// The control-plane VIPs with their prefix (`vip_subnet`) and interface.
-pub(crate) fn control_plane_vips(cfg: &Config) -> Vec<VipSpec> {
+pub(crate) fn control_plane_vips(cfg: &Settings) -> Vec<VipSpec> {
     cfg.addresses
         .iter()
         .map(|a| VipSpec {
@@ -102,7 +125,7 @@ pub(crate) fn check_subnet_edge(
 /// reports it).
 pub(crate) async fn subnet_edges<K: Kernel>(
     kernel: &K,
-    cfg: &Config,
+    cfg: &Settings,
 ) -> Vec<(IpAddr, Option<Result<(), ControlPlaneError>>)> {
     let mut out = Vec::new();
     for spec in control_plane_vips(cfg) {
@@ -163,7 +186,7 @@ pub struct Running {
 /// `/readyz` and posts a Warning Event about the Lease until `shutdown`. With
 /// `enable_node_labeling`, a task of its own keeps this node's `kube-vip.io/has-ip` label
 /// in step with the lease (the first address of `address`), never holding up the VIPs.
-pub fn start(cfg: &Config, parts: Parts, shutdown: CancellationToken) -> Running {
+pub fn start(cfg: &Settings, parts: Parts, shutdown: CancellationToken) -> Running {
     let Parts {
         client,
         kernel,

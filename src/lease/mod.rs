@@ -5,6 +5,17 @@
 
 use std::time::Duration;
 
+/// Lease timings and identity for one election (client-go leaderelection semantics).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseConfig {
+    /// Lease object name, e.g. `plndr-cp-lock` (kube-vip `vip_leasename`).
+    pub name: String,
+    /// Namespace of the Lease (kube-vip `cp_namespace`).
+    pub namespace: String,
+    /// `vip_leaseduration`, `vip_renewdeadline`, `vip_retryperiod`.
+    pub timing: Timing,
+}
+
 /// Lease timings (client-go `LeaderElectionConfig`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Timing {

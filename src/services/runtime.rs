@@ -34,6 +34,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+use super::Settings;
 use super::endpoints::endpointslice_v1_served;
 use super::governance::{self, Handover, LeaseView};
 use super::group::GroupHandle;
@@ -41,7 +42,6 @@ use super::select::*;
 use super::status::KubeStatusWriter;
 use super::sync::*;
 use super::watch::*;
-use super::Settings;
 use crate::election::kube::{KubeLeaseClient, LeaseHub};
 use crate::election::{ElectionEnd, LeaseClient};
 use crate::holder::{HolderConfig, VipSpec};

@@ -103,7 +103,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     needs_nft_fence(&cfg, &holder_cfg, nft_fence.active())?;
     let control_plane = cfg.control_plane.then(|| {
         controlplane::start(
-            &cfg,
+            &cfg.controlplane(),
             controlplane::Parts {
                 client: client.clone(),
                 kernel: kernel.clone(),
@@ -205,7 +205,7 @@ async fn startup_checks(
         );
     }
     if cfg.control_plane {
-        for (_, checked) in controlplane::subnet_edges(kernel, cfg).await {
+        for (_, checked) in controlplane::subnet_edges(kernel, &cfg.controlplane()).await {
             if let Some(Err(e)) = checked {
                 return Err(e.into());
             }

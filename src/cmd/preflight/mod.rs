@@ -456,7 +456,7 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
         Ok(k) => {
             let vip_link = check_interface(&k, cfg, &mut report).await;
             if cfg.control_plane {
-                let edges = crate::controlplane::subnet_edges(&k, cfg).await;
+                let edges = crate::controlplane::subnet_edges(&k, &cfg.controlplane()).await;
                 report.checks.extend(check_vip_addresses(&edges));
             }
             check_vips_free(&k, cfg, args, vip_link.as_ref(), has_raw, &mut report).await;

@@ -51,6 +51,15 @@ use backends::{Candidate, Health};
 use health::Prober;
 use nft::{Family, Ruleset};
 
+/// The control-plane load balancer's settings (`lb_enable` set).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadBalancerConfig {
+    /// `lb_port` / `--lbPort` (default 6443): the frontend port on the VIP.
+    pub lb_port: u16,
+    /// `lb_fwdmethod` / `--lbForwardingMethod` (default `local`).
+    pub forwarding: Forwarding,
+}
+
 /// `lb_port`'s default (kube-vip's `--lbPort`): 6443.
 pub const DEFAULT_LB_PORT: u16 = 6443;
 
