@@ -1,6 +1,8 @@
 //! One campaign or renewal step (client-go `tryAcquireOrRenew`) and the lease calls'
 //! bookkeeping: failures, time limits, the duplicate-identity check.
 
+use std::ops::ControlFlow;
+
 use super::*;
 
 /// What a successful write means beyond the record: when its request was sent, and for an
@@ -48,14 +50,7 @@ impl<C: LeaseClient> Elector<C> {
             &self.identity,
             &st.own,
         );
-        // Its holder handed this very version over (ride link): free to take before expiry.
-        let handed_over = st.leading.is_none()
-            && matches!(standing, Standing::HeldByOther { .. })
-            && self.ride.as_ref().is_some_and(|r| {
-                st.observed
-                    .as_ref()
-                    .is_some_and(|o| o.record.holder != self.identity && r.handed_over(o))
-            });
+        let handed_over = self.handed_over(st, &standing);
         if handed_over {
             debug!(%lease, "its holder handed the lease over to the peers; taking it before expiry");
             standing = Standing::Free;
@@ -76,6 +71,60 @@ impl<C: LeaseClient> Elector<C> {
                 Standing::Ours | Standing::Free => true,
                 Standing::HeldByOther { .. } => false,
             };
+        let ControlFlow::Continue(in_flight) = self.acquire_turn(st, &lease, now, acquiring) else {
+            return;
+        };
+        if acquiring && !self.may_acquire(st, &lease, now).await {
+            return;
+        }
+        let Some((sent, call_started, result)) =
+            self.write_claim(st, &standing, now, call_started).await
+        else {
+            return;
+        };
+        match result {
+            Ok(obs) => {
+                let taken = Taken {
+                    call_started,
+                    failover: previous_holder.is_some(),
+                    clean: released_before,
+                };
+                self.on_written(st, &sent, obs, taken);
+            }
+            Err(LeaseError::Conflict { .. }) | Err(LeaseError::AlreadyExists { .. }) => {
+                // Somebody wrote it since we read it: read again and decide again at once.
+                debug!(%lease, "lease changed under us; re-reading");
+                st.known = false;
+                st.next_attempt = Instant::now();
+            }
+            Err(e) => self.on_failure(st, e),
+        }
+        drop(in_flight);
+    }
+
+    /// Whether the lease's holder handed this very version over (ride link): free to take
+    /// before expiry.
+    fn handed_over(&self, st: &Run, standing: &Standing) -> bool {
+        st.leading.is_none()
+            && matches!(standing, Standing::HeldByOther { .. })
+            && self.ride.as_ref().is_some_and(|r| {
+                st.observed
+                    .as_ref()
+                    .is_some_and(|o| o.record.holder != self.identity && r.handed_over(o))
+            })
+    }
+
+    /// When an acquisition (`acquiring`) may be written: at once for the node a fail-back
+    /// request names, else after the spread's and the preference's wait since the lease
+    /// became free. `Continue` with the spread's in-flight mark to hold during the write;
+    /// `Break` (with `st.next_attempt` set) while it must wait.
+    fn acquire_turn(
+        &self,
+        st: &mut Run,
+        lease: &str,
+        now: Instant,
+        acquiring: bool,
+    ) -> ControlFlow<(), Option<spread::InFlight>> {
         let mut in_flight = None;
         // A lease released with a fail-back request (see [`super::failback`]) goes to the
         // node it names: that node takes it at once, every other one a retry period later.
@@ -108,48 +157,31 @@ impl<C: LeaseClient> Elector<C> {
             if now < at {
                 debug!(%lease, wait_ms = (at - now).as_millis() as u64, ahead = self.spread.as_ref().map(|sp| sp.ahead()), preference_ms = preference.as_millis() as u64, "spreading: waiting before acquiring");
                 st.next_attempt = at;
-                return;
+                return ControlFlow::Break(());
             }
             in_flight = self.spread.as_ref().map(|sp| sp.begin());
         }
-        if acquiring
-            && let Some(ride) = &self.ride
+        ControlFlow::Continue(in_flight)
+    }
+
+    /// Whether an acquisition may be written now: the ride link lets this candidate acquire
+    /// the lease it observed, and the acquisition check says the lease serves something;
+    /// when not, the next attempt is a retry period away.
+    async fn may_acquire(&self, st: &mut Run, lease: &str, now: Instant) -> bool {
+        if let Some(ride) = &self.ride
             && !ride.may_acquire(now, st.observed.as_ref(), st.observed_at)
         {
             st.next_attempt = Instant::now() + self.timing.retry_period;
-            return;
+            return false;
         }
-        if acquiring
-            && let Some(check) = &self.acquire_check
+        if let Some(check) = &self.acquire_check
             && !check().await
         {
             debug!(%lease, "not acquiring: the acquisition check says the lease serves nothing");
             st.next_attempt = Instant::now() + self.timing.retry_period;
-            return;
+            return false;
         }
-        let Some((sent, call_started, result)) =
-            self.write_claim(st, &standing, now, call_started).await
-        else {
-            return;
-        };
-        match result {
-            Ok(obs) => {
-                let taken = Taken {
-                    call_started,
-                    failover: previous_holder.is_some(),
-                    clean: released_before,
-                };
-                self.on_written(st, &sent, obs, taken);
-            }
-            Err(LeaseError::Conflict { .. }) | Err(LeaseError::AlreadyExists { .. }) => {
-                // Somebody wrote it since we read it: read again and decide again at once.
-                debug!(%lease, "lease changed under us; re-reading");
-                st.known = false;
-                st.next_attempt = Instant::now();
-            }
-            Err(e) => self.on_failure(st, e),
-        }
-        drop(in_flight);
+        true
     }
 
     /// Reads the lease (a GET within the call timeout) and records what it shows; `false`

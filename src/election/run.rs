@@ -25,23 +25,7 @@ impl<C: LeaseClient> Elector<C> {
         info!(%lease, identity = %self.identity, ?self.timing, "leader election starting");
         let mut watch = self.client.watch();
         let now = Instant::now();
-        let mut st = Run {
-            observed: None,
-            known: false,
-            observed_at: now,
-            leading: None,
-            term: 0,
-            next_attempt: now,
-            watch_healthy: false,
-            backoff: Backoff::new(self.timing.retry_period, self.timing.max_backoff()),
-            absent_until: None,
-            seen_other_holder: false,
-            free_since: None,
-            own: OwnWrites::default(),
-            ever_observed: false,
-            failback_seen: None,
-            failback_asked: None,
-        };
+        let mut st = self.first_run(now);
         let seen = self.spread.as_ref().map(|sp| sp.watch_lease(&lease));
         loop {
             let now = Instant::now();
@@ -88,30 +72,7 @@ impl<C: LeaseClient> Elector<C> {
                         // Gates dropped: treat as all open from now on.
                         continue;
                     }
-                    let closed_now = closed(&self.gates.borrow_and_update());
-                    // The VIP holder's start-up gate is routine: not worth an info line.
-                    let starting_only = |c: &[String]| {
-                        c.iter().all(|g| g == GATE_STARTING)
-                    };
-                    if !closed_now.is_empty() {
-                        if st.leading.is_some() {
-                            let why = format!("local condition failed: {}", closed_now.join(", "));
-                            let _ = Box::pin(self.step_down(&mut st, true, &why)).await;
-                        } else if starting_only(&closed_now) {
-                            debug!(%lease, "waiting for the VIP holder's first local checks");
-                        } else {
-                            info!(%lease, gates = ?closed_now, "not campaigning while local conditions fail");
-                        }
-                    } else if !open {
-                        // Only a real change from closed to open (gates are first set open
-                        // at start, which is no news).
-                        if starting_only(&closed_before) {
-                            debug!(%lease, "local checks done; campaigning");
-                        } else {
-                            info!(%lease, "local conditions good again; campaigning");
-                        }
-                        st.next_attempt = Instant::now();
-                    }
+                    self.on_gates_changed(&mut st, &lease, open, &closed_before).await;
                 }
                 _ = sleep_until(wake) => {
                     Box::pin(self.on_timer(&mut st, open)).await;
@@ -125,6 +86,60 @@ impl<C: LeaseClient> Elector<C> {
                     Box::pin(self.on_ride_news(&mut st, open)).await;
                 }
             }
+        }
+    }
+
+    /// The first state of a run: nothing observed, an attempt due at `now`.
+    fn first_run(&self, now: Instant) -> Run {
+        Run {
+            observed: None,
+            known: false,
+            observed_at: now,
+            leading: None,
+            term: 0,
+            next_attempt: now,
+            watch_healthy: false,
+            backoff: Backoff::new(self.timing.retry_period, self.timing.max_backoff()),
+            absent_until: None,
+            seen_other_holder: false,
+            free_since: None,
+            own: OwnWrites::default(),
+            ever_observed: false,
+            failback_seen: None,
+            failback_asked: None,
+        }
+    }
+
+    /// The local gates changed (from `closed_before`; `open`: they were all open): step down
+    /// when one closed while leading, campaign at once when they all opened again.
+    async fn on_gates_changed(
+        &mut self,
+        st: &mut Run,
+        lease: &str,
+        open: bool,
+        closed_before: &[String],
+    ) {
+        let closed_now = closed(&self.gates.borrow_and_update());
+        // The VIP holder's start-up gate is routine: not worth an info line.
+        let starting_only = |c: &[String]| c.iter().all(|g| g == GATE_STARTING);
+        if !closed_now.is_empty() {
+            if st.leading.is_some() {
+                let why = format!("local condition failed: {}", closed_now.join(", "));
+                let _ = Box::pin(self.step_down(st, true, &why)).await;
+            } else if starting_only(&closed_now) {
+                debug!(%lease, "waiting for the VIP holder's first local checks");
+            } else {
+                info!(%lease, gates = ?closed_now, "not campaigning while local conditions fail");
+            }
+        } else if !open {
+            // Only a real change from closed to open (gates are first set open
+            // at start, which is no news).
+            if starting_only(closed_before) {
+                debug!(%lease, "local checks done; campaigning");
+            } else {
+                info!(%lease, "local conditions good again; campaigning");
+            }
+            st.next_attempt = Instant::now();
         }
     }
 

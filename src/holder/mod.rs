@@ -7,9 +7,12 @@
 //! [`VipHolder`] loop applies it through the [`Kernel`] and [`Announcer`] traits.
 
 mod announce;
+mod check;
 mod claims;
 pub mod probe;
+mod refresh;
 mod task;
+mod vipset;
 
 use crate::lease::{FencePlan, Timing, TimingError, fence_plan};
 use std::collections::BTreeMap;

@@ -428,6 +428,88 @@ impl NetlinkKernel {
             r => r,
         }
     }
+
+    /// Whether `vip` is on `ifindex` already (same prefix); [`NetError::NotOurs`] when any
+    /// interface carries its address without vipd's tag.
+    async fn existing_ours(&self, ifindex: u32, vip: Vip) -> Result<bool, NetError> {
+        let addrs = self.dump_addrs().await?;
+        let mut existing = false;
+        for (_, a) in addrs.iter().filter(|(_, a)| a.vip.addr == vip.addr) {
+            if !a.ours {
+                return Err(NetError::NotOurs {
+                    addr: vip.addr,
+                    ifindex: a.ifindex,
+                    ifname: self.ifname(a.ifindex).await,
+                });
+            }
+            existing |= a.ifindex == ifindex && a.vip.prefix == vip.prefix;
+        }
+        Ok(existing)
+    }
+
+    /// The error of an add of `vip` the kernel refused with `EEXIST` (`e`): the address
+    /// appeared between our dump and the add; [`NetError::NotOurs`] when it is not ours.
+    async fn add_exists_error(
+        &self,
+        vip: Vip,
+        e: rtnetlink::Error,
+        target: &impl Fn() -> String,
+    ) -> NetError {
+        // Appeared between our dump and the add: find out whose it is.
+        let addrs = match self.dump_addrs().await {
+            Ok(addrs) => addrs,
+            Err(dump) => return dump,
+        };
+        if let Some((_, a)) = addrs
+            .iter()
+            .find(|(_, a)| a.vip.addr == vip.addr && !a.ours)
+        {
+            return NetError::NotOurs {
+                addr: vip.addr,
+                ifindex: a.ifindex,
+                ifname: self.ifname(a.ifindex).await,
+            };
+        }
+        NetError::Netlink {
+            op: "add address",
+            target: target(),
+            source: e,
+        }
+    }
+
+    /// After the first address this process created (`vip` on `ifindex`, tag mode still
+    /// unknown): detects whether the kernel kept IFA_PROTO. `true` when the add is done;
+    /// `false` when the address came back untagged and was removed, to be added again with
+    /// a label.
+    async fn kept_tag(
+        &self,
+        ifindex: u32,
+        vip: Vip,
+        target: &impl Fn() -> String,
+    ) -> Result<bool, NetError> {
+        let addrs = self.dump_addrs().await?;
+        let Some((msg, _)) = addrs.into_iter().find(|(_, a)| {
+            a.ifindex == ifindex && a.vip.addr == vip.addr && a.vip.prefix == vip.prefix
+        }) else {
+            // Gone already (expired or removed meanwhile); decide next time.
+            return Ok(true);
+        };
+        let detected = detect_tag_mode(RawAddr::from_message(&msg).proto);
+        self.set_tag_mode(detected);
+        if detected == TagMode::Proto {
+            return Ok(true);
+        }
+        // The address we just created (NLM_F_EXCL, so it is ours) is untagged: replace it
+        // with a labelled one, or remove it when it cannot be tagged.
+        self.send_del(msg)
+            .await
+            .map_err(|source| NetError::Netlink {
+                op: "remove untaggable address",
+                target: target(),
+                source,
+            })?;
+        Ok(false)
+    }
 }
 
 impl Kernel for NetlinkKernel {
@@ -491,18 +573,7 @@ impl Kernel for NetlinkKernel {
         let target = || format!("{vip} on {} (index {ifindex})", link.name);
         // At most: one try with IFA_PROTO, one with the label fallback.
         for _attempt in 0..2 {
-            let addrs = self.dump_addrs().await?;
-            let mut existing = false;
-            for (_, a) in addrs.iter().filter(|(_, a)| a.vip.addr == vip.addr) {
-                if !a.ours {
-                    return Err(NetError::NotOurs {
-                        addr: vip.addr,
-                        ifindex: a.ifindex,
-                        ifname: self.ifname(a.ifindex).await,
-                    });
-                }
-                existing |= a.ifindex == ifindex && a.vip.prefix == vip.prefix;
-            }
+            let existing = self.existing_ours(ifindex, vip).await?;
             let mode = self.tag_mode();
             let tag = tag_for(mode, vip, &link.name)?;
             let held = match self
@@ -519,23 +590,7 @@ impl Kernel for NetlinkKernel {
                     continue;
                 }
                 Err(e) if errno(&e) == Some(EEXIST) => {
-                    // Appeared between our dump and the add: find out whose it is.
-                    let addrs = self.dump_addrs().await?;
-                    if let Some((_, a)) = addrs
-                        .iter()
-                        .find(|(_, a)| a.vip.addr == vip.addr && !a.ours)
-                    {
-                        return Err(NetError::NotOurs {
-                            addr: vip.addr,
-                            ifindex: a.ifindex,
-                            ifname: self.ifname(a.ifindex).await,
-                        });
-                    }
-                    return Err(NetError::Netlink {
-                        op: "add address",
-                        target: target(),
-                        source: e,
-                    });
+                    return Err(self.add_exists_error(vip, e, &target).await);
                 }
                 Err(source) => {
                     return Err(NetError::Netlink {
@@ -549,27 +604,9 @@ impl Kernel for NetlinkKernel {
                 return Ok(held);
             }
             // First address created by this process: did the kernel keep IFA_PROTO?
-            let addrs = self.dump_addrs().await?;
-            let Some((msg, _)) = addrs.into_iter().find(|(_, a)| {
-                a.ifindex == ifindex && a.vip.addr == vip.addr && a.vip.prefix == vip.prefix
-            }) else {
-                // Gone already (expired or removed meanwhile); decide next time.
-                return Ok(held);
-            };
-            let detected = detect_tag_mode(RawAddr::from_message(&msg).proto);
-            self.set_tag_mode(detected);
-            if detected == TagMode::Proto {
+            if self.kept_tag(ifindex, vip, &target).await? {
                 return Ok(held);
             }
-            // The address we just created (NLM_F_EXCL, so it is ours) is untagged: replace it
-            // with a labelled one, or remove it when it cannot be tagged.
-            self.send_del(msg)
-                .await
-                .map_err(|source| NetError::Netlink {
-                    op: "remove untaggable address",
-                    target: target(),
-                    source,
-                })?;
         }
         // Second pass failed to tag as well.
         tag_for(TagMode::Label, vip, &link.name).map(|_| ())?;

@@ -143,6 +143,154 @@ impl std::fmt::Debug for Metrics {
     }
 }
 
+/// Registers the ride-through and peer protocol families.
+fn register_peer(
+    registry: &mut Registry,
+    riding: &Family<LeaseLabels, Gauge>,
+    peer_api: &Gauge,
+    peer_frames: &Family<ResultLabels, Counter>,
+) {
+    registry.register(
+        "vipd_ride_through",
+        "1 while this node keeps the lease's Service VIPs through an API server outage",
+        riding.clone(),
+    );
+    registry.register(
+        "vipd_peer_api_reachable",
+        "1 while this node's API probe answers (peer protocol, svc_ridethrough)",
+        peer_api.clone(),
+    );
+    registry.register(
+        "vipd_peer_frames",
+        "Peer protocol frames received: accepted, or the reason they were rejected",
+        peer_frames.clone(),
+    );
+}
+
+/// Registers the control-plane load balancer's family.
+fn register_lb(registry: &mut Registry, lb_backends: &Family<BackendLabels, Gauge>) {
+    registry.register(
+        "vipd_lb_backend_up",
+        "Control-plane load balancer (lb_enable), on the VIP's holder: 1 while the node's API server is in the set, 0 while it fails its health checks",
+        lb_backends.clone(),
+    );
+}
+
+/// Registers the families kube-vip also has (same names): leadership, Services, build.
+fn register_kube_vip(
+    registry: &mut Registry,
+    is_leader: &Family<LeaderLabels, Gauge>,
+    transitions: &Family<LeaseLabels, Counter>,
+    active_services: &Family<NamespaceLabels, Gauge>,
+    build_info: &Family<BuildLabels, Gauge>,
+) {
+    registry.register(
+        "kube_vip_is_leader",
+        "1 if this node currently holds the lease",
+        is_leader.clone(),
+    );
+    registry.register(
+        "kube_vip_leader_election_transitions",
+        "Leadership changes of this node; frequent transitions mean instability",
+        transitions.clone(),
+    );
+    registry.register(
+        "kube_vip_active_services",
+        "LoadBalancer Services this node announces",
+        active_services.clone(),
+    );
+    registry.register(
+        "kube_vip_build_info",
+        "Constant 1; track version skew across nodes",
+        build_info.clone(),
+    );
+}
+
+/// Registers the lease families: renewals, failovers, duplicate identities.
+fn register_lease(
+    registry: &mut Registry,
+    renew: &HistogramFamily,
+    renew_failures: &Family<LeaseLabels, Counter>,
+    failovers: &Family<LeaseLabels, Counter>,
+    duplicate_identity: &Family<LeaseLabels, Counter>,
+) {
+    registry.register(
+        "vipd_lease_renew_duration_seconds",
+        "Latency of successful lease renewals in seconds",
+        renew.clone(),
+    );
+    registry.register(
+        "vipd_lease_renew_failures",
+        "Failed lease renew attempts",
+        renew_failures.clone(),
+    );
+    registry.register(
+        "vipd_failovers",
+        "Times this node took over a lease that another node held",
+        failovers.clone(),
+    );
+    registry.register(
+        "vipd_duplicate_identity",
+        "Writes to the lease under this node's identity made by another process \
+         (two nodes with the same node name)",
+        duplicate_identity.clone(),
+    );
+}
+
+/// Registers the VIP families: announcements, conflicts, VIPs held, eligibility.
+fn register_vips(
+    registry: &mut Registry,
+    garp: &Family<VipLabels, Counter>,
+    conflicts: &Family<VipLabels, Counter>,
+    vips_held: &Gauge,
+    ineligible: &Family<IneligibleLabels, Gauge>,
+) {
+    registry.register(
+        "vipd_garp_sent",
+        "Gratuitous ARPs / unsolicited neighbour advertisements sent",
+        garp.clone(),
+    );
+    registry.register(
+        "vipd_vip_conflicts",
+        "Times another host was found answering for a VIP this node leads; the VIP was not bound or was removed",
+        conflicts.clone(),
+    );
+    registry.register(
+        "vipd_vips_held",
+        "VIPs this node carries right now",
+        vips_held.clone(),
+    );
+    registry.register(
+        "vipd_node_ineligible",
+        "1 while this node may not announce these VIPs (control-plane or services) for this reason",
+        ineligible.clone(),
+    );
+}
+
+/// Registers the health check and hand-over families.
+fn register_handovers(
+    registry: &mut Registry,
+    health_failures: &Family<LeaseLabels, Counter>,
+    health_handovers: &Family<LeaseLabels, Counter>,
+    vip_handovers: &Family<HandoverLabels, Counter>,
+) {
+    registry.register(
+        "vipd_health_check_failures",
+        "Failed data-path health checks of this Service lease's group",
+        health_failures.clone(),
+    );
+    registry.register(
+        "vipd_health_handovers",
+        "Times this node handed the lease over because its data-path health check failed",
+        health_handovers.clone(),
+    );
+    registry.register(
+        "vipd_vip_handovers",
+        "Times this node handed a Service VIP over on purpose, by reason",
+        vip_handovers.clone(),
+    );
+}
+
 impl Metrics {
     /// A registry with every metric registered, for node `node` (the `node` label).
     pub fn new(node: &str) -> Self {
@@ -162,105 +310,32 @@ impl Metrics {
         let riding = Family::<LeaseLabels, Gauge>::default();
         let peer_api = Gauge::default();
         let peer_frames = Family::<ResultLabels, Counter>::default();
-        registry.register(
-            "vipd_ride_through",
-            "1 while this node keeps the lease's Service VIPs through an API server outage",
-            riding.clone(),
-        );
-        registry.register(
-            "vipd_peer_api_reachable",
-            "1 while this node's API probe answers (peer protocol, svc_ridethrough)",
-            peer_api.clone(),
-        );
-        registry.register(
-            "vipd_peer_frames",
-            "Peer protocol frames received: accepted, or the reason they were rejected",
-            peer_frames.clone(),
-        );
         let health_failures = Family::<LeaseLabels, Counter>::default();
         let health_handovers = Family::<LeaseLabels, Counter>::default();
         let vip_handovers = Family::<HandoverLabels, Counter>::default();
         let lb_backends = Family::<BackendLabels, Gauge>::default();
-        registry.register(
-            "vipd_lb_backend_up",
-            "Control-plane load balancer (lb_enable), on the VIP's holder: 1 while the node's API server is in the set, 0 while it fails its health checks",
-            lb_backends.clone(),
+        register_peer(&mut registry, &riding, &peer_api, &peer_frames);
+        register_lb(&mut registry, &lb_backends);
+        register_kube_vip(
+            &mut registry,
+            &is_leader,
+            &transitions,
+            &active_services,
+            &build_info,
         );
-        registry.register(
-            "kube_vip_is_leader",
-            "1 if this node currently holds the lease",
-            is_leader.clone(),
+        register_lease(
+            &mut registry,
+            &renew,
+            &renew_failures,
+            &failovers,
+            &duplicate_identity,
         );
-        registry.register(
-            "kube_vip_leader_election_transitions",
-            "Leadership changes of this node; frequent transitions mean instability",
-            transitions.clone(),
-        );
-        registry.register(
-            "kube_vip_active_services",
-            "LoadBalancer Services this node announces",
-            active_services.clone(),
-        );
-        registry.register(
-            "kube_vip_build_info",
-            "Constant 1; track version skew across nodes",
-            build_info.clone(),
-        );
-        registry.register(
-            "vipd_lease_renew_duration_seconds",
-            "Latency of successful lease renewals in seconds",
-            renew.clone(),
-        );
-        registry.register(
-            "vipd_lease_renew_failures",
-            "Failed lease renew attempts",
-            renew_failures.clone(),
-        );
-        registry.register(
-            "vipd_failovers",
-            "Times this node took over a lease that another node held",
-            failovers.clone(),
-        );
-        registry.register(
-            "vipd_duplicate_identity",
-            "Writes to the lease under this node's identity made by another process \
-             (two nodes with the same node name)",
-            duplicate_identity.clone(),
-        );
-        registry.register(
-            "vipd_garp_sent",
-            "Gratuitous ARPs / unsolicited neighbour advertisements sent",
-            garp.clone(),
-        );
-        registry.register(
-            "vipd_vip_conflicts",
-            "Times another host was found answering for a VIP this node leads; the VIP was not bound or was removed",
-            conflicts.clone(),
-        );
-        registry.register(
-            "vipd_vips_held",
-            "VIPs this node carries right now",
-            vips_held.clone(),
-        );
-        registry.register(
-            "vipd_node_ineligible",
-            "1 while this node may not announce these VIPs (control-plane or services) for this reason",
-            ineligible.clone(),
-        );
-        registry.register(
-            "vipd_health_check_failures",
-            "Failed data-path health checks of this Service lease's group",
-            health_failures.clone(),
-        );
-        registry.register(
-            "vipd_health_handovers",
-            "Times this node handed the lease over because its data-path health check failed",
-            health_handovers.clone(),
-        );
-        registry.register(
-            "vipd_vip_handovers",
-            "Times this node handed a Service VIP over on purpose, by reason",
-            vip_handovers.clone(),
+        register_vips(&mut registry, &garp, &conflicts, &vips_held, &ineligible);
+        register_handovers(
+            &mut registry,
+            &health_failures,
+            &health_handovers,
+            &vip_handovers,
         );
         let dhcp = dhcp::DhcpMetrics::register(&mut registry);
         build_info

@@ -597,48 +597,9 @@ impl<'a> Reader<'a> {
 /// # Errors
 /// [`DecodeError`] naming what is wrong.
 pub fn decode(key: &PeerKey, payload: &[u8]) -> Result<Frame, DecodeError> {
-    if payload.len() > MAX_PAYLOAD {
-        return Err(DecodeError::TooLong {
-            len: payload.len(),
-            max: MAX_PAYLOAD,
-        });
-    }
-    if payload.len() < 5 {
-        return Err(DecodeError::TooShort { len: payload.len() });
-    }
-    let mut magic = [0u8; 4];
-    magic.copy_from_slice(&payload[..4]);
-    if magic != MAGIC {
-        return Err(DecodeError::Magic { found: magic });
-    }
-    if payload[4] != VERSION {
-        return Err(DecodeError::Version { found: payload[4] });
-    }
-    // Smallest: header, 1-character node name, lease count, MAC.
-    if payload.len() < FIXED_HEADER + 2 + 2 + MAC_LEN {
-        return Err(DecodeError::TooShort { len: payload.len() });
-    }
-    let (body, tag) = payload.split_at(payload.len() - MAC_LEN);
-    hmac::verify(&key.key, body, tag).map_err(|_| DecodeError::Mac)?;
-
+    let body = verified_body(key, payload)?;
     let mut r = Reader { b: body, pos: 5 };
-    let kind_byte = r.u8("kind")?;
-    let kind = Kind::from_u8(kind_byte).ok_or(DecodeError::Field {
-        field: "kind",
-        value: format!("{kind_byte} is not 1, 2 or 3"),
-    })?;
-    let flags_byte = r.u8("flags")?;
-    if flags_byte & !(FLAG_API_REACHABLE | FLAG_API_HEARD | FLAG_API_HOLD) != 0 {
-        return Err(DecodeError::Field {
-            field: "flags",
-            value: format!("{flags_byte:#04x} has unknown bits"),
-        });
-    }
-    let flags = Flags {
-        api_reachable: flags_byte & FLAG_API_REACHABLE != 0,
-        api_heard: flags_byte & FLAG_API_HEARD != 0,
-        api_hold: flags_byte & FLAG_API_HOLD != 0,
-    };
+    let (kind, flags) = read_kind_and_flags(&mut r)?;
     let part = r.u16("part")?;
     let parts = r.u16("parts")?;
     if parts == 0 || part >= parts || usize::from(parts) > MAX_PARTS {
@@ -651,22 +612,9 @@ pub fn decode(key: &PeerKey, payload: &[u8]) -> Result<Frame, DecodeError> {
     let seq = r.u64("seq")?;
     let wall_ms = r.u64("wall-clock time")?;
     let membership = r.u64("membership digest")?;
-    let node = r.string("node")?;
-    if !is_dns1123_subdomain(&node) {
-        return Err(DecodeError::Field {
-            field: "node",
-            value: format!("{node:?} is not a DNS-1123 subdomain"),
-        });
-    }
+    let node = read_node_name(&mut r, "node")?;
     let target = if kind == Kind::HandOverRequest {
-        let t = r.string("target")?;
-        if !is_dns1123_subdomain(&t) {
-            return Err(DecodeError::Field {
-                field: "target",
-                value: format!("{t:?} is not a DNS-1123 subdomain"),
-            });
-        }
-        Some(t)
+        Some(read_node_name(&mut r, "target")?)
     } else {
         None
     };
@@ -704,6 +652,70 @@ pub fn decode(key: &PeerKey, payload: &[u8]) -> Result<Frame, DecodeError> {
             target,
         },
     })
+}
+
+/// Checks a payload's envelope (length, magic, version) and its MAC; returns what the MAC
+/// covers (everything before the last [`MAC_LEN`] bytes).
+fn verified_body<'a>(key: &PeerKey, payload: &'a [u8]) -> Result<&'a [u8], DecodeError> {
+    if payload.len() > MAX_PAYLOAD {
+        return Err(DecodeError::TooLong {
+            len: payload.len(),
+            max: MAX_PAYLOAD,
+        });
+    }
+    if payload.len() < 5 {
+        return Err(DecodeError::TooShort { len: payload.len() });
+    }
+    let mut magic = [0u8; 4];
+    magic.copy_from_slice(&payload[..4]);
+    if magic != MAGIC {
+        return Err(DecodeError::Magic { found: magic });
+    }
+    if payload[4] != VERSION {
+        return Err(DecodeError::Version { found: payload[4] });
+    }
+    // Smallest: header, 1-character node name, lease count, MAC.
+    if payload.len() < FIXED_HEADER + 2 + 2 + MAC_LEN {
+        return Err(DecodeError::TooShort { len: payload.len() });
+    }
+    let (body, tag) = payload.split_at(payload.len() - MAC_LEN);
+    hmac::verify(&key.key, body, tag).map_err(|_| DecodeError::Mac)?;
+    Ok(body)
+}
+
+/// Reads the kind and flags bytes, each checked.
+fn read_kind_and_flags(r: &mut Reader<'_>) -> Result<(Kind, Flags), DecodeError> {
+    let kind_byte = r.u8("kind")?;
+    let kind = Kind::from_u8(kind_byte).ok_or(DecodeError::Field {
+        field: "kind",
+        value: format!("{kind_byte} is not 1, 2 or 3"),
+    })?;
+    let flags_byte = r.u8("flags")?;
+    if flags_byte & !(FLAG_API_REACHABLE | FLAG_API_HEARD | FLAG_API_HOLD) != 0 {
+        return Err(DecodeError::Field {
+            field: "flags",
+            value: format!("{flags_byte:#04x} has unknown bits"),
+        });
+    }
+    let flags = Flags {
+        api_reachable: flags_byte & FLAG_API_REACHABLE != 0,
+        api_heard: flags_byte & FLAG_API_HEARD != 0,
+        api_hold: flags_byte & FLAG_API_HOLD != 0,
+    };
+    Ok((kind, flags))
+}
+
+/// Reads a node name (`field`: the sender, or a hand-over request's target), checked to be
+/// a DNS-1123 subdomain.
+fn read_node_name(r: &mut Reader<'_>, field: &'static str) -> Result<String, DecodeError> {
+    let name = r.string(field)?;
+    if !is_dns1123_subdomain(&name) {
+        return Err(DecodeError::Field {
+            field,
+            value: format!("{name:?} is not a DNS-1123 subdomain"),
+        });
+    }
+    Ok(name)
 }
 
 /// Reads `count` held leases (namespace, name, term, resourceVersion), each checked.

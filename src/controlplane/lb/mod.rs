@@ -391,15 +391,7 @@ impl<K: LbKernel, P: Prober> Lb<K, P> {
                         }
                         if now.is_some() {
                             health.reset();
-                            let s = CancellationToken::new();
-                            let task = tokio::spawn(health::run(
-                                self.prober.clone(),
-                                targets_tx.subscribe(),
-                                self.cfg.port,
-                                results_tx.clone(),
-                                s.clone(),
-                            ));
-                            checker = Some((s, task));
+                            checker = Some(self.start_checker(&targets_tx, &results_tx));
                         }
                         term = now;
                         dirty = true;
@@ -437,7 +429,37 @@ impl<K: LbKernel, P: Prober> Lb<K, P> {
                 let _ = dropped.send(t);
             }
         }
-        if let Some((s, task)) = checker.take() {
+        self.finish(checker.take(), pending_ack.take(), &dropped)
+            .await;
+    }
+
+    /// Starts the health checker of a term: probes the addresses `targets` names, sends
+    /// its results to `results`; stopped by cancelling the token returned with its task.
+    fn start_checker(
+        &self,
+        targets: &watch::Sender<Vec<IpAddr>>,
+        results: &mpsc::Sender<Vec<(IpAddr, bool)>>,
+    ) -> (CancellationToken, JoinHandle<()>) {
+        let s = CancellationToken::new();
+        let task = tokio::spawn(health::run(
+            self.prober.clone(),
+            targets.subscribe(),
+            self.cfg.port,
+            results.clone(),
+            s.clone(),
+        ));
+        (s, task)
+    }
+
+    /// At stop: stops the health checker (`checker`), deletes the tables, and passes on a
+    /// pending acknowledgement of a dropped term (`pending_ack`) to the elector (`dropped`).
+    async fn finish(
+        &mut self,
+        checker: Option<(CancellationToken, JoinHandle<()>)>,
+        pending_ack: Option<u64>,
+        dropped: &watch::Sender<u64>,
+    ) {
+        if let Some((s, task)) = checker {
             s.cancel();
             let _ = task.await;
         }
@@ -448,7 +470,7 @@ impl<K: LbKernel, P: Prober> Lb<K, P> {
             Ok(()) => info!("load balancer: rules removed (stopping)"),
             Err(e) => warn!(error = %e, "load balancer: cannot remove the rules at stop"),
         }
-        if let Some(t) = pending_ack.take() {
+        if let Some(t) = pending_ack {
             let _ = dropped.send(t);
         }
     }

@@ -1,4 +1,8 @@
+use netlink_packet_route::link::MacVlanMode;
+use rtnetlink::LinkMacVlan;
+
 use super::fake::FakeKernel;
+use super::rtnl::link_entry;
 use super::*;
 
 fn entry(index: u32, name: &str, macvlan: bool, alias: Option<&str>) -> LinkEntry {

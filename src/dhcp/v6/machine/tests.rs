@@ -1,7 +1,7 @@
 //! The DHCPv6 machine on a paused clock: every step is a call with an explicit instant.
 
 use super::*;
-use dhcproto::v6::StatusCode;
+use dhcproto::v6::{DhcpOptions, IAAddr, IANA, StatusCode};
 use std::net::IpAddr;
 
 pub(crate) const MAC: [u8; 6] = [0x02, 0x42, 0, 0, 0, 7];

@@ -50,9 +50,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::future::BoxFuture;
 use nftables::expr::{Expression, Meta, MetaKey, NamedExpression, Payload, PayloadField};
@@ -62,7 +60,6 @@ use nftables::schema::{
 };
 use nftables::stmt::{Counter, Match, Operator, Statement};
 use nftables::types::{NfChainPolicy, NfChainType, NfFamily, NfHook};
-use tokio::io::AsyncWriteExt;
 use tracing::{info, warn};
 
 /// Name of vipd's table (family `arp`).
@@ -73,8 +70,6 @@ pub(crate) const SET_VIPS: &str = "vips";
 pub(crate) const SET_PINNED: &str = "pinned";
 /// The input-hook chain holding the one filter rule.
 pub(crate) const CHAIN: &str = "input";
-/// How long one `nft` run may take before it is killed and reported as failed.
-const NFT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Errors of the ARP guard; each names the VIP / interface and the `nft` command concerned.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -569,132 +564,6 @@ impl ArpGuard for NftArpGuard {
     }
 }
 
-/// Runs `nft [args] -j -f -` with the batch on stdin; the error is `nft`'s stderr (or why
-/// it could not run).
-pub(crate) async fn run_nft(
-    nft: &std::path::Path,
-    args: &[&str],
-    batch: &NftBatch,
-) -> Result<(), String> {
-    let input = batch.to_json();
-    run_nft_input(nft, args, true, move || input).await
-}
-
-/// Runs `nft [args] -f -` with `commands` (one transaction in `nft` syntax, one command a
-/// line) on stdin. For what the JSON API cannot say: it takes set element timeouts in whole
-/// seconds only (and silently drops a string or fractional one), while the nftables fence
-/// ([`fence`]) needs milliseconds.
-pub(crate) async fn run_nft_text(
-    nft: &std::path::Path,
-    args: &[&str],
-    commands: &[String],
-) -> Result<(), String> {
-    let input = commands.join("\n");
-    run_nft_input(nft, args, false, move || input).await
-}
-
-/// [`run_nft_text`] with the commands written by `write` once `nft` has started, right
-/// before they go to its stdin: for commands that carry timeouts counted from the moment
-/// they are written (the nftables fence, [`fence`]), so that starting `nft`, or this
-/// process being frozen meanwhile, does not count against them.
-pub(crate) async fn run_nft_text_written(
-    nft: &std::path::Path,
-    args: &[&str],
-    write: impl FnOnce() -> Vec<String> + Send,
-) -> Result<(), String> {
-    run_nft_input(nft, args, false, move || write().join("\n")).await
-}
-
-/// How often a run whose `nft` binary is busy (`ETXTBSY`) is tried again, [`NFT_BUSY_PAUSE`]
-/// apart.
-const NFT_BUSY_RETRIES: u32 = 5;
-/// A pipe's default capacity (Linux: 16 pages of 4 KiB).
-const PIPE_DEFAULT: usize = 65536;
-/// Pause before trying a busy `nft` binary again.
-const NFT_BUSY_PAUSE: std::time::Duration = std::time::Duration::from_millis(10);
-
-/// Runs `nft [args] [-j] -f -` with `input()` on stdin (`json`: nftables JSON, else `nft`
-/// syntax), `input` called once `nft` has started; the error is `nft`'s stderr (or why it
-/// could not run).
-async fn run_nft_input(
-    nft: &std::path::Path,
-    args: &[&str],
-    json: bool,
-    input: impl FnOnce() -> String + Send,
-) -> Result<(), String> {
-    // ETXTBSY: the binary is open for writing somewhere (being replaced by a package
-    // upgrade, or a stand-in just written while another thread forked); it passes.
-    let mut busy = 0;
-    let mut child = loop {
-        let spawned = tokio::process::Command::new(nft)
-            .args(args)
-            .args(if json {
-                &["-j", "-f", "-"][..]
-            } else {
-                &["-f", "-"][..]
-            })
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true)
-            .spawn();
-        match spawned {
-            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) && busy < NFT_BUSY_RETRIES => {
-                busy += 1;
-                tokio::time::sleep(NFT_BUSY_PAUSE).await;
-            }
-            r => {
-                break r.map_err(|e| match e.kind() {
-                    std::io::ErrorKind::NotFound => format!(
-                        "{} not found (install the nftables package, which provides nft)",
-                        nft.display()
-                    ),
-                    _ => format!("cannot run {}: {e}", nft.display()),
-                })?;
-            }
-        }
-    };
-    let input = input();
-    if let Some(stdin) = child.stdin.as_ref()
-        && input.len() > PIPE_DEFAULT
-    {
-        // One write(2) for the whole input: a partial write would let `nft` wait for the
-        // rest while this process is frozen, and commit timeouts written before the freeze
-        // after it. Best effort: the kernel caps it at fs.pipe-max-size (1 MiB by default).
-        let _ = nix::fcntl::fcntl(
-            stdin,
-            nix::fcntl::FcntlArg::F_SETPIPE_SZ(
-                nix::libc::c_int::try_from(input.len()).unwrap_or(nix::libc::c_int::MAX),
-            ),
-        );
-    }
-    let run = async move {
-        if let Some(mut stdin) = child.stdin.take() {
-            stdin
-                .write_all(input.as_bytes())
-                .await
-                .map_err(|e| format!("writing to {}: {e}", nft.display()))?;
-        }
-        child
-            .wait_with_output()
-            .await
-            .map_err(|e| format!("waiting for {}: {e}", nft.display()))
-    };
-    let out = tokio::time::timeout(NFT_TIMEOUT, run)
-        .await
-        .map_err(|_| format!("{} did not finish within {NFT_TIMEOUT:?}", nft.display()))??;
-    if out.status.success() {
-        return Ok(());
-    }
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
-    Err(if stderr.is_empty() {
-        format!("{} exited with {}", nft.display(), out.status)
-    } else {
-        stderr
-    })
-}
-
 /// Starts the ARP flux guard for `vipd manager`: the [`NftArpGuard`] when `nft` and the
 /// kernel support it, else a [`NoopArpGuard`]. Logs one line either way (the warning says
 /// that ARP flux protection is off and why).
@@ -820,5 +689,8 @@ impl ArpPins {
 }
 
 pub mod fence;
+mod run;
+
+pub(crate) use run::{run_nft, run_nft_text, run_nft_text_written};
 #[cfg(test)]
 mod tests;

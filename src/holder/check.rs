@@ -1,0 +1,158 @@
+//! The periodic check: carrier, links and the repair of what others changed.
+
+use super::*;
+
+impl<K: Kernel, A: Announcer> VipHolder<K, A> {
+    /// Periodic check: carrier, links, repair, and the GARP repeat.
+    pub(super) async fn check(&mut self) {
+        let now = Instant::now();
+        let renewed_at = self.renewed_at;
+        self.check_links(now).await;
+        let fence_left = self.fence_left(now);
+        let Some(present) = self.list_for_check(now).await else {
+            return;
+        };
+        let mut repaired = false;
+        for step in self.repair_steps(&present, fence_left).await {
+            repaired |= self.apply_repair(step, now).await;
+        }
+        if renewed_at.is_some() && (repaired || !self.pending_na.is_empty()) {
+            self.announce_all(repaired).await;
+        }
+    }
+
+    /// Carrier of the VIP interfaces (checked whether leading or not, to re-open the gate):
+    /// re-resolves the links when one is gone, else sets [`GATE_LINK`] from the carrier.
+    async fn check_links(&mut self, now: Instant) {
+        let mut link_ok = true;
+        let mut relink = false;
+        let indexes: Vec<(usize, u32)> = self.links.iter().map(|(i, l)| (*i, l.index)).collect();
+        for (i, idx) in indexes {
+            match self.kernel.link_by_index(idx).await {
+                Ok(l) => {
+                    if l.carrier && l.up {
+                        if self.no_carrier_since.remove(&idx).is_some() {
+                            info!(holder = %self.name, interface = %l.name, "carrier back");
+                        }
+                    } else {
+                        let since = *self.no_carrier_since.entry(idx).or_insert_with(|| {
+                            warn!(holder = %self.name, interface = %l.name, "no carrier");
+                            now
+                        });
+                        if now - since > self.cfg.carrier_grace {
+                            link_ok = false;
+                        }
+                    }
+                    self.links.insert(i, l);
+                }
+                Err(_) => relink = true,
+            }
+        }
+        if relink || self.links.len() < self.vips.len() {
+            self.resolve_links().await;
+        } else {
+            if !link_ok && self.gates.closed().iter().all(|g| g != GATE_LINK) {
+                warn!(holder = %self.name, grace_ms = self.cfg.carrier_grace.as_millis() as u64, "no carrier for longer than the renew deadline; stepping down");
+            }
+            self.gates.set(GATE_LINK, link_ok);
+        }
+    }
+
+    /// The node's addresses for the check; `None` (logged, rate-limited) when listing fails.
+    async fn list_for_check(&mut self, now: Instant) -> Option<Vec<AddrInfo>> {
+        match self.kernel.addresses(None).await {
+            Ok(p) => {
+                if let Some(r) = self.quiet.clear(&Quiet::ListAddresses, now) {
+                    info!(holder = %self.name, "listing addresses works again{r}");
+                }
+                Some(p)
+            }
+            Err(e) => {
+                if let Some(r) = self.quiet.observe(Quiet::ListAddresses, e.to_string(), now) {
+                    warn!(holder = %self.name, error = %e, "cannot list addresses{r}");
+                }
+                None
+            }
+        }
+    }
+
+    /// The repairs [`address_steps`] asks for given `present`: the bound VIPs while leading, and the
+    /// held-back ones' removal. An add is confirmed against a fresh dump first.
+    async fn repair_steps(&self, present: &[AddrInfo], fence_left: Option<u32>) -> Vec<Step> {
+        let desired = self.desired();
+        let held_back = self.held_back();
+        let steps_for = |present: &[AddrInfo]| {
+            let mut steps = address_steps(&desired, present, fence_left);
+            if fence_left.is_some() {
+                // A VIP refused for a conflict whose removal failed goes now.
+                steps.extend(address_steps(&held_back, present, None));
+            }
+            steps
+        };
+        let mut steps = steps_for(present);
+        if steps.iter().any(|s| matches!(s, Step::Add { .. })) {
+            // Confirm with a dump of our own before calling a VIP missing: a shared or
+            // concurrent dump can miss entries while other holders add addresses.
+            match self.kernel.addresses_fresh(None).await {
+                Ok(p) => steps = steps_for(&p),
+                Err(e) => debug!(holder = %self.name, error = %e, "cannot re-list addresses"),
+            }
+        }
+        steps
+    }
+
+    /// Carries out one repair step of the check; `true` when a VIP was re-added.
+    async fn apply_repair(&mut self, step: Step, now: Instant) -> bool {
+        match step {
+            Step::Add {
+                vip,
+                ifindex,
+                valid_lft_secs,
+            } => {
+                if let Some(r) = self
+                    .quiet
+                    .observe(Quiet::Missing(vip.addr), String::new(), now)
+                {
+                    warn!(holder = %self.name, %vip, ifindex, "VIP missing while leading; re-adding{r}");
+                }
+                match self.add_fenced(ifindex, vip, valid_lft_secs).await {
+                    Ok(false) => false,
+                    Ok(true) => {
+                        // A VIP missing again later is news.
+                        self.quiet.clear(&Quiet::Missing(vip.addr), now);
+                        if let Some(r) = self.quiet.clear(&Quiet::Add(vip.addr), now) {
+                            info!(holder = %self.name, %vip, "re-adding the VIP worked{r}");
+                        }
+                        true
+                    }
+                    Err(e) => {
+                        if let Some(r) =
+                            self.quiet.observe(Quiet::Add(vip.addr), e.to_string(), now)
+                        {
+                            error!(holder = %self.name, %vip, ifindex, error = %e, "re-adding VIP failed{r}")
+                        }
+                        false
+                    }
+                }
+            }
+            Step::Remove { vip, ifindex } => {
+                match self.kernel.remove(ifindex, vip).await {
+                    Ok(()) => {
+                        if let Some(r) = self.quiet.clear(&Quiet::Remove(vip.addr), now) {
+                            info!(holder = %self.name, %vip, "VIP removed after failures{r}");
+                        }
+                    }
+                    Err(e) => {
+                        if let Some(r) =
+                            self.quiet
+                                .observe(Quiet::Remove(vip.addr), e.to_string(), now)
+                        {
+                            warn!(holder = %self.name, %vip, ifindex, error = %e, "removing VIP failed{r}");
+                        }
+                    }
+                }
+                false
+            }
+        }
+    }
+}

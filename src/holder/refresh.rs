@@ -1,0 +1,186 @@
+//! Refreshing the held VIPs after an acquire or renew, and arming or disarming the
+//! nftables fence that guards them.
+
+use super::*;
+use crate::lease::{fence_overrun, fence_timeout};
+
+impl<K: Kernel, A: Announcer> VipHolder<K, A> {
+    /// After an acquire or renew: (re-)add every VIP with the full fence lifetime, and on
+    /// acquire announce at once.
+    pub(super) async fn refresh(&mut self, announce: bool) {
+        self.refresh_announcing(|_| announce).await;
+    }
+
+    /// [`Self::refresh`], announcing (and logging as added) only the VIPs for which
+    /// `announce` is true.
+    pub(super) async fn refresh_announcing(&mut self, announce: impl Fn(&VipSpec) -> bool) {
+        let mut added = Vec::new();
+        let mut any = false;
+        // Never a full fence from a stale renewal (one sent before this process was frozen,
+        // acted on after it was continued): only what the lease still covers.
+        let lifetime = self.fence_left(Instant::now()).unwrap_or(0);
+        if lifetime == 0 {
+            debug!(holder = %self.name, "renewal too old to extend the fence; not refreshing");
+            return;
+        }
+        if !Box::pin(self.refresh_nft_fence()).await {
+            debug!(holder = %self.name, "the millisecond fence could not be set; adding or refreshing no VIP");
+            return;
+        }
+        for i in 0..self.vips.len() {
+            let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
+                continue;
+            };
+            if !self.probes.get(i).is_some_and(ProbeState::bound) {
+                continue;
+            }
+            let key = Quiet::Add(spec.vip.addr);
+            let (vip, link) = (spec.vip, link.clone());
+            match self.add_fenced(link.index, vip, lifetime).await {
+                Ok(true) => {}
+                Ok(false) => continue,
+                Err(e) => {
+                    if let Some(r) = self.quiet.observe(key, e.to_string(), Instant::now()) {
+                        error!(holder = %self.name, %vip, interface = %link.name, error = %e, "cannot add VIP{r}");
+                    }
+                    continue;
+                }
+            }
+            if let Some(r) = self.quiet.clear(&key, Instant::now()) {
+                info!(holder = %self.name, %vip, interface = %link.name, "adding the VIP works again{r}");
+            }
+            if self.vips.get(i).is_some_and(&announce) {
+                info!(holder = %self.name, %vip, interface = %link.name, "VIP added");
+                added.push(i);
+                any = true;
+            }
+        }
+        if any {
+            self.pending_na.retain(|i| !added.contains(i));
+            self.announce_added(&added);
+        }
+    }
+
+    /// On every renewal: arms this holder's VIPs in the nftables fence
+    /// ([`HolderConfig::nft_fence`]) and lets them be answered until the renewal's send
+    /// time plus the fence lifetime ([`fence_timeout`] of age zero). The fence turns that end
+    /// into a timeout when its `nft` run is written ([`crate::net::nft::fence::VipFence::refresh`]) and says how
+    /// long the element may live; past the lease ([`fence_overrun`]: this process was
+    /// frozen or stalled during the run) the element is set again with what is left, and
+    /// expired (the VIPs are dropped at once) when nothing is. VIPs that left the set are
+    /// disarmed. Failures are logged; the elements keep their earlier timeout.
+    ///
+    /// Returns whether the VIPs may be added or refreshed now: always under the
+    /// whole-second address fence; under the millisecond fence ([`FencePlan`] with
+    /// `address_fences` false) only when every VIP's element was just set, since an address
+    /// without a live element would outlive the lease unfenced.
+    pub(super) async fn refresh_nft_fence(&mut self) -> bool {
+        let needed = !self.cfg.fence.address_fences;
+        if !self.cfg.nft_fence.active() {
+            return !needed;
+        }
+        let Some(sent) = self.renewed_at else {
+            return !needed;
+        };
+        let vips: Vec<IpAddr> = self.vips.iter().map(|s| s.vip.addr).collect();
+        let gone: Vec<IpAddr> = self
+            .nft_fenced
+            .iter()
+            .filter(|v| !vips.contains(v))
+            .copied()
+            .collect();
+        if !gone.is_empty() {
+            match self.cfg.nft_fence.disarm(self.fence_owner, &gone).await {
+                Ok(()) => self.nft_fenced.retain(|v| !gone.contains(v)),
+                Err(e) => {
+                    warn!(holder = %self.name, error = %e, "cannot disarm the nftables fence of VIPs that left the set")
+                }
+            }
+        }
+        if vips.is_empty() {
+            return true;
+        }
+        let (fence, margin) = (self.cfg.fence.nft, self.cfg.fence.margin);
+        let lease = self.cfg.lease_duration;
+        // The element's end, fixed by the renewal's send time; the fence turns it into a
+        // timeout when its `nft` run is written, so a freeze before that shortens it.
+        let until = sent + fence_timeout(fence, lease, margin, Duration::ZERO);
+        for _ in 0..FENCE_RECHECKS {
+            let now = Instant::now();
+            if fence_timeout(fence, lease, margin, now.saturating_duration_since(sent)).is_zero() {
+                break;
+            }
+            let ends = match self
+                .cfg
+                .nft_fence
+                .refresh(self.fence_owner, &vips, until)
+                .await
+            {
+                Ok(ends) => ends,
+                Err(e) => {
+                    warn!(holder = %self.name, error = %e, "cannot refresh the nftables fence; its elements keep their earlier timeout");
+                    return !needed;
+                }
+            };
+            for v in &vips {
+                if !self.nft_fenced.contains(v) {
+                    self.nft_fenced.push(*v);
+                }
+            }
+            let now = Instant::now();
+            if ends > now && !fence_overrun(lease, margin, ends.saturating_duration_since(sent)) {
+                return true;
+            }
+            debug!(holder = %self.name, ends_ms = ends.saturating_duration_since(sent).as_millis(), "the nftables fence element may live past the lease (the run was late) or was written expired; setting it again");
+        }
+        if self.nft_fenced.is_empty() {
+            return !needed;
+        }
+        warn!(holder = %self.name, "the renewal is older than the nftables fence (this process was frozen or stalled); the VIPs are not answered until the next renewal");
+        if needed {
+            // Under the millisecond fence the address is no fence of its own: an `nft` run
+            // frozen with this process may have committed an element after the thaw that
+            // outlives the lease. The addresses go first (one netlink request each, no
+            // process to start), then the run that expires the elements; the next renewal
+            // adds them again (found by the new-user trial: vipd and `nft` frozen together
+            // for 0.8 s in the fast profile answered next to the new holder for 20-140 ms).
+            let mine: Vec<(Vip, u32)> = self.vips.iter().map(|s| (s.vip, 0)).collect();
+            match self.kernel.addresses(None).await {
+                Ok(present) => {
+                    for step in address_steps(&mine, &present, None) {
+                        if let Step::Remove { vip, ifindex } = step
+                            && let Err(e) = self.kernel.remove(ifindex, vip).await
+                        {
+                            warn!(holder = %self.name, %vip, error = %e, "cannot remove the VIP whose nftables element may outlive the lease");
+                        }
+                    }
+                }
+                Err(e) => {
+                    warn!(holder = %self.name, error = %e, "cannot list addresses to remove the VIPs whose nftables element may outlive the lease")
+                }
+            }
+        }
+        if let Err(e) = self.cfg.nft_fence.expire(&vips).await {
+            warn!(holder = %self.name, error = %e, "cannot expire the nftables fence; its elements expire at their earlier timeout");
+        }
+        !needed
+    }
+
+    /// Stops filtering this holder's VIPs in the nftables fence (their addresses are gone).
+    pub(super) async fn disarm_nft_fence(&mut self) {
+        if self.nft_fenced.is_empty() {
+            return;
+        }
+        match self
+            .cfg
+            .nft_fence
+            .disarm(self.fence_owner, &self.nft_fenced)
+            .await
+        {
+            Ok(()) => self.nft_fenced.clear(),
+            Err(e) => {
+                warn!(holder = %self.name, error = %e, "cannot disarm the nftables fence; retried at the next step-down")
+            }
+        }
+    }
+}
