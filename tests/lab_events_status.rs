@@ -60,7 +60,7 @@ fn vip_host(lab: &Lab, name: &str) -> Option<String> {
 fn put_role(lab: &Lab, role: &serde_json::Value) {
     let path = format!(
         "/apis/rbac.authorization.k8s.io/v1/clusterroles/{}",
-        rbac::CLUSTER_ROLE
+        vipd::kube::api::CLUSTER_ROLE
     );
     let current = lab.api_request("GET", &path, None).unwrap();
     let current: serde_json::Value = serde_json::from_str(&current.body).unwrap();

@@ -156,7 +156,7 @@ fn s38_generated_rbac_writes_events_and_status_and_preflight_checks_it() {
             "PUT",
             &format!(
                 "/apis/rbac.authorization.k8s.io/v1/clusterroles/{}",
-                rbac::CLUSTER_ROLE
+                vipd::kube::api::CLUSTER_ROLE
             ),
             Some(&role.to_string()),
         )

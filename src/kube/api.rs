@@ -18,6 +18,10 @@ use k8s_openapi::api::core::v1::{Endpoints, Event as CoreEvent, Node, Secret, Se
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event as EventsV1Event;
 
+/// Name of the ClusterRole vipd's ServiceAccount is bound to (kube-vip's is
+/// `system:kube-vip-role`).
+pub const CLUSTER_ROLE: &str = "system:vipd-role";
+
 /// The Secret holding the peer key of `svc_ridethrough` (the peer protocol), in
 /// `cp_namespace`; the only Secret vipd reads (RBAC `resourceNames`).
 pub const PEER_KEY_SECRET: &str = "vipd-peer-key";

@@ -199,7 +199,7 @@ impl DhcpClients {
         {
             return Some((
                 w.key.clone(),
-                super::status::REASON_INVALID_CONFIG,
+                crate::services::plan::reasons::REASON_INVALID_CONFIG,
                 format!(
                     "{} client not started: macvlan {} is already used by Service {}; give each DHCP Service its own kube-vip.io/macvlanName",
                     family.label(),
@@ -211,7 +211,7 @@ impl DhcpClients {
         let Some(parent) = w.request.parent.as_deref().or(parent) else {
             return Some((
                 w.key.clone(),
-                super::status::REASON_DHCP_FAILED,
+                crate::services::plan::reasons::REASON_DHCP_FAILED,
                 format!(
                     "{} client not started: no parent interface for the macvlan (set kube-vip.io/serviceInterface or vip_servicesinterface, or give the node an IPv4 default route)",
                     family.label()
@@ -272,9 +272,9 @@ impl DhcpClients {
     }
 
     /// Reads every client's state; a Warning for each problem not posted yet: a failed
-    /// attempt ([`super::status::REASON_DHCP_FAILED`], once per attempt), a lost lease
-    /// ([`super::status::REASON_DHCP_LOST`]) or a client that gave up
-    /// ([`super::status::REASON_DHCP_GAVE_UP`], once: it stays so).
+    /// attempt ([`crate::services::plan::reasons::REASON_DHCP_FAILED`], once per attempt), a lost lease
+    /// ([`crate::services::plan::reasons::REASON_DHCP_LOST`]) or a client that gave up
+    /// ([`crate::services::plan::reasons::REASON_DHCP_GAVE_UP`], once: it stays so).
     pub(super) fn observe(&mut self) -> Vec<DhcpEvent> {
         let mut events = Vec::new();
         for run in &mut self.runs {
@@ -614,12 +614,12 @@ fn problem_of(
             last_error: Some(e),
         } => Some((
             format!("requesting/{attempt}"),
-            super::status::REASON_DHCP_FAILED,
+            crate::services::plan::reasons::REASON_DHCP_FAILED,
             format!("{dhcp} request on macvlan {macvlan} failed: {e}; retrying"),
         )),
         DhcpState::Lost { reason } => Some((
             format!("lost/{reason}"),
-            super::status::REASON_DHCP_LOST,
+            crate::services::plan::reasons::REASON_DHCP_LOST,
             format!(
                 "{dhcp} lease on macvlan {macvlan} lost: {reason}; address removed, asking the server again"
             ),
@@ -629,7 +629,7 @@ fn problem_of(
             last_error,
         } => Some((
             format!("gaveup/{attempts}"),
-            super::status::REASON_DHCP_GAVE_UP,
+            crate::services::plan::reasons::REASON_DHCP_GAVE_UP,
             format!(
                 "{dhcp} client of Service {} on macvlan {macvlan} gave up after {attempts} failed attempt(s) in a row (dhcp_backoff_attempts={attempts}); last error: {last_error}; no more requests until the Service's DHCP annotations change or its Lease changes holder",
                 service.key

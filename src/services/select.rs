@@ -194,7 +194,7 @@ impl Unusable {
     pub fn check(&self, addr: IpAddr) -> Option<(&'static str, String)> {
         if self.control_plane.contains(&addr) {
             return Some((
-                super::status::REASON_CONTROL_PLANE_ADDRESS,
+                crate::services::plan::reasons::REASON_CONTROL_PLANE_ADDRESS,
                 format!(
                     "address {addr} is the control-plane VIP; refused (the control-plane lease \
                      governs it; give the Service another address)"
@@ -203,7 +203,7 @@ impl Unusable {
         }
         let (edge, prefix) = self.edge(addr)?;
         Some((
-            super::status::REASON_UNUSABLE_ADDRESS,
+            crate::services::plan::reasons::REASON_UNUSABLE_ADDRESS,
             format!(
                 "address {addr} is the {edge} of subnet {}/{prefix}; refused (hosts on the \
                  segment do not send unicast to it)",
@@ -283,7 +283,7 @@ pub(super) fn candidates(
                 // Only our own Services (of our class, LoadBalancer) get a word.
                 if reason.warrants_warning() {
                     notes.push(note(
-                        super::status::REASON_INVALID_CONFIG,
+                        crate::services::plan::reasons::REASON_INVALID_CONFIG,
                         format!("not announced: {reason}"),
                         true,
                     ));
@@ -293,7 +293,7 @@ pub(super) fn candidates(
                         Some(rejected) => format!("not announced: no usable address; {rejected}"),
                         None => format!("not announced: {reason}"),
                     };
-                    notes.push(note(super::status::REASON_NO_ADDRESS, message, false));
+                    notes.push(note(crate::services::plan::reasons::REASON_NO_ADDRESS, message, false));
                 }
                 if !matches!(reason, model::SkipReason::NoAddress)
                     || info.addresses.rejected.is_empty()
@@ -304,7 +304,7 @@ pub(super) fn candidates(
         }
         for r in &info.addresses.rejected {
             notes.push(note(
-                super::status::REASON_INVALID_ADDRESS,
+                crate::services::plan::reasons::REASON_INVALID_ADDRESS,
                 format!(
                     "address {:?} from {} rejected: {}",
                     r.value, info.addresses.source, r.reason
@@ -315,7 +315,7 @@ pub(super) fn candidates(
         let mut dhcp = None;
         if info.addresses.dhcp && !cfg.dhcp_mode {
             notes.push(note(
-                super::status::REASON_DHCP_NOT_ENABLED,
+                crate::services::plan::reasons::REASON_DHCP_NOT_ENABLED,
                 format!(
                     "address 0.0.0.0 / :: from {} asks for DHCP, but DHCP mode is not enabled: set dhcp_mode=true (--dhcpMode) or give the Service an address",
                     info.addresses.source
@@ -328,7 +328,7 @@ pub(super) fn candidates(
                 Err(bad) => {
                     for b in bad {
                         notes.push(note(
-                            super::status::REASON_INVALID_CONFIG,
+                            crate::services::plan::reasons::REASON_INVALID_CONFIG,
                             format!("DHCP client not started: {b}"),
                             true,
                         ));
@@ -340,7 +340,7 @@ pub(super) fn candidates(
         addresses.retain(|a| {
             if let Some(node) = node_addrs.get(a) {
                 notes.push(note(
-                    super::status::REASON_ADDRESS_OF_NODE,
+                    crate::services::plan::reasons::REASON_ADDRESS_OF_NODE,
                     format!(
                         "address {a} from {} is node {node}'s own address; refused (announcing it would take the node's traffic)",
                         info.addresses.source
@@ -369,7 +369,7 @@ pub(super) fn candidates(
             Some(Ok(nodes)) => nodes.clone(),
             Some(Err((value, error))) => {
                 notes.push(note(
-                    super::status::REASON_INVALID_CONFIG,
+                    crate::services::plan::reasons::REASON_INVALID_CONFIG,
                     format!(
                         "annotation {}={value:?} ignored: {error}",
                         crate::nodes::selector::PREFERRED_NODES_ANNOTATION
@@ -382,7 +382,7 @@ pub(super) fn candidates(
         };
         if !info.dhcp_lease_bad.is_empty() {
             notes.push(note(
-                super::status::REASON_INVALID_CONFIG,
+                crate::services::plan::reasons::REASON_INVALID_CONFIG,
                 format!(
                     "annotation {}: entries {:?} are not IP addresses and are ignored (vipd writes this record of the addresses a Service shares from a DHCP lease; fix or remove it)",
                     model::ANN_DHCP_LEASE,
@@ -796,7 +796,7 @@ mod tests {
         );
         let m: Vec<&Note> = notes
             .iter()
-            .filter(|n| n.reason == super::super::status::REASON_INVALID_CONFIG)
+            .filter(|n| n.reason == crate::services::plan::reasons::REASON_INVALID_CONFIG)
             .collect();
         assert_eq!(m.len(), 1, "{notes:?}");
         assert!(

@@ -95,7 +95,7 @@ pub(super) async fn report<W: StatusWriter>(
         all.push(Note {
             key: c.service.clone(),
             uid: uid_of(services, &c.service),
-            reason: super::status::REASON_ADDRESS_CONFLICT,
+            reason: crate::services::plan::reasons::REASON_ADDRESS_CONFLICT,
             message: format!(
                 "not announced: {} port {}/{} is already used by {}",
                 c.address, c.port.port, c.port.protocol, c.with
@@ -107,7 +107,7 @@ pub(super) async fn report<W: StatusWriter>(
         all.push(Note {
             key: c.service.clone(),
             uid: uid_of(services, &c.service),
-            reason: super::status::REASON_INVALID_CONFIG,
+            reason: crate::services::plan::reasons::REASON_INVALID_CONFIG,
             message: format!(
                 "not announced: {} is already used by DHCP Service {}; give each DHCP Service its own (remove a copied kube-vip.io/hwaddr or kube-vip.io/macvlanName: vipd then derives them from the Service UID)",
                 c.what, c.with
@@ -120,7 +120,7 @@ pub(super) async fn report<W: StatusWriter>(
         all.push(Note {
             key: l.service.clone(),
             uid: uid_of(services, &l.service),
-            reason: super::status::REASON_DHCP_LEASE_LAPSED,
+            reason: crate::services::plan::reasons::REASON_DHCP_LEASE_LAPSED,
             message: format!(
                 "not announced: {} came from a DHCP Service's lease ({}), and no DHCP Service asks for it now (the DHCP Service deleted, or its lease lost and replaced by another address: NAKed, declined or expired): the DHCP server may lease it to another host. Point this Service at its DHCP Service's current address, or remove the annotation {} to announce it as a static address",
                 list.join(", "),

@@ -18,12 +18,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::{APP_NAME, ManifestError, parse_go_bool, pod::labels};
 
-/// Name of the ClusterRole (kube-vip's is `system:kube-vip-role`).
-pub const CLUSTER_ROLE: &str = "system:vipd-role";
 /// Name of the ClusterRoleBinding (kube-vip's is `system:kube-vip-binding`).
 pub(crate) const CLUSTER_ROLE_BINDING: &str = "system:vipd-binding";
 
-use crate::kube::api::{Needs, required_permissions};
+use crate::kube::api::{CLUSTER_ROLE, Needs, required_permissions};
 
 /// `vipd manifest rbac` flags.
 #[derive(Debug, Clone, Default, Args, PartialEq, Eq)]

@@ -38,7 +38,6 @@ use k8s_openapi::api::authorization::v1::{
 };
 use kube::api::PostParams;
 
-use crate::cmd::manifest::rbac;
 use crate::config::{Config, ManagerArgs};
 use crate::net::arpflux::{self, FluxFinding, FluxTarget};
 use crate::net::conflict::{RawConflictMonitor, fmt_mac, probe_for};
@@ -892,7 +891,7 @@ pub(crate) fn rbac_verdict(
         "grant the rule(s) {} to this identity: `vipd manifest rbac | kubectl apply -f -` \
          has them all in the ClusterRole {} (bind it to this identity)",
         rules.join(", "),
-        rbac::CLUSTER_ROLE
+        crate::kube::api::CLUSTER_ROLE
     ))
 }
 

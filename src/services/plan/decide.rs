@@ -156,7 +156,7 @@ pub(crate) fn endpointless(
 }
 
 /// The Warning notes about the `endpointless` Services of `plan` (reason
-/// [`crate::services::status::REASON_NO_LOCAL_ENDPOINT`]), in Service order.
+/// [`crate::services::plan::reasons::REASON_NO_LOCAL_ENDPOINT`]), in Service order.
 pub(crate) fn endpointless_notes(
     plan: &Plan,
     endpointless: &HashSet<ServiceKey>,
@@ -168,7 +168,7 @@ pub(crate) fn endpointless_notes(
         .map(|key| Note {
             key: key.clone(),
             uid: uid_of(services, key),
-            reason: crate::services::status::REASON_NO_LOCAL_ENDPOINT,
+            reason: crate::services::plan::reasons::REASON_NO_LOCAL_ENDPOINT,
             message: "not announced: externalTrafficPolicy is Local and no node has a ready \
                       endpoint of this Service; status and kube-vip.io/vipHost cleared until \
                       one has"

@@ -4,3 +4,4 @@
 pub(crate) mod decide;
 pub mod desired;
 pub mod model;
+pub mod reasons;

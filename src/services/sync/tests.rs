@@ -382,7 +382,7 @@ async fn post(
 
 #[tokio::test]
 async fn a_note_is_posted_once_while_its_cause_lasts_and_retried_after_a_failure() {
-    use crate::services::status::{REASON_NO_ADDRESS, REASON_UNUSABLE_ADDRESS};
+    use crate::services::plan::reasons::{REASON_NO_ADDRESS, REASON_UNUSABLE_ADDRESS};
     let w = Recorder::default();
     let mut reported = Reported::default();
     let (none, unusable) = (Some(REASON_NO_ADDRESS), Some(REASON_UNUSABLE_ADDRESS));

@@ -282,7 +282,7 @@ fn local_services_without_endpoints_are_noted_only_with_per_service_leases() {
     assert_eq!(notes.len(), 1);
     assert_eq!(
         notes[0].reason,
-        crate::services::status::REASON_NO_LOCAL_ENDPOINT
+        crate::services::plan::reasons::REASON_NO_LOCAL_ENDPOINT
     );
     assert!(notes[0].warn);
     // One lease for all: its holder announces Local Services too.
