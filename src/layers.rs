@@ -7,7 +7,8 @@
 //! trees, paths written inline) and every `super::` path that leaves its unit names the unit
 //! it imports. An import is allowed when it stays in the unit, goes to a lower layer, or
 //! goes to a unit of the same layer that the table lists. The tests also check that the
-//! Services wing's plan files are pure (no tokio, no `kube::Client`, no `async fn`) and that
+//! Services wing's plan files are pure (no tokio, no `kube::Client`, no `async fn`; their
+//! tests may build inputs that carry a tokio instant) and that
 //! no two files of `src/` or `xtask/src/` import each other in a cycle (a file importing
 //! from its own ancestor module, the facade that declares it, does not count).
 //!
@@ -478,9 +479,12 @@ mod tests {
     #[test]
     fn the_services_plan_is_pure() {
         let files = read_tree(&crate_src(""));
+        // The plan's tests may build what its inputs carry (an election's end holds a tokio
+        // instant); its code may not.
         let plan: Vec<&File> = files
             .iter()
             .filter(|f| f.module.starts_with(&["services".into(), "plan".into()]))
+            .filter(|f| !f.module.iter().any(|m| m == "tests"))
             .collect();
         assert!(plan.len() >= 3, "found {} plan files", plan.len());
         for f in plan {

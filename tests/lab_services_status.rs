@@ -15,11 +15,11 @@ use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ListParams, PostParams};
 use vipd::kube::events::REPORTING_CONTROLLER;
-use vipd::services::plan::reasons::REASON_ANNOUNCED;
 use vipd::services::plan::model::{ANN_LOADBALANCER_IPS, ANN_VIP_HOST, PortProto, ServiceKey};
+use vipd::services::plan::reasons::REASON_ANNOUNCED;
 use vipd::services::status::{
-    EventKind, KubeStatusWriter, ServiceEvent, StatusError, StatusWriter,
-    WriteOutcome, desired_ingress,
+    EventKind, KubeStatusWriter, ServiceEvent, StatusError, StatusWriter, WriteOutcome,
+    desired_ingress,
 };
 use xtask::lab::LabOptions;
 

@@ -29,11 +29,11 @@ use std::sync::Arc;
 use k8s_openapi::api::core::v1::Service;
 use tracing::{info, warn};
 
-use super::runtime::GroupSpec;
 use crate::dhcp::{Dhcp, DhcpBinding, DhcpFamily, DhcpHandle, DhcpState};
 use crate::holder::VipSpec;
 use crate::net::Vip;
 use crate::net::conflict::fmt_mac;
+use crate::services::plan::decide::GroupSpec;
 use crate::services::plan::desired::DhcpService;
 use crate::services::plan::model::{ANN_DHCP_LEASE, ANN_HWADDR, ANN_REQUESTED_IP, ServiceKey};
 

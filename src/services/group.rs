@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::dhcp_clients::{DhcpClients, DhcpEvent};
-use super::runtime::{GroupSpec, Shared};
+use super::runtime::Shared;
 use super::status::{ServiceEvent, StatusWriter};
 use super::sync::{StatusSync, report_conflicts, report_handover};
 use crate::election::kube::KubeLeaseClient;
@@ -22,6 +22,7 @@ use crate::election::{DuplicateIdentity, ElectionEnd, Elector, Gates, LeaderStat
 use crate::holder::{VipHolder, VipSpec};
 use crate::net::{Announcer, Kernel};
 use crate::nodes::eligibility::{GATE_INELIGIBLE, Ineligible};
+use crate::services::plan::decide::GroupSpec;
 use crate::services::plan::decide::{self, GroupEvent, StatusStep};
 use crate::services::plan::desired::{LeaseRef, NotHere};
 use crate::services::plan::model::ServiceKey;

@@ -402,7 +402,7 @@ async fn run_checks(checks: &[HealthCheck]) -> Result<(), String> {
 pub(super) async fn follow<K: crate::net::Kernel, A: crate::net::Announcer>(
     shared: std::sync::Arc<super::runtime::Shared<K, A>>,
     lease: String,
-    spec: tokio::sync::watch::Receiver<super::runtime::GroupSpec>,
+    spec: tokio::sync::watch::Receiver<crate::services::plan::decide::GroupSpec>,
     mut state: tokio::sync::watch::Receiver<crate::election::LeaderState>,
     gates: crate::election::Gates,
     stop: tokio_util::sync::CancellationToken,

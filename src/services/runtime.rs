@@ -20,6 +20,7 @@
 //! retires on every node and the address is held back from other leases until its handover
 //! is done (see [`super::governance`]).
 
+use crate::services::plan::decide::GroupSpec;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -44,7 +45,7 @@ use super::sync::*;
 use super::watch::*;
 use crate::election::kube::{KubeLeaseClient, LeaseHub};
 use crate::election::{ElectionEnd, LeaseClient};
-use crate::holder::{HolderConfig, VipSpec};
+use crate::holder::HolderConfig;
 use crate::lease::Timing;
 use crate::net::{Announcer, CachedKernel, Kernel, NetlinkKernel, RawAnnouncer};
 use crate::nodes::eligibility::Ineligible;
@@ -53,28 +54,7 @@ use crate::obs::metrics::Metrics;
 use crate::obs::readiness::{Readiness, WatchActivity};
 use crate::services::plan::decide::{self, StopOrder};
 use crate::services::plan::desired::{self, Candidate, LeaseRef, Mode, Plan, PlanConfig};
-use crate::services::plan::model::{PortProto, ServiceKey};
-
-/// What a group task needs to know about the Services whose addresses it announces.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct GroupSpec {
-    /// VIPs governed by the group's lease.
-    pub vips: Vec<VipSpec>,
-    /// Services announced through this group, with the addresses and ports for their
-    /// status, sorted by Service (a vector: a BTreeMap's first node alone is about 1 KiB,
-    /// and there is one spec per lease, often with a single Service).
-    pub services: Vec<(ServiceKey, Vec<IpAddr>, Vec<PortProto>)>,
-    /// The group's preferred nodes, in order (`vipd.io/preferred-nodes`; empty: none).
-    pub preferred: Vec<String>,
-    /// DHCP Services whose clients the group runs while it leads (issue 13).
-    pub dhcp: Vec<crate::services::plan::desired::DhcpService>,
-    /// DHCP Services this holder serves with no address now after at least one failed
-    /// attempt (a lost lease not re-acquired, a NAK, a client that cannot set up or gave
-    /// up): announced by no node, so their status and `vipHost` are cleared like a
-    /// Service whose addresses are all refused. Filled by the DHCP clients
-    /// (`DhcpClients::effective`), not by the planner.
-    pub dhcp_unserved: Vec<ServiceKey>,
-}
+use crate::services::plan::notes::Note;
 
 impl GroupSpec {
     /// Counts `vipd_vip_handovers_total{vip, reason}` once for each of the group's VIPs:
@@ -792,7 +772,7 @@ async fn reconcile_groups<K: Kernel, A: Announcer>(
         .retain(|_, r| !r.done.load(std::sync::atomic::Ordering::SeqCst));
     let running: BTreeSet<LeaseRef> = groups.keys().cloned().collect();
     let stops = decide::stops(&gov.prev, plan, &running, shared.per_service);
-    gov.prev = governance::governors(plan);
+    gov.prev = crate::services::plan::governance::governors(plan);
     // Subscribe to every retiring lease before its group stops, so that no change (the
     // holder's release) falls between what the elector saw and what the retirement sees.
     let retiring: Vec<_> = stops

@@ -12,30 +12,9 @@ use tracing::debug;
 
 use super::Settings;
 use crate::net::Kernel;
-use crate::services::plan::desired::{self, Candidate, LeaseRef, NotHere, Plan};
-use crate::services::plan::model::{self, Selection, ServiceInfo, ServiceKey};
-
-/// Something to tell the user about a Service (logged, and a Warning Event when `warn`).
-/// The same note (Service, reason, message) is logged once per process while its cause
-/// lasts, and its Event is written until it succeeds.
-#[derive(Debug)]
-pub(crate) struct Note {
-    pub(super) key: ServiceKey,
-    /// The Service's `metadata.uid` (part of the Event's name, see
-    /// [`crate::kube::events::event_name`]).
-    pub(super) uid: Option<String>,
-    pub(super) reason: &'static str,
-    pub(super) message: String,
-    pub(super) warn: bool,
-}
-
-impl Note {
-    /// Deduplication key: Service, reason and message (never the resourceVersion, which
-    /// changes with every status write).
-    pub(super) fn id(&self) -> String {
-        format!("{}|{}|{}", self.key, self.reason, self.message)
-    }
-}
+use crate::services::plan::desired::{self, Candidate, LeaseRef, NotHere};
+use crate::services::plan::model::{self, Selection, ServiceInfo};
+use crate::services::plan::notes::Note;
 
 /// The node's connected subnets (its own addresses, not vipd's), with the name of their
 /// interface, read from the kernel at most every [`ConnectedSubnets::REFRESH`].
@@ -220,35 +199,6 @@ impl Unusable {
     }
 }
 
-/// The Services among `endpointless` (externalTrafficPolicy Local, no ready endpoint on
-/// any node) that no node campaigns for: every group they are in has only such members
-/// (a member with policy Cluster, or a Local one with an endpoint somewhere, keeps the
-/// group's addresses announced, S21). Pure.
-pub(crate) fn announced_nowhere(
-    plan: &Plan,
-    endpointless: &HashSet<ServiceKey>,
-) -> HashSet<ServiceKey> {
-    let mut alive: HashSet<&ServiceKey> = HashSet::new();
-    for g in plan.groups.values() {
-        if !g.services.iter().all(|k| endpointless.contains(k)) {
-            alive.extend(g.services.iter());
-        }
-    }
-    endpointless
-        .iter()
-        .filter(|k| plan.addresses.contains_key(*k) && !alive.contains(k))
-        .cloned()
-        .collect()
-}
-
-/// The uid of Service `key` in `services`.
-pub(super) fn uid_of(services: &[Arc<Service>], key: &ServiceKey) -> Option<String> {
-    services
-        .iter()
-        .find(|s| ServiceKey::of(&***s) == *key)
-        .and_then(|s| s.metadata.uid.clone())
-}
-
 /// Selected Services as planner input, plus what to report about the others. `local`:
 /// Services with a ready endpoint on this node; `unusable`: addresses refused besides the
 /// nodes' own (`node_addrs`); `here`: whether this node may announce each one
@@ -293,7 +243,11 @@ pub(super) fn candidates(
                         Some(rejected) => format!("not announced: no usable address; {rejected}"),
                         None => format!("not announced: {reason}"),
                     };
-                    notes.push(note(crate::services::plan::reasons::REASON_NO_ADDRESS, message, false));
+                    notes.push(note(
+                        crate::services::plan::reasons::REASON_NO_ADDRESS,
+                        message,
+                        false,
+                    ));
                 }
                 if !matches!(reason, model::SkipReason::NoAddress)
                     || info.addresses.rejected.is_empty()
@@ -458,39 +412,6 @@ mod tests {
         };
         let (_, msg) = u.check(ip("198.51.100.15")).unwrap();
         assert!(msg.contains("198.51.100.0/28"), "{msg}");
-    }
-
-    #[test]
-    fn local_services_without_endpoints_are_announced_nowhere_unless_their_group_lives() {
-        use crate::services::plan::desired::Group;
-        let k = |n: &str| ServiceKey::new("default", n);
-        let lease = |n: &str| LeaseRef {
-            namespace: "default".into(),
-            name: n.into(),
-        };
-        let mut plan = Plan::default();
-        for (l, members) in [("kubevip-a", &["a"][..]), ("kubevip-b", &["b", "c"][..])] {
-            plan.groups.insert(
-                lease(l),
-                Group {
-                    vips: Vec::new(),
-                    campaign: false,
-                    not_here: None,
-                    preferred: Vec::new(),
-                    services: members.iter().map(|m| k(m)).collect(),
-                    dhcp: Vec::new(),
-                },
-            );
-            for m in members {
-                plan.addresses.insert(k(m), Vec::new());
-            }
-        }
-        // a: alone and endpointless; b: shares its address with c (policy Cluster, or
-        // Local with an endpoint somewhere), so b's address is still announced.
-        let endpointless: HashSet<ServiceKey> = [k("a"), k("b"), k("gone")].into();
-        assert_eq!(announced_nowhere(&plan, &endpointless), [k("a")].into());
-        let all: HashSet<ServiceKey> = [k("a"), k("b"), k("c")].into();
-        assert_eq!(announced_nowhere(&plan, &all), all);
     }
 
     fn connected(addr: &str, prefix: u8, interface: &str) -> Connected {

@@ -14,8 +14,8 @@ use crate::net::conflict::fmt_mac;
 use crate::services::plan::desired::Plan;
 use crate::services::plan::model::{self, ServiceKey};
 
-use super::runtime::GroupSpec;
-use super::select::*;
+use crate::services::plan::decide::GroupSpec;
+use crate::services::plan::notes::{Note, uid_of};
 
 /// What the status side works with (the seam of its unit tests): this node's name, the
 /// Services cache it compares with, and the writer ([`super::status::KubeStatusWriter`] in

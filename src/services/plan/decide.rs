@@ -11,10 +11,31 @@ use k8s_openapi::api::core::v1::Service;
 
 use super::desired::{Candidate, LeaseRef, NotHere, Plan};
 use super::model::{PortProto, ServiceKey};
+use super::notes::{Note, announced_nowhere, uid_of};
 use crate::election::ElectionEnd;
-use crate::services::governance;
-use crate::services::runtime::GroupSpec;
-use crate::services::select::{Note, announced_nowhere, uid_of};
+use crate::holder::VipSpec;
+use crate::services::plan::governance;
+
+/// What a group task needs to know about the Services whose addresses it announces.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GroupSpec {
+    /// VIPs governed by the group's lease.
+    pub vips: Vec<VipSpec>,
+    /// Services announced through this group, with the addresses and ports for their
+    /// status, sorted by Service (a vector: a BTreeMap's first node alone is about 1 KiB,
+    /// and there is one spec per lease, often with a single Service).
+    pub services: Vec<(ServiceKey, Vec<IpAddr>, Vec<PortProto>)>,
+    /// The group's preferred nodes, in order (`vipd.io/preferred-nodes`; empty: none).
+    pub preferred: Vec<String>,
+    /// DHCP Services whose clients the group runs while it leads (issue 13).
+    pub dhcp: Vec<super::desired::DhcpService>,
+    /// DHCP Services this holder serves with no address now after at least one failed
+    /// attempt (a lost lease not re-acquired, a NAK, a client that cannot set up or gave
+    /// up): announced by no node, so their status and `vipHost` are cleared like a
+    /// Service whose addresses are all refused. Filled by the DHCP clients
+    /// (`DhcpClients::effective`), not by the planner.
+    pub dhcp_unserved: Vec<ServiceKey>,
+}
 
 /// A running group to stop.
 #[derive(Debug, Clone, PartialEq, Eq)]

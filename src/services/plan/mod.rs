@@ -3,5 +3,7 @@
 
 pub(crate) mod decide;
 pub mod desired;
+pub mod governance;
 pub mod model;
+pub(crate) mod notes;
 pub mod reasons;

@@ -58,7 +58,6 @@ pub use ingress::{desired_ingress, ingress_differs, ingress_differs_with, vip_ho
 pub use memory::{MemoryServiceStatus, MemoryStatusWriter};
 pub use writer::KubeStatusWriter;
 
-
 impl ServiceEvent {
     /// A Warning with `reason` (PascalCase) and `note`, action `Announce`.
     pub fn warning(reason: &str, note: String) -> Self {

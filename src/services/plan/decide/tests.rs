@@ -6,8 +6,8 @@ use std::net::IpAddr;
 use super::*;
 use crate::election::record::{LeaseRecord, Observed};
 use crate::net::VipSubnet;
-use crate::services::governance::tests::{ip, lease, svc};
 use crate::services::plan::desired::{self, Mode, PlanConfig};
+use crate::services::plan::governance::tests::{ip, lease, svc};
 
 const NODE: &str = "node-a";
 
