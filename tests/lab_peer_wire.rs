@@ -21,10 +21,8 @@ use support::netns::{assert_private_netns, enter_private_netns, ip};
 
 use vipd::net::{Kernel, LinkInfo, NetlinkKernel};
 use vipd::peer::socket::PeerSocket;
-use vipd::peer::wire::{
-    DEFAULT_MAX_SKEW_MS, DecodeError, Encoder, Flags, HeldLease, Kind, LeaseRef, Message, PeerKey,
-    Rejection, Verifier,
-};
+use vipd::peer::verify::{DEFAULT_MAX_SKEW_MS, Rejection, Verifier};
+use vipd::peer::wire::{DecodeError, Encoder, Flags, HeldLease, Kind, LeaseRef, Message, PeerKey};
 
 /// The link named `name` once it is up with carrier (bounded wait).
 fn up_link(name: &str) -> LinkInfo {

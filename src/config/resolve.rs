@@ -563,54 +563,6 @@ pub(super) fn system_hostname() -> Option<String> {
         .find(|s| !s.is_empty())
 }
 
-/// Where a value came from.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Origin {
-    Env,
-    Flag(&'static str),
-    File,
-    Default,
-    Hostname,
-}
-
-/// One raw setting value and its origin.
-#[derive(Debug, Clone)]
-pub(super) struct Raw {
-    pub(super) key: &'static str,
-    pub(super) value: String,
-    pub(super) origin: Origin,
-}
-
-impl Raw {
-    pub(super) fn default_of(key: &'static str, value: &str) -> Raw {
-        Raw {
-            key,
-            value: value.to_string(),
-            origin: Origin::Default,
-        }
-    }
-
-    /// How the setting is named in messages, e.g. `flag --leaseDuration (vip_leaseduration)`.
-    pub(super) fn setting(&self) -> String {
-        match &self.origin {
-            Origin::Env => format!("environment variable {}", self.key),
-            Origin::Flag(f) => format!("flag --{f} ({})", self.key),
-            Origin::File => format!("{} in the config file", self.key),
-            Origin::Default => format!("{} (default)", self.key),
-            Origin::Hostname => format!("{} (default: the hostname, lower-cased)", self.key),
-        }
-    }
-
-    pub(super) fn invalid(&self, reason: impl Into<String>) -> ConfigError {
-        ConfigError::Invalid {
-            key: self.key,
-            setting: self.setting(),
-            value: self.value.clone(),
-            reason: reason.into(),
-        }
-    }
-}
-
 pub(super) struct Inputs<'a> {
     pub(super) flags: Vec<(&'static str, &'a str)>,
     pub(super) env: &'a dyn Fn(&str) -> Option<String>,

@@ -12,6 +12,7 @@
 //! namespace as its rtnetlink connection) and used from a blocking thread
 //! ([`tokio::task::spawn_blocking`]), one request at a time.
 
+use netlink_packet_route::address::{AddressFlags, AddressHeaderFlags, CacheInfo};
 use std::cell::Cell;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
@@ -25,7 +26,21 @@ use netlink_packet_route::address::{AddressAttribute, AddressMessage};
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 
 use super::lifetime::{Lifetime, add_within};
-use super::netlink::set_lifetimes;
+
+/// Gives an `RTM_NEWADDR` message its valid and preferred lifetimes (seconds,
+/// `IFA_CACHEINFO`) and, with `nodad`, `IFA_F_NODAD` (in the header and in `IFA_FLAGS`):
+/// the one way vipd writes both for its VIPs and for a DHCPv6 macvlan's link-local address.
+pub(crate) fn set_lifetimes(msg: &mut AddressMessage, valid: u32, preferred: u32, nodad: bool) {
+    let mut ci = CacheInfo::default();
+    ci.ifa_preferred = preferred;
+    ci.ifa_valid = valid;
+    msg.attributes.push(AddressAttribute::CacheInfo(ci));
+    if nodad {
+        msg.header.flags |= AddressHeaderFlags::Nodad;
+        msg.attributes
+            .push(AddressAttribute::Flags(AddressFlags::Nodad));
+    }
+}
 
 /// How long a request waits for the kernel's answer before it is an error (the kernel
 /// answers an address request at once; this bounds a stuck socket, never a normal wait).

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use futures::TryStreamExt;
 use netlink_packet_route::AddressFamily;
 use netlink_packet_route::address::{
-    AddressAttribute, AddressFlags, AddressHeaderFlags, AddressMessage, AddressProtocol, CacheInfo,
+    AddressAttribute, AddressFlags, AddressMessage, AddressProtocol,
 };
 use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage};
 use netlink_packet_route::route::{RouteAttribute, RouteHeader, RouteMessage, RouteType};
@@ -31,21 +31,6 @@ const EADDRNOTAVAIL: i32 = 99;
 const EOPNOTSUPP: i32 = 95;
 /// `EAFNOSUPPORT`: e.g. an IPv6 setting on a kernel or link without IPv6.
 pub(super) const EAFNOSUPPORT: i32 = 97;
-
-/// Gives an `RTM_NEWADDR` message its valid and preferred lifetimes (seconds,
-/// `IFA_CACHEINFO`) and, with `nodad`, `IFA_F_NODAD` (in the header and in `IFA_FLAGS`):
-/// the one way vipd writes both for its VIPs and for a DHCPv6 macvlan's link-local address.
-pub(super) fn set_lifetimes(msg: &mut AddressMessage, valid: u32, preferred: u32, nodad: bool) {
-    let mut ci = CacheInfo::default();
-    ci.ifa_preferred = preferred;
-    ci.ifa_valid = valid;
-    msg.attributes.push(AddressAttribute::CacheInfo(ci));
-    if nodad {
-        msg.header.flags |= AddressHeaderFlags::Nodad;
-        msg.attributes
-            .push(AddressAttribute::Flags(AddressFlags::Nodad));
-    }
-}
 
 /// How vipd tags the addresses it adds. Detected once per [`NetlinkKernel`], on the first
 /// address it creates ([`detect_tag_mode`]).
@@ -664,6 +649,7 @@ impl Kernel for NetlinkKernel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use netlink_packet_route::address::{AddressHeaderFlags, CacheInfo};
 
     fn v4(s: &str) -> IpAddr {
         s.parse().unwrap()

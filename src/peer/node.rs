@@ -41,9 +41,8 @@ use tracing::{debug, info, warn};
 
 use super::ridethrough::{LeaseView, Peers, RideConfig, RideDecision, TakeDecision, TakeReason};
 use super::socket::PeerSocket;
-use super::wire::{
-    DEFAULT_MAX_SKEW_MS, Encoder, HeldLease, Kind, LeaseRef, Message, PeerKey, Rejection, Verifier,
-};
+use super::verify::{DEFAULT_MAX_SKEW_MS, Rejection, Verifier};
+use super::wire::{Encoder, HeldLease, Kind, LeaseRef, Message, PeerKey};
 use crate::election::{LeaderState, Observed, RideLink};
 use crate::lease::FENCE_MARGIN;
 use crate::obs::metrics::Metrics;
@@ -466,7 +465,7 @@ impl PeerNode {
     /// The receiver (a thread: blocking reads with kernel timestamps) until `stop`.
     fn receive_loop(&self, socket: &PeerSocket, key: PeerKey, stop: &CancellationToken) {
         let mut verifier = Verifier::new(key, DEFAULT_MAX_SKEW_MS);
-        let mut assembler = super::wire::Assembler::default();
+        let mut assembler = super::verify::Assembler::default();
         let mut failing = false;
         let mut no_stamp_warned = false;
         while !stop.is_cancelled() {

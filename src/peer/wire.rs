@@ -739,5 +739,3 @@ fn read_leases(r: &mut Reader<'_>, count: usize) -> Result<Vec<HeldLease>, Decod
     }
     Ok(leases)
 }
-
-pub use super::verify::{Assembler, Counters, DEFAULT_MAX_SKEW_MS, Rejection, Verifier};

@@ -37,6 +37,7 @@
 //! [`summary_text`] or, with `--json`, [`summary_json`]; its shape is [`Summary`].
 
 mod client;
+mod clock;
 mod config;
 mod report;
 mod runner;

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use super::report::wall_clock;
+use super::clock::wall_clock;
 
 /// Largest number of switches kept individually in [`ProbeStats`]; further switches are only
 /// counted ([`Summary::switch_count`]). Flapping between two holders (a split brain) at 10

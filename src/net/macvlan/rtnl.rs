@@ -8,7 +8,8 @@ use netlink_packet_route::link::{
 use rtnetlink::{Handle, LinkMacVlan, LinkUnspec};
 
 use super::{ConfFamily, LinkEntry, MacvlanError, MacvlanKernel, Neighbour, format_mac};
-use crate::net::netlink::{EAFNOSUPPORT, ENODEV, errno, set_lifetimes};
+use crate::net::addr_socket::set_lifetimes;
+use crate::net::netlink::{EAFNOSUPPORT, ENODEV, errno};
 
 /// [`MacvlanKernel`] over rtnetlink and `/proc/sys`. The connection task runs on the tokio
 /// runtime current at [`NetlinkMacvlans::new`].

@@ -8,6 +8,7 @@
 //! frozen node. After every step the model checks the promise: never two nodes with a live
 //! VIP of the lease.
 
+use crate::peer::verify::{Assembler, DEFAULT_MAX_SKEW_MS, Verifier};
 use std::collections::BTreeSet;
 use std::time::Duration;
 

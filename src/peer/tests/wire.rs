@@ -2,6 +2,7 @@
 //! arbitrary bytes (never panics).
 
 use super::Gen;
+use crate::peer::verify::*;
 use crate::peer::wire::*;
 
 const NOW_MS: u64 = 1_790_000_000_000;
