@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::dhcp_clients::{DhcpClients, DhcpEvent};
-use super::runtime::Shared;
+use super::shared::Shared;
 use super::status::{ServiceEvent, StatusWriter};
 use super::sync::{StatusSync, report_conflicts, report_handover};
 use crate::election::kube::KubeLeaseClient;
@@ -133,7 +133,7 @@ struct Group<K: Kernel, A: Announcer> {
     elector_task: JoinHandle<ElectionEnd>,
     holder_stop: CancellationToken,
     holder_task: JoinHandle<()>,
-    /// The data-path health check ([`super::health::follow`]); stopped with the holder.
+    /// The data-path health check ([`super::health::task::follow`]); stopped with the holder.
     health_task: JoinHandle<()>,
     /// DHCP mode: the clients of the group's DHCP Services while this node leads
     /// (`None` without a DHCP client, see [`Shared::dhcp`]).
@@ -239,7 +239,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         // campaigns, so a node that must not carry the address never takes the lease.
         let holder_stop = CancellationToken::new();
         let elector_stop = CancellationToken::new();
-        let health_task = tokio::spawn(super::health::follow(
+        let health_task = tokio::spawn(super::health::task::follow(
             shared.clone(),
             lease.to_string(),
             spec.clone(),

@@ -33,6 +33,7 @@ pub mod plan;
 pub mod runtime;
 mod select;
 mod settings;
+mod shared;
 pub mod status;
 mod sync;
 mod watch;

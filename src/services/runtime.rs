@@ -40,6 +40,7 @@ use super::endpoints::endpointslice_v1_served;
 use super::governance::{self, Handover, LeaseView};
 use super::group::GroupHandle;
 use super::select::*;
+use super::shared::Shared;
 use super::status::KubeStatusWriter;
 use super::sync::*;
 use super::watch::*;
@@ -84,55 +85,6 @@ struct Retirement {
     addrs: BTreeSet<IpAddr>,
     done: Arc<std::sync::atomic::AtomicBool>,
     stop: CancellationToken,
-}
-
-/// Everything the group tasks share.
-pub(super) struct Shared<K: Kernel, A: Announcer> {
-    pub(super) node: String,
-    /// Per-Service leases (deleted with their Service); the global lease is never deleted.
-    pub(super) per_service: bool,
-    pub(super) timing: Timing,
-    pub(super) holder_cfg: HolderConfig,
-    pub(super) kernel: Arc<K>,
-    pub(super) announcer: Arc<A>,
-    /// For Lease reads and writes only (see `crate::kube::client::ServicesClients`).
-    pub(super) lease_client: kube::Client,
-    pub(super) hub: LeaseHub,
-    pub(super) status: KubeStatusWriter,
-    pub(super) services: Store<Service>,
-    pub(super) metrics: Metrics,
-    /// `/readyz`: a lease written under this node's identity by another process fails it.
-    pub(super) readiness: Readiness,
-    /// Bumped after every pass over the Services cache: group tasks then compare their
-    /// Services' status with the cache (no API call when it matches) and restore it.
-    pub(super) services_seen: watch::Sender<u64>,
-    /// Why this node may not announce Service VIPs (see [`Parts::ineligible`]).
-    pub(super) ineligible: watch::Receiver<Option<Ineligible>>,
-    /// `svc_healthcheck`, `svc_healthcheck_hold` ([`super::health`]).
-    pub(super) health: super::health::HealthSettings,
-    /// The Service leases this node holds: spreads them over the nodes
-    /// ([`crate::election::spread`]).
-    pub(super) spread: Arc<crate::election::spread::Spread>,
-    /// The peer protocol (`svc_ridethrough`): every Service lease's elector rides through
-    /// API outages with it.
-    pub(super) ride: Option<crate::peer::node::PeerNode>,
-    /// DHCP mode (`dhcp_mode`): starts the DHCP clients of the groups this node leads;
-    /// `None`: DHCP Services get no client.
-    pub(super) dhcp: Option<Arc<dyn crate::dhcp::Dhcp>>,
-    /// `svc_failback_holddown` when `svc_failback` is on: every Service lease's elector fails
-    /// back to more preferred nodes ([`crate::election::failback`]); `None`: off.
-    pub(super) failback: Option<Duration>,
-}
-
-impl<K: Kernel, A: Announcer> Shared<K, A> {
-    /// The status side's view of this node, the cache and the writer.
-    pub(super) fn status_ctx(&self) -> StatusCtx<'_, KubeStatusWriter> {
-        StatusCtx {
-            node: &self.node,
-            services: &self.services,
-            writer: &self.status,
-        }
-    }
 }
 
 /// Why the Services wing cannot start.

@@ -232,9 +232,9 @@ impl EndpointStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::nodes::node_addresses;
     use crate::services::endpoints::SERVICE_NAME_LABEL;
     use crate::services::plan::model;
-    use crate::services::runtime::*;
 
     #[test]
     fn strip_keeps_what_vipd_reads() {
