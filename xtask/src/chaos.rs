@@ -891,7 +891,7 @@ impl Chaos {
     }
 
     fn service_body(name: &str, s: &Svc) -> String {
-        let mut j = crate::bench::services::service_json(name, IpAddr::V4(s.addr));
+        let mut j = crate::bench::harness::api::service_json(name, IpAddr::V4(s.addr));
         j["metadata"]["annotations"][TOUCH_ANNOTATION] = serde_json::json!(s.touch.to_string());
         if s.ignored {
             j["metadata"]["annotations"]["kube-vip.io/ignore"] = serde_json::json!("true");
@@ -1119,7 +1119,7 @@ impl Chaos {
                     format!(
                         "vipd on {node} exited by itself ({st}) at {}; log tail:\n{}",
                         secs(self.now()),
-                        crate::bench::failover::tail(&log, 8)
+                        crate::bench::harness::text::tail(&log, 8)
                     ),
                 ));
                 let start = self.now();
@@ -1499,7 +1499,7 @@ impl Chaos {
                     n.clone(),
                     (
                         p.pid(),
-                        crate::bench::failover::rss_kib(p.pid()).unwrap_or(0),
+                        crate::bench::harness::procfs::rss_kib(p.pid()).unwrap_or(0),
                     ),
                 )
             })
@@ -1530,8 +1530,8 @@ pub fn run(args: &[&str]) -> Result<()> {
         bail!("`cargo xtask chaos` needs root (network namespaces); run it with sudo -E");
     }
     let vipd = match (&o.vipd, o.build) {
-        (Some(p), _) => crate::bench::failover::vipd_release_binary(false, Some(p))?,
-        (None, true) => crate::bench::failover::vipd_release_binary(true, None)?,
+        (Some(p), _) => crate::bench::harness::build::vipd_release_binary(false, Some(p))?,
+        (None, true) => crate::bench::harness::build::vipd_release_binary(true, None)?,
         (None, false) => lab::vipd_binary(None)?,
     };
     let seed = o.seed.unwrap_or_else(|| {
@@ -2012,7 +2012,7 @@ fn print_report(c: &Chaos, r: &Report, seed: u64, o: &Options, commit: &str) {
     let mut per_node: BTreeMap<&str, (usize, usize, usize)> = BTreeMap::new();
     for (node, path) in &c.logs {
         let log = std::fs::read_to_string(path).unwrap_or_default();
-        let (w, e, p, _) = crate::bench::services::log_findings(&log);
+        let (w, e, p, _) = crate::bench::harness::text::log_findings(&log);
         let x = per_node.entry(node).or_default();
         x.0 += w;
         x.1 += e;

@@ -42,11 +42,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Result, anyhow, bail};
 use xtask::lab::{self, ApiClient, Lab, NODES};
 
-use super::failover::{
-    Ctx, SAMPLE_INTERVAL, Subject, Timings, get_lease, lease_watch_path, reachable_holder,
-    start_trial_cluster, stop_probe, vipd_release_binary, wait_probe_steady,
-};
-use super::services::{CREATE_THREADS, METRICS_PORT, cpu_percent, metric_sum};
+use super::harness::api::{create, get_lease, lease_watch_path};
+use super::harness::build::vipd_release_binary;
+use super::harness::cluster::{reachable_holder, start_trial_cluster};
+use super::harness::ctx::Ctx;
+use super::harness::probe::{stop_probe, wait_probe_steady};
+use super::harness::procfs::cpu_percent;
+use super::harness::subject::{Subject, Timings};
+use super::harness::text::metric_sum;
+use super::harness::{CREATE_THREADS, METRICS_PORT, SAMPLE_INTERVAL, VIP};
 use crate::args::{parse_flags, whole_number};
 
 /// Namespace of the ConfigMaps the load lists and patches.
@@ -272,7 +276,7 @@ fn api_client(lab: &Lab) -> Result<ApiClient> {
 /// Creates namespace [`LOAD_NAMESPACE`] and `objects` ConfigMaps `load-N` of `kib` KiB each
 /// ([`CREATE_THREADS`] threads in ns `api`; existing ones are kept).
 fn fill(lab: &Lab, objects: usize, kib: usize) -> Result<()> {
-    super::create(
+    create(
         lab,
         "/api/v1/namespaces",
         &serde_json::json!({"apiVersion": "v1", "kind": "Namespace",
@@ -676,8 +680,8 @@ fn measure(ctx: &Ctx, o: &Options, t: &Timings, load: usize) -> Result<Row> {
     say(ctx, format!("{} load {load}: starting vipd", t.label));
     let mut cluster = start_trial_cluster(ctx, &subject, &mut row.notes)?;
     let holder = reachable_holder(ctx, &subject, &cluster)?;
-    let watcher = ctx.start_arp_watch(super::failover::VIP)?;
-    let probe = ctx.start_probe(super::failover::VIP)?;
+    let watcher = ctx.start_arp_watch(VIP)?;
+    let probe = ctx.start_probe(VIP)?;
     wait_probe_steady(&probe, &holder, 25, Duration::from_secs(10))?;
     say(ctx, format!("{holder} holds the VIP; {load} load loops"));
     let loadgen = Load::start(&ctx.lab, load, o.objects)?;

@@ -18,7 +18,11 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use serde_json::json;
 
-use super::services::{METRICS_PORT, cpu_percent, proc_status, service_json};
+use super::harness::METRICS_PORT;
+use super::harness::api::{create, service_json};
+use super::harness::build::{release_artifact, vipd_release_binary};
+use super::harness::procfs::{cpu_percent, proc_status};
+use super::harness::text::tail;
 use crate::lab::{self, Lab, LabOptions, LabProcess};
 
 const USAGE: &str = "\
@@ -120,12 +124,8 @@ pub fn run(args: &[&str]) -> Result<()> {
     if nix::unistd::geteuid().as_raw() != 0 {
         bail!("`cargo xtask bench heartbeat` needs root (network namespaces); run it with sudo -E");
     }
-    let vipd = super::failover::vipd_release_binary(o.build, o.vipd.as_deref())?;
-    let sim = super::failover::release_artifact(
-        o.build,
-        &["--example", "peer_sim"],
-        "examples/peer_sim",
-    )?;
+    let vipd = vipd_release_binary(o.build, o.vipd.as_deref())?;
+    let sim = release_artifact(o.build, &["--example", "peer_sim"], "examples/peer_sim")?;
     println!(
         "vipd binary: {}\npeer_sim: {}",
         vipd.display(),
@@ -183,7 +183,7 @@ fn wait_log(p: &LabProcess, needle: &str, limit: Duration) -> Result<()> {
             bail!(
                 "vipd did not log {needle:?} within {} s; log tail:\n{}",
                 limit.as_secs(),
-                super::failover::tail(&p.log(), 30)
+                tail(&p.log(), 30)
             );
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -207,7 +207,7 @@ fn measure(vipd: &Path, sim: &Path, peers: Option<usize>, o: &Options) -> Result
     members.extend(sims.iter().cloned());
     members.sort();
     for n in &members {
-        super::create(
+        create(
             &lab,
             "/api/v1/nodes",
             &json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}}),
@@ -217,7 +217,7 @@ fn measure(vipd: &Path, sim: &Path, peers: Option<usize>, o: &Options) -> Result
     let ride = peers.is_some();
     let key_file = lab.dir().join("peer.key");
     if ride {
-        super::create(
+        create(
             &lab,
             "/api/v1/namespaces/kube-system/secrets",
             &json!({"apiVersion": "v1", "kind": "Secret",
@@ -247,7 +247,7 @@ fn measure(vipd: &Path, sim: &Path, peers: Option<usize>, o: &Options) -> Result
         "watching LoadBalancer Services",
         Duration::from_secs(30),
     )?;
-    super::create(
+    create(
         &lab,
         "/api/v1/namespaces/default/services",
         &service_json("hb-bench", IpAddr::V4(SERVICE_VIP)),
@@ -305,12 +305,7 @@ fn measure(vipd: &Path, sim: &Path, peers: Option<usize>, o: &Options) -> Result
             .lines()
             .rev()
             .find(|l| l.starts_with('{'))
-            .ok_or_else(|| {
-                anyhow!(
-                    "no summary from peer_sim: {}",
-                    super::failover::tail(&log, 10)
-                )
-            })?;
+            .ok_or_else(|| anyhow!("no summary from peer_sim: {}", tail(&log, 10)))?;
         let v: serde_json::Value =
             serde_json::from_str(line).with_context(|| format!("parse {line}"))?;
         let (received, seconds) = (v["received"].as_f64(), v["seconds"].as_f64());
@@ -321,7 +316,7 @@ fn measure(vipd: &Path, sim: &Path, peers: Option<usize>, o: &Options) -> Result
     if ride && !log.contains("peer protocol: membership") {
         bail!(
             "vipd did not log its membership; log tail:\n{}",
-            super::failover::tail(&log, 30)
+            tail(&log, 30)
         );
     }
     say(o, format!("{row:?}"));

@@ -34,7 +34,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 
 use super::super::stats::{ms, summary_ms};
-use super::{Bench, NAMESPACE};
+use super::NAMESPACE;
+use super::context::Bench;
 use xtask::lab::{self, ArpRoundProber, DHCP_LEASE_SECS, DnsmasqOptions, MacAddr, NODES};
 
 /// First address of the bench's dnsmasq pool.
