@@ -32,11 +32,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
+use xtask::lab::{self, ArpRoundProber, DHCP_LEASE_SECS, DnsmasqOptions, MacAddr, NODES};
 
 use super::super::stats::{ms, summary_ms};
 use super::NAMESPACE;
 use super::context::Bench;
-use xtask::lab::{self, ArpRoundProber, DHCP_LEASE_SECS, DnsmasqOptions, MacAddr, NODES};
 
 /// First address of the bench's dnsmasq pool.
 pub const POOL_START: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 150);

@@ -3,13 +3,12 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow, bail};
 
 use super::bringup::sequential_bringup;
-use std::sync::atomic::Ordering;
-
 use super::context::Bench;
 use super::http::http_answer_within;
 use super::*;

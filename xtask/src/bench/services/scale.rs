@@ -3,20 +3,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow};
 use xtask::lab::NODES;
 
-use std::sync::{Mutex, OnceLock};
-
 use super::context::{Bench, NodeSample};
-use super::http::Answer;
-use super::http::poll_until_answer;
+use super::http::{Answer, poll_until_answer};
 use super::*;
 use crate::bench::harness::CREATE_THREADS;
-use crate::bench::harness::procfs::cpu_percent;
-use crate::bench::harness::procfs::proc_status;
+use crate::bench::harness::procfs::{cpu_percent, proc_status};
 use crate::bench::stats::{ms, summary_ms};
 
 /// Scenario (b).
