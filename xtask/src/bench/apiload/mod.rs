@@ -212,18 +212,42 @@ fn measure(ctx: &Ctx, o: &Options, t: &Timings, load: usize) -> Result<Row> {
     row.apiserver_cpu = cpu.get(1).copied().flatten();
     row.xtask_cpu = cpu.get(2).copied().flatten();
 
-    let (b0, sum0, n0, f0) = renew_totals(&before);
-    let (b1, sum1, n1, f1) = renew_totals(&after);
+    renew_figures(&mut row, &before, &after);
+    lease_figures(&mut row, watched, secs, start_tod, end_tod);
+    log_figures(&mut row, &logs);
+
+    let two = arp.slots.iter().filter(|s| s.responders.len() >= 2).count();
+    row.two_responders_ms = two as f64 * SAMPLE_INTERVAL.as_secs_f64() * 1000.0;
+    row.probe_gap_ms = summary.worst_gap_ms();
+    row.probe_failures = summary.failures;
+    row.probe_requests = summary.requests;
+    Ok(row)
+}
+
+/// The renewal figures of `row` from the nodes' `/metrics` at both ends of the window.
+fn renew_figures(row: &mut Row, before: &[String], after: &[String]) {
+    let (b0, sum0, n0, f0) = renew_totals(before);
+    let (b1, sum1, n1, f1) = renew_totals(after);
     let buckets = bucket_diff(&b1, &b0);
     row.renewals = n1 - n0;
     row.renew_failures = f1 - f0;
     row.renew_mean_ms = (row.renewals > 0.0).then(|| (sum1 - sum0) / row.renewals * 1000.0);
     row.renew_p95_ms = histogram_quantile(&buckets, 0.95).map(|v| v * 1000.0);
-    if before.iter().chain(&after).any(String::is_empty) {
+    if before.iter().chain(after).any(String::is_empty) {
         row.notes
             .push("a node's metrics did not answer; its renewals are missing".into());
     }
+}
 
+/// The Lease figures of `row` from the watch of the window (`secs` long, from `start_tod`
+/// to `end_tod`, seconds of the UTC day).
+fn lease_figures(
+    row: &mut Row,
+    watched: Result<(LeaseWrite, Vec<LeaseWrite>, u64)>,
+    secs: f64,
+    start_tod: f64,
+    end_tod: f64,
+) {
     match watched {
         Ok((first, writes, failed)) => {
             let in_window: Vec<LeaseWrite> = writes
@@ -241,9 +265,13 @@ fn measure(ctx: &Ctx, o: &Options, t: &Timings, load: usize) -> Result<Row> {
         }
         Err(e) => row.notes.push(format!("Lease watch failed: {e:#}")),
     }
+}
 
+/// Step-downs, acquisitions, their reasons and health-gate closures of `row` from the vipd
+/// logs of the window (one per node, in [`NODES`] order).
+fn log_figures(row: &mut Row, logs: &[String]) {
     let mut reasons: Vec<(String, usize)> = Vec::new();
-    for (n, log) in NODES.iter().zip(&logs) {
+    for (n, log) in NODES.iter().zip(logs) {
         let (downs, acquired, why) = log_counts(log);
         let gated = log.matches("local API server unhealthy").count();
         if gated > 0 {
@@ -262,11 +290,4 @@ fn measure(ctx: &Ctx, o: &Options, t: &Timings, load: usize) -> Result<Row> {
         }
     }
     row.reasons = reasons;
-
-    let two = arp.slots.iter().filter(|s| s.responders.len() >= 2).count();
-    row.two_responders_ms = two as f64 * SAMPLE_INTERVAL.as_secs_f64() * 1000.0;
-    row.probe_gap_ms = summary.worst_gap_ms();
-    row.probe_failures = summary.failures;
-    row.probe_requests = summary.requests;
-    Ok(row)
 }

@@ -91,6 +91,20 @@ pub fn act(ctx: &Ctx, cluster: &Cluster, scenario: Scenario, holder: &str) -> Re
     Ok(())
 }
 
+/// Undoes what the event of `scenario` did to the lab around `holder` (the link of
+/// `poweroff`, the partition of `partition`; the other events need no healing).
+///
+/// # Errors
+/// When `ip` or `nft` fails.
+pub fn heal(ctx: &Ctx, scenario: Scenario, holder: &str) -> Result<()> {
+    match scenario {
+        Scenario::Poweroff => ctx.lab.restore_link(holder)?,
+        Scenario::Partition => ctx.lab.heal(holder)?,
+        _ => {}
+    }
+    Ok(())
+}
+
 /// Freeze only: 3 s after the event thaws the old holder and watches 4 s whether it carried
 /// or answered for each VIP again (noted in that VIP's notes). `watching` holds each VIP, its
 /// watcher and the event's time on that watcher's clock.

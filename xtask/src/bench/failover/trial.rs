@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
 use serde::{Deserialize, Serialize};
-use xtask::lab::{ArpWatcher, WatchReport};
+use xtask::lab::{ArpWatcher, LabProcess, WatchReport};
 
 use super::PHASE_SPREAD;
 use super::cp_and_service::start_one_node_first;
-use super::scenario::{Scenario, act, thaw_and_watch};
+use super::scenario::{Scenario, act, heal, thaw_and_watch};
 use crate::bench::harness::cluster::{Cluster, reachable_holder, start_trial_cluster};
 use crate::bench::harness::ctx::Ctx;
 use crate::bench::harness::probe::{ProbeSummary, stop_probe, wait_probe_steady};
@@ -160,29 +160,7 @@ pub fn run_trial_per_vip(
     let holder = reachable_holder(ctx, subject, &cluster)?;
     let vips = ctx.vips();
     let addrs: Vec<Ipv4Addr> = vips.iter().map(|(v, _)| *v).collect();
-    // Each watcher's slots count from its own start.
-    let mut watchers = Vec::new();
-    for v in &addrs {
-        watchers.push((ctx.start_arp_watch(*v)?, Instant::now()));
-    }
-    let mut probes = Vec::new();
-    for v in &addrs {
-        probes.push(ctx.start_probe(*v)?);
-    }
-    // The HTTP probe names the answering node; a TCP probe only says it connected.
-    let answer = if ctx.lb { "connected" } else { holder.as_str() };
-    for p in &probes {
-        wait_probe_steady(p, answer, 25, Duration::from_secs(10))?;
-    }
-    // The holder may have changed meanwhile (it should not).
-    let h = ctx.holders_of(&addrs)?;
-    if h.iter().any(|h| *h != [holder.clone()]) {
-        let h: Vec<String> = h.iter().map(|h| format!("{h:?}")).collect();
-        notes.push(format!(
-            "holders changed before the event: {}",
-            h.join(", ")
-        ));
-    }
+    let (watchers, probes) = start_watching(ctx, &addrs, &holder, &mut notes)?;
     // Spread the event over one renew (or VRRP advert) interval, trial by trial, so the
     // trials do not all hit the same phase of the holder's 1 s renew cycle.
     std::thread::sleep(PHASE_SPREAD.mul_f64((trial.saturating_sub(1) % 5) as f64 / 5.0));
@@ -194,35 +172,7 @@ pub fn run_trial_per_vip(
     let t0 = Instant::now();
     act(ctx, &cluster, scenario, &holder)?;
     let ws = watch_takeovers(ctx, &addrs, &holder, t0, takeover_limit(subject))?;
-    let opt_ms =
-        |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{} ms", d.as_millis()));
-    let mut per_vip: Vec<Vec<String>> = vec![Vec::new(); vips.len()];
-    // Under the millisecond fence a killed or frozen holder's address outlives the lease
-    // by design, inert (its element ended): only the two-responder figure counts there.
-    let inert_allowed = matches!(subject, Subject::Vipd(t) if t.nft_fence)
-        && matches!(scenario, Scenario::Kill | Scenario::Freeze);
-    for ((w, (vip, _)), notes) in ws.iter().zip(&vips).zip(per_vip.iter_mut()) {
-        let of = if vips.len() > 1 {
-            format!(" of {vip}")
-        } else {
-            String::new()
-        };
-        ctx.say(format!(
-            "takeover{of} by {} after {} (old gone after {})",
-            w.new_holder.as_deref().unwrap_or("nobody"),
-            opt_ms(w.takeover),
-            opt_ms(w.old_gone)
-        ));
-        if w.max_carriers > 1
-            && !inert_allowed
-            && matches!(
-                scenario,
-                Scenario::Graceful | Scenario::Kill | Scenario::Freeze | Scenario::Drain
-            )
-        {
-            notes.push(format!("{} nodes carried the VIP at once", w.max_carriers));
-        }
-    }
+    let mut per_vip = takeover_notes(ctx, scenario, subject, &ws, &vips);
     let came_back = if scenario == Scenario::Freeze {
         let watching: Vec<(Ipv4Addr, &ArpWatcher, Duration)> = addrs
             .iter()
@@ -281,6 +231,85 @@ pub fn run_trial_per_vip(
     Ok(out)
 }
 
+/// An ARP watcher and when it started (its slots count from then).
+type Watcher = (ArpWatcher, Instant);
+
+/// Starts one ARP watcher (with its start: each watcher's slots count from it) and one probe
+/// per VIP of `addrs`, waits until every probe answers steadily from `holder`, and notes a
+/// change of holders meanwhile.
+fn start_watching(
+    ctx: &Ctx,
+    addrs: &[Ipv4Addr],
+    holder: &str,
+    notes: &mut Vec<String>,
+) -> Result<(Vec<Watcher>, Vec<LabProcess>)> {
+    // Each watcher's slots count from its own start.
+    let mut watchers = Vec::new();
+    for v in addrs {
+        watchers.push((ctx.start_arp_watch(*v)?, Instant::now()));
+    }
+    let mut probes = Vec::new();
+    for v in addrs {
+        probes.push(ctx.start_probe(*v)?);
+    }
+    // The HTTP probe names the answering node; a TCP probe only says it connected.
+    let answer = if ctx.lb { "connected" } else { holder };
+    for p in &probes {
+        wait_probe_steady(p, answer, 25, Duration::from_secs(10))?;
+    }
+    // The holder may have changed meanwhile (it should not).
+    let h = ctx.holders_of(addrs)?;
+    if h.iter().any(|h| *h != [holder.to_string()]) {
+        let h: Vec<String> = h.iter().map(|h| format!("{h:?}")).collect();
+        notes.push(format!(
+            "holders changed before the event: {}",
+            h.join(", ")
+        ));
+    }
+    Ok((watchers, probes))
+}
+
+/// Says who took each of `vips` over and when; returns per VIP a note when several nodes
+/// carried it at once in a scenario where that must not happen.
+fn takeover_notes(
+    ctx: &Ctx,
+    scenario: Scenario,
+    subject: &Subject,
+    ws: &[Watch],
+    vips: &[(Ipv4Addr, &str)],
+) -> Vec<Vec<String>> {
+    let opt_ms =
+        |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{} ms", d.as_millis()));
+    let mut per_vip: Vec<Vec<String>> = vec![Vec::new(); vips.len()];
+    // Under the millisecond fence a killed or frozen holder's address outlives the lease
+    // by design, inert (its element ended): only the two-responder figure counts there.
+    let inert_allowed = matches!(subject, Subject::Vipd(t) if t.nft_fence)
+        && matches!(scenario, Scenario::Kill | Scenario::Freeze);
+    for ((w, (vip, _)), notes) in ws.iter().zip(vips).zip(per_vip.iter_mut()) {
+        let of = if vips.len() > 1 {
+            format!(" of {vip}")
+        } else {
+            String::new()
+        };
+        ctx.say(format!(
+            "takeover{of} by {} after {} (old gone after {})",
+            w.new_holder.as_deref().unwrap_or("nobody"),
+            opt_ms(w.takeover),
+            opt_ms(w.old_gone)
+        ));
+        if w.max_carriers > 1
+            && !inert_allowed
+            && matches!(
+                scenario,
+                Scenario::Graceful | Scenario::Kill | Scenario::Freeze | Scenario::Drain
+            )
+        {
+            notes.push(format!("{} nodes carried the VIP at once", w.max_carriers));
+        }
+    }
+    per_vip
+}
+
 /// Heals the event, stops every instance and removes a VIP left behind (noted).
 fn end_trial(
     ctx: &Ctx,
@@ -291,11 +320,7 @@ fn end_trial(
     notes: &mut Vec<String>,
 ) -> Result<()> {
     // Heal before stopping, so graceful stops can reach the API server.
-    match scenario {
-        Scenario::Poweroff => ctx.lab.restore_link(holder)?,
-        Scenario::Partition => ctx.lab.heal(holder)?,
-        _ => {}
-    }
+    heal(ctx, scenario, holder)?;
     cluster.stop();
     // vipd removes its VIP when stopped (or the kernel fence does); a killed keepalived
     // leaves it behind for good. Either way the next trial starts clean.

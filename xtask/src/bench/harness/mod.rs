@@ -47,3 +47,21 @@ pub const KEEPALIVED: &str = "/usr/sbin/keepalived";
 pub const CREATE_THREADS: usize = 4;
 /// Port of vipd's admin endpoint in the bench (`prometheus_server=:2112`).
 pub const METRICS_PORT: u16 = 2112;
+
+/// vipd's environment on `node` in Services mode as the Services benches run it: per-Service
+/// Leases (`svc_election`), no control-plane VIP, ARP on the lab's eth0, the admin endpoint on
+/// [`METRICS_PORT`] and `info` logs (the caller adds or overrides settings).
+pub fn services_mode_env<'a>(node: &'a str, kubeconfig: &'a str) -> Vec<(&'a str, &'a str)> {
+    vec![
+        ("cp_enable", "false"),
+        ("svc_enable", "true"),
+        ("svc_election", "true"),
+        ("address", ""),
+        ("vip_arp", "true"),
+        ("vip_interface", lab::ETH),
+        ("vip_nodename", node),
+        ("k8s_config_file", kubeconfig),
+        ("prometheus_server", ":2112"),
+        ("vip_loglevel", "info"),
+    ]
+}

@@ -12,10 +12,10 @@ use anyhow::{Context, Result, bail};
 use xtask::lab::{self, ApiClient, Lab, LabOptions, LabProcess, NODES};
 
 use super::NAMESPACE;
-use crate::bench::harness::METRICS_PORT;
 use crate::bench::harness::api::service_json;
 use crate::bench::harness::procfs::proc_status;
 use crate::bench::harness::text::{log_findings, metric_sum, tail, task_metrics};
+use crate::bench::harness::{METRICS_PORT, services_mode_env};
 
 /// HTTP statuses of the bench's own API calls.
 #[derive(Debug, Default)]
@@ -161,18 +161,7 @@ impl Bench {
         let mut procs = Vec::new();
         for node in NODES {
             let kubeconfig = lab.kubeconfig(node)?.to_string_lossy().into_owned();
-            let env: Vec<(&str, &str)> = vec![
-                ("cp_enable", "false"),
-                ("svc_enable", "true"),
-                ("svc_election", "true"),
-                ("address", ""),
-                ("vip_arp", "true"),
-                ("vip_interface", lab::ETH),
-                ("vip_nodename", node),
-                ("k8s_config_file", &kubeconfig),
-                ("prometheus_server", ":2112"),
-                ("vip_loglevel", "info"),
-            ];
+            let env: Vec<(&str, &str)> = services_mode_env(node, &kubeconfig);
             // Extra vipd settings for a run, e.g. Service lease timings:
             // VIPD_BENCH_ENV="svc_leaseduration=9,svc_renewdeadline=6,svc_retryperiod=3"
             let mut env = env;

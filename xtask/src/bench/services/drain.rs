@@ -127,9 +127,34 @@ pub fn run(vipd: &Path, verbose: bool) -> Result<()> {
         .max_by_key(|(_, c)| **c)
         .map(|(n, _)| n.clone())
         .ok_or_else(|| anyhow!("drain: no Service answered"))?;
+    let (logs, t0, drain_out) = probe_while_draining(&b, vipd, &node, &addrs)?;
+    let drained = drain_out
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|e| format!("failed: {e}"));
+    println!("  Services per node before: {by_node:?}; `vipd drain` on {node}: {drained}");
+    print_moves(&b, &node, &names, &addrs, &logs, t0);
+    b.stats.print();
+    b.print_logs();
+    b.stop();
+    Ok(())
+}
+
+/// Probes every one of `addrs` continuously ([`probe_until`]) while `vipd drain` runs on
+/// `node` (1 s after the probes start, then 5 s for the moves); returns each address's
+/// probe log, when the drain started and its output.
+fn probe_while_draining(
+    b: &Bench,
+    vipd: &Path,
+    node: &str,
+    addrs: &[IpAddr],
+) -> Result<(
+    Vec<ProbeLog>,
+    Instant,
+    xtask::lab::Result<std::process::Output>,
+)> {
     let admin = format!("127.0.0.1:{METRICS_PORT}");
     let stop = std::sync::atomic::AtomicBool::new(false);
-    let (logs, t0, drain_out) = b.in_client(|| {
+    b.in_client(|| {
         std::thread::scope(|s| {
             let probes: Vec<_> = addrs
                 .iter()
@@ -142,7 +167,7 @@ pub fn run(vipd: &Path, verbose: bool) -> Result<()> {
             let t0 = Instant::now();
             let out = b
                 .lab
-                .exec(&node, vipd, &["drain", "--admin", admin.as_str()]);
+                .exec(node, vipd, &["drain", "--admin", admin.as_str()]);
             // Long enough for every move (graceful: tens of ms each, paced by the spread).
             std::thread::sleep(Duration::from_secs(5));
             stop.store(true, Ordering::SeqCst);
@@ -152,24 +177,32 @@ pub fn run(vipd: &Path, verbose: bool) -> Result<()> {
                 .collect();
             (logs, t0, out)
         })
-    })?;
-    let drained = drain_out
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_else(|e| format!("failed: {e}"));
-    println!("  Services per node before: {by_node:?}; `vipd drain` on {node}: {drained}");
+    })
+}
+
+/// Prints the moves of a drain of `node` from the probe logs: the gap of each VIP that
+/// moved, the longest gap of the others, and the Services still answered from `node`.
+fn print_moves(
+    b: &Bench,
+    node: &str,
+    names: &[String],
+    addrs: &[IpAddr],
+    logs: &[ProbeLog],
+    t0: Instant,
+) {
     let mut gaps = Vec::new();
     let mut still_on_drained = Vec::new();
     let mut others = Vec::new();
-    for ((name, addr), log) in names.iter().zip(&addrs).zip(&logs) {
+    for ((name, addr), log) in names.iter().zip(addrs).zip(logs) {
         let after: Vec<&Option<String>> = log
             .iter()
             .filter(|(t, _)| *t >= t0 + Duration::from_secs(3))
             .map(|(_, n)| n)
             .collect();
-        if after.iter().any(|n| n.as_deref() == Some(node.as_str())) {
+        if after.iter().any(|n| n.as_deref() == Some(node)) {
             still_on_drained.push(name.clone());
         }
-        match drain_move(log, &node, t0) {
+        match drain_move(log, node, t0) {
             Some(m) => {
                 b.say(format!(
                     "{name} {addr}: {node} -> {}: gap {:.0} ms ({} failed attempts; last old answer at {:.0} ms)",
@@ -214,8 +247,4 @@ pub fn run(vipd: &Path, verbose: bool) -> Result<()> {
             format!("{still_on_drained:?}  <-- not drained")
         }
     );
-    b.stats.print();
-    b.print_logs();
-    b.stop();
-    Ok(())
 }
