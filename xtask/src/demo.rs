@@ -21,6 +21,7 @@ use crate::bench::harness::VIP;
 use crate::bench::harness::build::vipd_release_binary;
 use crate::bench::harness::ctx::Ctx;
 use crate::bench::harness::subject::{Subject, Timings};
+use crate::bench::harness::text::or_none;
 
 /// Runs the demo. See the module documentation.
 ///
@@ -119,11 +120,7 @@ fn print_round(r: &TrialResult) {
         r.probe_requests,
         r.probe_failures,
         opt(r.gap_ms),
-        if r.probe_switches.is_empty() {
-            "none".to_string()
-        } else {
-            r.probe_switches.join("; ")
-        }
+        or_none(&r.probe_switches, "; ")
     );
     println!(
         "  two hosts answering ARP for the VIP: {:.0} ms",

@@ -20,6 +20,7 @@ use serde_json::json;
 
 use super::harness::api::{create, service_json};
 use super::harness::build::{release_artifact, vipd_release_binary};
+use super::harness::probe::json_summary;
 use super::harness::procfs::{cpu_percent, proc_status};
 use super::harness::text::tail;
 use super::harness::{METRICS_PORT, services_mode_env};
@@ -322,18 +323,14 @@ fn start_sim(
 /// Waits for peer_sim to finish and reads the frames per second it received (its JSON
 /// summary line).
 fn sim_sent_per_s(mut s: LabProcess, o: &Options) -> Result<Option<f64>> {
-    if s.wait_timeout(Duration::from_secs(20))?.is_none() {
-        let _ = s.kill();
-        bail!("peer_sim did not finish");
-    }
-    let log = s.log();
-    let line = log
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .ok_or_else(|| anyhow!("no summary from peer_sim: {}", tail(&log, 10)))?;
+    let line = json_summary(
+        &mut s,
+        Duration::from_secs(20),
+        "peer_sim did not finish",
+        "no summary from peer_sim",
+    )?;
     let v: serde_json::Value =
-        serde_json::from_str(line).with_context(|| format!("parse {line}"))?;
+        serde_json::from_str(&line).with_context(|| format!("parse {line}"))?;
     let (received, seconds) = (v["received"].as_f64(), v["seconds"].as_f64());
     say(o, format!("peer_sim: {line}"));
     Ok(received.zip(seconds).map(|(r, s)| r / s))

@@ -670,17 +670,21 @@ impl Chaos {
         Ok(())
     }
 
+    /// GET of the list at `path` as JSON; `what` names the objects in errors (plural, singular).
+    fn list(&self, path: &str, what: (&str, &str)) -> Result<serde_json::Value> {
+        let r = self.api("GET", path, None)?;
+        if r.status != 200 {
+            bail!("list {}: HTTP {}: {}", what.0, r.status, r.body);
+        }
+        serde_json::from_str(&r.body).with_context(|| format!("{} list JSON", what.1))
+    }
+
     /// Every Service as the API server has it.
     pub(super) fn observed_services(&self) -> Result<Vec<ObservedService>> {
-        let r = self.api(
-            "GET",
+        let j = self.list(
             &format!("/api/v1/namespaces/{NAMESPACE}/services"),
-            None,
+            ("Services", "Service"),
         )?;
-        if r.status != 200 {
-            bail!("list Services: HTTP {}: {}", r.status, r.body);
-        }
-        let j: serde_json::Value = serde_json::from_str(&r.body).context("Service list JSON")?;
         let mut out = Vec::new();
         for s in j["items"].as_array().map(Vec::as_slice).unwrap_or_default() {
             let name = s["metadata"]["name"].as_str().unwrap_or_default();
@@ -706,16 +710,12 @@ impl Chaos {
         Ok(out)
     }
 
+    /// Names of the Leases in the Services' namespace.
     pub(super) fn lease_names(&self) -> Result<Vec<String>> {
-        let r = self.api(
-            "GET",
+        let j = self.list(
             &format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"),
-            None,
+            ("leases", "lease"),
         )?;
-        if r.status != 200 {
-            bail!("list leases: HTTP {}: {}", r.status, r.body);
-        }
-        let j: serde_json::Value = serde_json::from_str(&r.body).context("lease list JSON")?;
         Ok(j["items"]
             .as_array()
             .map(Vec::as_slice)

@@ -119,22 +119,9 @@ fn follows_reads_vipds_following_line() {
 fn pairs_take_the_slower_vip_and_name_the_new_nodes() {
     let r = |subject: &str, to: &str, gap: f64, take: f64| TrialResult {
         scenario: Scenario::Poweroff,
-        subject: subject.into(),
         trial: 2,
-        holder: "node-a".into(),
-        new_holder: Some(to.into()),
-        gap_ms: Some(gap),
         takeover_ms: Some(take),
-        old_gone_ms: None,
-        two_responders_ms: 0.0,
-        two_responder_nodes: vec![],
-        switches: 1,
-        probe_failures: 0,
-        probe_requests: 10,
-        probe_switches: vec![],
-        recovered: true,
-        came_back: None,
-        notes: vec![],
+        ..trial_result(subject, to, gap)
     };
     let same = PairResult::of(
         "vipd fast cp+svc",
@@ -175,22 +162,8 @@ fn pairs_take_the_slower_vip_and_name_the_new_nodes() {
 fn tables_group_by_scenario_and_impl() {
     let t = |subject: &str, gap: f64| TrialResult {
         scenario: Scenario::Kill,
-        subject: subject.into(),
-        trial: 1,
-        holder: "node-a".into(),
-        new_holder: Some("node-b".into()),
-        gap_ms: Some(gap),
         takeover_ms: Some(gap),
-        old_gone_ms: None,
-        two_responders_ms: 0.0,
-        two_responder_nodes: vec![],
-        switches: 1,
-        probe_failures: 0,
-        probe_requests: 10,
-        probe_switches: vec![],
-        recovered: true,
-        came_back: None,
-        notes: vec![],
+        ..trial_result(subject, "node-b", gap)
     };
     let report = BenchReport {
         trials: vec![
@@ -215,4 +188,27 @@ fn tables_group_by_scenario_and_impl() {
     assert!(fast.contains("p50  2.00"), "{ratios}");
     let json = serde_json::to_string(&report.trials[2]).unwrap();
     assert!(json.contains(r#""subject":"keepalived-fast""#), "{json}");
+}
+
+/// A recovered trial from node-a to `to` with a probe gap of `gap` ms and no notes.
+fn trial_result(subject: &str, to: &str, gap: f64) -> TrialResult {
+    TrialResult {
+        scenario: Scenario::Kill,
+        subject: subject.into(),
+        trial: 1,
+        holder: "node-a".into(),
+        new_holder: Some(to.into()),
+        gap_ms: Some(gap),
+        takeover_ms: None,
+        old_gone_ms: None,
+        two_responders_ms: 0.0,
+        two_responder_nodes: vec![],
+        switches: 1,
+        probe_failures: 0,
+        probe_requests: 10,
+        probe_switches: vec![],
+        recovered: true,
+        came_back: None,
+        notes: vec![],
+    }
 }

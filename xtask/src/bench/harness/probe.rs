@@ -83,17 +83,37 @@ impl ProbeSummary {
 /// When the probe does not exit or prints no summary.
 pub fn stop_probe(mut probe: LabProcess) -> Result<ProbeSummary> {
     let _ = probe.signal(Signal::SIGINT);
-    if probe.wait_timeout(Duration::from_secs(5))?.is_none() {
-        let _ = probe.kill();
-        bail!("vipd probe did not exit within 5 s of SIGINT");
+    let line = json_summary(
+        &mut probe,
+        Duration::from_secs(5),
+        "vipd probe did not exit within 5 s of SIGINT",
+        "no JSON summary in the probe output",
+    )?;
+    serde_json::from_str(&line).with_context(|| format!("parse probe summary {line}"))
+}
+
+/// Waits up to `limit` for `p` to exit and returns the last line of its output that is a
+/// JSON object (the summary `vipd probe --json` and peer_sim print last).
+///
+/// # Errors
+/// `not_done` when it does not exit in time (it is killed then), `no_summary: LOG TAIL` when
+/// no line is a JSON object.
+pub fn json_summary(
+    p: &mut LabProcess,
+    limit: Duration,
+    not_done: &str,
+    no_summary: &str,
+) -> Result<String> {
+    if p.wait_timeout(limit)?.is_none() {
+        let _ = p.kill();
+        bail!("{not_done}");
     }
-    let log = probe.log();
-    let line = log
-        .lines()
+    let log = p.log();
+    log.lines()
         .rev()
         .find(|l| l.trim_start().starts_with('{'))
-        .ok_or_else(|| anyhow!("no JSON summary in the probe output: {}", tail(&log, 10)))?;
-    serde_json::from_str(line).with_context(|| format!("parse probe summary {line}"))
+        .map(str::to_string)
+        .ok_or_else(|| anyhow!("{no_summary}: {}", tail(&log, 10)))
 }
 
 /// Waits until the probe's last `n` answer lines (stderr, `HH:MM:SS.mmm NODE LAT`) all name

@@ -70,3 +70,12 @@ pub fn log_findings(log: &str) -> (usize, usize, usize, Vec<String>) {
     let panics = log.matches("panicked").count();
     (warn, err, panics, examples)
 }
+
+/// `items` joined with `sep`, or `none` when there are none.
+pub fn or_none(items: &[String], sep: &str) -> String {
+    if items.is_empty() {
+        "none".to_string()
+    } else {
+        items.join(sep)
+    }
+}

@@ -59,8 +59,7 @@ fn print_bringup(label: &str, ok: &[(f64, String)], failed: &[String]) {
     }
 }
 
-/// Scenario (a).
-/// Runs the `bringup` scenario in a lab of its own and prints its figures.
+/// Scenario (a), `bringup`: runs it in a lab of its own and prints its figures.
 ///
 /// # Errors
 /// When the lab or vipd cannot start, or the scenario cannot run.
@@ -69,23 +68,15 @@ pub fn run(vipd: &Path, verbose: bool) -> Result<()> {
         "== bench services: bring-up ({BRINGUP_V4} IPv4 + {BRINGUP_V6} IPv6 Services, one at a time)"
     );
     let b = Bench::start(vipd, verbose)?;
-    let names: Vec<String> = (0..BRINGUP_V4).map(|i| format!("bringup-{i}")).collect();
-    let addrs = (0..BRINGUP_V4)
-        .map(v4_address)
-        .collect::<Result<Vec<_>>>()?;
+    let (names, addrs) = services("bringup", BRINGUP_V4, v4_address)?;
     let (ok4, failed4) = sequential_bringup(&b, &names, &addrs)?;
-    let names6: Vec<String> = (0..BRINGUP_V6).map(|i| format!("bringup6-{i}")).collect();
-    let addrs6 = (0..BRINGUP_V6)
-        .map(v6_bringup_address)
-        .collect::<Result<Vec<_>>>()?;
+    let (names6, addrs6) = services("bringup6", BRINGUP_V6, v6_bringup_address)?;
     let (ok6, failed6) = sequential_bringup(&b, &names6, &addrs6)?;
     print_bringup("IPv4 (192.0.2.150-199)", &ok4, &failed4);
     print_bringup("IPv6 (2001:db8::2:1-a)", &ok6, &failed6);
     for (n, s) in b.samples() {
         println!("  {n}: {}", s.line());
     }
-    b.stats.print();
-    b.print_logs();
-    b.stop();
+    b.finish();
     Ok(())
 }

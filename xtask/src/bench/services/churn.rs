@@ -19,8 +19,7 @@ struct ChurnSample {
     nodes: Vec<(String, NodeSample)>,
 }
 
-/// Scenario (c).
-/// Runs the `churn` scenario in a lab of its own and prints its figures.
+/// Scenario (c), `churn`: runs it in a lab of its own and prints its figures.
 ///
 /// # Errors
 /// When the lab or vipd cannot start, or the scenario cannot run.
@@ -29,10 +28,7 @@ pub fn run(vipd: &Path, minutes: f64, verbose: bool) -> Result<()> {
         "== bench services: churn ({CHURN_SERVICES} Services created/answered/deleted in a loop for {minutes} min)"
     );
     let b = Bench::start(vipd, verbose)?;
-    let names: Vec<String> = (0..CHURN_SERVICES).map(|i| format!("churn-{i}")).collect();
-    let addrs = (0..CHURN_SERVICES)
-        .map(v4_address)
-        .collect::<Result<Vec<_>>>()?;
+    let (names, addrs) = services("churn", CHURN_SERVICES, v4_address)?;
     let addr_set: BTreeSet<IpAddr> = addrs.iter().copied().collect();
     let run_for = Duration::from_secs_f64(minutes * 60.0);
     let t0 = Instant::now();
@@ -74,9 +70,7 @@ pub fn run(vipd: &Path, minutes: f64, verbose: bool) -> Result<()> {
     std::thread::sleep(Duration::from_secs(1));
     let idle_after = b.samples();
     print_churn(&run, t0, &leftover, &idle_after);
-    b.stats.print();
-    b.print_logs();
-    b.stop();
+    b.finish();
     Ok(())
 }
 

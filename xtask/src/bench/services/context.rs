@@ -14,7 +14,7 @@ use xtask::lab::{self, ApiClient, Lab, LabOptions, LabProcess, NODES};
 use super::NAMESPACE;
 use crate::bench::harness::api::service_json;
 use crate::bench::harness::procfs::proc_status;
-use crate::bench::harness::text::{log_findings, metric_sum, tail, task_metrics};
+use crate::bench::harness::text::{log_findings, metric_sum, or_none, tail, task_metrics};
 use crate::bench::harness::{METRICS_PORT, services_mode_env};
 
 /// HTTP statuses of the bench's own API calls.
@@ -68,11 +68,7 @@ impl ApiStats {
         let io = self.io_errors.load(Ordering::Relaxed);
         println!(
             "  bench API calls: {calls} answered, non-2xx: {}, connection errors: {io}",
-            if bad.is_empty() {
-                "none".to_string()
-            } else {
-                bad.join(", ")
-            }
+            or_none(&bad, ", ")
         );
         for e in self
             .first_errors
@@ -430,6 +426,15 @@ impl Bench {
                 println!("      {e}");
             }
         }
+    }
+
+    /// The end of every scenario: prints the statuses of the bench's API calls
+    /// ([`ApiStats::print`]) and the vipd logs' findings ([`Bench::print_logs`]), then stops
+    /// every vipd ([`Bench::stop`]).
+    pub fn finish(self) {
+        self.stats.print();
+        self.print_logs();
+        self.stop();
     }
 
     /// Stops every vipd (SIGTERM to all first, so they release their Leases in parallel;

@@ -97,8 +97,7 @@ pub fn longest_gap_ms(log: &[(Instant, Option<String>)]) -> f64 {
     ok.windows(2).map(|w| ms(w[1] - w[0])).fold(0.0, f64::max)
 }
 
-/// Scenario (d).
-/// Runs the `drain` scenario in a lab of its own and prints its figures.
+/// Scenario (d), `drain`: runs it in a lab of its own and prints its figures.
 ///
 /// # Errors
 /// When the lab or vipd cannot start, or the scenario cannot run.
@@ -107,10 +106,7 @@ pub fn run(vipd: &Path, verbose: bool) -> Result<()> {
         "== bench services: drain ({DRAIN_SERVICES} IPv4 Services over 3 nodes, `vipd drain` on the node answering most)"
     );
     let b = Bench::start(vipd, verbose)?;
-    let names: Vec<String> = (0..DRAIN_SERVICES).map(|i| format!("drain-{i}")).collect();
-    let addrs = (0..DRAIN_SERVICES)
-        .map(v4_address)
-        .collect::<Result<Vec<_>>>()?;
+    let (names, addrs) = services("drain", DRAIN_SERVICES, v4_address)?;
     let (up, failed) = sequential_bringup(&b, &names, &addrs)?;
     if !failed.is_empty() {
         bail!("drain: Services did not come up: {failed:?}");
@@ -133,9 +129,7 @@ pub fn run(vipd: &Path, verbose: bool) -> Result<()> {
         .unwrap_or_else(|e| format!("failed: {e}"));
     println!("  Services per node before: {by_node:?}; `vipd drain` on {node}: {drained}");
     print_moves(&b, &node, &names, &addrs, &logs, t0);
-    b.stats.print();
-    b.print_logs();
-    b.stop();
+    b.finish();
     Ok(())
 }
 

@@ -284,6 +284,20 @@ pub fn v4_address(i: usize) -> Result<IpAddr> {
     Ok(IpAddr::V4(Ipv4Addr::new(192, 0, 2, octet)))
 }
 
+/// Names `PREFIX-0`.. and addresses (`address(i)`, e.g. [`v4_address`]) of `n` Services.
+///
+/// # Errors
+/// The first error of `address`.
+pub fn services(
+    prefix: &str,
+    n: usize,
+    address: fn(usize) -> Result<IpAddr>,
+) -> Result<(Vec<String>, Vec<IpAddr>)> {
+    let names: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
+    let addrs = (0..n).map(address).collect::<Result<Vec<_>>>()?;
+    Ok((names, addrs))
+}
+
 /// Address of scale Service `i`: 2001:db8::1:(i+1) (hex), inside the lab's 2001:db8::/64.
 ///
 /// # Errors

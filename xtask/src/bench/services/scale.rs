@@ -16,8 +16,7 @@ use crate::bench::harness::CREATE_THREADS;
 use crate::bench::harness::procfs::{cpu_percent, proc_status};
 use crate::bench::stats::{ms, summary_ms};
 
-/// Scenario (b).
-/// Runs the `scale` scenario in a lab of its own and prints its figures.
+/// Scenario (b), `scale`: runs it in a lab of its own and prints its figures.
 ///
 /// # Errors
 /// When the lab or vipd cannot start, or the scenario cannot run.
@@ -30,9 +29,7 @@ pub fn run(vipd: &Path, n: usize, verbose: bool) -> Result<()> {
     let run = scale_create(&b, &addrs, limit)?;
     print_scale_creation(&b, n, &run);
     scale_steady_state(&b, &addrs, &idle)?;
-    b.stats.print();
-    b.print_logs();
-    b.stop();
+    b.finish();
     Ok(())
 }
 
