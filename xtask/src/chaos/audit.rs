@@ -72,7 +72,7 @@ impl FaultKind {
 }
 
 /// One disturbance on the timeline: from `start` until `settled` (`None`: never healed)
-/// the addresses it concerns are not judged, nor for [`answer_bound`] after `settled`.
+/// the addresses it concerns are not judged, nor for [`answer_bound`](super::answer_bound) after `settled`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Disturbance {
     /// What happened.
@@ -178,7 +178,7 @@ pub fn secs(d: Duration) -> String {
 /// Judging parameters of [`audit`].
 #[derive(Debug, Clone)]
 pub struct AuditParams {
-    /// Answer bound after a disturbance settles ([`answer_bound`]).
+    /// Answer bound after a disturbance settles ([`answer_bound`](super::answer_bound)).
     pub bound: Duration,
     /// Rounds before this are checked for two MACs only (warm-up).
     pub audit_from: Duration,
@@ -458,7 +458,7 @@ pub fn rss_violation(
 
 /// What is left on a node after vipd stopped (pure): addresses on `eth0` other than the
 /// node's own and link-local ones, `nft list tables` lines naming one of vipd's tables
-/// (`vipd`, `vipd_fence`, `vipd_lb`; not the soak's own [`PARTITION_TABLE`]), and links
+/// (`vipd`, `vipd_fence`, `vipd_lb`; not the soak's own [`PARTITION_TABLE`](super::PARTITION_TABLE)), and links
 /// other than `lo` and `eth0` (`links`: names from `ip -j link`).
 pub fn leftovers(
     node: &str,

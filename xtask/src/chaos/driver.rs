@@ -45,7 +45,7 @@ pub(super) struct Chaos {
     pub(super) macs: BTreeMap<MacAddr, String>,
     pub(super) prober: Option<ArpRoundProber>,
     pub(super) verbose: bool,
-    /// vipd runs with `vip_nftfence=true` ([`Options::nft_fence`]).
+    /// vipd runs with `vip_nftfence=true` ([`Options::nft_fence`](super::options::Options::nft_fence)).
     pub(super) nft_fence: bool,
 }
 

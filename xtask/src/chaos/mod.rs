@@ -15,12 +15,12 @@
 //! Service create / address edit / delete and annotation changes. Each episode heals what it
 //! broke, then usually leaves the lab quiet for longer than the answer bound.
 //!
-//! An [`ArpRoundProber`] in the `client` namespace asks for every pool address and the
-//! control-plane VIP every [`ROUND_PERIOD`] for the whole run; [`audit`] turns its rounds and
+//! An [`ArpRoundProber`](xtask::lab::ArpRoundProber) in the `client` namespace asks for every pool address and the
+//! control-plane VIP every [`ROUND_PERIOD`] for the whole run; [`audit`](audit::audit) turns its rounds and
 //! the fault timeline into invariant violations. At the end: the status of every Service
-//! against the node that answers ([`check_status`]), orphaned leases ([`orphan_leases`]),
-//! RSS start/end ([`rss_violation`]), and after a graceful stop of every vipd: leaked
-//! addresses, nftables `vipd` tables and extra links on the nodes ([`leftovers`]).
+//! against the node that answers ([`check_status`](audit::check_status)), orphaned leases ([`orphan_leases`](audit::orphan_leases)),
+//! RSS start/end ([`rss_violation`](audit::rss_violation)), and after a graceful stop of every vipd: leaked
+//! addresses, nftables `vipd` tables and extra links on the nodes ([`leftovers`](audit::leftovers)).
 //!
 //! The files: [`options`] (the command line), [`audit`] (the pure auditor: the fault
 //! timeline, the invariants and the end checks, judged from recorded data only),

@@ -49,7 +49,7 @@ pub struct Options {
     pub vipd: Option<PathBuf>,
     /// Orphaned leases are a warning, not a violation.
     pub orphan_leases_warn: bool,
-    /// Put [`CANARY_ADDR`] on two nodes for [`CANARY_HOLD`] after the warm-up and require
+    /// Put [`CANARY_ADDR`](super::CANARY_ADDR) on two nodes for [`CANARY_HOLD`](super::CANARY_HOLD) after the warm-up and require
     /// the auditor to report it.
     pub canary: bool,
     /// Run vipd with `vip_nftfence=true`.

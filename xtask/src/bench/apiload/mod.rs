@@ -15,7 +15,7 @@
 //!
 //! 1. vipd starts on the three nodes (fresh Lease, [`start_trial_cluster`]); once one node
 //!    holds the VIP and the client reaches it, `vipd probe http://192.0.2.10/` (every 20 ms,
-//!    `--timeout` [`lab::PROBE_TIMEOUT`]) runs in ns `client` and an ARP watcher (every
+//!    `--timeout` [`lab::PROBE_TIMEOUT`](xtask::lab::PROBE_TIMEOUT)) runs in ns `client` and an ARP watcher (every
 //!    20 ms) in ns `api`;
 //! 2. `--load` N loops start, each a thread inside ns `api` (never the root namespace)
 //!    talking to the API server at 127.0.0.1:6443 as admin (`system:masters`; the lab runs

@@ -32,7 +32,7 @@ pub struct Options {
     pub loads: Vec<usize>,
     /// Measuring window per row, seconds.
     pub seconds: u64,
-    /// ConfigMaps in [`LOAD_NAMESPACE`].
+    /// ConfigMaps in [`LOAD_NAMESPACE`](super::LOAD_NAMESPACE).
     pub objects: usize,
     /// KiB of data per ConfigMap.
     pub object_kib: usize,

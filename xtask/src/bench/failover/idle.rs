@@ -16,7 +16,7 @@ use crate::bench::harness::subject::Subject;
 /// Idle figures of one subject.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct IdleResult {
-    /// [`Subject::label`].
+    /// [`Subject::label`](crate::bench::harness::subject::Subject::label).
     pub subject: String,
     /// VmRSS of the leading vipd after [`IDLE_WINDOW`], KiB.
     pub leader_rss_kib: Option<u64>,

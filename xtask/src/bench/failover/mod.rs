@@ -10,12 +10,12 @@
 //!     [--lb | --service | --ride | --cp-and-service] [-v]
 //! ```
 //!
-//! One lab ([`Lab::start`], HTTP backends on every node answering their node name) is shared
+//! One lab ([`Lab::start`](xtask::lab::Lab::start), HTTP backends on every node answering their node name) is shared
 //! by every trial of a run. A trial:
 //!
 //! 1. cleans up (deletes the Lease `kube-system/plndr-cp-lock`, checks no node carries
 //!    192.0.2.10) and starts one instance per node (vipd in control-plane mode, or one
-//!    keepalived per node, [`keepalived_conf`]);
+//!    keepalived per node, [`keepalived_conf`](super::harness::subject::keepalived_conf));
 //! 2. waits until exactly one node carries the VIP and the client reaches it, then starts
 //!    `vipd probe http://192.0.2.10/ --interval 20ms --json` in ns `client` and an
 //!    [`xtask::lab::ArpWatcher`] (ARP request every 20 ms) in ns `api`, so the watcher's
@@ -38,7 +38,7 @@
 //! `--cp-and-service` (vipd only; issue 16: kube-vip users reported 9 s for this case) moves
 //! two VIPs held by one node: the control-plane VIP 192.0.2.10 (Lease
 //! `kube-system/plndr-cp-lock`) and the LoadBalancer Service `default/failover`'s VIP
-//! [`SERVICE_VIP`] 192.0.2.20 under the global Services Lease `kube-system/plndr-svcs-lock`
+//! [`SERVICE_VIP`](super::harness::SERVICE_VIP) 192.0.2.20 under the global Services Lease `kube-system/plndr-svcs-lock`
 //! (`svc_election=false`, kube-vip's default), `svc_*` timings equal to the `vip_*` ones. A
 //! trial deletes both Leases, starts vipd on one node first (node-a, -b, -c in turn), waits
 //! until that node carries both VIPs and the client reaches both, then starts the other two
@@ -50,7 +50,7 @@
 //!
 //! The files: [`options`] (the command line), [`scenario`] (what each scenario does to the
 //! holder and how it is healed), [`trial`] (one trial and its figures),
-//! [`cp_and_service`] (the start of a `--cp-and-service` trial), [`idle`] (the idle phase)
+//! [`cp_and_service`] (the start of a `--cp-and-service` trial), [`idle`](mod@idle) (the idle phase)
 //! and [`report`] (the tables); the lab side is [`super::harness`].
 
 use std::path::Path;

@@ -70,7 +70,7 @@ pub struct BenchOptions {
     pub lb: bool,
     /// The VIP is a Service's: `Some(ride)`, with `svc_ridethrough` when `ride`.
     pub service: Option<bool>,
-    /// One node holds the control-plane VIP and a Service VIP ([`SERVICE_VIP`]) before the
+    /// One node holds the control-plane VIP and a Service VIP ([`SERVICE_VIP`](crate::bench::harness::SERVICE_VIP)) before the
     /// event (`--cp-and-service`).
     pub cp_and_service: bool,
 }

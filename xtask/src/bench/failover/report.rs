@@ -17,7 +17,7 @@ use crate::bench::stats::percentile;
 pub struct PairResult {
     /// The scenario.
     pub scenario: Scenario,
-    /// [`Subject::label`] (`vipd T cp+svc`).
+    /// [`Subject::label`](crate::bench::harness::subject::Subject::label) (`vipd T cp+svc`).
     pub subject: String,
     /// Trial number, from 1.
     pub trial: usize,
@@ -38,7 +38,7 @@ pub struct PairResult {
 }
 
 impl PairResult {
-    /// The pair of `cp` and `svc` (the two results of one trial, in [`Ctx::vips`] order).
+    /// The pair of `cp` and `svc` (the two results of one trial, in [`Ctx::vips`](crate::bench::harness::ctx::Ctx::vips) order).
     pub fn of(subject: &str, cp: &TrialResult, svc: &TrialResult) -> PairResult {
         PairResult {
             scenario: cp.scenario,

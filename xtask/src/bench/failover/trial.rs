@@ -23,7 +23,7 @@ use crate::bench::stats::ms;
 pub struct TrialResult {
     /// The scenario.
     pub scenario: Scenario,
-    /// [`Subject::label`].
+    /// [`Subject::label`](crate::bench::harness::subject::Subject::label).
     pub subject: String,
     /// Trial number, from 1.
     pub trial: usize,

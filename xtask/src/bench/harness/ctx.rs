@@ -60,7 +60,7 @@ impl Ctx {
     /// The VIP becomes a LoadBalancer Service's for the rest of the run: Node objects for
     /// the lab nodes (the peer membership), with `ride` the key Secret `vipd-peer-key`, and
     /// the Service [`SERVICE_NAME`] at 192.0.2.10; vipd runs in Services mode
-    /// ([`start_vipd`]).
+    /// ([`start_vipd`](super::cluster::start_vipd)).
     ///
     /// # Errors
     /// When an object cannot be created.
@@ -73,7 +73,7 @@ impl Ctx {
     /// The control-plane VIP and a Service VIP held together for the rest of the run: Node
     /// objects for the lab nodes and the Service [`SERVICE_NAME`] at [`SERVICE_VIP`]; vipd
     /// runs with `cp_enable` and `svc_enable` under the global Services Lease
-    /// ([`start_vipd`]).
+    /// ([`start_vipd`](super::cluster::start_vipd)).
     ///
     /// # Errors
     /// When an object cannot be created.

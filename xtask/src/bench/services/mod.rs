@@ -7,7 +7,7 @@
 //!     [--minutes M] [--dhcp-services N] [--no-build] [--vipd PATH] [-v]
 //! ```
 //!
-//! Every scenario gets its own lab ([`Lab::start`] with HTTP backends: every node answers
+//! Every scenario gets its own lab ([`Lab::start`](xtask::lab::Lab::start) with HTTP backends: every node answers
 //! `GET /` on port 80 of any local address, VIPs included, with its node name) and runs the
 //! release build of vipd on node-a, node-b and node-c in Services mode with `svc_election`
 //! (one Lease `kubevip-<service>` per Service in `default`), kube-vip's lease timings 5/3/1 s,
@@ -34,14 +34,14 @@
 //!   thread count and any task-count gauge vipd's `/metrics` exposes (metric names containing
 //!   `task`) per node at the start (after the first cycle) and at the end (after the last
 //!   cycle, same state), a sample per minute, cycle figures, and the Leases left over.
-//! - **drain**: [`DRAIN_SERVICES`] Services (192.0.2.150-164) created one at a time and
+//! - **drain**: [`DRAIN_SERVICES`](drain::DRAIN_SERVICES) Services (192.0.2.150-164) created one at a time and
 //!   spread over the nodes; each is then probed continuously (one thread per Service, one
 //!   attempt per [`POLL_INTERVAL`] at most) while `vipd drain` runs on the node that answers
 //!   most of them. Per Service VIP that moved: the gap (last answer from the drained node ->
 //!   first answer from another), failed attempts in between, and who took it. Prints
 //!   p50/p95/max of the gaps, that no Service answered from the drained node afterwards, and
-//!   that the other Services had no gap longer than [`DRAIN_QUIET_GAP`]. These probes use a
-//!   connect timeout of [`DRAIN_CONNECT_TIMEOUT`], so a SYN lost while a VIP moves costs
+//!   that the other Services had no gap longer than [`DRAIN_QUIET_GAP`](drain::DRAIN_QUIET_GAP). These probes use a
+//!   connect timeout of [`DRAIN_CONNECT_TIMEOUT`](drain::DRAIN_CONNECT_TIMEOUT), so a SYN lost while a VIP moves costs
 //!   that, not [`CONNECT_TIMEOUT`].
 //! - **dhcp**: DHCP mode (issue 13) against dnsmasq, in two labs of its own; see
 //!   [`dhcp`] (bring-up to the first ARP answer from the macvlan, then 50 DHCP Services on
