@@ -21,45 +21,63 @@ use super::{
 /// State of one Service the soak keeps.
 #[derive(Debug, Clone)]
 pub(super) struct Svc {
+    /// Its address.
     pub(super) addr: Ipv4Addr,
+    /// Not announceable (an ignored annotation): its address must stay silent.
     pub(super) ignored: bool,
-    pub(super) touch: u64,
+    touch: u64,
 }
 
 /// The lab of a soak and everything the driver did in it (the auditor's timeline
 /// included).
 pub(super) struct Chaos {
+    /// The lab.
     pub(super) lab: Lab,
+    /// vipd binary.
     pub(super) vipd: PathBuf,
+    /// The nodes that run vipd.
     pub(super) nodes: Vec<String>,
+    /// The running vipd of each node.
     pub(super) procs: BTreeMap<String, LabProcess>,
     /// Every vipd process ever started, with its log, for the log scan at the end.
     pub(super) logs: Vec<(String, PathBuf)>,
+    /// The Services the soak keeps, by name.
     pub(super) services: BTreeMap<String, Svc>,
+    /// Number of the next Service created (`chaos-N`).
     pub(super) next_svc: usize,
+    /// What the auditor judges: disturbances and desired addresses over time.
     pub(super) tl: Timeline,
+    /// The start of the soak: times on the timeline count from it.
     pub(super) epoch: Instant,
+    /// Faults injected, by kind.
     pub(super) faults: BTreeMap<FaultKind, u64>,
+    /// Violations found so far.
     pub(super) violations: Vec<Violation>,
+    /// Notes for the report.
     pub(super) notes: Vec<String>,
+    /// The nodes by the MAC of their eth0.
     pub(super) macs: BTreeMap<MacAddr, String>,
+    /// The ARP prober of the `client` namespace, once started.
     pub(super) prober: Option<ArpRoundProber>,
+    /// Print progress.
     pub(super) verbose: bool,
     /// vipd runs with `vip_nftfence=true` ([`Options::nft_fence`](super::options::Options::nft_fence)).
     pub(super) nft_fence: bool,
 }
 
 impl Chaos {
+    /// Time since the start of the soak.
     pub(super) fn now(&self) -> Duration {
         self.epoch.elapsed()
     }
 
-    pub(super) fn say(&self, s: impl AsRef<str>) {
+    fn say(&self, s: impl AsRef<str>) {
         if self.verbose {
             eprintln!("  [{:>7.1} s] {}", self.now().as_secs_f64(), s.as_ref());
         }
     }
 
+    /// The node whose eth0 has `mac`, or the MAC itself.
     pub(super) fn node_of(&self, mac: MacAddr) -> String {
         self.macs
             .get(&mac)
@@ -67,6 +85,7 @@ impl Chaos {
             .unwrap_or_else(|| mac.to_string())
     }
 
+    /// Starts vipd on `node` (control-plane and Services mode, the soak's timings).
     pub(super) fn start_vipd(&mut self, node: &str) -> Result<()> {
         let kubeconfig = self.lab.kubeconfig(node)?.to_string_lossy().into_owned();
         let (l, r, p) = (
@@ -106,16 +125,11 @@ impl Chaos {
     }
 
     /// Admin API call from ns `api`; `Err` on I/O errors.
-    pub(super) fn api(
-        &self,
-        method: &str,
-        path: &str,
-        body: Option<&str>,
-    ) -> Result<lab::HttpResponse> {
+    fn api(&self, method: &str, path: &str, body: Option<&str>) -> Result<lab::HttpResponse> {
         Ok(self.lab.api_request(method, path, body)?)
     }
 
-    pub(super) fn service_body(name: &str, s: &Svc) -> String {
+    fn service_body(name: &str, s: &Svc) -> String {
         let mut j = crate::bench::harness::api::service_json(name, IpAddr::V4(s.addr));
         j["metadata"]["annotations"][TOUCH_ANNOTATION] = serde_json::json!(s.touch.to_string());
         if s.ignored {
@@ -124,7 +138,7 @@ impl Chaos {
         j.to_string()
     }
 
-    pub(super) fn free_address(&self, rng: &mut fastrand::Rng) -> Option<Ipv4Addr> {
+    fn free_address(&self, rng: &mut fastrand::Rng) -> Option<Ipv4Addr> {
         let used: BTreeSet<Ipv4Addr> = self.services.values().map(|s| s.addr).collect();
         // Addresses released within the bound are not reused yet (they may still answer).
         let bound = answer_bound();
@@ -143,6 +157,7 @@ impl Chaos {
         (!free.is_empty()).then(|| free[rng.usize(..free.len())])
     }
 
+    /// From `at` on, `addr` is desired (announced by some node) for Service `owner`.
     pub(super) fn desire(&mut self, addr: Ipv4Addr, owner: &str, at: Duration) {
         self.tl.desired.push(Desired {
             addr,
@@ -152,7 +167,7 @@ impl Chaos {
         });
     }
 
-    pub(super) fn undesire(&mut self, addr: Ipv4Addr, at: Duration) {
+    fn undesire(&mut self, addr: Ipv4Addr, at: Duration) {
         for d in self
             .tl
             .desired
@@ -163,6 +178,7 @@ impl Chaos {
         }
     }
 
+    /// Puts a Service change of `kind` on `name` (touching `addrs`) on the timeline.
     pub(super) fn record_svc(
         &mut self,
         kind: FaultKind,
@@ -181,6 +197,7 @@ impl Chaos {
         *self.faults.entry(kind).or_default() += 1;
     }
 
+    /// Creates Service `name` at `addr` and records it.
     pub(super) fn create_service(&mut self, name: &str, addr: Ipv4Addr) -> Result<()> {
         let svc = Svc {
             addr,
@@ -203,6 +220,7 @@ impl Chaos {
         Ok(())
     }
 
+    /// Merge-patches Service `name` with `patch`.
     pub(super) fn patch_service(&self, name: &str, patch: serde_json::Value) -> Result<()> {
         for _ in 0..5 {
             let r = self.api(
@@ -220,7 +238,7 @@ impl Chaos {
     }
 
     /// One random Service operation (create, address edit, delete, annotation change).
-    pub(super) fn service_op(&mut self, rng: &mut fastrand::Rng, target: usize) -> Result<()> {
+    fn service_op(&mut self, rng: &mut fastrand::Rng, target: usize) -> Result<()> {
         let n = self.services.len();
         let roll = rng.u32(..100);
         let names: Vec<String> = self.services.keys().cloned().collect();
@@ -317,7 +335,7 @@ impl Chaos {
     }
 
     /// Nodes answering for at least one address in the last probe round.
-    pub(super) fn holders(&self) -> BTreeSet<String> {
+    fn holders(&self) -> BTreeSet<String> {
         self.prober
             .as_ref()
             .and_then(ArpRoundProber::last)
@@ -369,7 +387,7 @@ impl Chaos {
     }
 
     /// Waits until the API server answers /readyz (ns `api`), up to `limit`.
-    pub(super) fn wait_api_ready(&self, limit: Duration) -> bool {
+    fn wait_api_ready(&self, limit: Duration) -> bool {
         let deadline = Instant::now() + limit;
         while Instant::now() < deadline {
             if self
@@ -383,13 +401,14 @@ impl Chaos {
         false
     }
 
+    /// Runs the nftables `script` in `node`'s namespace.
     pub(super) fn nft(&self, node: &str, script: &str) -> Result<()> {
         self.lab.exec(node, "nft", &[script])?;
         Ok(())
     }
 
     /// Injects `kind` on `target` (a node for node faults); returns the undo to run at heal.
-    pub(super) fn inject(&mut self, kind: FaultKind, target: &str) -> Result<()> {
+    fn inject(&mut self, kind: FaultKind, target: &str) -> Result<()> {
         self.say(format!("inject {} on {target}", kind.name()));
         match kind {
             FaultKind::Kill => {
@@ -458,7 +477,7 @@ impl Chaos {
         Ok(())
     }
 
-    pub(super) fn heal(&mut self, kind: FaultKind, target: &str) -> Result<()> {
+    fn heal(&mut self, kind: FaultKind, target: &str) -> Result<()> {
         self.say(format!("heal {} on {target}", kind.name()));
         match kind {
             FaultKind::Kill | FaultKind::Term => self.start_vipd(target)?,
@@ -517,7 +536,7 @@ impl Chaos {
 
     /// Draws 1 (70 %) or 2 faults by weight among `only` (all kinds when `None`): at most
     /// one control-plane fault; a node fault hits a holder when there is one.
-    pub(super) fn choose_faults(
+    fn choose_faults(
         &self,
         rng: &mut fastrand::Rng,
         only: Option<&BTreeSet<FaultKind>>,
@@ -583,10 +602,7 @@ impl Chaos {
     /// Injects each chosen fault, records it as a disturbance (restarts are settled at once:
     /// they return when the API server is ready again) and returns those injected with
     /// their disturbance index.
-    pub(super) fn inject_all(
-        &mut self,
-        chosen: Vec<(FaultKind, String)>,
-    ) -> Vec<(FaultKind, String, usize)> {
+    fn inject_all(&mut self, chosen: Vec<(FaultKind, String)>) -> Vec<(FaultKind, String, usize)> {
         let mut active: Vec<(FaultKind, String, usize)> = Vec::new();
         for (kind, target) in chosen {
             let start = self.now();
@@ -623,7 +639,7 @@ impl Chaos {
 
     /// Holds the faults for `hold`, running `svc_ops` Service operations at random times
     /// meanwhile (none during a control-plane fault).
-    pub(super) fn hold_with_service_ops(
+    fn hold_with_service_ops(
         &mut self,
         rng: &mut fastrand::Rng,
         hold: Duration,
@@ -652,7 +668,7 @@ impl Chaos {
 
     /// Heals the active faults in random order (restarts healed themselves) and marks them
     /// settled.
-    pub(super) fn heal_all(
+    fn heal_all(
         &mut self,
         rng: &mut fastrand::Rng,
         mut active: Vec<(FaultKind, String, usize)>,
@@ -725,6 +741,7 @@ impl Chaos {
             .collect())
     }
 
+    /// (pid, VmRSS KiB) of each node's vipd.
     pub(super) fn rss(&self) -> BTreeMap<String, (i32, u64)> {
         self.procs
             .iter()
@@ -740,6 +757,8 @@ impl Chaos {
             .collect()
     }
 
+    /// Whether the prober's last round saw exactly one MAC for every announceable address
+    /// and the control-plane VIP.
     pub(super) fn answered_all(&self) -> bool {
         let Some(r) = self.prober.as_ref().and_then(ArpRoundProber::last) else {
             return false;

@@ -30,6 +30,8 @@ pub(super) struct Report {
     canary: Option<String>,
 }
 
+/// The soak: start, warm-up, canary, the fault phase, the final settle, audit and checks;
+/// what it measured for the report.
 pub(super) fn soak(c: &mut Chaos, o: &Options, rng: &mut fastrand::Rng) -> Result<Report> {
     let mut report = Report::default();
     let universe = start_soak(c, o)?;
@@ -356,6 +358,7 @@ pub(super) fn workspace_commit() -> String {
         .unwrap_or_default()
 }
 
+/// Prints the report: faults, violations, figures and the command that reruns the soak.
 pub(super) fn print_report(c: &Chaos, r: &Report, seed: u64, o: &Options, commit: &str) {
     println!("\n== chaos soak result");
     println!(

@@ -53,6 +53,7 @@ pub struct Row {
     pub notes: Vec<String>,
 }
 
+/// The header of the table of rows.
 pub(super) fn header() -> String {
     format!(
         "{:<8} {:>4} {:>6} {:>7} {:>5} {:>5} {:>5} {:>5} | {:>6} {:>6} {:>6} {:>5} | {:>5} {:>6} | {:>5} {:>4} {:>6} {:>7} | {:>5} {:>6} {:>9}",
@@ -80,6 +81,7 @@ pub(super) fn header() -> String {
     )
 }
 
+/// One row of the table, under [`header`].
 pub(super) fn row_line(r: &Row) -> String {
     let opt = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.0}"));
     format!(
