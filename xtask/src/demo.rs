@@ -6,7 +6,7 @@
 //! the VIP holder twice (SIGTERM; then SIGKILL with the link cut at the same instant, the
 //! `poweroff` case), printing each time who took over, the longest gap the client saw, the
 //! probe's summary and the time two hosts answered ARP for the VIP (must be 0). Each round
-//! is one trial of [`crate::bench::failover::run_trial`], so the figures are measured exactly as
+//! is one trial of [`crate::bench::failover::trial::run_trial`], so the figures are measured exactly as
 //! `cargo xtask bench failover` measures them. The lab is torn down at the end, also on
 //! error.
 
@@ -15,7 +15,13 @@ use std::time::Instant;
 use anyhow::{Result, bail};
 use xtask::lab::{self, NAMESPACES, NODES};
 
-use crate::bench::failover::{self as bench, Ctx, Scenario, Subject, Timings, TrialResult};
+use crate::bench::failover::scenario::Scenario;
+use crate::bench::failover::trial::{TrialResult, run_trial};
+use crate::bench::harness::VIP;
+use crate::bench::harness::build::vipd_release_binary;
+use crate::bench::harness::ctx::Ctx;
+use crate::bench::harness::subject::{Subject, Timings};
+use crate::bench::harness::text::or_none;
 
 /// Runs the demo. See the module documentation.
 ///
@@ -28,7 +34,7 @@ pub fn run() -> Result<()> {
     // Fail early, with instructions, before the release build.
     let api = xtask::lab::find_apiserver()?;
     eprintln!("==> lab: kube-apiserver {}", api.display());
-    let vipd = bench::vipd_release_binary(true, None)?;
+    let vipd = vipd_release_binary(true, None)?;
     let started = Instant::now();
     let ctx = Ctx::start(vipd, true)?;
     println!(
@@ -52,8 +58,8 @@ pub fn run() -> Result<()> {
         "\nvipd manager on {} (control plane, VIP {}, lease timings: vipd defaults);\n\
          client: vipd probe http://{}/ --interval 20ms\n",
         NODES.join(", "),
-        bench::VIP,
-        bench::VIP
+        VIP,
+        VIP
     );
     let subject = Subject::Vipd(Timings::parse("default")?);
     let rounds = [
@@ -66,7 +72,7 @@ pub fn run() -> Result<()> {
     let mut results = Vec::new();
     for (i, (scenario, title)) in rounds.iter().enumerate() {
         println!("{title}");
-        let r = bench::run_trial(&ctx, *scenario, &subject, i + 1)?;
+        let r = run_trial(&ctx, *scenario, &subject, i + 1)?;
         print_round(&r);
         results.push(r);
     }
@@ -114,11 +120,7 @@ fn print_round(r: &TrialResult) {
         r.probe_requests,
         r.probe_failures,
         opt(r.gap_ms),
-        if r.probe_switches.is_empty() {
-            "none".to_string()
-        } else {
-            r.probe_switches.join("; ")
-        }
+        or_none(&r.probe_switches, "; ")
     );
     println!(
         "  two hosts answering ARP for the VIP: {:.0} ms",

@@ -8,14 +8,14 @@
 //!                        twice, the client's gap printed (see demo.rs)
 //! cargo xtask chaos --minutes N [--seed S]
 //!                        the chaos soak: random faults against 3 vipd nodes and 50
-//!                        Services while an auditor checks invariants (see chaos.rs)
+//!                        Services while an auditor checks invariants (see chaos/)
 //! cargo xtask bench failover [--scenario ..] [--trials N]
 //!                        [--impl vipd|keepalived|keepalived-fast|both]
-//!                        failover figures for vipd and keepalived (see bench.rs)
+//!                        failover figures for vipd and keepalived (see bench/failover/)
 //! cargo xtask bench heartbeat [--peers 3,50] [--seconds 30]
 //!                        heartbeat cost of svc_ridethrough (see bench/heartbeat.rs)
 //! cargo xtask bench apiload [--timings fast,default] [--load 0,4,16,64] [--seconds 60]
-//!                        the flapping guard under API server load (see bench/apiload.rs)
+//!                        the flapping guard under API server load (see bench/apiload/)
 //! ```
 
 mod args;

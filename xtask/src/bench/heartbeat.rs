@@ -18,7 +18,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use serde_json::json;
 
-use super::services::{METRICS_PORT, cpu_percent, proc_status, service_json};
+use super::harness::api::{create, service_json};
+use super::harness::build::{release_artifact, vipd_release_binary};
+use super::harness::probe::json_summary;
+use super::harness::procfs::{cpu_percent, proc_status};
+use super::harness::text::tail;
+use super::harness::{METRICS_PORT, services_mode_env};
 use crate::lab::{self, Lab, LabOptions, LabProcess};
 
 const USAGE: &str = "\
@@ -120,12 +125,8 @@ pub fn run(args: &[&str]) -> Result<()> {
     if nix::unistd::geteuid().as_raw() != 0 {
         bail!("`cargo xtask bench heartbeat` needs root (network namespaces); run it with sudo -E");
     }
-    let vipd = super::failover::vipd_release_binary(o.build, o.vipd.as_deref())?;
-    let sim = super::failover::release_artifact(
-        o.build,
-        &["--example", "peer_sim"],
-        "examples/peer_sim",
-    )?;
+    let vipd = vipd_release_binary(o.build, o.vipd.as_deref())?;
+    let sim = release_artifact(o.build, &["--example", "peer_sim"], "examples/peer_sim")?;
     println!(
         "vipd binary: {}\npeer_sim: {}",
         vipd.display(),
@@ -183,7 +184,7 @@ fn wait_log(p: &LabProcess, needle: &str, limit: Duration) -> Result<()> {
             bail!(
                 "vipd did not log {needle:?} within {} s; log tail:\n{}",
                 limit.as_secs(),
-                super::failover::tail(&p.log(), 30)
+                tail(&p.log(), 30)
             );
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -206,48 +207,19 @@ fn measure(vipd: &Path, sim: &Path, peers: Option<usize>, o: &Options) -> Result
     let mut members: Vec<String> = vec!["node-a".to_string()];
     members.extend(sims.iter().cloned());
     members.sort();
-    for n in &members {
-        super::create(
-            &lab,
-            "/api/v1/nodes",
-            &json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}}),
-            &format!("Node {n}"),
-        )?;
-    }
     let ride = peers.is_some();
     let key_file = lab.dir().join("peer.key");
-    if ride {
-        super::create(
-            &lab,
-            "/api/v1/namespaces/kube-system/secrets",
-            &json!({"apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": "vipd-peer-key", "namespace": "kube-system"},
-                "stringData": {"key": KEY}}),
-            "Secret vipd-peer-key",
-        )?;
-        std::fs::write(&key_file, KEY).context("write the peer key file")?;
-    }
+    create_members(&lab, &members, ride, &key_file)?;
     let kubeconfig = lab.kubeconfig("node-a")?.to_string_lossy().into_owned();
-    let env: Vec<(&str, &str)> = vec![
-        ("cp_enable", "false"),
-        ("svc_enable", "true"),
-        ("svc_election", "true"),
-        ("address", ""),
-        ("vip_arp", "true"),
-        ("vip_interface", lab::ETH),
-        ("vip_nodename", "node-a"),
-        ("k8s_config_file", &kubeconfig),
-        ("prometheus_server", ":2112"),
-        ("vip_loglevel", "info"),
-        ("svc_ridethrough", if ride { "true" } else { "false" }),
-    ];
+    let mut env = services_mode_env("node-a", &kubeconfig);
+    env.push(("svc_ridethrough", if ride { "true" } else { "false" }));
     let p = lab.spawn("node-a", vipd, &["manager"], &env)?;
     wait_log(
         &p,
         "watching LoadBalancer Services",
         Duration::from_secs(30),
     )?;
-    super::create(
+    create(
         &lab,
         "/api/v1/namespaces/default/services",
         &service_json("hb-bench", IpAddr::V4(SERVICE_VIP)),
@@ -256,23 +228,7 @@ fn measure(vipd: &Path, sim: &Path, peers: Option<usize>, o: &Options) -> Result
     wait_log(&p, "acquired lease", Duration::from_secs(30))?;
     say(o, "node-a holds the Service's lease");
     let simp = if ride {
-        let seconds = (o.seconds + 10).to_string();
-        let names = sims.join(",");
-        let membership = members.join(",");
-        let key = key_file.to_string_lossy().into_owned();
-        let args = [
-            "--interface",
-            lab::ETH,
-            "--key-file",
-            &key,
-            "--names",
-            &names,
-            "--membership",
-            &membership,
-            "--seconds",
-            &seconds,
-        ];
-        Some(lab.spawn("node-b", sim, &args, &[])?)
+        Some(start_sim(&lab, sim, o, &sims, &members, &key_file)?)
     } else {
         None
     };
@@ -293,40 +249,91 @@ fn measure(vipd: &Path, sim: &Path, peers: Option<usize>, o: &Options) -> Result
         rss_kib,
         ..Row::default()
     };
-    if let Some(mut s) = simp {
+    if let Some(s) = simp {
         row.accepted_per_s = Some((frames(&after, true) - frames(&before, true)) / secs);
         row.rejected = Some(frames(&after, false));
-        if s.wait_timeout(Duration::from_secs(20))?.is_none() {
-            let _ = s.kill();
-            bail!("peer_sim did not finish");
-        }
-        let log = s.log();
-        let line = log
-            .lines()
-            .rev()
-            .find(|l| l.starts_with('{'))
-            .ok_or_else(|| {
-                anyhow!(
-                    "no summary from peer_sim: {}",
-                    super::failover::tail(&log, 10)
-                )
-            })?;
-        let v: serde_json::Value =
-            serde_json::from_str(line).with_context(|| format!("parse {line}"))?;
-        let (received, seconds) = (v["received"].as_f64(), v["seconds"].as_f64());
-        row.sent_per_s = received.zip(seconds).map(|(r, s)| r / s);
-        say(o, format!("peer_sim: {line}"));
+        row.sent_per_s = sim_sent_per_s(s, o)?;
     }
     let log = p.log();
     if ride && !log.contains("peer protocol: membership") {
         bail!(
             "vipd did not log its membership; log tail:\n{}",
-            super::failover::tail(&log, 30)
+            tail(&log, 30)
         );
     }
     say(o, format!("{row:?}"));
     drop(lab);
     Ok(row)
+}
+
+/// The Node objects of `members`; with `ride` also the peer key Secret `vipd-peer-key` and
+/// the key in `key_file` (for peer_sim).
+fn create_members(lab: &Lab, members: &[String], ride: bool, key_file: &Path) -> Result<()> {
+    for n in members {
+        create(
+            lab,
+            "/api/v1/nodes",
+            &json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}}),
+            &format!("Node {n}"),
+        )?;
+    }
+    if ride {
+        create(
+            lab,
+            "/api/v1/namespaces/kube-system/secrets",
+            &json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "vipd-peer-key", "namespace": "kube-system"},
+                "stringData": {"key": KEY}}),
+            "Secret vipd-peer-key",
+        )?;
+        std::fs::write(key_file, KEY).context("write the peer key file")?;
+    }
+    Ok(())
+}
+
+/// Starts peer_sim on node-b for `--seconds` + 10 s, sending as the simulated nodes `sims`
+/// of the segment `members`.
+fn start_sim(
+    lab: &Lab,
+    sim: &Path,
+    o: &Options,
+    sims: &[String],
+    members: &[String],
+    key_file: &Path,
+) -> Result<LabProcess> {
+    let seconds = (o.seconds + 10).to_string();
+    let names = sims.join(",");
+    let membership = members.join(",");
+    let key = key_file.to_string_lossy().into_owned();
+    let args = [
+        "--interface",
+        lab::ETH,
+        "--key-file",
+        &key,
+        "--names",
+        &names,
+        "--membership",
+        &membership,
+        "--seconds",
+        &seconds,
+    ];
+    Ok(lab.spawn("node-b", sim, &args, &[])?)
+}
+
+/// Waits for peer_sim to finish and reads the frames per second it received (its JSON
+/// summary line).
+fn sim_sent_per_s(mut s: LabProcess, o: &Options) -> Result<Option<f64>> {
+    let line = json_summary(
+        &mut s,
+        Duration::from_secs(20),
+        "peer_sim did not finish",
+        "no summary from peer_sim",
+    )?;
+    let v: serde_json::Value =
+        serde_json::from_str(&line).with_context(|| format!("parse {line}"))?;
+    let (received, seconds) = (v["received"].as_f64(), v["seconds"].as_f64());
+    say(o, format!("peer_sim: {line}"));
+    Ok(received.zip(seconds).map(|(r, s)| r / s))
 }
 
 #[cfg(test)]

@@ -173,9 +173,8 @@ fn open_channel(ifname: &str, read_timeout: Duration) -> Result<LinkChannel> {
 /// A running ARP/NDP capture; collect the frames with [`Capture::stop`].
 #[derive(Debug)]
 pub struct Capture {
-    stop: Arc<AtomicBool>,
     frames: Arc<Mutex<Vec<ArpFrame>>>,
-    handle: Option<JoinHandle<Result<()>>>,
+    thread: BackgroundThread,
 }
 
 impl Capture {
@@ -209,11 +208,8 @@ impl Capture {
             }
             Ok(())
         })?;
-        wait_ready(ready_rx, handle, "arp-capture").map(|handle| Capture {
-            stop,
-            frames,
-            handle: Some(handle),
-        })
+        BackgroundThread::ready(stop, ready_rx, handle, "arp-capture")
+            .map(|thread| Capture { frames, thread })
     }
 
     /// Frames captured so far (the capture keeps running).
@@ -226,16 +222,43 @@ impl Capture {
     /// # Errors
     /// [`LabError::Thread`] when the capture thread failed while running.
     pub fn stop(mut self) -> Result<Vec<ArpFrame>> {
-        self.finish()?;
+        self.thread.finish()?;
         Ok(self.frames())
     }
+}
 
+/// The thread of a [`Capture`], [`ArpWatcher`] or [`ArpRoundProber`]: told to stop through
+/// its flag and joined on [`BackgroundThread::finish`] or drop.
+#[derive(Debug)]
+struct BackgroundThread {
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<Result<()>>>,
+    name: &'static str,
+}
+
+impl BackgroundThread {
+    /// Waits until the thread `handle` reports on `rx` that it is ready ([`wait_ready`]).
+    fn ready(
+        stop: Arc<AtomicBool>,
+        rx: std::sync::mpsc::Receiver<std::result::Result<(), String>>,
+        handle: JoinHandle<Result<()>>,
+        name: &'static str,
+    ) -> Result<BackgroundThread> {
+        wait_ready(rx, handle, name).map(|handle| BackgroundThread {
+            stop,
+            handle: Some(handle),
+            name,
+        })
+    }
+
+    /// Sets the stop flag and joins the thread unless already joined: the thread's own
+    /// result, or [`LabError::Thread`] when it panicked.
     fn finish(&mut self) -> Result<()> {
         self.stop.store(true, Ordering::SeqCst);
         match self.handle.take().map(JoinHandle::join) {
             Some(Ok(r)) => r,
             Some(Err(_)) => Err(LabError::Thread {
-                name: "arp-capture".into(),
+                name: self.name.into(),
                 detail: "panicked".into(),
             }),
             None => Ok(()),
@@ -243,7 +266,7 @@ impl Capture {
     }
 }
 
-impl Drop for Capture {
+impl Drop for BackgroundThread {
     fn drop(&mut self) {
         let _ = self.finish();
     }
@@ -375,9 +398,8 @@ impl WatchReport {
 /// means two hosts answered for the same address within one interval.
 #[derive(Debug)]
 pub struct ArpWatcher {
-    stop: Arc<AtomicBool>,
     report: Arc<Mutex<WatchReport>>,
-    handle: Option<JoinHandle<Result<()>>>,
+    thread: BackgroundThread,
 }
 
 /// Default probe interval of an [`ArpWatcher`]: 50 ms.
@@ -462,11 +484,8 @@ impl ArpWatcher {
             }
             Ok(())
         })?;
-        wait_ready(ready_rx, handle, "arp-watch").map(|handle| ArpWatcher {
-            stop,
-            report,
-            handle: Some(handle),
-        })
+        BackgroundThread::ready(stop, ready_rx, handle, "arp-watch")
+            .map(|thread| ArpWatcher { report, thread })
     }
 
     /// A copy of what has been seen so far (the watcher keeps running).
@@ -479,26 +498,8 @@ impl ArpWatcher {
     /// # Errors
     /// [`LabError::Thread`] when the watcher thread failed.
     pub fn stop(mut self) -> Result<WatchReport> {
-        self.finish()?;
+        self.thread.finish()?;
         Ok(self.report())
-    }
-
-    fn finish(&mut self) -> Result<()> {
-        self.stop.store(true, Ordering::SeqCst);
-        match self.handle.take().map(JoinHandle::join) {
-            Some(Ok(r)) => r,
-            Some(Err(_)) => Err(LabError::Thread {
-                name: "arp-watch".into(),
-                detail: "panicked".into(),
-            }),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for ArpWatcher {
-    fn drop(&mut self) {
-        let _ = self.finish();
     }
 }
 
@@ -518,9 +519,8 @@ pub struct ProbeRound {
 /// never count. Two MACs in one round's entry means two hosts answered the same request.
 #[derive(Debug)]
 pub struct ArpRoundProber {
-    stop: Arc<AtomicBool>,
     rounds: Arc<Mutex<Vec<ProbeRound>>>,
-    handle: Option<JoinHandle<Result<()>>>,
+    thread: BackgroundThread,
 }
 
 impl ArpRoundProber {
@@ -615,11 +615,8 @@ impl ArpRoundProber {
             }
             Ok(())
         })?;
-        wait_ready(ready_rx, handle, "arp-rounds").map(|handle| ArpRoundProber {
-            stop,
-            rounds,
-            handle: Some(handle),
-        })
+        BackgroundThread::ready(stop, ready_rx, handle, "arp-rounds")
+            .map(|thread| ArpRoundProber { rounds, thread })
     }
 
     /// Number of rounds completed so far.
@@ -654,26 +651,8 @@ impl ArpRoundProber {
     /// # Errors
     /// [`LabError::Thread`] when the prober thread failed.
     pub fn stop(mut self) -> Result<Vec<ProbeRound>> {
-        self.finish()?;
+        self.thread.finish()?;
         Ok(self.rounds_from(0))
-    }
-
-    fn finish(&mut self) -> Result<()> {
-        self.stop.store(true, Ordering::SeqCst);
-        match self.handle.take().map(JoinHandle::join) {
-            Some(Ok(r)) => r,
-            Some(Err(_)) => Err(LabError::Thread {
-                name: "arp-rounds".into(),
-                detail: "panicked".into(),
-            }),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for ArpRoundProber {
-    fn drop(&mut self) {
-        let _ = self.finish();
     }
 }
 

@@ -75,24 +75,45 @@ pub struct DnsmasqLease {
 /// [`LabError::Parse`] naming the line that does not have that shape.
 pub fn parse_leases(text: &str) -> Result<Vec<DnsmasqLease>> {
     let star = |s: &str| (s != "*").then(|| s.to_string());
-    text.lines()
-        .filter(|l| !l.trim().is_empty() && !l.starts_with("duid") && !is_v6_lease(l))
-        .map(|line| {
-            let bad = || LabError::Parse {
-                what: "dnsmasq lease file".into(),
-                detail: format!("line {line:?}"),
-            };
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let [expires, mac, addr, hostname, client_id] = f[..] else {
-                return Err(bad());
-            };
-            Ok(DnsmasqLease {
-                expires: expires.parse().map_err(|_| bad())?,
+    parse_lease_lines(
+        text,
+        |l| !l.trim().is_empty() && !l.starts_with("duid") && !is_v6_lease(l),
+        "dnsmasq lease file",
+        |[expires, mac, addr, hostname, client_id]| {
+            Some(DnsmasqLease {
+                expires: expires.parse().ok()?,
                 mac: mac.to_string(),
-                addr: addr.parse().map_err(|_| bad())?,
+                addr: addr.parse().ok()?,
                 hostname: star(hostname),
                 client_id: star(client_id),
             })
+        },
+    )
+}
+
+/// The lines of a lease file that `keep` selects, each split into its five fields and
+/// made into a lease by `lease` (`None`: a field does not parse).
+///
+/// # Errors
+/// [`LabError::Parse`] about `what`, naming the first line that is not five fields or that
+/// `lease` refuses.
+fn parse_lease_lines<T>(
+    text: &str,
+    keep: impl Fn(&str) -> bool,
+    what: &str,
+    lease: impl Fn([&str; 5]) -> Option<T>,
+) -> Result<Vec<T>> {
+    text.lines()
+        .filter(|l| keep(l))
+        .map(|line| {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            <[&str; 5]>::try_from(f.as_slice())
+                .ok()
+                .and_then(&lease)
+                .ok_or_else(|| LabError::Parse {
+                    what: what.into(),
+                    detail: format!("line {line:?}"),
+                })
         })
         .collect()
 }
@@ -123,25 +144,19 @@ pub struct DnsmasqLease6 {
 /// # Errors
 /// [`LabError::Parse`] naming the line that does not have that shape.
 pub fn parse_leases6(text: &str) -> Result<Vec<DnsmasqLease6>> {
-    text.lines()
-        .filter(|l| !l.starts_with("duid") && is_v6_lease(l))
-        .map(|line| {
-            let bad = || LabError::Parse {
-                what: "dnsmasq lease file (DHCPv6)".into(),
-                detail: format!("line {line:?}"),
-            };
-            let f: Vec<&str> = line.split_whitespace().collect();
-            let [expires, iaid, addr, _hostname, duid] = f[..] else {
-                return Err(bad());
-            };
-            Ok(DnsmasqLease6 {
-                expires: expires.parse().map_err(|_| bad())?,
-                iaid: iaid.parse().map_err(|_| bad())?,
-                addr: addr.parse().map_err(|_| bad())?,
+    parse_lease_lines(
+        text,
+        |l| !l.starts_with("duid") && is_v6_lease(l),
+        "dnsmasq lease file (DHCPv6)",
+        |[expires, iaid, addr, _hostname, duid]| {
+            Some(DnsmasqLease6 {
+                expires: expires.parse().ok()?,
+                iaid: iaid.parse().ok()?,
+                addr: addr.parse().ok()?,
                 duid: duid.to_string(),
             })
-        })
-        .collect()
+        },
+    )
 }
 
 /// dnsmasq's command line for `opts`, with its lease file at `leases`.
@@ -278,12 +293,7 @@ impl Lab {
     /// # Errors
     /// [`LabError::Io`] when it cannot be read, [`LabError::Parse`].
     pub fn dnsmasq_leases6(&self) -> Result<Vec<DnsmasqLease6>> {
-        let path = self.dnsmasq_lease_file();
-        match std::fs::read_to_string(&path) {
-            Ok(text) => parse_leases6(&text),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-            Err(e) => Err(io_ctx(format!("read {}", path.display()))(e)),
-        }
+        self.read_lease_file(parse_leases6)
     }
 
     /// The current leases in dnsmasq's lease file.
@@ -291,9 +301,14 @@ impl Lab {
     /// # Errors
     /// [`LabError::Io`] when it cannot be read, [`LabError::Parse`].
     pub fn dnsmasq_leases(&self) -> Result<Vec<DnsmasqLease>> {
+        self.read_lease_file(parse_leases)
+    }
+
+    /// dnsmasq's lease file parsed by `parse`; no leases while it does not exist.
+    fn read_lease_file<T>(&self, parse: fn(&str) -> Result<Vec<T>>) -> Result<Vec<T>> {
         let path = self.dnsmasq_lease_file();
         match std::fs::read_to_string(&path) {
-            Ok(text) => parse_leases(&text),
+            Ok(text) => parse(&text),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
             Err(e) => Err(io_ctx(format!("read {}", path.display()))(e)),
         }

@@ -32,10 +32,12 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-
-use super::super::stats::{ms, summary_ms};
-use super::{Bench, NAMESPACE};
 use xtask::lab::{self, ArpRoundProber, DHCP_LEASE_SECS, DnsmasqOptions, MacAddr, NODES};
+
+use super::NAMESPACE;
+use super::context::Bench;
+use crate::bench::harness::text::or_none;
+use crate::bench::stats::{ms, summary_ms};
 
 /// First address of the bench's dnsmasq pool.
 pub const POOL_START: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 150);
@@ -99,9 +101,7 @@ fn bringup_part(vipd: &Path, n: usize, verbose: bool) -> Result<()> {
     for (node, s) in b.samples() {
         println!("    {node}: {}", s.line());
     }
-    b.stats.print();
-    b.print_logs();
-    b.stop();
+    b.finish();
     Ok(())
 }
 
@@ -146,9 +146,7 @@ fn held_part(vipd: &Path, verbose: bool) -> Result<()> {
     for node in NODES.iter().filter(|n| **n != holder) {
         println!("    {node}: {}", b.sample(node).line());
     }
-    b.stats.print();
-    b.print_logs();
-    b.stop();
+    b.finish();
     Ok(())
 }
 
@@ -529,11 +527,7 @@ fn print_renewals(
         .collect();
     println!(
         "    vipd_dhcp_events_total on {holder}: {}",
-        if fmt.is_empty() {
-            "none".into()
-        } else {
-            fmt.join(", ")
-        }
+        or_none(&fmt, ", ")
     );
     // vipd's idea of each lease's end against dnsmasq's.
     let expiry: BTreeMap<String, f64> =

@@ -1,0 +1,188 @@
+//! The command line of `bench failover`.
+
+use std::path::PathBuf;
+
+use anyhow::{Result, anyhow, bail};
+
+use super::scenario::Scenario;
+use crate::args::parse_flags;
+use crate::bench::harness::subject::{Subject, Timings, Vrrp};
+
+/// Usage of `bench failover`.
+pub const USAGE: &str = "usage: cargo xtask bench failover [options]
+
+options:
+  --scenario LIST   comma list of graceful,kill,freeze,poweroff,partition,drain or `all`
+                    (default all; drain: vipd only)
+  --trials N        trials per scenario and implementation (default 5)
+  --impl WHICH      vipd | keepalived | keepalived-fast | both (default both);
+                    keepalived runs two rows: `keepalived` (VRRPv2, advert_int 1) and
+                    `keepalived-fast` (VRRPv3, advert_int 0.1); keepalived-fast runs only
+                    the latter; both = vipd and the two keepalived rows
+  --timings LIST    vipd lease timings, comma list of `default` (vipd's built-in defaults,
+                    vip_lease* unset) or LEASE/RENEW/RETRY seconds, e.g. 5/3/1 or 2.5/2/1
+                    (default: default,5/3/1)
+  --no-build        do not run `cargo build --release -p vipd` first
+  --vipd PATH       vipd binary to use (default target/release/vipd)
+  --json FILE       also write every trial's figures as JSON to FILE
+  --no-idle         skip the idle RSS / lease-write measurement
+  --lb              vipd with lb_enable: the probe opens TCP connections to VIP:6443 (the
+                    control-plane load balancer's frontend) instead of HTTP to VIP:80;
+                    control-plane Node objects are created for the backends (vipd only)
+  --service         the VIP is a LoadBalancer Service's (192.0.2.10, per-Service lease
+                    default/kubevip-failover; vipd in Services mode, timings as svc_*;
+                    vipd only, no idle phase)
+  --ride            --service with svc_ridethrough (Node objects and the key Secret
+                    created; the option's peer protocol runs on eth0)
+  --cp-and-service  one node holds two VIPs before the event: the control-plane VIP
+                    192.0.2.10 and a LoadBalancer Service's 192.0.2.20 (global Services
+                    lease kube-system/plndr-svcs-lock, svc_election=false, svc_* timings
+                    = vip_* timings); one probe and ARP watcher per VIP, figures per VIP
+                    (`vipd T cp+svc:cp`, `vipd T cp+svc:svc`) and per pair (vipd only, no
+                    idle phase; not with --lb, --service or --ride)
+  -v, --verbose     print progress of every trial";
+
+/// Parsed options of `bench failover`.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Scenarios to run, in order.
+    pub scenarios: Vec<Scenario>,
+    /// Trials per scenario and subject.
+    pub trials: usize,
+    /// Run vipd.
+    pub vipd: bool,
+    /// keepalived variants to run, in order.
+    pub keepalived: Vec<Vrrp>,
+    /// vipd timings to run.
+    pub timings: Vec<Timings>,
+    /// Build vipd in release mode first.
+    pub build: bool,
+    /// Explicit vipd binary.
+    pub vipd_path: Option<PathBuf>,
+    /// Where to write the JSON results.
+    pub json: Option<PathBuf>,
+    /// Measure idle RSS and Lease writes.
+    pub idle: bool,
+    /// Print progress.
+    pub verbose: bool,
+    /// vipd with `lb_enable` (control-plane load balancing): the probe opens TCP connections
+    /// to VIP:6443, which the holder spreads over the nodes' API endpoints.
+    pub lb: bool,
+    /// The VIP is a Service's: `Some(ride)`, with `svc_ridethrough` when `ride`.
+    pub service: Option<bool>,
+    /// One node holds the control-plane VIP and a Service VIP ([`SERVICE_VIP`](crate::bench::harness::SERVICE_VIP)) before the
+    /// event (`--cp-and-service`).
+    pub cp_and_service: bool,
+}
+
+impl BenchOptions {
+    /// Parses the arguments after `bench failover`.
+    ///
+    /// # Errors
+    /// Names the flag and value that are invalid.
+    pub fn parse(args: &[&str]) -> Result<BenchOptions> {
+        let mut o = BenchOptions {
+            scenarios: Scenario::ALL.to_vec(),
+            trials: 5,
+            vipd: true,
+            keepalived: Vrrp::ALL.to_vec(),
+            timings: vec![Timings::parse("default")?, Timings::parse("5/3/1")?],
+            build: true,
+            vipd_path: None,
+            json: None,
+            idle: true,
+            verbose: false,
+            lb: false,
+            service: None,
+            cp_and_service: false,
+        };
+        parse_flags(args, USAGE, |a, value| {
+            match a {
+                "--scenario" | "--scenarios" => {
+                    let v = value()?;
+                    o.scenarios = if v == "all" {
+                        Scenario::ALL.to_vec()
+                    } else {
+                        v.split(',').map(Scenario::parse).collect::<Result<_>>()?
+                    };
+                }
+                "--trials" => {
+                    let v = value()?;
+                    o.trials = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        anyhow!("invalid --trials value {v:?}: expected a positive integer")
+                    })?;
+                }
+                "--impl" => {
+                    let v = value()?;
+                    (o.vipd, o.keepalived) = match v {
+                        "vipd" => (true, Vec::new()),
+                        "keepalived" => (false, Vrrp::ALL.to_vec()),
+                        "keepalived-fast" => (false, vec![Vrrp::FAST]),
+                        "both" => (true, Vrrp::ALL.to_vec()),
+                        _ => bail!(
+                            "invalid --impl value {v:?}: expected vipd, keepalived, keepalived-fast or both"
+                        ),
+                    };
+                }
+                "--timings" => {
+                    o.timings = value()?
+                        .split(',')
+                        .map(Timings::parse)
+                        .collect::<Result<_>>()?;
+                }
+                "--no-build" => o.build = false,
+                "--vipd" => o.vipd_path = Some(PathBuf::from(value()?)),
+                "--json" => o.json = Some(PathBuf::from(value()?)),
+                "--no-idle" => o.idle = false,
+                "--lb" => o.lb = true,
+                "--service" => o.service = Some(o.service.unwrap_or(false)),
+                "--ride" => o.service = Some(true),
+                "--cp-and-service" => o.cp_and_service = true,
+                "-v" | "--verbose" => o.verbose = true,
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        if o.cp_and_service {
+            let other = [
+                (o.service == Some(false), "--service"),
+                (o.service == Some(true), "--ride"),
+                (o.lb, "--lb"),
+            ];
+            if let Some((_, flag)) = other.iter().find(|(set, _)| *set) {
+                bail!(
+                    "--cp-and-service cannot be combined with {flag}: it runs the control-plane VIP and a Service VIP (192.0.2.20) side by side, with HTTP probes"
+                );
+            }
+            if !o.vipd {
+                bail!("--cp-and-service measures vipd only: use --impl vipd (or both)");
+            }
+        }
+        Ok(o)
+    }
+
+    /// What runs on the nodes, in the order the trials run them: the vipd timings (labelled
+    /// with the run's VIP mode), then the keepalived variants (only for the control-plane
+    /// VIP alone).
+    pub fn subjects(&self) -> Vec<Subject> {
+        let mut s = Vec::new();
+        if self.vipd {
+            let suffix = match self.service {
+                None if self.cp_and_service => " cp+svc",
+                None => "",
+                Some(false) => " svc",
+                Some(true) => " svc+ride",
+            };
+            s.extend(self.timings.iter().cloned().map(|t| {
+                Subject::Vipd(Timings {
+                    label: format!("{}{suffix}", t.label),
+                    ..t
+                })
+            }));
+        }
+        if self.service.is_none() && !self.cp_and_service {
+            s.extend(self.keepalived.iter().copied().map(Subject::Keepalived));
+        }
+        s
+    }
+}

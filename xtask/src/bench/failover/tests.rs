@@ -1,0 +1,214 @@
+use super::cp_and_service::follows;
+use super::trial::TrialResult;
+use super::*;
+
+#[test]
+fn options_parse_and_reject_bad_values() {
+    let o = BenchOptions::parse(&[
+        "--scenario",
+        "kill,freeze",
+        "--trials",
+        "3",
+        "--impl",
+        "vipd",
+        "--timings",
+        "default,2.5/2/1",
+    ])
+    .unwrap();
+    assert_eq!(o.scenarios, vec![Scenario::Kill, Scenario::Freeze]);
+    assert_eq!(o.trials, 3);
+    assert!(o.vipd && o.keepalived.is_empty());
+    assert_eq!(o.timings[1].values.as_ref().unwrap()[0], "2.5");
+    assert_eq!(o.subjects().len(), 2);
+    assert!(BenchOptions::parse(&["--lb"]).unwrap().lb);
+    assert!(!BenchOptions::parse(&[]).unwrap().lb);
+    let e = BenchOptions::parse(&["--scenario", "reboot"]).unwrap_err();
+    assert!(e.to_string().contains("\"reboot\""), "{e}");
+    assert!(BenchOptions::parse(&["--trials", "0"]).is_err());
+    assert!(BenchOptions::parse(&["--timings", "3/5/1"]).is_err());
+    assert!(BenchOptions::parse(&["--timings", "5/3"]).is_err());
+    assert!(BenchOptions::parse(&["--trials"]).is_err());
+    // The fast profile: sub-second timings with the nftables fence.
+    let o = BenchOptions::parse(&["--timings", "fast,3/2/1,1/0.6/0.3+nft"]).unwrap();
+    let fast = &o.timings[0];
+    assert_eq!(fast.label, "fast");
+    assert_eq!(
+        fast.values.as_ref().unwrap(),
+        &["0.6".to_string(), "0.4".into(), "0.2".into()]
+    );
+    assert!(fast.nft_fence && !o.timings[1].nft_fence && o.timings[2].nft_fence);
+    assert_eq!(o.timings[2].values.as_ref().unwrap()[1], "0.6");
+    assert!(BenchOptions::parse(&["--timings", "fast+nft"]).is_err());
+}
+
+#[test]
+fn impl_selects_vipd_and_the_keepalived_rows() {
+    let labels = |args: &[&str]| -> Vec<String> {
+        BenchOptions::parse(args)
+            .unwrap()
+            .subjects()
+            .iter()
+            .map(Subject::label)
+            .collect()
+    };
+    let all = [
+        "vipd default",
+        "vipd 5/3/1",
+        "keepalived",
+        "keepalived-fast",
+    ];
+    assert_eq!(labels(&[]), all);
+    assert_eq!(labels(&["--impl", "both"]), all);
+    assert_eq!(labels(&["--impl", "vipd"]), ["vipd default", "vipd 5/3/1"]);
+    assert_eq!(
+        labels(&["--impl", "keepalived"]),
+        ["keepalived", "keepalived-fast"]
+    );
+    assert_eq!(labels(&["--impl", "keepalived-fast"]), ["keepalived-fast"]);
+    // Services mode is vipd only.
+    assert_eq!(
+        labels(&["--impl", "both", "--service", "--timings", "default"]),
+        ["vipd default svc"]
+    );
+    let e = BenchOptions::parse(&["--impl", "kube-vip"]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "invalid --impl value \"kube-vip\": expected vipd, keepalived, keepalived-fast or both"
+    );
+}
+
+#[test]
+fn cp_and_service_is_vipd_only_and_alone() {
+    let o = BenchOptions::parse(&["--cp-and-service", "--timings", "default,fast"]).unwrap();
+    assert!(o.cp_and_service && o.service.is_none() && !o.lb);
+    // keepalived rows are skipped, as with --service.
+    let labels: Vec<String> = o.subjects().iter().map(Subject::label).collect();
+    assert_eq!(labels, ["vipd default cp+svc", "vipd fast cp+svc"]);
+    assert!(!BenchOptions::parse(&[]).unwrap().cp_and_service);
+    for (flags, named) in [
+        (&["--cp-and-service", "--service"][..], "--service"),
+        (&["--service", "--cp-and-service"][..], "--service"),
+        (&["--cp-and-service", "--ride"][..], "--ride"),
+        (&["--lb", "--cp-and-service"][..], "--lb"),
+    ] {
+        let e = BenchOptions::parse(flags).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!(
+                "--cp-and-service cannot be combined with {named}:"
+            )),
+            "{flags:?}: {e}"
+        );
+    }
+    let e = BenchOptions::parse(&["--cp-and-service", "--impl", "keepalived"]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "--cp-and-service measures vipd only: use --impl vipd (or both)"
+    );
+}
+
+#[test]
+fn follows_reads_vipds_following_line() {
+    let log = "2026-12-01T21:50:00.123456Z  INFO leader election starting lease=kube-system/plndr-svcs-lock identity=node-b\n\
+               2026-12-01T21:50:00.200000Z  INFO following lease=kube-system/plndr-cp-lock holder=node-a";
+    assert!(follows(log, "kube-system/plndr-cp-lock", "node-a"));
+    assert!(!follows(log, "kube-system/plndr-cp-lock", "node-c"));
+    assert!(!follows(log, "kube-system/plndr-svcs-lock", "node-a"));
+}
+
+#[test]
+fn pairs_take_the_slower_vip_and_name_the_new_nodes() {
+    let r = |subject: &str, to: &str, gap: f64, take: f64| TrialResult {
+        scenario: Scenario::Poweroff,
+        trial: 2,
+        takeover_ms: Some(take),
+        ..trial_result(subject, to, gap)
+    };
+    let same = PairResult::of(
+        "vipd fast cp+svc",
+        &r("vipd fast cp+svc:cp", "node-b", 700.0, 650.0),
+        &r("vipd fast cp+svc:svc", "node-b", 900.0, 610.0),
+    );
+    assert!(same.same_node);
+    assert_eq!(same.both_gap_ms, Some(900.0));
+    assert_eq!(same.takeover_spread_ms, Some(-40.0));
+    let split = PairResult::of(
+        "vipd fast cp+svc",
+        &r("vipd fast cp+svc:cp", "node-b", 700.0, 650.0),
+        &r("vipd fast cp+svc:svc", "node-c", 600.0, 700.0),
+    );
+    assert!(!split.same_node);
+    assert_eq!(split.both_gap_ms, Some(700.0));
+    assert!(pair_line(&split).contains("->cp node-b, svc node-c (different nodes)"));
+    let report = BenchReport {
+        trials: vec![],
+        idle: vec![],
+        pairs: vec![same, split],
+    };
+    let table = pair_table(&report);
+    let row = table.lines().last().unwrap();
+    let cols: Vec<&str> = row.split_whitespace().collect();
+    // scenario, impl (3 words), trials, both p50/p95/max, spread max, same node
+    assert_eq!(
+        cols,
+        [
+            "poweroff", "vipd", "fast", "cp+svc", "2", "700", "900", "900", "50", "1/2"
+        ],
+        "{table}"
+    );
+    assert_eq!(pair_table(&BenchReport::default()), "");
+}
+
+#[test]
+fn tables_group_by_scenario_and_impl() {
+    let t = |subject: &str, gap: f64| TrialResult {
+        scenario: Scenario::Kill,
+        takeover_ms: Some(gap),
+        ..trial_result(subject, "node-b", gap)
+    };
+    let report = BenchReport {
+        trials: vec![
+            t("vipd default", 1000.0),
+            t("keepalived", 4000.0),
+            t("keepalived-fast", 500.0),
+        ],
+        idle: vec![],
+        pairs: vec![],
+    };
+    let table = summary_table(&report);
+    assert_eq!(table.lines().count(), 4, "{table}");
+    assert!(table.contains("\nkill      keepalived-fast "), "{table}");
+    let ratios = ratio_table(&report);
+    let (classic, fast) = ratios
+        .split_once("vipd / keepalived-fast ")
+        .expect("a keepalived-fast section");
+    assert!(
+        classic.contains("vipd / keepalived (") && classic.contains("p50  0.25"),
+        "{ratios}"
+    );
+    assert!(fast.contains("p50  2.00"), "{ratios}");
+    let json = serde_json::to_string(&report.trials[2]).unwrap();
+    assert!(json.contains(r#""subject":"keepalived-fast""#), "{json}");
+}
+
+/// A recovered trial from node-a to `to` with a probe gap of `gap` ms and no notes.
+fn trial_result(subject: &str, to: &str, gap: f64) -> TrialResult {
+    TrialResult {
+        scenario: Scenario::Kill,
+        subject: subject.into(),
+        trial: 1,
+        holder: "node-a".into(),
+        new_holder: Some(to.into()),
+        gap_ms: Some(gap),
+        takeover_ms: None,
+        old_gone_ms: None,
+        two_responders_ms: 0.0,
+        two_responder_nodes: vec![],
+        switches: 1,
+        probe_failures: 0,
+        probe_requests: 10,
+        probe_switches: vec![],
+        recovered: true,
+        came_back: None,
+        notes: vec![],
+    }
+}

@@ -1,0 +1,336 @@
+//! [`Ctx`]: a running lab with HTTP backends on every node, the vipd binary, and the VIPs and
+//! Leases of a failover run (control-plane VIP, Service VIP, both).
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow, bail};
+use xtask::lab::{self, ArpWatcher, Lab, LabOptions, LabProcess, MacAddr, NODES};
+
+use super::api::{self, lease_path};
+use super::{
+    LEASE_NAMESPACE, SAMPLE_INTERVAL, SERVICE_NAME, SERVICE_VIP, SERVICES_LEASE_NAME, VIP,
+};
+
+/// A running lab with HTTP backends and the vipd binary to use.
+pub struct Ctx {
+    /// The lab.
+    pub lab: Lab,
+    /// vipd binary (manager and probe).
+    pub vipd: PathBuf,
+    /// Print progress.
+    pub verbose: bool,
+    macs: HashMap<MacAddr, String>,
+    /// vipd runs with `lb_enable`, the probe targets VIP:6443 over TCP ([`Ctx::enable_lb`]).
+    pub lb: bool,
+    /// The VIP is a Service's, `Some(ride)` ([`Ctx::enable_service`]).
+    pub service: Option<bool>,
+    /// The control-plane VIP and a Service VIP on one node
+    /// ([`Ctx::enable_cp_and_service`]).
+    pub cp_and_service: bool,
+}
+
+impl Ctx {
+    /// Starts a lab with HTTP backends on every node.
+    ///
+    /// # Errors
+    /// When the lab cannot start.
+    pub fn start(vipd: PathBuf, verbose: bool) -> Result<Ctx> {
+        let lab = Lab::start(LabOptions {
+            http_backends: true,
+            ..LabOptions::default()
+        })?;
+        let mut macs = HashMap::new();
+        for n in NODES {
+            macs.insert(lab.mac_of(n)?, n.to_string());
+        }
+        Ok(Ctx {
+            lab,
+            vipd,
+            verbose,
+            macs,
+            lb: false,
+            service: None,
+            cp_and_service: false,
+        })
+    }
+
+    /// The VIP becomes a LoadBalancer Service's for the rest of the run: Node objects for
+    /// the lab nodes (the peer membership), with `ride` the key Secret `vipd-peer-key`, and
+    /// the Service [`SERVICE_NAME`] at 192.0.2.10; vipd runs in Services mode
+    /// ([`start_vipd`](super::cluster::start_vipd)).
+    ///
+    /// # Errors
+    /// When an object cannot be created.
+    pub fn enable_service(&mut self, ride: bool) -> Result<()> {
+        self.create_service_objects(ride, VIP)?;
+        self.service = Some(ride);
+        Ok(())
+    }
+
+    /// The control-plane VIP and a Service VIP held together for the rest of the run: Node
+    /// objects for the lab nodes and the Service [`SERVICE_NAME`] at [`SERVICE_VIP`]; vipd
+    /// runs with `cp_enable` and `svc_enable` under the global Services Lease
+    /// ([`start_vipd`](super::cluster::start_vipd)).
+    ///
+    /// # Errors
+    /// When an object cannot be created.
+    pub fn enable_cp_and_service(&mut self) -> Result<()> {
+        self.create_service_objects(false, SERVICE_VIP)?;
+        self.cp_and_service = true;
+        Ok(())
+    }
+
+    /// Node objects for the lab nodes, with `ride` the key Secret `vipd-peer-key`, and the
+    /// LoadBalancer Service [`SERVICE_NAME`] at `addr`.
+    fn create_service_objects(&self, ride: bool, addr: Ipv4Addr) -> Result<()> {
+        let create = |path: &str, body: serde_json::Value, what: &str| {
+            api::create(&self.lab, path, &body, what)
+        };
+        for n in NODES {
+            create(
+                "/api/v1/nodes",
+                serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}}),
+                n,
+            )?;
+        }
+        if ride {
+            create(
+                "/api/v1/namespaces/kube-system/secrets",
+                serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": "vipd-peer-key", "namespace": "kube-system"},
+                    "stringData": {"key": "ZmFpbG92ZXItYmVuY2gta2V5LWF0LWxlYXN0LTMyLWJ5dGVz"}}),
+                "Secret vipd-peer-key",
+            )?;
+        }
+        create(
+            "/api/v1/namespaces/default/services",
+            api::service_json(SERVICE_NAME, IpAddr::V4(addr)),
+            "Service",
+        )
+    }
+
+    /// The VIPs a trial moves, each with its tag in result labels: `[(VIP, "")]`, or with
+    /// `--cp-and-service` `[(VIP, "cp"), (SERVICE_VIP, "svc")]`.
+    pub fn vips(&self) -> Vec<(Ipv4Addr, &'static str)> {
+        if self.cp_and_service {
+            vec![(VIP, "cp"), (SERVICE_VIP, "svc")]
+        } else {
+            vec![(VIP, "")]
+        }
+    }
+
+    /// API paths of the Leases a trial deletes first: the control-plane Lease, the
+    /// Service's own Lease with `--service`, both the control-plane and the global
+    /// Services Lease with `--cp-and-service`.
+    pub fn lease_paths(&self) -> Vec<String> {
+        if self.service.is_some() {
+            return vec![format!(
+                "/apis/coordination.k8s.io/v1/namespaces/default/leases/kubevip-{SERVICE_NAME}"
+            )];
+        }
+        let mut v = vec![lease_path()];
+        if self.cp_and_service {
+            v.push(format!(
+                "/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases/{SERVICES_LEASE_NAME}"
+            ));
+        }
+        v
+    }
+
+    /// Control-plane load balancing for the rest of the run: Node objects for every lab
+    /// node (control-plane role label, Ready, InternalIP = its lab address) as the backends,
+    /// `lb_enable=true` for vipd, and a TCP probe of VIP:6443.
+    ///
+    /// # Errors
+    /// When a Node cannot be created.
+    pub fn enable_lb(&mut self) -> Result<()> {
+        for n in NODES {
+            let ip = lab::node_ipv4(n).ok_or_else(|| anyhow!("no address for {n}"))?;
+            self.lab.register_control_plane_node(n, &[ip.into()])?;
+        }
+        self.lb = true;
+        Ok(())
+    }
+
+    /// Prints `what` (indented) when the run is verbose.
+    pub fn say(&self, what: impl AsRef<str>) {
+        if self.verbose {
+            eprintln!("    {}", what.as_ref());
+        }
+    }
+
+    /// The lab node with `mac`, or the MAC itself when no node has it.
+    pub fn node_of(&self, mac: &MacAddr) -> String {
+        self.macs
+            .get(mac)
+            .cloned()
+            .unwrap_or_else(|| mac.to_string())
+    }
+
+    /// Nodes whose eth0 carries the VIP.
+    ///
+    /// # Errors
+    /// When `ip addr` fails.
+    pub fn holders(&self) -> Result<Vec<String>> {
+        Ok(self.holders_of(&[VIP])?.pop().unwrap_or_default())
+    }
+
+    /// For each of `vips`, the nodes whose eth0 carries it (one `ip addr` per node).
+    ///
+    /// # Errors
+    /// When `ip addr` fails.
+    pub fn holders_of(&self, vips: &[Ipv4Addr]) -> Result<Vec<Vec<String>>> {
+        let mut out = vec![Vec::new(); vips.len()];
+        for n in NODES {
+            let addrs = self.lab.addresses(n, lab::ETH)?;
+            for (vip, holders) in vips.iter().zip(out.iter_mut()) {
+                if addrs.iter().any(|a| a.addr == IpAddr::V4(*vip)) {
+                    holders.push(n.to_string());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Waits up to `limit` until exactly one node carries the VIP; returns it.
+    ///
+    /// # Errors
+    /// On timeout (naming who carried it last) or when `ip addr` fails.
+    pub fn single_holder(&self, limit: Duration) -> Result<String> {
+        let t0 = Instant::now();
+        loop {
+            let h = self.holders()?;
+            if let [one] = h.as_slice() {
+                return Ok(one.clone());
+            }
+            if t0.elapsed() > limit {
+                bail!("no single holder of {VIP} after {limit:?} (holders: {h:?})");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits up to `limit` until one node has carried every VIP of the run ([`Ctx::vips`])
+    /// alone for `stable_for` (keepalived may hand the VIP to its MASTER shortly after a
+    /// BACKUP took it); returns that node.
+    ///
+    /// # Errors
+    /// On timeout or when `ip addr` fails.
+    pub fn stable_holder(&self, limit: Duration, stable_for: Duration) -> Result<String> {
+        let vips: Vec<Ipv4Addr> = self.vips().iter().map(|(v, _)| *v).collect();
+        let t0 = Instant::now();
+        let mut since: Option<(String, Instant)> = None;
+        loop {
+            let h = self.holders_of(&vips)?;
+            let one = match h.first().map(Vec::as_slice) {
+                Some([one]) if h.iter().all(|x| x == std::slice::from_ref(one)) => {
+                    Some(one.clone())
+                }
+                _ => None,
+            };
+            since = match (one, since) {
+                (Some(one), Some((prev, at))) if one == prev => Some((prev, at)),
+                (Some(one), _) => Some((one, Instant::now())),
+                (None, _) => None,
+            };
+            if let Some((n, at)) = &since
+                && at.elapsed() >= stable_for
+            {
+                return Ok(n.clone());
+            }
+            if t0.elapsed() > limit {
+                bail!("no stable single holder of {vips:?} after {limit:?} (holders: {h:?})");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Deletes the run's Leases ([`Ctx::lease_paths`]; ignores 404).
+    ///
+    /// # Errors
+    /// When an API call fails.
+    pub fn delete_lease(&self) -> Result<()> {
+        for path in self.lease_paths() {
+            let r = self
+                .lab
+                .api_request("DELETE", &path, None)
+                .with_context(|| format!("delete the lease {path}"))?;
+            if !matches!(r.status, 200 | 202 | 404) {
+                bail!("DELETE {path}: HTTP {}: {}", r.status, r.body);
+            }
+        }
+        Ok(())
+    }
+
+    /// Makes sure no node carries a VIP of the run ([`Ctx::vips`]): waits up to `grace` (a
+    /// vipd fence expiring), then removes leftovers by hand and returns the nodes it removed
+    /// them from.
+    ///
+    /// # Errors
+    /// When `ip` fails.
+    pub fn clear_vip(&self, grace: Duration) -> Result<Vec<String>> {
+        let vips: Vec<Ipv4Addr> = self.vips().iter().map(|(v, _)| *v).collect();
+        let t0 = Instant::now();
+        loop {
+            let h = self.holders_of(&vips)?;
+            if h.iter().all(Vec::is_empty) {
+                return Ok(Vec::new());
+            }
+            if t0.elapsed() >= grace {
+                let mut removed = BTreeSet::new();
+                for (vip, nodes) in vips.iter().zip(&h) {
+                    for n in nodes {
+                        self.lab.exec(
+                            n,
+                            "ip",
+                            &["addr", "del", &format!("{vip}/32"), "dev", lab::ETH],
+                        )?;
+                        removed.insert(n.clone());
+                    }
+                }
+                return Ok(removed.into_iter().collect());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Starts `vipd probe http://VIP/ --interval 20ms --timeout 900ms --json` (with `--lb`
+    /// `tcp://VIP:6443`) for `vip` in ns client ([`lab::PROBE_TIMEOUT`]).
+    ///
+    /// # Errors
+    /// When it cannot be spawned.
+    pub fn start_probe(&self, vip: Ipv4Addr) -> Result<LabProcess> {
+        Ok(self.lab.spawn(
+            "client",
+            &self.vipd,
+            &[
+                "probe",
+                &if self.lb {
+                    format!("tcp://{vip}:6443")
+                } else {
+                    format!("http://{vip}/")
+                },
+                "--interval",
+                "20ms",
+                "--timeout",
+                lab::PROBE_TIMEOUT,
+                "--json",
+            ],
+            &[],
+        )?)
+    }
+
+    /// Starts the ARP watcher for `vip` (every 20 ms) in ns `api`, away from the client's
+    /// neighbour cache.
+    ///
+    /// # Errors
+    /// When the socket cannot be opened.
+    pub fn start_arp_watch(&self, vip: Ipv4Addr) -> Result<ArpWatcher> {
+        Ok(self
+            .lab
+            .arp_watch_from_api(IpAddr::V4(vip), SAMPLE_INTERVAL)?)
+    }
+}

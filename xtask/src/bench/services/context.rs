@@ -1,0 +1,470 @@
+//! [`Bench`]: a lab running vipd in Services mode on every node, and the bench's API calls
+//! (Services, Leases) with their statuses.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use xtask::lab::{self, ApiClient, Lab, LabOptions, LabProcess, NODES};
+
+use super::NAMESPACE;
+use crate::bench::harness::api::service_json;
+use crate::bench::harness::procfs::proc_status;
+use crate::bench::harness::text::{log_findings, metric_sum, or_none, tail, task_metrics};
+use crate::bench::harness::{METRICS_PORT, services_mode_env};
+
+/// HTTP statuses of the bench's own API calls.
+#[derive(Debug, Default)]
+pub struct ApiStats {
+    by_status: Mutex<BTreeMap<u16, u64>>,
+    io_errors: AtomicU64,
+    first_errors: Mutex<Vec<String>>,
+}
+
+impl ApiStats {
+    /// Counts the status of a call (`what`) and keeps the first failures.
+    pub fn record(&self, what: &str, r: &lab::Result<lab::HttpResponse>) {
+        match r {
+            Ok(resp) => {
+                if let Ok(mut m) = self.by_status.lock() {
+                    *m.entry(resp.status).or_default() += 1;
+                }
+                if !(200..300).contains(&resp.status) {
+                    self.note(format!(
+                        "{what}: HTTP {}: {}",
+                        resp.status,
+                        resp.body.chars().take(200).collect::<String>()
+                    ));
+                }
+            }
+            Err(e) => {
+                self.io_errors.fetch_add(1, Ordering::Relaxed);
+                self.note(format!("{what}: {e}"));
+            }
+        }
+    }
+
+    fn note(&self, s: String) {
+        if let Ok(mut v) = self.first_errors.lock()
+            && v.len() < 5
+        {
+            v.push(s);
+        }
+    }
+
+    /// Prints the calls' statuses other than 2xx, the connection errors and the first errors.
+    pub fn print(&self) {
+        let m = self.by_status.lock().map(|m| m.clone()).unwrap_or_default();
+        let calls: u64 = m.values().sum();
+        let bad: Vec<String> = m
+            .iter()
+            .filter(|(s, _)| !(200..300).contains(*s))
+            .map(|(s, n)| format!("{n} x HTTP {s}"))
+            .collect();
+        let io = self.io_errors.load(Ordering::Relaxed);
+        println!(
+            "  bench API calls: {calls} answered, non-2xx: {}, connection errors: {io}",
+            or_none(&bad, ", ")
+        );
+        for e in self
+            .first_errors
+            .lock()
+            .map(|v| v.clone())
+            .unwrap_or_default()
+        {
+            println!("    {e}");
+        }
+    }
+}
+
+/// Per-node figures of one moment.
+#[derive(Debug, Clone, Default)]
+pub struct NodeSample {
+    /// VmRSS, KiB.
+    pub rss_kib: Option<u64>,
+    /// Anonymous (heap, stacks) part of the RSS; the rest is mostly the binary's pages.
+    pub rss_anon_kib: Option<u64>,
+    /// Threads of the process.
+    pub threads: Option<u64>,
+    /// Task gauges of `/metrics` ([`task_metrics`]).
+    pub tasks: Vec<(String, f64)>,
+    /// `vipd_vips_held`.
+    pub vips_held: Option<f64>,
+    /// `kube_vip_active_services`.
+    pub active_services: Option<f64>,
+}
+
+impl NodeSample {
+    /// The sample as one line of a table (RSS, anonymous RSS, threads, tasks, VIPs held).
+    pub fn line(&self) -> String {
+        let opt = |v: Option<u64>| v.map_or("?".to_string(), |v| v.to_string());
+        let tasks = if self.tasks.is_empty() {
+            "n/a".to_string()
+        } else {
+            self.tasks
+                .iter()
+                .map(|(n, v)| format!("{n}={v}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        format!(
+            "RSS {:>6.1} MiB (anon {:.1}), threads {:>3}, tasks {tasks}, vipd_vips_held {}, kube_vip_active_services {}",
+            self.rss_kib.map_or(f64::NAN, |k| k as f64 / 1024.0),
+            self.rss_anon_kib.map_or(f64::NAN, |k| k as f64 / 1024.0),
+            opt(self.threads),
+            self.vips_held.map_or("?".into(), |v| v.to_string()),
+            self.active_services.map_or("?".into(), |v| v.to_string()),
+        )
+    }
+}
+
+/// A lab with HTTP backends and vipd (Services mode, svc_election) on every node.
+pub struct Bench {
+    /// The lab.
+    pub lab: Lab,
+    /// vipd on each node, with the node's name.
+    pub procs: Vec<(String, LabProcess)>,
+    /// Admin client of the lab API server.
+    pub api: ApiClient,
+    /// Statuses of the bench's own API calls.
+    pub stats: ApiStats,
+    /// Print progress.
+    pub verbose: bool,
+}
+
+impl Bench {
+    /// Starts a lab with HTTP backends and vipd in Services mode on every node; waits
+    /// until each is ready ([`Bench::wait_ready`]).
+    ///
+    /// # Errors
+    /// When the lab or a vipd cannot start.
+    pub fn start(vipd: &Path, verbose: bool) -> Result<Bench> {
+        Bench::start_with(vipd, verbose, &[])
+    }
+
+    /// As [`Bench::start`], with more vipd settings on every node (`extra` overrides the
+    /// defaults; `VIPD_BENCH_ENV` overrides both).
+    pub fn start_with(vipd: &Path, verbose: bool, extra: &[(&str, &str)]) -> Result<Bench> {
+        let lab = Lab::start(LabOptions {
+            http_backends: true,
+            ..LabOptions::default()
+        })?;
+        let api = lab.admin_client(SocketAddr::new(IpAddr::V4(lab::API_IP), lab::API_PORT))?;
+        let mut procs = Vec::new();
+        for node in NODES {
+            let kubeconfig = lab.kubeconfig(node)?.to_string_lossy().into_owned();
+            let env: Vec<(&str, &str)> = services_mode_env(node, &kubeconfig);
+            // Extra vipd settings for a run, e.g. Service lease timings:
+            // VIPD_BENCH_ENV="svc_leaseduration=9,svc_renewdeadline=6,svc_retryperiod=3"
+            let mut env = env;
+            for (k, v) in extra {
+                env.retain(|(ek, _)| ek != k);
+                env.push((*k, *v));
+            }
+            let from_env = std::env::var("VIPD_BENCH_ENV").unwrap_or_default();
+            for kv in from_env.split(',').filter(|kv| !kv.is_empty()) {
+                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                env.retain(|(ek, _)| *ek != k);
+                env.push((k, v));
+            }
+            // Profiling: VIPD_BENCH_WRAP="heaptrack -o /tmp/vipd-a" runs node-a's vipd under
+            // that command; with `{node}` in it ("heaptrack -o /tmp/hp-{node}") every node's.
+            // RSS figures of wrapped nodes are the wrapper's, not vipd's.
+            let wrap = std::env::var("VIPD_BENCH_WRAP").unwrap_or_default();
+            let wrapped = !wrap.trim().is_empty() && (node == NODES[0] || wrap.contains("{node}"));
+            let proc = if wrapped {
+                let wrap = wrap.replace("{node}", node);
+                let mut words: Vec<String> = wrap.split_whitespace().map(String::from).collect();
+                let program = words.remove(0);
+                words.push(vipd.to_string_lossy().into_owned());
+                words.push("manager".into());
+                lab.spawn(node, &program, &words, &env)?
+            } else {
+                lab.spawn(node, vipd, &["manager"], &env)?
+            };
+            procs.push((node.to_string(), proc));
+        }
+        let b = Bench {
+            lab,
+            procs,
+            api,
+            stats: ApiStats::default(),
+            verbose,
+        };
+        b.wait_ready()?;
+        Ok(b)
+    }
+
+    /// Prints `s` (indented) when the run is verbose.
+    pub fn say(&self, s: impl AsRef<str>) {
+        if self.verbose {
+            eprintln!("    {}", s.as_ref());
+        }
+    }
+
+    /// Waits until every vipd answers /healthz and logged that it watches Services.
+    pub fn wait_ready(&self) -> Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        for (node, p) in &self.procs {
+            loop {
+                let healthy = self
+                    .metrics_get(node, "/healthz")
+                    .is_ok_and(|b| b.contains("ok"));
+                if healthy && p.log().contains("watching LoadBalancer Services") {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    bail!(
+                        "vipd on {node} not ready after 30 s (healthz: {healthy}); log:\n{}",
+                        tail(&p.log(), 30)
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        // The Service and Endpoints reflectors list right after that line; let them.
+        std::thread::sleep(Duration::from_secs(1));
+        Ok(())
+    }
+
+    /// GET `path` from `node`'s admin endpoint (port [`METRICS_PORT`], IPv6 loopback first).
+    ///
+    /// # Errors
+    /// When neither loopback address answers.
+    pub fn metrics_get(&self, node: &str, path: &str) -> Result<String> {
+        let t = Duration::from_secs(2);
+        let v6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), METRICS_PORT);
+        let v4 = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), METRICS_PORT);
+        match self.lab.http_get(node, v6, path, t) {
+            Ok(b) => Ok(b),
+            Err(_) => Ok(self.lab.http_get(node, v4, path, t)?),
+        }
+    }
+
+    /// Pid of `node`'s vipd.
+    pub fn pid(&self, node: &str) -> Option<i32> {
+        self.procs
+            .iter()
+            .find(|(n, _)| n == node)
+            .map(|(_, p)| p.pid())
+    }
+
+    /// RSS, threads and `/metrics` figures of `node`'s vipd now.
+    pub fn sample(&self, node: &str) -> NodeSample {
+        let pid = self.pid(node);
+        let metrics = self.metrics_get(node, "/metrics").unwrap_or_default();
+        NodeSample {
+            rss_kib: pid.and_then(|p| proc_status(p, "VmRSS")),
+            rss_anon_kib: pid.and_then(|p| proc_status(p, "RssAnon")),
+            threads: pid.and_then(|p| proc_status(p, "Threads")),
+            tasks: task_metrics(&metrics),
+            vips_held: metric_sum(&metrics, "vipd_vips_held"),
+            active_services: metric_sum(&metrics, "kube_vip_active_services"),
+        }
+    }
+
+    /// RSS, threads and `/metrics` figures of `node`'s vipd now.s
+    pub fn samples(&self) -> Vec<(String, NodeSample)> {
+        NODES
+            .iter()
+            .map(|n| (n.to_string(), self.sample(n)))
+            .collect()
+    }
+
+    /// Runs `f` on a thread in the client namespace (threads it spawns stay there).
+    pub fn in_client<T: Send>(&self, f: impl FnOnce() -> T + Send) -> Result<T> {
+        Ok(self.lab.in_netns("client", f)?)
+    }
+
+    /// Creates `default/<name>` with `addr`; must run inside a lab namespace. A call that
+    /// got no answer (the lab client's 5 s timeout) is repeated up to twice; 409
+    /// AlreadyExists on a repeat means the first call went through. Returns whether the
+    /// Service exists.
+    pub fn create(&self, name: &str, addr: IpAddr) -> bool {
+        let body = service_json(name, addr).to_string();
+        for attempt in 0..3 {
+            let r = self.api.request(
+                "POST",
+                &format!("/api/v1/namespaces/{NAMESPACE}/services"),
+                Some(&body),
+            );
+            self.stats.record(&format!("create {name}"), &r);
+            match r {
+                Ok(x) if x.status == 201 => return true,
+                Ok(x) if x.status == 409 && attempt > 0 => return true,
+                Ok(_) => return false,
+                Err(_) => continue,
+            }
+        }
+        false
+    }
+
+    /// Deletes `default/<name>`; must run inside a lab namespace.
+    pub fn delete(&self, name: &str) -> bool {
+        let r = self.api.request(
+            "DELETE",
+            &format!("/api/v1/namespaces/{NAMESPACE}/services/{name}"),
+            None,
+        );
+        self.stats.record(&format!("delete {name}"), &r);
+        matches!(r, Ok(ref x) if matches!(x.status, 200 | 202))
+    }
+
+    /// Leases in `default` (must run inside a lab namespace): the list's resourceVersion
+    /// and (name, holderIdentity) of each.
+    pub fn leases(&self) -> Result<(String, BTreeMap<String, String>)> {
+        let r = self.api.request(
+            "GET",
+            &format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"),
+            None,
+        );
+        self.stats.record("list leases", &r);
+        let r = r?;
+        if r.status != 200 {
+            bail!("list leases: HTTP {}: {}", r.status, r.body);
+        }
+        let v: serde_json::Value = serde_json::from_str(&r.body).context("lease list JSON")?;
+        let rv = v["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let mut out = BTreeMap::new();
+        for l in v["items"].as_array().map(Vec::as_slice).unwrap_or_default() {
+            out.insert(
+                l["metadata"]["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                l["spec"]["holderIdentity"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            );
+        }
+        Ok((rv, out))
+    }
+
+    /// Counts Lease writes in `default` with a watch for `window` (must run inside a lab
+    /// namespace): (writes, writes per second, holder changes, leases at the start).
+    pub fn lease_writes(&self, window: Duration) -> Result<LeaseWatch> {
+        let (rv, mut holders) = self.leases()?;
+        let leases = holders.len();
+        let path = format!(
+            "/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases?watch=1&resourceVersion={rv}&timeoutSeconds={}",
+            window.as_secs().max(1)
+        );
+        let t0 = Instant::now();
+        let r = self.api.request("GET", &path, None);
+        let took = t0.elapsed();
+        self.stats.record("watch leases", &r);
+        let r = r?;
+        if r.status != 200 {
+            bail!("watch leases: HTTP {}: {}", r.status, r.body);
+        }
+        let mut writes = 0u64;
+        let mut holder_changes = 0u64;
+        for e in r
+            .body
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        {
+            if !matches!(e["type"].as_str(), Some("MODIFIED" | "ADDED" | "DELETED")) {
+                continue;
+            }
+            writes += 1;
+            let name = e["object"]["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let h = e["object"]["spec"]["holderIdentity"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if holders.insert(name, h.clone()).is_some_and(|old| old != h) {
+                holder_changes += 1;
+            }
+        }
+        Ok(LeaseWatch {
+            writes,
+            per_s: writes as f64 / took.as_secs_f64().max(1.0),
+            seconds: took.as_secs_f64(),
+            holder_changes,
+            leases,
+        })
+    }
+
+    /// Nodes' eth0 addresses that are in `addrs`, per node.
+    pub fn carried(&self, addrs: &BTreeSet<IpAddr>) -> Result<BTreeMap<String, usize>> {
+        let mut out = BTreeMap::new();
+        for n in NODES {
+            let c = self
+                .lab
+                .addresses(n, lab::ETH)?
+                .iter()
+                .filter(|a| addrs.contains(&a.addr))
+                .count();
+            out.insert(n.to_string(), c);
+        }
+        Ok(out)
+    }
+
+    /// Prints WARN/ERROR counts and the first distinct lines of each vipd's log.
+    pub fn print_logs(&self) {
+        println!("  vipd logs:");
+        for (node, p) in &self.procs {
+            let log = p.log();
+            let (warn, err, panics, examples) = log_findings(&log);
+            println!(
+                "    {node}: {} lines, {warn} WARN, {err} ERROR, {panics} panics",
+                log.lines().count()
+            );
+            for e in examples {
+                println!("      {e}");
+            }
+        }
+    }
+
+    /// The end of every scenario: prints the statuses of the bench's API calls
+    /// ([`ApiStats::print`]) and the vipd logs' findings ([`Bench::print_logs`]), then stops
+    /// every vipd ([`Bench::stop`]).
+    pub fn finish(self) {
+        self.stats.print();
+        self.print_logs();
+        self.stop();
+    }
+
+    /// Stops every vipd (SIGTERM to all first, so they release their Leases in parallel;
+    /// 20 s each) and prints those that did not exit cleanly.
+    pub fn stop(mut self) {
+        // SIGTERM all first so they release their leases in parallel.
+        for (_, p) in &self.procs {
+            let _ = p.signal(lab::Signal::SIGTERM);
+        }
+        for (node, p) in &mut self.procs {
+            match p.stop(Duration::from_secs(20)) {
+                Ok(st) if st.success() => {}
+                Ok(st) => println!("  vipd on {node} exited with {st}"),
+                Err(e) => println!("  stopping vipd on {node}: {e}"),
+            }
+        }
+    }
+}
+
+/// Result of [`Bench::lease_writes`].
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseWatch {
+    /// Lease writes (watch events).
+    pub writes: u64,
+    /// Writes per second.
+    pub per_s: f64,
+    /// Length of the watch, s.
+    pub seconds: f64,
+    /// Writes that changed a Lease's holder.
+    pub holder_changes: u64,
+    /// Leases at the start.
+    pub leases: usize,
+}

@@ -1,0 +1,320 @@
+//! `cargo xtask bench services`: figures for vipd's LoadBalancer Services (S31, S32) in the
+//! lab. It prints figures, not pass/fail; docs/services-bench.md records a run against its
+//! targets (30 MB per node, p95 create-to-answer).
+//!
+//! ```text
+//! cargo xtask bench services [--scenario bringup|scale|churn|drain|dhcp|all] [--services N]
+//!     [--minutes M] [--dhcp-services N] [--no-build] [--vipd PATH] [-v]
+//! ```
+//!
+//! Every scenario gets its own lab ([`Lab::start`](xtask::lab::Lab::start) with HTTP backends: every node answers
+//! `GET /` on port 80 of any local address, VIPs included, with its node name) and runs the
+//! release build of vipd on node-a, node-b and node-c in Services mode with `svc_election`
+//! (one Lease `kubevip-<service>` per Service in `default`), kube-vip's lease timings 5/3/1 s,
+//! `vip_interface=eth0` and `prometheus_server=:2112`. Services are created, deleted and
+//! listed through the lab API server (admin token) from the `client` namespace, and "answered"
+//! always means: an HTTP/1.0 `GET /` from the `client` namespace to `<address>:80` got an
+//! `HTTP/1.x 200` answer. Each Service is polled by its own thread (new TCP connection per
+//! attempt, connect timeout [`CONNECT_TIMEOUT`], one attempt every [`POLL_INTERVAL`] at most),
+//! so a Service that answers late never delays the measurement of another.
+//!
+//! Scenarios:
+//!
+//! - **bringup**: 50 Services (192.0.2.150-199, then 10 IPv6 Services 2001:db8::2:1-a) are
+//!   created one at a time; for each, the time from the create call returning to the first
+//!   answer. Prints p50/p95/max (ms) per family and which node answered.
+//! - **scale**: N Services (default 1000; 2001:db8::1:1 upwards, the lab's IPv6 /64 — the
+//!   IPv4 /24 has no room) created by 4 threads in parallel, each polled from the moment its
+//!   create returned. Prints the creation time, the time until all answered (from the first
+//!   create call, and per Service from its own create), then in a 10 s steady-state window:
+//!   Lease writes per second (a watch on Leases in `default`), Lease holder changes, vipd
+//!   VmRSS, threads and CPU% per node, and CPU% of kube-apiserver and etcd.
+//! - **churn**: 20 Services (192.0.2.150-169) created, answered, deleted (until no node
+//!   carries their addresses) and created again, for M minutes (default 10). Prints VmRSS,
+//!   thread count and any task-count gauge vipd's `/metrics` exposes (metric names containing
+//!   `task`) per node at the start (after the first cycle) and at the end (after the last
+//!   cycle, same state), a sample per minute, cycle figures, and the Leases left over.
+//! - **drain**: [`DRAIN_SERVICES`](drain::DRAIN_SERVICES) Services (192.0.2.150-164) created one at a time and
+//!   spread over the nodes; each is then probed continuously (one thread per Service, one
+//!   attempt per [`POLL_INTERVAL`] at most) while `vipd drain` runs on the node that answers
+//!   most of them. Per Service VIP that moved: the gap (last answer from the drained node ->
+//!   first answer from another), failed attempts in between, and who took it. Prints
+//!   p50/p95/max of the gaps, that no Service answered from the drained node afterwards, and
+//!   that the other Services had no gap longer than [`DRAIN_QUIET_GAP`](drain::DRAIN_QUIET_GAP). These probes use a
+//!   connect timeout of [`DRAIN_CONNECT_TIMEOUT`](drain::DRAIN_CONNECT_TIMEOUT), so a SYN lost while a VIP moves costs
+//!   that, not [`CONNECT_TIMEOUT`].
+//! - **dhcp**: DHCP mode (issue 13) against dnsmasq, in two labs of its own; see
+//!   [`dhcp`] (bring-up to the first ARP answer from the macvlan, then 50 DHCP Services on
+//!   one node: RSS and renewals at T1).
+//!
+//! Every scenario ends with the API statuses other than 2xx seen by the bench's calls and the
+//! WARN/ERROR lines of each vipd log (counts and the first distinct ones).
+//!
+//! The files: one a scenario ([`bringup`], [`scale`], [`churn`], [`drain`], [`dhcp`]), the
+//! vipd cluster they run against ([`context`]) and the HTTP probing of Service addresses
+//! ([`http`]); the lab side is [`super::harness`].
+
+use std::collections::BTreeSet;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, anyhow, bail};
+
+use super::harness::api;
+use super::harness::build::vipd_release_binary;
+use crate::args::{parse_flags, whole_number};
+
+mod bringup;
+mod churn;
+mod context;
+mod dhcp;
+mod drain;
+mod http;
+mod scale;
+
+#[cfg(test)]
+mod tests;
+
+const USAGE: &str = "usage: cargo xtask bench services [options]
+
+options:
+  --scenario S    bringup | scale | churn | drain | dhcp | all, or a comma list (default all)
+  --services N    Services in the scale scenario (default 1000, at most 65000)
+  --minutes M     length of the churn run in minutes, may be fractional (default 10)
+  --dhcp-services N
+                  Services created one at a time in the dhcp scenario's bring-up (default 20,
+                  at most 71: the bench's dnsmasq pool 192.0.2.150-220)
+  --no-build      do not run `cargo build --release -p vipd` first
+  --vipd PATH     vipd binary to use (default target/release/vipd)
+  -v, --verbose   print progress details";
+
+/// Services created one at a time in the bring-up scenario (IPv4, 192.0.2.150-199).
+pub const BRINGUP_V4: usize = 50;
+/// IPv6 Services created after the IPv4 ones in the bring-up scenario (2001:db8::2:1-a).
+pub const BRINGUP_V6: usize = 10;
+/// Services recreated in the churn scenario (192.0.2.150-169).
+pub const CHURN_SERVICES: usize = 20;
+/// Default Service count of the scale scenario.
+pub const DEFAULT_SCALE_SERVICES: usize = 1000;
+/// Default length of the churn run, minutes.
+pub const DEFAULT_CHURN_MINUTES: f64 = 10.0;
+/// Largest `--services` (the addresses are 2001:db8::1:1 .. 2001:db8::1:fde8).
+pub const MAX_SCALE_SERVICES: usize = 65_000;
+/// Shortest time between two attempts of one poller (10 ms).
+pub const POLL_INTERVAL: Duration = Duration::from_millis(10);
+/// TCP connect timeout of one attempt (200 ms). A connect to an address whose neighbour
+/// entry is still being resolved waits in the kernel and completes as soon as the
+/// gratuitous ARP / unsolicited NA arrives, so this bounds idle waiting, not resolution.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
+/// Read timeout of one HTTP answer (1 s).
+pub const READ_TIMEOUT: Duration = Duration::from_secs(1);
+/// Length of the steady-state window of the scale scenario (10 s).
+pub const STEADY_WINDOW: Duration = Duration::from_secs(10);
+/// Namespace of the bench's Services and of their Leases.
+pub const NAMESPACE: &str = api::NAMESPACE;
+
+/// One benchmark scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scenario {
+    /// Service created -> first answer, one Service at a time.
+    Bringup,
+    /// Many Services at once: time until all answered, Lease writes, RSS, CPU.
+    Scale,
+    /// Services deleted and recreated for minutes: RSS, threads, tasks at start and end.
+    Churn,
+    /// `vipd drain` on a node: the gap of every Service VIP it held.
+    Drain,
+    /// DHCP mode: bring-up to the first ARP answer, 50 DHCP Services on one node.
+    Dhcp,
+}
+
+impl Scenario {
+    /// Every scenario, in the order `all` runs them.
+    pub const ALL: [Scenario; 5] = [
+        Scenario::Bringup,
+        Scenario::Scale,
+        Scenario::Churn,
+        Scenario::Drain,
+        Scenario::Dhcp,
+    ];
+
+    /// Parses `bringup`, `scale`, `churn`, `drain`, `dhcp` or `all` (every scenario).
+    ///
+    /// # Errors
+    /// For any other word, naming it.
+    pub fn parse_list(value: &str) -> Result<BTreeSet<Scenario>> {
+        let mut out = BTreeSet::new();
+        for w in value.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            match w {
+                "bringup" | "bring-up" => {
+                    out.insert(Scenario::Bringup);
+                }
+                "scale" => {
+                    out.insert(Scenario::Scale);
+                }
+                "churn" => {
+                    out.insert(Scenario::Churn);
+                }
+                "drain" => {
+                    out.insert(Scenario::Drain);
+                }
+                "dhcp" => {
+                    out.insert(Scenario::Dhcp);
+                }
+                "all" => out.extend(Scenario::ALL),
+                other => bail!(
+                    "--scenario: unknown scenario {other:?} (expected bringup, scale, churn, drain, dhcp or all)"
+                ),
+            }
+        }
+        if out.is_empty() {
+            bail!("--scenario: empty value {value:?}");
+        }
+        Ok(out)
+    }
+}
+
+/// Command-line options of `bench services`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Options {
+    /// Scenarios to run, in order.
+    pub scenarios: BTreeSet<Scenario>,
+    /// Services of the scale scenario.
+    pub services: usize,
+    /// Length of the churn run, minutes.
+    pub minutes: f64,
+    /// Services created one at a time in the dhcp scenario's bring-up.
+    pub dhcp_services: usize,
+    /// Run `cargo build --release -p vipd` first.
+    pub build: bool,
+    /// Explicit vipd binary.
+    pub vipd: Option<PathBuf>,
+    /// Print progress details.
+    pub verbose: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            scenarios: Scenario::ALL.into(),
+            services: DEFAULT_SCALE_SERVICES,
+            minutes: DEFAULT_CHURN_MINUTES,
+            dhcp_services: dhcp::DEFAULT_BRINGUP,
+            build: true,
+            vipd: None,
+            verbose: false,
+        }
+    }
+}
+
+impl Options {
+    /// Parses the arguments after `bench services`.
+    ///
+    /// # Errors
+    /// An unknown flag, a missing value, or a value out of range (naming flag and value);
+    /// `--help` returns the usage as the error.
+    pub fn parse(args: &[&str]) -> Result<Options> {
+        let mut o = Options::default();
+        parse_flags(args, USAGE, |a, value| {
+            match a {
+                "--scenario" => o.scenarios = Scenario::parse_list(value()?)?,
+                "--services" => o.services = whole_number(a, value()?, 1..=MAX_SCALE_SERVICES)?,
+                "--minutes" => {
+                    let v = value()?;
+                    let m: f64 = v
+                        .parse()
+                        .map_err(|_| anyhow!("--minutes: {v:?} is not a number"))?;
+                    if !(m.is_finite() && m > 0.0 && m <= 24.0 * 60.0) {
+                        bail!("--minutes: {v:?} is outside (0, 1440]");
+                    }
+                    o.minutes = m;
+                }
+                "--dhcp-services" => {
+                    o.dhcp_services = whole_number(a, value()?, 1..=dhcp::pool().len())?;
+                }
+                "--no-build" => o.build = false,
+                "--vipd" => o.vipd = Some(PathBuf::from(value()?)),
+                "-v" | "--verbose" => o.verbose = true,
+                _ => return Ok(false),
+            }
+            Ok(true)
+        })?;
+        Ok(o)
+    }
+}
+
+/// Entry point of `cargo xtask bench services ARGS`.
+///
+/// # Errors
+/// Bad arguments, a failed build, a lab that cannot start, or a scenario that cannot run
+/// (vipd not starting, the API server refusing the bench's calls).
+pub fn run(args: &[&str]) -> Result<()> {
+    let o = Options::parse(args)?;
+    if nix::unistd::geteuid().as_raw() != 0 {
+        bail!("`cargo xtask bench services` needs root (network namespaces); run it with sudo -E");
+    }
+    let vipd = vipd_release_binary(o.build, o.vipd.as_deref())?;
+    println!("vipd binary: {}", vipd.display());
+    for s in &o.scenarios {
+        let t0 = Instant::now();
+        match s {
+            Scenario::Bringup => bringup::run(&vipd, o.verbose)?,
+            Scenario::Scale => scale::run(&vipd, o.services, o.verbose)?,
+            Scenario::Churn => churn::run(&vipd, o.minutes, o.verbose)?,
+            Scenario::Drain => drain::run(&vipd, o.verbose)?,
+            Scenario::Dhcp => dhcp::run(&vipd, o.dhcp_services, o.verbose)?,
+        }
+        println!("({s:?} took {:.0} s)\n", t0.elapsed().as_secs_f64());
+    }
+    Ok(())
+}
+
+// ----- addresses -------------------------------------------------------------------------
+
+/// Address of bring-up / churn Service `i` (IPv4): 192.0.2.150 + i, for i < 50.
+///
+/// # Errors
+/// When `i` >= 50 (the lab's /24 has no further free block).
+pub fn v4_address(i: usize) -> Result<IpAddr> {
+    let octet = u8::try_from(150 + i)
+        .ok()
+        .filter(|o| *o < 200)
+        .ok_or_else(|| anyhow!("IPv4 Service index {i}: only 50 addresses (192.0.2.150-199)"))?;
+    Ok(IpAddr::V4(Ipv4Addr::new(192, 0, 2, octet)))
+}
+
+/// Names `PREFIX-0`.. and addresses (`address(i)`, e.g. [`v4_address`]) of `n` Services.
+///
+/// # Errors
+/// The first error of `address`.
+pub fn services(
+    prefix: &str,
+    n: usize,
+    address: fn(usize) -> Result<IpAddr>,
+) -> Result<(Vec<String>, Vec<IpAddr>)> {
+    let names: Vec<String> = (0..n).map(|i| format!("{prefix}-{i}")).collect();
+    let addrs = (0..n).map(address).collect::<Result<Vec<_>>>()?;
+    Ok((names, addrs))
+}
+
+/// Address of scale Service `i`: 2001:db8::1:(i+1) (hex), inside the lab's 2001:db8::/64.
+///
+/// # Errors
+/// When `i` >= [`MAX_SCALE_SERVICES`].
+pub fn scale_address(i: usize) -> Result<IpAddr> {
+    if i >= MAX_SCALE_SERVICES {
+        bail!("scale Service index {i} is beyond {MAX_SCALE_SERVICES}");
+    }
+    let low = u16::try_from(i + 1)?;
+    Ok(IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 1, low)))
+}
+
+/// Address of IPv6 bring-up Service `i`: 2001:db8::2:(i+1).
+///
+/// # Errors
+/// When `i` does not fit 16 bits.
+pub fn v6_bringup_address(i: usize) -> Result<IpAddr> {
+    let low = u16::try_from(i + 1)?;
+    Ok(IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 2, low)))
+}

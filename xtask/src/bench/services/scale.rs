@@ -1,0 +1,243 @@
+//! The `scale` scenario of `bench services`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, anyhow};
+use xtask::lab::NODES;
+
+use super::context::{Bench, NodeSample};
+use super::http::{Answer, poll_until_answer};
+use super::*;
+use crate::bench::harness::CREATE_THREADS;
+use crate::bench::harness::procfs::{cpu_percent, proc_status};
+use crate::bench::stats::{ms, summary_ms};
+
+/// Scenario (b), `scale`: runs it in a lab of its own and prints its figures.
+///
+/// # Errors
+/// When the lab or vipd cannot start, or the scenario cannot run.
+pub fn run(vipd: &Path, n: usize, verbose: bool) -> Result<()> {
+    println!("== bench services: scale ({n} IPv6 Services, svc_election, 3 nodes)");
+    let b = Bench::start(vipd, verbose)?;
+    let addrs = (0..n).map(scale_address).collect::<Result<Vec<_>>>()?;
+    let idle = b.samples();
+    let limit = Duration::from_secs(60 + n as u64 / 10);
+    let run = scale_create(&b, &addrs, limit)?;
+    print_scale_creation(&b, n, &run);
+    scale_steady_state(&b, &addrs, &idle)?;
+    b.finish();
+    Ok(())
+}
+
+/// What the creation phase of the scale scenario recorded, per Service in address order.
+struct ScaleRun {
+    /// Just before the first create call.
+    t0: Instant,
+    /// When the last create call returned.
+    create_done: OnceLock<Instant>,
+    /// When every poller had finished.
+    all_done: Instant,
+    /// When each Service's create call returned (unset: it failed).
+    created: Vec<OnceLock<Instant>>,
+    /// Each Service's first answer (unset: none within the limit).
+    answered: Vec<OnceLock<Answer>>,
+    failures: Mutex<Vec<String>>,
+}
+
+/// Creates a Service per address from [`CREATE_THREADS`] threads, each followed by a poller
+/// thread that waits (up to `limit` after the create) for its first answer.
+fn scale_create(b: &Bench, addrs: &[IpAddr], limit: Duration) -> Result<ScaleRun> {
+    let created: Vec<OnceLock<Instant>> = (0..addrs.len()).map(|_| OnceLock::new()).collect();
+    let answered: Vec<OnceLock<Answer>> = (0..addrs.len()).map(|_| OnceLock::new()).collect();
+    let failures: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let t0 = Instant::now();
+    let create_done: OnceLock<Instant> = OnceLock::new();
+    b.in_client(|| {
+        std::thread::scope(|s| -> Result<()> {
+            let mut creators = Vec::new();
+            for k in 0..CREATE_THREADS {
+                let (created, answered, failures) = (&created, &answered, &failures);
+                creators.push(s.spawn(move || -> Result<()> {
+                    for i in (k..addrs.len()).step_by(CREATE_THREADS) {
+                        let addr = addrs[i];
+                        if !b.create(&format!("scale-{i}"), addr) {
+                            if let Ok(mut f) = failures.lock() {
+                                f.push(format!("scale-{i}: create failed"));
+                            }
+                            continue;
+                        }
+                        let at = Instant::now();
+                        let _ = created[i].set(at);
+                        std::thread::Builder::new()
+                            .name(format!("poll-{i}"))
+                            .stack_size(128 * 1024)
+                            .spawn_scoped(s, move || {
+                                match poll_until_answer(SocketAddr::new(addr, 80), at + limit) {
+                                    Ok(a) => {
+                                        let _ = answered[i].set(a);
+                                    }
+                                    Err(e) => {
+                                        if let Ok(mut f) = failures.lock() {
+                                            f.push(e.to_string());
+                                        }
+                                    }
+                                }
+                            })
+                            .context("spawn a poller thread")?;
+                    }
+                    Ok(())
+                }));
+            }
+            for c in creators {
+                c.join().map_err(|_| anyhow!("creator thread panicked"))??;
+            }
+            let _ = create_done.set(Instant::now());
+            Ok(())
+        })
+    })??;
+    Ok(ScaleRun {
+        t0,
+        create_done,
+        all_done: Instant::now(),
+        created,
+        answered,
+        failures,
+    })
+}
+
+/// Prints the creation phase: rate, time until all answered, per-Service latency, the
+/// answering nodes and the first failures.
+fn print_scale_creation(b: &Bench, n: usize, run: &ScaleRun) {
+    let created_n = run.created.iter().filter(|c| c.get().is_some()).count();
+    let answered_n = run.answered.iter().filter(|a| a.get().is_some()).count();
+    let per_service: Vec<f64> = run
+        .created
+        .iter()
+        .zip(&run.answered)
+        .filter_map(|(c, a)| Some(ms(a.get()?.at.saturating_duration_since(*c.get()?))))
+        .collect();
+    let last_answer = run
+        .answered
+        .iter()
+        .filter_map(|a| a.get().map(|a| a.at))
+        .max();
+    let create_secs = run
+        .create_done
+        .get()
+        .map_or(f64::NAN, |d| d.duration_since(run.t0).as_secs_f64());
+    let mut by_node: BTreeMap<String, usize> = BTreeMap::new();
+    for a in run.answered.iter().filter_map(OnceLock::get) {
+        *by_node.entry(a.node.clone()).or_default() += 1;
+    }
+    println!(
+        "  created {created_n}/{n} Services in {create_secs:.1} s ({:.0}/s, {CREATE_THREADS} threads)",
+        created_n as f64 / create_secs
+    );
+    println!(
+        "  answered {answered_n}/{n}; all answered {} after the first create call, {} after the last create returned",
+        last_answer.map_or("never".into(), |l| format!(
+            "{:.2} s",
+            l.duration_since(run.t0).as_secs_f64()
+        )),
+        match (last_answer, run.create_done.get()) {
+            (Some(l), Some(c)) => format!("{:.2} s", l.saturating_duration_since(*c).as_secs_f64()),
+            _ => "n/a".into(),
+        }
+    );
+    println!(
+        "  per Service, own create -> first answer: {}",
+        summary_ms(&per_service)
+    );
+    println!("  answered by: {by_node:?}");
+    let fails = run.failures.lock().map(|f| f.clone()).unwrap_or_default();
+    if !fails.is_empty() {
+        println!("  {} failures, first ones:", fails.len());
+        for f in fails.iter().take(5) {
+            println!("    {f}");
+        }
+    }
+    b.say(format!(
+        "polling finished {:.1} s after start",
+        run.all_done.duration_since(run.t0).as_secs_f64()
+    ));
+}
+
+/// Steady state: lets renewals settle, then watches Leases and samples CPU for
+/// [`STEADY_WINDOW`], and prints them with the carried addresses and each node's sample
+/// (RSS before the Services from `idle`).
+fn scale_steady_state(b: &Bench, addrs: &[IpAddr], idle: &[(String, NodeSample)]) -> Result<()> {
+    // Steady state: let renewals settle, then watch Leases and sample CPU for 10 s.
+    std::thread::sleep(Duration::from_secs(5));
+    let addr_set: BTreeSet<IpAddr> = addrs.iter().copied().collect();
+    let carried = b.carried(&addr_set)?;
+    let mut pids: Vec<i32> = NODES.iter().filter_map(|n| b.pid(n)).collect();
+    let cp = b.lab.control_plane_pids();
+    pids.extend(&cp);
+    let (watch, cpu) = std::thread::scope(|s| {
+        let w = s.spawn(|| b.in_client(|| b.lease_writes(STEADY_WINDOW)));
+        let cpu = cpu_percent(&pids, STEADY_WINDOW);
+        (w.join(), cpu)
+    });
+    let (_, holders) = b.in_client(|| b.leases())??;
+    let mut lease_by_holder: BTreeMap<String, usize> = BTreeMap::new();
+    for h in holders.values() {
+        *lease_by_holder
+            .entry(if h.is_empty() {
+                "<none>".into()
+            } else {
+                h.clone()
+            })
+            .or_default() += 1;
+    }
+    println!(
+        "  steady state ({} s window, 5 s after the last answer):",
+        STEADY_WINDOW.as_secs()
+    );
+    match watch {
+        Ok(Ok(Ok(w))) => println!(
+            "    Lease writes: {} in {:.1} s = {:.0}/s over {} Leases ({:.2} per Lease per s); holder changes: {}",
+            w.writes,
+            w.seconds,
+            w.per_s,
+            w.leases,
+            w.per_s / (w.leases.max(1) as f64),
+            w.holder_changes
+        ),
+        Ok(Ok(Err(e))) => println!("    Lease writes: watch failed: {e:#}"),
+        Ok(Err(e)) => println!("    Lease writes: {e:#}"),
+        Err(_) => println!("    Lease writes: watch thread panicked"),
+    }
+    println!("    Leases by holder: {lease_by_holder:?}");
+    println!("    addresses carried on eth0: {carried:?}");
+    let pct = |v: Option<&Option<f64>>| {
+        v.copied()
+            .flatten()
+            .map_or("?".into(), |p| format!("{p:.0}%"))
+    };
+    for (i, node) in NODES.iter().enumerate() {
+        let s = b.sample(node);
+        let before = idle
+            .iter()
+            .find(|(n, _)| n == node)
+            .and_then(|(_, s)| s.rss_kib)
+            .map_or("?".into(), |k| format!("{:.1}", k as f64 / 1024.0));
+        println!(
+            "    {node}: CPU {} | {} | RSS before the Services {before} MiB",
+            pct(cpu.get(i)),
+            s.line()
+        );
+    }
+    println!(
+        "    etcd CPU {}, kube-apiserver CPU {} (RSS {:.0} MiB)",
+        pct(cpu.get(NODES.len())),
+        pct(cpu.get(NODES.len() + 1)),
+        cp.get(1)
+            .and_then(|p| proc_status(*p, "VmRSS"))
+            .map_or(f64::NAN, |k| k as f64 / 1024.0)
+    );
+    Ok(())
+}

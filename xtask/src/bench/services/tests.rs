@@ -1,0 +1,171 @@
+use std::io::{Read, Write};
+
+use xtask::lab;
+
+use super::drain::*;
+use super::http::*;
+use super::*;
+use crate::bench::harness::api::*;
+use crate::bench::harness::procfs::*;
+use crate::bench::harness::text::*;
+
+#[test]
+fn options_defaults_and_errors_name_flag_and_value() {
+    let o = Options::parse(&[]).unwrap();
+    assert_eq!(o, Options::default());
+    let o = Options::parse(&["--scenario", "churn", "--minutes", "2.5", "--no-build"]).unwrap();
+    assert_eq!(o.scenarios, [Scenario::Churn].into());
+    assert_eq!(o.minutes, 2.5);
+    assert!(!o.build);
+    let o = Options::parse(&["--scenario", "scale,bringup", "--services", "300"]).unwrap();
+    assert_eq!(o.scenarios, [Scenario::Bringup, Scenario::Scale].into());
+    assert_eq!(o.services, 300);
+    for (args, needle) in [
+        (vec!["--scenario", "fast"], "\"fast\""),
+        (vec!["--services", "0"], "--services"),
+        (vec!["--services", "x1"], "\"x1\""),
+        (vec!["--minutes", "-1"], "--minutes"),
+        (vec!["--minutes"], "needs a value"),
+        (vec!["--frobnicate"], "--frobnicate"),
+    ] {
+        let e = Options::parse(&args).unwrap_err().to_string();
+        assert!(e.contains(needle), "{args:?}: {e}");
+    }
+}
+
+#[test]
+fn dhcp_scenario_and_its_service_count_are_parsed() {
+    let o = Options::parse(&["--scenario", "dhcp", "--dhcp-services", "7"]).unwrap();
+    assert_eq!(o.scenarios, [Scenario::Dhcp].into());
+    assert_eq!(o.dhcp_services, 7);
+    assert_eq!(Options::default().dhcp_services, 20);
+    assert!(Options::default().scenarios.contains(&Scenario::Dhcp));
+    let e = Options::parse(&["--dhcp-services", "72"])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--dhcp-services") && e.contains("72"), "{e}");
+}
+
+#[test]
+fn drain_scenario_is_parsed_and_in_all() {
+    let o = Options::parse(&["--scenario", "drain"]).unwrap();
+    assert_eq!(o.scenarios, [Scenario::Drain].into());
+    let o = Options::parse(&["--scenario", "all"]).unwrap();
+    assert!(o.scenarios.contains(&Scenario::Drain));
+}
+
+#[test]
+fn drain_move_is_last_old_answer_to_first_new_one() {
+    let t0 = Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let a = || Some("node-a".to_string());
+    let b = || Some("node-b".to_string());
+    let log = vec![
+        (at(0), a()),
+        (at(10), a()),
+        (at(20), None),
+        (at(30), None),
+        (at(70), b()),
+        (at(80), b()),
+    ];
+    let m = drain_move(&log, "node-a", at(5)).unwrap();
+    assert_eq!((m.gap_ms, m.failures, m.to.as_str()), (60.0, 2, "node-b"));
+    assert_eq!((m.last_old_ms, m.first_new_ms), (5.0, 65.0));
+    assert_eq!(drain_move(&log, "node-c", t0), None, "never on node-c");
+    assert_eq!(
+        drain_move(&log[..4], "node-a", t0),
+        None,
+        "never answered again"
+    );
+    assert_eq!(longest_gap_ms(&log), 60.0);
+    assert_eq!(longest_gap_ms(&log[..1]), 0.0);
+}
+
+#[test]
+fn addresses_stay_in_the_lab_subnets() {
+    assert_eq!(v4_address(0).unwrap().to_string(), "192.0.2.150");
+    assert_eq!(v4_address(49).unwrap().to_string(), "192.0.2.199");
+    assert!(v4_address(50).is_err());
+    assert_eq!(scale_address(0).unwrap().to_string(), "2001:db8::1:1");
+    assert_eq!(scale_address(999).unwrap().to_string(), "2001:db8::1:3e8");
+    assert!(scale_address(MAX_SCALE_SERVICES).is_err());
+    assert_eq!(v6_bringup_address(9).unwrap().to_string(), "2001:db8::2:a");
+    let all: BTreeSet<IpAddr> = (0..MAX_SCALE_SERVICES)
+        .map(|i| scale_address(i).unwrap())
+        .collect();
+    assert_eq!(all.len(), MAX_SCALE_SERVICES, "addresses are distinct");
+    // None collides with the nodes (::11-13), the client (::100) or the gateway (::1).
+    for ip in [lab::CLIENT_V6, lab::GATEWAY_V6] {
+        assert!(!all.contains(&IpAddr::V6(ip)));
+    }
+}
+
+#[test]
+fn service_json_carries_address_annotation() {
+    let s = service_json("web", "2001:db8::1:5".parse().unwrap());
+    assert_eq!(
+        s["metadata"]["annotations"]["kube-vip.io/loadbalancerIPs"],
+        "2001:db8::1:5"
+    );
+    assert_eq!(s["spec"]["type"], "LoadBalancer");
+    assert_eq!(s["spec"]["ports"][0]["port"], 80);
+}
+
+#[test]
+fn proc_parsing() {
+    let status = "Name:\tvipd\nVmRSS:\t   12345 kB\nThreads:\t7\n";
+    assert_eq!(status_field(status, "VmRSS"), Some(12345));
+    assert_eq!(status_field(status, "Threads"), Some(7));
+    assert_eq!(status_field(status, "VmSwap"), None);
+    let stat = "42 (vipd (x) y) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 7 0";
+    assert_eq!(stat_cpu_ticks(stat), Some(300));
+    assert_eq!(stat_cpu_ticks("garbage"), None);
+}
+
+#[test]
+fn metrics_parsing() {
+    let text = "# HELP vipd_vips_held VIPs\n# TYPE vipd_vips_held gauge\nvipd_vips_held 3\n\
+                kube_vip_active_services{namespace=\"default\"} 2\n\
+                kube_vip_active_services{namespace=\"other\"} 1\n\
+                vipd_tokio_alive_tasks 41\n";
+    assert_eq!(metric_sum(text, "vipd_vips_held"), Some(3.0));
+    assert_eq!(metric_sum(text, "kube_vip_active_services"), Some(3.0));
+    assert_eq!(metric_sum(text, "vipd_missing"), None);
+    assert_eq!(
+        task_metrics(text),
+        vec![("vipd_tokio_alive_tasks".to_string(), 41.0)]
+    );
+}
+
+#[test]
+fn log_findings_counts_levels_and_dedups() {
+    let log = "2025-01-01T00:00:00Z  INFO started\n\
+               2025-01-01T00:00:01Z  WARN lease renew failed lease=a\n\
+               2025-01-01T00:00:02Z  WARN lease renew failed lease=a\n\
+               2025-01-01T00:00:03Z ERROR watch failed\n\
+               thread 'x' panicked at src/a.rs\n";
+    let (w, e, p, ex) = log_findings(log);
+    assert_eq!((w, e, p), (2, 1, 1));
+    assert_eq!(ex.len(), 2, "{ex:?}");
+    assert!(ex[0].starts_with("WARN lease renew failed"), "{ex:?}");
+}
+
+#[test]
+fn http_answer_reads_node_name_and_rejects_non_200() {
+    use std::net::TcpListener;
+    let serve = |reply: &'static str| {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut buf = [0u8; 512];
+            let _ = s.read(&mut buf);
+            s.write_all(reply.as_bytes()).unwrap();
+        });
+        addr
+    };
+    let a = serve("HTTP/1.0 200 OK\r\nContent-Length: 7\r\n\r\nnode-b\n");
+    assert_eq!(http_answer(a).unwrap(), "node-b");
+    let a = serve("HTTP/1.0 503 Service Unavailable\r\n\r\nbusy\n");
+    assert!(http_answer(a).is_err());
+}

@@ -1,0 +1,191 @@
+//! `cargo xtask chaos`: the chaos soak. See docs/chaos.md.
+//!
+//! ```text
+//! cargo xtask chaos --minutes N [--seed S] [--services 50] [--nodes 3] [--no-build]
+//!     [--vipd PATH] [--orphan-leases-warn] [--rss-growth-pct 20] [-v]
+//! ```
+//!
+//! Starts a lab ([`Lab::start`]), runs `vipd manager` on the nodes in control-plane and
+//! Services mode (`cp_enable`, `svc_enable`, `svc_election`, lease timings 3/2/1 s for both)
+//! and creates `--services` LoadBalancer Services (addresses from [`POOL_FIRST`]..=
+//! [`POOL_LAST`]). Then, for N minutes, it injects random faults in episodes (a seeded
+//! [`fastrand::Rng`]; the seed is printed): SIGKILL / SIGTERM of a holder (then a restart),
+//! SIGSTOP / SIGCONT of a holder, link cut, partition from the API server (nftables drop in
+//! the node's namespace, no RST), API server freeze (SIGSTOP) and restart, etcd restart,
+//! Service create / address edit / delete and annotation changes. Each episode heals what it
+//! broke, then usually leaves the lab quiet for longer than the answer bound.
+//!
+//! An [`ArpRoundProber`](xtask::lab::ArpRoundProber) in the `client` namespace asks for every pool address and the
+//! control-plane VIP every [`ROUND_PERIOD`] for the whole run; [`audit`](audit::audit) turns its rounds and
+//! the fault timeline into invariant violations. At the end: the status of every Service
+//! against the node that answers ([`check_status`](audit::check_status)), orphaned leases ([`orphan_leases`](audit::orphan_leases)),
+//! RSS start/end ([`rss_violation`](audit::rss_violation)), and after a graceful stop of every vipd: leaked
+//! addresses, nftables `vipd` tables and extra links on the nodes ([`leftovers`](audit::leftovers)).
+//!
+//! The files: [`options`] (the command line), [`audit`] (the pure auditor: the fault
+//! timeline, the invariants and the end checks, judged from recorded data only),
+//! [`driver`] (the lab side: vipd on the nodes, Services, faults injected and healed) and
+//! [`soak`] (the run's phases and its report).
+
+use std::collections::BTreeMap;
+use std::net::Ipv4Addr;
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use xtask::lab::{self, Lab, LabOptions, Signal};
+
+use audit::{Timeline, secs};
+use driver::Chaos;
+use options::{Options, rerun_command};
+use soak::{print_report, workspace_commit};
+
+pub mod audit;
+mod driver;
+pub mod options;
+mod soak;
+
+#[cfg(test)]
+mod tests;
+
+/// First address of the Service address pool (192.0.2.150).
+pub const POOL_FIRST: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 150);
+/// Last address of the Service address pool (192.0.2.249): 100 addresses, so edits always
+/// find a free one; never the subnet's broadcast (.255).
+pub const POOL_LAST: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 249);
+/// Default number of Services.
+pub const DEFAULT_SERVICES: usize = 50;
+/// Largest `--services` (pool size minus room for address edits).
+pub const MAX_SERVICES: usize = 60;
+/// Lease duration of the control-plane and Service leases, seconds (vipd's default).
+pub const LEASE_S: u64 = 3;
+/// Renew deadline, seconds (vipd's default).
+pub const RENEW_S: u64 = 2;
+/// Retry period, seconds (vipd's default).
+pub const RETRY_S: u64 = 1;
+/// Time between two probe rounds.
+pub const ROUND_PERIOD: Duration = Duration::from_millis(250);
+/// How long a round collects replies after sending its requests (replies on the lab's
+/// veths arrive within a millisecond; the rest is slack for a loaded machine).
+pub const ROUND_WINDOW: Duration = Duration::from_millis(100);
+/// Slack added to lease + 1 s in [`answer_bound`]: one probe period plus its window.
+pub const PROBE_SLACK: Duration = Duration::from_millis(500);
+/// How long the final status check waits for status and `vipHost` to converge (status
+/// writes are retried with back-off).
+pub const STATUS_WAIT: Duration = Duration::from_secs(30);
+/// How long the orphaned-lease check waits for vipd to delete them. vipd's collector
+/// (`services::lease_gc`) deletes a lease no Service names once it has been unchanged for
+/// its duration (3 s here) plus `GC_GRACE` (30 s), judged at lists `GC_INTERVAL` (10 s)
+/// apart: up to 3 + 30 + 2 x 10 s after the lease's last write, when the Service was
+/// deleted while its holder was down; plus 7 s for the list and the delete.
+pub const LEASE_GC_WAIT: Duration = Duration::from_secs(60);
+/// Namespace of the Services.
+pub const NAMESPACE: &str = "default";
+/// Prefix of the per-Service lease names (`kubevip-<service>`).
+pub const LEASE_PREFIX: &str = "kubevip-";
+/// Annotation the soak sets to an increasing counter ("annotation change" that must not
+/// move anything).
+pub const TOUCH_ANNOTATION: &str = "chaos.vipd.dev/touch";
+/// Address of the `--canary` check: outside the pool, never a Service's.
+pub const CANARY_ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 250);
+/// How long the canary address stays on two nodes.
+pub const CANARY_HOLD: Duration = Duration::from_secs(2);
+/// nftables table the soak uses for partitions (never `vipd`).
+pub const PARTITION_TABLE: &str = "vipd_chaos_partition";
+
+/// The bound within which every announceable Service must be answered (and every address
+/// without a Service must fall silent) once the last disturbance that could affect it has
+/// settled: lease duration + 1 s + [`PROBE_SLACK`].
+pub fn answer_bound() -> Duration {
+    Duration::from_secs(LEASE_S + 1) + PROBE_SLACK
+}
+
+/// Address `i` of the pool ([`POOL_FIRST`] + i), `None` past [`POOL_LAST`].
+pub fn pool_address(i: usize) -> Option<Ipv4Addr> {
+    let a = u32::from(POOL_FIRST).checked_add(u32::try_from(i).ok()?)?;
+    (a <= u32::from(POOL_LAST)).then(|| Ipv4Addr::from(a))
+}
+
+/// Entry point of `cargo xtask chaos ARGS`. Prints the fault and violation tables.
+///
+/// # Errors
+/// Bad arguments, not root, a failed build, a lab that does not start, or any invariant
+/// violation (the error counts them).
+pub fn run(args: &[&str]) -> Result<()> {
+    let o = Options::parse(args)?;
+    if nix::unistd::geteuid().as_raw() != 0 {
+        bail!("`cargo xtask chaos` needs root (network namespaces); run it with sudo -E");
+    }
+    let vipd = match (&o.vipd, o.build) {
+        (Some(p), _) => crate::bench::harness::build::vipd_release_binary(false, Some(p))?,
+        (None, true) => crate::bench::harness::build::vipd_release_binary(true, None)?,
+        (None, false) => lab::vipd_binary(None)?,
+    };
+    let seed = o.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64 % 1_000_000_000)
+            .unwrap_or(1)
+    });
+    println!(
+        "chaos soak: {} min, seed {seed} (rerun: {}), {} Services, {} nodes, vipd {}",
+        o.minutes,
+        rerun_command(&o, seed),
+        o.services,
+        o.nodes,
+        vipd.display()
+    );
+    println!(
+        "  lease {LEASE_S}/{RENEW_S}/{RETRY_S} s, answer bound {} (lease + 1 s + {} ms probe slack)",
+        secs(answer_bound()),
+        PROBE_SLACK.as_millis()
+    );
+    // The commit the binaries were built from, taken before the run (it may be long).
+    let commit = workspace_commit();
+    let started_at = std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M UTC"])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default();
+    println!("  commit {commit}, started {started_at}");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let lab = Lab::start(LabOptions::default())?;
+    let mut macs = BTreeMap::new();
+    for n in &lab::NODES[..o.nodes] {
+        macs.insert(lab.mac_of(n)?, n.to_string());
+    }
+    let mut c = Chaos {
+        lab,
+        vipd,
+        nodes: lab::NODES[..o.nodes]
+            .iter()
+            .map(|n| n.to_string())
+            .collect(),
+        procs: BTreeMap::new(),
+        logs: Vec::new(),
+        services: BTreeMap::new(),
+        next_svc: 0,
+        tl: Timeline::default(),
+        epoch: Instant::now(),
+        faults: BTreeMap::new(),
+        violations: Vec::new(),
+        notes: Vec::new(),
+        macs,
+        prober: None,
+        verbose: o.verbose,
+        nft_fence: o.nft_fence,
+    };
+    let result = soak::soak(&mut c, &o, &mut rng);
+    // Whatever happened: no vipd may outlive the lab (the lab's teardown kills the rest).
+    for p in c.procs.values_mut() {
+        let _ = p.signal(Signal::SIGCONT);
+        let _ = p.kill();
+    }
+    let report = result?;
+    print_report(&c, &report, seed, &o, &commit);
+    let n = c.violations.len();
+    if n > 0 {
+        bail!("chaos soak: {n} invariant violation(s) (seed {seed})");
+    }
+    println!("chaos soak passed: no invariant violations (seed {seed})");
+    Ok(())
+}
