@@ -705,7 +705,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
 
 /// Every option `vipd manager` knows: kube-vip's environment variable name, the flag,
 /// the default, the help and what vipd does with it. The single source of truth for
-/// `--help`, README tables and generated manifests.
+/// `--help`, the option table of `docs/operators.md` and generated manifests.
 pub fn env_names() -> &'static [EnvOption] {
     OPTIONS
 }

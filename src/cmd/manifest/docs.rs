@@ -1,4 +1,4 @@
-//! The option reference for the README / operator docs, generated from
+//! The option reference for the operator docs (`docs/operators.md`), generated from
 //! [`crate::config::env_names`] (the table behind `vipd manager --help`), so the docs cannot
 //! drift from the code (a test compares `docs/operators.md` with [`options_markdown`]).
 
