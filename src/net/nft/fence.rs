@@ -892,14 +892,16 @@ mod tests {
             .map(|i| format!("192.0.2.{i}").parse().unwrap())
             .collect();
         let asked = Instant::now();
-        let until = asked + Duration::from_millis(1500);
+        // Far enough that a loaded machine still writes the run before the end (a run
+        // written after it would carry no timeout).
+        let until = asked + Duration::from_secs(15);
         let calls = vips
             .iter()
             .map(|v| fence.refresh(1, std::slice::from_ref(v), until));
         for r in futures::future::join_all(calls).await {
             let ends = r.expect("refreshed");
             assert!(
-                ends >= until && ends <= Instant::now() + Duration::from_millis(1500),
+                ends >= until && ends <= Instant::now() + Duration::from_secs(15),
                 "the run's end plus the timeout written"
             );
         }
@@ -918,7 +920,7 @@ mod tests {
                 .and_then(|n| n.parse::<u64>().ok())
                 .unwrap_or_else(|| panic!("{v} in the batch: {}", runs[1]));
             assert!(
-                (1..=1500).contains(&ms),
+                (1..=15_000).contains(&ms),
                 "{v}: the time to the end when the run was written, {ms} ms"
             );
         }
