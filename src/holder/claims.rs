@@ -1,5 +1,5 @@
 //! Conflict detection while leading: claim watches, probes, binding and the reports of
-//! what is held or refused (see [`super::probe`]).
+//! what is held or refused (see [`super::acd`]).
 
 use super::*;
 

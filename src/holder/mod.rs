@@ -9,7 +9,7 @@
 mod announce;
 mod check;
 mod claims;
-pub mod probe;
+pub mod acd;
 mod refresh;
 mod task;
 mod vipset;
@@ -29,7 +29,7 @@ use crate::election::{Gates, LeaderState, Leadership};
 use crate::net::conflict::{Claim, ConflictMonitor, WatchId, fmt_mac};
 use crate::net::{AddrInfo, Announcer, Kernel, Lifetime, LinkInfo, NetError, Vip};
 use crate::obs::logging::RepeatLimiter;
-use probe::{Action, ProbeState};
+use acd::{Action, ProbeState};
 
 /// Gate name closed while the VIP interface has had no carrier for longer than the renew
 /// deadline, or cannot be found.

@@ -91,7 +91,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             let now = Instant::now();
             for i in 0..self.vips.len() {
                 self.watch(i);
-                if self.probes[i].phase() == probe::Phase::Idle {
+                if self.probes[i].phase() == acd::Phase::Idle {
                     let action = self.probes[i].lead(true, window, now);
                     self.act(i, action);
                 }

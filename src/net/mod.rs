@@ -26,7 +26,7 @@ mod cache;
 pub mod conflict;
 mod iface;
 pub mod lifetime;
-pub mod macprobe;
+pub mod mac_in_use;
 pub mod macvlan;
 mod netlink;
 pub mod nft;

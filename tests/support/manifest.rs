@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use clap::Parser;
-use vipd::cmd::manifest::{self, ManifestCommand, Plan};
+use vipd::cmd::manifest::{self, ManifestCommand, Deployment};
 use xtask::lab::{Lab, LabProcess};
 
 #[derive(Parser)]
@@ -39,7 +39,7 @@ pub fn generate(argv: &[&str]) -> String {
 }
 
 /// The plan of a `pod` or `daemonset` argv (panics when it is refused).
-pub fn plan(argv: &[&str]) -> Plan {
+pub fn plan(argv: &[&str]) -> Deployment {
     match parse(argv).unwrap() {
         ManifestCommand::Pod(a) | ManifestCommand::Daemonset(a) => a.plan().unwrap(),
         _ => panic!("not a workload"),
@@ -49,7 +49,7 @@ pub fn plan(argv: &[&str]) -> Plan {
 /// The env of the generated Pod for `node` in the lab: exactly the manifest's env, with
 /// the downward-API node name filled in and the kubeconfig path pointing at the lab node's
 /// kubeconfig (the hostPath mount in a real cluster).
-pub fn lab_env(lab: &Lab, p: &Plan, node: &str) -> Vec<(String, String)> {
+pub fn lab_env(lab: &Lab, p: &Deployment, node: &str) -> Vec<(String, String)> {
     let kubeconfig = lab.kubeconfig(node).unwrap().to_string_lossy().into_owned();
     p.env_for_node(node)
         .into_iter()

@@ -267,7 +267,7 @@ pub enum EnvValue {
 /// Everything the generators need, checked: the ordered environment (kube-vip names) and
 /// the deployment choices.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Plan {
+pub struct Deployment {
     /// `(kube-vip environment variable, value)` in a stable order.
     pub env: Vec<(&'static str, EnvValue)>,
     /// Kubernetes namespace of the workload (= `cp_namespace`).
@@ -444,7 +444,7 @@ impl GenArgs {
     /// # Errors
     /// [`ManifestError::Invalid`] naming `inCluster` or `taint` when set to true; everything
     /// [`GenArgs::plan`] returns.
-    pub fn static_pod_plan(&self) -> Result<Plan, ManifestError> {
+    pub fn static_pod_plan(&self) -> Result<Deployment, ManifestError> {
         let plan = self.plan()?;
         if matches!(plan.access, Access::InCluster) {
             return Err(ManifestError::Invalid {
@@ -477,7 +477,7 @@ impl GenArgs {
     /// # Errors
     /// [`ManifestError::Invalid`] naming `prometheusHTTPServer`; everything
     /// [`GenArgs::plan`] returns.
-    pub fn daemonset_plan(&self) -> Result<Plan, ManifestError> {
+    pub fn daemonset_plan(&self) -> Result<Deployment, ManifestError> {
         let plan = self.plan()?;
         if let Some(h) = &plan.admin_host {
             let loopback = h == "localhost"
@@ -498,12 +498,12 @@ impl GenArgs {
         Ok(plan)
     }
 
-    /// Checks the flags and turns them into a [`Plan`].
+    /// Checks the flags and turns them into a [`Deployment`].
     ///
     /// # Errors
     /// [`ManifestError::Invalid`] for unusable values and flag combinations,
     /// [`ManifestError::Config`] when `vipd manager` would refuse the generated environment.
-    pub fn plan(&self) -> Result<Plan, ManifestError> {
+    pub fn plan(&self) -> Result<Deployment, ManifestError> {
         let Modes {
             cp,
             svc,
@@ -617,14 +617,14 @@ impl GenArgs {
             push("k8sConfigPath", mount_path)?;
         }
         env.push((env_for("nodeName")?, EnvValue::NodeName));
-        // Refused kube-vip features: the manager's configuration check (`Plan::resolve`
+        // Refused kube-vip features: the manager's configuration check (`Deployment::resolve`
         // below) refuses them with the feature's name, as it would at start.
         for (k, v) in self.refused.given() {
             env.push((k, EnvValue::Text(v.clone())));
         }
 
         let (admin_host, admin_port) = admin_endpoint(&prometheus)?;
-        let plan = Plan {
+        let plan = Deployment {
             env,
             namespace,
             image: self.image.clone(),
@@ -673,7 +673,7 @@ fn admin_endpoint(value: &str) -> Result<(Option<String>, Option<u16>), Manifest
     Ok((host, Some(port)))
 }
 
-impl Plan {
+impl Deployment {
     /// The environment as `vipd manager` sees it in a pod on node `node_name`.
     pub fn env_for_node(&self, node_name: &str) -> Vec<(String, String)> {
         self.env

@@ -1,7 +1,7 @@
 //! The static Pod and the DaemonSet (typed k8s-openapi objects).
 //!
 //! Shape (kube-vip's, made safer): `hostNetwork`, `args: [manager]`, the environment of
-//! [`Plan::env`] with every value a string and `vip_nodename` from `spec.nodeName`,
+//! [`Deployment::env`] with every value a string and `vip_nodename` from `spec.nodeName`,
 //! capabilities `NET_ADMIN` + `NET_RAW` + `NET_BIND_SERVICE` (the DHCPv6 client's port 546)
 //! added and `ALL` dropped (no `privileged`; with `dhcp_mode` privileged, for the sysctls
 //! of the macvlans vipd creates), a
@@ -22,7 +22,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::{APP_NAME, Access, EnvValue, ManifestError, Plan, to_yaml_stream};
+use super::{APP_NAME, Access, EnvValue, ManifestError, Deployment, to_yaml_stream};
 
 /// CPU request of the container (millicores).
 pub(crate) const CPU_REQUEST: &str = "20m";
@@ -39,7 +39,7 @@ pub fn labels() -> BTreeMap<String, String> {
     BTreeMap::from([("app.kubernetes.io/name".to_string(), APP_NAME.to_string())])
 }
 
-fn env_vars(plan: &Plan) -> Vec<EnvVar> {
+fn env_vars(plan: &Deployment) -> Vec<EnvVar> {
     plan.env
         .iter()
         .map(|(name, v)| match v {
@@ -63,7 +63,7 @@ fn env_vars(plan: &Plan) -> Vec<EnvVar> {
         .collect()
 }
 
-fn probe(plan: &Plan, path: &str, period: i32) -> Option<Probe> {
+fn probe(plan: &Deployment, path: &str, period: i32) -> Option<Probe> {
     let port = plan.admin_port?;
     Some(Probe {
         http_get: Some(HTTPGetAction {
@@ -82,7 +82,7 @@ fn probe(plan: &Plan, path: &str, period: i32) -> Option<Probe> {
 }
 
 /// The Pod spec shared by the static Pod and the DaemonSet template.
-pub(crate) fn pod_spec(plan: &Plan) -> PodSpec {
+pub(crate) fn pod_spec(plan: &Deployment) -> PodSpec {
     let (volumes, mounts, service_account) = match &plan.access {
         Access::Kubeconfig {
             host_path,
@@ -146,7 +146,7 @@ pub(crate) fn pod_spec(plan: &Plan) -> PodSpec {
     }
 }
 
-fn meta(plan: &Plan) -> ObjectMeta {
+fn meta(plan: &Deployment) -> ObjectMeta {
     ObjectMeta {
         name: Some(APP_NAME.into()),
         namespace: Some(plan.namespace.clone()),
@@ -156,7 +156,7 @@ fn meta(plan: &Plan) -> ObjectMeta {
 }
 
 /// The static Pod.
-pub fn pod(plan: &Plan) -> Pod {
+pub fn pod(plan: &Deployment) -> Pod {
     Pod {
         metadata: meta(plan),
         spec: Some(pod_spec(plan)),
@@ -201,8 +201,8 @@ pub(crate) fn control_plane_affinity() -> Affinity {
     }
 }
 
-/// The DaemonSet (tolerations + control-plane affinity when [`Plan::taint`]).
-pub fn daemonset(plan: &Plan) -> DaemonSet {
+/// The DaemonSet (tolerations + control-plane affinity when [`Deployment::taint`]).
+pub fn daemonset(plan: &Deployment) -> DaemonSet {
     let mut spec = pod_spec(plan);
     if plan.taint {
         spec.tolerations = Some(control_plane_tolerations());
@@ -232,7 +232,7 @@ pub fn daemonset(plan: &Plan) -> DaemonSet {
 ///
 /// # Errors
 /// [`ManifestError::Yaml`].
-pub(crate) fn pod_yaml(plan: &Plan) -> Result<String, ManifestError> {
+pub(crate) fn pod_yaml(plan: &Deployment) -> Result<String, ManifestError> {
     to_yaml_stream(&[pod(plan)])
 }
 
@@ -240,12 +240,12 @@ pub(crate) fn pod_yaml(plan: &Plan) -> Result<String, ManifestError> {
 ///
 /// # Errors
 /// [`ManifestError::Yaml`].
-pub(crate) fn daemonset_yaml(plan: &Plan) -> Result<String, ManifestError> {
+pub(crate) fn daemonset_yaml(plan: &Deployment) -> Result<String, ManifestError> {
     to_yaml_stream(&[daemonset(plan)])
 }
 
 /// Whether the plan runs DHCP mode (`dhcp_mode` set to a true Go boolean).
-fn dhcp_mode(plan: &Plan) -> bool {
+fn dhcp_mode(plan: &Deployment) -> bool {
     plan.env.iter().any(|(k, v)| {
         *k == "dhcp_mode"
             && matches!(v, EnvValue::Text(t) if crate::syntax::parse_go_bool(t) == Some(true))

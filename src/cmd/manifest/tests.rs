@@ -7,7 +7,7 @@ struct T {
     cmd: ManifestCommand,
 }
 
-fn plan(args: &[&str]) -> Result<Plan, ManifestError> {
+fn plan(args: &[&str]) -> Result<Deployment, ManifestError> {
     let mut v = vec!["t", "pod"];
     v.extend(args);
     match T::try_parse_from(v).unwrap().cmd {
@@ -85,7 +85,7 @@ fn every_generator_flag_has_an_env_name() {
     ));
 }
 
-fn text_env(p: &Plan) -> Vec<(&'static str, String)> {
+fn text_env(p: &Deployment) -> Vec<(&'static str, String)> {
     p.env
         .iter()
         .filter_map(|(k, v)| match v {
@@ -100,7 +100,7 @@ fn text_env(p: &Plan) -> Vec<(&'static str, String)> {
 #[test]
 fn enable_load_balancer_passes_through_with_port_and_method() {
     let cp = ["--controlplane", "--address", "192.0.2.10"];
-    let lb = |p: &Plan| {
+    let lb = |p: &Deployment| {
         text_env(p)
             .into_iter()
             .filter(|(k, _)| k.starts_with("lb_"))

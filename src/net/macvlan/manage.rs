@@ -3,7 +3,7 @@
 
 use super::{
     ARP_SETTINGS, ConfFamily, IPV6_SETTINGS, LINK_LOCAL_LIFETIME_SECS, MacvlanError, MacvlanKernel,
-    MacvlanSpec, NO_DAD, Plan, eui64_link_local, foreign_mac_owner, format_mac, plan, stale,
+    MacvlanSpec, NO_DAD, LinkAction, eui64_link_local, foreign_mac_owner, format_mac, link_action, stale,
     validate,
 };
 
@@ -140,11 +140,11 @@ impl<K: MacvlanKernel> Macvlans<K> {
                 owner,
             });
         }
-        let planned = plan(&links, spec, parent)?;
+        let planned = link_action(&links, spec, parent)?;
         // Asked once per macvlan this node creates: a macvlan already ours carries the MAC,
         // and its own frames would be the answer.
         if spec.probe_mac
-            && !matches!(planned, Plan::Reuse(_))
+            && !matches!(planned, LinkAction::Reuse(_))
             && let Some(owner) = self
                 .kernel
                 .mac_answers(parent, &spec.parent, parent_link.mac, spec.mac)
@@ -157,14 +157,14 @@ impl<K: MacvlanKernel> Macvlans<K> {
             });
         }
         let index = match planned {
-            Plan::Reuse(index) => index,
-            Plan::Replace(index) => {
+            LinkAction::Reuse(index) => index,
+            LinkAction::Replace(index) => {
                 self.kernel.delete(index, &spec.name).await?;
                 self.kernel
                     .create(parent, &spec.name, spec.mac, &spec.mark)
                     .await?
             }
-            Plan::Create => {
+            LinkAction::Create => {
                 self.kernel
                     .create(parent, &spec.name, spec.mac, &spec.mark)
                     .await?

@@ -52,7 +52,7 @@ pub struct MacvlanSpec {
     /// (the previous holder's), not another host's ([`foreign_mac_owner`]).
     pub own_addrs: Vec<std::net::IpAddr>,
     /// Ask the segment whether a host already uses [`MacvlanSpec::mac`] before creating
-    /// the macvlan ([`MacvlanKernel::mac_answers`], [`crate::net::macprobe`]): for a MAC
+    /// the macvlan ([`MacvlanKernel::mac_answers`], [`crate::net::mac_in_use`]): for a MAC
     /// vipd did not derive from the Service itself (given by `kube-vip.io/hwaddr`).
     pub probe_mac: bool,
 }
@@ -202,7 +202,7 @@ pub enum MacvlanError {
         /// The name.
         name: String,
     },
-    /// Asking the segment who uses the MAC ([`crate::net::macprobe`]) failed.
+    /// Asking the segment who uses the MAC ([`crate::net::mac_in_use`]) failed.
     #[error("macvlan {name}: cannot ask {parent} who uses MAC {mac}: {what}: {source}")]
     MacProbe {
         /// The macvlan name.
@@ -309,7 +309,7 @@ pub fn validate(spec: &MacvlanSpec) -> Result<(), MacvlanError> {
 
 /// What [`Macvlans::ensure`] must do, decided from a link listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Plan {
+pub enum LinkAction {
     /// A vipd macvlan with this name, parent, MAC and mark exists: keep it (index given),
     /// re-apply the sysctls and bring it up.
     Reuse(u32),
@@ -325,13 +325,13 @@ pub enum Plan {
 ///
 /// # Errors
 /// [`MacvlanError::NotOurs`] when an interface of that name exists without vipd's mark.
-pub fn plan(
+pub fn link_action(
     links: &[LinkEntry],
     spec: &MacvlanSpec,
     parent_index: u32,
-) -> Result<Plan, MacvlanError> {
+) -> Result<LinkAction, MacvlanError> {
     let Some(existing) = links.iter().find(|l| l.name == spec.name) else {
-        return Ok(Plan::Create);
+        return Ok(LinkAction::Create);
     };
     if !existing.is_ours() {
         return Err(MacvlanError::NotOurs {
@@ -342,9 +342,9 @@ pub fn plan(
         && existing.mac == spec.mac
         && existing.alias.as_deref() == Some(spec.mark.as_str());
     Ok(if same {
-        Plan::Reuse(existing.index)
+        LinkAction::Reuse(existing.index)
     } else {
-        Plan::Replace(existing.index)
+        LinkAction::Replace(existing.index)
     })
 }
 
@@ -461,9 +461,9 @@ pub trait MacvlanKernel: Send + Sync + 'static {
     ) -> impl Future<Output = Result<bool, MacvlanError>> + Send;
 
     /// Who on link `parent_index` (named `parent`, MAC `parent_mac`) sends from `mac`
-    /// when asked ([`crate::net::macprobe`]: an ICMPv6 echo to all nodes, sent to `mac`
+    /// when asked ([`crate::net::mac_in_use`]: an ICMPv6 echo to all nodes, sent to `mac`
     /// alone, from the parent's link-local, answers awaited for
-    /// [`crate::net::macprobe::MAC_PROBE_WAIT`]): a description of the answer, `None` when
+    /// [`crate::net::mac_in_use::MAC_PROBE_WAIT`]): a description of the answer, `None` when
     /// nothing answered or the parent has no IPv6 link-local to ask from.
     ///
     /// # Errors

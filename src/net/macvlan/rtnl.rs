@@ -315,12 +315,12 @@ impl MacvlanKernel for NetlinkMacvlans {
             tracing::debug!(parent, mac = %format_mac(&mac), "the parent has no IPv6 link-local: not asking who uses the MAC");
             return Ok(None);
         };
-        let answer = crate::net::macprobe::mac_answers(
+        let answer = crate::net::mac_in_use::mac_answers(
             parent_index,
             parent_mac,
             src,
             mac,
-            crate::net::macprobe::MAC_PROBE_WAIT,
+            crate::net::mac_in_use::MAC_PROBE_WAIT,
         )
         .await
         .map_err(|(what, source)| MacvlanError::MacProbe {
