@@ -6,10 +6,10 @@
 //! The decision ([`address_steps`]) is a pure function of what the kernel shows and what we lead; the
 //! [`VipHolder`] loop applies it through the [`Kernel`] and [`Announcer`] traits.
 
+pub mod acd;
 mod announce;
 mod check;
 mod claims;
-pub mod acd;
 mod refresh;
 mod task;
 mod vipset;

@@ -43,7 +43,9 @@ pub use lifetime::Lifetime;
 pub use netlink::{
     NetlinkKernel, RawAddr, TagMode, decode_addr_flags, detect_tag_mode, label_for, tag_for,
 };
-pub use nft::{ArpGuard, ArpGuardError, ArpPins, NftArpGuard, NoopArpGuard, start_arp_guard};
+pub use nft::arp_guard::{
+    ArpGuard, ArpGuardError, ArpPins, NftArpGuard, NoopArpGuard, start_arp_guard,
+};
 pub use vip::VipSubnet;
 
 /// `IFA_PROTO` value (an address "protocol", kernel >= 5.18, `ip address show proto`) that

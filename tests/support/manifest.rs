@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use clap::Parser;
-use vipd::cmd::manifest::{self, ManifestCommand, Deployment};
+use vipd::cmd::manifest::{self, Deployment, ManifestCommand};
 use xtask::lab::{Lab, LabProcess};
 
 #[derive(Parser)]

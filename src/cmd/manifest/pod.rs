@@ -22,7 +22,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::{APP_NAME, Access, EnvValue, ManifestError, Deployment, to_yaml_stream};
+use super::{APP_NAME, Access, Deployment, EnvValue, ManifestError, to_yaml_stream};
 
 /// CPU request of the container (millicores).
 pub(crate) const CPU_REQUEST: &str = "20m";

@@ -2,9 +2,9 @@
 //! Service's clients, remove) over any [`MacvlanKernel`].
 
 use super::{
-    ARP_SETTINGS, ConfFamily, IPV6_SETTINGS, LINK_LOCAL_LIFETIME_SECS, MacvlanError, MacvlanKernel,
-    MacvlanSpec, NO_DAD, LinkAction, eui64_link_local, foreign_mac_owner, format_mac, link_action, stale,
-    validate,
+    ARP_SETTINGS, ConfFamily, IPV6_SETTINGS, LINK_LOCAL_LIFETIME_SECS, LinkAction, MacvlanError,
+    MacvlanKernel, MacvlanSpec, NO_DAD, eui64_link_local, foreign_mac_owner, format_mac,
+    link_action, stale, validate,
 };
 
 /// Macvlan management over a [`MacvlanKernel`].

@@ -63,15 +63,27 @@ fn plan_reuses_replaces_or_refuses() {
     let s = spec("vip-a");
     let mut same = entry(5, "vip-a", true, Some("vipd:uid-1"));
     same.mac = s.mac;
-    assert_eq!(link_action(&[same.clone()], &s, 2).unwrap(), LinkAction::Reuse(5));
+    assert_eq!(
+        link_action(&[same.clone()], &s, 2).unwrap(),
+        LinkAction::Reuse(5)
+    );
     // Other MAC, other parent or other mark: replaced.
     let mut other_mac = same.clone();
     other_mac.mac[5] = 1;
-    assert_eq!(link_action(&[other_mac], &s, 2).unwrap(), LinkAction::Replace(5));
-    assert_eq!(link_action(&[same.clone()], &s, 3).unwrap(), LinkAction::Replace(5));
+    assert_eq!(
+        link_action(&[other_mac], &s, 2).unwrap(),
+        LinkAction::Replace(5)
+    );
+    assert_eq!(
+        link_action(&[same.clone()], &s, 3).unwrap(),
+        LinkAction::Replace(5)
+    );
     let mut other_mark = same.clone();
     other_mark.alias = Some("vipd:uid-2".into());
-    assert_eq!(link_action(&[other_mark], &s, 2).unwrap(), LinkAction::Replace(5));
+    assert_eq!(
+        link_action(&[other_mark], &s, 2).unwrap(),
+        LinkAction::Replace(5)
+    );
     assert_eq!(link_action(&[], &s, 2).unwrap(), LinkAction::Create);
     // Not ours: a plain interface, a macvlan without or with a foreign alias.
     for foreign in [

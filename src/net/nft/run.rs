@@ -3,11 +3,11 @@
 //! fence ([`super::fence`]).
 
 use std::process::Stdio;
+
+use nftables::schema::{NfCmd, NfObject, Nftables};
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
-
-use super::NftBatch;
 
 /// How long one `nft` run may take before it is killed and reported as failed.
 const NFT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -136,4 +136,44 @@ async fn run_nft_input(
     } else {
         stderr
     })
+}
+
+/// One atomic `nft` transaction: the JSON sent to `nft -j -f -` and the same commands in
+/// `nft` syntax (for logs and errors).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NftBatch {
+    /// The commands, in order.
+    pub objects: Vec<NfObject<'static>>,
+    /// The commands in `nft` syntax, in the same order.
+    pub text: Vec<String>,
+}
+
+impl NftBatch {
+    /// An empty transaction.
+    pub(crate) fn new() -> Self {
+        NftBatch {
+            objects: Vec::new(),
+            text: Vec::new(),
+        }
+    }
+
+    /// Appends `cmd`, written `text` in `nft` syntax.
+    pub(crate) fn push(&mut self, cmd: NfCmd<'static>, text: String) {
+        self.objects.push(NfObject::CmdObject(cmd));
+        self.text.push(text);
+    }
+
+    /// The batch as nftables JSON (`{"nftables": [...]}`).
+    pub fn to_json(&self) -> String {
+        let doc = Nftables {
+            objects: std::borrow::Cow::Owned(self.objects.clone()),
+        };
+        // Serialising these plain data types cannot fail; keep an empty batch otherwise.
+        serde_json::to_string(&doc).unwrap_or_else(|_| r#"{"nftables":[]}"#.to_string())
+    }
+
+    /// The commands in `nft` syntax, joined with `; `.
+    pub fn command(&self) -> String {
+        self.text.join("; ")
+    }
 }
