@@ -17,7 +17,7 @@ use kube::api::{Api, ListParams, PostParams};
 use vipd::kube::events::REPORTING_CONTROLLER;
 use vipd::services::plan::model::{ANN_LOADBALANCER_IPS, ANN_VIP_HOST, PortProto, ServiceKey};
 use vipd::services::plan::reasons::REASON_ANNOUNCED;
-use vipd::services::status::{
+use vipd::services::publish::{
     EventKind, KubeStatusWriter, ServiceEvent, StatusError, StatusWriter, WriteOutcome,
     desired_ingress,
 };

@@ -181,7 +181,7 @@ use Variant::{Always, CoreEndpoints, CoreEvents, EndpointSlices, EventsV1};
 use Verb::{Create, Delete, Get, List, Patch, Update, Watch};
 
 const LEASE_CLIENT: &str = "src/election/kube.rs";
-const STATUS: &str = "src/services/status/writer.rs";
+const STATUS: &str = "src/services/publish/writer.rs";
 const EVENTS: &str = "src/kube/events.rs";
 const RUNTIME: &str = "src/services/runtime.rs";
 const PEER_KEY: &str = "src/peer/key.rs";

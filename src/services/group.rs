@@ -14,8 +14,8 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::dhcp_clients::{DhcpClients, DhcpEvent};
+use super::publish::{ServiceEvent, StatusWriter};
 use super::shared::Shared;
-use super::status::{ServiceEvent, StatusWriter};
 use super::sync::{StatusSync, report_conflicts, report_handover};
 use crate::election::kube::KubeLeaseClient;
 use crate::election::{DuplicateIdentity, ElectionEnd, Elector, Gates, LeaderState};

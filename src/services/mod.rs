@@ -1,25 +1,25 @@
-//! LoadBalancer Services: watch Services and Endpoints, decide which addresses exist and
-//! which Lease governs each ([`desired`]), run one election + VIP holder per Lease, and
-//! write status, the `kube-vip.io/vipHost` annotation and Events back (only from the holder,
-//! only when they change).
+//! The Services wing: `type: LoadBalancer` Services. Watch Services and Endpoints, decide
+//! which addresses exist and which Lease governs each ([`plan`]), run one election + VIP
+//! holder per Lease, and publish status, the `kube-vip.io/vipHost` annotation and Events
+//! (only from the holder, only when they change).
 //!
-//! * [`model`]: the pure view of a Service (kube-vip annotations, address parsing, class
-//!   filter).
-//! * [`endpoints`]: ready local endpoints (externalTrafficPolicy Local).
-//! * [`desired`]: the plan (pure).
-//! * [`governance`]: governance moves between leases: who may bind a moved address when
-//!   (S34).
-//! * [`lease_gc`]: deletes per-Service leases whose Services are gone (holder down at the
-//!   time), never a lease vipd did not create.
-//! * [`status`]: status / annotation / Event writer.
-//! * [`runtime`]: the orchestration: [`start`] / [`Running::stop`], the main loop.
-//! * `group`: one task per Lease: election, VIP holder, status while leading.
-//! * `dhcp_clients`: DHCP mode (issue 13): the DHCP clients of a group while it leads,
-//!   their leased addresses as VIPs, their Events and annotations.
-//! * `decide`: the orchestration's decisions, pure and unit-tested (which groups stop,
-//!   start or change, which leases are deleted, when status is written).
+//! * [`plan`]: the pure decisions: the Service model (kube-vip annotations, address
+//!   parsing, class filter), the desired leases and addresses, the orchestration's
+//!   decisions, governance moves (S34), Event reasons and notes. No tokio, no API client.
+//! * [`settings`](Settings): what the wing reads of the configuration.
 //! * `select`: which Services are candidates and what to report about the others (pure
 //!   apart from the node's connected subnets).
+//! * [`endpoints`]: ready local endpoints (externalTrafficPolicy Local).
+//! * [`governance`]: when a retiring lease lets go (S34), and following it.
+//! * [`lease_gc`]: deletes per-Service leases whose Services are gone (holder down at the
+//!   time), never a lease vipd did not create.
+//! * [`publish`]: status / annotation writer and the Services' Events.
+//! * [`runtime`]: the orchestration: [`start`] / [`Running::stop`], the main loop;
+//!   `shared`: what every group task shares.
+//! * `group`: one task per Lease: election, VIP holder, status while leading; [`health`]:
+//!   the data-path check of its holder.
+//! * `dhcp_clients`: DHCP mode (issue 13): the DHCP clients of a group while it leads,
+//!   their leased addresses as VIPs, their Events and annotations.
 //! * `sync`: status, `kube-vip.io/vipHost` and Events kept level-triggered, with retries.
 //! * `watch`: the reflectors and the endpoint cache.
 
@@ -30,11 +30,11 @@ mod group;
 pub mod health;
 pub mod lease_gc;
 pub mod plan;
+pub mod publish;
 pub mod runtime;
 mod select;
 mod settings;
 mod shared;
-pub mod status;
 mod sync;
 mod watch;
 

@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::Store;
 use tokio::sync::watch;
 
-use super::status::KubeStatusWriter;
+use super::publish::KubeStatusWriter;
 use super::sync::*;
 use crate::election::kube::LeaseHub;
 use crate::holder::HolderConfig;

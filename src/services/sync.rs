@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::{self, Store};
 use tracing::{debug, info, warn};
 
-use super::status::{ServiceEvent, StatusWriter, desired_ingress};
+use super::publish::{ServiceEvent, StatusWriter, desired_ingress};
 use crate::net::conflict::fmt_mac;
 use crate::services::plan::desired::Plan;
 use crate::services::plan::model::{self, ServiceKey};
@@ -18,8 +18,8 @@ use crate::services::plan::decide::GroupSpec;
 use crate::services::plan::notes::{Note, uid_of};
 
 /// What the status side works with (the seam of its unit tests): this node's name, the
-/// Services cache it compares with, and the writer ([`super::status::KubeStatusWriter`] in
-/// the runtime, [`super::status::MemoryStatusWriter`] in tests).
+/// Services cache it compares with, and the writer ([`super::publish::KubeStatusWriter`] in
+/// the runtime, [`super::publish::MemoryStatusWriter`] in tests).
 pub(super) struct StatusCtx<'a, W: StatusWriter> {
     /// This node (`kube-vip.io/vipHost` value).
     pub(super) node: &'a str,
@@ -308,9 +308,9 @@ pub(crate) fn status_diff(
     addrs: &[IpAddr],
     ingress: &[k8s_openapi::api::core::v1::LoadBalancerIngress],
 ) -> StatusDiff {
-    let host = cached.and_then(super::status::vip_host_of);
+    let host = cached.and_then(super::publish::vip_host_of);
     StatusDiff {
-        ingress: cached.is_none_or(|svc| super::status::ingress_differs(svc, ingress)),
+        ingress: cached.is_none_or(|svc| super::publish::ingress_differs(svc, ingress)),
         vip_host: host != Some(node),
         announce: (host != Some(node)).then(|| {
             let rv = cached
@@ -363,7 +363,7 @@ impl StatusSync {
                 }
                 let ours = cached
                     .as_deref()
-                    .and_then(super::status::vip_host_of)
+                    .and_then(super::publish::vip_host_of)
                     .is_some_and(|h| h == ctx.node);
                 if ours {
                     match ctx.writer.clear(key).await {

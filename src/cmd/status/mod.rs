@@ -39,7 +39,7 @@ use crate::kube::events::REPORTING_CONTROLLER;
 use crate::nodes::label::HAS_IP;
 use crate::services::plan::desired::LeaseRef;
 use crate::services::plan::model::{ServiceInfo, service_info};
-use crate::services::status::current_ingress;
+use crate::services::publish::current_ingress;
 use crate::syntax::is_dns1123_subdomain;
 
 /// Output format of `vipd status`.

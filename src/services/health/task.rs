@@ -103,7 +103,7 @@ pub(crate) async fn follow<K: crate::net::Kernel, A: crate::net::Announcer>(
                 gates.set(GATE_HEALTH, false);
                 let ctx = shared.status_ctx();
                 crate::services::sync::report_each(&ctx, &current, |addrs| {
-                    crate::services::status::ServiceEvent::health_handover(
+                    crate::services::publish::ServiceEvent::health_handover(
                         &shared.node,
                         addrs,
                         &why,

@@ -1,18 +1,18 @@
 //! The reasons of the Events the Services wing writes (events.k8s.io/v1 `reason`,
 //! PascalCase), one constant each.
 
-/// Reason of [`crate::services::status::ServiceEvent::announced`].
+/// Reason of [`crate::services::publish::ServiceEvent::announced`].
 pub const REASON_ANNOUNCED: &str = "AddressAnnounced";
 /// Reason of a Warning naming a rejected Service address value.
 pub const REASON_INVALID_ADDRESS: &str = "InvalidAddress";
 /// Normal Event: the holder handed the Service's addresses over (node not eligible).
 pub const REASON_HANDED_OVER: &str = "HandedOver";
-/// Reason of [`crate::services::status::ServiceEvent::health_handover`].
+/// Reason of [`crate::services::publish::ServiceEvent::health_handover`].
 pub const REASON_HEALTH_CHECK_FAILED: &str = "HealthCheckFailed";
 /// Reason of a Warning about a Service address and port already used by another Service
 /// (the Service is not announced on it).
 pub const REASON_ADDRESS_CONFLICT: &str = "AddressConflict";
-/// Reason of [`crate::services::status::ServiceEvent::address_in_use`].
+/// Reason of [`crate::services::publish::ServiceEvent::address_in_use`].
 pub const REASON_ADDRESS_IN_USE: &str = "AddressInUse";
 /// Reason of a Warning about a Service that asks for a DHCP address (`0.0.0.0` / `::`).
 pub const REASON_DHCP_NOT_ENABLED: &str = "DHCPNotEnabled";

@@ -10,7 +10,7 @@ use kube::runtime::watcher;
 use super::*;
 use crate::services::plan::desired::{Group, LeaseRef};
 use crate::services::plan::model::{self, PortProto};
-use crate::services::status::{MemoryStatusWriter, StatusError, WriteOutcome, desired_ingress};
+use crate::services::publish::{MemoryStatusWriter, StatusError, WriteOutcome, desired_ingress};
 
 const NODE: &str = "node-a";
 
