@@ -150,16 +150,21 @@ impl<C: LeaseClient> Elector<C> {
         if !st.known {
             return None;
         }
-        match record::standing(
+        match self.standing(st, now) {
+            Standing::HeldByOther { holder, .. } if holder != self.identity => Some(Some(holder)),
+            _ => Some(None),
+        }
+    }
+
+    /// The lease's standing as this elector sees it at `now` ([`record::standing`]).
+    fn standing(&self, st: &Run, now: Instant) -> Standing {
+        record::standing(
             st.observed.as_ref(),
             st.observed_at,
             now,
             &self.identity,
             &st.own,
-        ) {
-            Standing::HeldByOther { holder, .. } if holder != self.identity => Some(Some(holder)),
-            _ => Some(None),
-        }
+        )
     }
 
     /// When the loop must next act on its own (without a watch event).
@@ -174,13 +179,7 @@ impl<C: LeaseClient> Elector<C> {
         if !st.known {
             return st.next_attempt;
         }
-        match record::standing(
-            st.observed.as_ref(),
-            st.observed_at,
-            now,
-            &self.identity,
-            &st.own,
-        ) {
+        match self.standing(st, now) {
             Standing::HeldByOther { expires_at, .. } => {
                 // Act exactly at expiry; re-read in between only as a fallback: every retry
                 // period while the watch fails, every HEALTHY_WATCH_POLL while it works
