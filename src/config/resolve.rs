@@ -116,31 +116,10 @@ pub fn resolve_detailed(
     let node_name = node_name(&inputs, hostname)?;
     let interface = interface_option(&inputs, K_INTERFACE)?;
     let services_interface = interface_option(&inputs, K_SVC_INTERFACE)?;
-    let arp_rate = match inputs.get(K_ARP_RATE) {
-        Some(raw) => parse_millis(&raw, MIN_ARP_RATE, MAX_ARP_RATE)?,
-        None => DEFAULT_ARP_RATE,
-    };
-    let arp_probe = match inputs.get(K_ARP_PROBE) {
-        Some(raw) => parse_millis(&raw, Duration::ZERO, MAX_ARP_PROBE)?,
-        None => DEFAULT_ARP_PROBE,
-    };
+    let (arp_rate, arp_probe) = arp_timings(&inputs)?;
     let nft_fence = inputs.bool_or(K_NFT_FENCE, false)?;
     let lease = lease(&inputs, nft_fence)?;
-    // Service lease timings default to the control plane's.
-    let services_timing = lease_timings(
-        &inputs,
-        [
-            K_SVC_LEASE_DURATION,
-            K_SVC_RENEW_DEADLINE,
-            K_SVC_RETRY_PERIOD,
-        ],
-        [
-            lease.timing.lease_duration,
-            lease.timing.renew_deadline,
-            lease.timing.retry_period,
-        ],
-        nft_fence,
-    )?;
+    let services_timing = services_timing(&inputs, &lease, nft_fence)?;
     let svc = services(&inputs, modes.services, &mut warnings)?;
     let dhcp_backoff_attempts = dhcp_backoff_attempts(&inputs, modes.dhcp_mode, &mut warnings)?;
     let api = api_access(&inputs)?;
@@ -190,6 +169,42 @@ pub fn resolve_detailed(
         log_level,
     };
     Ok(Resolved { config, warnings })
+}
+
+/// `vip_arpRate` and `vip_arpprobe`: the gratuitous ARP interval and the conflict probe's
+/// listening time, checked against their bounds.
+fn arp_timings(inputs: &Inputs<'_>) -> Result<(Duration, Duration), ConfigError> {
+    let arp_rate = match inputs.get(K_ARP_RATE) {
+        Some(raw) => parse_millis(&raw, MIN_ARP_RATE, MAX_ARP_RATE)?,
+        None => DEFAULT_ARP_RATE,
+    };
+    let arp_probe = match inputs.get(K_ARP_PROBE) {
+        Some(raw) => parse_millis(&raw, Duration::ZERO, MAX_ARP_PROBE)?,
+        None => DEFAULT_ARP_PROBE,
+    };
+    Ok((arp_rate, arp_probe))
+}
+
+/// The Services' lease timings; each defaults to the control plane's (`lease`).
+fn services_timing(
+    inputs: &Inputs<'_>,
+    lease: &LeaseConfig,
+    nft_fence: bool,
+) -> Result<Timing, ConfigError> {
+    lease_timings(
+        inputs,
+        [
+            K_SVC_LEASE_DURATION,
+            K_SVC_RENEW_DEADLINE,
+            K_SVC_RETRY_PERIOD,
+        ],
+        [
+            lease.timing.lease_duration,
+            lease.timing.renew_deadline,
+            lease.timing.retry_period,
+        ],
+        nft_fence,
+    )
 }
 
 /// `svc_healthcheck` and `svc_healthcheck_hold`.

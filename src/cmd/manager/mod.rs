@@ -146,6 +146,21 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         warn!(error = %e, "cannot notify systemd");
     }
     info!("shutting down: dropping VIPs, then releasing the leases");
+    stop_elections(services, control_plane).await;
+    readiness.set_election_running(false);
+    health_stop.cancel();
+    let _ = health.await;
+    aux_stop.cancel();
+    clean_up_node(kernel.as_ref(), arp_guard.as_ref(), nft_fence.as_ref()).await;
+    info!("vipd manager stopped");
+    Ok(())
+}
+
+/// Stops both wings at once: each drops its VIPs, then releases its leases.
+async fn stop_elections(
+    services: Option<services::Running>,
+    control_plane: Option<controlplane::Running>,
+) {
     tokio::join!(
         async {
             if let Some(s) = services {
@@ -158,12 +173,17 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
             }
         }
     );
-    readiness.set_election_running(false);
-    health_stop.cancel();
-    let _ = health.await;
-    aux_stop.cancel();
+}
+
+/// The last step of shutting down: removes whatever vipd-tagged VIPs are left, the ARP
+/// flux table and the nftables fence tables, warning about each that cannot go.
+async fn clean_up_node(
+    kernel: &NetlinkKernel,
+    arp_guard: &dyn crate::net::ArpGuard,
+    nft_fence: &dyn crate::net::nft::fence::VipFence,
+) {
     // Belt and braces: nothing tagged may outlive the process.
-    if let Err(e) = holder::remove_stale(kernel.as_ref(), None).await {
+    if let Err(e) = holder::remove_stale(kernel, None).await {
         warn!(error = %e, "final VIP cleanup failed");
     }
     if let Err(e) = arp_guard.close().await {
@@ -172,8 +192,6 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     if let Err(e) = nft_fence.close().await {
         warn!(error = %e, "could not remove the nftables fence tables");
     }
-    info!("vipd manager stopped");
-    Ok(())
 }
 
 /// The start-up checks that refuse a configuration the node cannot serve: a control-plane

@@ -551,6 +551,50 @@ impl GenArgs {
         if let Some(n) = &self.services_lease_name {
             push("servicesLeaseName", n)?;
         }
+        self.push_timings_and_tuning(lb, &mut push)?;
+        let prometheus = self
+            .prometheus_server
+            .clone()
+            .unwrap_or(config::DEFAULT_PROMETHEUS_SERVER.to_string());
+        push("prometheusHTTPServer", &prometheus)?;
+        // The API address is set explicitly instead of relying on hostAliases (S29): the
+        // node's own API server in control-plane mode.
+        let api_addr = crate::kube::client::api_address(self.kubernetes_addr.as_deref(), cp, port);
+        if let Some(a) = &api_addr {
+            push("kubernetesAddr", a)?;
+        }
+        let access = self.access(in_cluster, kubeadm_init)?;
+        if let Access::Kubeconfig { mount_path, .. } = &access {
+            push("k8sConfigPath", mount_path)?;
+        }
+        env.push((env_for("nodeName")?, EnvValue::NodeName));
+        // Refused kube-vip features: the manager's configuration check (`Deployment::resolve`
+        // below) refuses them with the feature's name, as it would at start.
+        for (k, v) in self.refused.given() {
+            env.push((k, EnvValue::Text(v.clone())));
+        }
+
+        let (admin_host, admin_port) = admin_endpoint(&prometheus)?;
+        let plan = Deployment {
+            env,
+            namespace,
+            image: self.image.clone(),
+            access,
+            taint,
+            admin_port,
+            admin_host,
+        };
+        plan.resolve()?;
+        Ok(plan)
+    }
+
+    /// The lease timings, the flags passed through as given and, when `lb` is on, the
+    /// load balancer's variables, in this order, through `push` (part of [`Self::plan`]).
+    fn push_timings_and_tuning(
+        &self,
+        lb: bool,
+        push: &mut impl FnMut(&'static str, &str) -> Result<(), ManifestError>,
+    ) -> Result<(), ManifestError> {
         push(
             "leaseDuration",
             self.lease_duration
@@ -601,40 +645,7 @@ impl GenArgs {
                     .unwrap_or(default_for("lbForwardingMethod")?),
             )?;
         }
-        let prometheus = self
-            .prometheus_server
-            .clone()
-            .unwrap_or(config::DEFAULT_PROMETHEUS_SERVER.to_string());
-        push("prometheusHTTPServer", &prometheus)?;
-        // The API address is set explicitly instead of relying on hostAliases (S29): the
-        // node's own API server in control-plane mode.
-        let api_addr = crate::kube::client::api_address(self.kubernetes_addr.as_deref(), cp, port);
-        if let Some(a) = &api_addr {
-            push("kubernetesAddr", a)?;
-        }
-        let access = self.access(in_cluster, kubeadm_init)?;
-        if let Access::Kubeconfig { mount_path, .. } = &access {
-            push("k8sConfigPath", mount_path)?;
-        }
-        env.push((env_for("nodeName")?, EnvValue::NodeName));
-        // Refused kube-vip features: the manager's configuration check (`Deployment::resolve`
-        // below) refuses them with the feature's name, as it would at start.
-        for (k, v) in self.refused.given() {
-            env.push((k, EnvValue::Text(v.clone())));
-        }
-
-        let (admin_host, admin_port) = admin_endpoint(&prometheus)?;
-        let plan = Deployment {
-            env,
-            namespace,
-            image: self.image.clone(),
-            access,
-            taint,
-            admin_port,
-            admin_host,
-        };
-        plan.resolve()?;
-        Ok(plan)
+        Ok(())
     }
 }
 

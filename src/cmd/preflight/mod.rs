@@ -33,15 +33,18 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use clap::Args;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-};
-use kube::api::PostParams;
 
 use crate::config::{Config, ManagerArgs};
+use crate::net::NetlinkKernel;
 use crate::net::arpflux::{self, FluxFinding, FluxTarget};
-use crate::net::conflict::{RawConflictMonitor, fmt_mac, probe_for};
-use crate::net::{Kernel, LinkInfo, NetlinkKernel};
+
+mod cluster;
+mod network;
+mod rbac;
+
+use cluster::{check_api, check_peer_key, explain_answers_by_holder};
+use network::{check_interface, check_vips_free, dhcp_parent};
+use rbac::check_rbac;
 
 /// Linux capability number of `CAP_NET_ADMIN` (linux/capability.h).
 pub const CAP_NET_ADMIN: u32 = 12;
@@ -447,18 +450,31 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
     report
         .checks
         .push(check_dhcp6_port(&status, cfg.services && cfg.dhcp_mode));
+    run_network(cfg, args, has_raw, &mut report).await;
+    run_nftables(cfg, &mut report).await;
+    report.checks.push(run_macvlan(cfg).await);
+    if cfg.dhcp_mode {
+        report.checks.push(dhcp_parent(cfg).await);
+    }
+    run_cluster(cfg, &mut report).await;
+    report
+}
+
+/// The netlink rows of [`run`]: `interface`, `vip-address:<ip>`, `vip-free:<ip>` and
+/// `arp-flux` (S36).
+async fn run_network(cfg: &Config, args: &PreflightArgs, has_raw: bool, report: &mut Report) {
     match NetlinkKernel::new() {
         Err(e) => report.checks.push(
             Check::new("interface", Status::Fail, format!("netlink: {e}"))
                 .fix("run on Linux with NET_ADMIN"),
         ),
         Ok(k) => {
-            let vip_link = check_interface(&k, cfg, &mut report).await;
+            let vip_link = check_interface(&k, cfg, report).await;
             if cfg.control_plane {
                 let edges = crate::controlplane::subnet_edges(&k, &cfg.controlplane()).await;
                 report.checks.extend(check_vip_addresses(&edges));
             }
-            check_vips_free(&k, cfg, args, vip_link.as_ref(), has_raw, &mut report).await;
+            check_vips_free(&k, cfg, args, vip_link.as_ref(), has_raw, report).await;
             // ARP flux (S36).
             let guard = crate::net::NftArpGuard::check("nft").await;
             let targets = cfg.arp_flux_targets(&k).await;
@@ -473,7 +489,11 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
             }
         }
     }
+}
 
+/// The nftables rows of [`run`]: the control-plane load balancer's `lb-nftables` and the
+/// `nft-fence`.
+async fn run_nftables(cfg: &Config, report: &mut Report) {
     // Control-plane load balancer.
     let lb = match (&cfg.load_balancer, cfg.control_plane) {
         (Some(_), true) => Some(crate::controlplane::lb::check("nft").await),
@@ -489,8 +509,10 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
     report
         .checks
         .push(check_nft_fence(fence.as_ref(), needs_ms));
+}
 
-    // macvlan.
+/// The `macvlan` row of [`run`], from the kernel and the running kernel's module lists.
+async fn run_macvlan(cfg: &Config) -> Check {
     let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     let release = release.trim();
     let read = |f: &str| std::fs::read_to_string(format!("/lib/modules/{release}/{f}")).ok();
@@ -498,22 +520,21 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
         Ok(k) => k.kernel_has_macvlan().await.ok(),
         Err(_) => None,
     };
-    report.checks.push(check_macvlan(
+    check_macvlan(
         kernel,
         std::path::Path::new("/sys/module/macvlan").exists(),
         read("modules.dep").as_deref(),
         read("modules.builtin").as_deref(),
         cfg.dhcp_mode,
-    ));
+    )
+}
 
-    if cfg.dhcp_mode {
-        report.checks.push(dhcp_parent(cfg).await);
-    }
-
+/// The cluster rows of [`run`]: `api`, `peer-key` and `rbac`.
+async fn run_cluster(cfg: &Config, report: &mut Report) {
     // API and RBAC.
-    let client = check_api(cfg, &mut report).await;
+    let client = check_api(cfg, report).await;
     if let Some(c) = &client {
-        explain_answers_by_holder(c, cfg, &mut report).await;
+        explain_answers_by_holder(c, cfg, report).await;
     }
     let ride_through = cfg.services && cfg.services_ride_through;
     match (&client, ride_through) {
@@ -537,362 +558,6 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
             .push(Check::new("rbac", Status::Skip, "needs the API server")),
         Some(c) => report.checks.push(check_rbac(c, cfg).await),
     }
-    report
-}
-
-/// The `peer-key` row (`svc_ridethrough`): the outcome of reading the peer key Secret as
-/// the manager does at start ([`crate::peer::key::read_peer_key`]); the manager refuses to
-/// start without it, so a failure fails.
-pub(crate) fn check_peer_key(read: Result<crate::peer::wire::PeerKey, String>) -> Check {
-    match read {
-        Ok(_) => Check::new(
-            "peer-key",
-            Status::Pass,
-            format!(
-                "the Secret {} has a usable peer key",
-                crate::kube::api::PEER_KEY_SECRET
-            ),
-        ),
-        Err(e) => Check::new("peer-key", Status::Fail, e).fix(
-            "create the Secret as the message says, and `vipd manifest rbac --servicesRideThrough`",
-        ),
-    }
-}
-
-/// The `dhcp-parent` row for the macvlans of DHCP mode: `vip_servicesinterface`, else
-/// `vip_interface`, else the IPv4 default route's interface (what the manager uses when a
-/// Service names none with `kube-vip.io/serviceInterface`).
-async fn dhcp_parent(cfg: &Config) -> Check {
-    let configured = cfg.services_interface.clone().or(cfg.interface.clone());
-    let found = match NetlinkKernel::new() {
-        Err(e) => Err(format!("netlink: {e}")),
-        Ok(k) => match &configured {
-            Some(name) => k.link_by_name(name).await.map_err(|e| e.to_string()),
-            None => {
-                let any = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
-                match k.choose_interface(any).await {
-                    Ok(idx) => k.link_by_index(idx).await.map_err(|e| e.to_string()),
-                    Err(e) => Err(e.to_string()),
-                }
-            }
-        },
-    };
-    check_dhcp_parent(
-        configured.as_deref(),
-        found.as_ref().map_err(String::as_str),
-    )
-}
-
-/// The `dhcp-parent` row from the configured parent name (`None`: automatic) and what the
-/// lookup found: pass when the link is up with carrier, fail naming it (or the lookup's
-/// error) otherwise. Pure.
-pub(crate) fn check_dhcp_parent(configured: Option<&str>, found: Result<&LinkInfo, &str>) -> Check {
-    const NAME: &str = "dhcp-parent";
-    let how = match configured {
-        Some(_) => "configured",
-        None => "the IPv4 default route's interface",
-    };
-    match found {
-        Ok(l) if l.up && l.carrier => Check::new(
-            NAME,
-            Status::Pass,
-            format!("DHCP macvlans go on {} ({how}), up with carrier", l.name),
-        ),
-        Ok(l) => Check::new(
-            NAME,
-            Status::Fail,
-            format!(
-                "DHCP macvlans' parent {} ({how}): up={} carrier={}",
-                l.name, l.up, l.carrier
-            ),
-        )
-        .fix(format!("bring the link up: ip link set {} up", l.name)),
-        Err(e) => Check::new(
-            NAME,
-            Status::Fail,
-            match configured {
-                Some(name) => format!("DHCP macvlans' parent {name:?} ({how}): {e}"),
-                None => format!("no parent for DHCP macvlans ({how}): {e}"),
-            },
-        )
-        .fix("set vip_servicesinterface (or vip_interface) to an interface of this node (ip -br link)"),
-    }
-}
-
-/// The `interface` row: `vip_interface`, else the interface chosen for the first VIP, up
-/// with carrier. Returns the link when it is usable.
-async fn check_interface(k: &NetlinkKernel, cfg: &Config, report: &mut Report) -> Option<LinkInfo> {
-    let mut iface_name = cfg.interface.clone();
-    if iface_name.is_none()
-        && let Some(a) = cfg.addresses.first()
-        && let Ok(idx) = k.choose_interface(*a).await
-        && let Ok(l) = k.link_by_index(idx).await
-    {
-        iface_name = Some(l.name);
-    }
-    let Some(name) = iface_name else {
-        report.checks.push(
-            Check::new(
-                "interface",
-                Status::Fail,
-                "no vip_interface and none chosen automatically",
-            )
-            .fix("set vip_interface (--interface)"),
-        );
-        return None;
-    };
-    match k.link_by_name(&name).await {
-        Ok(l) if l.carrier && l.up => {
-            report.checks.push(Check::new(
-                "interface",
-                Status::Pass,
-                format!("{name} is up with carrier"),
-            ));
-            Some(l)
-        }
-        Ok(l) => {
-            report.checks.push(
-                Check::new(
-                    "interface",
-                    Status::Fail,
-                    format!("{name}: up={} carrier={}", l.up, l.carrier),
-                )
-                .fix(format!(
-                    "plug the cable / bring the link up: ip link set {name} up"
-                )),
-            );
-            None
-        }
-        Err(e) => {
-            report.checks.push(
-                Check::new("interface", Status::Fail, e.to_string())
-                    .fix("set vip_interface to an interface of this node (ip -br link)"),
-            );
-            None
-        }
-    }
-}
-
-/// One `vip-free:<vip>` row per control-plane VIP: an RFC 5227 probe (the manager's own)
-/// on `vip_link`; a VIP this node carries now is not a conflict.
-async fn check_vips_free(
-    k: &NetlinkKernel,
-    cfg: &Config,
-    args: &PreflightArgs,
-    vip_link: Option<&LinkInfo>,
-    has_raw: bool,
-    report: &mut Report,
-) {
-    let local: Vec<IpAddr> = k
-        .addresses(None)
-        .await
-        .map(|a| a.into_iter().map(|x| x.vip.addr).collect())
-        .unwrap_or_default();
-    for vip in &cfg.addresses {
-        let name = format!("vip-free:{vip}");
-        let c = match vip_link {
-            _ if args.no_arp_probe => Check::new(name, Status::Skip, "--no-arp-probe"),
-            _ if local.contains(vip) => Check::new(name, Status::Pass, "this node holds it now"),
-            None => Check::new(name, Status::Skip, "needs a working interface"),
-            _ if !has_raw => Check::new(name, Status::Skip, "needs CAP_NET_RAW"),
-            Some(link) => {
-                let listen = Duration::from_millis(args.arp_probe_ms);
-                match probe_for(&RawConflictMonitor::new(), link, *vip, listen).await {
-                    Ok(macs) if macs.is_empty() => Check::new(
-                        name,
-                        Status::Pass,
-                        format!("no answer to a conflict probe within {} ms", args.arp_probe_ms),
-                    ),
-                    Ok(macs) => Check::new(
-                        name,
-                        Status::Fail,
-                        format!(
-                            "already in use on the segment by {}",
-                            macs.into_iter().map(fmt_mac).collect::<Vec<_>>().join(", ")
-                        ),
-                    )
-                    .fix("pick a free address, or stop whatever holds it (another kube-vip/keepalived?)"),
-                    Err(e) => Check::new(name, Status::Fail, e.to_string()).fix("run with CAP_NET_RAW"),
-                }
-            }
-        };
-        report.checks.push(c);
-    }
-}
-
-/// The `api` row: the election client answers within 5 s. Returns the client when it does.
-async fn check_api(cfg: &Config, report: &mut Report) -> Option<kube::Client> {
-    match crate::kube::client::election_client(&cfg.kube()).await {
-        Ok((c, url)) => match tokio::time::timeout(Duration::from_secs(5), c.apiserver_version())
-            .await
-        {
-            Ok(Ok(v)) => {
-                report.checks.push(Check::new(
-                    "api",
-                    Status::Pass,
-                    format!("{url} answers, version {}", v.git_version),
-                ));
-                Some(c)
-            }
-            Ok(Err(e)) => {
-                report
-                    .checks
-                    .push(Check::new("api", Status::Fail, format!("{url}: {e}")).fix(
-                        "check k8s_config_file and kubernetes_addr, and that the API server runs",
-                    ));
-                None
-            }
-            Err(_) => {
-                report.checks.push(
-                    Check::new("api", Status::Fail, format!("{url}: no answer within 5 s"))
-                        .fix("check kubernetes_addr / the kubeconfig's server and the firewall"),
-                );
-                None
-            }
-        },
-        Err(e) => {
-            report.checks.push(
-                Check::new("api", Status::Fail, e.to_string())
-                    .fix("set k8s_config_file (--k8sConfigPath) to a readable kubeconfig"),
-            );
-            None
-        }
-    }
-}
-
-/// A VIP that answers on the segment while the control-plane Lease names another node as
-/// holder is that node's vipd (or kube-vip) doing its job, not a conflict: the failed
-/// `vip-free` checks become passes that say so.
-async fn explain_answers_by_holder(client: &kube::Client, cfg: &Config, report: &mut Report) {
-    if !cfg.control_plane {
-        return;
-    }
-    let api: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
-        kube::Api::namespaced(client.clone(), &cfg.lease.namespace);
-    let holder =
-        match tokio::time::timeout(Duration::from_secs(5), api.get_opt(&cfg.lease.name)).await {
-            Ok(Ok(Some(l))) => l.spec.and_then(|s| s.holder_identity).unwrap_or_default(),
-            _ => return,
-        };
-    if holder.is_empty() || holder == cfg.node_name {
-        return;
-    }
-    for c in report.checks.iter_mut().filter(|c| {
-        c.name.starts_with("vip-free:")
-            && c.status == Status::Fail
-            && c.detail.starts_with("already in use")
-    }) {
-        c.status = Status::Pass;
-        c.detail = format!(
-            "{}; lease {}/{} is held by {holder}, so this is its announcer",
-            c.detail, cfg.lease.namespace, cfg.lease.name
-        );
-        c.fix = None;
-    }
-}
-
-/// SelfSubjectAccessReviews for every access of [`crate::kube::api::API_CALLS`] this
-/// configuration makes ([`crate::kube::api::checks_for`]: the features enabled, the Event and endpoint
-/// APIs the server serves, each in the namespace it is made in: `cp_namespace`,
-/// `svc_namespace` or cluster-wide). Fails naming each denied access and the rule that
-/// grants it.
-pub(crate) async fn check_rbac(client: kube::Client, cfg: &Config) -> Check {
-    let events_v1 = match crate::kube::events::discover_event_api(&client).await {
-        Ok(api) => Some(api == crate::kube::events::EventApi::EventsV1),
-        Err(_) => None,
-    };
-    let needs = crate::kube::api::Needs {
-        control_plane: cfg.control_plane,
-        services: cfg.services,
-        node_labeling: cfg.control_plane && cfg.enable_node_labeling,
-        ride_through: cfg.services && cfg.services_ride_through,
-        events_v1,
-        endpoint_slices: Some(crate::services::endpoints::endpointslice_v1_served(&client).await),
-    };
-    let namespaces = crate::kube::api::Namespaces {
-        lease: cfg.lease.namespace.clone(),
-        services: cfg.services_namespace.clone(),
-        services_election: cfg.services_election,
-    };
-    let checks = crate::kube::api::checks_for(&needs, &namespaces);
-    let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client);
-    let mut denied = Vec::new();
-    let mut errors = Vec::new();
-    for a in &checks {
-        let review = SelfSubjectAccessReview {
-            spec: SelfSubjectAccessReviewSpec {
-                resource_attributes: Some(ResourceAttributes {
-                    group: Some(a.group.to_string()),
-                    resource: Some(a.resource.to_string()),
-                    subresource: (!a.subresource.is_empty()).then(|| a.subresource.to_string()),
-                    verb: Some(a.verb.as_str().to_string()),
-                    namespace: a.namespace.clone(),
-                    name: a.name.map(str::to_string),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let answer = tokio::time::timeout(
-            Duration::from_secs(5),
-            api.create(&PostParams::default(), &review),
-        )
-        .await;
-        match answer {
-            Ok(Ok(r)) if r.status.as_ref().is_some_and(|s| s.allowed) => {}
-            Ok(Ok(_)) => denied.push(a),
-            Ok(Err(e)) => errors.push(format!("{}: {e}", a.describe())),
-            Err(_) => errors.push(format!("{}: no answer within 5 s", a.describe())),
-        }
-    }
-    rbac_verdict(&checks, &denied, &errors, events_v1)
-}
-
-/// The `rbac` row from the outcome of [`check_rbac`]'s reviews: `denied` (a subset of
-/// `checks`) and `errors` (failed reviews); `events_v1` as in [`crate::kube::api::Needs`].
-pub(crate) fn rbac_verdict(
-    checks: &[crate::kube::api::AccessCheck],
-    denied: &[&crate::kube::api::AccessCheck],
-    errors: &[String],
-    events_v1: Option<bool>,
-) -> Check {
-    if !errors.is_empty() {
-        return Check::new(
-            "rbac",
-            Status::Fail,
-            format!("SelfSubjectAccessReview failed: {}", errors.join("; ")),
-        )
-        .fix("allow create on authorization.k8s.io selfsubjectaccessreviews (every user has it by default)");
-    }
-    if denied.is_empty() {
-        let events = match events_v1 {
-            Some(true) => " (Events through events.k8s.io/v1)",
-            Some(false) => " (Events through core v1)",
-            None => "",
-        };
-        return Check::new(
-            "rbac",
-            Status::Pass,
-            format!(
-                "all {} accesses vipd makes are allowed{events}",
-                checks.len()
-            ),
-        );
-    }
-    let what: Vec<String> = denied.iter().map(|a| a.describe()).collect();
-    let mut rules: Vec<String> = Vec::new();
-    for r in denied.iter().map(|a| a.rule()) {
-        if !rules.contains(&r) {
-            rules.push(r);
-        }
-    }
-    Check::new("rbac", Status::Fail, format!("denied: {}", what.join(", "))).fix(format!(
-        "grant the rule(s) {} to this identity: `vipd manifest rbac | kubectl apply -f -` \
-         has them all in the ClusterRole {} (bind it to this identity)",
-        rules.join(", "),
-        crate::kube::api::CLUSTER_ROLE
-    ))
 }
 
 #[cfg(test)]

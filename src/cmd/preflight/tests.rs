@@ -1,4 +1,7 @@
+use super::network::check_dhcp_parent;
+use super::rbac::rbac_verdict;
 use super::*;
+use crate::net::LinkInfo;
 
 #[test]
 fn capabilities_from_status() {
