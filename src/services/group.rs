@@ -173,6 +173,62 @@ async fn group_task<K: Kernel, A: Announcer>(
     end
 }
 
+/// The client of `lease`, on the shared lease hub; a per-Service lease carries the labels
+/// of the leases the orphan collector may delete (never the global one).
+fn lease_client<K: Kernel, A: Announcer>(
+    shared: &Shared<K, A>,
+    lease: &LeaseRef,
+) -> KubeLeaseClient {
+    let client = KubeLeaseClient::new(shared.lease_client.clone(), &lease.namespace, &lease.name)
+        .with_hub(shared.hub.clone());
+    if shared.per_service {
+        client.with_labels(super::lease_gc::lease_labels())
+    } else {
+        client
+    }
+}
+
+/// The group's ends of its VIP holder's channels.
+struct HolderLinks {
+    /// The VIPs to hold.
+    vips_tx: watch::Sender<Vec<VipSpec>>,
+    /// Address conflicts the holder found.
+    conflicts: watch::Receiver<Vec<(IpAddr, [u8; 6])>>,
+    /// The addresses the holder has bound.
+    bound: watch::Receiver<Vec<IpAddr>>,
+}
+
+/// The VIP holder of `lease`, starting with `vips`, behind `gates`, and the group's ends
+/// of its channels.
+fn new_holder<K: Kernel, A: Announcer>(
+    shared: &Shared<K, A>,
+    lease: &LeaseRef,
+    vips: &[VipSpec],
+    gates: &Gates,
+) -> (VipHolder<K, A>, HolderLinks) {
+    let (vips_tx, vips_rx) = watch::channel(vips.to_vec());
+    let (conflicts_tx, conflicts) = watch::channel(Vec::new());
+    let (bound_tx, bound) = watch::channel(Vec::new());
+    let holder = VipHolder::new(
+        &lease.to_string(),
+        shared.kernel.clone(),
+        shared.announcer.clone(),
+        vips.to_vec(),
+        shared.holder_cfg.clone(),
+        gates.clone(),
+    )
+    .with_updates(vips_rx)
+    .with_conflict_reports(conflicts_tx)
+    .with_bound_reports(bound_tx)
+    .with_metrics(shared.metrics.clone());
+    let links = HolderLinks {
+        vips_tx,
+        conflicts,
+        bound,
+    };
+    (holder, links)
+}
+
 impl<K: Kernel, A: Announcer> Group<K, A> {
     /// Starts the elector and the VIP holder of `lease`.
     fn start(
@@ -183,13 +239,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         let gates = Gates::default();
         let mut ineligible = shared.ineligible.clone();
         gates.set(GATE_INELIGIBLE, ineligible.borrow_and_update().is_none());
-        let mut client =
-            KubeLeaseClient::new(shared.lease_client.clone(), &lease.namespace, &lease.name)
-                .with_hub(shared.hub.clone());
-        if shared.per_service {
-            // Marks the leases the orphan collector may delete (never the global one).
-            client = client.with_labels(super::lease_gc::lease_labels());
-        }
+        let client = lease_client(&shared, &lease);
         let (elector, leadership) =
             Elector::new(client.clone(), shared.node.clone(), shared.timing, &gates);
         let elector = match &shared.ride {
@@ -219,21 +269,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             ));
         let duplicate = elector.duplicate_identity();
         let state = leadership.state.clone();
-        let (vips_tx, vips_rx) = watch::channel(initial.vips.clone());
-        let (conflicts_tx, conflicts) = watch::channel(Vec::new());
-        let (bound_tx, bound) = watch::channel(Vec::new());
-        let holder = VipHolder::new(
-            &lease.to_string(),
-            shared.kernel.clone(),
-            shared.announcer.clone(),
-            initial.vips.clone(),
-            shared.holder_cfg.clone(),
-            gates.clone(),
-        )
-        .with_updates(vips_rx)
-        .with_conflict_reports(conflicts_tx)
-        .with_bound_reports(bound_tx)
-        .with_metrics(shared.metrics.clone());
+        let (holder, links) = new_holder(&shared, &lease, &initial.vips, &gates);
         // The holder runs from the start, also while following: its local checks (interface
         // present, VIP not already on the node untagged) close the gates before this node
         // campaigns, so a node that must not carry the address never takes the lease.
@@ -264,13 +300,13 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             client,
             spec,
             current: initial,
-            vips_tx,
+            vips_tx: links.vips_tx,
             preference,
             preferred,
             failbacks,
             state,
-            conflicts,
-            bound,
+            conflicts: links.conflicts,
+            bound: links.bound,
             duplicate,
             seen,
             leading: false,

@@ -57,6 +57,9 @@ use crate::services::plan::decide::{self, StopOrder};
 use crate::services::plan::desired::{self, Candidate, LeaseRef, Mode, Plan, PlanConfig};
 use crate::services::plan::notes::Note;
 
+mod ride;
+use ride::{RideSetup, ride_setup};
+
 impl GroupSpec {
     /// Counts `vipd_vip_handovers_total{vip, reason}` once for each of the group's VIPs:
     /// this node (the holder) hands them over on purpose.
@@ -179,83 +182,6 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
         stop.clone(),
     ));
     Ok(Running { stop, task })
-}
-
-/// How long the start-up read of the peer key Secret retries failures that may pass (no
-/// answer, a timeout, 429 or 5xx): a node whose link or API server comes up a moment after
-/// vipd (a reboot, the lab's link healing) must not exit on it.
-const KEY_READ_PATIENCE: Duration = Duration::from_secs(60);
-
-/// What `svc_ridethrough` needs before the wing starts, checked at start.
-pub(super) struct RideSetup {
-    key: crate::peer::wire::PeerKey,
-    socket: crate::peer::socket::PeerSocket,
-    cfg: crate::peer::ridethrough::RideConfig,
-    boot_id: u64,
-}
-
-/// Reads the peer key from the Secret [`crate::kube::api::PEER_KEY_SECRET`] in `cp_namespace`, opens
-/// the peer socket on the Services interface (`vip_servicesinterface`, else
-/// `vip_interface`, else the IPv4 default route's) and derives the protocol timings.
-///
-/// # Errors
-/// [`ServicesError::RideThrough`] naming the Secret (missing, no `key`, too short, not
-/// readable), the interface or the timing rule.
-async fn ride_setup<K: Kernel>(
-    cfg: &Settings,
-    client: &kube::Client,
-    kernel: &K,
-    holder_cfg: &HolderConfig,
-) -> Result<RideSetup, ServicesError> {
-    use crate::kube::api::PEER_KEY_SECRET;
-    let ns = cfg.cp_namespace.as_str();
-    let err = |what: String| ServicesError::RideThrough(format!("svc_ridethrough: {what}"));
-    if !holder_cfg.fence.address_fences {
-        // Its safety argument (docs/design.md) counts on the whole-second address fence.
-        return Err(err(
-            "needs Service lease timings with a whole-second address fence (e.g. \
-             svc_leaseduration=3 svc_renewdeadline=2 svc_retryperiod=1), not the millisecond \
-             fence of sub-second timings"
-                .into(),
-        ));
-    }
-    let key = crate::peer::key::read_peer_key(client, ns, KEY_READ_PATIENCE)
-        .await
-        .map_err(err)?;
-    let ifname = cfg
-        .services_interface
-        .clone()
-        .or_else(|| cfg.interface.clone());
-    let link = match ifname {
-        Some(name) => kernel.link_by_name(&name).await,
-        None => match kernel
-            .choose_interface(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED))
-            .await
-        {
-            Ok(idx) => kernel.link_by_index(idx).await,
-            Err(e) => Err(e),
-        },
-    }
-    .map_err(|e| {
-        err(format!(
-            "cannot find the Services interface for the peer protocol (set vip_servicesinterface): {e}"
-        ))
-    })?;
-    let socket = crate::peer::socket::PeerSocket::open(&link).map_err(|e| err(e.to_string()))?;
-    let ride_cfg = crate::peer::ridethrough::RideConfig::new(
-        &cfg.services_timing,
-        holder_cfg.fence.address_secs,
-    )
-    .map_err(|e| err(e.to_string()))?;
-    let boot_id = crate::peer::wire::new_boot_id()
-        .map_err(|_| err("no random numbers for the peer protocol's boot id".into()))?;
-    info!(interface = %link.name, secret = %format!("{ns}/{PEER_KEY_SECRET}"), "svc_ridethrough: peer key read, heartbeats go on this interface");
-    Ok(RideSetup {
-        key,
-        socket,
-        cfg: ride_cfg,
-        boot_id,
-    })
 }
 
 /// The caches of Services, Nodes and endpoints, and the notification of their changes.
@@ -401,17 +327,7 @@ async fn run<K: Kernel, A: Announcer>(
     dhcp: Option<Arc<dyn crate::dhcp::Dhcp>>,
     shutdown: CancellationToken,
 ) {
-    let dhcp = match (cfg.dhcp_mode, dhcp) {
-        (true, None) => {
-            error!(
-                "dhcp_mode is on but this vipd runs no DHCP client: Services with address 0.0.0.0 get no address"
-            );
-            None
-        }
-        (true, Some(d)) => Some(d),
-        // DHCP Services are refused with a Warning when dhcp_mode is off (select).
-        (false, _) => None,
-    };
+    let dhcp = dhcp_client(&cfg, dhcp);
     let watches = CancellationToken::new();
     let client = clients.other.clone();
     let namespace = cfg.services_namespace.as_deref();
@@ -428,23 +344,16 @@ async fn run<K: Kernel, A: Announcer>(
     let hub = LeaseHub::start(client.clone(), lease_namespace, activity, watches.clone());
     // Heartbeats start here, after the manager's start-up cleanup removed a previous
     // process's VIPs; membership comes from the Node cache.
-    let ride = match ride {
-        Some(r) => {
-            let parts = crate::peer::node::PeerParts {
-                node: cfg.node_name.clone(),
-                cfg: r.cfg,
-                key: r.key,
-                socket: r.socket,
-                boot_id: r.boot_id,
-                client: clients.leases.clone(),
-                nodes: caches.nodes.clone(),
-                metrics: metrics.clone(),
-                readiness: readiness.clone(),
-            };
-            Some(crate::peer::node::PeerNode::start(parts, watches.clone()))
-        }
-        None => None,
-    };
+    let ride = ride.map(|r| {
+        r.start(
+            &cfg.node_name,
+            &clients.leases,
+            &caches.nodes,
+            &metrics,
+            &readiness,
+            &watches,
+        )
+    });
     let shared = Arc::new(Shared {
         ride,
         dhcp,
@@ -492,33 +401,28 @@ async fn run<K: Kernel, A: Announcer>(
         ));
     }
     let mut main = MainLoop::new(cfg, shared, plan_cfg, caches);
-    // The node's own addresses decide which Services it may announce (the subnet rule):
-    // a change of them alone starts a pass too.
-    let mut addresses = tokio::time::interval(ConnectedSubnets::REFRESH);
-    addresses.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        let settle = tokio::select! {
-            _ = shutdown.cancelled() => break,
-            _ = main.caches.changed.notified() => true,
-            // A handover finished: held-back addresses may be bound now, without delay.
-            _ = main.gov.settled.notified() => false,
-            _ = main.retry.wait() => false,
-            _ = addresses.tick() => {
-                if !main.subnets.changed(&*main.shared.kernel).await {
-                    continue;
-                }
-                debug!("Services: the node's addresses changed");
-                false
-            }
-        };
-        if settle {
-            // Let a burst of events settle into one recomputation.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        main.pass().await;
-    }
+    main.run_until(&shutdown).await;
     main.stop().await;
     watches.cancel();
+}
+
+/// The DHCP client the wing's groups use: `dhcp` with `dhcp_mode` on (an error is logged
+/// when there is none), else none.
+fn dhcp_client(
+    cfg: &Settings,
+    dhcp: Option<Arc<dyn crate::dhcp::Dhcp>>,
+) -> Option<Arc<dyn crate::dhcp::Dhcp>> {
+    match (cfg.dhcp_mode, dhcp) {
+        (true, None) => {
+            error!(
+                "dhcp_mode is on but this vipd runs no DHCP client: Services with address 0.0.0.0 get no address"
+            );
+            None
+        }
+        (true, Some(d)) => Some(d),
+        // DHCP Services are refused with a Warning when dhcp_mode is off (select).
+        (false, _) => None,
+    }
 }
 
 /// The main loop's state between passes.
@@ -564,6 +468,36 @@ impl<K: Kernel, A: Announcer> MainLoop<K, A> {
             subnets: ConnectedSubnets::default(),
             namespaces_counted: BTreeMap::new(),
             write_rate_warned: None,
+        }
+    }
+
+    /// Makes a pass on every change (of a cache, of the node's addresses, a finished
+    /// handover, a retry due) until `shutdown`.
+    async fn run_until(&mut self, shutdown: &CancellationToken) {
+        // The node's own addresses decide which Services it may announce (the subnet rule):
+        // a change of them alone starts a pass too.
+        let mut addresses = tokio::time::interval(ConnectedSubnets::REFRESH);
+        addresses.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            let settle = tokio::select! {
+                _ = shutdown.cancelled() => break,
+                _ = self.caches.changed.notified() => true,
+                // A handover finished: held-back addresses may be bound now, without delay.
+                _ = self.gov.settled.notified() => false,
+                _ = self.retry.wait() => false,
+                _ = addresses.tick() => {
+                    if !self.subnets.changed(&*self.shared.kernel).await {
+                        continue;
+                    }
+                    debug!("Services: the node's addresses changed");
+                    false
+                }
+            };
+            if settle {
+                // Let a burst of events settle into one recomputation.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            self.pass().await;
         }
     }
 

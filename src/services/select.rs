@@ -13,7 +13,7 @@ use tracing::debug;
 use super::Settings;
 use crate::net::Kernel;
 use crate::services::plan::desired::{self, Candidate, LeaseRef, NotHere};
-use crate::services::plan::model::{self, Selection, ServiceInfo};
+use crate::services::plan::model::{self, DhcpRequest, Selection, ServiceInfo};
 use crate::services::plan::notes::Note;
 
 /// The node's connected subnets (its own addresses, not vipd's), with the name of their
@@ -215,136 +215,33 @@ pub(super) fn candidates(
     let mut notes = Vec::new();
     for svc in services {
         let info: ServiceInfo = model::service_info(svc);
-        let note = |reason: &'static str, message: String, warn: bool| Note {
-            key: info.key.clone(),
-            uid: info.uid.clone(),
-            reason,
-            message,
-            warn,
+        let mut n = Notes {
+            info: &info,
+            notes: &mut notes,
         };
-        match model::selection(
-            &info,
-            cfg.lb_class_only,
-            &cfg.lb_class_name,
-            cfg.services_namespace.as_deref(),
-        ) {
-            Selection::Announce => {}
-            Selection::Skip(reason) => {
-                // Only our own Services (of our class, LoadBalancer) get a word.
-                if reason.warrants_warning() {
-                    notes.push(note(
-                        crate::services::plan::reasons::REASON_INVALID_CONFIG,
-                        format!("not announced: {reason}"),
-                        true,
-                    ));
-                } else if matches!(reason, model::SkipReason::NoAddress) {
-                    // Name the field and the rejected values, not just "no address".
-                    let message = match info.addresses.rejection_message() {
-                        Some(rejected) => format!("not announced: no usable address; {rejected}"),
-                        None => format!("not announced: {reason}"),
-                    };
-                    notes.push(note(
-                        crate::services::plan::reasons::REASON_NO_ADDRESS,
-                        message,
-                        false,
-                    ));
-                }
-                if !matches!(reason, model::SkipReason::NoAddress)
-                    || info.addresses.rejected.is_empty()
-                {
-                    continue;
-                }
-            }
+        if !selected(cfg, &mut n) {
+            continue;
         }
         for r in &info.addresses.rejected {
-            notes.push(note(
+            n.push(
                 crate::services::plan::reasons::REASON_INVALID_ADDRESS,
                 format!(
                     "address {:?} from {} rejected: {}",
                     r.value, info.addresses.source, r.reason
                 ),
                 true,
-            ));
+            );
         }
-        let mut dhcp = None;
-        if info.addresses.dhcp && !cfg.dhcp_mode {
-            notes.push(note(
-                crate::services::plan::reasons::REASON_DHCP_NOT_ENABLED,
-                format!(
-                    "address 0.0.0.0 / :: from {} asks for DHCP, but DHCP mode is not enabled: set dhcp_mode=true (--dhcpMode) or give the Service an address",
-                    info.addresses.source
-                ),
-                true,
-            ));
-        } else if info.addresses.dhcp {
-            match model::dhcp_request(&info) {
-                Ok(request) => dhcp = Some(request),
-                Err(bad) => {
-                    for b in bad {
-                        notes.push(note(
-                            crate::services::plan::reasons::REASON_INVALID_CONFIG,
-                            format!("DHCP client not started: {b}"),
-                            true,
-                        ));
-                    }
-                }
-            }
-        }
-        let mut addresses = info.addresses.addresses.clone();
-        addresses.retain(|a| {
-            if let Some(node) = node_addrs.get(a) {
-                notes.push(note(
-                    crate::services::plan::reasons::REASON_ADDRESS_OF_NODE,
-                    format!(
-                        "address {a} from {} is node {node}'s own address; refused (announcing it would take the node's traffic)",
-                        info.addresses.source
-                    ),
-                    true,
-                ));
-                return false;
-            }
-            if let Some((reason, why)) = unusable.check(*a) {
-                notes.push(note(
-                    reason,
-                    format!("{why}; from {}", info.addresses.source),
-                    true,
-                ));
-                return false;
-            }
-            true
-        });
+        let dhcp = dhcp_of(cfg, &mut n);
+        let addresses = usable_addresses(node_addrs, unusable, &mut n);
         if addresses.is_empty() && dhcp.is_none() {
             continue;
         }
         let local_endpoint = local.contains(&(info.key.namespace.clone(), info.key.name.clone()));
         let selector = info.node_selector.as_ref().and_then(|s| s.as_ref().ok());
         let not_here = here.not_here(&addresses, info.interface.as_deref(), selector);
-        let preferred = match &info.preferred_nodes {
-            Some(Ok(nodes)) => nodes.clone(),
-            Some(Err((value, error))) => {
-                notes.push(note(
-                    crate::services::plan::reasons::REASON_INVALID_CONFIG,
-                    format!(
-                        "annotation {}={value:?} ignored: {error}",
-                        crate::nodes::selector::PREFERRED_NODES_ANNOTATION
-                    ),
-                    true,
-                ));
-                Vec::new()
-            }
-            None => Vec::new(),
-        };
-        if !info.dhcp_lease_bad.is_empty() {
-            notes.push(note(
-                crate::services::plan::reasons::REASON_INVALID_CONFIG,
-                format!(
-                    "annotation {}: entries {:?} are not IP addresses and are ignored (vipd writes this record of the addresses a Service shares from a DHCP lease; fix or remove it)",
-                    model::ANN_DHCP_LEASE,
-                    info.dhcp_lease_bad
-                ),
-                true,
-            ));
-        }
+        let preferred = preferred_nodes(&mut n);
+        note_bad_lease_marks(&mut n);
         out.push(Candidate {
             not_here,
             preferred,
@@ -364,6 +261,159 @@ pub(super) fn candidates(
         });
     }
     (out, notes)
+}
+
+/// The notes about one Service, as [`candidates`] collects them.
+struct Notes<'a> {
+    info: &'a ServiceInfo,
+    notes: &'a mut Vec<Note>,
+}
+
+impl Notes<'_> {
+    /// Adds a note about the Service.
+    fn push(&mut self, reason: &'static str, message: String, warn: bool) {
+        self.notes.push(Note {
+            key: self.info.key.clone(),
+            uid: self.info.uid.clone(),
+            reason,
+            message,
+            warn,
+        });
+    }
+}
+
+/// Whether the Service goes on to the address checks: selected, or skipped for no usable
+/// address with rejected values (they get a note each). Notes why it is skipped.
+fn selected(cfg: &Settings, n: &mut Notes<'_>) -> bool {
+    let info = n.info;
+    match model::selection(
+        info,
+        cfg.lb_class_only,
+        &cfg.lb_class_name,
+        cfg.services_namespace.as_deref(),
+    ) {
+        Selection::Announce => true,
+        Selection::Skip(reason) => {
+            // Only our own Services (of our class, LoadBalancer) get a word.
+            if reason.warrants_warning() {
+                n.push(
+                    crate::services::plan::reasons::REASON_INVALID_CONFIG,
+                    format!("not announced: {reason}"),
+                    true,
+                );
+            } else if matches!(reason, model::SkipReason::NoAddress) {
+                // Name the field and the rejected values, not just "no address".
+                let message = match info.addresses.rejection_message() {
+                    Some(rejected) => format!("not announced: no usable address; {rejected}"),
+                    None => format!("not announced: {reason}"),
+                };
+                n.push(
+                    crate::services::plan::reasons::REASON_NO_ADDRESS,
+                    message,
+                    false,
+                );
+            }
+            matches!(reason, model::SkipReason::NoAddress) && !info.addresses.rejected.is_empty()
+        }
+    }
+}
+
+/// The Service's DHCP request, when it asks for DHCP and may have one (notes why not).
+fn dhcp_of(cfg: &Settings, n: &mut Notes<'_>) -> Option<DhcpRequest> {
+    let info = n.info;
+    if info.addresses.dhcp && !cfg.dhcp_mode {
+        n.push(
+            crate::services::plan::reasons::REASON_DHCP_NOT_ENABLED,
+            format!(
+                "address 0.0.0.0 / :: from {} asks for DHCP, but DHCP mode is not enabled: set dhcp_mode=true (--dhcpMode) or give the Service an address",
+                info.addresses.source
+            ),
+            true,
+        );
+    } else if info.addresses.dhcp {
+        match model::dhcp_request(info) {
+            Ok(request) => return Some(request),
+            Err(bad) => {
+                for b in bad {
+                    n.push(
+                        crate::services::plan::reasons::REASON_INVALID_CONFIG,
+                        format!("DHCP client not started: {b}"),
+                        true,
+                    );
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The Service's addresses without nodes' own (`node_addrs`) and the `unusable` ones
+/// (each refused one gets a note).
+fn usable_addresses(
+    node_addrs: &BTreeMap<IpAddr, String>,
+    unusable: &Unusable,
+    n: &mut Notes<'_>,
+) -> Vec<IpAddr> {
+    let info = n.info;
+    let mut addresses = info.addresses.addresses.clone();
+    addresses.retain(|a| {
+        if let Some(node) = node_addrs.get(a) {
+            n.push(
+                crate::services::plan::reasons::REASON_ADDRESS_OF_NODE,
+                format!(
+                    "address {a} from {} is node {node}'s own address; refused (announcing it would take the node's traffic)",
+                    info.addresses.source
+                ),
+                true,
+            );
+            return false;
+        }
+        if let Some((reason, why)) = unusable.check(*a) {
+            n.push(
+                reason,
+                format!("{why}; from {}", info.addresses.source),
+                true,
+            );
+            return false;
+        }
+        true
+    });
+    addresses
+}
+
+/// The Service's preferred nodes (none, with a note, when the annotation is invalid).
+fn preferred_nodes(n: &mut Notes<'_>) -> Vec<String> {
+    match &n.info.preferred_nodes {
+        Some(Ok(nodes)) => nodes.clone(),
+        Some(Err((value, error))) => {
+            n.push(
+                crate::services::plan::reasons::REASON_INVALID_CONFIG,
+                format!(
+                    "annotation {}={value:?} ignored: {error}",
+                    crate::nodes::selector::PREFERRED_NODES_ANNOTATION
+                ),
+                true,
+            );
+            Vec::new()
+        }
+        None => Vec::new(),
+    }
+}
+
+/// Notes the entries of the Service's DHCP lease record that are not IP addresses.
+fn note_bad_lease_marks(n: &mut Notes<'_>) {
+    let info = n.info;
+    if !info.dhcp_lease_bad.is_empty() {
+        n.push(
+            crate::services::plan::reasons::REASON_INVALID_CONFIG,
+            format!(
+                "annotation {}: entries {:?} are not IP addresses and are ignored (vipd writes this record of the addresses a Service shares from a DHCP lease; fix or remove it)",
+                model::ANN_DHCP_LEASE,
+                info.dhcp_lease_bad
+            ),
+            true,
+        );
+    }
 }
 
 #[cfg(test)]

@@ -361,22 +361,7 @@ impl StatusSync {
                 if !all_refused {
                     continue;
                 }
-                let ours = cached
-                    .as_deref()
-                    .and_then(super::publish::vip_host_of)
-                    .is_some_and(|h| h == ctx.node);
-                if ours {
-                    match ctx.writer.clear(key).await {
-                        Ok(_) => {
-                            self.announced.remove(key);
-                            info!(service = %key, "address not held (refused, given up, or its DHCP lease lost and not re-acquired): status and vipHost cleared")
-                        }
-                        Err(e) => {
-                            warn!(service = %key, error = %e, "clearing status failed; retrying with back-off");
-                            ok = false;
-                        }
-                    }
-                }
+                ok &= self.clear_ours(ctx, key, cached.as_deref()).await;
                 continue;
             }
             let addrs = addrs.as_slice();
@@ -416,21 +401,56 @@ impl StatusSync {
             }
         }
         if retrying || !self.pending.is_empty() {
-            let mut done = Vec::new();
-            for (key, (uid, ev)) in &self.pending {
-                match ctx.writer.event(key, uid.as_deref(), ev).await {
-                    Ok(()) => done.push(key.clone()),
-                    Err(e) => {
-                        debug!(service = %key, error = %e, "cannot record event; retrying");
-                        ok = false;
-                    }
-                }
-            }
-            for k in done {
-                self.pending.remove(&k);
-            }
+            ok &= self.post_pending(ctx).await;
         }
         self.retry.after(ok);
+    }
+
+    /// Clears the status and vipHost of `key` when `cached` names this node as its holder
+    /// (every address refused); `false` when that failed.
+    async fn clear_ours<W: StatusWriter>(
+        &mut self,
+        ctx: &StatusCtx<'_, W>,
+        key: &ServiceKey,
+        cached: Option<&Service>,
+    ) -> bool {
+        let ours = cached
+            .and_then(super::publish::vip_host_of)
+            .is_some_and(|h| h == ctx.node);
+        if !ours {
+            return true;
+        }
+        match ctx.writer.clear(key).await {
+            Ok(_) => {
+                self.announced.remove(key);
+                info!(service = %key, "address not held (refused, given up, or its DHCP lease lost and not re-acquired): status and vipHost cleared");
+                true
+            }
+            Err(e) => {
+                warn!(service = %key, error = %e, "clearing status failed; retrying with back-off");
+                false
+            }
+        }
+    }
+
+    /// Posts the pending announcement Events (those posted leave the list); `false` when
+    /// one failed.
+    async fn post_pending<W: StatusWriter>(&mut self, ctx: &StatusCtx<'_, W>) -> bool {
+        let mut ok = true;
+        let mut done = Vec::new();
+        for (key, (uid, ev)) in &self.pending {
+            match ctx.writer.event(key, uid.as_deref(), ev).await {
+                Ok(()) => done.push(key.clone()),
+                Err(e) => {
+                    debug!(service = %key, error = %e, "cannot record event; retrying");
+                    ok = false;
+                }
+            }
+        }
+        for k in done {
+            self.pending.remove(&k);
+        }
+        ok
     }
 }
 

@@ -36,34 +36,7 @@ pub(crate) async fn follow<K: crate::net::Kernel, A: crate::net::Announcer>(
             continue;
         }
         let current = spec.borrow().clone();
-        let mut invalid = Vec::new();
-        let checks = {
-            let ctx = shared.status_ctx();
-            let anns: Vec<(String, Option<String>)> = current
-                .services
-                .iter()
-                .map(|(k, _, _)| {
-                    let a = ctx.cached(k).and_then(|s| {
-                        s.metadata
-                            .annotations
-                            .as_ref()
-                            .and_then(|a| a.get(HEALTHCHECK_ANNOTATION).cloned())
-                    });
-                    (k.to_string(), a)
-                })
-                .collect();
-            group_checks(
-                anns.iter().map(|(k, a)| (k.clone(), a.as_deref())),
-                settings.default.as_ref(),
-                &mut invalid,
-            )
-        };
-        for bad in &invalid {
-            if !warned_invalid.contains(bad) {
-                warn!(service = %bad.0, value = %bad.1, error = %bad.2, "invalid {HEALTHCHECK_ANNOTATION} annotation; using the node's svc_healthcheck");
-            }
-        }
-        warned_invalid = invalid;
+        let checks = current_checks(&shared, &current, &mut warned_invalid);
         if checks != last_checks {
             if !checks.is_empty() {
                 let list: Vec<String> = checks.iter().map(ToString::to_string).collect();
@@ -117,4 +90,43 @@ pub(crate) async fn follow<K: crate::net::Kernel, A: crate::net::Announcer>(
             }
         }
     }
+}
+
+/// The checks of `current`'s Services now (each one's annotation from the cache, else the
+/// node's `svc_healthcheck`), warning about an invalid annotation when it was not invalid
+/// in the last call (`warned_invalid`: the invalid ones then).
+fn current_checks<K: crate::net::Kernel, A: crate::net::Announcer>(
+    shared: &crate::services::shared::Shared<K, A>,
+    current: &crate::services::plan::decide::GroupSpec,
+    warned_invalid: &mut Vec<(String, String, String)>,
+) -> Vec<HealthCheck> {
+    let mut invalid = Vec::new();
+    let checks = {
+        let ctx = shared.status_ctx();
+        let anns: Vec<(String, Option<String>)> = current
+            .services
+            .iter()
+            .map(|(k, _, _)| {
+                let a = ctx.cached(k).and_then(|s| {
+                    s.metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(HEALTHCHECK_ANNOTATION).cloned())
+                });
+                (k.to_string(), a)
+            })
+            .collect();
+        group_checks(
+            anns.iter().map(|(k, a)| (k.clone(), a.as_deref())),
+            shared.health.default.as_ref(),
+            &mut invalid,
+        )
+    };
+    for bad in &invalid {
+        if !warned_invalid.contains(bad) {
+            tracing::warn!(service = %bad.0, value = %bad.1, error = %bad.2, "invalid {HEALTHCHECK_ANNOTATION} annotation; using the node's svc_healthcheck");
+        }
+    }
+    *warned_invalid = invalid;
+    checks
 }

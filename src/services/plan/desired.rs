@@ -204,21 +204,47 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
     });
 
     let mut out = Plan::default();
-    // (address, port, protocol) -> first Service using it.
-    let mut claimed: BTreeMap<(IpAddr, i32, String), ServiceKey> = BTreeMap::new();
-    // address -> governing lease.
-    let mut governing: BTreeMap<IpAddr, LeaseRef> = BTreeMap::new();
+    let mut claims = Claims::default();
     // Addresses DHCP Services lease (their `kube-vip.io/requestedIP`), carried by their
     // macvlans: Services naming one concretely (Harvester's share-IP mode) join the DHCP
     // Service's group and are served on its macvlan, never bound on the parent as well
     // (that would be a second MAC, or a second node, answering for the address). The
     // oldest DHCP Service naming an address has it; its ports are claimed there first.
-    //
-    // A DHCP Service's identity on the segment is its MAC (and, on the holder, its
-    // macvlan's name): the oldest DHCP Service with a MAC or a macvlan name has it; a newer
-    // one with the same (a copied `kube-vip.io/hwaddr` or `kube-vip.io/macvlanName`) is
-    // left out with a [`DhcpConflict`]: two clients with one MAC share one DHCP lease, and
-    // their holders would answer for it from two nodes with that MAC.
+    let mut left_out = dhcp_identity_conflicts(&ordered);
+    let dhcp_owned = claim_dhcp_addresses(&ordered, &left_out, cfg, &mut claims);
+
+    for svc in ordered {
+        if let Some(c) = left_out.remove(&svc.key) {
+            out.dhcp_conflicts.push(c);
+            continue;
+        }
+        place_service(&mut out, &mut claims, &dhcp_owned, svc, cfg);
+    }
+    for g in out.groups.values_mut() {
+        if g.campaign {
+            g.not_here = None;
+        }
+    }
+    out
+}
+
+/// What the planner has handed out so far.
+#[derive(Default)]
+struct Claims {
+    /// (address, port, protocol) -> first Service using it.
+    ports: BTreeMap<(IpAddr, i32, String), ServiceKey>,
+    /// address -> governing lease.
+    governing: BTreeMap<IpAddr, LeaseRef>,
+}
+
+/// The DHCP Services left out for their identity on the segment (`ordered` by age).
+///
+/// A DHCP Service's identity on the segment is its MAC (and, on the holder, its
+/// macvlan's name): the oldest DHCP Service with a MAC or a macvlan name has it; a newer
+/// one with the same (a copied `kube-vip.io/hwaddr` or `kube-vip.io/macvlanName`) is
+/// left out with a [`DhcpConflict`]: two clients with one MAC share one DHCP lease, and
+/// their holders would answer for it from two nodes with that MAC.
+fn dhcp_identity_conflicts(ordered: &[&Candidate]) -> BTreeMap<ServiceKey, DhcpConflict> {
     let mut macs: BTreeMap<[u8; 6], &ServiceKey> = BTreeMap::new();
     let mut macvlans: BTreeMap<&str, &ServiceKey> = BTreeMap::new();
     let mut left_out: BTreeMap<ServiceKey, DhcpConflict> = BTreeMap::new();
@@ -255,12 +281,24 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
             }
         }
     }
-    // A DHCP Service asking for an address (requestedIP) that an older Service of another
-    // namespace names concretely does not take it over (one annotation must not move
-    // another tenant's address); it asks the DHCP server like for any address, and the
-    // conflict probe before use declines it while the older Service answers. In its own
-    // namespace it does: Harvester's share-IP Services and its upgrade flow (a DHCP
-    // Service re-created with the old MAC and address) live there.
+    left_out
+}
+
+/// The addresses DHCP Services request and have (`ordered` by age, those `left_out`
+/// skipped), governed by their own lease, their ports claimed first.
+///
+/// A DHCP Service asking for an address (requestedIP) that an older Service of another
+/// namespace names concretely does not take it over (one annotation must not move
+/// another tenant's address); it asks the DHCP server like for any address, and the
+/// conflict probe before use declines it while the older Service answers. In its own
+/// namespace it does: Harvester's share-IP Services and its upgrade flow (a DHCP
+/// Service re-created with the old MAC and address) live there.
+fn claim_dhcp_addresses(
+    ordered: &[&Candidate],
+    left_out: &BTreeMap<ServiceKey, DhcpConflict>,
+    cfg: &PlanConfig,
+    claims: &mut Claims,
+) -> BTreeSet<IpAddr> {
     let mut first_static: BTreeMap<IpAddr, Vec<(usize, &str)>> = BTreeMap::new();
     for (i, svc) in ordered.iter().enumerate() {
         for a in &svc.addresses {
@@ -289,103 +327,108 @@ pub fn plan_leases(services: &[Candidate], cfg: &PlanConfig) -> Plan {
             {
                 continue;
             }
-            governing.insert(a, own_lease(svc, cfg));
+            claims.governing.insert(a, own_lease(svc, cfg));
             for p in &svc.ports {
-                claimed
+                claims
+                    .ports
                     .entry((a, p.port, p.protocol.clone()))
                     .or_insert_with(|| svc.key.clone());
             }
         }
     }
+    dhcp_owned
+}
 
-    for svc in ordered {
-        if let Some(c) = left_out.remove(&svc.key) {
-            out.dhcp_conflicts.push(c);
-            continue;
-        }
-        let lapsed: Vec<IpAddr> = svc
-            .addresses
-            .iter()
-            .filter(|a| svc.dhcp_lease_marks.contains(a) && !dhcp_owned.contains(a))
-            .copied()
-            .collect();
-        if !lapsed.is_empty() {
-            out.lapsed.push(LapsedLease {
-                service: svc.key.clone(),
-                addresses: lapsed,
-            });
-            continue;
-        }
-        let clash = svc.addresses.iter().find_map(|a| {
-            svc.ports.iter().find_map(|p| {
-                claimed
-                    .get(&(*a, p.port, p.protocol.clone()))
-                    .filter(|other| **other != svc.key)
-                    .map(|other| (*a, p.clone(), other.clone()))
-            })
+/// Places one Service (in age order) in the plan: left out when an address of its DHCP
+/// lease lapsed or one of its ports is taken, else its addresses join the groups of their
+/// governing leases and its DHCP client its own lease's group.
+fn place_service(
+    out: &mut Plan,
+    claims: &mut Claims,
+    dhcp_owned: &BTreeSet<IpAddr>,
+    svc: &Candidate,
+    cfg: &PlanConfig,
+) {
+    let lapsed: Vec<IpAddr> = svc
+        .addresses
+        .iter()
+        .filter(|a| svc.dhcp_lease_marks.contains(a) && !dhcp_owned.contains(a))
+        .copied()
+        .collect();
+    if !lapsed.is_empty() {
+        out.lapsed.push(LapsedLease {
+            service: svc.key.clone(),
+            addresses: lapsed,
         });
-        if let Some((address, port, with)) = clash {
-            out.conflicts.push(Conflict {
-                service: svc.key.clone(),
-                with,
-                address,
-                port,
-            });
+        return;
+    }
+    let clash = svc.addresses.iter().find_map(|a| {
+        svc.ports.iter().find_map(|p| {
+            claims
+                .ports
+                .get(&(*a, p.port, p.protocol.clone()))
+                .filter(|other| **other != svc.key)
+                .map(|other| (*a, p.clone(), other.clone()))
+        })
+    });
+    if let Some((address, port, with)) = clash {
+        out.conflicts.push(Conflict {
+            service: svc.key.clone(),
+            with,
+            address,
+            port,
+        });
+        return;
+    }
+    for a in &svc.addresses {
+        for p in &svc.ports {
+            claims
+                .ports
+                .insert((*a, p.port, p.protocol.clone()), svc.key.clone());
+        }
+    }
+    out.addresses.insert(svc.key.clone(), svc.addresses.clone());
+    for a in &svc.addresses {
+        if cfg.control_plane.contains(a) {
+            out.on_control_plane.insert(svc.key.clone());
             continue;
         }
-        for a in &svc.addresses {
-            for p in &svc.ports {
-                claimed.insert((*a, p.port, p.protocol.clone()), svc.key.clone());
-            }
+        let lease = claims
+            .governing
+            .entry(*a)
+            .or_insert_with(|| own_lease(svc, cfg))
+            .clone();
+        let group = join_group(out, lease, svc, cfg);
+        if dhcp_owned.contains(a) {
+            // On the DHCP Service's macvlan (its holder's effective VIPs).
+            continue;
         }
-        out.addresses.insert(svc.key.clone(), svc.addresses.clone());
-        for a in &svc.addresses {
-            if cfg.control_plane.contains(a) {
-                out.on_control_plane.insert(svc.key.clone());
-                continue;
-            }
-            let lease = governing
-                .entry(*a)
-                .or_insert_with(|| own_lease(svc, cfg))
-                .clone();
-            let group = join_group(&mut out, lease, svc, cfg);
-            if dhcp_owned.contains(a) {
-                // On the DHCP Service's macvlan (its holder's effective VIPs).
-                continue;
-            }
-            let vip = Vip {
-                addr: *a,
-                prefix: vip_prefix(&cfg.subnet, a),
-            };
-            if !group.vips.iter().any(|v| v.vip.addr == *a) {
-                group.vips.push(VipSpec {
-                    vip,
-                    interface: svc.interface.clone().or_else(|| cfg.interface.clone()),
-                    not_after: None,
-                });
-            }
-        }
-        if let Some(request) = &svc.dhcp {
-            // The Service's own lease governs its DHCP client (per-Service election), or
-            // the global one; the leased address is not known in advance, so no other
-            // lease competes for it.
-            let group = join_group(&mut out, own_lease(svc, cfg), svc, cfg);
-            let mut request = request.clone();
-            // The macvlan's parent: the Service's annotation, else the configured Services
-            // interface, else (None) the automatic one, resolved by the holder.
-            request.parent = request.parent.or_else(|| cfg.interface.clone());
-            group.dhcp.push(DhcpService {
-                key: svc.key.clone(),
-                request,
+        let vip = Vip {
+            addr: *a,
+            prefix: vip_prefix(&cfg.subnet, a),
+        };
+        if !group.vips.iter().any(|v| v.vip.addr == *a) {
+            group.vips.push(VipSpec {
+                vip,
+                interface: svc.interface.clone().or_else(|| cfg.interface.clone()),
+                not_after: None,
             });
         }
     }
-    for g in out.groups.values_mut() {
-        if g.campaign {
-            g.not_here = None;
-        }
+    if let Some(request) = &svc.dhcp {
+        // The Service's own lease governs its DHCP client (per-Service election), or
+        // the global one; the leased address is not known in advance, so no other
+        // lease competes for it.
+        let group = join_group(out, own_lease(svc, cfg), svc, cfg);
+        let mut request = request.clone();
+        // The macvlan's parent: the Service's annotation, else the configured Services
+        // interface, else (None) the automatic one, resolved by the holder.
+        request.parent = request.parent.or_else(|| cfg.interface.clone());
+        group.dhcp.push(DhcpService {
+            key: svc.key.clone(),
+            request,
+        });
     }
-    out
 }
 
 /// The lease `svc` campaigns under: its own (per-Service election) or the global one.
