@@ -1,17 +1,17 @@
 //! vipd: an on-node VIP announcer for Kubernetes (kube-vip ARP mode, done safer).
 //!
-//! The modules form five layers and imports only go down (docs/design.md, "The house";
-//! the table is [`layers`]' and a unit test keeps it):
+//! The modules form five floors and imports only go down (docs/design.md, "The house";
+//! `src/layers.rs` holds the table and the unit tests that keep it):
 //!
-//! 1. commands: `main.rs` and [`cmd`] (one module per `vipd` subcommand; no command imports
+//! 5. commands: `main.rs` and [`cmd`] (one module per `vipd` subcommand; no command imports
 //!    another);
-//! 2. [`config`]: resolves kube-vip's flags and environment into one `Config` and composes
+//! 4. [`config`]: resolves kube-vip's flags and environment into one `Config` and composes
 //!    each component's own `Settings` from it;
-//! 3. wings: [`controlplane`] (with its load balancer) and [`services`], which never import
-//!    each other;
-//! 4. cores: [`election`] (with identity), and above it [`holder`], [`peer`], [`nodes`] and
+//! 3. wings: [`controlplane`] (with its load balancer) and [`services`] (with its pure
+//!    `plan`), which never import each other;
+//! 2. cores: [`election`] (with identity), and above it [`holder`], [`peer`], [`nodes`] and
 //!    [`dhcp`];
-//! 5. foundation: [`lease`], [`kube`], [`net`], [`obs`] and [`syntax`], which import no
+//! 1. foundation: [`lease`], [`kube`], [`net`], [`obs`] and [`syntax`], which import no
 //!    domain module.
 
 pub mod cmd;
