@@ -7,10 +7,13 @@
 //! trees, paths written inline) and every `super::` path that leaves its unit names the unit
 //! it imports. An import is allowed when it stays in the unit, goes to a lower layer, or
 //! goes to a unit of the same layer that the table lists. The tests also check that the
-//! Services wing's plan files are pure (no tokio, no `kube::Client`, no `async fn`; their
-//! tests may build inputs that carry a tokio instant) and that
+//! Services wing's plan files are pure (no tokio, no kube crate, no `async`; their tests may
+//! build inputs that carry a tokio instant), that nothing hides an import from the table
+//! (an alias of the crate root, a `#[path]` module, a macro-built path, a `use` in
+//! `lib.rs`), and that
 //! no two files of `src/` or `xtask/src/` import each other in a cycle (a file importing
-//! from its own ancestor module, the facade that declares it, does not count).
+//! from its own ancestor module, the facade that declares it, does not count; so a cycle
+//! through a parent's `pub use` of a sibling is not seen: import from the sibling itself).
 //!
 //! The way `cmd/manifest/rbac.rs` ties `API_CALLS` to the code: the table is data, and a
 //! test reads the source tree to hold the code to it.
@@ -106,9 +109,12 @@ fn module_of(rel: &Path) -> Vec<String> {
 }
 
 /// The code of a file without comments and string literals (so `// crate::x` in a doc and
-/// `"http://..."` in a string name nothing).
+/// `"http://..."` in a string name nothing), raw identifiers written plainly (`r#services`
+/// is `services`), white space around `::` removed (`crate :: x` is `crate::x`) and
+/// `self::` dropped (`self::super::x` is `super::x`).
 fn code_only(src: &str) -> String {
     let b = src.as_bytes();
+    let boundary = |i: usize| i == 0 || !(b[i - 1].is_ascii_alphanumeric() || b[i - 1] == b'_');
     let mut out = String::with_capacity(src.len());
     let mut i = 0;
     while i < b.len() {
@@ -124,6 +130,33 @@ fn code_only(src: &str) -> String {
                     i += 1;
                 }
                 i += 2;
+            }
+            // A raw string (`r"..."`, `r#"..."#`, `br"..."`): to the quote and as many `#`.
+            b'r' if boundary(i) || (i > 0 && b[i - 1] == b'b' && boundary(i - 1)) => {
+                let mut j = i + 1;
+                while b.get(j) == Some(&b'#') {
+                    j += 1;
+                }
+                let hashes = j - i - 1;
+                if b.get(j) == Some(&b'"') {
+                    let close: Vec<u8> = std::iter::once(b'"')
+                        .chain(std::iter::repeat_n(b'#', hashes))
+                        .collect();
+                    j += 1;
+                    while j < b.len() && !b[j..].starts_with(&close) {
+                        j += 1;
+                    }
+                    i = j + close.len();
+                    out.push_str("\"\"");
+                } else if hashes == 1
+                    && b.get(j)
+                        .is_some_and(|c| c.is_ascii_alphabetic() || *c == b'_')
+                {
+                    i = j; // a raw identifier: its name
+                } else {
+                    out.push('r');
+                    i += 1;
+                }
             }
             b'"' => {
                 i += 1;
@@ -147,6 +180,59 @@ fn code_only(src: &str) -> String {
                 i += 1;
             }
         }
+    }
+    normalize_paths(&out)
+}
+
+/// `out` with white space around `::` removed and every `self::` dropped.
+fn normalize_paths(code: &str) -> String {
+    let mut out = String::with_capacity(code.len());
+    let mut rest = code;
+    while let Some(at) = rest.find("::") {
+        out.push_str(rest[..at].trim_end());
+        out.push_str("::");
+        rest = rest[at + 2..].trim_start();
+    }
+    out.push_str(rest);
+    let mut plain = String::with_capacity(out.len());
+    let mut rest = out.as_str();
+    while let Some(at) = rest.find("self::") {
+        let before = &rest[..at];
+        let word = before
+            .chars()
+            .next_back()
+            .is_some_and(|c| is_ident(c) || c == ':');
+        plain.push_str(before);
+        if word {
+            plain.push_str("self::");
+        }
+        rest = &rest[at + "self::".len()..];
+    }
+    plain.push_str(rest);
+    plain
+}
+
+/// Forms that would hide an import from the table, as `file: what`: an alias of the crate
+/// root or of a parent (`use crate as r`, `crate::{self as r}`, `use super::super as r`),
+/// a module file picked by `#[path]`, a path built by a macro (`crate::$m`), and any `use`
+/// in the crate root (a re-export there would let every module import anything).
+fn hidden_imports(f: &File) -> Vec<String> {
+    let mut out = Vec::new();
+    let code = &f.code;
+    for (form, what) in [
+        ("crate as ", "an alias of the crate root"),
+        ("{self as ", "an alias of a module"),
+        ("super as ", "an alias of a parent module"),
+        ("#[path", "a #[path] module"),
+        ("crate::$", "a path built by a macro"),
+        ("super::$", "a path built by a macro"),
+    ] {
+        if code.contains(form) {
+            out.push(format!("{}: {what} ({form})", f.rel.display()));
+        }
+    }
+    if f.module.is_empty() && f.rel == Path::new("lib.rs") && code.contains("use ") {
+        out.push(format!("{}: a use in the crate root", f.rel.display()));
     }
     out
 }
@@ -199,6 +285,9 @@ fn expand(s: &str) -> Vec<Vec<String>> {
                 *i += 2;
                 continue;
             }
+            if path.last().is_some_and(|p| p == "self") {
+                path.pop(); // `a::{self, b}` names `a`
+            }
             out.push(path);
             return;
         }
@@ -221,6 +310,40 @@ fn imports(code: &str, module: &[String]) -> Vec<Vec<String>> {
     };
     let boundary = |i: usize| i == 0 || !(is_ident(chars[i - 1]) || chars[i - 1] == ':');
     let mut out = Vec::new();
+    // Paths through a child module declared in this file (`mod manager;` then
+    // `use manager::admin`), resolved against the file's module.
+    let mut cur = 0;
+    while let Some(off) = code[cur..].find("mod ") {
+        let pos = cur + off;
+        cur = pos + 4;
+        if pos > 0 && code[..pos].chars().next_back().is_some_and(is_ident) {
+            continue;
+        }
+        let name: String = code[cur..].chars().take_while(|c| is_ident(*c)).collect();
+        if name.is_empty() || !code[cur + name.len()..].trim_start().starts_with(';') {
+            continue;
+        }
+        let prefix = format!("{name}::");
+        let mut from = 0;
+        while let Some(o) = code[from..].find(&prefix) {
+            let p = from + o;
+            from = p + prefix.len();
+            if p > 0
+                && code[..p]
+                    .chars()
+                    .next_back()
+                    .is_some_and(|c| is_ident(c) || c == ':')
+            {
+                continue;
+            }
+            for rest in expand(&code[from..]) {
+                let mut full = module.to_vec();
+                full.push(name.clone());
+                full.extend(rest);
+                out.push(full);
+            }
+        }
+    }
     // (module path, brace depth inside it) of the inline modules we are in.
     let mut inline: Vec<(Vec<String>, usize)> = Vec::new();
     let mut depth = 0usize;
@@ -319,6 +442,7 @@ fn violations(files: &[File]) -> Vec<String> {
         if f.rel == Path::new("main.rs") {
             continue; // the binary, above every layer
         }
+        out.extend(hidden_imports(f));
         let Some(from) = unit_of(&f.module) else {
             if !f.module.is_empty() {
                 out.push(format!("{}: not in the table", f.rel.display()));
@@ -436,6 +560,28 @@ fn cycles(files: &[File]) -> Vec<Vec<String>> {
         .collect()
 }
 
+/// What makes a Services plan file impure, if anything: tokio, `async` (functions or
+/// blocks), the kernel seam, or the kube crate itself (`crate::kube`, the foundation's
+/// vocabulary, is fine).
+fn impure(f: &File) -> Option<&'static str> {
+    let code = &f.code;
+    for word in ["tokio", "async", "crate::net::Kernel"] {
+        let used = code.match_indices(word).any(|(i, _)| {
+            let before = code[..i].chars().next_back();
+            let after = code[i + word.len()..].chars().next();
+            !before.is_some_and(is_ident) && !after.is_some_and(is_ident)
+        });
+        if used {
+            return Some(word);
+        }
+    }
+    let kube_crate = code.match_indices("kube::").any(|(i, _)| {
+        let before = &code[..i];
+        !before.ends_with("crate::") && !before.chars().next_back().is_some_and(is_ident)
+    });
+    kube_crate.then_some("the kube crate")
+}
+
 fn crate_src(krate: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join(krate)
@@ -488,15 +634,7 @@ mod tests {
             .collect();
         assert!(plan.len() >= 3, "found {} plan files", plan.len());
         for f in plan {
-            for word in [
-                "tokio",
-                "kube::Client",
-                "kube::Api",
-                "async fn",
-                "crate::net::Kernel",
-            ] {
-                assert!(!f.code.contains(word), "{} uses {word}", f.rel.display());
-            }
+            assert_eq!(impure(f), None, "{}", f.rel.display());
         }
     }
 
@@ -546,6 +684,83 @@ mod tests {
                 "services/group.rs: services -> controlplane (crate::controlplane::start)",
                 "services/plan/decide.rs: services::plan -> services (crate::services::group::GroupSpec)",
             ]
+        );
+    }
+
+    /// Forms a fresh user's attack found (issue 24's trial): spaces around `::`, `self::`,
+    /// raw identifiers and strings, a child module's path, and the forms that would hide an
+    /// import altogether (aliases of the crate root, `#[path]`, macro-built paths, a `use`
+    /// in `lib.rs`).
+    #[test]
+    fn imports_written_in_other_forms_are_found() {
+        let files = [
+            file("net/arp.rs", "use crate :: services\n :: Settings;\n"),
+            file(
+                "holder/task.rs",
+                "use self::super::super::services::Settings;\n",
+            ),
+            file("net/netlink.rs", "use crate::r#services::Settings;\n"),
+            file(
+                "net/addr_socket.rs",
+                "const Q: &str = r#\"\"\"#; use crate::services::Settings;\n",
+            ),
+            file(
+                "cmd/mod.rs",
+                "pub mod drain;\nmod manager;\nuse manager::admin;\n",
+            ),
+            file("net/iface.rs", "use crate::{services::{self, Settings}};\n"),
+        ];
+        assert_eq!(
+            violations(&files),
+            [
+                "cmd/mod.rs: cmd -> cmd::manager (crate::cmd::manager::admin)",
+                "holder/task.rs: holder -> services (crate::services::Settings)",
+                "net/addr_socket.rs: net -> services (crate::services::Settings)",
+                "net/arp.rs: net -> services (crate::services::Settings)",
+                "net/iface.rs: net -> services (crate::services)",
+                "net/iface.rs: net -> services (crate::services::Settings)",
+                "net/netlink.rs: net -> services (crate::services::Settings)",
+            ]
+        );
+        let hidden = [
+            file(
+                "net/mac_in_use.rs",
+                "use crate as root; use root::services::Settings;",
+            ),
+            file("net/conflict.rs", "use crate::{self as r};"),
+            file("net/packet.rs", "use super::super as r;"),
+            file(
+                "net/vip.rs",
+                "#[path = \"../services/hidden.rs\"] mod hidden;",
+            ),
+            file(
+                "net/cache.rs",
+                "macro_rules! up { ($m:ident) => { crate::$m::Settings } }",
+            ),
+            file("lib.rs", "pub mod net;\npub use services::Settings as S;"),
+        ];
+        let found = violations(&hidden);
+        for f in &hidden {
+            let name = f.rel.display().to_string();
+            assert!(
+                found.iter().any(|v| v.starts_with(&name)),
+                "{name}: {found:?}"
+            );
+        }
+        let plan = |code: &str| file("services/plan/desired.rs", code);
+        assert_eq!(
+            impure(&plan("fn f() { let x = async  { 1 }; }")),
+            Some("async")
+        );
+        assert_eq!(impure(&plan("pub async  fn f() {}")), Some("async"));
+        assert_eq!(
+            impure(&plan("use kube::{Client, Api};")),
+            Some("the kube crate")
+        );
+        assert_eq!(impure(&plan("use tokio::time::Instant;")), Some("tokio"));
+        assert_eq!(
+            impure(&plan("use crate::kube::ObjectKey; fn asyncish() {}")),
+            None
         );
     }
 

@@ -35,6 +35,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::net::macvlan::{MacvlanError, MacvlanSpec, validate};
 
+pub mod attempts;
 pub mod client;
 pub mod fake;
 pub mod machine;

@@ -592,14 +592,14 @@ impl Machine6 {
     }
 }
 
-impl crate::dhcp::client::ClientMachine for Machine6 {
+impl crate::dhcp::attempts::ClientMachine for Machine6 {
     type Msg = (Ipv6Addr, Message);
     type Out = Outgoing6;
 
     fn begin(
         spec: &crate::dhcp::DhcpSpec,
         requested: Option<std::net::IpAddr>,
-        attempts: crate::dhcp::client::Attempts,
+        attempts: crate::dhcp::attempts::Attempts,
         now: Instant,
         seed: u32,
     ) -> Self {
