@@ -74,7 +74,7 @@ fn prometheusrule_carries_the_same_groups() {
 /// Metric names vipd exports, as queries spell them (`_total` for counters; `_bucket`,
 /// `_sum`, `_count` for histograms).
 fn exported() -> BTreeSet<String> {
-    let text = vipd::obs::metrics::Metrics::example("n").encode();
+    let text = vipd::cmd::manager::metrics::example("n").encode();
     let mut names = BTreeSet::new();
     for line in text.lines() {
         let mut w = line.split_whitespace();

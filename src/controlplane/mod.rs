@@ -198,7 +198,7 @@ pub fn start(cfg: &Settings, parts: Parts, shutdown: CancellationToken) -> Runni
     let leases = KubeLeaseClient::new(client.clone(), &cfg.lease.namespace, &cfg.lease.name);
     let (elector, leadership) =
         Elector::new(leases, cfg.node_name.clone(), cfg.lease.timing, &gates);
-    let elector = elector.with_metrics(metrics.clone());
+    let elector = elector.with_metrics(&metrics);
     let labeler = match (cfg.enable_node_labeling, cfg.addresses.first()) {
         (true, Some(first)) => {
             let stop = CancellationToken::new();
@@ -263,7 +263,7 @@ pub fn start(cfg: &Settings, parts: Parts, shutdown: CancellationToken) -> Runni
         holder_cfg,
         gates,
     )
-    .with_metrics(metrics);
+    .with_metrics(&metrics);
     let election_stop = CancellationToken::new();
     let holder_stop = CancellationToken::new();
     let holder_task = tokio::spawn(holder.run(leadership, holder_stop.clone()));

@@ -33,6 +33,7 @@ mod attempt;
 pub(crate) mod failback;
 pub(crate) mod identity;
 pub mod kube;
+pub mod metrics;
 pub mod record;
 mod run;
 pub mod spread;
@@ -289,7 +290,7 @@ pub struct Elector<C: LeaseClient> {
     state_tx: Arc<watch::Sender<LeaderState>>,
     dropped_rx: watch::Receiver<u64>,
     gates: watch::Receiver<BTreeMap<String, bool>>,
-    metrics: Option<crate::obs::metrics::Metrics>,
+    metrics: Option<Arc<metrics::LeaseMetrics>>,
     duplicate_tx: watch::Sender<Option<DuplicateIdentity>>,
     /// Rate limiter of failed-call lines, keyed by whether the call was a renewal (see
     /// [`crate::obs::logging`]): a Lease API down for minutes logs once a minute, not at every
@@ -506,8 +507,8 @@ impl<C: LeaseClient> Elector<C> {
 
     /// Reports leadership, transitions, failovers and renew latency / failures to
     /// `metrics`, labelled with the lease (`namespace/name`).
-    pub(crate) fn with_metrics(mut self, metrics: crate::obs::metrics::Metrics) -> Self {
-        self.metrics = Some(metrics);
+    pub(crate) fn with_metrics(mut self, metrics: &crate::obs::metrics::Metrics) -> Self {
+        self.metrics = Some(metrics.families::<metrics::LeaseMetrics>());
         self
     }
 

@@ -10,6 +10,7 @@ pub mod acd;
 mod announce;
 mod check;
 mod claims;
+pub mod metrics;
 mod refresh;
 mod task;
 mod vipset;
@@ -324,7 +325,7 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     /// IPv6 VIPs added but not yet announced because they were tentative.
     pending_na: Vec<usize>,
     updates: Option<watch::Receiver<Vec<VipSpec>>>,
-    metrics: Option<crate::obs::metrics::Metrics>,
+    metrics: Option<Arc<metrics::VipMetrics>>,
     /// Conflict detection (RFC 5227); `None` = off.
     monitor: Option<Arc<dyn ConflictMonitor>>,
     /// Conflict state per VIP, by VIP index.
@@ -447,8 +448,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     }
 
     /// Counts announcements in `metrics` (`vipd_garp_sent_total`).
-    pub(crate) fn with_metrics(mut self, metrics: crate::obs::metrics::Metrics) -> Self {
-        self.metrics = Some(metrics);
+    pub(crate) fn with_metrics(mut self, metrics: &crate::obs::metrics::Metrics) -> Self {
+        self.metrics = Some(metrics.families::<metrics::VipMetrics>());
         self
     }
 

@@ -20,6 +20,8 @@
 //! [`watch_own_node`] follows this node's Node object (a watch with a field selector on
 //! its name) and publishes the facts [`NodeFacts`] the decisions need.
 
+pub mod metrics;
+
 use std::fmt;
 
 use futures::StreamExt;
@@ -172,6 +174,7 @@ pub async fn follow(
     mut on_change: impl FnMut(Option<Ineligible>),
     stop: CancellationToken,
 ) {
+    let metrics = metrics.families::<metrics::EligibilityMetrics>();
     let mut drain = switch.subscribe();
     let mut last: Option<Option<Ineligible>> = None;
     loop {
@@ -197,11 +200,7 @@ pub async fn follow(
                 }
                 (None, _) => {}
             }
-            metrics.set_ineligible(
-                wing.label(),
-                now.map(Ineligible::label),
-                &Ineligible::labels(),
-            );
+            metrics.set(wing, now);
             switch.record(wing, now);
             on_change(now);
             last = Some(now);
@@ -317,11 +316,6 @@ impl Ineligible {
             Ineligible::Cordoned => "cordoned",
             Ineligible::Unknown => "unknown",
         }
-    }
-
-    /// Every [`Ineligible::label`], in [`Ineligible::ALL`]'s order.
-    pub fn labels() -> [&'static str; 7] {
-        Ineligible::ALL.map(Ineligible::label)
     }
 }
 

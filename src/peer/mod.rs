@@ -19,6 +19,7 @@
 //! `wire` and `socket` are public for the lab test (`tests/lab_peer_wire.rs`).
 
 pub mod key;
+pub mod metrics;
 pub(crate) mod node;
 pub(crate) mod ridethrough;
 pub mod socket;

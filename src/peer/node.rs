@@ -39,6 +39,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::metrics::PeerMetrics;
 use super::ridethrough::{LeaseView, Peers, RideConfig, RideDecision, TakeDecision, TakeReason};
 use super::socket::PeerSocket;
 use super::verify::{DEFAULT_MAX_SKEW_MS, Rejection, Verifier};
@@ -109,7 +110,7 @@ struct Inner {
     /// Wakes the heartbeat task before its tick: a hand-over request or `Released` to act
     /// on or to send.
     kick: tokio::sync::Notify,
-    metrics: Metrics,
+    metrics: Arc<PeerMetrics>,
     readiness: Readiness,
 }
 
@@ -172,7 +173,7 @@ impl PeerNode {
             }),
             api_back: watch::Sender::new(0),
             kick: tokio::sync::Notify::new(),
-            metrics: parts.metrics.clone(),
+            metrics: parts.metrics.families::<PeerMetrics>(),
             readiness: parts.readiness.clone(),
         });
         let socket = Arc::new(parts.socket);
@@ -457,7 +458,7 @@ impl PeerNode {
                     );
                 }
                 reachable = api;
-                self.0.metrics.set_peer_api_reachable(api);
+                self.0.metrics.set_api_reachable(api);
             }
         }
     }
@@ -500,7 +501,7 @@ impl PeerNode {
             let at = now.checked_sub(waited).unwrap_or(now);
             match verifier.verify(&r.payload, wall_ms(wall)) {
                 Ok(frame) => {
-                    self.0.metrics.peer_frame("accepted");
+                    self.0.metrics.frame("accepted");
                     if let Some(msg) = assembler.push(frame) {
                         self.0.lock().peers.receive(at, &msg);
                         let for_us = match msg.kind {
@@ -515,7 +516,7 @@ impl PeerNode {
                     }
                 }
                 Err(e) => {
-                    self.0.metrics.peer_frame(rejection_label(&e));
+                    self.0.metrics.frame(rejection_label(&e));
                     debug!(error = %e, "peer protocol: frame rejected");
                 }
             }

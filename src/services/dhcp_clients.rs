@@ -33,6 +33,7 @@ use crate::dhcp::{Dhcp, DhcpBinding, DhcpFamily, DhcpHandle, DhcpState};
 use crate::holder::VipSpec;
 use crate::net::Vip;
 use crate::net::conflict::fmt_mac;
+use crate::services::metrics::dhcp::DhcpMetrics;
 use crate::services::plan::decide::GroupSpec;
 use crate::services::plan::desired::DhcpService;
 use crate::services::plan::model::{ANN_DHCP_LEASE, ANN_HWADDR, ANN_REQUESTED_IP, ServiceKey};
@@ -68,7 +69,7 @@ pub(super) type DhcpEvent = (ServiceKey, &'static str, String);
 pub(super) struct DhcpClients {
     dhcp: Arc<dyn Dhcp>,
     runs: Vec<Run>,
-    metrics: Option<crate::obs::metrics::Metrics>,
+    metrics: Option<Arc<DhcpMetrics>>,
 }
 
 impl DhcpClients {
@@ -81,16 +82,16 @@ impl DhcpClients {
         }
     }
 
-    /// Exports each client's state and events (`vipd_dhcp_*`, [`crate::obs::metrics`]).
-    pub(super) fn with_metrics(mut self, metrics: crate::obs::metrics::Metrics) -> Self {
-        self.metrics = Some(metrics);
+    /// Exports each client's state and events (`vipd_dhcp_*`, [`DhcpMetrics`]).
+    pub(super) fn with_metrics(mut self, metrics: &crate::obs::metrics::Metrics) -> Self {
+        self.metrics = Some(metrics.families::<DhcpMetrics>());
         self
     }
 
     /// Removes the metric series of a client that stops.
     fn forget(&self, service: &ServiceKey, family: DhcpFamily) {
         if let Some(m) = &self.metrics {
-            m.forget_dhcp(&service.to_string(), family.metric());
+            m.forget(&service.to_string(), family.metric());
         }
     }
 
@@ -284,9 +285,9 @@ impl DhcpClients {
                 let service = run.service.key.to_string();
                 let expiry = seen.binding.map(|(_, at)| unix_time_of(at));
                 let family = run.family.metric();
-                m.dhcp_state(&service, family, seen.state, expiry);
+                m.state(&service, family, seen.state, expiry);
                 for e in events {
-                    m.dhcp_event(&service, family, e);
+                    m.event(&service, family, e);
                 }
                 run.seen = seen;
             }

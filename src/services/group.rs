@@ -18,7 +18,9 @@ use super::publish::{ServiceEvent, StatusWriter};
 use super::shared::Shared;
 use super::sync::{StatusSync, report_conflicts, report_handover};
 use crate::election::kube::KubeLeaseClient;
+use crate::election::metrics::LeaseMetrics;
 use crate::election::{DuplicateIdentity, ElectionEnd, Elector, Gates, LeaderState};
+use crate::holder::metrics::VipMetrics;
 use crate::holder::{VipHolder, VipSpec};
 use crate::net::{Announcer, Kernel};
 use crate::nodes::eligibility::{GATE_INELIGIBLE, Ineligible};
@@ -220,7 +222,7 @@ fn new_holder<K: Kernel, A: Announcer>(
     .with_updates(vips_rx)
     .with_conflict_reports(conflicts_tx)
     .with_bound_reports(bound_tx)
-    .with_metrics(shared.metrics.clone());
+    .with_metrics(&shared.metrics);
     let links = HolderLinks {
         vips_tx,
         conflicts,
@@ -260,7 +262,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         };
         let failbacks = elector.failbacks();
         let elector = elector
-            .with_metrics(shared.metrics.clone())
+            .with_metrics(&shared.metrics)
             .with_spread(shared.spread.clone())
             .with_preference(preference_rx)
             .with_acquire_check(service_still_exists(
@@ -289,7 +291,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         let dhcp = shared
             .dhcp
             .clone()
-            .map(|d| DhcpClients::new(d).with_metrics(shared.metrics.clone()));
+            .map(|d| DhcpClients::new(d).with_metrics(&shared.metrics));
         Group {
             dhcp,
             dhcp_parent_retry: None,
@@ -638,13 +640,18 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         let _ = self.holder_task.await;
         let _ = self.health_task.await;
         // Series of a group that is gone would otherwise stay for the process lifetime.
-        shared.metrics.forget_lease(&lease.to_string());
+        let service_metrics = shared.service_metrics();
+        let lease_name = lease.to_string();
+        shared
+            .metrics
+            .families::<LeaseMetrics>()
+            .forget(&lease_name);
+        service_metrics.forget_lease(&lease_name);
+        let vip_metrics = shared.metrics.families::<VipMetrics>();
         for v in &self.current.vips {
-            shared.metrics.forget_vip(v.vip.addr);
+            vip_metrics.forget_vip(v.vip.addr);
             if delete_lease {
-                shared
-                    .metrics
-                    .forget_vip_handovers(v.vip.addr, handover_reasons());
+                service_metrics.forget_vip_handovers(v.vip.addr);
             }
         }
         // Other nodes judge a lease deleted while held as held for one more lease duration;
@@ -773,14 +780,6 @@ async fn write_annotations<W: StatusWriter>(
             }
         }
     }
-}
-
-/// The `reason` values of `vipd_vip_handovers_total`: the node-wide ineligibility reasons
-/// ([`crate::nodes::eligibility::Ineligible::label`]) and the per-Service ones.
-fn handover_reasons() -> impl Iterator<Item = &'static str> {
-    crate::nodes::eligibility::Ineligible::labels()
-        .into_iter()
-        .chain(["health", "node-selector", "subnet"])
 }
 
 #[cfg(test)]

@@ -29,6 +29,7 @@ pub mod governance;
 mod group;
 pub mod health;
 pub mod lease_gc;
+pub mod metrics;
 pub mod plan;
 pub mod publish;
 pub mod runtime;

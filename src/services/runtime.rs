@@ -64,6 +64,7 @@ impl GroupSpec {
     /// Counts `vipd_vip_handovers_total{vip, reason}` once for each of the group's VIPs:
     /// this node (the holder) hands them over on purpose.
     pub(super) fn count_handovers(&self, metrics: &Metrics, reason: &str) {
+        let metrics = metrics.families::<super::metrics::ServiceMetrics>();
         for v in &self.vips {
             metrics.vip_handover(v.vip.addr, reason);
         }
@@ -569,15 +570,16 @@ impl<K: Kernel, A: Announcer> MainLoop<K, A> {
     /// The active-Services gauges per namespace and the lease write rate warning.
     fn count(&mut self, plan: &Plan) {
         let per_ns = decide::per_namespace(plan);
+        let metrics = self.shared.service_metrics();
         for ns in self
             .namespaces_counted
             .keys()
             .filter(|ns| !per_ns.contains_key(*ns))
         {
-            self.shared.metrics.forget_namespace(ns);
+            metrics.forget_namespace(ns);
         }
         for (ns, n) in &per_ns {
-            self.shared.metrics.active_services(ns, *n);
+            metrics.active_services(ns, *n);
         }
         self.namespaces_counted = per_ns;
         self.write_rate_warned =

@@ -57,6 +57,11 @@ pub(super) struct Shared<K: Kernel, A: Announcer> {
 }
 
 impl<K: Kernel, A: Announcer> Shared<K, A> {
+    /// The Services wing's metric families.
+    pub(super) fn service_metrics(&self) -> Arc<super::metrics::ServiceMetrics> {
+        self.metrics.families()
+    }
+
     /// The status side's view of this node, the cache and the writer.
     pub(super) fn status_ctx(&self) -> StatusCtx<'_, KubeStatusWriter> {
         StatusCtx {

@@ -276,7 +276,9 @@ mod tests {
         ready.set_duplicate_identity("kube-system/plndr-cp-lock", false);
         assert_eq!(get(a, "/readyz").await.0, 200);
 
-        metrics.set_leading("plndr-cp-lock", true);
+        metrics
+            .families::<crate::election::metrics::LeaseMetrics>()
+            .set_leading("plndr-cp-lock", true);
         let (st, head, body) = get(a, "/metrics").await;
         assert_eq!(st, 200);
         assert!(

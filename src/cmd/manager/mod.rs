@@ -6,6 +6,7 @@
 //! Lease (client-go `ReleaseOnCancel`), then the process exits 0.
 
 pub mod admin;
+pub mod metrics;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -292,7 +293,7 @@ async fn start_admin(
     crate::obs::readiness::Readiness,
     DrainSwitch,
 ) {
-    let metrics = crate::obs::metrics::Metrics::new(&cfg.node_name);
+    let metrics = metrics::every_family(&cfg.node_name);
     let readiness = crate::obs::readiness::Readiness::new();
     let drain = DrainSwitch::default();
     readiness.set_config_valid(true);
@@ -405,7 +406,9 @@ async fn aux_loop<K: Kernel>(
             warn!(error = %e, "systemd watchdog ping failed");
         }
         if let Ok(addrs) = kernel.addresses(None).await {
-            metrics.vips_held(addrs.iter().filter(|a| a.ours).count());
+            metrics
+                .families::<crate::holder::metrics::VipMetrics>()
+                .vips_held(addrs.iter().filter(|a| a.ours).count());
         }
     }
 }

@@ -28,6 +28,7 @@
 
 pub mod backends;
 pub mod health;
+pub mod metrics;
 pub mod nft;
 
 use std::collections::BTreeMap;
@@ -328,7 +329,7 @@ pub(crate) struct Lb<K, P> {
     pub(crate) cfg: LbConfig,
     pub(crate) tables: Tables<K>,
     pub(crate) prober: Arc<P>,
-    pub(crate) metrics: Option<crate::obs::metrics::Metrics>,
+    pub(crate) metrics: Option<Arc<metrics::LbMetrics>>,
 }
 
 fn is_leading(s: &LeaderState) -> Option<u64> {
@@ -464,7 +465,7 @@ impl<K: LbKernel, P: Prober> Lb<K, P> {
             let _ = task.await;
         }
         if let Some(m) = &self.metrics {
-            m.lb_backends([]);
+            m.backends([]);
         }
         match self.tables.remove(&Family::ALL).await {
             Ok(()) => info!("load balancer: rules removed (stopping)"),
@@ -486,7 +487,7 @@ impl<K: LbKernel, P: Prober> Lb<K, P> {
         match self.tables.sync(&want).await {
             Ok(()) => {
                 if let Some(m) = &self.metrics {
-                    m.lb_backends(
+                    m.backends(
                         health
                             .all()
                             .filter(|_| leading)
@@ -622,7 +623,7 @@ pub(crate) fn start(
         cfg,
         tables: Tables::new(NftLbKernel::new("nft")),
         prober: Arc::new(health::TcpProber),
-        metrics: Some(metrics),
+        metrics: Some(metrics.families()),
     };
     let lb_task = tokio::spawn(lb.run(cand_rx, state, holder_rx, dropped, stop.clone()));
     (

@@ -124,7 +124,7 @@ fn start() -> Harness {
         cfg: cfg(),
         tables: Tables::new(kernel.clone()),
         prober: Arc::new(prober.clone()),
-        metrics: Some(metrics.clone()),
+        metrics: Some(metrics.families()),
     };
     let task = tokio::spawn(lb.run(cands_rx, state_rx, holder_rx, acked_tx, stop.clone()));
     Harness {
@@ -176,6 +176,31 @@ fn dnat(backends: &str) -> impl Fn(&[String]) -> bool + '_ {
 #[tokio::test(start_paused = true)]
 async fn follows_leadership_and_health() {
     let h = start();
+    leading_installs_every_candidate_then_drops_the_dead_one(&h).await;
+    health_moves_backends_in_and_out(&h).await;
+    losing_the_lease_holds_the_ack_until_the_rules_are_gone(&h).await;
+    // Leading again, then stop: both families removed.
+    h.state.send_replace(leading(2));
+    until(&h.kernel, "reinstall", |l| !l.is_empty()).await;
+    h.kernel.take();
+    h.stop.cancel();
+    h.task.await.unwrap();
+    assert!(
+        !h.metrics.encode().contains("vipd_lb_backend_up{"),
+        "no series after stop"
+    );
+    assert_eq!(
+        h.kernel.take(),
+        [
+            "add table ip vipd_lb; delete table ip vipd_lb",
+            "add table ip6 vipd_lb; delete table ip6 vipd_lb"
+        ]
+    );
+}
+
+/// Step of [`follows_leadership_and_health`]: stale tables go at start; leading installs
+/// every candidate at once; an unchecked dead backend leaves after one check.
+async fn leading_installs_every_candidate_then_drops_the_dead_one(h: &Harness) {
     let log = until(&h.kernel, "stale cleanup", |l| l.len() >= 2).await;
     assert_eq!(
         log,
@@ -206,6 +231,12 @@ async fn follows_leadership_and_health() {
         "{text}"
     );
     h.kernel.take();
+}
+
+/// Step of [`follows_leadership_and_health`]: healthy again, back after two good checks;
+/// known healthy, out only after three failures; a node that leaves the candidates leaves
+/// the set at once.
+async fn health_moves_backends_in_and_out(h: &Harness) {
     // Healthy again: back after two good checks.
     h.prober.down.lock().unwrap().clear();
     let t0 = Instant::now();
@@ -232,8 +263,11 @@ async fn follows_leadership_and_health() {
         .send_replace(vec![cand("a", "192.0.2.11"), cand("c", "192.0.2.13")]);
     until(&h.kernel, "node removed", dnat("0 : 192.0.2.11")).await;
     h.kernel.take();
+}
 
-    // The holder acknowledges before the rules are gone: held back until they are.
+/// Step of [`follows_leadership_and_health`]: the holder acknowledges a dropped term before
+/// the rules are gone; the acknowledgement is held back until they are.
+async fn losing_the_lease_holds_the_ack_until_the_rules_are_gone(h: &Harness) {
     h.kernel
         .fail
         .store(true, std::sync::atomic::Ordering::SeqCst);
@@ -257,23 +291,6 @@ async fn follows_leadership_and_health() {
     assert_eq!(
         h.kernel.take(),
         ["add table ip vipd_lb; delete table ip vipd_lb"]
-    );
-    // Leading again, then stop: both families removed.
-    h.state.send_replace(leading(2));
-    until(&h.kernel, "reinstall", |l| !l.is_empty()).await;
-    h.kernel.take();
-    h.stop.cancel();
-    h.task.await.unwrap();
-    assert!(
-        !h.metrics.encode().contains("vipd_lb_backend_up{"),
-        "no series after stop"
-    );
-    assert_eq!(
-        h.kernel.take(),
-        [
-            "add table ip vipd_lb; delete table ip vipd_lb",
-            "add table ip6 vipd_lb; delete table ip6 vipd_lb"
-        ]
     );
 }
 

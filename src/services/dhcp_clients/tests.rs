@@ -142,7 +142,20 @@ async fn bound_address_is_a_vip_on_the_macvlan_until_the_lease_expires_and_goes_
         clients.effective(&base).vips[0].not_after,
         Some(renewed.expires)
     );
+    a_lost_lease_and_each_failed_attempt_warn_once(&fake, &mut clients, &base).await;
+    clients.stop_all(false).await;
+    settle().await;
+    assert_eq!(fake.ended("vip-uidweb"), Some(FakeEnd::Stopped));
+}
 
+/// Second half of the test above: a lost lease is removed at once with one Warning (the
+/// same state read again is not news); each failed attempt warns once; bound again, the
+/// Service is served.
+async fn a_lost_lease_and_each_failed_attempt_warn_once(
+    fake: &FakeDhcp,
+    clients: &mut DhcpClients,
+    base: &GroupSpec,
+) {
     // Lost: removed at once, and a Warning says why.
     fake.set_state(
         "vip-uidweb",
@@ -150,13 +163,13 @@ async fn bound_address_is_a_vip_on_the_macvlan_until_the_lease_expires_and_goes_
             reason: "DHCPNAK from 192.0.2.1".into(),
         },
     );
-    let events = next(&mut clients).await;
+    let events = next(clients).await;
     // Nothing held, and the Service counts as announced nowhere (its status is cleared).
     let lost = GroupSpec {
         dhcp_unserved: vec![key("web")],
         ..base.clone()
     };
-    assert_eq!(clients.effective(&base), lost);
+    assert_eq!(clients.effective(base), lost);
     assert_eq!(events.len(), 1, "{events:?}");
     assert_eq!(events[0].0, key("web"));
     assert_eq!(events[0].1, "DHCPLeaseLost");
@@ -172,7 +185,7 @@ async fn bound_address_is_a_vip_on_the_macvlan_until_the_lease_expires_and_goes_
             reason: "DHCPNAK from 192.0.2.1".into(),
         },
     );
-    assert!(next(&mut clients).await.is_empty());
+    assert!(next(clients).await.is_empty());
 
     // Each failed attempt: one Warning.
     for attempt in 1..=2 {
@@ -183,22 +196,19 @@ async fn bound_address_is_a_vip_on_the_macvlan_until_the_lease_expires_and_goes_
                 last_error: Some("no DHCPOFFER within 4 s".into()),
             },
         );
-        let events = next(&mut clients).await;
+        let events = next(clients).await;
         assert_eq!(events.len(), 1, "attempt {attempt}: {events:?}");
         assert_eq!(events[0].1, "DHCPFailed");
         assert!(events[0].2.contains("no DHCPOFFER"), "{}", events[0].2);
-        assert_eq!(clients.effective(&base).dhcp_unserved, vec![key("web")]);
+        assert_eq!(clients.effective(base).dhcp_unserved, vec![key("web")]);
     }
     // Bound again: served.
     fake.set_state(
         "vip-uidweb",
         DhcpState::Bound(binding("192.0.2.201", Duration::from_secs(120))),
     );
-    next(&mut clients).await;
-    assert!(clients.effective(&base).dhcp_unserved.is_empty());
-    clients.stop_all(false).await;
-    settle().await;
-    assert_eq!(fake.ended("vip-uidweb"), Some(FakeEnd::Stopped));
+    next(clients).await;
+    assert!(clients.effective(base).dhcp_unserved.is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -636,45 +646,14 @@ async fn a_client_that_gave_up_warns_once_and_starts_again_only_on_a_change() {
     use crate::dhcp::DhcpFamily;
     let fake = FakeDhcp::new();
     let metrics = crate::obs::metrics::Metrics::new("node-a");
-    let mut clients = DhcpClients::new(Arc::new(fake.clone())).with_metrics(metrics.clone());
+    let mut clients = DhcpClients::new(Arc::new(fake.clone())).with_metrics(&metrics);
     let both = service("web", &[(model::ANN_LOADBALANCER_IPS, "0.0.0.0,::")]);
     let web = dhcp_service(&both);
     clients
         .follow(std::slice::from_ref(&web), Some("eth0"))
         .await;
     assert_eq!(fake.started().len(), 2);
-    let gave_up = DhcpState::GaveUp {
-        attempts: 3,
-        last_error: "no DHCPv6 Advertise from any server (4 Solicits over 11 s)".into(),
-    };
-    fake.set_family_state("vip-uidweb", DhcpFamily::V6, gave_up.clone());
-    let events = next(&mut clients).await;
-    assert_eq!(events.len(), 1, "{events:?}");
-    let (service_key, reason, message) = &events[0];
-    assert_eq!((service_key, *reason), (&key("web"), "DHCPGaveUp"));
-    for part in [
-        "DHCPv6",
-        "default/web",
-        "vip-uidweb",
-        "3 failed attempt(s)",
-        "no DHCPv6 Advertise from any server",
-    ] {
-        assert!(message.contains(part), "{part}: {message}");
-    }
-    let text = metrics.encode();
-    assert!(
-        text.contains(r#"vipd_dhcp_state{service="default/web",family="v6",state="gave_up"} 1"#),
-        "{text}"
-    );
-    assert!(
-        text.contains(
-            r#"vipd_dhcp_events_total{service="default/web",family="v6",event="failed"} 1"#
-        ),
-        "{text}"
-    );
-    // Read again: not news.
-    fake.set_family_state("vip-uidweb", DhcpFamily::V6, gave_up.clone());
-    assert!(next(&mut clients).await.is_empty());
+    the_dhcpv6_client_gives_up_with_one_warning(&fake, &mut clients, &metrics).await;
 
     // The holder writes back the MAC and the DHCPv4 lease: no restart.
     let mut v4 = binding("192.0.2.201", Duration::from_secs(120));
@@ -737,6 +716,49 @@ async fn a_client_that_gave_up_warns_once_and_starts_again_only_on_a_change() {
     clients.stop_all(false).await;
     clients.follow(&[dhcp_service(&asked)], Some("eth0")).await;
     assert_eq!(fake.started().len(), 5);
+}
+
+/// First step of the test above: the DHCPv6 client gives up; one `DHCPGaveUp` Warning names
+/// the Service, the family, the count and the last error; `gave_up` and one failed attempt
+/// are exported; the same state read again is not news.
+async fn the_dhcpv6_client_gives_up_with_one_warning(
+    fake: &FakeDhcp,
+    clients: &mut DhcpClients,
+    metrics: &crate::obs::metrics::Metrics,
+) {
+    use crate::dhcp::DhcpFamily;
+    let gave_up = DhcpState::GaveUp {
+        attempts: 3,
+        last_error: "no DHCPv6 Advertise from any server (4 Solicits over 11 s)".into(),
+    };
+    fake.set_family_state("vip-uidweb", DhcpFamily::V6, gave_up.clone());
+    let events = next(clients).await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    let (service_key, reason, message) = &events[0];
+    assert_eq!((service_key, *reason), (&key("web"), "DHCPGaveUp"));
+    for part in [
+        "DHCPv6",
+        "default/web",
+        "vip-uidweb",
+        "3 failed attempt(s)",
+        "no DHCPv6 Advertise from any server",
+    ] {
+        assert!(message.contains(part), "{part}: {message}");
+    }
+    let text = metrics.encode();
+    assert!(
+        text.contains(r#"vipd_dhcp_state{service="default/web",family="v6",state="gave_up"} 1"#),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            r#"vipd_dhcp_events_total{service="default/web",family="v6",event="failed"} 1"#
+        ),
+        "{text}"
+    );
+    // Read again: not news.
+    fake.set_family_state("vip-uidweb", DhcpFamily::V6, gave_up.clone());
+    assert!(next(clients).await.is_empty());
 }
 
 #[test]

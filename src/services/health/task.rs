@@ -56,7 +56,7 @@ pub(crate) async fn follow<K: crate::net::Kernel, A: crate::net::Announcer>(
         }
         let result = run_checks(&checks).await;
         if result.is_err() {
-            shared.metrics.health_check_failed(&lease);
+            shared.service_metrics().health_check_failed(&lease);
         }
         let failed = result.as_ref().err().cloned();
         match machine.on_result(Instant::now(), result) {
@@ -71,7 +71,7 @@ pub(crate) async fn follow<K: crate::net::Kernel, A: crate::net::Announcer>(
                     settings.policy.fail_after
                 );
                 warn!(%lease, reason = %why, "data path unhealthy: handing the Service over");
-                shared.metrics.health_handover(&lease);
+                shared.service_metrics().health_handover(&lease);
                 current.count_handovers(&shared.metrics, "health");
                 gates.set(GATE_HEALTH, false);
                 let ctx = shared.status_ctx();

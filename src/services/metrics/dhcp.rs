@@ -1,4 +1,4 @@
-//! DHCP mode's metrics (issue 13): per-Service client state, lease expiry and events.
+//! DHCP mode's metrics: per-Service client state, lease expiry and events.
 //!
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
@@ -10,9 +10,8 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::registry::Registry;
 
-use super::Metrics;
+use crate::obs::metrics::{Families, Registry};
 
 /// The `state` values of `vipd_dhcp_state`.
 pub(crate) const DHCP_STATES: [&str; 6] = [
@@ -47,16 +46,15 @@ struct EventLabels {
     event: String,
 }
 
-/// The DHCP families, registered with the others.
-#[derive(Debug)]
-pub(super) struct DhcpMetrics {
+/// DHCP mode's families (see the module docs).
+pub struct DhcpMetrics {
     state: Family<StateLabels, Gauge>,
     expiry: Family<ServiceLabels, Gauge>,
     events: Family<EventLabels, Counter>,
 }
 
-impl DhcpMetrics {
-    pub(super) fn register(registry: &mut Registry) -> Self {
+impl Families for DhcpMetrics {
+    fn register(registry: &mut Registry, _node: &str) -> Self {
         let m = DhcpMetrics {
             state: Family::default(),
             expiry: Family::default(),
@@ -81,12 +79,12 @@ impl DhcpMetrics {
     }
 }
 
-impl Metrics {
+impl DhcpMetrics {
     /// Sets `vipd_dhcp_state{service,family}` to `state` (one of [`DHCP_STATES`]) and
     /// `vipd_dhcp_lease_expiry_timestamp_seconds{service,family}` to `expiry` (Unix seconds;
     /// `None`: no series). `family`: `v4` or `v6`.
-    pub(crate) fn dhcp_state(&self, service: &str, family: &str, state: &str, expiry: Option<u64>) {
-        let d = &self.0.dhcp;
+    pub fn state(&self, service: &str, family: &str, state: &str, expiry: Option<u64>) {
+        let d = self;
         for s in DHCP_STATES {
             let labels = StateLabels {
                 service: service.to_string(),
@@ -114,10 +112,8 @@ impl Metrics {
     }
 
     /// Counts `event` (one of [`DHCP_EVENTS`]) for `service`'s `family` client.
-    pub(crate) fn dhcp_event(&self, service: &str, family: &str, event: &str) {
-        self.0
-            .dhcp
-            .events
+    pub fn event(&self, service: &str, family: &str, event: &str) {
+        self.events
             .get_or_create(&EventLabels {
                 service: service.to_string(),
                 family: family.to_string(),
@@ -127,10 +123,10 @@ impl Metrics {
     }
 
     /// Removes every DHCP series of `service`'s `family` client (it stopped).
-    pub(crate) fn forget_dhcp(&self, service: &str, family: &str) {
-        self.dhcp_state(service, family, "", None);
+    pub fn forget(&self, service: &str, family: &str) {
+        self.state(service, family, "", None);
         for event in DHCP_EVENTS {
-            self.0.dhcp.events.remove(&EventLabels {
+            self.events.remove(&EventLabels {
                 service: service.to_string(),
                 family: family.to_string(),
                 event: event.to_string(),
@@ -142,15 +138,17 @@ impl Metrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::obs::metrics::Metrics;
 
     #[test]
     fn one_state_series_per_service_and_nothing_left_when_forgotten() {
-        let m = Metrics::new("node-a");
-        m.dhcp_state("default/web", "v4", "requesting", None);
-        m.dhcp_state("default/web", "v4", "bound", Some(1_800_000_000));
-        m.dhcp_state("default/web", "v6", "requesting", None);
-        m.dhcp_event("default/web", "v4", "renewed");
-        let text = m.encode();
+        let metrics = Metrics::new("node-a");
+        let m = metrics.families::<DhcpMetrics>();
+        m.state("default/web", "v4", "requesting", None);
+        m.state("default/web", "v4", "bound", Some(1_800_000_000));
+        m.state("default/web", "v6", "requesting", None);
+        m.event("default/web", "v4", "renewed");
+        let text = metrics.encode();
         assert!(
             text.contains(r#"vipd_dhcp_state{service="default/web",family="v4",state="bound"} 1"#),
             "{text}"
@@ -177,18 +175,19 @@ mod tests {
             ),
             "{text}"
         );
-        m.forget_dhcp("default/web", "v4");
-        assert!(!m.encode().contains(r#"family="v4""#));
-        m.forget_dhcp("default/web", "v6");
-        assert!(!m.encode().contains("default/web"));
+        m.forget("default/web", "v4");
+        assert!(!metrics.encode().contains(r#"family="v4""#));
+        m.forget("default/web", "v6");
+        assert!(!metrics.encode().contains("default/web"));
     }
 
     #[test]
     fn gave_up_is_a_state_of_its_own() {
-        let m = Metrics::new("node-a");
-        m.dhcp_state("default/web", "v6", "requesting", None);
-        m.dhcp_state("default/web", "v6", "gave_up", None);
-        let text = m.encode();
+        let metrics = Metrics::new("node-a");
+        let m = metrics.families::<DhcpMetrics>();
+        m.state("default/web", "v6", "requesting", None);
+        m.state("default/web", "v6", "gave_up", None);
+        let text = metrics.encode();
         assert!(
             text.contains(
                 r#"vipd_dhcp_state{service="default/web",family="v6",state="gave_up"} 1"#
