@@ -1,9 +1,11 @@
 //! The Kubernetes API as every part of vipd uses it: building clients ([`client`]), one
-//! key for namespaced objects ([`ObjectKey`]) and Events ([`events::Recorder`]).
+//! key for namespaced objects ([`ObjectKey`]), Events ([`events::Recorder`]) and the
+//! annotation names of `type: LoadBalancer` Services ([`service`]).
 
 pub mod api;
 pub mod client;
 pub mod events;
 pub mod key;
+pub mod service;
 
 pub use key::ObjectKey;

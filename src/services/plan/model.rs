@@ -19,23 +19,15 @@
 use std::fmt;
 use std::net::IpAddr;
 
+pub use crate::kube::service::{
+    ANN_IGNORE, ANN_LOADBALANCER_IPS, ANN_REQUESTED_IP, ANN_SERVICE_INTERFACE,
+    DEFAULT_LB_CLASS_NAME,
+};
 use crate::net::vip::{NotAVip, check_vip};
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
 
-/// Default `lb_class_name`.
-pub const DEFAULT_LB_CLASS_NAME: &str = "kube-vip.io/kube-vip-class";
-
-/// `kube-vip.io/loadbalancerIPs`: comma-separated IPv4/IPv6 addresses of a Service
-/// (kube-vip `LoadbalancerIPAnnotation`). Wins over `spec.loadBalancerIP`.
-pub const ANN_LOADBALANCER_IPS: &str = "kube-vip.io/loadbalancerIPs";
-/// `kube-vip.io/ignore`: the value `"true"` (exactly) makes kube-vip and vipd skip the
-/// Service (kube-vip `LoadbalancerIgnore`).
-pub(crate) const ANN_IGNORE: &str = "kube-vip.io/ignore";
-/// `kube-vip.io/serviceInterface`: interface to put this Service's addresses on
-/// (kube-vip `ServiceInterface`); overrides `vip_servicesinterface`.
-pub(crate) const ANN_SERVICE_INTERFACE: &str = "kube-vip.io/serviceInterface";
 /// `kube-vip.io/leaseName`: name of the per-Service election Lease (kube-vip
 /// `ServiceLease`, "common lease"); several Services naming the same lease share one
 /// holder. kube-vip refuses it on Services whose externalTrafficPolicy is not `Cluster`.
@@ -50,9 +42,6 @@ pub const ANN_HWADDR: &str = "kube-vip.io/hwaddr";
 /// (comma-separated). Written by the holder; such an address is never announced as a static
 /// one when no DHCP Service asks for it any more ([`super::desired::LapsedLease`]).
 pub const ANN_DHCP_LEASE: &str = "vipd.io/dhcp-lease";
-/// `kube-vip.io/requestedIP`: address last leased by DHCP, asked for again on restart
-/// (kube-vip `RequestedIP`).
-pub const ANN_REQUESTED_IP: &str = "kube-vip.io/requestedIP";
 /// `kube-vip.io/loadbalancerHostname`: DHCP client hostname (kube-vip
 /// `LoadbalancerHostname`).
 pub(crate) const ANN_LOADBALANCER_HOSTNAME: &str = "kube-vip.io/loadbalancerHostname";
@@ -578,14 +567,17 @@ pub(crate) fn selection(
             watched: ns.to_string(),
         });
     }
-    match &info.load_balancer_class {
-        Some(class) if class != lb_class_name => {
-            return skip(OtherClass {
+    if !crate::kube::service::serves_class(
+        info.load_balancer_class.as_deref(),
+        lb_class_only,
+        lb_class_name,
+    ) {
+        return skip(match &info.load_balancer_class {
+            Some(class) => OtherClass {
                 class: class.clone(),
-            });
-        }
-        None if lb_class_only => return skip(NoClass),
-        _ => {}
+            },
+            None => NoClass,
+        });
     }
     if info.ignored {
         return skip(Ignored);
