@@ -7,5 +7,6 @@ pub mod client;
 pub mod events;
 pub mod key;
 pub mod service;
+pub mod watch;
 
 pub use key::ObjectKey;

@@ -47,6 +47,7 @@ use super::watch::*;
 use crate::election::kube::{KubeLeaseClient, LeaseHub};
 use crate::election::{ElectionEnd, LeaseClient};
 use crate::holder::HolderConfig;
+use crate::kube::watch::{scoped_api, spawn_reflector};
 use crate::lease::Timing;
 use crate::net::{Announcer, CachedKernel, Kernel, NetlinkKernel, RawAnnouncer};
 use crate::nodes::eligibility::Ineligible;

@@ -4,100 +4,15 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::Api;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use kube::runtime::reflector::Store;
 
 use super::endpoints::{
     SERVICE_NAME_LABEL, ready_local_endpoint_from_endpoints, ready_local_endpoint_from_slices,
 };
 use crate::services::plan::model::ServiceKey;
-
-/// An API for `K` in `namespace` (`svc_namespace`), or in all namespaces.
-pub(super) fn scoped_api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
-where
-    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-{
-    match namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    }
-}
-
-/// Runs a reflector on `api` into `writer` until `stop`. `what` is the resource's plural
-/// (`services`, ...): the name its watch is tracked under in `activity`, where every event
-/// it delivers counts (the client's `WatchStartLayer` reports its restarts).
-#[allow(clippy::too_many_arguments)] // each one is a separate part of the reflector
-pub(super) fn spawn_reflector<K>(
-    what: &'static str,
-    api: Api<K>,
-    writer: reflector::store::Writer<K>,
-    changed: Arc<Notify>,
-    stop: CancellationToken,
-    activity: crate::obs::readiness::WatchActivity,
-    strip: fn(&mut K),
-) where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    activity.register(
-        what,
-        Duration::from_secs(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS.into()),
-    );
-    tokio::spawn(async move {
-        // Watch errors (401/403 included, S15) retry with a capped exponential back-off
-        // (crate::kube::client::WatchBackoff: 0.8 s doubling to 20 s, plus up to 25 %); each is logged with the resource and the
-        // server's message, which for RBAC names the verb.
-        // Objects are stripped to what vipd reads before they are cached (at 1000 Services,
-        // managedFields alone were 7 MB of a node's memory).
-        let mut stream = reflector::reflector(
-            writer,
-            watcher(
-                api,
-                watcher::Config::default()
-                    .timeout(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS),
-            )
-            .modify(strip),
-        )
-        .backoff(crate::kube::client::WatchBackoff::default())
-        .boxed();
-        let mut failing = false;
-        loop {
-            let ev = tokio::select! {
-                _ = stop.cancelled() => return,
-                ev = stream.next() => ev,
-            };
-            match ev {
-                Some(Ok(_)) => {
-                    activity.touch(what);
-                    if failing {
-                        info!(resource = what, "watch recovered");
-                        failing = false;
-                    }
-                    changed.notify_one();
-                }
-                Some(Err(e)) => {
-                    warn!(resource = what, verb = "list/watch", error = %e, "watch failed; retrying with back-off");
-                    failing = true;
-                }
-                None => return,
-            }
-        }
-    });
-}
 
 /// `kubectl apply` keeps a copy of the whole object in this annotation; vipd never reads it.
 pub(super) const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
