@@ -28,7 +28,7 @@ enum Layer {
     Foundation,
     /// `election`, `holder`, `peer`, `nodes`, `dhcp`.
     Core,
-    /// `controlplane`, `services`.
+    /// `controlplane`, `services`, `ipam`.
     Wing,
     /// `config`.
     Config,
@@ -48,10 +48,12 @@ const UNITS: &[(&str, Layer, &[&str])] = &[
     ("cmd::probe",          Layer::Command,    &[]),
     ("cmd::status",         Layer::Command,    &[]),
     ("config",              Layer::Config,     &[]),
-    // Wings: never each other. The Services plan is pure and below its runtime.
+    // Wings: never each other. The Services plan is pure and below its runtime; so is the
+    // IPAM core (ipam::pool, ipam::inuse, ipam::decide).
     ("controlplane",        Layer::Wing,       &[]),
     ("services",            Layer::Wing,       &["services::plan"]),
     ("services::plan",      Layer::Wing,       &[]),
+    ("ipam",                Layer::Wing,       &[]),
     // Cores: election is the lowest; holder, peer and nodes may import it.
     ("election",            Layer::Core,       &[]),
     ("holder",              Layer::Core,       &["election"]),
@@ -560,9 +562,9 @@ fn cycles(files: &[File]) -> Vec<Vec<String>> {
         .collect()
 }
 
-/// What makes a Services plan file impure, if anything: tokio, `async` (functions or
-/// blocks), the kernel seam, or the kube crate itself (`crate::kube`, the foundation's
-/// vocabulary, is fine).
+/// What makes a Services plan file (or an IPAM core file) impure, if anything: tokio,
+/// `async` (functions or blocks), the kernel seam, or the kube crate itself (`crate::kube`,
+/// the foundation's vocabulary, is fine).
 fn impure(f: &File) -> Option<&'static str> {
     let code = &f.code;
     for word in ["tokio", "async", "crate::net::Kernel"] {
@@ -634,6 +636,23 @@ mod tests {
             .collect();
         assert!(plan.len() >= 3, "found {} plan files", plan.len());
         for f in plan {
+            assert_eq!(impure(f), None, "{}", f.rel.display());
+        }
+    }
+
+    #[test]
+    fn the_ipam_core_is_pure() {
+        let files = read_tree(&crate_src(""));
+        let core: Vec<&File> = files
+            .iter()
+            .filter(|f| {
+                ["pool", "inuse", "decide"]
+                    .iter()
+                    .any(|m| f.module.starts_with(&["ipam".into(), (*m).into()]))
+            })
+            .collect();
+        assert!(core.len() >= 3, "found {} ipam core files", core.len());
+        for f in core {
             assert_eq!(impure(f), None, "{}", f.rel.display());
         }
     }

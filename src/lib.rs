@@ -7,8 +7,9 @@
 //!    another);
 //! 4. [`config`]: resolves kube-vip's flags and environment into one `Config` and composes
 //!    each component's own `Settings` from it;
-//! 3. wings: [`controlplane`] (with its load balancer) and [`services`] (with its pure
-//!    `plan`), which never import each other;
+//! 3. wings: [`controlplane`] (with its load balancer), [`services`] (with its pure
+//!    `plan`) and [`ipam`] (Service address allocation, with its pure core), which never
+//!    import each other;
 //! 2. cores: [`election`] (with identity), and above it [`holder`], [`peer`], [`nodes`] and
 //!    [`dhcp`];
 //! 1. foundation: [`lease`], [`kube`], [`net`], [`obs`] and [`syntax`], which import no
@@ -20,6 +21,7 @@ pub mod controlplane;
 pub mod dhcp;
 pub mod election;
 pub mod holder;
+pub mod ipam;
 pub mod kube;
 #[cfg(test)]
 mod layers;

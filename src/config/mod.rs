@@ -199,6 +199,10 @@ pub struct Config {
     /// API server outages with the peer protocol ([`crate::peer`]); the key comes from the
     /// Secret [`crate::kube::api::PEER_KEY_SECRET`] in `cp_namespace`.
     pub services_ride_through: bool,
+    /// `svc_ipam` / `--servicesIPAM` (vipd option, default true, with `svc_enable`): the
+    /// pool ConfigMap (`KUBEVIP_NAMESPACE`/`KUBEVIP_CONFIG_MAP`, default
+    /// `kube-system/kubevip`) the allocator reads; `None`: no allocation.
+    pub ipam: Option<crate::kube::ObjectKey>,
     /// `svc_leasename` (default `plndr-svcs-lock`).
     pub services_lease_name: String,
     /// `svc_namespace`; `None` = all namespaces.
@@ -298,6 +302,30 @@ impl Config {
             lb_class_name: self.lb_class_name.clone(),
             dhcp_mode: self.dhcp_mode,
         }
+    }
+
+    /// The IPAM wing's settings; `None` when allocation is off.
+    pub fn ipam(&self) -> Option<crate::ipam::Settings> {
+        let config_map = self.ipam.clone()?;
+        Some(crate::ipam::Settings {
+            kube: self.kube(),
+            node_name: self.node_name.clone(),
+            lease: crate::kube::ObjectKey::new(&config_map.namespace, crate::ipam::LEASE_NAME),
+            config_map,
+            timing: self.services_timing,
+            services_namespace: self.services_namespace.clone(),
+            lb_class_only: self.lb_class_only,
+            lb_class_name: self.lb_class_name.clone(),
+            control_plane: if self.control_plane {
+                self.addresses.clone()
+            } else {
+                Vec::new()
+            },
+            interface: self
+                .services_interface
+                .clone()
+                .or_else(|| self.interface.clone()),
+        })
     }
 
     /// The Kubernetes client's settings.

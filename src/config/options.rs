@@ -154,6 +154,9 @@ pub(super) const K_SVC_SUBNET_CHECK: &str = "svc_subnet_check";
 pub(super) const K_SVC_HEALTHCHECK: &str = "svc_healthcheck";
 pub(super) const K_SVC_HEALTHCHECK_HOLD: &str = "svc_healthcheck_hold";
 pub(super) const K_SVC_RIDETHROUGH: &str = "svc_ridethrough";
+pub(super) const K_SVC_IPAM: &str = "svc_ipam";
+pub(super) const K_IPAM_CONFIG_MAP: &str = "KUBEVIP_CONFIG_MAP";
+pub(super) const K_IPAM_NAMESPACE: &str = "KUBEVIP_NAMESPACE";
 pub(super) const K_SVC_FAILBACK: &str = "svc_failback";
 pub(super) const K_SVC_FAILBACK_HOLDDOWN: &str = "svc_failback_holddown";
 pub(super) const K_LOG_LEVEL: &str = "vip_loglevel";
@@ -558,6 +561,27 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         Bool,
         "vipd option: Service VIPs ride through API server outages while a majority of the vipd nodes vouch over signed heartbeats on the Services interface (needs the Secret vipd-peer-key in cp_namespace, key `key`, at least 32 bytes); the control-plane VIP is not affected",
     ),
+    opt(
+        K_SVC_IPAM,
+        "servicesIPAM",
+        "true",
+        Bool,
+        "vipd option: allocate addresses to LoadBalancer Services that have none from the pools of kube-vip-cloud-provider's ConfigMap (KUBEVIP_NAMESPACE/KUBEVIP_CONFIG_MAP), by the holder of the Lease kube-vip-cloud-controller in KUBEVIP_NAMESPACE (a running kube-vip-cloud-provider holds it: vipd then does not allocate); false turns it off",
+    ),
+    opt(
+        K_IPAM_CONFIG_MAP,
+        "ipamConfigMap",
+        "kubevip",
+        Text,
+        "Name of the ConfigMap with the address pools (kube-vip-cloud-provider's variable and format)",
+    ).named("NAME"),
+    opt(
+        K_IPAM_NAMESPACE,
+        "ipamNamespace",
+        "kube-system",
+        Text,
+        "Namespace of the pool ConfigMap and of the allocator's Lease kube-vip-cloud-controller (kube-vip-cloud-provider's variable)",
+    ).named("NAMESPACE"),
     opt(
         K_LOG_LEVEL,
         "log",

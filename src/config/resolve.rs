@@ -121,6 +121,7 @@ pub fn resolve_detailed(
     let lease = lease(&inputs, nft_fence)?;
     let services_timing = services_timing(&inputs, &lease, nft_fence)?;
     let svc = services(&inputs, modes.services, &mut warnings)?;
+    let ipam = ipam(&inputs, modes.services, &mut warnings)?;
     let dhcp_backoff_attempts = dhcp_backoff_attempts(&inputs, modes.dhcp_mode, &mut warnings)?;
     let api = api_access(&inputs)?;
     let load_balancer = load_balancer(&inputs)?;
@@ -145,6 +146,7 @@ pub fn resolve_detailed(
         services_timing,
         services_election: svc.election,
         services_ride_through: inputs.bool_or(K_SVC_RIDETHROUGH, false)?,
+        ipam,
         services_lease_name: svc.lease_name,
         services_namespace: svc.namespace,
         lb_class_only: svc.lb_class_only,
@@ -795,4 +797,30 @@ pub(super) fn parse_file(text: &str) -> Result<BTreeMap<String, String>, ConfigE
         out.insert(key, text);
     }
     Ok(out)
+}
+
+/// `svc_ipam`, `KUBEVIP_CONFIG_MAP`, `KUBEVIP_NAMESPACE`: `None` when allocation is off
+/// (`svc_ipam` false, or Services off, with a warning if it was set).
+fn ipam(
+    inputs: &Inputs<'_>,
+    services: bool,
+    warnings: &mut Vec<String>,
+) -> Result<Option<crate::kube::ObjectKey>, ConfigError> {
+    let on = inputs.bool_or(K_SVC_IPAM, true)?;
+    let name = inputs.text_or(K_IPAM_CONFIG_MAP, crate::ipam::DEFAULT_CONFIG_MAP);
+    check_dns1123_subdomain(&name)?;
+    let namespace = inputs.text_or(K_IPAM_NAMESPACE, crate::ipam::DEFAULT_NAMESPACE);
+    check_dns1123_label(&namespace)?;
+    if !services {
+        for key in [K_SVC_IPAM, K_IPAM_CONFIG_MAP, K_IPAM_NAMESPACE] {
+            if let Some(raw) = inputs.get(key) {
+                warnings.push(format!(
+                    "{} has no effect without svc_enable",
+                    raw.setting()
+                ));
+            }
+        }
+        return Ok(None);
+    }
+    Ok(on.then(|| crate::kube::ObjectKey::new(&namespace.value, &name.value)))
 }

@@ -14,7 +14,7 @@ use std::collections::BTreeSet;
 
 use k8s_openapi::Resource;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Endpoints, Event as CoreEvent, Node, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Event as CoreEvent, Node, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event as EventsV1Event;
 
@@ -73,6 +73,8 @@ pub enum Scope {
     ServiceLeases,
     /// A cluster-scoped resource (Nodes).
     Cluster,
+    /// `KUBEVIP_NAMESPACE`: the IPAM pool ConfigMap and the allocator's Lease.
+    IpamNamespace,
 }
 
 /// Which part of vipd makes a call.
@@ -88,6 +90,9 @@ pub enum Feature {
     /// `svc_ridethrough` with `svc_enable` (the manifest's `--servicesRideThrough`): the
     /// peer key Secret [`crate::kube::api::PEER_KEY_SECRET`], read once at start.
     RideThrough,
+    /// `svc_ipam` with `svc_enable`: the allocator (its Lease, the pool ConfigMap, the
+    /// Services' addresses).
+    Ipam,
 }
 
 /// Calls made only when the server serves one of two API versions (decided once at start
@@ -175,8 +180,8 @@ const fn status_call<K: Resource>(
     }
 }
 
-use Feature::{ControlPlane, NodeLabeling, RideThrough, Services};
-use Scope::{Cluster, LeaseNamespace, ServiceLeases, ServiceNamespaces};
+use Feature::{ControlPlane, Ipam, NodeLabeling, RideThrough, Services};
+use Scope::{Cluster, IpamNamespace, LeaseNamespace, ServiceLeases, ServiceNamespaces};
 use Variant::{Always, CoreEndpoints, CoreEvents, EndpointSlices, EventsV1};
 use Verb::{Create, Delete, Get, List, Patch, Update, Watch};
 
@@ -188,6 +193,8 @@ const PEER_KEY: &str = "src/peer/key.rs";
 const LEASE_GC: &str = "src/services/lease_gc.rs";
 const NODE_LABEL: &str = "src/nodes/label.rs";
 const ELIGIBILITY: &str = "src/nodes/eligibility.rs";
+const IPAM_TASK: &str = "src/ipam/task.rs";
+const IPAM_WRITE: &str = "src/ipam/write.rs";
 
 /// Every API call vipd makes (see the module docs). Events are created, and repeats
 /// folded into the first one with a patch of its series / count; both Event APIs and both
@@ -252,6 +259,25 @@ pub const API_CALLS: &[ApiCall] = &[
     // on this node's own Node (`nodes::label::KubeNodeLabels`).
     call::<Node>(Get, Cluster, NodeLabeling, Always, (NODE_LABEL, "self.api.get_opt(")),
     call::<Node>(Patch, Cluster, NodeLabeling, Always, (NODE_LABEL, "self.api.patch(")),
+    // svc_ipam: the allocator's election on kube-vip-cloud-provider's Lease; while it holds
+    // it, the watches of Services, Nodes and the pool ConfigMap, the conditional merge patch
+    // of a Service's addresses (`ipam::write`), and Events about Services.
+    call::<Lease>(Get, IpamNamespace, Ipam, Always, (LEASE_CLIENT, "self.api.get_opt(")),
+    call::<Lease>(Create, IpamNamespace, Ipam, Always, (LEASE_CLIENT, "self.api.create(")),
+    call::<Lease>(Update, IpamNamespace, Ipam, Always, (LEASE_CLIENT, "self.api.replace(")),
+    call::<Lease>(List, IpamNamespace, Ipam, Always, (LEASE_CLIENT, "watcher(self.api.clone()")),
+    call::<Lease>(Watch, IpamNamespace, Ipam, Always, (LEASE_CLIENT, "watcher(self.api.clone()")),
+    call::<Service>(List, ServiceNamespaces, Ipam, Always, (IPAM_TASK, "\"services (ipam)\"")),
+    call::<Service>(Watch, ServiceNamespaces, Ipam, Always, (IPAM_TASK, "\"services (ipam)\"")),
+    call::<Node>(List, Cluster, Ipam, Always, (IPAM_TASK, "\"nodes (ipam)\"")),
+    call::<Node>(Watch, Cluster, Ipam, Always, (IPAM_TASK, "\"nodes (ipam)\"")),
+    call::<ConfigMap>(List, IpamNamespace, Ipam, Always, (IPAM_TASK, "\"configmaps (ipam)\"")),
+    call::<ConfigMap>(Watch, IpamNamespace, Ipam, Always, (IPAM_TASK, "\"configmaps (ipam)\"")),
+    call::<Service>(Patch, ServiceNamespaces, Ipam, Always, (IPAM_WRITE, "api.patch(&key.name, &pp, &patch)")),
+    call::<EventsV1Event>(Create, ServiceNamespaces, Ipam, EventsV1, (EVENTS, "events.create(")),
+    call::<EventsV1Event>(Patch, ServiceNamespaces, Ipam, EventsV1, (EVENTS, "events.patch(")),
+    call::<CoreEvent>(Create, ServiceNamespaces, Ipam, CoreEvents, (EVENTS, "core.create(")),
+    call::<CoreEvent>(Patch, ServiceNamespaces, Ipam, CoreEvents, (EVENTS, "core.patch(")),
     // svc_ridethrough: the peer key, read once at start (`peer::key::read_peer_key`).
     named_call::<Secret>(Get, LeaseNamespace, RideThrough, &[PEER_KEY_SECRET], (PEER_KEY, "api.get_opt(KEY_SECRET)")),
 ];
@@ -278,6 +304,8 @@ pub struct Needs {
     pub node_labeling: bool,
     /// `svc_ridethrough` with `svc_enable` (the peer key Secret).
     pub ride_through: bool,
+    /// `svc_ipam` with `svc_enable` (the allocator).
+    pub ipam: bool,
     /// `Some(true)`: the server serves events.k8s.io/v1; `Some(false)`: it does not (core
     /// Events); `None`: unknown, both.
     pub events_v1: Option<bool>,
@@ -294,6 +322,7 @@ impl Needs {
             services: true,
             node_labeling,
             ride_through: false,
+            ipam: true,
             events_v1: None,
             endpoint_slices: None,
         }
@@ -306,6 +335,7 @@ impl Needs {
             Feature::Services => self.services,
             Feature::NodeLabeling => self.node_labeling,
             Feature::RideThrough => self.ride_through,
+            Feature::Ipam => self.ipam,
         };
         let variant = match call.variant {
             Variant::Always => true,
@@ -373,6 +403,8 @@ pub struct Namespaces {
     pub services: Option<String>,
     /// `svc_election`.
     pub services_election: bool,
+    /// `KUBEVIP_NAMESPACE` (the IPAM pool ConfigMap and Lease).
+    pub ipam: String,
 }
 
 impl Namespaces {
@@ -385,6 +417,7 @@ impl Namespaces {
             Scope::ServiceLeases if self.services_election => self.services.clone(),
             Scope::ServiceLeases => Some(self.lease.clone()),
             Scope::Cluster => None,
+            Scope::IpamNamespace => Some(self.ipam.clone()),
         }
     }
 }

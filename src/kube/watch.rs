@@ -25,7 +25,8 @@ where
 
 /// Runs a reflector on `api` into `writer` until `stop`. `what` is the resource's plural
 /// (`services`, ...): the name its watch is tracked under in `activity`, where every event
-/// it delivers counts (the client's `WatchStartLayer` reports its restarts).
+/// it delivers counts (the client's `WatchStartLayer` reports its restarts). `fields`: a
+/// field selector (`metadata.name=kubevip`), or `None` for every object.
 #[allow(clippy::too_many_arguments)] // each one is a separate part of the reflector
 pub fn spawn_reflector<K>(
     what: &'static str,
@@ -35,6 +36,7 @@ pub fn spawn_reflector<K>(
     stop: CancellationToken,
     activity: crate::obs::readiness::WatchActivity,
     strip: fn(&mut K),
+    fields: Option<String>,
 ) where
     K: kube::Resource<DynamicType = ()>
         + Clone
@@ -58,7 +60,10 @@ pub fn spawn_reflector<K>(
             writer,
             watcher(
                 api,
-                watcher::Config::default()
+                fields
+                    .map_or_else(watcher::Config::default, |f| {
+                        watcher::Config::default().fields(&f)
+                    })
                     .timeout(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS),
             )
             .modify(strip),
@@ -89,3 +94,7 @@ pub fn spawn_reflector<K>(
         }
     });
 }
+
+/// `kubectl apply` keeps a copy of the whole object in this annotation; vipd never reads it
+/// (stripped before objects are cached).
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";

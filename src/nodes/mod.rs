@@ -28,3 +28,23 @@ pub fn node_addresses(nodes: &[Arc<Node>]) -> BTreeMap<IpAddr, String> {
     }
     out
 }
+
+/// Keeps of a Node only its name, labels (this node's are matched against Services' node
+/// selectors; the peer membership label [`crate::peer::MEMBER_LABEL`] is among them) and
+/// `status.addresses` (a Node's status carries its image list, often tens of KiB).
+pub fn strip_node(node: &mut Node) {
+    let addresses = node.status.as_mut().and_then(|s| s.addresses.take());
+    *node = Node {
+        metadata: kube::api::ObjectMeta {
+            name: node.metadata.name.take(),
+            labels: node.metadata.labels.take(),
+            resource_version: node.metadata.resource_version.take(),
+            ..Default::default()
+        },
+        spec: None,
+        status: Some(k8s_openapi::api::core::v1::NodeStatus {
+            addresses,
+            ..Default::default()
+        }),
+    };
+}

@@ -52,6 +52,7 @@ use crate::lease::Timing;
 use crate::net::{Announcer, CachedKernel, Kernel, NetlinkKernel, RawAnnouncer};
 use crate::nodes::eligibility::Ineligible;
 pub use crate::nodes::node_addresses;
+use crate::nodes::strip_node;
 use crate::obs::metrics::Metrics;
 use crate::obs::readiness::{Readiness, WatchActivity};
 use crate::services::plan::decide::{self, StopOrder};
@@ -238,6 +239,7 @@ async fn start_caches(
         watches.clone(),
         activity.clone(),
         strip_service,
+        None,
     );
     let (node_store, node_writer) = reflector::store::<Node>();
     let node_api: Api<Node> = Api::all(client.clone());
@@ -249,6 +251,7 @@ async fn start_caches(
         watches.clone(),
         activity.clone(),
         strip_node,
+        None,
     );
     // Endpoints for externalTrafficPolicy Local: EndpointSlice v1 where the server has it
     // (1.21+), else core Endpoints (the lab's v1.20).
@@ -264,6 +267,7 @@ async fn start_caches(
             watches.clone(),
             activity.clone(),
             strip_metadata::<EndpointSlice>,
+            None,
         );
         EndpointStore::Slices(store)
     } else {
@@ -278,6 +282,7 @@ async fn start_caches(
             watches.clone(),
             activity.clone(),
             strip_metadata::<Endpoints>,
+            None,
         );
         EndpointStore::Endpoints(store)
     };

@@ -5,7 +5,7 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Endpoints, Node, Service};
+use k8s_openapi::api::core::v1::{Endpoints, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::Store;
 
@@ -14,8 +14,7 @@ use super::endpoints::{
 };
 use crate::services::plan::model::ServiceKey;
 
-/// `kubectl apply` keeps a copy of the whole object in this annotation; vipd never reads it.
-pub(super) const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+pub(super) use crate::kube::watch::LAST_APPLIED;
 
 /// Drops what the cache does not need from a Service: managedFields, labels, the selector
 /// and `kubectl apply`'s copy of the object. Annotations (kube-vip.io/*), the rest of the
@@ -30,26 +29,6 @@ pub(crate) fn strip_service(svc: &mut Service) {
     if let Some(a) = svc.metadata.annotations.as_mut() {
         a.remove(LAST_APPLIED);
     }
-}
-
-/// Keeps of a Node only its name, labels (this node's are matched against Services' node
-/// selectors; the peer membership label [`crate::peer::MEMBER_LABEL`] is among them) and
-/// `status.addresses` (a Node's status carries its image list, often tens of KiB).
-pub(crate) fn strip_node(node: &mut Node) {
-    let addresses = node.status.as_mut().and_then(|s| s.addresses.take());
-    *node = Node {
-        metadata: kube::api::ObjectMeta {
-            name: node.metadata.name.take(),
-            labels: node.metadata.labels.take(),
-            resource_version: node.metadata.resource_version.take(),
-            ..Default::default()
-        },
-        spec: None,
-        status: Some(k8s_openapi::api::core::v1::NodeStatus {
-            addresses,
-            ..Default::default()
-        }),
-    };
 }
 
 /// Drops managedFields and annotations from core Endpoints or an EndpointSlice (subsets,
@@ -147,9 +126,10 @@ impl EndpointStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::nodes::node_addresses;
+    use crate::nodes::{node_addresses, strip_node};
     use crate::services::endpoints::SERVICE_NAME_LABEL;
     use crate::services::plan::model;
+    use k8s_openapi::api::core::v1::Node;
 
     #[test]
     fn strip_keeps_what_vipd_reads() {

@@ -120,6 +120,11 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         )
     });
     let dhcp = start_dhcp(cfg.dhcp_mode, cfg.dhcp_backoff_attempts).await;
+    let ipam_parts = crate::ipam::Parts {
+        kernel: kernel.clone(),
+        conflict_monitor: holder_cfg.conflict_monitor.clone(),
+        metrics: metrics.clone(),
+    };
     let services = match cfg.services {
         true => Some(
             services::start(
@@ -140,6 +145,10 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         ),
         false => None,
     };
+    let ipam = match cfg.ipam() {
+        Some(settings) => Some(crate::ipam::start(settings, ipam_parts).await?),
+        None => None,
+    };
     readiness.set_election_running(true);
 
     shutdown.cancelled().await;
@@ -147,6 +156,9 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         warn!(error = %e, "cannot notify systemd");
     }
     info!("shutting down: dropping VIPs, then releasing the leases");
+    if let Some(ipam) = ipam {
+        ipam.stop().await;
+    }
     stop_elections(services, control_plane).await;
     readiness.set_election_running(false);
     health_stop.cancel();

@@ -27,6 +27,7 @@ pub(crate) async fn check_rbac(client: kube::Client, cfg: &Config) -> Check {
         services: cfg.services,
         node_labeling: cfg.control_plane && cfg.enable_node_labeling,
         ride_through: cfg.services && cfg.services_ride_through,
+        ipam: cfg.ipam.is_some(),
         events_v1,
         endpoint_slices: Some(crate::services::endpoints::endpointslice_v1_served(&client).await),
     };
@@ -34,6 +35,10 @@ pub(crate) async fn check_rbac(client: kube::Client, cfg: &Config) -> Check {
         lease: cfg.lease.namespace.clone(),
         services: cfg.services_namespace.clone(),
         services_election: cfg.services_election,
+        ipam: cfg.ipam.as_ref().map_or_else(
+            || crate::ipam::DEFAULT_NAMESPACE.to_string(),
+            |k| k.namespace.clone(),
+        ),
     };
     let checks = crate::kube::api::checks_for(&needs, &namespaces);
     let api: kube::Api<SelfSubjectAccessReview> = kube::Api::all(client);

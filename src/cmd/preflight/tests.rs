@@ -163,6 +163,7 @@ fn rbac_denial_names_access_and_rule() {
         },
         &crate::kube::api::Namespaces {
             lease: "kube-system".into(),
+            ipam: "kube-system".into(),
             services: None,
             services_election: true,
         },

@@ -2,7 +2,7 @@ use super::*;
 use crate::kube::api::*;
 use k8s_openapi::Resource;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Endpoints, Event as CoreEvent, Node, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Endpoints, Event as CoreEvent, Node, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::events::v1::Event as EventsV1Event;
 use std::collections::BTreeSet;
@@ -24,6 +24,7 @@ fn node_get_and_patch_only_with_labeling() {
     assert_eq!(node_verbs(true), ["get", "list", "watch", "patch"]);
     let ns = Namespaces {
         lease: "kube-system".into(),
+        ipam: "kube-system".into(),
         services: None,
         services_election: false,
     };
@@ -60,6 +61,7 @@ fn secret_get_by_name_only_with_ride_through() {
     assert!(rule(&cluster_role_for(true, false), "", "secrets").is_none());
     let ns = Namespaces {
         lease: "kube-system".into(),
+        ipam: "kube-system".into(),
         services: None,
         services_election: true,
     };
@@ -128,18 +130,21 @@ fn role_grants_both_event_apis_and_what_vipd_calls() {
         verbs("discovery.k8s.io", "endpointslices"),
         ["list", "watch"]
     );
-    assert_eq!(role.rules.unwrap().len(), 8);
+    assert_eq!(verbs("", "configmaps"), ["list", "watch"]);
+    assert_eq!(role.rules.unwrap().len(), 9);
 }
 
 #[test]
 fn checks_follow_the_configuration() {
     let ns = Namespaces {
         lease: "kube-system".into(),
+        ipam: "kube-system".into(),
         services: None,
         services_election: true,
     };
     let cp_only = Needs {
         services: false,
+        ipam: false,
         events_v1: Some(true),
         endpoint_slices: Some(true),
         ..Needs::manifest(false)
@@ -256,6 +261,10 @@ fn table_matches_the_code() {
         ("Lease", Some((Lease::GROUP, Lease::URL_PATH_SEGMENT))),
         ("Service", Some((Service::GROUP, Service::URL_PATH_SEGMENT))),
         ("Node", Some((Node::GROUP, Node::URL_PATH_SEGMENT))),
+        (
+            "ConfigMap",
+            Some((ConfigMap::GROUP, ConfigMap::URL_PATH_SEGMENT)),
+        ),
         (
             "Endpoints",
             Some((Endpoints::GROUP, Endpoints::URL_PATH_SEGMENT)),

@@ -1,0 +1,492 @@
+//! The allocator's pass ([`Allocator::pass`]): reads the caches, asks the pure
+//! [`super::decide::plan`] what to do, probes the addresses it is about to hand out, and
+//! makes the conditional writes, while this node holds the allocator's Lease.
+
+use std::collections::{BTreeMap, BTreeSet, HashSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use super::decide::{Decision, RequestWarning, plan, requested_warnings};
+use super::inuse::{InUse, ServiceView, User};
+use super::metrics::{PoolFigures, PoolMetrics};
+use super::pool::{Family, PoolBook};
+use super::probe::AddressProbe;
+use super::reasons::*;
+use super::settings::Settings;
+use super::view::view_of;
+use super::write::{Change, ServiceApi, WriteOutcome};
+use crate::kube::ObjectKey;
+use crate::kube::events::{Event, EventKind};
+use crate::kube::service::FINALIZER_LB_CLEANUP;
+use crate::net::conflict::fmt_mac;
+
+/// How long an address another host answered for is left out before it is probed again.
+pub const REFUSED_FOR: Duration = Duration::from_secs(60);
+/// How long an address just written counts as used while the Services cache has not shown
+/// it yet (a write the cache never shows, e.g. a Service deleted meanwhile, stops counting).
+const PENDING_FOR: Duration = Duration::from_secs(30);
+/// First retry delay after a failed write; doubles up to [`RETRY_MAX`].
+const RETRY_MIN: Duration = Duration::from_millis(500);
+/// Longest retry delay after failed writes.
+const RETRY_MAX: Duration = Duration::from_secs(30);
+/// How many times one pass decides again after its probes refused addresses.
+const PROBE_ROUNDS: usize = 4;
+
+/// What one pass reads: the caches' content.
+pub struct PassInput<'a> {
+    /// Every Service (of `svc_namespace`, or all).
+    pub services: &'a [Arc<Service>],
+    /// Every Node's own addresses: `(node, address)`.
+    pub nodes: &'a [(String, IpAddr)],
+    /// The pool ConfigMap's `data`; `None`: no such ConfigMap.
+    pub pools: Option<&'a BTreeMap<String, String>>,
+}
+
+/// The allocator's memory between passes (one term of the Lease).
+pub struct Allocator<A: ServiceApi, P: AddressProbe> {
+    settings: Arc<Settings>,
+    api: A,
+    probe: P,
+    metrics: Option<Arc<PoolMetrics>>,
+    /// Written, not yet seen in the cache: address -> (Service, written at).
+    pending: BTreeMap<IpAddr, (ObjectKey, Instant)>,
+    /// Answered by another host: address -> until.
+    refused: BTreeMap<IpAddr, Instant>,
+    /// Events posted this term: (uid, reason, message), so each is posted once.
+    posted: HashSet<(String, &'static str, String)>,
+    /// Consecutive failed writes (the retry back-off).
+    failures: u32,
+}
+
+/// What a pass asks of the loop around it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassEnd {
+    /// Run again after this long even if nothing changes (a failed or stale write, a
+    /// pending or refused address to expire); `None`: only on a change.
+    pub again_in: Option<Duration>,
+}
+
+impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
+    /// An allocator with nothing done yet.
+    pub fn new(
+        settings: Arc<Settings>,
+        api: A,
+        probe: P,
+        metrics: Option<Arc<PoolMetrics>>,
+    ) -> Self {
+        Allocator {
+            settings,
+            api,
+            probe,
+            metrics,
+            pending: BTreeMap::new(),
+            refused: BTreeMap::new(),
+            posted: HashSet::new(),
+            failures: 0,
+        }
+    }
+
+    /// Clears the pool metrics (this node no longer allocates).
+    pub fn stand_down(&mut self) {
+        if let Some(m) = &self.metrics {
+            m.set(&[]);
+        }
+        self.posted.clear();
+        self.pending.clear();
+    }
+
+    /// One pass over `input`; `may_write()` is checked right before every write (the
+    /// Lease's fence: false once this node may no longer be the holder).
+    pub async fn pass(
+        &mut self,
+        input: &PassInput<'_>,
+        may_write: &(dyn Fn() -> bool + Sync),
+    ) -> PassEnd {
+        let now = Instant::now();
+        let empty = BTreeMap::new();
+        let book = PoolBook::from_data(input.pools.unwrap_or(&empty));
+        let views: Vec<ServiceView> = input
+            .services
+            .iter()
+            .map(|s| view_of(s, self.settings.lb_class_only, &self.settings.lb_class_name))
+            .collect();
+        self.forget_seen(&views, now);
+        let in_use = self.in_use(&views, input.nodes, &book);
+        let mut again: Option<Duration> = None;
+        let mut decisions = Vec::new();
+        for _ in 0..PROBE_ROUNDS {
+            let refused = |a: IpAddr| self.refused.get(&a).is_some_and(|until| *until > now);
+            decisions = plan(&views, &book, in_use.clone(), &refused);
+            let candidates: Vec<IpAddr> = decisions
+                .iter()
+                .filter_map(|(_, d)| match d {
+                    Decision::Allocate { addrs, .. } => Some(addrs.clone()),
+                    _ => None,
+                })
+                .flatten()
+                .filter(|a| !a.is_unspecified() && !in_use.is_used(*a))
+                .collect();
+            if candidates.is_empty() {
+                break;
+            }
+            let answered = self.probe.answered(candidates).await;
+            if answered.is_empty() {
+                break;
+            }
+            for (addr, mac) in answered {
+                self.refuse(&views, &decisions, addr, mac, now).await;
+            }
+            again = Some(REFUSED_FOR);
+        }
+        let by_key: BTreeMap<&ObjectKey, &Arc<Service>> = input
+            .services
+            .iter()
+            .zip(&views)
+            .map(|(s, v)| (&v.key, s))
+            .collect();
+        let views_by_key: BTreeMap<&ObjectKey, &ServiceView> =
+            views.iter().map(|v| (&v.key, v)).collect();
+        for (key, decision) in &decisions {
+            let (Some(svc), Some(view)) = (by_key.get(key), views_by_key.get(key)) else {
+                continue;
+            };
+            if let Some(d) = self.act(svc, view, decision, &book, may_write).await {
+                again = Some(again.map_or(d, |a| a.min(d)));
+            }
+        }
+        self.drop_finalizers(input.services, &views, may_write)
+            .await;
+        self.warn_requests(&views, &book, &in_use).await;
+        self.export(&book, &in_use);
+        if !self.pending.is_empty() {
+            again = Some(again.map_or(PENDING_FOR, |a| a.min(PENDING_FOR)));
+        }
+        let uids: BTreeSet<&str> = views.iter().map(|v| v.uid.as_str()).collect();
+        self.posted
+            .retain(|(uid, _, _)| uids.contains(uid.as_str()));
+        self.refused.retain(|_, until| *until > now);
+        PassEnd { again_in: again }
+    }
+
+    /// Drops pending writes the cache now shows (or that are too old).
+    fn forget_seen(&mut self, views: &[ServiceView], now: Instant) {
+        let shown: BTreeSet<(&ObjectKey, IpAddr)> = views
+            .iter()
+            .flat_map(|v| v.shown().into_iter().map(move |a| (&v.key, a)))
+            .collect();
+        self.pending.retain(|addr, (key, at)| {
+            !shown.contains(&(&*key, *addr)) && now.duration_since(*at) < PENDING_FOR
+        });
+    }
+
+    /// Every address in use, with the addresses written but not yet seen.
+    fn in_use(&self, views: &[ServiceView], nodes: &[(String, IpAddr)], book: &PoolBook) -> InUse {
+        let mut in_use = InUse::build(views, nodes, &self.settings.control_plane, |ns| {
+            book.allow_share(ns)
+        });
+        for (addr, (key, _)) in &self.pending {
+            in_use.add(
+                *addr,
+                User::Service {
+                    key: key.clone(),
+                    ports: Vec::new(),
+                    share_ok: false,
+                },
+            );
+        }
+        in_use
+    }
+
+    /// Leaves `addr` out for [`REFUSED_FOR`] and tells the Service it was meant for.
+    async fn refuse(
+        &mut self,
+        views: &[ServiceView],
+        decisions: &[(ObjectKey, Decision)],
+        addr: IpAddr,
+        mac: [u8; 6],
+        now: Instant,
+    ) {
+        self.refused.insert(addr, now + REFUSED_FOR);
+        let Some((key, pool)) = decisions.iter().find_map(|(k, d)| match d {
+            Decision::Allocate { addrs, pool, .. } if addrs.contains(&addr) => Some((k, pool)),
+            _ => None,
+        }) else {
+            return;
+        };
+        let message = format!(
+            "{addr} of pool {pool} is answered by another host ({}) on the segment: not handed out; probed again in {} s",
+            fmt_mac(mac),
+            REFUSED_FOR.as_secs()
+        );
+        warn!(service = %key, %addr, mac = %fmt_mac(mac), "pool address answered by another host: not handed out");
+        if let Some(v) = views.iter().find(|v| &v.key == key) {
+            self.post(v, EventKind::Warning, REASON_IN_USE, message)
+                .await;
+        }
+    }
+
+    /// Carries out one decision; `Some(delay)`: try again after it.
+    async fn act(
+        &mut self,
+        svc: &Service,
+        view: &ServiceView,
+        decision: &Decision,
+        book: &PoolBook,
+        may_write: &(dyn Fn() -> bool + Sync),
+    ) -> Option<Duration> {
+        let settings = self.settings.clone();
+        let cm = &settings.config_map;
+        match decision {
+            Decision::Keep => None,
+            Decision::Allocate {
+                addrs,
+                pool,
+                shared,
+                interface,
+            } => {
+                let change = Change::Allocate {
+                    addrs: addrs.clone(),
+                    interface: interface.clone(),
+                };
+                let written = self.write(svc, view, &change, may_write).await?;
+                if written {
+                    let now = Instant::now();
+                    for a in addrs {
+                        if !a.is_unspecified() {
+                            self.pending.insert(*a, (view.key.clone(), now));
+                        }
+                    }
+                    let list = join(addrs);
+                    let share = if *shared {
+                        " (shared, allow-share)"
+                    } else {
+                        ""
+                    };
+                    info!(service = %view.key, addresses = %list, %pool, "address allocated");
+                    let message =
+                        format!("allocated {list} from pool {pool} of ConfigMap {cm}{share}");
+                    self.post(view, EventKind::Normal, REASON_ALLOCATED, message)
+                        .await;
+                    None
+                } else {
+                    Some(RETRY_MIN)
+                }
+            }
+            Decision::Release { addrs } => {
+                let finalizers = without_cleanup_finalizer(svc);
+                let written = self
+                    .write(svc, view, &Change::Release { finalizers }, may_write)
+                    .await?;
+                if written {
+                    let message = format!(
+                        "released {}: no longer a LoadBalancer Service vipd serves; back in the pool",
+                        join(addrs)
+                    );
+                    info!(service = %view.key, addresses = %join(addrs), "address released");
+                    self.post(view, EventKind::Normal, REASON_RELEASED, message)
+                        .await;
+                    None
+                } else {
+                    Some(RETRY_MIN)
+                }
+            }
+            Decision::NoPool => {
+                let message = format!(
+                    "no address: no pool applies to namespace {ns}; add one to ConfigMap {cm} (kube-vip-cloud-provider's format), e.g. kubectl create configmap -n {cmns} {cmname} --from-literal cidr-global=192.0.2.10/32, or set kube-vip.io/loadbalancerIPs on the Service",
+                    ns = view.key.namespace,
+                    cmns = cm.namespace,
+                    cmname = cm.name,
+                );
+                self.post(view, EventKind::Warning, REASON_NO_POOL, message)
+                    .await;
+                None
+            }
+            Decision::PoolInvalid(e) => {
+                let message = format!(
+                    "no address: ConfigMap {cm} {e}; fix the key (value \"{}\")",
+                    e.value
+                );
+                self.post(view, EventKind::Warning, REASON_POOL_INVALID, message)
+                    .await;
+                None
+            }
+            Decision::Exhausted { pool, family } => {
+                let text = book
+                    .pools()
+                    .filter_map(Result::ok)
+                    .find(|p| p.key.to_string() == *pool)
+                    .map(|p| p.text.clone())
+                    .unwrap_or_default();
+                let message = format!(
+                    "no address: every {family} address of pool {pool} ({text}) of ConfigMap {cm} is in use; allocated as soon as one is free"
+                );
+                self.post(view, EventKind::Warning, REASON_POOL_EXHAUSTED, message)
+                    .await;
+                None
+            }
+            Decision::FamilyMissing { pool, family } => {
+                let message = format!(
+                    "no address: pool {pool} of ConfigMap {cm} has no {family} address, which the Service's ipFamilies / ipFamilyPolicy ask for"
+                );
+                self.post(view, EventKind::Warning, REASON_NO_POOL, message)
+                    .await;
+                None
+            }
+        }
+    }
+
+    /// Writes `change` if this node may still write. `Some(true)`: written; `Some(false)`:
+    /// stale or refused by the fence (decide again soon); `None`: failed (retry with
+    /// back-off).
+    async fn write(
+        &mut self,
+        svc: &Service,
+        view: &ServiceView,
+        change: &Change,
+        may_write: &(dyn Fn() -> bool + Sync),
+    ) -> Option<bool> {
+        let rv = svc.metadata.resource_version.as_deref().unwrap_or_default();
+        if !may_write() {
+            return Some(false);
+        }
+        match self.api.write(&view.key, rv, change).await {
+            Ok(WriteOutcome::Written) => {
+                self.failures = 0;
+                Some(true)
+            }
+            Ok(WriteOutcome::Stale) => Some(false),
+            Err(e) => {
+                self.failures = self.failures.saturating_add(1);
+                warn!(service = %view.key, error = %e, "allocator write failed; retrying with back-off");
+                None
+            }
+        }
+    }
+
+    /// The delay before the next attempt after failed writes.
+    pub fn retry_delay(&self) -> Option<Duration> {
+        (self.failures > 0).then(|| {
+            let shift = self.failures.saturating_sub(1).min(8);
+            (RETRY_MIN * 2u32.pow(shift)).min(RETRY_MAX)
+        })
+    }
+
+    /// Takes the load-balancer cleanup finalizer off labelled Services being deleted: the
+    /// service controller that put it there (kube-vip-cloud-provider's) is gone, since this
+    /// node holds its Lease.
+    async fn drop_finalizers(
+        &mut self,
+        services: &[Arc<Service>],
+        views: &[ServiceView],
+        may_write: &(dyn Fn() -> bool + Sync),
+    ) {
+        for (svc, view) in services.iter().zip(views) {
+            if !(view.deleting && view.labelled) {
+                continue;
+            }
+            let Some(rest) = without_cleanup_finalizer(svc) else {
+                continue;
+            };
+            if self
+                .write(svc, view, &Change::Finalizers(rest), may_write)
+                .await
+                == Some(true)
+            {
+                info!(service = %view.key, finalizer = FINALIZER_LB_CLEANUP, "finalizer removed: the Service can be deleted");
+            }
+        }
+    }
+
+    /// Warnings about requested addresses outside every pool or already used.
+    async fn warn_requests(&mut self, views: &[ServiceView], book: &PoolBook, in_use: &InUse) {
+        if book.is_empty() {
+            return;
+        }
+        for view in views
+            .iter()
+            .filter(|v| v.ours && !v.deleting && !v.needs_address())
+        {
+            for w in requested_warnings(view, book, in_use) {
+                let cm = &self.settings.config_map;
+                let (reason, message) = match w {
+                    RequestWarning::NotInPool { addr } => (
+                        REASON_NOT_IN_POOL,
+                        format!(
+                            "requested address {addr} is outside every pool of ConfigMap {cm} (announced as usual)"
+                        ),
+                    ),
+                    RequestWarning::InUse { addr, by } => (
+                        REASON_IN_USE,
+                        format!("requested address {addr} is already used by {by}"),
+                    ),
+                };
+                self.post(view, EventKind::Warning, reason, message).await;
+            }
+        }
+    }
+
+    /// The pool figures.
+    fn export(&self, book: &PoolBook, in_use: &InUse) {
+        let Some(m) = &self.metrics else {
+            return;
+        };
+        let figures: Vec<PoolFigures> = book
+            .pools()
+            .filter_map(Result::ok)
+            .filter(|p| !p.dhcp)
+            .map(|p| {
+                let total = p.size(Family::V4).saturating_add(p.size(Family::V6));
+                (p.key.to_string(), total, in_use.used_in(p))
+            })
+            .collect();
+        m.set(&figures);
+    }
+
+    /// Posts an Event once per term for the same Service, reason and message.
+    async fn post(
+        &mut self,
+        view: &ServiceView,
+        kind: EventKind,
+        reason: &'static str,
+        message: String,
+    ) {
+        if !self
+            .posted
+            .insert((view.uid.clone(), reason, message.clone()))
+        {
+            return;
+        }
+        let event = Event {
+            kind,
+            reason: reason.to_string(),
+            action: "Allocate".to_string(),
+            note: message,
+            change: String::new(),
+        };
+        self.api.event(&view.key, &view.uid, &event).await;
+    }
+}
+
+/// The finalizer list of `svc` without the load-balancer cleanup finalizer, when it has it.
+fn without_cleanup_finalizer(svc: &Service) -> Option<Vec<String>> {
+    let list = svc.metadata.finalizers.as_ref()?;
+    list.iter().any(|f| f == FINALIZER_LB_CLEANUP).then(|| {
+        list.iter()
+            .filter(|f| *f != FINALIZER_LB_CLEANUP)
+            .cloned()
+            .collect()
+    })
+}
+
+fn join(addrs: &[IpAddr]) -> String {
+    addrs
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}

@@ -1,0 +1,299 @@
+//! The allocator's task: the election on kube-vip-cloud-provider's Lease, and while this
+//! node holds it, the caches of Services, Nodes and the pool ConfigMap and the passes of
+//! [`super::run::Allocator`].
+
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
+use kube::Api;
+use kube::runtime::reflector::{self, Store};
+use tokio::sync::{Notify, watch};
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use tracing::{error, info};
+
+use super::metrics::PoolMetrics;
+use super::probe::{AddressProbe, NoProbe, RawProbe};
+use super::run::{Allocator, PassInput};
+use super::settings::Settings;
+use super::write::KubeServiceApi;
+use crate::election::kube::KubeLeaseClient;
+use crate::election::{Elector, Gates, LeaderState};
+use crate::kube::client::{ClientError, ServicesClients};
+use crate::kube::service::LABEL_IMPLEMENTATION;
+use crate::kube::watch::{LAST_APPLIED, scoped_api, spawn_reflector};
+use crate::net::NetlinkKernel;
+use crate::net::conflict::ConflictMonitor;
+use crate::obs::metrics::Metrics;
+
+/// After a change, how long the allocator waits for more before a pass (a burst of
+/// Services created at once is decided in one pass).
+const SETTLE: Duration = Duration::from_millis(20);
+
+/// What the manager gives the IPAM wing.
+pub struct Parts {
+    /// The node's kernel (the interface an address is probed on).
+    pub kernel: Arc<NetlinkKernel>,
+    /// The conflict monitor of `vip_arpprobe`; `None`: addresses are not probed before
+    /// they are handed out.
+    pub conflict_monitor: Option<Arc<dyn ConflictMonitor>>,
+    /// The metrics registry (the election's and the pools' families).
+    pub metrics: Metrics,
+}
+
+/// The running IPAM wing.
+pub struct Running {
+    election_stop: CancellationToken,
+    elector_task: JoinHandle<crate::election::ElectionEnd>,
+    stop: CancellationToken,
+    task: JoinHandle<()>,
+}
+
+impl Running {
+    /// Steps down (the Lease is released once the current pass is over) and stops.
+    pub async fn stop(self) {
+        self.election_stop.cancel();
+        let _ = self.elector_task.await;
+        self.stop.cancel();
+        if let Err(e) = self.task.await {
+            error!(error = %e, "IPAM task failed");
+        }
+    }
+}
+
+/// Starts the allocator (`svc_ipam`): it campaigns for the Lease
+/// `kube-system/kube-vip-cloud-controller` and allocates while it holds it.
+///
+/// # Errors
+/// [`ClientError`] when the clients cannot be built.
+pub async fn start(settings: Settings, parts: Parts) -> Result<Running, ClientError> {
+    let settings = Arc::new(settings);
+    let clients = crate::kube::client::services_clients(&settings.kube).await?;
+    let leases = KubeLeaseClient::new(
+        clients.leases.clone(),
+        &settings.lease.namespace,
+        &settings.lease.name,
+    );
+    let (elector, leadership) = Elector::new(
+        leases,
+        settings.node_name.clone(),
+        settings.timing,
+        &Gates::default(),
+    );
+    let elector = elector.with_metrics(&parts.metrics);
+    info!(
+        lease = %settings.lease,
+        config_map = %settings.config_map,
+        "svc_ipam: Service addresses are allocated from the ConfigMap's pools by the holder of the Lease"
+    );
+    let election_stop = CancellationToken::new();
+    let elector_task = tokio::spawn(elector.run(election_stop.clone()));
+    let stop = CancellationToken::new();
+    let pool_metrics = parts.metrics.families::<PoolMetrics>();
+    let api = KubeServiceApi::new(clients.other.clone(), &settings.node_name);
+    let task = match parts.conflict_monitor {
+        Some(monitor) => {
+            let probe = RawProbe::new(parts.kernel, monitor, settings.interface.clone());
+            let allocator = Allocator::new(settings.clone(), api, probe, Some(pool_metrics));
+            tokio::spawn(follow(
+                settings,
+                clients,
+                leadership,
+                allocator,
+                stop.clone(),
+            ))
+        }
+        None => {
+            let allocator = Allocator::new(settings.clone(), api, NoProbe, Some(pool_metrics));
+            tokio::spawn(follow(
+                settings,
+                clients,
+                leadership,
+                allocator,
+                stop.clone(),
+            ))
+        }
+    };
+    Ok(Running {
+        election_stop,
+        elector_task,
+        stop,
+        task,
+    })
+}
+
+/// Follows the leadership until `stop`: each term runs [`allocate`].
+async fn follow<P: AddressProbe>(
+    settings: Arc<Settings>,
+    clients: ServicesClients,
+    leadership: crate::election::Leadership,
+    mut allocator: Allocator<KubeServiceApi, P>,
+    stop: CancellationToken,
+) {
+    let mut state = leadership.state;
+    loop {
+        let term = loop {
+            if let LeaderState::Leading { term, .. } = *state.borrow_and_update() {
+                break term;
+            }
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                r = state.changed() => if r.is_err() { return },
+            }
+        };
+        info!(lease = %settings.lease, term, "this node allocates Service addresses");
+        allocate(&settings, &clients, &mut state, term, &mut allocator).await;
+        allocator.stand_down();
+        let _ = leadership.dropped.send(term);
+        info!(lease = %settings.lease, term, "this node no longer allocates Service addresses");
+    }
+}
+
+/// The caches of one term.
+struct Caches {
+    services: Store<Service>,
+    nodes: Store<Node>,
+    config_map: Store<ConfigMap>,
+    changed: Arc<Notify>,
+    stop: CancellationToken,
+}
+
+impl Drop for Caches {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+fn start_caches(settings: &Settings, clients: &ServicesClients) -> Caches {
+    let changed = Arc::new(Notify::new());
+    let stop = CancellationToken::new();
+    let (services, writer) = reflector::store();
+    spawn_reflector(
+        "services (ipam)",
+        scoped_api::<Service>(&clients.other, settings.services_namespace.as_deref()),
+        writer,
+        changed.clone(),
+        stop.clone(),
+        clients.watches.clone(),
+        strip_service,
+        None,
+    );
+    let (nodes, writer) = reflector::store();
+    spawn_reflector(
+        "nodes (ipam)",
+        Api::<Node>::all(clients.other.clone()),
+        writer,
+        changed.clone(),
+        stop.clone(),
+        clients.watches.clone(),
+        crate::nodes::strip_node,
+        None,
+    );
+    let (config_map, writer) = reflector::store();
+    spawn_reflector(
+        "configmaps (ipam)",
+        Api::<ConfigMap>::namespaced(clients.other.clone(), &settings.config_map.namespace),
+        writer,
+        changed.clone(),
+        stop.clone(),
+        clients.watches.clone(),
+        |c: &mut ConfigMap| c.metadata.managed_fields = None,
+        Some(format!("metadata.name={}", settings.config_map.name)),
+    );
+    Caches {
+        services,
+        nodes,
+        config_map,
+        changed,
+        stop,
+    }
+}
+
+/// Allocates while this node holds the Lease in `term`.
+async fn allocate<P: AddressProbe>(
+    settings: &Settings,
+    clients: &ServicesClients,
+    state: &mut watch::Receiver<LeaderState>,
+    term: u64,
+    allocator: &mut Allocator<KubeServiceApi, P>,
+) {
+    let caches = start_caches(settings, clients);
+    let ready = async {
+        let _ = tokio::join!(
+            caches.services.wait_until_ready(),
+            caches.nodes.wait_until_ready(),
+            caches.config_map.wait_until_ready(),
+        );
+    };
+    tokio::select! {
+        _ = ready => {}
+        _ = lost(state, term) => return,
+    }
+    let margin = crate::lease::FENCE_MARGIN;
+    loop {
+        let fence = state.clone();
+        let lease_duration = settings.timing.lease_duration;
+        let may_write = move || match *fence.borrow() {
+            LeaderState::Leading {
+                term: t,
+                renewed_at,
+                ..
+            } => t == term && Instant::now() + margin < renewed_at + lease_duration,
+            LeaderState::Following { .. } => false,
+        };
+        if !may_write() {
+            return;
+        }
+        let services = caches.services.state();
+        let nodes: Vec<(String, IpAddr)> = crate::nodes::node_addresses(&caches.nodes.state())
+            .into_iter()
+            .map(|(a, n)| (n, a))
+            .collect();
+        let config = caches
+            .config_map
+            .state()
+            .first()
+            .and_then(|c| c.data.clone());
+        let input = PassInput {
+            services: &services,
+            nodes: &nodes,
+            pools: config.as_ref(),
+        };
+        let end = allocator.pass(&input, &may_write).await;
+        let again = [end.again_in, allocator.retry_delay()]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(Duration::from_secs(3600));
+        tokio::select! {
+            _ = caches.changed.notified() => tokio::time::sleep(SETTLE).await,
+            _ = tokio::time::sleep(again) => {}
+            _ = lost(state, term) => return,
+        }
+    }
+}
+
+/// Resolves once this node no longer leads in `term`.
+async fn lost(state: &mut watch::Receiver<LeaderState>, term: u64) {
+    let _ = state
+        .wait_for(|s| !matches!(s, LeaderState::Leading { term: t, .. } if *t == term))
+        .await;
+}
+
+/// Keeps of a Service what the allocator reads: no managedFields, no `kubectl apply` copy,
+/// no selector, and of its labels only [`LABEL_IMPLEMENTATION`].
+fn strip_service(svc: &mut Service) {
+    svc.metadata.managed_fields = None;
+    if let Some(labels) = svc.metadata.labels.as_mut() {
+        labels.retain(|k, _| k == LABEL_IMPLEMENTATION.0);
+    }
+    if let Some(spec) = svc.spec.as_mut() {
+        spec.selector = None;
+    }
+    if let Some(a) = svc.metadata.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+    }
+}
