@@ -8,7 +8,7 @@
 //! `election::metrics` (leadership, renewals, failovers), `holder::metrics` (announcements,
 //! conflicts, VIPs held), `nodes::eligibility::metrics` (eligibility), `peer::metrics` (ride-through, peer
 //! frames), `services::metrics` (Services, health checks, hand-overs, DHCP clients),
-//! `controlplane::lb::metrics` (load balancer backends).
+//! `controlplane::lb::metrics` (load balancer backends), `ipam::metrics` (address pools).
 //!
 //! This module owns the one family that belongs to the process as a whole:
 //!

@@ -4,13 +4,14 @@
 //! The tables that say what each metric means are in the owners' module docs:
 //! `obs::metrics` (build info), `election::metrics`, `holder::metrics`, `nodes::eligibility::metrics`,
 //! `peer::metrics`, `services::metrics`, `services::metrics::dhcp`,
-//! `controlplane::lb::metrics`.
+//! `controlplane::lb::metrics`, `ipam::metrics`.
 
 use std::time::Duration;
 
 use crate::controlplane::lb::metrics::LbMetrics;
 use crate::election::metrics::LeaseMetrics;
 use crate::holder::metrics::VipMetrics;
+use crate::ipam::metrics::PoolMetrics;
 use crate::nodes::eligibility::metrics::EligibilityMetrics;
 use crate::nodes::eligibility::{Ineligible, Wing};
 use crate::obs::metrics::Metrics;
@@ -29,6 +30,7 @@ pub fn every_family(node: &str) -> Metrics {
     m.families::<PeerMetrics>();
     m.families::<LbMetrics>();
     m.families::<DhcpMetrics>();
+    m.families::<PoolMetrics>();
     m
 }
 
@@ -65,6 +67,8 @@ pub fn example(node: &str) -> Metrics {
     let dhcp = m.families::<DhcpMetrics>();
     dhcp.state("default/example", "v4", "bound", Some(1_800_000_000));
     dhcp.event("default/example", "v4", "renewed");
+    m.families::<PoolMetrics>()
+        .set(&[("cidr-global".to_string(), 14, 1)]);
     m
 }
 
@@ -74,7 +78,7 @@ mod tests {
     use crate::obs::metrics::{documented_names, exported_names};
 
     /// The owners' module docs, whose tables list their metrics.
-    const TABLES: [&str; 8] = [
+    const TABLES: [&str; 9] = [
         include_str!("../../obs/metrics.rs"),
         include_str!("../../election/metrics.rs"),
         include_str!("../../holder/metrics.rs"),
@@ -83,6 +87,7 @@ mod tests {
         include_str!("../../services/metrics.rs"),
         include_str!("../../services/metrics/dhcp.rs"),
         include_str!("../../controlplane/lb/metrics.rs"),
+        include_str!("../../ipam/metrics.rs"),
     ];
 
     /// [`example`] shows every metric, and the owners' tables list exactly what it shows.
@@ -93,7 +98,7 @@ mod tests {
         exported.sort();
         let mut documented: Vec<String> = TABLES.iter().flat_map(|t| documented_names(t)).collect();
         documented.sort();
-        assert_eq!(exported.len(), 22, "{text}");
+        assert_eq!(exported.len(), 23, "{text}");
         assert_eq!(exported, documented);
     }
 
