@@ -53,8 +53,8 @@ pub struct Allocator<A: ServiceApi, P: AddressProbe> {
     api: A,
     probe: P,
     metrics: Option<Arc<PoolMetrics>>,
-    /// Written, not yet seen in the cache: address -> (Service, written at).
-    pending: BTreeMap<IpAddr, (ObjectKey, Instant)>,
+    /// Written, not yet seen in the cache: Service -> (its addresses, written at).
+    pending: BTreeMap<ObjectKey, (Vec<IpAddr>, Instant)>,
     /// Answered by another host: address -> until.
     refused: BTreeMap<IpAddr, Instant>,
     /// Events posted this term: (uid, reason, message), so each is posted once.
@@ -117,11 +117,18 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
             .collect();
         self.forget_seen(&views, now);
         let in_use = self.in_use(&views, input.nodes, &book);
+        // A Service whose allocation is written but not yet in the cache is left alone.
+        let waiting: BTreeSet<&ObjectKey> = self.pending.keys().collect();
+        let to_plan: Vec<ServiceView> = views
+            .iter()
+            .filter(|v| !waiting.contains(&v.key))
+            .cloned()
+            .collect();
         let mut again: Option<Duration> = None;
         let mut decisions = Vec::new();
         for _ in 0..PROBE_ROUNDS {
             let refused = |a: IpAddr| self.refused.get(&a).is_some_and(|until| *until > now);
-            decisions = plan(&views, &book, in_use.clone(), &refused);
+            decisions = plan(&to_plan, &book, in_use.clone(), &refused);
             let candidates: Vec<IpAddr> = decisions
                 .iter()
                 .filter_map(|(_, d)| match d {
@@ -173,14 +180,19 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
         PassEnd { again_in: again }
     }
 
-    /// Drops pending writes the cache now shows (or that are too old).
+    /// Drops pending writes the cache now shows (the annotation is there) or that are too
+    /// old (a write the cache never shows, e.g. the Service was deleted meanwhile).
     fn forget_seen(&mut self, views: &[ServiceView], now: Instant) {
-        let shown: BTreeSet<(&ObjectKey, IpAddr)> = views
+        let annotated: BTreeSet<&ObjectKey> = views
             .iter()
-            .flat_map(|v| v.shown().into_iter().map(move |a| (&v.key, a)))
+            .filter(|v| !v.needs_address())
+            .map(|v| &v.key)
             .collect();
-        self.pending.retain(|addr, (key, at)| {
-            !shown.contains(&(&*key, *addr)) && now.duration_since(*at) < PENDING_FOR
+        let present: BTreeSet<&ObjectKey> = views.iter().map(|v| &v.key).collect();
+        self.pending.retain(|key, (_, at)| {
+            present.contains(key)
+                && !annotated.contains(key)
+                && now.duration_since(*at) < PENDING_FOR
         });
     }
 
@@ -189,15 +201,17 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
         let mut in_use = InUse::build(views, nodes, &self.settings.control_plane, |ns| {
             book.allow_share(ns)
         });
-        for (addr, (key, _)) in &self.pending {
-            in_use.add(
-                *addr,
-                User::Service {
-                    key: key.clone(),
-                    ports: Vec::new(),
-                    share_ok: false,
-                },
-            );
+        for (key, (addrs, _)) in &self.pending {
+            for addr in addrs {
+                in_use.add(
+                    *addr,
+                    User::Service {
+                        key: key.clone(),
+                        ports: Vec::new(),
+                        share_ok: false,
+                    },
+                );
+            }
         }
         in_use
     }
@@ -255,12 +269,8 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
                 };
                 let written = self.write(svc, view, &change, may_write).await?;
                 if written {
-                    let now = Instant::now();
-                    for a in addrs {
-                        if !a.is_unspecified() {
-                            self.pending.insert(*a, (view.key.clone(), now));
-                        }
-                    }
+                    self.pending
+                        .insert(view.key.clone(), (addrs.clone(), Instant::now()));
                     let list = join(addrs);
                     let share = if *shared {
                         " (shared, allow-share)"
@@ -490,3 +500,6 @@ fn join(addrs: &[IpAddr]) -> String {
         .collect::<Vec<_>>()
         .join(",")
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,375 @@
+use std::sync::Mutex;
+
+use super::*;
+use crate::kube::api::Verb;
+
+/// Records writes and Events; answers every write with `outcome`.
+#[derive(Default)]
+struct FakeApi {
+    writes: Mutex<Vec<(ObjectKey, String, Change)>>,
+    events: Mutex<Vec<(ObjectKey, String, String)>>,
+    stale: Mutex<bool>,
+}
+
+impl ServiceApi for Arc<FakeApi> {
+    async fn write(
+        &self,
+        key: &ObjectKey,
+        resource_version: &str,
+        change: &Change,
+    ) -> Result<WriteOutcome, crate::kube::events::ApiError> {
+        self.writes.lock().unwrap().push((
+            key.clone(),
+            resource_version.to_string(),
+            change.clone(),
+        ));
+        Ok(if *self.stale.lock().unwrap() {
+            WriteOutcome::Stale
+        } else {
+            WriteOutcome::Written
+        })
+    }
+
+    async fn event(&self, key: &ObjectKey, _uid: &str, event: &Event) {
+        self.events
+            .lock()
+            .unwrap()
+            .push((key.clone(), event.reason.clone(), event.note.clone()));
+    }
+}
+
+/// Answers for the addresses it lists, with MAC 02:00:00:00:00:99.
+#[derive(Default)]
+struct FakeProbe {
+    taken: Vec<IpAddr>,
+    asked: Mutex<Vec<IpAddr>>,
+}
+
+impl AddressProbe for Arc<FakeProbe> {
+    async fn answered(&self, addrs: Vec<IpAddr>) -> Vec<(IpAddr, [u8; 6])> {
+        self.asked.lock().unwrap().extend(addrs.iter().copied());
+        addrs
+            .into_iter()
+            .filter(|a| self.taken.contains(a))
+            .map(|a| (a, [2, 0, 0, 0, 0, 0x99]))
+            .collect()
+    }
+}
+
+fn settings() -> Arc<Settings> {
+    Arc::new(Settings {
+        kube: crate::kube::client::Settings {
+            kubeconfig: None,
+            kubernetes_addr: None,
+            control_plane: false,
+            port: 6443,
+        },
+        node_name: "node-a".into(),
+        config_map: ObjectKey::new("kube-system", "kubevip"),
+        lease: ObjectKey::new("kube-system", "kube-vip-cloud-controller"),
+        timing: crate::lease::Timing {
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        },
+        services_namespace: None,
+        lb_class_only: false,
+        lb_class_name: crate::kube::service::DEFAULT_LB_CLASS_NAME.into(),
+        control_plane: vec!["192.0.2.1".parse().unwrap()],
+        interface: None,
+    })
+}
+
+fn service(name: &str, created: &str, extra: serde_json::Value) -> Arc<Service> {
+    let mut svc = serde_json::json!({
+        "metadata": {
+            "namespace": "default", "name": name, "uid": format!("uid-{name}"),
+            "resourceVersion": "10", "creationTimestamp": created,
+        },
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+    });
+    json_merge(&mut svc, extra);
+    Arc::new(serde_json::from_value(svc).unwrap())
+}
+
+fn json_merge(a: &mut serde_json::Value, b: serde_json::Value) {
+    match (a, b) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                json_merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+
+fn pools(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn allocator(
+    probe: FakeProbe,
+) -> (
+    Allocator<Arc<FakeApi>, Arc<FakeProbe>>,
+    Arc<FakeApi>,
+    Arc<FakeProbe>,
+) {
+    let api = Arc::new(FakeApi::default());
+    let probe = Arc::new(probe);
+    (
+        Allocator::new(settings(), api.clone(), probe.clone(), None),
+        api,
+        probe,
+    )
+}
+
+fn allocated(api: &FakeApi) -> Vec<(String, Vec<IpAddr>)> {
+    api.writes
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|(k, _, c)| match c {
+            Change::Allocate { addrs, .. } => Some((k.name.clone(), addrs.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn reasons(api: &FakeApi) -> Vec<(String, String)> {
+    api.events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(k, r, _)| (k.name.clone(), r.clone()))
+        .collect()
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+const T1: &str = "2026-12-03T10:00:00Z";
+const T2: &str = "2026-12-03T10:00:05Z";
+
+/// The k3s how-to: one address in `cidr-global`; the first Service gets it with one
+/// conditional write, the second gets a PoolExhausted Warning, once.
+#[tokio::test]
+async fn the_how_to_pool_serves_the_first_service_and_tells_the_second_why_not() {
+    let (mut a, api, _) = allocator(FakeProbe::default());
+    let data = pools(&[("cidr-global", "192.0.2.65/32")]);
+    let services = vec![
+        service("first", T1, serde_json::json!({})),
+        service("second", T2, serde_json::json!({})),
+    ];
+    let input = PassInput {
+        services: &services,
+        nodes: &[],
+        pools: Some(&data),
+    };
+    let end = a.pass(&input, &|| true).await;
+    assert_eq!(
+        allocated(&api),
+        [("first".to_string(), vec![ip("192.0.2.65")])]
+    );
+    assert_eq!(
+        api.writes.lock().unwrap()[0].1,
+        "10",
+        "conditional on the resourceVersion"
+    );
+    assert_eq!(
+        reasons(&api),
+        [
+            ("first".to_string(), REASON_ALLOCATED.to_string()),
+            ("second".to_string(), REASON_POOL_EXHAUSTED.to_string())
+        ]
+    );
+    assert!(end.again_in.is_some(), "a pending write is looked at again");
+    // The cache has not caught up yet: the address is still counted as taken, nothing is
+    // written again and no Event repeats.
+    a.pass(&input, &|| true).await;
+    assert_eq!(allocated(&api).len(), 1);
+    assert_eq!(api.events.lock().unwrap().len(), 2);
+}
+
+/// An address another host answers for is never written; the Service gets the next one and
+/// a Warning names the MAC.
+#[tokio::test]
+async fn an_answered_address_is_skipped_and_named() {
+    let (mut a, api, probe) = allocator(FakeProbe {
+        taken: vec![ip("192.0.2.70")],
+        ..FakeProbe::default()
+    });
+    let data = pools(&[("range-global", "192.0.2.70-192.0.2.71")]);
+    let services = vec![service("web", T1, serde_json::json!({}))];
+    let input = PassInput {
+        services: &services,
+        nodes: &[],
+        pools: Some(&data),
+    };
+    a.pass(&input, &|| true).await;
+    assert_eq!(
+        allocated(&api),
+        [("web".to_string(), vec![ip("192.0.2.71")])]
+    );
+    assert_eq!(
+        probe.asked.lock().unwrap().as_slice(),
+        [ip("192.0.2.70"), ip("192.0.2.71")]
+    );
+    let events = api.events.lock().unwrap().clone();
+    let in_use = events
+        .iter()
+        .find(|(_, r, _)| r == REASON_IN_USE)
+        .expect("an AddressInUse Warning");
+    assert!(
+        in_use.2.contains("192.0.2.70") && in_use.2.contains("02:00:00:00:00:99"),
+        "{}",
+        in_use.2
+    );
+}
+
+/// Past the Lease's fence nothing is written, and a stale write is decided again.
+#[tokio::test]
+async fn nothing_is_written_once_the_lease_may_be_lost_and_stale_writes_retry() {
+    let (mut a, api, _) = allocator(FakeProbe::default());
+    let data = pools(&[("cidr-global", "192.0.2.64/30")]);
+    let services = vec![service("web", T1, serde_json::json!({}))];
+    let input = PassInput {
+        services: &services,
+        nodes: &[],
+        pools: Some(&data),
+    };
+    a.pass(&input, &|| false).await;
+    assert!(api.writes.lock().unwrap().is_empty());
+    *api.stale.lock().unwrap() = true;
+    let end = a.pass(&input, &|| true).await;
+    assert_eq!(api.writes.lock().unwrap().len(), 1);
+    assert!(end.again_in.is_some_and(|d| d <= RETRY_MIN), "{end:?}");
+    assert!(
+        reasons(&api).is_empty(),
+        "no AddressAllocated for a stale write"
+    );
+}
+
+/// Nodes' own addresses and the control-plane VIP are never handed out; a Service with a
+/// hand-set address inside the pool keeps it taken.
+#[tokio::test]
+async fn node_control_plane_and_hand_set_addresses_are_taken() {
+    let (mut a, api, _) = allocator(FakeProbe::default());
+    let data = pools(&[("range-global", "192.0.2.1-192.0.2.4")]);
+    let services = vec![
+        service(
+            "pinned",
+            T1,
+            serde_json::json!({"spec": {"loadBalancerIP": "192.0.2.3"}}),
+        ),
+        service("web", T2, serde_json::json!({})),
+    ];
+    let nodes = [("node-a".to_string(), ip("192.0.2.2"))];
+    let input = PassInput {
+        services: &services,
+        nodes: &nodes,
+        pools: Some(&data),
+    };
+    a.pass(&input, &|| true).await;
+    assert_eq!(
+        allocated(&api),
+        [("web".to_string(), vec![ip("192.0.2.4")])]
+    );
+}
+
+/// No pool: one Warning that says how to make one; a Service with an address gets none.
+#[tokio::test]
+async fn without_a_pool_the_event_says_how_to_add_one() {
+    let (mut a, api, _) = allocator(FakeProbe::default());
+    let services = vec![
+        service("web", T1, serde_json::json!({})),
+        service(
+            "set",
+            T1,
+            serde_json::json!({"metadata": {"annotations": {"kube-vip.io/loadbalancerIPs": "192.0.2.9"}}}),
+        ),
+    ];
+    let input = PassInput {
+        services: &services,
+        nodes: &[],
+        pools: None,
+    };
+    a.pass(&input, &|| true).await;
+    a.pass(&input, &|| true).await;
+    let events = api.events.lock().unwrap().clone();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0].1, REASON_NO_POOL);
+    assert!(
+        events[0].2.contains(
+            "kubectl create configmap -n kube-system kubevip --from-literal cidr-global="
+        ),
+        "{}",
+        events[0].2
+    );
+    assert!(api.writes.lock().unwrap().is_empty());
+}
+
+/// A labelled Service turned into ClusterIP gives its pool address back (and the cleanup
+/// finalizer goes with it); a labelled Service being deleted loses the finalizer.
+#[tokio::test]
+async fn release_and_finalizers() {
+    let (mut a, api, _) = allocator(FakeProbe::default());
+    let data = pools(&[("cidr-global", "192.0.2.64/28")]);
+    let labelled = |ip: &str| {
+        serde_json::json!({
+            "metadata": {
+                "labels": {"implementation": "kube-vip"},
+                "annotations": {"kube-vip.io/loadbalancerIPs": ip},
+                "finalizers": ["service.kubernetes.io/load-balancer-cleanup", "other"]
+            }
+        })
+    };
+    let mut turned = labelled("192.0.2.66");
+    json_merge(
+        &mut turned,
+        serde_json::json!({"spec": {"type": "ClusterIP"}}),
+    );
+    let mut deleting = labelled("192.0.2.67");
+    json_merge(
+        &mut deleting,
+        serde_json::json!({"metadata": {"deletionTimestamp": "2026-12-03T10:01:00Z"}}),
+    );
+    let services = vec![service("turned", T1, turned), service("gone", T1, deleting)];
+    let input = PassInput {
+        services: &services,
+        nodes: &[],
+        pools: Some(&data),
+    };
+    a.pass(&input, &|| true).await;
+    let writes = api.writes.lock().unwrap().clone();
+    assert!(
+        writes.contains(&(
+            ObjectKey::new("default", "turned"),
+            "10".into(),
+            Change::Release {
+                finalizers: Some(vec!["other".into()])
+            }
+        )),
+        "{writes:?}"
+    );
+    assert!(
+        writes.contains(&(
+            ObjectKey::new("default", "gone"),
+            "10".into(),
+            Change::Finalizers(vec!["other".into()])
+        )),
+        "{writes:?}"
+    );
+    assert_eq!(writes.len(), 2, "{writes:?}");
+}
+
+/// The API table grants what the allocator writes.
+#[test]
+fn the_api_table_lists_the_allocators_patch() {
+    assert!(crate::kube::api::API_CALLS.iter().any(|c| {
+        c.resource == "services" && c.verb == Verb::Patch && c.call_site.0 == "src/ipam/write.rs"
+    }));
+}
