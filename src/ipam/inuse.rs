@@ -291,5 +291,35 @@ impl InUse {
     }
 }
 
+/// One pool's figures: its key, its value, how many addresses it may hand out (after
+/// `skip-end-ips-in-cidr` and the `.0`/`.255` rule, both families) and how many of those are
+/// in use. For the pool metric and `vipd status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PoolUsage {
+    /// The key (`cidr-global`).
+    pub pool: String,
+    /// The value as written.
+    pub text: String,
+    /// Usable addresses (saturating).
+    pub total: u128,
+    /// Of those, in use.
+    pub used: u128,
+}
+
+/// The figures of every valid pool of `book` that holds addresses (the DHCP pool holds none),
+/// in key order.
+pub fn usage(book: &super::pool::PoolBook, in_use: &InUse) -> Vec<PoolUsage> {
+    book.pools()
+        .filter_map(Result::ok)
+        .filter(|p| !p.dhcp)
+        .map(|p| PoolUsage {
+            pool: p.key.to_string(),
+            text: p.text.clone(),
+            total: p.size(Family::V4).saturating_add(p.size(Family::V6)),
+            used: in_use.used_in(p),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests;

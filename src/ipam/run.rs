@@ -12,9 +12,9 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use super::decide::{Decision, RequestWarning, plan, requested_warnings};
-use super::inuse::{InUse, ServiceView, User};
+use super::inuse::{InUse, ServiceView, User, usage};
 use super::metrics::{PoolFigures, PoolMetrics};
-use super::pool::{Family, PoolBook};
+use super::pool::PoolBook;
 use super::probe::AddressProbe;
 use super::reasons::*;
 use super::settings::Settings;
@@ -442,19 +442,13 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
 
     /// The pool figures.
     fn export(&self, book: &PoolBook, in_use: &InUse) {
-        let Some(m) = &self.metrics else {
-            return;
-        };
-        let figures: Vec<PoolFigures> = book
-            .pools()
-            .filter_map(Result::ok)
-            .filter(|p| !p.dhcp)
-            .map(|p| {
-                let total = p.size(Family::V4).saturating_add(p.size(Family::V6));
-                (p.key.to_string(), total, in_use.used_in(p))
-            })
-            .collect();
-        m.set(&figures);
+        if let Some(m) = &self.metrics {
+            let figures: Vec<PoolFigures> = usage(book, in_use)
+                .into_iter()
+                .map(|u| (u.pool, u.total, u.used))
+                .collect();
+            m.set(&figures);
+        }
     }
 
     /// Posts an Event once per term for the same Service, reason and message.

@@ -18,9 +18,16 @@
 //! * notes: what disagrees (status `ingress` or `kube-vip.io/vipHost` versus the holder,
 //!   rejected addresses, no lease) and the latest Event vipd posted for the Service.
 //!
-//! The decisions ([`vip_statuses`], [`render_text`]) are pure and unit-tested; [`run`] only
-//! reads the API. RBAC: `list` on leases, services, events and nodes (a `403` on nodes or
-//! events only drops what they give, with a note).
+//! * pools: each pool of the IPAM ConfigMap `--ipam-configmap` (default `kube-system/kubevip`,
+//!   kube-vip-cloud-provider's format) with its usable, used and free addresses (used: shown
+//!   by a Service, as the allocator counts them: `crate::ipam::inuse::usage`), malformed keys
+//!   named, and the allocator: the holder of the Lease `kube-vip-cloud-controller` in the
+//!   ConfigMap's namespace.
+//!
+//! The decisions ([`vip_statuses`], [`render_text`], [`pool_statuses`]) are pure and
+//! unit-tested; [`run`] only reads the API. RBAC: `list` on leases, services, events and
+//! nodes, `get` on the ConfigMap (a `403` on nodes, events or the ConfigMap only drops what
+//! they give, with a note).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -28,7 +35,7 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Event, Node, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Node, Service};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use serde::Serialize;
@@ -76,7 +83,14 @@ pub struct StatusArgs {
     /// Only Services of this namespace [default: every namespace]
     #[arg(long = "namespace", short = 'n', value_name = "NAMESPACE")]
     pub namespace: Option<String>,
-    /// Output format: a table, or JSON ({"vips": [...], "notes": [...]})
+    /// The IPAM pool ConfigMap as NAMESPACE/NAME (KUBEVIP_NAMESPACE / KUBEVIP_CONFIG_MAP)
+    #[arg(
+        long = "ipam-configmap",
+        value_name = "NAMESPACE/NAME",
+        default_value = "kube-system/kubevip"
+    )]
+    pub ipam_configmap: String,
+    /// Output format: a table, or JSON ({"vips": [...], "pools": [...], "allocator": ..., "notes": [...]})
     #[arg(long = "output", short = 'o', value_enum, default_value_t = Output::Text)]
     pub output: Output,
 }
@@ -199,6 +213,115 @@ pub(crate) struct ClusterView {
     pub has_ip: Vec<(String, String)>,
     /// Notes about what could not be read (e.g. nodes forbidden).
     pub unread: Vec<String>,
+    /// The IPAM ConfigMap's reference.
+    pub ipam_configmap: LeaseRef,
+    /// Its `data`; `None`: no such ConfigMap (or not readable: see `unread`).
+    pub pools: Option<BTreeMap<String, String>>,
+    /// The allocator's view of every Service read.
+    pub ipam_views: Vec<crate::ipam::inuse::ServiceView>,
+}
+
+/// One pool of the IPAM ConfigMap as `vipd status` shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct PoolStatus {
+    /// The key (`cidr-global`).
+    pub pool: String,
+    /// The value as written.
+    pub addresses: String,
+    /// Usable addresses (as text: an IPv6 pool may exceed JSON's integers).
+    pub total: String,
+    /// Of those, shown by a Service.
+    pub used: String,
+    /// `total - used`.
+    pub free: String,
+    /// Why the key is malformed; the figures are then empty.
+    pub error: Option<String>,
+}
+
+/// The pools of `view`'s IPAM ConfigMap with their figures, valid keys first (key order),
+/// then the malformed ones; the allocator (holder of its Lease), if any.
+pub(crate) fn pool_statuses(
+    view: &ClusterView,
+    now: Timestamp,
+) -> (Vec<PoolStatus>, Option<String>) {
+    let Some(data) = &view.pools else {
+        return (Vec::new(), None);
+    };
+    let book = crate::ipam::pool::PoolBook::from_data(data);
+    let in_use =
+        crate::ipam::inuse::InUse::build(&view.ipam_views, &[], &[], |ns| book.allow_share(ns));
+    let mut rows: Vec<PoolStatus> = crate::ipam::inuse::usage(&book, &in_use)
+        .into_iter()
+        .map(|u| PoolStatus {
+            pool: u.pool,
+            addresses: u.text,
+            total: u.total.to_string(),
+            used: u.used.to_string(),
+            free: u.total.saturating_sub(u.used).to_string(),
+            error: None,
+        })
+        .collect();
+    for e in book.problems() {
+        rows.push(PoolStatus {
+            pool: e.key.clone(),
+            addresses: e.value.clone(),
+            total: String::new(),
+            used: String::new(),
+            free: String::new(),
+            error: Some(e.to_string()),
+        });
+    }
+    let lease = LeaseRef {
+        namespace: view.ipam_configmap.namespace.clone(),
+        name: crate::ipam::LEASE_NAME.to_string(),
+    };
+    let allocator = view.leases.get(&lease).and_then(|l| {
+        let holder = Some(l.holder.clone()).filter(|h| !h.is_empty())?;
+        let fresh =
+            secs_since(l.renew_time, now).is_some_and(|s| s <= i64::from(l.lease_duration_secs));
+        Some(if fresh {
+            holder
+        } else {
+            format!("{holder} (expired)")
+        })
+    });
+    (rows, allocator)
+}
+
+/// The pools section of the text output (nothing without an IPAM ConfigMap).
+pub(crate) fn render_pools(rows: &[PoolStatus], allocator: Option<&str>, cm: &LeaseRef) -> String {
+    if rows.is_empty() {
+        return String::new();
+    }
+    let mut out = format!("\nPOOLS (ConfigMap {}/{})\n", cm.namespace, cm.name);
+    let width = rows.iter().map(|r| r.pool.len()).max().unwrap_or(0).max(4);
+    let addr_width = rows
+        .iter()
+        .map(|r| r.addresses.len())
+        .max()
+        .unwrap_or(0)
+        .max(9);
+    out.push_str(&format!(
+        "{:<width$}  {:<addr_width$}  TOTAL  USED  FREE\n",
+        "POOL", "ADDRESSES"
+    ));
+    for r in rows {
+        match &r.error {
+            None => out.push_str(&format!(
+                "{:<width$}  {:<addr_width$}  {:<5}  {:<4}  {}\n",
+                r.pool, r.addresses, r.total, r.used, r.free
+            )),
+            Some(e) => out.push_str(&format!(
+                "{:<width$}  {:<addr_width$}  malformed: {e}\n",
+                r.pool, r.addresses
+            )),
+        }
+    }
+    out.push_str(&format!(
+        "allocator: {}\n",
+        allocator.unwrap_or("nobody holds the Lease kube-vip-cloud-controller (no vipd with svc_ipam, no kube-vip-cloud-provider)")
+    ));
+    out
 }
 
 /// Seconds from `t` to `now` (negative when `t` is in the future, e.g. clock skew).
@@ -489,6 +612,7 @@ pub(crate) async fn read_cluster(
     client: kube::Client,
     cp_lease: LeaseRef,
     svc_lease: LeaseRef,
+    ipam_configmap: LeaseRef,
     namespace: Option<&str>,
 ) -> Result<ClusterView, StatusError> {
     let all = ListParams::default();
@@ -506,6 +630,19 @@ pub(crate) async fn read_cluster(
         svc_lease,
         ..Default::default()
     };
+    let cm_api: Api<ConfigMap> = Api::namespaced(client.clone(), &ipam_configmap.namespace);
+    match tokio::time::timeout(LIST_TIMEOUT, cm_api.get_opt(&ipam_configmap.name)).await {
+        Ok(Ok(cm)) => view.pools = cm.map(|c| c.data.unwrap_or_default()),
+        Ok(Err(e)) => view.unread.push(format!(
+            "cannot read ConfigMap {}/{}: {e}; its pools are not shown",
+            ipam_configmap.namespace, ipam_configmap.name
+        )),
+        Err(_) => view.unread.push(format!(
+            "reading ConfigMap {}/{} timed out; its pools are not shown",
+            ipam_configmap.namespace, ipam_configmap.name
+        )),
+    }
+    view.ipam_configmap = ipam_configmap;
     for l in &leases {
         let (Some(ns), Some(name)) = (&l.metadata.namespace, &l.metadata.name) else {
             continue;
@@ -524,6 +661,11 @@ pub(crate) async fn read_cluster(
             .filter_map(|x| x.ip.clone())
             .collect();
         view.services.push((service_info(s), ingress));
+        view.ipam_views.push(crate::ipam::view::view_of(
+            s,
+            false,
+            crate::kube::service::DEFAULT_LB_CLASS_NAME,
+        ));
     }
     let ev_lp = ListParams::default().fields("involvedObject.kind=Service");
     match list(&ev_api, &ev_lp, "events").await {
@@ -574,6 +716,7 @@ pub(crate) async fn read_cluster(
 pub async fn run(args: &StatusArgs) -> Result<String, StatusError> {
     let cp_lease = parse_lease_ref("cp-lease", &args.cp_lease)?;
     let svc_lease = parse_lease_ref("svc-lease", &args.svc_lease)?;
+    let ipam_configmap = parse_lease_ref("ipam-configmap", &args.ipam_configmap)?;
     let config = crate::kube::client::kube_config(args.kubeconfig.as_deref(), false)
         .await
         .map_err(|e| match e {
@@ -586,12 +729,29 @@ pub async fn run(args: &StatusArgs) -> Result<String, StatusError> {
             other => StatusError::Client(other),
         })?;
     let client = kube::Client::try_from(config).map_err(|e| ClientError::Build(e.to_string()))?;
-    let view = read_cluster(client, cp_lease, svc_lease, args.namespace.as_deref()).await?;
-    let rows = vip_statuses(&view, Timestamp::now());
+    let view = read_cluster(
+        client,
+        cp_lease,
+        svc_lease,
+        ipam_configmap,
+        args.namespace.as_deref(),
+    )
+    .await?;
+    let now = Timestamp::now();
+    let rows = vip_statuses(&view, now);
+    let (pools, allocator) = pool_statuses(&view, now);
     Ok(match args.output {
-        Output::Text => render_text(&rows, &view.unread),
+        Output::Text => {
+            render_text(&rows, &view.unread)
+                + &render_pools(&pools, allocator.as_deref(), &view.ipam_configmap)
+        }
         Output::Json => {
-            let doc = serde_json::json!({ "vips": rows, "notes": view.unread });
+            let doc = serde_json::json!({
+                "vips": rows,
+                "pools": pools,
+                "allocator": allocator,
+                "notes": view.unread,
+            });
             format!("{doc:#}\n")
         }
     })

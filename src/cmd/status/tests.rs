@@ -258,3 +258,59 @@ fn lease_refs_are_checked_and_ages_are_short() {
     assert_eq!(age(7322), "2h2m");
     assert_eq!(age(90_000), "1d1h");
 }
+
+/// The pools section: figures as the allocator counts them, malformed keys named, the
+/// allocator from its Lease.
+#[test]
+fn pools_with_their_figures_and_the_allocator() {
+    let mut v = view();
+    v.ipam_configmap = lref("kube-system", "kubevip");
+    v.pools = Some(
+        [
+            ("cidr-global".to_string(), "192.0.2.20/30".to_string()),
+            ("range-shop".to_string(), "192.0.2.40-192.0.2.3".to_string()),
+        ]
+        .into(),
+    );
+    let svc: Service = serde_json::from_value(serde_json::json!({
+        "metadata": {"namespace": "default", "name": "web",
+                     "annotations": {"kube-vip.io/loadbalancerIPs": "192.0.2.21"}},
+        "spec": {"type": "LoadBalancer"},
+    }))
+    .unwrap();
+    v.ipam_views = vec![crate::ipam::view::view_of(&svc, false, "x")];
+    v.leases.insert(
+        lref("kube-system", crate::ipam::LEASE_NAME),
+        record("node-b", 1, 100, 0),
+    );
+    let (rows, allocator) = pool_statuses(&v, ts(NOW));
+    assert_eq!(allocator.as_deref(), Some("node-b"));
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(
+        (
+            rows[0].pool.as_str(),
+            rows[0].total.as_str(),
+            rows[0].used.as_str(),
+            rows[0].free.as_str()
+        ),
+        ("cidr-global", "4", "1", "3")
+    );
+    assert_eq!(rows[1].pool, "range-shop");
+    assert!(
+        rows[1]
+            .error
+            .as_deref()
+            .is_some_and(|e| e.contains("192.0.2.40-192.0.2.3")),
+        "{rows:?}"
+    );
+    let text = render_pools(&rows, allocator.as_deref(), &v.ipam_configmap);
+    assert!(
+        text.contains("POOLS (ConfigMap kube-system/kubevip)"),
+        "{text}"
+    );
+    assert!(text.contains("allocator: node-b"), "{text}");
+    // No ConfigMap: no section.
+    v.pools = None;
+    assert_eq!(pool_statuses(&v, ts(NOW)), (Vec::new(), None));
+    assert_eq!(render_pools(&[], None, &v.ipam_configmap), "");
+}

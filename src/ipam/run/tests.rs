@@ -110,13 +110,13 @@ fn pools(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         .collect()
 }
 
-fn allocator(
-    probe: FakeProbe,
-) -> (
+type Fixture = (
     Allocator<Arc<FakeApi>, Arc<FakeProbe>>,
     Arc<FakeApi>,
     Arc<FakeProbe>,
-) {
+);
+
+fn allocator(probe: FakeProbe) -> Fixture {
     let api = Arc::new(FakeApi::default());
     let probe = Arc::new(probe);
     (
