@@ -2,19 +2,24 @@
 //! ConfigMap (issue 25), so that a cluster needs vipd alone where the k3s how-to ran kube-vip
 //! and KVCP side by side.
 //!
-//! This part is the pure decision core: no tokio, no `kube::Client`, no I/O, and no
-//! k8s-openapi type in its API. The runtime (watches, the Lease
-//! `kube-system/kube-vip-cloud-controller`, conditional writes, Events, the RFC 5227 probe,
-//! metrics) builds the plain views of this module from the watched objects and applies the
-//! decisions.
-//!
+//! The pure decision core (no tokio, no `kube::Client`, no I/O, no k8s-openapi type in its
+//! API; `layers::tests::the_ipam_core_is_pure` keeps it so):
 //! - [`pool`]: the ConfigMap's data → a [`pool::PoolBook`] of [`pool::Pool`]s (every key, one
 //!   malformed key an error for that key only) with KVCP's precedence and address order.
 //! - [`inuse`]: [`inuse::ServiceView`], the plain view of a Service, and [`inuse::InUse`],
-//!   every address that anything in the cluster shows.
+//!   every address that anything in the cluster shows; [`inuse::usage`], the pool figures.
 //! - [`decide`]: one deterministic pass, [`decide::plan`]: what to write on each Service
 //!   ([`decide::Decision`]), and the Warnings a requested address deserves.
 //!
+//! The runtime:
+//! - [`start`] (`task.rs`): every node campaigns for the Lease [`LEASE_NAME`] in the
+//!   ConfigMap's namespace (KVCP's own, so a running KVCP and vipd never allocate at once);
+//!   the holder watches Services, Nodes and the ConfigMap while it holds it.
+//! - [`run`]: one pass ([`run::Allocator::pass`]): views ([`view`]), the plan, the probe of
+//!   the addresses about to be handed out ([`probe`], RFC 5227), the conditional writes
+//!   ([`write`]: a merge patch carrying the Service's resourceVersion, checked against the
+//!   Lease's fence first), Events ([`reasons`]) and the pool metric ([`metrics`]).
+
 //! # KVCP compatibility
 //! The keys, their precedence (`cidr-<ns>` > `cidr-global` > `range-<ns>` > `range-global`),
 //! the address order (lowest first, `search-order=desc` highest first; IPv4 `x.x.x.0` and
