@@ -17,7 +17,7 @@
 //!   the holder watches Services, Nodes and the ConfigMap while it holds it.
 //! - [`run`]: one pass ([`run::Allocator::pass`]): views ([`view`]), the plan, the probe of
 //!   the addresses about to be handed out ([`probe`], RFC 5227), the conditional writes
-//!   ([`write`]: a merge patch carrying the Service's resourceVersion, checked against the
+//!   ([`mod@write`]: a merge patch carrying the Service's resourceVersion, checked against the
 //!   Lease's fence first), Events ([`reasons`]) and the pool metric ([`metrics`]).
 
 //! # KVCP compatibility

@@ -1,5 +1,5 @@
 //! The allocator's check before it hands an address out: is another host on the segment
-//! already answering for it? (RFC 5227 probes, [`crate::net::conflict::probe_for`].)
+//! already answering for it? (RFC 5227 probes, `crate::net::conflict::probe_for`.)
 
 use std::future::Future;
 use std::net::IpAddr;

@@ -80,7 +80,7 @@ impl Families for DhcpMetrics {
 }
 
 impl DhcpMetrics {
-    /// Sets `vipd_dhcp_state{service,family}` to `state` (one of [`DHCP_STATES`]) and
+    /// Sets `vipd_dhcp_state{service,family}` to `state` (one of `DHCP_STATES`) and
     /// `vipd_dhcp_lease_expiry_timestamp_seconds{service,family}` to `expiry` (Unix seconds;
     /// `None`: no series). `family`: `v4` or `v6`.
     pub fn state(&self, service: &str, family: &str, state: &str, expiry: Option<u64>) {
@@ -111,7 +111,7 @@ impl DhcpMetrics {
         }
     }
 
-    /// Counts `event` (one of [`DHCP_EVENTS`]) for `service`'s `family` client.
+    /// Counts `event` (one of `DHCP_EVENTS`) for `service`'s `family` client.
     pub fn event(&self, service: &str, family: &str, event: &str) {
         self.events
             .get_or_create(&EventLabels {
