@@ -27,6 +27,9 @@ impl<C: LeaseClient> Elector<C> {
         let now = Instant::now();
         let mut st = self.first_run(now);
         let seen = self.spread.as_ref().map(|sp| sp.watch_lease(&lease));
+        // The gates' sender was dropped: they stay as they are (all open when none was ever
+        // set), and the closed channel, ready at every poll, is not polled again.
+        let mut gates_gone = false;
         loop {
             let now = Instant::now();
             if st.leading.is_none()
@@ -67,9 +70,9 @@ impl<C: LeaseClient> Elector<C> {
                         }
                     }
                 }
-                changed = self.gates.changed() => {
+                changed = self.gates.changed(), if !gates_gone => {
                     if changed.is_err() {
-                        // Gates dropped: treat as all open from now on.
+                        gates_gone = true;
                         continue;
                     }
                     self.on_gates_changed(&mut st, &lease, open, &closed_before).await;

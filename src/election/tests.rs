@@ -710,6 +710,27 @@ async fn holder_learnt_from_the_watch_is_published() {
     );
 }
 
+/// Gates dropped right after `Elector::new` (the IPAM wing's election once did): the gates
+/// stay as they were (all open) and the elector campaigns. It used to poll the closed
+/// channel in a busy loop that never reached its timer: 100 % CPU, no lease ever written.
+/// Real clock: on the paused one that loop would never let time advance.
+#[tokio::test]
+async fn dropped_gates_leave_the_elector_campaigning() {
+    let server = FakeServer::new();
+    let client = FakeClient {
+        server: server.clone(),
+        who: "a".into(),
+    };
+    let (elector, leadership) = Elector::new(client, "a".into(), TIMING, &Gates::default());
+    let stop = CancellationToken::new();
+    tokio::spawn(elector.run(stop.clone()));
+    let mut state = leadership.state;
+    let led = timeout(Duration::from_secs(2), state.wait_for(|s| s.is_leading())).await;
+    stop.cancel();
+    assert!(led.is_ok(), "never led with dropped gates");
+    assert_eq!(server.record().unwrap().holder, "a");
+}
+
 /// The acquisition check is asked before creating or taking over the lease, never before a
 /// renewal: `false` keeps the node from acquiring (a Service deleted while this node's cache
 /// was stale), `true` lets it acquire at the next attempt.

@@ -57,6 +57,10 @@ pub struct Allocator<A: ServiceApi, P: AddressProbe> {
     pending: BTreeMap<ObjectKey, (Vec<IpAddr>, Instant)>,
     /// Answered by another host: address -> until.
     refused: BTreeMap<IpAddr, Instant>,
+    /// The addresses Services showed at the last pass.
+    shown: BTreeSet<IpAddr>,
+    /// Addresses Services stopped showing, held back until then ([`Self::hold_released`]).
+    released: BTreeMap<IpAddr, Instant>,
     /// Events posted this term: (uid, reason, message), so each is posted once.
     posted: HashSet<(String, &'static str, String)>,
     /// Consecutive failed writes (the retry back-off).
@@ -86,6 +90,8 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
             metrics,
             pending: BTreeMap::new(),
             refused: BTreeMap::new(),
+            shown: BTreeSet::new(),
+            released: BTreeMap::new(),
             posted: HashSet::new(),
             failures: 0,
         }
@@ -98,6 +104,8 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
         }
         self.posted.clear();
         self.pending.clear();
+        self.shown.clear();
+        self.released.clear();
     }
 
     /// One pass over `input`; `may_write()` is checked right before every write (the
@@ -116,6 +124,7 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
             .map(|s| view_of(s, self.settings.lb_class_only, &self.settings.lb_class_name))
             .collect();
         self.forget_seen(&views, now);
+        self.hold_released(&views, now);
         let in_use = self.in_use(&views, input.nodes, &book);
         // A Service whose allocation is written but not yet in the cache is left alone.
         let waiting: BTreeSet<&ObjectKey> = self.pending.keys().collect();
@@ -127,7 +136,10 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
         let mut again: Option<Duration> = None;
         let mut decisions = Vec::new();
         for _ in 0..PROBE_ROUNDS {
-            let refused = |a: IpAddr| self.refused.get(&a).is_some_and(|until| *until > now);
+            let refused = |a: IpAddr| {
+                self.refused.get(&a).is_some_and(|until| *until > now)
+                    || self.released.contains_key(&a)
+            };
             decisions = plan(&to_plan, &book, in_use.clone(), &refused);
             let candidates: Vec<IpAddr> = decisions
                 .iter()
@@ -173,6 +185,10 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
         if !self.pending.is_empty() {
             again = Some(again.map_or(PENDING_FOR, |a| a.min(PENDING_FOR)));
         }
+        if let Some(until) = self.released.values().min() {
+            let d = until.duration_since(now);
+            again = Some(again.map_or(d, |a| a.min(d)));
+        }
         let uids: BTreeSet<&str> = views.iter().map(|v| v.uid.as_str()).collect();
         self.posted
             .retain(|(uid, _, _)| uids.contains(uid.as_str()));
@@ -194,6 +210,23 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
                 && !annotated.contains(key)
                 && now.duration_since(*at) < PENDING_FOR
         });
+    }
+
+    /// Holds back, for the Services lease duration, every address a Service showed at the
+    /// last pass and shows no more (deleted, edited, released): the VIP holder of that
+    /// Service answers for it until it sees the change (a holder cut off from the API, until
+    /// its lease's renew deadline), and the probe would take its answer for another host's:
+    /// refused for [`REFUSED_FOR`] with a Warning naming a node's MAC (seen in the lab on a
+    /// Service deleted while another waited for its address).
+    fn hold_released(&mut self, views: &[ServiceView], now: Instant) {
+        let shown: BTreeSet<IpAddr> = views.iter().flat_map(ServiceView::shown).collect();
+        let until = now + self.settings.timing.lease_duration;
+        for gone in self.shown.difference(&shown) {
+            self.released.insert(*gone, until);
+        }
+        self.released
+            .retain(|a, until| *until > now && !shown.contains(a));
+        self.shown = shown;
     }
 
     /// Every address in use, with the addresses written but not yet seen.

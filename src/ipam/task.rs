@@ -46,6 +46,8 @@ pub struct Parts {
 
 /// The running IPAM wing.
 pub struct Running {
+    /// The election's gates: none is ever set (all open), kept for the election's lifetime.
+    _gates: Gates,
     election_stop: CancellationToken,
     elector_task: JoinHandle<crate::election::ElectionEnd>,
     stop: CancellationToken,
@@ -77,12 +79,9 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Running, ClientEr
         &settings.lease.namespace,
         &settings.lease.name,
     );
-    let (elector, leadership) = Elector::new(
-        leases,
-        settings.node_name.clone(),
-        settings.timing,
-        &Gates::default(),
-    );
+    let gates = Gates::default();
+    let (elector, leadership) =
+        Elector::new(leases, settings.node_name.clone(), settings.timing, &gates);
     let elector = elector.with_metrics(&parts.metrics);
     info!(
         lease = %settings.lease,
@@ -118,6 +117,7 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Running, ClientEr
         }
     };
     Ok(Running {
+        _gates: gates,
         election_stop,
         elector_task,
         stop,

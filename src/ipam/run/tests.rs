@@ -373,3 +373,59 @@ fn the_api_table_lists_the_allocators_patch() {
         c.resource == "services" && c.verb == Verb::Patch && c.call_site.0 == "src/ipam/write.rs"
     }));
 }
+
+/// An address a Service showed and shows no more (here: deleted) is held back for the
+/// Services lease duration, not even probed: its VIP holder may still answer for it, and
+/// the probe took that answer for another host's (refused 60 s, a Warning naming a node's
+/// MAC; lab S54). The Service waiting for it gets it once the hold ends.
+#[tokio::test(start_paused = true)]
+async fn a_released_address_is_held_back_for_the_lease_duration() {
+    let (mut a, api, probe) = allocator(FakeProbe::default());
+    let data = pools(&[("cidr-global", "192.0.2.65/32")]);
+    let first = service(
+        "first",
+        T1,
+        serde_json::json!({
+            "metadata": {"annotations": {"kube-vip.io/loadbalancerIPs": "192.0.2.65"}},
+            "spec": {"loadBalancerIP": "192.0.2.65"},
+        }),
+    );
+    let second = service("second", T2, serde_json::json!({}));
+    let both = vec![first, second.clone()];
+    let input = PassInput {
+        services: &both,
+        nodes: &[],
+        pools: Some(&data),
+    };
+    a.pass(&input, &|| true).await;
+    assert!(allocated(&api).is_empty());
+    let only = vec![second];
+    let input = PassInput {
+        services: &only,
+        nodes: &[],
+        pools: Some(&data),
+    };
+    let end = a.pass(&input, &|| true).await;
+    let hold = settings().timing.lease_duration;
+    assert!(allocated(&api).is_empty(), "handed out during the hold");
+    assert!(
+        probe.asked.lock().unwrap().is_empty(),
+        "probed during the hold"
+    );
+    assert_eq!(
+        end.again_in,
+        Some(hold),
+        "looked at again when the hold ends"
+    );
+    tokio::time::advance(hold - Duration::from_millis(1)).await;
+    a.pass(&input, &|| true).await;
+    assert!(allocated(&api).is_empty());
+    tokio::time::advance(Duration::from_millis(1)).await;
+    a.pass(&input, &|| true).await;
+    assert_eq!(
+        allocated(&api),
+        [("second".to_string(), vec![ip("192.0.2.65")])]
+    );
+    assert_eq!(probe.asked.lock().unwrap().as_slice(), [ip("192.0.2.65")]);
+    assert!(!reasons(&api).iter().any(|(_, r)| r == REASON_IN_USE));
+}
