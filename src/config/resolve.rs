@@ -6,7 +6,7 @@ use super::parse::*;
 use super::*;
 use crate::controlplane::lb::LoadBalancerConfig;
 use crate::lease::LeaseConfig;
-use crate::services::health::ServicesHealth;
+use services::*;
 
 // ---------------------------------------------------------------------------------------
 // Resolution.
@@ -185,52 +185,6 @@ fn arp_timings(inputs: &Inputs<'_>) -> Result<(Duration, Duration), ConfigError>
         None => DEFAULT_ARP_PROBE,
     };
     Ok((arp_rate, arp_probe))
-}
-
-/// The Services' lease timings; each defaults to the control plane's (`lease`).
-fn services_timing(
-    inputs: &Inputs<'_>,
-    lease: &LeaseConfig,
-    nft_fence: bool,
-) -> Result<Timing, ConfigError> {
-    lease_timings(
-        inputs,
-        [
-            K_SVC_LEASE_DURATION,
-            K_SVC_RENEW_DEADLINE,
-            K_SVC_RETRY_PERIOD,
-        ],
-        [
-            lease.timing.lease_duration,
-            lease.timing.renew_deadline,
-            lease.timing.retry_period,
-        ],
-        nft_fence,
-    )
-}
-
-/// `svc_healthcheck` and `svc_healthcheck_hold`.
-fn services_health(inputs: &Inputs<'_>) -> Result<ServicesHealth, ConfigError> {
-    let check = match inputs.get(K_SVC_HEALTHCHECK) {
-        Some(raw) => {
-            crate::services::health::parse_check(&raw.value).map_err(|e| raw.invalid(e))?
-        }
-        None => None,
-    };
-    let hold = match inputs.get(K_SVC_HEALTHCHECK_HOLD) {
-        Some(raw) => parse_seconds(&raw)?,
-        None => crate::services::health::DEFAULT_HOLD,
-    };
-    Ok(ServicesHealth { check, hold })
-}
-
-/// `svc_failback` and `svc_failback_holddown` (default 30 s): the hold-down when on.
-fn services_failback(inputs: &Inputs<'_>) -> Result<Option<Duration>, ConfigError> {
-    let holddown = match inputs.get(K_SVC_FAILBACK_HOLDDOWN) {
-        Some(raw) => parse_seconds(&raw)?,
-        None => DEFAULT_FAILBACK_HOLDDOWN,
-    };
-    Ok(inputs.bool_or(K_SVC_FAILBACK, false)?.then_some(holddown))
 }
 
 /// `dhcp_backoff_attempts` (default 0: retry forever); warns when it is set without
@@ -434,71 +388,6 @@ fn lease(inputs: &Inputs<'_>, nft_fence: bool) -> Result<LeaseConfig, ConfigErro
         name: name.value,
         namespace: namespace.value,
         timing,
-    })
-}
-
-/// The Services settings other than timings and interface.
-pub(super) struct ServicesSettings {
-    election: bool,
-    lease_name: String,
-    namespace: Option<String>,
-    lb_class_only: bool,
-    lb_class_name: String,
-}
-
-/// `svc_election`, `svc_leasename`, `svc_namespace`, `lb_class_only`, `lb_class_name`;
-/// warns about those set without `svc_enable`.
-fn services(
-    inputs: &Inputs<'_>,
-    enabled: bool,
-    warnings: &mut Vec<String>,
-) -> Result<ServicesSettings, ConfigError> {
-    let election = inputs.bool_or(K_SVC_ELECTION, false)?;
-    let lease_name = inputs.text_or(K_SVC_LEASE_NAME, DEFAULT_SERVICES_LEASE_NAME);
-    check_dns1123_subdomain(&lease_name)?;
-    let namespace = match inputs.get(K_SVC_NAMESPACE) {
-        Some(raw) if raw.value.is_empty() => None,
-        Some(raw) => {
-            check_dns1123_label(&raw)?;
-            Some(raw.value)
-        }
-        None => None,
-    };
-    let lb_class_only = inputs.bool_or(K_LB_CLASS_ONLY, false)?;
-    let lb_class_name = inputs.text_or(K_LB_CLASS_NAME, DEFAULT_LB_CLASS_NAME);
-    if lb_class_name.value.is_empty() {
-        if lb_class_only {
-            return Err(
-                lb_class_name.invalid("lb_class_only is true, so lb_class_name must not be empty")
-            );
-        }
-    } else {
-        check_qualified_name(&lb_class_name)?;
-    }
-    if !enabled {
-        for key in [
-            K_SVC_ELECTION,
-            K_SVC_LEASE_NAME,
-            K_SVC_NAMESPACE,
-            K_LB_CLASS_ONLY,
-            K_SVC_INTERFACE,
-            K_SVC_RIDETHROUGH,
-            K_SVC_FAILBACK,
-        ] {
-            if let Some(raw) = inputs.get(key) {
-                warnings.push(format!(
-                    "{} has no effect without svc_enable",
-                    raw.setting()
-                ));
-            }
-        }
-    }
-    Ok(ServicesSettings {
-        election,
-        lease_name: lease_name.value,
-        namespace,
-        lb_class_only,
-        lb_class_name: lb_class_name.value,
     })
 }
 
@@ -799,28 +688,4 @@ pub(super) fn parse_file(text: &str) -> Result<BTreeMap<String, String>, ConfigE
     Ok(out)
 }
 
-/// `svc_ipam`, `KUBEVIP_CONFIG_MAP`, `KUBEVIP_NAMESPACE`: `None` when allocation is off
-/// (`svc_ipam` false, or Services off, with a warning if it was set).
-fn ipam(
-    inputs: &Inputs<'_>,
-    services: bool,
-    warnings: &mut Vec<String>,
-) -> Result<Option<crate::kube::ObjectKey>, ConfigError> {
-    let on = inputs.bool_or(K_SVC_IPAM, true)?;
-    let name = inputs.text_or(K_IPAM_CONFIG_MAP, crate::ipam::DEFAULT_CONFIG_MAP);
-    check_dns1123_subdomain(&name)?;
-    let namespace = inputs.text_or(K_IPAM_NAMESPACE, crate::ipam::DEFAULT_NAMESPACE);
-    check_dns1123_label(&namespace)?;
-    if !services {
-        for key in [K_SVC_IPAM, K_IPAM_CONFIG_MAP, K_IPAM_NAMESPACE] {
-            if let Some(raw) = inputs.get(key) {
-                warnings.push(format!(
-                    "{} has no effect without svc_enable",
-                    raw.setting()
-                ));
-            }
-        }
-        return Ok(None);
-    }
-    Ok(on.then(|| crate::kube::ObjectKey::new(&namespace.value, &name.value)))
-}
+mod services;

@@ -73,11 +73,12 @@ impl<K: Kernel> AddressProbe for RawProbe<K> {
     }
 }
 
-/// [`AddressProbe`] that never finds an answer (`vip_arpprobe` off: no probing at all).
-pub struct NoProbe;
-
-impl AddressProbe for NoProbe {
-    async fn answered(&self, _addrs: Vec<IpAddr>) -> Vec<(IpAddr, [u8; 6])> {
-        Vec::new()
+impl<K: Kernel> AddressProbe for Option<RawProbe<K>> {
+    /// `None` (`vip_arpprobe` off): no probing at all, nothing is ever answered.
+    async fn answered(&self, addrs: Vec<IpAddr>) -> Vec<(IpAddr, [u8; 6])> {
+        match self {
+            Some(probe) => probe.answered(addrs).await,
+            None => Vec::new(),
+        }
     }
 }

@@ -338,46 +338,15 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
                     Some(RETRY_MIN)
                 }
             }
-            Decision::NoPool => {
-                let message = format!(
-                    "no address: no pool applies to namespace {ns}; add one to ConfigMap {cm} (kube-vip-cloud-provider's format), e.g. kubectl create configmap -n {cmns} {cmname} --from-literal cidr-global=192.0.2.10/32, or set kube-vip.io/loadbalancerIPs on the Service",
-                    ns = view.key.namespace,
-                    cmns = cm.namespace,
-                    cmname = cm.name,
-                );
-                self.post(view, EventKind::Warning, REASON_NO_POOL, message)
-                    .await;
-                None
-            }
-            Decision::PoolInvalid(e) => {
-                let message = format!(
-                    "no address: ConfigMap {cm} {e}; fix the key (value \"{}\")",
-                    e.value
-                );
-                self.post(view, EventKind::Warning, REASON_POOL_INVALID, message)
-                    .await;
-                None
-            }
-            Decision::Exhausted { pool, family } => {
-                let text = book
-                    .pools()
-                    .filter_map(Result::ok)
-                    .find(|p| p.key.to_string() == *pool)
-                    .map(|p| p.text.clone())
-                    .unwrap_or_default();
-                let message = format!(
-                    "no address: every {family} address of pool {pool} ({text}) of ConfigMap {cm} is in use; allocated as soon as one is free"
-                );
-                self.post(view, EventKind::Warning, REASON_POOL_EXHAUSTED, message)
-                    .await;
-                None
-            }
-            Decision::FamilyMissing { pool, family } => {
-                let message = format!(
-                    "no address: pool {pool} of ConfigMap {cm} has no {family} address, which the Service's ipFamilies / ipFamilyPolicy ask for"
-                );
-                self.post(view, EventKind::Warning, REASON_NO_POOL, message)
-                    .await;
+            Decision::NoPool
+            | Decision::PoolInvalid(_)
+            | Decision::Exhausted { .. }
+            | Decision::FamilyMissing { .. } => {
+                if let Some((reason, message)) =
+                    why_no_address(decision, book, cm, &view.key.namespace)
+                {
+                    self.post(view, EventKind::Warning, reason, message).await;
+                }
                 None
             }
         }
@@ -507,6 +476,54 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
         };
         self.api.event(&view.key, &view.uid, &event).await;
     }
+}
+
+/// The Warning for a Service of `namespace` that gets no address, with `cm` the pool
+/// ConfigMap: which
+/// reason and what to do. `None` for decisions that are not about a missing address.
+fn why_no_address(
+    decision: &Decision,
+    book: &PoolBook,
+    cm: &ObjectKey,
+    namespace: &str,
+) -> Option<(&'static str, String)> {
+    Some(match decision {
+        Decision::NoPool => (
+            REASON_NO_POOL,
+            format!(
+                "no address: no pool applies to namespace {namespace}; add one to ConfigMap {cm} (kube-vip-cloud-provider's format), e.g. kubectl create configmap -n {} {} --from-literal cidr-global=192.0.2.10/32, or set kube-vip.io/loadbalancerIPs on the Service",
+                cm.namespace, cm.name,
+            ),
+        ),
+        Decision::PoolInvalid(e) => (
+            REASON_POOL_INVALID,
+            format!(
+                "no address: ConfigMap {cm} {e}; fix the key (value \"{}\")",
+                e.value
+            ),
+        ),
+        Decision::Exhausted { pool, family } => {
+            let text = book
+                .pools()
+                .filter_map(Result::ok)
+                .find(|p| p.key.to_string() == *pool)
+                .map(|p| p.text.clone())
+                .unwrap_or_default();
+            (
+                REASON_POOL_EXHAUSTED,
+                format!(
+                    "no address: every {family} address of pool {pool} ({text}) of ConfigMap {cm} is in use; allocated as soon as one is free"
+                ),
+            )
+        }
+        Decision::FamilyMissing { pool, family } => (
+            REASON_NO_POOL,
+            format!(
+                "no address: pool {pool} of ConfigMap {cm} has no {family} address, which the Service's ipFamilies / ipFamilyPolicy ask for"
+            ),
+        ),
+        Decision::Keep | Decision::Allocate { .. } | Decision::Release { .. } => return None,
+    })
 }
 
 /// The finalizer list of `svc` without the load-balancer cleanup finalizer, when it has it.

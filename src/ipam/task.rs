@@ -16,7 +16,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{error, info};
 
 use super::metrics::PoolMetrics;
-use super::probe::{AddressProbe, NoProbe, RawProbe};
+use super::probe::{AddressProbe, RawProbe};
 use super::run::{Allocator, PassInput};
 use super::settings::Settings;
 use super::write::KubeServiceApi;
@@ -93,29 +93,17 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Running, ClientEr
     let stop = CancellationToken::new();
     let pool_metrics = parts.metrics.families::<PoolMetrics>();
     let api = KubeServiceApi::new(clients.other.clone(), &settings.node_name);
-    let task = match parts.conflict_monitor {
-        Some(monitor) => {
-            let probe = RawProbe::new(parts.kernel, monitor, settings.interface.clone());
-            let allocator = Allocator::new(settings.clone(), api, probe, Some(pool_metrics));
-            tokio::spawn(follow(
-                settings,
-                clients,
-                leadership,
-                allocator,
-                stop.clone(),
-            ))
-        }
-        None => {
-            let allocator = Allocator::new(settings.clone(), api, NoProbe, Some(pool_metrics));
-            tokio::spawn(follow(
-                settings,
-                clients,
-                leadership,
-                allocator,
-                stop.clone(),
-            ))
-        }
-    };
+    let probe = parts
+        .conflict_monitor
+        .map(|monitor| RawProbe::new(parts.kernel, monitor, settings.interface.clone()));
+    let allocator = Allocator::new(settings.clone(), api, probe, Some(pool_metrics));
+    let task = tokio::spawn(follow(
+        settings,
+        clients,
+        leadership,
+        allocator,
+        stop.clone(),
+    ));
     Ok(Running {
         _gates: gates,
         election_stop,

@@ -120,11 +120,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         )
     });
     let dhcp = start_dhcp(cfg.dhcp_mode, cfg.dhcp_backoff_attempts).await;
-    let ipam_parts = crate::ipam::Parts {
-        kernel: kernel.clone(),
-        conflict_monitor: holder_cfg.conflict_monitor.clone(),
-        metrics: metrics.clone(),
-    };
+    let ipam = start_ipam(&cfg, &kernel, &holder_cfg, &metrics).await?;
     let services = match cfg.services {
         true => Some(
             services::start(
@@ -145,10 +141,6 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         ),
         false => None,
     };
-    let ipam = match cfg.ipam() {
-        Some(settings) => Some(crate::ipam::start(settings, ipam_parts).await?),
-        None => None,
-    };
     readiness.set_election_running(true);
 
     shutdown.cancelled().await;
@@ -156,10 +148,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         warn!(error = %e, "cannot notify systemd");
     }
     info!("shutting down: dropping VIPs, then releasing the leases");
-    if let Some(ipam) = ipam {
-        ipam.stop().await;
-    }
-    stop_elections(services, control_plane).await;
+    stop_elections(services, control_plane, ipam).await;
     readiness.set_election_running(false);
     health_stop.cancel();
     let _ = health.await;
@@ -169,12 +158,38 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     Ok(())
 }
 
-/// Stops both wings at once: each drops its VIPs, then releases its leases.
+/// Starts the allocator (`svc_ipam` with `svc_enable`), probing with the holders' conflict
+/// monitor; `None` when allocation is off.
+async fn start_ipam(
+    cfg: &Config,
+    kernel: &Arc<NetlinkKernel>,
+    holder_cfg: &HolderConfig,
+    metrics: &crate::obs::metrics::Metrics,
+) -> Result<Option<crate::ipam::Running>, ManagerError> {
+    let Some(settings) = cfg.ipam() else {
+        return Ok(None);
+    };
+    let parts = crate::ipam::Parts {
+        kernel: kernel.clone(),
+        conflict_monitor: holder_cfg.conflict_monitor.clone(),
+        metrics: metrics.clone(),
+    };
+    Ok(Some(crate::ipam::start(settings, parts).await?))
+}
+
+/// Stops the wings at once: each drops its VIPs, then releases its leases (the allocator
+/// only releases its Lease).
 async fn stop_elections(
     services: Option<services::Running>,
     control_plane: Option<controlplane::Running>,
+    ipam: Option<crate::ipam::Running>,
 ) {
     tokio::join!(
+        async {
+            if let Some(i) = ipam {
+                i.stop().await;
+            }
+        },
         async {
             if let Some(s) = services {
                 s.stop().await;
