@@ -15,7 +15,7 @@ mod nft_fence;
 #[derive(Default)]
 pub(crate) struct KState {
     links: Vec<LinkInfo>,
-    addrs: Vec<AddrInfo>,
+    pub(crate) addrs: Vec<AddrInfo>,
     /// (vip, valid_lft) of every add/refresh the kernel took.
     pub(crate) adds: Vec<(Vip, u32)>,
     /// The [`Lifetime`] of every add/refresh call, taken or not.

@@ -95,11 +95,12 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Running, ClientEr
     let api = KubeServiceApi::new(clients.other.clone(), &settings.node_name);
     let probe = parts
         .conflict_monitor
-        .map(|monitor| RawProbe::new(parts.kernel, monitor, settings.interface.clone()));
+        .map(|monitor| RawProbe::new(parts.kernel.clone(), monitor, settings.interface.clone()));
     let allocator = Allocator::new(settings.clone(), api, probe, Some(pool_metrics));
     let task = tokio::spawn(follow(
         settings,
         clients,
+        parts.kernel,
         leadership,
         allocator,
         stop.clone(),
@@ -117,6 +118,7 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Running, ClientEr
 async fn follow<P: AddressProbe>(
     settings: Arc<Settings>,
     clients: ServicesClients,
+    kernel: Arc<NetlinkKernel>,
     leadership: crate::election::Leadership,
     mut allocator: Allocator<KubeServiceApi, P>,
     stop: CancellationToken,
@@ -133,7 +135,15 @@ async fn follow<P: AddressProbe>(
             }
         };
         info!(lease = %settings.lease, term, "this node allocates Service addresses");
-        allocate(&settings, &clients, &mut state, term, &mut allocator).await;
+        allocate(
+            &settings,
+            &clients,
+            &kernel,
+            &mut state,
+            term,
+            &mut allocator,
+        )
+        .await;
         allocator.stand_down();
         let _ = leadership.dropped.send(term);
         info!(lease = %settings.lease, term, "this node no longer allocates Service addresses");
@@ -204,6 +214,7 @@ fn start_caches(settings: &Settings, clients: &ServicesClients) -> Caches {
 async fn allocate<P: AddressProbe>(
     settings: &Settings,
     clients: &ServicesClients,
+    kernel: &Arc<NetlinkKernel>,
     state: &mut watch::Receiver<LeaderState>,
     term: u64,
     allocator: &mut Allocator<KubeServiceApi, P>,
@@ -236,10 +247,18 @@ async fn allocate<P: AddressProbe>(
             return;
         }
         let services = caches.services.state();
-        let nodes: Vec<(String, IpAddr)> = crate::nodes::node_addresses(&caches.nodes.state())
+        let mut nodes: Vec<(String, IpAddr)> = crate::nodes::node_addresses(&caches.nodes.state())
             .into_iter()
             .map(|(a, n)| (n, a))
             .collect();
+        // This node's own addresses, also those its Node object does not publish: its probe
+        // never hears itself answer for them.
+        nodes.extend(
+            own_addresses(kernel.as_ref())
+                .await
+                .into_iter()
+                .map(|a| (settings.node_name.clone(), a)),
+        );
         let config = caches
             .config_map
             .state()
@@ -264,6 +283,22 @@ async fn allocate<P: AddressProbe>(
     }
 }
 
+/// The addresses configured on this node that are not vipd's VIPs (empty when the kernel
+/// cannot be read: the Node objects' addresses still count).
+async fn own_addresses<K: crate::net::Kernel>(kernel: &K) -> Vec<IpAddr> {
+    match kernel.addresses(None).await {
+        Ok(addrs) => addrs
+            .into_iter()
+            .filter(|a| !a.ours && !a.vip.addr.is_loopback())
+            .map(|a| a.vip.addr)
+            .collect(),
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot read this node's addresses");
+            Vec::new()
+        }
+    }
+}
+
 /// Resolves once this node no longer leads in `term`.
 async fn lost(state: &mut watch::Receiver<LeaderState>, term: u64) {
     let _ = state
@@ -283,5 +318,29 @@ fn strip_service(svc: &mut Service) {
     }
     if let Some(a) = svc.metadata.annotations.as_mut() {
         a.remove(LAST_APPLIED);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::holder::tests::FakeKernel;
+    use crate::net::{AddrInfo, Vip};
+
+    /// The allocator's own node answers its probe for none of its addresses, so they count
+    /// as used from the kernel: eth0's address, not vipd's VIPs (the trial handed a node its
+    /// own eth0 address when no Node object published it).
+    #[tokio::test]
+    async fn this_nodes_own_addresses_come_from_the_kernel_without_vipds_vips() {
+        let kernel = FakeKernel::with_eth0();
+        kernel.0.lock().unwrap().addrs.push(AddrInfo::plain(
+            2,
+            Vip::new("192.0.2.50".parse().unwrap(), 32).unwrap(),
+            true,
+        ));
+        assert_eq!(
+            own_addresses(kernel.as_ref()).await,
+            vec!["192.0.2.11".parse::<IpAddr>().unwrap()]
+        );
     }
 }

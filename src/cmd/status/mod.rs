@@ -20,7 +20,8 @@
 //!
 //! * pools: each pool of the IPAM ConfigMap `--ipam-configmap` (default `kube-system/kubevip`,
 //!   kube-vip-cloud-provider's format) with its usable, used and free addresses (used: shown
-//!   by a Service, as the allocator counts them: `crate::ipam::inuse::usage`), malformed keys
+//!   by a Service or a Node, or the control-plane VIP of the has-ip label, as the allocator
+//!   counts them: `crate::ipam::inuse::usage`), malformed keys
 //!   named, and the allocator: the holder of the Lease `kube-vip-cloud-controller` in the
 //!   ConfigMap's namespace.
 //!
@@ -219,6 +220,8 @@ pub(crate) struct ClusterView {
     pub pools: Option<BTreeMap<String, String>>,
     /// The allocator's view of every Service read.
     pub ipam_views: Vec<crate::ipam::inuse::ServiceView>,
+    /// Every Node's own addresses, as (node, address).
+    pub node_addresses: Vec<(String, std::net::IpAddr)>,
 }
 
 /// One pool of the IPAM ConfigMap as `vipd status` shows it.
@@ -248,13 +251,23 @@ pub(crate) fn pool_statuses(
         return (Vec::new(), None);
     };
     let book = crate::ipam::pool::PoolBook::from_data(data);
-    let in_use =
-        crate::ipam::inuse::InUse::build(&view.ipam_views, &[], &[], |ns| book.allow_share(ns));
+    // The control-plane VIP, as the has-ip label gives it.
+    let control_plane: Vec<std::net::IpAddr> = view
+        .has_ip
+        .iter()
+        .filter_map(|(v, _)| v.parse().ok())
+        .collect();
+    let in_use = crate::ipam::inuse::InUse::build(
+        &view.ipam_views,
+        &view.node_addresses,
+        &control_plane,
+        |ns| book.allow_share(ns),
+    );
     let mut rows: Vec<PoolStatus> = crate::ipam::inuse::usage(&book, &in_use)
         .into_iter()
         .map(|u| PoolStatus {
             pool: u.pool,
-            addresses: u.text,
+            addresses: u.text.trim().to_string(),
             total: u.total.to_string(),
             used: u.used.to_string(),
             free: u.total.saturating_sub(u.used).to_string(),
@@ -603,6 +616,23 @@ fn event_time(e: &Event) -> Option<Timestamp> {
     .max()
 }
 
+/// Reads the IPAM ConfigMap `ipam_configmap` into `view` (a failure becomes a note).
+async fn read_pools(client: &kube::Client, ipam_configmap: LeaseRef, view: &mut ClusterView) {
+    let cm_api: Api<ConfigMap> = Api::namespaced(client.clone(), &ipam_configmap.namespace);
+    match tokio::time::timeout(LIST_TIMEOUT, cm_api.get_opt(&ipam_configmap.name)).await {
+        Ok(Ok(cm)) => view.pools = cm.map(|c| c.data.unwrap_or_default()),
+        Ok(Err(e)) => view.unread.push(format!(
+            "cannot read ConfigMap {}/{}: {e}; its pools are not shown",
+            ipam_configmap.namespace, ipam_configmap.name
+        )),
+        Err(_) => view.unread.push(format!(
+            "reading ConfigMap {}/{} timed out; its pools are not shown",
+            ipam_configmap.namespace, ipam_configmap.name
+        )),
+    }
+    view.ipam_configmap = ipam_configmap;
+}
+
 /// Reads the cluster (Leases, Services, vipd's Service Events, labelled Nodes).
 ///
 /// # Errors
@@ -630,19 +660,7 @@ pub(crate) async fn read_cluster(
         svc_lease,
         ..Default::default()
     };
-    let cm_api: Api<ConfigMap> = Api::namespaced(client.clone(), &ipam_configmap.namespace);
-    match tokio::time::timeout(LIST_TIMEOUT, cm_api.get_opt(&ipam_configmap.name)).await {
-        Ok(Ok(cm)) => view.pools = cm.map(|c| c.data.unwrap_or_default()),
-        Ok(Err(e)) => view.unread.push(format!(
-            "cannot read ConfigMap {}/{}: {e}; its pools are not shown",
-            ipam_configmap.namespace, ipam_configmap.name
-        )),
-        Err(_) => view.unread.push(format!(
-            "reading ConfigMap {}/{} timed out; its pools are not shown",
-            ipam_configmap.namespace, ipam_configmap.name
-        )),
-    }
-    view.ipam_configmap = ipam_configmap;
+    read_pools(&client, ipam_configmap, &mut view).await;
     for l in &leases {
         let (Some(ns), Some(name)) = (&l.metadata.namespace, &l.metadata.name) else {
             continue;
@@ -691,15 +709,20 @@ pub(crate) async fn read_cluster(
             .unread
             .push(format!("{e}; the last Event of each Service is not shown")),
     }
-    let node_lp = ListParams::default().labels(HAS_IP);
-    match list(&Api::<Node>::all(client), &node_lp, "nodes").await {
+    match list(&Api::<Node>::all(client), &ListParams::default(), "nodes").await {
         Ok(nodes) => {
-            for n in nodes {
+            for n in &nodes {
                 let name = n.metadata.name.clone().unwrap_or_default();
                 if let Some(v) = n.metadata.labels.as_ref().and_then(|l| l.get(HAS_IP)) {
                     view.has_ip.push((v.clone(), name));
                 }
             }
+            let nodes: Vec<std::sync::Arc<Node>> =
+                nodes.into_iter().map(std::sync::Arc::new).collect();
+            view.node_addresses = crate::nodes::node_addresses(&nodes)
+                .into_iter()
+                .map(|(a, n)| (n, a))
+                .collect();
         }
         Err(e) => view.unread.push(format!(
             "{e}; the control-plane VIP is shown only from the {HAS_IP} node label"

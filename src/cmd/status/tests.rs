@@ -279,6 +279,8 @@ fn pools_with_their_figures_and_the_allocator() {
     }))
     .unwrap();
     v.ipam_views = vec![crate::ipam::view::view_of(&svc, false, "x")];
+    // A Node's own address in the pool counts as used, as the allocator counts it.
+    v.node_addresses = vec![("node-a".into(), "192.0.2.22".parse().unwrap())];
     v.leases.insert(
         lref("kube-system", crate::ipam::LEASE_NAME),
         record("node-b", 1, 100, 0),
@@ -293,7 +295,7 @@ fn pools_with_their_figures_and_the_allocator() {
             rows[0].used.as_str(),
             rows[0].free.as_str()
         ),
-        ("cidr-global", "4", "1", "3")
+        ("cidr-global", "4", "2", "2")
     );
     assert_eq!(rows[1].pool, "range-shop");
     assert!(
