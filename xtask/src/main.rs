@@ -16,6 +16,8 @@
 //!                        heartbeat cost of svc_ridethrough (see bench/heartbeat.rs)
 //! cargo xtask bench apiload [--timings fast,default] [--load 0,4,16,64] [--seconds 60]
 //!                        the flapping guard under API server load (see bench/apiload/)
+//! cargo xtask bench ipam [--services 1,500]
+//!                        IPAM: create -> address written -> first answer (see bench/ipam.rs)
 //! ```
 
 mod args;
@@ -51,6 +53,9 @@ commands:
   bench apiload [--timings fast,default] [--load 0,4,16,64] [--seconds 60]
               vipd's lease renewals, step-downs and leadership moves while loops of
               LISTs and PATCHes load the API server (`bench apiload --help`)
+  bench ipam [--services 1,500]
+              IPAM: create -> address written -> first answer, API writes per
+              allocation, at each Service count (`bench ipam --help`)
 
 environment:
   VIPD_KUBE_APISERVER   path to kube-apiserver v1.20.2
@@ -99,6 +104,7 @@ fn run() -> Result<()> {
         ["bench", "services", rest @ ..] => bench::services::run(rest),
         ["bench", "heartbeat", rest @ ..] => bench::heartbeat::run(rest),
         ["bench", "apiload", rest @ ..] => bench::apiload::run(rest),
+        ["bench", "ipam", rest @ ..] => bench::ipam::run(rest),
         ["bench", rest @ ..] => bench::failover::run(rest),
         ["help" | "--help" | "-h"] | [] => {
             println!("{USAGE}");

@@ -1,11 +1,12 @@
 //! `cargo xtask bench ...`: benchmarks that print figures (failover against keepalived,
 //! LoadBalancer Services at scale and under churn, the peer protocol's heartbeat cost, the
-//! flapping guard under API server load), the harness they share ([`harness`]) and their
-//! statistics.
+//! flapping guard under API server load, IPAM allocation), the harness they share
+//! ([`harness`]) and their statistics.
 
 pub mod apiload;
 pub mod failover;
 pub mod harness;
 pub mod heartbeat;
+pub mod ipam;
 pub mod services;
 pub mod stats;

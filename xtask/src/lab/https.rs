@@ -126,6 +126,96 @@ impl ApiClient {
     }
 }
 
+impl ApiClient {
+    /// Sends `GET path` (a watch, say) and calls `on_line(Some(line))` with each line of the
+    /// body as it arrives, and `on_line(None)` whenever nothing arrived for `idle`; stops
+    /// when the server ends the body or `on_line` returns false. Returns the HTTP status
+    /// (the body of a non-200 answer is passed on as lines too).
+    ///
+    /// # Errors
+    /// [`LabError::Io`] on connection or TLS failures, [`LabError::Parse`] on a malformed
+    /// status line.
+    pub fn get_lines(
+        &self,
+        path: &str,
+        idle: Duration,
+        mut on_line: impl FnMut(Option<&str>) -> bool,
+    ) -> Result<u16> {
+        let ctx = format!("GET https://{}{path}", self.addr);
+        let tcp = TcpStream::connect_timeout(&self.addr, Duration::from_secs(5))
+            .map_err(io_ctx(ctx.clone()))?;
+        tcp.set_read_timeout(Some(idle))
+            .map_err(io_ctx(ctx.clone()))?;
+        let name = ServerName::IpAddress(self.addr.ip().into());
+        let conn = rustls::ClientConnection::new(self.config.clone(), name)?;
+        let mut tls = rustls::StreamOwned::new(conn, tcp);
+        let req = format!(
+            "GET {path} HTTP/1.0\r\nHost: {}\r\nAuthorization: Bearer {}\r\n\
+             Accept: application/json\r\nUser-Agent: vipd-lab\r\n\r\n",
+            self.addr, self.token
+        );
+        tls.write_all(req.as_bytes()).map_err(io_ctx(ctx.clone()))?;
+        tls.flush().map_err(io_ctx(ctx.clone()))?;
+        let mut buf: Vec<u8> = Vec::new();
+        let mut status: Option<u16> = None;
+        let mut chunk = [0u8; 64 * 1024];
+        loop {
+            let n = match tls.read(&mut chunk) {
+                Ok(n) => n,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if !on_line(None) {
+                        break;
+                    }
+                    continue;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => 0,
+                Err(e) => return Err(io_ctx(ctx)(e)),
+            };
+            buf.extend_from_slice(&chunk[..n]);
+            if status.is_none() {
+                if let Some(split) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let parsed =
+                        parse_response(&buf[..split + 4]).ok_or_else(|| LabError::Parse {
+                            what: format!("HTTP response to GET {path}"),
+                            detail: String::from_utf8_lossy(&buf[..split.min(200)]).into_owned(),
+                        })?;
+                    status = Some(parsed.status);
+                    buf.drain(..split + 4);
+                } else if n == 0 {
+                    return Err(LabError::Parse {
+                        what: format!("HTTP response to GET {path}"),
+                        detail: String::from_utf8_lossy(&buf[..buf.len().min(200)]).into_owned(),
+                    });
+                }
+            }
+            if status.is_some() {
+                let mut keep = true;
+                while let Some(end) = buf.iter().position(|b| *b == b'\n') {
+                    let line: Vec<u8> = buf.drain(..=end).collect();
+                    if keep && !on_line(Some(String::from_utf8_lossy(&line).trim())) {
+                        keep = false;
+                    }
+                }
+                if !keep {
+                    break;
+                }
+                if n == 0 {
+                    if !buf.is_empty() {
+                        on_line(Some(String::from_utf8_lossy(&buf).trim()));
+                    }
+                    break;
+                }
+            }
+        }
+        Ok(status.unwrap_or(0))
+    }
+}
+
 fn parse_response(raw: &[u8]) -> Option<HttpResponse> {
     let split = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = std::str::from_utf8(&raw[..split]).ok()?;

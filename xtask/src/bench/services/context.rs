@@ -149,10 +149,22 @@ impl Bench {
     /// As [`Bench::start`], with more vipd settings on every node (`extra` overrides the
     /// defaults; `VIPD_BENCH_ENV` overrides both).
     pub fn start_with(vipd: &Path, verbose: bool, extra: &[(&str, &str)]) -> Result<Bench> {
+        Bench::start_prepared(vipd, verbose, extra, |_| Ok(()))
+    }
+
+    /// As [`Bench::start_with`], running `prepare` on the lab before any vipd starts (e.g.
+    /// more node addresses, which vipd reads at start).
+    pub fn start_prepared(
+        vipd: &Path,
+        verbose: bool,
+        extra: &[(&str, &str)],
+        prepare: impl FnOnce(&Lab) -> Result<()>,
+    ) -> Result<Bench> {
         let lab = Lab::start(LabOptions {
             http_backends: true,
             ..LabOptions::default()
         })?;
+        prepare(&lab)?;
         let api = lab.admin_client(SocketAddr::new(IpAddr::V4(lab::API_IP), lab::API_PORT))?;
         let mut procs = Vec::new();
         for node in NODES {

@@ -67,10 +67,10 @@ use crate::args::{parse_flags, whole_number};
 
 mod bringup;
 mod churn;
-mod context;
+pub(crate) mod context;
 mod dhcp;
 mod drain;
-mod http;
+pub(crate) mod http;
 mod scale;
 
 #[cfg(test)]
