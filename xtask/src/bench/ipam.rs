@@ -233,9 +233,9 @@ fn apply_event(line: &str, seen: &Mutex<BTreeMap<usize, Seen>>, now: Instant) {
     }
 }
 
-/// One run with `n` Services in a lab of its own.
-fn run_one(vipd: &Path, n: usize, verbose: bool) -> Result<()> {
-    println!("== bench ipam: {n} Services without address created at once (svc_election, 3 nodes)");
+/// A lab with 3 vipd nodes, routes and node addresses for the pool's extra /24s, and the
+/// pool ConfigMap; returns once a node holds the allocator's Lease.
+fn prepare(vipd: &Path, verbose: bool) -> Result<Bench> {
     let b = Bench::start_prepared(vipd, verbose, &[], |lab| {
         for net in POOL_NETS {
             lab.exec("client", "ip", &["route", "add", net, "dev", ETH])
@@ -267,6 +267,13 @@ fn run_one(vipd: &Path, n: usize, verbose: bool) -> Result<()> {
     println!("  pool range-global={POOL}; allocator: {holder}");
     // Let every allocator's ConfigMap watch catch up.
     std::thread::sleep(Duration::from_secs(2));
+    Ok(b)
+}
+
+/// One run with `n` Services in a lab of its own.
+fn run_one(vipd: &Path, n: usize, verbose: bool) -> Result<()> {
+    println!("== bench ipam: {n} Services without address created at once (svc_election, 3 nodes)");
+    let b = prepare(vipd, verbose)?;
 
     let seen: Mutex<BTreeMap<usize, Seen>> = Mutex::new(BTreeMap::new());
     let stop = AtomicBool::new(false);
@@ -302,7 +309,7 @@ fn run_one(vipd: &Path, n: usize, verbose: bool) -> Result<()> {
                 creators.push(s.spawn(move || -> Result<()> {
                     for i in (k..n).step_by(CREATE_THREADS) {
                         let name = format!("ipam-{i}");
-                        if !create(b, &name) {
+                        if !b.create_from(&name, &no_address(&name).to_string()) {
                             if let Ok(mut f) = failures.lock() {
                                 f.push(format!("{name}: create failed"));
                             }
@@ -355,27 +362,6 @@ fn run_one(vipd: &Path, n: usize, verbose: bool) -> Result<()> {
     print_figures(&b, n, t0, all_done, &created, &answered, &seen, &failures)?;
     b.finish();
     Ok(())
-}
-
-/// Creates `default/<name>` without address (inside a lab namespace); repeats a call that
-/// got no answer up to twice, a 409 on a repeat meaning the first went through.
-fn create(b: &Bench, name: &str) -> bool {
-    let body = no_address(name).to_string();
-    for attempt in 0..3 {
-        let r = b.api.request(
-            "POST",
-            &format!("/api/v1/namespaces/{}/services", api::NAMESPACE),
-            Some(&body),
-        );
-        b.stats.record(&format!("create {name}"), &r);
-        match r {
-            Ok(x) if x.status == 201 => return true,
-            Ok(x) if x.status == 409 && attempt > 0 => return true,
-            Ok(_) => return false,
-            Err(_) => continue,
-        }
-    }
-    false
 }
 
 /// Waits until the watch saw Service `i`'s address, then polls it until it answers;

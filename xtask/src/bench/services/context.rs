@@ -297,12 +297,16 @@ impl Bench {
     /// AlreadyExists on a repeat means the first call went through. Returns whether the
     /// Service exists.
     pub fn create(&self, name: &str, addr: IpAddr) -> bool {
-        let body = service_json(name, addr).to_string();
+        self.create_from(name, &service_json(name, addr).to_string())
+    }
+
+    /// Like [`Bench::create`], with the Service's JSON `body` (named `name`) as given.
+    pub fn create_from(&self, name: &str, body: &str) -> bool {
         for attempt in 0..3 {
             let r = self.api.request(
                 "POST",
                 &format!("/api/v1/namespaces/{NAMESPACE}/services"),
-                Some(&body),
+                Some(body),
             );
             self.stats.record(&format!("create {name}"), &r);
             match r {
