@@ -4,8 +4,6 @@
 //! |---|---|---|---|
 //! | `vipd_pool_addresses` | gauge | `pool`, `state` | on the allocator's holder: addresses of the pool (`cidr-global`, `range-shop`, ...) by `state`: `total` (usable: after `skip-end-ips-in-cidr` and the .0/.255 rule), `used` (shown by a Service, a Node or the control-plane VIP), `free`; no series elsewhere, nor for a malformed key |
 
-use std::collections::BTreeSet;
-
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -21,7 +19,6 @@ struct PoolLabels {
 /// The allocator's family (see the module docs).
 pub struct PoolMetrics {
     addresses: Family<PoolLabels, Gauge>,
-    shown: std::sync::Mutex<BTreeSet<String>>,
 }
 
 impl Families for PoolMetrics {
@@ -32,10 +29,7 @@ impl Families for PoolMetrics {
             "Addresses of an IPAM pool by state (total, used, free), on the allocator's holder",
             Family::clone(&addresses),
         );
-        PoolMetrics {
-            addresses,
-            shown: std::sync::Mutex::new(BTreeSet::new()),
-        }
+        PoolMetrics { addresses }
     }
 }
 
@@ -46,19 +40,7 @@ impl PoolMetrics {
     /// Replaces every series with `pools` (an empty list: none, e.g. not leading).
     pub fn set(&self, pools: &[PoolFigures]) {
         let gauge = |n: u128| i64::try_from(n).unwrap_or(i64::MAX);
-        let mut shown = self
-            .shown
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now: BTreeSet<String> = pools.iter().map(|p| p.0.clone()).collect();
-        for gone in shown.difference(&now) {
-            for state in ["total", "used", "free"] {
-                self.addresses.remove(&PoolLabels {
-                    pool: gone.clone(),
-                    state,
-                });
-            }
-        }
+        self.addresses.clear();
         for (pool, total, used) in pools {
             for (state, n) in [
                 ("total", *total),
@@ -73,7 +55,6 @@ impl PoolMetrics {
                     .set(gauge(n));
             }
         }
-        *shown = now;
     }
 }
 

@@ -24,7 +24,7 @@ use crate::election::kube::KubeLeaseClient;
 use crate::election::{Elector, Gates, LeaderState};
 use crate::kube::client::{ClientError, ServicesClients};
 use crate::kube::service::LABEL_IMPLEMENTATION;
-use crate::kube::watch::{LAST_APPLIED, scoped_api, spawn_reflector};
+use crate::kube::watch::{scoped_api, spawn_reflector};
 use crate::net::NetlinkKernel;
 use crate::net::conflict::ConflictMonitor;
 use crate::obs::metrics::Metrics;
@@ -306,19 +306,10 @@ async fn lost(state: &mut watch::Receiver<LeaderState>, term: u64) {
         .await;
 }
 
-/// Keeps of a Service what the allocator reads: no managedFields, no `kubectl apply` copy,
-/// no selector, and of its labels only [`LABEL_IMPLEMENTATION`].
+/// Keeps of a Service what the allocator reads: of its labels only
+/// [`LABEL_IMPLEMENTATION`] ([`crate::kube::watch::strip_service`]).
 fn strip_service(svc: &mut Service) {
-    svc.metadata.managed_fields = None;
-    if let Some(labels) = svc.metadata.labels.as_mut() {
-        labels.retain(|k, _| k == LABEL_IMPLEMENTATION.0);
-    }
-    if let Some(spec) = svc.spec.as_mut() {
-        spec.selector = None;
-    }
-    if let Some(a) = svc.metadata.annotations.as_mut() {
-        a.remove(LAST_APPLIED);
-    }
+    crate::kube::watch::strip_service(svc, |k| k == LABEL_IMPLEMENTATION.0);
 }
 
 #[cfg(test)]

@@ -98,3 +98,57 @@ pub fn spawn_reflector<K>(
 /// `kubectl apply` keeps a copy of the whole object in this annotation; vipd never reads it
 /// (stripped before objects are cached).
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops what no cache of Services needs: managedFields, the selector, `kubectl apply`'s
+/// copy of the object ([`LAST_APPLIED`]) and every label `keep` refuses (no labels left:
+/// none at all). Annotations, the rest of the spec and the status stay.
+pub fn strip_service(svc: &mut k8s_openapi::api::core::v1::Service, keep: impl Fn(&str) -> bool) {
+    svc.metadata.managed_fields = None;
+    if let Some(labels) = svc.metadata.labels.as_mut() {
+        labels.retain(|k, _| keep(k));
+    }
+    if svc.metadata.labels.as_ref().is_some_and(|l| l.is_empty()) {
+        svc.metadata.labels = None;
+    }
+    if let Some(spec) = svc.spec.as_mut() {
+        spec.selector = None;
+    }
+    if let Some(a) = svc.metadata.annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stripped_service_keeps_only_the_labels_asked_for() {
+        let svc = || -> k8s_openapi::api::core::v1::Service {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {
+                    "name": "web",
+                    "labels": {"implementation": "kube-vip", "app": "web"},
+                    "annotations": {LAST_APPLIED: "{...}", "kube-vip.io/loadbalancerIPs": "192.0.2.10"},
+                    "managedFields": [{"manager": "kubectl"}]
+                },
+                "spec": {"type": "LoadBalancer", "selector": {"app": "web"}}
+            }))
+            .unwrap()
+        };
+        let mut kept = svc();
+        strip_service(&mut kept, |k| k == "implementation");
+        assert_eq!(
+            kept.metadata.labels,
+            Some([("implementation".to_string(), "kube-vip".to_string())].into())
+        );
+        assert_eq!(kept.metadata.managed_fields, None);
+        assert_eq!(kept.spec.as_ref().and_then(|s| s.selector.clone()), None);
+        let annotations = kept.metadata.annotations.unwrap_or_default();
+        assert!(!annotations.contains_key(LAST_APPLIED));
+        assert!(annotations.contains_key("kube-vip.io/loadbalancerIPs"));
+        let mut none = svc();
+        strip_service(&mut none, |_| false);
+        assert_eq!(none.metadata.labels, None);
+    }
+}

@@ -14,21 +14,12 @@ use super::endpoints::{
 };
 use crate::services::plan::model::ServiceKey;
 
-pub(super) use crate::kube::watch::LAST_APPLIED;
-
 /// Drops what the cache does not need from a Service: managedFields, labels, the selector
 /// and `kubectl apply`'s copy of the object. Annotations (kube-vip.io/*), the rest of the
 /// spec and the status stay.
 pub(crate) fn strip_service(svc: &mut Service) {
-    svc.metadata.managed_fields = None;
     // Endpoints come from Endpoints / EndpointSlices; labels and the selector are unused.
-    svc.metadata.labels = None;
-    if let Some(spec) = svc.spec.as_mut() {
-        spec.selector = None;
-    }
-    if let Some(a) = svc.metadata.annotations.as_mut() {
-        a.remove(LAST_APPLIED);
-    }
+    crate::kube::watch::strip_service(svc, |_| false);
 }
 
 /// Drops managedFields and annotations from core Endpoints or an EndpointSlice (subsets,
@@ -126,6 +117,7 @@ impl EndpointStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kube::watch::LAST_APPLIED;
     use crate::nodes::{node_addresses, strip_node};
     use crate::services::endpoints::SERVICE_NAME_LABEL;
     use crate::services::plan::model;
