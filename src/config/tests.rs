@@ -685,3 +685,63 @@ fn dhcp_backoff_attempts_is_a_count_and_needs_dhcp_mode() {
         r.warnings
     );
 }
+
+/// `svc_ipam` (default on with Services), kube-vip-cloud-provider's ConfigMap variables, and
+/// what they mean without Services or with bad names.
+#[test]
+fn ipam_follows_svc_ipam_and_kube_vip_cloud_providers_variables() {
+    let c = ok(&["--services"], &[], None).config;
+    assert_eq!(
+        c.ipam,
+        Some(crate::kube::ObjectKey::new("kube-system", "kubevip"))
+    );
+    let s = c.ipam().expect("IPAM settings");
+    assert_eq!(
+        s.lease,
+        crate::kube::ObjectKey::new("kube-system", "kube-vip-cloud-controller")
+    );
+    let c = ok(
+        &["--services"],
+        &[("KUBEVIP_CONFIG_MAP", "pools"), ("KUBEVIP_NAMESPACE", "lb")],
+        None,
+    )
+    .config;
+    assert_eq!(c.ipam, Some(crate::kube::ObjectKey::new("lb", "pools")));
+    assert_eq!(
+        c.ipam().map(|s| s.lease),
+        Some(crate::kube::ObjectKey::new(
+            "lb",
+            "kube-vip-cloud-controller"
+        ))
+    );
+    assert_eq!(
+        ok(&["--services", "--servicesIPAM=false"], &[], None)
+            .config
+            .ipam,
+        None
+    );
+    let r = ok(
+        &["--controlplane", "--address", "192.0.2.10"],
+        &[("svc_ipam", "true")],
+        None,
+    );
+    assert_eq!(r.config.ipam, None);
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("svc_ipam") && w.contains("svc_enable")),
+        "{:?}",
+        r.warnings
+    );
+    let e = run(
+        &["--services"],
+        &[("KUBEVIP_NAMESPACE", "Not_A_Label")],
+        None,
+    )
+    .err()
+    .expect("a bad namespace is refused");
+    assert!(
+        e.to_string().contains("KUBEVIP_NAMESPACE") && e.to_string().contains("Not_A_Label"),
+        "{e}"
+    );
+}
