@@ -738,8 +738,7 @@ fn ipam_follows_svc_ipam_and_kube_vip_cloud_providers_variables() {
         &[("KUBEVIP_NAMESPACE", "Not_A_Label")],
         None,
     )
-    .err()
-    .expect("a bad namespace is refused");
+    .expect_err("a bad namespace is refused");
     assert!(
         e.to_string().contains("KUBEVIP_NAMESPACE") && e.to_string().contains("Not_A_Label"),
         "{e}"
