@@ -688,8 +688,8 @@ fn s56_no_duplicate_under_concurrency() {
     assert_eq!(recorded, S56_SERVICES, "the recorder saw every Service");
 
     // One AddressAllocated Event per Service at most: none only where the killed holder
-    // wrote the address and died before its Event (writes and Events are sequential, so
-    // at most one).
+    // wrote the address and died before its Event (each Event follows its write in the same
+    // call, and at most 16 writes are in flight, the Services client's limit).
     let mut allocated_events = 0;
     for ns in S56_NAMESPACES {
         let r = lab
@@ -717,7 +717,7 @@ fn s56_no_duplicate_under_concurrency() {
     }
     eprintln!("S56: {allocated_events} AddressAllocated Events for {S56_SERVICES} Services");
     assert!(
-        allocated_events >= S56_SERVICES - 1,
+        allocated_events >= S56_SERVICES - 16,
         "{allocated_events} Events"
     );
 

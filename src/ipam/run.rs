@@ -7,6 +7,8 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use k8s_openapi::api::core::v1::Service;
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -21,6 +23,7 @@ use super::settings::Settings;
 use super::view::view_of;
 use super::write::{Change, ServiceApi, WriteOutcome};
 use crate::kube::ObjectKey;
+use crate::kube::client::SERVICES_OTHER_MAX_IN_FLIGHT;
 use crate::kube::events::{Event, EventKind};
 use crate::kube::service::FINALIZER_LB_CLEANUP;
 use crate::net::conflict::fmt_mac;
@@ -34,6 +37,9 @@ const PENDING_FOR: Duration = Duration::from_secs(30);
 const RETRY_MIN: Duration = Duration::from_millis(500);
 /// Longest retry delay after failed writes.
 const RETRY_MAX: Duration = Duration::from_secs(30);
+/// How many of a pass's writes, and of its Events, are in flight at once: as many as the
+/// Services client lets wait for their response (more would only queue in the client).
+const WRITES_IN_FLIGHT: usize = SERVICES_OTHER_MAX_IN_FLIGHT;
 /// How many times one pass decides again after its probes refused addresses.
 const PROBE_ROUNDS: usize = 4;
 
@@ -63,8 +69,45 @@ pub struct Allocator<A: ServiceApi, P: AddressProbe> {
     released: BTreeMap<IpAddr, Instant>,
     /// Events posted this term: (uid, reason, message), so each is posted once.
     posted: HashSet<(String, &'static str, String)>,
-    /// Consecutive failed writes (the retry back-off).
+    /// Consecutive passes with a failed write (the retry back-off).
     failures: u32,
+    /// Events queued by this pass: (Service, its uid, the Event).
+    outbox: Vec<(ObjectKey, String, Event)>,
+}
+
+/// One write a pass makes, and what it means once written.
+struct Write<'a> {
+    svc: &'a Service,
+    view: &'a ServiceView,
+    change: Change,
+    then: Then,
+    /// The Normal Event posted right after the write, by the same call (so a holder killed
+    /// midway loses at most the Events of the writes in flight): reason and message; `None`
+    /// when none is due or it was posted this term already.
+    told: Option<(&'static str, String)>,
+}
+
+/// What a [`Write`] does, for its log line and Event.
+enum Then {
+    Allocated {
+        addrs: Vec<IpAddr>,
+        pool: String,
+        shared: bool,
+    },
+    Released {
+        addrs: Vec<IpAddr>,
+    },
+    FinalizerRemoved,
+}
+
+/// What became of one [`Write`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Outcome {
+    Written,
+    /// The Service changed since the decision, is gone, or the fence refused the write.
+    Stale,
+    /// The request failed (retried with back-off).
+    Failed,
 }
 
 /// What a pass asks of the loop around it.
@@ -94,6 +137,7 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
             released: BTreeMap::new(),
             posted: HashSet::new(),
             failures: 0,
+            outbox: Vec::new(),
         }
     }
 
@@ -158,7 +202,7 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
                 break;
             }
             for (addr, mac) in answered {
-                self.refuse(&views, &decisions, addr, mac, now).await;
+                self.refuse(&views, &decisions, addr, mac, now);
             }
             again = Some(REFUSED_FOR);
         }
@@ -170,24 +214,27 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
             .collect();
         let views_by_key: BTreeMap<&ObjectKey, &ServiceView> =
             views.iter().map(|v| (&v.key, v)).collect();
+        let mut writes = Vec::new();
         for (key, decision) in &decisions {
             let (Some(svc), Some(view)) = (by_key.get(key), views_by_key.get(key)) else {
                 continue;
             };
-            if let Some(d) = self.act(svc, view, decision, &book, may_write).await {
-                again = Some(again.map_or(d, |a| a.min(d)));
+            writes.extend(self.write_for(svc, view, decision, &book));
+        }
+        writes.extend(finalizer_writes(input.services, &views));
+        for (write, outcome) in self.write_all(writes, may_write).await {
+            if let Some(d) = self.written(&write, outcome) {
+                soonest(&mut again, d);
             }
         }
-        self.drop_finalizers(input.services, &views, may_write)
-            .await;
-        self.warn_requests(&views, &book, &in_use).await;
+        self.warn_requests(&views, &book, &in_use);
+        self.post_queued().await;
         self.export(&book, &in_use);
         if !self.pending.is_empty() {
-            again = Some(again.map_or(PENDING_FOR, |a| a.min(PENDING_FOR)));
+            soonest(&mut again, PENDING_FOR);
         }
         if let Some(until) = self.released.values().min() {
-            let d = until.duration_since(now);
-            again = Some(again.map_or(d, |a| a.min(d)));
+            soonest(&mut again, until.duration_since(now));
         }
         let uids: BTreeSet<&str> = views.iter().map(|v| v.uid.as_str()).collect();
         self.posted
@@ -250,7 +297,7 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
     }
 
     /// Leaves `addr` out for [`REFUSED_FOR`] and tells the Service it was meant for.
-    async fn refuse(
+    fn refuse(
         &mut self,
         views: &[ServiceView],
         decisions: &[(ObjectKey, Decision)],
@@ -272,112 +319,149 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
         );
         warn!(service = %key, %addr, mac = %fmt_mac(mac), "pool address answered by another host: not handed out");
         if let Some(v) = views.iter().find(|v| &v.key == key) {
-            self.post(v, EventKind::Warning, REASON_IN_USE, message)
-                .await;
+            self.queue(v, EventKind::Warning, REASON_IN_USE, message);
         }
     }
 
-    /// Carries out one decision; `Some(delay)`: try again after it.
-    async fn act(
+    /// The write `decision` needs, if any; queues the Warning of a decision that gives no
+    /// address.
+    fn write_for<'a>(
         &mut self,
-        svc: &Service,
-        view: &ServiceView,
+        svc: &'a Service,
+        view: &'a ServiceView,
         decision: &Decision,
         book: &PoolBook,
-        may_write: &(dyn Fn() -> bool + Sync),
-    ) -> Option<Duration> {
-        let settings = self.settings.clone();
-        let cm = &settings.config_map;
-        match decision {
-            Decision::Keep => None,
+    ) -> Option<Write<'a>> {
+        let (change, then) = match decision {
+            Decision::Keep => return None,
             Decision::Allocate {
                 addrs,
                 pool,
                 shared,
                 interface,
-            } => {
-                let change = Change::Allocate {
+            } => (
+                Change::Allocate {
                     addrs: addrs.clone(),
                     interface: interface.clone(),
-                };
-                let written = self.write(svc, view, &change, may_write).await?;
-                if written {
-                    self.pending
-                        .insert(view.key.clone(), (addrs.clone(), Instant::now()));
-                    let list = join(addrs);
-                    let share = if *shared {
-                        " (shared, allow-share)"
-                    } else {
-                        ""
-                    };
-                    info!(service = %view.key, addresses = %list, %pool, "address allocated");
-                    let message =
-                        format!("allocated {list} from pool {pool} of ConfigMap {cm}{share}");
-                    self.post(view, EventKind::Normal, REASON_ALLOCATED, message)
-                        .await;
-                    None
-                } else {
-                    Some(RETRY_MIN)
-                }
-            }
-            Decision::Release { addrs } => {
-                let finalizers = without_cleanup_finalizer(svc);
-                let written = self
-                    .write(svc, view, &Change::Release { finalizers }, may_write)
-                    .await?;
-                if written {
-                    let message = format!(
-                        "released {}: no longer a LoadBalancer Service vipd serves; back in the pool",
-                        join(addrs)
-                    );
-                    info!(service = %view.key, addresses = %join(addrs), "address released");
-                    self.post(view, EventKind::Normal, REASON_RELEASED, message)
-                        .await;
-                    None
-                } else {
-                    Some(RETRY_MIN)
-                }
-            }
+                },
+                Then::Allocated {
+                    addrs: addrs.clone(),
+                    pool: pool.clone(),
+                    shared: *shared,
+                },
+            ),
+            Decision::Release { addrs } => (
+                Change::Release {
+                    finalizers: without_cleanup_finalizer(svc),
+                },
+                Then::Released {
+                    addrs: addrs.clone(),
+                },
+            ),
             Decision::NoPool
             | Decision::PoolInvalid(_)
             | Decision::Exhausted { .. }
             | Decision::FamilyMissing { .. } => {
+                let cm = &self.settings.config_map;
                 if let Some((reason, message)) =
                     why_no_address(decision, book, cm, &view.key.namespace)
                 {
-                    self.post(view, EventKind::Warning, reason, message).await;
+                    self.queue(view, EventKind::Warning, reason, message);
                 }
-                None
+                return None;
             }
+        };
+        let told = match &then {
+            Then::Allocated {
+                addrs,
+                pool,
+                shared,
+            } => {
+                let share = if *shared {
+                    " (shared, allow-share)"
+                } else {
+                    ""
+                };
+                let cm = &self.settings.config_map;
+                let message = format!(
+                    "allocated {} from pool {pool} of ConfigMap {cm}{share}",
+                    join(addrs)
+                );
+                Some((REASON_ALLOCATED, message))
+            }
+            Then::Released { addrs } => Some((
+                REASON_RELEASED,
+                format!(
+                    "released {}: no longer a LoadBalancer Service vipd serves; back in the pool",
+                    join(addrs)
+                ),
+            )),
+            Then::FinalizerRemoved => None,
         }
+        .filter(|(reason, message)| {
+            !self
+                .posted
+                .contains(&(view.uid.clone(), *reason, message.clone()))
+        });
+        Some(Write {
+            svc,
+            view,
+            change,
+            then,
+            told,
+        })
     }
 
-    /// Writes `change` if this node may still write. `Some(true)`: written; `Some(false)`:
-    /// stale or refused by the fence (decide again soon); `None`: failed (retry with
-    /// back-off).
-    async fn write(
+    /// Makes `writes`, up to [`WRITES_IN_FLIGHT`] at once; `may_write()` is checked right
+    /// before each. Counts the pass's failures for [`Self::retry_delay`]: one more after a
+    /// pass with a failed write, none after a pass whose writes all went through.
+    async fn write_all<'a>(
         &mut self,
-        svc: &Service,
-        view: &ServiceView,
-        change: &Change,
+        writes: Vec<Write<'a>>,
         may_write: &(dyn Fn() -> bool + Sync),
-    ) -> Option<bool> {
-        let rv = svc.metadata.resource_version.as_deref().unwrap_or_default();
-        if !may_write() {
-            return Some(false);
+    ) -> Vec<(Write<'a>, Outcome)> {
+        let api = &self.api;
+        let calls: Vec<_> = writes
+            .into_iter()
+            .map(|w| write_one(api, w, may_write))
+            .collect();
+        let done = at_most(WRITES_IN_FLIGHT, calls).await;
+        if done.iter().any(|(_, o)| *o == Outcome::Failed) {
+            self.failures = self.failures.saturating_add(1);
+        } else if done.iter().any(|(_, o)| *o == Outcome::Written) {
+            self.failures = 0;
         }
-        match self.api.write(&view.key, rv, change).await {
-            Ok(WriteOutcome::Written) => {
-                self.failures = 0;
-                Some(true)
+        done
+    }
+
+    /// Records what `write` achieved: the pending allocation, the log line and the Event.
+    /// `Some(delay)`: decide again after it (the Service changed since the decision, or the
+    /// fence refused the write); a failed write waits for [`Self::retry_delay`].
+    fn written(&mut self, write: &Write<'_>, outcome: Outcome) -> Option<Duration> {
+        match outcome {
+            Outcome::Stale => return Some(RETRY_MIN),
+            Outcome::Failed => return None,
+            Outcome::Written => {}
+        }
+        let view = write.view;
+        match &write.then {
+            Then::Allocated { addrs, pool, .. } => {
+                self.pending
+                    .insert(view.key.clone(), (addrs.clone(), Instant::now()));
+                info!(service = %view.key, addresses = %join(addrs), %pool, "address allocated");
             }
-            Ok(WriteOutcome::Stale) => Some(false),
-            Err(e) => {
-                self.failures = self.failures.saturating_add(1);
-                warn!(service = %view.key, error = %e, "allocator write failed; retrying with back-off");
-                None
+            Then::Released { addrs } => {
+                info!(service = %view.key, addresses = %join(addrs), "address released");
+            }
+            Then::FinalizerRemoved => {
+                info!(service = %view.key, finalizer = FINALIZER_LB_CLEANUP, "finalizer removed: the Service can be deleted");
             }
         }
+        if let Some((reason, message)) = &write.told {
+            self.posted
+                .insert((view.uid.clone(), reason, message.clone()));
+        }
+        None
     }
 
     /// The delay before the next attempt after failed writes.
@@ -388,34 +472,8 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
         })
     }
 
-    /// Takes the load-balancer cleanup finalizer off labelled Services being deleted: the
-    /// service controller that put it there (kube-vip-cloud-provider's) is gone, since this
-    /// node holds its Lease.
-    async fn drop_finalizers(
-        &mut self,
-        services: &[Arc<Service>],
-        views: &[ServiceView],
-        may_write: &(dyn Fn() -> bool + Sync),
-    ) {
-        for (svc, view) in services.iter().zip(views) {
-            if !(view.deleting && view.labelled) {
-                continue;
-            }
-            let Some(rest) = without_cleanup_finalizer(svc) else {
-                continue;
-            };
-            if self
-                .write(svc, view, &Change::Finalizers(rest), may_write)
-                .await
-                == Some(true)
-            {
-                info!(service = %view.key, finalizer = FINALIZER_LB_CLEANUP, "finalizer removed: the Service can be deleted");
-            }
-        }
-    }
-
     /// Warnings about requested addresses outside every pool or already used.
-    async fn warn_requests(&mut self, views: &[ServiceView], book: &PoolBook, in_use: &InUse) {
+    fn warn_requests(&mut self, views: &[ServiceView], book: &PoolBook, in_use: &InUse) {
         if book.is_empty() {
             return;
         }
@@ -437,7 +495,7 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
                         format!("requested address {addr} is already used by {by}"),
                     ),
                 };
-                self.post(view, EventKind::Warning, reason, message).await;
+                self.queue(view, EventKind::Warning, reason, message);
             }
         }
     }
@@ -453,8 +511,9 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
         }
     }
 
-    /// Posts an Event once per term for the same Service, reason and message.
-    async fn post(
+    /// Queues an Event for [`Self::post_queued`], once per term for the same Service,
+    /// reason and message.
+    fn queue(
         &mut self,
         view: &ServiceView,
         kind: EventKind,
@@ -474,7 +533,18 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
             note: message,
             change: String::new(),
         };
-        self.api.event(&view.key, &view.uid, &event).await;
+        self.outbox
+            .push((view.key.clone(), view.uid.clone(), event));
+    }
+
+    /// Posts the queued Events, up to [`WRITES_IN_FLIGHT`] at once.
+    async fn post_queued(&mut self) {
+        let api = &self.api;
+        let calls: Vec<_> = std::mem::take(&mut self.outbox)
+            .into_iter()
+            .map(|(key, uid, event)| post_one(api, key, uid, event))
+            .collect();
+        at_most(WRITES_IN_FLIGHT, calls).await;
     }
 }
 
@@ -524,6 +594,98 @@ fn why_no_address(
         ),
         Decision::Keep | Decision::Allocate { .. } | Decision::Release { .. } => return None,
     })
+}
+
+/// Takes the load-balancer cleanup finalizer off labelled Services being deleted: the
+/// service controller that put it there (kube-vip-cloud-provider's) is gone, since this
+/// node holds its Lease.
+fn finalizer_writes<'a>(services: &'a [Arc<Service>], views: &'a [ServiceView]) -> Vec<Write<'a>> {
+    services
+        .iter()
+        .zip(views)
+        .filter(|(_, view)| view.deleting && view.labelled)
+        .filter_map(|(svc, view)| {
+            Some(Write {
+                svc,
+                view,
+                change: Change::Finalizers(without_cleanup_finalizer(svc)?),
+                then: Then::FinalizerRemoved,
+                told: None,
+            })
+        })
+        .collect()
+}
+
+/// Makes `write` if `may_write()` still holds.
+async fn write_one<'a, A: ServiceApi>(
+    api: &A,
+    write: Write<'a>,
+    may_write: &(dyn Fn() -> bool + Sync),
+) -> (Write<'a>, Outcome) {
+    if !may_write() {
+        return (write, Outcome::Stale);
+    }
+    let rv = write
+        .svc
+        .metadata
+        .resource_version
+        .as_deref()
+        .unwrap_or_default();
+    let outcome = match api.write(&write.view.key, rv, &write.change).await {
+        Ok(WriteOutcome::Written) => {
+            if let Some((reason, message)) = &write.told {
+                let event = event(EventKind::Normal, reason, message.clone());
+                api.event(&write.view.key, &write.view.uid, &event).await;
+            }
+            Outcome::Written
+        }
+        Ok(WriteOutcome::Stale) => Outcome::Stale,
+        Err(e) => {
+            warn!(service = %write.view.key, error = %e, "allocator write failed; retrying with back-off");
+            Outcome::Failed
+        }
+    };
+    (write, outcome)
+}
+
+/// Posts one queued Event.
+async fn post_one<A: ServiceApi>(api: &A, key: ObjectKey, uid: String, event: Event) {
+    api.event(&key, &uid, &event).await;
+}
+
+/// Runs `calls`, at most `limit` at once, in order of starting; their outputs in order of
+/// finishing.
+async fn at_most<F: Future>(limit: usize, calls: Vec<F>) -> Vec<F::Output> {
+    let mut calls = calls.into_iter();
+    let mut running = FuturesUnordered::new();
+    let mut done = Vec::new();
+    loop {
+        while running.len() < limit.max(1) {
+            let Some(call) = calls.next() else { break };
+            running.push(call);
+        }
+        let Some(finished) = running.next().await else {
+            break;
+        };
+        done.push(finished);
+    }
+    done
+}
+
+/// An Event of the allocator (action `Allocate`).
+fn event(kind: EventKind, reason: &str, message: String) -> Event {
+    Event {
+        kind,
+        reason: reason.to_string(),
+        action: "Allocate".to_string(),
+        note: message,
+        change: String::new(),
+    }
+}
+
+/// Makes `again` at most `d`.
+fn soonest(again: &mut Option<Duration>, d: Duration) {
+    *again = Some(again.map_or(d, |a| a.min(d)));
 }
 
 /// The finalizer list of `svc` without the load-balancer cleanup finalizer, when it has it.

@@ -9,6 +9,32 @@ struct FakeApi {
     writes: Mutex<Vec<(ObjectKey, String, Change)>>,
     events: Mutex<Vec<(ObjectKey, String, String)>>,
     stale: Mutex<bool>,
+    /// Every write fails (a request error).
+    fail: Mutex<bool>,
+    /// Writes and Events under way now, and the most at once.
+    in_flight: Mutex<(usize, usize)>,
+}
+
+impl FakeApi {
+    /// Counts a call in flight until the returned guard drops, yielding once so that the
+    /// caller may start others meanwhile.
+    async fn call(&self) -> InFlight<'_> {
+        {
+            let mut n = self.in_flight.lock().unwrap();
+            n.0 += 1;
+            n.1 = n.1.max(n.0);
+        }
+        tokio::task::yield_now().await;
+        InFlight(self)
+    }
+}
+
+struct InFlight<'a>(&'a FakeApi);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.lock().unwrap().0 -= 1;
+    }
 }
 
 impl ServiceApi for Arc<FakeApi> {
@@ -18,11 +44,20 @@ impl ServiceApi for Arc<FakeApi> {
         resource_version: &str,
         change: &Change,
     ) -> Result<WriteOutcome, crate::kube::events::ApiError> {
+        let _call = self.call().await;
         self.writes.lock().unwrap().push((
             key.clone(),
             resource_version.to_string(),
             change.clone(),
         ));
+        if *self.fail.lock().unwrap() {
+            return Err(crate::kube::events::ApiError::Timeout {
+                kind: "Service",
+                key: key.clone(),
+                op: "allocate",
+                after: Duration::from_secs(10),
+            });
+        }
         Ok(if *self.stale.lock().unwrap() {
             WriteOutcome::Stale
         } else {
@@ -31,6 +66,7 @@ impl ServiceApi for Arc<FakeApi> {
     }
 
     async fn event(&self, key: &ObjectKey, _uid: &str, event: &Event) {
+        let _call = self.call().await;
         self.events
             .lock()
             .unwrap()
@@ -126,8 +162,10 @@ fn allocator(probe: FakeProbe) -> Fixture {
     )
 }
 
+/// The allocations written, as (Service, addresses), sorted (a pass writes concurrently).
 fn allocated(api: &FakeApi) -> Vec<(String, Vec<IpAddr>)> {
-    api.writes
+    let mut written: Vec<(String, Vec<IpAddr>)> = api
+        .writes
         .lock()
         .unwrap()
         .iter()
@@ -135,16 +173,22 @@ fn allocated(api: &FakeApi) -> Vec<(String, Vec<IpAddr>)> {
             Change::Allocate { addrs, .. } => Some((k.name.clone(), addrs.clone())),
             _ => None,
         })
-        .collect()
+        .collect();
+    written.sort();
+    written
 }
 
+/// The Events posted, as (Service, reason), sorted (a pass posts them concurrently).
 fn reasons(api: &FakeApi) -> Vec<(String, String)> {
-    api.events
+    let mut posted: Vec<(String, String)> = api
+        .events
         .lock()
         .unwrap()
         .iter()
         .map(|(k, r, _)| (k.name.clone(), r.clone()))
-        .collect()
+        .collect();
+    posted.sort();
+    posted
 }
 
 fn ip(s: &str) -> IpAddr {
@@ -428,4 +472,66 @@ async fn a_released_address_is_held_back_for_the_lease_duration() {
     );
     assert_eq!(probe.asked.lock().unwrap().as_slice(), [ip("192.0.2.65")]);
     assert!(!reasons(&api).iter().any(|(_, r)| r == REASON_IN_USE));
+}
+
+/// A pass makes its writes and posts its Events concurrently, never more at once than the
+/// Services client lets wait for a response: 40 Services, 40 distinct addresses, 40
+/// Events, at most 16 calls in flight and more than one.
+#[tokio::test]
+async fn a_pass_writes_concurrently_within_the_clients_limit() {
+    let (mut a, api, _) = allocator(FakeProbe::default());
+    let data = pools(&[("range-global", "192.0.2.1-192.0.2.100")]);
+    let services: Vec<Arc<Service>> = (0..40)
+        .map(|i| service(&format!("s{i:02}"), T1, serde_json::json!({})))
+        .collect();
+    let input = PassInput {
+        services: &services,
+        nodes: &[],
+        pools: Some(&data),
+    };
+    a.pass(&input, &|| true).await;
+    let written = allocated(&api);
+    assert_eq!(written.len(), 40);
+    let distinct: BTreeSet<IpAddr> = written.iter().flat_map(|(_, a)| a.clone()).collect();
+    assert_eq!(distinct.len(), 40, "every address distinct: {written:?}");
+    assert_eq!(
+        reasons(&api)
+            .iter()
+            .filter(|(_, r)| r == REASON_ALLOCATED)
+            .count(),
+        40
+    );
+    let (now, most) = *api.in_flight.lock().unwrap();
+    assert_eq!(now, 0);
+    assert_eq!(
+        most, WRITES_IN_FLIGHT,
+        "at most the client's limit, and that many"
+    );
+}
+
+/// One failed write in a pass backs the next pass off; a pass whose writes all go through
+/// clears the back-off.
+#[tokio::test]
+async fn a_failed_write_backs_off_and_a_clean_pass_clears_it() {
+    let (mut a, api, _) = allocator(FakeProbe::default());
+    let data = pools(&[("range-global", "192.0.2.1-192.0.2.9")]);
+    let services = vec![service("one", T1, serde_json::json!({}))];
+    let input = PassInput {
+        services: &services,
+        nodes: &[],
+        pools: Some(&data),
+    };
+    *api.fail.lock().unwrap() = true;
+    a.pass(&input, &|| true).await;
+    assert_eq!(a.retry_delay(), Some(RETRY_MIN));
+    a.pass(&input, &|| true).await;
+    assert_eq!(a.retry_delay(), Some(RETRY_MIN * 2));
+    *api.fail.lock().unwrap() = false;
+    a.pass(&input, &|| true).await;
+    assert_eq!(a.retry_delay(), None);
+    assert_eq!(
+        allocated(&api).len(),
+        3,
+        "tried on every pass, written on the last"
+    );
 }
