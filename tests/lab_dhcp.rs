@@ -1,5 +1,5 @@
 //! Lab tests of DHCP mode end to end (issue 13, scenarios S23/S24): vipd on node-a/b/c in
-//! Services mode with `dhcp_mode=true` and per-Service election (the Harvester test: one
+//! Services mode (no DHCP option: `0.0.0.0` asks DHCP, as in kube-vip) and per-Service election (the Harvester test: one
 //! global lease) against the real kube-apiserver, dnsmasq in the lab's `dhcp` namespace
 //! (pool 192.0.2.200-220, lease 120 s). A Service whose address is `0.0.0.0` gets it from
 //! dnsmasq through a macvlan on its holder; the client namespace probes it with ARP.
@@ -42,8 +42,8 @@ fn start(lab: &Lab) -> Vec<LabProcess> {
 /// As [`start`], with `svc_election` as given and more environment (`extra` overrides).
 fn start_with(lab: &Lab, election: bool, extra: &[(&str, &str)]) -> Vec<LabProcess> {
     lab.start_dnsmasq(&DnsmasqOptions::default()).unwrap();
-    let mut env = vec![("dhcp_mode", "true")];
-    env.extend_from_slice(extra);
+    // No DHCP option: a Service whose address is 0.0.0.0 / :: asks DHCP, as in kube-vip.
+    let env = extra.to_vec();
     NODES
         .iter()
         .map(|n| start_vipd_services(lab, n, election, &env))
@@ -551,7 +551,7 @@ fn s24_stale_macvlan_removed_when_vipd_restarts() {
             .any(|a| a.addr == IpAddr::V4(ip))
     });
     let i = NODES.iter().position(|n| *n == old).unwrap();
-    procs[i] = start_vipd_services(&lab, &old, true, &[("dhcp_mode", "true")]);
+    procs[i] = start_vipd_services(&lab, &old, true, &[]);
     wait_until("the stale macvlan removed", Duration::from_secs(15), || {
         !nodes_with_link(&lab, &macvlan).contains(&old)
     });
@@ -702,15 +702,43 @@ fn s24_partitioned_holder_drops_its_macvlan() {
     no_panics(&procs);
 }
 
-/// S23 (no parent yet): without `vip_interface` and without an IPv4 default route the
-/// holder has no parent interface for the macvlan: a `DHCPFailed` Warning says so; once
-/// the node gets a default route the Service gets its address without any other change.
+/// The Harvester guest chart's kube-vip environment, as docs/operators.md shows it
+/// verbatim (the `harvester-guest-env` block): `(name, value)`.
+fn harvester_guest_env() -> Vec<(String, String)> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operators.md");
+    let docs = std::fs::read_to_string(path).unwrap();
+    let block = docs
+        .split("<!-- harvester-guest-env")
+        .nth(1)
+        .and_then(|rest| rest.split("```yaml\n").nth(1))
+        .and_then(|rest| rest.split("```").next())
+        .expect("the harvester-guest-env block in docs/operators.md");
+    block
+        .lines()
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().trim_matches('"').to_string()))
+        .collect()
+}
+
+/// S23 (Harvester guest clusters, issue 26): the `harvester-cloud-provider` chart's kube-vip
+/// environment exactly as shipped (no `dhcp_mode`, `vip_interface` empty, one global
+/// lease) starts vipd, and a `0.0.0.0` Service asks DHCP with no other option, as in
+/// kube-vip. Without an IPv4 default route the holder has no parent interface for the
+/// macvlan: a `DHCPFailed` Warning says so; once the node gets a default route the Service
+/// gets its address without any other change.
 #[test]
-fn s23_no_parent_interface_until_a_default_route_appears() {
-    let Some(lab) = lab("s23_no_parent", LabOptions::default()) else {
+fn s23_harvester_guest_env_gets_dhcp_addresses_once_a_parent_exists() {
+    let Some(lab) = lab("s23_harvester_guest", LabOptions::default()) else {
         return;
     };
-    let procs = start_with(&lab, true, &[("vip_interface", "")]);
+    let env = harvester_guest_env();
+    assert!(
+        env.iter().any(|(k, v)| k == "svc_election" && v == "false")
+            && !env.iter().any(|(k, _)| k == "dhcp_mode"),
+        "{env:?}"
+    );
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let procs = start_with(&lab, false, &env);
     create_service(&lab, &dhcp_service("web", &[]));
     wait_until(
         "a DHCPFailed Warning about the parent",
@@ -741,6 +769,9 @@ fn s23_no_parent_interface_until_a_default_route_appears() {
     let holder = one_node_with_link(&lab, &macvlan, Duration::from_secs(10));
     let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
     assert_eq!(responders(&lab, IpAddr::V4(ip)), BTreeSet::from([mac]));
+    for p in &procs {
+        assert!(!p.log().contains(" ERROR "), "{}", p.log());
+    }
     no_panics(&procs);
 }
 
@@ -1210,7 +1241,7 @@ fn s24_hwaddr_of_a_host_the_holder_never_saw_is_refused() {
     lab.start_dnsmasq(&DnsmasqOptions::default()).unwrap();
     let procs: Vec<LabProcess> = ["node-b", "node-c"]
         .iter()
-        .map(|n| start_vipd_services(&lab, n, true, &[("dhcp_mode", "true")]))
+        .map(|n| start_vipd_services(&lab, n, true, &[]))
         .collect();
     let victim = lab.mac_of_if("node-a", "eth0").unwrap().to_string();
     create_service(

@@ -1,5 +1,5 @@
 //! Lab tests of DHCPv6 mode end to end (issue 13, `::` Services): vipd on node-a/b/c in
-//! Services mode with `dhcp_mode=true` and per-Service election against the real
+//! Services mode (no DHCP option: `::` asks DHCP, as in kube-vip) and per-Service election against the real
 //! kube-apiserver, dnsmasq in the lab's `dhcp` namespace with a DHCPv6 pool
 //! (2001:db8::1000-1fff, IA_NA, lease 120 s). A Service whose address is `::` gets one from
 //! dnsmasq through a macvlan on its holder; the client namespace probes it with neighbour
@@ -40,7 +40,7 @@ fn start(lab: &Lab) -> Vec<LabProcess> {
     lab.start_dnsmasq(&dnsmasq_options()).unwrap();
     NODES
         .iter()
-        .map(|n| start_vipd_services(lab, n, true, &[("dhcp_mode", "true")]))
+        .map(|n| start_vipd_services(lab, n, true, &[]))
         .collect()
 }
 

@@ -50,6 +50,8 @@
 //! `provider_config`) settings.
 //!
 //! Harmless ones are accepted and ignored with a warning ([`OptionKind::Ignored`]):
+//! `dhcp_mode` (kube-vip: the address family dynamic DNS asks DHCP for; a Service whose
+//! address is `0.0.0.0` / `::` uses DHCP with no option, in kube-vip and in vipd),
 //! `dns_mode` (silent when `first`, kube-vip's default),
 //! `iptables_backend`, `backend_health_check_interval`, `egress_withnftables`,
 //! `vip_leaseannotations`, `vip_configmap`, `enable_endpoints`. `backend_health_check_interval`
@@ -229,8 +231,6 @@ pub struct Config {
     /// `kubernetes_addr`: explicit API server address (`host:port`), overrides the
     /// kubeconfig's server. Control-plane mode falls back to `127.0.0.1:<port>`.
     pub kubernetes_addr: Option<String>,
-    /// `dhcp_mode`.
-    pub dhcp_mode: bool,
     /// `dhcp_backoff_attempts` / `--dhcpBackoffAttempts`: a Service's DHCP client gives up
     /// after this many failed attempts in a row ([`crate::dhcp::DhcpState::GaveUp`]); 0
     /// (vipd's default; kube-vip's is 3) retries forever.
@@ -300,7 +300,6 @@ impl Config {
             services_failback: self.services_failback,
             lb_class_only: self.lb_class_only,
             lb_class_name: self.lb_class_name.clone(),
-            dhcp_mode: self.dhcp_mode,
         }
     }
 

@@ -450,13 +450,6 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "host:port of the API server, overrides the kubeconfig's server",
     ).named("HOST:PORT"),
     opt(
-        K_DHCP_MODE,
-        "dhcpMode",
-        "false",
-        Bool,
-        "kube-vip's DHCP mode: Services whose address is 0.0.0.0 (::) get it from a DHCPv4 (DHCPv6) server on a macvlan (needs svc_enable)",
-    ),
-    opt(
         K_DHCP_BACKOFF_ATTEMPTS,
         "dhcpBackoffAttempts",
         "0",
@@ -597,6 +590,11 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "YAML file whose keys are these env names; fills only what neither flag nor env sets",
     ).named("PATH"),
     // --- accepted, ignored ---------------------------------------------------------------
+    ignored(
+        K_DHCP_MODE,
+        "dhcpMode",
+        "the address family (ipv4, ipv6, dual) dynamic DNS asks DHCP for; vipd does no dynamic DNS. A Service whose address is 0.0.0.0 or :: gets it by DHCP whatever this says, as in kube-vip",
+    ),
     ignored(
         K_DNS_MODE,
         "dnsMode",

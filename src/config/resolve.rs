@@ -122,7 +122,7 @@ pub fn resolve_detailed(
     let services_timing = services_timing(&inputs, &lease, nft_fence)?;
     let svc = services(&inputs, modes.services, &mut warnings)?;
     let ipam = ipam(&inputs, modes.services, &mut warnings)?;
-    let dhcp_backoff_attempts = dhcp_backoff_attempts(&inputs, modes.dhcp_mode, &mut warnings)?;
+    let dhcp_backoff_attempts = dhcp_backoff_attempts(&inputs, modes.services, &mut warnings)?;
     let api = api_access(&inputs)?;
     let load_balancer = load_balancer(&inputs)?;
     let log_level = match inputs.get(K_LOG_LEVEL) {
@@ -156,7 +156,6 @@ pub fn resolve_detailed(
         prometheus_server: api.prometheus_server,
         kubeconfig: api.kubeconfig,
         kubernetes_addr: api.kubernetes_addr,
-        dhcp_mode: modes.dhcp_mode,
         dhcp_backoff_attempts,
         ipv6_dad: modes.ipv6_dad,
         nft_fence,
@@ -188,18 +187,21 @@ fn arp_timings(inputs: &Inputs<'_>) -> Result<(Duration, Duration), ConfigError>
 }
 
 /// `dhcp_backoff_attempts` (default 0: retry forever); warns when it is set without
-/// `dhcp_mode`.
+/// `svc_enable` (only Services use DHCP).
 fn dhcp_backoff_attempts(
     inputs: &Inputs<'_>,
-    dhcp_mode: bool,
+    services: bool,
     warnings: &mut Vec<String>,
 ) -> Result<u32, ConfigError> {
     let Some(raw) = inputs.get(K_DHCP_BACKOFF_ATTEMPTS) else {
         return Ok(0);
     };
     let n = parse_count(&raw)?;
-    if !dhcp_mode {
-        warnings.push(format!("{} has no effect without dhcp_mode", raw.setting()));
+    if !services {
+        warnings.push(format!(
+            "{} has no effect without svc_enable (only Services with address 0.0.0.0 / :: use DHCP)",
+            raw.setting()
+        ));
     }
     Ok(n)
 }
@@ -207,11 +209,10 @@ fn dhcp_backoff_attempts(
 /// `svc_failback_holddown`'s default.
 pub(crate) const DEFAULT_FAILBACK_HOLDDOWN: Duration = Duration::from_secs(30);
 
-/// What vipd runs (`cp_enable`, `svc_enable`, `dhcp_mode`, `vip_ipv6_dad`).
+/// What vipd runs (`cp_enable`, `svc_enable`, `vip_ipv6_dad`).
 pub(super) struct Modes {
     control_plane: bool,
     services: bool,
-    dhcp_mode: bool,
     ipv6_dad: bool,
     leader_election: bool,
 }
@@ -221,7 +222,6 @@ pub(super) struct Modes {
 fn modes(inputs: &Inputs<'_>) -> Result<Modes, ConfigError> {
     let control_plane = inputs.bool_or(K_CP_ENABLE, false)?;
     let services = inputs.bool_or(K_SVC_ENABLE, false)?;
-    let dhcp_mode = inputs.bool_or(K_DHCP_MODE, false)?;
     let ipv6_dad = inputs.bool_or(K_IPV6_DAD, false)?;
     if let Some(raw) = inputs.get(K_ARP)
         && !parse_bool(&raw)?
@@ -253,18 +253,9 @@ fn modes(inputs: &Inputs<'_>) -> Result<Modes, ConfigError> {
             "neither cp_enable (--controlplane) nor svc_enable (--services) is true: vipd would have nothing to do",
         ));
     }
-    if dhcp_mode && !services {
-        let raw = inputs
-            .get(K_DHCP_MODE)
-            .unwrap_or_else(|| Raw::default_of(K_DHCP_MODE, "true"));
-        return Err(
-            raw.invalid("dhcp_mode obtains Service VIPs and requires svc_enable (--services)")
-        );
-    }
     Ok(Modes {
         control_plane,
         services,
-        dhcp_mode,
         ipv6_dad,
         leader_election,
     })
@@ -314,7 +305,7 @@ fn addresses(
     if modes.control_plane && addresses.is_empty() {
         let raw = address_raw.unwrap_or_else(|| Raw::default_of(K_ADDRESS, ""));
         return Err(raw.invalid(
-            "cp_enable needs at least one VIP in address (--address); dhcp_mode gives Services their addresses, not the control plane",
+            "cp_enable needs at least one VIP in address (--address); DHCP (address 0.0.0.0) gives Services their addresses, not the control plane",
         ));
     }
     let vip_subnet = match with_alias(inputs, K_SUBNET, K_CIDR, warnings) {

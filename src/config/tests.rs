@@ -118,7 +118,7 @@ fn config_defaults() {
     );
     assert_eq!(c.kubeconfig, None);
     assert_eq!(c.kubernetes_addr, None);
-    assert!(!c.dhcp_mode && !c.enable_node_labeling);
+    assert!(!c.enable_node_labeling);
     assert_eq!(
         c.dhcp_backoff_attempts, 0,
         "vipd retries forever by default"
@@ -488,7 +488,7 @@ fn config_services_and_misc_values() {
         None,
     );
     let c = r.config;
-    assert!(c.services && c.services_election && !c.dhcp_mode);
+    assert!(c.services && c.services_election);
     assert!(c.services_ride_through);
     assert_eq!(c.services_namespace.as_deref(), Some("apps"));
     assert_eq!(
@@ -504,26 +504,11 @@ fn config_services_and_misc_values() {
     assert_eq!(c.kubernetes_addr.as_deref(), Some("[2001:db8::2]:6443"));
     assert_eq!(c.log_level, LogLevel::Debug);
     assert_eq!(c.arp_rate, Duration::from_millis(500));
-    // DHCP mode needs svc_enable; with it, it is accepted.
-    let e = run(&[], &[("cp_enable", "1"), ("dhcp_mode", "1")], None)
+    // DHCP (address 0.0.0.0) gives Services their addresses, never the control plane.
+    let e = run(&[], &[("address", "<unset>"), ("svc_enable", "1")], None)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("dhcp_mode") && e.contains("svc_enable"), "{e}");
-    let c = ok(&[], &[("svc_enable", "1"), ("dhcp_mode", "1")], None).config;
-    assert!(c.dhcp_mode && c.services && c.control_plane);
-    // DHCP mode gives Services their addresses, never the control plane.
-    let e = run(
-        &[],
-        &[
-            ("address", "<unset>"),
-            ("svc_enable", "1"),
-            ("dhcp_mode", "1"),
-        ],
-        None,
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(e.contains("address") && e.contains("dhcp_mode"), "{e}");
+    assert!(e.contains("address") && e.contains("DHCP"), "{e}");
     // Empty prometheus_server env is "unset" as in kube-vip: the default stays.
     let c = ok(&[], &[("prometheus_server", "")], None).config;
     assert_eq!(
@@ -596,10 +581,9 @@ fn harvester_guest_settings_are_accepted() {
         ("vip_leaderelection", "false"),
         ("vip_subnet", "32"),
         ("prometheus_server", ":2112"),
-        ("dhcp_mode", "true"),
     ];
     let c = ok(&[], harvester, None).config;
-    assert!(c.services && c.dhcp_mode && !c.control_plane && !c.services_election);
+    assert!(c.services && !c.control_plane && !c.services_election);
     assert!(!c.leader_election && c.load_balancer.is_some() && c.interface.is_none());
     let e = run(
         &[],
@@ -632,10 +616,10 @@ fn harvester_guest_settings_are_accepted() {
 
 /// kube-vip's `dhcp_backoff_attempts` / `--dhcpBackoffAttempts`: a count (0 = forever,
 /// vipd's default), from env, flag or file; a negative or non-number value names the
-/// option and the value; set without `dhcp_mode` it warns.
+/// option and the value; set without `svc_enable` it warns.
 #[test]
-fn dhcp_backoff_attempts_is_a_count_and_needs_dhcp_mode() {
-    let dhcp = [("svc_enable", "true"), ("dhcp_mode", "true")];
+fn dhcp_backoff_attempts_is_a_count_and_needs_services() {
+    let dhcp = [("svc_enable", "true")];
     let with = |extra: &[(&'static str, &'static str)]| {
         let env: Vec<(&str, &str)> = dhcp.iter().chain(extra).copied().collect();
         ok(&[], &env, None)
@@ -657,7 +641,7 @@ fn dhcp_backoff_attempts_is_a_count_and_needs_dhcp_mode() {
     // Environment wins over the flag, as everywhere.
     let r = ok(
         &["--dhcpBackoffAttempts=5"],
-        &[dhcp[0], dhcp[1], ("dhcp_backoff_attempts", "2")],
+        &[dhcp[0], ("dhcp_backoff_attempts", "2")],
         None,
     );
     assert_eq!(r.config.dhcp_backoff_attempts, 2);
@@ -675,12 +659,12 @@ fn dhcp_backoff_attempts_is_a_count_and_needs_dhcp_mode() {
         e.contains("--dhcpBackoffAttempts") && e.contains("\"lots\"") && e.contains("whole number"),
         "{e}"
     );
-    // Without dhcp_mode it does nothing: a warning says so.
+    // Without svc_enable it does nothing: a warning says so.
     let r = ok(&[], &[("dhcp_backoff_attempts", "3")], None);
     assert!(
         r.warnings
             .iter()
-            .any(|w| w.contains("dhcp_backoff_attempts") && w.contains("dhcp_mode")),
+            .any(|w| w.contains("dhcp_backoff_attempts") && w.contains("svc_enable")),
         "{:?}",
         r.warnings
     );
@@ -742,5 +726,42 @@ fn ipam_follows_svc_ipam_and_kube_vip_cloud_providers_variables() {
     assert!(
         e.to_string().contains("KUBEVIP_NAMESPACE") && e.to_string().contains("Not_A_Label"),
         "{e}"
+    );
+}
+
+/// Issue 26: kube-vip's `dhcp_mode` is not a switch but the address family (`ipv4`, `ipv6`,
+/// `dual`) dynamic DNS asks DHCP for (kube-vip `pkg/kubevip/config_environment.go`; DHCP
+/// for `0.0.0.0` / `::` Services needs no option, `pkg/instance/instance.go`). vipd does no
+/// dynamic DNS: every value, kube-vip's or vipd's old `true`/`false`, starts with a warning
+/// that says it is ignored and that such Services always use DHCP; nothing refuses it.
+#[test]
+fn dhcp_mode_is_kube_vips_dns_family_and_is_ignored() {
+    for value in ["ipv4", "IPv6", "dual", "true", "false"] {
+        for cp in ["true", "false"] {
+            let r = ok(
+                &[],
+                &[
+                    ("svc_enable", "true"),
+                    ("cp_enable", cp),
+                    ("dhcp_mode", value),
+                ],
+                None,
+            );
+            assert!(r.config.services, "{value}");
+            assert!(
+                r.warnings.iter().any(|w| w.contains("dhcp_mode")
+                    && w.contains(value)
+                    && w.contains("ignores")
+                    && w.contains("0.0.0.0")),
+                "{value}: {:?}",
+                r.warnings
+            );
+        }
+    }
+    let r = ok(&["--services", "--dhcpMode=dual"], &[], None);
+    assert!(
+        r.warnings.iter().any(|w| w.contains("--dhcpMode")),
+        "{:?}",
+        r.warnings
     );
 }

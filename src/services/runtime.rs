@@ -125,9 +125,10 @@ pub struct Parts {
     /// [`crate::nodes::eligibility::follow`]: closes every group's
     /// [`crate::nodes::eligibility::GATE_INELIGIBLE`].
     pub ineligible: watch::Receiver<Option<Ineligible>>,
-    /// The DHCP client of DHCP mode (`dhcp_mode`, issue 13): the holder of a Service's
-    /// lease starts one client per DHCP Service through it. `None` while `dhcp_mode` is
-    /// off (with `dhcp_mode` on, DHCP Services then get no address and an error is logged).
+    /// The DHCP client (issue 13): the holder of a Service whose address is `0.0.0.0` / `::`
+    /// starts one client per such Service through it, as kube-vip does without any option.
+    /// `None` when rtnetlink could not be opened: such Services then get no address and an
+    /// error is logged.
     pub dhcp: Option<Arc<dyn crate::dhcp::Dhcp>>,
 }
 
@@ -334,7 +335,7 @@ async fn run<K: Kernel, A: Announcer>(
     dhcp: Option<Arc<dyn crate::dhcp::Dhcp>>,
     shutdown: CancellationToken,
 ) {
-    let dhcp = dhcp_client(&cfg, dhcp);
+    let dhcp = dhcp_client(dhcp);
     let watches = CancellationToken::new();
     let client = clients.other.clone();
     let namespace = cfg.services_namespace.as_deref();
@@ -413,23 +414,13 @@ async fn run<K: Kernel, A: Announcer>(
     watches.cancel();
 }
 
-/// The DHCP client the wing's groups use: `dhcp` with `dhcp_mode` on (an error is logged
-/// when there is none), else none.
-fn dhcp_client(
-    cfg: &Settings,
-    dhcp: Option<Arc<dyn crate::dhcp::Dhcp>>,
-) -> Option<Arc<dyn crate::dhcp::Dhcp>> {
-    match (cfg.dhcp_mode, dhcp) {
-        (true, None) => {
-            error!(
-                "dhcp_mode is on but this vipd runs no DHCP client: Services with address 0.0.0.0 get no address"
-            );
-            None
-        }
-        (true, Some(d)) => Some(d),
-        // DHCP Services are refused with a Warning when dhcp_mode is off (select).
-        (false, _) => None,
+/// The DHCP client the wing's groups use (an error is logged when there is none: Services
+/// with address `0.0.0.0` / `::` then get no address).
+fn dhcp_client(dhcp: Option<Arc<dyn crate::dhcp::Dhcp>>) -> Option<Arc<dyn crate::dhcp::Dhcp>> {
+    if dhcp.is_none() {
+        error!("this vipd runs no DHCP client: Services with address 0.0.0.0 / :: get no address");
     }
+    dhcp
 }
 
 /// The main loop's state between passes.

@@ -232,7 +232,7 @@ pub(super) fn candidates(
                 true,
             );
         }
-        let dhcp = dhcp_of(cfg, &mut n);
+        let dhcp = dhcp_of(&mut n);
         let addresses = usable_addresses(node_addrs, unusable, &mut n);
         if addresses.is_empty() && dhcp.is_none() {
             continue;
@@ -319,18 +319,9 @@ fn selected(cfg: &Settings, n: &mut Notes<'_>) -> bool {
 }
 
 /// The Service's DHCP request, when it asks for DHCP and may have one (notes why not).
-fn dhcp_of(cfg: &Settings, n: &mut Notes<'_>) -> Option<DhcpRequest> {
+fn dhcp_of(n: &mut Notes<'_>) -> Option<DhcpRequest> {
     let info = n.info;
-    if info.addresses.dhcp && !cfg.dhcp_mode {
-        n.push(
-            crate::services::plan::reasons::REASON_DHCP_NOT_ENABLED,
-            format!(
-                "address 0.0.0.0 / :: from {} asks for DHCP, but DHCP mode is not enabled: set dhcp_mode=true (--dhcpMode) or give the Service an address",
-                info.addresses.source
-            ),
-            true,
-        );
-    } else if info.addresses.dhcp {
+    if info.addresses.dhcp {
         match model::dhcp_request(info) {
             Ok(request) => return Some(request),
             Err(bad) => {
@@ -575,7 +566,6 @@ mod tests {
             services_failback: None,
             lb_class_only: false,
             lb_class_name: crate::services::plan::model::DEFAULT_LB_CLASS_NAME.into(),
-            dhcp_mode: false,
         };
         edit(&mut s);
         s
@@ -746,7 +736,7 @@ mod tests {
     /// valid ones still count.
     #[test]
     fn a_malformed_dhcp_lease_record_is_reported_and_its_valid_entries_kept() {
-        let cfg = dhcp_cfg(true);
+        let cfg = settings(|_| {});
         let unusable = Unusable {
             control_plane: Vec::new(),
             vip_subnet: cfg.vip_subnet,
@@ -783,11 +773,6 @@ mod tests {
         );
     }
 
-    /// The settings with `dhcp_mode` = `dhcp`.
-    fn dhcp_cfg(dhcp: bool) -> Settings {
-        settings(|s| s.dhcp_mode = dhcp)
-    }
-
     fn with_annotation(svc: Arc<Service>, name: &str, value: &str) -> Arc<Service> {
         let mut s = (*svc).clone();
         s.metadata
@@ -797,10 +782,10 @@ mod tests {
         Arc::new(s)
     }
 
-    /// Issue 13: with dhcp_mode a `0.0.0.0` or `::` Service is a candidate with its DHCP
-    /// request and no address; bad DHCP annotations, two DHCP requests of one family and
-    /// dhcp_mode off each get a Warning
-    /// naming the value, and never stop the other Services.
+    /// Issue 13: a `0.0.0.0` or `::` Service is a candidate with its DHCP request and no
+    /// address, with no option (as in kube-vip; issue 26); bad DHCP annotations and two
+    /// DHCP requests of one family each get a Warning naming the value, and never stop the
+    /// other Services.
     #[test]
     fn dhcp_services_are_candidates_and_bad_input_is_noted() {
         let unusable = Unusable {
@@ -829,9 +814,9 @@ mod tests {
             subnet_check: true,
             ..Default::default()
         };
-        let run = |dhcp: bool| {
+        let run = || {
             candidates(
-                &dhcp_cfg(dhcp),
+                &settings(|_| {}),
                 &services,
                 &HashSet::new(),
                 &BTreeMap::new(),
@@ -839,7 +824,7 @@ mod tests {
                 &here,
             )
         };
-        let (cands, notes) = run(true);
+        let (cands, notes) = run();
         let names: Vec<&str> = cands.iter().map(|c| c.key.name.as_str()).collect();
         assert_eq!(names, ["dhcp", "v6", "twice", "good"]);
         let dhcp = &cands[0];
@@ -883,19 +868,9 @@ mod tests {
                 && m[0].contains("one DHCP address per family"),
             "{m:?}"
         );
-        assert!(msg("dhcp", "DHCPNotEnabled").is_empty());
-        // dhcp_mode off: a clear Warning, no candidate.
-        let (cands, notes) = run(false);
-        let names: Vec<&str> = cands.iter().map(|c| c.key.name.as_str()).collect();
-        assert_eq!(names, ["good"]);
-        let m: Vec<&Note> = notes
-            .iter()
-            .filter(|n| n.key.name == "dhcp" && n.reason == "DHCPNotEnabled")
-            .collect();
         assert!(
-            m.len() == 1 && m[0].warn && m[0].message.contains("dhcp_mode"),
-            "{:?}",
-            m.iter().map(|n| &n.message).collect::<Vec<_>>()
+            notes.iter().all(|n| n.key.name != "dhcp"),
+            "no note for a plain 0.0.0.0 Service"
         );
     }
 }

@@ -55,6 +55,4 @@ pub struct Settings {
     pub lb_class_only: bool,
     /// `lb_class_name`.
     pub lb_class_name: String,
-    /// `dhcp_mode`.
-    pub dhcp_mode: bool,
 }

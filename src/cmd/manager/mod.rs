@@ -119,7 +119,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
             shutdown.clone(),
         )
     });
-    let dhcp = start_dhcp(cfg.dhcp_mode, cfg.dhcp_backoff_attempts).await;
+    let dhcp = start_dhcp(cfg.services, cfg.dhcp_backoff_attempts).await;
     let ipam = start_ipam(&cfg, &kernel, &holder_cfg, &metrics).await?;
     let services = match cfg.services {
         true => Some(
@@ -441,16 +441,17 @@ async fn aux_loop<K: Kernel>(
 }
 
 /// Removes the macvlans a previous vipd left behind (they carry vipd's mark; a macvlan
-/// without it is never touched), whether or not DHCP mode is on now, and returns DHCP mode's
-/// client when `dhcp_mode` is on, giving up after `backoff_attempts` failed attempts in a
-/// row (`dhcp_backoff_attempts`; 0 = never). Failures are logged: without the client, DHCP
-/// Services get a Warning and the rest of vipd runs.
-async fn start_dhcp(dhcp_mode: bool, backoff_attempts: u32) -> Option<Arc<dyn crate::dhcp::Dhcp>> {
+/// without it is never touched), and returns the DHCP client of Services whose address is
+/// `0.0.0.0` / `::` when `services` (`svc_enable`) is on, giving up after
+/// `backoff_attempts` failed attempts in a row (`dhcp_backoff_attempts`; 0 = never).
+/// Failures are logged: without the client, DHCP Services get no address and the rest of
+/// vipd runs.
+async fn start_dhcp(services: bool, backoff_attempts: u32) -> Option<Arc<dyn crate::dhcp::Dhcp>> {
     let client = match crate::dhcp::RawDhcp::open() {
         Ok(c) => c.with_attempt_limit(backoff_attempts),
         Err(e) => {
-            if dhcp_mode {
-                error!(error = %e, "DHCP mode: cannot open rtnetlink for macvlans; DHCP Services will not be announced");
+            if services {
+                error!(error = %e, "DHCP: cannot open rtnetlink for macvlans; Services with address 0.0.0.0 / :: will not be announced");
             }
             return None;
         }
@@ -462,5 +463,5 @@ async fn start_dhcp(dhcp_mode: bool, backoff_attempts: u32) -> Option<Arc<dyn cr
         Ok(_) => {}
         Err(e) => warn!(error = %e, "cannot remove stale vipd macvlans"),
     }
-    dhcp_mode.then(|| Arc::new(client) as Arc<dyn crate::dhcp::Dhcp>)
+    services.then(|| Arc::new(client) as Arc<dyn crate::dhcp::Dhcp>)
 }

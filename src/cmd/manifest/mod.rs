@@ -138,12 +138,14 @@ pub struct GenArgs {
     #[arg(long = "servicesRideThrough", value_name = "BOOL", num_args = 0..=1,
           require_equals = true, default_missing_value = "true")]
     pub services_ride_through: Option<String>,
-    /// DHCP mode: Services with address 0.0.0.0 (::) get theirs from the network's DHCPv4 (DHCPv6) server
-    /// on a macvlan of the Services interface [env: dhcp_mode]; needs --services
-    #[arg(long = "dhcpMode", value_name = "BOOL", num_args = 0..=1, require_equals = true,
+    /// Services with address 0.0.0.0 (::) get theirs from the network's DHCPv4 (DHCPv6)
+    /// server on a macvlan (always, with --services, as in kube-vip): this makes the
+    /// container privileged, since vipd writes the macvlans' sysctls; writes no variable;
+    /// needs --services
+    #[arg(long = "dhcpServices", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true")]
-    pub dhcp_mode: Option<String>,
-    /// DHCP mode: give up after this many failed attempts in a row to get a Service's
+    pub dhcp_services: Option<String>,
+    /// DHCP Services: give up after this many failed attempts in a row to get a Service's
     /// address; 0 retries forever [env: dhcp_backoff_attempts] [default: 0; kube-vip's is 3]
     #[arg(long = "dhcpBackoffAttempts", value_name = "COUNT")]
     pub dhcp_backoff_attempts: Option<String>,
@@ -282,6 +284,9 @@ pub struct Deployment {
     pub admin_port: Option<u16>,
     /// Host of the admin endpoint when it is bound to one address (probe `host`).
     pub admin_host: Option<String>,
+    /// The container runs privileged (`--dhcpServices`: vipd writes the sysctls of the
+    /// macvlans of DHCP Services, and `/proc/sys` is read-only in unprivileged containers).
+    pub privileged: bool,
 }
 
 /// The environment variable of `vipd manager` flag `flag` (without `--`), from
@@ -370,12 +375,11 @@ impl GenArgs {
             }
         }
         // Written (the manager reads them), but they do nothing in this combination.
-        let dhcp = Self::flag_bool("dhcpMode", &self.dhcp_mode).unwrap_or(false);
         if let Some(v) = &self.dhcp_backoff_attempts
-            && !dhcp
+            && !modes.svc
         {
             out.push(format!(
-                "--dhcpBackoffAttempts={v} has no effect without --dhcpMode (the manager logs the same)"
+                "--dhcpBackoffAttempts={v} has no effect without --services (the manager logs the same)"
             ));
         }
         let election =
@@ -398,7 +402,15 @@ impl GenArgs {
             in_cluster: Self::flag_bool("inCluster", &self.in_cluster)?,
             kubeadm_init: Self::flag_bool("kubeadm-init", &self.kubeadm_init)?,
             taint: Self::flag_bool("taint", &self.taint)?,
+            dhcp: Self::flag_bool("dhcpServices", &self.dhcp_services)?,
         };
+        if modes.dhcp && !modes.svc {
+            return Err(ManifestError::Invalid {
+                flag: "dhcpServices",
+                value: self.dhcp_services.clone().unwrap_or_default(),
+                reason: "is about Services with address 0.0.0.0 / ::: add --services".into(),
+            });
+        }
         let Modes {
             cp,
             in_cluster,
@@ -511,6 +523,7 @@ impl GenArgs {
             kubeadm_init,
             taint,
             lb,
+            dhcp,
         } = self.modes()?;
         let mut env: Vec<(&'static str, EnvValue)> = Vec::new();
         let mut push = |flag: &'static str, v: &str| -> Result<(), ManifestError> {
@@ -583,6 +596,7 @@ impl GenArgs {
             taint,
             admin_port,
             admin_host,
+            privileged: dhcp,
         };
         plan.resolve()?;
         Ok(plan)
@@ -618,7 +632,6 @@ impl GenArgs {
             ("arpRate", &self.arp_rate),
             ("servicesElection", &self.services_election),
             ("servicesRideThrough", &self.services_ride_through),
-            ("dhcpMode", &self.dhcp_mode),
             ("dhcpBackoffAttempts", &self.dhcp_backoff_attempts),
             ("nftFence", &self.nft_fence),
             ("serviceInterface", &self.service_interface),
@@ -662,6 +675,8 @@ struct Modes {
     kubeadm_init: bool,
     /// `--taint`
     taint: bool,
+    /// `--dhcpServices`
+    dhcp: bool,
     /// `--enableLoadBalancer`
     lb: bool,
 }

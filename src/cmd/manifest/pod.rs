@@ -3,8 +3,8 @@
 //! Shape (kube-vip's, made safer): `hostNetwork`, `args: [manager]`, the environment of
 //! [`Deployment::env`] with every value a string and `vip_nodename` from `spec.nodeName`,
 //! capabilities `NET_ADMIN` + `NET_RAW` + `NET_BIND_SERVICE` (the DHCPv6 client's port 546)
-//! added and `ALL` dropped (no `privileged`; with `dhcp_mode` privileged, for the sysctls
-//! of the macvlans vipd creates), a
+//! added and `ALL` dropped (no `privileged`; with `--dhcpServices` privileged, for the
+//! sysctls of the macvlans vipd creates), a
 //! read-only root filesystem, the kubeconfig mounted read-only from a `hostPath`,
 //! liveness (`/healthz`) and readiness (`/readyz`) probes on the admin endpoint, resource
 //! requests and a memory limit, priority class `system-node-critical`, no `status`.
@@ -112,7 +112,7 @@ pub(crate) fn pod_spec(plan: &Deployment) -> PodSpec {
         image_pull_policy: Some("IfNotPresent".into()),
         args: Some(vec!["manager".into()]),
         env: Some(env_vars(plan)),
-        security_context: Some(security_context(dhcp_mode(plan))),
+        security_context: Some(security_context(plan.privileged)),
         resources: Some(ResourceRequirements {
             requests: Some(BTreeMap::from([
                 ("cpu".to_string(), Quantity(CPU_REQUEST.into())),
@@ -244,17 +244,9 @@ pub(crate) fn daemonset_yaml(plan: &Deployment) -> Result<String, ManifestError>
     to_yaml_stream(&[daemonset(plan)])
 }
 
-/// Whether the plan runs DHCP mode (`dhcp_mode` set to a true Go boolean).
-fn dhcp_mode(plan: &Deployment) -> bool {
-    plan.env.iter().any(|(k, v)| {
-        *k == "dhcp_mode"
-            && matches!(v, EnvValue::Text(t) if crate::syntax::parse_go_bool(t) == Some(true))
-    })
-}
-
 /// The container's security context: capabilities `NET_ADMIN`, `NET_RAW` and
 /// `NET_BIND_SERVICE` (the DHCPv6 client's UDP port 546), everything else dropped, no
-/// privilege escalation, read-only root. With DHCP mode (`dhcp`) the container is
+/// privilege escalation, read-only root. For DHCP Services (`dhcp`) the container is
 /// privileged instead: vipd writes the sysctls of the macvlans it creates
 /// (`/proc/sys/net/*/conf/<macvlan>/`: `arp_ignore`, `arp_announce`, `rp_filter`, IPv6
 /// `accept_ra`/`autoconf`/`accept_dad`), and container runtimes mount `/proc/sys`

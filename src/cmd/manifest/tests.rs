@@ -235,30 +235,45 @@ fn admin_endpoint_forms() {
     assert!(admin_endpoint("x").is_err());
 }
 
-/// Issue 13: kube-vip's `--dhcpMode` (Harvester's and DHCP users' generator line) writes
-/// `dhcp_mode`; without `--services` it is the manager's error, naming the flag's setting.
+/// Issue 26: DHCP needs no variable (a `0.0.0.0` / `::` Service asks DHCP, as in
+/// kube-vip): `--dhcpServices` writes none and only makes the container privileged; without
+/// `--services` it is refused, naming the flag. kube-vip's `--dhcpMode` (the dynamic DNS
+/// family) is not a generator flag.
 #[test]
-fn dhcp_mode_flag_writes_dhcp_mode() {
-    let p = plan(&["--interface", "eth0", "--services", "--dhcpMode"]).unwrap();
+fn dhcp_services_flag_writes_no_variable() {
+    let p = plan(&["--interface", "eth0", "--services", "--dhcpServices"]).unwrap();
+    assert!(p.privileged);
     assert!(
-        text_env(&p).contains(&("dhcp_mode", "true".to_string())),
+        !text_env(&p).iter().any(|(k, _)| k.starts_with("dhcp")),
         "{:?}",
         text_env(&p)
     );
     let p = plan(&["--interface", "eth0", "--services"]).unwrap();
-    assert!(!text_env(&p).iter().any(|(k, _)| *k == "dhcp_mode"));
-    let e = plan(&["--controlplane", "--address", "192.0.2.10", "--dhcpMode"])
-        .unwrap_err()
-        .to_string();
-    assert!(e.contains("dhcp_mode"), "{e}");
+    assert!(!p.privileged);
+    match plan(&[
+        "--controlplane",
+        "--address",
+        "192.0.2.10",
+        "--dhcpServices",
+    ]) {
+        Err(ManifestError::Invalid { flag, .. }) => assert_eq!(flag, "dhcpServices"),
+        other => panic!("expected an error naming --dhcpServices, got {other:?}"),
+    }
+    assert!(T::try_parse_from(["t", "pod", "--services", "--dhcpMode"]).is_err());
 }
 
 /// Trial finding: the DHCP-mode manifests ran unprivileged, where `/proc/sys` is read-only
-/// and vipd refuses every macvlan on a stock host (`arp_ignore` 0). With `--dhcpMode` the
-/// container is privileged (and nothing contradicts it); without, unchanged.
+/// and vipd refuses every macvlan on a stock host (`arp_ignore` 0). With `--dhcpServices`
+/// the container is privileged (and nothing contradicts it); without, unchanged.
 #[test]
 fn dhcp_mode_manifests_are_privileged_and_others_are_not() {
-    let mut v = vec!["t", "daemonset", "--services", "--inCluster", "--dhcpMode"];
+    let mut v = vec![
+        "t",
+        "daemonset",
+        "--services",
+        "--inCluster",
+        "--dhcpServices",
+    ];
     let yaml = run(&T::try_parse_from(v.clone()).unwrap().cmd).unwrap();
     assert!(yaml.contains("privileged: true"), "{yaml}");
     assert!(!yaml.contains("allowPrivilegeEscalation: false"), "{yaml}");
@@ -273,7 +288,7 @@ fn dhcp_mode_manifests_are_privileged_and_others_are_not() {
         "--services",
         "--interface",
         "eth0",
-        "--dhcpMode=1",
+        "--dhcpServices=1",
     ])
     .unwrap()
     .cmd)
@@ -286,7 +301,7 @@ fn dhcp_mode_manifests_are_privileged_and_others_are_not() {
 /// written and vipd retries forever.
 #[test]
 fn dhcp_backoff_attempts_flag_is_passed_through() {
-    let base = ["--interface", "eth0", "--services", "--dhcpMode"];
+    let base = ["--interface", "eth0", "--services"];
     let with = |extra: &[&str]| {
         let args: Vec<&str> = base.iter().chain(extra).copied().collect();
         plan(&args)
@@ -376,7 +391,7 @@ fn services_lease_name_flag_writes_svc_leasename() {
 }
 
 /// Trial finding: flags that are written but do nothing in that combination get a warning
-/// (the output is unchanged): `--dhcpBackoffAttempts` without `--dhcpMode`,
+/// (the output is unchanged): `--dhcpBackoffAttempts` without `--services`,
 /// `--servicesLeaseName` with `--servicesElection`.
 #[test]
 fn flags_without_effect_in_their_combination_are_warned_about() {
@@ -385,14 +400,20 @@ fn flags_without_effect_in_their_combination_are_warned_about() {
         v.extend(args);
         warnings(&T::try_parse_from(v).unwrap().cmd)
     };
-    let one = w(&["--services", "--dhcpBackoffAttempts", "3"]);
+    let one = w(&[
+        "--controlplane",
+        "--address",
+        "192.0.2.10",
+        "--dhcpBackoffAttempts",
+        "3",
+    ]);
     assert!(
         one.len() == 1
             && one[0].contains("--dhcpBackoffAttempts=3")
-            && one[0].contains("--dhcpMode"),
+            && one[0].contains("--services"),
         "{one:?}"
     );
-    assert!(w(&["--services", "--dhcpMode", "--dhcpBackoffAttempts", "3"]).is_empty());
+    assert!(w(&["--services", "--dhcpBackoffAttempts", "3"]).is_empty());
     let two = w(&[
         "--services",
         "--servicesElection",

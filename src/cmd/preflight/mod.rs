@@ -20,8 +20,9 @@
 //!   nothing is changed); a failure means the holder could not balance.
 //! - `macvlan`: the kernel can create macvlans (asked of the kernel itself, see
 //!   [`crate::net::macvlan::NetlinkMacvlans::kernel_has_macvlan`]; else the module is loaded
-//!   or listed in modules.dep / modules.builtin). Needed by `dhcp_mode` only.
-//! - `dhcp-parent` (with `dhcp_mode`): the macvlans' parent interface (`vip_servicesinterface`,
+//!   or listed in modules.dep / modules.builtin). Needed by DHCP Services (address
+//!   `0.0.0.0` / `::`) only: with `svc_enable` a missing macvlan is a warning.
+//! - `dhcp-parent` (with `svc_enable`): the macvlans' parent interface (`vip_servicesinterface`,
 //!   else `vip_interface`, else the IPv4 default route's interface, as the manager picks it)
 //!   exists and is up with carrier.
 //! - `api`: the API server answers `/version` with the configured kubeconfig.
@@ -213,12 +214,13 @@ pub(crate) fn check_capabilities(status: &str) -> Check {
     }
 }
 
-/// The `dhcpv6-port` row over `/proc/self/status` text: with `dhcp_mode`, the DHCPv6 client
-/// of `::` Services binds UDP port 546 (RFC 8415 §7.2), which needs `CAP_NET_BIND_SERVICE`;
-/// without it DHCPv6 fails (DHCPv4 uses raw sockets and does not need it): a warning.
-pub(crate) fn check_dhcp6_port(status: &str, dhcp_mode: bool) -> Check {
-    if !dhcp_mode {
-        return Check::new("dhcpv6-port", Status::Skip, "dhcp_mode is off");
+/// The `dhcpv6-port` row over `/proc/self/status` text: with `svc_enable` (`services`), the
+/// DHCPv6 client of `::` Services binds UDP port 546 (RFC 8415 §7.2), which needs
+/// `CAP_NET_BIND_SERVICE`; without it DHCPv6 fails (DHCPv4 uses raw sockets and does not
+/// need it): a warning.
+pub(crate) fn check_dhcp6_port(status: &str, services: bool) -> Check {
+    if !services {
+        return Check::new("dhcpv6-port", Status::Skip, "svc_enable is off");
     }
     match parse_cap_eff(status) {
         Some(eff) if eff & (1u64 << CAP_NET_BIND_SERVICE) != 0 => Check::new(
@@ -370,8 +372,10 @@ pub(crate) fn check_vip_addresses(
 /// be asked), `loaded` (`/sys/module/macvlan` exists: loaded, or built in with
 /// parameters), `modules_dep` / `modules_builtin` (contents of
 /// `/lib/modules/$(uname -r)/modules.dep` and `modules.builtin`, when readable), `needed`
-/// (`dhcp_mode`). The kernel's answer wins: the files miss a built-in driver without
-/// parameters, and containers often have no `/lib/modules`.
+/// (`svc_enable`: a Service with address `0.0.0.0` / `::` gets it by DHCP on a macvlan; a
+/// kernel without macvlans is a warning, since only such Services fail, with a
+/// `DHCPFailed` Warning Event). The kernel's answer wins: the files miss a built-in driver
+/// without parameters, and containers often have no `/lib/modules`.
 pub(crate) fn check_macvlan(
     kernel: Option<bool>,
     loaded: bool,
@@ -396,7 +400,7 @@ pub(crate) fn check_macvlan(
         )
     } else if kernel == Some(false) {
         (
-            if needed { Status::Fail } else { Status::Skip },
+            if needed { Status::Warn } else { Status::Skip },
             "this kernel cannot create macvlans (RTNETLINK: unknown device type macvlan)"
                 .to_string(),
         )
@@ -417,14 +421,14 @@ pub(crate) fn check_macvlan(
         )
     } else {
         (
-            if needed { Status::Fail } else { Status::Skip },
+            if needed { Status::Warn } else { Status::Skip },
             "this kernel has no macvlan module".to_string(),
         )
     };
     let suffix = if needed {
-        ""
+        ": Services with address 0.0.0.0 / :: get theirs by DHCP on a macvlan"
     } else {
-        " (only dhcp_mode needs it)"
+        " (only Services with address 0.0.0.0 / :: need it)"
     };
     let c = Check::new("macvlan", status, format!("{detail}{suffix}"));
     if matches!(status, Status::Fail | Status::Warn) || (!needed && status == Status::Skip) {
@@ -447,13 +451,11 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
     let caps = check_capabilities(&status);
     let has_raw = parse_cap_eff(&status).is_some_and(|e| e & (1 << CAP_NET_RAW) != 0);
     report.checks.push(caps);
-    report
-        .checks
-        .push(check_dhcp6_port(&status, cfg.services && cfg.dhcp_mode));
+    report.checks.push(check_dhcp6_port(&status, cfg.services));
     run_network(cfg, args, has_raw, &mut report).await;
     run_nftables(cfg, &mut report).await;
     report.checks.push(run_macvlan(cfg).await);
-    if cfg.dhcp_mode {
+    if cfg.services {
         report.checks.push(dhcp_parent(cfg).await);
     }
     run_cluster(cfg, &mut report).await;
@@ -525,7 +527,7 @@ async fn run_macvlan(cfg: &Config) -> Check {
         std::path::Path::new("/sys/module/macvlan").exists(),
         read("modules.dep").as_deref(),
         read("modules.builtin").as_deref(),
-        cfg.dhcp_mode,
+        cfg.services,
     )
 }
 

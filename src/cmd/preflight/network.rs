@@ -1,5 +1,5 @@
 //! The node's network rows of `vipd preflight`: the VIP `interface`, one `vip-free:<vip>`
-//! conflict probe per control-plane VIP, and the `dhcp-parent` of DHCP mode's macvlans.
+//! conflict probe per control-plane VIP, and the `dhcp-parent` of DHCP Services' macvlans.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -10,7 +10,8 @@ use crate::net::{Kernel, LinkInfo, NetlinkKernel};
 
 use super::{Check, PreflightArgs, Report, Status};
 
-/// The `dhcp-parent` row for the macvlans of DHCP mode: `vip_servicesinterface`, else
+/// The `dhcp-parent` row for the macvlans of DHCP Services (address `0.0.0.0` / `::`):
+/// `vip_servicesinterface`, else
 /// `vip_interface`, else the IPv4 default route's interface (what the manager uses when a
 /// Service names none with `kube-vip.io/serviceInterface`).
 pub(super) async fn dhcp_parent(cfg: &Config) -> Check {
@@ -35,8 +36,9 @@ pub(super) async fn dhcp_parent(cfg: &Config) -> Check {
 }
 
 /// The `dhcp-parent` row from the configured parent name (`None`: automatic) and what the
-/// lookup found: pass when the link is up with carrier, fail naming it (or the lookup's
-/// error) otherwise. Pure.
+/// lookup found: pass when the link is up with carrier, a warning naming it (or the lookup's
+/// error) otherwise: only DHCP Services need it, and they get a `DHCPFailed` Warning Event.
+/// Pure.
 pub(crate) fn check_dhcp_parent(configured: Option<&str>, found: Result<&LinkInfo, &str>) -> Check {
     const NAME: &str = "dhcp-parent";
     let how = match configured {
@@ -51,7 +53,7 @@ pub(crate) fn check_dhcp_parent(configured: Option<&str>, found: Result<&LinkInf
         ),
         Ok(l) => Check::new(
             NAME,
-            Status::Fail,
+            Status::Warn,
             format!(
                 "DHCP macvlans' parent {} ({how}): up={} carrier={}",
                 l.name, l.up, l.carrier
@@ -60,7 +62,7 @@ pub(crate) fn check_dhcp_parent(configured: Option<&str>, found: Result<&LinkInf
         .fix(format!("bring the link up: ip link set {} up", l.name)),
         Err(e) => Check::new(
             NAME,
-            Status::Fail,
+            Status::Warn,
             match configured {
                 Some(name) => format!("DHCP macvlans' parent {name:?} ({how}): {e}"),
                 None => format!("no parent for DHCP macvlans ({how}): {e}"),

@@ -163,7 +163,6 @@ const BAD: &[Bad] = &[
     ),
     env(&[("cp_enable", "false")], "cp_enable", "false"),
     env(&[("cp_enable", "<unset>")], "cp_enable", "false"),
-    env(&[("dhcp_mode", "true")], "dhcp_mode", "true"),
     // DHCP attempts
     env(
         &[("dhcp_backoff_attempts", "-1")],

@@ -14,8 +14,6 @@ pub const REASON_HEALTH_CHECK_FAILED: &str = "HealthCheckFailed";
 pub const REASON_ADDRESS_CONFLICT: &str = "AddressConflict";
 /// Reason of [`crate::services::publish::ServiceEvent::address_in_use`].
 pub const REASON_ADDRESS_IN_USE: &str = "AddressInUse";
-/// Reason of a Warning about a Service that asks for a DHCP address (`0.0.0.0` / `::`).
-pub const REASON_DHCP_NOT_ENABLED: &str = "DHCPNotEnabled";
 /// Reason of a Warning about a DHCP attempt that failed (no server, parent interface
 /// missing, macvlan refused): the client tries again after a back-off.
 pub const REASON_DHCP_FAILED: &str = "DHCPFailed";

@@ -120,7 +120,7 @@ fn event_texts() {
     );
     for e in [
         e,
-        ServiceEvent::warning(REASON_DHCP_NOT_ENABLED, "no DHCP".into()),
+        ServiceEvent::warning(REASON_DHCP_FAILED, "no DHCP".into()),
         crate::election::identity::duplicate_identity_event(
             "node-a",
             "kube-system/plndr-svcs-lock",
@@ -222,7 +222,7 @@ async fn memory_writer_writes_only_changes() {
     w.event(
         &k,
         None,
-        &ServiceEvent::warning(REASON_DHCP_NOT_ENABLED, "no DHCP".into()),
+        &ServiceEvent::warning(REASON_DHCP_FAILED, "no DHCP".into()),
     )
     .await
     .unwrap();

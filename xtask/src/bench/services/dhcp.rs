@@ -7,7 +7,7 @@
 //! addresses; the lab tests' 192.0.2.200-220 has only 21) and the lab's 120 s lease (T1 at
 //! 60 s). Every Service is `type: LoadBalancer` with `kube-vip.io/loadbalancerIPs: 0.0.0.0`
 //! (DHCP), port 80/TCP. vipd runs on node-a, node-b and node-c as in the other scenarios,
-//! plus `dhcp_mode=true`.
+//! (a `0.0.0.0` Service asks DHCP with no option, as in kube-vip).
 //!
 //! 1. **bring-up** (a lab with `svc_election=true`: one Lease per Service): N Services
 //!    (default [`DEFAULT_BRINGUP`]) created one at a time. For each, an ARP prober in ns
@@ -80,10 +80,7 @@ fn start(vipd: &Path, verbose: bool, election: bool) -> Result<Bench> {
     let b = Bench::start_with(
         vipd,
         verbose,
-        &[
-            ("dhcp_mode", "true"),
-            ("svc_election", if election { "true" } else { "false" }),
-        ],
+        &[("svc_election", if election { "true" } else { "false" })],
     )?;
     b.lab.start_dnsmasq(&DnsmasqOptions {
         range: (POOL_START, POOL_END),
