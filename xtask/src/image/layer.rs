@@ -162,7 +162,7 @@ pub fn archive(dirs: &[&str], files: &[(String, &[u8])], mtime: u64) -> Result<V
     b.into_inner().context("finish the archive")
 }
 
-/// gzip (level 9) without a file name or time stamp in its header: the same bytes in give
+/// gzip (level 6) without a file name or time stamp in its header: the same bytes in give
 /// the same bytes out.
 ///
 /// # Errors
@@ -170,7 +170,7 @@ pub fn archive(dirs: &[&str], files: &[(String, &[u8])], mtime: u64) -> Result<V
 pub fn gzip(data: &[u8]) -> Result<Vec<u8>> {
     let mut gz = flate2::GzBuilder::new()
         .mtime(0)
-        .write(Vec::new(), flate2::Compression::best());
+        .write(Vec::new(), flate2::Compression::default());
     gz.write_all(data).context("gzip the layer")?;
     gz.finish().context("finish the gzip stream")
 }
