@@ -371,6 +371,9 @@ fn test(extra: &[&str]) -> Result<()> {
             // lab_foundation's capture test sends with arping (.ci/run installs the same).
             ("arping", "arping"),
             ("tcpdump", "tcpdump"),
+            // tests/lab_image.rs checks the container image with skopeo and umoci.
+            ("skopeo", "skopeo"),
+            ("umoci", "umoci"),
         ])?;
         // Fail early, with instructions, if there is no API server.
         let api = lab::find_apiserver()?;
