@@ -270,13 +270,25 @@ pub fn deb_cache() -> PathBuf {
 }
 
 /// The Debian packages of the image ([`debs::ROOT_PACKAGES`] and their dependencies, apt's
-/// candidate versions), fetched into [`deb_cache`].
+/// candidate versions), fetched into [`deb_cache`]. When that fails as root (package lists
+/// older than the mirror, whose old versions are gone), runs `apt-get update` and tries once
+/// more.
 ///
 /// # Errors
-/// When apt cannot resolve or download them (`apt-get update` may be needed).
+/// When apt cannot resolve or download them.
 pub fn fetch_debs() -> Result<Vec<debs::Deb>> {
-    let packages = debs::resolve(&debs::ROOT_PACKAGES)?;
-    debs::fetch(&packages, &deb_cache())
+    let fetch = || debs::fetch(&debs::resolve(&debs::ROOT_PACKAGES)?, &deb_cache());
+    match fetch() {
+        Ok(d) => Ok(d),
+        Err(e) if nix::unistd::geteuid().is_root() => {
+            eprintln!("image: {e:#}; running apt-get update and trying again");
+            debs::output("apt-get", &["update", "-q"], None)?;
+            fetch()
+        }
+        Err(e) => {
+            Err(e.context("fetch the image's Debian packages (apt-get update as root may help)"))
+        }
+    }
 }
 
 /// `SOURCE_DATE_EPOCH` if set, else the time of the checkout's last commit.
