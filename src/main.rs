@@ -75,8 +75,9 @@ const MAX_BLOCKING_THREADS: usize = 8;
 /// threshold of 0, so freed memory at the top of the heap goes back to the kernel at once
 /// instead of glibc's dynamic threshold keeping up to tens of MiB. Measured at 1000
 /// Services: about 2 MiB less RSS per node, no CPU change (`cargo xtask bench services
-/// --scenario scale`). The static musl build (container image) has its own allocator,
-/// which returns memory eagerly by design. `GLIBC_TUNABLES` cannot override these.
+/// --scenario scale`); the container image runs this glibc build too. A musl build has its
+/// own allocator, which returns memory eagerly by design. `GLIBC_TUNABLES` cannot override
+/// these.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 fn tune_allocator() {
     // SAFETY: mallopt only sets allocator parameters; no other thread exists yet.

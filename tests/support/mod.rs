@@ -123,6 +123,20 @@ pub fn spawn_vipd(
     t: Timings,
     extra: &[(&str, &str)],
 ) -> LabProcess {
+    let env = vipd_env(lab, node, t, extra);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    lab.spawn(node, env!("CARGO_BIN_EXE_vipd"), args, &env)
+        .expect("spawn vipd")
+}
+
+/// The environment of [`start_vipd`]: kube-vip's variables for the control-plane VIP on
+/// `node` with its kubeconfig and timings `t`, plus `extra` (which override).
+pub fn vipd_env(
+    lab: &Lab,
+    node: &str,
+    t: Timings,
+    extra: &[(&str, &str)],
+) -> Vec<(String, String)> {
     let kubeconfig = lab.kubeconfig(node).expect("kubeconfig");
     let kubeconfig = kubeconfig.to_string_lossy().into_owned();
     let mut env: Vec<(&str, &str)> = vec![
@@ -144,8 +158,62 @@ pub fn spawn_vipd(
         env.retain(|(ek, _)| ek != k);
         env.push((k, v));
     }
-    lab.spawn(node, env!("CARGO_BIN_EXE_vipd"), args, &env)
-        .expect("spawn vipd")
+    env.into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// S01 (docs/scenarios.md) with vipd started by `start(node)` on every node: the holder is
+/// SIGKILLed; the kernel fence removes its VIP before another node binds it (never two
+/// nodes carry it, never two ARP responders); the killed node, restarted, follows and holds
+/// nothing. `start` must return the vipd process itself (SIGKILL goes to its pid).
+pub fn s01_killed_holder(lab: &Lab, start: &dyn Fn(&str) -> LabProcess) {
+    let vip: IpAddr = VIP.parse().expect("vip");
+    let mut procs: Vec<LabProcess> = NODES.iter().map(|n| start(n)).collect();
+    let holder = single_holder(lab, VIP, Duration::from_secs(30));
+    let i = NODES
+        .iter()
+        .position(|n| *n == holder)
+        .expect("holder is a node");
+    let watch = lab
+        .arp_watch(vip, Duration::from_millis(50))
+        .expect("arp watch");
+    std::thread::sleep(Duration::from_millis(300));
+    let t0 = Instant::now();
+    procs[i]
+        .signal(xtask::lab::Signal::SIGKILL)
+        .expect("SIGKILL the holder");
+    let _ = procs[i].wait_timeout(Duration::from_secs(2));
+    // Poll who carries the VIP every 20 ms until someone else does.
+    let mut old_gone_at = None;
+    let new = wait_for("takeover", Duration::from_secs(10), || {
+        let h = holders(lab, VIP);
+        if !h.contains(&holder) && old_gone_at.is_none() {
+            old_gone_at = Some(t0.elapsed());
+        }
+        assert!(h.len() <= 1, "two nodes carry the VIP: {h:?}");
+        h.iter().find(|n| **n != holder).cloned()
+    });
+    let taken = t0.elapsed();
+    let old_gone = old_gone_at.expect("old holder's VIP removed before takeover");
+    eprintln!("S01: fence removed the VIP after {old_gone:?}, {new} took over after {taken:?}");
+    assert!(old_gone < taken);
+    std::thread::sleep(Duration::from_millis(500));
+    let report = watch.stop().expect("stop the arp watch");
+    assert!(
+        report.max_simultaneous_responders() <= 1,
+        "{:?}",
+        report.multi_responder_intervals()
+    );
+    // Restart the killed node: it follows and holds nothing.
+    procs[i] = start(&holder);
+    wait_for("restarted vipd following", Duration::from_secs(15), || {
+        procs[i].log().contains("following").then_some(())
+    });
+    for _ in 0..20 {
+        assert_eq!(holders(lab, VIP), vec![new.clone()]);
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Nodes whose eth0 carries `vip` right now.

@@ -4,6 +4,8 @@
 //! cargo xtask lab up     start a lab and leave it running (prints how to enter it)
 //! cargo xtask lab down   remove the running lab and any stale ones
 //! cargo xtask test       unit tests + lab tests (lab tests need root; skipped loudly if not)
+//! cargo xtask image [--binary PATH | --profile P] [--out DIR] [--tag REF]
+//!                        vipd's container image, built without a daemon (see image.rs)
 //! cargo xtask demo       the failover demo: vipd on three lab nodes, the holder stopped
 //!                        twice, the client's gap printed (see demo.rs)
 //! cargo xtask chaos --minutes N [--seed S]
@@ -24,6 +26,7 @@ mod args;
 mod bench;
 mod chaos;
 mod demo;
+mod image_cli;
 
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
@@ -40,6 +43,9 @@ commands:
   lab up      start a lab (namespaces, etcd, kube-apiserver) and leave it running
   lab down    remove the lab started by `lab up`, and any lab left by a dead run
   test        cargo test --workspace: unit tests, then lab tests (need root)
+  image [--binary PATH | --profile release|dev] [--out DIR] [--tag REF]
+              vipd's OCI image and docker-archive (target/image/), reproducible,
+              with its digest and a CycloneDX SBOM; no container daemon needed
   demo        vipd on three lab nodes, stop the holder (SIGTERM, then SIGKILL + link
               down), print the failover gaps the client saw; tears the lab down
   chaos --minutes N [--seed S] [--services 50] [--nodes 3] [--orphan-leases-warn]
@@ -100,6 +106,7 @@ fn run() -> Result<()> {
         ["lab", "hold"] => lab_hold(),
         ["test", rest @ ..] => test(rest),
         ["demo"] => demo::run(),
+        ["image", rest @ ..] => image_cli::run(rest),
         ["chaos", rest @ ..] => chaos::run(rest),
         ["bench", "services", rest @ ..] => bench::services::run(rest),
         ["bench", "heartbeat", rest @ ..] => bench::heartbeat::run(rest),
@@ -364,6 +371,9 @@ fn test(extra: &[&str]) -> Result<()> {
             // lab_foundation's capture test sends with arping (.ci/run installs the same).
             ("arping", "arping"),
             ("tcpdump", "tcpdump"),
+            // tests/lab_image.rs checks the container image with skopeo and umoci.
+            ("skopeo", "skopeo"),
+            ("umoci", "umoci"),
         ])?;
         // Fail early, with instructions, if there is no API server.
         let api = lab::find_apiserver()?;

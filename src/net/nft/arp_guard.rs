@@ -34,8 +34,8 @@
 //! # Library choice
 //! [`nftables`](https://crates.io/crates/nftables) (nftables-rs, MIT/Apache-2.0): a typed
 //! Rust model of the nftables JSON API (libnftables-json(5)), the interface netfilter
-//! maintains as stable for programs, sent to the `nft` binary. It is pure Rust (vipd stays
-//! a static musl binary), has regular releases (0.6.x in 2025, packaged by Debian and
+//! maintains as stable for programs, sent to the `nft` binary. It is pure Rust (no C
+//! library to link), has regular releases (0.6.x in 2025, packaged by Debian and
 //! Ubuntu) and covers everything vipd needs now and for the planned control-plane load
 //! balancer and nftables fence (tables of any family, sets and maps with concatenations,
 //! set elements, rules, NAT). The cost is one `nft` process per change (a few ms); batches
