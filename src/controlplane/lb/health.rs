@@ -24,8 +24,7 @@
 //! backend answers, not who it is (the connections it balances are end-to-end TLS between
 //! the clients and the API server, which verify it themselves). The handshake signature is
 //! still checked against the presented key. The connection is closed after the answer's
-//! headers; the API server logs nothing (a bare TCP connect made it log a TLS handshake
-//! error every second).
+//! headers (a complete request, where a bare TCP connect was a TLS handshake cut short).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
