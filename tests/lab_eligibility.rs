@@ -1,7 +1,8 @@
 //! S42: eligibility and maintenance hand-over against the real API server, with Node
 //! objects the test creates. A Service VIP leaves a node that gets the
 //! `node.kubernetes.io/exclude-from-external-load-balancers` label, that the kubelet reports
-//! NotReady, that is annotated `vipd.io/drain=true` or drained with `vipd drain`; each time
+//! NotReady, whose network is reported unavailable (`NetworkUnavailable=True`, metallb
+//! #1710), that is annotated `vipd.io/drain=true` or drained with `vipd drain`; each time
 //! the holder hands over gracefully (the lease is released, so the other node takes it at
 //! once) and posts a `HandedOver` Event; clearing the condition lets the node campaign
 //! again. `vipd drain` also moves the control-plane VIP.
@@ -30,13 +31,25 @@ fn create_ready_node(lab: &Lab, name: &str) {
     set_ready(lab, name, true);
 }
 
-/// Sets the Node's Ready condition (as the kubelet would).
+/// Sets the Node's Ready condition (as the kubelet would); no NetworkUnavailable condition.
 fn set_ready(lab: &Lab, name: &str, ready: bool) {
-    let status = if ready { "True" } else { "False" };
-    let patch = json!({"status": {"conditions": [{
-        "type": "Ready", "status": status, "reason": "Test",
-        "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"
-    }]}});
+    set_conditions(lab, name, ready, None);
+}
+
+/// Sets the Node's conditions: Ready (as the kubelet would) and, when `Some`, the
+/// NetworkUnavailable condition with that value (as a cloud route controller or the CNI
+/// would). A merge patch replaces the whole list, so both are written each time.
+fn set_conditions(lab: &Lab, name: &str, ready: bool, network_unavailable: Option<bool>) {
+    let status = |b: bool| if b { "True" } else { "False" };
+    let condition = |type_: &str, b: bool| {
+        json!({
+            "type": type_, "status": status(b), "reason": "Test",
+            "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"
+        })
+    };
+    let mut conditions = vec![condition("Ready", ready)];
+    conditions.extend(network_unavailable.map(|b| condition("NetworkUnavailable", b)));
+    let patch = json!({"status": {"conditions": conditions}});
     let r = lab
         .api_request(
             "PATCH",
@@ -344,6 +357,98 @@ fn s47_node_selector_and_subnet_choose_the_nodes_per_service() {
                 && note.contains("no subnet on interface eth0 of the node contains 2001:db8::30")
         })
     });
+    for p in &mut procs {
+        let _ = p.signal(Signal::SIGTERM);
+        let _ = p.wait_timeout(Duration::from_secs(5));
+    }
+}
+
+/// `vipd_node_ineligible{vips="services",reason=...}` lines of `node`'s metrics; `None`
+/// while its admin endpoint does not answer (vipd starting).
+fn services_ineligible(lab: &Lab, node: &str) -> Option<Vec<String>> {
+    let admin: std::net::SocketAddr = ADMIN.1.parse().expect("addr");
+    let body = lab
+        .http_get(node, admin, "/metrics", Duration::from_secs(2))
+        .ok()?;
+    Some(
+        body.lines()
+            .filter(|l| l.starts_with(r#"vipd_node_ineligible{vips="services""#))
+            .map(str::to_string)
+            .collect(),
+    )
+}
+
+/// Issue 26 (metallb #1710): a node whose `NetworkUnavailable` condition is `True` takes no
+/// Service lease, a holder that gets the condition hands its VIPs over as for NotReady
+/// (lease released, `HandedOver` Event, the reason in `vipd_node_ineligible`), and it does
+/// not take them even when it is the only vipd left; once the condition is `False` it does.
+#[test]
+fn s42_network_unavailable_nodes_hold_nothing() {
+    let Some(lab) = lab("eligibility_network", LabOptions::default()) else {
+        return;
+    };
+    create_ready_node(&lab, "node-a");
+    create_ready_node(&lab, "node-b");
+    set_conditions(&lab, "node-a", true, Some(true));
+    set_conditions(&lab, "node-b", true, Some(false));
+    let mut procs: Vec<_> = ["node-a", "node-b"]
+        .iter()
+        .map(|n| start_vipd_services(&lab, n, true, &[ADMIN]))
+        .collect();
+    let unavailable = r#"vipd_node_ineligible{vips="services",reason="network-unavailable"} 1"#;
+    wait_until("node-a reports network-unavailable", LIMIT, || {
+        services_ineligible(&lab, "node-a") == Some(vec![unavailable.to_string()])
+    });
+    wait_until("node-b reports nothing", LIMIT, || {
+        services_ineligible(&lab, "node-b") == Some(vec![])
+    });
+    create_service(
+        &lab,
+        &service_json("web", Some(SVC_VIP), None, &[(80, "TCP")], false),
+    );
+    assert_eq!(single_holder(&lab, SVC_VIP, LIMIT), "node-b");
+    // node-a never campaigned: the lease went to node-b at once.
+    let a_log = procs[0].log();
+    assert!(
+        !a_log
+            .lines()
+            .any(|l| l.contains("kubevip-web") && l.contains("acquired lease")),
+        "{a_log}"
+    );
+
+    // node-a's network comes up, node-b's goes: the holder hands over gracefully.
+    set_conditions(&lab, "node-a", true, Some(false));
+    set_conditions(&lab, "node-b", true, Some(true));
+    moved_away(&lab, "node-b", "NetworkUnavailable");
+    assert!(
+        procs[1].log().contains("lease released"),
+        "{}",
+        procs[1].log()
+    );
+    assert_eq!(
+        services_ineligible(&lab, "node-b"),
+        Some(vec![unavailable.to_string()])
+    );
+
+    // node-a stops (its lease released): node-b, alone and still without network, takes
+    // nothing. An eligible node takes a released lease within its retry period (1 s) plus
+    // its spread delay (under 1 s); 5 s is several times that.
+    procs[0].signal(Signal::SIGTERM).unwrap();
+    let _ = procs[0].wait_timeout(Duration::from_secs(5));
+    wait_until("node-a's VIP gone", LIMIT, || {
+        holders(&lab, SVC_VIP).is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(
+        holders(&lab, SVC_VIP).is_empty(),
+        "a NetworkUnavailable node must not take the VIP: {:?}",
+        holders(&lab, SVC_VIP)
+    );
+    set_conditions(&lab, "node-b", true, Some(false));
+    wait_until("node-b takes the VIP once its network is up", LIMIT, || {
+        holders(&lab, SVC_VIP) == vec!["node-b".to_string()]
+    });
+    assert_eq!(services_ineligible(&lab, "node-b"), Some(vec![]));
     for p in &mut procs {
         let _ = p.signal(Signal::SIGTERM);
         let _ = p.wait_timeout(Duration::from_secs(5));

@@ -489,7 +489,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "servicesExcludeCordoned",
         "false",
         Bool,
-        "vipd option: a cordoned node does not announce Service VIPs (by default cordoned nodes stay eligible; excluded-labelled and NotReady nodes never are)",
+        "vipd option: a cordoned node does not announce Service VIPs (by default cordoned nodes stay eligible; excluded-labelled, NotReady and NetworkUnavailable nodes never are)",
     ),
     opt(
         K_SVC_SUBNET_CHECK,

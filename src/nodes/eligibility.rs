@@ -3,13 +3,17 @@
 //! * Service VIPs: a node campaigns for a Service lease only while it is eligible
 //!   ([`services_ineligibility`]): not drained (`vipd drain`, the [`DRAIN_ANNOTATION`]
 //!   annotation, or a cordon with `drain_on_cordon`), not labelled [`EXCLUDE_LABEL`] (the
-//!   label kube-proxy-less load balancers and cloud controllers honour), Ready, and not
-//!   cordoned when `svc_exclude_cordoned` is set (cordoned nodes stay eligible by default:
-//!   cordoning stops new Pods, not traffic). This follows MetalLB's L2 speaker (NotReady and
-//!   excluded nodes do not announce).
+//!   label kube-proxy-less load balancers and cloud controllers honour), Ready, without the
+//!   `NetworkUnavailable=True` condition (the node's network is not configured: MetalLB's
+//!   speaker stopped announcing from such nodes after metallb #1710, where one kept
+//!   answering for VIPs it could not serve), and not cordoned when `svc_exclude_cordoned`
+//!   is set (cordoned nodes stay eligible by default: cordoning stops new Pods, not
+//!   traffic). This follows MetalLB's L2 speaker (NotReady, NetworkUnavailable and excluded
+//!   nodes do not announce).
 //! * The control-plane VIP ([`control_plane_ineligibility`]) only honours a drain: it must
 //!   work before any Node object exists (bootstrap) and while the kubelet reports NotReady
-//!   (the API server may be fine).
+//!   or the network NetworkUnavailable (the API server may be fine; it is what the CNI needs
+//!   to reach to make the network available).
 //! * No Node object (yet): eligible.
 //!
 //! A holder that becomes ineligible hands over gracefully: the elector's gate closes, the
@@ -226,6 +230,10 @@ pub struct NodeFacts {
     pub cordoned: bool,
     /// The `Ready` condition is present and not `True`.
     pub not_ready: bool,
+    /// The `NetworkUnavailable` condition is `True` (set by a cloud's route controller or
+    /// the CNI until the node's network is configured; absent, `False` or `Unknown`: the
+    /// network counts as available).
+    pub network_unavailable: bool,
 }
 
 impl NodeFacts {
@@ -234,11 +242,13 @@ impl NodeFacts {
         let Some(n) = node else {
             return NodeFacts::default();
         };
-        let ready = n
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"));
+        let condition = |type_: &str| {
+            n.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == type_))
+        };
+        let ready = condition("Ready");
         NodeFacts {
             exists: true,
             excluded: n
@@ -259,6 +269,8 @@ impl NodeFacts {
                 .and_then(|s| s.unschedulable)
                 .unwrap_or(false),
             not_ready: ready.is_some_and(|c| c.status != "True"),
+            network_unavailable: condition("NetworkUnavailable")
+                .is_some_and(|c| c.status == "True"),
         }
     }
 }
@@ -287,6 +299,9 @@ pub enum Ineligible {
     Excluded,
     /// The kubelet reports the node not Ready.
     NotReady,
+    /// The Node's `NetworkUnavailable` condition is `True`: its network is not configured
+    /// yet (or any more), so traffic for a VIP it announced would be lost (metallb #1710).
+    NetworkUnavailable,
     /// Cordoned, with `svc_exclude_cordoned`.
     Cordoned,
     /// The Node object has not been read yet (Service VIPs wait for it).
@@ -295,12 +310,13 @@ pub enum Ineligible {
 
 impl Ineligible {
     /// Every reason, for metrics.
-    pub const ALL: [Ineligible; 7] = [
+    pub const ALL: [Ineligible; 8] = [
         Ineligible::DrainedLocally,
         Ineligible::DrainAnnotation,
         Ineligible::CordonDrain,
         Ineligible::Excluded,
         Ineligible::NotReady,
+        Ineligible::NetworkUnavailable,
         Ineligible::Cordoned,
         Ineligible::Unknown,
     ];
@@ -313,6 +329,7 @@ impl Ineligible {
             Ineligible::CordonDrain => "cordon-drain",
             Ineligible::Excluded => "excluded",
             Ineligible::NotReady => "not-ready",
+            Ineligible::NetworkUnavailable => "network-unavailable",
             Ineligible::Cordoned => "cordoned",
             Ineligible::Unknown => "unknown",
         }
@@ -329,6 +346,7 @@ impl fmt::Display for Ineligible {
                 "labelled node.kubernetes.io/exclude-from-external-load-balancers"
             }
             Ineligible::NotReady => "NotReady",
+            Ineligible::NetworkUnavailable => "NetworkUnavailable (condition True)",
             Ineligible::Cordoned => "cordoned (svc_exclude_cordoned)",
             Ineligible::Unknown => "this node's Node object has not been read yet",
         })
@@ -363,6 +381,8 @@ pub fn services_ineligibility(
         Some(Ineligible::Excluded)
     } else if facts.not_ready {
         Some(Ineligible::NotReady)
+    } else if facts.network_unavailable {
+        Some(Ineligible::NetworkUnavailable)
     } else if rules.exclude_cordoned && facts.cordoned {
         Some(Ineligible::Cordoned)
     } else {
@@ -407,7 +427,7 @@ pub async fn watch_own_node(
             Ok(watcher::Event::Delete(_)) => current = None,
             Err(e) => {
                 if !warned {
-                    warn!(%node, error = %e, "cannot watch this node's Node object; eligibility (drain, exclusion, readiness) keeps its last state");
+                    warn!(%node, error = %e, "cannot watch this node's Node object; eligibility (drain, exclusion, readiness, network) keeps its last state");
                     warned = true;
                 } else {
                     debug!(%node, error = %e, "node watch error");

@@ -3,8 +3,8 @@
 //! * Candidates ([`node_backends`]), as kube-vip's node watcher finds them: Nodes carrying
 //!   the label [`CONTROL_PLANE_LABEL`] (any value) whose `Ready` condition is `True`, at
 //!   each of their `InternalIP` addresses. Only addresses of a VIP's family are used for it.
-//! * Health ([`Health`]): a TCP connect to `address:port` every
-//!   [`super::health::INTERVAL`]. A backend in the set leaves it after [`FALL`] failed
+//! * Health ([`Health`]): an HTTPS `GET /readyz` to `address:port` every
+//!   [`super::health::INTERVAL`] ([`super::health`]). A backend in the set leaves it after [`FALL`] failed
 //!   checks in a row and comes back after [`RISE`] good ones (kube-vip had a bug where a
 //!   recovered backend never came back: here every backend is checked for as long as its
 //!   Node is a candidate). A backend not checked yet (new Node, new term) is in the set

@@ -8,8 +8,10 @@
 //! * Backends ([`backends`]): Ready Nodes labelled `node-role.kubernetes.io/control-plane`,
 //!   their `InternalIP` addresses of the VIP's family (kube-vip's node watcher), from a
 //!   watch that runs on every node, so a new holder knows them at once.
-//! * Health ([`health`]): while leading, a TCP connect to every backend each second;
-//!   3 failures take one out, 2 successes bring it back.
+//! * Health ([`health`]): while leading, an HTTPS `GET /readyz` to every backend each
+//!   second (an answer below 500 within 500 ms is healthy; a backend that accepts TCP and
+//!   never answers fails, kube-vip #890); 3 failures take one out, 2 successes bring it
+//!   back.
 //! * Rules ([`nft`]): `table ip vipd_lb` (and `ip6 vipd_lb` for IPv6 VIPs), only on the
 //!   holder. Installed when the term starts (replacing a stale table), updated in one
 //!   transaction per backend change (established connections keep their backend), and
@@ -439,7 +441,7 @@ impl<K: LbKernel, P: Prober> Lb<K, P> {
     fn start_checker(
         &self,
         targets: &watch::Sender<Vec<IpAddr>>,
-        results: &mpsc::Sender<Vec<(IpAddr, bool)>>,
+        results: &mpsc::Sender<Vec<(IpAddr, health::CheckResult)>>,
     ) -> (CancellationToken, JoinHandle<()>) {
         let s = CancellationToken::new();
         let task = tokio::spawn(health::run(
@@ -511,17 +513,28 @@ impl<K: LbKernel, P: Prober> Lb<K, P> {
         }
     }
 
-    /// Records one round of health-check `results` (backend address, answered); `true` when
-    /// a backend entered or left the set (logged).
-    fn record(&self, health: &mut Health, results: Vec<(std::net::IpAddr, bool)>) -> bool {
+    /// Records one round of health-check `results` (backend address, the check's result);
+    /// `true` when a backend entered or left the set (logged, with the last failure's
+    /// reason when it left).
+    fn record(
+        &self,
+        health: &mut Health,
+        results: Vec<(std::net::IpAddr, health::CheckResult)>,
+    ) -> bool {
         let mut changed = false;
-        for (addr, ok) in results {
-            if let Some(now_in) = health.record(addr, ok) {
+        for (addr, result) in results {
+            if let Err(e) = &result {
+                debug!(backend = %addr, port = self.cfg.port, error = %e, "load balancer: backend health check failed");
+            }
+            if let Some(now_in) = health.record(addr, result.is_ok()) {
                 let node = health.node_of(addr).unwrap_or_default().to_string();
-                if now_in {
-                    info!(%node, backend = %addr, port = self.cfg.port, "load balancer: backend healthy, back in the set");
-                } else {
-                    warn!(%node, backend = %addr, port = self.cfg.port, "load balancer: backend failed its health checks, out of the set");
+                match result {
+                    Err(e) if !now_in => {
+                        warn!(%node, backend = %addr, port = self.cfg.port, error = %e, "load balancer: backend failed its health checks, out of the set")
+                    }
+                    _ => {
+                        info!(%node, backend = %addr, port = self.cfg.port, "load balancer: backend healthy, back in the set")
+                    }
                 }
                 changed = true;
             }
@@ -622,7 +635,7 @@ pub(crate) fn start(
     let lb = Lb {
         cfg,
         tables: Tables::new(NftLbKernel::new("nft")),
-        prober: Arc::new(health::TcpProber),
+        prober: Arc::new(health::HttpsProber::new()),
         metrics: Some(metrics.families()),
     };
     let lb_task = tokio::spawn(lb.run(cand_rx, state, holder_rx, dropped, stop.clone()));

@@ -45,9 +45,14 @@ struct FakeProber {
 }
 
 impl Prober for Arc<FakeProber> {
-    fn check(&self, addr: SocketAddr) -> BoxFuture<'static, bool> {
-        let ok = !self.down.lock().unwrap().contains(&addr.ip());
-        Box::pin(async move { ok })
+    fn check(&self, addr: SocketAddr) -> BoxFuture<'static, health::CheckResult> {
+        let down = self.down.lock().unwrap().contains(&addr.ip());
+        Box::pin(async move {
+            match down {
+                true => Err(health::CheckFailure::Connect("refused".into())),
+                false => Ok(()),
+            }
+        })
     }
 }
 

@@ -2,7 +2,7 @@
 //!
 //! | metric | type | labels | meaning |
 //! |---|---|---|---|
-//! | `vipd_node_ineligible` | gauge | `vips`, `reason` | 1 while this node may not announce `vips` (`control-plane` or `services`) for `reason` (drained, drain-annotation, cordon-drain, excluded, not-ready, cordoned, unknown); no series while eligible |
+//! | `vipd_node_ineligible` | gauge | `vips`, `reason` | 1 while this node may not announce `vips` (`control-plane` or `services`) for `reason` (drained, drain-annotation, cordon-drain, excluded, not-ready, network-unavailable, cordoned, unknown); no series while eligible |
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;

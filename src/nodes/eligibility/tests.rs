@@ -23,6 +23,7 @@ fn facts_from_the_node_object() {
         "spec": {"unschedulable": true},
         "status": {"conditions": [
             {"type": "MemoryPressure", "status": "False"},
+            {"type": "NetworkUnavailable", "status": "True"},
             {"type": "Ready", "status": "Unknown"},
         ]},
     }));
@@ -34,6 +35,7 @@ fn facts_from_the_node_object() {
             drain_annotation: true,
             cordoned: true,
             not_ready: true,
+            network_unavailable: true,
         }
     );
     // A plain node: no condition reported yet counts as ready; a drain annotation that is
@@ -43,11 +45,38 @@ fn facts_from_the_node_object() {
     }));
     let f = NodeFacts::of(Some(&n));
     assert!(f.exists && !f.drain_annotation && !f.not_ready && !f.excluded && !f.cordoned);
+    assert!(!f.network_unavailable);
     let n = node(serde_json::json!({
         "metadata": {"name": "node-c"},
         "status": {"conditions": [{"type": "Ready", "status": "True"}]},
     }));
     assert!(!NodeFacts::of(Some(&n)).not_ready);
+}
+
+/// `NetworkUnavailable` counts only when `True` (metallb #1710); `False` (what CNIs such as
+/// Calico write once the network is up), `Unknown` and absent are an available network.
+#[test]
+fn network_unavailable_only_when_the_condition_is_true() {
+    let cases = [
+        (Some("True"), true),
+        (Some("False"), false),
+        (Some("Unknown"), false),
+        (None, false),
+    ];
+    for (status, unavailable) in cases {
+        let conditions: Vec<serde_json::Value> = status
+            .iter()
+            .map(|s| serde_json::json!({"type": "NetworkUnavailable", "status": s}))
+            .chain([serde_json::json!({"type": "Ready", "status": "True"})])
+            .collect();
+        let n = node(serde_json::json!({
+            "metadata": {"name": "node-a"},
+            "status": {"conditions": conditions},
+        }));
+        let f = NodeFacts::of(Some(&n));
+        assert_eq!(f.network_unavailable, unavailable, "{status:?}");
+        assert!(!f.not_ready, "{status:?}");
+    }
 }
 
 #[test]
@@ -58,6 +87,11 @@ fn services_need_an_eligible_node_the_control_plane_only_an_undrained_one() {
         drain_annotation,
         cordoned,
         not_ready,
+        network_unavailable: false,
+    };
+    let no_network = NodeFacts {
+        network_unavailable: true,
+        ..f(false, false, false, false)
     };
     let ok = f(false, false, false, false);
     assert_eq!(services_ineligibility(&ok, NONE, false), None);
@@ -77,6 +111,30 @@ fn services_need_an_eligible_node_the_control_plane_only_an_undrained_one() {
         (
             f(false, false, false, true),
             Some(Ineligible::NotReady),
+            None,
+        ),
+        // NetworkUnavailable: like NotReady, for Service VIPs only (metallb #1710).
+        (
+            no_network.clone(),
+            Some(Ineligible::NetworkUnavailable),
+            None,
+        ),
+        // NotReady is named first when both hold.
+        (
+            NodeFacts {
+                not_ready: true,
+                ..no_network.clone()
+            },
+            Some(Ineligible::NotReady),
+            None,
+        ),
+        // Cordoned with the network unavailable: the network is the reason.
+        (
+            NodeFacts {
+                cordoned: true,
+                ..no_network.clone()
+            },
+            Some(Ineligible::NetworkUnavailable),
             None,
         ),
         // Cordoned: eligible by default.
@@ -149,5 +207,14 @@ fn reasons_have_distinct_labels_and_say_why() {
         Ineligible::DrainAnnotation
             .to_string()
             .contains(DRAIN_ANNOTATION)
+    );
+    assert_eq!(
+        Ineligible::NetworkUnavailable.label(),
+        "network-unavailable"
+    );
+    assert!(
+        Ineligible::NetworkUnavailable
+            .to_string()
+            .contains("NetworkUnavailable")
     );
 }

@@ -1,5 +1,7 @@
 //! Small thread-based servers that run inside lab namespaces: the per-node "local API
-//! server" (an L4 TCP proxy to the real one) and the HTTP backend that answers its node name.
+//! server" (an L4 TCP proxy to the real one), the HTTP backend that answers its node name,
+//! and a silent server that accepts connections and never answers (a hung API server,
+//! kube-vip #890).
 //!
 //! Each server is one accept thread that entered the namespace; the threads it spawns
 //! inherit the namespace. Stopping shuts the listening socket down (`shutdown(2)` on a
@@ -43,6 +45,8 @@ enum Behaviour {
     /// Answer every HTTP request with this status code (read at each request) and an
     /// empty body.
     Status(Arc<AtomicU16>),
+    /// Accept every connection, keep it open, never read or write.
+    Silent,
 }
 
 impl ThreadServer {
@@ -82,6 +86,17 @@ impl ThreadServer {
         status: Arc<AtomicU16>,
     ) -> Result<ThreadServer> {
         Self::start(netns, name, listen, Behaviour::Status(status))
+    }
+
+    /// Starts a server in the namespace at `netns` that accepts every connection on
+    /// `listen` and never answers: no TLS, no HTTP, no close (an API server that is wedged
+    /// but whose kernel still completes handshakes, kube-vip #890). The connections are
+    /// closed at [`ThreadServer::stop`].
+    ///
+    /// # Errors
+    /// [`LabError::Io`] when the namespace cannot be entered or `listen` cannot be bound.
+    pub fn silent(netns: &Path, name: &str, listen: SocketAddr) -> Result<ThreadServer> {
+        Self::start(netns, name, listen, Behaviour::Silent)
     }
 
     fn start(
@@ -218,6 +233,11 @@ fn accept_loop(
             Behaviour::Status(code) => serve_http(stream, code.load(Ordering::SeqCst), ""),
             Behaviour::Proxy(target) => {
                 start_proxy_conn(stream, *target, conns);
+            }
+            Behaviour::Silent => {
+                if let (Ok(copy), Ok(mut map)) = (stream.try_clone(), conns.lock()) {
+                    map.insert(NEXT_CONN.fetch_add(1, Ordering::Relaxed), (stream, copy));
+                }
             }
         }
     }
