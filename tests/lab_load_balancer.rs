@@ -469,7 +469,7 @@ fn backends_become(lab: &Lab, holder: &str, want: &[String], what: &str) -> Dura
     })
 }
 
-/// S58 (issue 26, kube-vip #890): an API server that accepts TCP and never answers (no TLS,
+/// S59 (issue 26, kube-vip #890): an API server that accepts TCP and never answers (no TLS,
 /// no HTTP) leaves the set as a refused one does: a new control-plane Node whose address
 /// has such a listener (ns dhcp, 192.0.2.3) after its first check, and a node whose API
 /// server was healthy and then hangs (its local API proxy replaced by a silent listener)
@@ -477,7 +477,7 @@ fn backends_become(lab: &Lab, holder: &str, want: &[String], what: &str) -> Dura
 /// 30 new connections through the VIP go through. When the hung node's API server answers
 /// again it comes back.
 #[test]
-fn s58_a_backend_that_accepts_and_never_answers_leaves_the_set() {
+fn s59_a_backend_that_accepts_and_never_answers_leaves_the_set() {
     let Some(lab) = lab("lb_hung", LabOptions::default()) else {
         return;
     };
