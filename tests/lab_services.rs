@@ -364,6 +364,63 @@ fn s21_etp_local_follows_endpoints() {
     assert!(!log_has(0, "election started"), "{}", procs[0].log());
 }
 
+/// S21 under one lease for all (issue 26, harvester #6944: Harvester guests run
+/// `svc_election=false`): an externalTrafficPolicy Local Service gets a lease of its own in
+/// the global lease's namespace (`vipd-local.<namespace>.<name>`) and is announced only from
+/// the node with its endpoint, while a Cluster Service stays with the global holder; with no
+/// endpoint it is announced nowhere with a `NoLocalEndpoint` Warning; its lease goes with it.
+#[test]
+fn s21_etp_local_under_one_lease_for_all_follows_endpoints() {
+    let Some(lab) = lab("s21_global", LabOptions::default()) else {
+        return;
+    };
+    let _procs = three(&lab, false);
+    create_service(
+        &lab,
+        &service_json("cluster", Some("192.0.2.81"), None, &[(443, "TCP")], false),
+    );
+    let global = held(&lab, "192.0.2.81");
+    let other = NODES.iter().find(|n| **n != global).unwrap().to_string();
+    create_service(
+        &lab,
+        &service_json("local", Some("192.0.2.80"), None, &[(80, "TCP")], true),
+    );
+    set_endpoints(&lab, "local", &[&other]);
+    assert_eq!(
+        held(&lab, "192.0.2.80"),
+        other,
+        "announced where the endpoint runs"
+    );
+    assert_eq!(
+        lease_holder(&lab, "kube-system", "vipd-local.default.local").as_deref(),
+        Some(other.as_str())
+    );
+    wait_until(
+        "vipHost names the endpoint's node",
+        Duration::from_secs(10),
+        || {
+            support::dhcp::annotation(&lab, "local", "kube-vip.io/vipHost").as_deref()
+                == Some(other.as_str())
+        },
+    );
+    assert_eq!(holders(&lab, "192.0.2.81"), std::slice::from_ref(&global));
+    set_endpoints(&lab, "local", &[]);
+    nobody_holds(&lab, "192.0.2.80", Duration::from_secs(10));
+    wait_until("a NoLocalEndpoint Warning", Duration::from_secs(10), || {
+        events_for(&lab, "local")
+            .iter()
+            .any(|(t, r, _)| t == "Warning" && r == "NoLocalEndpoint")
+    });
+    set_endpoints(&lab, "local", &[&global]);
+    assert_eq!(held(&lab, "192.0.2.80"), global);
+    delete_service(&lab, "local");
+    nobody_holds(&lab, "192.0.2.80", Duration::from_secs(10));
+    wait_until("its lease deleted", Duration::from_secs(10), || {
+        lease(&lab, "kube-system", "vipd-local.default.local").is_none()
+    });
+    assert_eq!(holders(&lab, "192.0.2.81"), [global]);
+}
+
 /// S03: endpoint churn: the Service's only endpoint moves between nodes 20 times; at most
 /// one election per (Service, node) at a time, and afterwards exactly one holder with
 /// renewTime advancing.

@@ -183,7 +183,7 @@ fn lease_client<K: Kernel, A: Announcer>(
 ) -> KubeLeaseClient {
     let client = KubeLeaseClient::new(shared.lease_client.clone(), &lease.namespace, &lease.name)
         .with_hub(shared.hub.clone());
-    if shared.per_service {
+    if shared.per_service(lease) {
         client.with_labels(super::lease_gc::lease_labels())
     } else {
         client
@@ -598,7 +598,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
     /// global one.
     async fn duplicate_changed(&mut self) {
         let cond = self.duplicate.borrow_and_update().clone();
-        let about: Vec<ServiceKey> = if self.shared.per_service {
+        let about: Vec<ServiceKey> = if self.shared.per_service(&self.lease) {
             self.current
                 .services
                 .iter()

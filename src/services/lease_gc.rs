@@ -5,8 +5,9 @@
 //! their lease duration plus [`GC_GRACE`]: the holder, if it still runs, would have renewed
 //! it by then.
 //!
-//! Only leases vipd created for Services are ever deleted: with `svc_election`, vipd creates
-//! per-Service leases with the labels [`MANAGED_BY_LABEL`]`=vipd` and
+//! Only leases vipd created for Services are ever deleted: vipd creates per-Service leases
+//! (with `svc_election`, and the own leases of `externalTrafficPolicy: Local` Services under
+//! one lease for all, [`crate::services::plan::desired::local_lease`]) with the labels [`MANAGED_BY_LABEL`]`=vipd` and
 //! [`COMPONENT_LABEL`]`=`[`COMPONENT_SERVICE_LEASE`] ([`lease_labels`]), and only leases
 //! carrying both are considered. The control-plane lease, the global Services lease
 //! (`plndr-svcs-lock`), leases created by kube-vip or by any other software (labels absent)
@@ -29,7 +30,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::services::plan::desired::LeaseRef;
+use crate::services::plan::desired::{LeaseRef, local_lease};
 use crate::services::plan::model;
 
 /// Label key marking objects vipd manages (Kubernetes recommended labels).
@@ -111,17 +112,25 @@ impl LeaseFacts {
     }
 }
 
-/// The leases that LoadBalancer Services (any class, ignored or not) name: annotation
-/// `kube-vip.io/leaseName`, else `kubevip-<service>`, in the Service's namespace (the rule
-/// of [`model::service_info`]).
-pub(crate) fn leases_in_use(services: &[Arc<Service>]) -> BTreeSet<LeaseRef> {
+/// The leases that LoadBalancer Services (any class, ignored or not) use. Per-Service
+/// election (`global` is `None`): annotation `kube-vip.io/leaseName`, else
+/// `kubevip-<service>`, in the Service's namespace (the rule of [`model::service_info`]).
+/// One lease for all (`global`): the `externalTrafficPolicy: Local` Services' own leases
+/// ([`local_lease`]; the global lease itself is never collected: it carries no labels).
+pub(crate) fn leases_in_use(
+    services: &[Arc<Service>],
+    global: Option<&LeaseRef>,
+) -> BTreeSet<LeaseRef> {
     services
         .iter()
         .map(|s| model::service_info(s))
         .filter(|i| i.is_load_balancer)
-        .map(|i| LeaseRef {
-            namespace: i.key.namespace,
-            name: i.lease_name,
+        .filter_map(|i| match global {
+            None => Some(LeaseRef {
+                namespace: i.key.namespace,
+                name: i.lease_name,
+            }),
+            Some(g) => i.etp_local.then(|| local_lease(g, &i.key)),
         })
         .collect()
 }
@@ -190,8 +199,9 @@ impl GcState {
 }
 
 /// Collects orphaned per-Service leases in `namespace` (`None` = all namespaces, as the
-/// Services cache) until `stop`: every [`GC_INTERVAL`], lists the leases carrying
-/// [`lease_labels`], decides with [`GcState::decide`] against the Services in `services`
+/// Services cache; with one lease for all, `global`, its namespace) until `stop`: every
+/// [`GC_INTERVAL`], lists the leases carrying [`lease_labels`], decides with
+/// [`GcState::decide`] against the leases the Services in `services` use ([`leases_in_use`])
 /// (call only once its first list is loaded), and deletes each orphan with a
 /// `resourceVersion` precondition. Logs one info line per deleted lease; list and delete
 /// failures are logged at warn once per [`crate::obs::logging::REPEAT_WINDOW`]. RBAC: `list` and
@@ -200,6 +210,7 @@ impl GcState {
 pub async fn run(
     client: kube::Client,
     namespace: Option<String>,
+    global: Option<LeaseRef>,
     services: Store<Service>,
     default_duration: Duration,
     stop: CancellationToken,
@@ -245,7 +256,7 @@ pub async fn run(
             }
         };
         let facts: Vec<LeaseFacts> = leases.iter().map(LeaseFacts::of).collect();
-        let in_use = leases_in_use(&services.state());
+        let in_use = leases_in_use(&services.state(), global.as_ref());
         let orphans = state.decide(&facts, &in_use, default_duration, GC_GRACE, Instant::now());
         for o in orphans {
             let api: Api<Lease> = Api::namespaced(client.clone(), &o.lease.namespace);
@@ -406,11 +417,11 @@ mod tests {
             svc("web", "LoadBalancer", &[]),
             svc("a", "LoadBalancer", &[(model::ANN_LEASE_NAME, "shared")]),
         ];
-        let in_use = leases_in_use(&services);
+        let in_use = leases_in_use(&services, None);
         st.decide(&leases, &in_use, D, GC_GRACE, t0);
         assert!(st.decide(&leases, &in_use, D, GC_GRACE, later).is_empty());
         // The Service using "shared" goes: only then is it collected.
-        let in_use = leases_in_use(&services[..1]);
+        let in_use = leases_in_use(&services[..1], None);
         assert_eq!(
             st.decide(&leases, &in_use, D, GC_GRACE, later)
                 .iter()
@@ -420,6 +431,25 @@ mod tests {
         );
     }
 
+    /// Issue 26: with one lease for all, only the `externalTrafficPolicy: Local` Services'
+    /// own leases are in use beside it (in its namespace); a Local Service's lease whose
+    /// Service is gone or now Cluster is an orphan.
+    #[test]
+    fn under_one_lease_for_all_local_services_own_leases_are_in_use() {
+        let global = lref("kube-system", "plndr-svcs-lock");
+        let mut local = (*svc("web", "LoadBalancer", &[])).clone();
+        if let Some(spec) = local.spec.as_mut() {
+            spec.external_traffic_policy = Some("Local".into());
+        }
+        let services = [Arc::new(local), svc("api", "LoadBalancer", &[])];
+        let got = leases_in_use(&services, Some(&global));
+        assert_eq!(
+            got,
+            BTreeSet::from([lref("kube-system", "vipd-local.default.web")])
+        );
+        assert!(leases_in_use(&services[1..], Some(&global)).is_empty());
+    }
+
     #[test]
     fn leases_in_use_follow_the_lease_name_rule_and_the_type() {
         let services = [
@@ -427,7 +457,7 @@ mod tests {
             svc("dns", "LoadBalancer", &[(model::ANN_LEASE_NAME, "common")]),
             svc("internal", "ClusterIP", &[]),
         ];
-        let got = leases_in_use(&services);
+        let got = leases_in_use(&services, None);
         assert_eq!(
             got,
             BTreeSet::from([lref("default", "kubevip-web"), lref("default", "common")])

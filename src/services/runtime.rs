@@ -367,7 +367,10 @@ async fn run<K: Kernel, A: Announcer>(
         dhcp,
         failback: cfg.services_failback,
         node: cfg.node_name.clone(),
-        per_service: cfg.services_election,
+        global_lease: match &plan_config(&cfg).mode {
+            Mode::Global(l) => Some(l.clone()),
+            Mode::PerService => None,
+        },
         timing: cfg.services_timing,
         holder_cfg: HolderConfig {
             check_following: false,
@@ -398,11 +401,17 @@ async fn run<K: Kernel, A: Announcer>(
         watches.cancel();
         return;
     }
-    if cfg.services_election {
-        // Leases of Services deleted while their holder was down (see lease_gc).
+    {
+        // Leases of Services deleted while their holder was down (see lease_gc): per-Service
+        // leases, or the Local Services' own leases beside the global one.
+        let (namespace, global) = match &plan_cfg.mode {
+            Mode::PerService => (cfg.services_namespace.clone(), None),
+            Mode::Global(g) => (Some(g.namespace.clone()), Some(g.clone())),
+        };
         tokio::spawn(super::lease_gc::run(
             client.clone(),
-            cfg.services_namespace.clone(),
+            namespace,
+            global,
             caches.services.clone(),
             cfg.services_timing.lease_duration,
             watches.clone(),
@@ -505,7 +514,6 @@ impl<K: Kernel, A: Announcer> MainLoop<K, A> {
         let (candidates, mut notes) = self.candidates(&services).await;
         let plan = desired::plan_leases(&candidates, &self.plan_cfg);
         let endpointless = decide::endpointless(
-            self.cfg.services_election,
             &plan,
             &self.caches.endpoints.without_ready_endpoint(&services),
         );
@@ -656,7 +664,7 @@ async fn reconcile_groups<K: Kernel, A: Announcer>(
     gov.retiring
         .retain(|_, r| !r.done.load(std::sync::atomic::Ordering::SeqCst));
     let running: BTreeSet<LeaseRef> = groups.keys().cloned().collect();
-    let stops = decide::stops(&gov.prev, plan, &running, shared.per_service);
+    let stops = decide::stops(&gov.prev, plan, &running, shared.global_lease.as_ref());
     gov.prev = crate::services::plan::governance::governors(plan);
     // Subscribe to every retiring lease before its group stops, so that no change (the
     // holder's release) falls between what the elector saw and what the retirement sees.

@@ -17,12 +17,14 @@ use crate::net::{Announcer, Kernel};
 use crate::nodes::eligibility::Ineligible;
 use crate::obs::metrics::Metrics;
 use crate::obs::readiness::Readiness;
+use crate::services::plan::desired::LeaseRef;
 
 /// Everything the group tasks share.
 pub(super) struct Shared<K: Kernel, A: Announcer> {
     pub(super) node: String,
-    /// Per-Service leases (deleted with their Service); the global lease is never deleted.
-    pub(super) per_service: bool,
+    /// The one lease for all Services (`svc_election=false`), else `None`. Every other
+    /// lease is a Service's own ([`Self::per_service`]).
+    pub(super) global_lease: Option<LeaseRef>,
     pub(super) timing: Timing,
     pub(super) holder_cfg: HolderConfig,
     pub(super) kernel: Arc<K>,
@@ -57,6 +59,13 @@ pub(super) struct Shared<K: Kernel, A: Announcer> {
 }
 
 impl<K: Kernel, A: Announcer> Shared<K, A> {
+    /// Whether `lease` is one Service's own (per-Service election, or an
+    /// `externalTrafficPolicy: Local` Service's under one lease for all): deleted with its
+    /// Service, Events about its Services. The global lease is never deleted.
+    pub(super) fn per_service(&self, lease: &LeaseRef) -> bool {
+        self.global_lease.as_ref() != Some(lease)
+    }
+
     /// The Services wing's metric families.
     pub(super) fn service_metrics(&self) -> Arc<super::metrics::ServiceMetrics> {
         self.metrics.families()

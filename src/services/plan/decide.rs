@@ -63,19 +63,20 @@ pub(crate) struct Stops {
 /// Which of the `running` groups stop for `plan`, given the governors of the previous plan
 /// (`prev`): gone from the plan, not campaigned for by this node, or retiring. A lease that
 /// governs no address anywhere any more (its Service was deleted, changed type or class, or
-/// lost its addresses: S17, S18, S32) is deleted after its release when `per_service`.
+/// lost its addresses: S17, S18, S32) is deleted after its release, unless it is the one
+/// lease for all Services (`global`).
 pub(crate) fn stops(
     prev: &BTreeMap<IpAddr, LeaseRef>,
     plan: &Plan,
     running: &BTreeSet<LeaseRef>,
-    per_service: bool,
+    global: Option<&LeaseRef>,
 ) -> Stops {
     let changes = governance::changes(prev, plan, running);
     let stop = changes
         .stop
         .into_iter()
         .map(|lease| StopOrder {
-            delete_lease: per_service && !plan.groups.contains_key(&lease),
+            delete_lease: global != Some(&lease) && !plan.groups.contains_key(&lease),
             not_here: plan.groups.get(&lease).and_then(|g| g.not_here.clone()),
             lease,
         })
@@ -160,20 +161,15 @@ pub(crate) fn lease_to_delete<'a>(
     (end.released || obs.record.holder == node).then_some(obs.resource_version.as_str())
 }
 
-/// Services of `plan` that are announced nowhere: with per-Service leases
-/// (`per_service`), `externalTrafficPolicy: Local` Services without a ready endpoint on any
-/// node (`without_ready_endpoint`) whose group nobody campaigns for; with one lease for all,
-/// none (its holder announces Local Services too).
+/// Services of `plan` that are announced nowhere: `externalTrafficPolicy: Local` Services
+/// without a ready endpoint on any node (`without_ready_endpoint`) whose group nobody
+/// campaigns for (their own lease, with per-Service leases or one lease for all alike; a
+/// Local Service in a group with a Cluster one is announced with it).
 pub(crate) fn endpointless(
-    per_service: bool,
     plan: &Plan,
     without_ready_endpoint: &HashSet<ServiceKey>,
 ) -> HashSet<ServiceKey> {
-    if per_service {
-        announced_nowhere(plan, without_ready_endpoint)
-    } else {
-        HashSet::new()
-    }
+    announced_nowhere(plan, without_ready_endpoint)
 }
 
 /// The Warning notes about the `endpointless` Services of `plan` (reason

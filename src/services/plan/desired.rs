@@ -17,9 +17,12 @@
 //!   naming that address (Harvester's share-IP mode) joins the DHCP
 //!   Service's group, is served there, and is never bound on the parent interface; the
 //!   same address, port and protocol as the DHCP Service is a [`Conflict`].
-//! * externalTrafficPolicy Local (per-Service election only): a node campaigns for a group
-//!   only when one of the group's Local Services has a ready endpoint on it, or a group member
-//!   uses policy Cluster.
+//! * externalTrafficPolicy Local: a node campaigns for a group only when one of the group's
+//!   Local Services has a ready endpoint on it, or a group member uses policy Cluster. With
+//!   one lease for all (`svc_election=false`) a Local Service gets a lease of its own anyway
+//!   ([`local_lease`], in the global lease's namespace), so it is announced only from a node
+//!   that can serve it (kube-vip announces it from the global holder, whose kube-proxy drops
+//!   the traffic when no endpoint runs there: harvester #6944).
 //! * Node selector and subnet (per-Service election only): a member counts for the rule
 //!   above only when this node may announce it ([`Candidate::not_here`] is `None`).
 
@@ -431,26 +434,44 @@ fn place_service(
     }
 }
 
-/// The lease `svc` campaigns under: its own (per-Service election) or the global one.
+/// The lease `svc` campaigns under: its own (per-Service election), else the global one,
+/// except for an `externalTrafficPolicy: Local` Service ([`local_lease`]).
 fn own_lease(svc: &Candidate, cfg: &PlanConfig) -> LeaseRef {
     match &cfg.mode {
         Mode::PerService => svc.lease.clone(),
+        Mode::Global(l) if svc.etp_local => local_lease(l, &svc.key),
         Mode::Global(l) => l.clone(),
     }
 }
 
+/// The lease of an `externalTrafficPolicy: Local` Service when Services share one lease
+/// (`global`): `vipd-local.<namespace>.<name>` in `global`'s namespace (where vipd already
+/// reads and writes leases, so no other RBAC is needed). A Lease name is a DNS subdomain
+/// (up to 253 characters): a namespace (a DNS label) and a Service name (a DNS-1035 label)
+/// joined by dots always make one.
+pub fn local_lease(global: &LeaseRef, svc: &ServiceKey) -> LeaseRef {
+    LeaseRef {
+        namespace: global.namespace.clone(),
+        name: format!("{LOCAL_LEASE_PREFIX}{}.{}", svc.namespace, svc.name),
+    }
+}
+
+/// The name prefix of [`local_lease`]s.
+pub const LOCAL_LEASE_PREFIX: &str = "vipd-local.";
+
 /// Adds `svc` to the group of `lease` (created when new); the node campaigns for it when
 /// `svc` is eligible here (the ETP Local rule, and [`Candidate::not_here`] is `None`) or
-/// in global mode.
+/// when it is the global lease.
 fn join_group<'a>(
     out: &'a mut Plan,
     lease: LeaseRef,
     svc: &Candidate,
     cfg: &PlanConfig,
 ) -> &'a mut Group {
+    let global = matches!(&cfg.mode, Mode::Global(g) if *g == lease);
     let group = out.groups.entry(lease).or_insert_with(|| Group {
         vips: Vec::new(),
-        campaign: matches!(cfg.mode, Mode::Global(_)),
+        campaign: global,
         not_here: None,
         preferred: Vec::new(),
         services: BTreeSet::new(),
@@ -601,6 +622,50 @@ mod tests {
         s.local_endpoint = true;
         let p = plan_leases(&[s], &cfg(Mode::PerService));
         assert!(p.groups[&lease("web")].campaign);
+    }
+
+    /// Issue 26 (harvester #6944): with one lease for all, a Local Service gets a lease of
+    /// its own in the global lease's namespace, campaigned for only by a node with a ready
+    /// endpoint; Cluster Services stay under the global lease, which every node campaigns
+    /// for; a Cluster Service sharing the Local one's address (the Local one older) joins
+    /// its group, which every node then campaigns for.
+    #[test]
+    fn a_local_service_under_one_lease_for_all_gets_its_own_lease() {
+        let global = LeaseRef {
+            namespace: "kube-system".into(),
+            name: "plndr-svcs-lock".into(),
+        };
+        let mode = Mode::Global(global.clone());
+        let mut web = svc("web", 1, &["192.0.2.80"], &[(80, "TCP")]);
+        web.etp_local = true;
+        let api = svc("api", 2, &["192.0.2.81"], &[(443, "TCP")]);
+        let own = local_lease(&global, &web.key);
+        assert_eq!(
+            (own.namespace.as_str(), own.name.as_str()),
+            ("kube-system", "vipd-local.default.web")
+        );
+        let p = plan_leases(&[web.clone(), api.clone()], &cfg(mode.clone()));
+        assert_eq!(p.groups.len(), 2);
+        assert!(!p.groups[&own].campaign, "no local endpoint here");
+        assert_eq!(p.groups[&own].vips[0].vip.addr.to_string(), "192.0.2.80");
+        assert!(p.groups[&global].campaign);
+        assert_eq!(
+            p.groups[&global].services,
+            BTreeSet::from([api.key.clone()])
+        );
+        web.local_endpoint = true;
+        let p = plan_leases(&[web.clone(), api.clone()], &cfg(mode.clone()));
+        assert!(p.groups[&own].campaign);
+        // A Cluster Service on the same address, newer: it joins the Local one's group.
+        web.local_endpoint = false;
+        let mut shared = svc("web-udp", 3, &["192.0.2.80"], &[(53, "UDP")]);
+        shared.lease = lease("web-udp");
+        let p = plan_leases(&[web.clone(), shared], &cfg(mode.clone()));
+        assert!(p.groups[&own].campaign && p.groups[&own].services.len() == 2);
+        // Back to Cluster: the global lease again.
+        web.etp_local = false;
+        let p = plan_leases(&[web], &cfg(mode));
+        assert_eq!(p.groups.keys().collect::<Vec<_>>(), [&global]);
     }
 
     #[test]

@@ -61,7 +61,9 @@ impl Node {
     fn pass(&mut self, candidates: &[Candidate], per_service: bool) -> Pass {
         let plan = desired::plan_leases(candidates, &plan_cfg(per_service));
         let running: BTreeSet<LeaseRef> = self.groups.keys().cloned().collect();
-        let stops = stops(&self.prev, &plan, &running, per_service);
+        let global = global();
+        let global = (!per_service).then_some(&global);
+        let stops = stops(&self.prev, &plan, &running, global);
         self.prev = governance::governors(&plan);
         let mut out = Pass::default();
         for order in stops.stop {
@@ -271,12 +273,12 @@ fn the_lease_is_deleted_only_when_ordered_and_released_or_still_ours() {
 }
 
 #[test]
-fn local_services_without_endpoints_are_noted_only_with_per_service_leases() {
+fn local_services_without_endpoints_are_noted_with_either_kind_of_lease() {
     let mut local = svc("l", 1, &["192.0.2.30"], 80);
     local.etp_local = true;
     let without: HashSet<ServiceKey> = [local.key.clone()].into();
     let plan = desired::plan_leases(std::slice::from_ref(&local), &plan_cfg(true));
-    let nowhere = endpointless(true, &plan, &without);
+    let nowhere = endpointless(&plan, &without);
     assert_eq!(nowhere, without);
     let notes = endpointless_notes(&plan, &nowhere, &[]);
     assert_eq!(notes.len(), 1);
@@ -285,9 +287,15 @@ fn local_services_without_endpoints_are_noted_only_with_per_service_leases() {
         crate::services::plan::reasons::REASON_NO_LOCAL_ENDPOINT
     );
     assert!(notes[0].warn);
-    // One lease for all: its holder announces Local Services too.
-    let plan = desired::plan_leases(&[local], &plan_cfg(false));
-    assert!(endpointless(false, &plan, &without).is_empty());
+    // One lease for all: the Local Service has a lease of its own all the same (issue 26),
+    // which nobody campaigns for without an endpoint.
+    let plan = desired::plan_leases(std::slice::from_ref(&local), &plan_cfg(false));
+    assert_eq!(endpointless(&plan, &without), without);
+    // Sharing its address with an older Cluster Service, it is announced with that one.
+    let mut cluster = svc("c", 0, &["192.0.2.30"], 443);
+    cluster.etp_local = false;
+    let plan = desired::plan_leases(&[local, cluster], &plan_cfg(false));
+    assert!(endpointless(&plan, &without).is_empty());
 }
 
 #[test]
@@ -327,4 +335,24 @@ fn status_is_written_only_while_leading() {
     );
     // While a retry is scheduled, a cache pass leaves the writing to the retry.
     assert_eq!(status_step(true, CacheSeen, true), Nothing);
+}
+
+/// Issue 26: with one lease for all, a Local Service's own lease is deleted when the Service
+/// goes (as a per-Service lease is); the global lease never is.
+#[test]
+fn a_local_services_own_lease_goes_with_it_under_one_lease_for_all() {
+    let mut local = svc("l", 1, &["192.0.2.30"], 80);
+    local.etp_local = true;
+    local.local_endpoint = true;
+    let cluster = svc("c", 2, &["192.0.2.31"], 80);
+    let mut node = Node::default();
+    let first = node.pass(&[local.clone(), cluster.clone()], false);
+    let own = desired::local_lease(&global(), &local.key);
+    assert_eq!(first.started, [global(), own.clone()]);
+    let second = node.pass(std::slice::from_ref(&cluster), false);
+    assert_eq!(second.stopped.len(), 1, "{second:?}");
+    assert_eq!(second.stopped[0].lease, own);
+    assert!(second.stopped[0].delete_lease);
+    let third = node.pass(&[], false);
+    assert!(third.stopped.iter().all(|o| !o.delete_lease), "{third:?}");
 }
