@@ -6,7 +6,8 @@
 //!
 //! Timing choices (RFC 2131 leaves them to the client):
 //! - an exchange (DISCOVER/OFFER, REQUEST/ACK) is sent at once, then retransmitted after
-//!   [`RETRANSMIT`] (1 s, 2 s, 4 s), and given up 4 s after the last send: 11 s per attempt.
+//!   [`RETRANSMIT`] (1 s, 2 s, 4 s), and given up 4 s after the last send: 11 s per attempt
+//!   (an INIT-REBOOT: [`INIT_REBOOT_SENDS`] sends 1 s apart, then DISCOVER).
 //!   §4.1 suggests 4 s doubling to 64 s; vipd uses shorter waits so that a missing server is
 //!   reported (a Warning Event per failed attempt) within seconds. Each wait is randomised
 //!   by ±[`RETRANSMIT_SPREAD_V4`] % (§4.1: ±1 s on 4 s), so that the clients of many
@@ -88,6 +89,16 @@ pub(crate) fn jittered(base: Duration, xid: u32, sends: u32, spread_pct: u32) ->
 
 /// Wait after the last send of an exchange before the attempt counts as failed.
 pub const LAST_WAIT: Duration = Duration::from_secs(4);
+/// DHCPREQUESTs sent in INIT-REBOOT before the client goes to INIT (DISCOVER, still
+/// hinting the address with option 50): the first, and one retransmission in case it was
+/// lost; each followed by [`RETRANSMIT`]`[0]` (1 s, randomised). A server with no record of
+/// the client MUST remain silent (RFC 2131 §4.3.2), and it has none for an address just
+/// released (Harvester's keep-IP flow: a new Service with the old one's
+/// `kube-vip.io/hwaddr` and `kube-vip.io/requestedIP`, the old one deleted), so silence is
+/// an answer here: the full retransmission schedule (1 + 2 + 4 + 4 s) left that address
+/// unanswered for 11-13 s (issue 26); this way about 2 s, and a DISCOVER with option 50
+/// gets the same address from a server that has it free.
+pub const INIT_REBOOT_SENDS: u32 = 2;
 /// Longest wait between failed attempts.
 pub const BACKOFF_CAP: Duration = Duration::from_secs(60);
 /// Shortest retransmission interval while renewing or rebinding.
@@ -498,7 +509,9 @@ impl Machine {
                 }
             }
             Phase::Rebooting { addr, ex } => {
-                if ex.retransmit(now) {
+                if ex.sends < INIT_REBOOT_SENDS && ex.retransmit(now) {
+                    // Every INIT-REBOOT wait is the first one ([`INIT_REBOOT_SENDS`]).
+                    ex.next = now + jittered(RETRANSMIT[0], ex.xid, ex.sends, ex.spread_pct);
                     self.current_message(now).into_iter().collect()
                 } else {
                     // RFC 2131 §3.2 step 5 / §4.4.2: no answer to INIT-REBOOT: go to INIT,

@@ -23,6 +23,7 @@
 //!   [`DhcpClients::annotations`] says which of `kube-vip.io/hwaddr` and
 //!   `kube-vip.io/requestedIP` to write back.
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -34,6 +35,7 @@ use crate::holder::VipSpec;
 use crate::net::Vip;
 use crate::net::conflict::fmt_mac;
 use crate::services::metrics::dhcp::DhcpMetrics;
+use crate::services::plan::decide::DhcpClientId;
 use crate::services::plan::decide::GroupSpec;
 use crate::services::plan::desired::DhcpService;
 use crate::services::plan::model::{ANN_DHCP_LEASE, ANN_HWADDR, ANN_REQUESTED_IP, ServiceKey};
@@ -126,9 +128,19 @@ impl DhcpClients {
                 .find(|w| w.key == run.service.key && w.request.families().contains(&family))
             {
                 None => {
-                    info!(service = %run.service.key, macvlan = %run.service.request.macvlan, family = family.label(), "DHCP Service gone or no longer DHCP: releasing its lease");
+                    // Another DHCP Service going on with the MAC (Harvester's keep-IP flow)
+                    // keeps the lease: no DHCPRELEASE.
+                    let continued = wanted.iter().any(|w| {
+                        w.request.mac == run.service.request.mac
+                            && w.request.families().contains(&family)
+                    });
+                    if continued {
+                        info!(service = %run.service.key, mac = %fmt_mac(run.service.request.mac), family = family.label(), "DHCP Service gone, its MAC goes on with another DHCP Service: lease kept for it (no DHCPRELEASE)");
+                    } else {
+                        info!(service = %run.service.key, macvlan = %run.service.request.macvlan, family = family.label(), "DHCP Service gone or no longer DHCP: releasing its lease");
+                    }
                     self.forget(&run.service.key, family);
-                    retired.push((run.handle, true));
+                    retired.push((run.handle, !continued));
                 }
                 Some(w) if !w.request.same_client(&run.service.request) => {
                     // A new MAC is a new DHCP client (chaddr, client identifier, DUID):
@@ -237,16 +249,33 @@ impl DhcpClients {
     /// Services are gone); without, the lease stays for the next holder.
     #[cfg(test)]
     pub(super) async fn stop_all(&mut self, release: bool) {
-        self.take_all(release).finish().await;
+        self.take_all(release, &BTreeSet::new()).finish().await;
     }
 
     /// Takes out every client to stop (see [`Self::stop_all`]), so that their addresses
-    /// leave [`Self::effective`] before [`Retired::finish`] removes their macvlans.
-    pub(super) fn take_all(&mut self, release: bool) -> Retired {
+    /// leave [`Self::effective`] before [`Retired::finish`] removes their macvlans. A
+    /// client whose MAC is in `continued` (another DHCP Service of the plan goes on with
+    /// it) is never released.
+    pub(super) fn take_all(
+        &mut self,
+        release: bool,
+        continued: &BTreeSet<DhcpClientId>,
+    ) -> Retired {
         for r in &self.runs {
             self.forget(&r.service.key, r.family);
         }
-        Retired(self.runs.drain(..).map(|r| (r.handle, release)).collect())
+        Retired(
+            self.runs
+                .drain(..)
+                .map(|r| {
+                    let keep = continued.contains(&(r.service.request.mac, r.family));
+                    if release && keep {
+                        info!(service = %r.service.key, mac = %fmt_mac(r.service.request.mac), "DHCP Service gone, its MAC goes on with another DHCP Service: lease kept for it (no DHCPRELEASE)");
+                    }
+                    (r.handle, release && !keep)
+                })
+                .collect(),
+        )
     }
 
     /// Resolves when a client's state changes (or its task ends); never while none runs.

@@ -1,6 +1,7 @@
 //! One group task per Lease: the election, the VIP holder that follows it, and the status,
 //! annotation and Events its Services get while this node leads ([`crate::services::plan::decide::status_step`]).
 
+use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,6 +25,7 @@ use crate::holder::metrics::VipMetrics;
 use crate::holder::{VipHolder, VipSpec};
 use crate::net::{Announcer, Kernel};
 use crate::nodes::eligibility::{GATE_INELIGIBLE, Ineligible};
+use crate::services::plan::decide::DhcpClientId;
 use crate::services::plan::decide::GroupSpec;
 use crate::services::plan::decide::{self, GroupEvent, StatusStep};
 use crate::services::plan::desired::{LeaseRef, NotHere};
@@ -39,6 +41,8 @@ pub(super) struct GroupHandle {
     /// Set before `stop` when this node may not announce the group any more (node
     /// selector, subnet): a holder posts a `HandedOver` Event and counts the hand-over.
     not_here: Arc<std::sync::Mutex<Option<NotHere>>>,
+    /// Set before `stop`: MACs another DHCP Service goes on with (no DHCPRELEASE for them).
+    continued_macs: Arc<std::sync::Mutex<BTreeSet<DhcpClientId>>>,
     /// The group's election end (`None` if the task panicked).
     join: JoinHandle<Option<ElectionEnd>>,
 }
@@ -54,13 +58,17 @@ impl GroupHandle {
         let stop = CancellationToken::new();
         let delete_lease = Arc::new(AtomicBool::new(false));
         let not_here = Arc::new(std::sync::Mutex::new(None));
+        let continued_macs = Arc::new(std::sync::Mutex::new(BTreeSet::new()));
         let join = tokio::spawn(group_task(
             shared.clone(),
             lease.clone(),
             rx,
             stop.clone(),
-            delete_lease.clone(),
-            not_here.clone(),
+            Ending {
+                delete_lease: delete_lease.clone(),
+                not_here: not_here.clone(),
+                continued_macs: continued_macs.clone(),
+            },
         ));
         debug!(%lease, "Services: election started");
         GroupHandle {
@@ -68,6 +76,7 @@ impl GroupHandle {
             stop,
             delete_lease,
             not_here,
+            continued_macs,
             join,
         }
     }
@@ -86,11 +95,20 @@ impl GroupHandle {
 
     /// Asks the group to stop (VIPs dropped, lease released, and deleted with
     /// `delete_lease`) without waiting; `not_here`: why this node may not announce it any
-    /// more (its holder then posts a `HandedOver` Event).
-    pub(super) fn cancel(&self, delete_lease: bool, not_here: Option<NotHere>) {
+    /// more (its holder then posts a `HandedOver` Event); `continued_macs`: MACs another
+    /// DHCP Service goes on with, whose leases are not released.
+    pub(super) fn cancel(
+        &self,
+        delete_lease: bool,
+        not_here: Option<NotHere>,
+        continued_macs: BTreeSet<DhcpClientId>,
+    ) {
         self.delete_lease.store(delete_lease, Ordering::SeqCst);
         if let Ok(mut n) = self.not_here.lock() {
             *n = not_here;
+        }
+        if let Ok(mut m) = self.continued_macs.lock() {
+            *m = continued_macs;
         }
         self.stop.cancel();
     }
@@ -149,21 +167,34 @@ struct Group<K: Kernel, A: Announcer> {
 /// no configured interface) looks for one again: 5 s.
 const DHCP_PARENT_RETRY: Duration = Duration::from_secs(5);
 
+/// How a group ends, set by [`GroupHandle::cancel`] before it stops.
+struct Ending {
+    delete_lease: Arc<AtomicBool>,
+    not_here: Arc<std::sync::Mutex<Option<NotHere>>>,
+    continued_macs: Arc<std::sync::Mutex<BTreeSet<DhcpClientId>>>,
+}
+
 /// One Lease: election, VIP holder, status writing. Returns how the election ended.
 async fn group_task<K: Kernel, A: Announcer>(
     shared: Arc<Shared<K, A>>,
     lease: LeaseRef,
     spec: watch::Receiver<GroupSpec>,
     stop: CancellationToken,
-    delete_lease: Arc<AtomicBool>,
-    not_here: Arc<std::sync::Mutex<Option<NotHere>>>,
+    ending: Ending,
 ) -> Option<ElectionEnd> {
     let mut group = Group::start(shared.clone(), lease, spec);
     group.run(&stop).await;
     // With the DHCP leases: those addresses are what is handed over.
     let (leading, spec) = (group.leading, group.effective());
-    let end = group.finish(delete_lease.load(Ordering::SeqCst)).await;
-    let why = not_here.lock().ok().and_then(|n| n.clone());
+    let continued = ending
+        .continued_macs
+        .lock()
+        .map(|m| m.clone())
+        .unwrap_or_default();
+    let end = group
+        .finish(ending.delete_lease.load(Ordering::SeqCst), &continued)
+        .await;
+    let why = ending.not_here.lock().ok().and_then(|n| n.clone());
     // The VIPs are gone and the lease released (the next node takes it at once): only
     // now the Event, which costs an API call.
     if let Some(why) = why
@@ -492,7 +523,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             self.dhcp_follow().await;
         } else if let Some(d) = &mut self.dhcp {
             self.dhcp_parent_retry = None;
-            let stopping = d.take_all(false);
+            let stopping = d.take_all(false, &BTreeSet::new());
             self.push_vips();
             stopping.finish().await;
         }
@@ -620,12 +651,16 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
     /// Stops the elector (which releases the lease once the holder has dropped the VIPs),
     /// then the holder; forgets the group's metrics series and deletes the lease when
     /// [`decide::lease_to_delete`] says so. Returns how the election ended.
-    async fn finish(mut self, delete_lease: bool) -> Option<ElectionEnd> {
+    async fn finish(
+        mut self,
+        delete_lease: bool,
+        continued: &BTreeSet<DhcpClientId>,
+    ) -> Option<ElectionEnd> {
         // DHCP clients first, so their macvlans (and addresses) are gone before the lease
-        // is released: released with the group's Services gone, else kept for the next
-        // holder.
+        // is released: released with the group's Services gone (unless another DHCP
+        // Service goes on with the MAC), else kept for the next holder.
         if let Some(d) = &mut self.dhcp {
-            let stopping = d.take_all(delete_lease);
+            let stopping = d.take_all(delete_lease, continued);
             self.vips_tx.send_replace(self.current.vips.clone());
             stopping.finish().await;
         }

@@ -600,7 +600,7 @@ impl<K: Kernel, A: Announcer> MainLoop<K, A> {
         }
         let groups: Vec<GroupHandle> = self.groups.into_values().collect();
         for g in &groups {
-            g.cancel(false, None);
+            g.cancel(false, None, BTreeSet::new());
         }
         for g in groups {
             let _ = g.join().await;
@@ -726,6 +726,7 @@ async fn stop_groups(
         lease,
         delete_lease,
         not_here,
+        continued_macs,
     } in orders
     {
         if let Some(g) = groups.remove(&lease) {
@@ -735,7 +736,7 @@ async fn stop_groups(
                 }
                 None => info!(%lease, delete = delete_lease, "Services: stopping election"),
             }
-            g.cancel(delete_lease, not_here);
+            g.cancel(delete_lease, not_here, continued_macs);
             if let Some(end) = g.join().await {
                 ends.insert(lease, end);
             }

@@ -149,16 +149,17 @@ fn init_reboot_asks_for_the_requested_address_then_falls_back_to_discover() {
     assert_eq!(kind(&d), MessageType::Discover);
     assert_eq!(opt50(&d), Some(ADDR));
 
-    // No answer at all: retransmitted after 1, 2 and 4 s, then DISCOVER 4 s later, each
-    // wait randomised by ±25 % (RFC 2131 §4.1), nothing sent before its deadline.
+    // No answer at all (a server with no record of the client stays silent, RFC 2131
+    // §4.3.2: issue 26's keep-IP gap): retransmitted once after 1 s, then DISCOVER 1 s
+    // later, each wait randomised by ±25 % (RFC 2131 §4.1), nothing sent before its
+    // deadline; the DISCOVER's exchange then waits as usual (1 s first).
     let mut m = Machine::new(cfg(Some(ADDR)), t0, 1);
     one(m.on_timeout(t0));
     let mut last = t0;
     for (base, next) in [
         (1, MessageType::Request),
-        (2, MessageType::Request),
-        (4, MessageType::Request),
-        (4, MessageType::Discover),
+        (1, MessageType::Discover),
+        (1, MessageType::Discover),
     ] {
         let at = m.deadline().unwrap();
         let wait = at - last;

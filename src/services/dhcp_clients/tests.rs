@@ -819,3 +819,71 @@ async fn a_service_sharing_the_leased_address_gets_the_lease_record() {
     );
     clients.stop_all(false).await;
 }
+
+/// Issue 26, Harvester's keep-IP flow: a new DHCP Service with the old one's
+/// `kube-vip.io/hwaddr` (and `kube-vip.io/requestedIP`), then the old one deleted. The old
+/// client stops WITHOUT DHCPRELEASE, in the same group (one lease for all) and when its own
+/// group stops (per-Service leases: the plan's other DHCP clients are `continued`): the
+/// server still has the lease when the copy asks for it (a server with no record stays
+/// silent, RFC 2131 §4.3.2), and a late DHCPRELEASE can never free the copy's lease. A
+/// family the copy does not ask for is released.
+#[tokio::test(start_paused = true)]
+async fn a_gone_services_mac_taken_over_by_a_copy_keeps_its_lease() {
+    let fake = FakeDhcp::new();
+    let mut clients = DhcpClients::new(Arc::new(fake.clone()));
+    let mac = "02:76:69:70:64:42";
+    let copied = [
+        (model::ANN_HWADDR, mac),
+        (model::ANN_REQUESTED_IP, "192.0.2.213"),
+    ];
+    let old = dhcp_service(&service("old", &copied));
+    let copy = dhcp_service(&service("copy", &copied));
+    clients
+        .follow(std::slice::from_ref(&old), Some("eth0"))
+        .await;
+    // One lease for all: the old one leaves the group's spec as the copy enters it.
+    clients
+        .follow(std::slice::from_ref(&copy), Some("eth0"))
+        .await;
+    settle().await;
+    assert_eq!(fake.ended("vip-uidold"), Some(FakeEnd::Stopped));
+    assert_eq!(fake.running(), ["vip-uidcopy"]);
+    // Per-Service leases: the old group stops with its Services gone, the copy runs in
+    // another group of the plan.
+    let mut clients = DhcpClients::new(Arc::new(fake.clone()));
+    let other = dhcp_service(&service("other", &[]));
+    clients
+        .follow(&[old.clone(), other.clone()], Some("eth0"))
+        .await;
+    let continued: BTreeSet<DhcpClientId> =
+        [(copy.request.mac, crate::dhcp::DhcpFamily::V4)].into();
+    clients.take_all(true, &continued).finish().await;
+    settle().await;
+    assert_eq!(fake.ended("vip-uidold"), Some(FakeEnd::Stopped));
+    assert_eq!(fake.ended("vip-uidother"), Some(FakeEnd::Released));
+    // A dual-stack old Service, the copy IPv4 only: its DHCPv6 lease is released.
+    let mut clients = DhcpClients::new(Arc::new(fake.clone()));
+    let both = dhcp_service(&service(
+        "dual",
+        &[
+            (model::ANN_LOADBALANCER_IPS, "0.0.0.0,::"),
+            (model::ANN_HWADDR, mac),
+        ],
+    ));
+    clients
+        .follow(std::slice::from_ref(&both), Some("eth0"))
+        .await;
+    let v4_copy = dhcp_service(&service("v4copy", &[(model::ANN_HWADDR, mac)]));
+    clients
+        .follow(std::slice::from_ref(&v4_copy), Some("eth0"))
+        .await;
+    settle().await;
+    assert_eq!(
+        fake.family_ended("vip-uiddual", crate::dhcp::DhcpFamily::V4),
+        Some(FakeEnd::Stopped)
+    );
+    assert_eq!(
+        fake.family_ended("vip-uiddual", crate::dhcp::DhcpFamily::V6),
+        Some(FakeEnd::Released)
+    );
+}

@@ -48,6 +48,24 @@ pub(crate) struct StopOrder {
     /// The group stays in the plan but this node may not announce it any more (node
     /// selector, subnet): a holder hands it over with a `HandedOver` Event naming this.
     pub(crate) not_here: Option<NotHere>,
+    /// DHCP clients (MAC, family) a DHCP Service of the plan goes on with ([`dhcp_macs`]): a
+    /// gone Service's client that is one of them is stopped without DHCPRELEASE (Harvester's keep-IP flow:
+    /// the copy's INIT-REBOOT then finds the server's lease, instead of a silent server,
+    /// and a late DHCPRELEASE can never free the lease the copy was just given).
+    pub(crate) continued_macs: BTreeSet<DhcpClientId>,
+}
+
+/// A DHCP client as the server knows it: its MAC (chaddr, client identifier, DUID) and
+/// family.
+pub(crate) type DhcpClientId = ([u8; 6], crate::dhcp::DhcpFamily);
+
+/// The clients of every DHCP Service in `plan`.
+pub(crate) fn dhcp_macs(plan: &Plan) -> BTreeSet<DhcpClientId> {
+    plan.groups
+        .values()
+        .flat_map(|g| g.dhcp.iter())
+        .flat_map(|d| d.request.families().into_iter().map(|f| (d.request.mac, f)))
+        .collect()
 }
 
 /// The first half of a pass: the groups to stop and the leases that retire (S34).
@@ -72,12 +90,14 @@ pub(crate) fn stops(
     global: Option<&LeaseRef>,
 ) -> Stops {
     let changes = governance::changes(prev, plan, running);
+    let continued_macs = dhcp_macs(plan);
     let stop = changes
         .stop
         .into_iter()
         .map(|lease| StopOrder {
             delete_lease: global != Some(&lease) && !plan.groups.contains_key(&lease),
             not_here: plan.groups.get(&lease).and_then(|g| g.not_here.clone()),
+            continued_macs: continued_macs.clone(),
             lease,
         })
         .collect();

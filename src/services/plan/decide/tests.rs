@@ -17,6 +17,7 @@ fn stopped(lease: LeaseRef, delete_lease: bool) -> Vec<StopOrder> {
         lease,
         delete_lease,
         not_here: None,
+        continued_macs: BTreeSet::new(),
     }]
 }
 
