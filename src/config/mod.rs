@@ -43,7 +43,7 @@
 //! (`vip_routingtable`, `vip_routingtableid`, `vip_routingtabletype`, `vip_routingprotocol`,
 //! `vip_cleanroutingtable`), WireGuard (`vip_wireguard`), egress (`egress_podcidr`,
 //! `egress_servicecidr`, `egress_clean`), dynamic DNS (`vip_ddns`),
-//! UPnP (`enable_upnp`), `enable_service_security`, `disable_service_updates`,
+//! UPnP (`enable_upnp`), `disable_service_updates`,
 //! `enable_endpointslices`, `mirror_dest_interface`, `health_check_port`, `cp_detect`,
 //! `vip_singlenode`, `vip_startleader`, `vip_interfaceloglobal`,
 //! `lb_class_legacy_handling=false`, and the Equinix Metal (`vip_packet*`,
@@ -218,6 +218,10 @@ pub struct Config {
     /// `svc_subnet_check` (vipd option, default true): a node campaigns for a Service only
     /// when its own subnets contain every address of the Service.
     pub services_subnet_check: bool,
+    /// `enable_service_security` / `--onlyAllowTrafficServicePorts` (default false): only
+    /// the Services' own ports reach their VIPs on the announcing node
+    /// ([`crate::services::Settings::service_security`]).
+    pub service_security: bool,
     /// `prometheus_server` (default `:2112`); `None` when set to empty (disabled). Only
     /// addresses the admin endpoint can bind: `:port`, `localhost:port`, an IPv4 address or
     /// `[IPv6]:port` (see [`crate::syntax::ListenAddr`]).
@@ -296,6 +300,7 @@ impl Config {
             services_lease_name: self.services_lease_name.clone(),
             services_namespace: self.services_namespace.clone(),
             services_subnet_check: self.services_subnet_check,
+            service_security: self.service_security,
             services_health: self.services_health.clone(),
             services_failback: self.services_failback,
             lb_class_only: self.lb_class_only,

@@ -151,6 +151,7 @@ pub(super) const K_NODE_LABELING: &str = "enable_node_labeling";
 pub(super) const K_DRAIN_ON_CORDON: &str = "drain_on_cordon";
 pub(super) const K_SVC_EXCLUDE_CORDONED: &str = "svc_exclude_cordoned";
 pub(super) const K_SVC_SUBNET_CHECK: &str = "svc_subnet_check";
+pub(super) const K_SERVICE_SECURITY: &str = "enable_service_security";
 pub(super) const K_SVC_HEALTHCHECK: &str = "svc_healthcheck";
 pub(super) const K_SVC_HEALTHCHECK_HOLD: &str = "svc_healthcheck_hold";
 pub(super) const K_SVC_RIDETHROUGH: &str = "svc_ridethrough";
@@ -499,6 +500,13 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "vipd option: a node campaigns for a Service only when every address of it lies in a subnet of the node's own addresses (on the Service's interface when one is named); false announces Service VIPs outside the node's subnets (a pool routed to the segment), as kube-vip does",
     ),
     opt(
+        K_SERVICE_SECURITY,
+        "onlyAllowTrafficServicePorts",
+        "false",
+        Bool,
+        "Service security (kube-vip's): on the node announcing a Service VIP, only the Service's own ports (protocol and port of spec.ports) and UDP 68 (DHCP client) reach the VIP in the INPUT path; all other traffic to it is dropped (nftables table inet vipd_svcsec, needs nft; Services annotated kube-vip.io/ignore-service-security=true and Services without ports are exempt; the control-plane VIP is not affected). spec.loadBalancerSourceRanges stays kube-proxy's to enforce",
+    ),
+    opt(
         K_SVC_HEALTHCHECK,
         "servicesHealthCheck",
         "",
@@ -665,12 +673,6 @@ pub(super) static OPTIONS: &[EnvOption] = &[
     refused("egress_clean", "", RTrue, "egress"),
     refused("vip_ddns", "ddns", RTrue, "dynamic DNS"),
     refused("enable_upnp", "", RTrue, "UPnP"),
-    refused(
-        "enable_service_security",
-        "onlyAllowTrafficServicePorts",
-        RTrue,
-        "service security (drops non-service traffic)",
-    ),
     refused(
         "disable_service_updates",
         "disableServiceUpdates",

@@ -153,6 +153,7 @@ pub fn resolve_detailed(
         lb_class_name: svc.lb_class_name,
         services_interface,
         services_subnet_check: inputs.bool_or(K_SVC_SUBNET_CHECK, true)?,
+        service_security: inputs.bool_or(K_SERVICE_SECURITY, false)?,
         prometheus_server: api.prometheus_server,
         kubeconfig: api.kubeconfig,
         kubernetes_addr: api.kubernetes_addr,

@@ -614,6 +614,62 @@ fn harvester_guest_settings_are_accepted() {
     );
 }
 
+/// The Harvester host cluster's kube-vip environment (issue 26, item 2), read from the
+/// `harvester-host-env` block of docs/operators.md, which shows it verbatim
+/// (harvester/harvester `deploy/charts/harvester/values.yaml`, `kube-vip.env`): it starts
+/// as shipped, `enable_service_security=true` included, with one global Services lease.
+#[test]
+fn harvester_host_env_is_accepted_as_shipped() {
+    let docs = include_str!("../../docs/operators.md");
+    let block = docs
+        .split("<!-- harvester-host-env")
+        .nth(1)
+        .and_then(|rest| rest.split("```yaml\n").nth(1))
+        .and_then(|rest| rest.split("```").next())
+        .expect("the harvester-host-env block in docs/operators.md");
+    let env: Vec<(&str, &str)> = block
+        .lines()
+        .filter_map(|l| l.split_once(": "))
+        .map(|(k, v)| (k.trim(), v.trim().trim_matches('"')))
+        .collect();
+    assert_eq!(env.len(), 9, "{env:?}");
+    assert!(
+        env.contains(&("enable_service_security", "true")),
+        "{env:?}"
+    );
+    // The base's `address` is not part of that env.
+    let env: Vec<(&str, &str)> = std::iter::once(("address", "<unset>")).chain(env).collect();
+    let r = ok(&[], &env, None);
+    let c = &r.config;
+    assert!(c.services && !c.control_plane && !c.services_election);
+    assert!(c.service_security && c.services().service_security);
+    assert!(c.interface.is_none() && c.load_balancer.is_some());
+    // Off unless set, and refused as a non-boolean, naming the option.
+    assert!(
+        !ok(&[], &[("svc_enable", "true")], None)
+            .config
+            .service_security
+    );
+    let e = run(
+        &[],
+        &[
+            ("svc_enable", "true"),
+            ("enable_service_security", "yes please"),
+        ],
+        None,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("enable_service_security"), "{e}");
+    // The kube-vip flag feeds the same setting.
+    let c = ok(
+        &["--onlyAllowTrafficServicePorts=true"],
+        &[("svc_enable", "true")],
+        None,
+    );
+    assert!(c.config.service_security);
+}
+
 /// kube-vip's `dhcp_backoff_attempts` / `--dhcpBackoffAttempts`: a count (0 = forever,
 /// vipd's default), from env, flag or file; a negative or non-number value names the
 /// option and the value; set without `svc_enable` it warns.

@@ -30,6 +30,8 @@ use crate::services::plan::decide::GroupSpec;
 use crate::services::plan::decide::{self, GroupEvent, StatusStep};
 use crate::services::plan::desired::{LeaseRef, NotHere};
 use crate::services::plan::model::ServiceKey;
+use crate::services::plan::reasons::REASON_SERVICE_SECURITY_PORT;
+use crate::services::plan::security::{Held, Problem, exempt, ruleset};
 
 /// The main loop's handle on a running group task.
 pub(super) struct GroupHandle {
@@ -161,6 +163,9 @@ struct Group<K: Kernel, A: Announcer> {
     /// Leading, and DHCP Services wait for the automatic parent interface (no IPv4 default
     /// route yet): when to look for it again ([`DHCP_PARENT_RETRY`]).
     dhcp_parent_retry: Option<tokio::time::Instant>,
+    /// Service security: the problems already posted as Warnings (posted again only after
+    /// they went away).
+    security_reported: Vec<Problem>,
 }
 
 /// How often a leader whose DHCP Services have no parent interface (no IPv4 default route,
@@ -326,6 +331,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         Group {
             dhcp,
             dhcp_parent_retry: None,
+            security_reported: Vec::new(),
             gates,
             ineligible,
             shared,
@@ -463,6 +469,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         if let GroupEvent::Leading(now) = event {
             self.leading = now;
         }
+        Box::pin(self.security_follow()).await;
         let retrying = match step {
             StatusStep::Nothing => return,
             StatusStep::EndTerm => {
@@ -489,6 +496,34 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         if let Some(dhcp) = &self.dhcp {
             write_annotations(dhcp, &spec, &ctx).await;
         }
+    }
+
+    /// Service security: reports the Services this group announces (none unless leading)
+    /// and posts a Warning for each new port that cannot be allowed.
+    async fn security_follow(&mut self) {
+        let Some(security) = self.shared.security.clone() else {
+            return;
+        };
+        let held = match self.leading {
+            true => held_services(&self.effective(), &self.shared.status_ctx()),
+            false => Vec::new(),
+        };
+        let problems = ruleset(&held).problems;
+        security.set(&self.lease.to_string(), held);
+        let new: Vec<DhcpEvent> = problems
+            .iter()
+            .filter(|p| !self.security_reported.contains(p))
+            .map(|p| {
+                warn!(service = %p.key, "{}", p.message);
+                (
+                    p.key.clone(),
+                    REASON_SERVICE_SECURITY_PORT,
+                    p.message.clone(),
+                )
+            })
+            .collect();
+        self.security_reported = problems;
+        post_events(&self.shared.status, new).await;
     }
 
     /// The spec with the DHCP Services' leased addresses ([`DhcpClients::effective`]).
@@ -674,6 +709,10 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         self.holder_stop.cancel();
         let _ = self.holder_task.await;
         let _ = self.health_task.await;
+        // The VIPs are gone: so are their Services' entries.
+        if let Some(security) = &shared.security {
+            security.set(&lease.to_string(), Vec::new());
+        }
         // Series of a group that is gone would otherwise stay for the process lifetime.
         let service_metrics = shared.service_metrics();
         let lease_name = lease.to_string();
@@ -746,6 +785,25 @@ fn service_still_exists(
             false
         })
     })
+}
+
+/// The Services of `spec` as service security sees them: their addresses and ports, and
+/// whether the cached Service carries the exemption annotation.
+fn held_services<W: StatusWriter>(
+    spec: &GroupSpec,
+    ctx: &super::sync::StatusCtx<'_, W>,
+) -> Vec<Held> {
+    spec.services
+        .iter()
+        .map(|(key, addresses, ports)| Held {
+            key: key.clone(),
+            addresses: addresses.clone(),
+            ports: ports.clone(),
+            exempt: ctx
+                .cached(key)
+                .is_some_and(|s| exempt(s.metadata.annotations.as_ref())),
+        })
+        .collect()
 }
 
 /// Resolves when a DHCP client's state changes; never without clients.

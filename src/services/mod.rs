@@ -18,6 +18,8 @@
 //!   `shared`: what every group task shares.
 //! * `group`: one task per Lease: election, VIP holder, status while leading; [`health`]:
 //!   the data-path check of its holder.
+//! * `security`: service security (`enable_service_security`): vipd's `inet vipd_svcsec`
+//!   table kept equal to what the groups announce ([`plan::security`]).
 //! * `dhcp_clients`: DHCP mode (issue 13): the DHCP clients of a group while it leads,
 //!   their leased addresses as VIPs, their Events and annotations.
 //! * `sync`: status, `kube-vip.io/vipHost` and Events kept level-triggered, with retries.
@@ -33,6 +35,7 @@ pub mod metrics;
 pub mod plan;
 pub mod publish;
 pub mod runtime;
+mod security;
 mod select;
 mod settings;
 mod shared;

@@ -107,6 +107,10 @@ pub enum ServicesError {
     /// `svc_retryperiod`) cannot be fenced.
     #[error(transparent)]
     Fence(#[from] crate::lease::TimingError),
+    /// `enable_service_security` is on but its nftables table cannot be created (no `nft`,
+    /// no nf_tables `inet` family, no CAP_NET_ADMIN).
+    #[error("enable_service_security: {0}")]
+    ServiceSecurity(#[from] crate::net::nft::svcsec::SvcSecError),
 }
 
 /// What the Services wing shares with the rest of the manager.
@@ -171,11 +175,13 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
         true => Some(ride_setup(cfg, &clients.other, cached.as_ref(), &holder_cfg).await?),
         false => None,
     };
+    let security = super::security::Security::start(cfg.service_security).await?;
     let stop = CancellationToken::new();
     let task = tokio::spawn(run(
         cfg.clone(),
         clients,
         ride,
+        security,
         cached,
         Arc::new(RawAnnouncer),
         holder_cfg,
@@ -326,6 +332,7 @@ async fn run<K: Kernel, A: Announcer>(
     cfg: Arc<Settings>,
     clients: crate::kube::client::ServicesClients,
     ride: Option<RideSetup>,
+    security: Option<Arc<super::security::Security>>,
     kernel: Arc<K>,
     announcer: Arc<A>,
     holder_cfg: HolderConfig,
@@ -366,6 +373,7 @@ async fn run<K: Kernel, A: Announcer>(
         ride,
         dhcp,
         failback: cfg.services_failback,
+        security: security.clone(),
         node: cfg.node_name.clone(),
         global_lease: match &plan_config(&cfg).mode {
             Mode::Global(l) => Some(l.clone()),
@@ -397,7 +405,13 @@ async fn run<K: Kernel, A: Announcer>(
     });
     let plan_cfg = plan_config(&cfg);
     info!(mode = ?plan_cfg.mode, namespace = namespace.unwrap_or("<all>"), "Services: watching LoadBalancer Services");
+    let security_stop = CancellationToken::new();
+    let security = security.map(|s| s.spawn(security_stop.clone()));
     if !caches.ready(&shutdown).await {
+        security_stop.cancel();
+        if let Some(task) = security {
+            let _ = task.await;
+        }
         watches.cancel();
         return;
     }
@@ -420,6 +434,11 @@ async fn run<K: Kernel, A: Announcer>(
     let mut main = MainLoop::new(cfg, shared, plan_cfg, caches);
     main.run_until(&shutdown).await;
     main.stop().await;
+    // The groups have dropped their VIPs: the table goes.
+    security_stop.cancel();
+    if let Some(task) = security {
+        let _ = task.await;
+    }
     watches.cancel();
 }
 

@@ -559,6 +559,7 @@ mod tests {
             services_lease_name: "plndr-svcs-lock".into(),
             services_namespace: None,
             services_subnet_check: true,
+            service_security: false,
             services_health: crate::services::health::ServicesHealth {
                 check: None,
                 hold: Duration::from_secs(30),

@@ -47,6 +47,10 @@ pub struct Settings {
     pub services_namespace: Option<String>,
     /// `svc_subnet_check`: campaign only for Services inside one of the node's subnets.
     pub services_subnet_check: bool,
+    /// `enable_service_security` (kube-vip's `--onlyAllowTrafficServicePorts`): only the
+    /// Services' own ports (and UDP 68, the DHCP client's) reach the VIPs this node
+    /// announces; everything else to them is dropped ([`super::security`]).
+    pub service_security: bool,
     /// `svc_healthcheck`, `svc_healthcheck_hold`.
     pub services_health: ServicesHealth,
     /// `svc_failback_holddown` with `svc_failback`; `None`: off.

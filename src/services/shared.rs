@@ -56,6 +56,9 @@ pub(super) struct Shared<K: Kernel, A: Announcer> {
     /// `svc_failback_holddown` when `svc_failback` is on: every Service lease's elector fails
     /// back to more preferred nodes ([`crate::election::failback`]); `None`: off.
     pub(super) failback: Option<Duration>,
+    /// Service security (`enable_service_security`): the groups report the Services they
+    /// announce to it; `None`: off.
+    pub(super) security: Option<Arc<super::security::Security>>,
 }
 
 impl<K: Kernel, A: Announcer> Shared<K, A> {

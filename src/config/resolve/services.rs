@@ -100,6 +100,7 @@ pub(super) fn services(
             K_LB_CLASS_ONLY,
             K_SVC_INTERFACE,
             K_SVC_RIDETHROUGH,
+            K_SERVICE_SECURITY,
             K_SVC_FAILBACK,
         ] {
             if let Some(raw) = inputs.get(key) {

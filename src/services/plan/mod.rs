@@ -7,3 +7,4 @@ pub mod governance;
 pub mod model;
 pub(crate) mod notes;
 pub mod reasons;
+pub mod security;

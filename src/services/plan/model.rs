@@ -45,6 +45,10 @@ pub const ANN_DHCP_LEASE: &str = "vipd.io/dhcp-lease";
 /// `kube-vip.io/loadbalancerHostname`: DHCP client hostname (kube-vip
 /// `LoadbalancerHostname`).
 pub(crate) const ANN_LOADBALANCER_HOSTNAME: &str = "kube-vip.io/loadbalancerHostname";
+/// `kube-vip.io/ignore-service-security`: exactly `"true"` exempts the Service from
+/// service security (`enable_service_security`): traffic to its addresses is not filtered
+/// (kube-vip `ServiceSecurityIgnore`, pkg/kubevip/annotations.go).
+pub const ANN_IGNORE_SERVICE_SECURITY: &str = "kube-vip.io/ignore-service-security";
 /// Prefix of the default per-Service lease name: `kubevip-<service name>` (kube-vip
 /// `lease.ServiceName` / `GetName`), in the Service's namespace.
 pub(crate) const LEASE_NAME_PREFIX: &str = "kubevip-";

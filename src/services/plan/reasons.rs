@@ -44,3 +44,7 @@ pub const REASON_NO_LOCAL_ENDPOINT: &str = "NoLocalEndpoint";
 pub const REASON_ADDRESS_OF_NODE: &str = "AddressOfNode";
 /// Reason of the log line (no Event) about a Service without any address.
 pub const REASON_NO_ADDRESS: &str = "NoAddress";
+/// Reason of a Warning about a Service port service security cannot allow (a protocol
+/// other than TCP, UDP and SCTP, a port outside 1-65535): traffic to the Service's VIPs on
+/// it is dropped; its other ports pass.
+pub const REASON_SERVICE_SECURITY_PORT: &str = "ServiceSecurityPortRefused";
