@@ -90,6 +90,20 @@ fn tune_allocator() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn tune_allocator() {}
 
+/// Writes `text` to standard output. A reader that went away (`vipd status | head`) is not
+/// an error: the command's exit status stays its own (`println!` would panic, exit 101).
+fn say(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
+/// Writes `line` and a newline to standard error, as [`say`].
+fn say_err(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 fn main() -> std::process::ExitCode {
     tune_allocator();
     let cli = Cli::parse();
@@ -104,7 +118,7 @@ fn main() -> std::process::ExitCode {
     {
         Ok(r) => r,
         Err(e) => {
-            eprintln!("error: cannot start the async runtime: {e}");
+            say_err(&format!("error: cannot start the async runtime: {e}"));
             return std::process::ExitCode::FAILURE;
         }
     };
@@ -112,7 +126,7 @@ fn main() -> std::process::ExitCode {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             // The chain of causes, without a backtrace: these are operator-facing errors.
-            eprintln!("error: {e:#}");
+            say_err(&format!("error: {e:#}"));
             std::process::ExitCode::FAILURE
         }
     }
@@ -134,9 +148,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Manifest(cmd) => {
-            print!("{}", vipd::cmd::manifest::run(&cmd)?);
+            say(&vipd::cmd::manifest::run(&cmd)?);
             for w in vipd::cmd::manifest::warnings(&cmd) {
-                eprintln!("warning: {w}");
+                say_err(&format!("warning: {w}"));
             }
             Ok(())
         }
@@ -146,19 +160,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?
                 .init_logging_then_warn(|l| init_tracing(l.as_tracing()));
             let report = vipd::cmd::preflight::run(&cfg, &args).await;
-            print!("{}", report.render());
+            say(&report.render());
             if report.failed() {
                 anyhow::bail!("preflight found problems (see the table above)");
             }
             Ok(())
         }
         Command::Drain(args) => {
-            println!("{}", vipd::cmd::drain::run(&args).await?);
+            say(&format!("{}\n", vipd::cmd::drain::run(&args).await?));
             Ok(())
         }
         Command::Status(args) => {
             init_tracing(tracing::level_filters::LevelFilter::WARN);
-            print!("{}", vipd::cmd::status::run(&args).await?);
+            say(&vipd::cmd::status::run(&args).await?);
             Ok(())
         }
         Command::Probe(args) => {

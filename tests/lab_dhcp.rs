@@ -766,6 +766,29 @@ fn s23_harvester_guest_env_gets_dhcp_addresses_once_a_parent_exists() {
         "S23 figures: status {:?} after the default route appeared",
         t0.elapsed()
     );
+    // `vipd preflight` with the same environment checks the default route's interface
+    // (trial finding: it failed the Services-only configuration for want of vip_interface).
+    let mut preflight = spawn_vipd(
+        &lab,
+        "node-a",
+        &["preflight", "--no-arp-probe"],
+        T531,
+        &[
+            [("address", ""), ("svc_election", "false")].as_slice(),
+            env.as_slice(),
+        ]
+        .concat(),
+    );
+    preflight
+        .wait_timeout(Duration::from_secs(30))
+        .unwrap()
+        .expect("preflight finishes");
+    let out = preflight.log();
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("interface") && l.contains(" ok ") && l.contains("eth0")),
+        "{out}"
+    );
     let macvlan = macvlan_of(&lab, "web");
     let holder = one_node_with_link(&lab, &macvlan, Duration::from_secs(10));
     let mac = lab.mac_of_if(&holder, &macvlan).unwrap();

@@ -383,7 +383,7 @@ fn services_ineligible(lab: &Lab, node: &str) -> Option<Vec<String>> {
 /// (lease released, `HandedOver` Event, the reason in `vipd_node_ineligible`), and it does
 /// not take them even when it is the only vipd left; once the condition is `False` it does.
 #[test]
-fn s42_network_unavailable_nodes_hold_nothing() {
+fn s58_network_unavailable_nodes_hold_nothing() {
     let Some(lab) = lab("eligibility_network", LabOptions::default()) else {
         return;
     };

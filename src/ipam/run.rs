@@ -73,6 +73,8 @@ pub struct Allocator<A: ServiceApi, P: AddressProbe> {
     failures: u32,
     /// Events queued by this pass: (Service, its uid, the Event).
     outbox: Vec<(ObjectKey, String, Event)>,
+    /// The pool ConfigMap existed at this pass.
+    config_map_exists: bool,
 }
 
 /// One write a pass makes, and what it means once written.
@@ -138,6 +140,7 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
             posted: HashSet::new(),
             failures: 0,
             outbox: Vec::new(),
+            config_map_exists: false,
         }
     }
 
@@ -160,6 +163,7 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
         may_write: &(dyn Fn() -> bool + Sync),
     ) -> PassEnd {
         let now = Instant::now();
+        self.config_map_exists = input.pools.is_some();
         let empty = BTreeMap::new();
         let book = PoolBook::from_data(input.pools.unwrap_or(&empty));
         let views: Vec<ServiceView> = input
@@ -363,10 +367,11 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
             | Decision::Exhausted { .. }
             | Decision::FamilyMissing { .. } => {
                 let cm = &self.settings.config_map;
-                if let Some((reason, message)) =
-                    why_no_address(decision, book, cm, &view.key.namespace)
+                let cm_exists = self.config_map_exists;
+                if let Some((kind, reason, message)) =
+                    why_no_address(decision, book, cm, cm_exists, &view.key.namespace)
                 {
-                    self.queue(view, EventKind::Warning, reason, message);
+                    self.queue(view, kind, reason, message);
                 }
                 return None;
             }
@@ -548,16 +553,29 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
     }
 }
 
-/// The Warning for a Service of `namespace` that gets no address, with `cm` the pool
-/// ConfigMap: which
-/// reason and what to do. `None` for decisions that are not about a missing address.
+/// The Event for a Service of `namespace` that gets no address, with `cm` the pool
+/// ConfigMap (`cm_exists`: it exists): its type, reason and what to do. A Warning, except
+/// for a Service without a pool because there is no ConfigMap at all: then maybe another
+/// controller assigns addresses in this cluster (a cloud provider, such as Harvester's), and
+/// a Normal Event says both ways. `None` for decisions that are not about a missing address.
 fn why_no_address(
     decision: &Decision,
     book: &PoolBook,
     cm: &ObjectKey,
+    cm_exists: bool,
     namespace: &str,
-) -> Option<(&'static str, String)> {
-    Some(match decision {
+) -> Option<(EventKind, &'static str, String)> {
+    if matches!(decision, Decision::NoPool) && !cm_exists {
+        return Some((
+            EventKind::Normal,
+            REASON_NO_POOL,
+            format!(
+                "no address from vipd: ConfigMap {cm} does not exist. To allocate from a pool (kube-vip-cloud-provider's format), create it, e.g. kubectl create configmap -n {} {} --from-literal cidr-global=192.0.2.10/32, or set kube-vip.io/loadbalancerIPs on the Service; if another controller assigns addresses in this cluster (a cloud provider such as Harvester's), set svc_ipam=false on vipd",
+                cm.namespace, cm.name,
+            ),
+        ));
+    }
+    let (reason, message) = match decision {
         Decision::NoPool => (
             REASON_NO_POOL,
             format!(
@@ -593,7 +611,8 @@ fn why_no_address(
             ),
         ),
         Decision::Keep | Decision::Allocate { .. } | Decision::Release { .. } => return None,
-    })
+    };
+    Some((EventKind::Warning, reason, message))
 }
 
 /// Takes the load-balancer cleanup finalizer off labelled Services being deleted: the

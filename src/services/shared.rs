@@ -50,7 +50,8 @@ pub(super) struct Shared<K: Kernel, A: Announcer> {
     /// The peer protocol (`svc_ridethrough`): every Service lease's elector rides through
     /// API outages with it.
     pub(super) ride: Option<crate::peer::node::PeerNode>,
-    /// DHCP mode (`dhcp_mode`): starts the DHCP clients of the groups this node leads;
+    /// The DHCP client of Services whose address is `0.0.0.0` / `::`: starts the clients
+    /// of the groups this node leads;
     /// `None`: DHCP Services get no client.
     pub(super) dhcp: Option<Arc<dyn crate::dhcp::Dhcp>>,
     /// `svc_failback_holddown` when `svc_failback` is on: every Service lease's elector fails

@@ -80,22 +80,40 @@ pub(super) async fn check_interface(
     report: &mut Report,
 ) -> Option<LinkInfo> {
     let mut iface_name = cfg.interface.clone();
+    // Without vip_interface the manager picks, per address, the interface whose subnet holds
+    // it, else the IPv4 default route's: the control-plane VIP's, or (Services only, e.g.
+    // Harvester's guest chart) the default route's, where Service VIPs of no connected
+    // subnet and DHCP macvlans go.
+    let services_only = cfg.addresses.is_empty();
+    let target = cfg
+        .addresses
+        .first()
+        .copied()
+        .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED));
     if iface_name.is_none()
-        && let Some(a) = cfg.addresses.first()
-        && let Ok(idx) = k.choose_interface(*a).await
+        && let Ok(idx) = k.choose_interface(target).await
         && let Ok(l) = k.link_by_index(idx).await
     {
         iface_name = Some(l.name);
     }
     let Some(name) = iface_name else {
-        report.checks.push(
+        let check = if services_only {
+            // Service VIPs on a connected subnet still find their interface.
+            Check::new(
+                "interface",
+                Status::Warn,
+                "no vip_interface and no IPv4 default route: Service VIPs outside every connected subnet and DHCP Services have no interface",
+            )
+        } else {
             Check::new(
                 "interface",
                 Status::Fail,
                 "no vip_interface and none chosen automatically",
             )
-            .fix("set vip_interface (--interface)"),
-        );
+        };
+        report
+            .checks
+            .push(check.fix("set vip_interface (--interface)"));
         return None;
     };
     match k.link_by_name(&name).await {

@@ -8,6 +8,8 @@ use crate::kube::api::Verb;
 struct FakeApi {
     writes: Mutex<Vec<(ObjectKey, String, Change)>>,
     events: Mutex<Vec<(ObjectKey, String, String)>>,
+    /// The type of each Event in `events`.
+    kinds: Mutex<Vec<EventKind>>,
     stale: Mutex<bool>,
     /// Every write fails (a request error).
     fail: Mutex<bool>,
@@ -67,6 +69,7 @@ impl ServiceApi for Arc<FakeApi> {
 
     async fn event(&self, key: &ObjectKey, _uid: &str, event: &Event) {
         let _call = self.call().await;
+        self.kinds.lock().unwrap().push(event.kind);
         self.events
             .lock()
             .unwrap()
@@ -353,7 +356,28 @@ async fn without_a_pool_the_event_says_how_to_add_one() {
         "{}",
         events[0].2
     );
+    // No ConfigMap at all: maybe another controller (Harvester's cloud provider) assigns
+    // addresses here; a Normal Event says how to turn vipd's allocation off too (trial F9).
+    assert_eq!(*api.kinds.lock().unwrap(), [EventKind::Normal]);
+    assert!(events[0].2.contains("svc_ipam=false"), "{}", events[0].2);
     assert!(api.writes.lock().unwrap().is_empty());
+    // A ConfigMap without a pool for the namespace: a Warning.
+    let data = pools(&[("cidr-other", "192.0.2.64/30")]);
+    let input = PassInput {
+        services: &services,
+        nodes: &[],
+        pools: Some(&data),
+    };
+    a.pass(&input, &|| true).await;
+    let kinds = api.kinds.lock().unwrap().clone();
+    let events = api.events.lock().unwrap().clone();
+    let web: Vec<_> = events
+        .iter()
+        .zip(&kinds)
+        .filter(|((k, r, _), _)| k.name == "web" && r == REASON_NO_POOL)
+        .map(|(_, kind)| *kind)
+        .collect();
+    assert_eq!(web, [EventKind::Normal, EventKind::Warning], "{events:?}");
 }
 
 /// A labelled Service turned into ClusterIP gives its pool address back (and the cleanup
