@@ -60,6 +60,8 @@ pub struct ImageSpec {
     pub description: String,
     /// The crates listed in the SBOM (from `Cargo.lock`).
     pub crates: Vec<sbom::LockedCrate>,
+    /// Where the Debian packages come from (the build host's apt sources).
+    pub distro: sbom::Distro,
 }
 
 /// What [`build`] wrote.
@@ -254,7 +256,8 @@ fn sbom_json(spec: &ImageSpec, repo: &str, tag: &str, digest: &str) -> Result<Ve
             sha256: d.sha256.clone(),
         })
         .collect();
-    let mut text = serde_json::to_vec_pretty(&sbom::cyclonedx(&image, &spec.crates, &debs))?;
+    let mut text =
+        serde_json::to_vec_pretty(&sbom::cyclonedx(&image, &spec.crates, &debs, &spec.distro))?;
     text.push(b'\n');
     Ok(text)
 }
@@ -362,6 +365,7 @@ pub fn workspace_spec(
         revision,
         license,
         crates: sbom::parse_cargo_lock(&read("Cargo.lock")?)?,
+        distro: sbom::Distro::of_host(),
     })
 }
 

@@ -60,6 +60,10 @@ fn spec(dir: &Path) -> ImageSpec {
         license: "Apache-2.0".into(),
         description: "test image".into(),
         crates: sbom::parse_cargo_lock(&std::fs::read_to_string(lock).unwrap()).unwrap(),
+        distro: sbom::Distro {
+            id: "debian".into(),
+            version_id: "12".into(),
+        },
     }
 }
 

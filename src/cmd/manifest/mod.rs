@@ -95,43 +95,43 @@ pub(crate) fn parse_go_bool(flag: &'static str, value: &str) -> Result<bool, Man
 /// flag.
 #[derive(Debug, Clone, Default, Args, PartialEq, Eq)]
 pub struct GenArgs {
-    /// Interface the VIPs are added to and announced on [env: vip_interface]
+    /// Interface the VIPs are added to and announced on [writes: vip_interface]
     #[arg(long = "interface", value_name = "IFACE")]
     pub interface: Option<String>,
-    /// Control-plane VIP(s), comma-separated IPv4/IPv6 [env: address]
+    /// Control-plane VIP(s), comma-separated IPv4/IPv6 [writes: address]
     #[arg(long = "address", visible_alias = "vip", value_name = "IP[,IP]")]
     pub address: Option<String>,
-    /// VIP prefix length(s), e.g. 32 or 32,128 [env: vip_subnet]
+    /// VIP prefix length(s), e.g. 32 or 32,128 [writes: vip_subnet]
     #[arg(
         long = "vipSubnet",
         visible_alias = "cidr",
         value_name = "PREFIX[,PREFIX]"
     )]
     pub vip_subnet: Option<String>,
-    /// API server port behind the control-plane VIP [env: port] [default: 6443]
+    /// API server port behind the control-plane VIP [writes: port] [default: 6443]
     #[arg(long = "port", value_name = "PORT")]
     pub port: Option<String>,
-    /// Hold the control-plane VIP [env: cp_enable]
+    /// Hold the control-plane VIP [writes: cp_enable]
     #[arg(long = "controlplane", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true")]
     pub control_plane: Option<String>,
-    /// Announce LoadBalancer Service VIPs [env: svc_enable]
+    /// Announce LoadBalancer Service VIPs [writes: svc_enable]
     #[arg(long = "services", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true")]
     pub services: Option<String>,
-    /// ARP/NDP mode (vipd's only mode; false is an error) [env: vip_arp]
+    /// ARP/NDP mode (vipd's only mode; false is an error) [writes: vip_arp]
     #[arg(long = "arp", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true")]
     pub arp: Option<String>,
-    /// Lease leader election (vipd always elects; false is an error) [env: vip_leaderelection]
+    /// Lease leader election (vipd always elects; false is an error) [writes: vip_leaderelection]
     #[arg(long = "leaderElection", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true")]
     pub leader_election: Option<String>,
-    /// One Lease per Service [env: svc_election]
+    /// One Lease per Service [writes: svc_election]
     #[arg(long = "servicesElection", value_name = "BOOL", num_args = 0..=1,
           require_equals = true, default_missing_value = "true")]
     pub services_election: Option<String>,
-    /// Service VIPs ride through API server outages [env: svc_ridethrough]; needs the Secret
+    /// Service VIPs ride through API server outages [writes: svc_ridethrough]; needs the Secret
     /// vipd-peer-key (kubectl create secret generic vipd-peer-key -n <namespace>
     /// --from-literal=key=$(head -c32 /dev/urandom | base64)) and `vipd manifest rbac
     /// --servicesRideThrough`
@@ -146,38 +146,38 @@ pub struct GenArgs {
           default_missing_value = "true")]
     pub dhcp_services: Option<String>,
     /// DHCP Services: give up after this many failed attempts in a row to get a Service's
-    /// address; 0 retries forever [env: dhcp_backoff_attempts] [default: 0; kube-vip's is 3]
+    /// address; 0 retries forever [writes: dhcp_backoff_attempts] [default: 0; kube-vip's is 3]
     #[arg(long = "dhcpBackoffAttempts", value_name = "COUNT")]
     pub dhcp_backoff_attempts: Option<String>,
-    /// Interface for Service VIPs [env: vip_servicesinterface]
+    /// Interface for Service VIPs [writes: vip_servicesinterface]
     #[arg(long = "serviceInterface", value_name = "IFACE")]
     pub service_interface: Option<String>,
-    /// Lease duration, seconds [env: vip_leaseduration] [default: 3]
+    /// Lease duration, seconds [writes: vip_leaseduration] [default: 3]
     #[arg(long = "leaseDuration", value_name = "SECONDS")]
     pub lease_duration: Option<String>,
-    /// Renew deadline, seconds [env: vip_renewdeadline] [default: 2]
+    /// Renew deadline, seconds [writes: vip_renewdeadline] [default: 2]
     #[arg(long = "leaseRenewDuration", value_name = "SECONDS")]
     pub renew_deadline: Option<String>,
-    /// Retry period, seconds [env: vip_retryperiod] [default: 1]
+    /// Retry period, seconds [writes: vip_retryperiod] [default: 1]
     #[arg(long = "leaseRetry", value_name = "SECONDS")]
     pub retry_period: Option<String>,
     /// Fence every VIP in nftables too (table vipd_fence), to the millisecond; needed by
-    /// sub-second lease timings such as the fast profile 0.6/0.4/0.2 [env: vip_nftfence]
+    /// sub-second lease timings such as the fast profile 0.6/0.4/0.2 [writes: vip_nftfence]
     /// [default: false]
     #[arg(long = "nftFence", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true")]
     pub nft_fence: Option<String>,
-    /// Name of the control-plane Lease [env: vip_leasename]
+    /// Name of the control-plane Lease [writes: vip_leasename]
     #[arg(long = "leaseName", value_name = "NAME")]
     pub lease_name: Option<String>,
-    /// Name of the Lease for all Services, when --servicesElection is off [env: svc_leasename]
+    /// Name of the Lease for all Services, when --servicesElection is off [writes: svc_leasename]
     /// [default: plndr-svcs-lock]
     #[arg(long = "servicesLeaseName", value_name = "NAME")]
     pub services_lease_name: Option<String>,
-    /// Namespace of the Pod/DaemonSet and of the Leases [env: cp_namespace] [default: kube-system]
+    /// Namespace of the Pod/DaemonSet and of the Leases [writes: cp_namespace] [default: kube-system]
     #[arg(long = "namespace", short = 'n', value_name = "NAMESPACE")]
     pub namespace: Option<String>,
-    /// Host path of the kubeconfig, mounted read-only at the same path [env: k8s_config_file]
+    /// Host path of the kubeconfig, mounted read-only at the same path [writes: k8s_config_file]
     /// [default: /etc/kubernetes/admin.conf]
     #[arg(long = "k8sConfigPath", value_name = "PATH")]
     pub k8s_config_path: Option<String>,
@@ -193,22 +193,22 @@ pub struct GenArgs {
     /// Container image
     #[arg(long = "image", value_name = "IMAGE", default_value = DEFAULT_IMAGE)]
     pub image: String,
-    /// Only handle Services whose loadBalancerClass is lb_class_name [env: lb_class_only]
+    /// Only handle Services whose loadBalancerClass is lb_class_name [writes: lb_class_only]
     #[arg(long = "lbClassOnly", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true")]
     pub lb_class_only: Option<String>,
-    /// loadBalancerClass vipd handles [env: lb_class_name]
+    /// loadBalancerClass vipd handles [writes: lb_class_name]
     #[arg(long = "lbClassName", value_name = "CLASS")]
     pub lb_class_name: Option<String>,
     /// Control-plane load balancing with nftables: the VIP's holder spreads VIP:lbPort over
-    /// the control-plane nodes' API servers [env: lb_enable]
+    /// the control-plane nodes' API servers [writes: lb_enable]
     #[arg(long = "enableLoadBalancer", value_name = "BOOL", num_args = 0..=1,
           require_equals = true, default_missing_value = "true")]
     pub enable_load_balancer: Option<String>,
-    /// Frontend port of the load balancer on the VIP [env: lb_port] [default: 6443]
+    /// Frontend port of the load balancer on the VIP [writes: lb_port] [default: 6443]
     #[arg(long = "lbPort", value_name = "PORT")]
     pub lb_port: Option<String>,
-    /// Load-balancer forwarding method: local or masquerade [env: lb_fwdmethod]
+    /// Load-balancer forwarding method: local or masquerade [writes: lb_fwdmethod]
     /// [default: local]
     #[arg(long = "lbForwardingMethod", value_name = "METHOD")]
     pub lb_forwarding_method: Option<String>,
@@ -217,22 +217,22 @@ pub struct GenArgs {
     #[arg(long = "kubeadm-init", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true")]
     pub kubeadm_init: Option<String>,
-    /// API server host:port vipd talks to [env: kubernetes_addr]
+    /// API server host:port vipd talks to [writes: kubernetes_addr]
     /// [default: control plane: 127.0.0.1:<port>]
     #[arg(long = "kubernetesAddr", value_name = "HOST:PORT")]
     pub kubernetes_addr: Option<String>,
     /// Metrics and health endpoint, host:port; empty disables it (and the probes)
-    /// [env: prometheus_server] [default: :2112]
+    /// [writes: prometheus_server] [default: :2112]
     #[arg(long = "prometheusHTTPServer", value_name = "HOST:PORT")]
     pub prometheus_server: Option<String>,
-    /// Gratuitous ARP repeat interval, milliseconds [env: vip_arpRate]
+    /// Gratuitous ARP repeat interval, milliseconds [writes: vip_arpRate]
     #[arg(long = "arpRate", value_name = "MS")]
     pub arp_rate: Option<String>,
-    /// Label the Node holding the control-plane VIP kube-vip.io/has-ip=<VIP> [env: enable_node_labeling]
+    /// Label the Node holding the control-plane VIP kube-vip.io/has-ip=<VIP> [writes: enable_node_labeling]
     #[arg(long = "enableNodeLabeling", value_name = "BOOL", num_args = 0..=1,
           require_equals = true, default_missing_value = "true")]
     pub enable_node_labeling: Option<String>,
-    /// Log level (logrus number 0..=6 or a name) [env: vip_loglevel]
+    /// Log level (logrus number 0..=6 or a name) [writes: vip_loglevel]
     #[arg(long = "log", value_name = "LEVEL")]
     pub log: Option<String>,
     /// kube-vip's flags for features vipd does not implement (`--bgp`, `--wireguard`,

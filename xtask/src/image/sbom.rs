@@ -48,6 +48,52 @@ pub struct DebComponent {
     pub sha256: String,
 }
 
+/// The distribution the Debian packages come from (the build host's apt sources), as
+/// `/etc/os-release` names it (`ID`, `VERSION_ID`): the namespace and `distro` qualifier of
+/// their package URLs (purl spec, type `deb`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Distro {
+    /// `ID` (`debian`, `ubuntu`).
+    pub id: String,
+    /// `VERSION_ID` (`12`, `24.04`); empty when the file has none (testing, sid).
+    pub version_id: String,
+}
+
+impl Distro {
+    /// Reads `ID` and `VERSION_ID` from os-release text (`KEY=value`, values maybe
+    /// quoted); `ID` defaults to `linux` as os-release(5) says.
+    pub fn parse(os_release: &str) -> Distro {
+        let field = |key: &str| {
+            os_release
+                .lines()
+                .filter_map(|l| l.split_once('='))
+                .find(|(k, _)| k.trim() == key)
+                .map(|(_, v)| v.trim().trim_matches('"').trim_matches('\'').to_string())
+        };
+        Distro {
+            id: field("ID").unwrap_or_else(|| "linux".into()),
+            version_id: field("VERSION_ID").unwrap_or_default(),
+        }
+    }
+
+    /// This machine's (`/etc/os-release`, else `/usr/lib/os-release`).
+    pub fn of_host() -> Distro {
+        let text = std::fs::read_to_string("/etc/os-release")
+            .or_else(|_| std::fs::read_to_string("/usr/lib/os-release"))
+            .unwrap_or_default();
+        Distro::parse(&text)
+    }
+
+    /// The purl `distro` qualifier: `debian-12`, or the bare id without a version.
+    fn qualifier(&self) -> String {
+        if self.version_id.is_empty() {
+            self.id.clone()
+        } else {
+            format!("{}-{}", self.id, self.version_id)
+        }
+    }
+}
+
 /// What the SBOM says about the image itself.
 #[derive(Debug, Clone)]
 pub struct ImageComponent {
@@ -93,12 +139,14 @@ fn crate_component(c: &LockedCrate) -> Value {
     comp
 }
 
-fn deb_component(d: &DebComponent) -> Value {
+fn deb_component(d: &DebComponent, distro: &Distro) -> Value {
     let purl = format!(
-        "pkg:deb/debian/{}@{}?arch={}&distro=debian-12",
+        "pkg:deb/{}/{}@{}?arch={}&distro={}",
+        purl_escape(&distro.id),
         d.name,
         purl_escape(&d.version),
-        d.arch
+        d.arch,
+        purl_escape(&distro.qualifier()),
     );
     json!({
         "type": "library",
@@ -113,11 +161,16 @@ fn deb_component(d: &DebComponent) -> Value {
 
 /// The CycloneDX 1.5 document: the image as the subject, then every crate of `crates` and
 /// every package of `debs`, sorted by package URL.
-pub fn cyclonedx(image: &ImageComponent, crates: &[LockedCrate], debs: &[DebComponent]) -> Value {
+pub fn cyclonedx(
+    image: &ImageComponent,
+    crates: &[LockedCrate],
+    debs: &[DebComponent],
+    distro: &Distro,
+) -> Value {
     let mut components: Vec<Value> = crates
         .iter()
         .map(crate_component)
-        .chain(debs.iter().map(deb_component))
+        .chain(debs.iter().map(|d| deb_component(d, distro)))
         .collect();
     components.sort_by(|a, b| a["purl"].as_str().cmp(&b["purl"].as_str()));
     let hex = image.digest.trim_start_matches("sha256:");
@@ -165,6 +218,39 @@ source = "registry+https://github.com/rust-lang/crates.io-index"
 checksum = "ff360e02eab121e0bc37a2d3b4d4dc622e6eda3a8e5253d5435ecf5bd4c68408"
 "#;
 
+    fn bookworm() -> Distro {
+        Distro::parse(
+            "PRETTY_NAME=\"Debian GNU/Linux 12 (bookworm)\"\nVERSION_ID=\"12\"\nID=debian\n",
+        )
+    }
+
+    /// Trial finding F14: the packages' distribution is the build host's, not always Debian 12.
+    #[test]
+    fn the_distro_comes_from_os_release() {
+        assert_eq!(
+            bookworm(),
+            Distro {
+                id: "debian".into(),
+                version_id: "12".into()
+            }
+        );
+        let noble = Distro::parse("ID=ubuntu\nVERSION_ID=\"24.04\"\n");
+        assert_eq!(noble.qualifier(), "ubuntu-24.04");
+        let d = DebComponent {
+            name: "libc6".into(),
+            version: "2.39-0ubuntu8".into(),
+            arch: "amd64".into(),
+            sha256: "00".into(),
+        };
+        assert_eq!(
+            deb_component(&d, &noble)["purl"],
+            "pkg:deb/ubuntu/libc6@2.39-0ubuntu8?arch=amd64&distro=ubuntu-24.04"
+        );
+        let sid = Distro::parse("ID=debian\n");
+        assert_eq!(sid.qualifier(), "debian");
+        assert_eq!(Distro::parse("").id, "linux");
+    }
+
     fn image() -> ImageComponent {
         ImageComponent {
             repository: "ghcr.io/vipd/vipd".into(),
@@ -192,7 +278,7 @@ checksum = "ff360e02eab121e0bc37a2d3b4d4dc622e6eda3a8e5253d5435ecf5bd4c68408"
             arch: "amd64".into(),
             sha256: "00ff".into(),
         }];
-        let bom = cyclonedx(&image(), &crates, &debs);
+        let bom = cyclonedx(&image(), &crates, &debs, &bookworm());
         let comps = bom["components"].as_array().unwrap();
         let purls: Vec<&str> = comps.iter().map(|c| c["purl"].as_str().unwrap()).collect();
         assert_eq!(
@@ -211,7 +297,7 @@ checksum = "ff360e02eab121e0bc37a2d3b4d4dc622e6eda3a8e5253d5435ecf5bd4c68408"
         assert_eq!(comps[2]["version"], "2.36-9+deb12u13");
         assert_eq!(bom["metadata"]["timestamp"], "2024-01-01T00:00:00Z");
         assert_eq!(bom["metadata"]["component"]["hashes"][0]["content"], "abc");
-        assert_eq!(bom, cyclonedx(&image(), &crates, &debs));
+        assert_eq!(bom, cyclonedx(&image(), &crates, &debs, &bookworm()));
     }
 
     #[test]
