@@ -703,17 +703,18 @@ fn s24_partitioned_holder_drops_its_macvlan() {
     no_panics(&procs);
 }
 
-/// The Harvester guest chart's kube-vip environment, as docs/operators.md shows it
-/// verbatim (the `harvester-guest-env` block): `(name, value)`.
-fn harvester_guest_env() -> Vec<(String, String)> {
+/// A Harvester chart's kube-vip environment, as docs/operators.md shows it verbatim (the
+/// block after `<!-- <marker>`: `harvester-guest-env`, `harvester-host-env`):
+/// `(name, value)`.
+fn harvester_env(marker: &str) -> Vec<(String, String)> {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operators.md");
     let docs = std::fs::read_to_string(path).unwrap();
     let block = docs
-        .split("<!-- harvester-guest-env")
+        .split(&format!("<!-- {marker}"))
         .nth(1)
         .and_then(|rest| rest.split("```yaml\n").nth(1))
         .and_then(|rest| rest.split("```").next())
-        .expect("the harvester-guest-env block in docs/operators.md");
+        .unwrap_or_else(|| panic!("the {marker} block in docs/operators.md"));
     block
         .lines()
         .filter_map(|l| l.split_once(": "))
@@ -732,7 +733,7 @@ fn s23_harvester_guest_env_gets_dhcp_addresses_once_a_parent_exists() {
     let Some(lab) = lab("s23_harvester_guest", LabOptions::default()) else {
         return;
     };
-    let env = harvester_guest_env();
+    let env = harvester_env("harvester-guest-env");
     assert!(
         env.iter().any(|(k, v)| k == "svc_election" && v == "false")
             && !env.iter().any(|(k, _)| k == "dhcp_mode"),
@@ -790,6 +791,45 @@ fn s23_harvester_guest_env_gets_dhcp_addresses_once_a_parent_exists() {
         "{out}"
     );
     let macvlan = macvlan_of(&lab, "web");
+    let holder = one_node_with_link(&lab, &macvlan, Duration::from_secs(10));
+    let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
+    assert_eq!(responders(&lab, IpAddr::V4(ip)), BTreeSet::from([mac]));
+    for p in &procs {
+        assert!(!p.log().contains(" ERROR "), "{}", p.log());
+    }
+    no_panics(&procs);
+}
+
+/// S23 (Harvester host cluster, issue 26): the `harvester` chart's kube-vip environment
+/// exactly as shipped (`enable_service_security=true`, which vipd refused before; one
+/// global lease; `vip_interface` empty) starts vipd, and a `0.0.0.0` Service gets its
+/// address by DHCP through the service-security guard (the DHCP client's port 68 on the
+/// leased address passes) and is answered from its macvlan alone.
+#[test]
+fn s23_harvester_host_env_gets_a_dhcp_address() {
+    let Some(lab) = lab("s23_harvester_host", LabOptions::default()) else {
+        return;
+    };
+    let gw = GATEWAY_V4.to_string();
+    for n in NODES {
+        lab.exec(
+            n,
+            "ip",
+            &["route", "add", "default", "via", &gw, "dev", "eth0"],
+        )
+        .unwrap();
+    }
+    let env = harvester_env("harvester-host-env");
+    assert!(
+        env.iter()
+            .any(|(k, v)| k == "enable_service_security" && v == "true"),
+        "{env:?}"
+    );
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let procs = start_with(&lab, false, &env);
+    create_service(&lab, &dhcp_service("vm-lb", &[]));
+    let ip = wait_pool_ingress(&lab, "vm-lb", BRING_UP);
+    let macvlan = macvlan_of(&lab, "vm-lb");
     let holder = one_node_with_link(&lab, &macvlan, Duration::from_secs(10));
     let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
     assert_eq!(responders(&lab, IpAddr::V4(ip)), BTreeSet::from([mac]));
