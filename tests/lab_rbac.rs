@@ -241,3 +241,72 @@ fn s38_core_events_where_events_k8s_io_is_not_served() {
         "{out}"
     );
 }
+
+/// Issue 26 (Harvester's charts as shipped): under the ClusterRole of kube-vip's chart (the
+/// `kube-vip` subchart of `harvester-cloud-provider`, verbatim rules: `update`, not
+/// `patch`, on Services and their status; no Events, no ConfigMaps), vipd announces a
+/// Service and writes its status and `kube-vip.io/vipHost`: the merge patch is refused
+/// with 403 once, then the writes are read-modify-write updates.
+#[test]
+fn kube_vip_chart_rbac_still_gets_status_and_vip_host_written() {
+    let opts = LabOptions {
+        node_rbac: NodeRbac::None,
+        ..LabOptions::default()
+    };
+    let Some(lab) = lab("kube_vip_chart_rbac", opts) else {
+        return;
+    };
+    let role = serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "kube-vip"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["services/status"], "verbs": ["update"]},
+            {"apiGroups": [""], "resources": ["services", "endpoints"], "verbs": ["list", "get", "watch", "update"]},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "get", "watch", "update", "patch"]},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list", "get", "watch", "update", "create"]},
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "get", "watch", "update"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}
+        ]
+    });
+    let binding = serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "kube-vip"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kube-vip"},
+        "subjects": [{"kind": "Group", "name": xtask::lab::NODE_GROUP, "apiGroup": "rbac.authorization.k8s.io"}]
+    });
+    for (path, obj) in [
+        ("/apis/rbac.authorization.k8s.io/v1/clusterroles", role),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            binding,
+        ),
+    ] {
+        let r = lab
+            .api_request("POST", path, Some(&obj.to_string()))
+            .unwrap();
+        assert_eq!(r.status, 201, "{path}: {}", r.body);
+    }
+    let vipd = start_vipd_services(&lab, "node-a", false, &[]);
+    create_service(
+        &lab,
+        &service_json("web", Some(SVC_VIP), None, &[(80, "TCP")], false),
+    );
+    wait_for("web announced", Duration::from_secs(30), || {
+        (holders(&lab, SVC_VIP) == ["node-a"]).then_some(())
+    });
+    wait_until("web's status", Duration::from_secs(30), || {
+        ingress_ips(&lab, "web") == vec![SVC_VIP.to_string()]
+    });
+    wait_until("web's vipHost", Duration::from_secs(30), || {
+        get_service(&lab, "web").is_some_and(|s| {
+            s["metadata"]["annotations"]["kube-vip.io/vipHost"].as_str() == Some("node-a")
+        })
+    });
+    assert!(
+        vipd.log().contains("read-modify-write updates"),
+        "{}",
+        vipd.log()
+    );
+}

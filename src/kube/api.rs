@@ -109,6 +109,11 @@ pub enum Variant {
     EndpointSlices,
     /// Core `v1` Endpoints (when EndpointSlice v1 is not served).
     CoreEndpoints,
+    /// Only when the server refuses the merge patch beside it with 403: RBAC that grants
+    /// `update` but not `patch` on Services, as the ClusterRoles of kube-vip's charts do
+    /// (Harvester's among them), so that vipd keeps writing under them. Never in the
+    /// generated role (which grants `patch`), never checked by `vipd preflight`.
+    UpdateFallback,
 }
 
 /// One API call vipd makes: `verb` on `resource` (`subresource`) of API group `group`.
@@ -182,7 +187,7 @@ const fn status_call<K: Resource>(
 
 use Feature::{ControlPlane, Ipam, NodeLabeling, RideThrough, Services};
 use Scope::{Cluster, IpamNamespace, LeaseNamespace, ServiceLeases, ServiceNamespaces};
-use Variant::{Always, CoreEndpoints, CoreEvents, EndpointSlices, EventsV1};
+use Variant::{Always, CoreEndpoints, CoreEvents, EndpointSlices, EventsV1, UpdateFallback};
 use Verb::{Create, Delete, Get, List, Patch, Update, Watch};
 
 const LEASE_CLIENT: &str = "src/election/kube.rs";
@@ -229,6 +234,9 @@ pub const API_CALLS: &[ApiCall] = &[
     call::<Service>(Get, ServiceNamespaces, Services, Always, (STATUS, "api.get(&key.name)")),
     call::<Service>(Patch, ServiceNamespaces, Services, Always, (STATUS, "api.patch(&key.name")),
     status_call::<Service>(Patch, ServiceNamespaces, Services, (STATUS, "api.patch_status(")),
+    // The same two writes as read-modify-write PUTs where RBAC grants `update` only.
+    call::<Service>(Update, ServiceNamespaces, Services, UpdateFallback, (STATUS, "api.replace(&key.name")),
+    ApiCall { subresource: "status", ..call::<Service>(Update, ServiceNamespaces, Services, UpdateFallback, (STATUS, "api.replace_status(")) },
     call::<EventsV1Event>(Create, ServiceNamespaces, Services, EventsV1, (EVENTS, "events.create(")),
     call::<EventsV1Event>(Patch, ServiceNamespaces, Services, EventsV1, (EVENTS, "events.patch(")),
     call::<CoreEvent>(Create, ServiceNamespaces, Services, CoreEvents, (EVENTS, "core.create(")),
@@ -343,6 +351,7 @@ impl Needs {
             Variant::CoreEvents => self.events_v1 != Some(true),
             Variant::EndpointSlices => self.endpoint_slices != Some(false),
             Variant::CoreEndpoints => self.endpoint_slices != Some(true),
+            Variant::UpdateFallback => false,
         };
         feature && variant
     }

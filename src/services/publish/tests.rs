@@ -236,3 +236,27 @@ async fn memory_writer_writes_only_changes() {
     assert_eq!(w.clear(&k).await.unwrap(), WriteOutcome::Unchanged);
     assert!(w.get(&k).ingress.is_empty());
 }
+
+/// The update fallback applies annotations as a merge patch would (RFC 7386): a string
+/// sets, `null` removes, others stay.
+#[test]
+fn annotations_merge_as_a_merge_patch_would() {
+    let mut svc = Service::default();
+    svc.metadata.annotations = Some(
+        [
+            ("keep".to_string(), "1".to_string()),
+            ("kube-vip.io/vipHost".to_string(), "node-b".to_string()),
+            ("gone".to_string(), "x".to_string()),
+        ]
+        .into(),
+    );
+    super::writer::merge_annotations(
+        &mut svc,
+        &serde_json::json!({"kube-vip.io/vipHost": "node-a", "gone": null, "new": "2"}),
+    );
+    let a = svc.metadata.annotations.unwrap();
+    assert_eq!(a.get("keep").map(String::as_str), Some("1"));
+    assert_eq!(a.get("kube-vip.io/vipHost").map(String::as_str), Some("node-a"));
+    assert_eq!(a.get("new").map(String::as_str), Some("2"));
+    assert!(!a.contains_key("gone"));
+}

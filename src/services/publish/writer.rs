@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use kube::Api;
-use kube::api::{Patch, PatchParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
 
 use crate::kube::events::{Recorder, Regarding, timed_as};
@@ -33,6 +33,10 @@ pub struct KubeStatusWriter {
     pub(super) client: kube::Client,
     /// The server dropped `ingress[].ports` once: compare without ports from then on.
     pub(super) ports_dropped: Arc<AtomicBool>,
+    /// The server refused a merge patch of a Service with 403 once (RBAC granting `update`
+    /// only, as kube-vip's chart ClusterRoles do): writes are read-modify-write PUTs from
+    /// then on ([`crate::kube::api::Variant::UpdateFallback`]).
+    patch_forbidden: Arc<AtomicBool>,
     /// The Events about its Services (and, through [`KubeStatusWriter::recorder`], other
     /// objects' Events that share its series).
     recorder: Recorder,
@@ -45,6 +49,7 @@ impl KubeStatusWriter {
             recorder: Recorder::new(client.clone(), node),
             client,
             ports_dropped: Arc::new(AtomicBool::new(false)),
+            patch_forbidden: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -83,15 +88,43 @@ impl KubeStatusWriter {
         } else {
             json!(ingress)
         };
-        let patch = json!({ "status": { "loadBalancer": { "ingress": value } } });
+        if !self.patch_forbidden.load(Ordering::Relaxed) {
+            let patch = json!({ "status": { "loadBalancer": { "ingress": value } } });
+            let api = self.services(key);
+            let pp = PatchParams::default();
+            let patch = Patch::Merge(&patch);
+            let fut = api.patch_status(&key.name, &pp, &patch);
+            match timed(key, "patch status.loadBalancer.ingress", fut).await {
+                Ok(s) => return Ok(Some(s)),
+                Err(e) if e.is_not_found() => return Ok(None),
+                Err(e) if e.api_code() == Some(403) => self.learn_patch_forbidden(&e),
+                Err(e) => return Err(e),
+            }
+        }
+        // Read, change, write back with its resourceVersion (a 409 is retried by the caller).
+        let Some(mut svc) = self.get(key).await? else {
+            return Ok(None);
+        };
+        svc.status
+            .get_or_insert_with(Default::default)
+            .load_balancer
+            .get_or_insert_with(Default::default)
+            .ingress = (!ingress.is_empty()).then(|| ingress.to_vec());
         let api = self.services(key);
-        let pp = PatchParams::default();
-        let patch = Patch::Merge(&patch);
-        let fut = api.patch_status(&key.name, &pp, &patch);
-        match timed(key, "patch status.loadBalancer.ingress", fut).await {
+        let pp = PostParams::default();
+        let fut = api.replace_status(&key.name, &pp, &svc);
+        match timed(key, "update status.loadBalancer.ingress", fut).await {
             Ok(s) => Ok(Some(s)),
             Err(e) if e.is_not_found() => Ok(None),
             Err(e) => Err(e),
+        }
+    }
+
+    /// Notes (once, at info) that the server refuses merge patches of Services: RBAC
+    /// granting `update` only.
+    fn learn_patch_forbidden(&self, e: &StatusError) {
+        if !self.patch_forbidden.swap(true, Ordering::Relaxed) {
+            tracing::info!(error = %e, "a merge patch of a Service was refused (403): the RBAC grants update but not patch on services (as kube-vip's chart ClusterRoles do); writing Services with read-modify-write updates from now on (`vipd manifest rbac` grants patch)");
         }
     }
 
@@ -113,11 +146,26 @@ impl KubeStatusWriter {
         values: serde_json::Value,
         op: &'static str,
     ) -> Result<WriteOutcome, StatusError> {
-        let patch = json!({ "metadata": { "annotations": values } });
+        if !self.patch_forbidden.load(Ordering::Relaxed) {
+            let patch = json!({ "metadata": { "annotations": values } });
+            let api = self.services(key);
+            let pp = PatchParams::default();
+            let patch = Patch::Merge(&patch);
+            let fut = api.patch(&key.name, &pp, &patch);
+            match timed(key, op, fut).await {
+                Ok(_) => return Ok(WriteOutcome::Written),
+                Err(e) if e.is_not_found() => return Ok(WriteOutcome::NotFound),
+                Err(e) if e.api_code() == Some(403) => self.learn_patch_forbidden(&e),
+                Err(e) => return Err(e),
+            }
+        }
+        let Some(mut svc) = self.get(key).await? else {
+            return Ok(WriteOutcome::NotFound);
+        };
+        merge_annotations(&mut svc, &values);
         let api = self.services(key);
-        let pp = PatchParams::default();
-        let patch = Patch::Merge(&patch);
-        let fut = api.patch(&key.name, &pp, &patch);
+        let pp = PostParams::default();
+        let fut = api.replace(&key.name, &pp, &svc);
         match timed(key, op, fut).await {
             Ok(_) => Ok(WriteOutcome::Written),
             Err(e) if e.is_not_found() => Ok(WriteOutcome::NotFound),
@@ -238,5 +286,27 @@ impl StatusWriter for KubeStatusWriter {
         self.recorder
             .write_event(Regarding::of::<Service>(), key, uid, event)
             .await
+    }
+}
+
+/// Applies `values` (a JSON object: a string sets the annotation, `null` removes it, as in a
+/// merge patch, RFC 7386) to `svc`'s annotations.
+pub(super) fn merge_annotations(svc: &mut Service, values: &serde_json::Value) {
+    let Some(values) = values.as_object() else {
+        return;
+    };
+    let annotations = svc
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default);
+    for (k, v) in values {
+        match v.as_str() {
+            Some(text) => {
+                annotations.insert(k.clone(), text.to_string());
+            }
+            None => {
+                annotations.remove(k);
+            }
+        }
     }
 }
