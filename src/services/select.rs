@@ -222,13 +222,11 @@ pub(super) fn candidates(
         if !selected(cfg, &mut n) {
             continue;
         }
-        for r in &info.addresses.rejected {
+        // One Warning (and one log line) per Service, whatever the number of bad entries.
+        if let Some(message) = info.addresses.rejection_message() {
             n.push(
                 crate::services::plan::reasons::REASON_INVALID_ADDRESS,
-                format!(
-                    "address {:?} from {} rejected: {}",
-                    r.value, info.addresses.source, r.reason
-                ),
+                message,
                 true,
             );
         }
@@ -313,7 +311,8 @@ fn selected(cfg: &Settings, n: &mut Notes<'_>) -> bool {
                     false,
                 );
             }
-            matches!(reason, model::SkipReason::NoAddress) && !info.addresses.rejected.is_empty()
+            matches!(reason, model::SkipReason::NoAddress)
+                && (!info.addresses.rejected.is_empty() || info.addresses.unread > 0)
         }
     }
 }
@@ -781,6 +780,50 @@ mod tests {
             .get_or_insert_with(Default::default)
             .insert(name.to_string(), value.to_string());
         Arc::new(s)
+    }
+
+    /// Issue 27: a Service with 2 000 malformed entries (and one good address) costs one
+    /// Warning note, not one per entry; it keeps its good address and the other Services
+    /// are untouched.
+    #[test]
+    fn a_thousand_bad_entries_cost_one_note() {
+        let unusable = Unusable {
+            control_plane: Vec::new(),
+            vip_subnet: crate::net::VipSubnet { v4: 32, v6: 128 },
+            connected: Vec::new(),
+        };
+        let bad: Vec<String> = (0..2000).map(|i| format!("10.0.{i}")).collect();
+        let services = [
+            lb("noisy", &format!("192.0.2.43,{}", bad.join(","))),
+            lb("good", "192.0.2.41"),
+        ];
+        let here = ThisNode {
+            connected: vec![connected("192.0.2.11", 24, "eth0")],
+            subnet_check: true,
+            ..Default::default()
+        };
+        let (cands, notes) = candidates(
+            &settings(|_| {}),
+            &services,
+            &HashSet::new(),
+            &BTreeMap::new(),
+            &unusable,
+            &here,
+        );
+        let names: Vec<&str> = cands.iter().map(|c| c.key.name.as_str()).collect();
+        assert_eq!(names, ["noisy", "good"]);
+        assert_eq!(
+            cands[0].addresses,
+            vec!["192.0.2.43".parse::<IpAddr>().unwrap()]
+        );
+        assert_eq!(notes.len(), 1, "{notes:?}");
+        assert_eq!(notes[0].key.name, "noisy");
+        assert_eq!(notes[0].reason, "InvalidAddress");
+        assert!(
+            notes[0]
+                .message
+                .contains("1937 entries after the first 64 not read")
+        );
     }
 
     /// Issue 13: a `0.0.0.0` or `::` Service is a candidate with its DHCP request and no

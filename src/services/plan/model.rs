@@ -115,6 +115,17 @@ impl fmt::Display for RejectReason {
     }
 }
 
+/// At most this many entries of one address list are read (issue 27: a Service whose
+/// `kube-vip.io/loadbalancerIPs` held 2 000 bad entries cost one Warning Event and one log
+/// line each, and blocked every other Service for seconds); the rest are only counted
+/// ([`ParsedAddresses::unread`]). A Service has one or two addresses (dual stack), a few
+/// more when it shares several.
+pub(crate) const MAX_ADDRESS_ENTRIES: usize = 64;
+
+/// At most this many rejected values are quoted per reason in
+/// [`ParsedAddresses::rejection_message`]; the others are counted.
+const QUOTED_PER_REASON: usize = 3;
+
 /// One rejected entry: the value exactly as written and why.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Rejected {
@@ -143,6 +154,8 @@ pub(crate) struct ParsedAddresses {
     /// Entries dropped because they repeat an earlier one (as written, e.g.
     /// `2001:DB8::1` after `2001:db8::1`); not an error.
     pub duplicates: Vec<String>,
+    /// Entries after the first [`MAX_ADDRESS_ENTRIES`], not read (counted only).
+    pub unread: usize,
 }
 
 impl ParsedAddresses {
@@ -151,19 +164,54 @@ impl ParsedAddresses {
         self.addresses.is_empty() && !self.dhcp
     }
 
-    /// A one-line message naming every rejected value and the source, for a Warning Event
-    /// and the log; `None` when nothing was rejected. Example:
-    /// `kube-vip.io/loadbalancerIPs: rejected "192.0.2.300" (not an IPv4 or IPv6 address)`.
+    /// One line about every rejected or unread entry and the source, for one Warning Event
+    /// and one log line per Service, whatever the number of entries: per reason, the first
+    /// [`QUOTED_PER_REASON`] values and a count; `None` when nothing was rejected. Examples:
+    /// `kube-vip.io/loadbalancerIPs: rejected "192.0.2.300" (not an IPv4 or IPv6 address)`,
+    /// `kube-vip.io/loadbalancerIPs: rejected 64 entries (not an IPv4 or IPv6 address): "a",
+    /// "b", "c" and 61 more; 1936 entries after the first 64 not read (at most 64 per Service)`.
     pub(crate) fn rejection_message(&self) -> Option<String> {
-        if self.rejected.is_empty() {
+        if self.rejected.is_empty() && self.unread == 0 {
             return None;
         }
-        let items: Vec<String> = self
-            .rejected
+        let mut by_reason: Vec<(RejectReason, Vec<&str>)> = Vec::new();
+        for r in &self.rejected {
+            match by_reason.iter_mut().find(|(reason, _)| *reason == r.reason) {
+                Some((_, values)) => values.push(&r.value),
+                None => by_reason.push((r.reason, vec![&r.value])),
+            }
+        }
+        let mut items: Vec<String> = by_reason
             .iter()
-            .map(|r| format!("{:?} ({})", r.value, r.reason))
+            .map(|(reason, values)| match values.as_slice() {
+                [one] => format!("{one:?} ({reason})"),
+                many => {
+                    let quoted: Vec<String> = many
+                        .iter()
+                        .take(QUOTED_PER_REASON)
+                        .map(|v| format!("{v:?}"))
+                        .collect();
+                    let more = many.len().saturating_sub(QUOTED_PER_REASON);
+                    let tail = if more > 0 {
+                        format!(" and {more} more")
+                    } else {
+                        String::new()
+                    };
+                    format!(
+                        "{} entries ({reason}): {}{tail}",
+                        many.len(),
+                        quoted.join(", ")
+                    )
+                }
+            })
             .collect();
-        Some(format!("{}: rejected {}", self.source, items.join(", ")))
+        if self.unread > 0 {
+            items.push(format!(
+                "{} entries after the first {MAX_ADDRESS_ENTRIES} not read (at most {MAX_ADDRESS_ENTRIES} per Service)",
+                self.unread
+            ));
+        }
+        Some(format!("{}: rejected {}", self.source, items.join("; ")))
     }
 }
 
@@ -180,8 +228,12 @@ pub(crate) fn parse_address_list(text: &str) -> ParsedAddresses {
         source: AddressSource::Annotation,
         ..ParsedAddresses::default()
     };
-    for entry in text.split(',') {
-        add_entry(&mut out, entry);
+    for (i, entry) in text.split(',').enumerate() {
+        if i < MAX_ADDRESS_ENTRIES {
+            add_entry(&mut out, entry);
+        } else {
+            out.unread += 1;
+        }
     }
     out
 }

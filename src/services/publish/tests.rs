@@ -256,7 +256,10 @@ fn annotations_merge_as_a_merge_patch_would() {
     );
     let a = svc.metadata.annotations.unwrap();
     assert_eq!(a.get("keep").map(String::as_str), Some("1"));
-    assert_eq!(a.get("kube-vip.io/vipHost").map(String::as_str), Some("node-a"));
+    assert_eq!(
+        a.get("kube-vip.io/vipHost").map(String::as_str),
+        Some("node-a")
+    );
     assert_eq!(a.get("new").map(String::as_str), Some("2"));
     assert!(!a.contains_key("gone"));
 }

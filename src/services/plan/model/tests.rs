@@ -612,3 +612,29 @@ fn bad_dhcp_annotations_are_each_named_with_their_value() {
     .unwrap_err();
     assert_eq!(bad.len(), 2);
 }
+
+/// Issue 27: bad input costs what one bad Service costs. 2 000 malformed entries: the first
+/// 64 are read, the rest only counted; one message of bounded size names the field, a few
+/// values per reason and the counts.
+#[test]
+fn a_long_malformed_list_is_read_up_to_the_cap_and_told_in_one_bounded_line() {
+    let text = (0..2000)
+        .map(|i| format!("bad-{i}"))
+        .chain(["192.0.2.1/24".to_string()])
+        .collect::<Vec<_>>()
+        .join(",");
+    let p = parse_address_list(&text);
+    assert_eq!(p.rejected.len(), MAX_ADDRESS_ENTRIES);
+    assert_eq!(p.unread, 2001 - MAX_ADDRESS_ENTRIES);
+    let msg = p.rejection_message().unwrap();
+    assert!(
+        msg.starts_with(
+            "kube-vip.io/loadbalancerIPs: rejected 64 entries (not an IPv4 or IPv6 address): \"bad-0\", \"bad-1\", \"bad-2\" and 61 more; 1937 entries after the first 64 not read"
+        ),
+        "{msg}"
+    );
+    assert!(msg.len() < 300, "{} bytes: {msg}", msg.len());
+    // A good address within the cap is still served.
+    let p = parse_address_list(&format!("192.0.2.7,{text}"));
+    assert_eq!(p.addresses, vec![ip("192.0.2.7")]);
+}
