@@ -421,6 +421,65 @@ fn s21_etp_local_under_one_lease_for_all_follows_endpoints() {
     assert_eq!(holders(&lab, "192.0.2.81"), [global]);
 }
 
+/// S20 at scale (issue 27): a Service whose `kube-vip.io/loadbalancerIPs` holds 10 000
+/// malformed entries, created together with a valid one: the noisy one gets one
+/// `InvalidAddress` Warning Event and a handful of log lines, the valid one is announced as
+/// usual (the time is printed: before, 2 000 entries cost one Event and one log line each
+/// and held the other Services up for 5.6 s).
+#[test]
+fn s20_ten_thousand_bad_entries_cost_one_event() {
+    let Some(lab) = lab("s20_noisy", LabOptions::default()) else {
+        return;
+    };
+    let vipd = start_vipd_services(&lab, "node-a", true, &[]);
+    let bad: Vec<String> = (0..10_000)
+        .map(|i| format!("10.{}.{}", i / 256, i % 256))
+        .collect();
+    let mut noisy = service_json("noisy", None, None, &[(80, "TCP")], false);
+    noisy["metadata"]["annotations"]["kube-vip.io/loadbalancerIPs"] = json!(bad.join(","));
+    let t0 = Instant::now();
+    create_service(&lab, &noisy);
+    create_service(
+        &lab,
+        &service_json("calm", Some("192.0.2.44"), None, &[(80, "TCP")], false),
+    );
+    assert_eq!(held(&lab, "192.0.2.44"), "node-a");
+    eprintln!(
+        "S20 figures: the valid Service announced {:?} after both were created",
+        t0.elapsed()
+    );
+    wait_until(
+        "the noisy Service's Warning",
+        Duration::from_secs(10),
+        || {
+            events_for(&lab, "noisy")
+                .iter()
+                .any(|(t, r, _)| t == "Warning" && r == "InvalidAddress")
+        },
+    );
+    // More passes (a third Service announced means they ran), then count.
+    create_service(
+        &lab,
+        &service_json("later", Some("192.0.2.45"), None, &[(80, "TCP")], false),
+    );
+    assert_eq!(held(&lab, "192.0.2.45"), "node-a");
+    let events: Vec<_> = events_for(&lab, "noisy")
+        .into_iter()
+        .filter(|(_, r, _)| r == "InvalidAddress")
+        .collect();
+    assert_eq!(events.len(), 1, "{events:?}");
+    let lines = vipd
+        .log()
+        .lines()
+        .filter(|l| l.contains("default/noisy"))
+        .count();
+    assert!(
+        lines <= 5,
+        "{lines} log lines about the noisy Service:\n{}",
+        vipd.log()
+    );
+}
+
 /// S03: endpoint churn: the Service's only endpoint moves between nodes 20 times; at most
 /// one election per (Service, node) at a time, and afterwards exactly one holder with
 /// renewTime advancing.
