@@ -807,18 +807,13 @@ fn s23_harvester_guest_env_gets_dhcp_addresses_once_a_parent_exists() {
 /// leased address passes) and is answered from its macvlan alone.
 #[test]
 fn s23_harvester_host_env_gets_a_dhcp_address() {
-    let Some(lab) = lab("s23_harvester_host", LabOptions::default()) else {
+    let opts = LabOptions {
+        default_route: true,
+        ..LabOptions::default()
+    };
+    let Some(lab) = lab("s23_harvester_host", opts) else {
         return;
     };
-    let gw = GATEWAY_V4.to_string();
-    for n in NODES {
-        lab.exec(
-            n,
-            "ip",
-            &["route", "add", "default", "via", &gw, "dev", "eth0"],
-        )
-        .unwrap();
-    }
     let env = harvester_env("harvester-host-env");
     assert!(
         env.iter()

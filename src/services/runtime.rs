@@ -415,22 +415,7 @@ async fn run<K: Kernel, A: Announcer>(
         watches.cancel();
         return;
     }
-    {
-        // Leases of Services deleted while their holder was down (see lease_gc): per-Service
-        // leases, or the Local Services' own leases beside the global one.
-        let (namespace, global) = match &plan_cfg.mode {
-            Mode::PerService => (cfg.services_namespace.clone(), None),
-            Mode::Global(g) => (Some(g.namespace.clone()), Some(g.clone())),
-        };
-        tokio::spawn(super::lease_gc::run(
-            client.clone(),
-            namespace,
-            global,
-            caches.services.clone(),
-            cfg.services_timing.lease_duration,
-            watches.clone(),
-        ));
-    }
+    spawn_lease_gc(&cfg, &plan_cfg, &client, &caches, &watches);
     let mut main = MainLoop::new(cfg, shared, plan_cfg, caches);
     main.run_until(&shutdown).await;
     main.stop().await;
@@ -440,6 +425,29 @@ async fn run<K: Kernel, A: Announcer>(
         let _ = task.await;
     }
     watches.cancel();
+}
+
+/// Collects the leases of Services deleted while their holder was down (see lease_gc):
+/// per-Service leases, or the Local Services' own leases beside the global one.
+fn spawn_lease_gc(
+    cfg: &Settings,
+    plan_cfg: &PlanConfig,
+    client: &kube::Client,
+    caches: &Caches,
+    watches: &CancellationToken,
+) {
+    let (namespace, global) = match &plan_cfg.mode {
+        Mode::PerService => (cfg.services_namespace.clone(), None),
+        Mode::Global(g) => (Some(g.namespace.clone()), Some(g.clone())),
+    };
+    tokio::spawn(super::lease_gc::run(
+        client.clone(),
+        namespace,
+        global,
+        caches.services.clone(),
+        cfg.services_timing.lease_duration,
+        watches.clone(),
+    ));
 }
 
 /// The DHCP client the wing's groups use (an error is logged when there is none: Services

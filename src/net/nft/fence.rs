@@ -866,27 +866,15 @@ mod tests {
         assert!(d.contains(&"delete element inet vipd_fence vips4 { 192.0.2.10 }".to_string()));
     }
 
-    /// A stand-in `nft` that appends each run's input to `log` (a `---` line per run) and
-    /// fails when `fail` exists.
-    fn fake_nft(dir: &std::path::Path) -> PathBuf {
-        use std::os::unix::fs::PermissionsExt;
-        let path = dir.join("nft");
-        let script = format!(
-            "#!/bin/sh\ncat >> {d}/log\necho --- >> {d}/log\n[ -e {d}/fail ] && {{ echo 'Error: boom' >&2; exit 1; }}\nexit 0\n",
-            d = dir.display()
-        );
-        std::fs::write(&path, script).unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        path
-    }
-
     /// Changes queued while a run is pending go into one `nft` transaction, each caller
     /// gets the run's outcome, and a failed run fails every change in it.
     #[tokio::test]
     async fn batched_fence_runs_queued_changes_as_one_transaction() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        let nft = NftFence::start(fake_nft(dir)).await.unwrap();
+        let nft = NftFence::start(crate::net::nft::run::fake_nft(dir))
+            .await
+            .unwrap();
         let fence = BatchedFence::new(nft);
         let vips: Vec<IpAddr> = (1..=20)
             .map(|i| format!("192.0.2.{i}").parse().unwrap())
@@ -1067,7 +1055,9 @@ mod tests {
     async fn nft_fence_replaces_only_elements_that_may_be_live() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path();
-        let fence = NftFence::start(fake_nft(dir)).await.unwrap();
+        let fence = NftFence::start(crate::net::nft::run::fake_nft(dir))
+            .await
+            .unwrap();
         let last_run = || {
             let log = std::fs::read_to_string(dir.join("log")).unwrap();
             let runs: Vec<String> = log

@@ -177,3 +177,18 @@ impl NftBatch {
         self.text.join("; ")
     }
 }
+
+/// A stand-in `nft` in `dir` for unit tests: appends each run's input to `dir/log` (a `---`
+/// line per run) and fails when `dir/fail` exists.
+#[cfg(test)]
+pub(crate) fn fake_nft(dir: &std::path::Path) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join("nft");
+    let script = format!(
+        "#!/bin/sh\ncat >> {d}/log\necho --- >> {d}/log\n[ -e {d}/fail ] && {{ echo 'Error: boom' >&2; exit 1; }}\nexit 0\n",
+        d = dir.display()
+    );
+    std::fs::write(&path, script).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+    path
+}

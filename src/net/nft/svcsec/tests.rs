@@ -95,27 +95,15 @@ fn changes_add_and_delete_only_the_difference() {
     assert!(allow < guard, "{c:?}");
 }
 
-/// A stand-in `nft` that appends each run's input to `log` (a `---` line per run) and
-/// fails when `fail` exists.
-fn fake_nft(dir: &std::path::Path) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join("nft");
-    let script = format!(
-        "#!/bin/sh\ncat >> {d}/log\necho --- >> {d}/log\n[ -e {d}/fail ] && {{ echo 'Error: boom' >&2; exit 1; }}\nexit 0\n",
-        d = dir.display()
-    );
-    std::fs::write(&path, script).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
-}
-
 /// A failed run leaves the recorded content as it was, so the next apply sends the whole
 /// difference again; an unchanged content runs nothing.
 #[tokio::test]
 async fn a_failed_apply_is_retried_whole() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let t = NftSvcSec::start(fake_nft(dir)).await.unwrap();
+    let t = NftSvcSec::start(crate::net::nft::run::fake_nft(dir))
+        .await
+        .unwrap();
     let a = ip("192.0.2.10");
     let want = set(&[Element::Guard(a), Element::Allow(a, L4::Tcp, 80)]);
     std::fs::write(dir.join("fail"), "").unwrap();
