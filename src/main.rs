@@ -91,11 +91,20 @@ fn tune_allocator() {
 fn tune_allocator() {}
 
 /// Writes `text` to standard output. A reader that went away (`vipd status | head`) is not
-/// an error: the command's exit status stays its own (`println!` would panic, exit 101).
-fn say(text: &str) {
+/// an error (`println!` would panic, exit 101); any other failure is (a full disk under
+/// `vipd manifest rbac > file`).
+///
+/// # Errors
+/// The write error, other than a broken pipe.
+fn say(text: &str) -> anyhow::Result<()> {
     use std::io::Write;
     let mut out = std::io::stdout().lock();
-    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::anyhow!("cannot write the output: {e}"))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Writes `line` and a newline to standard error, as [`say`].
@@ -148,7 +157,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Manifest(cmd) => {
-            say(&vipd::cmd::manifest::run(&cmd)?);
+            say(&vipd::cmd::manifest::run(&cmd)?)?;
             for w in vipd::cmd::manifest::warnings(&cmd) {
                 say_err(&format!("warning: {w}"));
             }
@@ -160,19 +169,19 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 .map_err(|e| anyhow::anyhow!("invalid configuration: {e}"))?
                 .init_logging_then_warn(|l| init_tracing(l.as_tracing()));
             let report = vipd::cmd::preflight::run(&cfg, &args).await;
-            say(&report.render());
+            say(&report.render())?;
             if report.failed() {
                 anyhow::bail!("preflight found problems (see the table above)");
             }
             Ok(())
         }
         Command::Drain(args) => {
-            say(&format!("{}\n", vipd::cmd::drain::run(&args).await?));
+            say(&format!("{}\n", vipd::cmd::drain::run(&args).await?))?;
             Ok(())
         }
         Command::Status(args) => {
             init_tracing(tracing::level_filters::LevelFilter::WARN);
-            say(&vipd::cmd::status::run(&args).await?);
+            say(&vipd::cmd::status::run(&args).await?)?;
             Ok(())
         }
         Command::Probe(args) => {

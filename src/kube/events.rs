@@ -117,6 +117,19 @@ impl ApiError {
         }
     }
 
+    /// The API said 403 because RBAC does not grant `verb` (the authorizer's message:
+    /// `User "..." cannot patch resource "services" ...`), not for another reason (an
+    /// admission webhook's denial, say).
+    pub fn rbac_denies(&self, verb: &str) -> bool {
+        match self {
+            ApiError::Api {
+                source: kube::Error::Api(s),
+                ..
+            } => s.code == 403 && s.message.contains(&format!("cannot {verb} resource")),
+            _ => false,
+        }
+    }
+
     /// The API said 404.
     pub(crate) fn is_not_found(&self) -> bool {
         self.api_code() == Some(404)
@@ -612,6 +625,27 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only RBAC's own 403 for the verb counts (the status writer's update fallback keys on
+    /// it), not a webhook's 403 or another verb's.
+    #[test]
+    fn rbac_denial_is_told_apart_from_other_403s() {
+        let err = |code: u16, msg: &str| ApiError::Api {
+            kind: "Service",
+            key: ObjectKey::new("default", "web"),
+            op: "patch",
+            source: kube::Error::Api(
+                kube::core::Status::failure(msg, "Forbidden")
+                    .with_code(code)
+                    .boxed(),
+            ),
+        };
+        let rbac = r#"services "web" is forbidden: User "system:serviceaccount:kube-system:kube-vip" cannot patch resource "services" in API group "" in the namespace "default""#;
+        assert!(err(403, rbac).rbac_denies("patch"));
+        assert!(!err(403, rbac).rbac_denies("update"));
+        assert!(!err(403, "admission webhook \"policy\" denied the request").rbac_denies("patch"));
+        assert!(!err(409, rbac).rbac_denies("patch"));
+    }
 
     #[test]
     fn event_api_by_discovery() {

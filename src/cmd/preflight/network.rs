@@ -79,12 +79,16 @@ pub(super) async fn check_interface(
     cfg: &Config,
     report: &mut Report,
 ) -> Option<LinkInfo> {
-    let mut iface_name = cfg.interface.clone();
     // Without vip_interface the manager picks, per address, the interface whose subnet holds
     // it, else the IPv4 default route's: the control-plane VIP's, or (Services only, e.g.
-    // Harvester's guest chart) the default route's, where Service VIPs of no connected
-    // subnet and DHCP macvlans go.
+    // Harvester's guest chart) vip_servicesinterface, else the default route's, where
+    // Service VIPs of no connected subnet and DHCP macvlans go.
     let services_only = cfg.addresses.is_empty();
+    let mut iface_name = cfg.interface.clone().or_else(|| {
+        services_only
+            .then(|| cfg.services_interface.clone())
+            .flatten()
+    });
     let target = cfg
         .addresses
         .first()

@@ -184,12 +184,12 @@ impl ParsedAddresses {
         let mut items: Vec<String> = by_reason
             .iter()
             .map(|(reason, values)| match values.as_slice() {
-                [one] => format!("{one:?} ({reason})"),
+                [one] => format!("{:?} ({reason})", quotable(one)),
                 many => {
                     let quoted: Vec<String> = many
                         .iter()
                         .take(QUOTED_PER_REASON)
-                        .map(|v| format!("{v:?}"))
+                        .map(|v| format!("{:?}", quotable(v)))
                         .collect();
                     let more = many.len().saturating_sub(QUOTED_PER_REASON);
                     let tail = if more > 0 {
@@ -212,6 +212,18 @@ impl ParsedAddresses {
             ));
         }
         Some(format!("{}: rejected {}", self.source, items.join("; ")))
+    }
+}
+
+/// At most this many characters of one rejected value are quoted in a message.
+const QUOTED_CHARS: usize = 64;
+
+/// `value`, cut to [`QUOTED_CHARS`] characters with `...` when longer (an annotation may
+/// hold up to 256 KiB: the message names the value, it need not carry it all).
+fn quotable(value: &str) -> String {
+    match value.char_indices().nth(QUOTED_CHARS) {
+        Some((cut, _)) => format!("{}...", &value[..cut]),
+        None => value.to_string(),
     }
 }
 

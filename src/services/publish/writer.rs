@@ -97,7 +97,7 @@ impl KubeStatusWriter {
             match timed(key, "patch status.loadBalancer.ingress", fut).await {
                 Ok(s) => return Ok(Some(s)),
                 Err(e) if e.is_not_found() => return Ok(None),
-                Err(e) if e.api_code() == Some(403) => self.learn_patch_forbidden(&e),
+                Err(e) if e.rbac_denies("patch") => self.learn_patch_forbidden(&e),
                 Err(e) => return Err(e),
             }
         }
@@ -116,16 +116,25 @@ impl KubeStatusWriter {
         match timed(key, "update status.loadBalancer.ingress", fut).await {
             Ok(s) => Ok(Some(s)),
             Err(e) if e.is_not_found() => Ok(None),
-            Err(e) => Err(e),
+            Err(e) => Err(self.unlearn_if_update_denied(e)),
         }
     }
 
-    /// Notes (once, at info) that the server refuses merge patches of Services: RBAC
-    /// granting `update` only.
+    /// Notes (at info, once per switch) that RBAC refuses merge patches of Services:
+    /// writes become read-modify-write updates.
     fn learn_patch_forbidden(&self, e: &StatusError) {
         if !self.patch_forbidden.swap(true, Ordering::Relaxed) {
-            tracing::info!(error = %e, "a merge patch of a Service was refused (403): the RBAC grants update but not patch on services (as kube-vip's chart ClusterRoles do); writing Services with read-modify-write updates from now on (`vipd manifest rbac` grants patch)");
+            tracing::info!(error = %e, "a merge patch of a Service was refused by RBAC (403): it grants update but not patch on services (as kube-vip's chart ClusterRoles do); writing Services with read-modify-write updates from now on (`vipd manifest rbac` grants patch)");
         }
+    }
+
+    /// After an update RBAC refuses (the RBAC changed, e.g. to `vipd manifest rbac`'s, which
+    /// grants patch only), the next write tries a merge patch again. Returns `e`.
+    fn unlearn_if_update_denied(&self, e: StatusError) -> StatusError {
+        if e.rbac_denies("update") && self.patch_forbidden.swap(false, Ordering::Relaxed) {
+            tracing::info!(error = %e, "an update of a Service was refused by RBAC (403): trying merge patches again");
+        }
+        e
     }
 
     async fn patch_vip_host(
@@ -155,7 +164,7 @@ impl KubeStatusWriter {
             match timed(key, op, fut).await {
                 Ok(_) => return Ok(WriteOutcome::Written),
                 Err(e) if e.is_not_found() => return Ok(WriteOutcome::NotFound),
-                Err(e) if e.api_code() == Some(403) => self.learn_patch_forbidden(&e),
+                Err(e) if e.rbac_denies("patch") => self.learn_patch_forbidden(&e),
                 Err(e) => return Err(e),
             }
         }
@@ -169,7 +178,7 @@ impl KubeStatusWriter {
         match timed(key, op, fut).await {
             Ok(_) => Ok(WriteOutcome::Written),
             Err(e) if e.is_not_found() => Ok(WriteOutcome::NotFound),
-            Err(e) => Err(e),
+            Err(e) => Err(self.unlearn_if_update_denied(e)),
         }
     }
 

@@ -638,3 +638,13 @@ fn a_long_malformed_list_is_read_up_to_the_cap_and_told_in_one_bounded_line() {
     let p = parse_address_list(&format!("192.0.2.7,{text}"));
     assert_eq!(p.addresses, vec![ip("192.0.2.7")]);
 }
+
+/// A rejected value is quoted cut to 64 characters: one message stays short whatever the
+/// annotation holds (up to 256 KiB).
+#[test]
+fn a_huge_rejected_value_is_quoted_cut() {
+    let huge = "x".repeat(100_000);
+    let msg = parse_address_list(&huge).rejection_message().unwrap();
+    assert!(msg.len() < 200, "{} bytes", msg.len());
+    assert!(msg.contains(&format!("\"{}...\"", "x".repeat(64))), "{msg}");
+}
