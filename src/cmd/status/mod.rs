@@ -10,8 +10,9 @@
 //! * a `type: LoadBalancer` Service: its addresses as vipd reads them
 //!   (`kube-vip.io/loadbalancerIPs`, then `spec.loadBalancerIP`); its lease is its own
 //!   (`kubevip-<name>` or `kube-vip.io/leaseName`, in its namespace, with `svc_election`)
-//!   when that Lease exists, else the global `--svc-lease` (default
-//!   `kube-system/plndr-svcs-lock`);
+//!   when that Lease exists, an `externalTrafficPolicy: Local` Service's
+//!   `vipd-local.<namespace>.<name>` beside the global lease when that exists, else the
+//!   global `--svc-lease` (default `kube-system/plndr-svcs-lock`);
 //! * holder, renewed, held since and moves: the Lease's `holderIdentity`, `renewTime`,
 //!   `acquireTime` and `leaseTransitions`; a lease not renewed within its
 //!   `leaseDurationSeconds` is shown as expired (nobody may be answering);
@@ -419,7 +420,11 @@ fn service_row(
         namespace: svc.key.namespace.clone(),
         name: svc.lease_name.clone(),
     };
-    let lease = if view.leases.contains_key(&own) || !view.leases.contains_key(&view.svc_lease) {
+    // A Local Service's own lease beside the global one (one lease for all).
+    let local = crate::services::plan::desired::local_lease(&view.svc_lease, &svc.key);
+    let lease = if svc.etp_local && view.leases.contains_key(&local) {
+        local
+    } else if view.leases.contains_key(&own) || !view.leases.contains_key(&view.svc_lease) {
         own
     } else {
         view.svc_lease.clone()

@@ -316,3 +316,26 @@ fn pools_with_their_figures_and_the_allocator() {
     assert_eq!(pool_statuses(&v, ts(NOW)), (Vec::new(), None));
     assert_eq!(render_pools(&[], None, &v.ipam_configmap), "");
 }
+
+/// Issue 26 (second trial): under one lease for all, a Local Service's row names its own
+/// lease `vipd-local.<namespace>.<name>` and that lease's holder, not the global holder.
+#[test]
+fn a_local_service_under_one_lease_for_all_shows_its_own_lease() {
+    let mut v = view();
+    let mut local = lb_service(
+        "apps",
+        "web",
+        &[("kube-vip.io/loadbalancerIPs", "192.0.2.20")],
+    );
+    local.etp_local = true;
+    v.services.push((local, vec!["192.0.2.20".into()]));
+    v.leases
+        .insert(v.svc_lease.clone(), record("node-a", 2, 100, 0));
+    v.leases.insert(
+        lref("kube-system", "vipd-local.apps.web"),
+        record("node-c", 0, 10, 0),
+    );
+    let rows = vip_statuses(&v, ts(NOW));
+    assert_eq!(rows[0].lease, "kube-system/vipd-local.apps.web");
+    assert_eq!(rows[0].holder.as_deref(), Some("node-c"));
+}
