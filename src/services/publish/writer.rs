@@ -78,10 +78,14 @@ impl KubeStatusWriter {
         }
     }
 
+    /// Sets `status.loadBalancer.ingress` (a merge patch; under RBAC without `patch`, an
+    /// update of `read`, the Service as the caller just read it, else read here). `None`:
+    /// the Service is gone.
     async fn patch_ingress(
         &self,
         key: &ServiceKey,
         ingress: &[LoadBalancerIngress],
+        read: Option<Service>,
     ) -> Result<Option<Service>, StatusError> {
         let value = if ingress.is_empty() {
             serde_json::Value::Null
@@ -101,8 +105,9 @@ impl KubeStatusWriter {
                 Err(e) => return Err(e),
             }
         }
-        // Read, change, write back with its resourceVersion (a 409 is retried by the caller).
-        let Some(mut svc) = self.get(key).await? else {
+        // Change what was read, write back with its resourceVersion (a 409 is retried by the
+        // caller).
+        let Some(mut svc) = self.read_unless(key, read).await? else {
             return Ok(None);
         };
         svc.status
@@ -137,23 +142,38 @@ impl KubeStatusWriter {
         e
     }
 
+    /// `read`, else the Service as the API server has it now (`None`: gone).
+    async fn read_unless(
+        &self,
+        key: &ServiceKey,
+        read: Option<Service>,
+    ) -> Result<Option<Service>, StatusError> {
+        match read {
+            Some(svc) => Ok(Some(svc)),
+            None => self.get(key).await,
+        }
+    }
+
     async fn patch_vip_host(
         &self,
         key: &ServiceKey,
         node: Option<&str>,
+        read: Option<Service>,
     ) -> Result<WriteOutcome, StatusError> {
         let values = json!({ ANN_VIP_HOST: node });
-        self.patch_annotations(key, values, "patch annotation kube-vip.io/vipHost")
+        self.patch_annotations(key, values, "patch annotation kube-vip.io/vipHost", read)
             .await
     }
 
     /// A merge patch of the Service's `metadata.annotations` with `values` (a JSON object;
-    /// `null` removes a key); `op` names the write in errors.
+    /// `null` removes a key); `op` names the write in errors. Under RBAC without `patch`, an
+    /// update of `read` (the Service as the caller just read it), else read here.
     pub(super) async fn patch_annotations(
         &self,
         key: &ServiceKey,
         values: serde_json::Value,
         op: &'static str,
+        read: Option<Service>,
     ) -> Result<WriteOutcome, StatusError> {
         if !self.patch_forbidden.load(Ordering::Relaxed) {
             let patch = json!({ "metadata": { "annotations": values } });
@@ -168,7 +188,7 @@ impl KubeStatusWriter {
                 Err(e) => return Err(e),
             }
         }
-        let Some(mut svc) = self.get(key).await? else {
+        let Some(mut svc) = self.read_unless(key, read).await? else {
             return Ok(WriteOutcome::NotFound);
         };
         merge_annotations(&mut svc, &values);
@@ -222,7 +242,7 @@ impl StatusWriter for KubeStatusWriter {
         if !ingress_differs_with(&current, &ingress, compare_ports) {
             return Ok(WriteOutcome::Unchanged);
         }
-        match self.patch_ingress(key, &ingress).await? {
+        match self.patch_ingress(key, &ingress, Some(current)).await? {
             Some(stored) => {
                 self.learn_ports(&ingress, &stored);
                 Ok(WriteOutcome::Written)
@@ -242,7 +262,7 @@ impl StatusWriter for KubeStatusWriter {
         if vip_host_of(&current) == Some(node) {
             return Ok(WriteOutcome::Unchanged);
         }
-        self.patch_vip_host(key, Some(node)).await
+        self.patch_vip_host(key, Some(node), Some(current)).await
     }
 
     async fn set_annotations(
@@ -257,7 +277,7 @@ impl StatusWriter for KubeStatusWriter {
             .iter()
             .map(|(k, v)| ((*k).to_string(), serde_json::Value::String(v.clone())))
             .collect();
-        self.patch_annotations(key, values.into(), "patch DHCP annotations")
+        self.patch_annotations(key, values.into(), "patch DHCP annotations", None)
             .await
     }
 
@@ -266,14 +286,18 @@ impl StatusWriter for KubeStatusWriter {
             return Ok(WriteOutcome::NotFound);
         };
         let mut outcome = WriteOutcome::Unchanged;
-        if !current_ingress(&current).is_empty() {
-            if self.patch_ingress(key, &[]).await?.is_none() {
-                return Ok(WriteOutcome::NotFound);
+        let has_host = vip_host_of(&current).is_some();
+        let mut latest = current;
+        if !current_ingress(&latest).is_empty() {
+            match self.patch_ingress(key, &[], Some(latest)).await? {
+                // The stored Service (its new resourceVersion) for the next write.
+                Some(stored) => latest = stored,
+                None => return Ok(WriteOutcome::NotFound),
             }
             outcome = WriteOutcome::Written;
         }
-        if vip_host_of(&current).is_some() {
-            outcome = self.patch_vip_host(key, None).await?;
+        if has_host {
+            outcome = self.patch_vip_host(key, None, Some(latest)).await?;
         }
         Ok(outcome)
     }
