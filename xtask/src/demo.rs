@@ -28,9 +28,7 @@ use crate::bench::harness::text::or_none;
 /// # Errors
 /// Not root, vipd does not build, the lab does not start, or a round cannot be set up.
 pub fn run() -> Result<()> {
-    if nix::unistd::geteuid().as_raw() != 0 {
-        bail!("`cargo xtask demo` needs root (network namespaces); run it with sudo -E");
-    }
+    crate::require_root("demo")?;
     // Fail early, with instructions, before the release build.
     let api = xtask::lab::find_apiserver()?;
     eprintln!("==> lab: kube-apiserver {}", api.display());

@@ -121,7 +121,11 @@ fn run() -> Result<()> {
     }
 }
 
-fn require_root(what: &str) -> Result<()> {
+/// Fails unless run as root, naming `cargo xtask {what}`.
+///
+/// # Errors
+/// Not root.
+pub(crate) fn require_root(what: &str) -> Result<()> {
     let uid = nix::unistd::geteuid().as_raw();
     if uid != 0 {
         bail!("`cargo xtask {what}` needs root (network namespaces); run it with sudo -E");

@@ -122,9 +122,7 @@ struct Row {
 /// Bad arguments, a failed build, a lab that cannot start, vipd or peer_sim failing.
 pub fn run(args: &[&str]) -> Result<()> {
     let o = Options::parse(args)?;
-    if nix::unistd::geteuid().as_raw() != 0 {
-        bail!("`cargo xtask bench heartbeat` needs root (network namespaces); run it with sudo -E");
-    }
+    crate::require_root("bench heartbeat")?;
     let vipd = vipd_release_binary(o.build, o.vipd.as_deref())?;
     let sim = release_artifact(o.build, &["--example", "peer_sim"], "examples/peer_sim")?;
     println!(

@@ -127,9 +127,7 @@ impl Options {
 /// Bad arguments, a failed build, a lab that cannot start, or a run that cannot proceed.
 pub fn run(args: &[&str]) -> Result<()> {
     let o = Options::parse(args)?;
-    if nix::unistd::geteuid().as_raw() != 0 {
-        bail!("`cargo xtask bench ipam` needs root (network namespaces); run it with sudo -E");
-    }
+    crate::require_root("bench ipam")?;
     let vipd = vipd_release_binary(o.build, o.vipd.as_deref())?;
     println!("vipd binary: {}", vipd.display());
     for n in &o.services {

@@ -112,9 +112,7 @@ pub fn pool_address(i: usize) -> Option<Ipv4Addr> {
 /// violation (the error counts them).
 pub fn run(args: &[&str]) -> Result<()> {
     let o = Options::parse(args)?;
-    if nix::unistd::geteuid().as_raw() != 0 {
-        bail!("`cargo xtask chaos` needs root (network namespaces); run it with sudo -E");
-    }
+    crate::require_root("chaos")?;
     let vipd = match (&o.vipd, o.build) {
         (Some(p), _) => crate::bench::harness::build::vipd_release_binary(false, Some(p))?,
         (None, true) => crate::bench::harness::build::vipd_release_binary(true, None)?,

@@ -41,7 +41,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::{Result, anyhow};
 use xtask::lab::NODES;
 
 use super::harness::build::vipd_release_binary;
@@ -83,9 +83,7 @@ pub(super) const RENEW_HISTOGRAM: &str = "vipd_lease_renew_duration_seconds";
 /// that cannot be created. A row that fails is printed as failed and the run goes on.
 pub fn run(args: &[&str]) -> Result<()> {
     let o = Options::parse(args)?;
-    if nix::unistd::geteuid().as_raw() != 0 {
-        bail!("`cargo xtask bench apiload` needs root (network namespaces); run it with sudo -E");
-    }
+    crate::require_root("bench apiload")?;
     let vipd = vipd_release_binary(o.build, o.vipd_path.as_deref())?;
     let started = Instant::now();
     let ctx = Ctx::start(vipd, o.verbose)?;

@@ -99,9 +99,7 @@ pub fn run(args: &[&str]) -> Result<()> {
 }
 
 fn failover(o: &BenchOptions) -> Result<()> {
-    if nix::unistd::geteuid().as_raw() != 0 {
-        bail!("`cargo xtask bench` needs root (network namespaces); run it with sudo -E");
-    }
+    crate::require_root("bench")?;
     let subjects = o.subjects();
     if subjects.iter().any(|s| matches!(s, Subject::Keepalived(_)))
         && !Path::new(KEEPALIVED).is_file()

@@ -251,9 +251,7 @@ impl Options {
 /// (vipd not starting, the API server refusing the bench's calls).
 pub fn run(args: &[&str]) -> Result<()> {
     let o = Options::parse(args)?;
-    if nix::unistd::geteuid().as_raw() != 0 {
-        bail!("`cargo xtask bench services` needs root (network namespaces); run it with sudo -E");
-    }
+    crate::require_root("bench services")?;
     let vipd = vipd_release_binary(o.build, o.vipd.as_deref())?;
     println!("vipd binary: {}", vipd.display());
     for s in &o.scenarios {
