@@ -73,8 +73,6 @@ pub struct Allocator<A: ServiceApi, P: AddressProbe> {
     failures: u32,
     /// Events queued by this pass: (Service, its uid, the Event).
     outbox: Vec<(ObjectKey, String, Event)>,
-    /// The pool ConfigMap existed at this pass.
-    config_map_exists: bool,
 }
 
 /// One write a pass makes, and what it means once written.
@@ -140,7 +138,6 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
             posted: HashSet::new(),
             failures: 0,
             outbox: Vec::new(),
-            config_map_exists: false,
         }
     }
 
@@ -163,7 +160,6 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
         may_write: &(dyn Fn() -> bool + Sync),
     ) -> PassEnd {
         let now = Instant::now();
-        self.config_map_exists = input.pools.is_some();
         let empty = BTreeMap::new();
         let book = PoolBook::from_data(input.pools.unwrap_or(&empty));
         let views: Vec<ServiceView> = input
@@ -223,7 +219,7 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
             let (Some(svc), Some(view)) = (by_key.get(key), views_by_key.get(key)) else {
                 continue;
             };
-            writes.extend(self.write_for(svc, view, decision, &book));
+            writes.extend(self.write_for(svc, view, decision, &book, input.pools.is_some()));
         }
         writes.extend(finalizer_writes(input.services, &views));
         for (write, outcome) in self.write_all(writes, may_write).await {
@@ -327,14 +323,15 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
         }
     }
 
-    /// The write `decision` needs, if any; queues the Warning of a decision that gives no
-    /// address.
+    /// The write `decision` needs, if any; queues the Event of a decision that gives no
+    /// address (`cm_exists`: the pool ConfigMap exists, see [`why_no_address`]).
     fn write_for<'a>(
         &mut self,
         svc: &'a Service,
         view: &'a ServiceView,
         decision: &Decision,
         book: &PoolBook,
+        cm_exists: bool,
     ) -> Option<Write<'a>> {
         let (change, then) = match decision {
             Decision::Keep => return None,
@@ -367,7 +364,6 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
             | Decision::Exhausted { .. }
             | Decision::FamilyMissing { .. } => {
                 let cm = &self.settings.config_map;
-                let cm_exists = self.config_map_exists;
                 if let Some((kind, reason, message)) =
                     why_no_address(decision, book, cm, cm_exists, &view.key.namespace)
                 {
