@@ -204,7 +204,7 @@ fn build_image(dir: &Path) -> Option<(image::BuiltImage, image::ImageSpec)> {
 /// The image's `vipd --version`, `vipd manifest` and `nft` run; its `vipd manager` holds the
 /// VIP on three nodes with its own `nft` (the ARP flux guard's table) and passes S01.
 #[test]
-fn image_runs_as_the_manager_and_passes_s01() {
+fn s57_image_runs_as_the_manager_and_passes_s01() {
     let dir = tempfile::tempdir().unwrap();
     let Some((built, spec)) = build_image(dir.path()) else {
         return;

@@ -248,7 +248,7 @@ fn s38_core_events_where_events_k8s_io_is_not_served() {
 /// Service and writes its status and `kube-vip.io/vipHost`: the merge patch is refused
 /// with 403 once, then the writes are read-modify-write updates.
 #[test]
-fn kube_vip_chart_rbac_still_gets_status_and_vip_host_written() {
+fn s38_kube_vip_chart_rbac_still_gets_status_and_vip_host_written() {
     let opts = LabOptions {
         node_rbac: NodeRbac::None,
         ..LabOptions::default()
