@@ -195,6 +195,15 @@ impl Observed {
 /// seen and is ignored anyway). Small on purpose: every Service lease has one.
 pub(crate) const OWN_WRITES_KEPT: usize = 4;
 
+/// How many writes whose outcome is unknown [`OwnWrites`] remembers besides the most recent
+/// ones: the first attempts after the last confirmed write. While the API server cannot
+/// commit (etcd stalled, an API outage that queues requests), every renewal times out but
+/// may still be committed when storage resumes, the oldest queued one first (each carries
+/// the same precondition, so at most one of them lands); 64 covers more than a minute of
+/// renewals at a 1 s retry period, past the ride-through cap. 16 bytes each, kept only
+/// until the next confirmed write.
+pub(crate) const UNCONFIRMED_KEPT: usize = 64;
+
 /// One remembered write: what [`OwnWrites::is_ours`] compares, nothing more (a few hundred
 /// Service leases per node each keep [`OWN_WRITES_KEPT`] of them).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -232,12 +241,22 @@ impl OwnWrite {
 pub struct OwnWrites {
     /// Oldest first.
     recent: VecDeque<OwnWrite>,
+    /// The first [`UNCONFIRMED_KEPT`] writes sent since the last confirmed one (held, and
+    /// `renewTime` in microseconds): a late commit of any of them is still ours, however
+    /// many attempts followed it (the most recent ones are in `recent`).
+    unconfirmed: Vec<(bool, i64)>,
 }
 
 impl OwnWrites {
     /// Notes a write about to be sent (outcome unknown until [`OwnWrites::succeeded`]).
     pub(crate) fn attempted(&mut self, record: &LeaseRecord) {
-        self.remember(OwnWrite::of(None, record));
+        let w = OwnWrite::of(None, record);
+        if let Some(us) = w.renew_micros
+            && self.unconfirmed.len() < UNCONFIRMED_KEPT
+        {
+            self.unconfirmed.push((w.held, us));
+        }
+        self.remember(w);
     }
 
     /// Keeps at most [`OWN_WRITES_KEPT`] (dropping the oldest before adding, so the buffer
@@ -250,7 +269,10 @@ impl OwnWrites {
     }
 
     /// Notes that the write of `record` was stored as `stored`.
+    /// Writes sent before it can no longer land (they carried an older precondition), so
+    /// the unconfirmed ones are forgotten.
     pub(crate) fn succeeded(&mut self, record: &LeaseRecord, stored: &Observed) {
+        self.unconfirmed = Vec::new();
         let sent = OwnWrite::of(None, record);
         match self.recent.iter_mut().rev().find(|w| **w == sent) {
             Some(entry) => entry.rv = Some(stored.resource_version.clone()),
@@ -266,7 +288,11 @@ impl OwnWrites {
     /// also recognises a write whose answer was lost, and our write after somebody edited
     /// only the Lease's metadata).
     pub(crate) fn is_ours(&self, obs: &Observed) -> bool {
-        self.recent.iter().any(|w| {
+        let late = obs.record.renew_time.is_some_and(|t| {
+            self.unconfirmed
+                .contains(&(obs.record.is_held(), t.as_microsecond()))
+        });
+        late || self.recent.iter().any(|w| {
             w.rv.as_deref() == Some(obs.resource_version.as_str()) || w.same_write(&obs.record)
         })
     }
@@ -538,6 +564,52 @@ mod tests {
         }
         assert_eq!(own.recent.len(), OWN_WRITES_KEPT);
         assert!(own.recent.capacity() <= OWN_WRITES_KEPT.next_power_of_two());
+        assert_eq!(own.unconfirmed.len(), UNCONFIRMED_KEPT);
+    }
+
+    /// Issue 27: storage stalls for 20 s; every renewal times out (outcome unknown), one per
+    /// retry period. When storage resumes, the first of them is committed: the holder must
+    /// recognise it as its own (not a duplicate process) however many attempts followed,
+    /// while a record another process wrote under the same name in the meantime (its own
+    /// `renewTime`) is still foreign. A confirmed write ends the unknowns.
+    #[test]
+    fn a_late_commit_of_any_unconfirmed_renewal_is_ours_a_twin_is_not() {
+        let at = |us: i64| Timestamp::from_microsecond(1_700_000_000_000_000 + us).unwrap();
+        let first = claim(None, "a", FIVE, at(0));
+        let stored = Observed {
+            record: first.clone(),
+            resource_version: "10".into(),
+        };
+        let mut own = none();
+        own.attempted(&first);
+        own.succeeded(&first, &stored);
+        // 20 renewals sent during the stall, all timed out.
+        let sent: Vec<LeaseRecord> = (1..=20)
+            .map(|i| claim(Some(&first), "a", FIVE, at(i * 1_000_000)))
+            .collect();
+        for r in &sent {
+            own.attempted(r);
+        }
+        let late = |r: &LeaseRecord, rv: &str| Observed {
+            record: r.clone(),
+            resource_version: rv.into(),
+        };
+        // The oldest one lands when storage resumes (beyond the most recent writes kept).
+        assert!(own.is_ours(&late(&sent[0], "11")));
+        assert!(!foreign_under_identity(&late(&sent[0], "11"), "a", &own));
+        assert!(!held_by_another(&late(&sent[0], "11"), "a", &own));
+        // So could any other of them.
+        assert!(sent.iter().all(|r| own.is_ours(&late(r, "11"))));
+        // A second process named "a" renewing meanwhile writes its own renewTime: foreign.
+        let twin = claim(Some(&first), "a", FIVE, at(1_500_000));
+        assert!(foreign_under_identity(&late(&twin, "12"), "a", &own));
+        // Once a renewal is confirmed, the earlier unknowns cannot land any more (they
+        // carried an older precondition) and are forgotten.
+        let confirmed = claim(Some(&first), "a", FIVE, at(30_000_000));
+        own.attempted(&confirmed);
+        own.succeeded(&confirmed, &late(&confirmed, "14"));
+        assert!(!own.is_ours(&late(&sent[0], "15")));
+        assert!(own.unconfirmed.is_empty());
     }
 
     #[test]
