@@ -67,9 +67,21 @@ pub(crate) struct RideConfig {
     /// changed for this long (the holder missed its renewals for the renew deadline, after
     /// which it would have stepped down without ride-through).
     pub ask_delay: Duration,
+    /// The lease's retry period: a holder's last renewal may be this much older than the
+    /// start of an outage.
+    pub retry_period: Duration,
+    /// A node reaches the API while its last good probe answer is at most this old
+    /// ([`super::node::API_WINDOW`], 1 s).
+    pub api_window: Duration,
 }
 
-/// A [`RideConfig`] breaks a rule the safety argument needs.
+/// Service lease timings (seconds: lease duration, renew deadline, retry period) with which
+/// a ride starts within the API fence of every outage ([`RideConfig::check_start`]):
+/// kube-vip's defaults. `vipd manifest --servicesRideThrough` writes them as the Service
+/// timings when the lease timings it writes do not allow a ride.
+pub(crate) const RIDE_SERVICE_TIMINGS: (&str, &str, &str) = ("5", "3", "1");
+
+/// A [`RideConfig`] breaks a rule the safety argument or the ride's start needs.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub(crate) enum RideConfigError {
     /// Which rule, with the values.
@@ -81,22 +93,106 @@ impl RideConfig {
     /// The defaults for these lease timings and fence lifetime (seconds).
     ///
     /// # Errors
-    /// [`RideConfigError`] when the result breaks a rule of [`RideConfig::check`].
+    /// [`RideConfigError`] when the result breaks a rule of [`RideConfig::check`], or when
+    /// a ride could not start before the API fence ends ([`RideConfig::check_start`]).
     pub(crate) fn new(timing: &Timing, fence_secs: u32) -> Result<Self, RideConfigError> {
-        let interval = Duration::from_millis(200);
+        let c = Self::unchecked_start(timing, fence_secs)?;
+        c.check_start()?;
+        Ok(c)
+    }
+
+    /// [`RideConfig::new`] without [`RideConfig::check_start`] (a liveness rule, not a
+    /// safety one): the model tests compare timings where a ride cannot start.
+    ///
+    /// # Errors
+    /// [`RideConfigError`] when the result breaks a rule of [`RideConfig::check`].
+    pub(crate) fn unchecked_start(
+        timing: &Timing,
+        fence_secs: u32,
+    ) -> Result<Self, RideConfigError> {
         let c = RideConfig {
+            fence: Duration::from_secs(u64::from(fence_secs)),
+            ..Self::defaults_for(timing)
+        };
+        c.check()?;
+        Ok(c)
+    }
+
+    /// Longest time from the start of an API outage that every node meets to the first
+    /// evaluation at which a holder may ride, without frame loss: the probe notices it
+    /// (the API window), the next heartbeat drops `api_reachable`, the one after drops
+    /// `api_heard` (its relays see the source's latest frame), the flag hold runs out, the
+    /// next frame carries no flag, and the holder evaluates at its next heartbeat; each
+    /// frame on its way for up to the delivery bound. 2.9 s with the defaults.
+    pub(crate) fn ride_start_bound(&self) -> Duration {
+        self.api_window + self.interval * 4 + self.delivery * 2 + self.flag_hold
+    }
+
+    /// Shortest time from the start of an API outage to the end of the holder's API fence
+    /// (its last renewal may be a retry period older than the outage): a ride must start
+    /// before, or the `Gap` rule ends it for the term. 3.75 s at 5/3/1, 1.75 s at 3/2/1.
+    pub(crate) fn api_fence_after_outage(&self) -> Duration {
+        self.lease_duration
+            .saturating_sub(self.retry_period)
+            .saturating_sub(self.margin)
+    }
+
+    /// Whether Service leases with `timing` pass [`RideConfig::check_start`] (with the
+    /// protocol's other defaults): what `vipd manifest --servicesRideThrough` asks before
+    /// it writes [`RIDE_SERVICE_TIMINGS`].
+    pub(crate) fn start_ok_for(timing: &Timing) -> bool {
+        Self::defaults_for(timing).check_start().is_ok()
+    }
+
+    /// The protocol's defaults for `timing` (the fence still to be set).
+    fn defaults_for(timing: &Timing) -> Self {
+        let interval = Duration::from_millis(200);
+        RideConfig {
             interval,
             liveness: interval * 3,
-            fence: Duration::from_secs(u64::from(fence_secs)),
+            fence: Duration::ZERO,
             margin: FENCE_MARGIN,
             delivery: Duration::from_millis(50),
             flag_hold: Duration::from_secs(1),
             lease_duration: timing.lease_duration,
             max_ride: Duration::from_secs(60),
             ask_delay: timing.renew_deadline,
-        };
-        c.check()?;
-        Ok(c)
+            retry_period: timing.retry_period,
+            api_window: super::node::API_WINDOW,
+        }
+    }
+
+    /// The liveness rule of the timings: a ride can start within the API fence of every
+    /// outage ([`RideConfig::api_fence_after_outage`] longer than
+    /// [`RideConfig::ride_start_bound`]). Timings that break it would drop every Service
+    /// VIP at the renew deadline of an outage that starts right after a renewal, with or
+    /// without ride-through.
+    ///
+    /// # Errors
+    /// [`RideConfigError::Rule`] naming the fields, their values and timings that work.
+    pub(crate) fn check_start(&self) -> Result<(), RideConfigError> {
+        let fence = self.api_fence_after_outage();
+        let start = self.ride_start_bound();
+        if fence > start {
+            return Ok(());
+        }
+        let secs = |d: Duration| d.as_secs_f64();
+        Err(RideConfigError::Rule(format!(
+            "svc_leaseduration {} s with svc_retryperiod {} s (both default to the vip_ \
+             timings) end a holder's API fence as early as {} ms after an API outage starts, \
+             before a ride can start (up to {} ms: the peers' flags must fade first); \
+             svc_leaseduration minus svc_retryperiod must exceed {} s, e.g. \
+             svc_leaseduration={} svc_renewdeadline={} svc_retryperiod={} (what `vipd \
+             manifest --servicesRideThrough` writes)",
+            secs(self.lease_duration),
+            secs(self.retry_period),
+            fence.as_millis(),
+            start.as_millis(),
+            secs(start + self.margin),
+            RIDE_SERVICE_TIMINGS.0,
+            RIDE_SERVICE_TIMINGS.1,
+            RIDE_SERVICE_TIMINGS.2,
+        )))
     }
 
     /// The rules: the liveness window spans at least two intervals; it is shorter than the
@@ -307,8 +403,8 @@ struct PeerInfo {
     digest: u64,
     flagged_at: Option<Instant>,
     streak_start: Option<Instant>,
-    any_flag_at: Option<Instant>,
-    api_reachable_at: Option<Instant>,
+    /// Arrival and flags of its latest message (any kind).
+    latest: Option<(Instant, Flags)>,
     heartbeat: Option<(Instant, Flags, BTreeSet<LeaseRef>)>,
     released: BTreeMap<LeaseRef, String>,
 }
@@ -395,8 +491,7 @@ impl Peers {
                 digest: msg.membership,
                 flagged_at: None,
                 streak_start: None,
-                any_flag_at: None,
-                api_reachable_at: None,
+                latest: None,
                 heartbeat: None,
                 released: BTreeMap::new(),
             });
@@ -414,11 +509,8 @@ impl Peers {
             // A hold-only frame neither extends nor breaks a streak; no flag breaks it.
             p.streak_start = None;
         }
-        if msg.flags.any() {
-            p.any_flag_at = Some(received_at);
-        }
-        if msg.flags.api_reachable {
-            p.api_reachable_at = Some(received_at);
+        if p.latest.is_none_or(|(at, _)| received_at >= at) {
+            p.latest = Some((received_at, msg.flags));
         }
         match msg.kind {
             Kind::Heartbeat => {
@@ -458,9 +550,13 @@ impl Peers {
     /// set (`api_hold` when it no longer vouches itself).
     pub(crate) fn outgoing_flags(&mut self, now: Instant) -> Flags {
         let api_reachable = self.api_since.is_some();
+        // Relayed while a peer's latest frame (within the liveness window) says it reaches
+        // the API: the relay stops one frame after its source does. What `api_heard` means
+        // does not enter the safety argument (only the hold promise on one's own frames
+        // does), so it is free to fade fast.
         let api_heard = self.peers.values().any(|p| {
-            p.api_reachable_at
-                .is_some_and(|a| within(now, a, self.cfg.liveness))
+            p.latest
+                .is_some_and(|(a, f)| f.api_reachable && within(now, a, self.cfg.liveness))
         });
         let vouches = api_reachable || api_heard;
         if vouches {
@@ -624,7 +720,13 @@ impl Peers {
             }
         }
         for (node, p) in &self.peers {
-            if p.any_flag_at.is_some_and(|f| within(now, f, c.liveness)) {
+            // The latest frame of each peer heard within the window: a frame of a node in
+            // a blocking-set run built within the window is flagged (the hold promise), and
+            // the latest one is such a frame, so checking it alone keeps the argument; an
+            // older flagged frame followed by unflagged ones only says the flags faded.
+            if p.latest
+                .is_some_and(|(at, f)| f.any() && within(now, at, c.liveness))
+            {
                 return Err(StepDownReason::PeerReachesApi { node: node.clone() });
             }
         }

@@ -134,7 +134,9 @@ pub struct GenArgs {
     /// Service VIPs ride through API server outages [writes: svc_ridethrough]; needs the Secret
     /// vipd-peer-key (kubectl create secret generic vipd-peer-key -n <namespace>
     /// --from-literal=key=$(head -c32 /dev/urandom | base64)) and `vipd manifest rbac
-    /// --servicesRideThrough`
+    /// --servicesRideThrough`; with lease timings a ride cannot start in time (the default
+    /// 3/2/1) it also writes Service lease timings 5/3/1 [writes: svc_leaseduration,
+    /// svc_renewdeadline, svc_retryperiod]
     #[arg(long = "servicesRideThrough", value_name = "BOOL", num_args = 0..=1,
           require_equals = true, default_missing_value = "true")]
     pub services_ride_through: Option<String>,
@@ -588,7 +590,7 @@ impl GenArgs {
         }
 
         let (admin_host, admin_port) = admin_endpoint(&prometheus)?;
-        let plan = Deployment {
+        let mut plan = Deployment {
             env,
             namespace,
             image: self.image.clone(),
@@ -598,7 +600,19 @@ impl GenArgs {
             admin_host,
             privileged: dhcp,
         };
-        plan.resolve()?;
+        let resolved = plan.resolve()?;
+        if ride_timings_needed(&resolved.config) {
+            use crate::peer::ridethrough::RIDE_SERVICE_TIMINGS as T;
+            for (flag, v) in [
+                ("servicesLeaseDuration", T.0),
+                ("servicesLeaseRenewDuration", T.1),
+                ("servicesLeaseRetry", T.2),
+            ] {
+                plan.env
+                    .push((env_for(flag)?, EnvValue::Text(v.to_string())));
+            }
+            plan.resolve()?;
+        }
         Ok(plan)
     }
 
@@ -723,6 +737,16 @@ impl Deployment {
         let env = self.env_for_node(VALIDATION_NODE_NAME);
         resolve_env(&env).map_err(|e| ManifestError::Config(as_generator_flag(e)))
     }
+}
+
+/// Whether a configuration with `svc_ridethrough` needs the Service lease timings
+/// [`crate::peer::ridethrough::RIDE_SERVICE_TIMINGS`] written: its Service timings do not
+/// let a ride start within the API fence, which the manager refuses with ride-through
+/// (`RideConfig::check_start`).
+fn ride_timings_needed(c: &config::Config) -> bool {
+    c.services
+        && c.services_ride_through
+        && !crate::peer::ridethrough::RideConfig::start_ok_for(&c.services_timing)
 }
 
 /// The manager names a bad setting by where it read it (an environment variable, or a

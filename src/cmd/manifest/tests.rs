@@ -462,3 +462,38 @@ fn the_fast_profile_needs_and_gets_the_nftables_fence() {
         .to_string();
     assert!(e.contains("vip_retryperiod") && e.contains("0.1 s"), "{e}");
 }
+
+/// Issue 27 (b): with `--servicesRideThrough` the generator writes Service lease timings
+/// with which a ride starts within the API fence (the manager refuses the others with
+/// ride-through), unless the lease timings it writes already allow it; without the option
+/// it writes none.
+#[test]
+fn ride_through_gets_service_timings_it_works_with() {
+    let base = ["--services", "--interface", "eth0"];
+    let svc = |p: &Deployment| -> Vec<(&'static str, String)> {
+        text_env(p)
+            .into_iter()
+            .filter(|(k, _)| {
+                ["svc_leaseduration", "svc_renewdeadline", "svc_retryperiod"].contains(k)
+            })
+            .collect()
+    };
+    let p = plan(&[&base[..], &["--servicesRideThrough"][..]].concat()).unwrap();
+    assert_eq!(
+        svc(&p),
+        vec![
+            ("svc_leaseduration", "5".to_string()),
+            ("svc_renewdeadline", "3".to_string()),
+            ("svc_retryperiod", "1".to_string()),
+        ]
+    );
+    assert!(svc(&plan(&base).unwrap()).is_empty());
+    let long = [
+        "--servicesRideThrough",
+        "--leaseDuration",
+        "6",
+        "--leaseRenewDuration",
+        "4",
+    ];
+    assert!(svc(&plan(&[&base[..], &long[..]].concat()).unwrap()).is_empty());
+}

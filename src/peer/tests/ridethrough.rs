@@ -546,3 +546,66 @@ fn take_from_a_silent_holder_needs_a_blocking_set_or_the_cap() {
         }
     );
 }
+
+/// Issue 27 (b): the flags fade one frame after their source's do. The holder looks at each
+/// peer's latest frame in the window (an older flagged one followed by an unflagged one
+/// only says the flags faded), and a relay stops saying `api_heard` as soon as the latest
+/// frame of the node it relays no longer says `api_reachable`.
+#[test]
+fn flags_fade_with_the_latest_frame_of_each_peer() {
+    let t0 = Instant::now();
+    let mut p = rider(t0);
+    let t = t0 + ms(2000);
+    p.receive(t - ms(300), &hb(&p, "n1", HOLD, vec![]));
+    p.receive(t - ms(100), &hb(&p, "n1", NONE, vec![]));
+    assert!(
+        matches!(p.may_ride_through(t, &lease()), RideDecision::Ride { .. }),
+        "the peer's latest frame carries no flag"
+    );
+    // Its latest frame flagged again: no ride.
+    p.receive(t + ms(100), &hb(&p, "n1", HOLD, vec![]));
+    assert_eq!(
+        p.may_ride_through(t + ms(100), &lease()),
+        RideDecision::StepDown(StepDownReason::PeerReachesApi { node: "n1".into() })
+    );
+
+    // A relay: n2 heard n1 reach the API, then n1's next frame says it no longer does.
+    let mut relay = node("n2", 3);
+    relay.receive(t0, &hb(&relay, "n1", REACH, vec![]));
+    let heard = relay.outgoing_flags(t0 + ms(10));
+    assert!(heard.api_heard, "{heard:?}");
+    relay.receive(t0 + ms(200), &hb(&relay, "n1", HOLD, vec![]));
+    let after = relay.outgoing_flags(t0 + ms(210));
+    assert!(!after.api_heard && after.api_hold, "{after:?}");
+}
+
+/// Issue 27 (b): timings with which a ride cannot start within the API fence of an outage
+/// that begins right after a renewal are refused, naming the fields and values and timings
+/// that work; those timings pass.
+#[test]
+fn timings_where_a_ride_cannot_start_in_time_are_refused() {
+    let t = |l: u64, r: u64, p: u64| Timing {
+        lease_duration: Duration::from_secs(l),
+        renew_deadline: Duration::from_secs(r),
+        retry_period: Duration::from_secs(p),
+    };
+    let c = cfg();
+    assert_eq!(c.ride_start_bound(), ms(2900));
+    assert_eq!(c.api_fence_after_outage(), ms(3750));
+    let e = RideConfig::new(&t(3, 2, 1), 2).unwrap_err().to_string();
+    for part in [
+        "svc_leaseduration 3 s",
+        "svc_retryperiod 1 s",
+        "as early as 1750 ms",
+        "up to 2900 ms",
+        "svc_leaseduration=5 svc_renewdeadline=3 svc_retryperiod=1",
+    ] {
+        assert!(e.contains(part), "{part} missing: {e}");
+    }
+    assert!(RideConfig::new(&t(4, 2, 1), 2).is_err());
+    let (l, r, p) = RIDE_SERVICE_TIMINGS;
+    let works = t(l.parse().unwrap(), r.parse().unwrap(), p.parse().unwrap());
+    assert!(RideConfig::new(&works, 2).is_ok());
+    // The model may still run timings that cannot start a ride (liveness, not safety).
+    assert!(RideConfig::unchecked_start(&t(3, 2, 1), 2).is_ok());
+}

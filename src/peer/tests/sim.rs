@@ -125,7 +125,7 @@ impl Sim {
 
     /// A segment of `n` nodes whose leases have `timing` (renewals still every second).
     fn with_timing(n: usize, timing: &Timing, tune: impl Fn(&mut RideConfig)) -> Sim {
-        let mut cfg = RideConfig::new(timing, FENCE_SECS).expect("config");
+        let mut cfg = RideConfig::unchecked_start(timing, FENCE_SECS).expect("config");
         tune(&mut cfg);
         cfg.check().expect("tuned config");
         let start = Instant::now();
