@@ -4,8 +4,9 @@
 
 pub mod arp_guard;
 pub mod fence;
+pub mod nl;
 mod run;
 pub mod svcsec;
 
 pub use run::NftBatch;
-pub(crate) use run::{run_nft, run_nft_text, run_nft_text_written};
+pub(crate) use run::{run_nft, run_nft_text};

@@ -36,18 +36,6 @@ pub(crate) async fn run_nft_text(
     run_nft_input(nft, args, false, move || input).await
 }
 
-/// [`run_nft_text`] with the commands written by `write` once `nft` has started, right
-/// before they go to its stdin: for commands that carry timeouts counted from the moment
-/// they are written (the nftables fence, [`super::fence`]), so that starting `nft`, or this
-/// process being frozen meanwhile, does not count against them.
-pub(crate) async fn run_nft_text_written(
-    nft: &std::path::Path,
-    args: &[&str],
-    write: impl FnOnce() -> Vec<String> + Send,
-) -> Result<(), String> {
-    run_nft_input(nft, args, false, move || write().join("\n")).await
-}
-
 /// How often a run whose `nft` binary is busy (`ETXTBSY`) is tried again, [`NFT_BUSY_PAUSE`]
 /// apart.
 const NFT_BUSY_RETRIES: u32 = 5;
