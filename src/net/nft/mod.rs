@@ -9,4 +9,4 @@ mod run;
 pub mod svcsec;
 
 pub use run::NftBatch;
-pub(crate) use run::{run_nft, run_nft_text};
+pub(crate) use run::run_nft;

@@ -595,8 +595,21 @@ pub fn add_chain(family: Family, table: &str, name: &str, base: BaseChain) -> Cm
         flags: NLM_F_CREATE,
         text: format!(
             "add chain {family} {table} {name} {{ type {} hook {} priority {}; policy accept; }}",
-            base.chain_type, base.hook_name, base.priority
+            base.chain_type,
+            base.hook_name,
+            priority_text(base)
         ),
+    }
+}
+
+/// A base chain's priority as `nft` writes it (`filter`, `dstnat`, `srcnat`, or the
+/// number).
+fn priority_text(base: BaseChain) -> String {
+    match (base.chain_type, base.hook, base.priority) {
+        ("filter", _, 0) => "filter".into(),
+        ("nat", hook::PREROUTING, -100) => "dstnat".into(),
+        ("nat", hook::POSTROUTING, 100) => "srcnat".into(),
+        (_, _, p) => p.to_string(),
     }
 }
 
@@ -658,6 +671,72 @@ pub fn add_set(family: Family, table: &str, spec: &SetSpec) -> Cmd {
         text: format!("add set {family} {table} {} {}", spec.name, spec.shown),
     }
 }
+
+/// An anonymous constant set of the same batch (`{ a, b }` in a rule), as `nft` creates
+/// it: the set (`__set%d`, id `id`, `size` the number of keys) and one message adding its
+/// keys. A rule refers to it with [`lookup`]`("__set%d", id, false)`.
+pub fn add_anonymous_set(
+    family: Family,
+    table: &str,
+    id: u32,
+    key_type: u32,
+    keys: &[&[u8]],
+    userdata: &[u8],
+    shown: &str,
+) -> Batch {
+    let key_len = keys.first().map_or(0, |k| k.len());
+    let set = NfTablesMessage::NewSet(netlink_packet_netfilter::nftables::SetMessage {
+        attributes: vec![
+            SetAttribute::Table(table.to_string()),
+            SetAttribute::Name(ANONYMOUS_SET.to_string()),
+            SetAttribute::Flags(SetFlags::Anonymous | SetFlags::Constant),
+            SetAttribute::KeyType(key_type),
+            SetAttribute::KeyLen(u32::try_from(key_len).unwrap_or(u32::MAX)),
+            SetAttribute::Id(id),
+            SetAttribute::Description(vec![
+                netlink_packet_netfilter::nftables::SetDescription::Size(
+                    u32::try_from(keys.len()).unwrap_or(u32::MAX),
+                ),
+            ]),
+            SetAttribute::UserData(userdata.to_vec()),
+        ],
+    });
+    let elements = keys
+        .iter()
+        .map(|k| {
+            ListAttribute::Element(vec![SetElementAttribute::Key(DataAttribute::Value(
+                k.to_vec(),
+            ))])
+        })
+        .collect();
+    let elems = NfTablesMessage::NewSetElement(SetElementMessage {
+        attributes: vec![
+            SetElementList::Table(table.to_string()),
+            SetElementList::Set(ANONYMOUS_SET.to_string()),
+            SetElementList::SetId(id),
+            SetElementList::Elements(elements),
+        ],
+    });
+    Batch {
+        cmds: vec![
+            Cmd {
+                family,
+                msg: set,
+                flags: NLM_F_CREATE,
+                text: format!("add set {family} {table} {ANONYMOUS_SET} {shown}"),
+            },
+            Cmd {
+                family,
+                msg: elems,
+                flags: NLM_F_CREATE,
+                text: format!("add element {family} {table} {ANONYMOUS_SET} {shown}"),
+            },
+        ],
+    }
+}
+
+/// The name an anonymous set is created with (the kernel numbers it).
+pub const ANONYMOUS_SET: &str = "__set%d";
 
 fn element_message(table: &str, set: &str, element: Vec<SetElementAttribute>) -> SetElementMessage {
     SetElementMessage {
@@ -761,8 +840,14 @@ pub enum Base {
 
 /// `payload load <len>b @ <base> header + <offset> => reg 1`.
 pub fn payload(base: Base, offset: u32, len: u32) -> Expr {
+    payload_to(base, offset, len, Register::Reg1)
+}
+
+/// `payload load <len>b @ <base> header + <offset> => <reg>` (a concatenation's later
+/// field).
+pub fn payload_to(base: Base, offset: u32, len: u32, reg: Register) -> Expr {
     Expressions::Payload(vec![
-        Payload::DestinationRegister(Register::Reg1),
+        Payload::DestinationRegister(reg),
         Payload::Base(base as u32),
         Payload::Offset(offset),
         Payload::Len(len),

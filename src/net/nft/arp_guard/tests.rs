@@ -29,7 +29,7 @@ fn setup_batch_bytes_and_text() {
             "add table arp vipd",
             "add set arp vipd vips { type ipv4_addr; }",
             "add set arp vipd pinned { type ipv4_addr . ifname; }",
-            "add chain arp vipd input { type filter hook input priority 0; policy accept; }",
+            "add chain arp vipd input { type filter hook input priority filter; policy accept; }",
             "add rule arp vipd input arp operation request arp daddr ip @vips arp daddr ip . iifname != @pinned counter drop",
         ]
     );
