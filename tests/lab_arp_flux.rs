@@ -43,7 +43,7 @@ fn nft_tables(lab: &Lab, ns: &str) -> String {
 }
 
 /// S36: node-a has eth1 192.0.2.111/24 on the same bridge as eth0, `arp_ignore` at its
-/// default 0. With the nftables guard off (no `nft` in PATH) the kernel answers ARP for
+/// default 0. With the nftables guard's table deleted the kernel answers ARP for
 /// the control-plane VIP from eth1's MAC too (the scenario is real in this lab); with it
 /// on, every request is answered by eth0's MAC only. The manager's log and `vipd
 /// preflight` warn naming eth1 and the sysctl; no nftables table is left after vipd exits.
@@ -65,9 +65,17 @@ fn s36_second_interface_only_vip_interface_answers() {
     assert_eq!(sysctl("eth1/arp_ignore"), "0");
     assert_eq!(sysctl("eth1/arp_filter"), "0");
 
-    // Control: guard off (nft not found), the flux shows.
-    let mut p = start_vipd(&lab, node, T531, &[("PATH", "/nonexistent")]);
+    // Control: the guard's table deleted under vipd (vipd changes nftables through
+    // netlink, so hiding the `nft` binary no longer turns the guard off), the flux shows.
+    let mut p = start_vipd(&lab, node, T531, &[]);
     assert_eq!(single_holder(&lab, VIP, Duration::from_secs(30)), node);
+    wait_for("the guard's table", Duration::from_secs(10), || {
+        lab.exec(node, "nft", &["list", "table", "arp", "vipd"])
+            .ok()
+            .map(|_| ())
+    });
+    lab.exec(node, "nft", &["delete", "table", "arp", "vipd"])
+        .expect("delete the guard's table");
     let report = watch_until(&lab, "eth1 answering without the guard", |r| {
         r.all_responders().contains(&eth1)
     });
@@ -77,8 +85,7 @@ fn s36_second_interface_only_vip_interface_answers() {
         "{:?}",
         report.all_responders()
     );
-    assert!(log.contains("ARP flux protection is off"), "{log}");
-    assert!(log.contains("guard is off"), "{log}");
+    assert!(log.contains("ARP flux protection on"), "{log}");
     stop(&mut p);
 
     // Guard on: one MAC, eth0's, for every request.

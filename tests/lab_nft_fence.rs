@@ -15,6 +15,11 @@ use std::time::{Duration, Instant};
 use support::*;
 use xtask::lab::{LabOptions, Signal};
 
+/// The `PATH` vipd runs with here: a directory with no `nft` in it. The fence goes through
+/// netlink from vipd's own process; a fence that ran the `nft` binary would find none and
+/// run without the nftables fence (no "nftables fence on", no drops).
+const PATH_WITHOUT_NFT: (&str, &str) = ("PATH", "/nonexistent/vipd-lab-no-nft");
+
 /// Lease duration of [`T531`].
 const LEASE: Duration = Duration::from_secs(5);
 
@@ -132,7 +137,9 @@ fn silent_with(
     let mut procs = if services {
         let procs: Vec<_> = NODES
             .iter()
-            .map(|n| start_vipd_services(&lab, n, true, &[("vip_nftfence", "true")]))
+            .map(|n| {
+                start_vipd_services(&lab, n, true, &[("vip_nftfence", "true"), PATH_WITHOUT_NFT])
+            })
             .collect();
         for (k, ip) in SERVICE_VIPS.iter().enumerate() {
             create_service(
@@ -148,7 +155,15 @@ fn silent_with(
         }
         procs
     } else {
-        start_vipd_on_all(&lab, t, &[("vip_nftfence", "true"), ("address", vip_text)])
+        start_vipd_on_all(
+            &lab,
+            t,
+            &[
+                ("vip_nftfence", "true"),
+                ("address", vip_text),
+                PATH_WITHOUT_NFT,
+            ],
+        )
     };
     let h = single_holder(&lab, vip_text, Duration::from_secs(30));
     let i = NODES

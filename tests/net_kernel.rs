@@ -612,7 +612,7 @@ fn arp_guard_table_pins_refcounts_and_close() {
             })
             .expect("nft");
         assert!(stale.success());
-        let g = NftArpGuard::start("nft").await.expect("start the guard");
+        let g = NftArpGuard::start().await.expect("start the guard");
         let t = vipd_table().expect("table exists");
         assert!(
             set_elems(&t, "vips").is_empty(),
@@ -647,7 +647,7 @@ fn arp_guard_table_pins_refcounts_and_close() {
         assert!(vipd_table().is_none(), "table removed at close");
         // Closing twice is fine (the manager's exit after a failed start).
         g.close().await.unwrap();
-        NftArpGuard::check("nft").await.expect("nft --check");
+        NftArpGuard::check().await.expect("check the guard batch");
         assert!(vipd_table().is_none(), "--check changes nothing");
     });
 }
@@ -789,9 +789,9 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
     use vipd::net::nft::fence::{NftFence, VipFence};
     lab("192.0.2.11/24", || async {
         nft_text("add table inet other_owner\n");
-        NftFence::check("nft").await.expect("nft --check");
+        NftFence::check().await.expect("check the fence batch");
         assert!(fence_table("arp").is_none(), "--check changes nothing");
-        let f = NftFence::start("nft").await.expect("start the fence");
+        let f = NftFence::start().await.expect("start the fence");
         let v4: IpAddr = "192.0.2.10".parse().unwrap();
         let v6: IpAddr = "2001:db8::10".parse().unwrap();
         ip("addr add 192.0.2.10/32 dev v0");
@@ -883,7 +883,7 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("table inet other_owner"));
         f.close().await.unwrap();
         // A run with vip_nftfence off removes tables a crashed run with it on left.
-        let stale = NftFence::start("nft").await.unwrap();
+        let stale = NftFence::start().await.unwrap();
         stale
             .refresh(
                 1,

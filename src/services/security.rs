@@ -39,14 +39,13 @@ impl Security {
     /// [`SvcSecError::Setup`] when the option is on and the table cannot be created: vipd
     /// does not announce Services it was asked to guard without guarding them.
     pub(super) async fn start(enabled: bool) -> Result<Option<Arc<Security>>, SvcSecError> {
-        let nft = std::path::Path::new("nft");
         if !enabled {
-            if let Err(e) = svcsec::remove(nft).await {
+            if let Err(e) = svcsec::remove().await {
                 debug!(error = %e, "no Service security table to remove (enable_service_security is off)");
             }
             return Ok(None);
         }
-        let table = NftSvcSec::start(nft).await?;
+        let table = NftSvcSec::start().await?;
         info!(
             table = SVCSEC_TABLE,
             "service security on: only the Services' own ports (and UDP 68) reach the VIPs this node announces (nft list table inet vipd_svcsec)"

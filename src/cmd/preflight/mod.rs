@@ -478,7 +478,7 @@ async fn run_network(cfg: &Config, args: &PreflightArgs, has_raw: bool, report: 
             }
             check_vips_free(&k, cfg, args, vip_link.as_ref(), has_raw, report).await;
             // ARP flux (S36).
-            let guard = crate::net::NftArpGuard::check("nft").await;
+            let guard = crate::net::NftArpGuard::check().await;
             let targets = cfg.arp_flux_targets(&k).await;
             match arpflux::check(&k, &targets).await {
                 Ok(findings) => report
@@ -503,7 +503,7 @@ async fn run_nftables(cfg: &Config, report: &mut Report) {
     };
     report.checks.push(check_lb_nftables(lb.as_ref()));
     let fence = match cfg.nft_fence && (cfg.control_plane || cfg.services) {
-        true => Some(crate::net::nft::fence::NftFence::check("nft").await),
+        true => Some(crate::net::nft::fence::NftFence::check().await),
         false => None,
     };
     let needs_ms = (cfg.control_plane && crate::lease::needs_nft_fence(&cfg.lease.timing))

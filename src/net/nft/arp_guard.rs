@@ -21,10 +21,10 @@
 //!
 //! An ARP request for a pinned VIP that arrives on any other interface is dropped before
 //! the kernel's ARP code sees it, so it is never answered there. [`ArpGuard::pin`] and
-//! [`ArpGuard::unpin`] only add and delete set elements (one atomic `nft` transaction
+//! [`ArpGuard::unpin`] only add and delete set elements (one atomic nf_tables transaction
 //! each), reference-counted per `(VIP, interface)` so two holders may pin the same VIP.
 //! The manager replaces a table left by an earlier run at start ([`NftArpGuard::start`])
-//! and deletes the table at exit ([`ArpGuard::close`]). Where `nft` or the kernel's
+//! and deletes the table at exit ([`ArpGuard::close`]). Where the kernel's
 //! nf_tables `arp` family is missing, [`start_arp_guard`] returns a [`NoopArpGuard`] and
 //! logs once that ARP flux protection is off and why.
 //!
@@ -32,35 +32,21 @@
 //! interface that received it, so VIPs are never answered from another interface.
 //!
 //! # Library choice
-//! [`nftables`](https://crates.io/crates/nftables) (nftables-rs, MIT/Apache-2.0): a typed
-//! Rust model of the nftables JSON API (libnftables-json(5)), the interface netfilter
-//! maintains as stable for programs, sent to the `nft` binary. It is pure Rust (no C
-//! library to link), has regular releases (0.6.x in 2025, packaged by Debian and
-//! Ubuntu) and covers everything vipd needs now and for the planned control-plane load
-//! balancer and nftables fence (tables of any family, sets and maps with concatenations,
-//! set elements, rules, NAT). The cost is one `nft` process per change (a few ms); batches
-//! are atomic. Rejected: `rustables` (netlink, no binary needed) is GPL-3.0-or-later, which
-//! vipd's Apache-2.0 binary cannot link, and calls itself rough-edged; `nftnl` (Mullvad,
-//! netlink through libnftnl/libmnl) needs those C libraries at build and run time and
-//! exposes the low-level expression API only. vipd runs the `nft` binary itself
-//! ([`NftArpGuard`]) rather than through `nftables::helper`, whose async runner does not
-//! capture `nft`'s stderr (the error message operators need).
+//! The table is changed through netlink from vipd's own process ([`super::nl`], messages
+//! from netlink-packet-netfilter, rust-netlink, MIT): no `nft` binary at run time, no
+//! process per change. Rejected: `nftables` (nftables-rs, the JSON API) needs the `nft`
+//! binary and a process per change; `rustables` (netlink) is GPL-3.0-or-later, which
+//! vipd's Apache-2.0 binary cannot link; `nftnl` (Mullvad) links libnftnl/libmnl, GPL C
+//! libraries needed at build and run time.
 
-use super::NftBatch;
-use super::run::run_nft;
+use super::nl::{self, Batch, Family, Kernel, Mode, Transport};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use nftables::expr::{Expression, Meta, MetaKey, NamedExpression, Payload, PayloadField};
-use nftables::schema::{
-    Chain, Element, NfCmd, NfListObject, Rule, Set, SetType, SetTypeValue, Table,
-};
-use nftables::stmt::{Counter, Match, Operator, Statement};
-use nftables::types::{NfChainPolicy, NfChainType, NfFamily, NfHook};
+use netlink_packet_netfilter::nftables::{MetaKey, Register};
 use tracing::{info, warn};
 
 /// Name of vipd's table (family `arp`).
@@ -72,7 +58,7 @@ pub(crate) const SET_PINNED: &str = "pinned";
 /// The input-hook chain holding the one filter rule.
 pub(crate) const CHAIN: &str = "input";
 
-/// Errors of the ARP guard; each names the VIP / interface and the `nft` command concerned.
+/// Errors of the ARP guard; each names the VIP / interface and the command concerned.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ArpGuardError {
     /// Adding the pin failed.
@@ -84,7 +70,7 @@ pub enum ArpGuardError {
         ifname: String,
         /// The command, in `nft` syntax.
         command: String,
-        /// `nft`'s error output, or why it could not run.
+        /// The kernel's answer (errno per refused command), or why it could not be sent.
         detail: String,
     },
     /// Removing the pin failed.
@@ -96,16 +82,15 @@ pub enum ArpGuardError {
         ifname: String,
         /// The command, in `nft` syntax.
         command: String,
-        /// `nft`'s error output, or why it could not run.
+        /// The kernel's answer (errno per refused command), or why it could not be sent.
         detail: String,
     },
-    /// Creating the table failed (no `nft` binary, kernel without nf_tables `arp`, no
-    /// CAP_NET_ADMIN).
+    /// Creating the table failed (kernel without nf_tables `arp`, no CAP_NET_ADMIN).
     #[error("cannot create nftables table arp {TABLE}: `{command}` failed: {detail}")]
     Setup {
         /// The command, in `nft` syntax.
         command: String,
-        /// `nft`'s error output, or why it could not run.
+        /// The kernel's answer (errno per refused command), or why it could not be sent.
         detail: String,
     },
     /// Deleting the table failed.
@@ -113,7 +98,7 @@ pub enum ArpGuardError {
     Remove {
         /// The command, in `nft` syntax.
         command: String,
-        /// `nft`'s error output, or why it could not run.
+        /// The kernel's answer (errno per refused command), or why it could not be sent.
         detail: String,
     },
     /// Not a Linux interface name ([`crate::net::is_ifname`]).
@@ -137,7 +122,7 @@ pub trait ArpGuard: Send + Sync + fmt::Debug + 'static {
     /// on other interfaces are dropped). Pins are counted: each `pin` needs its `unpin`.
     ///
     /// # Errors
-    /// [`ArpGuardError::Pin`] when `nft` fails (nothing changed),
+    /// [`ArpGuardError::Pin`] when the kernel refuses (nothing changed),
     /// [`ArpGuardError::InvalidIfname`].
     fn pin<'a>(
         &'a self,
@@ -149,7 +134,7 @@ pub trait ArpGuard: Send + Sync + fmt::Debug + 'static {
     /// Unpinning what is not pinned is `Ok` and does nothing.
     ///
     /// # Errors
-    /// [`ArpGuardError::Unpin`] when `nft` fails (the pin stays counted).
+    /// [`ArpGuardError::Unpin`] when the kernel refuses (the pin stays counted).
     fn unpin<'a>(
         &'a self,
         vip: Ipv4Addr,
@@ -189,185 +174,154 @@ impl ArpGuard for NoopArpGuard {
     }
 }
 
-fn table() -> Table<'static> {
-    Table {
-        family: NfFamily::ARP,
-        name: TABLE.into(),
-        handle: None,
-    }
-}
+/// The `vips` set's id within the setup batch (the rule refers to it by name and id).
+const VIPS_ID: u32 = 1;
+/// The `pinned` set's id within the setup batch.
+const PINNED_ID: u32 = 2;
 
-fn set(name: &'static str, set_type: SetTypeValue<'static>) -> Set<'static> {
-    Set {
-        family: NfFamily::ARP,
-        table: TABLE.into(),
-        name: name.into(),
-        set_type,
-        ..Set::default()
-    }
-}
+/// `nft`'s user data of `type ipv4_addr . ifname` (key byte order and the concatenation's
+/// fields), copied from what nftables 1.0.6 sends, so that `nft list` shows it as written.
+const PINNED_USERDATA: &str = "000400000000030800040d0000000100";
 
-fn arp_field(field: &'static str) -> Expression<'static> {
-    Expression::Named(NamedExpression::Payload(Payload::PayloadField(
-        PayloadField {
-            protocol: "arp".into(),
-            field: field.into(),
-        },
-    )))
-}
-
-fn matches(left: Expression<'static>, op: Operator, right: &'static str) -> Statement<'static> {
-    Statement::Match(Match {
-        left,
-        right: Expression::String(right.into()),
-        op,
-    })
-}
-
-/// The transaction that (re)creates vipd's table empty: an existing one (left by an earlier
+/// The batch that (re)creates vipd's table empty: an existing one (left by an earlier
 /// run) is deleted in the same transaction (`add table` first, so the delete cannot fail).
-pub(crate) fn setup_batch() -> NftBatch {
+pub(crate) fn setup_batch() -> Batch {
+    use nl::{Base, payload};
     let mut b = remove_batch();
-    b.push(
-        NfCmd::Add(NfListObject::Table(table())),
-        format!("add table arp {TABLE}"),
+    b.push(nl::add_table(Family::Arp, TABLE));
+    b.push(nl::add_set(
+        Family::Arp,
+        TABLE,
+        &nl::SetSpec {
+            name: SET_VIPS,
+            id: VIPS_ID,
+            key_type: 7,
+            key_len: 4,
+            timeout: false,
+            userdata: nl::keybyteorder(2),
+            shown: "{ type ipv4_addr; }",
+        },
+    ));
+    b.push(nl::add_set(
+        Family::Arp,
+        TABLE,
+        &nl::SetSpec {
+            name: SET_PINNED,
+            id: PINNED_ID,
+            // ipv4_addr (7) . ifname (41), 6 bits a field.
+            key_type: (7 << 6) | 41,
+            key_len: 4 + IFNAMSIZ,
+            timeout: false,
+            userdata: nl::unhex(PINNED_USERDATA),
+            shown: "{ type ipv4_addr . ifname; }",
+        },
+    ));
+    let filter = nl::BaseChain {
+        chain_type: "filter",
+        hook: nl::hook::ARP_IN,
+        hook_name: "input",
+        priority: 0,
+    };
+    b.push(nl::add_chain(Family::Arp, TABLE, CHAIN, filter));
+    let daddr = payload(Base::Network, 24, 4);
+    let exprs = vec![
+        payload(Base::Network, 6, 2),
+        // ARP operation 1: request.
+        nl::cmp(true, &[0, 1]),
+        daddr.clone(),
+        nl::lookup(SET_VIPS, VIPS_ID, false),
+        daddr,
+        nl::meta_to(MetaKey::Iifname, Register::Reg32_01),
+        nl::lookup(SET_PINNED, PINNED_ID, true),
+        nl::counter(),
+        nl::verdict(nl::NF_DROP),
+    ];
+    let text = format!(
+        "arp operation request arp daddr ip @{SET_VIPS} arp daddr ip . iifname != @{SET_PINNED} counter drop"
     );
-    b.push(
-        NfCmd::Add(NfListObject::Set(Box::new(set(
-            SET_VIPS,
-            SetTypeValue::Single(SetType::Ipv4Addr),
-        )))),
-        format!("add set arp {TABLE} {SET_VIPS} {{ type ipv4_addr; }}"),
-    );
-    b.push(
-        NfCmd::Add(NfListObject::Set(Box::new(set(
-            SET_PINNED,
-            SetTypeValue::Concatenated(vec![SetType::Ipv4Addr, SetType::Ifname].into()),
-        )))),
-        format!("add set arp {TABLE} {SET_PINNED} {{ type ipv4_addr . ifname; }}"),
-    );
-    b.push(
-        NfCmd::Add(NfListObject::Chain(Chain {
-            family: NfFamily::ARP,
-            table: TABLE.into(),
-            name: CHAIN.into(),
-            _type: Some(NfChainType::Filter),
-            hook: Some(NfHook::Input),
-            prio: Some(0),
-            policy: Some(NfChainPolicy::Accept),
-            ..Chain::default()
-        })),
-        format!(
-            "add chain arp {TABLE} {CHAIN} {{ type filter hook input priority filter; policy accept; }}"
-        ),
-    );
-    let pair = Expression::Named(NamedExpression::Concat(vec![
-        arp_field("daddr ip"),
-        Expression::Named(NamedExpression::Meta(Meta {
-            key: MetaKey::Iifname,
-        })),
-    ]));
-    b.push(
-        NfCmd::Add(NfListObject::Rule(Rule {
-            family: NfFamily::ARP,
-            table: TABLE.into(),
-            chain: CHAIN.into(),
-            expr: vec![
-                matches(arp_field("operation"), Operator::EQ, "request"),
-                matches(arp_field("daddr ip"), Operator::EQ, "@vips"),
-                matches(pair, Operator::NEQ, "@pinned"),
-                Statement::Counter(Counter::Anonymous(None)),
-                Statement::Drop(None),
-            ]
-            .into(),
-            ..Rule::default()
-        })),
-        format!(
-            "add rule arp {TABLE} {CHAIN} arp operation request arp daddr ip @{SET_VIPS} arp daddr ip . iifname != @{SET_PINNED} counter drop"
-        ),
-    );
+    b.push(nl::add_rule(Family::Arp, TABLE, CHAIN, exprs, &text));
     b
 }
 
-/// The transaction that deletes vipd's table whether it exists or not.
-pub(crate) fn remove_batch() -> NftBatch {
-    let mut b = NftBatch::new();
-    b.push(
-        NfCmd::Add(NfListObject::Table(table())),
-        format!("add table arp {TABLE}"),
-    );
-    b.push(
-        NfCmd::Delete(NfListObject::Table(table())),
-        format!("delete table arp {TABLE}"),
-    );
-    b
+/// `IFNAMSIZ`: an interface name's field in a set key, NUL-padded.
+const IFNAMSIZ: u32 = 16;
+
+/// The batch that deletes vipd's table whether it exists or not.
+pub(crate) fn remove_batch() -> Batch {
+    nl::remove_table(Family::Arp, TABLE)
 }
 
-fn vip_elem(vip: Ipv4Addr) -> Element<'static> {
-    Element {
-        family: NfFamily::ARP,
-        table: TABLE.into(),
-        name: SET_VIPS.into(),
-        elem: vec![Expression::String(vip.to_string().into())].into(),
-    }
+/// The `pinned` element of `(vip, ifname)`: key bytes and as `nft` shows it. `ifname` is a
+/// Linux interface name (checked by the caller: at most 15 bytes).
+fn pair_elem(vip: Ipv4Addr, ifname: &str) -> (Vec<u8>, String) {
+    let mut key = vip.octets().to_vec();
+    let mut name = ifname.as_bytes().to_vec();
+    name.resize(IFNAMSIZ as usize, 0);
+    key.extend(name);
+    (key, format!("{vip} . \"{ifname}\""))
 }
 
-fn pair_elem(vip: Ipv4Addr, ifname: &str) -> Element<'static> {
-    Element {
-        family: NfFamily::ARP,
-        table: TABLE.into(),
-        name: SET_PINNED.into(),
-        elem: vec![Expression::Named(NamedExpression::Concat(vec![
-            Expression::String(vip.to_string().into()),
-            Expression::String(ifname.to_string().into()),
-        ]))]
-        .into(),
-    }
-}
-
-/// The transaction for the first pin of `(vip, ifname)`: the pair, then (when `vip` had no
+/// The batch for the first pin of `(vip, ifname)`: the pair, then (when `vip` had no
 /// pin yet, `first_for_vip`) the VIP itself. Both in one transaction: requests on `ifname`
 /// are never dropped.
-pub(crate) fn pin_batch(vip: Ipv4Addr, ifname: &str, first_for_vip: bool) -> NftBatch {
-    let mut b = NftBatch::new();
-    b.push(
-        NfCmd::Add(NfListObject::Element(pair_elem(vip, ifname))),
-        format!("add element arp {TABLE} {SET_PINNED} {{ {vip} . \"{ifname}\" }}"),
-    );
+pub(crate) fn pin_batch(vip: Ipv4Addr, ifname: &str, first_for_vip: bool) -> Batch {
+    let mut b = Batch::new();
+    let (key, shown) = pair_elem(vip, ifname);
+    b.push(nl::add_element(
+        Family::Arp,
+        TABLE,
+        SET_PINNED,
+        &key,
+        None,
+        &shown,
+    ));
     if first_for_vip {
-        b.push(
-            NfCmd::Add(NfListObject::Element(vip_elem(vip))),
-            format!("add element arp {TABLE} {SET_VIPS} {{ {vip} }}"),
-        );
+        let v = vip.to_string();
+        b.push(nl::add_element(
+            Family::Arp,
+            TABLE,
+            SET_VIPS,
+            &vip.octets(),
+            None,
+            &v,
+        ));
     }
     b
 }
 
-/// The transaction for the last unpin of `(vip, ifname)`: the VIP (when no other interface
+/// The batch for the last unpin of `(vip, ifname)`: the VIP (when no other interface
 /// keeps it pinned, `last_for_vip`), then the pair.
-pub(crate) fn unpin_batch(vip: Ipv4Addr, ifname: &str, last_for_vip: bool) -> NftBatch {
-    let mut b = NftBatch::new();
+pub(crate) fn unpin_batch(vip: Ipv4Addr, ifname: &str, last_for_vip: bool) -> Batch {
+    let mut b = Batch::new();
     if last_for_vip {
-        b.push(
-            NfCmd::Delete(NfListObject::Element(vip_elem(vip))),
-            format!("delete element arp {TABLE} {SET_VIPS} {{ {vip} }}"),
-        );
+        let v = vip.to_string();
+        b.push(nl::delete_element(
+            Family::Arp,
+            TABLE,
+            SET_VIPS,
+            &vip.octets(),
+            &v,
+        ));
     }
-    b.push(
-        NfCmd::Delete(NfListObject::Element(pair_elem(vip, ifname))),
-        format!("delete element arp {TABLE} {SET_PINNED} {{ {vip} . \"{ifname}\" }}"),
-    );
+    let (key, shown) = pair_elem(vip, ifname);
+    b.push(nl::delete_element(
+        Family::Arp,
+        TABLE,
+        SET_PINNED,
+        &key,
+        &shown,
+    ));
     b
 }
 
 /// Reference counts of pins, by `(VIP, interface)`: decides which pin or unpin needs an
-/// `nft` transaction (the first pin and the last unpin of a pair).
+/// nf_tables transaction (the first pin and the last unpin of a pair).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct PinCounts(BTreeMap<(Ipv4Addr, String), u32>);
 
 impl PinCounts {
     /// The transaction a pin needs now, `None` when the pair is pinned already.
-    pub(crate) fn pin_batch(&self, vip: Ipv4Addr, ifname: &str) -> Option<NftBatch> {
+    pub(crate) fn pin_batch(&self, vip: Ipv4Addr, ifname: &str) -> Option<Batch> {
         if self.0.contains_key(&(vip, ifname.to_string())) {
             return None;
         }
@@ -377,7 +331,7 @@ impl PinCounts {
 
     /// The transaction an unpin needs now, `None` when other pins of the pair remain or it
     /// is not pinned.
-    pub(crate) fn unpin_batch(&self, vip: Ipv4Addr, ifname: &str) -> Option<NftBatch> {
+    pub(crate) fn unpin_batch(&self, vip: Ipv4Addr, ifname: &str) -> Option<Batch> {
         match self.0.get(&(vip, ifname.to_string())) {
             Some(1) => {
                 let last_for_vip = !self.0.keys().any(|(v, i)| *v == vip && i != ifname);
@@ -410,45 +364,59 @@ impl PinCounts {
     }
 }
 
-/// The real guard: vipd's `table arp vipd`, changed through the `nft` binary.
+/// The real guard: vipd's `table arp vipd`, changed through netlink ([`nl`]).
 #[derive(Debug)]
 pub struct NftArpGuard {
-    nft: PathBuf,
+    transport: Arc<dyn Transport>,
     counts: tokio::sync::Mutex<PinCounts>,
 }
 
+/// Sends `b` through `transport`; the error is the kernel's answer as text.
+async fn send(transport: &dyn Transport, b: &Batch, mode: Mode) -> Result<(), String> {
+    nl::send_with(transport, b.clone(), mode)
+        .await
+        .map_err(|e| e.to_string())
+}
+
 impl NftArpGuard {
-    /// Creates the table empty with `nft` (replacing one left by an earlier run).
+    /// Creates the table empty in the kernel (replacing one left by an earlier run).
     ///
     /// # Errors
-    /// [`ArpGuardError::Setup`] when `nft` cannot run or fails (no binary, no nf_tables
-    /// `arp` family in the kernel, no CAP_NET_ADMIN).
-    pub async fn start(nft: impl Into<PathBuf>) -> Result<Self, ArpGuardError> {
-        let nft = nft.into();
+    /// [`ArpGuardError::Setup`] when the kernel refuses (no nf_tables `arp` family, no
+    /// CAP_NET_ADMIN).
+    pub async fn start() -> Result<Self, ArpGuardError> {
+        Self::start_with(Arc::new(Kernel)).await
+    }
+
+    /// [`NftArpGuard::start`] through `transport`.
+    ///
+    /// # Errors
+    /// As [`NftArpGuard::start`].
+    pub async fn start_with(transport: Arc<dyn Transport>) -> Result<Self, ArpGuardError> {
         let b = setup_batch();
-        run_nft(&nft, &[], &b)
+        send(transport.as_ref(), &b, Mode::Commit)
             .await
             .map_err(|detail| ArpGuardError::Setup {
-                command: b.command(),
+                command: b.text(),
                 detail,
             })?;
         Ok(NftArpGuard {
-            nft,
+            transport,
             counts: tokio::sync::Mutex::new(PinCounts::default()),
         })
     }
 
-    /// Checks, without changing anything (`nft --check`), that the table could be created:
-    /// for `vipd preflight`.
+    /// Checks, without changing anything (the batch is validated by the kernel and
+    /// aborted), that the table could be created: for `vipd preflight`.
     ///
     /// # Errors
     /// [`ArpGuardError::Setup`] as [`NftArpGuard::start`].
-    pub async fn check(nft: impl Into<PathBuf>) -> Result<(), ArpGuardError> {
+    pub async fn check() -> Result<(), ArpGuardError> {
         let b = setup_batch();
-        run_nft(&nft.into(), &["--check"], &b)
+        send(&Kernel, &b, Mode::Check)
             .await
             .map_err(|detail| ArpGuardError::Setup {
-                command: b.command(),
+                command: b.text(),
                 detail,
             })
     }
@@ -469,12 +437,12 @@ impl ArpGuard for NftArpGuard {
             }
             let mut counts = self.counts.lock().await;
             if let Some(b) = counts.pin_batch(vip, ifname) {
-                run_nft(&self.nft, &[], &b)
+                send(self.transport.as_ref(), &b, Mode::Commit)
                     .await
                     .map_err(|detail| ArpGuardError::Pin {
                         vip,
                         ifname: ifname.to_string(),
-                        command: b.command(),
+                        command: b.text(),
                         detail,
                     })?;
             }
@@ -491,12 +459,12 @@ impl ArpGuard for NftArpGuard {
         Box::pin(async move {
             let mut counts = self.counts.lock().await;
             if let Some(b) = counts.unpin_batch(vip, ifname) {
-                run_nft(&self.nft, &[], &b)
+                send(self.transport.as_ref(), &b, Mode::Commit)
                     .await
                     .map_err(|detail| ArpGuardError::Unpin {
                         vip,
                         ifname: ifname.to_string(),
-                        command: b.command(),
+                        command: b.text(),
                         detail,
                     })?;
             }
@@ -513,10 +481,10 @@ impl ArpGuard for NftArpGuard {
         Box::pin(async move {
             let mut counts = self.counts.lock().await;
             let b = remove_batch();
-            run_nft(&self.nft, &[], &b)
+            send(self.transport.as_ref(), &b, Mode::Commit)
                 .await
                 .map_err(|detail| ArpGuardError::Remove {
-                    command: b.command(),
+                    command: b.text(),
                     detail,
                 })?;
             *counts = PinCounts::default();
@@ -525,11 +493,11 @@ impl ArpGuard for NftArpGuard {
     }
 }
 
-/// Starts the ARP flux guard for `vipd manager`: the [`NftArpGuard`] when `nft` and the
-/// kernel support it, else a [`NoopArpGuard`]. Logs one line either way (the warning says
+/// Starts the ARP flux guard for `vipd manager`: the [`NftArpGuard`] when the kernel
+/// supports it, else a [`NoopArpGuard`]. Logs one line either way (the warning says
 /// that ARP flux protection is off and why).
 pub async fn start_arp_guard() -> Arc<dyn ArpGuard> {
-    match NftArpGuard::start("nft").await {
+    match NftArpGuard::start().await {
         Ok(g) => {
             info!(
                 table = "arp vipd",

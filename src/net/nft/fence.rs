@@ -53,7 +53,6 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::net::IpAddr;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -62,7 +61,9 @@ use tokio::time::Instant;
 use futures::future::BoxFuture;
 use tracing::{debug, info, warn};
 
-use super::{run_nft_text, run_nft_text_written};
+use netlink_packet_netfilter::nftables::MetaKey;
+
+use super::nl::{self, Batch, Family, Kernel, Mode, NftError, Transport};
 
 /// Name of the fence's tables (families `arp` and `inet`).
 pub const FENCE_TABLE: &str = "vipd_fence";
@@ -187,73 +188,251 @@ impl VipFence for NoopFence {
     }
 }
 
-/// `(family, VIP set, live set, element)` of every place `vip` is fenced: IPv4 in the `arp`
-/// table (ARP requests) and the `inet` table (packets); IPv6 in the `inet` table, as an
-/// address (packets) and as the 128-bit integer the neighbour solicitation rule compares
-/// the ICMPv6 target with (`@th,64,128`).
-fn places(vip: IpAddr) -> Vec<(&'static str, &'static str, &'static str, String)> {
+/// One place a VIP is fenced: `(family, VIP set, live set, key bytes, key as nft shows it)`.
+type Place = (Family, &'static str, &'static str, Vec<u8>, String);
+
+/// Every place `vip` is fenced: IPv4 in the `arp` table (ARP requests) and the `inet`
+/// table (packets); IPv6 in the `inet` table, as an address (packets) and as the 128-bit
+/// integer the neighbour solicitation rule compares the ICMPv6 target with (`@th,64,128`,
+/// the same 16 bytes).
+fn places(vip: IpAddr) -> Vec<Place> {
     match vip {
-        IpAddr::V4(_) => vec![
-            ("arp", "vips", "live", vip.to_string()),
-            ("inet", "vips4", "live4", vip.to_string()),
-        ],
-        IpAddr::V6(a) => vec![
-            ("inet", "vips6", "live6", vip.to_string()),
-            (
-                "inet",
-                "vips6ns",
-                "live6ns",
-                format!("0x{:032x}", u128::from(a)),
-            ),
-        ],
+        IpAddr::V4(a) => {
+            let k = a.octets().to_vec();
+            vec![
+                (Family::Arp, "vips", "live", k.clone(), vip.to_string()),
+                (Family::Inet, "vips4", "live4", k, vip.to_string()),
+            ]
+        }
+        IpAddr::V6(a) => {
+            let k = a.octets().to_vec();
+            vec![
+                (Family::Inet, "vips6", "live6", k.clone(), vip.to_string()),
+                (
+                    Family::Inet,
+                    "vips6ns",
+                    "live6ns",
+                    k,
+                    format!("0x{:032x}", u128::from(a)),
+                ),
+            ]
+        }
     }
 }
 
-/// The commands deleting both tables whether they exist or not.
-pub(crate) fn remove_commands() -> Vec<String> {
-    ["arp", "inet"]
-        .iter()
-        .flat_map(|f| {
-            [
-                format!("add table {f} {FENCE_TABLE}"),
-                format!("delete table {f} {FENCE_TABLE}"),
-            ]
-        })
-        .collect()
+/// The batch deleting both tables whether they exist or not.
+pub(crate) fn remove_commands() -> Batch {
+    let mut b = nl::remove_table(Family::Arp, FENCE_TABLE);
+    b.append(nl::remove_table(Family::Inet, FENCE_TABLE));
+    b
 }
 
-/// The transaction (re)creating both tables with empty sets (tables left by an earlier run
-/// are deleted in the same transaction).
-pub(crate) fn setup_commands() -> Vec<String> {
-    let t = FENCE_TABLE;
-    let mut c = remove_commands();
-    c.extend([
-        format!("add table arp {t}"),
-        format!("add set arp {t} vips {{ type ipv4_addr; }}"),
-        format!("add set arp {t} live {{ type ipv4_addr; flags timeout; }}"),
-        format!(
-            "add chain arp {t} input {{ type filter hook input priority filter; policy accept; }}"
+/// `nft`'s user data of the `typeof @th,64,128` sets (key byte order and the typeof
+/// expression), copied from what nftables 1.0.6 sends, so that `nft list` shows them as
+/// written.
+const TH_64_128_USERDATA: &str =
+    "0004020000000326000407000000011e000400000000010400000000020403000000030440000000040480000000";
+
+/// The fence's sets: `(family, spec)`, ids in the order `nft` gives them.
+fn fence_sets() -> Vec<(Family, nl::SetSpec)> {
+    let set = |name, id, key_type, key_len, timeout, userdata: Vec<u8>, shown| nl::SetSpec {
+        name,
+        id,
+        key_type,
+        key_len,
+        timeout,
+        userdata,
+        shown,
+    };
+    let th = nl::unhex(TH_64_128_USERDATA);
+    let be = nl::keybyteorder(2);
+    vec![
+        (
+            Family::Arp,
+            set("vips", 1, 7, 4, false, be.clone(), "{ type ipv4_addr; }"),
         ),
-        format!(
-            "add rule arp {t} input arp operation request arp daddr ip @vips arp daddr ip != @live counter drop"
+        (
+            Family::Arp,
+            set(
+                "live",
+                2,
+                7,
+                4,
+                true,
+                be.clone(),
+                "{ type ipv4_addr; flags timeout; }",
+            ),
         ),
-        format!("add table inet {t}"),
-        format!("add set inet {t} vips4 {{ type ipv4_addr; }}"),
-        format!("add set inet {t} live4 {{ type ipv4_addr; flags timeout; }}"),
-        format!("add set inet {t} vips6 {{ type ipv6_addr; }}"),
-        format!("add set inet {t} live6 {{ type ipv6_addr; flags timeout; }}"),
-        format!(
-            "add chain inet {t} prerouting {{ type filter hook prerouting priority -150; policy accept; }}"
+        (
+            Family::Inet,
+            set("vips4", 3, 7, 4, false, be.clone(), "{ type ipv4_addr; }"),
         ),
-        format!("add rule inet {t} prerouting ip daddr @vips4 ip daddr != @live4 counter drop"),
-        format!("add rule inet {t} prerouting ip6 daddr @vips6 ip6 daddr != @live6 counter drop"),
-        format!("add set inet {t} vips6ns {{ typeof @th,64,128; }}"),
-        format!("add set inet {t} live6ns {{ typeof @th,64,128; flags timeout; }}"),
-        format!(
-            "add rule inet {t} prerouting icmpv6 type nd-neighbor-solicit @th,64,128 @vips6ns @th,64,128 != @live6ns counter drop"
+        (
+            Family::Inet,
+            set(
+                "live4",
+                4,
+                7,
+                4,
+                true,
+                be.clone(),
+                "{ type ipv4_addr; flags timeout; }",
+            ),
         ),
+        (
+            Family::Inet,
+            set("vips6", 5, 8, 16, false, be.clone(), "{ type ipv6_addr; }"),
+        ),
+        (
+            Family::Inet,
+            set(
+                "live6",
+                6,
+                8,
+                16,
+                true,
+                be,
+                "{ type ipv6_addr; flags timeout; }",
+            ),
+        ),
+        (
+            Family::Inet,
+            set(
+                "vips6ns",
+                7,
+                4,
+                16,
+                false,
+                th.clone(),
+                "{ typeof @th,64,128; }",
+            ),
+        ),
+        (
+            Family::Inet,
+            set(
+                "live6ns",
+                8,
+                4,
+                16,
+                true,
+                th,
+                "{ typeof @th,64,128; flags timeout; }",
+            ),
+        ),
+    ]
+}
+
+/// `<load> @<vips> <load> != @<live> counter drop`: the fence rule over one key.
+fn fence_rule(
+    prefix: Vec<nl::Expr>,
+    load: &nl::Expr,
+    vips: (&str, u32),
+    live: (&str, u32),
+) -> Vec<nl::Expr> {
+    let mut e = prefix;
+    e.extend([
+        load.clone(),
+        nl::lookup(vips.0, vips.1, false),
+        load.clone(),
+        nl::lookup(live.0, live.1, true),
+        nl::counter(),
+        nl::verdict(nl::NF_DROP),
     ]);
-    c
+    e
+}
+
+/// `meta nfproto <proto>`, as `nft` writes the family match of `ip ...`/`ip6 ...` in an
+/// `inet` table.
+fn nfproto(proto: u8) -> Vec<nl::Expr> {
+    vec![nl::meta(MetaKey::Nfproto), nl::cmp(true, &[proto])]
+}
+
+/// The fence's rules: `(family, chain, expressions, text)`.
+fn fence_rules() -> Vec<(Family, &'static str, Vec<nl::Expr>, &'static str)> {
+    use nl::{Base, payload};
+    let arp_daddr = payload(Base::Network, 24, 4);
+    let arp_request = vec![payload(Base::Network, 6, 2), nl::cmp(true, &[0, 1])];
+    let ip_daddr = payload(Base::Network, 16, 4);
+    let ip6_daddr = payload(Base::Network, 24, 16);
+    let th = payload(Base::Transport, 8, 16);
+    let mut ns = nfproto(libc::NFPROTO_IPV6 as u8);
+    ns.extend([
+        nl::meta(MetaKey::L4Proto),
+        nl::cmp(true, &[libc::IPPROTO_ICMPV6 as u8]),
+        payload(Base::Transport, 0, 1),
+        // ICMPv6 type 135: neighbour solicitation.
+        nl::cmp(true, &[135]),
+    ]);
+    vec![
+        (
+            Family::Arp,
+            "input",
+            fence_rule(arp_request, &arp_daddr, ("vips", 1), ("live", 2)),
+            "arp operation request arp daddr ip @vips arp daddr ip != @live counter drop",
+        ),
+        (
+            Family::Inet,
+            "prerouting",
+            fence_rule(
+                nfproto(libc::NFPROTO_IPV4 as u8),
+                &ip_daddr,
+                ("vips4", 3),
+                ("live4", 4),
+            ),
+            "ip daddr @vips4 ip daddr != @live4 counter drop",
+        ),
+        (
+            Family::Inet,
+            "prerouting",
+            fence_rule(
+                nfproto(libc::NFPROTO_IPV6 as u8),
+                &ip6_daddr,
+                ("vips6", 5),
+                ("live6", 6),
+            ),
+            "ip6 daddr @vips6 ip6 daddr != @live6 counter drop",
+        ),
+        (
+            Family::Inet,
+            "prerouting",
+            fence_rule(ns, &th, ("vips6ns", 7), ("live6ns", 8)),
+            "icmpv6 type nd-neighbor-solicit @th,64,128 @vips6ns @th,64,128 != @live6ns counter drop",
+        ),
+    ]
+}
+
+/// The batch (re)creating both tables with empty sets (tables left by an earlier run are
+/// deleted in the same transaction).
+pub(crate) fn setup_commands() -> Batch {
+    let t = FENCE_TABLE;
+    let mut b = remove_commands();
+    b.push(nl::add_table(Family::Arp, t));
+    b.push(nl::add_table(Family::Inet, t));
+    for (f, spec) in fence_sets() {
+        b.push(nl::add_set(f, t, &spec));
+    }
+    let filter = |hook, hook_name, priority| nl::BaseChain {
+        chain_type: "filter",
+        hook,
+        hook_name,
+        priority,
+    };
+    b.push(nl::add_chain(
+        Family::Arp,
+        t,
+        "input",
+        filter(nl::hook::ARP_IN, "input", 0),
+    ));
+    b.push(nl::add_chain(
+        Family::Inet,
+        t,
+        "prerouting",
+        filter(nl::hook::PREROUTING, "prerouting", -150),
+    ));
+    for (f, chain, exprs, text) in fence_rules() {
+        b.push(nl::add_rule(f, t, chain, exprs, text));
+    }
+    b
 }
 
 /// Whole milliseconds of `timeout`, rounded down (never longer than granted).
@@ -261,7 +440,7 @@ fn millis(timeout: Duration) -> u128 {
     timeout.as_millis()
 }
 
-/// The transaction arming `vips` and setting their live element to expire `timeout` after
+/// The batch arming `vips` and setting their live element to expire `timeout` after
 /// the kernel handles it; `None` when `timeout` is under 1 ms (nothing may be granted).
 /// The element of a VIP for which `may_be_live` is true is deleted and added again (a
 /// plain `add` would keep its timeout); the others, known absent or expired, are only
@@ -270,29 +449,26 @@ pub(crate) fn refresh_commands(
     vips: &[IpAddr],
     timeout: Duration,
     may_be_live: impl Fn(&IpAddr) -> bool,
-) -> Option<Vec<String>> {
+) -> Option<Batch> {
     let ms = millis(timeout);
     if ms == 0 {
         return None;
     }
+    let timeout = Some(Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX)));
     let t = FENCE_TABLE;
-    let mut c = Vec::new();
+    let mut b = Batch::new();
     for vip in vips {
         let replace = may_be_live(vip);
-        for (f, set, live, e) in places(*vip) {
-            c.push(format!("add element {f} {t} {set} {{ {e} }}"));
-            c.push(format!(
-                "add element {f} {t} {live} {{ {e} timeout {ms}ms }}"
-            ));
+        for (f, set, live, k, shown) in places(*vip) {
+            b.push(nl::add_element(f, t, set, &k, None, &shown));
+            b.push(nl::add_element(f, t, live, &k, timeout, &shown));
             if replace {
-                c.push(format!("delete element {f} {t} {live} {{ {e} }}"));
-                c.push(format!(
-                    "add element {f} {t} {live} {{ {e} timeout {ms}ms }}"
-                ));
+                b.push(nl::delete_element(f, t, live, &k, &shown));
+                b.push(nl::add_element(f, t, live, &k, timeout, &shown));
             }
         }
     }
-    Some(c)
+    Some(b)
 }
 
 /// One change a holder asks of the fence.
@@ -321,7 +497,7 @@ pub fn next_owner() -> Owner {
 type Arms = HashMap<IpAddr, std::collections::BTreeSet<Owner>>;
 
 /// A transaction as written: when, its commands, and [`Arms`] once it has run.
-type Transaction = (Instant, Vec<String>, Arms);
+type Transaction = (Instant, Batch, Arms);
 
 /// A [`Change`] of some VIPs, asked for by `owner`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -352,8 +528,8 @@ fn op_commands(
     may_be_live: &mut HashSet<IpAddr>,
     arms: &mut Arms,
     now: Instant,
-) -> Vec<String> {
-    let mut c = Vec::new();
+) -> Batch {
+    let mut c = Batch::new();
     for op in ops {
         match op.change {
             Change::Disarm => {
@@ -374,7 +550,7 @@ fn op_commands(
                     })
                     .copied()
                     .collect();
-                c.extend(expire_commands(&alone, true));
+                c.append(expire_commands(&alone, true));
                 alone.iter().for_each(|v| {
                     may_be_live.remove(v);
                 });
@@ -392,11 +568,11 @@ fn op_commands(
                 let timeout = timeout_until(until, now);
                 match refresh_commands(&op.vips, timeout, |v| may_be_live.contains(v)) {
                     Some(r) => {
-                        c.extend(r);
+                        c.append(r);
                         may_be_live.extend(op.vips.iter().copied());
                     }
                     None => {
-                        c.extend(expire_commands(&op.vips, false));
+                        c.append(expire_commands(&op.vips, false));
                         op.vips.iter().for_each(|v| {
                             may_be_live.remove(v);
                         });
@@ -404,7 +580,7 @@ fn op_commands(
                 }
             }
             Change::Expire | Change::Disarm => {
-                c.extend(expire_commands(&op.vips, false));
+                c.append(expire_commands(&op.vips, false));
                 op.vips.iter().for_each(|v| {
                     may_be_live.remove(v);
                 });
@@ -414,22 +590,23 @@ fn op_commands(
     c
 }
 
-/// The transaction removing the live elements of `vips` (and with `disarm`, the VIPs
+/// The batch removing the live elements of `vips` (and with `disarm`, the VIPs
 /// themselves: no longer filtered). Each delete follows an add, so it never fails.
-pub(crate) fn expire_commands(vips: &[IpAddr], disarm: bool) -> Vec<String> {
+pub(crate) fn expire_commands(vips: &[IpAddr], disarm: bool) -> Batch {
     let t = FENCE_TABLE;
-    let mut c = Vec::new();
+    let one = Some(Duration::from_millis(1));
+    let mut b = Batch::new();
     for vip in vips {
-        for (f, set, live, e) in places(*vip) {
-            c.push(format!("add element {f} {t} {live} {{ {e} timeout 1ms }}"));
-            c.push(format!("delete element {f} {t} {live} {{ {e} }}"));
+        for (f, set, live, k, shown) in places(*vip) {
+            b.push(nl::add_element(f, t, live, &k, one, &shown));
+            b.push(nl::delete_element(f, t, live, &k, &shown));
             if disarm {
-                c.push(format!("add element {f} {t} {set} {{ {e} }}"));
-                c.push(format!("delete element {f} {t} {set} {{ {e} }}"));
+                b.push(nl::add_element(f, t, set, &k, None, &shown));
+                b.push(nl::delete_element(f, t, set, &k, &shown));
             }
         }
     }
-    c
+    b
 }
 
 fn list(vips: &[IpAddr]) -> String {
@@ -439,112 +616,152 @@ fn list(vips: &[IpAddr]) -> String {
         .join(", ")
 }
 
-/// The real fence: vipd's `vipd_fence` tables, changed through the `nft` binary.
+/// The real fence: vipd's `vipd_fence` tables, changed through netlink ([`nl`]).
 #[derive(Debug)]
 pub struct NftFence {
-    nft: PathBuf,
+    state: Arc<FenceState>,
+    /// One run at a time: the recorded state follows the runs in order.
+    run: tokio::sync::Mutex<()>,
+}
+
+/// What [`NftFence`] knows of the kernel's sets, and the way to them.
+#[derive(Debug)]
+struct FenceState {
+    transport: Arc<dyn Transport>,
     /// Per VIP, the latest instant its live element may still exist (the end of the run
     /// that set it + its timeout + [`LIVE_SLACK`]); removed when expired or disarmed.
     live: Mutex<HashMap<IpAddr, Instant>>,
     /// Who armed each VIP, as of the last successful run.
     arms: Mutex<Arms>,
-    /// One run at a time: `live` and `arms` follow the runs in order.
-    run: tokio::sync::Mutex<()>,
+}
+
+/// Sends `batch` through `transport` from a blocking thread; the error is the kernel's
+/// answer as text.
+async fn send_batch(transport: &dyn Transport, batch: Batch, mode: Mode) -> Result<(), String> {
+    nl::send_with(transport, batch, mode)
+        .await
+        .map_err(|e| e.to_string())
 }
 
 impl NftFence {
-    /// Creates both tables empty with `nft` (replacing ones left by an earlier run).
+    /// Creates both tables empty in the kernel (replacing ones left by an earlier run).
     ///
     /// # Errors
-    /// [`FenceError::Setup`] when `nft` cannot run or fails (no binary, no nf_tables `arp`
-    /// or `inet` family or set timeouts in the kernel, no CAP_NET_ADMIN).
-    pub async fn start(nft: impl Into<PathBuf>) -> Result<Self, FenceError> {
-        let nft = nft.into();
+    /// [`FenceError::Setup`] when the kernel refuses (no nf_tables `arp` or `inet` family
+    /// or set timeouts, no CAP_NET_ADMIN).
+    pub async fn start() -> Result<Self, FenceError> {
+        Self::start_with(Arc::new(Kernel)).await
+    }
+
+    /// [`NftFence::start`] through `transport`.
+    ///
+    /// # Errors
+    /// As [`NftFence::start`].
+    pub async fn start_with(transport: Arc<dyn Transport>) -> Result<Self, FenceError> {
         let c = setup_commands();
-        run_nft_text(&nft, &[], &c)
+        send_batch(transport.as_ref(), c.clone(), Mode::Commit)
             .await
             .map_err(|detail| FenceError::Setup {
-                command: c.join("; "),
+                command: c.text(),
                 detail,
             })?;
         Ok(NftFence {
-            nft,
-            live: Mutex::new(HashMap::new()),
-            arms: Mutex::new(HashMap::new()),
+            state: Arc::new(FenceState {
+                transport,
+                live: Mutex::new(HashMap::new()),
+                arms: Mutex::new(HashMap::new()),
+            }),
             run: tokio::sync::Mutex::new(()),
         })
     }
 
-    /// Checks, without changing anything (`nft --check`), that the tables could be
-    /// created: for `vipd preflight`.
+    /// Checks, without changing anything (the batch is validated by the kernel and
+    /// aborted), that the tables could be created: for `vipd preflight`.
     ///
     /// # Errors
     /// [`FenceError::Setup`] as [`NftFence::start`].
-    pub async fn check(nft: impl Into<PathBuf>) -> Result<(), FenceError> {
+    pub async fn check() -> Result<(), FenceError> {
         let c = setup_commands();
-        run_nft_text(&nft.into(), &["--check"], &c)
+        send_batch(&Kernel, c.clone(), Mode::Check)
             .await
             .map_err(|detail| FenceError::Setup {
-                command: c.join("; "),
+                command: c.text(),
                 detail,
             })
     }
 
-    /// Runs `ops` as one transaction, their timeouts computed from the moment it is written
-    /// ([`op_commands`]), and, when it succeeded, records the live elements' new ends.
-    /// Returns when it was written and when `nft` returned ([`ends_by`]). A failed run
-    /// changed nothing (nftables transactions are atomic).
+    /// Runs `ops` as one transaction, their timeouts computed from the moment it is built,
+    /// right before the `sendmsg` that commits it ([`op_commands`]), and, when it
+    /// succeeded, records the live elements' new ends. Returns when it was built and when
+    /// the kernel answered ([`ends_by`]). A failed run changed nothing (nf_tables
+    /// transactions are atomic).
     async fn apply(&self, ops: &[Op]) -> Result<(Instant, Instant), FenceError> {
         if ops.iter().all(|o| o.vips.is_empty()) {
             let now = Instant::now();
             return Ok((now, now));
         }
         let _one_run = self.run.lock().await;
-        // Written once `nft` has started: the timeouts count from here.
-        let written: Mutex<Option<Transaction>> = Mutex::new(None);
-        let result = run_nft_text_written(&self.nft, &[], || {
-            let t = self.transaction(ops);
-            let c = t.1.clone();
-            *written.lock().unwrap_or_else(PoisonError::into_inner) = Some(t);
-            c
+        // Opened on this thread: in its network namespace, as the `nft` process was.
+        let link = self.state.transport.open();
+        let state = self.state.clone();
+        let owned = ops.to_vec();
+        let run = tokio::task::spawn_blocking(move || {
+            let link = match link {
+                Ok(l) => l,
+                Err(e) => return (None, Err(e), Instant::now()),
+            };
+            // The clock is read here, after the socket is open, and the batch goes to
+            // the kernel as soon as it is built.
+            let t = state.transaction(&owned);
+            let result = link.send(&t.1, Mode::Commit);
+            (Some(t), result, Instant::now())
         })
         .await;
-        // `nft` did not start: the commands it would have been given, for the error (the
+        let (written, result, done) = run.unwrap_or_else(|e| {
+            (
+                None,
+                Err(NftError::Io {
+                    batch: String::new(),
+                    detail: e.to_string(),
+                }),
+                Instant::now(),
+            )
+        });
+        // Not built (no socket): the batch it would have been, for the error (the
         // recorded state is unchanged: one run at a time).
-        let (written, c, arms) = written
-            .into_inner()
-            .unwrap_or_else(PoisonError::into_inner)
-            .unwrap_or_else(|| self.transaction(ops));
-        if let Err(detail) = result {
+        let (written, c, arms) = written.unwrap_or_else(|| self.state.transaction(ops));
+        if let Err(e) = result {
             let vips: Vec<IpAddr> = ops.iter().flat_map(|o| o.vips.clone()).collect();
             return Err(FenceError::Change {
                 vips: list(&vips),
-                command: c.join("; "),
-                detail,
+                command: c.text(),
+                detail: e.to_string(),
             });
         }
-        let done = Instant::now();
-        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-        for op in ops {
-            for v in &op.vips {
-                match op.change {
-                    Change::Refresh(until) if !timeout_until(until, written).is_zero() => {
-                        live.insert(*v, ends_by(until, written, done) + LIVE_SLACK);
-                    }
-                    // Still armed by another holder: its element stands.
-                    Change::Disarm if arms.contains_key(v) => {}
-                    _ => {
-                        live.remove(v);
-                    }
-                }
-            }
-        }
-        *self.arms.lock().unwrap_or_else(PoisonError::into_inner) = arms;
+        self.state.record(ops, written, done, arms);
         Ok((written, done))
     }
 
-    /// The transaction of `ops` written now ([`op_commands`]) from the recorded state: when,
-    /// the commands, and who armed each VIP once it has run.
+    async fn change(
+        &self,
+        owner: Owner,
+        vips: &[IpAddr],
+        change: Change,
+    ) -> Result<Instant, FenceError> {
+        let (written, done) = self
+            .apply(&[Op {
+                vips: vips.to_vec(),
+                change,
+                owner,
+            }])
+            .await?;
+        Ok(outcome(change, written, done))
+    }
+}
+
+impl FenceState {
+    /// The transaction of `ops` built now ([`op_commands`]) from the recorded state: when,
+    /// the batch, and who armed each VIP once it has run.
     fn transaction(&self, ops: &[Op]) -> Transaction {
         let now = Instant::now();
         let mut may_be_live: HashSet<IpAddr> = self
@@ -564,20 +781,25 @@ impl NftFence {
         (now, c, arms)
     }
 
-    async fn change(
-        &self,
-        owner: Owner,
-        vips: &[IpAddr],
-        change: Change,
-    ) -> Result<Instant, FenceError> {
-        let (written, done) = self
-            .apply(&[Op {
-                vips: vips.to_vec(),
-                change,
-                owner,
-            }])
-            .await?;
-        Ok(outcome(change, written, done))
+    /// Records the outcome of `ops`, committed in a transaction built at `written` and
+    /// answered at `done`: the live elements' new ends, and `arms`.
+    fn record(&self, ops: &[Op], written: Instant, done: Instant, arms: Arms) {
+        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
+        for op in ops {
+            for v in &op.vips {
+                match op.change {
+                    Change::Refresh(until) if !timeout_until(until, written).is_zero() => {
+                        live.insert(*v, ends_by(until, written, done) + LIVE_SLACK);
+                    }
+                    // Still armed by another holder: its element stands.
+                    Change::Disarm if arms.contains_key(v) => {}
+                    _ => {
+                        live.remove(v);
+                    }
+                }
+            }
+        }
+        *self.arms.lock().unwrap_or_else(PoisonError::into_inner) = arms;
     }
 }
 
@@ -627,10 +849,10 @@ impl VipFence for NftFence {
     fn close(&self) -> BoxFuture<'_, Result<(), FenceError>> {
         Box::pin(async move {
             let c = remove_commands();
-            run_nft_text(&self.nft, &[], &c)
+            send_batch(self.state.transport.as_ref(), c.clone(), Mode::Commit)
                 .await
                 .map_err(|detail| FenceError::Remove {
-                    command: c.join("; "),
+                    command: c.text(),
                     detail,
                 })
         })
@@ -762,7 +984,7 @@ impl VipFence for BatchedFence {
 /// VIP's traffic on this node for good); where `nft` cannot run there are none.
 pub async fn start_fence(enabled: bool) -> Arc<dyn VipFence> {
     if !enabled {
-        match run_nft_text(std::path::Path::new("nft"), &[], &remove_commands()).await {
+        match send_batch(&Kernel, remove_commands(), Mode::Commit).await {
             Ok(()) => {}
             Err(e) => {
                 debug!(error = %e, "no nftables fence tables to remove (vip_nftfence is off)")
@@ -770,7 +992,7 @@ pub async fn start_fence(enabled: bool) -> Arc<dyn VipFence> {
         }
         return Arc::new(NoopFence);
     }
-    match NftFence::start("nft").await {
+    match NftFence::start().await {
         Ok(f) => {
             info!(
                 table = FENCE_TABLE,
@@ -788,6 +1010,40 @@ pub async fn start_fence(enabled: bool) -> Arc<dyn VipFence> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::net::nft::nl::Recorder;
+
+    // The builders' commands in `nft` syntax, one a line (their bytes are checked against
+    // what `nft` sends in `nl::tests`).
+    fn refresh_commands(
+        vips: &[IpAddr],
+        timeout: Duration,
+        may_be_live: impl Fn(&IpAddr) -> bool,
+    ) -> Option<Vec<String>> {
+        super::refresh_commands(vips, timeout, may_be_live).map(|b| b.lines())
+    }
+    fn expire_commands(vips: &[IpAddr], disarm: bool) -> Vec<String> {
+        super::expire_commands(vips, disarm).lines()
+    }
+    fn op_commands(
+        ops: &[Op],
+        may_be_live: &mut HashSet<IpAddr>,
+        arms: &mut Arms,
+        now: Instant,
+    ) -> Vec<String> {
+        super::op_commands(ops, may_be_live, arms, now).lines()
+    }
+    fn setup_commands() -> Vec<String> {
+        super::setup_commands().lines()
+    }
+    fn remove_commands() -> Vec<String> {
+        super::remove_commands().lines()
+    }
+    /// A fence on a [`Recorder`], after its setup.
+    async fn recorded() -> (NftFence, Recorder) {
+        let rec = Recorder::default();
+        let f = NftFence::start_with(Arc::new(rec.clone())).await.unwrap();
+        (f, rec)
+    }
 
     fn v4() -> IpAddr {
         "192.0.2.10".parse().expect("ip")
@@ -870,11 +1126,7 @@ mod tests {
     /// gets the run's outcome, and a failed run fails every change in it.
     #[tokio::test]
     async fn batched_fence_runs_queued_changes_as_one_transaction() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path();
-        let nft = NftFence::start(crate::net::nft::run::fake_nft(dir))
-            .await
-            .unwrap();
+        let (nft, rec) = recorded().await;
         let fence = BatchedFence::new(nft);
         let vips: Vec<IpAddr> = (1..=20)
             .map(|i| format!("192.0.2.{i}").parse().unwrap())
@@ -888,17 +1140,18 @@ mod tests {
             .map(|v| fence.refresh(1, std::slice::from_ref(v), until));
         for r in futures::future::join_all(calls).await {
             let ends = r.expect("refreshed");
+            // The timeout is rounded down to the millisecond when the batch is built.
             assert!(
-                ends >= until && ends <= Instant::now() + Duration::from_secs(15),
+                ends + Duration::from_millis(1) >= until
+                    && ends <= Instant::now() + Duration::from_secs(15),
                 "the run's end plus the timeout written"
             );
         }
-        let log = std::fs::read_to_string(dir.join("log")).unwrap();
-        let runs: Vec<&str> = log.split("---\n").filter(|r| !r.is_empty()).collect();
+        let runs: Vec<String> = rec.batches().iter().map(|b| b.lines().join("\n")).collect();
         assert_eq!(
             runs.len(),
             2,
-            "setup, then one run for the 20 changes: {log}"
+            "setup, then one batch for the 20 changes: {runs:#?}"
         );
         for v in &vips {
             let ms = runs[1]
@@ -912,14 +1165,14 @@ mod tests {
                 "{v}: the time to the end when the run was written, {ms} ms"
             );
         }
-        std::fs::write(dir.join("fail"), "").unwrap();
+        rec.set_fail(true);
         let calls = vips[..3]
             .iter()
             .map(|v| fence.expire(std::slice::from_ref(v)));
         for r in futures::future::join_all(calls).await {
             match r {
                 Err(FenceError::Change { detail, .. }) => {
-                    assert!(detail.contains("boom"), "{detail}")
+                    assert!(detail.contains("Invalid argument"), "{detail}")
                 }
                 other => panic!("expected the run's failure, got {other:?}"),
             }
@@ -1053,19 +1306,12 @@ mod tests {
     /// changes nothing it remembers.
     #[tokio::test]
     async fn nft_fence_replaces_only_elements_that_may_be_live() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path();
-        let fence = NftFence::start(crate::net::nft::run::fake_nft(dir))
-            .await
-            .unwrap();
+        let (fence, rec) = recorded().await;
         let last_run = || {
-            let log = std::fs::read_to_string(dir.join("log")).unwrap();
-            let runs: Vec<String> = log
-                .split("---\n")
-                .filter(|r| !r.is_empty())
-                .map(str::to_string)
-                .collect();
-            runs.last().cloned().unwrap_or_default()
+            rec.batches()
+                .last()
+                .map(|b| b.lines().join("\n"))
+                .unwrap_or_default()
         };
         // Long enough for a stand-in `nft` run on a loaded machine to find time left.
         let short = Duration::from_millis(200);
@@ -1101,9 +1347,9 @@ mod tests {
             "expired by us: {}",
             last_run()
         );
-        std::fs::write(dir.join("fail"), "").unwrap();
+        rec.set_fail(true);
         assert!(fence.expire(&[v4()]).await.is_err());
-        std::fs::remove_file(dir.join("fail")).unwrap();
+        rec.set_fail(false);
         fence
             .refresh(1, &[v4()], Instant::now() + Duration::from_secs(5))
             .await

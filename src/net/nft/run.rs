@@ -23,31 +23,6 @@ pub(crate) async fn run_nft(
     run_nft_input(nft, args, true, move || input).await
 }
 
-/// Runs `nft [args] -f -` with `commands` (one transaction in `nft` syntax, one command a
-/// line) on stdin. For what the JSON API cannot say: it takes set element timeouts in whole
-/// seconds only (and silently drops a string or fractional one), while the nftables fence
-/// ([`super::fence`]) needs milliseconds.
-pub(crate) async fn run_nft_text(
-    nft: &std::path::Path,
-    args: &[&str],
-    commands: &[String],
-) -> Result<(), String> {
-    let input = commands.join("\n");
-    run_nft_input(nft, args, false, move || input).await
-}
-
-/// [`run_nft_text`] with the commands written by `write` once `nft` has started, right
-/// before they go to its stdin: for commands that carry timeouts counted from the moment
-/// they are written (the nftables fence, [`super::fence`]), so that starting `nft`, or this
-/// process being frozen meanwhile, does not count against them.
-pub(crate) async fn run_nft_text_written(
-    nft: &std::path::Path,
-    args: &[&str],
-    write: impl FnOnce() -> Vec<String> + Send,
-) -> Result<(), String> {
-    run_nft_input(nft, args, false, move || write().join("\n")).await
-}
-
 /// How often a run whose `nft` binary is busy (`ETXTBSY`) is tried again, [`NFT_BUSY_PAUSE`]
 /// apart.
 const NFT_BUSY_RETRIES: u32 = 5;
@@ -176,19 +151,4 @@ impl NftBatch {
     pub fn command(&self) -> String {
         self.text.join("; ")
     }
-}
-
-/// A stand-in `nft` in `dir` for unit tests: appends each run's input to `dir/log` (a `---`
-/// line per run) and fails when `dir/fail` exists.
-#[cfg(test)]
-pub(crate) fn fake_nft(dir: &std::path::Path) -> std::path::PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let path = dir.join("nft");
-    let script = format!(
-        "#!/bin/sh\ncat >> {d}/log\necho --- >> {d}/log\n[ -e {d}/fail ] && {{ echo 'Error: boom' >&2; exit 1; }}\nexit 0\n",
-        d = dir.display()
-    );
-    std::fs::write(&path, script).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-    path
 }

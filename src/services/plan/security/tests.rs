@@ -185,7 +185,7 @@ fn only_exactly_true_exempts() {
 fn dhcp_client_port_is_open_on_every_guarded_address() {
     use crate::net::nft::svcsec::{DHCP_CLIENT_PORT, setup_commands};
     assert_eq!(DHCP_CLIENT_PORT, 68);
-    let c = setup_commands();
+    let c = setup_commands().lines();
     for fam in ["ip daddr @guard4", "ip6 daddr @guard6"] {
         let accept = c
             .iter()

@@ -1,0 +1,931 @@
+//! nf_tables through netlink, from vipd's own process: the one way vipd changes its
+//! nftables tables (the fence, the ARP flux guard, Service security, the control-plane
+//! load balancer). No `nft` process runs; `nft list table ...` stays a debugging tool.
+//!
+//! A change is a [`Batch`] of nf_tables messages sent as one transaction (uapi
+//! `linux/netfilter/nfnetlink.h`): `NFNL_MSG_BATCH_BEGIN`, the messages, each with
+//! `NLM_F_ACK`, then `NFNL_MSG_BATCH_END`, in one `sendmsg(2)` on a `NETLINK_NETFILTER`
+//! socket. The kernel handles the whole batch inside that call (nfnetlink processes it in
+//! the sender's context) and commits it atomically, or nothing when any message fails;
+//! [`NftSocket::send`] then reads one acknowledgement per message and reports each
+//! refused message with the kernel's errno ([`NftError::Refused`]). Without
+//! `BATCH_END` ([`Mode::Check`]) the kernel validates every message and aborts: what
+//! `nft --check` does, for `vipd preflight`.
+//!
+//! Messages are built with netlink-packet-netfilter (rust-netlink, MIT: table, chain,
+//! rule, set and set element messages, the batch markers and the payload, meta, cmp,
+//! lookup and immediate expressions); the expressions it does not model (counter, fib,
+//! numgen, nat, masquerade, ct) are written as its generic attributes here, each checked
+//! against the bytecode `nft --debug=netlink` (nftables 1.0.6) generates for the same rule.
+//! The socket is netlink-sys's, opened per batch: a failed batch's unread answers go with
+//! it.
+
+use std::num::NonZeroI32;
+use std::time::Duration;
+
+use netlink_packet_core::{
+    DefaultNla, Emitable, NLA_F_NESTED, NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_REQUEST,
+    NetlinkHeader, NetlinkMessage, NetlinkPayload,
+};
+use netlink_packet_netfilter::nftables::{
+    ChainAttribute, ChainMessage, Cmp, DataAttribute, ExpressionAttribute, Expressions, Hook,
+    HookNumber, Immediate, ListAttribute, Lookup, Meta, MetaKey, NfTablesMessage, Operator,
+    Payload, Register, RuleAttribute, RuleMessage, SetAttribute, SetElementAttribute,
+    SetElementList, SetElementMessage, SetFlags, TableAttribute, TableMessage, Verdict,
+    VerdictAttribute,
+};
+use netlink_packet_netfilter::none::ControlMessage;
+use netlink_packet_netfilter::{NetfilterHeader, NetfilterMessage, NetfilterProtoFamily};
+use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_NETFILTER};
+
+/// An nf_tables family (`nfgenmsg.nfgen_family`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Family {
+    /// `arp` (NFPROTO_ARP).
+    Arp,
+    /// `inet` (NFPROTO_INET): IPv4 and IPv6.
+    Inet,
+    /// `ip` (NFPROTO_IPV4).
+    Ip,
+    /// `ip6` (NFPROTO_IPV6).
+    Ip6,
+}
+
+impl Family {
+    /// The family as `nft` writes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Arp => "arp",
+            Family::Inet => "inet",
+            Family::Ip => "ip",
+            Family::Ip6 => "ip6",
+        }
+    }
+
+    fn proto(self) -> NetfilterProtoFamily {
+        match self {
+            Family::Arp => NetfilterProtoFamily::ARP,
+            Family::Inet => NetfilterProtoFamily::Inet,
+            Family::Ip => NetfilterProtoFamily::IPv4,
+            Family::Ip6 => NetfilterProtoFamily::IPv6,
+        }
+    }
+}
+
+impl std::fmt::Display for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One nf_tables message of a [`Batch`], with the same command in `nft` syntax (for errors
+/// and logs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cmd {
+    family: Family,
+    msg: NfTablesMessage,
+    /// `NLM_F_*` flags besides `NLM_F_REQUEST | NLM_F_ACK`.
+    flags: u16,
+    text: String,
+}
+
+impl Cmd {
+    /// The command in `nft` syntax.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// The message's nf_tables attributes, as the kernel receives them (after the
+    /// `nfgenmsg` header): for tests comparing them with what `nft` sends.
+    pub fn payload(&self) -> Vec<u8> {
+        let mut buf = vec![0u8; self.msg.buffer_len()];
+        self.msg.emit(&mut buf);
+        buf
+    }
+}
+
+/// One nf_tables transaction: its messages, in order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Batch {
+    cmds: Vec<Cmd>,
+}
+
+impl Batch {
+    /// An empty transaction.
+    pub fn new() -> Self {
+        Batch::default()
+    }
+
+    /// Appends `cmd`.
+    pub fn push(&mut self, cmd: Cmd) {
+        self.cmds.push(cmd);
+    }
+
+    /// Appends every command of `other`.
+    pub fn append(&mut self, other: Batch) {
+        self.cmds.extend(other.cmds);
+    }
+
+    /// Whether it holds no command.
+    pub fn is_empty(&self) -> bool {
+        self.cmds.is_empty()
+    }
+
+    /// The commands.
+    pub fn cmds(&self) -> &[Cmd] {
+        &self.cmds
+    }
+
+    /// The commands in `nft` syntax, one per line.
+    pub fn lines(&self) -> Vec<String> {
+        self.cmds.iter().map(|c| c.text.clone()).collect()
+    }
+
+    /// The commands in `nft` syntax, joined with `; `.
+    pub fn text(&self) -> String {
+        self.lines().join("; ")
+    }
+
+    /// The bytes sent: `BATCH_BEGIN` (sequence `seq`), the messages (`seq + 1`, ...), and
+    /// `BATCH_END` unless `mode` is [`Mode::Check`].
+    pub fn encode(&self, seq: u32, mode: Mode) -> Vec<u8> {
+        let mut out = Vec::new();
+        let control = |m: ControlMessage| {
+            // res_id of the batch markers: the subsystem the batch is for.
+            NetfilterMessage::new(
+                NetfilterHeader::new(NetfilterProtoFamily::Unspec, 0, NFNL_SUBSYS_NFTABLES),
+                m,
+            )
+        };
+        push_message(&mut out, control(ControlMessage::BatchBegin), seq, 0);
+        for (i, c) in self.cmds.iter().enumerate() {
+            let m =
+                NetfilterMessage::new(NetfilterHeader::new(c.family.proto(), 0, 0), c.msg.clone());
+            push_message(&mut out, m, cmd_seq(seq, i), NLM_F_ACK | c.flags);
+        }
+        if mode == Mode::Commit {
+            let end = cmd_seq(seq, self.cmds.len());
+            push_message(&mut out, control(ControlMessage::BatchEnd), end, 0);
+        }
+        out
+    }
+}
+
+/// `res_id` of the batch markers: nf_tables' subsystem (`NFNL_SUBSYS_NFTABLES`).
+const NFNL_SUBSYS_NFTABLES: u16 = 10;
+
+/// The sequence number of the `i`th command of a batch beginning at `seq`.
+fn cmd_seq(seq: u32, i: usize) -> u32 {
+    seq.wrapping_add(1)
+        .wrapping_add(u32::try_from(i).unwrap_or(u32::MAX))
+}
+
+fn push_message(out: &mut Vec<u8>, m: NetfilterMessage, seq: u32, flags: u16) {
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST | flags;
+    header.sequence_number = seq;
+    let mut nl = NetlinkMessage::new(header, NetlinkPayload::InnerMessage(m));
+    nl.finalize();
+    let start = out.len();
+    out.resize(start + nl.buffer_len(), 0);
+    nl.serialize(&mut out[start..]);
+}
+
+/// Whether a batch is committed or only checked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Committed atomically when every message is accepted (`BATCH_END` sent).
+    Commit,
+    /// Validated by the kernel, then aborted whatever the outcome (no `BATCH_END`, as
+    /// `nft --check`): nothing changes.
+    Check,
+}
+
+/// Why a batch failed. Nothing of it was committed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NftError {
+    /// No netfilter netlink socket (no CAP_NET_ADMIN is reported at send time; this is
+    /// e.g. a kernel without nfnetlink).
+    #[error("cannot open a netfilter netlink socket: {0}")]
+    Socket(String),
+    /// Sending the batch or reading its answers failed.
+    #[error("nf_tables batch `{batch}`: {detail}")]
+    Io {
+        /// The batch in `nft` syntax.
+        batch: String,
+        /// The socket's error, or the answers missing.
+        detail: String,
+    },
+    /// The kernel refused the batch as a whole (no nf_tables in the kernel, or the commit
+    /// failed): `errno` for the batch.
+    #[error("nf_tables batch `{batch}` refused: {}", errno_text(*errno))]
+    Batch {
+        /// The batch in `nft` syntax.
+        batch: String,
+        /// The positive errno.
+        errno: i32,
+    },
+    /// The kernel refused these messages (each with its positive errno); the batch was
+    /// aborted.
+    #[error("{}", refused_text(failed))]
+    Refused {
+        /// Each refused command in `nft` syntax, with its errno.
+        failed: Vec<(String, i32)>,
+    },
+}
+
+fn errno_text(errno: i32) -> String {
+    let hint = match errno {
+        libc::EPERM => " (vipd needs CAP_NET_ADMIN)",
+        libc::EOPNOTSUPP | libc::EAFNOSUPPORT => {
+            " (the kernel lacks nf_tables or this family: module nf_tables / nf_tables_arp / nf_tables_inet)"
+        }
+        _ => "",
+    };
+    format!("{}{hint}", std::io::Error::from_raw_os_error(errno))
+}
+
+fn refused_text(failed: &[(String, i32)]) -> String {
+    failed
+        .iter()
+        .map(|(c, e)| format!("`{c}`: {}", errno_text(*e)))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// How long [`NftSocket::send`] waits for answers that have not come (the kernel answers
+/// inside the `sendmsg`; this bounds a broken socket, never a normal wait).
+pub const ANSWER_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A `NETLINK_NETFILTER` socket for one batch, in the caller's network namespace.
+/// Blocking: use it from a blocking thread ([`tokio::task::spawn_blocking`]).
+#[derive(Debug)]
+pub struct NftSocket {
+    sock: Socket,
+}
+
+impl NftSocket {
+    /// Opens and binds the socket (extended and capped acknowledgements).
+    ///
+    /// # Errors
+    /// [`NftError::Socket`].
+    pub fn open() -> Result<Self, NftError> {
+        let err = |e: std::io::Error| NftError::Socket(e.to_string());
+        let mut sock = Socket::new(NETLINK_NETFILTER).map_err(err)?;
+        sock.bind_auto().map_err(err)?;
+        sock.connect(&SocketAddr::new(0, 0)).map_err(err)?;
+        // Acknowledgements carry the request's header only; extended ones add the
+        // kernel's message (best effort: old kernels lack both).
+        let _ = sock.set_cap_ack(true);
+        let _ = sock.set_ext_ack(true);
+        let tv = nix::sys::time::TimeVal::new(
+            i64::try_from(ANSWER_TIMEOUT.as_secs()).unwrap_or(i64::MAX),
+            0,
+        );
+        nix::sys::socket::setsockopt(&sock, nix::sys::socket::sockopt::ReceiveTimeout, &tv)
+            .map_err(|e| err(e.into()))?;
+        Ok(NftSocket { sock })
+    }
+
+    /// Sends `batch` in one `sendmsg(2)` (the kernel handles it inside the call) and reads
+    /// one acknowledgement per message. An empty batch sends nothing.
+    ///
+    /// # Errors
+    /// [`NftError::Refused`] naming each refused command and its errno,
+    /// [`NftError::Batch`] when the kernel refused the batch as a whole, [`NftError::Io`].
+    pub fn send(&self, batch: &Batch, mode: Mode) -> Result<(), NftError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let io = |detail: String| NftError::Io {
+            batch: batch.text(),
+            detail,
+        };
+        // Room for every acknowledgement (counted by the kernel at a few hundred bytes of
+        // buffer each): a full buffer would drop some and leave this waiting.
+        let room = batch
+            .cmds
+            .len()
+            .saturating_mul(2048)
+            .saturating_add(1 << 18);
+        let _ = nix::sys::socket::setsockopt(
+            &self.sock,
+            nix::sys::socket::sockopt::RcvBufForce,
+            &room.min(64 << 20),
+        );
+        let seq = 1;
+        let bytes = batch.encode(seq, mode);
+        let sent = self
+            .sock
+            .send(&bytes, 0)
+            .map_err(|e| io(format!("sending: {e}")))?;
+        if sent != bytes.len() {
+            return Err(io(format!("sent {sent} of {} bytes", bytes.len())));
+        }
+        let acks = read_acks(&self.sock, seq, batch.cmds.len()).map_err(io)?;
+        acks_result(batch, seq, &acks)
+    }
+}
+
+/// The answers to a batch beginning at `seq`: `(sequence, errno or 0)` until every one of
+/// its `n` messages is acknowledged or the batch itself is refused.
+fn read_acks(sock: &Socket, seq: u32, n: usize) -> Result<Vec<(u32, i32)>, String> {
+    let mut acks = Vec::new();
+    let mut answered = 0;
+    while answered < n {
+        let (data, _) = sock
+            .recv_from_full()
+            .map_err(|e| format!("reading the kernel's answers ({answered} of {n}): {e}"))?;
+        let mut off = 0;
+        while let Some(rest) = data.get(off..).filter(|r| !r.is_empty()) {
+            let m = NetlinkMessage::<NetfilterMessage>::deserialize(rest)
+                .map_err(|e| format!("unreadable answer: {e}"))?;
+            let len = usize::try_from(m.header.length).unwrap_or(0);
+            if len == 0 {
+                break;
+            }
+            off += (len + 3) & !3;
+            if let NetlinkPayload::Error(e) = m.payload {
+                let errno = e.code.map(NonZeroI32::get).unwrap_or(0).abs();
+                let s = m.header.sequence_number;
+                if s == seq && errno != 0 {
+                    acks.push((s, errno));
+                    return Ok(acks);
+                }
+                if s > seq && s <= cmd_seq(seq, n.saturating_sub(1)) {
+                    answered += 1;
+                    acks.push((s, errno));
+                }
+            }
+        }
+    }
+    Ok(acks)
+}
+
+/// The outcome of a batch beginning at `seq` from its acknowledgements.
+fn acks_result(batch: &Batch, seq: u32, acks: &[(u32, i32)]) -> Result<(), NftError> {
+    if let Some((_, errno)) = acks.iter().find(|(s, e)| *s == seq && *e != 0) {
+        return Err(NftError::Batch {
+            batch: batch.text(),
+            errno: *errno,
+        });
+    }
+    let failed: Vec<(String, i32)> = acks
+        .iter()
+        .filter(|(_, e)| *e != 0)
+        .map(|(s, e)| {
+            let i = usize::try_from(s.wrapping_sub(seq).wrapping_sub(1)).unwrap_or(usize::MAX);
+            let text = batch
+                .cmds
+                .get(i)
+                .map(|c| c.text.clone())
+                .unwrap_or_default();
+            (text, *e)
+        })
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(NftError::Refused { failed })
+    }
+}
+
+/// Opens a socket and sends `batch` ([`NftSocket::send`]). Blocking.
+///
+/// # Errors
+/// As [`NftSocket::open`] and [`NftSocket::send`].
+pub fn send(batch: &Batch, mode: Mode) -> Result<(), NftError> {
+    NftSocket::open()?.send(batch, mode)
+}
+
+/// Where batches go: the kernel ([`Kernel`]), or a recorder in unit tests.
+pub trait Transport: Send + Sync + std::fmt::Debug + 'static {
+    /// Opens the way to the kernel, in the calling thread's network namespace (call it
+    /// from the task's thread, then send from a blocking thread).
+    ///
+    /// # Errors
+    /// As [`NftSocket::open`].
+    fn open(&self) -> Result<Box<dyn Link>, NftError>;
+}
+
+/// An open way to the kernel: sends batches. Blocking.
+pub trait Link: Send {
+    /// Sends `batch` ([`NftSocket::send`]).
+    ///
+    /// # Errors
+    /// As [`NftSocket::send`].
+    fn send(&self, batch: &Batch, mode: Mode) -> Result<(), NftError>;
+}
+
+impl Link for NftSocket {
+    fn send(&self, batch: &Batch, mode: Mode) -> Result<(), NftError> {
+        NftSocket::send(self, batch, mode)
+    }
+}
+
+/// The kernel, through a [`NftSocket`] per batch.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Kernel;
+
+impl Transport for Kernel {
+    fn open(&self) -> Result<Box<dyn Link>, NftError> {
+        Ok(Box::new(NftSocket::open()?))
+    }
+}
+
+/// Opens `transport` here (this thread's network namespace), then sends `batch` from a
+/// blocking thread.
+///
+/// # Errors
+/// As [`Transport::open`] and [`Link::send`]; [`NftError::Io`] when the thread could not
+/// run.
+pub async fn send_with(
+    transport: &dyn Transport,
+    batch: Batch,
+    mode: Mode,
+) -> Result<(), NftError> {
+    let link = transport.open()?;
+    let text = batch.text();
+    tokio::task::spawn_blocking(move || link.send(&batch, mode))
+        .await
+        .unwrap_or_else(|e| {
+            Err(NftError::Io {
+                batch: text,
+                detail: e.to_string(),
+            })
+        })
+}
+
+/// A [`Transport`] for unit tests: records every batch sent (commits and checks) and
+/// refuses them while [`Recorder::fail`] is set.
+#[cfg(test)]
+#[derive(Debug, Default, Clone)]
+pub struct Recorder {
+    /// The batches sent, in order, with their mode.
+    pub sent: std::sync::Arc<std::sync::Mutex<Vec<(Batch, Mode)>>>,
+    /// When set, every batch is refused (`EINVAL` for its first command).
+    pub fail: std::sync::Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[cfg(test)]
+impl Recorder {
+    /// The batches sent so far.
+    pub fn batches(&self) -> Vec<Batch> {
+        self.sent
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(b, _)| b.clone())
+            .collect()
+    }
+
+    /// Refuses every batch from now on (`fail`), or accepts them again.
+    pub fn set_fail(&self, fail: bool) {
+        self.fail.store(fail, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+impl Transport for Recorder {
+    fn open(&self) -> Result<Box<dyn Link>, NftError> {
+        Ok(Box::new(self.clone()))
+    }
+}
+
+#[cfg(test)]
+impl Link for Recorder {
+    fn send(&self, b: &Batch, mode: Mode) -> Result<(), NftError> {
+        if b.is_empty() {
+            return Ok(());
+        }
+        self.sent.lock().unwrap().push((b.clone(), mode));
+        if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(NftError::Refused {
+                failed: vec![(b.lines()[0].clone(), libc::EINVAL)],
+            });
+        }
+        Ok(())
+    }
+}
+
+// --- Messages -------------------------------------------------------------------------
+
+/// `add table <family> <name>`.
+pub fn add_table(family: Family, name: &str) -> Cmd {
+    Cmd {
+        family,
+        msg: NfTablesMessage::NewTable(TableMessage {
+            attributes: vec![
+                TableAttribute::Name(name.to_string()),
+                TableAttribute::Flags(Default::default()),
+            ],
+        }),
+        flags: NLM_F_CREATE,
+        text: format!("add table {family} {name}"),
+    }
+}
+
+/// `delete table <family> <name>`.
+pub fn delete_table(family: Family, name: &str) -> Cmd {
+    Cmd {
+        family,
+        msg: NfTablesMessage::DeleteTable(TableMessage {
+            attributes: vec![TableAttribute::Name(name.to_string())],
+        }),
+        flags: 0,
+        text: format!("delete table {family} {name}"),
+    }
+}
+
+/// `add table` then `delete table`: deletes the table whether it exists or not.
+pub fn remove_table(family: Family, name: &str) -> Batch {
+    Batch {
+        cmds: vec![add_table(family, name), delete_table(family, name)],
+    }
+}
+
+/// A base chain's hook: `type <chain_type> hook <hook> priority <priority>; policy
+/// accept;`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BaseChain {
+    /// `filter` or `nat`.
+    pub chain_type: &'static str,
+    /// The hook number (`NF_INET_*`, `NF_ARP_*`).
+    pub hook: u32,
+    /// `nft`'s name of the hook, for the text.
+    pub hook_name: &'static str,
+    /// The priority.
+    pub priority: i32,
+}
+
+/// Hook numbers (uapi `linux/netfilter.h`).
+pub mod hook {
+    /// `NF_INET_PRE_ROUTING`.
+    pub const PREROUTING: u32 = 0;
+    /// `NF_INET_LOCAL_IN`.
+    pub const INPUT: u32 = 1;
+    /// `NF_INET_POST_ROUTING`.
+    pub const POSTROUTING: u32 = 4;
+    /// `NF_ARP_IN`.
+    pub const ARP_IN: u32 = 0;
+}
+
+/// `NF_ACCEPT`, a chain policy and a verdict.
+pub const NF_ACCEPT: u32 = 1;
+/// `NF_DROP`, a verdict.
+pub const NF_DROP: u32 = 0;
+
+/// `add chain <family> <table> <name> { type ... hook ... priority ...; policy accept; }`.
+pub fn add_chain(family: Family, table: &str, name: &str, base: BaseChain) -> Cmd {
+    Cmd {
+        family,
+        msg: NfTablesMessage::NewChain(ChainMessage {
+            attributes: vec![
+                ChainAttribute::Table(table.to_string()),
+                ChainAttribute::Name(name.to_string()),
+                ChainAttribute::Type(base.chain_type.to_string()),
+                ChainAttribute::Policy(NF_ACCEPT),
+                ChainAttribute::Hook(vec![
+                    Hook::Number(HookNumber::Other(base.hook)),
+                    // The kernel reads the priority as a signed 32-bit number.
+                    Hook::Priority(base.priority.cast_unsigned()),
+                ]),
+            ],
+        }),
+        flags: NLM_F_CREATE,
+        text: format!(
+            "add chain {family} {table} {name} {{ type {} hook {} priority {}; policy accept; }}",
+            base.chain_type,
+            base.hook_name,
+            priority_text(base)
+        ),
+    }
+}
+
+/// A base chain's priority as `nft` writes it (`filter`, `dstnat`, `srcnat`, or the
+/// number).
+fn priority_text(base: BaseChain) -> String {
+    match (base.chain_type, base.hook, base.priority) {
+        ("filter", _, 0) => "filter".into(),
+        ("nat", hook::PREROUTING, -100) => "dstnat".into(),
+        ("nat", hook::POSTROUTING, 100) => "srcnat".into(),
+        (_, _, p) => p.to_string(),
+    }
+}
+
+/// `flush chain <family> <table> <name>`: deletes its rules.
+pub fn flush_chain(family: Family, table: &str, name: &str) -> Cmd {
+    Cmd {
+        family,
+        msg: NfTablesMessage::DeleteRule(RuleMessage {
+            attributes: vec![
+                RuleAttribute::Table(table.to_string()),
+                RuleAttribute::Chain(name.to_string()),
+            ],
+        }),
+        flags: 0,
+        text: format!("flush chain {family} {table} {name}"),
+    }
+}
+
+/// A named set as `nft` creates it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetSpec {
+    /// Its name.
+    pub name: &'static str,
+    /// Its id within the batch (rules of the same batch refer to it by name and id).
+    pub id: u32,
+    /// `nft`'s key type (`ipv4_addr` 7, `ipv6_addr` 8, concatenations 6 bits a field).
+    pub key_type: u32,
+    /// Key length in bytes (concatenated fields each padded to 4 bytes).
+    pub key_len: u32,
+    /// Whether elements carry timeouts (`flags timeout`).
+    pub timeout: bool,
+    /// `nft`'s user data (key byte order, `typeof` expression), shown by `nft list`.
+    pub userdata: Vec<u8>,
+    /// The set in `nft` syntax (what follows the name), for the text.
+    pub shown: &'static str,
+}
+
+/// `add set <family> <table> <name> { ... }`.
+pub fn add_set(family: Family, table: &str, spec: &SetSpec) -> Cmd {
+    let mut flags = SetFlags::empty();
+    if spec.timeout {
+        flags |= SetFlags::Timeout;
+    }
+    let mut attributes = vec![
+        SetAttribute::Table(table.to_string()),
+        SetAttribute::Name(spec.name.to_string()),
+        SetAttribute::Flags(flags),
+        SetAttribute::KeyType(spec.key_type),
+        SetAttribute::KeyLen(spec.key_len),
+        SetAttribute::Id(spec.id),
+    ];
+    if !spec.userdata.is_empty() {
+        attributes.push(SetAttribute::UserData(spec.userdata.clone()));
+    }
+    Cmd {
+        family,
+        msg: NfTablesMessage::NewSet(netlink_packet_netfilter::nftables::SetMessage { attributes }),
+        flags: NLM_F_CREATE,
+        text: format!("add set {family} {table} {} {}", spec.name, spec.shown),
+    }
+}
+
+/// An anonymous constant set of the same batch (`{ a, b }` in a rule), as `nft` creates
+/// it: the set (`__set%d`, id `id`, `size` the number of keys) and one message adding its
+/// keys. A rule refers to it with [`lookup`]`("__set%d", id, false)`.
+pub fn add_anonymous_set(
+    family: Family,
+    table: &str,
+    id: u32,
+    key_type: u32,
+    keys: &[&[u8]],
+    userdata: &[u8],
+    shown: &str,
+) -> Batch {
+    let key_len = keys.first().map_or(0, |k| k.len());
+    let set = NfTablesMessage::NewSet(netlink_packet_netfilter::nftables::SetMessage {
+        attributes: vec![
+            SetAttribute::Table(table.to_string()),
+            SetAttribute::Name(ANONYMOUS_SET.to_string()),
+            SetAttribute::Flags(SetFlags::Anonymous | SetFlags::Constant),
+            SetAttribute::KeyType(key_type),
+            SetAttribute::KeyLen(u32::try_from(key_len).unwrap_or(u32::MAX)),
+            SetAttribute::Id(id),
+            SetAttribute::Description(vec![
+                netlink_packet_netfilter::nftables::SetDescription::Size(
+                    u32::try_from(keys.len()).unwrap_or(u32::MAX),
+                ),
+            ]),
+            SetAttribute::UserData(userdata.to_vec()),
+        ],
+    });
+    let elements = keys
+        .iter()
+        .map(|k| {
+            ListAttribute::Element(vec![SetElementAttribute::Key(DataAttribute::Value(
+                k.to_vec(),
+            ))])
+        })
+        .collect();
+    let elems = NfTablesMessage::NewSetElement(SetElementMessage {
+        attributes: vec![
+            SetElementList::Table(table.to_string()),
+            SetElementList::Set(ANONYMOUS_SET.to_string()),
+            SetElementList::SetId(id),
+            SetElementList::Elements(elements),
+        ],
+    });
+    Batch {
+        cmds: vec![
+            Cmd {
+                family,
+                msg: set,
+                flags: NLM_F_CREATE,
+                text: format!("add set {family} {table} {ANONYMOUS_SET} {shown}"),
+            },
+            Cmd {
+                family,
+                msg: elems,
+                flags: NLM_F_CREATE,
+                text: format!("add element {family} {table} {ANONYMOUS_SET} {shown}"),
+            },
+        ],
+    }
+}
+
+/// The name an anonymous set is created with (the kernel numbers it).
+pub const ANONYMOUS_SET: &str = "__set%d";
+
+fn element_message(table: &str, set: &str, element: Vec<SetElementAttribute>) -> SetElementMessage {
+    SetElementMessage {
+        attributes: vec![
+            SetElementList::Table(table.to_string()),
+            SetElementList::Set(set.to_string()),
+            SetElementList::Elements(vec![ListAttribute::Element(element)]),
+        ],
+    }
+}
+
+/// `add element <family> <table> <set> { <shown> [timeout <ms>ms] }` with key bytes `key`
+/// (network byte order, concatenated fields each padded to 4 bytes). A timeout is sent in
+/// whole milliseconds, rounded down.
+pub fn add_element(
+    family: Family,
+    table: &str,
+    set: &str,
+    key: &[u8],
+    timeout: Option<Duration>,
+    shown: &str,
+) -> Cmd {
+    let mut element = Vec::new();
+    let mut text = format!("add element {family} {table} {set} {{ {shown}");
+    if let Some(t) = timeout {
+        let ms = u64::try_from(t.as_millis()).unwrap_or(u64::MAX);
+        element.push(SetElementAttribute::Timeout(ms));
+        text.push_str(&format!(" timeout {ms}ms"));
+    }
+    element.push(SetElementAttribute::Key(DataAttribute::Value(key.to_vec())));
+    text.push_str(" }");
+    Cmd {
+        family,
+        msg: NfTablesMessage::NewSetElement(element_message(table, set, element)),
+        flags: NLM_F_CREATE,
+        text,
+    }
+}
+
+/// `delete element <family> <table> <set> { <shown> }`.
+pub fn delete_element(family: Family, table: &str, set: &str, key: &[u8], shown: &str) -> Cmd {
+    let element = vec![SetElementAttribute::Key(DataAttribute::Value(key.to_vec()))];
+    Cmd {
+        family,
+        msg: NfTablesMessage::DeleteSetElement(element_message(table, set, element)),
+        flags: 0,
+        text: format!("delete element {family} {table} {set} {{ {shown} }}"),
+    }
+}
+
+/// `add rule <family> <table> <chain> <text>` with `exprs` (appended at the chain's end).
+pub fn add_rule(family: Family, table: &str, chain: &str, exprs: Vec<Expr>, text: &str) -> Cmd {
+    Cmd {
+        family,
+        msg: NfTablesMessage::NewRule(RuleMessage {
+            attributes: vec![
+                RuleAttribute::Table(table.to_string()),
+                RuleAttribute::Chain(chain.to_string()),
+                RuleAttribute::Expressions(exprs),
+            ],
+        }),
+        flags: NLM_F_CREATE | NLM_F_APPEND,
+        text: format!("add rule {family} {table} {chain} {text}"),
+    }
+}
+
+// --- Expressions ----------------------------------------------------------------------
+
+/// One expression of a rule.
+pub type Expr = ListAttribute<ExpressionAttribute>;
+
+/// A 32-bit attribute in network byte order.
+pub fn be32(kind: u16, v: u32) -> DefaultNla {
+    DefaultNla::new(kind, v.to_be_bytes().to_vec())
+}
+
+/// A nested attribute holding `attrs`.
+pub fn nested(kind: u16, attrs: &[DefaultNla]) -> DefaultNla {
+    let mut buf = vec![0u8; attrs.buffer_len()];
+    attrs.emit(&mut buf);
+    DefaultNla::new(kind | NLA_F_NESTED, buf)
+}
+
+/// An expression the message crate does not model: `name` with `attrs`.
+pub fn other(name: &str, attrs: Vec<DefaultNla>) -> Expr {
+    Expressions::Other {
+        expression_type: name.to_string(),
+        attributes: attrs,
+    }
+    .into()
+}
+
+/// Payload bases (`NFT_PAYLOAD_*_HEADER`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Base {
+    /// The network header (IP, ARP).
+    Network = 1,
+    /// The transport header.
+    Transport = 2,
+}
+
+/// `payload load <len>b @ <base> header + <offset> => reg 1`.
+pub fn payload(base: Base, offset: u32, len: u32) -> Expr {
+    payload_to(base, offset, len, Register::Reg1)
+}
+
+/// `payload load <len>b @ <base> header + <offset> => <reg>` (a concatenation's later
+/// field).
+pub fn payload_to(base: Base, offset: u32, len: u32, reg: Register) -> Expr {
+    Expressions::Payload(vec![
+        Payload::DestinationRegister(reg),
+        Payload::Base(base as u32),
+        Payload::Offset(offset),
+        Payload::Len(len),
+    ])
+    .into()
+}
+
+/// `meta load <key> => reg 1`.
+pub fn meta(key: MetaKey) -> Expr {
+    meta_to(key, Register::Reg1)
+}
+
+/// `meta load <key> => <reg>` (a concatenation's later field goes to a 32-bit register
+/// after the first field's, e.g. [`Register::Reg32_01`]).
+pub fn meta_to(key: MetaKey, reg: Register) -> Expr {
+    Expressions::Meta(vec![Meta::Key(key), Meta::DestinationRegister(reg)]).into()
+}
+
+/// `cmp eq reg 1 <data>` (or `neq` when `!equal`).
+pub fn cmp(equal: bool, data: &[u8]) -> Expr {
+    Expressions::Cmp(vec![
+        Cmp::SourceRegister(Register::Reg1),
+        Cmp::Op(if equal {
+            Operator::Equal
+        } else {
+            Operator::NotEqual
+        }),
+        Cmp::Data(DataAttribute::Value(data.to_vec())),
+    ])
+    .into()
+}
+
+/// `lookup reg 1 set <set>` (set `id` of the same batch), `0x1` (not in the set) when
+/// `invert`.
+pub fn lookup(set: &str, id: u32, invert: bool) -> Expr {
+    let mut a = vec![
+        Lookup::SourceRegister(Register::Reg1),
+        Lookup::Set(set.to_string()),
+        Lookup::SetId(id),
+    ];
+    if invert {
+        a.push(Lookup::Flags(1));
+    }
+    Expressions::Lookup(a).into()
+}
+
+/// `counter`.
+pub fn counter() -> Expr {
+    other("counter", vec![])
+}
+
+/// `immediate reg 0 <verdict>` ([`NF_ACCEPT`], [`NF_DROP`]).
+pub fn verdict(code: u32) -> Expr {
+    Expressions::Immediate(vec![
+        Immediate::DestinationRegister(Register::Verdict),
+        Immediate::Data(DataAttribute::Verdict(vec![VerdictAttribute::Code(
+            Verdict::Other(code),
+        )])),
+    ])
+    .into()
+}
+
+/// `nft`'s set user data giving the key's byte order (`NFTNL_UDATA_SET_KEYBYTEORDER`,
+/// 2: big endian, 1: host), as `nft` stores it for `type` sets.
+pub fn keybyteorder(order: u32) -> Vec<u8> {
+    let mut u = vec![0u8, 4];
+    u.extend_from_slice(&order.to_ne_bytes());
+    u
+}
+
+/// The bytes of `hex` (pairs of hex digits; anything else ends it): for `nft`'s user data
+/// constants.
+pub fn unhex(hex: &str) -> Vec<u8> {
+    (0..hex.len())
+        .step_by(2)
+        .map_while(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

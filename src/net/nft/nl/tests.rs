@@ -1,0 +1,169 @@
+//! The messages vipd builds, byte for byte against what nftables 1.0.6 sends for the same
+//! commands (`nft --debug=mnl -f file` in a throwaway network namespace; the attributes
+//! after the `nfgenmsg` header). `nft` also names its cached set by id in element
+//! messages (`NFTA_SET_ELEM_LIST_SET_ID`), which vipd leaves out: the kernel finds an
+//! existing set by name.
+
+use super::*;
+
+fn hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// `add chain arp vipd_fence input { type filter hook input priority filter; policy accept; }`
+const NFT_ARP_CHAIN: &str = "0f000100766970645f66656e636500000a000300696e7075740000000b00070066696c746572000008000500000000011400048008000100000000000800020000000000";
+/// `add set arp vipd_fence vips { type ipv4_addr; }` (set id 1)
+const NFT_SET_VIPS: &str = "0f000100766970645f66656e6365000009000200766970730000000008000300000000000800040000000007080005000000000408000a00000000010a000d000004020000000000";
+/// `add set arp vipd_fence live { type ipv4_addr; flags timeout; }` (set id 2)
+const NFT_SET_LIVE: &str = "0f000100766970645f66656e63650000090002006c6976650000000008000300000000100800040000000007080005000000000408000a00000000020a000d000004020000000000";
+/// `add rule arp vipd_fence input arp operation request arp daddr ip @vips arp daddr ip != @live counter drop`
+const NFT_ARP_RULE: &str = "0f000100766970645f66656e636500000a000200696e70757400000078010480340001800c0001007061796c6f6164002400028008000100000000010800020000000001080003000000000608000400000000022c00018008000100636d700020000280080001000000000108000200000000000c0003800600010000010000340001800c0001007061796c6f616400240002800800010000000001080002000000000108000300000000180800040000000004300001800b0001006c6f6f6b757000002000028008000200000000010900010076697073000000000800040000000001340001800c0001007061796c6f616400240002800800010000000001080002000000000108000300000000180800040000000004380001800b0001006c6f6f6b75700000280002800800020000000001090001006c6976650000000008000400000000020800050000000001140001800c000100636f756e7465720004000280300001800e000100696d6d6564696174650000001c0002800800010000000000100002800c0002800800010000000000";
+/// `add set inet vipd_fence vips6ns { typeof @th,64,128; }` (set id 7)
+const NFT_SET_VIPS6NS: &str = "0f000100766970645f66656e636500000c00020076697073366e730008000300000000000800040000000004080005000000001008000a000000000732000d000004020000000326000407000000011e0004000000000104000000000204030000000304400000000404800000000000";
+/// `add rule inet vipd_fence prerouting icmpv6 type nd-neighbor-solicit @th,64,128 @vips6ns @th,64,128 != @live6ns counter drop`
+const NFT_NS_RULE: &str = "0f000100766970645f66656e636500000f000200707265726f7574696e6700001802048024000180090001006d6574610000000014000280080002000000000f08000100000000012c00018008000100636d700020000280080001000000000108000200000000000c000380050001000a00000024000180090001006d6574610000000014000280080002000000001008000100000000012c00018008000100636d700020000280080001000000000108000200000000000c000380050001003a000000340001800c0001007061796c6f6164002400028008000100000000010800020000000002080003000000000008000400000000012c00018008000100636d700020000280080001000000000108000200000000000c0003800500010087000000340001800c0001007061796c6f616400240002800800010000000001080002000000000208000300000000080800040000000010300001800b0001006c6f6f6b757000002000028008000200000000010c00010076697073366e73000800040000000007340001800c0001007061796c6f616400240002800800010000000001080002000000000208000300000000080800040000000010380001800b0001006c6f6f6b757000002800028008000200000000010c0001006c697665366e730008000400000000080800050000000001140001800c000100636f756e7465720004000280300001800e000100696d6d6564696174650000001c0002800800010000000000100002800c0002800800010000000000";
+/// `add element inet vipd_fence live4 { 192.0.2.10 timeout 1995ms }`
+const NFT_ELEMENT_TIMEOUT: &str = "0f000100766970645f66656e636500000a0002006c69766534000000200003801c0001800c00040000000000000007cb0c00018008000100c000020a";
+/// `delete element inet vipd_fence live4 { 192.0.2.10 }`
+const NFT_ELEMENT_DELETE: &str = "0f000100766970645f66656e636500000a0002006c6976653400000014000380100001800c00018008000100c000020a";
+
+#[test]
+fn a_fence_element_with_a_millisecond_timeout_is_what_nft_sends() {
+    let key = [192, 0, 2, 10];
+    let add = add_element(
+        Family::Inet,
+        "vipd_fence",
+        "live4",
+        &key,
+        Some(Duration::from_micros(1_995_900)),
+        "192.0.2.10",
+    );
+    assert_eq!(
+        hex(&add.payload()),
+        NFT_ELEMENT_TIMEOUT,
+        "rounded down to 1995 ms"
+    );
+    assert_eq!(
+        add.text(),
+        "add element inet vipd_fence live4 { 192.0.2.10 timeout 1995ms }"
+    );
+    let del = delete_element(Family::Inet, "vipd_fence", "live4", &key, "192.0.2.10");
+    assert_eq!(hex(&del.payload()), NFT_ELEMENT_DELETE);
+}
+
+#[test]
+fn the_fence_chain_sets_and_rules_are_what_nft_sends() {
+    let chain = add_chain(
+        Family::Arp,
+        "vipd_fence",
+        "input",
+        BaseChain {
+            chain_type: "filter",
+            hook: hook::ARP_IN,
+            hook_name: "input",
+            priority: 0,
+        },
+    );
+    assert_eq!(hex(&chain.payload()), NFT_ARP_CHAIN);
+    let b = crate::net::nft::fence::setup_commands();
+    let find = |text: &str| {
+        b.cmds()
+            .iter()
+            .find(|c| c.text().starts_with(text))
+            .map(|c| hex(&c.payload()))
+            .unwrap_or_else(|| panic!("{text} in {:#?}", b.lines()))
+    };
+    assert_eq!(find("add set arp vipd_fence vips "), NFT_SET_VIPS);
+    assert_eq!(find("add set arp vipd_fence live "), NFT_SET_LIVE);
+    assert_eq!(find("add set inet vipd_fence vips6ns "), NFT_SET_VIPS6NS);
+    assert_eq!(find("add rule arp vipd_fence input "), NFT_ARP_RULE);
+    assert_eq!(
+        find("add rule inet vipd_fence prerouting icmpv6"),
+        NFT_NS_RULE
+    );
+}
+
+/// The framing: `BATCH_BEGIN` for nf_tables, each message acknowledged and numbered, and
+/// `BATCH_END` only when committing.
+#[test]
+fn a_batch_is_framed_and_a_check_has_no_end() {
+    let mut b = Batch::new();
+    b.push(add_table(Family::Arp, "t"));
+    b.push(delete_table(Family::Arp, "t"));
+    let msgs = |bytes: &[u8]| {
+        let mut out = Vec::new();
+        let mut off = 0;
+        while off < bytes.len() {
+            let len = u32::from_ne_bytes(bytes[off..off + 4].try_into().unwrap()) as usize;
+            let ty = u16::from_ne_bytes(bytes[off + 4..off + 6].try_into().unwrap());
+            let flags = u16::from_ne_bytes(bytes[off + 6..off + 8].try_into().unwrap());
+            let seq = u32::from_ne_bytes(bytes[off + 8..off + 12].try_into().unwrap());
+            let nfgen = bytes[off + 16..off + 20].to_vec();
+            out.push((ty, flags, seq, nfgen));
+            off += (len + 3) & !3;
+        }
+        out
+    };
+    let commit = msgs(&b.encode(7, Mode::Commit));
+    let ack = NLM_F_REQUEST | NLM_F_ACK;
+    assert_eq!(
+        commit,
+        vec![
+            (16, NLM_F_REQUEST, 7, vec![0, 0, 0, 10]),
+            ((10 << 8), ack | NLM_F_CREATE, 8, vec![3, 0, 0, 0]),
+            ((10 << 8) | 2, ack, 9, vec![3, 0, 0, 0]),
+            (17, NLM_F_REQUEST, 10, vec![0, 0, 0, 10]),
+        ]
+    );
+    let check = msgs(&b.encode(7, Mode::Check));
+    assert_eq!(
+        check,
+        commit[..3].to_vec(),
+        "no BATCH_END: validated, then aborted"
+    );
+}
+
+/// The kernel's answers name each refused command with its errno; an error for the batch
+/// itself (no nf_tables) is reported as such.
+#[test]
+fn refusals_name_the_command_and_errno() {
+    let mut b = Batch::new();
+    b.push(add_element(
+        Family::Inet,
+        "vipd_fence",
+        "live4",
+        &[192, 0, 2, 10],
+        None,
+        "192.0.2.10",
+    ));
+    b.push(delete_element(
+        Family::Inet,
+        "vipd_fence",
+        "live4",
+        &[192, 0, 2, 11],
+        "192.0.2.11",
+    ));
+    assert_eq!(acks_result(&b, 1, &[(2, 0), (3, 0)]), Ok(()));
+    let e = acks_result(&b, 1, &[(2, 0), (3, libc::ENOENT)]).unwrap_err();
+    assert_eq!(
+        e,
+        NftError::Refused {
+            failed: vec![(
+                "delete element inet vipd_fence live4 { 192.0.2.11 }".to_string(),
+                libc::ENOENT
+            )]
+        }
+    );
+    assert!(
+        e.to_string().contains(
+            "`delete element inet vipd_fence live4 { 192.0.2.11 }`: No such file or directory"
+        ),
+        "{e}"
+    );
+    let e = acks_result(&b, 1, &[(1, libc::EOPNOTSUPP)]).unwrap_err();
+    assert!(
+        matches!(e, NftError::Batch { errno, .. } if errno == libc::EOPNOTSUPP),
+        "{e:?}"
+    );
+    assert!(e.to_string().contains("nf_tables"), "{e}");
+}
