@@ -331,7 +331,7 @@ fn recv_frame(fd: &std::os::fd::OwnedFd, buf: &mut [u8]) -> Option<(usize, bool)
         )
     };
     let n = usize::try_from(n).ok()?;
-    Some((n, from.sll_pkttype == libc::PACKET_OUTGOING as u8))
+    Some((n, from.sll_pkttype == libc::PACKET_OUTGOING))
 }
 
 /// A running capture of every frame on an interface (not only ARP/NDP as [`Capture`]),
