@@ -34,6 +34,7 @@ pub(crate) mod failback;
 pub(crate) mod identity;
 pub mod kube;
 pub mod metrics;
+pub(crate) mod outage;
 pub mod record;
 mod run;
 pub mod spread;
@@ -86,6 +87,9 @@ pub enum LeaseError {
         lease: String,
         /// `get`, `create`, `update`.
         op: &'static str,
+        /// The HTTP status the server answered with; `None`: no answer (a transport
+        /// failure). See [`LeaseError::unreachable`].
+        status: Option<u16>,
         /// What went wrong (includes HTTP status and reason for API errors, e.g. 403
         /// Forbidden names the verb and resource).
         message: String,
@@ -296,6 +300,9 @@ pub struct Elector<C: LeaseClient> {
     /// [`crate::obs::logging`]): a Lease API down for minutes logs once a minute, not at every
     /// back-off step.
     quiet: crate::obs::logging::RepeatLimiter<bool, String>,
+    /// The outage log shared with the other leases of the wing ([`Elector::with_outage`]);
+    /// `None`: this elector logs its unanswered calls itself (`quiet`).
+    outage: Option<outage::ApiOutage>,
     /// Asked before every acquisition (see [`Elector::with_acquire_check`]).
     acquire_check: Option<AcquireCheck>,
     /// Delays acquisitions by the leases this node holds (see [`Elector::with_spread`]).
@@ -423,6 +430,7 @@ impl<C: LeaseClient> Elector<C> {
                 metrics: None,
                 duplicate_tx: watch::Sender::new(None),
                 quiet: crate::obs::logging::RepeatLimiter::default(),
+                outage: None,
                 acquire_check: None,
                 spread: None,
                 preference: None,
@@ -474,6 +482,13 @@ impl<C: LeaseClient> Elector<C> {
     /// after the lease was released). Subscribe before [`Elector::run`].
     pub(crate) fn failbacks(&self) -> watch::Receiver<Option<String>> {
         self.failback_tx.subscribe()
+    }
+
+    /// Logs unanswered lease calls into `outage`, shared with the wing's other leases: one
+    /// line per API outage instead of one per lease ([`outage`]).
+    pub(crate) fn with_outage(mut self, outage: outage::ApiOutage) -> Self {
+        self.outage = Some(outage);
+        self
     }
 
     /// Rides through API outages with `link` (see [`RideLink`]).

@@ -402,6 +402,7 @@ async fn run<K: Kernel, A: Announcer>(
             },
         },
         spread: crate::election::spread::Spread::new(),
+        outage: crate::election::outage::ApiOutage::new(cfg.services_timing.retry_period),
     });
     let plan_cfg = plan_config(&cfg);
     info!(mode = ?plan_cfg.mode, namespace = namespace.unwrap_or("<all>"), "Services: watching LoadBalancer Services");
