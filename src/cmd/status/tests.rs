@@ -25,6 +25,7 @@ fn record(holder: &str, renewed_ago: i64, acquired_ago: i64, moves: i32) -> Leas
         transitions: moves,
         failback_request: None,
         lease_duration_ms: None,
+        ride_through: None,
     }
 }
 
