@@ -171,7 +171,7 @@ impl<C: LeaseClient> Elector<C> {
         let allowed = match &self.ride {
             Some(ride) => ride.may_acquire(now, st.observed.as_ref(), st.observed_at),
             // No ride link: a marked lease's holder may ride (mixed cluster, `ridemark`).
-            None => super::ridemark::plain_may_take(st.observed.as_ref(), st.observed_at, now),
+            None => super::record::plain_may_take(st.observed.as_ref(), st.observed_at, now),
         };
         if !allowed {
             debug!(%lease, "not acquiring yet: the holder may still ride through an API outage (ride-through marker)");

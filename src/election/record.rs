@@ -368,6 +368,21 @@ pub fn standing(
     }
 }
 
+/// Whether a candidate that cannot follow the ride-through takeover rule (no peer key, or
+/// `svc_ridethrough=false`; see [`super::ridemark`]) may take the lease it observed as
+/// `observed` (last changed at `observed_at`) now: always for an absent, released or
+/// unmarked lease (the caller already found it free), and for a marked one only from
+/// `observed_at` + lease duration + the marked ride on.
+pub fn plain_may_take(observed: Option<&Observed>, observed_at: Instant, now: Instant) -> bool {
+    match observed {
+        Some(o) if o.record.is_held() => match o.record.ride_through {
+            Some(ride) => now >= observed_at + o.record.wait() + ride,
+            None => true,
+        },
+        _ => true,
+    }
+}
+
 /// The record to write when acquiring or renewing (client-go `tryAcquireOrRenew`):
 /// `acquireTime` and `leaseTransitions` are kept while the holder stays the same; a change
 /// of holder sets `acquireTime` to now and increments `leaseTransitions`.
@@ -792,5 +807,56 @@ mod exact_duration {
             ),
             Standing::Free
         );
+    }
+
+    fn marked(holder: &str, ride: Option<Duration>) -> Observed {
+        Observed {
+            record: LeaseRecord {
+                holder: holder.into(),
+                lease_duration_secs: 5,
+                ride_through: ride,
+                ..Default::default()
+            },
+            resource_version: "7".into(),
+        }
+    }
+
+    /// The mixed-cluster rule: a keyless (or option-off) candidate takes an unmarked expired
+    /// lease at once, a marked one only past lease duration + the marked ride after it last
+    /// saw it change, which is after the holder's last possible ride grant.
+    #[tokio::test(start_paused = true)]
+    async fn a_marked_lease_is_taken_only_after_the_ride_cap() {
+        let seen = Instant::now();
+        let marked_lease = marked("node-a", Some(Duration::from_secs(60)));
+        let plain = marked("node-a", None);
+        let at = |s: u64| seen + Duration::from_secs(s);
+        assert!(plain_may_take(Some(&plain), seen, at(5)));
+        assert!(!plain_may_take(Some(&marked_lease), seen, at(5)));
+        assert!(!plain_may_take(Some(&marked_lease), seen, at(64)));
+        assert!(plain_may_take(Some(&marked_lease), seen, at(65)));
+        assert!(plain_may_take(None, seen, at(0)));
+        assert!(plain_may_take(
+            Some(&marked("", Some(Duration::from_secs(60)))),
+            seen,
+            at(0)
+        ));
+    }
+
+    /// The marker a riding-capable holder writes survives the Lease round trip; a renewal
+    /// without it (a keyless holder) removes it; a release carries none.
+    #[test]
+    fn the_ride_marker_round_trips_and_is_removed_by_an_unmarked_write() {
+        let t = Timestamp::from_second(1_764_615_341).unwrap();
+        let mut rec = claim(None, "node-a", Duration::from_secs(5), t);
+        rec.ride_through = Some(Duration::from_secs(60));
+        let mut lease = lease_of(&rec);
+        let read = LeaseRecord::from_lease(&lease);
+        assert_eq!(read.ride_through, Some(Duration::from_secs(60)));
+        let mut unmarked = claim(Some(&read), "node-a", Duration::from_secs(5), t);
+        assert_eq!(unmarked.ride_through, None, "each write decides anew");
+        unmarked.renew_time = Some(Timestamp::from_second(1_764_615_342).unwrap());
+        unmarked.apply_annotations(&mut lease.metadata);
+        assert_eq!(LeaseRecord::from_lease(&lease).ride_through, None);
+        assert_eq!(release(&read, t).ride_through, None);
     }
 }

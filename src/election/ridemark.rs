@@ -10,7 +10,7 @@
 //!
 //! A candidate that cannot follow the ride-through takeover rule (P5 of docs/design.md: it
 //! has no key, or the option is off) takes a marked lease only at its last observed change +
-//! lease duration + the marked ride ([`plain_may_take`]): the "without a blocking set" branch
+//! lease duration + the marked ride ([`super::record::plain_may_take`]): the "without a blocking set" branch
 //! of P5, whose bound (the holder's last grant ends by its renewal's send + lease duration +
 //! `max_ride` - margin, and the candidate observed that renewal no earlier than it was sent)
 //! the safety argument already proves. An unmarked lease is taken at plain expiry: its holder
@@ -19,9 +19,6 @@
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
-use tokio::time::Instant;
-
-use super::record::Observed;
 
 /// Lease annotation of a holder that may ride through an API outage: `<secs>s@<renewTime in
 /// microseconds since the Unix epoch>`, e.g. `60s@1764615341123456`.
@@ -49,57 +46,9 @@ pub(crate) fn parse_marker(value: &str, renew_time: Option<Timestamp>) -> Option
     (renew_time?.as_microsecond() == micros).then(|| Duration::from_secs(secs).min(MAX_MARKED_RIDE))
 }
 
-/// Whether a candidate that cannot follow the ride-through takeover rule may take the lease
-/// it observed as `observed` (last changed at `observed_at`) now: always for an absent,
-/// released or unmarked lease (the caller already found it free), and for a marked one only
-/// from `observed_at` + lease duration + the marked ride on.
-pub fn plain_may_take(observed: Option<&Observed>, observed_at: Instant, now: Instant) -> bool {
-    match observed {
-        Some(o) if o.record.is_held() => match o.record.ride_through {
-            Some(ride) => now >= observed_at + o.record.wait() + ride,
-            None => true,
-        },
-        _ => true,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::election::LeaseRecord;
-
-    fn obs(holder: &str, ride: Option<Duration>) -> Observed {
-        Observed {
-            record: LeaseRecord {
-                holder: holder.into(),
-                lease_duration_secs: 5,
-                ride_through: ride,
-                ..Default::default()
-            },
-            resource_version: "7".into(),
-        }
-    }
-
-    /// The mixed-cluster rule: a keyless (or option-off) candidate takes an unmarked expired
-    /// lease at once, a marked one only past lease duration + the marked ride after it last
-    /// saw it change, which is after the holder's last possible ride grant.
-    #[tokio::test(start_paused = true)]
-    async fn a_marked_lease_is_taken_only_after_the_ride_cap() {
-        let seen = Instant::now();
-        let marked = obs("node-a", Some(Duration::from_secs(60)));
-        let plain = obs("node-a", None);
-        let at = |s: u64| seen + Duration::from_secs(s);
-        assert!(plain_may_take(Some(&plain), seen, at(5)));
-        assert!(!plain_may_take(Some(&marked), seen, at(5)));
-        assert!(!plain_may_take(Some(&marked), seen, at(64)));
-        assert!(plain_may_take(Some(&marked), seen, at(65)));
-        assert!(plain_may_take(None, seen, at(0)));
-        assert!(plain_may_take(
-            Some(&obs("", Some(Duration::from_secs(60)))),
-            seen,
-            at(0)
-        ));
-    }
 
     /// The marker is tied to the write's renewTime: a later write by a client that keeps
     /// annotations (kube-vip's client-go) voids it; a huge value is capped; garbage is no

@@ -738,7 +738,7 @@ impl RideLink for LeaseLink {
     fn may_acquire(&self, now: Instant, observed: Option<&Observed>, observed_at: Instant) -> bool {
         if self.node.lock().ring.is_none() {
             // Keyless: the rule of a node that cannot follow P5 (mixed clusters).
-            return crate::election::ridemark::plain_may_take(observed, observed_at, now);
+            return crate::election::record::plain_may_take(observed, observed_at, now);
         }
         let view = LeaseView {
             lease: self.lease.clone(),
