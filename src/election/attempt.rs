@@ -168,9 +168,13 @@ impl<C: LeaseClient> Elector<C> {
     /// the lease it observed, and the acquisition check says the lease serves something;
     /// when not, the next attempt is a retry period away.
     async fn may_acquire(&self, st: &mut Run, lease: &str, now: Instant) -> bool {
-        if let Some(ride) = &self.ride
-            && !ride.may_acquire(now, st.observed.as_ref(), st.observed_at)
-        {
+        let allowed = match &self.ride {
+            Some(ride) => ride.may_acquire(now, st.observed.as_ref(), st.observed_at),
+            // No ride link: a marked lease's holder may ride (mixed cluster, `ridemark`).
+            None => super::record::plain_may_take(st.observed.as_ref(), st.observed_at, now),
+        };
+        if !allowed {
+            debug!(%lease, "not acquiring yet: the holder may still ride through an API outage (ride-through marker)");
             st.next_attempt = Instant::now() + self.timing.retry_period;
             return false;
         }
@@ -249,7 +253,8 @@ impl<C: LeaseClient> Elector<C> {
                 None
             }
             Standing::Absent => {
-                let rec = record::claim(None, &self.identity, duration, record::now_micros());
+                let mut rec = record::claim(None, &self.identity, duration, record::now_micros());
+                rec.ride_through = self.ride.as_ref().and_then(|r| r.ride_cap());
                 st.own.attempted(&rec);
                 let r = timed(
                     &lease,
@@ -272,6 +277,7 @@ impl<C: LeaseClient> Elector<C> {
                 if st.leading.is_some() {
                     rec.failback_request = self.failback_kept(rec.failback_request.take());
                 }
+                rec.ride_through = self.ride.as_ref().and_then(|r| r.ride_cap());
                 st.own.attempted(&rec);
                 let r = timed(
                     &lease,

@@ -36,6 +36,7 @@ pub mod kube;
 pub mod metrics;
 pub(crate) mod outage;
 pub mod record;
+pub mod ridemark;
 mod run;
 pub mod spread;
 
@@ -363,6 +364,13 @@ pub(crate) trait RideLink: Send + Sync {
     /// Bumped when [`RideLink::hand_over_requested`] or [`RideLink::handed_over`] may have
     /// become true.
     fn news(&self) -> watch::Receiver<u64>;
+    /// Asked for every lease write this elector builds: `Some(longest ride past expiry)`
+    /// when this holder may ride through on it (written as the Lease's
+    /// [`ridemark::RIDE_THROUGH_ANNOTATION`]), `None` when not (no peer key). The link
+    /// must ride only on writes it answered `Some` for (the next [`RideLink::renewed`]).
+    fn ride_cap(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Asked before this node acquires the lease (creates it, or takes it over after it was
