@@ -217,8 +217,9 @@ fn wait_for_peers(procs: &[LabProcess]) {
 /// `/readyz` nor any write succeeds); the same holds, and when etcd resumes the holders
 /// recognise their own late-committed renewals (no duplicate-identity report). Throughout the
 /// three outages an ARP watcher (ns api, every 50 ms) sees the probed VIP answered by one MAC
-/// only, no lease changes holder or counts a transition. The Service timings are 5/3/1, what
-/// `vipd manifest --servicesRideThrough` writes.
+/// only, no lease changes holder or counts a transition, and no holder finds its VIP
+/// missing (its lifetime refreshed while riding, `holder::REFRESH_BELOW_SECS`). The
+/// Service timings are 5/3/1, what `vipd manifest --servicesRideThrough` writes.
 #[test]
 fn s46_service_vips_ride_through_api_freeze_and_stop() {
     let Some(mut lab) = lab(
@@ -328,6 +329,14 @@ fn s46_service_vips_ride_through_api_freeze_and_stop() {
     assert_eq!(transitions(&lab), transitions_before, "no lease moved");
     for (n, p) in NODES.iter().zip(&procs) {
         let log = p.log();
+        assert!(
+            !log.contains("VIP missing while leading"),
+            "{n}: a VIP's lifetime ran out while riding: {}",
+            log.lines()
+                .filter(|l| l.contains("VIP missing while leading"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
         assert!(
             !log.contains("duplicate identity"),
             "{n} reported a duplicate identity: {}",

@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use super::attempts::{Attempts, ClientMachine};
-use super::machine::{ClientConfig, Machine, backoff, exhausted};
+use super::machine::{ClientConfig, Machine, backoff, backoff_v4, exhausted};
 use super::v6::{Machine6, Udp6Transport};
 use super::wire::{PacketTransport, Transport, Wire};
 use super::{Dhcp, DhcpCommand, DhcpFamily, DhcpHandle, DhcpSpec, DhcpState};
@@ -316,7 +316,8 @@ where
     }
 
     /// Attempt `failures` (in a row) failed outside the machine for `error`: publishes it
-    /// and waits the backoff, or, at the limit, publishes [`DhcpState::GaveUp`] and waits
+    /// and waits the backoff ([`backoff_v4`] for DHCPv4, [`backoff`] for DHCPv6), or, at the
+    /// limit, publishes [`DhcpState::GaveUp`] and waits
     /// for the stop. `Some(done)` when told to stop.
     async fn failed(&mut self, failures: u32, error: String) -> Option<Done> {
         if exhausted(failures, self.max_attempts) {
@@ -332,7 +333,11 @@ where
             attempt: failures,
             last_error: Some(error),
         });
-        self.wait_or_command(Some(backoff(failures))).await
+        let wait = match self.spec.family {
+            DhcpFamily::V4 => backoff_v4(failures, &self.spec.mac),
+            DhcpFamily::V6 => backoff(failures),
+        };
+        self.wait_or_command(Some(wait)).await
     }
 
     /// After giving up: nothing more is sent; waits until told to stop.

@@ -118,6 +118,18 @@ pub fn backoff(failures: u32) -> Duration {
     Duration::from_secs(1u64 << exp).min(BACKOFF_CAP)
 }
 
+/// Wait before attempt `failures + 1` of the DHCPv4 client with `mac` (`chaddr`):
+/// [`backoff`] randomised by ±[`RETRANSMIT_SPREAD_V4`] % (RFC 2131 §4.1 asks the same of
+/// every retransmission delay), pseudo-randomly through [`jittered`] seeded by the MAC
+/// instead of a transaction id: fixed for one MAC and failure count (the machine stays
+/// pure), different for two clients of one node, so clients that failed together (a DHCP
+/// server down) do not retry in step. Pure.
+pub fn backoff_v4(failures: u32, mac: &[u8; 6]) -> Duration {
+    let [a, b, c, d, e, f] = *mac;
+    let seed = u32::from_be_bytes([c, d, e, f]) ^ (u32::from(u16::from_be_bytes([a, b])) << 8);
+    jittered(backoff(failures), seed, failures, RETRANSMIT_SPREAD_V4)
+}
+
 /// Whether `failures` failed attempts in a row reach `max_attempts` (kube-vip's
 /// `dhcp_backoff_attempts`: give up after that many; 0 = never). The one rule of both
 /// machines and the client task (which counts failed macvlan setups too).
@@ -450,7 +462,7 @@ impl Machine {
         self.current_message(now)
     }
 
-    /// An attempt failed at `now` for `error`: wait [`backoff`] before the next one, or
+    /// An attempt failed at `now` for `error`: wait [`backoff_v4`] before the next one, or
     /// give up when that was the last one allowed.
     fn fail_attempt(&mut self, now: Instant, error: String) {
         self.failures = self.failures.saturating_add(1);
@@ -459,7 +471,7 @@ impl Machine {
             Phase::GaveUp
         } else {
             Phase::Waiting {
-                until: now + backoff(self.failures),
+                until: now + backoff_v4(self.failures, &self.cfg.mac),
                 reboot: None,
             }
         };

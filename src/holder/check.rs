@@ -135,6 +135,15 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                     }
                 }
             }
+            Step::Refresh {
+                vip,
+                ifindex,
+                valid_lft_secs,
+            } => {
+                self.refresh_lifetime(vip, ifindex, valid_lft_secs, now)
+                    .await;
+                false
+            }
             Step::Remove { vip, ifindex } => {
                 match self.kernel.remove(ifindex, vip).await {
                     Ok(()) => {
@@ -152,6 +161,25 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                     }
                 }
                 false
+            }
+        }
+    }
+
+    /// Refreshes the lifetime of `vip`, in place but about to run out (see
+    /// [`REFRESH_BELOW_SECS`]: no renewal came in time), as far as the lease allows
+    /// ([`Self::add_fenced`], which removes it when the lease may have lapsed).
+    async fn refresh_lifetime(&mut self, vip: Vip, ifindex: u32, secs: u32, now: Instant) {
+        debug!(holder = %self.name, %vip, secs, "refreshing the VIP's lifetime between renewals");
+        match self.add_fenced(ifindex, vip, secs).await {
+            Ok(_) => {
+                if let Some(r) = self.quiet.clear(&Quiet::Add(vip.addr), now) {
+                    info!(holder = %self.name, %vip, "refreshing the VIP works again{r}");
+                }
+            }
+            Err(e) => {
+                if let Some(r) = self.quiet.observe(Quiet::Add(vip.addr), e.to_string(), now) {
+                    error!(holder = %self.name, %vip, ifindex, error = %e, "refreshing the VIP's lifetime failed{r}");
+                }
             }
         }
     }

@@ -157,6 +157,17 @@ pub enum Step {
         /// Valid lifetime, seconds.
         valid_lft_secs: u32,
     },
+    /// Refresh the lifetime of the VIP, which is in place but which the kernel removes
+    /// within [`REFRESH_BELOW_SECS`] (no renewal refreshed it: the API server is slow or
+    /// unreachable while the lease still holds), with this valid lifetime in seconds.
+    Refresh {
+        /// The VIP.
+        vip: Vip,
+        /// Interface index.
+        ifindex: u32,
+        /// Valid lifetime, seconds.
+        valid_lft_secs: u32,
+    },
     /// Remove the VIP (ours only).
     Remove {
         /// The VIP.
@@ -166,6 +177,19 @@ pub enum Step {
     },
 }
 
+/// A VIP in place whose remaining valid lifetime, as the kernel reports it (whole seconds,
+/// rounded up), is at most this many seconds gets it refreshed by the periodic check while
+/// the lease still covers one ([`Step::Refresh`]). The address lifetime ([`fence_lifetime`],
+/// 2 s at 5/3/1 and 3/2/1) is shorter than the time a holder leads without a successful
+/// renewal (the renew deadline, 3 s at 5/3/1, or a ride-through grant), so without this the
+/// kernel removed the VIP of a leading holder 2 s after its last renewal during an API
+/// freeze and the check re-added it up to a check interval later: a gap a client sees. One
+/// second is enough: the check runs at least every 500 ms and reads a dump at most 200 ms
+/// old ([`crate::net::cache`]), so a refresh comes while at least 300 ms are left.
+///
+/// [`fence_lifetime`]: crate::lease::fence_lifetime
+pub const REFRESH_BELOW_SECS: u32 = 1;
+
 /// Decides the kernel changes for one check.
 ///
 /// * `desired`: the VIPs of this holder with their resolved interface index.
@@ -174,8 +198,9 @@ pub enum Step {
 ///   leading, `None` when not leading.
 ///
 /// While leading: a missing VIP is added with the fence time left (not re-added at all once
-/// that is under one second: the next renew re-adds it); a VIP in `dadfailed` is removed and
-/// added again (S26); our copy of a VIP on another interface is removed. Not leading: every
+/// that is under one second: the next renew re-adds it); a VIP the kernel removes within
+/// [`REFRESH_BELOW_SECS`] is refreshed with it (same condition); a VIP in `dadfailed` is
+/// removed and added again (S26); our copy of a VIP on another interface is removed. Not leading: every
 /// copy of our VIPs that is ours is removed. Addresses not tagged as ours are never touched.
 pub fn address_steps(
     desired: &[(Vip, u32)],
@@ -218,6 +243,11 @@ pub fn address_steps(
                             steps.push(add);
                         }
                     }
+                    Some(c) if left >= 1 && lifetime_runs_out(c) => steps.push(Step::Refresh {
+                        vip: *vip,
+                        ifindex: *ifindex,
+                        valid_lft_secs: left,
+                    }),
                     Some(_) => {}
                 }
             }
@@ -232,6 +262,12 @@ pub fn address_steps(
         }
     }
     steps
+}
+
+/// Whether the kernel removes `a` within [`REFRESH_BELOW_SECS`] (a finite valid lifetime
+/// that short). Pure.
+fn lifetime_runs_out(a: &AddrInfo) -> bool {
+    a.valid_lft_secs.is_some_and(|s| s <= REFRESH_BELOW_SECS)
 }
 
 /// VIPs among `vips` that the node already carries without vipd's tag: vipd refuses to

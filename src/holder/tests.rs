@@ -30,6 +30,29 @@ pub(crate) struct KState {
     stall_next_add: Option<Duration>,
     /// Make the next address dump take this long (a freeze in the middle of a check).
     stall_next_dump: Option<Duration>,
+    /// Count valid lifetimes down as the kernel does: when each of vipd's addresses goes
+    /// (from its last add or refresh), reported in dumps as whole seconds rounded up, and
+    /// the address gone from then on. Off: vipd's addresses stay until removed.
+    lifetimes_run: bool,
+    /// When each of vipd's addresses expires (with `lifetimes_run`).
+    expires: Vec<(Vip, Instant)>,
+}
+
+impl KState {
+    /// As the kernel at `now`: vipd's addresses past their lifetime are gone, the others
+    /// report what is left in whole seconds, rounded up (`valid_lft - floor(elapsed)`).
+    fn run_lifetimes(&mut self, now: Instant) {
+        let expires = self.expires.clone();
+        let end = |a: &AddrInfo| expires.iter().find(|(v, _)| *v == a.vip).map(|(_, e)| *e);
+        self.addrs
+            .retain(|a| !a.ours || end(a).is_none_or(|e| e > now));
+        for a in self.addrs.iter_mut().filter(|a| a.ours) {
+            a.valid_lft_secs = end(a).map(|e| {
+                let left = e.saturating_duration_since(now);
+                u32::try_from(left.as_millis().div_ceil(1000)).unwrap_or(u32::MAX)
+            });
+        }
+    }
 }
 
 /// A fake [`Kernel`] (also used by the Services' DHCP tests).
@@ -151,6 +174,9 @@ impl Kernel for FakeKernel {
         if !s.addrs.iter().any(|a| a.vip == vip && a.ifindex == ifindex) {
             s.addrs.push(AddrInfo::plain(ifindex, vip, true));
         }
+        s.expires.retain(|(v, _)| *v != vip);
+        let end = Instant::now() + Duration::from_secs(u64::from(valid));
+        s.expires.push((vip, end));
         Ok(valid)
     }
     async fn remove(&self, ifindex: u32, vip: Vip) -> Result<(), NetError> {
@@ -176,7 +202,10 @@ impl Kernel for FakeKernel {
         if let Some(d) = stall {
             tokio::time::sleep(d).await;
         }
-        let s = self.0.lock().unwrap();
+        let mut s = self.0.lock().unwrap();
+        if s.lifetimes_run {
+            s.run_lifetimes(Instant::now());
+        }
         Ok(s.addrs
             .iter()
             .filter(|a| ifindex.is_none_or(|i| a.ifindex == i))
@@ -602,6 +631,75 @@ fn plan_adds_missing_and_repairs_dadfailed_while_leading() {
             }
         ]
     );
+}
+
+/// A VIP in place whose lifetime the kernel ends within a second is refreshed with what the
+/// lease still covers (no "missing" re-add after the kernel removed it); one with more
+/// left, a permanent one, or one the lease no longer covers a second of is left alone.
+#[test]
+fn plan_refreshes_a_vip_whose_lifetime_runs_out_while_the_lease_covers_it() {
+    let v = vip4();
+    let with_lft = |secs: Option<u32>| {
+        let mut a = AddrInfo::plain(2, v, true);
+        a.valid_lft_secs = secs;
+        a
+    };
+    let refresh = |secs| Step::Refresh {
+        vip: v,
+        ifindex: 2,
+        valid_lft_secs: secs,
+    };
+    for left in [1, 2] {
+        for lft in [0, 1] {
+            assert_eq!(
+                address_steps(&[(v, 2)], &[with_lft(Some(lft))], Some(left)),
+                vec![refresh(left)],
+                "{lft} s left on the address, {left} s of fence"
+            );
+        }
+    }
+    assert!(address_steps(&[(v, 2)], &[with_lft(Some(2))], Some(2)).is_empty());
+    assert!(address_steps(&[(v, 2)], &[with_lft(None)], Some(2)).is_empty());
+    assert!(
+        address_steps(&[(v, 2)], &[with_lft(Some(1))], Some(0)).is_empty(),
+        "less than a second of the lease: the kernel removes it"
+    );
+    assert_eq!(
+        address_steps(&[(v, 2)], &[with_lft(Some(1))], None),
+        vec![Step::Remove { vip: v, ifindex: 2 }]
+    );
+}
+
+/// Issue 27: renewals fail (the API server frozen) but the lease holds until the renew
+/// deadline (3 s at 5/3/1, the VIP's lifetime 2 s): the VIP stays on the interface, with
+/// no gap, until the holder stops leading, and never outlives the lease others see (send
+/// time + lease duration - margin). Before, the kernel removed it 2 s after the renewal
+/// and the check re-added it up to 500 ms later.
+#[tokio::test(start_paused = true)]
+async fn a_vip_stays_while_renewals_fail_and_the_lease_holds() {
+    let kernel = FakeKernel::with_eth0();
+    kernel.0.lock().unwrap().lifetimes_run = true;
+    let r = rig(kernel, vec![vip4()], Some("eth0"));
+    settle().await;
+    let t0 = Instant::now();
+    lead(&r, 1, true);
+    let present = |now| {
+        let mut s = r.kernel.0.lock().unwrap();
+        s.run_lifetimes(now);
+        s.addrs.iter().any(|a| a.vip == vip4() && a.ours)
+    };
+    let end = t0 + TIMING.lease_duration - FENCE_MARGIN;
+    let mut gaps = Vec::new();
+    while Instant::now() < end + Duration::from_secs(1) {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        let now = Instant::now();
+        let age = now - t0;
+        if now < t0 + TIMING.renew_deadline && !present(now) {
+            gaps.push(age.as_millis());
+        }
+        assert!(now < end || !present(now), "on {age:?} after the renewal");
+    }
+    assert!(gaps.is_empty(), "VIP gone while leading at {gaps:?} ms");
 }
 
 #[test]

@@ -311,9 +311,45 @@ fn no_server_counts_attempts_with_capped_backoff() {
         );
         let failed_at = now;
         now = m.deadline().unwrap();
-        waits.push((now - failed_at).as_secs());
+        waits.push(now - failed_at);
     }
-    assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60, 60]);
+    // 1 s doubling to 60 s, each randomised by up to ±25 % (RFC 2131 §4.1), per MAC.
+    let base = [1, 2, 4, 8, 16, 32, 60, 60, 60, 60].map(secs);
+    for (i, (w, b)) in waits.iter().zip(base).enumerate() {
+        assert_eq!(*w, backoff_v4(i as u32 + 1, &MAC), "wait {i}");
+        assert!(
+            *w >= b * 3 / 4 && *w <= b * 5 / 4,
+            "wait {i}: {w:?} from {b:?}"
+        );
+    }
+    assert!(
+        waits.iter().zip(base).any(|(w, b)| *w != b),
+        "randomised: {waits:?}"
+    );
+}
+
+/// The wait between failed attempts is jittered per client: fixed for one MAC (the machine
+/// stays pure, a test sees fixed times), different for two MACs of one node, so clients that
+/// failed together do not retry in step.
+#[test]
+fn backoff_is_jittered_per_mac() {
+    let other = [0x02, 0x42, 0, 0, 0, 8];
+    let waits = |mac: &[u8; 6]| (1..=10).map(|f| backoff_v4(f, mac)).collect::<Vec<_>>();
+    assert_eq!(waits(&MAC), waits(&MAC), "one MAC: the same waits");
+    assert_ne!(waits(&MAC), waits(&other), "two MACs: different waits");
+    let differ = waits(&MAC)
+        .iter()
+        .zip(waits(&other))
+        .filter(|(a, b)| **a != *b)
+        .count();
+    assert!(differ >= 8, "{differ} of 10 waits differ");
+    // Across many clients the waits spread over the whole ±25 % window.
+    let spread: Vec<Duration> = (0..200u8)
+        .map(|i| backoff_v4(7, &[0x02, 0x42, 0, 0, 1, i]))
+        .collect();
+    let (lo, hi) = (spread.iter().min().unwrap(), spread.iter().max().unwrap());
+    assert!(*lo < secs(48) && *hi > secs(72), "{lo:?}..{hi:?}");
+    assert!(*lo >= secs(45) && *hi <= secs(75), "{lo:?}..{hi:?}");
 }
 
 #[test]
@@ -332,7 +368,7 @@ fn nak_to_a_request_is_a_failed_attempt() {
             )
         }
     );
-    assert_eq!(m.deadline(), Some(t0 + secs(1)));
+    assert_eq!(m.deadline(), Some(t0 + backoff_v4(1, &MAC)));
 }
 
 #[test]
