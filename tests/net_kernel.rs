@@ -693,7 +693,7 @@ fn nft_text(script: &str) {
 
 /// The load balancer's ruleset in the kernel: install (replacing a stale table), read back
 /// as rendered, a backend change in one transaction, removal; another owner's NAT table is
-/// never touched. Needs the `nft` binary and nf_tables NAT.
+/// never touched. Needs nf_tables NAT (the `nft` binary only to read the tables back).
 #[test]
 fn lb_table_install_update_remove() {
     use vipd::controlplane::lb::nft::{Family, Ruleset, install_batch, remove_batch, update_batch};
@@ -719,7 +719,7 @@ fn lb_table_install_update_remove() {
             port: 6443,
             backends: vec![ip("192.0.2.11"), ip("192.0.2.12"), ip("192.0.2.13")],
         };
-        let k = NftLbKernel::new("nft");
+        let k = NftLbKernel::new();
         k.apply(&install_batch(&rs)).await.expect("install");
         let t = lb_table("ip").expect("table");
         let chains: Vec<_> = t["nftables"]
@@ -762,9 +762,9 @@ fn lb_table_install_update_remove() {
             .await
             .expect("remove twice");
         assert_eq!(other(), other_before, "another owner's table untouched");
-        vipd::controlplane::lb::check("nft")
+        vipd::controlplane::lb::check()
             .await
-            .expect("nft --check");
+            .expect("nf_tables check mode");
         assert!(lb_table("ip").is_none(), "--check changes nothing");
     });
 }

@@ -498,7 +498,7 @@ async fn run_network(cfg: &Config, args: &PreflightArgs, has_raw: bool, report: 
 async fn run_nftables(cfg: &Config, report: &mut Report) {
     // Control-plane load balancer.
     let lb = match (&cfg.load_balancer, cfg.control_plane) {
-        (Some(_), true) => Some(crate::controlplane::lb::check("nft").await),
+        (Some(_), true) => Some(crate::controlplane::lb::check().await),
         _ => None,
     };
     report.checks.push(check_lb_nftables(lb.as_ref()));

@@ -35,8 +35,8 @@
 //! nftables 1.0.6 has no `icmpv6 taddr`, so those sets hold the VIP as a 128-bit integer
 //! matched against that raw payload.
 //!
-//! Element timeouts are written in `nft` syntax (`timeout 1995ms`), run through
-//! [`super::run_nft_text`]: the JSON API takes them in whole seconds only. A refresh of an
+//! Element timeouts are sent in milliseconds (`timeout 1995ms` in `nft` syntax) through
+//! netlink ([`nl`]), computed right before the `sendmsg` that commits them. A refresh of an
 //! element that may still be live deletes and re-adds it in one transaction (a plain `add`
 //! of an element that exists keeps its old timeout); the first `add` carries the same
 //! timeout, so an element without one (which would never expire) is never created. The
