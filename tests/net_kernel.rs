@@ -882,7 +882,7 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
             .unwrap();
         assert!(String::from_utf8_lossy(&out.stdout).contains("table inet other_owner"));
         f.close().await.unwrap();
-        // A run with vip_nftfence off removes tables a crashed run with it on left.
+        // A run with vip_nftfence=false removes tables a crashed run with it on left.
         let stale = NftFence::start().await.unwrap();
         stale
             .refresh(
@@ -893,7 +893,9 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
             .await
             .unwrap();
         assert!(fence_table("arp").is_some());
-        let off = vipd::net::nft::fence::start_fence(false).await;
+        let off =
+            vipd::net::nft::fence::start_fence(vipd::net::nft::fence::NftFenceSetting::Off, true)
+                .await;
         assert!(!off.active());
         assert!(fence_table("arp").is_none() && fence_table("inet").is_none());
         assert!(reaches(a4), "nothing filtered any more");

@@ -150,7 +150,11 @@ fn each_vip_has_its_own_map() {
     let lookup = |id: u8| format!("0c0001005f5f6d617025640008000400000000{id:02x}");
     let p = payloads(&b);
     // Two masquerade rules (5, 6), then map, elements and rule per VIP.
-    assert!(b.lines()[9].contains("daddr 192.0.2.10 fib"), "{:#?}", b.lines());
+    assert!(
+        b.lines()[9].contains("daddr 192.0.2.10 fib"),
+        "{:#?}",
+        b.lines()
+    );
     assert!(p[9].contains(&lookup(1)) && !p[9].contains(&lookup(2)));
     assert!(b.lines()[12].contains("daddr 192.0.2.20 fib"));
     assert!(p[12].contains(&lookup(2)));

@@ -5,12 +5,12 @@
 //! `linux/netfilter/nf_tables.h`'s.
 
 use netlink_packet_core::DefaultNla;
+use netlink_packet_core::NLM_F_CREATE;
 use netlink_packet_netfilter::nftables::{
     Bitwise, DataAttribute, Expressions, Immediate, ListAttribute, Lookup, NfTablesMessage,
-    Register, SetAttribute, SetDescription, SetElementAttribute, SetElementList,
-    SetElementMessage, SetFlags, SetMessage,
+    Register, SetAttribute, SetDescription, SetElementAttribute, SetElementList, SetElementMessage,
+    SetFlags, SetMessage,
 };
-use netlink_packet_core::NLM_F_CREATE;
 
 use super::{ANONYMOUS_MAP, Batch, Cmd, Expr, Family, be32, other};
 
@@ -151,7 +151,11 @@ fn map_userdata() -> Vec<u8> {
 /// [`map_lookup`]`(ANONYMOUS_MAP, id)`.
 pub fn add_address_map(family: Family, table: &str, id: u32, addrs: &[Vec<u8>]) -> Batch {
     // nft's types: integer 4; ipv4_addr 7, ipv6_addr 8.
-    let (data_type, data_len) = if family == Family::Ip6 { (8, 16) } else { (7, 4) };
+    let (data_type, data_len) = if family == Family::Ip6 {
+        (8, 16)
+    } else {
+        (7, 4)
+    };
     let n = u32::try_from(addrs.len()).unwrap_or(u32::MAX);
     let set = NfTablesMessage::NewSet(SetMessage {
         attributes: vec![
@@ -184,7 +188,11 @@ pub fn add_address_map(family: Family, table: &str, id: u32, addrs: &[Vec<u8>]) 
             SetElementList::Elements(elements),
         ],
     });
-    let kind = if family == Family::Ip6 { "ipv6_addr" } else { "ipv4_addr" };
+    let kind = if family == Family::Ip6 {
+        "ipv6_addr"
+    } else {
+        "ipv4_addr"
+    };
     let cmd = |msg, text: String| Cmd {
         family,
         msg,
@@ -194,7 +202,9 @@ pub fn add_address_map(family: Family, table: &str, id: u32, addrs: &[Vec<u8>]) 
     let mut b = Batch::new();
     b.push(cmd(
         set,
-        format!("add map {family} {table} {ANONYMOUS_MAP} {{ type integer : {kind}; flags constant; }}"),
+        format!(
+            "add map {family} {table} {ANONYMOUS_MAP} {{ type integer : {kind}; flags constant; }}"
+        ),
     ));
     b.push(cmd(
         elems,
