@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use support::dhcp::*;
 use support::*;
 use xtask::lab::{
-    DHCP_POOL_END, DHCP_POOL_START, DHCP6_POOL_END, DHCP6_POOL_START, DnsmasqOptions, Lab,
-    LabOptions, LabProcess, Signal,
+    DHCP_POOL_END, DHCP_POOL_START, DHCP6_POOL_END, DHCP6_POOL_START, DnsmasqOptions, FrameCapture,
+    Lab, LabOptions, LabProcess, Signal,
 };
 
 /// How long a first lease may take: vipd's election (lease 5/3/1), Solicit/Advertise/
@@ -386,5 +386,83 @@ fn s24_dhcpv6_holder_sigkill_leaves_a_silent_macvlan() {
     assert_eq!(lab.mac_of_if(&new, &macvlan).unwrap(), mac, "same MAC");
     assert!(lab.addresses(&holder, &macvlan).unwrap().is_empty());
     assert_eq!(responders(&lab, IpAddr::V6(ip)), BTreeSet::from([mac]));
+    no_panics(&procs);
+}
+
+/// Longest time a SIGKILLed DHCPv6 holder's leftover macvlan may still send a frame after
+/// the kill: its link-local's lifetime ([`vipd::net::macvlan::LINK_LOCAL_LIFETIME_SECS`], 2 s)
+/// counted from the last refresh (every 500 ms), plus the kernel's whole-second expiry
+/// check (up to 1 s), plus the MLD reports of leaving its solicited-node group, which vipd's
+/// macvlans send at once (`mldv*_unsolicited_report_interval` of 20 ms) instead of spread
+/// over a second. 3.2 s with scheduling slack; under the Service lease (5 s) less one retry
+/// period, the earliest a new holder may take over after a kill.
+const LEFTOVER_SILENT_BY: Duration = Duration::from_millis(3200);
+
+/// S24 (DHCPv6, SIGKILL, issue 27): nothing at all leaves the killed holder from the
+/// Service's shared MAC later than [`LEFTOVER_SILENT_BY`] after the kill, while the client
+/// keeps soliciting the macvlan's link-local address every 50 ms: no neighbour advertisement
+/// for it, no MLD report, and nothing once the next holder (same MAC) has the address.
+#[test]
+fn s24_killed_dhcpv6_holders_macvlan_goes_silent_before_the_next_holder() {
+    let Some(lab) = lab("s24_dhcpv6_silent", LabOptions::default()) else {
+        return;
+    };
+    let mut procs = start(&lab);
+    create_service(&lab, &dhcp6_service("web6", "::"));
+    let ip = wait_pool6_ingress(&lab, "web6", BRING_UP);
+    let macvlan = macvlan_of(&lab, "web6");
+    let holder = holder_of(&lab, "web6");
+    let mac = lab.mac_of_if(&holder, &macvlan).unwrap();
+    let ll = IpAddr::V6(vipd::net::macvlan::eui64_link_local(mac.octets()));
+    let cap = FrameCapture::start(&lab.netns_path(&holder).unwrap(), "eth0").unwrap();
+    let ns = lab
+        .arp_watch(ll, xtask::lab::DEFAULT_WATCH_INTERVAL)
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let kill_at = cap.frames().len();
+    let t0 = Instant::now();
+    signal_node(&mut procs, &holder, Signal::SIGKILL, Duration::from_secs(5));
+    let killed = t0.elapsed();
+    let new = wait_for("another node carrying the address", BRING_UP, || {
+        NODES
+            .iter()
+            .find(|n| **n != holder && carries(&lab, n, &macvlan, ip))
+            .map(|n| n.to_string())
+    });
+    let taken = t0.elapsed();
+    std::thread::sleep(Duration::from_secs(3));
+    let report = ns.stop().unwrap();
+    let frames = cap.stop().unwrap();
+    let sent = |f: &&xtask::lab::SeenFrame| f.outgoing && f.eth_src == mac;
+    let before: Vec<_> = frames[..kill_at].iter().filter(sent).collect();
+    let first_t = frames[kill_at..].first().map(|f| f.t).unwrap_or_default();
+    // Capture time of the kill: the first frame after the mark less the time it took to send.
+    let kill_t = first_t.saturating_sub(killed);
+    let after: Vec<_> = frames[kill_at..]
+        .iter()
+        .filter(sent)
+        .map(|f| (f.t.saturating_sub(kill_t), f.ethertype, f.icmpv6_type))
+        .collect();
+    println!(
+        "S24 figures: new holder {new} carried the address {} ms after the kill; frames from the shared MAC on {holder} after the kill (ms, ethertype, icmpv6 type): {after:?}",
+        taken.as_millis()
+    );
+    assert!(
+        before.iter().any(|f| f.icmpv6_type == Some(136)),
+        "the live holder answered the solicitations for {ll} (the capture sees it): {before:?}"
+    );
+    let last = after.last().map(|f| f.0).unwrap_or_default();
+    assert!(
+        last <= LEFTOVER_SILENT_BY,
+        "the leftover macvlan on {holder} sent from the shared MAC {} ms after the kill (bound {} ms): {after:?}",
+        last.as_millis(),
+        LEFTOVER_SILENT_BY.as_millis()
+    );
+    assert!(
+        last < taken,
+        "the leftover sent after the next holder had the address: {after:?}"
+    );
+    assert_eq!(lab.mac_of_if(&new, &macvlan).unwrap(), mac, "same MAC");
+    assert!(report.all_responders().iter().all(|m| *m == mac));
     no_panics(&procs);
 }

@@ -72,3 +72,86 @@ fn s40_missing_interface_is_logged_once_not_twice_a_second() {
     assert_eq!(count(&log, "VIP interfaces usable again"), 1, "{log}");
     assert_eq!(count(&log, PLACE_ERROR), 1, "no error after it cleared");
 }
+
+/// Lines about the Service leases' calls, at `level` (" WARN ", " INFO ").
+fn per_lease_call_lines(log: &str, level: &str) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.contains(level) && l.contains("kubevip-svc"))
+        .filter(|l| {
+            [
+                "renewing the lease failed",
+                "lease call failed",
+                "lease calls succeed again",
+            ]
+            .iter()
+            .any(|w| l.contains(w))
+        })
+        .map(str::to_string)
+        .collect()
+}
+
+/// S37 (logs, issue 27): the API server frozen 8 s under six Service leases. One WARN says
+/// the outage started (with the count of leases and the error), one INFO that it ended
+/// (how long, how many leases); no per-lease WARN or INFO about the failed calls (those are
+/// at DEBUG).
+#[test]
+fn s37_api_outage_is_one_warning_and_one_info_not_one_per_lease() {
+    let Some(lab) = lab("s37logs", LabOptions::default()) else {
+        return;
+    };
+    let p = start_vipd_services(&lab, "node-a", true, &[]);
+    let vips: Vec<String> = (0..6).map(|i| format!("192.0.2.{}", 40 + i)).collect();
+    for (i, ip) in vips.iter().enumerate() {
+        let svc = service_json(&format!("svc{i}"), Some(ip), None, &[(80, "TCP")], false);
+        create_service(&lab, &svc);
+    }
+    wait_until("every Service VIP held", Duration::from_secs(30), || {
+        vips.iter().all(|ip| !holders(&lab, ip).is_empty())
+    });
+    let pid = *lab.control_plane_pids().get(1).expect("apiserver pid");
+    let pid = nix::unistd::Pid::from_raw(pid);
+    let mark = p.log().len();
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+    std::thread::sleep(Duration::from_secs(8));
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
+    wait_until("the outage's end line", Duration::from_secs(30), || {
+        p.log()[mark..].contains("API server reachable again")
+    });
+    wait_until(
+        "every Service VIP held again",
+        Duration::from_secs(30),
+        || vips.iter().all(|ip| !holders(&lab, ip).is_empty()),
+    );
+    let log = p.log()[mark..].to_string();
+    let started: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains(" WARN ") && l.contains("API server unreachable: lease calls fail"))
+        .collect();
+    let ended = count(&log, "API server reachable again: lease calls succeed");
+    let per_lease = [" WARN ", " INFO "].map(|lvl| per_lease_call_lines(&log, lvl));
+    if started.len() != 1 || ended != 1 || per_lease.iter().any(|v| !v.is_empty()) {
+        dump(&[&p]);
+    }
+    assert_eq!(started.len(), 1, "one start line: {started:#?}");
+    assert!(
+        started[0].contains("leases_failing=6") && started[0].contains("error="),
+        "the start line counts the six Service leases and names the error: {}",
+        started[0]
+    );
+    assert_eq!(ended, 1, "one end line");
+    assert!(
+        log.lines().any(|l| l.contains("API server reachable again")
+            && l.contains("leases_affected=6")
+            && l.contains("lasted_ms=")),
+        "the end line says how long and how many leases"
+    );
+    assert_eq!(
+        per_lease,
+        [Vec::<String>::new(), Vec::new()],
+        "per-lease lines"
+    );
+    assert!(
+        count(&log, "lease call failed (API server unreachable)") >= 6,
+        "per-lease detail at DEBUG"
+    );
+}

@@ -368,26 +368,46 @@ fn longest_unanswered_ms(r: &xtask::lab::WatchReport) -> u128 {
     longest * r.interval.as_millis()
 }
 
-/// With `svc_ridethrough` but no key Secret, vipd does not start and says which Secret
-/// and how to create it. Without the option (the default) a Service VIP is removed at the
-/// renew deadline of an API freeze, as before.
+/// Issue 27: with the defaults (ride-through on) but no key Secret, vipd starts, announces
+/// its Service, warns exactly once naming the Secret and the command that creates it, and
+/// `/readyz` says `ride-through: keyless`. Without the option a Service VIP is removed at
+/// the renew deadline of an API freeze, as before.
 #[test]
 fn s46_without_the_option_service_vips_drop_during_an_api_freeze() {
     let Some(lab) = lab("ridethrough-off", LabOptions::default()) else {
         return;
     };
-    let mut p = start_vipd_services(&lab, "node-a", true, &[("svc_ridethrough", "true")]);
-    let status = p
-        .wait_timeout(LIMIT)
-        .expect("wait")
-        .expect("vipd must exit without the key Secret");
-    assert!(!status.success());
-    let log = p.log();
-    assert!(
-        log.contains("kube-system/vipd-peer-key")
-            && log.contains("kubectl create secret generic vipd-peer-key"),
-        "{log}"
+    let mut keyless = start_vipd_services(&lab, "node-a", true, &[]);
+    create_service(
+        &lab,
+        &service_json("keyless", Some("192.0.2.33"), None, &[(80, "TCP")], false),
     );
+    wait_until("the keyless node holds its Service", LIMIT, || {
+        holders(&lab, "192.0.2.33") == ["node-a"]
+    });
+    assert!(
+        keyless.try_wait().expect("wait").is_none(),
+        "vipd runs without the key"
+    );
+    let log = keyless.log();
+    let warns: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("WARN") && l.contains("vipd-peer-key"))
+        .collect();
+    assert_eq!(warns.len(), 1, "one WARN about the key:\n{log}");
+    assert!(
+        warns[0].contains("kube-system/vipd-peer-key")
+            && warns[0].contains("kubectl create secret generic vipd-peer-key"),
+        "{}",
+        warns[0]
+    );
+    let admin: std::net::SocketAddr = "127.0.0.1:2112".parse().expect("addr");
+    let ready = lab
+        .http_get("node-a", admin, "/readyz", Duration::from_secs(2))
+        .unwrap_or_else(|e| format!("admin endpoint error: {e}"));
+    assert!(ready.contains("ride-through: keyless"), "{ready}");
+    drop(keyless);
+    delete_service(&lab, "keyless");
     prepare(&lab);
     let _procs = start(&lab, false);
     let want = services_held(&lab);

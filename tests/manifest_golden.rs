@@ -65,7 +65,8 @@ fn golden_kubernetes_manifests() {
 #[test]
 fn checked_in_manifests_match_the_generator() {
     let files: Vec<(&str, Vec<&str>)> = vec![
-        ("manifests/rbac.yaml", vec!["rbac"]),
+        // No key in a checked-in file: every cluster needs its own (`vipd manifest peer-key`).
+        ("manifests/rbac.yaml", vec!["rbac", "--peerKey=false"]),
         ("manifests/vipd.service", vec!["systemd"]),
         ("manifests/vipd.env", cases::SYSTEMD_ENV.to_vec()),
         (
@@ -271,4 +272,37 @@ fn manifest_shape() {
             "{name}"
         );
     }
+}
+
+/// Issue 27: `vipd manifest rbac` (and `vipd manifest peer-key`) print the peer key Secret
+/// with 32 random bytes, a different key at every run, after the same rules as the golden
+/// file; `--servicesRideThrough=false` prints neither the Secret nor the rule.
+#[test]
+fn rbac_prints_a_new_random_peer_key_every_time() {
+    use k8s_openapi::api::core::v1::Secret;
+    let secret_of = |yaml: &str| -> Secret {
+        let doc = yaml
+            .split("---\n")
+            .find(|d| d.contains("kind: Secret"))
+            .expect("a Secret document");
+        serde_norway::from_str(doc).expect("Secret")
+    };
+    let a = generate(&["rbac"]).unwrap();
+    let b = generate(&["rbac"]).unwrap();
+    let rules = generate(&["rbac", "--peerKey=false"]).unwrap();
+    assert!(a.starts_with(&rules), "the rules come first, unchanged");
+    let (sa, sb) = (secret_of(&a), secret_of(&b));
+    assert_eq!(sa.metadata.name.as_deref(), Some("vipd-peer-key"));
+    assert_eq!(sa.metadata.namespace.as_deref(), Some("kube-system"));
+    let key = |s: &Secret| s.data.as_ref().unwrap()["key"].0.clone();
+    assert_eq!(key(&sa).len(), 32);
+    assert_ne!(key(&sa), key(&sb), "never the same key twice");
+    assert!(rules.contains("vipd-peer-key") && !rules.contains("kind: Secret"));
+    let alone = generate(&["peer-key", "-n", "vipd"]).unwrap();
+    assert_eq!(
+        secret_of(&alone).metadata.namespace.as_deref(),
+        Some("vipd")
+    );
+    let off = generate(&["rbac", "--servicesRideThrough=false"]).unwrap();
+    assert!(!off.contains("secrets") && !off.contains("kind: Secret"));
 }

@@ -95,6 +95,15 @@ fn creates_configures_reuses_replaces_and_removes_only_marked_macvlans() {
         // No SLAAC address for the node through the macvlan.
         assert_eq!(sysctl("ipv6", "vip-abc", "accept_ra"), "0");
         assert_eq!(sysctl("ipv6", "vip-abc", "autoconf"), "0");
+        // MLD reports (a leftover's leaving its groups) within 20 ms, not over 1 s.
+        assert_eq!(
+            sysctl("ipv6", "vip-abc", "mldv2_unsolicited_report_interval"),
+            "20"
+        );
+        assert_eq!(
+            sysctl("ipv6", "vip-abc", "mldv1_unsolicited_report_interval"),
+            "20"
+        );
 
         // Same spec: the same link. Another MAC: replaced.
         assert_eq!(m.ensure(&s).await.unwrap(), index);

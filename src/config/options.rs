@@ -558,9 +558,9 @@ pub(super) static OPTIONS: &[EnvOption] = &[
     opt(
         K_SVC_RIDETHROUGH,
         "servicesRideThrough",
-        "false",
+        "<true where the Service lease timings let a ride start in time: svc_leaseduration minus svc_retryperiod above about 3.2 s, e.g. 5/3/1>",
         Bool,
-        "vipd option: Service VIPs ride through API server outages while a majority of the vipd nodes vouch over signed heartbeats on the Services interface (needs the Secret vipd-peer-key in cp_namespace, key `key`, at least 32 bytes); the control-plane VIP is not affected",
+        "vipd option: Service VIPs ride through API server outages while a majority of the vipd nodes vouch over signed heartbeats on the Services interface, once the Secret vipd-peer-key in cp_namespace (key `key`, at least 32 bytes; `vipd manifest rbac` creates it) is read (without it vipd runs without ride-through and warns once); default off under vipd's bare 3/2/1 and sub-second Service timings (`vipd manifest` writes 5/3/1 for Services); set true there, it is refused at start; the control-plane VIP is not affected",
     ),
     opt(
         K_SVC_IPAM,

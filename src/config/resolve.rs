@@ -149,7 +149,8 @@ pub fn resolve_detailed(
         lease,
         services_timing,
         services_election: svc.election,
-        services_ride_through: inputs.bool_or(K_SVC_RIDETHROUGH, false)?,
+        services_ride_through: inputs
+            .bool_or(K_SVC_RIDETHROUGH, ride_through_fits(&services_timing))?,
         ipam,
         services_lease_name: svc.lease_name,
         services_namespace: svc.namespace,
@@ -365,6 +366,18 @@ fn interface_option(inputs: &Inputs<'_>, key: &'static str) -> Result<Option<Str
 }
 
 /// The control-plane lease: name, namespace and timings.
+/// `svc_ridethrough`'s default (issue 27): on when the Service lease timings have the
+/// whole-second address fence and peer protocol timings its safety argument needs, and let
+/// a ride start within the API fence (`RideConfig::start_ok_for`: kube-vip's 5/3/1 does,
+/// vipd's bare 3/2/1 does not, so `vipd manifest` writes 5/3/1 for Services); off otherwise,
+/// where setting it explicitly is refused at start with the reason.
+pub(crate) fn ride_through_fits(services_timing: &crate::lease::Timing) -> bool {
+    crate::lease::fence_lifetime(services_timing).is_ok_and(|secs| {
+        crate::peer::ridethrough::RideConfig::new(services_timing, secs).is_ok()
+            && crate::peer::ridethrough::RideConfig::start_ok_for(services_timing)
+    })
+}
+
 fn lease(inputs: &Inputs<'_>, nft_fence: bool) -> Result<LeaseConfig, ConfigError> {
     let name = inputs.text_or(K_LEASE_NAME, DEFAULT_LEASE_NAME);
     check_dns1123_subdomain(&name)?;

@@ -821,3 +821,48 @@ fn dhcp_mode_is_kube_vips_dns_family_and_is_ignored() {
         r.warnings
     );
 }
+
+/// Issue 27: Service ride-through is on by default wherever the Service lease timings allow
+/// it (kube-vip's 5/3/1, what the generator writes for Services), off under vipd's bare
+/// 3/2/1 (a ride cannot start within its API fence) and sub-second timings, and `svc_ridethrough=false` / `--servicesRideThrough=false` still
+/// turns it off.
+#[test]
+fn service_ride_through_is_on_by_default_where_the_timings_allow() {
+    assert!(!ok(&["--services"], &[], None).config.services_ride_through);
+    let generator = [
+        ("vip_leaseduration", "3"),
+        ("vip_renewdeadline", "2"),
+        ("vip_retryperiod", "1"),
+    ];
+    assert!(
+        !ok(&["--services"], &generator, None)
+            .config
+            .services_ride_through,
+        "3/2/1 cannot start a ride in time: off by default"
+    );
+    let kube_vip = [
+        ("vip_leaseduration", "5"),
+        ("vip_renewdeadline", "3"),
+        ("vip_retryperiod", "1"),
+    ];
+    assert!(
+        ok(&["--services"], &kube_vip, None)
+            .config
+            .services_ride_through
+    );
+    let sub_second = [
+        ("vip_nftfence", "true"),
+        ("svc_leaseduration", "0.6"),
+        ("svc_renewdeadline", "0.4"),
+        ("svc_retryperiod", "0.2"),
+    ];
+    assert!(
+        !ok(&["--services"], &sub_second, None)
+            .config
+            .services_ride_through
+    );
+    let off = ok(&["--services"], &[("svc_ridethrough", "false")], None);
+    assert!(!off.config.services_ride_through);
+    let flag_off = ok(&["--services", "--servicesRideThrough=false"], &[], None);
+    assert!(!flag_off.config.services_ride_through);
+}

@@ -168,9 +168,13 @@ impl<C: LeaseClient> Elector<C> {
     /// the lease it observed, and the acquisition check says the lease serves something;
     /// when not, the next attempt is a retry period away.
     async fn may_acquire(&self, st: &mut Run, lease: &str, now: Instant) -> bool {
-        if let Some(ride) = &self.ride
-            && !ride.may_acquire(now, st.observed.as_ref(), st.observed_at)
-        {
+        let allowed = match &self.ride {
+            Some(ride) => ride.may_acquire(now, st.observed.as_ref(), st.observed_at),
+            // No ride link: a marked lease's holder may ride (mixed cluster, `ridemark`).
+            None => super::record::plain_may_take(st.observed.as_ref(), st.observed_at, now),
+        };
+        if !allowed {
+            debug!(%lease, "not acquiring yet: the holder may still ride through an API outage (ride-through marker)");
             st.next_attempt = Instant::now() + self.timing.retry_period;
             return false;
         }
@@ -249,7 +253,8 @@ impl<C: LeaseClient> Elector<C> {
                 None
             }
             Standing::Absent => {
-                let rec = record::claim(None, &self.identity, duration, record::now_micros());
+                let mut rec = record::claim(None, &self.identity, duration, record::now_micros());
+                rec.ride_through = self.ride.as_ref().and_then(|r| r.ride_cap());
                 st.own.attempted(&rec);
                 let r = timed(
                     &lease,
@@ -272,6 +277,7 @@ impl<C: LeaseClient> Elector<C> {
                 if st.leading.is_some() {
                     rec.failback_request = self.failback_kept(rec.failback_request.take());
                 }
+                rec.ride_through = self.ride.as_ref().and_then(|r| r.ride_cap());
                 st.own.attempted(&rec);
                 let r = timed(
                     &lease,
@@ -366,17 +372,26 @@ impl<C: LeaseClient> Elector<C> {
 
     pub(super) fn on_failure(&mut self, st: &mut Run, e: LeaseError) {
         let now = Instant::now();
+        // An unanswered call of a wing's lease: one line per outage, not per lease.
+        let shared = self.outage.as_ref().filter(|_| e.unreachable());
+        if let Some(o) = shared {
+            o.call_failed(&self.client.describe(), &e);
+        } else if let Some(o) = &self.outage {
+            // Answered (403...): the server is reachable from this lease.
+            o.reached(&self.client.describe());
+        }
+        let aggregated = shared.is_some();
         if st.leading.is_some() {
             if let Some(m) = &self.metrics {
                 m.renew_failure(&self.client.describe());
             }
-            if let Some(r) = self.quiet.observe(true, e.to_string(), now) {
+            if !aggregated && let Some(r) = self.quiet.observe(true, e.to_string(), now) {
                 warn!(error = %e, "renewing the lease failed; retrying until the renew deadline{r}");
             }
             st.next_attempt = now + self.timing.retry_period;
         } else {
             let delay = st.backoff.next_delay();
-            if let Some(r) = self.quiet.observe(false, e.to_string(), now) {
+            if !aggregated && let Some(r) = self.quiet.observe(false, e.to_string(), now) {
                 warn!(error = %e, retry_in_ms = delay.as_millis() as u64, "lease call failed{r}");
             }
             st.next_attempt = now + delay;
@@ -386,6 +401,9 @@ impl<C: LeaseClient> Elector<C> {
     /// A lease call succeeded: failures logged before are over (one line saying so).
     pub(super) fn calls_ok(&mut self) {
         let now = Instant::now();
+        if let Some(o) = &self.outage {
+            o.reached(&self.client.describe());
+        }
         // Renewals and other calls fail together: one line when they work again.
         let ended = match (self.quiet.clear(&true, now), self.quiet.clear(&false, now)) {
             (Some(a), Some(b)) => Some(a.merge(b)),

@@ -103,12 +103,14 @@ impl KubeLeaseClient {
             return LeaseError::Api {
                 lease,
                 op,
+                status: Some(status.code),
                 message: format!("{} {}: {}", status.code, status.reason, status.message),
             };
         }
         LeaseError::Api {
             lease,
             op,
+            status: None,
             message: e.to_string(),
         }
     }

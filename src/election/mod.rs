@@ -34,7 +34,9 @@ pub(crate) mod failback;
 pub(crate) mod identity;
 pub mod kube;
 pub mod metrics;
+pub(crate) mod outage;
 pub mod record;
+pub mod ridemark;
 mod run;
 pub mod spread;
 
@@ -86,6 +88,9 @@ pub enum LeaseError {
         lease: String,
         /// `get`, `create`, `update`.
         op: &'static str,
+        /// The HTTP status the server answered with; `None`: no answer (a transport
+        /// failure). See [`LeaseError::unreachable`].
+        status: Option<u16>,
         /// What went wrong (includes HTTP status and reason for API errors, e.g. 403
         /// Forbidden names the verb and resource).
         message: String,
@@ -296,6 +301,9 @@ pub struct Elector<C: LeaseClient> {
     /// [`crate::obs::logging`]): a Lease API down for minutes logs once a minute, not at every
     /// back-off step.
     quiet: crate::obs::logging::RepeatLimiter<bool, String>,
+    /// The outage log shared with the other leases of the wing ([`Elector::with_outage`]);
+    /// `None`: this elector logs its unanswered calls itself (`quiet`).
+    outage: Option<outage::ApiOutage>,
     /// Asked before every acquisition (see [`Elector::with_acquire_check`]).
     acquire_check: Option<AcquireCheck>,
     /// Delays acquisitions by the leases this node holds (see [`Elector::with_spread`]).
@@ -356,6 +364,13 @@ pub(crate) trait RideLink: Send + Sync {
     /// Bumped when [`RideLink::hand_over_requested`] or [`RideLink::handed_over`] may have
     /// become true.
     fn news(&self) -> watch::Receiver<u64>;
+    /// Asked for every lease write this elector builds: `Some(longest ride past expiry)`
+    /// when this holder may ride through on it (written as the Lease's
+    /// [`ridemark::RIDE_THROUGH_ANNOTATION`]), `None` when not (no peer key). The link
+    /// must ride only on writes it answered `Some` for (the next [`RideLink::renewed`]).
+    fn ride_cap(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Asked before this node acquires the lease (creates it, or takes it over after it was
@@ -423,6 +438,7 @@ impl<C: LeaseClient> Elector<C> {
                 metrics: None,
                 duplicate_tx: watch::Sender::new(None),
                 quiet: crate::obs::logging::RepeatLimiter::default(),
+                outage: None,
                 acquire_check: None,
                 spread: None,
                 preference: None,
@@ -474,6 +490,13 @@ impl<C: LeaseClient> Elector<C> {
     /// after the lease was released). Subscribe before [`Elector::run`].
     pub(crate) fn failbacks(&self) -> watch::Receiver<Option<String>> {
         self.failback_tx.subscribe()
+    }
+
+    /// Logs unanswered lease calls into `outage`, shared with the wing's other leases: one
+    /// line per API outage instead of one per lease ([`outage`]).
+    pub(crate) fn with_outage(mut self, outage: outage::ApiOutage) -> Self {
+        self.outage = Some(outage);
+        self
     }
 
     /// Rides through API outages with `link` (see [`RideLink`]).

@@ -44,6 +44,12 @@ pub struct LeaseRecord {
     /// `renewTime` (any later write by another client, e.g. kube-vip's client-go, changes
     /// `renewTime` and so voids it); see [`LeaseRecord::wait`].
     pub lease_duration_ms: Option<u32>,
+    /// The longest ride past expiry the holder may make through an API outage, from
+    /// [`super::ridemark::RIDE_THROUGH_ANNOTATION`] (read only when written with this
+    /// record's `renewTime`); `None`: the holder does not ride on this write. Candidates
+    /// that cannot follow the ride-through takeover rule wait this much longer
+    /// ([`super::ridemark::plain_may_take`]).
+    pub ride_through: Option<Duration>,
 }
 
 /// Lease annotation in which a candidate more preferred than the holder asks for a
@@ -70,6 +76,26 @@ fn parse_lease_duration(value: &str, renew_time: Option<Timestamp>) -> Option<u3
     (ms > 0 && renew_time?.as_microsecond() == micros).then_some(ms)
 }
 
+/// Sets annotation `key` to `value`, or removes it when `None`.
+fn set_annotation(
+    meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    key: &str,
+    value: Option<String>,
+) {
+    match value {
+        Some(v) => {
+            meta.annotations
+                .get_or_insert_with(Default::default)
+                .insert(key.to_string(), v);
+        }
+        None => {
+            if let Some(a) = meta.annotations.as_mut() {
+                a.remove(key);
+            }
+        }
+    }
+}
+
 impl LeaseRecord {
     /// Reads the record from a Lease (absent fields become empty / zero).
     pub(crate) fn from_lease(lease: &Lease) -> Self {
@@ -94,6 +120,12 @@ impl LeaseRecord {
                 .as_ref()
                 .and_then(|a| a.get(LEASE_DURATION_ANNOTATION))
                 .and_then(|v| parse_lease_duration(v, renew_time)),
+            ride_through: lease
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(super::ridemark::RIDE_THROUGH_ANNOTATION))
+                .and_then(|v| super::ridemark::parse_marker(v, renew_time)),
         }
     }
 
@@ -112,40 +144,31 @@ impl LeaseRecord {
         }
     }
 
-    /// Writes [`LeaseRecord::failback_request`] and [`LeaseRecord::lease_duration_ms`] (with
-    /// the renew time, [`LEASE_DURATION_ANNOTATION`]) into a Lease's annotations (each
-    /// removed when `None`; other annotations are left as they were).
+    /// Writes [`LeaseRecord::failback_request`], [`LeaseRecord::lease_duration_ms`] (with
+    /// the renew time, [`LEASE_DURATION_ANNOTATION`]) and [`LeaseRecord::ride_through`]
+    /// (with the renew time, [`super::ridemark::RIDE_THROUGH_ANNOTATION`]) into a Lease's
+    /// annotations (each removed when `None`; other annotations are left as they were).
     pub(crate) fn apply_annotations(
         &self,
         meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
     ) {
-        match &self.failback_request {
-            Some(node) => {
-                meta.annotations
-                    .get_or_insert_with(Default::default)
-                    .insert(FAILBACK_REQUEST_ANNOTATION.to_string(), node.clone());
-            }
-            None => {
-                if let Some(a) = meta.annotations.as_mut() {
-                    a.remove(FAILBACK_REQUEST_ANNOTATION);
-                }
-            }
-        }
-        match (self.lease_duration_ms, self.renew_time) {
-            (Some(ms), Some(renewed)) => {
-                meta.annotations
-                    .get_or_insert_with(Default::default)
-                    .insert(
-                        LEASE_DURATION_ANNOTATION.to_string(),
-                        lease_duration_value(ms, renewed),
-                    );
-            }
-            _ => {
-                if let Some(a) = meta.annotations.as_mut() {
-                    a.remove(LEASE_DURATION_ANNOTATION);
-                }
-            }
-        }
+        use super::ridemark::{RIDE_THROUGH_ANNOTATION, marker_value};
+        set_annotation(
+            meta,
+            FAILBACK_REQUEST_ANNOTATION,
+            self.failback_request.clone(),
+        );
+        let renewed = self.renew_time;
+        set_annotation(
+            meta,
+            LEASE_DURATION_ANNOTATION,
+            (self.lease_duration_ms.zip(renewed)).map(|(ms, t)| lease_duration_value(ms, t)),
+        );
+        set_annotation(
+            meta,
+            RIDE_THROUGH_ANNOTATION,
+            (self.ride_through.zip(renewed)).map(|(ride, t)| marker_value(ride, t)),
+        );
     }
 
     /// Writes the record into a Lease spec (other spec fields are left as they were).
@@ -371,6 +394,21 @@ pub fn standing(
     }
 }
 
+/// Whether a candidate that cannot follow the ride-through takeover rule (no peer key, or
+/// `svc_ridethrough=false`; see [`super::ridemark`]) may take the lease it observed as
+/// `observed` (last changed at `observed_at`) now: always for an absent, released or
+/// unmarked lease (the caller already found it free), and for a marked one only from
+/// `observed_at` + lease duration + the marked ride on.
+pub fn plain_may_take(observed: Option<&Observed>, observed_at: Instant, now: Instant) -> bool {
+    match observed {
+        Some(o) if o.record.is_held() => match o.record.ride_through {
+            Some(ride) => now >= observed_at + o.record.wait() + ride,
+            None => true,
+        },
+        _ => true,
+    }
+}
+
 /// The record to write when acquiring or renewing (client-go `tryAcquireOrRenew`):
 /// `acquireTime` and `leaseTransitions` are kept while the holder stays the same; a change
 /// of holder sets `acquireTime` to now and increments `leaseTransitions`.
@@ -408,6 +446,7 @@ fn claim_secs(
             transitions: old.transitions,
             failback_request: old.failback_request.clone(),
             lease_duration_ms: None,
+            ride_through: None,
         },
         Some(old) => LeaseRecord {
             holder: identity.to_string(),
@@ -419,6 +458,7 @@ fn claim_secs(
             transitions: old.transitions.saturating_add(1),
             failback_request: None,
             lease_duration_ms: None,
+            ride_through: None,
         },
         None => LeaseRecord {
             holder: identity.to_string(),
@@ -428,6 +468,7 @@ fn claim_secs(
             transitions: 0,
             failback_request: None,
             lease_duration_ms: None,
+            ride_through: None,
         },
     }
 }
@@ -443,6 +484,7 @@ pub fn release(old: &LeaseRecord, now: Timestamp) -> LeaseRecord {
         transitions: old.transitions,
         failback_request: old.failback_request.clone(),
         lease_duration_ms: None,
+        ride_through: None,
     }
 }
 
@@ -837,5 +879,56 @@ mod exact_duration {
             ),
             Standing::Free
         );
+    }
+
+    fn marked(holder: &str, ride: Option<Duration>) -> Observed {
+        Observed {
+            record: LeaseRecord {
+                holder: holder.into(),
+                lease_duration_secs: 5,
+                ride_through: ride,
+                ..Default::default()
+            },
+            resource_version: "7".into(),
+        }
+    }
+
+    /// The mixed-cluster rule: a keyless (or option-off) candidate takes an unmarked expired
+    /// lease at once, a marked one only past lease duration + the marked ride after it last
+    /// saw it change, which is after the holder's last possible ride grant.
+    #[tokio::test(start_paused = true)]
+    async fn a_marked_lease_is_taken_only_after_the_ride_cap() {
+        let seen = Instant::now();
+        let marked_lease = marked("node-a", Some(Duration::from_secs(60)));
+        let plain = marked("node-a", None);
+        let at = |s: u64| seen + Duration::from_secs(s);
+        assert!(plain_may_take(Some(&plain), seen, at(5)));
+        assert!(!plain_may_take(Some(&marked_lease), seen, at(5)));
+        assert!(!plain_may_take(Some(&marked_lease), seen, at(64)));
+        assert!(plain_may_take(Some(&marked_lease), seen, at(65)));
+        assert!(plain_may_take(None, seen, at(0)));
+        assert!(plain_may_take(
+            Some(&marked("", Some(Duration::from_secs(60)))),
+            seen,
+            at(0)
+        ));
+    }
+
+    /// The marker a riding-capable holder writes survives the Lease round trip; a renewal
+    /// without it (a keyless holder) removes it; a release carries none.
+    #[test]
+    fn the_ride_marker_round_trips_and_is_removed_by_an_unmarked_write() {
+        let t = Timestamp::from_second(1_764_615_341).unwrap();
+        let mut rec = claim(None, "node-a", Duration::from_secs(5), t);
+        rec.ride_through = Some(Duration::from_secs(60));
+        let mut lease = lease_of(&rec);
+        let read = LeaseRecord::from_lease(&lease);
+        assert_eq!(read.ride_through, Some(Duration::from_secs(60)));
+        let mut unmarked = claim(Some(&read), "node-a", Duration::from_secs(5), t);
+        assert_eq!(unmarked.ride_through, None, "each write decides anew");
+        unmarked.renew_time = Some(Timestamp::from_second(1_764_615_342).unwrap());
+        unmarked.apply_annotations(&mut lease.metadata);
+        assert_eq!(LeaseRecord::from_lease(&lease).ride_through, None);
+        assert_eq!(release(&read, t).ride_through, None);
     }
 }

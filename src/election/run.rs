@@ -52,6 +52,9 @@ impl<C: LeaseClient> Elector<C> {
                     if st.leading.is_some() {
                         released = Box::pin(self.step_down(&mut st, true, SHUTTING_DOWN)).await;
                     }
+                    if let Some(o) = &self.outage {
+                        o.reached(&lease);
+                    }
                     info!(%lease, "leader election stopped");
                     return ElectionEnd {
                         released,
@@ -299,8 +302,12 @@ impl<C: LeaseClient> Elector<C> {
                 st.next_attempt = st.absent_until.unwrap_or(now).max(now);
             }
             LeaseEvent::Error(e) => {
-                if st.watch_healthy {
+                // The wing's shared watch fails for every lease at once: said once.
+                let news = || self.outage.as_ref().is_none_or(|o| o.watch_failed(&e));
+                if st.watch_healthy && news() {
                     warn!(%lease, error = %e, "lease watch failed; polling every retry period until it recovers");
+                } else if st.watch_healthy {
+                    debug!(%lease, error = %e, "lease watch failed; polling every retry period until it recovers");
                 }
                 st.watch_healthy = false;
             }

@@ -138,6 +138,7 @@ impl FakeClient {
             return Err(LeaseError::Api {
                 lease: "fake".into(),
                 op,
+                status: None,
                 message: "connection refused".into(),
             });
         }
@@ -188,6 +189,7 @@ impl LeaseClient for FakeClient {
             return Err(LeaseError::Api {
                 lease: "fake".into(),
                 op: "update",
+                status: None,
                 message: "connection reset by peer".into(),
             });
         }

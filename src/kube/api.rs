@@ -87,8 +87,9 @@ pub enum Feature {
     /// `enable_node_labeling` with `cp_enable` (the manifest's `--enableNodeLabeling`): the
     /// control-plane lease holder's `kube-vip.io/has-ip` label on its own Node.
     NodeLabeling,
-    /// `svc_ridethrough` with `svc_enable` (the manifest's `--servicesRideThrough`): the
-    /// peer key Secret [`crate::kube::api::PEER_KEY_SECRET`], read once at start.
+    /// `svc_ridethrough` with `svc_enable` (on by default; the manifest's
+    /// `--servicesRideThrough=false` leaves it out): the peer key Secret
+    /// [`crate::kube::api::PEER_KEY_SECRET`], read at start and every minute.
     RideThrough,
     /// `svc_ipam` with `svc_enable`: the allocator (its Lease, the pool ConfigMap, the
     /// Services' addresses).
@@ -286,7 +287,7 @@ pub const API_CALLS: &[ApiCall] = &[
     call::<EventsV1Event>(Patch, ServiceNamespaces, Ipam, EventsV1, (EVENTS, "events.patch(")),
     call::<CoreEvent>(Create, ServiceNamespaces, Ipam, CoreEvents, (EVENTS, "core.create(")),
     call::<CoreEvent>(Patch, ServiceNamespaces, Ipam, CoreEvents, (EVENTS, "core.patch(")),
-    // svc_ridethrough: the peer key, read once at start (`peer::key::read_peer_key`).
+    // svc_ridethrough: the peer key, read at start and every minute (`peer::key`).
     named_call::<Secret>(Get, LeaseNamespace, RideThrough, &[PEER_KEY_SECRET], (PEER_KEY, "api.get_opt(KEY_SECRET)")),
 ];
 
@@ -323,13 +324,14 @@ pub struct Needs {
 
 impl Needs {
     /// What the generated manifest grants: every feature (get and patch on nodes only with
-    /// `node_labeling`), both Event APIs and both endpoint APIs.
+    /// `node_labeling`; `get` on the peer key Secret by name), both Event APIs and both
+    /// endpoint APIs.
     pub fn manifest(node_labeling: bool) -> Self {
         Needs {
             control_plane: true,
             services: true,
             node_labeling,
-            ride_through: false,
+            ride_through: true,
             ipam: true,
             events_v1: None,
             endpoint_slices: None,

@@ -29,10 +29,16 @@ struct ReadinessInner {
     /// Service leases (`namespace/name`) whose VIPs ride through an API outage
     /// (`svc_ridethrough`).
     riding: Mutex<BTreeSet<String>>,
+    /// `svc_ridethrough`'s state while no lease rides (off, keyless, armed); `None` without
+    /// Services.
+    ride_state: Mutex<Option<&'static str>>,
 }
 
 /// Name of the `/readyz` line listing the Service leases that ride through an API outage.
 pub(crate) const RIDING_THROUGH: &str = "riding-through";
+
+/// Name of the `/readyz` line with `svc_ridethrough`'s state while no lease rides.
+pub(crate) const RIDE_THROUGH: &str = "ride-through";
 
 /// Name of the readiness condition that fails while another process writes a lease under
 /// this node's identity (see [`crate::election::DuplicateIdentity`]).
@@ -80,6 +86,11 @@ impl Readiness {
         } else {
             set.remove(lease);
         }
+    }
+    /// `svc_ridethrough`'s state while no lease rides (`off ...`, `keyless ...`, `armed
+    /// ...`), shown as a [`RIDE_THROUGH`] line of `/readyz`; `None`: no line.
+    pub(crate) fn set_ride_state(&self, state: Option<&'static str>) {
+        *self.0.ride_state.lock().unwrap_or_else(|p| p.into_inner()) = state;
     }
     /// Service leases riding through an API outage, sorted.
     pub(crate) fn riding_leases(&self) -> Vec<String> {
@@ -149,6 +160,7 @@ impl Readiness {
             format!("not ready: {}\n", missing.join(", "))
         };
         let riding = self.riding_leases();
+        let state = *self.0.ride_state.lock().unwrap_or_else(|p| p.into_inner());
         if !riding.is_empty() {
             body.push_str(&format!(
                 "{RIDING_THROUGH}: the API server is unreachable; the VIPs of {} Service \
@@ -156,6 +168,8 @@ impl Readiness {
                 riding.len(),
                 first_of(riding)
             ));
+        } else if let Some(state) = state {
+            body.push_str(&format!("{RIDE_THROUGH}: {state}\n"));
         }
         if missing.is_empty() {
             return body;

@@ -39,8 +39,11 @@ use tokio::time::{Instant, MissedTickBehavior};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
+use super::key::{KEY_OVERLAP, KEY_POLL, KEY_SIGN_DELAY, KeyId, KeyRing};
 use super::metrics::PeerMetrics;
-use super::ridethrough::{LeaseView, Peers, RideConfig, RideDecision, TakeDecision, TakeReason};
+use super::ridethrough::{
+    API_WINDOW, LeaseView, Peers, RideConfig, RideDecision, TakeDecision, TakeReason,
+};
 use super::socket::PeerSocket;
 use super::verify::{DEFAULT_MAX_SKEW_MS, Rejection, Verifier};
 use super::wire::{Encoder, HeldLease, Kind, LeaseRef, Message, PeerKey};
@@ -53,11 +56,6 @@ use crate::obs::readiness::Readiness;
 pub(crate) const PROBE_INTERVAL: Duration = Duration::from_millis(250);
 /// Time limit of one API probe.
 pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
-/// This node reaches the API while its last good probe answer is at most this old. Short,
-/// so that the flags fade fast enough for a holder to start riding within its API fence
-/// (detection + liveness window + flag hold + liveness window < fence end after an outage
-/// starts: 1 + 0.6 + 1 + 0.6 s against at least 3.75 s with the default 5/3/1 s timings).
-pub(crate) const API_WINDOW: Duration = Duration::from_secs(1);
 
 /// The `renewed_at` that makes the VIP holder's fence end exactly at `until`: the holder
 /// gives lifetimes of [`crate::lease::fence_grant`] (`lease_duration - age - margin`,
@@ -69,6 +67,17 @@ pub(crate) const API_WINDOW: Duration = Duration::from_secs(1);
 pub(crate) fn ride_renewed_at(until: Instant, lease_duration: Duration) -> Option<Instant> {
     until.checked_sub(lease_duration.saturating_sub(FENCE_MARGIN))
 }
+
+/// How long the first read of the peer key Secret retries failures that may pass (no
+/// answer, a timeout, 429 or 5xx) before this node says it runs keyless: a node whose link or
+/// API server comes up a moment after vipd (a reboot) need not warn.
+const KEY_START_PATIENCE: Duration = Duration::from_secs(60);
+
+/// `/readyz` ride state until the peer key is read.
+pub(crate) const KEYLESS_STATE: &str = "keyless (no peer key: the Secret vipd-peer-key in cp_namespace is missing, unreadable or short; see the log); Service VIPs go at the renew deadline during an API server outage";
+/// `/readyz` ride state once the peer key is read.
+pub(crate) const ARMED_STATE: &str =
+    "armed (Service VIPs ride through API server outages while a majority of the vipd nodes vouch)";
 
 /// How long a `Released` is repeated (once per heartbeat, and at once after the drop):
 /// five heartbeats, so that one lost frame does not make the candidate wait for expiry.
@@ -90,6 +99,9 @@ struct Registered {
     /// The resourceVersion the elector was last woken for (a `Released` of it arrived, or
     /// [`Peers::may_take`] began to allow taking it).
     woken_for: Option<String>,
+    /// Whether the write being made carries the ride-through marker
+    /// ([`RideLink::ride_cap`] answered `Some`): only such a renewal is recorded for a ride.
+    marked: bool,
 }
 
 struct State {
@@ -100,6 +112,10 @@ struct State {
     /// Leases released after a hand-over request, with when: `Released` goes out for
     /// [`RELEASED_REPEAT`].
     released: Vec<(Instant, HeldLease)>,
+    /// The peer key(s) from the Secret; `None` until read (keyless: nothing is sent, frames
+    /// are not checked, no lease rides, and candidates follow the plain rule of
+    /// [`crate::election::ridemark`]).
+    ring: Option<KeyRing>,
 }
 
 struct Inner {
@@ -140,8 +156,8 @@ pub(crate) struct PeerParts {
     pub node: String,
     /// Protocol timings.
     pub cfg: RideConfig,
-    /// The key from the Secret.
-    pub key: PeerKey,
+    /// `cp_namespace`: where the peer key Secret is (read at start and every [`KEY_POLL`]).
+    pub namespace: String,
     /// The socket on the Services interface.
     pub socket: PeerSocket,
     /// This process's boot id ([`super::wire::new_boot_id`]).
@@ -170,6 +186,7 @@ impl PeerNode {
                 leases: BTreeMap::new(),
                 api_ok_at: None,
                 released: Vec::new(),
+                ring: None,
             }),
             api_back: watch::Sender::new(0),
             kick: tokio::sync::Notify::new(),
@@ -178,24 +195,86 @@ impl PeerNode {
         });
         let socket = Arc::new(parts.socket);
         let node = PeerNode(inner);
-        tokio::spawn(node.clone().heartbeats(
-            Encoder::new(parts.key.clone(), boot_id),
-            socket.clone(),
-            parts.nodes,
-            stop.clone(),
-        ));
+        parts.readiness.set_ride_state(Some(KEYLESS_STATE));
+        tokio::spawn(
+            node.clone()
+                .heartbeats(boot_id, socket.clone(), parts.nodes, stop.clone()),
+        );
+        tokio::spawn(
+            node.clone()
+                .follow_key(parts.client.clone(), parts.namespace, stop.clone()),
+        );
         tokio::spawn(node.clone().probe(parts.client, stop.clone()));
         let rx = node.clone();
         let rx_stop = stop.clone();
-        let key = parts.key;
         if let Err(e) = std::thread::Builder::new()
             .name("vipd-peer-rx".into())
-            .spawn(move || rx.receive_loop(&socket, key, &rx_stop))
+            .spawn(move || rx.receive_loop(&socket, &rx_stop))
         {
             tracing::error!(error = %e, "peer protocol: the receiver thread did not start; this node hears no peer, so it never rides through");
         }
-        info!(node = %parts.node, boot_id = format!("{boot_id:016x}"), "peer protocol started: Service VIPs ride through API server outages");
+        info!(node = %parts.node, boot_id = format!("{boot_id:016x}"), "peer protocol started; Service VIPs ride through API server outages once the peer key is read");
         node
+    }
+
+    /// Reads the peer key Secret at start (retrying failures that may pass for
+    /// [`KEY_START_PATIENCE`]) and again every [`KEY_POLL`] until `stop` (see
+    /// [`super::key`]): a key created later arms ride-through without a restart, a changed
+    /// one is a rotation. Without a key: one WARN naming the Secret, what is wrong and the
+    /// command that creates it.
+    async fn follow_key(self, client: kube::Client, namespace: String, stop: CancellationToken) {
+        let mut patience = KEY_START_PATIENCE;
+        let mut warned = false;
+        loop {
+            match super::key::read_key_with_id(&client, &namespace, patience).await {
+                Ok((key, id)) => self.install_key(key, id, Instant::now()),
+                Err(e) if self.0.lock().ring.is_some() => {
+                    debug!(error = %e, "peer protocol: cannot read the peer key again; keeping the key read before");
+                }
+                Err(e) if !warned => {
+                    warn!(
+                        "svc_ridethrough: {e}. Until then this node runs without ride-through: its Service VIPs go at the renew deadline when the API server is unreachable, and it takes a lease marked by a riding holder only after the ride cap (the Secret is read again every {} s, no restart needed)",
+                        KEY_POLL.as_secs()
+                    );
+                    warned = true;
+                }
+                Err(e) => debug!(error = %e, "peer protocol: still no peer key"),
+            }
+            patience = Duration::ZERO;
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                _ = tokio::time::sleep(KEY_POLL) => {}
+            }
+        }
+    }
+
+    /// A key read at `now`: arms ride-through (the first) or starts a rotation (a new one).
+    fn install_key(&self, key: PeerKey, id: KeyId, now: Instant) {
+        let mut st = self.0.lock();
+        match &mut st.ring {
+            None => {
+                st.ring = Some(KeyRing::new(key, id));
+                self.0.readiness.set_ride_state(Some(ARMED_STATE));
+                info!(
+                    "svc_ridethrough: peer key read; Service VIPs ride through API server outages while a majority of the vipd nodes vouch"
+                );
+            }
+            Some(ring) => {
+                if ring.update(key, id, now) {
+                    info!(
+                        sign_old_s = KEY_SIGN_DELAY.as_secs(),
+                        accept_old_s = KEY_OVERLAP.as_secs(),
+                        "svc_ridethrough: the peer key changed (rotation); signing with the previous key a while longer, accepting both"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The key to sign with now; `None` while keyless.
+    fn signing_key(&self) -> Option<PeerKey> {
+        let st = self.0.lock();
+        st.ring.as_ref().map(|r| r.signing(Instant::now()).clone())
     }
 
     /// The link of Service lease `namespace/name` for its elector.
@@ -214,6 +293,7 @@ impl PeerNode {
                 view: None,
                 release_to: None,
                 woken_for: None,
+                marked: false,
             },
         );
         Arc::new(LeaseLink {
@@ -225,11 +305,12 @@ impl PeerNode {
     /// Heartbeats (and ride-through evaluations before each) until `stop`.
     async fn heartbeats(
         self,
-        mut enc: Encoder,
+        boot_id: u64,
         socket: Arc<PeerSocket>,
         nodes: Store<Node>,
         stop: CancellationToken,
     ) {
+        let mut enc: Option<Encoder> = None;
         let mut tick = tokio::time::interval(self.0.cfg.interval);
         tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
         let mut members: BTreeSet<String> = BTreeSet::new();
@@ -240,6 +321,12 @@ impl PeerNode {
                 _ = tick.tick() => {}
                 () = self.0.kick.notified() => {}
             }
+            // Keyless: nothing to send, no lease rides (see `State::ring`).
+            let Some(signing) = self.signing_key() else {
+                continue;
+            };
+            let enc = enc.get_or_insert_with(|| Encoder::new(signing.clone(), boot_id));
+            enc.set_key(signing);
             let names = super::membership_of(nodes.state().iter().map(|n| n.as_ref()));
             let msgs = {
                 let now = Instant::now();
@@ -464,8 +551,8 @@ impl PeerNode {
     }
 
     /// The receiver (a thread: blocking reads with kernel timestamps) until `stop`.
-    fn receive_loop(&self, socket: &PeerSocket, key: PeerKey, stop: &CancellationToken) {
-        let mut verifier = Verifier::new(key, DEFAULT_MAX_SKEW_MS);
+    fn receive_loop(&self, socket: &PeerSocket, stop: &CancellationToken) {
+        let mut verifier: Option<Verifier> = None;
         let mut assembler = super::verify::Assembler::default();
         let mut failing = false;
         let mut no_stamp_warned = false;
@@ -499,6 +586,14 @@ impl PeerNode {
                 }
             };
             let at = now.checked_sub(waited).unwrap_or(now);
+            let keys = self.0.lock().ring.as_ref().map(|k| k.accepted(now));
+            let Some((key, previous)) = keys else {
+                self.0.metrics.frame("no_key");
+                continue;
+            };
+            let verifier =
+                verifier.get_or_insert_with(|| Verifier::new(key.clone(), DEFAULT_MAX_SKEW_MS));
+            verifier.set_keys(key, previous);
             match verifier.verify(&r.payload, wall_ms(wall)) {
                 Ok(frame) => {
                     self.0.metrics.frame("accepted");
@@ -604,7 +699,11 @@ impl RideLink for LeaseLink {
             term,
             resource_version: resource_version.chars().take(64).collect(),
         };
-        st.peers.renewed(held, sent, false);
+        // Only a write that carried the ride-through marker may be ridden on
+        // (`election::ridemark`): candidates without the key wait for plain expiry otherwise.
+        if st.leases.get(&self.lease).is_some_and(|r| r.marked) {
+            st.peers.renewed(held, sent, false);
+        }
         if let Some(r) = st.leases.get_mut(&self.lease) {
             r.term = term;
             r.view = None;
@@ -634,6 +733,10 @@ impl RideLink for LeaseLink {
     }
 
     fn may_acquire(&self, now: Instant, observed: Option<&Observed>, observed_at: Instant) -> bool {
+        if self.node.lock().ring.is_none() {
+            // Keyless: the rule of a node that cannot follow P5 (mixed clusters).
+            return crate::election::record::plain_may_take(observed, observed_at, now);
+        }
         let view = LeaseView {
             lease: self.lease.clone(),
             holder: observed
@@ -706,5 +809,13 @@ impl RideLink for LeaseLink {
             Some(r) => r.news.subscribe(),
             None => watch::Sender::new(0).subscribe(),
         }
+    }
+
+    fn ride_cap(&self) -> Option<Duration> {
+        let mut st = self.node.lock();
+        let keyed = st.ring.is_some();
+        let r = st.leases.get_mut(&self.lease)?;
+        r.marked = keyed;
+        keyed.then_some(self.node.cfg.max_ride)
     }
 }

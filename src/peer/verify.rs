@@ -91,6 +91,9 @@ pub const DEFAULT_MAX_SKEW_MS: u64 = 10_000;
 #[derive(Debug)]
 pub struct Verifier {
     key: PeerKey,
+    /// A second key also accepted (the previous one during a key rotation,
+    /// [`crate::peer::key::KeyRing`]).
+    previous: Option<PeerKey>,
     max_skew_ms: u64,
     senders: BTreeMap<String, SenderState>,
     counters: Counters,
@@ -101,10 +104,18 @@ impl Verifier {
     pub fn new(key: PeerKey, max_skew_ms: u64) -> Self {
         Verifier {
             key,
+            previous: None,
             max_skew_ms,
             senders: BTreeMap::new(),
             counters: Counters::default(),
         }
+    }
+
+    /// Checks frames against `key`, and also `previous` when given (a key rotation's
+    /// overlap: [`crate::peer::key::KeyRing::accepted`]); what each sender sent before is kept.
+    pub fn set_keys(&mut self, key: PeerKey, previous: Option<PeerKey>) {
+        self.key = key;
+        self.previous = previous;
     }
 
     /// Counts so far.
@@ -134,7 +145,10 @@ impl Verifier {
     }
 
     fn check(&mut self, payload: &[u8], now_wall_ms: u64) -> Result<Frame, Rejection> {
-        let f = decode(&self.key, payload)?;
+        let f = match (decode(&self.key, payload), &self.previous) {
+            (Err(DecodeError::Mac), Some(previous)) => decode(previous, payload)?,
+            (r, _) => r?,
+        };
         let node = &f.message.node;
         let offset = i128::from(f.message.wall_ms) - i128::from(now_wall_ms);
         if offset.unsigned_abs() > u128::from(self.max_skew_ms) {

@@ -359,6 +359,11 @@ impl Encoder {
         }
     }
 
+    /// Signs the next frames with `key` (a key rotation; the sequence numbers go on).
+    pub fn set_key(&mut self, key: PeerKey) {
+        self.key = key;
+    }
+
     /// This boot's id.
     pub fn boot_id(&self) -> u64 {
         self.boot_id

@@ -300,6 +300,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         let elector = elector
             .with_metrics(&shared.metrics)
             .with_spread(shared.spread.clone())
+            .with_outage(shared.outage.clone())
             .with_preference(preference_rx)
             .with_acquire_check(service_still_exists(
                 shared.lease_client.clone(),

@@ -93,14 +93,17 @@ struct Retirement {
     stop: CancellationToken,
 }
 
+/// `/readyz` ride state with `svc_ridethrough=false`.
+const RIDE_OFF_STATE: &str = "off (svc_ridethrough=false, or Service lease timings a ride cannot start in time with: svc_leaseduration minus svc_retryperiod must exceed about 3.2 s, e.g. 5/3/1); Service VIPs go at the renew deadline during an API server outage";
+
 /// Why the Services wing cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServicesError {
     /// Building the Services' Kubernetes clients failed.
     #[error(transparent)]
     Client(#[from] crate::kube::client::ClientError),
-    /// `svc_ridethrough` cannot start: the key Secret, the Services interface, the socket
-    /// or the timings (the message names which and how to fix it).
+    /// `svc_ridethrough` cannot start: the Services interface, the socket or the timings
+    /// (the message names which and how to fix it; a missing peer key is not an error).
     #[error("{0}")]
     RideThrough(String),
     /// The Service lease timings (`svc_leaseduration`, `svc_renewdeadline`,
@@ -172,8 +175,16 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
     let cached = Arc::new(CachedKernel::new(parts.kernel, Duration::from_millis(200)));
     let clients = crate::kube::client::services_clients(&cfg.kube).await?;
     let ride = match cfg.services_ride_through {
-        true => Some(ride_setup(cfg, &clients.other, cached.as_ref(), &holder_cfg).await?),
-        false => None,
+        true => Some(ride_setup(cfg, cached.as_ref(), &holder_cfg).await?),
+        false => {
+            info!(
+                lease_duration_s = cfg.services_timing.lease_duration.as_secs_f64(),
+                retry_period_s = cfg.services_timing.retry_period.as_secs_f64(),
+                "Service VIPs do not ride through API server outages: ride-through {RIDE_OFF_STATE}"
+            );
+            parts.readiness.set_ride_state(Some(RIDE_OFF_STATE));
+            None
+        }
     };
     let security = super::security::Security::start(cfg.service_security).await?;
     let stop = CancellationToken::new();
@@ -402,6 +413,7 @@ async fn run<K: Kernel, A: Announcer>(
             },
         },
         spread: crate::election::spread::Spread::new(),
+        outage: crate::election::outage::ApiOutage::new(cfg.services_timing.retry_period),
     });
     let plan_cfg = plan_config(&cfg);
     info!(mode = ?plan_cfg.mode, namespace = namespace.unwrap_or("<all>"), "Services: watching LoadBalancer Services");

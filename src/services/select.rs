@@ -311,8 +311,7 @@ fn selected(cfg: &Settings, n: &mut Notes<'_>) -> bool {
                     false,
                 );
             }
-            matches!(reason, model::SkipReason::NoAddress)
-                && (!info.addresses.rejected.is_empty() || info.addresses.unread > 0)
+            matches!(reason, model::SkipReason::NoAddress) && info.addresses.has_problems()
         }
     }
 }
@@ -822,7 +821,12 @@ mod tests {
         assert!(
             notes[0]
                 .message
-                .contains("1937 entries after the first 64 not read")
+                .contains("entries after the first 64 not read")
+                && notes[0]
+                    .message
+                    .contains("entries past the first 4096 bytes not read"),
+            "{}",
+            notes[0].message
         );
     }
 

@@ -47,6 +47,9 @@ pub(super) struct Shared<K: Kernel, A: Announcer> {
     /// The Service leases this node holds: spreads them over the nodes
     /// ([`crate::election::spread`]).
     pub(super) spread: Arc<crate::election::spread::Spread>,
+    /// The Service leases' API outages, logged once for all of them
+    /// ([`crate::election::outage`]).
+    pub(super) outage: crate::election::outage::ApiOutage,
     /// The peer protocol (`svc_ridethrough`): every Service lease's elector rides through
     /// API outages with it.
     pub(super) ride: Option<crate::peer::node::PeerNode>,

@@ -140,10 +140,15 @@ pub fn ok_cases() -> Vec<(&'static str, Vec<&'static str>)> {
 /// Non-Kubernetes outputs with golden files: (golden name with extension, argv).
 pub fn other_cases() -> Vec<(&'static str, Vec<&'static str>)> {
     vec![
-        ("rbac.yaml", vec!["rbac"]),
+        // The peer key Secret is random (tests/manifest_golden.rs checks it apart).
+        ("rbac.yaml", vec!["rbac", "--peerKey=false"]),
         (
             "rbac-node-labeling.yaml",
-            vec!["rbac", "--enableNodeLabeling"],
+            vec!["rbac", "--enableNodeLabeling", "--peerKey=false"],
+        ),
+        (
+            "rbac-no-ridethrough.yaml",
+            vec!["rbac", "--servicesRideThrough=false"],
         ),
         ("vipd.service", vec!["systemd"]),
         (

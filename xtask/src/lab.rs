@@ -47,8 +47,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub use arp::{
-    ArpFrame, ArpOp, ArpRoundProber, ArpWatcher, Capture, DEFAULT_WATCH_INTERVAL, MacAddr,
-    MultiResponderInterval, ProbeRound, ProbeSlot, WatchReport,
+    ArpFrame, ArpOp, ArpRoundProber, ArpWatcher, Capture, DEFAULT_WATCH_INTERVAL, FrameCapture,
+    MacAddr, MultiResponderInterval, ProbeRound, ProbeSlot, SeenFrame, WatchReport,
 };
 pub use cluster::ControlPlaneProcess;
 pub use control_plane::{find_apiserver, vipd_binary};

@@ -356,6 +356,33 @@ mod tests {
         assert_eq!(ready.report(), "not ready: api\n");
     }
 
+    /// Issue 27: while nothing rides, `/readyz` says the ride-through state (keyless, armed,
+    /// off) on a second line that never changes the verdict; while riding, the
+    /// `riding-through:` line replaces it.
+    #[test]
+    fn readyz_shows_the_ride_through_state_when_not_riding() {
+        let ready = Readiness::new();
+        ready.set_config_valid(true);
+        ready.set_election_running(true);
+        ready.set_api_reachable(true);
+        ready.set_ride_state(Some(crate::peer::node::KEYLESS_STATE));
+        let body = ready.report();
+        assert!(body.starts_with("ok\nride-through: keyless ("), "{body}");
+        assert!(body.contains("vipd-peer-key"), "{body}");
+        ready.set_ride_state(Some(crate::peer::node::ARMED_STATE));
+        assert!(ready.report().starts_with("ok\nride-through: armed ("));
+        ready.set_api_reachable(false);
+        assert!(
+            ready
+                .report()
+                .starts_with("not ready: api\nride-through: armed")
+        );
+        ready.set_riding("default/kubevip-web", true);
+        let body = ready.report();
+        assert!(body.starts_with("ok\nriding-through: "), "{body}");
+        assert!(!body.contains("ride-through: armed"), "{body}");
+    }
+
     #[test]
     fn stalled_watches_are_those_silent_past_timeout_plus_margin() {
         let t0 = Instant::now();

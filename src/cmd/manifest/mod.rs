@@ -53,6 +53,9 @@ pub enum ManifestError {
         /// What is wrong.
         reason: String,
     },
+    /// The OS gave no random bytes for the peer key Secret.
+    #[error("no random bytes from the OS for the peer key (Secret vipd-peer-key)")]
+    NoRandom,
     /// The generated environment would be refused by `vipd manager`.
     #[error("the generated configuration would not start `vipd manager`: {0}")]
     Config(config::ConfigError),
@@ -71,8 +74,12 @@ pub enum ManifestCommand {
     Pod(Box<GenArgs>),
     /// A DaemonSet (control-plane nodes with --taint, or every node for Services).
     Daemonset(Box<GenArgs>),
-    /// ServiceAccount, ClusterRole and ClusterRoleBinding with exactly the verbs vipd uses.
+    /// ServiceAccount, ClusterRole and ClusterRoleBinding with exactly the verbs vipd uses,
+    /// and the peer key Secret (svc_ridethrough) with a new random key.
     Rbac(rbac::RbacArgs),
+    /// The peer key Secret vipd-peer-key alone, with a new random 32-byte key (for
+    /// `kubectl create -f -`, which never replaces an existing key).
+    PeerKey(rbac::PeerKeyArgs),
     /// A systemd unit (Type=notify, watchdog, capabilities limited to NET_ADMIN/NET_RAW/NET_BIND_SERVICE),
     /// or with --environment-file the matching EnvironmentFile.
     Systemd(Box<systemd::SystemdArgs>),
@@ -131,12 +138,12 @@ pub struct GenArgs {
     #[arg(long = "servicesElection", value_name = "BOOL", num_args = 0..=1,
           require_equals = true, default_missing_value = "true")]
     pub services_election: Option<String>,
-    /// Service VIPs ride through API server outages [writes: svc_ridethrough]; needs the Secret
-    /// vipd-peer-key (kubectl create secret generic vipd-peer-key -n <namespace>
-    /// --from-literal=key=$(head -c32 /dev/urandom | base64)) and `vipd manifest rbac
-    /// --servicesRideThrough`; with lease timings a ride cannot start in time (the default
-    /// 3/2/1) it also writes Service lease timings 5/3/1 [writes: svc_leaseduration,
-    /// svc_renewdeadline, svc_retryperiod]
+    /// Service VIPs ride through API server outages [writes: svc_ridethrough] [default: true
+    /// in vipd; =false turns it off]; the peer key Secret vipd-peer-key comes from `vipd
+    /// manifest rbac` (or `vipd manifest peer-key`), without it vipd runs without ride-through;
+    /// unless it is off, Service lease timings a ride cannot start in time with (the default
+    /// 3/2/1) are written as 5/3/1 [writes: svc_leaseduration, svc_renewdeadline,
+    /// svc_retryperiod]
     #[arg(long = "servicesRideThrough", value_name = "BOOL", num_args = 0..=1,
           require_equals = true, default_missing_value = "true")]
     pub services_ride_through: Option<String>,
@@ -602,7 +609,11 @@ impl GenArgs {
             privileged: dhcp,
         };
         let resolved = plan.resolve()?;
-        if ride_timings_needed(&resolved.config) {
+        // Unless the user turned it off, ride-through is wanted (vipd's default where the
+        // Service timings allow it): write Service timings it can work with.
+        let ride_wanted =
+            self.services_ride_through.is_none() || resolved.config.services_ride_through;
+        if ride_timings_needed(&resolved.config, ride_wanted) {
             use crate::peer::ridethrough::RIDE_SERVICE_TIMINGS as T;
             for (flag, v) in [
                 ("servicesLeaseDuration", T.0),
@@ -740,13 +751,14 @@ impl Deployment {
     }
 }
 
-/// Whether a configuration with `svc_ridethrough` needs the Service lease timings
+/// Whether a configuration where `svc_ridethrough` is wanted (`ride_wanted`: not turned off
+/// by the user) needs the Service lease timings
 /// [`crate::peer::ridethrough::RIDE_SERVICE_TIMINGS`] written: its Service timings do not
-/// let a ride start within the API fence, which the manager refuses with ride-through
-/// (`RideConfig::check_start`).
-fn ride_timings_needed(c: &config::Config) -> bool {
+/// let a ride start within the API fence, which the manager refuses with ride-through set
+/// (`RideConfig::check_start`) and under which its default leaves ride-through off.
+fn ride_timings_needed(c: &config::Config, ride_wanted: bool) -> bool {
     c.services
-        && c.services_ride_through
+        && ride_wanted
         && !crate::peer::ridethrough::RideConfig::start_ok_for(&c.services_timing)
 }
 
@@ -819,6 +831,7 @@ pub fn run(cmd: &ManifestCommand) -> Result<String, ManifestError> {
         ManifestCommand::Pod(a) => pod::pod_yaml(&a.static_pod_plan()?),
         ManifestCommand::Daemonset(a) => pod::daemonset_yaml(&a.daemonset_plan()?),
         ManifestCommand::Rbac(a) => rbac::rbac_yaml(a),
+        ManifestCommand::PeerKey(a) => rbac::peer_key_yaml(&a.namespace),
         ManifestCommand::Systemd(a) => systemd::render(a),
     }
 }

@@ -12,7 +12,7 @@
 //! (allowed by `system:basic-user`).
 
 use clap::Args;
-use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -38,19 +38,38 @@ pub struct RbacArgs {
     #[arg(long = "enableNodeLabeling", value_name = "BOOL", num_args = 0..=1,
           require_equals = true, default_missing_value = "true")]
     pub enable_node_labeling: Option<String>,
-    /// Also allow `get` on the Secret vipd-peer-key (for svc_ridethrough; create the Secret
-    /// with: kubectl create secret generic vipd-peer-key -n <cp_namespace>
-    /// --from-literal=key=$(head -c32 /dev/urandom | base64))
+    /// Allow `get` on the Secret vipd-peer-key, by name (svc_ridethrough, on by default);
+    /// =false leaves the rule and the Secret out
     #[arg(long = "servicesRideThrough", value_name = "BOOL", num_args = 0..=1,
           require_equals = true, default_missing_value = "true")]
     pub services_ride_through: Option<String>,
+    /// Also print the Secret vipd-peer-key in --namespace (which must be cp_namespace) with
+    /// a new random 32-byte key (a different one every time: re-applying rotates the key,
+    /// which running vipd follow within two minutes); =false prints the rules only (create
+    /// the Secret once with `vipd manifest peer-key | kubectl create -f -`)
+    #[arg(long = "peerKey", value_name = "BOOL", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true")]
+    pub peer_key: Option<String>,
+}
+
+/// `vipd manifest peer-key` flags.
+#[derive(Debug, Clone, Default, Args, PartialEq, Eq)]
+pub struct PeerKeyArgs {
+    /// Namespace of the Secret: vipd's cp_namespace
+    #[arg(
+        long = "namespace",
+        short = 'n',
+        value_name = "NAMESPACE",
+        default_value = "kube-system"
+    )]
+    pub namespace: String,
 }
 
 /// The ClusterRole: one rule per (group, resource) of [`required_permissions`] for
 /// [`Needs::manifest`] (every feature, both Event APIs, both endpoint APIs; `get` and
-/// `patch` on nodes only with `node_labeling`).
+/// `patch` on nodes only with `node_labeling`; `get` on the peer key Secret by name).
 pub fn cluster_role(node_labeling: bool) -> ClusterRole {
-    cluster_role_for(node_labeling, false)
+    cluster_role_for(node_labeling, true)
 }
 
 /// [`cluster_role`], plus `get` on the Secret [`crate::kube::api::PEER_KEY_SECRET`] (by name only)
@@ -125,24 +144,79 @@ pub(crate) fn service_account_binding(namespace: &str) -> ClusterRoleBinding {
     )
 }
 
-/// `vipd manifest rbac` output: ServiceAccount, ClusterRole, ClusterRoleBinding.
+/// The peer key Secret [`crate::kube::api::PEER_KEY_SECRET`] in `namespace` with a new key
+/// of [`crate::peer::wire::MIN_KEY_LEN`] bytes from the OS's random number generator
+/// (`ring::rand::SystemRandom`), a different one at every call.
 ///
 /// # Errors
-/// [`ManifestError::Invalid`] for a bad `--enableNodeLabeling` or `--servicesRideThrough`;
-/// [`ManifestError::Yaml`].
+/// [`ManifestError::NoRandom`] when the OS gives no random bytes.
+pub fn peer_key_secret(namespace: &str) -> Result<Secret, ManifestError> {
+    use ring::rand::SecureRandom;
+    let mut key = [0u8; crate::peer::wire::MIN_KEY_LEN];
+    ring::rand::SystemRandom::new()
+        .fill(&mut key)
+        .map_err(|_| ManifestError::NoRandom)?;
+    Ok(Secret {
+        metadata: ObjectMeta {
+            name: Some(crate::kube::api::PEER_KEY_SECRET.into()),
+            namespace: Some(namespace.to_string()),
+            labels: Some(labels()),
+            ..Default::default()
+        },
+        type_: Some("Opaque".into()),
+        data: Some(
+            [(
+                crate::peer::KEY_SECRET_KEY.to_string(),
+                k8s_openapi::ByteString(key.to_vec()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    })
+}
+
+/// The comment printed above the peer key Secret.
+const PEER_KEY_COMMENT: &str = "# The peer key of svc_ridethrough (random, new at every run of the generator). Re-applying\n\
+     # this file rotates it: running vipd read the Secret every minute and accept the previous\n\
+     # key for 10 minutes, so a rotation does not interrupt ride-through.\n";
+
+/// `vipd manifest peer-key` output: the peer key Secret alone ([`peer_key_secret`]), for
+/// `kubectl create -f -` (which never replaces an existing key).
+///
+/// # Errors
+/// As [`peer_key_secret`]; [`ManifestError::Yaml`].
+pub fn peer_key_yaml(namespace: &str) -> Result<String, ManifestError> {
+    let mut out = PEER_KEY_COMMENT.to_string();
+    out.push_str(&super::to_yaml_stream(&[peer_key_secret(namespace)?])?);
+    Ok(out)
+}
+
+/// A `--flag[=BOOL]` of `vipd manifest rbac`, `default` when absent.
+fn flag(name: &'static str, value: Option<&str>, default: bool) -> Result<bool, ManifestError> {
+    Ok(value
+        .map(|v| parse_go_bool(name, v))
+        .transpose()?
+        .unwrap_or(default))
+}
+
+/// `vipd manifest rbac` output: ServiceAccount, ClusterRole, ClusterRoleBinding, and the
+/// peer key Secret (unless `--servicesRideThrough=false` or `--peerKey=false`).
+///
+/// # Errors
+/// [`ManifestError::Invalid`] for a bad `--enableNodeLabeling`, `--servicesRideThrough` or
+/// `--peerKey`; [`ManifestError::NoRandom`]; [`ManifestError::Yaml`].
 pub fn rbac_yaml(args: &RbacArgs) -> Result<String, ManifestError> {
-    let labeling = args
-        .enable_node_labeling
-        .as_deref()
-        .map(|v| parse_go_bool("enableNodeLabeling", v))
-        .transpose()?
-        .unwrap_or(false);
-    let ride_through = args
-        .services_ride_through
-        .as_deref()
-        .map(|v| parse_go_bool("servicesRideThrough", v))
-        .transpose()?
-        .unwrap_or(false);
+    let labeling = flag(
+        "enableNodeLabeling",
+        args.enable_node_labeling.as_deref(),
+        false,
+    )?;
+    let ride_through = flag(
+        "servicesRideThrough",
+        args.services_ride_through.as_deref(),
+        true,
+    )?;
+    let peer_key = ride_through && flag("peerKey", args.peer_key.as_deref(), true)?;
     let mut out = super::to_yaml_stream(&[service_account(&args.namespace)])?;
     out.push_str(&super::to_yaml_stream(&[cluster_role_for(
         labeling,
@@ -151,6 +225,9 @@ pub fn rbac_yaml(args: &RbacArgs) -> Result<String, ManifestError> {
     out.push_str(&super::to_yaml_stream(&[service_account_binding(
         &args.namespace,
     )])?);
+    if peer_key {
+        out.push_str(&peer_key_yaml(&args.namespace)?);
+    }
     Ok(out)
 }
 

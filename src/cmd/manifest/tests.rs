@@ -474,8 +474,8 @@ fn the_fast_profile_gets_the_millisecond_fence_by_default() {
 
 /// Issue 27 (b): with `--servicesRideThrough` the generator writes Service lease timings
 /// with which a ride starts within the API fence (the manager refuses the others with
-/// ride-through), unless the lease timings it writes already allow it; without the option
-/// it writes none.
+/// ride-through), unless the lease timings it writes already allow it; ride-through is the
+/// default, so only `--servicesRideThrough=false` leaves them out.
 #[test]
 fn ride_through_gets_service_timings_it_works_with() {
     let base = ["--services", "--interface", "eth0"];
@@ -496,7 +496,11 @@ fn ride_through_gets_service_timings_it_works_with() {
             ("svc_retryperiod", "1".to_string()),
         ]
     );
-    assert!(svc(&plan(&base).unwrap()).is_empty());
+    // Ride-through is vipd's default: the generator writes the timings without the flag
+    // too, and not when it is turned off.
+    assert_eq!(svc(&plan(&base).unwrap()), svc(&p));
+    let off = plan(&[&base[..], &["--servicesRideThrough=false"][..]].concat()).unwrap();
+    assert!(svc(&off).is_empty());
     let long = [
         "--servicesRideThrough",
         "--leaseDuration",

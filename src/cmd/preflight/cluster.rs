@@ -83,8 +83,8 @@ pub(super) async fn explain_answers_by_holder(
 }
 
 /// The `peer-key` row (`svc_ridethrough`): the outcome of reading the peer key Secret as
-/// the manager does at start ([`crate::peer::key::read_peer_key`]); the manager refuses to
-/// start without it, so a failure fails.
+/// the manager does ([`crate::peer::key::read_peer_key`]). Without it the manager runs
+/// without ride-through (issue 27), so a failure warns, with the command that creates it.
 pub(crate) fn check_peer_key(read: Result<crate::peer::wire::PeerKey, String>) -> Check {
     match read {
         Ok(_) => Check::new(
@@ -95,8 +95,13 @@ pub(crate) fn check_peer_key(read: Result<crate::peer::wire::PeerKey, String>) -
                 crate::kube::api::PEER_KEY_SECRET
             ),
         ),
-        Err(e) => Check::new("peer-key", Status::Fail, e).fix(
-            "create the Secret as the message says, and `vipd manifest rbac --servicesRideThrough`",
+        Err(e) => Check::new(
+            "peer-key",
+            Status::Warn,
+            format!("{e}; until then Service VIPs do not ride through API server outages"),
+        )
+        .fix(
+            "`vipd manifest rbac | kubectl apply -f -` (rules and a new key), or only the key: `vipd manifest peer-key | kubectl create -f -`; running vipd read it within a minute",
         ),
     }
 }

@@ -26,7 +26,9 @@ pub(crate) async fn check_rbac(client: kube::Client, cfg: &Config) -> Check {
         control_plane: cfg.control_plane,
         services: cfg.services,
         node_labeling: cfg.control_plane && cfg.enable_node_labeling,
-        ride_through: cfg.services && cfg.services_ride_through,
+        // The peer key's `get` is not needed to run (vipd runs without ride-through without
+        // it): the `peer-key` row reads the Secret and warns when it cannot.
+        ride_through: false,
         ipam: cfg.ipam.is_some(),
         events_v1,
         endpoint_slices: Some(crate::services::endpoints::endpointslice_v1_served(&client).await),

@@ -271,12 +271,23 @@ fn nft_fence_row_warns_when_nftables_cannot_fence() {
 }
 
 #[test]
-fn peer_key_row_fails_when_the_manager_would_refuse_to_start() {
+fn peer_key_row_warns_without_a_key() {
     let key = crate::peer::wire::PeerKey::from_bytes(&[7; 32]).unwrap();
     assert_eq!(check_peer_key(Ok(key)).status, Status::Pass);
     let c = check_peer_key(Err(
         "the Secret kube-system/vipd-peer-key, key \"key\": 5 bytes, at least 32 needed".into(),
     ));
-    assert_eq!(c.status, Status::Fail);
+    assert_eq!(
+        c.status,
+        Status::Warn,
+        "the manager runs without ride-through"
+    );
     assert!(c.detail.contains("5 bytes"), "{}", c.detail);
+    assert!(
+        c.fix
+            .as_deref()
+            .is_some_and(|f| f.contains("vipd manifest peer-key")),
+        "{:?}",
+        c.fix
+    );
 }

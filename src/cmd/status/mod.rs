@@ -177,6 +177,10 @@ pub(crate) struct VipStatus {
     /// Not renewed within `leaseDurationSeconds`: the holder is gone or cut off, and no
     /// other vipd has taken the lease (yet).
     pub expired: bool,
+    /// Service rows whose lease is held: whether the holder's last write carried the
+    /// ride-through marker ([`crate::election::ridemark::RIDE_THROUGH_ANNOTATION`]: it rides
+    /// through API server outages); `None` otherwise (the control plane never rides).
+    pub ride_through: Option<bool>,
     /// What disagrees or is worth knowing, one sentence each.
     pub notes: Vec<String>,
 }
@@ -386,6 +390,7 @@ pub(crate) fn vip_statuses(view: &ClusterView, now: Timestamp) -> Vec<VipStatus>
         }
         rows.push(VipStatus {
             kind: "control-plane",
+            ride_through: None,
             name: "control-plane".into(),
             vips,
             lease: view.cp_lease.to_string(),
@@ -407,6 +412,37 @@ pub(crate) fn vip_statuses(view: &ClusterView, now: Timestamp) -> Vec<VipStatus>
         rows.push(service_row(view, svc, ingress, now));
     }
     rows
+}
+
+/// What a Service's Lease says beyond its columns: a pending fail-back request
+/// (`svc_failback`), and, while it is held, a holder that does not ride through API server
+/// outages (no [`crate::election::ridemark::RIDE_THROUGH_ANNOTATION`] on its last write).
+fn lease_notes(
+    view: &ClusterView,
+    lease: &LeaseRef,
+    holder: Option<&str>,
+    announced: bool,
+) -> Vec<String> {
+    let mut notes = Vec::new();
+    let Some(r) = view.leases.get(lease) else {
+        return notes;
+    };
+    if let Some(by) = r
+        .failback_request
+        .as_ref()
+        .filter(|by| holder != Some(by.as_str()))
+    {
+        notes.push(format!(
+            "fail-back requested by {by} (svc_failback: the holder hands over after its hold-down)"
+        ));
+    }
+    if announced && r.ride_through.is_none() {
+        notes.push(format!(
+            "the holder does not ride through API server outages (no {} on the Lease: no peer key Secret vipd-peer-key, svc_ridethrough=false, or not vipd)",
+            crate::election::ridemark::RIDE_THROUGH_ANNOTATION
+        ));
+    }
+    notes
 }
 
 /// The row of one LoadBalancer Service.
@@ -482,16 +518,7 @@ fn service_row(
     {
         notes.push(format!("kube-vip.io/vipHost says {v}"));
     }
-    if let Some(by) = view
-        .leases
-        .get(&lease)
-        .and_then(|r| r.failback_request.as_ref())
-        .filter(|by| holder.as_deref() != Some(by.as_str()))
-    {
-        notes.push(format!(
-            "fail-back requested by {by} (svc_failback: the holder hands over after its hold-down)"
-        ));
-    }
+    notes.extend(lease_notes(view, &lease, holder.as_deref(), announced));
     if let Some(e) = view
         .events
         .iter()
@@ -503,6 +530,9 @@ fn service_row(
     }
     VipStatus {
         kind: "service",
+        ride_through: announced
+            .then(|| view.leases.get(&lease).map(|r| r.ride_through.is_some()))
+            .flatten(),
         name: svc.key.to_string(),
         vips,
         lease: lease.to_string(),

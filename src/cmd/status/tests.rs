@@ -25,6 +25,8 @@ fn record(holder: &str, renewed_ago: i64, acquired_ago: i64, moves: i32) -> Leas
         transitions: moves,
         failback_request: None,
         lease_duration_ms: None,
+        // vipd holders with the peer key (the default); see the ride-through note test.
+        ride_through: Some(std::time::Duration::from_secs(60)),
     }
 }
 
@@ -338,4 +340,41 @@ fn a_local_service_under_one_lease_for_all_shows_its_own_lease() {
     let rows = vip_statuses(&v, ts(NOW));
     assert_eq!(rows[0].lease, "kube-system/vipd-local.apps.web");
     assert_eq!(rows[0].holder.as_deref(), Some("node-c"));
+}
+
+/// Issue 27: a held Service lease without the ride-through marker (its holder has no peer
+/// key, runs with svc_ridethrough=false, or is not vipd) gets a note and
+/// `ride_through: false`; a marked one no note and `true`; the control plane `None`.
+#[test]
+fn a_holder_that_does_not_ride_through_is_noted() {
+    let mut v = view();
+    let web = lb_service(
+        "apps",
+        "web",
+        &[("kube-vip.io/loadbalancerIPs", "192.0.2.20")],
+    );
+    v.services.push((web, vec!["192.0.2.20".into()]));
+    let mut rec = record("node-b", 0, 10, 1);
+    rec.ride_through = None;
+    v.leases.insert(lref("apps", "kubevip-web"), rec);
+    let rows = vip_statuses(&v, ts(NOW));
+    let web = rows.iter().find(|r| r.name == "apps/web").expect("row");
+    assert_eq!(web.ride_through, Some(false));
+    assert!(
+        web.notes
+            .iter()
+            .any(|n| n.contains("does not ride through") && n.contains("vipd-peer-key")),
+        "{:?}",
+        web.notes
+    );
+    v.leases
+        .insert(lref("apps", "kubevip-web"), record("node-b", 0, 10, 1));
+    let rows = vip_statuses(&v, ts(NOW));
+    let web = rows.iter().find(|r| r.name == "apps/web").expect("row");
+    assert_eq!(web.ride_through, Some(true));
+    assert!(
+        !web.notes.iter().any(|n| n.contains("ride")),
+        "{:?}",
+        web.notes
+    );
 }

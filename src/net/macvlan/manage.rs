@@ -2,9 +2,9 @@
 //! Service's clients, remove) over any [`MacvlanKernel`].
 
 use super::{
-    ARP_SETTINGS, ConfFamily, IPV6_SETTINGS, LINK_LOCAL_LIFETIME_SECS, LinkAction, MacvlanError,
-    MacvlanKernel, MacvlanSpec, NO_DAD, eui64_link_local, foreign_mac_owner, format_mac,
-    link_action, stale, validate,
+    ARP_SETTINGS, ConfFamily, IPV6_SETTINGS, LINK_LOCAL_LIFETIME_SECS, LinkAction, MLD_SETTINGS,
+    MacvlanError, MacvlanKernel, MacvlanSpec, NO_DAD, eui64_link_local, foreign_mac_owner,
+    format_mac, link_action, stale, validate,
 };
 
 /// Macvlan management over a [`MacvlanKernel`].
@@ -109,8 +109,8 @@ impl<K: MacvlanKernel> Macvlans<K> {
 
     /// Makes `spec`'s macvlan exist, configured and up; returns its index. An existing vipd
     /// macvlan of that name is reused when identical, replaced otherwise. Order: create (down),
-    /// ifalias, no kernel link-local ([`MacvlanKernel::no_link_local`]), sysctls (`rp_filter`, [`ARP_SETTINGS`], [`IPV6_SETTINGS`], [`NO_DAD`] when
-    /// `ipv6_now`), up, so that it never answers with the kernel defaults.
+    /// ifalias, no kernel link-local ([`MacvlanKernel::no_link_local`]), sysctls (`rp_filter`, [`ARP_SETTINGS`], [`IPV6_SETTINGS`], [`MLD_SETTINGS`] best
+    /// effort, [`NO_DAD`] when `ipv6_now`), up, so that it never answers with the kernel defaults.
     ///
     /// # Errors
     /// [`validate`]'s errors; [`MacvlanError::NoParent`]; [`MacvlanError::NotOurs`] (an
@@ -180,6 +180,11 @@ impl<K: MacvlanKernel> Macvlans<K> {
                 Err(MacvlanError::Sysctl { source, .. })
                     if source.kind() == std::io::ErrorKind::NotFound => {}
                 other => other?,
+            }
+        }
+        for (key, value) in MLD_SETTINGS {
+            if let Err(e) = self.configure(ConfFamily::Ipv6, &spec.name, key, value) {
+                tracing::debug!(macvlan = %spec.name, error = %e, "MLD report interval left at the kernel's default");
             }
         }
         if spec.ipv6_now {

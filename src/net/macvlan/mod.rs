@@ -502,6 +502,19 @@ impl ConfFamily {
 /// a SLAAC address of its own. Skipped when the kernel has no IPv6.
 pub const IPV6_SETTINGS: [(&str, u8); 2] = [("accept_ra", 0), ("autoconf", 0)];
 
+/// The per-interface MLD settings vipd gives its macvlans, in milliseconds: unsolicited MLD
+/// reports (joining or leaving a group, e.g. the solicited-node group of a DHCPv6
+/// macvlan's link-local address) are repeated within 20 ms instead of spread over up to
+/// 1 s (the kernel's default). A killed holder's leftover macvlan reports leaving that
+/// group when its link-local expires ([`LINK_LOCAL_LIFETIME_SECS`]): with these, its last
+/// frame from the Service's shared MAC follows the expiry within milliseconds, not up to a
+/// second later, when the next holder may already send from the same MAC. Best effort: a
+/// read-only `/proc/sys` keeps the kernel's default (the frames come later, within 1 s).
+pub const MLD_SETTINGS: [(&str, u8); 2] = [
+    ("mldv1_unsolicited_report_interval", 20),
+    ("mldv2_unsolicited_report_interval", 20),
+];
+
 /// Valid (and preferred) lifetime, in seconds, of the link-local address vipd puts on a
 /// DHCPv6 macvlan ([`Macvlans::add_link_local`]). The client refreshes it every
 /// [`LINK_LOCAL_REFRESH`] while it runs, so the address of a killed or frozen vipd is gone

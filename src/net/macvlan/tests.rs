@@ -127,13 +127,15 @@ async fn ensure_creates_configures_then_brings_up() {
             "sysctl ipv4 vip-a arp_announce=2".into(),
             "sysctl ipv6 vip-a accept_ra=0".into(),
             "sysctl ipv6 vip-a autoconf=0".into(),
+            "sysctl ipv6 vip-a mldv1_unsolicited_report_interval=20".into(),
+            "sysctl ipv6 vip-a mldv2_unsolicited_report_interval=20".into(),
             format!("up vip-a {index}"),
         ]
     );
     // Again: reused, not recreated.
     m.ensure(&s).await.unwrap();
     assert!(
-        !m.kernel().calls()[8..]
+        !m.kernel().calls()[10..]
             .iter()
             .any(|c| c.starts_with("create"))
     );

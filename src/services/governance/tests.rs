@@ -20,6 +20,7 @@ fn rec(holder: &str, acquired: i64, transitions: i32, dur: i32) -> LeaseRecord {
         transitions,
         failback_request: None,
         lease_duration_ms: None,
+        ride_through: None,
     }
 }
 

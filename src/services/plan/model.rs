@@ -122,6 +122,12 @@ impl fmt::Display for RejectReason {
 /// more when it shares several.
 pub(crate) const MAX_ADDRESS_ENTRIES: usize = 64;
 
+/// At most this many bytes of one address list are read (issue 27): 64 entries of the
+/// longest IPv6 spelling (45 characters) and their commas fit; the entries that start
+/// after the cut are not read, and the message says how long the text was
+/// ([`ParsedAddresses::too_long`]). An annotation may hold 256 KiB.
+pub(crate) const MAX_ADDRESS_LIST_BYTES: usize = 4096;
+
 /// At most this many rejected values are quoted per reason in
 /// [`ParsedAddresses::rejection_message`]; the others are counted.
 const QUOTED_PER_REASON: usize = 3;
@@ -154,14 +160,23 @@ pub(crate) struct ParsedAddresses {
     /// Entries dropped because they repeat an earlier one (as written, e.g.
     /// `2001:DB8::1` after `2001:db8::1`); not an error.
     pub duplicates: Vec<String>,
-    /// Entries after the first [`MAX_ADDRESS_ENTRIES`], not read (counted only).
+    /// Entries after the first [`MAX_ADDRESS_ENTRIES`], not read (counted only, within
+    /// the first [`MAX_ADDRESS_LIST_BYTES`]).
     pub unread: usize,
+    /// The text was longer than [`MAX_ADDRESS_LIST_BYTES`]: its length in bytes (only the
+    /// entries that end within the cap were read).
+    pub too_long: Option<usize>,
 }
 
 impl ParsedAddresses {
     /// No usable address and no DHCP request.
     pub fn is_empty(&self) -> bool {
         self.addresses.is_empty() && !self.dhcp
+    }
+
+    /// Some entries were rejected or not read (an entry cap, the length cap).
+    pub(crate) fn has_problems(&self) -> bool {
+        !self.rejected.is_empty() || self.unread > 0 || self.too_long.is_some()
     }
 
     /// One line about every rejected or unread entry and the source, for one Warning Event
@@ -171,7 +186,7 @@ impl ParsedAddresses {
     /// `kube-vip.io/loadbalancerIPs: rejected 64 entries (not an IPv4 or IPv6 address): "a",
     /// "b", "c" and 61 more; 1936 entries after the first 64 not read (at most 64 per Service)`.
     pub(crate) fn rejection_message(&self) -> Option<String> {
-        if self.rejected.is_empty() && self.unread == 0 {
+        if !self.has_problems() {
             return None;
         }
         let mut by_reason: Vec<(RejectReason, Vec<&str>)> = Vec::new();
@@ -205,6 +220,11 @@ impl ParsedAddresses {
                 }
             })
             .collect();
+        if let Some(len) = self.too_long {
+            items.push(format!(
+                "the text is {len} bytes long: entries past the first {MAX_ADDRESS_LIST_BYTES} bytes not read (at most {MAX_ADDRESS_LIST_BYTES} bytes per Service)"
+            ));
+        }
         if self.unread > 0 {
             items.push(format!(
                 "{} entries after the first {MAX_ADDRESS_ENTRIES} not read (at most {MAX_ADDRESS_ENTRIES} per Service)",
@@ -240,6 +260,10 @@ pub(crate) fn parse_address_list(text: &str) -> ParsedAddresses {
         source: AddressSource::Annotation,
         ..ParsedAddresses::default()
     };
+    let text = within_length_cap(text, &mut out);
+    if text.is_empty() && out.too_long.is_some() {
+        return out;
+    }
     for (i, entry) in text.split(',').enumerate() {
         if i < MAX_ADDRESS_ENTRIES {
             add_entry(&mut out, entry);
@@ -248,6 +272,24 @@ pub(crate) fn parse_address_list(text: &str) -> ParsedAddresses {
         }
     }
     out
+}
+
+/// The part of `text` that [`parse_address_list`] reads: all of it when it is at most
+/// [`MAX_ADDRESS_LIST_BYTES`] long; else the entries that end within the cap (an entry cut
+/// by it is dropped, never read as a shorter address), and `out.too_long` is set.
+fn within_length_cap<'a>(text: &'a str, out: &mut ParsedAddresses) -> &'a str {
+    if text.len() <= MAX_ADDRESS_LIST_BYTES {
+        return text;
+    }
+    out.too_long = Some(text.len());
+    let mut cut = MAX_ADDRESS_LIST_BYTES;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    if text.as_bytes().get(cut) == Some(&b',') {
+        return &text[..cut];
+    }
+    text[..cut].rfind(',').map_or("", |end| &text[..end])
 }
 
 /// Parses `spec.loadBalancerIP`: one address with the rules of [`parse_address_list`]

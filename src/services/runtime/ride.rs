@@ -1,9 +1,9 @@
-//! `svc_ridethrough`'s start-up: the peer key, the peer socket on the Services interface
-//! and the protocol timings, checked before the wing starts; the peer node started from
-//! them once the Node cache is there.
+//! `svc_ridethrough`'s start-up: the peer socket on the Services interface and the protocol
+//! timings, checked before the wing starts; the peer node started from them once the Node
+//! cache is there. The peer node reads the key itself (`peer::key`): without it vipd runs
+//! without ride-through and says so once, it never refuses to start for it.
 
 use std::net::IpAddr;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::runtime::reflector::Store;
@@ -17,29 +17,23 @@ use crate::obs::metrics::Metrics;
 use crate::obs::readiness::Readiness;
 use crate::services::Settings;
 
-/// How long the start-up read of the peer key Secret retries failures that may pass (no
-/// answer, a timeout, 429 or 5xx): a node whose link or API server comes up a moment after
-/// vipd (a reboot, the lab's link healing) must not exit on it.
-const KEY_READ_PATIENCE: Duration = Duration::from_secs(60);
-
 /// What `svc_ridethrough` needs before the wing starts, checked at start.
 pub(super) struct RideSetup {
-    key: crate::peer::wire::PeerKey,
+    namespace: String,
     socket: crate::peer::socket::PeerSocket,
     cfg: crate::peer::ridethrough::RideConfig,
     boot_id: u64,
 }
 
-/// Reads the peer key from the Secret [`crate::kube::api::PEER_KEY_SECRET`] in `cp_namespace`, opens
-/// the peer socket on the Services interface (`vip_servicesinterface`, else
-/// `vip_interface`, else the IPv4 default route's) and derives the protocol timings.
+/// Opens the peer socket on the Services interface (`vip_servicesinterface`, else
+/// `vip_interface`, else the IPv4 default route's) and derives the protocol timings; the
+/// peer key (the Secret [`crate::kube::api::PEER_KEY_SECRET`] in `cp_namespace`) is read by
+/// the peer node.
 ///
 /// # Errors
-/// [`ServicesError::RideThrough`] naming the Secret (missing, no `key`, too short, not
-/// readable), the interface or the timing rule.
+/// [`ServicesError::RideThrough`] naming the interface or the timing rule.
 pub(super) async fn ride_setup<K: Kernel>(
     cfg: &Settings,
-    client: &kube::Client,
     kernel: &K,
     holder_cfg: &HolderConfig,
 ) -> Result<RideSetup, ServicesError> {
@@ -55,9 +49,6 @@ pub(super) async fn ride_setup<K: Kernel>(
                 .into(),
         ));
     }
-    let key = crate::peer::key::read_peer_key(client, ns, KEY_READ_PATIENCE)
-        .await
-        .map_err(err)?;
     let ifname = cfg
         .services_interface
         .clone()
@@ -85,9 +76,9 @@ pub(super) async fn ride_setup<K: Kernel>(
     .map_err(|e| err(e.to_string()))?;
     let boot_id = crate::peer::wire::new_boot_id()
         .map_err(|_| err("no random numbers for the peer protocol's boot id".into()))?;
-    info!(interface = %link.name, secret = %format!("{ns}/{PEER_KEY_SECRET}"), "svc_ridethrough: peer key read, heartbeats go on this interface");
+    info!(interface = %link.name, secret = %format!("{ns}/{PEER_KEY_SECRET}"), "svc_ridethrough: heartbeats go on this interface once the peer key is read");
     Ok(RideSetup {
-        key,
+        namespace: ns.to_owned(),
         socket,
         cfg: ride_cfg,
         boot_id,
@@ -109,7 +100,7 @@ impl RideSetup {
         let parts = crate::peer::node::PeerParts {
             node: node.to_owned(),
             cfg: self.cfg,
-            key: self.key,
+            namespace: self.namespace,
             socket: self.socket,
             boot_id: self.boot_id,
             client: client.clone(),

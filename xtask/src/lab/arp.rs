@@ -227,6 +227,184 @@ impl Capture {
     }
 }
 
+/// One frame of any kind seen by a [`FrameCapture`]: who sent it and what it is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SeenFrame {
+    /// Time since the capture started.
+    pub t: Duration,
+    /// Ethernet source address.
+    pub eth_src: MacAddr,
+    /// Sent by this namespace (`PACKET_OUTGOING`), not received.
+    pub outgoing: bool,
+    /// EtherType (0x0806 ARP, 0x86dd IPv6, ...).
+    pub ethertype: u16,
+    /// For IPv6: the ICMPv6 type when the payload is ICMPv6, past a hop-by-hop options
+    /// header (MLD reports carry one): 135 NS, 136 NA, 131/143 MLD reports, 132 MLD done.
+    pub icmpv6_type: Option<u8>,
+}
+
+/// The ICMPv6 type of an IPv6 packet `p` (from its header on), past one hop-by-hop header.
+fn icmpv6_type_of(p: &[u8]) -> Option<u8> {
+    const ICMPV6: u8 = 58;
+    const HOP_BY_HOP: u8 = 0;
+    let next = *p.get(6)?;
+    let rest = p.get(40..)?;
+    match next {
+        ICMPV6 => rest.first().copied(),
+        HOP_BY_HOP if *rest.first()? == ICMPV6 => {
+            let len = (usize::from(*rest.get(1)?) + 1) * 8;
+            rest.get(len).copied()
+        }
+        _ => None,
+    }
+}
+
+/// An `AF_PACKET` socket receiving every frame on `ifname`, sent and received, with a
+/// 20 ms read timeout.
+fn packet_socket(ifname: &str) -> Result<std::os::fd::OwnedFd> {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let io = |context: &str| LabError::Io {
+        context: format!("{context} on {ifname}"),
+        source: std::io::Error::last_os_error(),
+    };
+    let index = nix::net::if_::if_nametoindex(ifname).map_err(|_| io("find interface"))?;
+    let proto = (libc::ETH_P_ALL as u16).to_be();
+    // SAFETY: plain socket(2); the descriptor is owned below.
+    let raw = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(proto)) };
+    if raw < 0 {
+        return Err(io("open AF_PACKET socket"));
+    }
+    // SAFETY: `raw` is a fresh descriptor nobody else owns.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // SAFETY: an all-zero sockaddr_ll is valid; the fields set below make it a bind address.
+    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    sll.sll_family = libc::AF_PACKET as u16;
+    sll.sll_protocol = proto;
+    sll.sll_ifindex = index as i32;
+    // SAFETY: `sll` is a valid sockaddr_ll of the size given.
+    let bound = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&raw const sll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as u32,
+        )
+    };
+    if bound < 0 {
+        return Err(io("bind AF_PACKET socket"));
+    }
+    let tv = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 20_000,
+    };
+    // SAFETY: `tv` is a valid timeval of the size given.
+    let set = unsafe {
+        libc::setsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&raw const tv).cast(),
+            std::mem::size_of::<libc::timeval>() as u32,
+        )
+    };
+    if set < 0 {
+        return Err(io("set receive timeout"));
+    }
+    Ok(fd)
+}
+
+/// One frame from [`packet_socket`] into `buf`: its length and whether it was sent by this
+/// host (`PACKET_OUTGOING`); `None` on timeout or error.
+fn recv_frame(fd: &std::os::fd::OwnedFd, buf: &mut [u8]) -> Option<(usize, bool)> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: an all-zero sockaddr_ll is valid for recvfrom to fill.
+    let mut from: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_ll>() as u32;
+    // SAFETY: `buf` and `from` are valid for writes of the sizes given.
+    let n = unsafe {
+        libc::recvfrom(
+            fd.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            0,
+            (&raw mut from).cast(),
+            &raw mut len,
+        )
+    };
+    let n = usize::try_from(n).ok()?;
+    Some((n, from.sll_pkttype == libc::PACKET_OUTGOING))
+}
+
+/// A running capture of every frame on an interface (not only ARP/NDP as [`Capture`]),
+/// e.g. to see whether anything at all leaves a node from a MAC; collect with
+/// [`FrameCapture::stop`].
+#[derive(Debug)]
+pub struct FrameCapture {
+    frames: Arc<Mutex<Vec<SeenFrame>>>,
+    thread: BackgroundThread,
+}
+
+impl FrameCapture {
+    /// Starts capturing every frame on `ifname` (sent and received) inside the namespace at
+    /// `netns`. Returns once the capture socket is open.
+    ///
+    /// # Errors
+    /// [`LabError::Io`]/[`LabError::Thread`] when the namespace, interface or socket fails.
+    pub fn start(netns: &Path, ifname: &str) -> Result<FrameCapture> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let frames = Arc::new(Mutex::new(Vec::new()));
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<std::result::Result<(), String>>();
+        let (s, f, name) = (stop.clone(), frames.clone(), ifname.to_string());
+        let handle = spawn_in_netns(netns, "frame-capture", move || {
+            let fd = match packet_socket(&name) {
+                Ok(fd) => fd,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e.to_string()));
+                    return Err(e);
+                }
+            };
+            let _ = ready_tx.send(Ok(()));
+            let start = Instant::now();
+            let mut buf = vec![0u8; 65536];
+            while !s.load(Ordering::SeqCst) {
+                let Some((n, outgoing)) = recv_frame(&fd, &mut buf) else {
+                    continue;
+                };
+                if let Some(eth) = EthernetPacket::new(&buf[..n])
+                    && let Ok(mut v) = f.lock()
+                {
+                    let ethertype = eth.get_ethertype().0;
+                    v.push(SeenFrame {
+                        t: start.elapsed(),
+                        eth_src: eth.get_source(),
+                        outgoing,
+                        ethertype,
+                        icmpv6_type: (ethertype == EtherTypes::Ipv6.0)
+                            .then(|| icmpv6_type_of(eth.payload()))
+                            .flatten(),
+                    });
+                }
+            }
+            Ok(())
+        })?;
+        BackgroundThread::ready(stop, ready_rx, handle, "frame-capture")
+            .map(|thread| FrameCapture { frames, thread })
+    }
+
+    /// Frames captured so far (the capture keeps running).
+    pub fn frames(&self) -> Vec<SeenFrame> {
+        self.frames.lock().map(|v| v.clone()).unwrap_or_default()
+    }
+
+    /// Stops the capture and returns every frame seen, in arrival order.
+    ///
+    /// # Errors
+    /// [`LabError::Thread`] when the capture thread failed while running.
+    pub fn stop(mut self) -> Result<Vec<SeenFrame>> {
+        self.thread.finish()?;
+        Ok(self.frames())
+    }
+}
+
 /// The thread of a [`Capture`], [`ArpWatcher`] or [`ArpRoundProber`]: told to stop through
 /// its flag and joined on [`BackgroundThread::finish`] or drop.
 #[derive(Debug)]

@@ -48,7 +48,8 @@ fn node_get_and_patch_only_with_labeling() {
 }
 
 /// svc_ridethrough reads one Secret, the peer key: `get` on `secrets` restricted to that
-/// name, only with `--servicesRideThrough`; preflight asks about that very object.
+/// name, by default (issue 27), not with `--servicesRideThrough=false`; preflight asks
+/// about that very object.
 #[test]
 fn secret_get_by_name_only_with_ride_through() {
     let role = cluster_role_for(false, true);
@@ -81,19 +82,31 @@ fn secret_get_by_name_only_with_ride_through() {
         c.rule(),
         "{apiGroups: [\"\"], resources: [secrets], resourceNames: [vipd-peer-key], verbs: [get]}"
     );
-    let without: Vec<_> = checks_for(&Needs::manifest(true), &ns)
+    let off = Needs {
+        ride_through: false,
+        ..Needs::manifest(true)
+    };
+    let without: Vec<_> = checks_for(&off, &ns)
         .into_iter()
         .filter(|c| c.resource == "secrets")
         .collect();
     assert!(without.is_empty(), "{without:?}");
 }
 
+/// No wildcard, and the only Secret is the peer key, by name, `get` only.
 #[test]
-fn no_wildcards_and_no_secrets() {
+fn no_wildcards_and_no_other_secrets() {
     for r in cluster_role(true).rules.unwrap() {
         assert!(!r.verbs.iter().any(|v| v == "*"));
         for res in r.resources.unwrap() {
-            assert!(res != "*" && res != "secrets", "{res}");
+            assert!(res != "*", "{res}");
+            if res == "secrets" {
+                assert_eq!(r.verbs, ["get"]);
+                assert_eq!(
+                    r.resource_names.as_deref(),
+                    Some(&["vipd-peer-key".to_string()][..])
+                );
+            }
         }
     }
 }
@@ -131,7 +144,8 @@ fn role_grants_both_event_apis_and_what_vipd_calls() {
         ["list", "watch"]
     );
     assert_eq!(verbs("", "configmaps"), ["list", "watch"]);
-    assert_eq!(role.rules.unwrap().len(), 9);
+    assert_eq!(verbs("", "secrets"), ["get"]);
+    assert_eq!(role.rules.unwrap().len(), 10);
 }
 
 #[test]

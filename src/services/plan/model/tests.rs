@@ -625,15 +625,20 @@ fn a_long_malformed_list_is_read_up_to_the_cap_and_told_in_one_bounded_line() {
         .join(",");
     let p = parse_address_list(&text);
     assert_eq!(p.rejected.len(), MAX_ADDRESS_ENTRIES);
-    assert_eq!(p.unread, 2001 - MAX_ADDRESS_ENTRIES);
+    // Past the length cap (4096 bytes, about 460 of these entries) nothing is counted.
+    let read = &text[..text[..MAX_ADDRESS_LIST_BYTES].rfind(',').unwrap()];
+    assert_eq!(p.unread, read.split(',').count() - MAX_ADDRESS_ENTRIES);
+    assert_eq!(p.too_long, Some(text.len()));
     let msg = p.rejection_message().unwrap();
-    assert!(
-        msg.starts_with(
-            "kube-vip.io/loadbalancerIPs: rejected 64 entries (not an IPv4 or IPv6 address): \"bad-0\", \"bad-1\", \"bad-2\" and 61 more; 1937 entries after the first 64 not read"
-        ),
-        "{msg}"
+    assert_eq!(
+        msg,
+        format!(
+            "kube-vip.io/loadbalancerIPs: rejected 64 entries (not an IPv4 or IPv6 address): \"bad-0\", \"bad-1\", \"bad-2\" and 61 more; the text is {} bytes long: entries past the first 4096 bytes not read (at most 4096 bytes per Service); {} entries after the first 64 not read (at most 64 per Service)",
+            text.len(),
+            p.unread
+        )
     );
-    assert!(msg.len() < 300, "{} bytes: {msg}", msg.len());
+    assert!(msg.len() < 400, "{} bytes: {msg}", msg.len());
     // A good address within the cap is still served.
     let p = parse_address_list(&format!("192.0.2.7,{text}"));
     assert_eq!(p.addresses, vec![ip("192.0.2.7")]);
@@ -643,8 +648,43 @@ fn a_long_malformed_list_is_read_up_to_the_cap_and_told_in_one_bounded_line() {
 /// annotation holds (up to 256 KiB).
 #[test]
 fn a_huge_rejected_value_is_quoted_cut() {
-    let huge = "x".repeat(100_000);
+    let huge = "x".repeat(4000);
     let msg = parse_address_list(&huge).rejection_message().unwrap();
     assert!(msg.len() < 200, "{} bytes", msg.len());
     assert!(msg.contains(&format!("\"{}...\"", "x".repeat(64))), "{msg}");
+}
+
+/// Issue 27: at most 4096 bytes of the list are read. Past the cap nothing is parsed, an
+/// entry cut by it is dropped (never read as a shorter address), and the one message says
+/// how long the text was.
+#[test]
+fn a_list_longer_than_the_length_cap_is_read_up_to_it_and_told() {
+    let huge = "x".repeat(100_000);
+    let p = parse_address_list(&huge);
+    assert!(p.rejected.is_empty() && p.addresses.is_empty());
+    assert_eq!(p.too_long, Some(100_000));
+    assert_eq!(
+        p.rejection_message().as_deref(),
+        Some(
+            "kube-vip.io/loadbalancerIPs: rejected the text is 100000 bytes long: entries past the first 4096 bytes not read (at most 4096 bytes per Service)"
+        )
+    );
+    // 192.0.2.1 at the front, then padding so that 192.0.2.12 straddles the cut.
+    let pad = "x".repeat(MAX_ADDRESS_LIST_BYTES - "192.0.2.1,".len() - ",192.0.2.1".len());
+    let text = format!("192.0.2.1,{pad},192.0.2.12,192.0.2.13");
+    assert_eq!(
+        &text[MAX_ADDRESS_LIST_BYTES - 9..MAX_ADDRESS_LIST_BYTES],
+        "192.0.2.1"
+    );
+    let p = parse_address_list(&text);
+    assert_eq!(
+        p.addresses,
+        vec![ip("192.0.2.1")],
+        "the cut 192.0.2.12 is not 192.0.2.1"
+    );
+    assert_eq!(p.rejected.len(), 1, "the padding");
+    assert_eq!(p.too_long, Some(text.len()));
+    // Exactly at the cap: all read.
+    let p = parse_address_list(&text[..MAX_ADDRESS_LIST_BYTES - 10]);
+    assert_eq!(p.too_long, None);
 }
