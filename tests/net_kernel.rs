@@ -593,7 +593,8 @@ fn set_elems(table: &serde_json::Value, name: &str) -> Vec<String> {
 }
 
 /// S36: the nftables ARP guard creates `table arp vipd` (replacing a stale one), pins are
-/// reference-counted set elements, and close removes the table. Needs the `nft` binary.
+/// reference-counted set elements, and close removes the table. Needs the `nft` binary (to
+/// read the table back).
 #[test]
 fn arp_guard_table_pins_refcounts_and_close() {
     use vipd::net::{ArpGuard, NftArpGuard};
@@ -783,7 +784,7 @@ fn fence_table(family: &str) -> Option<String> {
 
 /// Issue 16: the nftables fence's tables take millisecond element timeouts, the kernel
 /// expires them on time, expire/disarm remove the elements, and close removes both tables
-/// (leaving another owner's table alone). Needs the `nft` binary.
+/// (leaving another owner's table alone). Needs the `nft` binary (to read the tables back).
 #[test]
 fn nft_fence_tables_millisecond_timeouts_and_close() {
     use vipd::net::nft::fence::{NftFence, VipFence};

@@ -504,7 +504,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "onlyAllowTrafficServicePorts",
         "false",
         Bool,
-        "Service security (kube-vip's): on the node announcing a Service VIP, only the Service's own ports (protocol and port of spec.ports) and UDP 68 (DHCP client) reach the VIP in the INPUT path; all other traffic to it is dropped (nftables table inet vipd_svcsec, needs nft; Services annotated kube-vip.io/ignore-service-security=true and Services without ports are exempt; the control-plane VIP is not affected). spec.loadBalancerSourceRanges stays kube-proxy's to enforce",
+        "Service security (kube-vip's): on the node announcing a Service VIP, only the Service's own ports (protocol and port of spec.ports) and UDP 68 (DHCP client) reach the VIP in the INPUT path; all other traffic to it is dropped (nftables table inet vipd_svcsec, which vipd changes through netlink itself; Services annotated kube-vip.io/ignore-service-security=true and Services without ports are exempt; the control-plane VIP is not affected). spec.loadBalancerSourceRanges stays kube-proxy's to enforce",
     ),
     opt(
         K_SVC_HEALTHCHECK,

@@ -159,12 +159,12 @@ pub fn fence_timeout(
 /// sent (what [`crate::net::nft::fence::VipFence::refresh`] returns: its run's end plus
 /// the timeout it carried) may outlive the lease as the other nodes see it: past
 /// `lease_duration` less `margin` plus [`NFT_RUN_ALLOWANCE`], the part of the margin kept
-/// for the `nft` run itself. Then the holder must shorten or expire it. Pure.
+/// for the transaction itself. Then the holder must shorten or expire it. Pure.
 pub fn fence_overrun(lease_duration: Duration, margin: Duration, ends: Duration) -> bool {
     ends > lease_duration.saturating_sub(margin) + NFT_RUN_ALLOWANCE.min(margin)
 }
 
-/// How long an `nft` run may take (from writing its transaction to its answer) before the
+/// How long a fence transaction may take (from building it to the kernel's answer) before the
 /// element it set counts as overrunning the lease ([`fence_overrun`]): the part of
 /// [`NFT_FENCE_MARGIN`] (and of [`FENCE_MARGIN`]) kept for it. The rest of the margin, 20 ms,
 /// covers the jiffy granularity of nftables timeouts (at most 10 ms) and clock-rate drift

@@ -175,6 +175,9 @@ pub fn s01_killed_holder(lab: &Lab, start: &dyn Fn(&str) -> LabProcess) {
         .iter()
         .position(|n| *n == holder)
         .expect("holder is a node");
+    // The default configuration fences to the millisecond (issue 27): no option, no `nft`.
+    let log = procs[i].log();
+    assert!(log.contains("millisecond fence on"), "{log}");
     let watch = lab
         .arp_watch(vip, Duration::from_millis(50))
         .expect("arp watch");

@@ -253,14 +253,14 @@ pub(crate) fn check_arp_flux(
         Ok(()) => Check::new(
             "nftables",
             Status::Pass,
-            "nft can create table arp vipd: the manager answers ARP for each VIP on its interface only",
+            "the kernel accepts table arp vipd (checked through netlink, nothing changed): the manager answers ARP for each VIP on its interface only",
         ),
         Err(e) => Check::new(
             "nftables",
             Status::Warn,
             format!("ARP flux protection will be off: {e}"),
         )
-        .fix("install nftables (the nft binary) and use a kernel with nf_tables (CONFIG_NF_TABLES_ARP), or set the sysctl below"),
+        .fix("run vipd with CAP_NET_ADMIN on a kernel with nf_tables (CONFIG_NF_TABLES_ARP), or set the sysctl below"),
     }];
     for t in targets {
         let name = format!("arp-flux:{}", t.ifname);

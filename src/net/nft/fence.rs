@@ -77,7 +77,7 @@ pub const LIVE_SLACK: Duration = Duration::from_millis(10);
 /// Errors of the nftables fence; each names the `nft` commands concerned.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum FenceError {
-    /// Creating the tables failed (no `nft` binary, kernel without nf_tables `arp`/`inet`
+    /// Creating the tables failed (kernel without nf_tables `arp`/`inet`
     /// or set timeouts, no CAP_NET_ADMIN).
     #[error(
         "cannot create the nftables fence tables arp/inet {FENCE_TABLE}: `{command}` failed: {detail}"
@@ -702,7 +702,7 @@ impl NftFence {
             return Ok((now, now));
         }
         let _one_run = self.run.lock().await;
-        // Opened on this thread: in its network namespace, as the `nft` process was.
+        // Opened on this thread: in its network namespace.
         let link = self.state.transport.open();
         let state = self.state.clone();
         let owned = ops.to_vec();
@@ -866,11 +866,10 @@ struct Batched {
     reply: tokio::sync::oneshot::Sender<Result<Instant, FenceError>>,
 }
 
-/// [`NftFence`] for many holders at once: every change queued while an `nft` run is under
-/// way goes into the next run, as one transaction. One `nft` process per renewal is fine
-/// for the control-plane lease, but with a lease per Service (a renewal per Service every
-/// retry period) it would be hundreds a second; batched, it is at most one run at a time,
-/// whatever the number of holders.
+/// [`NftFence`] for many holders at once: every change queued while a transaction is under
+/// way goes into the next one. With a lease per Service (a renewal per Service every retry
+/// period) one transaction per renewal would be hundreds a second; batched, it is at most
+/// one at a time, whatever the number of holders.
 ///
 /// Each caller gives the end of its element's live time, and the timeout is computed from
 /// it when the batch is written (`NftFence::apply`): the time spent in the queue is taken
