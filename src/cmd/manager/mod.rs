@@ -480,3 +480,6 @@ async fn start_dhcp(services: bool, backoff_attempts: u32) -> Option<Arc<dyn cra
     }
     services.then(|| Arc::new(client) as Arc<dyn crate::dhcp::Dhcp>)
 }
+
+#[cfg(test)]
+mod tests;
