@@ -17,7 +17,7 @@ use xtask::lab::{LabOptions, Signal};
 
 /// The `PATH` vipd runs with here: a directory with no `nft` in it. The fence goes through
 /// netlink from vipd's own process; a fence that ran the `nft` binary would find none and
-/// run without the nftables fence (no "nftables fence on", no drops).
+/// run without the millisecond fence (no "millisecond fence on", no drops).
 const PATH_WITHOUT_NFT: (&str, &str) = ("PATH", "/nonexistent/vipd-lab-no-nft");
 
 /// Lease duration of [`T531`].
@@ -171,7 +171,7 @@ fn silent_with(
         .position(|n| *n == h)
         .expect("holder is a lab node");
     let log = procs[i].log();
-    assert!(log.contains("nftables fence on"), "{log}");
+    assert!(log.contains("millisecond fence on"), "{log}");
     assert!(
         nft(&h, &["list", "table", "inet", "vipd_fence"]).contains(vip_text),
         "the VIP is armed on its holder"

@@ -593,7 +593,8 @@ fn set_elems(table: &serde_json::Value, name: &str) -> Vec<String> {
 }
 
 /// S36: the nftables ARP guard creates `table arp vipd` (replacing a stale one), pins are
-/// reference-counted set elements, and close removes the table. Needs the `nft` binary.
+/// reference-counted set elements, and close removes the table. Needs the `nft` binary (to
+/// read the table back).
 #[test]
 fn arp_guard_table_pins_refcounts_and_close() {
     use vipd::net::{ArpGuard, NftArpGuard};
@@ -693,7 +694,7 @@ fn nft_text(script: &str) {
 
 /// The load balancer's ruleset in the kernel: install (replacing a stale table), read back
 /// as rendered, a backend change in one transaction, removal; another owner's NAT table is
-/// never touched. Needs the `nft` binary and nf_tables NAT.
+/// never touched. Needs nf_tables NAT (the `nft` binary only to read the tables back).
 #[test]
 fn lb_table_install_update_remove() {
     use vipd::controlplane::lb::nft::{Family, Ruleset, install_batch, remove_batch, update_batch};
@@ -719,7 +720,7 @@ fn lb_table_install_update_remove() {
             port: 6443,
             backends: vec![ip("192.0.2.11"), ip("192.0.2.12"), ip("192.0.2.13")],
         };
-        let k = NftLbKernel::new("nft");
+        let k = NftLbKernel::new();
         k.apply(&install_batch(&rs)).await.expect("install");
         let t = lb_table("ip").expect("table");
         let chains: Vec<_> = t["nftables"]
@@ -762,9 +763,9 @@ fn lb_table_install_update_remove() {
             .await
             .expect("remove twice");
         assert_eq!(other(), other_before, "another owner's table untouched");
-        vipd::controlplane::lb::check("nft")
+        vipd::controlplane::lb::check()
             .await
-            .expect("nft --check");
+            .expect("nf_tables check mode");
         assert!(lb_table("ip").is_none(), "--check changes nothing");
     });
 }
@@ -783,7 +784,7 @@ fn fence_table(family: &str) -> Option<String> {
 
 /// Issue 16: the nftables fence's tables take millisecond element timeouts, the kernel
 /// expires them on time, expire/disarm remove the elements, and close removes both tables
-/// (leaving another owner's table alone). Needs the `nft` binary.
+/// (leaving another owner's table alone). Needs the `nft` binary (to read the tables back).
 #[test]
 fn nft_fence_tables_millisecond_timeouts_and_close() {
     use vipd::net::nft::fence::{NftFence, VipFence};
@@ -882,7 +883,7 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
             .unwrap();
         assert!(String::from_utf8_lossy(&out.stdout).contains("table inet other_owner"));
         f.close().await.unwrap();
-        // A run with vip_nftfence off removes tables a crashed run with it on left.
+        // A run with vip_nftfence=false removes tables a crashed run with it on left.
         let stale = NftFence::start().await.unwrap();
         stale
             .refresh(
@@ -893,7 +894,9 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
             .await
             .unwrap();
         assert!(fence_table("arp").is_some());
-        let off = vipd::net::nft::fence::start_fence(false).await;
+        let off =
+            vipd::net::nft::fence::start_fence(vipd::net::nft::fence::NftFenceSetting::Off, true)
+                .await;
         assert!(!off.active());
         assert!(fence_table("arp").is_none() && fence_table("inet").is_none());
         assert!(reaches(a4), "nothing filtered any more");

@@ -243,9 +243,10 @@ pub struct Config {
     /// on VIPs. Off by default: the lease and the kernel fence already ensure one holder
     /// among vipd nodes, and DAD delays every IPv6 failover by 1-2 s (scenario S26).
     pub ipv6_dad: bool,
-    /// `vip_nftfence` (vipd's own, default false): fence every VIP in nftables
-    /// as well as by the address lifetime ([`crate::net::nft::fence`]).
-    pub nft_fence: bool,
+    /// `vip_nftfence` (vipd's own; unset: on wherever the kernel supports it): fence every
+    /// VIP in nftables to the millisecond as well as by the address lifetime
+    /// ([`crate::net::nft::fence`]).
+    pub nft_fence: crate::net::nft::fence::NftFenceSetting,
     /// `enable_node_labeling`: with `cp_enable`, the control-plane lease holder labels its
     /// own Node `kube-vip.io/has-ip=<first address>` ([`crate::nodes::label`]).
     pub enable_node_labeling: bool,
@@ -292,7 +293,7 @@ impl Config {
             services_interface: self.services_interface.clone(),
             vip_subnet: self.vip_subnet,
             arp_rate: self.arp_rate,
-            nft_fence: self.nft_fence,
+            nft_fence: self.nft_fence.wanted(),
             cp_namespace: self.lease.namespace.clone(),
             services_timing: self.services_timing,
             services_election: self.services_election,

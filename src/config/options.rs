@@ -350,7 +350,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "leaseDuration",
         "3",
         Seconds,
-        "Lease duration in seconds (decimals allowed): how long a lease is valid after its last change; timings with no whole-second address fence (e.g. the fast profile 0.6/0.4/0.2) need vip_nftfence=true",
+        "Lease duration in seconds (decimals allowed): how long a lease is valid after its last change; timings with no whole-second address fence (e.g. the fast profile 0.6/0.4/0.2) need the millisecond fence (vip_nftfence, on by default)",
     ),
     opt(
         K_RENEW_DEADLINE,
@@ -467,9 +467,9 @@ pub(super) static OPTIONS: &[EnvOption] = &[
     opt(
         K_NFT_FENCE,
         "nftFence",
-        "false",
+        "<on where the kernel supports it>",
         Bool,
-        "vipd option: fence every VIP (the control plane's and the Services', DHCP-mode addresses included) in nftables too (table vipd_fence): ARP requests and neighbour solicitations for it and IP packets to it are dropped unless its renewal-driven timeout runs, which ends at the last renewal's send time + the fence lifetime to the millisecond; needs nft and the kernel's nf_tables arp and inet families (off or missing: the address lifetime alone fences, and sub-second lease timings are refused)",
+        "vipd option: fence every VIP (the control plane's and the Services', DHCP-mode addresses included) in nftables too (table vipd_fence), to the millisecond: ARP requests and neighbour solicitations for it and IP packets to it are dropped unless its renewal-driven timeout runs, which ends at the last renewal's send time + the fence lifetime; vipd changes the table through netlink itself (no nft binary) and needs the kernel's nf_tables arp and inet families with set timeouts. Unset or true, where the kernel cannot do it: one warning, the address lifetime alone fences (the last of several VIPs can outlive the lease by up to ~1 s) and sub-second lease timings are refused; false: off, the same without the warning",
     ),
     opt(
         K_NODE_LABELING,
@@ -504,7 +504,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "onlyAllowTrafficServicePorts",
         "false",
         Bool,
-        "Service security (kube-vip's): on the node announcing a Service VIP, only the Service's own ports (protocol and port of spec.ports) and UDP 68 (DHCP client) reach the VIP in the INPUT path; all other traffic to it is dropped (nftables table inet vipd_svcsec, needs nft; Services annotated kube-vip.io/ignore-service-security=true and Services without ports are exempt; the control-plane VIP is not affected). spec.loadBalancerSourceRanges stays kube-proxy's to enforce",
+        "Service security (kube-vip's): on the node announcing a Service VIP, only the Service's own ports (protocol and port of spec.ports) and UDP 68 (DHCP client) reach the VIP in the INPUT path; all other traffic to it is dropped (nftables table inet vipd_svcsec, which vipd changes through netlink itself; Services annotated kube-vip.io/ignore-service-security=true and Services without ports are exempt; the control-plane VIP is not affected). spec.loadBalancerSourceRanges stays kube-proxy's to enforce",
     ),
     opt(
         K_SVC_HEALTHCHECK,

@@ -117,9 +117,13 @@ pub fn resolve_detailed(
     let interface = interface_option(&inputs, K_INTERFACE)?;
     let services_interface = interface_option(&inputs, K_SVC_INTERFACE)?;
     let (arp_rate, arp_probe) = arp_timings(&inputs)?;
-    let nft_fence = inputs.bool_or(K_NFT_FENCE, false)?;
-    let lease = lease(&inputs, nft_fence)?;
-    let services_timing = services_timing(&inputs, &lease, nft_fence)?;
+    let nft_fence =
+        crate::net::nft::fence::NftFenceSetting::from_option(match inputs.get(K_NFT_FENCE) {
+            Some(_) => Some(inputs.bool_or(K_NFT_FENCE, true)?),
+            None => None,
+        });
+    let lease = lease(&inputs, nft_fence.wanted())?;
+    let services_timing = services_timing(&inputs, &lease, nft_fence.wanted())?;
     let svc = services(&inputs, modes.services, &mut warnings)?;
     let ipam = ipam(&inputs, modes.services, &mut warnings)?;
     let dhcp_backoff_attempts = dhcp_backoff_attempts(&inputs, modes.services, &mut warnings)?;
@@ -530,7 +534,7 @@ impl Inputs<'_> {
 /// period env names; `defaults` used for unset ones): renew deadline < duration, renew
 /// deadline > client-go's jitter factor x retry period, retry period at least
 /// [`MIN_RETRY_PERIOD`], and a fence for them ([`crate::lease::fence_plan`] with
-/// `nft_fence`, `vip_nftfence`: sub-second timings need it). The manager, the manifest
+/// `nft_fence`: `vip_nftfence` not false; sub-second timings need it). The manager, the manifest
 /// generator and `vipd preflight` all resolve the configuration here, so what one refuses
 /// the others refuse too. Errors name the setting and value.
 pub(super) fn lease_timings(

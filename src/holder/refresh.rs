@@ -138,9 +138,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
         warn!(holder = %self.name, "the renewal is older than the nftables fence (this process was frozen or stalled); the VIPs are not answered until the next renewal");
         if needed {
-            // Under the millisecond fence the address is no fence of its own: an `nft` run
-            // frozen with this process may have committed an element after the thaw that
-            // outlives the lease. The addresses go first (one netlink request each, no
+            // Under the millisecond fence the address is no fence of its own: a transaction
+            // that took long (or, before vipd sent them itself, an `nft` run frozen with
+            // this process) may have committed an element that outlives the lease. The addresses go first (one netlink request each, no
             // process to start), then the run that expires the elements; the next renewal
             // adds them again (found by the new-user trial: vipd and `nft` frozen together
             // for 0.8 s in the fast profile answered next to the new holder for 20-140 ms).

@@ -51,7 +51,7 @@ pub enum TimingError {
     /// No whole number of seconds is both longer than the retry period and shorter than the
     /// lease duration.
     #[error(
-        "lease timings leave no room for the kernel fence: the VIP lifetime must be a whole number of seconds longer than vip_retryperiod ({retry_ms} ms) and shorter than vip_leaseduration ({lease_ms} ms); use e.g. vip_leaseduration=3 vip_renewdeadline=2 vip_retryperiod=1, or turn on the millisecond fence (vip_nftfence=true) for sub-second timings"
+        "lease timings leave no room for the kernel fence: the VIP lifetime must be a whole number of seconds longer than vip_retryperiod ({retry_ms} ms) and shorter than vip_leaseduration ({lease_ms} ms); use e.g. vip_leaseduration=3 vip_renewdeadline=2 vip_retryperiod=1, or leave the millisecond fence on (vip_nftfence unset or true) for sub-second timings"
     )]
     NoRoom {
         /// Retry period in ms.
@@ -101,8 +101,8 @@ pub fn fence_lifetime(t: &Timing) -> Result<u32, TimingError> {
 }
 
 /// Whether timings `t` can be fenced by the nftables element alone: no whole number of
-/// seconds fits them ([`fence_lifetime`] fails), so [`fence_plan`] needs `vip_nftfence`
-/// and refuses them without it. Pure.
+/// seconds fits them ([`fence_lifetime`] fails), so [`fence_plan`] needs the millisecond
+/// fence (`vip_nftfence` not false) and refuses them without it. Pure.
 pub fn needs_nft_fence(t: &Timing) -> bool {
     fence_lifetime(t).is_err()
 }
@@ -159,12 +159,12 @@ pub fn fence_timeout(
 /// sent (what [`crate::net::nft::fence::VipFence::refresh`] returns: its run's end plus
 /// the timeout it carried) may outlive the lease as the other nodes see it: past
 /// `lease_duration` less `margin` plus [`NFT_RUN_ALLOWANCE`], the part of the margin kept
-/// for the `nft` run itself. Then the holder must shorten or expire it. Pure.
+/// for the transaction itself. Then the holder must shorten or expire it. Pure.
 pub fn fence_overrun(lease_duration: Duration, margin: Duration, ends: Duration) -> bool {
     ends > lease_duration.saturating_sub(margin) + NFT_RUN_ALLOWANCE.min(margin)
 }
 
-/// How long an `nft` run may take (from writing its transaction to its answer) before the
+/// How long a fence transaction may take (from building it to the kernel's answer) before the
 /// element it set counts as overrunning the lease ([`fence_overrun`]): the part of
 /// [`NFT_FENCE_MARGIN`] (and of [`FENCE_MARGIN`]) kept for it. The rest of the margin, 20 ms,
 /// covers the jiffy granularity of nftables timeouts (at most 10 ms) and clock-rate drift

@@ -30,7 +30,7 @@ pub struct Settings {
     pub vip_subnet: VipSubnet,
     /// `vip_arpRate`: gratuitous ARP repeat interval.
     pub arp_rate: Duration,
-    /// `vip_nftfence`: fence every VIP in nftables too.
+    /// `vip_nftfence` not false: fence every VIP in nftables too, to the millisecond.
     pub nft_fence: bool,
     /// `cp_namespace`: where the peer key Secret is (`svc_ridethrough`) and the global
     /// Services lease lives.

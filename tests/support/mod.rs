@@ -175,6 +175,11 @@ pub fn s01_killed_holder(lab: &Lab, start: &dyn Fn(&str) -> LabProcess) {
         .iter()
         .position(|n| *n == holder)
         .expect("holder is a node");
+    // The default configuration fences to the millisecond (issue 27): no option, no `nft`.
+    // (Logged before the election starts; the log file may lag the VIP by a moment.)
+    wait_until("the millisecond fence on", Duration::from_secs(10), || {
+        procs[i].log().contains("millisecond fence on")
+    });
     let watch = lab
         .arp_watch(vip, Duration::from_millis(50))
         .expect("arp watch");

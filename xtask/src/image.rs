@@ -32,7 +32,7 @@ use layer::{FileTree, Node};
 pub const SOURCE_URL: &str = "https://github.com/vipd/vipd";
 /// The image's repository; the tag is `v<version>` (as `vipd manifest`'s default image).
 pub const REPOSITORY: &str = "ghcr.io/vipd/vipd";
-/// `PATH` in the image: vipd runs `nft` from it.
+/// `PATH` in the image (vipd runs no other program; kept for `kubectl exec` debugging).
 pub const PATH_ENV: &str = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
 const MANIFEST_TYPE: &str = "application/vnd.oci.image.manifest.v1+json";

@@ -10,7 +10,7 @@ const USAGE: &str =
     "usage: cargo xtask image [--binary PATH | --profile release|dev] [--out DIR] [--tag REF]
 
 Builds vipd's OCI image without a container daemon, reproducibly (SOURCE_DATE_EPOCH, else
-the last commit's time): vipd plus libc6, libgcc-s1 and nftables from Debian (apt).
+the last commit's time): vipd plus libc6 and libgcc-s1 from Debian (apt).
 
   --binary PATH   put this vipd binary in the image instead of building one
   --profile P     build vipd with `cargo build --profile P --bin vipd` (default release)

@@ -44,13 +44,13 @@ pub enum ManagerError {
     /// A feature that is configured but not implemented in this release.
     #[error("{0}")]
     Unsupported(String),
-    /// Sub-second lease timings need the nftables fence, which could not start.
+    /// Sub-second lease timings need the millisecond fence, which could not start.
     #[error(
-        "{timings} are too short for a whole-second address fence and need the millisecond nftables fence (vip_nftfence=true), which could not start on this node (see the warning above; `vipd preflight` checks it): refusing to run unfenced"
+        "lease timings {timings} have no whole-second address fence and need the millisecond nftables fence, which could not start on this node (see the warning above; `vipd preflight` checks it): refusing to run unfenced; use whole-second timings (e.g. 3/2/1) or a kernel with nf_tables arp/inet and set timeouts"
     )]
     NoMillisecondFence {
-        /// Which timings: the control plane's or the Services'.
-        timings: &'static str,
+        /// Which timings, each as `option=value s`: the control plane's or the Services'.
+        timings: String,
     },
 }
 
@@ -96,11 +96,10 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
 
     let svc_eligible = start_eligibility(&cfg, &client, &drain, &metrics, &cp_gates, &aux_stop);
 
-    // The nftables fence (vip_nftfence): every VIP, the control plane's and the Services'
-    // (DHCP-mode addresses included), through one batching writer.
+    // The millisecond fence (vip_nftfence, on by default): every VIP, the control plane's
+    // and the Services' (DHCP-mode addresses included), through one batching writer.
     let nft_fence =
-        crate::net::nft::fence::start_fence(cfg.nft_fence && (cfg.control_plane || cfg.services))
-            .await;
+        crate::net::nft::fence::start_fence(cfg.nft_fence, cfg.control_plane || cfg.services).await;
     needs_nft_fence(&cfg, &holder_cfg, nft_fence.active())?;
     let control_plane = cfg.control_plane.then(|| {
         controlplane::start(
@@ -355,7 +354,7 @@ fn holder_config(cfg: &Config) -> Result<HolderConfig, crate::lease::TimingError
         skip_dad: !cfg.ipv6_dad,
         probe_window: cfg.arp_probe,
         conflict_monitor: monitor,
-        ..HolderConfig::from_timing(&cfg.lease.timing, cfg.arp_rate, cfg.nft_fence)?
+        ..HolderConfig::from_timing(&cfg.lease.timing, cfg.arp_rate, cfg.nft_fence.wanted())?
     })
 }
 
@@ -371,15 +370,31 @@ fn needs_nft_fence(cfg: &Config, cp: &HolderConfig, active: bool) -> Result<(), 
     }
     if cfg.control_plane && !cp.fence.address_fences {
         return Err(ManagerError::NoMillisecondFence {
-            timings: "vip_leaseduration/vip_renewdeadline/vip_retryperiod",
+            timings: timings_text(
+                ["vip_leaseduration", "vip_renewdeadline", "vip_retryperiod"],
+                &cfg.lease.timing,
+            ),
         });
     }
     if cfg.services && crate::lease::needs_nft_fence(&cfg.services_timing) {
         return Err(ManagerError::NoMillisecondFence {
-            timings: "svc_leaseduration/svc_renewdeadline/svc_retryperiod",
+            timings: timings_text(
+                ["svc_leaseduration", "svc_renewdeadline", "svc_retryperiod"],
+                &cfg.services_timing,
+            ),
         });
     }
     Ok(())
+}
+
+/// `keys[0]=<lease duration> s, keys[1]=<renew deadline> s, keys[2]=<retry period> s`.
+fn timings_text(keys: [&str; 3], t: &crate::lease::Timing) -> String {
+    [t.lease_duration, t.renew_deadline, t.retry_period]
+        .iter()
+        .zip(keys)
+        .map(|(d, k)| format!("{k}={} s", d.as_secs_f64()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Prepares the node before any election: removes the VIPs an earlier run left (this
@@ -465,3 +480,6 @@ async fn start_dhcp(services: bool, backoff_attempts: u32) -> Option<Arc<dyn cra
     }
     services.then(|| Arc::new(client) as Arc<dyn crate::dhcp::Dhcp>)
 }
+
+#[cfg(test)]
+mod tests;

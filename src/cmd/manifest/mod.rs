@@ -170,9 +170,10 @@ pub struct GenArgs {
     /// Retry period, seconds [writes: vip_retryperiod] [default: 1]
     #[arg(long = "leaseRetry", value_name = "SECONDS")]
     pub retry_period: Option<String>,
-    /// Fence every VIP in nftables too (table vipd_fence), to the millisecond; needed by
-    /// sub-second lease timings such as the fast profile 0.6/0.4/0.2 [writes: vip_nftfence]
-    /// [default: false]
+    /// Fence every VIP in nftables too (table vipd_fence), to the millisecond; on by default
+    /// wherever the kernel supports it, and needed by sub-second lease timings such as the
+    /// fast profile 0.6/0.4/0.2; --nftFence=false turns it off [writes: vip_nftfence]
+    /// [default: true]
     #[arg(long = "nftFence", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true")]
     pub nft_fence: Option<String>,

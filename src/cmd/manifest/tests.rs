@@ -429,10 +429,11 @@ fn flags_without_effect_in_their_combination_are_warned_about() {
 
 /// Trial finding: the documented fast profile could not be generated (`--nftFence` was
 /// missing), and its timings without the fence were generated although the manager refuses
-/// them. Now `--nftFence` writes `vip_nftfence`, and the timings are refused without it,
+/// them. Now the millisecond fence is on by default: the fast profile is generated as is,
+/// `--nftFence` writes `vip_nftfence`, and with `--nftFence=false` the timings are refused,
 /// naming the value, as the manager does (one check, `config::resolve`).
 #[test]
-fn the_fast_profile_needs_and_gets_the_nftables_fence() {
+fn the_fast_profile_gets_the_millisecond_fence_by_default() {
     let fast = [
         "--controlplane",
         "--interface",
@@ -446,7 +447,15 @@ fn the_fast_profile_needs_and_gets_the_nftables_fence() {
         "--leaseRetry",
         "0.2",
     ];
-    let e = plan(&fast).unwrap_err().to_string();
+    let p = plan(&fast).unwrap();
+    assert!(
+        !text_env(&p).iter().any(|(k, _)| *k == "vip_nftfence"),
+        "the default needs no option: {:?}",
+        text_env(&p)
+    );
+    let e = plan(&[&fast[..], &["--nftFence=false"][..]].concat())
+        .unwrap_err()
+        .to_string();
     assert!(
         e.contains("vip_leaseduration") && e.contains("\"0.6\""),
         "{e}"

@@ -253,14 +253,14 @@ pub(crate) fn check_arp_flux(
         Ok(()) => Check::new(
             "nftables",
             Status::Pass,
-            "nft can create table arp vipd: the manager answers ARP for each VIP on its interface only",
+            "the kernel accepts table arp vipd (checked through netlink, nothing changed): the manager answers ARP for each VIP on its interface only",
         ),
         Err(e) => Check::new(
             "nftables",
             Status::Warn,
             format!("ARP flux protection will be off: {e}"),
         )
-        .fix("install nftables (the nft binary) and use a kernel with nf_tables (CONFIG_NF_TABLES_ARP), or set the sysctl below"),
+        .fix("run vipd with CAP_NET_ADMIN on a kernel with nf_tables (CONFIG_NF_TABLES_ARP), or set the sysctl below"),
     }];
     for t in targets {
         let name = format!("arp-flux:{}", t.ifname);
@@ -297,44 +297,48 @@ pub(crate) fn check_lb_nftables(
         Some(Ok(())) => Check::new(
             "lb-nftables",
             Status::Pass,
-            "nft can create table ip vipd_lb (NAT, numgen DNAT map, masquerade)",
+            "the kernel accepts table ip vipd_lb (NAT, fib, numgen DNAT map, masquerade; checked through netlink, nothing changed)",
         ),
         Some(Err(e)) => Check::new("lb-nftables", Status::Fail, e.to_string()).fix(
-            "install nftables (the nft binary, 1.0 or later) and use a kernel with nf_tables NAT (CONFIG_NF_TABLES, CONFIG_NFT_NAT, CONFIG_NFT_MASQ, CONFIG_NFT_NUMGEN, CONFIG_NF_CONNTRACK), or unset lb_enable",
+            "run vipd with CAP_NET_ADMIN on a kernel with nf_tables NAT (CONFIG_NF_TABLES, CONFIG_NFT_NAT, CONFIG_NFT_MASQ, CONFIG_NFT_NUMGEN, CONFIG_NFT_FIB_IPV4, CONFIG_NF_CONNTRACK), or unset lb_enable",
         ),
     }
 }
 
 /// The `nft-fence` row: `checked` is the outcome of
-/// [`crate::net::nft::fence::NftFence::check`] (`None` when `vip_nftfence` is off, or
-/// neither `cp_enable` nor `svc_enable` is on). A failure is a warning: the manager then fences with the address lifetime only.
+/// [`crate::net::nft::fence::NftFence::check`] (the kernel's check mode: nothing changes;
+/// `None` when `vip_nftfence=false`, or neither `cp_enable` nor `svc_enable` is on). A
+/// failure is a warning saying what running without it costs, or a failure when the lease
+/// timings are sub-second (the manager then refuses to run).
 pub(crate) fn check_nft_fence(
     checked: Option<&Result<(), crate::net::nft::fence::FenceError>>,
     sub_second: bool,
 ) -> Check {
+    use crate::net::nft::fence::WITHOUT_MS_FENCE;
+    const FIX: &str = "run vipd with CAP_NET_ADMIN on a kernel with nf_tables arp and inet families and set timeouts (CONFIG_NF_TABLES, CONFIG_NF_TABLES_ARP, CONFIG_NF_TABLES_INET)";
     match checked {
         None => Check::new(
             "nft-fence",
             Status::Skip,
-            "vip_nftfence is off (or neither cp_enable nor svc_enable)",
+            format!("the millisecond fence is off (vip_nftfence=false, or neither cp_enable nor svc_enable): {WITHOUT_MS_FENCE}"),
         ),
         Some(Ok(())) => Check::new(
             "nft-fence",
             Status::Pass,
-            "nft can create tables arp/inet vipd_fence (sets with per-element timeouts): every VIP is fenced to the millisecond",
+            "the kernel accepts tables arp/inet vipd_fence (sets with per-element timeouts; checked through netlink, nothing changed): every VIP is fenced to the millisecond",
         ),
         Some(Err(e)) if sub_second => Check::new(
             "nft-fence",
             Status::Fail,
-            format!("the lease timings are sub-second and only the nftables fence can fence them, but it cannot start: vipd manager will refuse to run: {e}"),
+            format!("the lease timings are sub-second and only the millisecond fence can fence them, but it cannot start: vipd manager will refuse to run: {e}"),
         )
-        .fix("install nftables (the nft binary) and use a kernel with nf_tables arp and inet families and set timeouts (CONFIG_NF_TABLES, CONFIG_NF_TABLES_ARP, CONFIG_NF_TABLES_INET), or use whole-second lease timings (e.g. the default 3/2/1)"),
+        .fix(format!("{FIX}, or use whole-second lease timings (e.g. the default 3/2/1)")),
         Some(Err(e)) => Check::new(
             "nft-fence",
             Status::Warn,
-            format!("the nftables fence will be off (the address lifetime alone fences): {e}"),
+            format!("the millisecond fence cannot start here, so {WITHOUT_MS_FENCE}: {e}"),
         )
-        .fix("install nftables (the nft binary) and use a kernel with nf_tables arp and inet families and set timeouts (CONFIG_NF_TABLES, CONFIG_NF_TABLES_ARP, CONFIG_NF_TABLES_INET), or unset vip_nftfence"),
+        .fix(format!("{FIX}, or set vip_nftfence=false to run this way on purpose")),
     }
 }
 
@@ -498,11 +502,11 @@ async fn run_network(cfg: &Config, args: &PreflightArgs, has_raw: bool, report: 
 async fn run_nftables(cfg: &Config, report: &mut Report) {
     // Control-plane load balancer.
     let lb = match (&cfg.load_balancer, cfg.control_plane) {
-        (Some(_), true) => Some(crate::controlplane::lb::check("nft").await),
+        (Some(_), true) => Some(crate::controlplane::lb::check().await),
         _ => None,
     };
     report.checks.push(check_lb_nftables(lb.as_ref()));
-    let fence = match cfg.nft_fence && (cfg.control_plane || cfg.services) {
+    let fence = match cfg.nft_fence.wanted() && (cfg.control_plane || cfg.services) {
         true => Some(crate::net::nft::fence::NftFence::check().await),
         false => None,
     };

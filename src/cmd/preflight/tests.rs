@@ -250,7 +250,14 @@ fn dhcp_parent_row() {
 
 #[test]
 fn nft_fence_row_warns_when_nftables_cannot_fence() {
-    assert_eq!(check_nft_fence(None, false).status, Status::Skip);
+    let off = check_nft_fence(None, false);
+    assert_eq!(off.status, Status::Skip);
+    // Off (vip_nftfence=false) says what it costs.
+    assert!(
+        off.detail.contains("outlive the lease by up to ~1 s"),
+        "{}",
+        off.detail
+    );
     assert_eq!(check_nft_fence(Some(&Ok(())), true).status, Status::Pass);
     let e = || crate::net::nft::fence::FenceError::Setup {
         command: "add table arp vipd_fence".into(),

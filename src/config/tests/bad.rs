@@ -241,10 +241,12 @@ const BAD: &[Bad] = &[
         "svc_retryperiod",
         "0.0001",
     ),
-    // Trial finding: sub-second timings without vip_nftfence were refused by the manager
-    // only; the generator and preflight accepted them. Now one check refuses them all.
+    // Trial finding: sub-second timings without the millisecond fence were refused by the
+    // manager only; the generator and preflight accepted them. Now one check refuses them
+    // all (the fence is on by default: turned off explicitly).
     env(
         &[
+            ("vip_nftfence", "false"),
             ("vip_leaseduration", "0.6"),
             ("vip_renewdeadline", "0.4"),
             ("vip_retryperiod", "0.2"),
@@ -254,6 +256,7 @@ const BAD: &[Bad] = &[
     ),
     env(
         &[
+            ("vip_nftfence", "false"),
             ("svc_leaseduration", "0.6"),
             ("svc_renewdeadline", "0.4"),
             ("svc_retryperiod", "0.2"),

@@ -24,8 +24,9 @@
 //! * Forwarding (`lb_fwdmethod`, [`Forwarding`]): see its docs for what `local` and
 //!   `masquerade` mean here and why the other IPVS methods are refused.
 //!
-//! Kernel needs: nf_tables with NAT (`nft_nat`, `nft_masq`, `nft_numgen`, conntrack) and
-//! the `nft` binary (1.0 or later); IPv4 forwarding, which vipd switches on when it
+//! Kernel needs: nf_tables with NAT (`nft_nat`, `nft_masq`, `nft_numgen`, `nft_fib`,
+//! conntrack), changed through netlink from vipd's own process (no `nft` binary); IPv4
+//! forwarding, which vipd switches on when it
 //! installs the rules, as kube-vip does (Kubernetes nodes have it on already).
 
 pub mod backends;
@@ -35,7 +36,6 @@ pub mod nft;
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -49,7 +49,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use crate::election::LeaderState;
-use crate::net::nft::NftBatch;
+use crate::net::nft::nl::{self, Batch, Mode, Transport};
 use backends::{Candidate, Health};
 use health::Prober;
 use nft::{Family, Ruleset};
@@ -169,17 +169,18 @@ impl LbConfig {
 pub struct LbError {
     /// The commands, in `nft` syntax.
     pub command: String,
-    /// `nft`'s error output, or why it could not run.
+    /// The kernel's answer (each refused command with its errno), or why it could not be
+    /// asked.
     pub detail: String,
 }
 
 /// The kernel side of the load balancer. Implemented by [`NftLbKernel`]; tests use a fake.
 pub trait LbKernel: Send + Sync + 'static {
-    /// Runs one `nft` transaction.
+    /// Commits one nf_tables transaction.
     ///
     /// # Errors
-    /// `nft`'s error output (nothing changed).
-    fn apply<'a>(&'a self, batch: &'a NftBatch) -> BoxFuture<'a, Result<(), String>>;
+    /// The kernel's answer as text (nothing changed).
+    fn apply<'a>(&'a self, batch: &'a Batch) -> BoxFuture<'a, Result<(), String>>;
 
     /// Makes sure the node forwards `family` packets; `Ok(true)` when it switched it on.
     ///
@@ -188,22 +189,35 @@ pub trait LbKernel: Send + Sync + 'static {
     fn enable_forwarding(&self, family: Family) -> Result<bool, String>;
 }
 
-/// [`LbKernel`] through the `nft` binary and `/proc/sys`.
+/// [`LbKernel`] through nf_tables netlink ([`nl`], in the calling task's network
+/// namespace) and `/proc/sys`.
 #[derive(Debug, Clone)]
 pub struct NftLbKernel {
-    nft: PathBuf,
+    transport: Arc<dyn Transport>,
+}
+
+impl Default for NftLbKernel {
+    fn default() -> Self {
+        NftLbKernel {
+            transport: Arc::new(nl::Kernel),
+        }
+    }
 }
 
 impl NftLbKernel {
-    /// Runs `nft` (a path, or a name looked up in `PATH`).
-    pub fn new(nft: impl Into<PathBuf>) -> Self {
-        NftLbKernel { nft: nft.into() }
+    /// Changes the kernel's tables.
+    pub fn new() -> Self {
+        Self::default()
     }
 }
 
 impl LbKernel for NftLbKernel {
-    fn apply<'a>(&'a self, batch: &'a NftBatch) -> BoxFuture<'a, Result<(), String>> {
-        Box::pin(crate::net::nft::run_nft(&self.nft, &[], batch))
+    fn apply<'a>(&'a self, batch: &'a Batch) -> BoxFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            nl::send_with(self.transport.as_ref(), batch.clone(), Mode::Commit)
+                .await
+                .map_err(|e| e.to_string())
+        })
     }
 
     fn enable_forwarding(&self, family: Family) -> Result<bool, String> {
@@ -220,12 +234,13 @@ impl LbKernel for NftLbKernel {
     }
 }
 
-/// Checks, without changing anything (`nft --check`), that this node can hold the load
-/// balancer's IPv4 rules (nf_tables NAT, numgen, masquerade): for `vipd preflight`.
+/// Checks, without changing anything (the transaction is validated by the kernel and
+/// aborted, [`Mode::Check`]), that this node can hold the load balancer's IPv4 rules
+/// (nf_tables NAT, fib, numgen map, masquerade): for `vipd preflight`.
 ///
 /// # Errors
-/// [`LbError`] with `nft`'s message.
-pub async fn check(nft: impl Into<PathBuf>) -> Result<(), LbError> {
+/// [`LbError`] with the kernel's answer.
+pub async fn check() -> Result<(), LbError> {
     let rs = Ruleset {
         family: Family::Ip,
         vips: vec![IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 10))],
@@ -234,11 +249,11 @@ pub async fn check(nft: impl Into<PathBuf>) -> Result<(), LbError> {
         backends: vec![IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 11))],
     };
     let b = nft::install_batch(&rs);
-    crate::net::nft::run_nft(&nft.into(), &["--check"], &b)
+    nl::send_with(&nl::Kernel, b.clone(), Mode::Check)
         .await
-        .map_err(|detail| LbError {
-            command: b.command(),
-            detail,
+        .map_err(|e| LbError {
+            command: b.text(),
+            detail: e.to_string(),
         })
 }
 
@@ -262,9 +277,9 @@ impl<K: LbKernel> Tables<K> {
         self.installed.is_empty()
     }
 
-    async fn run(&self, b: NftBatch) -> Result<(), LbError> {
+    async fn run(&self, b: Batch) -> Result<(), LbError> {
         self.kernel.apply(&b).await.map_err(|detail| LbError {
-            command: b.command(),
+            command: b.text(),
             detail,
         })
     }
@@ -634,7 +649,7 @@ pub(crate) fn start(
     let (holder_tx, holder_rx) = watch::channel(0u64);
     let lb = Lb {
         cfg,
-        tables: Tables::new(NftLbKernel::new("nft")),
+        tables: Tables::new(NftLbKernel::new()),
         prober: Arc::new(health::HttpsProber::new()),
         metrics: Some(metrics.families()),
     };

@@ -27,21 +27,17 @@
 //! * With no healthy backend there is no redirect rule: connections reach the holder's own
 //!   stack (its API server when `lb_port == port`).
 //!
-//! Every change is one atomic `nft` transaction ([`NftBatch`]): the first install replaces a
-//! stale table left by an earlier run, a backend change flushes and refills the
-//! `prerouting` chain, removal deletes the table. No other table is ever named.
+//! Every change is one atomic nf_tables transaction ([`Batch`], sent through netlink from
+//! vipd's own process, [`nl`]): the first install replaces a stale table left by an earlier
+//! run, a backend change flushes and refills the `prerouting` chain, removal deletes the
+//! table. No other table is ever named. The backend map of each DNAT rule is an anonymous
+//! map of the same transaction, as `nft` creates it for the rule above.
 
 use std::net::IpAddr;
 
-use nftables::expr::{
-    CT, CTDir, Expression, Fib, FibFlag, FibResult, Map, NamedExpression, NgMode, Numgen, Payload,
-    PayloadField, SetItem,
-};
-use nftables::schema::{Chain, NfCmd, NfListObject, Rule, Table};
-use nftables::stmt::{Counter, Match, NAT, Operator, Statement};
-use nftables::types::{NfChainPolicy, NfChainType, NfFamily, NfHook};
+use netlink_packet_netfilter::nftables::MetaKey;
 
-use crate::net::nft::NftBatch;
+use crate::net::nft::nl::{self, Base, BaseChain, Batch, hook, nat};
 
 /// Name of vipd's load-balancer table (families `ip` and `ip6`).
 pub const TABLE: &str = "vipd_lb";
@@ -83,10 +79,10 @@ impl Family {
         }
     }
 
-    fn nf(self) -> NfFamily {
+    fn nl(self) -> nl::Family {
         match self {
-            Family::Ip => NfFamily::IP,
-            Family::Ip6 => NfFamily::IP6,
+            Family::Ip => nl::Family::Ip,
+            Family::Ip6 => nl::Family::Ip6,
         }
     }
 }
@@ -114,12 +110,9 @@ pub struct Ruleset {
 }
 
 impl Ruleset {
-    /// The `nft` command that adds this ruleset's DNAT rule for `vip`, `None` without
-    /// backends.
-    fn dnat_text(&self, vip: IpAddr) -> Option<String> {
-        if self.backends.is_empty() {
-            return None;
-        }
+    /// The DNAT rule's text for `vip` in `nft` syntax (what `add rule ... prerouting`
+    /// follows with).
+    fn dnat_text(&self, vip: IpAddr) -> String {
         let map = self
             .backends
             .iter()
@@ -127,218 +120,137 @@ impl Ruleset {
             .map(|(i, b)| format!("{i} : {b}"))
             .collect::<Vec<_>>()
             .join(", ");
-        Some(format!(
-            "add rule {f} {TABLE} {CHAIN_DNAT} {f} daddr {vip} fib daddr type local tcp dport {lp} counter dnat to numgen inc mod {n} map {{ {map} }}:{p}",
+        format!(
+            "{f} daddr {vip} fib daddr type local tcp dport {lp} counter dnat to numgen inc mod {n} map {{ {map} }}:{p}",
             f = self.family,
             lp = self.lb_port,
             n = self.backends.len(),
             p = self.port,
-        ))
+        )
     }
 }
 
-fn table(family: Family) -> Table<'static> {
-    Table {
-        family: family.nf(),
-        name: TABLE.into(),
-        handle: None,
+/// An address's bytes in network byte order.
+fn octets(a: IpAddr) -> Vec<u8> {
+    match a {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => a.octets().to_vec(),
     }
 }
 
-fn payload(protocol: &'static str, field: &'static str) -> Expression<'static> {
-    Expression::Named(NamedExpression::Payload(Payload::PayloadField(
-        PayloadField {
-            protocol: protocol.into(),
-            field: field.into(),
-        },
-    )))
-}
-
-fn eq(left: Expression<'static>, right: Expression<'static>) -> Statement<'static> {
-    Statement::Match(Match {
-        left,
-        right,
-        op: Operator::EQ,
-    })
-}
-
-fn addr(a: IpAddr) -> Expression<'static> {
-    Expression::String(a.to_string().into())
+/// `payload load <family> daddr => reg 1; cmp eq reg 1 <vip>`.
+fn daddr_is(vip: IpAddr) -> [nl::Expr; 2] {
+    let (offset, len) = match vip {
+        IpAddr::V4(_) => (16, 4),
+        IpAddr::V6(_) => (24, 16),
+    };
+    [
+        nl::payload(Base::Network, offset, len),
+        nl::cmp(true, &octets(vip)),
+    ]
 }
 
 /// `<family> daddr <vip> fib daddr type local tcp dport <lb_port> counter dnat to numgen inc
-/// mod N map {...}:<port>`.
-fn dnat_rule(rs: &Ruleset, vip: IpAddr) -> Rule<'static> {
-    let map = rs
-        .backends
-        .iter()
-        .enumerate()
-        .map(|(i, b)| SetItem::Mapping(Expression::Number(i as u32), addr(*b)))
-        .collect::<Vec<_>>();
-    let to = Expression::Named(NamedExpression::Map(Box::new(Map {
-        key: Expression::Named(NamedExpression::Numgen(Numgen {
-            mode: NgMode::Inc,
-            ng_mod: rs.backends.len() as u32,
-            offset: Some(0),
-        })),
-        data: Expression::Named(NamedExpression::Set(map)),
-    })));
-    Rule {
-        family: rs.family.nf(),
-        table: TABLE.into(),
-        chain: CHAIN_DNAT.into(),
-        expr: vec![
-            eq(payload(rs.family.name(), "daddr"), addr(vip)),
-            eq(
-                Expression::Named(NamedExpression::Fib(Fib {
-                    result: FibResult::Type,
-                    flags: [FibFlag::Daddr].into_iter().collect(),
-                })),
-                Expression::String("local".into()),
-            ),
-            eq(
-                payload("tcp", "dport"),
-                Expression::Number(u32::from(rs.lb_port)),
-            ),
-            Statement::Counter(Counter::Anonymous(None)),
-            Statement::DNAT(Some(NAT {
-                addr: Some(to),
-                family: None,
-                port: Some(Expression::Number(u32::from(rs.port))),
-                flags: None,
-            })),
-        ]
-        .into(),
-        ..Rule::default()
-    }
+/// mod N map {...}:<port>`, the map being anonymous map `map_id` of the same batch.
+fn dnat_exprs(rs: &Ruleset, vip: IpAddr, map_id: u32) -> Vec<nl::Expr> {
+    /// IPPROTO_TCP.
+    const TCP: u8 = 6;
+    let n = u32::try_from(rs.backends.len()).unwrap_or(u32::MAX);
+    let mut e = Vec::from(daddr_is(vip));
+    e.extend(nat::fib_daddr_local());
+    e.push(nl::meta(MetaKey::L4Proto));
+    e.push(nl::cmp(true, &[TCP]));
+    e.push(nl::payload(Base::Transport, 2, 2));
+    e.push(nl::cmp(true, &rs.lb_port.to_be_bytes()));
+    e.push(nl::counter());
+    e.push(nat::numgen_inc(n));
+    e.push(nat::map_lookup(nl::ANONYMOUS_MAP, map_id));
+    e.extend(nat::dnat_to_port(rs.family.nl(), rs.port));
+    e
 }
 
 /// `ct status dnat ct original <family> daddr <vip> counter masquerade`.
-fn masquerade_rule(family: Family, vip: IpAddr) -> Rule<'static> {
-    let ct = |key: &'static str, dir: Option<CTDir>| {
-        Expression::Named(NamedExpression::CT(CT {
-            key: key.into(),
-            family: None,
-            dir,
-        }))
-    };
-    let daddr = match family {
-        Family::Ip => "ip daddr",
-        Family::Ip6 => "ip6 daddr",
-    };
-    Rule {
-        family: family.nf(),
-        table: TABLE.into(),
-        chain: CHAIN_SNAT.into(),
-        expr: vec![
-            Statement::Match(Match {
-                left: ct("status", None),
-                right: Expression::String("dnat".into()),
-                op: Operator::IN,
-            }),
-            eq(ct(daddr, Some(CTDir::Original)), addr(vip)),
-            Statement::Counter(Counter::Anonymous(None)),
-            Statement::Masquerade(None),
-        ]
-        .into(),
-        ..Rule::default()
-    }
+fn masquerade_exprs(family: Family, vip: IpAddr) -> Vec<nl::Expr> {
+    let mut e = Vec::from(nat::ct_status_dnat());
+    e.push(nat::ct_original_daddr(family.nl()));
+    e.push(nl::cmp(true, &octets(vip)));
+    e.push(nl::counter());
+    e.push(nat::masquerade());
+    e
 }
 
-fn nat_chain(family: Family, name: &'static str, hook: NfHook, prio: i32) -> Chain<'static> {
-    Chain {
-        family: family.nf(),
-        table: TABLE.into(),
-        name: name.into(),
-        _type: Some(NfChainType::NAT),
-        hook: Some(hook),
-        prio: Some(prio),
-        policy: Some(NfChainPolicy::Accept),
-        ..Chain::default()
+/// `type nat hook <hook> priority <priority>; policy accept;`.
+fn nat_chain(hook: u32, hook_name: &'static str, priority: i32) -> BaseChain {
+    BaseChain {
+        chain_type: "nat",
+        hook,
+        hook_name,
+        priority,
     }
 }
 
 /// Deletes `<family> vipd_lb` whether it exists or not (`add table` first, so the delete
 /// cannot fail): the removal on losing the lease or stopping, and the stale cleanup at start.
-pub fn remove_batch(family: Family) -> NftBatch {
-    let mut b = NftBatch::new();
-    b.push(
-        NfCmd::Add(NfListObject::Table(table(family))),
-        format!("add table {family} {TABLE}"),
-    );
-    b.push(
-        NfCmd::Delete(NfListObject::Table(table(family))),
-        format!("delete table {family} {TABLE}"),
-    );
-    b
+pub fn remove_batch(family: Family) -> Batch {
+    nl::remove_table(family.nl(), TABLE)
 }
 
 /// Installs `rs` from scratch: deletes any table of that name (a stale one), creates the
 /// table, both chains, the masquerade rules and the DNAT rules, in one transaction.
-pub fn install_batch(rs: &Ruleset) -> NftBatch {
+pub fn install_batch(rs: &Ruleset) -> Batch {
     let f = rs.family;
     let mut b = remove_batch(f);
-    b.push(
-        NfCmd::Add(NfListObject::Table(table(f))),
-        format!("add table {f} {TABLE}"),
-    );
-    b.push(
-        NfCmd::Add(NfListObject::Chain(nat_chain(
-            f,
-            CHAIN_DNAT,
-            NfHook::Prerouting,
-            PRIO_DSTNAT,
-        ))),
-        format!(
-            "add chain {f} {TABLE} {CHAIN_DNAT} {{ type nat hook prerouting priority dstnat; policy accept; }}"
-        ),
-    );
-    b.push(
-        NfCmd::Add(NfListObject::Chain(nat_chain(
-            f,
-            CHAIN_SNAT,
-            NfHook::Postrouting,
-            PRIO_SRCNAT,
-        ))),
-        format!(
-            "add chain {f} {TABLE} {CHAIN_SNAT} {{ type nat hook postrouting priority srcnat; policy accept; }}"
-        ),
-    );
+    b.push(nl::add_table(f.nl(), TABLE));
+    b.push(nl::add_chain(
+        f.nl(),
+        TABLE,
+        CHAIN_DNAT,
+        nat_chain(hook::PREROUTING, "prerouting", PRIO_DSTNAT),
+    ));
+    b.push(nl::add_chain(
+        f.nl(),
+        TABLE,
+        CHAIN_SNAT,
+        nat_chain(hook::POSTROUTING, "postrouting", PRIO_SRCNAT),
+    ));
     for vip in &rs.vips {
-        b.push(
-            NfCmd::Add(NfListObject::Rule(masquerade_rule(f, *vip))),
-            format!(
-                "add rule {f} {TABLE} {CHAIN_SNAT} ct status dnat ct original {f} daddr {vip} counter masquerade"
-            ),
-        );
+        b.push(nl::add_rule(
+            f.nl(),
+            TABLE,
+            CHAIN_SNAT,
+            masquerade_exprs(f, *vip),
+            &format!("ct status dnat ct original {f} daddr {vip} counter masquerade"),
+        ));
     }
     push_dnat_rules(&mut b, rs);
     b
 }
 
 /// Points the DNAT rules at `rs.backends`: flushes the `prerouting` chain and refills it in
-/// one transaction (connections already established keep their backend).
-pub fn update_batch(rs: &Ruleset) -> NftBatch {
-    let f = rs.family;
-    let mut b = NftBatch::new();
-    b.push(
-        NfCmd::Flush(nftables::schema::FlushObject::Chain(Chain {
-            family: f.nf(),
-            table: TABLE.into(),
-            name: CHAIN_DNAT.into(),
-            ..Chain::default()
-        })),
-        format!("flush chain {f} {TABLE} {CHAIN_DNAT}"),
-    );
+/// one transaction (connections already established keep their backend; the old rules'
+/// anonymous maps go with them).
+pub fn update_batch(rs: &Ruleset) -> Batch {
+    let mut b = Batch::new();
+    b.push(nl::flush_chain(rs.family.nl(), TABLE, CHAIN_DNAT));
     push_dnat_rules(&mut b, rs);
     b
 }
 
-fn push_dnat_rules(b: &mut NftBatch, rs: &Ruleset) {
-    for vip in &rs.vips {
-        if let Some(text) = rs.dnat_text(*vip) {
-            b.push(NfCmd::Add(NfListObject::Rule(dnat_rule(rs, *vip))), text);
-        }
+/// One DNAT rule per VIP, each with its backend map (ids 1, 2, ...), none without backends.
+fn push_dnat_rules(b: &mut Batch, rs: &Ruleset) {
+    if rs.backends.is_empty() {
+        return;
+    }
+    let addrs: Vec<Vec<u8>> = rs.backends.iter().map(|a| octets(*a)).collect();
+    for (id, vip) in (1u32..).zip(&rs.vips) {
+        b.append(nat::add_address_map(rs.family.nl(), TABLE, id, &addrs));
+        b.push(nl::add_rule(
+            rs.family.nl(),
+            TABLE,
+            CHAIN_DNAT,
+            dnat_exprs(rs, *vip, id),
+            &rs.dnat_text(*vip),
+        ));
     }
 }
 

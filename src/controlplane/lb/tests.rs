@@ -18,12 +18,12 @@ struct FakeKernel {
 }
 
 impl LbKernel for Arc<FakeKernel> {
-    fn apply<'a>(&'a self, batch: &'a NftBatch) -> BoxFuture<'a, Result<(), String>> {
+    fn apply<'a>(&'a self, batch: &'a Batch) -> BoxFuture<'a, Result<(), String>> {
         Box::pin(async move {
             if self.fail.load(std::sync::atomic::Ordering::SeqCst) {
                 return Err("Operation not permitted".into());
             }
-            self.log.lock().unwrap().push(batch.command());
+            self.log.lock().unwrap().push(batch.text());
             Ok(())
         })
     }

@@ -1,5 +1,6 @@
-//! The nftables fence (issue 16, opt-in `vip_nftfence`): a VIP is answered only while its
-//! renewal-driven timeout runs, to the millisecond.
+//! The nftables fence (issue 16; `vip_nftfence`, on by default wherever the kernel supports
+//! it, [`NftFenceSetting`]): a VIP is answered only while its renewal-driven timeout runs,
+//! to the millisecond.
 //!
 //! The address-lifetime fence ([`crate::lease::fence_lifetime`]) is counted by the kernel
 //! in whole seconds from when it handles the request. This fence is counted from the
@@ -35,8 +36,8 @@
 //! nftables 1.0.6 has no `icmpv6 taddr`, so those sets hold the VIP as a 128-bit integer
 //! matched against that raw payload.
 //!
-//! Element timeouts are written in `nft` syntax (`timeout 1995ms`), run through
-//! [`super::run_nft_text`]: the JSON API takes them in whole seconds only. A refresh of an
+//! Element timeouts are sent in milliseconds (`timeout 1995ms` in `nft` syntax) through
+//! netlink ([`nl`]), computed right before the `sendmsg` that commits them. A refresh of an
 //! element that may still be live deletes and re-adds it in one transaction (a plain `add`
 //! of an element that exists keeps its old timeout); the first `add` carries the same
 //! timeout, so an element without one (which would never expire) is never created. The
@@ -76,7 +77,7 @@ pub const LIVE_SLACK: Duration = Duration::from_millis(10);
 /// Errors of the nftables fence; each names the `nft` commands concerned.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum FenceError {
-    /// Creating the tables failed (no `nft` binary, kernel without nf_tables `arp`/`inet`
+    /// Creating the tables failed (kernel without nf_tables `arp`/`inet`
     /// or set timeouts, no CAP_NET_ADMIN).
     #[error(
         "cannot create the nftables fence tables arp/inet {FENCE_TABLE}: `{command}` failed: {detail}"
@@ -160,7 +161,7 @@ pub trait VipFence: Send + Sync + fmt::Debug + 'static {
     fn close(&self) -> BoxFuture<'_, Result<(), FenceError>>;
 }
 
-/// The fence used when `vip_nftfence` is off or nftables cannot do it: filters nothing
+/// The fence used when `vip_nftfence=false` or nftables cannot do it: filters nothing
 /// (the address lifetime alone fences).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NoopFence;
@@ -701,7 +702,7 @@ impl NftFence {
             return Ok((now, now));
         }
         let _one_run = self.run.lock().await;
-        // Opened on this thread: in its network namespace, as the `nft` process was.
+        // Opened on this thread: in its network namespace.
         let link = self.state.transport.open();
         let state = self.state.clone();
         let owned = ops.to_vec();
@@ -865,11 +866,10 @@ struct Batched {
     reply: tokio::sync::oneshot::Sender<Result<Instant, FenceError>>,
 }
 
-/// [`NftFence`] for many holders at once: every change queued while an `nft` run is under
-/// way goes into the next run, as one transaction. One `nft` process per renewal is fine
-/// for the control-plane lease, but with a lease per Service (a renewal per Service every
-/// retry period) it would be hundreds a second; batched, it is at most one run at a time,
-/// whatever the number of holders.
+/// [`NftFence`] for many holders at once: every change queued while a transaction is under
+/// way goes into the next one. With a lease per Service (a renewal per Service every retry
+/// period) one transaction per renewal would be hundreds a second; batched, it is at most
+/// one at a time, whatever the number of holders.
 ///
 /// Each caller gives the end of its element's live time, and the timeout is computed from
 /// it when the batch is written (`NftFence::apply`): the time spent in the queue is taken
@@ -977,18 +977,52 @@ impl VipFence for BatchedFence {
     }
 }
 
-/// Starts the nftables fence for `vipd manager` when `vip_nftfence` is on: the
-/// [`NftFence`] when `nft` and the kernel support it, else a [`NoopFence`] with one
-/// warning saying the address lifetime alone fences and why. Off: a [`NoopFence`], after
-/// deleting tables a crashed run with the option on may have left (they would drop the
-/// VIP's traffic on this node for good); where `nft` cannot run there are none.
-pub async fn start_fence(enabled: bool) -> Arc<dyn VipFence> {
-    if !enabled {
-        match send_batch(&Kernel, remove_commands(), Mode::Commit).await {
-            Ok(()) => {}
-            Err(e) => {
-                debug!(error = %e, "no nftables fence tables to remove (vip_nftfence is off)")
-            }
+/// `vip_nftfence`: whether every VIP is fenced in nftables to the millisecond as well as by
+/// its address lifetime.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum NftFenceSetting {
+    /// Unset: on wherever the kernel supports it; where it cannot start, the address
+    /// lifetime alone fences (one warning saying what that costs) and only timings it
+    /// cannot fence (sub-second ones) are refused.
+    #[default]
+    Default,
+    /// `vip_nftfence=true`: on; where it cannot start, the same as [`Self::Default`], the
+    /// warning naming the option.
+    On,
+    /// `vip_nftfence=false`: off; the address lifetime alone fences, and sub-second
+    /// timings are refused when the configuration is read.
+    Off,
+}
+
+impl NftFenceSetting {
+    /// From the option's value (`None`: unset).
+    pub fn from_option(value: Option<bool>) -> Self {
+        match value {
+            None => NftFenceSetting::Default,
+            Some(true) => NftFenceSetting::On,
+            Some(false) => NftFenceSetting::Off,
+        }
+    }
+
+    /// Whether the millisecond fence is to be started (the lease timings are planned
+    /// with it: [`crate::lease::fence_plan`]).
+    pub fn wanted(self) -> bool {
+        self != NftFenceSetting::Off
+    }
+}
+
+/// What running without the millisecond fence costs, for logs and `vipd preflight`.
+pub const WITHOUT_MS_FENCE: &str = "the address lifetime alone fences, in whole seconds: with several VIPs on one holder the kernel removes expired addresses in runs up to a second apart, so the last one can outlive the lease by up to ~1 s (a takeover's RFC 5227 probe covers that window for the control-plane VIP), and sub-second lease timings cannot be used";
+
+/// Starts the nftables fence for `vipd manager` when `setting` wants it and `used` (a
+/// control plane or Services to fence): the [`NftFence`] when the kernel supports it, else a
+/// [`NoopFence`] with one warning saying that the address lifetime alone fences, what that
+/// costs and why. Off: a [`NoopFence`], after deleting tables a crashed run with the fence
+/// on may have left (they would drop the VIP's traffic on this node for good).
+pub async fn start_fence(setting: NftFenceSetting, used: bool) -> Arc<dyn VipFence> {
+    if !setting.wanted() || !used {
+        if let Err(e) = send_batch(&Kernel, remove_commands(), Mode::Commit).await {
+            debug!(error = %e, "no nftables fence tables to remove (the millisecond fence is off)");
         }
         return Arc::new(NoopFence);
     }
@@ -996,12 +1030,16 @@ pub async fn start_fence(enabled: bool) -> Arc<dyn VipFence> {
         Ok(f) => {
             info!(
                 table = FENCE_TABLE,
-                "nftables fence on: every VIP is answered only until its last renewal's send time + the fence lifetime (nft list table arp vipd_fence; nft list table inet vipd_fence)"
+                "millisecond fence on: every VIP is answered only until its last renewal's send time + the fence lifetime, to the millisecond, besides its address lifetime (nft list table arp vipd_fence; nft list table inet vipd_fence)"
             );
             Arc::new(BatchedFence::new(f))
         }
         Err(e) => {
-            warn!(error = %e, "nftables fence is off (vip_nftfence=true but nftables cannot do it here): the VIP's address lifetime alone fences, in whole seconds");
+            let asked = match setting {
+                NftFenceSetting::On => "vip_nftfence=true, but ",
+                _ => "",
+            };
+            warn!(error = %e, "{asked}the millisecond fence cannot start on this node (nf_tables arp/inet with set timeouts and CAP_NET_ADMIN are needed; `vipd preflight` checks it): {WITHOUT_MS_FENCE}; set vip_nftfence=false to run this way on purpose");
             Arc::new(NoopFence)
         }
     }

@@ -1,13 +1,9 @@
-//! nftables from vipd: the ARP flux guard ([`arp_guard`]), the fence ([`fence`]) and
-//! Service security ([`svcsec`]) change their tables through netlink from vipd's own
-//! process ([`nl`]); the control-plane load balancer still runs the `nft` binary
-//! (`run_nft`, [`NftBatch`]) until it is ported to [`nl`].
+//! nftables from vipd: the ARP flux guard ([`arp_guard`]), the fence ([`fence`]), Service
+//! security ([`svcsec`]) and the control-plane load balancer
+//! ([`crate::controlplane::lb::nft`]) change their tables through netlink from vipd's own
+//! process ([`nl`]). No `nft` process runs; `nft list table ...` stays a debugging tool.
 
 pub mod arp_guard;
 pub mod fence;
 pub mod nl;
-mod run;
 pub mod svcsec;
-
-pub use run::NftBatch;
-pub(crate) use run::run_nft;

@@ -14,9 +14,10 @@
 //!
 //! Messages are built with netlink-packet-netfilter (rust-netlink, MIT: table, chain,
 //! rule, set and set element messages, the batch markers and the payload, meta, cmp,
-//! lookup and immediate expressions); the expressions it does not model (counter, fib,
-//! numgen, nat, masquerade, ct) are written as its generic attributes here, each checked
-//! against the bytecode `nft --debug=netlink` (nftables 1.0.6) generates for the same rule.
+//! lookup, bitwise and immediate expressions); the expressions it does not model (counter,
+//! and in [`nat`] fib, numgen, nat, masquerade, ct) are written as its generic attributes,
+//! each checked against the bytecode `nft --debug=netlink` (nftables 1.0.6) generates for
+//! the same rule.
 //! The socket is netlink-sys's, opened per batch: a failed batch's unread answers go with
 //! it.
 
@@ -738,6 +739,9 @@ pub fn add_anonymous_set(
 /// The name an anonymous set is created with (the kernel numbers it).
 pub const ANONYMOUS_SET: &str = "__set%d";
 
+/// The name an anonymous map is created with (the kernel numbers it).
+pub const ANONYMOUS_MAP: &str = "__map%d";
+
 fn element_message(table: &str, set: &str, element: Vec<SetElementAttribute>) -> SetElementMessage {
     SetElementMessage {
         attributes: vec![
@@ -926,6 +930,8 @@ pub fn unhex(hex: &str) -> Vec<u8> {
         .map_while(|i| u8::from_str_radix(hex.get(i..i + 2)?, 16).ok())
         .collect()
 }
+
+pub mod nat;
 
 #[cfg(test)]
 mod tests;

@@ -148,7 +148,7 @@ impl fmt::Display for Element {
 /// Errors of the Service security table; each names the `nft` commands concerned.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum SvcSecError {
-    /// Creating the table failed (no `nft` binary, kernel without nf_tables `inet`, no
+    /// Creating the table failed (kernel without nf_tables `inet`, no
     /// CAP_NET_ADMIN).
     #[error(
         "cannot create the Service security table inet {SVCSEC_TABLE}: `{command}` failed: {detail}"

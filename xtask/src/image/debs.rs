@@ -10,13 +10,13 @@ use anyhow::{Context, Result, bail};
 
 use super::layer::{FileTree, Node};
 
-/// What vipd runs besides itself: the C library and libgcc (Rust's std unwinder) of the
-/// glibc-linked binary, and `nft` for the ARP flux guard, the nftables fence and the
-/// control-plane load balancer (`grep -rn 'Command::new' src`: `nft` is all vipd execs).
-pub const ROOT_PACKAGES: [&str; 3] = ["libc6", "libgcc-s1", "nftables"];
+/// What vipd needs besides itself: the C library and libgcc (Rust's std unwinder) of the
+/// glibc-linked binary. vipd runs no other program (`grep -rn 'Command::new' src`): it
+/// changes its nftables tables through netlink itself, so the image carries no `nft`.
+pub const ROOT_PACKAGES: [&str; 2] = ["libc6", "libgcc-s1"];
 
 /// Parts of the packages left out of the image: documentation, manual pages, translations,
-/// and glibc's iconv modules (neither vipd nor nft converts character sets).
+/// and glibc's iconv modules (vipd converts no character sets).
 pub const EXCLUDED_PATHS: [&str; 7] = [
     "usr/share/doc",
     "usr/share/man",

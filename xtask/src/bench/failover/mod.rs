@@ -109,6 +109,7 @@ fn failover(o: &BenchOptions) -> Result<()> {
     let vipd = vipd_release_binary(o.build, o.vipd_path.as_deref())?;
     let started = Instant::now();
     let mut ctx = Ctx::start(vipd, o.verbose)?;
+    ctx.freeze_for = o.freeze_for;
     if o.lb {
         ctx.enable_lb()?;
     }

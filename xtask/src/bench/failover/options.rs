@@ -40,6 +40,10 @@ options:
                     = vip_* timings); one probe and ARP watcher per VIP, figures per VIP
                     (`vipd T cp+svc:cp`, `vipd T cp+svc:svc`) and per pair (vipd only, no
                     idle phase; not with --lb, --service or --ride)
+  --freeze-ms MS    freeze only: thaw the holder MS ms after the event, whether or not
+                    another node took over (default: 3 s after the takeover); e.g. 800 with
+                    --timings 0.6/0.4/0.2 thaws it while its 1 s address may still be
+                    there, so whatever it commits at the thaw shows as two responders
   -v, --verbose     print progress of every trial";
 
 /// Parsed options of `bench failover`.
@@ -73,6 +77,8 @@ pub struct BenchOptions {
     /// One node holds the control-plane VIP and a Service VIP ([`SERVICE_VIP`](crate::bench::harness::SERVICE_VIP)) before the
     /// event (`--cp-and-service`).
     pub cp_and_service: bool,
+    /// Freeze only: thaw the holder this long after the event (`--freeze-ms`).
+    pub freeze_for: Option<std::time::Duration>,
 }
 
 impl BenchOptions {
@@ -95,6 +101,7 @@ impl BenchOptions {
             lb: false,
             service: None,
             cp_and_service: false,
+            freeze_for: None,
         };
         parse_flags(args, USAGE, |a, value| {
             match a {
@@ -138,6 +145,13 @@ impl BenchOptions {
                 "--service" => o.service = Some(o.service.unwrap_or(false)),
                 "--ride" => o.service = Some(true),
                 "--cp-and-service" => o.cp_and_service = true,
+                "--freeze-ms" => {
+                    let v = value()?;
+                    let ms: u64 = v.parse().ok().filter(|n| *n > 0).ok_or_else(|| {
+                        anyhow!("invalid --freeze-ms value {v:?}: expected a positive number of milliseconds")
+                    })?;
+                    o.freeze_for = Some(std::time::Duration::from_millis(ms));
+                }
                 "-v" | "--verbose" => o.verbose = true,
                 _ => return Ok(false),
             }

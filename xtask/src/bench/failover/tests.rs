@@ -212,3 +212,16 @@ fn trial_result(subject: &str, to: &str, gap: f64) -> TrialResult {
         notes: vec![],
     }
 }
+
+#[test]
+fn freeze_ms_thaws_early_and_must_be_positive() {
+    assert_eq!(BenchOptions::parse(&[]).unwrap().freeze_for, None);
+    let o = BenchOptions::parse(&["--scenario", "freeze", "--freeze-ms", "800"]).unwrap();
+    assert_eq!(o.freeze_for, Some(std::time::Duration::from_millis(800)));
+    for bad in ["0", "-5", "0.8", "x"] {
+        let e = BenchOptions::parse(&["--freeze-ms", bad])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--freeze-ms") && e.contains(bad), "{e}");
+    }
+}

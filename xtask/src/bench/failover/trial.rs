@@ -100,6 +100,29 @@ fn watch_takeovers(
     }
 }
 
+/// Freeze trials with `--freeze-ms`: a thread that thaws the holder's processes (those
+/// frozen by the event) that long after `t0`, whether or not another node took over; the
+/// thaw of [`thaw_and_watch`] is then a no-op. `None` otherwise.
+fn early_thaw(
+    ctx: &Ctx,
+    cluster: &Cluster,
+    scenario: Scenario,
+    holder: &str,
+    t0: Instant,
+) -> Option<std::thread::JoinHandle<()>> {
+    let after = ctx.freeze_for.filter(|_| scenario == Scenario::Freeze)?;
+    let pids = cluster.pids(holder);
+    Some(std::thread::spawn(move || {
+        std::thread::sleep((t0 + after).saturating_duration_since(Instant::now()));
+        for p in pids {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(p),
+                nix::sys::signal::Signal::SIGCONT,
+            );
+        }
+    }))
+}
+
 /// Largest time a takeover may take before the trial gives up: generous, three lease
 /// durations of the slowest timings we expect plus slack.
 fn takeover_limit(subject: &Subject) -> Duration {
@@ -171,6 +194,7 @@ pub fn run_trial_per_vip(
 
     let t0 = Instant::now();
     act(ctx, &cluster, scenario, &holder)?;
+    let early_thaw = early_thaw(ctx, &cluster, scenario, &holder, t0);
     let ws = watch_takeovers(ctx, &addrs, &holder, t0, takeover_limit(subject))?;
     let mut per_vip = takeover_notes(ctx, scenario, subject, &ws, &vips);
     let came_back = if scenario == Scenario::Freeze {
@@ -187,6 +211,9 @@ pub fn run_trial_per_vip(
         std::thread::sleep(Duration::from_secs(2));
         vec![None; vips.len()]
     };
+    if let Some(t) = early_thaw {
+        let _ = t.join();
+    }
     let summaries: Vec<Result<ProbeSummary>> = probes.into_iter().map(stop_probe).collect();
     let mut reports = Vec::new();
     for (w, at) in watchers {

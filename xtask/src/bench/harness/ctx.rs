@@ -30,6 +30,9 @@ pub struct Ctx {
     /// The control-plane VIP and a Service VIP on one node
     /// ([`Ctx::enable_cp_and_service`]).
     pub cp_and_service: bool,
+    /// Freeze trials thaw the holder this long after the event (`--freeze-ms`); `None`: 3 s
+    /// after the takeover.
+    pub freeze_for: Option<Duration>,
 }
 
 impl Ctx {
@@ -54,6 +57,7 @@ impl Ctx {
             lb: false,
             service: None,
             cp_and_service: false,
+            freeze_for: None,
         })
     }
 
