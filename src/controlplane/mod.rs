@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::MissedTickBehavior;
 use tokio_util::sync::CancellationToken;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::election::kube::KubeLeaseClient;
 use crate::election::{Elector, Gates};
@@ -421,12 +421,20 @@ pub(crate) async fn health_loop(
         }
         let res = check_api(&client, HEALTH_INTERVAL).await;
         let open = tracker.record(res.is_ok());
+        // Without `gates` (no control-plane VIP) nothing steps down: only readiness follows.
+        let (unhealthy, healthy) = match gates {
+            Some(_) => (
+                "local API server unhealthy; stepping down and not campaigning",
+                "local API server healthy again",
+            ),
+            None => ("API server unreachable", "API server reachable again"),
+        };
         match (&res, was_open, open) {
             (Err(e), true, false) => {
-                warn!(error = %e, failures = HEALTH_FAILURES, "local API server unhealthy; stepping down and not campaigning")
+                warn!(error = %e, failures = HEALTH_FAILURES, "{unhealthy}")
             }
-            (Err(e), true, true) => warn!(error = %e, "local API server health check failed"),
-            (Ok(()), false, true) => info!("local API server healthy again"),
+            (Err(e), true, true) => debug!(error = %e, "API server health check failed"),
+            (Ok(()), false, true) => info!("{healthy}"),
             _ => {}
         }
         was_open = open;

@@ -31,6 +31,20 @@ pub async fn read_peer_key(
     read_key_with_id(client, namespace, patience)
         .await
         .map(|(k, _)| k)
+        .map_err(|e| e.to_string())
+}
+
+/// Why the peer key could not be read ([`read_key_with_id`]); both messages name the Secret.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyReadError {
+    /// The API server did not answer the `get` (unreachable, failing, or RBAC refused it):
+    /// says nothing about the key itself.
+    #[error("{0}")]
+    Unreadable(String),
+    /// The Secret was read and holds no usable key (missing, no `key`, too short), with
+    /// the command that creates one.
+    #[error("{0}")]
+    Invalid(String),
 }
 
 /// The command that creates the peer key Secret in `namespace` (32 random bytes, base64).
@@ -45,12 +59,13 @@ pub fn create_command(namespace: &str) -> String {
 /// [`read_peer_key`], with the key's [`KeyId`] (to notice a rotation).
 ///
 /// # Errors
-/// As [`read_peer_key`].
+/// As [`read_peer_key`], split into [`KeyReadError::Unreadable`] (the API) and
+/// [`KeyReadError::Invalid`] (the Secret).
 pub async fn read_key_with_id(
     client: &kube::Client,
     namespace: &str,
     patience: Duration,
-) -> Result<(crate::peer::wire::PeerKey, KeyId), String> {
+) -> Result<(crate::peer::wire::PeerKey, KeyId), KeyReadError> {
     use super::KEY_SECRET_KEY;
     use crate::kube::api::PEER_KEY_SECRET as KEY_SECRET;
     let ns = namespace;
@@ -62,9 +77,9 @@ pub async fn read_key_with_id(
         match api.get_opt(KEY_SECRET).await {
             Ok(Some(s)) => break s,
             Ok(None) => {
-                return Err(format!(
+                return Err(KeyReadError::Invalid(format!(
                     "the Secret {ns}/{KEY_SECRET} with the peer key does not exist; {how}"
-                ));
+                )));
             }
             Err(e) if !key_read_is_final(&e) && started.elapsed() < patience => {
                 warn!(error = %e, secret = %format!("{ns}/{KEY_SECRET}"), retry_ms = backoff.as_millis() as u64, "svc_ridethrough: cannot read the peer key Secret yet (API server unreachable or failing); retrying");
@@ -72,9 +87,9 @@ pub async fn read_key_with_id(
                 backoff = (backoff * 2).min(Duration::from_secs(5));
             }
             Err(e) => {
-                return Err(format!(
+                return Err(KeyReadError::Unreadable(format!(
                     "cannot read the Secret {ns}/{KEY_SECRET} with the peer key: {e} (vipd needs get on this Secret)"
-                ));
+                )));
             }
         }
     };
@@ -84,10 +99,15 @@ pub async fn read_key_with_id(
         .and_then(|d| d.get(KEY_SECRET_KEY))
         .map(|b| b.0.clone())
         .ok_or_else(|| {
-            format!("the Secret {ns}/{KEY_SECRET} has no data key {KEY_SECRET_KEY:?}; {how}")
+            KeyReadError::Invalid(format!(
+                "the Secret {ns}/{KEY_SECRET} has no data key {KEY_SECRET_KEY:?}; {how}"
+            ))
         })?;
-    let key = crate::peer::wire::PeerKey::from_bytes(&bytes)
-        .map_err(|e| format!("the Secret {ns}/{KEY_SECRET}, key {KEY_SECRET_KEY:?}: {e}; {how}"))?;
+    let key = crate::peer::wire::PeerKey::from_bytes(&bytes).map_err(|e| {
+        KeyReadError::Invalid(format!(
+            "the Secret {ns}/{KEY_SECRET}, key {KEY_SECRET_KEY:?}: {e}; {how}"
+        ))
+    })?;
     Ok((key, KeyId::of(&bytes)))
 }
 

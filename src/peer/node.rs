@@ -225,9 +225,22 @@ impl PeerNode {
     async fn follow_key(self, client: kube::Client, namespace: String, stop: CancellationToken) {
         let mut patience = KEY_START_PATIENCE;
         let mut warned = false;
+        // The last bad Secret content warned about while a key is held (once per content).
+        let mut warned_invalid: Option<String> = None;
         loop {
             match super::key::read_key_with_id(&client, &namespace, patience).await {
-                Ok((key, id)) => self.install_key(key, id, Instant::now()),
+                Ok((key, id)) => {
+                    warned_invalid = None;
+                    self.install_key(key, id, Instant::now());
+                }
+                Err(super::key::KeyReadError::Invalid(e)) if self.0.lock().ring.is_some() => {
+                    if warned_invalid.as_deref() != Some(e.as_str()) {
+                        warn!(
+                            "svc_ridethrough: {e}. This node keeps the key it read before and still rides through; a vipd that starts now runs without ride-through"
+                        );
+                        warned_invalid = Some(e);
+                    }
+                }
                 Err(e) if self.0.lock().ring.is_some() => {
                     debug!(error = %e, "peer protocol: cannot read the peer key again; keeping the key read before");
                 }
@@ -417,6 +430,11 @@ impl PeerNode {
         let State { peers, leases, .. } = st;
         let soon = self.0.cfg.fence.saturating_sub(self.0.cfg.interval * 2);
         let mut asks: BTreeMap<String, Vec<HeldLease>> = BTreeMap::new();
+        // One line per outage, not per lease: the first lease to ride says so, the last
+        // to end normally says it is over (both with the leases of this pass).
+        let riding_before = leases.values().filter(|r| r.riding).count();
+        let mut started: Vec<String> = Vec::new();
+        let mut ended: Vec<String> = Vec::new();
         for (lease, reg) in leases.iter_mut() {
             let Some(state) = &reg.state else { continue };
             let renewed = match *state.borrow() {
@@ -481,7 +499,8 @@ impl PeerNode {
             match decision {
                 RideDecision::Ride { .. } => {
                     if !reg.riding {
-                        warn!(lease = %name, "API server unreachable: riding through (a majority of the vipd nodes vouch, none reaches the API)");
+                        debug!(lease = %name, "riding through");
+                        started.push(name.clone());
                         reg.riding = true;
                         self.0.set_riding(&name, true);
                     }
@@ -495,13 +514,16 @@ impl PeerNode {
                 }
                 RideDecision::NotNeeded => {
                     if reg.riding {
-                        info!(lease = %name, "API server reachable again: ride-through ends, renewing");
+                        debug!(lease = %name, "ride-through ends, renewing");
+                        ended.push(name.clone());
                         reg.riding = false;
                         self.0.set_riding(&name, false);
                     }
                 }
             }
         }
+        let riding_after = leases.values().filter(|r| r.riding).count();
+        log_ride_edges(riding_before, riding_after, &started, &ended);
         asks
     }
 
@@ -817,5 +839,19 @@ impl RideLink for LeaseLink {
         let r = st.leases.get_mut(&self.lease)?;
         r.marked = keyed;
         keyed.then_some(self.node.cfg.max_ride)
+    }
+}
+
+/// The aggregated ride-through log lines of one pass over the leases: a WARN when leases
+/// start riding and none rode before (the outage begins: how many, the first few names),
+/// an INFO when leases ended their ride normally (the API is back) and none rides any more.
+/// Per-lease detail is at DEBUG.
+fn log_ride_edges(before: usize, after: usize, started: &[String], ended: &[String]) {
+    let first = |v: &[String]| v.iter().take(3).cloned().collect::<Vec<_>>().join(", ");
+    if before == 0 && !started.is_empty() {
+        warn!(leases = started.len(), first = %first(started), "API server unreachable: riding through (a majority of the vipd nodes vouch, none reaches the API)");
+    }
+    if after == 0 && !ended.is_empty() {
+        info!(leases = ended.len(), first = %first(ended), "API server reachable again: ride-through ends, renewing");
     }
 }

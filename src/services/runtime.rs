@@ -94,7 +94,11 @@ struct Retirement {
 }
 
 /// `/readyz` ride state with `svc_ridethrough=false`.
-const RIDE_OFF_STATE: &str = "off (svc_ridethrough=false, or Service lease timings a ride cannot start in time with: svc_leaseduration minus svc_retryperiod must exceed about 3.2 s, e.g. 5/3/1); Service VIPs go at the renew deadline during an API server outage";
+const RIDE_OFF_STATE: &str = "off (svc_ridethrough=false); Service VIPs go at the renew deadline during an API server outage";
+
+/// The ride state on `/readyz` when ride-through is off because of the Service lease
+/// timings (its default there; set explicitly, the manager refuses them).
+const RIDE_OFF_TIMINGS_STATE: &str = "off (Service lease timings a ride cannot start in time with: svc_leaseduration minus svc_retryperiod must exceed about 3.2 s, e.g. 5/3/1 as `vipd manifest` writes); Service VIPs go at the renew deadline during an API server outage";
 
 /// Why the Services wing cannot start.
 #[derive(Debug, thiserror::Error)]
@@ -177,12 +181,19 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
     let ride = match cfg.services_ride_through {
         true => Some(ride_setup(cfg, cached.as_ref(), &holder_cfg).await?),
         false => {
+            // Off with timings a ride starts in time with means the option said so.
+            let state = if crate::peer::ridethrough::RideConfig::start_ok_for(&cfg.services_timing)
+            {
+                RIDE_OFF_STATE
+            } else {
+                RIDE_OFF_TIMINGS_STATE
+            };
             info!(
                 lease_duration_s = cfg.services_timing.lease_duration.as_secs_f64(),
                 retry_period_s = cfg.services_timing.retry_period.as_secs_f64(),
-                "Service VIPs do not ride through API server outages: ride-through {RIDE_OFF_STATE}"
+                "Service VIPs do not ride through API server outages: ride-through {state}"
             );
-            parts.readiness.set_ride_state(Some(RIDE_OFF_STATE));
+            parts.readiness.set_ride_state(Some(state));
             None
         }
     };
