@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
 use support::*;
 use xtask::lab::{ControlPlaneProcess, Lab, LabOptions, LabProcess};
 
@@ -26,26 +25,9 @@ const LIMIT: Duration = Duration::from_secs(30);
 
 /// The peer key Secret and the Node objects (the membership) `svc_ridethrough` needs.
 fn prepare(lab: &Lab) {
-    for n in NODES {
-        let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}});
-        let r = lab
-            .api_request("POST", "/api/v1/nodes", Some(&node.to_string()))
-            .expect("create node");
-        assert_eq!(r.status, 201, "create node {n}: {}", r.body);
-    }
-    let secret = json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": "vipd-peer-key", "namespace": "kube-system"},
-        "stringData": {"key": "bGFiLWtleS1vZi1hdC1sZWFzdC10aGlydHktdHdvLWJ5dGVzLWxvbmc="}
-    });
-    let r = lab
-        .api_request(
-            "POST",
-            "/api/v1/namespaces/kube-system/secrets",
-            Some(&secret.to_string()),
-        )
-        .expect("create secret");
-    assert_eq!(r.status, 201, "create secret: {}", r.body);
+    lab.register_nodes(&NODES).expect("create the Node objects");
+    lab.create_peer_key_secret()
+        .expect("create the peer key Secret");
 }
 
 fn start(lab: &Lab, ride: bool) -> Vec<LabProcess> {

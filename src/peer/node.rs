@@ -374,9 +374,8 @@ impl PeerNode {
                     let leases = st.released.iter().map(|(_, h)| h.clone()).collect();
                     msgs.push(msg(Kind::Released, leases, None));
                 }
-                for (holder, leases) in asks {
-                    msgs.push(msg(Kind::HandOverRequest, leases, Some(holder)));
-                }
+                let base = msg(Kind::HandOverRequest, Vec::new(), None);
+                msgs.extend(hand_over_requests(&base, asks));
                 msgs
             };
             let mut frames = Vec::new();
@@ -639,6 +638,26 @@ impl PeerNode {
             }
         }
     }
+}
+
+/// One [`Kind::HandOverRequest`] per asked lease, each to its holder, built from `base`
+/// (flags, membership, clock of this tick): the wire format names exactly one lease per
+/// request (`wire::validate`), so the leases asked of one holder are never grouped. (A
+/// grouped request could not be encoded: nothing was sent, and a holder partitioned from
+/// the API alone kept a lease of a busy node until expiry instead of handing it over.)
+pub(crate) fn hand_over_requests(
+    base: &Message,
+    asks: BTreeMap<String, Vec<HeldLease>>,
+) -> Vec<Message> {
+    asks.into_iter()
+        .flat_map(|(holder, leases)| leases.into_iter().map(move |l| (holder.clone(), l)))
+        .map(|(holder, lease)| Message {
+            kind: Kind::HandOverRequest,
+            leases: vec![lease],
+            target: Some(holder),
+            ..base.clone()
+        })
+        .collect()
 }
 
 /// Publishes a ride grant on a lease's elector state: raises `renewed_at` to `raise` (see

@@ -50,7 +50,7 @@ pub use arp::{
     ArpFrame, ArpOp, ArpRoundProber, ArpWatcher, Capture, DEFAULT_WATCH_INTERVAL, FrameCapture,
     MacAddr, MultiResponderInterval, ProbeRound, ProbeSlot, SeenFrame, WatchReport,
 };
-pub use cluster::ControlPlaneProcess;
+pub use cluster::{ControlPlaneProcess, PEER_KEY_LEN};
 pub use control_plane::{find_apiserver, vipd_binary};
 pub use dhcp::{
     DHCP_LEASE_SECS, DHCP_POOL_END, DHCP_POOL_START, DHCP6_POOL_END, DHCP6_POOL_START,

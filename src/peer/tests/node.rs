@@ -10,7 +10,8 @@ use crate::election::LeaderState;
 use crate::lease::FENCE_MARGIN;
 use crate::lease::fence_grant;
 use crate::lease::fence_lapsed;
-use crate::peer::node::{publish_grant, ride_renewed_at};
+use crate::peer::node::{hand_over_requests, publish_grant, ride_renewed_at};
+use crate::peer::wire::{Encoder, Flags, HeldLease, Kind, LeaseRef, Message, PeerKey};
 
 const LEASE: Duration = Duration::from_secs(5);
 const FENCE_SECS: u32 = 2;
@@ -92,4 +93,76 @@ async fn grants_only_raise_the_reported_term() {
         true
     ));
     assert_eq!(*tx.borrow(), LeaderState::Following { holder: None });
+}
+
+fn asked(name: &str, rv: &str) -> HeldLease {
+    HeldLease {
+        lease: LeaseRef {
+            namespace: "default".into(),
+            name: name.into(),
+        },
+        term: 0,
+        resource_version: rv.into(),
+    }
+}
+
+/// A candidate that asks one holder for several leases at once (a busy holder partitioned
+/// from the API: the chaos soak's 17 Services per node) sends one request per lease, and
+/// every one of them encodes; the grouped request it used to build is refused by the
+/// encoder (so nothing was sent).
+#[test]
+fn hand_over_requests_name_one_lease_each_and_encode() {
+    let base = Message {
+        kind: Kind::HandOverRequest,
+        node: "node-a".into(),
+        flags: Flags {
+            api_reachable: true,
+            api_heard: false,
+            api_hold: false,
+        },
+        membership: 7,
+        wall_ms: 1_790_000_000_000,
+        leases: Vec::new(),
+        target: None,
+    };
+    let asks = [
+        (
+            "node-b".to_string(),
+            vec![asked("kubevip-svc-1", "10"), asked("kubevip-svc-2", "11")],
+        ),
+        ("node-c".to_string(), vec![asked("kubevip-svc-3", "12")]),
+    ]
+    .into();
+    let msgs = hand_over_requests(&base, asks);
+    let shape: Vec<(Option<&str>, Vec<&str>)> = msgs
+        .iter()
+        .map(|m| {
+            (
+                m.target.as_deref(),
+                m.leases.iter().map(|l| l.lease.name.as_str()).collect(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        vec![
+            (Some("node-b"), vec!["kubevip-svc-1"]),
+            (Some("node-b"), vec!["kubevip-svc-2"]),
+            (Some("node-c"), vec!["kubevip-svc-3"]),
+        ]
+    );
+    let key = PeerKey::from_bytes(&[9; 32]).expect("32-byte key");
+    let mut enc = Encoder::new(key, 1);
+    for m in &msgs {
+        assert_eq!(m.kind, Kind::HandOverRequest);
+        assert_eq!((m.node.as_str(), m.membership), ("node-a", 7));
+        let frames = enc.encode(m).expect("a hand-over request encodes");
+        assert_eq!(frames.len(), 1);
+    }
+    let grouped = Message {
+        leases: vec![asked("kubevip-svc-1", "10"), asked("kubevip-svc-2", "11")],
+        target: Some("node-b".into()),
+        ..base
+    };
+    assert!(enc.encode(&grouped).is_err());
 }

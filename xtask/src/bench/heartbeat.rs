@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use serde_json::json;
 
 use super::harness::api::{create, service_json};
 use super::harness::build::{release_artifact, vipd_release_binary};
@@ -35,8 +34,6 @@ cargo xtask bench heartbeat [--peers 3,50] [--seconds 30] [--vipd PATH] [--no-bu
   --no-build     do not run cargo build --release
   -v             progress on stderr";
 
-/// The key in the lab's Secret (its text's bytes are the key, as in the lab tests).
-const KEY: &str = "YmVuY2gta2V5LW9mLWF0LWxlYXN0LXRoaXJ0eS10d28tYnl0ZXMtbG9uZw==";
 const SERVICE_VIP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 30);
 
 /// Options of `bench heartbeat`.
@@ -264,27 +261,14 @@ fn measure(vipd: &Path, sim: &Path, peers: Option<usize>, o: &Options) -> Result
     Ok(row)
 }
 
-/// The Node objects of `members`; with `ride` also the peer key Secret `vipd-peer-key` and
-/// the key in `key_file` (for peer_sim).
+/// The Node objects of `members`; with `ride` also the peer key Secret `vipd-peer-key`
+/// ([`Lab::create_peer_key_secret`]) and its key in `key_file` (for peer_sim).
 fn create_members(lab: &Lab, members: &[String], ride: bool, key_file: &Path) -> Result<()> {
-    for n in members {
-        create(
-            lab,
-            "/api/v1/nodes",
-            &json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}}),
-            &format!("Node {n}"),
-        )?;
-    }
+    let names: Vec<&str> = members.iter().map(String::as_str).collect();
+    lab.register_nodes(&names)?;
     if ride {
-        create(
-            lab,
-            "/api/v1/namespaces/kube-system/secrets",
-            &json!({"apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": "vipd-peer-key", "namespace": "kube-system"},
-                "stringData": {"key": KEY}}),
-            "Secret vipd-peer-key",
-        )?;
-        std::fs::write(key_file, KEY).context("write the peer key file")?;
+        let key = lab.create_peer_key_secret()?;
+        std::fs::write(key_file, key).context("write the peer key file")?;
     }
     Ok(())
 }

@@ -72,7 +72,8 @@ impl FaultKind {
 }
 
 /// One disturbance on the timeline: from `start` until `settled` (`None`: never healed)
-/// the addresses it concerns are not judged, nor for [`answer_bound`](super::answer_bound) after `settled`.
+/// the addresses it concerns are not judged, nor for their answer bound
+/// ([`AuditParams::bound`]) after `settled`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Disturbance {
     /// What happened.
@@ -178,12 +179,26 @@ pub fn secs(d: Duration) -> String {
 /// Judging parameters of [`audit`].
 #[derive(Debug, Clone)]
 pub struct AuditParams {
-    /// Answer bound after a disturbance settles ([`answer_bound`](super::answer_bound)).
-    pub bound: Duration,
+    /// Answer bound of a Service address after a disturbance settles (the Service lease
+    /// timings' [`Timings::answer_bound`](super::Timings::answer_bound)).
+    pub service_bound: Duration,
+    /// The control-plane VIP and its answer bound (its lease has its own timings).
+    pub control_plane: (Ipv4Addr, Duration),
     /// Rounds before this are checked for two MACs only (warm-up).
     pub audit_from: Duration,
     /// Every address probed (pool and control-plane VIP).
     pub universe: Vec<Ipv4Addr>,
+}
+
+impl AuditParams {
+    /// The answer bound of `addr`: the control-plane VIP's own, else the Services'.
+    pub fn bound(&self, addr: Ipv4Addr) -> Duration {
+        if addr == self.control_plane.0 {
+            self.control_plane.1
+        } else {
+            self.service_bound
+        }
+    }
 }
 
 /// Merged `[start, end)` intervals during which `addr` is not judged.
@@ -260,7 +275,7 @@ pub fn audit(
     let blind: BTreeMap<Ipv4Addr, Vec<(Duration, Duration)>> = p
         .universe
         .iter()
-        .map(|a| (*a, blind_intervals(*a, tl, p.bound)))
+        .map(|a| (*a, blind_intervals(*a, tl, p.bound(*a))))
         .collect();
     let close = |key: (ViolationKind, Ipv4Addr), run: Run, out: &mut Vec<Violation>| {
         let (kind, addr) = key;

@@ -14,8 +14,7 @@ use super::audit::{
     Desired, Disturbance, FaultKind, ObservedService, Timeline, Violation, ViolationKind, secs, v,
 };
 use super::{
-    LEASE_S, NAMESPACE, PARTITION_TABLE, RENEW_S, RETRY_S, TOUCH_ANNOTATION, answer_bound,
-    pool_address,
+    CP_TIMINGS, NAMESPACE, PARTITION_TABLE, TOUCH_ANNOTATION, Timings, pool_address, svc_timings,
 };
 
 /// State of one Service the soak keeps.
@@ -61,8 +60,13 @@ pub(super) struct Chaos {
     pub(super) prober: Option<ArpRoundProber>,
     /// Print progress.
     pub(super) verbose: bool,
-    /// vipd runs with `vip_nftfence=true` ([`Options::nft_fence`](super::options::Options::nft_fence)).
+    /// vipd runs with `vip_nftfence=true` ([`Options::nft_fence`](super::options::Options::nft_fence));
+    /// otherwise the option is left at vipd's default.
     pub(super) nft_fence: bool,
+    /// The generated manifests' configuration: Service leases [`SVC_TIMINGS`](super::SVC_TIMINGS),
+    /// ride-through at its default (on), the key Secret created; `false` (`--no-ride`):
+    /// Service leases at vipd's bare 3/2/1, no Secret.
+    pub(super) ride: bool,
 }
 
 impl Chaos {
@@ -85,16 +89,47 @@ impl Chaos {
             .unwrap_or_else(|| mac.to_string())
     }
 
-    /// Starts vipd on `node` (control-plane and Services mode, the soak's timings).
+    /// The Service lease timings of this run.
+    pub(super) fn svc_timings(&self) -> Timings {
+        svc_timings(self.ride)
+    }
+
+    /// The longer of the control-plane and the Service answer bounds: how long the lab is
+    /// left quiet for the auditor to judge every address, and how long a released address
+    /// is not reused.
+    pub(super) fn longest_bound(&self) -> Duration {
+        CP_TIMINGS
+            .answer_bound()
+            .max(self.svc_timings().answer_bound())
+    }
+
+    /// The Node objects (the peer membership) and, with ride-through, the peer key Secret,
+    /// as a cluster deployed from `vipd manifest rbac` has them.
+    pub(super) fn create_cluster_objects(&self) -> Result<()> {
+        let nodes: Vec<&str> = self.nodes.iter().map(String::as_str).collect();
+        self.lab.register_nodes(&nodes)?;
+        if self.ride {
+            self.lab.create_peer_key_secret()?;
+        }
+        Ok(())
+    }
+
+    /// Starts vipd on `node` in control-plane and Services mode, configured as the
+    /// generated manifests do ([`Chaos::ride`], [`Chaos::nft_fence`]).
     pub(super) fn start_vipd(&mut self, node: &str) -> Result<()> {
         let kubeconfig = self.lab.kubeconfig(node)?.to_string_lossy().into_owned();
-        let (l, r, p) = (
-            LEASE_S.to_string(),
-            RENEW_S.to_string(),
-            RETRY_S.to_string(),
-        );
+        let svc = self.svc_timings();
+        let [cl, cr, cp, sl, sr, sp] = [
+            CP_TIMINGS.lease,
+            CP_TIMINGS.renew,
+            CP_TIMINGS.retry,
+            svc.lease,
+            svc.renew,
+            svc.retry,
+        ]
+        .map(|x| x.to_string());
         let vip = lab::CONTROL_PLANE_VIP.to_string();
-        let env: Vec<(&str, &str)> = vec![
+        let mut env: Vec<(&str, &str)> = vec![
             ("cp_enable", "true"),
             ("vip_leaderelection", "true"),
             ("address", &vip),
@@ -104,19 +139,20 @@ impl Chaos {
             ("vip_interface", lab::ETH),
             ("vip_nodename", node),
             ("k8s_config_file", &kubeconfig),
-            ("vip_leaseduration", &l),
-            ("vip_renewdeadline", &r),
-            ("vip_retryperiod", &p),
-            ("svc_leaseduration", &l),
-            ("svc_renewdeadline", &r),
-            ("svc_retryperiod", &p),
+            ("vip_leaseduration", &cl),
+            ("vip_renewdeadline", &cr),
+            ("vip_retryperiod", &cp),
+            ("svc_leaseduration", &sl),
+            ("svc_renewdeadline", &sr),
+            ("svc_retryperiod", &sp),
             ("prometheus_server", ""),
             ("vip_loglevel", "info"),
-            (
-                "vip_nftfence",
-                if self.nft_fence { "true" } else { "false" },
-            ),
         ];
+        // svc_ridethrough is never set (its default follows the Service timings); the
+        // nftables fence only with --nft-fence, otherwise at vipd's default.
+        if self.nft_fence {
+            env.push(("vip_nftfence", "true"));
+        }
         let proc = self.lab.spawn(node, &self.vipd, &["manager"], &env)?;
         self.logs
             .push((node.to_string(), proc.log_path().to_path_buf()));
@@ -141,7 +177,7 @@ impl Chaos {
     fn free_address(&self, rng: &mut fastrand::Rng) -> Option<Ipv4Addr> {
         let used: BTreeSet<Ipv4Addr> = self.services.values().map(|s| s.addr).collect();
         // Addresses released within the bound are not reused yet (they may still answer).
-        let bound = answer_bound();
+        let bound = self.longest_bound();
         let now = self.now();
         let recent: BTreeSet<Ipv4Addr> = self
             .tl
@@ -526,7 +562,7 @@ impl Chaos {
         self.hold_with_service_ops(rng, hold, svc_ops, cp_fault, target_services);
         self.heal_all(rng, active)?;
         let quiet = if rng.u32(..100) < 75 {
-            answer_bound() + Duration::from_millis(rng.u64(500..4000))
+            self.longest_bound() + Duration::from_millis(rng.u64(500..4000))
         } else {
             Duration::from_millis(rng.u64(0..1000))
         };

@@ -2,12 +2,14 @@
 //!
 //! ```text
 //! cargo xtask chaos --minutes N [--seed S] [--services 50] [--nodes 3] [--no-build]
-//!     [--vipd PATH] [--orphan-leases-warn] [--rss-growth-pct 20] [-v]
+//!     [--vipd PATH] [--orphan-leases-warn] [--nft-fence] [--no-ride] [--rss-growth-pct 20] [-v]
 //! ```
 //!
 //! Starts a lab ([`Lab::start`]), runs `vipd manager` on the nodes in control-plane and
-//! Services mode (`cp_enable`, `svc_enable`, `svc_election`, lease timings 3/2/1 s for both)
-//! and creates `--services` LoadBalancer Services (addresses from [`POOL_FIRST`]..=
+//! Services mode as the generated manifests configure it (`cp_enable`, `svc_enable`,
+//! `svc_election`, control-plane leases [`CP_TIMINGS`], Service leases [`SVC_TIMINGS`],
+//! ride-through and the nftables fence at vipd's defaults, the Node objects and the peer key
+//! Secret created; `--no-ride`: Services at vipd's bare 3/2/1, no Secret) and creates `--services` LoadBalancer Services (addresses from [`POOL_FIRST`]..=
 //! [`POOL_LAST`]). Then, for N minutes, it injects random faults in episodes (a seeded
 //! [`fastrand::Rng`]; the seed is printed): SIGKILL / SIGTERM of a holder (then a restart),
 //! SIGSTOP / SIGCONT of a holder, link cut, partition from the API server (nftables drop in
@@ -56,12 +58,63 @@ pub const POOL_LAST: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 249);
 pub const DEFAULT_SERVICES: usize = 50;
 /// Largest `--services` (pool size minus room for address edits).
 pub const MAX_SERVICES: usize = 60;
-/// Lease duration of the control-plane and Service leases, seconds (vipd's default).
-pub const LEASE_S: u64 = 3;
-/// Renew deadline, seconds (vipd's default).
-pub const RENEW_S: u64 = 2;
-/// Retry period, seconds (vipd's default).
-pub const RETRY_S: u64 = 1;
+/// Lease timings of one kind of lease (seconds), as vipd's `*_leaseduration`,
+/// `*_renewdeadline` and `*_retryperiod` take them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timings {
+    /// Lease duration.
+    pub lease: u64,
+    /// Renew deadline.
+    pub renew: u64,
+    /// Retry period.
+    pub retry: u64,
+}
+
+impl Timings {
+    /// The bound within which an address under a lease of these timings must be answered
+    /// again (and an address without a Service must fall silent) once the last disturbance
+    /// that could affect it has settled: lease duration (a candidate takes a lease it saw
+    /// unchanged for that long) + retry period (it looks once per retry period) +
+    /// [`PROBE_SLACK`]. Ride-through adds nothing here: a ride only keeps a holder
+    /// answering, and a take from a silent holder needs a blocking set whose runs began
+    /// F + margin + W + delta = 2.9 s before (docs/design.md, P5), which fits in lease +
+    /// retry once the API answers again (docs/chaos.md, "Answer bounds").
+    pub fn answer_bound(self) -> Duration {
+        Duration::from_secs(self.lease + self.retry) + PROBE_SLACK
+    }
+
+    /// `lease/renew/retry s`, for the report.
+    pub fn label(self) -> String {
+        format!("{}/{}/{} s", self.lease, self.renew, self.retry)
+    }
+}
+
+/// Control-plane lease timings: what `vipd manifest` writes (vipd's defaults).
+pub const CP_TIMINGS: Timings = Timings {
+    lease: 3,
+    renew: 2,
+    retry: 1,
+};
+/// Service lease timings `vipd manifest` writes with ride-through on (its default since
+/// issue 27): kube-vip's 5/3/1, where a ride can start within the API fence.
+pub const SVC_TIMINGS: Timings = Timings {
+    lease: 5,
+    renew: 3,
+    retry: 1,
+};
+/// Service lease timings with `--no-ride`: vipd's bare defaults (3/2/1), under which
+/// ride-through is off by default.
+pub const NO_RIDE_SVC_TIMINGS: Timings = CP_TIMINGS;
+
+/// The Service lease timings of a run (`ride`: the generated manifests' configuration).
+pub fn svc_timings(ride: bool) -> Timings {
+    if ride {
+        SVC_TIMINGS
+    } else {
+        NO_RIDE_SVC_TIMINGS
+    }
+}
+
 /// Time between two probe rounds.
 pub const ROUND_PERIOD: Duration = Duration::from_millis(250);
 /// How long a round collects replies after sending its requests (replies on the lab's
@@ -72,12 +125,15 @@ pub const PROBE_SLACK: Duration = Duration::from_millis(500);
 /// How long the final status check waits for status and `vipHost` to converge (status
 /// writes are retried with back-off).
 pub const STATUS_WAIT: Duration = Duration::from_secs(30);
-/// How long the orphaned-lease check waits for vipd to delete them. vipd's collector
-/// (`services::lease_gc`) deletes a lease no Service names once it has been unchanged for
-/// its duration (3 s here) plus `GC_GRACE` (30 s), judged at lists `GC_INTERVAL` (10 s)
-/// apart: up to 3 + 30 + 2 x 10 s after the lease's last write, when the Service was
-/// deleted while its holder was down; plus 7 s for the list and the delete.
-pub const LEASE_GC_WAIT: Duration = Duration::from_secs(60);
+/// How long the orphaned-lease check waits for vipd to delete them, for Service leases of
+/// duration `lease_s`. vipd's collector (`services::lease_gc`) deletes a lease no Service
+/// names once it has been unchanged for its duration plus `GC_GRACE` (30 s), judged at lists
+/// `GC_INTERVAL` (10 s) apart: up to lease + 30 + 2 x 10 s after the lease's last write,
+/// when the Service was deleted while its holder was down; plus 7 s for the list and the
+/// delete (60 s at 3 s leases, 62 s at 5 s).
+pub fn lease_gc_wait(lease_s: u64) -> Duration {
+    Duration::from_secs(lease_s + 30 + 2 * 10 + 7)
+}
 /// Namespace of the Services.
 pub const NAMESPACE: &str = "default";
 /// Prefix of the per-Service lease names (`kubevip-<service>`).
@@ -91,13 +147,6 @@ pub const CANARY_ADDR: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 250);
 pub const CANARY_HOLD: Duration = Duration::from_secs(2);
 /// nftables table the soak uses for partitions (never `vipd`).
 pub const PARTITION_TABLE: &str = "vipd_chaos_partition";
-
-/// The bound within which every announceable Service must be answered (and every address
-/// without a Service must fall silent) once the last disturbance that could affect it has
-/// settled: lease duration + 1 s + [`PROBE_SLACK`].
-pub fn answer_bound() -> Duration {
-    Duration::from_secs(LEASE_S + 1) + PROBE_SLACK
-}
 
 /// Address `i` of the pool ([`POOL_FIRST`] + i), `None` past [`POOL_LAST`].
 pub fn pool_address(i: usize) -> Option<Ipv4Addr> {
@@ -132,10 +181,24 @@ pub fn run(args: &[&str]) -> Result<()> {
         o.nodes,
         vipd.display()
     );
+    let svc = svc_timings(o.ride);
     println!(
-        "  lease {LEASE_S}/{RENEW_S}/{RETRY_S} s, answer bound {} (lease + 1 s + {} ms probe slack)",
-        secs(answer_bound()),
-        PROBE_SLACK.as_millis()
+        "  leases: control plane {}, Services {} (ride-through {}), answer bounds {} / {} (lease + retry + {} ms probe slack), nftables fence {}",
+        CP_TIMINGS.label(),
+        svc.label(),
+        if o.ride {
+            "default (on), key Secret created"
+        } else {
+            "off"
+        },
+        secs(CP_TIMINGS.answer_bound()),
+        secs(svc.answer_bound()),
+        PROBE_SLACK.as_millis(),
+        if o.nft_fence {
+            "on (--nft-fence)"
+        } else {
+            "vipd's default"
+        }
     );
     // The commit the binaries were built from, taken before the run (it may be long).
     let commit = workspace_commit();
@@ -171,6 +234,7 @@ pub fn run(args: &[&str]) -> Result<()> {
         prober: None,
         verbose: o.verbose,
         nft_fence: o.nft_fence,
+        ride: o.ride,
     };
     let result = soak::soak(&mut c, &o, &mut rng);
     // Whatever happened: no vipd may outlive the lab (the lab's teardown kills the rest).

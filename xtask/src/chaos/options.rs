@@ -25,7 +25,11 @@ options:
                          partition, api-freeze, api-restart, etcd-restart, services); to
                          chase a finding. Default: all
   --nft-fence            run vipd with vip_nftfence=true (the nftables fence in front of
-                         every VIP's address lifetime, docs/operators.md)
+                         every VIP's address lifetime, docs/operators.md); without it the
+                         option is left at vipd's default
+  --no-ride              Service leases at vipd's bare 3/2/1 (ride-through off by default
+                         there) and no peer key Secret, instead of the generated manifests'
+                         5/3/1 with ride-through
   --canary               check the auditor end to end: put 192.0.2.250 on two nodes for 2 s
                          after the warm-up; the run fails unless the auditor reports it
   --rss-growth-pct P     RSS growth (end over start, same process) counted as a violation
@@ -52,8 +56,12 @@ pub struct Options {
     /// Put [`CANARY_ADDR`](super::CANARY_ADDR) on two nodes for [`CANARY_HOLD`](super::CANARY_HOLD) after the warm-up and require
     /// the auditor to report it.
     pub canary: bool,
-    /// Run vipd with `vip_nftfence=true`.
+    /// Run vipd with `vip_nftfence=true` (`false`: vipd's default).
     pub nft_fence: bool,
+    /// The generated manifests' configuration (Service leases 5/3/1, ride-through at its
+    /// default, the peer key Secret); `false` with `--no-ride`: Service leases at vipd's
+    /// bare 3/2/1, no Secret.
+    pub ride: bool,
     /// Only these fault kinds (`None`: all); [`FaultKind::SvcCreate`] stands for the
     /// Service-only episodes.
     pub faults: Option<BTreeSet<FaultKind>>,
@@ -80,6 +88,7 @@ impl Options {
             orphan_leases_warn: false,
             canary: false,
             nft_fence: false,
+            ride: true,
             faults: None,
             rss_growth_pct: 20.0,
             verbose: false,
@@ -122,6 +131,7 @@ impl Options {
                 "--orphan-leases-warn" => o.orphan_leases_warn = true,
                 "--canary" => o.canary = true,
                 "--nft-fence" => o.nft_fence = true,
+                "--no-ride" => o.ride = false,
                 "--faults" => o.faults = Some(parse_faults(value()?)?),
                 "-v" | "--verbose" => o.verbose = true,
                 _ => return Ok(false),
@@ -172,7 +182,8 @@ pub fn parse_faults(list: &str) -> Result<BTreeSet<FaultKind>> {
 }
 
 /// The command that replays a run of `o` with `seed`: every option that changes the
-/// schedule or what runs (the fault list, the Service count, the nodes, the fence).
+/// schedule or what runs (the fault list, the Service count, the nodes, the fence, the
+/// ride-through configuration).
 pub fn rerun_command(o: &Options, seed: u64) -> String {
     let mut c = format!("cargo xtask chaos --minutes {} --seed {seed}", o.minutes);
     if let Some(only) = &o.faults {
@@ -191,6 +202,9 @@ pub fn rerun_command(o: &Options, seed: u64) -> String {
     }
     if o.nft_fence {
         c.push_str(" --nft-fence");
+    }
+    if !o.ride {
+        c.push_str(" --no-ride");
     }
     c
 }

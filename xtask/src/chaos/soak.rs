@@ -15,7 +15,7 @@ use super::audit::{
 use super::driver::Chaos;
 use super::options::Options;
 use super::{
-    CANARY_ADDR, CANARY_HOLD, LEASE_GC_WAIT, ROUND_PERIOD, ROUND_WINDOW, STATUS_WAIT, answer_bound,
+    CANARY_ADDR, CANARY_HOLD, CP_TIMINGS, ROUND_PERIOD, ROUND_WINDOW, STATUS_WAIT, lease_gc_wait,
     pool_address,
 };
 
@@ -50,6 +50,7 @@ pub(super) fn soak(c: &mut Chaos, o: &Options, rng: &mut fastrand::Rng) -> Resul
 /// Starts vipd on every node and the prober of every pool address (plus the control-plane
 /// VIP and the canary); returns the probed addresses.
 fn start_soak(c: &mut Chaos, o: &Options) -> Result<Vec<Ipv4Addr>> {
+    c.create_cluster_objects()?;
     for n in c.nodes.clone() {
         c.start_vipd(&n)?;
     }
@@ -171,7 +172,7 @@ fn final_settle(c: &mut Chaos) -> Result<()> {
             c.record_svc(FaultKind::Annotation, &name, start, vec![addr]);
         }
     }
-    std::thread::sleep(answer_bound() + Duration::from_secs(2));
+    std::thread::sleep(c.longest_bound() + Duration::from_secs(2));
     // Status converges (level-triggered writes with back-off).
     let deadline = Instant::now() + STATUS_WAIT;
     let status_violations = loop {
@@ -210,7 +211,8 @@ fn final_audit(
         .last()
         .map_or(0.0, |r| r.t.saturating_sub(audit_from).as_secs_f64());
     let params = AuditParams {
-        bound: answer_bound(),
+        service_bound: c.svc_timings().answer_bound(),
+        control_plane: (lab::CONTROL_PLANE_VIP, CP_TIMINGS.answer_bound()),
         audit_from,
         universe,
     };
@@ -229,7 +231,8 @@ fn final_audit(
 /// Leases of deleted Services (vipd deletes them; the GC may lag by lease + grace): a
 /// violation, or a warning with `--orphan-leases-warn`.
 fn check_orphan_leases(c: &mut Chaos, o: &Options, report: &mut Report) -> Result<()> {
-    let deadline = Instant::now() + LEASE_GC_WAIT;
+    let gc_wait = lease_gc_wait(c.svc_timings().lease);
+    let deadline = Instant::now() + gc_wait;
     let orphans = loop {
         let names: BTreeSet<String> = c.observed_services()?.into_iter().map(|s| s.name).collect();
         let orphans = orphan_leases(&c.lease_names()?, &names);
@@ -242,7 +245,7 @@ fn check_orphan_leases(c: &mut Chaos, o: &Options, report: &mut Report) -> Resul
         let detail = format!(
             "{} lease(s) of deleted Services left {} s after the end: {}",
             orphans.len(),
-            LEASE_GC_WAIT.as_secs(),
+            gc_wait.as_secs(),
             orphans
                 .iter()
                 .take(8)

@@ -42,9 +42,13 @@ fn rounds(from: f64, to: f64, addr: Ipv4Addr, who: impl Fn(f64) -> Vec<u8>) -> V
     out
 }
 
+/// The control-plane VIP of the tests (outside the pool).
+const CP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 10);
+
 fn params(universe: &[Ipv4Addr]) -> AuditParams {
     AuditParams {
-        bound: s(4.5),
+        service_bound: s(4.5),
+        control_plane: (CP, s(4.5)),
         audit_from: s(0.0),
         universe: universe.to_vec(),
     }
@@ -303,18 +307,25 @@ fn the_rerun_command_carries_the_options_of_the_run() {
         "10",
         "--nodes",
         "2",
+        "--no-ride",
     ])
     .unwrap();
     let c = rerun_command(&o, 5);
     assert_eq!(
         c,
-        "cargo xtask chaos --minutes 3 --seed 5 --faults stop,services --services 10 --nodes 2 --nft-fence"
+        "cargo xtask chaos --minutes 3 --seed 5 --faults stop,services --services 10 --nodes 2 --nft-fence --no-ride"
     );
     let args: Vec<&str> = c.split(' ').skip(3).collect();
     let again = Options::parse(&args).unwrap();
     assert_eq!(
-        (again.faults, again.nft_fence, again.services, again.nodes),
-        (o.faults, true, 10, 2)
+        (
+            again.faults,
+            again.nft_fence,
+            again.ride,
+            again.services,
+            again.nodes
+        ),
+        (o.faults, true, false, 10, 2)
     );
 }
 
@@ -327,6 +338,12 @@ fn options_parse_and_name_bad_values() {
     );
     let o = Options::parse(&["--minutes", "2"]).unwrap();
     assert!(!o.nft_fence);
+    assert!(o.ride, "the generated manifests' configuration by default");
+    assert!(
+        !Options::parse(&["--minutes", "1", "--no-ride"])
+            .unwrap()
+            .ride
+    );
     assert_eq!(o.minutes, 2.0);
     assert_eq!(o.services, DEFAULT_SERVICES);
     assert_eq!(o.nodes, 3);
@@ -393,5 +410,62 @@ fn pool_stays_inside_the_lab_subnet_and_off_the_broadcast() {
     assert_eq!(pool_address(0), Some(POOL_FIRST));
     assert_eq!(pool_address(99), Some(POOL_LAST));
     assert_eq!(pool_address(100), None);
-    assert_eq!(answer_bound(), Duration::from_millis(4500));
+}
+
+#[test]
+fn answer_bounds_follow_each_lease_s_timings() {
+    // Lease + retry + 0.5 s probe slack: the generated manifests' 3/2/1 control plane and
+    // 5/3/1 Services; --no-ride runs Services at 3/2/1.
+    assert_eq!(CP_TIMINGS.answer_bound(), Duration::from_millis(4500));
+    assert_eq!(svc_timings(true), SVC_TIMINGS);
+    assert_eq!(SVC_TIMINGS.answer_bound(), Duration::from_millis(6500));
+    assert_eq!(
+        svc_timings(false).answer_bound(),
+        Duration::from_millis(4500)
+    );
+    assert_eq!(SVC_TIMINGS.label(), "5/3/1 s");
+    // The orphaned-lease wait grows with the Service lease.
+    assert_eq!(lease_gc_wait(3), Duration::from_secs(60));
+    assert_eq!(lease_gc_wait(5), Duration::from_secs(62));
+}
+
+#[test]
+fn the_control_plane_vip_is_judged_with_its_own_bound() {
+    // One node fault settled at 12 s: the control-plane VIP (bound 4.5 s) must answer
+    // from 16.5 s, a Service address (bound 6.5 s) from 18.5 s. Both silent until 17.5 s.
+    let tl = Timeline {
+        disturbances: vec![fault(FaultKind::Kill, 10.0, Some(12.0))],
+        desired: vec![desired(A, 0.0, None), desired(CP, 0.0, None)],
+    };
+    let p = AuditParams {
+        service_bound: s(6.5),
+        control_plane: (CP, s(4.5)),
+        audit_from: s(5.0),
+        universe: vec![A, CP],
+    };
+    assert_eq!(p.bound(A), s(6.5));
+    assert_eq!(p.bound(CP), s(4.5));
+    let silent_until = |addr| {
+        rounds(0.0, 30.0, addr, |t| {
+            if (10.0..17.5).contains(&t) {
+                vec![]
+            } else {
+                vec![12]
+            }
+        })
+    };
+    let mut r = silent_until(A);
+    for (round, cp) in r.iter_mut().zip(silent_until(CP)) {
+        round.replies.extend(cp.replies);
+    }
+    let found = audit(&r, &tl, &p, &node_of);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!(found[0].kind, ViolationKind::Unanswered);
+    assert!(
+        found[0].detail.starts_with("192.0.2.10 ")
+            && found[0]
+                .detail
+                .contains("from 16.50 s to 17.25 s (4 rounds)"),
+        "{found:?}"
+    );
 }

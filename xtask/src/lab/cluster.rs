@@ -11,6 +11,10 @@ use super::{
     NODES, NodeRbac, Signal, control_plane, netns, node_ipv4, node_user, trace,
 };
 
+/// Length of the peer key `vipd manifest rbac` generates (bytes; vipd's minimum,
+/// `peer::wire::MIN_KEY_LEN`).
+pub const PEER_KEY_LEN: usize = 32;
+
 /// A control-plane process of the lab (see [`Lab::restart_control_plane`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ControlPlaneProcess {
@@ -418,6 +422,51 @@ impl Lab {
                     body: r.body.chars().take(500).collect(),
                 });
             }
+        }
+        Ok(())
+    }
+
+    /// Creates a Node object for each of `names` (as admin; the lab has no kubelet): the
+    /// peer membership of `svc_ridethrough` (docs/design.md, "Membership").
+    ///
+    /// # Errors
+    /// [`LabError::Http`] when a create does not answer 201; transport errors as
+    /// [`Lab::api_request`].
+    pub fn register_nodes(&self, names: &[&str]) -> Result<()> {
+        for n in names {
+            let node =
+                serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}});
+            self.create_as_admin("/api/v1/nodes", &node)?;
+        }
+        Ok(())
+    }
+
+    /// Creates the peer key Secret `vipd-peer-key` in `kube-system` as `vipd manifest rbac`
+    /// writes it: [`PEER_KEY_LEN`] random bytes under data key `key`. Returns the key
+    /// (e.g. for a simulated peer's key file).
+    ///
+    /// # Errors
+    /// [`LabError::Io`] when no random bytes can be read; [`LabError::Http`] when the create
+    /// does not answer 201; transport errors as [`Lab::api_request`].
+    pub fn create_peer_key_secret(&self) -> Result<[u8; PEER_KEY_LEN]> {
+        let key = control_plane::random_bytes::<PEER_KEY_LEN>()?;
+        let secret = serde_json::json!({"apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+            "metadata": {"name": "vipd-peer-key", "namespace": "kube-system"},
+            "data": {"key": control_plane::base64(&key)}});
+        self.create_as_admin("/api/v1/namespaces/kube-system/secrets", &secret)?;
+        Ok(key)
+    }
+
+    /// POST `body` to `path` as admin; anything but 201 is [`LabError::Http`].
+    fn create_as_admin(&self, path: &str, body: &serde_json::Value) -> Result<()> {
+        let r = self.api_request("POST", path, Some(&body.to_string()))?;
+        if r.status != 201 {
+            return Err(LabError::Http {
+                method: "POST".into(),
+                path: path.into(),
+                status: r.status,
+                body: r.body.chars().take(500).collect(),
+            });
         }
         Ok(())
     }

@@ -296,10 +296,18 @@ fn hex(bytes: &[u8]) -> String {
 /// # Errors
 /// [`LabError::Io`] when /dev/urandom cannot be read.
 pub fn random_token() -> Result<String> {
-    let mut b = [0u8; 16];
+    Ok(hex(&random_bytes::<16>()?))
+}
+
+/// `N` bytes from `/dev/urandom` (tokens, the peer key).
+///
+/// # Errors
+/// [`LabError::Io`] when `/dev/urandom` cannot be read.
+pub fn random_bytes<const N: usize>() -> Result<[u8; N]> {
+    let mut b = [0u8; N];
     let mut f = std::fs::File::open("/dev/urandom").map_err(io_ctx("open /dev/urandom"))?;
     f.read_exact(&mut b).map_err(io_ctx("read /dev/urandom"))?;
-    Ok(hex(&b))
+    Ok(b)
 }
 
 /// Standard base64 (RFC 4648 section 4, with padding), for kubeconfig `*-data` fields.

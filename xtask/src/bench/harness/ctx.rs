@@ -90,28 +90,14 @@ impl Ctx {
     /// Node objects for the lab nodes, with `ride` the key Secret `vipd-peer-key`, and the
     /// LoadBalancer Service [`SERVICE_NAME`] at `addr`.
     fn create_service_objects(&self, ride: bool, addr: Ipv4Addr) -> Result<()> {
-        let create = |path: &str, body: serde_json::Value, what: &str| {
-            api::create(&self.lab, path, &body, what)
-        };
-        for n in NODES {
-            create(
-                "/api/v1/nodes",
-                serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}}),
-                n,
-            )?;
-        }
+        self.lab.register_nodes(&NODES)?;
         if ride {
-            create(
-                "/api/v1/namespaces/kube-system/secrets",
-                serde_json::json!({"apiVersion": "v1", "kind": "Secret",
-                    "metadata": {"name": "vipd-peer-key", "namespace": "kube-system"},
-                    "stringData": {"key": "ZmFpbG92ZXItYmVuY2gta2V5LWF0LWxlYXN0LTMyLWJ5dGVz"}}),
-                "Secret vipd-peer-key",
-            )?;
+            self.lab.create_peer_key_secret()?;
         }
-        create(
+        api::create(
+            &self.lab,
             "/api/v1/namespaces/default/services",
-            api::service_json(SERVICE_NAME, IpAddr::V4(addr)),
+            &api::service_json(SERVICE_NAME, IpAddr::V4(addr)),
             "Service",
         )
     }
