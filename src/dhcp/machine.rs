@@ -123,11 +123,12 @@ pub fn backoff(failures: u32) -> Duration {
 /// every retransmission delay), pseudo-randomly through [`jittered`] seeded by the MAC
 /// instead of a transaction id: fixed for one MAC and failure count (the machine stays
 /// pure), different for two clients of one node, so clients that failed together (a DHCP
-/// server down) do not retry in step. Pure.
+/// server down) do not retry in step. Never above [`BACKOFF_CAP`] (waits at the cap are
+/// spread below it). Pure.
 pub fn backoff_v4(failures: u32, mac: &[u8; 6]) -> Duration {
     let [a, b, c, d, e, f] = *mac;
     let seed = u32::from_be_bytes([c, d, e, f]) ^ (u32::from(u16::from_be_bytes([a, b])) << 8);
-    jittered(backoff(failures), seed, failures, RETRANSMIT_SPREAD_V4)
+    jittered(backoff(failures), seed, failures, RETRANSMIT_SPREAD_V4).min(BACKOFF_CAP)
 }
 
 /// Whether `failures` failed attempts in a row reach `max_attempts` (kube-vip's

@@ -203,8 +203,12 @@ pub struct FencePlan {
 }
 
 /// The fence for these lease timings. When [`fence_lifetime`] finds a whole number of
-/// seconds, the address lifetime fences (and the nftables fence, when on, ends at the same
-/// time). Otherwise (sub-second timings such as the `fast` profile) the nftables fence must
+/// seconds, the address lifetime fences, and the nftables fence, when on, lasts that
+/// lifetime or the renew deadline, whichever is longer (cut to the lease less the margin by
+/// [`fence_timeout`]): the holder leads without a renewal until its renew deadline (and
+/// refreshes the address meanwhile), so an element that ended with the address lifetime
+/// would drop its answers for up to a second before it steps down (found by the lab:
+/// 192.0.2.40 unanswered 1.25-1.41 s into a 1.4 s API freeze at 5/3/1). Otherwise (sub-second timings such as the `fast` profile) the nftables fence must
 /// be on (`nft`): its elements last `min(renew deadline, lease duration -
 /// NFT_FENCE_MARGIN)`, which must be longer than the retry period, and the addresses get
 /// the lease duration rounded up to whole seconds.
@@ -217,7 +221,7 @@ pub fn fence_plan(t: &Timing, nft: bool) -> Result<FencePlan, TimingError> {
         Ok(secs) => Ok(FencePlan {
             address_secs: secs,
             address_fences: true,
-            nft: Duration::from_secs(u64::from(secs)),
+            nft: Duration::from_secs(u64::from(secs)).max(t.renew_deadline),
             margin: FENCE_MARGIN,
         }),
         Err(e) if !nft => Err(e),

@@ -123,7 +123,9 @@ impl VipFence for FakeFence {
     }
 }
 
-const FENCE: Duration = Duration::from_secs(2);
+/// The element's life at the rig's 5/3/1 s: the renew deadline (3 s), longer than the
+/// address lifetime (2 s), so answers last while the holder leads without a renewal.
+const FENCE: Duration = Duration::from_secs(3);
 
 fn fenced_rig(fence: Arc<FakeFence>) -> Rig {
     fenced_rig_at(fence, &TIMING)
@@ -150,12 +152,12 @@ async fn fence_timeout_counts_from_the_send_time() {
     let at = |t: Instant| t.saturating_duration_since(sent);
     assert_eq!(
         fence_timeout(FENCE, lease, FENCE_MARGIN, at(Instant::now())),
-        ms(2000)
+        ms(3000)
     );
     tokio::time::advance(ms(37)).await;
     assert_eq!(
         fence_timeout(FENCE, lease, FENCE_MARGIN, at(Instant::now())),
-        ms(1963)
+        ms(2963)
     );
     // A stale renewal (acted on long after it was sent) never reaches past
     // send + lease - margin, and not past send + fence either.
@@ -176,14 +178,14 @@ async fn fence_timeout_counts_from_the_send_time() {
         lease - FENCE_MARGIN
     );
     // Frozen between the renewal and the nft call, past the fence: already expired.
-    tokio::time::advance(ms(1963)).await;
+    tokio::time::advance(ms(2963)).await;
     assert_eq!(
         fence_timeout(FENCE, lease, FENCE_MARGIN, at(Instant::now())),
         Duration::ZERO
     );
     // Sub-millisecond rest rounds down: never more than granted.
     assert_eq!(
-        fence_timeout(FENCE, lease, FENCE_MARGIN, Duration::from_micros(1_999_001)),
+        fence_timeout(FENCE, lease, FENCE_MARGIN, Duration::from_micros(2_999_001)),
         Duration::ZERO
     );
 }
@@ -230,12 +232,12 @@ async fn each_renewal_refreshes_the_element_from_its_send_time() {
         tokio::time::advance(Duration::from_millis(960)).await;
     }
     assert!(
-        matches!(fence.calls()[0].1, Call::Refresh(ref v, t) if v == &[vip] && t == Duration::from_millis(1960))
+        matches!(fence.calls()[0].1, Call::Refresh(ref v, t) if v == &[vip] && t == Duration::from_millis(2960))
     );
 }
 
 /// A freeze while the element is being set (the kernel takes the timeout 3 s late, lease
-/// 5 s, fence 2 s): the element would end 5 s after the send, past the lease others see;
+/// 5 s, fence 3 s): the element would end 6 s after the send, past the lease others see;
 /// nothing is left to grant, so it is expired at once.
 #[tokio::test(start_paused = true)]
 async fn a_freeze_during_the_nft_call_expires_the_element() {
@@ -333,9 +335,9 @@ async fn a_run_inside_the_allowance_keeps_a_fence_without_slack() {
     );
 }
 
-/// A freeze while `nft` runs (written at once with the full 2 s, answered 1 s later, lease
-/// 5 s): the element may live until 3 s after the send, inside the lease less the margin, so
-/// it stands; frozen 3 s, it may live until 5 s, past it, and is set again with what is
+/// A freeze while the fence's transaction runs (written at once with the full 3 s, answered
+/// 1 s later, lease 5 s): the element may live until 4 s after the send, inside the lease
+/// less the margin, so it stands; frozen 3 s, it may live until 5 s, past it, and is set again with what is
 /// left (nothing: expired).
 #[tokio::test(start_paused = true)]
 async fn a_freeze_while_nft_runs_is_judged_by_when_the_run_returned() {
