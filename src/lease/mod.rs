@@ -203,12 +203,16 @@ pub struct FencePlan {
 }
 
 /// The fence for these lease timings. When [`fence_lifetime`] finds a whole number of
-/// seconds, the address lifetime fences, and the nftables fence, when on, lasts that
-/// lifetime or the renew deadline, whichever is longer (cut to the lease less the margin by
-/// [`fence_timeout`]): the holder leads without a renewal until its renew deadline (and
-/// refreshes the address meanwhile), so an element that ended with the address lifetime
-/// would drop its answers for up to a second before it steps down (found by the lab:
-/// 192.0.2.40 unanswered 1.25-1.41 s into a 1.4 s API freeze at 5/3/1). Otherwise (sub-second timings such as the `fast` profile) the nftables fence must
+/// seconds, the address lifetime fences, and the nftables fence, when on, lasts until the
+/// lease less twice [`FENCE_MARGIN`] after the renewal's send time (at least the address
+/// lifetime; the second margin absorbs a slow transaction, see [`fence_overrun`]): the holder may lead without a
+/// renewal until its renew deadline, and with ride-through until a ride starts (up to the
+/// API fence, lease - retry period - 250 ms), refreshing the address meanwhile, so an
+/// element that ended with the address lifetime dropped its answers while the holder still
+/// led (found by the lab: 192.0.2.40 unanswered 1.25-1.41 s into a 1.4 s API freeze at
+/// 5/3/1; a ride starting 3.2 s into an outage: 300 ms unanswered): 4.5 s at 5/3/1, 2.5 s at
+/// 3/2/1. The address, gone at its lifetime when nobody refreshes it (the kernel: up to a
+/// second late), is the earlier of the two for a dead holder. Otherwise (sub-second timings such as the `fast` profile) the nftables fence must
 /// be on (`nft`): its elements last `min(renew deadline, lease duration -
 /// NFT_FENCE_MARGIN)`, which must be longer than the retry period, and the addresses get
 /// the lease duration rounded up to whole seconds.
@@ -221,7 +225,8 @@ pub fn fence_plan(t: &Timing, nft: bool) -> Result<FencePlan, TimingError> {
         Ok(secs) => Ok(FencePlan {
             address_secs: secs,
             address_fences: true,
-            nft: Duration::from_secs(u64::from(secs)).max(t.renew_deadline),
+            nft: Duration::from_secs(u64::from(secs))
+                .max(t.lease_duration.saturating_sub(FENCE_MARGIN * 2)),
             margin: FENCE_MARGIN,
         }),
         Err(e) if !nft => Err(e),

@@ -123,9 +123,9 @@ impl VipFence for FakeFence {
     }
 }
 
-/// The element's life at the rig's 5/3/1 s: the renew deadline (3 s), longer than the
-/// address lifetime (2 s), so answers last while the holder leads without a renewal.
-const FENCE: Duration = Duration::from_secs(3);
+/// The element's life at the rig's 5/3/1 s: the lease less two margins (4.5 s), longer than
+/// the address lifetime (2 s), so answers last while the holder leads without a renewal.
+const FENCE: Duration = Duration::from_millis(4500);
 
 fn fenced_rig(fence: Arc<FakeFence>) -> Rig {
     fenced_rig_at(fence, &TIMING)
@@ -152,12 +152,12 @@ async fn fence_timeout_counts_from_the_send_time() {
     let at = |t: Instant| t.saturating_duration_since(sent);
     assert_eq!(
         fence_timeout(FENCE, lease, FENCE_MARGIN, at(Instant::now())),
-        ms(3000)
+        ms(4500)
     );
     tokio::time::advance(ms(37)).await;
     assert_eq!(
         fence_timeout(FENCE, lease, FENCE_MARGIN, at(Instant::now())),
-        ms(2963)
+        ms(4463)
     );
     // A stale renewal (acted on long after it was sent) never reaches past
     // send + lease - margin, and not past send + fence either.
@@ -178,14 +178,14 @@ async fn fence_timeout_counts_from_the_send_time() {
         lease - FENCE_MARGIN
     );
     // Frozen between the renewal and the nft call, past the fence: already expired.
-    tokio::time::advance(ms(2963)).await;
+    tokio::time::advance(ms(4463)).await;
     assert_eq!(
         fence_timeout(FENCE, lease, FENCE_MARGIN, at(Instant::now())),
         Duration::ZERO
     );
     // Sub-millisecond rest rounds down: never more than granted.
     assert_eq!(
-        fence_timeout(FENCE, lease, FENCE_MARGIN, Duration::from_micros(2_999_001)),
+        fence_timeout(FENCE, lease, FENCE_MARGIN, Duration::from_micros(4_499_001)),
         Duration::ZERO
     );
 }
@@ -232,12 +232,12 @@ async fn each_renewal_refreshes_the_element_from_its_send_time() {
         tokio::time::advance(Duration::from_millis(960)).await;
     }
     assert!(
-        matches!(fence.calls()[0].1, Call::Refresh(ref v, t) if v == &[vip] && t == Duration::from_millis(2960))
+        matches!(fence.calls()[0].1, Call::Refresh(ref v, t) if v == &[vip] && t == Duration::from_millis(4460))
     );
 }
 
-/// A freeze while the element is being set (the kernel takes the timeout 3 s late, lease
-/// 5 s, fence 3 s): the element would end 6 s after the send, past the lease others see;
+/// A freeze while the element is being set (the kernel takes the timeout 5 s late, lease
+/// 5 s, fence 4.5 s): the element would end 9.5 s after the send, past the lease others see;
 /// nothing is left to grant, so it is expired at once.
 #[tokio::test(start_paused = true)]
 async fn a_freeze_during_the_nft_call_expires_the_element() {
@@ -247,9 +247,9 @@ async fn a_freeze_during_the_nft_call_expires_the_element() {
     lead(&r, 1, true);
     settle().await;
     let vip: IpAddr = vip4().addr;
-    *fence.stall_next.lock().unwrap() = Some(Duration::from_secs(3));
+    *fence.stall_next.lock().unwrap() = Some(Duration::from_secs(5));
     lead(&r, 1, true);
-    tokio::time::sleep(Duration::from_millis(3010)).await;
+    tokio::time::sleep(Duration::from_millis(5010)).await;
     let calls = fence.calls();
     assert!(
         matches!(calls.last(), Some((_, Call::Expire(v))) if v == &[vip]),
@@ -335,25 +335,25 @@ async fn a_run_inside_the_allowance_keeps_a_fence_without_slack() {
     );
 }
 
-/// A freeze while the fence's transaction runs (written at once with the full 3 s, answered
-/// 1 s later, lease 5 s): the element may live until 4 s after the send, inside the lease
-/// less the margin, so it stands; frozen 3 s, it may live until 5 s, past it, and is set again with what is
-/// left (nothing: expired).
+/// A freeze while the fence's transaction runs (written at once with the full 4.5 s,
+/// answered 200 ms later, lease 5 s): the element may live until 4.7 s after the send,
+/// inside the lease less the margin plus the run's allowance, so it stands; frozen 5 s, it may live until 9.5 s, past it, and is set again with what
+/// is left (nothing: expired).
 #[tokio::test(start_paused = true)]
 async fn a_freeze_while_nft_runs_is_judged_by_when_the_run_returned() {
     let fence = Arc::new(FakeFence::default());
     let r = fenced_rig(fence.clone());
     settle().await;
     let vip: IpAddr = vip4().addr;
-    *fence.stall_in_run.lock().unwrap() = Some(Duration::from_secs(1));
+    *fence.stall_in_run.lock().unwrap() = Some(Duration::from_millis(200));
     let sent = Instant::now();
     lead(&r, 1, true);
-    tokio::time::sleep(Duration::from_millis(1010)).await;
+    tokio::time::sleep(Duration::from_millis(210)).await;
     assert_eq!(fence.live_until(vip), Some(sent + FENCE));
     assert!(r.kernel.has(vip4()));
-    *fence.stall_in_run.lock().unwrap() = Some(Duration::from_secs(3));
+    *fence.stall_in_run.lock().unwrap() = Some(Duration::from_secs(5));
     lead(&r, 1, true);
-    tokio::time::sleep(Duration::from_millis(3010)).await;
+    tokio::time::sleep(Duration::from_millis(5010)).await;
     let calls = fence.calls();
     assert!(
         matches!(calls.last(), Some((_, Call::Expire(v))) if v == &[vip]),
@@ -459,7 +459,7 @@ fn fence_plan_uses_the_millisecond_fence_only_where_seconds_do_not_fit() {
             Ok(FencePlan {
                 address_secs: 2,
                 address_fences: true,
-                nft: Duration::from_secs(2),
+                nft: Duration::from_millis(2500),
                 margin: FENCE_MARGIN,
             })
         );
