@@ -27,6 +27,7 @@ fn create_path(obj: &serde_json::Value) -> String {
     ) {
         ("v1", "Pod") => format!("/api/v1/namespaces/{ns}/pods"),
         ("v1", "ServiceAccount") => format!("/api/v1/namespaces/{ns}/serviceaccounts"),
+        ("v1", "Secret") => format!("/api/v1/namespaces/{ns}/secrets"),
         ("apps/v1", "DaemonSet") => format!("/apis/apps/v1/namespaces/{ns}/daemonsets"),
         ("rbac.authorization.k8s.io/v1", "ClusterRole") => {
             "/apis/rbac.authorization.k8s.io/v1/clusterroles".into()

@@ -140,7 +140,7 @@ fn first_answer(p: &ArpRoundProber, ip: Ipv4Addr, mac: MacAddr) -> Option<Durati
 /// MAC answers ARP for the address.
 #[test]
 fn s23_dhcp_service_gets_pool_address_announced_from_macvlan() {
-    let Some(lab) = lab("s23_dhcp", LabOptions::default()) else {
+    let Some(lab) = keyed_lab("s23_dhcp", LabOptions::default()) else {
         return;
     };
     let procs = start(&lab);
@@ -227,7 +227,7 @@ fn s23_dhcp_service_gets_pool_address_announced_from_macvlan() {
 /// the lease in dnsmasq (DHCPRELEASE).
 #[test]
 fn s24_macvlan_follows_holder_failover_keeps_address_delete_releases() {
-    let Some(lab) = lab("s24_dhcp", LabOptions::default()) else {
+    let Some(lab) = keyed_lab("s24_dhcp", LabOptions::default()) else {
         return;
     };
     let mut procs = start(&lab);
@@ -357,7 +357,7 @@ fn s24_macvlan_follows_holder_failover_keeps_address_delete_releases() {
 /// the default route's interface.
 #[test]
 fn s23_harvester_hwaddr_and_requested_ip_are_kept() {
-    let Some(lab) = lab("s23_harvester", LabOptions::default()) else {
+    let Some(lab) = keyed_lab("s23_harvester", LabOptions::default()) else {
         return;
     };
     // No vip_interface: the macvlans' parent is the default route's interface.
@@ -489,7 +489,7 @@ fn s23_harvester_hwaddr_and_requested_ip_are_kept() {
 /// the macvlan of the same holder and answered from its MAC, the status unchanged.
 #[test]
 fn s23_renewal_keeps_the_address_past_the_first_lease() {
-    let Some(lab) = lab("s23_renewal", LabOptions::default()) else {
+    let Some(lab) = keyed_lab("s23_renewal", LabOptions::default()) else {
         return;
     };
     let procs = start(&lab);
@@ -532,7 +532,7 @@ fn s23_renewal_keeps_the_address_past_the_first_lease() {
 /// crashed node removes the stale macvlan at start.
 #[test]
 fn s24_stale_macvlan_removed_when_vipd_restarts() {
-    let Some(lab) = lab("s24_stale", LabOptions::default()) else {
+    let Some(lab) = keyed_lab("s24_stale", LabOptions::default()) else {
         return;
     };
     let mut procs = start(&lab);
@@ -571,7 +571,7 @@ fn s24_stale_macvlan_removed_when_vipd_restarts() {
 /// macvlan on every node while its new address is announced, and the other is untouched.
 #[test]
 fn s24_service_leaving_dhcp_mode_releases_its_lease() {
-    let Some(lab) = lab("s24_leave", LabOptions::default()) else {
+    let Some(lab) = keyed_lab("s24_leave", LabOptions::default()) else {
         return;
     };
     let procs = start(&lab);
@@ -634,7 +634,7 @@ fn s24_service_leaving_dhcp_mode_releases_its_lease() {
 /// `DHCPFailed` Warning and no status; once the server is up it gets a pool address.
 #[test]
 fn s23_server_down_at_creation_then_up() {
-    let Some(lab) = lab("s23_no_server", LabOptions::default()) else {
+    let Some(lab) = keyed_lab("s23_no_server", LabOptions::default()) else {
         return;
     };
     let procs = start(&lab);
@@ -665,7 +665,7 @@ fn s23_server_down_at_creation_then_up() {
 /// partition heals only the new holder has the macvlan and answers.
 #[test]
 fn s24_partitioned_holder_drops_its_macvlan() {
-    let Some(lab) = lab("s24_partition", LabOptions::default()) else {
+    let Some(lab) = keyed_lab("s24_partition", LabOptions::default()) else {
         return;
     };
     let procs = start(&lab);
@@ -730,7 +730,7 @@ fn harvester_env(marker: &str) -> Vec<(String, String)> {
 /// gets its address without any other change.
 #[test]
 fn s23_harvester_guest_env_gets_dhcp_addresses_once_a_parent_exists() {
-    let Some(lab) = lab("s23_harvester_guest", LabOptions::default()) else {
+    let Some(lab) = keyed_lab("s23_harvester_guest", LabOptions::default()) else {
         return;
     };
     let env = harvester_env("harvester-guest-env");
@@ -811,7 +811,7 @@ fn s23_harvester_host_env_gets_a_dhcp_address() {
         default_route: true,
         ..LabOptions::default()
     };
-    let Some(lab) = lab("s23_harvester_host", opts) else {
+    let Some(lab) = keyed_lab("s23_harvester_host", opts) else {
         return;
     };
     let env = harvester_env("harvester-host-env");
@@ -948,7 +948,7 @@ fn carriers(lab: &Lab, macvlan: &str, ip: Ipv4Addr) -> Vec<String> {
 /// since both macvlans have the same MAC); the client's `vipd probe` through the address
 /// sees one gap, printed with the ARP figures (bound: the Service lease's 5 s plus 5 s).
 fn holder_loss_keeps_address_and_mac(test: &str, loss: Loss) {
-    let Some(lab) = lab(
+    let Some(lab) = keyed_lab(
         test,
         LabOptions {
             http_backends: true,
@@ -1152,7 +1152,7 @@ fn s24_holder_poweroff_keeps_address_and_mac() {
 /// (where the two Services' own leases could be held by different nodes).
 #[test]
 fn s23_harvester_share_ip_is_served_on_the_primary_macvlan() {
-    let Some(lab) = lab("s23_share", LabOptions::default()) else {
+    let Some(lab) = keyed_lab("s23_share", LabOptions::default()) else {
         return;
     };
     let procs = start(&lab);
@@ -1245,7 +1245,7 @@ fn s23_harvester_share_ip_is_served_on_the_primary_macvlan() {
 /// Warning naming the original and no client: one macvlan, on one node.
 #[test]
 fn s24_a_copied_hwaddr_gets_a_warning_and_no_second_macvlan() {
-    let Some(lab) = lab("s24_clone", LabOptions::default()) else {
+    let Some(lab) = keyed_lab("s24_clone", LabOptions::default()) else {
         return;
     };
     let procs = start(&lab);
@@ -1288,7 +1288,7 @@ fn s24_a_copied_hwaddr_gets_a_warning_and_no_second_macvlan() {
 /// `DHCPFailed` Warning naming the MAC, no macvlan is created and node-a stays reachable.
 #[test]
 fn s24_hwaddr_of_a_host_the_holder_never_saw_is_refused() {
-    let Some(lab) = lab(
+    let Some(lab) = keyed_lab(
         "s24_foreign_mac",
         LabOptions {
             http_backends: true,
@@ -1333,7 +1333,7 @@ fn s24_hwaddr_of_a_host_the_holder_never_saw_is_refused() {
 /// `rp_filter`, and dnsmasq's log shows the client's host name and a broadcast reply.
 #[test]
 fn s23_rp_filter_broadcast_and_hostname_annotations_take_effect() {
-    let Some(lab) = lab("s23_annotations", LabOptions::default()) else {
+    let Some(lab) = keyed_lab("s23_annotations", LabOptions::default()) else {
         return;
     };
     let procs = start(&lab);
@@ -1373,7 +1373,7 @@ fn s23_rp_filter_broadcast_and_hostname_annotations_take_effect() {
 /// it again.
 #[test]
 fn s23_client_gives_up_after_dhcp_backoff_attempts() {
-    let Some(lab) = lab("s23_give_up", LabOptions::default()) else {
+    let Some(lab) = keyed_lab("s23_give_up", LabOptions::default()) else {
         return;
     };
     let procs = start_with(&lab, true, &[("dhcp_backoff_attempts", "2")]);
@@ -1420,7 +1420,7 @@ fn s23_client_gives_up_after_dhcp_backoff_attempts() {
 /// Same address, same MAC, never another MAC; the figure is printed.
 #[test]
 fn s23_keep_ip_hand_over_takes_one_exchange() {
-    let Some(lab) = lab("s23_keep_ip", LabOptions::default()) else {
+    let Some(lab) = keyed_lab("s23_keep_ip", LabOptions::default()) else {
         return;
     };
     let procs = start_with(&lab, true, &[]);

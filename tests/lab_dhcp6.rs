@@ -87,7 +87,7 @@ fn holder_of(lab: &Lab, svc: &str) -> String {
 /// (same MAC) and the same address to another node, without a Release.
 #[test]
 fn s23_dhcpv6_service_gets_pool_address() {
-    let Some(lab) = lab("s23_dhcpv6", LabOptions::default()) else {
+    let Some(lab) = keyed_lab("s23_dhcpv6", LabOptions::default()) else {
         return;
     };
     let mut procs = start(&lab);
@@ -205,7 +205,7 @@ fn carries(lab: &Lab, node: &str, macvlan: &str, ip: Ipv6Addr) -> bool {
 /// `DHCPLeaseLost` Warning says why; with dnsmasq back, the same address returns.
 #[test]
 fn s23_dhcpv6_renewal_keeps_the_address_and_expiry_removes_it() {
-    let Some(lab) = lab("s23_dhcpv6_renew", LabOptions::default()) else {
+    let Some(lab) = keyed_lab("s23_dhcpv6_renew", LabOptions::default()) else {
         return;
     };
     let procs = start(&lab);
@@ -288,7 +288,7 @@ fn s23_dhcpv6_renewal_keeps_the_address_and_expiry_removes_it() {
 /// `kube-vip.io/requestedIP` is `v4,v6`; both are answered from the macvlan's MAC.
 #[test]
 fn s23_dual_stack_dhcp_service_gets_both_addresses_on_one_macvlan() {
-    let Some(lab) = lab("s23_dhcp_dual", LabOptions::default()) else {
+    let Some(lab) = keyed_lab("s23_dhcp_dual", LabOptions::default()) else {
         return;
     };
     let procs = start(&lab);
@@ -349,7 +349,7 @@ fn s23_dual_stack_dhcp_service_gets_both_addresses_on_one_macvlan() {
 /// would answer for it, moving the switch's entry for the MAC to the dead node.
 #[test]
 fn s24_dhcpv6_holder_sigkill_leaves_a_silent_macvlan() {
-    let Some(lab) = lab("s24_dhcpv6_kill", LabOptions::default()) else {
+    let Some(lab) = keyed_lab("s24_dhcpv6_kill", LabOptions::default()) else {
         return;
     };
     let mut procs = start(&lab);
@@ -404,7 +404,7 @@ const LEFTOVER_SILENT_BY: Duration = Duration::from_millis(3200);
 /// for it, no MLD report, and nothing once the next holder (same MAC) has the address.
 #[test]
 fn s24_killed_dhcpv6_holders_macvlan_goes_silent_before_the_next_holder() {
-    let Some(lab) = lab("s24_dhcpv6_silent", LabOptions::default()) else {
+    let Some(lab) = keyed_lab("s24_dhcpv6_silent", LabOptions::default()) else {
         return;
     };
     let mut procs = start(&lab);

@@ -1,6 +1,6 @@
 //! Lab test of the nftables fence (issue 16, `vip_nftfence=true`): a frozen control-plane
 //! VIP holder stops answering ARP at its fence time (its last renewal's send time + the
-//! fence lifetime: lease less two margins, 4.5 s at lease 5/3/1), well before the lease expires for the other nodes;
+//! fence lifetime, 2 s at lease 5/3/1), well before the lease expires for the other nodes;
 //! continued, it never answers again while another node holds the VIP; after stop no
 //! vipd nftables table is left and another owner's table is untouched.
 //!

@@ -201,6 +201,10 @@ pub struct Config {
     /// API server outages with the peer protocol ([`crate::peer`]); the key comes from the
     /// Secret [`crate::kube::api::PEER_KEY_SECRET`] in `cp_namespace`.
     pub services_ride_through: bool,
+    /// Whether `svc_ridethrough` was given (rather than its default, on where the Service
+    /// lease timings fit): given, a ride-through that cannot start stops the manager;
+    /// defaulted, vipd warns once and runs without it.
+    pub services_ride_through_set: bool,
     /// `svc_ipam` / `--servicesIPAM` (vipd option, default true, with `svc_enable`): the
     /// pool ConfigMap (`KUBEVIP_NAMESPACE`/`KUBEVIP_CONFIG_MAP`, default
     /// `kube-system/kubevip`) the allocator reads; `None`: no allocation.
@@ -298,6 +302,7 @@ impl Config {
             services_timing: self.services_timing,
             services_election: self.services_election,
             services_ride_through: self.services_ride_through,
+            services_ride_through_set: self.services_ride_through_set,
             services_lease_name: self.services_lease_name.clone(),
             services_namespace: self.services_namespace.clone(),
             services_subnet_check: self.services_subnet_check,

@@ -469,7 +469,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "nftFence",
         "<on where the kernel supports it>",
         Bool,
-        "vipd option: fence every VIP (the control plane's and the Services', DHCP-mode addresses included) in nftables too (table vipd_fence), to the millisecond: ARP requests and neighbour solicitations for it and IP packets to it are dropped unless its renewal-driven timeout runs, which ends at the last renewal's send time + the fence lifetime; vipd changes the table through netlink itself (no nft binary) and needs the kernel's nf_tables arp and inet families with set timeouts. Unset or true, where the kernel cannot do it: one warning, the address lifetime alone fences (the last of several VIPs can outlive the lease by up to ~1 s) and sub-second lease timings are refused; false: off, the same without the warning",
+        "vipd option: fence every VIP (the control plane's and the Services', DHCP-mode addresses included) in nftables too (table vipd_fence), to the millisecond: ARP requests and neighbour solicitations for it and IP packets to it are dropped unless its timeout runs: the fence lifetime from when its holder last set it (each renewal, and between renewals while the lease still covers it), never past the last renewal's send time + the lease less its margin; vipd changes the table through netlink itself (no nft binary) and needs the kernel's nf_tables arp and inet families with set timeouts. Unset or true, where the kernel cannot do it: one warning, the address lifetime alone fences (the last of several VIPs can outlive the lease by up to ~1 s) and sub-second lease timings are refused; false: off, the same without the warning",
     ),
     opt(
         K_NODE_LABELING,

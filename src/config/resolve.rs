@@ -151,6 +151,7 @@ pub fn resolve_detailed(
         services_election: svc.election,
         services_ride_through: inputs
             .bool_or(K_SVC_RIDETHROUGH, ride_through_fits(&services_timing))?,
+        services_ride_through_set: inputs.get(K_SVC_RIDETHROUGH).is_some(),
         ipam,
         services_lease_name: svc.lease_name,
         services_namespace: svc.namespace,

@@ -865,4 +865,15 @@ fn service_ride_through_is_on_by_default_where_the_timings_allow() {
     assert!(!off.config.services_ride_through);
     let flag_off = ok(&["--services", "--servicesRideThrough=false"], &[], None);
     assert!(!flag_off.config.services_ride_through);
+    // Given or defaulted: only a given one stops the manager when it cannot start.
+    let defaulted = ok(&["--services"], &kube_vip, None).config;
+    assert!(defaulted.services_ride_through && !defaulted.services_ride_through_set);
+    assert!(off.config.services_ride_through_set && flag_off.config.services_ride_through_set);
+    let given = ok(
+        &["--services", "--servicesRideThrough=true"],
+        &kube_vip,
+        None,
+    )
+    .config;
+    assert!(given.services_ride_through && given.services_ride_through_set);
 }

@@ -9,6 +9,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let renewed_at = self.renewed_at;
         self.check_links(now).await;
         let fence_left = self.fence_left(now);
+        if renewed_at.is_some() {
+            self.refresh_nft_fence_if_due(now).await;
+        }
         let Some(present) = self.list_for_check(now).await else {
             return;
         };

@@ -190,6 +190,17 @@ pub enum Step {
 /// [`fence_lifetime`]: crate::lease::fence_lifetime
 pub const REFRESH_BELOW_SECS: u32 = 1;
 
+/// Between renewals the periodic check refreshes the nftables fence elements when they end
+/// within its interval plus this slack, as it refreshes the addresses ([`Step::Refresh`]):
+/// the element, set for the fence lifetime on each renewal, would otherwise drop the VIP's
+/// answers while its holder still leads without a renewal (until its renew deadline, or a
+/// ride-through), where the address stays (found by the lab: 192.0.2.40 unanswered
+/// 1.25-1.41 s into a 1.4 s API freeze at 5/3/1). With renewals on time (every retry
+/// period, shorter than the fence lifetime less the check interval and this slack) the check
+/// never refreshes one, so a frozen holder still goes silent at its last renewal plus the
+/// fence lifetime. 250 ms: a check runs up to its interval late.
+pub const NFT_REFRESH_SLACK: Duration = Duration::from_millis(250);
+
 /// Decides the kernel changes for one check.
 ///
 /// * `desired`: the VIPs of this holder with their resolved interface index.
@@ -381,6 +392,8 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     arp: crate::net::ArpPins,
     /// VIPs armed in the nftables fence (`HolderConfig::nft_fence`).
     nft_fenced: Vec<IpAddr>,
+    /// When the elements last set for them end (`None` before the first is set).
+    nft_until: Option<Instant>,
     /// This holder as an owner of nftables fence elements (another holder of this node
     /// may arm the same VIP after an address moved; each disarms only its own arming).
     fence_owner: crate::net::nft::fence::Owner,
@@ -461,6 +474,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             renewed_at: None,
             arp,
             nft_fenced: Vec::new(),
+            nft_until: None,
             fence_owner: crate::net::nft::fence::next_owner(),
             quiet: RepeatLimiter::default(),
         }

@@ -61,9 +61,11 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
     }
 
-    /// On every renewal: arms this holder's VIPs in the nftables fence
-    /// ([`HolderConfig::nft_fence`]) and lets them be answered until the renewal's send
-    /// time plus the fence lifetime ([`fence_timeout`] of age zero). The fence turns that end
+    /// On every renewal, and between renewals when the elements run out
+    /// ([`Self::refresh_nft_fence_if_due`]): arms this holder's VIPs in the nftables fence
+    /// ([`HolderConfig::nft_fence`]) and lets them be answered for the fence lifetime from
+    /// now, never past the renewal's send time plus the lease less the margin
+    /// ([`fence_timeout`]). The fence turns that end
     /// into a timeout when its `nft` run is written ([`crate::net::nft::fence::VipFence::refresh`]) and says how
     /// long the element may live; past the lease ([`fence_overrun`]: this process was
     /// frozen or stalled during the run) the element is set again with what is left, and
@@ -102,14 +104,16 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
         let (fence, margin) = (self.cfg.fence.nft, self.cfg.fence.margin);
         let lease = self.cfg.lease_duration;
-        // The element's end, fixed by the renewal's send time; the fence turns it into a
-        // timeout when its `nft` run is written, so a freeze before that shortens it.
-        let until = sent + fence_timeout(fence, lease, margin, Duration::ZERO);
         for _ in 0..FENCE_RECHECKS {
+            // The element's end: the fence lifetime from now, never past the renewal's send
+            // time plus the lease less the margin; the fence turns it into a timeout right
+            // before its transaction is sent, so a freeze before that shortens it.
             let now = Instant::now();
-            if fence_timeout(fence, lease, margin, now.saturating_duration_since(sent)).is_zero() {
+            let left = fence_timeout(fence, lease, margin, now.saturating_duration_since(sent));
+            if left.is_zero() {
                 break;
             }
+            let until = now + left;
             let ends = match self
                 .cfg
                 .nft_fence
@@ -129,6 +133,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             }
             let now = Instant::now();
             if ends > now && !fence_overrun(lease, margin, ends.saturating_duration_since(sent)) {
+                self.nft_until = Some(until);
                 return true;
             }
             debug!(holder = %self.name, ends_ms = ends.saturating_duration_since(sent).as_millis(), "the nftables fence element may live past the lease (the run was late) or was written expired; setting it again");
@@ -166,6 +171,22 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         !needed
     }
 
+    /// The periodic check's part of the nftables fence: while leading and the lease still
+    /// covers the VIPs, sets the elements again ([`Self::refresh_nft_fence`]) when they end
+    /// within the check interval plus [`NFT_REFRESH_SLACK`] (no renewal came in time).
+    pub(super) async fn refresh_nft_fence_if_due(&mut self, now: Instant) {
+        if !self.cfg.nft_fence.active() || self.nft_fenced.is_empty() {
+            return;
+        }
+        let due = self
+            .nft_until
+            .is_some_and(|u| u <= now + self.cfg.check_interval + NFT_REFRESH_SLACK);
+        if due && self.fence_left(now).is_some() {
+            debug!(holder = %self.name, "refreshing the nftables fence between renewals");
+            Box::pin(self.refresh_nft_fence()).await;
+        }
+    }
+
     /// Stops filtering this holder's VIPs in the nftables fence (their addresses are gone).
     pub(super) async fn disarm_nft_fence(&mut self) {
         if self.nft_fenced.is_empty() {
@@ -177,7 +198,10 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             .disarm(self.fence_owner, &self.nft_fenced)
             .await
         {
-            Ok(()) => self.nft_fenced.clear(),
+            Ok(()) => {
+                self.nft_fenced.clear();
+                self.nft_until = None;
+            }
             Err(e) => {
                 warn!(holder = %self.name, error = %e, "cannot disarm the nftables fence; retried at the next step-down")
             }

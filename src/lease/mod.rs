@@ -137,21 +137,23 @@ pub fn fence_lapsed(lease_duration: Duration, margin: Duration, age: Duration) -
     age.saturating_add(margin) >= lease_duration
 }
 
-/// How long the nftables fence ([`crate::net::nft::fence`]) may keep a VIP answered,
-/// asked `age` after the last renewal request was sent: until that send time plus `fence`
-/// (the fence lifetime, the same one [`fence_grant`] starts from), never past the send time
-/// plus `lease_duration` less `margin` ([`FencePlan::margin`]); whole milliseconds, rounded down. Zero
-/// (drop now) once that end has passed, e.g. when the process was frozen between the
-/// renewal and this call. Unlike [`fence_grant`] it is not cut to whole seconds: the
-/// element ends at `sent + fence` to the millisecond whenever it is asked. Pure.
+/// How long the nftables fence ([`crate::net::nft::fence`]) may keep a VIP answered when
+/// its element is set `age` after the last renewal request was sent: `fence` (the fence
+/// lifetime, the same one [`fence_grant`] gives the address) from now, never past the send
+/// time plus `lease_duration` less `margin` ([`FencePlan::margin`]); whole milliseconds,
+/// rounded down. Like the address, the element is set on every renewal and refreshed between
+/// renewals while the holder still leads (`holder`'s periodic check, and each ride-through
+/// evaluation during an API outage), so it ends with the address: `fence` after the holder
+/// last ran, and never past the lease the other nodes see. Zero (drop now) once the lease
+/// less the margin has passed, e.g. when the process was frozen between the renewal and
+/// this call. Unlike [`fence_grant`] it is not cut to whole seconds. Pure.
 pub fn fence_timeout(
     fence: Duration,
     lease_duration: Duration,
     margin: Duration,
     age: Duration,
 ) -> Duration {
-    let end = fence.min(lease_duration.saturating_sub(margin));
-    let left = end.saturating_sub(age);
+    let left = fence.min(lease_duration.saturating_sub(margin).saturating_sub(age));
     Duration::from_millis(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
 }
 
@@ -203,16 +205,8 @@ pub struct FencePlan {
 }
 
 /// The fence for these lease timings. When [`fence_lifetime`] finds a whole number of
-/// seconds, the address lifetime fences, and the nftables fence, when on, lasts until the
-/// lease less twice [`FENCE_MARGIN`] after the renewal's send time (at least the address
-/// lifetime; the second margin absorbs a slow transaction, see [`fence_overrun`]): the holder may lead without a
-/// renewal until its renew deadline, and with ride-through until a ride starts (up to the
-/// API fence, lease - retry period - 250 ms), refreshing the address meanwhile, so an
-/// element that ended with the address lifetime dropped its answers while the holder still
-/// led (found by the lab: 192.0.2.40 unanswered 1.25-1.41 s into a 1.4 s API freeze at
-/// 5/3/1; a ride starting 3.2 s into an outage: 300 ms unanswered): 4.5 s at 5/3/1, 2.5 s at
-/// 3/2/1. The address, gone at its lifetime when nobody refreshes it (the kernel: up to a
-/// second late), is the earlier of the two for a dead holder. Otherwise (sub-second timings such as the `fast` profile) the nftables fence must
+/// seconds, the address lifetime fences (and the nftables fence, when on, ends at the same
+/// time). Otherwise (sub-second timings such as the `fast` profile) the nftables fence must
 /// be on (`nft`): its elements last `min(renew deadline, lease duration -
 /// NFT_FENCE_MARGIN)`, which must be longer than the retry period, and the addresses get
 /// the lease duration rounded up to whole seconds.
@@ -225,8 +219,7 @@ pub fn fence_plan(t: &Timing, nft: bool) -> Result<FencePlan, TimingError> {
         Ok(secs) => Ok(FencePlan {
             address_secs: secs,
             address_fences: true,
-            nft: Duration::from_secs(u64::from(secs))
-                .max(t.lease_duration.saturating_sub(FENCE_MARGIN * 2)),
+            nft: Duration::from_secs(u64::from(secs)),
             margin: FENCE_MARGIN,
         }),
         Err(e) if !nft => Err(e),

@@ -536,6 +536,7 @@ impl PeerNode {
                 _ = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
+            let sent = Instant::now();
             let ok = match http::Request::get("/readyz").body(Vec::new()) {
                 Ok(req) => matches!(
                     tokio::time::timeout(PROBE_TIMEOUT, client.request_text(req)).await,
@@ -548,6 +549,7 @@ impl PeerNode {
                 let mut st = self.0.lock();
                 if ok {
                     st.api_ok_at = Some(now);
+                    st.peers.probe_ok(sent);
                 }
                 let api = st
                     .api_ok_at

@@ -17,7 +17,8 @@
 //! * **Takeover with consent** ([`Peers::may_take`]): a candidate that reaches the API takes
 //!   a lease from a holder it hears listing it only after that holder's `Released` (or a
 //!   heartbeat no longer listing it, once expired); it asks (`HandOverRequest`) when the
-//!   holder says it cannot reach the API, and defers while the holder reaches it. When the
+//!   holder says it cannot reach the API and a probe of its own sent after the holder said
+//!   so got a good answer, and defers while the holder reaches it. When the
 //!   holder is silent, it takes an expired lease only once a *blocking set* of the same
 //!   membership (at least half of the nodes other than the holder, itself included) has been
 //!   vouching for the API long enough that no ride-through majority can exist, or else once
@@ -360,6 +361,14 @@ pub(crate) enum TakeReason {
         /// The holder.
         holder: String,
     },
+    /// The holder is silent, and the membership its last frame carried (equal to ours)
+    /// does not hold it: it cannot ride (a holder rides only as a member), so the lease is
+    /// taken at expiry as without ride-through (a node whose Node object is missing or
+    /// named otherwise than `vip_nodename`; no Node objects at all).
+    HolderNotMember {
+        /// The holder.
+        holder: String,
+    },
 }
 
 /// Why a candidate waits.
@@ -384,8 +393,9 @@ pub(crate) enum TakeDecision {
         /// The holder.
         holder: String,
     },
-    /// The holder heartbeats and reaches the API (or we reach it only since recently): it
-    /// will renew.
+    /// The holder heartbeats and reaches the API (or we reach it only since recently, or
+    /// have no good answer to a probe sent since the holder said it cannot reach it): it
+    /// will renew, or the outage is everyone's.
     Defer {
         /// The holder.
         holder: String,
@@ -411,6 +421,9 @@ struct PeerInfo {
     streak_start: Option<Instant>,
     /// Arrival and flags of its latest message (any kind).
     latest: Option<(Instant, Flags)>,
+    /// Arrival of the first of its messages, without a break, that says it does not reach
+    /// the API.
+    unreachable_since: Option<Instant>,
     heartbeat: Option<(Instant, Flags, BTreeSet<LeaseRef>)>,
     released: BTreeMap<LeaseRef, String>,
 }
@@ -434,6 +447,8 @@ pub(crate) struct Peers {
     membership: BTreeSet<String>,
     digest: u64,
     api_since: Option<Instant>,
+    /// When the latest good API probe answered by this node was sent.
+    probe_ok_sent: Option<Instant>,
     flag_since: Option<Instant>,
     flag_hold_until: Option<Instant>,
     peers: BTreeMap<String, PeerInfo>,
@@ -455,6 +470,7 @@ impl Peers {
             digest: membership_digest(&membership),
             membership,
             api_since: None,
+            probe_ok_sent: None,
             flag_since: None,
             flag_hold_until: None,
             peers: BTreeMap::new(),
@@ -483,6 +499,12 @@ impl Peers {
         }
     }
 
+    /// A good API probe answer to a probe sent at `sent`: what [`Peers::may_take`] asks
+    /// before it asks a holder to hand over.
+    pub(crate) fn probe_ok(&mut self, sent: Instant) {
+        self.probe_ok_sent = Some(self.probe_ok_sent.map_or(sent, |s| s.max(sent)));
+    }
+
     /// One verified, assembled message that arrived at `received_at`.
     pub(crate) fn receive(&mut self, received_at: Instant, msg: &Message) {
         if msg.node == self.own {
@@ -498,9 +520,15 @@ impl Peers {
                 flagged_at: None,
                 streak_start: None,
                 latest: None,
+                unreachable_since: None,
                 heartbeat: None,
                 released: BTreeMap::new(),
             });
+        if msg.flags.api_reachable {
+            p.unreachable_since = None;
+        } else {
+            p.unreachable_since.get_or_insert(received_at);
+        }
         p.last_at = p.last_at.max(received_at);
         p.digest = msg.membership;
         if msg.flags.vouches() {
@@ -784,9 +812,20 @@ impl Peers {
                 // The holder reaches the API (it renews), or we do only since recently (its
                 // API may be coming back too), or the holder renewed within the ask delay
                 // (a short blip of its API: it renews again): defer. Otherwise ask.
+                // Asked only on a good probe answer to a probe sent after the holder said it
+                // cannot reach the API: the holder says so once it had no good answer for
+                // the API window, so an answer after that is news, not this node's last
+                // answer from before the outage (an API server whose etcd stalls answers
+                // /readyz for a few seconds more: the lab's etcd freeze saw a candidate ask,
+                // the holders release, and the Service VIPs unanswered for the whole freeze).
+                let confirmed = self.probe_ok_sent.is_some_and(|sent| {
+                    info.and_then(|p| p.unreachable_since)
+                        .is_some_and(|since| sent > since)
+                });
                 if flags.api_reachable
                     || now < api_since + c.ask_delay
                     || now < view.observed_at + c.ask_delay
+                    || !confirmed
                 {
                     return TakeDecision::Defer { holder };
                 }
@@ -800,6 +839,9 @@ impl Peers {
         }
         if !expired {
             return TakeDecision::NotExpired;
+        }
+        if info.is_some_and(|p| p.digest == self.digest) && !self.membership.contains(&holder) {
+            return TakeDecision::Take(TakeReason::HolderNotMember { holder });
         }
         // No wait for a silence window: the blocking set alone rules out every ride grant
         // alive now (docs/design.md, "Why no two nodes answer for one address"), and the

@@ -100,6 +100,10 @@ const RIDE_OFF_STATE: &str = "off (svc_ridethrough=false); Service VIPs go at th
 /// timings (its default there; set explicitly, the manager refuses them).
 const RIDE_OFF_TIMINGS_STATE: &str = "off (Service lease timings a ride cannot start in time with: svc_leaseduration minus svc_retryperiod must exceed about 3.2 s, e.g. 5/3/1 as `vipd manifest` writes); Service VIPs go at the renew deadline during an API server outage";
 
+/// The ride state on `/readyz` when ride-through, on by default, could not start (no
+/// Services interface for the peer protocol, or no socket on it; the log says which).
+const RIDE_NO_START_STATE: &str = "off (on by default but cannot start on this node: no Services interface for the peer protocol, see the log; set vip_servicesinterface); Service VIPs go at the renew deadline during an API server outage";
+
 /// Why the Services wing cannot start.
 #[derive(Debug, thiserror::Error)]
 pub enum ServicesError {
@@ -179,7 +183,16 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
     let cached = Arc::new(CachedKernel::new(parts.kernel, Duration::from_millis(200)));
     let clients = crate::kube::client::services_clients(&cfg.kube).await?;
     let ride = match cfg.services_ride_through {
-        true => Some(ride_setup(cfg, cached.as_ref(), &holder_cfg).await?),
+        true => match ride_setup(cfg, cached.as_ref(), &holder_cfg).await {
+            Ok(r) => Some(r),
+            // On by default: never a reason not to start (as without the key).
+            Err(e) if !cfg.services_ride_through_set => {
+                warn!(error = %e, "Service VIPs do not ride through API server outages: ride-through, on by default, cannot start on this node (set vip_servicesinterface, or svc_ridethrough=false to silence this; a restart tries again)");
+                parts.readiness.set_ride_state(Some(RIDE_NO_START_STATE));
+                None
+            }
+            Err(e) => return Err(e),
+        },
         false => {
             // Off with timings a ride starts in time with means the option said so.
             let state = if crate::peer::ridethrough::RideConfig::start_ok_for(&cfg.services_timing)

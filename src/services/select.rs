@@ -554,6 +554,7 @@ mod tests {
             },
             services_election: false,
             services_ride_through: false,
+            services_ride_through_set: false,
             services_lease_name: "plndr-svcs-lock".into(),
             services_namespace: None,
             services_subnet_check: true,

@@ -41,6 +41,10 @@ pub struct Settings {
     pub services_election: bool,
     /// `svc_ridethrough`: ride through API outages with the peer protocol.
     pub services_ride_through: bool,
+    /// Whether `svc_ridethrough` was given: only then does a ride-through that cannot start
+    /// (no Services interface, no socket) stop the wing; defaulted, it warns and runs
+    /// without.
+    pub services_ride_through_set: bool,
     /// `svc_leasename`: the global Services lease.
     pub services_lease_name: String,
     /// `svc_namespace`; `None`: all namespaces.

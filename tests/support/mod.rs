@@ -28,8 +28,21 @@ pub fn lab(test: &str, opts: LabOptions) -> Option<Lab> {
     Some(Lab::start(opts).unwrap_or_else(|e| panic!("{test}: lab start failed: {e}")))
 }
 
+/// [`lab`] as a cluster deployed with the generated manifests: the peer key Secret `vipd
+/// manifest rbac` creates and the lab nodes' Node objects (a real cluster has them; they are
+/// the ride-through membership), so vipd runs with ride-through armed and no "Secret does
+/// not exist" warning.
+pub fn keyed_lab(test: &str, opts: LabOptions) -> Option<Lab> {
+    let lab = lab(test, opts)?;
+    lab.register_nodes(&NODES)
+        .unwrap_or_else(|e| panic!("{test}: cannot create the Node objects: {e}"));
+    lab.create_peer_key_secret()
+        .unwrap_or_else(|e| panic!("{test}: cannot create the peer key Secret: {e}"));
+    Some(lab)
+}
+
 /// Applies the objects of `vipd manifest rbac` (ServiceAccount, ClusterRole, its binding to
-/// the ServiceAccount) and binds the same ClusterRole to the lab's node users, which have
+/// the ServiceAccount, the peer key Secret) and binds the same ClusterRole to the lab's node users, which have
 /// no other rights in a lab started with `NodeRbac::None`.
 pub fn apply_generated_rbac(lab: &Lab) {
     use vipd::cmd::manifest::rbac;
@@ -42,6 +55,7 @@ pub fn apply_generated_rbac(lab: &Lab) {
         let obj: serde_json::Value = serde_norway::from_str(doc).unwrap();
         let path = match obj["kind"].as_str().unwrap() {
             "ServiceAccount" => "/api/v1/namespaces/kube-system/serviceaccounts",
+            "Secret" => "/api/v1/namespaces/kube-system/secrets",
             "ClusterRole" => "/apis/rbac.authorization.k8s.io/v1/clusterroles",
             "ClusterRoleBinding" => "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
             other => panic!("unexpected {other} in vipd manifest rbac"),

@@ -1030,7 +1030,7 @@ pub async fn start_fence(setting: NftFenceSetting, used: bool) -> Arc<dyn VipFen
         Ok(f) => {
             info!(
                 table = FENCE_TABLE,
-                "millisecond fence on: every VIP is answered only until its last renewal's send time + the fence lifetime, to the millisecond, besides its address lifetime (nft list table arp vipd_fence; nft list table inet vipd_fence)"
+                "millisecond fence on: every VIP is answered only for the fence lifetime after its holder last set it, never past its last renewal's send time + the lease less the margin, to the millisecond, besides its address lifetime (nft list table arp vipd_fence; nft list table inet vipd_fence)"
             );
             Arc::new(BatchedFence::new(f))
         }

@@ -383,14 +383,38 @@ fn take_with_consent() {
             holder: "n0".into()
         }
     );
-    // Holder cut off from the API: ask, once we reached the API for the ask delay (3 s).
+    // Holder cut off from the API: ask, once we reached the API for the ask delay (3 s)
+    // and a probe sent after the holder said so answered (our last good answer may be
+    // older than its outage: an API server whose etcd stalls answers for a while).
     c.receive(t, &hb(&c, "n0", NONE, vec![held("10")]));
+    c.probe_ok(t - ms(1));
     assert_eq!(
         c.may_take(t, &v),
+        TakeDecision::Defer {
+            holder: "n0".into()
+        }
+    );
+    c.probe_ok(t + ms(1));
+    assert_eq!(
+        c.may_take(t + ms(10), &v),
         TakeDecision::AskFirst {
             holder: "n0".into()
         }
     );
+    // A later frame of it saying the same keeps the first one's time; one that reaches the
+    // API starts it again.
+    c.receive(t + ms(200), &hb(&c, "n0", NONE, vec![held("10")]));
+    assert!(matches!(
+        c.may_take(t + ms(210), &v),
+        TakeDecision::AskFirst { .. }
+    ));
+    let mut back = c.clone();
+    back.receive(t + ms(200), &hb(&back, "n0", REACH, vec![held("10")]));
+    back.receive(t + ms(400), &hb(&back, "n0", NONE, vec![held("10")]));
+    assert!(matches!(
+        back.may_take(t + ms(410), &v),
+        TakeDecision::Defer { .. }
+    ));
     // ... but not while the holder renewed within the ask delay (a short blip of its API).
     assert_eq!(
         c.may_take(t, &view(Some("n0"), "10", t - ms(2999))),
@@ -539,6 +563,7 @@ fn take_from_a_silent_holder_needs_a_blocking_set_or_the_cap() {
     // is past the ask delay: ask it first.
     let mut r = c.clone();
     r.receive(t5 - ms(500), &hb(&r, "n0", NONE, vec![held("10")]));
+    r.probe_ok(t5 - ms(400));
     assert_eq!(
         r.may_take(t5, &v),
         TakeDecision::AskFirst {
@@ -608,4 +633,53 @@ fn timings_where_a_ride_cannot_start_in_time_are_refused() {
     assert!(RideConfig::new(&works, 2).is_ok());
     // The model may still run timings that cannot start a ride (liveness, not safety).
     assert!(RideConfig::unchecked_start(&t(3, 2, 1), 2).is_ok());
+}
+
+/// A holder outside the membership its last frame carried (equal to ours: no Node objects,
+/// or its Node object named otherwise) never rides, so a silent one's lease is taken at
+/// expiry, not after the ride cap; a member's still needs a blocking set.
+#[test]
+fn a_silent_holder_outside_its_membership_is_taken_at_expiry() {
+    let t0 = Instant::now();
+    for membership in [BTreeSet::new(), members(3).into_iter().skip(1).collect()] {
+        let mut c = Peers::new(cfg(), "n1");
+        c.set_membership(membership.clone());
+        c.set_api(t0, true);
+        c.receive(t0 + ms(1000), &hb(&c, "n0", NONE, vec![held("10")]));
+        let v = view(Some("n0"), "10", t0);
+        assert_eq!(c.may_take(t0 + ms(4999), &v), TakeDecision::NotExpired);
+        assert_eq!(
+            c.may_take(t0 + ms(5000), &v),
+            TakeDecision::Take(TakeReason::HolderNotMember {
+                holder: "n0".into()
+            }),
+            "{membership:?}"
+        );
+        // Its last frame carried another membership: it may be a member there.
+        let mut other = Peers::new(cfg(), "n1");
+        other.set_membership(membership.clone());
+        other.set_api(t0, true);
+        other.receive(
+            t0 + ms(1000),
+            &msg(
+                "n0",
+                Kind::Heartbeat,
+                NONE,
+                vec![held("10")],
+                c.digest() ^ 1,
+            ),
+        );
+        assert!(matches!(
+            other.may_take(t0 + ms(5000), &v),
+            TakeDecision::WaitUntil { .. }
+        ));
+    }
+    // A member holder: the blocking set rule (nobody vouched long enough here).
+    let mut m = node("n1", 3);
+    m.set_api(t0, true);
+    m.receive(t0 + ms(1000), &hb(&m, "n0", NONE, vec![held("10")]));
+    assert!(matches!(
+        m.may_take(t0 + ms(5000), &view(Some("n0"), "10", t0)),
+        TakeDecision::WaitUntil { .. }
+    ));
 }

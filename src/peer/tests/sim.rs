@@ -284,6 +284,8 @@ impl Sim {
         let n = &mut self.nodes[i];
         n.peers.set_api(now, api);
         if api {
+            // The sim's API answers at once: a probe sent now answered.
+            n.peers.probe_ok(now);
             if n.seen.is_none_or(|(r, _)| r != rv) {
                 n.seen = Some((rv, now));
             }
