@@ -815,9 +815,9 @@ impl Peers {
                 // Asked only on a good probe answer to a probe sent after the holder said it
                 // cannot reach the API: the holder says so once it had no good answer for
                 // the API window, so an answer after that is news, not this node's last
-                // answer from before the outage (an API server whose etcd stalls answers
-                // /readyz for a few seconds more: the lab's etcd freeze saw a candidate ask,
-                // the holders release, and the Service VIPs unanswered for the whole freeze).
+                // answer from before an outage everyone shares (probes are out of phase:
+                // the lab's etcd freeze saw a candidate still within its window ask, the
+                // holders release, and the Service VIPs unanswered for the whole freeze).
                 let confirmed = self.probe_ok_sent.is_some_and(|sent| {
                     info.and_then(|p| p.unreachable_since)
                         .is_some_and(|since| sent > since)
@@ -846,7 +846,19 @@ impl Peers {
         // No wait for a silence window: the blocking set alone rules out every ride grant
         // alive now (docs/design.md, "Why no two nodes answer for one address"), and the
         // API fence ended at expiry (rule 3).
-        match self.blocking_set(now, &holder, info.map(|p| p.digest)) {
+        // A holder whose last frame carried the empty membership had not read the Node
+        // objects yet (it died right after its start): it can ride only once it has, and it
+        // reads the membership we read, so our blocking set covers it (otherwise its lease
+        // waited for the ride cap: the lab's SIGKILL of a holder 150 ms after its start).
+        let empty = membership_digest(&BTreeSet::new());
+        let holder_digest = info.map(|p| {
+            if p.digest == empty {
+                self.digest
+            } else {
+                p.digest
+            }
+        });
+        match self.blocking_set(now, &holder, holder_digest) {
             Ok(()) => TakeDecision::Take(TakeReason::HolderSilent { holder }),
             Err((vouching, needed)) => {
                 let at = view.observed_at + c.lease_duration + c.max_ride;

@@ -683,3 +683,47 @@ fn a_silent_holder_outside_its_membership_is_taken_at_expiry() {
         TakeDecision::WaitUntil { .. }
     ));
 }
+
+/// A holder killed right after its start, before it read the Node objects: its frames
+/// carried the empty membership. It can ride only once it has read the one we read, so our
+/// blocking set decides at expiry (not the ride cap, 60 s later).
+#[test]
+fn a_silent_holder_without_a_membership_yet_is_judged_by_ours() {
+    let t0 = Instant::now();
+    let mut c = node("n1", 3);
+    c.set_api(t0, true);
+    let d = c.digest();
+    let empty = crate::peer::membership_digest(&BTreeSet::new());
+    c.receive(
+        t0 + ms(100),
+        &msg("n0", Kind::Heartbeat, NONE, vec![held("10")], empty),
+    );
+    let v = view(Some("n0"), "10", t0);
+    let t5 = t0 + ms(5000);
+    let mut t = t0;
+    while t <= t5 {
+        c.outgoing_flags(t);
+        c.receive(t, &msg("n2", Kind::Heartbeat, REACH, vec![], d));
+        t += ms(200);
+    }
+    assert_eq!(
+        c.may_take(t5, &v),
+        TakeDecision::Take(TakeReason::HolderSilent {
+            holder: "n0".into()
+        })
+    );
+    // Another non-empty membership than ours: still the ride cap.
+    let mut o = node("n1", 3);
+    o.set_api(t0, true);
+    o.receive(
+        t0 + ms(100),
+        &msg("n0", Kind::Heartbeat, NONE, vec![held("10")], d ^ 1),
+    );
+    let mut t = t0;
+    while t <= t5 {
+        o.outgoing_flags(t);
+        o.receive(t, &msg("n2", Kind::Heartbeat, REACH, vec![], d));
+        t += ms(200);
+    }
+    assert!(matches!(o.may_take(t5, &v), TakeDecision::WaitUntil { .. }));
+}

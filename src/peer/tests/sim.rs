@@ -76,6 +76,10 @@ struct Node {
     released_rv: Option<u64>,
     /// Takes at plain expiry, ignoring the peers (negative control).
     naive: bool,
+    /// Under [`Sim::probes`]: this node probes `/readyz` at the steps whose index is this
+    /// modulo 5 (every 250 ms, phases apart), and its last good answer.
+    probe_phase: u64,
+    probe_ok_at: Option<Instant>,
 }
 
 /// What happened, for assertions.
@@ -106,6 +110,13 @@ struct Sim {
     boot_counter: u64,
     /// Frames lost on the segment, per thousand (drawn from `rng`).
     loss_permille: u64,
+    /// The nodes learn whether they reach the API from `/readyz` probes, as `peer::node`
+    /// does (a good answer within the 1 s API window), not from their writes; `false`: at
+    /// once from the API's state.
+    probes: bool,
+    /// `/readyz` keeps answering `ok` until then although writes fail (`api_up` false): an
+    /// API server whose etcd stalls.
+    readyz_until: Option<Instant>,
     rng: Gen,
     log: Log,
 }
@@ -140,6 +151,8 @@ impl Sim {
             cfg,
             boot_counter: 0,
             loss_permille: 0,
+            probes: false,
+            readyz_until: None,
             rng: Gen(0x2545_F491_4F6C_DD1D),
             log: Log::default(),
         };
@@ -177,6 +190,8 @@ impl Sim {
             next_renew: self.now,
             released_rv: None,
             naive: false,
+            probe_phase: i as u64 % 5,
+            probe_ok_at: None,
         }
     }
 
@@ -281,11 +296,30 @@ impl Sim {
     fn observe_api(&mut self, i: usize, api: bool, now: Instant) {
         let lease = lease_ref();
         let (holder, rv) = (self.holder, self.rv);
+        let step = u64::try_from(now.duration_since(self.start).as_millis() / TICK.as_millis())
+            .expect("steps");
+        let readyz = self.api_up || self.readyz_until.is_some_and(|u| now < u);
+        let probes = self.probes;
         let n = &mut self.nodes[i];
-        n.peers.set_api(now, api);
+        if probes {
+            // A probe sent now, answered at once; reachable while the last good answer
+            // is within the API window.
+            if step % 5 == n.probe_phase && n.api_link && readyz {
+                n.probe_ok_at = Some(now);
+                n.peers.probe_ok(now);
+            }
+            let reaches = n
+                .probe_ok_at
+                .is_some_and(|t| now.duration_since(t) <= API_WINDOW);
+            n.peers.set_api(now, reaches);
+        } else {
+            n.peers.set_api(now, api);
+            if api {
+                // The sim's API answers at once: a probe sent now answered.
+                n.peers.probe_ok(now);
+            }
+        }
         if api {
-            // The sim's API answers at once: a probe sent now answered.
-            n.peers.probe_ok(now);
             if n.seen.is_none_or(|(r, _)| r != rv) {
                 n.seen = Some((rv, now));
             }
@@ -407,9 +441,12 @@ impl Sim {
         let holder_name = holder.map(|h| format!("n{h}"));
         let cfg = self.nodes[i].cfg;
         // Candidate.
+        let probes = self.probes;
         let n = &mut self.nodes[i];
+        // Under probes the candidate decides from what it believes (its probes), as
+        // `peer::node` does; its write still needs the API.
         if n.lead.is_none()
-            && api
+            && (api || probes)
             && n.released_rv != Some(rv)
             && let Some((_, observed_at)) = n.seen
         {
@@ -430,6 +467,7 @@ impl Sim {
                 n.peers.may_take(now, &view)
             };
             match d {
+                TakeDecision::Take(_) if !api => {}
                 TakeDecision::Take(reason) => {
                     self.rv += 1;
                     self.holder = Some(i);

@@ -456,3 +456,53 @@ fn membership_from_the_segment_alone_would_make_two_holders() {
         }
     }
 }
+
+/// Issue 27, the lab's etcd freeze (S46): writes fail at once, the nodes' probes (every
+/// 250 ms, phases apart) notice at different times, and `/readyz` keeps answering `ok` for
+/// `lag` (v1.20.2 fails at once; a slower health check is modelled too). A candidate whose last good answer is still within its API window when
+/// the holder says it cannot reach the API must not take that for its own reach and ask the
+/// holder to hand over (before the fix it did, the holder released, and the VIP stayed down
+/// for the whole freeze): never a release, never two holders, the lease kept. With a lag of
+/// 1 s the ride starts within the API fence (no gap); with 2.3 s the flags of the
+/// candidates, still vouching, outlast the API fence for some phase orders: the VIP goes at
+/// the holder's renew deadline, as without ride-through, and nobody takes the lease (the
+/// limit docs/design.md states).
+#[test]
+fn etcd_stall_with_staggered_probes_never_hands_over() {
+    for lag in [0, 1000, 2300] {
+        for phases in [[0, 4, 2], [0, 2, 4], [1, 0, 3], [4, 1, 0], [2, 3, 1]] {
+            let mut s = warm(3);
+            s.probes = true;
+            for (i, p) in phases.iter().enumerate() {
+                s.nodes[i].probe_phase = *p;
+            }
+            s.run_for(Duration::from_secs(2));
+            let t0 = s.ms();
+            s.api_up = false;
+            s.readyz_until = Some(s.now + Duration::from_millis(lag));
+            s.run_for(Duration::from_secs(20));
+            s.api_up = true;
+            s.readyz_until = None;
+            s.run_for(Duration::from_secs(10));
+            s.assert_safe();
+            let case = format!("lag {lag} ms, phases {phases:?}");
+            assert!(
+                s.log.releases.is_empty(),
+                "{case}: released {:?}",
+                s.log.releases
+            );
+            assert!(
+                s.log
+                    .takes
+                    .iter()
+                    .all(|(at, _, _)| *at < t0 || *at >= t0 + 20_000),
+                "{case}: a take during the freeze: {:?}",
+                s.log.takes
+            );
+            if lag <= 1000 {
+                assert_eq!(s.longest_gap_after(t0), 0, "{case}");
+                assert_eq!(s.log.takes.len(), 1, "{case}: {:?}", s.log.takes);
+            }
+        }
+    }
+}
