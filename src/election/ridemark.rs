@@ -2,7 +2,8 @@
 //! cluster with ride-through on by default safe when some vipd nodes cannot follow the
 //! peer protocol's takeover rule (no peer key, `svc_ridethrough=false`).
 //!
-//! A holder that may ride through an API outage (its peer key read, see `peer::node`) writes
+//! A holder that may ride through an API outage (its peer key read and a member of its own
+//! membership, see `peer::node`) writes
 //! [`RIDE_THROUGH_ANNOTATION`] with every write of the lease: the longest ride past the
 //! lease's expiry it may make (`max_ride`, 60 s), tied to that write's `renewTime` like
 //! [`super::record::LEASE_DURATION_ANNOTATION`] (another client's later write voids it). A

@@ -743,9 +743,13 @@ impl RideLink for LeaseLink {
             resource_version: resource_version.chars().take(64).collect(),
         };
         // Only a write that carried the ride-through marker may be ridden on
-        // (`election::ridemark`): candidates without the key wait for plain expiry otherwise.
+        // (`election::ridemark`): candidates take an unmarked one at plain expiry, so an
+        // unmarked write also ends any ride on an earlier marked one (a holder that left its
+        // membership and came back must not ride on a write older than what they observed).
         if st.leases.get(&self.lease).is_some_and(|r| r.marked) {
             st.peers.renewed(held, sent, false);
+        } else {
+            st.peers.dropped(&self.lease);
         }
         if let Some(r) = st.leases.get_mut(&self.lease) {
             r.term = term;
@@ -790,6 +794,7 @@ impl RideLink for LeaseLink {
                 .unwrap_or_default(),
             observed_at,
             control_plane: false,
+            marked: observed.is_some_and(|o| o.record.ride_through.is_some()),
         };
         let d = self.node.lock().peers.may_take(now, &view);
         match d {
@@ -815,6 +820,7 @@ impl RideLink for LeaseLink {
             resource_version: o.resource_version.chars().take(64).collect(),
             observed_at,
             control_plane: false,
+            marked: o.record.ride_through.is_some(),
         });
         if let Some(r) = self.node.lock().leases.get_mut(&self.lease)
             && r.view != view
@@ -856,10 +862,13 @@ impl RideLink for LeaseLink {
 
     fn ride_cap(&self) -> Option<Duration> {
         let mut st = self.node.lock();
-        let keyed = st.ring.is_some();
+        // Marked (and ridden) only with the key and as a member of its own membership: a
+        // holder that has not read the Node objects yet, or whose Node is missing, cannot
+        // ride, and candidates take its unmarked lease at expiry (P5).
+        let may = st.ring.is_some() && st.peers.may_mark();
         let r = st.leases.get_mut(&self.lease)?;
-        r.marked = keyed;
-        keyed.then_some(self.node.cfg.max_ride)
+        r.marked = may;
+        may.then_some(self.node.cfg.max_ride)
     }
 }
 

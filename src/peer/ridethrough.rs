@@ -332,6 +332,11 @@ pub(crate) struct LeaseView {
     pub observed_at: Instant,
     /// The control-plane lease (today's rules only).
     pub control_plane: bool,
+    /// The write observed carried the ride-through marker
+    /// ([`crate::election::ridemark`]): its holder may ride on it. A holder marks its
+    /// writes only while it has the peer key and is a member of its own membership
+    /// ([`Peers::may_mark`]), so an unmarked lease's holder never rides past its API fence.
+    pub marked: bool,
 }
 
 /// Why a candidate may take.
@@ -361,11 +366,11 @@ pub(crate) enum TakeReason {
         /// The holder.
         holder: String,
     },
-    /// The holder is silent, and the membership its last frame carried (equal to ours)
-    /// does not hold it: it cannot ride (a holder rides only as a member), so the lease is
-    /// taken at expiry as without ride-through (a node whose Node object is missing or
-    /// named otherwise than `vip_nodename`; no Node objects at all).
-    HolderNotMember {
+    /// The holder is silent and the write observed carries no ride-through marker: it
+    /// cannot ride on it, so the lease is taken at expiry as without ride-through (a holder
+    /// that had not yet read the Node objects, e.g. killed right after its start; one whose
+    /// Node object is missing or named otherwise than `vip_nodename`).
+    Unmarked {
         /// The holder.
         holder: String,
     },
@@ -483,6 +488,12 @@ impl Peers {
     pub(crate) fn set_membership(&mut self, nodes: BTreeSet<String>) {
         self.digest = membership_digest(&nodes);
         self.membership = nodes;
+    }
+
+    /// Whether this node may mark its lease writes for a ride ([`LeaseView::marked`]): it
+    /// is a member of its own membership (it rides only then, [`StepDownReason::NotMember`]).
+    pub(crate) fn may_mark(&self) -> bool {
+        self.membership.contains(&self.own)
     }
 
     /// The membership digest put in outgoing frames.
@@ -840,25 +851,13 @@ impl Peers {
         if !expired {
             return TakeDecision::NotExpired;
         }
-        if info.is_some_and(|p| p.digest == self.digest) && !self.membership.contains(&holder) {
-            return TakeDecision::Take(TakeReason::HolderNotMember { holder });
+        if !view.marked {
+            return TakeDecision::Take(TakeReason::Unmarked { holder });
         }
         // No wait for a silence window: the blocking set alone rules out every ride grant
         // alive now (docs/design.md, "Why no two nodes answer for one address"), and the
         // API fence ended at expiry (rule 3).
-        // A holder whose last frame carried the empty membership had not read the Node
-        // objects yet (it died right after its start): it can ride only once it has, and it
-        // reads the membership we read, so our blocking set covers it (otherwise its lease
-        // waited for the ride cap: the lab's SIGKILL of a holder 150 ms after its start).
-        let empty = membership_digest(&BTreeSet::new());
-        let holder_digest = info.map(|p| {
-            if p.digest == empty {
-                self.digest
-            } else {
-                p.digest
-            }
-        });
-        match self.blocking_set(now, &holder, holder_digest) {
+        match self.blocking_set(now, &holder, info.map(|p| p.digest)) {
             Ok(()) => TakeDecision::Take(TakeReason::HolderSilent { holder }),
             Err((vouching, needed)) => {
                 let at = view.observed_at + c.lease_duration + c.max_ride;

@@ -456,6 +456,7 @@ impl Sim {
                 resource_version: rv.to_string(),
                 observed_at,
                 control_plane: false,
+                marked: true,
             };
             let d = if n.naive {
                 if holder.is_none() || now >= observed_at + cfg.lease_duration {
