@@ -42,7 +42,7 @@ use tracing::{debug, info, warn};
 use super::key::{KEY_OVERLAP, KEY_POLL, KEY_SIGN_DELAY, KeyId, KeyRing};
 use super::metrics::PeerMetrics;
 use super::ridethrough::{
-    API_WINDOW, LeaseView, Peers, RideConfig, RideDecision, TakeDecision, TakeReason,
+    API_WINDOW, LeaseView, Peers, RideConfig, RideDecision, TakeDecision, TakeReason, reaches_api,
 };
 use super::socket::PeerSocket;
 use super::verify::{DEFAULT_MAX_SKEW_MS, Rejection, Verifier};
@@ -349,9 +349,7 @@ impl PeerNode {
                     members = names;
                     st.peers.set_membership(members.clone());
                 }
-                let api = st
-                    .api_ok_at
-                    .is_some_and(|t| now.duration_since(t) <= API_WINDOW);
+                let api = reaches_api(st.api_ok_at, now);
                 st.peers.set_api(now, api);
                 let asks = self.evaluate(&mut st, now, api);
                 let flags = st.peers.outgoing_flags(now);
@@ -551,9 +549,7 @@ impl PeerNode {
                     st.api_ok_at = Some(now);
                     st.peers.probe_ok(sent);
                 }
-                let api = st
-                    .api_ok_at
-                    .is_some_and(|t| now.duration_since(t) <= API_WINDOW);
+                let api = reaches_api(st.api_ok_at, now);
                 st.peers.set_api(now, api);
                 api
             };

@@ -86,6 +86,12 @@ pub(crate) struct RideConfig {
 /// starts: 1 + 0.6 + 1 + 0.6 s against at least 3.75 s with the default 5/3/1 s timings).
 pub(crate) const API_WINDOW: Duration = Duration::from_secs(1);
 
+/// Whether a node whose last good API probe answer came at `ok_at` reaches the API at
+/// `now`: that answer is at most [`API_WINDOW`] old.
+pub(crate) fn reaches_api(ok_at: Option<Instant>, now: Instant) -> bool {
+    ok_at.is_some_and(|t| now.saturating_duration_since(t) <= API_WINDOW)
+}
+
 pub(crate) const RIDE_SERVICE_TIMINGS: (&str, &str, &str) = ("5", "3", "1");
 
 /// A [`RideConfig`] breaks a rule the safety argument or the ride's start needs.

@@ -308,10 +308,7 @@ impl Sim {
                 n.probe_ok_at = Some(now);
                 n.peers.probe_ok(now);
             }
-            let reaches = n
-                .probe_ok_at
-                .is_some_and(|t| now.duration_since(t) <= API_WINDOW);
-            n.peers.set_api(now, reaches);
+            n.peers.set_api(now, reaches_api(n.probe_ok_at, now));
         } else {
             n.peers.set_api(now, api);
             if api {
