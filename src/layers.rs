@@ -28,7 +28,7 @@ enum Layer {
     Foundation,
     /// `election`, `holder`, `peer`, `nodes`, `dhcp`.
     Core,
-    /// `controlplane`, `services`, `ipam`.
+    /// `controlplane`, `services`, `ipam`, `egress`.
     Wing,
     /// `config`.
     Config,
@@ -54,6 +54,7 @@ const UNITS: &[(&str, Layer, &[&str])] = &[
     ("services",            Layer::Wing,       &["services::plan"]),
     ("services::plan",      Layer::Wing,       &[]),
     ("ipam",                Layer::Wing,       &[]),
+    ("egress",              Layer::Wing,       &[]),
     // Cores: election is the lowest; holder, peer and nodes may import it.
     ("election",            Layer::Core,       &[]),
     ("holder",              Layer::Core,       &["election"]),

@@ -19,6 +19,7 @@ pub mod cmd;
 pub mod config;
 pub mod controlplane;
 pub mod dhcp;
+pub mod egress;
 pub mod election;
 pub mod holder;
 pub mod ipam;

@@ -226,6 +226,9 @@ pub struct Config {
     /// the Services' own ports reach their VIPs on the announcing node
     /// ([`crate::services::Settings::service_security`]).
     pub service_security: bool,
+    /// `egress_podcidr`, `egress_servicecidr` (kube-vip's egress options): networks the
+    /// egress wing never translates ([`crate::egress::Settings`]).
+    pub egress: crate::egress::Settings,
     /// `prometheus_server` (default `:2112`); `None` when set to empty (disabled). Only
     /// addresses the admin endpoint can bind: `:port`, `localhost:port`, an IPv4 address or
     /// `[IPv6]:port` (see [`crate::syntax::ListenAddr`]).

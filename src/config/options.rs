@@ -151,6 +151,8 @@ pub(super) const K_NODE_LABELING: &str = "enable_node_labeling";
 pub(super) const K_DRAIN_ON_CORDON: &str = "drain_on_cordon";
 pub(super) const K_SVC_EXCLUDE_CORDONED: &str = "svc_exclude_cordoned";
 pub(super) const K_SVC_SUBNET_CHECK: &str = "svc_subnet_check";
+pub(super) const K_EGRESS_PODCIDR: &str = "egress_podcidr";
+pub(super) const K_EGRESS_SERVICECIDR: &str = "egress_servicecidr";
 pub(super) const K_SERVICE_SECURITY: &str = "enable_service_security";
 pub(super) const K_SVC_HEALTHCHECK: &str = "svc_healthcheck";
 pub(super) const K_SVC_HEALTHCHECK_HOLD: &str = "svc_healthcheck_hold";
@@ -500,6 +502,20 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "vipd option: a node campaigns for a Service only when every address of it lies in a subnet of the node's own addresses (on the Service's interface when one is named); false announces Service VIPs outside the node's subnets (a pool routed to the segment), as kube-vip does",
     ),
     opt(
+        K_EGRESS_PODCIDR,
+        "egressPodCidr",
+        "",
+        Text,
+        "kube-vip egress: the pod CIDR(s), comma-separated; egress (kube-vip.io/egress) never translates traffic to them",
+    ),
+    opt(
+        K_EGRESS_SERVICECIDR,
+        "egressServiceCidr",
+        "",
+        Text,
+        "kube-vip egress: the Service CIDR(s), comma-separated; egress never translates traffic to them",
+    ),
+    opt(
         K_SERVICE_SECURITY,
         "onlyAllowTrafficServicePorts",
         "false",
@@ -618,7 +634,16 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "",
         "Health-check interval of kube-vip's IPVS backends (vipd's lb_enable checks every second)",
     ),
-    ignored("egress_withnftables", "", "Egress with nftables"),
+    ignored(
+        "egress_withnftables",
+        "",
+        "Egress with nftables (vipd's egress always uses nftables, through netlink)",
+    ),
+    ignored(
+        "egress_clean",
+        "",
+        "Remove egress rules at start (vipd always does: its fence table, which holds them, is replaced at start)",
+    ),
     ignored("vip_leaseannotations", "", "Annotations on the Lease"),
     ignored(
         "vip_configmap",
@@ -668,9 +693,6 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "routing-table mode",
     ),
     refused("vip_wireguard", "wireguard", RTrue, "WireGuard"),
-    refused("egress_podcidr", "", NonEmpty, "egress"),
-    refused("egress_servicecidr", "", NonEmpty, "egress"),
-    refused("egress_clean", "", RTrue, "egress"),
     refused("vip_ddns", "ddns", RTrue, "dynamic DNS"),
     refused("enable_upnp", "", RTrue, "UPnP"),
     refused(

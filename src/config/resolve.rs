@@ -160,6 +160,7 @@ pub fn resolve_detailed(
         services_interface,
         services_subnet_check: inputs.bool_or(K_SVC_SUBNET_CHECK, true)?,
         service_security: inputs.bool_or(K_SERVICE_SECURITY, false)?,
+        egress: egress(&inputs)?,
         prometheus_server: api.prometheus_server,
         kubeconfig: api.kubeconfig,
         kubernetes_addr: api.kubernetes_addr,
@@ -699,3 +700,17 @@ pub(super) fn parse_file(text: &str) -> Result<BTreeMap<String, String>, ConfigE
 }
 
 mod services;
+
+/// `egress_podcidr`, `egress_servicecidr`: comma-separated CIDRs (kube-vip takes one; a
+/// list is accepted), each error naming the setting and the entry.
+fn egress(inputs: &Inputs<'_>) -> Result<crate::egress::Settings, ConfigError> {
+    let cidrs = |key: &'static str| match inputs.get(key) {
+        Some(raw) => crate::egress::plan::parse_networks(key, &raw.value)
+            .map_err(|reason| raw.invalid(reason)),
+        None => Ok(Vec::new()),
+    };
+    Ok(crate::egress::Settings {
+        pod_cidrs: cidrs(K_EGRESS_PODCIDR)?,
+        service_cidrs: cidrs(K_EGRESS_SERVICECIDR)?,
+    })
+}

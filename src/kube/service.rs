@@ -27,6 +27,36 @@ pub const LABEL_IMPLEMENTATION: (&str, &str) = ("implementation", "kube-vip");
 /// gone (k8s.io/cloud-provider `servicehelper.LoadBalancerCleanupFinalizer`).
 pub const FINALIZER_LB_CLEANUP: &str = "service.kubernetes.io/load-balancer-cleanup";
 
+/// The prefix of kube-vip's egress annotations (`kube-vip.io/egress`,
+/// `kube-vip.io/egress-ipv6`, `kube-vip.io/egress-denied-networks`, ...; kube-vip
+/// pkg/kubevip/annotations.go): a Service carrying any of them is reported to the egress
+/// wing with them.
+pub const ANN_EGRESS_PREFIX: &str = "kube-vip.io/egress";
+
+/// What the Services wing reports about one Service with egress annotations, for the
+/// egress wing: the Service's VIPs, its egress annotations and this node's endpoints of it.
+/// Sent as a whole list on every change (`tokio::sync::watch`), sorted by Service.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EgressFacts {
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// Its annotations whose name starts with [`ANN_EGRESS_PREFIX`], name to value.
+    pub annotations: std::collections::BTreeMap<String, String>,
+    /// Its VIPs as the Services wing accepted them (no DHCP placeholder `0.0.0.0` / `::`).
+    pub vips: Vec<std::net::IpAddr>,
+    /// `spec.externalTrafficPolicy` is `Local`.
+    pub etp_local: bool,
+    /// The addresses of its endpoints on this node, ready or not (a Pod's first seconds
+    /// before it is Ready count), sorted, without duplicates.
+    pub local_endpoints: Vec<std::net::IpAddr>,
+}
+
+/// The sender of [`EgressFacts`]: the whole sorted list, replaced when it changes (the
+/// Services wing sends, the egress wing follows; the manager wires them).
+pub type EgressTx = tokio::sync::watch::Sender<std::sync::Arc<Vec<EgressFacts>>>;
+
 /// Whether vipd serves a Service of `class` (`spec.loadBalancerClass`; `None`: unset):
 /// a class equal to `lb_class_name`, or no class unless `lb_class_only` (kube-vip's
 /// `lb_class_only` / `lb_class_name`).

@@ -19,6 +19,7 @@
 //! Everything here is pure except [`endpointslice_v1_served`].
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Endpoints;
 use k8s_openapi::api::discovery::v1::{Endpoint, EndpointSlice};
@@ -102,6 +103,33 @@ pub(crate) fn ready_local_endpoint_from_endpoints(endpoints: &Endpoints, node: &
 /// that is still `serving` (see the module docs).
 pub(crate) fn ready_local_endpoint_from_slices(slices: &[EndpointSlice], node: &str) -> bool {
     ready_slice_endpoints(slices).any(|ep| ep.node_name.as_deref() == Some(node))
+}
+
+/// Core Endpoints: the addresses on `node`, ready (`addresses`) or not
+/// (`notReadyAddresses`), unparsable ones skipped.
+pub(crate) fn node_addresses_from_endpoints(endpoints: &Endpoints, node: &str) -> Vec<IpAddr> {
+    endpoints
+        .subsets
+        .iter()
+        .flatten()
+        .flat_map(|s| {
+            let ready = s.addresses.iter().flatten();
+            ready.chain(s.not_ready_addresses.iter().flatten())
+        })
+        .filter(|a| a.node_name.as_deref() == Some(node))
+        .filter_map(|a| a.ip.parse().ok())
+        .collect()
+}
+
+/// EndpointSlice v1: the addresses of the endpoints on `node`, whatever their conditions.
+pub(crate) fn node_addresses_from_slice(slice: &EndpointSlice, node: &str) -> Vec<IpAddr> {
+    slice
+        .endpoints
+        .iter()
+        .filter(|ep| ep.node_name.as_deref() == Some(node))
+        .flat_map(|ep| ep.addresses.iter())
+        .filter_map(|a| a.parse().ok())
+        .collect()
 }
 
 /// Some ready endpoint exists anywhere (also one without a node name).

@@ -145,6 +145,9 @@ pub struct Parts {
     /// `None` when rtnetlink could not be opened: such Services then get no address and an
     /// error is logged.
     pub dhcp: Option<Arc<dyn crate::dhcp::Dhcp>>,
+    /// Where every pass reports the Services with egress annotations
+    /// ([`crate::kube::service::EgressFacts`], for the egress wing); `None`: nobody reads.
+    pub egress: Option<crate::kube::service::EgressTx>,
 }
 
 /// The running Services wing.
@@ -224,6 +227,7 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
         parts.readiness,
         parts.ineligible,
         parts.dhcp,
+        parts.egress,
         stop.clone(),
     ));
     Ok(Running { stop, task })
@@ -375,6 +379,7 @@ async fn run<K: Kernel, A: Announcer>(
     readiness: Readiness,
     ineligible: watch::Receiver<Option<Ineligible>>,
     dhcp: Option<Arc<dyn crate::dhcp::Dhcp>>,
+    egress: Option<crate::kube::service::EgressTx>,
     shutdown: CancellationToken,
 ) {
     let dhcp = dhcp_client(dhcp);
@@ -405,6 +410,7 @@ async fn run<K: Kernel, A: Announcer>(
         )
     });
     let shared = Arc::new(Shared {
+        egress,
         ride,
         dhcp,
         failback: cfg.services_failback,
@@ -575,6 +581,7 @@ impl<K: Kernel, A: Announcer> MainLoop<K, A> {
     async fn pass(&mut self) {
         let services = self.caches.services.state();
         let (candidates, mut notes) = self.candidates(&services).await;
+        self.report_egress(&candidates, &services);
         let plan = desired::plan_leases(&candidates, &self.plan_cfg);
         let endpointless = decide::endpointless(
             &plan,
@@ -604,6 +611,22 @@ impl<K: Kernel, A: Announcer> MainLoop<K, A> {
         self.retry.after(ok);
         reconcile_groups(shared, &plan, &candidates, &mut self.groups, &mut self.gov).await;
         shared.services_seen.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Sends the egress facts of this pass when they changed.
+    fn report_egress(&self, candidates: &[Candidate], services: &[Arc<Service>]) {
+        let Some(tx) = &self.shared.egress else {
+            return;
+        };
+        let local = self.caches.endpoints.node_addresses(&self.cfg.node_name);
+        let facts = decide::egress_facts(candidates, services, &local);
+        tx.send_if_modified(|cur| {
+            let changed = **cur != facts;
+            if changed {
+                *cur = Arc::new(facts);
+            }
+            changed
+        });
     }
 
     /// The candidate Services of `services` and the notes about the others.

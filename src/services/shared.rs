@@ -22,6 +22,8 @@ use crate::services::plan::desired::LeaseRef;
 /// Everything the group tasks share.
 pub(super) struct Shared<K: Kernel, A: Announcer> {
     pub(super) node: String,
+    /// Where passes report the egress facts (`Parts::egress`).
+    pub(super) egress: Option<crate::kube::service::EgressTx>,
     /// The one lease for all Services (`svc_election=false`), else `None`. Every other
     /// lease is a Service's own ([`Self::per_service`]).
     pub(super) global_lease: Option<LeaseRef>,

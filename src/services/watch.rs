@@ -2,7 +2,8 @@
 //! EndpointSlices (stripped of what vipd never reads), and the endpoint cache in whichever
 //! API form the server offers.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Endpoints, Service};
@@ -10,7 +11,8 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::Store;
 
 use super::endpoints::{
-    SERVICE_NAME_LABEL, ready_local_endpoint_from_endpoints, ready_local_endpoint_from_slices,
+    SERVICE_NAME_LABEL, node_addresses_from_endpoints, node_addresses_from_slice,
+    ready_local_endpoint_from_endpoints, ready_local_endpoint_from_slices,
 };
 use crate::services::plan::model::ServiceKey;
 
@@ -80,6 +82,40 @@ impl EndpointStore {
             |e| ready_local_endpoint_from_endpoints(e, node),
             |s| ready_local_endpoint_from_slices(std::slice::from_ref(s), node),
         )
+    }
+
+    /// Per Service (namespace, name), the addresses of its endpoints on `node`, ready or
+    /// not (for egress), sorted and without duplicates; Services with none are absent.
+    pub(super) fn node_addresses(&self, node: &str) -> HashMap<(String, String), Vec<IpAddr>> {
+        let mut out: HashMap<(String, String), Vec<IpAddr>> = HashMap::new();
+        match self {
+            EndpointStore::Endpoints(store) => {
+                for e in store.state() {
+                    let a = node_addresses_from_endpoints(&e, node);
+                    let key = (
+                        e.metadata.namespace.clone().unwrap_or_default(),
+                        e.metadata.name.clone().unwrap_or_default(),
+                    );
+                    out.entry(key).or_default().extend(a);
+                }
+            }
+            EndpointStore::Slices(store) => {
+                for s in store.state() {
+                    let Some(svc) = s.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL))
+                    else {
+                        continue;
+                    };
+                    let key = (s.metadata.namespace.clone().unwrap_or_default(), svc.clone());
+                    out.entry(key).or_default().extend(node_addresses_from_slice(&s, node));
+                }
+            }
+        }
+        out.retain(|_, v| {
+            v.sort();
+            v.dedup();
+            !v.is_empty()
+        });
+        out
     }
 
     /// Services (namespace, name) whose Endpoints object (or one of whose EndpointSlices,

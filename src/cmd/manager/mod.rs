@@ -119,6 +119,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         )
     });
     let dhcp = start_dhcp(cfg.services, cfg.dhcp_backoff_attempts).await;
+    let (egress_tx, egress) = start_egress(&cfg);
     let ipam = start_ipam(&cfg, &kernel, &holder_cfg, &metrics).await?;
     let services = match cfg.services {
         true => Some(
@@ -134,6 +135,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
                     readiness: readiness.clone(),
                     ineligible: svc_eligible,
                     dhcp,
+                    egress: egress_tx,
                 },
             )
             .await?,
@@ -148,6 +150,9 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     }
     info!("shutting down: dropping VIPs, then releasing the leases");
     stop_elections(services, control_plane, ipam).await;
+    if let Some(e) = egress {
+        e.stop().await;
+    }
     readiness.set_election_running(false);
     health_stop.cancel();
     let _ = health.await;
@@ -155,6 +160,22 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     clean_up_node(kernel.as_ref(), arp_guard.as_ref(), nft_fence.as_ref()).await;
     info!("vipd manager stopped");
     Ok(())
+}
+
+/// Starts the egress wing with Services (`svc_enable`): the sender the Services wing
+/// reports to, and the running wing; both `None` without Services.
+fn start_egress(
+    cfg: &Config,
+) -> (
+    Option<crate::kube::service::EgressTx>,
+    Option<crate::egress::Running>,
+) {
+    if !cfg.services {
+        return (None, None);
+    }
+    let (tx, rx) = tokio::sync::watch::channel(Arc::new(Vec::new()));
+    let nft = crate::net::nft::egress::NftEgress::default();
+    (Some(tx), Some(crate::egress::start(cfg.egress.clone(), rx, nft)))
 }
 
 /// Starts the allocator (`svc_ipam` with `svc_enable`), probing with the holders' conflict

@@ -368,9 +368,14 @@ const BAD: &[Bad] = &[
     env(&[("lb_enable", "maybe")], "lb_enable", "maybe"),
     env(&[("vip_routingtable", "T")], "vip_routingtable", "T"),
     env(
-        &[("egress_podcidr", "10.0.0.0/16")],
+        &[("egress_podcidr", "10.0.0.0/16,10.1.0.0/33")],
         "egress_podcidr",
-        "10.0.0.0/16",
+        "10.0.0.0/16,10.1.0.0/33",
+    ),
+    env(
+        &[("egress_servicecidr", "services")],
+        "egress_servicecidr",
+        "services",
     ),
     env(&[("enable_upnp", "true")], "enable_upnp", "true"),
     env(

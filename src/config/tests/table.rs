@@ -24,7 +24,7 @@ fn config_kube_vip_options_refused_or_warned() {
     let e = run(
         &["--table"],
         &[("bgp_enable", "true"), ("vip_wireguard", "t")],
-        Some("egress_clean: true\n"),
+        Some("vip_ddns: true\n"),
     )
     .unwrap_err();
     let ConfigError::Unsupported { options } = &e else {
@@ -37,14 +37,14 @@ fn config_kube_vip_options_refused_or_warned() {
             "bgp_enable",
             "vip_routingtable",
             "vip_wireguard",
-            "egress_clean"
+            "vip_ddns"
         ]
     );
     let msg = e.to_string();
     assert!(
         msg.contains("BGP")
             && msg.contains("--table")
-            && msg.contains("egress_clean in the config file"),
+            && msg.contains("vip_ddns in the config file"),
         "{msg}"
     );
     // Ignored options warn; dns_mode=first (kube-vip's default) is silent.
@@ -200,7 +200,7 @@ fn config_every_flag_feeds_its_env_key() {
     }
     // ... and flag_values covers exactly the table's flags.
     assert_eq!(args(&[]).flag_values(), vec![]);
-    assert_eq!(rows.len(), 70);
+    assert_eq!(rows.len(), 72);
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The orchestration's decisions, pure (the runtime applies them; their unit tests are in
 //! `decide/tests.rs`): which group tasks stop on a pass and whether their lease is deleted,
 //! what every group that runs announces, whether a stopped group deletes its lease, which
-//! Services are announced nowhere, and when a group's holder writes status.
+//! Services are announced nowhere, when a group's holder writes status, and what the egress
+//! wing is told ([`egress_facts`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::net::IpAddr;
@@ -278,3 +279,45 @@ pub(crate) fn status_step(leading: bool, event: GroupEvent, retry_scheduled: boo
 
 #[cfg(test)]
 mod tests;
+
+/// The egress facts of the candidates whose Service carries an egress annotation
+/// ([`crate::kube::service::ANN_EGRESS_PREFIX`]): their accepted VIPs (without the DHCP
+/// placeholders `0.0.0.0` / `::`), egress annotations, and the addresses of their
+/// endpoints on this node (`local`, per (namespace, name)). Sorted by Service.
+pub(crate) fn egress_facts(
+    candidates: &[Candidate],
+    services: &[Arc<Service>],
+    local: &std::collections::HashMap<(String, String), Vec<IpAddr>>,
+) -> Vec<crate::kube::service::EgressFacts> {
+    use crate::kube::service::{ANN_EGRESS_PREFIX, EgressFacts};
+    let by_key: BTreeMap<ServiceKey, &Arc<Service>> =
+        services.iter().map(|s| (ServiceKey::of(&**s), s)).collect();
+    let mut out: Vec<EgressFacts> = candidates
+        .iter()
+        .filter_map(|c| {
+            let svc = by_key.get(&c.key)?;
+            let annotations: BTreeMap<String, String> = svc
+                .metadata
+                .annotations
+                .iter()
+                .flatten()
+                .filter(|(k, _)| k.starts_with(ANN_EGRESS_PREFIX))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            if annotations.is_empty() {
+                return None;
+            }
+            let id = (c.key.namespace.clone(), c.key.name.clone());
+            Some(EgressFacts {
+                namespace: c.key.namespace.clone(),
+                name: c.key.name.clone(),
+                annotations,
+                vips: c.addresses.iter().copied().filter(|a| !a.is_unspecified()).collect(),
+                etp_local: c.etp_local,
+                local_endpoints: local.get(&id).cloned().unwrap_or_default(),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    out
+}

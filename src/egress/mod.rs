@@ -1,0 +1,31 @@
+//! The egress wing (kube-vip's `kube-vip.io/egress`, issue 30): the connections that a
+//! Service's endpoints on this node open leave with the Service's VIP as source address
+//! while this node holds the VIP, and with their usual address otherwise.
+//!
+//! The Services wing reports every Service with egress annotations, its VIPs and this
+//! node's endpoints of it ([`crate::kube::service::EgressFacts`], through a watch channel
+//! the manager wires); [`plan`] turns them into source NAT rules, and [`run`] keeps the
+//! egress chains of vipd's fence table equal to them ([`crate::net::nft::egress`]). The
+//! rules are installed on every node with endpoints of the Service and act only while the
+//! node's fence for the VIP runs: a new holder's rules exist before it answers for the
+//! VIP, and a killed or frozen vipd's rules stop with its fence.
+//!
+//! Needs the millisecond fence (`vip_nftfence`, on by default) and nf_tables NAT for the
+//! `inet` family (Linux 5.2+).
+
+pub mod plan;
+pub mod run;
+
+use ipnet::IpNet;
+
+pub use run::{Running, start};
+
+/// What the egress wing reads of the node's configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Settings {
+    /// `egress_podcidr`: the cluster's pod networks, never translated (traffic between
+    /// pods keeps its addresses). Empty: none known.
+    pub pod_cidrs: Vec<IpNet>,
+    /// `egress_servicecidr`: the cluster's Service networks, never translated.
+    pub service_cidrs: Vec<IpNet>,
+}

@@ -1,0 +1,211 @@
+//! The egress decision, pure: from the Services with egress annotations
+//! ([`EgressFacts`]) and the wing's [`Settings`], the content of the egress chains
+//! ([`EgressTable`]) and the problems to report (one per Service and cause).
+//!
+//! kube-vip's annotations (pkg/kubevip/annotations.go), read as kube-vip reads them:
+//! * [`ANN_EGRESS`] `"true"` (exactly): the Service's endpoints leave with its VIP;
+//! * [`ANN_EGRESS_IPV6`] `"true"`: also (kube-vip: instead) its IPv6 VIP for IPv6
+//!   endpoints; vipd translates every family the Service has a VIP of, this annotation
+//!   included for compatibility (without it, IPv6 endpoints still leave with the IPv6 VIP
+//!   when the Service has one);
+//! * [`ANN_EGRESS_DENIED`]: comma-separated CIDRs never translated;
+//! * [`ANN_EGRESS_ALLOWED`]: comma-separated CIDRs; when set, only those are translated;
+//! * [`ANN_EGRESS_PORTS`]: comma-separated `proto:port` (`tcp:443`, `udp:53`, `sctp:...`,
+//!   case-insensitive); when set, only those destination ports are translated.
+//!
+//! Besides the denied networks, the pod and service CIDRs ([`Settings`]) are never
+//! translated: traffic inside the cluster keeps its pod address. Where kube-vip translates
+//! one endpoint of the Service (kube-vip #463, #1461), vipd translates every endpoint of it
+//! on this node, ready or not (a Pod's first seconds count, kube-vip #865).
+//!
+//! A bad entry in a list is a problem naming the annotation and the entry; the Service is
+//! not translated at all then (a half-read allow or deny list could send traffic with the
+//! VIP where the operator denied it). Other Services are not affected.
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use ipnet::IpNet;
+
+use super::Settings;
+use crate::kube::service::EgressFacts;
+use crate::net::nft::egress::{EgressTable, SnatRule};
+use crate::net::nft::svcsec::L4;
+
+/// `kube-vip.io/egress`: `"true"` turns egress on for the Service.
+pub const ANN_EGRESS: &str = "kube-vip.io/egress";
+/// `kube-vip.io/egress-ipv6`: `"true"` asks for IPv6 egress (kube-vip).
+pub const ANN_EGRESS_IPV6: &str = "kube-vip.io/egress-ipv6";
+/// `kube-vip.io/egress-denied-networks`: comma-separated CIDRs never translated.
+pub const ANN_EGRESS_DENIED: &str = "kube-vip.io/egress-denied-networks";
+/// `kube-vip.io/egress-allowed-networks`: comma-separated CIDRs, the only ones translated.
+pub const ANN_EGRESS_ALLOWED: &str = "kube-vip.io/egress-allowed-networks";
+/// `kube-vip.io/egress-destination-ports`: comma-separated `proto:port`, the only
+/// destination ports translated.
+pub const ANN_EGRESS_PORTS: &str = "kube-vip.io/egress-destination-ports";
+
+/// One Service's egress annotations, parsed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Policy {
+    /// Networks never translated.
+    pub denied: Vec<IpNet>,
+    /// Networks translated (empty: all).
+    pub allowed: Vec<IpNet>,
+    /// Destination ports translated (empty: all).
+    pub ports: Vec<(L4, u16)>,
+}
+
+/// A Service whose egress cannot be set up, for one Warning Event and log line.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Problem {
+    /// `namespace/name`.
+    pub service: String,
+    /// What is wrong and what happens: names the annotation and the value.
+    pub message: String,
+}
+
+/// Whether the Service asked for egress: [`ANN_EGRESS`] is exactly `"true"`.
+pub fn wants_egress(f: &EgressFacts) -> bool {
+    f.annotations.get(ANN_EGRESS).map(String::as_str) == Some("true")
+}
+
+/// Parses a comma-separated CIDR list (blank entries skipped, spaces trimmed; a bare
+/// address is a host prefix).
+///
+/// # Errors
+/// The message names `annotation` and the first bad entry.
+pub fn parse_networks(annotation: &str, value: &str) -> Result<Vec<IpNet>, String> {
+    entries(value)
+        .map(|e| {
+            e.parse::<IpNet>()
+                .map(|n| n.trunc())
+                .or_else(|_| e.parse::<IpAddr>().map(IpNet::from))
+                .map_err(|_| format!("{annotation}: {e:?} is not a CIDR (e.g. 203.0.113.0/24)"))
+        })
+        .collect()
+}
+
+/// Parses `proto:port` entries (`tcp`, `udp`, `sctp`, any case; port 1-65535).
+///
+/// # Errors
+/// The message names [`ANN_EGRESS_PORTS`] and the first bad entry.
+pub fn parse_ports(value: &str) -> Result<Vec<(L4, u16)>, String> {
+    entries(value)
+        .map(|e| {
+            let bad = || format!("{ANN_EGRESS_PORTS}: {e:?} is not proto:port (e.g. tcp:443)");
+            let (proto, port) = e.split_once(':').ok_or_else(bad)?;
+            let l4 = L4::from_kubernetes(&proto.trim().to_ascii_uppercase()).ok_or_else(bad)?;
+            let port: u16 = port.trim().parse().map_err(|_| bad())?;
+            if port == 0 {
+                return Err(bad());
+            }
+            Ok((l4, port))
+        })
+        .collect()
+}
+
+fn entries(value: &str) -> impl Iterator<Item = &str> {
+    value.split(',').map(str::trim).filter(|e| !e.is_empty())
+}
+
+/// The Service's [`Policy`].
+///
+/// # Errors
+/// The first bad annotation value, named.
+pub fn policy(f: &EgressFacts) -> Result<Policy, String> {
+    let get = |k: &str| f.annotations.get(k).map(String::as_str).unwrap_or("");
+    Ok(Policy {
+        denied: parse_networks(ANN_EGRESS_DENIED, get(ANN_EGRESS_DENIED))?,
+        allowed: parse_networks(ANN_EGRESS_ALLOWED, get(ANN_EGRESS_ALLOWED))?,
+        ports: parse_ports(get(ANN_EGRESS_PORTS))?,
+    })
+}
+
+/// The rules of one Service: for each VIP, each local endpoint of its family, each allowed
+/// network (or any) and each port (or any), one rule excluding the pod and service CIDRs
+/// and the denied networks of that family.
+fn rules_of(f: &EgressFacts, p: &Policy, s: &Settings) -> Vec<SnatRule> {
+    let same = |a: &IpAddr, n: &IpNet| a.is_ipv4() == n.addr().is_ipv4();
+    let mut out = Vec::new();
+    for vip in &f.vips {
+        let excluded: Vec<IpNet> = s
+            .pod_cidrs
+            .iter()
+            .chain(&s.service_cidrs)
+            .chain(&p.denied)
+            .filter(|n| same(vip, n))
+            .copied()
+            .collect();
+        // An allow list without a network of this family translates nothing of it.
+        let allowed: Vec<Option<IpNet>> = match p.allowed.is_empty() {
+            true => vec![None],
+            false => p.allowed.iter().filter(|n| same(vip, n)).map(|n| Some(*n)).collect(),
+        };
+        let ports: Vec<Option<(L4, u16)>> = match p.ports.is_empty() {
+            true => vec![None],
+            false => p.ports.iter().map(|x| Some(*x)).collect(),
+        };
+        for source in f.local_endpoints.iter().filter(|e| e.is_ipv4() == vip.is_ipv4()) {
+            for a in &allowed {
+                for port in &ports {
+                    out.push(SnatRule {
+                        vip: *vip,
+                        source: *source,
+                        excluded: excluded.clone(),
+                        allowed: *a,
+                        port: *port,
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The egress chains' content for `facts` (sorted by Service, as the Services wing sends
+/// them) and the problems found. A source address already translated by an earlier
+/// Service (a Pod behind two egress Services) keeps the earlier Service's VIP: one problem
+/// names both.
+pub fn table(facts: &[EgressFacts], settings: &Settings) -> (EgressTable, Vec<Problem>) {
+    let mut t = EgressTable::default();
+    let mut problems = Vec::new();
+    let mut owner: std::collections::BTreeMap<IpAddr, String> = Default::default();
+    // Guarded: the VIPs of rules on this node (a node without endpoints never sends
+    // with them).
+    let mut guarded = BTreeSet::new();
+    for f in facts.iter().filter(|f| wants_egress(f)) {
+        let service = format!("{}/{}", f.namespace, f.name);
+        let p = match policy(f) {
+            Ok(p) => p,
+            Err(message) => {
+                problems.push(Problem {
+                    service,
+                    message: format!("{message}; egress is off for this Service"),
+                });
+                continue;
+            }
+        };
+        for r in rules_of(f, &p, settings) {
+            guarded.insert(r.vip);
+            match owner.get(&r.source) {
+                Some(o) if *o != service => problems.push(Problem {
+                    service: service.clone(),
+                    message: format!(
+                        "endpoint {} already leaves through {o}'s VIP: a Pod behind two egress Services keeps the first (by namespace/name)",
+                        r.source
+                    ),
+                }),
+                _ => {
+                    owner.insert(r.source, service.clone());
+                    t.snat.push(r);
+                }
+            }
+        }
+    }
+    problems.dedup();
+    t.guarded = guarded.into_iter().collect();
+    (t, problems)
+}
+
+#[cfg(test)]
+mod tests;

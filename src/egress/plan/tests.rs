@@ -1,0 +1,161 @@
+use super::*;
+
+fn facts(ns: &str, name: &str, ann: &[(&str, &str)], vips: &[&str], eps: &[&str]) -> EgressFacts {
+    EgressFacts {
+        namespace: ns.into(),
+        name: name.into(),
+        annotations: ann.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+        vips: vips.iter().map(|v| v.parse().unwrap()).collect(),
+        etp_local: true,
+        local_endpoints: eps.iter().map(|v| v.parse().unwrap()).collect(),
+    }
+}
+
+fn net(s: &str) -> IpNet {
+    s.parse().unwrap()
+}
+
+fn settings() -> Settings {
+    Settings {
+        pod_cidrs: vec![net("10.42.0.0/16"), net("fd00:42::/56")],
+        service_cidrs: vec![net("10.43.0.0/16")],
+    }
+}
+
+#[test]
+fn every_local_endpoint_of_each_family_leaves_with_the_vip_of_its_family() {
+    let f = facts(
+        "web",
+        "api",
+        &[(ANN_EGRESS, "true")],
+        &["192.0.2.50", "2001:db8::50"],
+        &["198.51.100.11", "198.51.100.21", "2001:db8:1::11"],
+    );
+    let (t, problems) = table(&[f], &settings());
+    assert!(problems.is_empty(), "{problems:?}");
+    let pairs: Vec<(String, String)> = t
+        .snat
+        .iter()
+        .map(|r| (r.source.to_string(), r.vip.to_string()))
+        .collect();
+    assert_eq!(
+        pairs,
+        [
+            ("198.51.100.11", "192.0.2.50"),
+            ("198.51.100.21", "192.0.2.50"),
+            ("2001:db8:1::11", "2001:db8::50"),
+        ]
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+    );
+    // Pod and service CIDRs of the rule's family are excluded; the other family's are not.
+    assert_eq!(t.snat[0].excluded, vec![net("10.42.0.0/16"), net("10.43.0.0/16")]);
+    assert_eq!(t.snat[2].excluded, vec![net("fd00:42::/56")]);
+    assert_eq!(t.guarded, vec!["192.0.2.50".parse::<IpAddr>().unwrap(), "2001:db8::50".parse().unwrap()]);
+}
+
+#[test]
+fn only_the_exact_value_true_turns_egress_on() {
+    for v in ["True", "yes", "1", ""] {
+        let f = facts("a", "b", &[(ANN_EGRESS, v)], &["192.0.2.50"], &["198.51.100.11"]);
+        assert_eq!(table(&[f], &settings()).0, EgressTable::default(), "{v:?}");
+    }
+    let f = facts("a", "b", &[(ANN_EGRESS_DENIED, "10.0.0.0/8")], &["192.0.2.50"], &["198.51.100.11"]);
+    assert_eq!(table(&[f], &settings()).0, EgressTable::default());
+}
+
+#[test]
+fn denied_allowed_and_ports_expand_into_rules() {
+    let f = facts(
+        "a",
+        "b",
+        &[
+            (ANN_EGRESS, "true"),
+            (ANN_EGRESS_DENIED, " 203.0.113.128/25 , 2001:db8:9::/48"),
+            (ANN_EGRESS_ALLOWED, "203.0.113.0/24,198.51.100.200"),
+            (ANN_EGRESS_PORTS, "TCP:8080, udp:53"),
+        ],
+        &["192.0.2.50"],
+        &["198.51.100.11"],
+    );
+    let (t, problems) = table(&[f], &Settings::default());
+    assert!(problems.is_empty(), "{problems:?}");
+    // 2 allowed networks x 2 ports, each with the v4 denied network only.
+    assert_eq!(t.snat.len(), 4);
+    assert!(t.snat.iter().all(|r| r.excluded == vec![net("203.0.113.128/25")]));
+    let combos: Vec<_> = t.snat.iter().map(|r| (r.allowed.unwrap().to_string(), r.port.unwrap())).collect();
+    assert_eq!(
+        combos,
+        vec![
+            ("203.0.113.0/24".to_string(), (L4::Tcp, 8080)),
+            ("203.0.113.0/24".to_string(), (L4::Udp, 53)),
+            ("198.51.100.200/32".to_string(), (L4::Tcp, 8080)),
+            ("198.51.100.200/32".to_string(), (L4::Udp, 53)),
+        ]
+    );
+    // An allow list without an IPv6 network translates no IPv6.
+    let f6 = facts(
+        "a",
+        "c",
+        &[(ANN_EGRESS, "true"), (ANN_EGRESS_ALLOWED, "203.0.113.0/24")],
+        &["2001:db8::50"],
+        &["2001:db8:1::11"],
+    );
+    assert!(table(&[f6], &Settings::default()).0.snat.is_empty());
+}
+
+#[test]
+fn a_bad_entry_turns_that_service_off_and_names_annotation_and_value() {
+    let bad = facts(
+        "a",
+        "bad",
+        &[(ANN_EGRESS, "true"), (ANN_EGRESS_PORTS, "tcp:443,http")],
+        &["192.0.2.50"],
+        &["198.51.100.11"],
+    );
+    let good = facts("a", "good", &[(ANN_EGRESS, "true")], &["192.0.2.51"], &["198.51.100.12"]);
+    let (t, problems) = table(&[bad, good], &Settings::default());
+    assert_eq!(t.snat.len(), 1, "the other Service is not affected");
+    assert_eq!(t.snat[0].vip.to_string(), "192.0.2.51");
+    assert_eq!(problems.len(), 1);
+    assert_eq!(problems[0].service, "a/bad");
+    assert!(
+        problems[0].message.contains(ANN_EGRESS_PORTS) && problems[0].message.contains("\"http\""),
+        "{}",
+        problems[0].message
+    );
+    for (ann, v) in [
+        (ANN_EGRESS_DENIED, "10.0.0.0/33"),
+        (ANN_EGRESS_ALLOWED, "nope"),
+        (ANN_EGRESS_PORTS, "tcp:0"),
+        (ANN_EGRESS_PORTS, "icmp:1"),
+        (ANN_EGRESS_PORTS, "tcp:70000"),
+    ] {
+        let f = facts("a", "x", &[(ANN_EGRESS, "true"), (ann, v)], &["192.0.2.50"], &["198.51.100.11"]);
+        let (t, p) = table(&[f], &Settings::default());
+        assert!(t.snat.is_empty(), "{ann}={v}");
+        assert!(p[0].message.contains(ann), "{ann}={v}: {p:?}");
+    }
+}
+
+#[test]
+fn two_services_keep_their_own_rules_and_a_shared_pod_keeps_the_first() {
+    let a = facts("a", "one", &[(ANN_EGRESS, "true")], &["192.0.2.50"], &["198.51.100.11"]);
+    let b = facts("a", "two", &[(ANN_EGRESS, "true")], &["192.0.2.51"], &["198.51.100.12"]);
+    let (both, _) = table(&[a.clone(), b.clone()], &Settings::default());
+    assert_eq!(both.snat.len(), 2);
+    // One deleted (kube-vip #551): the other's rule stays as it was.
+    let (only_b, _) = table(std::slice::from_ref(&b), &Settings::default());
+    assert_eq!(only_b.snat, vec![both.snat[1].clone()]);
+    let mut shared = b.clone();
+    shared.local_endpoints = a.local_endpoints.clone();
+    let (t, problems) = table(&[a, shared], &Settings::default());
+    assert_eq!(t.snat.len(), 1);
+    assert_eq!(t.snat[0].vip.to_string(), "192.0.2.50");
+    assert!(problems[0].message.contains("a/one"), "{problems:?}");
+}
+
+#[test]
+fn no_endpoint_here_no_rule_and_no_guard() {
+    let f = facts("a", "b", &[(ANN_EGRESS, "true")], &["192.0.2.50"], &[]);
+    assert_eq!(table(&[f], &Settings::default()).0, EgressTable::default());
+}

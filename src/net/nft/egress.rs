@@ -1,0 +1,330 @@
+//! Egress through the VIP (kube-vip's `kube-vip.io/egress`), the nftables side: the
+//! connections pods on this node open leave with their Service's VIP as source address,
+//! only while this node's fence for that VIP runs.
+//!
+//! The chains live in the fence's own table (`inet vipd_fence`, [`super::fence`]) so that
+//! their rules can look up the fence's `live4` / `live6` sets, whose elements exist only
+//! while this node holds the VIP and its renewal-driven timeout runs:
+//!
+//! ```text
+//! table inet vipd_fence {
+//!     chain egress_snat {
+//!         type nat hook postrouting priority 99; policy accept;   # before srcnat (100)
+//!         meta nfproto ipv4 ip saddr 198.51.100.11 ip daddr != 10.42.0.0/16 ...
+//!             [ 192.0.2.50 in @live4 ] counter snat ip to 192.0.2.50
+//!     }
+//!     chain egress_guard {
+//!         type filter hook postrouting priority 300; policy accept;   # after srcnat
+//!         meta nfproto ipv4 ip saddr 192.0.2.50 ip saddr != @live4 counter drop
+//!     }
+//! }
+//! ```
+//!
+//! * The SNAT rule loads the VIP into a register and looks it up in `live4` before the
+//!   `snat`: when the element is absent or expired (the VIP is not this node's, vipd was
+//!   killed or froze) the rule does not match and the connection leaves as it would
+//!   without vipd (the CNI's masquerade). So the rules can be installed ahead of time on
+//!   every node with a local endpoint: they act from the moment this node's fence for the
+//!   VIP is set, before the VIP is answered, and stop with it. `nft` itself cannot write
+//!   such a rule (its `snat to` takes no set lookup of a constant), netlink can.
+//! * The guard chain runs after source NAT: a packet leaving with an egress VIP as source
+//!   while this node's fence for it does not run is dropped. That covers connections that
+//!   were translated while this node held the VIP (conntrack keeps their translation after
+//!   the VIP moved): they stop instead of sending with an address another node answers.
+//! * Priority 99 puts the SNAT chain before iptables' and other tables' `srcnat` chains
+//!   (100), where CNIs masquerade pod traffic; the first chain that translates a connection
+//!   decides its source.
+//!
+//! The whole content is replaced in one transaction ([`apply_commands`]): both chains are
+//! flushed and refilled, so a rule never exists half. [`super::fence::NftFence::start`]
+//! replaces the table at start (rules of a killed run go with it); its close at exit too.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use ipnet::IpNet;
+use netlink_packet_netfilter::nftables::{
+    Bitwise, DataAttribute, Expressions, Immediate, Lookup, MetaKey, Register,
+};
+
+use super::fence::FENCE_TABLE;
+use super::nl::{self, Base, Batch, Family, Kernel, Mode, Transport, be32, other};
+use super::svcsec::L4;
+
+/// The source NAT chain (type nat, hook postrouting, priority [`SNAT_PRIORITY`]).
+pub const SNAT_CHAIN: &str = "egress_snat";
+/// The guard chain (type filter, hook postrouting, priority [`GUARD_PRIORITY`]).
+pub const GUARD_CHAIN: &str = "egress_guard";
+/// One before `srcnat` (100), where iptables' `POSTROUTING` and CNIs' masquerade run.
+pub const SNAT_PRIORITY: i32 = 99;
+/// After every source NAT chain: sees the translated source.
+pub const GUARD_PRIORITY: i32 = 300;
+
+/// One source NAT rule: connections from `source` (a pod's address) to a destination that
+/// passes the filters leave with `vip` as source, while `vip` is in this node's fence.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SnatRule {
+    /// The Service VIP the connections leave with.
+    pub vip: IpAddr,
+    /// The endpoint's address (same family as `vip`).
+    pub source: IpAddr,
+    /// Destinations never translated (pod and service CIDRs, denied networks), of the
+    /// rule's family.
+    pub excluded: Vec<IpNet>,
+    /// Only destinations in this network (one of `kube-vip.io/egress-allowed-networks`);
+    /// `None`: any destination.
+    pub allowed: Option<IpNet>,
+    /// Only this destination protocol and port (one of
+    /// `kube-vip.io/egress-destination-ports`); `None`: any.
+    pub port: Option<(L4, u16)>,
+}
+
+impl fmt::Display for SnatRule {
+    /// The rule in `nft`-like syntax (the live-set check in brackets: `nft` cannot say it).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (ip, live) = names(self.vip);
+        write!(f, "meta nfproto {} {ip} saddr {}", family_name(self.vip), self.source)?;
+        for n in &self.excluded {
+            write!(f, " {ip} daddr != {n}")?;
+        }
+        if let Some(n) = &self.allowed {
+            write!(f, " {ip} daddr {n}")?;
+        }
+        if let Some((l4, port)) = self.port {
+            write!(f, " meta l4proto {} th dport {port}", l4.number())?;
+        }
+        write!(
+            f,
+            " [ {} in @{live} ] counter snat {ip} to {}",
+            self.vip, self.vip
+        )
+    }
+}
+
+/// The table content: source NAT rules, in order, and the VIPs guarded after NAT.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EgressTable {
+    /// The rules of [`SNAT_CHAIN`], in order (the first match translates).
+    pub snat: Vec<SnatRule>,
+    /// The VIPs of [`GUARD_CHAIN`], sorted, without duplicates.
+    pub guarded: Vec<IpAddr>,
+}
+
+/// Errors of the egress chains; each names the commands concerned.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum EgressError {
+    /// Changing the chains failed (they are as before: the transaction is atomic). The
+    /// usual cause: the fence table does not exist (`vip_nftfence` off or its setup failed).
+    #[error("cannot update the egress chains of inet {FENCE_TABLE}: `{command}` failed: {detail}")]
+    Change {
+        /// The commands, in `nft` syntax.
+        command: String,
+        /// The kernel's answer.
+        detail: String,
+    },
+}
+
+/// `ip` / `ip6` and the fence's live set of `addr`'s family.
+fn names(addr: IpAddr) -> (&'static str, &'static str) {
+    match addr {
+        IpAddr::V4(_) => ("ip", "live4"),
+        IpAddr::V6(_) => ("ip6", "live6"),
+    }
+}
+
+fn family_name(addr: IpAddr) -> &'static str {
+    match addr {
+        IpAddr::V4(_) => "ipv4",
+        IpAddr::V6(_) => "ipv6",
+    }
+}
+
+fn octets(addr: IpAddr) -> Vec<u8> {
+    match addr {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => a.octets().to_vec(),
+    }
+}
+
+/// `meta nfproto <family>`.
+fn nfproto(addr: IpAddr) -> [nl::Expr; 2] {
+    let p = match addr {
+        IpAddr::V4(_) => libc::NFPROTO_IPV4,
+        IpAddr::V6(_) => libc::NFPROTO_IPV6,
+    };
+    [nl::meta(MetaKey::Nfproto), nl::cmp(true, &[p as u8])]
+}
+
+/// The source (`daddr == false`) or destination address of `addr`'s family into reg 1.
+fn load_addr(addr: IpAddr, daddr: bool) -> nl::Expr {
+    match (addr, daddr) {
+        (IpAddr::V4(_), false) => nl::payload(Base::Network, 12, 4),
+        (IpAddr::V4(_), true) => nl::payload(Base::Network, 16, 4),
+        (IpAddr::V6(_), false) => nl::payload(Base::Network, 8, 16),
+        (IpAddr::V6(_), true) => nl::payload(Base::Network, 24, 16),
+    }
+}
+
+/// `<ip> daddr [!=] <net>`: the destination masked to the prefix, compared.
+fn daddr_in(net: &IpNet, equal: bool) -> [nl::Expr; 3] {
+    let mask = octets(net.netmask());
+    [
+        load_addr(net.addr(), true),
+        Expressions::Bitwise(vec![
+            Bitwise::SourceRegister(Register::Reg1),
+            Bitwise::DestinationRegister(Register::Reg1),
+            Bitwise::Length(mask.len() as u32),
+            Bitwise::Mask(DataAttribute::Value(mask.clone())),
+            Bitwise::Xor(DataAttribute::Value(vec![0; mask.len()])),
+        ])
+        .into(),
+        nl::cmp(equal, &octets(net.network())),
+    ]
+}
+
+/// `lookup reg 1 set <live>` (by name: the set is the fence's, not of this batch);
+/// `invert`: not in the set.
+fn live(addr: IpAddr, invert: bool) -> nl::Expr {
+    let mut a = vec![
+        Lookup::SourceRegister(Register::Reg1),
+        Lookup::Set(names(addr).1.to_string()),
+    ];
+    if invert {
+        a.push(Lookup::Flags(1));
+    }
+    Expressions::Lookup(a).into()
+}
+
+/// `immediate reg 1 <vip>; lookup reg 1 @liveN; counter; nat snat <family> addr_min reg 1`.
+fn snat_to(vip: IpAddr) -> [nl::Expr; 4] {
+    let nfproto = match vip {
+        IpAddr::V4(_) => libc::NFPROTO_IPV4,
+        IpAddr::V6(_) => libc::NFPROTO_IPV6,
+    };
+    [
+        Expressions::Immediate(vec![
+            Immediate::DestinationRegister(Register::Reg1),
+            Immediate::Data(DataAttribute::Value(octets(vip))),
+        ])
+        .into(),
+        live(vip, false),
+        nl::counter(),
+        // NFTA_NAT_TYPE (NFT_NAT_SNAT 0), NFTA_NAT_FAMILY, NFTA_NAT_REG_ADDR_MIN.
+        other(
+            "nat",
+            vec![be32(1, 0), be32(2, nfproto as u32), be32(3, 1)],
+        ),
+    ]
+}
+
+/// The expressions of one source NAT rule.
+pub fn snat_exprs(r: &SnatRule) -> Vec<nl::Expr> {
+    let mut e = nfproto(r.vip).to_vec();
+    e.push(load_addr(r.source, false));
+    e.push(nl::cmp(true, &octets(r.source)));
+    for n in &r.excluded {
+        e.extend(daddr_in(n, false));
+    }
+    if let Some(n) = &r.allowed {
+        e.extend(daddr_in(n, true));
+    }
+    if let Some((l4, port)) = r.port {
+        e.push(nl::meta(MetaKey::L4Proto));
+        e.push(nl::cmp(true, &[l4.number()]));
+        e.push(nl::payload(Base::Transport, 2, 2));
+        e.push(nl::cmp(true, &port.to_be_bytes()));
+    }
+    e.extend(snat_to(r.vip));
+    e
+}
+
+/// The expressions of one guard rule: `<ip> saddr <vip> <ip> saddr != @liveN counter drop`.
+pub fn guard_exprs(vip: IpAddr) -> Vec<nl::Expr> {
+    let mut e = nfproto(vip).to_vec();
+    e.push(load_addr(vip, false));
+    e.push(nl::cmp(true, &octets(vip)));
+    e.push(live(vip, true));
+    e.push(nl::counter());
+    e.push(nl::verdict(nl::NF_DROP));
+    e
+}
+
+/// The batch making both chains hold exactly `table`: the chains created if missing,
+/// flushed, refilled, in one transaction.
+pub fn apply_commands(table: &EgressTable) -> Batch {
+    let t = FENCE_TABLE;
+    let mut c = Batch::new();
+    let snat = nl::BaseChain {
+        chain_type: "nat",
+        hook: nl::hook::POSTROUTING,
+        hook_name: "postrouting",
+        priority: SNAT_PRIORITY,
+    };
+    let guard = nl::BaseChain {
+        chain_type: "filter",
+        hook: nl::hook::POSTROUTING,
+        hook_name: "postrouting",
+        priority: GUARD_PRIORITY,
+    };
+    c.push(nl::add_chain(Family::Inet, t, SNAT_CHAIN, snat));
+    c.push(nl::add_chain(Family::Inet, t, GUARD_CHAIN, guard));
+    c.push(nl::flush_chain(Family::Inet, t, SNAT_CHAIN));
+    c.push(nl::flush_chain(Family::Inet, t, GUARD_CHAIN));
+    for r in &table.snat {
+        c.push(nl::add_rule(
+            Family::Inet,
+            t,
+            SNAT_CHAIN,
+            snat_exprs(r),
+            &r.to_string(),
+        ));
+    }
+    for vip in &table.guarded {
+        let (ip, live) = names(*vip);
+        let text = format!(
+            "meta nfproto {} {ip} saddr {vip} {ip} saddr != @{live} counter drop",
+            family_name(*vip)
+        );
+        c.push(nl::add_rule(Family::Inet, t, GUARD_CHAIN, guard_exprs(*vip), &text));
+    }
+    c
+}
+
+/// The egress chains of the fence table, changed through netlink ([`nl`]).
+#[derive(Debug, Clone)]
+pub struct NftEgress {
+    transport: Arc<dyn Transport>,
+}
+
+impl Default for NftEgress {
+    fn default() -> Self {
+        NftEgress::new(Arc::new(Kernel))
+    }
+}
+
+impl NftEgress {
+    /// The chains through `transport` (the kernel: [`NftEgress::default`]).
+    pub fn new(transport: Arc<dyn Transport>) -> Self {
+        NftEgress { transport }
+    }
+
+    /// Makes the chains hold exactly `table` ([`apply_commands`]).
+    ///
+    /// # Errors
+    /// [`EgressError::Change`] when the kernel refuses (no fence table: `vip_nftfence` off
+    /// or failed; no `nat` support for the `inet` family, kernels before 5.2): the chains
+    /// are as before.
+    pub async fn apply(&self, table: &EgressTable) -> Result<(), EgressError> {
+        let c = apply_commands(table);
+        nl::send_with(self.transport.as_ref(), c.clone(), Mode::Commit)
+            .await
+            .map_err(|e| EgressError::Change {
+                command: c.text(),
+                detail: e.to_string(),
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests;
