@@ -74,8 +74,8 @@ fn assert_gone(fp: &Footprint) {
         "registry record {} left",
         record.display()
     );
-    // Veth ends are named v-<ns> in the lan namespace and eth0 in members: none may
-    // appear in the root namespace.
+    // Veth ends are named v-<ns> in the lan namespace, pod0 in nodes and eth0 in members
+    // and pods: none may appear in the root namespace.
     let out = std::process::Command::new(lab::process::ip_binary())
         .args(["-j", "link", "show"])
         .output()
@@ -88,7 +88,9 @@ fn assert_gone(fp: &Footprint) {
         .filter_map(|l| l.get("ifname").and_then(|n| n.as_str()))
         .collect();
     assert!(
-        !names.iter().any(|n| n.starts_with("v-") || *n == "br0"),
+        !names
+            .iter()
+            .any(|n| n.starts_with("v-") || *n == "br0" || *n == lab::POD_IF),
         "lab links in the root namespace: {names:?}"
     );
 }
@@ -108,14 +110,22 @@ fn dropped_lab_leaves_nothing_behind() {
     let _serial = serial();
     let lab = Lab::start(LabOptions {
         http_backends: true,
+        pods: true,
         ..LabOptions::default()
     })
     .unwrap();
-    // A process the test "forgets" (its LabProcess is leaked): teardown must still kill it.
-    let leaked = lab.spawn("node-c", "sleep", &["1000"], &[]).unwrap();
-    let leaked_pid = leaked.pid();
-    std::mem::forget(leaked);
-    let fp = footprint(&lab, &[leaked_pid]);
+    // Processes the test "forgets" (their LabProcess is leaked), one in a node and one in
+    // a pod: teardown must still kill them.
+    let leaked: Vec<i32> = ["node-c", "pod-a"]
+        .iter()
+        .map(|ns| {
+            let p = lab.spawn(ns, "sleep", &["1000"], &[]).unwrap();
+            let pid = p.pid();
+            std::mem::forget(p);
+            pid
+        })
+        .collect();
+    let fp = footprint(&lab, &leaked);
     assert!(fp.dir.exists());
     assert!(fp.pids.iter().all(|p| running(*p)));
     assert_eq!(
@@ -124,7 +134,7 @@ fn dropped_lab_leaves_nothing_behind() {
             .iter()
             .filter(|n| n.starts_with(&fp.prefix))
             .count(),
-        lab::NAMESPACES.len()
+        lab::NAMESPACES.len() + lab::PODS.len()
     );
     drop(lab);
     assert_gone(&fp);
@@ -167,6 +177,9 @@ fn labs_of_dead_runs_are_swept() {
     let prefix = format!("{}{dead_pid}x0-", lab::NAME_PREFIX);
     let ns = format!("{prefix}node-a");
     lab::process::ip(&["netns", "add", &ns]).unwrap();
+    // A pod namespace of the dead lab goes too.
+    let pod_ns = format!("{prefix}{}", lab::PODS[0]);
+    lab::process::ip(&["netns", "add", &pod_ns]).unwrap();
     // Something left running inside it, as after a crashed test binary.
     let mut orphan = std::process::Command::new(lab::process::ip_binary())
         .args(["netns", "exec", &ns, "sleep", "1000"])
@@ -204,8 +217,10 @@ fn labs_of_dead_runs_are_swept() {
         Some(9),
         "the orphan must have been SIGKILLed"
     );
+    let left = lab::list_netns().unwrap();
+    assert!(!left.contains(&ns), "stale namespace {ns} not removed");
     assert!(
-        !lab::list_netns().unwrap().contains(&ns),
-        "stale namespace {ns} not removed"
+        !left.contains(&pod_ns),
+        "stale namespace {pod_ns} not removed"
     );
 }

@@ -551,3 +551,42 @@ fn cut_link_removes_carrier_and_partition_blocks_traffic() {
             .any(|x| x.addr == IpAddr::V6(lab::node_ipv6("node-a").unwrap()))
     );
 }
+
+#[test]
+fn pods_reach_the_client_from_their_own_addresses() {
+    let Some(lab) = support::lab(
+        "pods_reach_the_client_from_their_own_addresses",
+        LabOptions {
+            local_api: false,
+            pods: true,
+            ..LabOptions::default()
+        },
+    ) else {
+        return;
+    };
+    let client = lab.netns_path("client").unwrap();
+    let v4 = SocketAddr::new(IpAddr::V4(lab::CLIENT_V4), 8080);
+    let v6 = SocketAddr::new(IpAddr::V6(lab::CLIENT_V6), 8080);
+    let _echo4 = lab::ThreadServer::echo(&client, "echo-v4", v4).unwrap();
+    let _echo6 = lab::ThreadServer::echo(&client, "echo-v6", v6).unwrap();
+    let t = Duration::from_secs(3);
+    for node in lab::NODES {
+        let pod = lab::pod_of(node).unwrap();
+        let (pod4, pod6) = (lab::pod_ipv4(node).unwrap(), lab::pod_ipv6(node).unwrap());
+        // No NAT anywhere: the client sees the pod's own addresses, and its replies go back
+        // through the node.
+        assert_eq!(lab.http_get(pod, v4, "/", t).unwrap(), format!("{pod4}\n"));
+        assert_eq!(lab.http_get(pod, v6, "/", t).unwrap(), format!("{pod6}\n"));
+    }
+    // The node itself reaches the echo from its own address, or an explicit one of its own.
+    let node_a = IpAddr::V4(lab::node_ipv4("node-a").unwrap());
+    assert_eq!(
+        lab.http_get_from("node-a", node_a, v4, "/", t).unwrap(),
+        format!("{node_a}\n")
+    );
+    // A source the namespace does not have cannot be bound.
+    assert!(
+        lab.http_get_from("pod-a", IpAddr::V4(lab::CLIENT_V4), v4, "/", t)
+            .is_err()
+    );
+}

@@ -26,6 +26,18 @@
 //! let out = lab.exec("node-a", "ip", &["-br", "addr"])?;
 //! # Ok::<(), xtask::lab::LabError>(())
 //! ```
+//!
+//! With [`LabOptions::pods`], each node also has a "pod" namespace behind it (see
+//! [`pod_ipv4`]):
+//!
+//! ```text
+//!   ns pod-a    eth0 198.51.100.11/32 + 2001:db8:1::11/128 (pod-b .12, pod-c .13)
+//!               default via 169.254.1.1 / fe80::1 (onlink), the node's pod0
+//!   ns node-a   pod0 169.254.1.1/32 + fe80::1/64, routes 198.51.100.11/32 and
+//!               2001:db8:1::11/128 dev pod0, forwarding on
+//!   ns client   routes 198.51.100.11/32 via 192.0.2.11, 2001:db8:1::11/128 via
+//!               2001:db8::11, ... (replies to un-NATed pod traffic)
+//! ```
 
 pub mod arp;
 mod cluster;
@@ -34,6 +46,7 @@ pub mod dhcp;
 pub mod error;
 pub mod https;
 pub mod netns;
+mod pods;
 pub mod process;
 mod registry;
 pub mod servers;
@@ -71,6 +84,16 @@ use registry::{record_path, remove_namespaces};
 pub const NODES: [&str; 3] = ["node-a", "node-b", "node-c"];
 /// Every namespace of a lab, in creation order.
 pub const NAMESPACES: [&str; 7] = ["lan", "api", "node-a", "node-b", "node-c", "client", "dhcp"];
+/// The pod namespaces of a lab started with [`LabOptions::pods`], one behind each node of
+/// [`NODES`] (same order).
+pub const PODS: [&str; 3] = ["pod-a", "pod-b", "pod-c"];
+/// The node-side end of a pod's veth, in the node namespace (the pod side is [`ETH`]).
+pub const POD_IF: &str = "pod0";
+/// IPv4 gateway of every pod: a link-scope /32 on the node's [`POD_IF`] (as Calico's
+/// 169.254.1.1), reached onlink; not a lab-segment address.
+pub const POD_GATEWAY_V4: Ipv4Addr = Ipv4Addr::new(169, 254, 1, 1);
+/// IPv6 gateway of every pod: the link-local fe80::1 on the node's [`POD_IF`].
+pub const POD_GATEWAY_V6: Ipv6Addr = Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 1);
 /// Address of the API server (ns `api`).
 pub const API_IP: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 2);
 /// Port of the API server and of every node's local API proxy.
@@ -110,18 +133,34 @@ pub const ETH: &str = "eth0";
 
 /// IPv4 address of node `node` (`node-a` is 192.0.2.11, ...), `None` for other names.
 pub fn node_ipv4(node: &str) -> Option<Ipv4Addr> {
-    NODES
-        .iter()
-        .position(|n| *n == node)
-        .map(|i| Ipv4Addr::new(192, 0, 2, 11 + i as u8))
+    node_index(node).map(|i| Ipv4Addr::new(192, 0, 2, 11 + i as u8))
 }
 
 /// IPv6 address of node `node` (`node-a` is 2001:db8::11, ...), `None` for other names.
 pub fn node_ipv6(node: &str) -> Option<Ipv6Addr> {
-    NODES
-        .iter()
-        .position(|n| *n == node)
-        .map(|i| Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x11 + i as u16))
+    node_index(node).map(|i| Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x11 + i as u16))
+}
+
+/// The pod namespace behind node `node` (`node-a` has `pod-a`, ...), `None` for other names.
+pub fn pod_of(node: &str) -> Option<&'static str> {
+    node_index(node).map(|i| PODS[i])
+}
+
+/// Position of `node` in [`NODES`]: its address suffix and its pod.
+fn node_index(node: &str) -> Option<usize> {
+    NODES.iter().position(|n| *n == node)
+}
+
+/// IPv4 address of the pod behind node `node` (`node-a`'s pod is 198.51.100.11/32, ...),
+/// `None` for other names.
+pub fn pod_ipv4(node: &str) -> Option<Ipv4Addr> {
+    node_index(node).map(|i| Ipv4Addr::new(198, 51, 100, 11 + i as u8))
+}
+
+/// IPv6 address of the pod behind node `node` (`node-a`'s pod is 2001:db8:1::11/128, ...),
+/// `None` for other names.
+pub fn pod_ipv6(node: &str) -> Option<Ipv6Addr> {
+    node_index(node).map(|i| Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x11 + i as u16))
 }
 
 /// How node users are authorised on the lab API server.
@@ -155,6 +194,10 @@ pub struct LabOptions {
     pub apiserver_args: Vec<String>,
     /// How long to wait for the API server to become ready. Default 90 s.
     pub ready_timeout: Duration,
+    /// Create a pod namespace behind each node ([`PODS`], [`pod_ipv4`], [`pod_ipv6`]),
+    /// turn on IPv4 and IPv6 forwarding in the node namespaces and route the pod addresses
+    /// from `client` via their nodes. Default false.
+    pub pods: bool,
 }
 
 impl Default for LabOptions {
@@ -167,6 +210,7 @@ impl Default for LabOptions {
             extra_sans: Vec::new(),
             apiserver_args: Vec::new(),
             ready_timeout: Duration::from_secs(90),
+            pods: false,
         }
     }
 }
@@ -181,6 +225,8 @@ pub struct Lab {
     prefix: String,
     dir: PathBuf,
     created: Vec<String>,
+    /// Whether the lab has the pod namespaces ([`LabOptions::pods`]).
+    pods: bool,
     control_plane: Vec<LabProcess>,
     /// How each `control_plane` process was started (same order), for restarts.
     control_plane_cmds: Vec<ControlPlaneCmd>,
@@ -249,6 +295,7 @@ impl Lab {
             prefix,
             dir,
             created: Vec::new(),
+            pods: opts.pods,
             control_plane: Vec::new(),
             control_plane_cmds: Vec::new(),
             local_apis: Mutex::new(HashMap::new()),
@@ -289,24 +336,33 @@ impl Lab {
         &self.dir
     }
 
-    /// Full `ip netns` name of lab namespace `ns` (`lan`, `api`, `node-a`, ..., `client`).
+    /// Short names of every namespace of this lab, in creation order: [`NAMESPACES`], then
+    /// [`PODS`] when started with [`LabOptions::pods`].
+    pub fn namespaces(&self) -> Vec<&'static str> {
+        let pods: &[&'static str] = if self.pods { &PODS } else { &[] };
+        NAMESPACES.iter().chain(pods).copied().collect()
+    }
+
+    /// Full `ip netns` name of lab namespace `ns` (`lan`, `api`, `node-a`, ..., `client`,
+    /// and `pod-a`, ... when the lab has pods).
     ///
     /// # Errors
     /// [`LabError::UnknownNamespace`] for other names.
     pub fn ns_name(&self, ns: &str) -> Result<String> {
-        if NAMESPACES.contains(&ns) {
+        let all = self.namespaces();
+        if all.contains(&ns) {
             Ok(format!("{}{ns}", self.prefix))
         } else {
             Err(LabError::UnknownNamespace {
                 name: ns.to_string(),
-                expected: NAMESPACES.join(", "),
+                expected: all.join(", "),
             })
         }
     }
 
-    /// Full `ip netns` names of every namespace of this lab.
+    /// Full `ip netns` names of every namespace of this lab ([`Lab::namespaces`]).
     pub fn namespace_names(&self) -> Vec<String> {
-        NAMESPACES
+        self.namespaces()
             .iter()
             .map(|n| format!("{}{n}", self.prefix))
             .collect()

@@ -1,7 +1,7 @@
 //! Small thread-based servers that run inside lab namespaces: the per-node "local API
 //! server" (an L4 TCP proxy to the real one), the HTTP backend that answers its node name,
-//! and a silent server that accepts connections and never answers (a hung API server,
-//! kube-vip #890).
+//! an HTTP echo that answers each client's source address, and a silent server that
+//! accepts connections and never answers (a hung API server, kube-vip #890).
 //!
 //! Each server is one accept thread that entered the namespace; the threads it spawns
 //! inherit the namespace. Stopping shuts the listening socket down (`shutdown(2)` on a
@@ -45,6 +45,8 @@ enum Behaviour {
     /// Answer every HTTP request with this status code (read at each request) and an
     /// empty body.
     Status(Arc<AtomicU16>),
+    /// Answer every HTTP request with the client's address as accept(2) saw it.
+    Echo,
     /// Accept every connection, keep it open, never read or write.
     Silent,
 }
@@ -71,6 +73,17 @@ impl ThreadServer {
     /// [`LabError::Io`] when the namespace cannot be entered or `listen` cannot be bound.
     pub fn http(netns: &Path, name: &str, listen: SocketAddr, body: &str) -> Result<ThreadServer> {
         Self::start(netns, name, listen, Behaviour::Http(body.to_string()))
+    }
+
+    /// Starts an HTTP/1.x server in the namespace at `netns` that answers every request with
+    /// `200 OK` and the client's IP address as accept(2) saw it, followed by a newline
+    /// (`198.51.100.11`, IPv6 without brackets, an IPv4-mapped peer of a `[::]` listener as
+    /// IPv4), then closes the connection: which source address a connection arrived from.
+    ///
+    /// # Errors
+    /// [`LabError::Io`] when the namespace cannot be entered or `listen` cannot be bound.
+    pub fn echo(netns: &Path, name: &str, listen: SocketAddr) -> Result<ThreadServer> {
+        Self::start(netns, name, listen, Behaviour::Echo)
     }
 
     /// Starts an HTTP/1.x server in the namespace at `netns` that answers every request
@@ -222,7 +235,7 @@ fn accept_loop(
         if stop.load(Ordering::SeqCst) {
             return;
         }
-        let Ok((stream, _peer)) = accepted else {
+        let Ok((stream, peer)) = accepted else {
             // Transient errors (ECONNABORTED, EMFILE): back off a little and go on.
             std::thread::sleep(Duration::from_millis(10));
             continue;
@@ -230,6 +243,7 @@ fn accept_loop(
         accepted_count.fetch_add(1, Ordering::SeqCst);
         match behaviour {
             Behaviour::Http(body) => serve_http(stream, 200, &format!("{body}\n")),
+            Behaviour::Echo => serve_http(stream, 200, &format!("{}\n", peer.ip().to_canonical())),
             Behaviour::Status(code) => serve_http(stream, code.load(Ordering::SeqCst), ""),
             Behaviour::Proxy(target) => {
                 start_proxy_conn(stream, *target, conns);
@@ -412,25 +426,62 @@ impl Lab {
         path: &str,
         timeout: Duration,
     ) -> Result<String> {
-        self.in_netns(ns, || -> Result<String> {
-            use std::io::{Read, Write};
-            let ctx = format!("GET http://{addr}{path}");
-            let mut s = std::net::TcpStream::connect_timeout(&addr, timeout)
-                .map_err(io_ctx(ctx.clone()))?;
-            s.set_read_timeout(Some(timeout))
-                .map_err(io_ctx(ctx.clone()))?;
-            s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
-                .map_err(io_ctx(ctx.clone()))?;
-            let mut buf = String::new();
-            s.read_to_string(&mut buf).map_err(io_ctx(ctx))?;
-            Ok(buf
-                .split_once("\r\n\r\n")
-                .map(|(_, b)| b.to_string())
-                .unwrap_or_default())
-        })?
+        self.in_netns(ns, || http_get_here(None, addr, path, timeout))?
+    }
+
+    /// [`Lab::http_get`] from local address `source` (port chosen by the kernel): the
+    /// source a [`ThreadServer::echo`] reports unless something translates it, e.g.
+    /// `lab.http_get_from("pod-a", pod_ip, echo, "/", t)`.
+    ///
+    /// # Errors
+    /// [`LabError::Io`] when `source` cannot be bound (not an address of `ns`), on
+    /// connection failure or timeout.
+    pub fn http_get_from(
+        &self,
+        ns: &str,
+        source: IpAddr,
+        addr: SocketAddr,
+        path: &str,
+        timeout: Duration,
+    ) -> Result<String> {
+        self.in_netns(ns, || http_get_here(Some(source), addr, path, timeout))?
     }
 
     // ----- teardown ----------------------------------------------------------------------
+}
+
+/// The GET of [`Lab::http_get`] from the calling thread's namespace, bound to `source`
+/// first if given.
+fn http_get_here(
+    source: Option<IpAddr>,
+    addr: SocketAddr,
+    path: &str,
+    timeout: Duration,
+) -> Result<String> {
+    let ctx = format!("GET http://{addr}{path}");
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(addr),
+        socket2::Type::STREAM,
+        None,
+    )
+    .map_err(io_ctx(ctx.clone()))?;
+    if let Some(src) = source {
+        sock.bind(&SocketAddr::new(src, 0).into())
+            .map_err(io_ctx(format!("{ctx}: bind {src}")))?;
+    }
+    sock.connect_timeout(&addr.into(), timeout)
+        .map_err(io_ctx(ctx.clone()))?;
+    let mut s = TcpStream::from(sock);
+    s.set_read_timeout(Some(timeout))
+        .map_err(io_ctx(ctx.clone()))?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .map_err(io_ctx(ctx.clone()))?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).map_err(io_ctx(ctx))?;
+    Ok(buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default())
 }
 
 fn poisoned(what: &str) -> LabError {

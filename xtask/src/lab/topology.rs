@@ -9,7 +9,8 @@ use super::error::{LabError, Result, io_ctx};
 use super::process::ip;
 use super::{
     API_IP, CLIENT_V4, CLIENT_V6, DHCP_SERVER_V4, DHCP_SERVER_V6, ETH, GATEWAY_V4, GATEWAY_V6, Lab,
-    LabOptions, MacAddr, NAMESPACES, NODES, PREFIX_V4, PREFIX_V6, netns, node_ipv4, node_ipv6,
+    LabOptions, MacAddr, NAMESPACES, NODES, PODS, PREFIX_V4, PREFIX_V6, netns, node_ipv4,
+    node_ipv6,
 };
 
 /// Fixed MAC of a member's eth0 (02:00:c0:00:02:<last IPv4 octet>), for readable logs.
@@ -126,18 +127,22 @@ impl Lab {
         for ns in NAMESPACES.iter().filter(|n| **n != "lan") {
             self.connect_member(&lan, ns, opts)?;
         }
+        if opts.pods {
+            self.connect_pods()?;
+        }
         Ok(())
     }
 
     /// Creates the namespaces and sets their namespace-wide sysctls.
     fn create_namespaces(&mut self) -> Result<()> {
-        for ns in NAMESPACES {
+        let all = self.namespaces();
+        for ns in &all {
             let full = format!("{}{ns}", self.prefix);
             ip(&["netns", "add", &full])?;
             self.created.push(ns.to_string());
         }
         // Namespace-wide sysctls, before the interfaces exist so `default` applies to them.
-        for ns in NAMESPACES {
+        for ns in all {
             let mut settings: Vec<(&str, &str)> = vec![
                 ("net/ipv6/conf/default/router_solicitations", "0"),
                 ("net/ipv6/conf/all/router_solicitations", "0"),
@@ -151,7 +156,10 @@ impl Lab {
                 }
                 // The client's and the DHCP server's own addresses are usable at once (no
                 // DAD; dnsmasq's DHCPv6 answers from its link-local address).
-                "client" | "dhcp" => settings.push(("net/ipv6/conf/default/accept_dad", "0")),
+                // Pods too: their addresses are theirs alone.
+                n if n == "client" || n == "dhcp" || PODS.contains(&n) => {
+                    settings.push(("net/ipv6/conf/default/accept_dad", "0"))
+                }
                 // Nodes keep DAD (IPv6 VIP tests need it); their own address skips it.
                 _ => {}
             }
