@@ -153,6 +153,7 @@ pub(super) const K_SVC_EXCLUDE_CORDONED: &str = "svc_exclude_cordoned";
 pub(super) const K_SVC_SUBNET_CHECK: &str = "svc_subnet_check";
 pub(super) const K_EGRESS_PODCIDR: &str = "egress_podcidr";
 pub(super) const K_EGRESS_SERVICECIDR: &str = "egress_servicecidr";
+pub(super) const K_EGRESS_INTERNAL_SNAT: &str = "egress_enableinternalsnat";
 pub(super) const K_SERVICE_SECURITY: &str = "enable_service_security";
 pub(super) const K_SVC_HEALTHCHECK: &str = "svc_healthcheck";
 pub(super) const K_SVC_HEALTHCHECK_HOLD: &str = "svc_healthcheck_hold";
@@ -514,6 +515,13 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "",
         Text,
         "kube-vip egress: the Service CIDR(s), comma-separated; egress never translates traffic to them",
+    ),
+    opt(
+        K_EGRESS_INTERNAL_SNAT,
+        "egressEnableInternalSnat",
+        "false",
+        Bool,
+        "kube-vip egress: also translate traffic to the pod and Service CIDRs",
     ),
     opt(
         K_SERVICE_SECURITY,

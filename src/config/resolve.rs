@@ -702,7 +702,8 @@ pub(super) fn parse_file(text: &str) -> Result<BTreeMap<String, String>, ConfigE
 mod services;
 
 /// `egress_podcidr`, `egress_servicecidr`: comma-separated CIDRs (kube-vip takes one; a
-/// list is accepted), each error naming the setting and the entry.
+/// list is accepted), each error naming the setting and the entry;
+/// `egress_enableinternalsnat`.
 fn egress(inputs: &Inputs<'_>) -> Result<crate::egress::Settings, ConfigError> {
     let cidrs = |key: &'static str| match inputs.get(key) {
         Some(raw) => crate::egress::plan::parse_networks(key, &raw.value)
@@ -712,5 +713,8 @@ fn egress(inputs: &Inputs<'_>) -> Result<crate::egress::Settings, ConfigError> {
     Ok(crate::egress::Settings {
         pod_cidrs: cidrs(K_EGRESS_PODCIDR)?,
         service_cidrs: cidrs(K_EGRESS_SERVICECIDR)?,
+        internal_snat: inputs.bool_or(K_EGRESS_INTERNAL_SNAT, false)?,
+        // The manager reads it from its environment (KUBERNETES_SERVICE_HOST).
+        api_server: None,
     })
 }

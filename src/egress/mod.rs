@@ -24,8 +24,23 @@ pub use run::{Running, start};
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Settings {
     /// `egress_podcidr`: the cluster's pod networks, never translated (traffic between
-    /// pods keeps its addresses). Empty: none known.
+    /// pods keeps its addresses). Empty: the Nodes' `spec.podCIDRs`, else
+    /// [`FALLBACK_POD_CIDR`] (kube-vip's discovery and fallback).
     pub pod_cidrs: Vec<IpNet>,
-    /// `egress_servicecidr`: the cluster's Service networks, never translated.
+    /// `egress_servicecidr`: the cluster's Service networks, never translated. Empty:
+    /// [`FALLBACK_SERVICE_CIDR`] (kube-vip's fallback; vipd does not read ServiceCIDR
+    /// objects or kube-controller-manager's flags).
     pub service_cidrs: Vec<IpNet>,
+    /// `egress_enableinternalsnat`: translate traffic to the pod and service CIDRs too
+    /// (kube-vip `EnableInternalSNAT`).
+    pub internal_snat: bool,
+    /// The API server's address (`KUBERNETES_SERVICE_HOST` in a pod): denied for the
+    /// Services annotated `kube-vip.io/egress-detect-api-server`. `None`: not known.
+    pub api_server: Option<std::net::IpAddr>,
 }
+
+/// kube-vip's IPv4 pod CIDR when none is configured or discovered (pkg/services
+/// `egress.go`).
+pub const FALLBACK_POD_CIDR: &str = "10.0.0.0/16";
+/// kube-vip's IPv4 service CIDR when none is configured or discovered.
+pub const FALLBACK_SERVICE_CIDR: &str = "10.96.0.0/12";

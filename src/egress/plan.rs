@@ -2,25 +2,34 @@
 //! ([`EgressFacts`]) and the wing's [`Settings`], the content of the egress chains
 //! ([`EgressTable`]) and the problems to report (one per Service and cause).
 //!
-//! kube-vip's annotations (pkg/kubevip/annotations.go), read as kube-vip reads them:
+//! kube-vip's annotations (pkg/kubevip/annotations.go), read as kube-vip reads them
+//! (pkg/services/services.go, pkg/nftables/nftables.go):
 //! * [`ANN_EGRESS`] `"true"` (exactly): the Service's endpoints leave with its VIP;
-//! * [`ANN_EGRESS_IPV6`] `"true"`: also (kube-vip: instead) its IPv6 VIP for IPv6
-//!   endpoints; vipd translates every family the Service has a VIP of, this annotation
-//!   included for compatibility (without it, IPv6 endpoints still leave with the IPv6 VIP
-//!   when the Service has one);
+//! * [`ANN_EGRESS_IPV6`] `"true"` (exactly): IPv6 only (the Service's IPv6 VIP for its IPv6
+//!   endpoints); without it every family the Service has a VIP of, each VIP for the
+//!   endpoints of its family;
 //! * [`ANN_EGRESS_DENIED`]: comma-separated CIDRs never translated;
 //! * [`ANN_EGRESS_ALLOWED`]: comma-separated CIDRs; when set, only those are translated;
-//! * [`ANN_EGRESS_PORTS`]: comma-separated `proto:port` (`tcp:443`, `udp:53`, `sctp:...`,
-//!   case-insensitive); when set, only those destination ports are translated.
+//! * [`ANN_EGRESS_PORTS`]: comma-separated `proto:port` (`tcp:443`, `udp:53`, `sctp:...`);
+//!   when set, only those destination ports are translated;
+//! * [`ANN_EGRESS_NO_INTERNAL`]: any value but `""` and `"false"` translates traffic to the
+//!   pod and service CIDRs too (kube-vip's reading, whatever the name suggests);
+//! * [`ANN_EGRESS_DETECT_API`]: any value denies the API server's address
+//!   ([`Settings::api_server`]).
 //!
-//! Besides the denied networks, the pod and service CIDRs ([`Settings`]) are never
-//! translated: traffic inside the cluster keeps its pod address. Where kube-vip translates
-//! one endpoint of the Service (kube-vip #463, #1461), vipd translates every endpoint of it
-//! on this node, ready or not (a Pod's first seconds count, kube-vip #865).
+//! Besides the denied networks, the pod and service CIDRs are never translated (unless
+//! internal SNAT is asked for): traffic inside the cluster keeps its pod address. The pod
+//! CIDRs are `egress_podcidr`, else the Nodes' `spec.podCIDRs`, else kube-vip's IPv4
+//! fallback; the service CIDRs `egress_servicecidr`, else kube-vip's IPv4 fallback. Where
+//! kube-vip translates one endpoint of the Service (kube-vip #463, #1461), vipd translates
+//! every endpoint of it on this node, ready or not (a Pod's first seconds count, kube-vip
+//! #865).
 //!
-//! A bad entry in a list is a problem naming the annotation and the entry; the Service is
-//! not translated at all then (a half-read allow or deny list could send traffic with the
-//! VIP where the operator denied it). Other Services are not affected.
+//! Where kube-vip skips a bad list entry (and a port list with only bad entries translates
+//! every port), vipd turns egress off for that Service and reports the annotation and the
+//! entry: a half-read allow or deny list could send traffic with the VIP where the operator
+//! denied it. Entries are trimmed and protocols read in any case (kube-vip: lowercase,
+//! untrimmed). Other Services are not affected.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
@@ -28,7 +37,7 @@ use std::net::IpAddr;
 use ipnet::IpNet;
 
 use super::Settings;
-use crate::kube::service::EgressFacts;
+use crate::kube::service::{EgressFacts, EgressReport};
 use crate::net::nft::egress::{EgressTable, SnatRule};
 use crate::net::nft::svcsec::L4;
 
@@ -43,10 +52,20 @@ pub const ANN_EGRESS_ALLOWED: &str = "kube-vip.io/egress-allowed-networks";
 /// `kube-vip.io/egress-destination-ports`: comma-separated `proto:port`, the only
 /// destination ports translated.
 pub const ANN_EGRESS_PORTS: &str = "kube-vip.io/egress-destination-ports";
+/// `kube-vip.io/egress-no-internal-traffic`: any value but `""` / `"false"` translates
+/// traffic to the pod and service CIDRs too.
+pub const ANN_EGRESS_NO_INTERNAL: &str = "kube-vip.io/egress-no-internal-traffic";
+/// `kube-vip.io/egress-detect-api-server`: any value denies the API server's address.
+pub const ANN_EGRESS_DETECT_API: &str = "kube-vip.io/egress-detect-api-server";
 
 /// One Service's egress annotations, parsed.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Policy {
+    /// [`ANN_EGRESS_IPV6`] is `"true"`: IPv6 VIPs only.
+    pub ipv6_only: bool,
+    /// Traffic to the pod and service CIDRs is translated too ([`ANN_EGRESS_NO_INTERNAL`]
+    /// or `egress_enableinternalsnat`).
+    pub internal: bool,
     /// Networks never translated.
     pub denied: Vec<IpNet>,
     /// Networks translated (empty: all).
@@ -112,10 +131,20 @@ fn entries(value: &str) -> impl Iterator<Item = &str> {
 ///
 /// # Errors
 /// The first bad annotation value, named.
-pub fn policy(f: &EgressFacts) -> Result<Policy, String> {
+pub fn policy(f: &EgressFacts, settings: &Settings) -> Result<Policy, String> {
     let get = |k: &str| f.annotations.get(k).map(String::as_str).unwrap_or("");
+    let mut denied = parse_networks(ANN_EGRESS_DENIED, get(ANN_EGRESS_DENIED))?;
+    if f.annotations
+        .get(ANN_EGRESS_DETECT_API)
+        .is_some_and(|v| !v.is_empty())
+        && let Some(api) = settings.api_server
+    {
+        denied.push(IpNet::from(api));
+    }
     Ok(Policy {
-        denied: parse_networks(ANN_EGRESS_DENIED, get(ANN_EGRESS_DENIED))?,
+        ipv6_only: get(ANN_EGRESS_IPV6) == "true",
+        internal: settings.internal_snat || !matches!(get(ANN_EGRESS_NO_INTERNAL), "" | "false"),
+        denied,
         allowed: parse_networks(ANN_EGRESS_ALLOWED, get(ANN_EGRESS_ALLOWED))?,
         ports: parse_ports(get(ANN_EGRESS_PORTS))?,
     })
@@ -124,14 +153,13 @@ pub fn policy(f: &EgressFacts) -> Result<Policy, String> {
 /// The rules of one Service: for each VIP, each local endpoint of its family, each allowed
 /// network (or any) and each port (or any), one rule excluding the pod and service CIDRs
 /// and the denied networks of that family.
-fn rules_of(f: &EgressFacts, p: &Policy, s: &Settings) -> Vec<SnatRule> {
+fn rules_of(f: &EgressFacts, p: &Policy, internal: &[IpNet]) -> Vec<SnatRule> {
     let same = |a: &IpAddr, n: &IpNet| a.is_ipv4() == n.addr().is_ipv4();
+    let internal = if p.internal { &[][..] } else { internal };
     let mut out = Vec::new();
-    for vip in &f.vips {
-        let excluded: Vec<IpNet> = s
-            .pod_cidrs
+    for vip in f.vips.iter().filter(|v| !p.ipv6_only || v.is_ipv6()) {
+        let excluded: Vec<IpNet> = internal
             .iter()
-            .chain(&s.service_cidrs)
             .chain(&p.denied)
             .filter(|n| same(vip, n))
             .copied()
@@ -139,13 +167,22 @@ fn rules_of(f: &EgressFacts, p: &Policy, s: &Settings) -> Vec<SnatRule> {
         // An allow list without a network of this family translates nothing of it.
         let allowed: Vec<Option<IpNet>> = match p.allowed.is_empty() {
             true => vec![None],
-            false => p.allowed.iter().filter(|n| same(vip, n)).map(|n| Some(*n)).collect(),
+            false => p
+                .allowed
+                .iter()
+                .filter(|n| same(vip, n))
+                .map(|n| Some(*n))
+                .collect(),
         };
         let ports: Vec<Option<(L4, u16)>> = match p.ports.is_empty() {
             true => vec![None],
             false => p.ports.iter().map(|x| Some(*x)).collect(),
         };
-        for source in f.local_endpoints.iter().filter(|e| e.is_ipv4() == vip.is_ipv4()) {
+        for source in f
+            .local_endpoints
+            .iter()
+            .filter(|e| e.is_ipv4() == vip.is_ipv4())
+        {
             for a in &allowed {
                 for port in &ports {
                     out.push(SnatRule {
@@ -162,11 +199,29 @@ fn rules_of(f: &EgressFacts, p: &Policy, s: &Settings) -> Vec<SnatRule> {
     out
 }
 
-/// The egress chains' content for `facts` (sorted by Service, as the Services wing sends
+/// The pod and service CIDRs never translated: configured, else discovered (pods), else
+/// kube-vip's IPv4 fallbacks.
+pub fn internal_networks(report: &EgressReport, settings: &Settings) -> Vec<IpNet> {
+    let fallback = |c: &str| c.parse::<IpNet>().into_iter().collect::<Vec<_>>();
+    let pods = match (&settings.pod_cidrs, &report.node_pod_cidrs) {
+        (configured, _) if !configured.is_empty() => configured.clone(),
+        (_, found) if !found.is_empty() => found.clone(),
+        _ => fallback(super::FALLBACK_POD_CIDR),
+    };
+    let services = match settings.service_cidrs.is_empty() {
+        true => fallback(super::FALLBACK_SERVICE_CIDR),
+        false => settings.service_cidrs.clone(),
+    };
+    pods.into_iter().chain(services).collect()
+}
+
+/// The egress chains' content for the report's Services (sorted by Service, as the Services wing sends
 /// them) and the problems found. A source address already translated by an earlier
 /// Service (a Pod behind two egress Services) keeps the earlier Service's VIP: one problem
 /// names both.
-pub fn table(facts: &[EgressFacts], settings: &Settings) -> (EgressTable, Vec<Problem>) {
+pub fn table(report: &EgressReport, settings: &Settings) -> (EgressTable, Vec<Problem>) {
+    let internal = internal_networks(report, settings);
+    let facts = &report.services;
     let mut t = EgressTable::default();
     let mut problems = Vec::new();
     let mut owner: std::collections::BTreeMap<IpAddr, String> = Default::default();
@@ -175,7 +230,7 @@ pub fn table(facts: &[EgressFacts], settings: &Settings) -> (EgressTable, Vec<Pr
     let mut guarded = BTreeSet::new();
     for f in facts.iter().filter(|f| wants_egress(f)) {
         let service = format!("{}/{}", f.namespace, f.name);
-        let p = match policy(f) {
+        let p = match policy(f, settings) {
             Ok(p) => p,
             Err(message) => {
                 problems.push(Problem {
@@ -185,7 +240,7 @@ pub fn table(facts: &[EgressFacts], settings: &Settings) -> (EgressTable, Vec<Pr
                 continue;
             }
         };
-        for r in rules_of(f, &p, settings) {
+        for r in rules_of(f, &p, &internal) {
             guarded.insert(r.vip);
             match owner.get(&r.source) {
                 Some(o) if *o != service => problems.push(Problem {

@@ -14,7 +14,7 @@ use tracing::{debug, info, warn};
 
 use super::Settings;
 use super::plan::{Problem, table};
-use crate::kube::service::EgressFacts;
+use crate::kube::service::EgressReport;
 use crate::net::nft::egress::{EgressTable, NftEgress};
 
 /// Pause before a refused change is tried again.
@@ -39,7 +39,7 @@ impl Running {
 /// Starts the wing: follows `facts` (sent by the Services wing) until [`Running::stop`].
 pub fn start(
     settings: Settings,
-    facts: watch::Receiver<Arc<Vec<EgressFacts>>>,
+    facts: watch::Receiver<Arc<EgressReport>>,
     nft: NftEgress,
 ) -> Running {
     let stop = CancellationToken::new();
@@ -60,7 +60,7 @@ struct State {
 
 async fn follow(
     settings: Settings,
-    mut facts: watch::Receiver<Arc<Vec<EgressFacts>>>,
+    mut facts: watch::Receiver<Arc<EgressReport>>,
     nft: NftEgress,
     stop: CancellationToken,
 ) {
@@ -77,7 +77,10 @@ async fn follow(
             _ = until(retry_at) => {}
         }
     }
-    if st.applied.as_ref().is_some_and(|t| *t != EgressTable::default())
+    if st
+        .applied
+        .as_ref()
+        .is_some_and(|t| *t != EgressTable::default())
         && let Err(e) = nft.apply(&EgressTable::default()).await
     {
         debug!(error = %e, "egress chains not emptied (the fence table may be gone already)");
@@ -85,7 +88,7 @@ async fn follow(
 }
 
 /// One pass; `false` when the kernel refused the change (try again later).
-async fn pass(settings: &Settings, facts: &[EgressFacts], nft: &NftEgress, st: &mut State) -> bool {
+async fn pass(settings: &Settings, facts: &EgressReport, nft: &NftEgress, st: &mut State) -> bool {
     let (want, problems) = table(facts, settings);
     let now: BTreeSet<Problem> = problems.into_iter().collect();
     for p in now.difference(&st.reported) {

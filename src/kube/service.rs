@@ -53,9 +53,19 @@ pub struct EgressFacts {
     pub local_endpoints: Vec<std::net::IpAddr>,
 }
 
-/// The sender of [`EgressFacts`]: the whole sorted list, replaced when it changes (the
-/// Services wing sends, the egress wing follows; the manager wires them).
-pub type EgressTx = tokio::sync::watch::Sender<std::sync::Arc<Vec<EgressFacts>>>;
+/// What the Services wing reports to the egress wing on every change.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct EgressReport {
+    /// The Services with egress annotations, sorted by Service.
+    pub services: Vec<EgressFacts>,
+    /// The pod CIDRs of every Node (`spec.podCIDRs`, else `spec.podCIDR`), sorted, without
+    /// duplicates (kube-vip discovers them the same way when `egress_podcidr` is unset).
+    pub node_pod_cidrs: Vec<ipnet::IpNet>,
+}
+
+/// The sender of the [`EgressReport`], replaced when it changes (the Services wing sends,
+/// the egress wing follows; the manager wires them).
+pub type EgressTx = tokio::sync::watch::Sender<std::sync::Arc<EgressReport>>;
 
 /// Whether vipd serves a Service of `class` (`spec.loadBalancerClass`; `None`: unset):
 /// a class equal to `lb_class_name`, or no class unless `lb_class_only` (kube-vip's

@@ -12,6 +12,23 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Node;
 
+/// The pod CIDRs of every node (`spec.podCIDRs`, else `spec.podCIDR`; unparsable ones
+/// skipped), sorted, without duplicates.
+pub fn pod_cidrs(nodes: &[Arc<Node>]) -> Vec<ipnet::IpNet> {
+    let mut out: Vec<ipnet::IpNet> = nodes
+        .iter()
+        .filter_map(|n| n.spec.as_ref())
+        .flat_map(|sp| match &sp.pod_cidrs {
+            Some(list) if !list.is_empty() => list.clone(),
+            _ => sp.pod_cidr.clone().into_iter().collect(),
+        })
+        .filter_map(|c| c.parse::<ipnet::IpNet>().ok().map(|n| n.trunc()))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
 /// Every node's own addresses (`status.addresses` of type InternalIP / ExternalIP) and the
 /// node they belong to.
 pub fn node_addresses(nodes: &[Arc<Node>]) -> BTreeMap<IpAddr, String> {
@@ -41,7 +58,15 @@ pub fn strip_node(node: &mut Node) {
             resource_version: node.metadata.resource_version.take(),
             ..Default::default()
         },
-        spec: None,
+        // The pod CIDRs (egress never translates traffic to them).
+        spec: node
+            .spec
+            .take()
+            .map(|sp| k8s_openapi::api::core::v1::NodeSpec {
+                pod_cidr: sp.pod_cidr,
+                pod_cidrs: sp.pod_cidrs,
+                ..Default::default()
+            }),
         status: Some(k8s_openapi::api::core::v1::NodeStatus {
             addresses,
             ..Default::default()

@@ -363,4 +363,32 @@ mod tests {
         assert!(src.ready_on("node-a"));
         assert!(!src.ready_on("node-b") && !src.ready_on("node-c"));
     }
+
+    /// Egress: every address on the node, ready or not, whatever the conditions; bad
+    /// addresses skipped.
+    #[test]
+    fn node_addresses_ready_or_not() {
+        let e = endpoints(
+            vec![
+                addr("10.0.0.1", Some("node-a")),
+                addr("bogus", Some("node-a")),
+            ],
+            vec![
+                addr("10.0.0.2", Some("node-a")),
+                addr("10.0.0.3", Some("node-b")),
+            ],
+        );
+        let want: Vec<IpAddr> = vec!["10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap()];
+        assert_eq!(node_addresses_from_endpoints(&e, "node-a"), want);
+        let s = slice(
+            "default",
+            "web",
+            vec![
+                ep(Some("node-a"), Some(false)),
+                ep(Some("node-b"), Some(true)),
+            ],
+        );
+        assert_eq!(node_addresses_from_slice(&s, "node-a").len(), 1);
+        assert!(node_addresses_from_slice(&s, "node-c").is_empty());
+    }
 }

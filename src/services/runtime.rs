@@ -619,11 +619,14 @@ impl<K: Kernel, A: Announcer> MainLoop<K, A> {
             return;
         };
         let local = self.caches.endpoints.node_addresses(&self.cfg.node_name);
-        let facts = decide::egress_facts(candidates, services, &local);
+        let report = crate::kube::service::EgressReport {
+            services: decide::egress_facts(candidates, services, &local),
+            node_pod_cidrs: crate::nodes::pod_cidrs(&self.caches.nodes.state()),
+        };
         tx.send_if_modified(|cur| {
-            let changed = **cur != facts;
+            let changed = **cur != report;
             if changed {
-                *cur = Arc::new(facts);
+                *cur = Arc::new(report);
             }
             changed
         });

@@ -101,12 +101,21 @@ impl EndpointStore {
             }
             EndpointStore::Slices(store) => {
                 for s in store.state() {
-                    let Some(svc) = s.metadata.labels.as_ref().and_then(|l| l.get(SERVICE_NAME_LABEL))
+                    let Some(svc) = s
+                        .metadata
+                        .labels
+                        .as_ref()
+                        .and_then(|l| l.get(SERVICE_NAME_LABEL))
                     else {
                         continue;
                     };
-                    let key = (s.metadata.namespace.clone().unwrap_or_default(), svc.clone());
-                    out.entry(key).or_default().extend(node_addresses_from_slice(&s, node));
+                    let key = (
+                        s.metadata.namespace.clone().unwrap_or_default(),
+                        svc.clone(),
+                    );
+                    out.entry(key)
+                        .or_default()
+                        .extend(node_addresses_from_slice(&s, node));
                 }
             }
         }

@@ -490,10 +490,20 @@ pub fn get_service(lab: &Lab, name: &str) -> Option<serde_json::Value> {
 
 /// Sets the core Endpoints of `default/name` to one ready address per node in `nodes`.
 pub fn set_endpoints(lab: &Lab, name: &str, nodes: &[&str]) {
-    let addresses: Vec<serde_json::Value> = nodes
+    let addresses: Vec<(String, &str)> = nodes
         .iter()
         .enumerate()
-        .map(|(i, n)| serde_json::json!({"ip": format!("10.244.{}.{}", i + 1, 10), "nodeName": n}))
+        .map(|(i, n)| (format!("10.244.{}.{}", i + 1, 10), *n))
+        .collect();
+    let refs: Vec<(&str, &str)> = addresses.iter().map(|(ip, n)| (ip.as_str(), *n)).collect();
+    set_endpoint_addresses(lab, name, &refs);
+}
+
+/// Sets the core Endpoints of `default/name` to the ready addresses `(ip, nodeName)`.
+pub fn set_endpoint_addresses(lab: &Lab, name: &str, endpoints: &[(&str, &str)]) {
+    let addresses: Vec<serde_json::Value> = endpoints
+        .iter()
+        .map(|(ip, n)| serde_json::json!({"ip": ip, "nodeName": n}))
         .collect();
     let subsets = if addresses.is_empty() {
         serde_json::json!([])

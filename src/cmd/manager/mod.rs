@@ -150,9 +150,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     }
     info!("shutting down: dropping VIPs, then releasing the leases");
     stop_elections(services, control_plane, ipam).await;
-    if let Some(e) = egress {
-        e.stop().await;
-    }
+    stop_egress(egress).await;
     readiness.set_election_running(false);
     health_stop.cancel();
     let _ = health.await;
@@ -173,9 +171,19 @@ fn start_egress(
     if !cfg.services {
         return (None, None);
     }
-    let (tx, rx) = tokio::sync::watch::channel(Arc::new(Vec::new()));
+    let (tx, rx) = tokio::sync::watch::channel(Arc::new(Default::default()));
     let nft = crate::net::nft::egress::NftEgress::default();
-    (Some(tx), Some(crate::egress::start(cfg.egress.clone(), rx, nft)))
+    (
+        Some(tx),
+        Some(crate::egress::start(cfg.egress.clone(), rx, nft)),
+    )
+}
+
+/// Empties the egress chains (after the Services wing dropped its VIPs) and stops the wing.
+async fn stop_egress(egress: Option<crate::egress::Running>) {
+    if let Some(e) = egress {
+        e.stop().await;
+    }
 }
 
 /// Starts the allocator (`svc_ipam` with `svc_enable`), probing with the holders' conflict

@@ -84,7 +84,12 @@ impl fmt::Display for SnatRule {
     /// The rule in `nft`-like syntax (the live-set check in brackets: `nft` cannot say it).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let (ip, live) = names(self.vip);
-        write!(f, "meta nfproto {} {ip} saddr {}", family_name(self.vip), self.source)?;
+        write!(
+            f,
+            "meta nfproto {} {ip} saddr {}",
+            family_name(self.vip),
+            self.source
+        )?;
         for n in &self.excluded {
             write!(f, " {ip} daddr != {n}")?;
         }
@@ -211,10 +216,7 @@ fn snat_to(vip: IpAddr) -> [nl::Expr; 4] {
         live(vip, false),
         nl::counter(),
         // NFTA_NAT_TYPE (NFT_NAT_SNAT 0), NFTA_NAT_FAMILY, NFTA_NAT_REG_ADDR_MIN.
-        other(
-            "nat",
-            vec![be32(1, 0), be32(2, nfproto as u32), be32(3, 1)],
-        ),
+        other("nat", vec![be32(1, 0), be32(2, nfproto as u32), be32(3, 1)]),
     ]
 }
 
@@ -286,7 +288,13 @@ pub fn apply_commands(table: &EgressTable) -> Batch {
             "meta nfproto {} {ip} saddr {vip} {ip} saddr != @{live} counter drop",
             family_name(*vip)
         );
-        c.push(nl::add_rule(Family::Inet, t, GUARD_CHAIN, guard_exprs(*vip), &text));
+        c.push(nl::add_rule(
+            Family::Inet,
+            t,
+            GUARD_CHAIN,
+            guard_exprs(*vip),
+            &text,
+        ));
     }
     c
 }

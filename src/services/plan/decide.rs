@@ -312,7 +312,12 @@ pub(crate) fn egress_facts(
                 namespace: c.key.namespace.clone(),
                 name: c.key.name.clone(),
                 annotations,
-                vips: c.addresses.iter().copied().filter(|a| !a.is_unspecified()).collect(),
+                vips: c
+                    .addresses
+                    .iter()
+                    .copied()
+                    .filter(|a| !a.is_unspecified())
+                    .collect(),
                 etp_local: c.etp_local,
                 local_endpoints: local.get(&id).cloned().unwrap_or_default(),
             })

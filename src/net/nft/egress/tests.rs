@@ -4,7 +4,10 @@ fn rule() -> SnatRule {
     SnatRule {
         vip: "192.0.2.50".parse().unwrap(),
         source: "198.51.100.11".parse().unwrap(),
-        excluded: vec!["10.42.0.0/16".parse().unwrap(), "10.43.0.0/16".parse().unwrap()],
+        excluded: vec![
+            "10.42.0.0/16".parse().unwrap(),
+            "10.43.0.0/16".parse().unwrap(),
+        ],
         allowed: Some("203.0.113.0/24".parse().unwrap()),
         port: Some((L4::Tcp, 8080)),
     }
@@ -38,14 +41,24 @@ fn snat_expressions_gate_the_nat_on_the_live_set() {
     assert_eq!(e.len(), 2 + 2 + 9 + 4 + 4);
     let tail: Vec<String> = e[e.len() - 4..].iter().map(|x| format!("{x:?}")).collect();
     assert!(tail[0].contains("Immediate"), "{tail:?}");
-    assert!(tail[1].contains("Lookup") && tail[1].contains("live4"), "{tail:?}");
-    assert!(!tail[1].contains("Flags"), "the SNAT lookup is not inverted: {tail:?}");
+    assert!(
+        tail[1].contains("Lookup") && tail[1].contains("live4"),
+        "{tail:?}"
+    );
+    assert!(
+        !tail[1].contains("Flags"),
+        "the SNAT lookup is not inverted: {tail:?}"
+    );
     assert!(tail[3].contains("nat"), "{tail:?}");
     let g: Vec<String> = guard_exprs("2001:db8::50".parse().unwrap())
         .iter()
         .map(|x| format!("{x:?}"))
         .collect();
-    assert!(g.iter().any(|x| x.contains("live6") && x.contains("Flags(1)")), "{g:?}");
+    assert!(
+        g.iter()
+            .any(|x| x.contains("live6") && x.contains("Flags(1)")),
+        "{g:?}"
+    );
 }
 
 #[test]

@@ -357,3 +357,51 @@ fn a_local_services_own_lease_goes_with_it_under_one_lease_for_all() {
     let third = node.pass(&[], false);
     assert!(third.stopped.iter().all(|o| !o.delete_lease), "{third:?}");
 }
+
+/// The egress wing hears of the candidates with egress annotations only, with their
+/// egress annotations alone, their VIPs without the DHCP placeholder, and their endpoints
+/// on this node.
+#[test]
+fn egress_facts_of_annotated_candidates_only() {
+    use k8s_openapi::api::core::v1::Service;
+    let service = |name: &str, ann: &[(&str, &str)]| {
+        let mut s = Service::default();
+        s.metadata.namespace = Some("default".into());
+        s.metadata.name = Some(name.into());
+        s.metadata.annotations = Some(
+            ann.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        );
+        Arc::new(s)
+    };
+    let services = vec![
+        service(
+            "out",
+            &[
+                ("kube-vip.io/egress", "true"),
+                ("kube-vip.io/egress-destination-ports", "tcp:443"),
+                ("kube-vip.io/vipHost", "node-a"),
+            ],
+        ),
+        service("plain", &[("kube-vip.io/vipHost", "node-a")]),
+    ];
+    let mut out = svc("out", 1, &["192.0.2.30", "0.0.0.0"], 80);
+    out.etp_local = true;
+    let plain = svc("plain", 1, &["192.0.2.31"], 80);
+    let local = std::collections::HashMap::from([(
+        ("default".to_string(), "out".to_string()),
+        vec![ip("198.51.100.11")],
+    )]);
+    let facts = egress_facts(&[plain, out], &services, &local);
+    assert_eq!(facts.len(), 1);
+    let f = &facts[0];
+    assert_eq!((f.namespace.as_str(), f.name.as_str()), ("default", "out"));
+    assert_eq!(f.vips, vec![ip("192.0.2.30")]);
+    assert!(f.etp_local);
+    assert_eq!(f.local_endpoints, vec![ip("198.51.100.11")]);
+    assert_eq!(
+        f.annotations.keys().collect::<Vec<_>>(),
+        ["kube-vip.io/egress", "kube-vip.io/egress-destination-ports"]
+    );
+}

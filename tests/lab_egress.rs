@@ -1,0 +1,307 @@
+//! Egress through the VIP (issue 30, kube-vip's `kube-vip.io/egress`) in the lab: "pods"
+//! behind the nodes (`LabOptions::pods`) open HTTP connections to an echo server on the
+//! client, which answers with the source address it sees.
+
+mod support;
+
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
+
+use support::*;
+use xtask::lab::{
+    CLIENT_V4, CLIENT_V6, Lab, LabOptions, Signal, ThreadServer, pod_ipv4, pod_ipv6, pod_of,
+};
+
+const VIP4: &str = "192.0.2.50";
+const VIP6: &str = "2001:db8::50";
+const T: Duration = Duration::from_secs(2);
+
+fn pods_lab(test: &str) -> Option<Lab> {
+    let lab = lab(
+        test,
+        LabOptions {
+            pods: true,
+            ..LabOptions::default()
+        },
+    )?;
+    lab.register_nodes(&xtask::lab::NODES)
+        .unwrap_or_else(|e| panic!("{test}: cannot create the Node objects: {e}"));
+    Some(lab)
+}
+
+/// Echo servers in `client` on `port` (IPv4 and IPv6).
+fn echoes(lab: &Lab, port: u16) -> Vec<ThreadServer> {
+    let ns = lab.netns_path("client").unwrap();
+    [IpAddr::V4(CLIENT_V4), IpAddr::V6(CLIENT_V6)]
+        .into_iter()
+        .map(|ip| {
+            ThreadServer::echo(&ns, &format!("echo-{ip}-{port}"), SocketAddr::new(ip, port))
+                .unwrap()
+        })
+        .collect()
+}
+
+/// What the echo on the client's `dst` sees of a GET from `node`'s pod with `source`;
+/// `Err` when the connection failed.
+fn seen_from(
+    lab: &Lab,
+    node: &str,
+    source: IpAddr,
+    dst: IpAddr,
+    port: u16,
+) -> Result<String, String> {
+    let pod = pod_of(node).unwrap();
+    lab.http_get_from(pod, source, SocketAddr::new(dst, port), "/", T)
+        .map(|b| b.trim().to_string())
+        .map_err(|e| e.to_string())
+}
+
+fn pod4(node: &str) -> IpAddr {
+    IpAddr::V4(pod_ipv4(node).unwrap())
+}
+
+fn pod6(node: &str) -> IpAddr {
+    IpAddr::V6(pod_ipv6(node).unwrap())
+}
+
+fn egress_service(name: &str, ips: &str, extra: &[(&str, &str)]) -> serde_json::Value {
+    let mut svc = service_json(name, Some(ips), None, &[(80, "TCP")], true);
+    svc["metadata"]["annotations"]["kube-vip.io/egress"] = serde_json::json!("true");
+    for (k, v) in extra {
+        svc["metadata"]["annotations"][*k] = serde_json::json!(v);
+    }
+    svc
+}
+
+/// The holder's pods leave with the VIP (IPv4 and IPv6), the other endpoint node's pods
+/// with their own address; after a SIGKILL of the holder's vipd the new holder's pods leave
+/// with the VIP and the old holder's (node alive, vipd dead) with their own address again:
+/// never with the VIP another node now answers for.
+#[test]
+fn egress_follows_the_vip_holder_through_a_kill() {
+    let Some(lab) = pods_lab("egress-failover") else {
+        return;
+    };
+    let _echo = echoes(&lab, 8080);
+    let mut procs: Vec<_> = ["node-a", "node-b"]
+        .iter()
+        .map(|n| start_vipd_services(&lab, n, true, &[("svc_ridethrough", "false")]))
+        .collect();
+    create_service(&lab, &egress_service("web", &format!("{VIP4},{VIP6}"), &[]));
+    let (a4, a6, b4, b6) = (
+        pod4("node-a"),
+        pod6("node-a"),
+        pod4("node-b"),
+        pod6("node-b"),
+    );
+    let (ca, cb) = (a4.to_string(), b4.to_string());
+    let (ca6, cb6) = (a6.to_string(), b6.to_string());
+    set_endpoint_addresses(
+        &lab,
+        "web",
+        &[
+            (&ca, "node-a"),
+            (&ca6, "node-a"),
+            (&cb, "node-b"),
+            (&cb6, "node-b"),
+        ],
+    );
+    let holder = single_holder(&lab, VIP4, Duration::from_secs(30));
+    let other = if holder == "node-a" {
+        "node-b"
+    } else {
+        "node-a"
+    };
+    let (c4, c6) = (IpAddr::V4(CLIENT_V4), IpAddr::V6(CLIENT_V6));
+    wait_until(
+        "the holder's pod leaves with the VIP",
+        Duration::from_secs(10),
+        || seen_from(&lab, &holder, pod4(&holder), c4, 8080).as_deref() == Ok(VIP4),
+    );
+    wait_until("... and with the IPv6 VIP", Duration::from_secs(10), || {
+        seen_from(&lab, &holder, pod6(&holder), c6, 8080).as_deref() == Ok(VIP6)
+    });
+    assert_eq!(
+        seen_from(&lab, other, pod4(other), c4, 8080),
+        Ok(pod4(other).to_string()),
+        "{other} does not hold the VIP: its pod keeps its address"
+    );
+    assert_eq!(
+        seen_from(&lab, other, pod6(other), c6, 8080),
+        Ok(pod6(other).to_string())
+    );
+
+    let i = if holder == "node-a" { 0 } else { 1 };
+    procs[i].signal(Signal::SIGKILL).unwrap();
+    let new = wait_for_takeover(&lab, VIP4, &holder, "takeover", Duration::from_secs(20));
+    assert_eq!(new, other);
+    // The dead holder's fence ended before its lease did, so before the takeover: its
+    // pod already leaves with its own address (a VIP source now would reach the new
+    // holder's answer and fail).
+    assert_eq!(
+        seen_from(&lab, &holder, pod4(&holder), c4, 8080),
+        Ok(pod4(&holder).to_string()),
+        "the killed holder's pod must not leave with the VIP"
+    );
+    assert_eq!(
+        seen_from(&lab, &holder, pod6(&holder), c6, 8080),
+        Ok(pod6(&holder).to_string())
+    );
+    wait_until(
+        "the new holder's pod leaves with the VIP",
+        Duration::from_secs(5),
+        || seen_from(&lab, other, pod4(other), c4, 8080).as_deref() == Ok(VIP4),
+    );
+    wait_until("... IPv6 too", Duration::from_secs(5), || {
+        seen_from(&lab, other, pod6(other), c6, 8080).as_deref() == Ok(VIP6)
+    });
+    for p in &mut procs {
+        let _ = p.stop(Duration::from_secs(5));
+    }
+}
+
+/// Filters: the destination ports, the denied networks and the service CIDR are honoured;
+/// two egress Services on one node keep their own rules when one is deleted (kube-vip
+/// #551); an annotation with a bad entry turns egress off for its Service only, with a log
+/// line naming the annotation and the entry.
+#[test]
+fn egress_filters_and_two_services_on_one_node() {
+    let Some(lab) = pods_lab("egress-filters") else {
+        return;
+    };
+    let _e1 = echoes(&lab, 8080);
+    let _e2 = echoes(&lab, 8081);
+    // A second pod address on pod-c (a second Pod on node-c), and a "service network"
+    // address on the client routed from node-c.
+    let pod_c2 = "198.51.100.23";
+    lab.exec(
+        "pod-c",
+        "ip",
+        &["addr", "add", &format!("{pod_c2}/32"), "dev", "eth0"],
+    )
+    .unwrap();
+    lab.exec(
+        "node-c",
+        "ip",
+        &["route", "add", &format!("{pod_c2}/32"), "dev", "pod0"],
+    )
+    .unwrap();
+    lab.exec(
+        "client",
+        "ip",
+        &["route", "add", &format!("{pod_c2}/32"), "via", "192.0.2.13"],
+    )
+    .unwrap();
+    lab.exec(
+        "client",
+        "ip",
+        &["addr", "add", "203.0.113.100/32", "dev", "eth0"],
+    )
+    .unwrap();
+    lab.exec(
+        "node-c",
+        "ip",
+        &[
+            "route",
+            "add",
+            "203.0.113.100/32",
+            "via",
+            &CLIENT_V4.to_string(),
+        ],
+    )
+    .unwrap();
+    let svc_net_echo = ThreadServer::echo(
+        &lab.netns_path("client").unwrap(),
+        "echo-svc-net",
+        "203.0.113.100:8080".parse().unwrap(),
+    )
+    .unwrap();
+    let mut vipd = start_vipd_services(
+        &lab,
+        "node-c",
+        true,
+        &[
+            ("svc_ridethrough", "false"),
+            ("egress_servicecidr", "203.0.113.0/24"),
+        ],
+    );
+    let c4 = IpAddr::V4(CLIENT_V4);
+    let c6 = IpAddr::V6(CLIENT_V6);
+    create_service(
+        &lab,
+        &egress_service(
+            "filtered",
+            "192.0.2.51,2001:db8::51",
+            &[
+                ("kube-vip.io/egress-destination-ports", "tcp:8080"),
+                ("kube-vip.io/egress-denied-networks", "2001:db8::100/128"),
+            ],
+        ),
+    );
+    let (p4, p6) = (pod4("node-c").to_string(), pod6("node-c").to_string());
+    set_endpoint_addresses(&lab, "filtered", &[(&p4, "node-c"), (&p6, "node-c")]);
+    create_service(&lab, &egress_service("second", "192.0.2.52", &[]));
+    set_endpoint_addresses(&lab, "second", &[(pod_c2, "node-c")]);
+    create_service(
+        &lab,
+        &egress_service(
+            "broken",
+            "192.0.2.53",
+            &[(
+                "kube-vip.io/egress-denied-networks",
+                "10.0.0.0/8,not-a-cidr",
+            )],
+        ),
+    );
+    let pod_c2_ip: IpAddr = pod_c2.parse().unwrap();
+    wait_until(
+        "the second Service's pod leaves with its VIP",
+        Duration::from_secs(20),
+        || seen_from(&lab, "node-c", pod_c2_ip, c4, 8080).as_deref() == Ok("192.0.2.52"),
+    );
+    wait_until(
+        "port 8080 leaves with the VIP",
+        Duration::from_secs(10),
+        || seen_from(&lab, "node-c", pod4("node-c"), c4, 8080).as_deref() == Ok("192.0.2.51"),
+    );
+    assert_eq!(
+        seen_from(&lab, "node-c", pod4("node-c"), c4, 8081),
+        Ok(p4.clone()),
+        "port 8081 is not in the list"
+    );
+    assert_eq!(
+        seen_from(&lab, "node-c", pod6("node-c"), c6, 8080),
+        Ok(p6.clone()),
+        "denied network"
+    );
+    assert_eq!(
+        seen_from(
+            &lab,
+            "node-c",
+            pod4("node-c"),
+            "203.0.113.100".parse().unwrap(),
+            8080
+        ),
+        Ok(p4.clone()),
+        "the service CIDR is never translated"
+    );
+    delete_service(&lab, "filtered");
+    wait_until(
+        "the deleted Service's pod keeps its address",
+        Duration::from_secs(10),
+        || seen_from(&lab, "node-c", pod4("node-c"), c4, 8080).as_deref() == Ok(p4.as_str()),
+    );
+    assert_eq!(
+        seen_from(&lab, "node-c", pod_c2_ip, c4, 8080).as_deref(),
+        Ok("192.0.2.52"),
+        "the other Service's rule stays (kube-vip #551)"
+    );
+    let log = vipd.log();
+    assert!(
+        log.contains("kube-vip.io/egress-denied-networks: \\\"not-a-cidr\\\"")
+            || log.contains("kube-vip.io/egress-denied-networks: \"not-a-cidr\""),
+        "{log}"
+    );
+    let _ = vipd.stop(Duration::from_secs(5));
+    drop(svc_net_echo);
+}
