@@ -73,88 +73,95 @@ fn egress_service(name: &str, ips: &str, extra: &[(&str, &str)]) -> serde_json::
     svc
 }
 
-/// The holder's pods leave with the VIP (IPv4 and IPv6), the other endpoint node's pods
-/// with their own address; after a SIGKILL of the holder's vipd the new holder's pods leave
-/// with the VIP and the old holder's (node alive, vipd dead) with their own address again:
-/// never with the VIP another node now answers for.
+/// The holder's pods leave with the VIP (IPv4 and IPv6), the other endpoint nodes' pods
+/// with their own address, though their rules are installed already; after a SIGKILL of
+/// the holder's vipd the new holder's pods leave with the VIP and the old holder's (node
+/// alive, vipd dead) with their own address again: never with the VIP another node now
+/// answers for. Then the new holder is powered off (vipd killed, link cut): the third
+/// node's pod leaves with the VIP.
 #[test]
-fn egress_follows_the_vip_holder_through_a_kill() {
+fn egress_follows_the_vip_holder_through_a_kill_and_a_poweroff() {
     let Some(lab) = pods_lab("egress-failover") else {
         return;
     };
     let _echo = echoes(&lab, 8080);
-    let mut procs: Vec<_> = ["node-a", "node-b"]
+    let nodes = xtask::lab::NODES;
+    let mut procs: Vec<_> = nodes
         .iter()
         .map(|n| start_vipd_services(&lab, n, true, &[("svc_ridethrough", "false")]))
         .collect();
     create_service(&lab, &egress_service("web", &format!("{VIP4},{VIP6}"), &[]));
-    let (a4, a6, b4, b6) = (
-        pod4("node-a"),
-        pod6("node-a"),
-        pod4("node-b"),
-        pod6("node-b"),
-    );
-    let (ca, cb) = (a4.to_string(), b4.to_string());
-    let (ca6, cb6) = (a6.to_string(), b6.to_string());
-    set_endpoint_addresses(
-        &lab,
-        "web",
-        &[
-            (&ca, "node-a"),
-            (&ca6, "node-a"),
-            (&cb, "node-b"),
-            (&cb6, "node-b"),
-        ],
-    );
+    let addrs: Vec<(String, &str)> = nodes
+        .iter()
+        .flat_map(|n| [(pod4(n).to_string(), *n), (pod6(n).to_string(), *n)])
+        .collect();
+    let eps: Vec<(&str, &str)> = addrs.iter().map(|(a, n)| (a.as_str(), *n)).collect();
+    set_endpoint_addresses(&lab, "web", &eps);
     let holder = single_holder(&lab, VIP4, Duration::from_secs(30));
-    let other = if holder == "node-a" {
-        "node-b"
-    } else {
-        "node-a"
-    };
     let (c4, c6) = (IpAddr::V4(CLIENT_V4), IpAddr::V6(CLIENT_V6));
+    let leaves_with = |node: &str, want4: &str, want6: &str| {
+        seen_from(&lab, node, pod4(node), c4, 8080).as_deref() == Ok(want4)
+            && seen_from(&lab, node, pod6(node), c6, 8080).as_deref() == Ok(want6)
+    };
     wait_until(
-        "the holder's pod leaves with the VIP",
+        "the holder's pod leaves with the VIPs",
         Duration::from_secs(10),
-        || seen_from(&lab, &holder, pod4(&holder), c4, 8080).as_deref() == Ok(VIP4),
+        || leaves_with(&holder, VIP4, VIP6),
     );
-    wait_until("... and with the IPv6 VIP", Duration::from_secs(10), || {
-        seen_from(&lab, &holder, pod6(&holder), c6, 8080).as_deref() == Ok(VIP6)
-    });
-    assert_eq!(
-        seen_from(&lab, other, pod4(other), c4, 8080),
-        Ok(pod4(other).to_string()),
-        "{other} does not hold the VIP: its pod keeps its address"
-    );
-    assert_eq!(
-        seen_from(&lab, other, pod6(other), c6, 8080),
-        Ok(pod6(other).to_string())
-    );
+    for other in nodes.iter().filter(|n| **n != holder) {
+        let (own4, own6) = (pod4(other).to_string(), pod6(other).to_string());
+        assert!(
+            leaves_with(other, &own4, &own6),
+            "{other} does not hold the VIP: its pod keeps its address"
+        );
+        let out = lab
+            .exec(
+                other,
+                "nft",
+                &["list", "chain", "inet", "vipd_fence", "egress_snat"],
+            )
+            .unwrap();
+        let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            listed.contains(&own4) && listed.contains(&own6),
+            "{other}: rules ready before it holds the VIP:\n{listed}"
+        );
+    }
 
-    let i = if holder == "node-a" { 0 } else { 1 };
+    let i = nodes.iter().position(|n| *n == holder).unwrap();
     procs[i].signal(Signal::SIGKILL).unwrap();
     let new = wait_for_takeover(&lab, VIP4, &holder, "takeover", Duration::from_secs(20));
-    assert_eq!(new, other);
     // The dead holder's fence ended before its lease did, so before the takeover: its
     // pod already leaves with its own address (a VIP source now would reach the new
     // holder's answer and fail).
-    assert_eq!(
-        seen_from(&lab, &holder, pod4(&holder), c4, 8080),
-        Ok(pod4(&holder).to_string()),
+    let (own4, own6) = (pod4(&holder).to_string(), pod6(&holder).to_string());
+    assert!(
+        leaves_with(&holder, &own4, &own6),
         "the killed holder's pod must not leave with the VIP"
     );
-    assert_eq!(
-        seen_from(&lab, &holder, pod6(&holder), c6, 8080),
-        Ok(pod6(&holder).to_string())
-    );
     wait_until(
-        "the new holder's pod leaves with the VIP",
+        "the new holder's pod leaves with the VIPs",
         Duration::from_secs(5),
-        || seen_from(&lab, other, pod4(other), c4, 8080).as_deref() == Ok(VIP4),
+        || leaves_with(&new, VIP4, VIP6),
     );
-    wait_until("... IPv6 too", Duration::from_secs(5), || {
-        seen_from(&lab, other, pod6(other), c6, 8080).as_deref() == Ok(VIP6)
-    });
+
+    // Power-off of the new holder: vipd killed and its link cut at once.
+    let j = nodes.iter().position(|n| *n == new).unwrap();
+    procs[j].signal(Signal::SIGKILL).unwrap();
+    lab.cut_link(&new).unwrap();
+    let last = wait_for_takeover(
+        &lab,
+        VIP4,
+        &new,
+        "takeover after the power-off",
+        Duration::from_secs(20),
+    );
+    assert_ne!(last, holder, "{holder}'s vipd is dead");
+    wait_until(
+        "the last node's pod leaves with the VIPs",
+        Duration::from_secs(5),
+        || leaves_with(&last, VIP4, VIP6),
+    );
     for p in &mut procs {
         let _ = p.stop(Duration::from_secs(5));
     }

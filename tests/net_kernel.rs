@@ -782,6 +782,44 @@ fn fence_table(family: &str) -> Option<String> {
         .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
+/// Issue 30: the kernel accepts the egress chains (source NAT gated on a lookup of a
+/// register in the fence's live set, the guard after NAT) in check mode, which changes
+/// nothing; applied after the fence started they are listed, and emptied by an empty table.
+#[test]
+fn egress_chains_check_apply_and_empty() {
+    use vipd::net::nft::egress::{self, EgressTable, NftEgress, SnatRule};
+    use vipd::net::nft::fence::NftFence;
+    lab("192.0.2.11/24", || async {
+        egress::check().await.expect("check the egress chains");
+        assert!(fence_table("inet").is_none(), "--check changes nothing");
+        let _f = NftFence::start().await.expect("start the fence");
+        let table = EgressTable {
+            snat: vec![SnatRule {
+                vip: "192.0.2.50".parse().unwrap(),
+                source: "198.51.100.11".parse().unwrap(),
+                excluded: vec!["10.42.0.0/16".parse().unwrap()],
+                allowed: None,
+                port: None,
+            }],
+            guarded: vec!["192.0.2.50".parse().unwrap()],
+        };
+        let nft = NftEgress::default();
+        nft.apply(&table).await.expect("apply");
+        let inet = fence_table("inet").expect("inet table");
+        assert!(
+            inet.contains("chain egress_snat") && inet.contains("198.51.100.11"),
+            "{inet}"
+        );
+        assert!(
+            inet.contains("chain egress_guard") && inet.contains("drop"),
+            "{inet}"
+        );
+        nft.apply(&EgressTable::default()).await.expect("empty");
+        let inet = fence_table("inet").expect("inet table");
+        assert!(!inet.contains("198.51.100.11"), "{inet}");
+    });
+}
+
 /// Issue 16: the nftables fence's tables take millisecond element timeouts, the kernel
 /// expires them on time, expire/disarm remove the elements, and close removes both tables
 /// (leaving another owner's table alone). Needs the `nft` binary (to read the tables back).

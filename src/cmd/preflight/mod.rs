@@ -342,6 +342,40 @@ pub(crate) fn check_nft_fence(
     }
 }
 
+/// The `egress` row (`kube-vip.io/egress`): `checked` is the outcome of
+/// [`crate::net::nft::egress::check`] (`None` without `svc_enable` or with
+/// `vip_nftfence=false`), `cilium` whether Cilium's datapath is on the node
+/// (`/sys/class/net/cilium_host`).
+pub(crate) fn check_egress(
+    checked: Option<&Result<(), crate::net::nft::egress::EgressError>>,
+    cilium: bool,
+) -> Check {
+    match checked {
+        None => Check::new(
+            "egress",
+            Status::Skip,
+            "svc_enable is off, or vip_nftfence=false (egress needs the millisecond fence)",
+        ),
+        Some(Err(e)) => Check::new(
+            "egress",
+            Status::Warn,
+            format!("Services annotated kube-vip.io/egress will leave with their pods' addresses: {e}"),
+        )
+        .fix("run vipd with CAP_NET_ADMIN on a kernel with nf_tables NAT for the inet family (Linux 5.2+, CONFIG_NFT_NAT)"),
+        Some(Ok(())) if cilium => Check::new(
+            "egress",
+            Status::Warn,
+            "Cilium's datapath runs on this node (cilium_host): with its eBPF kube-proxy replacement or BPF masquerading, pods' traffic is translated in eBPF and never meets vipd's egress rules (kube-vip.io/egress)",
+        )
+        .fix("use Cilium's egress gateway instead, or run Cilium with iptables masquerading (bpf.masquerade=false)"),
+        Some(Ok(())) => Check::new(
+            "egress",
+            Status::Pass,
+            "the kernel accepts the egress chains (source NAT gated on the fence, guard; checked through netlink, nothing changed)",
+        ),
+    }
+}
+
 /// One `vip-address:<vip>` row per control-plane VIP: the outcome of
 /// [`crate::controlplane::subnet_edges`] (`None` when its interface could not be read).
 /// The network or broadcast address of a subnet on the VIP's interface fails: the manager
@@ -497,8 +531,8 @@ async fn run_network(cfg: &Config, args: &PreflightArgs, has_raw: bool, report: 
     }
 }
 
-/// The nftables rows of [`run`]: the control-plane load balancer's `lb-nftables` and the
-/// `nft-fence`.
+/// The nftables rows of [`run`]: the control-plane load balancer's `lb-nftables`, the
+/// `nft-fence` and `egress`.
 async fn run_nftables(cfg: &Config, report: &mut Report) {
     // Control-plane load balancer.
     let lb = match (&cfg.load_balancer, cfg.control_plane) {
@@ -515,6 +549,12 @@ async fn run_nftables(cfg: &Config, report: &mut Report) {
     report
         .checks
         .push(check_nft_fence(fence.as_ref(), needs_ms));
+    let egress = match cfg.services && cfg.nft_fence.wanted() {
+        true => Some(crate::net::nft::egress::check().await),
+        false => None,
+    };
+    let cilium = std::path::Path::new("/sys/class/net/cilium_host").exists();
+    report.checks.push(check_egress(egress.as_ref(), cilium));
 }
 
 /// The `macvlan` row of [`run`], from the kernel and the running kernel's module lists.

@@ -278,6 +278,26 @@ fn nft_fence_row_warns_when_nftables_cannot_fence() {
 }
 
 #[test]
+fn egress_row_warns_where_the_rules_cannot_work() {
+    assert_eq!(check_egress(None, false).status, Status::Skip);
+    assert_eq!(check_egress(Some(&Ok(())), false).status, Status::Pass);
+    let e = crate::net::nft::egress::EgressError::Change {
+        command: "add chain inet vipd_fence egress_snat".into(),
+        detail: "Operation not supported".into(),
+    };
+    let c = check_egress(Some(&Err(e)), false);
+    assert_eq!(c.status, Status::Warn);
+    assert!(
+        c.detail.contains("egress_snat") && c.detail.contains("kube-vip.io/egress"),
+        "{}",
+        c.detail
+    );
+    let c = check_egress(Some(&Ok(())), true);
+    assert_eq!(c.status, Status::Warn);
+    assert!(c.detail.contains("cilium_host"), "{}", c.detail);
+}
+
+#[test]
 fn peer_key_row_warns_without_a_key() {
     let key = crate::peer::wire::PeerKey::from_bytes(&[7; 32]).unwrap();
     assert_eq!(check_peer_key(Ok(key)).status, Status::Pass);

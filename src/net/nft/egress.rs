@@ -299,6 +299,42 @@ pub fn apply_commands(table: &EgressTable) -> Batch {
     c
 }
 
+/// Checks, without changing anything, that the kernel accepts the egress chains (one rule
+/// of each family with every kind of filter, and a guard) in a fresh fence table: the
+/// fence's setup batch followed by [`apply_commands`], sent in check mode (validated, then
+/// aborted). For `vipd preflight`.
+///
+/// # Errors
+/// [`EgressError::Change`] naming the commands and the kernel's answer.
+pub async fn check() -> Result<(), EgressError> {
+    let rule = |vip: &str, source: &str, net: &str| SnatRule {
+        vip: vip
+            .parse()
+            .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
+        source: source
+            .parse()
+            .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
+        excluded: net.parse().into_iter().collect(),
+        allowed: net.parse().ok(),
+        port: Some((L4::Tcp, 443)),
+    };
+    let table = EgressTable {
+        snat: vec![
+            rule("192.0.2.1", "198.51.100.1", "203.0.113.0/24"),
+            rule("2001:db8::1", "2001:db8:1::1", "2001:db8:2::/48"),
+        ],
+        guarded: vec![IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1))],
+    };
+    let mut c = super::fence::setup_commands();
+    c.append(apply_commands(&table));
+    nl::send_with(&Kernel, c.clone(), Mode::Check)
+        .await
+        .map_err(|e| EgressError::Change {
+            command: c.text(),
+            detail: e.to_string(),
+        })
+}
+
 /// The egress chains of the fence table, changed through netlink ([`nl`]).
 #[derive(Debug, Clone)]
 pub struct NftEgress {
