@@ -230,6 +230,7 @@ fn egress_filters_and_two_services_on_one_node() {
         &[
             ("svc_ridethrough", "false"),
             ("egress_servicecidr", "203.0.113.0/24"),
+            ("prometheus_server", ":2112"),
         ],
     );
     let c4 = IpAddr::V4(CLIENT_V4);
@@ -302,6 +303,40 @@ fn egress_filters_and_two_services_on_one_node() {
         seen_from(&lab, "node-c", pod_c2_ip, c4, 8080).as_deref(),
         Ok("192.0.2.52"),
         "the other Service's rule stays (kube-vip #551)"
+    );
+    // The deleted Service's rules go (its VIP was dropped already, which alone stops the
+    // translation); they were read before they went: its translated connection (port
+    // 8080, once) is counted. The other Service's endpoint is listed.
+    let metrics = || {
+        lab.http_get("node-c", "127.0.0.1:2112".parse().unwrap(), "/metrics", T)
+            .unwrap()
+    };
+    let value = |text: &str, name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse::<f64>().ok())
+    };
+    let text = wait_for(
+        "the deleted Service's rules gone",
+        Duration::from_secs(5),
+        || {
+            let t = metrics();
+            value(&t, r#"vipd_egress_endpoints{service="default/filtered"}"#)
+                .is_none()
+                .then_some(t)
+        },
+    );
+    let translated = value(
+        &text,
+        r#"vipd_egress_connections_total{service="default/filtered"}"#,
+    );
+    assert!(translated.is_some_and(|n| n >= 1.0), "{text}");
+    eprintln!("egress: default/filtered translated {translated:?} connections");
+    assert_eq!(
+        value(&text, r#"vipd_egress_endpoints{service="default/second"}"#),
+        Some(1.0),
+        "{text}"
     );
     let log = vipd.log();
     assert!(

@@ -795,6 +795,7 @@ fn egress_chains_check_apply_and_empty() {
         let _f = NftFence::start().await.expect("start the fence");
         let table = EgressTable {
             snat: vec![SnatRule {
+                service: "default/web".into(),
                 vip: "192.0.2.50".parse().unwrap(),
                 source: "198.51.100.11".parse().unwrap(),
                 excluded: vec!["10.42.0.0/16".parse().unwrap()],

@@ -13,6 +13,7 @@
 //! Needs the millisecond fence (`vip_nftfence`, on by default) and nf_tables NAT for the
 //! `inet` family (Linux 5.2+).
 
+pub mod metrics;
 pub mod plan;
 pub mod run;
 

@@ -186,6 +186,7 @@ fn rules_of(f: &EgressFacts, p: &Policy, internal: &[IpNet]) -> Vec<SnatRule> {
             for a in &allowed {
                 for port in &ports {
                     out.push(SnatRule {
+                        service: format!("{}/{}", f.namespace, f.name),
                         vip: *vip,
                         source: *source,
                         excluded: excluded.clone(),

@@ -1,9 +1,11 @@
 //! The egress wing at run time: one task keeps the egress chains equal to
 //! [`super::plan::table`] of the latest facts, one transaction per change, retried every
 //! [`RETRY`] after a failure; each problem is logged once (a WARN naming the Service, the
-//! annotation and the value) until it goes away. At stop the chains are emptied.
+//! annotation and the value) until it goes away. At stop the chains are emptied. The rules'
+//! counters are read every [`COUNT_EVERY`] and before each change, into
+//! `vipd_egress_connections_total` ([`super::metrics`]).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,12 +15,15 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::Settings;
+use super::metrics::EgressMetrics;
 use super::plan::{Problem, table};
 use crate::kube::service::EgressReport;
-use crate::net::nft::egress::{EgressTable, NftEgress};
+use crate::net::nft::egress::{EgressTable, NftEgress, translated};
 
 /// Pause before a refused change is tried again.
 pub const RETRY: Duration = Duration::from_secs(1);
+/// How often the rules' counters are read while there are rules.
+pub const COUNT_EVERY: Duration = Duration::from_secs(10);
 
 /// The running egress wing.
 pub struct Running {
@@ -41,9 +46,14 @@ pub fn start(
     settings: Settings,
     facts: watch::Receiver<Arc<EgressReport>>,
     nft: NftEgress,
+    metrics: Arc<EgressMetrics>,
 ) -> Running {
     let stop = CancellationToken::new();
-    let task = tokio::spawn(follow(settings, facts, nft, stop.clone()));
+    let st = State {
+        metrics: Some(metrics),
+        ..State::default()
+    };
+    let task = tokio::spawn(follow(settings, facts, nft, st, stop.clone()));
     Running { stop, task }
 }
 
@@ -56,26 +66,85 @@ struct State {
     reported: BTreeSet<Problem>,
     /// The last refusal logged (one WARN per distinct error).
     failed: Option<String>,
+    /// Per Service, the rules' counters at their last reading since the rules were last
+    /// replaced (replaced rules count from 0).
+    seen: BTreeMap<String, u64>,
+    metrics: Option<Arc<EgressMetrics>>,
+}
+
+/// The connections counted since the last reading, per Service (`now`: the counters read
+/// now; a counter below its last reading was replaced and counts from 0), and `seen`
+/// updated to `now`.
+fn deltas(seen: &mut BTreeMap<String, u64>, now: BTreeMap<String, u64>) -> Vec<(String, u64)> {
+    let out = now
+        .iter()
+        .filter_map(|(service, n)| {
+            let before = seen.get(service).copied().unwrap_or(0);
+            let d = if *n >= before { n - before } else { *n };
+            (d > 0).then(|| (service.clone(), d))
+        })
+        .collect();
+    *seen = now;
+    out
+}
+
+/// Reads the rules' counters into the metrics (nothing while there are no rules).
+async fn count(st: &mut State) {
+    let Some(m) = st.metrics.clone() else {
+        return;
+    };
+    if st.applied.as_ref().is_none_or(|t| t.snat.is_empty()) {
+        return;
+    }
+    match translated().await {
+        Ok(now) => {
+            for (service, n) in deltas(&mut st.seen, now) {
+                m.translated(&service, n);
+            }
+        }
+        Err(e) => debug!(error = %e, "egress: counters not read"),
+    }
+}
+
+/// The endpoints with rules per Service, for `vipd_egress_endpoints`.
+fn endpoints_per_service(t: &EgressTable) -> Vec<(String, usize)> {
+    let mut per: BTreeMap<&str, BTreeSet<std::net::IpAddr>> = BTreeMap::new();
+    for r in &t.snat {
+        per.entry(&r.service).or_default().insert(r.source);
+    }
+    per.into_iter()
+        .map(|(s, e)| (s.to_string(), e.len()))
+        .collect()
 }
 
 async fn follow(
     settings: Settings,
     mut facts: watch::Receiver<Arc<EgressReport>>,
     nft: NftEgress,
+    mut st: State,
     stop: CancellationToken,
 ) {
-    let mut st = State::default();
+    let mut counting = tokio::time::interval(COUNT_EVERY);
+    counting.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut retry_at = None;
+    let mut due = true;
     loop {
-        let current = facts.borrow_and_update().clone();
-        let retry_at = match pass(&settings, &current, &nft, &mut st).await {
-            true => None,
-            false => Some(tokio::time::Instant::now() + RETRY),
-        };
-        tokio::select! {
-            _ = stop.cancelled() => break,
-            r = facts.changed() => if r.is_err() { stop.cancelled().await; break },
-            _ = until(retry_at) => {}
+        if due {
+            let current = facts.borrow_and_update().clone();
+            retry_at = match pass(&settings, &current, &nft, &mut st).await {
+                true => None,
+                false => Some(tokio::time::Instant::now() + RETRY),
+            };
         }
+        due = tokio::select! {
+            _ = stop.cancelled() => break,
+            r = facts.changed() => match r {
+                Ok(()) => true,
+                Err(_) => { stop.cancelled().await; break }
+            },
+            _ = until(retry_at) => true,
+            _ = counting.tick() => { count(&mut st).await; false }
+        };
     }
     if st
         .applied
@@ -100,8 +169,14 @@ async fn pass(settings: &Settings, facts: &EgressReport, nft: &NftEgress, st: &m
     if st.applied.as_ref().unwrap_or(&EgressTable::default()) == &want {
         return true;
     }
+    // What the rules about to be replaced counted since the last reading.
+    count(st).await;
     match nft.apply(&want).await {
         Ok(()) => {
+            st.seen.clear();
+            if let Some(m) = &st.metrics {
+                m.set_endpoints(&endpoints_per_service(&want));
+            }
             info!(
                 rules = want.snat.len(),
                 vips = want.guarded.len(),
@@ -127,5 +202,31 @@ async fn until(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deltas_count_from_the_last_reading_and_from_zero_after_a_reset() {
+        let mut seen = BTreeMap::new();
+        let now = |v: &[(&str, u64)]| v.iter().map(|(k, n)| (k.to_string(), *n)).collect();
+        assert_eq!(
+            deltas(&mut seen, now(&[("a/x", 3), ("a/y", 0)])),
+            vec![("a/x".to_string(), 3)]
+        );
+        assert_eq!(
+            deltas(&mut seen, now(&[("a/x", 5), ("a/y", 1)])),
+            vec![("a/x".to_string(), 2), ("a/y".to_string(), 1)]
+        );
+        // a/x's rules were replaced underneath (counter below the last reading).
+        assert_eq!(
+            deltas(&mut seen, now(&[("a/x", 1), ("a/y", 1)])),
+            vec![("a/x".to_string(), 1)]
+        );
+        assert_eq!(deltas(&mut seen, now(&[])), vec![]);
+        assert!(seen.is_empty());
     }
 }

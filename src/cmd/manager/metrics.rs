@@ -4,11 +4,12 @@
 //! The tables that say what each metric means are in the owners' module docs:
 //! `obs::metrics` (build info), `election::metrics`, `holder::metrics`, `nodes::eligibility::metrics`,
 //! `peer::metrics`, `services::metrics`, `services::metrics::dhcp`,
-//! `controlplane::lb::metrics`, `ipam::metrics`.
+//! `controlplane::lb::metrics`, `ipam::metrics`, `egress::metrics`.
 
 use std::time::Duration;
 
 use crate::controlplane::lb::metrics::LbMetrics;
+use crate::egress::metrics::EgressMetrics;
 use crate::election::metrics::LeaseMetrics;
 use crate::holder::metrics::VipMetrics;
 use crate::ipam::metrics::PoolMetrics;
@@ -31,6 +32,7 @@ pub fn every_family(node: &str) -> Metrics {
     m.families::<LbMetrics>();
     m.families::<DhcpMetrics>();
     m.families::<PoolMetrics>();
+    m.families::<EgressMetrics>();
     m
 }
 
@@ -69,6 +71,9 @@ pub fn example(node: &str) -> Metrics {
     dhcp.event("default/example", "v4", "renewed");
     m.families::<PoolMetrics>()
         .set(&[("cidr-global".to_string(), 14, 1)]);
+    let egress = m.families::<EgressMetrics>();
+    egress.set_endpoints(&[("default/example".to_string(), 2)]);
+    egress.translated("default/example", 1);
     m
 }
 
@@ -78,7 +83,7 @@ mod tests {
     use crate::obs::metrics::{documented_names, exported_names};
 
     /// The owners' module docs, whose tables list their metrics.
-    const TABLES: [&str; 9] = [
+    const TABLES: [&str; 10] = [
         include_str!("../../obs/metrics.rs"),
         include_str!("../../election/metrics.rs"),
         include_str!("../../holder/metrics.rs"),
@@ -88,6 +93,7 @@ mod tests {
         include_str!("../../services/metrics/dhcp.rs"),
         include_str!("../../controlplane/lb/metrics.rs"),
         include_str!("../../ipam/metrics.rs"),
+        include_str!("../../egress/metrics.rs"),
     ];
 
     /// [`example`] shows every metric, and the owners' tables list exactly what it shows.
@@ -98,7 +104,7 @@ mod tests {
         exported.sort();
         let mut documented: Vec<String> = TABLES.iter().flat_map(|t| documented_names(t)).collect();
         documented.sort();
-        assert_eq!(exported.len(), 23, "{text}");
+        assert_eq!(exported.len(), 25, "{text}");
         assert_eq!(exported, documented);
     }
 

@@ -119,7 +119,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         )
     });
     let dhcp = start_dhcp(cfg.services, cfg.dhcp_backoff_attempts).await;
-    let (egress_tx, egress) = start_egress(&cfg);
+    let (egress_tx, egress) = start_egress(&cfg, &metrics);
     let ipam = start_ipam(&cfg, &kernel, &holder_cfg, &metrics).await?;
     let services = match cfg.services {
         true => Some(
@@ -164,6 +164,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
 /// reports to, and the running wing; both `None` without Services.
 fn start_egress(
     cfg: &Config,
+    metrics: &crate::obs::metrics::Metrics,
 ) -> (
     Option<crate::kube::service::EgressTx>,
     Option<crate::egress::Running>,
@@ -173,10 +174,15 @@ fn start_egress(
     }
     let (tx, rx) = tokio::sync::watch::channel(Arc::new(Default::default()));
     let nft = crate::net::nft::egress::NftEgress::default();
-    (
-        Some(tx),
-        Some(crate::egress::start(cfg.egress.clone(), rx, nft)),
-    )
+    // In a pod, the API server's Service address (kube-vip.io/egress-detect-api-server).
+    let settings = crate::egress::Settings {
+        api_server: std::env::var("KUBERNETES_SERVICE_HOST")
+            .ok()
+            .and_then(|h| h.parse().ok()),
+        ..cfg.egress.clone()
+    };
+    let m = metrics.families::<crate::egress::metrics::EgressMetrics>();
+    (Some(tx), Some(crate::egress::start(settings, rx, nft, m)))
 }
 
 /// Empties the egress chains (after the Services wing dropped its VIPs) and stops the wing.

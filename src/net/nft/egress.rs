@@ -65,6 +65,8 @@ pub const GUARD_PRIORITY: i32 = 300;
 /// passes the filters leave with `vip` as source, while `vip` is in this node's fence.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SnatRule {
+    /// The Service, `namespace/name`: the rule's comment, by which its counter is read.
+    pub service: String,
     /// The Service VIP the connections leave with.
     pub vip: IpAddr,
     /// The endpoint's address (same family as `vip`).
@@ -274,12 +276,13 @@ pub fn apply_commands(table: &EgressTable) -> Batch {
     c.push(nl::flush_chain(Family::Inet, t, SNAT_CHAIN));
     c.push(nl::flush_chain(Family::Inet, t, GUARD_CHAIN));
     for r in &table.snat {
-        c.push(nl::add_rule(
+        c.push(nl::add_rule_commented(
             Family::Inet,
             t,
             SNAT_CHAIN,
             snat_exprs(r),
             &r.to_string(),
+            &r.service,
         ));
     }
     for vip in &table.guarded {
@@ -308,6 +311,7 @@ pub fn apply_commands(table: &EgressTable) -> Batch {
 /// [`EgressError::Change`] naming the commands and the kernel's answer.
 pub async fn check() -> Result<(), EgressError> {
     let rule = |vip: &str, source: &str, net: &str| SnatRule {
+        service: "vipd/preflight".into(),
         vip: vip
             .parse()
             .unwrap_or(IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED)),
@@ -333,6 +337,29 @@ pub async fn check() -> Result<(), EgressError> {
             command: c.text(),
             detail: e.to_string(),
         })
+}
+
+/// The connections the source NAT rules translated so far, per Service (the rules'
+/// comments; a nat chain sees the first packet of a connection only, so its counter counts
+/// connections). Counters start at 0 whenever [`apply_commands`] replaced the rules.
+///
+/// # Errors
+/// [`EgressError::Change`] (no such chain: nothing was ever applied, or the fence table is
+/// gone).
+pub async fn translated() -> Result<std::collections::BTreeMap<String, u64>, EgressError> {
+    let rules = nl::dump::rule_counts(Family::Inet, FENCE_TABLE, SNAT_CHAIN)
+        .await
+        .map_err(|e| EgressError::Change {
+            command: format!("list chain inet {FENCE_TABLE} {SNAT_CHAIN}"),
+            detail: e.to_string(),
+        })?;
+    let mut out = std::collections::BTreeMap::new();
+    for r in rules {
+        if let Some(service) = r.comment {
+            *out.entry(service).or_insert(0) += r.packets;
+        }
+    }
+    Ok(out)
 }
 
 /// The egress chains of the fence table, changed through netlink ([`nl`]).

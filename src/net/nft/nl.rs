@@ -807,6 +807,30 @@ pub fn add_rule(family: Family, table: &str, chain: &str, exprs: Vec<Expr>, text
     }
 }
 
+/// [`add_rule`] with a comment (`comment "<comment>"` in `nft` syntax, stored as `nft`
+/// does, [`dump::comment_userdata`]; cut to 127 bytes).
+pub fn add_rule_commented(
+    family: Family,
+    table: &str,
+    chain: &str,
+    exprs: Vec<Expr>,
+    text: &str,
+    comment: &str,
+) -> Cmd {
+    let mut c = add_rule(
+        family,
+        table,
+        chain,
+        exprs,
+        &format!("{text} comment {comment:?}"),
+    );
+    if let NfTablesMessage::NewRule(r) = &mut c.msg {
+        r.attributes
+            .push(RuleAttribute::UserData(dump::comment_userdata(comment)));
+    }
+    c
+}
+
 // --- Expressions ----------------------------------------------------------------------
 
 /// One expression of a rule.
@@ -814,6 +838,11 @@ pub type Expr = ListAttribute<ExpressionAttribute>;
 
 /// A 32-bit attribute in network byte order.
 pub fn be32(kind: u16, v: u32) -> DefaultNla {
+    DefaultNla::new(kind, v.to_be_bytes().to_vec())
+}
+
+/// A 64-bit attribute in network byte order.
+pub fn be64(kind: u16, v: u64) -> DefaultNla {
     DefaultNla::new(kind, v.to_be_bytes().to_vec())
 }
 
@@ -931,6 +960,7 @@ pub fn unhex(hex: &str) -> Vec<u8> {
         .collect()
 }
 
+pub mod dump;
 pub mod nat;
 
 #[cfg(test)]

@@ -2,6 +2,7 @@ use super::*;
 
 fn rule() -> SnatRule {
     SnatRule {
+        service: "default/web".into(),
         vip: "192.0.2.50".parse().unwrap(),
         source: "198.51.100.11".parse().unwrap(),
         excluded: vec![
@@ -22,6 +23,7 @@ fn snat_rule_text_names_every_filter_in_order() {
          [ 192.0.2.50 in @live4 ] counter snat ip to 192.0.2.50"
     );
     let v6 = SnatRule {
+        service: "default/web".into(),
         vip: "2001:db8::50".parse().unwrap(),
         source: "2001:db8:1::11".parse().unwrap(),
         excluded: vec![],
@@ -75,7 +77,7 @@ fn apply_replaces_both_chains_in_one_batch() {
             "add chain inet vipd_fence egress_guard { type filter hook postrouting priority 300; policy accept; }".to_string(),
             "flush chain inet vipd_fence egress_snat".to_string(),
             "flush chain inet vipd_fence egress_guard".to_string(),
-            format!("add rule inet vipd_fence egress_snat {}", rule()),
+            format!("add rule inet vipd_fence egress_snat {} comment \"default/web\"", rule()),
             "add rule inet vipd_fence egress_guard meta nfproto ipv4 ip saddr 192.0.2.50 ip saddr != @live4 counter drop".to_string(),
         ]
     );
