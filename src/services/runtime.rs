@@ -386,8 +386,7 @@ async fn run<K: Kernel, A: Announcer>(
     let watches = CancellationToken::new();
     let client = clients.other.clone();
     let namespace = cfg.services_namespace.as_deref();
-    // Watch health: every watch reports its events and (re)starts; a watch silent for
-    // longer than its timeout plus a margin fails /readyz (watch-stalled:<resource>).
+    // Watch health: a watch silent past its timeout fails /readyz (watch-stalled:<kind>).
     let activity = clients.watches.clone();
     readiness.track_watches(activity.clone());
     activity.spawn_monitor(watches.clone());
