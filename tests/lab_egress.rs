@@ -167,7 +167,8 @@ fn egress_follows_the_vip_holder_through_a_kill_and_a_poweroff() {
     }
 }
 
-/// Filters: the destination ports, the denied networks and the service CIDR are honoured;
+/// Filters: the destination ports, the denied networks, the service CIDR and the pod CIDR
+/// are honoured;
 /// two egress Services on one node keep their own rules when one is deleted (kube-vip
 /// #551); an annotation with a bad entry turns egress off for its Service only, with a log
 /// line naming the annotation and the entry.
@@ -217,6 +218,23 @@ fn egress_filters_and_two_services_on_one_node() {
         ],
     )
     .unwrap();
+    // Pod to pod: pod-a answers an echo, routed between node-c and node-a.
+    let pod_echo = ThreadServer::echo(
+        &lab.netns_path("pod-a").unwrap(),
+        "echo-pod-a",
+        SocketAddr::new(pod4("node-a"), 8080),
+    )
+    .unwrap();
+    let route = |node: &str, to: IpAddr, via: &str| {
+        lab.exec(
+            node,
+            "ip",
+            &["route", "add", &format!("{to}/32"), "via", via],
+        )
+        .unwrap();
+    };
+    route("node-c", pod4("node-a"), "192.0.2.11");
+    route("node-a", pod4("node-c"), "192.0.2.13");
     let svc_net_echo = ThreadServer::echo(
         &lab.netns_path("client").unwrap(),
         "echo-svc-net",
@@ -230,6 +248,7 @@ fn egress_filters_and_two_services_on_one_node() {
         &[
             ("svc_ridethrough", "false"),
             ("egress_servicecidr", "203.0.113.0/24"),
+            ("egress_podcidr", "198.51.100.0/28"),
             ("prometheus_server", ":2112"),
         ],
     );
@@ -293,6 +312,11 @@ fn egress_filters_and_two_services_on_one_node() {
         Ok(p4.clone()),
         "the service CIDR is never translated"
     );
+    assert_eq!(
+        seen_from(&lab, "node-c", pod4("node-c"), pod4("node-a"), 8080),
+        Ok(p4.clone()),
+        "the pod CIDR is never translated"
+    );
     delete_service(&lab, "filtered");
     wait_until(
         "the deleted Service's pod keeps its address",
@@ -345,5 +369,5 @@ fn egress_filters_and_two_services_on_one_node() {
         "{log}"
     );
     let _ = vipd.stop(Duration::from_secs(5));
-    drop(svc_net_echo);
+    drop((svc_net_echo, pod_echo));
 }
