@@ -617,10 +617,28 @@ impl<K: Kernel, A: Announcer> MainLoop<K, A> {
         let Some(tx) = &self.shared.egress else {
             return;
         };
-        let local = self.caches.endpoints.node_addresses(&self.cfg.node_name);
-        let report = crate::kube::service::EgressReport {
-            services: decide::egress_facts(candidates, services, &local),
-            node_pod_cidrs: crate::nodes::pod_cidrs(&self.caches.nodes.state()),
+        // Without egress Services (the usual case) no endpoint or Node is looked at.
+        let mut facts = decide::egress_facts(candidates, services, &Default::default());
+        let report = match facts.is_empty() {
+            true => crate::kube::service::EgressReport::default(),
+            false => {
+                let wanted: HashSet<(String, String)> = facts
+                    .iter()
+                    .map(|f| (f.namespace.clone(), f.name.clone()))
+                    .collect();
+                let local = self
+                    .caches
+                    .endpoints
+                    .node_addresses(&self.cfg.node_name, &wanted);
+                for f in &mut facts {
+                    let key = (f.namespace.clone(), f.name.clone());
+                    f.local_endpoints = local.get(&key).cloned().unwrap_or_default();
+                }
+                crate::kube::service::EgressReport {
+                    services: facts,
+                    node_pod_cidrs: crate::nodes::pod_cidrs(&self.caches.nodes.state()),
+                }
+            }
         };
         tx.send_if_modified(|cur| {
             let changed = **cur != report;

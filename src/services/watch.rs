@@ -84,19 +84,23 @@ impl EndpointStore {
         )
     }
 
-    /// Per Service (namespace, name), the addresses of its endpoints on `node`, ready or
-    /// not (for egress), sorted and without duplicates; Services with none are absent.
-    pub(super) fn node_addresses(&self, node: &str) -> HashMap<(String, String), Vec<IpAddr>> {
+    /// Per Service (namespace, name) of `wanted`, the addresses of its endpoints on `node`,
+    /// ready or not (for egress), sorted and without duplicates; Services with none are
+    /// absent. Core Endpoints are looked up by name; slices are scanned.
+    pub(super) fn node_addresses(
+        &self,
+        node: &str,
+        wanted: &HashSet<(String, String)>,
+    ) -> HashMap<(String, String), Vec<IpAddr>> {
         let mut out: HashMap<(String, String), Vec<IpAddr>> = HashMap::new();
         match self {
             EndpointStore::Endpoints(store) => {
-                for e in store.state() {
-                    let a = node_addresses_from_endpoints(&e, node);
-                    let key = (
-                        e.metadata.namespace.clone().unwrap_or_default(),
-                        e.metadata.name.clone().unwrap_or_default(),
-                    );
-                    out.entry(key).or_default().extend(a);
+                for (ns, name) in wanted {
+                    let r = kube::runtime::reflector::ObjectRef::new(name).within(ns);
+                    if let Some(e) = store.get(&r) {
+                        let a = node_addresses_from_endpoints(&e, node);
+                        out.insert((ns.clone(), name.clone()), a);
+                    }
                 }
             }
             EndpointStore::Slices(store) => {
@@ -113,9 +117,11 @@ impl EndpointStore {
                         s.metadata.namespace.clone().unwrap_or_default(),
                         svc.clone(),
                     );
-                    out.entry(key)
-                        .or_default()
-                        .extend(node_addresses_from_slice(&s, node));
+                    if wanted.contains(&key) {
+                        out.entry(key)
+                            .or_default()
+                            .extend(node_addresses_from_slice(&s, node));
+                    }
                 }
             }
         }
