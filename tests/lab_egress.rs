@@ -371,3 +371,71 @@ fn egress_filters_and_two_services_on_one_node() {
     let _ = vipd.stop(Duration::from_secs(5));
     drop((svc_net_echo, pod_echo));
 }
+
+/// A pod on the holder keeps a TCP connection open through the VIP; the holder hands the
+/// VIP over gracefully (the `vipd.io/drain` annotation): the pod's next packet on that
+/// connection is answered with a reset by its own node (the connection was translated to a
+/// VIP the node no longer holds), so the application sees it end at once instead of
+/// retransmitting into a drop; a new connection then leaves with the pod's own address.
+#[test]
+fn egress_connection_through_a_moved_vip_is_reset() {
+    use std::io::{Read, Write};
+    let Some(lab) = pods_lab("egress-moved") else {
+        return;
+    };
+    let _echo = echoes(&lab, 8080);
+    let hold = ThreadServer::silent(
+        &lab.netns_path("client").unwrap(),
+        "hold",
+        SocketAddr::new(IpAddr::V4(CLIENT_V4), 9000),
+    )
+    .unwrap();
+    let nodes = ["node-a", "node-b"];
+    let mut procs: Vec<_> = nodes
+        .iter()
+        .map(|n| start_vipd_services(&lab, n, true, &[("svc_ridethrough", "false")]))
+        .collect();
+    create_service(&lab, &egress_service("web", VIP4, &[]));
+    let (a, b) = (pod4("node-a").to_string(), pod4("node-b").to_string());
+    set_endpoint_addresses(&lab, "web", &[(&a, "node-a"), (&b, "node-b")]);
+    let holder = single_holder(&lab, VIP4, Duration::from_secs(30));
+    let c4 = IpAddr::V4(CLIENT_V4);
+    wait_until(
+        "the holder's pod leaves with the VIP",
+        Duration::from_secs(10),
+        || seen_from(&lab, &holder, pod4(&holder), c4, 8080).as_deref() == Ok(VIP4),
+    );
+    let pod = pod_of(&holder).unwrap();
+    let src = pod4(&holder);
+    let mut conn = lab
+        .in_netns(pod, move || {
+            let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+            s.bind(&SocketAddr::new(src, 0).into())?;
+            s.connect_timeout(&SocketAddr::new(c4, 9000).into(), T)?;
+            Ok::<_, std::io::Error>(std::net::TcpStream::from(s))
+        })
+        .unwrap()
+        .expect("connect through the VIP");
+    conn.write_all(b"before\n").unwrap();
+
+    patch_node(
+        &lab,
+        &holder,
+        serde_json::json!({"metadata": {"annotations": {"vipd.io/drain": "true"}}}),
+    );
+    wait_for_takeover(&lab, VIP4, &holder, "hand-over", Duration::from_secs(20));
+    conn.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    let _ = conn.write_all(b"after\n");
+    let mut buf = [0u8; 16];
+    let err = conn.read(&mut buf).expect_err("the connection must end");
+    assert_eq!(err.kind(), std::io::ErrorKind::ConnectionReset, "{err}");
+    assert_eq!(
+        seen_from(&lab, &holder, pod4(&holder), c4, 8080),
+        Ok(pod4(&holder).to_string()),
+        "a new connection leaves with the pod's own address"
+    );
+    drop(hold);
+    for p in &mut procs {
+        let _ = p.stop(Duration::from_secs(5));
+    }
+}

@@ -60,18 +60,6 @@ fn set_conditions(lab: &Lab, name: &str, ready: bool, network_unavailable: Optio
     assert_eq!(r.status, 200, "node {name} status: {}", r.body);
 }
 
-/// Merge-patches Node `name`'s metadata.
-fn patch_node(lab: &Lab, name: &str, patch: serde_json::Value) {
-    let r = lab
-        .api_request(
-            "PATCH",
-            &format!("/api/v1/nodes/{name}"),
-            Some(&patch.to_string()),
-        )
-        .expect("patch node");
-    assert_eq!(r.status, 200, "patch node {name}: {}", r.body);
-}
-
 fn other(node: &str) -> &'static str {
     if node == "node-a" { "node-b" } else { "node-a" }
 }

@@ -473,6 +473,18 @@ pub fn patch_service(lab: &Lab, name: &str, patch: serde_json::Value) {
     }
 }
 
+/// Merge-patches Node `name` (e.g. its metadata's annotations).
+pub fn patch_node(lab: &Lab, name: &str, patch: serde_json::Value) {
+    let r = lab
+        .api_request(
+            "PATCH",
+            &format!("/api/v1/nodes/{name}"),
+            Some(&patch.to_string()),
+        )
+        .expect("patch node");
+    assert_eq!(r.status, 200, "patch node {name}: {}", r.body);
+}
+
 /// Service `default/name` as JSON, or None.
 pub fn get_service(lab: &Lab, name: &str) -> Option<serde_json::Value> {
     let resp = lab

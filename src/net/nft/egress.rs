@@ -17,6 +17,11 @@
 //!         type filter hook postrouting priority 300; policy accept;   # after srcnat
 //!         meta nfproto ipv4 ip saddr 192.0.2.50 ip saddr != @live4 counter drop
 //!     }
+//!     chain egress_moved {
+//!         type filter hook forward priority 0; policy accept;
+//!         meta nfproto ipv4 meta l4proto tcp ct reply ip daddr 192.0.2.50
+//!             ct reply ip daddr != @live4 counter reject with tcp reset
+//!     }
 //! }
 //! ```
 //!
@@ -31,6 +36,10 @@
 //!   while this node's fence for it does not run is dropped. That covers connections that
 //!   were translated while this node held the VIP (conntrack keeps their translation after
 //!   the VIP moved): they stop instead of sending with an address another node answers.
+//! * The moved chain answers a pod's TCP packet of such a connection with a reset, so the
+//!   application sees the connection end at once (its next packet then starts a new
+//!   connection with the pod's usual source) instead of retransmitting into the guard's
+//!   drop until TCP gives up; the conntrack entry itself is left to time out.
 //! * Priority 99 puts the SNAT chain before iptables' and other tables' `srcnat` chains
 //!   (100), where CNIs masquerade pod traffic; the first chain that translates a connection
 //!   decides its source.
@@ -56,6 +65,9 @@ use super::svcsec::L4;
 pub const SNAT_CHAIN: &str = "egress_snat";
 /// The guard chain (type filter, hook postrouting, priority [`GUARD_PRIORITY`]).
 pub const GUARD_CHAIN: &str = "egress_guard";
+/// The chain resetting pods' TCP connections translated to a VIP this node no longer
+/// holds (type filter, hook forward, priority 0).
+pub const MOVED_CHAIN: &str = "egress_moved";
 /// One before `srcnat` (100), where iptables' `POSTROUTING` and CNIs' masquerade run.
 pub const SNAT_PRIORITY: i32 = 99;
 /// After every source NAT chain: sees the translated source.
@@ -254,7 +266,25 @@ pub fn guard_exprs(vip: IpAddr) -> Vec<nl::Expr> {
     e
 }
 
-/// The batch making both chains hold exactly `table`: the chains created if missing,
+/// The expressions of one moved-connection rule: `meta l4proto tcp ct reply <ip> daddr
+/// <vip> ct reply <ip> daddr != @liveN counter reject with tcp reset`.
+pub fn moved_exprs(vip: IpAddr) -> Vec<nl::Expr> {
+    let family = match vip {
+        IpAddr::V4(_) => Family::Ip,
+        IpAddr::V6(_) => Family::Ip6,
+    };
+    let mut e = nfproto(vip).to_vec();
+    e.push(nl::meta(MetaKey::L4Proto));
+    e.push(nl::cmp(true, &[libc::IPPROTO_TCP as u8]));
+    e.push(nl::nat::ct_reply_daddr(family));
+    e.push(nl::cmp(true, &octets(vip)));
+    e.push(live(vip, true));
+    e.push(nl::counter());
+    e.push(nl::nat::reject_tcp_reset());
+    e
+}
+
+/// The batch making the chains hold exactly `table`: the chains created if missing,
 /// flushed, refilled, in one transaction.
 pub fn apply_commands(table: &EgressTable) -> Batch {
     let t = FENCE_TABLE;
@@ -271,10 +301,18 @@ pub fn apply_commands(table: &EgressTable) -> Batch {
         hook_name: "postrouting",
         priority: GUARD_PRIORITY,
     };
+    let moved = nl::BaseChain {
+        chain_type: "filter",
+        hook: nl::hook::FORWARD,
+        hook_name: "forward",
+        priority: 0,
+    };
     c.push(nl::add_chain(Family::Inet, t, SNAT_CHAIN, snat));
     c.push(nl::add_chain(Family::Inet, t, GUARD_CHAIN, guard));
-    c.push(nl::flush_chain(Family::Inet, t, SNAT_CHAIN));
-    c.push(nl::flush_chain(Family::Inet, t, GUARD_CHAIN));
+    c.push(nl::add_chain(Family::Inet, t, MOVED_CHAIN, moved));
+    for chain in [SNAT_CHAIN, GUARD_CHAIN, MOVED_CHAIN] {
+        c.push(nl::flush_chain(Family::Inet, t, chain));
+    }
     for r in &table.snat {
         c.push(nl::add_rule_commented(
             Family::Inet,
@@ -296,6 +334,17 @@ pub fn apply_commands(table: &EgressTable) -> Batch {
             t,
             GUARD_CHAIN,
             guard_exprs(*vip),
+            &text,
+        ));
+        let text = format!(
+            "meta nfproto {} meta l4proto tcp ct reply {ip} daddr {vip} ct reply {ip} daddr != @{live} counter reject with tcp reset",
+            family_name(*vip)
+        );
+        c.push(nl::add_rule(
+            Family::Inet,
+            t,
+            MOVED_CHAIN,
+            moved_exprs(*vip),
             &text,
         ));
     }

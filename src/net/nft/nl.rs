@@ -565,6 +565,8 @@ pub mod hook {
     pub const PREROUTING: u32 = 0;
     /// `NF_INET_LOCAL_IN`.
     pub const INPUT: u32 = 1;
+    /// `NF_INET_FORWARD`.
+    pub const FORWARD: u32 = 2;
     /// `NF_INET_POST_ROUTING`.
     pub const POSTROUTING: u32 = 4;
     /// `NF_ARP_IN`.

@@ -64,7 +64,7 @@ fn snat_expressions_gate_the_nat_on_the_live_set() {
 }
 
 #[test]
-fn apply_replaces_both_chains_in_one_batch() {
+fn apply_replaces_every_chain_in_one_batch() {
     let table = EgressTable {
         snat: vec![rule()],
         guarded: vec!["192.0.2.50".parse().unwrap()],
@@ -75,14 +75,17 @@ fn apply_replaces_both_chains_in_one_batch() {
         vec![
             "add chain inet vipd_fence egress_snat { type nat hook postrouting priority 99; policy accept; }".to_string(),
             "add chain inet vipd_fence egress_guard { type filter hook postrouting priority 300; policy accept; }".to_string(),
+            "add chain inet vipd_fence egress_moved { type filter hook forward priority filter; policy accept; }".to_string(),
             "flush chain inet vipd_fence egress_snat".to_string(),
             "flush chain inet vipd_fence egress_guard".to_string(),
+            "flush chain inet vipd_fence egress_moved".to_string(),
             format!("add rule inet vipd_fence egress_snat {} comment \"default/web\"", rule()),
             "add rule inet vipd_fence egress_guard meta nfproto ipv4 ip saddr 192.0.2.50 ip saddr != @live4 counter drop".to_string(),
+            "add rule inet vipd_fence egress_moved meta nfproto ipv4 meta l4proto tcp ct reply ip daddr 192.0.2.50 ct reply ip daddr != @live4 counter reject with tcp reset".to_string(),
         ]
     );
     // Empty: the chains are emptied, not left with old rules.
-    assert_eq!(apply_commands(&EgressTable::default()).lines().len(), 4);
+    assert_eq!(apply_commands(&EgressTable::default()).lines().len(), 6);
 }
 
 #[tokio::test]

@@ -46,6 +46,17 @@ const CT_DIRECTION: u16 = 3;
 /// `ct load dst_ip => reg 1, dir original` (`dst_ip6` for [`Family::Ip6`]): the
 /// connection's original destination address, to compare with [`super::cmp`].
 pub fn ct_original_daddr(family: Family) -> Expr {
+    ct_daddr(family, false)
+}
+
+/// `ct load dst_ip => reg 1, dir reply` (`dst_ip6` for [`Family::Ip6`]): the destination
+/// of the connection's replies, which is the source it was translated to after a source
+/// NAT (`ct reply ip daddr` in `nft` syntax).
+pub fn ct_reply_daddr(family: Family) -> Expr {
+    ct_daddr(family, true)
+}
+
+fn ct_daddr(family: Family, reply: bool) -> Expr {
     // NFT_CT_DST_IP, NFT_CT_DST_IP6.
     let key = if family == Family::Ip6 { 22 } else { 20 };
     other(
@@ -53,10 +64,17 @@ pub fn ct_original_daddr(family: Family) -> Expr {
         vec![
             be32(CT_KEY, key),
             be32(CT_DREG, 1),
-            // IP_CT_DIR_ORIGINAL, one byte.
-            DefaultNla::new(CT_DIRECTION, vec![0]),
+            // IP_CT_DIR_ORIGINAL 0, IP_CT_DIR_REPLY 1, one byte.
+            DefaultNla::new(CT_DIRECTION, vec![u8::from(reply)]),
         ],
     )
+}
+
+/// `reject with tcp reset`: answers the packet with a TCP RST (uapi `NFTA_REJECT_TYPE`
+/// 1 = `NFT_REJECT_TCP_RST` 1, `NFTA_REJECT_ICMP_CODE` 2 = 0). Only valid in the input,
+/// forward and output hooks, and for TCP packets.
+pub fn reject_tcp_reset() -> Expr {
+    other("reject", vec![be32(1, 1), DefaultNla::new(2, vec![0])])
 }
 
 /// `fib daddr type => reg 1; cmp eq reg 1 RTN_LOCAL`: `fib daddr type local` (the
