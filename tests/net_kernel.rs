@@ -815,6 +815,21 @@ fn egress_chains_check_apply_and_empty() {
             inet.contains("chain egress_guard") && inet.contains("drop"),
             "{inet}"
         );
+        // A large table (two Services at the per-Service cap) is one transaction too: the
+        // socket's send buffer is raised to the batch (the default refused ~500 rules).
+        let many: Vec<SnatRule> = (0..2048u32)
+            .map(|i| SnatRule {
+                service: format!("default/s{}", i / 1024),
+                port: Some((vipd::net::nft::svcsec::L4::Tcp, (i % 1024 + 1) as u16)),
+                ..table.snat[0].clone()
+            })
+            .collect();
+        nft.apply(&EgressTable {
+            snat: many,
+            guarded: table.guarded.clone(),
+        })
+        .await
+        .expect("apply 2048 rules");
         nft.apply(&EgressTable::default()).await.expect("empty");
         let inet = fence_table("inet").expect("inet table");
         assert!(!inet.contains("198.51.100.11"), "{inet}");

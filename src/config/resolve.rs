@@ -716,5 +716,7 @@ fn egress(inputs: &Inputs<'_>) -> Result<crate::egress::Settings, ConfigError> {
         internal_snat: inputs.bool_or(K_EGRESS_INTERNAL_SNAT, false)?,
         // The manager reads it from its environment (KUBERNETES_SERVICE_HOST).
         api_server: None,
+        // The manager knows whether the fence started.
+        fence: false,
     })
 }

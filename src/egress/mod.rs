@@ -38,6 +38,10 @@ pub struct Settings {
     /// The API server's address (`KUBERNETES_SERVICE_HOST` in a pod): denied for the
     /// Services annotated `kube-vip.io/egress-detect-api-server`. `None`: not known.
     pub api_server: Option<std::net::IpAddr>,
+    /// The millisecond fence runs on this node (`vip_nftfence` on and its tables set up):
+    /// without it egress is off (its rules act only through the fence's live sets) and
+    /// each egress Service is reported once.
+    pub fence: bool,
 }
 
 /// kube-vip's IPv4 pod CIDR when none is configured or discovered (pkg/services

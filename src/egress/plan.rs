@@ -41,6 +41,11 @@ use crate::kube::service::{EgressFacts, EgressReport};
 use crate::net::nft::egress::{EgressTable, SnatRule};
 use crate::net::nft::svcsec::L4;
 
+/// Most source NAT rules one Service may have on a node (its endpoints here x allowed
+/// networks x destination ports, per VIP): a Service over it gets no rules and a problem,
+/// so that one Service never makes the node's transaction too large for the others.
+pub const MAX_RULES_PER_SERVICE: usize = 1024;
+
 /// `kube-vip.io/egress`: `"true"` turns egress on for the Service.
 pub const ANN_EGRESS: &str = "kube-vip.io/egress";
 /// `kube-vip.io/egress-ipv6`: `"true"` asks for IPv6 egress (kube-vip).
@@ -241,7 +246,31 @@ pub fn table(report: &EgressReport, settings: &Settings) -> (EgressTable, Vec<Pr
                 continue;
             }
         };
-        for r in rules_of(f, &p, &internal) {
+        let rules = rules_of(f, &p, &internal);
+        if !settings.fence && !rules.is_empty() {
+            problems.push(Problem {
+                service,
+                message: "egress is off on this node: it needs the millisecond fence (vip_nftfence), which is off or could not start here (see the log at start)".into(),
+            });
+            continue;
+        }
+        if rules.len() > MAX_RULES_PER_SERVICE {
+            problems.push(Problem {
+                service,
+                message: format!(
+                    "{} rules needed here (endpoints x {ANN_EGRESS_ALLOWED} x {ANN_EGRESS_PORTS}), more than {MAX_RULES_PER_SERVICE}; egress is off for this Service",
+                    rules.len()
+                ),
+            });
+            continue;
+        }
+        if !f.etp_local && !rules.is_empty() {
+            problems.push(Problem {
+                service: service.clone(),
+                message: "externalTrafficPolicy is Cluster: the VIP may be held by a node without endpoints of it, and only pods on the VIP's holder leave with it; set externalTrafficPolicy: Local (as kube-vip's docs require)".into(),
+            });
+        }
+        for r in rules {
             guarded.insert(r.vip);
             match owner.get(&r.source) {
                 Some(o) if *o != service => problems.push(Problem {

@@ -18,7 +18,7 @@ use super::Settings;
 use super::metrics::EgressMetrics;
 use super::plan::{Problem, table};
 use crate::kube::service::EgressReport;
-use crate::net::nft::egress::{EgressTable, NftEgress, translated};
+use crate::net::nft::egress::{EgressError, EgressTable, NftEgress, translated};
 
 /// Pause before a refused change is tried again.
 pub const RETRY: Duration = Duration::from_secs(1);
@@ -186,12 +186,12 @@ async fn pass(settings: &Settings, facts: &EgressReport, nft: &NftEgress, st: &m
             st.failed = None;
             true
         }
-        Err(e) => {
-            let text = e.to_string();
-            if st.failed.as_deref() != Some(text.as_str()) {
-                warn!(error = %text, retry_s = RETRY.as_secs(), "egress: the rules cannot be installed (egress needs the millisecond fence, vip_nftfence, and nf_tables NAT); trying again");
+        Err(EgressError::Change { command, detail }) => {
+            // One WARN per kernel answer, whatever the rules (they change with endpoints).
+            if st.failed.as_deref() != Some(detail.as_str()) {
+                warn!(error = %detail, batch = %command, retry_s = RETRY.as_secs(), "egress: the rules cannot be installed (they need nf_tables NAT for the inet family, Linux 5.2+); trying again");
             }
-            st.failed = Some(text);
+            st.failed = Some(detail);
             false
         }
     }

@@ -119,7 +119,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         )
     });
     let dhcp = start_dhcp(cfg.services, cfg.dhcp_backoff_attempts).await;
-    let (egress_tx, egress) = start_egress(&cfg, &metrics);
+    let (egress_tx, egress) = start_egress(&cfg, &metrics, nft_fence.active());
     let ipam = start_ipam(&cfg, &kernel, &holder_cfg, &metrics).await?;
     let services = match cfg.services {
         true => Some(
@@ -165,6 +165,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
 fn start_egress(
     cfg: &Config,
     metrics: &crate::obs::metrics::Metrics,
+    fence: bool,
 ) -> (
     Option<crate::kube::service::EgressTx>,
     Option<crate::egress::Running>,
@@ -179,6 +180,7 @@ fn start_egress(
         api_server: std::env::var("KUBERNETES_SERVICE_HOST")
             .ok()
             .and_then(|h| h.parse().ok()),
+        fence,
         ..cfg.egress.clone()
     };
     let m = metrics.families::<crate::egress::metrics::EgressMetrics>();

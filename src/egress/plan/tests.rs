@@ -22,6 +22,7 @@ fn settings() -> Settings {
     Settings {
         pod_cidrs: vec![net("10.42.0.0/16"), net("fd00:42::/56")],
         service_cidrs: vec![net("10.43.0.0/16")],
+        fence: true,
         ..Settings::default()
     }
 }
@@ -31,6 +32,7 @@ fn plain() -> Settings {
     Settings {
         pod_cidrs: vec![net("10.42.0.0/16")],
         service_cidrs: vec![net("10.43.0.0/16")],
+        fence: true,
         ..Settings::default()
     }
 }
@@ -305,4 +307,66 @@ fn ipv6_only_no_internal_traffic_and_the_api_server() {
     );
     let (t, _) = table(&report(&[f]), &internal);
     assert_eq!(t.snat[0].excluded, vec![net("192.0.2.2/32")]);
+}
+
+#[test]
+fn a_service_with_too_many_rules_is_off_alone_and_cluster_policy_is_reported() {
+    let ports: Vec<String> = (1..=1100).map(|p| format!("tcp:{p}")).collect();
+    let big = facts(
+        "a",
+        "big",
+        &[(ANN_EGRESS, "true"), (ANN_EGRESS_PORTS, &ports.join(","))],
+        &["192.0.2.50"],
+        &["198.51.100.11"],
+    );
+    let ok = facts(
+        "a",
+        "ok",
+        &[(ANN_EGRESS, "true")],
+        &["192.0.2.51"],
+        &["198.51.100.12"],
+    );
+    let (t, problems) = table(&report(&[big, ok]), &plain());
+    assert_eq!(t.snat.len(), 1);
+    assert_eq!(t.snat[0].service, "a/ok");
+    assert_eq!(problems.len(), 1, "{problems:?}");
+    assert!(problems[0].message.contains("1100 rules"), "{problems:?}");
+    let mut cluster = facts(
+        "a",
+        "c",
+        &[(ANN_EGRESS, "true")],
+        &["192.0.2.52"],
+        &["198.51.100.13"],
+    );
+    cluster.etp_local = false;
+    let (t, problems) = table(&report(&[cluster]), &plain());
+    assert_eq!(
+        t.snat.len(),
+        1,
+        "still translated where this node holds the VIP"
+    );
+    assert!(
+        problems[0]
+            .message
+            .contains("externalTrafficPolicy is Cluster"),
+        "{problems:?}"
+    );
+}
+
+#[test]
+fn without_the_fence_every_egress_service_is_reported_and_nothing_installed() {
+    let f = facts(
+        "a",
+        "b",
+        &[(ANN_EGRESS, "true")],
+        &["192.0.2.50"],
+        &["198.51.100.11"],
+    );
+    let off = Settings {
+        fence: false,
+        ..plain()
+    };
+    let (t, problems) = table(&report(&[f]), &off);
+    assert_eq!(t, EgressTable::default());
+    assert!(problems[0].message.contains("vip_nftfence"), "{problems:?}");
 }

@@ -135,6 +135,7 @@ pub struct EgressTable {
 pub enum EgressError {
     /// Changing the chains failed (they are as before: the transaction is atomic). The
     /// usual cause: the fence table does not exist (`vip_nftfence` off or its setup failed).
+    /// `command` is the batch's [`nl::Batch::summary`], `detail` the kernel's answer.
     #[error("cannot update the egress chains of inet {FENCE_TABLE}: `{command}` failed: {detail}")]
     Change {
         /// The commands, in `nft` syntax.
@@ -383,8 +384,8 @@ pub async fn check() -> Result<(), EgressError> {
     nl::send_with(&Kernel, c.clone(), Mode::Check)
         .await
         .map_err(|e| EgressError::Change {
-            command: c.text(),
-            detail: e.to_string(),
+            command: c.summary(),
+            detail: e.answer(),
         })
 }
 
@@ -400,7 +401,7 @@ pub async fn translated() -> Result<std::collections::BTreeMap<String, u64>, Egr
         .await
         .map_err(|e| EgressError::Change {
             command: format!("list chain inet {FENCE_TABLE} {SNAT_CHAIN}"),
-            detail: e.to_string(),
+            detail: e.answer(),
         })?;
     let mut out = std::collections::BTreeMap::new();
     for r in rules {
@@ -440,8 +441,8 @@ impl NftEgress {
         nl::send_with(self.transport.as_ref(), c.clone(), Mode::Commit)
             .await
             .map_err(|e| EgressError::Change {
-                command: c.text(),
-                detail: e.to_string(),
+                command: c.summary(),
+                detail: e.answer(),
             })
     }
 }

@@ -147,6 +147,16 @@ impl Batch {
         self.lines().join("; ")
     }
 
+    /// The first command in `nft` syntax and how many follow (`add chain ...; and 41 more
+    /// commands`): a batch named in a log line without its whole text.
+    pub fn summary(&self) -> String {
+        match self.cmds.split_first() {
+            None => String::new(),
+            Some((first, [])) => first.text.clone(),
+            Some((first, rest)) => format!("{}; and {} more commands", first.text, rest.len()),
+        }
+    }
+
     /// The bytes sent: `BATCH_BEGIN` (sequence `seq`), the messages (`seq + 1`, ...), and
     /// `BATCH_END` unless `mode` is [`Mode::Check`].
     pub fn encode(&self, seq: u32, mode: Mode) -> Vec<u8> {
@@ -235,6 +245,19 @@ pub enum NftError {
     },
 }
 
+impl NftError {
+    /// The kernel's or the socket's answer without the batch (which can be long): for
+    /// messages that name the commands themselves.
+    pub fn answer(&self) -> String {
+        match self {
+            NftError::Socket(e) => format!("cannot open a netfilter netlink socket: {e}"),
+            NftError::Io { detail, .. } => detail.clone(),
+            NftError::Batch { errno, .. } => format!("refused: {}", errno_text(*errno)),
+            NftError::Refused { failed } => refused_text(failed),
+        }
+    }
+}
+
 fn errno_text(errno: i32) -> String {
     let hint = match errno {
         libc::EPERM => " (vipd needs CAP_NET_ADMIN)",
@@ -316,6 +339,13 @@ impl NftSocket {
         );
         let seq = 1;
         let bytes = batch.encode(seq, mode);
+        // A batch is one datagram: the send buffer must hold it whole (the default, about
+        // 200 KiB, refuses a few hundred rules with EMSGSIZE).
+        let _ = nix::sys::socket::setsockopt(
+            &self.sock,
+            nix::sys::socket::sockopt::SndBufForce,
+            &bytes.len().saturating_add(1 << 16).min(64 << 20),
+        );
         let sent = self
             .sock
             .send(&bytes, 0)
