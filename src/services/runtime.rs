@@ -118,8 +118,8 @@ pub enum ServicesError {
     /// `svc_retryperiod`) cannot be fenced.
     #[error(transparent)]
     Fence(#[from] crate::lease::TimingError),
-    /// `enable_service_security` is on but its nftables table cannot be created (no `nft`,
-    /// no nf_tables `inet` family, no CAP_NET_ADMIN).
+    /// `enable_service_security` is on but its nftables table cannot be created (no
+    /// nf_tables `inet` family, no CAP_NET_ADMIN).
     #[error("enable_service_security: {0}")]
     ServiceSecurity(#[from] crate::net::nft::svcsec::SvcSecError),
 }

@@ -1,6 +1,6 @@
 //! Service security at run time (`enable_service_security`): every group task reports the
 //! Services it announces ([`Security::set`]); one task keeps vipd's `inet vipd_svcsec` table
-//! equal to [`crate::services::plan::security::ruleset`] of all of them, one atomic `nft`
+//! equal to [`crate::services::plan::security::ruleset`] of all of them, one atomic nf_tables
 //! transaction per change, retried after a failure. The table is created (replacing one a
 //! killed run left) when the wing starts and deleted when it stops, after the groups have
 //! dropped their VIPs.
@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 use crate::net::nft::svcsec::{self, NftSvcSec, SVCSEC_TABLE, SvcSecError};
 use crate::services::plan::security::{Held, ruleset};
 
-/// Pause before a failed `nft` run is tried again.
+/// Pause before a failed nf_tables transaction is tried again.
 const RETRY: Duration = Duration::from_secs(1);
 
 /// The table and what each group announces.

@@ -1,7 +1,7 @@
 //! Service security (kube-vip's `enable_service_security` / `--onlyAllowTrafficServicePorts`):
 //! on the node announcing a Service VIP, only the Service's own ports reach the VIP in the
-//! INPUT path; everything else to it is dropped. vipd's own table, changed through the `nft`
-//! binary:
+//! INPUT path; everything else to it is dropped. vipd's own table, changed through netlink
+//! ([`super::nl`]):
 //!
 //! ```text
 //! table inet vipd_svcsec {
