@@ -171,7 +171,7 @@ fn egress_follows_the_vip_holder_through_a_kill_and_a_poweroff() {
 /// are honoured;
 /// two egress Services on one node keep their own rules when one is deleted (kube-vip
 /// #551); an annotation with a bad entry turns egress off for its Service only, with a log
-/// line naming the annotation and the entry.
+/// line and a Warning Event naming the annotation and the entry.
 #[test]
 fn egress_filters_and_two_services_on_one_node() {
     let Some(lab) = pods_lab("egress-filters") else {
@@ -280,6 +280,7 @@ fn egress_filters_and_two_services_on_one_node() {
             )],
         ),
     );
+    set_endpoint_addresses(&lab, "broken", &[(pod_c2, "node-c")]);
     let pod_c2_ip: IpAddr = pod_c2.parse().unwrap();
     wait_until(
         "the second Service's pod leaves with its VIP",
@@ -368,6 +369,20 @@ fn egress_filters_and_two_services_on_one_node() {
             || log.contains("kube-vip.io/egress-denied-networks: \"not-a-cidr\""),
         "{log}"
     );
+    // ... and a Warning Event on the Service says the same.
+    let events = wait_for(
+        "the EgressNotApplied Event",
+        Duration::from_secs(10),
+        || {
+            let ev: Vec<_> = events_for(&lab, "broken")
+                .into_iter()
+                .filter(|(_, reason, _)| reason == "EgressNotApplied")
+                .collect();
+            (!ev.is_empty()).then_some(ev)
+        },
+    );
+    assert_eq!(events[0].0, "Warning");
+    assert!(events[0].2.contains("not-a-cidr"), "{events:?}");
     let _ = vipd.stop(Duration::from_secs(5));
     drop((svc_net_echo, pod_echo));
 }

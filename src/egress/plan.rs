@@ -234,7 +234,12 @@ pub fn table(report: &EgressReport, settings: &Settings) -> (EgressTable, Vec<Pr
     // Guarded: the VIPs of rules on this node (a node without endpoints never sends
     // with them).
     let mut guarded = BTreeSet::new();
-    for f in facts.iter().filter(|f| wants_egress(f)) {
+    // Only Services with endpoints here: elsewhere egress has nothing to do, and a problem
+    // is reported by the nodes it matters on.
+    for f in facts
+        .iter()
+        .filter(|f| wants_egress(f) && !f.local_endpoints.is_empty())
+    {
         let service = format!("{}/{}", f.namespace, f.name);
         let p = match policy(f, settings) {
             Ok(p) => p,

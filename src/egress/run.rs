@@ -1,7 +1,8 @@
 //! The egress wing at run time: one task keeps the egress chains equal to
 //! [`super::plan::table`] of the latest facts, one transaction per change, retried every
 //! [`RETRY`] after a failure; each problem is logged once (a WARN naming the Service, the
-//! annotation and the value) until it goes away. At stop the chains are emptied. The rules'
+//! annotation and the value, and a Warning Event [`REASON_EGRESS_NOT_APPLIED`] on the
+//! Service) until it goes away. At stop the chains are emptied. The rules'
 //! counters are read every [`COUNT_EVERY`] and before each change, into
 //! `vipd_egress_connections_total` ([`super::metrics`]).
 
@@ -17,8 +18,10 @@ use tracing::{debug, info, warn};
 use super::Settings;
 use super::metrics::EgressMetrics;
 use super::plan::{Problem, table};
+use crate::kube::events::{Event, EventKind, Recorder};
 use crate::kube::service::EgressReport;
 use crate::net::nft::egress::{EgressError, EgressTable, NftEgress, translated};
+use k8s_openapi::api::core::v1::Service;
 
 /// Pause before a refused change is tried again.
 pub const RETRY: Duration = Duration::from_secs(1);
@@ -47,10 +50,12 @@ pub fn start(
     facts: watch::Receiver<Arc<EgressReport>>,
     nft: NftEgress,
     metrics: Arc<EgressMetrics>,
+    events: Recorder,
 ) -> Running {
     let stop = CancellationToken::new();
     let st = State {
         metrics: Some(metrics),
+        events: Some(events),
         ..State::default()
     };
     let task = tokio::spawn(follow(settings, facts, nft, st, stop.clone()));
@@ -70,6 +75,33 @@ struct State {
     /// replaced (replaced rules count from 0).
     seen: BTreeMap<String, u64>,
     metrics: Option<Arc<EgressMetrics>>,
+    /// Posts a Warning [`REASON_EGRESS_NOT_APPLIED`] per new problem.
+    events: Option<Recorder>,
+}
+
+/// The reason of the Warning Event on a Service whose egress this node does not apply.
+pub const REASON_EGRESS_NOT_APPLIED: &str = "EgressNotApplied";
+
+/// Posts one Warning Event about `p`'s Service (in the background: an API outage never
+/// holds the rules up; a failure is logged by the recorder).
+fn post(events: &Recorder, p: &Problem) {
+    let Some((namespace, name)) = p.service.split_once('/') else {
+        return;
+    };
+    let key = crate::kube::ObjectKey::new(namespace, name);
+    let event = Event {
+        kind: EventKind::Warning,
+        reason: REASON_EGRESS_NOT_APPLIED.into(),
+        action: "Egress".into(),
+        note: p.message.clone(),
+        change: String::new(),
+    };
+    let events = events.clone();
+    tokio::spawn(async move {
+        if let Err(e) = events.record::<Service>(&key, &event).await {
+            debug!(error = %e, "egress: Event not posted");
+        }
+    });
 }
 
 /// The connections counted since the last reading, per Service (`now`: the counters read
@@ -162,6 +194,9 @@ async fn pass(settings: &Settings, facts: &EgressReport, nft: &NftEgress, st: &m
     let now: BTreeSet<Problem> = problems.into_iter().collect();
     for p in now.difference(&st.reported) {
         warn!(service = %p.service, "egress: {}", p.message);
+        if let Some(events) = &st.events {
+            post(events, p);
+        }
     }
     st.reported = now;
     // Not written yet: the chains do not exist (the fence table is new at start), which

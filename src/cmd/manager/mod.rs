@@ -119,7 +119,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         )
     });
     let dhcp = start_dhcp(cfg.services, cfg.dhcp_backoff_attempts).await;
-    let (egress_tx, egress) = start_egress(&cfg, &metrics, nft_fence.active());
+    let (egress_tx, egress) = start_egress(&cfg, &client, &metrics, nft_fence.active());
     let ipam = start_ipam(&cfg, &kernel, &holder_cfg, &metrics).await?;
     let services = match cfg.services {
         true => Some(
@@ -164,6 +164,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
 /// reports to, and the running wing; both `None` without Services.
 fn start_egress(
     cfg: &Config,
+    client: &kube::Client,
     metrics: &crate::obs::metrics::Metrics,
     fence: bool,
 ) -> (
@@ -184,7 +185,11 @@ fn start_egress(
         ..cfg.egress.clone()
     };
     let m = metrics.families::<crate::egress::metrics::EgressMetrics>();
-    (Some(tx), Some(crate::egress::start(settings, rx, nft, m)))
+    let events = crate::kube::events::Recorder::new(client.clone(), &cfg.node_name);
+    (
+        Some(tx),
+        Some(crate::egress::start(settings, rx, nft, m, events)),
+    )
 }
 
 /// Empties the egress chains (after the Services wing dropped its VIPs) and stops the wing.
