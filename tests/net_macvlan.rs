@@ -276,7 +276,10 @@ fn a_host_using_the_mac_answers_the_probe_and_a_silent_leftover_does_not() {
             .spawn()
             .unwrap();
         let pid = other.id().to_string();
-        let ours = std::fs::read_link("/proc/self/ns/net").unwrap();
+        // This thread's namespace (the test's private one), not the process's: the child
+        // starts in this one and leaves it only once `unshare` ran, which is what to wait
+        // for before moving d1 into its namespace.
+        let ours = std::fs::read_link("/proc/thread-self/ns/net").unwrap();
         wait_until("the other host's namespace", || {
             std::fs::read_link(format!("/proc/{pid}/ns/net")).is_ok_and(|n| n != ours)
         });
