@@ -419,6 +419,11 @@ struct Run {
     /// before the first read may be late ones of writes made before this process started
     /// (a shared watch that lags), so they do not count.
     ever_observed: bool,
+    /// When this run started (wall clock, whole microseconds as a Lease stores it): a
+    /// record first seen through the watch counts as observed (so that its next change
+    /// proves a twin) only when it was written after this, never a late event of a write
+    /// made before this process ran.
+    started: k8s_openapi::jiff::Timestamp,
 }
 
 impl<C: LeaseClient> Elector<C> {

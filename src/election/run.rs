@@ -111,6 +111,7 @@ impl<C: LeaseClient> Elector<C> {
             free_since: None,
             own: OwnWrites::default(),
             ever_observed: false,
+            started: record::now_micros(),
             failback_seen: None,
             failback_asked: None,
         }
@@ -240,6 +241,12 @@ impl<C: LeaseClient> Elector<C> {
                 }
                 debug!(%lease, holder = %obs.record.holder, rv = %obs.resource_version, "lease changed");
                 self.check_identity(st, Some(&obs));
+                // Following through the watch alone (no read needed while it is healthy),
+                // a write made since this run started is a state seen: the next change of
+                // it under our identity proves a twin (lab S35 once missed it this way).
+                if obs.record.renew_time.is_some_and(|t| t >= st.started) {
+                    st.ever_observed = true;
+                }
                 st.absent_until = None;
                 let other = record::held_by_another(&obs, &self.identity, &st.own);
                 let twin = record::foreign_under_identity(&obs, &self.identity, &st.own);

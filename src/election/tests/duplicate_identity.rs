@@ -205,3 +205,23 @@ async fn late_watch_events_from_before_start_are_no_duplicate() {
     assert_eq!(server.holder().as_deref(), Some("x"));
     assert!(!b.duplicate_ever(), "{:?}", b.duplicate_log);
 }
+
+/// Lab S35 once: the twin's lease reached a node through the watch before its first read,
+/// and while the watch stayed healthy it never read again; every later renewal came
+/// through the watch too and no duplicate was ever reported. A write made after the run
+/// started, seen through the watch, now counts as a state seen: the next one is a twin's.
+#[tokio::test(start_paused = true)]
+async fn a_twin_seen_only_through_the_watch_is_reported() {
+    let server = FakeServer::new();
+    // b's reads never answer in time: it only sees the watch.
+    server.state.lock().unwrap().get_delay = Duration::from_secs(3600);
+    let mut b = start_as(&server, "node-b", "x", true);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for _ in 0..4 {
+        server.renew_as("x");
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    tokio::time::sleep(TIMING.call_timeout()).await;
+    assert!(b.duplicate_ever(), "{:?}", b.duplicate_log);
+    assert!(!until_leading(&mut b, Duration::from_millis(500)).await);
+}
