@@ -618,7 +618,7 @@ impl<K: Kernel, A: Announcer> MainLoop<K, A> {
             return;
         };
         // Without egress Services (the usual case) no endpoint or Node is looked at.
-        let mut facts = decide::egress_facts(candidates, services, &Default::default());
+        let mut facts = decide::egress_facts(candidates, services);
         let report = match facts.is_empty() {
             true => crate::kube::service::EgressReport::default(),
             false => {

@@ -282,21 +282,18 @@ mod tests;
 
 /// The egress facts of the candidates whose Service carries an egress annotation
 /// ([`crate::kube::service::ANN_EGRESS_PREFIX`]): their accepted VIPs (without the DHCP
-/// placeholders `0.0.0.0` / `::`), egress annotations, and the addresses of their
-/// endpoints on this node (`local`, per (namespace, name)). Sorted by Service.
+/// placeholders `0.0.0.0` / `::`) and egress annotations; `local_endpoints` is left empty
+/// for the caller, which looks the endpoints up only when there are such Services. Sorted
+/// by Service. Without egress annotations anywhere it costs one scan of the annotations.
 pub(crate) fn egress_facts(
     candidates: &[Candidate],
     services: &[Arc<Service>],
-    local: &std::collections::HashMap<(String, String), Vec<IpAddr>>,
 ) -> Vec<crate::kube::service::EgressFacts> {
     use crate::kube::service::{ANN_EGRESS_PREFIX, EgressFacts};
-    let by_key: BTreeMap<ServiceKey, &Arc<Service>> =
-        services.iter().map(|s| (ServiceKey::of(&**s), s)).collect();
-    let mut out: Vec<EgressFacts> = candidates
+    let annotated: BTreeMap<ServiceKey, BTreeMap<String, String>> = services
         .iter()
-        .filter_map(|c| {
-            let svc = by_key.get(&c.key)?;
-            let annotations: BTreeMap<String, String> = svc
+        .filter_map(|s| {
+            let egress: BTreeMap<String, String> = s
                 .metadata
                 .annotations
                 .iter()
@@ -304,10 +301,16 @@ pub(crate) fn egress_facts(
                 .filter(|(k, _)| k.starts_with(ANN_EGRESS_PREFIX))
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect();
-            if annotations.is_empty() {
-                return None;
-            }
-            let id = (c.key.namespace.clone(), c.key.name.clone());
+            (!egress.is_empty()).then(|| (ServiceKey::of(&**s), egress))
+        })
+        .collect();
+    if annotated.is_empty() {
+        return Vec::new();
+    }
+    let mut out: Vec<EgressFacts> = candidates
+        .iter()
+        .filter_map(|c| {
+            let annotations = annotated.get(&c.key)?.clone();
             Some(EgressFacts {
                 namespace: c.key.namespace.clone(),
                 name: c.key.name.clone(),
@@ -319,7 +322,7 @@ pub(crate) fn egress_facts(
                     .filter(|a| !a.is_unspecified())
                     .collect(),
                 etp_local: c.etp_local,
-                local_endpoints: local.get(&id).cloned().unwrap_or_default(),
+                local_endpoints: Vec::new(),
             })
         })
         .collect();

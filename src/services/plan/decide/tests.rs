@@ -359,8 +359,7 @@ fn a_local_services_own_lease_goes_with_it_under_one_lease_for_all() {
 }
 
 /// The egress wing hears of the candidates with egress annotations only, with their
-/// egress annotations alone, their VIPs without the DHCP placeholder, and their endpoints
-/// on this node.
+/// egress annotations alone and their VIPs without the DHCP placeholder.
 #[test]
 fn egress_facts_of_annotated_candidates_only() {
     use k8s_openapi::api::core::v1::Service;
@@ -389,17 +388,13 @@ fn egress_facts_of_annotated_candidates_only() {
     let mut out = svc("out", 1, &["192.0.2.30", "0.0.0.0"], 80);
     out.etp_local = true;
     let plain = svc("plain", 1, &["192.0.2.31"], 80);
-    let local = std::collections::HashMap::from([(
-        ("default".to_string(), "out".to_string()),
-        vec![ip("198.51.100.11")],
-    )]);
-    let facts = egress_facts(&[plain, out], &services, &local);
+    let facts = egress_facts(&[plain, out], &services);
     assert_eq!(facts.len(), 1);
     let f = &facts[0];
     assert_eq!((f.namespace.as_str(), f.name.as_str()), ("default", "out"));
     assert_eq!(f.vips, vec![ip("192.0.2.30")]);
     assert!(f.etp_local);
-    assert_eq!(f.local_endpoints, vec![ip("198.51.100.11")]);
+    assert!(f.local_endpoints.is_empty(), "filled by the runtime");
     assert_eq!(
         f.annotations.keys().collect::<Vec<_>>(),
         ["kube-vip.io/egress", "kube-vip.io/egress-destination-ports"]
