@@ -197,6 +197,9 @@ pub struct Config {
     pub services_timing: Timing,
     /// `svc_election` / `--servicesElection`.
     pub services_election: bool,
+    /// `svc_leaseshards` / `--servicesLeaseShards` (vipd option, with `svc_election`): the
+    /// number of shard leases Services share; 0 (default): one lease per Service.
+    pub services_lease_shards: u16,
     /// `svc_ridethrough` / `--servicesRideThrough` (vipd option): Service VIPs ride through
     /// API server outages with the peer protocol ([`crate::peer`]); the key comes from the
     /// Secret [`crate::kube::api::PEER_KEY_SECRET`] in `cp_namespace`.
@@ -304,6 +307,7 @@ impl Config {
             cp_namespace: self.lease.namespace.clone(),
             services_timing: self.services_timing,
             services_election: self.services_election,
+            services_lease_shards: self.services_lease_shards,
             services_ride_through: self.services_ride_through,
             services_ride_through_set: self.services_ride_through_set,
             services_lease_name: self.services_lease_name.clone(),

@@ -136,6 +136,7 @@ pub(super) const K_SVC_RENEW_DEADLINE: &str = "svc_renewdeadline";
 pub(super) const K_SVC_RETRY_PERIOD: &str = "svc_retryperiod";
 pub(super) const K_SVC_ELECTION: &str = "svc_election";
 pub(super) const K_SVC_LEASE_NAME: &str = "svc_leasename";
+pub(super) const K_SVC_LEASE_SHARDS: &str = "svc_leaseshards";
 pub(super) const K_SVC_NAMESPACE: &str = "svc_namespace";
 pub(super) const K_LB_CLASS_ONLY: &str = "lb_class_only";
 pub(super) const K_LB_CLASS_NAME: &str = "lb_class_name";
@@ -404,6 +405,13 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         Text,
         "Name of the Lease for all Services (when svc_election is false)",
     ).named("NAME"),
+    opt(
+        K_SVC_LEASE_SHARDS,
+        "servicesLeaseShards",
+        "0",
+        Integer,
+        "With svc_election: spread Services over this many shard Leases (vipd-services-shard-<i>, in svc_namespace or cp_namespace) instead of one Lease each, so the Lease writes do not grow with the number of Services; at most 1024. 0 keeps one Lease per Service, with kube-vip's names (vipd option)",
+    ).named("COUNT"),
     opt(
         K_SVC_NAMESPACE,
         "servicesNamespace",

@@ -149,6 +149,7 @@ pub fn resolve_detailed(
         lease,
         services_timing,
         services_election: svc.election,
+        services_lease_shards: svc.lease_shards,
         services_ride_through: inputs
             .bool_or(K_SVC_RIDETHROUGH, ride_through_fits(&services_timing))?,
         services_ride_through_set: inputs.get(K_SVC_RIDETHROUGH).is_some(),

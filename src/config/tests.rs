@@ -877,3 +877,51 @@ fn service_ride_through_is_on_by_default_where_the_timings_allow() {
     .config;
     assert!(given.services_ride_through && given.services_ride_through_set);
 }
+
+/// Issue 28: `svc_leaseshards` / `--servicesLeaseShards` (default 0, one lease per
+/// Service) is a count of at most 1024 that applies with `svc_election`; without it (one
+/// lease for all) it is ignored with a warning; a bad value names the option and value.
+#[test]
+fn services_lease_shards_is_a_bounded_count_under_per_service_election() {
+    let on = [("svc_enable", "true"), ("svc_election", "true")];
+    let with = |extra: &[(&'static str, &'static str)]| {
+        let env: Vec<(&str, &str)> = on.iter().chain(extra).copied().collect();
+        ok(&[], &env, None)
+    };
+    assert_eq!(with(&[]).config.services_lease_shards, 0);
+    let r = with(&[("svc_leaseshards", "32")]);
+    assert_eq!(r.config.services_lease_shards, 32);
+    assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+    let r = ok(&["--servicesLeaseShards=1024"], &on, None);
+    assert_eq!(r.config.services_lease_shards, 1024);
+    let e = run(&[], &[on[0], on[1], ("svc_leaseshards", "1025")], None)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("svc_leaseshards") && e.contains("\"1025\"") && e.contains("at most 1024"),
+        "{e}"
+    );
+    let e = run(&["--servicesLeaseShards=many"], &on, None)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("--servicesLeaseShards") && e.contains("\"many\""), "{e}");
+    // One lease for all: nothing to shard.
+    let r = ok(&[], &[("svc_enable", "true"), ("svc_leaseshards", "8")], None);
+    assert_eq!(r.config.services_lease_shards, 0);
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("svc_leaseshards") && w.contains("svc_election")),
+        "{:?}",
+        r.warnings
+    );
+    // Without Services: the usual warning.
+    let r = ok(&[], &[("svc_leaseshards", "8")], None);
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("svc_leaseshards") && w.contains("svc_enable")),
+        "{:?}",
+        r.warnings
+    );
+}

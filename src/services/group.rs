@@ -211,15 +211,16 @@ async fn group_task<K: Kernel, A: Announcer>(
     end
 }
 
-/// The client of `lease`, on the shared lease hub; a per-Service lease carries the labels
-/// of the leases the orphan collector may delete (never the global one).
+/// The client of `lease`, on the shared lease hub; every lease but the global one carries
+/// the labels of the leases the orphan collector may delete ([`Mode::collectable`]: it
+/// deletes only those no Service uses, shard leases beyond the current count among them).
 fn lease_client<K: Kernel, A: Announcer>(
     shared: &Shared<K, A>,
     lease: &LeaseRef,
 ) -> KubeLeaseClient {
     let client = KubeLeaseClient::new(shared.lease_client.clone(), &lease.namespace, &lease.name)
         .with_hub(shared.hub.clone());
-    if shared.per_service(lease) {
+    if shared.mode.collectable(lease) {
         client.with_labels(super::lease_gc::lease_labels())
     } else {
         client

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::services::plan::desired::{LeaseRef, local_lease};
+use crate::services::plan::desired::{LeaseChoice, LeaseRef, Mode, service_lease};
 use crate::services::plan::model;
 
 /// Label key marking objects vipd manages (Kubernetes recommended labels).
@@ -112,27 +112,41 @@ impl LeaseFacts {
     }
 }
 
-/// The leases that LoadBalancer Services (any class, ignored or not) use. Per-Service
-/// election (`global` is `None`): annotation `kube-vip.io/leaseName`, else
-/// `kubevip-<service>`, in the Service's namespace (the rule of [`model::service_info`]).
-/// One lease for all (`global`): the `externalTrafficPolicy: Local` Services' own leases
-/// ([`local_lease`]; the global lease itself is never collected: it carries no labels).
-pub(crate) fn leases_in_use(
-    services: &[Arc<Service>],
-    global: Option<&LeaseRef>,
-) -> BTreeSet<LeaseRef> {
-    services
+/// The leases that LoadBalancer Services (any class, ignored or not) use under `mode`, by
+/// the planner's rule ([`service_lease`]): per-Service election, `kube-vip.io/leaseName`
+/// else `kubevip-<service>` in the Service's namespace (the rule of
+/// [`model::service_info`]); one lease for all, the global lease and the
+/// `externalTrafficPolicy: Local` Services' own leases ([`crate::services::plan::desired::local_lease`]; the global
+/// lease is never collected anyway: it carries no labels); shard leases, every current shard
+/// (used or not: a shard keeps its lease) and the Services' own leases. A shard beyond the
+/// current count is not in use.
+pub(crate) fn leases_in_use(services: &[Arc<Service>], mode: &Mode) -> BTreeSet<LeaseRef> {
+    let mut out: BTreeSet<LeaseRef> = services
         .iter()
         .map(|s| model::service_info(s))
         .filter(|i| i.is_load_balancer)
-        .filter_map(|i| match global {
-            None => Some(LeaseRef {
-                namespace: i.key.namespace,
-                name: i.lease_name,
-            }),
-            Some(g) => i.etp_local.then(|| local_lease(g, &i.key)),
+        .map(|i| {
+            let own = LeaseRef {
+                namespace: i.key.namespace.clone(),
+                name: i.lease_name.clone(),
+            };
+            service_lease(
+                mode,
+                &LeaseChoice {
+                    key: &i.key,
+                    uid: i.uid.as_deref(),
+                    etp_local: i.etp_local,
+                    names_nodes: i.names_nodes(),
+                    own: &own,
+                    annotated: i.lease_name_from_annotation,
+                },
+            )
         })
-        .collect()
+        .collect();
+    if let Mode::Sharded(s) = mode {
+        out.extend(s.leases());
+    }
+    out
 }
 
 /// An orphan to delete: the lease and the `resourceVersion` it must still have.
@@ -199,9 +213,9 @@ impl GcState {
 }
 
 /// Collects orphaned per-Service leases in `namespace` (`None` = all namespaces, as the
-/// Services cache; with one lease for all, `global`, its namespace) until `stop`: every
+/// Services cache; with one lease for all, the global lease's namespace) until `stop`: every
 /// [`GC_INTERVAL`], lists the leases carrying [`lease_labels`], decides with
-/// [`GcState::decide`] against the leases the Services in `services` use ([`leases_in_use`])
+/// [`GcState::decide`] against the leases the Services in `services` use under `mode` ([`leases_in_use`])
 /// (call only once its first list is loaded), and deletes each orphan with a
 /// `resourceVersion` precondition. Logs one info line per deleted lease; list and delete
 /// failures are logged at warn once per [`crate::obs::logging::REPEAT_WINDOW`]. RBAC: `list` and
@@ -210,7 +224,7 @@ impl GcState {
 pub async fn run(
     client: kube::Client,
     namespace: Option<String>,
-    global: Option<LeaseRef>,
+    mode: Mode,
     services: Store<Service>,
     default_duration: Duration,
     stop: CancellationToken,
@@ -256,7 +270,7 @@ pub async fn run(
             }
         };
         let facts: Vec<LeaseFacts> = leases.iter().map(LeaseFacts::of).collect();
-        let in_use = leases_in_use(&services.state(), global.as_ref());
+        let in_use = leases_in_use(&services.state(), &mode);
         let orphans = state.decide(&facts, &in_use, default_duration, GC_GRACE, Instant::now());
         for o in orphans {
             let api: Api<Lease> = Api::namespaced(client.clone(), &o.lease.namespace);
@@ -417,11 +431,11 @@ mod tests {
             svc("web", "LoadBalancer", &[]),
             svc("a", "LoadBalancer", &[(model::ANN_LEASE_NAME, "shared")]),
         ];
-        let in_use = leases_in_use(&services, None);
+        let in_use = leases_in_use(&services, &Mode::PerService);
         st.decide(&leases, &in_use, D, GC_GRACE, t0);
         assert!(st.decide(&leases, &in_use, D, GC_GRACE, later).is_empty());
         // The Service using "shared" goes: only then is it collected.
-        let in_use = leases_in_use(&services[..1], None);
+        let in_use = leases_in_use(&services[..1], &Mode::PerService);
         assert_eq!(
             st.decide(&leases, &in_use, D, GC_GRACE, later)
                 .iter()
@@ -433,7 +447,8 @@ mod tests {
 
     /// Issue 26: with one lease for all, only the `externalTrafficPolicy: Local` Services'
     /// own leases are in use beside it (in its namespace); a Local Service's lease whose
-    /// Service is gone or now Cluster is an orphan.
+    /// Service is gone or now Cluster is an orphan. (The global lease itself is listed; it
+    /// carries no vipd labels, so it is never collected anyway.)
     #[test]
     fn under_one_lease_for_all_local_services_own_leases_are_in_use() {
         let global = lref("kube-system", "plndr-svcs-lock");
@@ -442,12 +457,57 @@ mod tests {
             spec.external_traffic_policy = Some("Local".into());
         }
         let services = [Arc::new(local), svc("api", "LoadBalancer", &[])];
-        let got = leases_in_use(&services, Some(&global));
+        let mode = Mode::Global(global.clone());
+        let got = leases_in_use(&services, &mode);
         assert_eq!(
             got,
-            BTreeSet::from([lref("kube-system", "vipd-local.default.web")])
+            BTreeSet::from([global.clone(), lref("kube-system", "vipd-local.default.web")])
         );
-        assert!(leases_in_use(&services[1..], Some(&global)).is_empty());
+        assert_eq!(leases_in_use(&services[1..], &mode), BTreeSet::from([global]));
+    }
+
+    /// Issue 28: under shard leases every current shard is in use (an empty one too: a
+    /// shard keeps its lease), a shard beyond the count is not (it is collected once
+    /// unchanged for its duration plus the grace), and the Services that cannot share a
+    /// shard keep theirs: an ETP Local Service its `vipd-local.` lease, a Service with a
+    /// `kube-vip.io/leaseName` its annotated lease; a Service's `kubevip-<name>` lease
+    /// from before the switch to shards is an orphan.
+    #[test]
+    fn under_shard_leases_every_shard_and_the_own_leases_are_in_use() {
+        let shards = crate::services::plan::desired::Shards {
+            namespace: "kube-system".into(),
+            count: 4,
+        };
+        let mut local = (*svc("local", "LoadBalancer", &[])).clone();
+        if let Some(spec) = local.spec.as_mut() {
+            spec.external_traffic_policy = Some("Local".into());
+        }
+        let services = [
+            Arc::new(local),
+            svc("web", "LoadBalancer", &[]),
+            svc("grouped", "LoadBalancer", &[(model::ANN_LEASE_NAME, "common")]),
+        ];
+        let got = leases_in_use(&services, &Mode::Sharded(shards.clone()));
+        let mut want: BTreeSet<LeaseRef> = shards.leases().collect();
+        want.insert(lref("kube-system", "vipd-local.default.local"));
+        want.insert(lref("default", "common"));
+        assert_eq!(got, want);
+        let mut st = GcState::default();
+        let t0 = Instant::now();
+        let mut beyond = facts("vipd-services-shard-4", "1", true);
+        beyond.lease.namespace = "kube-system".into();
+        let mut kept = facts("vipd-services-shard-3", "1", true);
+        kept.lease.namespace = "kube-system".into();
+        let leases = [beyond, kept, facts("kubevip-web", "1", true)];
+        st.decide(&leases, &got, D, GC_GRACE, t0);
+        let orphans = st.decide(&leases, &got, D, GC_GRACE, t0 + D + GC_GRACE);
+        assert_eq!(
+            orphans
+                .iter()
+                .map(|o| o.lease.name.as_str())
+                .collect::<Vec<_>>(),
+            ["vipd-services-shard-4", "kubevip-web"]
+        );
     }
 
     #[test]
@@ -457,7 +517,7 @@ mod tests {
             svc("dns", "LoadBalancer", &[(model::ANN_LEASE_NAME, "common")]),
             svc("internal", "ClusterIP", &[]),
         ];
-        let got = leases_in_use(&services, None);
+        let got = leases_in_use(&services, &Mode::PerService);
         assert_eq!(
             got,
             BTreeSet::from([lref("default", "kubevip-web"), lref("default", "common")])

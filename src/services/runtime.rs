@@ -56,7 +56,7 @@ use crate::nodes::strip_node;
 use crate::obs::metrics::Metrics;
 use crate::obs::readiness::{Readiness, WatchActivity};
 use crate::services::plan::decide::{self, StopOrder};
-use crate::services::plan::desired::{self, Candidate, LeaseRef, Mode, Plan, PlanConfig};
+use crate::services::plan::desired::{self, Candidate, LeaseRef, Mode, Plan, PlanConfig, Shards};
 use crate::services::plan::notes::Note;
 
 mod ride;
@@ -343,7 +343,15 @@ async fn start_caches(
 /// The planner's settings from the configuration.
 fn plan_config(cfg: &Settings) -> PlanConfig {
     PlanConfig {
-        mode: if cfg.services_election {
+        mode: if cfg.services_election && cfg.services_lease_shards > 0 {
+            Mode::Sharded(Shards {
+                namespace: cfg
+                    .services_namespace
+                    .clone()
+                    .unwrap_or_else(|| cfg.cp_namespace.clone()),
+                count: cfg.services_lease_shards,
+            })
+        } else if cfg.services_election {
             Mode::PerService
         } else {
             Mode::Global(LeaseRef {
@@ -415,10 +423,7 @@ async fn run<K: Kernel, A: Announcer>(
         failback: cfg.services_failback,
         security: security.clone(),
         node: cfg.node_name.clone(),
-        global_lease: match &plan_config(&cfg).mode {
-            Mode::Global(l) => Some(l.clone()),
-            Mode::PerService => None,
-        },
+        mode: plan_config(&cfg).mode,
         timing: cfg.services_timing,
         holder_cfg: HolderConfig {
             check_following: false,
@@ -477,14 +482,14 @@ fn spawn_lease_gc(
     caches: &Caches,
     watches: &CancellationToken,
 ) {
-    let (namespace, global) = match &plan_cfg.mode {
-        Mode::PerService => (cfg.services_namespace.clone(), None),
-        Mode::Global(g) => (Some(g.namespace.clone()), Some(g.clone())),
+    let namespace = match &plan_cfg.mode {
+        Mode::PerService | Mode::Sharded(_) => cfg.services_namespace.clone(),
+        Mode::Global(g) => Some(g.namespace.clone()),
     };
     tokio::spawn(super::lease_gc::run(
         client.clone(),
         namespace,
-        global,
+        plan_cfg.mode.clone(),
         caches.services.clone(),
         cfg.services_timing.lease_duration,
         watches.clone(),
@@ -770,7 +775,7 @@ async fn reconcile_groups<K: Kernel, A: Announcer>(
     gov.retiring
         .retain(|_, r| !r.done.load(std::sync::atomic::Ordering::SeqCst));
     let running: BTreeSet<LeaseRef> = groups.keys().cloned().collect();
-    let stops = decide::stops(&gov.prev, plan, &running, shared.global_lease.as_ref());
+    let stops = decide::stops(&gov.prev, plan, &running, &shared.mode);
     gov.prev = crate::services::plan::governance::governors(plan);
     // Subscribe to every retiring lease before its group stops, so that no change (the
     // holder's release) falls between what the elector saw and what the retirement sees.

@@ -256,6 +256,9 @@ pub(super) fn candidates(
             },
             dhcp,
             dhcp_lease_marks: info.dhcp_lease_marks.clone(),
+            uid: info.uid.clone(),
+            names_nodes: info.names_nodes(),
+            lease_annotated: info.lease_name_from_annotation,
         });
     }
     (out, notes)
@@ -553,6 +556,7 @@ mod tests {
                 retry_period: Duration::from_secs(1),
             },
             services_election: false,
+            services_lease_shards: 0,
             services_ride_through: false,
             services_ride_through_set: false,
             services_lease_name: "plndr-svcs-lock".into(),

@@ -39,6 +39,9 @@ pub struct Settings {
     pub services_timing: Timing,
     /// `svc_election`: one lease per Service.
     pub services_election: bool,
+    /// `svc_leaseshards` (with `svc_election`): Services share this many shard leases
+    /// (`crate::services::plan::desired::Shards`); 0: one lease per Service.
+    pub services_lease_shards: u16,
     /// `svc_ridethrough`: ride through API outages with the peer protocol.
     pub services_ride_through: bool,
     /// Whether `svc_ridethrough` was given: only then does a ride-through that cannot start

@@ -17,16 +17,16 @@ use crate::net::{Announcer, Kernel};
 use crate::nodes::eligibility::Ineligible;
 use crate::obs::metrics::Metrics;
 use crate::obs::readiness::Readiness;
-use crate::services::plan::desired::LeaseRef;
+use crate::services::plan::desired::{LeaseRef, Mode};
 
 /// Everything the group tasks share.
 pub(super) struct Shared<K: Kernel, A: Announcer> {
     pub(super) node: String,
     /// Where passes report the egress facts (`Parts::egress`).
     pub(super) egress: Option<crate::kube::service::EgressTx>,
-    /// The one lease for all Services (`svc_election=false`), else `None`. Every other
-    /// lease is a Service's own ([`Self::per_service`]).
-    pub(super) global_lease: Option<LeaseRef>,
+    /// How Services are elected: which leases are shared (the one lease for all, the
+    /// shard leases) and which are Services' own ([`Self::per_service`]).
+    pub(super) mode: Mode,
     pub(super) timing: Timing,
     pub(super) holder_cfg: HolderConfig,
     pub(super) kernel: Arc<K>,
@@ -68,11 +68,12 @@ pub(super) struct Shared<K: Kernel, A: Announcer> {
 }
 
 impl<K: Kernel, A: Announcer> Shared<K, A> {
-    /// Whether `lease` is one Service's own (per-Service election, or an
-    /// `externalTrafficPolicy: Local` Service's under one lease for all): deleted with its
-    /// Service, Events about its Services. The global lease is never deleted.
+    /// Whether `lease` is its Services' own (per-Service election, an
+    /// `externalTrafficPolicy: Local` Service's beside shared leases, an annotated common
+    /// lease): Events about its Services. A shared lease's (global, shard) are about the
+    /// Lease ([`Mode::is_shared`]).
     pub(super) fn per_service(&self, lease: &LeaseRef) -> bool {
-        self.global_lease.as_ref() != Some(lease)
+        !self.mode.is_shared(lease)
     }
 
     /// The Services wing's metric families.

@@ -208,6 +208,8 @@ pub(crate) struct ClusterView {
     pub cp_lease: LeaseRef,
     /// The global Services Lease's reference.
     pub svc_lease: LeaseRef,
+    /// Shard leases (`svc_leaseshards`) as found among the Leases ([`shards_in`]).
+    pub shards: Option<crate::services::plan::desired::Shards>,
     /// Every Lease read, by reference.
     pub leases: BTreeMap<LeaseRef, LeaseRecord>,
     /// Every Service read (LoadBalancer or not), with the IPs of its
@@ -456,9 +458,26 @@ fn service_row(
         namespace: svc.key.namespace.clone(),
         name: svc.lease_name.clone(),
     };
+    // Under shard leases, the planner's rule places it (its shard, or its own lease).
+    let sharded = view.shards.as_ref().map(|s| {
+        crate::services::plan::desired::service_lease(
+            &crate::services::plan::desired::Mode::Sharded(s.clone()),
+            &crate::services::plan::desired::LeaseChoice {
+                key: &svc.key,
+                uid: svc.uid.as_deref(),
+                etp_local: svc.etp_local,
+                names_nodes: svc.names_nodes(),
+                own: &own,
+                annotated: svc.lease_name_from_annotation,
+            },
+        )
+    });
     // A Local Service's own lease beside the global one (one lease for all).
-    let local = crate::services::plan::desired::local_lease(&view.svc_lease, &svc.key);
-    let lease = if svc.etp_local && view.leases.contains_key(&local) {
+    let local =
+        crate::services::plan::desired::local_lease(&view.svc_lease.namespace, &svc.key);
+    let lease = if let Some(l) = sharded.filter(|l| view.leases.contains_key(l)) {
+        l
+    } else if svc.etp_local && view.leases.contains_key(&local) {
         local
     } else if view.leases.contains_key(&own) || !view.leases.contains_key(&view.svc_lease) {
         own
@@ -708,6 +727,7 @@ pub(crate) async fn read_cluster(
             LeaseRecord::from_lease(l),
         );
     }
+    view.shards = shards_in(view.leases.keys());
     for s in &services {
         let ingress = current_ingress(s)
             .iter()
@@ -764,6 +784,31 @@ pub(crate) async fn read_cluster(
         )),
     }
     Ok(view)
+}
+
+/// The shard leases (`svc_leaseshards`) among `leases`: the namespace of the first Lease
+/// named `vipd-services-shard-<i>` and, as the count, the highest index found there plus
+/// one (the count is vipd's configuration, which `vipd status` does not read: after the
+/// count shrinks, the shards beyond it count until the orphan collector deletes them);
+/// `None` without any. Pure.
+pub(crate) fn shards_in<'a>(
+    leases: impl Iterator<Item = &'a LeaseRef>,
+) -> Option<crate::services::plan::desired::Shards> {
+    let mut found: Option<(String, u16)> = None;
+    for l in leases {
+        let Some(i) = crate::services::plan::desired::shard_index(&l.name) else {
+            continue;
+        };
+        match &mut found {
+            None => found = Some((l.namespace.clone(), i)),
+            Some((ns, top)) if *ns == l.namespace => *top = (*top).max(i),
+            Some(_) => {}
+        }
+    }
+    found.map(|(namespace, top)| crate::services::plan::desired::Shards {
+        namespace,
+        count: top.saturating_add(1),
+    })
 }
 
 /// `vipd status`: reads the cluster and returns what to print.

@@ -378,3 +378,44 @@ fn a_holder_that_does_not_ride_through_is_noted() {
         web.notes
     );
 }
+
+/// Issue 28: under shard leases a Service's row names its shard (found from the shard
+/// Leases present, placed by its UID as vipd places it) and that shard's holder; an ETP
+/// Local Service's row its own `vipd-local.` lease.
+#[test]
+fn services_under_shard_leases_show_their_shard_and_its_holder() {
+    let mut v = view();
+    let mut web = lb_service("apps", "web", &[("kube-vip.io/loadbalancerIPs", "192.0.2.20")]);
+    web.uid = Some("0c6f-web".into());
+    let mut local = lb_service("apps", "local", &[("kube-vip.io/loadbalancerIPs", "192.0.2.21")]);
+    local.uid = Some("0c6f-local".into());
+    local.etp_local = true;
+    v.services.push((web, vec!["192.0.2.20".into()]));
+    v.services.push((local, vec!["192.0.2.21".into()]));
+    let shards = crate::services::plan::desired::Shards {
+        namespace: "kube-system".into(),
+        count: 3,
+    };
+    for (i, holder) in ["node-a", "node-b", "node-c"].iter().enumerate() {
+        let i = u16::try_from(i).unwrap();
+        v.leases.insert(shards.lease(i), record(holder, 0, 10, 0));
+    }
+    v.leases.insert(
+        lref("kube-system", "vipd-local.apps.local"),
+        record("node-c", 0, 10, 0),
+    );
+    v.shards = shards_in(v.leases.keys());
+    assert_eq!(v.shards.as_ref(), Some(&shards));
+    let rows = vip_statuses(&v, ts(NOW));
+    let web = rows.iter().find(|r| r.name == "apps/web").unwrap();
+    let i = shards.index_of("0c6f-web");
+    assert_eq!(web.lease, format!("kube-system/vipd-services-shard-{i}"));
+    assert_eq!(
+        web.holder.as_deref(),
+        Some(["node-a", "node-b", "node-c"][usize::from(i)])
+    );
+    let local = rows.iter().find(|r| r.name == "apps/local").unwrap();
+    assert_eq!(local.lease, "kube-system/vipd-local.apps.local");
+    // No shard Leases: no shards.
+    assert_eq!(shards_in([lref("apps", "kubevip-web")].iter()), None);
+}

@@ -58,6 +58,7 @@ pub(super) fn services_failback(inputs: &Inputs<'_>) -> Result<Option<Duration>,
 pub(super) struct ServicesSettings {
     pub(super) election: bool,
     pub(super) lease_name: String,
+    pub(super) lease_shards: u16,
     pub(super) namespace: Option<String>,
     pub(super) lb_class_only: bool,
     pub(super) lb_class_name: String,
@@ -73,6 +74,7 @@ pub(super) fn services(
     let election = inputs.bool_or(K_SVC_ELECTION, false)?;
     let lease_name = inputs.text_or(K_SVC_LEASE_NAME, DEFAULT_SERVICES_LEASE_NAME);
     check_dns1123_subdomain(&lease_name)?;
+    let lease_shards = lease_shards(inputs, enabled && election, warnings)?;
     let namespace = match inputs.get(K_SVC_NAMESPACE) {
         Some(raw) if raw.value.is_empty() => None,
         Some(raw) => {
@@ -96,6 +98,7 @@ pub(super) fn services(
         for key in [
             K_SVC_ELECTION,
             K_SVC_LEASE_NAME,
+            K_SVC_LEASE_SHARDS,
             K_SVC_NAMESPACE,
             K_LB_CLASS_ONLY,
             K_SVC_INTERFACE,
@@ -114,10 +117,40 @@ pub(super) fn services(
     Ok(ServicesSettings {
         election,
         lease_name: lease_name.value,
+        lease_shards,
         namespace,
         lb_class_only,
         lb_class_name: lb_class_name.value,
     })
+}
+
+/// The most shard leases `svc_leaseshards` may ask for.
+pub(crate) const MAX_LEASE_SHARDS: u16 = 1024;
+
+/// `svc_leaseshards` (default 0: one lease per Service): at most [`MAX_LEASE_SHARDS`];
+/// ignored with a warning where it cannot apply (Services on with `svc_election` false:
+/// one lease already serves all; without `svc_enable` the caller warns).
+fn lease_shards(
+    inputs: &Inputs<'_>,
+    per_service: bool,
+    warnings: &mut Vec<String>,
+) -> Result<u16, ConfigError> {
+    let Some(raw) = inputs.get(K_SVC_LEASE_SHARDS) else {
+        return Ok(0);
+    };
+    let n = parse_count(&raw)?;
+    let n = u16::try_from(n)
+        .ok()
+        .filter(|n| *n <= MAX_LEASE_SHARDS)
+        .ok_or_else(|| raw.invalid(format!("must be at most {MAX_LEASE_SHARDS}")))?;
+    if !per_service && n > 0 && inputs.bool_or(K_SVC_ENABLE, false)? {
+        warnings.push(format!(
+            "{} has no effect without svc_election (one Lease, svc_leasename, serves all Services)",
+            raw.setting()
+        ));
+        return Ok(0);
+    }
+    Ok(n)
 }
 
 /// `svc_ipam`, `KUBEVIP_CONFIG_MAP`, `KUBEVIP_NAMESPACE`: `None` when allocation is off

@@ -200,7 +200,7 @@ fn config_every_flag_feeds_its_env_key() {
     }
     // ... and flag_values covers exactly the table's flags.
     assert_eq!(args(&[]).flag_values(), vec![]);
-    assert_eq!(rows.len(), 73);
+    assert_eq!(rows.len(), 74);
 }
 
 #[test]

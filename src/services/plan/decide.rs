@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
 
-use super::desired::{Candidate, LeaseRef, NotHere, Plan};
+use super::desired::{Candidate, LeaseRef, Mode, NotHere, Plan};
 use super::model::{PortProto, ServiceKey};
 use super::notes::{Note, announced_nowhere, uid_of};
 use crate::election::ElectionEnd;
@@ -82,13 +82,14 @@ pub(crate) struct Stops {
 /// Which of the `running` groups stop for `plan`, given the governors of the previous plan
 /// (`prev`): gone from the plan, not campaigned for by this node, or retiring. A lease that
 /// governs no address anywhere any more (its Service was deleted, changed type or class, or
-/// lost its addresses: S17, S18, S32) is deleted after its release, unless it is the one
-/// lease for all Services (`global`).
+/// lost its addresses: S17, S18, S32) is deleted after its release, unless it is shared
+/// under `mode` (the one lease for all Services, a current shard lease:
+/// [`Mode::is_shared`]).
 pub(crate) fn stops(
     prev: &BTreeMap<IpAddr, LeaseRef>,
     plan: &Plan,
     running: &BTreeSet<LeaseRef>,
-    global: Option<&LeaseRef>,
+    mode: &Mode,
 ) -> Stops {
     let changes = governance::changes(prev, plan, running);
     let continued_macs = dhcp_macs(plan);
@@ -96,7 +97,7 @@ pub(crate) fn stops(
         .stop
         .into_iter()
         .map(|lease| StopOrder {
-            delete_lease: global != Some(&lease) && !plan.groups.contains_key(&lease),
+            delete_lease: !mode.is_shared(&lease) && !plan.groups.contains_key(&lease),
             not_here: plan.groups.get(&lease).and_then(|g| g.not_here.clone()),
             continued_macs: continued_macs.clone(),
             lease,

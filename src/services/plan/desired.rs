@@ -25,6 +25,10 @@
 //!   the traffic when no endpoint runs there: harvester #6944).
 //! * Node selector and subnet (per-Service election only): a member counts for the rule
 //!   above only when this node may announce it ([`Candidate::not_here`] is `None`).
+//! * Shard leases (`svc_leaseshards`, [`Shards`]): a Service is placed on a shard by a
+//!   rendezvous hash of its UID; Services that not every node may announce keep a lease of
+//!   their own ([`service_lease`]); a node campaigns for a shard only when it may announce
+//!   every Service on it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -73,6 +77,16 @@ pub struct Candidate {
     /// Addresses it shared from a DHCP Service's lease (`vipd.io/dhcp-lease`): never
     /// announced as static addresses ([`LapsedLease`]).
     pub dhcp_lease_marks: Vec<IpAddr>,
+    /// `metadata.uid`: what places the Service on a shard lease ([`Shards::index_of`]);
+    /// `None` (objects that never went through the API server): `namespace/name` does.
+    pub uid: Option<String>,
+    /// The Service names the nodes that may announce it (a valid node selector or
+    /// preferred-nodes annotation): it cannot share a shard lease, whose candidates are
+    /// every node ([`service_lease`]).
+    pub names_nodes: bool,
+    /// [`Candidate::lease`] came from kube-vip's `kube-vip.io/leaseName` annotation (a
+    /// "common lease" the user chose): kept under shard leases too.
+    pub lease_annotated: bool,
 }
 
 /// Why this node may not announce a Service (the node selector and subnet rules of the Services runtime).
@@ -101,6 +115,161 @@ pub enum Mode {
     PerService,
     /// One lease for all Service addresses (`svc_leasename` in `cp_namespace`).
     Global(LeaseRef),
+    /// `svc_leaseshards`: Services spread over a fixed number of shard leases by a stable
+    /// hash of their UID ([`Shards`]).
+    Sharded(Shards),
+}
+
+impl Mode {
+    /// Whether `lease` is shared by Services whatever they are: the global lease, or one of
+    /// the current shard leases. A shared lease is not deleted when its Services go, and
+    /// its candidates are every node that may announce all of its Services. Every other
+    /// lease belongs to its Services (per-Service, `vipd-local.`, an annotated common
+    /// lease, a shard beyond the current count).
+    pub fn is_shared(&self, lease: &LeaseRef) -> bool {
+        match self {
+            Mode::PerService => false,
+            Mode::Global(g) => g == lease,
+            Mode::Sharded(s) => s.index_of_lease(lease).is_some(),
+        }
+    }
+
+    /// Whether vipd may delete `lease` once no Service uses it: every lease but the global
+    /// one (which kube-vip shares and which carries no vipd labels). Shard leases beyond
+    /// the current count are collected like per-Service leases.
+    pub fn collectable(&self, lease: &LeaseRef) -> bool {
+        !matches!(self, Mode::Global(g) if g == lease)
+    }
+}
+
+/// Shard leases (`svc_leaseshards`): `count` leases named [`SHARD_LEASE_PREFIX`]`<index>`
+/// (index 0 to count - 1) in `namespace`. A Service is placed on the shard with the highest
+/// rendezvous score of its UID ([`shard_of`]): every node computes the same placement from
+/// the Service alone, and changing `count` from n to n + 1 moves only the Services whose
+/// new shard is the new one (about 1/(n + 1) of them); names do not depend on the count,
+/// so a shard keeps its lease (and holder) across a change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Shards {
+    /// Where the shard leases live: `svc_namespace` when set, else `cp_namespace`.
+    pub namespace: String,
+    /// `svc_leaseshards`, at least 1.
+    pub count: u16,
+}
+
+/// Name prefix of shard leases: `vipd-services-shard-0`, `vipd-services-shard-1`, ...
+pub const SHARD_LEASE_PREFIX: &str = "vipd-services-shard-";
+
+impl Shards {
+    /// The lease of shard `index`.
+    pub fn lease(&self, index: u16) -> LeaseRef {
+        LeaseRef {
+            namespace: self.namespace.clone(),
+            name: format!("{SHARD_LEASE_PREFIX}{index}"),
+        }
+    }
+
+    /// Every shard lease, index 0 first.
+    pub fn leases(&self) -> impl Iterator<Item = LeaseRef> + '_ {
+        (0..self.count).map(|i| self.lease(i))
+    }
+
+    /// The index of `lease` if it is one of these shards (right namespace, the prefix
+    /// followed by a canonical decimal index below `count`), else `None`.
+    pub fn index_of_lease(&self, lease: &LeaseRef) -> Option<u16> {
+        if lease.namespace != self.namespace {
+            return None;
+        }
+        shard_index(&lease.name).filter(|i| *i < self.count)
+    }
+
+    /// The shard of a Service identified by `id` (its UID): [`shard_of`].
+    pub fn index_of(&self, id: &str) -> u16 {
+        shard_of(id, self.count)
+    }
+}
+
+/// The index in a shard lease's name (`vipd-services-shard-<i>`, `<i>` canonical decimal,
+/// no sign or leading zero), whatever the count; `None` for any other name. Pure.
+pub fn shard_index(name: &str) -> Option<u16> {
+    let digits = name.strip_prefix(SHARD_LEASE_PREFIX)?;
+    let i: u16 = digits.parse().ok()?;
+    (i.to_string() == digits).then_some(i)
+}
+
+/// Rendezvous (highest random weight) hashing: the index in `0..count` whose
+/// [`shard_score`] with `id` is highest (the lower index on a tie); 0 when `count` is 0.
+/// Stable across processes, versions and architectures (the score is FNV-1a and a fixed
+/// mixer, not `std`'s hasher, which may change between Rust releases). Pure.
+pub fn shard_of(id: &str, count: u16) -> u16 {
+    let mut best = (0u16, 0u64);
+    for i in 0..count {
+        let score = shard_score(id, i);
+        if i == 0 || score > best.1 {
+            best = (i, score);
+        }
+    }
+    best.0
+}
+
+/// The rendezvous score of `id` on shard `index`: 64-bit FNV-1a over the bytes of `id`,
+/// a 0xff separator and `index` (big-endian), finished with the splitmix64 mixer so that
+/// nearby indexes score independently. Pure.
+pub fn shard_score(id: &str, index: u16) -> u64 {
+    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let mut h = OFFSET;
+    for b in id.bytes().chain([0xff]).chain(index.to_be_bytes()) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(PRIME);
+    }
+    h ^= h >> 30;
+    h = h.wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h ^= h >> 27;
+    h = h.wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// What, besides the mode, decides the lease a Service campaigns under
+/// ([`service_lease`]).
+#[derive(Debug, Clone, Copy)]
+pub struct LeaseChoice<'a> {
+    /// The Service.
+    pub key: &'a ServiceKey,
+    /// `metadata.uid`, if any.
+    pub uid: Option<&'a str>,
+    /// `externalTrafficPolicy: Local`.
+    pub etp_local: bool,
+    /// It names its nodes ([`Candidate::names_nodes`]).
+    pub names_nodes: bool,
+    /// Its per-Service lease (`kubevip-<name>` or the annotation's, in its namespace).
+    pub own: &'a LeaseRef,
+    /// `own` came from `kube-vip.io/leaseName`.
+    pub annotated: bool,
+}
+
+/// The lease a Service campaigns under, the one rule the planner and the orphan collector
+/// share:
+/// * per-Service election: its own lease (`kubevip-<name>`, kube-vip's name, or the
+///   `kube-vip.io/leaseName` annotation's);
+/// * one lease for all: that lease, except an `externalTrafficPolicy: Local` Service's
+///   ([`local_lease`]);
+/// * shard leases: a `kube-vip.io/leaseName` annotation's lease (the user grouped those
+///   Services); a Service whose candidates are not every node (ETP Local, a node
+///   selector or preferred nodes) its [`local_lease`] (a shard's holder must be able to
+///   announce all of its Services); every other Service its shard ([`Shards::index_of`]
+///   of its UID, else of `namespace/name`). Pure.
+pub fn service_lease(mode: &Mode, c: &LeaseChoice<'_>) -> LeaseRef {
+    match mode {
+        Mode::PerService => c.own.clone(),
+        Mode::Global(l) if c.etp_local => local_lease(&l.namespace, c.key),
+        Mode::Global(l) => l.clone(),
+        Mode::Sharded(_) if c.annotated => c.own.clone(),
+        Mode::Sharded(s) if c.etp_local || c.names_nodes => local_lease(&s.namespace, c.key),
+        Mode::Sharded(s) => match c.uid {
+            Some(uid) => s.lease(s.index_of(uid)),
+            None => s.lease(s.index_of(&format!("{}/{}", c.key.namespace, c.key.name))),
+        },
+    }
 }
 
 /// Settings the plan depends on.
@@ -434,24 +603,31 @@ fn place_service(
     }
 }
 
-/// The lease `svc` campaigns under: its own (per-Service election), else the global one,
-/// except for an `externalTrafficPolicy: Local` Service ([`local_lease`]).
+/// The lease `svc` campaigns under ([`service_lease`]).
 fn own_lease(svc: &Candidate, cfg: &PlanConfig) -> LeaseRef {
-    match &cfg.mode {
-        Mode::PerService => svc.lease.clone(),
-        Mode::Global(l) if svc.etp_local => local_lease(l, &svc.key),
-        Mode::Global(l) => l.clone(),
-    }
+    service_lease(
+        &cfg.mode,
+        &LeaseChoice {
+            key: &svc.key,
+            uid: svc.uid.as_deref(),
+            etp_local: svc.etp_local,
+            names_nodes: svc.names_nodes,
+            own: &svc.lease,
+            annotated: svc.lease_annotated,
+        },
+    )
 }
 
-/// The lease of an `externalTrafficPolicy: Local` Service when Services share one lease
-/// (`global`): `vipd-local.<namespace>.<name>` in `global`'s namespace (where vipd already
-/// reads and writes leases, so no other RBAC is needed). A Lease name is a DNS subdomain
-/// (up to 253 characters): a namespace (a DNS label) and a Service name (a DNS-1035 label)
-/// joined by dots always make one.
-pub fn local_lease(global: &LeaseRef, svc: &ServiceKey) -> LeaseRef {
+/// A Service's own lease beside shared ones (one lease for all, or shard leases), for a
+/// Service that not every node may announce (`externalTrafficPolicy: Local`; under shard
+/// leases also a node selector or preferred nodes): `vipd-local.<namespace>.<name>` in
+/// `namespace`, the shared leases' (where vipd already reads and writes leases, so no
+/// other RBAC is needed). A Lease name is a DNS subdomain (up to 253 characters): a
+/// namespace (a DNS label) and a Service name (a DNS-1035 label) joined by dots always
+/// make one.
+pub fn local_lease(namespace: &str, svc: &ServiceKey) -> LeaseRef {
     LeaseRef {
-        namespace: global.namespace.clone(),
+        namespace: namespace.to_string(),
         name: format!("{LOCAL_LEASE_PREFIX}{}.{}", svc.namespace, svc.name),
     }
 }
@@ -460,18 +636,18 @@ pub fn local_lease(global: &LeaseRef, svc: &ServiceKey) -> LeaseRef {
 pub const LOCAL_LEASE_PREFIX: &str = "vipd-local.";
 
 /// Adds `svc` to the group of `lease` (created when new); the node campaigns for it when
-/// `svc` is eligible here (the ETP Local rule, and [`Candidate::not_here`] is `None`) or
-/// when it is the global lease.
+/// `svc` is eligible here (the ETP Local rule, and [`Candidate::not_here`] is `None`), for
+/// the global lease always, and for a shard lease unless a member is not eligible here.
 fn join_group<'a>(
     out: &'a mut Plan,
     lease: LeaseRef,
     svc: &Candidate,
     cfg: &PlanConfig,
 ) -> &'a mut Group {
-    let global = matches!(&cfg.mode, Mode::Global(g) if *g == lease);
+    let shared = cfg.mode.is_shared(&lease);
     let group = out.groups.entry(lease).or_insert_with(|| Group {
         vips: Vec::new(),
-        campaign: global,
+        campaign: shared,
         not_here: None,
         preferred: Vec::new(),
         services: BTreeSet::new(),
@@ -481,7 +657,13 @@ fn join_group<'a>(
         group.preferred = svc.preferred.clone();
     }
     group.services.insert(svc.key.clone());
-    if (!svc.etp_local || svc.local_endpoint) && svc.not_here.is_none() {
+    if shared && matches!(cfg.mode, Mode::Sharded(_)) {
+        // A shard's holder announces all of its Services: a node that may not announce
+        // one of them (the subnet rule) does not campaign for the shard.
+        if svc.not_here.is_some() {
+            group.campaign = false;
+        }
+    } else if (!svc.etp_local || svc.local_endpoint) && svc.not_here.is_none() {
         group.campaign = true;
     }
     if group.not_here.is_none() {
@@ -525,6 +707,9 @@ mod tests {
             preferred: Vec::new(),
             dhcp: None,
             dhcp_lease_marks: Vec::new(),
+            uid: Some(format!("uid-{name}")),
+            names_nodes: false,
+            lease_annotated: false,
         }
     }
 
@@ -639,7 +824,7 @@ mod tests {
         let mut web = svc("web", 1, &["192.0.2.80"], &[(80, "TCP")]);
         web.etp_local = true;
         let api = svc("api", 2, &["192.0.2.81"], &[(443, "TCP")]);
-        let own = local_lease(&global, &web.key);
+        let own = local_lease(&global.namespace, &web.key);
         assert_eq!(
             (own.namespace.as_str(), own.name.as_str()),
             ("kube-system", "vipd-local.default.web")
@@ -729,6 +914,135 @@ mod tests {
         assert!(p.groups[&global].campaign);
     }
 
+    fn shards(count: u16) -> Shards {
+        Shards {
+            namespace: "kube-system".into(),
+            count,
+        }
+    }
+
+    /// Issue 28: the placement is a pure function of the UID (the same on every node and
+    /// in every version: these values are pinned), spreads evenly, and a change of count
+    /// from n to n + 1 moves only Services onto the new shard, about 1/(n + 1) of them.
+    #[test]
+    fn shard_placement_is_stable_even_and_moves_few_on_a_count_change() {
+        assert_eq!(shard_score("uid-a", 0), shard_score("uid-a", 0));
+        assert_ne!(shard_score("uid-a", 0), shard_score("uid-a", 1));
+        // Pinned: a change of hash would move every Service of a running cluster.
+        // (computed apart from this code, in Python, from the algorithm in the doc comment.)
+        assert_eq!(shard_score("", 0), 0x761e_40d0_e958_082d);
+        assert_eq!(shard_of("any", 1), 0);
+        assert_eq!(shard_of("any", 0), 0);
+        let ids: Vec<String> = (0..8000).map(|i| format!("9f1c2e4a-{i:04x}-uid")).collect();
+        let mut per = [0usize; 8];
+        for id in &ids {
+            per[usize::from(shard_of(id, 8))] += 1;
+        }
+        // 1000 expected per shard; a fair hash stays well within +-15 %.
+        assert!(per.iter().all(|n| (850..=1150).contains(n)), "{per:?}");
+        let moved: Vec<&String> = ids
+            .iter()
+            .filter(|id| shard_of(id, 8) != shard_of(id, 9))
+            .collect();
+        assert!(moved.iter().all(|id| shard_of(id, 9) == 8));
+        // 8000 / 9 = 889 expected.
+        assert!((750..=1030).contains(&moved.len()), "{}", moved.len());
+    }
+
+    #[test]
+    fn shard_lease_names_parse_back_and_only_current_shards_are_shared() {
+        let s = shards(4);
+        assert_eq!(s.lease(3).name, "vipd-services-shard-3");
+        assert_eq!(s.index_of_lease(&s.lease(3)), Some(3));
+        assert_eq!(shard_index("vipd-services-shard-12"), Some(12));
+        for bad in [
+            "vipd-services-shard-",
+            "vipd-services-shard-03",
+            "vipd-services-shard-+3",
+            "vipd-services-shard-3a",
+            "kubevip-web",
+        ] {
+            assert_eq!(shard_index(bad), None, "{bad}");
+        }
+        let mode = Mode::Sharded(s.clone());
+        assert!(mode.is_shared(&s.lease(0)));
+        // Beyond the count (after it shrank), or in another namespace: not shared, so
+        // deleted once its Services have moved.
+        assert!(!mode.is_shared(&shards(5).lease(4)));
+        let mut elsewhere = s.lease(0);
+        elsewhere.namespace = "default".into();
+        assert!(!mode.is_shared(&elsewhere));
+        assert!(mode.collectable(&s.lease(0)));
+        let global = lease("plndr-svcs-lock");
+        assert!(!Mode::Global(global.clone()).collectable(&global));
+    }
+
+    /// Issue 28: under shard leases the Services of a shard form one group every node
+    /// campaigns for; ETP Local, node-selector and preferred-nodes Services keep their own
+    /// `vipd-local.` lease (candidates differ), an annotated common lease stays; a shared
+    /// address goes to the oldest Service's lease.
+    #[test]
+    fn shard_mode_groups_services_by_shard_and_keeps_own_leases_where_candidates_differ() {
+        let s = shards(2);
+        let mode = Mode::Sharded(s.clone());
+        let mut all: Vec<Candidate> = (0..20)
+            .map(|i| svc(&format!("s{i}"), i, &[&format!("192.0.2.{}", 100 + i)], &[(80, "TCP")]))
+            .collect();
+        let mut local = svc("local", 30, &["192.0.2.150"], &[(80, "TCP")]);
+        local.etp_local = true;
+        let mut picky = svc("picky", 31, &["192.0.2.151"], &[(80, "TCP")]);
+        picky.names_nodes = true;
+        picky.not_here = Some(NotHere {
+            reason: "node-selector",
+            message: "labels do not match".into(),
+        });
+        let mut grouped = svc("grouped", 32, &["192.0.2.152"], &[(80, "TCP")]);
+        grouped.lease = lease("common");
+        grouped.lease_annotated = true;
+        // Shares s0's address on another port: governed by s0's shard.
+        let sharer = svc("sharer", 40, &["192.0.2.100"], &[(443, "TCP")]);
+        all.extend([local, picky, grouped, sharer]);
+        let p = plan_leases(&all, &cfg(mode));
+        let shard0 = &p.groups[&s.lease(0)];
+        let shard1 = &p.groups[&s.lease(1)];
+        assert!(shard0.campaign && shard1.campaign);
+        assert_eq!(shard0.services.len() + shard1.services.len(), 21);
+        assert!(shard0.services.len() >= 5 && shard1.services.len() >= 5);
+        for i in 0..20 {
+            let k = key(&format!("s{i}"));
+            let want = s.lease(s.index_of(&format!("uid-s{i}")));
+            assert!(p.groups[&want].services.contains(&k), "s{i}");
+        }
+        let s0 = s.lease(s.index_of("uid-s0"));
+        assert!(p.groups[&s0].services.contains(&key("sharer")));
+        let local = &p.groups[&local_lease("kube-system", &key("local"))];
+        assert!(!local.campaign, "no local endpoint here");
+        let picky = &p.groups[&local_lease("kube-system", &key("picky"))];
+        assert!(!picky.campaign);
+        assert_eq!(picky.not_here.as_ref().map(|n| n.reason), Some("node-selector"));
+        assert!(p.groups[&lease("common")].campaign);
+        assert_eq!(p.groups.len(), 5);
+    }
+
+    /// A node that may not announce one Service of a shard (the subnet rule) does not
+    /// campaign for the shard: its holder must announce every Service on it.
+    #[test]
+    fn a_node_campaigns_for_a_shard_only_when_it_may_announce_all_of_it() {
+        let s = shards(1);
+        let a = svc("a", 1, &["192.0.2.20"], &[(80, "TCP")]);
+        let mut b = svc("b", 2, &["198.51.100.20"], &[(80, "TCP")]);
+        b.not_here = Some(NotHere {
+            reason: "subnet",
+            message: "no subnet connected to the node contains 198.51.100.20".into(),
+        });
+        let p = plan_leases(&[a.clone(), b], &cfg(Mode::Sharded(s.clone())));
+        let g = &p.groups[&s.lease(0)];
+        assert!(!g.campaign);
+        assert_eq!(g.not_here.as_ref().map(|n| n.reason), Some("subnet"));
+        let p = plan_leases(&[a], &cfg(Mode::Sharded(s.clone())));
+        assert!(p.groups[&s.lease(0)].campaign);
+    }
+
     #[test]
     fn order_of_input_does_not_matter() {
         let a = svc("a", 1, &["192.0.2.60"], &[(53, "TCP")]);
@@ -795,11 +1109,13 @@ mod tests {
                 namespace: "kube-system".into(),
                 name: "plndr-svcs-lock".into(),
             }),
+            Mode::Sharded(shards(3)),
         ] {
             let p = plan_leases(&all, &cfg(mode.clone()));
             let governing = match &mode {
                 Mode::PerService => lease("primary"),
                 Mode::Global(l) => l.clone(),
+                Mode::Sharded(s) => s.lease(s.index_of("uid-primary")),
             };
             let g = &p.groups[&governing];
             assert_eq!(g.dhcp.len(), 1, "{mode:?}");

@@ -457,6 +457,16 @@ pub(crate) struct ServiceInfo {
     pub preferred_nodes: Option<Result<Vec<String>, (String, String)>>,
 }
 
+impl ServiceInfo {
+    /// Whether the Service names the nodes that may announce it: a valid node selector or
+    /// a non-empty preferred-nodes annotation (an invalid one is ignored with a Warning,
+    /// so it names none).
+    pub(crate) fn names_nodes(&self) -> bool {
+        matches!(self.node_selector, Some(Ok(_)))
+            || matches!(&self.preferred_nodes, Some(Ok(n)) if !n.is_empty())
+    }
+}
+
 /// The [`ANN_DHCP_LEASE`] record of `svc`: its addresses, and the entries that are not IP
 /// addresses (empty ones included). Both empty without the annotation. Pure.
 pub(crate) fn dhcp_lease_record(svc: &Service) -> (Vec<IpAddr>, Vec<String>) {

@@ -29,12 +29,16 @@ fn global() -> LeaseRef {
 }
 
 fn plan_cfg(per_service: bool) -> PlanConfig {
+    mode_cfg(if per_service {
+        Mode::PerService
+    } else {
+        Mode::Global(global())
+    })
+}
+
+fn mode_cfg(mode: Mode) -> PlanConfig {
     PlanConfig {
-        mode: if per_service {
-            Mode::PerService
-        } else {
-            Mode::Global(global())
-        },
+        mode,
         control_plane: Vec::new(),
         interface: None,
         subnet: VipSubnet { v4: 32, v6: 128 },
@@ -60,11 +64,13 @@ struct Pass {
 
 impl Node {
     fn pass(&mut self, candidates: &[Candidate], per_service: bool) -> Pass {
-        let plan = desired::plan_leases(candidates, &plan_cfg(per_service));
+        self.pass_in(candidates, &plan_cfg(per_service))
+    }
+
+    fn pass_in(&mut self, candidates: &[Candidate], cfg: &PlanConfig) -> Pass {
+        let plan = desired::plan_leases(candidates, cfg);
         let running: BTreeSet<LeaseRef> = self.groups.keys().cloned().collect();
-        let global = global();
-        let global = (!per_service).then_some(&global);
-        let stops = stops(&self.prev, &plan, &running, global);
+        let stops = stops(&self.prev, &plan, &running, &cfg.mode);
         self.prev = governance::governors(&plan);
         let mut out = Pass::default();
         for order in stops.stop {
@@ -348,7 +354,7 @@ fn a_local_services_own_lease_goes_with_it_under_one_lease_for_all() {
     let cluster = svc("c", 2, &["192.0.2.31"], 80);
     let mut node = Node::default();
     let first = node.pass(&[local.clone(), cluster.clone()], false);
-    let own = desired::local_lease(&global(), &local.key);
+    let own = desired::local_lease(&global().namespace, &local.key);
     assert_eq!(first.started, [global(), own.clone()]);
     let second = node.pass(std::slice::from_ref(&cluster), false);
     assert_eq!(second.stopped.len(), 1, "{second:?}");
@@ -399,4 +405,54 @@ fn egress_facts_of_annotated_candidates_only() {
         f.annotations.keys().collect::<Vec<_>>(),
         ["kube-vip.io/egress", "kube-vip.io/egress-destination-ports"]
     );
+}
+
+/// Issue 28: a shard count change while running. Growing: the new shard starts with the
+/// Services placed on it, every shard that lost one is stopped (it retires those addresses:
+/// its holder releases, so the new shard's holder binds them only after the hand-over) and
+/// no lease is deleted; shrinking: the shard beyond the count is stopped and its lease
+/// deleted once released, its Services move to the remaining shards.
+#[test]
+fn a_shard_count_change_moves_services_with_a_hand_over_and_deletes_only_dropped_shards() {
+    let shards = |count| desired::Shards {
+        namespace: "kube-system".into(),
+        count,
+    };
+    let services: Vec<Candidate> = (0..12)
+        .map(|i| svc(&format!("s{i}"), i, &[&format!("192.0.2.{}", 20 + i)], 80))
+        .collect();
+    let mut node = Node::default();
+    let two = mode_cfg(Mode::Sharded(shards(2)));
+    let pass = node.pass_in(&services, &two);
+    assert_eq!(pass.started, vec![shards(2).lease(0), shards(2).lease(1)]);
+    let three = mode_cfg(Mode::Sharded(shards(3)));
+    let moved: Vec<&Candidate> = services
+        .iter()
+        .filter(|c| shards(3).index_of(c.uid.as_deref().unwrap()) == 2)
+        .collect();
+    assert!(!moved.is_empty(), "12 Services put none on the third shard");
+    let losers: BTreeSet<LeaseRef> = moved
+        .iter()
+        .map(|c| shards(2).lease(shards(2).index_of(c.uid.as_deref().unwrap())))
+        .collect();
+    let pass = node.pass_in(&services, &three);
+    let stopped: BTreeSet<LeaseRef> = pass.stopped.iter().map(|o| o.lease.clone()).collect();
+    assert_eq!(stopped, losers);
+    assert!(pass.stopped.iter().all(|o| !o.delete_lease), "{:?}", pass.stopped);
+    assert!(pass.started.contains(&shards(3).lease(2)));
+    let held = node.lease_of_each_address();
+    for c in &moved {
+        assert_eq!(held[&c.addresses[0]], shards(3).lease(2));
+    }
+    // Back to two: shard 2 goes, its lease deleted after its release.
+    let pass = node.pass_in(&services, &two);
+    let dropped: Vec<&StopOrder> = pass
+        .stopped
+        .iter()
+        .filter(|o| o.lease == shards(3).lease(2))
+        .collect();
+    assert_eq!(dropped.len(), 1);
+    assert!(dropped[0].delete_lease);
+    assert!(pass.stopped.iter().filter(|o| o.delete_lease).count() == 1);
+    assert_eq!(node.lease_of_each_address().len(), 12);
 }

@@ -42,6 +42,9 @@ pub(crate) fn svc(name: &str, created: i64, addrs: &[&str], port: i32) -> Candid
         preferred: Vec::new(),
         dhcp: None,
         dhcp_lease_marks: Vec::new(),
+        uid: Some(format!("uid-{name}")),
+        names_nodes: false,
+        lease_annotated: false,
     }
 }
 
