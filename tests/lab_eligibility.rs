@@ -22,44 +22,6 @@ const SVC_VIP: &str = "192.0.2.20";
 const LIMIT: Duration = Duration::from_secs(30);
 const ADMIN: (&str, &str) = ("prometheus_server", "127.0.0.1:2112");
 
-fn create_ready_node(lab: &Lab, name: &str) {
-    let node = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}});
-    let r = lab
-        .api_request("POST", "/api/v1/nodes", Some(&node.to_string()))
-        .expect("create node");
-    assert_eq!(r.status, 201, "create node {name}: {}", r.body);
-    set_ready(lab, name, true);
-}
-
-/// Sets the Node's Ready condition (as the kubelet would); no NetworkUnavailable condition.
-fn set_ready(lab: &Lab, name: &str, ready: bool) {
-    set_conditions(lab, name, ready, None);
-}
-
-/// Sets the Node's conditions: Ready (as the kubelet would) and, when `Some`, the
-/// NetworkUnavailable condition with that value (as a cloud route controller or the CNI
-/// would). A merge patch replaces the whole list, so both are written each time.
-fn set_conditions(lab: &Lab, name: &str, ready: bool, network_unavailable: Option<bool>) {
-    let status = |b: bool| if b { "True" } else { "False" };
-    let condition = |type_: &str, b: bool| {
-        json!({
-            "type": type_, "status": status(b), "reason": "Test",
-            "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"
-        })
-    };
-    let mut conditions = vec![condition("Ready", ready)];
-    conditions.extend(network_unavailable.map(|b| condition("NetworkUnavailable", b)));
-    let patch = json!({"status": {"conditions": conditions}});
-    let r = lab
-        .api_request(
-            "PATCH",
-            &format!("/api/v1/nodes/{name}/status"),
-            Some(&patch.to_string()),
-        )
-        .expect("patch node status");
-    assert_eq!(r.status, 200, "node {name} status: {}", r.body);
-}
-
 fn other(node: &str) -> &'static str {
     if node == "node-a" { "node-b" } else { "node-a" }
 }

@@ -904,9 +904,16 @@ fn services_lease_shards_is_a_bounded_count_under_per_service_election() {
     let e = run(&["--servicesLeaseShards=many"], &on, None)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("--servicesLeaseShards") && e.contains("\"many\""), "{e}");
+    assert!(
+        e.contains("--servicesLeaseShards") && e.contains("\"many\""),
+        "{e}"
+    );
     // One lease for all: nothing to shard.
-    let r = ok(&[], &[("svc_enable", "true"), ("svc_leaseshards", "8")], None);
+    let r = ok(
+        &[],
+        &[("svc_enable", "true"), ("svc_leaseshards", "8")],
+        None,
+    );
     assert_eq!(r.config.services_lease_shards, 0);
     assert!(
         r.warnings

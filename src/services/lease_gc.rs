@@ -461,9 +461,15 @@ mod tests {
         let got = leases_in_use(&services, &mode);
         assert_eq!(
             got,
-            BTreeSet::from([global.clone(), lref("kube-system", "vipd-local.default.web")])
+            BTreeSet::from([
+                global.clone(),
+                lref("kube-system", "vipd-local.default.web")
+            ])
         );
-        assert_eq!(leases_in_use(&services[1..], &mode), BTreeSet::from([global]));
+        assert_eq!(
+            leases_in_use(&services[1..], &mode),
+            BTreeSet::from([global])
+        );
     }
 
     /// Issue 28: under shard leases every current shard is in use (an empty one too: a
@@ -485,7 +491,11 @@ mod tests {
         let services = [
             Arc::new(local),
             svc("web", "LoadBalancer", &[]),
-            svc("grouped", "LoadBalancer", &[(model::ANN_LEASE_NAME, "common")]),
+            svc(
+                "grouped",
+                "LoadBalancer",
+                &[(model::ANN_LEASE_NAME, "common")],
+            ),
         ];
         let got = leases_in_use(&services, &Mode::Sharded(shards.clone()));
         let mut want: BTreeSet<LeaseRef> = shards.leases().collect();

@@ -446,7 +446,14 @@ async fn run<K: Kernel, A: Announcer>(
                 ..Default::default()
             },
         },
-        spread: crate::election::spread::Spread::new(),
+        spread: match plan_config(&cfg).mode {
+            Mode::Sharded(_) => crate::election::spread::Spread::with(
+                crate::election::spread::SHARD_SPREAD_STEP,
+                crate::election::spread::SPREAD_CAP,
+                crate::election::spread::SPREAD_DISCOVERY,
+            ),
+            _ => crate::election::spread::Spread::new(),
+        },
         outage: crate::election::outage::ApiOutage::new(cfg.services_timing.retry_period),
     });
     let plan_cfg = plan_config(&cfg);

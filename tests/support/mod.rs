@@ -665,3 +665,43 @@ pub fn probe_gap_ms(mut probe: LabProcess) -> f64 {
     };
     closed.max(open)
 }
+
+/// Creates Node `name` with a Ready condition (tests create the Nodes they need: the lab runs
+/// no kubelet or controller manager).
+pub fn create_ready_node(lab: &Lab, name: &str) {
+    let node = serde_json::json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}});
+    let r = lab
+        .api_request("POST", "/api/v1/nodes", Some(&node.to_string()))
+        .expect("create node");
+    assert_eq!(r.status, 201, "create node {name}: {}", r.body);
+    set_ready(lab, name, true);
+}
+
+/// Sets the Node's Ready condition (as the kubelet would); no NetworkUnavailable condition.
+pub fn set_ready(lab: &Lab, name: &str, ready: bool) {
+    set_conditions(lab, name, ready, None);
+}
+
+/// Sets the Node's conditions: Ready (as the kubelet would) and, when `Some`, the
+/// NetworkUnavailable condition with that value (as a cloud route controller or the CNI
+/// would). A merge patch replaces the whole list, so both are written each time.
+pub fn set_conditions(lab: &Lab, name: &str, ready: bool, network_unavailable: Option<bool>) {
+    let status = |b: bool| if b { "True" } else { "False" };
+    let condition = |type_: &str, b: bool| {
+        serde_json::json!({
+            "type": type_, "status": status(b), "reason": "Test",
+            "lastHeartbeatTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"
+        })
+    };
+    let mut conditions = vec![condition("Ready", ready)];
+    conditions.extend(network_unavailable.map(|b| condition("NetworkUnavailable", b)));
+    let patch = serde_json::json!({"status": {"conditions": conditions}});
+    let r = lab
+        .api_request(
+            "PATCH",
+            &format!("/api/v1/nodes/{name}/status"),
+            Some(&patch.to_string()),
+        )
+        .expect("patch node status");
+    assert_eq!(r.status, 200, "node {name} status: {}", r.body);
+}

@@ -473,8 +473,7 @@ fn service_row(
         )
     });
     // A Local Service's own lease beside the global one (one lease for all).
-    let local =
-        crate::services::plan::desired::local_lease(&view.svc_lease.namespace, &svc.key);
+    let local = crate::services::plan::desired::local_lease(&view.svc_lease.namespace, &svc.key);
     let lease = if let Some(l) = sharded.filter(|l| view.leases.contains_key(l)) {
         l
     } else if svc.etp_local && view.leases.contains_key(&local) {

@@ -385,9 +385,17 @@ fn a_holder_that_does_not_ride_through_is_noted() {
 #[test]
 fn services_under_shard_leases_show_their_shard_and_its_holder() {
     let mut v = view();
-    let mut web = lb_service("apps", "web", &[("kube-vip.io/loadbalancerIPs", "192.0.2.20")]);
+    let mut web = lb_service(
+        "apps",
+        "web",
+        &[("kube-vip.io/loadbalancerIPs", "192.0.2.20")],
+    );
     web.uid = Some("0c6f-web".into());
-    let mut local = lb_service("apps", "local", &[("kube-vip.io/loadbalancerIPs", "192.0.2.21")]);
+    let mut local = lb_service(
+        "apps",
+        "local",
+        &[("kube-vip.io/loadbalancerIPs", "192.0.2.21")],
+    );
     local.uid = Some("0c6f-local".into());
     local.etp_local = true;
     v.services.push((web, vec!["192.0.2.20".into()]));

@@ -986,7 +986,14 @@ mod tests {
         let s = shards(2);
         let mode = Mode::Sharded(s.clone());
         let mut all: Vec<Candidate> = (0..20)
-            .map(|i| svc(&format!("s{i}"), i, &[&format!("192.0.2.{}", 100 + i)], &[(80, "TCP")]))
+            .map(|i| {
+                svc(
+                    &format!("s{i}"),
+                    i,
+                    &[&format!("192.0.2.{}", 100 + i)],
+                    &[(80, "TCP")],
+                )
+            })
             .collect();
         let mut local = svc("local", 30, &["192.0.2.150"], &[(80, "TCP")]);
         local.etp_local = true;
@@ -1019,7 +1026,10 @@ mod tests {
         assert!(!local.campaign, "no local endpoint here");
         let picky = &p.groups[&local_lease("kube-system", &key("picky"))];
         assert!(!picky.campaign);
-        assert_eq!(picky.not_here.as_ref().map(|n| n.reason), Some("node-selector"));
+        assert_eq!(
+            picky.not_here.as_ref().map(|n| n.reason),
+            Some("node-selector")
+        );
         assert!(p.groups[&lease("common")].campaign);
         assert_eq!(p.groups.len(), 5);
     }

@@ -97,6 +97,10 @@ fn apiserver_args(files: &PkiFiles, tokens_csv: &Path, extra: &[String]) -> Vec<
         "--service-account-issuer=https://kubernetes.default.svc".into(),
         "--authorization-mode=RBAC".into(),
         "--service-cluster-ip-range=10.96.0.0/16".into(),
+        // Every LoadBalancer Service takes a node port (no kube-proxy in the lab serves
+        // them): 30000-32767, the default, holds only 2768, and the scale bench creates
+        // 10 000.
+        "--service-node-port-range=30000-65000".into(),
         format!("--cert-dir={}", p(&files.pki_dir)),
         "--profiling=false".into(),
         "--enable-priority-and-fairness=false".into(),

@@ -438,7 +438,11 @@ fn a_shard_count_change_moves_services_with_a_hand_over_and_deletes_only_dropped
     let pass = node.pass_in(&services, &three);
     let stopped: BTreeSet<LeaseRef> = pass.stopped.iter().map(|o| o.lease.clone()).collect();
     assert_eq!(stopped, losers);
-    assert!(pass.stopped.iter().all(|o| !o.delete_lease), "{:?}", pass.stopped);
+    assert!(
+        pass.stopped.iter().all(|o| !o.delete_lease),
+        "{:?}",
+        pass.stopped
+    );
     assert!(pass.started.contains(&shards(3).lease(2)));
     let held = node.lease_of_each_address();
     for c in &moved {
