@@ -759,7 +759,7 @@ fn warn_lease_write_rate(plan: &Plan, timing: Timing, warned: Option<usize>) -> 
             leases,
             writes_per_s = rate.round() as u64,
             retry_period_s = timing.retry_period.as_secs_f64(),
-            "Service leases will cost about {:.0} lease writes per second across the cluster (one per lease per retry period); if the API server falls behind, leases flap. Consider svc_retryperiod={retry} svc_renewdeadline={} svc_leaseduration={}",
+            "Service leases will cost about {:.0} lease writes per second across the cluster (one per lease per retry period); if the API server falls behind, leases flap. Consider shard leases (svc_leaseshards=32 with svc_election: 32 writes per retry period whatever the number of Services), or svc_retryperiod={retry} svc_renewdeadline={} svc_leaseduration={}",
             rate,
             retry * 2,
             retry * 3

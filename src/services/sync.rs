@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::{self, Store};
+use futures::StreamExt;
 use tracing::{debug, info, warn};
 
 use super::publish::{ServiceEvent, StatusWriter, desired_ingress};
@@ -338,10 +339,10 @@ impl StatusSync {
         refused: &[IpAddr],
         retrying: bool,
     ) {
-        let mut ok = true;
         let keys: HashSet<&ServiceKey> = spec.services.iter().map(|(k, _, _)| k).collect();
         self.pending.retain(|k, _| keys.contains(k));
         self.announced.retain(|k, _| keys.contains(k));
+        let mut writes: Vec<Write> = Vec::new();
         for (key, addrs, ports) in &spec.services {
             let cached = ctx.cached(key);
             let all_refused = (!addrs.is_empty() && addrs.iter().all(|a| refused.contains(a)))
@@ -358,10 +359,13 @@ impl StatusSync {
                 // The announced addresses are kept: bound again, a different address is
                 // announced as such.
                 self.pending.remove(key);
-                if !all_refused {
-                    continue;
+                let ours = cached
+                    .as_deref()
+                    .and_then(super::publish::vip_host_of)
+                    .is_some_and(|h| h == ctx.node);
+                if all_refused && ours {
+                    writes.push(Write::Clear(key.clone()));
                 }
-                ok &= self.clear_ours(ctx, key, cached.as_deref()).await;
                 continue;
             }
             let addrs = addrs.as_slice();
@@ -384,20 +388,27 @@ impl StatusSync {
                 let uid = cached.as_ref().and_then(|s| s.metadata.uid.clone());
                 self.pending.insert(key.clone(), (uid, ev));
             }
-            if diff.ingress {
-                match ctx.writer.set_ingress(key, ingress).await {
-                    Ok(out) => debug!(service = %key, ?out, "status.loadBalancer.ingress"),
-                    Err(e) => {
-                        warn!(service = %key, error = %e, "writing status failed; retrying with back-off");
-                        ok = false;
-                    }
-                }
+            if diff.ingress || diff.vip_host {
+                writes.push(Write::Set {
+                    key: key.clone(),
+                    ingress: diff.ingress.then_some(ingress),
+                    vip_host: diff.vip_host,
+                });
             }
-            if diff.vip_host
-                && let Err(e) = ctx.writer.set_vip_host(key, ctx.node).await
-            {
-                warn!(service = %key, error = %e, "writing vipHost annotation failed; retrying with back-off");
-                ok = false;
+        }
+        // Concurrently, at most STATUS_WRITES_IN_FLIGHT at a time: a group governing
+        // hundreds of Services (a shard lease) wrote them one after another, and its next
+        // change of VIPs waited for the last write.
+        let writes: Vec<_> = writes.into_iter().map(|w| w.apply(ctx)).collect();
+        let done: Vec<(Write, bool)> = futures::stream::iter(writes)
+            .buffer_unordered(STATUS_WRITES_IN_FLIGHT)
+            .collect()
+            .await;
+        let mut ok = true;
+        for (w, done_ok) in done {
+            ok &= done_ok;
+            if let (Write::Clear(key), true) = (&w, done_ok) {
+                self.announced.remove(key);
             }
         }
         if retrying || !self.pending.is_empty() {
@@ -406,51 +417,104 @@ impl StatusSync {
         self.retry.after(ok);
     }
 
-    /// Clears the status and vipHost of `key` when `cached` names this node as its holder
-    /// (every address refused); `false` when that failed.
-    async fn clear_ours<W: StatusWriter>(
-        &mut self,
-        ctx: &StatusCtx<'_, W>,
-        key: &ServiceKey,
-        cached: Option<&Service>,
-    ) -> bool {
-        let ours = cached
-            .and_then(super::publish::vip_host_of)
-            .is_some_and(|h| h == ctx.node);
-        if !ours {
-            return true;
-        }
-        match ctx.writer.clear(key).await {
-            Ok(_) => {
-                self.announced.remove(key);
-                info!(service = %key, "address not held (refused, given up, or its DHCP lease lost and not re-acquired): status and vipHost cleared");
-                true
-            }
-            Err(e) => {
-                warn!(service = %key, error = %e, "clearing status failed; retrying with back-off");
-                false
-            }
-        }
-    }
-
     /// Posts the pending announcement Events (those posted leave the list); `false` when
     /// one failed.
     async fn post_pending<W: StatusWriter>(&mut self, ctx: &StatusCtx<'_, W>) -> bool {
+        let posts: Vec<_> = self
+            .pending
+            .iter()
+            .map(|(key, (uid, ev))| post_event(ctx, key.clone(), uid.clone(), ev.clone()))
+            .collect();
+        let results: Vec<(ServiceKey, bool)> = futures::stream::iter(posts)
+            .buffer_unordered(STATUS_WRITES_IN_FLIGHT)
+            .collect()
+            .await;
         let mut ok = true;
-        let mut done = Vec::new();
-        for (key, (uid, ev)) in &self.pending {
-            match ctx.writer.event(key, uid.as_deref(), ev).await {
-                Ok(()) => done.push(key.clone()),
-                Err(e) => {
-                    debug!(service = %key, error = %e, "cannot record event; retrying");
-                    ok = false;
-                }
+        for (key, posted) in results {
+            if posted {
+                self.pending.remove(&key);
+            } else {
+                ok = false;
             }
         }
-        for k in done {
-            self.pending.remove(&k);
-        }
         ok
+    }
+}
+
+/// Status writes (and Events) one group has in flight at most: the Services' API
+/// connections carry 16 calls at once (`crate::kube::client`), shared by every group.
+const STATUS_WRITES_IN_FLIGHT: usize = 8;
+
+/// One write of [`StatusSync::sync`] for one Service.
+enum Write {
+    /// Clear its status and vipHost (every address refused; the status names this node).
+    Clear(ServiceKey),
+    /// Write its ingress (when `Some`) and its vipHost (when `vip_host`).
+    Set {
+        key: ServiceKey,
+        ingress: Option<Vec<k8s_openapi::api::core::v1::LoadBalancerIngress>>,
+        vip_host: bool,
+    },
+}
+
+/// Posts `ev` about `key`; the key and whether it was posted.
+async fn post_event<W: StatusWriter>(
+    ctx: &StatusCtx<'_, W>,
+    key: ServiceKey,
+    uid: Option<String>,
+    ev: ServiceEvent,
+) -> (ServiceKey, bool) {
+    match ctx.writer.event(&key, uid.as_deref(), &ev).await {
+        Ok(()) => (key, true),
+        Err(e) => {
+            debug!(service = %key, error = %e, "cannot record event; retrying");
+            (key, false)
+        }
+    }
+}
+
+impl Write {
+    /// Makes the write, logging a failure; the write and `false` when it failed (retried
+    /// with back-off).
+    async fn apply<W: StatusWriter>(self, ctx: &StatusCtx<'_, W>) -> (Self, bool) {
+        let ok = self.write(ctx).await;
+        (self, ok)
+    }
+
+    async fn write<W: StatusWriter>(&self, ctx: &StatusCtx<'_, W>) -> bool {
+        match self {
+            Write::Clear(key) => match ctx.writer.clear(key).await {
+                Ok(_) => {
+                    info!(service = %key, "address not held (refused, given up, or its DHCP lease lost and not re-acquired): status and vipHost cleared");
+                    true
+                }
+                Err(e) => {
+                    warn!(service = %key, error = %e, "clearing status failed; retrying with back-off");
+                    false
+                }
+            },
+            Write::Set {
+                key,
+                ingress,
+                vip_host,
+            } => {
+                let mut ok = true;
+                if let Some(ingress) = ingress {
+                    match ctx.writer.set_ingress(key, ingress.clone()).await {
+                        Ok(out) => debug!(service = %key, ?out, "status.loadBalancer.ingress"),
+                        Err(e) => {
+                            warn!(service = %key, error = %e, "writing status failed; retrying with back-off");
+                            ok = false;
+                        }
+                    }
+                }
+                if *vip_host && let Err(e) = ctx.writer.set_vip_host(key, ctx.node).await {
+                    warn!(service = %key, error = %e, "writing vipHost annotation failed; retrying with back-off");
+                    ok = false;
+                }
+                ok
+            }
+        }
     }
 }
 

@@ -21,6 +21,11 @@ struct Recorder {
     memory: MemoryStatusWriter,
     calls: Mutex<Vec<String>>,
     fail: AtomicBool,
+    /// How long each call takes (on tokio's clock); zero: none.
+    latency_ms: std::sync::atomic::AtomicU64,
+    /// Calls in flight now, and the most seen at once.
+    in_flight: std::sync::atomic::AtomicUsize,
+    most_in_flight: std::sync::atomic::AtomicUsize,
 }
 
 impl Recorder {
@@ -37,6 +42,18 @@ impl Recorder {
             })
     }
 
+    /// Takes `latency_ms` of tokio's clock, counting the call in flight meanwhile.
+    async fn wait(&self) {
+        let ms = self.latency_ms.load(Ordering::SeqCst);
+        if ms == 0 {
+            return;
+        }
+        let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+        self.most_in_flight.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        self.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+
     /// The calls made since the last `take`.
     fn take(&self) -> Vec<String> {
         std::mem::take(&mut *self.calls.lock().unwrap())
@@ -49,6 +66,7 @@ impl StatusWriter for Recorder {
         key: &ServiceKey,
         ingress: Vec<LoadBalancerIngress>,
     ) -> Result<WriteOutcome, StatusError> {
+        self.wait().await;
         if let Some(e) = self.record("ingress", key) {
             return Err(e);
         }
@@ -60,6 +78,7 @@ impl StatusWriter for Recorder {
         key: &ServiceKey,
         node: &str,
     ) -> Result<WriteOutcome, StatusError> {
+        self.wait().await;
         if let Some(e) = self.record("vipHost", key) {
             return Err(e);
         }
@@ -71,6 +90,7 @@ impl StatusWriter for Recorder {
         key: &ServiceKey,
         annotations: &[(&'static str, String)],
     ) -> Result<WriteOutcome, StatusError> {
+        self.wait().await;
         if let Some(e) = self.record("annotations", key) {
             return Err(e);
         }
@@ -78,6 +98,7 @@ impl StatusWriter for Recorder {
     }
 
     async fn clear(&self, key: &ServiceKey) -> Result<WriteOutcome, StatusError> {
+        self.wait().await;
         if let Some(e) = self.record("clear", key) {
             return Err(e);
         }
@@ -90,6 +111,7 @@ impl StatusWriter for Recorder {
         uid: Option<&str>,
         event: &ServiceEvent,
     ) -> Result<(), StatusError> {
+        self.wait().await;
         if let Some(e) = self.record(&format!("event {}", event.reason), key) {
             return Err(e);
         }
@@ -157,6 +179,41 @@ fn spec(addrs: &[IpAddr]) -> GroupSpec {
         dhcp: Vec::new(),
         dhcp_unserved: Vec::new(),
     }
+}
+
+/// Issue 28: a group governing many Services (a shard lease) writes their status, vipHost
+/// and Events several at a time, at most `STATUS_WRITES_IN_FLIGHT`: one after another, a
+/// shard of hundreds of Services took seconds per pass and held up its next VIP change.
+#[tokio::test(start_paused = true)]
+async fn many_services_are_written_concurrently_within_the_bound() {
+    let w = Recorder::default();
+    w.latency_ms.store(20, Ordering::SeqCst);
+    let addrs: Vec<IpAddr> = (0..40).map(|i| ip(&format!("192.0.2.{}", 100 + i))).collect();
+    let keys: Vec<ServiceKey> = (0..40).map(|i| ServiceKey::new("default", &format!("s{i}"))).collect();
+    let services = store(&[]);
+    let ctx = status_ctx(&services, &w);
+    let spec = GroupSpec {
+        vips: Vec::new(),
+        services: keys
+            .iter()
+            .zip(&addrs)
+            .map(|(k, a)| (k.clone(), vec![*a], http()))
+            .collect(),
+        preferred: Vec::new(),
+        dhcp: Vec::new(),
+        dhcp_unserved: Vec::new(),
+    };
+    let mut sync = StatusSync::default();
+    sync.sync(&ctx, &spec, &addrs, &[], false).await;
+    let calls = w.take();
+    for k in &keys {
+        for op in ["ingress", "vipHost", "event AddressAnnounced"] {
+            assert!(calls.contains(&format!("{op} {k}")), "{op} {k}: {calls:?}");
+        }
+    }
+    assert_eq!(calls.len(), 120);
+    assert_eq!(w.most_in_flight.load(Ordering::SeqCst), STATUS_WRITES_IN_FLIGHT);
+    assert!(sync.retry.at.is_none());
 }
 
 #[tokio::test]

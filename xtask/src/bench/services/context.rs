@@ -333,11 +333,16 @@ impl Bench {
     /// Leases in `default` (must run inside a lab namespace): the list's resourceVersion
     /// and (name, holderIdentity) of each.
     pub fn leases(&self) -> Result<(String, BTreeMap<String, String>)> {
-        let r = self.api.request(
-            "GET",
-            &format!("/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"),
-            None,
-        );
+        self.leases_at(&format!(
+            "/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases"
+        ))
+    }
+
+    /// Leases at `path` (a namespace's, or all namespaces' with
+    /// `/apis/coordination.k8s.io/v1/leases`; must run inside a lab namespace): the list's
+    /// resourceVersion and (name, holderIdentity) of each.
+    pub fn leases_at(&self, path: &str) -> Result<(String, BTreeMap<String, String>)> {
+        let r = self.api.request("GET", path, None);
         self.stats.record("list leases", &r);
         let r = r?;
         if r.status != 200 {
@@ -364,13 +369,15 @@ impl Bench {
         Ok((rv, out))
     }
 
-    /// Counts Lease writes in `default` with a watch for `window` (must run inside a lab
-    /// namespace): (writes, writes per second, holder changes, leases at the start).
+    /// Counts Lease writes in every namespace (per-Service leases in `default`, shard
+    /// leases and the allocator's in `kube-system`) with a watch for `window` (must run
+    /// inside a lab namespace): (writes, writes per second, holder changes, leases at the
+    /// start).
     pub fn lease_writes(&self, window: Duration) -> Result<LeaseWatch> {
-        let (rv, mut holders) = self.leases()?;
+        let (rv, mut holders) = self.leases_at("/apis/coordination.k8s.io/v1/leases")?;
         let leases = holders.len();
         let path = format!(
-            "/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases?watch=1&resourceVersion={rv}&timeoutSeconds={}",
+            "/apis/coordination.k8s.io/v1/leases?watch=1&resourceVersion={rv}&timeoutSeconds={}",
             window.as_secs().max(1)
         );
         let t0 = Instant::now();

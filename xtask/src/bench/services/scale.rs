@@ -182,7 +182,7 @@ fn scale_steady_state(b: &Bench, addrs: &[IpAddr], idle: &[(String, NodeSample)]
         let cpu = cpu_percent(&pids, STEADY_WINDOW);
         (w.join(), cpu)
     });
-    let (_, holders) = b.in_client(|| b.leases())??;
+    let (_, holders) = b.in_client(|| b.leases_at("/apis/coordination.k8s.io/v1/leases"))??;
     let mut lease_by_holder: BTreeMap<String, usize> = BTreeMap::new();
     for h in holders.values() {
         *lease_by_holder
