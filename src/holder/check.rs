@@ -29,8 +29,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     async fn check_links(&mut self, now: Instant) {
         let mut link_ok = true;
         let mut relink = false;
-        let indexes: Vec<(usize, u32)> = self.links.iter().map(|(i, l)| (*i, l.index)).collect();
-        for (i, idx) in indexes {
+        // One query per interface, not per VIP: a shard lease's holder has hundreds of VIPs
+        // on one interface.
+        for idx in self.links.interfaces() {
             match self.kernel.link_by_index(idx).await {
                 Ok(l) => {
                     if l.carrier && l.up {
@@ -46,7 +47,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                             link_ok = false;
                         }
                     }
-                    self.links.insert(i, l);
+                    self.links.update_interface(&l);
                 }
                 Err(_) => relink = true,
             }

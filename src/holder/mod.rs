@@ -356,6 +356,21 @@ impl Links {
     fn iter(&self) -> impl Iterator<Item = (&usize, &LinkInfo)> {
         self.0.iter().map(|(k, l)| (k, l))
     }
+
+    /// The distinct interface indexes, ascending.
+    fn interfaces(&self) -> Vec<u32> {
+        let mut out: Vec<u32> = self.0.iter().map(|(_, l)| l.index).collect();
+        out.sort_unstable();
+        out.dedup();
+        out
+    }
+
+    /// Replaces what is known of interface `link.index` for every VIP on it.
+    fn update_interface(&mut self, link: &LinkInfo) {
+        for (_, held) in self.0.iter_mut().filter(|(_, h)| h.index == link.index) {
+            held.clone_from(link);
+        }
+    }
 }
 
 /// Holds the VIPs of one election while it leads (see module docs).

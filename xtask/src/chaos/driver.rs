@@ -63,6 +63,8 @@ pub(super) struct Chaos {
     /// vipd runs with `vip_nftfence=true` ([`Options::nft_fence`](super::options::Options::nft_fence));
     /// otherwise the option is left at vipd's default.
     pub(super) nft_fence: bool,
+    /// vipd runs with `svc_leaseshards` set to this; 0: not set (one lease per Service).
+    pub(super) lease_shards: u16,
     /// The generated manifests' configuration: Service leases [`SVC_TIMINGS`](super::SVC_TIMINGS),
     /// ride-through at its default (on), the key Secret created; `false` (`--no-ride`):
     /// Service leases at vipd's bare 3/2/1, no Secret.
@@ -152,6 +154,10 @@ impl Chaos {
         // nftables fence only with --nft-fence, otherwise at vipd's default.
         if self.nft_fence {
             env.push(("vip_nftfence", "true"));
+        }
+        let shards = self.lease_shards.to_string();
+        if self.lease_shards > 0 {
+            env.push(("svc_leaseshards", &shards));
         }
         let proc = self.lab.spawn(node, &self.vipd, &["manager"], &env)?;
         self.logs

@@ -183,9 +183,14 @@ pub fn run(args: &[&str]) -> Result<()> {
     );
     let svc = svc_timings(o.ride);
     println!(
-        "  leases: control plane {}, Services {} (ride-through {}), answer bounds {} / {} (lease + retry + {} ms probe slack), nftables fence {}",
+        "  leases: control plane {}, Services {} ({}, ride-through {}), answer bounds {} / {} (lease + retry + {} ms probe slack), nftables fence {}",
         CP_TIMINGS.label(),
         svc.label(),
+        if o.lease_shards > 0 {
+            format!("{} shard leases", o.lease_shards)
+        } else {
+            "one lease per Service".to_string()
+        },
         if o.ride {
             "default (on), key Secret created"
         } else {
@@ -234,6 +239,7 @@ pub fn run(args: &[&str]) -> Result<()> {
         prober: None,
         verbose: o.verbose,
         nft_fence: o.nft_fence,
+        lease_shards: o.lease_shards,
         ride: o.ride,
     };
     let result = soak::soak(&mut c, &o, &mut rng);

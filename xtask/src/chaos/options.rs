@@ -27,6 +27,8 @@ options:
   --nft-fence            run vipd with vip_nftfence=true (the nftables fence in front of
                          every VIP's address lifetime, docs/operators.md); without it the
                          option is left at vipd's default
+  --lease-shards N       run vipd with svc_leaseshards=N (shard leases, 1 to 1024; default:
+                         one lease per Service)
   --no-ride              Service leases at vipd's bare 3/2/1 (ride-through off by default
                          there) and no peer key Secret, instead of the generated manifests'
                          5/3/1 with ride-through
@@ -58,6 +60,8 @@ pub struct Options {
     pub canary: bool,
     /// Run vipd with `vip_nftfence=true` (`false`: vipd's default).
     pub nft_fence: bool,
+    /// Run vipd with `svc_leaseshards` set to this (0: not set, one lease per Service).
+    pub lease_shards: u16,
     /// The generated manifests' configuration (Service leases 5/3/1, ride-through at its
     /// default, the peer key Secret); `false` with `--no-ride`: Service leases at vipd's
     /// bare 3/2/1, no Secret.
@@ -88,6 +92,7 @@ impl Options {
             orphan_leases_warn: false,
             canary: false,
             nft_fence: false,
+            lease_shards: 0,
             ride: true,
             faults: None,
             rss_growth_pct: 20.0,
@@ -131,6 +136,9 @@ impl Options {
                 "--orphan-leases-warn" => o.orphan_leases_warn = true,
                 "--canary" => o.canary = true,
                 "--nft-fence" => o.nft_fence = true,
+                "--lease-shards" => {
+                    o.lease_shards = u16::try_from(whole_number(a, value()?, 1..=1024)?)?
+                }
                 "--no-ride" => o.ride = false,
                 "--faults" => o.faults = Some(parse_faults(value()?)?),
                 "-v" | "--verbose" => o.verbose = true,
@@ -202,6 +210,9 @@ pub fn rerun_command(o: &Options, seed: u64) -> String {
     }
     if o.nft_fence {
         c.push_str(" --nft-fence");
+    }
+    if o.lease_shards > 0 {
+        c.push_str(&format!(" --lease-shards {}", o.lease_shards));
     }
     if !o.ride {
         c.push_str(" --no-ride");

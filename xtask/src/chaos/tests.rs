@@ -307,13 +307,15 @@ fn the_rerun_command_carries_the_options_of_the_run() {
         "10",
         "--nodes",
         "2",
+        "--lease-shards",
+        "8",
         "--no-ride",
     ])
     .unwrap();
     let c = rerun_command(&o, 5);
     assert_eq!(
         c,
-        "cargo xtask chaos --minutes 3 --seed 5 --faults stop,services --services 10 --nodes 2 --nft-fence --no-ride"
+        "cargo xtask chaos --minutes 3 --seed 5 --faults stop,services --services 10 --nodes 2 --nft-fence --lease-shards 8 --no-ride"
     );
     let args: Vec<&str> = c.split(' ').skip(3).collect();
     let again = Options::parse(&args).unwrap();
@@ -323,10 +325,12 @@ fn the_rerun_command_carries_the_options_of_the_run() {
             again.nft_fence,
             again.ride,
             again.services,
-            again.nodes
+            again.nodes,
+            again.lease_shards
         ),
-        (o.faults, true, false, 10, 2)
+        (o.faults, true, false, 10, 2, 8)
     );
+    assert!(Options::parse(&["--minutes", "1", "--lease-shards", "0"]).is_err());
 }
 
 #[test]
