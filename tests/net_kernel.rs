@@ -246,6 +246,53 @@ fn refresh_keeps_vip_past_its_lifetime() {
     });
 }
 
+/// Issue 28: a batch refresh reads the node's addresses once for all its VIPs and answers
+/// each as `add_or_refresh` would: new and existing VIPs added or refreshed with their
+/// lifetime, the node's own (untagged) address refused with `NotOurs` and left alone,
+/// a missing interface refused for its VIP only.
+#[test]
+fn a_batch_refresh_answers_each_vip_like_one_call() {
+    lab("192.0.2.11/24", || async {
+        let k = NetlinkKernel::new().unwrap();
+        let v0 = up_link(&k, "v0").await;
+        let a = Vip::host(v4("192.0.2.30"));
+        let b = Vip::host(v4("192.0.2.31"));
+        let node = Vip::host(v4("192.0.2.11"));
+        k.add_or_refresh(v0.index, a, Lifetime::fixed(2), false)
+            .await
+            .unwrap();
+        let items = [
+            (v0.index, a, Lifetime::fixed(5)),
+            (v0.index, node, Lifetime::fixed(5)),
+            (9999, b, Lifetime::fixed(5)),
+            (v0.index, b, Lifetime::fixed(5)),
+        ];
+        let got = k.add_or_refresh_many(&items, false).await;
+        assert_eq!(got.len(), 4);
+        assert!(matches!(got[0], Ok(s) if s >= 4), "{:?}", got[0]);
+        assert!(
+            matches!(got[1], Err(NetError::NotOurs { .. })),
+            "{:?}",
+            got[1]
+        );
+        assert!(got[2].is_err(), "{:?}", got[2]);
+        assert!(matches!(got[3], Ok(s) if s >= 4), "{:?}", got[3]);
+        for vip in [a, b] {
+            let info = find(&k, v0.index, vip).await.expect("VIP present");
+            assert!(
+                info.ours && info.valid_lft_secs.is_some_and(|s| s >= 4),
+                "{info:?}"
+            );
+        }
+        let own = find(&k, v0.index, Vip::new(node.addr, 24).unwrap())
+            .await
+            .unwrap();
+        assert!(!own.ours && own.valid_lft_secs.is_none(), "{own:?}");
+        k.remove(v0.index, a).await.unwrap();
+        k.remove(v0.index, b).await.unwrap();
+    });
+}
+
 #[test]
 fn untagged_addresses_are_never_touched() {
     lab("192.0.2.11/24", || async {

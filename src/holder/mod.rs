@@ -353,10 +353,6 @@ impl Links {
         self.0.len()
     }
 
-    fn iter(&self) -> impl Iterator<Item = (&usize, &LinkInfo)> {
-        self.0.iter().map(|(k, l)| (k, l))
-    }
-
     /// The distinct interface indexes, ascending.
     fn interfaces(&self) -> Vec<u32> {
         let mut out: Vec<u32> = self.0.iter().map(|(_, l)| l.index).collect();

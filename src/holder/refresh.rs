@@ -27,6 +27,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             debug!(holder = %self.name, "the millisecond fence could not be set; adding or refreshing no VIP");
             return;
         }
+        // First the fences, then one batch for the kernel (one read of the node's
+        // addresses for all VIPs), then each VIP's outcome.
+        let mut batch: Vec<(usize, LinkInfo, Vip, Result<Option<Lifetime>, NetError>)> = Vec::new();
         for i in 0..self.vips.len() {
             let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
                 continue;
@@ -34,9 +37,34 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             if !self.probes.get(i).is_some_and(ProbeState::bound) {
                 continue;
             }
-            let key = Quiet::Add(spec.vip.addr);
             let (vip, link) = (spec.vip, link.clone());
-            match self.add_fenced(link.index, vip, lifetime).await {
+            let fence = self.fence_or_remove(link.index, vip, lifetime).await;
+            batch.push((i, link, vip, fence));
+        }
+        let items: Vec<(u32, Vip, Lifetime)> = batch
+            .iter()
+            .filter_map(|(_, link, vip, f)| match f {
+                Ok(Some(fence)) => Some((link.index, *vip, *fence)),
+                _ => None,
+            })
+            .collect();
+        let mut held = self
+            .kernel
+            .add_or_refresh_many(&items, self.cfg.skip_dad)
+            .await
+            .into_iter();
+        for (i, link, vip, fence) in batch {
+            let key = Quiet::Add(vip.addr);
+            let outcome = match fence {
+                Ok(None) => Ok(false),
+                Err(e) => Err(e),
+                Ok(Some(_)) => match held.next() {
+                    Some(Ok(secs)) => self.after_add(link.index, vip, secs).await,
+                    Some(Err(e)) => Err(e),
+                    None => Ok(false),
+                },
+            };
+            match outcome {
                 Ok(true) => {}
                 Ok(false) => continue,
                 Err(e) => {

@@ -209,21 +209,52 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         vip: Vip,
         lifetime: u32,
     ) -> Result<bool, NetError> {
-        let now = Instant::now();
-        let Some(fence) = self.fence_for(self.not_after(vip), lifetime, now) else {
-            debug!(holder = %self.name, %vip, "the lease may have lapsed since the grant; not adding the VIP");
-            self.kernel.remove(ifindex, vip).await?;
+        let Some(fence) = self.fence_or_remove(ifindex, vip, lifetime).await? else {
             return Ok(false);
         };
-        if fence.secs_at(now) == 0 {
-            debug!(holder = %self.name, %vip, "less than a second of the lease or of the VIP's not-after time (DHCP lease expiry) is left; removing it");
-            self.kernel.remove(ifindex, vip).await?;
-            return Ok(false);
-        }
         let held = self
             .kernel
             .add_or_refresh(ifindex, vip, fence, self.cfg.skip_dad)
             .await?;
+        self.after_add(ifindex, vip, held).await
+    }
+
+    /// The first half of [`Self::add_fenced`]: the fence `vip` gets now, or `None` after
+    /// removing it when the lease may have lapsed or less than a second is left.
+    ///
+    /// # Errors
+    /// The kernel's error from the removal.
+    pub(super) async fn fence_or_remove(
+        &mut self,
+        ifindex: u32,
+        vip: Vip,
+        lifetime: u32,
+    ) -> Result<Option<Lifetime>, NetError> {
+        let now = Instant::now();
+        let Some(fence) = self.fence_for(self.not_after(vip), lifetime, now) else {
+            debug!(holder = %self.name, %vip, "the lease may have lapsed since the grant; not adding the VIP");
+            self.kernel.remove(ifindex, vip).await?;
+            return Ok(None);
+        };
+        if fence.secs_at(now) == 0 {
+            debug!(holder = %self.name, %vip, "less than a second of the lease or of the VIP's not-after time (DHCP lease expiry) is left; removing it");
+            self.kernel.remove(ifindex, vip).await?;
+            return Ok(None);
+        }
+        Ok(Some(fence))
+    }
+
+    /// The second half of [`Self::add_fenced`]: `held` seconds the kernel took; 0 removes
+    /// the VIP again (returns `false`).
+    ///
+    /// # Errors
+    /// The kernel's error from the removal.
+    pub(super) async fn after_add(
+        &mut self,
+        ifindex: u32,
+        vip: Vip,
+        held: u32,
+    ) -> Result<bool, NetError> {
         if held > 0 {
             return Ok(true);
         }

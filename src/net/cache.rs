@@ -60,6 +60,16 @@ impl<K: Kernel> Kernel for CachedKernel<K> {
         r
     }
 
+    async fn add_or_refresh_many(
+        &self,
+        items: &[(u32, Vip, Lifetime)],
+        skip_dad: bool,
+    ) -> Vec<Result<u32, NetError>> {
+        let r = self.inner.add_or_refresh_many(items, skip_dad).await;
+        self.invalidate().await;
+        r
+    }
+
     async fn remove(&self, ifindex: u32, vip: Vip) -> Result<(), NetError> {
         let r = self.inner.remove(ifindex, vip).await;
         self.invalidate().await;

@@ -308,6 +308,27 @@ pub trait Kernel: Send + Sync + 'static {
         skip_dad: bool,
     ) -> impl Future<Output = Result<u32, NetError>> + Send;
 
+    /// [`Self::add_or_refresh`] of each `(ifindex, vip, lifetime)` in `items`, in order,
+    /// with one result per item (the same errors). The default makes one call per item;
+    /// the netlink kernel reads the node's addresses and each interface once for the whole
+    /// batch (a holder refreshing hundreds of VIPs at each renewal).
+    fn add_or_refresh_many(
+        &self,
+        items: &[(u32, Vip, Lifetime)],
+        skip_dad: bool,
+    ) -> impl Future<Output = Vec<Result<u32, NetError>>> + Send {
+        async move {
+            let mut out = Vec::with_capacity(items.len());
+            for (ifindex, vip, lifetime) in items {
+                out.push(
+                    self.add_or_refresh(*ifindex, *vip, *lifetime, skip_dad)
+                        .await,
+                );
+            }
+            out
+        }
+    }
+
     /// Remove a VIP from `ifindex` only if it is ours (tagged). Absent = `Ok`.
     ///
     /// IPv4 caveat (kernel behaviour, same for the kernel-fence expiry): deleting a *primary*

@@ -414,10 +414,89 @@ impl NetlinkKernel {
         }
     }
 
+    /// [`Kernel::add_or_refresh`] on `link`; `snapshot`: the node's addresses read for this
+    /// call (`None`: read them now). A retry after the kernel refused the tag reads them
+    /// again.
+    async fn add_or_refresh_on(
+        &self,
+        link: &LinkInfo,
+        vip: Vip,
+        lifetime: Lifetime,
+        skip_dad: bool,
+        snapshot: Option<&[(AddressMessage, AddrInfo)]>,
+    ) -> Result<u32, NetError> {
+        let ifindex = link.index;
+        vip.check()?;
+        if lifetime.max_secs == 0 || lifetime.max_secs == INFINITY_LIFE_TIME {
+            return Err(NetError::InvalidLifetime {
+                vip,
+                value: lifetime.max_secs,
+            });
+        }
+        let target = || format!("{vip} on {} (index {ifindex})", link.name);
+        // At most: one try with IFA_PROTO, one with the label fallback.
+        for attempt in 0..2 {
+            let existing = match snapshot {
+                Some(addrs) if attempt == 0 => self.existing_ours_in(addrs, ifindex, vip).await?,
+                _ => self.existing_ours(ifindex, vip).await?,
+            };
+            let mode = self.tag_mode();
+            let tag = tag_for(mode, vip, &link.name)?;
+            let held = match self
+                .send_add(ifindex, vip, lifetime, skip_dad, &tag, existing)
+                .await
+            {
+                Ok(held) => held,
+                Err(e)
+                    if mode == TagMode::Unknown
+                        && matches!(errno(&e), Some(EINVAL | EOPNOTSUPP)) =>
+                {
+                    // The kernel rejected IFA_PROTO: fall back to labels and retry.
+                    self.set_tag_mode(TagMode::Label);
+                    continue;
+                }
+                Err(e) if errno(&e) == Some(EEXIST) => {
+                    return Err(self.add_exists_error(vip, e, &target).await);
+                }
+                Err(source) => {
+                    return Err(NetError::Netlink {
+                        op: "add address",
+                        target: target(),
+                        source,
+                    });
+                }
+            };
+            if mode != TagMode::Unknown || existing || held == 0 {
+                return Ok(held);
+            }
+            // First address created by this process: did the kernel keep IFA_PROTO?
+            if self.kept_tag(ifindex, vip, &target).await? {
+                return Ok(held);
+            }
+        }
+        // Second pass failed to tag as well.
+        tag_for(TagMode::Label, vip, &link.name).map(|_| ())?;
+        Err(NetError::TagUnsupported {
+            vip,
+            ifname: link.name.clone(),
+            reason: "the kernel kept neither IFA_PROTO nor the label",
+        })
+    }
+
     /// Whether `vip` is on `ifindex` already (same prefix); [`NetError::NotOurs`] when any
     /// interface carries its address without vipd's tag.
     async fn existing_ours(&self, ifindex: u32, vip: Vip) -> Result<bool, NetError> {
         let addrs = self.dump_addrs().await?;
+        self.existing_ours_in(&addrs, ifindex, vip).await
+    }
+
+    /// [`Self::existing_ours`] against the dump `addrs`.
+    async fn existing_ours_in(
+        &self,
+        addrs: &[(AddressMessage, AddrInfo)],
+        ifindex: u32,
+        vip: Vip,
+    ) -> Result<bool, NetError> {
         let mut existing = false;
         for (_, a) in addrs.iter().filter(|(_, a)| a.vip.addr == vip.addr) {
             if !a.ours {
@@ -547,59 +626,41 @@ impl Kernel for NetlinkKernel {
         lifetime: Lifetime,
         skip_dad: bool,
     ) -> Result<u32, NetError> {
-        vip.check()?;
-        if lifetime.max_secs == 0 || lifetime.max_secs == INFINITY_LIFE_TIME {
-            return Err(NetError::InvalidLifetime {
-                vip,
-                value: lifetime.max_secs,
-            });
-        }
         let link = self.link_by_index(ifindex).await?;
-        let target = || format!("{vip} on {} (index {ifindex})", link.name);
-        // At most: one try with IFA_PROTO, one with the label fallback.
-        for _attempt in 0..2 {
-            let existing = self.existing_ours(ifindex, vip).await?;
-            let mode = self.tag_mode();
-            let tag = tag_for(mode, vip, &link.name)?;
-            let held = match self
-                .send_add(ifindex, vip, lifetime, skip_dad, &tag, existing)
-                .await
-            {
-                Ok(held) => held,
-                Err(e)
-                    if mode == TagMode::Unknown
-                        && matches!(errno(&e), Some(EINVAL | EOPNOTSUPP)) =>
-                {
-                    // The kernel rejected IFA_PROTO: fall back to labels and retry.
-                    self.set_tag_mode(TagMode::Label);
-                    continue;
+        self.add_or_refresh_on(&link, vip, lifetime, skip_dad, None)
+            .await
+    }
+
+    async fn add_or_refresh_many(
+        &self,
+        items: &[(u32, Vip, Lifetime)],
+        skip_dad: bool,
+    ) -> Vec<Result<u32, NetError>> {
+        // One dump and one query per interface for the whole batch: per VIP, a holder of
+        // hundreds of VIPs (a shard lease) dumped every address of the node for each one at
+        // every renewal, and the last ones got their lifetime after the lease had run low.
+        let snapshot = self.dump_addrs().await;
+        let mut links: Vec<(u32, Result<LinkInfo, NetError>)> = Vec::new();
+        let mut out = Vec::with_capacity(items.len());
+        for (ifindex, vip, lifetime) in items {
+            if !links.iter().any(|(i, _)| i == ifindex) {
+                links.push((*ifindex, self.link_by_index(*ifindex).await));
+            }
+            let link = links.iter().find(|(i, _)| i == ifindex).map(|(_, l)| l);
+            let r = match (link, &snapshot) {
+                (Some(Ok(link)), Ok(addrs)) => {
+                    self.add_or_refresh_on(link, *vip, *lifetime, skip_dad, Some(addrs))
+                        .await
                 }
-                Err(e) if errno(&e) == Some(EEXIST) => {
-                    return Err(self.add_exists_error(vip, e, &target).await);
-                }
-                Err(source) => {
-                    return Err(NetError::Netlink {
-                        op: "add address",
-                        target: target(),
-                        source,
-                    });
+                // Without the shared reads, each VIP the one-by-one way (its own errors).
+                _ => {
+                    self.add_or_refresh(*ifindex, *vip, *lifetime, skip_dad)
+                        .await
                 }
             };
-            if mode != TagMode::Unknown || existing || held == 0 {
-                return Ok(held);
-            }
-            // First address created by this process: did the kernel keep IFA_PROTO?
-            if self.kept_tag(ifindex, vip, &target).await? {
-                return Ok(held);
-            }
+            out.push(r);
         }
-        // Second pass failed to tag as well.
-        tag_for(TagMode::Label, vip, &link.name).map(|_| ())?;
-        Err(NetError::TagUnsupported {
-            vip,
-            ifname: link.name.clone(),
-            reason: "the kernel kept neither IFA_PROTO nor the label",
-        })
+        out
     }
 
     async fn remove(&self, ifindex: u32, vip: Vip) -> Result<(), NetError> {

@@ -5,9 +5,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::{self, Store};
-use futures::StreamExt;
 use tracing::{debug, info, warn};
 
 use super::publish::{ServiceEvent, StatusWriter, desired_ingress};

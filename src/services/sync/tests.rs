@@ -188,8 +188,12 @@ fn spec(addrs: &[IpAddr]) -> GroupSpec {
 async fn many_services_are_written_concurrently_within_the_bound() {
     let w = Recorder::default();
     w.latency_ms.store(20, Ordering::SeqCst);
-    let addrs: Vec<IpAddr> = (0..40).map(|i| ip(&format!("192.0.2.{}", 100 + i))).collect();
-    let keys: Vec<ServiceKey> = (0..40).map(|i| ServiceKey::new("default", &format!("s{i}"))).collect();
+    let addrs: Vec<IpAddr> = (0..40)
+        .map(|i| ip(&format!("192.0.2.{}", 100 + i)))
+        .collect();
+    let keys: Vec<ServiceKey> = (0..40)
+        .map(|i| ServiceKey::new("default", &format!("s{i}")))
+        .collect();
     let services = store(&[]);
     let ctx = status_ctx(&services, &w);
     let spec = GroupSpec {
@@ -212,7 +216,10 @@ async fn many_services_are_written_concurrently_within_the_bound() {
         }
     }
     assert_eq!(calls.len(), 120);
-    assert_eq!(w.most_in_flight.load(Ordering::SeqCst), STATUS_WRITES_IN_FLIGHT);
+    assert_eq!(
+        w.most_in_flight.load(Ordering::SeqCst),
+        STATUS_WRITES_IN_FLIGHT
+    );
     assert!(sync.retry.at.is_none());
 }
 
