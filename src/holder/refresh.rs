@@ -4,6 +4,10 @@
 use super::*;
 use crate::lease::{fence_overrun, fence_timeout};
 
+/// One VIP of a refresh: its index, interface, address and fence (`None`: removed; `Err`:
+/// the removal failed).
+type Refresh = (usize, LinkInfo, Vip, Result<Option<Lifetime>, NetError>);
+
 impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// After an acquire or renew: (re-)add every VIP with the full fence lifetime, and on
     /// acquire announce at once.
@@ -29,7 +33,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
         // First the fences, then one batch for the kernel (one read of the node's
         // addresses for all VIPs), then each VIP's outcome.
-        let mut batch: Vec<(usize, LinkInfo, Vip, Result<Option<Lifetime>, NetError>)> = Vec::new();
+        let mut batch: Vec<Refresh> = Vec::new();
         for i in 0..self.vips.len() {
             let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
                 continue;

@@ -192,7 +192,7 @@ async fn many_services_are_written_concurrently_within_the_bound() {
         .map(|i| ip(&format!("192.0.2.{}", 100 + i)))
         .collect();
     let keys: Vec<ServiceKey> = (0..40)
-        .map(|i| ServiceKey::new("default", &format!("s{i}")))
+        .map(|i| ServiceKey::new("default", format!("s{i}")))
         .collect();
     let services = store(&[]);
     let ctx = status_ctx(&services, &w);
