@@ -41,7 +41,7 @@ pub const GATE_HEALTH: &str = "health";
 
 /// Per-Service override of `svc_healthcheck`: an `http://` URL, `tcp:PORT`, `kube-proxy`,
 /// or `off`.
-pub const HEALTHCHECK_ANNOTATION: &str = "vipd.io/healthcheck";
+pub const HEALTHCHECK_ANNOTATION: &str = crate::services::plan::model::ANN_HEALTHCHECK;
 
 /// kube-proxy's health endpoint (`--healthz-bind-address`, default `0.0.0.0:10256`), what
 /// the value `kube-proxy` stands for.

@@ -136,7 +136,7 @@ pub(crate) fn leases_in_use(services: &[Arc<Service>], mode: &Mode) -> BTreeSet<
                     key: &i.key,
                     uid: i.uid.as_deref(),
                     etp_local: i.etp_local,
-                    names_nodes: i.names_nodes(),
+                    own_conditions: i.own_conditions(),
                     own: &own,
                     annotated: i.lease_name_from_annotation,
                 },
@@ -475,8 +475,9 @@ mod tests {
     /// Issue 28: under shard leases every current shard is in use (an empty one too: a
     /// shard keeps its lease), a shard beyond the count is not (it is collected once
     /// unchanged for its duration plus the grace), and the Services that cannot share a
-    /// shard keep theirs: an ETP Local Service its `vipd-local.` lease, a Service with a
-    /// `kube-vip.io/leaseName` its annotated lease; a Service's `kubevip-<name>` lease
+    /// shard keep theirs: an ETP Local Service, one with its own health check or a node
+    /// selector its `vipd-local.` lease, a Service with a `kube-vip.io/leaseName` its
+    /// annotated lease; a Service's `kubevip-<name>` lease
     /// from before the switch to shards is an orphan.
     #[test]
     fn under_shard_leases_every_shard_and_the_own_leases_are_in_use() {
@@ -496,10 +497,19 @@ mod tests {
                 "LoadBalancer",
                 &[(model::ANN_LEASE_NAME, "common")],
             ),
+            // Its own health check: one failing check must not move a whole shard.
+            svc(
+                "checked",
+                "LoadBalancer",
+                &[(model::ANN_HEALTHCHECK, "http://127.0.0.1:8080/ready")],
+            ),
+            svc("pinned", "LoadBalancer", &[("vipd.io/node-selector", "zone=a")]),
         ];
         let got = leases_in_use(&services, &Mode::Sharded(shards.clone()));
         let mut want: BTreeSet<LeaseRef> = shards.leases().collect();
         want.insert(lref("kube-system", "vipd-local.default.local"));
+        want.insert(lref("kube-system", "vipd-local.default.checked"));
+        want.insert(lref("kube-system", "vipd-local.default.pinned"));
         want.insert(lref("default", "common"));
         assert_eq!(got, want);
         let mut st = GcState::default();

@@ -257,7 +257,7 @@ pub(super) fn candidates(
             dhcp,
             dhcp_lease_marks: info.dhcp_lease_marks.clone(),
             uid: info.uid.clone(),
-            names_nodes: info.names_nodes(),
+            own_conditions: info.own_conditions(),
             lease_annotated: info.lease_name_from_annotation,
         });
     }

@@ -466,7 +466,7 @@ fn service_row(
                 key: &svc.key,
                 uid: svc.uid.as_deref(),
                 etp_local: svc.etp_local,
-                names_nodes: svc.names_nodes(),
+                own_conditions: svc.own_conditions(),
                 own: &own,
                 annotated: svc.lease_name_from_annotation,
             },

@@ -80,10 +80,11 @@ pub struct Candidate {
     /// `metadata.uid`: what places the Service on a shard lease ([`Shards::index_of`]);
     /// `None` (objects that never went through the API server): `namespace/name` does.
     pub uid: Option<String>,
-    /// The Service names the nodes that may announce it (a valid node selector or
-    /// preferred-nodes annotation): it cannot share a shard lease, whose candidates are
-    /// every node ([`service_lease`]).
-    pub names_nodes: bool,
+    /// The Service sets conditions of its own on who announces it (a valid node selector
+    /// or preferred-nodes annotation, or a health check of its own): it cannot share a
+    /// shard lease, whose candidates are every node and whose holder announces every
+    /// Service on it ([`service_lease`]).
+    pub own_conditions: bool,
     /// [`Candidate::lease`] came from kube-vip's `kube-vip.io/leaseName` annotation (a
     /// "common lease" the user chose): kept under shard leases too.
     pub lease_annotated: bool,
@@ -239,8 +240,8 @@ pub struct LeaseChoice<'a> {
     pub uid: Option<&'a str>,
     /// `externalTrafficPolicy: Local`.
     pub etp_local: bool,
-    /// It names its nodes ([`Candidate::names_nodes`]).
-    pub names_nodes: bool,
+    /// It sets conditions of its own ([`Candidate::own_conditions`]).
+    pub own_conditions: bool,
     /// Its per-Service lease (`kubevip-<name>` or the annotation's, in its namespace).
     pub own: &'a LeaseRef,
     /// `own` came from `kube-vip.io/leaseName`.
@@ -255,8 +256,9 @@ pub struct LeaseChoice<'a> {
 ///   ([`local_lease`]);
 /// * shard leases: a `kube-vip.io/leaseName` annotation's lease (the user grouped those
 ///   Services); a Service whose candidates are not every node (ETP Local, a node
-///   selector or preferred nodes) its [`local_lease`] (a shard's holder must be able to
-///   announce all of its Services); every other Service its shard ([`Shards::index_of`]
+///   selector or preferred nodes) or with a health check of its own, its [`local_lease`]
+///   (a shard's holder must be able to announce all of its Services, and one Service's
+///   failing check must not move them all); every other Service its shard ([`Shards::index_of`]
 ///   of its UID, else of `namespace/name`). Pure.
 pub fn service_lease(mode: &Mode, c: &LeaseChoice<'_>) -> LeaseRef {
     match mode {
@@ -264,7 +266,7 @@ pub fn service_lease(mode: &Mode, c: &LeaseChoice<'_>) -> LeaseRef {
         Mode::Global(l) if c.etp_local => local_lease(&l.namespace, c.key),
         Mode::Global(l) => l.clone(),
         Mode::Sharded(_) if c.annotated => c.own.clone(),
-        Mode::Sharded(s) if c.etp_local || c.names_nodes => local_lease(&s.namespace, c.key),
+        Mode::Sharded(s) if c.etp_local || c.own_conditions => local_lease(&s.namespace, c.key),
         Mode::Sharded(s) => match c.uid {
             Some(uid) => s.lease(s.index_of(uid)),
             None => s.lease(s.index_of(&format!("{}/{}", c.key.namespace, c.key.name))),
@@ -611,7 +613,7 @@ fn own_lease(svc: &Candidate, cfg: &PlanConfig) -> LeaseRef {
             key: &svc.key,
             uid: svc.uid.as_deref(),
             etp_local: svc.etp_local,
-            names_nodes: svc.names_nodes,
+            own_conditions: svc.own_conditions,
             own: &svc.lease,
             annotated: svc.lease_annotated,
         },
@@ -708,7 +710,7 @@ mod tests {
             dhcp: None,
             dhcp_lease_marks: Vec::new(),
             uid: Some(format!("uid-{name}")),
-            names_nodes: false,
+            own_conditions: false,
             lease_annotated: false,
         }
     }
@@ -998,7 +1000,7 @@ mod tests {
         let mut local = svc("local", 30, &["192.0.2.150"], &[(80, "TCP")]);
         local.etp_local = true;
         let mut picky = svc("picky", 31, &["192.0.2.151"], &[(80, "TCP")]);
-        picky.names_nodes = true;
+        picky.own_conditions = true;
         picky.not_here = Some(NotHere {
             reason: "node-selector",
             message: "labels do not match".into(),

@@ -49,6 +49,9 @@ pub(crate) const ANN_LOADBALANCER_HOSTNAME: &str = "kube-vip.io/loadbalancerHost
 /// service security (`enable_service_security`): traffic to its addresses is not filtered
 /// (kube-vip `ServiceSecurityIgnore`, pkg/kubevip/annotations.go).
 pub const ANN_IGNORE_SERVICE_SECURITY: &str = "kube-vip.io/ignore-service-security";
+/// The Service's own health check (vipd; `crate::services::health`), overriding the node's
+/// `svc_healthcheck`.
+pub const ANN_HEALTHCHECK: &str = "vipd.io/healthcheck";
 /// Prefix of the default per-Service lease name: `kubevip-<service name>` (kube-vip
 /// `lease.ServiceName` / `GetName`), in the Service's namespace.
 pub(crate) const LEASE_NAME_PREFIX: &str = "kubevip-";
@@ -455,15 +458,21 @@ pub(crate) struct ServiceInfo {
     /// Annotation [`crate::nodes::selector::PREFERRED_NODES_ANNOTATION`] (non-empty),
     /// parsed; `Err` holds the value and why it is not a list of node names.
     pub preferred_nodes: Option<Result<Vec<String>, (String, String)>>,
+    /// Annotation [`ANN_HEALTHCHECK`] is set (non-empty): the Service has a health check of
+    /// its own.
+    pub own_health_check: bool,
 }
 
 impl ServiceInfo {
-    /// Whether the Service names the nodes that may announce it: a valid node selector or
-    /// a non-empty preferred-nodes annotation (an invalid one is ignored with a Warning,
-    /// so it names none).
-    pub(crate) fn names_nodes(&self) -> bool {
+    /// Whether the Service sets conditions of its own on who announces it: a valid node
+    /// selector, a non-empty preferred-nodes annotation (an invalid one is ignored with a
+    /// Warning, so it names none), or a health check of its own (its failure hands the
+    /// Service over). Such a Service cannot share a shard lease: a shard's holder announces
+    /// every Service of the shard, and one Service's check would move them all.
+    pub(crate) fn own_conditions(&self) -> bool {
         matches!(self.node_selector, Some(Ok(_)))
             || matches!(&self.preferred_nodes, Some(Ok(n)) if !n.is_empty())
+            || self.own_health_check
     }
 }
 
@@ -547,6 +556,7 @@ pub(crate) fn service_info(svc: &Service) -> ServiceInfo {
                     .map_err(|e| (text.to_string(), e))
             },
         ),
+        own_health_check: annotation(svc, ANN_HEALTHCHECK).is_some(),
         key,
     }
 }

@@ -43,7 +43,7 @@ pub(crate) fn svc(name: &str, created: i64, addrs: &[&str], port: i32) -> Candid
         dhcp: None,
         dhcp_lease_marks: Vec::new(),
         uid: Some(format!("uid-{name}")),
-        names_nodes: false,
+        own_conditions: false,
         lease_annotated: false,
     }
 }
