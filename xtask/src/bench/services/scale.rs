@@ -6,11 +6,11 @@ use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Result, anyhow};
 use xtask::lab::NODES;
 
 use super::context::{Bench, NodeSample};
-use super::http::{Answer, poll_until_answer};
+use super::http::{Answer, http_answer};
 use super::*;
 use crate::bench::harness::CREATE_THREADS;
 use crate::bench::harness::procfs::{cpu_percent, proc_status};
@@ -48,54 +48,75 @@ struct ScaleRun {
     failures: Mutex<Vec<String>>,
 }
 
-/// Creates a Service per address from [`CREATE_THREADS`] threads, each followed by a poller
-/// thread that waits (up to `limit` after the create) for its first answer.
+/// Threads polling the Services not answered yet (each attempt opens a connection with a
+/// 200 ms connect timeout): a thread per Service overloaded the 2-core VM at 10 000
+/// Services (load average 140-430) and measured the bench more than vipd.
+const POLLERS: usize = 64;
+
+/// A Service waiting for its first answer: its index, address, when its create returned and
+/// when it may be tried next.
+struct Pending {
+    i: usize,
+    addr: SocketAddr,
+    created: Instant,
+    next: Instant,
+}
+
+/// Creates a Service per address from [`CREATE_THREADS`] threads; [`POLLERS`] threads try
+/// the created ones not answered yet, each at most once per [`POLL_INTERVAL`], until it
+/// answers or `limit` after its create passed.
 fn scale_create(b: &Bench, addrs: &[IpAddr], limit: Duration) -> Result<ScaleRun> {
     let created: Vec<OnceLock<Instant>> = (0..addrs.len()).map(|_| OnceLock::new()).collect();
     let answered: Vec<OnceLock<Answer>> = (0..addrs.len()).map(|_| OnceLock::new()).collect();
     let failures: Mutex<Vec<String>> = Mutex::new(Vec::new());
+    let pending: Mutex<std::collections::VecDeque<Pending>> = Mutex::new(Default::default());
     let t0 = Instant::now();
     let create_done: OnceLock<Instant> = OnceLock::new();
+    let fail = |msg: String| {
+        if let Ok(mut f) = failures.lock() {
+            f.push(msg);
+        }
+    };
     b.in_client(|| {
         std::thread::scope(|s| -> Result<()> {
+            let mut pollers = Vec::new();
+            for _ in 0..POLLERS {
+                let (answered, pending, create_done, fail) =
+                    (&answered, &pending, &create_done, &fail);
+                pollers.push(s.spawn(move || {
+                    poll_pending(pending, answered, create_done, limit, fail)
+                }));
+            }
             let mut creators = Vec::new();
             for k in 0..CREATE_THREADS {
-                let (created, answered, failures) = (&created, &answered, &failures);
-                creators.push(s.spawn(move || -> Result<()> {
+                let (created, pending, fail) = (&created, &pending, &fail);
+                creators.push(s.spawn(move || {
                     for i in (k..addrs.len()).step_by(CREATE_THREADS) {
                         let addr = addrs[i];
                         if !b.create(&format!("scale-{i}"), addr) {
-                            if let Ok(mut f) = failures.lock() {
-                                f.push(format!("scale-{i}: create failed"));
-                            }
+                            fail(format!("scale-{i}: create failed"));
                             continue;
                         }
                         let at = Instant::now();
                         let _ = created[i].set(at);
-                        std::thread::Builder::new()
-                            .name(format!("poll-{i}"))
-                            .stack_size(128 * 1024)
-                            .spawn_scoped(s, move || {
-                                match poll_until_answer(SocketAddr::new(addr, 80), at + limit) {
-                                    Ok(a) => {
-                                        let _ = answered[i].set(a);
-                                    }
-                                    Err(e) => {
-                                        if let Ok(mut f) = failures.lock() {
-                                            f.push(e.to_string());
-                                        }
-                                    }
-                                }
-                            })
-                            .context("spawn a poller thread")?;
+                        if let Ok(mut q) = pending.lock() {
+                            q.push_back(Pending {
+                                i,
+                                addr: SocketAddr::new(addr, 80),
+                                created: at,
+                                next: at,
+                            });
+                        }
                     }
-                    Ok(())
                 }));
             }
             for c in creators {
-                c.join().map_err(|_| anyhow!("creator thread panicked"))??;
+                c.join().map_err(|_| anyhow!("creator thread panicked"))?;
             }
             let _ = create_done.set(Instant::now());
+            for p in pollers {
+                p.join().map_err(|_| anyhow!("poller thread panicked"))?;
+            }
             Ok(())
         })
     })??;
@@ -107,6 +128,49 @@ fn scale_create(b: &Bench, addrs: &[IpAddr], limit: Duration) -> Result<ScaleRun
         answered,
         failures,
     })
+}
+
+/// One poller of [`scale_create`]: takes the Service due first, tries it once, records
+/// its answer or puts it back for its next try; ends when creation is done and nothing is
+/// pending.
+fn poll_pending(
+    pending: &Mutex<std::collections::VecDeque<Pending>>,
+    answered: &[OnceLock<Answer>],
+    create_done: &OnceLock<Instant>,
+    limit: Duration,
+    fail: &(dyn Fn(String) + Sync),
+) {
+    loop {
+        let next = pending.lock().ok().and_then(|mut q| q.pop_front());
+        let Some(mut p) = next else {
+            if create_done.get().is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+            continue;
+        };
+        if let Some(wait) = p.next.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let started = Instant::now();
+        match http_answer(p.addr) {
+            Ok(node) => {
+                let _ = answered[p.i].set(Answer {
+                    at: Instant::now(),
+                    node,
+                });
+            }
+            Err(e) if started >= p.created + limit => {
+                fail(format!("{} never answered (last error: {e})", p.addr));
+            }
+            Err(_) => {
+                p.next = started + POLL_INTERVAL;
+                if let Ok(mut q) = pending.lock() {
+                    q.push_back(p);
+                }
+            }
+        }
+    }
 }
 
 /// Prints the creation phase: rate, time until all answered, per-Service latency, the
