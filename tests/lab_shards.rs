@@ -247,10 +247,7 @@ fn s62_shards_carry_their_services_spread_fail_over_and_drain() {
         log.contains("lease released"),
         "no graceful release:\n{log}"
     );
-    for p in &mut procs {
-        let _ = p.signal(Signal::SIGTERM);
-        let _ = p.wait_timeout(Duration::from_secs(10));
-    }
+    stop_all(&mut procs);
 }
 
 #[test]
@@ -305,8 +302,5 @@ fn s63_a_shard_count_change_moves_services_with_one_carrier_throughout() {
     wait_until("shard 3's lease released", LIMIT, || {
         lease_holder(&lab, SHARD_NS, "vipd-services-shard-3").is_none_or(|h| h.is_empty())
     });
-    for p in &mut procs {
-        let _ = p.signal(Signal::SIGTERM);
-        let _ = p.wait_timeout(Duration::from_secs(10));
-    }
+    stop_all(&mut procs);
 }

@@ -503,7 +503,11 @@ mod tests {
                 "LoadBalancer",
                 &[(model::ANN_HEALTHCHECK, "http://127.0.0.1:8080/ready")],
             ),
-            svc("pinned", "LoadBalancer", &[("vipd.io/node-selector", "zone=a")]),
+            svc(
+                "pinned",
+                "LoadBalancer",
+                &[("vipd.io/node-selector", "zone=a")],
+            ),
         ];
         let got = leases_in_use(&services, &Mode::Sharded(shards.clone()));
         let mut want: BTreeSet<LeaseRef> = shards.leases().collect();

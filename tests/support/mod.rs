@@ -705,3 +705,12 @@ pub fn set_conditions(lab: &Lab, name: &str, ready: bool, network_unavailable: O
         .expect("patch node status");
     assert_eq!(r.status, 200, "node {name} status: {}", r.body);
 }
+
+/// Stops every process of `procs` gracefully (SIGTERM, then up to 10 s each to exit), as a
+/// test's last step; errors are ignored (a process may have ended already).
+pub fn stop_all(procs: &mut [LabProcess]) {
+    for p in procs.iter_mut() {
+        let _ = p.signal(xtask::lab::Signal::SIGTERM);
+        let _ = p.wait_timeout(Duration::from_secs(10));
+    }
+}

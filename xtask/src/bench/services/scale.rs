@@ -83,9 +83,9 @@ fn scale_create(b: &Bench, addrs: &[IpAddr], limit: Duration) -> Result<ScaleRun
             for _ in 0..POLLERS {
                 let (answered, pending, create_done, fail) =
                     (&answered, &pending, &create_done, &fail);
-                pollers.push(s.spawn(move || {
-                    poll_pending(pending, answered, create_done, limit, fail)
-                }));
+                pollers.push(
+                    s.spawn(move || poll_pending(pending, answered, create_done, limit, fail)),
+                );
             }
             let mut creators = Vec::new();
             for k in 0..CREATE_THREADS {
