@@ -7,8 +7,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
+use crate::kube::calls::at_most;
 use k8s_openapi::api::core::v1::Service;
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -666,25 +665,6 @@ async fn write_one<'a, A: ServiceApi>(
 /// Posts one queued Event.
 async fn post_one<A: ServiceApi>(api: &A, key: ObjectKey, uid: String, event: Event) {
     api.event(&key, &uid, &event).await;
-}
-
-/// Runs `calls`, at most `limit` at once, in order of starting; their outputs in order of
-/// finishing.
-async fn at_most<F: Future>(limit: usize, calls: Vec<F>) -> Vec<F::Output> {
-    let mut calls = calls.into_iter();
-    let mut running = FuturesUnordered::new();
-    let mut done = Vec::new();
-    loop {
-        while running.len() < limit.max(1) {
-            let Some(call) = calls.next() else { break };
-            running.push(call);
-        }
-        let Some(finished) = running.next().await else {
-            break;
-        };
-        done.push(finished);
-    }
-    done
 }
 
 /// An Event of the allocator (action `Allocate`).

@@ -3,6 +3,7 @@
 //! annotation names of `type: LoadBalancer` Services ([`service`]).
 
 pub mod api;
+pub mod calls;
 pub mod client;
 pub mod events;
 pub mod key;

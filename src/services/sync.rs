@@ -5,12 +5,12 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::{self, Store};
 use tracing::{debug, info, warn};
 
 use super::publish::{ServiceEvent, StatusWriter, desired_ingress};
+use crate::kube::calls::at_most;
 use crate::net::conflict::fmt_mac;
 use crate::services::plan::desired::Plan;
 use crate::services::plan::model::{self, ServiceKey};
@@ -400,10 +400,7 @@ impl StatusSync {
         // hundreds of Services (a shard lease) wrote them one after another, and its next
         // change of VIPs waited for the last write.
         let writes: Vec<_> = writes.into_iter().map(|w| w.apply(ctx)).collect();
-        let done: Vec<(Write, bool)> = futures::stream::iter(writes)
-            .buffer_unordered(STATUS_WRITES_IN_FLIGHT)
-            .collect()
-            .await;
+        let done = at_most(STATUS_WRITES_IN_FLIGHT, writes).await;
         let mut ok = true;
         for (w, done_ok) in done {
             ok &= done_ok;
@@ -425,10 +422,7 @@ impl StatusSync {
             .iter()
             .map(|(key, (uid, ev))| post_event(ctx, key.clone(), uid.clone(), ev.clone()))
             .collect();
-        let results: Vec<(ServiceKey, bool)> = futures::stream::iter(posts)
-            .buffer_unordered(STATUS_WRITES_IN_FLIGHT)
-            .collect()
-            .await;
+        let results = at_most(STATUS_WRITES_IN_FLIGHT, posts).await;
         let mut ok = true;
         for (key, posted) in results {
             if posted {
