@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
-use crate::services::plan::desired::{LeaseChoice, LeaseRef, Mode, service_lease};
+use crate::services::plan::desired::{LeaseRef, Mode, info_lease};
 use crate::services::plan::model;
 
 /// Label key marking objects vipd manages (Kubernetes recommended labels).
@@ -125,23 +125,7 @@ pub(crate) fn leases_in_use(services: &[Arc<Service>], mode: &Mode) -> BTreeSet<
         .iter()
         .map(|s| model::service_info(s))
         .filter(|i| i.is_load_balancer)
-        .map(|i| {
-            let own = LeaseRef {
-                namespace: i.key.namespace.clone(),
-                name: i.lease_name.clone(),
-            };
-            service_lease(
-                mode,
-                &LeaseChoice {
-                    key: &i.key,
-                    uid: i.uid.as_deref(),
-                    etp_local: i.etp_local,
-                    own_conditions: i.own_conditions(),
-                    own: &own,
-                    annotated: i.lease_name_from_annotation,
-                },
-            )
-        })
+        .map(|i| info_lease(mode, &i))
         .collect();
     if let Mode::Sharded(s) = mode {
         out.extend(s.leases());

@@ -12,7 +12,7 @@ use tracing::debug;
 
 use super::Settings;
 use crate::net::Kernel;
-use crate::services::plan::desired::{self, Candidate, LeaseRef, NotHere};
+use crate::services::plan::desired::{self, Candidate, NotHere};
 use crate::services::plan::model::{self, DhcpRequest, Selection, ServiceInfo};
 use crate::services::plan::notes::Note;
 
@@ -250,10 +250,7 @@ pub(super) fn candidates(
             etp_local: info.etp_local,
             local_endpoint,
             interface: info.interface.clone(),
-            lease: LeaseRef {
-                namespace: info.key.namespace.clone(),
-                name: info.lease_name.clone(),
-            },
+            lease: info.own_lease(),
             dhcp,
             dhcp_lease_marks: info.dhcp_lease_marks.clone(),
             uid: info.uid.clone(),

@@ -454,22 +454,12 @@ fn service_row(
     ingress: &[String],
     now: Timestamp,
 ) -> VipStatus {
-    let own = LeaseRef {
-        namespace: svc.key.namespace.clone(),
-        name: svc.lease_name.clone(),
-    };
+    let own = svc.own_lease();
     // Under shard leases, the planner's rule places it (its shard, or its own lease).
     let sharded = view.shards.as_ref().map(|s| {
-        crate::services::plan::desired::service_lease(
+        crate::services::plan::desired::info_lease(
             &crate::services::plan::desired::Mode::Sharded(s.clone()),
-            &crate::services::plan::desired::LeaseChoice {
-                key: &svc.key,
-                uid: svc.uid.as_deref(),
-                etp_local: svc.etp_local,
-                own_conditions: svc.own_conditions(),
-                own: &own,
-                annotated: svc.lease_name_from_annotation,
-            },
+            svc,
         )
     });
     // A Local Service's own lease beside the global one (one lease for all).

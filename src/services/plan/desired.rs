@@ -605,6 +605,22 @@ fn place_service(
     }
 }
 
+/// The lease a Service described by `info` campaigns under in `mode` ([`service_lease`]):
+/// what the orphan collector and `vipd status` compute from the Service objects.
+pub(crate) fn info_lease(mode: &Mode, info: &super::model::ServiceInfo) -> LeaseRef {
+    service_lease(
+        mode,
+        &LeaseChoice {
+            key: &info.key,
+            uid: info.uid.as_deref(),
+            etp_local: info.etp_local,
+            own_conditions: info.own_conditions(),
+            own: &info.own_lease(),
+            annotated: info.lease_name_from_annotation,
+        },
+    )
+}
+
 /// The lease `svc` campaigns under ([`service_lease`]).
 fn own_lease(svc: &Candidate, cfg: &PlanConfig) -> LeaseRef {
     service_lease(

@@ -464,6 +464,14 @@ pub(crate) struct ServiceInfo {
 }
 
 impl ServiceInfo {
+    /// Its own lease under per-Service election: [`Self::lease_name`] in its namespace.
+    pub(crate) fn own_lease(&self) -> crate::kube::ObjectKey {
+        crate::kube::ObjectKey {
+            namespace: self.key.namespace.clone(),
+            name: self.lease_name.clone(),
+        }
+    }
+
     /// Whether the Service sets conditions of its own on who announces it: a valid node
     /// selector, a non-empty preferred-nodes annotation (an invalid one is ignored with a
     /// Warning, so it names none), or a health check of its own (its failure hands the
