@@ -160,16 +160,53 @@ impl Bench {
         extra: &[(&str, &str)],
         prepare: impl FnOnce(&Lab) -> Result<()>,
     ) -> Result<Bench> {
+        let mut b = Bench::start_lab(verbose, prepare)?;
+        b.spawn_vipd(vipd, extra)?;
+        b.wait_ready()?;
+        Ok(b)
+    }
+
+    /// Starts a lab with HTTP backends and runs `prepare` on it, without any vipd: start
+    /// them with [`Bench::spawn_vipd`] (then [`Bench::wait_ready`]).
+    ///
+    /// # Errors
+    /// When the lab cannot start or `prepare` fails.
+    pub fn start_lab(verbose: bool, prepare: impl FnOnce(&Lab) -> Result<()>) -> Result<Bench> {
         let lab = Lab::start(LabOptions {
             http_backends: true,
             ..LabOptions::default()
         })?;
         prepare(&lab)?;
         let api = lab.admin_client(SocketAddr::new(IpAddr::V4(lab::API_IP), lab::API_PORT))?;
-        let mut procs = Vec::new();
+        Ok(Bench {
+            lab,
+            procs: Vec::new(),
+            api,
+            stats: ApiStats::default(),
+            verbose,
+        })
+    }
+
+    /// Spawns vipd in Services mode on every node ([`services_mode_env`], then `extra`, then
+    /// `VIPD_BENCH_ENV`; `VIPD_BENCH_WRAP` as documented in docs/services-bench.md) and
+    /// returns at once, without waiting for them to be ready ([`Bench::wait_ready`]).
+    /// Returns the instant just before the first spawn.
+    ///
+    /// # Errors
+    /// When a vipd cannot be started (those already started are stopped).
+    pub fn spawn_vipd(&mut self, vipd: &Path, extra: &[(&str, &str)]) -> Result<Instant> {
+        let lab = &self.lab;
+        let mut envs = Vec::new();
         for node in NODES {
-            let kubeconfig = lab.kubeconfig(node)?.to_string_lossy().into_owned();
-            let env: Vec<(&str, &str)> = services_mode_env(node, &kubeconfig);
+            envs.push((node, lab.kubeconfig(node)?.to_string_lossy().into_owned()));
+        }
+        let from_env = std::env::var("VIPD_BENCH_ENV").unwrap_or_default();
+        let wrap = std::env::var("VIPD_BENCH_WRAP").unwrap_or_default();
+        let t0 = Instant::now();
+        let mut procs = Vec::new();
+        for (node, kubeconfig) in &envs {
+            let node = *node;
+            let env: Vec<(&str, &str)> = services_mode_env(node, kubeconfig);
             // Extra vipd settings for a run, e.g. Service lease timings:
             // VIPD_BENCH_ENV="svc_leaseduration=9,svc_renewdeadline=6,svc_retryperiod=3"
             let mut env = env;
@@ -177,7 +214,6 @@ impl Bench {
                 env.retain(|(ek, _)| ek != k);
                 env.push((*k, *v));
             }
-            let from_env = std::env::var("VIPD_BENCH_ENV").unwrap_or_default();
             for kv in from_env.split(',').filter(|kv| !kv.is_empty()) {
                 let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
                 env.retain(|(ek, _)| *ek != k);
@@ -186,7 +222,6 @@ impl Bench {
             // Profiling: VIPD_BENCH_WRAP="heaptrack -o /tmp/vipd-a" runs node-a's vipd under
             // that command; with `{node}` in it ("heaptrack -o /tmp/hp-{node}") every node's.
             // RSS figures of wrapped nodes are the wrapper's, not vipd's.
-            let wrap = std::env::var("VIPD_BENCH_WRAP").unwrap_or_default();
             let wrapped = !wrap.trim().is_empty() && (node == NODES[0] || wrap.contains("{node}"));
             let proc = if wrapped {
                 let wrap = wrap.replace("{node}", node);
@@ -200,15 +235,8 @@ impl Bench {
             };
             procs.push((node.to_string(), proc));
         }
-        let b = Bench {
-            lab,
-            procs,
-            api,
-            stats: ApiStats::default(),
-            verbose,
-        };
-        b.wait_ready()?;
-        Ok(b)
+        self.procs.extend(procs);
+        Ok(t0)
     }
 
     /// Prints `s` (indented) when the run is verbose.
@@ -218,8 +246,24 @@ impl Bench {
         }
     }
 
-    /// Waits until every vipd answers /healthz and logged that it watches Services.
+    /// Waits until every vipd is healthy ([`Bench::wait_healthy`]), then 1 s more for the
+    /// Service and Endpoints reflectors' first lists.
+    ///
+    /// # Errors
+    /// As [`Bench::wait_healthy`].
     pub fn wait_ready(&self) -> Result<()> {
+        self.wait_healthy()?;
+        // The Service and Endpoints reflectors list right after that line; let them.
+        std::thread::sleep(Duration::from_secs(1));
+        Ok(())
+    }
+
+    /// Waits until every vipd answers /healthz and logged that it watches Services (30 s at
+    /// most).
+    ///
+    /// # Errors
+    /// When a vipd is not there after 30 s, with the end of its log.
+    pub fn wait_healthy(&self) -> Result<()> {
         let deadline = Instant::now() + Duration::from_secs(30);
         for (node, p) in &self.procs {
             loop {
@@ -238,8 +282,6 @@ impl Bench {
                 std::thread::sleep(Duration::from_millis(100));
             }
         }
-        // The Service and Endpoints reflectors list right after that line; let them.
-        std::thread::sleep(Duration::from_secs(1));
         Ok(())
     }
 

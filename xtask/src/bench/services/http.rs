@@ -1,10 +1,13 @@
 //! HTTP probing of Service addresses from the client namespace.
 
+use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow, bail};
 
 use super::{CONNECT_TIMEOUT, POLL_INTERVAL, READ_TIMEOUT};
 
@@ -85,4 +88,152 @@ pub fn poll_until_answer(addr: SocketAddr, deadline: Instant) -> Result<Answer> 
     }
 }
 
-// ----- the bench context -------------------------------------------------------------------
+/// Threads of a [`Poller`] (each attempt opens a connection with a [`CONNECT_TIMEOUT`]
+/// connect timeout): a thread per Service overloaded the 2-core VM at 10 000 Services (load
+/// average 140-430) and measured the bench more than vipd.
+pub const POLLERS: usize = 64;
+
+/// A Service waiting for its first answer: its index, address, the instant its wait is
+/// measured from and when it may be tried next.
+struct Pending {
+    i: usize,
+    addr: SocketAddr,
+    start: Instant,
+    next: Instant,
+}
+
+/// The bounded poller of the scale and coldstart scenarios: [`POLLERS`] threads share the
+/// Services not answered yet, each Service tried at most once per [`POLL_INTERVAL`] (see
+/// [`http_answer`]) until it answers or `limit` after its start instant passed. Services
+/// are added with [`Poller::add`] (before or while [`Poller::run`] runs);
+/// [`Poller::close`] says that no more will come.
+pub struct Poller {
+    limit: Duration,
+    pending: Mutex<VecDeque<Pending>>,
+    closed: AtomicBool,
+    abandoned: AtomicBool,
+    /// Each Service's first answer by index (unset: none within the limit, or never added).
+    pub answered: Vec<OnceLock<Answer>>,
+    failures: Mutex<Vec<String>>,
+    attempts: AtomicU64,
+}
+
+impl Poller {
+    /// A poller for Services `0..n`, each given `limit` from its start instant.
+    pub fn new(n: usize, limit: Duration) -> Poller {
+        Poller {
+            limit,
+            pending: Mutex::new(VecDeque::new()),
+            closed: AtomicBool::new(false),
+            abandoned: AtomicBool::new(false),
+            answered: (0..n).map(|_| OnceLock::new()).collect(),
+            failures: Mutex::new(Vec::new()),
+            attempts: AtomicU64::new(0),
+        }
+    }
+
+    /// Adds Service `i` (below the poller's `n`) at `addr`, its wait measured from `start`.
+    pub fn add(&self, i: usize, addr: SocketAddr, start: Instant) {
+        if let Ok(mut q) = self.pending.lock() {
+            q.push_back(Pending {
+                i,
+                addr,
+                start,
+                next: start,
+            });
+        }
+    }
+
+    /// Adds every `(index, address, start instant)` of `list` ([`Poller::add`]).
+    pub fn add_all(&self, list: impl IntoIterator<Item = (usize, SocketAddr, Instant)>) {
+        for (i, addr, start) in list {
+            self.add(i, addr, start);
+        }
+    }
+
+    /// No more Services will be added: [`Poller::run`] returns once the pending ones are done.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+    }
+
+    /// Drops every pending Service and closes: [`Poller::run`] returns after the attempts
+    /// in flight.
+    pub fn abandon(&self) {
+        self.abandoned.store(true, Ordering::SeqCst);
+        self.close();
+        if let Ok(mut q) = self.pending.lock() {
+            q.clear();
+        }
+    }
+
+    /// Records a failure (the poller's own: a Service that never answered; or the caller's).
+    pub fn fail(&self, msg: String) {
+        if let Ok(mut f) = self.failures.lock() {
+            f.push(msg);
+        }
+    }
+
+    /// The failures recorded so far, in order.
+    pub fn failures(&self) -> Vec<String> {
+        self.failures.lock().map(|f| f.clone()).unwrap_or_default()
+    }
+
+    /// Connection attempts made so far.
+    pub fn attempts(&self) -> u64 {
+        self.attempts.load(Ordering::Relaxed)
+    }
+
+    /// Runs [`POLLERS`] threads until the poller is closed and nothing is pending. Must run
+    /// inside the client's namespace (the threads it spawns stay there).
+    ///
+    /// # Errors
+    /// When a poller thread panicked.
+    pub fn run(&self) -> Result<()> {
+        std::thread::scope(|s| {
+            let threads: Vec<_> = (0..POLLERS).map(|_| s.spawn(|| self.poll())).collect();
+            for t in threads {
+                t.join().map_err(|_| anyhow!("poller thread panicked"))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// One poller thread: takes the Service due first, tries it once, records its answer or
+    /// puts it back for its next try; ends when the poller is closed and nothing is pending.
+    fn poll(&self) {
+        while !self.abandoned.load(Ordering::SeqCst) {
+            let next = self.pending.lock().ok().and_then(|mut q| q.pop_front());
+            let Some(mut p) = next else {
+                if self.closed.load(Ordering::SeqCst) {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(2));
+                continue;
+            };
+            if let Some(wait) = p.next.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait);
+            }
+            let started = Instant::now();
+            self.attempts.fetch_add(1, Ordering::Relaxed);
+            match http_answer(p.addr) {
+                Ok(node) => {
+                    if let Some(a) = self.answered.get(p.i) {
+                        let _ = a.set(Answer {
+                            at: Instant::now(),
+                            node,
+                        });
+                    }
+                }
+                Err(e) if started >= p.start + self.limit => {
+                    self.fail(format!("{} never answered (last error: {e})", p.addr));
+                }
+                Err(_) => {
+                    p.next = started + POLL_INTERVAL;
+                    if let Ok(mut q) = self.pending.lock() {
+                        q.push_back(p);
+                    }
+                }
+            }
+        }
+    }
+}

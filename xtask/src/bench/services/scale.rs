@@ -3,14 +3,14 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
 use xtask::lab::NODES;
 
 use super::context::{Bench, NodeSample};
-use super::http::{Answer, http_answer};
+use super::http::{Answer, Poller};
 use super::*;
 use crate::bench::harness::CREATE_THREADS;
 use crate::bench::harness::procfs::{cpu_percent, proc_status};
@@ -38,86 +38,35 @@ struct ScaleRun {
     /// Just before the first create call.
     t0: Instant,
     /// When the last create call returned.
-    create_done: OnceLock<Instant>,
+    create_done: Instant,
     /// When every poller had finished.
     all_done: Instant,
     /// When each Service's create call returned (unset: it failed).
     created: Vec<OnceLock<Instant>>,
-    /// Each Service's first answer (unset: none within the limit).
-    answered: Vec<OnceLock<Answer>>,
-    failures: Mutex<Vec<String>>,
+    /// Each Service's first answer and the failures (creates too).
+    poller: Poller,
 }
 
-/// Threads polling the Services not answered yet (each attempt opens a connection with a
-/// 200 ms connect timeout): a thread per Service overloaded the 2-core VM at 10 000
-/// Services (load average 140-430) and measured the bench more than vipd.
-const POLLERS: usize = 64;
-
-/// A Service waiting for its first answer: its index, address, when its create returned and
-/// when it may be tried next.
-struct Pending {
-    i: usize,
-    addr: SocketAddr,
-    created: Instant,
-    next: Instant,
-}
-
-/// Creates a Service per address from [`CREATE_THREADS`] threads; [`POLLERS`] threads try
-/// the created ones not answered yet, each at most once per [`POLL_INTERVAL`], until it
-/// answers or `limit` after its create passed.
+/// Creates a Service per address ([`create_services`]); a [`Poller`] tries the created ones
+/// not answered yet until each answers or `limit` after its create passed.
 fn scale_create(b: &Bench, addrs: &[IpAddr], limit: Duration) -> Result<ScaleRun> {
-    let created: Vec<OnceLock<Instant>> = (0..addrs.len()).map(|_| OnceLock::new()).collect();
-    let answered: Vec<OnceLock<Answer>> = (0..addrs.len()).map(|_| OnceLock::new()).collect();
-    let failures: Mutex<Vec<String>> = Mutex::new(Vec::new());
-    let pending: Mutex<std::collections::VecDeque<Pending>> = Mutex::new(Default::default());
+    let poller = Poller::new(addrs.len(), limit);
     let t0 = Instant::now();
-    let create_done: OnceLock<Instant> = OnceLock::new();
-    let fail = |msg: String| {
-        if let Ok(mut f) = failures.lock() {
-            f.push(msg);
-        }
-    };
-    b.in_client(|| {
-        std::thread::scope(|s| -> Result<()> {
-            let mut pollers = Vec::new();
-            for _ in 0..POLLERS {
-                let (answered, pending, create_done, fail) =
-                    (&answered, &pending, &create_done, &fail);
-                pollers.push(
-                    s.spawn(move || poll_pending(pending, answered, create_done, limit, fail)),
-                );
-            }
-            let mut creators = Vec::new();
-            for k in 0..CREATE_THREADS {
-                let (created, pending, fail) = (&created, &pending, &fail);
-                creators.push(s.spawn(move || {
-                    for i in (k..addrs.len()).step_by(CREATE_THREADS) {
-                        let addr = addrs[i];
-                        if !b.create(&format!("scale-{i}"), addr) {
-                            fail(format!("scale-{i}: create failed"));
-                            continue;
-                        }
-                        let at = Instant::now();
-                        let _ = created[i].set(at);
-                        if let Ok(mut q) = pending.lock() {
-                            q.push_back(Pending {
-                                i,
-                                addr: SocketAddr::new(addr, 80),
-                                created: at,
-                                next: at,
-                            });
-                        }
-                    }
-                }));
-            }
-            for c in creators {
-                c.join().map_err(|_| anyhow!("creator thread panicked"))?;
-            }
-            let _ = create_done.set(Instant::now());
-            for p in pollers {
-                p.join().map_err(|_| anyhow!("poller thread panicked"))?;
-            }
-            Ok(())
+    let (created, create_done) = b.in_client(|| {
+        std::thread::scope(|s| -> Result<_> {
+            let polling = s.spawn(|| poller.run());
+            let created = create_services(
+                b,
+                addrs,
+                &|i, addr, at| poller.add(i, SocketAddr::new(addr, 80), at),
+                &|msg| poller.fail(msg),
+            );
+            let create_done = Instant::now();
+            poller.close();
+            polling
+                .join()
+                .map_err(|_| anyhow!("poller thread panicked"))??;
+            Ok((created?, create_done))
         })
     })??;
     Ok(ScaleRun {
@@ -125,50 +74,65 @@ fn scale_create(b: &Bench, addrs: &[IpAddr], limit: Duration) -> Result<ScaleRun
         create_done,
         all_done: Instant::now(),
         created,
-        answered,
-        failures,
+        poller,
     })
 }
 
-/// One poller of [`scale_create`]: takes the Service due first, tries it once, records
-/// its answer or puts it back for its next try; ends when creation is done and nothing is
-/// pending.
-fn poll_pending(
-    pending: &Mutex<std::collections::VecDeque<Pending>>,
-    answered: &[OnceLock<Answer>],
-    create_done: &OnceLock<Instant>,
-    limit: Duration,
+/// Creates `scale-<i>` with address `addrs[i]`, for every `i`, from [`CREATE_THREADS`]
+/// threads (thread `k` creates `k`, `k + CREATE_THREADS`, ...); must run inside the client
+/// namespace. Calls `on_created(i, address, instant its create returned)` for each Service
+/// created and `fail` for each create that failed. Returns when each Service's create
+/// returned (unset: it failed).
+///
+/// # Errors
+/// When a creator thread panicked.
+pub(super) fn create_services(
+    b: &Bench,
+    addrs: &[IpAddr],
+    on_created: &(dyn Fn(usize, IpAddr, Instant) + Sync),
     fail: &(dyn Fn(String) + Sync),
-) {
-    loop {
-        let next = pending.lock().ok().and_then(|mut q| q.pop_front());
-        let Some(mut p) = next else {
-            if create_done.get().is_some() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-            continue;
-        };
-        if let Some(wait) = p.next.checked_duration_since(Instant::now()) {
-            std::thread::sleep(wait);
-        }
-        let started = Instant::now();
-        match http_answer(p.addr) {
-            Ok(node) => {
-                let _ = answered[p.i].set(Answer {
-                    at: Instant::now(),
-                    node,
-                });
-            }
-            Err(e) if started >= p.created + limit => {
-                fail(format!("{} never answered (last error: {e})", p.addr));
-            }
-            Err(_) => {
-                p.next = started + POLL_INTERVAL;
-                if let Ok(mut q) = pending.lock() {
-                    q.push_back(p);
+) -> Result<Vec<OnceLock<Instant>>> {
+    let created: Vec<OnceLock<Instant>> = (0..addrs.len()).map(|_| OnceLock::new()).collect();
+    std::thread::scope(|s| {
+        let mut creators = Vec::new();
+        for k in 0..CREATE_THREADS {
+            let created = &created;
+            creators.push(s.spawn(move || {
+                for i in (k..addrs.len()).step_by(CREATE_THREADS) {
+                    let addr = addrs[i];
+                    if !b.create(&format!("scale-{i}"), addr) {
+                        fail(format!("scale-{i}: create failed"));
+                        continue;
+                    }
+                    let at = Instant::now();
+                    let _ = created[i].set(at);
+                    on_created(i, addr, at);
                 }
-            }
+            }));
+        }
+        for c in creators {
+            c.join().map_err(|_| anyhow!("creator thread panicked"))?;
+        }
+        Ok(())
+    })
+    .map(|()| created)
+}
+
+/// How many first answers came from each node.
+pub(super) fn answered_by(answered: &[OnceLock<Answer>]) -> BTreeMap<String, usize> {
+    let mut by_node: BTreeMap<String, usize> = BTreeMap::new();
+    for a in answered.iter().filter_map(OnceLock::get) {
+        *by_node.entry(a.node.clone()).or_default() += 1;
+    }
+    by_node
+}
+
+/// Prints how many failures there were and the first five.
+pub(super) fn print_failures(fails: &[String]) {
+    if !fails.is_empty() {
+        println!("  {} failures, first ones:", fails.len());
+        for f in fails.iter().take(5) {
+            println!("    {f}");
         }
     }
 }
@@ -176,27 +140,17 @@ fn poll_pending(
 /// Prints the creation phase: rate, time until all answered, per-Service latency, the
 /// answering nodes and the first failures.
 fn print_scale_creation(b: &Bench, n: usize, run: &ScaleRun) {
+    let answered = &run.poller.answered;
     let created_n = run.created.iter().filter(|c| c.get().is_some()).count();
-    let answered_n = run.answered.iter().filter(|a| a.get().is_some()).count();
+    let answered_n = answered.iter().filter(|a| a.get().is_some()).count();
     let per_service: Vec<f64> = run
         .created
         .iter()
-        .zip(&run.answered)
+        .zip(answered)
         .filter_map(|(c, a)| Some(ms(a.get()?.at.saturating_duration_since(*c.get()?))))
         .collect();
-    let last_answer = run
-        .answered
-        .iter()
-        .filter_map(|a| a.get().map(|a| a.at))
-        .max();
-    let create_secs = run
-        .create_done
-        .get()
-        .map_or(f64::NAN, |d| d.duration_since(run.t0).as_secs_f64());
-    let mut by_node: BTreeMap<String, usize> = BTreeMap::new();
-    for a in run.answered.iter().filter_map(OnceLock::get) {
-        *by_node.entry(a.node.clone()).or_default() += 1;
-    }
+    let last_answer = answered.iter().filter_map(|a| a.get().map(|a| a.at)).max();
+    let create_secs = run.create_done.duration_since(run.t0).as_secs_f64();
     println!(
         "  created {created_n}/{n} Services in {create_secs:.1} s ({:.0}/s, {CREATE_THREADS} threads)",
         created_n as f64 / create_secs
@@ -207,23 +161,17 @@ fn print_scale_creation(b: &Bench, n: usize, run: &ScaleRun) {
             "{:.2} s",
             l.duration_since(run.t0).as_secs_f64()
         )),
-        match (last_answer, run.create_done.get()) {
-            (Some(l), Some(c)) => format!("{:.2} s", l.saturating_duration_since(*c).as_secs_f64()),
-            _ => "n/a".into(),
-        }
+        last_answer.map_or("n/a".into(), |l| format!(
+            "{:.2} s",
+            l.saturating_duration_since(run.create_done).as_secs_f64()
+        )),
     );
     println!(
         "  per Service, own create -> first answer: {}",
         summary_ms(&per_service)
     );
-    println!("  answered by: {by_node:?}");
-    let fails = run.failures.lock().map(|f| f.clone()).unwrap_or_default();
-    if !fails.is_empty() {
-        println!("  {} failures, first ones:", fails.len());
-        for f in fails.iter().take(5) {
-            println!("    {f}");
-        }
-    }
+    println!("  answered by: {:?}", answered_by(answered));
+    print_failures(&run.poller.failures());
     b.say(format!(
         "polling finished {:.1} s after start",
         run.all_done.duration_since(run.t0).as_secs_f64()
@@ -232,8 +180,12 @@ fn print_scale_creation(b: &Bench, n: usize, run: &ScaleRun) {
 
 /// Steady state: lets renewals settle, then watches Leases and samples CPU for
 /// [`STEADY_WINDOW`], and prints them with the carried addresses and each node's sample
-/// (RSS before the Services from `idle`).
-fn scale_steady_state(b: &Bench, addrs: &[IpAddr], idle: &[(String, NodeSample)]) -> Result<()> {
+/// (RSS before the Services from `idle`; none printed for a node not in `idle`).
+pub(super) fn scale_steady_state(
+    b: &Bench,
+    addrs: &[IpAddr],
+    idle: &[(String, NodeSample)],
+) -> Result<()> {
     // Steady state: let renewals settle, then watch Leases and sample CPU for 10 s.
     std::thread::sleep(Duration::from_secs(5));
     let addr_set: BTreeSet<IpAddr> = addrs.iter().copied().collect();
@@ -284,15 +236,17 @@ fn scale_steady_state(b: &Bench, addrs: &[IpAddr], idle: &[(String, NodeSample)]
     };
     for (i, node) in NODES.iter().enumerate() {
         let s = b.sample(node);
-        let before = idle
-            .iter()
-            .find(|(n, _)| n == node)
-            .and_then(|(_, s)| s.rss_kib)
-            .map_or("?".into(), |k| format!("{:.1}", k as f64 / 1024.0));
+        let before = idle.iter().find(|(n, _)| n == node).map(|(_, s)| {
+            let rss = s
+                .rss_kib
+                .map_or("?".into(), |k| format!("{:.1}", k as f64 / 1024.0));
+            format!(" | RSS before the Services {rss} MiB")
+        });
         println!(
-            "    {node}: CPU {} | {} | RSS before the Services {before} MiB",
+            "    {node}: CPU {} | {}{}",
             pct(cpu.get(i)),
-            s.line()
+            s.line(),
+            before.unwrap_or_default()
         );
     }
     println!(

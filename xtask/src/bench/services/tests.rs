@@ -1,7 +1,9 @@
 use std::io::{Read, Write};
+use std::sync::OnceLock;
 
 use xtask::lab;
 
+use super::coldstart::{coldstart_limit, slowest};
 use super::drain::*;
 use super::http::*;
 use super::*;
@@ -168,4 +170,124 @@ fn http_answer_reads_node_name_and_rejects_non_200() {
     assert_eq!(http_answer(a).unwrap(), "node-b");
     let a = serve("HTTP/1.0 503 Service Unavailable\r\n\r\nbusy\n");
     assert!(http_answer(a).is_err());
+}
+
+#[test]
+fn coldstart_scenario_is_parsed_and_uses_the_service_count() {
+    for word in ["coldstart", "cold-start"] {
+        let o = Options::parse(&["--scenario", word, "--services", "200"]).unwrap();
+        assert_eq!(o.scenarios, [Scenario::Coldstart].into());
+        assert_eq!(o.services, 200);
+    }
+    let o = Options::parse(&["--scenario", "coldstart,scale,bringup"]).unwrap();
+    assert_eq!(
+        o.scenarios.into_iter().collect::<Vec<_>>(),
+        [Scenario::Bringup, Scenario::Scale, Scenario::Coldstart],
+        "runs right after scale"
+    );
+    let all = Options::parse(&["--scenario", "all"]).unwrap().scenarios;
+    assert!(!all.contains(&Scenario::Coldstart), "all leaves it out");
+    assert!(!Options::default().scenarios.contains(&Scenario::Coldstart));
+    let o = Options::parse(&["--scenario", "all,coldstart"]).unwrap();
+    assert_eq!(o.scenarios.len(), Scenario::ALL.len() + 1);
+    let e = Options::parse(&["--scenario", "cold"])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("coldstart"), "names it among the expected: {e}");
+}
+
+#[test]
+fn coldstart_limit_is_a_minute_plus_a_hundredth_second_per_service() {
+    assert_eq!(coldstart_limit(0), Duration::from_secs(60));
+    assert_eq!(coldstart_limit(200), Duration::from_secs(62));
+    assert_eq!(coldstart_limit(1000), Duration::from_secs(70));
+    assert_eq!(coldstart_limit(1050), Duration::from_millis(70_500));
+}
+
+#[test]
+fn slowest_lists_the_latest_answers_first() {
+    let t0 = Instant::now();
+    let answered: Vec<OnceLock<Answer>> = [Some(30), None, Some(50), Some(10), Some(50)]
+        .into_iter()
+        .map(|ms| {
+            let l = OnceLock::new();
+            if let Some(ms) = ms {
+                let _ = l.set(Answer {
+                    at: t0 + Duration::from_millis(ms),
+                    node: "node-a".into(),
+                });
+            }
+            l
+        })
+        .collect();
+    let s: Vec<(usize, u128)> = slowest(&answered, t0, 3)
+        .into_iter()
+        .map(|(i, d)| (i, d.as_millis()))
+        .collect();
+    assert_eq!(s, [(2, 50), (4, 50), (0, 30)]);
+    assert!(slowest(&answered, t0, 0).is_empty());
+}
+
+#[test]
+fn poller_records_answers_and_gives_up_at_the_limit() {
+    use std::net::{SocketAddr, TcpListener};
+    // Answers every connection with a 200 from "node-c".
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            let mut buf = [0u8; 512];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.0 200 OK\r\n\r\nnode-c\n");
+        }
+    });
+    // A port nobody listens on: refused at once.
+    let down: SocketAddr = {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let limit = Duration::from_millis(100);
+    let p = Poller::new(3, limit);
+    let t0 = Instant::now();
+    p.add_all([(0, up, t0), (2, down, t0)]);
+    std::thread::scope(|s| {
+        let polling = s.spawn(|| p.run());
+        // Added while it runs, before it is closed.
+        p.add(1, up, Instant::now());
+        p.close();
+        polling.join().unwrap().unwrap();
+    });
+    assert!(
+        t0.elapsed() >= limit,
+        "waited for the one that never answers"
+    );
+    assert_eq!(p.answered[0].get().unwrap().node, "node-c");
+    assert_eq!(p.answered[1].get().unwrap().node, "node-c");
+    assert!(p.answered[2].get().is_none());
+    let f = p.failures();
+    assert_eq!(f.len(), 1, "{f:?}");
+    assert!(f[0].contains(&down.to_string()), "{f:?}");
+    // One attempt per POLL_INTERVAL at most: about 10 for the refused one.
+    assert!(p.attempts() >= 3 && p.attempts() <= 20, "{}", p.attempts());
+}
+
+#[test]
+fn an_abandoned_poller_stops_before_the_limit() {
+    let down: std::net::SocketAddr = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let p = Poller::new(1, Duration::from_secs(60));
+    p.add(0, down, Instant::now());
+    let t0 = Instant::now();
+    std::thread::scope(|s| {
+        let polling = s.spawn(|| p.run());
+        std::thread::sleep(Duration::from_millis(50));
+        p.abandon();
+        polling.join().unwrap().unwrap();
+    });
+    assert!(t0.elapsed() < Duration::from_secs(5));
+    assert!(p.answered[0].get().is_none());
+    assert!(p.failures().is_empty());
 }
