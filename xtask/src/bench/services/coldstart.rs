@@ -1,4 +1,14 @@
 //! The `coldstart` scenario of `bench services`: the Services exist before any vipd runs.
+//!
+//! Three phases in one lab: the Services are created while no vipd runs; vipd starts on the
+//! three nodes and every Service is polled from that instant until it first answers; after
+//! the steady state of `scale`, the [`poweroff`](super::poweroff) phase powers off the node
+//! carrying the most Service addresses (SIGKILL of its vipd and its link cut, as `bench
+//! failover --scenario poweroff`) and measures, per address it carried, the time until the
+//! address answers again from another node ([`POWEROFF_LIMIT`](super::poweroff::POWEROFF_LIMIT)
+//! at most), while the two remaining nodes' eth0 addresses are sampled for an address on
+//! both ("never two responders"); it prints the Service lease timing vipd ran with, so the
+//! slowest takeover can be compared with the lease duration + 1 s.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -129,8 +139,10 @@ pub fn run(vipd: &Path, n: usize, verbose: bool) -> Result<()> {
     }
 
     scale_steady_state(&b, &addrs, &[])?;
+    // Last: the powered-off node stays off until the lab goes.
+    let poweroff = super::poweroff::run(&b, &addrs);
     b.finish();
-    Ok(())
+    poweroff
 }
 
 /// The `k` Services that answered last (index, time from `t0`), slowest first.

@@ -134,6 +134,10 @@ pub struct Bench {
     pub stats: ApiStats,
     /// Print progress.
     pub verbose: bool,
+    /// The settings the bench passed to the last vipd it spawned ([`Bench::spawn_vipd`]:
+    /// [`services_mode_env`], `extra`, `VIPD_BENCH_ENV`); the same on every node but for
+    /// the node's name and kubeconfig. vipd also inherits the bench's own environment.
+    pub vipd_env: BTreeMap<String, String>,
 }
 
 impl Bench {
@@ -184,6 +188,7 @@ impl Bench {
             api,
             stats: ApiStats::default(),
             verbose,
+            vipd_env: BTreeMap::new(),
         })
     }
 
@@ -219,6 +224,10 @@ impl Bench {
                 env.retain(|(ek, _)| *ek != k);
                 env.push((k, v));
             }
+            self.vipd_env = env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
             // Profiling: VIPD_BENCH_WRAP="heaptrack -o /tmp/vipd-a" runs node-a's vipd under
             // that command; with `{node}` in it ("heaptrack -o /tmp/hp-{node}") every node's.
             // RSS figures of wrapped nodes are the wrapper's, not vipd's.
@@ -462,19 +471,37 @@ impl Bench {
         })
     }
 
-    /// Nodes' eth0 addresses that are in `addrs`, per node.
+    /// How many of `addrs` each node carries on eth0 ([`Bench::carried_on`]).
     pub fn carried(&self, addrs: &BTreeSet<IpAddr>) -> Result<BTreeMap<String, usize>> {
+        Ok(self
+            .carried_sets(addrs)?
+            .into_iter()
+            .map(|(n, s)| (n, s.len()))
+            .collect())
+    }
+
+    /// Which of `addrs` each node carries on eth0 ([`Bench::carried_on`]).
+    pub fn carried_sets(
+        &self,
+        addrs: &BTreeSet<IpAddr>,
+    ) -> Result<BTreeMap<String, BTreeSet<IpAddr>>> {
         let mut out = BTreeMap::new();
         for n in NODES {
-            let c = self
-                .lab
-                .addresses(n, lab::ETH)?
-                .iter()
-                .filter(|a| addrs.contains(&a.addr))
-                .count();
-            out.insert(n.to_string(), c);
+            out.insert(n.to_string(), self.carried_on(n, addrs)?);
         }
         Ok(out)
+    }
+
+    /// Which of `addrs` `node` carries on eth0: one address listing of the node
+    /// ([`Lab::addresses`], a single `ip -j addr show dev eth0`), however many addresses.
+    pub fn carried_on(&self, node: &str, addrs: &BTreeSet<IpAddr>) -> Result<BTreeSet<IpAddr>> {
+        Ok(self
+            .lab
+            .addresses(node, lab::ETH)?
+            .into_iter()
+            .map(|a| a.addr)
+            .filter(|a| addrs.contains(a))
+            .collect())
     }
 
     /// Prints WARN/ERROR counts and the first distinct lines of each vipd's log.

@@ -10,15 +10,16 @@
 //! Every scenario gets its own lab ([`Lab::start`](xtask::lab::Lab::start) with HTTP backends: every node answers
 //! `GET /` on port 80 of any local address, VIPs included, with its node name) and runs the
 //! release build of vipd on node-a, node-b and node-c in Services mode with `svc_election`
-//! (one Lease `kubevip-<service>` per Service in `default`), kube-vip's lease timings 5/3/1 s,
-//! `vip_interface=eth0` and `prometheus_server=:2112`. Services are created, deleted and
-//! listed through the lab API server (admin token) from the `client` namespace, and "answered"
-//! always means: an HTTP/1.0 `GET /` from the `client` namespace to `<address>:80` got an
-//! `HTTP/1.x 200` answer. Each Service is polled by its own thread (new TCP connection per
-//! attempt, connect timeout [`CONNECT_TIMEOUT`], one attempt every [`POLL_INTERVAL`] at most),
-//! so a Service that answers late never delays the measurement of another; scale and
-//! coldstart instead share [`POLLERS`](http::POLLERS) threads among the Services not answered
-//! yet ([`http::Poller`]).
+//! (one Lease `kubevip-<service>` per Service in `default`), vipd's default lease timings
+//! 3/2/1 s (the bench sets none), `vip_interface=eth0` and `prometheus_server=:2112`.
+//! Services are created, deleted and listed through the lab API server (admin token) from
+//! the `client` namespace, and "answered" always means: an HTTP/1.0 `GET /` from the
+//! `client` namespace to `<address>:80` got an `HTTP/1.x 200` answer. Each Service is polled
+//! by its own thread (new TCP connection per attempt, connect timeout [`CONNECT_TIMEOUT`],
+//! one attempt every [`POLL_INTERVAL`] at most), so a Service that answers late never
+//! delays the measurement of another; scale and coldstart instead share
+//! [`POLLERS`](http::POLLERS) threads among the Services not answered yet
+//! ([`http::Poller`]).
 //!
 //! Scenarios:
 //!
@@ -36,7 +37,14 @@
 //!   Service is polled from the moment the vipd processes are spawned, until it answers or
 //!   60 s + N/100 s passed. Prints p50/p95/max of vipd start -> first answer, the time until
 //!   all answered, the answering nodes, the polling rate (all Services wait at once, so it
-//!   bounds the figures' resolution), then the steady state of scale. Not part of `all`.
+//!   bounds the figures' resolution), then the steady state of scale, then a poweroff
+//!   phase: the node carrying the most Service addresses loses its vipd (SIGKILL) and its
+//!   link at once, as in `bench failover --scenario poweroff`; per address it carried, the
+//!   time until it answers again from another node (p50/p95/max, 30 s at most), the
+//!   answering nodes, and in samples every 200 ms of the two remaining nodes' eth0
+//!   addresses how many had an address on both (expected 0). Prints the Service lease
+//!   timing vipd runs with (3/2/1 s unless `VIPD_BENCH_ENV` sets others) to compare the
+//!   slowest takeover with the lease duration + 1 s. Not part of `all`.
 //! - **churn**: 20 Services (192.0.2.150-169) created, answered, deleted (until no node
 //!   carries their addresses) and created again, for M minutes (default 10). Prints VmRSS,
 //!   thread count and any task-count gauge vipd's `/metrics` exposes (metric names containing
@@ -58,9 +66,10 @@
 //! Every scenario ends with the API statuses other than 2xx seen by the bench's calls and the
 //! WARN/ERROR lines of each vipd log (counts and the first distinct ones).
 //!
-//! The files: one a scenario ([`bringup`], [`scale`], [`coldstart`], [`churn`], [`drain`],
-//! [`dhcp`]), the vipd cluster they run against ([`context`]) and the HTTP probing of Service
-//! addresses ([`http`]); the lab side is [`super::harness`].
+//! The files: one a scenario ([`bringup`], [`scale`], [`coldstart`] with its [`poweroff`]
+//! phase, [`churn`], [`drain`], [`dhcp`]), the vipd cluster they run against ([`context`])
+//! and the HTTP probing of Service addresses ([`http`]); the lab side is
+//! [`super::harness`].
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -80,6 +89,7 @@ pub(crate) mod context;
 mod dhcp;
 mod drain;
 pub(crate) mod http;
+mod poweroff;
 mod scale;
 
 #[cfg(test)]
@@ -132,7 +142,8 @@ pub enum Scenario {
     /// Many Services at once: time until all answered, Lease writes, RSS, CPU.
     Scale,
     /// The scale scenario's Services created before any vipd runs: time from vipd's start
-    /// until all answered, then the same steady state.
+    /// until all answered, then the same steady state, then the node carrying the most
+    /// addresses powered off: time until each of its addresses answers again.
     Coldstart,
     /// Services deleted and recreated for minutes: RSS, threads, tasks at start and end.
     Churn,

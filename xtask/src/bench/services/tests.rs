@@ -1,3 +1,4 @@
+use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::sync::OnceLock;
 
@@ -6,6 +7,7 @@ use xtask::lab;
 use super::coldstart::{coldstart_limit, slowest};
 use super::drain::*;
 use super::http::*;
+use super::poweroff::*;
 use super::*;
 use crate::bench::harness::api::*;
 use crate::bench::harness::procfs::*;
@@ -290,4 +292,159 @@ fn an_abandoned_poller_stops_before_the_limit() {
     assert!(t0.elapsed() < Duration::from_secs(5));
     assert!(p.answered[0].get().is_none());
     assert!(p.failures().is_empty());
+}
+
+#[test]
+fn service_lease_timing_is_svc_then_vip_then_vipd_defaults() {
+    let env = |kv: &'static [(&'static str, &'static str)]| {
+        move |k: &str| {
+            kv.iter()
+                .find(|(ek, _)| *ek == k)
+                .map(|(_, v)| v.to_string())
+        }
+    };
+    let t = service_lease_timing(env(&[]));
+    assert_eq!(
+        t.iter().map(|v| (v.secs, v.key)).collect::<Vec<_>>(),
+        [(3.0, None), (2.0, None), (1.0, None)]
+    );
+    assert_eq!(timing_text(&t), "3/2/1 s (vipd's defaults)");
+
+    let t = service_lease_timing(env(&[
+        ("svc_leaseduration", "9"),
+        ("svc_renewdeadline", "6"),
+        ("svc_retryperiod", "3"),
+        ("vip_leaseduration", "5"),
+    ]));
+    assert_eq!(
+        timing_text(&t),
+        "9/6/3 s (svc_leaseduration=9, svc_renewdeadline=6, svc_retryperiod=3)"
+    );
+
+    // vip_* is what svc_* defaults to; a value vipd would refuse counts as unset.
+    let t = service_lease_timing(env(&[
+        ("vip_leaseduration", "5"),
+        ("vip_renewdeadline", "3"),
+        ("svc_retryperiod", "0.5"),
+        ("svc_renewdeadline", "x"),
+        ("vip_retryperiod", "1"),
+    ]));
+    assert_eq!(
+        t.iter().map(|v| (v.secs, v.key)).collect::<Vec<_>>(),
+        [
+            (5.0, Some("vip_leaseduration")),
+            (3.0, Some("vip_renewdeadline")),
+            (0.5, Some("svc_retryperiod"))
+        ]
+    );
+    let t = service_lease_timing(env(&[("svc_leaseduration", "0.6")]));
+    assert_eq!(
+        timing_text(&t),
+        "0.6/2/1 s (svc_leaseduration=0.6; the rest vipd's defaults)"
+    );
+}
+
+fn addr_set(lows: &[u16]) -> BTreeSet<IpAddr> {
+    lows.iter()
+        .map(|l| IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 1, *l)))
+        .collect()
+}
+
+fn carried_map(nodes: &[(&str, &[u16])]) -> BTreeMap<String, BTreeSet<IpAddr>> {
+    nodes
+        .iter()
+        .map(|(n, l)| (n.to_string(), addr_set(l)))
+        .collect()
+}
+
+#[test]
+fn the_node_carrying_the_most_is_powered_off() {
+    let c = carried_map(&[
+        ("node-a", &[1, 2]),
+        ("node-b", &[3, 4, 5]),
+        ("node-c", &[6]),
+    ]);
+    assert_eq!(most_carrying(&c), Some("node-b"));
+    let tie = carried_map(&[("node-a", &[1]), ("node-b", &[2, 3]), ("node-c", &[4, 5])]);
+    assert_eq!(
+        most_carrying(&tie),
+        Some("node-b"),
+        "first by name on a tie"
+    );
+    let none = carried_map(&[("node-a", &[]), ("node-b", &[])]);
+    assert_eq!(most_carrying(&none), None);
+}
+
+#[test]
+fn double_carriers_count_samples_with_an_address_on_two_nodes() {
+    let watched = addr_set(&[1, 2, 3, 4]);
+    let ms = Duration::from_millis;
+    let mut dc = DoubleCarriers::default();
+    // Nobody has taken over yet; then a clean split; an address of another Service (9) on
+    // both is not watched.
+    dc.add(
+        ms(0),
+        &watched,
+        &carried_map(&[("node-a", &[]), ("node-c", &[9])]),
+    );
+    dc.add(
+        ms(200),
+        &watched,
+        &carried_map(&[("node-a", &[1, 2, 9]), ("node-c", &[3, 9])]),
+    );
+    assert_eq!((dc.samples, dc.samples_with), (2, 0));
+    assert!(dc.first.is_empty() && dc.addresses.is_empty());
+    // 3 on both, then 3 and 4 on both, then clean again.
+    dc.add(
+        ms(400),
+        &watched,
+        &carried_map(&[("node-a", &[1, 2, 3]), ("node-c", &[3])]),
+    );
+    dc.add(
+        ms(600),
+        &watched,
+        &carried_map(&[("node-a", &[1, 2, 3, 4]), ("node-c", &[3, 4])]),
+    );
+    dc.add(
+        ms(800),
+        &watched,
+        &carried_map(&[("node-a", &[1, 2]), ("node-c", &[3, 4])]),
+    );
+    assert_eq!((dc.samples, dc.samples_with), (5, 2));
+    assert_eq!(dc.addresses, addr_set(&[3, 4]));
+    let first: Vec<(String, u128, Vec<String>)> = dc
+        .first
+        .iter()
+        .map(|(a, at, n)| (a.to_string(), at.as_millis(), n.clone()))
+        .collect();
+    let both = vec!["node-a".to_string(), "node-c".to_string()];
+    assert_eq!(
+        first,
+        [
+            ("2001:db8::1:3".to_string(), 400, both.clone()),
+            ("2001:db8::1:4".to_string(), 600, both)
+        ]
+    );
+    let (per_node, none) = dc.last.clone().unwrap();
+    assert_eq!(per_node.get("node-a"), Some(&2));
+    assert_eq!(per_node.get("node-c"), Some(&2));
+    assert_eq!(none, 0);
+    dc.add(
+        ms(1000),
+        &watched,
+        &carried_map(&[("node-a", &[1]), ("node-c", &[3])]),
+    );
+    assert_eq!(dc.last.as_ref().unwrap().1, 2, "2 and 4 on neither");
+    // Only the first few are listed; all are counted.
+    let many = addr_set(&(1..=20).collect::<Vec<_>>());
+    let mut dc = DoubleCarriers::default();
+    let all: Vec<u16> = (1..=20).collect();
+    dc.add(
+        ms(0),
+        &many,
+        &carried_map(&[("node-a", &all), ("node-b", &all)]),
+    );
+    assert_eq!(dc.samples_with, 1);
+    assert_eq!(dc.addresses.len(), 20);
+    assert_eq!(dc.first.len(), DOUBLE_CARRIERS_LISTED);
 }

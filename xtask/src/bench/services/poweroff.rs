@@ -1,0 +1,336 @@
+//! The poweroff phase that ends the `coldstart` scenario: the node carrying the most Service
+//! addresses "loses power" as in `bench failover --scenario poweroff` (SIGKILL of its vipd
+//! and its link cut at the same instant); every address it carried is polled until it
+//! answers again from another node, while the two remaining nodes' eth0 addresses are
+//! sampled for an address on both at once.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, anyhow, bail};
+use xtask::lab::{NODES, Signal};
+
+use super::context::Bench;
+use super::http::{POLLERS, Poller};
+use super::scale::{answered_by, print_failures};
+use crate::bench::harness::procfs::children_of;
+use crate::bench::stats::{ms, summary_ms};
+
+/// How long after the power-off each address the node carried may take to answer again.
+pub const POWEROFF_LIMIT: Duration = Duration::from_secs(30);
+/// Time between two samples of the remaining nodes' addresses (when a sample takes longer,
+/// the next one starts right after it).
+pub const CARRIER_SAMPLE_INTERVAL: Duration = Duration::from_millis(200);
+/// How long the remaining nodes are still sampled after the polling ended (a second node
+/// taking an address just after the first answer is caught too).
+pub const CARRIER_SAMPLE_TAIL: Duration = Duration::from_secs(2);
+/// Double-carried addresses listed in the report.
+pub const DOUBLE_CARRIERS_LISTED: usize = 5;
+
+/// vipd's Service lease timing keys, in the order duration, renew deadline, retry period:
+/// the Service key, the key it defaults to, and vipd's default (seconds).
+const TIMING_KEYS: [(&str, &str, f64); 3] = [
+    ("svc_leaseduration", "vip_leaseduration", 3.0),
+    ("svc_renewdeadline", "vip_renewdeadline", 2.0),
+    ("svc_retryperiod", "vip_retryperiod", 1.0),
+];
+
+/// One of the Service lease timings vipd runs with and where it comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TimingValue {
+    /// Seconds.
+    pub secs: f64,
+    /// The setting it was read from (`svc_leaseduration`, `vip_leaseduration`), or `None`
+    /// for vipd's default.
+    pub key: Option<&'static str>,
+}
+
+/// The Service lease timings (duration, renew deadline, retry period) vipd resolves from the
+/// settings `get` returns: each `svc_*` setting, else its `vip_*` one, else vipd's default
+/// 3/2/1 s. A value that is not a number counts as unset (vipd would not have started).
+pub fn service_lease_timing(get: impl Fn(&str) -> Option<String>) -> [TimingValue; 3] {
+    TIMING_KEYS.map(|(svc, vip, default)| {
+        [svc, vip]
+            .into_iter()
+            .find_map(|k| {
+                let v: f64 = get(k)?.trim().parse().ok()?;
+                (v.is_finite() && v > 0.0).then_some(TimingValue {
+                    secs: v,
+                    key: Some(k),
+                })
+            })
+            .unwrap_or(TimingValue {
+                secs: default,
+                key: None,
+            })
+    })
+}
+
+/// `3/2/1 s (vipd's defaults)`, or with the settings they came from:
+/// `9/6/3 s (svc_leaseduration=9, svc_renewdeadline=6, svc_retryperiod=3)`.
+pub fn timing_text(t: &[TimingValue; 3]) -> String {
+    let secs = t
+        .iter()
+        .map(|v| format!("{}", v.secs))
+        .collect::<Vec<_>>()
+        .join("/");
+    let set: Vec<String> = t
+        .iter()
+        .filter_map(|v| Some(format!("{}={}", v.key?, v.secs)))
+        .collect();
+    if set.is_empty() {
+        format!("{secs} s (vipd's defaults)")
+    } else if set.len() == t.len() {
+        format!("{secs} s ({})", set.join(", "))
+    } else {
+        format!("{secs} s ({}; the rest vipd's defaults)", set.join(", "))
+    }
+}
+
+/// The node carrying the most addresses (the first by name on a tie); `None` when none
+/// carries any.
+pub fn most_carrying(carried: &BTreeMap<String, BTreeSet<IpAddr>>) -> Option<&str> {
+    carried
+        .iter()
+        .filter(|(_, s)| !s.is_empty())
+        .max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.0.cmp(a.0)))
+        .map(|(n, _)| n.as_str())
+}
+
+/// The "never two responders" count: samples of which watched addresses each remaining
+/// node carries, and those in which an address was on two nodes or more.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DoubleCarriers {
+    /// Samples taken.
+    pub samples: usize,
+    /// Samples in which some address was on two nodes or more.
+    pub samples_with: usize,
+    /// Distinct addresses ever seen on two nodes or more.
+    pub addresses: BTreeSet<IpAddr>,
+    /// The first [`DOUBLE_CARRIERS_LISTED`] of them, with when they were first seen so and
+    /// on which nodes.
+    pub first: Vec<(IpAddr, Duration, Vec<String>)>,
+    /// How many addresses each node carried in the last sample, and how many none of them.
+    pub last: Option<(BTreeMap<String, usize>, usize)>,
+}
+
+impl DoubleCarriers {
+    /// Adds one sample, taken `at` after the power-off: the watched addresses `watched` and
+    /// which of them each node carries.
+    pub fn add(
+        &mut self,
+        at: Duration,
+        watched: &BTreeSet<IpAddr>,
+        carried: &BTreeMap<String, BTreeSet<IpAddr>>,
+    ) {
+        self.samples += 1;
+        let mut on: BTreeMap<IpAddr, Vec<String>> = BTreeMap::new();
+        for (node, set) in carried {
+            for a in set.iter().filter(|a| watched.contains(a)) {
+                on.entry(*a).or_default().push(node.clone());
+            }
+        }
+        let mut any = false;
+        for (a, nodes) in on.iter().filter(|(_, n)| n.len() > 1) {
+            any = true;
+            if self.addresses.insert(*a) && self.first.len() < DOUBLE_CARRIERS_LISTED {
+                self.first.push((*a, at, nodes.clone()));
+            }
+        }
+        if any {
+            self.samples_with += 1;
+        }
+        let per_node = carried
+            .iter()
+            .map(|(n, s)| (n.clone(), s.iter().filter(|a| watched.contains(a)).count()))
+            .collect();
+        self.last = Some((per_node, watched.len().saturating_sub(on.len())));
+    }
+}
+
+/// Samples which of `watched` each of `nodes` carries ([`Bench::carried_on`]: one address
+/// listing per node) every [`CARRIER_SAMPLE_INTERVAL`] until `stop` is set; times from
+/// `t0`. Returns the count and the listing errors (count, first one).
+fn sample_carriers(
+    b: &Bench,
+    nodes: &[&str],
+    watched: &BTreeSet<IpAddr>,
+    t0: Instant,
+    stop: &AtomicBool,
+) -> (DoubleCarriers, usize, Option<String>) {
+    let mut dc = DoubleCarriers::default();
+    let (mut errors, mut first_error) = (0, None);
+    let mut next = Instant::now();
+    while !stop.load(Ordering::SeqCst) {
+        let at = t0.elapsed();
+        let sample: Result<BTreeMap<String, BTreeSet<IpAddr>>> = nodes
+            .iter()
+            .map(|n| Ok((n.to_string(), b.carried_on(n, watched)?)))
+            .collect();
+        match sample {
+            Ok(s) => dc.add(at, watched, &s),
+            Err(e) => {
+                errors += 1;
+                first_error.get_or_insert_with(|| format!("{e:#}"));
+            }
+        }
+        next += CARRIER_SAMPLE_INTERVAL;
+        let now = Instant::now();
+        if next <= now {
+            next = now;
+        } else {
+            std::thread::sleep(next - now);
+        }
+    }
+    (dc, errors, first_error)
+}
+
+/// SIGKILL to `node`'s vipd and every process under it (SIGSTOP first when there are
+/// several, so none reacts to another's death: a `VIPD_BENCH_WRAP` wrapper), as `bench
+/// failover` kills a powered-off holder.
+fn kill_node_vipd(b: &Bench, node: &str) -> Result<()> {
+    let pid = b
+        .pid(node)
+        .ok_or_else(|| anyhow!("no vipd on {node} to power off"))?;
+    let mut pids = vec![pid];
+    let mut i = 0;
+    while i < pids.len() {
+        pids.extend(children_of(pids[i]));
+        i += 1;
+    }
+    let kill = |p: i32, s: Signal| nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), s);
+    if pids.len() > 1 {
+        for p in &pids {
+            let _ = kill(*p, Signal::SIGSTOP);
+        }
+    }
+    let mut killed = false;
+    for p in &pids {
+        killed |= kill(*p, Signal::SIGKILL).is_ok();
+    }
+    if !killed {
+        bail!("could not SIGKILL {node}'s vipd (pids {pids:?})");
+    }
+    Ok(())
+}
+
+/// The poweroff phase: powers off the node whose vipd carries the most of `addrs` (SIGKILL
+/// of its vipd and `Lab::cut_link`, as `bench failover --scenario poweroff`), polls every
+/// address it carried from the client until it answers again or [`POWEROFF_LIMIT`] passed,
+/// samples the two remaining nodes for addresses on both, and prints the figures. The
+/// node stays off: run it last.
+///
+/// # Errors
+/// When the addresses cannot be listed, the node cannot be powered off, or a poller
+/// thread panicked.
+pub fn run(b: &Bench, addrs: &[IpAddr]) -> Result<()> {
+    let addr_set: BTreeSet<IpAddr> = addrs.iter().copied().collect();
+    let timing =
+        service_lease_timing(|k| b.vipd_env.get(k).cloned().or_else(|| std::env::var(k).ok()));
+    let carried = b.carried_sets(&addr_set)?;
+    let Some(victim) = most_carrying(&carried).map(str::to_string) else {
+        println!("  poweroff: no node carries any of the Service addresses; skipped");
+        return Ok(());
+    };
+    let watched = carried.get(&victim).cloned().unwrap_or_default();
+    let remaining: Vec<&str> = NODES.iter().copied().filter(|n| *n != victim).collect();
+    let counts: BTreeMap<&str, usize> =
+        carried.iter().map(|(n, s)| (n.as_str(), s.len())).collect();
+    println!(
+        "  poweroff: {victim} carries the most Service addresses ({counts:?}); SIGKILL of its vipd and its link cut, as `bench failover --scenario poweroff`"
+    );
+    println!(
+        "    Service lease timing {}: compare max with lease duration + 1 s = {} s",
+        timing_text(&timing),
+        timing[0].secs + 1.0
+    );
+
+    let index: BTreeMap<IpAddr, usize> = addrs.iter().enumerate().map(|(i, a)| (*a, i)).collect();
+    let poller = Poller::new(addrs.len(), POWEROFF_LIMIT);
+    let stop_sampling = AtomicBool::new(false);
+    let t0 = Instant::now();
+    kill_node_vipd(b, &victim)?;
+    b.lab.cut_link(&victim)?;
+    let cut = t0.elapsed();
+    // Added only now: an attempt before the cut could still reach the node's own backend.
+    poller.add_all(
+        watched
+            .iter()
+            .filter_map(|a| Some((*index.get(a)?, SocketAddr::new(*a, 80), t0))),
+    );
+    poller.close();
+    let (polled, polling_done, sampled) = std::thread::scope(|s| {
+        let sampler = s.spawn(|| sample_carriers(b, &remaining, &watched, t0, &stop_sampling));
+        let polled = b.in_client(|| poller.run());
+        let polling_done = t0.elapsed();
+        std::thread::sleep(CARRIER_SAMPLE_TAIL);
+        stop_sampling.store(true, Ordering::SeqCst);
+        (polled, polling_done, sampler.join())
+    });
+    polled??;
+    let (dc, sample_errors, first_sample_error) =
+        sampled.map_err(|_| anyhow!("address sampler thread panicked"))?;
+
+    let answered = &poller.answered;
+    let gaps: Vec<f64> = answered
+        .iter()
+        .filter_map(|a| Some(ms(a.get()?.at.saturating_duration_since(t0))))
+        .collect();
+    println!(
+        "    SIGKILL + link cut took {:.0} ms; answered again {}/{} within {} s",
+        ms(cut),
+        gaps.len(),
+        watched.len(),
+        POWEROFF_LIMIT.as_secs()
+    );
+    println!(
+        "    per address, power-off -> first answer: {}",
+        summary_ms(&gaps)
+    );
+    let by = answered_by(answered);
+    println!("    answered by: {by:?}");
+    if let Some(n) = by.get(&victim) {
+        println!("    !! {n} answers came from the powered-off {victim}");
+    }
+    print_failures(&poller.failures());
+    let rate = poller.attempts() as f64 / polling_done.as_secs_f64().max(0.001);
+    println!(
+        "    polling: {} attempts in {:.1} s ({rate:.0}/s, {POLLERS} threads; with all {} waiting, each tried about every {:.0} ms)",
+        poller.attempts(),
+        polling_done.as_secs_f64(),
+        watched.len(),
+        watched.len() as f64 / rate.max(0.001) * 1000.0
+    );
+    let window = polling_done + CARRIER_SAMPLE_TAIL;
+    println!(
+        "    never two responders: {} of {} samples had an address on both {} (every {} ms at most, over {:.1} s: the polling and {} s after; expected 0)",
+        dc.samples_with,
+        dc.samples,
+        remaining.join(" and "),
+        CARRIER_SAMPLE_INTERVAL.as_millis(),
+        window.as_secs_f64(),
+        CARRIER_SAMPLE_TAIL.as_secs()
+    );
+    if !dc.addresses.is_empty() {
+        println!(
+            "      {} addresses on both at some sample; first ones:",
+            dc.addresses.len()
+        );
+        for (a, at, nodes) in &dc.first {
+            println!("      {a} on {} at {:.0} ms", nodes.join(" and "), ms(*at));
+        }
+    }
+    if let Some((per_node, none)) = &dc.last {
+        println!("      at the last sample: {per_node:?}, on neither: {none}");
+    }
+    if sample_errors > 0 {
+        println!(
+            "      {sample_errors} samples failed, first: {}",
+            first_sample_error.unwrap_or_default()
+        );
+    }
+    println!("    ({victim} stays off: its vipd's SIGKILL exit is listed below)");
+    Ok(())
+}
