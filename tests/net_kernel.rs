@@ -293,6 +293,46 @@ fn a_batch_refresh_answers_each_vip_like_one_call() {
     });
 }
 
+/// `remove_many` (one read of the node's addresses for the batch) answers each VIP as
+/// `remove` would: ours removed, absent `Ok`, the node's own address refused and kept.
+#[test]
+fn a_batch_removal_answers_each_vip_like_one_call() {
+    lab("192.0.2.11/24", || async {
+        let k = NetlinkKernel::new().unwrap();
+        let v0 = up_link(&k, "v0").await;
+        let a = Vip::host(v4("192.0.2.30"));
+        let b = Vip::host(v4("192.0.2.31"));
+        let absent = Vip::host(v4("192.0.2.32"));
+        let node = Vip::new(v4("192.0.2.11"), 24).unwrap();
+        for vip in [a, b] {
+            k.add_or_refresh(v0.index, vip, Lifetime::fixed(5), false)
+                .await
+                .unwrap();
+        }
+        let items = [
+            (v0.index, a),
+            (v0.index, node),
+            (v0.index, absent),
+            (v0.index, b),
+        ];
+        let got = k.remove_many(&items).await;
+        assert_eq!(got.len(), 4);
+        assert!(got[0].is_ok(), "{:?}", got[0]);
+        assert!(
+            matches!(got[1], Err(NetError::NotOurs { .. })),
+            "{:?}",
+            got[1]
+        );
+        assert!(got[2].is_ok(), "absent: {:?}", got[2]);
+        assert!(got[3].is_ok(), "{:?}", got[3]);
+        for vip in [a, b] {
+            assert!(find(&k, v0.index, vip).await.is_none(), "{vip} removed");
+        }
+        let own = find(&k, v0.index, node).await.expect("node address kept");
+        assert!(!own.ours, "{own:?}");
+    });
+}
+
 #[test]
 fn untagged_addresses_are_never_touched() {
     lab("192.0.2.11/24", || async {

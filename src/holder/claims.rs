@@ -187,16 +187,11 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             return;
         }
         let mut added = Vec::new();
-        for &i in idx {
-            let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
-                continue;
-            };
-            let (vip, link) = (spec.vip, link.clone());
-            match self.add_fenced(link.index, vip, left).await {
+        for (i, link, vip, outcome) in self.add_many(idx, left).await {
+            match outcome {
                 Ok(false) => {}
                 Ok(true) => {
                     self.quiet.clear(&Quiet::Add(vip.addr), Instant::now());
-                    info!(holder = %self.name, %vip, interface = %link.name, "no conflict; VIP added");
                     added.push(i);
                 }
                 Err(e) => {
@@ -209,6 +204,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 }
             }
         }
+        self.log_added(&added, "no conflict; VIP added");
         self.announce_added(&added);
     }
 

@@ -219,14 +219,18 @@ pub fn address_steps(
     fence_left: Option<u32>,
 ) -> Vec<Step> {
     let mut steps = Vec::new();
+    // vipd's copies by address, read once: a shard's holder checks hundreds of VIPs
+    // against thousands of addresses twice a second.
+    let mut ours: std::collections::HashMap<IpAddr, Vec<&AddrInfo>> =
+        std::collections::HashMap::new();
+    for a in present.iter().filter(|a| a.ours) {
+        ours.entry(a.vip.addr).or_default().push(a);
+    }
     for (vip, ifindex) in desired {
-        let copies: Vec<&AddrInfo> = present
-            .iter()
-            .filter(|a| a.vip.addr == vip.addr && a.ours)
-            .collect();
+        let copies: &[&AddrInfo] = ours.get(&vip.addr).map_or(&[], Vec::as_slice);
         match fence_left {
             Some(left) => {
-                for c in &copies {
+                for c in copies {
                     if c.ifindex != *ifindex || c.vip.prefix != vip.prefix {
                         steps.push(Step::Remove {
                             vip: c.vip,
@@ -327,35 +331,41 @@ const FENCE_RECHECKS: u32 = 3;
 /// Pause before a removal try that follows a failed netlink call (none after a success).
 const DROP_RETRY: Duration = Duration::from_millis(30);
 
-/// The interface resolved for each VIP, by VIP index. A small vector rather than a BTreeMap:
-/// a node runs one holder per Service lease, each with one or two VIPs, and a BTreeMap's
-/// first node alone takes about 600 bytes.
+/// The interface resolved for each VIP, by VIP index: slot `i` is VIP `i`'s (a holder of a
+/// shard lease holds hundreds of VIPs and looks each up on every renewal). Empty slots at
+/// the end are not kept, so a follower's holder carries no allocation.
 #[derive(Debug, Default)]
-struct Links(Vec<(usize, LinkInfo)>);
+struct Links(Vec<Option<LinkInfo>>);
 
 impl Links {
     fn get(&self, i: &usize) -> Option<&LinkInfo> {
-        self.0.iter().find(|(k, _)| k == i).map(|(_, l)| l)
+        self.0.get(*i).and_then(Option::as_ref)
     }
 
     fn insert(&mut self, i: usize, link: LinkInfo) {
-        match self.0.iter_mut().find(|(k, _)| *k == i) {
-            Some(slot) => slot.1 = link,
-            None => self.0.push((i, link)),
+        if self.0.len() <= i {
+            self.0.resize(i + 1, None);
         }
+        self.0[i] = Some(link);
     }
 
     fn remove(&mut self, i: &usize) {
-        self.0.retain(|(k, _)| k != i);
+        if let Some(slot) = self.0.get_mut(*i) {
+            *slot = None;
+        }
+        while self.0.last().is_some_and(Option::is_none) {
+            self.0.pop();
+        }
     }
 
+    /// How many VIPs have an interface.
     fn len(&self) -> usize {
-        self.0.len()
+        self.0.iter().flatten().count()
     }
 
     /// The distinct interface indexes, ascending.
     fn interfaces(&self) -> Vec<u32> {
-        let mut out: Vec<u32> = self.0.iter().map(|(_, l)| l.index).collect();
+        let mut out: Vec<u32> = self.0.iter().flatten().map(|l| l.index).collect();
         out.sort_unstable();
         out.dedup();
         out
@@ -363,7 +373,12 @@ impl Links {
 
     /// Replaces what is known of interface `link.index` for every VIP on it.
     fn update_interface(&mut self, link: &LinkInfo) {
-        for (_, held) in self.0.iter_mut().filter(|(_, h)| h.index == link.index) {
+        for held in self
+            .0
+            .iter_mut()
+            .flatten()
+            .filter(|h| h.index == link.index)
+        {
             held.clone_from(link);
         }
     }

@@ -8,6 +8,10 @@ use crate::lease::{fence_overrun, fence_timeout};
 /// the removal failed).
 type Refresh = (usize, LinkInfo, Vip, Result<Option<Lifetime>, NetError>);
 
+/// One VIP's outcome in [`VipHolder::add_many`]: its index, interface, address and whether
+/// it is held now.
+pub(super) type Added = (usize, LinkInfo, Vip, Result<bool, NetError>);
+
 impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// After an acquire or renew: (re-)add every VIP with the full fence lifetime, and on
     /// acquire announce at once.
@@ -31,43 +35,11 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             debug!(holder = %self.name, "the millisecond fence could not be set; adding or refreshing no VIP");
             return;
         }
-        // First the fences, then one batch for the kernel (one read of the node's
-        // addresses for all VIPs), then each VIP's outcome.
-        let mut batch: Vec<Refresh> = Vec::new();
-        for i in 0..self.vips.len() {
-            let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
-                continue;
-            };
-            if !self.probes.get(i).is_some_and(ProbeState::bound) {
-                continue;
-            }
-            let (vip, link) = (spec.vip, link.clone());
-            let fence = self.fence_or_remove(link.index, vip, lifetime).await;
-            batch.push((i, link, vip, fence));
-        }
-        let items: Vec<(u32, Vip, Lifetime)> = batch
-            .iter()
-            .filter_map(|(_, link, vip, f)| match f {
-                Ok(Some(fence)) => Some((link.index, *vip, *fence)),
-                _ => None,
-            })
+        let bound: Vec<usize> = (0..self.vips.len())
+            .filter(|i| self.probes.get(*i).is_some_and(ProbeState::bound))
             .collect();
-        let mut held = self
-            .kernel
-            .add_or_refresh_many(&items, self.cfg.skip_dad)
-            .await
-            .into_iter();
-        for (i, link, vip, fence) in batch {
+        for (i, link, vip, outcome) in self.add_many(&bound, lifetime).await {
             let key = Quiet::Add(vip.addr);
-            let outcome = match fence {
-                Ok(None) => Ok(false),
-                Err(e) => Err(e),
-                Ok(Some(_)) => match held.next() {
-                    Some(Ok(secs)) => self.after_add(link.index, vip, secs).await,
-                    Some(Err(e)) => Err(e),
-                    None => Ok(false),
-                },
-            };
             match outcome {
                 Ok(true) => {}
                 Ok(false) => continue,
@@ -82,15 +54,86 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 info!(holder = %self.name, %vip, interface = %link.name, "adding the VIP works again{r}");
             }
             if self.vips.get(i).is_some_and(&announce) {
-                info!(holder = %self.name, %vip, interface = %link.name, "VIP added");
                 added.push(i);
                 any = true;
             }
         }
+        self.log_added(&added, "VIP added");
         if any {
             self.pending_na.retain(|i| !added.contains(i));
             self.announce_added(&added);
         }
+    }
+
+    /// Adds or refreshes VIPs `idx` (those with an interface) with at most `lifetime`
+    /// seconds of fence ([`Self::fence_or_remove`] first, for each), in one batch for the
+    /// kernel ([`Kernel::add_or_refresh_many`]: one read of the node's addresses for all of
+    /// them; one read per VIP made binding or refreshing a shard's hundreds of VIPs
+    /// quadratic, and stalled the process past its renew deadline). Returns each VIP's
+    /// outcome in `idx` order: `Ok(true)` held now, `Ok(false)` not added (the lease may
+    /// have lapsed, less than a second was left, or the kernel took less than a second:
+    /// [`Self::after_add`]), `Err` the kernel's error.
+    pub(super) async fn add_many(&mut self, idx: &[usize], lifetime: u32) -> Vec<Added> {
+        let mut batch: Vec<Refresh> = Vec::with_capacity(idx.len());
+        for &i in idx {
+            let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
+                continue;
+            };
+            let (vip, link) = (spec.vip, link.clone());
+            let fence = self.fence_or_remove(link.index, vip, lifetime).await;
+            batch.push((i, link, vip, fence));
+        }
+        let items: Vec<(u32, Vip, Lifetime)> = batch
+            .iter()
+            .filter_map(|(_, link, vip, f)| match f {
+                Ok(Some(fence)) => Some((link.index, *vip, *fence)),
+                _ => None,
+            })
+            .collect();
+        // Nothing to add (every VIP still probing): no read of the node's addresses.
+        let held = match items.is_empty() {
+            true => Vec::new(),
+            false => {
+                self.kernel
+                    .add_or_refresh_many(&items, self.cfg.skip_dad)
+                    .await
+            }
+        };
+        let mut held = held.into_iter();
+        let mut out = Vec::with_capacity(batch.len());
+        for (i, link, vip, fence) in batch {
+            let outcome = match fence {
+                Ok(None) => Ok(false),
+                Err(e) => Err(e),
+                Ok(Some(_)) => match held.next() {
+                    Some(Ok(secs)) => self.after_add(link.index, vip, secs).await,
+                    Some(Err(e)) => Err(e),
+                    None => Ok(false),
+                },
+            };
+            out.push((i, link, vip, outcome));
+        }
+        out
+    }
+
+    /// Logs the VIPs `idx` just added with `message`, one line each while few
+    /// ([`crate::obs::logging::each_or_summary`]: a shard's holder adds hundreds at once).
+    pub(super) fn log_added(&self, idx: &[usize], message: &str) {
+        let vips: Vec<(Vip, &str)> = idx
+            .iter()
+            .filter_map(|i| Some((self.vips.get(*i)?.vip, self.links.get(i)?.name.as_str())))
+            .collect();
+        crate::obs::logging::each_or_summary(
+            &vips,
+            |(vip, interface), at_info| match at_info {
+                true => info!(holder = %self.name, %vip, interface, "{message}"),
+                false => debug!(holder = %self.name, %vip, interface, "{message}"),
+            },
+            |count| {
+                let first: Vec<String> = vips.iter().take(3).map(|(v, _)| v.to_string()).collect();
+                info!(holder = %self.name, count, first = ?first, "{message}: {count} VIPs (each at debug level)");
+            },
+        );
     }
 
     /// On every renewal, and between renewals when the elements run out

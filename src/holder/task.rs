@@ -312,17 +312,37 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             if steps.is_empty() {
                 return true;
             }
-            for step in steps {
-                if let Step::Remove { vip, ifindex } = step {
-                    match self.kernel.remove(ifindex, vip).await {
-                        Ok(()) => info!(holder = %self.name, %vip, "VIP removed"),
-                        Err(e) => {
-                            failed = true;
-                            warn!(holder = %self.name, %vip, error = %e, "removing VIP failed; retrying")
-                        }
+            // One batch: one read of the node's addresses for all of them.
+            let removals: Vec<(u32, Vip)> = steps
+                .into_iter()
+                .filter_map(|step| match step {
+                    Step::Remove { vip, ifindex } => Some((ifindex, vip)),
+                    _ => None,
+                })
+                .collect();
+            let results = self.kernel.remove_many(&removals).await;
+            let mut removed = Vec::new();
+            for ((_, vip), r) in removals.into_iter().zip(results) {
+                match r {
+                    Ok(()) => removed.push(vip),
+                    Err(e) => {
+                        failed = true;
+                        warn!(holder = %self.name, %vip, error = %e, "removing VIP failed; retrying")
                     }
                 }
             }
+            crate::obs::logging::each_or_summary(
+                &removed,
+                |vip, at_info| match at_info {
+                    true => info!(holder = %self.name, %vip, "VIP removed"),
+                    false => debug!(holder = %self.name, %vip, "VIP removed"),
+                },
+                |count| {
+                    let first: Vec<String> =
+                        removed.iter().take(3).map(ToString::to_string).collect();
+                    info!(holder = %self.name, count, first = ?first, "VIP removed: {count} VIPs (each at debug level)");
+                },
+            );
         }
         error!(holder = %self.name, "could not confirm the VIPs are removed; not acknowledging, so the lease is not released and expires after the kernel fence removes them");
         false

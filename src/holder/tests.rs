@@ -36,6 +36,12 @@ pub(crate) struct KState {
     lifetimes_run: bool,
     /// When each of vipd's addresses expires (with `lifetimes_run`).
     expires: Vec<(Vip, Instant)>,
+    /// The size of every [`Kernel::add_or_refresh_many`] call.
+    pub(crate) batches: Vec<usize>,
+    /// Calls of [`Kernel::link_by_name`].
+    pub(crate) name_queries: usize,
+    /// The size of every [`Kernel::remove_many`] call.
+    pub(crate) remove_batches: Vec<usize>,
 }
 
 impl KState {
@@ -126,10 +132,9 @@ impl FakeKernel {
 
 impl Kernel for FakeKernel {
     async fn link_by_name(&self, name: &str) -> Result<LinkInfo, NetError> {
-        self.0
-            .lock()
-            .unwrap()
-            .links
+        let mut s = self.0.lock().unwrap();
+        s.name_queries += 1;
+        s.links
             .iter()
             .find(|l| l.name == name)
             .cloned()
@@ -178,6 +183,29 @@ impl Kernel for FakeKernel {
         let end = Instant::now() + Duration::from_secs(u64::from(valid));
         s.expires.push((vip, end));
         Ok(valid)
+    }
+    async fn add_or_refresh_many(
+        &self,
+        items: &[(u32, Vip, Lifetime)],
+        skip_dad: bool,
+    ) -> Vec<Result<u32, NetError>> {
+        self.0.lock().unwrap().batches.push(items.len());
+        let mut out = Vec::with_capacity(items.len());
+        for (ifindex, vip, lifetime) in items {
+            out.push(
+                self.add_or_refresh(*ifindex, *vip, *lifetime, skip_dad)
+                    .await,
+            );
+        }
+        out
+    }
+    async fn remove_many(&self, items: &[(u32, Vip)]) -> Vec<Result<(), NetError>> {
+        self.0.lock().unwrap().remove_batches.push(items.len());
+        let mut out = Vec::with_capacity(items.len());
+        for (ifindex, vip) in items {
+            out.push(self.remove(*ifindex, *vip).await);
+        }
+        out
     }
     async fn remove(&self, ifindex: u32, vip: Vip) -> Result<(), NetError> {
         let mut s = self.0.lock().unwrap();
@@ -1016,6 +1044,54 @@ async fn a_vip_just_added_is_announced_even_if_a_dump_misses_it() {
             "announced right after the add (clean={clean}), not at the next repeat"
         );
     }
+}
+
+/// A holder of many VIPs (a shard lease) looks its interface up once, binds every VIP that
+/// passed the conflict probe in one kernel batch (one read of the node's addresses, not one
+/// per VIP: quadratic at hundreds of VIPs, which stalled a 10 000-Service node past its
+/// renew deadline), announces each, and refreshes them in one batch per renewal.
+#[tokio::test(start_paused = true)]
+async fn many_vips_are_bound_and_refreshed_in_one_batch_each() {
+    let vips: Vec<Vip> = (1..=40u8)
+        .map(|i| Vip::new(IpAddr::from([192, 0, 2, 100 + i]), 32).unwrap())
+        .collect();
+    let (r, _monitor, _) = rig_probing(FakeKernel::with_eth0(), vips.clone());
+    settle().await;
+    let queries_before = r.kernel.0.lock().unwrap().name_queries;
+    lead(&r, 1, false);
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    {
+        let s = r.kernel.0.lock().unwrap();
+        assert_eq!(
+            s.name_queries - queries_before,
+            1,
+            "one interface lookup for 40 VIPs on eth0"
+        );
+        assert_eq!(s.batches, vec![40], "bound in one batch after the probe");
+        for v in &vips {
+            assert!(s.addrs.iter().any(|a| a.vip == *v && a.ours), "{v} bound");
+        }
+    }
+    for v in &vips {
+        assert_eq!(r.ann.count(*v), 1, "{v} announced once");
+    }
+    lead(&r, 1, false);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(
+        r.kernel.0.lock().unwrap().batches,
+        vec![40, 40],
+        "the renewal refreshed all 40 in one batch"
+    );
+    r.state
+        .send_replace(LeaderState::Following { holder: None });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let s = r.kernel.0.lock().unwrap();
+    assert_eq!(s.remove_batches, vec![40], "dropped in one batch");
+    assert!(
+        !s.addrs.iter().any(|a| a.ours),
+        "every VIP removed: {:?}",
+        s.addrs
+    );
 }
 
 /// A VIP with a not-after time (a DHCP lease's expiry, issue 13) never gets a valid

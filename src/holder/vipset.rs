@@ -109,13 +109,29 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// be found, [`GATE_CONFLICT`] while a VIP is on the node untagged.
     pub(super) async fn resolve_links(&mut self) {
         let mut missing = Vec::new();
+        let mut changed: Vec<(Vip, String)> = Vec::new();
+        // One query per configured interface name: a shard's holder resolves hundreds of
+        // VIPs on one interface.
+        let mut by_name: Vec<(String, Result<LinkInfo, String>)> = Vec::new();
         for (i, spec) in self.vips.iter().enumerate() {
-            let found = match &spec.interface {
-                Some(name) => self.kernel.link_by_name(name).await,
+            let found: Result<LinkInfo, String> = match &spec.interface {
+                Some(name) => match by_name.iter().find(|(n, _)| n == name) {
+                    Some((_, r)) => r.clone(),
+                    None => {
+                        let r = self
+                            .kernel
+                            .link_by_name(name)
+                            .await
+                            .map_err(|e| e.to_string());
+                        by_name.push((name.clone(), r.clone()));
+                        r
+                    }
+                },
                 None => match self.kernel.choose_interface(spec.vip.addr).await {
                     Ok(idx) => self.kernel.link_by_index(idx).await,
                     Err(e) => Err(e),
-                },
+                }
+                .map_err(|e| e.to_string()),
             };
             match found {
                 Ok(link) if link.mac == [0; 6] => {
@@ -127,7 +143,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 }
                 Ok(link) => {
                     if self.links.get(&i).map(|l| l.index) != Some(link.index) {
-                        info!(holder = %self.name, vip = %spec.vip, interface = %link.name, "VIP interface");
+                        changed.push((spec.vip, link.name.clone()));
                     }
                     self.links.insert(i, link);
                 }
@@ -137,6 +153,18 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 }
             }
         }
+        crate::obs::logging::each_or_summary(
+            &changed,
+            |(vip, interface), at_info| match at_info {
+                true => info!(holder = %self.name, %vip, interface, "VIP interface"),
+                false => debug!(holder = %self.name, %vip, interface, "VIP interface"),
+            },
+            |count| {
+                let interfaces: std::collections::BTreeSet<&str> =
+                    changed.iter().map(|(_, n)| n.as_str()).collect();
+                info!(holder = %self.name, count, interfaces = ?interfaces, "VIP interface: {count} VIPs (each at debug level)");
+            },
+        );
         // Pin before any address is added (S36: no window with two ARP responders).
         let (want, configured) = self.arp_pins_wanted();
         self.arp.sync(&self.name, &want, &configured).await;

@@ -76,6 +76,12 @@ impl<K: Kernel> Kernel for CachedKernel<K> {
         r
     }
 
+    async fn remove_many(&self, items: &[(u32, Vip)]) -> Vec<Result<(), NetError>> {
+        let r = self.inner.remove_many(items).await;
+        self.invalidate().await;
+        r
+    }
+
     async fn addresses(&self, ifindex: Option<u32>) -> Result<Vec<AddrInfo>, NetError> {
         // Holding the lock across the dump makes concurrent callers wait for one dump.
         let mut snap = self.snapshot.lock().await;

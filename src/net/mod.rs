@@ -340,6 +340,24 @@ pub trait Kernel: Send + Sync + 'static {
     /// [`NetError::NotOurs`] for an untagged address (left in place); [`NetError::Netlink`].
     fn remove(&self, ifindex: u32, vip: Vip) -> impl Future<Output = Result<(), NetError>> + Send;
 
+    /// [`Self::remove`] of each `(ifindex, vip)` in `items`, in order, with one result per
+    /// item (the same errors). The default makes one call per item; the netlink kernel reads
+    /// the node's addresses once for the whole batch (a holder dropping hundreds of VIPs
+    /// when it stops leading: one read per VIP made that quadratic and delayed the lease's
+    /// release by seconds).
+    fn remove_many(
+        &self,
+        items: &[(u32, Vip)],
+    ) -> impl Future<Output = Vec<Result<(), NetError>>> + Send {
+        async move {
+            let mut out = Vec::with_capacity(items.len());
+            for (ifindex, vip) in items {
+                out.push(self.remove(*ifindex, *vip).await);
+            }
+            out
+        }
+    }
+
     /// All addresses, or those of interface `ifindex` only, decoded into [`AddrInfo`].
     ///
     /// # Errors

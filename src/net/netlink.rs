@@ -483,6 +483,35 @@ impl NetlinkKernel {
         })
     }
 
+    /// [`Kernel::remove`] against the dump `addrs`: deletes the entry of `vip` on
+    /// `ifindex` found there (absent: `Ok`).
+    async fn remove_in(
+        &self,
+        addrs: &[(AddressMessage, AddrInfo)],
+        ifindex: u32,
+        vip: Vip,
+    ) -> Result<(), NetError> {
+        let Some((msg, info)) = addrs.iter().find(|(_, a)| {
+            a.ifindex == ifindex && a.vip.addr == vip.addr && a.vip.prefix == vip.prefix
+        }) else {
+            return Ok(());
+        };
+        if !info.ours {
+            return Err(NetError::NotOurs {
+                addr: vip.addr,
+                ifindex,
+                ifname: self.ifname(ifindex).await,
+            });
+        }
+        self.send_del(msg.clone())
+            .await
+            .map_err(|source| NetError::Netlink {
+                op: "remove address",
+                target: format!("{vip} on index {ifindex}"),
+                source,
+            })
+    }
+
     /// Whether `vip` is on `ifindex` already (same prefix); [`NetError::NotOurs`] when any
     /// interface carries its address without vipd's tag.
     async fn existing_ours(&self, ifindex: u32, vip: Vip) -> Result<bool, NetError> {
@@ -665,25 +694,26 @@ impl Kernel for NetlinkKernel {
 
     async fn remove(&self, ifindex: u32, vip: Vip) -> Result<(), NetError> {
         let addrs = self.dump_addrs().await?;
-        let Some((msg, info)) = addrs.into_iter().find(|(_, a)| {
-            a.ifindex == ifindex && a.vip.addr == vip.addr && a.vip.prefix == vip.prefix
-        }) else {
-            return Ok(());
+        self.remove_in(&addrs, ifindex, vip).await
+    }
+
+    async fn remove_many(&self, items: &[(u32, Vip)]) -> Vec<Result<(), NetError>> {
+        // One dump for the whole batch; without it, each VIP the one-by-one way.
+        let addrs = match self.dump_addrs().await {
+            Ok(addrs) => addrs,
+            Err(_) => {
+                let mut out = Vec::with_capacity(items.len());
+                for (ifindex, vip) in items {
+                    out.push(self.remove(*ifindex, *vip).await);
+                }
+                return out;
+            }
         };
-        if !info.ours {
-            return Err(NetError::NotOurs {
-                addr: vip.addr,
-                ifindex,
-                ifname: self.ifname(ifindex).await,
-            });
+        let mut out = Vec::with_capacity(items.len());
+        for (ifindex, vip) in items {
+            out.push(self.remove_in(&addrs, *ifindex, *vip).await);
         }
-        self.send_del(msg)
-            .await
-            .map_err(|source| NetError::Netlink {
-                op: "remove address",
-                target: format!("{vip} on index {ifindex}"),
-                source,
-            })
+        out
     }
 
     async fn addresses(&self, ifindex: Option<u32>) -> Result<Vec<AddrInfo>, NetError> {

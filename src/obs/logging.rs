@@ -1,5 +1,7 @@
 //! Log rate limiting: one line per state change, repeats of an unchanged condition folded
-//! into one line per [`REPEAT_WINDOW`] with their count, and one line when it clears.
+//! into one line per [`REPEAT_WINDOW`] with their count, and one line when it clears; and
+//! batches (a shard's hundreds of VIPs) logged item by item only while small
+//! ([`each_or_summary`]).
 //!
 //! A caller keeps a [`RepeatLimiter`] per task (no global state, no locks) and asks it,
 //! each time a condition is seen, whether to log now; the clock is passed in, so the
@@ -11,6 +13,28 @@ use std::hash::Hash;
 use std::time::Duration;
 
 use tokio::time::Instant;
+
+/// Items of one batch logged one line each at info level; a larger batch gets one summary
+/// line at info level and each item at debug level.
+pub(crate) const ITEM_LINES_MAX: usize = 8;
+
+/// Logs a batch: `line(item, true)` (at info level) for each of `items` when there are at
+/// most [`ITEM_LINES_MAX`], else `line(item, false)` (at debug level) for each and
+/// `summary(count)` once (at info level). The caller's closures choose the level from the
+/// flag, so each keeps its own message and fields.
+pub(crate) fn each_or_summary<T>(
+    items: &[T],
+    mut line: impl FnMut(&T, bool),
+    summary: impl FnOnce(usize),
+) {
+    let each_at_info = items.len() <= ITEM_LINES_MAX;
+    for item in items {
+        line(item, each_at_info);
+    }
+    if !each_at_info {
+        summary(items.len());
+    }
+}
 
 /// How long an unchanged condition stays quiet after it was logged (60 s): a condition seen
 /// twice a second logs one line a minute, with the count of the repeats not logged.
@@ -173,6 +197,26 @@ impl<K: Eq + Hash, S: PartialEq> RepeatLimiter<K, S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn small_batches_are_logged_item_by_item_and_large_ones_summarised() {
+        for n in [0, 1, ITEM_LINES_MAX, ITEM_LINES_MAX + 1, 600] {
+            let items: Vec<usize> = (0..n).collect();
+            let (mut info, mut debug, mut summaries) = (0, 0, Vec::new());
+            each_or_summary(
+                &items,
+                |_, at_info| match at_info {
+                    true => info += 1,
+                    false => debug += 1,
+                },
+                |count| summaries.push(count),
+            );
+            match n <= ITEM_LINES_MAX {
+                true => assert_eq!((info, debug, summaries), (n, 0, vec![]), "{n}"),
+                false => assert_eq!((info, debug, summaries), (0, n, vec![n]), "{n}"),
+            }
+        }
+    }
 
     const W: Duration = Duration::from_secs(60);
 

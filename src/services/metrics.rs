@@ -6,6 +6,7 @@
 //! | `kube_vip_active_services` | gauge | `namespace` | LoadBalancer Services this node announces (kube-vip's name) |
 //! | `vipd_health_check_failures_total` | counter | `lease_name` | failed data-path health checks of this Service lease's group (run while leading, and while handed over for health) |
 //! | `vipd_health_handovers_total` | counter | `lease_name` | times this node handed the lease over because its data-path health check failed |
+//! | `vipd_services_pass_duration_seconds` | histogram | | time one pass over the Services cache took (plan, notes, status checks, group updates), seconds; passes are paced by it ([`super::runtime`]) |
 //! | `vipd_vip_handovers_total` | counter | `vip`, `reason` | times this node handed a Service VIP it held over on purpose, by reason: the node became ineligible (`drained`, `drain-annotation`, `cordon-drain`, `excluded`, `not-ready`, `network-unavailable`, `cordoned`), `health` (data-path check), `node-selector` (its labels stopped matching the Service's `vipd.io/node-selector`), `subnet` (no connected subnet holds the VIP any more), `failback` (handed back to a returning preferred node, `svc_failback`); kept until the Service goes |
 
 pub mod dhcp;
@@ -14,6 +15,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 
 use crate::nodes::eligibility::Ineligible;
 use crate::obs::metrics::{Families, LeaseLabels, Registry, gauge_value};
@@ -21,6 +23,11 @@ use crate::obs::metrics::{Families, LeaseLabels, Registry, gauge_value};
 /// The per-Service `reason` values of `vipd_vip_handovers_total`, besides the node-wide
 /// ineligibility reasons ([`Ineligible::label`]).
 pub(crate) const SERVICE_HANDOVER_REASONS: [&str; 3] = ["health", "node-selector", "subnet"];
+
+/// Upper bounds (seconds) of the pass duration histogram buckets: 1 ms to 5 s.
+pub(crate) const PASS_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0,
+];
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct NamespaceLabels {
@@ -39,6 +46,7 @@ pub struct ServiceMetrics {
     health_failures: Family<LeaseLabels, Counter>,
     health_handovers: Family<LeaseLabels, Counter>,
     vip_handovers: Family<HandoverLabels, Counter>,
+    pass: Histogram,
 }
 
 impl Families for ServiceMetrics {
@@ -48,6 +56,7 @@ impl Families for ServiceMetrics {
             health_failures: Family::default(),
             health_handovers: Family::default(),
             vip_handovers: Family::default(),
+            pass: Histogram::new(PASS_BUCKETS),
         };
         registry.register(
             "kube_vip_active_services",
@@ -68,6 +77,11 @@ impl Families for ServiceMetrics {
             "vipd_vip_handovers",
             "Times this node handed a Service VIP over on purpose, by reason",
             m.vip_handovers.clone(),
+        );
+        registry.register(
+            "vipd_services_pass_duration_seconds",
+            "Time one pass over the Services cache took, seconds",
+            m.pass.clone(),
         );
         m
     }
@@ -123,6 +137,11 @@ impl ServiceMetrics {
                 reason: reason.to_string(),
             })
             .inc();
+    }
+
+    /// Records one pass over the Services cache that took `took`.
+    pub fn pass(&self, took: std::time::Duration) {
+        self.pass.observe(took.as_secs_f64());
     }
 
     /// Removes every `vipd_vip_handovers_total` series of `vip` (its Service is gone).

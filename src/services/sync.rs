@@ -286,6 +286,22 @@ pub(super) struct StatusSync {
     pub(super) retry: Retry,
 }
 
+/// Logs the announcement notes of one sync, one line each while few
+/// ([`crate::obs::logging::each_or_summary`]: a shard's holder announces hundreds at once).
+fn log_notes(node: &str, notes: &[(&ServiceKey, String)]) {
+    crate::obs::logging::each_or_summary(
+        notes,
+        |(key, note), at_info| match at_info {
+            true => info!(service = %key, "{note}"),
+            false => debug!(service = %key, "{note}"),
+        },
+        |count| {
+            let first: Vec<String> = notes.iter().take(3).map(|(k, _)| k.to_string()).collect();
+            info!(count, first = ?first, "{count} Services announced by node {node} (each at debug level)");
+        },
+    );
+}
+
 /// What the holder should write for one Service, judged from the cache: the ingress and
 /// vipHost differ, and the Event to queue when this node does not announce it yet.
 #[derive(Debug, Clone, PartialEq)]
@@ -343,6 +359,7 @@ impl StatusSync {
         self.pending.retain(|k, _| keys.contains(k));
         self.announced.retain(|k, _| keys.contains(k));
         let mut writes: Vec<Write> = Vec::new();
+        let mut notes: Vec<(&ServiceKey, String)> = Vec::new();
         for (key, addrs, ports) in &spec.services {
             let cached = ctx.cached(key);
             let all_refused = (!addrs.is_empty() && addrs.iter().all(|a| refused.contains(a)))
@@ -384,7 +401,7 @@ impl StatusSync {
             };
             self.announced.insert(key.clone(), addrs.to_vec());
             if let Some(ev) = event {
-                info!(service = %key, "{}", ev.note);
+                notes.push((key, ev.note.clone()));
                 let uid = cached.as_ref().and_then(|s| s.metadata.uid.clone());
                 self.pending.insert(key.clone(), (uid, ev));
             }
@@ -396,6 +413,7 @@ impl StatusSync {
                 });
             }
         }
+        log_notes(ctx.node, &notes);
         // Concurrently, at most STATUS_WRITES_IN_FLIGHT at a time: a group governing
         // hundreds of Services (a shard lease) wrote them one after another, and its next
         // change of VIPs waited for the last write.

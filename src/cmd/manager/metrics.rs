@@ -58,6 +58,7 @@ pub fn example(node: &str) -> Metrics {
     services.health_check_failed(lease);
     services.health_handover(lease);
     services.vip_handover("192.0.2.10", "health");
+    services.pass(std::time::Duration::from_millis(3));
     m.families::<EligibilityMetrics>()
         .set(Wing::Services, Some(Ineligible::DrainedLocally));
     let peer = m.families::<PeerMetrics>();
@@ -104,7 +105,7 @@ mod tests {
         exported.sort();
         let mut documented: Vec<String> = TABLES.iter().flat_map(|t| documented_names(t)).collect();
         documented.sort();
-        assert_eq!(exported.len(), 25, "{text}");
+        assert_eq!(exported.len(), 26, "{text}");
         assert_eq!(exported, documented);
     }
 

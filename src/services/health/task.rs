@@ -22,6 +22,12 @@ pub(crate) async fn follow<K: crate::net::Kernel, A: crate::net::Announcer>(
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut warned_invalid: Vec<(String, String, String)> = Vec::new();
     let mut last_checks: Vec<HealthCheck> = Vec::new();
+    // The checks are read again only when the group's Services or the cache changed: a
+    // shard's group has hundreds of Services, and every node runs every shard's group.
+    let mut spec = spec;
+    let mut seen = shared.services_seen.subscribe();
+    let mut current = spec.borrow_and_update().clone();
+    let mut checks = current_checks(&shared, &current, &mut warned_invalid);
     loop {
         // Leadership changes (every renewal is one) only update the machine; checks run on
         // the tick.
@@ -35,8 +41,14 @@ pub(crate) async fn follow<K: crate::net::Kernel, A: crate::net::Announcer>(
         if !tick_due {
             continue;
         }
-        let current = spec.borrow().clone();
-        let checks = current_checks(&shared, &current, &mut warned_invalid);
+        let spec_changed = spec.has_changed().unwrap_or(false);
+        if spec_changed || seen.has_changed().unwrap_or(false) {
+            seen.borrow_and_update();
+            if spec_changed {
+                current = spec.borrow_and_update().clone();
+            }
+            checks = current_checks(&shared, &current, &mut warned_invalid);
+        }
         if checks != last_checks {
             if !checks.is_empty() {
                 let list: Vec<String> = checks.iter().map(ToString::to_string).collect();
@@ -55,6 +67,7 @@ pub(crate) async fn follow<K: crate::net::Kernel, A: crate::net::Announcer>(
             continue;
         }
         let result = run_checks(&checks).await;
+        let current = &current;
         if result.is_err() {
             shared.service_metrics().health_check_failed(&lease);
         }
@@ -75,7 +88,7 @@ pub(crate) async fn follow<K: crate::net::Kernel, A: crate::net::Announcer>(
                 current.count_handovers(&shared.metrics, "health");
                 gates.set(GATE_HEALTH, false);
                 let ctx = shared.status_ctx();
-                crate::services::sync::report_each(&ctx, &current, |addrs| {
+                crate::services::sync::report_each(&ctx, current, |addrs| {
                     crate::services::publish::ServiceEvent::health_handover(
                         &shared.node,
                         addrs,

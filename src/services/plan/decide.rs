@@ -131,7 +131,7 @@ pub(crate) fn runs(
     retiring: &BTreeMap<LeaseRef, BTreeSet<IpAddr>>,
 ) -> Runs {
     let admission = governance::admit(plan, running, retiring);
-    let ports: BTreeMap<&ServiceKey, &[PortProto]> = candidates
+    let ports: std::collections::HashMap<&ServiceKey, &[PortProto]> = candidates
         .iter()
         .map(|c| (&c.key, c.ports.as_slice()))
         .collect();
