@@ -492,6 +492,16 @@ impl Bench {
         Ok(out)
     }
 
+    /// Which of `addrs` any of `nodes` carries on eth0 ([`Bench::carried_on`]: one address
+    /// listing per node).
+    pub fn carried_by(&self, nodes: &[&str], addrs: &BTreeSet<IpAddr>) -> Result<BTreeSet<IpAddr>> {
+        let mut out = BTreeSet::new();
+        for n in nodes {
+            out.extend(self.carried_on(n, addrs)?);
+        }
+        Ok(out)
+    }
+
     /// Which of `addrs` `node` carries on eth0: one address listing of the node
     /// ([`Lab::addresses`], a single `ip -j addr show dev eth0`), however many addresses.
     pub fn carried_on(&self, node: &str, addrs: &BTreeSet<IpAddr>) -> Result<BTreeSet<IpAddr>> {

@@ -17,9 +17,13 @@
 //! `client` namespace to `<address>:80` got an `HTTP/1.x 200` answer. Each Service is polled
 //! by its own thread (new TCP connection per attempt, connect timeout [`CONNECT_TIMEOUT`],
 //! one attempt every [`POLL_INTERVAL`] at most), so a Service that answers late never
-//! delays the measurement of another; scale and coldstart instead share
-//! [`POLLERS`](http::POLLERS) threads among the Services not answered yet
-//! ([`http::Poller`]).
+//! delays the measurement of another; scale and coldstart (and its poweroff phase) instead
+//! share [`POLLERS`](http::POLLERS) threads among the Services not answered yet
+//! ([`http::Poller`]): a listing of the nodes' eth0 addresses about every
+//! [`SAMPLE_INTERVAL`](http::SAMPLE_INTERVAL) says which addresses a node carries, and those
+//! are tried first, the others only by [`BACKGROUND_POLLERS`](http::BACKGROUND_POLLERS)
+//! threads, so a carried address is tried within about one listing interval whatever the
+//! number of Services waiting.
 //!
 //! Scenarios:
 //!
@@ -36,8 +40,9 @@
 //!   threads) are created while no vipd runs; then vipd starts on the three nodes and every
 //!   Service is polled from the moment the vipd processes are spawned, until it answers or
 //!   60 s + N/100 s passed. Prints p50/p95/max of vipd start -> first answer, the time until
-//!   all answered, the answering nodes, the polling rate (all Services wait at once, so it
-//!   bounds the figures' resolution), then the steady state of scale, then a poweroff
+//!   all answered, the answering nodes, the polling figures (the listing interval and the
+//!   delay from a listing that shows an address carried to its first try: together they
+//!   bound the figures' resolution), then the steady state of scale, then a poweroff
 //!   phase: the node carrying the most Service addresses loses its vipd (SIGKILL) and its
 //!   link at once, as in `bench failover --scenario poweroff`; per address it carried, the
 //!   time until it answers again from another node (p50/p95/max, 30 s at most), the

@@ -2,27 +2,30 @@
 //! addresses "loses power" as in `bench failover --scenario poweroff` (SIGKILL of its vipd
 //! and its link cut at the same instant); every address it carried is polled until it
 //! answers again from another node, while the two remaining nodes' eth0 addresses are
-//! sampled for an address on both at once.
+//! sampled for an address on both at once. The same listings tell the poller which
+//! addresses a remaining node carries ([`Poller::run`]): those are tried first; the
+//! powered-off node, which still carries its addresses behind its cut link, does not count.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow, bail};
 use xtask::lab::{NODES, Signal};
 
 use super::context::Bench;
-use super::http::{POLLERS, Poller};
+use super::http::{Poller, SAMPLE_INTERVAL, next_sample_start};
 use super::scale::{answered_by, print_failures};
 use crate::bench::harness::procfs::children_of;
 use crate::bench::stats::{ms, summary_ms};
 
 /// How long after the power-off each address the node carried may take to answer again.
 pub const POWEROFF_LIMIT: Duration = Duration::from_secs(30);
-/// Time between two samples of the remaining nodes' addresses (when a sample takes longer,
-/// the next one starts right after it).
-pub const CARRIER_SAMPLE_INTERVAL: Duration = Duration::from_millis(200);
+/// Time between the starts of two samples of the remaining nodes' addresses: the poller's
+/// listing interval, since one listing serves both (when a listing takes longer, the next
+/// one starts that long after it ended: [`next_sample_start`]).
+pub const CARRIER_SAMPLE_INTERVAL: Duration = SAMPLE_INTERVAL;
 /// How long the remaining nodes are still sampled after the polling ended (a second node
 /// taking an address just after the first answer is caught too).
 pub const CARRIER_SAMPLE_TAIL: Duration = Duration::from_secs(2);
@@ -150,41 +153,46 @@ impl DoubleCarriers {
     }
 }
 
-/// Samples which of `watched` each of `nodes` carries ([`Bench::carried_on`]: one address
-/// listing per node) every [`CARRIER_SAMPLE_INTERVAL`] until `stop` is set; times from
-/// `t0`. Returns the count and the listing errors (count, first one).
+/// The "never two responders" samples and the failed listings (count, first failure).
+#[derive(Debug, Default)]
+struct Sampled {
+    dc: DoubleCarriers,
+    errors: usize,
+    first_error: Option<String>,
+}
+
+/// One sample of which of `watched` each of `nodes` carries ([`Bench::carried_on`]: one
+/// address listing per node), taken `t0.elapsed()` after the power-off and added to
+/// `sampled`; returns the addresses any of them carries (for [`Poller::run`]).
+///
+/// # Errors
+/// When a listing fails (also counted in `sampled`).
 fn sample_carriers(
     b: &Bench,
     nodes: &[&str],
     watched: &BTreeSet<IpAddr>,
     t0: Instant,
-    stop: &AtomicBool,
-) -> (DoubleCarriers, usize, Option<String>) {
-    let mut dc = DoubleCarriers::default();
-    let (mut errors, mut first_error) = (0, None);
-    let mut next = Instant::now();
-    while !stop.load(Ordering::SeqCst) {
-        let at = t0.elapsed();
-        let sample: Result<BTreeMap<String, BTreeSet<IpAddr>>> = nodes
-            .iter()
-            .map(|n| Ok((n.to_string(), b.carried_on(n, watched)?)))
-            .collect();
-        match sample {
-            Ok(s) => dc.add(at, watched, &s),
-            Err(e) => {
-                errors += 1;
-                first_error.get_or_insert_with(|| format!("{e:#}"));
-            }
+    sampled: &Mutex<Sampled>,
+) -> Result<BTreeSet<IpAddr>> {
+    let at = t0.elapsed();
+    let sample: Result<BTreeMap<String, BTreeSet<IpAddr>>> = nodes
+        .iter()
+        .map(|n| Ok((n.to_string(), b.carried_on(n, watched)?)))
+        .collect();
+    let mut s = sampled
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    match sample {
+        Ok(sample) => {
+            s.dc.add(at, watched, &sample);
+            Ok(sample.into_values().flatten().collect())
         }
-        next += CARRIER_SAMPLE_INTERVAL;
-        let now = Instant::now();
-        if next <= now {
-            next = now;
-        } else {
-            std::thread::sleep(next - now);
+        Err(e) => {
+            s.errors += 1;
+            s.first_error.get_or_insert_with(|| format!("{e:#}"));
+            Err(e)
         }
     }
-    (dc, errors, first_error)
 }
 
 /// SIGKILL to `node`'s vipd and every process under it (SIGSTOP first when there are
@@ -249,7 +257,7 @@ pub fn run(b: &Bench, addrs: &[IpAddr]) -> Result<()> {
 
     let index: BTreeMap<IpAddr, usize> = addrs.iter().enumerate().map(|(i, a)| (*a, i)).collect();
     let poller = Poller::new(addrs.len(), POWEROFF_LIMIT);
-    let stop_sampling = AtomicBool::new(false);
+    let sampled = Mutex::new(Sampled::default());
     let t0 = Instant::now();
     kill_node_vipd(b, &victim)?;
     b.lab.cut_link(&victim)?;
@@ -261,17 +269,28 @@ pub fn run(b: &Bench, addrs: &[IpAddr]) -> Result<()> {
             .filter_map(|a| Some((*index.get(a)?, SocketAddr::new(*a, 80), t0))),
     );
     poller.close();
-    let (polled, polling_done, sampled) = std::thread::scope(|s| {
-        let sampler = s.spawn(|| sample_carriers(b, &remaining, &watched, t0, &stop_sampling));
-        let polled = b.in_client(|| poller.run());
-        let polling_done = t0.elapsed();
-        std::thread::sleep(CARRIER_SAMPLE_TAIL);
-        stop_sampling.store(true, Ordering::SeqCst);
-        (polled, polling_done, sampler.join())
-    });
+    // Only the remaining nodes count: the powered-off one still carries its addresses.
+    let sample = || sample_carriers(b, &remaining, &watched, t0, &sampled);
+    let polled = b.in_client(|| poller.run(&sample));
+    let polling_done = t0.elapsed();
+    // The tail: a second node taking an address just after the first answer is caught too.
+    let tail_end = Instant::now() + CARRIER_SAMPLE_TAIL;
+    while Instant::now() < tail_end {
+        let started = Instant::now();
+        let _ = sample();
+        let next = next_sample_start(started, Instant::now(), CARRIER_SAMPLE_INTERVAL);
+        if let Some(wait) = next.min(tail_end).checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+    }
     polled??;
-    let (dc, sample_errors, first_sample_error) =
-        sampled.map_err(|_| anyhow!("address sampler thread panicked"))?;
+    let Sampled {
+        dc,
+        errors: sample_errors,
+        first_error: first_sample_error,
+    } = sampled
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
 
     let answered = &poller.answered;
     let gaps: Vec<f64> = answered
@@ -295,17 +314,14 @@ pub fn run(b: &Bench, addrs: &[IpAddr]) -> Result<()> {
         println!("    !! {n} answers came from the powered-off {victim}");
     }
     print_failures(&poller.failures());
-    let rate = poller.attempts() as f64 / polling_done.as_secs_f64().max(0.001);
     println!(
-        "    polling: {} attempts in {:.1} s ({rate:.0}/s, {POLLERS} threads; with all {} waiting, each tried about every {:.0} ms)",
-        poller.attempts(),
-        polling_done.as_secs_f64(),
-        watched.len(),
-        watched.len() as f64 / rate.max(0.001) * 1000.0
+        "    polling (carried counts on {} only): {}",
+        remaining.join(" and "),
+        poller.stats().line(polling_done)
     );
     let window = polling_done + CARRIER_SAMPLE_TAIL;
     println!(
-        "    never two responders: {} of {} samples had an address on both {} (every {} ms at most, over {:.1} s: the polling and {} s after; expected 0)",
+        "    never two responders: {} of {} samples had an address on both {} (one every {} ms unless a listing took longer, over {:.1} s: the polling and {} s after; expected 0)",
         dc.samples_with,
         dc.samples,
         remaining.join(" and "),

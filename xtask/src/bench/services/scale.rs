@@ -27,7 +27,7 @@ pub fn run(vipd: &Path, n: usize, verbose: bool) -> Result<()> {
     let idle = b.samples();
     let limit = Duration::from_secs(60 + n as u64 / 10);
     let run = scale_create(&b, &addrs, limit)?;
-    print_scale_creation(&b, n, &run);
+    print_scale_creation(n, &run);
     scale_steady_state(&b, &addrs, &idle)?;
     b.finish();
     Ok(())
@@ -48,13 +48,16 @@ struct ScaleRun {
 }
 
 /// Creates a Service per address ([`create_services`]); a [`Poller`] tries the created ones
-/// not answered yet until each answers or `limit` after its create passed.
+/// not answered yet until each answers or `limit` after its create passed, those that a
+/// node carries first ([`Poller::run`], every node counts).
 fn scale_create(b: &Bench, addrs: &[IpAddr], limit: Duration) -> Result<ScaleRun> {
     let poller = Poller::new(addrs.len(), limit);
+    let addr_set: BTreeSet<IpAddr> = addrs.iter().copied().collect();
+    let carried = || b.carried_by(&NODES, &addr_set);
     let t0 = Instant::now();
     let (created, create_done) = b.in_client(|| {
         std::thread::scope(|s| -> Result<_> {
-            let polling = s.spawn(|| poller.run());
+            let polling = s.spawn(|| poller.run(&carried));
             let created = create_services(
                 b,
                 addrs,
@@ -138,8 +141,9 @@ pub(super) fn print_failures(fails: &[String]) {
 }
 
 /// Prints the creation phase: rate, time until all answered, per-Service latency, the
-/// answering nodes and the first failures.
-fn print_scale_creation(b: &Bench, n: usize, run: &ScaleRun) {
+/// answering nodes, the first failures and the polling figures
+/// ([`PollStats::line`](super::http::PollStats::line)).
+fn print_scale_creation(n: usize, run: &ScaleRun) {
     let answered = &run.poller.answered;
     let created_n = run.created.iter().filter(|c| c.get().is_some()).count();
     let answered_n = answered.iter().filter(|a| a.get().is_some()).count();
@@ -172,10 +176,10 @@ fn print_scale_creation(b: &Bench, n: usize, run: &ScaleRun) {
     );
     println!("  answered by: {:?}", answered_by(answered));
     print_failures(&run.poller.failures());
-    b.say(format!(
-        "polling finished {:.1} s after start",
-        run.all_done.duration_since(run.t0).as_secs_f64()
-    ));
+    println!(
+        "  polling: {}",
+        run.poller.stats().line(run.all_done.duration_since(run.t0))
+    );
 }
 
 /// Steady state: lets renewals settle, then watches Leases and samples CPU for

@@ -246,15 +246,17 @@ fn poller_records_answers_and_gives_up_at_the_limit() {
     });
     // A port nobody listens on: refused at once.
     let down: SocketAddr = {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let l = TcpListener::bind("127.0.0.2:0").unwrap();
         l.local_addr().unwrap()
     };
     let limit = Duration::from_millis(100);
     let p = Poller::new(3, limit);
     let t0 = Instant::now();
     p.add_all([(0, up, t0), (2, down, t0)]);
+    // "up" is carried, "down" is not.
+    let carried = || Ok(BTreeSet::from([up.ip()]));
     std::thread::scope(|s| {
-        let polling = s.spawn(|| p.run());
+        let polling = s.spawn(|| p.run(&carried));
         // Added while it runs, before it is closed.
         p.add(1, up, Instant::now());
         p.close();
@@ -270,8 +272,224 @@ fn poller_records_answers_and_gives_up_at_the_limit() {
     let f = p.failures();
     assert_eq!(f.len(), 1, "{f:?}");
     assert!(f[0].contains(&down.to_string()), "{f:?}");
+    assert!(f[0].contains("never carried"), "{f:?}");
     // One attempt per POLL_INTERVAL at most: about 10 for the refused one.
     assert!(p.attempts() >= 3 && p.attempts() <= 20, "{}", p.attempts());
+    let st = p.stats();
+    assert!(st.samples >= 1 && st.sample_errors == 0, "{st:?}");
+}
+
+#[test]
+fn a_carried_address_is_tried_at_once_and_its_delay_reported() {
+    use std::net::TcpListener;
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let up = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            let mut buf = [0u8; 512];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(b"HTTP/1.0 200 OK\r\n\r\nnode-a\n");
+        }
+    });
+    let p = Poller::new(1, Duration::from_secs(10));
+    let listings = std::sync::atomic::AtomicUsize::new(0);
+    // The first listing fails; the next ones show the address carried.
+    let carried = || {
+        if listings.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            anyhow::bail!("no such device")
+        }
+        Ok(BTreeSet::from([up.ip()]))
+    };
+    std::thread::scope(|s| {
+        let polling = s.spawn(|| p.run(&carried));
+        // The third listing starts once the second (the first to succeed) is in force.
+        while listings.load(std::sync::atomic::Ordering::SeqCst) < 3 {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Added after a listing showed its address: queued with the carried ones.
+        p.add(0, up, Instant::now());
+        p.close();
+        polling.join().unwrap().unwrap();
+    });
+    assert_eq!(p.answered[0].get().unwrap().node, "node-a");
+    let st = p.stats();
+    assert_eq!((st.attempts, st.carried_attempts), (1, 1), "{st:?}");
+    assert_eq!(st.first_tries_ms.len(), 1, "{st:?}");
+    assert!(st.first_tries_ms[0] < 1000.0, "{st:?}");
+    assert!(st.samples >= 2, "{st:?}");
+    assert_eq!(st.sample_errors, 1, "{st:?}");
+    assert_eq!(st.first_sample_error.as_deref(), Some("no such device"));
+    let line = st.line(Duration::from_secs(1));
+    assert!(line.contains("1 attempts in 1.0 s"), "{line}");
+    assert!(line.contains("1 failed, first: no such device"), "{line}");
+}
+
+fn pending(i: usize, low: u16, start: Instant) -> Pending {
+    let ip = IpAddr::V6(Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 1, low));
+    Pending::new(i, std::net::SocketAddr::new(ip, 80), start)
+}
+
+fn taken(s: &mut Schedule, role: Role) -> Vec<usize> {
+    std::iter::from_fn(|| s.take(role)).map(|p| p.i).collect()
+}
+
+#[test]
+fn the_schedule_tries_carried_addresses_first_and_the_others_in_the_background() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let mut s = Schedule::default();
+    for i in 0..4 {
+        assert!(!s.add(pending(i, i as u16 + 1, t0)), "no listing yet");
+    }
+    assert!(s.take(Role::Carried).is_none(), "nothing carried yet");
+    // A listing at 200 ms: 2 and 4 (Services 1 and 3) are carried.
+    s.sampled(addr_set(&[2, 4, 9]), t0 + ms(200));
+    let one = s.take(Role::Carried).unwrap();
+    assert_eq!(
+        (one.i, one.carried, one.seen_carried),
+        (1, true, Some(t0 + ms(200)))
+    );
+    assert_eq!(taken(&mut s, Role::Background), [0, 2]);
+    // Service 1 failed and goes back (still carried); Service 0 failed too.
+    let mut one = one;
+    one.next = t0 + ms(210);
+    assert!(s.put_back(one));
+    assert!(!s.put_back(pending(0, 1, t0)));
+    assert!(!s.is_idle(), "2 still in flight");
+    // The next listing: 1 and 3 carried (Services 0 and 2), 2 no longer (Service 1).
+    s.sampled(addr_set(&[1, 3, 4]), t0 + ms(400));
+    s.done(); // Service 2 in flight answers (it is carried now, but no longer queued).
+    let c: Vec<(usize, Option<Instant>)> = std::iter::from_fn(|| s.take(Role::Carried))
+        .map(|p| (p.i, p.seen_carried))
+        .collect();
+    assert_eq!(c, [(3, Some(t0 + ms(200))), (0, Some(t0 + ms(400)))]);
+    let b: Vec<(usize, Option<Instant>)> = std::iter::from_fn(|| s.take(Role::Background))
+        .map(|p| (p.i, p.seen_carried))
+        .collect();
+    assert_eq!(
+        b,
+        [(1, Some(t0 + ms(200)))],
+        "no longer carried: back in the background, first seen kept"
+    );
+    // Services 3, 0 and 1 in flight: done with all of them.
+    for _ in 0..3 {
+        s.done();
+    }
+    assert!(s.is_idle());
+    // Added after a listing that shows its address: carried from its start (or the listing).
+    assert!(s.add(pending(7, 3, t0 + ms(500))));
+    assert!(s.add(pending(8, 3, t0)));
+    let c: Vec<(usize, Option<Instant>)> = std::iter::from_fn(|| s.take(Role::Carried))
+        .map(|p| (p.i, p.seen_carried))
+        .collect();
+    assert_eq!(c, [(7, Some(t0 + ms(500))), (8, Some(t0 + ms(400)))]);
+}
+
+#[test]
+fn the_first_try_after_an_address_is_seen_carried_is_reported_once() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let mut p = pending(0, 1, t0);
+    assert_eq!(p.attempt(t0), None, "not carried yet");
+    p.seen_carried = Some(t0 + ms(200));
+    assert_eq!(p.attempt(t0 + ms(203)), Some(ms(3)));
+    assert_eq!(p.attempt(t0 + ms(300)), None, "only the first");
+    assert_eq!(p.attempts, 3);
+    p.last_error = Some("connection refused".into());
+    let f = p.never_answered(Duration::from_secs(30));
+    assert!(
+        f.contains("2001:db8::1:1")
+            && f.contains("3 attempts")
+            && f.contains("carried 200 ms after its wait began")
+            && f.contains("connection refused"),
+        "{f}"
+    );
+    let f = pending(1, 2, t0).never_answered(Duration::from_secs(30));
+    assert!(
+        f.contains("never carried") && f.contains("0 attempts"),
+        "{f}"
+    );
+}
+
+#[test]
+fn carried_addresses_are_tried_with_a_short_connect_timeout_that_doubles() {
+    let mut p = pending(0, 1, Instant::now());
+    let ms = Duration::from_millis;
+    assert_eq!(p.connect_timeout(), CONNECT_TIMEOUT, "not carried");
+    p.carried = true;
+    let mut seen = Vec::new();
+    for failures in 0..6 {
+        p.carried_failures = failures;
+        seen.push(p.connect_timeout());
+    }
+    assert_eq!(seen, [ms(50), ms(100), ms(200), ms(200), ms(200), ms(200)]);
+    p.carried_failures = u32::MAX;
+    assert_eq!(p.connect_timeout(), CONNECT_TIMEOUT);
+    p.carried = false;
+    assert_eq!(p.connect_timeout(), CONNECT_TIMEOUT);
+}
+
+#[test]
+fn queued_services_past_their_limit_are_given_up() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let mut s = Schedule::default();
+    s.add(pending(0, 1, t0));
+    s.add(pending(1, 2, t0 + ms(50)));
+    s.add(pending(2, 3, t0));
+    s.sampled(addr_set(&[3]), t0 + ms(10));
+    let in_flight = s.take(Role::Background).unwrap();
+    assert_eq!(in_flight.i, 0);
+    let gone: Vec<usize> = s
+        .expire(t0 + ms(100), ms(100))
+        .iter()
+        .map(|p| p.i)
+        .collect();
+    assert_eq!(gone, [2], "the one in flight is its thread's");
+    assert_eq!(taken(&mut s, Role::Background), [1]);
+    s.done();
+    s.done();
+    assert!(s.is_idle());
+    s.add(pending(3, 4, t0));
+    s.clear();
+    assert!(s.take(Role::Background).is_none());
+}
+
+#[test]
+fn listings_start_every_interval_but_take_at_most_half_the_time() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let iv = ms(200);
+    assert_eq!(next_sample_start(t0, t0 + ms(20), iv), t0 + ms(200));
+    assert_eq!(next_sample_start(t0, t0 + ms(100), iv), t0 + ms(200));
+    assert_eq!(next_sample_start(t0, t0 + ms(150), iv), t0 + ms(300));
+    assert_eq!(next_sample_start(t0, t0 + ms(400), iv), t0 + ms(800));
+}
+
+#[test]
+fn the_polling_line_gives_the_first_try_delays_and_the_listings() {
+    let st = PollStats {
+        attempts: 1200,
+        carried_attempts: 400,
+        carried_failures: 7,
+        first_tries_ms: vec![1.0, 2.0, 3.0, 90.0],
+        samples: 51,
+        sample_errors: 0,
+        first_sample_error: None,
+        sample_periods_ms: vec![200.0, 201.0, 230.0],
+        sample_took_ms: vec![5.0, 6.0, 30.0],
+    };
+    let line = st.line(Duration::from_secs(10));
+    for part in [
+        "1200 attempts in 10.0 s (64 threads)",
+        "listing -> first try: p50 2 ms, p95 90 ms, max 90 ms (n=4)",
+        "listed 51 times, every 201 ms (p50, max 230 ms)",
+        "a listing took 6 ms (p50, max 30 ms), none failed",
+        "400 attempts to carried addresses (7 failed), 800 (80/s, 8 threads) to the others",
+    ] {
+        assert!(line.contains(part), "{part:?} in {line}");
+    }
 }
 
 #[test]
@@ -283,8 +501,9 @@ fn an_abandoned_poller_stops_before_the_limit() {
     let p = Poller::new(1, Duration::from_secs(60));
     p.add(0, down, Instant::now());
     let t0 = Instant::now();
+    let carried = || Ok(BTreeSet::new());
     std::thread::scope(|s| {
-        let polling = s.spawn(|| p.run());
+        let polling = s.spawn(|| p.run(&carried));
         std::thread::sleep(Duration::from_millis(50));
         p.abandon();
         polling.join().unwrap().unwrap();
