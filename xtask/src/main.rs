@@ -20,6 +20,9 @@
 //!                        the flapping guard under API server load (see bench/apiload/)
 //! cargo xtask bench ipam [--services 1,500]
 //!                        IPAM: create -> address written -> first answer (see bench/ipam.rs)
+//! cargo xtask bench addrs [--count 8000] [--step 2000]
+//!                        the kernel's cost per address add and lifetime refresh as the
+//!                        addresses grow (see bench/addrs.rs)
 //! ```
 
 mod args;
@@ -62,6 +65,9 @@ commands:
   bench ipam [--services 1,500]
               IPAM: create -> address written -> first answer, API writes per
               allocation, at each Service count (`bench ipam --help`)
+  bench addrs [--count 8000] [--step 2000]
+              the kernel's cost per IPv6/IPv4 address add and lifetime refresh as the
+              addresses grow, in a namespace of its own; no vipd (`bench addrs --help`)
 
 environment:
   VIPD_KUBE_APISERVER   path to kube-apiserver v1.20.2
@@ -112,6 +118,7 @@ fn run() -> Result<()> {
         ["bench", "heartbeat", rest @ ..] => bench::heartbeat::run(rest),
         ["bench", "apiload", rest @ ..] => bench::apiload::run(rest),
         ["bench", "ipam", rest @ ..] => bench::ipam::run(rest),
+        ["bench", "addrs", rest @ ..] => bench::addrs::run(rest),
         ["bench", rest @ ..] => bench::failover::run(rest),
         ["help" | "--help" | "-h"] | [] => {
             println!("{USAGE}");
