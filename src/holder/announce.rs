@@ -44,6 +44,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// solicitation retransmits, a second later). IPv6 VIPs added with DAD wait in
     /// `pending_na` until they leave the tentative state (the periodic check announces them).
     pub(super) fn announce_added(&mut self, idx: &[usize]) {
+        // One "announced" line each while few (crate::obs::logging::each_or_summary's rule).
+        let loud = idx.len() <= crate::obs::logging::ITEM_LINES_MAX;
+        let mut sent = 0usize;
         for &i in idx {
             let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
                 continue;
@@ -55,7 +58,11 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 continue;
             }
             let (vip, link) = (spec.vip, link.clone());
-            self.announce_one(vip, &link, true);
+            self.announce_one(vip, &link, loud);
+            sent += 1;
+        }
+        if !loud && sent > 0 {
+            info!(holder = %self.name, count = sent, "announced: {sent} VIPs (each at debug level)");
         }
         self.last_garp = Some(Instant::now());
     }

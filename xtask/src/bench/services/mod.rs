@@ -105,7 +105,8 @@ const USAGE: &str = "usage: cargo xtask bench services [options]
 options:
   --scenario S    bringup | scale | coldstart | churn | drain | dhcp | all, or a comma list
                   (default all: every one but coldstart)
-  --services N    Services in the scale and coldstart scenarios (default 1000, at most 65000)
+  --services N    Services in the scale and coldstart scenarios (default 1000, at most 35000:
+                  the lab API server's node ports 30000-65000)
   --minutes M     length of the churn run in minutes, may be fractional (default 10)
   --dhcp-services N
                   Services created one at a time in the dhcp scenario's bring-up (default 20,
@@ -124,8 +125,9 @@ pub const CHURN_SERVICES: usize = 20;
 pub const DEFAULT_SCALE_SERVICES: usize = 1000;
 /// Default length of the churn run, minutes.
 pub const DEFAULT_CHURN_MINUTES: f64 = 10.0;
-/// Largest `--services` (the addresses are 2001:db8::1:1 .. 2001:db8::1:fde8).
-pub const MAX_SCALE_SERVICES: usize = 65_000;
+/// Largest `--services`: every LoadBalancer Service takes a node port, and the lab's API
+/// server hands out 30000-65000 (35 001 ports); the addresses are 2001:db8::1:1 onwards.
+pub const MAX_SCALE_SERVICES: usize = 35_000;
 /// Shortest time between two attempts of one poller (10 ms).
 pub const POLL_INTERVAL: Duration = Duration::from_millis(10);
 /// TCP connect timeout of one attempt (200 ms). A connect to an address whose neighbour
