@@ -9,7 +9,7 @@ use super::*;
 pub(crate) async fn follow<K: crate::net::Kernel, A: crate::net::Announcer>(
     shared: std::sync::Arc<crate::services::shared::Shared<K, A>>,
     lease: String,
-    spec: tokio::sync::watch::Receiver<crate::services::plan::decide::GroupSpec>,
+    mut spec: tokio::sync::watch::Receiver<crate::services::plan::decide::GroupSpec>,
     mut state: tokio::sync::watch::Receiver<crate::election::LeaderState>,
     gates: crate::election::Gates,
     stop: tokio_util::sync::CancellationToken,
@@ -24,7 +24,6 @@ pub(crate) async fn follow<K: crate::net::Kernel, A: crate::net::Announcer>(
     let mut last_checks: Vec<HealthCheck> = Vec::new();
     // The checks are read again only when the group's Services or the cache changed: a
     // shard's group has hundreds of Services, and every node runs every shard's group.
-    let mut spec = spec;
     let mut seen = shared.services_seen.subscribe();
     let mut current = spec.borrow_and_update().clone();
     let mut checks = current_checks(&shared, &current, &mut warned_invalid);
@@ -67,7 +66,6 @@ pub(crate) async fn follow<K: crate::net::Kernel, A: crate::net::Announcer>(
             continue;
         }
         let result = run_checks(&checks).await;
-        let current = &current;
         if result.is_err() {
             shared.service_metrics().health_check_failed(&lease);
         }
@@ -88,7 +86,7 @@ pub(crate) async fn follow<K: crate::net::Kernel, A: crate::net::Announcer>(
                 current.count_handovers(&shared.metrics, "health");
                 gates.set(GATE_HEALTH, false);
                 let ctx = shared.status_ctx();
-                crate::services::sync::report_each(&ctx, current, |addrs| {
+                crate::services::sync::report_each(&ctx, &current, |addrs| {
                     crate::services::publish::ServiceEvent::health_handover(
                         &shared.node,
                         addrs,

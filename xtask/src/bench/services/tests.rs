@@ -230,20 +230,27 @@ fn slowest_lists_the_latest_answers_first() {
     assert!(slowest(&answered, t0, 0).is_empty());
 }
 
-#[test]
-fn poller_records_answers_and_gives_up_at_the_limit() {
-    use std::net::{SocketAddr, TcpListener};
-    // Answers every connection with a 200 from "node-c".
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let up = l.local_addr().unwrap();
+/// A loopback HTTP server answering every connection with a 200 whose body is `node` (what
+/// a lab node's backend answers), for the poller's tests; its address.
+fn http_node(node: &'static str) -> std::net::SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
     std::thread::spawn(move || {
         for s in l.incoming() {
             let Ok(mut s) = s else { return };
             let mut buf = [0u8; 512];
             let _ = s.read(&mut buf);
-            let _ = s.write_all(b"HTTP/1.0 200 OK\r\n\r\nnode-c\n");
+            let _ = s.write_all(format!("HTTP/1.0 200 OK\r\n\r\n{node}\n").as_bytes());
         }
     });
+    addr
+}
+
+#[test]
+fn poller_records_answers_and_gives_up_at_the_limit() {
+    use std::net::{SocketAddr, TcpListener};
+    // Answers every connection with a 200 from "node-c".
+    let up = http_node("node-c");
     // A port nobody listens on: refused at once.
     let down: SocketAddr = {
         let l = TcpListener::bind("127.0.0.2:0").unwrap();
@@ -281,17 +288,7 @@ fn poller_records_answers_and_gives_up_at_the_limit() {
 
 #[test]
 fn a_carried_address_is_tried_at_once_and_its_delay_reported() {
-    use std::net::TcpListener;
-    let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let up = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { return };
-            let mut buf = [0u8; 512];
-            let _ = s.read(&mut buf);
-            let _ = s.write_all(b"HTTP/1.0 200 OK\r\n\r\nnode-a\n");
-        }
-    });
+    let up = http_node("node-a");
     let p = Poller::new(1, Duration::from_secs(10));
     let listings = std::sync::atomic::AtomicUsize::new(0);
     // The first listing fails; the next ones show the address carried.
