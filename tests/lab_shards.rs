@@ -30,12 +30,16 @@ use xtask::lab::{Lab, LabOptions, LabProcess, Signal};
 const LIMIT: Duration = Duration::from_secs(60);
 const SHARD_NS: &str = "kube-system";
 
-/// The nodes carrying each lab address on eth0 right now (one netlink dump per node).
+/// The nodes carrying each lab address on eth0 right now (one netlink dump per node), not
+/// counting an inert second-line address whose fence element has expired ([`FenceView`]).
 fn carried(lab: &Lab) -> BTreeMap<IpAddr, Vec<String>> {
     let mut out: BTreeMap<IpAddr, Vec<String>> = BTreeMap::new();
     for n in NODES {
+        let fence = FenceView::read(lab, n);
         for a in lab.addresses(n, "eth0").unwrap_or_default() {
-            out.entry(a.addr).or_default().push(n.to_string());
+            if fence.answers(a.addr) {
+                out.entry(a.addr).or_default().push(n.to_string());
+            }
         }
     }
     out

@@ -187,7 +187,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             return;
         }
         let mut added = Vec::new();
-        for (i, link, vip, outcome) in self.add_many(idx, left).await {
+        for (i, link, vip, outcome) in self.add_many(idx, left, false).await {
             match outcome {
                 Ok(false) => {}
                 Ok(true) => {

@@ -2,7 +2,9 @@
 //! nftables fence that guards them.
 
 use super::*;
-use crate::lease::{fence_overrun, fence_timeout};
+use std::collections::HashMap;
+
+use crate::lease::{fence_overrun, fence_timeout, second_line_fresh};
 
 /// One VIP of a refresh: its index, interface, address and fence (`None`: removed; `Err`:
 /// the removal failed).
@@ -11,6 +13,27 @@ type Refresh = (usize, LinkInfo, Vip, Result<Option<Lifetime>, NetError>);
 /// One VIP's outcome in [`VipHolder::add_many`]: its index, interface, address and whether
 /// it is held now.
 pub(super) type Added = (usize, LinkInfo, Vip, Result<bool, NetError>);
+
+/// What [`VipHolder::refresh_nft_fence`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct NftRefresh {
+    /// The VIPs may be added or refreshed now: always under the address fence; under the
+    /// millisecond fence only when every element was just set.
+    pub(super) may_add: bool,
+    /// Every VIP's element was just set, to end no later than the lease allows: the
+    /// addresses may get the plan's second line ([`FencePlan::second_line_secs`]).
+    pub(super) set: bool,
+}
+
+impl NftRefresh {
+    /// Nothing was set; the addresses may be added when `may_add`.
+    fn unset(may_add: bool) -> Self {
+        Self {
+            may_add,
+            set: false,
+        }
+    }
+}
 
 impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// After an acquire or renew: (re-)add every VIP with the full fence lifetime, and on
@@ -31,14 +54,32 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             debug!(holder = %self.name, "renewal too old to extend the fence; not refreshing");
             return;
         }
-        if !Box::pin(self.refresh_nft_fence()).await {
+        let nft = Box::pin(self.refresh_nft_fence()).await;
+        if !nft.may_add {
             debug!(holder = %self.name, "the millisecond fence could not be set; adding or refreshing no VIP");
             return;
         }
         let bound: Vec<usize> = (0..self.vips.len())
             .filter(|i| self.probes.get(*i).is_some_and(ProbeState::bound))
             .collect();
-        for (i, link, vip, outcome) in self.add_many(&bound, lifetime).await {
+        // The second line: with every element just set, addresses get the long lifetime,
+        // and those with more than half of it left are not touched (no kernel call).
+        let second_line = nft.set && self.cfg.fence.second_line_secs > 0;
+        let (due, fresh) = match second_line {
+            true => self.split_fresh(&bound).await,
+            false => (bound, Vec::new()),
+        };
+        let lifetime = match second_line {
+            true => self.cfg.fence.second_line_secs,
+            false => lifetime,
+        };
+        for i in fresh {
+            if self.vips.get(i).is_some_and(&announce) {
+                added.push(i);
+                any = true;
+            }
+        }
+        for (i, link, vip, outcome) in self.add_many(&due, lifetime, second_line).await {
             let key = Quiet::Add(vip.addr);
             match outcome {
                 Ok(true) => {}
@@ -73,14 +114,23 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// outcome in `idx` order: `Ok(true)` held now, `Ok(false)` not added (the lease may
     /// have lapsed, less than a second was left, or the kernel took less than a second:
     /// [`Self::after_add`]), `Err` the kernel's error.
-    pub(super) async fn add_many(&mut self, idx: &[usize], lifetime: u32) -> Vec<Added> {
+    ///
+    /// `second_line`: every VIP's nftables element was just set ([`Self::fence_for`]).
+    pub(super) async fn add_many(
+        &mut self,
+        idx: &[usize],
+        lifetime: u32,
+        second_line: bool,
+    ) -> Vec<Added> {
         let mut batch: Vec<Refresh> = Vec::with_capacity(idx.len());
         for &i in idx {
             let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
                 continue;
             };
             let (vip, link) = (spec.vip, link.clone());
-            let fence = self.fence_or_remove(link.index, vip, lifetime).await;
+            let fence = self
+                .fence_or_remove(link.index, vip, lifetime, second_line)
+                .await;
             batch.push((i, link, vip, fence));
         }
         let items: Vec<(u32, Vip, Lifetime)> = batch
@@ -114,6 +164,33 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             out.push((i, link, vip, outcome));
         }
         out
+    }
+
+    /// Splits the VIPs `idx` into those to add or refresh now and those whose address is in
+    /// place on their interface, ours, with more than half of the second line left
+    /// ([`second_line_fresh`]; VIPs with a not-after time, DHCP leases, are always due:
+    /// they keep the whole-second fence). Reads the node's addresses once (a holder of
+    /// Services shares a dump at most 200 ms old with the node's other holders); when that
+    /// fails every VIP is due.
+    async fn split_fresh(&self, idx: &[usize]) -> (Vec<usize>, Vec<usize>) {
+        let Ok(present) = self.kernel.addresses(None).await else {
+            return (idx.to_vec(), Vec::new());
+        };
+        let left: HashMap<(u32, IpAddr, u8), Option<u32>> = present
+            .iter()
+            .filter(|a| a.ours)
+            .map(|a| ((a.ifindex, a.vip.addr, a.vip.prefix), a.valid_lft_secs))
+            .collect();
+        idx.iter().copied().partition(|&i| {
+            let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
+                return true;
+            };
+            let key = (link.index, spec.vip.addr, spec.vip.prefix);
+            spec.not_after.is_some()
+                || !left
+                    .get(&key)
+                    .is_some_and(|l| second_line_fresh(&self.cfg.fence, *l))
+        })
     }
 
     /// Logs the VIPs `idx` just added with `message`, one line each while few
@@ -151,13 +228,13 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// whole-second address fence; under the millisecond fence ([`FencePlan`] with
     /// `address_fences` false) only when every VIP's element was just set, since an address
     /// without a live element would outlive the lease unfenced.
-    pub(super) async fn refresh_nft_fence(&mut self) -> bool {
+    pub(super) async fn refresh_nft_fence(&mut self) -> NftRefresh {
         let needed = !self.cfg.fence.address_fences;
         if !self.cfg.nft_fence.active() {
-            return !needed;
+            return NftRefresh::unset(!needed);
         }
         let Some(sent) = self.renewed_at else {
-            return !needed;
+            return NftRefresh::unset(!needed);
         };
         let vips: Vec<IpAddr> = self.vips.iter().map(|s| s.vip.addr).collect();
         let gone: Vec<IpAddr> = self
@@ -175,7 +252,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             }
         }
         if vips.is_empty() {
-            return true;
+            return NftRefresh::unset(true);
         }
         let (fence, margin) = (self.cfg.fence.nft, self.cfg.fence.margin);
         let lease = self.cfg.lease_duration;
@@ -198,7 +275,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 Ok(ends) => ends,
                 Err(e) => {
                     warn!(holder = %self.name, error = %e, "cannot refresh the nftables fence; its elements keep their earlier timeout");
-                    return !needed;
+                    return NftRefresh::unset(!needed);
                 }
             };
             for v in &vips {
@@ -209,16 +286,20 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             let now = Instant::now();
             if ends > now && !fence_overrun(lease, margin, ends.saturating_duration_since(sent)) {
                 self.nft_until = Some(until);
-                return true;
+                return NftRefresh {
+                    may_add: true,
+                    set: true,
+                };
             }
             debug!(holder = %self.name, ends_ms = ends.saturating_duration_since(sent).as_millis(), "the nftables fence element may live past the lease (the run was late) or was written expired; setting it again");
         }
         if self.nft_fenced.is_empty() {
-            return !needed;
+            return NftRefresh::unset(!needed);
         }
         warn!(holder = %self.name, "the renewal is older than the nftables fence (this process was frozen or stalled); the VIPs are not answered until the next renewal");
-        if needed {
-            // Under the millisecond fence the address is no fence of its own: a transaction
+        if needed || self.cfg.fence.second_line_secs > 0 {
+            // Under the millisecond fence, or with second-line addresses in place (their
+            // lifetime is no longer cut to the lease), the address is no fence of its own: a transaction
             // that took long (or, before vipd sent them itself, an `nft` run frozen with
             // this process) may have committed an element that outlives the lease. The addresses go first (one netlink request each, no
             // process to start), then the run that expires the elements; the next renewal
@@ -243,7 +324,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         if let Err(e) = self.cfg.nft_fence.expire(&vips).await {
             warn!(holder = %self.name, error = %e, "cannot expire the nftables fence; its elements expire at their earlier timeout");
         }
-        !needed
+        NftRefresh::unset(!needed)
     }
 
     /// The periodic check's part of the nftables fence: while leading and the lease still

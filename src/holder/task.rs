@@ -155,7 +155,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// when the lease may have expired for the other nodes ([`fence_lapsed`]) even though
     /// the elector has not said so yet: then every VIP goes.
     pub(super) fn fence_left(&self, now: Instant) -> Option<u32> {
-        self.fence_for(None, u32::MAX, now).map(|f| f.secs_at(now))
+        self.fence_for(None, u32::MAX, now, false)
+            .map(|f| f.secs_at(now))
     }
 
     /// The fence a VIP with `not_after` (its [`VipSpec::not_after`]) may get now, as an end
@@ -165,16 +166,26 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// the moment the kernel takes it); never past `not_after` (DHCP lease expiry). `None`
     /// when not leading or when the lease may have lapsed for the other nodes
     /// ([`fence_lapsed`]).
+    ///
+    /// `second_line`: this holder's nftables elements were set by the refresh asking
+    /// ([`Self::refresh_nft_fence`]), so a VIP without a not-after time may get the plan's
+    /// second line ([`FencePlan::second_line_secs`], no end: the element is the fence and
+    /// the address its inert second line) instead of the whole-second fence.
     pub(super) fn fence_for(
         &self,
         not_after: Option<Instant>,
         max_secs: u32,
         now: Instant,
+        second_line: bool,
     ) -> Option<Lifetime> {
         let renewed = self.renewed_at?;
         let age = now.saturating_duration_since(renewed);
         if fence_lapsed(self.cfg.lease_duration, self.cfg.fence.margin, age) {
             return None;
+        }
+        let plan = &self.cfg.fence;
+        if second_line && not_after.is_none() && plan.address_fences && plan.second_line_secs > 0 {
+            return Some(Lifetime::fixed(max_secs.min(plan.second_line_secs)));
         }
         let max_secs = max_secs.min(self.cfg.fence.address_secs);
         if !self.cfg.fence.address_fences {
@@ -209,7 +220,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         vip: Vip,
         lifetime: u32,
     ) -> Result<bool, NetError> {
-        let Some(fence) = self.fence_or_remove(ifindex, vip, lifetime).await? else {
+        let Some(fence) = self.fence_or_remove(ifindex, vip, lifetime, false).await? else {
             return Ok(false);
         };
         let held = self
@@ -219,7 +230,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         self.after_add(ifindex, vip, held).await
     }
 
-    /// The first half of [`Self::add_fenced`]: the fence `vip` gets now, or `None` after
+    /// The first half of [`Self::add_fenced`]: the fence `vip` gets now (the second line
+    /// when `second_line` and the plan has one, [`Self::fence_for`]), or `None` after
     /// removing it when the lease may have lapsed or less than a second is left.
     ///
     /// # Errors
@@ -229,9 +241,10 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         ifindex: u32,
         vip: Vip,
         lifetime: u32,
+        second_line: bool,
     ) -> Result<Option<Lifetime>, NetError> {
         let now = Instant::now();
-        let Some(fence) = self.fence_for(self.not_after(vip), lifetime, now) else {
+        let Some(fence) = self.fence_for(self.not_after(vip), lifetime, now, second_line) else {
             debug!(holder = %self.name, %vip, "the lease may have lapsed since the grant; not adding the VIP");
             self.kernel.remove(ifindex, vip).await?;
             return Ok(None);

@@ -442,7 +442,7 @@ async fn the_fence_end_gives_the_grant_of_the_moment_the_kernel_takes_it() {
         let now = renewed + Duration::from_millis(age_ms);
         let age = Duration::from_millis(age_ms);
         let lapsed = fence_lapsed(TIMING.lease_duration, FENCE_MARGIN, age);
-        let end = h.fence_for(None, secs, now);
+        let end = h.fence_for(None, secs, now, false);
         assert_eq!(end.is_none(), lapsed, "age {age_ms} ms");
         if let Some(end) = end {
             let grant = fence_grant(secs, TIMING.lease_duration, age);
@@ -451,7 +451,7 @@ async fn the_fence_end_gives_the_grant_of_the_moment_the_kernel_takes_it() {
         }
     }
     let soon = renewed + Duration::from_millis(1500);
-    let cut = h.fence_for(Some(soon), secs, renewed).unwrap();
+    let cut = h.fence_for(Some(soon), secs, renewed, false).unwrap();
     assert_eq!(cut.secs_at(renewed), 1, "1.5 s to the not-after time: 1 s");
 }
 

@@ -202,6 +202,44 @@ pub struct FencePlan {
     pub nft: Duration,
     /// The margin before the lease can pass: [`FENCE_MARGIN`] or [`NFT_FENCE_MARGIN`].
     pub margin: Duration,
+    /// Valid lifetime, whole seconds, that an address may get instead of `address_secs`
+    /// right after its holder's nftables element was set by the same refresh
+    /// ([`with_second_line`]): the element fences, the address is its inert second line and
+    /// is refreshed only when the kernel reports at most half of this left
+    /// ([`second_line_fresh`]). 0: never (the address lifetime fences every refresh).
+    pub second_line_secs: u32,
+}
+
+/// The address lifetime of the second line ([`with_second_line`]): 30 s. A VIP's address
+/// then costs the kernel one lifetime refresh per 15 s instead of one per renewal (every
+/// retry period). Every IPv6 address add, refresh or delete walks the node's addresses under
+/// the rtnl lock (`cargo xtask bench addrs`: a refresh 1.2-1.8 ms with 8 000 present), so
+/// per renewal that was seconds of kernel time per second at thousands of VIPs per node
+/// (docs/services-bench.md). The price: an address whose nftables tables were removed by
+/// someone else while vipd was killed or frozen answers for up to this long instead of the
+/// whole-second fence (docs/design.md, "The second line").
+pub const SECOND_LINE_SECS: u32 = 30;
+
+/// `plan` with the second line ([`FencePlan::second_line_secs`] = [`SECOND_LINE_SECS`])
+/// where it saves refreshes: only when the address lifetime fences (`address_fences`; the
+/// millisecond fence's addresses already outlive the lease) and only when half of the
+/// second line is longer than the whole-second fence (lease timings of a minute or more
+/// refresh rarely anyway). The caller decides that the nftables fence is active: the second
+/// line is safe only where an element fences the VIP. Pure.
+pub fn with_second_line(plan: FencePlan) -> FencePlan {
+    let useful = plan.address_fences && SECOND_LINE_SECS / 2 > plan.address_secs;
+    FencePlan {
+        second_line_secs: if useful { SECOND_LINE_SECS } else { 0 },
+        ..plan
+    }
+}
+
+/// Whether an address of `plan`'s second line that the kernel reports with `valid_lft_secs`
+/// left (whole seconds; `None`: forever) needs no refresh yet: more than half of
+/// [`FencePlan::second_line_secs`] is left. Never with no second line (then every renewal
+/// refreshes: the lifetime is the fence). Pure.
+pub fn second_line_fresh(plan: &FencePlan, valid_lft_secs: Option<u32>) -> bool {
+    plan.second_line_secs > 0 && valid_lft_secs.is_some_and(|left| left > plan.second_line_secs / 2)
 }
 
 /// The fence for these lease timings. When [`fence_lifetime`] finds a whole number of
@@ -221,6 +259,7 @@ pub fn fence_plan(t: &Timing, nft: bool) -> Result<FencePlan, TimingError> {
             address_fences: true,
             nft: Duration::from_secs(u64::from(secs)),
             margin: FENCE_MARGIN,
+            second_line_secs: 0,
         }),
         Err(e) if !nft => Err(e),
         Err(_) => {
@@ -239,7 +278,80 @@ pub fn fence_plan(t: &Timing, nft: bool) -> Result<FencePlan, TimingError> {
                 address_fences: false,
                 nft: fence,
                 margin: NFT_FENCE_MARGIN,
+                second_line_secs: 0,
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(l: u64, r: u64, p: u64) -> Timing {
+        Timing {
+            lease_duration: Duration::from_secs(l),
+            renew_deadline: Duration::from_secs(r),
+            retry_period: Duration::from_secs(p),
+        }
+    }
+
+    /// The second line is given where the address fences and its half is longer than the
+    /// whole-second fence; never to the millisecond fence's plan, nor to long leases.
+    #[test]
+    fn the_second_line_is_given_only_where_it_saves_refreshes() {
+        let plan = fence_plan(&t(3, 2, 1), true).unwrap();
+        assert_eq!(plan.second_line_secs, 0, "fence_plan alone never gives one");
+        let second = with_second_line(plan);
+        assert_eq!(second.second_line_secs, SECOND_LINE_SECS);
+        assert_eq!(
+            (
+                second.address_secs,
+                second.address_fences,
+                second.nft,
+                second.margin
+            ),
+            (plan.address_secs, true, plan.nft, FENCE_MARGIN),
+            "the fence itself is unchanged"
+        );
+        // kube-vip's defaults (15/10/2): the fence is 9 s, half the second line 15 s.
+        assert_eq!(
+            with_second_line(fence_plan(&t(15, 10, 2), true).unwrap()).second_line_secs,
+            30
+        );
+        // A fence of 15 s or more: nothing to save.
+        let long = fence_plan(&t(60, 40, 10), true).unwrap();
+        assert!(long.address_secs >= SECOND_LINE_SECS / 2, "{long:?}");
+        assert_eq!(with_second_line(long).second_line_secs, 0);
+        // The millisecond fence (sub-second timings) keeps its own address lifetime.
+        let fast = Timing {
+            lease_duration: Duration::from_millis(600),
+            renew_deadline: Duration::from_millis(400),
+            retry_period: Duration::from_millis(200),
+        };
+        assert_eq!(
+            with_second_line(fence_plan(&fast, true).unwrap()).second_line_secs,
+            0
+        );
+    }
+
+    /// An address is left alone while more than half of the second line is left; the
+    /// boundary, an address the kernel keeps forever and a plan without a second line.
+    #[test]
+    fn a_second_line_address_is_refreshed_at_half_its_lifetime() {
+        let second = with_second_line(fence_plan(&t(3, 2, 1), true).unwrap());
+        assert!(second_line_fresh(&second, Some(30)));
+        assert!(second_line_fresh(&second, Some(16)));
+        assert!(!second_line_fresh(&second, Some(15)));
+        assert!(!second_line_fresh(&second, Some(2)));
+        assert!(
+            !second_line_fresh(&second, None),
+            "forever is not ours to keep"
+        );
+        let plain = fence_plan(&t(3, 2, 1), true).unwrap();
+        assert!(
+            !second_line_fresh(&plain, Some(30)),
+            "no second line: every renewal refreshes"
+        );
     }
 }

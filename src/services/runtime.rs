@@ -182,6 +182,25 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
         nft_fence: parts.holder_cfg.nft_fence.clone(),
         ..HolderConfig::from_timing(&cfg.services_timing, cfg.arp_rate, cfg.nft_fence)?
     };
+    // With the nftables fence running, a Service VIP's element fences it and its address
+    // is a second line refreshed every 15 s, not at every renewal (docs/design.md, "The
+    // second line"): thousands of VIPs per node otherwise cost seconds of kernel time per
+    // second. The control-plane VIP keeps the address fence (one address costs nothing).
+    let holder_cfg = match holder_cfg.nft_fence.active() {
+        true => HolderConfig {
+            fence: crate::lease::with_second_line(holder_cfg.fence),
+            ..holder_cfg
+        },
+        false => holder_cfg,
+    };
+    if holder_cfg.fence.second_line_secs > 0 {
+        info!(
+            second_line_secs = holder_cfg.fence.second_line_secs,
+            fence_secs = holder_cfg.fence.address_secs,
+            "Service VIPs: the nftables fence ends each VIP's answers at its lease; addresses get a {} s lifetime as its second line, refreshed when half is left",
+            holder_cfg.fence.second_line_secs
+        );
+    }
     // Per-Service holders share one address dump per check interval.
     let cached = Arc::new(CachedKernel::new(parts.kernel, Duration::from_millis(200)));
     let clients = crate::kube::client::services_clients(&cfg.kube).await?;

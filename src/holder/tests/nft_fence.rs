@@ -482,6 +482,7 @@ fn fence_plan_uses_the_millisecond_fence_only_where_seconds_do_not_fit() {
             address_fences: false,
             nft: Duration::from_millis(400),
             margin: NFT_FENCE_MARGIN,
+            second_line_secs: 0,
         })
     );
     let t = |l: u64, r: u64, p: u64| Timing {
@@ -497,6 +498,7 @@ fn fence_plan_uses_the_millisecond_fence_only_where_seconds_do_not_fit() {
                 address_fences: true,
                 nft: Duration::from_secs(2),
                 margin: FENCE_MARGIN,
+                second_line_secs: 0,
             })
         );
     }
@@ -595,4 +597,112 @@ async fn the_check_leaves_the_element_alone_while_renewals_come() {
         .filter(|(_, c)| matches!(c, Call::Refresh(..)))
         .count();
     assert_eq!(refreshes, 6, "{:?}", fence.calls());
+}
+
+/// A holder of `specs` with the second line ([`crate::lease::with_second_line`]) on a kernel
+/// that runs address lifetimes out.
+fn second_line_rig(fence: Arc<FakeFence>, specs: Vec<VipSpec>) -> Rig {
+    let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), true).unwrap();
+    cfg.nft_fence = fence;
+    cfg.fence = crate::lease::with_second_line(cfg.fence);
+    assert_eq!(cfg.fence.second_line_secs, crate::lease::SECOND_LINE_SECS);
+    let kernel = FakeKernel::with_eth0();
+    kernel.0.lock().unwrap().lifetimes_run = true;
+    rig_from(kernel, specs, cfg, false, None).0
+}
+
+fn dhcp_vip() -> Vip {
+    Vip::new("192.0.2.41".parse().unwrap(), 32).unwrap()
+}
+
+/// The lifetimes the kernel took for `vip`, in order.
+fn adds_of(r: &Rig, vip: Vip) -> Vec<u32> {
+    let s = r.kernel.0.lock().unwrap();
+    s.adds
+        .iter()
+        .filter(|(v, _)| *v == vip)
+        .map(|(_, l)| *l)
+        .collect()
+}
+
+/// With the second line, a renewal that sets the elements gives the address 30 s and
+/// touches it again only once the kernel reports at most 15 s left, while the element is
+/// set at every renewal and never reaches past the lease. A VIP with a not-after time (a
+/// DHCP lease) keeps the whole-second fence, refreshed at every renewal.
+#[tokio::test(start_paused = true)]
+async fn second_line_addresses_are_refreshed_at_half_their_lifetime() {
+    let fence = Arc::new(FakeFence::default());
+    let dhcp = VipSpec {
+        vip: dhcp_vip(),
+        interface: Some("eth0".into()),
+        not_after: Some(Instant::now() + Duration::from_secs(3600)),
+    };
+    let plain = VipSpec {
+        vip: vip4(),
+        interface: Some("eth0".into()),
+        not_after: None,
+    };
+    let r = second_line_rig(fence.clone(), vec![plain, dhcp]);
+    settle().await;
+    let mut renewals = 0;
+    while adds_of(&r, vip4()).len() < 2 {
+        let sent = Instant::now();
+        lead(&r, 1, true);
+        settle().await;
+        renewals += 1;
+        let until = fence.live_until(vip4().addr);
+        assert!(
+            until.is_some_and(|u| u > sent && u <= sent + TIMING.lease_duration - FENCE_MARGIN),
+            "renewal {renewals}: element {until:?}"
+        );
+        assert!(r.kernel.has(vip4()) && r.kernel.has(dhcp_vip()));
+        assert!(renewals < 40, "never refreshed: {:?}", adds_of(&r, vip4()));
+        tokio::time::sleep(TIMING.retry_period).await;
+    }
+    // Added at the first renewal, refreshed once 15 s were left (16 renewals a second apart).
+    assert_eq!(adds_of(&r, vip4()), vec![30, 30]);
+    assert_eq!(renewals, 16, "refreshed at the renewal that saw 15 s left");
+    let dhcp_adds = adds_of(&r, dhcp_vip());
+    assert_eq!(dhcp_adds.len(), renewals, "{dhcp_adds:?}");
+    assert!(dhcp_adds.iter().all(|l| *l <= 2), "{dhcp_adds:?}");
+}
+
+/// A renewal whose elements cannot be set (vipd's tables removed by someone else, a failed
+/// transaction) cuts second-line addresses back to the whole-second fence, so no address
+/// outlives the lease unfenced; once the elements are set again the second line returns.
+#[tokio::test(start_paused = true)]
+async fn without_the_elements_second_line_addresses_are_cut_to_the_fence() {
+    let fence = Arc::new(FakeFence::default());
+    let spec = VipSpec {
+        vip: vip4(),
+        interface: Some("eth0".into()),
+        not_after: None,
+    };
+    let r = second_line_rig(fence.clone(), vec![spec]);
+    settle().await;
+    lead(&r, 1, true);
+    settle().await;
+    assert_eq!(adds_of(&r, vip4()), vec![30]);
+    tokio::time::sleep(TIMING.retry_period).await;
+    *fence.failing.lock().unwrap() = true;
+    let sent = Instant::now();
+    lead(&r, 1, true);
+    settle().await;
+    assert_eq!(
+        adds_of(&r, vip4()),
+        vec![30, 2],
+        "cut to the whole-second fence"
+    );
+    let given = r.kernel.0.lock().unwrap().lifetimes.last().copied();
+    assert!(
+        given.is_some_and(|l| l
+            .until
+            .is_some_and(|u| u <= sent + TIMING.lease_duration - FENCE_MARGIN)),
+        "the address must be gone before the lease can pass: {given:?}"
+    );
+    tokio::time::sleep(TIMING.retry_period).await;
+    *fence.failing.lock().unwrap() = false;
+    lead(&r, 1, true);
+    settle().await;
+    assert_eq!(adds_of(&r, vip4()), vec![30, 2, 30]);
 }
