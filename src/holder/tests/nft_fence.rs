@@ -602,7 +602,17 @@ async fn the_check_leaves_the_element_alone_while_renewals_come() {
 /// A holder of `specs` with the second line ([`crate::lease::with_second_line`]) on a kernel
 /// that runs address lifetimes out.
 fn second_line_rig(fence: Arc<FakeFence>, specs: Vec<VipSpec>) -> Rig {
+    second_line_rig_checking(fence, specs, Duration::from_millis(500))
+}
+
+/// [`second_line_rig`] with the periodic check every `check_interval`.
+fn second_line_rig_checking(
+    fence: Arc<FakeFence>,
+    specs: Vec<VipSpec>,
+    check_interval: Duration,
+) -> Rig {
     let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), true).unwrap();
+    cfg.check_interval = check_interval;
     cfg.nft_fence = fence;
     cfg.fence = crate::lease::with_second_line(cfg.fence);
     assert_eq!(cfg.fence.second_line_secs, crate::lease::SECOND_LINE_SECS);
@@ -705,4 +715,34 @@ async fn without_the_elements_second_line_addresses_are_cut_to_the_fence() {
     lead(&r, 1, true);
     settle().await;
     assert_eq!(adds_of(&r, vip4()), vec![30, 2, 30]);
+}
+
+/// A fence transaction that returns past the lease (this process frozen while it ran) with
+/// nothing left to set the element again with: a second-line address (30 s, no end of its
+/// own) goes as soon as the run returns, as under the millisecond fence, and a fresh
+/// renewal gives it back.
+#[tokio::test(start_paused = true)]
+async fn second_line_a_late_run_removes_the_address_at_once() {
+    let fence = Arc::new(FakeFence::default());
+    let spec = VipSpec {
+        vip: vip4(),
+        interface: Some("eth0".into()),
+        not_after: None,
+    };
+    // No periodic check in the window (it would remove the lapsed VIP too, later).
+    let r = second_line_rig_checking(fence.clone(), vec![spec], Duration::from_secs(60));
+    settle().await;
+    lead(&r, 1, true);
+    settle().await;
+    assert_eq!(adds_of(&r, vip4()), vec![30]);
+    *fence.stall_in_run.lock().unwrap() = Some(Duration::from_millis(4800));
+    lead(&r, 1, true);
+    tokio::time::sleep(Duration::from_millis(4801)).await;
+    assert!(
+        !r.kernel.has(vip4()),
+        "the second-line address went as soon as the late run returned"
+    );
+    lead(&r, 1, true);
+    settle().await;
+    assert!(r.kernel.has(vip4()), "a fresh renewal adds it again");
 }
