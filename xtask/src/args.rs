@@ -11,7 +11,8 @@ use anyhow::{Result, anyhow, bail};
 /// flag it does not know.
 ///
 /// # Errors
-/// `FLAG needs a value` when `value()` finds none, `unknown option "FLAG"` when `on` returns
+/// `FLAG needs a value` when `value()` finds none or finds another option (an argument
+/// starting with `--`), `unknown option "FLAG"` when `on` returns
 /// false (both followed by `usage`), `usage` itself for `-h`/`--help`, and whatever `on`
 /// returns.
 pub fn parse_flags<'a>(
@@ -24,9 +25,15 @@ pub fn parse_flags<'a>(
         if matches!(flag, "-h" | "--help") {
             bail!("{usage}");
         }
-        let mut value = || {
-            it.next()
-                .ok_or_else(|| anyhow!("{flag} needs a value\n\n{usage}"))
+        // A next argument that is itself an option (`--scenario --services 10`) is not the
+        // value: taking it made the option vanish into the value's error, or worse, into
+        // the value (a path, a name).
+        let mut value = || match it.next() {
+            Some(v) if v.starts_with("--") => Err(anyhow!(
+                "{flag} needs a value, found the option {v:?}\n\n{usage}"
+            )),
+            Some(v) => Ok(v),
+            None => Err(anyhow!("{flag} needs a value\n\n{usage}")),
         };
         if !on(flag, &mut value)? {
             bail!("unknown option {flag:?}\n\n{usage}");
@@ -75,6 +82,10 @@ mod tests {
             .to_string()
         };
         assert_eq!(err(&["--a"]), "--a needs a value\n\nUSAGE");
+        assert_eq!(
+            err(&["--a", "--x", "3"]),
+            "--a needs a value, found the option \"--x\"\n\nUSAGE"
+        );
         assert_eq!(err(&["--x"]), "unknown option \"--x\"\n\nUSAGE");
         assert_eq!(err(&["-h"]), "USAGE");
         assert_eq!(whole_number("--n", "3", 1..=5).unwrap(), 3);

@@ -64,14 +64,8 @@ impl Options {
             build: true,
             verbose: false,
         };
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            let mut value = || {
-                it.next()
-                    .copied()
-                    .ok_or_else(|| anyhow!("{a}: missing value\n\n{USAGE}"))
-            };
-            match *a {
+        crate::args::parse_flags(args, USAGE, |a, value| {
+            match a {
                 "--peers" => {
                     let v = value()?;
                     o.peers = v
@@ -94,10 +88,10 @@ impl Options {
                 "--vipd" => o.vipd = Some(PathBuf::from(value()?)),
                 "--no-build" => o.build = false,
                 "-v" | "--verbose" => o.verbose = true,
-                "--help" | "-h" => bail!("{USAGE}"),
-                other => bail!("unknown argument {other:?}\n\n{USAGE}"),
+                _ => return Ok(false),
             }
-        }
+            Ok(true)
+        })?;
         Ok(o)
     }
 }
@@ -334,6 +328,12 @@ mod tests {
         assert!(e.contains("\"100\""), "{e}");
         let e = Options::parse(&["--seconds", "0"]).unwrap_err().to_string();
         assert!(e.contains("--seconds") && e.contains("\"0\""), "{e}");
+        let e = Options::parse(&["--vipd", "--no-build"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--vipd needs a value"), "{e}");
+        let e = Options::parse(&["--frobnicate"]).unwrap_err().to_string();
+        assert!(e.contains("\"--frobnicate\""), "{e}");
     }
 
     #[test]

@@ -103,8 +103,8 @@ mod tests;
 const USAGE: &str = "usage: cargo xtask bench services [options]
 
 options:
-  --scenario S    bringup | scale | coldstart | churn | drain | dhcp | all, or a comma list
-                  (default all: every one but coldstart)
+  --scenario S    bringup | scale | coldstart (or cold-start) | churn | drain | dhcp | all,
+                  or a comma list (default all: every one but coldstart)
   --services N    Services in the scale and coldstart scenarios (default 1000, at most 35000:
                   the lab API server's node ports 30000-65000)
   --minutes M     length of the churn run in minutes, may be fractional (default 10)
