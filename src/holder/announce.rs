@@ -78,14 +78,19 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 return;
             }
         };
+        // vipd's addresses by interface and address, read once: a shard's holder announces
+        // hundreds of VIPs every `vip_arpRate` against the node's thousands of addresses.
+        let ours: std::collections::HashMap<(u32, IpAddr), &AddrInfo> = present
+            .iter()
+            .filter(|a| a.ours)
+            .map(|a| ((a.ifindex, a.vip.addr), a))
+            .collect();
         for i in 0..self.vips.len() {
             let vip = self.vips[i].vip;
             let Some(link) = self.links.get(&i).cloned() else {
                 continue;
             };
-            let here = present
-                .iter()
-                .find(|a| a.ifindex == link.index && a.vip.addr == vip.addr && a.ours);
+            let here = ours.get(&(link.index, vip.addr));
             match here {
                 Some(a) if a.tentative || a.dad_failed => {
                     if !self.pending_na.contains(&i) {
