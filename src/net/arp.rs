@@ -1,12 +1,11 @@
 //! Announcements: gratuitous ARP (IPv4) and unsolicited neighbour advertisement (IPv6).
 //!
 //! The frame builders are pure (bytes in, bytes out) and unit-tested by parsing the frames
-//! back; [`RawAnnouncer`] only puts them on the wire through a pnet datalink (AF_PACKET)
-//! channel.
+//! back; [`RawAnnouncer`] only puts them on the wire through the process's send-only
+//! `AF_PACKET` socket ([`super::packet::send_raw`]).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use pnet::datalink::{self, Channel, NetworkInterface};
 use pnet::packet::MutablePacket;
 use pnet::packet::arp::{ArpHardwareTypes, ArpOperations, MutableArpPacket};
 use pnet::packet::ethernet::{EtherTypes, MutableEthernetPacket};
@@ -116,12 +115,10 @@ pub fn unsolicited_na_frame(mac: [u8; 6], ip: Ipv6Addr) -> Vec<u8> {
     buf
 }
 
-/// [`Announcer`] over a pnet datalink (Linux `AF_PACKET`, `SOCK_RAW`) channel.
-///
-/// Each [`Announcer::announce`] opens a channel bound to `link.index` (not promiscuous), sends
-/// one frame and closes it; nothing is kept open between announcements, so no receive queue
-/// fills while vipd holds a VIP. Needs `CAP_NET_RAW`. The socket is created in the network
-/// namespace of the calling thread.
+/// [`Announcer`] over the process's send-only `AF_PACKET` `SOCK_RAW` socket
+/// ([`super::packet::send_raw`]): it receives nothing, so no receive queue fills while vipd
+/// holds a VIP. Needs `CAP_NET_RAW`. The socket sends in the network namespace of the
+/// calling thread.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RawAnnouncer;
 
@@ -135,52 +132,19 @@ impl Announcer for RawAnnouncer {
     }
 }
 
-/// Sends one Ethernet frame on `link` through a pnet datalink (`AF_PACKET`, `SOCK_RAW`)
-/// channel opened for this frame and closed after it (not promiscuous, nothing is read).
+/// Sends one Ethernet frame on `link` through the process's send-only `AF_PACKET` socket
+/// ([`super::packet::send_raw`]: opened once per network namespace, nothing is read).
 /// `vip` names the address the frame is about, for the error.
 ///
 /// # Errors
-/// [`NetError::Announce`] when the channel cannot be opened or the send fails.
+/// [`NetError::Announce`] when the socket cannot be opened or the send fails.
 pub(crate) fn send_frame(link: &LinkInfo, vip: Vip, frame: &[u8]) -> Result<(), NetError> {
-    let err = |what: &'static str, source: std::io::Error| NetError::Announce {
+    super::packet::send_raw(link.index, frame).map_err(|source| NetError::Announce {
         vip,
         ifname: link.name.clone(),
-        what,
+        what: "send",
         source,
-    };
-    let iface = NetworkInterface {
-        name: link.name.clone(),
-        description: String::new(),
-        index: link.index,
-        mac: Some(mac_of(link.mac)),
-        ips: Vec::new(),
-        flags: 0,
-    };
-    let config = datalink::Config {
-        promiscuous: false,
-        read_buffer_size: 2048,
-        write_buffer_size: 2048,
-        write_timeout: Some(std::time::Duration::from_millis(500)),
-        ..Default::default()
-    };
-    let mut tx = match datalink::channel(&iface, config) {
-        Ok(Channel::Ethernet(tx, _rx)) => tx,
-        Ok(_) => {
-            return Err(err(
-                "open AF_PACKET channel",
-                std::io::Error::other("not an Ethernet channel"),
-            ));
-        }
-        Err(e) => return Err(err("open AF_PACKET channel", e)),
-    };
-    match tx.send_to(frame, None) {
-        Some(Ok(())) => Ok(()),
-        Some(Err(e)) => Err(err("send", e)),
-        None => Err(err(
-            "send",
-            std::io::Error::other("channel refused the frame"),
-        )),
-    }
+    })
 }
 
 #[cfg(test)]

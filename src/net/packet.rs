@@ -74,3 +74,70 @@ pub fn attach_filter(sock: &socket2::Socket, prog: &[libc::sock_filter]) -> std:
     }
     Ok(())
 }
+
+/// The send-only `AF_PACKET` sockets of this process, one per network namespace (keyed by
+/// the namespace's inode: a socket sends in the namespace it was opened in, and tests run
+/// threads in several).
+static SENDERS: std::sync::Mutex<Vec<(u64, socket2::Socket)>> = std::sync::Mutex::new(Vec::new());
+
+/// The inode of the calling thread's network namespace (`/proc/thread-self/ns/net`).
+fn thread_netns() -> std::io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    Ok(std::fs::metadata("/proc/thread-self/ns/net")?.ino())
+}
+
+/// Sends the whole Ethernet frame `frame` (destination, source, EtherType, payload) on
+/// interface `ifindex` of the calling thread's network namespace, through one `AF_PACKET`
+/// `SOCK_RAW` socket per namespace, opened on first use and kept (needs `CAP_NET_RAW`).
+///
+/// The socket is opened with protocol 0, so the kernel registers no receive hook for it and
+/// queues nothing to it (`packet(7)`), and it is never closed. A socket opened, bound and
+/// closed per frame (what a pnet datalink channel does) makes the kernel wait for an RCU
+/// grace period at each close (`synchronize_net` when the protocol hook is removed, several
+/// ms each) and copies every frame of the interface to it while open: a holder announcing or
+/// probing 600 VIPs stalled its thread for about 10 s (the 10 000-Service cold start,
+/// docs/services-bench.md). Non-blocking: a full send buffer is an error for this frame
+/// (`WouldBlock`), not a stalled thread.
+///
+/// # Errors
+/// The OS error of reading the namespace, opening the socket or sending (a frame shorter
+/// than an Ethernet header is `InvalidInput`).
+pub fn send_raw(ifindex: u32, frame: &[u8]) -> std::io::Result<()> {
+    let ethertype = match frame.get(12..14) {
+        Some(t) => u16::from_be_bytes([t[0], t[1]]),
+        None => return Err(std::io::ErrorKind::InvalidInput.into()),
+    };
+    let mut dst = [0u8; 6];
+    dst.copy_from_slice(&frame[..6]);
+    let netns = thread_netns()?;
+    let mut senders = SENDERS
+        .lock()
+        .map_err(|_| std::io::Error::other("the sender list lock is poisoned"))?;
+    if !senders.iter().any(|(ns, _)| *ns == netns) {
+        let sock = socket2::Socket::new(socket2::Domain::PACKET, socket2::Type::RAW, None)?;
+        sock.set_nonblocking(true)?;
+        senders.push((netns, sock));
+    }
+    let Some((_, sock)) = senders.iter().find(|(ns, _)| *ns == netns) else {
+        return Err(std::io::Error::other(
+            "no sender for this network namespace",
+        ));
+    };
+    let sll = sockaddr_ll(ifindex, ethertype, dst);
+    // SAFETY: `frame` is valid for its length; `sll` is a valid sockaddr_ll and the length
+    // is its size.
+    let n = unsafe {
+        libc::sendto(
+            sock.as_raw_fd(),
+            frame.as_ptr().cast(),
+            frame.len(),
+            0,
+            std::ptr::from_ref(&sll).cast(),
+            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}

@@ -4,7 +4,7 @@
 //! timestamps (`SO_TIMESTAMPNS`), the arrival instants `ridethrough` relies on: a frame that
 //! waited in the queue while vipd was frozen keeps the time it arrived.
 //!
-//! Not pnet's datalink channel (which `net::arp` uses to send): its receiver binds
+//! Not pnet's datalink channel: its receiver binds
 //! `ETH_P_ALL` (every frame of the interface through user space, filtered there) and reads
 //! with `recvfrom`, without timestamps. The socket calls follow `net::conflict`'s capture
 //! socket.

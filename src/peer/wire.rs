@@ -13,7 +13,7 @@
 //! * it never leaves the L2 segment: exactly the failure domain of the ARP / neighbour
 //!   advertisements that make a VIP reachable, which is what the peers vouch for;
 //! * the receiver uses the `AF_PACKET` machinery vipd already has (`src/net/` sends GARPs
-//!   through a pnet datalink channel), filtered on the EtherType.
+//!   through an `AF_PACKET` socket), filtered on the EtherType.
 //!
 //! # Frame payload (after the 14-byte Ethernet header), big-endian integers
 //! | bytes | field |
