@@ -177,17 +177,28 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
     }
 
-    /// Adds VIPs `idx` with the fence time left of this term and announces them at once.
+    /// Adds VIPs `idx` with the fence time left of this term (or the second line while the
+    /// last refresh set every element and they still run, [`Self::second_line_now`]) and
+    /// announces them at once.
     pub(super) async fn bind(&mut self, idx: &[usize]) {
-        let Some(left) = self.fence_left(Instant::now()) else {
+        let now = Instant::now();
+        let Some(left) = self.fence_left(now) else {
             return;
         };
         if left == 0 {
             // The next renewal adds them with a full fence.
             return;
         }
+        // A shard's hundreds of VIPs take the kernel seconds to add at thousands of
+        // addresses: with the whole-second fence the last ones found less than a second
+        // left and were removed again.
+        let second_line = self.second_line_now(now);
+        let lifetime = match second_line {
+            true => self.cfg.fence.second_line_secs,
+            false => left,
+        };
         let mut added = Vec::new();
-        for (i, link, vip, outcome) in self.add_many(idx, left, false).await {
+        for (i, link, vip, outcome) in self.add_many(idx, lifetime, second_line).await {
             match outcome {
                 Ok(false) => {}
                 Ok(true) => {

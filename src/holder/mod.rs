@@ -420,6 +420,10 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     nft_fenced: Vec<IpAddr>,
     /// When the elements last set for them end (`None` before the first is set).
     nft_until: Option<Instant>,
+    /// The last attempt to set this holder's elements set all of them (`refresh_nft_fence`;
+    /// false after a failed one): with [`Self::nft_until`] still ahead, a bind may give the
+    /// second line ([`VipHolder::second_line_now`]).
+    nft_set_ok: bool,
     /// This holder as an owner of nftables fence elements (another holder of this node
     /// may arm the same VIP after an address moved; each disarms only its own arming).
     fence_owner: crate::net::nft::fence::Owner,
@@ -501,6 +505,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             arp,
             nft_fenced: Vec::new(),
             nft_until: None,
+            nft_set_ok: false,
             fence_owner: crate::net::nft::fence::next_owner(),
             quiet: RepeatLimiter::default(),
         }

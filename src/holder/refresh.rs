@@ -151,17 +151,38 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         };
         let mut held = held.into_iter();
         let mut out = Vec::with_capacity(batch.len());
+        // VIPs the kernel took with less than a second (`after_add`'s case), removed in one
+        // batch below: one by one, each removal read the node's addresses again.
+        let mut late: Vec<usize> = Vec::new();
         for (i, link, vip, fence) in batch {
             let outcome = match fence {
                 Ok(None) => Ok(false),
                 Err(e) => Err(e),
                 Ok(Some(_)) => match held.next() {
-                    Some(Ok(secs)) => self.after_add(link.index, vip, secs).await,
+                    Some(Ok(0)) => {
+                        late.push(out.len());
+                        Ok(false)
+                    }
+                    Some(Ok(_)) => Ok(true),
                     Some(Err(e)) => Err(e),
                     None => Ok(false),
                 },
             };
             out.push((i, link, vip, outcome));
+        }
+        if !late.is_empty() {
+            let items: Vec<(u32, Vip)> = late
+                .iter()
+                .filter_map(|k| out.get(*k).map(|(_, link, vip, _)| (link.index, *vip)))
+                .collect();
+            let first: Vec<String> = items.iter().take(3).map(|(_, v)| v.to_string()).collect();
+            warn!(holder = %self.name, count = items.len(), first = ?first, "less than a second of the lease was left when the kernel took these VIPs' lifetime (renewals are late, or this process was frozen or stalled): the kernel counts lifetimes in whole seconds, so they are removed until the next renewal");
+            let removed = self.kernel.remove_many(&items).await;
+            for (k, r) in late.iter().zip(removed) {
+                if let (Some(entry), Err(e)) = (out.get_mut(*k), r) {
+                    entry.3 = Err(e);
+                }
+            }
         }
         out
     }
@@ -275,6 +296,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 Ok(ends) => ends,
                 Err(e) => {
                     warn!(holder = %self.name, error = %e, "cannot refresh the nftables fence; its elements keep their earlier timeout");
+                    self.nft_set_ok = false;
                     return NftRefresh::unset(!needed);
                 }
             };
@@ -286,6 +308,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             let now = Instant::now();
             if ends > now && !fence_overrun(lease, margin, ends.saturating_duration_since(sent)) {
                 self.nft_until = Some(until);
+                self.nft_set_ok = true;
                 return NftRefresh {
                     may_add: true,
                     set: true,
@@ -293,6 +316,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             }
             debug!(holder = %self.name, ends_ms = ends.saturating_duration_since(sent).as_millis(), "the nftables fence element may live past the lease (the run was late) or was written expired; setting it again");
         }
+        self.nft_set_ok = false;
         if self.nft_fenced.is_empty() {
             return NftRefresh::unset(!needed);
         }

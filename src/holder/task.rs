@@ -159,6 +159,17 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             .map(|f| f.secs_at(now))
     }
 
+    /// Whether an address added now, outside a renewal's refresh (a bind after the conflict
+    /// probe), may get the plan's second line: the plan has one, the last attempt to set
+    /// this holder's elements set all of them, and they still run. The same guarantee as a
+    /// refresh's ([`Self::refresh_nft_fence`]): every VIP of the holder has a live element,
+    /// which ends no later than the lease allows.
+    pub(super) fn second_line_now(&self, now: Instant) -> bool {
+        self.cfg.fence.second_line_secs > 0
+            && self.nft_set_ok
+            && self.nft_until.is_some_and(|u| u > now)
+    }
+
     /// The fence a VIP with `not_after` (its [`VipSpec::not_after`]) may get now, as an end
     /// rather than a number ([`Lifetime`]): at most `max_secs` (and the plan's address
     /// lifetime); under the address fence gone by the last renewal's send time plus the
@@ -244,6 +255,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         second_line: bool,
     ) -> Result<Option<Lifetime>, NetError> {
         let now = Instant::now();
+        // Only a VIP whose element this holder armed: one added to the set since the last
+        // refresh has none yet.
+        let second_line = second_line && self.nft_fenced.contains(&vip.addr);
         let Some(fence) = self.fence_for(self.not_after(vip), lifetime, now, second_line) else {
             debug!(holder = %self.name, %vip, "the lease may have lapsed since the grant; not adding the VIP");
             self.kernel.remove(ifindex, vip).await?;

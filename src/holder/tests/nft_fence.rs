@@ -746,3 +746,30 @@ async fn second_line_a_late_run_removes_the_address_at_once() {
     settle().await;
     assert!(r.kernel.has(vip4()), "a fresh renewal adds it again");
 }
+
+/// A takeover that probes first: the bind after the probe gives the second line when the
+/// term's first refresh set every element (a shard's hundreds of VIPs take the kernel
+/// seconds to add, and with the whole-second fence the last ones found less than a second
+/// left); without a live element it gives the whole-second fence.
+#[tokio::test(start_paused = true)]
+async fn a_bind_after_the_probe_gets_the_second_line_only_with_live_elements() {
+    for failing in [false, true] {
+        let fence = Arc::new(FakeFence::default());
+        *fence.failing.lock().unwrap() = failing;
+        let mut cfg =
+            HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), true).unwrap();
+        cfg.nft_fence = fence.clone();
+        cfg.fence = crate::lease::with_second_line(cfg.fence);
+        let spec = VipSpec {
+            vip: vip4(),
+            interface: Some("eth0".into()),
+            not_after: None,
+        };
+        let (r, _) = rig_from(FakeKernel::with_eth0(), vec![spec], cfg, true, None);
+        settle().await;
+        lead(&r, 1, false);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let expected = if failing { vec![2] } else { vec![30] };
+        assert_eq!(adds_of(&r, vip4()), expected, "elements failing: {failing}");
+    }
+}
