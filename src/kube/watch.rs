@@ -1,16 +1,18 @@
 //! Reflectors: a cache of one kind of object kept by a watch, with the client's back-off,
 //! objects stripped before they are cached, and the watch's health reported to `/readyz`.
+//! [`spawn_reflector`] feeds one consumer; [`spawn_shared`] one list+watch whose cache
+//! ([`SharedCache`]) every consumer of the process reads, each woken on every change.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use kube::Api;
-use kube::runtime::reflector;
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// An API for `K` in `namespace` (`svc_namespace`, say), or in all namespaces.
 pub fn scoped_api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
@@ -95,6 +97,149 @@ pub fn spawn_reflector<K>(
     });
 }
 
+/// One reflector's cache shared by every consumer of a process: the objects (a
+/// [`Store`], stripped as [`spawn_shared`] was told) and a change count each consumer
+/// follows on its own ([`SharedCache::changes`], [`SharedCache::wake`]), so that one
+/// list+watch serves them all. Cheap to clone; every clone reads the same cache.
+#[derive(Clone)]
+pub struct SharedCache<K: kube::Resource<DynamicType = ()> + 'static> {
+    store: Store<K>,
+    changes: watch::Receiver<u64>,
+}
+
+impl<K> SharedCache<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    /// The cache (ready once the first list is in: [`Store::wait_until_ready`]; a re-list
+    /// replaces it as a whole at its end).
+    pub fn store(&self) -> &Store<K> {
+        &self.store
+    }
+
+    /// A receiver of the number of events the watch delivered: it changes after each event
+    /// (applied to the cache first), and closes when the watch stops.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.clone()
+    }
+
+    /// Wakes `notify` (`notify_one`) after every event until `stop` or the watch stops: for
+    /// a consumer that already waits on one [`Notify`] for the changes of its other caches.
+    pub fn wake(&self, notify: Arc<Notify>, stop: CancellationToken) {
+        let mut changes = self.changes();
+        changes.mark_unchanged();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    r = changes.changed() => if r.is_err() { return },
+                }
+                notify.notify_one();
+            }
+        });
+    }
+}
+
+/// Runs one reflector on `api` (with field selector `fields`, e.g. `metadata.name=node-a`;
+/// `None`: every object) until `stop`, for every consumer of the process. `what` is the
+/// resource's plural (`nodes`): the name its watch is tracked under in `activity` and logged
+/// with. Objects are stripped with `strip` before they are cached, so it must keep what every
+/// consumer reads. Watch errors retry with [`crate::kube::client::WatchBackoff`]; the first
+/// of a run of failures is logged at WARN (`watch failed`, with the resource and the
+/// server's message, which for RBAC names the verb), the rest at DEBUG, the recovery at
+/// INFO; the cache keeps its last state meanwhile.
+pub fn spawn_shared<K>(
+    what: &'static str,
+    api: Api<K>,
+    strip: fn(&mut K),
+    fields: Option<String>,
+    activity: crate::obs::readiness::WatchActivity,
+    stop: CancellationToken,
+) -> SharedCache<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    activity.register(
+        what,
+        Duration::from_secs(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS.into()),
+    );
+    let config = fields
+        .map_or_else(watcher::Config::default, |f| {
+            watcher::Config::default().fields(&f)
+        })
+        .timeout(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS);
+    let events = watcher(api, config)
+        .modify(strip)
+        .backoff(crate::kube::client::WatchBackoff::default());
+    shared_from(what, events, activity, stop)
+}
+
+/// [`spawn_shared`] on any stream of watch events (tests feed their own, see
+/// [`test_cache`]).
+pub(crate) fn shared_from<K, S>(
+    what: &'static str,
+    events: S,
+    activity: crate::obs::readiness::WatchActivity,
+    stop: CancellationToken,
+) -> SharedCache<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    let (store, writer) = reflector::store();
+    let (tx, changes) = watch::channel(0u64);
+    let mut stream = reflector::reflector(writer, events).boxed();
+    tokio::spawn(async move {
+        let mut failing = false;
+        loop {
+            let ev = tokio::select! {
+                _ = stop.cancelled() => return,
+                ev = stream.next() => ev,
+            };
+            match ev {
+                Some(Ok(_)) => {
+                    activity.touch(what);
+                    if std::mem::take(&mut failing) {
+                        info!(resource = what, "watch recovered");
+                    }
+                    tx.send_modify(|n| *n = n.wrapping_add(1));
+                }
+                Some(Err(e)) if !failing => {
+                    failing = true;
+                    warn!(resource = what, verb = "list/watch", error = %e, "watch failed; retrying with back-off, every user of the cache keeps its last state");
+                }
+                Some(Err(e)) => debug!(resource = what, error = %e, "watch still failing"),
+                None => return,
+            }
+        }
+    });
+    SharedCache { store, changes }
+}
+
+/// A [`SharedCache`] fed by hand, for tests of its readers: what is sent on the returned
+/// sender is what its watch delivers (dropping the sender stops the watch).
+#[cfg(test)]
+pub(crate) fn test_cache<K>() -> (
+    futures::channel::mpsc::UnboundedSender<Result<watcher::Event<K>, watcher::Error>>,
+    SharedCache<K>,
+)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    let activity = crate::obs::readiness::WatchActivity::new();
+    (
+        tx,
+        shared_from("test", rx, activity, CancellationToken::new()),
+    )
+}
+
 /// `kubectl apply` keeps a copy of the whole object in this annotation; vipd never reads it
 /// (stripped before objects are cached).
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -121,6 +266,86 @@ pub fn strip_service(svc: &mut k8s_openapi::api::core::v1::Service, keep: impl F
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::reflector::ObjectRef;
+
+    fn cm(name: &str, v: &str) -> ConfigMap {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns"},
+            "data": {"v": v},
+        }))
+        .unwrap()
+    }
+
+    fn value(cache: &SharedCache<ConfigMap>, name: &str) -> Option<String> {
+        let key = ObjectRef::new(name).within("ns");
+        let got = cache.store().get(&key)?;
+        got.data.as_ref()?.get("v").cloned()
+    }
+
+    /// Every reader of one cache is woken by each change, after the cache has it: two
+    /// receivers of the change count and a `Notify` of a reader with caches of its own.
+    #[tokio::test]
+    async fn every_reader_is_woken_by_each_change_after_the_cache_has_it() {
+        use watcher::Event::*;
+        let (tx, cache) = test_cache::<ConfigMap>();
+        let (mut a, mut b) = (cache.changes(), cache.changes());
+        let notify = Arc::new(Notify::new());
+        cache.wake(notify.clone(), CancellationToken::new());
+        for ev in [Init, InitApply(cm("x", "1")), InitDone] {
+            tx.unbounded_send(Ok(ev)).unwrap();
+        }
+        cache.store().wait_until_ready().await.unwrap();
+        a.wait_for(|c| *c >= 3).await.unwrap();
+        b.wait_for(|c| *c >= 3).await.unwrap();
+        assert_eq!(value(&cache, "x").as_deref(), Some("1"));
+        tokio::time::timeout(Duration::from_secs(5), notify.notified())
+            .await
+            .unwrap();
+        tx.unbounded_send(Ok(Apply(cm("x", "2")))).unwrap();
+        a.changed().await.unwrap();
+        b.changed().await.unwrap();
+        assert_eq!(value(&cache, "x").as_deref(), Some("2"));
+        tokio::time::timeout(Duration::from_secs(5), notify.notified())
+            .await
+            .unwrap();
+        // The watch stops: every reader sees its end.
+        drop(tx);
+        while a.changed().await.is_ok() {}
+        while b.changed().await.is_ok() {}
+    }
+
+    /// A failing watch leaves the cache as it was (readers keep their last state); a re-list
+    /// replaces it as a whole at its end.
+    #[tokio::test]
+    async fn errors_keep_the_last_state_and_a_relist_replaces_it_whole() {
+        use watcher::Event::*;
+        let (tx, cache) = test_cache::<ConfigMap>();
+        let mut rx = cache.changes();
+        for ev in [
+            Init,
+            InitApply(cm("x", "1")),
+            InitApply(cm("y", "1")),
+            InitDone,
+        ] {
+            tx.unbounded_send(Ok(ev)).unwrap();
+        }
+        rx.wait_for(|c| *c >= 4).await.unwrap();
+        for _ in 0..3 {
+            tx.unbounded_send(Err(watcher::Error::NoResourceVersion))
+                .unwrap();
+        }
+        tx.unbounded_send(Ok(Init)).unwrap();
+        tx.unbounded_send(Ok(InitApply(cm("y", "2")))).unwrap();
+        rx.wait_for(|c| *c >= 6).await.unwrap();
+        // Mid re-list: still the old state.
+        assert_eq!(value(&cache, "x").as_deref(), Some("1"));
+        assert_eq!(value(&cache, "y").as_deref(), Some("1"));
+        tx.unbounded_send(Ok(InitDone)).unwrap();
+        rx.wait_for(|c| *c >= 7).await.unwrap();
+        assert_eq!(value(&cache, "x"), None);
+        assert_eq!(value(&cache, "y").as_deref(), Some("2"));
+    }
 
     #[test]
     fn a_stripped_service_keeps_only_the_labels_asked_for() {

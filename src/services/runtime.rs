@@ -52,7 +52,6 @@ use crate::lease::Timing;
 use crate::net::{Announcer, CachedKernel, Kernel, NetlinkKernel, RawAnnouncer};
 use crate::nodes::eligibility::Ineligible;
 pub use crate::nodes::node_addresses;
-use crate::nodes::strip_node;
 use crate::obs::metrics::Metrics;
 use crate::obs::readiness::{Readiness, WatchActivity};
 use crate::services::plan::decide::{self, StopOrder};
@@ -148,6 +147,9 @@ pub struct Parts {
     /// Where every pass reports the Services with egress annotations
     /// ([`crate::kube::service::EgressFacts`], for the egress wing); `None`: nobody reads.
     pub egress: Option<crate::kube::service::EgressTx>,
+    /// The process's Node cache (every Node): node addresses, this node's labels, pod
+    /// CIDRs and the peer membership; a change of it starts a pass.
+    pub nodes: crate::nodes::NodeCache,
 }
 
 /// The running Services wing.
@@ -228,6 +230,7 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
         parts.ineligible,
         parts.dhcp,
         parts.egress,
+        parts.nodes,
         stop.clone(),
     ));
     Ok(Running { stop, task })
@@ -265,11 +268,13 @@ impl Caches {
     }
 }
 
-/// Starts the reflectors on Services, Nodes and endpoints (until `watches`), reporting to
-/// `activity`.
+/// Starts the reflectors on Services and endpoints (until `watches`), reporting to
+/// `activity`; the Nodes come from the process's cache `nodes`, whose changes wake the
+/// wing like those of its own caches.
 async fn start_caches(
     cfg: &Settings,
     client: &kube::Client,
+    nodes: &crate::nodes::NodeCache,
     activity: &WatchActivity,
     watches: &CancellationToken,
 ) -> Caches {
@@ -287,18 +292,7 @@ async fn start_caches(
         strip_service,
         None,
     );
-    let (node_store, node_writer) = reflector::store::<Node>();
-    let node_api: Api<Node> = Api::all(client.clone());
-    spawn_reflector(
-        "nodes",
-        node_api,
-        node_writer,
-        changed.clone(),
-        watches.clone(),
-        activity.clone(),
-        strip_node,
-        None,
-    );
+    nodes.wake(changed.clone(), watches.clone());
     // Endpoints for externalTrafficPolicy Local: EndpointSlice v1 where the server has it
     // (1.21+), else core Endpoints (the lab's v1.20).
     let endpoints = if endpointslice_v1_served(client).await {
@@ -334,7 +328,7 @@ async fn start_caches(
     };
     Caches {
         services: svc_store,
-        nodes: node_store,
+        nodes: nodes.store().clone(),
         endpoints,
         changed,
     }
@@ -388,6 +382,7 @@ async fn run<K: Kernel, A: Announcer>(
     ineligible: watch::Receiver<Option<Ineligible>>,
     dhcp: Option<Arc<dyn crate::dhcp::Dhcp>>,
     egress: Option<crate::kube::service::EgressTx>,
+    nodes: crate::nodes::NodeCache,
     shutdown: CancellationToken,
 ) {
     let dhcp = dhcp_client(dhcp);
@@ -398,7 +393,7 @@ async fn run<K: Kernel, A: Announcer>(
     let activity = clients.watches.clone();
     readiness.track_watches(activity.clone());
     activity.spawn_monitor(watches.clone());
-    let caches = start_caches(&cfg, &client, &activity, &watches).await;
+    let caches = start_caches(&cfg, &client, &nodes, &activity, &watches).await;
     let lease_namespace = match cfg.services_election {
         true => namespace,
         false => Some(cfg.cp_namespace.as_str()),
