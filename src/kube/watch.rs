@@ -25,6 +25,42 @@ where
     }
 }
 
+/// The events of a watch on `api` (field selector `fields`; `None`: every object), each
+/// object stripped with `strip` before it is cached (at 1000 Services, managedFields alone
+/// were 7 MB of a node's memory), the watch tracked in `activity` as `what` from now on.
+/// The server ends each watch after [`crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS`];
+/// errors (401/403 included, S15) retry with [`crate::kube::client::WatchBackoff`] (0.8 s
+/// doubling to 20 s, plus up to 25 %).
+fn stripped_events<K>(
+    what: &'static str,
+    api: Api<K>,
+    strip: fn(&mut K),
+    fields: Option<String>,
+    activity: &crate::obs::readiness::WatchActivity,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    activity.register(
+        what,
+        Duration::from_secs(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS.into()),
+    );
+    let config = fields
+        .map_or_else(watcher::Config::default, |f| {
+            watcher::Config::default().fields(&f)
+        })
+        .timeout(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS);
+    watcher(api, config)
+        .modify(strip)
+        .backoff(crate::kube::client::WatchBackoff::default())
+}
+
 /// Runs a reflector on `api` into `writer` until `stop`. `what` is the resource's plural
 /// (`services`, ...): the name its watch is tracked under in `activity`, where every event
 /// it delivers counts (the client's `WatchStartLayer` reports its restarts). `fields`: a
@@ -48,30 +84,11 @@ pub fn spawn_reflector<K>(
         + Sync
         + 'static,
 {
-    activity.register(
-        what,
-        Duration::from_secs(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS.into()),
-    );
+    let events = stripped_events(what, api, strip, fields, &activity);
     tokio::spawn(async move {
-        // Watch errors (401/403 included, S15) retry with a capped exponential back-off
-        // (crate::kube::client::WatchBackoff: 0.8 s doubling to 20 s, plus up to 25 %); each is logged with the resource and the
-        // server's message, which for RBAC names the verb.
-        // Objects are stripped to what vipd reads before they are cached (at 1000 Services,
-        // managedFields alone were 7 MB of a node's memory).
-        let mut stream = reflector::reflector(
-            writer,
-            watcher(
-                api,
-                fields
-                    .map_or_else(watcher::Config::default, |f| {
-                        watcher::Config::default().fields(&f)
-                    })
-                    .timeout(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS),
-            )
-            .modify(strip),
-        )
-        .backoff(crate::kube::client::WatchBackoff::default())
-        .boxed();
+        // Each watch error is logged with the resource and the server's message, which for
+        // RBAC names the verb.
+        let mut stream = reflector::reflector(writer, events).boxed();
         let mut failing = false;
         loop {
             let ev = tokio::select! {
@@ -165,18 +182,7 @@ where
         + Sync
         + 'static,
 {
-    activity.register(
-        what,
-        Duration::from_secs(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS.into()),
-    );
-    let config = fields
-        .map_or_else(watcher::Config::default, |f| {
-            watcher::Config::default().fields(&f)
-        })
-        .timeout(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS);
-    let events = watcher(api, config)
-        .modify(strip)
-        .backoff(crate::kube::client::WatchBackoff::default());
+    let events = stripped_events(what, api, strip, fields, &activity);
     shared_from(what, events, activity, stop)
 }
 
