@@ -161,6 +161,8 @@ async fn follow<P: AddressProbe>(
 struct Caches {
     services: Store<Service>,
     nodes: Store<Node>,
+    /// The process's Node cache (its first list: [`NodeCache::ready`]).
+    node_cache: NodeCache,
     config_map: Store<ConfigMap>,
     changed: Arc<Notify>,
     stop: CancellationToken,
@@ -204,6 +206,7 @@ fn start_caches(settings: &Settings, clients: &ServicesClients, nodes: &NodeCach
     Caches {
         services,
         nodes: nodes.store().clone(),
+        node_cache: nodes.clone(),
         config_map,
         changed,
         stop,
@@ -224,7 +227,7 @@ async fn allocate<P: AddressProbe>(
     let ready = async {
         let _ = tokio::join!(
             caches.services.wait_until_ready(),
-            caches.nodes.wait_until_ready(),
+            caches.node_cache.ready(),
             caches.config_map.wait_until_ready(),
         );
     };

@@ -122,16 +122,26 @@ pub fn spawn_reflector<K>(
 pub struct SharedCache<K: kube::Resource<DynamicType = ()> + 'static> {
     store: Store<K>,
     changes: watch::Receiver<u64>,
+    listed: watch::Receiver<bool>,
 }
 
 impl<K> SharedCache<K>
 where
     K: kube::Resource<DynamicType = ()> + Clone + 'static,
 {
-    /// The cache (ready once the first list is in: [`Store::wait_until_ready`]; a re-list
-    /// replaces it as a whole at its end).
+    /// The cache (a re-list replaces it as a whole at its end). Wait for its first list
+    /// with [`SharedCache::ready`], not with [`Store::wait_until_ready`]: kube-runtime's
+    /// wakes only the last task that waited, so of several readers all but one would wait
+    /// forever.
     pub fn store(&self) -> &Store<K> {
         &self.store
+    }
+
+    /// Resolves once the first list is in the cache (`true`), or when the watch stopped
+    /// before (`false`). Any number of tasks may wait at once.
+    pub async fn ready(&self) -> bool {
+        let mut listed = self.listed.clone();
+        listed.wait_for(|l| *l).await.is_ok()
     }
 
     /// A receiver of the number of events the watch delivered: it changes after each event
@@ -200,6 +210,7 @@ where
 {
     let (store, writer) = reflector::store();
     let (tx, changes) = watch::channel(0u64);
+    let (listed_tx, listed) = watch::channel(false);
     let mut stream = reflector::reflector(writer, events).boxed();
     tokio::spawn(async move {
         let mut failing = false;
@@ -209,10 +220,13 @@ where
                 ev = stream.next() => ev,
             };
             match ev {
-                Some(Ok(_)) => {
+                Some(Ok(ev)) => {
                     activity.touch(what);
                     if std::mem::take(&mut failing) {
                         info!(resource = what, "watch recovered");
+                    }
+                    if matches!(ev, watcher::Event::InitDone) {
+                        listed_tx.send_if_modified(|l| !std::mem::replace(l, true));
                     }
                     tx.send_modify(|n| *n = n.wrapping_add(1));
                 }
@@ -225,7 +239,11 @@ where
             }
         }
     });
-    SharedCache { store, changes }
+    SharedCache {
+        store,
+        changes,
+        listed,
+    }
 }
 
 /// A [`SharedCache`] fed by hand, for tests of its readers: what is sent on the returned
@@ -301,7 +319,7 @@ mod tests {
         for ev in [Init, InitApply(cm("x", "1")), InitDone] {
             tx.unbounded_send(Ok(ev)).unwrap();
         }
-        cache.store().wait_until_ready().await.unwrap();
+        assert!(cache.ready().await);
         a.wait_for(|c| *c >= 3).await.unwrap();
         b.wait_for(|c| *c >= 3).await.unwrap();
         assert_eq!(value(&cache, "x").as_deref(), Some("1"));
@@ -319,6 +337,34 @@ mod tests {
         drop(tx);
         while a.changed().await.is_ok() {}
         while b.changed().await.is_ok() {}
+    }
+
+    /// Many tasks wait for the first list at once and every one is woken (kube-runtime's
+    /// `Store::wait_until_ready` wakes only the last: eligibility waited forever in the lab
+    /// while the Services wing went on); a watch that stops first answers `false`.
+    #[tokio::test]
+    async fn every_task_waiting_for_the_first_list_is_woken() {
+        use watcher::Event::*;
+        let (tx, cache) = test_cache::<ConfigMap>();
+        let waiters: Vec<_> = (0..4)
+            .map(|_| {
+                let cache = cache.clone();
+                tokio::spawn(async move { cache.ready().await })
+            })
+            .collect();
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        for ev in [Init, InitApply(cm("x", "1")), InitDone] {
+            tx.unbounded_send(Ok(ev)).unwrap();
+        }
+        for w in waiters {
+            let ready = tokio::time::timeout(Duration::from_secs(5), w).await;
+            assert!(ready.unwrap().unwrap(), "every waiter sees the list");
+        }
+        let (tx, cache) = test_cache::<ConfigMap>();
+        drop(tx);
+        assert!(!cache.ready().await);
     }
 
     /// A failing watch leaves the cache as it was (readers keep their last state); a re-list

@@ -407,7 +407,7 @@ pub async fn follow_own_node(
     let mut changes = nodes.changes();
     tokio::select! {
         _ = stop.cancelled() => return,
-        r = nodes.store().wait_until_ready() => if r.is_err() { return },
+        listed = nodes.ready() => if !listed { return },
     }
     loop {
         // Seen before the cache is read: a change after the read wakes the next round.

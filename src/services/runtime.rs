@@ -239,8 +239,11 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
 /// The caches of Services, Nodes and endpoints, and the notification of their changes.
 struct Caches {
     services: Store<Service>,
-    /// Node addresses: a Service must never take another node's own address.
+    /// Node addresses: a Service must never take another node's own address (the store of
+    /// `node_cache`).
     nodes: Store<Node>,
+    /// The process's Node cache (its first list: [`crate::nodes::NodeCache::ready`]).
+    node_cache: crate::nodes::NodeCache,
     endpoints: EndpointStore,
     /// Woken by every change of a cache.
     changed: Arc<Notify>,
@@ -254,7 +257,7 @@ impl Caches {
         let ready = async {
             let _ = tokio::join!(
                 self.services.wait_until_ready(),
-                self.nodes.wait_until_ready(),
+                self.node_cache.ready(),
                 self.endpoints.wait_until_ready(),
             );
         };
@@ -329,6 +332,7 @@ async fn start_caches(
     Caches {
         services: svc_store,
         nodes: nodes.store().clone(),
+        node_cache: nodes.clone(),
         endpoints,
         changed,
     }

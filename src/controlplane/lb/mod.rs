@@ -571,7 +571,7 @@ pub(crate) async fn watch_candidates(
     tokio::select! {
         biased;
         _ = stop.cancelled() => return,
-        r = nodes.store().wait_until_ready() => if r.is_err() { return },
+        listed = nodes.ready() => if !listed { return },
     }
     loop {
         // Seen before the cache is read: a change after the read wakes the next round.
