@@ -219,23 +219,23 @@ where
                 _ = stop.cancelled() => return,
                 ev = stream.next() => ev,
             };
-            match ev {
-                Some(Ok(ev)) => {
-                    activity.touch(what);
-                    if std::mem::take(&mut failing) {
-                        info!(resource = what, "watch recovered");
-                    }
-                    if matches!(ev, watcher::Event::InitDone) {
-                        listed_tx.send_if_modified(|l| !std::mem::replace(l, true));
-                    }
-                    tx.send_modify(|n| *n = n.wrapping_add(1));
+            let Some(ev) = ev else { return };
+            match (say(&mut failing, ev.as_ref().map_err(|_| ())), &ev) {
+                (Say::Failed, Err(e)) => {
+                    warn!(resource = what, verb = "list/watch", error = %e, "watch failed; retrying with back-off, every user of the cache keeps its last state")
                 }
-                Some(Err(e)) if !failing => {
-                    failing = true;
-                    warn!(resource = what, verb = "list/watch", error = %e, "watch failed; retrying with back-off, every user of the cache keeps its last state");
+                (Say::StillFailing, Err(e)) => {
+                    debug!(resource = what, error = %e, "watch still failing")
                 }
-                Some(Err(e)) => debug!(resource = what, error = %e, "watch still failing"),
-                None => return,
+                (Say::Recovered, _) => info!(resource = what, "watch recovered"),
+                _ => {}
+            }
+            if let Ok(ev) = ev {
+                activity.touch(what);
+                if matches!(ev, watcher::Event::InitDone) {
+                    listed_tx.send_if_modified(|l| !std::mem::replace(l, true));
+                }
+                tx.send_modify(|n| *n = n.wrapping_add(1));
             }
         }
     });
@@ -243,6 +243,33 @@ where
         store,
         changes,
         listed,
+    }
+}
+
+/// What [`shared_from`] logs for one result of its watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Say {
+    /// The first failure of a run: WARN.
+    Failed,
+    /// A further failure of the run: DEBUG.
+    StillFailing,
+    /// The first success after a run of failures: INFO.
+    Recovered,
+    /// Nothing.
+    Nothing,
+}
+
+/// What to log for `result`, the next result of a watch (`Err`: a failure; `Ok(event)`),
+/// given whether it was `failing`, which it updates. The `Init` event that starts every
+/// list attempt is no success: a list that keeps failing yields `Init` then the error on
+/// each attempt, and is still one failure. Pure.
+fn say<K>(failing: &mut bool, result: Result<&watcher::Event<K>, ()>) -> Say {
+    match result {
+        Err(()) if !std::mem::replace(failing, true) => Say::Failed,
+        Err(()) => Say::StillFailing,
+        Ok(watcher::Event::Init) => Say::Nothing,
+        Ok(_) if std::mem::take(failing) => Say::Recovered,
+        Ok(_) => Say::Nothing,
     }
 }
 
@@ -337,6 +364,52 @@ mod tests {
         drop(tx);
         while a.changed().await.is_ok() {}
         while b.changed().await.is_ok() {}
+    }
+
+    /// A list that keeps failing (each attempt: `Init`, then the error) is one WARN; the
+    /// first object or the end of a list is the one recovery.
+    #[test]
+    fn a_failing_list_is_one_warning_and_one_recovery() {
+        use watcher::Event::*;
+        let mut failing = false;
+        let obj = cm("x", "1");
+        let results: [Result<watcher::Event<ConfigMap>, ()>; 9] = [
+            Ok(Init),
+            Err(()),
+            Ok(Init),
+            Err(()),
+            Ok(Init),
+            Err(()),
+            Ok(Init),
+            Ok(InitApply(obj.clone())),
+            Ok(InitDone),
+        ];
+        let said: Vec<Say> = results
+            .iter()
+            .map(|r| say(&mut failing, r.as_ref().map_err(|_| ())))
+            .collect();
+        use Say::*;
+        assert_eq!(
+            said,
+            [
+                Nothing,
+                Failed,
+                Nothing,
+                StillFailing,
+                Nothing,
+                StillFailing,
+                Nothing,
+                Recovered,
+                Nothing
+            ]
+        );
+        // A watch that fails once it runs recovers at the end of its re-list.
+        let mut failing = false;
+        let said: Vec<Say> = [Err(()), Ok(&Init), Ok(&InitDone), Ok(&Apply(obj))]
+            .into_iter()
+            .map(|r| say(&mut failing, r))
+            .collect();
+        assert_eq!(said, [Failed, Nothing, Recovered, Nothing]);
     }
 
     /// Many tasks wait for the first list at once and every one is woken (kube-runtime's
