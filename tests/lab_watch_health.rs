@@ -176,3 +176,87 @@ fn s37_half_open_api_connection_fails_readyz_and_recovers() {
         "the VIP stayed where it was"
     );
 }
+
+/// The Node watches the API server serves now: the sum of
+/// `apiserver_longrunning_gauge{resource="nodes",verb="WATCH"}` (kube-apiserver's open
+/// long-running requests; the lab runs no other client that watches Nodes).
+fn node_watches(lab: &xtask::lab::Lab) -> u64 {
+    let r = lab
+        .api_request("GET", "/metrics", None)
+        .expect("API server metrics");
+    assert_eq!(r.status, 200, "GET /metrics: {}", r.body);
+    r.body
+        .lines()
+        .filter(|l| {
+            l.starts_with("apiserver_longrunning_gauge{")
+                && l.contains("resource=\"nodes\"")
+                && l.contains("verb=\"WATCH\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+/// Issue 28: one vipd process opens one Node watch, whatever reads the Nodes. node-a runs
+/// every reader at once (eligibility, the control-plane load balancer, the Services wing
+/// with per-Service leases and ride-through, the allocator holding its Lease); the API
+/// server counts its open Node watches every 200 ms for 8 s: exactly one at every sample
+/// (before issue 28 there were four). A second vipd process (node-b, Services only) adds
+/// exactly one more.
+#[test]
+fn one_node_watch_per_process() {
+    let Some(lab) = lab("one_node_watch", LabOptions::default()) else {
+        return;
+    };
+    lab.register_control_plane_node("node-a", &["192.0.2.11".parse().unwrap()])
+        .expect("register node-a");
+    let pools = serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "kubevip", "namespace": "kube-system"},
+        "data": {"cidr-global": "192.0.2.60/32"}});
+    let r = lab
+        .api_request(
+            "POST",
+            "/api/v1/namespaces/kube-system/configmaps",
+            Some(&pools.to_string()),
+        )
+        .expect("create the pool ConfigMap");
+    assert_eq!(r.status, 201, "{}", r.body);
+    assert_eq!(node_watches(&lab), 0, "no Node watch before vipd starts");
+    let every_reader = [
+        ("lb_enable", "true"),
+        ("svc_enable", "true"),
+        ("svc_election", "true"),
+        ("svc_ipam", "true"),
+    ];
+    let a = start_vipd(&lab, "node-a", T531, &every_reader);
+    assert_eq!(single_holder(&lab, VIP, Duration::from_secs(30)), "node-a");
+    // The allocator reads the Nodes only while it holds its Lease.
+    wait_until("node-a allocates", Duration::from_secs(30), || {
+        lease_holder(&lab, "kube-system", "kube-vip-cloud-controller").as_deref() == Some("node-a")
+    });
+    create_service(
+        &lab,
+        &service_json("web", None, None, &[(80, "TCP")], false),
+    );
+    single_holder(&lab, "192.0.2.60", Duration::from_secs(30));
+    let samples: Vec<u64> = (0..40)
+        .map(|_| {
+            std::thread::sleep(Duration::from_millis(200));
+            node_watches(&lab)
+        })
+        .collect();
+    eprintln!("issue 28: Node watches of one vipd process, every 200 ms: {samples:?}");
+    assert!(
+        samples.iter().all(|n| *n == 1),
+        "one Node watch per vipd process, sampled every 200 ms: {samples:?}\n{}",
+        a.log()
+    );
+    let b = start_vipd_services(&lab, "node-b", true, &[]);
+    wait_until("node-b's Node watch", Duration::from_secs(30), || {
+        node_watches(&lab) == 2
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(node_watches(&lab), 2, "two processes, two Node watches");
+    let log = a.log();
+    assert!(!log.contains("panicked"), "{log}");
+    stop_all(&mut [a, b]);
+}

@@ -169,6 +169,9 @@ pub struct Parts {
     pub metrics: crate::obs::metrics::Metrics,
     /// `/readyz` conditions (duplicate identity).
     pub readiness: Readiness,
+    /// The process's Node cache (the load balancer's backends; every Node with
+    /// `lb_enable`).
+    pub nodes: crate::nodes::NodeCache,
 }
 
 /// The running control-plane election and VIP holder.
@@ -194,6 +197,7 @@ pub fn start(cfg: &Settings, parts: Parts, shutdown: CancellationToken) -> Runni
         gates,
         metrics,
         readiness,
+        nodes,
     } = parts;
     let leases = KubeLeaseClient::new(client.clone(), &cfg.lease.namespace, &cfg.lease.name);
     let (elector, leadership) =
@@ -232,7 +236,7 @@ pub fn start(cfg: &Settings, parts: Parts, shutdown: CancellationToken) -> Runni
                     port: cfg.port,
                     forwarding: lb.forwarding,
                 },
-                client.clone(),
+                nodes,
                 leadership.state.clone(),
                 leadership.dropped,
                 metrics.clone(),

@@ -1,6 +1,6 @@
 //! The allocator's task: the election on kube-vip-cloud-provider's Lease, and while this
-//! node holds it, the caches of Services, Nodes and the pool ConfigMap and the passes of
-//! [`super::run::Allocator`].
+//! node holds it, the caches of Services and the pool ConfigMap (the Nodes: the process's
+//! Node cache) and the passes of [`super::run::Allocator`].
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -27,6 +27,7 @@ use crate::kube::service::LABEL_IMPLEMENTATION;
 use crate::kube::watch::{scoped_api, spawn_reflector};
 use crate::net::NetlinkKernel;
 use crate::net::conflict::ConflictMonitor;
+use crate::nodes::NodeCache;
 use crate::obs::metrics::Metrics;
 
 /// After a change, how long the allocator waits for more before a pass (a burst of
@@ -42,6 +43,9 @@ pub struct Parts {
     pub conflict_monitor: Option<Arc<dyn ConflictMonitor>>,
     /// The metrics registry (the election's and the pools' families).
     pub metrics: Metrics,
+    /// The process's Node cache (every Node): the addresses of the nodes; while this node
+    /// allocates, a change of it starts a pass.
+    pub nodes: NodeCache,
 }
 
 /// The running IPAM wing.
@@ -100,6 +104,7 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Running, ClientEr
     let task = tokio::spawn(follow(
         settings,
         clients,
+        parts.nodes,
         parts.kernel,
         leadership,
         allocator,
@@ -118,6 +123,7 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Running, ClientEr
 async fn follow<P: AddressProbe>(
     settings: Arc<Settings>,
     clients: ServicesClients,
+    nodes: NodeCache,
     kernel: Arc<NetlinkKernel>,
     leadership: crate::election::Leadership,
     mut allocator: Allocator<KubeServiceApi, P>,
@@ -138,6 +144,7 @@ async fn follow<P: AddressProbe>(
         allocate(
             &settings,
             &clients,
+            &nodes,
             &kernel,
             &mut state,
             term,
@@ -154,6 +161,8 @@ async fn follow<P: AddressProbe>(
 struct Caches {
     services: Store<Service>,
     nodes: Store<Node>,
+    /// The process's Node cache (its first list: [`NodeCache::ready`]).
+    node_cache: NodeCache,
     config_map: Store<ConfigMap>,
     changed: Arc<Notify>,
     stop: CancellationToken,
@@ -165,7 +174,10 @@ impl Drop for Caches {
     }
 }
 
-fn start_caches(settings: &Settings, clients: &ServicesClients) -> Caches {
+/// Starts the term's reflectors on Services and the pool ConfigMap (until the caches are
+/// dropped); the Nodes come from the process's cache `nodes`, whose changes wake the term
+/// like those of its own caches.
+fn start_caches(settings: &Settings, clients: &ServicesClients, nodes: &NodeCache) -> Caches {
     let changed = Arc::new(Notify::new());
     let stop = CancellationToken::new();
     let (services, writer) = reflector::store();
@@ -179,17 +191,7 @@ fn start_caches(settings: &Settings, clients: &ServicesClients) -> Caches {
         strip_service,
         None,
     );
-    let (nodes, writer) = reflector::store();
-    spawn_reflector(
-        "nodes (ipam)",
-        Api::<Node>::all(clients.other.clone()),
-        writer,
-        changed.clone(),
-        stop.clone(),
-        clients.watches.clone(),
-        crate::nodes::strip_node,
-        None,
-    );
+    nodes.wake(changed.clone(), stop.clone());
     let (config_map, writer) = reflector::store();
     spawn_reflector(
         "configmaps (ipam)",
@@ -203,7 +205,8 @@ fn start_caches(settings: &Settings, clients: &ServicesClients) -> Caches {
     );
     Caches {
         services,
-        nodes,
+        nodes: nodes.store().clone(),
+        node_cache: nodes.clone(),
         config_map,
         changed,
         stop,
@@ -214,16 +217,17 @@ fn start_caches(settings: &Settings, clients: &ServicesClients) -> Caches {
 async fn allocate<P: AddressProbe>(
     settings: &Settings,
     clients: &ServicesClients,
+    nodes: &NodeCache,
     kernel: &Arc<NetlinkKernel>,
     state: &mut watch::Receiver<LeaderState>,
     term: u64,
     allocator: &mut Allocator<KubeServiceApi, P>,
 ) {
-    let caches = start_caches(settings, clients);
+    let caches = start_caches(settings, clients, nodes);
     let ready = async {
         let _ = tokio::join!(
             caches.services.wait_until_ready(),
-            caches.nodes.wait_until_ready(),
+            caches.node_cache.ready(),
             caches.config_map.wait_until_ready(),
         );
     };

@@ -198,7 +198,7 @@ const RUNTIME: &str = "src/services/runtime.rs";
 const PEER_KEY: &str = "src/peer/key.rs";
 const LEASE_GC: &str = "src/services/lease_gc.rs";
 const NODE_LABEL: &str = "src/nodes/label.rs";
-const ELIGIBILITY: &str = "src/nodes/eligibility.rs";
+const NODES: &str = "src/nodes/mod.rs";
 const IPAM_TASK: &str = "src/ipam/task.rs";
 const IPAM_WRITE: &str = "src/ipam/write.rs";
 
@@ -218,15 +218,20 @@ pub const API_CALLS: &[ApiCall] = &[
     call::<EventsV1Event>(Patch, LeaseNamespace, ControlPlane, EventsV1, (EVENTS, "events.patch(")),
     call::<CoreEvent>(Create, LeaseNamespace, ControlPlane, CoreEvents, (EVENTS, "core.create(")),
     call::<CoreEvent>(Patch, LeaseNamespace, ControlPlane, CoreEvents, (EVENTS, "core.patch(")),
-    // This node's Node object (drain annotation, exclusion label, readiness, cordon):
-    // eligibility, for the control plane and Services alike.
-    call::<Node>(List, Cluster, ControlPlane, Always, (ELIGIBILITY, "watcher::watcher(api, cfg)")),
-    call::<Node>(Watch, Cluster, ControlPlane, Always, (ELIGIBILITY, "watcher::watcher(api, cfg)")),
-    // Services: watches (reflectors) of Services, Nodes and endpoints.
+    // The process's one watch of Nodes (`nodes::start`, the Node cache), read by
+    // eligibility (this node's drain annotation, exclusion label, readiness, cordon) for the
+    // control plane and Services alike, by lb_enable (the control-plane Nodes whose API
+    // servers are the backends), by the Services wing (node addresses, labels) and by the
+    // allocator (node addresses).
+    call::<Node>(List, Cluster, ControlPlane, Always, (NODES, "spawn_shared(\n        \"nodes\"")),
+    call::<Node>(Watch, Cluster, ControlPlane, Always, (NODES, "spawn_shared(\n        \"nodes\"")),
+    call::<Node>(List, Cluster, Services, Always, (NODES, "spawn_shared(\n        \"nodes\"")),
+    call::<Node>(Watch, Cluster, Services, Always, (NODES, "spawn_shared(\n        \"nodes\"")),
+    call::<Node>(List, Cluster, Ipam, Always, (NODES, "spawn_shared(\n        \"nodes\"")),
+    call::<Node>(Watch, Cluster, Ipam, Always, (NODES, "spawn_shared(\n        \"nodes\"")),
+    // Services: watches (reflectors) of Services and endpoints.
     call::<Service>(List, ServiceNamespaces, Services, Always, (RUNTIME, "spawn_reflector(\n        \"services\"")),
     call::<Service>(Watch, ServiceNamespaces, Services, Always, (RUNTIME, "spawn_reflector(\n        \"services\"")),
-    call::<Node>(List, Cluster, Services, Always, (RUNTIME, "spawn_reflector(\n        \"nodes\"")),
-    call::<Node>(Watch, Cluster, Services, Always, (RUNTIME, "spawn_reflector(\n        \"nodes\"")),
     call::<EndpointSlice>(List, ServiceNamespaces, Services, EndpointSlices, (RUNTIME, "\"endpointslices\",")),
     call::<EndpointSlice>(Watch, ServiceNamespaces, Services, EndpointSlices, (RUNTIME, "\"endpointslices\",")),
     call::<Endpoints>(List, ServiceNamespaces, Services, CoreEndpoints, (RUNTIME, "\"endpoints\",")),
@@ -260,16 +265,12 @@ pub const API_CALLS: &[ApiCall] = &[
     call::<CoreEvent>(Patch, ServiceLeases, Services, CoreEvents, (EVENTS, "core.patch(")),
     // The check that no control-plane VIP is a node's own address (`manager`).
     call::<Node>(List, Cluster, ControlPlane, Always, ("src/controlplane/mod.rs", "api.list(&Default::default())")),
-    // lb_enable: the watch of the control-plane Nodes whose API servers are the backends
-    // (`lb::watch_candidates`).
-    call::<Node>(List, Cluster, ControlPlane, Always, ("src/controlplane/lb/mod.rs", "watcher(api, cfg)")),
-    call::<Node>(Watch, Cluster, ControlPlane, Always, ("src/controlplane/lb/mod.rs", "watcher(api, cfg)")),
     // enable_node_labeling: the holder's `kube-vip.io/has-ip` label, read and merge-patched
     // on this node's own Node (`nodes::label::KubeNodeLabels`).
     call::<Node>(Get, Cluster, NodeLabeling, Always, (NODE_LABEL, "self.api.get_opt(")),
     call::<Node>(Patch, Cluster, NodeLabeling, Always, (NODE_LABEL, "self.api.patch(")),
     // svc_ipam: the allocator's election on kube-vip-cloud-provider's Lease; while it holds
-    // it, the watches of Services, Nodes and the pool ConfigMap, the conditional merge patch
+    // it, the watches of Services and the pool ConfigMap (Nodes: the Node cache above), the conditional merge patch
     // of a Service's addresses (`ipam::write`), and Events about Services.
     call::<Lease>(Get, IpamNamespace, Ipam, Always, (LEASE_CLIENT, "self.api.get_opt(")),
     call::<Lease>(Create, IpamNamespace, Ipam, Always, (LEASE_CLIENT, "self.api.create(")),
@@ -278,8 +279,6 @@ pub const API_CALLS: &[ApiCall] = &[
     call::<Lease>(Watch, IpamNamespace, Ipam, Always, (LEASE_CLIENT, "watcher(self.api.clone()")),
     call::<Service>(List, ServiceNamespaces, Ipam, Always, (IPAM_TASK, "\"services (ipam)\"")),
     call::<Service>(Watch, ServiceNamespaces, Ipam, Always, (IPAM_TASK, "\"services (ipam)\"")),
-    call::<Node>(List, Cluster, Ipam, Always, (IPAM_TASK, "\"nodes (ipam)\"")),
-    call::<Node>(Watch, Cluster, Ipam, Always, (IPAM_TASK, "\"nodes (ipam)\"")),
     call::<ConfigMap>(List, IpamNamespace, Ipam, Always, (IPAM_TASK, "\"configmaps (ipam)\"")),
     call::<ConfigMap>(Watch, IpamNamespace, Ipam, Always, (IPAM_TASK, "\"configmaps (ipam)\"")),
     call::<Service>(Patch, ServiceNamespaces, Ipam, Always, (IPAM_WRITE, "api.patch(&key.name, &pp, &patch)")),

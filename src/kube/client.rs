@@ -434,6 +434,26 @@ pub(crate) async fn services_clients(cfg: &Settings) -> Result<ServicesClients, 
     })
 }
 
+/// A client for the process's shared watches ([`crate::kube::watch::spawn_shared`]: the
+/// Node cache), to the same server as [`election_client`], and the [`WatchActivity`] its
+/// [`WatchStartLayer`] reports their (re)starts to. Its reads time out after
+/// [`SERVICES_READ_TIMEOUT`], as the Services side's: its watches run with
+/// [`SERVICES_WATCH_TIMEOUT_SECS`].
+///
+/// # Errors
+/// As [`election_client`].
+pub(crate) async fn watch_client(
+    cfg: &Settings,
+) -> Result<(kube::Client, WatchActivity), ClientError> {
+    let mut kc = election_config(cfg).await?;
+    kc.read_timeout = Some(SERVICES_READ_TIMEOUT);
+    let watches = WatchActivity::new();
+    let client = client_builder(&kc)?
+        .with_layer(&WatchStartLayer::new(watches.clone()))
+        .build();
+    Ok((client, watches))
+}
+
 /// The configuration [`election_client`] and [`services_clients`] are built from.
 async fn election_config(cfg: &Settings) -> Result<kube::Config, ClientError> {
     let mut kc = base_config(cfg).await?;

@@ -1,16 +1,18 @@
 //! Reflectors: a cache of one kind of object kept by a watch, with the client's back-off,
 //! objects stripped before they are cached, and the watch's health reported to `/readyz`.
+//! [`spawn_reflector`] feeds one consumer; [`spawn_shared`] one list+watch whose cache
+//! ([`SharedCache`]) every consumer of the process reads, each woken on every change.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
 use kube::Api;
-use kube::runtime::reflector;
+use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 /// An API for `K` in `namespace` (`svc_namespace`, say), or in all namespaces.
 pub fn scoped_api<K>(client: &kube::Client, namespace: Option<&str>) -> Api<K>
@@ -21,6 +23,42 @@ where
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     }
+}
+
+/// The events of a watch on `api` (field selector `fields`; `None`: every object), each
+/// object stripped with `strip` before it is cached (at 1000 Services, managedFields alone
+/// were 7 MB of a node's memory), the watch tracked in `activity` as `what` from now on.
+/// The server ends each watch after [`crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS`];
+/// errors (401/403 included, S15) retry with [`crate::kube::client::WatchBackoff`] (0.8 s
+/// doubling to 20 s, plus up to 25 %).
+fn stripped_events<K>(
+    what: &'static str,
+    api: Api<K>,
+    strip: fn(&mut K),
+    fields: Option<String>,
+    activity: &crate::obs::readiness::WatchActivity,
+) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    activity.register(
+        what,
+        Duration::from_secs(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS.into()),
+    );
+    let config = fields
+        .map_or_else(watcher::Config::default, |f| {
+            watcher::Config::default().fields(&f)
+        })
+        .timeout(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS);
+    watcher(api, config)
+        .modify(strip)
+        .backoff(crate::kube::client::WatchBackoff::default())
 }
 
 /// Runs a reflector on `api` into `writer` until `stop`. `what` is the resource's plural
@@ -46,30 +84,11 @@ pub fn spawn_reflector<K>(
         + Sync
         + 'static,
 {
-    activity.register(
-        what,
-        Duration::from_secs(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS.into()),
-    );
+    let events = stripped_events(what, api, strip, fields, &activity);
     tokio::spawn(async move {
-        // Watch errors (401/403 included, S15) retry with a capped exponential back-off
-        // (crate::kube::client::WatchBackoff: 0.8 s doubling to 20 s, plus up to 25 %); each is logged with the resource and the
-        // server's message, which for RBAC names the verb.
-        // Objects are stripped to what vipd reads before they are cached (at 1000 Services,
-        // managedFields alone were 7 MB of a node's memory).
-        let mut stream = reflector::reflector(
-            writer,
-            watcher(
-                api,
-                fields
-                    .map_or_else(watcher::Config::default, |f| {
-                        watcher::Config::default().fields(&f)
-                    })
-                    .timeout(crate::kube::client::SERVICES_WATCH_TIMEOUT_SECS),
-            )
-            .modify(strip),
-        )
-        .backoff(crate::kube::client::WatchBackoff::default())
-        .boxed();
+        // Each watch error is logged with the resource and the server's message, which for
+        // RBAC names the verb.
+        let mut stream = reflector::reflector(writer, events).boxed();
         let mut failing = false;
         loop {
             let ev = tokio::select! {
@@ -93,6 +112,183 @@ pub fn spawn_reflector<K>(
             }
         }
     });
+}
+
+/// One reflector's cache shared by every consumer of a process: the objects (a
+/// [`Store`], stripped as [`spawn_shared`] was told) and a change count each consumer
+/// follows on its own ([`SharedCache::changes`], [`SharedCache::wake`]), so that one
+/// list+watch serves them all. Cheap to clone; every clone reads the same cache.
+#[derive(Clone)]
+pub struct SharedCache<K: kube::Resource<DynamicType = ()> + 'static> {
+    store: Store<K>,
+    changes: watch::Receiver<u64>,
+    listed: watch::Receiver<bool>,
+}
+
+impl<K> SharedCache<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + 'static,
+{
+    /// The cache (a re-list replaces it as a whole at its end). Wait for its first list
+    /// with [`SharedCache::ready`], not with [`Store::wait_until_ready`]: kube-runtime's
+    /// wakes only the last task that waited, so of several readers all but one would wait
+    /// forever.
+    pub fn store(&self) -> &Store<K> {
+        &self.store
+    }
+
+    /// Resolves once the first list is in the cache (`true`), or when the watch stopped
+    /// before (`false`). Any number of tasks may wait at once.
+    pub async fn ready(&self) -> bool {
+        let mut listed = self.listed.clone();
+        listed.wait_for(|l| *l).await.is_ok()
+    }
+
+    /// A receiver of the number of events the watch delivered: it changes after each event
+    /// (applied to the cache first), and closes when the watch stops.
+    pub fn changes(&self) -> watch::Receiver<u64> {
+        self.changes.clone()
+    }
+
+    /// Wakes `notify` (`notify_one`) after every event until `stop` or the watch stops: for
+    /// a consumer that already waits on one [`Notify`] for the changes of its other caches.
+    pub fn wake(&self, notify: Arc<Notify>, stop: CancellationToken) {
+        let mut changes = self.changes();
+        changes.mark_unchanged();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.cancelled() => return,
+                    r = changes.changed() => if r.is_err() { return },
+                }
+                notify.notify_one();
+            }
+        });
+    }
+}
+
+/// Runs one reflector on `api` (with field selector `fields`, e.g. `metadata.name=node-a`;
+/// `None`: every object) until `stop`, for every consumer of the process. `what` is the
+/// resource's plural (`nodes`): the name its watch is tracked under in `activity` and logged
+/// with. Objects are stripped with `strip` before they are cached, so it must keep what every
+/// consumer reads. Watch errors retry with [`crate::kube::client::WatchBackoff`]; the first
+/// of a run of failures is logged at WARN (`watch failed`, with the resource and the
+/// server's message, which for RBAC names the verb), the rest at DEBUG, the recovery at
+/// INFO; the cache keeps its last state meanwhile.
+pub fn spawn_shared<K>(
+    what: &'static str,
+    api: Api<K>,
+    strip: fn(&mut K),
+    fields: Option<String>,
+    activity: crate::obs::readiness::WatchActivity,
+    stop: CancellationToken,
+) -> SharedCache<K>
+where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let events = stripped_events(what, api, strip, fields, &activity);
+    shared_from(what, events, activity, stop)
+}
+
+/// [`spawn_shared`] on any stream of watch events (tests feed their own, see
+/// [`test_cache`]).
+pub(crate) fn shared_from<K, S>(
+    what: &'static str,
+    events: S,
+    activity: crate::obs::readiness::WatchActivity,
+    stop: CancellationToken,
+) -> SharedCache<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+    S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+{
+    let (store, writer) = reflector::store();
+    let (tx, changes) = watch::channel(0u64);
+    let (listed_tx, listed) = watch::channel(false);
+    let mut stream = reflector::reflector(writer, events).boxed();
+    tokio::spawn(async move {
+        let mut failing = false;
+        loop {
+            let ev = tokio::select! {
+                _ = stop.cancelled() => return,
+                ev = stream.next() => ev,
+            };
+            let Some(ev) = ev else { return };
+            match (say(&mut failing, ev.as_ref().map_err(|_| ())), &ev) {
+                (Say::Failed, Err(e)) => {
+                    warn!(resource = what, verb = "list/watch", error = %e, "watch failed; retrying with back-off, every user of the cache keeps its last state")
+                }
+                (Say::StillFailing, Err(e)) => {
+                    debug!(resource = what, error = %e, "watch still failing")
+                }
+                (Say::Recovered, _) => info!(resource = what, "watch recovered"),
+                _ => {}
+            }
+            if let Ok(ev) = ev {
+                activity.touch(what);
+                if matches!(ev, watcher::Event::InitDone) {
+                    listed_tx.send_if_modified(|l| !std::mem::replace(l, true));
+                }
+                tx.send_modify(|n| *n = n.wrapping_add(1));
+            }
+        }
+    });
+    SharedCache {
+        store,
+        changes,
+        listed,
+    }
+}
+
+/// What [`shared_from`] logs for one result of its watch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Say {
+    /// The first failure of a run: WARN.
+    Failed,
+    /// A further failure of the run: DEBUG.
+    StillFailing,
+    /// The first success after a run of failures: INFO.
+    Recovered,
+    /// Nothing.
+    Nothing,
+}
+
+/// What to log for `result`, the next result of a watch (`Err`: a failure; `Ok(event)`),
+/// given whether it was `failing`, which it updates. The `Init` event that starts every
+/// list attempt is no success: a list that keeps failing yields `Init` then the error on
+/// each attempt, and is still one failure. Pure.
+fn say<K>(failing: &mut bool, result: Result<&watcher::Event<K>, ()>) -> Say {
+    match result {
+        Err(()) if !std::mem::replace(failing, true) => Say::Failed,
+        Err(()) => Say::StillFailing,
+        Ok(watcher::Event::Init) => Say::Nothing,
+        Ok(_) if std::mem::take(failing) => Say::Recovered,
+        Ok(_) => Say::Nothing,
+    }
+}
+
+/// A [`SharedCache`] fed by hand, for tests of its readers: what is sent on the returned
+/// sender is what its watch delivers (dropping the sender stops the watch).
+#[cfg(test)]
+pub(crate) fn test_cache<K>() -> (
+    futures::channel::mpsc::UnboundedSender<Result<watcher::Event<K>, watcher::Error>>,
+    SharedCache<K>,
+)
+where
+    K: kube::Resource<DynamicType = ()> + Clone + Send + Sync + 'static,
+{
+    let (tx, rx) = futures::channel::mpsc::unbounded();
+    let activity = crate::obs::readiness::WatchActivity::new();
+    (
+        tx,
+        shared_from("test", rx, activity, CancellationToken::new()),
+    )
 }
 
 /// `kubectl apply` keeps a copy of the whole object in this annotation; vipd never reads it
@@ -121,6 +317,160 @@ pub fn strip_service(svc: &mut k8s_openapi::api::core::v1::Service, keep: impl F
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::runtime::reflector::ObjectRef;
+
+    fn cm(name: &str, v: &str) -> ConfigMap {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "ns"},
+            "data": {"v": v},
+        }))
+        .unwrap()
+    }
+
+    fn value(cache: &SharedCache<ConfigMap>, name: &str) -> Option<String> {
+        let key = ObjectRef::new(name).within("ns");
+        let got = cache.store().get(&key)?;
+        got.data.as_ref()?.get("v").cloned()
+    }
+
+    /// Every reader of one cache is woken by each change, after the cache has it: two
+    /// receivers of the change count and a `Notify` of a reader with caches of its own.
+    #[tokio::test]
+    async fn every_reader_is_woken_by_each_change_after_the_cache_has_it() {
+        use watcher::Event::*;
+        let (tx, cache) = test_cache::<ConfigMap>();
+        let (mut a, mut b) = (cache.changes(), cache.changes());
+        let notify = Arc::new(Notify::new());
+        cache.wake(notify.clone(), CancellationToken::new());
+        for ev in [Init, InitApply(cm("x", "1")), InitDone] {
+            tx.unbounded_send(Ok(ev)).unwrap();
+        }
+        assert!(cache.ready().await);
+        a.wait_for(|c| *c >= 3).await.unwrap();
+        b.wait_for(|c| *c >= 3).await.unwrap();
+        assert_eq!(value(&cache, "x").as_deref(), Some("1"));
+        tokio::time::timeout(Duration::from_secs(5), notify.notified())
+            .await
+            .unwrap();
+        tx.unbounded_send(Ok(Apply(cm("x", "2")))).unwrap();
+        a.changed().await.unwrap();
+        b.changed().await.unwrap();
+        assert_eq!(value(&cache, "x").as_deref(), Some("2"));
+        tokio::time::timeout(Duration::from_secs(5), notify.notified())
+            .await
+            .unwrap();
+        // The watch stops: every reader sees its end.
+        drop(tx);
+        while a.changed().await.is_ok() {}
+        while b.changed().await.is_ok() {}
+    }
+
+    /// A list that keeps failing (each attempt: `Init`, then the error) is one WARN; the
+    /// first object or the end of a list is the one recovery.
+    #[test]
+    fn a_failing_list_is_one_warning_and_one_recovery() {
+        use watcher::Event::*;
+        let mut failing = false;
+        let obj = cm("x", "1");
+        let results: [Result<watcher::Event<ConfigMap>, ()>; 9] = [
+            Ok(Init),
+            Err(()),
+            Ok(Init),
+            Err(()),
+            Ok(Init),
+            Err(()),
+            Ok(Init),
+            Ok(InitApply(obj.clone())),
+            Ok(InitDone),
+        ];
+        let said: Vec<Say> = results
+            .iter()
+            .map(|r| say(&mut failing, r.as_ref().map_err(|_| ())))
+            .collect();
+        use Say::*;
+        assert_eq!(
+            said,
+            [
+                Nothing,
+                Failed,
+                Nothing,
+                StillFailing,
+                Nothing,
+                StillFailing,
+                Nothing,
+                Recovered,
+                Nothing
+            ]
+        );
+        // A watch that fails once it runs recovers at the end of its re-list.
+        let mut failing = false;
+        let said: Vec<Say> = [Err(()), Ok(&Init), Ok(&InitDone), Ok(&Apply(obj))]
+            .into_iter()
+            .map(|r| say(&mut failing, r))
+            .collect();
+        assert_eq!(said, [Failed, Nothing, Recovered, Nothing]);
+    }
+
+    /// Many tasks wait for the first list at once and every one is woken (kube-runtime's
+    /// `Store::wait_until_ready` wakes only the last: eligibility waited forever in the lab
+    /// while the Services wing went on); a watch that stops first answers `false`.
+    #[tokio::test]
+    async fn every_task_waiting_for_the_first_list_is_woken() {
+        use watcher::Event::*;
+        let (tx, cache) = test_cache::<ConfigMap>();
+        let waiters: Vec<_> = (0..4)
+            .map(|_| {
+                let cache = cache.clone();
+                tokio::spawn(async move { cache.ready().await })
+            })
+            .collect();
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
+        for ev in [Init, InitApply(cm("x", "1")), InitDone] {
+            tx.unbounded_send(Ok(ev)).unwrap();
+        }
+        for w in waiters {
+            let ready = tokio::time::timeout(Duration::from_secs(5), w).await;
+            assert!(ready.unwrap().unwrap(), "every waiter sees the list");
+        }
+        let (tx, cache) = test_cache::<ConfigMap>();
+        drop(tx);
+        assert!(!cache.ready().await);
+    }
+
+    /// A failing watch leaves the cache as it was (readers keep their last state); a re-list
+    /// replaces it as a whole at its end.
+    #[tokio::test]
+    async fn errors_keep_the_last_state_and_a_relist_replaces_it_whole() {
+        use watcher::Event::*;
+        let (tx, cache) = test_cache::<ConfigMap>();
+        let mut rx = cache.changes();
+        for ev in [
+            Init,
+            InitApply(cm("x", "1")),
+            InitApply(cm("y", "1")),
+            InitDone,
+        ] {
+            tx.unbounded_send(Ok(ev)).unwrap();
+        }
+        rx.wait_for(|c| *c >= 4).await.unwrap();
+        for _ in 0..3 {
+            tx.unbounded_send(Err(watcher::Error::NoResourceVersion))
+                .unwrap();
+        }
+        tx.unbounded_send(Ok(Init)).unwrap();
+        tx.unbounded_send(Ok(InitApply(cm("y", "2")))).unwrap();
+        rx.wait_for(|c| *c >= 6).await.unwrap();
+        // Mid re-list: still the old state.
+        assert_eq!(value(&cache, "x").as_deref(), Some("1"));
+        assert_eq!(value(&cache, "y").as_deref(), Some("1"));
+        tx.unbounded_send(Ok(InitDone)).unwrap();
+        rx.wait_for(|c| *c >= 7).await.unwrap();
+        assert_eq!(value(&cache, "x"), None);
+        assert_eq!(value(&cache, "y").as_deref(), Some("2"));
+    }
 
     #[test]
     fn a_stripped_service_keeps_only_the_labels_asked_for() {

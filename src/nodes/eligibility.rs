@@ -21,17 +21,15 @@
 //! candidate takes it at once (Service leases: after its spread delay,
 //! [`crate::election::spread`]).
 //!
-//! [`watch_own_node`] follows this node's Node object (a watch with a field selector on
-//! its name) and publishes the facts [`NodeFacts`] the decisions need.
+//! [`follow_own_node`] follows this node's Node object in the process's Node cache
+//! ([`crate::nodes::NodeCache`]) and publishes the facts [`NodeFacts`] the decisions need.
 
 pub mod metrics;
 
 use std::fmt;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::Node;
-use kube::Api;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -390,64 +388,44 @@ pub fn services_ineligibility(
     })
 }
 
-/// Follows Node `node` (list + watch with `metadata.name=<node>`) until `stop`, publishing
-/// its [`NodeFacts`] on `tx` (only on change; `None` stays until the first list answers). Errors (RBAC, API outage) are logged at warn
-/// once per kind and retried by the watcher's back-off; the last facts stay meanwhile.
-/// RBAC: `list` and `watch` on nodes.
-pub async fn watch_own_node(
-    client: kube::Client,
+/// The facts of Node `node` as `nodes` has it (no such Node: [`NodeFacts::default`]).
+pub fn facts_in(nodes: &Store<Node>, node: &str) -> NodeFacts {
+    NodeFacts::of(nodes.get(&ObjectRef::new(node)).as_deref())
+}
+
+/// Follows Node `node` in the process's Node cache `nodes` until `stop` (or the cache's
+/// watch stops), publishing its [`NodeFacts`] on `tx` only on change; `None` stays until
+/// the cache's first list answers. A failing watch (RBAC, API outage) is logged once by the
+/// cache ([`crate::kube::watch::spawn_shared`]) and retried with back-off; the last facts
+/// stay meanwhile. RBAC: `list` and `watch` on nodes.
+pub async fn follow_own_node(
+    nodes: crate::nodes::NodeCache,
     node: String,
     tx: watch::Sender<Option<NodeFacts>>,
     stop: CancellationToken,
 ) {
-    let api: Api<Node> = Api::all(client);
-    let cfg = watcher::Config::default().fields(&format!("metadata.name={node}"));
-    let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
-    let mut warned = false;
-    let mut current: Option<Node>;
-    // A (re-)list is applied as a whole at its end: no moment of "no Node" in between.
-    let mut listing: Option<Option<Node>> = None;
+    let mut changes = nodes.changes();
+    tokio::select! {
+        _ = stop.cancelled() => return,
+        listed = nodes.ready() => if !listed { return },
+    }
     loop {
-        let ev = tokio::select! {
-            _ = stop.cancelled() => return,
-            ev = stream.next() => ev,
-        };
-        let Some(ev) = ev else { return };
-        match ev {
-            Ok(watcher::Event::Init) => {
-                listing = Some(None);
-                continue;
-            }
-            Ok(watcher::Event::InitApply(n)) => {
-                listing = Some(Some(n));
-                continue;
-            }
-            Ok(watcher::Event::InitDone) => current = listing.take().flatten(),
-            Ok(watcher::Event::Apply(n)) => current = Some(n),
-            Ok(watcher::Event::Delete(_)) => current = None,
-            Err(e) => {
-                if !warned {
-                    warn!(%node, error = %e, "cannot watch this node's Node object; eligibility (drain, exclusion, readiness, network) keeps its last state");
-                    warned = true;
-                } else {
-                    debug!(%node, error = %e, "node watch error");
-                }
-                continue;
-            }
-        }
-        if warned {
-            info!(%node, "watching this node's Node object works again");
-            warned = false;
-        }
-        let facts = Some(NodeFacts::of(current.as_ref()));
+        // Seen before the cache is read: a change after the read wakes the next round.
+        changes.borrow_and_update();
+        let facts = Some(facts_in(nodes.store(), &node));
         tx.send_if_modified(|cur| {
             if *cur != facts {
+                debug!(%node, facts = ?facts, "this node's Node object changed");
                 *cur = facts;
                 true
             } else {
                 false
             }
         });
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            r = changes.changed() => if r.is_err() { return },
+        }
     }
 }
 

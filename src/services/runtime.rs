@@ -52,7 +52,6 @@ use crate::lease::Timing;
 use crate::net::{Announcer, CachedKernel, Kernel, NetlinkKernel, RawAnnouncer};
 use crate::nodes::eligibility::Ineligible;
 pub use crate::nodes::node_addresses;
-use crate::nodes::strip_node;
 use crate::obs::metrics::Metrics;
 use crate::obs::readiness::{Readiness, WatchActivity};
 use crate::services::plan::decide::{self, StopOrder};
@@ -148,6 +147,9 @@ pub struct Parts {
     /// Where every pass reports the Services with egress annotations
     /// ([`crate::kube::service::EgressFacts`], for the egress wing); `None`: nobody reads.
     pub egress: Option<crate::kube::service::EgressTx>,
+    /// The process's Node cache (every Node): node addresses, this node's labels, pod
+    /// CIDRs and the peer membership; a change of it starts a pass.
+    pub nodes: crate::nodes::NodeCache,
 }
 
 /// The running Services wing.
@@ -247,6 +249,7 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
         parts.ineligible,
         parts.dhcp,
         parts.egress,
+        parts.nodes,
         stop.clone(),
     ));
     Ok(Running { stop, task })
@@ -255,8 +258,11 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
 /// The caches of Services, Nodes and endpoints, and the notification of their changes.
 struct Caches {
     services: Store<Service>,
-    /// Node addresses: a Service must never take another node's own address.
+    /// Node addresses: a Service must never take another node's own address (the store of
+    /// `node_cache`).
     nodes: Store<Node>,
+    /// The process's Node cache (its first list: [`crate::nodes::NodeCache::ready`]).
+    node_cache: crate::nodes::NodeCache,
     endpoints: EndpointStore,
     /// Woken by every change of a cache.
     changed: Arc<Notify>,
@@ -270,7 +276,7 @@ impl Caches {
         let ready = async {
             let _ = tokio::join!(
                 self.services.wait_until_ready(),
-                self.nodes.wait_until_ready(),
+                self.node_cache.ready(),
                 self.endpoints.wait_until_ready(),
             );
         };
@@ -284,11 +290,13 @@ impl Caches {
     }
 }
 
-/// Starts the reflectors on Services, Nodes and endpoints (until `watches`), reporting to
-/// `activity`.
+/// Starts the reflectors on Services and endpoints (until `watches`), reporting to
+/// `activity`; the Nodes come from the process's cache `nodes`, whose changes wake the
+/// wing like those of its own caches.
 async fn start_caches(
     cfg: &Settings,
     client: &kube::Client,
+    nodes: &crate::nodes::NodeCache,
     activity: &WatchActivity,
     watches: &CancellationToken,
 ) -> Caches {
@@ -306,18 +314,7 @@ async fn start_caches(
         strip_service,
         None,
     );
-    let (node_store, node_writer) = reflector::store::<Node>();
-    let node_api: Api<Node> = Api::all(client.clone());
-    spawn_reflector(
-        "nodes",
-        node_api,
-        node_writer,
-        changed.clone(),
-        watches.clone(),
-        activity.clone(),
-        strip_node,
-        None,
-    );
+    nodes.wake(changed.clone(), watches.clone());
     // Endpoints for externalTrafficPolicy Local: EndpointSlice v1 where the server has it
     // (1.21+), else core Endpoints (the lab's v1.20).
     let endpoints = if endpointslice_v1_served(client).await {
@@ -353,7 +350,8 @@ async fn start_caches(
     };
     Caches {
         services: svc_store,
-        nodes: node_store,
+        nodes: nodes.store().clone(),
+        node_cache: nodes.clone(),
         endpoints,
         changed,
     }
@@ -407,6 +405,7 @@ async fn run<K: Kernel, A: Announcer>(
     ineligible: watch::Receiver<Option<Ineligible>>,
     dhcp: Option<Arc<dyn crate::dhcp::Dhcp>>,
     egress: Option<crate::kube::service::EgressTx>,
+    nodes: crate::nodes::NodeCache,
     shutdown: CancellationToken,
 ) {
     let dhcp = dhcp_client(dhcp);
@@ -417,7 +416,7 @@ async fn run<K: Kernel, A: Announcer>(
     let activity = clients.watches.clone();
     readiness.track_watches(activity.clone());
     activity.spawn_monitor(watches.clone());
-    let caches = start_caches(&cfg, &client, &activity, &watches).await;
+    let caches = start_caches(&cfg, &client, &nodes, &activity, &watches).await;
     let lease_namespace = match cfg.services_election {
         true => namespace,
         false => Some(cfg.cp_namespace.as_str()),

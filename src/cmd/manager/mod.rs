@@ -21,6 +21,7 @@ use crate::holder::{self, HolderConfig};
 use crate::net::conflict::{ConflictMonitor, RawConflictMonitor};
 use crate::net::{Kernel, NetlinkKernel};
 use crate::nodes::eligibility::{self, DrainSwitch, Wing};
+use crate::nodes::{NodeCache, NodeScope};
 use crate::services;
 
 /// Errors that stop the manager at start.
@@ -94,7 +95,10 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     let aux_stop = CancellationToken::new();
     tokio::spawn(aux_loop(kernel.clone(), metrics.clone(), aux_stop.clone()));
 
-    let svc_eligible = start_eligibility(&cfg, &client, &drain, &metrics, &cp_gates, &aux_stop);
+    // One list+watch of Nodes for the whole process (eligibility, the load balancer, the
+    // Services wing, the allocator), until the end.
+    let nodes = start_node_cache(&cfg, &readiness, &aux_stop).await?;
+    let svc_eligible = start_eligibility(&cfg, &nodes, &drain, &metrics, &cp_gates, &aux_stop);
 
     // The millisecond fence (vip_nftfence, on by default): every VIP, the control plane's
     // and the Services' (DHCP-mode addresses included), through one batching writer.
@@ -114,13 +118,14 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
                 gates: cp_gates.clone(),
                 metrics: metrics.clone(),
                 readiness: readiness.clone(),
+                nodes: nodes.clone(),
             },
             shutdown.clone(),
         )
     });
     let dhcp = start_dhcp(cfg.services, cfg.dhcp_backoff_attempts).await;
     let (egress_tx, egress) = start_egress(&cfg, &client, &metrics, nft_fence.active());
-    let ipam = start_ipam(&cfg, &kernel, &holder_cfg, &metrics).await?;
+    let ipam = start_ipam(&cfg, &kernel, &holder_cfg, &metrics, &nodes).await?;
     let services = match cfg.services {
         true => Some(
             services::start(
@@ -136,6 +141,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
                     ineligible: svc_eligible,
                     dhcp,
                     egress: egress_tx,
+                    nodes,
                 },
             )
             .await?,
@@ -206,6 +212,7 @@ async fn start_ipam(
     kernel: &Arc<NetlinkKernel>,
     holder_cfg: &HolderConfig,
     metrics: &crate::obs::metrics::Metrics,
+    nodes: &NodeCache,
 ) -> Result<Option<crate::ipam::Running>, ManagerError> {
     let Some(settings) = cfg.ipam() else {
         return Ok(None);
@@ -214,6 +221,7 @@ async fn start_ipam(
         kernel: kernel.clone(),
         conflict_monitor: holder_cfg.conflict_monitor.clone(),
         metrics: metrics.clone(),
+        nodes: nodes.clone(),
     };
     Ok(Some(crate::ipam::start(settings, parts).await?))
 }
@@ -301,20 +309,58 @@ async fn startup_checks(
     Ok(())
 }
 
-/// Eligibility ([`eligibility`]): this node's Node object (watched until `stop`) and
-/// `vipd drain` close the `ineligible` gate of the control-plane election (`cp_gates`,
-/// drains only) and, through the returned receiver, of every Service election.
+/// Which Nodes the process's one Node watch lists: every Node when the Services wing (and
+/// with it the allocator) or the load balancer reads them, else only this node's, which
+/// eligibility alone reads. Pure.
+fn node_scope(cfg: &Config) -> NodeScope {
+    if cfg.services || (cfg.control_plane && cfg.load_balancer.is_some()) {
+        NodeScope::All
+    } else {
+        NodeScope::Own
+    }
+}
+
+/// Starts the process's one Node cache ([`crate::nodes::start`], scope [`node_scope`])
+/// until `stop`, on a client of its own. With `svc_enable` its watch is tracked by
+/// `/readyz` like the Services side's own watches (`watch-stalled:nodes`).
+///
+/// # Errors
+/// [`ManagerError::Client`] when the client cannot be built.
+async fn start_node_cache(
+    cfg: &Config,
+    readiness: &crate::obs::readiness::Readiness,
+    stop: &CancellationToken,
+) -> Result<NodeCache, ManagerError> {
+    let (client, activity) = crate::kube::client::watch_client(&cfg.kube()).await?;
+    let scope = node_scope(cfg);
+    let nodes = crate::nodes::start(
+        client,
+        scope,
+        &cfg.node_name,
+        activity.clone(),
+        stop.clone(),
+    );
+    if cfg.services {
+        readiness.track_watches(activity.clone());
+        activity.spawn_monitor(stop.clone());
+    }
+    Ok(nodes)
+}
+
+/// Eligibility ([`eligibility`]): this node's Node object (followed in `nodes` until
+/// `stop`) and `vipd drain` close the `ineligible` gate of the control-plane election
+/// (`cp_gates`, drains only) and, through the returned receiver, of every Service election.
 fn start_eligibility(
     cfg: &Config,
-    client: &kube::Client,
+    nodes: &NodeCache,
     drain: &DrainSwitch,
     metrics: &crate::obs::metrics::Metrics,
     cp_gates: &Gates,
     stop: &CancellationToken,
 ) -> tokio::sync::watch::Receiver<Option<eligibility::Ineligible>> {
     let (facts_tx, facts) = tokio::sync::watch::channel(None);
-    tokio::spawn(eligibility::watch_own_node(
-        client.clone(),
+    tokio::spawn(eligibility::follow_own_node(
+        nodes.clone(),
         cfg.node_name.clone(),
         facts_tx,
         stop.clone(),

@@ -74,3 +74,23 @@ fn vip_nftfence_unset_true_false() {
     assert_eq!(off, NftFenceSetting::Off);
     assert!(!off.wanted() && NftFenceSetting::Default.wanted() && NftFenceSetting::On.wanted());
 }
+
+/// The process's one Node watch lists every Node exactly when a reader needs them (the
+/// Services wing, and with it the allocator; the load balancer), else only this node's,
+/// which eligibility reads in every mode.
+#[test]
+fn the_node_watch_lists_every_node_only_for_readers_of_every_node() {
+    assert_eq!(node_scope(&config(&[])), NodeScope::Own);
+    assert_eq!(
+        node_scope(&config(&[("lb_enable", "true")])),
+        NodeScope::All
+    );
+    assert_eq!(
+        node_scope(&config(&[("svc_enable", "true")])),
+        NodeScope::All
+    );
+    assert_eq!(
+        node_scope(&config(&[("cp_enable", "false"), ("svc_enable", "true")])),
+        NodeScope::All
+    );
+}

@@ -6,8 +6,9 @@
 //! (`InternalIP:port`), masquerading them so the replies come back through it:
 //!
 //! * Backends ([`backends`]): Ready Nodes labelled `node-role.kubernetes.io/control-plane`,
-//!   their `InternalIP` addresses of the VIP's family (kube-vip's node watcher), from a
-//!   watch that runs on every node, so a new holder knows them at once.
+//!   their `InternalIP` addresses of the VIP's family (kube-vip's node watcher), from the
+//!   process's Node cache ([`crate::nodes::NodeCache`]: one watch of every Node on every
+//!   node, shared with the other readers), so a new holder knows them at once.
 //! * Health ([`health`]): while leading, an HTTPS `GET /readyz` to every backend each
 //!   second (an answer below 500 within 500 ms is healthy; a backend that accepts TCP and
 //!   never answers fails, kube-vip #890); 3 failures take one out, 2 successes bring it
@@ -39,10 +40,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use futures::future::BoxFuture;
-use k8s_openapi::api::core::v1::Node;
-use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -558,63 +556,37 @@ impl<K: LbKernel, P: Prober> Lb<K, P> {
     }
 }
 
-/// Watches the control-plane Nodes (label [`backends::CONTROL_PLANE_LABEL`]) and publishes
-/// their candidate backends on `tx` after every change, until `stop`. Watch errors are
-/// retried with kube-runtime's default back-off; the last list stays published meanwhile.
+/// Follows the control-plane Nodes (label [`backends::CONTROL_PLANE_LABEL`]) in the
+/// process's Node cache `nodes` and publishes their candidate backends on `tx` once its
+/// first list is in and after every change of them, until `stop` (or the cache's watch
+/// stops). Nodes without the label are never candidates ([`backends::node_backends`]). A
+/// failing watch is logged once by the cache and retried with back-off; the last list stays
+/// published meanwhile.
 pub(crate) async fn watch_candidates(
-    client: kube::Client,
+    nodes: crate::nodes::NodeCache,
     tx: watch::Sender<Vec<Candidate>>,
     stop: CancellationToken,
 ) {
-    let api: kube::Api<Node> = kube::Api::all(client);
-    let cfg = watcher::Config::default().labels(backends::CONTROL_PLANE_LABEL);
-    let mut nodes: BTreeMap<String, Node> = BTreeMap::new();
-    let mut init: Option<BTreeMap<String, Node>> = None;
-    let mut stream = watcher(api, cfg).default_backoff().boxed();
-    let mut failing = false;
+    let mut changes = nodes.changes();
+    tokio::select! {
+        biased;
+        _ = stop.cancelled() => return,
+        listed = nodes.ready() => if !listed { return },
+    }
     loop {
-        let ev = tokio::select! {
-            biased;
-            _ = stop.cancelled() => return,
-            ev = stream.next() => ev,
-        };
-        let Some(ev) = ev else { return };
-        let name = |n: &Node| n.metadata.name.clone().unwrap_or_default();
-        match ev {
-            Ok(watcher::Event::Apply(n)) => {
-                nodes.insert(name(&n), n);
-            }
-            Ok(watcher::Event::Delete(n)) => {
-                nodes.remove(&name(&n));
-            }
-            Ok(watcher::Event::Init) => {
-                init = Some(BTreeMap::new());
-                continue;
-            }
-            Ok(watcher::Event::InitApply(n)) => {
-                if let Some(i) = init.as_mut() {
-                    i.insert(name(&n), n);
-                }
-                continue;
-            }
-            Ok(watcher::Event::InitDone) => {
-                nodes = init.take().unwrap_or_default();
-            }
-            Err(e) => {
-                if !failing {
-                    failing = true;
-                    warn!(error = %e, "load balancer: watching control-plane Nodes failed; retrying");
-                }
-                continue;
-            }
-        }
-        failing = false;
+        // Seen before the cache is read: a change after the read wakes the next round.
+        changes.borrow_and_update();
+        let new = backends::node_backends(nodes.store().state().iter().map(|n| n.as_ref()));
         tx.send_if_modified(|cur| {
-            let new = backends::node_backends(nodes.values());
             let changed = *cur != new;
             *cur = new;
             changed
         });
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => return,
+            r = changes.changed() => if r.is_err() { return },
+        }
     }
 }
 
@@ -625,13 +597,13 @@ pub(crate) struct Running {
     nodes_task: JoinHandle<()>,
 }
 
-/// Starts the load balancer for the control-plane election: the Node watch and the task
-/// that follows `state`. Returns the [`Running`] parts and the `dropped` sender the VIP
+/// Starts the load balancer for the control-plane election: the task that follows the
+/// control-plane Nodes in `nodes` and the task that follows `state`. Returns the [`Running`] parts and the `dropped` sender the VIP
 /// holder must acknowledge on (the task passes each acknowledgement on to `dropped` once
 /// its rules are gone).
 pub(crate) fn start(
     cfg: LbConfig,
-    client: kube::Client,
+    nodes: crate::nodes::NodeCache,
     state: watch::Receiver<LeaderState>,
     dropped: watch::Sender<u64>,
     metrics: crate::obs::metrics::Metrics,
@@ -645,7 +617,7 @@ pub(crate) fn start(
     );
     let stop = CancellationToken::new();
     let (cand_tx, cand_rx) = watch::channel(Vec::new());
-    let nodes_task = tokio::spawn(watch_candidates(client, cand_tx, stop.clone()));
+    let nodes_task = tokio::spawn(watch_candidates(nodes, cand_tx, stop.clone()));
     let (holder_tx, holder_rx) = watch::channel(0u64);
     let lb = Lb {
         cfg,

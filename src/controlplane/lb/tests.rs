@@ -312,3 +312,53 @@ async fn ack_passes_through_when_no_rules() {
     h.stop.cancel();
     h.task.await.unwrap();
 }
+
+/// The backends come from the process's Node cache, which holds every Node: only the
+/// Ready control-plane Nodes are candidates, published once the first list is in and
+/// again when they change, not when another Node does.
+#[tokio::test]
+async fn candidates_are_the_control_plane_nodes_of_the_shared_cache() {
+    use kube::runtime::watcher::Event::*;
+    let node = |name: &str, addr: &str, control_plane: bool| -> k8s_openapi::api::core::v1::Node {
+        let labels = match control_plane {
+            true => serde_json::json!({backends::CONTROL_PLANE_LABEL: ""}),
+            false => serde_json::json!({}),
+        };
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "labels": labels},
+            "status": {
+                "addresses": [{"type": "InternalIP", "address": addr}],
+                "conditions": [{"type": "Ready", "status": "True"}],
+            },
+        }))
+        .unwrap()
+    };
+    let (events, cache) = crate::kube::watch::test_cache();
+    let (tx, mut rx) = watch::channel(Vec::new());
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(watch_candidates(cache.clone(), tx, stop.clone()));
+    for ev in [
+        Init,
+        InitApply(node("a", "192.0.2.11", true)),
+        InitApply(node("w", "192.0.2.21", false)),
+        InitDone,
+    ] {
+        events.unbounded_send(Ok(ev)).unwrap();
+    }
+    rx.changed().await.unwrap();
+    assert_eq!(*rx.borrow_and_update(), [cand("a", "192.0.2.11")]);
+    // A worker's change publishes nothing; a new control-plane Node does.
+    events
+        .unbounded_send(Ok(Apply(node("w", "192.0.2.22", false))))
+        .unwrap();
+    events
+        .unbounded_send(Ok(Apply(node("b", "192.0.2.12", true))))
+        .unwrap();
+    rx.changed().await.unwrap();
+    assert_eq!(
+        *rx.borrow_and_update(),
+        [cand("a", "192.0.2.11"), cand("b", "192.0.2.12")]
+    );
+    stop.cancel();
+    task.await.unwrap();
+}

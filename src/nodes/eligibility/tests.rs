@@ -218,3 +218,59 @@ fn reasons_have_distinct_labels_and_say_why() {
             .contains("NetworkUnavailable")
     );
 }
+
+/// This node's facts follow its Node object in the process's Node cache: `None` until the
+/// first list is in (also while it lists), the facts after it (no Node: it does not exist),
+/// published again only when they change; another Node's changes publish nothing.
+#[tokio::test]
+async fn own_node_facts_follow_the_shared_cache_and_publish_only_changes() {
+    use kube::runtime::watcher::Event::*;
+    let (events, cache) = crate::kube::watch::test_cache::<Node>();
+    let (tx, mut facts) = watch::channel(None);
+    let stop = CancellationToken::new();
+    let task = tokio::spawn(follow_own_node(
+        cache.clone(),
+        "node-a".into(),
+        tx,
+        stop.clone(),
+    ));
+    let other = || node(serde_json::json!({"metadata": {"name": "node-b"}}));
+    let mut changes = cache.changes();
+    events.unbounded_send(Ok(Init)).unwrap();
+    events.unbounded_send(Ok(InitApply(other()))).unwrap();
+    changes.wait_for(|n| *n >= 2).await.unwrap();
+    tokio::task::yield_now().await;
+    assert_eq!(*facts.borrow_and_update(), None, "mid-list: not read yet");
+    events.unbounded_send(Ok(InitDone)).unwrap();
+    facts.changed().await.unwrap();
+    assert_eq!(*facts.borrow_and_update(), Some(NodeFacts::default()));
+    let drained = node(serde_json::json!({
+        "metadata": {"name": "node-a", "annotations": {DRAIN_ANNOTATION: "true"}},
+    }));
+    events.unbounded_send(Ok(Apply(drained.clone()))).unwrap();
+    facts.changed().await.unwrap();
+    let want = NodeFacts {
+        exists: true,
+        drain_annotation: true,
+        ..Default::default()
+    };
+    assert_eq!(facts.borrow_and_update().as_ref(), Some(&want));
+    // The same facts again and another Node's change: nothing published.
+    events.unbounded_send(Ok(Apply(drained))).unwrap();
+    events.unbounded_send(Ok(Delete(other()))).unwrap();
+    changes.wait_for(|n| *n >= 6).await.unwrap();
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!facts.has_changed().unwrap());
+    // The watch fails: the last facts stay.
+    events
+        .unbounded_send(Err(kube::runtime::watcher::Error::NoResourceVersion))
+        .unwrap();
+    for _ in 0..10 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(facts.borrow().as_ref(), Some(&want));
+    stop.cancel();
+    task.await.unwrap();
+}
