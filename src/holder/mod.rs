@@ -452,12 +452,14 @@ enum Quiet {
     Remove(IpAddr),
     /// Sending a conflict probe for this VIP fails.
     Probe(IpAddr),
+    /// Setting this holder's nftables fence elements fails.
+    NftFence,
 }
 
 impl Quiet {
     fn vip(self) -> Option<IpAddr> {
         match self {
-            Quiet::Place | Quiet::Untagged | Quiet::ListAddresses => None,
+            Quiet::Place | Quiet::Untagged | Quiet::ListAddresses | Quiet::NftFence => None,
             Quiet::Add(a)
             | Quiet::Missing(a)
             | Quiet::Announce(a)

@@ -243,7 +243,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// long the element may live; past the lease ([`fence_overrun`]: this process was
     /// frozen or stalled during the run) the element is set again with what is left, and
     /// expired (the VIPs are dropped at once) when nothing is. VIPs that left the set are
-    /// disarmed. Failures are logged; the elements keep their earlier timeout.
+    /// disarmed. Failures are logged (once, then once a minute while they last); the elements
+    /// keep their earlier timeout.
     ///
     /// Returns whether the VIPs may be added or refreshed now: always under the
     /// whole-second address fence; under the millisecond fence ([`FencePlan`] with
@@ -295,11 +296,24 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             {
                 Ok(ends) => ends,
                 Err(e) => {
-                    warn!(holder = %self.name, error = %e, "cannot refresh the nftables fence; its elements keep their earlier timeout");
+                    // Once when it starts or changes, then once a minute (every renewal
+                    // and check of every holder would say it).
+                    // Keyed by the kernel's answer alone: the command text carries the
+                    // timeouts, which differ at every run.
+                    let kind = match &e {
+                        crate::net::nft::fence::FenceError::Change { detail, .. } => detail.clone(),
+                        other => other.to_string(),
+                    };
+                    if let Some(r) = self.quiet.observe(Quiet::NftFence, kind, Instant::now()) {
+                        warn!(holder = %self.name, error = %e, "cannot refresh the nftables fence: elements set earlier keep their timeout, and the addresses fall back to the whole-second fence (sub-second timings: no address is added or refreshed){r}");
+                    }
                     self.nft_set_ok = false;
                     return NftRefresh::unset(!needed);
                 }
             };
+            if let Some(r) = self.quiet.clear(&Quiet::NftFence, Instant::now()) {
+                info!(holder = %self.name, "refreshing the nftables fence works again{r}");
+            }
             for v in &vips {
                 if !self.nft_fenced.contains(v) {
                     self.nft_fenced.push(*v);

@@ -80,6 +80,33 @@ pub fn attach_filter(sock: &socket2::Socket, prog: &[libc::sock_filter]) -> std:
 /// threads in several).
 static SENDERS: std::sync::Mutex<Vec<(u64, socket2::Socket)>> = std::sync::Mutex::new(Vec::new());
 
+/// Send buffer of the shared send-only socket: 4 MiB. A frame stays charged to the socket
+/// until the interface's queue (qdisc) sends it; one socket for a burst of thousands of
+/// announcements or probes with the default buffer (`wmem_default`, about 200 KiB) got
+/// `WouldBlock` behind a slow qdisc (the new-user trial: 1607 of 2000 refused behind a
+/// 1 Mbit/s `tbf`), where a socket per frame had a buffer of its own each.
+const SEND_BUFFER_BYTES: usize = 4 << 20;
+
+/// Sets the send buffer to [`SEND_BUFFER_BYTES`]: `SO_SNDBUFFORCE` (with `CAP_NET_ADMIN`,
+/// which vipd has), else `SO_SNDBUF` (capped by `net.core.wmem_max`). Best effort: the
+/// default buffer still sends, only smaller bursts.
+fn widen_send_buffer(sock: &socket2::Socket) {
+    let bytes = libc::c_int::try_from(SEND_BUFFER_BYTES).unwrap_or(libc::c_int::MAX);
+    // SAFETY: `bytes` is a c_int that outlives the call; the length is its size.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUFFORCE,
+            std::ptr::from_ref(&bytes).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        let _ = sock.set_send_buffer_size(SEND_BUFFER_BYTES);
+    }
+}
+
 /// The inode of the calling thread's network namespace (`/proc/thread-self/ns/net`).
 fn thread_netns() -> std::io::Result<u64> {
     use std::os::unix::fs::MetadataExt;
@@ -96,8 +123,9 @@ fn thread_netns() -> std::io::Result<u64> {
 /// grace period at each close (`synchronize_net` when the protocol hook is removed, several
 /// ms each) and copies every frame of the interface to it while open: a holder announcing or
 /// probing 600 VIPs stalled its thread for about 10 s (the 10 000-Service cold start,
-/// docs/services-bench.md). Non-blocking: a full send buffer is an error for this frame
-/// (`WouldBlock`), not a stalled thread.
+/// docs/services-bench.md). Non-blocking, with a 4 MiB send buffer
+/// ([`SEND_BUFFER_BYTES`]): a buffer still full is an error for this frame (`WouldBlock`),
+/// not a stalled thread; the announcement is repeated at the next `vip_arpRate`.
 ///
 /// # Errors
 /// The OS error of reading the namespace, opening the socket or sending (a frame shorter
@@ -116,6 +144,7 @@ pub fn send_raw(ifindex: u32, frame: &[u8]) -> std::io::Result<()> {
     if !senders.iter().any(|(ns, _)| *ns == netns) {
         let sock = socket2::Socket::new(socket2::Domain::PACKET, socket2::Type::RAW, None)?;
         sock.set_nonblocking(true)?;
+        widen_send_buffer(&sock);
         senders.push((netns, sock));
     }
     let Some((_, sock)) = senders.iter().find(|(ns, _)| *ns == netns) else {
