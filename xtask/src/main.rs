@@ -322,9 +322,14 @@ fn lab_down() -> Result<()> {
     Ok(())
 }
 
-fn cargo() -> Command {
+/// A `cargo` command run from the workspace root, for every nested build and test of xtask.
+/// Without `CARGO_MANIFEST_DIR`, which `cargo run` set for xtask itself: passed on, it made
+/// `ring`'s build script dirty (its fingerprint records that variable), so every bench
+/// rebuilt ring, rustls, kube and vipd (4-5 min) right after an identical build.
+pub(crate) fn cargo() -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    c.current_dir(lab::control_plane::workspace_root());
+    c.current_dir(lab::control_plane::workspace_root())
+        .env_remove("CARGO_MANIFEST_DIR");
     c
 }
 

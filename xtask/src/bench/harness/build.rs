@@ -1,7 +1,6 @@
 //! The release build of vipd (and of other artifacts of the vipd package) the benches run.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use xtask::lab;
@@ -32,9 +31,8 @@ pub fn release_artifact(build: bool, extra: &[&str], path: &str) -> Result<PathB
     args.extend_from_slice(extra);
     let cmd = format!("cargo {}", args.join(" "));
     if build {
-        let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-        c.current_dir(lab::control_plane::workspace_root())
-            .args(&args);
+        let mut c = crate::cargo();
+        c.args(&args);
         eprintln!("==> {c:?}");
         let st = c.status().with_context(|| format!("run {cmd}"))?;
         if !st.success() {
