@@ -44,6 +44,7 @@ mod cluster;
 pub mod control_plane;
 pub mod dhcp;
 pub mod error;
+mod fence;
 pub mod https;
 pub mod netns;
 mod pods;
@@ -70,6 +71,7 @@ pub use dhcp::{
     DnsmasqLease, DnsmasqLease6, DnsmasqOptions, parse_leases, parse_leases6,
 };
 pub use error::{LabError, Result};
+pub use fence::FenceView;
 pub use https::{ApiClient, HttpResponse};
 pub use process::{LabProcess, Signal};
 pub use registry::{LabRecord, list_netns, sweep_stale_labs};

@@ -168,7 +168,10 @@ impl Ctx {
         Ok(self.holders_of(&[VIP])?.pop().unwrap_or_default())
     }
 
-    /// For each of `vips`, the nodes whose eth0 carries it (one `ip addr` per node).
+    /// For each of `vips`, the nodes whose eth0 carries it and whose fence lets it answer
+    /// (one `ip addr` per node, and the node's fence tables where it carries one of them:
+    /// a Service VIP's second-line address stays on a killed or frozen holder's eth0,
+    /// inert, [`lab::FenceView`]).
     ///
     /// # Errors
     /// When `ip addr` fails.
@@ -176,8 +179,14 @@ impl Ctx {
         let mut out = vec![Vec::new(); vips.len()];
         for n in NODES {
             let addrs = self.lab.addresses(n, lab::ETH)?;
+            let mut fence: Option<lab::FenceView> = None;
             for (vip, holders) in vips.iter().zip(out.iter_mut()) {
-                if addrs.iter().any(|a| a.addr == IpAddr::V4(*vip)) {
+                let ip = IpAddr::V4(*vip);
+                if !addrs.iter().any(|a| a.addr == ip) {
+                    continue;
+                }
+                let view = fence.get_or_insert_with(|| lab::FenceView::read(&self.lab, n));
+                if view.answers(ip) {
                     holders.push(n.to_string());
                 }
             }
