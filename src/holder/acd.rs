@@ -185,6 +185,21 @@ impl ProbeState {
         }
     }
 
+    /// The probe just asked for ([`Action::Probe`]) could not be sent: it does not count
+    /// (RFC 5227 section 2.1.1 binds after PROBE_NUM probes on the wire and a quiet window).
+    /// The window moves one `window` later, so the same probe is tried again then (one
+    /// window, not at once: a send that keeps failing, a full queue or a link going down, is
+    /// not retried in a loop) and the quiet window still follows the last probe sent.
+    /// Nothing changes outside the probing phase.
+    pub(crate) fn unsent(&mut self, window: Duration) {
+        if let Phase::Probing { until, sent } = self.phase {
+            self.phase = Phase::Probing {
+                until: until + window,
+                sent: sent.saturating_sub(1),
+            };
+        }
+    }
+
     /// Probes are spread evenly: probe `k` (0-based) at `start + k * window / PROBES`.
     fn next_probe_at(&self, until: Instant, sent: u32, window: Duration) -> Instant {
         let start = until.checked_sub(window).unwrap_or(until);
@@ -230,6 +245,30 @@ mod tests {
         let mut s = ProbeState::default();
         assert_eq!(s.lead(true, Duration::ZERO, now), Action::Bind);
         assert!(s.bound());
+    }
+
+    /// A probe that could not be sent does not count: it is tried again a window later, and
+    /// the bind waits for every probe on the wire and a quiet window after the last.
+    #[test]
+    fn a_probe_not_sent_is_tried_again_and_the_bind_waits_for_it() {
+        let t0 = Instant::now();
+        let mut s = ProbeState::default();
+        assert_eq!(s.lead(true, W, t0), Action::Probe);
+        s.unsent(W);
+        // Where the window would have ended: still probing, the first probe due again now.
+        assert_eq!(s.tick(W, t0 + W), Action::Probe, "the unsent probe again");
+        assert!(!s.bound());
+        assert_eq!(s.tick(W, t0 + W + W / 2), Action::Probe, "the second probe");
+        assert_eq!(s.tick(W, t0 + W + W / 2), Action::None);
+        assert_eq!(
+            s.tick(W, t0 + 2 * W),
+            Action::Bind,
+            "a window after the first sent"
+        );
+        // Outside the probing phase nothing changes.
+        let before = s.clone();
+        s.unsent(W);
+        assert_eq!(s, before);
     }
 
     #[test]

@@ -67,7 +67,12 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                         Err(e) => {
                             if let Some(r) = self.quiet.observe(key, e.to_string(), Instant::now())
                             {
-                                warn!(holder = %self.name, vip = %spec.vip, error = %e, "cannot send conflict probe{r}");
+                                warn!(holder = %self.name, vip = %spec.vip, error = %e, "cannot send conflict probe; trying it again a probe window later{r}");
+                            }
+                            // A probe not on the wire does not count (RFC 5227 2.1.1).
+                            let window = self.probing_window();
+                            if let Some(p) = self.probes.get_mut(i) {
+                                p.unsent(window);
                             }
                         }
                     }
