@@ -960,6 +960,38 @@ fn egress_chains_check_apply_and_empty() {
     });
 }
 
+/// The fence's tables removed by someone else while vipd runs (`nft flush ruleset`, what
+/// Debian's `nftables.service` does on restart): the next refresh finds them gone, creates
+/// them again and sets its elements (the new-user trial found the fence off until a
+/// restart); a refresh that fails for another reason creates nothing.
+#[test]
+fn nft_fence_tables_flushed_by_someone_else_come_back_at_the_next_refresh() {
+    use vipd::net::nft::fence::{NftFence, VipFence};
+    lab("192.0.2.11/24", || async {
+        let f = NftFence::start().await.expect("start the fence");
+        let v4: IpAddr = "192.0.2.10".parse().unwrap();
+        let v6: IpAddr = "2001:db8::10".parse().unwrap();
+        let soon = || tokio::time::Instant::now() + Duration::from_millis(1500);
+        f.refresh(1, &[v4, v6], soon()).await.unwrap();
+        assert!(fence_table("arp").unwrap().contains("192.0.2.10"));
+        nft_text("flush ruleset\n");
+        assert!(fence_table("arp").is_none() && fence_table("inet").is_none());
+        f.refresh(1, &[v4, v6], soon())
+            .await
+            .expect("refresh after the flush");
+        let arp = fence_table("arp").expect("arp table again");
+        let inet = fence_table("inet").expect("inet table again");
+        assert!(element_timeout(&arp, "192.0.2.10").is_some(), "{arp}");
+        assert!(element_timeout(&inet, "2001:db8::10").is_some(), "{inet}");
+        // Armed again: the drop rules name the VIPs' sets with them in.
+        assert!(arp.contains("elements = { 192.0.2.10 }"), "{arp}");
+        // Tables present: a second refresh is an ordinary one (no second setup).
+        f.refresh(1, &[v4, v6], soon()).await.unwrap();
+        assert!(fence_table("arp").unwrap().contains("192.0.2.10"));
+        f.close().await.unwrap();
+    });
+}
+
 /// Issue 16: the nftables fence's tables take millisecond element timeouts, the kernel
 /// expires them on time, expire/disarm remove the elements, and close removes both tables
 /// (leaving another owner's table alone). Needs the `nft` binary (to read the tables back).

@@ -696,12 +696,67 @@ impl NftFence {
     /// succeeded, records the live elements' new ends. Returns when it was built and when
     /// the kernel answered ([`ends_by`]). A failed run changed nothing (nf_tables
     /// transactions are atomic).
+    ///
+    /// A run that fails because vipd's tables are gone (removed by someone else: `nft flush
+    /// ruleset`, a firewall reload that replaces the whole ruleset) creates them again
+    /// ([`Self::restore_tables`]) and runs once more: without it the fence stayed off until
+    /// vipd restarted (found by the new-user trial).
     async fn apply(&self, ops: &[Op]) -> Result<(Instant, Instant), FenceError> {
         if ops.iter().all(|o| o.vips.is_empty()) {
             let now = Instant::now();
             return Ok((now, now));
         }
         let _one_run = self.run.lock().await;
+        match self.apply_locked(ops).await {
+            Err(e) => match self.restore_tables().await {
+                true => self.apply_locked(ops).await,
+                false => Err(e),
+            },
+            ok => ok,
+        }
+    }
+
+    /// After a failed run: whether vipd's tables were gone and are created again. Checks
+    /// (in the kernel's check mode: nothing changes) that both tables and their base chains
+    /// exist; when they do not, runs the start's setup ([`setup_commands`], which replaces
+    /// whatever is left of them) and forgets every element and arming it knew (the new
+    /// tables have none: each holder arms and sets its VIPs again at its next refresh, within
+    /// a retry period; until then they are not filtered, as since the tables went). Logs at
+    /// warn. `false` when the tables are there (the failure was something else) or cannot
+    /// be created.
+    async fn restore_tables(&self) -> bool {
+        let t = FENCE_TABLE;
+        let mut probe = Batch::new();
+        probe.push(nl::flush_chain(Family::Arp, t, "input"));
+        probe.push(nl::flush_chain(Family::Inet, t, "prerouting"));
+        let transport = self.state.transport.as_ref();
+        if send_batch(transport, probe, Mode::Check).await.is_ok() {
+            return false;
+        }
+        let setup = setup_commands();
+        match send_batch(transport, setup.clone(), Mode::Commit).await {
+            Ok(()) => {
+                if let Ok(mut live) = self.state.live.lock() {
+                    live.clear();
+                }
+                if let Ok(mut arms) = self.state.arms.lock() {
+                    *arms = Arms::default();
+                }
+                warn!(
+                    table = FENCE_TABLE,
+                    "the nftables fence's tables were gone (removed by someone else, e.g. `nft flush ruleset`); created them again: each VIP is fenced again at its holder's next renewal"
+                );
+                true
+            }
+            Err(detail) => {
+                debug!(command = %setup.text(), %detail, "the nftables fence's tables are gone and cannot be created again");
+                false
+            }
+        }
+    }
+
+    /// [`Self::apply`] with the run lock held.
+    async fn apply_locked(&self, ops: &[Op]) -> Result<(Instant, Instant), FenceError> {
         // Opened on this thread: in its network namespace.
         let link = self.state.transport.open();
         let state = self.state.clone();
