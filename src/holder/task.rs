@@ -165,9 +165,13 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// refresh's ([`Self::refresh_nft_fence`]): every VIP of the holder has a live element,
     /// which ends no later than the lease allows.
     pub(super) fn second_line_now(&self, now: Instant) -> bool {
-        self.cfg.fence.second_line_secs > 0
-            && self.nft_set_ok
-            && self.nft_until.is_some_and(|u| u > now)
+        self.cfg.fence.second_line_secs > 0 && self.element_live(now)
+    }
+
+    /// Whether the last attempt to set this holder's nftables elements set all of them and
+    /// they still run at `now`.
+    pub(super) fn element_live(&self, now: Instant) -> bool {
+        self.nft_set_ok && self.nft_until.is_some_and(|u| u > now)
     }
 
     /// The fence a VIP with `not_after` (its [`VipSpec::not_after`]) may get now, as an end
@@ -255,6 +259,16 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         second_line: bool,
     ) -> Result<Option<Lifetime>, NetError> {
         let now = Instant::now();
+        if !self.cfg.fence.address_fences && !self.element_live(now) {
+            // Under the millisecond fence the address is no fence of its own: without a
+            // live element (the last attempt to set them failed, or they ran out) it would
+            // be unfenced, so a bind or the periodic check's repair adds nothing (found by
+            // the new-user trial: with the tables gone, the check kept refreshing the fast
+            // profile's 1 s addresses).
+            debug!(holder = %self.name, %vip, "no live nftables element under the millisecond fence; not adding the VIP");
+            self.kernel.remove(ifindex, vip).await?;
+            return Ok(None);
+        }
         // Only a VIP whose element this holder armed: one added to the set since the last
         // refresh has none yet.
         let second_line = second_line && self.nft_fenced.contains(&vip.addr);

@@ -773,3 +773,30 @@ async fn a_bind_after_the_probe_gets_the_second_line_only_with_live_elements() {
         assert_eq!(adds_of(&r, vip4()), expected, "elements failing: {failing}");
     }
 }
+
+/// The fast profile (the address no fence of its own): once the elements can no longer be
+/// set (vipd's tables gone and not yet back), neither renewals nor the periodic check keep
+/// the address: it goes when its element has run out, instead of the check refreshing it
+/// unfenced (found by the new-user trial).
+#[tokio::test(start_paused = true)]
+async fn millisecond_fence_without_elements_the_check_keeps_no_address() {
+    let fence = Arc::new(FakeFence::default());
+    let r = fenced_rig_at(fence.clone(), &FAST);
+    r.kernel.0.lock().unwrap().lifetimes_run = true;
+    settle().await;
+    lead(&r, 1, true);
+    settle().await;
+    assert!(r.kernel.has(vip4()), "held with its element");
+    *fence.failing.lock().unwrap() = true;
+    // Renewals every retry period (200 ms) keep coming; no element can be set.
+    for _ in 0..10 {
+        tokio::time::sleep(FAST.retry_period).await;
+        lead(&r, 1, true);
+    }
+    settle().await;
+    assert!(
+        !r.kernel.has(vip4()),
+        "the address outlived its last element by {:?}",
+        FAST.retry_period * 10
+    );
+}
