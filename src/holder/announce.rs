@@ -78,13 +78,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 return;
             }
         };
-        // vipd's addresses by interface and address, read once: a shard's holder announces
-        // hundreds of VIPs every `vip_arpRate` against the node's thousands of addresses.
-        let ours: std::collections::HashMap<(u32, IpAddr), &AddrInfo> = present
-            .iter()
-            .filter(|a| a.ours)
-            .map(|a| ((a.ifindex, a.vip.addr), a))
-            .collect();
+        // A shard's holder announces hundreds of VIPs every `vip_arpRate` against the node's
+        // thousands of addresses.
+        let ours = ours_by_place(&present);
         for i in 0..self.vips.len() {
             let vip = self.vips[i].vip;
             let Some(link) = self.links.get(&i).cloned() else {

@@ -279,6 +279,18 @@ pub fn address_steps(
     steps
 }
 
+/// vipd's addresses in `present` by interface index and address, for looking many VIPs up
+/// in one dump (a shard's holder has hundreds, the node thousands of addresses). Pure.
+pub(crate) fn ours_by_place(
+    present: &[AddrInfo],
+) -> std::collections::HashMap<(u32, IpAddr), &AddrInfo> {
+    present
+        .iter()
+        .filter(|a| a.ours)
+        .map(|a| ((a.ifindex, a.vip.addr), a))
+        .collect()
+}
+
 /// Whether the kernel removes `a` within [`REFRESH_BELOW_SECS`] (a finite valid lifetime
 /// that short). Pure.
 fn lifetime_runs_out(a: &AddrInfo) -> bool {

@@ -2,8 +2,6 @@
 //! nftables fence that guards them.
 
 use super::*;
-use std::collections::HashMap;
-
 use crate::lease::{fence_overrun, fence_timeout, second_line_fresh};
 
 /// One VIP of a refresh: its index, interface, address and fence (`None`: removed; `Err`:
@@ -175,8 +173,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 .iter()
                 .filter_map(|k| out.get(*k).map(|(_, link, vip, _)| (link.index, *vip)))
                 .collect();
-            let first: Vec<String> = items.iter().take(3).map(|(_, v)| v.to_string()).collect();
-            warn!(holder = %self.name, count = items.len(), first = ?first, "less than a second of the lease was left when the kernel took these VIPs' lifetime (renewals are late, or this process was frozen or stalled): the kernel counts lifetimes in whole seconds, so they are removed until the next renewal");
+            let vips: Vec<Vip> = items.iter().map(|(_, v)| *v).collect();
+            self.log_late(&vips);
             let removed = self.kernel.remove_many(&items).await;
             for (k, r) in late.iter().zip(removed) {
                 if let (Some(entry), Err(e)) = (out.get_mut(*k), r) {
@@ -197,20 +195,16 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let Ok(present) = self.kernel.addresses(None).await else {
             return (idx.to_vec(), Vec::new());
         };
-        let left: HashMap<(u32, IpAddr, u8), Option<u32>> = present
-            .iter()
-            .filter(|a| a.ours)
-            .map(|a| ((a.ifindex, a.vip.addr, a.vip.prefix), a.valid_lft_secs))
-            .collect();
+        let ours = ours_by_place(&present);
         idx.iter().copied().partition(|&i| {
             let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
                 return true;
             };
-            let key = (link.index, spec.vip.addr, spec.vip.prefix);
             spec.not_after.is_some()
-                || !left
-                    .get(&key)
-                    .is_some_and(|l| second_line_fresh(&self.cfg.fence, *l))
+                || !ours.get(&(link.index, spec.vip.addr)).is_some_and(|a| {
+                    a.vip.prefix == spec.vip.prefix
+                        && second_line_fresh(&self.cfg.fence, a.valid_lft_secs)
+                })
         })
     }
 

@@ -299,9 +299,24 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         if held > 0 {
             return Ok(true);
         }
-        warn!(holder = %self.name, %vip, "less than a second of the lease was left when the kernel took the VIP's lifetime (renewals are late, or this process was frozen or stalled): the kernel counts lifetimes in whole seconds, so the VIP is removed until the next renewal");
+        self.log_late(&[vip]);
         self.kernel.remove(ifindex, vip).await?;
         Ok(false)
+    }
+
+    /// Says that the kernel took `vips`' lifetime with less than a second left, so they are
+    /// removed until the next renewal: one line for one VIP, one with the count and the
+    /// first three for a batch.
+    pub(super) fn log_late(&self, vips: &[Vip]) {
+        match vips {
+            [vip] => {
+                warn!(holder = %self.name, %vip, "less than a second of the lease was left when the kernel took the VIP's lifetime (renewals are late, or this process was frozen or stalled): the kernel counts lifetimes in whole seconds, so the VIP is removed until the next renewal")
+            }
+            _ => {
+                let first: Vec<String> = vips.iter().take(3).map(Vip::to_string).collect();
+                warn!(holder = %self.name, count = vips.len(), first = ?first, "less than a second of the lease was left when the kernel took these VIPs' lifetime (renewals are late, or this process was frozen or stalled): the kernel counts lifetimes in whole seconds, so they are removed until the next renewal")
+            }
+        }
     }
 
     /// The not-after time of `vip` ([`VipSpec::not_after`]), `None` when it has none.

@@ -25,6 +25,31 @@ where
     }
 }
 
+/// What a watched kind of object must be for a reflector: a kube resource of a static
+/// type, cloneable, deserialised from the API server's answers, and sent between tasks.
+/// Every such type is one (blanket implementation).
+pub trait Watched:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<K> Watched for K where
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// The events of a watch on `api` (field selector `fields`; `None`: every object), each
 /// object stripped with `strip` before it is cached (at 1000 Services, managedFields alone
 /// were 7 MB of a node's memory), the watch tracked in `activity` as `what` from now on.
@@ -39,13 +64,7 @@ fn stripped_events<K>(
     activity: &crate::obs::readiness::WatchActivity,
 ) -> impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     activity.register(
         what,
@@ -76,13 +95,7 @@ pub fn spawn_reflector<K>(
     strip: fn(&mut K),
     fields: Option<String>,
 ) where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     let events = stripped_events(what, api, strip, fields, &activity);
     tokio::spawn(async move {
@@ -184,13 +197,7 @@ pub fn spawn_shared<K>(
     stop: CancellationToken,
 ) -> SharedCache<K>
 where
-    K: kube::Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     let events = stripped_events(what, api, strip, fields, &activity);
     shared_from(what, events, activity, stop)

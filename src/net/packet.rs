@@ -91,18 +91,8 @@ const SEND_BUFFER_BYTES: usize = 4 << 20;
 /// which vipd has), else `SO_SNDBUF` (capped by `net.core.wmem_max`). Best effort: the
 /// default buffer still sends, only smaller bursts.
 fn widen_send_buffer(sock: &socket2::Socket) {
-    let bytes = libc::c_int::try_from(SEND_BUFFER_BYTES).unwrap_or(libc::c_int::MAX);
-    // SAFETY: `bytes` is a c_int that outlives the call; the length is its size.
-    let rc = unsafe {
-        libc::setsockopt(
-            sock.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUFFORCE,
-            std::ptr::from_ref(&bytes).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if rc != 0 {
+    use nix::sys::socket::{setsockopt, sockopt::SndBufForce};
+    if setsockopt(sock, SndBufForce, &SEND_BUFFER_BYTES).is_err() {
         let _ = sock.set_send_buffer_size(SEND_BUFFER_BYTES);
     }
 }
