@@ -203,7 +203,7 @@ fn node_watches(lab: &xtask::lab::Lab) -> u64 {
 /// (before issue 28 there were four). A second vipd process (node-b, Services only) adds
 /// exactly one more.
 #[test]
-fn one_node_watch_per_process() {
+fn s64_one_node_watch_per_process() {
     let Some(lab) = lab("one_node_watch", LabOptions::default()) else {
         return;
     };

@@ -127,7 +127,7 @@ fn a_stripped_node_reads_the_same_to_every_reader() {
 /// check of the control-plane VIPs (one list); only the Node cache watches. A second
 /// watch of Nodes (a reflector, a watcher, a list+watch per wing) fails this test: read
 /// [`NodeCache`] instead. The API server's side of it: `lab_watch_health`'s
-/// `one_node_watch_per_process`.
+/// `s64_one_node_watch_per_process`.
 #[test]
 fn the_node_cache_is_the_only_node_watch() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
