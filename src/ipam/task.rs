@@ -6,7 +6,9 @@ use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Node, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, LoadBalancerIngress, LoadBalancerStatus, Node, Service, ServiceStatus,
+};
 use kube::Api;
 use kube::runtime::reflector::{self, Store};
 use tokio::sync::{Notify, watch};
@@ -23,7 +25,7 @@ use super::write::KubeServiceApi;
 use crate::election::kube::KubeLeaseClient;
 use crate::election::{Elector, Gates, LeaderState};
 use crate::kube::client::{ClientError, ServicesClients};
-use crate::kube::service::LABEL_IMPLEMENTATION;
+use crate::kube::service::{ANN_LOADBALANCER_IPS, ANN_REQUESTED_IP, LABEL_IMPLEMENTATION};
 use crate::kube::watch::{scoped_api, spawn_reflector};
 use crate::net::NetlinkKernel;
 use crate::net::conflict::ConflictMonitor;
@@ -31,7 +33,7 @@ use crate::nodes::NodeCache;
 use crate::obs::metrics::Metrics;
 
 /// After a change, how long the allocator waits for more before a pass (a burst of
-/// Services created at once is decided in one pass).
+/// Services created at once is decided in one pass); at least as long as the last pass took.
 const SETTLE: Duration = Duration::from_millis(20);
 
 /// What the manager gives the IPAM wing.
@@ -273,14 +275,19 @@ async fn allocate<P: AddressProbe>(
             nodes: &nodes,
             pools: config.as_ref(),
         };
+        let started = Instant::now();
         let end = allocator.pass(&input, &may_write).await;
+        // A pass over 10 000 Services takes tens of milliseconds: after a change, wait at
+        // least as long as the last pass took, so that a stream of changes keeps the
+        // allocator under half a core and each pass decides all that came in meanwhile.
+        let settle = SETTLE.max(started.elapsed());
         let again = [end.again_in, allocator.retry_delay()]
             .into_iter()
             .flatten()
             .min()
             .unwrap_or(Duration::from_secs(3600));
         tokio::select! {
-            _ = caches.changed.notified() => tokio::time::sleep(SETTLE).await,
+            _ = caches.changed.notified() => tokio::time::sleep(settle).await,
             _ = tokio::time::sleep(again) => {}
             _ = lost(state, term) => return,
         }
@@ -310,10 +317,41 @@ async fn lost(state: &mut watch::Receiver<LeaderState>, term: u64) {
         .await;
 }
 
-/// Keeps of a Service what the allocator reads: of its labels only
-/// [`LABEL_IMPLEMENTATION`] ([`crate::kube::watch::strip_service`]).
+/// Keeps of a Service what the allocator reads ([`super::view::view_of`], the finalizers,
+/// the name, UID and resourceVersion its writes and Events carry): of its labels only
+/// [`LABEL_IMPLEMENTATION`] ([`crate::kube::watch::strip_service`]), of its annotations only
+/// [`ANN_LOADBALANCER_IPS`] and [`ANN_REQUESTED_IP`], of its status only the ingress
+/// addresses. So a holder's status write or `kube-vip.io/vipHost` change leaves the cached
+/// Service equal but for its resourceVersion and starts no pass (the cache wakes only on a
+/// change of content, [`crate::kube::watch`]): at 10 000 Services every such write started
+/// a full pass.
 fn strip_service(svc: &mut Service) {
     crate::kube::watch::strip_service(svc, |k| k == LABEL_IMPLEMENTATION.0);
+    if let Some(a) = svc.metadata.annotations.as_mut() {
+        a.retain(|k, _| k == ANN_LOADBALANCER_IPS || k == ANN_REQUESTED_IP);
+    }
+    if svc
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.is_empty())
+    {
+        svc.metadata.annotations = None;
+    }
+    if let Some(status) = svc.status.take() {
+        let ingress = status.load_balancer.and_then(|lb| lb.ingress).map(|list| {
+            list.into_iter()
+                .map(|i| LoadBalancerIngress {
+                    ip: i.ip,
+                    ..Default::default()
+                })
+                .collect()
+        });
+        svc.status = Some(ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus { ingress }),
+            ..Default::default()
+        });
+    }
 }
 
 #[cfg(test)]
@@ -321,6 +359,43 @@ mod tests {
     use super::*;
     use crate::holder::tests::FakeKernel;
     use crate::net::{AddrInfo, Vip};
+
+    /// What a holder writes (status conditions, an ingress port, `kube-vip.io/vipHost`,
+    /// another label) is stripped: the Service is cached equal to before, so its watch event
+    /// starts no pass; what the allocator reads stays.
+    #[test]
+    fn the_allocators_services_keep_only_what_it_reads() {
+        let mut svc: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+                "finalizers": ["service.kubernetes.io/load-balancer-cleanup"],
+                "labels": {"implementation": "kube-vip", "app": "x"},
+                "annotations": {
+                    "kube-vip.io/loadbalancerIPs": "192.0.2.10",
+                    "kube-vip.io/requestedIP": "192.0.2.10",
+                    "kube-vip.io/vipHost": "node-a"}},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.10", "ipMode": "VIP",
+                "ports": [{"port": 80, "protocol": "TCP"}]}]},
+                "conditions": [{"type": "x", "status": "True", "reason": "r", "message": "m",
+                    "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
+        }))
+        .unwrap();
+        let before = crate::ipam::view::view_of(&svc, false, "");
+        strip_service(&mut svc);
+        assert_eq!(crate::ipam::view::view_of(&svc, false, ""), before);
+        let expected: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+                "finalizers": ["service.kubernetes.io/load-balancer-cleanup"],
+                "labels": {"implementation": "kube-vip"},
+                "annotations": {
+                    "kube-vip.io/loadbalancerIPs": "192.0.2.10",
+                    "kube-vip.io/requestedIP": "192.0.2.10"}},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}}
+        }))
+        .unwrap();
+        assert_eq!(svc, expected);
+    }
 
     /// The allocator's own node answers its probe for none of its addresses, so they count
     /// as used from the kernel: eth0's address, not vipd's VIPs (the trial handed a node its
