@@ -1,5 +1,6 @@
-//! A blocking rtnetlink socket for the one request whose timing is a safety matter: an
-//! address add or refresh carrying a fence lifetime ([`super::lifetime`]).
+//! A blocking rtnetlink socket for the requests whose timing is a safety matter: an
+//! address add or refresh carrying a fence lifetime ([`super::lifetime`]), and a VIP route
+//! carrying one (`RTA_EXPIRES`, [`super::route`]).
 //!
 //! rtnetlink's asynchronous handle queues a request to its connection task, which writes it
 //! when it is next polled; a lifetime computed before that can reach the kernel late. Here
@@ -23,6 +24,7 @@ use netlink_packet_core::{
 };
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::address::{AddressAttribute, AddressMessage};
+use netlink_packet_route::route::{RouteAttribute, RouteMessage};
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 
 use super::lifetime::{Lifetime, add_within};
@@ -138,6 +140,60 @@ impl AddrSocket {
                     }
                     r => r,
                 }
+            },
+        );
+        *next_seq = seq.get();
+        r
+    }
+}
+
+impl AddrSocket {
+    /// Adds or replaces (`NLM_F_CREATE | NLM_F_REPLACE`, like `ip route replace`) the
+    /// route `msg` describes with `RTA_EXPIRES` set to the seconds [`add_within`] computes
+    /// from `lifetime` right before each send, and deletes it when the kernel may have
+    /// taken an expiry reaching past `lifetime.until`. Blocking. Only the IPv6 kernel
+    /// honours `RTA_EXPIRES` (fib6 garbage collection); IPv4 ignores it.
+    ///
+    /// Returns the seconds the route holds (0: not added, or deleted).
+    ///
+    /// # Errors
+    /// As [`Self::add`].
+    pub(super) fn route(
+        &self,
+        msg: &RouteMessage,
+        lifetime: &Lifetime,
+    ) -> Result<u32, rtnetlink::Error> {
+        let mut guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let (sock, next_seq) = &mut *guard;
+        let seq = Cell::new(*next_seq);
+        let mut base = msg.clone();
+        base.attributes
+            .retain(|a| !matches!(a, RouteAttribute::Expires(_)));
+        let r = add_within(
+            lifetime,
+            ATTEMPTS,
+            tokio::time::Instant::now,
+            |e| !matches!(e, rtnetlink::Error::NetlinkError(_)),
+            |secs| {
+                let mut m = base.clone();
+                m.attributes.push(RouteAttribute::Expires(secs));
+                request(
+                    sock,
+                    &seq,
+                    RouteNetlinkMessage::NewRoute(m),
+                    NLM_F_CREATE | NLM_F_REPLACE,
+                )
+            },
+            || match request(sock, &seq, RouteNetlinkMessage::DelRoute(base.clone()), 0) {
+                // Already gone (expired meanwhile): what the delete was for.
+                Err(rtnetlink::Error::NetlinkError(e))
+                    if e.code.is_some_and(|c| {
+                        matches!(c.get().abs(), nix::libc::ESRCH | nix::libc::ENOENT)
+                    }) =>
+                {
+                    Ok(())
+                }
+                r => r,
             },
         );
         *next_seq = seq.get();

@@ -31,6 +31,7 @@ pub mod macvlan;
 mod netlink;
 pub mod nft;
 pub mod packet;
+pub mod route;
 pub mod vip;
 
 pub use arp::{RawAnnouncer, garp_frame, unsolicited_na_frame};

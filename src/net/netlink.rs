@@ -317,6 +317,22 @@ impl NetlinkKernel {
         })
     }
 
+    /// The rtnetlink handle, for the kernel layer's other modules ([`super::route`]).
+    pub(super) fn handle(&self) -> &Handle {
+        &self.handle
+    }
+
+    /// The blocking socket that carries fence lifetimes, for [`super::route`].
+    pub(super) fn addr_socket(&self) -> std::sync::Arc<AddrSocket> {
+        self.addr_socket.clone()
+    }
+
+    /// Waits for this socket's turn to dump (the kernel refuses a second dump on one
+    /// netlink socket while one runs).
+    pub(super) async fn dump_turn(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.dump_lock.lock().await
+    }
+
     /// The tag mode detected so far.
     pub fn tag_mode(&self) -> TagMode {
         TagMode::from_u8(self.tag_mode.load(Ordering::Relaxed))

@@ -1,0 +1,309 @@
+//! Kernel tests of the route fence (`vipd::net::route`, issue 29) against the real kernel.
+//!
+//! Needs root (`VIPD_SKIP_LAB=1` without it: `SKIPPED`). Like `net_kernel.rs`, every test
+//! runs on a fresh thread in a private network namespace (`unshare(CLONE_NEWNET)`),
+//! destroyed when the thread ends; the root namespace is never touched. In it:
+//! veth `v0`/`v1` up, `198.51.100.1/24` and `2001:db8:1::1/64` on `v0`, and
+//! `net.ipv6.route.gc_interval` 1 (the namespace's own sysctl: the IPv6 bound depends on it).
+//!
+//! Timing asserts are "gone by a generous deadline, and not before the lifetime": the
+//! kernel counts the lifetime from when it handled the request, after the instant read
+//! before sending it.
+//!
+//! Run: `cargo test --test net_kernel_route -- --nocapture` (prints the measured lateness).
+
+mod support;
+
+use std::future::Future;
+use std::net::IpAddr;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use support::netns::{assert_private_netns, enter_private_netns, ip, root_or_skip};
+use vipd::net::route::{FenceDevice, RouteDevice, RouteError, RouteKind, VipRoute};
+use vipd::net::{Kernel, Lifetime, NetlinkKernel};
+
+/// How late the kernel may remove an expired route and still pass: measured at most 0.9 s
+/// (IPv6, `gc_interval` 1) and 0.35 s (IPv4 fence address); generous for a shared machine.
+const SLACK: Duration = Duration::from_secs(3);
+
+fn lab<F, Fut>(body: F)
+where
+    F: FnOnce() -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    if !root_or_skip("route kernel tests") {
+        return;
+    }
+    let t = std::thread::spawn(move || {
+        enter_private_netns();
+        ip("link set lo up");
+        ip("link add v0 type veth peer name v1");
+        ip("link set v0 up");
+        ip("link set v1 up");
+        ip("addr add 198.51.100.1/24 dev v0");
+        ip("-6 addr add 2001:db8:1::1/64 dev v0 nodad");
+        assert_private_netns();
+        let ok = Command::new("sysctl")
+            .args(["-qw", "net.ipv6.route.gc_interval=1"])
+            .status()
+            .expect("run sysctl")
+            .success();
+        assert!(
+            ok,
+            "sysctl net.ipv6.route.gc_interval=1 in the private namespace"
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        rt.block_on(body());
+    });
+    if let Err(panic) = t.join() {
+        std::panic::resume_unwind(panic);
+    }
+}
+
+fn addr(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+async fn present(k: &NetlinkKernel, r: VipRoute) -> bool {
+    k.vip_routes(r.table, r.protocol)
+        .await
+        .unwrap()
+        .iter()
+        .any(|i| i.route == r)
+}
+
+/// Polls until `r` is gone from its table; panics past `deadline`. Returns when it went.
+async fn gone_by(k: &NetlinkKernel, r: VipRoute, deadline: Instant) -> Instant {
+    loop {
+        if !present(k, r).await {
+            return Instant::now();
+        }
+        assert!(Instant::now() < deadline, "{r} still in its table");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[test]
+fn ipv6_route_expires_in_the_kernel_and_a_refresh_extends_it() {
+    lab(|| async {
+        let k = NetlinkKernel::new().unwrap();
+        let v0 = k.link_by_name("v0").await.unwrap();
+        let r = VipRoute::new(addr("2001:db8:5::10"));
+        let local = VipRoute {
+            kind: RouteKind::Local,
+            ..VipRoute::new(addr("2001:db8:5::11"))
+        };
+        let held = k
+            .add_or_refresh_route(r, RouteDevice::Link(v0.index), Lifetime::fixed(3))
+            .await
+            .unwrap();
+        assert_eq!(held, 3);
+        k.add_or_refresh_route(local, RouteDevice::Link(v0.index), Lifetime::fixed(3))
+            .await
+            .unwrap();
+        let listed = k.vip_routes(198, 248).await.unwrap();
+        let info = listed.iter().find(|i| i.route == r).expect("listed");
+        assert_eq!(info.ifindex, Some(v0.index));
+        assert!(info.expires_secs.is_some_and(|s| s <= 3), "{info:?}");
+        assert!(listed.iter().any(|i| i.route == local), "{listed:?}");
+
+        // A refresh 2 s in extends it: still there past the first lifetime.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let refreshed = Instant::now();
+        k.add_or_refresh_route(r, RouteDevice::Link(v0.index), Lifetime::fixed(3))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(
+            present(&k, r).await,
+            "refreshed route gone at its first lifetime"
+        );
+
+        // Then nothing: the kernel removes it by itself (the fence for a frozen vipd).
+        let gone = gone_by(&k, r, refreshed + Duration::from_secs(3) + SLACK).await;
+        let after = gone - refreshed;
+        assert!(
+            after >= Duration::from_secs(3),
+            "gone {after:?} after a 3 s refresh"
+        );
+        println!("IPv6 route gone {after:?} after its 3 s refresh (gc_interval 1)");
+    });
+}
+
+#[test]
+fn ipv4_route_goes_with_its_fence_address_and_a_refresh_extends_it() {
+    lab(|| async {
+        let k = NetlinkKernel::new().unwrap();
+        let fence = FenceDevice::open(&k, "vipdrt0", "127.118.0.1".parse().unwrap())
+            .await
+            .unwrap();
+        let r = VipRoute::new(addr("203.0.113.10"));
+        let local = VipRoute {
+            kind: RouteKind::Local,
+            ..VipRoute::new(addr("203.0.113.11"))
+        };
+        let start = Instant::now();
+        for route in [r, local] {
+            let held = k
+                .add_or_refresh_route(route, RouteDevice::Fence(&fence), Lifetime::fixed(3))
+                .await
+                .unwrap();
+            assert_eq!(held, 3);
+        }
+        let listed = k.vip_routes(198, 248).await.unwrap();
+        assert!(
+            listed
+                .iter()
+                .any(|i| i.route == r && i.ifindex == Some(fence.ifindex())),
+            "{listed:?}"
+        );
+        assert!(listed.iter().any(|i| i.route == local), "{listed:?}");
+        let fence_addr = k
+            .addresses(Some(fence.ifindex()))
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|a| a.vip.addr == IpAddr::V4(fence.addr()))
+            .expect("fence address");
+        assert!(fence_addr.ours && fence_addr.valid_lft_secs.is_some_and(|s| s <= 3));
+
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let refreshed = Instant::now();
+        k.add_or_refresh_route(r, RouteDevice::Fence(&fence), Lifetime::fixed(3))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(
+            present(&k, r).await,
+            "refreshed route gone at its first lifetime"
+        );
+        assert!(
+            present(&k, local).await,
+            "the device's routes share its address: refreshed together"
+        );
+        assert!(refreshed - start < Duration::from_secs(3));
+
+        let gone = gone_by(&k, r, refreshed + Duration::from_secs(3) + SLACK).await;
+        let after = gone - refreshed;
+        assert!(
+            after >= Duration::from_secs(3),
+            "gone {after:?} after a 3 s refresh"
+        );
+        assert!(!present(&k, local).await);
+        println!("IPv4 route gone {after:?} after its fence address's 3 s refresh");
+    });
+}
+
+#[test]
+fn removal_listing_and_a_closed_fence_device() {
+    lab(|| async {
+        let k = NetlinkKernel::new().unwrap();
+        let v0 = k.link_by_name("v0").await.unwrap();
+        assert!(
+            k.vip_routes(198, 248).await.unwrap().is_empty(),
+            "no table yet: none"
+        );
+        let fence = FenceDevice::open(&k, "vipdrt1", "127.118.0.2".parse().unwrap())
+            .await
+            .unwrap();
+        let r4 = VipRoute::new(addr("203.0.113.20"));
+        let r6 = VipRoute::new(addr("2001:db8:5::20"));
+        let other = VipRoute {
+            protocol: 4,
+            ..VipRoute::new(addr("203.0.113.21"))
+        };
+        for (route, dev) in [
+            (r4, RouteDevice::Fence(&fence)),
+            (r6, RouteDevice::Link(v0.index)),
+            (other, RouteDevice::Fence(&fence)),
+        ] {
+            k.add_or_refresh_route(route, dev, Lifetime::fixed(30))
+                .await
+                .unwrap();
+        }
+        let mut ours: Vec<VipRoute> = k
+            .vip_routes(198, 248)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|i| i.route)
+            .collect();
+        ours.sort_by_key(|r| r.addr);
+        assert_eq!(ours, [r4, r6], "by protocol: not the proto 4 route");
+        k.remove_route(r4).await.unwrap();
+        k.remove_route(r6).await.unwrap();
+        k.remove_route(r6).await.unwrap(); // absent: Ok
+        assert!(k.vip_routes(198, 248).await.unwrap().is_empty());
+        assert!(present(&k, other).await);
+
+        // A killed vipd closes the TUN device: the device goes, and its routes at once.
+        k.add_or_refresh_route(r4, RouteDevice::Fence(&fence), Lifetime::fixed(30))
+            .await
+            .unwrap();
+        let closed = Instant::now();
+        drop(fence);
+        let gone = gone_by(&k, r4, closed + Duration::from_secs(2)).await;
+        assert!(!present(&k, other).await);
+        assert!(k.link_by_name("vipdrt1").await.is_err());
+        println!(
+            "closing the fence device removed its routes within {:?}",
+            gone - closed
+        );
+    });
+}
+
+#[test]
+fn bad_device_table_lifetime_and_family_are_clear_errors() {
+    lab(|| async {
+        let k = NetlinkKernel::new().unwrap();
+        let v0 = k.link_by_name("v0").await.unwrap();
+        let r6 = VipRoute::new(addr("2001:db8:5::30"));
+        let e = k
+            .add_or_refresh_route(r6, RouteDevice::Link(9999), Lifetime::fixed(3))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, RouteError::NoSuchDevice { .. }), "{e:?}");
+        let msg = e.to_string();
+        assert!(
+            msg.contains("2001:db8:5::30/128 table 198") && msg.contains("9999"),
+            "{msg}"
+        );
+
+        let e = k
+            .add_or_refresh_route(
+                VipRoute { table: 0, ..r6 },
+                RouteDevice::Link(v0.index),
+                Lifetime::fixed(3),
+            )
+            .await
+            .unwrap_err();
+        assert!(matches!(e, RouteError::InvalidTable { .. }), "{e}");
+        let e = k
+            .add_or_refresh_route(r6, RouteDevice::Link(v0.index), Lifetime::fixed(0))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, RouteError::InvalidLifetime { .. }), "{e}");
+
+        let r4 = VipRoute::new(addr("203.0.113.30"));
+        let e = k
+            .add_or_refresh_route(r4, RouteDevice::Link(v0.index), Lifetime::fixed(3))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, RouteError::NoIpv4Expiry { .. }), "{e}");
+        assert!(e.to_string().contains("203.0.113.30/32"), "{e}");
+
+        let e = FenceDevice::open(&k, "vipdrt2", "192.0.2.1".parse().unwrap())
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("127.0.0.0/8"), "{e}");
+        let e = FenceDevice::open(&k, "v0", "127.118.0.3".parse().unwrap())
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains("v0"), "{e}");
+        assert!(k.vip_routes(198, 248).await.unwrap().is_empty());
+    });
+}
