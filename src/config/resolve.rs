@@ -700,7 +700,10 @@ pub(super) fn parse_file(text: &str) -> Result<BTreeMap<String, String>, ConfigE
     Ok(out)
 }
 
+mod routed;
 mod services;
+
+pub use routed::{routed_settings, routed_settings_from_process};
 
 /// `egress_podcidr`, `egress_servicecidr`: comma-separated CIDRs (kube-vip takes one; a
 /// list is accepted), each error naming the setting and the entry;

@@ -27,6 +27,9 @@
 //! # Ok::<(), xtask::lab::LabError>(())
 //! ```
 //!
+//! [`RoutedLab`] is the routed topology of issue 29 (a BGP router between the nodes' subnet
+//! and a client's, no control plane): see [`routed`].
+//!
 //! With [`LabOptions::pods`], each node also has a "pod" namespace behind it (see
 //! [`pod_ipv4`]):
 //!
@@ -50,6 +53,7 @@ pub mod netns;
 mod pods;
 pub mod process;
 mod registry;
+pub mod routed;
 pub mod servers;
 mod topology;
 
@@ -75,6 +79,7 @@ pub use fence::FenceView;
 pub use https::{ApiClient, HttpResponse};
 pub use process::{LabProcess, Signal};
 pub use registry::{LabRecord, list_netns, sweep_stale_labs};
+pub use routed::RoutedLab;
 pub use servers::ThreadServer;
 pub use topology::{LabAddress, parse_ip_addr_json};
 
