@@ -111,15 +111,26 @@ impl RoutedLab {
     /// nodes' daemons run: [`RoutedLab::start_bird`]). Takes well under a second.
     ///
     /// # Errors
-    /// [`LabError::NotRoot`] when not root; [`LabError::Command`] when `ip` or BIRD's
-    /// configuration check fails (BIRD 2 is installed from Debian when missing). Whatever
-    /// was built is torn down before the error is returned.
+    /// [`LabError::NotRoot`] when not root; [`LabError::Command`] when BIRD 2 is not
+    /// installed, or `ip` or BIRD's configuration check fails. Whatever was built is torn
+    /// down before the error is returned.
     pub fn start(node_as: u32) -> Result<RoutedLab> {
         let uid = nix::unistd::geteuid().as_raw();
         if uid != 0 {
             return Err(LabError::NotRoot { uid });
         }
-        control_plane::ensure_packages(&[("ip", "iproute2"), ("bird", "bird2")])?;
+        control_plane::ensure_packages(&[("ip", "iproute2")])?;
+        // Not installed from here: Debian's bird2 ships a service, and an install must not
+        // start a BIRD in the root namespace (.ci/run installs it with services held back).
+        if !bird_binary("bird").is_file() {
+            return Err(LabError::Command {
+                command: "bird".into(),
+                status: "not found".into(),
+                stderr: "the routed lab needs BIRD 2: install Debian's bird2 as .ci/run does \
+                         (with services held back by policy-rc.d)"
+                    .into(),
+            });
+        }
         for (prefix, err) in sweep_stale_labs() {
             if let Some(e) = err {
                 eprintln!("lab: could not fully remove stale lab {prefix}: {e}");
