@@ -5,7 +5,7 @@
 use super::super::options::K_CONFIG_FILE;
 use super::super::parse::*;
 use super::super::*;
-use super::{Inputs, parse_file};
+use super::Inputs;
 use crate::routed;
 
 /// Parses `raw` with a wing parser whose error is a reason; the error names the setting and
@@ -43,15 +43,7 @@ pub fn routed_settings(
     env: &dyn Fn(&str) -> Option<String>,
     file: Option<&str>,
 ) -> Result<routed::Settings, ConfigError> {
-    let file = match file {
-        Some(text) => parse_file(text)?,
-        None => BTreeMap::new(),
-    };
-    let inputs = Inputs {
-        flags: args.flag_values(),
-        env,
-        file,
-    };
+    let inputs = Inputs::new(args.flag_values(), env, file)?;
     let router_id = match inputs.get("bgp_routerid") {
         Some(raw) => Some(with(&raw, |v| {
             v.parse::<std::net::Ipv4Addr>()

@@ -24,13 +24,12 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::Mutex;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::error::{LabError, Result, io_ctx};
 use super::process::{LabProcess, find_in_path, ip, ip_binary, run};
-use super::registry::{record_path, remove_namespaces, sweep_stale_labs, write_record};
-use super::{ETH, LAB_COUNTER, NAME_PREFIX, NODES, control_plane, netns};
+use super::registry::{record_path, remove_namespaces, write_record};
+use super::{ETH, NODES, control_plane, netns};
 
 /// Every namespace of a routed lab, in creation order.
 pub const ROUTED_NAMESPACES: [&str; 6] = ["lan", "router", "node-a", "node-b", "node-c", "client"];
@@ -131,31 +130,7 @@ impl RoutedLab {
                     .into(),
             });
         }
-        for (prefix, err) in sweep_stale_labs() {
-            if let Some(e) = err {
-                eprintln!("lab: could not fully remove stale lab {prefix}: {e}");
-            }
-        }
-        let prefix = format!(
-            "{NAME_PREFIX}{}x{}-",
-            std::process::id(),
-            LAB_COUNTER.fetch_add(1, Ordering::SeqCst)
-        );
-        let base = std::env::var_os("VIPD_LAB_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                let shm = Path::new("/dev/shm");
-                if shm.is_dir() {
-                    shm.to_path_buf()
-                } else {
-                    std::env::temp_dir()
-                }
-            });
-        let dir = base.join(format!("vipd-lab-{}", prefix.trim_end_matches('-')));
-        for sub in ["logs", "bird"] {
-            std::fs::create_dir_all(dir.join(sub))
-                .map_err(io_ctx(format!("create {}", dir.join(sub).display())))?;
-        }
+        let (prefix, dir) = super::new_lab(&["logs", "bird"])?;
         let mut lab = RoutedLab {
             prefix,
             dir,
