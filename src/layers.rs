@@ -28,7 +28,7 @@ enum Layer {
     Foundation,
     /// `election`, `holder`, `peer`, `nodes`, `dhcp`.
     Core,
-    /// `controlplane`, `services`, `ipam`, `egress`.
+    /// `controlplane`, `services`, `ipam`, `egress`, `routed`.
     Wing,
     /// `config`.
     Config,
@@ -55,6 +55,7 @@ const UNITS: &[(&str, Layer, &[&str])] = &[
     ("services::plan",      Layer::Wing,       &[]),
     ("ipam",                Layer::Wing,       &[]),
     ("egress",              Layer::Wing,       &[]),
+    ("routed",              Layer::Wing,       &[]),
     // Cores: election is the lowest; holder, peer and nodes may import it.
     ("election",            Layer::Core,       &[]),
     ("holder",              Layer::Core,       &["election"]),

@@ -31,5 +31,6 @@ pub mod net;
 pub mod nodes;
 pub mod obs;
 pub mod peer;
+pub mod routed;
 pub mod services;
 pub mod syntax;

@@ -52,7 +52,10 @@ fn golden_kubernetes_manifests() {
             failures.push(f);
         }
     }
-    for (name, argv) in cases::other_cases() {
+    for (name, argv) in cases::other_cases()
+        .into_iter()
+        .chain(cases::routed_cases())
+    {
         let out = generate(&argv).unwrap_or_else(|e| panic!("{name}: {e}"));
         if let Some(f) = check_golden(&root().join(format!("tests/golden/{name}")), &out) {
             failures.push(f);

@@ -164,3 +164,76 @@ impl FromArgMatches for RefusedFlags {
         Ok(())
     }
 }
+
+/// The options of `vipd manifest bird|frr`: kube-vip's BGP flags (`--bgpRouterID`,
+/// `--localAS`, `--bgppeers`, `--peerAddress`, `--peerAS`, ...) and the routing table's
+/// (`--tableID`, `--routingProtocol`), generated from the option table's rows like
+/// [`ManagerArgs`], plus `--config-file`. Resolved with the manager's precedence
+/// (environment, flag, file) by [`super::routed_settings`].
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RoutedArgs {
+    /// (environment variable name, flag value) for every flag given.
+    given: Vec<(&'static str, String)>,
+}
+
+impl RoutedArgs {
+    /// (environment variable name, flag value) for every flag given.
+    pub(super) fn flag_values(&self) -> Vec<(&'static str, &str)> {
+        self.given.iter().map(|(k, v)| (*k, v.as_str())).collect()
+    }
+
+    /// `--config-file`, if given.
+    pub fn config_file(&self) -> Option<&std::path::Path> {
+        self.given
+            .iter()
+            .find(|(k, _)| *k == K_CONFIG_FILE)
+            .map(|(_, v)| std::path::Path::new(v.as_str()))
+    }
+}
+
+fn routed_rows() -> impl Iterator<Item = &'static EnvOption> {
+    rows_with_flags()
+        .filter(|o| o.env == K_CONFIG_FILE || super::options::ROUTED_KEYS.contains(&o.env))
+}
+
+/// The argument of a routed row: shown in `--help` (the manager hides refused rows),
+/// with kube-vip's help in place of the feature name.
+fn routed_arg(o: &'static EnvOption) -> Arg {
+    let mut arg = arg_of(o).hide(false);
+    if let Some(help) = super::options::routed_help(o.env) {
+        let mut text = format!("{help} [env: {}]", o.env);
+        if !o.default.is_empty() {
+            text.push_str(&format!(" [default: {}]", o.default));
+        }
+        arg = arg.help(text);
+    }
+    arg
+}
+
+impl Args for RoutedArgs {
+    fn augment_args(cmd: Command) -> Command {
+        cmd.args(routed_rows().map(routed_arg))
+    }
+
+    fn augment_args_for_update(cmd: Command) -> Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl FromArgMatches for RoutedArgs {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut r = RoutedArgs::default();
+        r.update_from_arg_matches(m)?;
+        Ok(r)
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        for o in routed_rows() {
+            if let Ok(Some(v)) = m.try_get_one::<String>(o.env) {
+                self.given.retain(|(k, _)| *k != o.env);
+                self.given.push((o.env, v.clone()));
+            }
+        }
+        Ok(())
+    }
+}

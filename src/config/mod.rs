@@ -117,10 +117,12 @@ mod options;
 mod parse;
 mod resolve;
 
-pub use args::{ManagerArgs, RefusedFlags};
+pub use args::{ManagerArgs, RefusedFlags, RoutedArgs};
 pub use options::{EnvOption, OptionKind, RefuseWhen, ValueType, env_names, option};
 use options::{K_CONFIG_FILE, K_NODE_NAME};
-pub use resolve::{Resolved, resolve, resolve_detailed};
+pub use resolve::{
+    Resolved, resolve, resolve_detailed, routed_settings, routed_settings_from_process,
+};
 
 // ---------------------------------------------------------------------------------------
 // Types the rest of the crate codes against.
@@ -437,8 +439,9 @@ pub enum ConfigError {
     /// kube-vip options vipd does not implement are set; vipd refuses to start rather
     /// than silently ignore them.
     #[error(
-        "kube-vip option(s) not implemented by vipd are set: {}; unset them (or set them to false/empty)",
-        .options.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+        "kube-vip option(s) not implemented by vipd are set: {}; unset them (or set them to false/empty){}",
+        .options.iter().map(ToString::to_string).collect::<Vec<_>>().join(", "),
+        unsupported_hints(.options)
     )]
     Unsupported {
         /// Every refused option found (at least one).
@@ -463,6 +466,20 @@ pub enum ConfigError {
     /// `vip_nodename` is unset and the hostname could not be read.
     #[error("no node name: vip_nodename / --nodeName is unset and the hostname could not be read")]
     NoNodeName,
+}
+
+/// What to do instead of the refused features among `options` ([`options::feature_hint`]),
+/// each once, as `; <hint>`.
+fn unsupported_hints(options: &[RefusedSetting]) -> String {
+    let mut hints: Vec<&str> = Vec::new();
+    for o in options {
+        if let Some(h) = options::feature_hint(o.feature)
+            && !hints.contains(&h)
+        {
+            hints.push(h);
+        }
+    }
+    hints.iter().map(|h| format!("; {h}")).collect()
 }
 
 impl ConfigError {

@@ -90,6 +90,12 @@ impl EnvOption {
         self
     }
 
+    /// This row with `default` as its default (text, as in kube-vip's flag).
+    pub(crate) const fn with_default(mut self, default: &'static str) -> EnvOption {
+        self.default = default;
+        self
+    }
+
     /// This row with a one-letter flag as well.
     pub(crate) const fn with_short(mut self, c: char) -> EnvOption {
         self.short = Some(c);
@@ -227,6 +233,76 @@ pub(super) const fn ignored(
         value_name: "VALUE",
         short: None,
     }
+}
+
+/// The feature name of the BGP rows. vipd does not speak BGP; the refusal says what to do
+/// instead ([`feature_hint`]).
+pub(crate) const BGP: &str = "BGP";
+/// The feature name of the MP-BGP rows.
+pub(crate) const BGP_MP: &str = "BGP (MP-BGP)";
+
+/// What to do instead of a refused feature, said once after the list of refused options.
+pub(crate) fn feature_hint(feature: &str) -> Option<&'static str> {
+    (feature == BGP || feature == BGP_MP).then_some(
+        "vipd does not speak BGP: run BIRD 2 or FRR on the node with the configuration \
+         `vipd manifest bird` or `vipd manifest frr` writes from these bgp_* settings, and \
+         leave them out of vipd's own (docs/operators.md, \"Routed networks: BIRD/FRR configuration\")",
+    )
+}
+
+/// The env names `vipd manifest bird|frr` reads (the BGP rows and the routing table's id
+/// and protocol), in table order.
+pub(crate) const ROUTED_KEYS: &[&str] = &[
+    "bgp_routerid",
+    "bgp_routerinterface",
+    "bgp_as",
+    "bgp_peeraddress",
+    "bgp_peers",
+    "bgp_peeras",
+    "bgp_peerpass",
+    "bgp_multihop",
+    "bgp_sourceif",
+    "bgp_sourceip",
+    "bgp_hold_time",
+    "bgp_keepalive_interval",
+    "mpbgp_nexthop",
+    "mpbgp_ipv4",
+    "mpbgp_ipv6",
+    "vip_routingtableid",
+    "vip_routingprotocol",
+];
+
+/// The `vipd manifest bird|frr` help of a [`ROUTED_KEYS`] row (kube-vip's meaning; the
+/// table's help of a refused row is only its feature name).
+pub(crate) fn routed_help(env: &str) -> Option<&'static str> {
+    Some(match env {
+        "bgp_routerid" => "BGP router ID (an IPv4 address)",
+        "bgp_routerinterface" => {
+            "Take the router ID from this interface's address (when bgp_routerid is unset)"
+        }
+        "bgp_as" => "The node's AS number (1 to 4294967295)",
+        "bgp_peeraddress" => {
+            "One BGP peer's address (with bgp_peeras, bgp_peerpass, bgp_multihop), added after bgp_peers"
+        }
+        "bgp_peers" => {
+            "BGP peers, comma-separated: <address>:<AS>[:password[:multihop[:port[:mpbgp[:bfd]]]]], IPv6 addresses in brackets ([2001:db8::1]:65001), unnumbered:IFACE[:AS]; bfd is enable;rx_ms;tx_ms;multiplier (default on, 300;300;3)"
+        }
+        "bgp_peeras" => "AS number of the bgp_peeraddress peer",
+        "bgp_peerpass" => "TCP MD5 password of the bgp_peeraddress peer",
+        "bgp_multihop" => "eBGP multihop (TTL 50) for the bgp_peeraddress peer",
+        "bgp_sourceif" => "Interface every BGP session is bound to / takes its source address from",
+        "bgp_sourceip" => "Source address of every BGP session (of the same family as the peer)",
+        "bgp_hold_time" => "BGP hold time, seconds (3 to 65535)",
+        "bgp_keepalive_interval" => "BGP keepalive interval, seconds (less than the hold time)",
+        "mpbgp_nexthop" => {
+            "MP-BGP: carry IPv4 and IPv6 on every session; next hop of the other family: fixed (mpbgp_ipv4/mpbgp_ipv6), auto_sourceip, auto_sourceif"
+        }
+        "mpbgp_ipv4" => "MP-BGP fixed IPv4 next hop",
+        "mpbgp_ipv6" => "MP-BGP fixed IPv6 next hop",
+        "vip_routingtableid" => "Kernel routing table holding vipd's VIP routes",
+        "vip_routingprotocol" => "Route protocol (rtm_protocol) of vipd's VIP routes in that table",
+        _ => return None,
+    })
 }
 
 pub(super) const fn refused(
@@ -677,31 +753,45 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "Use EndpointSlices (vipd reads discovery.k8s.io/v1 EndpointSlices wherever the API server serves them, core Endpoints otherwise, whatever this says)",
     ),
     // --- refused -----------------------------------------------------------------------
-    refused("bgp_enable", "bgp", RTrue, "BGP"),
-    refused("bgp_routerid", "bgpRouterID", NonEmpty, "BGP"),
-    refused("bgp_routerinterface", "", NonEmpty, "BGP"),
-    refused("bgp_as", "localAS", NonEmpty, "BGP"),
-    refused("bgp_peeraddress", "peerAddress", NonEmpty, "BGP"),
-    refused("bgp_peers", "bgppeers", NonEmpty, "BGP"),
-    refused("bgp_peeras", "", NonEmpty, "BGP"),
-    refused("bgp_peerpass", "", NonEmpty, "BGP"),
-    refused("bgp_multihop", "", RTrue, "BGP"),
-    refused("bgp_sourceif", "", NonEmpty, "BGP"),
-    refused("bgp_sourceip", "", NonEmpty, "BGP"),
-    refused("bgp_hold_time", "", NonEmpty, "BGP"),
-    refused("bgp_keepalive_interval", "", NonEmpty, "BGP"),
+    // BGP: `vipd manifest bird|frr` reads these rows (config::routed_settings), the
+    // manager refuses them. Flags and defaults as kube-vip's cmd/kube-vip.go.
+    refused("bgp_enable", "bgp", RTrue, BGP),
+    refused("bgp_routerid", "bgpRouterID", NonEmpty, BGP),
+    refused("bgp_routerinterface", "", NonEmpty, BGP),
+    refused("bgp_as", "localAS", NonEmpty, BGP).with_default("65000"),
+    refused("bgp_peeraddress", "peerAddress", NonEmpty, BGP),
+    refused("bgp_peers", "bgppeers", NonEmpty, BGP),
+    refused("bgp_peeras", "peerAS", NonEmpty, BGP).with_default("65000"),
+    refused("bgp_peerpass", "peerPass", NonEmpty, BGP),
+    refused("bgp_multihop", "multihop", RTrue, BGP),
+    refused("bgp_sourceif", "sourceIF", NonEmpty, BGP),
+    refused("bgp_sourceip", "sourceIP", NonEmpty, BGP),
+    refused("bgp_hold_time", "bgpHoldTimer", NonEmpty, BGP).with_default("30"),
+    refused(
+        "bgp_keepalive_interval",
+        "bgpKeepAliveInterval",
+        NonEmpty,
+        BGP,
+    )
+    .with_default("10"),
     refused("annotation", "", NonEmpty, "BGP node annotations"),
     refused("zebra_enable", "", RTrue, "BGP (Zebra)"),
     refused("zebra_url", "", NonEmpty, "BGP (Zebra)"),
     refused("zebra_version", "", NonEmpty, "BGP (Zebra)"),
     refused("zebra_software_name", "", NonEmpty, "BGP (Zebra)"),
-    refused("mpbgp_nexthop", "", NonEmpty, "BGP (MP-BGP)"),
-    refused("mpbgp_ipv4", "", NonEmpty, "BGP (MP-BGP)"),
-    refused("mpbgp_ipv6", "", NonEmpty, "BGP (MP-BGP)"),
+    refused("mpbgp_nexthop", "", NonEmpty, BGP_MP),
+    refused("mpbgp_ipv4", "", NonEmpty, BGP_MP),
+    refused("mpbgp_ipv6", "", NonEmpty, BGP_MP),
     refused("vip_routingtable", "table", RTrue, "routing-table mode"),
-    refused("vip_routingtableid", "", NonEmpty, "routing-table mode"),
+    refused("vip_routingtableid", "tableID", NonEmpty, "routing-table mode").with_default("198"),
     refused("vip_routingtabletype", "", NonEmpty, "routing-table mode"),
-    refused("vip_routingprotocol", "", NonEmpty, "routing-table mode"),
+    refused(
+        "vip_routingprotocol",
+        "routingProtocol",
+        NonEmpty,
+        "routing-table mode",
+    )
+    .with_default("248"),
     refused(
         "vip_cleanroutingtable",
         "cleanRoutingTable",

@@ -95,15 +95,7 @@ pub fn resolve_detailed(
     file: Option<&str>,
     hostname: &dyn Fn() -> Option<String>,
 ) -> Result<Resolved, ConfigError> {
-    let file = match file {
-        Some(text) => parse_file(text)?,
-        None => BTreeMap::new(),
-    };
-    let inputs = Inputs {
-        flags: args.flag_values(),
-        env,
-        file,
-    };
+    let inputs = Inputs::new(args.flag_values(), env, file)?;
     let mut warnings = Vec::new();
 
     check_kube_vip_only(&inputs, &mut warnings)?;
@@ -487,7 +479,24 @@ pub(super) struct Inputs<'a> {
     pub(super) file: BTreeMap<String, String>,
 }
 
-impl Inputs<'_> {
+impl<'a> Inputs<'a> {
+    /// The inputs of one resolution: the flags given, the environment, and the config
+    /// file's text (parsed here).
+    ///
+    /// # Errors
+    /// [`ConfigError::File`] for a malformed file or an unknown key.
+    pub(super) fn new(
+        flags: Vec<(&'static str, &'a str)>,
+        env: &'a dyn Fn(&str) -> Option<String>,
+        file: Option<&str>,
+    ) -> Result<Inputs<'a>, ConfigError> {
+        let file = match file {
+            Some(text) => parse_file(text)?,
+            None => BTreeMap::new(),
+        };
+        Ok(Inputs { flags, env, file })
+    }
+
     /// The value of `key` by kube-vip's precedence: environment, flag, file.
     pub(super) fn get(&self, key: &'static str) -> Option<Raw> {
         let empty_ok = EMPTY_ENV_IS_SET.contains(&key);
@@ -700,7 +709,10 @@ pub(super) fn parse_file(text: &str) -> Result<BTreeMap<String, String>, ConfigE
     Ok(out)
 }
 
+mod routed;
 mod services;
+
+pub use routed::{routed_settings, routed_settings_from_process};
 
 /// `egress_podcidr`, `egress_servicecidr`: comma-separated CIDRs (kube-vip takes one; a
 /// list is accepted), each error naming the setting and the entry;

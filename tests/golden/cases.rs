@@ -162,9 +162,95 @@ pub fn other_cases() -> Vec<(&'static str, Vec<&'static str>)> {
     ]
 }
 
+/// `vipd manifest bird|frr` cases: (golden file name, argv). Also checked by the daemons
+/// themselves (`bird -p`, `vtysh --dryrun`) in tests/routed_config.rs.
+pub fn routed_cases() -> Vec<(&'static str, Vec<&'static str>)> {
+    vec![
+        (
+            "bird.conf",
+            vec![
+                "bird",
+                "--bgpRouterID",
+                "198.51.100.11",
+                "--bgppeers",
+                "198.51.100.1:65001,[2001:db8:1::1]:65001",
+            ],
+        ),
+        (
+            "bird-peeraddress-multihop.conf",
+            vec![
+                "bird",
+                "--localAS",
+                "4200000001",
+                "--peerAddress",
+                "203.0.113.1",
+                "--peerAS",
+                "65010",
+                "--peerPass",
+                "s3cret",
+                "--multihop",
+                "--sourceIP",
+                "198.51.100.11",
+                "--bgpHoldTimer",
+                "9",
+                "--bgpKeepAliveInterval",
+                "3",
+                "--tableID",
+                "200",
+            ],
+        ),
+        (
+            "frr.conf",
+            vec![
+                "frr",
+                "--bgpRouterID",
+                "198.51.100.11",
+                "--bgppeers",
+                "198.51.100.1:65001:s3cret:false:::true;100;100;3,[2001:db8:1::1]:65001",
+            ],
+        ),
+        (
+            "frr-unnumbered.conf",
+            vec!["frr", "--bgppeers", "unnumbered:eth1,unnumbered:eth2:65001"],
+        ),
+    ]
+}
+
 /// Cases that must be refused: (argv, text the error must contain).
 pub fn err_cases() -> Vec<(Vec<&'static str>, &'static str)> {
     vec![
+        // vipd manifest bird|frr: the setting and the value are named.
+        (vec!["bird"], "no BGP peer"),
+        (
+            vec!["bird", "--bgppeers", "198.51.100.1:4294967296"],
+            "flag --bgppeers (bgp_peers): peer 1 (198.51.100.1:4294967296): AS 4294967296 is out of range",
+        ),
+        (
+            vec!["frr", "--peerAddress", "198.51.100.999"],
+            "invalid value \"198.51.100.999\" for flag --peerAddress (bgp_peeraddress)",
+        ),
+        (
+            vec!["bird", "--peerAddress", "198.51.100.1", "--localAS", "0"],
+            "flag --localAS (bgp_as): AS 0 is reserved",
+        ),
+        (
+            vec![
+                "bird",
+                "--peerAddress",
+                "198.51.100.1",
+                "--bgpKeepAliveInterval",
+                "30",
+            ],
+            "for flag --bgpKeepAliveInterval (bgp_keepalive_interval): the keepalive interval must be shorter than the hold time",
+        ),
+        (
+            vec!["bird", "--bgppeers", "198.51.100.1:65001:pass word"],
+            "\"198.51.100.1:65001:<hidden>\"",
+        ),
+        (
+            vec!["bird", "--bgppeers", "unnumbered:eth1"],
+            "vipd manifest bird: peer 1 (unnumbered:eth1): BIRD needs the peer's address",
+        ),
         // A bad value is named by the generator flag that gave it, not by the
         // environment variable the manager would read.
         (

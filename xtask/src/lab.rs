@@ -27,6 +27,9 @@
 //! # Ok::<(), xtask::lab::LabError>(())
 //! ```
 //!
+//! [`RoutedLab`] is the routed topology of issue 29 (a BGP router between the nodes' subnet
+//! and a client's, no control plane): see [`routed`].
+//!
 //! With [`LabOptions::pods`], each node also has a "pod" namespace behind it (see
 //! [`pod_ipv4`]):
 //!
@@ -50,6 +53,7 @@ pub mod netns;
 mod pods;
 pub mod process;
 mod registry;
+pub mod routed;
 pub mod servers;
 mod topology;
 
@@ -75,6 +79,7 @@ pub use fence::FenceView;
 pub use https::{ApiClient, HttpResponse};
 pub use process::{LabProcess, Signal};
 pub use registry::{LabRecord, list_netns, sweep_stale_labs};
+pub use routed::RoutedLab;
 pub use servers::ThreadServer;
 pub use topology::{LabAddress, parse_ip_addr_json};
 
@@ -268,31 +273,7 @@ impl Lab {
         let t0 = Instant::now();
         let apiserver = find_apiserver()?;
         trace(t0, "found kube-apiserver");
-        for (prefix, err) in sweep_stale_labs() {
-            if let Some(e) = err {
-                eprintln!("lab: could not fully remove stale lab {prefix}: {e}");
-            }
-        }
-        let prefix = format!(
-            "{NAME_PREFIX}{}x{}-",
-            std::process::id(),
-            LAB_COUNTER.fetch_add(1, Ordering::SeqCst)
-        );
-        let base = std::env::var_os("VIPD_LAB_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| {
-                let shm = Path::new("/dev/shm");
-                if shm.is_dir() {
-                    shm.to_path_buf()
-                } else {
-                    std::env::temp_dir()
-                }
-            });
-        let dir = base.join(format!("vipd-lab-{}", prefix.trim_end_matches('-')));
-        for sub in ["logs", "pki", "kubeconfig", "etcd"] {
-            std::fs::create_dir_all(dir.join(sub))
-                .map_err(io_ctx(format!("create {}", dir.join(sub).display())))?;
-        }
+        let (prefix, dir) = new_lab(&["logs", "pki", "kubeconfig", "etcd"])?;
         let mut lab = Lab {
             prefix,
             dir,
@@ -555,6 +536,41 @@ impl Drop for Lab {
     fn drop(&mut self) {
         self.teardown();
     }
+}
+
+/// Sweeps labs left by dead runs, then names a new lab: its per-run prefix
+/// (`vl<pid>x<n>-`) and its directory (under `$VIPD_LAB_DIR`, else /dev/shm, else the
+/// temporary directory), created with the sub-directories `subs`.
+///
+/// # Errors
+/// [`LabError::Io`] when a directory cannot be created.
+pub(crate) fn new_lab(subs: &[&str]) -> Result<(String, PathBuf)> {
+    for (prefix, err) in sweep_stale_labs() {
+        if let Some(e) = err {
+            eprintln!("lab: could not fully remove stale lab {prefix}: {e}");
+        }
+    }
+    let prefix = format!(
+        "{NAME_PREFIX}{}x{}-",
+        std::process::id(),
+        LAB_COUNTER.fetch_add(1, Ordering::SeqCst)
+    );
+    let base = std::env::var_os("VIPD_LAB_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let shm = Path::new("/dev/shm");
+            if shm.is_dir() {
+                shm.to_path_buf()
+            } else {
+                std::env::temp_dir()
+            }
+        });
+    let dir = base.join(format!("vipd-lab-{}", prefix.trim_end_matches('-')));
+    for sub in subs {
+        std::fs::create_dir_all(dir.join(sub))
+            .map_err(io_ctx(format!("create {}", dir.join(sub).display())))?;
+    }
+    Ok((prefix, dir))
 }
 
 /// Prints a start-up phase timing when `VIPD_LAB_TRACE=1`.

@@ -1,4 +1,4 @@
-//! `vipd manifest pod|daemonset|rbac|systemd`: deployment files generated from typed
+//! `vipd manifest pod|daemonset|rbac|systemd|bird|frr`: deployment files generated from typed
 //! objects (k8s-openapi for Kubernetes, a typed unit model for systemd), never from string
 //! templates.
 //!
@@ -13,6 +13,7 @@
 pub mod docs;
 pub mod pod;
 pub mod rbac;
+pub mod routed;
 pub mod systemd;
 
 use clap::{Args, Subcommand};
@@ -62,6 +63,17 @@ pub enum ManifestError {
     /// A flag of the generator has no row in [`config::env_names`] (a bug in vipd).
     #[error("internal: flag --{0} has no environment variable in the option table")]
     UnknownFlag(&'static str),
+    /// A BGP setting of `vipd manifest bird|frr` is invalid.
+    #[error("invalid BGP settings: {0}")]
+    Bgp(config::ConfigError),
+    /// The routing daemon cannot do what the BGP settings ask.
+    #[error("vipd manifest {daemon}: {reason}")]
+    Routed {
+        /// `bird` or `frr`.
+        daemon: &'static str,
+        /// Why.
+        reason: String,
+    },
     /// YAML serialisation failed.
     #[error("cannot serialise the manifest to YAML: {0}")]
     Yaml(String),
@@ -83,6 +95,12 @@ pub enum ManifestCommand {
     /// A systemd unit (Type=notify, watchdog, capabilities limited to NET_ADMIN/NET_RAW/NET_BIND_SERVICE),
     /// or with --environment-file the matching EnvironmentFile.
     Systemd(Box<systemd::SystemdArgs>),
+    /// BIRD 2 configuration (bird.conf) for routed networks: exports vipd's VIP routes
+    /// from kernel table 198 over BGP with BFD, from kube-vip's bgp_* settings (environment,
+    /// flags or --config-file, as `vipd manager` reads them).
+    Bird(routed::RoutedManifestArgs),
+    /// FRR configuration (frr.conf) for routed networks, as `bird` (FRR 8.4: IPv4 VIPs only).
+    Frr(routed::RoutedManifestArgs),
 }
 
 /// Go `strconv.ParseBool` (what cobra uses for kube-vip's boolean flags).
@@ -833,6 +851,8 @@ pub fn run(cmd: &ManifestCommand) -> Result<String, ManifestError> {
         ManifestCommand::Rbac(a) => rbac::rbac_yaml(a),
         ManifestCommand::PeerKey(a) => rbac::peer_key_yaml(&a.namespace),
         ManifestCommand::Systemd(a) => systemd::render(a),
+        ManifestCommand::Bird(a) => routed::run(routed::Daemon::Bird, a),
+        ManifestCommand::Frr(a) => routed::run(routed::Daemon::Frr, a),
     }
 }
 

@@ -200,7 +200,8 @@ fn config_every_flag_feeds_its_env_key() {
     }
     // ... and flag_values covers exactly the table's flags.
     assert_eq!(args(&[]).flag_values(), vec![]);
-    assert_eq!(rows.len(), 74);
+    // 74, and kube-vip's BGP and routing-table flags `vipd manifest bird|frr` reads (issue 29).
+    assert_eq!(rows.len(), 83);
 }
 
 #[test]

@@ -27,21 +27,27 @@ pub struct LabRecord {
 
 impl Lab {
     pub(super) fn write_record(&self) -> Result<()> {
-        std::fs::create_dir_all(REGISTRY_DIR).map_err(io_ctx(format!("create {REGISTRY_DIR}")))?;
-        let pid = std::process::id() as i32;
-        let rec = LabRecord {
-            prefix: self.prefix.clone(),
-            pid,
-            start_time: process_start_time(pid).unwrap_or(0),
-            dir: self.dir.clone(),
-        };
-        let path = record_path(&self.prefix);
-        let json = serde_json::to_string_pretty(&rec).map_err(|e| LabError::Parse {
-            what: "lab record".into(),
-            detail: e.to_string(),
-        })?;
-        std::fs::write(&path, json).map_err(io_ctx(format!("write {}", path.display())))
+        write_record(&self.prefix, &self.dir)
     }
+}
+
+/// Writes the registry record of the lab `prefix` (lab directory `dir`) owned by this
+/// process, so that a later run sweeps it if this process dies ([`sweep_stale_labs`]).
+pub(super) fn write_record(prefix: &str, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(REGISTRY_DIR).map_err(io_ctx(format!("create {REGISTRY_DIR}")))?;
+    let pid = std::process::id() as i32;
+    let rec = LabRecord {
+        prefix: prefix.to_string(),
+        pid,
+        start_time: process_start_time(pid).unwrap_or(0),
+        dir: dir.to_path_buf(),
+    };
+    let path = record_path(prefix);
+    let json = serde_json::to_string_pretty(&rec).map_err(|e| LabError::Parse {
+        what: "lab record".into(),
+        detail: e.to_string(),
+    })?;
+    std::fs::write(&path, json).map_err(io_ctx(format!("write {}", path.display())))
 }
 
 pub(super) fn record_path(prefix: &str) -> PathBuf {

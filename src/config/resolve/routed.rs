@@ -1,0 +1,187 @@
+//! Resolving kube-vip's BGP options (`bgp_*`, `mpbgp_*`) and the routing table's id and
+//! protocol into [`crate::routed::Settings`], for `vipd manifest bird|frr`: the same
+//! inputs, precedence and messages as `vipd manager` (which refuses these options).
+
+use super::super::options::K_CONFIG_FILE;
+use super::super::parse::*;
+use super::super::*;
+use super::Inputs;
+use crate::routed;
+
+/// Parses `raw` with a wing parser whose error is a reason; the error names the setting and
+/// the value ([`ConfigError::Invalid`]).
+fn with<T>(raw: &Raw, parse: impl FnOnce(&str) -> Result<T, String>) -> Result<T, ConfigError> {
+    parse(&raw.value).map_err(|reason| {
+        let mut e = raw.invalid(reason);
+        // Passwords stay out of messages and logs.
+        if let ConfigError::Invalid { value, .. } = &mut e {
+            match raw.key {
+                "bgp_peerpass" => *value = "<hidden>".into(),
+                "bgp_peers" => *value = routed::redact_passwords(value),
+                _ => {}
+            }
+        }
+        e
+    })
+}
+
+/// Resolves the BGP settings from flags, environment and config-file text (YAML, keys =
+/// kube-vip environment variable names) with `vipd manager`'s precedence (environment >
+/// flag > file > default, see [`crate::config`]). Pure.
+///
+/// Defaults are kube-vip's (`cmd/kube-vip.go`): `bgp_as` and `bgp_peeras` 65000, hold time
+/// 30 s, keepalive 10 s, table 198, protocol 248. `bgp_peeraddress` adds one peer after
+/// those of `bgp_peers` (`pkg/kubevip/config_environment.go`).
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming the setting and value: an unparsable peer list, an AS
+/// out of range, a bad address, a timer out of range, a keepalive not below the hold time,
+/// no peer at all (neither `bgp_peers` nor `bgp_peeraddress`); [`ConfigError::File`] for a
+/// malformed config file.
+pub fn routed_settings(
+    args: &RoutedArgs,
+    env: &dyn Fn(&str) -> Option<String>,
+    file: Option<&str>,
+) -> Result<routed::Settings, ConfigError> {
+    let inputs = Inputs::new(args.flag_values(), env, file)?;
+    let router_id = match inputs.get("bgp_routerid") {
+        Some(raw) => Some(with(&raw, |v| {
+            v.parse::<std::net::Ipv4Addr>()
+                .map_err(|_| format!("{v:?} is not an IPv4 address (a BGP router ID is one)"))
+        })?),
+        None => None,
+    };
+    let router_interface = inputs
+        .get("bgp_routerinterface")
+        .map(parse_interface)
+        .transpose()?
+        .flatten();
+    let local_as = match inputs.get("bgp_as") {
+        Some(raw) => with(&raw, routed::parse_as)?,
+        None => routed::DEFAULT_LOCAL_AS,
+    };
+    let mut peers = match inputs.get("bgp_peers") {
+        Some(raw) => with(&raw, routed::parse_peers)?,
+        None => Vec::new(),
+    };
+    if let Some(raw) = inputs.get("bgp_peeraddress") {
+        let address = routed::PeerAddress::Ip(with(&raw, routed::parse_peer_address)?);
+        if peers.iter().any(|p| p.address == address) {
+            return Err(raw.invalid("this peer is also in bgp_peers"));
+        }
+        let asn = match inputs.get("bgp_peeras") {
+            Some(raw) => with(&raw, routed::parse_as)?,
+            None => routed::DEFAULT_PEER_AS,
+        };
+        let password = match inputs.get("bgp_peerpass") {
+            Some(raw) => {
+                with(&raw, routed::check_password)?;
+                Some(raw.value)
+            }
+            None => None,
+        };
+        peers.push(routed::Peer {
+            address,
+            asn: Some(asn),
+            password,
+            multihop: inputs.bool_or("bgp_multihop", false)?,
+            port: routed::BGP_PORT,
+            mpbgp: routed::Mpbgp::default(),
+            bfd: routed::DEFAULT_BFD,
+        });
+    }
+    if peers.is_empty() {
+        return Err(Raw::default_of("bgp_peers", "").invalid(
+            "no BGP peer: set bgp_peers (--bgppeers) or bgp_peeraddress (--peerAddress)",
+        ));
+    }
+    let source_ip = match inputs.get("bgp_sourceip") {
+        Some(raw) => Some(with(&raw, routed::parse_peer_address)?),
+        None => None,
+    };
+    let source_if = inputs
+        .get("bgp_sourceif")
+        .map(parse_interface)
+        .transpose()?
+        .flatten();
+    let hold_raw = inputs.text_or("bgp_hold_time", &routed::DEFAULT_HOLD_TIME.to_string());
+    let hold_time = with(&hold_raw, |v| routed::parse_timer(v, 3))?;
+    let keepalive = match inputs.get("bgp_keepalive_interval") {
+        Some(raw) => {
+            let k = with(&raw, |v| routed::parse_timer(v, 1))?;
+            if k >= hold_time {
+                return Err(raw.invalid(format!(
+                    "the keepalive interval must be shorter than the hold time ({hold_time} s, bgp_hold_time)"
+                )));
+            }
+            k
+        }
+        // kube-vip's 10 s, or a third of a shorter hold time (RFC 4271 §10's ratio).
+        None => routed::DEFAULT_KEEPALIVE.min((hold_time / 3).max(1)),
+    };
+    let mpbgp = routed::Mpbgp {
+        nexthop: match inputs.get("mpbgp_nexthop") {
+            Some(raw) => Some(with(&raw, routed::MpbgpNexthop::parse)?),
+            None => None,
+        },
+        ipv4: match inputs.get("mpbgp_ipv4") {
+            Some(raw) => Some(with(&raw, |v| {
+                v.parse()
+                    .map_err(|_| format!("{v:?} is not an IPv4 address"))
+            })?),
+            None => None,
+        },
+        ipv6: match inputs.get("mpbgp_ipv6") {
+            Some(raw) => Some(with(&raw, |v| {
+                v.parse()
+                    .map_err(|_| format!("{v:?} is not an IPv6 address"))
+            })?),
+            None => None,
+        },
+    };
+    let table = match inputs.get("vip_routingtableid") {
+        Some(raw) => with(&raw, routed::parse_table)?,
+        None => routed::DEFAULT_TABLE,
+    };
+    let protocol = match inputs.get("vip_routingprotocol") {
+        Some(raw) => with(&raw, routed::parse_protocol)?,
+        None => routed::DEFAULT_PROTOCOL,
+    };
+    Ok(routed::Settings {
+        router_id,
+        router_interface,
+        local_as,
+        peers,
+        source_ip,
+        source_if,
+        hold_time,
+        keepalive,
+        mpbgp,
+        table,
+        protocol,
+    })
+}
+
+/// [`routed_settings`] from the real process: `std::env`, and the config file named by
+/// the `config_file` environment variable or `--config-file` (environment wins).
+///
+/// # Errors
+/// Everything [`routed_settings`] returns, plus [`ConfigError::FileRead`].
+pub fn routed_settings_from_process(args: &RoutedArgs) -> Result<routed::Settings, ConfigError> {
+    let env = |k: &str| std::env::var_os(k).map(|v| v.to_string_lossy().into_owned());
+    let path = env(K_CONFIG_FILE).filter(|p| !p.is_empty()).or_else(|| {
+        args.config_file()
+            .map(|p| p.to_string_lossy().into_owned())
+            .filter(|p| !p.is_empty())
+    });
+    let text = match path {
+        Some(p) => Some(
+            std::fs::read_to_string(&p).map_err(|source| ConfigError::FileRead {
+                path: PathBuf::from(&p),
+                source,
+            })?,
+        ),
+        None => None,
+    };
+    routed_settings(args, &env, text.as_deref())
+}
