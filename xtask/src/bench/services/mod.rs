@@ -292,6 +292,18 @@ pub fn run(args: &[&str]) -> Result<()> {
     crate::require_root("bench services")?;
     let vipd = vipd_release_binary(o.build, o.vipd.as_deref())?;
     println!("vipd binary: {}", vipd.display());
+    // The lab's client needs a neighbour entry per address it reaches, and the kernel's
+    // neighbour tables are one for every network namespace (their limits exist only in the
+    // root one): at 1024 IPv6 entries (the default gc_thresh3), thousands of Services fail
+    // with "neighbor table overflow" whatever vipd does.
+    let _limits = match o
+        .scenarios
+        .iter()
+        .any(|s| matches!(s, Scenario::Scale | Scenario::Coldstart))
+    {
+        true => Some(NeighbourLimits::raise(4 * o.services + 1024)?),
+        false => None,
+    };
     for s in &o.scenarios {
         let t0 = Instant::now();
         match s {
@@ -305,6 +317,54 @@ pub fn run(args: &[&str]) -> Result<()> {
         println!("({s:?} took {:.0} s)\n", t0.elapsed().as_secs_f64());
     }
     Ok(())
+}
+
+/// The kernel's IPv4 and IPv6 neighbour table limits (`net.ipv{4,6}.neigh.default.gc_thresh1..3`,
+/// set in the root network namespace only, counted over all of them), raised for a bench
+/// and put back as they were when dropped (also on an error or a panic; not on SIGKILL).
+/// Nothing is sent anywhere: only the limits change.
+pub struct NeighbourLimits {
+    saved: Vec<(String, String)>,
+}
+
+impl NeighbourLimits {
+    /// Raises gc_thresh3 to at least `entries` (gc_thresh2 to half, gc_thresh1 to a quarter
+    /// of it), when lower; says so.
+    ///
+    /// # Errors
+    /// When a limit cannot be read or written.
+    pub fn raise(entries: usize) -> Result<Self> {
+        let mut saved = Vec::new();
+        for family in ["ipv4", "ipv6"] {
+            for (n, want) in [(3, entries), (2, entries / 2), (1, entries / 4)] {
+                let path = format!("/proc/sys/net/{family}/neigh/default/gc_thresh{n}");
+                let now = std::fs::read_to_string(&path)
+                    .map_err(|e| anyhow!("read {path}: {e}"))?
+                    .trim()
+                    .to_string();
+                if now.parse::<usize>().is_ok_and(|v| v >= want) {
+                    continue;
+                }
+                std::fs::write(&path, want.to_string())
+                    .map_err(|e| anyhow!("write {path}: {e}"))?;
+                println!(
+                    "  {path}: {now} -> {want} for the bench (the client needs an entry per Service address; put back at the end)"
+                );
+                saved.push((path, now));
+            }
+        }
+        Ok(NeighbourLimits { saved })
+    }
+}
+
+impl Drop for NeighbourLimits {
+    fn drop(&mut self) {
+        for (path, value) in self.saved.iter().rev() {
+            if let Err(e) = std::fs::write(path, value) {
+                eprintln!("cannot put {path} back to {value}: {e}");
+            }
+        }
+    }
 }
 
 // ----- addresses -------------------------------------------------------------------------
