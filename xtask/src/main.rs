@@ -23,6 +23,8 @@
 //! cargo xtask bench addrs [--count 8000] [--step 2000]
 //!                        the kernel's cost per address add and lifetime refresh as the
 //!                        addresses grow (see bench/addrs.rs)
+//! cargo xtask bench services [--scenario LIST] [--services 1000]
+//!                        LoadBalancer Services at scale (see bench/services/)
 //! ```
 
 mod args;
@@ -68,6 +70,9 @@ commands:
   bench addrs [--count 8000] [--step 2000]
               the kernel's cost per IPv6/IPv4 address add and lifetime refresh as the
               addresses grow, in a namespace of its own; no vipd (`bench addrs --help`)
+  bench services [--scenario bringup|scale|coldstart|churn|drain|dhcp|all] [--services 1000]
+              LoadBalancer Services: create -> first answer, lease writes, CPU and RSS
+              per node, cold start, power-off, churn (`bench services --help`)
 
 environment:
   VIPD_KUBE_APISERVER   path to kube-apiserver v1.20.2
@@ -75,7 +80,8 @@ environment:
   VIPD_LAB_KEEP=1       keep lab directories (logs, kubeconfigs) after teardown
   VIPD_LAB_TEST_THREADS test threads for lab tests (default 2)
   VIPD_CHAOS_MINUTES    minutes of the chaos soak run by `test` as root (default 2, 0: skip)
-  VIPD_CHAOS_SEED       its seed (default 711036458, a fixed schedule)";
+  VIPD_CHAOS_SEED       its seed (default 711036458, a fixed schedule)
+  VIPD_BENCH_ENV        extra vipd environment for `bench services`, e.g. svc_leaseshards=16";
 
 /// Where `lab up` records the running lab.
 const STATE_FILE: &str = "/run/vipd-lab/up.json";
