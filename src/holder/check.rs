@@ -15,8 +15,10 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let Some(present) = self.list_for_check(now).await else {
             return;
         };
+        let steps = self.repair_steps(&present, fence_left).await;
+        self.say_missing(&steps, now);
         let mut repaired = false;
-        for step in self.repair_steps(&present, fence_left).await {
+        for step in steps {
             repaired |= self.apply_repair(step, now).await;
         }
         if renewed_at.is_some() && (repaired || !self.pending_na.is_empty()) {
@@ -105,6 +107,42 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         steps
     }
 
+    /// Warns of the VIPs `steps` re-add (found missing while leading), each once a minute
+    /// at most: one line each while few, else one line with the count and the first three
+    /// (each at debug level): a shard's holder whose addresses expired re-adds hundreds at
+    /// once (1 263 WARN lines on one node in a 10 000-Service cold start).
+    fn say_missing(&mut self, steps: &[Step], now: Instant) {
+        let missing: Vec<(Vip, u32, String)> = steps
+            .iter()
+            .filter_map(|s| match s {
+                Step::Add { vip, ifindex, .. } => self
+                    .quiet
+                    .observe(Quiet::Missing(vip.addr), String::new(), now)
+                    .map(|r| (*vip, *ifindex, r.to_string())),
+                _ => None,
+            })
+            .collect();
+        crate::obs::logging::each_or_summary(
+            &missing,
+            |(vip, ifindex, r), each| match each {
+                true => {
+                    warn!(holder = %self.name, %vip, ifindex, "VIP missing while leading; re-adding{r}")
+                }
+                false => {
+                    debug!(holder = %self.name, %vip, ifindex, "VIP missing while leading; re-adding{r}")
+                }
+            },
+            |count| {
+                let first: Vec<String> = missing
+                    .iter()
+                    .take(3)
+                    .map(|(v, ..)| v.to_string())
+                    .collect();
+                warn!(holder = %self.name, count, first = ?first, "VIP missing while leading; re-adding: {count} VIPs (each at debug level)");
+            },
+        );
+    }
+
     /// Carries out one repair step of the check; `true` when a VIP was re-added.
     async fn apply_repair(&mut self, step: Step, now: Instant) -> bool {
         match step {
@@ -113,12 +151,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 ifindex,
                 valid_lft_secs,
             } => {
-                if let Some(r) = self
-                    .quiet
-                    .observe(Quiet::Missing(vip.addr), String::new(), now)
-                {
-                    warn!(holder = %self.name, %vip, ifindex, "VIP missing while leading; re-adding{r}");
-                }
+                // Said by say_missing.
                 match self.add_fenced(ifindex, vip, valid_lft_secs).await {
                     Ok(false) => false,
                     Ok(true) => {
