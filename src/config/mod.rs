@@ -39,7 +39,8 @@
 //!
 //! Options that would change behaviour are refused at start with
 //! [`ConfigError::Unsupported`] naming every one that is set ([`OptionKind::Refused`]):
-//! BGP (`bgp_enable`, every `bgp_*`, `zebra_*`, `mpbgp_*`, `annotation`), WireGuard (`vip_wireguard`), egress (`egress_podcidr`,
+//! BGP (`bgp_enable`, every `bgp_*`, `zebra_*`, `mpbgp_*`, `annotation`), WireGuard
+//! (`vip_wireguard`), egress (`egress_podcidr`,
 //! `egress_servicecidr`, `egress_clean`), dynamic DNS (`vip_ddns`),
 //! UPnP (`enable_upnp`), `disable_service_updates`,
 //! `enable_endpointslices`, `mirror_dest_interface`, `health_check_port`, `cp_detect`,

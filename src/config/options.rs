@@ -589,7 +589,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "servicesSubnetCheck",
         "true",
         Bool,
-        "vipd option: a node campaigns for a Service only when every address of it lies in a subnet of the node's own addresses (on the Service's interface when one is named); false announces Service VIPs outside the node's subnets (a pool routed to the segment), as kube-vip does",
+        "vipd option: a node campaigns for a Service only when every address of it lies in a subnet of the node's own addresses (on the Service's interface when one is named); false announces Service VIPs outside the node's subnets (a pool routed to the segment), as kube-vip does; routing-table mode (vip_routingtable) defaults it to false: a routed VIP is on no node subnet",
     ),
     opt(
         K_EGRESS_PODCIDR,

@@ -152,7 +152,8 @@ pub fn resolve_detailed(
         lb_class_only: svc.lb_class_only,
         lb_class_name: svc.lb_class_name,
         services_interface,
-        services_subnet_check: inputs.bool_or(K_SVC_SUBNET_CHECK, true)?,
+        // A routed VIP is on no node subnet: routing-table mode checks none by default.
+        services_subnet_check: inputs.bool_or(K_SVC_SUBNET_CHECK, routing_table.is_none())?,
         service_security: inputs.bool_or(K_SERVICE_SECURITY, false)?,
         egress: egress(&inputs)?,
         prometheus_server: api.prometheus_server,

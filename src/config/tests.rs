@@ -953,6 +953,11 @@ fn routing_table_mode_for_elected_services() {
         (198, 248, RouteKind::Unicast, false)
     );
     assert_eq!(r.config.services().routing_table, Some(m));
+    // A routed VIP is on no node subnet: no subnet check unless asked for.
+    assert!(!r.config.services_subnet_check);
+    let mut env = base.to_vec();
+    env.push(("svc_subnet_check", "true"));
+    assert!(ok(&[], &env, None).config.services_subnet_check);
     let mut env = base.to_vec();
     env.extend([
         ("vip_routingtableid", "1000"),

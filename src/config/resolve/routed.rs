@@ -1,6 +1,7 @@
 //! Resolving kube-vip's BGP options (`bgp_*`, `mpbgp_*`) and the routing table's id and
 //! protocol into [`crate::routed::Settings`], for `vipd manifest bird|frr`: the same
-//! inputs, precedence and messages as `vipd manager` (which refuses these options).
+//! inputs, precedence and messages as `vipd manager` (which refuses the BGP options and reads
+//! the table's id and protocol only in routing-table mode, [`routing_table`]).
 
 use super::super::options::{
     K_CLEAN_ROUTING_TABLE, K_CONFIG_FILE, K_ROUTING_PROTOCOL, K_ROUTING_TABLE, K_ROUTING_TABLE_ID,
