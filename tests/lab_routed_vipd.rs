@@ -1,17 +1,19 @@
 //! Issue 29, scenario S66: vipd's routing-table mode with real `vipd manager`s. The three
 //! lab nodes run vipd (Services, `svc_election=true`, `vip_routingtable=true`, 5/3/1) against
 //! the real kube-apiserver and BIRD configured by `vipd manifest bird`, peering over BGP (BFD
-//! on) with a BGP router: the lab's `client` namespace runs BIRD (AS 65001, `merge paths
-//! on`) and installs what it learns into its kernel. One LoadBalancer Service, its VIP a
-//! routed address on no segment (198.51.100.80).
+//! on) with a BGP router: the lab's `client` namespace runs BIRD (AS 65001, one IPv4 and one
+//! IPv6 session per node, `merge paths on`) and installs what it learns into its kernel. One
+//! dual-stack LoadBalancer Service, its VIPs routed addresses on no segment (198.51.100.80,
+//! 2001:db8:5::80).
 //!
 //! Checks: only the lease holder routes the VIP (table 198, protocol 248, no address, and
 //! the router's route has exactly the holder as next hop); SIGKILL of the holder's vipd:
-//! its path leaves the router at once (the fence device closes with the process) and the
-//! new holder's path appears after the lease; SIGSTOP of the holder: its path leaves the
-//! router within the fence lifetime (2 s from the last renewal) + the kernel's address
-//! expiry slack + BIRD's scan time (1 s), always before a lease duration (5 s) + the scan
-//! time, and before the new holder's path appears. Prints the measured times.
+//! its IPv4 path leaves the router at once (the fence device closes with the process), its
+//! IPv6 path at the route's expiry, both before another node's, and the new holder's paths
+//! appear after the lease; SIGSTOP of the holder: its paths leave the router within the
+//! fence lifetime (2 s from the last renewal) + the kernel's slack (+ BIRD's 1 s scan for
+//! IPv4), always before a lease duration (5 s) + the scan time, and before another node's
+//! path appears. Prints the measured times.
 //!
 //! Run as root: `cargo test --test lab_routed_vipd -- --nocapture --test-threads 1`.
 
@@ -26,10 +28,12 @@ use support::*;
 use vipd::cmd::manifest::routed::{Daemon, RoutedManifestArgs, generate};
 use xtask::lab::process::run;
 use xtask::lab::routed::bird_binary;
-use xtask::lab::{CLIENT_V4, Lab, LabOptions, LabProcess, Signal, node_ipv4};
+use xtask::lab::{CLIENT_V4, CLIENT_V6, Lab, LabOptions, LabProcess, Signal, node_ipv4, node_ipv6};
 
 /// The Service VIP: a routed address, on no lab segment.
 const VIP: &str = "198.51.100.80";
+/// Its IPv6 VIP (the same Service: dual stack).
+const VIP6: &str = "2001:db8:5::80";
 /// Lease duration of the 5/3/1 timings ([`T531`]).
 const LEASE: Duration = Duration::from_secs(5);
 /// BIRD's kernel scan time in `vipd manifest bird` (`routed::bird::KERNEL_SCAN_SECS`).
@@ -42,14 +46,18 @@ fn router_conf() -> String {
         "router id {CLIENT_V4};\n\
          protocol device {{\n}}\n\
          protocol kernel kernel4 {{\n\tmerge paths on;\n\tipv4 {{ import none; export all; }};\n}}\n\
+         protocol kernel kernel6 {{\n\tmerge paths on;\n\tipv6 {{ import none; export all; }};\n}}\n\
          protocol bfd bfd1 {{\n\tinterface \"eth0\" {{ min rx interval 100 ms; min tx interval 100 ms; multiplier 3; }};\n}}\n\
-         template bgp node4 {{\n\tlocal {CLIENT_V4} as 65001;\n\tbfd on;\n\tipv4 {{ import all; export none; }};\n}}\n"
+         template bgp node4 {{\n\tlocal {CLIENT_V4} as 65001;\n\tbfd on;\n\tipv4 {{ import all; export none; }};\n}}\n\
+         template bgp node6 {{\n\tlocal {CLIENT_V6} as 65001;\n\tbfd on;\n\tipv6 {{ import all; export none; }};\n}}\n"
     );
     for node in NODES {
         let ip = node_ipv4(node).expect("node");
+        let ip6 = node_ipv6(node).expect("node");
+        let name = node.replace('-', "_");
         s.push_str(&format!(
-            "protocol bgp {} from node4 {{ neighbor {ip} as 65000; }}\n",
-            node.replace('-', "_")
+            "protocol bgp {name}_4 from node4 {{ neighbor {ip} as 65000; }}\n\
+             protocol bgp {name}_6 from node6 {{ neighbor {ip6} as 65000; }}\n"
         ));
     }
     s
@@ -58,7 +66,7 @@ fn router_conf() -> String {
 /// `vipd manifest bird` for `node` from kube-vip's environment variables.
 fn node_conf(node: &str) -> String {
     let id = node_ipv4(node).expect("node").to_string();
-    let peers = format!("{CLIENT_V4}:65001");
+    let peers = format!("{CLIENT_V4}:65001,[{CLIENT_V6}]:65001");
     let env = [
         ("bgp_routerid", id.as_str()),
         ("bgp_as", "65000"),
@@ -123,8 +131,18 @@ fn start_bird(lab: &Lab, ns: &str, config: &str) -> LabProcess {
 
 /// The router's next hops for the VIP (empty: no route).
 fn router_paths(lab: &Lab) -> Vec<IpAddr> {
+    paths_to(lab, VIP)
+}
+
+/// The router's next hops for the IPv6 VIP.
+fn router_paths6(lab: &Lab) -> Vec<IpAddr> {
+    paths_to(lab, VIP6)
+}
+
+fn paths_to(lab: &Lab, vip: &str) -> Vec<IpAddr> {
+    let fam = if vip.contains(':') { "-6" } else { "-4" };
     let out = lab
-        .exec("client", "ip", &["-4", "-j", "route", "show", "exact", VIP])
+        .exec("client", "ip", &[fam, "-j", "route", "show", "exact", vip])
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
     let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
@@ -147,6 +165,35 @@ fn hop(node: &str) -> IpAddr {
     IpAddr::V4(node_ipv4(node).expect("node"))
 }
 
+fn hop6(node: &str) -> IpAddr {
+    IpAddr::V6(node_ipv6(node).expect("node"))
+}
+
+/// Polls both families every 10 ms until the router has no path through `node`: when
+/// each went (since `t0`), and whether a path of another node came first.
+fn drops(lab: &Lab, node: &str, t0: Instant, limit: Duration) -> (Duration, Duration, bool) {
+    let (mut v4, mut v6, mut other_first) = (None, None, false);
+    loop {
+        let (p4, p6) = (router_paths(lab), router_paths6(lab));
+        let others = p4.iter().any(|p| *p != hop(node)) || p6.iter().any(|p| *p != hop6(node));
+        if v4.is_none() && !p4.contains(&hop(node)) {
+            v4 = Some(t0.elapsed());
+        }
+        if v6.is_none() && !p6.contains(&hop6(node)) {
+            v6 = Some(t0.elapsed());
+        }
+        if let (Some(a), Some(b)) = (v4, v6) {
+            return (a, b, other_first);
+        }
+        other_first |= others;
+        assert!(
+            t0.elapsed() < limit,
+            "{node}'s paths still on the router after {limit:?}: {p4:?} {p6:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// The node whose address is the router's only next hop for the VIP.
 fn routed_by(lab: &Lab) -> Option<&'static str> {
     match router_paths(lab).as_slice() {
@@ -160,22 +207,18 @@ fn table_198(lab: &Lab, node: &str) -> String {
     lab.exec(
         node,
         "ip",
-        &["-4", "route", "show", "table", "198", "proto", "248"],
+        &["route", "show", "table", "198", "proto", "248"],
     )
     .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
     .unwrap_or_default()
-}
-
-/// Polls every 10 ms until `f` holds; the time it took. Panics past `limit`.
-fn until(what: &str, limit: Duration, mut f: impl FnMut() -> bool) -> Duration {
-    let t0 = Instant::now();
-    loop {
-        if f() {
-            return t0.elapsed();
-        }
-        assert!(t0.elapsed() < limit, "{what}: not within {limit:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+        + &lab
+            .exec(
+                node,
+                "ip",
+                &["-6", "route", "show", "table", "198", "proto", "248"],
+            )
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
 }
 
 #[test]
@@ -199,7 +242,13 @@ fn s66_routing_table_mode_holder_routes_and_the_router_follows_kill_and_freeze()
         .collect();
     create_service(
         &lab,
-        &service_json("routed", Some(VIP), None, &[(80, "TCP")], false),
+        &service_json(
+            "routed",
+            Some(&format!("{VIP},{VIP6}")),
+            None,
+            &[(80, "TCP")],
+            false,
+        ),
     );
     let holder = wait_for(
         "the router routes the VIP to one node",
@@ -211,39 +260,56 @@ fn s66_routing_table_mode_holder_routes_and_the_router_follows_kill_and_freeze()
         Some(holder),
         "the router's next hop is the lease holder"
     );
+    wait_for(
+        "the router routes the IPv6 VIP to the holder",
+        Duration::from_secs(10),
+        || (router_paths6(&lab) == vec![hop6(holder)]).then_some(()),
+    );
     for n in NODES {
         let t = table_198(&lab, n);
         assert_eq!(t.contains(VIP), n == holder, "{n}'s table 198: {t:?}");
+        assert_eq!(t.contains(VIP6), n == holder, "{n}'s table 198: {t:?}");
+        if n == holder {
+            assert!(t.contains("dev vipr") && t.contains("expires"), "{t}");
+        }
         let addrs = lab
-            .exec(n, "ip", &["-4", "addr", "show"])
+            .exec(n, "ip", &["addr", "show"])
             .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
             .unwrap_or_default();
         assert!(
-            !addrs.contains(VIP),
+            !addrs.contains(VIP) && !addrs.contains(VIP6),
             "{n} bound the VIP as an address: {addrs}"
         );
     }
     // Stable: still the holder alone a few renewals later.
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(router_paths(&lab), vec![hop(holder)]);
+    assert_eq!(router_paths6(&lab), vec![hop6(holder)]);
 
     // SIGKILL: the fence device closes with the process, the route goes at once.
     let i = NODES.iter().position(|n| *n == holder).expect("node");
     let killed = Instant::now();
     procs[i].signal(Signal::SIGKILL).expect("SIGKILL");
-    let dropped = until("the killed holder's path leaves the router", LEASE, || {
-        !router_paths(&lab).contains(&hop(holder))
-    });
+    let (dropped, dropped6, other_first) = drops(&lab, holder, killed, LEASE);
     let next = wait_for("a new holder's path", LEASE * 3, || {
         routed_by(&lab).filter(|n| *n != holder)
     });
     let taken = killed.elapsed();
     println!(
-        "S66 SIGKILL of {holder}'s vipd: path dropped by the router after {dropped:?}, new holder {next}'s path after {taken:?}"
+        "S66 SIGKILL of {holder}'s vipd: IPv4 path dropped by the router after {dropped:?}, IPv6 after {dropped6:?} (expiry: fence 2 s + gc 1 s), new holder {next}'s path after {taken:?}"
+    );
+    assert!(
+        !other_first,
+        "kill: another node's path before {holder}'s went"
     );
     assert!(
         dropped < Duration::from_secs(2),
         "kill: dropped after {dropped:?}"
+    );
+    // Fence 2 s + the IPv6 collector's second after the last renewal, 1 s of slack.
+    assert!(
+        dropped6 <= Duration::from_secs(4),
+        "kill: IPv6 dropped after {dropped6:?}"
     );
     let _ = procs[i].kill();
     procs[i] = start_vipd_services(&lab, holder, true, &extra);
@@ -254,28 +320,21 @@ fn s66_routing_table_mode_holder_routes_and_the_router_follows_kill_and_freeze()
     let j = NODES.iter().position(|n| *n == next).expect("node");
     let frozen = Instant::now();
     procs[j].signal(Signal::SIGSTOP).expect("SIGSTOP");
-    let mut other_at = None;
-    let dropped = until(
-        "the frozen holder's path leaves the router",
-        LEASE + SCAN,
-        || {
-            let paths = router_paths(&lab);
-            if other_at.is_none() && paths.iter().any(|p| *p != hop(next)) {
-                other_at = Some(frozen.elapsed());
-            }
-            !paths.contains(&hop(next))
-        },
-    );
+    let (dropped, dropped6, other_first) = drops(&lab, next, frozen, LEASE + SCAN);
     let third = wait_for("a new holder's path after the freeze", LEASE * 3, || {
         routed_by(&lab).filter(|n| *n != next)
     });
     let taken = frozen.elapsed();
     println!(
-        "S66 SIGSTOP of {next}'s vipd: path dropped by the router after {dropped:?} (bound: fence 2 s + address expiry ≤ 1 s + scan {SCAN:?}), new holder {third}'s path after {taken:?}"
+        "S66 SIGSTOP of {next}'s vipd: IPv4 path dropped by the router after {dropped:?} (bound: fence 2 s + address expiry ≤ 1 s + scan {SCAN:?}), IPv6 after {dropped6:?} (fence 2 s + gc 1 s), new holder {third}'s path after {taken:?}"
     );
     assert!(
-        other_at.is_none_or(|t| t >= dropped),
-        "another node's path ({other_at:?}) came before the frozen holder's went ({dropped:?})"
+        !other_first,
+        "freeze: another node's path came before {next}'s went"
+    );
+    assert!(
+        dropped6 <= Duration::from_secs(4),
+        "freeze: IPv6 dropped after {dropped6:?}"
     );
     // Documented: fence 2 s + address expiry <= 1 s + scan 1 s after the last renewal; 1 s
     // of slack for a loaded machine (polling, BIRD's scan timer), under a lease + the scan.
@@ -287,6 +346,7 @@ fn s66_routing_table_mode_holder_routes_and_the_router_follows_kill_and_freeze()
     // Thawed, it has lost the lease: it routes nothing.
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(router_paths(&lab), vec![hop(third)], "after the thaw");
+    assert_eq!(router_paths6(&lab), vec![hop6(third)], "after the thaw");
     assert!(
         !table_198(&lab, next).contains(VIP),
         "thawed {next} routes the VIP"
