@@ -13,7 +13,8 @@
 //! appear after the lease; SIGSTOP of the holder: its paths leave the router within the
 //! fence lifetime (2 s from the last renewal) + the kernel's slack (+ BIRD's 1 s scan for
 //! IPv4), always before a lease duration (5 s) + the scan time, and before another node's
-//! path appears. Prints the measured times.
+//! path appears; SIGTERM: the routes are gone when vipd has exited, the router's paths at
+//! once. Prints the measured times.
 //!
 //! Run as root: `cargo test --test lab_routed_vipd -- --nocapture --test-threads 1`.
 
@@ -350,6 +351,21 @@ fn s66_routing_table_mode_holder_routes_and_the_router_follows_kill_and_freeze()
     assert!(
         !table_198(&lab, next).contains(VIP),
         "thawed {next} routes the VIP"
+    );
+    // Graceful stop (SIGTERM): the holder removes its routes (and closes its devices)
+    // before it releases the lease; the router drops the paths at once.
+    let k = NODES.iter().position(|n| *n == third).expect("node");
+    let stopping = Instant::now();
+    procs[k].stop(Duration::from_secs(10)).expect("SIGTERM");
+    let exited = stopping.elapsed();
+    assert!(
+        !table_198(&lab, third).contains("proto"),
+        "{third} left routes after a graceful stop: {}",
+        table_198(&lab, third)
+    );
+    let (gone, gone6, _) = drops(&lab, third, stopping, Duration::from_secs(2));
+    println!(
+        "S66 SIGTERM of {third}'s vipd: exited after {exited:?}, IPv4 path dropped after {gone:?}, IPv6 after {gone6:?}"
     );
     for p in &procs {
         assert!(!p.log().contains("panicked"), "{}", p.log());
