@@ -307,3 +307,85 @@ fn bad_device_table_lifetime_and_family_are_clear_errors() {
         assert!(k.vip_routes(198, 248).await.unwrap().is_empty());
     });
 }
+
+/// The holder's kernel seam in routing-table mode (`vipd::net::route_kernel::RouteKernel`):
+/// an add through `Kernel::add_or_refresh` puts the VIP's route (IPv4 on its own fence
+/// device, IPv6 on the interface asked for), `addresses` lists both as vipd's on that
+/// interface with the lifetime left, `remove` takes them (the IPv4 device goes), an
+/// un-refreshed IPv4 route goes with its device's address, and `clean` empties the
+/// protocol's routes. `shorten_ipv6_route_gc` sets this namespace's collector to 1 s.
+#[test]
+fn route_kernel_maps_the_holder_seam_to_fenced_routes() {
+    use std::sync::Arc;
+    use vipd::net::Vip;
+    use vipd::net::route_kernel::{RouteKernel, RouteMode, shorten_ipv6_route_gc};
+    lab(|| async {
+        let k = Arc::new(NetlinkKernel::new().unwrap());
+        let v0 = k.link_by_name("v0").await.unwrap();
+        let mode = RouteMode {
+            table: 198,
+            protocol: 248,
+            kind: RouteKind::Unicast,
+            clean: true,
+        };
+        let rk = RouteKernel::new(k.clone(), mode);
+        let v4 = Vip::host(addr("203.0.113.40"));
+        let v6 = Vip::host(addr("2001:db8:6::40"));
+        assert_eq!(
+            rk.add_or_refresh(v0.index, v4, Lifetime::fixed(3), true)
+                .await
+                .unwrap(),
+            3
+        );
+        assert_eq!(
+            rk.add_or_refresh(v0.index, v6, Lifetime::fixed(3), true)
+                .await
+                .unwrap(),
+            3
+        );
+        assert!(k.link_by_name("viprcb007128").await.is_ok());
+        let listed = rk.addresses(Some(v0.index)).await.unwrap();
+        assert_eq!(listed.len(), 2, "{listed:?}");
+        for a in &listed {
+            assert!(a.ours && a.ifindex == v0.index, "{a:?}");
+            assert!(a.valid_lft_secs.is_some_and(|s| s <= 3), "{a:?}");
+        }
+        // Nothing is bound as an address.
+        assert!(
+            k.addresses(Some(v0.index))
+                .await
+                .unwrap()
+                .iter()
+                .all(|a| a.vip.addr != v4.addr && a.vip.addr != v6.addr)
+        );
+        rk.remove(v0.index, v4).await.unwrap();
+        rk.remove(v0.index, v6).await.unwrap();
+        assert!(rk.addresses(None).await.unwrap().is_empty());
+        assert!(k.link_by_name("viprcb007128").await.is_err());
+
+        // Not refreshed: the IPv4 route goes with its fence device's address.
+        let added = Instant::now();
+        rk.add_or_refresh(v0.index, v4, Lifetime::fixed(2), true)
+            .await
+            .unwrap();
+        let r4 = mode.route(v4.addr);
+        let gone = gone_by(&k, r4, added + Duration::from_secs(2) + SLACK).await;
+        println!(
+            "RouteKernel IPv4 route gone {:?} after a 2 s add",
+            gone - added
+        );
+        assert!(gone - added >= Duration::from_secs(1), "{:?}", gone - added);
+
+        // clean: a previous run's route of the protocol goes.
+        rk.add_or_refresh(v0.index, v6, Lifetime::fixed(30), true)
+            .await
+            .unwrap();
+        let removed = rk.clean().await.unwrap();
+        assert_eq!(removed, vec![mode.route(v6.addr)]);
+        assert!(k.vip_routes(198, 248).await.unwrap().is_empty());
+
+        std::fs::write("/proc/sys/net/ipv6/route/gc_interval", "30").unwrap();
+        assert_eq!(shorten_ipv6_route_gc().unwrap(), Some((30, 1)));
+        assert_eq!(shorten_ipv6_route_gc().unwrap(), Some((1, 1)));
+    });
+}

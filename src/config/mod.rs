@@ -39,9 +39,8 @@
 //!
 //! Options that would change behaviour are refused at start with
 //! [`ConfigError::Unsupported`] naming every one that is set ([`OptionKind::Refused`]):
-//! BGP (`bgp_enable`, every `bgp_*`, `zebra_*`, `mpbgp_*`, `annotation`), routing-table mode
-//! (`vip_routingtable`, `vip_routingtableid`, `vip_routingtabletype`, `vip_routingprotocol`,
-//! `vip_cleanroutingtable`), WireGuard (`vip_wireguard`), egress (`egress_podcidr`,
+//! BGP (`bgp_enable`, every `bgp_*`, `zebra_*`, `mpbgp_*`, `annotation`), WireGuard
+//! (`vip_wireguard`), egress (`egress_podcidr`,
 //! `egress_servicecidr`, `egress_clean`), dynamic DNS (`vip_ddns`),
 //! UPnP (`enable_upnp`), `disable_service_updates`,
 //! `enable_endpointslices`, `mirror_dest_interface`, `health_check_port`, `cp_detect`,
@@ -259,6 +258,12 @@ pub struct Config {
     /// VIP in nftables to the millisecond as well as by the address lifetime
     /// ([`crate::net::nft::fence`]).
     pub nft_fence: crate::net::nft::fence::NftFenceSetting,
+    /// `vip_routingtable` (with `vip_routingtableid`, `vip_routingtabletype`,
+    /// `vip_routingprotocol`, `vip_cleanroutingtable`): routing-table mode, Services only
+    /// and with `svc_election`: the lease holder routes each VIP (a fenced host route in
+    /// that table, [`crate::net::route_kernel`]) instead of binding and announcing it.
+    /// `None`: off (the default).
+    pub routing_table: Option<crate::net::route_kernel::RouteMode>,
     /// `enable_node_labeling`: with `cp_enable`, the control-plane lease holder labels its
     /// own Node `kube-vip.io/has-ip=<first address>` ([`crate::nodes::label`]).
     pub enable_node_labeling: bool,
@@ -318,6 +323,7 @@ impl Config {
             service_security: self.service_security,
             services_health: self.services_health.clone(),
             services_failback: self.services_failback,
+            routing_table: self.routing_table,
             lb_class_only: self.lb_class_only,
             lb_class_name: self.lb_class_name.clone(),
         }

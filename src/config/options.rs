@@ -176,6 +176,11 @@ pub(super) const K_DNS_MODE: &str = "dns_mode";
 pub(super) const K_LB_ENABLE: &str = "lb_enable";
 pub(super) const K_LB_PORT: &str = "lb_port";
 pub(super) const K_LB_FWD: &str = "lb_fwdmethod";
+pub(super) const K_ROUTING_TABLE: &str = "vip_routingtable";
+pub(super) const K_ROUTING_TABLE_ID: &str = "vip_routingtableid";
+pub(super) const K_ROUTING_TABLE_TYPE: &str = "vip_routingtabletype";
+pub(super) const K_ROUTING_PROTOCOL: &str = "vip_routingprotocol";
+pub(super) const K_CLEAN_ROUTING_TABLE: &str = "vip_cleanroutingtable";
 
 /// Options where an empty environment value counts as set (kube-vip uses `LookupEnv`).
 pub(super) const EMPTY_ENV_IS_SET: &[&str] = &[K_LB_CLASS_NAME];
@@ -584,7 +589,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "servicesSubnetCheck",
         "true",
         Bool,
-        "vipd option: a node campaigns for a Service only when every address of it lies in a subnet of the node's own addresses (on the Service's interface when one is named); false announces Service VIPs outside the node's subnets (a pool routed to the segment), as kube-vip does",
+        "vipd option: a node campaigns for a Service only when every address of it lies in a subnet of the node's own addresses (on the Service's interface when one is named); false announces Service VIPs outside the node's subnets (a pool routed to the segment), as kube-vip does; routing-table mode (vip_routingtable) defaults it to false: a routed VIP is on no node subnet",
     ),
     opt(
         K_EGRESS_PODCIDR,
@@ -782,21 +787,40 @@ pub(super) static OPTIONS: &[EnvOption] = &[
     refused("mpbgp_nexthop", "", NonEmpty, BGP_MP),
     refused("mpbgp_ipv4", "", NonEmpty, BGP_MP),
     refused("mpbgp_ipv6", "", NonEmpty, BGP_MP),
-    refused("vip_routingtable", "table", RTrue, "routing-table mode"),
-    refused("vip_routingtableid", "tableID", NonEmpty, "routing-table mode").with_default("198"),
-    refused("vip_routingtabletype", "", NonEmpty, "routing-table mode"),
-    refused(
-        "vip_routingprotocol",
+    opt(
+        K_ROUTING_TABLE,
+        "table",
+        "false",
+        Bool,
+        "Routing-table mode (Services only, with svc_election): the Service lease holder puts a host route (/32, /128) for each VIP into the kernel table vip_routingtableid instead of binding the address, for BIRD or FRR on the node to export over BGP (`vipd manifest bird|frr`); the route is fenced by the kernel (gone within its lifetime when vipd is frozen, at once when it is killed); no ARP, no NDP",
+    ),
+    opt(
+        K_ROUTING_TABLE_ID,
+        "tableID",
+        "198",
+        Integer,
+        "Routing-table mode: the kernel routing table of the VIP routes (1 to 4294967295, not 254 main nor 255 local)",
+    ),
+    opt(
+        K_ROUTING_TABLE_TYPE,
+        "routingTableType",
+        "1",
+        Integer,
+        "Routing-table mode: the route type, kube-vip's numbers: 1 (or 0) unicast, 2 local",
+    ),
+    opt(
+        K_ROUTING_PROTOCOL,
         "routingProtocol",
-        NonEmpty,
-        "routing-table mode",
-    )
-    .with_default("248"),
-    refused(
-        "vip_cleanroutingtable",
+        "248",
+        Integer,
+        "Routing-table mode: the route protocol (rtm_protocol, 1 to 255, not BIRD's 12) by which vipd finds its routes",
+    ),
+    opt(
+        K_CLEAN_ROUTING_TABLE,
         "cleanRoutingTable",
-        RTrue,
-        "routing-table mode",
+        "false",
+        Bool,
+        "Routing-table mode: at start, remove every route of vip_routingprotocol left in vip_routingtableid (a previous run's)",
     ),
     refused("vip_wireguard", "wireguard", RTrue, "WireGuard"),
     refused("vip_ddns", "ddns", RTrue, "dynamic DNS"),

@@ -117,6 +117,7 @@ pub fn resolve_detailed(
     let lease = lease(&inputs, nft_fence.wanted())?;
     let services_timing = services_timing(&inputs, &lease, nft_fence.wanted())?;
     let svc = services(&inputs, modes.services, &mut warnings)?;
+    let routing_table = routed::routing_table(&inputs, &modes, svc.election, &mut warnings)?;
     let ipam = ipam(&inputs, modes.services, &mut warnings)?;
     let dhcp_backoff_attempts = dhcp_backoff_attempts(&inputs, modes.services, &mut warnings)?;
     let api = api_access(&inputs)?;
@@ -151,7 +152,8 @@ pub fn resolve_detailed(
         lb_class_only: svc.lb_class_only,
         lb_class_name: svc.lb_class_name,
         services_interface,
-        services_subnet_check: inputs.bool_or(K_SVC_SUBNET_CHECK, true)?,
+        // A routed VIP is on no node subnet: routing-table mode checks none by default.
+        services_subnet_check: inputs.bool_or(K_SVC_SUBNET_CHECK, routing_table.is_none())?,
         service_security: inputs.bool_or(K_SERVICE_SECURITY, false)?,
         egress: egress(&inputs)?,
         prometheus_server: api.prometheus_server,
@@ -160,6 +162,7 @@ pub fn resolve_detailed(
         dhcp_backoff_attempts,
         ipv6_dad: modes.ipv6_dad,
         nft_fence,
+        routing_table,
         eligibility: crate::nodes::eligibility::EligibilityRules {
             drain_on_cordon: inputs.bool_or(K_DRAIN_ON_CORDON, false)?,
             exclude_cordoned: inputs.bool_or(K_SVC_EXCLUDE_CORDONED, false)?,
@@ -224,11 +227,14 @@ fn modes(inputs: &Inputs<'_>) -> Result<Modes, ConfigError> {
     let control_plane = inputs.bool_or(K_CP_ENABLE, false)?;
     let services = inputs.bool_or(K_SVC_ENABLE, false)?;
     let ipv6_dad = inputs.bool_or(K_IPV6_DAD, false)?;
+    // Routing-table mode announces nothing on the segment: kube-vip's guide turns
+    // vip_arp off with it.
     if let Some(raw) = inputs.get(K_ARP)
         && !parse_bool(&raw)?
+        && !inputs.bool_or(K_ROUTING_TABLE, false)?
     {
         return Err(raw.invalid(
-            "vipd only implements ARP/NDP announcement; remove vip_arp or set it to true",
+            "vipd only implements ARP/NDP announcement and routing-table mode; remove vip_arp, set it to true, or set vip_routingtable=true",
         ));
     }
     // vip_leaderelection governs the control-plane election only (Service leases are

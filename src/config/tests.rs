@@ -932,3 +932,83 @@ fn services_lease_shards_is_a_bounded_count_under_per_service_election() {
         r.warnings
     );
 }
+
+/// Issue 29: routing-table mode (`vip_routingtable`) is accepted for Services with
+/// election, with kube-vip's defaults (table 198, protocol 248, unicast) and its own
+/// values through the routed wing's parsers; `vip_arp=false` goes with it (kube-vip's
+/// guide turns every other mode off); off, its type and clean options only warn.
+#[test]
+fn routing_table_mode_for_elected_services() {
+    use crate::net::route::RouteKind;
+    let base = [
+        ("cp_enable", "false"),
+        ("svc_enable", "true"),
+        ("svc_election", "true"),
+        ("vip_routingtable", "true"),
+    ];
+    let r = ok(&[], &base, None);
+    let m = r.config.routing_table.expect("on");
+    assert_eq!(
+        (m.table, m.protocol, m.kind, m.clean),
+        (198, 248, RouteKind::Unicast, false)
+    );
+    assert_eq!(r.config.services().routing_table, Some(m));
+    // A routed VIP is on no node subnet: no subnet check unless asked for.
+    assert!(!r.config.services_subnet_check);
+    let mut env = base.to_vec();
+    env.push(("svc_subnet_check", "true"));
+    assert!(ok(&[], &env, None).config.services_subnet_check);
+    let mut env = base.to_vec();
+    env.extend([
+        ("vip_routingtableid", "1000"),
+        ("vip_routingprotocol", "99"),
+        ("vip_routingtabletype", "2"),
+        ("vip_cleanroutingtable", "true"),
+        ("vip_arp", "false"),
+    ]);
+    let m = ok(&[], &env, None).config.routing_table.expect("on");
+    assert_eq!(
+        (m.table, m.protocol, m.kind, m.clean),
+        (1000, 99, RouteKind::Local, true)
+    );
+    let m = ok(
+        &["--services", "--servicesElection", "--table", "--tableID=7"],
+        &[("cp_enable", "false")],
+        None,
+    )
+    .config
+    .routing_table
+    .expect("on");
+    assert_eq!(m.table, 7);
+    // Off: the table's id and protocol are `vipd manifest bird|frr`'s; the rest warns.
+    let r = ok(
+        &[],
+        &[
+            ("cp_enable", "false"),
+            ("svc_enable", "true"),
+            ("vip_routingtableid", "1000"),
+            ("vip_cleanroutingtable", "true"),
+        ],
+        None,
+    );
+    assert_eq!(r.config.routing_table, None);
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("vip_cleanroutingtable") && w.contains("vip_routingtable=true")),
+        "{:?}",
+        r.warnings
+    );
+    // Without election every node would route: not built, refused by name.
+    let e = run(
+        &[],
+        &[
+            ("cp_enable", "false"),
+            ("svc_enable", "true"),
+            ("vip_routingtable", "true"),
+        ],
+        None,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("svc_election"), "{e}");
+}

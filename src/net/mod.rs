@@ -32,6 +32,7 @@ mod netlink;
 pub mod nft;
 pub mod packet;
 pub mod route;
+pub mod route_kernel;
 pub mod vip;
 
 pub use arp::{RawAnnouncer, garp_frame, unsolicited_na_frame};
@@ -255,6 +256,10 @@ pub enum NetError {
         #[source]
         source: std::io::Error,
     },
+    /// Routing-table mode: a VIP route could not be added, removed or listed
+    /// ([`route_kernel::RouteKernel`]).
+    #[error("{0}")]
+    Route(#[source] Box<route::RouteError>),
     /// A raw (AF_PACKET) socket operation failed while announcing.
     #[error("announce {vip} on {ifname}: {what}: {source}")]
     Announce {

@@ -17,6 +17,14 @@ use std::net::IpAddr;
 
 use super::{MULTIHOP_TTL, MpbgpNexthop, PeerAddress, RenderError, Settings, header};
 
+/// The `scan time` of the kernel protocols, seconds. An IPv4 VIP route the kernel flushes
+/// when its fence device's address expires (a frozen or lease-less vipd,
+/// docs/design.md "The route fence") comes with no `RTM_DELROUTE`: BIRD sees it gone only
+/// at its next scan, so what BGP announces outlives the route by up to this. 1 s: the
+/// table holds only vipd's routes, and a scan is one route dump (BIRD's default, 60 s,
+/// and the earlier 10 s left a frozen holder's route announced that long).
+pub const KERNEL_SCAN_SECS: u32 = 1;
+
 /// BIRD table names of the VIP routes (IPv4, IPv6).
 pub const TABLES: (&str, &str) = ("vipd4", "vipd6");
 
@@ -49,7 +57,7 @@ pub fn render(s: &Settings) -> Result<String, RenderError> {
             "protocol kernel vipd_kernel_{family} {{\n\
              \tkernel table {};\n\
              \tlearn;\n\
-             \tscan time 10;\n\
+             \tscan time {KERNEL_SCAN_SECS};\n\
              \t{family} {{\n\
              \t\ttable {table};\n\
              \t\timport where krt_source = {};\n\

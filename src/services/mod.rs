@@ -34,6 +34,7 @@ pub mod lease_gc;
 pub mod metrics;
 pub mod plan;
 pub mod publish;
+mod route_mode;
 pub mod runtime;
 mod security;
 mod select;

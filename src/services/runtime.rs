@@ -40,6 +40,7 @@ use super::endpoints::endpointslice_v1_served;
 use super::governance::{self, Handover, LeaseView};
 use super::group::GroupHandle;
 use super::publish::KubeStatusWriter;
+use super::route_mode::{prepare_route_mode, route_holder_cfg};
 use super::select::*;
 use super::shared::Shared;
 use super::sync::*;
@@ -49,6 +50,7 @@ use crate::election::{ElectionEnd, LeaseClient};
 use crate::holder::HolderConfig;
 use crate::kube::watch::{scoped_api, spawn_reflector};
 use crate::lease::Timing;
+use crate::net::route_kernel::{NoAnnouncer, RouteKernel};
 use crate::net::{Announcer, CachedKernel, Kernel, NetlinkKernel, RawAnnouncer};
 use crate::nodes::eligibility::Ineligible;
 pub use crate::nodes::node_addresses;
@@ -188,12 +190,14 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
     // is a second line refreshed every 15 s, not at every renewal (docs/design.md, "The
     // second line"): thousands of VIPs per node otherwise cost seconds of kernel time per
     // second. The control-plane VIP keeps the address fence (one address costs nothing).
-    let holder_cfg = match holder_cfg.nft_fence.active() {
-        true => HolderConfig {
+    let holder_cfg = match (cfg.routing_table, holder_cfg.nft_fence.active()) {
+        // Routing-table mode: the route's lifetime is the fence (no element, no ARP/NDP).
+        (Some(_), _) => route_holder_cfg(cfg)?,
+        (None, true) => HolderConfig {
             fence: crate::lease::with_second_line(holder_cfg.fence),
             ..holder_cfg
         },
-        false => holder_cfg,
+        (None, false) => holder_cfg,
     };
     if holder_cfg.fence.second_line_secs > 0 {
         info!(
@@ -203,8 +207,34 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
             holder_cfg.fence.second_line_secs
         );
     }
-    // Per-Service holders share one address dump per check interval.
-    let cached = Arc::new(CachedKernel::new(parts.kernel, Duration::from_millis(200)));
+    match cfg.routing_table {
+        Some(mode) => {
+            let routes = Arc::new(RouteKernel::new(parts.kernel.clone(), mode));
+            prepare_route_mode(&routes).await;
+            // Per-Service holders share one route dump per check interval.
+            let cached = Arc::new(CachedKernel::new(routes, Duration::from_millis(200)));
+            launch(cfg, parts, holder_cfg, cached, Arc::new(NoAnnouncer)).await
+        }
+        None => {
+            // Per-Service holders share one address dump per check interval.
+            let cached = Arc::new(CachedKernel::new(
+                parts.kernel.clone(),
+                Duration::from_millis(200),
+            ));
+            launch(cfg, parts, holder_cfg, cached, Arc::new(RawAnnouncer)).await
+        }
+    }
+}
+
+/// Starts the wing's task with `kernel` and `announcer` (addresses and ARP/NDP, or routes
+/// and nothing to announce).
+async fn launch<K: Kernel, A: Announcer>(
+    cfg: &Arc<Settings>,
+    parts: Parts,
+    holder_cfg: HolderConfig,
+    cached: Arc<K>,
+    announcer: Arc<A>,
+) -> Result<Running, ServicesError> {
     let clients = crate::kube::client::services_clients(&cfg.kube).await?;
     let ride = match cfg.services_ride_through {
         true => match ride_setup(cfg, cached.as_ref(), &holder_cfg).await {
@@ -242,7 +272,7 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
         ride,
         security,
         cached,
-        Arc::new(RawAnnouncer),
+        announcer,
         holder_cfg,
         parts.metrics,
         parts.readiness,

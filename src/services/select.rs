@@ -565,6 +565,7 @@ mod tests {
                 hold: Duration::from_secs(30),
             },
             services_failback: None,
+            routing_table: None,
             lb_class_only: false,
             lb_class_name: crate::services::plan::model::DEFAULT_LB_CLASS_NAME.into(),
         };

@@ -62,6 +62,9 @@ pub struct Settings {
     pub services_health: ServicesHealth,
     /// `svc_failback_holddown` with `svc_failback`; `None`: off.
     pub services_failback: Option<Duration>,
+    /// `vip_routingtable` and its settings: the holders route the VIPs instead of binding
+    /// them ([`crate::net::route_kernel`]); `None`: addresses, ARP/NDP.
+    pub routing_table: Option<crate::net::route_kernel::RouteMode>,
     /// `lb_class_only`.
     pub lb_class_only: bool,
     /// `lb_class_name`.

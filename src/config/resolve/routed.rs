@@ -1,8 +1,12 @@
 //! Resolving kube-vip's BGP options (`bgp_*`, `mpbgp_*`) and the routing table's id and
 //! protocol into [`crate::routed::Settings`], for `vipd manifest bird|frr`: the same
-//! inputs, precedence and messages as `vipd manager` (which refuses these options).
+//! inputs, precedence and messages as `vipd manager` (which refuses the BGP options and reads
+//! the table's id and protocol only in routing-table mode, [`routing_table`]).
 
-use super::super::options::K_CONFIG_FILE;
+use super::super::options::{
+    K_CLEAN_ROUTING_TABLE, K_CONFIG_FILE, K_ROUTING_PROTOCOL, K_ROUTING_TABLE, K_ROUTING_TABLE_ID,
+    K_ROUTING_TABLE_TYPE,
+};
 use super::super::parse::*;
 use super::super::*;
 use super::Inputs;
@@ -184,4 +188,78 @@ pub fn routed_settings_from_process(args: &RoutedArgs) -> Result<routed::Setting
         None => None,
     };
     routed_settings(args, &env, text.as_deref())
+}
+
+/// Routing-table mode for `vipd manager` (`vip_routingtable`; kube-vip
+/// `pkg/kubevip/config_environment.go`, `pkg/manager/manager_table.go`): the table, type
+/// and protocol of the VIP routes with the routed wing's parsers ([`routed::parse_table`],
+/// [`routed::parse_protocol`]), and `vip_cleanroutingtable`. `None` when off; the table and
+/// protocol are then read by `vipd manifest bird|frr` only.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming the option and value: a bad table, type or protocol;
+/// `vip_routingtable` with `cp_enable` (vipd routes Service VIPs only), without
+/// `svc_enable`, or without `svc_election` (every node routing every VIP, kube-vip's
+/// behaviour then, is not built yet).
+pub(super) fn routing_table(
+    inputs: &Inputs<'_>,
+    modes: &super::Modes,
+    election: bool,
+    warnings: &mut Vec<String>,
+) -> Result<Option<crate::net::route_kernel::RouteMode>, ConfigError> {
+    use crate::net::route::RouteKind;
+    let on = inputs.bool_or(K_ROUTING_TABLE, false)?;
+    if !on {
+        for key in [K_ROUTING_TABLE_TYPE, K_CLEAN_ROUTING_TABLE] {
+            if let Some(raw) = inputs.get(key) {
+                warnings.push(format!(
+                    "{} has no effect without vip_routingtable=true",
+                    raw.setting()
+                ));
+            }
+        }
+        return Ok(None);
+    }
+    let raw = inputs
+        .get(K_ROUTING_TABLE)
+        .unwrap_or_else(|| Raw::default_of(K_ROUTING_TABLE, "true"));
+    if modes.control_plane {
+        return Err(raw.invalid(
+            "routing-table mode routes Service VIPs only in vipd, and cp_enable is true: run the control-plane VIP in a separate vipd without vip_routingtable (ARP/NDP), or set cp_enable=false",
+        ));
+    }
+    if !modes.services {
+        return Err(
+            raw.invalid("routing-table mode needs svc_enable=true (it routes Service VIPs)")
+        );
+    }
+    if !election {
+        return Err(raw.invalid(
+            "routing-table mode needs svc_election=true in this vipd version (the lease holder routes each Service's VIPs); without election kube-vip has every node route every VIP, which vipd does not do yet",
+        ));
+    }
+    let table = match inputs.get(K_ROUTING_TABLE_ID) {
+        Some(raw) => with(&raw, routed::parse_table)?,
+        None => routed::DEFAULT_TABLE,
+    };
+    let protocol = match inputs.get(K_ROUTING_PROTOCOL) {
+        Some(raw) => with(&raw, routed::parse_protocol)?,
+        None => routed::DEFAULT_PROTOCOL,
+    };
+    let kind = match inputs.get(K_ROUTING_TABLE_TYPE) {
+        Some(raw) => with(&raw, |v| match v.trim() {
+            "0" | "1" => Ok(RouteKind::Unicast),
+            "2" => Ok(RouteKind::Local),
+            _ => Err(format!(
+                "{v:?} is not a route type vipd knows: 1 (or 0) unicast, 2 local"
+            )),
+        })?,
+        None => RouteKind::Unicast,
+    };
+    Ok(Some(crate::net::route_kernel::RouteMode {
+        table,
+        protocol,
+        kind,
+        clean: inputs.bool_or(K_CLEAN_ROUTING_TABLE, false)?,
+    }))
 }

@@ -366,7 +366,74 @@ const BAD: &[Bad] = &[
     env(&[("lb_fwdmethod", "nat")], "lb_fwdmethod", "nat"),
     env(&[("lb_port", "0")], "lb_port", "0"),
     env(&[("lb_enable", "maybe")], "lb_enable", "maybe"),
-    env(&[("vip_routingtable", "T")], "vip_routingtable", "T"),
+    // routing-table mode: Services with election only; the routed wing's parsers
+    env(
+        &[
+            ("vip_routingtable", "T"),
+            ("svc_enable", "true"),
+            ("cp_enable", "false"),
+        ],
+        "vip_routingtable",
+        "T",
+    ),
+    env(
+        &[
+            ("vip_routingtable", "maybe"),
+            ("svc_enable", "true"),
+            ("cp_enable", "false"),
+        ],
+        "vip_routingtable",
+        "maybe",
+    ),
+    env(
+        &[
+            ("vip_routingtable", "true"),
+            ("svc_enable", "true"),
+            ("svc_election", "true"),
+            ("cp_enable", "true"),
+            ("address", "192.0.2.10"),
+        ],
+        "vip_routingtable",
+        "true",
+    ),
+    env(
+        &[
+            ("vip_routingtable", "true"),
+            ("svc_enable", "true"),
+            ("svc_election", "true"),
+            ("cp_enable", "false"),
+            ("vip_routingtableid", "254"),
+        ],
+        "vip_routingtableid",
+        "254",
+    ),
+    env(
+        &[
+            ("vip_routingtable", "true"),
+            ("svc_enable", "true"),
+            ("svc_election", "true"),
+            ("cp_enable", "false"),
+            ("vip_routingprotocol", "12"),
+        ],
+        "vip_routingprotocol",
+        "12",
+    ),
+    env(
+        &[
+            ("vip_routingtable", "true"),
+            ("svc_enable", "true"),
+            ("svc_election", "true"),
+            ("cp_enable", "false"),
+            ("vip_routingtabletype", "3"),
+        ],
+        "vip_routingtabletype",
+        "3",
+    ),
+    env(
+        &[("vip_arp", "false"), ("svc_enable", "true")],
+        "vip_arp",
+        "false",
+    ),
     env(
         &[("egress_podcidr", "10.0.0.0/16,10.1.0.0/33")],
         "egress_podcidr",

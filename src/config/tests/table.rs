@@ -22,7 +22,7 @@ fn config_kube_vip_options_refused_or_warned() {
     assert!(r.warnings.is_empty(), "{:?}", r.warnings);
     // Every refused option set is named in one error.
     let e = run(
-        &["--table"],
+        &["--multihop"],
         &[("bgp_enable", "true"), ("vip_wireguard", "t")],
         Some("vip_ddns: true\n"),
     )
@@ -33,17 +33,12 @@ fn config_kube_vip_options_refused_or_warned() {
     let keys: Vec<_> = options.iter().map(|o| o.key).collect();
     assert_eq!(
         keys,
-        [
-            "bgp_enable",
-            "vip_routingtable",
-            "vip_wireguard",
-            "vip_ddns"
-        ]
+        ["bgp_enable", "bgp_multihop", "vip_wireguard", "vip_ddns"]
     );
     let msg = e.to_string();
     assert!(
         msg.contains("BGP")
-            && msg.contains("--table")
+            && msg.contains("--multihop")
             && msg.contains("vip_ddns in the config file"),
         "{msg}"
     );
@@ -200,8 +195,9 @@ fn config_every_flag_feeds_its_env_key() {
     }
     // ... and flag_values covers exactly the table's flags.
     assert_eq!(args(&[]).flag_values(), vec![]);
-    // 74, and kube-vip's BGP and routing-table flags `vipd manifest bird|frr` reads (issue 29).
-    assert_eq!(rows.len(), 83);
+    // 74, kube-vip's BGP and routing-table flags `vipd manifest bird|frr` reads (issue 29),
+    // and vipd's --routingTableType (vip_routingtabletype has no kube-vip flag).
+    assert_eq!(rows.len(), 84);
 }
 
 #[test]
