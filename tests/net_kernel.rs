@@ -1027,6 +1027,12 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
         let reaches = |a: std::net::SocketAddr| {
             std::net::TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_ok()
         };
+        // The veth's carrier comes up through linkwatch, asynchronously: until then the
+        // nodad IPv6 address has no local route and the connect fails (about 1 run in 10).
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while !(reaches(a4) && reaches(a6)) && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
         assert!(reaches(a4) && reaches(a6), "not armed: not filtered");
         // The timeout is what is left of the end when the run is written (a few ms less).
         let near = |ms: Option<u64>, want: u64| ms.is_some_and(|m| m <= want && m + 250 >= want);
