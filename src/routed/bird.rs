@@ -97,11 +97,34 @@ pub fn render(s: &Settings) -> Result<String, RenderError> {
         } else {
             let _ = writeln!(o, "\tneighbor {addr} port {} as {asn};", peer.port);
         }
+        // BIRD takes a session with a peer of the same AS (iBGP) as multihop unless told
+        // `direct`: kube-vip's (GoBGP's) iBGP peers without multihop are on the segment.
+        let ibgp = asn == s.local_as;
+        let source_ip = s.source_ip.filter(|src| src.is_ipv4() == addr.is_ipv4());
+        if peer.multihop {
+            if let Some(iface) = &s.source_if {
+                return Err(RenderError(format!(
+                    "peer {} ({addr}) is multihop: BIRD cannot bind a multihop session to an \
+                     interface (bgp_sourceif={iface}); give its address in bgp_sourceip instead",
+                    i + 1
+                )));
+            }
+            if peer.bfd.enabled && source_ip.is_none() {
+                return Err(RenderError(format!(
+                    "peer {} ({addr}) is multihop with BFD: BIRD's multihop BFD needs the local \
+                     address: set bgp_sourceip (an address of the same family), or turn BFD off \
+                     for this peer in bgp_peers",
+                    i + 1
+                )));
+            }
+        }
         if let Some(iface) = &s.source_if {
             let _ = writeln!(o, "\tinterface \"{iface}\";");
         }
         if peer.multihop {
             let _ = writeln!(o, "\tmultihop {MULTIHOP_TTL};");
+        } else if ibgp {
+            let _ = writeln!(o, "\tdirect;");
         }
         if let Some(p) = &peer.password {
             let _ = writeln!(o, "\tpassword \"{p}\";");

@@ -344,22 +344,38 @@ fn parse_peer(entry: &str) -> Result<Peer, String> {
             Some(p.to_string())
         }
     };
+    // After a password, a field's value is not quoted: a password with ':' is split into the
+    // fields that follow it (kube-vip's format cannot carry one), and an error must not show
+    // part of it.
+    let after_password = |e: String, what: &str| match password.is_some() {
+        true => format!(
+            "{what} (a field after the password) is not valid; its value is not shown: a \
+             password containing ':' is split into the following fields in bgp_peers (give it \
+             in bgp_peerpass instead)"
+        ),
+        false => e,
+    };
     let multihop = match field(2) {
         "" => false,
-        s => crate::syntax::parse_go_bool(s)
-            .ok_or_else(|| format!("multihop {s:?} is not a boolean (true/false)"))?,
+        s => crate::syntax::parse_go_bool(s).ok_or_else(|| {
+            after_password(
+                format!("multihop {s:?} is not a boolean (true/false)"),
+                "multihop",
+            )
+        })?,
     };
     let port = match field(3) {
         "" => BGP_PORT,
-        s => u16::try_from(parse_in(s, "port", 1, 65535)?).unwrap_or(BGP_PORT),
+        s => u16::try_from(parse_in(s, "port", 1, 65535).map_err(|e| after_password(e, "port"))?)
+            .unwrap_or(BGP_PORT),
     };
     let mpbgp = match field(4) {
         "" => Mpbgp::default(),
-        s => parse_peer_mpbgp(s)?,
+        s => parse_peer_mpbgp(s).map_err(|e| after_password(e, "MP-BGP"))?,
     };
     let bfd = match field(5) {
         "" => DEFAULT_BFD,
-        s => parse_peer_bfd(s)?,
+        s => parse_peer_bfd(s).map_err(|e| after_password(e, "BFD"))?,
     };
     if fields.len() > 6 {
         return Err(format!(
@@ -409,8 +425,8 @@ pub fn parse_peers(value: &str) -> Result<Vec<Peer>, String> {
     Ok(out)
 }
 
-/// `bgp_peers` with every password (the field after the AS) replaced by `<hidden>`, for
-/// messages.
+/// `bgp_peers` with every password (the field after the AS) and the fields after it
+/// replaced by `<hidden>`, for messages (a password containing ':' spills into them).
 pub fn redact_passwords(value: &str) -> String {
     value
         .split(',')
@@ -430,7 +446,9 @@ pub fn redact_passwords(value: &str) -> String {
             };
             let mut fields: Vec<&str> = rest.split(':').collect();
             if fields.len() > 1 && !fields[1].is_empty() {
-                fields[1] = "<hidden>";
+                // What follows the password may be more of it (a ':' in it): hidden too.
+                fields.truncate(1);
+                fields.push("<hidden>");
             }
             format!("{addr}:{}", fields.join(":"))
         })

@@ -199,6 +199,18 @@ pub fn routed_cases() -> Vec<(&'static str, Vec<&'static str>)> {
                 "200",
             ],
         ),
+        // kube-vip's defaults: local and peer AS 65000 (iBGP), the peer on the segment;
+        // BIRD would take it as multihop (whose BFD needs a local address) without `direct`.
+        (
+            "bird-ibgp.conf",
+            vec![
+                "bird",
+                "--bgpRouterID",
+                "198.51.100.11",
+                "--bgppeers",
+                "198.51.100.1:65000",
+            ],
+        ),
         (
             "frr.conf",
             vec![
@@ -246,6 +258,26 @@ pub fn err_cases() -> Vec<(Vec<&'static str>, &'static str)> {
         (
             vec!["bird", "--bgppeers", "198.51.100.1:65001:pass word"],
             "\"198.51.100.1:65001:<hidden>\"",
+        ),
+        (
+            vec!["bird", "--bgppeers", "198.51.100.1:65001:pa:ss"],
+            "\"198.51.100.1:65001:<hidden>\" for flag --bgppeers (bgp_peers): peer 1 (198.51.100.1:65001): multihop (a field after the password) is not valid; its value is not shown",
+        ),
+        (
+            vec!["bird", "--bgppeers", "198.51.100.1:65001::true"],
+            "peer 1 (198.51.100.1) is multihop with BFD: BIRD's multihop BFD needs the local address: set bgp_sourceip",
+        ),
+        (
+            vec![
+                "bird",
+                "--bgppeers",
+                "198.51.100.1:65001::true",
+                "--sourceIP",
+                "198.51.100.11",
+                "--sourceIF",
+                "eth0",
+            ],
+            "BIRD cannot bind a multihop session to an interface (bgp_sourceif=eth0)",
         ),
         (
             vec!["bird", "--bgppeers", "unnumbered:eth1"],
