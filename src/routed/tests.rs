@@ -106,8 +106,18 @@ fn passwords_are_hidden_in_messages() {
         redact_passwords(
             "198.51.100.1:65001:s3cret:true,[2001:db8::1]:65001:pw,unnumbered:eth0:65001:x"
         ),
-        "198.51.100.1:65001:<hidden>:true,[2001:db8::1]:65001:<hidden>,unnumbered:eth0:65001:<hidden>"
+        "198.51.100.1:65001:<hidden>,[2001:db8::1]:65001:<hidden>,unnumbered:eth0:65001:<hidden>",
+        "what follows a password may be more of it"
     );
+    // A password with ':' spills into the next fields: their errors quote nothing.
+    for value in [
+        "198.51.100.1:65001:p4ss:w0rd",
+        "198.51.100.1:65001:p4ss:true:w0rd",
+    ] {
+        let e = parse_peers(value).unwrap_err();
+        assert!(!e.contains("p4ss") && !e.contains("w0rd"), "{value}: {e}");
+        assert!(e.contains("bgp_peerpass"), "{e}");
+    }
     assert_eq!(redact_passwords("198.51.100.1:65001"), "198.51.100.1:65001");
 }
 
@@ -133,9 +143,14 @@ fn scalars() {
 
 #[test]
 fn bird_learns_only_vipds_routes_and_exports_them_with_bfd() {
-    let s = settings("198.51.100.1:65001:pw:true:1179,[2001:db8:1::1]:65001");
+    let mut s = settings("198.51.100.1:65001:pw:true:1179,[2001:db8:1::1]:65001");
+    // Multihop with BFD: BIRD binds its BFD to the local address.
+    assert!(bird::render(&s).unwrap_err().0.contains("bgp_sourceip"));
+    s.source_ip = Some("198.51.100.11".parse().unwrap());
     let c = bird::render(&s).unwrap();
     assert!(c.contains("router id 198.51.100.11;"));
+    assert!(c.contains("local 198.51.100.11 as 65000;"));
+    assert!(!c.contains("direct;"), "eBGP: no direct");
     assert_eq!(c.matches("kernel table 198;").count(), 2);
     assert_eq!(c.matches("import where krt_source = 248;").count(), 2);
     assert_eq!(c.matches("\tlearn;").count(), 2);
