@@ -25,8 +25,8 @@ use std::num::NonZeroI32;
 use std::time::Duration;
 
 use netlink_packet_core::{
-    DefaultNla, Emitable, NLA_F_NESTED, NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL,
-    NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
+    DefaultNla, Emitable, NLA_F_NESTED, NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_REQUEST,
+    NetlinkHeader, NetlinkMessage, NetlinkPayload,
 };
 use netlink_packet_netfilter::nftables::{
     ChainAttribute, ChainMessage, Cmp, DataAttribute, ExpressionAttribute, Expressions, Hook,
@@ -810,22 +810,6 @@ pub fn add_element(
         flags: NLM_F_CREATE,
         text,
     }
-}
-
-/// `create element <family> <table> <set> { <shown> timeout <ms>ms }`: as [`add_element`],
-/// but the kernel refuses it (EEXIST) when the element exists and has not expired.
-pub fn create_element(
-    family: Family,
-    table: &str,
-    set: &str,
-    key: &[u8],
-    timeout: Option<Duration>,
-    shown: &str,
-) -> Cmd {
-    let mut c = add_element(family, table, set, key, timeout, shown);
-    c.flags |= NLM_F_EXCL;
-    c.text = c.text.replacen("add element", "create element", 1);
-    c
 }
 
 /// `delete element <family> <table> <set> { <shown> }`.
