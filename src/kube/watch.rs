@@ -131,16 +131,7 @@ fn reflect_from<K, S>(
                 ev = stream.next() => ev,
             };
             let Some(ev) = ev else { return };
-            match (say(&mut failing, ev.as_ref().map_err(|_| ())), &ev) {
-                (Say::Failed, Err(e)) => {
-                    warn!(resource = what, verb = "list/watch", error = %e, "watch failed; retrying with back-off")
-                }
-                (Say::StillFailing, Err(e)) => {
-                    debug!(resource = what, error = %e, "watch still failing")
-                }
-                (Say::Recovered, _) => info!(resource = what, "watch recovered"),
-                _ => {}
-            }
+            log_result(what, &mut failing, &ev, "");
             if ev.is_ok() {
                 activity.touch(what);
                 if woken.swap(false, std::sync::atomic::Ordering::Relaxed) {
@@ -311,16 +302,12 @@ where
                 ev = stream.next() => ev,
             };
             let Some(ev) = ev else { return };
-            match (say(&mut failing, ev.as_ref().map_err(|_| ())), &ev) {
-                (Say::Failed, Err(e)) => {
-                    warn!(resource = what, verb = "list/watch", error = %e, "watch failed; retrying with back-off, every user of the cache keeps its last state")
-                }
-                (Say::StillFailing, Err(e)) => {
-                    debug!(resource = what, error = %e, "watch still failing")
-                }
-                (Say::Recovered, _) => info!(resource = what, "watch recovered"),
-                _ => {}
-            }
+            log_result(
+                what,
+                &mut failing,
+                &ev,
+                ", every user of the cache keeps its last state",
+            );
             if let Ok(ev) = ev {
                 activity.touch(what);
                 if matches!(ev, watcher::Event::InitDone) {
@@ -339,7 +326,28 @@ where
     }
 }
 
-/// What [`shared_from`] logs for one result of its watch.
+/// Logs one result of the watch on `what` as [`say`] tells (`failing`: whether the watch was
+/// failing, updated): the first failure of a run at WARN (`watch failed; retrying with
+/// back-off` and `tail`), the others at DEBUG, the recovery at INFO.
+fn log_result<K>(
+    what: &str,
+    failing: &mut bool,
+    ev: &Result<watcher::Event<K>, watcher::Error>,
+    tail: &str,
+) {
+    match (say(failing, ev.as_ref().map_err(|_| ())), ev) {
+        (Say::Failed, Err(e)) => {
+            warn!(resource = what, verb = "list/watch", error = %e, "watch failed; retrying with back-off{tail}")
+        }
+        (Say::StillFailing, Err(e)) => {
+            debug!(resource = what, error = %e, "watch still failing")
+        }
+        (Say::Recovered, _) => info!(resource = what, "watch recovered"),
+        _ => {}
+    }
+}
+
+/// What [`log_result`] logs for one result of a watch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Say {
     /// The first failure of a run: WARN.
