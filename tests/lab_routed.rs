@@ -11,12 +11,13 @@
 //! Run as root: `cargo test --test lab_routed -- --nocapture --test-threads 1`; skipped
 //! with `VIPD_SKIP_LAB=1`.
 
+mod support;
+
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use vipd::cmd::manifest::routed::{Daemon, RoutedManifestArgs, generate};
 use xtask::lab::routed::{ROUTER_NODE_V4, ROUTER_NODE_V6, routed_node_v4};
 use xtask::lab::{NODES, RoutedLab, ThreadServer};
 
@@ -29,22 +30,14 @@ const DECOY4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 81);
 const PORT: u16 = 80;
 const CONNECTIONS: usize = 300;
 
-/// `vipd manifest bird` for `node`, from kube-vip's environment variables.
+/// `vipd manifest bird` for `node` from kube-vip's environment variables.
 fn bird_conf(node: &str) -> String {
-    let id = routed_node_v4(node).expect("node").to_string();
-    let peers = format!("{ROUTER_NODE_V4}:65001,[{ROUTER_NODE_V6}]:65001");
-    let env = [
-        ("bgp_routerid", id.as_str()),
-        ("bgp_as", "65000"),
-        ("bgp_peers", peers.as_str()),
-    ];
-    let lookup = |k: &str| {
-        env.iter()
-            .find(|(n, _)| *n == k)
-            .map(|(_, v)| v.to_string())
-    };
-    generate(Daemon::Bird, &RoutedManifestArgs::default(), &lookup, None)
-        .unwrap_or_else(|e| panic!("vipd manifest bird for {node}: {e}"))
+    support::routed::bird_conf(
+        node,
+        routed_node_v4(node).expect("node"),
+        ROUTER_NODE_V4,
+        ROUTER_NODE_V6,
+    )
 }
 
 /// The gateways of the router's route to `dst` in its main table (one for a single path,

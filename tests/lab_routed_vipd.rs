@@ -26,7 +26,6 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use support::*;
-use vipd::cmd::manifest::routed::{Daemon, RoutedManifestArgs, generate};
 use xtask::lab::process::run;
 use xtask::lab::routed::bird_binary;
 use xtask::lab::{CLIENT_V4, CLIENT_V6, Lab, LabOptions, LabProcess, Signal, node_ipv4, node_ipv6};
@@ -66,20 +65,7 @@ fn router_conf() -> String {
 
 /// `vipd manifest bird` for `node` from kube-vip's environment variables.
 fn node_conf(node: &str) -> String {
-    let id = node_ipv4(node).expect("node").to_string();
-    let peers = format!("{CLIENT_V4}:65001,[{CLIENT_V6}]:65001");
-    let env = [
-        ("bgp_routerid", id.as_str()),
-        ("bgp_as", "65000"),
-        ("bgp_peers", peers.as_str()),
-    ];
-    let lookup = |k: &str| {
-        env.iter()
-            .find(|(n, _)| *n == k)
-            .map(|(_, v)| v.to_string())
-    };
-    generate(Daemon::Bird, &RoutedManifestArgs::default(), &lookup, None)
-        .unwrap_or_else(|e| panic!("vipd manifest bird for {node}: {e}"))
+    support::routed::bird_conf(node, node_ipv4(node).expect("node"), CLIENT_V4, CLIENT_V6)
 }
 
 fn bird_dir(lab: &Lab) -> PathBuf {

@@ -11,6 +11,7 @@ use xtask::lab::{Lab, LabOptions, LabProcess};
 pub mod dhcp;
 pub mod manifest;
 pub mod netns;
+pub mod routed;
 
 /// The lab's control-plane VIP (scenarios: 192.0.2.10).
 pub const VIP: &str = "192.0.2.10";

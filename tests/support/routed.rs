@@ -1,0 +1,30 @@
+//! The routed labs' shared part: a node's BIRD configuration as `vipd manifest bird`
+//! writes it from kube-vip's environment variables.
+
+use std::fmt::Display;
+
+use vipd::cmd::manifest::routed::{Daemon, RoutedManifestArgs, generate};
+
+/// `vipd manifest bird` for `node` (router id `router_id`, AS 65000), peering with the
+/// router at `peer_v4` and `[peer_v6]`, AS 65001.
+pub fn bird_conf(
+    node: &str,
+    router_id: impl Display,
+    peer_v4: impl Display,
+    peer_v6: impl Display,
+) -> String {
+    let id = router_id.to_string();
+    let peers = format!("{peer_v4}:65001,[{peer_v6}]:65001");
+    let env = [
+        ("bgp_routerid", id.as_str()),
+        ("bgp_as", "65000"),
+        ("bgp_peers", peers.as_str()),
+    ];
+    let lookup = |k: &str| {
+        env.iter()
+            .find(|(n, _)| *n == k)
+            .map(|(_, v)| v.to_string())
+    };
+    generate(Daemon::Bird, &RoutedManifestArgs::default(), &lookup, None)
+        .unwrap_or_else(|e| panic!("vipd manifest bird for {node}: {e}"))
+}
