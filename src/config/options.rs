@@ -799,11 +799,11 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "tableID",
         "198",
         Integer,
-        "Routing-table mode: the kernel routing table of the VIP routes (1 to 4294967295, not 254 main nor 255 local)",
+        "Routing-table mode: the kernel routing table of the VIP routes (1 to 4294967295, not the kernel's 253 default, 254 main nor 255 local)",
     ),
     opt(
         K_ROUTING_TABLE_TYPE,
-        "routingTableType",
+        "tableType",
         "1",
         Integer,
         "Routing-table mode: the route type, kube-vip's numbers: 1 (or 0) unicast, 2 local",

@@ -118,6 +118,9 @@ pub fn resolve_detailed(
     let services_timing = services_timing(&inputs, &lease, nft_fence.wanted())?;
     let svc = services(&inputs, modes.services, &mut warnings)?;
     let routing_table = routed::routing_table(&inputs, &modes, svc.election, &mut warnings)?;
+    if routing_table.is_some() {
+        routed::route_fence_fits(&inputs, &services_timing)?;
+    }
     let ipam = ipam(&inputs, modes.services, &mut warnings)?;
     let dhcp_backoff_attempts = dhcp_backoff_attempts(&inputs, modes.services, &mut warnings)?;
     let api = api_access(&inputs)?;

@@ -972,14 +972,21 @@ fn routing_table_mode_for_elected_services() {
         (1000, 99, RouteKind::Local, true)
     );
     let m = ok(
-        &["--services", "--servicesElection", "--table", "--tableID=7"],
+        &[
+            "--services",
+            "--servicesElection",
+            "--table",
+            "--tableID=7",
+            "--tableType=2",
+        ],
         &[("cp_enable", "false")],
         None,
     )
     .config
     .routing_table
     .expect("on");
-    assert_eq!(m.table, 7);
+    // kube-vip's flags (cmd/kube-vip.go): --tableID, --tableType.
+    assert_eq!((m.table, m.kind), (7, RouteKind::Local));
     // Off: the table's id and protocol are `vipd manifest bird|frr`'s; the rest warns.
     let r = ok(
         &[],
@@ -1011,4 +1018,53 @@ fn routing_table_mode_for_elected_services() {
     )
     .unwrap_err();
     assert!(e.to_string().contains("svc_election"), "{e}");
+}
+
+/// Issue 29: sub-second Service timings are refused at configuration time in
+/// routing-table mode (a route's lifetime is whole seconds), naming the Service lease
+/// duration and its value, also with the millisecond fence on; 5/3/1 and 3/2/1 pass.
+#[test]
+fn routing_table_mode_refuses_timings_without_a_route_fence() {
+    let base = [
+        ("cp_enable", "false"),
+        ("svc_enable", "true"),
+        ("svc_election", "true"),
+        ("vip_routingtable", "true"),
+    ];
+    let mut env = base.to_vec();
+    env.extend([
+        ("svc_leaseduration", "0.6"),
+        ("svc_renewdeadline", "0.4"),
+        ("svc_retryperiod", "0.2"),
+    ]);
+    let e = run(&[], &env, None).unwrap_err().to_string();
+    assert!(
+        e.contains("svc_leaseduration") && e.contains("0.6") && e.contains("whole seconds"),
+        "{e}"
+    );
+    // Inherited from the control-plane timings: named as given.
+    let mut env = base.to_vec();
+    env.extend([
+        ("vip_leaseduration", "0.6"),
+        ("vip_renewdeadline", "0.4"),
+        ("vip_retryperiod", "0.2"),
+    ]);
+    let e = run(&[], &env, None).unwrap_err().to_string();
+    assert!(e.contains("vip_leaseduration") && e.contains("0.6"), "{e}");
+    // The same timings without the mode are fine (the millisecond fence).
+    let plain: Vec<_> = env
+        .iter()
+        .filter(|(k, _)| *k != "vip_routingtable")
+        .copied()
+        .collect();
+    assert!(run(&[], &plain, None).is_ok());
+    for t in [["5", "3", "1"], ["3", "2", "1"]] {
+        let mut env = base.to_vec();
+        env.extend([
+            ("svc_leaseduration", t[0]),
+            ("svc_renewdeadline", t[1]),
+            ("svc_retryperiod", t[2]),
+        ]);
+        assert!(run(&[], &env, None).is_ok(), "{t:?}");
+    }
 }

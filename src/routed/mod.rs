@@ -478,17 +478,24 @@ pub fn parse_timer(value: &str, min: u16) -> Result<u16, String> {
     u16::try_from(n).map_err(|_| format!("{value} is out of range"))
 }
 
-/// Parses `vip_routingtableid` (1 to 4294967295, not the kernel's local table 255 nor
-/// the main table 254, whose routes are not vipd's alone).
+/// Parses `vip_routingtableid` (1 to 4294967295, not one of the kernel's own tables:
+/// 253 `default`, 254 `main`, 255 `local`; their routes are not vipd's alone, and the
+/// node's own policy rules look them up, so a VIP route there would steer the node's own
+/// traffic).
 ///
 /// # Errors
 /// The reason.
 pub fn parse_table(value: &str) -> Result<u32, String> {
     let n = parse_in(value, "table", 1, u32::MAX)?;
-    if n == 254 || n == 255 {
+    let kernels = match n {
+        253 => Some("default"),
+        254 => Some("main"),
+        255 => Some("local"),
+        _ => None,
+    };
+    if let Some(name) = kernels {
         return Err(format!(
-            "table {n} is the kernel's {} table; vipd's routes need a table of their own (default 198)",
-            if n == 254 { "main" } else { "local" }
+            "table {n} is the kernel's {name} table (the node's own routing rules look it up); vipd's routes need a table of their own (default 198)"
         ));
     }
     Ok(n)

@@ -130,6 +130,8 @@ fn scalars() {
     assert!(parse_timer("65536", 1).is_err());
     assert_eq!(parse_table("198"), Ok(198));
     assert!(parse_table("254").unwrap_err().contains("main"));
+    assert!(parse_table("253").unwrap_err().contains("default"));
+    assert!(parse_table("255").unwrap_err().contains("local"));
     assert!(parse_table("0").is_err());
     assert_eq!(parse_protocol("248"), Ok(248));
     assert!(parse_protocol("256").is_err());

@@ -102,8 +102,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
 
     // The millisecond fence (vip_nftfence, on by default): every VIP, the control plane's
     // and the Services' (DHCP-mode addresses included), through one batching writer.
-    let nft_fence =
-        crate::net::nft::fence::start_fence(cfg.nft_fence, cfg.control_plane || cfg.services).await;
+    let nft_fence = crate::net::nft::fence::start_fence(cfg.nft_fence, cfg.binds_addresses()).await;
     needs_nft_fence(&cfg, &holder_cfg, nft_fence.active())?;
     let control_plane = cfg.control_plane.then(|| {
         controlplane::start(
@@ -494,6 +493,11 @@ async fn prepare_node<K: Kernel>(kernel: &K, cfg: &Config) -> Arc<dyn crate::net
         Ok(removed) if !removed.is_empty() => info!(count = removed.len(), "removed stale VIPs"),
         Ok(_) => {}
         Err(e) => warn!(error = %e, "could not list addresses for stale VIP cleanup"),
+    }
+    if !cfg.binds_addresses() {
+        // Routing-table mode alone: no VIP address on any interface, nothing answered on
+        // the segment, so no ARP flux to guard against.
+        return Arc::new(crate::net::NoopArpGuard::default());
     }
     let arp_guard = crate::net::start_arp_guard().await;
     log_arp_flux(kernel, cfg, arp_guard.active()).await;

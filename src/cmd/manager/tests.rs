@@ -94,3 +94,23 @@ fn the_node_watch_lists_every_node_only_for_readers_of_every_node() {
         NodeScope::All
     );
 }
+
+/// Issue 29: a vipd whose only VIPs are routes (Services in routing-table mode) starts
+/// neither the ARP flux guard nor the nftables fence; the control-plane VIP or Service
+/// VIPs bound as addresses need both.
+#[test]
+fn only_address_binding_modes_start_the_arp_guard_and_the_nft_fence() {
+    assert!(config(&[]).binds_addresses(), "control plane");
+    let services = [
+        ("cp_enable", "false"),
+        ("svc_enable", "true"),
+        ("svc_election", "true"),
+    ];
+    assert!(config(&services).binds_addresses(), "Services, ARP");
+    let mut routed = services.to_vec();
+    routed.push(("vip_routingtable", "true"));
+    assert!(
+        !config(&routed).binds_addresses(),
+        "Services, routing table"
+    );
+}

@@ -144,10 +144,34 @@ pub struct GenArgs {
     #[arg(long = "services", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true")]
     pub services: Option<String>,
-    /// ARP/NDP mode (vipd's only mode; false is an error) [writes: vip_arp]
+    /// ARP/NDP mode (false only with --table) [writes: vip_arp]
     #[arg(long = "arp", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true")]
     pub arp: Option<String>,
+    /// Routing-table mode (kube-vip's): host routes for the VIPs in a kernel table for the
+    /// node's BIRD or FRR to announce over BGP (`vipd manifest bird|frr`); this makes the
+    /// container privileged, since vipd opens /dev/net/tun (the IPv4 routes' fence devices)
+    /// and sets net.ipv6.route.gc_interval [writes: vip_routingtable]
+    #[arg(long = "table", value_name = "BOOL", num_args = 0..=1, require_equals = true,
+          default_missing_value = "true")]
+    pub table: Option<String>,
+    /// Routing-table mode: the kernel table of the VIP routes [writes: vip_routingtableid]
+    /// [default: 198]
+    #[arg(long = "tableID", value_name = "TABLE")]
+    pub table_id: Option<String>,
+    /// Routing-table mode: the route type, 1 unicast, 2 local [writes: vip_routingtabletype]
+    /// [default: 1]
+    #[arg(long = "tableType", value_name = "TYPE")]
+    pub table_type: Option<String>,
+    /// Routing-table mode: the route protocol vipd marks its routes with
+    /// [writes: vip_routingprotocol] [default: 248]
+    #[arg(long = "routingProtocol", value_name = "PROTOCOL")]
+    pub routing_protocol: Option<String>,
+    /// Routing-table mode: remove the protocol's routes left in the table at start
+    /// [writes: vip_cleanroutingtable]
+    #[arg(long = "cleanRoutingTable", value_name = "BOOL", num_args = 0..=1,
+          require_equals = true, default_missing_value = "true")]
+    pub clean_routing_table: Option<String>,
     /// Lease leader election (vipd always elects; false is an error) [writes: vip_leaderelection]
     #[arg(long = "leaderElection", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true")]
@@ -264,7 +288,7 @@ pub struct GenArgs {
     #[arg(long = "log", value_name = "LEVEL")]
     pub log: Option<String>,
     /// kube-vip's flags for features vipd does not implement (`--bgp`, `--wireguard`,
-    /// `--table`, ...): accepted by the parser and refused by [`GenArgs::plan`] with the
+    /// ...): accepted by the parser and refused by [`GenArgs::plan`] with the
     /// reason, as `vipd manager` refuses them.
     #[command(flatten)]
     pub refused: crate::config::RefusedFlags,
@@ -312,8 +336,10 @@ pub struct Deployment {
     pub admin_port: Option<u16>,
     /// Host of the admin endpoint when it is bound to one address (probe `host`).
     pub admin_host: Option<String>,
-    /// The container runs privileged (`--dhcpServices`: vipd writes the sysctls of the
-    /// macvlans of DHCP Services, and `/proc/sys` is read-only in unprivileged containers).
+    /// The container runs privileged: `--dhcpServices` (vipd writes the sysctls of the
+    /// macvlans of DHCP Services, and `/proc/sys` is read-only in unprivileged containers)
+    /// or `--table` (vipd opens `/dev/net/tun`, which an unprivileged container lacks, and
+    /// sets `net.ipv6.route.gc_interval`).
     pub privileged: bool,
 }
 
@@ -431,6 +457,7 @@ impl GenArgs {
             kubeadm_init: Self::flag_bool("kubeadm-init", &self.kubeadm_init)?,
             taint: Self::flag_bool("taint", &self.taint)?,
             dhcp: Self::flag_bool("dhcpServices", &self.dhcp_services)?,
+            table: Self::flag_bool("table", &self.table)?,
         };
         if modes.dhcp && !modes.svc {
             return Err(ManifestError::Invalid {
@@ -552,6 +579,7 @@ impl GenArgs {
             taint,
             lb,
             dhcp,
+            table,
         } = self.modes()?;
         let mut env: Vec<(&'static str, EnvValue)> = Vec::new();
         let mut push = |flag: &'static str, v: &str| -> Result<(), ManifestError> {
@@ -624,7 +652,7 @@ impl GenArgs {
             taint,
             admin_port,
             admin_host,
-            privileged: dhcp,
+            privileged: dhcp || table,
         };
         let resolved = plan.resolve()?;
         // Unless the user turned it off, ride-through is wanted (vipd's default where the
@@ -678,6 +706,11 @@ impl GenArgs {
             ("servicesRideThrough", &self.services_ride_through),
             ("dhcpBackoffAttempts", &self.dhcp_backoff_attempts),
             ("nftFence", &self.nft_fence),
+            ("table", &self.table),
+            ("tableID", &self.table_id),
+            ("tableType", &self.table_type),
+            ("routingProtocol", &self.routing_protocol),
+            ("cleanRoutingTable", &self.clean_routing_table),
             ("serviceInterface", &self.service_interface),
             ("lbClassOnly", &self.lb_class_only),
             ("lbClassName", &self.lb_class_name),
@@ -721,6 +754,8 @@ struct Modes {
     taint: bool,
     /// `--dhcpServices`
     dhcp: bool,
+    /// `--table`
+    table: bool,
     /// `--enableLoadBalancer`
     lb: bool,
 }

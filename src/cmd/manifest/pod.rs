@@ -4,7 +4,7 @@
 //! [`Deployment::env`] with every value a string and `vip_nodename` from `spec.nodeName`,
 //! capabilities `NET_ADMIN` + `NET_RAW` + `NET_BIND_SERVICE` (the DHCPv6 client's port 546)
 //! added and `ALL` dropped (no `privileged`; with `--dhcpServices` privileged, for the
-//! sysctls of the macvlans vipd creates), a
+//! sysctls of the macvlans vipd creates, and with `--table`, for `/dev/net/tun`), a
 //! read-only root filesystem, the kubeconfig mounted read-only from a `hostPath`,
 //! liveness (`/healthz`) and readiness (`/readyz`) probes on the admin endpoint, resource
 //! requests and a memory limit, priority class `system-node-critical`, no `status`.
@@ -246,15 +246,18 @@ pub(crate) fn daemonset_yaml(plan: &Deployment) -> Result<String, ManifestError>
 
 /// The container's security context: capabilities `NET_ADMIN`, `NET_RAW` and
 /// `NET_BIND_SERVICE` (the DHCPv6 client's UDP port 546), everything else dropped, no
-/// privilege escalation, read-only root. For DHCP Services (`dhcp`) the container is
-/// privileged instead: vipd writes the sysctls of the macvlans it creates
-/// (`/proc/sys/net/*/conf/<macvlan>/`: `arp_ignore`, `arp_announce`, `rp_filter`, IPv6
-/// `accept_ra`/`autoconf`/`accept_dad`), and container runtimes mount `/proc/sys`
-/// read-only in unprivileged containers; there vipd refuses a macvlan whose inherited
-/// defaults differ (a `DHCPFailed` Warning), which is the case on a stock host
-/// (`arp_ignore` defaults to 0).
-fn security_context(dhcp: bool) -> SecurityContext {
-    if dhcp {
+/// privilege escalation, read-only root. With `privileged` ([`Deployment::privileged`]) the
+/// container is privileged instead. For DHCP Services: vipd writes the sysctls of the
+/// macvlans it creates (`/proc/sys/net/*/conf/<macvlan>/`: `arp_ignore`, `arp_announce`,
+/// `rp_filter`, IPv6 `accept_ra`/`autoconf`/`accept_dad`), and container runtimes mount
+/// `/proc/sys` read-only in unprivileged containers; there vipd refuses a macvlan whose
+/// inherited defaults differ (a `DHCPFailed` Warning), which is the case on a stock host
+/// (`arp_ignore` defaults to 0). For routing-table mode: every IPv4 VIP route sits on a TUN
+/// device vipd opens through `/dev/net/tun`, which the runtime gives only a privileged
+/// container, and vipd sets `net.ipv6.route.gc_interval` (docs/design.md, "The route
+/// fence").
+fn security_context(privileged: bool) -> SecurityContext {
+    if privileged {
         return SecurityContext {
             privileged: Some(true),
             read_only_root_filesystem: Some(true),

@@ -113,14 +113,19 @@ pub fn unit(args: &SystemdArgs) -> Unit {
         e("ProtectSystem", "strict"),
         e("ProtectHome", "yes"),
         e("PrivateTmp", "yes"),
-        e("PrivateDevices", "yes"),
+        // No device but the pseudo devices and /dev/net/tun, which routing-table mode opens
+        // for the fence device of every IPv4 VIP route (net::route): the device cgroup
+        // closes the rest (`PrivateDevices=yes` would hide /dev/net/tun itself).
+        e("DevicePolicy", "closed"),
+        e("DeviceAllow", "/dev/net/tun rw"),
         e("ProtectKernelTunables", "yes"),
         // DHCP mode sets rp_filter and the ARP settings of the macvlans it creates
-        // (net::macvlan); the per-interface sysctls stay writable, the rest of /proc/sys
+        // (net::macvlan), routing-table mode the IPv6 route collector's interval
+        // (net.ipv6.route.gc_interval); those sysctls stay writable, the rest of /proc/sys
         // read-only ("-": fine on a kernel without IPv6).
         e(
             "ReadWritePaths",
-            "-/proc/sys/net/ipv4/conf -/proc/sys/net/ipv6/conf",
+            "-/proc/sys/net/ipv4/conf -/proc/sys/net/ipv6/conf -/proc/sys/net/ipv6/route",
         ),
         e("ProtectKernelModules", "yes"),
         e("ProtectKernelLogs", "yes"),

@@ -296,6 +296,61 @@ fn dhcp_mode_manifests_are_privileged_and_others_are_not() {
     assert!(yaml.contains("privileged: true"), "{yaml}");
 }
 
+/// Issue 29: kube-vip's routing-table flags (`--table`, `--tableID`, `--tableType`,
+/// `--routingProtocol`, `--cleanRoutingTable`, cmd/kube-vip.go) write their variables,
+/// `--arp=false` goes with them, and the container is privileged (vipd opens
+/// `/dev/net/tun` for the IPv4 routes' fence devices and sets a `/proc/sys` value); the
+/// manager's own checks refuse what it would refuse, naming the variable and the value.
+#[test]
+fn routing_table_flags_write_their_variables_and_a_privileged_container() {
+    let flags = [
+        "--services",
+        "--servicesElection",
+        "--table",
+        "--arp=false",
+        "--tableID=1000",
+        "--tableType=1",
+        "--routingProtocol=99",
+        "--cleanRoutingTable",
+    ];
+    let p = plan(&flags).unwrap();
+    assert!(p.privileged);
+    for (k, v) in [
+        ("vip_routingtable", "true"),
+        ("vip_arp", "false"),
+        ("vip_routingtableid", "1000"),
+        ("vip_routingtabletype", "1"),
+        ("vip_routingprotocol", "99"),
+        ("vip_cleanroutingtable", "true"),
+    ] {
+        assert!(
+            p.env
+                .iter()
+                .any(|(n, e)| *n == k && *e == EnvValue::Text(v.into())),
+            "{k}={v} in {:?}",
+            p.env
+        );
+    }
+    let mut args = vec!["t", "daemonset", "--inCluster"];
+    args.extend(flags);
+    let yaml = run(&T::try_parse_from(args).unwrap().cmd).unwrap();
+    assert!(yaml.contains("privileged: true"), "{yaml}");
+    // The manager's refusals, with the variable and the value.
+    let e = plan(&[
+        "--services",
+        "--servicesElection",
+        "--table",
+        "--tableID=254",
+    ])
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("vip_routingtableid") && e.contains("254"), "{e}");
+    let e = plan(&["--services", "--servicesElection", "--arp=false"])
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("vip_arp"), "{e}");
+}
+
 /// kube-vip's `--dhcpBackoffAttempts` writes `dhcp_backoff_attempts` as given (the
 /// manager checks it: a negative count is its error, naming the flag); unset, nothing is
 /// written and vipd retries forever.

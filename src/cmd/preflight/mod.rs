@@ -25,6 +25,12 @@
 //! - `dhcp-parent` (with `svc_enable`): the macvlans' parent interface (`vip_servicesinterface`,
 //!   else `vip_interface`, else the IPv4 default route's interface, as the manager picks it)
 //!   exists and is up with carrier.
+//! - `tun` and `ipv6-route-gc` (routing-table mode, `vip_routingtable`): `/dev/net/tun`
+//!   opens read-write (every IPv4 VIP route sits on a TUN fence device), and
+//!   `net.ipv6.route.gc_interval` is writable (vipd sets it to 1 s so that an expired IPv6
+//!   VIP route goes within its lifetime + 1 s); docs/design.md, "The route fence". In this
+//!   mode alone (no control-plane VIP) `arp-flux` and `nft-fence` are skipped: no address is
+//!   bound and nothing is answered on the segment.
 //! - `api`: the API server answers `/version` with the configured kubeconfig.
 //! - `rbac`: a SelfSubjectAccessReview for every access of
 //!   [`crate::kube::api::API_CALLS`] the configuration makes, in its namespace
@@ -492,6 +498,15 @@ pub async fn run(cfg: &Config, args: &PreflightArgs) -> Report {
     report.checks.push(check_dhcp6_port(&status, cfg.services));
     run_network(cfg, args, has_raw, &mut report).await;
     run_nftables(cfg, &mut report).await;
+    if cfg.routing_table.is_some() {
+        report.checks.push(check_tun(open_rw(TUN_DEVICE)));
+        report.checks.push(check_ipv6_route_gc(
+            std::fs::read_to_string(IPV6_ROUTE_GC)
+                .ok()
+                .and_then(|v| v.trim().parse().ok()),
+            open_rw(IPV6_ROUTE_GC),
+        ));
+    }
     report.checks.push(run_macvlan(cfg).await);
     if cfg.services {
         report.checks.push(dhcp_parent(cfg).await);
@@ -515,6 +530,14 @@ async fn run_network(cfg: &Config, args: &PreflightArgs, has_raw: bool, report: 
                 report.checks.extend(check_vip_addresses(&edges));
             }
             check_vips_free(&k, cfg, args, vip_link.as_ref(), has_raw, report).await;
+            if !cfg.binds_addresses() {
+                report.checks.push(Check::new(
+                    "arp-flux",
+                    Status::Skip,
+                    "routing-table mode: no VIP address on any interface, nothing answered on the segment",
+                ));
+                return;
+            }
             // ARP flux (S36).
             let guard = crate::net::NftArpGuard::check().await;
             let targets = cfg.arp_flux_targets(&k).await;
@@ -531,6 +554,65 @@ async fn run_network(cfg: &Config, args: &PreflightArgs, has_raw: bool, report: 
     }
 }
 
+/// The TUN device routing-table mode opens for every IPv4 VIP route's fence device.
+const TUN_DEVICE: &str = "/dev/net/tun";
+/// The IPv6 route collector's interval, seconds (`net.ipv6.route.gc_interval`).
+const IPV6_ROUTE_GC: &str = "/proc/sys/net/ipv6/route/gc_interval";
+
+/// Opens `path` for reading and writing and closes it again (nothing is written): `Err`
+/// with the OS error when that is refused.
+fn open_rw(path: &str) -> Result<(), String> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map(drop)
+        .map_err(|e| e.to_string())
+}
+
+/// The `tun` row (routing-table mode): whether `/dev/net/tun` opened read-write.
+pub(crate) fn check_tun(opened: Result<(), String>) -> Check {
+    match opened {
+        Ok(()) => Check::new(
+            "tun",
+            Status::Pass,
+            format!("{TUN_DEVICE} opens read-write: IPv4 VIP routes get their fence devices"),
+        ),
+        Err(e) => Check::new(
+            "tun",
+            Status::Fail,
+            format!("{TUN_DEVICE}: {e}: every IPv4 VIP route sits on a TUN fence device, so none would be added"),
+        )
+        .fix("run vipd privileged in a container (`vipd manifest pod|daemonset --table` does), or with DeviceAllow=/dev/net/tun rw under systemd (`vipd manifest systemd` does), on a kernel with CONFIG_TUN"),
+    }
+}
+
+/// The `ipv6-route-gc` row (routing-table mode): `interval` is the current
+/// `net.ipv6.route.gc_interval` in seconds (`None`: no IPv6 here), `writable` whether it
+/// opened for writing.
+pub(crate) fn check_ipv6_route_gc(interval: Option<u64>, writable: Result<(), String>) -> Check {
+    const NAME: &str = "ipv6-route-gc";
+    match (interval, writable) {
+        (None, _) => Check::new(NAME, Status::Skip, "no IPv6 in this network namespace"),
+        (Some(n), Ok(())) => Check::new(
+            NAME,
+            Status::Pass,
+            format!("net.ipv6.route.gc_interval is writable (now {n} s; vipd sets 1 s: an expired IPv6 VIP route goes within its lifetime + 1 s)"),
+        ),
+        (Some(n), Err(_)) if n <= 1 => Check::new(
+            NAME,
+            Status::Pass,
+            format!("net.ipv6.route.gc_interval is {n} s (read-only here, and already what vipd wants)"),
+        ),
+        (Some(n), Err(e)) => Check::new(
+            NAME,
+            Status::Warn,
+            format!("net.ipv6.route.gc_interval is {n} s and read-only here ({e}): an expired IPv6 VIP route (a frozen vipd's) stays up to {n} s past its lifetime"),
+        )
+        .fix("run vipd privileged in a container (`vipd manifest pod|daemonset --table` does), or keep /proc/sys/net/ipv6/route writable under systemd (`vipd manifest systemd` does), or set it to 1 on the node"),
+    }
+}
+
 /// The nftables rows of [`run`]: the control-plane load balancer's `lb-nftables`, the
 /// `nft-fence` and `egress`.
 async fn run_nftables(cfg: &Config, report: &mut Report) {
@@ -540,15 +622,20 @@ async fn run_nftables(cfg: &Config, report: &mut Report) {
         _ => None,
     };
     report.checks.push(check_lb_nftables(lb.as_ref()));
-    let fence = match cfg.nft_fence.wanted() && (cfg.control_plane || cfg.services) {
+    let fence = match cfg.nft_fence.wanted() && cfg.binds_addresses() {
         true => Some(crate::net::nft::fence::NftFence::check().await),
         false => None,
     };
     let needs_ms = (cfg.control_plane && crate::lease::needs_nft_fence(&cfg.lease.timing))
         || (cfg.services && crate::lease::needs_nft_fence(&cfg.services_timing));
-    report
-        .checks
-        .push(check_nft_fence(fence.as_ref(), needs_ms));
+    report.checks.push(match cfg.binds_addresses() || !cfg.services {
+        true => check_nft_fence(fence.as_ref(), needs_ms),
+        false => Check::new(
+            "nft-fence",
+            Status::Skip,
+            "routing-table mode: Service VIPs are host routes, fenced by their lifetime (the route fence), not by nftables",
+        ),
+    });
     let egress = match cfg.services && cfg.nft_fence.wanted() {
         true => Some(crate::net::nft::egress::check().await),
         false => None,

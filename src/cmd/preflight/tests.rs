@@ -318,3 +318,30 @@ fn peer_key_row_warns_without_a_key() {
         c.fix
     );
 }
+
+/// Issue 29: routing-table mode's rows. `/dev/net/tun` refused fails with the fix naming
+/// the generators; the IPv6 route collector's interval warns when it is read-only and
+/// longer than vipd wants, passes when writable or already 1 s, and skips without IPv6.
+#[test]
+fn routing_table_rows() {
+    assert_eq!(check_tun(Ok(())).status, Status::Pass);
+    let c = check_tun(Err("No such file or directory (os error 2)".into()));
+    assert_eq!(c.status, Status::Fail);
+    assert!(
+        c.detail.contains("/dev/net/tun") && c.detail.contains("os error 2"),
+        "{c:?}"
+    );
+    assert!(
+        c.fix.as_deref().is_some_and(|f| f.contains("--table")),
+        "{c:?}"
+    );
+    assert_eq!(check_ipv6_route_gc(None, Ok(())).status, Status::Skip);
+    assert_eq!(check_ipv6_route_gc(Some(30), Ok(())).status, Status::Pass);
+    assert_eq!(
+        check_ipv6_route_gc(Some(1), Err("read-only".into())).status,
+        Status::Pass
+    );
+    let c = check_ipv6_route_gc(Some(30), Err("Read-only file system (os error 30)".into()));
+    assert_eq!(c.status, Status::Warn);
+    assert!(c.detail.contains("30 s past its lifetime"), "{c:?}");
+}

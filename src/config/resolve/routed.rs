@@ -263,3 +263,35 @@ pub(super) fn routing_table(
         clean: inputs.bool_or(K_CLEAN_ROUTING_TABLE, false)?,
     }))
 }
+
+/// Routing-table mode fences each VIP route with a lifetime of whole seconds (the holder's
+/// kernel fence, [`crate::lease::fence_lifetime`]; docs/design.md, "The route fence"): the
+/// Service lease timings must leave room for one, whatever `vip_nftfence` says (the
+/// millisecond fence of sub-second timings fences addresses, not routes).
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming the Service lease duration as given (`svc_leaseduration`,
+/// else `vip_leaseduration` it defaults to, else the default) and its value.
+pub(super) fn route_fence_fits(
+    inputs: &Inputs<'_>,
+    services_timing: &crate::lease::Timing,
+) -> Result<(), ConfigError> {
+    use super::super::options::{K_LEASE_DURATION, K_SVC_LEASE_DURATION};
+    if crate::lease::fence_lifetime(services_timing).is_ok() {
+        return Ok(());
+    }
+    let raw = inputs
+        .get(K_SVC_LEASE_DURATION)
+        .or_else(|| inputs.get(K_LEASE_DURATION))
+        .unwrap_or_else(|| {
+            Raw::default_of(
+                K_SVC_LEASE_DURATION,
+                &services_timing.lease_duration.as_secs_f64().to_string(),
+            )
+        });
+    Err(raw.invalid(format!(
+        "routing-table mode fences each VIP route with a lifetime of whole seconds, longer than the Service retry period ({} s) and shorter than the Service lease duration ({} s): these timings leave none (sub-second timings cannot fence a route); use e.g. svc_leaseduration=5 svc_renewdeadline=3 svc_retryperiod=1",
+        services_timing.retry_period.as_secs_f64(),
+        services_timing.lease_duration.as_secs_f64()
+    )))
+}

@@ -196,7 +196,7 @@ fn config_every_flag_feeds_its_env_key() {
     // ... and flag_values covers exactly the table's flags.
     assert_eq!(args(&[]).flag_values(), vec![]);
     // 74, kube-vip's BGP and routing-table flags `vipd manifest bird|frr` reads (issue 29),
-    // and vipd's --routingTableType (vip_routingtabletype has no kube-vip flag).
+    // and --tableType (kube-vip's flag of vip_routingtabletype, cmd/kube-vip.go).
     assert_eq!(rows.len(), 84);
 }
 
