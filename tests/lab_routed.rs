@@ -14,8 +14,7 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use xtask::lab::routed::{ROUTER_NODE_V4, ROUTER_NODE_V6, routed_node_v4};
@@ -50,20 +49,7 @@ fn router_paths(lab: &RoutedLab, dst: IpAddr) -> Vec<IpAddr> {
             &[fam, "-j", "route", "show", "exact", &dst.to_string()],
         )
         .unwrap_or_default();
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-    let mut gws = Vec::new();
-    for r in v.as_array().cloned().unwrap_or_default() {
-        if let Some(hops) = r["nexthops"].as_array() {
-            gws.extend(
-                hops.iter()
-                    .filter_map(|h| h["gateway"].as_str()?.parse::<IpAddr>().ok()),
-            );
-        } else if let Some(g) = r["gateway"].as_str().and_then(|g| g.parse().ok()) {
-            gws.push(g);
-        }
-    }
-    gws.sort();
-    gws
+    support::routed::gateways(&out)
 }
 
 /// The node addresses of `family` (the router's next hops for the VIP from each node).
@@ -102,27 +88,10 @@ fn wait_paths(lab: &RoutedLab, dst: IpAddr, want: &[IpAddr], timeout: Duration) 
     }
 }
 
-/// One new TCP connection from the client to `vip`; the node name it answers.
-fn ask(vip: IpAddr) -> Option<String> {
-    let mut s =
-        TcpStream::connect_timeout(&SocketAddr::new(vip, PORT), Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    buf.lines().last().map(|l| l.trim().to_string())
-}
-
 /// `n` new connections from the client to `vip`: answers per node (`"-"`: no answer).
 fn spread(lab: &RoutedLab, vip: IpAddr, n: usize) -> BTreeMap<String, usize> {
-    lab.in_netns("client", || {
-        let mut m = BTreeMap::new();
-        for _ in 0..n {
-            *m.entry(ask(vip).unwrap_or_else(|| "-".into())).or_insert(0) += 1;
-        }
-        m
-    })
-    .expect("client namespace")
+    lab.in_netns("client", || support::routed::spread(vip, PORT, n))
+        .expect("client namespace")
 }
 
 fn route(lab: &RoutedLab, node: &str, verb: &str, dst: &str, proto: &str) {
@@ -215,14 +184,7 @@ fn routed_vip_reaches_the_router_from_every_node_with_ecmp_and_bfd() {
             "{CONNECTIONS} connections to {vip}: {m:?} in {:.2} s",
             t.elapsed().as_secs_f64()
         );
-        let per = CONNECTIONS / NODES.len();
-        for node in NODES {
-            let n = m.get(node).copied().unwrap_or(0);
-            assert!(
-                n * 10 >= per * 8 && n * 10 <= per * 12,
-                "{vip}: {node} got {n} of {CONNECTIONS}, want {per} ±20 %: {m:?}"
-            );
-        }
+        support::routed::assert_even(&vip.to_string(), &m, &NODES);
     }
 
     // node-c removes its routes: the router drops its paths.

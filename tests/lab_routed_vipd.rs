@@ -116,6 +116,13 @@ fn start_bird(lab: &Lab, ns: &str, config: &str) -> LabProcess {
     p
 }
 
+/// BIRD on the router (the `client` namespace) and on every node.
+fn start_birds(lab: &Lab) -> Vec<LabProcess> {
+    let mut birds = vec![start_bird(lab, "client", &router_conf())];
+    birds.extend(NODES.iter().map(|n| start_bird(lab, n, &node_conf(n))));
+    birds
+}
+
 /// The router's next hops for the VIP (empty: no route).
 fn router_paths(lab: &Lab) -> Vec<IpAddr> {
     paths_to(lab, VIP)
@@ -132,20 +139,69 @@ fn paths_to(lab: &Lab, vip: &str) -> Vec<IpAddr> {
         .exec("client", "ip", &[fam, "-j", "route", "show", "exact", vip])
         .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
         .unwrap_or_default();
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-    let mut gws = Vec::new();
-    for r in v.as_array().cloned().unwrap_or_default() {
-        if let Some(hops) = r["nexthops"].as_array() {
-            gws.extend(
-                hops.iter()
-                    .filter_map(|h| h["gateway"].as_str()?.parse::<IpAddr>().ok()),
-            );
-        } else if let Some(g) = r["gateway"].as_str().and_then(|g| g.parse().ok()) {
-            gws.push(g);
+    support::routed::gateways(&out)
+}
+
+/// The router's paths to an IPv4 and an IPv6 VIP at one moment.
+#[derive(Debug, Clone)]
+struct Sample {
+    /// Since the start of the sampling.
+    at: Duration,
+    v4: Vec<IpAddr>,
+    v6: Vec<IpAddr>,
+}
+
+/// Samples the router's paths to `vip4` and `vip6` (none when `None`) every 10 ms (plus
+/// the two `ip` calls) from `t0` until `done` holds for a sample; every sample taken.
+/// Panics with the last one after `limit`.
+fn sample_until(
+    lab: &Lab,
+    (vip4, vip6): (&str, Option<&str>),
+    t0: Instant,
+    limit: Duration,
+    mut done: impl FnMut(&Sample) -> bool,
+) -> Vec<Sample> {
+    let mut samples = Vec::new();
+    loop {
+        let s = Sample {
+            at: t0.elapsed(),
+            v4: paths_to(lab, vip4),
+            v6: vip6.map(|v| paths_to(lab, v)).unwrap_or_default(),
+        };
+        let end = done(&s);
+        samples.push(s);
+        if end {
+            return samples;
         }
+        let last = samples.last().expect("a sample");
+        assert!(
+            t0.elapsed() < limit,
+            "router's paths to {vip4} {vip6:?} after {limit:?}: {last:?}"
+        );
+        std::thread::sleep(Duration::from_millis(10));
     }
-    gws.sort();
-    gws
+}
+
+/// Samples until the router has no path through `node` to `vips`: when each family's
+/// went (since `t0`), and every sample.
+fn drops_of(
+    lab: &Lab,
+    vips: (&str, &str),
+    node: &str,
+    t0: Instant,
+    limit: Duration,
+) -> (Duration, Duration, Vec<Sample>) {
+    let (mut v4, mut v6) = (None, None);
+    let samples = sample_until(lab, (vips.0, Some(vips.1)), t0, limit, |s| {
+        if v4.is_none() && !s.v4.contains(&hop(node)) {
+            v4 = Some(s.at);
+        }
+        if v6.is_none() && !s.v6.contains(&hop6(node)) {
+            v6 = Some(s.at);
+        }
+        v4.is_some() && v6.is_some()
+    });
+    (v4.expect("dropped"), v6.expect("dropped"), samples)
 }
 
 fn hop(node: &str) -> IpAddr {
@@ -159,26 +215,12 @@ fn hop6(node: &str) -> IpAddr {
 /// Polls both families every 10 ms until the router has no path through `node`: when
 /// each went (since `t0`), and whether a path of another node came first.
 fn drops(lab: &Lab, node: &str, t0: Instant, limit: Duration) -> (Duration, Duration, bool) {
-    let (mut v4, mut v6, mut other_first) = (None, None, false);
-    loop {
-        let (p4, p6) = (router_paths(lab), router_paths6(lab));
-        let others = p4.iter().any(|p| *p != hop(node)) || p6.iter().any(|p| *p != hop6(node));
-        if v4.is_none() && !p4.contains(&hop(node)) {
-            v4 = Some(t0.elapsed());
-        }
-        if v6.is_none() && !p6.contains(&hop6(node)) {
-            v6 = Some(t0.elapsed());
-        }
-        if let (Some(a), Some(b)) = (v4, v6) {
-            return (a, b, other_first);
-        }
-        other_first |= others;
-        assert!(
-            t0.elapsed() < limit,
-            "{node}'s paths still on the router after {limit:?}: {p4:?} {p6:?}"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
+    let (v4, v6, samples) = drops_of(lab, (VIP, VIP6), node, t0, limit);
+    let other_first = samples.iter().any(|s| {
+        (s.at < v4 || s.at < v6)
+            && (s.v4.iter().any(|p| *p != hop(node)) || s.v6.iter().any(|p| *p != hop6(node)))
+    });
+    (v4, v6, other_first)
 }
 
 /// The node whose address is the router's only next hop for the VIP.
@@ -213,11 +255,7 @@ fn s66_routing_table_mode_holder_routes_and_the_router_follows_kill_and_freeze()
     let Some(lab) = lab("s66", LabOptions::default()) else {
         return;
     };
-    let _router = start_bird(&lab, "client", &router_conf());
-    let _birds: Vec<LabProcess> = NODES
-        .iter()
-        .map(|n| start_bird(&lab, n, &node_conf(n)))
-        .collect();
+    let _birds = start_birds(&lab);
     let extra = [
         ("vip_routingtable", "true"),
         ("vip_arp", "false"),
@@ -355,5 +393,275 @@ fn s66_routing_table_mode_holder_routes_and_the_router_follows_kill_and_freeze()
     );
     for p in &procs {
         assert!(!p.log().contains("panicked"), "{}", p.log());
+    }
+}
+
+/// The ETP Cluster Service of S67: routed by every node.
+const ECMP4: &str = "198.51.100.81";
+const ECMP6: &str = "2001:db8:5::81";
+/// The ETP Local Service of S68 (IPv4 only).
+const LOCAL4: &str = "198.51.100.82";
+/// The address two Services share in S69.
+const SHARED4: &str = "198.51.100.83";
+/// The routers' paths through every node, per family.
+fn all_hops() -> (Vec<IpAddr>, Vec<IpAddr>) {
+    let mut v4: Vec<IpAddr> = NODES.iter().map(|n| hop(n)).collect();
+    let mut v6: Vec<IpAddr> = NODES.iter().map(|n| hop6(n)).collect();
+    v4.sort();
+    v6.sort();
+    (v4, v6)
+}
+
+/// The hops of `nodes` (IPv4), sorted.
+fn hops(nodes: &[&str]) -> Vec<IpAddr> {
+    let mut v: Vec<IpAddr> = nodes.iter().map(|n| hop(n)).collect();
+    v.sort();
+    v
+}
+
+/// Samples the router's paths to `vip` until they are `want`; every sample.
+fn until_paths(lab: &Lab, vip: &str, want: &[IpAddr], limit: Duration) -> Vec<Sample> {
+    sample_until(lab, (vip, None), Instant::now(), limit, |s| s.v4 == want)
+}
+
+/// What kube-proxy does on a real node, for the lab: the node accepts the VIPs (local
+/// routes, no address: vipd never binds one in routing-table mode) and answers HTTP on
+/// port 80 with its name.
+fn serve_vips(lab: &Lab, vips: &[&str]) -> Vec<xtask::lab::ThreadServer> {
+    NODES
+        .iter()
+        .map(|n| {
+            for vip in vips {
+                let fam = if vip.contains(':') { "-6" } else { "-4" };
+                lab.exec(n, "ip", &[fam, "route", "add", "local", vip, "dev", "lo"])
+                    .unwrap_or_else(|e| panic!("{n}: local route {vip}: {e}"));
+            }
+            let path = lab.netns_path(n).expect("ns");
+            xtask::lab::ThreadServer::http(
+                &path,
+                &format!("web-{n}"),
+                "[::]:80".parse().expect("addr"),
+                n,
+            )
+            .expect("listener")
+        })
+        .collect()
+}
+
+#[test]
+fn s67_to_s70_without_election_every_node_routes_and_the_router_spreads() {
+    let Some(lab) = lab("s67", LabOptions::default()) else {
+        return;
+    };
+    let t_start = Instant::now();
+    let _birds = start_birds(&lab);
+    // New connections are hashed on the ports too (L4), as on a router that spreads flows.
+    for key in [
+        "net.ipv4.fib_multipath_hash_policy=1",
+        "net.ipv6.fib_multipath_hash_policy=1",
+    ] {
+        lab.exec("client", "sysctl", &["-w", key]).expect("sysctl");
+    }
+    let _servers = serve_vips(&lab, &[ECMP4, ECMP6, LOCAL4, SHARED4]);
+    let extra = [
+        ("vip_routingtable", "true"),
+        ("vip_leaderelection", "false"),
+        ("vip_arp", "false"),
+        ("vip_servicesinterface", "eth0"),
+    ];
+    let mut procs: Vec<LabProcess> = NODES
+        .iter()
+        .map(|n| start_vipd_services(&lab, n, false, &extra))
+        .collect();
+    // The Local Service first: once the router has the Cluster one's paths, every node
+    // has planned both.
+    create_service(
+        &lab,
+        &service_json("local", Some(LOCAL4), None, &[(80, "TCP")], true),
+    );
+    create_service(
+        &lab,
+        &service_json(
+            "ecmp",
+            Some(&format!("{ECMP4},{ECMP6}")),
+            None,
+            &[(80, "TCP")],
+            false,
+        ),
+    );
+
+    // S67: ETP Cluster, routed from all three nodes.
+    let (all4, all6) = all_hops();
+    let t = Instant::now();
+    sample_until(
+        &lab,
+        (ECMP4, Some(ECMP6)),
+        t,
+        Duration::from_secs(40),
+        |s| s.v4 == all4 && s.v6 == all6,
+    );
+    println!(
+        "S67 the router has the Service's paths from all 3 nodes {:.2} s after its creation ({:.1} s after the lab started)",
+        t.elapsed().as_secs_f64(),
+        t_start.elapsed().as_secs_f64()
+    );
+    for n in NODES {
+        let table = table_198(&lab, n);
+        assert!(
+            table.contains(ECMP4) && table.contains(ECMP6),
+            "{n}: {table}"
+        );
+        assert!(
+            !table.contains(LOCAL4),
+            "{n} routes the Local Service: {table}"
+        );
+    }
+    assert!(
+        lease(&lab, "default", "kubevip-ecmp").is_none()
+            && lease(&lab, "kube-system", "plndr-svcs-lock").is_none(),
+        "no election: no Lease"
+    );
+    wait_until(
+        "the ingress names both addresses",
+        Duration::from_secs(10),
+        || ingress_ips(&lab, "ecmp") == [ECMP4, ECMP6],
+    );
+    let svc = get_service(&lab, "ecmp").expect("service");
+    assert!(
+        svc["metadata"]["annotations"]["kube-vip.io/vipHost"].is_null(),
+        "no vipHost without election: {svc}"
+    );
+    for vip in [ECMP4, ECMP6] {
+        let ip: IpAddr = vip.parse().expect("ip");
+        let t = Instant::now();
+        let m = lab
+            .in_netns("client", || support::routed::spread(ip, 80, 300))
+            .expect("client namespace");
+        println!(
+            "S67 300 new connections to {vip}: {m:?} ({:.2} s)",
+            t.elapsed().as_secs_f64()
+        );
+        support::routed::assert_even(vip, &m, &NODES);
+    }
+    assert!(paths_to(&lab, LOCAL4).is_empty(), "no endpoint: no route");
+
+    // S68: ETP Local: only the nodes with a ready endpoint; a rolling update (new endpoint
+    // added before the old one goes) never leaves the router without a path.
+    set_endpoints(&lab, "local", &["node-a"]);
+    let up = until_paths(&lab, LOCAL4, &hops(&["node-a"]), Duration::from_secs(10));
+    set_endpoints(&lab, "local", &["node-a", "node-b"]);
+    let mut rolled = until_paths(
+        &lab,
+        LOCAL4,
+        &hops(&["node-a", "node-b"]),
+        Duration::from_secs(10),
+    );
+    set_endpoints(&lab, "local", &["node-b"]);
+    rolled.extend(until_paths(
+        &lab,
+        LOCAL4,
+        &hops(&["node-b"]),
+        Duration::from_secs(10),
+    ));
+    let empty = rolled.iter().filter(|s| s.v4.is_empty()).count();
+    println!(
+        "S68 endpoint on node-a: routed by node-a alone after {:?}; rolling update to node-b: {} samples of the router's paths (every ~20 ms), {empty} without a path",
+        up.last().map(|s| s.at).unwrap_or_default(),
+        rolled.len()
+    );
+    assert_eq!(
+        empty, 0,
+        "a rolling update left the router without a path: {rolled:?}"
+    );
+    set_endpoints(&lab, "local", &[]);
+    let gone = until_paths(&lab, LOCAL4, &[], Duration::from_secs(10));
+    println!(
+        "S68 no endpoint anywhere: no path after {:?}",
+        gone.last().map(|s| s.at).unwrap_or_default()
+    );
+
+    // S69: two Services on one address; deleting the one that governs it (the older)
+    // keeps the route.
+    create_service(
+        &lab,
+        &service_json("shared-1", Some(SHARED4), None, &[(80, "TCP")], false),
+    );
+    create_service(
+        &lab,
+        &service_json("shared-2", Some(SHARED4), None, &[(443, "TCP")], false),
+    );
+    until_paths(&lab, SHARED4, &all4, Duration::from_secs(10));
+    delete_service(&lab, "shared-1");
+    let t = Instant::now();
+    let held = sample_until(&lab, (SHARED4, None), t, Duration::from_secs(10), |s| {
+        s.at >= Duration::from_secs(3)
+    });
+    let short = held.iter().filter(|s| s.v4 != all4).count();
+    println!(
+        "S69 shared-1 deleted: {} samples over 3 s, {short} with fewer than 3 paths",
+        held.len()
+    );
+    assert_eq!(short, 0, "the shared address lost paths: {held:?}");
+    delete_service(&lab, "shared-2");
+    until_paths(&lab, SHARED4, &[], Duration::from_secs(10));
+
+    // S70: SIGKILL and SIGSTOP of one node's vipd: its paths leave within the route
+    // fence's bound, the other nodes' paths stay throughout.
+    let killed = Instant::now();
+    procs[2].signal(Signal::SIGKILL).expect("SIGKILL");
+    let (v4, v6, samples) = drops_of(&lab, (ECMP4, ECMP6), "node-c", killed, LEASE * 2);
+    println!(
+        "S70 SIGKILL of node-c's vipd: its IPv4 path left the router after {v4:?}, IPv6 after {v6:?}"
+    );
+    assert_others_stay(&samples, "node-c");
+    assert!(v4 < Duration::from_secs(2), "kill: IPv4 after {v4:?}");
+    assert!(v6 <= Duration::from_secs(4), "kill: IPv6 after {v6:?}");
+    let _ = procs[2].kill();
+    procs[2] = start_vipd_services(&lab, "node-c", false, &extra);
+    let t = Instant::now();
+    sample_until(
+        &lab,
+        (ECMP4, Some(ECMP6)),
+        t,
+        Duration::from_secs(20),
+        |s| s.v4 == all4 && s.v6 == all6,
+    );
+    let frozen = Instant::now();
+    procs[1].signal(Signal::SIGSTOP).expect("SIGSTOP");
+    let (v4, v6, samples) = drops_of(&lab, (ECMP4, ECMP6), "node-b", frozen, LEASE * 2);
+    println!(
+        "S70 SIGSTOP of node-b's vipd: its IPv4 path left the router after {v4:?} (fence 2 s + address expiry ≤ 1 s + BIRD scan {SCAN:?}), IPv6 after {v6:?} (fence 2 s + gc 1 s)"
+    );
+    assert_others_stay(&samples, "node-b");
+    assert!(v4 <= LEASE, "freeze: IPv4 after {v4:?}");
+    assert!(v6 <= Duration::from_secs(4), "freeze: IPv6 after {v6:?}");
+    procs[1].signal(Signal::SIGCONT).expect("SIGCONT");
+    let t = Instant::now();
+    sample_until(
+        &lab,
+        (ECMP4, Some(ECMP6)),
+        t,
+        Duration::from_secs(20),
+        |s| s.v4 == all4 && s.v6 == all6,
+    );
+    println!(
+        "S70 thawed node-b routes again after {:.2} s; the whole test {:.1} s",
+        t.elapsed().as_secs_f64(),
+        t_start.elapsed().as_secs_f64()
+    );
+    for p in &procs {
+        assert!(!p.log().contains("panicked"), "{}", p.log());
+    }
+}
+
+/// Every sample still has the paths of the nodes other than `gone`, both families.
+fn assert_others_stay(samples: &[Sample], gone: &str) {
+    for s in samples {
+        for n in NODES.iter().filter(|n| **n != gone) {
+            assert!(
+                s.v4.contains(&hop(n)) && s.v6.contains(&hop6(n)),
+                "{n}'s path missing while {gone}'s went: {s:?}"
+            );
+        }
     }
 }

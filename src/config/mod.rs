@@ -188,7 +188,8 @@ pub struct Config {
     pub services: bool,
     /// `vip_leaderelection` / `--leaderElection`: always `true` with `cp_enable` (false is
     /// refused); without it, `false` is accepted and has no effect (Service leases are
-    /// always elected).
+    /// always elected), except in routing-table mode with `svc_election=false`, where it
+    /// means no election at all ([`Config::services_unelected`]).
     pub leader_election: bool,
     /// Control-plane lease (`vip_leasename`, `cp_namespace`, timings).
     pub lease: crate::lease::LeaseConfig,
@@ -308,6 +309,15 @@ impl Config {
         }
     }
 
+    /// Whether Services are routed without election: routing-table mode with
+    /// `svc_election=false` and `vip_leaderelection=false` (kube-vip's `ServicesNoLeader`,
+    /// `pkg/manager/worker/table.go`): every node that may serve a Service routes it.
+    /// Elsewhere `vip_leaderelection=false` changes nothing for Services (ARP/NDP always
+    /// elects one holder per address).
+    pub fn services_unelected(&self) -> bool {
+        self.routing_table.is_some() && !self.services_election && !self.leader_election
+    }
+
     /// The Services wing's settings.
     pub fn services(&self) -> crate::services::Settings {
         crate::services::Settings {
@@ -333,6 +343,7 @@ impl Config {
             services_health: self.services_health.clone(),
             services_failback: self.services_failback,
             routing_table: self.routing_table,
+            services_unelected: self.services_unelected(),
             lb_class_only: self.lb_class_only,
             lb_class_name: self.lb_class_name.clone(),
         }

@@ -414,7 +414,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "leaderElection",
         "true",
         Bool,
-        "Kubernetes Lease leader election of the control-plane VIP (vipd always elects: false is an error with cp_enable, accepted and without effect otherwise)",
+        "Kubernetes Lease leader election of the control-plane VIP (vipd always elects: false is an error with cp_enable, accepted and without effect in ARP/NDP mode). In routing-table mode (vip_routingtable) with svc_election=false: true routes every Service from the holder of the Lease svc_leasename, false from every node that may serve it (ECMP; externalTrafficPolicy Local: the nodes with a ready endpoint)",
     ),
     opt(
         K_LEASE_NAME,
@@ -792,7 +792,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "table",
         "false",
         Bool,
-        "Routing-table mode (Services only, with svc_election): the Service lease holder puts a host route (/32, /128) for each VIP into the kernel table vip_routingtableid instead of binding the address, for BIRD or FRR on the node to export over BGP (`vipd manifest bird|frr`); the route is fenced by the kernel (gone within its lifetime when vipd is frozen, at once when it is killed); no ARP, no NDP",
+        "Routing-table mode (Services only): a host route (/32, /128) for each VIP goes into the kernel table vip_routingtableid instead of the address being bound, for BIRD or FRR on the node to export over BGP (`vipd manifest bird|frr`); the route is fenced by the kernel (gone within its lifetime when vipd is frozen, at once when it is killed); no ARP, no NDP. Who routes: with svc_election each Service's lease holder; else with vip_leaderelection (default) the holder of the Lease svc_leasename; with vip_leaderelection=false every node that may serve the Service (ECMP across the nodes)",
     ),
     opt(
         K_ROUTING_TABLE_ID,

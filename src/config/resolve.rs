@@ -117,7 +117,7 @@ pub fn resolve_detailed(
     let lease = lease(&inputs, nft_fence.wanted())?;
     let services_timing = services_timing(&inputs, &lease, nft_fence.wanted())?;
     let svc = services(&inputs, modes.services, &mut warnings)?;
-    let routing_table = routed::routing_table(&inputs, &modes, svc.election, &mut warnings)?;
+    let routing_table = routed::routing_table(&inputs, &modes, &mut warnings)?;
     if routing_table.is_some() {
         routed::route_fence_fits(&inputs, &services_timing)?;
     }
@@ -242,7 +242,8 @@ fn modes(inputs: &Inputs<'_>) -> Result<Modes, ConfigError> {
     }
     // vip_leaderelection governs the control-plane election only (Service leases are
     // always elected): with cp_enable off it has nothing to govern, and Harvester's guest
-    // clusters set it to false.
+    // clusters set it to false. Routing-table mode without svc_election is the exception:
+    // false there means every node routes (Config::services_unelected).
     let leader_election = match inputs.get(K_LEADER_ELECTION) {
         Some(raw) => {
             let on = parse_bool(&raw)?;

@@ -933,6 +933,57 @@ fn services_lease_shards_is_a_bounded_count_under_per_service_election() {
     );
 }
 
+/// Issue 29: routing-table mode without `svc_election`: with `vip_leaderelection=false`
+/// every node routes (kube-vip's `ServicesNoLeader`); with it true or unset the one
+/// Services lease's holder routes (kube-vip's `GlobalLeader`); `vip_leaderelection=false`
+/// without routing-table mode (ARP/NDP) still elects; with `svc_election` it is the
+/// per-Service lease holder whatever `vip_leaderelection` says.
+#[test]
+fn routing_table_mode_without_service_election() {
+    let base = [
+        ("cp_enable", "false"),
+        ("svc_enable", "true"),
+        ("vip_routingtable", "true"),
+        ("vip_arp", "false"),
+    ];
+    let mut env = base.to_vec();
+    env.push(("vip_leaderelection", "false"));
+    let c = ok(&[], &env, None).config;
+    assert!(c.routing_table.is_some() && !c.services_election);
+    assert!(c.services_unelected() && c.services().services_unelected);
+    // vip_leaderelection unset or true: the global lease, routed.
+    let c = ok(&[], &base, None).config;
+    assert!(c.routing_table.is_some() && !c.services_unelected());
+    let mut env = base.to_vec();
+    env.push(("vip_leaderelection", "true"));
+    assert!(!ok(&[], &env, None).config.services_unelected());
+    // With svc_election: elected per Service.
+    let mut env = base.to_vec();
+    env.extend([("vip_leaderelection", "false"), ("svc_election", "true")]);
+    assert!(!ok(&[], &env, None).config.services().services_unelected);
+    // The flags: --table --leaderElection=false.
+    let c = ok(
+        &["--services", "--table", "--leaderElection=false"],
+        &[("cp_enable", "false")],
+        None,
+    )
+    .config;
+    assert!(c.services_unelected());
+    // ARP/NDP: vip_leaderelection=false changes nothing, Services are elected.
+    let c = ok(
+        &[],
+        &[
+            ("cp_enable", "false"),
+            ("svc_enable", "true"),
+            ("vip_leaderelection", "false"),
+        ],
+        None,
+    )
+    .config;
+    assert!(c.routing_table.is_none() && !c.services_unelected());
+    assert!(!c.services().services_unelected);
+}
+
 /// Issue 29: routing-table mode (`vip_routingtable`) is accepted for Services with
 /// election, with kube-vip's defaults (table 198, protocol 248, unicast) and its own
 /// values through the routed wing's parsers; `vip_arp=false` goes with it (kube-vip's
@@ -1006,18 +1057,7 @@ fn routing_table_mode_for_elected_services() {
         "{:?}",
         r.warnings
     );
-    // Without election every node would route: not built, refused by name.
-    let e = run(
-        &[],
-        &[
-            ("cp_enable", "false"),
-            ("svc_enable", "true"),
-            ("vip_routingtable", "true"),
-        ],
-        None,
-    )
-    .unwrap_err();
-    assert!(e.to_string().contains("svc_election"), "{e}");
+    // Without svc_election: accepted (routing_table_mode_without_service_election).
 }
 
 /// Issue 29: sub-second Service timings are refused at configuration time in

@@ -33,6 +33,7 @@ mod attempt;
 pub(crate) mod failback;
 pub(crate) mod identity;
 pub mod kube;
+pub mod local;
 pub mod metrics;
 pub(crate) mod outage;
 pub mod record;

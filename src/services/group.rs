@@ -19,8 +19,12 @@ use super::publish::{ServiceEvent, StatusWriter};
 use super::shared::Shared;
 use super::sync::{StatusSync, report_conflicts, report_handover};
 use crate::election::kube::KubeLeaseClient;
+use crate::election::local::LocalLeaseClient;
 use crate::election::metrics::LeaseMetrics;
-use crate::election::{DuplicateIdentity, ElectionEnd, Elector, Gates, LeaderState};
+use crate::election::{
+    DuplicateIdentity, ElectionEnd, Elector, Gates, LeaderState, LeaseClient, LeaseError,
+    LeaseEvent, LeaseRecord, Observed,
+};
 use crate::holder::metrics::VipMetrics;
 use crate::holder::{VipHolder, VipSpec};
 use crate::net::{Announcer, Kernel};
@@ -125,7 +129,7 @@ impl GroupHandle {
 struct Group<K: Kernel, A: Announcer> {
     shared: Arc<Shared<K, A>>,
     lease: LeaseRef,
-    client: KubeLeaseClient,
+    client: GroupLease,
     spec: watch::Receiver<GroupSpec>,
     /// The spec last received.
     current: GroupSpec,
@@ -211,20 +215,72 @@ async fn group_task<K: Kernel, A: Announcer>(
     end
 }
 
-/// The client of `lease`, on the shared lease hub; every lease but the global one carries
-/// the labels of the leases the orphan collector may delete ([`Mode::collectable`]: it
-/// deletes only those no Service uses, shard leases beyond the current count among them).
-fn lease_client<K: Kernel, A: Announcer>(
-    shared: &Shared<K, A>,
-    lease: &LeaseRef,
-) -> KubeLeaseClient {
+/// A group's lease: a Kubernetes Lease (elected modes), or one that lives in this process
+/// only ([`LocalLeaseClient`]: without election every eligible node leads its groups).
+#[derive(Clone)]
+enum GroupLease {
+    /// The Lease on the API server, on the shared lease hub.
+    Kube(KubeLeaseClient),
+    /// In memory: always granted while the node's gates are open.
+    Local(LocalLeaseClient),
+}
+
+impl LeaseClient for GroupLease {
+    fn describe(&self) -> String {
+        match self {
+            GroupLease::Kube(c) => c.describe(),
+            GroupLease::Local(c) => c.describe(),
+        }
+    }
+
+    async fn get(&self) -> Result<Option<Observed>, LeaseError> {
+        match self {
+            GroupLease::Kube(c) => c.get().await,
+            GroupLease::Local(c) => c.get().await,
+        }
+    }
+
+    async fn create(&self, record: &LeaseRecord) -> Result<Observed, LeaseError> {
+        match self {
+            GroupLease::Kube(c) => c.create(record).await,
+            GroupLease::Local(c) => c.create(record).await,
+        }
+    }
+
+    async fn update(&self, record: &LeaseRecord, rv: &str) -> Result<Observed, LeaseError> {
+        match self {
+            GroupLease::Kube(c) => c.update(record, rv).await,
+            GroupLease::Local(c) => c.update(record, rv).await,
+        }
+    }
+
+    fn watch(&self) -> futures::stream::BoxStream<'static, LeaseEvent> {
+        match self {
+            GroupLease::Kube(c) => c.watch(),
+            GroupLease::Local(c) => c.watch(),
+        }
+    }
+}
+
+/// The lease of group `lease`: without election ([`Mode::elects`] false) a process-local
+/// one; else the Lease on the shared lease hub, where every lease but the global one
+/// carries the labels of the leases the orphan collector may delete ([`Mode::collectable`]:
+/// it deletes only those no Service uses, shard leases beyond the current count among
+/// them).
+///
+/// [`Mode::elects`]: crate::services::plan::desired::Mode::elects
+/// [`Mode::collectable`]: crate::services::plan::desired::Mode::collectable
+fn lease_client<K: Kernel, A: Announcer>(shared: &Shared<K, A>, lease: &LeaseRef) -> GroupLease {
+    if !shared.mode.elects() {
+        return GroupLease::Local(LocalLeaseClient::new(&lease.to_string()));
+    }
     let client = KubeLeaseClient::new(shared.lease_client.clone(), &lease.namespace, &lease.name)
         .with_hub(shared.hub.clone());
-    if shared.mode.collectable(lease) {
+    GroupLease::Kube(if shared.mode.collectable(lease) {
         client.with_labels(super::lease_gc::lease_labels())
     } else {
         client
-    }
+    })
 }
 
 /// The group's ends of its VIP holder's channels.
@@ -282,15 +338,17 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         let (elector, leadership) =
             Elector::new(client.clone(), shared.node.clone(), shared.timing, &gates);
         let elector = match &shared.ride {
-            Some(node) => elector.with_ride(node.link(&lease.namespace, &lease.name)),
-            None => elector,
+            Some(node) if shared.mode.elects() => {
+                elector.with_ride(node.link(&lease.namespace, &lease.name))
+            }
+            _ => elector,
         };
         let initial = spec.borrow_and_update().clone();
         let (preference, preference_rx) = watch::channel(
             crate::election::spread::preference_delay(&shared.node, &initial.preferred),
         );
         let (preferred, preferred_rx) = watch::channel(initial.preferred.clone());
-        let elector = match shared.failback {
+        let elector = match shared.failback.filter(|_| shared.mode.elects()) {
             Some(holddown) => elector.with_failback(crate::election::failback::FailbackLink {
                 holddown,
                 preferred: preferred_rx,
@@ -298,15 +356,20 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             None => elector,
         };
         let failbacks = elector.failbacks();
-        let elector = elector
-            .with_metrics(&shared.metrics)
-            .with_spread(shared.spread.clone())
-            .with_outage(shared.outage.clone())
-            .with_preference(preference_rx)
-            .with_acquire_check(service_still_exists(
-                shared.lease_client.clone(),
-                spec.clone(),
-            ));
+        let elector = elector.with_metrics(&shared.metrics);
+        // Without election the lease is this process's own: nothing to spread, prefer,
+        // ride through or check against the API server.
+        let elector = match shared.mode.elects() {
+            true => elector
+                .with_spread(shared.spread.clone())
+                .with_outage(shared.outage.clone())
+                .with_preference(preference_rx)
+                .with_acquire_check(service_still_exists(
+                    shared.lease_client.clone(),
+                    spec.clone(),
+                )),
+            false => elector,
+        };
         let duplicate = elector.duplicate_identity();
         let state = leadership.state.clone();
         let (holder, links) = new_holder(&shared, &lease, &initial.vips, &gates);
@@ -732,8 +795,11 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         }
         // Other nodes judge a lease deleted while held as held for one more lease duration;
         // the VIP holder has stopped.
-        if let Some(rv) = decide::lease_to_delete(delete_lease, end.as_ref(), &shared.node) {
-            match Box::pin(self.client.delete(rv)).await {
+        if let (Some(rv), GroupLease::Kube(client)) = (
+            decide::lease_to_delete(delete_lease, end.as_ref(), &shared.node),
+            &self.client,
+        ) {
+            match Box::pin(client.delete(rv)).await {
                 Ok(true) => info!(%lease, "lease deleted"),
                 Ok(false) => debug!(%lease, "lease already changed or gone; not deleted"),
                 Err(e) => warn!(%lease, error = %e, "deleting the lease failed"),

@@ -390,7 +390,9 @@ async fn start_caches(
 /// The planner's settings from the configuration.
 fn plan_config(cfg: &Settings) -> PlanConfig {
     PlanConfig {
-        mode: if cfg.services_election && cfg.services_lease_shards > 0 {
+        mode: if cfg.services_unelected {
+            Mode::Unelected
+        } else if cfg.services_election && cfg.services_lease_shards > 0 {
             Mode::Sharded(Shards {
                 namespace: cfg
                     .services_namespace
@@ -529,7 +531,8 @@ async fn run<K: Kernel, A: Announcer>(
 }
 
 /// Collects the leases of Services deleted while their holder was down (see lease_gc):
-/// per-Service leases, or the Local Services' own leases beside the global one.
+/// per-Service leases, or the Local Services' own leases beside the global one; nothing
+/// without election.
 fn spawn_lease_gc(
     cfg: &Settings,
     plan_cfg: &PlanConfig,
@@ -540,6 +543,9 @@ fn spawn_lease_gc(
     let namespace = match &plan_cfg.mode {
         Mode::PerService | Mode::Sharded(_) => cfg.services_namespace.clone(),
         Mode::Global(g) => Some(g.namespace.clone()),
+        // No Lease is ever written: none to collect (and another vipd's leases in the
+        // cluster are not this one's to delete).
+        Mode::Unelected => return,
     };
     tokio::spawn(super::lease_gc::run(
         client.clone(),

@@ -553,6 +553,7 @@ mod tests {
                 retry_period: Duration::from_secs(1),
             },
             services_election: false,
+            services_unelected: false,
             services_lease_shards: 0,
             services_ride_through: false,
             services_ride_through_set: false,

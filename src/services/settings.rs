@@ -65,6 +65,11 @@ pub struct Settings {
     /// `vip_routingtable` and its settings: the holders route the VIPs instead of binding
     /// them ([`crate::net::route_kernel`]); `None`: addresses, ARP/NDP.
     pub routing_table: Option<crate::net::route_kernel::RouteMode>,
+    /// Routing-table mode without election (`vip_routingtable=true`, `svc_election=false`,
+    /// `vip_leaderelection=false`, kube-vip's `ServicesNoLeader`): every node that may
+    /// serve a Service routes its addresses
+    /// (`crate::services::plan::desired::Mode::Unelected`). Never with ARP/NDP.
+    pub services_unelected: bool,
     /// `lb_class_only`.
     pub lb_class_only: bool,
     /// `lb_class_name`.

@@ -87,6 +87,7 @@ impl<K: Kernel, A: Announcer> Shared<K, A> {
             node: &self.node,
             services: &self.services,
             writer: &self.status,
+            every_node: !self.mode.elects(),
         }
     }
 }

@@ -28,6 +28,9 @@ pub(super) struct StatusCtx<'a, W: StatusWriter> {
     pub(super) services: &'a Store<Service>,
     /// Where status, annotations and Events go.
     pub(super) writer: &'a W,
+    /// Every node that may serve a Service routes it (no election,
+    /// `crate::services::plan::desired::Mode::Unelected`): see [`StatusSync::sync`].
+    pub(super) every_node: bool,
 }
 
 impl<W: StatusWriter> StatusCtx<'_, W> {
@@ -347,6 +350,13 @@ impl StatusSync {
     /// another host claims them. A Service is reported only with its bound addresses; with
     /// none bound, nothing is written while they are being probed, and a status this node
     /// wrote earlier is cleared once every one of them is refused.
+    ///
+    /// Without election (`ctx.every_node`) several nodes hold a Service at once and each
+    /// group holds one address: a Service one of whose addresses this group holds gets the
+    /// ingress of all its addresses (the same on every node, so the nodes agree and write
+    /// it once), no `kube-vip.io/vipHost` (it would flip between the nodes; kube-vip
+    /// writes it with ARP only, `pkg/services/services.go` `updateStatus`) and no
+    /// announcement Event (every node would post one).
     pub(super) async fn sync<W: StatusWriter>(
         &mut self,
         ctx: &StatusCtx<'_, W>,
@@ -360,15 +370,15 @@ impl StatusSync {
         self.announced.retain(|k, _| keys.contains(k));
         let mut writes: Vec<Write> = Vec::new();
         let mut notes: Vec<(&ServiceKey, String)> = Vec::new();
-        for (key, addrs, ports) in &spec.services {
+        for (key, all, ports) in &spec.services {
             let cached = ctx.cached(key);
-            let all_refused = (!addrs.is_empty() && addrs.iter().all(|a| refused.contains(a)))
+            let all_refused = (!all.is_empty() && all.iter().all(|a| refused.contains(a)))
                 || spec.dhcp_unserved.contains(key);
-            let addrs: Vec<IpAddr> = addrs
-                .iter()
-                .filter(|a| bound.contains(a))
-                .copied()
-                .collect();
+            let mut addrs: Vec<IpAddr> =
+                all.iter().filter(|a| bound.contains(a)).copied().collect();
+            if ctx.every_node && !addrs.is_empty() {
+                addrs.clone_from(all);
+            }
             if addrs.is_empty() {
                 // Not held here (yet): claim nothing. Once every address is refused, take
                 // back a claim of ours; while they are only being probed, leave it (a
@@ -387,7 +397,12 @@ impl StatusSync {
             }
             let addrs = addrs.as_slice();
             let ingress = desired_ingress(addrs, ports);
-            let diff = status_diff(cached.as_deref(), ctx.node, addrs, &ingress);
+            let mut diff = status_diff(cached.as_deref(), ctx.node, addrs, &ingress);
+            if ctx.every_node {
+                diff.vip_host = false;
+                diff.announce = None;
+                self.announced.insert(key.clone(), addrs.to_vec());
+            }
             let event = match (diff.announce, self.announced.get(key)) {
                 (Some(ev), None) => Some(ev),
                 (_, Some(before)) if before.as_slice() != addrs => {

@@ -198,13 +198,14 @@ pub fn routed_settings_from_process(args: &RoutedArgs) -> Result<routed::Setting
 ///
 /// # Errors
 /// [`ConfigError::Invalid`] naming the option and value: a bad table, type or protocol;
-/// `vip_routingtable` with `cp_enable` (vipd routes Service VIPs only), without
-/// `svc_enable`, or without `svc_election` (every node routing every VIP, kube-vip's
-/// behaviour then, is not built yet).
+/// `vip_routingtable` with `cp_enable` (vipd routes Service VIPs only) or without
+/// `svc_enable`. Who routes (kube-vip's `StartServices` in `pkg/manager/worker/table.go`):
+/// with `svc_election` each Service's lease holder; else with `vip_leaderelection` (the
+/// default) the holder of the one Services lease (`svc_leasename`); else every node that
+/// may serve the Service (`crate::config::Config::services_unelected`).
 pub(super) fn routing_table(
     inputs: &Inputs<'_>,
     modes: &super::Modes,
-    election: bool,
     warnings: &mut Vec<String>,
 ) -> Result<Option<crate::net::route_kernel::RouteMode>, ConfigError> {
     use crate::net::route::RouteKind;
@@ -232,11 +233,6 @@ pub(super) fn routing_table(
         return Err(
             raw.invalid("routing-table mode needs svc_enable=true (it routes Service VIPs)")
         );
-    }
-    if !election {
-        return Err(raw.invalid(
-            "routing-table mode needs svc_election=true in this vipd version (the lease holder routes each Service's VIPs); without election kube-vip has every node route every VIP, which vipd does not do yet",
-        ));
     }
     let table = match inputs.get(K_ROUTING_TABLE_ID) {
         Some(raw) => with(&raw, routed::parse_table)?,

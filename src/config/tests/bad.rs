@@ -366,12 +366,13 @@ const BAD: &[Bad] = &[
     env(&[("lb_fwdmethod", "nat")], "lb_fwdmethod", "nat"),
     env(&[("lb_port", "0")], "lb_port", "0"),
     env(&[("lb_enable", "maybe")], "lb_enable", "maybe"),
-    // routing-table mode: Services with election only; the routed wing's parsers
+    // routing-table mode: Services only; the routed wing's parsers
     env(
         &[
             ("vip_routingtable", "T"),
-            ("svc_enable", "true"),
-            ("cp_enable", "false"),
+            ("svc_enable", "false"),
+            ("cp_enable", "true"),
+            ("address", "192.0.2.10"),
         ],
         "vip_routingtable",
         "T",

@@ -84,7 +84,7 @@ pub(crate) struct Stops {
 /// governs no address anywhere any more (its Service was deleted, changed type or class, or
 /// lost its addresses: S17, S18, S32) is deleted after its release, unless it is shared
 /// under `mode` (the one lease for all Services, a current shard lease:
-/// [`Mode::is_shared`]).
+/// [`Mode::is_shared`]). Without election ([`Mode::Unelected`]) nothing retires.
 pub(crate) fn stops(
     prev: &BTreeMap<IpAddr, LeaseRef>,
     plan: &Plan,
@@ -105,7 +105,12 @@ pub(crate) fn stops(
         .collect();
     Stops {
         stop,
-        retire: changes.retire,
+        // Without election every node may route an address at once: a group that gives
+        // one up holds back nobody.
+        retire: match mode.elects() {
+            true => changes.retire,
+            false => BTreeMap::new(),
+        },
     }
 }
 

@@ -119,6 +119,14 @@ pub enum Mode {
     /// `svc_leaseshards`: Services spread over a fixed number of shard leases by a stable
     /// hash of their UID ([`Shards`]).
     Sharded(Shards),
+    /// No election (routing-table mode with `svc_election=false` and
+    /// `vip_leaderelection=false`, kube-vip's `ServicesNoLeader` in
+    /// `pkg/manager/worker/table.go`): every node that may serve a Service routes its
+    /// addresses, and the fabric spreads the traffic by ECMP. One group per address
+    /// ([`unelected_group`]), whose "lease" lives in the process only
+    /// (`crate::election::local`): it never touches the API server, is never shared,
+    /// retired or collected.
+    Unelected,
 }
 
 impl Mode {
@@ -129,7 +137,7 @@ impl Mode {
     /// lease, a shard beyond the current count).
     pub fn is_shared(&self, lease: &LeaseRef) -> bool {
         match self {
-            Mode::PerService => false,
+            Mode::PerService | Mode::Unelected => false,
             Mode::Global(g) => g == lease,
             Mode::Sharded(s) => s.index_of_lease(lease).is_some(),
         }
@@ -139,7 +147,33 @@ impl Mode {
     /// one (which kube-vip shares and which carries no vipd labels). Shard leases beyond
     /// the current count are collected like per-Service leases.
     pub fn collectable(&self, lease: &LeaseRef) -> bool {
-        !matches!(self, Mode::Global(g) if g == lease)
+        match self {
+            Mode::Global(g) => g != lease,
+            Mode::Unelected => false,
+            Mode::PerService | Mode::Sharded(_) => true,
+        }
+    }
+
+    /// Whether this mode elects one holder per group through a Kubernetes Lease (every
+    /// mode but [`Mode::Unelected`]).
+    pub fn elects(&self) -> bool {
+        !matches!(self, Mode::Unelected)
+    }
+}
+
+/// The namespace of [`unelected_group`]s' keys: no Kubernetes object has it (a namespace
+/// is a DNS label; this one never reaches the API server anyway).
+pub const UNELECTED_NAMESPACE: &str = "local";
+
+/// The group of `address` without election ([`Mode::Unelected`]): one per address, named
+/// after it, whichever Services use it. The key does not change when the Service that
+/// governs a shared address is deleted, so its route stays while another Service uses the
+/// address (a per-Service key would stop one group and start another: the route withdrawn
+/// and announced again on every node at once, the router left with no path).
+pub fn unelected_group(address: IpAddr) -> LeaseRef {
+    LeaseRef {
+        namespace: UNELECTED_NAMESPACE.to_string(),
+        name: address.to_string(),
     }
 }
 
@@ -262,7 +296,9 @@ pub struct LeaseChoice<'a> {
 ///   of its UID, else of `namespace/name`). Pure.
 pub fn service_lease(mode: &Mode, c: &LeaseChoice<'_>) -> LeaseRef {
     match mode {
-        Mode::PerService => c.own.clone(),
+        // Unelected groups are per address (`unelected_group`); a Service's own lease
+        // name is what the orphan collector and `vipd status` would look for.
+        Mode::PerService | Mode::Unelected => c.own.clone(),
         Mode::Global(l) if c.etp_local => local_lease(&l.namespace, c.key),
         Mode::Global(l) => l.clone(),
         Mode::Sharded(_) if c.annotated => c.own.clone(),
@@ -572,11 +608,14 @@ fn place_service(
             out.on_control_plane.insert(svc.key.clone());
             continue;
         }
-        let lease = claims
-            .governing
-            .entry(*a)
-            .or_insert_with(|| own_lease(svc, cfg))
-            .clone();
+        let lease = match cfg.mode {
+            Mode::Unelected => unelected_group(*a),
+            _ => claims
+                .governing
+                .entry(*a)
+                .or_insert_with(|| own_lease(svc, cfg))
+                .clone(),
+        };
         let group = join_group(out, lease, svc, cfg);
         if dhcp_owned.contains(a) {
             // On the DHCP Service's macvlan (its holder's effective VIPs).
@@ -594,8 +633,9 @@ fn place_service(
             });
         }
     }
-    if let Some(request) = &svc.dhcp {
-        // The Service's own lease governs its DHCP client (per-Service election), or
+    if let Some(request) = svc.dhcp.as_ref().filter(|_| cfg.mode.elects()) {
+        // Without election no DHCP client runs (every node would ask for the Service's
+        // MAC). The Service's own lease governs its DHCP client (per-Service election), or
         // the global one; the leased address is not known in advance, so no other
         // lease competes for it.
         let group = join_group(out, own_lease(svc, cfg), svc, cfg);
@@ -767,6 +807,62 @@ mod tests {
         assert_eq!(b.vips[1].vip.prefix, 128);
         assert!(b.campaign);
         assert!(p.conflicts.is_empty());
+    }
+
+    /// Without election every address is a group of its own, named after it; a node
+    /// campaigns for it when it may serve any Service using it (ETP Cluster anywhere, ETP
+    /// Local only with a ready local endpoint); deleting the oldest user of a shared
+    /// address keeps its group; no DHCP client runs.
+    #[test]
+    fn unelected_groups_are_per_address_and_follow_the_local_endpoints() {
+        let mut local = svc("local", 3, &["192.0.2.30", "2001:db8::30"], &[(80, "TCP")]);
+        local.etp_local = true;
+        let services = [
+            svc("web", 1, &["192.0.2.20"], &[(80, "TCP")]),
+            svc("dns", 2, &["192.0.2.20"], &[(53, "UDP")]),
+            local.clone(),
+        ];
+        let p = plan_leases(&services, &cfg(Mode::Unelected));
+        let g = unelected_group("192.0.2.20".parse().unwrap());
+        assert_eq!(g.to_string(), "local/192.0.2.20");
+        assert_eq!(p.groups.len(), 3, "{:?}", p.groups.keys());
+        assert_eq!(p.groups[&g].services.len(), 2);
+        assert!(p.groups[&g].campaign);
+        let v6 = unelected_group("2001:db8::30".parse().unwrap());
+        assert!(!p.groups[&v6].campaign, "no local endpoint: no route");
+        assert!(!Mode::Unelected.collectable(&g) && !Mode::Unelected.is_shared(&g));
+        // The governing Service deleted: the same group, with the other one.
+        let p2 = plan_leases(&services[1..], &cfg(Mode::Unelected));
+        assert_eq!(p2.groups[&g].vips, p.groups[&g].vips);
+        assert!(p2.groups[&g].campaign);
+        // A local endpoint: both of the Local Service's groups campaign.
+        local.local_endpoint = true;
+        let p3 = plan_leases(&[local.clone()], &cfg(Mode::Unelected));
+        assert!(p3.groups.values().all(|g| g.campaign));
+        // A Local Service without endpoint sharing a Cluster one's address: routed.
+        let mut shy = svc("shy", 4, &["192.0.2.20"], &[(443, "TCP")]);
+        shy.etp_local = true;
+        let p4 = plan_leases(&[services[0].clone(), shy], &cfg(Mode::Unelected));
+        assert!(p4.groups[&g].campaign);
+        // A DHCP Service: no client without election.
+        let mut dhcp = svc("dhcp", 5, &["0.0.0.0"], &[(80, "TCP")]);
+        dhcp.addresses.clear();
+        dhcp.dhcp = Some(DhcpRequest {
+            macvlan: "vip-dhcp".into(),
+            mac: [2, 0, 0, 0, 0, 1],
+            mac_generated: true,
+            v4: true,
+            v6: false,
+            requested: None,
+            requested_v6: None,
+            hostname: None,
+            broadcast: false,
+            rp_filter: 0,
+            parent: None,
+            mark: String::new(),
+        });
+        let p5 = plan_leases(&[dhcp], &cfg(Mode::Unelected));
+        assert!(p5.groups.values().all(|g| g.dhcp.is_empty()), "{p5:?}");
     }
 
     #[test]
@@ -1149,6 +1245,7 @@ mod tests {
                 Mode::PerService => lease("primary"),
                 Mode::Global(l) => l.clone(),
                 Mode::Sharded(s) => s.lease(s.index_of("uid-primary")),
+                Mode::Unelected => unreachable!("not among the modes"),
             };
             let g = &p.groups[&governing];
             assert_eq!(g.dhcp.len(), 1, "{mode:?}");

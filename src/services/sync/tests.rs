@@ -168,6 +168,7 @@ fn status_ctx<'a>(services: &'a Store<Service>, w: &'a Recorder) -> StatusCtx<'a
         node: NODE,
         services,
         writer: w,
+        every_node: false,
     }
 }
 
@@ -273,6 +274,36 @@ async fn a_new_holder_writes_status_and_vip_host_and_announces_once_per_term() {
 
 /// Trial finding F5: the address a Service holds on this node changed within the term (its
 /// DHCP lease replaced after a NAK): one more `AddressAnnounced`, naming both.
+/// Without election (every node routes): a group holding one of a dual-stack Service's
+/// addresses writes the ingress of both (what every node's groups write, so they agree),
+/// never `vipHost` and no announcement Event; an ingress already as wanted is not written
+/// again, whichever node wrote it.
+#[tokio::test]
+async fn without_election_the_ingress_names_every_address_and_no_vip_host() {
+    let (a, b) = (ip("192.0.2.20"), ip("2001:db8::20"));
+    let w = Recorder::default();
+    let services = store(&[cached("7", Some("node-b"), &[])]);
+    let mut ctx = status_ctx(&services, &w);
+    ctx.every_node = true;
+    let mut sync = StatusSync::default();
+    sync.sync(&ctx, &spec(&[a, b]), &[b], &[], false).await;
+    assert_eq!(w.take(), ["ingress default/web"]);
+    assert_eq!(
+        w.memory.get(&web()).ingress,
+        desired_ingress(&[a, b], &http())
+    );
+    // Written by another node already: nothing to do.
+    let services = store(&[cached("8", None, &[a, b])]);
+    let mut ctx = status_ctx(&services, &w);
+    ctx.every_node = true;
+    let mut sync = StatusSync::default();
+    sync.sync(&ctx, &spec(&[a, b]), &[a], &[], true).await;
+    assert_eq!(w.take(), Vec::<String>::new());
+    // Nothing held here: nothing written.
+    sync.sync(&ctx, &spec(&[a, b]), &[], &[], false).await;
+    assert_eq!(w.take(), Vec::<String>::new());
+}
+
 #[tokio::test]
 async fn a_changed_address_on_the_same_holder_is_announced_once() {
     let (a, b) = (ip("192.0.2.205"), ip("192.0.2.206"));
