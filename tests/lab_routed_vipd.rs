@@ -665,3 +665,123 @@ fn assert_others_stay(samples: &[Sample], gone: &str) {
         }
     }
 }
+
+/// The control-plane VIP of S71: a routed address on no segment.
+const CP4: &str = "198.51.100.90";
+
+/// S71 (issue 29): the control-plane VIP in routing-table mode, as kube-vip runs it (no
+/// election, `pkg/manager/worker/table.go`): every node whose own API server is healthy
+/// routes it and binds it on its loopback, so the router spreads new connections over the
+/// three nodes (ECMP) and each node accepts them; no Lease is written. A node whose local
+/// API server dies leaves the router (health check: 3 failures 1 s apart, then the route
+/// goes) while the others stay, and comes back when it returns; SIGKILL of a node's vipd
+/// takes its path at once (the fence device closes), the others stay.
+#[test]
+fn s71_control_plane_vip_routed_by_every_node_with_a_healthy_api_server() {
+    let Some(lab) = lab("s71", LabOptions::default()) else {
+        return;
+    };
+    let _birds = start_birds(&lab);
+    for key in [
+        "net.ipv4.fib_multipath_hash_policy=1",
+        "net.ipv6.fib_multipath_hash_policy=1",
+    ] {
+        lab.exec("client", "sysctl", &["-w", key]).expect("sysctl");
+    }
+    // The API server stands in: a listener on every address of each node.
+    let _servers: Vec<xtask::lab::ThreadServer> = NODES
+        .iter()
+        .map(|n| {
+            let path = lab.netns_path(n).expect("ns");
+            xtask::lab::ThreadServer::http(
+                &path,
+                &format!("web-{n}"),
+                "[::]:80".parse().expect("addr"),
+                n,
+            )
+            .expect("listener")
+        })
+        .collect();
+    let extra = [
+        ("address", CP4),
+        ("vip_routingtable", "true"),
+        ("vip_arp", "false"),
+    ];
+    let procs = start_vipd_on_all(&lab, T531, &extra);
+    let all = hops(&NODES);
+    let t = Instant::now();
+    until_paths(&lab, CP4, &all, Duration::from_secs(30));
+    println!(
+        "S71 the router has the control-plane VIP's paths from all 3 nodes {:.2} s after the start",
+        t.elapsed().as_secs_f64()
+    );
+    for n in NODES {
+        let table = table_198(&lab, n);
+        assert!(
+            table.contains(CP4) && table.contains("dev vipr"),
+            "{n}: {table}"
+        );
+        let lo = lab
+            .exec(n, "ip", &["-4", "-o", "addr", "show", "dev", "lo"])
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .expect("ip");
+        assert!(lo.contains(&format!("{CP4}/32")), "{n}'s loopback: {lo}");
+    }
+    assert!(
+        lease(&lab, "kube-system", "plndr-cp-lock").is_none(),
+        "no control-plane Lease in routing-table mode"
+    );
+    let vip: IpAddr = CP4.parse().expect("vip");
+    let m = lab
+        .in_netns("client", || support::routed::spread(vip, 80, 300))
+        .expect("client");
+    println!("S71 300 new connections to the control-plane VIP: {m:?}");
+    support::routed::assert_even("S71", &m, &NODES);
+
+    // node-b's own API server dies: only its path goes.
+    lab.stop_local_api("node-b").expect("stop");
+    let t0 = Instant::now();
+    let rest = hops(&["node-a", "node-c"]);
+    let samples = until_paths(&lab, CP4, &rest, Duration::from_secs(15));
+    println!(
+        "S71 node-b's local API server stopped: its path left the router after {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
+    for s in &samples {
+        assert!(
+            rest.iter().all(|h| s.v4.contains(h)),
+            "another node's path went too: {s:?}"
+        );
+    }
+    assert!(
+        procs[1].log().contains("local API server"),
+        "{}",
+        procs[1].log()
+    );
+    lab.start_local_api("node-b").expect("start");
+    let t0 = Instant::now();
+    until_paths(&lab, CP4, &all, Duration::from_secs(15));
+    println!(
+        "S71 node-b's local API server back: its path returned after {:.2} s",
+        t0.elapsed().as_secs_f64()
+    );
+
+    // SIGKILL of node-c's vipd: its path goes at once, the others stay.
+    procs[2].signal(Signal::SIGKILL).expect("kill");
+    let t0 = Instant::now();
+    let rest = hops(&["node-a", "node-b"]);
+    let samples = until_paths(&lab, CP4, &rest, LEASE);
+    println!(
+        "S71 SIGKILL of node-c's vipd: its path left the router after {:.0} ms",
+        t0.elapsed().as_secs_f64() * 1000.0
+    );
+    for s in &samples {
+        assert!(
+            rest.iter().all(|h| s.v4.contains(h)),
+            "another node's path went too: {s:?}"
+        );
+    }
+    for p in &procs {
+        assert!(!p.log().contains("panicked"), "{}", p.log());
+    }
+}

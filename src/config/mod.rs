@@ -285,13 +285,14 @@ pub struct Config {
 }
 
 impl Config {
-    /// Whether this vipd binds VIP addresses (the control-plane VIP, or Service VIPs outside
-    /// routing-table mode): only then do the ARP flux guard and the nftables fence have
-    /// anything to do. In routing-table mode a Service VIP is a host route whose lifetime
-    /// fences it (docs/design.md, "The route fence"). The manager and `vipd preflight` ask
-    /// this one question.
+    /// Whether this vipd announces VIP addresses on the segment (outside routing-table
+    /// mode): only then do the ARP flux guard and the nftables fence have anything to do. In
+    /// routing-table mode a VIP is a host route whose lifetime fences it (docs/design.md,
+    /// "The route fence"; the control-plane VIP's loopback address carries the same
+    /// lifetime and is never announced). The manager and `vipd preflight` ask this one
+    /// question.
     pub fn binds_addresses(&self) -> bool {
-        self.control_plane || (self.services && self.routing_table.is_none())
+        self.routing_table.is_none() && (self.control_plane || self.services)
     }
 
     /// The control-plane wing's settings.

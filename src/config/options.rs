@@ -792,7 +792,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "table",
         "false",
         Bool,
-        "Routing-table mode (Services only): a host route (/32, /128) for each VIP goes into the kernel table vip_routingtableid instead of the address being bound, for BIRD or FRR on the node to export over BGP (`vipd manifest bird|frr`); the route is fenced by the kernel (gone within its lifetime when vipd is frozen, at once when it is killed); no ARP, no NDP. Who routes: with svc_election each Service's lease holder; else with vip_leaderelection (default) the holder of the Lease svc_leasename; with vip_leaderelection=false every node that may serve the Service (ECMP across the nodes)",
+        "Routing-table mode: a host route (/32, /128) for each VIP goes into the kernel table vip_routingtableid instead of the address being bound on the segment, for BIRD or FRR on the node to export over BGP (`vipd manifest bird|frr`); the route is fenced by the kernel (gone within its lifetime when vipd is frozen, at once when it is killed); no ARP, no NDP. Who routes a Service: with svc_election each Service's lease holder; else with vip_leaderelection (default) the holder of the Lease svc_leasename; with vip_leaderelection=false every node that may serve the Service (ECMP across the nodes). The control-plane VIP (cp_enable): every node whose own API server is healthy, without election (as kube-vip), the VIP also bound on the loopback so the node accepts it",
     ),
     opt(
         K_ROUTING_TABLE_ID,

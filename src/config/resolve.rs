@@ -118,9 +118,18 @@ pub fn resolve_detailed(
     let services_timing = services_timing(&inputs, &lease, nft_fence.wanted())?;
     let svc = services(&inputs, modes.services, &mut warnings)?;
     let routing_table = routed::routing_table(&inputs, &modes, &mut warnings)?;
-    if routing_table.is_some() {
-        routed::route_fence_fits(&inputs, &services_timing)?;
+    if routing_table.is_some() && modes.control_plane {
+        // Without election: every healthy node routes it, only the fence must fit.
+        routed::route_fence_fits(&inputs, &lease.timing, &[K_LEASE_DURATION], false)?;
     }
+    let services_timing = match routing_table {
+        Some(_) if modes.services => routed::services_route_timing(
+            &inputs,
+            services_timing,
+            svc.election || modes.leader_election,
+        )?,
+        _ => services_timing,
+    };
     let ipam = ipam(&inputs, modes.services, &mut warnings)?;
     let dhcp_backoff_attempts = dhcp_backoff_attempts(&inputs, modes.services, &mut warnings)?;
     let api = api_access(&inputs)?;
@@ -247,7 +256,9 @@ fn modes(inputs: &Inputs<'_>) -> Result<Modes, ConfigError> {
     let leader_election = match inputs.get(K_LEADER_ELECTION) {
         Some(raw) => {
             let on = parse_bool(&raw)?;
-            if !on && control_plane {
+            // Routing-table mode has no control-plane election at all (kube-vip's), so
+            // false is harmless there.
+            if !on && control_plane && !inputs.bool_or(K_ROUTING_TABLE, false)? {
                 return Err(raw.invalid(
             "vipd always uses Lease leader election for the control-plane VIP (without it every node would answer for the VIP); remove vip_leaderelection or set it to true",
                 ));

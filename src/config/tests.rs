@@ -1098,13 +1098,74 @@ fn routing_table_mode_refuses_timings_without_a_route_fence() {
         .copied()
         .collect();
     assert!(run(&[], &plain, None).is_ok());
-    for t in [["5", "3", "1"], ["3", "2", "1"]] {
+    let with = |t: [&'static str; 3], extra: &[(&'static str, &'static str)]| {
         let mut env = base.to_vec();
         env.extend([
             ("svc_leaseduration", t[0]),
             ("svc_renewdeadline", t[1]),
             ("svc_retryperiod", t[2]),
         ]);
-        assert!(run(&[], &env, None).is_ok(), "{t:?}");
-    }
+        env.extend(extra);
+        run(&[], &env, None)
+    };
+    assert!(with(["5", "3", "1"], &[]).is_ok());
+    // Elected: the route (2 s + 2 s slack) must be gone before a takeover (3 s): the lab's
+    // router had two paths at once at 3/2/1.
+    let e = with(["3", "2", "1"], &[]).unwrap_err().to_string();
+    assert!(
+        e.contains("svc_leaseduration") && e.contains("two paths"),
+        "{e}"
+    );
+    // Without election every node routes anyway: 3/2/1 is fine.
+    let r = with(
+        ["3", "2", "1"],
+        &[("svc_election", "false"), ("vip_leaderelection", "false")],
+    )
+    .expect("unelected");
+    assert_eq!(r.config.services_timing.lease_duration.as_secs(), 3);
+    // Elected without any timing given: 5/3/1.
+    let r = ok(&[], &base, None);
+    assert_eq!(
+        r.config.services_timing,
+        crate::holder::ROUTED_SERVICE_TIMING
+    );
+}
+
+/// Issue 29: the control-plane VIP in routing-table mode (kube-vip routes it without
+/// election, `pkg/manager/worker/table.go`): accepted with Services or alone,
+/// `vip_leaderelection=false` accepted there (there is no control-plane election in this
+/// mode), `enable_node_labeling` warned about; no ARP guard or nftables fence.
+#[test]
+fn routing_table_mode_for_the_control_plane() {
+    let base = [
+        ("cp_enable", "true"),
+        ("address", "198.51.100.90"),
+        ("vip_routingtable", "true"),
+    ];
+    let r = ok(&[], &base, None);
+    assert!(r.config.routing_table.is_some());
+    assert!(!r.config.binds_addresses());
+    let mut env = base.to_vec();
+    env.extend([
+        ("svc_enable", "true"),
+        ("vip_leaderelection", "false"),
+        ("enable_node_labeling", "true"),
+    ]);
+    let r = ok(&[], &env, None);
+    assert!(r.config.services_unelected());
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("enable_node_labeling") && w.contains("routing-table")),
+        "{:?}",
+        r.warnings
+    );
+    // Outside the mode vip_leaderelection=false with cp_enable stays refused.
+    let plain: Vec<_> = env
+        .iter()
+        .filter(|(k, _)| *k != "vip_routingtable")
+        .copied()
+        .collect();
+    let e = run(&[], &plain, None).unwrap_err().to_string();
+    assert!(e.contains("vip_leaderelection"), "{e}");
 }

@@ -15,9 +15,11 @@ use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
 use crate::election::kube::KubeLeaseClient;
-use crate::election::{Elector, Gates};
+use crate::election::local::LocalLeaseClient;
+use crate::election::{Elector, Gates, LeaseClient};
 use crate::holder::{HolderConfig, VipHolder, VipSpec};
-use crate::net::{Kernel, NetlinkKernel, RawAnnouncer, Vip};
+use crate::net::route_kernel::{NoAnnouncer, RouteKernel, RoutedAddressKernel};
+use crate::net::{Announcer, Kernel, NetlinkKernel, RawAnnouncer, Vip};
 use crate::obs::readiness::Readiness;
 
 /// What the control-plane wing reads of the node's configuration (composed by
@@ -172,6 +174,9 @@ pub struct Parts {
     /// The process's Node cache (the load balancer's backends; every Node with
     /// `lb_enable`).
     pub nodes: crate::nodes::NodeCache,
+    /// Routing-table mode (`vip_routingtable`): the process's one [`RouteKernel`], shared
+    /// with the Services wing; `None`: the VIP is an address announced by ARP/NDP.
+    pub routes: Option<Arc<RouteKernel>>,
 }
 
 /// The running control-plane election and VIP holder.
@@ -189,21 +194,58 @@ pub struct Running {
 /// `/readyz` and posts a Warning Event about the Lease until `shutdown`. With
 /// `enable_node_labeling`, a task of its own keeps this node's `kube-vip.io/has-ip` label
 /// in step with the lease (the first address of `address`), never holding up the VIPs.
+///
+/// In routing-table mode (`parts.routes`) there is no election, as in kube-vip
+/// (`pkg/manager/worker/table.go` starts the control plane without one): the elector runs
+/// on a process-local lease ([`LocalLeaseClient`]), so every control-plane node routes the
+/// VIP (fenced host route, [`RoutedAddressKernel`]: also bound on the loopback) while its
+/// gates are open, the local API server's health ([`GATE_LOCAL_API`]) among them; the
+/// fabric spreads the VIP over those nodes by ECMP. No Node label then (the label names one
+/// holder).
 pub fn start(cfg: &Settings, parts: Parts, shutdown: CancellationToken) -> Running {
+    match parts.routes.clone() {
+        Some(routes) => {
+            info!(
+                table = routes.mode().table,
+                "control-plane VIP in routing-table mode: every control-plane node whose own API server is healthy routes it (and binds it on the loopback), without election, as kube-vip does"
+            );
+            let leases =
+                LocalLeaseClient::new(&format!("local/{}/{}", cfg.lease.namespace, cfg.lease.name));
+            let kernel = Arc::new(RoutedAddressKernel::new(routes));
+            launch(cfg, parts, leases, kernel, Arc::new(NoAnnouncer), shutdown)
+        }
+        None => {
+            let leases =
+                KubeLeaseClient::new(parts.client.clone(), &cfg.lease.namespace, &cfg.lease.name);
+            let kernel = parts.kernel.clone();
+            launch(cfg, parts, leases, kernel, Arc::new(RawAnnouncer), shutdown)
+        }
+    }
+}
+
+/// [`start`] with the lease, kernel and announcer of the mode.
+fn launch<C: LeaseClient, K: Kernel, A: Announcer>(
+    cfg: &Settings,
+    parts: Parts,
+    leases: C,
+    kernel: Arc<K>,
+    announcer: Arc<A>,
+    shutdown: CancellationToken,
+) -> Running {
+    let routed = parts.routes.is_some();
     let Parts {
         client,
-        kernel,
         holder_cfg,
         gates,
         metrics,
         readiness,
         nodes,
+        ..
     } = parts;
-    let leases = KubeLeaseClient::new(client.clone(), &cfg.lease.namespace, &cfg.lease.name);
     let (elector, leadership) =
         Elector::new(leases, cfg.node_name.clone(), cfg.lease.timing, &gates);
     let elector = elector.with_metrics(&metrics);
-    let labeler = match (cfg.enable_node_labeling, cfg.addresses.first()) {
+    let labeler = match (cfg.enable_node_labeling && !routed, cfg.addresses.first()) {
         (true, Some(first)) => {
             let stop = CancellationToken::new();
             let value = crate::nodes::label::has_ip_value(*first);
@@ -259,15 +301,8 @@ pub fn start(cfg: &Settings, parts: Parts, shutdown: CancellationToken) -> Runni
         arp_rate_ms = cfg.arp_rate.as_millis() as u64,
         "control-plane VIP"
     );
-    let holder = VipHolder::new(
-        "control-plane",
-        kernel,
-        Arc::new(RawAnnouncer),
-        vips,
-        holder_cfg,
-        gates,
-    )
-    .with_metrics(&metrics);
+    let holder = VipHolder::new("control-plane", kernel, announcer, vips, holder_cfg, gates)
+        .with_metrics(&metrics);
     let election_stop = CancellationToken::new();
     let holder_stop = CancellationToken::new();
     let holder_task = tokio::spawn(holder.run(leadership, holder_stop.clone()));

@@ -1167,3 +1167,18 @@ async fn a_vip_never_outlives_its_not_after_time() {
     r.shutdown.cancel();
     let _ = r.task.await;
 }
+
+/// 5/3/1 (and longer leases) end a route before a takeover; vipd's 3/2/1 and 4/2/1
+/// do not (fence 2 s + 2 s slack is not shorter than their lease).
+#[test]
+fn only_leases_longer_than_the_fence_and_its_slack_keep_one_path() {
+    let t = |l: u64, r: u64, p: u64| crate::lease::Timing {
+        lease_duration: std::time::Duration::from_secs(l),
+        renew_deadline: std::time::Duration::from_secs(r),
+        retry_period: std::time::Duration::from_secs(p),
+    };
+    assert!(route_gone_before_takeover(&ROUTED_SERVICE_TIMING));
+    assert!(route_gone_before_takeover(&t(10, 6, 2)));
+    assert!(!route_gone_before_takeover(&t(3, 2, 1)));
+    assert!(!route_gone_before_takeover(&t(4, 2, 1)));
+}

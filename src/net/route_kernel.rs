@@ -143,6 +143,45 @@ impl RouteKernel {
         held
     }
 
+    /// Start-up of routing-table mode, once per process and before any election:
+    /// `vip_cleanroutingtable` removes the routes of the protocol left in the table, and the
+    /// IPv6 route collector is made to run every [`WANTED_IPV6_GC_INTERVAL`] s in this
+    /// network namespace (an expired IPv6 route otherwise stays up to 30 s past its
+    /// lifetime). Failures are logged.
+    pub async fn prepare(&self) {
+        let mode = self.mode;
+        info!(
+            table = mode.table,
+            protocol = mode.protocol,
+            kind = ?mode.kind,
+            "routing-table mode: VIPs are fenced host routes in this table for BIRD or FRR to export; no ARP/NDP"
+        );
+        if mode.clean {
+            match self.clean().await {
+                Ok(r) => info!(
+                    removed = r.len(),
+                    "vip_cleanroutingtable: table {} cleaned of protocol {} routes",
+                    mode.table,
+                    mode.protocol
+                ),
+                Err(e) => warn!(error = %e, "vip_cleanroutingtable: cannot read the table"),
+            }
+        }
+        match shorten_ipv6_route_gc() {
+            Ok(Some((old, new))) if old != new => info!(
+                old_secs = old,
+                new_secs = new,
+                "routing-table mode: set net.ipv6.route.gc_interval of this network namespace so that an expired IPv6 VIP route goes within its lifetime + {WANTED_IPV6_GC_INTERVAL} s"
+            ),
+            Ok(Some(_)) => {}
+            Ok(None) => info!("routing-table mode: no IPv6 in this network namespace"),
+            Err(e) => warn!(
+                error = %e,
+                "routing-table mode: cannot set net.ipv6.route.gc_interval to {WANTED_IPV6_GC_INTERVAL}: an expired IPv6 VIP route goes up to the current interval (kernel default 30 s) after its lifetime"
+            ),
+        }
+    }
+
     /// Removes every route of the mode's protocol in its table (`vip_cleanroutingtable`;
     /// run at start, before any election: every such route is a previous run's). Returns
     /// the routes removed.
@@ -168,6 +207,90 @@ impl RouteKernel {
             }
         }
         Ok(removed)
+    }
+}
+
+/// How long after its lifetime a VIP route may still be announced, at most: the kernel's
+/// expiry work (an IPv4 fence device's address goes in runs up to a second late; the IPv6
+/// route collector runs every [`WANTED_IPV6_GC_INTERVAL`] s) plus BIRD's 1 s scan of the
+/// table (the routes an expired fence address takes with it send no netlink event).
+/// docs/design.md, "The route fence".
+pub const ROUTE_WITHDRAW_SLACK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The loopback's interface index: the kernel gives it 1 in every network namespace
+/// (`LOOPBACK_IFINDEX`, include/net/flow.h).
+const LOOPBACK_IFINDEX: u32 = 1;
+
+/// The control-plane VIP's [`Kernel`] in routing-table mode: the VIP is routed as by
+/// [`RouteKernel`] (the fenced host route BIRD or FRR exports) and also bound as a host
+/// address on the loopback with the same lifetime, so that this node accepts the traffic
+/// the fabric routes to it (the API server listens on every address). kube-vip binds it on
+/// `vip_interface` (`pkg/cluster/service.go`); the loopback keeps it off the segment, where
+/// every node binding one address would make them all answer ARP/NDP for it. The route
+/// decides who gets traffic: listing reports the routes, and the address follows them.
+pub struct RoutedAddressKernel {
+    routes: Arc<RouteKernel>,
+}
+
+impl RoutedAddressKernel {
+    /// The control-plane VIP's kernel over the process's shared `routes`.
+    pub fn new(routes: Arc<RouteKernel>) -> Self {
+        Self { routes }
+    }
+}
+
+impl Kernel for RoutedAddressKernel {
+    async fn link_by_name(&self, name: &str) -> Result<LinkInfo, NetError> {
+        self.routes.link_by_name(name).await
+    }
+
+    async fn link_by_index(&self, index: u32) -> Result<LinkInfo, NetError> {
+        self.routes.link_by_index(index).await
+    }
+
+    /// The route first, then the loopback address with the same lifetime (only when the
+    /// route holds some). Returns the route's lifetime held, seconds.
+    ///
+    /// # Errors
+    /// The route's errors ([`RouteKernel`]), then the address's ([`NetlinkKernel`]).
+    async fn add_or_refresh(
+        &self,
+        ifindex: u32,
+        vip: Vip,
+        lifetime: Lifetime,
+        skip_dad: bool,
+    ) -> Result<u32, NetError> {
+        let held = self
+            .routes
+            .add_or_refresh(ifindex, vip, lifetime, skip_dad)
+            .await?;
+        if held > 0 {
+            self.routes
+                .inner
+                .add_or_refresh(LOOPBACK_IFINDEX, Vip::host(vip.addr), lifetime, true)
+                .await?;
+        }
+        Ok(held)
+    }
+
+    /// The route, then the loopback address (each removed even if the other fails; the
+    /// route's error is returned first).
+    async fn remove(&self, ifindex: u32, vip: Vip) -> Result<(), NetError> {
+        let route = self.routes.remove(ifindex, vip).await;
+        let addr = self
+            .routes
+            .inner
+            .remove(LOOPBACK_IFINDEX, Vip::host(vip.addr))
+            .await;
+        route.and(addr)
+    }
+
+    async fn addresses(&self, ifindex: Option<u32>) -> Result<Vec<AddrInfo>, NetError> {
+        self.routes.addresses(ifindex).await
+    }
+
+    async fn choose_interface(&self, addr: IpAddr) -> Result<u32, NetError> {
+        self.routes.choose_interface(addr).await
     }
 }
 

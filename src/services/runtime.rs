@@ -40,7 +40,7 @@ use super::endpoints::endpointslice_v1_served;
 use super::governance::{self, Handover, LeaseView};
 use super::group::GroupHandle;
 use super::publish::KubeStatusWriter;
-use super::route_mode::{prepare_route_mode, route_holder_cfg};
+use super::route_mode::route_holder_cfg;
 use super::select::*;
 use super::shared::Shared;
 use super::sync::*;
@@ -152,6 +152,10 @@ pub struct Parts {
     /// The process's Node cache (every Node): node addresses, this node's labels, pod
     /// CIDRs and the peer membership; a change of it starts a pass.
     pub nodes: crate::nodes::NodeCache,
+    /// Routing-table mode (`vip_routingtable`): the process's one [`RouteKernel`], shared
+    /// with the control-plane VIP (one set of fence devices, one clean-up at start); the
+    /// holders route Service VIPs through it. `None`: addresses and ARP/NDP.
+    pub routes: Option<Arc<RouteKernel>>,
 }
 
 /// The running Services wing.
@@ -207,10 +211,8 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
             holder_cfg.fence.second_line_secs
         );
     }
-    match cfg.routing_table {
-        Some(mode) => {
-            let routes = Arc::new(RouteKernel::new(parts.kernel.clone(), mode));
-            prepare_route_mode(&routes).await;
+    match parts.routes.clone() {
+        Some(routes) => {
             // Per-Service holders share one route dump per check interval.
             let cached = Arc::new(CachedKernel::new(routes, Duration::from_millis(200)));
             launch(cfg, parts, holder_cfg, cached, Arc::new(NoAnnouncer)).await

@@ -104,20 +104,37 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     // and the Services' (DHCP-mode addresses included), through one batching writer.
     let nft_fence = crate::net::nft::fence::start_fence(cfg.nft_fence, cfg.binds_addresses()).await;
     needs_nft_fence(&cfg, &holder_cfg, nft_fence.active())?;
+    // Routing-table mode: one route kernel for the process (one set of fence devices, one
+    // clean-up of the table), before any election.
+    let routes = match cfg.routing_table {
+        Some(mode) => {
+            let routes = Arc::new(crate::net::route_kernel::RouteKernel::new(
+                kernel.clone(),
+                mode,
+            ));
+            routes.prepare().await;
+            Some(routes)
+        }
+        None => None,
+    };
     let control_plane = cfg.control_plane.then(|| {
         controlplane::start(
             &cfg.controlplane(),
             controlplane::Parts {
                 client: client.clone(),
                 kernel: kernel.clone(),
-                holder_cfg: HolderConfig {
-                    nft_fence: nft_fence.clone(),
-                    ..holder_cfg.clone()
+                holder_cfg: match &routes {
+                    Some(_) => control_plane_route_holder(&cfg, &holder_cfg),
+                    None => HolderConfig {
+                        nft_fence: nft_fence.clone(),
+                        ..holder_cfg.clone()
+                    },
                 },
                 gates: cp_gates.clone(),
                 metrics: metrics.clone(),
                 readiness: readiness.clone(),
                 nodes: nodes.clone(),
+                routes: routes.clone(),
             },
             shutdown.clone(),
         )
@@ -141,6 +158,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
                     dhcp,
                     egress: egress_tx,
                     nodes,
+                    routes,
                 },
             )
             .await?,
@@ -443,6 +461,26 @@ fn holder_config(cfg: &Config) -> Result<HolderConfig, crate::lease::TimingError
         conflict_monitor: monitor,
         ..HolderConfig::from_timing(&cfg.lease.timing, cfg.arp_rate, cfg.nft_fence.wanted())?
     })
+}
+
+/// The control-plane holder's settings in routing-table mode: `holder_cfg`'s fence and
+/// timings (the control-plane lease's whole-second fence: the configuration refuses
+/// timings without one in this mode), without conflict probe, ARP flux pins or nftables
+/// fence (a route is fenced by its lifetime, [`HolderConfig::routed`]).
+fn control_plane_route_holder(cfg: &Config, holder_cfg: &HolderConfig) -> HolderConfig {
+    match HolderConfig::routed(&cfg.lease.timing, cfg.arp_rate) {
+        Ok(routed) => routed,
+        // Unreachable after the configuration's check; the address-mode settings still
+        // carry a whole-second fence when the timings have one.
+        Err(e) => {
+            warn!(error = %e, "control-plane VIP: routing-table mode without a whole-second fence");
+            HolderConfig {
+                probe_window: Duration::ZERO,
+                conflict_monitor: None,
+                ..holder_cfg.clone()
+            }
+        }
+    }
 }
 
 /// Sub-second lease timings are fenced by nftables alone ([`crate::lease::fence_plan`]): when

@@ -654,6 +654,19 @@ impl GenArgs {
             admin_host,
             privileged: dhcp || table,
         };
+        // Elected routing-table mode needs Service leases longer than the route's lifetime
+        // and its withdrawal slack: 5/3/1, what the manager uses when no timing is given.
+        if table && svc {
+            use crate::holder::ROUTED_SERVICE_TIMING as T;
+            for (flag, d) in [
+                ("servicesLeaseDuration", T.lease_duration),
+                ("servicesLeaseRenewDuration", T.renew_deadline),
+                ("servicesLeaseRetry", T.retry_period),
+            ] {
+                plan.env
+                    .push((env_for(flag)?, EnvValue::Text(d.as_secs().to_string())));
+            }
+        }
         let resolved = plan.resolve()?;
         // Unless the user turned it off, ride-through is wanted (vipd's default where the
         // Service timings allow it): write Service timings it can work with.

@@ -4,8 +4,8 @@
 //! the table's id and protocol only in routing-table mode, [`routing_table`]).
 
 use super::super::options::{
-    K_CLEAN_ROUTING_TABLE, K_CONFIG_FILE, K_ROUTING_PROTOCOL, K_ROUTING_TABLE, K_ROUTING_TABLE_ID,
-    K_ROUTING_TABLE_TYPE,
+    K_CLEAN_ROUTING_TABLE, K_CONFIG_FILE, K_LB_ENABLE, K_NODE_LABELING, K_ROUTING_PROTOCOL,
+    K_ROUTING_TABLE, K_ROUTING_TABLE_ID, K_ROUTING_TABLE_TYPE,
 };
 use super::super::parse::*;
 use super::super::*;
@@ -221,18 +221,22 @@ pub(super) fn routing_table(
         }
         return Ok(None);
     }
-    let raw = inputs
-        .get(K_ROUTING_TABLE)
-        .unwrap_or_else(|| Raw::default_of(K_ROUTING_TABLE, "true"));
-    if modes.control_plane {
-        return Err(raw.invalid(
-            "routing-table mode routes Service VIPs only in vipd, and cp_enable is true: run the control-plane VIP in a separate vipd without vip_routingtable (ARP/NDP), or set cp_enable=false",
+    if modes.control_plane
+        && let Some(lb) = inputs.get(K_LB_ENABLE)
+        && parse_bool(&lb)?
+    {
+        return Err(lb.invalid(
+            "the control-plane load balancer is not built for routing-table mode (vip_routingtable=true): every healthy control-plane node takes the VIP's traffic itself (ECMP); remove lb_enable",
         ));
     }
-    if !modes.services {
-        return Err(
-            raw.invalid("routing-table mode needs svc_enable=true (it routes Service VIPs)")
-        );
+    if modes.control_plane
+        && let Some(label) = inputs.get(K_NODE_LABELING)
+        && parse_bool(&label)?
+    {
+        warnings.push(format!(
+            "{} has no effect in routing-table mode: every healthy control-plane node routes the VIP, there is no one holder to label",
+            label.setting()
+        ));
     }
     let table = match inputs.get(K_ROUTING_TABLE_ID) {
         Some(raw) => with(&raw, routed::parse_table)?,
@@ -262,32 +266,84 @@ pub(super) fn routing_table(
 
 /// Routing-table mode fences each VIP route with a lifetime of whole seconds (the holder's
 /// kernel fence, [`crate::lease::fence_lifetime`]; docs/design.md, "The route fence"): the
-/// Service lease timings must leave room for one, whatever `vip_nftfence` says (the
-/// millisecond fence of sub-second timings fences addresses, not routes).
+/// lease timings of each routed VIP (the control plane's, the Services') must leave room for
+/// one, whatever `vip_nftfence` says (the millisecond fence of sub-second timings fences
+/// addresses, not routes).
+///
+/// With `elected` (one holder routes the VIP at a time) the route must also leave the
+/// router before another node may take the lease
+/// ([`crate::holder::route_gone_before_takeover`]): at 3/2/1 the lab's router had
+/// two paths at once for up to 0.8 s.
 ///
 /// # Errors
-/// [`ConfigError::Invalid`] naming the Service lease duration as given (`svc_leaseduration`,
-/// else `vip_leaseduration` it defaults to, else the default) and its value.
+/// [`ConfigError::Invalid`] naming the first of `keys` given (the lease duration option,
+/// then the one it defaults to), else the first key with the value in use.
 pub(super) fn route_fence_fits(
     inputs: &Inputs<'_>,
-    services_timing: &crate::lease::Timing,
+    timing: &crate::lease::Timing,
+    keys: &[&'static str],
+    elected: bool,
 ) -> Result<(), ConfigError> {
-    use super::super::options::{K_LEASE_DURATION, K_SVC_LEASE_DURATION};
-    if crate::lease::fence_lifetime(services_timing).is_ok() {
-        return Ok(());
+    use crate::holder::route_gone_before_takeover;
+    use crate::net::route_kernel::ROUTE_WITHDRAW_SLACK;
+    let raw = || {
+        keys.iter().find_map(|k| inputs.get(k)).unwrap_or_else(|| {
+            Raw::default_of(keys[0], &timing.lease_duration.as_secs_f64().to_string())
+        })
+    };
+    let Ok(fence) = crate::lease::fence_lifetime(timing) else {
+        return Err(raw().invalid(format!(
+            "routing-table mode fences each VIP route with a lifetime of whole seconds, longer than the retry period ({} s) and shorter than the lease duration ({} s): these timings leave none (sub-second timings cannot fence a route); use e.g. 5/3/1",
+            timing.retry_period.as_secs_f64(),
+            timing.lease_duration.as_secs_f64()
+        )));
+    };
+    if elected && !route_gone_before_takeover(timing) {
+        return Err(raw().invalid(format!(
+            "with election a routed VIP must leave the router before another node may take its lease: the route's lifetime ({fence} s) + the kernel's and BIRD's slack ({} s) is not shorter than the lease duration ({} s), so the router could have two paths at once; use e.g. 5/3/1",
+            ROUTE_WITHDRAW_SLACK.as_secs(),
+            timing.lease_duration.as_secs_f64()
+        )));
     }
-    let raw = inputs
-        .get(K_SVC_LEASE_DURATION)
-        .or_else(|| inputs.get(K_LEASE_DURATION))
-        .unwrap_or_else(|| {
-            Raw::default_of(
-                K_SVC_LEASE_DURATION,
-                &services_timing.lease_duration.as_secs_f64().to_string(),
-            )
-        });
-    Err(raw.invalid(format!(
-        "routing-table mode fences each VIP route with a lifetime of whole seconds, longer than the Service retry period ({} s) and shorter than the Service lease duration ({} s): these timings leave none (sub-second timings cannot fence a route); use e.g. svc_leaseduration=5 svc_renewdeadline=3 svc_retryperiod=1",
-        services_timing.retry_period.as_secs_f64(),
-        services_timing.lease_duration.as_secs_f64()
-    )))
+    Ok(())
+}
+
+/// The Service lease timings in routing-table mode: [`ROUTED_SERVICE_TIMING`] (5/3/1) when
+/// `elected` and no lease timing is given at all (neither the `svc_*` nor the `vip_*` they
+/// default to), else `timing`; checked by [`route_fence_fits`].
+///
+/// # Errors
+/// [`route_fence_fits`]'s, naming the Service lease duration option given.
+///
+/// [`ROUTED_SERVICE_TIMING`]: crate::holder::ROUTED_SERVICE_TIMING
+pub(super) fn services_route_timing(
+    inputs: &Inputs<'_>,
+    timing: crate::lease::Timing,
+    elected: bool,
+) -> Result<crate::lease::Timing, ConfigError> {
+    use super::super::options::{
+        K_LEASE_DURATION, K_RENEW_DEADLINE, K_RETRY_PERIOD, K_SVC_LEASE_DURATION,
+        K_SVC_RENEW_DEADLINE, K_SVC_RETRY_PERIOD,
+    };
+    let given = [
+        K_SVC_LEASE_DURATION,
+        K_SVC_RENEW_DEADLINE,
+        K_SVC_RETRY_PERIOD,
+        K_LEASE_DURATION,
+        K_RENEW_DEADLINE,
+        K_RETRY_PERIOD,
+    ]
+    .iter()
+    .any(|k| inputs.get(k).is_some());
+    let timing = match elected && !given {
+        true => crate::holder::ROUTED_SERVICE_TIMING,
+        false => timing,
+    };
+    route_fence_fits(
+        inputs,
+        &timing,
+        &[K_SVC_LEASE_DURATION, K_LEASE_DURATION],
+        elected,
+    )?;
+    Ok(timing)
 }

@@ -366,16 +366,29 @@ const BAD: &[Bad] = &[
     env(&[("lb_fwdmethod", "nat")], "lb_fwdmethod", "nat"),
     env(&[("lb_port", "0")], "lb_port", "0"),
     env(&[("lb_enable", "maybe")], "lb_enable", "maybe"),
-    // routing-table mode: Services only; the routed wing's parsers
+    // routing-table mode: no control-plane load balancer, whole-second fences; the routed
+    // wing's parsers
     env(
         &[
             ("vip_routingtable", "T"),
-            ("svc_enable", "false"),
             ("cp_enable", "true"),
             ("address", "192.0.2.10"),
+            ("lb_enable", "true"),
         ],
-        "vip_routingtable",
-        "T",
+        "lb_enable",
+        "true",
+    ),
+    env(
+        &[
+            ("vip_routingtable", "true"),
+            ("cp_enable", "true"),
+            ("address", "192.0.2.10"),
+            ("vip_leaseduration", "0.6"),
+            ("vip_renewdeadline", "0.4"),
+            ("vip_retryperiod", "0.2"),
+        ],
+        "vip_leaseduration",
+        "0.6",
     ),
     env(
         &[
@@ -385,17 +398,6 @@ const BAD: &[Bad] = &[
         ],
         "vip_routingtable",
         "maybe",
-    ),
-    env(
-        &[
-            ("vip_routingtable", "true"),
-            ("svc_enable", "true"),
-            ("svc_election", "true"),
-            ("cp_enable", "true"),
-            ("address", "192.0.2.10"),
-        ],
-        "vip_routingtable",
-        "true",
     ),
     env(
         &[
