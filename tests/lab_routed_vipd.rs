@@ -16,6 +16,16 @@
 //! path appears; SIGTERM: the routes are gone when vipd has exited, the router's paths at
 //! once. Prints the measured times.
 //!
+//! Scenarios S67-S70, without election (`svc_election=false`, `vip_leaderelection=false`,
+//! kube-vip's `ServicesNoLeader`), in one lab: every node routes an ETP Cluster Service and
+//! the router spreads 300 new connections per family within ±20 % (S67; then, with
+//! `vip_leaderelection` unset, the global lease's holder alone); an ETP Local Service is
+//! routed by the nodes with a ready endpoint only, and a rolling update of its endpoints
+//! never leaves the router without a path, sampled every ~20 ms (S68); deleting one of two
+//! Services sharing an address keeps its paths (S69); SIGKILL and SIGSTOP of one node's
+//! vipd take its paths off the router within the route fence's bound while the others stay
+//! (S70).
+//!
 //! Run as root: `cargo test --test lab_routed_vipd -- --nocapture --test-threads 1`.
 
 mod support;
@@ -563,9 +573,17 @@ fn s67_to_s70_without_election_every_node_routes_and_the_router_spreads() {
         &hops(&["node-b"]),
         Duration::from_secs(10),
     ));
+    // And a while after: node-b's path stays.
+    rolled.extend(sample_until(
+        &lab,
+        (LOCAL4, None),
+        Instant::now(),
+        Duration::from_secs(5),
+        |s| s.at >= Duration::from_millis(500),
+    ));
     let empty = rolled.iter().filter(|s| s.v4.is_empty()).count();
     println!(
-        "S68 endpoint on node-a: routed by node-a alone after {:?}; rolling update to node-b: {} samples of the router's paths (every ~20 ms), {empty} without a path",
+        "S68 endpoint on node-a: routed by node-a alone after {:?}; rolling update to node-b and 0.5 s after: {} samples of the router's paths (every ~20 ms), {empty} without a path",
         up.last().map(|s| s.at).unwrap_or_default(),
         rolled.len()
     );
@@ -645,8 +663,51 @@ fn s67_to_s70_without_election_every_node_routes_and_the_router_spreads() {
         |s| s.v4 == all4 && s.v6 == all6,
     );
     println!(
-        "S70 thawed node-b routes again after {:.2} s; the whole test {:.1} s",
-        t.elapsed().as_secs_f64(),
+        "S70 thawed node-b routes again after {:.2} s",
+        t.elapsed().as_secs_f64()
+    );
+    for p in &procs {
+        assert!(!p.log().contains("panicked"), "{}", p.log());
+    }
+
+    // With vip_leaderelection true (the default) and no svc_election: the holder of the
+    // one Services lease routes every Service (kube-vip's GlobalLeader), alone.
+    stop_all(&mut procs);
+    sample_until(&lab, (ECMP4, Some(ECMP6)), Instant::now(), LEASE, |s| {
+        s.v4.is_empty() && s.v6.is_empty()
+    });
+    let global: Vec<(&str, &str)> = extra
+        .iter()
+        .copied()
+        .filter(|(k, _)| *k != "vip_leaderelection")
+        .collect();
+    let procs: Vec<LabProcess> = NODES
+        .iter()
+        .map(|n| start_vipd_services(&lab, n, false, &global))
+        .collect();
+    let holder = wait_for(
+        "one node routes the Services",
+        Duration::from_secs(20),
+        || {
+            let p = paths_to(&lab, ECMP4);
+            NODES.iter().copied().find(|n| p == [hop(n)])
+        },
+    );
+    assert_eq!(
+        lease_holder(&lab, "kube-system", "plndr-svcs-lock").as_deref(),
+        Some(holder),
+        "the global lease's holder routes"
+    );
+    wait_for(
+        "the IPv6 path from the holder",
+        Duration::from_secs(10),
+        || (paths_to(&lab, ECMP6) == [hop6(holder)]).then_some(()),
+    );
+    for n in NODES.iter().filter(|n| **n != holder) {
+        assert!(!table_198(&lab, n).contains(ECMP4), "{n} routes");
+    }
+    println!(
+        "S67 with vip_leaderelection=true: {holder}, the holder of kube-system/plndr-svcs-lock, routes alone; the whole test {:.1} s",
         t_start.elapsed().as_secs_f64()
     );
     for p in &procs {
