@@ -545,6 +545,11 @@ fn s67_to_s70_without_election_every_node_routes_and_the_router_spreads() {
     // added before the old one goes) never leaves the router without a path.
     set_endpoints(&lab, "local", &["node-a"]);
     let up = until_paths(&lab, LOCAL4, &hops(&["node-a"]), Duration::from_secs(10));
+    wait_until(
+        "the Local Service's ingress",
+        Duration::from_secs(10),
+        || ingress_ips(&lab, "local") == [LOCAL4],
+    );
     set_endpoints(&lab, "local", &["node-a", "node-b"]);
     let mut rolled = until_paths(
         &lab,
@@ -579,6 +584,11 @@ fn s67_to_s70_without_election_every_node_routes_and_the_router_spreads() {
     );
     set_endpoints(&lab, "local", &[]);
     let gone = until_paths(&lab, LOCAL4, &[], Duration::from_secs(10));
+    wait_until(
+        "the endpointless Service's ingress cleared",
+        Duration::from_secs(10),
+        || ingress_ips(&lab, "local").is_empty(),
+    );
     println!(
         "S68 no endpoint anywhere: no path after {:?}",
         gone.last().map(|s| s.at).unwrap_or_default()
