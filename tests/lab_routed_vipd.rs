@@ -16,6 +16,16 @@
 //! path appears; SIGTERM: the routes are gone when vipd has exited, the router's paths at
 //! once. Prints the measured times.
 //!
+//! Scenarios S67-S70, without election (`svc_election=false`, `vip_leaderelection=false`,
+//! kube-vip's `ServicesNoLeader`), in one lab: every node routes an ETP Cluster Service and
+//! the router spreads 300 new connections per family within ±20 % (S67; then, with
+//! `vip_leaderelection` unset, the global lease's holder alone); an ETP Local Service is
+//! routed by the nodes with a ready endpoint only, and a rolling update of its endpoints
+//! never leaves the router without a path, sampled every ~20 ms (S68); deleting one of two
+//! Services sharing an address keeps its paths (S69); SIGKILL and SIGSTOP of one node's
+//! vipd take its paths off the router within the route fence's bound while the others stay
+//! (S70).
+//!
 //! Run as root: `cargo test --test lab_routed_vipd -- --nocapture --test-threads 1`.
 
 mod support;
@@ -114,6 +124,38 @@ fn start_bird(lab: &Lab, ns: &str, config: &str) -> LabProcess {
         },
     );
     p
+}
+
+/// vipd in routing-table mode on `node` (Services, `svc_election` as `election`, 5/3/1,
+/// VIPs on eth0), with `extra` settings.
+fn start_routed(lab: &Lab, node: &str, election: bool, extra: &[(&str, &str)]) -> LabProcess {
+    let env: Vec<(&str, &str)> = [
+        ("vip_routingtable", "true"),
+        ("vip_arp", "false"),
+        ("vip_servicesinterface", "eth0"),
+    ]
+    .iter()
+    .chain(extra)
+    .copied()
+    .collect();
+    start_vipd_services(lab, node, election, &env)
+}
+
+/// [`start_routed`] on every node.
+fn start_routed_all(lab: &Lab, election: bool, extra: &[(&str, &str)]) -> Vec<LabProcess> {
+    NODES
+        .iter()
+        .map(|n| start_routed(lab, n, election, extra))
+        .collect()
+}
+
+/// Creates the ETP Cluster Service `name` with the VIPs `v4` and `v6`, port 80.
+fn create_dual_stack(lab: &Lab, name: &str, v4: &str, v6: &str) {
+    let ips = format!("{v4},{v6}");
+    create_service(
+        lab,
+        &service_json(name, Some(&ips), None, &[(80, "TCP")], false),
+    );
 }
 
 /// BIRD on the router (the `client` namespace) and on every node.
@@ -256,40 +298,9 @@ fn s66_routing_table_mode_holder_routes_and_the_router_follows_kill_and_freeze()
         return;
     };
     let _birds = start_birds(&lab);
-    let extra = [
-        ("vip_routingtable", "true"),
-        ("vip_arp", "false"),
-        ("vip_servicesinterface", "eth0"),
-    ];
-    let mut procs: Vec<LabProcess> = NODES
-        .iter()
-        .map(|n| start_vipd_services(&lab, n, true, &extra))
-        .collect();
-    create_service(
-        &lab,
-        &service_json(
-            "routed",
-            Some(&format!("{VIP},{VIP6}")),
-            None,
-            &[(80, "TCP")],
-            false,
-        ),
-    );
-    let holder = wait_for(
-        "the router routes the VIP to one node",
-        Duration::from_secs(30),
-        || routed_by(&lab),
-    );
-    assert_eq!(
-        lease_holder(&lab, "default", "kubevip-routed").as_deref(),
-        Some(holder),
-        "the router's next hop is the lease holder"
-    );
-    wait_for(
-        "the router routes the IPv6 VIP to the holder",
-        Duration::from_secs(10),
-        || (router_paths6(&lab) == vec![hop6(holder)]).then_some(()),
-    );
+    let mut procs = start_routed_all(&lab, true, &[]);
+    create_dual_stack(&lab, "routed", VIP, VIP6);
+    let holder = routed_by_holder(&lab, (VIP, VIP6), ("default", "kubevip-routed"));
     for n in NODES {
         let t = table_198(&lab, n);
         assert_eq!(t.contains(VIP), n == holder, "{n}'s table 198: {t:?}");
@@ -337,7 +348,7 @@ fn s66_routing_table_mode_holder_routes_and_the_router_follows_kill_and_freeze()
         "kill: IPv6 dropped after {dropped6:?}"
     );
     let _ = procs[i].kill();
-    procs[i] = start_vipd_services(&lab, holder, true, &extra);
+    procs[i] = start_routed(&lab, holder, true, &[]);
 
     // SIGSTOP: the fence lifetime ends the route; BIRD sees it at its next scan.
     std::thread::sleep(Duration::from_secs(2));
@@ -419,6 +430,14 @@ fn hops(nodes: &[&str]) -> Vec<IpAddr> {
     v
 }
 
+/// Samples until the router has the S67 Service's paths from every node, both families.
+fn until_everywhere(lab: &Lab, limit: Duration) {
+    let (all4, all6) = all_hops();
+    sample_until(lab, (ECMP4, Some(ECMP6)), Instant::now(), limit, |s| {
+        s.v4 == all4 && s.v6 == all6
+    });
+}
+
 /// Samples the router's paths to `vip` until they are `want`; every sample.
 fn until_paths(lab: &Lab, vip: &str, want: &[IpAddr], limit: Duration) -> Vec<Sample> {
     sample_until(lab, (vip, None), Instant::now(), limit, |s| s.v4 == want)
@@ -463,43 +482,20 @@ fn s67_to_s70_without_election_every_node_routes_and_the_router_spreads() {
         lab.exec("client", "sysctl", &["-w", key]).expect("sysctl");
     }
     let _servers = serve_vips(&lab, &[ECMP4, ECMP6, LOCAL4, SHARED4]);
-    let extra = [
-        ("vip_routingtable", "true"),
-        ("vip_leaderelection", "false"),
-        ("vip_arp", "false"),
-        ("vip_servicesinterface", "eth0"),
-    ];
-    let mut procs: Vec<LabProcess> = NODES
-        .iter()
-        .map(|n| start_vipd_services(&lab, n, false, &extra))
-        .collect();
+    let unelected = [("vip_leaderelection", "false")];
+    let mut procs = start_routed_all(&lab, false, &unelected);
     // The Local Service first: once the router has the Cluster one's paths, every node
     // has planned both.
     create_service(
         &lab,
         &service_json("local", Some(LOCAL4), None, &[(80, "TCP")], true),
     );
-    create_service(
-        &lab,
-        &service_json(
-            "ecmp",
-            Some(&format!("{ECMP4},{ECMP6}")),
-            None,
-            &[(80, "TCP")],
-            false,
-        ),
-    );
+    create_dual_stack(&lab, "ecmp", ECMP4, ECMP6);
 
     // S67: ETP Cluster, routed from all three nodes.
-    let (all4, all6) = all_hops();
+    let all4 = all_hops().0;
     let t = Instant::now();
-    sample_until(
-        &lab,
-        (ECMP4, Some(ECMP6)),
-        t,
-        Duration::from_secs(40),
-        |s| s.v4 == all4 && s.v6 == all6,
-    );
+    until_everywhere(&lab, Duration::from_secs(40));
     println!(
         "S67 the router has the Service's paths from all 3 nodes {:.2} s after its creation ({:.1} s after the lab started)",
         t.elapsed().as_secs_f64(),
@@ -549,6 +545,11 @@ fn s67_to_s70_without_election_every_node_routes_and_the_router_spreads() {
     // added before the old one goes) never leaves the router without a path.
     set_endpoints(&lab, "local", &["node-a"]);
     let up = until_paths(&lab, LOCAL4, &hops(&["node-a"]), Duration::from_secs(10));
+    wait_until(
+        "the Local Service's ingress",
+        Duration::from_secs(10),
+        || ingress_ips(&lab, "local") == [LOCAL4],
+    );
     set_endpoints(&lab, "local", &["node-a", "node-b"]);
     let mut rolled = until_paths(
         &lab,
@@ -563,9 +564,17 @@ fn s67_to_s70_without_election_every_node_routes_and_the_router_spreads() {
         &hops(&["node-b"]),
         Duration::from_secs(10),
     ));
+    // And a while after: node-b's path stays.
+    rolled.extend(sample_until(
+        &lab,
+        (LOCAL4, None),
+        Instant::now(),
+        Duration::from_secs(5),
+        |s| s.at >= Duration::from_millis(500),
+    ));
     let empty = rolled.iter().filter(|s| s.v4.is_empty()).count();
     println!(
-        "S68 endpoint on node-a: routed by node-a alone after {:?}; rolling update to node-b: {} samples of the router's paths (every ~20 ms), {empty} without a path",
+        "S68 endpoint on node-a: routed by node-a alone after {:?}; rolling update to node-b and 0.5 s after: {} samples of the router's paths (every ~20 ms), {empty} without a path",
         up.last().map(|s| s.at).unwrap_or_default(),
         rolled.len()
     );
@@ -575,6 +584,11 @@ fn s67_to_s70_without_election_every_node_routes_and_the_router_spreads() {
     );
     set_endpoints(&lab, "local", &[]);
     let gone = until_paths(&lab, LOCAL4, &[], Duration::from_secs(10));
+    wait_until(
+        "the endpointless Service's ingress cleared",
+        Duration::from_secs(10),
+        || ingress_ips(&lab, "local").is_empty(),
+    );
     println!(
         "S68 no endpoint anywhere: no path after {:?}",
         gone.last().map(|s| s.at).unwrap_or_default()
@@ -607,51 +621,88 @@ fn s67_to_s70_without_election_every_node_routes_and_the_router_spreads() {
 
     // S70: SIGKILL and SIGSTOP of one node's vipd: its paths leave within the route
     // fence's bound, the other nodes' paths stay throughout.
-    let killed = Instant::now();
-    procs[2].signal(Signal::SIGKILL).expect("SIGKILL");
-    let (v4, v6, samples) = drops_of(&lab, (ECMP4, ECMP6), "node-c", killed, LEASE * 2);
+    let (v4, v6) = paths_go(&lab, &procs[2], "node-c", Signal::SIGKILL);
     println!(
         "S70 SIGKILL of node-c's vipd: its IPv4 path left the router after {v4:?}, IPv6 after {v6:?}"
     );
-    assert_others_stay(&samples, "node-c");
     assert!(v4 < Duration::from_secs(2), "kill: IPv4 after {v4:?}");
-    assert!(v6 <= Duration::from_secs(4), "kill: IPv6 after {v6:?}");
     let _ = procs[2].kill();
-    procs[2] = start_vipd_services(&lab, "node-c", false, &extra);
-    let t = Instant::now();
-    sample_until(
-        &lab,
-        (ECMP4, Some(ECMP6)),
-        t,
-        Duration::from_secs(20),
-        |s| s.v4 == all4 && s.v6 == all6,
-    );
-    let frozen = Instant::now();
-    procs[1].signal(Signal::SIGSTOP).expect("SIGSTOP");
-    let (v4, v6, samples) = drops_of(&lab, (ECMP4, ECMP6), "node-b", frozen, LEASE * 2);
+    procs[2] = start_routed(&lab, "node-c", false, &unelected);
+    until_everywhere(&lab, Duration::from_secs(20));
+    let (v4, v6) = paths_go(&lab, &procs[1], "node-b", Signal::SIGSTOP);
     println!(
         "S70 SIGSTOP of node-b's vipd: its IPv4 path left the router after {v4:?} (fence 2 s + address expiry ≤ 1 s + BIRD scan {SCAN:?}), IPv6 after {v6:?} (fence 2 s + gc 1 s)"
     );
-    assert_others_stay(&samples, "node-b");
     assert!(v4 <= LEASE, "freeze: IPv4 after {v4:?}");
-    assert!(v6 <= Duration::from_secs(4), "freeze: IPv6 after {v6:?}");
     procs[1].signal(Signal::SIGCONT).expect("SIGCONT");
     let t = Instant::now();
-    sample_until(
-        &lab,
-        (ECMP4, Some(ECMP6)),
-        t,
-        Duration::from_secs(20),
-        |s| s.v4 == all4 && s.v6 == all6,
-    );
+    until_everywhere(&lab, Duration::from_secs(20));
     println!(
-        "S70 thawed node-b routes again after {:.2} s; the whole test {:.1} s",
-        t.elapsed().as_secs_f64(),
+        "S70 thawed node-b routes again after {:.2} s",
+        t.elapsed().as_secs_f64()
+    );
+    for p in &procs {
+        assert!(!p.log().contains("panicked"), "{}", p.log());
+    }
+
+    // With vip_leaderelection true (the default) and no svc_election: the holder of the
+    // one Services lease routes every Service (kube-vip's GlobalLeader), alone.
+    stop_all(&mut procs);
+    sample_until(&lab, (ECMP4, Some(ECMP6)), Instant::now(), LEASE, |s| {
+        s.v4.is_empty() && s.v6.is_empty()
+    });
+    let procs = start_routed_all(&lab, false, &[]);
+    let holder = routed_by_holder(&lab, (ECMP4, ECMP6), ("kube-system", "plndr-svcs-lock"));
+    for n in NODES.iter().filter(|n| **n != holder) {
+        assert!(!table_198(&lab, n).contains(ECMP4), "{n} routes");
+    }
+    println!(
+        "S67 with vip_leaderelection=true: {holder}, the holder of kube-system/plndr-svcs-lock, routes alone; the whole test {:.1} s",
         t_start.elapsed().as_secs_f64()
     );
     for p in &procs {
         assert!(!p.log().contains("panicked"), "{}", p.log());
     }
+}
+
+/// Sends `signal` to `node`'s vipd `proc` and samples the router until the S67 Service's
+/// paths through `node` are gone: when each family's went. Asserts that the other nodes'
+/// paths stayed in every sample and that the IPv6 path went within the fence (2 s) + the
+/// collector (1 s) + 1 s of slack.
+fn paths_go(lab: &Lab, proc: &LabProcess, node: &str, signal: Signal) -> (Duration, Duration) {
+    let t0 = Instant::now();
+    proc.signal(signal).expect("signal");
+    let (v4, v6, samples) = drops_of(lab, (ECMP4, ECMP6), node, t0, LEASE * 2);
+    assert_others_stay(&samples, node);
+    assert!(
+        v6 <= Duration::from_secs(4),
+        "{signal:?}: IPv6 after {v6:?}"
+    );
+    (v4, v6)
+}
+
+/// Waits until one node alone is the router's next hop for `vips` (both families) and
+/// asserts that it holds `lease` (namespace, name); that node.
+fn routed_by_holder(lab: &Lab, vips: (&str, &str), lease: (&str, &str)) -> &'static str {
+    let holder = wait_for(
+        &format!("the router routes {} to one node", vips.0),
+        Duration::from_secs(30),
+        || {
+            let p = paths_to(lab, vips.0);
+            NODES.iter().copied().find(|n| p == [hop(n)])
+        },
+    );
+    assert_eq!(
+        lease_holder(lab, lease.0, lease.1).as_deref(),
+        Some(holder),
+        "the router's next hop is the holder of {lease:?}"
+    );
+    wait_for(
+        &format!("the router routes {} to the holder", vips.1),
+        Duration::from_secs(10),
+        || (paths_to(lab, vips.1) == [hop6(holder)]).then_some(()),
+    );
+    holder
 }
 
 /// Every sample still has the paths of the nodes other than `gone`, both families.

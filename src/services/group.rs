@@ -219,8 +219,9 @@ async fn group_task<K: Kernel, A: Announcer>(
 /// only ([`LocalLeaseClient`]: without election every eligible node leads its groups).
 #[derive(Clone)]
 enum GroupLease {
-    /// The Lease on the API server, on the shared lease hub.
-    Kube(KubeLeaseClient),
+    /// The Lease on the API server, on the shared lease hub (boxed: ten times the size
+    /// of the local one).
+    Kube(Box<KubeLeaseClient>),
     /// In memory: always granted while the node's gates are open.
     Local(LocalLeaseClient),
 }
@@ -276,11 +277,11 @@ fn lease_client<K: Kernel, A: Announcer>(shared: &Shared<K, A>, lease: &LeaseRef
     }
     let client = KubeLeaseClient::new(shared.lease_client.clone(), &lease.namespace, &lease.name)
         .with_hub(shared.hub.clone());
-    GroupLease::Kube(if shared.mode.collectable(lease) {
+    GroupLease::Kube(Box::new(if shared.mode.collectable(lease) {
         client.with_labels(super::lease_gc::lease_labels())
     } else {
         client
-    })
+    }))
 }
 
 /// The group's ends of its VIP holder's channels.

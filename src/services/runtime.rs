@@ -771,8 +771,11 @@ impl<K: Kernel, A: Announcer> MainLoop<K, A> {
             metrics.active_services(ns, *n);
         }
         self.namespaces_counted = per_ns;
-        self.write_rate_warned =
-            warn_lease_write_rate(plan, self.shared.timing, self.write_rate_warned);
+        // Without election no Lease is written: nothing to warn about.
+        if self.plan_cfg.mode.elects() {
+            self.write_rate_warned =
+                warn_lease_write_rate(plan, self.shared.timing, self.write_rate_warned);
+        }
     }
 
     /// Stops every retirement and group task and waits for the groups (VIPs dropped,

@@ -174,7 +174,8 @@ pub(super) async fn report<W: StatusWriter>(
     ok
 }
 
-/// Services this node last reported as announcing (`kube-vip.io/vipHost` = this node) that
+/// Services this node last reported as announcing (`kube-vip.io/vipHost` = this node;
+/// without election, `ctx.every_node`: every endpointless Service with an ingress) that
 /// are announced by nobody now (address removed or invalid, conflict, type change, or
 /// `externalTrafficPolicy: Local` with no ready endpoint on any node: `endpointless`):
 /// their status and annotation would mislead, so they are cleared, once per object version
@@ -195,9 +196,15 @@ pub(super) async fn clear_stale<W: StatusWriter>(
             .annotations
             .as_ref()
             .and_then(|a| a.get(model::ANN_VIP_HOST));
-        if host.map(String::as_str) != Some(ctx.node)
-            || (plan.addresses.contains_key(&key) && !endpointless.contains(&key))
-        {
+        let ours = match ctx.every_node {
+            // Without election no vipHost names who wrote the status: every node clears
+            // an endpointless Service's ingress (the same write; one that finds it gone
+            // changes nothing). Only those: a Service out of the plan may be another
+            // controller's.
+            true => endpointless.contains(&key) && has_ingress(svc),
+            false => host.map(String::as_str) == Some(ctx.node),
+        };
+        if !ours || (plan.addresses.contains_key(&key) && !endpointless.contains(&key)) {
             continue;
         }
         let id = format!(
@@ -220,6 +227,15 @@ pub(super) async fn clear_stale<W: StatusWriter>(
     }
     *cleared = now_stale;
     ok
+}
+
+/// Whether `svc` has a `status.loadBalancer.ingress` entry.
+fn has_ingress(svc: &Service) -> bool {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .is_some_and(|i| !i.is_empty())
 }
 
 /// Posts an `AddressInUse` Warning Event on every Service of the group that uses an address

@@ -454,6 +454,37 @@ async fn stale_status_of_a_service_announced_nowhere_is_cleared_once_per_version
     assert_eq!(w.take(), ["clear default/web", "clear default/web"]);
 }
 
+/// Without election: only an endpointless Service's ingress is cleared (no vipHost says
+/// whose it is), once per version; a Service out of the plan is left alone (it may be
+/// another controller's).
+#[tokio::test]
+async fn without_election_only_an_endpointless_services_ingress_is_cleared() {
+    let a = ip("192.0.2.20");
+    let w = Recorder::default();
+    let services = store(&[cached("1", None, &[a])]);
+    let mut ctx = status_ctx(&services, &w);
+    ctx.every_node = true;
+    let state = services.state();
+    let mut cleared = HashSet::new();
+    let empty = Plan::default();
+    assert!(clear_stale(&ctx, &empty, &HashSet::new(), &state, &mut cleared).await);
+    assert_eq!(w.take(), Vec::<String>::new());
+    let mut plan = Plan::default();
+    plan.addresses.insert(web(), vec![a]);
+    let endpointless: HashSet<ServiceKey> = [web()].into();
+    assert!(clear_stale(&ctx, &plan, &endpointless, &state, &mut cleared).await);
+    assert_eq!(w.take(), ["clear default/web"]);
+    assert!(clear_stale(&ctx, &plan, &endpointless, &state, &mut cleared).await);
+    assert_eq!(w.take(), Vec::<String>::new());
+    // No ingress: nothing to clear.
+    let services = store(&[cached("2", None, &[])]);
+    let mut ctx = status_ctx(&services, &w);
+    ctx.every_node = true;
+    let state = services.state();
+    assert!(clear_stale(&ctx, &plan, &endpointless, &state, &mut HashSet::new()).await);
+    assert_eq!(w.take(), Vec::<String>::new());
+}
+
 fn note(reason: &'static str) -> Note {
     Note {
         key: web(),

@@ -460,3 +460,31 @@ fn a_shard_count_change_moves_services_with_a_hand_over_and_deletes_only_dropped
     assert!(pass.stopped.iter().filter(|o| o.delete_lease).count() == 1);
     assert_eq!(node.lease_of_each_address().len(), 12);
 }
+
+/// Without election: the governing Service of a shared address deleted, its group stays
+/// (only updated), nothing retires; the address's last Service deleted, its group stops
+/// and retires nothing either (no other node waits for it).
+#[test]
+fn without_election_a_shared_address_keeps_its_group_and_nothing_retires() {
+    let cfg = mode_cfg(Mode::Unelected);
+    let mut node = Node::default();
+    let services = [
+        svc("a", 1, &["192.0.2.20"], 80),
+        svc("b", 2, &["192.0.2.20"], 443),
+    ];
+    let group = desired::unelected_group(ip("192.0.2.20"));
+    let pass = node.pass_in(&services, &cfg);
+    assert_eq!(pass.started, vec![group.clone()]);
+    let plan = desired::plan_leases(&services[1..], &cfg);
+    let running: BTreeSet<LeaseRef> = node.groups.keys().cloned().collect();
+    let s = stops(&node.prev, &plan, &running, &cfg.mode);
+    assert!(s.stop.is_empty() && s.retire.is_empty(), "{s:?}");
+    let pass = node.pass_in(&services[1..], &cfg);
+    assert!(pass.started.is_empty() && pass.stopped.is_empty());
+    assert_eq!(pass.updated, vec![group.clone()]);
+    let plan = desired::plan_leases(&[], &cfg);
+    let running: BTreeSet<LeaseRef> = node.groups.keys().cloned().collect();
+    let s = stops(&node.prev, &plan, &running, &cfg.mode);
+    assert_eq!(s.stop.len(), 1);
+    assert!(s.retire.is_empty(), "{s:?}");
+}
