@@ -14,11 +14,10 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use xtask::lab::routed::{ROUTER_NODE_V4, ROUTER_NODE_V6, routed_node_v4};
+use xtask::lab::routed::{self, ROUTER_NODE_V4, ROUTER_NODE_V6, routed_node_v4};
 use xtask::lab::{NODES, RoutedLab, ThreadServer};
 
 /// The Service VIP: the routed lab has no 192.0.2.0/24 segment, so the VIP comes from the
@@ -43,27 +42,7 @@ fn bird_conf(node: &str) -> String {
 /// The gateways of the router's route to `dst` in its main table (one for a single path,
 /// several for a multipath route; empty when there is none).
 fn router_paths(lab: &RoutedLab, dst: IpAddr) -> Vec<IpAddr> {
-    let fam = if dst.is_ipv4() { "-4" } else { "-6" };
-    let out = lab
-        .ip(
-            "router",
-            &[fam, "-j", "route", "show", "exact", &dst.to_string()],
-        )
-        .unwrap_or_default();
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_default();
-    let mut gws = Vec::new();
-    for r in v.as_array().cloned().unwrap_or_default() {
-        if let Some(hops) = r["nexthops"].as_array() {
-            gws.extend(
-                hops.iter()
-                    .filter_map(|h| h["gateway"].as_str()?.parse::<IpAddr>().ok()),
-            );
-        } else if let Some(g) = r["gateway"].as_str().and_then(|g| g.parse().ok()) {
-            gws.push(g);
-        }
-    }
-    gws.sort();
-    gws
+    lab.next_hops("router", dst)
 }
 
 /// The node addresses of `family` (the router's next hops for the VIP from each node).
@@ -102,27 +81,10 @@ fn wait_paths(lab: &RoutedLab, dst: IpAddr, want: &[IpAddr], timeout: Duration) 
     }
 }
 
-/// One new TCP connection from the client to `vip`; the node name it answers.
-fn ask(vip: IpAddr) -> Option<String> {
-    let mut s =
-        TcpStream::connect_timeout(&SocketAddr::new(vip, PORT), Duration::from_secs(2)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    s.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
-    let mut buf = String::new();
-    s.read_to_string(&mut buf).ok()?;
-    buf.lines().last().map(|l| l.trim().to_string())
-}
-
 /// `n` new connections from the client to `vip`: answers per node (`"-"`: no answer).
 fn spread(lab: &RoutedLab, vip: IpAddr, n: usize) -> BTreeMap<String, usize> {
-    lab.in_netns("client", || {
-        let mut m = BTreeMap::new();
-        for _ in 0..n {
-            *m.entry(ask(vip).unwrap_or_else(|| "-".into())).or_insert(0) += 1;
-        }
-        m
-    })
-    .expect("client namespace")
+    lab.in_netns("client", || routed::spread(SocketAddr::new(vip, PORT), n))
+        .expect("client namespace")
 }
 
 fn route(lab: &RoutedLab, node: &str, verb: &str, dst: &str, proto: &str) {
