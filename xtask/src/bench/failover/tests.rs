@@ -143,6 +143,7 @@ fn pairs_take_the_slower_vip_and_name_the_new_nodes() {
         trials: vec![],
         idle: vec![],
         pairs: vec![same, split],
+        spread: vec![],
     };
     let table = pair_table(&report);
     let row = table.lines().last().unwrap();
@@ -173,6 +174,7 @@ fn tables_group_by_scenario_and_impl() {
         ],
         idle: vec![],
         pairs: vec![],
+        spread: vec![],
     };
     let table = summary_table(&report);
     assert_eq!(table.lines().count(), 4, "{table}");
@@ -210,6 +212,7 @@ fn trial_result(subject: &str, to: &str, gap: f64) -> TrialResult {
         recovered: true,
         came_back: None,
         notes: vec![],
+        routed: false,
     }
 }
 

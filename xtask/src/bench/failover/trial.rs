@@ -2,7 +2,7 @@
 //! each VIP ([`TrialResult`]).
 
 use std::collections::BTreeSet;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
@@ -56,6 +56,11 @@ pub struct TrialResult {
     pub came_back: Option<bool>,
     /// Anything worth a look.
     pub notes: Vec<String>,
+    /// A `--routed` trial: `takeover_ms` is when the router got the new holder's path,
+    /// `old_gone_ms` when it dropped the old holder's, `two_responders_ms` the time it had
+    /// two paths at once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub routed: bool,
 }
 
 /// What happened to one VIP after the event, from polling the nodes' addresses.
@@ -125,7 +130,7 @@ fn early_thaw(
 
 /// Largest time a takeover may take before the trial gives up: generous, three lease
 /// durations of the slowest timings we expect plus slack.
-fn takeover_limit(subject: &Subject) -> Duration {
+pub(super) fn takeover_limit(subject: &Subject) -> Duration {
     match subject {
         Subject::Vipd(t) => {
             let lease = t
@@ -253,6 +258,7 @@ pub fn run_trial_per_vip(
             recovered,
             came_back: came_back[i],
             notes,
+            routed: false,
         });
     }
     Ok(out)
@@ -277,7 +283,7 @@ fn start_watching(
     }
     let mut probes = Vec::new();
     for v in addrs {
-        probes.push(ctx.start_probe(*v)?);
+        probes.push(ctx.start_probe(IpAddr::V4(*v))?);
     }
     // The HTTP probe names the answering node; a TCP probe only says it connected.
     let answer = if ctx.lb { "connected" } else { holder };
@@ -400,7 +406,7 @@ fn two_responders(
 
 /// Whether the probe recovered, and its switches as text; notes a trailing gap and more
 /// than one switch.
-fn probe_notes(summary: &ProbeSummary, notes: &mut Vec<String>) -> (bool, Vec<String>) {
+pub(super) fn probe_notes(summary: &ProbeSummary, notes: &mut Vec<String>) -> (bool, Vec<String>) {
     let recovered = summary.trailing_failures == 0 && summary.successes > 0;
     if !recovered {
         notes.push(format!(

@@ -185,6 +185,10 @@ pub fn start_vipd(ctx: &Ctx, node: &str, t: &Timings) -> Result<LabProcess> {
         if t.nft_fence {
             env.push(("vip_nftfence", "true"));
         }
+        if ctx.routed {
+            env.retain(|(k, _)| *k != "vip_arp");
+            env.extend(ROUTED_ENV);
+        }
         return Ok(ctx.lab.spawn(node, &ctx.vipd, &["manager"], &env)?);
     }
     let vip = VIP.to_string();
@@ -211,6 +215,15 @@ pub fn start_vipd(ctx: &Ctx, node: &str, t: &Timings) -> Result<LabProcess> {
     }
     Ok(ctx.lab.spawn(node, &ctx.vipd, &["manager"], &env)?)
 }
+
+/// The routing-table mode of `--routed` ([`Ctx::enable_routed`]), on top of the Services
+/// mode: the Service lease holder puts the VIPs' host routes into table 198 (protocol 248)
+/// for the node's BIRD to announce, binds no address and sends no ARP; IPv6 routes on eth0.
+const ROUTED_ENV: [(&str, &str); 3] = [
+    ("vip_routingtable", "true"),
+    ("vip_arp", "false"),
+    ("vip_servicesinterface", lab::ETH),
+];
 
 /// vipd's (and kube-vip's) control-plane lease timing variables: duration, renew deadline,
 /// retry period.

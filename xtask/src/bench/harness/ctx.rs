@@ -2,7 +2,7 @@
 //! Leases of a failover run (control-plane VIP, Service VIP, both).
 
 use std::collections::{BTreeSet, HashMap};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -33,6 +33,8 @@ pub struct Ctx {
     /// Freeze trials thaw the holder this long after the event (`--freeze-ms`); `None`: 3 s
     /// after the takeover.
     pub freeze_for: Option<Duration>,
+    /// vipd in routing-table mode (`--routed`, [`Ctx::enable_routed`]).
+    pub routed: bool,
 }
 
 impl Ctx {
@@ -58,6 +60,7 @@ impl Ctx {
             service: None,
             cp_and_service: false,
             freeze_for: None,
+            routed: false,
         })
     }
 
@@ -69,7 +72,7 @@ impl Ctx {
     /// # Errors
     /// When an object cannot be created.
     pub fn enable_service(&mut self, ride: bool) -> Result<()> {
-        self.create_service_objects(ride, VIP)?;
+        self.create_service_objects(ride, &[IpAddr::V4(VIP)])?;
         self.service = Some(ride);
         Ok(())
     }
@@ -82,14 +85,29 @@ impl Ctx {
     /// # Errors
     /// When an object cannot be created.
     pub fn enable_cp_and_service(&mut self) -> Result<()> {
-        self.create_service_objects(false, SERVICE_VIP)?;
+        self.create_service_objects(false, &[IpAddr::V4(SERVICE_VIP)])?;
         self.cp_and_service = true;
         Ok(())
     }
 
+    /// The Service VIPs are routed for the rest of the run (`--routed`): the LoadBalancer
+    /// Service [`SERVICE_NAME`] at `addrs` (the routed VIPs, on no lab segment), vipd in
+    /// Services mode with per-Service leases and `vip_routingtable=true`
+    /// ([`start_vipd`](super::cluster::start_vipd)). The routers and the nodes' BIRDs are
+    /// the caller's (`bench::failover::routed`).
+    ///
+    /// # Errors
+    /// When an object cannot be created.
+    pub fn enable_routed(&mut self, addrs: &[IpAddr]) -> Result<()> {
+        self.create_service_objects(false, addrs)?;
+        self.service = Some(false);
+        self.routed = true;
+        Ok(())
+    }
+
     /// Node objects for the lab nodes, with `ride` the key Secret `vipd-peer-key`, and the
-    /// LoadBalancer Service [`SERVICE_NAME`] at `addr`.
-    fn create_service_objects(&self, ride: bool, addr: Ipv4Addr) -> Result<()> {
+    /// LoadBalancer Service [`SERVICE_NAME`] at `addrs`.
+    fn create_service_objects(&self, ride: bool, addrs: &[IpAddr]) -> Result<()> {
         self.lab.register_nodes(&NODES)?;
         if ride {
             self.lab.create_peer_key_secret()?;
@@ -97,7 +115,7 @@ impl Ctx {
         api::create(
             &self.lab,
             "/api/v1/namespaces/default/services",
-            &api::service_json(SERVICE_NAME, IpAddr::V4(addr)),
+            &api::service_json_ips(SERVICE_NAME, addrs),
             "Service",
         )
     }
@@ -297,20 +315,21 @@ impl Ctx {
     }
 
     /// Starts `vipd probe http://VIP/ --interval 20ms --timeout 900ms --json` (with `--lb`
-    /// `tcp://VIP:6443`) for `vip` in ns client ([`lab::PROBE_TIMEOUT`]).
+    /// `tcp://VIP:6443`) for `vip` in ns client ([`lab::PROBE_TIMEOUT`]); a new TCP
+    /// connection per request.
     ///
     /// # Errors
     /// When it cannot be spawned.
-    pub fn start_probe(&self, vip: Ipv4Addr) -> Result<LabProcess> {
+    pub fn start_probe(&self, vip: IpAddr) -> Result<LabProcess> {
         Ok(self.lab.spawn(
             "client",
             &self.vipd,
             &[
                 "probe",
                 &if self.lb {
-                    format!("tcp://{vip}:6443")
+                    format!("tcp://{}", SocketAddr::new(vip, 6443))
                 } else {
-                    format!("http://{vip}/")
+                    format!("http://{}/", SocketAddr::new(vip, 80))
                 },
                 "--interval",
                 "20ms",
