@@ -659,3 +659,55 @@ impl super::Lab {
             .unwrap_or_default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gateways_of_reads_single_and_multipath_routes() {
+        let single = r#"[{"dst":"198.51.100.80","gateway":"192.0.2.12","dev":"eth0","flags":[]}]"#;
+        assert_eq!(
+            gateways_of(single),
+            ["192.0.2.12".parse::<IpAddr>().unwrap()]
+        );
+        let multi = r#"[{"dst":"2001:db8:5::80","protocol":"bird","nexthops":[
+            {"gateway":"2001:db8::13","dev":"eth0"},{"gateway":"2001:db8::11","dev":"eth0"}]}]"#;
+        let want: Vec<IpAddr> = ["2001:db8::11", "2001:db8::13"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        assert_eq!(gateways_of(multi), want, "sorted, one per next hop");
+        assert!(gateways_of("[]").is_empty());
+        assert!(gateways_of("").is_empty(), "ip failed: no route");
+    }
+
+    #[test]
+    fn router_configuration_peers_every_node_in_both_families_with_bfd() {
+        let v4 = Ipv4Addr::new(192, 0, 2, 100);
+        let v6: Ipv6Addr = "2001:db8::100".parse().unwrap();
+        let nodes = [(
+            "node-a",
+            Ipv4Addr::new(192, 0, 2, 11),
+            "2001:db8::11".parse().unwrap(),
+        )];
+        let c = router_bird_config_at(v4, v6, 65000, nodes);
+        assert!(c.starts_with("router id 192.0.2.100;\n"), "{c}");
+        assert!(c.contains("local 192.0.2.100 as 65001;"), "{c}");
+        assert!(c.contains("local 2001:db8::100 as 65001;"), "{c}");
+        assert!(
+            c.contains("protocol bgp node_a_4 from node4 { neighbor 192.0.2.11 as 65000; }"),
+            "{c}"
+        );
+        assert!(
+            c.contains("protocol bgp node_a_6 from node6 { neighbor 2001:db8::11 as 65000; }"),
+            "{c}"
+        );
+        assert_eq!(c.matches("merge paths on;").count(), 2, "{c}");
+        assert!(c.contains("min rx interval 100 ms; min tx interval 100 ms; multiplier 3;"));
+        // The routed lab's router: its own addresses, three nodes.
+        let lab = router_bird_config(65000);
+        assert!(lab.contains(&format!("router id {ROUTER_NODE_V4};")));
+        assert_eq!(lab.matches("protocol bgp ").count(), 2 * NODES.len());
+    }
+}

@@ -164,7 +164,7 @@ fn failover(o: &BenchOptions) -> Result<()> {
                         for r in &rs {
                             println!("{}", trial_line(r));
                         }
-                        if let [cp, svc] = rs.as_slice() {
+                        if let (false, [cp, svc]) = (o.routed, rs.as_slice()) {
                             let p = PairResult::of(&subject.label(), cp, svc);
                             println!("{}", pair_line(&p));
                             report.pairs.push(p);

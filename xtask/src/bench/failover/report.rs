@@ -184,7 +184,9 @@ pub fn route_table(report: &BenchReport) -> String {
     );
     for ((scenario, subject), rs) in groups {
         let old: Vec<f64> = rs.iter().filter_map(|r| r.old_gone_ms).collect();
+        let [o50, o95, omax] = p50_p95_max(&old);
         let new: Vec<f64> = rs.iter().filter_map(|r| r.takeover_ms).collect();
+        let [n50, n95, nmax] = p50_p95_max(&new);
         let two = rs
             .iter()
             .map(|r| r.two_responders_ms)
@@ -195,16 +197,21 @@ pub fn route_table(report: &BenchReport) -> String {
             scenario.name(),
             subject,
             rs.len(),
-            opt_ms(percentile(&old, 50.0)),
-            opt_ms(percentile(&old, 95.0)),
-            opt_ms(percentile(&old, 100.0)),
-            opt_ms(percentile(&new, 50.0)),
-            opt_ms(percentile(&new, 95.0)),
-            opt_ms(percentile(&new, 100.0)),
+            o50,
+            o95,
+            omax,
+            n50,
+            n95,
+            nmax,
             format!("{two:.0}"),
         );
     }
     s
+}
+
+/// p50, p95 and max of `v` (ms) as table cells (`-` when empty).
+fn p50_p95_max(v: &[f64]) -> [String; 3] {
+    [50.0, 95.0, 100.0].map(|p| opt_ms(percentile(v, p)))
 }
 
 fn opt_ms(v: Option<f64>) -> String {
@@ -289,6 +296,7 @@ both VIPs (control-plane and Service, one holder before the event; both back = t
             .filter(|p| p.scenario == scenario && p.subject == subject)
             .collect();
         let both: Vec<f64> = ps.iter().filter_map(|p| p.both_gap_ms).collect();
+        let [b50, b95, bmax] = p50_p95_max(&both);
         let spread = ps
             .iter()
             .filter_map(|p| p.takeover_spread_ms)
@@ -300,9 +308,9 @@ both VIPs (control-plane and Service, one holder before the event; both back = t
             scenario.name(),
             subject,
             ps.len(),
-            opt_ms(percentile(&both, 50.0)),
-            opt_ms(percentile(&both, 95.0)),
-            opt_ms(percentile(&both, 100.0)),
+            b50,
+            b95,
+            bmax,
             opt_ms(spread),
             format!("{}/{}", ps.iter().filter(|p| p.same_node).count(), ps.len()),
         );

@@ -39,12 +39,11 @@ use xtask::lab::{CLIENT_V4, CLIENT_V6, LabProcess, NODES, Signal, node_ipv4, nod
 use super::PHASE_SPREAD;
 use super::report::SpreadResult;
 use super::scenario::{Scenario, act};
-use super::trial::{TrialResult, probe_notes, takeover_limit};
+use super::trial::{TrialResult, Watch, probe_notes, takeover_limit};
 use crate::bench::harness::cluster::Cluster;
-use crate::bench::harness::ctx::Ctx;
+use crate::bench::harness::ctx::{Ctx, wait_stable};
 use crate::bench::harness::probe::{ProbeSummary, stop_probe, wait_probe_steady};
 use crate::bench::harness::subject::Subject;
-use crate::bench::harness::text::tail;
 use crate::bench::stats::ms;
 
 /// The Service's IPv4 VIP: a routed address on no lab segment (as S66's).
@@ -231,15 +230,13 @@ fn router_paths(ctx: &Ctx) -> [Vec<String>; 2] {
 }
 
 /// What the router did with one VIP after the event, sample by sample
-/// ([`PathWatch::sample`]).
+/// ([`PathWatch::sample`]): the takeover as the ARP trials see it ([`Watch`], with paths for
+/// carriers) and what must not happen.
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct PathWatch {
-    /// The first other node whose path appeared.
-    pub new_holder: Option<String>,
-    /// When it appeared (since the event).
-    pub takeover: Option<Duration>,
-    /// When the old holder's path was first missing.
-    pub old_gone: Option<Duration>,
+    /// The first other node's path (`new_holder`, `takeover`), the old holder's path first
+    /// missing (`old_gone`), the most paths at once (`max_carriers`); times since the event.
+    pub watch: Watch,
     /// Time with two or more paths at once (sum of the sample intervals that ended with
     /// several paths).
     pub two_paths: Duration,
@@ -260,23 +257,25 @@ impl PathWatch {
             self.two_paths += dt;
             self.pairs.insert(hops.join("+"));
         }
+        let w = &mut self.watch;
+        w.max_carriers = w.max_carriers.max(hops.len());
         let has_old = hops.iter().any(|h| h == old);
-        match self.old_gone {
-            None if !has_old => self.old_gone = Some(now),
+        match w.old_gone {
+            None if !has_old => w.old_gone = Some(now),
             Some(_) if has_old => self.old_back = true,
             _ => {}
         }
-        if self.new_holder.is_none()
+        if w.new_holder.is_none()
             && let Some(n) = hops.iter().find(|h| *h != old)
         {
-            self.new_holder = Some(n.clone());
-            self.takeover = Some(now);
+            w.new_holder = Some(n.clone());
+            w.takeover = Some(now);
         }
     }
 
     /// Both the old path's removal and a new path were seen.
     pub fn done(&self) -> bool {
-        self.old_gone.is_some() && self.takeover.is_some()
+        self.watch.old_gone.is_some() && self.watch.takeover.is_some()
     }
 }
 
@@ -303,36 +302,20 @@ fn poll_paths(
 
 /// Waits until the router routes both VIPs to one node alone, for 500 ms; that node.
 fn routed_holder(ctx: &Ctx, cluster: &Cluster, limit: Duration) -> Result<String> {
-    let t0 = Instant::now();
-    let mut since: Option<(String, Instant)> = None;
-    loop {
+    wait_stable(limit, Duration::from_millis(500), || {
         let [p4, p6] = router_paths(ctx);
         let one = match (p4.as_slice(), p6.as_slice()) {
             ([a], [b]) if a == b => Some(a.clone()),
             _ => None,
         };
-        since = match (one, since) {
-            (Some(n), Some((prev, at))) if n == prev => Some((prev, at)),
-            (Some(n), _) => Some((n, Instant::now())),
-            (None, _) => None,
-        };
-        if let Some((n, at)) = &since
-            && at.elapsed() >= Duration::from_millis(500)
-        {
-            return Ok(n.clone());
-        }
-        if t0.elapsed() > limit {
-            bail!(
-                "the router did not route both VIPs to one node within {limit:?} (IPv4 {p4:?}, IPv6 {p6:?}); logs:\n{}",
-                NODES
-                    .iter()
-                    .map(|n| format!("--- {n}\n{}", tail(&cluster.log(n), 15)))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+        Ok((one, format!("IPv4 paths {p4:?}, IPv6 {p6:?}")))
+    })
+    .map_err(|e| {
+        anyhow!(
+            "the router did not route both VIPs to one node: {e:#}; logs:\n{}",
+            cluster.log_tails(15)
+        )
+    })
 }
 
 /// Clears what a previous trial may have left: the Service's Lease, and any path of the
@@ -446,8 +429,9 @@ pub fn run_routed_trial(
     }
     cluster.stop();
     let mut out = Vec::new();
-    for ((summary, w), (_, tag)) in summaries.into_iter().zip(&ws).zip(routed_vips()) {
+    for ((summary, pw), (_, tag)) in summaries.into_iter().zip(&ws).zip(routed_vips()) {
         let summary = summary?;
+        let w = &pw.watch;
         let mut notes = notes.clone();
         ctx.say(format!(
             "{tag}: old path gone after {:?}, {} routed after {:?}",
@@ -458,14 +442,14 @@ pub fn run_routed_trial(
         if w.new_holder.is_none() {
             notes.push("no other node's path within the time limit".into());
         }
-        if !w.pairs.is_empty() {
+        if !pw.pairs.is_empty() {
             notes.push(format!(
                 "two paths at once ({}) for {:.0} ms",
-                w.pairs.iter().cloned().collect::<Vec<_>>().join(", "),
-                ms(w.two_paths)
+                pw.pairs.iter().cloned().collect::<Vec<_>>().join(", "),
+                ms(pw.two_paths)
             ));
         }
-        if w.old_back {
+        if pw.old_back {
             notes.push(format!("{holder}'s path came back"));
         }
         let (recovered, sw) = probe_notes(&summary, &mut notes);
@@ -478,14 +462,14 @@ pub fn run_routed_trial(
             gap_ms: summary.worst_gap_ms(),
             takeover_ms: w.takeover.map(ms),
             old_gone_ms: w.old_gone.map(ms),
-            two_responders_ms: ms(w.two_paths),
-            two_responder_nodes: w.pairs.iter().cloned().collect(),
+            two_responders_ms: ms(pw.two_paths),
+            two_responder_nodes: pw.pairs.iter().cloned().collect(),
             switches: summary.switch_count,
             probe_failures: summary.failures,
             probe_requests: summary.requests,
             probe_switches: sw,
             recovered,
-            came_back: (scenario == Scenario::Freeze).then_some(w.old_back),
+            came_back: (scenario == Scenario::Freeze).then_some(pw.old_back),
             notes,
             routed: true,
         });

@@ -63,13 +63,18 @@ pub struct TrialResult {
     pub routed: bool,
 }
 
-/// What happened to one VIP after the event, from polling the nodes' addresses.
-#[derive(Debug, Default)]
-struct Watch {
-    new_holder: Option<String>,
-    takeover: Option<Duration>,
-    old_gone: Option<Duration>,
-    max_carriers: usize,
+/// What happened to one VIP after the event, from polling the nodes' addresses (or, for
+/// `--routed`, the router's paths); times since the event.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Watch {
+    /// The first node other than the old holder that carried it.
+    pub new_holder: Option<String>,
+    /// When it did.
+    pub takeover: Option<Duration>,
+    /// When the old holder was first seen without it.
+    pub old_gone: Option<Duration>,
+    /// The most nodes that carried it at once.
+    pub max_carriers: usize,
 }
 
 /// Polls the nodes' addresses until, for every one of `vips`, a node other than `old`

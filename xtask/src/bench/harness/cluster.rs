@@ -147,6 +147,15 @@ impl Cluster {
     pub fn log(&self, node: &str) -> String {
         self.process(node).map(LabProcess::log).unwrap_or_default()
     }
+
+    /// The last `lines` lines of every node's log, each under `--- NODE`.
+    pub fn log_tails(&self, lines: usize) -> String {
+        NODES
+            .iter()
+            .map(|n| format!("--- {n}\n{}", tail(&self.log(n), lines)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
 }
 
 impl Drop for Cluster {
@@ -313,16 +322,7 @@ pub(crate) fn reachable_holder(ctx: &Ctx, subject: &Subject, cluster: &Cluster) 
     };
     let holder = ctx
         .stable_holder(Duration::from_secs(30), stable_for)
-        .map_err(|e| {
-            anyhow!(
-                "{e}; logs:\n{}",
-                NODES
-                    .iter()
-                    .map(|n| format!("--- {n}\n{}", tail(&cluster.log(n), 15)))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            )
-        })?;
+        .map_err(|e| anyhow!("{e:#}; logs:\n{}", cluster.log_tails(15)))?;
     for (vip, _) in ctx.vips() {
         let vip80 = SocketAddr::new(IpAddr::V4(vip), 80);
         let t_http = Instant::now();

@@ -238,9 +238,7 @@ impl Ctx {
     /// On timeout or when `ip addr` fails.
     pub fn stable_holder(&self, limit: Duration, stable_for: Duration) -> Result<String> {
         let vips: Vec<Ipv4Addr> = self.vips().iter().map(|(v, _)| *v).collect();
-        let t0 = Instant::now();
-        let mut since: Option<(String, Instant)> = None;
-        loop {
+        wait_stable(limit, stable_for, || {
             let h = self.holders_of(&vips)?;
             let one = match h.first().map(Vec::as_slice) {
                 Some([one]) if h.iter().all(|x| x == std::slice::from_ref(one)) => {
@@ -248,21 +246,9 @@ impl Ctx {
                 }
                 _ => None,
             };
-            since = match (one, since) {
-                (Some(one), Some((prev, at))) if one == prev => Some((prev, at)),
-                (Some(one), _) => Some((one, Instant::now())),
-                (None, _) => None,
-            };
-            if let Some((n, at)) = &since
-                && at.elapsed() >= stable_for
-            {
-                return Ok(n.clone());
-            }
-            if t0.elapsed() > limit {
-                bail!("no stable single holder of {vips:?} after {limit:?} (holders: {h:?})");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            Ok((one, format!("holders: {h:?}")))
+        })
+        .with_context(|| format!("no stable single holder of {vips:?}"))
     }
 
     /// Deletes the run's Leases ([`Ctx::lease_paths`]; ignores 404).
@@ -350,5 +336,38 @@ impl Ctx {
         Ok(self
             .lab
             .arp_watch_from_api(IpAddr::V4(vip), SAMPLE_INTERVAL)?)
+    }
+}
+
+/// Polls `current` every 50 ms until it has named the same node for `stable_for`, and
+/// returns that node. `current` gives the node that alone holds what is watched (`None`:
+/// none or several) and what it saw, for the error.
+///
+/// # Errors
+/// When `current` fails, or after `limit` without a stable node (naming what `current` saw
+/// last).
+pub fn wait_stable(
+    limit: Duration,
+    stable_for: Duration,
+    mut current: impl FnMut() -> Result<(Option<String>, String)>,
+) -> Result<String> {
+    let t0 = Instant::now();
+    let mut since: Option<(String, Instant)> = None;
+    loop {
+        let (one, seen) = current()?;
+        since = match (one, since) {
+            (Some(one), Some((prev, at))) if one == prev => Some((prev, at)),
+            (Some(one), _) => Some((one, Instant::now())),
+            (None, _) => None,
+        };
+        if let Some((n, at)) = &since
+            && at.elapsed() >= stable_for
+        {
+            return Ok(n.clone());
+        }
+        if t0.elapsed() > limit {
+            bail!("none stable for {stable_for:?} after {limit:?} ({seen})");
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
