@@ -39,7 +39,7 @@ use xtask::lab::{CLIENT_V4, CLIENT_V6, LabProcess, NODES, Signal, node_ipv4, nod
 use super::PHASE_SPREAD;
 use super::report::SpreadResult;
 use super::scenario::{Scenario, act};
-use super::trial::{TrialResult, Watch, probe_notes, takeover_limit};
+use super::trial::{TrialResult, Watch, say_setting_up, takeover_limit};
 use crate::bench::harness::cluster::Cluster;
 use crate::bench::harness::ctx::{Ctx, wait_stable};
 use crate::bench::harness::probe::{ProbeSummary, stop_probe, wait_probe_steady};
@@ -381,12 +381,8 @@ pub fn run_routed_trial(
     subject: &Subject,
     trial: usize,
 ) -> Result<Vec<TrialResult>> {
+    say_setting_up(ctx, scenario, subject, trial);
     let mut notes = Vec::new();
-    ctx.say(format!(
-        "{} {} #{trial}: setting up",
-        scenario.name(),
-        subject.label()
-    ));
     prepare(ctx, &mut notes)?;
     let mut cluster = Cluster::start(ctx, subject)?;
     let holder = routed_holder(ctx, &cluster, Duration::from_secs(30))?;
@@ -452,26 +448,20 @@ pub fn run_routed_trial(
         if pw.old_back {
             notes.push(format!("{holder}'s path came back"));
         }
-        let (recovered, sw) = probe_notes(&summary, &mut notes);
         out.push(TrialResult {
-            scenario,
-            subject: format!("{}:{tag}", subject.label()),
-            trial,
-            holder: holder.clone(),
-            new_holder: w.new_holder.clone(),
-            gap_ms: summary.worst_gap_ms(),
-            takeover_ms: w.takeover.map(ms),
-            old_gone_ms: w.old_gone.map(ms),
             two_responders_ms: ms(pw.two_paths),
             two_responder_nodes: pw.pairs.iter().cloned().collect(),
-            switches: summary.switch_count,
-            probe_failures: summary.failures,
-            probe_requests: summary.requests,
-            probe_switches: sw,
-            recovered,
             came_back: (scenario == Scenario::Freeze).then_some(pw.old_back),
-            notes,
             routed: true,
+            ..TrialResult::of(
+                scenario,
+                format!("{}:{tag}", subject.label()),
+                trial,
+                &holder,
+                w,
+                &summary,
+                notes,
+            )
         });
     }
     Ok(out)

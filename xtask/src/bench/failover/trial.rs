@@ -63,6 +63,43 @@ pub struct TrialResult {
     pub routed: bool,
 }
 
+impl TrialResult {
+    /// The result of one VIP of a trial from what `w` and the probe (`summary`) saw: the
+    /// probe's notes appended to `notes`; no time with two responders, no thaw, not routed
+    /// (the caller sets those).
+    pub(super) fn of(
+        scenario: Scenario,
+        subject: String,
+        trial: usize,
+        holder: &str,
+        w: &Watch,
+        summary: &ProbeSummary,
+        mut notes: Vec<String>,
+    ) -> TrialResult {
+        let (recovered, probe_switches) = probe_notes(summary, &mut notes);
+        TrialResult {
+            scenario,
+            subject,
+            trial,
+            holder: holder.to_string(),
+            new_holder: w.new_holder.clone(),
+            gap_ms: summary.worst_gap_ms(),
+            takeover_ms: w.takeover.map(ms),
+            old_gone_ms: w.old_gone.map(ms),
+            two_responders_ms: 0.0,
+            two_responder_nodes: Vec::new(),
+            switches: summary.switch_count,
+            probe_failures: summary.failures,
+            probe_requests: summary.requests,
+            probe_switches,
+            recovered,
+            came_back: None,
+            notes,
+            routed: false,
+        }
+    }
+}
+
 /// What happened to one VIP after the event, from polling the nodes' addresses (or, for
 /// `--routed`, the router's paths); times since the event.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -180,11 +217,7 @@ pub fn run_trial_per_vip(
     trial: usize,
 ) -> Result<Vec<TrialResult>> {
     let mut notes = Vec::new();
-    ctx.say(format!(
-        "{} {} #{trial}: setting up",
-        scenario.name(),
-        subject.label()
-    ));
+    say_setting_up(ctx, scenario, subject, trial);
     let mut cluster = if ctx.cp_and_service {
         start_one_node_first(ctx, subject, trial, &mut notes)?
     } else {
@@ -240,33 +273,27 @@ pub fn run_trial_per_vip(
         if w.new_holder.is_none() {
             notes.push("no takeover within the time limit".into());
         }
-        let (recovered, sw) = probe_notes(&summary, &mut notes);
         let subject = match vips[i].1 {
             "" => subject.label(),
             tag => format!("{}:{tag}", subject.label()),
         };
         out.push(TrialResult {
-            scenario,
-            subject,
-            trial,
-            holder: holder.clone(),
-            new_holder: w.new_holder.clone(),
-            gap_ms: summary.worst_gap_ms(),
-            takeover_ms: w.takeover.map(ms),
-            old_gone_ms: w.old_gone.map(ms),
             two_responders_ms: two_ms,
             two_responder_nodes: pairs.into_iter().collect(),
-            switches: summary.switch_count,
-            probe_failures: summary.failures,
-            probe_requests: summary.requests,
-            probe_switches: sw,
-            recovered,
             came_back: came_back[i],
-            notes,
-            routed: false,
+            ..TrialResult::of(scenario, subject, trial, &holder, w, &summary, notes)
         });
     }
     Ok(out)
+}
+
+/// Says (verbose runs) that trial `trial` of `scenario` for `subject` is being set up.
+pub(super) fn say_setting_up(ctx: &Ctx, scenario: Scenario, subject: &Subject, trial: usize) {
+    ctx.say(format!(
+        "{} {} #{trial}: setting up",
+        scenario.name(),
+        subject.label()
+    ));
 }
 
 /// An ARP watcher and when it started (its slots count from then).
@@ -411,7 +438,7 @@ fn two_responders(
 
 /// Whether the probe recovered, and its switches as text; notes a trailing gap and more
 /// than one switch.
-pub(super) fn probe_notes(summary: &ProbeSummary, notes: &mut Vec<String>) -> (bool, Vec<String>) {
+fn probe_notes(summary: &ProbeSummary, notes: &mut Vec<String>) -> (bool, Vec<String>) {
     let recovered = summary.trailing_failures == 0 && summary.successes > 0;
     if !recovered {
         notes.push(format!(
