@@ -693,16 +693,14 @@ mod tests {
         )];
         let c = router_bird_config_at(v4, v6, 65000, nodes);
         assert!(c.starts_with("router id 192.0.2.100;\n"), "{c}");
-        assert!(c.contains("local 192.0.2.100 as 65001;"), "{c}");
-        assert!(c.contains("local 2001:db8::100 as 65001;"), "{c}");
-        assert!(
-            c.contains("protocol bgp node_a_4 from node4 { neighbor 192.0.2.11 as 65000; }"),
-            "{c}"
-        );
-        assert!(
-            c.contains("protocol bgp node_a_6 from node6 { neighbor 2001:db8::11 as 65000; }"),
-            "{c}"
-        );
+        for want in [
+            "local 192.0.2.100 as 65001;",
+            "local 2001:db8::100 as 65001;",
+            "protocol bgp node_a_4 from node4 { neighbor 192.0.2.11 as 65000; }",
+            "protocol bgp node_a_6 from node6 { neighbor 2001:db8::11 as 65000; }",
+        ] {
+            assert!(c.contains(want), "{want} missing from\n{c}");
+        }
         assert_eq!(c.matches("merge paths on;").count(), 2, "{c}");
         assert!(c.contains("min rx interval 100 ms; min tx interval 100 ms; multiplier 3;"));
         // The routed lab's router: its own addresses, three nodes.
