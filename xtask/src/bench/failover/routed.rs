@@ -16,8 +16,8 @@
 //! starts vipd on every node, waits until the router routes both VIPs to one node alone
 //! (the holder) for 500 ms, starts one `vipd probe` per family (a new TCP connection every
 //! 20 ms) and waits until both answer steadily from the holder, acts on the holder
-//! ([`act_routed`]), and polls the router's next hops for both VIPs about every 10-20 ms
-//! ([`PathWatch`]): when the old holder's path left and when another node's came, and any
+//! ([`act_routed`]), and polls the router's next hops for both VIPs (a sample every 20-30 ms:
+//! two `ip` runs and a 10 ms pause; [`PathWatch`]): when the old holder's path left and when another node's came, and any
 //! time with two paths at once (an elected Service must never have two). Then as the ARP
 //! trials: 2 s of settling (freeze: 3 s, SIGCONT, 4 s watching that the thawed node's path
 //! does not come back), the probes stopped, the lab healed, vipd stopped. One
@@ -279,7 +279,8 @@ impl PathWatch {
     }
 }
 
-/// Samples the router's paths into `ws` (one per VIP) every ~10 ms until `stop` says so.
+/// Samples the router's paths into `ws` (one per VIP), pausing 10 ms between samples, until
+/// `stop` says so.
 fn poll_paths(
     ctx: &Ctx,
     ws: &mut [PathWatch; 2],
