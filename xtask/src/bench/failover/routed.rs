@@ -16,9 +16,10 @@
 //! starts vipd on every node, waits until the router routes both VIPs to one node alone
 //! (the holder) for 500 ms, starts one `vipd probe` per family (a new TCP connection every
 //! 20 ms) and waits until both answer steadily from the holder, acts on the holder
-//! ([`act_routed`]), and polls the router's next hops for both VIPs (a sample every 20-30 ms:
-//! two `ip` runs and a 10 ms pause; [`PathWatch`]): when the old holder's path left and when another node's came, and any
-//! time with two paths at once (an elected Service must never have two). Then as the ARP
+//! ([`act_routed`]), and polls the router's next hops for both VIPs (a sample every 20-30
+//! ms: two `ip` runs and a 10 ms pause; [`PathWatch`]): when the old holder's path left and
+//! when another node's came, and any time with two paths at once (an elected Service must
+//! never have two). Then as the ARP
 //! trials: 2 s of settling (freeze: 3 s, SIGCONT, 4 s watching that the thawed node's path
 //! does not come back), the probes stopped, the lab healed, vipd stopped. One
 //! [`TrialResult`] per family (`vipd T routed:v4`, `:v6`), with `takeover_ms` the new
