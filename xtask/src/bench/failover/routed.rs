@@ -19,8 +19,7 @@
 //! ([`act_routed`]), and polls the router's next hops for both VIPs (a sample every 20-30
 //! ms: two `ip` runs and a 10 ms pause; [`PathWatch`]): when the old holder's path left and
 //! when another node's came, and any time with two paths at once (an elected Service must
-//! never have two). Then as the ARP
-//! trials: 2 s of settling (freeze: 3 s, SIGCONT, 4 s watching that the thawed node's path
+//! never have two). Then as the ARP trials: 2 s of settling (freeze: 3 s, SIGCONT, 4 s watching that the thawed node's path
 //! does not come back), the probes stopped, the lab healed, vipd stopped. One
 //! [`TrialResult`] per family (`vipd T routed:v4`, `:v6`), with `takeover_ms` the new
 //! holder's path and `old_gone_ms` the old holder's path leaving the router.
