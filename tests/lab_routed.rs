@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use xtask::lab::routed::{ROUTER_NODE_V4, ROUTER_NODE_V6, routed_node_v4};
+use xtask::lab::routed::{self, ROUTER_NODE_V4, ROUTER_NODE_V6, routed_node_v4};
 use xtask::lab::{NODES, RoutedLab, ThreadServer};
 
 /// The Service VIP: the routed lab has no 192.0.2.0/24 segment, so the VIP comes from the
@@ -42,14 +42,7 @@ fn bird_conf(node: &str) -> String {
 /// The gateways of the router's route to `dst` in its main table (one for a single path,
 /// several for a multipath route; empty when there is none).
 fn router_paths(lab: &RoutedLab, dst: IpAddr) -> Vec<IpAddr> {
-    let fam = if dst.is_ipv4() { "-4" } else { "-6" };
-    let out = lab
-        .ip(
-            "router",
-            &[fam, "-j", "route", "show", "exact", &dst.to_string()],
-        )
-        .unwrap_or_default();
-    support::routed::gateways(&out)
+    lab.next_hops("router", dst)
 }
 
 /// The node addresses of `family` (the router's next hops for the VIP from each node).
@@ -90,7 +83,7 @@ fn wait_paths(lab: &RoutedLab, dst: IpAddr, want: &[IpAddr], timeout: Duration) 
 
 /// `n` new connections from the client to `vip`: answers per node (`"-"`: no answer).
 fn spread(lab: &RoutedLab, vip: IpAddr, n: usize) -> BTreeMap<String, usize> {
-    lab.in_netns("client", || support::routed::spread(vip, PORT, n))
+    lab.in_netns("client", || routed::spread(SocketAddr::new(vip, PORT), n))
         .expect("client namespace")
 }
 

@@ -30,14 +30,11 @@
 
 mod support;
 
-use std::ffi::OsStr;
 use std::net::IpAddr;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use support::*;
-use xtask::lab::process::run;
-use xtask::lab::routed::bird_binary;
+use xtask::lab::routed::router_bird_config_at;
 use xtask::lab::{CLIENT_V4, CLIENT_V6, Lab, LabOptions, LabProcess, Signal, node_ipv4, node_ipv6};
 
 /// The Service VIP: a routed address, on no lab segment.
@@ -52,25 +49,10 @@ const SCAN: Duration = Duration::from_secs(1);
 /// BIRD of the `client` namespace, the BGP router: AS 65001, one session with BFD per
 /// node, multipath routes into its kernel.
 fn router_conf() -> String {
-    let mut s = format!(
-        "router id {CLIENT_V4};\n\
-         protocol device {{\n}}\n\
-         protocol kernel kernel4 {{\n\tmerge paths on;\n\tipv4 {{ import none; export all; }};\n}}\n\
-         protocol kernel kernel6 {{\n\tmerge paths on;\n\tipv6 {{ import none; export all; }};\n}}\n\
-         protocol bfd bfd1 {{\n\tinterface \"eth0\" {{ min rx interval 100 ms; min tx interval 100 ms; multiplier 3; }};\n}}\n\
-         template bgp node4 {{\n\tlocal {CLIENT_V4} as 65001;\n\tbfd on;\n\tipv4 {{ import all; export none; }};\n}}\n\
-         template bgp node6 {{\n\tlocal {CLIENT_V6} as 65001;\n\tbfd on;\n\tipv6 {{ import all; export none; }};\n}}\n"
-    );
-    for node in NODES {
-        let ip = node_ipv4(node).expect("node");
-        let ip6 = node_ipv6(node).expect("node");
-        let name = node.replace('-', "_");
-        s.push_str(&format!(
-            "protocol bgp {name}_4 from node4 {{ neighbor {ip} as 65000; }}\n\
-             protocol bgp {name}_6 from node6 {{ neighbor {ip6} as 65000; }}\n"
-        ));
-    }
-    s
+    let nodes = NODES
+        .iter()
+        .map(|n| (*n, node_ipv4(n).expect("node"), node_ipv6(n).expect("node")));
+    router_bird_config_at(CLIENT_V4, CLIENT_V6, 65000, nodes)
 }
 
 /// `vipd manifest bird` for `node` from kube-vip's environment variables.
@@ -78,52 +60,10 @@ fn node_conf(node: &str) -> String {
     support::routed::bird_conf(node, node_ipv4(node).expect("node"), CLIENT_V4, CLIENT_V6)
 }
 
-fn bird_dir(lab: &Lab) -> PathBuf {
-    let d = lab.dir().join("bird");
-    std::fs::create_dir_all(&d).expect("bird dir");
-    d
-}
-
 /// Starts BIRD in `ns` with `config` (checked first); returns once its socket answers.
 fn start_bird(lab: &Lab, ns: &str, config: &str) -> LabProcess {
-    let dir = bird_dir(lab);
-    let conf = dir.join(format!("{ns}.conf"));
-    std::fs::write(&conf, config).expect("write bird conf");
-    run(
-        bird_binary("bird"),
-        &[OsStr::new("-p"), OsStr::new("-c"), conf.as_os_str()],
-    )
-    .unwrap_or_else(|e| panic!("bird -p for {ns}: {e}"));
-    let sock = dir.join(format!("{ns}.ctl"));
-    let pid = dir.join(format!("{ns}.pid"));
-    let args: Vec<&OsStr> = vec![
-        OsStr::new("-d"),
-        OsStr::new("-c"),
-        conf.as_os_str(),
-        OsStr::new("-s"),
-        sock.as_os_str(),
-        OsStr::new("-P"),
-        pid.as_os_str(),
-    ];
-    let p = lab
-        .spawn(ns, bird_binary("bird"), &args, &[])
-        .expect("spawn bird");
-    wait_for(
-        &format!("BIRD's socket in {ns}"),
-        Duration::from_secs(5),
-        || {
-            run(
-                bird_binary("birdc"),
-                &[
-                    OsStr::new("-s"),
-                    sock.as_os_str(),
-                    OsStr::new("show status"),
-                ],
-            )
-            .ok()
-        },
-    );
-    p
+    lab.start_bird(ns, config)
+        .unwrap_or_else(|e| panic!("BIRD in {ns}: {e}"))
 }
 
 /// vipd in routing-table mode on `node` (Services, `svc_election` as `election`, 5/3/1,
@@ -176,12 +116,7 @@ fn router_paths6(lab: &Lab) -> Vec<IpAddr> {
 }
 
 fn paths_to(lab: &Lab, vip: &str) -> Vec<IpAddr> {
-    let fam = if vip.contains(':') { "-6" } else { "-4" };
-    let out = lab
-        .exec("client", "ip", &[fam, "-j", "route", "show", "exact", vip])
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default();
-    support::routed::gateways(&out)
+    lab.next_hops("client", vip.parse().expect("VIP"))
 }
 
 /// The router's paths to an IPv4 and an IPv6 VIP at one moment.
@@ -531,7 +466,9 @@ fn s67_to_s70_without_election_every_node_routes_and_the_router_spreads() {
         let ip: IpAddr = vip.parse().expect("ip");
         let t = Instant::now();
         let m = lab
-            .in_netns("client", || support::routed::spread(ip, 80, 300))
+            .in_netns("client", || {
+                xtask::lab::routed::spread(std::net::SocketAddr::new(ip, 80), 300)
+            })
             .expect("client namespace");
         println!(
             "S67 300 new connections to {vip}: {m:?} ({:.2} s)",
@@ -784,7 +721,9 @@ fn s71_control_plane_vip_routed_by_every_node_with_a_healthy_api_server() {
     );
     let vip: IpAddr = CP4.parse().expect("vip");
     let m = lab
-        .in_netns("client", || support::routed::spread(vip, 80, 300))
+        .in_netns("client", || {
+            xtask::lab::routed::spread(std::net::SocketAddr::new(vip, 80), 300)
+        })
         .expect("client");
     println!("S71 300 new connections to the control-plane VIP: {m:?}");
     support::routed::assert_even("S71", &m, &NODES);

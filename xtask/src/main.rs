@@ -11,7 +11,7 @@
 //! cargo xtask chaos --minutes N [--seed S]
 //!                        the chaos soak: random faults against 3 vipd nodes and 50
 //!                        Services while an auditor checks invariants (see chaos/)
-//! cargo xtask bench failover [--scenario ..] [--trials N]
+//! cargo xtask bench failover [--scenario ..] [--trials N] [--routed]
 //!                        [--impl vipd|keepalived|keepalived-fast|both]
 //!                        failover figures for vipd and keepalived (see bench/failover/)
 //! cargo xtask bench heartbeat [--peers 3,50] [--seconds 30]
@@ -58,7 +58,9 @@ commands:
               invariants; exits non-zero on any violation (`chaos --help`, docs/chaos.md)
   bench failover [--scenario LIST] [--trials N]
               [--impl vipd|keepalived|keepalived-fast|both] [--timings default,5/3/1,...]
-              failover figures (`bench failover --help`)
+              [--routed [--spread N]]
+              failover figures (`bench failover --help`); --routed: routing-table
+              mode behind a BGP router (BFD, ECMP), and the ECMP spread
   bench heartbeat [--peers 3,50] [--seconds 30]
               the peer protocol's cost (svc_ridethrough) on one node, simulated peers
   bench apiload [--timings fast,default] [--load 0,4,16,64] [--seconds 60]

@@ -18,9 +18,10 @@
 //! under the lab directory; dropping the [`RoutedLab`] (also while unwinding from a
 //! panic) kills every process in its namespaces and removes them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::OsStr;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::io::{Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::Mutex;
@@ -68,29 +69,45 @@ pub fn routed_node_v6(node: &str) -> Option<Ipv6Addr> {
         .map(|i| Ipv6Addr::new(0x2001, 0xdb8, 1, 0, 0, 0, 0, 0x11 + i as u16))
 }
 
-/// The router's BIRD 2 configuration: one BGP session per node and family (AS
-/// [`ROUTER_AS`] to the nodes' 65000), BFD on every session at [`ROUTER_BFD`], imports
-/// everything the nodes announce, exports nothing, and installs equal routes of several
-/// nodes as one multipath route (`merge paths on`).
+/// The router's BIRD 2 configuration in the routed lab: [`router_bird_config_at`] with the
+/// router's addresses on the nodes' subnet ([`ROUTER_NODE_V4`], [`ROUTER_NODE_V6`]) and the
+/// nodes' ([`routed_node_v4`], [`routed_node_v6`]).
 pub fn router_bird_config(node_as: u32) -> String {
+    let nodes = NODES
+        .iter()
+        .filter_map(|n| Some((*n, routed_node_v4(n)?, routed_node_v6(n)?)));
+    router_bird_config_at(ROUTER_NODE_V4, ROUTER_NODE_V6, node_as, nodes)
+}
+
+/// A BGP router's BIRD 2 configuration (router id and local addresses `local_v4` and
+/// `local_v6`, AS [`ROUTER_AS`], BFD on [`ETH`]): one BGP session per node and family to
+/// the nodes' AS `node_as`, each node given as (name, IPv4, IPv6); BFD on every session at
+/// [`ROUTER_BFD`]; imports everything the nodes announce, exports nothing, and installs
+/// equal routes of several nodes as one multipath route (`merge paths on`). Used by the
+/// routed lab ([`router_bird_config`]) and by the ordinary lab's `client` namespace acting
+/// as the router (S66, `bench failover --routed`).
+pub fn router_bird_config_at<'a>(
+    local_v4: Ipv4Addr,
+    local_v6: Ipv6Addr,
+    node_as: u32,
+    nodes: impl IntoIterator<Item = (&'a str, Ipv4Addr, Ipv6Addr)>,
+) -> String {
     let (ms, mult) = ROUTER_BFD;
     let mut s = format!(
-        "router id {ROUTER_NODE_V4};\n\
+        "router id {local_v4};\n\
          protocol device {{\n}}\n\
          protocol kernel kernel4 {{\n\tmerge paths on;\n\tipv4 {{ import none; export all; }};\n}}\n\
          protocol kernel kernel6 {{\n\tmerge paths on;\n\tipv6 {{ import none; export all; }};\n}}\n\
          protocol bfd bfd1 {{\n\tinterface \"{ETH}\" {{ min rx interval {ms} ms; min tx interval {ms} ms; multiplier {mult}; }};\n}}\n\
-         template bgp node4 {{\n\tlocal {ROUTER_NODE_V4} as {ROUTER_AS};\n\tbfd on;\n\tipv4 {{ import all; export none; }};\n}}\n\
-         template bgp node6 {{\n\tlocal {ROUTER_NODE_V6} as {ROUTER_AS};\n\tbfd on;\n\tipv6 {{ import all; export none; }};\n}}\n"
+         template bgp node4 {{\n\tlocal {local_v4} as {ROUTER_AS};\n\tbfd on;\n\tipv4 {{ import all; export none; }};\n}}\n\
+         template bgp node6 {{\n\tlocal {local_v6} as {ROUTER_AS};\n\tbfd on;\n\tipv6 {{ import all; export none; }};\n}}\n"
     );
-    for node in NODES {
+    for (node, v4, v6) in nodes {
         let name = node.replace('-', "_");
-        if let (Some(v4), Some(v6)) = (routed_node_v4(node), routed_node_v6(node)) {
-            s.push_str(&format!(
-                "protocol bgp {name}_4 from node4 {{ neighbor {v4} as {node_as}; }}\n\
-                 protocol bgp {name}_6 from node6 {{ neighbor {v6} as {node_as}; }}\n"
-            ));
-        }
+        s.push_str(&format!(
+            "protocol bgp {name}_4 from node4 {{ neighbor {v4} as {node_as}; }}\n\
+             protocol bgp {name}_6 from node6 {{ neighbor {v6} as {node_as}; }}\n"
+        ));
     }
     s
 }
@@ -362,7 +379,7 @@ impl RoutedLab {
 
     /// BIRD's control socket of namespace `ns`.
     pub fn bird_socket(&self, ns: &str) -> PathBuf {
-        self.dir.join("bird").join(format!("{ns}.ctl"))
+        bird_socket(&self.dir, ns)
     }
 
     /// Writes `config` to `<dir>/bird/<ns>.conf`, checks it (`bird -p`), and starts BIRD in
@@ -376,42 +393,11 @@ impl RoutedLab {
     pub fn start_bird(&self, ns: &str, config: &str) -> Result<()> {
         let full = self.ns_name(ns)?;
         self.stop_bird(ns);
-        let conf = self.dir.join("bird").join(format!("{ns}.conf"));
-        std::fs::write(&conf, config).map_err(io_ctx(format!("write {}", conf.display())))?;
-        let bird = bird_binary("bird");
-        run(
-            &bird,
-            &[OsStr::new("-p"), OsStr::new("-c"), conf.as_os_str()],
-        )?;
-        let sock = self.bird_socket(ns);
-        let pid = self.dir.join("bird").join(format!("{ns}.pid"));
-        let log = self.dir.join("logs").join(format!("bird-{ns}.log"));
-        let args: Vec<&OsStr> = vec![
-            OsStr::new("-d"),
-            OsStr::new("-c"),
-            conf.as_os_str(),
-            OsStr::new("-s"),
-            sock.as_os_str(),
-            OsStr::new("-P"),
-            pid.as_os_str(),
-        ];
-        let proc = LabProcess::spawn(&full, "bird", bird.as_os_str(), &args, &[], &log)?;
+        let proc = spawn_bird(&self.dir, &full, ns, config)?;
         if let Ok(mut m) = self.birds.lock() {
             m.insert(ns.to_string(), proc);
         }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            if self.birdc(ns, &["show", "status"]).is_ok() {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(LabError::Timeout {
-                    what: format!("BIRD's control socket in {ns}: {}", self.bird_log(ns)),
-                    seconds: 5.0,
-                });
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        Ok(())
     }
 
     /// Kills namespace `ns`'s BIRD (SIGKILL: as a node that dies), if one runs.
@@ -424,8 +410,7 @@ impl RoutedLab {
 
     /// What namespace `ns`'s BIRD logged.
     pub fn bird_log(&self, ns: &str) -> String {
-        std::fs::read_to_string(self.dir.join("logs").join(format!("bird-{ns}.log")))
-            .unwrap_or_default()
+        bird_log(&self.dir, ns)
     }
 
     /// `birdc -s <socket> args...` for namespace `ns`'s BIRD; its output.
@@ -433,11 +418,14 @@ impl RoutedLab {
     /// # Errors
     /// [`LabError::Command`] when birdc fails (no BIRD, or the command is refused).
     pub fn birdc(&self, ns: &str, args: &[&str]) -> Result<String> {
-        let sock = self.bird_socket(ns);
-        let mut all: Vec<&OsStr> = vec![OsStr::new("-s"), sock.as_os_str()];
-        all.extend(args.iter().map(OsStr::new));
-        let out = run(bird_binary("birdc"), &all)?;
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        birdc(&self.bird_socket(ns), args)
+    }
+
+    /// The next hops of namespace `ns`'s route to `dst` ([`next_hops`]).
+    pub fn next_hops(&self, ns: &str, dst: IpAddr) -> Vec<IpAddr> {
+        self.ns_name(ns)
+            .map(|full| next_hops(&full, dst))
+            .unwrap_or_default()
     }
 
     /// Runs `program args...` to completion inside `ns`; fails on a non-zero exit.
@@ -519,4 +507,205 @@ pub fn bird_binary(name: &str) -> PathBuf {
                 .find(|p| p.is_file())
         })
         .unwrap_or_else(|| PathBuf::from(name))
+}
+
+/// BIRD's control socket of lab namespace `ns` in the lab directory `dir`
+/// (`<dir>/bird/<ns>.ctl`).
+pub fn bird_socket(dir: &Path, ns: &str) -> PathBuf {
+    dir.join("bird").join(format!("{ns}.ctl"))
+}
+
+/// What the BIRD of lab namespace `ns` in lab directory `dir` logged (`<dir>/logs/bird-<ns>.log`).
+pub fn bird_log(dir: &Path, ns: &str) -> String {
+    std::fs::read_to_string(dir.join("logs").join(format!("bird-{ns}.log"))).unwrap_or_default()
+}
+
+/// `birdc -s sock args...`; its output.
+///
+/// # Errors
+/// [`LabError::Command`] when birdc fails (no BIRD on that socket, or the command is refused).
+pub fn birdc(sock: &Path, args: &[&str]) -> Result<String> {
+    let mut all: Vec<&OsStr> = vec![OsStr::new("-s"), sock.as_os_str()];
+    all.extend(args.iter().map(OsStr::new));
+    let out = run(bird_binary("birdc"), &all)?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Writes `config` to `<dir>/bird/<ns>.conf`, checks it (`bird -p`), and starts BIRD in the
+/// namespace named `full_ns` (lab namespace `ns` of the lab whose directory is `dir`) with
+/// it: `bird -d` (foreground), control socket [`bird_socket`], pid file beside it, output to
+/// `<dir>/logs/bird-<ns>.log`. Returns the process once the control socket answers. The
+/// routed lab ([`RoutedLab::start_bird`]) and the ordinary lab ([`Lab::start_bird`]) start
+/// their BIRDs with it.
+///
+/// # Errors
+/// [`LabError::Io`] when the files cannot be written, [`LabError::Command`] when BIRD
+/// refuses the configuration, [`LabError::Timeout`] when its socket does not answer within
+/// 5 s.
+pub fn spawn_bird(dir: &Path, full_ns: &str, ns: &str, config: &str) -> Result<LabProcess> {
+    let bird_dir = dir.join("bird");
+    std::fs::create_dir_all(&bird_dir).map_err(io_ctx(format!("create {}", bird_dir.display())))?;
+    let conf = bird_dir.join(format!("{ns}.conf"));
+    std::fs::write(&conf, config).map_err(io_ctx(format!("write {}", conf.display())))?;
+    let bird = bird_binary("bird");
+    run(
+        &bird,
+        &[OsStr::new("-p"), OsStr::new("-c"), conf.as_os_str()],
+    )?;
+    let sock = bird_socket(dir, ns);
+    let pid = bird_dir.join(format!("{ns}.pid"));
+    let log = dir.join("logs").join(format!("bird-{ns}.log"));
+    let args: Vec<&OsStr> = vec![
+        OsStr::new("-d"),
+        OsStr::new("-c"),
+        conf.as_os_str(),
+        OsStr::new("-s"),
+        sock.as_os_str(),
+        OsStr::new("-P"),
+        pid.as_os_str(),
+    ];
+    let proc = LabProcess::spawn(full_ns, "bird", bird.as_os_str(), &args, &[], &log)?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if birdc(&sock, &["show", "status"]).is_ok() {
+            return Ok(proc);
+        }
+        if Instant::now() >= deadline {
+            return Err(LabError::Timeout {
+                what: format!("BIRD's control socket in {ns}: {}", bird_log(dir, ns)),
+                seconds: 5.0,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The gateways of the route to `dst` in the main table of the namespace named `full_ns`
+/// (`ip -j route show exact`): one for a single path, several (sorted) for a multipath
+/// route, none when there is no route or `ip` fails.
+pub fn next_hops(full_ns: &str, dst: IpAddr) -> Vec<IpAddr> {
+    let fam = if dst.is_ipv4() { "-4" } else { "-6" };
+    let out = ip(&[
+        "-n",
+        full_ns,
+        fam,
+        "-j",
+        "route",
+        "show",
+        "exact",
+        &dst.to_string(),
+    ])
+    .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    .unwrap_or_default();
+    gateways_of(&out)
+}
+
+/// The gateways in `ip -j route` output (sorted; multipath routes give one per next hop).
+pub fn gateways_of(json: &str) -> Vec<IpAddr> {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+    let mut gws = Vec::new();
+    for r in v.as_array().cloned().unwrap_or_default() {
+        if let Some(hops) = r["nexthops"].as_array() {
+            gws.extend(
+                hops.iter()
+                    .filter_map(|h| h["gateway"].as_str()?.parse::<IpAddr>().ok()),
+            );
+        } else if let Some(g) = r["gateway"].as_str().and_then(|g| g.parse().ok()) {
+            gws.push(g);
+        }
+    }
+    gws.sort();
+    gws
+}
+
+/// One new TCP connection to `dst` with an HTTP/1.0 `GET /` (2 s timeouts); the last line
+/// of the answer (the lab's HTTP backends answer their node name), `None` when it failed.
+/// Call it inside the client's namespace.
+pub fn ask_backend(dst: SocketAddr) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&dst, Duration::from_secs(2)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(b"GET / HTTP/1.0\r\n\r\n").ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).ok()?;
+    buf.lines().last().map(|l| l.trim().to_string())
+}
+
+/// ECMP spread: `n` new connections to `dst` one after the other ([`ask_backend`]), counted
+/// per answering node (`"-"`: no answer). Works on whatever paths the router has; call it
+/// inside the client's namespace (e.g. [`RoutedLab::in_netns`], `Lab::in_netns`).
+pub fn spread(dst: SocketAddr, n: usize) -> BTreeMap<String, usize> {
+    let mut m = BTreeMap::new();
+    for _ in 0..n {
+        *m.entry(ask_backend(dst).unwrap_or_else(|| "-".into()))
+            .or_insert(0) += 1;
+    }
+    m
+}
+
+impl super::Lab {
+    /// Starts BIRD in lab namespace `ns` with `config` ([`spawn_bird`]; files under the
+    /// lab directory's bird/); the caller owns the process (dropping it kills BIRD).
+    ///
+    /// # Errors
+    /// As [`spawn_bird`].
+    pub fn start_bird(&self, ns: &str, config: &str) -> Result<LabProcess> {
+        spawn_bird(self.dir(), &self.ns_name(ns)?, ns, config)
+    }
+
+    /// The next hops of namespace `ns`'s route to `dst` ([`next_hops`]).
+    pub fn next_hops(&self, ns: &str, dst: IpAddr) -> Vec<IpAddr> {
+        self.ns_name(ns)
+            .map(|full| next_hops(&full, dst))
+            .unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gateways_of_reads_single_and_multipath_routes() {
+        let single = r#"[{"dst":"198.51.100.80","gateway":"192.0.2.12","dev":"eth0","flags":[]}]"#;
+        assert_eq!(
+            gateways_of(single),
+            ["192.0.2.12".parse::<IpAddr>().unwrap()]
+        );
+        let multi = r#"[{"dst":"2001:db8:5::80","protocol":"bird","nexthops":[
+            {"gateway":"2001:db8::13","dev":"eth0"},{"gateway":"2001:db8::11","dev":"eth0"}]}]"#;
+        let want: Vec<IpAddr> = ["2001:db8::11", "2001:db8::13"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        assert_eq!(gateways_of(multi), want, "sorted, one per next hop");
+        assert!(gateways_of("[]").is_empty());
+        assert!(gateways_of("").is_empty(), "ip failed: no route");
+    }
+
+    #[test]
+    fn router_configuration_peers_every_node_in_both_families_with_bfd() {
+        let v4 = Ipv4Addr::new(192, 0, 2, 100);
+        let v6: Ipv6Addr = "2001:db8::100".parse().unwrap();
+        let nodes = [(
+            "node-a",
+            Ipv4Addr::new(192, 0, 2, 11),
+            "2001:db8::11".parse().unwrap(),
+        )];
+        let c = router_bird_config_at(v4, v6, 65000, nodes);
+        assert!(c.starts_with("router id 192.0.2.100;\n"), "{c}");
+        for want in [
+            "local 192.0.2.100 as 65001;",
+            "local 2001:db8::100 as 65001;",
+            "protocol bgp node_a_4 from node4 { neighbor 192.0.2.11 as 65000; }",
+            "protocol bgp node_a_6 from node6 { neighbor 2001:db8::11 as 65000; }",
+        ] {
+            assert!(c.contains(want), "{want} missing from\n{c}");
+        }
+        assert_eq!(c.matches("merge paths on;").count(), 2, "{c}");
+        assert!(c.contains("min rx interval 100 ms; min tx interval 100 ms; multiplier 3;"));
+        // The routed lab's router: its own addresses, three nodes.
+        let lab = router_bird_config(65000);
+        assert!(lab.contains(&format!("router id {ROUTER_NODE_V4};")));
+        assert_eq!(lab.matches("protocol bgp ").count(), 2 * NODES.len());
+    }
 }

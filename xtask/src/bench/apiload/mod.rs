@@ -153,7 +153,7 @@ fn measure(ctx: &Ctx, o: &Options, t: &Timings, load: usize) -> Result<Row> {
     let mut cluster = start_trial_cluster(ctx, &subject, &mut row.notes)?;
     let holder = reachable_holder(ctx, &subject, &cluster)?;
     let watcher = ctx.start_arp_watch(VIP)?;
-    let probe = ctx.start_probe(VIP)?;
+    let probe = ctx.start_probe(VIP.into())?;
     wait_probe_steady(&probe, &holder, 25, Duration::from_secs(10))?;
     say(ctx, format!("{holder} holds the VIP; {load} load loops"));
     let loadgen = Load::start(&ctx.lab, load, o.objects)?;

@@ -7,7 +7,7 @@
 //! cargo xtask bench failover [--scenario graceful,kill,freeze,poweroff,partition,drain|all]
 //!     [--trials N] [--impl vipd|keepalived|keepalived-fast|both] [--timings default,5/3/1,...]
 //!     [--no-build] [--vipd PATH] [--json FILE] [--no-idle]
-//!     [--lb | --service | --ride | --cp-and-service] [-v]
+//!     [--lb | --service | --ride | --cp-and-service | --routed [--spread N]] [-v]
 //! ```
 //!
 //! One lab ([`Lab::start`](xtask::lab::Lab::start), HTTP backends on every node answering their node name) is shared
@@ -48,6 +48,9 @@
 //! and a pair table: the slower VIP's gap (both back), the spread between the two
 //! takeovers and whether both VIPs moved to the same node.
 //!
+//! `--routed` (issue 29) runs the trials in routing-table mode behind a BGP router with BFD
+//! and ECMP, and measures the ECMP spread: see [`routed`].
+//!
 //! The files: [`options`] (the command line), [`scenario`] (what each scenario does to the
 //! holder and how it is healed), [`trial`] (one trial and its figures),
 //! [`cp_and_service`] (the start of a `--cp-and-service` trial), [`idle`](mod@idle) (the idle phase)
@@ -67,6 +70,7 @@ pub mod cp_and_service;
 pub mod idle;
 pub mod options;
 pub mod report;
+pub mod routed;
 pub mod scenario;
 pub mod trial;
 
@@ -76,8 +80,10 @@ mod tests;
 use idle::{idle, idle_line};
 use options::{BenchOptions, USAGE};
 use report::{
-    BenchReport, PairResult, pair_line, pair_table, ratio_table, summary_table, trial_line,
+    BenchReport, PairResult, pair_line, pair_table, ratio_table, route_table, spread_table,
+    summary_table, trial_line,
 };
+use routed::{PathSource, Routed, measure_spread, run_routed_trial};
 use scenario::Scenario;
 use trial::run_trial_per_vip;
 
@@ -119,6 +125,11 @@ fn failover(o: &BenchOptions) -> Result<()> {
     if o.cp_and_service {
         ctx.enable_cp_and_service()?;
     }
+    let routed = if o.routed {
+        Some(Routed::start(&mut ctx)?)
+    } else {
+        None
+    };
     println!(
         "lab {} up in {:.1} s; vipd {}",
         ctx.lab.prefix(),
@@ -126,7 +137,7 @@ fn failover(o: &BenchOptions) -> Result<()> {
         ctx.vipd.display()
     );
     let mut report = BenchReport::default();
-    if o.idle && o.vipd && o.service.is_none() && !o.cp_and_service {
+    if o.idle && o.vipd && o.service.is_none() && !o.cp_and_service && !o.routed {
         for t in &o.timings {
             let subject = Subject::Vipd(t.clone());
             match idle(&ctx, &subject) {
@@ -144,12 +155,16 @@ fn failover(o: &BenchOptions) -> Result<()> {
                 continue;
             }
             for trial in 1..=o.trials {
-                match run_trial_per_vip(&ctx, *scenario, subject, trial) {
+                let rs = match &routed {
+                    Some(r) => run_routed_trial(&ctx, r, *scenario, subject, trial),
+                    None => run_trial_per_vip(&ctx, *scenario, subject, trial),
+                };
+                match rs {
                     Ok(rs) => {
                         for r in &rs {
                             println!("{}", trial_line(r));
                         }
-                        if let [cp, svc] = rs.as_slice() {
+                        if let (false, [cp, svc]) = (o.routed, rs.as_slice()) {
                             let p = PairResult::of(&subject.label(), cp, svc);
                             println!("{}", pair_line(&p));
                             report.pairs.push(p);
@@ -167,8 +182,16 @@ fn failover(o: &BenchOptions) -> Result<()> {
             }
         }
     }
+    if routed.is_some() && o.spread > 0 {
+        match measure_spread(&ctx, PathSource::StaticRoutes, o.spread) {
+            Ok(s) => report.spread = s,
+            Err(e) => println!("ECMP spread: failed: {e:#}"),
+        }
+    }
     println!();
     print!("{}", summary_table(&report));
+    print!("{}", route_table(&report));
+    print!("{}", spread_table(&report));
     print!("{}", pair_table(&report));
     print!("{}", ratio_table(&report));
     if !report.idle.is_empty() {

@@ -44,7 +44,23 @@ options:
                     another node took over (default: 3 s after the takeover); e.g. 800 with
                     --timings 0.6/0.4/0.2 thaws it while its 1 s address may still be
                     there, so whatever it commits at the thaw shows as two responders
+  --routed          routing-table mode (issue 29): vipd (Services, svc_election=true,
+                    vip_routingtable=true, the route fence) on every node with BIRD from
+                    `vipd manifest bird`, BGP + BFD to a BIRD router with ECMP; the client
+                    (in the router's namespace) opens new connections to a dual-stack
+                    Service's routed VIPs 198.51.100.80 and 2001:db8:5::80; figures per
+                    family (`vipd T routed:v4`, `:v6`) plus when the router dropped the old
+                    holder's path and installed the new one's, and the ECMP spread
+                    (scenarios graceful,kill,freeze,poweroff; timings 5/3/1 unless
+                    --timings: vipd refuses elected routes under 3/2/1; vipd only, no idle
+                    phase; not with --lb, --service, --ride, --cp-and-service or
+                    --freeze-ms)
+  --spread N        --routed: new connections per VIP of the ECMP spread, over static
+                    routes on every node (default 300; 0 skips it)
   -v, --verbose     print progress of every trial";
+
+/// New connections per VIP of the `--routed` ECMP spread, unless `--spread` says otherwise.
+pub const DEFAULT_SPREAD: usize = 300;
 
 /// Parsed options of `bench failover`.
 #[derive(Debug, Clone)]
@@ -79,6 +95,10 @@ pub struct BenchOptions {
     pub cp_and_service: bool,
     /// Freeze only: thaw the holder this long after the event (`--freeze-ms`).
     pub freeze_for: Option<std::time::Duration>,
+    /// Routing-table mode with BGP, BFD and ECMP (`--routed`).
+    pub routed: bool,
+    /// `--routed`: new connections per VIP of the ECMP spread (`--spread`; 0: none).
+    pub spread: usize,
 }
 
 impl BenchOptions {
@@ -102,10 +122,16 @@ impl BenchOptions {
             service: None,
             cp_and_service: false,
             freeze_for: None,
+            routed: false,
+            spread: DEFAULT_SPREAD,
         };
+        let mut scenarios_given = false;
+        let mut timings_given = false;
+        let mut spread_given = false;
         parse_flags(args, USAGE, |a, value| {
             match a {
                 "--scenario" | "--scenarios" => {
+                    scenarios_given = true;
                     let v = value()?;
                     o.scenarios = if v == "all" {
                         Scenario::ALL.to_vec()
@@ -132,6 +158,7 @@ impl BenchOptions {
                     };
                 }
                 "--timings" => {
+                    timings_given = true;
                     o.timings = value()?
                         .split(',')
                         .map(Timings::parse)
@@ -151,6 +178,14 @@ impl BenchOptions {
                         anyhow!("invalid --freeze-ms value {v:?}: expected a positive number of milliseconds")
                     })?;
                     o.freeze_for = Some(std::time::Duration::from_millis(ms));
+                }
+                "--routed" => o.routed = true,
+                "--spread" => {
+                    spread_given = true;
+                    let v = value()?;
+                    o.spread = v.parse().map_err(|_| {
+                        anyhow!("invalid --spread value {v:?}: expected a number of connections (0 skips the spread)")
+                    })?;
                 }
                 "-v" | "--verbose" => o.verbose = true,
                 _ => return Ok(false),
@@ -172,7 +207,51 @@ impl BenchOptions {
                 bail!("--cp-and-service measures vipd only: use --impl vipd (or both)");
             }
         }
+        if o.routed {
+            o.check_routed(scenarios_given)?;
+            // vipd refuses elected routes under leases shorter than the route's lifetime +
+            // 2 s (3/2/1) and uses 5/3/1 when none is given: one row, not two equal ones.
+            if !timings_given {
+                o.timings = vec![Timings::parse("5/3/1")?];
+            }
+        } else if spread_given {
+            bail!("--spread measures the ECMP spread of --routed: add --routed");
+        }
         Ok(o)
+    }
+
+    /// `--routed`: refuses what it cannot be combined with, and runs the scenarios it has
+    /// ([`Scenario::ROUTED`]) unless `--scenario` named some.
+    fn check_routed(&mut self, scenarios_given: bool) -> Result<()> {
+        let other = [
+            (self.service == Some(false), "--service"),
+            (self.service == Some(true), "--ride"),
+            (self.lb, "--lb"),
+            (self.cp_and_service, "--cp-and-service"),
+            (self.freeze_for.is_some(), "--freeze-ms"),
+        ];
+        if let Some((_, flag)) = other.iter().find(|(set, _)| *set) {
+            bail!(
+                "--routed cannot be combined with {flag}: it runs one dual-stack Service in routing-table mode"
+            );
+        }
+        if !self.vipd {
+            bail!("--routed measures vipd only: use --impl vipd (or both)");
+        }
+        if !scenarios_given {
+            self.scenarios = Scenario::ROUTED.to_vec();
+        }
+        if let Some(s) = self
+            .scenarios
+            .iter()
+            .find(|s| !Scenario::ROUTED.contains(s))
+        {
+            bail!(
+                "--routed runs graceful, kill, freeze and poweroff, not {}",
+                s.name()
+            );
+        }
+        Ok(())
     }
 
     /// What runs on the nodes, in the order the trials run them: the vipd timings (labelled
@@ -182,6 +261,7 @@ impl BenchOptions {
         let mut s = Vec::new();
         if self.vipd {
             let suffix = match self.service {
+                _ if self.routed => " routed",
                 None if self.cp_and_service => " cp+svc",
                 None => "",
                 Some(false) => " svc",
@@ -194,7 +274,7 @@ impl BenchOptions {
                 })
             }));
         }
-        if self.service.is_none() && !self.cp_and_service {
+        if self.service.is_none() && !self.cp_and_service && !self.routed {
             s.extend(self.keepalived.iter().copied().map(Subject::Keepalived));
         }
         s

@@ -1,8 +1,9 @@
 //! What a run printed and wrote: per-trial and per-pair lines, the summary, pair and ratio
 //! tables, and the JSON report.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
+use std::net::IpAddr;
 
 use serde::{Deserialize, Serialize};
 
@@ -64,6 +65,153 @@ pub struct BenchReport {
     /// `--cp-and-service`: both VIPs of each trial.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub pairs: Vec<PairResult>,
+    /// `--routed`: the ECMP spread per VIP.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spread: Vec<SpreadResult>,
+}
+
+/// ECMP spread of one VIP (`--routed`): new connections from the client, counted per node
+/// that answered.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SpreadResult {
+    /// The VIP.
+    pub vip: IpAddr,
+    /// Where the router's paths came from
+    /// ([`PathSource::name`](super::routed::PathSource::name)).
+    pub source: String,
+    /// The router's next hops during the measurement, as node names.
+    pub paths: Vec<String>,
+    /// New connections opened, one after the other.
+    pub connections: usize,
+    /// Answers per node (`-`: connections that failed).
+    pub per_node: BTreeMap<String, usize>,
+}
+
+impl SpreadResult {
+    /// The largest deviation of a path's share from an even share over [`Self::paths`],
+    /// in percent of the even share (0: perfectly even; a path with no connection counts
+    /// as -100 %); `None` without paths or connections.
+    pub fn max_deviation_pct(&self) -> Option<f64> {
+        if self.paths.is_empty() || self.connections == 0 {
+            return None;
+        }
+        let even = self.connections as f64 / self.paths.len() as f64;
+        self.paths
+            .iter()
+            .map(|p| {
+                let got = self.per_node.get(p).copied().unwrap_or(0) as f64;
+                ((got - even) / even * 100.0).abs()
+            })
+            .reduce(f64::max)
+    }
+}
+
+/// The ECMP spread of each VIP, one line each: the counts per node and their share, the
+/// largest deviation from an even share and failed connections. Empty without figures.
+pub fn spread_table(report: &BenchReport) -> String {
+    let mut s = String::new();
+    let Some(first) = report.spread.first() else {
+        return s;
+    };
+    let _ = writeln!(
+        s,
+        "\nECMP spread (new connections from the client, one after the other; paths: {}):",
+        first.source
+    );
+    for r in &report.spread {
+        let per: Vec<String> = r
+            .paths
+            .iter()
+            .map(|p| {
+                let n = r.per_node.get(p).copied().unwrap_or(0);
+                format!(
+                    "{p} {n} ({:.1} %)",
+                    n as f64 * 100.0 / r.connections.max(1) as f64
+                )
+            })
+            .collect();
+        let failed: usize = r
+            .per_node
+            .iter()
+            .filter(|(k, _)| !r.paths.contains(k))
+            .map(|(_, n)| n)
+            .sum();
+        let _ = writeln!(
+            s,
+            "  {:<16} {} connections over {} paths: {}; max deviation from even {}, {failed} not answered by a path",
+            r.vip.to_string(),
+            r.connections,
+            r.paths.len(),
+            per.join(", "),
+            r.max_deviation_pct()
+                .map_or_else(|| "-".to_string(), |d| format!("{d:.1} %"))
+        );
+    }
+    s
+}
+
+/// The router's side of the `--routed` trials per (scenario, subject): p50/p95/max of the
+/// time until the router dropped the old holder's path and until it had the new holder's
+/// (ms since the event), and the worst trial's time with two paths at once (must be 0 for
+/// an elected Service). Empty without routed trials.
+pub fn route_table(report: &BenchReport) -> String {
+    let mut s = String::new();
+    let groups: Vec<_> = grouped(report)
+        .into_iter()
+        .filter(|(_, rs)| rs.iter().all(|r| r.routed))
+        .collect();
+    if groups.is_empty() {
+        return s;
+    }
+    let w = label_width(groups.iter().map(|((_, subj), _)| subj.as_str()));
+    let _ = writeln!(
+        s,
+        "\nrouter (ms after the event: old = the old holder's path dropped, new = the new holder's path installed):"
+    );
+    let _ = writeln!(
+        s,
+        "{:<9} {:<w$} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>11}",
+        "scenario",
+        "impl",
+        "trials",
+        "old p50",
+        "old p95",
+        "old max",
+        "new p50",
+        "new p95",
+        "new max",
+        "2-path max",
+    );
+    for ((scenario, subject), rs) in groups {
+        let old: Vec<f64> = rs.iter().filter_map(|r| r.old_gone_ms).collect();
+        let [o50, o95, omax] = p50_p95_max(&old);
+        let new: Vec<f64> = rs.iter().filter_map(|r| r.takeover_ms).collect();
+        let [n50, n95, nmax] = p50_p95_max(&new);
+        let two = rs
+            .iter()
+            .map(|r| r.two_responders_ms)
+            .fold(0.0_f64, f64::max);
+        let _ = writeln!(
+            s,
+            "{:<9} {:<w$} {:>6} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>11}",
+            scenario.name(),
+            subject,
+            rs.len(),
+            o50,
+            o95,
+            omax,
+            n50,
+            n95,
+            nmax,
+            format!("{two:.0}"),
+        );
+    }
+    s
+}
+
+/// p50, p95 and max of `v` (ms) as table cells (`-` when empty).
+fn p50_p95_max(v: &[f64]) -> [String; 3] {
+    [50.0, 95.0, 100.0].map(|p| opt_ms(percentile(v, p)))
 }
 
 fn opt_ms(v: Option<f64>) -> String {
@@ -72,8 +220,13 @@ fn opt_ms(v: Option<f64>) -> String {
 
 /// One line per trial.
 pub fn trial_line(r: &TrialResult) -> String {
+    let (take, two) = if r.routed {
+        ("new path", "two paths")
+    } else {
+        ("takeover", "two responders")
+    };
     let mut s = format!(
-        "{:<9} {:<16} #{} {}->{}: gap {} ms, takeover {} ms, old gone {} ms, two responders {:.0} ms",
+        "{:<9} {:<16} #{} {}->{}: gap {} ms, {take} {} ms, old gone {} ms, {two} {:.0} ms",
         r.scenario.name(),
         r.subject,
         r.trial,
@@ -143,6 +296,7 @@ both VIPs (control-plane and Service, one holder before the event; both back = t
             .filter(|p| p.scenario == scenario && p.subject == subject)
             .collect();
         let both: Vec<f64> = ps.iter().filter_map(|p| p.both_gap_ms).collect();
+        let [b50, b95, bmax] = p50_p95_max(&both);
         let spread = ps
             .iter()
             .filter_map(|p| p.takeover_spread_ms)
@@ -154,9 +308,9 @@ both VIPs (control-plane and Service, one holder before the event; both back = t
             scenario.name(),
             subject,
             ps.len(),
-            opt_ms(percentile(&both, 50.0)),
-            opt_ms(percentile(&both, 95.0)),
-            opt_ms(percentile(&both, 100.0)),
+            b50,
+            b95,
+            bmax,
             opt_ms(spread),
             format!("{}/{}", ps.iter().filter(|p| p.same_node).count(), ps.len()),
         );

@@ -43,6 +43,15 @@ impl Scenario {
         Scenario::Drain,
     ];
 
+    /// The scenarios of `--routed`, in the order they run (no partition: a node cut off
+    /// with carrier is a poweroff for BFD; no drain: its figures would be the graceful ones).
+    pub const ROUTED: [Scenario; 4] = [
+        Scenario::Graceful,
+        Scenario::Kill,
+        Scenario::Freeze,
+        Scenario::Poweroff,
+    ];
+
     /// The command-line name (`graceful`, `kill`, ...).
     pub fn name(self) -> &'static str {
         match self {

@@ -1,4 +1,8 @@
+use std::time::Duration;
+
 use super::cp_and_service::follows;
+use super::report::SpreadResult;
+use super::routed::PathWatch;
 use super::trial::TrialResult;
 use super::*;
 
@@ -143,6 +147,7 @@ fn pairs_take_the_slower_vip_and_name_the_new_nodes() {
         trials: vec![],
         idle: vec![],
         pairs: vec![same, split],
+        spread: vec![],
     };
     let table = pair_table(&report);
     let row = table.lines().last().unwrap();
@@ -173,6 +178,7 @@ fn tables_group_by_scenario_and_impl() {
         ],
         idle: vec![],
         pairs: vec![],
+        spread: vec![],
     };
     let table = summary_table(&report);
     assert_eq!(table.lines().count(), 4, "{table}");
@@ -210,6 +216,7 @@ fn trial_result(subject: &str, to: &str, gap: f64) -> TrialResult {
         recovered: true,
         came_back: None,
         notes: vec![],
+        routed: false,
     }
 }
 
@@ -224,4 +231,191 @@ fn freeze_ms_thaws_early_and_must_be_positive() {
             .to_string();
         assert!(e.contains("--freeze-ms") && e.contains(bad), "{e}");
     }
+}
+
+#[test]
+fn routed_runs_vipd_in_four_scenarios_and_refuses_the_other_modes() {
+    let o = BenchOptions::parse(&["--routed"]).unwrap();
+    assert!(o.routed && !o.lb && o.service.is_none() && !o.cp_and_service);
+    assert_eq!(o.scenarios, Scenario::ROUTED);
+    assert_eq!(o.spread, options::DEFAULT_SPREAD);
+    // 5/3/1 (vipd refuses elected routes under 3/2/1), labelled with the mode; no
+    // keepalived rows; --timings still chooses.
+    let labels: Vec<String> = o.subjects().iter().map(Subject::label).collect();
+    assert_eq!(labels, ["vipd 5/3/1 routed"]);
+    let o = BenchOptions::parse(&["--routed", "--timings", "10/6/2"]).unwrap();
+    let labels: Vec<String> = o.subjects().iter().map(Subject::label).collect();
+    assert_eq!(labels, ["vipd 10/6/2 routed"]);
+    let o = BenchOptions::parse(&["--routed", "--scenario", "poweroff", "--spread", "0"]).unwrap();
+    assert_eq!(
+        (o.scenarios.as_slice(), o.spread),
+        (&[Scenario::Poweroff][..], 0)
+    );
+    for (flags, named) in [
+        (&["--routed", "--service"][..], "--service"),
+        (&["--ride", "--routed"][..], "--ride"),
+        (&["--routed", "--lb"][..], "--lb"),
+        (&["--routed", "--cp-and-service"][..], "--cp-and-service"),
+        (&["--routed", "--freeze-ms", "800"][..], "--freeze-ms"),
+    ] {
+        let e = BenchOptions::parse(flags).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("--routed cannot be combined with {named}:")),
+            "{flags:?}: {e}"
+        );
+    }
+    let e = BenchOptions::parse(&["--routed", "--scenario", "kill,drain"]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "--routed runs graceful, kill, freeze and poweroff, not drain"
+    );
+    let e = BenchOptions::parse(&["--routed", "--impl", "keepalived"]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "--routed measures vipd only: use --impl vipd (or both)"
+    );
+    let e = BenchOptions::parse(&["--spread", "100"]).unwrap_err();
+    assert!(e.to_string().contains("add --routed"), "{e}");
+    let e = BenchOptions::parse(&["--routed", "--spread", "many"]).unwrap_err();
+    assert!(e.to_string().contains("\"many\""), "{e}");
+}
+
+#[test]
+fn path_watch_times_the_old_path_the_new_one_and_two_at_once() {
+    let ms = Duration::from_millis;
+    let hops = |v: &[&str]| -> Vec<String> { v.iter().map(|s| s.to_string()).collect() };
+    let mut w = PathWatch::default();
+    w.sample(&hops(&["node-a"]), "node-a", ms(10));
+    assert!(!w.done() && w.watch.old_gone.is_none());
+    w.sample(&hops(&[]), "node-a", ms(30));
+    assert_eq!(w.watch.old_gone, Some(ms(30)));
+    w.sample(&hops(&["node-b"]), "node-a", ms(50));
+    assert_eq!(
+        (w.watch.new_holder.as_deref(), w.watch.takeover),
+        (Some("node-b"), Some(ms(50)))
+    );
+    assert!(w.done() && w.pairs.is_empty() && w.two_paths.is_zero() && !w.old_back);
+    // The old holder's path back beside the new one: two paths for the interval, noted.
+    w.sample(&hops(&["node-a", "node-b"]), "node-a", ms(70));
+    w.sample(&hops(&["node-a", "node-b"]), "node-a", ms(85));
+    w.sample(&hops(&["node-b"]), "node-a", ms(100));
+    assert!(w.old_back);
+    assert_eq!((w.two_paths, w.watch.max_carriers), (ms(35), 2));
+    assert_eq!(w.pairs.iter().collect::<Vec<_>>(), ["node-a+node-b"]);
+    // A new path before the old one went: the takeover counts, the old path is not gone.
+    let mut w = PathWatch::default();
+    w.sample(&hops(&["node-a", "node-c"]), "node-a", ms(5));
+    assert_eq!(w.watch.new_holder.as_deref(), Some("node-c"));
+    assert!(!w.done() && w.watch.old_gone.is_none());
+}
+
+/// A routed trial result: `subject:tag`, the old path gone after `old` ms, the new one
+/// after `new` ms.
+fn routed_result(scenario: Scenario, tag: &str, gap: f64, old: f64, new: f64) -> TrialResult {
+    TrialResult {
+        scenario,
+        old_gone_ms: Some(old),
+        takeover_ms: Some(new),
+        routed: true,
+        ..trial_result(&format!("vipd 5/3/1 routed:{tag}"), "node-b", gap)
+    }
+}
+
+#[test]
+fn route_table_and_trial_lines_speak_of_paths() {
+    let report = BenchReport {
+        trials: vec![
+            routed_result(Scenario::Kill, "v4", 4980.0, 6.0, 4979.0),
+            routed_result(Scenario::Kill, "v4", 4990.0, 12.0, 4985.0),
+            routed_result(Scenario::Kill, "v6", 2460.0, 2552.0, 4979.0),
+            trial_result("vipd 5/3/1", "node-b", 1000.0),
+        ],
+        ..BenchReport::default()
+    };
+    let table = route_table(&report);
+    let rows: Vec<Vec<&str>> = table
+        .lines()
+        .filter(|l| l.starts_with("kill"))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    // scenario, impl (3 words), trials, old p50/p95/max, new p50/p95/max, 2-path max; the
+    // ARP trial has no row.
+    assert_eq!(
+        rows,
+        [
+            vec![
+                "kill",
+                "vipd",
+                "5/3/1",
+                "routed:v4",
+                "2",
+                "6",
+                "12",
+                "12",
+                "4979",
+                "4985",
+                "4985",
+                "0"
+            ],
+            vec![
+                "kill",
+                "vipd",
+                "5/3/1",
+                "routed:v6",
+                "1",
+                "2552",
+                "2552",
+                "2552",
+                "4979",
+                "4979",
+                "4979",
+                "0"
+            ],
+        ],
+        "{table}"
+    );
+    assert_eq!(route_table(&BenchReport::default()), "");
+    let line = trial_line(&report.trials[0]);
+    assert!(
+        line.contains("new path 4979 ms, old gone 6 ms, two paths 0 ms"),
+        "{line}"
+    );
+    assert!(trial_line(&report.trials[3]).contains("takeover - ms"));
+    let json = serde_json::to_string(&report.trials[0]).unwrap();
+    assert!(json.contains(r#""routed":true"#), "{json}");
+    let json = serde_json::to_string(&report.trials[3]).unwrap();
+    assert!(!json.contains("routed"), "{json}");
+}
+
+#[test]
+fn spread_counts_shares_and_the_largest_deviation() {
+    let r = SpreadResult {
+        vip: "198.51.100.80".parse().unwrap(),
+        source: routed::PathSource::StaticRoutes.name().into(),
+        paths: vec!["node-a".into(), "node-b".into(), "node-c".into()],
+        connections: 300,
+        per_node: [("node-a", 120), ("node-b", 100), ("node-c", 78), ("-", 2)]
+            .into_iter()
+            .map(|(k, n)| (k.to_string(), n))
+            .collect(),
+    };
+    // node-a: 120 against an even 100, +20 %; node-c 78, -22 %.
+    assert_eq!(r.max_deviation_pct(), Some(22.0));
+    let table = spread_table(&BenchReport {
+        spread: vec![r.clone()],
+        ..BenchReport::default()
+    });
+    assert!(
+        table.contains("paths: static routes in table 198 on every node"),
+        "{table}"
+    );
+    assert!(
+        table.contains(
+            "198.51.100.80    300 connections over 3 paths: node-a 120 (40.0 %), node-b 100 (33.3 %), node-c 78 (26.0 %); max deviation from even 22.0 %, 2 not answered by a path"
+        ),
+        "{table}"
+    );
+    assert_eq!(spread_table(&BenchReport::default()), "");
+    let none = SpreadResult { paths: vec![], ..r };
+    assert_eq!(none.max_deviation_pct(), None);
 }

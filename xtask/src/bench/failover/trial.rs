@@ -2,7 +2,7 @@
 //! each VIP ([`TrialResult`]).
 
 use std::collections::BTreeSet;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow};
@@ -56,15 +56,62 @@ pub struct TrialResult {
     pub came_back: Option<bool>,
     /// Anything worth a look.
     pub notes: Vec<String>,
+    /// A `--routed` trial: `takeover_ms` is when the router got the new holder's path,
+    /// `old_gone_ms` when it dropped the old holder's, `two_responders_ms` the time it had
+    /// two paths at once.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub routed: bool,
 }
 
-/// What happened to one VIP after the event, from polling the nodes' addresses.
-#[derive(Debug, Default)]
-struct Watch {
-    new_holder: Option<String>,
-    takeover: Option<Duration>,
-    old_gone: Option<Duration>,
-    max_carriers: usize,
+impl TrialResult {
+    /// The result of one VIP of a trial from what `w` and the probe (`summary`) saw: the
+    /// probe's notes appended to `notes`; no time with two responders, no thaw, not routed
+    /// (the caller sets those).
+    pub(super) fn of(
+        scenario: Scenario,
+        subject: String,
+        trial: usize,
+        holder: &str,
+        w: &Watch,
+        summary: &ProbeSummary,
+        mut notes: Vec<String>,
+    ) -> TrialResult {
+        let (recovered, probe_switches) = probe_notes(summary, &mut notes);
+        TrialResult {
+            scenario,
+            subject,
+            trial,
+            holder: holder.to_string(),
+            new_holder: w.new_holder.clone(),
+            gap_ms: summary.worst_gap_ms(),
+            takeover_ms: w.takeover.map(ms),
+            old_gone_ms: w.old_gone.map(ms),
+            two_responders_ms: 0.0,
+            two_responder_nodes: Vec::new(),
+            switches: summary.switch_count,
+            probe_failures: summary.failures,
+            probe_requests: summary.requests,
+            probe_switches,
+            recovered,
+            came_back: None,
+            notes,
+            routed: false,
+        }
+    }
+}
+
+/// What happened to one VIP after the event, from polling the nodes' addresses (or, for
+/// `--routed`, the router's paths); times since the event.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Watch {
+    /// The first node other than the old holder that carried it.
+    pub new_holder: Option<String>,
+    /// When it did.
+    pub takeover: Option<Duration>,
+    /// When the old holder was first seen without it.
+    pub old_gone: Option<Duration>,
+    /// The most nodes that carried it at once.
+    pub max_carriers: usize,
 }
 
 /// Polls the nodes' addresses until, for every one of `vips`, a node other than `old`
@@ -125,7 +172,7 @@ fn early_thaw(
 
 /// Largest time a takeover may take before the trial gives up: generous, three lease
 /// durations of the slowest timings we expect plus slack.
-fn takeover_limit(subject: &Subject) -> Duration {
+pub(super) fn takeover_limit(subject: &Subject) -> Duration {
     match subject {
         Subject::Vipd(t) => {
             let lease = t
@@ -170,11 +217,7 @@ pub fn run_trial_per_vip(
     trial: usize,
 ) -> Result<Vec<TrialResult>> {
     let mut notes = Vec::new();
-    ctx.say(format!(
-        "{} {} #{trial}: setting up",
-        scenario.name(),
-        subject.label()
-    ));
+    say_setting_up(ctx, scenario, subject, trial);
     let mut cluster = if ctx.cp_and_service {
         start_one_node_first(ctx, subject, trial, &mut notes)?
     } else {
@@ -230,32 +273,27 @@ pub fn run_trial_per_vip(
         if w.new_holder.is_none() {
             notes.push("no takeover within the time limit".into());
         }
-        let (recovered, sw) = probe_notes(&summary, &mut notes);
         let subject = match vips[i].1 {
             "" => subject.label(),
             tag => format!("{}:{tag}", subject.label()),
         };
         out.push(TrialResult {
-            scenario,
-            subject,
-            trial,
-            holder: holder.clone(),
-            new_holder: w.new_holder.clone(),
-            gap_ms: summary.worst_gap_ms(),
-            takeover_ms: w.takeover.map(ms),
-            old_gone_ms: w.old_gone.map(ms),
             two_responders_ms: two_ms,
             two_responder_nodes: pairs.into_iter().collect(),
-            switches: summary.switch_count,
-            probe_failures: summary.failures,
-            probe_requests: summary.requests,
-            probe_switches: sw,
-            recovered,
             came_back: came_back[i],
-            notes,
+            ..TrialResult::of(scenario, subject, trial, &holder, w, &summary, notes)
         });
     }
     Ok(out)
+}
+
+/// Says (verbose runs) that trial `trial` of `scenario` for `subject` is being set up.
+pub(super) fn say_setting_up(ctx: &Ctx, scenario: Scenario, subject: &Subject, trial: usize) {
+    ctx.say(format!(
+        "{} {} #{trial}: setting up",
+        scenario.name(),
+        subject.label()
+    ));
 }
 
 /// An ARP watcher and when it started (its slots count from then).
@@ -277,7 +315,7 @@ fn start_watching(
     }
     let mut probes = Vec::new();
     for v in addrs {
-        probes.push(ctx.start_probe(*v)?);
+        probes.push(ctx.start_probe(IpAddr::V4(*v))?);
     }
     // The HTTP probe names the answering node; a TCP probe only says it connected.
     let answer = if ctx.lb { "connected" } else { holder };

@@ -80,13 +80,20 @@ pub fn lease_writes_per_s(lab: &Lab, window: Duration) -> Result<f64> {
 /// A `type: LoadBalancer` Service `default/<name>` with `addr` in the
 /// `kube-vip.io/loadbalancerIPs` annotation, port 80/TCP, externalTrafficPolicy Cluster.
 pub fn service_json(name: &str, addr: IpAddr) -> serde_json::Value {
+    service_json_ips(name, &[addr])
+}
+
+/// [`service_json`] with several addresses (a dual-stack Service: `addrs` comma-joined in
+/// the annotation).
+pub fn service_json_ips(name: &str, addrs: &[IpAddr]) -> serde_json::Value {
+    let addrs: Vec<String> = addrs.iter().map(IpAddr::to_string).collect();
     serde_json::json!({
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
             "name": name,
             "namespace": NAMESPACE,
-            "annotations": {"kube-vip.io/loadbalancerIPs": addr.to_string()},
+            "annotations": {"kube-vip.io/loadbalancerIPs": addrs.join(",")},
         },
         "spec": {
             "type": "LoadBalancer",

@@ -147,6 +147,15 @@ impl Cluster {
     pub fn log(&self, node: &str) -> String {
         self.process(node).map(LabProcess::log).unwrap_or_default()
     }
+
+    /// The last `lines` lines of every node's log, each under `--- NODE`.
+    pub fn log_tails(&self, lines: usize) -> String {
+        NODES
+            .iter()
+            .map(|n| format!("--- {n}\n{}", tail(&self.log(n), lines)))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
 }
 
 impl Drop for Cluster {
@@ -185,6 +194,10 @@ pub fn start_vipd(ctx: &Ctx, node: &str, t: &Timings) -> Result<LabProcess> {
         if t.nft_fence {
             env.push(("vip_nftfence", "true"));
         }
+        if ctx.routed {
+            env.retain(|(k, _)| *k != "vip_arp");
+            env.extend(ROUTED_ENV);
+        }
         return Ok(ctx.lab.spawn(node, &ctx.vipd, &["manager"], &env)?);
     }
     let vip = VIP.to_string();
@@ -211,6 +224,15 @@ pub fn start_vipd(ctx: &Ctx, node: &str, t: &Timings) -> Result<LabProcess> {
     }
     Ok(ctx.lab.spawn(node, &ctx.vipd, &["manager"], &env)?)
 }
+
+/// The routing-table mode of `--routed` ([`Ctx::enable_routed`]), on top of the Services
+/// mode: the Service lease holder puts the VIPs' host routes into table 198 (protocol 248)
+/// for the node's BIRD to announce, binds no address and sends no ARP; IPv6 routes on eth0.
+const ROUTED_ENV: [(&str, &str); 3] = [
+    ("vip_routingtable", "true"),
+    ("vip_arp", "false"),
+    ("vip_servicesinterface", lab::ETH),
+];
 
 /// vipd's (and kube-vip's) control-plane lease timing variables: duration, renew deadline,
 /// retry period.
@@ -300,16 +322,7 @@ pub(crate) fn reachable_holder(ctx: &Ctx, subject: &Subject, cluster: &Cluster) 
     };
     let holder = ctx
         .stable_holder(Duration::from_secs(30), stable_for)
-        .map_err(|e| {
-            anyhow!(
-                "{e}; logs:\n{}",
-                NODES
-                    .iter()
-                    .map(|n| format!("--- {n}\n{}", tail(&cluster.log(n), 15)))
-                    .collect::<Vec<_>>()
-                    .join("\n")
-            )
-        })?;
+        .map_err(|e| anyhow!("{e:#}; logs:\n{}", cluster.log_tails(15)))?;
     for (vip, _) in ctx.vips() {
         let vip80 = SocketAddr::new(IpAddr::V4(vip), 80);
         let t_http = Instant::now();

@@ -2,7 +2,7 @@
 //! Leases of a failover run (control-plane VIP, Service VIP, both).
 
 use std::collections::{BTreeSet, HashMap};
-use std::net::{IpAddr, Ipv4Addr};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -33,6 +33,8 @@ pub struct Ctx {
     /// Freeze trials thaw the holder this long after the event (`--freeze-ms`); `None`: 3 s
     /// after the takeover.
     pub freeze_for: Option<Duration>,
+    /// vipd in routing-table mode (`--routed`, [`Ctx::enable_routed`]).
+    pub routed: bool,
 }
 
 impl Ctx {
@@ -58,6 +60,7 @@ impl Ctx {
             service: None,
             cp_and_service: false,
             freeze_for: None,
+            routed: false,
         })
     }
 
@@ -69,7 +72,7 @@ impl Ctx {
     /// # Errors
     /// When an object cannot be created.
     pub fn enable_service(&mut self, ride: bool) -> Result<()> {
-        self.create_service_objects(ride, VIP)?;
+        self.create_service_objects(ride, &[IpAddr::V4(VIP)])?;
         self.service = Some(ride);
         Ok(())
     }
@@ -82,14 +85,29 @@ impl Ctx {
     /// # Errors
     /// When an object cannot be created.
     pub fn enable_cp_and_service(&mut self) -> Result<()> {
-        self.create_service_objects(false, SERVICE_VIP)?;
+        self.create_service_objects(false, &[IpAddr::V4(SERVICE_VIP)])?;
         self.cp_and_service = true;
         Ok(())
     }
 
+    /// The Service VIPs are routed for the rest of the run (`--routed`): the LoadBalancer
+    /// Service [`SERVICE_NAME`] at `addrs` (the routed VIPs, on no lab segment), vipd in
+    /// Services mode with per-Service leases and `vip_routingtable=true`
+    /// ([`start_vipd`](super::cluster::start_vipd)). The routers and the nodes' BIRDs are
+    /// the caller's (`bench::failover::routed`).
+    ///
+    /// # Errors
+    /// When an object cannot be created.
+    pub fn enable_routed(&mut self, addrs: &[IpAddr]) -> Result<()> {
+        self.create_service_objects(false, addrs)?;
+        self.service = Some(false);
+        self.routed = true;
+        Ok(())
+    }
+
     /// Node objects for the lab nodes, with `ride` the key Secret `vipd-peer-key`, and the
-    /// LoadBalancer Service [`SERVICE_NAME`] at `addr`.
-    fn create_service_objects(&self, ride: bool, addr: Ipv4Addr) -> Result<()> {
+    /// LoadBalancer Service [`SERVICE_NAME`] at `addrs`.
+    fn create_service_objects(&self, ride: bool, addrs: &[IpAddr]) -> Result<()> {
         self.lab.register_nodes(&NODES)?;
         if ride {
             self.lab.create_peer_key_secret()?;
@@ -97,7 +115,7 @@ impl Ctx {
         api::create(
             &self.lab,
             "/api/v1/namespaces/default/services",
-            &api::service_json(SERVICE_NAME, IpAddr::V4(addr)),
+            &api::service_json_ips(SERVICE_NAME, addrs),
             "Service",
         )
     }
@@ -220,9 +238,7 @@ impl Ctx {
     /// On timeout or when `ip addr` fails.
     pub fn stable_holder(&self, limit: Duration, stable_for: Duration) -> Result<String> {
         let vips: Vec<Ipv4Addr> = self.vips().iter().map(|(v, _)| *v).collect();
-        let t0 = Instant::now();
-        let mut since: Option<(String, Instant)> = None;
-        loop {
+        wait_stable(limit, stable_for, || {
             let h = self.holders_of(&vips)?;
             let one = match h.first().map(Vec::as_slice) {
                 Some([one]) if h.iter().all(|x| x == std::slice::from_ref(one)) => {
@@ -230,21 +246,9 @@ impl Ctx {
                 }
                 _ => None,
             };
-            since = match (one, since) {
-                (Some(one), Some((prev, at))) if one == prev => Some((prev, at)),
-                (Some(one), _) => Some((one, Instant::now())),
-                (None, _) => None,
-            };
-            if let Some((n, at)) = &since
-                && at.elapsed() >= stable_for
-            {
-                return Ok(n.clone());
-            }
-            if t0.elapsed() > limit {
-                bail!("no stable single holder of {vips:?} after {limit:?} (holders: {h:?})");
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            Ok((one, format!("holders: {h:?}")))
+        })
+        .with_context(|| format!("no stable single holder of {vips:?}"))
     }
 
     /// Deletes the run's Leases ([`Ctx::lease_paths`]; ignores 404).
@@ -297,20 +301,21 @@ impl Ctx {
     }
 
     /// Starts `vipd probe http://VIP/ --interval 20ms --timeout 900ms --json` (with `--lb`
-    /// `tcp://VIP:6443`) for `vip` in ns client ([`lab::PROBE_TIMEOUT`]).
+    /// `tcp://VIP:6443`) for `vip` in ns client ([`lab::PROBE_TIMEOUT`]); a new TCP
+    /// connection per request.
     ///
     /// # Errors
     /// When it cannot be spawned.
-    pub fn start_probe(&self, vip: Ipv4Addr) -> Result<LabProcess> {
+    pub fn start_probe(&self, vip: IpAddr) -> Result<LabProcess> {
         Ok(self.lab.spawn(
             "client",
             &self.vipd,
             &[
                 "probe",
                 &if self.lb {
-                    format!("tcp://{vip}:6443")
+                    format!("tcp://{}", SocketAddr::new(vip, 6443))
                 } else {
-                    format!("http://{vip}/")
+                    format!("http://{}/", SocketAddr::new(vip, 80))
                 },
                 "--interval",
                 "20ms",
@@ -331,5 +336,38 @@ impl Ctx {
         Ok(self
             .lab
             .arp_watch_from_api(IpAddr::V4(vip), SAMPLE_INTERVAL)?)
+    }
+}
+
+/// Polls `current` every 50 ms until it has named the same node for `stable_for`, and
+/// returns that node. `current` gives the node that alone holds what is watched (`None`:
+/// none or several) and what it saw, for the error.
+///
+/// # Errors
+/// When `current` fails, or after `limit` without a stable node (naming what `current` saw
+/// last).
+pub fn wait_stable(
+    limit: Duration,
+    stable_for: Duration,
+    mut current: impl FnMut() -> Result<(Option<String>, String)>,
+) -> Result<String> {
+    let t0 = Instant::now();
+    let mut since: Option<(String, Instant)> = None;
+    loop {
+        let (one, seen) = current()?;
+        since = match (one, since) {
+            (Some(one), Some((prev, at))) if one == prev => Some((prev, at)),
+            (Some(one), _) => Some((one, Instant::now())),
+            (None, _) => None,
+        };
+        if let Some((n, at)) = &since
+            && at.elapsed() >= stable_for
+        {
+            return Ok(n.clone());
+        }
+        if t0.elapsed() > limit {
+            bail!("none stable for {stable_for:?} after {limit:?} ({seen})");
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
