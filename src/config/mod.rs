@@ -260,10 +260,12 @@ pub struct Config {
     /// ([`crate::net::nft::fence`]).
     pub nft_fence: crate::net::nft::fence::NftFenceSetting,
     /// `vip_routingtable` (with `vip_routingtableid`, `vip_routingtabletype`,
-    /// `vip_routingprotocol`, `vip_cleanroutingtable`): routing-table mode, Services only
-    /// and with `svc_election`: the lease holder routes each VIP (a fenced host route in
-    /// that table, [`crate::net::route_kernel`]) instead of binding and announcing it.
-    /// `None`: off (the default).
+    /// `vip_routingprotocol`, `vip_cleanroutingtable`): routing-table mode: each VIP is a
+    /// fenced host route in that table ([`crate::net::route_kernel`]) instead of an address
+    /// bound and announced on the segment; a Service's from its lease holder, or from every
+    /// node that may serve it ([`Config::services_unelected`]); the control-plane VIP from
+    /// every node whose own API server is healthy, without election. `None`: off (the
+    /// default).
     pub routing_table: Option<crate::net::route_kernel::RouteMode>,
     /// `enable_node_labeling`: with `cp_enable`, the control-plane lease holder labels its
     /// own Node `kube-vip.io/has-ip=<first address>` ([`crate::nodes::label`]).

@@ -198,8 +198,9 @@ pub fn routed_settings_from_process(args: &RoutedArgs) -> Result<routed::Setting
 ///
 /// # Errors
 /// [`ConfigError::Invalid`] naming the option and value: a bad table, type or protocol;
-/// `vip_routingtable` with `cp_enable` (vipd routes Service VIPs only) or without
-/// `svc_enable`. Who routes (kube-vip's `StartServices` in `pkg/manager/worker/table.go`):
+/// `lb_enable` with `cp_enable` (no control-plane load balancer in this mode;
+/// `enable_node_labeling` only warns). The control-plane VIP is routed by every node whose
+/// own API server is healthy, without election (kube-vip's table mode). Who routes a Service (kube-vip's `StartServices` in `pkg/manager/worker/table.go`):
 /// with `svc_election` each Service's lease holder; else with `vip_leaderelection` (the
 /// default) the holder of the one Services lease (`svc_leasename`); else every node that
 /// may serve the Service (`crate::config::Config::services_unelected`).
