@@ -378,9 +378,9 @@ fn until_paths(lab: &Lab, vip: &str, want: &[IpAddr], limit: Duration) -> Vec<Sa
     sample_until(lab, (vip, None), Instant::now(), limit, |s| s.v4 == want)
 }
 
-/// What kube-proxy does on a real node, for the lab: the node accepts the VIPs (local
-/// routes, no address: vipd never binds one in routing-table mode) and answers HTTP on
-/// port 80 with its name.
+/// What kube-proxy does on a real node, for the lab: the node accepts the Service VIPs
+/// `vips` (local routes, no address: vipd binds none for a Service in routing-table mode)
+/// and answers HTTP on port 80, every address, with its name.
 fn serve_vips(lab: &Lab, vips: &[&str]) -> Vec<xtask::lab::ThreadServer> {
     NODES
         .iter()
@@ -676,20 +676,9 @@ fn s71_control_plane_vip_routed_by_every_node_with_a_healthy_api_server() {
     ] {
         lab.exec("client", "sysctl", &["-w", key]).expect("sysctl");
     }
-    // The API server stands in: a listener on every address of each node.
-    let _servers: Vec<xtask::lab::ThreadServer> = NODES
-        .iter()
-        .map(|n| {
-            let path = lab.netns_path(n).expect("ns");
-            xtask::lab::ThreadServer::http(
-                &path,
-                &format!("web-{n}"),
-                "[::]:80".parse().expect("addr"),
-                n,
-            )
-            .expect("listener")
-        })
-        .collect();
+    // The API server stands in: a listener on every address of each node (no local route:
+    // vipd binds the control-plane VIP on the loopback itself).
+    let _servers = serve_vips(&lab, &[]);
     let extra = [
         ("address", CP4),
         ("vip_routingtable", "true"),
