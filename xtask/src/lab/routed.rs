@@ -682,6 +682,31 @@ mod tests {
         assert!(gateways_of("").is_empty(), "ip failed: no route");
     }
 
+    /// docs/operators.md quotes the lab router's configuration as the router's side of
+    /// routing-table mode: it stays what the lab runs.
+    #[test]
+    fn the_router_configuration_in_the_operators_guide_is_the_labs() {
+        let docs = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operators.md"),
+        )
+        .unwrap();
+        let start = docs
+            .find("router id 198.51.100.1;\n")
+            .expect("quoted in the guide");
+        let end = start + docs[start..].find("```").expect("end of the block");
+        let want = router_bird_config_at(
+            Ipv4Addr::new(198, 51, 100, 1),
+            "2001:db8:1::1".parse().unwrap(),
+            65000,
+            [(
+                "node-a",
+                Ipv4Addr::new(198, 51, 100, 11),
+                "2001:db8:1::11".parse().unwrap(),
+            )],
+        );
+        assert_eq!(&docs[start..end], want);
+    }
+
     #[test]
     fn router_configuration_peers_every_node_in_both_families_with_bfd() {
         let v4 = Ipv4Addr::new(192, 0, 2, 100);
