@@ -27,7 +27,7 @@ const VIP6: Ipv6Addr = Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0x80);
 /// A route in table 198 of another protocol (static): must not be exported.
 const DECOY4: Ipv4Addr = Ipv4Addr::new(192, 0, 2, 81);
 const PORT: u16 = 80;
-const CONNECTIONS: usize = 300;
+const CONNECTIONS: usize = support::routed::SPREAD;
 
 /// `vipd manifest bird` for `node` from kube-vip's environment variables.
 fn bird_conf(node: &str) -> String {

@@ -467,11 +467,15 @@ fn s67_to_s70_without_election_every_node_routes_and_the_router_spreads() {
         let t = Instant::now();
         let m = lab
             .in_netns("client", || {
-                xtask::lab::routed::spread(std::net::SocketAddr::new(ip, 80), 300)
+                xtask::lab::routed::spread(
+                    std::net::SocketAddr::new(ip, 80),
+                    support::routed::SPREAD,
+                )
             })
             .expect("client namespace");
         println!(
-            "S67 300 new connections to {vip}: {m:?} ({:.2} s)",
+            "S67 {} new connections to {vip}: {m:?} ({:.2} s)",
+            support::routed::SPREAD,
             t.elapsed().as_secs_f64()
         );
         support::routed::assert_even(vip, &m, &NODES);
@@ -663,7 +667,9 @@ const CP4: &str = "198.51.100.90";
 /// three nodes (ECMP) and each node accepts them; no Lease is written. A node whose local
 /// API server dies leaves the router (health check: 3 failures 1 s apart, then the route
 /// goes) while the others stay, and comes back when it returns; SIGKILL of a node's vipd
-/// takes its path at once (the fence device closes), the others stay.
+/// takes its path at once (the fence device closes), the others stay; SIGTERM withdraws
+/// the route at once and leaves the loopback VIP to run out with its lifetime (connections
+/// still on their way are accepted).
 #[test]
 fn s71_control_plane_vip_routed_by_every_node_with_a_healthy_api_server() {
     let Some(lab) = lab("s71", LabOptions::default()) else {
@@ -711,10 +717,13 @@ fn s71_control_plane_vip_routed_by_every_node_with_a_healthy_api_server() {
     let vip: IpAddr = CP4.parse().expect("vip");
     let m = lab
         .in_netns("client", || {
-            xtask::lab::routed::spread(std::net::SocketAddr::new(vip, 80), 300)
+            xtask::lab::routed::spread(std::net::SocketAddr::new(vip, 80), support::routed::SPREAD)
         })
         .expect("client");
-    println!("S71 300 new connections to the control-plane VIP: {m:?}");
+    println!(
+        "S71 {} new connections to the control-plane VIP: {m:?}",
+        support::routed::SPREAD
+    );
     support::routed::assert_even("S71", &m, &NODES);
 
     // node-b's own API server dies: only its path goes.
@@ -760,6 +769,38 @@ fn s71_control_plane_vip_routed_by_every_node_with_a_healthy_api_server() {
             "another node's path went too: {s:?}"
         );
     }
+    // SIGTERM of node-a's vipd: its route is withdrawn at once, its loopback address runs
+    // out with its lifetime (the connections still on their way are accepted meanwhile).
+    let t0 = Instant::now();
+    procs[0].signal(Signal::SIGTERM).expect("SIGTERM");
+    let rest = hops(&["node-b"]);
+    until_paths(&lab, CP4, &rest, Duration::from_secs(5));
+    let withdrawn = t0.elapsed();
+    let has_lo = || {
+        lab.exec("node-a", "ip", &["-4", "-o", "addr", "show", "dev", "lo"])
+            .map(|o| String::from_utf8_lossy(&o.stdout).contains(&format!("{CP4}/32")))
+            .unwrap_or(false)
+    };
+    let lingered = has_lo();
+    assert!(
+        lingered,
+        "the loopback VIP must outlive the route's withdrawal (connections on their way are accepted)"
+    );
+    wait_for(
+        "node-a's loopback VIP runs out",
+        Duration::from_secs(5),
+        || (!has_lo()).then_some(()),
+    );
+    println!(
+        "S71 SIGTERM of node-a's vipd: its path left the router after {:.0} ms; its loopback VIP {} after the withdrawal and was gone {:.2} s after the signal",
+        withdrawn.as_secs_f64() * 1000.0,
+        if lingered {
+            "was still there"
+        } else {
+            "was already gone"
+        },
+        t0.elapsed().as_secs_f64()
+    );
     for p in &procs {
         assert!(!p.log().contains("panicked"), "{}", p.log());
     }

@@ -219,7 +219,7 @@ pub const ROUTE_WITHDRAW_SLACK: std::time::Duration = std::time::Duration::from_
 
 /// The loopback's interface index: the kernel gives it 1 in every network namespace
 /// (`LOOPBACK_IFINDEX`, include/net/flow.h).
-const LOOPBACK_IFINDEX: u32 = 1;
+pub const LOOPBACK_IFINDEX: u32 = 1;
 
 /// The control-plane VIP's [`Kernel`] in routing-table mode: the VIP is routed as by
 /// [`RouteKernel`] (the fenced host route BIRD or FRR exports) and also bound as a host
@@ -227,7 +227,9 @@ const LOOPBACK_IFINDEX: u32 = 1;
 /// the fabric routes to it (the API server listens on every address). kube-vip binds it on
 /// `vip_interface` (`pkg/cluster/service.go`); the loopback keeps it off the segment, where
 /// every node binding one address would make them all answer ARP/NDP for it. The route
-/// decides who gets traffic: listing reports the routes, and the address follows them.
+/// decides who gets traffic: listing reports the routes, and the address follows them
+/// (removing the VIP withdraws the route and lets the address run out, see
+/// [`RoutedAddressKernel::remove`]).
 pub struct RoutedAddressKernel {
     routes: Arc<RouteKernel>,
 }
@@ -273,16 +275,13 @@ impl Kernel for RoutedAddressKernel {
         Ok(held)
     }
 
-    /// The route, then the loopback address (each removed even if the other fails; the
-    /// route's error is returned first).
+    /// The route only: the loopback address is left to expire with its lifetime (at most
+    /// the fence lifetime, 2 s at 3/2/1 and 5/3/1), so that the connections the router
+    /// still sends while the withdrawal travels (BGP's update, the router's FIB) are
+    /// accepted rather than reset: the hand-over gives the fabric that long to converge. A
+    /// restart removes it at once (vipd removes its tagged addresses at start).
     async fn remove(&self, ifindex: u32, vip: Vip) -> Result<(), NetError> {
-        let route = self.routes.remove(ifindex, vip).await;
-        let addr = self
-            .routes
-            .inner
-            .remove(LOOPBACK_IFINDEX, Vip::host(vip.addr))
-            .await;
-        route.and(addr)
+        self.routes.remove(ifindex, vip).await
     }
 
     async fn addresses(&self, ifindex: Option<u32>) -> Result<Vec<AddrInfo>, NetError> {

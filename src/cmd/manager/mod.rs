@@ -19,6 +19,7 @@ use crate::controlplane;
 use crate::election::Gates;
 use crate::holder::{self, HolderConfig};
 use crate::net::conflict::{ConflictMonitor, RawConflictMonitor};
+use crate::net::route_kernel::LOOPBACK_IFINDEX;
 use crate::net::{Kernel, NetlinkKernel};
 use crate::nodes::eligibility::{self, DrainSwitch, Wing};
 use crate::nodes::{NodeCache, NodeScope};
@@ -178,7 +179,13 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     health_stop.cancel();
     let _ = health.await;
     aux_stop.cancel();
-    clean_up_node(kernel.as_ref(), arp_guard.as_ref(), nft_fence.as_ref()).await;
+    clean_up_node(
+        kernel.as_ref(),
+        arp_guard.as_ref(),
+        nft_fence.as_ref(),
+        cfg.control_plane && cfg.routing_table.is_some(),
+    )
+    .await;
     info!("vipd manager stopped");
     Ok(())
 }
@@ -275,9 +282,28 @@ async fn clean_up_node(
     kernel: &NetlinkKernel,
     arp_guard: &dyn crate::net::ArpGuard,
     nft_fence: &dyn crate::net::nft::fence::VipFence,
+    routed_control_plane: bool,
 ) {
-    // Belt and braces: nothing tagged may outlive the process.
-    if let Err(e) = holder::remove_stale(kernel, None).await {
+    // Belt and braces: nothing tagged may outlive the process, but for the routed
+    // control-plane VIP's loopback address, left to run out with its lifetime (at most the
+    // fence, 2 s) so the connections still on their way while the route's withdrawal
+    // travels are accepted (RoutedAddressKernel::remove).
+    let keep = match routed_control_plane {
+        true => Some(LOOPBACK_IFINDEX),
+        false => None,
+    };
+    let stale = match kernel.addresses(None).await {
+        Ok(all) => all
+            .into_iter()
+            .filter(|a| a.ours && Some(a.ifindex) != keep)
+            .map(|a| a.vip.addr)
+            .collect::<Vec<_>>(),
+        Err(e) => {
+            warn!(error = %e, "final VIP cleanup: cannot list addresses");
+            Vec::new()
+        }
+    };
+    if let Err(e) = holder::remove_stale(kernel, Some(&stale)).await {
         warn!(error = %e, "final VIP cleanup failed");
     }
     if let Err(e) = arp_guard.close().await {
