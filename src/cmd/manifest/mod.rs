@@ -172,7 +172,9 @@ pub struct GenArgs {
     #[arg(long = "cleanRoutingTable", value_name = "BOOL", num_args = 0..=1,
           require_equals = true, default_missing_value = "true")]
     pub clean_routing_table: Option<String>,
-    /// Lease leader election (vipd always elects; false is an error) [writes: vip_leaderelection]
+    /// Lease leader election of the control-plane VIP (false is refused with --controlplane
+    /// in ARP mode; with --table, false and no --servicesElection routes every Service from
+    /// every node that may serve it, ECMP) [writes: vip_leaderelection]
     #[arg(long = "leaderElection", value_name = "BOOL", num_args = 0..=1, require_equals = true,
           default_missing_value = "true")]
     pub leader_election: Option<String>,
