@@ -256,7 +256,9 @@ pub const API_CALLS: &[ApiCall] = &[
     call::<Lease>(Create, ServiceLeases, Services, Always, (LEASE_CLIENT, "self.api.create(")),
     call::<Lease>(Update, ServiceLeases, Services, Always, (LEASE_CLIENT, "self.api.replace(")),
     call::<Lease>(Delete, ServiceLeases, Services, Always, (LEASE_CLIENT, "self.api.delete(")),
-    // The orphaned-lease collector (`services::lease_gc`, svc_election only).
+    // The orphaned-lease collector (`services::lease_gc`): its own election on the Lease
+    // `vipd-lease-gc` (the elector's calls above, in the collector's namespace), then the
+    // holder's list and deletes.
     call::<Lease>(List, ServiceLeases, Services, Always, (LEASE_GC, "api.list(&lp)")),
     call::<Lease>(Delete, ServiceLeases, Services, Always, (LEASE_GC, "api.delete(&o.lease.name")),
     call::<EventsV1Event>(Create, ServiceLeases, Services, EventsV1, (EVENTS, "events.create(")),

@@ -1,9 +1,13 @@
 //! Orphaned per-Service lease collection: a Service deleted while its lease holder was down
 //! (killed, frozen, partitioned) leaves its lease behind, because only the node that
 //! released or still holds a lease deletes it when its Services go (see
-//! [`super::runtime`]). Every node collects such leases once they have stayed unchanged for
-//! their lease duration plus [`GC_GRACE`]: the holder, if it still runs, would have renewed
-//! it by then.
+//! [`super::runtime`]). One node of the cluster collects such leases once they have stayed
+//! unchanged for their lease duration plus [`GC_GRACE`] (the holder, if it still runs, would
+//! have renewed it by then): the holder of the Lease [`GC_LEASE`] (timings
+//! [`GC_LEASE_TIMING`]), so the labelled leases are listed once per [`GC_INTERVAL`] in the
+//! cluster, not once per node (at 10 000 per-Service leases, three nodes listing them every
+//! 10 s read 3 000 objects a second for nothing). A collector that dies is replaced within
+//! the GC lease's duration; the new one starts its own clock on each lease it lists.
 //!
 //! Only leases vipd created for Services are ever deleted: vipd creates per-Service leases
 //! (with `svc_election`, and the own leases of `externalTrafficPolicy: Local` Services under
@@ -26,8 +30,11 @@ use k8s_openapi::api::core::v1::Service;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Preconditions};
 use kube::runtime::reflector::Store;
+use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+
+use crate::election::LeaderState;
 use tracing::{debug, info, warn};
 
 use crate::services::plan::desired::{LeaseRef, Mode, info_lease};
@@ -41,6 +48,43 @@ pub(crate) const MANAGED_BY: &str = "vipd";
 pub(crate) const COMPONENT_LABEL: &str = "app.kubernetes.io/component";
 /// Value of [`COMPONENT_LABEL`] on per-Service leases (`svc_election`).
 pub(crate) const COMPONENT_SERVICE_LEASE: &str = "service-lease";
+
+/// The Lease whose holder is the cluster's one collector (in the namespace the collector
+/// lists, else `cp_namespace`). It carries no vipd labels, so it is never collected itself.
+pub(crate) const GC_LEASE: &str = "vipd-lease-gc";
+
+/// The collector election's timings: 15 s lease, 10 s renew deadline, 2 s retry period (a
+/// write every 2 s for the cluster; a dead collector is replaced within 15 s).
+pub(crate) const GC_LEASE_TIMING: crate::lease::Timing = crate::lease::Timing {
+    lease_duration: Duration::from_secs(15),
+    renew_deadline: Duration::from_secs(10),
+    retry_period: Duration::from_secs(2),
+};
+
+/// Whether this node collects now: it holds [`GC_LEASE`].
+fn collecting(state: &watch::Receiver<LeaderState>) -> bool {
+    matches!(*state.borrow(), LeaderState::Leading { .. })
+}
+
+/// Acknowledges every term the collector election ends at once (there is nothing to drop
+/// but the collecting, which [`run`] stops at its next tick), so the elector releases
+/// [`GC_LEASE`] on a clean stop instead of leaving it to expire.
+pub(crate) async fn acknowledge_terms(mut leadership: crate::election::Leadership) {
+    let mut term = None;
+    loop {
+        match *leadership.state.borrow_and_update() {
+            LeaderState::Leading { term: t, .. } => term = Some(t),
+            LeaderState::Following { .. } => {
+                if let Some(t) = term.take() {
+                    leadership.dropped.send_replace(t);
+                }
+            }
+        }
+        if leadership.state.changed().await.is_err() {
+            return;
+        }
+    }
+}
 
 /// Time an orphan must stay unchanged beyond its lease duration before it is deleted (30 s).
 pub(crate) const GC_GRACE: Duration = Duration::from_secs(30);
@@ -198,7 +242,7 @@ impl GcState {
 
 /// Collects orphaned per-Service leases in `namespace` (`None` = all namespaces, as the
 /// Services cache; with one lease for all, the global lease's namespace) until `stop`: every
-/// [`GC_INTERVAL`], lists the leases carrying [`lease_labels`], decides with
+/// [`GC_INTERVAL`] while `collector` says this node holds [`GC_LEASE`], lists the leases carrying [`lease_labels`], decides with
 /// [`GcState::decide`] against the leases the Services in `services` use under `mode` ([`leases_in_use`])
 /// (call only once its first list is loaded), and deletes each orphan with a
 /// `resourceVersion` precondition. Logs one info line per deleted lease; list and delete
@@ -211,6 +255,7 @@ pub async fn run(
     mode: Mode,
     services: Store<Service>,
     default_duration: Duration,
+    collector: watch::Receiver<LeaderState>,
     stop: CancellationToken,
 ) {
     let api: Api<Lease> = match &namespace {
@@ -228,6 +273,11 @@ pub async fn run(
         tokio::select! {
             _ = stop.cancelled() => return,
             _ = tick.tick() => {}
+        }
+        if !collecting(&collector) {
+            // Another node collects: what this one saw is stale once it takes over.
+            state = GcState::default();
+            continue;
         }
         let listed = tokio::time::timeout(GC_CALL_TIMEOUT, api.list(&lp)).await;
         let leases = match listed {
@@ -297,6 +347,39 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One collector per cluster: only the GC lease's holder collects, and every term it
+    /// ends is acknowledged at once so the elector releases the lease on a clean stop.
+    #[tokio::test]
+    async fn only_the_gc_lease_holder_collects_and_its_terms_are_acknowledged() {
+        let (state_tx, state_rx) = watch::channel(LeaderState::Following { holder: None });
+        let (dropped_tx, mut dropped_rx) = watch::channel(0u64);
+        assert!(!collecting(&state_rx));
+        let ack = tokio::spawn(acknowledge_terms(crate::election::Leadership {
+            state: state_rx.clone(),
+            dropped: dropped_tx,
+        }));
+        state_tx.send_replace(LeaderState::Leading {
+            term: 3,
+            renewed_at: Instant::now(),
+            clean: false,
+        });
+        assert!(collecting(&state_rx));
+        // The current-thread test runtime runs the task up to its next wait here.
+        tokio::task::yield_now().await;
+        state_tx.send_replace(LeaderState::Following { holder: None });
+        tokio::time::timeout(Duration::from_secs(5), dropped_rx.changed())
+            .await
+            .expect("acknowledged")
+            .expect("open");
+        assert_eq!(*dropped_rx.borrow(), 3);
+        assert!(!collecting(&state_rx));
+        drop(state_tx);
+        tokio::time::timeout(Duration::from_secs(5), ack)
+            .await
+            .expect("ends with the elector")
+            .expect("no panic");
+    }
     use k8s_openapi::api::coordination::v1::LeaseSpec;
     use k8s_openapi::api::core::v1::ServiceSpec;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

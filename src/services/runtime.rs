@@ -549,12 +549,27 @@ fn spawn_lease_gc(
         // cluster are not this one's to delete).
         Mode::Unelected => return,
     };
+    // One collector for the cluster: the holder of the GC lease.
+    let gc_namespace = namespace
+        .clone()
+        .unwrap_or_else(|| cfg.cp_namespace.clone());
+    let leases = KubeLeaseClient::new(client.clone(), &gc_namespace, super::lease_gc::GC_LEASE);
+    let (elector, leadership) = crate::election::Elector::new(
+        leases,
+        cfg.node_name.clone(),
+        super::lease_gc::GC_LEASE_TIMING,
+        &crate::election::Gates::default(),
+    );
+    let collector = leadership.state.clone();
+    tokio::spawn(super::lease_gc::acknowledge_terms(leadership));
+    tokio::spawn(elector.run(watches.clone()));
     tokio::spawn(super::lease_gc::run(
         client.clone(),
         namespace,
         plan_cfg.mode.clone(),
         caches.services.clone(),
         cfg.services_timing.lease_duration,
+        collector,
         watches.clone(),
     ));
 }

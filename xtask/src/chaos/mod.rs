@@ -126,13 +126,15 @@ pub const PROBE_SLACK: Duration = Duration::from_millis(500);
 /// writes are retried with back-off).
 pub const STATUS_WAIT: Duration = Duration::from_secs(30);
 /// How long the orphaned-lease check waits for vipd to delete them, for Service leases of
-/// duration `lease_s`. vipd's collector (`services::lease_gc`) deletes a lease no Service
-/// names once it has been unchanged for its duration plus `GC_GRACE` (30 s), judged at lists
-/// `GC_INTERVAL` (10 s) apart: up to lease + 30 + 2 x 10 s after the lease's last write,
-/// when the Service was deleted while its holder was down; plus 7 s for the list and the
-/// delete (60 s at 3 s leases, 62 s at 5 s).
+/// duration `lease_s`. vipd's collector (`services::lease_gc`, one per cluster: the holder of
+/// the Lease `vipd-lease-gc`, 15 s) deletes a lease no Service names once it has been
+/// unchanged for its duration plus `GC_GRACE` (30 s) on the collector's own clock, judged at
+/// lists `GC_INTERVAL` (10 s) apart: up to lease + 30 + 2 x 10 s after the lease's last
+/// write, when the Service was deleted while its holder was down, + the GC lease's 15 s when
+/// the collector itself was killed (its successor starts its own clock); plus 7 s for the
+/// list and the delete (75 s at 3 s leases, 77 s at 5 s).
 pub fn lease_gc_wait(lease_s: u64) -> Duration {
-    Duration::from_secs(lease_s + 30 + 2 * 10 + 7)
+    Duration::from_secs(lease_s + 30 + 2 * 10 + 15 + 7)
 }
 /// Namespace of the Services.
 pub const NAMESPACE: &str = "default";

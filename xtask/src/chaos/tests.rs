@@ -429,8 +429,8 @@ fn answer_bounds_follow_each_lease_s_timings() {
     );
     assert_eq!(SVC_TIMINGS.label(), "5/3/1 s");
     // The orphaned-lease wait grows with the Service lease.
-    assert_eq!(lease_gc_wait(3), Duration::from_secs(60));
-    assert_eq!(lease_gc_wait(5), Duration::from_secs(62));
+    assert_eq!(lease_gc_wait(3), Duration::from_secs(75));
+    assert_eq!(lease_gc_wait(5), Duration::from_secs(77));
 }
 
 #[test]
