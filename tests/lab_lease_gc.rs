@@ -146,6 +146,17 @@ fn s17_lease_of_service_deleted_while_holder_down_is_collected() {
         (n > 0).then_some(n)
     });
     assert_eq!(lines, 1, "one info line for the one deleted lease");
+    // One collector for the cluster: the holder of vipd-lease-gc (a survivor) deleted it.
+    let collector = lease_holder(&lab, "kube-system", "vipd-lease-gc").expect("a collector");
+    let j = NODES
+        .iter()
+        .position(|n| *n == collector)
+        .expect("a node collects");
+    assert_ne!(j, i, "the killed node cannot collect");
+    assert!(
+        procs[j].log().contains("lease GC: deleted"),
+        "the collector {collector} deleted it"
+    );
 }
 
 /// A lease vipd did not create is never deleted, whatever its name and however long it has
