@@ -663,7 +663,8 @@ const CP4: &str = "198.51.100.90";
 
 /// S71 (issue 29): the control-plane VIP in routing-table mode, as kube-vip runs it (no
 /// election, `pkg/manager/worker/table.go`): every node whose own API server is healthy
-/// routes it and binds it on its loopback, so the router spreads new connections over the
+/// (a node whose API server has not answered yet never routes it) routes it and binds it
+/// on its loopback, so the router spreads new connections over the
 /// three nodes (ECMP) and each node accepts them; no Lease is written. A node whose local
 /// API server dies leaves the router (health check: 3 failures 1 s apart, then the route
 /// goes) while the others stay, and comes back when it returns; SIGKILL of a node's vipd
@@ -685,18 +686,37 @@ fn s71_control_plane_vip_routed_by_every_node_with_a_healthy_api_server() {
     // The API server stands in: a listener on every address of each node (no local route:
     // vipd binds the control-plane VIP on the loopback itself).
     let _servers = serve_vips(&lab, &[]);
+    // vip_subnet 24: a route is a host route whatever it says (a trial found the holder
+    // re-adding a /24 VIP it never saw every 0.5 s).
     let extra = [
         ("address", CP4),
+        ("vip_subnet", "24"),
         ("vip_routingtable", "true"),
         ("vip_arp", "false"),
     ];
+    // node-b starts with its own API server down: it must not route the VIP until it answers.
+    lab.stop_local_api("node-b").expect("stop");
     let procs = start_vipd_on_all(&lab, T531, &extra);
     let all = hops(&NODES);
+    let healthy = hops(&["node-a", "node-c"]);
     let t = Instant::now();
-    until_paths(&lab, CP4, &all, Duration::from_secs(30));
+    let samples = until_paths(&lab, CP4, &healthy, Duration::from_secs(30));
+    assert!(
+        samples.iter().all(|s| !s.v4.contains(&hop("node-b"))),
+        "node-b routed the VIP before its API server ever answered: {samples:?}"
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !table_198(&lab, "node-b").contains(CP4),
+        "node-b routes the VIP without a healthy API server: {}",
+        procs[1].log()
+    );
+    lab.start_local_api("node-b").expect("start");
+    until_paths(&lab, CP4, &all, Duration::from_secs(15));
     println!(
-        "S71 the router has the control-plane VIP's paths from all 3 nodes {:.2} s after the start",
-        t.elapsed().as_secs_f64()
+        "S71 the router has the control-plane VIP's paths from all 3 nodes {:.2} s after the start (node-b's API server came up after {:.2} s)",
+        t.elapsed().as_secs_f64(),
+        samples.last().map_or(0.0, |s| s.at.as_secs_f64()) + 2.0
     );
     for n in NODES {
         let table = table_198(&lab, n);
@@ -803,5 +823,6 @@ fn s71_control_plane_vip_routed_by_every_node_with_a_healthy_api_server() {
     );
     for p in &procs {
         assert!(!p.log().contains("panicked"), "{}", p.log());
+        assert!(!p.log().contains("VIP missing while leading"), "{}", p.log());
     }
 }

@@ -242,6 +242,12 @@ fn launch<C: LeaseClient, K: Kernel, A: Announcer>(
         nodes,
         ..
     } = parts;
+    if routed {
+        // Every healthy node routes the VIP: a node routes it only once its own API server
+        // has answered (the health loop opens the gate at its first good check), never on
+        // the benefit of the doubt at start.
+        gates.set(GATE_LOCAL_API, false);
+    }
     let (elector, leadership) =
         Elector::new(leases, cfg.node_name.clone(), cfg.lease.timing, &gates);
     let elector = elector.with_metrics(&metrics);
@@ -293,7 +299,18 @@ fn launch<C: LeaseClient, K: Kernel, A: Announcer>(
         }
         None => (leadership, None),
     };
-    let vips = control_plane_vips(cfg);
+    let vips = match routed {
+        // A route is a host route (/32, /128) whatever vip_subnet says: the holder compares
+        // what it holds with what it asked for.
+        true => control_plane_vips(cfg)
+            .into_iter()
+            .map(|s| VipSpec {
+                vip: Vip::host(s.vip.addr),
+                ..s
+            })
+            .collect(),
+        false => control_plane_vips(cfg),
+    };
     info!(
         vips = ?vips.iter().map(|s| s.vip.to_string()).collect::<Vec<_>>(),
         lease = %format!("{}/{}", cfg.lease.namespace, cfg.lease.name),
