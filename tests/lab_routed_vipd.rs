@@ -823,6 +823,10 @@ fn s71_control_plane_vip_routed_by_every_node_with_a_healthy_api_server() {
     );
     for p in &procs {
         assert!(!p.log().contains("panicked"), "{}", p.log());
-        assert!(!p.log().contains("VIP missing while leading"), "{}", p.log());
+        assert!(
+            !p.log().contains("VIP missing while leading"),
+            "{}",
+            p.log()
+        );
     }
 }

@@ -379,7 +379,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "arp",
         "true",
         Bool,
-        "ARP/NDP announcement mode (vipd's only mode: false is an error)",
+        "ARP/NDP announcement mode; false only with vip_routingtable (routing-table mode announces nothing on the segment), an error otherwise",
     ),
     opt(
         K_ARP_RATE,
@@ -414,7 +414,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "leaderElection",
         "true",
         Bool,
-        "Kubernetes Lease leader election of the control-plane VIP (vipd always elects: false is an error with cp_enable, accepted and without effect in ARP/NDP mode). In routing-table mode (vip_routingtable) with svc_election=false: true routes every Service from the holder of the Lease svc_leasename, false from every node that may serve it (ECMP; externalTrafficPolicy Local: the nodes with a ready endpoint)",
+        "Kubernetes Lease leader election of the control-plane VIP (in ARP/NDP mode vipd always elects: false is an error with cp_enable, accepted and without effect without it; routing-table mode routes the control-plane VIP without election either way). In routing-table mode (vip_routingtable) with svc_election=false: true routes every Service from the holder of the Lease svc_leasename, false from every node that may serve it (ECMP; externalTrafficPolicy Local: the nodes with a ready endpoint)",
     ),
     opt(
         K_LEASE_NAME,

@@ -130,6 +130,23 @@ pub fn resolve_detailed(
         )?,
         _ => services_timing,
     };
+    // Without election (routing-table mode, vip_leaderelection=false) no lease is held, so
+    // there is nothing to ride through: off, and a warning when asked for.
+    let unelected = routing_table.is_some() && !svc.election && !modes.leader_election;
+    let services_ride_through = match unelected {
+        true => {
+            if let Some(raw) = inputs.get(K_SVC_RIDETHROUGH)
+                && parse_bool(&raw)?
+            {
+                warnings.push(format!(
+                    "{} has no effect without election (vip_routingtable with svc_election=false and vip_leaderelection=false): every node routes on its own, no lease to ride through",
+                    raw.setting()
+                ));
+            }
+            false
+        }
+        false => inputs.bool_or(K_SVC_RIDETHROUGH, ride_through_fits(&services_timing))?,
+    };
     let ipam = ipam(&inputs, modes.services, &mut warnings)?;
     let dhcp_backoff_attempts = dhcp_backoff_attempts(&inputs, modes.services, &mut warnings)?;
     let api = api_access(&inputs)?;
@@ -155,8 +172,7 @@ pub fn resolve_detailed(
         services_timing,
         services_election: svc.election,
         services_lease_shards: svc.lease_shards,
-        services_ride_through: inputs
-            .bool_or(K_SVC_RIDETHROUGH, ride_through_fits(&services_timing))?,
+        services_ride_through,
         services_ride_through_set: inputs.get(K_SVC_RIDETHROUGH).is_some(),
         ipam,
         services_lease_name: svc.lease_name,

@@ -1169,3 +1169,44 @@ fn routing_table_mode_for_the_control_plane() {
     let e = run(&[], &plain, None).unwrap_err().to_string();
     assert!(e.contains("vip_leaderelection"), "{e}");
 }
+
+/// Trial findings (issue 29): without election there is no lease to ride through, so
+/// ride-through is off (asked for, a warning); a local route type (2) is accepted as
+/// kube-vip does but warned about: BIRD exports no local route.
+#[test]
+fn routing_table_mode_without_election_rides_nothing_and_local_routes_warn() {
+    let base = [
+        ("cp_enable", "false"),
+        ("svc_enable", "true"),
+        ("vip_routingtable", "true"),
+        ("vip_leaderelection", "false"),
+        ("svc_leaseduration", "5"),
+        ("svc_renewdeadline", "3"),
+        ("svc_retryperiod", "1"),
+    ];
+    let r = ok(&[], &base, None);
+    assert!(!r.config.services_ride_through);
+    let mut env = base.to_vec();
+    env.push(("svc_ridethrough", "true"));
+    let r = ok(&[], &env, None);
+    assert!(!r.config.services_ride_through);
+    assert!(
+        r.warnings.iter().any(|w| w.contains("svc_ridethrough")),
+        "{:?}",
+        r.warnings
+    );
+    // Elected, the same timings ride through by default.
+    let mut env = base.to_vec();
+    env.push(("svc_election", "true"));
+    assert!(ok(&[], &env, None).config.services_ride_through);
+    let mut env = base.to_vec();
+    env.push(("vip_routingtabletype", "2"));
+    let r = ok(&[], &env, None);
+    assert!(
+        r.warnings
+            .iter()
+            .any(|w| w.contains("vip_routingtabletype") && w.contains("BIRD")),
+        "{:?}",
+        r.warnings
+    );
+}

@@ -658,7 +658,16 @@ impl GenArgs {
         };
         // Elected routing-table mode needs Service leases longer than the route's lifetime
         // and its withdrawal slack: 5/3/1, what the manager uses when no timing is given.
-        if table && svc {
+        // Timings given (which the Service leases inherit) are written as given, and the
+        // manager's check below refuses them if they are too short.
+        let timings_given = [
+            &self.lease_duration,
+            &self.renew_deadline,
+            &self.retry_period,
+        ]
+        .iter()
+        .any(|t| t.is_some());
+        if table && svc && !timings_given {
             use crate::holder::ROUTED_SERVICE_TIMING as T;
             for (flag, d) in [
                 ("servicesLeaseDuration", T.lease_duration),

@@ -335,6 +335,21 @@ fn routing_table_flags_write_their_variables_and_a_privileged_container() {
     args.extend(flags);
     let yaml = run(&T::try_parse_from(args).unwrap().cmd).unwrap();
     assert!(yaml.contains("privileged: true"), "{yaml}");
+    // Lease timings given are the Service leases' too: written as given, not replaced.
+    let p = plan(&[
+        "--services",
+        "--servicesElection",
+        "--table",
+        "--leaseDuration=10",
+        "--leaseRenewDuration=7",
+        "--leaseRetry=2",
+    ])
+    .unwrap();
+    assert!(
+        !p.env.iter().any(|(n, _)| n.starts_with("svc_lease")),
+        "{:?}",
+        p.env
+    );
     // The manager's refusals, with the variable and the value.
     let e = plan(&[
         "--services",

@@ -628,12 +628,12 @@ async fn run_nftables(cfg: &Config, report: &mut Report) {
     };
     let needs_ms = (cfg.control_plane && crate::lease::needs_nft_fence(&cfg.lease.timing))
         || (cfg.services && crate::lease::needs_nft_fence(&cfg.services_timing));
-    report.checks.push(match cfg.binds_addresses() || !cfg.services {
-        true => check_nft_fence(fence.as_ref(), needs_ms),
-        false => Check::new(
+    report.checks.push(match cfg.routing_table {
+        None => check_nft_fence(fence.as_ref(), needs_ms),
+        Some(_) => Check::new(
             "nft-fence",
             Status::Skip,
-            "routing-table mode: Service VIPs are host routes, fenced by their lifetime (the route fence), not by nftables",
+            "routing-table mode: the VIPs are host routes, fenced by their lifetime (the route fence), not by nftables",
         ),
     });
     let egress = match cfg.services && cfg.nft_fence.wanted() {

@@ -170,6 +170,11 @@ pub(super) async fn check_vips_free(
     for vip in &cfg.addresses {
         let name = format!("vip-free:{vip}");
         let c = match vip_link {
+            _ if cfg.routing_table.is_some() => Check::new(
+                name,
+                Status::Skip,
+                "routing-table mode: the VIP is routed, not answered on the segment (no probe sent)",
+            ),
             _ if args.no_arp_probe => Check::new(name, Status::Skip, "--no-arp-probe"),
             _ if local.contains(vip) => Check::new(name, Status::Pass, "this node holds it now"),
             None => Check::new(name, Status::Skip, "needs a working interface"),

@@ -257,6 +257,14 @@ pub(super) fn routing_table(
         })?,
         None => RouteKind::Unicast,
     };
+    if kind == RouteKind::Local
+        && let Some(raw) = inputs.get(K_ROUTING_TABLE_TYPE)
+    {
+        warnings.push(format!(
+            "{}: local routes are not exported by BIRD: the VIP routes will reach no router; kube-vip's default is 1 (unicast)",
+            raw.setting()
+        ));
+    }
     Ok(Some(crate::net::route_kernel::RouteMode {
         table,
         protocol,
