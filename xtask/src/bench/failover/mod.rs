@@ -149,6 +149,9 @@ fn failover(o: &BenchOptions) -> Result<()> {
             }
         }
     }
+    // Failed trials are reported and the bench goes on; it fails at the end when nothing
+    // was measured (e.g. a configuration vipd refuses: every trial fails the same way).
+    let mut failed = 0usize;
     for scenario in &o.scenarios {
         for subject in &subjects {
             if (*scenario == Scenario::Drain || o.lb) && matches!(subject, Subject::Keepalived(_)) {
@@ -172,6 +175,7 @@ fn failover(o: &BenchOptions) -> Result<()> {
                         report.trials.extend(rs);
                     }
                     Err(e) => {
+                        failed += 1;
                         println!(
                             "{:<9} {:<16} #{trial}: trial failed: {e:#}",
                             scenario.name(),
@@ -209,5 +213,8 @@ fn failover(o: &BenchOptions) -> Result<()> {
         "\nbench finished in {:.1} min",
         started.elapsed().as_secs_f64() / 60.0
     );
+    if failed > 0 && report.trials.is_empty() {
+        bail!("every trial failed ({failed}): nothing was measured (see the failures above)");
+    }
     Ok(())
 }
