@@ -345,20 +345,20 @@ pub fn conflicts(vips: &[Vip], present: &[AddrInfo]) -> Vec<(IpAddr, u32)> {
         .collect()
 }
 
-/// Removes every vipd-tagged address on the node among `addrs` (all tagged addresses when
-/// `addrs` is `None`). Run once at start, before any election: at that point this process
+/// Removes every vipd-tagged address on the node but those on interface `keep_on` (none
+/// kept when `None`). Run once at start, before any election: at that point this process
 /// leads nothing, so every tagged address is stale (a previous run crashed, or the config
-/// changed). Untagged addresses are never touched. Returns the removed VIPs.
+/// changed); and at exit. Untagged addresses are never touched. Returns the removed VIPs.
 ///
 /// # Errors
 /// [`NetError`] when the kernel cannot be read; single failed removals are logged.
 pub(crate) async fn remove_stale<K: Kernel>(
     kernel: &K,
-    addrs: Option<&[IpAddr]>,
+    keep_on: Option<u32>,
 ) -> Result<Vec<Vip>, NetError> {
     let mut removed = Vec::new();
     for a in kernel.addresses(None).await? {
-        if !a.ours || addrs.is_some_and(|set| !set.contains(&a.vip.addr)) {
+        if !a.ours || keep_on == Some(a.ifindex) {
             continue;
         }
         match kernel.remove(a.ifindex, a.vip).await {

@@ -288,22 +288,8 @@ async fn clean_up_node(
     // control-plane VIP's loopback address, left to run out with its lifetime (at most the
     // fence, 2 s) so the connections still on their way while the route's withdrawal
     // travels are accepted (RoutedAddressKernel::remove).
-    let keep = match routed_control_plane {
-        true => Some(LOOPBACK_IFINDEX),
-        false => None,
-    };
-    let stale = match kernel.addresses(None).await {
-        Ok(all) => all
-            .into_iter()
-            .filter(|a| a.ours && Some(a.ifindex) != keep)
-            .map(|a| a.vip.addr)
-            .collect::<Vec<_>>(),
-        Err(e) => {
-            warn!(error = %e, "final VIP cleanup: cannot list addresses");
-            Vec::new()
-        }
-    };
-    if let Err(e) = holder::remove_stale(kernel, Some(&stale)).await {
+    let keep = routed_control_plane.then_some(LOOPBACK_IFINDEX);
+    if let Err(e) = holder::remove_stale(kernel, keep).await {
         warn!(error = %e, "final VIP cleanup failed");
     }
     if let Err(e) = arp_guard.close().await {
