@@ -118,19 +118,23 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         }
         None => None,
     };
+    // Routing-table mode: the route's lifetime fences the control-plane VIP (no probe, ARP
+    // pins or nftables element); the configuration refused timings without a whole-second
+    // fence.
+    let cp_holder_cfg = match &routes {
+        Some(_) => HolderConfig::routed(&cfg.lease.timing, cfg.arp_rate)?,
+        None => HolderConfig {
+            nft_fence: nft_fence.clone(),
+            ..holder_cfg.clone()
+        },
+    };
     let control_plane = cfg.control_plane.then(|| {
         controlplane::start(
             &cfg.controlplane(),
             controlplane::Parts {
                 client: client.clone(),
                 kernel: kernel.clone(),
-                holder_cfg: match &routes {
-                    Some(_) => control_plane_route_holder(&cfg, &holder_cfg),
-                    None => HolderConfig {
-                        nft_fence: nft_fence.clone(),
-                        ..holder_cfg.clone()
-                    },
-                },
+                holder_cfg: cp_holder_cfg,
                 gates: cp_gates.clone(),
                 metrics: metrics.clone(),
                 readiness: readiness.clone(),
@@ -473,26 +477,6 @@ fn holder_config(cfg: &Config) -> Result<HolderConfig, crate::lease::TimingError
         conflict_monitor: monitor,
         ..HolderConfig::from_timing(&cfg.lease.timing, cfg.arp_rate, cfg.nft_fence.wanted())?
     })
-}
-
-/// The control-plane holder's settings in routing-table mode: `holder_cfg`'s fence and
-/// timings (the control-plane lease's whole-second fence: the configuration refuses
-/// timings without one in this mode), without conflict probe, ARP flux pins or nftables
-/// fence (a route is fenced by its lifetime, [`HolderConfig::routed`]).
-fn control_plane_route_holder(cfg: &Config, holder_cfg: &HolderConfig) -> HolderConfig {
-    match HolderConfig::routed(&cfg.lease.timing, cfg.arp_rate) {
-        Ok(routed) => routed,
-        // Unreachable after the configuration's check; the address-mode settings still
-        // carry a whole-second fence when the timings have one.
-        Err(e) => {
-            warn!(error = %e, "control-plane VIP: routing-table mode without a whole-second fence");
-            HolderConfig {
-                probe_window: Duration::ZERO,
-                conflict_monitor: None,
-                ..holder_cfg.clone()
-            }
-        }
-    }
 }
 
 /// Sub-second lease timings are fenced by nftables alone ([`crate::lease::fence_plan`]): when
