@@ -286,6 +286,16 @@ pub struct Config {
     pub log_level: LogLevel,
 }
 
+/// [`Config::services_unelected`] from its three settings, for the resolver too (which
+/// decides the Service timings and ride-through by it before the `Config` exists).
+pub(crate) fn services_unelected(
+    routing_table: bool,
+    services_election: bool,
+    leader_election: bool,
+) -> bool {
+    routing_table && !services_election && !leader_election
+}
+
 impl Config {
     /// Whether this vipd announces VIP addresses on the segment (outside routing-table
     /// mode): only then do the ARP flux guard and the nftables fence have anything to do. In
@@ -318,7 +328,11 @@ impl Config {
     /// Elsewhere `vip_leaderelection=false` changes nothing for Services (ARP/NDP always
     /// elects one holder per address).
     pub fn services_unelected(&self) -> bool {
-        self.routing_table.is_some() && !self.services_election && !self.leader_election
+        services_unelected(
+            self.routing_table.is_some(),
+            self.services_election,
+            self.leader_election,
+        )
     }
 
     /// The Services wing's settings.

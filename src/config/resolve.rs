@@ -122,17 +122,16 @@ pub fn resolve_detailed(
         // Without election: every healthy node routes it, only the fence must fit.
         routed::route_fence_fits(&inputs, &lease.timing, &[K_LEASE_DURATION], false)?;
     }
+    let unelected =
+        super::services_unelected(routing_table.is_some(), svc.election, modes.leader_election);
     let services_timing = match routing_table {
-        Some(_) if modes.services => routed::services_route_timing(
-            &inputs,
-            services_timing,
-            svc.election || modes.leader_election,
-        )?,
+        Some(_) if modes.services => {
+            routed::services_route_timing(&inputs, services_timing, !unelected)?
+        }
         _ => services_timing,
     };
     // Without election (routing-table mode, vip_leaderelection=false) no lease is held, so
     // there is nothing to ride through: off, and a warning when asked for.
-    let unelected = routing_table.is_some() && !svc.election && !modes.leader_election;
     let services_ride_through = match unelected {
         true => {
             if let Some(raw) = inputs.get(K_SVC_RIDETHROUGH)

@@ -29,8 +29,8 @@
 //!   opens read-write (every IPv4 VIP route sits on a TUN fence device), and
 //!   `net.ipv6.route.gc_interval` is writable (vipd sets it to 1 s so that an expired IPv6
 //!   VIP route goes within its lifetime + 1 s); docs/design.md, "The route fence". In this
-//!   mode alone (no control-plane VIP) `arp-flux` and `nft-fence` are skipped: no address is
-//!   bound and nothing is answered on the segment.
+//!   mode `vip-free`, `arp-flux` and `nft-fence` are skipped: nothing is answered on the
+//!   segment (the control-plane VIP's loopback address is fenced by its route's lifetime).
 //! - `api`: the API server answers `/version` with the configured kubeconfig.
 //! - `rbac`: a SelfSubjectAccessReview for every access of
 //!   [`crate::kube::api::API_CALLS`] the configuration makes, in its namespace
