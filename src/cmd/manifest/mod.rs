@@ -668,15 +668,11 @@ impl GenArgs {
         .iter()
         .any(|t| t.is_some());
         if table && svc && !timings_given {
-            use crate::holder::ROUTED_SERVICE_TIMING as T;
-            for (flag, d) in [
-                ("servicesLeaseDuration", T.lease_duration),
-                ("servicesLeaseRenewDuration", T.renew_deadline),
-                ("servicesLeaseRetry", T.retry_period),
-            ] {
-                plan.env
-                    .push((env_for(flag)?, EnvValue::Text(d.as_secs().to_string())));
-            }
+            let t = crate::holder::ROUTED_SERVICE_TIMING;
+            plan.push_service_timings(
+                [t.lease_duration, t.renew_deadline, t.retry_period]
+                    .map(|d| d.as_secs().to_string()),
+            )?;
         }
         let resolved = plan.resolve()?;
         // Unless the user turned it off, ride-through is wanted (vipd's default where the
@@ -684,15 +680,8 @@ impl GenArgs {
         let ride_wanted =
             self.services_ride_through.is_none() || resolved.config.services_ride_through;
         if ride_timings_needed(&resolved.config, ride_wanted) {
-            use crate::peer::ridethrough::RIDE_SERVICE_TIMINGS as T;
-            for (flag, v) in [
-                ("servicesLeaseDuration", T.0),
-                ("servicesLeaseRenewDuration", T.1),
-                ("servicesLeaseRetry", T.2),
-            ] {
-                plan.env
-                    .push((env_for(flag)?, EnvValue::Text(v.to_string())));
-            }
+            let (l, r, p) = crate::peer::ridethrough::RIDE_SERVICE_TIMINGS;
+            plan.push_service_timings([l, r, p].map(str::to_string))?;
             plan.resolve()?;
         }
         Ok(plan)
@@ -803,6 +792,25 @@ fn admin_endpoint(value: &str) -> Result<(Option<String>, Option<u16>), Manifest
 }
 
 impl Deployment {
+    /// Writes the Service lease timings `values` (duration, renew deadline, retry period,
+    /// seconds) as `svc_leaseduration`, `svc_renewdeadline`, `svc_retryperiod`.
+    ///
+    /// # Errors
+    /// [`ManifestError::UnknownFlag`] when the option table lacks one (a vipd bug).
+    fn push_service_timings(&mut self, values: [String; 3]) -> Result<(), ManifestError> {
+        for (flag, v) in [
+            "servicesLeaseDuration",
+            "servicesLeaseRenewDuration",
+            "servicesLeaseRetry",
+        ]
+        .into_iter()
+        .zip(values)
+        {
+            self.env.push((env_for(flag)?, EnvValue::Text(v)));
+        }
+        Ok(())
+    }
+
     /// The environment as `vipd manager` sees it in a pod on node `node_name`.
     pub fn env_for_node(&self, node_name: &str) -> Vec<(String, String)> {
         self.env
