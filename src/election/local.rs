@@ -145,21 +145,7 @@ mod tests {
         let stop = CancellationToken::new();
         let task = tokio::spawn(elector.run(stop.clone()));
         // The follower acknowledges every dropped term at once (no VIPs to remove).
-        let (mut rx, dropped) = (leadership.state, leadership.dropped);
-        let follower = tokio::spawn(async move {
-            let mut term = 0;
-            loop {
-                match rx.borrow_and_update().clone() {
-                    LeaderState::Leading { term: t, .. } => term = t,
-                    LeaderState::Following { .. } => {
-                        dropped.send_replace(term);
-                    }
-                }
-                if rx.changed().await.is_err() {
-                    return;
-                }
-            }
-        });
+        let follower = tokio::spawn(crate::election::acknowledge_terms(leadership));
         let leading = |s: &LeaderState| matches!(s, LeaderState::Leading { .. });
         tokio::time::timeout(Duration::from_secs(1), state.wait_for(leading))
             .await

@@ -66,26 +66,6 @@ fn collecting(state: &watch::Receiver<LeaderState>) -> bool {
     matches!(*state.borrow(), LeaderState::Leading { .. })
 }
 
-/// Acknowledges every term the collector election ends at once (there is nothing to drop
-/// but the collecting, which [`run`] stops at its next tick), so the elector releases
-/// [`GC_LEASE`] on a clean stop instead of leaving it to expire.
-pub(crate) async fn acknowledge_terms(mut leadership: crate::election::Leadership) {
-    let mut term = None;
-    loop {
-        match *leadership.state.borrow_and_update() {
-            LeaderState::Leading { term: t, .. } => term = Some(t),
-            LeaderState::Following { .. } => {
-                if let Some(t) = term.take() {
-                    leadership.dropped.send_replace(t);
-                }
-            }
-        }
-        if leadership.state.changed().await.is_err() {
-            return;
-        }
-    }
-}
-
 /// Time an orphan must stay unchanged beyond its lease duration before it is deleted (30 s).
 pub(crate) const GC_GRACE: Duration = Duration::from_secs(30);
 /// How often the labelled leases are listed (10 s).
@@ -355,10 +335,12 @@ mod tests {
         let (state_tx, state_rx) = watch::channel(LeaderState::Following { holder: None });
         let (dropped_tx, mut dropped_rx) = watch::channel(0u64);
         assert!(!collecting(&state_rx));
-        let ack = tokio::spawn(acknowledge_terms(crate::election::Leadership {
-            state: state_rx.clone(),
-            dropped: dropped_tx,
-        }));
+        let ack = tokio::spawn(crate::election::acknowledge_terms(
+            crate::election::Leadership {
+                state: state_rx.clone(),
+                dropped: dropped_tx,
+            },
+        ));
         state_tx.send_replace(LeaderState::Leading {
             term: 3,
             renewed_at: Instant::now(),

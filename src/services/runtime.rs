@@ -561,7 +561,9 @@ fn spawn_lease_gc(
         &crate::election::Gates::default(),
     );
     let collector = leadership.state.clone();
-    tokio::spawn(super::lease_gc::acknowledge_terms(leadership));
+    // Nothing to drop but the collecting, which stops at its next tick: every term is
+    // acknowledged at once, so a clean stop releases the GC lease.
+    tokio::spawn(crate::election::acknowledge_terms(leadership));
     tokio::spawn(elector.run(watches.clone()));
     tokio::spawn(super::lease_gc::run(
         client.clone(),
