@@ -195,7 +195,7 @@ fn silent_with(
     let vip: IpAddr = vip_text.parse().expect("ip");
     if services {
         // The second line: once a renewal set the elements, the holder's Service VIP
-        // address gets 30 s (docs/design.md), more than the whole-second fence (2 s) it is
+        // address gets the second line (300 s, docs/design.md), more than the whole-second fence (2 s) it is
         // bound with after the conflict probe.
         wait_for(
             &format!("{vip} given the second line on {h}"),
@@ -268,7 +268,7 @@ fn silent_with(
     let new_mac = lab.mac_of(&new).expect("mac");
     if services {
         // The second line: the frozen holder's Service VIP address outlives its lease on
-        // eth0 (30 s, docs/design.md), inert; the watch below proves it answers nothing.
+        // eth0 (300 s, docs/design.md), inert; the watch below proves it answers nothing.
         let still = lab
             .addresses(&h, "eth0")
             .expect("addresses")

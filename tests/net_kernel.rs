@@ -992,6 +992,53 @@ fn nft_fence_tables_flushed_by_someone_else_come_back_at_the_next_refresh() {
     });
 }
 
+/// Issue 28: renewals refresh an element with the timeout it already has (a lease renewed
+/// every retry period gets the same fence lifetime each time), and each refresh must move its
+/// end. On a kernel that updates elements an add without its expiration left the element to
+/// expire at its old time (`nft add element ... { 192.0.2.10 timeout 2s }` a second later:
+/// `expires 988ms`), which lab_dhcp S24 and lab_conflicts S33 found as VIPs answered in half
+/// their slots. Both ways (one add with its expiration where the start's probe found the
+/// kernel updating elements, delete and add elsewhere) are held to it.
+#[test]
+fn nft_fence_refreshes_with_the_same_timeout_extend_the_element() {
+    use vipd::net::nft::fence::{NftFence, VipFence};
+    lab("192.0.2.11/24", || async {
+        let f = NftFence::start().await.expect("start the fence");
+        let probed = f.timeout_updates();
+        let v4: IpAddr = "192.0.2.10".parse().unwrap();
+        let v6: IpAddr = "2001:db8::10".parse().unwrap();
+        for updates in [probed, false] {
+            f.set_timeout_updates(updates);
+            for round in 0..5 {
+                f.refresh(
+                    1,
+                    &[v4, v6],
+                    tokio::time::Instant::now() + Duration::from_millis(2000),
+                )
+                .await
+                .unwrap();
+                let arp = fence_table("arp").unwrap();
+                let inet = fence_table("inet").unwrap();
+                for (table, key) in [
+                    (&arp, "192.0.2.10"),
+                    (&inet, "192.0.2.10"),
+                    (&inet, "2001:db8::10"),
+                    (&inet, "0x20010db8000000000000000000000010"),
+                ] {
+                    let left = element_expires(table, key);
+                    assert!(
+                        left.is_some_and(|ms| ms >= 1700),
+                        "updates={updates} round {round}: {key} expires in {left:?} ms, \
+                         refreshed for 2000 ms: {table}"
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        }
+        f.close().await.unwrap();
+    });
+}
+
 /// Issue 16: the nftables fence's tables take millisecond element timeouts, the kernel
 /// expires them on time, expire/disarm remove the elements, and close removes both tables
 /// (leaving another owner's table alone). Needs the `nft` binary (to read the tables back).
@@ -1003,6 +1050,18 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
         NftFence::check().await.expect("check the fence batch");
         assert!(fence_table("arp").is_none(), "--check changes nothing");
         let f = NftFence::start().await.expect("start the fence");
+        // Linux 6.12 and later update an element's timeout on a plain add: the start's probe
+        // finds it, and the refreshes below then go that way (and must still replace).
+        let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        let mut v = release
+            .trim()
+            .split(['.', '-'])
+            .map(|p| p.parse::<u32>().unwrap_or(0));
+        let (major, minor) = (v.next().unwrap_or(0), v.next().unwrap_or(0));
+        // (An older kernel may have it backported: only the newer ones are held to it.)
+        if (major, minor) >= (6, 12) {
+            assert!(f.timeout_updates(), "the probe on {release}");
+        }
         let v4: IpAddr = "192.0.2.10".parse().unwrap();
         let v6: IpAddr = "2001:db8::10".parse().unwrap();
         ip("addr add 192.0.2.10/32 dev v0");
@@ -1123,7 +1182,22 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
 /// expires ...`), milliseconds; `None` when the element has none (or is absent).
 fn element_timeout(table: &str, element: &str) -> Option<u64> {
     let rest = table.split(&format!("{element} timeout ")).nth(1)?;
-    let word = rest.split([' ', ',', '}', '\n']).next()?;
+    nft_millis(rest.split([' ', ',', '}', '\n']).next()?)
+}
+
+/// What is left of `element`'s timeout (its `expires`), in milliseconds.
+fn element_expires(table: &str, element: &str) -> Option<u64> {
+    let rest = table.split(&format!("{element} timeout ")).nth(1)?;
+    let rest = rest
+        .split([',', '}', '\n'])
+        .next()?
+        .split(" expires ")
+        .nth(1)?;
+    nft_millis(rest.split([' ', ',', '}', '\n']).next()?)
+}
+
+/// `1s996ms` and the like (nft's durations) in milliseconds.
+fn nft_millis(word: &str) -> Option<u64> {
     let mut ms = 0u64;
     let mut num = String::new();
     let mut chars = word.chars().peekable();

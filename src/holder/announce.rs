@@ -65,6 +65,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             info!(holder = %self.name, count = sent, "announced: {sent} VIPs (each at debug level)");
         }
         self.last_garp = Some(Instant::now());
+        self.garp_repeated = false;
     }
 
     /// Announces every held VIP; IPv6 VIPs only once they left tentative state.
@@ -101,12 +102,18 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             self.announce_one(vip, &link, first);
         }
         self.last_garp = Some(Instant::now());
+        self.garp_repeated = true;
     }
 
-    /// When the next repeat of the announcements is due: `arp_rate` after the last one,
-    /// while leading.
+    /// When the next repeat of the announcements is due, while leading: `arp_rate` after a
+    /// bind's announcements, and after a repeat the node's paced interval
+    /// ([`super::repeat_interval`]: `arp_rate` up to 100 repeats a second for the node).
     pub(super) fn next_garp(&self) -> Option<Instant> {
         self.renewed_at?;
-        Some(self.last_garp? + self.cfg.arp_rate)
+        let interval = match self.garp_repeated {
+            true => self.cfg.announce_pace.interval(self.cfg.arp_rate),
+            false => self.cfg.arp_rate,
+        };
+        Some(self.last_garp? + interval)
     }
 }

@@ -68,11 +68,57 @@ pub fn cap_lifetime(lifetime: u32, not_after: Option<Instant>, now: Instant) -> 
     }
 }
 
+/// Repeat announcements a node sends at most per second, over all its holders, once a
+/// VIP's first repeat is out ([`repeat_interval`]): 100. Up to `arp_rate` × 100 VIPs on a
+/// node (300 at kube-vip's 3 s) every VIP is announced every `arp_rate`, as kube-vip does;
+/// above, the repeats spread out (1 000 VIPs: every 10 s; 3 300: every 33 s). Each repeat is
+/// a frame every host on the segment processes: at 1 000 IPv6 VIPs a node at 3 s they were
+/// 20-40 % of an idle vipd's CPU in the 3 000-Service bench (docs/services-bench.md).
+pub const REPEATS_PER_SEC: u32 = 100;
+
+/// The interval between two repeat announcements of one VIP when its node holds `held`
+/// VIPs: `arp_rate` (`vip_arpRate`), or longer so that the node's repeats stay at
+/// [`REPEATS_PER_SEC`] (`held` / 100 seconds). Announcements at a bind, and the first repeat
+/// after it, keep `arp_rate`: the repeat is what fixes a client that missed the bind's.
+/// Pure.
+pub fn repeat_interval(arp_rate: Duration, held: usize) -> Duration {
+    let spread = Duration::from_secs_f64(held as f64 / f64::from(REPEATS_PER_SEC));
+    arp_rate.max(spread)
+}
+
+/// How many VIPs this node holds, shared by its holders to pace their repeat announcements
+/// ([`repeat_interval`]). The manager sets it from its periodic address dump (vipd's
+/// addresses on the node, every 2 s); until then it is 0 and every repeat comes at
+/// `arp_rate`.
+#[derive(Debug, Default)]
+pub struct AnnouncePace {
+    held: std::sync::atomic::AtomicUsize,
+}
+
+impl AnnouncePace {
+    /// Records that the node holds `n` VIPs.
+    pub fn set_held(&self, n: usize) {
+        self.held.store(n, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// [`repeat_interval`] for the count last recorded.
+    pub fn interval(&self, arp_rate: Duration) -> Duration {
+        repeat_interval(
+            arp_rate,
+            self.held.load(std::sync::atomic::Ordering::Relaxed),
+        )
+    }
+}
+
 /// Settings of a [`VipHolder`].
 #[derive(Debug, Clone)]
 pub struct HolderConfig {
-    /// Gratuitous ARP / unsolicited NA repeat interval while held (`vip_arpRate`, ms).
+    /// Gratuitous ARP / unsolicited NA repeat interval while held (`vip_arpRate`, ms); longer
+    /// where the node holds more than `arp_rate` × [`REPEATS_PER_SEC`] VIPs ([`announce_pace`](Self::announce_pace)).
     pub arp_rate: Duration,
+    /// The node's VIP count its holders pace their repeat announcements by ([`AnnouncePace`]);
+    /// one per process. Default: a pace of its own that stays at 0 (every repeat at `arp_rate`).
+    pub announce_pace: Arc<AnnouncePace>,
     /// Interval of the periodic check (address present, DAD state, carrier).
     pub check_interval: Duration,
     /// How the VIPs are fenced ([`fence_plan`]): the address lifetime in seconds, whether
@@ -125,6 +171,7 @@ impl HolderConfig {
         let fence = fence_plan(t, nft)?;
         Ok(HolderConfig {
             arp_rate,
+            announce_pace: Arc::new(AnnouncePace::default()),
             check_interval: arp_rate.min(Duration::from_millis(500)),
             fence,
             lease_duration: t.lease_duration,
@@ -445,6 +492,9 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     links: Links,
     no_carrier_since: BTreeMap<u32, Instant>,
     last_garp: Option<Instant>,
+    /// Whether the last announcement was a repeat ([`VipHolder::announce_all`]): the next one
+    /// is paced ([`AnnouncePace`]); after a bind's it comes at `arp_rate`.
+    garp_repeated: bool,
     /// IPv6 VIPs added but not yet announced because they were tentative.
     pending_na: Vec<usize>,
     updates: Option<watch::Receiver<Vec<VipSpec>>>,
@@ -544,6 +594,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             links: Links::default(),
             no_carrier_since: BTreeMap::new(),
             last_garp: None,
+            garp_repeated: false,
             pending_na: Vec::new(),
             updates: None,
             metrics: None,

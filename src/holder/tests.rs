@@ -790,6 +790,59 @@ async fn leading_adds_with_fence_announces_at_once_then_every_arp_rate() {
     assert!(r.kernel.0.lock().unwrap().adds.iter().all(|(_, l)| *l == 2));
 }
 
+/// A node holding more VIPs than `arp_rate` × 100 spreads its repeat announcements: the
+/// bind's announcement and the first repeat keep `arp_rate` (3 s), later repeats come at
+/// the node's paced interval (1 000 VIPs held: 10 s), so the node sends at most 100 repeats
+/// a second however many VIPs it holds.
+#[tokio::test(start_paused = true)]
+async fn repeat_announcements_are_paced_by_the_vips_the_node_holds() {
+    let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
+    cfg.announce_pace.set_held(1000);
+    let specs = vec![VipSpec {
+        vip: vip4(),
+        interface: Some("eth0".into()),
+        not_after: None,
+    }];
+    let (r, _) = rig_from(FakeKernel::with_eth0(), specs, cfg, false, None);
+    settle().await;
+    let t0 = Instant::now();
+    lead(&r, 1, true);
+    settle().await;
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lead(&r, 1, true);
+        settle().await;
+    }
+    let at: Vec<u64> = r
+        .ann
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, v, _)| *v == vip4())
+        .map(|(t, _, _)| t.duration_since(t0).as_secs())
+        .collect();
+    assert_eq!(at, vec![0, 3, 13, 23], "seconds after the bind");
+}
+
+#[test]
+fn the_repeat_interval_keeps_arp_rate_up_to_100_repeats_a_second() {
+    let rate = Duration::from_millis(3000);
+    assert_eq!(repeat_interval(rate, 0), rate);
+    assert_eq!(
+        repeat_interval(rate, 300),
+        rate,
+        "300 VIPs every 3 s: 100/s"
+    );
+    assert_eq!(repeat_interval(rate, 1000), Duration::from_secs(10));
+    assert_eq!(repeat_interval(rate, 3300), Duration::from_secs(33));
+    assert_eq!(
+        repeat_interval(Duration::from_millis(500), 100),
+        Duration::from_secs(1),
+        "a short vip_arpRate is paced the same way"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn losing_leadership_removes_and_acknowledges() {
     let mut r = rig(FakeKernel::with_eth0(), vec![vip4()], None);

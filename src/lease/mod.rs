@@ -210,15 +210,19 @@ pub struct FencePlan {
     pub second_line_secs: u32,
 }
 
-/// The address lifetime of the second line ([`with_second_line`]): 30 s. A VIP's address
-/// then costs the kernel one lifetime refresh per 15 s instead of one per renewal (every
-/// retry period). Every IPv6 address add, refresh or delete walks the node's addresses under
-/// the rtnl lock (`cargo xtask bench addrs`: a refresh 1.2-1.8 ms with 8 000 present), so
-/// per renewal that was seconds of kernel time per second at thousands of VIPs per node
-/// (docs/services-bench.md). The price: an address whose nftables tables were removed by
-/// someone else while vipd was killed or frozen answers for up to this long instead of the
-/// whole-second fence (docs/design.md, "The second line").
-pub const SECOND_LINE_SECS: u32 = 30;
+/// The address lifetime of the second line ([`with_second_line`]): 300 s (5 min). A VIP's
+/// address then costs the kernel one lifetime refresh per 150 s instead of one per renewal
+/// (every retry period). Every IPv6 address add or refresh on an interface walks all of its
+/// multicast groups, one solicited-node group per VIP, and every add, refresh or delete the
+/// node's addresses, under the rtnl lock (`cargo xtask bench addrs`: a refresh 0.6 ms with
+/// 4 000 present, 1.2-1.8 ms with 8 000), so per renewal that was seconds of kernel time per
+/// second at thousands of VIPs per node, and a 30 s second line (refreshed every 15 s) was
+/// still the largest kernel cost of an idle node with 1 000 IPv6 VIPs (issue 28's profile,
+/// docs/services-bench.md). The price: a killed vipd that is not restarted leaves its
+/// Service VIP addresses on the interface, inert, for up to this long, and an address whose
+/// nftables tables were removed by someone else while vipd was killed or frozen answers for
+/// up to this long instead of the whole-second fence (docs/design.md, "The second line").
+pub const SECOND_LINE_SECS: u32 = 300;
 
 /// `plan` with the second line ([`FencePlan::second_line_secs`] = [`SECOND_LINE_SECS`])
 /// where it saves refreshes: only when the address lifetime fences (`address_fences`; the
@@ -314,13 +318,13 @@ mod tests {
             (plan.address_secs, true, plan.nft, FENCE_MARGIN),
             "the fence itself is unchanged"
         );
-        // kube-vip's defaults (15/10/2): the fence is 9 s, half the second line 15 s.
+        // kube-vip's defaults (15/10/2): the fence is 9 s, half the second line 150 s.
         assert_eq!(
             with_second_line(fence_plan(&t(15, 10, 2), true).unwrap()).second_line_secs,
-            30
+            SECOND_LINE_SECS
         );
-        // A fence of 15 s or more: nothing to save.
-        let long = fence_plan(&t(60, 40, 10), true).unwrap();
+        // A fence of half the second line or more: nothing to save.
+        let long = fence_plan(&t(600, 400, 100), true).unwrap();
         assert!(long.address_secs >= SECOND_LINE_SECS / 2, "{long:?}");
         assert_eq!(with_second_line(long).second_line_secs, 0);
         // The millisecond fence (sub-second timings) keeps its own address lifetime.
@@ -340,9 +344,10 @@ mod tests {
     #[test]
     fn a_second_line_address_is_refreshed_at_half_its_lifetime() {
         let second = with_second_line(fence_plan(&t(3, 2, 1), true).unwrap());
-        assert!(second_line_fresh(&second, Some(30)));
-        assert!(second_line_fresh(&second, Some(16)));
-        assert!(!second_line_fresh(&second, Some(15)));
+        let half = SECOND_LINE_SECS / 2;
+        assert!(second_line_fresh(&second, Some(SECOND_LINE_SECS)));
+        assert!(second_line_fresh(&second, Some(half + 1)));
+        assert!(!second_line_fresh(&second, Some(half)));
         assert!(!second_line_fresh(&second, Some(2)));
         assert!(
             !second_line_fresh(&second, None),
@@ -350,7 +355,7 @@ mod tests {
         );
         let plain = fence_plan(&t(3, 2, 1), true).unwrap();
         assert!(
-            !second_line_fresh(&plain, Some(30)),
+            !second_line_fresh(&plain, Some(SECOND_LINE_SECS)),
             "no second line: every renewal refreshes"
         );
     }

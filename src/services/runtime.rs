@@ -188,10 +188,11 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
         conflict_monitor: parts.holder_cfg.conflict_monitor.clone(),
         arp_guard: parts.holder_cfg.arp_guard.clone(),
         nft_fence: parts.holder_cfg.nft_fence.clone(),
+        announce_pace: parts.holder_cfg.announce_pace.clone(),
         ..HolderConfig::from_timing(&cfg.services_timing, cfg.arp_rate, cfg.nft_fence)?
     };
     // With the nftables fence running, a Service VIP's element fences it and its address
-    // is a second line refreshed every 15 s, not at every renewal (docs/design.md, "The
+    // is a second line refreshed every 150 s, not at every renewal (docs/design.md, "The
     // second line"): thousands of VIPs per node otherwise cost seconds of kernel time per
     // second. The control-plane VIP keeps the address fence (one address costs nothing).
     let holder_cfg = match (cfg.routing_table, holder_cfg.nft_fence.active()) {

@@ -94,7 +94,12 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         health_stop.clone(),
     ));
     let aux_stop = CancellationToken::new();
-    tokio::spawn(aux_loop(kernel.clone(), metrics.clone(), aux_stop.clone()));
+    tokio::spawn(aux_loop(
+        kernel.clone(),
+        metrics.clone(),
+        holder_cfg.announce_pace.clone(),
+        aux_stop.clone(),
+    ));
 
     // One list+watch of Nodes for the whole process (eligibility, the load balancer, the
     // Services wing, the allocator), until the end.
@@ -552,12 +557,13 @@ async fn log_arp_flux<K: Kernel>(kernel: &K, cfg: &Config, guard_active: bool) {
     }
 }
 
-/// Periodic housekeeping until `stop`: the `vipd_vips_held` gauge (vipd-tagged addresses on
-/// the node, every 2 s) and systemd watchdog pings (at half `WatchdogSec`, when systemd
-/// asks for them).
+/// Periodic housekeeping until `stop`: the `vipd_vips_held` gauge and the holders'
+/// announcement pace (vipd-tagged addresses on the node, every 2 s) and systemd watchdog
+/// pings (at half `WatchdogSec`, when systemd asks for them).
 async fn aux_loop<K: Kernel>(
     kernel: Arc<K>,
     metrics: crate::obs::metrics::Metrics,
+    pace: Arc<crate::holder::AnnouncePace>,
     stop: CancellationToken,
 ) {
     let watchdog = crate::obs::systemd::watchdog_interval();
@@ -574,9 +580,11 @@ async fn aux_loop<K: Kernel>(
             warn!(error = %e, "systemd watchdog ping failed");
         }
         if let Ok(addrs) = kernel.addresses(None).await {
+            let held = addrs.iter().filter(|a| a.ours).count();
             metrics
                 .families::<crate::holder::metrics::VipMetrics>()
-                .vips_held(addrs.iter().filter(|a| a.ours).count());
+                .vips_held(held);
+            pace.set_held(held);
         }
     }
 }

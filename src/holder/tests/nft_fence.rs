@@ -626,6 +626,9 @@ fn dhcp_vip() -> Vip {
 }
 
 /// The lifetimes the kernel took for `vip`, in order.
+/// The second line's address lifetime, whole seconds.
+const SL: u32 = crate::lease::SECOND_LINE_SECS;
+
 fn adds_of(r: &Rig, vip: Vip) -> Vec<u32> {
     let s = r.kernel.0.lock().unwrap();
     s.adds
@@ -635,8 +638,9 @@ fn adds_of(r: &Rig, vip: Vip) -> Vec<u32> {
         .collect()
 }
 
-/// With the second line, a renewal that sets the elements gives the address 30 s and
-/// touches it again only once the kernel reports at most 15 s left, while the element is
+/// With the second line, a renewal that sets the elements gives the address
+/// [`SECOND_LINE_SECS`](crate::lease::SECOND_LINE_SECS) and touches it again only once the
+/// kernel reports at most half of it left, while the element is
 /// set at every renewal and never reaches past the lease. A VIP with a not-after time (a
 /// DHCP lease) keeps the whole-second fence, refreshed at every renewal.
 #[tokio::test(start_paused = true)]
@@ -666,12 +670,20 @@ async fn second_line_addresses_are_refreshed_at_half_their_lifetime() {
             "renewal {renewals}: element {until:?}"
         );
         assert!(r.kernel.has(vip4()) && r.kernel.has(dhcp_vip()));
-        assert!(renewals < 40, "never refreshed: {:?}", adds_of(&r, vip4()));
+        assert!(
+            renewals < SL as usize + 10,
+            "never refreshed: {:?}",
+            adds_of(&r, vip4())
+        );
         tokio::time::sleep(TIMING.retry_period).await;
     }
-    // Added at the first renewal, refreshed once 15 s were left (16 renewals a second apart).
-    assert_eq!(adds_of(&r, vip4()), vec![30, 30]);
-    assert_eq!(renewals, 16, "refreshed at the renewal that saw 15 s left");
+    // Added at the first renewal, refreshed once half was left (renewals a second apart).
+    assert_eq!(adds_of(&r, vip4()), vec![SL, SL]);
+    assert_eq!(
+        renewals,
+        SL as usize / 2 + 1,
+        "refreshed at the renewal that saw half left"
+    );
     let dhcp_adds = adds_of(&r, dhcp_vip());
     assert_eq!(dhcp_adds.len(), renewals, "{dhcp_adds:?}");
     assert!(dhcp_adds.iter().all(|l| *l <= 2), "{dhcp_adds:?}");
@@ -692,7 +704,7 @@ async fn without_the_elements_second_line_addresses_are_cut_to_the_fence() {
     settle().await;
     lead(&r, 1, true);
     settle().await;
-    assert_eq!(adds_of(&r, vip4()), vec![30]);
+    assert_eq!(adds_of(&r, vip4()), vec![SL]);
     tokio::time::sleep(TIMING.retry_period).await;
     *fence.failing.lock().unwrap() = true;
     let sent = Instant::now();
@@ -700,7 +712,7 @@ async fn without_the_elements_second_line_addresses_are_cut_to_the_fence() {
     settle().await;
     assert_eq!(
         adds_of(&r, vip4()),
-        vec![30, 2],
+        vec![SL, 2],
         "cut to the whole-second fence"
     );
     let given = r.kernel.0.lock().unwrap().lifetimes.last().copied();
@@ -714,11 +726,11 @@ async fn without_the_elements_second_line_addresses_are_cut_to_the_fence() {
     *fence.failing.lock().unwrap() = false;
     lead(&r, 1, true);
     settle().await;
-    assert_eq!(adds_of(&r, vip4()), vec![30, 2, 30]);
+    assert_eq!(adds_of(&r, vip4()), vec![SL, 2, SL]);
 }
 
 /// A fence transaction that returns past the lease (this process frozen while it ran) with
-/// nothing left to set the element again with: a second-line address (30 s, no end of its
+/// nothing left to set the element again with: a second-line address (no end of its
 /// own) goes as soon as the run returns, as under the millisecond fence, and a fresh
 /// renewal gives it back.
 #[tokio::test(start_paused = true)]
@@ -734,7 +746,7 @@ async fn second_line_a_late_run_removes_the_address_at_once() {
     settle().await;
     lead(&r, 1, true);
     settle().await;
-    assert_eq!(adds_of(&r, vip4()), vec![30]);
+    assert_eq!(adds_of(&r, vip4()), vec![SL]);
     *fence.stall_in_run.lock().unwrap() = Some(Duration::from_millis(4800));
     lead(&r, 1, true);
     tokio::time::sleep(Duration::from_millis(4801)).await;
@@ -769,7 +781,7 @@ async fn a_bind_after_the_probe_gets_the_second_line_only_with_live_elements() {
         settle().await;
         lead(&r, 1, false);
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let expected = if failing { vec![2] } else { vec![30] };
+        let expected = if failing { vec![2] } else { vec![SL] };
         assert_eq!(adds_of(&r, vip4()), expected, "elements failing: {failing}");
     }
 }

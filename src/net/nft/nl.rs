@@ -25,8 +25,8 @@ use std::num::NonZeroI32;
 use std::time::Duration;
 
 use netlink_packet_core::{
-    DefaultNla, Emitable, NLA_F_NESTED, NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_REQUEST,
-    NetlinkHeader, NetlinkMessage, NetlinkPayload,
+    DefaultNla, Emitable, NLA_F_NESTED, NLM_F_ACK, NLM_F_APPEND, NLM_F_CREATE, NLM_F_EXCL,
+    NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload,
 };
 use netlink_packet_netfilter::nftables::{
     ChainAttribute, ChainMessage, Cmp, DataAttribute, ExpressionAttribute, Expressions, Hook,
@@ -795,12 +795,31 @@ pub fn add_element(
     timeout: Option<Duration>,
     shown: &str,
 ) -> Cmd {
+    new_element(family, table, set, key, timeout, None, shown)
+}
+
+/// [`add_element`], with the expiration attribute `expires` when given (with a timeout; the
+/// kernel refuses an expiration longer than the timeout).
+fn new_element(
+    family: Family,
+    table: &str,
+    set: &str,
+    key: &[u8],
+    timeout: Option<Duration>,
+    expires: Option<Duration>,
+    shown: &str,
+) -> Cmd {
     let mut element = Vec::new();
     let mut text = format!("add element {family} {table} {set} {{ {shown}");
     if let Some(t) = timeout {
         let ms = u64::try_from(t.as_millis()).unwrap_or(u64::MAX);
         element.push(SetElementAttribute::Timeout(ms));
         text.push_str(&format!(" timeout {ms}ms"));
+        if let Some(e) = expires {
+            let ms = u64::try_from(e.as_millis()).unwrap_or(u64::MAX);
+            element.push(SetElementAttribute::Expiration(ms));
+            text.push_str(&format!(" expires {ms}ms"));
+        }
     }
     element.push(SetElementAttribute::Key(DataAttribute::Value(key.to_vec())));
     text.push_str(" }");
@@ -810,6 +829,54 @@ pub fn add_element(
         flags: NLM_F_CREATE,
         text,
     }
+}
+
+/// `add element <family> <table> <set> { <shown> timeout <ms>ms expires <ms>ms }`: as
+/// [`add_element`], with the expiration (`NFTA_SET_ELEM_EXPIRATION`) set to the timeout. On an
+/// element that exists, a kernel that updates elements (found by the fence's probe; 6.18
+/// does) sets its expiration from this attribute only: a plain add of the timeout the
+/// element already has leaves it to expire at its old time (`nft add element ... { 192.0.2.10
+/// timeout 2s }` twice a second apart shows `expires 988ms`; with `expires 2s`, `1s996ms`).
+pub fn refresh_element(
+    family: Family,
+    table: &str,
+    set: &str,
+    key: &[u8],
+    timeout: Duration,
+    shown: &str,
+) -> Cmd {
+    new_element(family, table, set, key, Some(timeout), Some(timeout), shown)
+}
+
+/// `add element <family> <table> <set> { <shown> timeout <ms>ms expires <ms>ms }` with an
+/// expiration `expires` other than the timeout (at most the timeout): the fence's probe sets
+/// an element's expiration to 1 ms while keeping its timeout.
+pub fn expiring_element(
+    family: Family,
+    table: &str,
+    set: &str,
+    key: &[u8],
+    timeout: Duration,
+    expires: Duration,
+    shown: &str,
+) -> Cmd {
+    new_element(family, table, set, key, Some(timeout), Some(expires), shown)
+}
+
+/// `create element <family> <table> <set> { <shown> timeout <ms>ms }`: as [`add_element`],
+/// but the kernel refuses it (EEXIST) when the element exists and has not expired.
+pub fn create_element(
+    family: Family,
+    table: &str,
+    set: &str,
+    key: &[u8],
+    timeout: Option<Duration>,
+    shown: &str,
+) -> Cmd {
+    let mut c = add_element(family, table, set, key, timeout, shown);
+    c.flags |= NLM_F_EXCL;
+    c.text = c.text.replacen("add element", "create element", 1);
+    c
 }
 
 /// `delete element <family> <table> <set> { <shown> }`.
