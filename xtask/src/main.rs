@@ -83,7 +83,9 @@ environment:
   VIPD_LAB_TEST_THREADS test threads for lab tests (default 2)
   VIPD_CHAOS_MINUTES    minutes of the chaos soak run by `test` as root (default 2, 0: skip)
   VIPD_CHAOS_SEED       its seed (default 711036458, a fixed schedule)
-  VIPD_BENCH_ENV        extra vipd environment for `bench services`, e.g. svc_leaseshards=16";
+  VIPD_BENCH_ENV        extra vipd environment for `bench services`, e.g. svc_leaseshards=16
+  VIPD_BENCH_SETTLE_SECS  seconds `bench services` scale/coldstart wait after the last answer
+                        before the steady-state window (default 5)";
 
 /// Where `lab up` records the running lab.
 const STATE_FILE: &str = "/run/vipd-lab/up.json";

@@ -17,6 +17,12 @@ pub struct FenceView {
 }
 
 impl FenceView {
+    /// A view with `armed` the fenced VIPs and `live` those whose element is live (as
+    /// [`FenceView::read`] finds them).
+    pub fn new(armed: Vec<IpAddr>, live: Vec<IpAddr>) -> Self {
+        FenceView { armed, live }
+    }
+
     /// Reads both fence tables of `node` (two `nft` runs; a missing table reads as empty).
     pub fn read(lab: &Lab, node: &str) -> Self {
         let mut view = FenceView::default();
@@ -55,7 +61,7 @@ impl FenceView {
 
     /// Whether the fence lets `ip` be answered: not a fenced VIP here, or its element live.
     /// A Service VIP's address is the fence's second line (docs/design.md, "The second
-    /// line"): a killed or frozen holder's address stays on eth0 for up to 30 s after its
+    /// line"): a killed or frozen holder's address stays on eth0 for up to 300 s after its
     /// element expired, inert (its ARP requests, neighbour solicitations and packets
     /// dropped), so it carries nothing.
     pub fn answers(&self, ip: IpAddr) -> bool {

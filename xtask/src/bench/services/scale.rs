@@ -182,6 +182,25 @@ fn print_scale_creation(n: usize, run: &ScaleRun) {
     );
 }
 
+/// How long the steady state waits after the last answer before its window: 5 s, or
+/// `VIPD_BENCH_SETTLE_SECS` (whole seconds; e.g. 60 to measure a node at rest after the
+/// bring-up's status writes and the allocator's passes have ended).
+///
+/// # Errors
+/// A value that is not a whole number of seconds, naming the variable and the value.
+fn steady_settle() -> Result<Duration> {
+    match std::env::var("VIPD_BENCH_SETTLE_SECS") {
+        Err(_) => Ok(Duration::from_secs(5)),
+        Ok(v) => v
+            .trim()
+            .parse::<u64>()
+            .map(Duration::from_secs)
+            .map_err(|e| {
+                anyhow!("VIPD_BENCH_SETTLE_SECS={v:?}: not a whole number of seconds ({e})")
+            }),
+    }
+}
+
 /// Steady state: lets renewals settle, then watches Leases and samples CPU for
 /// [`STEADY_WINDOW`], and prints them with the carried addresses and each node's sample
 /// (RSS before the Services from `idle`; none printed for a node not in `idle`).
@@ -191,7 +210,8 @@ pub(super) fn scale_steady_state(
     idle: &[(String, NodeSample)],
 ) -> Result<()> {
     // Steady state: let renewals settle, then watch Leases and sample CPU for 10 s.
-    std::thread::sleep(Duration::from_secs(5));
+    let settle = steady_settle()?;
+    std::thread::sleep(settle);
     let addr_set: BTreeSet<IpAddr> = addrs.iter().copied().collect();
     let carried = b.carried(&addr_set)?;
     let mut pids: Vec<i32> = NODES.iter().filter_map(|n| b.pid(n)).collect();
@@ -214,8 +234,9 @@ pub(super) fn scale_steady_state(
             .or_default() += 1;
     }
     println!(
-        "  steady state ({} s window, 5 s after the last answer):",
-        STEADY_WINDOW.as_secs()
+        "  steady state ({} s window, {} s after the last answer):",
+        STEADY_WINDOW.as_secs(),
+        settle.as_secs()
     );
     match watch {
         Ok(Ok(Ok(w))) => println!(

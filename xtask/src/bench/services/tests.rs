@@ -664,3 +664,42 @@ fn double_carriers_count_samples_with_an_address_on_two_nodes() {
     assert_eq!(dc.addresses.len(), 20);
     assert_eq!(dc.first.len(), DOUBLE_CARRIERS_LISTED);
 }
+
+/// The power-off's two-responder samples count an address on two nodes only where both
+/// fences let it be answered: an inert second-line address (armed, element expired) on the
+/// node that lost it is no responder, and the fence is read only for a sample with doubles.
+#[test]
+fn an_inert_second_line_address_is_no_second_responder() {
+    use super::poweroff::drop_inert_doubles;
+    use std::cell::Cell;
+    use xtask::lab::FenceView;
+    let a: IpAddr = "2001:db8::1:10".parse().unwrap();
+    let b: IpAddr = "2001:db8::1:11".parse().unwrap();
+    let mut sample: BTreeMap<String, BTreeSet<IpAddr>> = BTreeMap::new();
+    sample.insert("node-a".into(), [a, b].into());
+    sample.insert("node-c".into(), [a].into());
+    let reads = Cell::new(0);
+    drop_inert_doubles(&mut sample, |n| {
+        reads.set(reads.get() + 1);
+        match n {
+            // node-a lost `a` (armed, not live); it still answers `b`.
+            "node-a" => FenceView::new(vec![a, b], vec![b]),
+            _ => FenceView::new(vec![a], vec![a]),
+        }
+    });
+    assert_eq!(sample["node-a"], [b].into());
+    assert_eq!(sample["node-c"], [a].into());
+    assert_eq!(reads.get(), 2);
+    // Live on both: a second responder, kept.
+    let mut both: BTreeMap<String, BTreeSet<IpAddr>> = BTreeMap::new();
+    both.insert("node-a".into(), [a].into());
+    both.insert("node-c".into(), [a].into());
+    drop_inert_doubles(&mut both, |_| FenceView::new(vec![a], vec![a]));
+    assert_eq!(both["node-a"], [a].into());
+    assert_eq!(both["node-c"], [a].into());
+    // No doubles: no fence read.
+    let mut single: BTreeMap<String, BTreeSet<IpAddr>> = BTreeMap::new();
+    single.insert("node-a".into(), [a].into());
+    single.insert("node-c".into(), [b].into());
+    drop_inert_doubles(&mut single, |_| panic!("read without doubles"));
+}
