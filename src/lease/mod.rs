@@ -227,8 +227,8 @@ pub const SECOND_LINE_SECS: u32 = 300;
 /// `plan` with the second line ([`FencePlan::second_line_secs`] = [`SECOND_LINE_SECS`])
 /// where it saves refreshes: only when the address lifetime fences (`address_fences`; the
 /// millisecond fence's addresses already outlive the lease) and only when half of the
-/// second line is longer than the whole-second fence (lease timings of a minute or more
-/// refresh rarely anyway). The caller decides that the nftables fence is active: the second
+/// second line (150 s) is longer than the whole-second fence (lease timings of several
+/// minutes refresh rarely anyway). The caller decides that the nftables fence is active: the second
 /// line is safe only where an element fences the VIP. Pure.
 pub fn with_second_line(plan: FencePlan) -> FencePlan {
     let useful = plan.address_fences && SECOND_LINE_SECS / 2 > plan.address_secs;
