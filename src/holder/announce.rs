@@ -68,8 +68,11 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         self.garp_repeated = false;
     }
 
-    /// Announces every held VIP; IPv6 VIPs only once they left tentative state.
-    pub(super) async fn announce_all(&mut self, first: bool) {
+    /// Announces every held VIP; IPv6 VIPs only once they left tentative state. `repeat`:
+    /// the timer's repeat (the next one is then paced, [`super::AnnouncePace`]); else the
+    /// check's, after a repair or for IPv6 VIPs that just left DAD, whose next comes at
+    /// `arp_rate` like a bind's.
+    pub(super) async fn announce_all(&mut self, first: bool, repeat: bool) {
         let present = match self.kernel.addresses(None).await {
             Ok(p) => p,
             Err(e) => {
@@ -102,7 +105,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             self.announce_one(vip, &link, first);
         }
         self.last_garp = Some(Instant::now());
-        self.garp_repeated = true;
+        self.garp_repeated = repeat;
     }
 
     /// When the next repeat of the announcements is due, while leading: `arp_rate` after a

@@ -22,7 +22,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             repaired |= self.apply_repair(step, now).await;
         }
         if renewed_at.is_some() && (repaired || !self.pending_na.is_empty()) {
-            self.announce_all(repaired).await;
+            // Repairs and IPv6 VIPs out of DAD: first announcements, not repeats.
+            self.announce_all(repaired, false).await;
         }
     }
 

@@ -131,7 +131,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                     }
                 }
                 _ = sleep_until_opt(garp_at) => {
-                    Box::pin(self.announce_all(false)).await;
+                    Box::pin(self.announce_all(false, true)).await;
                 }
             }
         }

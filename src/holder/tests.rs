@@ -825,6 +825,45 @@ async fn repeat_announcements_are_paced_by_the_vips_the_node_holds() {
     assert_eq!(at, vec![0, 3, 13, 23], "seconds after the bind");
 }
 
+/// A VIP the periodic check re-adds (someone deleted it) is announced at once, and its next
+/// announcement comes `arp_rate` later like a bind's, not at the node's paced interval (the
+/// new-user trial found the check's announcement counted as a repeat).
+#[tokio::test(start_paused = true)]
+async fn a_repaired_vip_gets_its_first_repeat_at_arp_rate_not_paced() {
+    let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
+    cfg.announce_pace.set_held(1000);
+    let specs = vec![VipSpec {
+        vip: vip4(),
+        interface: Some("eth0".into()),
+        not_after: None,
+    }];
+    let (r, _) = rig_from(FakeKernel::with_eth0(), specs, cfg, false, None);
+    settle().await;
+    let t0 = Instant::now();
+    lead(&r, 1, true);
+    settle().await;
+    for s in 1..=25 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lead(&r, 1, true);
+        settle().await;
+        if s == 5 {
+            r.kernel.delete(vip4());
+        }
+    }
+    let at: Vec<u64> = r
+        .ann
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, v, _)| *v == vip4())
+        .map(|(t, _, _)| t.duration_since(t0).as_millis() as u64 / 1000)
+        .collect();
+    // Bind 0, first repeat 3; deleted at 5, repaired and announced by 5.5; its next at
+    // arp_rate (by 8.5), then paced (10 s).
+    assert_eq!(at, vec![0, 3, 5, 8, 18], "seconds after the bind");
+}
+
 #[test]
 fn the_repeat_interval_keeps_arp_rate_up_to_100_repeats_a_second() {
     let rate = Duration::from_millis(3000);

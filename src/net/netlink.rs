@@ -273,7 +273,8 @@ const NETLINK_RX_BUFFER: usize = 4 << 20;
 /// [`Kernel`] over an rtnetlink socket.
 ///
 /// The socket lives in the network namespace of the thread that called
-/// [`NetlinkKernel::new`]; the connection task runs on the current tokio runtime.
+/// [`NetlinkKernel::new`]; its connection task runs on a thread of its own
+/// ([`NetlinkKernel::new`]).
 #[derive(Debug)]
 pub struct NetlinkKernel {
     handle: Handle,
@@ -285,30 +286,69 @@ pub struct NetlinkKernel {
     addr_socket: std::sync::Arc<AddrSocket>,
 }
 
+/// Opens the rtnetlink socket on a new thread (which shares the calling thread's network
+/// namespace) and runs its connection there, on a single-threaded tokio runtime, until
+/// every [`Handle`] is dropped. The kernel carries out an address delete or a dump inside
+/// the `sendto`/`recvfrom` that sends or reads it, under the rtnl lock every netlink caller
+/// of the machine shares; with thousands of IPv6 addresses a delete takes milliseconds, and
+/// on the runtime's workers (two on a 2-core node) those calls held up the lease renewals
+/// (the 10 000-Service bench: shard holders stepped down "could not renew within the renew
+/// deadline" with the API server idle, docs/services-bench.md).
+fn spawn_connection() -> Result<Handle, NetError> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name("vipd-rtnetlink".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = tx.send(Err(e));
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                let (mut conn, handle, _messages) = match rtnetlink::new_connection() {
+                    Ok(c) => c,
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        return;
+                    }
+                };
+                // A dump of a node with a thousand Service VIPs overruns the default receive
+                // buffer (ENOBUFS); ask for 4 MiB (the kernel caps it at net.core.rmem_max).
+                {
+                    use netlink_sys::AsyncSocket;
+                    if let Err(e) = conn
+                        .socket_mut()
+                        .socket_mut()
+                        .set_rx_buf_sz(NETLINK_RX_BUFFER)
+                    {
+                        tracing::warn!(error = %e, "cannot enlarge the netlink receive buffer");
+                    }
+                }
+                if tx.send(Ok(handle)).is_ok() {
+                    conn.await;
+                }
+            });
+        })
+        .map_err(NetError::Socket)?;
+    rx.recv()
+        .map_err(|e| NetError::Socket(std::io::Error::other(e)))?
+        .map_err(NetError::Socket)
+}
+
 impl NetlinkKernel {
-    /// Open the rtnetlink socket and spawn its connection task on the current tokio runtime.
+    /// Opens the rtnetlink socket, its connection running on a thread of its own
+    /// ([`spawn_connection`]), and the blocking socket for fence lifetimes.
     ///
     /// # Errors
-    /// [`NetError::Socket`] when the socket cannot be opened or no tokio runtime is running.
+    /// [`NetError::Socket`] when a socket, the thread or its runtime cannot be created.
     pub fn new() -> Result<Self, NetError> {
-        let rt = tokio::runtime::Handle::try_current()
-            .map_err(|e| NetError::Socket(std::io::Error::other(e)))?;
-        let (mut conn, handle, _messages) =
-            rtnetlink::new_connection().map_err(NetError::Socket)?;
-        // A dump of a node with a thousand Service VIPs overruns the default receive
-        // buffer (ENOBUFS); ask for 4 MiB (the kernel caps it at net.core.rmem_max).
-        {
-            use netlink_sys::AsyncSocket;
-            if let Err(e) = conn
-                .socket_mut()
-                .socket_mut()
-                .set_rx_buf_sz(NETLINK_RX_BUFFER)
-            {
-                tracing::warn!(error = %e, "cannot enlarge the netlink receive buffer");
-            }
-        }
+        let handle = spawn_connection()?;
         let addr_socket = std::sync::Arc::new(AddrSocket::open().map_err(NetError::Socket)?);
-        rt.spawn(conn);
         Ok(Self {
             handle,
             tag_mode: AtomicU8::new(TagMode::Unknown.to_u8()),

@@ -128,8 +128,11 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     // fence.
     let cp_holder_cfg = match &routes {
         Some(_) => HolderConfig::routed(&cfg.lease.timing, cfg.arp_rate)?,
+        // Its own pace (never set: every repeat at arp_rate): one VIP saves nothing by
+        // waiting for the Services' count.
         None => HolderConfig {
             nft_fence: nft_fence.clone(),
+            announce_pace: Arc::new(crate::holder::AnnouncePace::default()),
             ..holder_cfg.clone()
         },
     };
