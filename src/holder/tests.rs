@@ -790,12 +790,10 @@ async fn leading_adds_with_fence_announces_at_once_then_every_arp_rate() {
     assert!(r.kernel.0.lock().unwrap().adds.iter().all(|(_, l)| *l == 2));
 }
 
-/// A node holding more VIPs than `arp_rate` × 100 spreads its repeat announcements: the
-/// bind's announcement and the first repeat keep `arp_rate` (3 s), later repeats come at
-/// the node's paced interval (1 000 VIPs held: 10 s), so the node sends at most 100 repeats
-/// a second however many VIPs it holds.
-#[tokio::test(start_paused = true)]
-async fn repeat_announcements_are_paced_by_the_vips_the_node_holds() {
+/// The whole seconds after the bind at which a holder announces `vip4()` while its node
+/// holds 1 000 VIPs (`vip_arpRate` 3 s, paced interval 10 s), renewing every second for
+/// `seconds`, with the VIP deleted from the kernel after renewal `delete_after` when given.
+async fn announcements_at_1000_held(seconds: u32, delete_after: Option<u32>) -> Vec<u64> {
     let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
     cfg.announce_pace.set_held(1000);
     let specs = vec![VipSpec {
@@ -808,20 +806,28 @@ async fn repeat_announcements_are_paced_by_the_vips_the_node_holds() {
     let t0 = Instant::now();
     lead(&r, 1, true);
     settle().await;
-    for _ in 0..30 {
+    for s in 1..=seconds {
         tokio::time::sleep(Duration::from_secs(1)).await;
         lead(&r, 1, true);
         settle().await;
+        if delete_after == Some(s) {
+            r.kernel.delete(vip4());
+        }
     }
-    let at: Vec<u64> = r
-        .ann
-        .0
-        .lock()
-        .unwrap()
-        .iter()
+    let sent = r.ann.0.lock().unwrap();
+    sent.iter()
         .filter(|(_, v, _)| *v == vip4())
         .map(|(t, _, _)| t.duration_since(t0).as_secs())
-        .collect();
+        .collect()
+}
+
+/// A node holding more VIPs than `arp_rate` × 100 spreads its repeat announcements: the
+/// bind's announcement and the first repeat keep `arp_rate` (3 s), later repeats come at
+/// the node's paced interval (1 000 VIPs held: 10 s), so the node sends at most 100 repeats
+/// a second however many VIPs it holds.
+#[tokio::test(start_paused = true)]
+async fn repeat_announcements_are_paced_by_the_vips_the_node_holds() {
+    let at = announcements_at_1000_held(30, None).await;
     assert_eq!(at, vec![0, 3, 13, 23], "seconds after the bind");
 }
 
@@ -830,35 +836,7 @@ async fn repeat_announcements_are_paced_by_the_vips_the_node_holds() {
 /// new-user trial found the check's announcement counted as a repeat).
 #[tokio::test(start_paused = true)]
 async fn a_repaired_vip_gets_its_first_repeat_at_arp_rate_not_paced() {
-    let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
-    cfg.announce_pace.set_held(1000);
-    let specs = vec![VipSpec {
-        vip: vip4(),
-        interface: Some("eth0".into()),
-        not_after: None,
-    }];
-    let (r, _) = rig_from(FakeKernel::with_eth0(), specs, cfg, false, None);
-    settle().await;
-    let t0 = Instant::now();
-    lead(&r, 1, true);
-    settle().await;
-    for s in 1..=25 {
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        lead(&r, 1, true);
-        settle().await;
-        if s == 5 {
-            r.kernel.delete(vip4());
-        }
-    }
-    let at: Vec<u64> = r
-        .ann
-        .0
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(_, v, _)| *v == vip4())
-        .map(|(t, _, _)| t.duration_since(t0).as_millis() as u64 / 1000)
-        .collect();
+    let at = announcements_at_1000_held(25, Some(5)).await;
     // Bind 0, first repeat 3; deleted at 5, repaired and announced by 5.5; its next at
     // arp_rate (by 8.5), then paced (10 s).
     assert_eq!(at, vec![0, 3, 5, 8, 18], "seconds after the bind");

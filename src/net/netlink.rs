@@ -274,7 +274,7 @@ const NETLINK_RX_BUFFER: usize = 4 << 20;
 ///
 /// The socket lives in the network namespace of the thread that called
 /// [`NetlinkKernel::new`]; its connection task runs on a thread of its own
-/// ([`NetlinkKernel::new`]).
+/// ([`spawn_connection`]).
 #[derive(Debug)]
 pub struct NetlinkKernel {
     handle: Handle,

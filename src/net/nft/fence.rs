@@ -472,7 +472,7 @@ pub(crate) fn refresh_commands(
     let t = FENCE_TABLE;
     let mut b = Batch::new();
     for vip in vips {
-        let replace = !updates && may_be_live(vip);
+        let replace = may_be_live(vip);
         let arm = !armed(vip);
         for (f, set, live, k, shown) in places(*vip) {
             if arm {
@@ -505,16 +505,16 @@ const PROBE_KEY: [u8; 4] = [0; 4];
 /// failure: `false` (the delete-and-add way works on every kernel).
 async fn probe_timeout_updates(transport: &dyn Transport) -> bool {
     let (f, t, set, shown) = (Family::Inet, FENCE_TABLE, "live4", "0.0.0.0");
-    let one = Some(Duration::from_millis(1));
+    let (long, short) = (Duration::from_secs(60), Duration::from_millis(1));
+    let one = Some(short);
     let batch = |cmd: nl::Cmd| {
         let mut b = Batch::new();
         b.push(cmd);
         b
     };
-    let long = Some(Duration::from_secs(60));
     let set_up = send_batch(
         transport,
-        batch(nl::add_element(f, t, set, &PROBE_KEY, long, shown)),
+        batch(nl::add_element(f, t, set, &PROBE_KEY, Some(long), shown)),
         Mode::Commit,
     )
     .await
@@ -522,13 +522,7 @@ async fn probe_timeout_updates(transport: &dyn Transport) -> bool {
         && send_batch(
             transport,
             batch(nl::expiring_element(
-                f,
-                t,
-                set,
-                &PROBE_KEY,
-                Duration::from_secs(60),
-                Duration::from_millis(1),
-                shown,
+                f, t, set, &PROBE_KEY, long, short, shown,
             )),
             Mode::Commit,
         )
@@ -1405,8 +1399,9 @@ mod tests {
     }
 
     /// A VIP already armed is not added to its `vips` sets again; on a kernel that updates
-    /// timeouts on a plain add, a renewal of a live element is one add per place (the 10k
-    /// bench: four messages per place a VIP per renewal were most of vipd's CPU at rest).
+    /// elements, a renewal of a live element is one add carrying its expiration per place
+    /// (the 10k bench: four messages per place a VIP per renewal were most of vipd's CPU at
+    /// rest); elsewhere it is deleted and added again.
     #[test]
     fn a_renewal_of_an_armed_vip_is_one_add_with_its_expiration_per_place_where_the_kernel_updates_elements()
      {
