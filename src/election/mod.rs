@@ -36,6 +36,7 @@ pub mod kube;
 pub mod local;
 pub mod metrics;
 pub(crate) mod outage;
+pub mod own_runtime;
 pub mod record;
 pub mod ridemark;
 mod run;

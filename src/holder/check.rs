@@ -15,7 +15,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let Some(present) = self.list_for_check(now).await else {
             return;
         };
-        let steps = self.repair_steps(&present, fence_left).await;
+        let steps = self.repair_steps(&present, fence_left, now).await;
         self.say_missing(&steps, now);
         let mut repaired = false;
         for step in steps {
@@ -85,8 +85,25 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
 
     /// The repairs [`address_steps`] asks for given `present`: the bound VIPs while leading, and the
     /// held-back ones' removal. An add is confirmed against a fresh dump first.
-    async fn repair_steps(&self, present: &[AddrInfo], fence_left: Option<u32>) -> Vec<Step> {
-        let desired = self.desired();
+    ///
+    /// A lapsed fence (`fence_left` `None`) while the elector still says this node leads (its
+    /// renewal is late: a stalled task, a frozen process) removes the VIPs, except
+    /// second-line addresses ([`Self::second_line_inert`]): their elements have ended, so
+    /// they are inert, and the next renewal makes them answer again without a kernel call.
+    async fn repair_steps(
+        &self,
+        present: &[AddrInfo],
+        fence_left: Option<u32>,
+        now: Instant,
+    ) -> Vec<Step> {
+        let mut desired = self.desired();
+        if fence_left.is_none() && self.second_line_inert(now) {
+            desired.retain(|(vip, _)| {
+                self.vips
+                    .iter()
+                    .any(|s| s.vip == *vip && s.not_after.is_some())
+            });
+        }
         let held_back = self.held_back();
         let steps_for = |present: &[AddrInfo]| {
             let mut steps = address_steps(&desired, present, fence_left);
@@ -106,6 +123,20 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             }
         }
         steps
+    }
+
+    /// Whether this holder's second-line addresses are inert at `now` and may stay while its
+    /// fence has lapsed: the elector still says it leads (it has not stepped down: then every
+    /// VIP goes), the plan gives Service VIPs the second line (the nftables element is the
+    /// fence, [`crate::lease::with_second_line`]), and no element of this holder runs (each
+    /// was set to end no later than the lease allows, so by a lapse they have ended; a live
+    /// one would contradict that, and then the addresses go as under the address fence).
+    ///
+    /// Removing them instead cost the kernel milliseconds per IPv6 address next to thousands
+    /// (each delete walks the routing table): in a 10 000-Service cold start a holder late by
+    /// a second removed its 645 addresses and added them again at its next renewal.
+    fn second_line_inert(&self, now: Instant) -> bool {
+        self.renewed_at.is_some() && self.cfg.fence.second_line_secs > 0 && !self.element_live(now)
     }
 
     /// Warns of the VIPs `steps` re-add (found missing while leading), each once a minute

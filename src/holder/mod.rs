@@ -304,12 +304,17 @@ pub fn address_steps(
     fence_left: Option<u32>,
 ) -> Vec<Step> {
     let mut steps = Vec::new();
-    // vipd's copies by address, read once: a shard's holder checks hundreds of VIPs
-    // against thousands of addresses twice a second.
-    let mut ours: std::collections::HashMap<IpAddr, Vec<&AddrInfo>> =
-        std::collections::HashMap::new();
+    // vipd's copies of the desired addresses, read once: a shard's holder checks hundreds
+    // of VIPs against thousands of addresses twice a second, so only the desired ones are
+    // indexed (allocations in the VIPs checked, not in the node's addresses).
+    let mut ours: std::collections::HashMap<IpAddr, Vec<&AddrInfo>> = desired
+        .iter()
+        .map(|(vip, _)| (vip.addr, Vec::new()))
+        .collect();
     for a in present.iter().filter(|a| a.ours) {
-        ours.entry(a.vip.addr).or_default().push(a);
+        if let Some(copies) = ours.get_mut(&a.vip.addr) {
+            copies.push(a);
+        }
     }
     for (vip, ifindex) in desired {
         let copies: &[&AddrInfo] = ours.get(&vip.addr).map_or(&[], Vec::as_slice);
@@ -364,14 +369,17 @@ pub fn address_steps(
     steps
 }
 
-/// vipd's addresses in `present` by interface index and address, for looking many VIPs up
-/// in one dump (a shard's holder has hundreds, the node thousands of addresses). Pure.
+/// vipd's addresses in `present` whose address is one of `wanted`, by interface index and
+/// address, for looking many VIPs up in one dump (a shard's holder has hundreds, the node
+/// thousands of addresses: only the wanted ones are indexed). Pure.
 pub(crate) fn ours_by_place(
     present: &[AddrInfo],
+    wanted: impl IntoIterator<Item = IpAddr>,
 ) -> std::collections::HashMap<(u32, IpAddr), &AddrInfo> {
+    let wanted: std::collections::HashSet<IpAddr> = wanted.into_iter().collect();
     present
         .iter()
-        .filter(|a| a.ours)
+        .filter(|a| a.ours && wanted.contains(&a.vip.addr))
         .map(|a| ((a.ifindex, a.vip.addr), a))
         .collect()
 }

@@ -195,7 +195,11 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let Ok(present) = self.kernel.addresses(None).await else {
             return (idx.to_vec(), Vec::new());
         };
-        let ours = ours_by_place(&present);
+        let wanted = idx
+            .iter()
+            .filter_map(|&i| self.vips.get(i))
+            .map(|s| s.vip.addr);
+        let ours = ours_by_place(&present, wanted);
         idx.iter().copied().partition(|&i| {
             let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
                 return true;

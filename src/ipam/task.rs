@@ -79,7 +79,8 @@ impl Running {
 /// [`ClientError`] when the clients cannot be built.
 pub async fn start(settings: Settings, parts: Parts) -> Result<Running, ClientError> {
     let settings = Arc::new(settings);
-    let clients = crate::kube::client::services_clients(&settings.kube).await?;
+    let elections = crate::election::own_runtime::election_runtime();
+    let clients = crate::kube::client::services_clients(&settings.kube, elections.as_ref()).await?;
     let leases = KubeLeaseClient::new(
         clients.leases.clone(),
         &settings.lease.namespace,
@@ -95,7 +96,10 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Running, ClientEr
         "svc_ipam: Service addresses are allocated from the ConfigMap's pools by the holder of the Lease"
     );
     let election_stop = CancellationToken::new();
-    let elector_task = tokio::spawn(elector.run(election_stop.clone()));
+    let elector_task = crate::election::own_runtime::spawn_on(
+        elections.as_ref(),
+        elector.run(election_stop.clone()),
+    );
     let stop = CancellationToken::new();
     let pool_metrics = parts.metrics.families::<PoolMetrics>();
     let api = KubeServiceApi::new(clients.other.clone(), &settings.node_name);

@@ -399,6 +399,9 @@ pub(crate) struct ServicesClients {
     /// Activity of the watches run on `other`: successful watch (re)starts are reported
     /// here by its [`WatchStartLayer`]; the watches register and report their events.
     pub watches: WatchActivity,
+    /// The runtime `leases` was built on, where the electors that use it run
+    /// ([`crate::election::own_runtime`]); `None`: the caller's.
+    pub elections: Option<tokio::runtime::Handle>,
 }
 
 /// Builds [`ServicesClients`]. Each has its own connections and keeps at most
@@ -410,9 +413,16 @@ pub(crate) struct ServicesClients {
 /// control-plane lease. Time spent queued counts against each call's own timeout; a watch
 /// holds its slot only until its response headers arrive.
 ///
+/// `elections`: the runtime the Service electors run on
+/// ([`crate::election::own_runtime`]); the lease client is built there, so its request
+/// queue and connections are driven by that runtime, not by the caller's workers.
+///
 /// # Errors
 /// As [`election_client`].
-pub(crate) async fn services_clients(cfg: &Settings) -> Result<ServicesClients, ClientError> {
+pub(crate) async fn services_clients(
+    cfg: &Settings,
+    elections: Option<&tokio::runtime::Handle>,
+) -> Result<ServicesClients, ClientError> {
     let mut kc = election_config(cfg).await?;
     // Watches on these clients ask the server to end them after SERVICES_WATCH_TIMEOUT_SECS;
     // a read that waits longer than this means a dead connection (e.g. half-open after a
@@ -425,12 +435,22 @@ pub(crate) async fn services_clients(cfg: &Settings) -> Result<ServicesClients, 
     let limited = |max: usize| -> Result<ClientBuilder<_>, ClientError> {
         Ok(client_builder(&kc)?.with_layer(&tower::limit::ConcurrencyLimitLayer::new(max)))
     };
+    let leases = limited(SERVICES_LEASE_MAX_IN_FLIGHT)?;
+    // kube-rs starts the client's request queue with `tokio::spawn` when it is built.
+    let leases = match elections {
+        Some(rt) => {
+            let _on = rt.enter();
+            leases.build()
+        }
+        None => leases.build(),
+    };
     Ok(ServicesClients {
-        leases: limited(SERVICES_LEASE_MAX_IN_FLIGHT)?.build(),
+        leases,
         other: limited(SERVICES_OTHER_MAX_IN_FLIGHT)?
             .with_layer(&WatchStartLayer::new(watches.clone()))
             .build(),
         watches,
+        elections: elections.cloned(),
     })
 }
 

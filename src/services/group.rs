@@ -388,7 +388,10 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             holder_stop.clone(),
         ));
         let holder_task = tokio::spawn(holder.run(leadership, holder_stop.clone()));
-        let elector_task = tokio::spawn(elector.run(elector_stop.clone()));
+        let elector_task = crate::election::own_runtime::spawn_on(
+            shared.elections.as_ref(),
+            elector.run(elector_stop.clone()),
+        );
         let seen = shared.services_seen.subscribe();
         let dhcp = shared
             .dhcp

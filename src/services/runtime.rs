@@ -238,7 +238,8 @@ async fn launch<K: Kernel, A: Announcer>(
     cached: Arc<K>,
     announcer: Arc<A>,
 ) -> Result<Running, ServicesError> {
-    let clients = crate::kube::client::services_clients(&cfg.kube).await?;
+    let elections = crate::election::own_runtime::election_runtime();
+    let clients = crate::kube::client::services_clients(&cfg.kube, elections.as_ref()).await?;
     let ride = match cfg.services_ride_through {
         true => match ride_setup(cfg, cached.as_ref(), &holder_cfg).await {
             Ok(r) => Some(r),
@@ -485,6 +486,7 @@ async fn run<K: Kernel, A: Announcer>(
         kernel,
         announcer,
         lease_client: clients.leases.clone(),
+        elections: clients.elections.clone(),
         hub,
         status: KubeStatusWriter::new(client.clone(), &cfg.node_name),
         services: caches.services.clone(),

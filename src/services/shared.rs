@@ -33,6 +33,9 @@ pub(super) struct Shared<K: Kernel, A: Announcer> {
     pub(super) announcer: Arc<A>,
     /// For Lease reads and writes only (see `crate::kube::client::ServicesClients`).
     pub(super) lease_client: kube::Client,
+    /// Where the group electors run: the election runtime `lease_client` was built on
+    /// ([`crate::election::own_runtime`]); `None`: the current runtime (tests).
+    pub(super) elections: Option<tokio::runtime::Handle>,
     pub(super) hub: LeaseHub,
     pub(super) status: KubeStatusWriter,
     pub(super) services: Store<Service>,

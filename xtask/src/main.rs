@@ -84,6 +84,8 @@ environment:
   VIPD_CHAOS_MINUTES    minutes of the chaos soak run by `test` as root (default 2, 0: skip)
   VIPD_CHAOS_SEED       its seed (default 711036458, a fixed schedule)
   VIPD_BENCH_ENV        extra vipd environment for `bench services`, e.g. svc_leaseshards=16
+  VIPD_BENCH_LOG        vipd's log filter (VIPD_LOG) for `bench services`, e.g.
+                        info,vipd::election=debug
   VIPD_BENCH_SETTLE_SECS  seconds `bench services` scale/coldstart wait after the last answer
                         before the steady-state window (default 5)";
 

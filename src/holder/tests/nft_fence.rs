@@ -812,3 +812,58 @@ async fn millisecond_fence_without_elements_the_check_keeps_no_address() {
         FAST.retry_period * 10
     );
 }
+
+/// A holder whose renewal is late (its elector has not stepped down, but the lease may have
+/// lapsed for the other nodes) keeps its second-line addresses: their elements have ended,
+/// so nothing answers for them, and the next renewal sets the elements again without a
+/// kernel address call. A VIP with a not-after time (its address is its fence) still goes.
+/// Removing and re-adding them cost a 10 000-Service cold start hundreds of IPv6 deletes
+/// per late holder.
+#[tokio::test(start_paused = true)]
+async fn a_late_renewal_leaves_second_line_addresses_inert_not_removed() {
+    let fence = Arc::new(FakeFence::default());
+    let plain = VipSpec {
+        vip: vip4(),
+        interface: Some("eth0".into()),
+        not_after: None,
+    };
+    let dhcp = VipSpec {
+        vip: dhcp_vip(),
+        interface: Some("eth0".into()),
+        not_after: Some(Instant::now() + Duration::from_secs(3600)),
+    };
+    let r = second_line_rig(fence.clone(), vec![plain, dhcp]);
+    settle().await;
+    lead(&r, 1, true);
+    settle().await;
+    assert_eq!(adds_of(&r, vip4()), vec![SL]);
+    assert!(r.kernel.has(dhcp_vip()));
+    // No renewal for twice the lease: the checks run, the elector still says leading.
+    tokio::time::sleep(TIMING.lease_duration * 2).await;
+    let now = Instant::now();
+    assert!(
+        fence.live_until(vip4().addr).is_none_or(|u| u <= now),
+        "the element ended with the lease"
+    );
+    assert!(r.kernel.has(vip4()), "the second-line address stays, inert");
+    assert!(
+        !r.kernel.has(dhcp_vip()),
+        "an address that is its own fence goes"
+    );
+    // The late renewal arrives: the element again, and no add for the second-line VIP.
+    let sent = Instant::now();
+    lead(&r, 1, true);
+    settle().await;
+    assert!(fence.live_until(vip4().addr).is_some_and(|u| u > sent));
+    assert_eq!(
+        adds_of(&r, vip4()),
+        vec![SL],
+        "not removed, so not added again"
+    );
+    // A step-down removes it at once.
+    r.state.send_replace(LeaderState::Following {
+        holder: Some("node-b".into()),
+    });
+    settle().await;
+    assert!(!r.kernel.has(vip4()), "a step-down removes every VIP");
+}

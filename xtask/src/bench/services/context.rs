@@ -207,6 +207,7 @@ impl Bench {
         }
         let from_env = std::env::var("VIPD_BENCH_ENV").unwrap_or_default();
         let wrap = std::env::var("VIPD_BENCH_WRAP").unwrap_or_default();
+        let log = std::env::var("VIPD_BENCH_LOG").unwrap_or_default();
         let t0 = Instant::now();
         let mut procs = Vec::new();
         for (node, kubeconfig) in &envs {
@@ -223,6 +224,12 @@ impl Bench {
                 let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
                 env.retain(|(ek, _)| *ek != k);
                 env.push((k, v));
+            }
+            // vipd's log filter (`VIPD_LOG`, tracing's EnvFilter: commas allowed here, unlike
+            // in VIPD_BENCH_ENV), e.g. VIPD_BENCH_LOG="info,vipd::election=debug".
+            if !log.is_empty() {
+                env.retain(|(ek, _)| *ek != "VIPD_LOG");
+                env.push(("VIPD_LOG", log.as_str()));
             }
             self.vipd_env = env
                 .iter()
