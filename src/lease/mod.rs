@@ -131,8 +131,9 @@ pub fn fence_grant(fence_secs: u32, lease_duration: Duration, age: Duration) -> 
 
 /// Whether the lease others see may have expired `age` after the last renewal request was
 /// sent (less `margin`: [`FENCE_MARGIN`], or [`NFT_FENCE_MARGIN`] under the millisecond
-/// fence): from then on this node must hold nothing, whatever its elector has not yet
-/// noticed (a process continued after a freeze, a stalled task). Pure.
+/// fence): from then on this node must answer for nothing, whatever its elector has not
+/// yet noticed (a process continued after a freeze, a stalled task): its addresses go, but
+/// for second-line addresses, whose ended elements keep them inert. Pure.
 pub fn fence_lapsed(lease_duration: Duration, margin: Duration, age: Duration) -> bool {
     age.saturating_add(margin) >= lease_duration
 }
