@@ -161,6 +161,12 @@ pub(crate) async fn subnet_edges<K: Kernel>(
 pub struct Parts {
     /// Client of the election's API server (the node's own in control-plane mode).
     pub client: kube::Client,
+    /// The same server's client for the control-plane Lease alone, built on `elections`
+    /// ([`crate::kube::client::election_lease_client`]).
+    pub lease_client: kube::Client,
+    /// Where the elector runs: the election runtime ([`crate::election::own_runtime`]), so
+    /// its renewals never wait for the Services' work on the main runtime; `None`: here.
+    pub elections: Option<tokio::runtime::Handle>,
     /// The kernel the VIPs go to.
     pub kernel: Arc<NetlinkKernel>,
     /// The VIP holder's settings (fence, GARP rate, conflict probe, ARP guard).
@@ -215,8 +221,11 @@ pub fn start(cfg: &Settings, parts: Parts, shutdown: CancellationToken) -> Runni
             launch(cfg, parts, leases, kernel, Arc::new(NoAnnouncer), shutdown)
         }
         None => {
-            let leases =
-                KubeLeaseClient::new(parts.client.clone(), &cfg.lease.namespace, &cfg.lease.name);
+            let leases = KubeLeaseClient::new(
+                parts.lease_client.clone(),
+                &cfg.lease.namespace,
+                &cfg.lease.name,
+            );
             let kernel = parts.kernel.clone();
             launch(cfg, parts, leases, kernel, Arc::new(RawAnnouncer), shutdown)
         }
@@ -240,6 +249,7 @@ fn launch<C: LeaseClient, K: Kernel, A: Announcer>(
         metrics,
         readiness,
         nodes,
+        elections,
         ..
     } = parts;
     if routed {
@@ -324,7 +334,7 @@ fn launch<C: LeaseClient, K: Kernel, A: Announcer>(
     let holder_stop = CancellationToken::new();
     let holder_task = tokio::spawn(holder.run(leadership, holder_stop.clone()));
     let elector_stop = election_stop.clone();
-    let elector_task = tokio::spawn(async move {
+    let elector_task = crate::election::own_runtime::spawn_on(elections.as_ref(), async move {
         elector.run(elector_stop).await;
     });
     Running {

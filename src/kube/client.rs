@@ -191,6 +191,34 @@ pub(crate) async fn election_client(cfg: &Settings) -> Result<(kube::Client, Str
     Ok((client, url))
 }
 
+/// A client for a Lease's elector alone: [`election_client`]'s server and settings, built on
+/// `elections` (the election runtime, [`crate::election::own_runtime`]) so that its request
+/// queue, which kube-rs starts with `tokio::spawn` when the client is built, is driven there
+/// and not by the caller's busy workers; `None`: on the caller's runtime.
+///
+/// # Errors
+/// As [`election_client`].
+pub(crate) async fn election_lease_client(
+    cfg: &Settings,
+    elections: Option<&tokio::runtime::Handle>,
+) -> Result<kube::Client, ClientError> {
+    let kc = election_config(cfg).await?;
+    let builder = client_builder(&kc)?;
+    Ok(on_runtime(elections, || builder.build()))
+}
+
+/// Runs `build` (a client's construction) with `runtime` as the current runtime, so what it
+/// spawns runs there (see [`election_lease_client`]); `None`: here.
+fn on_runtime<T>(runtime: Option<&tokio::runtime::Handle>, build: impl FnOnce() -> T) -> T {
+    match runtime {
+        Some(rt) => {
+            let _on = rt.enter();
+            build()
+        }
+        None => build(),
+    }
+}
+
 /// kube-rs's default client stack for `kc` (base URL, kube-rs's retry of 429/503/504 when
 /// `default_retry`, authentication, extra and impersonation headers, TLS with `kc`'s
 /// roots, identity and server name, connect/read/write timeouts), on connections with TCP
@@ -435,17 +463,11 @@ pub(crate) async fn services_clients(
     let limited = |max: usize| -> Result<ClientBuilder<_>, ClientError> {
         Ok(client_builder(&kc)?.with_layer(&tower::limit::ConcurrencyLimitLayer::new(max)))
     };
-    let leases = limited(SERVICES_LEASE_MAX_IN_FLIGHT)?;
-    // kube-rs starts the client's request queue with `tokio::spawn` when it is built.
-    let leases = match elections {
-        Some(rt) => {
-            let _on = rt.enter();
-            leases.build()
-        }
-        None => leases.build(),
-    };
     Ok(ServicesClients {
-        leases,
+        leases: {
+            let builder = limited(SERVICES_LEASE_MAX_IN_FLIGHT)?;
+            on_runtime(elections, || builder.build())
+        },
         other: limited(SERVICES_OTHER_MAX_IN_FLIGHT)?
             .with_layer(&WatchStartLayer::new(watches.clone()))
             .build(),

@@ -136,11 +136,22 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
             ..holder_cfg.clone()
         },
     };
+    // The control-plane elector renews on the election runtime, with a client of its own.
+    let elections = match cfg.control_plane {
+        true => crate::election::own_runtime::election_runtime(),
+        false => None,
+    };
+    let cp_lease_client = match cfg.control_plane {
+        true => crate::kube::client::election_lease_client(&cfg.kube(), elections.as_ref()).await?,
+        false => client.clone(),
+    };
     let control_plane = cfg.control_plane.then(|| {
         controlplane::start(
             &cfg.controlplane(),
             controlplane::Parts {
                 client: client.clone(),
+                lease_client: cp_lease_client,
+                elections,
                 kernel: kernel.clone(),
                 holder_cfg: cp_holder_cfg,
                 gates: cp_gates.clone(),
