@@ -421,11 +421,7 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
         may_write: &(dyn Fn() -> bool + Sync),
     ) -> Vec<(Write<'a>, Outcome)> {
         let api = &self.api;
-        let calls: Vec<_> = writes
-            .into_iter()
-            .map(|w| write_one(api, w, may_write))
-            .collect();
-        let done = at_most(WRITES_IN_FLIGHT, calls).await;
+        let done = at_most(WRITES_IN_FLIGHT, writes, |w| write_one(api, w, may_write)).await;
         if done.iter().any(|(_, o)| *o == Outcome::Failed) {
             self.failures = self.failures.saturating_add(1);
         } else if done.iter().any(|(_, o)| *o == Outcome::Written) {
@@ -540,11 +536,11 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
     /// Posts the queued Events, up to [`WRITES_IN_FLIGHT`] at once.
     async fn post_queued(&mut self) {
         let api = &self.api;
-        let calls: Vec<_> = std::mem::take(&mut self.outbox)
-            .into_iter()
-            .map(|(key, uid, event)| post_one(api, key, uid, event))
-            .collect();
-        at_most(WRITES_IN_FLIGHT, calls).await;
+        let queued = std::mem::take(&mut self.outbox);
+        at_most(WRITES_IN_FLIGHT, queued, |(key, uid, event)| {
+            post_one(api, key, uid, event)
+        })
+        .await;
     }
 }
 

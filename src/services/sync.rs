@@ -448,8 +448,7 @@ impl StatusSync {
         // Concurrently, at most STATUS_WRITES_IN_FLIGHT at a time: a group governing
         // hundreds of Services (a shard lease) wrote them one after another, and its next
         // change of VIPs waited for the last write.
-        let writes: Vec<_> = writes.into_iter().map(|w| w.apply(ctx)).collect();
-        let done = at_most(STATUS_WRITES_IN_FLIGHT, writes).await;
+        let done = at_most(STATUS_WRITES_IN_FLIGHT, writes, |w| w.apply(ctx)).await;
         let mut ok = true;
         for (w, done_ok) in done {
             ok &= done_ok;
@@ -469,9 +468,12 @@ impl StatusSync {
         let posts: Vec<_> = self
             .pending
             .iter()
-            .map(|(key, (uid, ev))| post_event(ctx, key.clone(), uid.clone(), ev.clone()))
+            .map(|(key, (uid, ev))| (key.clone(), uid.clone(), ev.clone()))
             .collect();
-        let results = at_most(STATUS_WRITES_IN_FLIGHT, posts).await;
+        let results = at_most(STATUS_WRITES_IN_FLIGHT, posts, |(key, uid, ev)| {
+            post_event(ctx, key, uid, ev)
+        })
+        .await;
         let mut ok = true;
         for (key, posted) in results {
             if posted {
