@@ -204,7 +204,13 @@ pub(crate) async fn election_lease_client(
 ) -> Result<kube::Client, ClientError> {
     let kc = election_config(cfg).await?;
     let builder = client_builder(&kc)?;
-    Ok(on_runtime(elections, || builder.build()))
+    Ok(match elections {
+        // Every call a task there too ([`SpawnOnLayer`]), as the Services' lease client.
+        Some(rt) => on_runtime(Some(rt), || {
+            builder.with_layer(&SpawnOnLayer(rt.clone())).build()
+        }),
+        None => builder.build(),
+    })
 }
 
 /// Runs `build` (a client's construction) with `runtime` as the current runtime, so what it
@@ -464,16 +470,98 @@ pub(crate) async fn services_clients(
         Ok(client_builder(&kc)?.with_layer(&tower::limit::ConcurrencyLimitLayer::new(max)))
     };
     Ok(ServicesClients {
-        leases: {
-            let builder = limited(SERVICES_LEASE_MAX_IN_FLIGHT)?;
-            on_runtime(elections, || builder.build())
-        },
+        leases: leases_client(&kc, elections)?,
         other: limited(SERVICES_OTHER_MAX_IN_FLIGHT)?
             .with_layer(&WatchStartLayer::new(watches.clone()))
             .build(),
         watches,
         elections: elections.cloned(),
     })
+}
+
+/// The Services' lease client for `kc` ([`ServicesClients::leases`]): at most
+/// [`SERVICES_LEASE_MAX_IN_FLIGHT`] calls in flight; with `elections`, its request queue
+/// starts there (kube-rs starts it with `tokio::spawn` when the client is built) and every
+/// call runs there as a task of its own ([`SpawnOnLayer`]). The latter matters because
+/// hyper opens a connection, registers its socket and spawns its driver on the runtime of
+/// the task that polls the call, and the pool hands that connection to any later call:
+/// the peer protocol's API probe (every 250 ms) and lease deletes use this client from the
+/// main runtime, and a renewal on their connection waited for the main runtime's workers.
+fn leases_client(
+    kc: &kube::Config,
+    elections: Option<&tokio::runtime::Handle>,
+) -> Result<kube::Client, ClientError> {
+    let leases = client_builder(kc)?;
+    Ok(match elections {
+        Some(rt) => {
+            let leases = leases.with_layer(&SpawnOnLayer(rt.clone())).with_layer(
+                &tower::limit::ConcurrencyLimitLayer::new(SERVICES_LEASE_MAX_IN_FLIGHT),
+            );
+            on_runtime(Some(rt), || leases.build())
+        }
+        None => leases
+            .with_layer(&tower::limit::ConcurrencyLimitLayer::new(
+                SERVICES_LEASE_MAX_IN_FLIGHT,
+            ))
+            .build(),
+    })
+}
+
+/// Runs each call of the service it wraps as a task on its runtime (see [`leases_client`]):
+/// the call's connection (opened, its socket registered, its driver spawned) belongs to
+/// that runtime whichever task asked. A call dropped before its answer aborts its task.
+#[derive(Clone)]
+pub(crate) struct SpawnOnLayer(pub(crate) tokio::runtime::Handle);
+
+impl<S> tower::Layer<S> for SpawnOnLayer {
+    type Service = SpawnOn<S>;
+    fn layer(&self, inner: S) -> SpawnOn<S> {
+        SpawnOn {
+            inner,
+            runtime: self.0.clone(),
+        }
+    }
+}
+
+/// The service of [`SpawnOnLayer`].
+pub(crate) struct SpawnOn<S> {
+    inner: S,
+    runtime: tokio::runtime::Handle,
+}
+
+/// Aborts its task when dropped (a call given up by its caller).
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+impl<S, R> tower::Service<R> for SpawnOn<S>
+where
+    S: tower::Service<R>,
+    S::Future: Send + 'static,
+    S::Response: Send + 'static,
+    S::Error: Into<BoxError> + Send + 'static,
+{
+    type Response = S::Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<S::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: R) -> Self::Future {
+        let mut task = AbortOnDrop(self.runtime.spawn(self.inner.call(req)));
+        Box::pin(async move {
+            match (&mut task.0).await {
+                Ok(answer) => answer.map_err(Into::into),
+                Err(e) => Err(BoxError::from(e)),
+            }
+        })
+    }
 }
 
 /// A client for the process's shared watches ([`crate::kube::watch::spawn_shared`]: the
@@ -546,6 +634,83 @@ mod tests {
             }
         }
         None
+    }
+
+    /// A plain-HTTP/1.1 server on loopback, on threads of its own, that answers every
+    /// request on a kept-alive connection with `ok`.
+    fn keepalive_server() -> http::Uri {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap())
+            .parse()
+            .unwrap();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut s) = conn else { return };
+                std::thread::spawn(move || {
+                    let mut buf = Vec::new();
+                    let mut chunk = [0u8; 4096];
+                    loop {
+                        let n = match s.read(&mut chunk) {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => n,
+                        };
+                        buf.extend_from_slice(&chunk[..n]);
+                        while let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            buf.drain(..end + 4);
+                            let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                            if s.write_all(ok).is_err() {
+                                return;
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        url
+    }
+
+    /// A lease call on the election runtime needs nothing of the main runtime, also on a
+    /// pooled connection that a call from the main runtime opened (the peer protocol's API
+    /// probe, every 250 ms, and lease deletes use this client there): with the main
+    /// runtime's only worker blocked, the renewal is answered.
+    #[test]
+    fn lease_calls_on_the_election_runtime_need_no_other_runtime_on_a_pooled_connection() {
+        let url = keepalive_server();
+        // As election::own_runtime builds it: one worker.
+        let runtime = |name: &str| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .thread_name(name)
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        let (main, elections_rt) = (runtime("main"), runtime("elections"));
+        let elections = elections_rt.handle().clone();
+        let client = leases_client(&kube::Config::new(url), Some(&elections)).unwrap();
+        let get = |c: kube::Client| async move {
+            c.request_text(http::Request::get("/readyz").body(Vec::new()).unwrap())
+                .await
+        };
+        main.block_on(async {
+            // A call from the main runtime opens the connection the pool keeps.
+            assert_eq!(get(client.clone()).await.unwrap(), "ok");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let (tx, rx) = std::sync::mpsc::channel();
+            let c = client.clone();
+            elections.spawn(async move {
+                let _ = tx.send(tokio::time::timeout(Duration::from_secs(3), get(c)).await);
+            });
+            // The main runtime's only worker blocked while the election runtime's call runs.
+            let got = tokio::spawn(async move { rx.recv_timeout(Duration::from_secs(10)) })
+                .await
+                .unwrap();
+            assert!(
+                matches!(&got, Ok(Ok(Ok(body))) if body == "ok"),
+                "the renewal waited for the main runtime: {got:?}"
+            );
+        });
     }
 
     /// Every API connection has TCP keepalive 10 s / 5 s / 3 probes and TCP_USER_TIMEOUT

@@ -85,7 +85,9 @@ environment:
   VIPD_CHAOS_SEED       its seed (default 711036458, a fixed schedule)
   VIPD_BENCH_ENV        extra vipd environment for `bench services`, e.g. svc_leaseshards=16
   VIPD_BENCH_LOG        vipd's log filter (VIPD_LOG) for `bench services`, e.g.
-                        info,vipd::election=debug
+                        info,vipd::election=debug (vipd::services::runtime stays at info
+                        unless named: the bench waits for its start line; WARN counts
+                        count what the filter lets through)
   VIPD_BENCH_SETTLE_SECS  seconds `bench services` scale/coldstart wait after the last answer
                         before the steady-state window (default 5)";
 

@@ -140,6 +140,26 @@ pub struct Bench {
     pub vipd_env: BTreeMap<String, String>,
 }
 
+/// The INFO line of vipd the bench waits for before it creates Services
+/// ([`Bench::wait_healthy`]), and its target.
+pub(crate) const READY_LINE: &str = "watching LoadBalancer Services";
+const READY_TARGET: &str = "vipd::services::runtime";
+
+/// vipd's `VIPD_LOG` for `VIPD_BENCH_LOG`'s value `user` (`None` when empty: vipd's default):
+/// the user's filter, with [`READY_LINE`]'s target kept at INFO unless the filter names it
+/// (a filter such as `warn` would otherwise hide the line and fail every run with "not
+/// ready after 30 s").
+pub(crate) fn vipd_log_filter(user: &str) -> Option<String> {
+    let user = user.trim().trim_end_matches(',');
+    if user.is_empty() {
+        return None;
+    }
+    if user.split(',').any(|d| d.trim().starts_with(READY_TARGET)) {
+        return Some(user.to_string());
+    }
+    Some(format!("{user},{READY_TARGET}=info"))
+}
+
 impl Bench {
     /// Starts a lab with HTTP backends and vipd in Services mode on every node; waits
     /// until each is ready ([`Bench::wait_ready`]).
@@ -207,7 +227,7 @@ impl Bench {
         }
         let from_env = std::env::var("VIPD_BENCH_ENV").unwrap_or_default();
         let wrap = std::env::var("VIPD_BENCH_WRAP").unwrap_or_default();
-        let log = std::env::var("VIPD_BENCH_LOG").unwrap_or_default();
+        let log = vipd_log_filter(&std::env::var("VIPD_BENCH_LOG").unwrap_or_default());
         let t0 = Instant::now();
         let mut procs = Vec::new();
         for (node, kubeconfig) in &envs {
@@ -227,9 +247,9 @@ impl Bench {
             }
             // vipd's log filter (`VIPD_LOG`, tracing's EnvFilter: commas allowed here, unlike
             // in VIPD_BENCH_ENV), e.g. VIPD_BENCH_LOG="info,vipd::election=debug".
-            if !log.is_empty() {
+            if let Some(filter) = &log {
                 env.retain(|(ek, _)| *ek != "VIPD_LOG");
-                env.push(("VIPD_LOG", log.as_str()));
+                env.push(("VIPD_LOG", filter.as_str()));
             }
             self.vipd_env = env
                 .iter()
@@ -286,7 +306,7 @@ impl Bench {
                 let healthy = self
                     .metrics_get(node, "/healthz")
                     .is_ok_and(|b| b.contains("ok"));
-                if healthy && p.log().contains("watching LoadBalancer Services") {
+                if healthy && p.log().contains(READY_LINE) {
                     break;
                 }
                 if Instant::now() > deadline {

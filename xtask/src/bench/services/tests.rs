@@ -703,3 +703,23 @@ fn an_inert_second_line_address_is_no_second_responder() {
     single.insert("node-c".into(), [b].into());
     drop_inert_doubles(&mut single, |_| panic!("read without doubles"));
 }
+
+#[test]
+fn bench_log_filter_keeps_the_line_the_bench_waits_for() {
+    use super::context::vipd_log_filter;
+    assert_eq!(vipd_log_filter(""), None);
+    assert_eq!(vipd_log_filter("  "), None);
+    assert_eq!(
+        vipd_log_filter("warn").as_deref(),
+        Some("warn,vipd::services::runtime=info")
+    );
+    assert_eq!(
+        vipd_log_filter("info,vipd::election=debug").as_deref(),
+        Some("info,vipd::election=debug,vipd::services::runtime=info")
+    );
+    // A filter that names the target is the user's choice.
+    assert_eq!(
+        vipd_log_filter("warn,vipd::services::runtime=debug").as_deref(),
+        Some("warn,vipd::services::runtime=debug")
+    );
+}
