@@ -120,6 +120,12 @@ struct State {
 }
 
 impl State {
+    /// Starts the discovery period of `discovery` at `now` unless it has started: at this
+    /// node's first attempt to acquire or first acquisition.
+    fn start_discovery(&mut self, now: Instant, discovery: Duration) {
+        self.discovery_until.get_or_insert(now + discovery);
+    }
+
     fn set_holder(&mut self, lease: &str, holder: Option<&str>) {
         if self.others.get(lease).map(|h| &**h) == holder {
             return;
@@ -205,7 +211,7 @@ impl Spread {
     pub fn not_before(&self, free_since: Instant) -> Instant {
         let mut s = self.lock();
         let now = Instant::now();
-        s.discovery_until.get_or_insert(now + self.discovery);
+        s.start_discovery(now, self.discovery);
         let ahead = self.ahead_of(&s, now);
         if ahead == 0 {
             return free_since;
@@ -231,7 +237,7 @@ impl Spread {
     pub(crate) fn begin(self: &Arc<Self>) -> InFlight {
         let mut s = self.lock();
         let now = Instant::now();
-        s.discovery_until.get_or_insert(now + self.discovery);
+        s.start_discovery(now, self.discovery);
         s.in_flight += 1;
         s.last_begun = Some(now);
         drop(s);
@@ -241,7 +247,7 @@ impl Spread {
     /// A lease was acquired at `now`.
     pub(crate) fn acquired(&self, now: Instant) {
         let mut s = self.lock();
-        s.discovery_until.get_or_insert(now + self.discovery);
+        s.start_discovery(now, self.discovery);
         s.held += 1;
         s.last_acquired = Some(now);
     }

@@ -98,11 +98,14 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     ) -> Vec<Step> {
         let mut desired = self.desired();
         if fence_left.is_none() && self.second_line_inert(now) {
-            desired.retain(|(vip, _)| {
-                self.vips
-                    .iter()
-                    .any(|s| s.vip == *vip && s.not_after.is_some())
-            });
+            // Only addresses that are their own fence (a not-after time) go.
+            let own_fence: std::collections::HashSet<Vip> = self
+                .vips
+                .iter()
+                .filter(|s| s.not_after.is_some())
+                .map(|s| s.vip)
+                .collect();
+            desired.retain(|(vip, _)| own_fence.contains(vip));
         }
         let held_back = self.held_back();
         let steps_for = |present: &[AddrInfo]| {

@@ -206,23 +206,16 @@ pub(crate) async fn election_lease_client(
     let builder = client_builder(&kc)?;
     Ok(match elections {
         // Every call a task there too ([`SpawnOnLayer`]), as the Services' lease client.
-        Some(rt) => on_runtime(Some(rt), || {
-            builder.with_layer(&SpawnOnLayer(rt.clone())).build()
-        }),
+        Some(rt) => on_runtime(rt, || builder.with_layer(&SpawnOnLayer(rt.clone())).build()),
         None => builder.build(),
     })
 }
 
 /// Runs `build` (a client's construction) with `runtime` as the current runtime, so what it
-/// spawns runs there (see [`election_lease_client`]); `None`: here.
-fn on_runtime<T>(runtime: Option<&tokio::runtime::Handle>, build: impl FnOnce() -> T) -> T {
-    match runtime {
-        Some(rt) => {
-            let _on = rt.enter();
-            build()
-        }
-        None => build(),
-    }
+/// spawns runs there (see [`election_lease_client`]).
+fn on_runtime<T>(runtime: &tokio::runtime::Handle, build: impl FnOnce() -> T) -> T {
+    let _on = runtime.enter();
+    build()
 }
 
 /// kube-rs's default client stack for `kc` (base URL, kube-rs's retry of 429/503/504 when
@@ -497,7 +490,7 @@ fn leases_client(
             let leases = leases.with_layer(&SpawnOnLayer(rt.clone())).with_layer(
                 &tower::limit::ConcurrencyLimitLayer::new(SERVICES_LEASE_MAX_IN_FLIGHT),
             );
-            on_runtime(Some(rt), || leases.build())
+            on_runtime(rt, || leases.build())
         }
         None => leases
             .with_layer(&tower::limit::ConcurrencyLimitLayer::new(

@@ -137,13 +137,13 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         },
     };
     // The control-plane elector renews on the election runtime, with a client of its own.
-    let elections = match cfg.control_plane {
-        true => crate::election::own_runtime::election_runtime(),
-        false => None,
-    };
-    let cp_lease_client = match cfg.control_plane {
-        true => crate::kube::client::election_lease_client(&cfg.kube(), elections.as_ref()).await?,
-        false => client.clone(),
+    let (elections, cp_lease_client) = match cfg.control_plane {
+        true => {
+            let rt = crate::election::own_runtime::election_runtime();
+            let c = crate::kube::client::election_lease_client(&cfg.kube(), rt.as_ref()).await?;
+            (rt, c)
+        }
+        false => (None, client.clone()),
     };
     let control_plane = cfg.control_plane.then(|| {
         controlplane::start(
