@@ -484,6 +484,58 @@ fn ipv6_vip_skip_dad_and_dadfailed() {
     });
 }
 
+/// The routes `ip -6 route show table <table>` lists, one line each.
+fn routes6(table: &str) -> Vec<String> {
+    let out = Command::new("ip")
+        .args(["-6", "route", "show", "table", table])
+        .output()
+        .expect("run ip route");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn an_ipv6_host_vip_gets_no_prefix_route_a_shorter_prefix_keeps_its_own() {
+    lab("192.0.2.11/24", || async {
+        let k = NetlinkKernel::new().unwrap();
+        let v0 = up_link(&k, "v0").await;
+        // A /128 VIP: the local route delivers its packets; no /128 route in main
+        // (IFA_F_NOPREFIXROUTE), on the add and on a refresh alike.
+        let host = Vip::host(v4("2001:db8::10"));
+        for _ in 0..2 {
+            k.add_or_refresh(v0.index, host, Lifetime::fixed(10), true)
+                .await
+                .unwrap();
+            assert!(find(&k, v0.index, host).await.is_some());
+            let main = routes6("main");
+            assert!(
+                !main.iter().any(|r| r.starts_with("2001:db8::10 ")),
+                "a /128 route in main: {main:?}"
+            );
+            let local = routes6("local");
+            assert!(
+                local.iter().any(|r| r.starts_with("local 2001:db8::10 ")),
+                "no local route: {local:?}"
+            );
+        }
+        // A VIP with a subnet prefix keeps its prefix route: it reaches the subnet.
+        let subnet = Vip::new(v4("2001:db8:5::1"), 64).unwrap();
+        k.add_or_refresh(v0.index, subnet, Lifetime::fixed(10), true)
+            .await
+            .unwrap();
+        let main = routes6("main");
+        assert!(
+            main.iter().any(|r| r.starts_with("2001:db8:5::/64 ")),
+            "no prefix route for the /64 VIP: {main:?}"
+        );
+        k.remove(v0.index, host).await.unwrap();
+        k.remove(v0.index, subnet).await.unwrap();
+        assert!(!routes6("local").iter().any(|r| r.contains("2001:db8::10 ")));
+    });
+}
+
 #[test]
 fn choose_interface_subnet_default_and_multipath() {
     lab("192.0.2.11/25", || async {

@@ -455,9 +455,9 @@ impl NetlinkKernel {
                 .push(AddressAttribute::Protocol(AddressProtocol::from(*p))),
             Tag::Label(l) => msg.attributes.push(AddressAttribute::Label(l.clone())),
         }
-        let nodad = vip.addr.is_ipv6() && skip_dad;
+        let flags = super::addr_socket::vip_flags(&vip, skip_dad);
         let sock = self.addr_socket.clone();
-        tokio::task::spawn_blocking(move || sock.add(&msg, &lifetime, nodad, replace))
+        tokio::task::spawn_blocking(move || sock.add(&msg, &lifetime, flags, replace))
             .await
             .map_err(|_| rtnetlink::Error::RequestFailed)?
     }

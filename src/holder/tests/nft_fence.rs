@@ -36,6 +36,8 @@ struct FakeFence {
     /// How long every run takes from its write to its answer (`nft` parsing and
     /// committing; zero unless set).
     run: Mutex<Duration>,
+    /// Every expire fails (vipd's tables flushed by someone else).
+    expire_failing: Mutex<bool>,
 }
 
 impl FakeFence {
@@ -96,6 +98,13 @@ impl VipFence for FakeFence {
     }
     fn expire<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
         Box::pin(async move {
+            if *self.expire_failing.lock().unwrap() {
+                return Err(FenceError::Change {
+                    vips: format!("{vips:?}"),
+                    command: "add element".into(),
+                    detail: "no such table".into(),
+                });
+            }
             self.calls
                 .lock()
                 .unwrap()
@@ -729,34 +738,62 @@ async fn without_the_elements_second_line_addresses_are_cut_to_the_fence() {
     assert_eq!(adds_of(&r, vip4()), vec![SL, 2, SL]);
 }
 
-/// A fence transaction that returns past the lease (this process frozen while it ran) with
-/// nothing left to set the element again with: a second-line address (no end of its
-/// own) goes as soon as the run returns, as under the millisecond fence, and a fresh
-/// renewal gives it back.
+/// A fence transaction that returns past the lease (this process frozen while it ran, or
+/// a slow run) with nothing left to set the element again with: the elements are expired
+/// at once, in one run, and the second-line address stays, inert (nothing answers for it),
+/// with no address call; a fresh renewal sets the element again, still without one. When
+/// the expire fails too (vipd's tables gone), the address goes instead: its element may
+/// outlive the lease.
 #[tokio::test(start_paused = true)]
-async fn second_line_a_late_run_removes_the_address_at_once() {
-    let fence = Arc::new(FakeFence::default());
-    let spec = VipSpec {
-        vip: vip4(),
-        interface: Some("eth0".into()),
-        not_after: None,
-    };
-    // No periodic check in the window (it would remove the lapsed VIP too, later).
-    let r = second_line_rig_checking(fence.clone(), vec![spec], Duration::from_secs(60));
-    settle().await;
-    lead(&r, 1, true);
-    settle().await;
-    assert_eq!(adds_of(&r, vip4()), vec![SL]);
-    *fence.stall_in_run.lock().unwrap() = Some(Duration::from_millis(4800));
-    lead(&r, 1, true);
-    tokio::time::sleep(Duration::from_millis(4801)).await;
-    assert!(
-        !r.kernel.has(vip4()),
-        "the second-line address went as soon as the late run returned"
-    );
-    lead(&r, 1, true);
-    settle().await;
-    assert!(r.kernel.has(vip4()), "a fresh renewal adds it again");
+async fn second_line_a_late_run_expires_the_elements_and_keeps_the_address_inert() {
+    for expire_fails in [false, true] {
+        let fence = Arc::new(FakeFence::default());
+        let spec = VipSpec {
+            vip: vip4(),
+            interface: Some("eth0".into()),
+            not_after: None,
+        };
+        // No periodic check in the window (it would act on the lapsed VIP too, later).
+        let r = second_line_rig_checking(fence.clone(), vec![spec], Duration::from_secs(60));
+        settle().await;
+        lead(&r, 1, true);
+        settle().await;
+        assert_eq!(adds_of(&r, vip4()), vec![SL]);
+        *fence.expire_failing.lock().unwrap() = expire_fails;
+        *fence.stall_in_run.lock().unwrap() = Some(Duration::from_millis(4800));
+        lead(&r, 1, true);
+        tokio::time::sleep(Duration::from_millis(4801)).await;
+        if expire_fails {
+            assert!(
+                !r.kernel.has(vip4()),
+                "expire failed: the address went as soon as the late run returned"
+            );
+            *fence.expire_failing.lock().unwrap() = false;
+            lead(&r, 1, true);
+            settle().await;
+            assert!(r.kernel.has(vip4()), "a fresh renewal adds it again");
+            continue;
+        }
+        let now = Instant::now();
+        assert!(
+            fence.live_until(vip4().addr).is_none_or(|u| u <= now),
+            "the element was expired when the late run returned"
+        );
+        assert!(r.kernel.has(vip4()), "the second-line address stays, inert");
+        assert_eq!(adds_of(&r, vip4()), vec![SL], "no address call");
+        let sent = Instant::now();
+        lead(&r, 1, true);
+        settle().await;
+        assert!(
+            fence.live_until(vip4().addr).is_some_and(|u| u > sent),
+            "a fresh renewal sets the element again"
+        );
+        assert_eq!(
+            adds_of(&r, vip4()),
+            vec![SL],
+            "and needs no address call: the address is in place with its second line"
+        );
+    }
 }
 
 /// A takeover that probes first: the bind after the probe gives the second line when the

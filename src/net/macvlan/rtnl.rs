@@ -370,7 +370,12 @@ impl MacvlanKernel for NetlinkMacvlans {
             .handle
             .address()
             .add(index, std::net::IpAddr::V6(addr), 64);
-        set_lifetimes(req.message_mut(), lifetime_secs, lifetime_secs, true);
+        set_lifetimes(
+            req.message_mut(),
+            lifetime_secs,
+            lifetime_secs,
+            netlink_packet_route::address::AddressFlags::Nodad,
+        );
         req.replace()
             .execute()
             .await

@@ -13,10 +13,10 @@
 //!
 //! 1. **Equal count, on `vc`.** K IPv4 /32 adds (192.0.2.1-254, 198.51.100.1-254,
 //!    203.0.113.1-254) in one batch, then their lifetime refresh (below). Then the same for K
-//!    IPv6 /128 adds, 2001:db8::8:1 and up, with `nodad`. Each family's addresses are removed
+//!    IPv6 /128 adds, 2001:db8::8:1 and up, with `nodad noprefixroute` (as vipd adds them). Each family's addresses are removed
 //!    afterwards (untimed), so the steps below start from an empty namespace.
-//! 2. **IPv6 adds on `va`.** 2001:db8::9:1 .. 2001:db8::9:`<N in hex>` /128 with `nodad`, in
-//!    chunks of S, one `ip -batch` file per chunk. Each chunk prints its time and its time per
+//! 2. **IPv6 adds on `va`.** 2001:db8::9:1 .. 2001:db8::9:`<N in hex>` /128 with `nodad
+//!    noprefixroute`, in chunks of S, one `ip -batch` file per chunk. Each chunk prints its time and its time per
 //!    address.
 //! 3. **IPv6 adds on `lo`.** S adds of 2001:db8::7:1 and up while the N addresses sit on `va`,
 //!    for comparison: `lo` joins no solicited-node multicast group. Then they are deleted, also
@@ -146,9 +146,10 @@ fn host_len(a: &IpAddr) -> u8 {
 /// What one batch line does to an address.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
-    /// `addr add` (IPv6 with `nodad`, as vipd adds VIPs).
+    /// `addr add` (IPv6 with `nodad noprefixroute`, as vipd adds VIPs).
     Add,
-    /// `addr change ... valid_lft 5 preferred_lft 0`: the renewal's lifetime refresh.
+    /// `addr change ... valid_lft 5 preferred_lft 0` (IPv6 also `noprefixroute`: a change
+    /// without it gives the address its prefix route back): the renewal's lifetime refresh.
     Refresh,
     /// `addr del` (a VIP's drop).
     Del,
@@ -160,8 +161,13 @@ fn batch(op: Op, addrs: &[IpAddr], dev: &str) -> String {
     for a in addrs {
         let len = host_len(a);
         let _ = match op {
-            Op::Add if a.is_ipv6() => writeln!(s, "addr add {a}/{len} dev {dev} nodad"),
+            Op::Add if a.is_ipv6() => {
+                writeln!(s, "addr add {a}/{len} dev {dev} nodad noprefixroute")
+            }
             Op::Add => writeln!(s, "addr add {a}/{len} dev {dev}"),
+            Op::Refresh if a.is_ipv6() => {
+                writeln!(s, "addr change {a}/{len} dev {dev} {REFRESH} noprefixroute")
+            }
             Op::Refresh => writeln!(s, "addr change {a}/{len} dev {dev} {REFRESH}"),
             Op::Del => writeln!(s, "addr del {a}/{len} dev {dev}"),
         };
@@ -492,11 +498,11 @@ mod tests {
         let v6s = v6_range(GROUP_VA, 1, 2);
         assert_eq!(
             batch(Op::Add, &v6s, "va"),
-            "addr add 2001:db8::9:1/128 dev va nodad\naddr add 2001:db8::9:2/128 dev va nodad\n"
+            "addr add 2001:db8::9:1/128 dev va nodad noprefixroute\naddr add 2001:db8::9:2/128 dev va nodad noprefixroute\n"
         );
         assert_eq!(
             batch(Op::Refresh, &v6s[..1], "va"),
-            "addr change 2001:db8::9:1/128 dev va valid_lft 5 preferred_lft 0\n"
+            "addr change 2001:db8::9:1/128 dev va valid_lft 5 preferred_lft 0 noprefixroute\n"
         );
         let v4s = v4_first(1);
         assert_eq!(batch(Op::Add, &v4s, "vc"), "addr add 192.0.2.1/32 dev vc\n");

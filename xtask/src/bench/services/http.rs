@@ -324,6 +324,13 @@ pub struct PollStats {
     /// Per Service whose address a listing showed carried: the time from that listing's
     /// return to the Service's first attempt after it, ms.
     pub first_tries_ms: Vec<f64>,
+    /// Per Service that answered after a listing showed its address carried: the time from
+    /// that listing's return to the answer, ms (what the node's address, fence and the
+    /// client's neighbour resolution add after the address is on the interface).
+    pub carried_to_answer_ms: Vec<f64>,
+    /// The failed tries of carried addresses by error kind (`std::io::ErrorKind`'s name, or
+    /// "not 200"), most frequent first.
+    pub carried_errors: Vec<(String, u64)>,
     /// Listings made.
     pub samples: usize,
     /// Listings that failed, and the first failure.
@@ -350,7 +357,8 @@ impl PollStats {
         format!(
             "{} attempts in {secs:.1} s ({POLLERS} threads); carried address, listing -> first try: {}; \
              addresses listed {} times, every {} (p50, max {}), a listing took {} (p50, max {}), {errors}; \
-             {} attempts to carried addresses ({} failed), {background} ({:.0}/s, {BACKGROUND_POLLERS} threads) to the others",
+             {} attempts to carried addresses ({} failed{}), {background} ({:.0}/s, {BACKGROUND_POLLERS} threads) to the others; \
+             carried address, listing -> answer: {}",
             self.attempts,
             summary_ms(&self.first_tries_ms),
             self.samples,
@@ -360,7 +368,18 @@ impl PollStats {
             max(&self.sample_took_ms),
             self.carried_attempts,
             self.carried_failures,
+            if self.carried_errors.is_empty() {
+                String::new()
+            } else {
+                let kinds: Vec<String> = self
+                    .carried_errors
+                    .iter()
+                    .map(|(k, n)| format!("{k} {n}"))
+                    .collect();
+                format!(": {}", kinds.join(", "))
+            },
             background as f64 / secs,
+            summary_ms(&self.carried_to_answer_ms),
         )
     }
 }
@@ -414,6 +433,8 @@ pub struct Poller {
     carried_attempts: AtomicU64,
     carried_failures: AtomicU64,
     first_tries: Mutex<Vec<Duration>>,
+    carried_to_answer: Mutex<Vec<Duration>>,
+    carried_errors: Mutex<std::collections::BTreeMap<String, u64>>,
     samples: Mutex<Samples>,
 }
 
@@ -433,6 +454,8 @@ impl Poller {
             carried_attempts: AtomicU64::new(0),
             carried_failures: AtomicU64::new(0),
             first_tries: Mutex::new(Vec::new()),
+            carried_to_answer: Mutex::new(Vec::new()),
+            carried_errors: Mutex::new(std::collections::BTreeMap::new()),
             samples: Mutex::new(Samples::default()),
         }
     }
@@ -509,6 +532,17 @@ impl Poller {
             .lock()
             .map(|v| v.iter().copied().map(ms).collect())
             .unwrap_or_default();
+        let carried_to_answer_ms = self
+            .carried_to_answer
+            .lock()
+            .map(|v| v.iter().copied().map(ms).collect())
+            .unwrap_or_default();
+        let mut carried_errors: Vec<(String, u64)> = self
+            .carried_errors
+            .lock()
+            .map(|m| m.iter().map(|(k, n)| (k.clone(), *n)).collect())
+            .unwrap_or_default();
+        carried_errors.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         let s = self
             .samples
             .lock()
@@ -518,6 +552,8 @@ impl Poller {
             carried_attempts: self.carried_attempts.load(Ordering::Relaxed),
             carried_failures: self.carried_failures.load(Ordering::Relaxed),
             first_tries_ms,
+            carried_to_answer_ms,
+            carried_errors,
             samples: s.took.len(),
             sample_errors: s.errors,
             first_sample_error: s.first_error.clone(),
@@ -641,12 +677,26 @@ impl Poller {
                 v.push(d);
             }
             let result = http_answer_within(p.addr, p.connect_timeout());
-            if result.is_err() && p.carried {
+            if let Err(e) = &result
+                && p.carried
+            {
                 p.carried_failures += 1;
                 self.carried_failures.fetch_add(1, Ordering::Relaxed);
+                let kind = match e.kind() {
+                    std::io::ErrorKind::Other => "not 200".to_string(),
+                    k => format!("{k:?}"),
+                };
+                if let Ok(mut m) = self.carried_errors.lock() {
+                    *m.entry(kind).or_default() += 1;
+                }
             }
             match result {
                 Ok(node) => {
+                    if let Some(seen) = p.seen_carried
+                        && let Ok(mut v) = self.carried_to_answer.lock()
+                    {
+                        v.push(Instant::now().saturating_duration_since(seen));
+                    }
                     if let Some(a) = self.answered.get(p.i) {
                         let _ = a.set(Answer {
                             at: Instant::now(),

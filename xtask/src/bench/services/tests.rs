@@ -471,6 +471,8 @@ fn the_polling_line_gives_the_first_try_delays_and_the_listings() {
         carried_attempts: 400,
         carried_failures: 7,
         first_tries_ms: vec![1.0, 2.0, 3.0, 90.0],
+        carried_to_answer_ms: vec![4.0, 1500.0],
+        carried_errors: vec![("TimedOut".into(), 5), ("ConnectionRefused".into(), 2)],
         samples: 51,
         sample_errors: 0,
         first_sample_error: None,
@@ -483,7 +485,8 @@ fn the_polling_line_gives_the_first_try_delays_and_the_listings() {
         "listing -> first try: p50 2 ms, p95 90 ms, max 90 ms (n=4)",
         "listed 51 times, every 201 ms (p50, max 230 ms)",
         "a listing took 6 ms (p50, max 30 ms), none failed",
-        "400 attempts to carried addresses (7 failed), 800 (80/s, 8 threads) to the others",
+        "400 attempts to carried addresses (7 failed: TimedOut 5, ConnectionRefused 2), 800 (80/s, 8 threads) to the others",
+        "carried address, listing -> answer: p50 4 ms, p95 1500 ms, max 1500 ms (n=2)",
     ] {
         assert!(line.contains(part), "{part:?} in {line}");
     }
