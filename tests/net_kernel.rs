@@ -1274,3 +1274,41 @@ fn nft_millis(word: &str) -> Option<u64> {
     }
     Some(ms)
 }
+
+/// An upgrade from a vipd that added its IPv6 `/128` VIPs without `IFA_F_NOPREFIXROUTE`:
+/// the new one's refresh (a replace with the flag) does not take the old `/128` route out of
+/// main for an address with a finite lifetime (the kernel cleans the prefix route up on such
+/// a change only for a permanent address, `inet6_addr_modify`): the route stays with the
+/// expiry the old vipd last gave it (at most one fence lifetime, a few seconds), outlives the
+/// address's removal until then, and is never refreshed again. A permanent address loses it.
+#[test]
+fn an_older_vipds_host_route_is_left_to_its_own_expiry_by_a_refresh_with_the_flag() {
+    lab("192.0.2.11/24", || async {
+        let k = NetlinkKernel::new().unwrap();
+        let _v0 = up_link(&k, "v0").await;
+        ip("addr add 2001:db8::11/128 dev v0 nodad valid_lft 30 preferred_lft 0");
+        ip("addr add 2001:db8::12/128 dev v0 nodad");
+        let route = |a: &str| {
+            routes6("main")
+                .into_iter()
+                .find(|r| r.starts_with(&format!("{a} ")))
+        };
+        assert!(route("2001:db8::11").is_some_and(|r| r.contains(" expires ")));
+        assert!(route("2001:db8::12").is_some());
+        // What vipd sends for a refresh: NLM_F_REPLACE with the flag.
+        ip("addr replace 2001:db8::11/128 dev v0 nodad valid_lft 2 preferred_lft 0 noprefixroute");
+        ip("addr replace 2001:db8::12/128 dev v0 nodad noprefixroute");
+        let stale = route("2001:db8::11");
+        assert!(
+            stale.as_deref().is_some_and(|r| r.contains(" expires ")),
+            "the finite address's old route went, or lost its expiry: {stale:?}"
+        );
+        assert_eq!(
+            route("2001:db8::12"),
+            None,
+            "the permanent one kept its route"
+        );
+        ip("addr del 2001:db8::11/128 dev v0");
+        assert!(route("2001:db8::11").is_some_and(|r| r.contains(" expires ")));
+    });
+}
