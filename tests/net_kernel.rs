@@ -1044,6 +1044,48 @@ fn nft_fence_tables_flushed_by_someone_else_come_back_at_the_next_refresh() {
     });
 }
 
+/// A holder whose fence run answered too late expires its elements and keeps its second-line
+/// addresses, taking them as filtered (`holder::refresh`): the expire must leave the VIPs
+/// armed. Two ways it did not: the tables flushed by someone else just before it (the run
+/// recreated them with no armings, then expired nothing, and returned `Ok`), and a first
+/// refresh whose end had passed when its run was built (recorded as armed, sent as an
+/// expire without the arming: no later refresh armed it).
+#[test]
+fn nft_fence_expire_leaves_the_vip_armed_after_a_flush_and_after_a_passed_first_refresh() {
+    use vipd::net::nft::fence::{NftFence, VipFence};
+    lab("192.0.2.11/24", || async {
+        let f = NftFence::start().await.expect("start the fence");
+        let v4: IpAddr = "192.0.2.10".parse().unwrap();
+        let v6: IpAddr = "2001:db8::10".parse().unwrap();
+        let soon = || tokio::time::Instant::now() + Duration::from_millis(1500);
+        f.refresh(1, &[v4, v6], soon()).await.unwrap();
+        nft_text("flush ruleset\n");
+        f.expire(&[v4, v6]).await.expect("expire after the flush");
+        let arp = fence_table("arp").expect("arp table again");
+        let inet = fence_table("inet").expect("inet table again");
+        assert!(
+            arp.contains("elements = { 192.0.2.10 }"),
+            "not armed: {arp}"
+        );
+        assert!(element_timeout(&arp, "192.0.2.10").is_none(), "{arp}");
+        assert!(inet.contains("2001:db8::10"), "not armed: {inet}");
+        assert!(element_timeout(&inet, "2001:db8::10").is_none(), "{inet}");
+
+        let v4b: IpAddr = "192.0.2.20".parse().unwrap();
+        let passed = tokio::time::Instant::now();
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let _ = f.refresh(2, &[v4b], passed).await;
+        f.refresh(2, &[v4b], soon()).await.unwrap();
+        let arp = fence_table("arp").unwrap();
+        assert!(
+            arp.contains("elements = { 192.0.2.10, 192.0.2.20 }")
+                || arp.contains("elements = { 192.0.2.20, 192.0.2.10 }"),
+            "192.0.2.20 not armed: {arp}"
+        );
+        f.close().await.unwrap();
+    });
+}
+
 /// Issue 28: renewals refresh an element with the timeout it already has (a lease renewed
 /// every retry period gets the same fence lifetime each time), and each refresh must move its
 /// end. On a kernel that updates elements an add without its expiration left the element to
@@ -1273,4 +1315,42 @@ fn nft_millis(word: &str) -> Option<u64> {
         }
     }
     Some(ms)
+}
+
+/// An upgrade from a vipd that added its IPv6 `/128` VIPs without `IFA_F_NOPREFIXROUTE`:
+/// the new one's refresh (a replace with the flag) does not take the old `/128` route out of
+/// main for an address with a finite lifetime (the kernel cleans the prefix route up on such
+/// a change only for a permanent address, `inet6_addr_modify`): the route stays with the
+/// expiry the old vipd last gave it (at most one fence lifetime, a few seconds), outlives the
+/// address's removal until then, and is never refreshed again. A permanent address loses it.
+#[test]
+fn an_older_vipds_host_route_is_left_to_its_own_expiry_by_a_refresh_with_the_flag() {
+    lab("192.0.2.11/24", || async {
+        let k = NetlinkKernel::new().unwrap();
+        let _v0 = up_link(&k, "v0").await;
+        ip("addr add 2001:db8::11/128 dev v0 nodad valid_lft 30 preferred_lft 0");
+        ip("addr add 2001:db8::12/128 dev v0 nodad");
+        let route = |a: &str| {
+            routes6("main")
+                .into_iter()
+                .find(|r| r.starts_with(&format!("{a} ")))
+        };
+        assert!(route("2001:db8::11").is_some_and(|r| r.contains(" expires ")));
+        assert!(route("2001:db8::12").is_some());
+        // What vipd sends for a refresh: NLM_F_REPLACE with the flag.
+        ip("addr replace 2001:db8::11/128 dev v0 nodad valid_lft 2 preferred_lft 0 noprefixroute");
+        ip("addr replace 2001:db8::12/128 dev v0 nodad noprefixroute");
+        let stale = route("2001:db8::11");
+        assert!(
+            stale.as_deref().is_some_and(|r| r.contains(" expires ")),
+            "the finite address's old route went, or lost its expiry: {stale:?}"
+        );
+        assert_eq!(
+            route("2001:db8::12"),
+            None,
+            "the permanent one kept its route"
+        );
+        ip("addr del 2001:db8::11/128 dev v0");
+        assert!(route("2001:db8::11").is_some_and(|r| r.contains(" expires ")));
+    });
 }

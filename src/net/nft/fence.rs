@@ -673,16 +673,24 @@ fn op_commands(
 
 /// The batch removing the live elements of `vips` (and with `disarm`, the VIPs
 /// themselves: no longer filtered). Each delete follows an add, so it never fails.
+///
+/// Without `disarm` the VIPs are armed as well (an add of an element that exists changes
+/// nothing): an expired VIP is filtered, whatever the kernel's set held. A holder whose
+/// fence run answered too late keeps its second-line addresses once the expire has run,
+/// taking them as filtered; the set did not hold the VIP after tables flushed by someone
+/// else and recreated by that very run (`NftFence::restore_tables`), nor after a first
+/// refresh whose end had passed when its run was built (recorded as armed, sent as this
+/// expire): the address answered, unfiltered, next to the node that took the lease.
 pub(crate) fn expire_commands(vips: &[IpAddr], disarm: bool) -> Batch {
     let t = FENCE_TABLE;
     let one = Some(Duration::from_millis(1));
     let mut b = Batch::new();
     for vip in vips {
         for (f, set, live, k, shown) in places(*vip) {
+            b.push(nl::add_element(f, t, set, &k, None, &shown));
             b.push(nl::add_element(f, t, live, &k, one, &shown));
             b.push(nl::delete_element(f, t, live, &k, &shown));
             if disarm {
-                b.push(nl::add_element(f, t, set, &k, None, &shown));
                 b.push(nl::delete_element(f, t, set, &k, &shown));
             }
         }
@@ -1314,9 +1322,13 @@ mod tests {
     #[test]
     fn expire_keeps_the_vip_filtered_disarm_does_not() {
         let e = expire_commands(&[v4()], false);
+        // Armed (again), never taken out of the filtered sets.
+        assert!(e.contains(&"add element arp vipd_fence vips { 192.0.2.10 }".to_string()));
+        assert!(e.contains(&"add element inet vipd_fence vips4 { 192.0.2.10 }".to_string()));
         assert!(
             e.iter()
-                .all(|l| !l.contains(" vips ") && !l.contains(" vips4 "))
+                .all(|l| !l.starts_with("delete element arp vipd_fence vips ")
+                    && !l.starts_with("delete element inet vipd_fence vips4 "))
         );
         assert_eq!(
             e.last().map(String::as_str),
