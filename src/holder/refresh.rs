@@ -386,7 +386,6 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// Removes every address of this holder's VIPs at once, in one batch for the kernel:
     /// their nftables elements may outlive the lease ([`Self::refresh_nft_fence`]).
     async fn remove_outliving(&mut self) {
-        let mine: Vec<(Vip, u32)> = self.vips.iter().map(|s| (s.vip, 0)).collect();
         let present = match self.kernel.addresses(None).await {
             Ok(p) => p,
             Err(e) => {
@@ -394,13 +393,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 return;
             }
         };
-        let items: Vec<(u32, Vip)> = address_steps(&mine, &present, None)
-            .into_iter()
-            .filter_map(|step| match step {
-                Step::Remove { vip, ifindex } => Some((ifindex, vip)),
-                _ => None,
-            })
-            .collect();
+        let items = self.removals(&present);
         for ((_, vip), r) in items.iter().zip(self.kernel.remove_many(&items).await) {
             if let Err(e) = r {
                 warn!(holder = %self.name, %vip, error = %e, "cannot remove the VIP whose nftables element may outlive the lease");

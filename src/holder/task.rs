@@ -334,6 +334,20 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             .is_some_and(|s| s.not_after.is_some() && cap_lifetime(1, s.not_after, now) == 0)
     }
 
+    /// Every address of this holder's VIPs that `present` (the node's addresses) shows as
+    /// ours, as `(ifindex, VIP)` items for [`Kernel::remove_many`]: what removing all of them
+    /// takes ([`address_steps`] with no fence left).
+    pub(super) fn removals(&self, present: &[AddrInfo]) -> Vec<(u32, Vip)> {
+        let none: Vec<(Vip, u32)> = self.vips.iter().map(|s| (s.vip, 0)).collect();
+        address_steps(&none, present, None)
+            .into_iter()
+            .filter_map(|step| match step {
+                Step::Remove { vip, ifindex } => Some((ifindex, vip)),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Removes every VIP of this holder that is ours, wherever it is; true once confirmed
     /// gone. The caller acknowledges, then disarms the nftables fence
     /// ([`Self::disarm_nft_fence`]): with the addresses gone the filter has nothing left
@@ -346,7 +360,6 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             p.follow();
         }
         self.publish_conflicts();
-        let desired: Vec<(Vip, u32)> = self.vips.iter().map(|s| (s.vip, 0)).collect();
         // Remove, then list again at once to confirm (every millisecond here delays the
         // lease's release, so a graceful hand-over); a few tries, with a pause only after a
         // failed netlink call, ride out transient errors.
@@ -364,18 +377,11 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                     continue;
                 }
             };
-            let steps = address_steps(&desired, &present, None);
-            if steps.is_empty() {
+            let removals = self.removals(&present);
+            if removals.is_empty() {
                 return true;
             }
             // One batch: one read of the node's addresses for all of them.
-            let removals: Vec<(u32, Vip)> = steps
-                .into_iter()
-                .filter_map(|step| match step {
-                    Step::Remove { vip, ifindex } => Some((ifindex, vip)),
-                    _ => None,
-                })
-                .collect();
             let results = self.kernel.remove_many(&removals).await;
             let mut removed = Vec::new();
             for ((_, vip), r) in removals.into_iter().zip(results) {

@@ -296,8 +296,9 @@ pub trait Kernel: Send + Sync + 'static {
     /// once it has ([`lifetime::add_within`]: a process frozen in between gets the address
     /// cut or deleted at once), tagged with [`ADDR_PROTO_VIPD`]; IPv6 with `IFA_F_NODAD`
     /// when `skip_dad`, and an IPv6 `/128` with `IFA_F_NOPREFIXROUTE` (no route beside the
-    /// local one: `addr_socket::vip_flags`). Adding an address that exists on `ifindex` with this prefix and is
-    /// ours refreshes it (`NLM_F_REPLACE`, like `ip address replace`).
+    /// local one: `addr_socket::vip_flags`). Adding an address that exists on `ifindex`
+    /// with this prefix and is ours refreshes it (`NLM_F_REPLACE`, like `ip address
+    /// replace`).
     ///
     /// Returns the lifetime the address holds, seconds; 0 when nothing of `lifetime` was
     /// left (nothing added; an existing copy keeps its earlier lifetime, the caller removes
