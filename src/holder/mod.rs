@@ -532,6 +532,9 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     /// false after a failed one): with [`Self::nft_until`] still ahead, a bind may give the
     /// second line ([`VipHolder::second_line_now`]).
     nft_set_ok: bool,
+    /// How long this holder's next fence transaction is expected to take
+    /// ([`crate::lease::fence_run_expected`] of the runs so far; zero before the first).
+    nft_run_expected: Duration,
     /// This holder as an owner of nftables fence elements (another holder of this node
     /// may arm the same VIP after an address moved; each disarms only its own arming).
     fence_owner: crate::net::nft::fence::Owner,
@@ -617,6 +620,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             nft_fenced: Vec::new(),
             nft_until: None,
             nft_set_ok: false,
+            nft_run_expected: Duration::ZERO,
             fence_owner: crate::net::nft::fence::next_owner(),
             quiet: RepeatLimiter::default(),
         }

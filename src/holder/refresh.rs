@@ -2,7 +2,7 @@
 //! nftables fence that guards them.
 
 use super::*;
-use crate::lease::{fence_overrun, fence_timeout, second_line_fresh};
+use crate::lease::{fence_overrun, fence_run_expected, fence_timeout, second_line_fresh};
 
 /// One VIP of a refresh: its index, interface, address and fence (`None`: removed; `Err`:
 /// the removal failed).
@@ -281,7 +281,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             // time plus the lease less the margin; the fence turns it into a timeout right
             // before its transaction is sent, so a freeze before that shortens it.
             let now = Instant::now();
-            let left = fence_timeout(fence, lease, margin, now.saturating_duration_since(sent));
+            let age = now.saturating_duration_since(sent);
+            let left = fence_timeout(fence, lease, margin, age, self.nft_run_expected);
             if left.is_zero() {
                 break;
             }
@@ -312,6 +313,14 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             if let Some(r) = self.quiet.clear(&Quiet::NftFence, Instant::now()) {
                 info!(holder = %self.name, "refreshing the nftables fence works again{r}");
             }
+            // The run's own time: the fence answers its end plus the timeout it wrote, and
+            // the timeout was what was left of `until` when it wrote it.
+            self.nft_run_expected = fence_run_expected(
+                self.nft_run_expected,
+                ends.saturating_duration_since(until),
+                lease,
+                margin,
+            );
             for v in &vips {
                 if !self.nft_fenced.contains(v) {
                     self.nft_fenced.push(*v);

@@ -147,16 +147,58 @@ pub fn fence_lapsed(lease_duration: Duration, margin: Duration, age: Duration) -
 /// evaluation during an API outage), so it ends with the address: `fence` after the holder
 /// last ran, and never past the lease the other nodes see. Zero (drop now) once the lease
 /// less the margin has passed, e.g. when the process was frozen between the renewal and
-/// this call. Unlike [`fence_grant`] it is not cut to whole seconds. Pure.
+/// this call. Unlike [`fence_grant`] it is not cut to whole seconds.
+///
+/// `expected_run` is how long the transaction that sets the element is expected to take (from
+/// its write to the kernel's answer; the holder passes what its recent runs took): the part
+/// beyond [`NFT_RUN_ALLOWANCE`] is taken off the lease's end up front, so that a run as slow
+/// as expected still ends inside the bound [`fence_overrun`] checks (its element then ends
+/// that much earlier; the check itself is unchanged, so a slower run still overruns). With
+/// [`Duration::ZERO`] the element gets all the lease allows. Pure.
 pub fn fence_timeout(
     fence: Duration,
     lease_duration: Duration,
     margin: Duration,
     age: Duration,
+    expected_run: Duration,
 ) -> Duration {
-    let left = fence.min(lease_duration.saturating_sub(margin).saturating_sub(age));
+    let reserve = expected_run.saturating_sub(NFT_RUN_ALLOWANCE.min(margin));
+    let left = fence.min(
+        lease_duration
+            .saturating_sub(margin)
+            .saturating_sub(reserve)
+            .saturating_sub(age),
+    );
     Duration::from_millis(u64::try_from(left.as_millis()).unwrap_or(u64::MAX))
 }
+
+/// What the next fence transaction of a holder is expected to take ([`fence_timeout`]'s
+/// `expected_run`), after one that took `last` when `previous` was expected, under a lease
+/// of `lease_duration` with `margin`: the slower of `last` and half of `previous`, so a slow
+/// run is reserved for at once (the recheck after an overrun, and the next renewals, give it
+/// room) and the reserve halves with every fast run after it (a node that was busy for a
+/// moment does not shorten its elements for long). A run longer than
+/// [`FENCE_RUN_LEARNT_MAX`] or a quarter of `lease_duration - margin` is not the node's pace
+/// but a freeze (of this process or of `nft`): it is not learnt (`previous` stays), or one
+/// freeze would cut the next elements short for several renewals. Pure.
+pub fn fence_run_expected(
+    previous: Duration,
+    last: Duration,
+    lease_duration: Duration,
+    margin: Duration,
+) -> Duration {
+    let most = FENCE_RUN_LEARNT_MAX.min(lease_duration.saturating_sub(margin) / 4);
+    if last > most {
+        return previous;
+    }
+    last.max(previous / 2)
+}
+
+/// The longest fence transaction [`fence_run_expected`] takes as the node's pace: 300 ms
+/// (ten times [`NFT_RUN_ALLOWANCE`]). A batched transaction of a few thousand elements on a
+/// busy node (issue 28's 10 000 Services on a 2-core VM) stays well under it; a longer one is
+/// a freeze.
+pub const FENCE_RUN_LEARNT_MAX: Duration = Duration::from_millis(300);
 
 /// Whether a fence element that may live until `ends` after the last renewal request was
 /// sent (what [`crate::net::nft::fence::VipFence::refresh`] returns: its run's end plus

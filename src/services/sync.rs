@@ -337,16 +337,19 @@ pub(crate) struct StatusDiff {
 }
 
 /// [`StatusDiff`] of `cached` (the Service in the cache, `None` when absent) against the
-/// desired `ingress` with this node `node` as holder. Pure.
+/// desired `ingress` with this node `node` as holder; `compare_ports`: whether the ingress
+/// comparison includes `ports` ([`StatusWriter::compares_ports`]). Pure.
 pub(crate) fn status_diff(
     cached: Option<&Service>,
     node: &str,
     addrs: &[IpAddr],
     ingress: &[k8s_openapi::api::core::v1::LoadBalancerIngress],
+    compare_ports: bool,
 ) -> StatusDiff {
     let host = cached.and_then(super::publish::vip_host_of);
     StatusDiff {
-        ingress: cached.is_none_or(|svc| super::publish::ingress_differs(svc, ingress)),
+        ingress: cached
+            .is_none_or(|svc| super::publish::ingress_differs_with(svc, ingress, compare_ports)),
         vip_host: host != Some(node),
         announce: (host != Some(node)).then(|| {
             let rv = cached
@@ -413,7 +416,13 @@ impl StatusSync {
             }
             let addrs = addrs.as_slice();
             let ingress = desired_ingress(addrs, ports);
-            let mut diff = status_diff(cached.as_deref(), ctx.node, addrs, &ingress);
+            let mut diff = status_diff(
+                cached.as_deref(),
+                ctx.node,
+                addrs,
+                &ingress,
+                ctx.writer.compares_ports(),
+            );
             if ctx.every_node {
                 diff.vip_host = false;
                 diff.announce = None;

@@ -196,6 +196,15 @@ pub trait StatusWriter: Send + Sync {
         ingress: Vec<LoadBalancerIngress>,
     ) -> impl Future<Output = Result<WriteOutcome, StatusError>> + Send;
 
+    /// Whether ingress comparisons ([`ingress_differs_with`]) should include
+    /// `ingress[].ports`: `false` once the server was seen dropping them (Kubernetes before
+    /// 1.24 without the `MixedProtocolLBService` gate; see the module docs), so a cache that
+    /// holds the ingress as such a server stored it does not count as differing on every
+    /// pass. `true` unless the writer learnt otherwise.
+    fn compares_ports(&self) -> bool {
+        true
+    }
+
     /// Sets annotation `kube-vip.io/vipHost` to `node`.
     ///
     /// # Errors

@@ -12,7 +12,7 @@ use serde_json::json;
 
 use crate::kube::events::{Recorder, Regarding, timed_as};
 
-use super::ingress::{current_ingress, ingress_differs_with, vip_host_of};
+use super::ingress::{current_ingress, vip_host_of};
 use super::{ServiceEvent, StatusError, StatusWriter, WriteOutcome};
 use crate::services::plan::model::{ANN_VIP_HOST, ServiceKey};
 
@@ -24,8 +24,12 @@ use crate::services::plan::model::{ANN_VIP_HOST, ServiceKey};
 /// `reportingInstance` / `source.host` the node name. Each request is limited to
 /// [`API_TIMEOUT`].
 ///
-/// Every write first reads the Service (one GET) and skips the write when nothing would
-/// change. A failed Event write is logged at warn with the object, reason and HTTP status,
+/// The caller decides from its cache what differs (`crate::services::sync`'s
+/// `status_diff`): [`StatusWriter::set_ingress`] and [`StatusWriter::set_vip_host`] patch at
+/// once, without reading the Service first (a patch the server already has is a no-op there:
+/// the API server writes nothing and sends no watch event when the object does not change);
+/// only the read-modify-write fallback (RBAC without `patch`) and [`StatusWriter::clear`]
+/// read it first. A failed Event write is logged at warn with the object, reason and HTTP status,
 /// once per (reason, status) per [`EVENT_FAILURE_LOG_WINDOW`](crate::kube::events::EVENT_FAILURE_LOG_WINDOW). RBAC: the rows of
 /// [`crate::kube::api::API_CALLS`] with call sites in this file and in `src/kube/events.rs`.
 #[derive(Clone)]
@@ -230,19 +234,14 @@ pub(super) async fn timed<T>(
 }
 
 impl StatusWriter for KubeStatusWriter {
+    /// Patches at once (the caller compared its cache, see the type's docs); the outcome
+    /// is [`WriteOutcome::Written`] even when the server already had it.
     async fn set_ingress(
         &self,
         key: &ServiceKey,
         ingress: Vec<LoadBalancerIngress>,
     ) -> Result<WriteOutcome, StatusError> {
-        let Some(current) = self.get(key).await? else {
-            return Ok(WriteOutcome::NotFound);
-        };
-        let compare_ports = !self.server_drops_ingress_ports();
-        if !ingress_differs_with(&current, &ingress, compare_ports) {
-            return Ok(WriteOutcome::Unchanged);
-        }
-        match self.patch_ingress(key, &ingress, Some(current)).await? {
+        match self.patch_ingress(key, &ingress, None).await? {
             Some(stored) => {
                 self.learn_ports(&ingress, &stored);
                 Ok(WriteOutcome::Written)
@@ -251,18 +250,17 @@ impl StatusWriter for KubeStatusWriter {
         }
     }
 
+    fn compares_ports(&self) -> bool {
+        !self.server_drops_ingress_ports()
+    }
+
+    /// Patches at once, like [`StatusWriter::set_ingress`].
     async fn set_vip_host(
         &self,
         key: &ServiceKey,
         node: &str,
     ) -> Result<WriteOutcome, StatusError> {
-        let Some(current) = self.get(key).await? else {
-            return Ok(WriteOutcome::NotFound);
-        };
-        if vip_host_of(&current) == Some(node) {
-            return Ok(WriteOutcome::Unchanged);
-        }
-        self.patch_vip_host(key, Some(node), Some(current)).await
+        self.patch_vip_host(key, Some(node), None).await
     }
 
     async fn set_annotations(

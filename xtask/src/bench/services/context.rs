@@ -498,6 +498,112 @@ impl Bench {
         })
     }
 
+    /// Counts the writes to Services and Events in `default` for `window` (must run inside
+    /// a lab namespace): watches from the current resourceVersion (a list with `limit=1`),
+    /// in 4 s watches chained by resourceVersion (the lab client's read timeout is 5 s).
+    /// Each Service write is named by the newest `managedFields` entry (manager,
+    /// subresource, operation: who wrote what), each Event write by its reason.
+    pub fn rest_writes(&self, window: Duration) -> Result<RestWrites> {
+        let mut out = RestWrites::default();
+        let mut names = BTreeSet::new();
+        for (kind, path) in [
+            (
+                "services",
+                format!("/api/v1/namespaces/{NAMESPACE}/services"),
+            ),
+            ("events", format!("/api/v1/namespaces/{NAMESPACE}/events")),
+        ] {
+            let r = self.api.request("GET", &format!("{path}?limit=1"), None);
+            self.stats.record(&format!("list {kind}"), &r);
+            let r = r?;
+            if r.status != 200 {
+                bail!("list {kind}: HTTP {}: {}", r.status, r.body);
+            }
+            let v: serde_json::Value = serde_json::from_str(&r.body).context("list JSON")?;
+            let rv = v["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            if kind == "services" {
+                out.service_rv = rv;
+            } else {
+                out.event_rv = rv;
+            }
+        }
+        let t0 = Instant::now();
+        while t0.elapsed() < window {
+            let left = window.saturating_sub(t0.elapsed()).as_secs().clamp(1, 4);
+            for kind in ["services", "events"] {
+                let rv = if kind == "services" {
+                    &mut out.service_rv
+                } else {
+                    &mut out.event_rv
+                };
+                let path = format!(
+                    "/api/v1/namespaces/{NAMESPACE}/{kind}?watch=1&resourceVersion={rv}&timeoutSeconds={left}"
+                );
+                let r = self.api.request("GET", &path, None);
+                self.stats.record(&format!("watch {kind}"), &r);
+                let r = r?;
+                if r.status != 200 {
+                    bail!("watch {kind}: HTTP {}: {}", r.status, r.body);
+                }
+                for e in r
+                    .body
+                    .lines()
+                    .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                {
+                    let ty = e["type"].as_str().unwrap_or_default();
+                    if let Some(v) = e["object"]["metadata"]["resourceVersion"].as_str() {
+                        *rv = v.to_string();
+                    }
+                    if !matches!(ty, "MODIFIED" | "ADDED" | "DELETED") {
+                        continue;
+                    }
+                    let o = &e["object"];
+                    if kind == "services" {
+                        out.service_writes += 1;
+                        names.insert(
+                            o["metadata"]["name"]
+                                .as_str()
+                                .unwrap_or_default()
+                                .to_string(),
+                        );
+                        let newest = o["metadata"]["managedFields"]
+                            .as_array()
+                            .and_then(|m| {
+                                m.iter().max_by_key(|f| {
+                                    f["time"].as_str().unwrap_or_default().to_string()
+                                })
+                            })
+                            .map(|f| {
+                                format!(
+                                    "{} {}{}",
+                                    f["manager"].as_str().unwrap_or("?"),
+                                    f["operation"].as_str().unwrap_or("?"),
+                                    f["subresource"]
+                                        .as_str()
+                                        .map(|s| format!(" {s}"))
+                                        .unwrap_or_default()
+                                )
+                            })
+                            .unwrap_or_else(|| "?".into());
+                        *out.service_by_writer.entry(newest).or_default() += 1;
+                    } else {
+                        out.event_writes += 1;
+                        let reason = o["reason"].as_str().unwrap_or("?").to_string();
+                        *out.event_by_reason
+                            .entry(format!("{ty} {reason}"))
+                            .or_default() += 1;
+                    }
+                }
+            }
+        }
+        out.seconds = t0.elapsed().as_secs_f64();
+        out.services_written = names.len();
+        Ok(out)
+    }
+
     /// How many of `addrs` each node carries on eth0 ([`Bench::carried_on`]).
     pub fn carried(&self, addrs: &BTreeSet<IpAddr>) -> Result<BTreeMap<String, usize>> {
         Ok(self
@@ -596,4 +702,24 @@ pub struct LeaseWatch {
     pub holder_changes: u64,
     /// Leases at the start.
     pub leases: usize,
+}
+
+/// Result of [`Bench::rest_writes`]: the Service and Event writes in `default` over a window.
+#[derive(Debug, Clone, Default)]
+pub struct RestWrites {
+    /// Service watch events (ADDED, MODIFIED, DELETED).
+    pub service_writes: u64,
+    /// Distinct Services written.
+    pub services_written: usize,
+    /// Service writes by the newest managedFields entry ("manager operation [subresource]").
+    pub service_by_writer: BTreeMap<String, u64>,
+    /// Event watch events.
+    pub event_writes: u64,
+    /// Event writes by "type reason".
+    pub event_by_reason: BTreeMap<String, u64>,
+    /// Length of the watches, s.
+    pub seconds: f64,
+    /// The resourceVersions the watches reached (internal).
+    service_rv: String,
+    event_rv: String,
 }

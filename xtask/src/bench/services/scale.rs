@@ -14,6 +14,7 @@ use super::http::{Answer, Poller};
 use super::*;
 use crate::bench::harness::CREATE_THREADS;
 use crate::bench::harness::procfs::{cpu_percent, proc_status};
+use crate::bench::harness::text::metric_sum;
 use crate::bench::stats::{ms, summary_ms};
 
 /// Scenario (b), `scale`: runs it in a lab of its own and prints its figures.
@@ -217,10 +218,26 @@ pub(super) fn scale_steady_state(
     let mut pids: Vec<i32> = NODES.iter().filter_map(|n| b.pid(n)).collect();
     let cp = b.lab.control_plane_pids();
     pids.extend(&cp);
-    let (watch, cpu) = std::thread::scope(|s| {
+    // The Service passes each node makes in the window (count and seconds of
+    // `vipd_services_pass_duration_seconds`): a node at rest makes none.
+    let passes = |b: &Bench| -> Vec<(Option<f64>, Option<f64>)> {
+        NODES
+            .iter()
+            .map(|n| {
+                let m = b.metrics_get(n, "/metrics").unwrap_or_default();
+                (
+                    metric_sum(&m, "vipd_services_pass_duration_seconds_count"),
+                    metric_sum(&m, "vipd_services_pass_duration_seconds_sum"),
+                )
+            })
+            .collect()
+    };
+    let passes_before = passes(b);
+    let (watch, rest, cpu) = std::thread::scope(|s| {
         let w = s.spawn(|| b.in_client(|| b.lease_writes(STEADY_WINDOW)));
+        let r = s.spawn(|| b.in_client(|| b.rest_writes(STEADY_WINDOW)));
         let cpu = cpu_percent(&pids, STEADY_WINDOW);
-        (w.join(), cpu)
+        (w.join(), r.join(), cpu)
     });
     let (_, holders) = b.in_client(|| b.leases_at("/apis/coordination.k8s.io/v1/leases"))??;
     let mut lease_by_holder: BTreeMap<String, usize> = BTreeMap::new();
@@ -251,6 +268,35 @@ pub(super) fn scale_steady_state(
         Ok(Ok(Err(e))) => println!("    Lease writes: watch failed: {e:#}"),
         Ok(Err(e)) => println!("    Lease writes: {e:#}"),
         Err(_) => println!("    Lease writes: watch thread panicked"),
+    }
+    let passes_after = passes(b);
+    let pass_line: Vec<String> = NODES
+        .iter()
+        .zip(passes_before.iter().zip(&passes_after))
+        .map(|(n, ((c0, s0), (c1, s1)))| match (c0, c1, s0, s1) {
+            (Some(c0), Some(c1), Some(s0), Some(s1)) => {
+                format!("{n} {:.0} ({:.0} ms)", c1 - c0, (s1 - s0) * 1000.0)
+            }
+            _ => format!("{n} ?"),
+        })
+        .collect();
+    println!(
+        "    Service passes in the window (vipd_services_pass_duration_seconds): {}",
+        pass_line.join(", ")
+    );
+    match rest {
+        Ok(Ok(Ok(r))) => println!(
+            "    Service writes: {} on {} Services in {:.1} s, by writer {:?}; Event writes: {}, by reason {:?}",
+            r.service_writes,
+            r.services_written,
+            r.seconds,
+            r.service_by_writer,
+            r.event_writes,
+            r.event_by_reason
+        ),
+        Ok(Ok(Err(e))) => println!("    Service and Event writes: watch failed: {e:#}"),
+        Ok(Err(e)) => println!("    Service and Event writes: {e:#}"),
+        Err(_) => println!("    Service and Event writes: watch thread panicked"),
     }
     println!("    Leases by holder: {lease_by_holder:?}");
     println!("    addresses carried on eth0: {carried:?}");
