@@ -495,8 +495,9 @@ impl StatusSync {
     }
 }
 
-/// Status writes (and Events) one group has in flight at most: the Services' API
-/// connections carry 16 calls at once (`crate::kube::client`), shared by every group.
+/// Status writes (and Events) one group has in flight at most; the writer itself keeps at
+/// most [`super::publish::STATUS_CALLS_IN_FLIGHT`] in flight for the whole process, so
+/// groups beyond that wait for a slot.
 const STATUS_WRITES_IN_FLIGHT: usize = 8;
 
 /// One write of [`StatusSync::sync`] for one Service.

@@ -263,3 +263,56 @@ fn annotations_merge_as_a_merge_patch_would() {
     assert_eq!(a.get("new").map(String::as_str), Some("2"));
     assert!(!a.contains_key("gone"));
 }
+
+/// Issue 28: however many groups write at once (each through its own clone of the writer),
+/// the process keeps at most `STATUS_CALLS_IN_FLIGHT` status calls at the API server, and
+/// each call is one request (a patch, no read before it).
+#[tokio::test(start_paused = true)]
+async fn the_process_keeps_at_most_the_status_slots_in_flight() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (now, most, requests) = (
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+        Arc::new(AtomicUsize::new(0)),
+    );
+    let (n, m, r) = (now.clone(), most.clone(), requests.clone());
+    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let (n, m, r) = (n.clone(), m.clone(), r.clone());
+        async move {
+            assert_eq!(req.method(), http::Method::PATCH, "{}", req.uri());
+            r.fetch_add(1, Ordering::SeqCst);
+            m.fetch_max(n.fetch_add(1, Ordering::SeqCst) + 1, Ordering::SeqCst);
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            n.fetch_sub(1, Ordering::SeqCst);
+            let body = serde_json::json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "s", "namespace": "default"}});
+            let resp = http::Response::builder()
+                .status(200)
+                .header("content-type", "application/json")
+                .body(http_body_util::Full::new(hyper::body::Bytes::from(
+                    body.to_string(),
+                )))
+                .unwrap();
+            Ok::<_, std::convert::Infallible>(resp)
+        }
+    });
+    let w = KubeStatusWriter::new(kube::Client::new(svc, "default"), "node-a");
+    let ingress = desired_ingress(&[ip("192.0.2.5")], &[pp(80, "TCP")]);
+    let calls = (0..24).map(|i| {
+        let w = w.clone();
+        let ingress = ingress.clone();
+        tokio::spawn(async move {
+            let key = ServiceKey::new("default", format!("s{i}"));
+            match i % 2 {
+                0 => w.set_ingress(&key, ingress).await,
+                _ => w.set_vip_host(&key, "node-a").await,
+            }
+        })
+    });
+    for c in futures::future::join_all(calls).await {
+        assert_eq!(c.unwrap().unwrap(), WriteOutcome::Written);
+    }
+    assert_eq!(requests.load(Ordering::SeqCst), 24, "one request a write");
+    assert_eq!(most.load(Ordering::SeqCst), STATUS_CALLS_IN_FLIGHT);
+}

@@ -44,7 +44,18 @@ pub struct KubeStatusWriter {
     /// The Events about its Services (and, through [`KubeStatusWriter::recorder`], other
     /// objects' Events that share its series).
     recorder: Recorder,
+    /// Slots of the [`StatusWriter`] calls in flight at once in this process, shared by its
+    /// clones (every group of the node): [`STATUS_CALLS_IN_FLIGHT`].
+    slots: Arc<tokio::sync::Semaphore>,
 }
+
+/// [`StatusWriter`] calls (each a patch, an Event, or a clear's read and patches) a process
+/// keeps in flight at once, over all its groups: 4. After a cold start at 10 000 Services
+/// (issue 28) every group wrote 8 at a time, 16 per node on the Services client: 30 000
+/// status, vipHost and Event writes at once from three nodes kept the API server so busy that
+/// shard lease renewals (on their own client) timed out and their holders stepped down.
+/// The status is not urgent (the VIPs answer already); the renewals are.
+pub const STATUS_CALLS_IN_FLIGHT: usize = 4;
 
 impl KubeStatusWriter {
     /// A writer reporting as `node` (the Event `reportingInstance`, max 128 characters).
@@ -54,7 +65,14 @@ impl KubeStatusWriter {
             client,
             ports_dropped: Arc::new(AtomicBool::new(false)),
             patch_forbidden: Arc::new(AtomicBool::new(false)),
+            slots: Arc::new(tokio::sync::Semaphore::new(STATUS_CALLS_IN_FLIGHT)),
         }
+    }
+
+    /// Waits for one of the process's [`STATUS_CALLS_IN_FLIGHT`] slots (held until the
+    /// permit is dropped; `None` only if the semaphore were closed, which it never is).
+    async fn slot(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.slots.acquire().await.ok()
     }
 
     /// The Event recorder this writer writes its Services' Events through.
@@ -241,6 +259,7 @@ impl StatusWriter for KubeStatusWriter {
         key: &ServiceKey,
         ingress: Vec<LoadBalancerIngress>,
     ) -> Result<WriteOutcome, StatusError> {
+        let _slot = self.slot().await;
         match self.patch_ingress(key, &ingress, None).await? {
             Some(stored) => {
                 self.learn_ports(&ingress, &stored);
@@ -260,6 +279,7 @@ impl StatusWriter for KubeStatusWriter {
         key: &ServiceKey,
         node: &str,
     ) -> Result<WriteOutcome, StatusError> {
+        let _slot = self.slot().await;
         self.patch_vip_host(key, Some(node), None).await
     }
 
@@ -268,6 +288,7 @@ impl StatusWriter for KubeStatusWriter {
         key: &ServiceKey,
         annotations: &[(&'static str, String)],
     ) -> Result<WriteOutcome, StatusError> {
+        let _slot = self.slot().await;
         if annotations.is_empty() {
             return Ok(WriteOutcome::Unchanged);
         }
@@ -280,6 +301,7 @@ impl StatusWriter for KubeStatusWriter {
     }
 
     async fn clear(&self, key: &ServiceKey) -> Result<WriteOutcome, StatusError> {
+        let _slot = self.slot().await;
         let Some(current) = self.get(key).await? else {
             return Ok(WriteOutcome::NotFound);
         };
@@ -306,6 +328,7 @@ impl StatusWriter for KubeStatusWriter {
         uid: Option<&str>,
         event: &ServiceEvent,
     ) -> Result<(), StatusError> {
+        let _slot = self.slot().await;
         let uid = match uid {
             Some(u) => Some(u.to_string()),
             None => match self.get(key).await? {
