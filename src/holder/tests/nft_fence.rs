@@ -158,30 +158,16 @@ async fn fence_timeout_is_the_fence_from_now_within_the_lease() {
     let lease = TIMING.lease_duration;
     let ms = Duration::from_millis;
     let at = |t: Instant| t.saturating_duration_since(sent);
-    assert_eq!(
-        fence_timeout(
-            FENCE,
-            lease,
-            FENCE_MARGIN,
-            at(Instant::now()),
-            Duration::ZERO
-        ),
-        ms(2000)
-    );
+    // No run expected (the reserve: an_expected_slow_run_is_taken_off_the_leases_end).
+    let timeout = |fence: Duration, age: Duration| {
+        fence_timeout(fence, lease, FENCE_MARGIN, age, Duration::ZERO)
+    };
+    assert_eq!(timeout(FENCE, at(Instant::now())), ms(2000));
     tokio::time::advance(ms(37)).await;
-    assert_eq!(
-        fence_timeout(
-            FENCE,
-            lease,
-            FENCE_MARGIN,
-            at(Instant::now()),
-            Duration::ZERO
-        ),
-        ms(2000)
-    );
+    assert_eq!(timeout(FENCE, at(Instant::now())), ms(2000));
     // Asked at any age, it never reaches past send + lease - margin, nor past now + fence.
     for age_ms in (0..6000).step_by(7) {
-        let t = fence_timeout(FENCE, lease, FENCE_MARGIN, ms(age_ms), Duration::ZERO);
+        let t = timeout(FENCE, ms(age_ms));
         assert!(t <= FENCE, "age {age_ms} ms: {t:?}");
         assert!(
             t.is_zero() || ms(age_ms) + t <= lease - FENCE_MARGIN,
@@ -195,41 +181,14 @@ async fn fence_timeout_is_the_fence_from_now_within_the_lease() {
         );
     }
     // A fence longer than the lease allows is cut to lease - margin.
-    assert_eq!(
-        fence_timeout(
-            Duration::from_secs(9),
-            lease,
-            FENCE_MARGIN,
-            ms(0),
-            Duration::ZERO
-        ),
-        lease - FENCE_MARGIN
-    );
+    assert_eq!(timeout(Duration::from_secs(9), ms(0)), lease - FENCE_MARGIN);
     // Late in the lease, what is left of it.
-    assert_eq!(
-        fence_timeout(FENCE, lease, FENCE_MARGIN, ms(3500), Duration::ZERO),
-        ms(1250)
-    );
+    assert_eq!(timeout(FENCE, ms(3500)), ms(1250));
     // Frozen between the renewal and the call, past the lease less the margin: expired.
-    assert_eq!(
-        fence_timeout(
-            FENCE,
-            lease,
-            FENCE_MARGIN,
-            lease - FENCE_MARGIN,
-            Duration::ZERO
-        ),
-        Duration::ZERO
-    );
+    assert_eq!(timeout(FENCE, lease - FENCE_MARGIN), Duration::ZERO);
     // Sub-millisecond rest rounds down: never more than granted.
     assert_eq!(
-        fence_timeout(
-            FENCE,
-            lease,
-            FENCE_MARGIN,
-            lease - FENCE_MARGIN - Duration::from_micros(999),
-            Duration::ZERO
-        ),
+        timeout(FENCE, lease - FENCE_MARGIN - Duration::from_micros(999)),
         Duration::ZERO
     );
 }
