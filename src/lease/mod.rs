@@ -255,8 +255,8 @@ pub struct FencePlan {
 }
 
 /// The address lifetime of the second line ([`with_second_line`]): 300 s (5 min). A VIP's
-/// address then costs the kernel one lifetime refresh per 150 s on average ([`second_line_refresh_at`]) instead of one per renewal
-/// (every retry period). Every IPv6 address add or refresh on an interface walks all of its
+/// address then costs the kernel one lifetime refresh per 150 s on average
+/// ([`second_line_refresh_at`]) instead of one per renewal (every retry period). Every IPv6 address add or refresh on an interface walks all of its
 /// multicast groups, one solicited-node group per VIP, and every add, refresh or delete the
 /// node's addresses, under the rtnl lock (`cargo xtask bench addrs`: a refresh 0.6 ms with
 /// 4 000 present, 1.2-1.8 ms with 8 000), so per renewal that was seconds of kernel time per
