@@ -1,7 +1,8 @@
 //! S38/S39: Events and status that are always right, with only the RBAC that
 //! `vipd manifest rbac` generates (the lab's node users have no other rights):
 //! - status and `kube-vip.io/vipHost` are level-triggered: written once the permission is
-//!   back, restored when someone else changes them;
+//!   back, restored when someone else changes them (also on shard leases, and under the
+//!   ClusterRole of kube-vip's chart, which grants `update` but not `patch`);
 //! - one Event per change, whatever the number of nodes and restarts (deterministic Event
 //!   names);
 //! - every Service vipd will not announce gets a Warning saying why and no status: the
@@ -427,4 +428,191 @@ fn s39_one_event_per_change_across_nodes_and_restarts() {
     );
     let bad = events(&lab, "bad", "InvalidAddress");
     assert_eq!(bad.len(), 1, "one Warning across restarts: {bad:?}");
+}
+
+/// Edits `name`'s `status.loadBalancer.ingress` (another address, then none) and its
+/// `kube-vip.io/vipHost` (removed, then naming another node) by hand, as an operator might,
+/// and waits after each edit for `holder` to restore it: a write after the edit (a newer
+/// resourceVersion) puts back `ip` and `holder` within `limit`, with no failover. The writer
+/// patches without reading the Service first since 2026-12-06: what it restores is decided
+/// from its cache alone.
+fn hand_edits_are_restored(
+    lab: &Lab,
+    name: &str,
+    ip: &str,
+    holder: &str,
+    procs: &[&LabProcess],
+    limit: Duration,
+) {
+    let rv = |v: &serde_json::Value| -> u64 {
+        v["metadata"]["resourceVersion"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .expect("resourceVersion")
+    };
+    let edit = |path: &str, patch: serde_json::Value| -> u64 {
+        for _ in 0..5 {
+            let r = lab
+                .api_request("PATCH", path, Some(&patch.to_string()))
+                .unwrap();
+            if r.status == 409 {
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+            assert_eq!(r.status, 200, "{path}: {}", r.body);
+            return rv(&serde_json::from_str(&r.body).unwrap());
+        }
+        panic!("{path}: 409 five times");
+    };
+    let service = format!("/api/v1/namespaces/default/services/{name}");
+    let status = format!("{service}/status");
+    let edits = [
+        (
+            "status: another address",
+            status.as_str(),
+            serde_json::json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.99"}]}}}),
+        ),
+        (
+            "status: no ingress",
+            status.as_str(),
+            serde_json::json!({"status": {"loadBalancer": {"ingress": null}}}),
+        ),
+        (
+            "vipHost removed",
+            service.as_str(),
+            serde_json::json!({"metadata": {"annotations": {"kube-vip.io/vipHost": null}}}),
+        ),
+        (
+            "vipHost naming another node",
+            service.as_str(),
+            serde_json::json!({"metadata": {"annotations": {"kube-vip.io/vipHost": "node-x"}}}),
+        ),
+    ];
+    for (what, path, patch) in edits {
+        let edited = edit(path, patch);
+        wait_or_dump(
+            &format!("{name} restored after a hand edit ({what})"),
+            limit,
+            procs,
+            || {
+                get_service(lab, name).is_some_and(|s| rv(&s) > edited)
+                    && ingress_ips(lab, name) == [ip]
+                    && vip_host(lab, name).as_deref() == Some(holder)
+            },
+        );
+        assert_eq!(
+            holders(lab, ip),
+            [holder],
+            "{name} after {what}: no failover"
+        );
+    }
+}
+
+/// S38: status and `kube-vip.io/vipHost` edited by hand on Services that share shard
+/// Leases (`svc_leaseshards`, issue 28), with the generated RBAC (merge patches): each edit
+/// is restored by the shard's holder from its cache, the other node writes nothing back,
+/// and no AddressAnnounced Event is added (the holder did not change).
+#[test]
+fn s38_hand_edited_status_and_vip_host_are_restored_on_shard_leases() {
+    let Some(lab) = rbac_lab("s38_hand_edits_shards") else {
+        return;
+    };
+    let shards = [("svc_leaseshards", "4")];
+    let a = start_vipd_services(&lab, "node-a", true, &shards);
+    let b = start_vipd_services(&lab, "node-b", true, &shards);
+    let procs = [&a, &b];
+    for p in procs {
+        wait_or_dump(
+            &format!("{} has loaded its caches", p.name()),
+            Duration::from_secs(60),
+            &procs,
+            || {
+                p.log()
+                    .contains("Services: initial lists of Services, Nodes and endpoints loaded")
+            },
+        );
+    }
+    let services: Vec<(String, String)> = (0..4)
+        .map(|i| (format!("web-{i}"), format!("192.0.2.{}", 40 + i)))
+        .collect();
+    for (name, ip) in &services {
+        create_service(
+            &lab,
+            &service_json(name, Some(ip), None, &[(80, "TCP")], false),
+        );
+    }
+    let mut placed = Vec::new();
+    for (name, ip) in &services {
+        let holder = single_holder(&lab, ip, Duration::from_secs(30));
+        wait_or_dump(
+            &format!("{name}'s status, vipHost and AddressAnnounced Event"),
+            Duration::from_secs(30),
+            &procs,
+            || {
+                ingress_ips(&lab, name) == [ip.as_str()]
+                    && vip_host(&lab, name).as_deref() == Some(holder.as_str())
+                    && !events(&lab, name, "AddressAnnounced").is_empty()
+            },
+        );
+        placed.push((holder, events(&lab, name, "AddressAnnounced").len()));
+    }
+    for ((name, ip), (holder, _)) in services.iter().zip(&placed) {
+        hand_edits_are_restored(&lab, name, ip, holder, &procs, Duration::from_secs(15));
+    }
+    for ((name, _), (_, announced)) in services.iter().zip(&placed) {
+        let now = events(&lab, name, "AddressAnnounced");
+        assert_eq!(
+            now.len(),
+            *announced,
+            "{name}: no new announcement: {now:?}"
+        );
+    }
+}
+
+/// S38 / issue 26: the same hand edits under the ClusterRole of kube-vip's chart (`update`,
+/// not `patch`, on Services and their status), with per-Service leases: restored by
+/// read-modify-write updates after the first refused merge patch. That RBAC grants no
+/// Events: the AddressAnnounced Event keeps failing, so the group's status retry stays
+/// scheduled and a cache change waits for it (`decide::status_step`: back-off at most 20 s
+/// + 25 %), hence the longer limit.
+#[test]
+fn s38_hand_edits_are_restored_under_kube_vip_chart_rbac() {
+    let Some(lab) = lab(
+        "s38_hand_edits_chart_rbac",
+        LabOptions {
+            node_rbac: NodeRbac::None,
+            ..LabOptions::default()
+        },
+    ) else {
+        return;
+    };
+    apply_kube_vip_chart_rbac(&lab);
+    let vipd = start_svc(&lab, "node-a");
+    create_service(
+        &lab,
+        &service_json("web", Some("192.0.2.35"), None, &[(80, "TCP")], false),
+    );
+    wait_or_dump(
+        "web's status and vipHost",
+        Duration::from_secs(30),
+        &[&vipd],
+        || {
+            holders(&lab, "192.0.2.35") == ["node-a"]
+                && ingress_ips(&lab, "web") == ["192.0.2.35"]
+                && vip_host(&lab, "web").as_deref() == Some("node-a")
+        },
+    );
+    hand_edits_are_restored(
+        &lab,
+        "web",
+        "192.0.2.35",
+        "node-a",
+        &[&vipd],
+        Duration::from_secs(40),
+    );
+    assert!(
+        vipd.log().contains("read-modify-write updates"),
+        "{}",
+        vipd.log()
+    );
 }

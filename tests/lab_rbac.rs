@@ -256,38 +256,7 @@ fn s38_kube_vip_chart_rbac_still_gets_status_and_vip_host_written() {
     let Some(lab) = lab("kube_vip_chart_rbac", opts) else {
         return;
     };
-    let role = serde_json::json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRole",
-        "metadata": {"name": "kube-vip"},
-        "rules": [
-            {"apiGroups": [""], "resources": ["services/status"], "verbs": ["update"]},
-            {"apiGroups": [""], "resources": ["services", "endpoints"], "verbs": ["list", "get", "watch", "update"]},
-            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "get", "watch", "update", "patch"]},
-            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list", "get", "watch", "update", "create"]},
-            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "get", "watch", "update"]},
-            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}
-        ]
-    });
-    let binding = serde_json::json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {"name": "kube-vip"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kube-vip"},
-        "subjects": [{"kind": "Group", "name": xtask::lab::NODE_GROUP, "apiGroup": "rbac.authorization.k8s.io"}]
-    });
-    for (path, obj) in [
-        ("/apis/rbac.authorization.k8s.io/v1/clusterroles", role),
-        (
-            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
-            binding,
-        ),
-    ] {
-        let r = lab
-            .api_request("POST", path, Some(&obj.to_string()))
-            .unwrap();
-        assert_eq!(r.status, 201, "{path}: {}", r.body);
-    }
+    apply_kube_vip_chart_rbac(&lab);
     let vipd = start_vipd_services(&lab, "node-a", false, &[]);
     create_service(
         &lab,

@@ -111,6 +111,45 @@ fn bind_generated_role_to_nodes(lab: &Lab) {
     assert_eq!(r.status, 201, "{}", r.body);
 }
 
+/// Creates the ClusterRole of kube-vip's chart (the `kube-vip` subchart of
+/// `harvester-cloud-provider`, verbatim rules: `update`, not `patch`, on Services and their
+/// status; no Events, no ConfigMaps) and binds it to the lab's node users, which have no
+/// other rights in a lab started with `NodeRbac::None` (issue 26).
+pub fn apply_kube_vip_chart_rbac(lab: &Lab) {
+    let role = serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": {"name": "kube-vip"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["services/status"], "verbs": ["update"]},
+            {"apiGroups": [""], "resources": ["services", "endpoints"], "verbs": ["list", "get", "watch", "update"]},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["list", "get", "watch", "update", "patch"]},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list", "get", "watch", "update", "create"]},
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "get", "watch", "update"]},
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}
+        ]
+    });
+    let binding = serde_json::json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {"name": "kube-vip"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "kube-vip"},
+        "subjects": [{"kind": "Group", "name": xtask::lab::NODE_GROUP, "apiGroup": "rbac.authorization.k8s.io"}]
+    });
+    for (path, obj) in [
+        ("/apis/rbac.authorization.k8s.io/v1/clusterroles", role),
+        (
+            "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+            binding,
+        ),
+    ] {
+        let r = lab
+            .api_request("POST", path, Some(&obj.to_string()))
+            .unwrap();
+        assert_eq!(r.status, 201, "{path}: {}", r.body);
+    }
+}
+
 /// Lease timings of a test run: (lease duration, renew deadline, retry period) seconds.
 pub type Timings = (&'static str, &'static str, &'static str);
 

@@ -337,14 +337,35 @@ fn lab_down() -> Result<()> {
 }
 
 /// A `cargo` command run from the workspace root, for every nested build and test of xtask.
-/// Without `CARGO_MANIFEST_DIR`, which `cargo run` set for xtask itself: passed on, it made
-/// `ring`'s build script dirty (its fingerprint records that variable), so every bench
-/// rebuilt ring, rustls, kube and vipd (4-5 min) right after an identical build.
+/// Without the variables `cargo run` set for xtask itself ([`set_by_cargo_run`]): passed on,
+/// they made `ring`'s build script dirty (its fingerprint records `CARGO_MANIFEST_DIR`,
+/// `CARGO_PKG_NAME` and `CARGO_PKG_VERSION_*`), so every bench, chaos soak and demo rebuilt
+/// ring, rustls, kube and vipd (3-5 min) right after an identical `cargo build --release -p
+/// vipd`, and the next build from the shell rebuilt them again.
 pub(crate) fn cargo() -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    c.current_dir(lab::control_plane::workspace_root())
-        .env_remove("CARGO_MANIFEST_DIR");
+    c.current_dir(lab::control_plane::workspace_root());
+    for (name, _) in std::env::vars_os() {
+        if name.to_str().is_some_and(set_by_cargo_run) {
+            c.env_remove(name);
+        }
+    }
     c
+}
+
+/// Whether `name` is one of the variables `cargo run` sets for the program it runs, about
+/// that program's own package (here xtask): `CARGO_MANIFEST_DIR`, `CARGO_MANIFEST_PATH`,
+/// `CARGO_PKG_*`, `CARGO_CRATE_NAME`, `CARGO_BIN_NAME`, `CARGO_PRIMARY_PACKAGE`. Not the
+/// user's settings (`CARGO_TARGET_DIR`, `CARGO_HOME`, `CARGO_PROFILE_*`, ...).
+fn set_by_cargo_run(name: &str) -> bool {
+    matches!(
+        name,
+        "CARGO_MANIFEST_DIR"
+            | "CARGO_MANIFEST_PATH"
+            | "CARGO_CRATE_NAME"
+            | "CARGO_BIN_NAME"
+            | "CARGO_PRIMARY_PACKAGE"
+    ) || name.starts_with("CARGO_PKG_")
 }
 
 fn run_cargo(mut cmd: Command, what: &str) -> Result<()> {
@@ -460,4 +481,35 @@ fn test(extra: &[&str]) -> Result<()> {
         eprintln!("==================================================================");
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod cargo_env_tests {
+    use super::set_by_cargo_run;
+
+    /// ring 0.17's build script records these (its `output`'s `rerun-if-env-changed`
+    /// lines); `cargo run` sets them for xtask, the user's shell does not.
+    #[test]
+    fn the_variables_cargo_run_set_for_xtask_are_not_passed_on() {
+        for name in [
+            "CARGO_MANIFEST_DIR",
+            "CARGO_PKG_NAME",
+            "CARGO_PKG_VERSION_MAJOR",
+            "CARGO_PKG_VERSION_MINOR",
+            "CARGO_PKG_VERSION_PATCH",
+            "CARGO_PKG_VERSION_PRE",
+            "CARGO_MANIFEST_PATH",
+        ] {
+            assert!(set_by_cargo_run(name), "{name}");
+        }
+        for name in [
+            "CARGO_TARGET_DIR",
+            "CARGO_HOME",
+            "CARGO_PROFILE_RELEASE_DEBUG",
+            "CARGO",
+            "PATH",
+        ] {
+            assert!(!set_by_cargo_run(name), "{name}");
+        }
+    }
 }

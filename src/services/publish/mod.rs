@@ -182,8 +182,11 @@ pub enum WriteOutcome {
     NotFound,
 }
 
-/// Writes what the holder reports about a Service. Every method writes only when
-/// something changes.
+/// Writes what the holder reports about a Service. The caller decides from its cache what
+/// differs (`crate::services::sync`'s `status_diff`) and calls only for that;
+/// [`StatusWriter::set_ingress`] and [`StatusWriter::set_vip_host`] may write without
+/// reading the Service first ([`KubeStatusWriter`] patches at once, and a patch the server
+/// already has changes nothing there).
 pub trait StatusWriter: Send + Sync {
     /// Sets `status.loadBalancer.ingress` to `ingress` (usually [`desired_ingress`]); an
     /// empty list removes it.
