@@ -186,8 +186,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     }
 
     /// Splits the VIPs `idx` into those to add or refresh now and those whose address is in
-    /// place on their interface, ours, with more than its refresh point of the second line
-    /// left ([`second_line_fresh`]; VIPs with a not-after time, DHCP leases, are always due:
+    /// place on their interface, ours, with more than half of the second line left
+    /// ([`second_line_fresh`]; VIPs with a not-after time, DHCP leases, are always due:
     /// they keep the whole-second fence). Reads the node's addresses once (a holder of
     /// Services shares a dump at most 200 ms old with the node's other holders); when that
     /// fails every VIP is due.
@@ -207,7 +207,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             spec.not_after.is_some()
                 || !ours.get(&(link.index, spec.vip.addr)).is_some_and(|a| {
                     a.vip.prefix == spec.vip.prefix
-                        && second_line_fresh(&self.cfg.fence, a.valid_lft_secs, spec.vip.addr)
+                        && second_line_fresh(&self.cfg.fence, a.valid_lft_secs)
                 })
         })
     }

@@ -3,7 +3,6 @@
 //! how long a holder may keep a VIP answered after a renewal (the kernel fence's whole
 //! seconds, the nftables fence's milliseconds, and their margins). Pure: no I/O, no clock.
 
-use std::net::IpAddr;
 use std::time::Duration;
 
 /// Lease timings and identity for one election (client-go leaderelection semantics).
@@ -255,8 +254,8 @@ pub struct FencePlan {
 }
 
 /// The address lifetime of the second line ([`with_second_line`]): 300 s (5 min). A VIP's
-/// address then costs the kernel one lifetime refresh per 150 s on average
-/// ([`second_line_refresh_at`]) instead of one per renewal (every retry period). Every IPv6 address add or refresh on an interface walks all of its
+/// address then costs the kernel one lifetime refresh per 150 s instead of one per renewal
+/// (every retry period). Every IPv6 address add or refresh on an interface walks all of its
 /// multicast groups, one solicited-node group per VIP, and every add, refresh or delete the
 /// node's addresses, under the rtnl lock (`cargo xtask bench addrs`: a refresh 0.6 ms with
 /// 4 000 present, 1.2-1.8 ms with 8 000), so per renewal that was seconds of kernel time per
@@ -282,34 +281,12 @@ pub fn with_second_line(plan: FencePlan) -> FencePlan {
     }
 }
 
-/// Whether the second-line address of `vip` that the kernel reports with `valid_lft_secs`
-/// left (whole seconds; `None`: forever) needs no refresh yet: more than its refresh point
-/// ([`second_line_refresh_at`], about half of [`FencePlan::second_line_secs`]) is left.
-/// Never with no second line (then every renewal refreshes: the lifetime is the fence).
-/// Pure.
-pub fn second_line_fresh(plan: &FencePlan, valid_lft_secs: Option<u32>, vip: IpAddr) -> bool {
-    plan.second_line_secs > 0
-        && valid_lft_secs
-            .is_some_and(|left| left > second_line_refresh_at(plan.second_line_secs, vip))
-}
-
-/// The lifetime left (whole seconds) at which the second-line address of `vip` is
-/// refreshed: half of `second_line_secs`, moved by up to an eighth of it either way by the
-/// address's value (modulo a quarter of it, plus one), so that consecutive addresses (a
-/// pool's) spread evenly over that quarter. Each address then keeps its own refresh period
-/// (`second_line_secs` less its point: 113-187 s for 300 s, 150 s on average, as before):
-/// the VIPs a node bound together are no longer refreshed together at every half-life.
-/// Issue 28: after a 10 000-Service cold start all of a node's 3 000-3 800 refreshes came in
-/// one burst 150 s after the binds (each IPv6 refresh walks the interface's multicast
-/// groups), the two cores at 57-75 % system time for seconds, every 150 s. Pure.
-pub fn second_line_refresh_at(second_line_secs: u32, vip: IpAddr) -> u32 {
-    let (half, eighth) = (second_line_secs / 2, second_line_secs / 8);
-    let value = match vip {
-        IpAddr::V4(a) => u128::from(u32::from(a)),
-        IpAddr::V6(a) => u128::from(a),
-    };
-    let offset = u32::try_from(value % u128::from(2 * eighth + 1)).unwrap_or(0);
-    half - eighth + offset
+/// Whether an address of `plan`'s second line that the kernel reports with `valid_lft_secs`
+/// left (whole seconds; `None`: forever) needs no refresh yet: more than half of
+/// [`FencePlan::second_line_secs`] is left. Never with no second line (then every renewal
+/// refreshes: the lifetime is the fence). Pure.
+pub fn second_line_fresh(plan: &FencePlan, valid_lft_secs: Option<u32>) -> bool {
+    plan.second_line_secs > 0 && valid_lft_secs.is_some_and(|left| left > plan.second_line_secs / 2)
 }
 
 /// The fence for these lease timings. When [`fence_lifetime`] finds a whole number of
@@ -405,56 +382,24 @@ mod tests {
         );
     }
 
-    /// An address is left alone while more than its refresh point is left; the boundary, an
-    /// address the kernel keeps forever and a plan without a second line.
+    /// An address is left alone while more than half of the second line is left; the
+    /// boundary, an address the kernel keeps forever and a plan without a second line.
     #[test]
-    fn a_second_line_address_is_refreshed_at_its_point() {
+    fn a_second_line_address_is_refreshed_at_half_its_lifetime() {
         let second = with_second_line(fence_plan(&t(3, 2, 1), true).unwrap());
-        let vip: IpAddr = "2001:db8::1:7".parse().unwrap();
-        let at = second_line_refresh_at(SECOND_LINE_SECS, vip);
-        assert!(second_line_fresh(&second, Some(SECOND_LINE_SECS), vip));
-        assert!(second_line_fresh(&second, Some(at + 1), vip));
-        assert!(!second_line_fresh(&second, Some(at), vip));
-        assert!(!second_line_fresh(&second, Some(2), vip));
+        let half = SECOND_LINE_SECS / 2;
+        assert!(second_line_fresh(&second, Some(SECOND_LINE_SECS)));
+        assert!(second_line_fresh(&second, Some(half + 1)));
+        assert!(!second_line_fresh(&second, Some(half)));
+        assert!(!second_line_fresh(&second, Some(2)));
         assert!(
-            !second_line_fresh(&second, None, vip),
+            !second_line_fresh(&second, None),
             "forever is not ours to keep"
         );
         let plain = fence_plan(&t(3, 2, 1), true).unwrap();
         assert!(
-            !second_line_fresh(&plain, Some(SECOND_LINE_SECS), vip),
+            !second_line_fresh(&plain, Some(SECOND_LINE_SECS)),
             "no second line: every renewal refreshes"
         );
-    }
-
-    /// A pool's consecutive addresses, IPv4 and IPv6, get refresh points spread evenly over
-    /// half the second line plus or minus an eighth (113-187 s of 300), 150 s on average:
-    /// the VIPs bound together are refreshed over 75 s, not at once.
-    #[test]
-    fn refresh_points_spread_a_pools_addresses_around_half_the_second_line() {
-        for first in ["2001:db8::1:0", "192.0.2.0"] {
-            let first: IpAddr = first.parse().unwrap();
-            let points: Vec<u32> = (0..750u32)
-                .map(|i| match first {
-                    IpAddr::V4(a) => IpAddr::V4((u32::from(a) + i).into()),
-                    IpAddr::V6(a) => IpAddr::V6((u128::from(a) + u128::from(i)).into()),
-                })
-                .map(|vip| second_line_refresh_at(SECOND_LINE_SECS, vip))
-                .collect();
-            assert_eq!(points.iter().min(), Some(&113), "{first}");
-            assert_eq!(points.iter().max(), Some(&187), "{first}");
-            let mut per_point = std::collections::BTreeMap::new();
-            for p in &points {
-                *per_point.entry(*p).or_insert(0) += 1;
-            }
-            assert_eq!(
-                per_point.len(),
-                75,
-                "{first}: every second of the spread used"
-            );
-            assert!(per_point.values().all(|n| *n == 10), "{first}: evenly");
-            let mean = points.iter().map(|p| f64::from(*p)).sum::<f64>() / points.len() as f64;
-            assert_eq!(mean, 150.0, "{first}");
-        }
     }
 }

@@ -208,7 +208,7 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
         info!(
             second_line_secs = holder_cfg.fence.second_line_secs,
             fence_secs = holder_cfg.fence.address_secs,
-            "Service VIPs: the nftables fence ends each VIP's answers at its lease; addresses get a {} s lifetime as its second line, refreshed when about half is left",
+            "Service VIPs: the nftables fence ends each VIP's answers at its lease; addresses get a {} s lifetime as its second line, refreshed when half is left",
             holder_cfg.fence.second_line_secs
         );
     }

@@ -716,12 +716,11 @@ fn adds_of(r: &Rig, vip: Vip) -> Vec<u32> {
 
 /// With the second line, a renewal that sets the elements gives the address
 /// [`SECOND_LINE_SECS`](crate::lease::SECOND_LINE_SECS) and touches it again only once the
-/// kernel reports at most its refresh point left (about half of it:
-/// `lease::second_line_refresh_at`), while the element is
+/// kernel reports at most half of it left, while the element is
 /// set at every renewal and never reaches past the lease. A VIP with a not-after time (a
 /// DHCP lease) keeps the whole-second fence, refreshed at every renewal.
 #[tokio::test(start_paused = true)]
-async fn second_line_addresses_are_refreshed_at_their_point() {
+async fn second_line_addresses_are_refreshed_at_half_their_lifetime() {
     let fence = Arc::new(FakeFence::default());
     let dhcp = VipSpec {
         vip: dhcp_vip(),
@@ -754,15 +753,12 @@ async fn second_line_addresses_are_refreshed_at_their_point() {
         );
         tokio::time::sleep(TIMING.retry_period).await;
     }
-    // Added at the first renewal, refreshed once its point was left (renewals a second
-    // apart; 192.0.2.10's point is 182 s of 300).
-    let point = crate::lease::second_line_refresh_at(SL, vip4().addr);
-    assert_eq!(point, 182);
+    // Added at the first renewal, refreshed once half was left (renewals a second apart).
     assert_eq!(adds_of(&r, vip4()), vec![SL, SL]);
     assert_eq!(
         renewals,
-        (SL - point) as usize + 1,
-        "refreshed at the renewal that saw its point left"
+        SL as usize / 2 + 1,
+        "refreshed at the renewal that saw half left"
     );
     let dhcp_adds = adds_of(&r, dhcp_vip());
     assert_eq!(dhcp_adds.len(), renewals, "{dhcp_adds:?}");
