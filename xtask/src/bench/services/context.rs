@@ -416,17 +416,27 @@ impl Bench {
         ))
     }
 
+    /// GET `path` (must run inside a lab namespace), counted in the bench's API statistics
+    /// as `what`; the body of a 200 answer.
+    ///
+    /// # Errors
+    /// The call failing, or any other status (naming `what`, the status and the body).
+    fn get_ok(&self, what: &str, path: &str) -> Result<String> {
+        let r = self.api.request("GET", path, None);
+        self.stats.record(what, &r);
+        let r = r?;
+        if r.status != 200 {
+            bail!("{what}: HTTP {}: {}", r.status, r.body);
+        }
+        Ok(r.body)
+    }
+
     /// Leases at `path` (a namespace's, or all namespaces' with
     /// `/apis/coordination.k8s.io/v1/leases`; must run inside a lab namespace): the list's
     /// resourceVersion and (name, holderIdentity) of each.
     pub fn leases_at(&self, path: &str) -> Result<(String, BTreeMap<String, String>)> {
-        let r = self.api.request("GET", path, None);
-        self.stats.record("list leases", &r);
-        let r = r?;
-        if r.status != 200 {
-            bail!("list leases: HTTP {}: {}", r.status, r.body);
-        }
-        let v: serde_json::Value = serde_json::from_str(&r.body).context("lease list JSON")?;
+        let body = self.get_ok("list leases", path)?;
+        let v: serde_json::Value = serde_json::from_str(&body).context("lease list JSON")?;
         let rv = v["metadata"]["resourceVersion"]
             .as_str()
             .unwrap_or_default()
@@ -459,17 +469,11 @@ impl Bench {
             window.as_secs().max(1)
         );
         let t0 = Instant::now();
-        let r = self.api.request("GET", &path, None);
+        let body = self.get_ok("watch leases", &path)?;
         let took = t0.elapsed();
-        self.stats.record("watch leases", &r);
-        let r = r?;
-        if r.status != 200 {
-            bail!("watch leases: HTTP {}: {}", r.status, r.body);
-        }
         let mut writes = 0u64;
         let mut holder_changes = 0u64;
-        for e in r
-            .body
+        for e in body
             .lines()
             .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
         {
@@ -513,13 +517,8 @@ impl Bench {
             ),
             ("events", format!("/api/v1/namespaces/{NAMESPACE}/events")),
         ] {
-            let r = self.api.request("GET", &format!("{path}?limit=1"), None);
-            self.stats.record(&format!("list {kind}"), &r);
-            let r = r?;
-            if r.status != 200 {
-                bail!("list {kind}: HTTP {}: {}", r.status, r.body);
-            }
-            let v: serde_json::Value = serde_json::from_str(&r.body).context("list JSON")?;
+            let body = self.get_ok(&format!("list {kind}"), &format!("{path}?limit=1"))?;
+            let v: serde_json::Value = serde_json::from_str(&body).context("list JSON")?;
             let rv = v["metadata"]["resourceVersion"]
                 .as_str()
                 .unwrap_or_default()
@@ -542,14 +541,8 @@ impl Bench {
                 let path = format!(
                     "/api/v1/namespaces/{NAMESPACE}/{kind}?watch=1&resourceVersion={rv}&timeoutSeconds={left}"
                 );
-                let r = self.api.request("GET", &path, None);
-                self.stats.record(&format!("watch {kind}"), &r);
-                let r = r?;
-                if r.status != 200 {
-                    bail!("watch {kind}: HTTP {}: {}", r.status, r.body);
-                }
-                for e in r
-                    .body
+                let body = self.get_ok(&format!("watch {kind}"), &path)?;
+                for e in body
                     .lines()
                     .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
                 {
