@@ -174,6 +174,13 @@ fn s41_vipd_status_shows_holders_from_the_api() {
     wait_until("web announced", limit, || {
         ingress_ips(&lab, "web") == vec!["192.0.2.20".to_string()]
     });
+    // The holder writes the ingress before it posts the Event (both go through the
+    // writer's slots, in that order): wait for the Event so the status has one to show.
+    wait_until("web's AddressAnnounced Event", limit, || {
+        events_for(&lab, "web")
+            .iter()
+            .any(|(_, reason, _)| reason == "AddressAnnounced")
+    });
     let admin = lab.admin_kubeconfig();
     let admin = admin.to_str().unwrap();
 
