@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Service;
 use kube::Api;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
@@ -17,7 +17,7 @@ use tracing::{debug, info, warn};
 use super::dhcp_clients::{DhcpClients, DhcpEvent};
 use super::publish::{ServiceEvent, StatusWriter};
 use super::shared::Shared;
-use super::sync::{StatusSync, report_conflicts, report_handover};
+use super::sync::{StatusInputs, report_conflicts, report_handover, until};
 use crate::election::kube::KubeLeaseClient;
 use crate::election::local::LocalLeaseClient;
 use crate::election::metrics::LeaseMetrics;
@@ -31,7 +31,7 @@ use crate::net::{Announcer, Kernel};
 use crate::nodes::eligibility::{GATE_INELIGIBLE, Ineligible};
 use crate::services::plan::decide::DhcpClientId;
 use crate::services::plan::decide::GroupSpec;
-use crate::services::plan::decide::{self, GroupEvent, StatusStep};
+use crate::services::plan::decide::{self, GroupEvent};
 use crate::services::plan::desired::{LeaseRef, NotHere};
 use crate::services::plan::model::ServiceKey;
 use crate::services::plan::reasons::REASON_SERVICE_SECURITY_PORT;
@@ -149,8 +149,14 @@ struct Group<K: Kernel, A: Announcer> {
     /// Address conflicts already posted as Events (posted again only when they change).
     reported: Vec<(IpAddr, [u8; 6])>,
     /// Level-triggered status (S38): while leading, status, vipHost and the announcement
-    /// Events are written until they match, retried with back-off after a failure.
-    status: StatusSync,
+    /// Events are written until they match, retried with back-off after a failure, by the
+    /// group's status task ([`super::sync::follow`]), which hears of every event here.
+    status_events: mpsc::UnboundedSender<GroupEvent>,
+    /// The effective spec the status task writes for (updated before each event but the
+    /// cache passes, which do not change it).
+    status_spec: watch::Sender<Arc<GroupSpec>>,
+    status_stop: CancellationToken,
+    status_task: JoinHandle<()>,
     /// This group's election gates (the holder's and [`GATE_INELIGIBLE`]).
     gates: Gates,
     /// Why this node may not announce Service VIPs (`None`: eligible).
@@ -393,6 +399,23 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             elector.run(elector_stop.clone()),
         );
         let seen = shared.services_seen.subscribe();
+        let (status_events, events_rx) = mpsc::unbounded_channel();
+        let (status_spec, spec_rx) = watch::channel(Arc::new(initial.clone()));
+        let status_stop = CancellationToken::new();
+        let status_task = tokio::spawn({
+            let shared = shared.clone();
+            let inputs = StatusInputs {
+                spec: spec_rx,
+                bound: links.bound.clone(),
+                conflicts: links.conflicts.clone(),
+                leader: state.clone(),
+            };
+            let stop = status_stop.clone();
+            async move {
+                let ctx = shared.status_ctx();
+                super::sync::follow(&ctx, events_rx, inputs, &stop).await;
+            }
+        });
         let dhcp = shared
             .dhcp
             .clone()
@@ -419,7 +442,10 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             seen,
             leading: false,
             reported: Vec::new(),
-            status: StatusSync::default(),
+            status_events,
+            status_spec,
+            status_stop,
+            status_task,
             elector_stop,
             elector_task,
             holder_stop,
@@ -478,7 +504,6 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
                     self.seen.borrow_and_update();
                     GroupEvent::CacheSeen
                 }
-                _ = self.status.retry.wait() => GroupEvent::RetryDue,
                 r = self.bound.changed() => {
                     if r.is_err() {
                         return;
@@ -532,38 +557,22 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         report_handover(&self.shared.status_ctx(), &spec, &why).await;
     }
 
-    /// Applies [`decide::status_step`] to `event`.
+    /// Hands `event` to the status task (with the effective spec first, unless a cache
+    /// pass, which does not change it); while leading, writes the DHCP annotations that
+    /// differ from the cache.
     async fn status_event(&mut self, event: GroupEvent) {
-        let step = decide::status_step(self.leading, event, self.status.retry.at.is_some());
         if let GroupEvent::Leading(now) = event {
             self.leading = now;
         }
         Box::pin(self.security_follow()).await;
-        let retrying = match step {
-            StatusStep::Nothing => return,
-            StatusStep::EndTerm => {
-                self.status = StatusSync::default();
-                return;
-            }
-            StatusStep::DropRetry => {
-                self.status.retry.at = None;
-                return;
-            }
-            StatusStep::NewTerm => {
-                self.status = StatusSync::default();
-                true
-            }
-            StatusStep::Sync { retrying } => retrying,
-        };
-        let held = self.bound.borrow().clone();
-        let refused: Vec<IpAddr> = self.conflicts.borrow().iter().map(|(a, _)| *a).collect();
-        let ctx = self.shared.status_ctx();
-        let spec = self.effective();
-        self.status
-            .sync(&ctx, &spec, &held, &refused, retrying)
-            .await;
-        if let Some(dhcp) = &self.dhcp {
-            write_annotations(dhcp, &spec, &ctx).await;
+        if event != GroupEvent::CacheSeen {
+            self.status_spec.send_replace(Arc::new(self.effective()));
+        }
+        // The status task ends only after this loop (stopped in `finish`).
+        let _ = self.status_events.send(event);
+        if let (true, Some(dhcp)) = (self.leading, &self.dhcp) {
+            let spec = self.effective();
+            write_annotations(dhcp, &spec, &self.shared.status_ctx()).await;
         }
     }
 
@@ -763,6 +772,9 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         // DHCP clients first, so their macvlans (and addresses) are gone before the lease
         // is released: released with the group's Services gone (unless another DHCP
         // Service goes on with the MAC), else kept for the next holder.
+        // No status write after this: the holder is about to drop the VIPs.
+        self.status_stop.cancel();
+        let _ = self.status_task.await;
         if let Some(d) = &mut self.dhcp {
             let stopping = d.take_all(delete_lease, continued);
             self.vips_tx.send_replace(self.current.vips.clone());
@@ -903,14 +915,6 @@ async fn find_auto_parent<K: Kernel>(kernel: &K) -> Result<String, crate::net::N
     let any = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
     let idx = kernel.choose_interface(any).await?;
     Ok(kernel.link_by_index(idx).await?.name)
-}
-
-/// Resolves at `at`; never when `None`.
-async fn until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
-    }
 }
 
 /// Posts DHCP Warnings (failures are logged by the writer and not retried: the next

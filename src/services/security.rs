@@ -89,7 +89,7 @@ impl Security {
                 tokio::select! {
                     _ = stop.cancelled() => break,
                     _ = self.changed.notified() => {}
-                    _ = until(retry_at) => {}
+                    _ = super::sync::until(retry_at) => {}
                 }
                 retry_at = self
                     .apply()
@@ -117,13 +117,5 @@ impl Security {
                 Err(e)
             }
         }
-    }
-}
-
-/// Resolves at `at`; never when `None`.
-async fn until(at: Option<tokio::time::Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at).await,
-        None => std::future::pending().await,
     }
 }

@@ -7,6 +7,8 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Service;
 use kube::runtime::reflector::{self, Store};
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
 use super::publish::{ServiceEvent, StatusWriter, desired_ingress};
@@ -15,7 +17,8 @@ use crate::net::conflict::fmt_mac;
 use crate::services::plan::desired::Plan;
 use crate::services::plan::model::{self, ServiceKey};
 
-use crate::services::plan::decide::GroupSpec;
+use crate::election::LeaderState;
+use crate::services::plan::decide::{self, GroupSpec};
 use crate::services::plan::notes::{Note, uid_of};
 
 /// What the status side works with (the seam of its unit tests): this node's name, the
@@ -301,8 +304,13 @@ pub(super) struct StatusSync {
     pub(super) announced: HashMap<ServiceKey, Vec<IpAddr>>,
     /// Announcement Events not written yet: (Service uid, Event).
     pub(super) pending: BTreeMap<ServiceKey, (Option<String>, ServiceEvent)>,
-    /// Back-off after a failed write.
+    /// Back-off after a failed status, vipHost or clear write; while it runs, cache passes
+    /// leave the writing to it ([`crate::services::plan::decide::status_step`]).
     pub(super) retry: Retry,
+    /// Back-off after a failed Event post, apart from [`Self::retry`]: Events that keep
+    /// failing (an RBAC without `events`, as kube-vip's chart had) do not hold back the
+    /// status, so a hand edit is restored at the next cache pass.
+    pub(super) event_retry: Retry,
 }
 
 /// Logs the announcement notes of one sync, one line each while few
@@ -362,9 +370,10 @@ pub(crate) fn status_diff(
 
 impl StatusSync {
     /// Compares every Service of `spec` with the cache and writes what differs (ingress,
-    /// vipHost) plus the pending announcement Events. `retrying`: also write when only
-    /// Events are pending. On any failure, schedules a retry (back-off); on success,
-    /// clears it.
+    /// vipHost) plus the pending announcement Events. Pending Events are posted when
+    /// `retrying` or when their own back-off is not running. A failed write schedules
+    /// [`Self::retry`], a failed Event [`Self::event_retry`] (back-off); success clears
+    /// each.
     /// `bound`: the addresses the VIP holder holds now; `refused`: those it refuses because
     /// another host claims them. A Service is reported only with its bound addresses; with
     /// none bound, nothing is written while they are being probed, and a status this node
@@ -465,10 +474,21 @@ impl StatusSync {
                 self.announced.remove(key);
             }
         }
-        if retrying || !self.pending.is_empty() {
-            ok &= self.post_pending(ctx).await;
-        }
         self.retry.after(ok);
+        if self.pending.is_empty() {
+            self.event_retry.after(true);
+        } else if retrying || self.event_retry.due() {
+            let posted = self.post_pending(ctx).await;
+            self.event_retry.after(posted);
+        }
+    }
+
+    /// A retry is scheduled (writes or Events).
+    fn retry_at(&self) -> Option<tokio::time::Instant> {
+        match (self.retry.at, self.event_retry.at) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 
     /// Posts the pending announcement Events (those posted leave the list); `false` when
@@ -492,6 +512,95 @@ impl StatusSync {
             }
         }
         ok
+    }
+}
+
+/// What a group's status task reads when it writes: the latest of each, not one per event.
+pub(super) struct StatusInputs {
+    /// The group's effective spec (with the DHCP Services' leased addresses).
+    pub(super) spec: watch::Receiver<Arc<GroupSpec>>,
+    /// The addresses the VIP holder has bound.
+    pub(super) bound: watch::Receiver<Vec<IpAddr>>,
+    /// The addresses it refuses because another host (this MAC) claims them.
+    pub(super) conflicts: watch::Receiver<Vec<(IpAddr, [u8; 6])>>,
+    /// The group's election state: a sync still writing when it stops leading is dropped
+    /// (the next holder writes its own status).
+    pub(super) leader: watch::Receiver<LeaderState>,
+}
+
+/// The status side of one group, in its own task: the group's loop sends what it saw
+/// (`events`) and goes on pushing VIP changes to its holder while the writes here wait for
+/// the writer's slots ([`super::publish::STATUS_CALLS_IN_FLIGHT`] per process: at a cold
+/// start a shard's holder has hundreds queued). Every event queued meanwhile is taken at
+/// once ([`decide::status_batch`]), so a burst of cache passes is one sync with the
+/// latest `inputs`; retries fall due here. A sync still writing when the election state
+/// stops leading is dropped. Returns when `stop` is cancelled (a write in flight is
+/// dropped) or the group drops its sender.
+pub(super) async fn follow<W: StatusWriter>(
+    ctx: &StatusCtx<'_, W>,
+    mut events: mpsc::UnboundedReceiver<decide::GroupEvent>,
+    mut inputs: StatusInputs,
+    stop: &CancellationToken,
+) {
+    let mut sync = StatusSync::default();
+    let mut leading = false;
+    loop {
+        let retry_at = sync.retry_at();
+        let first = tokio::select! {
+            _ = stop.cancelled() => return,
+            e = events.recv() => match e {
+                Some(e) => e,
+                None => return,
+            },
+            _ = until(retry_at) => decide::GroupEvent::RetryDue,
+        };
+        let mut batch = vec![first];
+        while let Ok(e) = events.try_recv() {
+            batch.push(e);
+        }
+        let step = decide::status_batch(leading, sync.retry.at.is_some(), &batch);
+        leading = step.leading;
+        if step.reset {
+            sync = StatusSync::default();
+        }
+        if step.drop_retry {
+            sync.retry.at = None;
+            sync.event_retry.at = None;
+        }
+        let Some(retrying) = step.sync else {
+            continue;
+        };
+        let spec = inputs.spec.borrow().clone();
+        let held = inputs.bound.borrow().clone();
+        let refused: Vec<IpAddr> = inputs.conflicts.borrow().iter().map(|(a, _)| *a).collect();
+        tokio::select! {
+            _ = stop.cancelled() => return,
+            _ = sync.sync(ctx, &spec, &held, &refused, retrying) => {}
+            _ = not_leading(&mut inputs.leader) => {
+                debug!("stopped leading while writing the status; the rest is dropped");
+            }
+        }
+    }
+}
+
+/// Resolves once `leader` is not [`LeaderState::Leading`] (at once if it is not now);
+/// never when the elector is gone.
+async fn not_leading(leader: &mut watch::Receiver<LeaderState>) {
+    let lost = leader
+        .wait_for(|s| !matches!(s, LeaderState::Leading { .. }))
+        .await
+        .is_ok();
+    if !lost {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Resolves at `at`; never when `None` (the services wing's timers: status retries, DHCP
+/// parent look-ups, security re-checks).
+pub(super) async fn until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

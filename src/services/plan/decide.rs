@@ -283,6 +283,65 @@ pub(crate) fn status_step(leading: bool, event: GroupEvent, retry_scheduled: boo
     }
 }
 
+/// What a group's status task does about the events it took at once (in their order):
+/// their [`status_step`]s folded into one, so a burst of cache passes costs one sync.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct StatusBatch {
+    /// Leading after the events.
+    pub leading: bool,
+    /// Forget the term so far (queued announcements, scheduled retries): the lease was
+    /// lost, or lost and taken again.
+    pub reset: bool,
+    /// Drop the scheduled retry (it fell due while not leading).
+    pub drop_retry: bool,
+    /// Compare with the cache and write what differs; `Some(true)`: also the pending
+    /// Events ([`StatusStep::Sync`]'s `retrying`). `None`: nothing to write.
+    pub sync: Option<bool>,
+}
+
+/// Folds the [`status_step`] of each of `events` (in order) into one [`StatusBatch`],
+/// starting from `leading` and `retry_scheduled` (a status write failed and its retry is
+/// scheduled); a step that forgets the term or drops the retry also clears
+/// `retry_scheduled` for the events after it. Pure.
+pub(crate) fn status_batch(
+    leading: bool,
+    retry_scheduled: bool,
+    events: &[GroupEvent],
+) -> StatusBatch {
+    let mut batch = StatusBatch {
+        leading,
+        ..StatusBatch::default()
+    };
+    let mut retry_scheduled = retry_scheduled;
+    for &event in events {
+        let step = status_step(batch.leading, event, retry_scheduled);
+        if let GroupEvent::Leading(now) = event {
+            batch.leading = now;
+        }
+        match step {
+            StatusStep::Nothing => {}
+            StatusStep::EndTerm => {
+                batch.reset = true;
+                batch.sync = None;
+                retry_scheduled = false;
+            }
+            StatusStep::DropRetry => {
+                batch.drop_retry = true;
+                retry_scheduled = false;
+            }
+            StatusStep::NewTerm => {
+                batch.reset = true;
+                batch.sync = Some(true);
+                retry_scheduled = false;
+            }
+            StatusStep::Sync { retrying } => {
+                batch.sync = Some(batch.sync.unwrap_or(false) || retrying);
+            }
+        }
+    }
+    batch
+}
+
 #[cfg(test)]
 mod tests;
 

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{LoadBalancerIngress, LoadBalancerStatus, Servic
 use kube::runtime::watcher;
 
 use super::*;
+use crate::election::LeaderState;
 use crate::services::plan::desired::{Group, LeaseRef};
 use crate::services::plan::model::{self, PortProto};
 use crate::services::publish::{MemoryStatusWriter, StatusError, WriteOutcome, desired_ingress};
@@ -29,6 +30,8 @@ struct Recorder {
     /// Answers [`StatusWriter::compares_ports`] with `false` (a writer that saw the server
     /// drop `ingress[].ports`).
     drops_ports: AtomicBool,
+    /// Fails every Event post (an RBAC without `events`) while set.
+    fail_events: AtomicBool,
 }
 
 impl Recorder {
@@ -121,6 +124,14 @@ impl StatusWriter for Recorder {
         self.wait().await;
         if let Some(e) = self.record(&format!("event {}", event.reason), key) {
             return Err(e);
+        }
+        if self.fail_events.load(Ordering::SeqCst) {
+            return Err(StatusError::Timeout {
+                kind: "Event",
+                key: key.clone(),
+                op: "test",
+                after: std::time::Duration::from_secs(1),
+            });
         }
         self.memory.event(key, uid, event).await
     }
@@ -650,4 +661,167 @@ fn status_diff_compares_the_cache_and_queues_one_announcement() {
     svc.status = None;
     assert!(status_diff(Some(&svc), "node-b", &addrs, &ingress, true).ingress);
     assert!(status_diff(None, "node-b", &addrs, &ingress, true).vip_host);
+}
+
+/// Trial finding (2026-12-06): under kube-vip's chart RBAC (no `events`) the failing Event
+/// kept the status retry scheduled, so a hand edit of the status waited for the retry
+/// (~25 s). Events have their own back-off: the status is restored at the next cache pass,
+/// the Event is posted again only when its back-off is over.
+#[tokio::test(start_paused = true)]
+async fn events_that_keep_failing_do_not_hold_back_the_status() {
+    let a = ip("192.0.2.20");
+    let w = Recorder::default();
+    w.fail_events.store(true, Ordering::SeqCst);
+    let services = store(&[cached("1", Some("node-b"), &[])]);
+    let ctx = status_ctx(&services, &w);
+    let mut sync = StatusSync::default();
+    sync.sync(&ctx, &spec(&[a]), &[a], &[], true).await;
+    assert_eq!(
+        w.take(),
+        [
+            "ingress default/web",
+            "vipHost default/web",
+            "event AddressAnnounced default/web"
+        ]
+    );
+    assert!(sync.retry.at.is_none(), "the writes succeeded");
+    assert!(sync.event_retry.at.is_some(), "the Event is retried");
+    // The status as written, then edited by hand: restored by a cache pass at once, while
+    // the Event waits for its back-off.
+    let services = store(&[cached("2", Some(NODE), &[])]);
+    let ctx = status_ctx(&services, &w);
+    sync.sync(&ctx, &spec(&[a]), &[a], &[], false).await;
+    assert_eq!(w.take(), ["ingress default/web"]);
+    assert_eq!(sync.pending.len(), 1);
+    // Its back-off over, the Event is posted again; once it is, nothing is retried.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    w.fail_events.store(false, Ordering::SeqCst);
+    let services = store(&[cached("3", Some(NODE), &[a])]);
+    let ctx = status_ctx(&services, &w);
+    sync.sync(&ctx, &spec(&[a]), &[a], &[], false).await;
+    assert_eq!(w.take(), ["event AddressAnnounced default/web"]);
+    assert!(sync.pending.is_empty());
+    assert!(sync.retry.at.is_none() && sync.event_retry.at.is_none());
+}
+
+/// The channels of a status task under test: (spec, bound, leader, events) senders and
+/// the task's inputs and events receiver.
+#[allow(clippy::type_complexity)]
+fn status_task_inputs(
+    first: GroupSpec,
+    bound: &[IpAddr],
+) -> (
+    watch::Sender<Arc<GroupSpec>>,
+    watch::Sender<Vec<IpAddr>>,
+    watch::Sender<LeaderState>,
+    mpsc::UnboundedSender<decide::GroupEvent>,
+    StatusInputs,
+    mpsc::UnboundedReceiver<decide::GroupEvent>,
+) {
+    let (spec_tx, spec) = watch::channel(Arc::new(first));
+    let (bound_tx, bound) = watch::channel(bound.to_vec());
+    let (_, conflicts) = watch::channel(Vec::new());
+    let (leader_tx, leader) = watch::channel(LeaderState::Leading {
+        term: 1,
+        renewed_at: tokio::time::Instant::now(),
+        clean: false,
+    });
+    let (tx, rx) = mpsc::unbounded_channel();
+    let inputs = StatusInputs {
+        spec,
+        bound,
+        conflicts,
+        leader,
+    };
+    (spec_tx, bound_tx, leader_tx, tx, inputs, rx)
+}
+
+/// Issue 28 (new-user trial, 2026-12-06): the group's loop awaited each status sync, so
+/// with the process's 4 write slots busy at a cold start a new VIP waited behind the
+/// writes. The status task takes the events sent while it wrote all at once: one more
+/// sync, with the latest spec, however many cache passes came meanwhile.
+#[tokio::test(start_paused = true)]
+async fn the_status_task_takes_the_events_queued_while_it_wrote_in_one_sync() {
+    use decide::GroupEvent::*;
+    let (a, b) = (ip("192.0.2.20"), ip("192.0.2.21"));
+    let api = ServiceKey::new("default", "api");
+    let w = Recorder::default();
+    w.latency_ms.store(1000, Ordering::SeqCst);
+    let services = store(&[]);
+    let ctx = status_ctx(&services, &w);
+    let two = GroupSpec {
+        services: vec![(web(), vec![a], http()), (api.clone(), vec![b], http())],
+        ..spec(&[])
+    };
+    let (spec_tx, _bound, _leader, tx, inputs, rx) = status_task_inputs(spec(&[a]), &[a, b]);
+    let stop = CancellationToken::new();
+    let driver = async {
+        tx.send(Leading(true)).unwrap();
+        // The first sync is writing (each call takes a second): a new Service, then cache
+        // passes.
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        spec_tx.send_replace(Arc::new(two));
+        tx.send(Spec).unwrap();
+        for _ in 0..5 {
+            tx.send(CacheSeen).unwrap();
+        }
+        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+        stop.cancel();
+    };
+    tokio::join!(follow(&ctx, rx, inputs, &stop), driver);
+    let calls = w.take();
+    let count = |c: &str| calls.iter().filter(|x| *x == c).count();
+    // Two syncs: the cache never caught up, so each wrote web's status once.
+    assert_eq!(count("ingress default/web"), 2, "{calls:?}");
+    assert_eq!(count("ingress default/api"), 1, "{calls:?}");
+    assert_eq!(count("vipHost default/api"), 1, "{calls:?}");
+    assert_eq!(count("event AddressAnnounced default/web"), 1, "{calls:?}");
+    assert_eq!(count("event AddressAnnounced default/api"), 1, "{calls:?}");
+    assert_eq!(calls.len(), 8, "{calls:?}");
+}
+
+/// A sync still writing when the lease is lost stops there, and the events queued after
+/// the loss write nothing; taken again, the lease starts a new term that announces again.
+#[tokio::test(start_paused = true)]
+async fn a_sync_still_writing_when_the_lease_is_lost_is_dropped() {
+    use decide::GroupEvent::*;
+    let a = ip("192.0.2.20");
+    let keys: Vec<ServiceKey> = (0..40)
+        .map(|i| ServiceKey::new("default", format!("s{i}")))
+        .collect();
+    let many = GroupSpec {
+        services: keys.iter().map(|k| (k.clone(), vec![a], http())).collect(),
+        ..spec(&[])
+    };
+    let w = Recorder::default();
+    w.latency_ms.store(1000, Ordering::SeqCst);
+    let services = store(&[]);
+    let ctx = status_ctx(&services, &w);
+    let (_spec, _bound, leader_tx, tx, inputs, rx) = status_task_inputs(many, &[a]);
+    let stop = CancellationToken::new();
+    let driver = async {
+        tx.send(Leading(true)).unwrap();
+        // 80 writes, 8 at a time, a second each: 10 s. Lost after 2.5 s.
+        tokio::time::sleep(std::time::Duration::from_millis(2500)).await;
+        leader_tx.send_replace(LeaderState::Following { holder: None });
+        tx.send(Leading(false)).unwrap();
+        tx.send(CacheSeen).unwrap();
+        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+        let lost = w.take();
+        leader_tx.send_replace(LeaderState::Leading {
+            term: 2,
+            renewed_at: tokio::time::Instant::now(),
+            clean: false,
+        });
+        tx.send(Leading(true)).unwrap();
+        tokio::time::sleep(std::time::Duration::from_secs(30)).await;
+        stop.cancel();
+        lost
+    };
+    let ((), lost) = tokio::join!(follow(&ctx, rx, inputs, &stop), driver);
+    // Three rounds of 8 started (the third dropped in flight: recorded when they end).
+    assert_eq!(lost.len(), 16, "{lost:?}");
+    let again = w.take();
+    let events = again.iter().filter(|c| c.starts_with("event")).count();
+    assert_eq!(events, 40, "a new term announces every Service: {again:?}");
 }

@@ -344,6 +344,95 @@ fn status_is_written_only_while_leading() {
     assert_eq!(status_step(true, CacheSeen, true), Nothing);
 }
 
+/// The status task takes every event queued while it wrote: one event alone is its
+/// [`status_step`]; a burst of cache passes is one sync; a lost lease in the burst cancels
+/// what came before it, and a lease lost and taken again is a new term.
+#[test]
+fn queued_status_events_fold_into_one_sync() {
+    use GroupEvent::*;
+    let all = [
+        Spec,
+        Leading(true),
+        Leading(false),
+        CacheSeen,
+        RetryDue,
+        Bound,
+    ];
+    for leading in [false, true] {
+        for retry in [false, true] {
+            for ev in all {
+                let batch = status_batch(leading, retry, &[ev]);
+                let expected = match status_step(leading, ev, retry) {
+                    StatusStep::Nothing => StatusBatch::default(),
+                    StatusStep::Sync { retrying } => StatusBatch {
+                        sync: Some(retrying),
+                        ..StatusBatch::default()
+                    },
+                    StatusStep::NewTerm => StatusBatch {
+                        reset: true,
+                        sync: Some(true),
+                        ..StatusBatch::default()
+                    },
+                    StatusStep::EndTerm => StatusBatch {
+                        reset: true,
+                        ..StatusBatch::default()
+                    },
+                    StatusStep::DropRetry => StatusBatch {
+                        drop_retry: true,
+                        ..StatusBatch::default()
+                    },
+                };
+                let leading_after = match ev {
+                    Leading(now) => now,
+                    _ => leading,
+                };
+                assert_eq!(
+                    batch,
+                    StatusBatch {
+                        leading: leading_after,
+                        ..expected
+                    },
+                    "{ev:?} leading={leading} retry={retry}"
+                );
+            }
+        }
+    }
+    // A burst of cache passes and binds: one sync; a new spec in it also writes Events.
+    let burst = status_batch(true, false, &[CacheSeen, Bound, CacheSeen]);
+    assert_eq!(burst.sync, Some(false));
+    assert_eq!(
+        status_batch(true, false, &[CacheSeen, Spec, CacheSeen]).sync,
+        Some(true)
+    );
+    // The lease lost after changes: nothing written, the term forgotten.
+    let lost = status_batch(true, false, &[Spec, Bound, Leading(false), CacheSeen]);
+    assert_eq!(
+        lost,
+        StatusBatch {
+            leading: false,
+            reset: true,
+            drop_retry: false,
+            sync: None
+        }
+    );
+    // Lost and taken again: a new term that writes everything.
+    let again = status_batch(true, true, &[Leading(false), Leading(true), CacheSeen]);
+    assert_eq!(
+        again,
+        StatusBatch {
+            leading: true,
+            reset: true,
+            drop_retry: false,
+            sync: Some(true)
+        }
+    );
+    // A retry scheduled: cache passes leave the writing to it, until the term is new.
+    assert_eq!(status_batch(true, true, &[CacheSeen, CacheSeen]).sync, None);
+    // Not leading: a due retry is dropped, and the cache passes after it write nothing.
+    let following = status_batch(false, true, &[RetryDue, CacheSeen]);
+    assert!(following.drop_retry && following.sync.is_none());
+}
+
 /// Issue 26: with one lease for all, a Local Service's own lease is deleted when the Service
 /// goes (as a per-Service lease is); the global lease never is.
 #[test]
