@@ -73,7 +73,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// check's, after a repair or for IPv6 VIPs that just left DAD, whose next comes at
     /// `arp_rate` like a bind's.
     pub(super) async fn announce_all(&mut self, first: bool, repeat: bool) {
-        let present = match self.kernel.addresses(None).await {
+        let present = match self.kernel.all_addresses().await {
             Ok(p) => p,
             Err(e) => {
                 // Retried at the next check; say so instead of silently skipping.

@@ -66,8 +66,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     }
 
     /// The node's addresses for the check; `None` (logged, rate-limited) when listing fails.
-    async fn list_for_check(&mut self, now: Instant) -> Option<Vec<AddrInfo>> {
-        match self.kernel.addresses(None).await {
+    async fn list_for_check(&mut self, now: Instant) -> Option<std::sync::Arc<Vec<AddrInfo>>> {
+        match self.kernel.all_addresses().await {
             Ok(p) => {
                 if let Some(r) = self.quiet.clear(&Quiet::ListAddresses, now) {
                     info!(holder = %self.name, "listing addresses works again{r}");

@@ -139,7 +139,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     pub(super) async fn unbind(&mut self, i: usize) {
         let Some(spec) = self.vips.get(i) else { return };
         let vip = spec.vip;
-        match self.kernel.addresses(None).await {
+        match self.kernel.all_addresses().await {
             Ok(present) => {
                 for step in address_steps(&[(vip, 0)], &present, None) {
                     if let Step::Remove { vip, ifindex } = step

@@ -412,7 +412,7 @@ pub(crate) async fn remove_stale<K: Kernel>(
     keep_on: Option<u32>,
 ) -> Result<Vec<Vip>, NetError> {
     let mut removed = Vec::new();
-    for a in kernel.addresses(None).await? {
+    for a in kernel.all_addresses().await?.iter() {
         if !a.ours || keep_on == Some(a.ifindex) {
             continue;
         }

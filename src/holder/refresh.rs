@@ -192,7 +192,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// Services shares a dump at most 200 ms old with the node's other holders); when that
     /// fails every VIP is due.
     async fn split_fresh(&self, idx: &[usize]) -> (Vec<usize>, Vec<usize>) {
-        let Ok(present) = self.kernel.addresses(None).await else {
+        let Ok(present) = self.kernel.all_addresses().await else {
             return (idx.to_vec(), Vec::new());
         };
         let wanted = idx
@@ -395,7 +395,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// Removes every address of this holder's VIPs at once, in one batch for the kernel:
     /// their nftables elements may outlive the lease ([`Self::refresh_nft_fence`]).
     async fn remove_outliving(&mut self) {
-        let present = match self.kernel.addresses(None).await {
+        let present = match self.kernel.all_addresses().await {
             Ok(p) => p,
             Err(e) => {
                 warn!(holder = %self.name, error = %e, "cannot list addresses to remove the VIPs whose nftables element may outlive the lease");

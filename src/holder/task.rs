@@ -369,7 +369,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 tokio::time::sleep(DROP_RETRY).await;
             }
             failed = false;
-            let present = match self.kernel.addresses(None).await {
+            let present = match self.kernel.all_addresses().await {
                 Ok(p) => p,
                 Err(e) => {
                     warn!(holder = %self.name, error = %e, "cannot list addresses to drop VIPs; retrying");

@@ -31,7 +31,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             .map(|o| (o.vip, 0))
             .collect();
         if !gone.is_empty() {
-            match self.kernel.addresses(None).await {
+            match self.kernel.all_addresses().await {
                 Ok(present) => {
                     for step in address_steps(&gone, &present, None) {
                         if let Step::Remove { vip, ifindex } = step {
@@ -177,7 +177,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             error!(holder = %self.name, problems = ?missing, "cannot place VIPs; not campaigning until this is fixed{r}");
         }
         self.gates.set(GATE_LINK, missing.is_empty());
-        match self.kernel.addresses(None).await {
+        match self.kernel.all_addresses().await {
             Ok(present) => {
                 let vips: Vec<Vip> = self.vips.iter().map(|s| s.vip).collect();
                 let c = conflicts(&vips, &present);

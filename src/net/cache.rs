@@ -83,22 +83,25 @@ impl<K: Kernel> Kernel for CachedKernel<K> {
     }
 
     async fn addresses(&self, ifindex: Option<u32>) -> Result<Vec<AddrInfo>, NetError> {
-        // Holding the lock across the dump makes concurrent callers wait for one dump.
-        let mut snap = self.snapshot.lock().await;
-        let fresh = match &*snap {
-            Some((at, all)) if at.elapsed() <= self.max_age => all.clone(),
-            _ => {
-                let all = Arc::new(self.inner.addresses(None).await?);
-                *snap = Some((Instant::now(), all.clone()));
-                all
-            }
-        };
-        drop(snap);
+        let fresh = self.all_addresses().await?;
         Ok(fresh
             .iter()
             .filter(|a| ifindex.is_none_or(|i| a.ifindex == i))
             .cloned()
             .collect())
+    }
+
+    async fn all_addresses(&self) -> Result<Arc<Vec<AddrInfo>>, NetError> {
+        // Holding the lock across the dump makes concurrent callers wait for one dump.
+        let mut snap = self.snapshot.lock().await;
+        match &*snap {
+            Some((at, all)) if at.elapsed() <= self.max_age => Ok(all.clone()),
+            _ => {
+                let all = Arc::new(self.inner.addresses(None).await?);
+                *snap = Some((Instant::now(), all.clone()));
+                Ok(all)
+            }
+        }
     }
 
     async fn addresses_fresh(&self, ifindex: Option<u32>) -> Result<Vec<AddrInfo>, NetError> {
@@ -188,5 +191,16 @@ mod tests {
             4,
             "and the fresh dump serves the next readers"
         );
+        // Readers of all addresses share the snapshot itself: no copy each.
+        let (a, b) = (
+            k.all_addresses().await.unwrap(),
+            k.all_addresses().await.unwrap(),
+        );
+        assert!(Arc::ptr_eq(&a, &b));
+        assert_eq!(inner.dumps.load(Ordering::SeqCst), 4);
+        tokio::time::sleep(Duration::from_millis(201)).await;
+        let c = k.all_addresses().await.unwrap();
+        assert!(!Arc::ptr_eq(&a, &c), "an aged snapshot is dumped again");
+        assert_eq!(inner.dumps.load(Ordering::SeqCst), 5);
     }
 }

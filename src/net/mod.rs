@@ -389,6 +389,19 @@ pub trait Kernel: Send + Sync + 'static {
         self.addresses(ifindex)
     }
 
+    /// Every address of the node, as [`Kernel::addresses`]`(None)`, shared: a kernel that
+    /// caches its dumps ([`cache::CachedKernel`]) hands out its snapshot itself, so a reader
+    /// takes no copy (a shard's holder reads the node's thousands of addresses at each
+    /// check). The default wraps a dump.
+    ///
+    /// # Errors
+    /// [`NetError::Netlink`].
+    fn all_addresses(
+        &self,
+    ) -> impl Future<Output = Result<std::sync::Arc<Vec<AddrInfo>>, NetError>> + Send {
+        async { self.addresses(None).await.map(std::sync::Arc::new) }
+    }
+
     /// Interface choice for a VIP when none is configured (scenario S27): the interface whose
     /// connected subnet holds `addr` (longest prefix; addresses that are ours are ignored),
     /// else the main-table default route's interface (lowest metric; for a multipath default
