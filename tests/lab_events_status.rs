@@ -556,6 +556,21 @@ fn s38_hand_edited_status_and_vip_host_are_restored_on_shard_leases() {
         );
         placed.push((holder, events(&lab, name, "AddressAnnounced").len()));
     }
+    // The API server names the writer of the status and vipHost after vipd's User-Agent.
+    let web = get_service(&lab, "web-0").expect("web-0");
+    let by_vipd: Vec<String> = web["metadata"]["managedFields"]
+        .as_array()
+        .expect("managedFields")
+        .iter()
+        .filter(|f| f["manager"] == "vipd")
+        .map(|f| f["fieldsV1"].to_string())
+        .collect();
+    assert!(
+        by_vipd.iter().any(|f| f.contains("f:loadBalancer"))
+            && by_vipd.iter().any(|f| f.contains("f:kube-vip.io/vipHost")),
+        "status and vipHost written by manager vipd: {}",
+        web["metadata"]["managedFields"]
+    );
     for ((name, ip), (holder, _)) in services.iter().zip(&placed) {
         hand_edits_are_restored(&lab, name, ip, holder, &procs, Duration::from_secs(15));
     }

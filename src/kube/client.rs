@@ -231,6 +231,12 @@ fn on_runtime<T>(runtime: &tokio::runtime::Handle, build: impl FnOnce() -> T) ->
 /// [`ClientError::Build`] when kube-rs rejects the TLS or authentication settings.
 pub(crate) fn client_builder(kc: &kube::Config) -> Result<ClientBuilder<ApiService>, ClientError> {
     let build = |e: kube::Error| ClientError::Build(e.to_string());
+    let mut kc = kc.clone();
+    kc.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_static(USER_AGENT),
+    ));
+    let kc = &kc;
     if let Some(proxy) = &kc.proxy_url {
         warn!(proxy = %proxy, "API connections go through a proxy: no TCP keepalive on them");
         return ClientBuilder::try_from(kc.clone()).map_err(build);
@@ -269,6 +275,13 @@ pub(crate) fn client_builder(kc: &kube::Config) -> Result<ClientBuilder<ApiServi
         .boxed();
     Ok(ClientBuilder::new(service, kc.default_namespace.clone()))
 }
+
+/// The User-Agent of vipd's API calls, `vipd/<version>`: the API server names the fields a
+/// write without a field manager sets after its prefix (`managedFields[].manager: vipd`,
+/// apiserver's `prefixFromUserAgent`), and audit logs and API priority and fairness see it.
+/// kube-rs sends none, and the managers of vipd's status, annotation and label writes showed
+/// as `unknown`.
+pub(crate) const USER_AGENT: &str = concat!("vipd/", env!("CARGO_PKG_VERSION"));
 
 /// First delay of [`WatchBackoff`].
 pub(crate) const WATCH_BACKOFF_MIN: Duration = Duration::from_millis(800);
@@ -707,7 +720,8 @@ mod tests {
     }
 
     /// Every API connection has TCP keepalive 10 s / 5 s / 3 probes and TCP_USER_TIMEOUT
-    /// 25 s (a plain-HTTP server on loopback stands in for the API server).
+    /// 25 s, and its calls carry vipd's User-Agent (a plain-HTTP server on loopback stands in
+    /// for the API server).
     #[tokio::test]
     async fn api_connections_have_keepalive_and_user_timeout() {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -717,12 +731,12 @@ mod tests {
         let server = tokio::spawn(async move {
             let (mut s, peer) = listener.accept().await.unwrap();
             let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf).await.unwrap();
+            let n = s.read(&mut buf).await.unwrap();
             let opts = socket_options(peer);
             s.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
                 .await
                 .unwrap();
-            opts
+            (opts, String::from_utf8_lossy(&buf[..n]).to_lowercase())
         });
         let client = client_builder(&kube::Config::new(url)).unwrap().build();
         let body = client
@@ -730,7 +744,12 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(body, "ok");
-        let opts = server.await.unwrap().expect("the client's socket");
+        let (opts, request) = server.await.unwrap();
+        let opts = opts.expect("the client's socket");
+        assert!(
+            request.contains(&format!("user-agent: {USER_AGENT}")),
+            "every call names vipd: {request}"
+        );
         assert_eq!(
             opts,
             (
