@@ -86,4 +86,4 @@ pub mod view;
 pub mod write;
 
 pub use settings::{DEFAULT_CONFIG_MAP, DEFAULT_NAMESPACE, LEASE_NAME, Settings};
-pub use task::{Parts, Running, start};
+pub use task::{Parts, Running, SERVICE_VIEW, start};

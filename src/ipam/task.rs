@@ -25,8 +25,9 @@ use super::write::KubeServiceApi;
 use crate::election::kube::KubeLeaseClient;
 use crate::election::{Elector, Gates, LeaderState};
 use crate::kube::client::{ClientError, ServicesClients};
+use crate::kube::service::ServiceCache;
 use crate::kube::service::{ANN_LOADBALANCER_IPS, ANN_REQUESTED_IP, LABEL_IMPLEMENTATION};
-use crate::kube::watch::{scoped_api, spawn_reflector};
+use crate::kube::watch::{View, spawn_reflector};
 use crate::net::NetlinkKernel;
 use crate::net::conflict::ConflictMonitor;
 use crate::nodes::NodeCache;
@@ -48,6 +49,30 @@ pub struct Parts {
     /// The process's Node cache (every Node): the addresses of the nodes; while this node
     /// allocates, a change of it starts a pass.
     pub nodes: NodeCache,
+    /// The process's Services cache, shared with the Services wing: while this node
+    /// allocates, a change of what the allocator reads of a Service ([`SERVICE_VIEW`])
+    /// starts a pass.
+    pub services: ServiceCache,
+}
+
+/// What the allocator reads of a Service, as a view of the process's Services cache
+/// ([`crate::kube::watch::View`]): two versions are the same for it when they are equal once
+/// stripped as [`strip_service`] strips and but for their resourceVersion. So a holder's
+/// status write or `kube-vip.io/vipHost` change starts no pass (at 10 000 Services every
+/// such write started a full pass).
+pub const SERVICE_VIEW: View<Service> = View {
+    name: "ipam",
+    same: same_for_allocator,
+};
+
+/// [`SERVICE_VIEW`]'s sameness. Pure.
+fn same_for_allocator(old: &Service, new: &Service) -> bool {
+    let (mut old, mut new) = (old.clone(), new.clone());
+    strip_service(&mut old);
+    strip_service(&mut new);
+    old.metadata.resource_version = None;
+    new.metadata.resource_version = None;
+    old == new
 }
 
 /// The running IPAM wing.
@@ -110,7 +135,10 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Running, ClientEr
     let task = tokio::spawn(follow(
         settings,
         clients,
-        parts.nodes,
+        ProcessCaches {
+            services: parts.services,
+            nodes: parts.nodes,
+        },
         parts.kernel,
         leadership,
         allocator,
@@ -129,7 +157,7 @@ pub async fn start(settings: Settings, parts: Parts) -> Result<Running, ClientEr
 async fn follow<P: AddressProbe>(
     settings: Arc<Settings>,
     clients: ServicesClients,
-    nodes: NodeCache,
+    process: ProcessCaches,
     kernel: Arc<NetlinkKernel>,
     leadership: crate::election::Leadership,
     mut allocator: Allocator<KubeServiceApi, P>,
@@ -150,7 +178,7 @@ async fn follow<P: AddressProbe>(
         allocate(
             &settings,
             &clients,
-            &nodes,
+            &process,
             &kernel,
             &mut state,
             term,
@@ -163,9 +191,17 @@ async fn follow<P: AddressProbe>(
     }
 }
 
+/// The process's caches the allocator reads (shared with the other wings).
+struct ProcessCaches {
+    services: ServiceCache,
+    nodes: NodeCache,
+}
+
 /// The caches of one term.
 struct Caches {
     services: Store<Service>,
+    /// The process's Services cache (its first list: [`ServiceCache`]'s `ready`).
+    service_cache: ServiceCache,
     nodes: Store<Node>,
     /// The process's Node cache (its first list: [`NodeCache::ready`]).
     node_cache: NodeCache,
@@ -180,23 +216,15 @@ impl Drop for Caches {
     }
 }
 
-/// Starts the term's reflectors on Services and the pool ConfigMap (until the caches are
-/// dropped); the Nodes come from the process's cache `nodes`, whose changes wake the term
-/// like those of its own caches.
-fn start_caches(settings: &Settings, clients: &ServicesClients, nodes: &NodeCache) -> Caches {
+/// Starts the term's reflector on the pool ConfigMap (until the caches are dropped); the
+/// Services and the Nodes come from the process's caches `services` (woken on changes of
+/// [`SERVICE_VIEW`] only) and `nodes`, whose changes wake the term like those of its own
+/// cache.
+fn start_caches(settings: &Settings, clients: &ServicesClients, process: &ProcessCaches) -> Caches {
+    let ProcessCaches { services, nodes } = process;
     let changed = Arc::new(Notify::new());
     let stop = CancellationToken::new();
-    let (services, writer) = reflector::store();
-    spawn_reflector(
-        "services (ipam)",
-        scoped_api::<Service>(&clients.other, settings.services_namespace.as_deref()),
-        writer,
-        changed.clone(),
-        stop.clone(),
-        clients.watches.clone(),
-        strip_service,
-        None,
-    );
+    services.wake_on_view(SERVICE_VIEW.name, changed.clone(), stop.clone());
     nodes.wake(changed.clone(), stop.clone());
     let (config_map, writer) = reflector::store();
     spawn_reflector(
@@ -210,7 +238,8 @@ fn start_caches(settings: &Settings, clients: &ServicesClients, nodes: &NodeCach
         Some(format!("metadata.name={}", settings.config_map.name)),
     );
     Caches {
-        services,
+        services: services.store().clone(),
+        service_cache: services.clone(),
         nodes: nodes.store().clone(),
         node_cache: nodes.clone(),
         config_map,
@@ -223,16 +252,16 @@ fn start_caches(settings: &Settings, clients: &ServicesClients, nodes: &NodeCach
 async fn allocate<P: AddressProbe>(
     settings: &Settings,
     clients: &ServicesClients,
-    nodes: &NodeCache,
+    process: &ProcessCaches,
     kernel: &Arc<NetlinkKernel>,
     state: &mut watch::Receiver<LeaderState>,
     term: u64,
     allocator: &mut Allocator<KubeServiceApi, P>,
 ) {
-    let caches = start_caches(settings, clients, nodes);
+    let caches = start_caches(settings, clients, process);
     let ready = async {
         let _ = tokio::join!(
-            caches.services.wait_until_ready(),
+            caches.service_cache.ready(),
             caches.node_cache.ready(),
             caches.config_map.wait_until_ready(),
         );
@@ -399,6 +428,50 @@ mod tests {
         }))
         .unwrap();
         assert_eq!(svc, expected);
+    }
+
+    /// The allocator's view of the shared Services cache: a holder's writes (vipHost,
+    /// status conditions, ingress ports) and a new resourceVersion are no change for it, so
+    /// they start no pass; a changed address annotation, ingress address or finalizer is.
+    #[test]
+    fn the_allocators_view_ignores_the_holders_writes() {
+        let base: Service = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "a", "namespace": "ns", "uid": "u1", "resourceVersion": "7",
+                "labels": {"implementation": "kube-vip"},
+                "annotations": {"kube-vip.io/loadbalancerIPs": "192.0.2.10"}},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+            "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.10"}]}}
+        }))
+        .unwrap();
+        let edited = |f: &dyn Fn(&mut Service)| {
+            let mut s = base.clone();
+            s.metadata.resource_version = Some("8".into());
+            f(&mut s);
+            s
+        };
+        let same = SERVICE_VIEW.same;
+        let holder_writes = edited(&|s| {
+            s.metadata
+                .annotations
+                .get_or_insert_default()
+                .insert("kube-vip.io/vipHost".into(), "node-b".into());
+            let ingress = &mut s.status.as_mut().unwrap().load_balancer.as_mut().unwrap();
+            ingress.ingress.as_mut().unwrap()[0].ip_mode = Some("VIP".into());
+        });
+        assert!(same(&base, &holder_writes));
+        let readdressed = edited(&|s| {
+            s.metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(ANN_LOADBALANCER_IPS.into(), "192.0.2.11".into());
+        });
+        assert!(!same(&base, &readdressed));
+        let ingress_gone = edited(&|s| s.status = None);
+        assert!(!same(&base, &ingress_gone));
+        let finalized = edited(&|s| {
+            s.metadata.finalizers = Some(vec!["service.kubernetes.io/load-balancer-cleanup".into()])
+        });
+        assert!(!same(&base, &finalized));
     }
 
     /// The allocator's own node answers its probe for none of its addresses, so they count

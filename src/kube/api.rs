@@ -199,6 +199,7 @@ const PEER_KEY: &str = "src/peer/key.rs";
 const LEASE_GC: &str = "src/services/lease_gc.rs";
 const NODE_LABEL: &str = "src/nodes/label.rs";
 const NODES: &str = "src/nodes/mod.rs";
+const SERVICE_CACHE: &str = "src/kube/service.rs";
 const IPAM_TASK: &str = "src/ipam/task.rs";
 const IPAM_WRITE: &str = "src/ipam/write.rs";
 
@@ -229,9 +230,11 @@ pub const API_CALLS: &[ApiCall] = &[
     call::<Node>(Watch, Cluster, Services, Always, (NODES, "spawn_shared(\n        \"nodes\"")),
     call::<Node>(List, Cluster, Ipam, Always, (NODES, "spawn_shared(\n        \"nodes\"")),
     call::<Node>(Watch, Cluster, Ipam, Always, (NODES, "spawn_shared(\n        \"nodes\"")),
-    // Services: watches (reflectors) of Services and endpoints.
-    call::<Service>(List, ServiceNamespaces, Services, Always, (RUNTIME, "spawn_reflector(\n        \"services\"")),
-    call::<Service>(Watch, ServiceNamespaces, Services, Always, (RUNTIME, "spawn_reflector(\n        \"services\"")),
+    // The process's one watch of Services (`kube::service::start_cache`, with `svc_enable`),
+    // read by the Services wing and by the allocator; the Services wing's watches of
+    // endpoints.
+    call::<Service>(List, ServiceNamespaces, Services, Always, (SERVICE_CACHE, "spawn_shared(\n        \"services\"")),
+    call::<Service>(Watch, ServiceNamespaces, Services, Always, (SERVICE_CACHE, "spawn_shared(\n        \"services\"")),
     call::<EndpointSlice>(List, ServiceNamespaces, Services, EndpointSlices, (RUNTIME, "\"endpointslices\",")),
     call::<EndpointSlice>(Watch, ServiceNamespaces, Services, EndpointSlices, (RUNTIME, "\"endpointslices\",")),
     call::<Endpoints>(List, ServiceNamespaces, Services, CoreEndpoints, (RUNTIME, "\"endpoints\",")),
@@ -279,8 +282,8 @@ pub const API_CALLS: &[ApiCall] = &[
     call::<Lease>(Update, IpamNamespace, Ipam, Always, (LEASE_CLIENT, "self.api.replace(")),
     call::<Lease>(List, IpamNamespace, Ipam, Always, (LEASE_CLIENT, "watcher(self.api.clone()")),
     call::<Lease>(Watch, IpamNamespace, Ipam, Always, (LEASE_CLIENT, "watcher(self.api.clone()")),
-    call::<Service>(List, ServiceNamespaces, Ipam, Always, (IPAM_TASK, "\"services (ipam)\"")),
-    call::<Service>(Watch, ServiceNamespaces, Ipam, Always, (IPAM_TASK, "\"services (ipam)\"")),
+    call::<Service>(List, ServiceNamespaces, Ipam, Always, (SERVICE_CACHE, "spawn_shared(\n        \"services\"")),
+    call::<Service>(Watch, ServiceNamespaces, Ipam, Always, (SERVICE_CACHE, "spawn_shared(\n        \"services\"")),
     call::<ConfigMap>(List, IpamNamespace, Ipam, Always, (IPAM_TASK, "\"configmaps (ipam)\"")),
     call::<ConfigMap>(Watch, IpamNamespace, Ipam, Always, (IPAM_TASK, "\"configmaps (ipam)\"")),
     call::<Service>(Patch, ServiceNamespaces, Ipam, Always, (IPAM_WRITE, "api.patch(&key.name, &pp, &patch)")),

@@ -27,6 +27,41 @@ pub const LABEL_IMPLEMENTATION: (&str, &str) = ("implementation", "kube-vip");
 /// gone (k8s.io/cloud-provider `servicehelper.LoadBalancerCleanupFinalizer`).
 pub const FINALIZER_LB_CLEANUP: &str = "service.kubernetes.io/load-balancer-cleanup";
 
+/// The process's one cache of Services (one list+watch, [`crate::kube::watch::SharedCache`]),
+/// read by the Services wing and by the allocator (`svc_ipam`).
+pub type ServiceCache = crate::kube::watch::SharedCache<k8s_openapi::api::core::v1::Service>;
+
+/// Starts the process's one list+watch of Services in `namespace` (`svc_namespace`; `None`:
+/// every namespace) on `client` until `stop`, objects stripped with [`strip_cached_service`],
+/// the watch tracked in `activity` as `services`; `views`: the narrower changes some readers
+/// wake on (the allocator's). Errors and back-off: see [`crate::kube::watch::spawn_shared`].
+/// RBAC: `list` and `watch` on services.
+pub fn start_cache(
+    client: &kube::Client,
+    namespace: Option<&str>,
+    activity: crate::obs::readiness::WatchActivity,
+    stop: tokio_util::sync::CancellationToken,
+    views: &[crate::kube::watch::View<k8s_openapi::api::core::v1::Service>],
+) -> ServiceCache {
+    crate::kube::watch::spawn_shared(
+        "services",
+        crate::kube::watch::scoped_api(client, namespace),
+        strip_cached_service,
+        None,
+        activity,
+        stop,
+        views,
+    )
+}
+
+/// Keeps of a Service what a reader of [`ServiceCache`] reads: managedFields, the selector
+/// and `kubectl apply`'s copy dropped ([`crate::kube::watch::strip_service`]), of the labels
+/// only [`LABEL_IMPLEMENTATION`] (the allocator's); the annotations, the rest of the spec and
+/// the status stay.
+pub fn strip_cached_service(svc: &mut k8s_openapi::api::core::v1::Service) {
+    crate::kube::watch::strip_service(svc, |k| k == LABEL_IMPLEMENTATION.0);
+}
+
 /// The prefix of kube-vip's egress annotations (`kube-vip.io/egress`,
 /// `kube-vip.io/egress-ipv6`, `kube-vip.io/egress-denied-networks`, ...; kube-vip
 /// pkg/kubevip/annotations.go): a Service carrying any of them is reported to the egress

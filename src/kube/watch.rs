@@ -1,7 +1,8 @@
 //! Reflectors: a cache of one kind of object kept by a watch, with the client's back-off,
 //! objects stripped before they are cached, and the watch's health reported to `/readyz`.
 //! [`spawn_reflector`] feeds one consumer; [`spawn_shared`] one list+watch whose cache
-//! ([`SharedCache`]) every consumer of the process reads, each woken on every change.
+//! ([`SharedCache`]) every consumer of the process reads, each woken on every change, or
+//! on the changes of its [`View`] only (a reader of less than the cache keeps).
 //! A change is an event that changes what the cache holds: an object that comes back equal
 //! but for its resourceVersion once stripped wakes no one ([`wakes`]).
 
@@ -119,7 +120,7 @@ fn reflect_from<K, S>(
     K: kube::Resource<DynamicType = ()> + Clone + PartialEq + Send + Sync + 'static,
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 {
-    let (events, woken) = judged(events, writer.as_reader());
+    let (events, woken) = judged(events, writer.as_reader(), Vec::new());
     tokio::spawn(async move {
         // Each watch error is logged with the resource and the server's message, which for
         // RBAC names the verb.
@@ -134,7 +135,7 @@ fn reflect_from<K, S>(
             log_result(what, &mut failing, &ev, "");
             if ev.is_ok() {
                 activity.touch(what);
-                if woken.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                if woken.all.swap(false, std::sync::atomic::Ordering::Relaxed) {
                     changed.notify_one();
                 }
             }
@@ -142,29 +143,62 @@ fn reflect_from<K, S>(
     });
 }
 
-/// `events` with each event judged by [`wakes`] against `store` before the reflector
-/// applies it: the flag is set for an event that changes what the cache's readers see and
-/// read (and cleared) by the consumer after the reflector yielded that event (the stream is
-/// pulled one event at a time, so the flag always belongs to the event just yielded).
+/// The flags [`judged`] sets for the event just yielded: whether it changed the cache
+/// ([`wakes`]) and each [`View`] ([`wakes_view`]).
+struct Woken {
+    all: std::sync::atomic::AtomicBool,
+    views: Vec<std::sync::atomic::AtomicBool>,
+}
+
+/// `events` with each event judged by [`wakes`] (and [`wakes_view`] for each of `views`)
+/// against `store` before the reflector applies it: a flag is set for an event that
+/// changes what the cache's readers (of that view) see, and read (and cleared) by the
+/// consumer after the reflector yielded that event (the stream is pulled one event at a
+/// time, so the flags always belong to the event just yielded).
 fn judged<K, S>(
     events: S,
     store: Store<K>,
+    views: Vec<View<K>>,
 ) -> (
     impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-    Arc<std::sync::atomic::AtomicBool>,
+    Arc<Woken>,
 )
 where
     K: kube::Resource<DynamicType = ()> + Clone + PartialEq + Send + Sync + 'static,
     S: Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
 {
-    let woken = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let flag = woken.clone();
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    let woken = Arc::new(Woken {
+        all: AtomicBool::new(false),
+        views: views.iter().map(|_| AtomicBool::new(false)).collect(),
+    });
+    let flags = woken.clone();
     let events = events.inspect(move |ev| {
         if let Ok(ev) = ev {
-            flag.store(wakes(&store, ev), std::sync::atomic::Ordering::Relaxed);
+            let all = wakes(&store, ev);
+            flags.all.store(all, Relaxed);
+            for (flag, view) in flags.views.iter().zip(&views) {
+                flag.store(all && wakes_view(&store, ev, view.same), Relaxed);
+            }
         }
     });
     (events, woken)
+}
+
+/// Whether `event`, which [`wakes`] the cache's readers, also changes what a reader of the
+/// view whose sense of sameness is `same` reads: an `Apply` of an object `same` as the
+/// cached one does not; a new object, a delete and the end of a re-list do. Pure but for
+/// reading `store`.
+fn wakes_view<K>(store: &Store<K>, event: &watcher::Event<K>, same: fn(&K, &K) -> bool) -> bool
+where
+    K: kube::Resource<DynamicType = ()> + Clone + PartialEq,
+{
+    match event {
+        watcher::Event::Apply(new) => store
+            .get(&reflector::ObjectRef::from_obj(new))
+            .is_none_or(|old| !same(old.as_ref(), new)),
+        _ => true,
+    }
 }
 
 /// Whether `event`, about to be applied to `store`, changes what the store's readers read:
@@ -209,6 +243,21 @@ pub struct SharedCache<K: kube::Resource<DynamicType = ()> + 'static> {
     store: Store<K>,
     changes: watch::Receiver<u64>,
     listed: watch::Receiver<bool>,
+    /// The change count of each [`View`] the cache was started with, by name.
+    views: Arc<Vec<(&'static str, watch::Receiver<u64>)>>,
+}
+
+/// A reader's narrower sense of a change, for a reader that reads less of each object than
+/// the cache keeps (the allocator reads a Service's addresses, not its status writes'
+/// `vipHost`): `same(old, new)` says the two are the same for that reader. The cache counts
+/// the changes of each view apart ([`SharedCache::wake_on_view`]); a new or deleted object
+/// and the end of a re-list change every view.
+#[derive(Clone, Copy)]
+pub struct View<K> {
+    /// The view's name (what its reader asks for).
+    pub name: &'static str,
+    /// Whether `old` and `new` (both stripped as cached) are the same for the reader.
+    pub same: fn(&K, &K) -> bool,
 }
 
 impl<K> SharedCache<K>
@@ -240,7 +289,22 @@ where
     /// Wakes `notify` (`notify_one`) after every change until `stop` or the watch stops: for
     /// a consumer that already waits on one [`Notify`] for the changes of its other caches.
     pub fn wake(&self, notify: Arc<Notify>, stop: CancellationToken) {
-        let mut changes = self.changes();
+        Self::wake_on(self.changes(), notify, stop);
+    }
+
+    /// [`Self::wake`] on the changes of the [`View`] named `view` only; on every change
+    /// when the cache has no such view (so a reader is never left asleep).
+    pub fn wake_on_view(&self, view: &str, notify: Arc<Notify>, stop: CancellationToken) {
+        let changes = self
+            .views
+            .iter()
+            .find(|(name, _)| *name == view)
+            .map(|(_, rx)| rx.clone())
+            .unwrap_or_else(|| self.changes());
+        Self::wake_on(changes, notify, stop);
+    }
+
+    fn wake_on(mut changes: watch::Receiver<u64>, notify: Arc<Notify>, stop: CancellationToken) {
         changes.mark_unchanged();
         tokio::spawn(async move {
             loop {
@@ -258,7 +322,7 @@ where
 /// `None`: every object) until `stop`, for every consumer of the process. `what` is the
 /// resource's plural (`nodes`): the name its watch is tracked under in `activity` and logged
 /// with. Objects are stripped with `strip` before they are cached, so it must keep what every
-/// consumer reads. Watch errors retry with [`crate::kube::client::WatchBackoff`]; the first
+/// consumer reads; `views`: the narrower changes some readers wake on ([`View`]). Watch errors retry with [`crate::kube::client::WatchBackoff`]; the first
 /// of a run of failures is logged at WARN (`watch failed`, with the resource and the
 /// server's message, which for RBAC names the verb), the rest at DEBUG, the recovery at
 /// INFO; the cache keeps its last state meanwhile.
@@ -269,12 +333,13 @@ pub fn spawn_shared<K>(
     fields: Option<String>,
     activity: crate::obs::readiness::WatchActivity,
     stop: CancellationToken,
+    views: &[View<K>],
 ) -> SharedCache<K>
 where
     K: Watched,
 {
     let events = stripped_events(what, api, strip, fields, &activity);
-    shared_from(what, events, activity, stop)
+    shared_from(what, events, activity, stop, views)
 }
 
 /// [`spawn_shared`] on any stream of watch events (tests feed their own, see
@@ -284,6 +349,7 @@ pub(crate) fn shared_from<K, S>(
     events: S,
     activity: crate::obs::readiness::WatchActivity,
     stop: CancellationToken,
+    views: &[View<K>],
 ) -> SharedCache<K>
 where
     K: kube::Resource<DynamicType = ()> + Clone + PartialEq + Send + Sync + 'static,
@@ -292,7 +358,14 @@ where
     let (store, writer) = reflector::store();
     let (tx, changes) = watch::channel(0u64);
     let (listed_tx, listed) = watch::channel(false);
-    let (events, woken) = judged(events, store.clone());
+    let (view_txs, view_rxs): (Vec<_>, Vec<_>) = views
+        .iter()
+        .map(|v| {
+            let (tx, rx) = watch::channel(0u64);
+            (tx, (v.name, rx))
+        })
+        .unzip();
+    let (events, woken) = judged(events, store.clone(), views.to_vec());
     let mut stream = reflector::reflector(writer, events).boxed();
     tokio::spawn(async move {
         let mut failing = false;
@@ -313,8 +386,13 @@ where
                 if matches!(ev, watcher::Event::InitDone) {
                     listed_tx.send_if_modified(|l| !std::mem::replace(l, true));
                 }
-                if woken.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                if woken.all.swap(false, std::sync::atomic::Ordering::Relaxed) {
                     tx.send_modify(|n| *n = n.wrapping_add(1));
+                }
+                for (flag, view) in woken.views.iter().zip(&view_txs) {
+                    if flag.swap(false, std::sync::atomic::Ordering::Relaxed) {
+                        view.send_modify(|n| *n = n.wrapping_add(1));
+                    }
                 }
             }
         }
@@ -323,6 +401,7 @@ where
         store,
         changes,
         listed,
+        views: Arc::new(view_rxs),
     }
 }
 
@@ -388,7 +467,7 @@ where
     let activity = crate::obs::readiness::WatchActivity::new();
     (
         tx,
-        shared_from("test", rx, activity, CancellationToken::new()),
+        shared_from("test", rx, activity, CancellationToken::new(), &[]),
     )
 }
 
@@ -574,6 +653,71 @@ mod tests {
             .get(&ObjectRef::new("x").within("ns"))
             .unwrap();
         assert_eq!(x.metadata.resource_version.as_deref(), Some("2"));
+    }
+
+    /// A view counts only the changes its reader reads: an object changed elsewhere changes
+    /// the cache (every plain reader wakes) but not the view; a change of what the view
+    /// reads, a new object and a delete change both; a reader asking for a view the cache
+    /// does not have wakes on every change.
+    #[tokio::test]
+    async fn a_view_counts_only_the_changes_its_reader_reads() {
+        use watcher::Event::*;
+        fn same_v(a: &ConfigMap, b: &ConfigMap) -> bool {
+            let v = |c: &ConfigMap| c.data.as_ref().and_then(|d| d.get("v")).cloned();
+            v(a) == v(b)
+        }
+        let with = |v: &str, w: &str| -> ConfigMap {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "x", "namespace": "ns"},
+                "data": {"v": v, "w": w},
+            }))
+            .unwrap()
+        };
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let view = View {
+            name: "v",
+            same: same_v,
+        };
+        let cache = shared_from(
+            "test",
+            rx,
+            crate::obs::readiness::WatchActivity::new(),
+            CancellationToken::new(),
+            &[view],
+        );
+        let view_count = || *cache.views[0].1.borrow();
+        let mut all = cache.changes();
+        let woken = Arc::new(Notify::new());
+        cache.wake_on_view("v", woken.clone(), CancellationToken::new());
+        let unknown = Arc::new(Notify::new());
+        cache.wake_on_view("no-such-view", unknown.clone(), CancellationToken::new());
+        for ev in [Init, InitApply(with("1", "1")), InitDone] {
+            tx.unbounded_send(Ok(ev)).unwrap();
+        }
+        all.wait_for(|c| *c >= 1).await.unwrap();
+        assert_eq!(view_count(), 1, "the list's end changes every view");
+        // Another field: the cache changes, the view does not.
+        tx.unbounded_send(Ok(Apply(with("1", "2")))).unwrap();
+        all.wait_for(|c| *c >= 2).await.unwrap();
+        assert_eq!(view_count(), 1);
+        // What the view reads: both.
+        tx.unbounded_send(Ok(Apply(with("2", "2")))).unwrap();
+        all.wait_for(|c| *c >= 3).await.unwrap();
+        assert_eq!(view_count(), 2);
+        // A new object and a delete: both.
+        tx.unbounded_send(Ok(Apply(cm("y", "1")))).unwrap();
+        all.wait_for(|c| *c >= 4).await.unwrap();
+        assert_eq!(view_count(), 3);
+        tx.unbounded_send(Ok(Delete(cm("y", "1")))).unwrap();
+        all.wait_for(|c| *c >= 5).await.unwrap();
+        assert_eq!(view_count(), 4);
+        let within = Duration::from_secs(5);
+        tokio::time::timeout(within, woken.notified())
+            .await
+            .expect("the view's reader is woken");
+        tokio::time::timeout(within, unknown.notified())
+            .await
+            .expect("a reader of an unknown view is woken by every change");
     }
 
     #[tokio::test]

@@ -83,6 +83,7 @@ pub fn start(
         fields,
         activity,
         stop,
+        &[],
     )
 }
 

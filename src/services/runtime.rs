@@ -152,6 +152,9 @@ pub struct Parts {
     /// The process's Node cache (every Node): node addresses, this node's labels, pod
     /// CIDRs and the peer membership; a change of it starts a pass.
     pub nodes: crate::nodes::NodeCache,
+    /// The process's Services cache (shared with the allocator): a change of it starts a
+    /// pass.
+    pub services: crate::kube::service::ServiceCache,
     /// Routing-table mode (`vip_routingtable`): the process's one [`RouteKernel`], shared
     /// with the control-plane VIP (one set of fence devices, one clean-up at start); the
     /// holders route Service VIPs through it. `None`: addresses and ARP/NDP.
@@ -284,6 +287,7 @@ async fn launch<K: Kernel, A: Announcer>(
         parts.dhcp,
         parts.egress,
         parts.nodes,
+        parts.services,
         stop.clone(),
     ));
     Ok(Running { stop, task })
@@ -292,6 +296,8 @@ async fn launch<K: Kernel, A: Announcer>(
 /// The caches of Services, Nodes and endpoints, and the notification of their changes.
 struct Caches {
     services: Store<Service>,
+    /// The process's Services cache (its first list: [`crate::kube::watch::SharedCache::ready`]).
+    service_cache: crate::kube::service::ServiceCache,
     /// Node addresses: a Service must never take another node's own address (the store of
     /// `node_cache`).
     nodes: Store<Node>,
@@ -309,7 +315,7 @@ impl Caches {
     async fn ready(&self, shutdown: &CancellationToken) -> bool {
         let ready = async {
             let _ = tokio::join!(
-                self.services.wait_until_ready(),
+                self.service_cache.ready(),
                 self.node_cache.ready(),
                 self.endpoints.wait_until_ready(),
             );
@@ -324,30 +330,20 @@ impl Caches {
     }
 }
 
-/// Starts the reflectors on Services and endpoints (until `watches`), reporting to
-/// `activity`; the Nodes come from the process's cache `nodes`, whose changes wake the
-/// wing like those of its own caches.
+/// Starts the reflectors on endpoints (until `watches`), reporting to `activity`; the
+/// Services and the Nodes come from the process's caches `services` and `nodes`, whose
+/// changes wake the wing like those of its own caches.
 async fn start_caches(
     cfg: &Settings,
     client: &kube::Client,
+    services: &crate::kube::service::ServiceCache,
     nodes: &crate::nodes::NodeCache,
     activity: &WatchActivity,
     watches: &CancellationToken,
 ) -> Caches {
     let namespace = cfg.services_namespace.as_deref();
     let changed = Arc::new(Notify::new());
-    let svc_api: Api<Service> = scoped_api(client, namespace);
-    let (svc_store, svc_writer) = reflector::store();
-    spawn_reflector(
-        "services",
-        svc_api,
-        svc_writer,
-        changed.clone(),
-        watches.clone(),
-        activity.clone(),
-        strip_service,
-        None,
-    );
+    services.wake(changed.clone(), watches.clone());
     nodes.wake(changed.clone(), watches.clone());
     // Endpoints for externalTrafficPolicy Local: EndpointSlice v1 where the server has it
     // (1.21+), else core Endpoints (the lab's v1.20).
@@ -383,7 +379,8 @@ async fn start_caches(
         EndpointStore::Endpoints(store)
     };
     Caches {
-        services: svc_store,
+        services: services.store().clone(),
+        service_cache: services.clone(),
         nodes: nodes.store().clone(),
         node_cache: nodes.clone(),
         endpoints,
@@ -442,6 +439,7 @@ async fn run<K: Kernel, A: Announcer>(
     dhcp: Option<Arc<dyn crate::dhcp::Dhcp>>,
     egress: Option<crate::kube::service::EgressTx>,
     nodes: crate::nodes::NodeCache,
+    services: crate::kube::service::ServiceCache,
     shutdown: CancellationToken,
 ) {
     let dhcp = dhcp_client(dhcp);
@@ -452,7 +450,7 @@ async fn run<K: Kernel, A: Announcer>(
     let activity = clients.watches.clone();
     readiness.track_watches(activity.clone());
     activity.spawn_monitor(watches.clone());
-    let caches = start_caches(&cfg, &client, &nodes, &activity, &watches).await;
+    let caches = start_caches(&cfg, &client, &services, &nodes, &activity, &watches).await;
     let lease_namespace = match cfg.services_election {
         true => namespace,
         false => Some(cfg.cp_namespace.as_str()),

@@ -16,14 +16,6 @@ use super::endpoints::{
 };
 use crate::services::plan::model::ServiceKey;
 
-/// Drops what the cache does not need from a Service: managedFields, labels, the selector
-/// and `kubectl apply`'s copy of the object. Annotations (kube-vip.io/*), the rest of the
-/// spec and the status stay.
-pub(crate) fn strip_service(svc: &mut Service) {
-    // Endpoints come from Endpoints / EndpointSlices; labels and the selector are unused.
-    crate::kube::watch::strip_service(svc, |_| false);
-}
-
 /// Drops managedFields and annotations from core Endpoints or an EndpointSlice (subsets,
 /// endpoints and the slice's labels, which name its Service, stay).
 pub(crate) fn strip_metadata<K: kube::Resource>(obj: &mut K) {
@@ -188,8 +180,20 @@ mod tests {
             ]
             .into(),
         );
-        strip_service(&mut svc);
+        svc.metadata.labels = Some(
+            [
+                ("app".to_string(), "web".to_string()),
+                ("implementation".to_string(), "kube-vip".to_string()),
+            ]
+            .into(),
+        );
+        crate::kube::service::strip_cached_service(&mut svc);
         assert_eq!(svc.metadata.managed_fields, None);
+        // Of the labels only the allocator's (kube-vip-cloud-provider's implementation).
+        assert_eq!(
+            svc.metadata.labels,
+            Some([("implementation".to_string(), "kube-vip".to_string())].into())
+        );
         let ann = svc.metadata.annotations.unwrap_or_default();
         assert_eq!(ann.len(), 1);
         assert_eq!(

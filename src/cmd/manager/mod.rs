@@ -18,6 +18,7 @@ use crate::config::Config;
 use crate::controlplane;
 use crate::election::Gates;
 use crate::holder::{self, HolderConfig};
+use crate::kube::service::ServiceCache;
 use crate::net::conflict::{ConflictMonitor, RawConflictMonitor};
 use crate::net::route_kernel::LOOPBACK_IFINDEX;
 use crate::net::{Kernel, NetlinkKernel};
@@ -102,8 +103,9 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     ));
 
     // One list+watch of Nodes for the whole process (eligibility, the load balancer, the
-    // Services wing, the allocator), until the end.
-    let nodes = start_node_cache(&cfg, &readiness, &aux_stop).await?;
+    // Services wing, the allocator), and with `svc_enable` one of Services (the Services
+    // wing, the allocator), until the end.
+    let (nodes, service_cache) = start_shared_caches(&cfg, &readiness, &aux_stop).await?;
     let svc_eligible = start_eligibility(&cfg, &nodes, &drain, &metrics, &cp_gates, &aux_stop);
 
     // The millisecond fence (vip_nftfence, on by default): every VIP, the control plane's
@@ -165,9 +167,9 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     });
     let dhcp = start_dhcp(cfg.services, cfg.dhcp_backoff_attempts).await;
     let (egress_tx, egress) = start_egress(&cfg, &client, &metrics, nft_fence.active());
-    let ipam = start_ipam(&cfg, &kernel, &holder_cfg, &metrics, &nodes).await?;
-    let services = match cfg.services {
-        true => Some(
+    let ipam = start_ipam(&cfg, &kernel, &holder_cfg, &metrics, &nodes, &service_cache).await?;
+    let services = match service_cache {
+        Some(service_cache) => Some(
             services::start(
                 &Arc::new(cfg.services()),
                 services::Parts {
@@ -182,12 +184,13 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
                     dhcp,
                     egress: egress_tx,
                     nodes,
+                    services: service_cache,
                     routes,
                 },
             )
             .await?,
         ),
-        false => None,
+        None => None,
     };
     readiness.set_election_running(true);
 
@@ -260,8 +263,9 @@ async fn start_ipam(
     holder_cfg: &HolderConfig,
     metrics: &crate::obs::metrics::Metrics,
     nodes: &NodeCache,
+    services: &Option<ServiceCache>,
 ) -> Result<Option<crate::ipam::Running>, ManagerError> {
-    let Some(settings) = cfg.ipam() else {
+    let (Some(settings), Some(services)) = (cfg.ipam(), services) else {
         return Ok(None);
     };
     let parts = crate::ipam::Parts {
@@ -269,6 +273,7 @@ async fn start_ipam(
         conflict_monitor: holder_cfg.conflict_monitor.clone(),
         metrics: metrics.clone(),
         nodes: nodes.clone(),
+        services: services.clone(),
     };
     Ok(Some(crate::ipam::start(settings, parts).await?))
 }
@@ -373,30 +378,44 @@ fn node_scope(cfg: &Config) -> NodeScope {
 }
 
 /// Starts the process's one Node cache ([`crate::nodes::start`], scope [`node_scope`])
-/// until `stop`, on a client of its own. With `svc_enable` its watch is tracked by
-/// `/readyz` like the Services side's own watches (`watch-stalled:nodes`).
+/// and, with `svc_enable`, its one Services cache ([`crate::kube::service::start_cache`],
+/// in `svc_namespace`, with the allocator's view when `svc_ipam` is on), until `stop`, on a
+/// client of their own. With `svc_enable` their watches are tracked by `/readyz` like the
+/// Services side's own watches (`watch-stalled:nodes`, `watch-stalled:services`).
 ///
 /// # Errors
 /// [`ManagerError::Client`] when the client cannot be built.
-async fn start_node_cache(
+async fn start_shared_caches(
     cfg: &Config,
     readiness: &crate::obs::readiness::Readiness,
     stop: &CancellationToken,
-) -> Result<NodeCache, ManagerError> {
+) -> Result<(NodeCache, Option<ServiceCache>), ManagerError> {
     let (client, activity) = crate::kube::client::watch_client(&cfg.kube()).await?;
     let scope = node_scope(cfg);
     let nodes = crate::nodes::start(
-        client,
+        client.clone(),
         scope,
         &cfg.node_name,
         activity.clone(),
         stop.clone(),
     );
-    if cfg.services {
-        readiness.track_watches(activity.clone());
-        activity.spawn_monitor(stop.clone());
+    if !cfg.services {
+        return Ok((nodes, None));
     }
-    Ok(nodes)
+    let views = match cfg.ipam() {
+        Some(_) => vec![crate::ipam::SERVICE_VIEW],
+        None => Vec::new(),
+    };
+    let services = crate::kube::service::start_cache(
+        &client,
+        cfg.services_namespace.as_deref(),
+        activity.clone(),
+        stop.clone(),
+        &views,
+    );
+    readiness.track_watches(activity.clone());
+    activity.spawn_monitor(stop.clone());
+    Ok((nodes, Some(services)))
 }
 
 /// Eligibility ([`eligibility`]): this node's Node object (followed in `nodes` until
