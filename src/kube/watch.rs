@@ -144,13 +144,13 @@ fn reflect_from<K, S>(
 }
 
 /// The flags [`judged`] sets for the event just yielded: whether it changed the cache
-/// ([`wakes`]) and each [`View`] ([`wakes_view`]).
+/// ([`wakes`]) and each [`View`] ([`wakes_by`]).
 struct Woken {
     all: std::sync::atomic::AtomicBool,
     views: Vec<std::sync::atomic::AtomicBool>,
 }
 
-/// `events` with each event judged by [`wakes`] (and [`wakes_view`] for each of `views`)
+/// `events` with each event judged by [`wakes`] (and [`wakes_by`] for each of `views`)
 /// against `store` before the reflector applies it: a flag is set for an event that
 /// changes what the cache's readers (of that view) see, and read (and cleared) by the
 /// consumer after the reflector yielded that event (the stream is pulled one event at a
@@ -178,27 +178,11 @@ where
             let all = wakes(&store, ev);
             flags.all.store(all, Relaxed);
             for (flag, view) in flags.views.iter().zip(&views) {
-                flag.store(all && wakes_view(&store, ev, view.same), Relaxed);
+                flag.store(all && wakes_by(&store, ev, view.same), Relaxed);
             }
         }
     });
     (events, woken)
-}
-
-/// Whether `event`, which [`wakes`] the cache's readers, also changes what a reader of the
-/// view whose sense of sameness is `same` reads: an `Apply` of an object `same` as the
-/// cached one does not; a new object, a delete and the end of a re-list do. Pure but for
-/// reading `store`.
-fn wakes_view<K>(store: &Store<K>, event: &watcher::Event<K>, same: fn(&K, &K) -> bool) -> bool
-where
-    K: kube::Resource<DynamicType = ()> + Clone + PartialEq,
-{
-    match event {
-        watcher::Event::Apply(new) => store
-            .get(&reflector::ObjectRef::from_obj(new))
-            .is_none_or(|old| !same(old.as_ref(), new)),
-        _ => true,
-    }
 }
 
 /// Whether `event`, about to be applied to `store`, changes what the store's readers read:
@@ -210,10 +194,19 @@ fn wakes<K>(store: &Store<K>, event: &watcher::Event<K>) -> bool
 where
     K: kube::Resource<DynamicType = ()> + Clone + PartialEq,
 {
+    wakes_by(store, event, same_but_version)
+}
+
+/// [`wakes`] with `same` judging an `Apply` against the cached object (a [`View`]'s sense
+/// of sameness: whether `event` changes what that view's reader reads).
+fn wakes_by<K>(store: &Store<K>, event: &watcher::Event<K>, same: fn(&K, &K) -> bool) -> bool
+where
+    K: kube::Resource<DynamicType = ()> + Clone + PartialEq,
+{
     match event {
         watcher::Event::Apply(new) => store
             .get(&reflector::ObjectRef::from_obj(new))
-            .is_none_or(|old| !same_but_version(old.as_ref(), new)),
+            .is_none_or(|old| !same(old.as_ref(), new)),
         watcher::Event::Init | watcher::Event::InitApply(_) => false,
         watcher::Event::Delete(_) | watcher::Event::InitDone => true,
     }
