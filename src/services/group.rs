@@ -769,12 +769,12 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         delete_lease: bool,
         continued: &BTreeSet<DhcpClientId>,
     ) -> Option<ElectionEnd> {
-        // DHCP clients first, so their macvlans (and addresses) are gone before the lease
-        // is released: released with the group's Services gone (unless another DHCP
-        // Service goes on with the MAC), else kept for the next holder.
         // No status write after this: the holder is about to drop the VIPs.
         self.status_stop.cancel();
         let _ = self.status_task.await;
+        // DHCP clients first, so their macvlans (and addresses) are gone before the lease
+        // is released: released with the group's Services gone (unless another DHCP
+        // Service goes on with the MAC), else kept for the next holder.
         if let Some(d) = &mut self.dhcp {
             let stopping = d.take_all(delete_lease, continued);
             self.vips_tx.send_replace(self.current.vips.clone());
