@@ -544,8 +544,18 @@ pub(super) async fn follow<W: StatusWriter>(
 ) {
     let mut sync = StatusSync::default();
     let mut leading = false;
+    // A sync skipped or dropped because the elector stopped leading before the group's
+    // loop said so: made up for if the elector leads again without the loop ever seeing
+    // the loss (a watch keeps only the latest state), forgotten at the end of the term.
+    let mut owed = false;
+    let mut elector_alive = true;
     loop {
-        let retry_at = sync.retry_at();
+        // A retry falls due only while the elector leads: while it does not, a due retry
+        // would start a sync that is dropped at once, again and again.
+        let retry_at = match elector_leads(&inputs.leader) {
+            true => sync.retry_at(),
+            false => None,
+        };
         let first = tokio::select! {
             _ = stop.cancelled() => return,
             e = events.recv() => match e {
@@ -553,6 +563,13 @@ pub(super) async fn follow<W: StatusWriter>(
                 None => return,
             },
             _ = until(retry_at) => decide::GroupEvent::RetryDue,
+            r = inputs.leader.changed(), if elector_alive => {
+                elector_alive = r.is_ok();
+                if !(owed && elector_leads(&inputs.leader)) {
+                    continue;
+                }
+                decide::GroupEvent::RetryDue
+            }
         };
         let mut batch = vec![first];
         while let Ok(e) = events.try_recv() {
@@ -562,6 +579,7 @@ pub(super) async fn follow<W: StatusWriter>(
         leading = step.leading;
         if step.reset {
             sync = StatusSync::default();
+            owed = false;
         }
         if step.drop_retry {
             sync.retry.at = None;
@@ -570,17 +588,33 @@ pub(super) async fn follow<W: StatusWriter>(
         let Some(retrying) = step.sync else {
             continue;
         };
+        // The group's loop may not have handed over the loss of the lease yet: the elector
+        // decides (a node that does not lead writes nothing).
+        if !elector_leads(&inputs.leader) {
+            owed = true;
+            continue;
+        }
+        owed = false;
         let spec = inputs.spec.borrow().clone();
         let held = inputs.bound.borrow().clone();
         let refused: Vec<IpAddr> = inputs.conflicts.borrow().iter().map(|(a, _)| *a).collect();
         tokio::select! {
+            // In this order: a sync is never polled (and never writes) once the lease is
+            // lost.
+            biased;
             _ = stop.cancelled() => return,
-            _ = sync.sync(ctx, &spec, &held, &refused, retrying) => {}
             _ = not_leading(&mut inputs.leader) => {
+                owed = true;
                 debug!("stopped leading while writing the status; the rest is dropped");
             }
+            _ = sync.sync(ctx, &spec, &held, &refused, retrying) => {}
         }
     }
+}
+
+/// The elector leads now.
+fn elector_leads(leader: &watch::Receiver<LeaderState>) -> bool {
+    matches!(*leader.borrow(), LeaderState::Leading { .. })
 }
 
 /// Resolves once `leader` is not [`LeaderState::Leading`] (at once if it is not now);
