@@ -552,23 +552,28 @@ pub(super) async fn follow<W: StatusWriter>(
     loop {
         // A retry falls due only while the elector leads: while it does not, a due retry
         // would start a sync that is dropped at once, again and again.
-        let retry_at = match elector_leads(&inputs.leader) {
+        let leads = elector_leads(&inputs.leader);
+        let retry_at = match leads {
             true => sync.retry_at(),
             false => None,
         };
-        let first = tokio::select! {
-            _ = stop.cancelled() => return,
-            e = events.recv() => match e {
-                Some(e) => e,
-                None => return,
-            },
-            _ = until(retry_at) => decide::GroupEvent::RetryDue,
-            r = inputs.leader.changed(), if elector_alive => {
-                elector_alive = r.is_ok();
-                if !(owed && elector_leads(&inputs.leader)) {
+        // The elector's changes (every renewal) wake this task only when they matter: a
+        // sync is owed, or a retry waits for the elector to lead again.
+        let watch_elector = elector_alive && (owed || (!leads && sync.retry_at().is_some()));
+        let first = if owed && leads {
+            decide::GroupEvent::RetryDue
+        } else {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                e = events.recv() => match e {
+                    Some(e) => e,
+                    None => return,
+                },
+                _ = until(retry_at) => decide::GroupEvent::RetryDue,
+                r = inputs.leader.changed(), if watch_elector => {
+                    elector_alive = r.is_ok();
                     continue;
                 }
-                decide::GroupEvent::RetryDue
             }
         };
         let mut batch = vec![first];

@@ -878,3 +878,47 @@ async fn a_retry_due_after_the_lease_is_lost_writes_nothing_before_the_loop_says
         "leading again, the retry writes"
     );
 }
+
+/// A change heard while the elector does not lead (the group's loop not having said so)
+/// is written once the elector leads again, even if the loop never saw the loss (a watch
+/// keeps only the latest state, so no `Leading` event comes).
+#[tokio::test(start_paused = true)]
+async fn a_change_skipped_while_the_elector_did_not_lead_is_written_when_it_leads_again() {
+    use decide::GroupEvent::*;
+    let (a, b) = (ip("192.0.2.20"), ip("192.0.2.21"));
+    let api = ServiceKey::new("default", "api");
+    let w = Recorder::default();
+    let services = store(&[]);
+    let ctx = status_ctx(&services, &w);
+    let two = GroupSpec {
+        services: vec![(web(), vec![a], http()), (api.clone(), vec![b], http())],
+        ..spec(&[])
+    };
+    let (spec_tx, _bound, leader_tx, tx, inputs, rx) = status_task_inputs(spec(&[a]), &[a, b]);
+    let stop = CancellationToken::new();
+    let driver = async {
+        tx.send(Leading(true)).unwrap();
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        w.take();
+        leader_tx.send_replace(LeaderState::Following { holder: None });
+        spec_tx.send_replace(Arc::new(two));
+        tx.send(Spec).unwrap();
+        tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+        let while_lost = w.take();
+        leader_tx.send_replace(LeaderState::Leading {
+            term: 2,
+            renewed_at: tokio::time::Instant::now(),
+            clean: false,
+        });
+        tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+        stop.cancel();
+        (while_lost, w.take())
+    };
+    let ((), (while_lost, after)) = tokio::join!(follow(&ctx, rx, inputs, &stop), driver);
+    assert!(while_lost.is_empty(), "{while_lost:?}");
+    assert!(
+        after.contains(&"ingress default/api".to_string())
+            && after.contains(&"vipHost default/api".to_string()),
+        "the skipped change is written: {after:?}"
+    );
+}
