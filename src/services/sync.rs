@@ -544,15 +544,37 @@ pub(super) async fn follow<W: StatusWriter>(
 ) {
     let mut sync = StatusSync::default();
     let mut leading = false;
+    // A sync skipped or dropped because the elector stopped leading before the group's
+    // loop said so: made up for if the elector leads again without the loop ever seeing
+    // the loss (a watch keeps only the latest state), forgotten at the end of the term.
+    let mut owed = false;
+    let mut elector_alive = true;
     loop {
-        let retry_at = sync.retry_at();
-        let first = tokio::select! {
-            _ = stop.cancelled() => return,
-            e = events.recv() => match e {
-                Some(e) => e,
-                None => return,
-            },
-            _ = until(retry_at) => decide::GroupEvent::RetryDue,
+        // A retry falls due only while the elector leads: while it does not, a due retry
+        // would start a sync that is dropped at once, again and again.
+        let leads = elector_leads(&inputs.leader);
+        let retry_at = match leads {
+            true => sync.retry_at(),
+            false => None,
+        };
+        // The elector's changes (every renewal) wake this task only when they matter: a
+        // sync is owed, or a retry waits for the elector to lead again.
+        let watch_elector = elector_alive && (owed || (!leads && sync.retry_at().is_some()));
+        let first = if owed && leads {
+            decide::GroupEvent::RetryDue
+        } else {
+            tokio::select! {
+                _ = stop.cancelled() => return,
+                e = events.recv() => match e {
+                    Some(e) => e,
+                    None => return,
+                },
+                _ = until(retry_at) => decide::GroupEvent::RetryDue,
+                r = inputs.leader.changed(), if watch_elector => {
+                    elector_alive = r.is_ok();
+                    continue;
+                }
+            }
         };
         let mut batch = vec![first];
         while let Ok(e) = events.try_recv() {
@@ -562,6 +584,7 @@ pub(super) async fn follow<W: StatusWriter>(
         leading = step.leading;
         if step.reset {
             sync = StatusSync::default();
+            owed = false;
         }
         if step.drop_retry {
             sync.retry.at = None;
@@ -570,17 +593,33 @@ pub(super) async fn follow<W: StatusWriter>(
         let Some(retrying) = step.sync else {
             continue;
         };
+        // The group's loop may not have handed over the loss of the lease yet: the elector
+        // decides (a node that does not lead writes nothing).
+        if !elector_leads(&inputs.leader) {
+            owed = true;
+            continue;
+        }
+        owed = false;
         let spec = inputs.spec.borrow().clone();
         let held = inputs.bound.borrow().clone();
         let refused: Vec<IpAddr> = inputs.conflicts.borrow().iter().map(|(a, _)| *a).collect();
         tokio::select! {
+            // In this order: a sync is never polled (and never writes) once the lease is
+            // lost.
+            biased;
             _ = stop.cancelled() => return,
-            _ = sync.sync(ctx, &spec, &held, &refused, retrying) => {}
             _ = not_leading(&mut inputs.leader) => {
+                owed = true;
                 debug!("stopped leading while writing the status; the rest is dropped");
             }
+            _ = sync.sync(ctx, &spec, &held, &refused, retrying) => {}
         }
     }
+}
+
+/// The elector leads now.
+fn elector_leads(leader: &watch::Receiver<LeaderState>) -> bool {
+    matches!(*leader.borrow(), LeaderState::Leading { .. })
 }
 
 /// Resolves once `leader` is not [`LeaderState::Leading`] (at once if it is not now);

@@ -825,3 +825,100 @@ async fn a_sync_still_writing_when_the_lease_is_lost_is_dropped() {
     let events = again.iter().filter(|c| c.starts_with("event")).count();
     assert_eq!(events, 40, "a new term announces every Service: {again:?}");
 }
+
+/// New-user trial (2026-12-06): the elector's state says the lease is lost before the
+/// group's loop hands the status task `Leading(false)` (the loop may be busy, e.g. posting
+/// handover Events through the writer's slots). A status retry falling due then must not
+/// write: the status task's select polled the sync and `not_leading` in random order, so
+/// the sync could run its writes before being dropped, and a dropped sync left the retry
+/// due, so the task looped at once until a sync won the race (and wrote).
+#[tokio::test(start_paused = true)]
+async fn a_retry_due_after_the_lease_is_lost_writes_nothing_before_the_loop_says_so() {
+    use decide::GroupEvent::*;
+    let a = ip("192.0.2.20");
+    let w = Recorder::default();
+    w.fail.store(true, Ordering::SeqCst);
+    let services = store(&[cached("1", None, &[])]);
+    let ctx = status_ctx(&services, &w);
+    let (_spec, _bound, leader_tx, tx, inputs, rx) = status_task_inputs(spec(&[a]), &[a]);
+    let stop = CancellationToken::new();
+    let driver = async {
+        tx.send(Leading(true)).unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        assert!(!w.take().is_empty(), "the first sync wrote (and failed)");
+        // The lease is lost; the group's loop has not said so yet. The writes would work
+        // now: only the lease forbids them.
+        w.fail.store(false, Ordering::SeqCst);
+        leader_tx.send_replace(LeaderState::Following { holder: None });
+        tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+        let written = w.take();
+        // Leading again before the loop ever said otherwise (a watch keeps only the latest
+        // state): the retry resumes.
+        leader_tx.send_replace(LeaderState::Leading {
+            term: 2,
+            renewed_at: tokio::time::Instant::now(),
+            clean: false,
+        });
+        tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+        stop.cancel();
+        (written, w.take())
+    };
+    let ((), (written, resumed)) = tokio::join!(follow(&ctx, rx, inputs, &stop), driver);
+    assert!(
+        written.is_empty(),
+        "written after the lease was lost: {written:?}"
+    );
+    assert_eq!(
+        resumed,
+        [
+            "ingress default/web",
+            "vipHost default/web",
+            "event AddressAnnounced default/web"
+        ],
+        "leading again, the retry writes"
+    );
+}
+
+/// A change heard while the elector does not lead (the group's loop not having said so)
+/// is written once the elector leads again, even if the loop never saw the loss (a watch
+/// keeps only the latest state, so no `Leading` event comes).
+#[tokio::test(start_paused = true)]
+async fn a_change_skipped_while_the_elector_did_not_lead_is_written_when_it_leads_again() {
+    use decide::GroupEvent::*;
+    let (a, b) = (ip("192.0.2.20"), ip("192.0.2.21"));
+    let api = ServiceKey::new("default", "api");
+    let w = Recorder::default();
+    let services = store(&[]);
+    let ctx = status_ctx(&services, &w);
+    let two = GroupSpec {
+        services: vec![(web(), vec![a], http()), (api.clone(), vec![b], http())],
+        ..spec(&[])
+    };
+    let (spec_tx, _bound, leader_tx, tx, inputs, rx) = status_task_inputs(spec(&[a]), &[a, b]);
+    let stop = CancellationToken::new();
+    let driver = async {
+        tx.send(Leading(true)).unwrap();
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        w.take();
+        leader_tx.send_replace(LeaderState::Following { holder: None });
+        spec_tx.send_replace(Arc::new(two));
+        tx.send(Spec).unwrap();
+        tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+        let while_lost = w.take();
+        leader_tx.send_replace(LeaderState::Leading {
+            term: 2,
+            renewed_at: tokio::time::Instant::now(),
+            clean: false,
+        });
+        tokio::time::sleep(std::time::Duration::from_secs(10)).await;
+        stop.cancel();
+        (while_lost, w.take())
+    };
+    let ((), (while_lost, after)) = tokio::join!(follow(&ctx, rx, inputs, &stop), driver);
+    assert!(while_lost.is_empty(), "{while_lost:?}");
+    assert!(
+        after.contains(&"ingress default/api".to_string())
+            && after.contains(&"vipHost default/api".to_string()),
+        "the skipped change is written: {after:?}"
+    );
+}
