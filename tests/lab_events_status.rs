@@ -450,20 +450,6 @@ fn hand_edits_are_restored(
             .and_then(|s| s.parse().ok())
             .expect("resourceVersion")
     };
-    let edit = |path: &str, patch: serde_json::Value| -> u64 {
-        for _ in 0..5 {
-            let r = lab
-                .api_request("PATCH", path, Some(&patch.to_string()))
-                .unwrap();
-            if r.status == 409 {
-                std::thread::sleep(Duration::from_millis(100));
-                continue;
-            }
-            assert_eq!(r.status, 200, "{path}: {}", r.body);
-            return rv(&serde_json::from_str(&r.body).unwrap());
-        }
-        panic!("{path}: 409 five times");
-    };
     let service = format!("/api/v1/namespaces/default/services/{name}");
     let status = format!("{service}/status");
     let edits = [
@@ -489,7 +475,7 @@ fn hand_edits_are_restored(
         ),
     ];
     for (what, path, patch) in edits {
-        let edited = edit(path, patch);
+        let edited = rv(&hand_edit(lab, path, &patch));
         wait_or_dump(
             &format!("{name} restored after a hand edit ({what})"),
             limit,

@@ -260,21 +260,6 @@ fn create_cold(lab: &Lab) -> Vec<(String, String)> {
 }
 
 /// Merge-patches `path` (a Service or its status) as the admin, retrying a 409.
-fn hand_edit(lab: &Lab, path: &str, patch: &serde_json::Value) {
-    for _ in 0..5 {
-        let r = lab
-            .api_request("PATCH", path, Some(&patch.to_string()))
-            .expect("patch");
-        if r.status == 409 {
-            std::thread::sleep(Duration::from_millis(100));
-            continue;
-        }
-        assert_eq!(r.status, 200, "{path}: {}", r.body);
-        return;
-    }
-    panic!("{path}: 409 five times");
-}
-
 /// S38 / issue 26 with shard Leases and a backlog: under kube-vip's chart RBAC (no Events,
 /// `update` but not `patch`) every AddressAnnounced Event of the 170 Services keeps
 /// failing, on its own back-off. Hand edits of the ingress and of `kube-vip.io/vipHost` on

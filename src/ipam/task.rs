@@ -26,7 +26,7 @@ use crate::election::kube::KubeLeaseClient;
 use crate::election::{Elector, Gates, LeaderState};
 use crate::kube::client::{ClientError, ServicesClients};
 use crate::kube::service::ServiceCache;
-use crate::kube::service::{ANN_LOADBALANCER_IPS, ANN_REQUESTED_IP, LABEL_IMPLEMENTATION};
+use crate::kube::service::{ANN_LOADBALANCER_IPS, ANN_REQUESTED_IP};
 use crate::kube::watch::{View, spawn_reflector};
 use crate::net::NetlinkKernel;
 use crate::net::conflict::ConflictMonitor;
@@ -352,14 +352,14 @@ async fn lost(state: &mut watch::Receiver<LeaderState>, term: u64) {
 
 /// Keeps of a Service what the allocator reads ([`super::view::view_of`], the finalizers,
 /// the name, UID and resourceVersion its writes and Events carry): of its labels only
-/// [`LABEL_IMPLEMENTATION`] ([`crate::kube::watch::strip_service`]), of its annotations only
+/// [`crate::kube::service::LABEL_IMPLEMENTATION`] ([`crate::kube::service::strip_cached_service`]), of its annotations only
 /// [`ANN_LOADBALANCER_IPS`] and [`ANN_REQUESTED_IP`], of its status only the ingress
 /// addresses. So a holder's status write or `kube-vip.io/vipHost` change leaves the cached
 /// Service equal but for its resourceVersion and starts no pass (the cache wakes only on a
 /// change of content, [`crate::kube::watch`]): at 10 000 Services every such write started
 /// a full pass.
 fn strip_service(svc: &mut Service) {
-    crate::kube::watch::strip_service(svc, |k| k == LABEL_IMPLEMENTATION.0);
+    crate::kube::service::strip_cached_service(svc);
     if let Some(a) = svc.metadata.annotations.as_mut() {
         a.retain(|k, _| k == ANN_LOADBALANCER_IPS || k == ANN_REQUESTED_IP);
     }

@@ -571,7 +571,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         // The status task ends only after this loop (stopped in `finish`).
         let _ = self.status_events.send(event);
         if let (true, Some(dhcp)) = (self.leading, &self.dhcp) {
-            let spec = self.effective();
+            let spec = self.status_spec.borrow().clone();
             write_annotations(dhcp, &spec, &self.shared.status_ctx()).await;
         }
     }

@@ -553,13 +553,11 @@ pub(super) async fn follow<W: StatusWriter>(
         // A retry falls due only while the elector leads: while it does not, a due retry
         // would start a sync that is dropped at once, again and again.
         let leads = elector_leads(&inputs.leader);
-        let retry_at = match leads {
-            true => sync.retry_at(),
-            false => None,
-        };
+        let scheduled = sync.retry_at();
+        let retry_at = scheduled.filter(|_| leads);
         // The elector's changes (every renewal) wake this task only when they matter: a
         // sync is owed, or a retry waits for the elector to lead again.
-        let watch_elector = elector_alive && (owed || (!leads && sync.retry_at().is_some()));
+        let watch_elector = elector_alive && (owed || (!leads && scheduled.is_some()));
         let first = if owed && leads {
             decide::GroupEvent::RetryDue
         } else {

@@ -598,6 +598,23 @@ pub fn set_endpoint_addresses(lab: &Lab, name: &str, endpoints: &[(&str, &str)])
     );
 }
 
+/// Edits an object by hand as a user would: a merge patch `patch` to `path`, tried again
+/// after 100 ms on a conflict (409), at most five times; the object as the server answered.
+pub fn hand_edit(lab: &Lab, path: &str, patch: &serde_json::Value) -> serde_json::Value {
+    for _ in 0..5 {
+        let r = lab
+            .api_request("PATCH", path, Some(&patch.to_string()))
+            .expect("patch");
+        if r.status == 409 {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+        return serde_json::from_str(&r.body).expect("the patched object");
+    }
+    panic!("{path}: 409 five times");
+}
+
 /// Events (events.k8s.io/v1) about `default/name`, as (type, reason, message).
 pub fn events_for(lab: &Lab, name: &str) -> Vec<(String, String, String)> {
     events_in(lab, "default", name)
