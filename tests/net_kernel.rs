@@ -1133,6 +1133,54 @@ fn nft_fence_refreshes_with_the_same_timeout_extend_the_element() {
     });
 }
 
+/// Issue 28: a shard holder's refresh of thousands of VIPs travels as a few messages of
+/// many elements each (`nl::Batch::messages`), split below the element list's 16-bit
+/// length: the kernel takes every element, with its timeout, in both ways the fence
+/// refreshes (updates, and delete + add), and an expire ends them all.
+#[test]
+fn nft_fence_refreshes_thousands_of_vips_in_one_transaction() {
+    use vipd::net::nft::fence::{NftFence, VipFence};
+    lab("192.0.2.11/24", || async {
+        let f = NftFence::start().await.expect("start the fence");
+        let probed = f.timeout_updates();
+        // 1 500 IPv6 VIPs and 500 IPv4 ones (192.0.2.1-250, 198.51.100.1-250).
+        let v6_base = u128::from("2001:db8::1:0".parse::<std::net::Ipv6Addr>().unwrap());
+        let vips: Vec<IpAddr> = (0..1500u128)
+            .map(|i| IpAddr::from(std::net::Ipv6Addr::from(v6_base + i)))
+            .chain((1..=250u8).map(|i| IpAddr::from([192, 0, 2, i])))
+            .chain((1..=250u8).map(|i| IpAddr::from([198, 51, 100, i])))
+            .collect();
+        let v4 = vips.iter().filter(|v| v.is_ipv4()).count();
+        let v6 = vips.len() - v4;
+        let live = |table: &str| table.matches(" expires ").count();
+        for updates in [probed, false] {
+            f.set_timeout_updates(updates);
+            for round in 0..2 {
+                f.refresh(
+                    1,
+                    &vips,
+                    tokio::time::Instant::now() + Duration::from_millis(3000),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("updates={updates} round {round}: {e}"));
+                let arp = fence_table("arp").unwrap();
+                let inet = fence_table("inet").unwrap();
+                assert_eq!(live(&arp), v4, "updates={updates} round {round}");
+                assert_eq!(live(&inet), v4 + 2 * v6, "updates={updates} round {round}");
+                let last = vips.last().unwrap().to_string();
+                assert!(
+                    element_expires(&inet, &last).is_some_and(|ms| ms >= 2000),
+                    "updates={updates} round {round}: {last}"
+                );
+            }
+        }
+        f.expire(&vips).await.unwrap();
+        assert_eq!(live(&fence_table("arp").unwrap()), 0);
+        assert_eq!(live(&fence_table("inet").unwrap()), 0);
+        f.close().await.unwrap();
+    });
+}
+
 /// Issue 16: the nftables fence's tables take millisecond element timeouts, the kernel
 /// expires them on time, expire/disarm remove the elements, and close removes both tables
 /// (leaving another owner's table alone). Needs the `nft` binary (to read the tables back).

@@ -71,7 +71,7 @@ use tracing::{debug, info, warn};
 
 use netlink_packet_netfilter::nftables::MetaKey;
 
-use super::nl::{self, Batch, Family, Kernel, Mode, NftError, Transport};
+use super::nl::{self, Batch, Family, Kernel, Key, Mode, NftError, Transport};
 
 /// Name of the fence's tables (families `arp` and `inet`).
 pub const FENCE_TABLE: &str = "vipd_fence";
@@ -196,35 +196,28 @@ impl VipFence for NoopFence {
     }
 }
 
-/// One place a VIP is fenced: `(family, VIP set, live set, key bytes, key as nft shows it)`.
-type Place = (Family, &'static str, &'static str, Vec<u8>, String);
+/// One place a VIP is fenced: `(family, VIP set, live set, key)`.
+type Place = (Family, &'static str, &'static str, Key);
 
 /// Every place `vip` is fenced: IPv4 in the `arp` table (ARP requests) and the `inet`
 /// table (packets); IPv6 in the `inet` table, as an address (packets) and as the 128-bit
 /// integer the neighbour solicitation rule compares the ICMPv6 target with (`@th,64,128`,
 /// the same 16 bytes).
-fn places(vip: IpAddr) -> Vec<Place> {
+fn places(vip: IpAddr) -> [Place; 2] {
     match vip {
-        IpAddr::V4(a) => {
-            let k = a.octets().to_vec();
-            vec![
-                (Family::Arp, "vips", "live", k.clone(), vip.to_string()),
-                (Family::Inet, "vips4", "live4", k, vip.to_string()),
-            ]
-        }
-        IpAddr::V6(a) => {
-            let k = a.octets().to_vec();
-            vec![
-                (Family::Inet, "vips6", "live6", k.clone(), vip.to_string()),
-                (
-                    Family::Inet,
-                    "vips6ns",
-                    "live6ns",
-                    k,
-                    format!("0x{:032x}", u128::from(a)),
-                ),
-            ]
-        }
+        IpAddr::V4(_) => [
+            (Family::Arp, "vips", "live", Key::Addr(vip)),
+            (Family::Inet, "vips4", "live4", Key::Addr(vip)),
+        ],
+        IpAddr::V6(a) => [
+            (Family::Inet, "vips6", "live6", Key::Addr(vip)),
+            (
+                Family::Inet,
+                "vips6ns",
+                "live6ns",
+                Key::Integer(u128::from(a)),
+            ),
+        ],
     }
 }
 
@@ -470,26 +463,59 @@ pub(crate) fn refresh_commands(
     }
     let timeout = Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX));
     let t = FENCE_TABLE;
-    let mut b = Batch::new();
+    let mut b = Grouped::default();
     for vip in vips {
         let replace = may_be_live(vip);
         let arm = !armed(vip);
-        for (f, set, live, k, shown) in places(*vip) {
+        for (i, (f, set, live, k)) in places(*vip).into_iter().enumerate() {
+            let at = |step: u8| (i, live, step);
+            let add =
+                |set, timeout, expires| nl::element(f, t, set, k.clone(), false, timeout, expires);
             if arm {
-                b.push(nl::add_element(f, t, set, &k, None, &shown));
+                b.push(at(0), add(set, None, None));
             }
             if updates {
-                b.push(nl::refresh_element(f, t, live, &k, timeout, &shown));
+                b.push(at(1), add(live, Some(timeout), Some(timeout)));
                 continue;
             }
-            b.push(nl::add_element(f, t, live, &k, Some(timeout), &shown));
+            b.push(at(1), add(live, Some(timeout), None));
             if replace {
-                b.push(nl::delete_element(f, t, live, &k, &shown));
-                b.push(nl::add_element(f, t, live, &k, Some(timeout), &shown));
+                b.push(at(2), nl::element(f, t, live, k.clone(), true, None, None));
+                b.push(at(3), add(live, Some(timeout), None));
             }
         }
     }
-    Some(b)
+    Some(b.batch())
+}
+
+/// A fence change's commands, built VIP by VIP and sent place by place
+/// ([`Grouped::batch`]).
+#[derive(Default)]
+struct Grouped {
+    /// `((place index, live set, step), command)`, in the order built.
+    cmds: Vec<((usize, &'static str, u8), nl::Cmd)>,
+}
+
+impl Grouped {
+    fn push(&mut self, at: (usize, &'static str, u8), cmd: nl::Cmd) {
+        self.cmds.push((at, cmd));
+    }
+
+    /// The commands ordered by place (the VIPs' first place, then their second; per
+    /// family), then by step within each VIP's sequence, the VIPs in the order given
+    /// (a stable sort: each element's own commands keep their order, so an add still
+    /// precedes its delete). Commands on different elements are independent inside one
+    /// transaction; the order only makes each set's commands consecutive, which
+    /// [`nl::Batch::messages`] sends as one message (a shard's renewal: a few messages
+    /// instead of one per VIP and place). One VIP's commands come out in the order built.
+    fn batch(mut self) -> Batch {
+        self.cmds.sort_by_key(|(at, _)| *at);
+        let mut b = Batch::new();
+        for (_, c) in self.cmds {
+            b.push(c);
+        }
+        b
+    }
 }
 
 /// The key [`probe_timeout_updates`] uses (`0.0.0.0`, never a VIP).
@@ -684,18 +710,21 @@ fn op_commands(
 pub(crate) fn expire_commands(vips: &[IpAddr], disarm: bool) -> Batch {
     let t = FENCE_TABLE;
     let one = Some(Duration::from_millis(1));
-    let mut b = Batch::new();
+    let mut b = Grouped::default();
     for vip in vips {
-        for (f, set, live, k, shown) in places(*vip) {
-            b.push(nl::add_element(f, t, set, &k, None, &shown));
-            b.push(nl::add_element(f, t, live, &k, one, &shown));
-            b.push(nl::delete_element(f, t, live, &k, &shown));
+        for (i, (f, set, live, k)) in places(*vip).into_iter().enumerate() {
+            let at = |step: u8| (i, live, step);
+            let el =
+                |set, delete, timeout| nl::element(f, t, set, k.clone(), delete, timeout, None);
+            b.push(at(0), el(set, false, None));
+            b.push(at(1), el(live, false, one));
+            b.push(at(2), el(live, true, None));
             if disarm {
-                b.push(nl::delete_element(f, t, set, &k, &shown));
+                b.push(at(3), el(set, true, None));
             }
         }
     }
-    b
+    b.batch()
 }
 
 fn list(vips: &[IpAddr]) -> String {
@@ -1263,6 +1292,56 @@ mod tests {
     }
     fn v6() -> IpAddr {
         "2001:db8::10".parse().expect("ip")
+    }
+
+    /// A shard's renewal (hundreds of VIPs, both families) is a handful of messages, one per
+    /// set and step, in both refresh ways and for an expire; each element's own commands keep
+    /// their order (arm, add, delete, add again).
+    #[test]
+    fn a_refresh_of_many_vips_is_one_message_per_set() {
+        let vips: Vec<IpAddr> = (0..300u32)
+            .map(|i| {
+                if i % 3 == 0 {
+                    IpAddr::from([192, 0, 2, (i / 3) as u8])
+                } else {
+                    IpAddr::from(std::net::Ipv6Addr::from(
+                        0x2001_0db8_u128 << 96 | u128::from(i),
+                    ))
+                }
+            })
+            .collect();
+        let t = Duration::from_millis(1800);
+        let updates = super::refresh_commands(&vips, t, |_| true, |_| true, true).unwrap();
+        assert_eq!(updates.cmds().len(), 600, "one refresh per VIP and place");
+        assert_eq!(
+            updates.messages().len(),
+            4,
+            "arp live, live4, live6, live6ns"
+        );
+        let first = super::refresh_commands(&vips, t, |_| true, |_| false, false).unwrap();
+        assert_eq!(first.cmds().len(), 600 * 4);
+        assert_eq!(
+            first.messages().len(),
+            16,
+            "4 sets x (arm, add, delete, add)"
+        );
+        let expire = super::expire_commands(&vips, true);
+        assert_eq!(expire.messages().len(), 16);
+        let one = "2001:db8::1 ";
+        let own: Vec<String> = first
+            .cmds()
+            .iter()
+            .map(|c| c.text().into_owned())
+            .filter(|l| l.contains(one) && l.contains(" live6 "))
+            .collect();
+        assert_eq!(
+            own,
+            [
+                "add element inet vipd_fence live6 { 2001:db8::1 timeout 1800ms }",
+                "delete element inet vipd_fence live6 { 2001:db8::1 }",
+                "add element inet vipd_fence live6 { 2001:db8::1 timeout 1800ms }",
+            ]
+        );
     }
 
     #[test]

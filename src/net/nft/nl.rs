@@ -8,7 +8,10 @@
 //! socket. The kernel handles the whole batch inside that call (nfnetlink processes it in
 //! the sender's context) and commits it atomically, or nothing when any message fails;
 //! [`NftSocket::send`] then reads one acknowledgement per message and reports each
-//! refused message with the kernel's errno ([`NftError::Refused`]). Without
+//! refused message with the kernel's errno ([`NftError::Refused`]). Consecutive set
+//! element commands on one set travel as one message ([`Batch::messages`], as `nft add
+//! element ... { a, b }` sends them), built from the commands only when the batch is
+//! encoded ([`element`]): a shard holder's renewal sets hundreds of elements. Without
 //! `BATCH_END` ([`Mode::Check`]) the kernel validates every message and aborts: what
 //! `nft --check` does, for `vipd preflight`.
 //!
@@ -21,6 +24,8 @@
 //! The socket is netlink-sys's, opened per batch: a failed batch's unread answers go with
 //! it.
 
+use std::borrow::Cow;
+use std::net::IpAddr;
 use std::num::NonZeroI32;
 use std::time::Duration;
 
@@ -79,28 +84,170 @@ impl std::fmt::Display for Family {
     }
 }
 
-/// One nf_tables message of a [`Batch`], with the same command in `nft` syntax (for errors
+/// One nf_tables command of a [`Batch`], with the same command in `nft` syntax (for errors
 /// and logs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Cmd {
     family: Family,
-    msg: NfTablesMessage,
     /// `NLM_F_*` flags besides `NLM_F_REQUEST | NLM_F_ACK`.
+    flags: u16,
+    body: Body,
+}
+
+/// What a [`Cmd`] carries.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Body {
+    /// A message built whole, with its `nft` text.
+    Message { msg: NfTablesMessage, text: String },
+    /// One set element, built into a message (with the elements next to it on the same
+    /// set, [`Batch::messages`]) only when the batch is encoded, and its text only when
+    /// asked for: a shard's renewal is thousands of them.
+    Element(Element),
+}
+
+/// A set element command ([`Body::Element`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Element {
+    delete: bool,
+    table: Cow<'static, str>,
+    set: Cow<'static, str>,
+    key: Key,
+    /// Whole milliseconds.
+    timeout: Option<u64>,
+    /// Whole milliseconds (only with a timeout).
+    expires: Option<u64>,
+}
+
+impl Element {
+    /// The element's attributes, as sent: timeout, expiration, key.
+    fn attributes(&self) -> Vec<SetElementAttribute> {
+        let mut element = Vec::with_capacity(3);
+        if let Some(ms) = self.timeout {
+            element.push(SetElementAttribute::Timeout(ms));
+            if let Some(e) = self.expires {
+                element.push(SetElementAttribute::Expiration(e));
+            }
+        }
+        element.push(SetElementAttribute::Key(DataAttribute::Value(
+            self.key.bytes(),
+        )));
+        element
+    }
+
+    /// The message carrying `elements` (this element's table and set, and operation).
+    fn message(&self, elements: Vec<ListAttribute<SetElementAttribute>>) -> NfTablesMessage {
+        let m = SetElementMessage {
+            attributes: vec![
+                SetElementList::Table(self.table.to_string()),
+                SetElementList::Set(self.set.to_string()),
+                SetElementList::Elements(elements),
+            ],
+        };
+        match self.delete {
+            true => NfTablesMessage::DeleteSetElement(m),
+            false => NfTablesMessage::NewSetElement(m),
+        }
+    }
+
+    /// Whether `other` can travel in the same message: same table, set and operation.
+    fn joins(&self, other: &Element) -> bool {
+        self.delete == other.delete && self.table == other.table && self.set == other.set
+    }
+}
+
+/// A set element's key: its bytes (network byte order) and how `nft` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Key {
+    /// An IPv4 or IPv6 address (4 or 16 bytes), shown as the address.
+    Addr(IpAddr),
+    /// 16 bytes shown as one 128-bit integer (`0x20010db8...`): how `nft` shows the
+    /// elements of a `typeof @th,64,128` set.
+    Integer(u128),
+    /// Other bytes (concatenated fields, each padded to 4 bytes), with their text.
+    Other(Vec<u8>, String),
+}
+
+impl Key {
+    fn bytes(&self) -> Vec<u8> {
+        match self {
+            Key::Addr(IpAddr::V4(a)) => a.octets().to_vec(),
+            Key::Addr(IpAddr::V6(a)) => a.octets().to_vec(),
+            Key::Integer(n) => n.to_be_bytes().to_vec(),
+            Key::Other(b, _) => b.clone(),
+        }
+    }
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Key::Addr(a) => write!(f, "{a}"),
+            Key::Integer(n) => write!(f, "0x{n:032x}"),
+            Key::Other(_, shown) => f.write_str(shown),
+        }
+    }
+}
+
+/// The fields of a message built whole ([`Cmd::built`]).
+struct Built {
+    family: Family,
+    msg: NfTablesMessage,
     flags: u16,
     text: String,
 }
 
 impl Cmd {
+    fn built(b: Built) -> Self {
+        Cmd {
+            family: b.family,
+            flags: b.flags,
+            body: Body::Message {
+                msg: b.msg,
+                text: b.text,
+            },
+        }
+    }
+
     /// The command in `nft` syntax.
-    pub fn text(&self) -> &str {
-        &self.text
+    pub fn text(&self) -> Cow<'_, str> {
+        match &self.body {
+            Body::Message { text, .. } => Cow::Borrowed(text),
+            Body::Element(e) => {
+                let op = match (e.delete, self.flags & NLM_F_EXCL != 0) {
+                    (true, _) => "delete",
+                    (false, true) => "create",
+                    (false, false) => "add",
+                };
+                let mut t = format!(
+                    "{op} element {} {} {} {{ {}",
+                    self.family, e.table, e.set, e.key
+                );
+                if let Some(ms) = e.timeout {
+                    t.push_str(&format!(" timeout {ms}ms"));
+                    if let Some(x) = e.expires {
+                        t.push_str(&format!(" expires {x}ms"));
+                    }
+                }
+                t.push_str(" }");
+                Cow::Owned(t)
+            }
+        }
+    }
+
+    /// The message as sent alone.
+    fn message(&self) -> NfTablesMessage {
+        match &self.body {
+            Body::Message { msg, .. } => msg.clone(),
+            Body::Element(e) => e.message(vec![ListAttribute::Element(e.attributes())]),
+        }
     }
 
     /// The message's nf_tables attributes, as the kernel receives them (after the
     /// `nfgenmsg` header): for tests comparing them with what `nft` sends.
     pub fn payload(&self) -> Vec<u8> {
-        let mut buf = vec![0u8; self.msg.buffer_len()];
-        self.msg.emit(&mut buf);
+        let msg = self.message();
+        let mut buf = vec![0u8; msg.buffer_len()];
+        msg.emit(&mut buf);
         buf
     }
 }
@@ -139,7 +286,7 @@ impl Batch {
 
     /// The commands in `nft` syntax, one per line.
     pub fn lines(&self) -> Vec<String> {
-        self.cmds.iter().map(|c| c.text.clone()).collect()
+        self.cmds.iter().map(|c| c.text().into_owned()).collect()
     }
 
     /// The commands in `nft` syntax, joined with `; `.
@@ -152,34 +299,130 @@ impl Batch {
     pub fn summary(&self) -> String {
         match self.cmds.split_first() {
             None => String::new(),
-            Some((first, [])) => first.text.clone(),
-            Some((first, rest)) => format!("{}; and {} more commands", first.text, rest.len()),
+            Some((first, [])) => first.text().into_owned(),
+            Some((first, rest)) => format!("{}; and {} more commands", first.text(), rest.len()),
         }
     }
 
-    /// The bytes sent: `BATCH_BEGIN` (sequence `seq`), the messages (`seq + 1`, ...), and
-    /// `BATCH_END` unless `mode` is [`Mode::Check`].
+    /// The bytes sent: `BATCH_BEGIN` (sequence `seq`), the messages (`seq + 1`, ...,
+    /// [`Batch::messages`]), and `BATCH_END` unless `mode` is [`Mode::Check`].
     pub fn encode(&self, seq: u32, mode: Mode) -> Vec<u8> {
-        let mut out = Vec::new();
-        let control = |m: ControlMessage| {
-            // res_id of the batch markers: the subsystem the batch is for.
-            NetfilterMessage::new(
-                NetfilterHeader::new(NetfilterProtoFamily::Unspec, 0, NFNL_SUBSYS_NFTABLES),
-                m,
-            )
+        encode_messages(self.messages(), seq, mode)
+    }
+
+    /// The messages the commands are sent as, in order: one per command, except that
+    /// consecutive element commands on one set with the same flags (a renewal's refresh of
+    /// a shard's hundreds of VIPs) share one message, as `nft` sends `add element ... { a,
+    /// b, ... }`, up to [`ELEMENT_BYTES_PER_MESSAGE`] of elements. The kernel handles the
+    /// elements of a message in order, as it would the messages, and the transaction is
+    /// still one: what changes is one acknowledgement per message instead of per element.
+    pub fn messages(&self) -> Vec<Message> {
+        let mut out: Vec<Message> = Vec::new();
+        // The open element message: its first element's command, and its elements.
+        let mut open: Option<(&Element, Vec<ListAttribute<SetElementAttribute>>, usize)> = None;
+        let close = |out: &mut Vec<Message>,
+                     open: &mut Option<(
+            &Element,
+            Vec<ListAttribute<SetElementAttribute>>,
+            usize,
+        )>| {
+            if let Some((first, elements, _)) = open.take() {
+                if let Some(m) = out.last_mut() {
+                    m.msg = first.message(elements);
+                }
+            }
         };
-        push_message(&mut out, control(ControlMessage::BatchBegin), seq, 0);
         for (i, c) in self.cmds.iter().enumerate() {
-            let m =
-                NetfilterMessage::new(NetfilterHeader::new(c.family.proto(), 0, 0), c.msg.clone());
-            push_message(&mut out, m, cmd_seq(seq, i), NLM_F_ACK | c.flags);
+            let Body::Element(e) = &c.body else {
+                close(&mut out, &mut open);
+                out.push(Message {
+                    family: c.family,
+                    msg: c.message(),
+                    flags: c.flags,
+                    cmds: i..i + 1,
+                });
+                continue;
+            };
+            let element = ListAttribute::Element(e.attributes());
+            let size = element.buffer_len();
+            if let (Some((first, elements, bytes)), Some(last)) = (open.as_mut(), out.last_mut())
+                && last.family == c.family
+                && last.flags == c.flags
+                && first.joins(e)
+                && bytes.saturating_add(size) <= ELEMENT_BYTES_PER_MESSAGE
+            {
+                elements.push(element);
+                *bytes += size;
+                last.cmds.end = i + 1;
+                continue;
+            }
+            close(&mut out, &mut open);
+            // Built when the message closes (its elements are known then).
+            out.push(Message {
+                family: c.family,
+                msg: NfTablesMessage::NewSetElement(SetElementMessage {
+                    attributes: Vec::new(),
+                }),
+                flags: c.flags,
+                cmds: i..i + 1,
+            });
+            open = Some((e, vec![element], size));
         }
-        if mode == Mode::Commit {
-            let end = cmd_seq(seq, self.cmds.len());
-            push_message(&mut out, control(ControlMessage::BatchEnd), end, 0);
-        }
+        close(&mut out, &mut open);
         out
     }
+}
+
+/// Bytes of set elements one message carries at most ([`Batch::messages`]): the elements'
+/// nested attribute has a 16-bit length (65 535 bytes); an IPv6 element with its timeout
+/// and expiration takes 52 bytes, so about 600 of them.
+pub const ELEMENT_BYTES_PER_MESSAGE: usize = 32 * 1024;
+
+/// One message of a batch as sent ([`Batch::messages`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    family: Family,
+    msg: NfTablesMessage,
+    flags: u16,
+    /// The batch's commands this message carries (indices into [`Batch::cmds`]).
+    pub cmds: std::ops::Range<usize>,
+}
+
+impl Message {
+    /// The message's nf_tables attributes, as the kernel receives them (as
+    /// [`Cmd::payload`]).
+    pub fn payload(&self) -> Vec<u8> {
+        let mut buf = vec![0u8; self.msg.buffer_len()];
+        self.msg.emit(&mut buf);
+        buf
+    }
+}
+
+/// The bytes of `messages` framed as one batch beginning at `seq` ([`Batch::encode`]).
+fn encode_messages(messages: Vec<Message>, seq: u32, mode: Mode) -> Vec<u8> {
+    let mut out = Vec::new();
+    let control = |m: ControlMessage| {
+        // res_id of the batch markers: the subsystem the batch is for.
+        NetfilterMessage::new(
+            NetfilterHeader::new(NetfilterProtoFamily::Unspec, 0, NFNL_SUBSYS_NFTABLES),
+            m,
+        )
+    };
+    push_message(&mut out, control(ControlMessage::BatchBegin), seq, 0);
+    let n = messages.len();
+    for (i, m) in messages.into_iter().enumerate() {
+        let nf = NetfilterMessage::new(NetfilterHeader::new(m.family.proto(), 0, 0), m.msg);
+        push_message(&mut out, nf, cmd_seq(seq, i), NLM_F_ACK | m.flags);
+    }
+    if mode == Mode::Commit {
+        push_message(
+            &mut out,
+            control(ControlMessage::BatchEnd),
+            cmd_seq(seq, n),
+            0,
+        );
+    }
+    out
 }
 
 /// `res_id` of the batch markers: nf_tables' subsystem (`NFNL_SUBSYS_NFTABLES`).
@@ -325,20 +568,19 @@ impl NftSocket {
             batch: batch.text(),
             detail,
         };
+        let messages = batch.messages();
+        let carried: Vec<std::ops::Range<usize>> =
+            messages.iter().map(|m| m.cmds.clone()).collect();
         // Room for every acknowledgement (counted by the kernel at a few hundred bytes of
         // buffer each): a full buffer would drop some and leave this waiting.
-        let room = batch
-            .cmds
-            .len()
-            .saturating_mul(2048)
-            .saturating_add(1 << 18);
+        let room = carried.len().saturating_mul(2048).saturating_add(1 << 18);
         let _ = nix::sys::socket::setsockopt(
             &self.sock,
             nix::sys::socket::sockopt::RcvBufForce,
             &room.min(64 << 20),
         );
         let seq = 1;
-        let bytes = batch.encode(seq, mode);
+        let bytes = encode_messages(messages, seq, mode);
         // A batch is one datagram: the send buffer must hold it whole (the default, about
         // 200 KiB, refuses a few hundred rules with EMSGSIZE).
         let _ = nix::sys::socket::setsockopt(
@@ -353,8 +595,8 @@ impl NftSocket {
         if sent != bytes.len() {
             return Err(io(format!("sent {sent} of {} bytes", bytes.len())));
         }
-        let acks = read_acks(&self.sock, seq, batch.cmds.len()).map_err(io)?;
-        acks_result(batch, seq, &acks)
+        let acks = read_acks(&self.sock, seq, carried.len()).map_err(io)?;
+        acks_result(batch, &carried, seq, &acks)
     }
 }
 
@@ -393,8 +635,15 @@ fn read_acks(sock: &Socket, seq: u32, n: usize) -> Result<Vec<(u32, i32)>, Strin
     Ok(acks)
 }
 
-/// The outcome of a batch beginning at `seq` from its acknowledgements.
-fn acks_result(batch: &Batch, seq: u32, acks: &[(u32, i32)]) -> Result<(), NftError> {
+/// The outcome of a batch beginning at `seq` from its acknowledgements: `carried` is the
+/// commands each message carried ([`Message::cmds`]); a refused message is reported with
+/// its command's text, or its first element's and how many more it carried.
+fn acks_result(
+    batch: &Batch,
+    carried: &[std::ops::Range<usize>],
+    seq: u32,
+    acks: &[(u32, i32)],
+) -> Result<(), NftError> {
     if let Some((_, errno)) = acks.iter().find(|(s, e)| *s == seq && *e != 0) {
         return Err(NftError::Batch {
             batch: batch.text(),
@@ -406,10 +655,19 @@ fn acks_result(batch: &Batch, seq: u32, acks: &[(u32, i32)]) -> Result<(), NftEr
         .filter(|(_, e)| *e != 0)
         .map(|(s, e)| {
             let i = usize::try_from(s.wrapping_sub(seq).wrapping_sub(1)).unwrap_or(usize::MAX);
-            let text = batch
-                .cmds
+            let text = carried
                 .get(i)
-                .map(|c| c.text.clone())
+                .and_then(|r| batch.cmds.get(r.clone()))
+                .map(|cmds| match cmds {
+                    [one] => one.text().into_owned(),
+                    [first, rest @ ..] => format!(
+                        "{} (and {} more element{} in the same message)",
+                        first.text(),
+                        rest.len(),
+                        if rest.len() == 1 { "" } else { "s" }
+                    ),
+                    [] => String::new(),
+                })
                 .unwrap_or_default();
             (text, *e)
         })
@@ -476,7 +734,8 @@ pub async fn send_with(
     mode: Mode,
 ) -> Result<(), NftError> {
     let link = transport.open()?;
-    let text = batch.text();
+    // Only for the error below; a renewal's batch can hold thousands of commands.
+    let text = batch.summary();
     tokio::task::spawn_blocking(move || link.send(&batch, mode))
         .await
         .unwrap_or_else(|e| {
@@ -543,7 +802,7 @@ impl Link for Recorder {
 
 /// `add table <family> <name>`.
 pub fn add_table(family: Family, name: &str) -> Cmd {
-    Cmd {
+    Cmd::built(Built {
         family,
         msg: NfTablesMessage::NewTable(TableMessage {
             attributes: vec![
@@ -553,19 +812,19 @@ pub fn add_table(family: Family, name: &str) -> Cmd {
         }),
         flags: NLM_F_CREATE,
         text: format!("add table {family} {name}"),
-    }
+    })
 }
 
 /// `delete table <family> <name>`.
 pub fn delete_table(family: Family, name: &str) -> Cmd {
-    Cmd {
+    Cmd::built(Built {
         family,
         msg: NfTablesMessage::DeleteTable(TableMessage {
             attributes: vec![TableAttribute::Name(name.to_string())],
         }),
         flags: 0,
         text: format!("delete table {family} {name}"),
-    }
+    })
 }
 
 /// `add table` then `delete table`: deletes the table whether it exists or not.
@@ -610,7 +869,7 @@ pub const NF_DROP: u32 = 0;
 
 /// `add chain <family> <table> <name> { type ... hook ... priority ...; policy accept; }`.
 pub fn add_chain(family: Family, table: &str, name: &str, base: BaseChain) -> Cmd {
-    Cmd {
+    Cmd::built(Built {
         family,
         msg: NfTablesMessage::NewChain(ChainMessage {
             attributes: vec![
@@ -632,7 +891,7 @@ pub fn add_chain(family: Family, table: &str, name: &str, base: BaseChain) -> Cm
             base.hook_name,
             priority_text(base)
         ),
-    }
+    })
 }
 
 /// A base chain's priority as `nft` writes it (`filter`, `dstnat`, `srcnat`, or the
@@ -648,7 +907,7 @@ fn priority_text(base: BaseChain) -> String {
 
 /// `flush chain <family> <table> <name>`: deletes its rules.
 pub fn flush_chain(family: Family, table: &str, name: &str) -> Cmd {
-    Cmd {
+    Cmd::built(Built {
         family,
         msg: NfTablesMessage::DeleteRule(RuleMessage {
             attributes: vec![
@@ -658,7 +917,7 @@ pub fn flush_chain(family: Family, table: &str, name: &str) -> Cmd {
         }),
         flags: 0,
         text: format!("flush chain {family} {table} {name}"),
-    }
+    })
 }
 
 /// A named set as `nft` creates it.
@@ -697,12 +956,12 @@ pub fn add_set(family: Family, table: &str, spec: &SetSpec) -> Cmd {
     if !spec.userdata.is_empty() {
         attributes.push(SetAttribute::UserData(spec.userdata.clone()));
     }
-    Cmd {
+    Cmd::built(Built {
         family,
         msg: NfTablesMessage::NewSet(netlink_packet_netfilter::nftables::SetMessage { attributes }),
         flags: NLM_F_CREATE,
         text: format!("add set {family} {table} {} {}", spec.name, spec.shown),
-    }
+    })
 }
 
 /// An anonymous constant set of the same batch (`{ a, b }` in a rule), as `nft` creates
@@ -752,18 +1011,18 @@ pub fn add_anonymous_set(
     });
     Batch {
         cmds: vec![
-            Cmd {
+            Cmd::built(Built {
                 family,
                 msg: set,
                 flags: NLM_F_CREATE,
                 text: format!("add set {family} {table} {ANONYMOUS_SET} {shown}"),
-            },
-            Cmd {
+            }),
+            Cmd::built(Built {
                 family,
                 msg: elems,
                 flags: NLM_F_CREATE,
                 text: format!("add element {family} {table} {ANONYMOUS_SET} {shown}"),
-            },
+            }),
         ],
     }
 }
@@ -774,13 +1033,54 @@ pub const ANONYMOUS_SET: &str = "__set%d";
 /// The name an anonymous map is created with (the kernel numbers it).
 pub const ANONYMOUS_MAP: &str = "__map%d";
 
-fn element_message(table: &str, set: &str, element: Vec<SetElementAttribute>) -> SetElementMessage {
-    SetElementMessage {
-        attributes: vec![
-            SetElementList::Table(table.to_string()),
-            SetElementList::Set(set.to_string()),
-            SetElementList::Elements(vec![ListAttribute::Element(element)]),
-        ],
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// A set element command on `table`'s `set` (names known at compile time: the fence's sets;
+/// nothing is allocated for them), the timeout and expiration in whole milliseconds, rounded
+/// down. `delete`: `delete element`, else `add element` (`NLM_F_CREATE`).
+pub fn element(
+    family: Family,
+    table: &'static str,
+    set: &'static str,
+    key: Key,
+    delete: bool,
+    timeout: Option<Duration>,
+    expires: Option<Duration>,
+) -> Cmd {
+    element_cmd(
+        family,
+        Cow::Borrowed(table),
+        Cow::Borrowed(set),
+        key,
+        delete,
+        timeout,
+        expires,
+    )
+}
+
+fn element_cmd(
+    family: Family,
+    table: Cow<'static, str>,
+    set: Cow<'static, str>,
+    key: Key,
+    delete: bool,
+    timeout: Option<Duration>,
+    expires: Option<Duration>,
+) -> Cmd {
+    let timeout = timeout.map(millis);
+    Cmd {
+        family,
+        flags: if delete { 0 } else { NLM_F_CREATE },
+        body: Body::Element(Element {
+            delete,
+            table,
+            set,
+            key,
+            timeout,
+            expires: expires.filter(|_| timeout.is_some()).map(millis),
+        }),
     }
 }
 
@@ -809,26 +1109,15 @@ fn new_element(
     expires: Option<Duration>,
     shown: &str,
 ) -> Cmd {
-    let mut element = Vec::new();
-    let mut text = format!("add element {family} {table} {set} {{ {shown}");
-    if let Some(t) = timeout {
-        let ms = u64::try_from(t.as_millis()).unwrap_or(u64::MAX);
-        element.push(SetElementAttribute::Timeout(ms));
-        text.push_str(&format!(" timeout {ms}ms"));
-        if let Some(e) = expires {
-            let ms = u64::try_from(e.as_millis()).unwrap_or(u64::MAX);
-            element.push(SetElementAttribute::Expiration(ms));
-            text.push_str(&format!(" expires {ms}ms"));
-        }
-    }
-    element.push(SetElementAttribute::Key(DataAttribute::Value(key.to_vec())));
-    text.push_str(" }");
-    Cmd {
+    element_cmd(
         family,
-        msg: NfTablesMessage::NewSetElement(element_message(table, set, element)),
-        flags: NLM_F_CREATE,
-        text,
-    }
+        Cow::Owned(table.to_string()),
+        Cow::Owned(set.to_string()),
+        Key::Other(key.to_vec(), shown.to_string()),
+        false,
+        timeout,
+        expires,
+    )
 }
 
 /// `add element <family> <table> <set> { <shown> timeout <ms>ms expires <ms>ms }`: as
@@ -875,24 +1164,25 @@ pub fn create_element(
 ) -> Cmd {
     let mut c = add_element(family, table, set, key, timeout, shown);
     c.flags |= NLM_F_EXCL;
-    c.text = c.text.replacen("add element", "create element", 1);
     c
 }
 
 /// `delete element <family> <table> <set> { <shown> }`.
 pub fn delete_element(family: Family, table: &str, set: &str, key: &[u8], shown: &str) -> Cmd {
-    let element = vec![SetElementAttribute::Key(DataAttribute::Value(key.to_vec()))];
-    Cmd {
+    element_cmd(
         family,
-        msg: NfTablesMessage::DeleteSetElement(element_message(table, set, element)),
-        flags: 0,
-        text: format!("delete element {family} {table} {set} {{ {shown} }}"),
-    }
+        Cow::Owned(table.to_string()),
+        Cow::Owned(set.to_string()),
+        Key::Other(key.to_vec(), shown.to_string()),
+        true,
+        None,
+        None,
+    )
 }
 
 /// `add rule <family> <table> <chain> <text>` with `exprs` (appended at the chain's end).
 pub fn add_rule(family: Family, table: &str, chain: &str, exprs: Vec<Expr>, text: &str) -> Cmd {
-    Cmd {
+    Cmd::built(Built {
         family,
         msg: NfTablesMessage::NewRule(RuleMessage {
             attributes: vec![
@@ -903,7 +1193,7 @@ pub fn add_rule(family: Family, table: &str, chain: &str, exprs: Vec<Expr>, text
         }),
         flags: NLM_F_CREATE | NLM_F_APPEND,
         text: format!("add rule {family} {table} {chain} {text}"),
-    }
+    })
 }
 
 /// [`add_rule`] with a comment (`comment "<comment>"` in `nft` syntax, stored as `nft`
@@ -923,7 +1213,11 @@ pub fn add_rule_commented(
         exprs,
         &format!("{text} comment {comment:?}"),
     );
-    if let NfTablesMessage::NewRule(r) = &mut c.msg {
+    if let Body::Message {
+        msg: NfTablesMessage::NewRule(r),
+        ..
+    } = &mut c.body
+    {
         r.attributes
             .push(RuleAttribute::UserData(dump::comment_userdata(comment)));
     }

@@ -12,7 +12,7 @@ use netlink_packet_netfilter::nftables::{
     SetFlags, SetMessage,
 };
 
-use super::{ANONYMOUS_MAP, Batch, Cmd, Expr, Family, be32, other};
+use super::{ANONYMOUS_MAP, Batch, Built, Cmd, Expr, Family, be32, other};
 
 /// `ct load status => reg 1; bitwise reg 1 = (reg 1 & IPS_DST_NAT) ^ 0; cmp neq reg 1 0`:
 /// `ct status dnat` (the connection was destination-NATed).
@@ -211,11 +211,13 @@ pub fn add_address_map(family: Family, table: &str, id: u32, addrs: &[Vec<u8>]) 
     } else {
         "ipv4_addr"
     };
-    let cmd = |msg, text: String| Cmd {
-        family,
-        msg,
-        flags: NLM_F_CREATE,
-        text,
+    let cmd = |msg, text: String| {
+        Cmd::built(Built {
+            family,
+            msg,
+            flags: NLM_F_CREATE,
+            text,
+        })
     };
     let mut b = Batch::new();
     b.push(cmd(

@@ -49,6 +49,38 @@ fn a_fence_element_with_a_millisecond_timeout_is_what_nft_sends() {
     );
     let del = delete_element(Family::Inet, "vipd_fence", "live4", &key, "192.0.2.10");
     assert_eq!(hex(&del.payload()), NFT_ELEMENT_DELETE);
+    // The fence's elements (keys known as addresses, nothing allocated until encoded) are
+    // the same bytes and text.
+    let vip = Key::Addr("192.0.2.10".parse().unwrap());
+    let t = Some(Duration::from_micros(1_995_900));
+    let fast = element(
+        Family::Inet,
+        "vipd_fence",
+        "live4",
+        vip.clone(),
+        false,
+        t,
+        None,
+    );
+    assert_eq!(fast.payload(), add.payload());
+    assert_eq!(fast.text(), add.text());
+    let fast_del = element(Family::Inet, "vipd_fence", "live4", vip, true, None, None);
+    assert_eq!(fast_del.payload(), del.payload());
+    assert_eq!(fast_del.text(), del.text());
+    let ns = element(
+        Family::Inet,
+        "vipd_fence",
+        "live6ns",
+        Key::Integer(0x2001_0db8_0000_0000_0000_0000_0000_0010),
+        false,
+        Some(Duration::from_millis(5)),
+        Some(Duration::from_millis(5)),
+    );
+    assert_eq!(
+        ns.text(),
+        "add element inet vipd_fence live6ns { 0x20010db8000000000000000000000010 timeout 5ms expires 5ms }"
+    );
+    assert!(hex(&ns.payload()).ends_with("20010db8000000000000000000000010"));
 }
 
 #[test]
@@ -143,8 +175,10 @@ fn refusals_name_the_command_and_errno() {
         &[192, 0, 2, 11],
         "192.0.2.11",
     ));
-    assert_eq!(acks_result(&b, 1, &[(2, 0), (3, 0)]), Ok(()));
-    let e = acks_result(&b, 1, &[(2, 0), (3, libc::ENOENT)]).unwrap_err();
+    let carried: Vec<_> = b.messages().iter().map(|m| m.cmds.clone()).collect();
+    assert_eq!(carried, [0..1, 1..2], "an add and a delete: two messages");
+    assert_eq!(acks_result(&b, &carried, 1, &[(2, 0), (3, 0)]), Ok(()));
+    let e = acks_result(&b, &carried, 1, &[(2, 0), (3, libc::ENOENT)]).unwrap_err();
     assert_eq!(
         e,
         NftError::Refused {
@@ -160,10 +194,117 @@ fn refusals_name_the_command_and_errno() {
         ),
         "{e}"
     );
-    let e = acks_result(&b, 1, &[(1, libc::EOPNOTSUPP)]).unwrap_err();
+    let e = acks_result(&b, &carried, 1, &[(1, libc::EOPNOTSUPP)]).unwrap_err();
     assert!(
         matches!(e, NftError::Batch { errno, .. } if errno == libc::EOPNOTSUPP),
         "{e:?}"
     );
     assert!(e.to_string().contains("nf_tables"), "{e}");
+}
+
+/// `add element inet vipd_fence live4 { 192.0.2.10 timeout 1995ms, 192.0.2.11 timeout
+/// 1995ms }` as nft 1.0.6 sends it (without its set id). nft numbers the list's entries 1,
+/// 2, ...; netlink-packet-netfilter writes each as `NFTA_LIST_ELEM` (1), and the kernel
+/// reads a list's entries in order whatever their type (`nla_for_each_nested`): the second
+/// entry's type is the one difference (`1c000280` here).
+const NFT_TWO_ELEMENTS: &str = "0f000100766970645f66656e636500000a0002006c697665340000003c0003801c0001800c00040000000000000007cb0c00018008000100c000020a1c0002800c00040000000000000007cb0c00018008000100c000020b";
+
+/// Consecutive element commands on one set with the same flags travel as one message (a
+/// shard's renewal refreshes hundreds of VIPs: one acknowledgement, not one per element);
+/// another set, another operation or another command starts a new one.
+#[test]
+fn consecutive_elements_of_one_set_share_a_message() {
+    let t = Some(Duration::from_millis(1995));
+    let add4 = |last: u8| {
+        add_element(
+            Family::Inet,
+            "vipd_fence",
+            "live4",
+            &[192, 0, 2, last],
+            t,
+            &format!("192.0.2.{last}"),
+        )
+    };
+    let mut b = Batch::new();
+    b.push(add_table(Family::Inet, "vipd_fence"));
+    b.push(add4(10));
+    b.push(add4(11));
+    b.push(add_element(
+        Family::Arp,
+        "vipd_fence",
+        "live",
+        &[192, 0, 2, 10],
+        t,
+        "192.0.2.10",
+    ));
+    b.push(delete_element(
+        Family::Inet,
+        "vipd_fence",
+        "live4",
+        &[192, 0, 2, 12],
+        "192.0.2.12",
+    ));
+    b.push(delete_element(
+        Family::Inet,
+        "vipd_fence",
+        "live4",
+        &[192, 0, 2, 13],
+        "192.0.2.13",
+    ));
+    b.push(create_element(
+        Family::Inet,
+        "vipd_fence",
+        "live4",
+        &[192, 0, 2, 14],
+        t,
+        "192.0.2.14",
+    ));
+    b.push(add4(15));
+    let m = b.messages();
+    let carried: Vec<_> = m.iter().map(|m| m.cmds.clone()).collect();
+    assert_eq!(carried, [0..1, 1..3, 3..4, 4..6, 6..7, 7..8]);
+    assert_eq!(
+        hex(&m[1].payload()),
+        NFT_TWO_ELEMENTS.replacen("1c0002800c000400", "1c0001800c000400", 1)
+    );
+    // A refused shared message names its first element and how many more it carried.
+    let e = acks_result(&b, &carried, 1, &[(2, 0), (3, libc::ENOENT)]).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "`add element inet vipd_fence live4 { 192.0.2.10 timeout 1995ms } (and 1 more \
+         element in the same message)`: No such file or directory (os error 2)"
+    );
+}
+
+/// A shard's refresh of thousands of IPv6 VIPs is split so that no message's element list
+/// outgrows its 16-bit attribute length, and every command is carried once, in order.
+#[test]
+fn thousands_of_elements_are_split_below_the_attribute_limit() {
+    let mut b = Batch::new();
+    for i in 0..3000u32 {
+        let mut key = [0u8; 16];
+        key[..4].copy_from_slice(&[0x20, 0x01, 0x0d, 0xb8]);
+        key[12..].copy_from_slice(&i.to_be_bytes());
+        b.push(refresh_element(
+            Family::Inet,
+            "vipd_fence",
+            "live6",
+            &key,
+            Duration::from_millis(1800),
+            &format!("2001:db8::{i:x}"),
+        ));
+    }
+    let m = b.messages();
+    assert!(m.len() > 1 && m.len() < 20, "{} messages", m.len());
+    let mut next = 0;
+    for msg in &m {
+        assert_eq!(msg.cmds.start, next);
+        next = msg.cmds.end;
+        assert!(
+            msg.payload().len() < usize::from(u16::MAX),
+            "{} bytes",
+            msg.payload().len()
+        );
+    }
+    assert_eq!(next, 3000);
 }
