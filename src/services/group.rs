@@ -486,6 +486,13 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
                         return;
                     }
                     let leading = matches!(*self.state.borrow_and_update(), LeaderState::Leading { .. });
+                    if leading == self.leading && self.dhcp.is_none() {
+                        // A renewal (every retry period): nothing for the Service security
+                        // ports or the status task (`status_step`: Nothing), and a shard's
+                        // spec is hundreds of Services to copy. A DHCP group (one Service)
+                        // goes on: its renewals retry the annotations that differ.
+                        continue;
+                    }
                     Box::pin(self.dhcp_leading(leading)).await;
                     GroupEvent::Leading(leading)
                 }
