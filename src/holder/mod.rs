@@ -69,16 +69,19 @@ pub fn cap_lifetime(lifetime: u32, not_after: Option<Instant>, now: Instant) -> 
 }
 
 /// Repeat announcements a node sends at most per second, over all its holders, once a
-/// VIP's first repeat is out ([`repeat_interval`]): 100. Up to `arp_rate` × 100 VIPs on a
-/// node (300 at kube-vip's 3 s) every VIP is announced every `arp_rate`, as kube-vip does;
-/// above, the repeats spread out (1 000 VIPs: every 10 s; 3 300: every 33 s). Each repeat is
-/// a frame every host on the segment processes: at 1 000 IPv6 VIPs a node at 3 s they were
-/// 20-40 % of an idle vipd's CPU in the 3 000-Service bench (docs/services-bench.md).
-pub const REPEATS_PER_SEC: u32 = 100;
+/// VIP's first repeat is out ([`repeat_interval`]): 25. Up to `arp_rate` × 25 VIPs on a
+/// node (75 at kube-vip's 3 s) every VIP is announced every `arp_rate`, as kube-vip does;
+/// above, the repeats spread out (1 000 VIPs: every 40 s; 3 300: every 132 s). Each repeat
+/// is a frame every host on the segment processes, and an unsolicited NA (to all nodes)
+/// costs each receiving vipd node a walk of its multicast groups, one per IPv6 VIP it
+/// holds (`ipv6_chk_mcast_addr`): at 1 000 IPv6 VIPs a node every 3 s the repeats were
+/// 20-40 % of an idle vipd's CPU in the 3 000-Service bench, and at 100 a second a node a
+/// quarter of it in the 10 000-Service one (docs/services-bench.md).
+pub const REPEATS_PER_SEC: u32 = 25;
 
 /// The interval between two repeat announcements of one VIP when its node holds `held`
 /// VIPs: `arp_rate` (`vip_arpRate`), or longer so that the node's repeats stay at
-/// [`REPEATS_PER_SEC`] (`held` / 100 seconds). Announcements at a bind, and the first repeat
+/// [`REPEATS_PER_SEC`] (`held` / 25 seconds). Announcements at a bind, and the first repeat
 /// after it, keep `arp_rate`: the repeat is what fixes a client that missed the bind's.
 /// Pure.
 pub fn repeat_interval(arp_rate: Duration, held: usize) -> Duration {
