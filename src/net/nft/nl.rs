@@ -1169,15 +1169,12 @@ pub fn create_element(
 
 /// `delete element <family> <table> <set> { <shown> }`.
 pub fn delete_element(family: Family, table: &str, set: &str, key: &[u8], shown: &str) -> Cmd {
-    element_cmd(
-        family,
-        Cow::Owned(table.to_string()),
-        Cow::Owned(set.to_string()),
-        Key::Other(key.to_vec(), shown.to_string()),
-        true,
-        None,
-        None,
-    )
+    let mut c = add_element(family, table, set, key, None, shown);
+    c.flags = 0;
+    if let Body::Element(e) = &mut c.body {
+        e.delete = true;
+    }
+    c
 }
 
 /// `add rule <family> <table> <chain> <text>` with `exprs` (appended at the chain's end).
