@@ -318,23 +318,11 @@ impl Batch {
     /// still one: what changes is one acknowledgement per message instead of per element.
     pub fn messages(&self) -> Vec<Message> {
         let mut out: Vec<Message> = Vec::new();
-        // The open element message: its first element's command, and its elements.
-        let mut open: Option<(&Element, Vec<ListAttribute<SetElementAttribute>>, usize)> = None;
-        let close = |out: &mut Vec<Message>,
-                     open: &mut Option<(
-            &Element,
-            Vec<ListAttribute<SetElementAttribute>>,
-            usize,
-        )>| {
-            if let Some((first, elements, _)) = open.take() {
-                if let Some(m) = out.last_mut() {
-                    m.msg = first.message(elements);
-                }
-            }
-        };
+        // The element message being filled (the last of `out`).
+        let mut open: Option<OpenElements> = None;
         for (i, c) in self.cmds.iter().enumerate() {
             let Body::Element(e) = &c.body else {
-                close(&mut out, &mut open);
+                OpenElements::close(open.take(), &mut out);
                 out.push(Message {
                     family: c.family,
                     msg: c.message(),
@@ -345,19 +333,19 @@ impl Batch {
             };
             let element = ListAttribute::Element(e.attributes());
             let size = element.buffer_len();
-            if let (Some((first, elements, bytes)), Some(last)) = (open.as_mut(), out.last_mut())
+            if let (Some(o), Some(last)) = (open.as_mut(), out.last_mut())
                 && last.family == c.family
                 && last.flags == c.flags
-                && first.joins(e)
-                && bytes.saturating_add(size) <= ELEMENT_BYTES_PER_MESSAGE
+                && o.first.joins(e)
+                && o.bytes.saturating_add(size) <= ELEMENT_BYTES_PER_MESSAGE
             {
-                elements.push(element);
-                *bytes += size;
+                o.elements.push(element);
+                o.bytes += size;
                 last.cmds.end = i + 1;
                 continue;
             }
-            close(&mut out, &mut open);
-            // Built when the message closes (its elements are known then).
+            OpenElements::close(open.take(), &mut out);
+            // Its message is built when it closes (its elements are known then).
             out.push(Message {
                 family: c.family,
                 msg: NfTablesMessage::NewSetElement(SetElementMessage {
@@ -366,10 +354,31 @@ impl Batch {
                 flags: c.flags,
                 cmds: i..i + 1,
             });
-            open = Some((e, vec![element], size));
+            open = Some(OpenElements {
+                first: e,
+                elements: vec![element],
+                bytes: size,
+            });
         }
-        close(&mut out, &mut open);
+        OpenElements::close(open, &mut out);
         out
+    }
+}
+
+/// An element message being filled by [`Batch::messages`]: its first element (table, set,
+/// operation), its elements so far and their bytes.
+struct OpenElements<'a> {
+    first: &'a Element,
+    elements: Vec<ListAttribute<SetElementAttribute>>,
+    bytes: usize,
+}
+
+impl OpenElements<'_> {
+    /// Builds the message of `open`, the last of `out`.
+    fn close(open: Option<Self>, out: &mut [Message]) {
+        if let (Some(o), Some(m)) = (open, out.last_mut()) {
+            m.msg = o.first.message(o.elements);
+        }
     }
 }
 
