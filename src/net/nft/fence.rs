@@ -464,7 +464,7 @@ pub(crate) fn refresh_commands(
     let timeout = Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX));
     let t = FENCE_TABLE;
     let mut b = Grouped::default();
-    for vip in vips {
+    for vip in once_each(vips) {
         let replace = may_be_live(vip);
         let arm = !armed(vip);
         for (i, (f, set, live, k)) in places(*vip).into_iter().enumerate() {
@@ -486,6 +486,14 @@ pub(crate) fn refresh_commands(
         }
     }
     Some(b.batch())
+}
+
+/// `vips` without repeats, in order. A VIP given twice is fenced once: the commands are
+/// grouped by step ([`Grouped::batch`]), where a second copy's delete would follow the
+/// first's and fail the whole transaction (ENOENT); VIP by VIP, it followed its own add.
+fn once_each(vips: &[IpAddr]) -> impl Iterator<Item = &IpAddr> {
+    let mut seen = HashSet::with_capacity(vips.len());
+    vips.iter().filter(move |v| seen.insert(**v))
 }
 
 /// A fence change's commands, built VIP by VIP and sent place by place
@@ -711,7 +719,7 @@ pub(crate) fn expire_commands(vips: &[IpAddr], disarm: bool) -> Batch {
     let t = FENCE_TABLE;
     let one = Some(Duration::from_millis(1));
     let mut b = Grouped::default();
-    for vip in vips {
+    for vip in once_each(vips) {
         for (i, (f, set, live, k)) in places(*vip).into_iter().enumerate() {
             let at = |step: u8| (i, live, step);
             let el =
@@ -1292,6 +1300,26 @@ mod tests {
     }
     fn v6() -> IpAddr {
         "2001:db8::10".parse().expect("ip")
+    }
+
+    /// A VIP given twice (in one holder's list) is fenced as once: grouped by step, its
+    /// second delete would follow the first and the kernel would refuse the transaction.
+    #[test]
+    fn a_vip_given_twice_is_fenced_once() {
+        let t = Duration::from_millis(1800);
+        let twice = [v4(), v6(), v4(), v6()];
+        let once = [v4(), v6()];
+        for updates in [false, true] {
+            let a = super::refresh_commands(&twice, t, |_| true, |_| false, updates).unwrap();
+            let b = super::refresh_commands(&once, t, |_| true, |_| false, updates).unwrap();
+            assert_eq!(a.lines(), b.lines(), "updates={updates}");
+        }
+        for disarm in [false, true] {
+            assert_eq!(
+                super::expire_commands(&twice, disarm).lines(),
+                super::expire_commands(&once, disarm).lines()
+            );
+        }
     }
 
     /// A shard's renewal (hundreds of VIPs, both families) is a handful of messages, one per
