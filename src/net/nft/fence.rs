@@ -464,7 +464,7 @@ pub(crate) fn refresh_commands(
     let timeout = Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX));
     let t = FENCE_TABLE;
     let mut b = Grouped::default();
-    for vip in vips {
+    for vip in distinct(vips) {
         let replace = may_be_live(vip);
         let arm = !armed(vip);
         for (i, (f, set, live, k)) in places(*vip).into_iter().enumerate() {
@@ -486,6 +486,15 @@ pub(crate) fn refresh_commands(
         }
     }
     Some(b.batch())
+}
+
+/// `vips` without repeats, in order. [`Grouped::batch`] puts every VIP's step before the
+/// next step of any: a VIP named twice in one change would have its two deletes next to
+/// each other, and the second fails (`ENOENT`) and aborts the whole transaction (found by
+/// the new-user trial: before the grouping its commands ran add, delete, add twice over).
+fn distinct(vips: &[IpAddr]) -> impl Iterator<Item = &IpAddr> {
+    let mut seen = HashSet::with_capacity(vips.len());
+    vips.iter().filter(move |v| seen.insert(**v))
 }
 
 /// A fence change's commands, built VIP by VIP and sent place by place
@@ -711,7 +720,7 @@ pub(crate) fn expire_commands(vips: &[IpAddr], disarm: bool) -> Batch {
     let t = FENCE_TABLE;
     let one = Some(Duration::from_millis(1));
     let mut b = Grouped::default();
-    for vip in vips {
+    for vip in distinct(vips) {
         for (i, (f, set, live, k)) in places(*vip).into_iter().enumerate() {
             let at = |step: u8| (i, live, step);
             let el =
@@ -1280,6 +1289,24 @@ mod tests {
     fn remove_commands() -> Vec<String> {
         super::remove_commands().lines()
     }
+    /// A VIP named twice in one change gets its commands once: grouped by step, its two
+    /// deletes would follow each other and the second would abort the transaction.
+    #[test]
+    fn a_vip_named_twice_in_one_change_is_changed_once() {
+        let t = Duration::from_secs(2);
+        let twice = [v4(), v6(), v4(), v6()];
+        assert_eq!(
+            refresh_commands(&twice, t, |_| true),
+            refresh_commands(&[v4(), v6()], t, |_| true)
+        );
+        for disarm in [false, true] {
+            assert_eq!(
+                expire_commands(&twice, disarm),
+                expire_commands(&[v4(), v6()], disarm)
+            );
+        }
+    }
+
     /// A fence on a [`Recorder`], after its setup.
     async fn recorded() -> (NftFence, Recorder) {
         let rec = Recorder::default();
