@@ -326,10 +326,10 @@ impl Batch {
             Vec<ListAttribute<SetElementAttribute>>,
             usize,
         )>| {
-            if let Some((first, elements, _)) = open.take() {
-                if let Some(m) = out.last_mut() {
-                    m.msg = first.message(elements);
-                }
+            if let Some((first, elements, _)) = open.take()
+                && let Some(m) = out.last_mut()
+            {
+                m.msg = first.message(elements);
             }
         };
         for (i, c) in self.cmds.iter().enumerate() {
