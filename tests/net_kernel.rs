@@ -1402,3 +1402,216 @@ fn an_older_vipds_host_route_is_left_to_its_own_expiry_by_a_refresh_with_the_fla
         assert!(route("2001:db8::11").is_some_and(|r| r.contains(" expires ")));
     });
 }
+
+/// The elements (`{ a, b }` or `{ a timeout .. expires .., b }`) of `set` in `table` (the
+/// text of `nft list table`), each as its first word.
+fn trial_set(table: &str, set: &str) -> Vec<String> {
+    let Some(rest) = table.split(&format!("set {set} {{")).nth(1) else {
+        return Vec::new();
+    };
+    let body = rest.split("\n\t}").next().unwrap_or("");
+    let Some(elems) = body.split("elements = {").nth(1) else {
+        return Vec::new();
+    };
+    elems
+        .split('}')
+        .next()
+        .unwrap_or("")
+        .split(',')
+        .filter_map(|e| e.split_whitespace().next().map(str::to_string))
+        .collect()
+}
+
+/// The new-user trial of the grouped fence commands: one `BatchedFence` transaction holding
+/// several holders' changes of the same VIPs, IPv4 and IPv6 mixed (a refresh by one and a
+/// disarm by another, an expire then a refresh, a disarm of a VIP another still arms), in
+/// both refresh ways (updates, and delete + add): every transaction is accepted and the sets
+/// hold exactly what the sequence of changes says; nothing is left after the last disarm.
+#[test]
+fn trial_batched_fence_mixed_owners_in_one_transaction() {
+    use vipd::net::nft::fence::{BatchedFence, NftFence, VipFence};
+    lab("192.0.2.11/24", || async {
+        let probed = NftFence::start()
+            .await
+            .expect("start the fence")
+            .timeout_updates();
+        let a4: IpAddr = "192.0.2.40".parse().unwrap();
+        let a6: IpAddr = "2001:db8::40".parse().unwrap();
+        let b6: IpAddr = "2001:db8::41".parse().unwrap();
+        let at = |ms| tokio::time::Instant::now() + Duration::from_millis(ms);
+        let sorted = |mut v: Vec<String>| {
+            v.sort();
+            v
+        };
+        for updates in [probed, false] {
+            let nft = NftFence::start().await.expect("start the fence");
+            nft.set_timeout_updates(updates);
+            let f = BatchedFence::new(nft);
+            // Make the elements live first (may_be_live: the delete + add path).
+            f.refresh(1, &[a4, a6, b6], at(2000)).await.unwrap();
+            // T1.
+            let (x1, x2, x3) = ([a4, a6, b6], [a6, a4], [b6]);
+            let x5 = [a6];
+            let (r1, r2, r3, r4, r5) = futures::join!(
+                f.refresh(1, &x1, at(2000)),
+                f.refresh(2, &x2, at(2000)),
+                f.expire(&x3),
+                f.refresh(1, &x3, at(2000)),
+                f.disarm(2, &x5),
+            );
+            r1.unwrap();
+            r2.unwrap();
+            r3.unwrap();
+            r4.unwrap();
+            r5.unwrap();
+            let inet = fence_table("inet").unwrap();
+            let arp = fence_table("arp").unwrap();
+            assert_eq!(trial_set(&arp, "vips"), vec!["192.0.2.40"], "{arp}");
+            assert_eq!(trial_set(&arp, "live"), vec!["192.0.2.40"], "{arp}");
+            assert_eq!(
+                sorted(trial_set(&inet, "live6")),
+                vec!["2001:db8::40", "2001:db8::41"],
+                "updates={updates}: {inet}"
+            );
+            for k in ["2001:db8::40", "2001:db8::41", "192.0.2.40"] {
+                assert!(
+                    element_expires(&inet, k).is_some_and(|ms| ms >= 1500),
+                    "updates={updates} {k}: {inet}"
+                );
+            }
+            // T2: expire two, the second holder refreshes one, the first disarms all.
+            let (x1, x2, x3) = ([a4, a6], [a4], [a4, a6, b6]);
+            let (r1, r2, r3) =
+                futures::join!(f.expire(&x1), f.refresh(2, &x2, at(2000)), f.disarm(1, &x3),);
+            r1.unwrap();
+            r2.unwrap();
+            r3.unwrap();
+            let inet = fence_table("inet").unwrap();
+            let arp = fence_table("arp").unwrap();
+            assert_eq!(trial_set(&arp, "vips"), vec!["192.0.2.40"], "{arp}");
+            assert_eq!(trial_set(&arp, "live"), vec!["192.0.2.40"], "{arp}");
+            assert_eq!(trial_set(&inet, "vips4"), vec!["192.0.2.40"], "{inet}");
+            assert_eq!(trial_set(&inet, "live4"), vec!["192.0.2.40"], "{inet}");
+            for s in ["vips6", "live6", "vips6ns", "live6ns"] {
+                assert!(
+                    trial_set(&inet, s).is_empty(),
+                    "updates={updates} {s}: {inet}"
+                );
+            }
+            // T3: an expire between two refreshes of one VIP, and a disarm.
+            let (x1, x2) = ([a4], [a6]);
+            let (r1, r2, r3, r4) = futures::join!(
+                f.disarm(2, &x1),
+                f.refresh(3, &x2, at(2000)),
+                f.expire(&x2),
+                f.refresh(3, &x2, at(2000)),
+            );
+            r1.unwrap();
+            r2.unwrap();
+            r3.unwrap();
+            r4.unwrap();
+            let inet = fence_table("inet").unwrap();
+            let arp = fence_table("arp").unwrap();
+            assert!(trial_set(&arp, "vips").is_empty(), "{arp}");
+            assert!(trial_set(&inet, "vips4").is_empty(), "{inet}");
+            assert_eq!(trial_set(&inet, "live6"), vec!["2001:db8::40"], "{inet}");
+            assert!(element_expires(&inet, "2001:db8::40").is_some_and(|ms| ms >= 1500));
+            // T4: the last arming goes; nothing left.
+            f.disarm(3, &[a6]).await.unwrap();
+            let inet = fence_table("inet").unwrap();
+            let arp = fence_table("arp").unwrap();
+            assert!(!inet.contains("elements"), "updates={updates}: {inet}");
+            assert!(!arp.contains("elements"), "updates={updates}: {arp}");
+            let out = Command::new("nft")
+                .args(["list", "ruleset"])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            f.close().await.unwrap();
+        }
+    });
+}
+
+/// The new-user trial: 2 500 IPv6 VIPs refreshed (both ways), in one transaction with a
+/// second holder's refresh of half of them, then expired, then disarmed by both: every run
+/// is accepted, the timeouts are set, and nothing is left.
+#[test]
+fn trial_fence_2500_ipv6_refresh_expire_disarm() {
+    use vipd::net::nft::fence::{BatchedFence, NftFence, VipFence};
+    lab("192.0.2.11/24", || async {
+        let base = u128::from("2001:db8::2:0".parse::<std::net::Ipv6Addr>().unwrap());
+        let vips: Vec<IpAddr> = (0..2500u128)
+            .map(|i| IpAddr::from(std::net::Ipv6Addr::from(base + i)))
+            .collect();
+        let half = &vips[..1250];
+        let at = |ms| tokio::time::Instant::now() + Duration::from_millis(ms);
+        let live = |table: &str| table.matches(" expires ").count();
+        for updates in [true, false] {
+            let nft = NftFence::start().await.expect("start the fence");
+            let updates = updates && nft.timeout_updates();
+            nft.set_timeout_updates(updates);
+            let f = BatchedFence::new(nft);
+            f.refresh(1, &vips, at(3000)).await.unwrap();
+            let (r1, r2) =
+                futures::join!(f.refresh(1, &vips, at(3000)), f.refresh(2, half, at(3000)));
+            r1.unwrap_or_else(|e| panic!("updates={updates}: {e}"));
+            r2.unwrap_or_else(|e| panic!("updates={updates}: {e}"));
+            let inet = fence_table("inet").unwrap();
+            assert_eq!(live(&inet), 2 * vips.len(), "updates={updates}");
+            for v in [&vips[0], &vips[1249], &vips[2499]] {
+                let k = v.to_string();
+                assert!(
+                    element_expires(&inet, &k).is_some_and(|ms| ms >= 2000),
+                    "updates={updates} {k}"
+                );
+            }
+            // An expire and a refresh of the same VIPs in one transaction, then the
+            // first holder's disarm with the second's refresh.
+            let (r1, r2) = futures::join!(f.expire(&vips), f.refresh(2, half, at(3000)));
+            r1.unwrap();
+            r2.unwrap();
+            assert_eq!(live(&fence_table("inet").unwrap()), 2 * half.len());
+            let (r1, r2) = futures::join!(f.disarm(1, &vips), f.expire(half));
+            r1.unwrap();
+            r2.unwrap();
+            let inet = fence_table("inet").unwrap();
+            assert_eq!(live(&inet), 0, "updates={updates}");
+            assert_eq!(trial_set(&inet, "vips6").len(), half.len(), "armed by 2");
+            f.disarm(2, half).await.unwrap();
+            let inet = fence_table("inet").unwrap();
+            assert!(!inet.contains("elements"), "updates={updates}: {inet}");
+            f.close().await.unwrap();
+        }
+    });
+}
+
+/// The new-user trial: a VIP named twice in one change (the API does not forbid it) on the
+/// delete + add way with a live element, and in an expire and a disarm.
+#[test]
+fn trial_fence_a_vip_named_twice_in_one_change() {
+    use vipd::net::nft::fence::{NftFence, VipFence};
+    lab("192.0.2.11/24", || async {
+        let f = NftFence::start().await.expect("start the fence");
+        f.set_timeout_updates(false);
+        let a: IpAddr = "2001:db8::50".parse().unwrap();
+        let b: IpAddr = "192.0.2.50".parse().unwrap();
+        let at = |ms| tokio::time::Instant::now() + Duration::from_millis(ms);
+        f.refresh(1, &[a, b], at(2000)).await.unwrap();
+        f.refresh(1, &[a, b, a, b], at(2000))
+            .await
+            .expect("a refresh naming a live VIP twice");
+        f.expire(&[a, a])
+            .await
+            .expect("an expire naming a VIP twice");
+        f.disarm(1, &[b, b, a, a])
+            .await
+            .expect("a disarm naming a VIP twice");
+        let inet = fence_table("inet").unwrap();
+        assert!(!inet.contains("elements"), "{inet}");
+        f.close().await.unwrap();
+    });
+}

@@ -84,6 +84,11 @@ impl DhcpClients {
         }
     }
 
+    /// Whether no client runs (none started, or every one released).
+    pub(super) fn idle(&self) -> bool {
+        self.runs.is_empty()
+    }
+
     /// Exports each client's state and events (`vipd_dhcp_*`, [`DhcpMetrics`]).
     pub(super) fn with_metrics(mut self, metrics: &crate::obs::metrics::Metrics) -> Self {
         self.metrics = Some(metrics.families::<DhcpMetrics>());

@@ -486,7 +486,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
                         return;
                     }
                     let leading = matches!(*self.state.borrow_and_update(), LeaderState::Leading { .. });
-                    if leading == self.leading && self.dhcp.is_none() {
+                    if leading == self.leading && renewal_skippable(self.dhcp.as_ref(), &self.current) {
                         // A renewal (every retry period): nothing for the Service security
                         // ports or the status task (`status_step`: Nothing), and a shard's
                         // spec is hundreds of Services to copy. A DHCP group (one Service)
@@ -955,6 +955,59 @@ async fn write_annotations<W: StatusWriter>(
                 warn!(service = %key, error = %e, "writing the DHCP annotations failed; retrying at the next change")
             }
         }
+    }
+}
+
+/// Whether a renewal of the group's lease (leading as before) needs nothing of the group's
+/// loop: the group has no DHCP Service and no DHCP client still running. Every group has
+/// [`DhcpClients`] wherever this vipd runs a DHCP client (every node where it can open its
+/// raw socket), so whether the group has them at all says nothing (found by the new-user
+/// trial: with `self.dhcp.is_none()` no group of a real node ever skipped a renewal).
+fn renewal_skippable(dhcp: Option<&DhcpClients>, spec: &GroupSpec) -> bool {
+    spec.dhcp.is_empty() && dhcp.is_none_or(DhcpClients::idle)
+}
+
+#[cfg(test)]
+mod renewal_tests {
+    use super::*;
+    use crate::dhcp::fake::FakeDhcp;
+
+    #[test]
+    fn a_group_without_dhcp_services_skips_renewals_on_a_node_with_a_dhcp_client() {
+        let spec = GroupSpec::default();
+        assert!(renewal_skippable(None, &spec), "no DHCP client on the node");
+        let clients = DhcpClients::new(Arc::new(FakeDhcp::new()));
+        assert!(
+            renewal_skippable(Some(&clients), &spec),
+            "a node with a DHCP client, a group with no DHCP Service (every shard on a real node)"
+        );
+        let mut svc = k8s_openapi::api::core::v1::Service::default();
+        svc.metadata.name = Some("dhcp".into());
+        svc.metadata.namespace = Some("default".into());
+        svc.metadata.uid = Some("uiddhcp".into());
+        svc.metadata.annotations = Some(
+            [(
+                crate::services::plan::model::ANN_LOADBALANCER_IPS.to_string(),
+                "0.0.0.0".to_string(),
+            )]
+            .into(),
+        );
+        svc.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
+            type_: Some("LoadBalancer".into()),
+            ..Default::default()
+        });
+        let info = crate::services::plan::model::service_info(&svc);
+        let mut dhcp_spec = GroupSpec::default();
+        dhcp_spec
+            .dhcp
+            .push(crate::services::plan::desired::DhcpService {
+                key: info.key.clone(),
+                request: crate::services::plan::model::dhcp_request(&info).unwrap(),
+            });
+        assert!(
+            !renewal_skippable(Some(&clients), &dhcp_spec),
+            "a DHCP group goes on"
+        );
     }
 }
 
