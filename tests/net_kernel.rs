@@ -1405,7 +1405,7 @@ fn an_older_vipds_host_route_is_left_to_its_own_expiry_by_a_refresh_with_the_fla
 
 /// The elements (`{ a, b }` or `{ a timeout .. expires .., b }`) of `set` in `table` (the
 /// text of `nft list table`), each as its first word.
-fn trial_set(table: &str, set: &str) -> Vec<String> {
+fn set_elements(table: &str, set: &str) -> Vec<String> {
     let Some(rest) = table.split(&format!("set {set} {{")).nth(1) else {
         return Vec::new();
     };
@@ -1422,13 +1422,14 @@ fn trial_set(table: &str, set: &str) -> Vec<String> {
         .collect()
 }
 
-/// The new-user trial of the grouped fence commands: one `BatchedFence` transaction holding
-/// several holders' changes of the same VIPs, IPv4 and IPv6 mixed (a refresh by one and a
-/// disarm by another, an expire then a refresh, a disarm of a VIP another still arms), in
-/// both refresh ways (updates, and delete + add): every transaction is accepted and the sets
-/// hold exactly what the sequence of changes says; nothing is left after the last disarm.
+/// Issue 28 (the new-user trial), the grouped fence commands: one `BatchedFence`
+/// transaction holding several holders' changes of the same VIPs, IPv4 and IPv6 mixed (a
+/// refresh by one and a disarm by another, an expire then a refresh, a disarm of a VIP
+/// another still arms), in both refresh ways (updates, and delete + add): every transaction
+/// is accepted and the sets hold exactly what the sequence of changes says; nothing is left
+/// after the last disarm.
 #[test]
-fn trial_batched_fence_mixed_owners_in_one_transaction() {
+fn nft_fence_mixed_owners_in_one_batched_transaction() {
     use vipd::net::nft::fence::{BatchedFence, NftFence, VipFence};
     lab("192.0.2.11/24", || async {
         let probed = NftFence::start()
@@ -1466,10 +1467,10 @@ fn trial_batched_fence_mixed_owners_in_one_transaction() {
             r5.unwrap();
             let inet = fence_table("inet").unwrap();
             let arp = fence_table("arp").unwrap();
-            assert_eq!(trial_set(&arp, "vips"), vec!["192.0.2.40"], "{arp}");
-            assert_eq!(trial_set(&arp, "live"), vec!["192.0.2.40"], "{arp}");
+            assert_eq!(set_elements(&arp, "vips"), vec!["192.0.2.40"], "{arp}");
+            assert_eq!(set_elements(&arp, "live"), vec!["192.0.2.40"], "{arp}");
             assert_eq!(
-                sorted(trial_set(&inet, "live6")),
+                sorted(set_elements(&inet, "live6")),
                 vec!["2001:db8::40", "2001:db8::41"],
                 "updates={updates}: {inet}"
             );
@@ -1488,13 +1489,13 @@ fn trial_batched_fence_mixed_owners_in_one_transaction() {
             r3.unwrap();
             let inet = fence_table("inet").unwrap();
             let arp = fence_table("arp").unwrap();
-            assert_eq!(trial_set(&arp, "vips"), vec!["192.0.2.40"], "{arp}");
-            assert_eq!(trial_set(&arp, "live"), vec!["192.0.2.40"], "{arp}");
-            assert_eq!(trial_set(&inet, "vips4"), vec!["192.0.2.40"], "{inet}");
-            assert_eq!(trial_set(&inet, "live4"), vec!["192.0.2.40"], "{inet}");
+            assert_eq!(set_elements(&arp, "vips"), vec!["192.0.2.40"], "{arp}");
+            assert_eq!(set_elements(&arp, "live"), vec!["192.0.2.40"], "{arp}");
+            assert_eq!(set_elements(&inet, "vips4"), vec!["192.0.2.40"], "{inet}");
+            assert_eq!(set_elements(&inet, "live4"), vec!["192.0.2.40"], "{inet}");
             for s in ["vips6", "live6", "vips6ns", "live6ns"] {
                 assert!(
-                    trial_set(&inet, s).is_empty(),
+                    set_elements(&inet, s).is_empty(),
                     "updates={updates} {s}: {inet}"
                 );
             }
@@ -1512,9 +1513,9 @@ fn trial_batched_fence_mixed_owners_in_one_transaction() {
             r4.unwrap();
             let inet = fence_table("inet").unwrap();
             let arp = fence_table("arp").unwrap();
-            assert!(trial_set(&arp, "vips").is_empty(), "{arp}");
-            assert!(trial_set(&inet, "vips4").is_empty(), "{inet}");
-            assert_eq!(trial_set(&inet, "live6"), vec!["2001:db8::40"], "{inet}");
+            assert!(set_elements(&arp, "vips").is_empty(), "{arp}");
+            assert!(set_elements(&inet, "vips4").is_empty(), "{inet}");
+            assert_eq!(set_elements(&inet, "live6"), vec!["2001:db8::40"], "{inet}");
             assert!(element_expires(&inet, "2001:db8::40").is_some_and(|ms| ms >= 1500));
             // T4: the last arming goes; nothing left.
             f.disarm(3, &[a6]).await.unwrap();
@@ -1536,11 +1537,11 @@ fn trial_batched_fence_mixed_owners_in_one_transaction() {
     });
 }
 
-/// The new-user trial: 2 500 IPv6 VIPs refreshed (both ways), in one transaction with a
+/// Issue 28 (the new-user trial): 2 500 IPv6 VIPs refreshed (both ways), in one transaction with a
 /// second holder's refresh of half of them, then expired, then disarmed by both: every run
 /// is accepted, the timeouts are set, and nothing is left.
 #[test]
-fn trial_fence_2500_ipv6_refresh_expire_disarm() {
+fn nft_fence_2500_ipv6_vips_refresh_expire_and_disarm() {
     use vipd::net::nft::fence::{BatchedFence, NftFence, VipFence};
     lab("192.0.2.11/24", || async {
         let base = u128::from("2001:db8::2:0".parse::<std::net::Ipv6Addr>().unwrap());
@@ -1580,7 +1581,7 @@ fn trial_fence_2500_ipv6_refresh_expire_disarm() {
             r2.unwrap();
             let inet = fence_table("inet").unwrap();
             assert_eq!(live(&inet), 0, "updates={updates}");
-            assert_eq!(trial_set(&inet, "vips6").len(), half.len(), "armed by 2");
+            assert_eq!(set_elements(&inet, "vips6").len(), half.len(), "armed by 2");
             f.disarm(2, half).await.unwrap();
             let inet = fence_table("inet").unwrap();
             assert!(!inet.contains("elements"), "updates={updates}: {inet}");
@@ -1589,10 +1590,10 @@ fn trial_fence_2500_ipv6_refresh_expire_disarm() {
     });
 }
 
-/// The new-user trial: a VIP named twice in one change (the API does not forbid it) on the
-/// delete + add way with a live element, and in an expire and a disarm.
+/// Issue 28 (the new-user trial): a VIP named twice in one change (the API does not forbid
+/// it) on the delete + add way with a live element, and in an expire and a disarm.
 #[test]
-fn trial_fence_a_vip_named_twice_in_one_change() {
+fn nft_fence_a_vip_named_twice_in_one_change_is_changed_once() {
     use vipd::net::nft::fence::{NftFence, VipFence};
     lab("192.0.2.11/24", || async {
         let f = NftFence::start().await.expect("start the fence");
