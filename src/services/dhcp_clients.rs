@@ -675,4 +675,4 @@ fn problem_of(
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

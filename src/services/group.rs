@@ -971,6 +971,7 @@ fn renewal_skippable(dhcp: Option<&DhcpClients>, spec: &GroupSpec) -> bool {
 mod renewal_tests {
     use super::*;
     use crate::dhcp::fake::FakeDhcp;
+    use crate::services::dhcp_clients::tests::{dhcp_service, service};
 
     #[test]
     fn a_group_without_dhcp_services_skips_renewals_on_a_node_with_a_dhcp_client() {
@@ -981,29 +982,8 @@ mod renewal_tests {
             renewal_skippable(Some(&clients), &spec),
             "a node with a DHCP client, a group with no DHCP Service (every shard on a real node)"
         );
-        let mut svc = k8s_openapi::api::core::v1::Service::default();
-        svc.metadata.name = Some("dhcp".into());
-        svc.metadata.namespace = Some("default".into());
-        svc.metadata.uid = Some("uiddhcp".into());
-        svc.metadata.annotations = Some(
-            [(
-                crate::services::plan::model::ANN_LOADBALANCER_IPS.to_string(),
-                "0.0.0.0".to_string(),
-            )]
-            .into(),
-        );
-        svc.spec = Some(k8s_openapi::api::core::v1::ServiceSpec {
-            type_: Some("LoadBalancer".into()),
-            ..Default::default()
-        });
-        let info = crate::services::plan::model::service_info(&svc);
         let mut dhcp_spec = GroupSpec::default();
-        dhcp_spec
-            .dhcp
-            .push(crate::services::plan::desired::DhcpService {
-                key: info.key.clone(),
-                request: crate::services::plan::model::dhcp_request(&info).unwrap(),
-            });
+        dhcp_spec.dhcp.push(dhcp_service(&service("dhcp", &[])));
         assert!(
             !renewal_skippable(Some(&clients), &dhcp_spec),
             "a DHCP group goes on"

@@ -16,7 +16,7 @@ fn key(name: &str) -> ServiceKey {
 }
 
 /// A DHCP Service `name` (UID `uid<name>`) with `annotations`, as cached.
-fn service(name: &str, annotations: &[(&str, &str)]) -> Service {
+pub(crate) fn service(name: &str, annotations: &[(&str, &str)]) -> Service {
     let mut svc = Service::default();
     svc.metadata.name = Some(name.into());
     svc.metadata.namespace = Some("default".into());
@@ -35,7 +35,7 @@ fn service(name: &str, annotations: &[(&str, &str)]) -> Service {
 }
 
 /// The group's view of `svc` (as the plan makes it).
-fn dhcp_service(svc: &Service) -> DhcpService {
+pub(crate) fn dhcp_service(svc: &Service) -> DhcpService {
     let info = model::service_info(svc);
     DhcpService {
         key: info.key.clone(),
