@@ -30,8 +30,8 @@ use pnet::packet::ip::IpNextHeaderProtocols;
 use pnet::packet::ipv6::Ipv6Packet;
 use pnet::util::MacAddr;
 use vipd::net::{
-    ADDR_PROTO_VIPD, AddrInfo, Announcer, Kernel, Lifetime, LinkInfo, NetError, NetlinkKernel,
-    RawAnnouncer, TagMode, Vip,
+    ADDR_PROTO_VIPD, AddrInfo, AddrWatch, Announcer, CachedKernel, Kernel, Lifetime, LinkInfo,
+    NetError, NetlinkKernel, RawAnnouncer, TagMode, Vip,
 };
 
 /// Run `body` on a fresh thread in a private network namespace with veth `v0`/`v1` up and
@@ -216,6 +216,108 @@ fn ipv4_vip_tag_lifetimes_refresh_and_kernel_fence() {
         );
         // Removing an absent address is fine.
         k.remove(v0.index, vip).await.unwrap();
+    });
+}
+
+/// Waits (up to 5 s) until `watch` has counted more changes than `before`; returns the count.
+async fn counted_after(watch: &AddrWatch, before: u64, what: &str) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let now = watch.changes().expect("the watch runs");
+        if now > before {
+            return now;
+        }
+        assert!(Instant::now() < deadline, "the watch never counted {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Issue 28: the address watch counts every kind of address change the kernel makes (an add
+/// by another program, vipd's add, a lifetime refresh, a remove, an expiry), and a cached
+/// dump kept by it sees a change within its 200 ms although it is otherwise reused for up
+/// to 30 s:
+/// another program's address, and the end of an IPv6 address's duplicate address detection
+/// (a holder announces an IPv6 VIP only once it is no longer tentative).
+#[test]
+fn the_address_watch_counts_each_change_and_keeps_a_cached_dump_current() {
+    lab("192.0.2.11/24", || async {
+        let k = std::sync::Arc::new(NetlinkKernel::new().unwrap());
+        let v0 = up_link(&k, "v0").await;
+        let watch = std::sync::Arc::new(AddrWatch::open().unwrap());
+        let c = watch.changes().unwrap();
+        ip("addr add 192.0.2.20/32 dev v0");
+        let c = counted_after(&watch, c, "another program's add").await;
+        let vip = Vip::host(v4("192.0.2.10"));
+        k.add_or_refresh(v0.index, vip, Lifetime::fixed(30), false)
+            .await
+            .unwrap();
+        let c = counted_after(&watch, c, "vipd's add").await;
+        k.add_or_refresh(v0.index, vip, Lifetime::fixed(60), false)
+            .await
+            .unwrap();
+        let c = counted_after(&watch, c, "a lifetime refresh").await;
+        k.remove(v0.index, vip).await.unwrap();
+        let c = counted_after(&watch, c, "a remove").await;
+        k.add_or_refresh(v0.index, vip, Lifetime::fixed(1), false)
+            .await
+            .unwrap();
+        let c = counted_after(&watch, c, "the short-lived add").await;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while find(&k, v0.index, vip).await.is_some() {
+            assert!(Instant::now() < deadline, "{vip} never expired");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        counted_after(&watch, c, "an expiry").await;
+
+        // A watched cache over the kernel: reused while nothing changes (30 s at most), but
+        // current as soon as the watch counts a change.
+        let cached = CachedKernel::watched(k.clone(), Duration::from_millis(200), watch.clone());
+        let other = Vip::host(v4("192.0.2.21"));
+        assert!(
+            !cached
+                .all_addresses()
+                .await
+                .unwrap()
+                .iter()
+                .any(|a| a.vip == other)
+        );
+        let c = watch.changes().unwrap();
+        ip("addr add 192.0.2.21/32 dev v0");
+        counted_after(&watch, c, "the second add").await;
+        // Once counted, a dump at most max_age (200 ms) old: within a second, where an
+        // unwatched 30 s reuse would miss it.
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while !cached
+            .all_addresses()
+            .await
+            .unwrap()
+            .iter()
+            .any(|a| a.vip == other)
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the cached dump missed an address the watch had counted"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // An IPv6 address under duplicate address detection (at least a second): the cache
+        // dumps it tentative within its 200 ms, then must show the end of the detection,
+        // with no write of ours in between.
+        ip("addr add 2001:db8::5/128 dev v0");
+        let v6 = Vip::host("2001:db8::5".parse().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let all = cached.all_addresses().await.unwrap();
+            if all.iter().any(|a| a.vip == v6 && !a.tentative) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the cache still shows {v6} missing or tentative 10 s after its add"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(!find(&k, v0.index, v6).await.unwrap().tentative);
     });
 }
 

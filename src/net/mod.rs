@@ -20,6 +20,7 @@ use std::future::Future;
 use std::net::IpAddr;
 
 mod addr_socket;
+mod addr_watch;
 mod arp;
 pub mod arpflux;
 mod cache;
@@ -35,6 +36,7 @@ pub mod route;
 pub mod route_kernel;
 pub mod vip;
 
+pub use addr_watch::AddrWatch;
 pub use arp::{RawAnnouncer, garp_frame, unsolicited_na_frame};
 pub use cache::CachedKernel;
 pub use iface::{

@@ -989,6 +989,31 @@ mod renewal_tests {
             "a DHCP group goes on"
         );
     }
+
+    /// The other half of the rule: a group whose last DHCP Service left while its client
+    /// still runs goes on renewing (the renewal's pass retires the client and releases its
+    /// lease), and skips renewals once the client is gone.
+    #[tokio::test(start_paused = true)]
+    async fn a_dhcp_client_still_running_after_its_service_left_keeps_the_renewals() {
+        let mut clients = DhcpClients::new(Arc::new(FakeDhcp::new()));
+        let dhcp = dhcp_service(&service("dhcp", &[]));
+        assert!(
+            clients
+                .follow(std::slice::from_ref(&dhcp), Some("eth0"))
+                .await
+                .is_empty()
+        );
+        let left = GroupSpec::default();
+        assert!(
+            !renewal_skippable(Some(&clients), &left),
+            "the Service left, its client still runs"
+        );
+        clients.follow(&[], Some("eth0")).await;
+        assert!(
+            renewal_skippable(Some(&clients), &left),
+            "the client released: nothing left to retire"
+        );
+    }
 }
 
 #[cfg(test)]

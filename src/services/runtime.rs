@@ -127,8 +127,12 @@ pub enum ServicesError {
 
 /// What the Services wing shares with the rest of the manager.
 pub struct Parts {
-    /// The kernel the VIPs go to (the wing reads its addresses through a 200 ms cache).
+    /// The kernel the VIPs go to.
     pub kernel: Arc<NetlinkKernel>,
+    /// The process's shared dump of the node's addresses over `kernel`, kept until they
+    /// change ([`CachedKernel::watched_or_aged`]): the wing's VIP holders read and write
+    /// their addresses through it (writes invalidate it).
+    pub addresses: Arc<CachedKernel<NetlinkKernel>>,
     /// The manager's holder settings; the wing keeps their DAD, conflict probe window,
     /// conflict monitor and ARP guard, and derives the fence and timings from the Service
     /// lease timings.
@@ -222,11 +226,9 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
             launch(cfg, parts, holder_cfg, cached, Arc::new(NoAnnouncer)).await
         }
         None => {
-            // Per-Service holders share one address dump per check interval.
-            let cached = Arc::new(CachedKernel::new(
-                parts.kernel.clone(),
-                Duration::from_millis(200),
-            ));
+            // The holders share the process's address dump (kept until the node's
+            // addresses change, `Parts::addresses`).
+            let cached = parts.addresses.clone();
             launch(cfg, parts, holder_cfg, cached, Arc::new(RawAnnouncer)).await
         }
     }

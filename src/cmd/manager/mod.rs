@@ -94,9 +94,15 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         readiness.clone(),
         health_stop.clone(),
     ));
+    // One dump of the node's addresses shared by the readers of all of them (the
+    // housekeeping below, the Service VIP holders), kept until an address changes.
+    let addresses = Arc::new(crate::net::CachedKernel::watched_or_aged(
+        kernel.clone(),
+        Duration::from_millis(200),
+    ));
     let aux_stop = CancellationToken::new();
     tokio::spawn(aux_loop(
-        kernel.clone(),
+        addresses.clone(),
         metrics.clone(),
         holder_cfg.announce_pace.clone(),
         aux_stop.clone(),
@@ -174,6 +180,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
                 &Arc::new(cfg.services()),
                 services::Parts {
                     kernel: kernel.clone(),
+                    addresses,
                     holder_cfg: HolderConfig {
                         nft_fence: nft_fence.clone(),
                         ..holder_cfg
@@ -591,8 +598,9 @@ async fn log_arp_flux<K: Kernel>(kernel: &K, cfg: &Config, guard_active: bool) {
 }
 
 /// Periodic housekeeping until `stop`: the `vipd_vips_held` gauge and the holders'
-/// announcement pace (vipd-tagged addresses on the node, every 2 s) and systemd watchdog
-/// pings (at half `WatchdogSec`, when systemd asks for them).
+/// announcement pace (vipd-tagged addresses on the node, every 2 s, read from `kernel`'s
+/// shared dump, [`crate::net::CachedKernel`]) and systemd watchdog pings (at half
+/// `WatchdogSec`, when systemd asks for them).
 async fn aux_loop<K: Kernel>(
     kernel: Arc<K>,
     metrics: crate::obs::metrics::Metrics,
@@ -612,7 +620,7 @@ async fn aux_loop<K: Kernel>(
         {
             warn!(error = %e, "systemd watchdog ping failed");
         }
-        if let Ok(addrs) = kernel.addresses(None).await {
+        if let Ok(addrs) = kernel.all_addresses().await {
             let held = addrs.iter().filter(|a| a.ours).count();
             metrics
                 .families::<crate::holder::metrics::VipMetrics>()
