@@ -203,7 +203,10 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             false => left,
         };
         let mut added = Vec::new();
-        for (i, link, vip, outcome) in self.add_many(idx, lifetime, second_line).await {
+        let adds_started = Instant::now();
+        let outcomes = self.add_many(idx, lifetime, second_line).await;
+        let adds_took = adds_started.elapsed();
+        for (i, link, vip, outcome) in outcomes {
             match outcome {
                 Ok(false) => {}
                 Ok(true) => {
@@ -221,7 +224,17 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             }
         }
         self.log_added(&added, "no conflict; VIP added");
+        let announce_started = Instant::now();
         self.announce_added(&added);
+        let announce_took = announce_started.elapsed();
+        self.log_takeover(Takeover {
+            vips: added.len(),
+            since_leading: Duration::ZERO,
+            probe_window: self.probing_window(),
+            fence: None,
+            adds: adds_took,
+            announce: announce_took,
+        });
     }
 
     /// Publishes the addresses held now (see [`VipHolder::with_bound_reports`]), only when

@@ -265,6 +265,52 @@ pub enum Step {
     },
 }
 
+/// Where a takeover's time went, from the term's start (the lease acquired, or renewed by a
+/// new term) to its first VIPs in place and announced: logged once per term at info level,
+/// so a slow failover can be read from the new holder's log (issue 28: a shard's 600 IPv6
+/// VIPs took 5-12 s after the lease was taken in the 10 000-Service power-off bench).
+/// Durations in milliseconds when displayed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Takeover {
+    /// VIPs put in place by this batch.
+    pub vips: usize,
+    /// From the term's start to the end of the announcements.
+    pub since_leading: Duration,
+    /// The conflict probe window the VIPs waited for (zero when they were bound at once:
+    /// a clean hand-over, or probing off).
+    pub probe_window: Duration,
+    /// Setting the batch's nftables fence elements, when this batch set them (a renewal's
+    /// refresh; a bind after the probe window uses the elements set before).
+    pub fence: Option<Duration>,
+    /// Adding the addresses ([`Kernel::add_or_refresh_many`]).
+    pub adds: Duration,
+    /// Sending the gratuitous ARPs / unsolicited neighbour advertisements.
+    pub announce: Duration,
+}
+
+impl std::fmt::Display for Takeover {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let ms = |d: Duration| d.as_millis();
+        write!(
+            f,
+            "{} VIPs in place {} ms after leading: probe window {} ms, ",
+            self.vips,
+            ms(self.since_leading),
+            ms(self.probe_window)
+        )?;
+        match self.fence {
+            Some(d) => write!(f, "nftables fence {} ms, ", ms(d))?,
+            None => write!(f, "nftables fence set before, ")?,
+        }
+        write!(
+            f,
+            "adds {} ms, announcements {} ms",
+            ms(self.adds),
+            ms(self.announce)
+        )
+    }
+}
+
 /// A VIP in place whose remaining valid lifetime, as the kernel reports it (whole seconds,
 /// rounded up), is at most this many seconds gets it refreshed by the periodic check while
 /// the lease still covers one ([`Step::Refresh`]). The address lifetime ([`fence_lifetime`],
@@ -525,6 +571,9 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     bound: Option<watch::Sender<Vec<IpAddr>>>,
     /// When the current term's lease was last renewed, `None` while not leading.
     renewed_at: Option<Instant>,
+    /// When the current term started ([`VipHolder::start_term`]), until its first VIPs are in
+    /// place and the takeover's timings are logged ([`Takeover`]).
+    term_started: Option<Instant>,
     /// IPv4 VIPs pinned to their interface against ARP flux (S36).
     arp: crate::net::ArpPins,
     /// VIPs armed in the nftables fence (`HolderConfig::nft_fence`).
@@ -619,6 +668,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             conflicts: None,
             bound: None,
             renewed_at: None,
+            term_started: None,
             arp,
             nft_fenced: Vec::new(),
             nft_until: None,

@@ -52,7 +52,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             debug!(holder = %self.name, "renewal too old to extend the fence; not refreshing");
             return;
         }
+        let fence_started = Instant::now();
         let nft = Box::pin(self.refresh_nft_fence()).await;
+        let fence_took = fence_started.elapsed();
         if !nft.may_add {
             debug!(holder = %self.name, "the nftables fence could not be set (millisecond fence) or was just expired (second line); adding or refreshing no VIP");
             return;
@@ -77,7 +79,10 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 any = true;
             }
         }
-        for (i, link, vip, outcome) in self.add_many(&due, lifetime, second_line).await {
+        let adds_started = Instant::now();
+        let outcomes = self.add_many(&due, lifetime, second_line).await;
+        let adds_took = adds_started.elapsed();
+        for (i, link, vip, outcome) in outcomes {
             let key = Quiet::Add(vip.addr);
             match outcome {
                 Ok(true) => {}
@@ -100,8 +105,34 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         self.log_added(&added, "VIP added");
         if any {
             self.pending_na.retain(|i| !added.contains(i));
+            let announce_started = Instant::now();
             self.announce_added(&added);
+            let announce_took = announce_started.elapsed();
+            self.log_takeover(Takeover {
+                vips: added.len(),
+                since_leading: Duration::ZERO,
+                probe_window: Duration::ZERO,
+                fence: Some(fence_took),
+                adds: adds_took,
+                announce: announce_took,
+            });
         }
+    }
+
+    /// Logs `t` (its time since leading filled in here) at info level when it is the
+    /// current term's first batch of VIPs in place, once a term ([`Takeover`]).
+    pub(super) fn log_takeover(&mut self, t: Takeover) {
+        if t.vips == 0 {
+            return;
+        }
+        let Some(started) = self.term_started.take() else {
+            return;
+        };
+        let t = Takeover {
+            since_leading: started.elapsed(),
+            ..t
+        };
+        info!(holder = %self.name, vips = t.vips, since_leading_ms = t.since_leading.as_millis() as u64, "takeover: {t}");
     }
 
     /// Adds or refreshes VIPs `idx` (those with an interface) with at most `lifetime`

@@ -143,6 +143,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         self.unwatch_all();
         let window = self.probing_window();
         let now = Instant::now();
+        self.term_started = Some(now);
         for i in 0..self.vips.len() {
             self.watch(i);
             let action = self.probes[i].lead(!clean, window, now);

@@ -1249,3 +1249,100 @@ fn only_leases_longer_than_the_fence_and_its_slack_keep_one_path() {
     assert!(!route_gone_before_takeover(&t(3, 2, 1)));
     assert!(!route_gone_before_takeover(&t(4, 2, 1)));
 }
+
+/// Issue 28: the new holder's log says where a takeover's time went, once a term: after the
+/// probe window for a term that probes (its bind, the fence set before by the renewal), at
+/// once for a clean hand-over (the renewal's refresh, with its fence time), never for the
+/// renewals that follow.
+#[tokio::test(start_paused = true)]
+async fn a_takeover_logs_its_step_times_once_a_term() {
+    use std::sync::Mutex;
+    struct Sink(Arc<Mutex<Vec<String>>>);
+    impl std::io::Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(b).into_owned());
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let writer = lines.clone();
+    let _log = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(move || Sink(writer.clone()))
+            .with_ansi(false)
+            .finish(),
+    );
+    let takeovers = || -> Vec<String> {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains("takeover:"))
+            .cloned()
+            .collect()
+    };
+    let vips: Vec<Vip> = (1..=12u8)
+        .map(|i| Vip::new(IpAddr::from([192, 0, 2, 100 + i]), 32).unwrap())
+        .collect();
+    let (r, _monitor, _) = rig_probing(FakeKernel::with_eth0(), vips);
+    settle().await;
+    lead(&r, 1, false);
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    let t = takeovers();
+    assert_eq!(t.len(), 1, "{t:?}");
+    assert!(
+        t[0].contains("12 VIPs in place")
+            && t[0].contains("probe window 50 ms")
+            && t[0].contains("nftables fence set before")
+            && t[0].contains("adds ")
+            && t[0].contains("announcements "),
+        "{}",
+        t[0]
+    );
+    for _ in 0..3 {
+        lead(&r, 1, false);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(takeovers().len(), 1, "renewals log no takeover");
+    r.state
+        .send_replace(LeaderState::Following { holder: None });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    lead(&r, 2, true);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let t = takeovers();
+    assert_eq!(t.len(), 2, "{t:?}");
+    assert!(
+        t[1].contains("12 VIPs in place")
+            && t[1].contains("probe window 0 ms")
+            && t[1].contains("nftables fence "),
+        "a clean hand-over binds at once: {}",
+        t[1]
+    );
+}
+
+#[test]
+fn a_takeover_reads_in_milliseconds() {
+    let t = Takeover {
+        vips: 600,
+        since_leading: Duration::from_millis(5_250),
+        probe_window: Duration::from_millis(1_000),
+        fence: Some(Duration::from_millis(40)),
+        adds: Duration::from_millis(3_900),
+        announce: Duration::from_millis(120),
+    };
+    assert_eq!(
+        t.to_string(),
+        "600 VIPs in place 5250 ms after leading: probe window 1000 ms, nftables fence 40 ms, adds 3900 ms, announcements 120 ms"
+    );
+    let bind = Takeover { fence: None, ..t };
+    assert!(
+        bind.to_string()
+            .contains("nftables fence set before, adds 3900 ms")
+    );
+}
