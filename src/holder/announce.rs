@@ -43,7 +43,18 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// VIP that is not announced is reached only after the clients' own neighbour
     /// solicitation retransmits, a second later). IPv6 VIPs added with DAD wait in
     /// `pending_na` until they leave the tentative state (the periodic check announces them).
-    pub(super) fn announce_added(&mut self, idx: &[usize]) {
+    pub(super) fn announce_added(&mut self, idx: &[usize]) -> usize {
+        if self.fence_left(Instant::now()).is_none() {
+            // This holder's view of its lease is older than the lease (it was busy with a
+            // long batch): not announced now, and not forgotten either. The periodic check
+            // announces them once a renewal has been seen; a step-down drops them.
+            for &i in idx {
+                if !self.pending_na.contains(&i) {
+                    self.pending_na.push(i);
+                }
+            }
+            return 0;
+        }
         // One "announced" line each while few (crate::obs::logging::each_or_summary's rule).
         let loud = idx.len() <= crate::obs::logging::ITEM_LINES_MAX;
         let mut sent = 0usize;
@@ -66,6 +77,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
         self.last_garp = Some(Instant::now());
         self.garp_repeated = false;
+        sent
     }
 
     /// Announces every held VIP; IPv6 VIPs only once they left tentative state. `repeat`:

@@ -186,53 +186,65 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// last refresh set every element and they still run, [`Self::second_line_now`]) and
     /// announces them at once.
     pub(super) async fn bind(&mut self, idx: &[usize]) {
-        let now = Instant::now();
-        let Some(left) = self.fence_left(now) else {
-            return;
-        };
-        if left == 0 {
-            // The next renewal adds them with a full fence.
-            return;
-        }
-        // A shard's hundreds of VIPs take the kernel seconds to add at thousands of
-        // addresses: with the whole-second fence the last ones found less than a second
-        // left and were removed again.
-        let second_line = self.second_line_now(now);
-        let lifetime = match second_line {
-            true => self.cfg.fence.second_line_secs,
-            false => left,
-        };
         let mut added = Vec::new();
-        let adds_started = Instant::now();
-        let outcomes = self.add_many(idx, lifetime, second_line).await;
-        let adds_took = adds_started.elapsed();
-        for (i, link, vip, outcome) in outcomes {
-            match outcome {
-                Ok(false) => {}
-                Ok(true) => {
-                    self.quiet.clear(&Quiet::Add(vip.addr), Instant::now());
-                    added.push(i);
-                }
-                Err(e) => {
-                    if let Some(r) =
-                        self.quiet
-                            .observe(Quiet::Add(vip.addr), e.to_string(), Instant::now())
-                    {
-                        error!(holder = %self.name, %vip, interface = %link.name, error = %e, "cannot add VIP{r}")
+        let mut adds_took = Duration::ZERO;
+        let mut announce_took = Duration::ZERO;
+        let mut announced = 0;
+        // In chunks, the lease caught up between them ([`ADD_CHUNK`]).
+        for (n, chunk) in idx.chunks(ADD_CHUNK).enumerate() {
+            if n > 0 && !Box::pin(self.catch_up()).await {
+                break;
+            }
+            let now = Instant::now();
+            let Some(left) = self.fence_left(now) else {
+                break;
+            };
+            if left == 0 {
+                // The next renewal adds them with a full fence.
+                break;
+            }
+            // A shard's hundreds of VIPs take the kernel seconds to add at thousands of
+            // addresses: with the whole-second fence the last ones found less than a second
+            // left and were removed again.
+            let second_line = self.second_line_now(now);
+            let lifetime = match second_line {
+                true => self.cfg.fence.second_line_secs,
+                false => left,
+            };
+            let mut chunk_added = Vec::new();
+            let adds_started = Instant::now();
+            let outcomes = self.add_many(chunk, lifetime, second_line).await;
+            adds_took += adds_started.elapsed();
+            for (i, link, vip, outcome) in outcomes {
+                match outcome {
+                    Ok(false) => {}
+                    Ok(true) => {
+                        self.quiet.clear(&Quiet::Add(vip.addr), Instant::now());
+                        chunk_added.push(i);
+                    }
+                    Err(e) => {
+                        if let Some(r) =
+                            self.quiet
+                                .observe(Quiet::Add(vip.addr), e.to_string(), Instant::now())
+                        {
+                            error!(holder = %self.name, %vip, interface = %link.name, error = %e, "cannot add VIP{r}")
+                        }
                     }
                 }
             }
+            let announce_started = Instant::now();
+            announced += self.announce_added(&chunk_added);
+            announce_took += announce_started.elapsed();
+            added.extend(chunk_added);
         }
         self.log_added(&added, "no conflict; VIP added");
-        let announce_started = Instant::now();
-        self.announce_added(&added);
-        let announce_took = announce_started.elapsed();
         self.log_takeover(Takeover {
             vips: added.len(),
             since_leading: Duration::ZERO,
             probe_window: self.probing_window(),
             fence: None,
             adds: adds_took,
+            announced,
             announce: announce_took,
         });
     }

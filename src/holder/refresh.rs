@@ -44,7 +44,6 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// `announce` is true.
     pub(super) async fn refresh_announcing(&mut self, announce: impl Fn(&VipSpec) -> bool) {
         let mut added = Vec::new();
-        let mut any = false;
         // Never a full fence from a stale renewal (one sent before this process was frozen,
         // acted on after it was continued): only what the lease still covers.
         let lifetime = self.fence_left(Instant::now()).unwrap_or(0);
@@ -69,54 +68,81 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             true => self.split_fresh(&bound).await,
             false => (bound, Vec::new()),
         };
-        let lifetime = match second_line {
-            true => self.cfg.fence.second_line_secs,
-            false => lifetime,
+        // Second-line addresses with more than half left: announced (when asked), untouched.
+        let mut chunk_added: Vec<usize> = fresh
+            .into_iter()
+            .filter(|i| self.vips.get(*i).is_some_and(&announce))
+            .collect();
+        let mut adds_took = Duration::ZERO;
+        let mut announce_took = Duration::ZERO;
+        let mut announced = 0;
+        // In chunks, the lease caught up between them ([`ADD_CHUNK`]); the first chunk
+        // always runs (its announcements include the untouched addresses').
+        let chunks: Vec<&[usize]> = match due.is_empty() {
+            true => vec![&[]],
+            false => due.chunks(ADD_CHUNK).collect(),
         };
-        for i in fresh {
-            if self.vips.get(i).is_some_and(&announce) {
-                added.push(i);
-                any = true;
-            }
-        }
-        let adds_started = Instant::now();
-        let outcomes = self.add_many(&due, lifetime, second_line).await;
-        let adds_took = adds_started.elapsed();
-        for (i, link, vip, outcome) in outcomes {
-            let key = Quiet::Add(vip.addr);
-            match outcome {
-                Ok(true) => {}
-                Ok(false) => continue,
-                Err(e) => {
-                    if let Some(r) = self.quiet.observe(key, e.to_string(), Instant::now()) {
-                        error!(holder = %self.name, %vip, interface = %link.name, error = %e, "cannot add VIP{r}");
+        for (n, chunk) in chunks.into_iter().enumerate() {
+            let now = Instant::now();
+            let (lifetime, second_line) = match n {
+                0 => (lifetime, second_line),
+                _ => {
+                    if !Box::pin(self.catch_up()).await {
+                        break;
                     }
-                    continue;
+                    let Some(left) = self.fence_left(now).filter(|l| *l > 0) else {
+                        break;
+                    };
+                    (left, second_line && self.second_line_now(now))
+                }
+            };
+            let lifetime = match second_line {
+                true => self.cfg.fence.second_line_secs,
+                false => lifetime,
+            };
+            let adds_started = Instant::now();
+            let outcomes = match chunk.is_empty() {
+                true => Vec::new(),
+                false => self.add_many(chunk, lifetime, second_line).await,
+            };
+            adds_took += adds_started.elapsed();
+            for (i, link, vip, outcome) in outcomes {
+                let key = Quiet::Add(vip.addr);
+                match outcome {
+                    Ok(true) => {}
+                    Ok(false) => continue,
+                    Err(e) => {
+                        if let Some(r) = self.quiet.observe(key, e.to_string(), Instant::now()) {
+                            error!(holder = %self.name, %vip, interface = %link.name, error = %e, "cannot add VIP{r}");
+                        }
+                        continue;
+                    }
+                }
+                if let Some(r) = self.quiet.clear(&key, Instant::now()) {
+                    info!(holder = %self.name, %vip, interface = %link.name, "adding the VIP works again{r}");
+                }
+                if self.vips.get(i).is_some_and(&announce) {
+                    chunk_added.push(i);
                 }
             }
-            if let Some(r) = self.quiet.clear(&key, Instant::now()) {
-                info!(holder = %self.name, %vip, interface = %link.name, "adding the VIP works again{r}");
-            }
-            if self.vips.get(i).is_some_and(&announce) {
-                added.push(i);
-                any = true;
+            if !chunk_added.is_empty() {
+                self.pending_na.retain(|i| !chunk_added.contains(i));
+                let announce_started = Instant::now();
+                announced += self.announce_added(&chunk_added);
+                announce_took += announce_started.elapsed();
+                added.append(&mut chunk_added);
             }
         }
         self.log_added(&added, "VIP added");
-        if any {
-            self.pending_na.retain(|i| !added.contains(i));
-            let announce_started = Instant::now();
-            self.announce_added(&added);
-            let announce_took = announce_started.elapsed();
-            self.log_takeover(Takeover {
-                vips: added.len(),
-                since_leading: Duration::ZERO,
-                probe_window: Duration::ZERO,
-                fence: Some(fence_took),
-                adds: adds_took,
-                announce: announce_took,
-            });
-        }
+        self.log_takeover(Takeover {
+            vips: added.len(),
+            since_leading: Duration::ZERO,
+            probe_window: Duration::ZERO,
+            fence: Some(fence_took),
+            adds: adds_took,
+            announced,
+            announce: announce_took,
+        });
     }
 
     /// Logs `t` (its time since leading filled in here) at info level when it is the

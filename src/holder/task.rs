@@ -42,6 +42,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let mut term = 0u64;
         let mut updates = self.updates.take();
         let mut unacked: Option<u64> = None;
+        self.leader_view = Some(leadership.state.clone());
         if let Some(u) = updates.as_mut() {
             self.vips = u.borrow_and_update().clone();
         }
@@ -84,6 +85,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                         LeaderState::Leading { term: t, renewed_at: r, clean } => {
                             let first = self.renewed_at.is_none() || t != term;
                             term = t;
+                            self.term = t;
                             self.renewed_at = Some(r);
                             if first {
                                 info!(holder = %self.name, term, clean, "leading: adding VIPs");
@@ -149,6 +151,32 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             let action = self.probes[i].lead(!clean, window, now);
             self.act(i, action);
         }
+    }
+
+    /// Between the chunks of a long batch of adds ([`ADD_CHUNK`]): takes the lease's latest
+    /// renewal of this term from the elector (the run loop, busy with the batch, would see
+    /// it only afterwards), sets the nftables elements again when they are due
+    /// ([`Self::refresh_nft_fence_if_due`]), and says whether to go on: `false` when the
+    /// elector no longer leads in this term, or the lease may have lapsed ([`Self::fence_left`]);
+    /// the run loop then handles the step-down as usual.
+    pub(super) async fn catch_up(&mut self) -> bool {
+        let latest = match &self.leader_view {
+            Some(view) => view.borrow().clone(),
+            None => return self.fence_left(Instant::now()).is_some(),
+        };
+        match latest {
+            LeaderState::Leading {
+                term, renewed_at, ..
+            } if term == self.term && self.renewed_at.is_some() => {
+                if self.renewed_at.is_some_and(|r| renewed_at > r) {
+                    self.renewed_at = Some(renewed_at);
+                }
+            }
+            _ => return false,
+        }
+        let now = Instant::now();
+        self.refresh_nft_fence_if_due(now).await;
+        self.fence_left(now).is_some()
     }
 
     /// The lifetime a VIP may get now ([`fence_grant`] from the last renewal's send time):
