@@ -374,28 +374,9 @@ fn prometheus_server_is_what_the_listener_binds() {
 /// `tracing::warn!` goes nowhere), at the configured level.
 #[test]
 fn config_warnings_are_logged_after_logging_is_set_up() {
-    use std::sync::{Arc, Mutex};
-    struct Sink(Arc<Mutex<Vec<String>>>);
-    impl std::io::Write for Sink {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap()
-                .push(String::from_utf8_lossy(b).into_owned());
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
     let r = ok(&[], &[("vip_cidr", "32"), ("vip_loglevel", "3")], None);
     assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let writer = lines.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(move || Sink(writer.clone()))
-        .with_ansi(false)
-        .finish();
+    let (subscriber, lines) = crate::obs::logging::capture::subscriber();
     let marker = lines.clone();
     let cfg = tracing::subscriber::with_default(subscriber, || {
         r.init_logging_then_warn(|level| {

@@ -1263,28 +1263,8 @@ fn only_leases_longer_than_the_fence_and_its_slack_keep_one_path() {
 /// renewals that follow.
 #[tokio::test(start_paused = true)]
 async fn a_takeover_logs_its_step_times_once_a_term() {
-    use std::sync::Mutex;
-    struct Sink(Arc<Mutex<Vec<String>>>);
-    impl std::io::Write for Sink {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap()
-                .push(String::from_utf8_lossy(b).into_owned());
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let writer = lines.clone();
-    let _log = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_writer(move || Sink(writer.clone()))
-            .with_ansi(false)
-            .finish(),
-    );
+    let (subscriber, lines) = crate::obs::logging::capture::subscriber();
+    let _log = tracing::subscriber::set_default(subscriber);
     let takeovers = || -> Vec<String> {
         lines
             .lock()

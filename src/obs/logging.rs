@@ -194,6 +194,42 @@ impl<K: Eq + Hash, S: PartialEq> RepeatLimiter<K, S> {
     }
 }
 
+/// Log capture for unit tests: a subscriber writing every line (no colours) into a shared
+/// list.
+#[cfg(test)]
+pub(crate) mod capture {
+    use std::sync::{Arc, Mutex};
+
+    /// The lines written so far (one entry per write, usually one line).
+    pub(crate) type Lines = Arc<Mutex<Vec<String>>>;
+
+    struct Sink(Lines);
+
+    impl std::io::Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(b).into_owned());
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    /// A subscriber at tracing-subscriber's default level (INFO) and the lines it writes.
+    pub(crate) fn subscriber() -> (impl tracing::Subscriber + Send + Sync, Lines) {
+        let lines: Lines = Arc::new(Mutex::new(Vec::new()));
+        let writer = lines.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || Sink(writer.clone()))
+            .with_ansi(false)
+            .finish();
+        (subscriber, lines)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
