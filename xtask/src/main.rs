@@ -89,7 +89,9 @@ environment:
                         unless named: the bench waits for its start line; WARN counts
                         count what the filter lets through)
   VIPD_BENCH_SETTLE_SECS  seconds `bench services` scale/coldstart wait after the last answer
-                        before the steady-state window (default 5)";
+                        before the steady-state window (default 5)
+  VIPD_BENCH_WINDOW_SECS  length of that window in seconds (default 10; 150 spans one
+                        second-line refresh period of the Service VIPs)";
 
 /// Where `lab up` records the running lab.
 const STATE_FILE: &str = "/run/vipd-lab/up.json";

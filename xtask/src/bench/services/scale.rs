@@ -183,6 +183,33 @@ fn print_scale_creation(n: usize, run: &ScaleRun) {
     );
 }
 
+/// The steady state's window: [`STEADY_WINDOW`], or `VIPD_BENCH_WINDOW_SECS` (whole
+/// seconds, at least 1; e.g. 150 for one whole period of the Service VIPs' second-line
+/// refresh, whose burst a 10 s window may or may not catch).
+///
+/// # Errors
+/// A value that is not a whole number of seconds of at least 1, naming the variable and the
+/// value.
+fn steady_window() -> Result<Duration> {
+    window_from(std::env::var("VIPD_BENCH_WINDOW_SECS").ok().as_deref())
+}
+
+/// [`steady_window`] from the variable's value (`None`: unset).
+fn window_from(value: Option<&str>) -> Result<Duration> {
+    let Some(v) = value else {
+        return Ok(STEADY_WINDOW);
+    };
+    match v.trim().parse::<u64>() {
+        Ok(secs) if secs >= 1 => Ok(Duration::from_secs(secs)),
+        Ok(_) => Err(anyhow!(
+            "VIPD_BENCH_WINDOW_SECS={v:?}: must be at least 1 second"
+        )),
+        Err(e) => Err(anyhow!(
+            "VIPD_BENCH_WINDOW_SECS={v:?}: not a whole number of seconds ({e})"
+        )),
+    }
+}
+
 /// How long the steady state waits after the last answer before its window: 5 s, or
 /// `VIPD_BENCH_SETTLE_SECS` (whole seconds; e.g. 60 to measure a node at rest after the
 /// bring-up's status writes and the allocator's passes have ended).
@@ -202,16 +229,17 @@ fn steady_settle() -> Result<Duration> {
     }
 }
 
-/// Steady state: lets renewals settle, then watches Leases and samples CPU for
-/// [`STEADY_WINDOW`], and prints them with the carried addresses and each node's sample
+/// Steady state: lets renewals settle, then watches Leases and samples CPU for the
+/// window ([`steady_window`]), and prints them with the carried addresses and each node's sample
 /// (RSS before the Services from `idle`; none printed for a node not in `idle`).
 pub(super) fn scale_steady_state(
     b: &Bench,
     addrs: &[IpAddr],
     idle: &[(String, NodeSample)],
 ) -> Result<()> {
-    // Steady state: let renewals settle, then watch Leases and sample CPU for 10 s.
+    // Steady state: let renewals settle, then watch Leases and sample CPU for the window.
     let settle = steady_settle()?;
+    let window = steady_window()?;
     std::thread::sleep(settle);
     let addr_set: BTreeSet<IpAddr> = addrs.iter().copied().collect();
     let carried = b.carried(&addr_set)?;
@@ -234,9 +262,9 @@ pub(super) fn scale_steady_state(
     };
     let passes_before = passes(b);
     let (watch, rest, cpu) = std::thread::scope(|s| {
-        let w = s.spawn(|| b.in_client(|| b.lease_writes(STEADY_WINDOW)));
-        let r = s.spawn(|| b.in_client(|| b.rest_writes(STEADY_WINDOW)));
-        let cpu = cpu_percent(&pids, STEADY_WINDOW);
+        let w = s.spawn(|| b.in_client(|| b.lease_writes(window)));
+        let r = s.spawn(|| b.in_client(|| b.rest_writes(window)));
+        let cpu = cpu_percent(&pids, window);
         (w.join(), r.join(), cpu)
     });
     let (_, holders) = b.in_client(|| b.leases_at("/apis/coordination.k8s.io/v1/leases"))??;
@@ -252,7 +280,7 @@ pub(super) fn scale_steady_state(
     }
     println!(
         "  steady state ({} s window, {} s after the last answer):",
-        STEADY_WINDOW.as_secs(),
+        window.as_secs(),
         settle.as_secs()
     );
     match watch {
@@ -329,4 +357,25 @@ pub(super) fn scale_steady_state(
             .map_or(f64::NAN, |k| k as f64 / 1024.0)
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_steady_window_is_ten_seconds_or_the_variables_whole_seconds() {
+        assert_eq!(window_from(None).unwrap(), STEADY_WINDOW);
+        assert_eq!(
+            window_from(Some(" 150 ")).unwrap(),
+            Duration::from_secs(150)
+        );
+        for bad in ["0", "1.5", "-3", "soon"] {
+            let e = window_from(Some(bad)).unwrap_err().to_string();
+            assert!(
+                e.contains("VIPD_BENCH_WINDOW_SECS") && e.contains(bad),
+                "{bad}: {e}"
+            );
+        }
+    }
 }
