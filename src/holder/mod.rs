@@ -574,7 +574,8 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     /// When the current term's lease was last renewed, `None` while not leading.
     renewed_at: Option<Instant>,
     /// When the current term started ([`VipHolder::start_term`]), until its first VIPs are in
-    /// place and the takeover's timings are logged ([`Takeover`]).
+    /// place and the takeover's timings are logged ([`Takeover`]); `None` for a term that
+    /// started with no VIPs.
     term_started: Option<Instant>,
     /// IPv4 VIPs pinned to their interface against ARP flux (S36).
     arp: crate::net::ArpPins,
