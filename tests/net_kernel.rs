@@ -321,6 +321,163 @@ fn the_address_watch_counts_each_change_and_keeps_a_cached_dump_current() {
     });
 }
 
+/// Waits (up to 1 s: the watch counted the change, so the cache's dump is at most 200 ms
+/// old) until `cached`'s dump satisfies `what`.
+async fn cached_shows(
+    cached: &CachedKernel<NetlinkKernel>,
+    what: &str,
+    ok: impl Fn(&[AddrInfo]) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(1);
+    while !ok(&cached.all_addresses().await.unwrap()) {
+        assert!(
+            Instant::now() < deadline,
+            "the cached dump still misses {what} a second later (its dump is otherwise kept 30 s)"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Issue 28: the changes a Service VIP holder must notice reach a watched cache within its
+/// 200 ms although it keeps a dump up to 30 s otherwise: its VIP deleted by someone else
+/// (`ip addr del`), its address added untagged by someone else (a conflict), the kernel
+/// dropping an IPv6 VIP when the link goes down, and the interface removed.
+#[test]
+fn a_watched_cache_sees_the_external_changes_a_holder_acts_on() {
+    lab("192.0.2.11/24", || async {
+        let k = std::sync::Arc::new(NetlinkKernel::new().unwrap());
+        let v0 = up_link(&k, "v0").await;
+        let watch = std::sync::Arc::new(AddrWatch::open().unwrap());
+        let cached = CachedKernel::watched(k.clone(), Duration::from_millis(200), watch.clone());
+        let v4vip = Vip::host(v4("192.0.2.10"));
+        let v6vip = Vip::host("2001:db8::10".parse().unwrap());
+        for vip in [v4vip, v6vip] {
+            cached
+                .add_or_refresh(v0.index, vip, Lifetime::fixed(300), true)
+                .await
+                .unwrap();
+        }
+        let has = |vip: Vip, ours: bool| {
+            move |all: &[AddrInfo]| all.iter().any(|a| a.vip == vip && a.ours == ours)
+        };
+        assert!(has(v4vip, true)(&cached.all_addresses().await.unwrap()));
+        // Let the dump age past max_age: from here on only the watch renews it.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        cached.all_addresses().await.unwrap();
+
+        ip("addr del 192.0.2.10/32 dev v0");
+        cached_shows(&cached, "a VIP deleted by someone else", |all| {
+            !all.iter().any(|a| a.vip == v4vip)
+        })
+        .await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        ip("addr add 192.0.2.10/32 dev v0");
+        cached_shows(&cached, "the VIP added untagged", has(v4vip, false)).await;
+
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        ip("link set v0 down");
+        cached_shows(&cached, "the IPv6 VIP the link's down removed", |all| {
+            !all.iter().any(|a| a.vip == v6vip)
+        })
+        .await;
+        ip("link set v0 up");
+
+        up_link(&k, "v0").await;
+
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        ip("link del v0");
+        cached_shows(&cached, "the removed interface's addresses", |all| {
+            !all.iter().any(|a| a.ifindex == v0.index)
+        })
+        .await;
+        assert!(watch.changes().is_some(), "the watch still runs");
+    });
+}
+
+/// The watch's drops in this thread's namespace (`/proc/thread-self/net/netlink`, the
+/// `Drops` column of the route sockets that joined a group).
+fn netlink_group_drops() -> u64 {
+    let table = std::fs::read_to_string("/proc/thread-self/net/netlink").unwrap();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            // sk Eth Pid Groups Rmem Wmem Dump Locks Drops Inode
+            (f.get(1) == Some(&"0") && f.get(3).is_some_and(|g| *g != "00000000"))
+                .then(|| f.get(8).and_then(|d| d.parse::<u64>().ok()).unwrap_or(0))
+        })
+        .sum()
+}
+
+/// Issue 28: an overflowed watch socket (notifications lost, `ENOBUFS`) counts as a change and
+/// the watch goes on counting: the cache re-dumps instead of keeping a dump that misses the
+/// lost changes, and does not fall back as if the watch had failed.
+#[test]
+fn an_overflowed_address_watch_counts_a_change_and_keeps_running() {
+    lab("192.0.2.11/24", || async {
+        let k = std::sync::Arc::new(NetlinkKernel::new().unwrap());
+        up_link(&k, "v0").await;
+        let watch = std::sync::Arc::new(AddrWatch::open().unwrap());
+        let cached = CachedKernel::watched(k.clone(), Duration::from_millis(200), watch.clone());
+        cached.all_addresses().await.unwrap();
+        tokio::task::yield_now().await;
+        let before = watch.changes().unwrap();
+        // One blocking `ip -batch`: this current-thread runtime does not poll the watch's
+        // task meanwhile, so its socket fills. 3 × 250 addresses, each changed 8 times.
+        let mut batch = String::new();
+        for round in 0..8 {
+            for net in ["192.0.2", "198.51.100", "203.0.113"] {
+                for host in 1..=250 {
+                    if net == "192.0.2" && host == 11 {
+                        continue;
+                    }
+                    let op = if round == 0 { "add" } else { "change" };
+                    batch.push_str(&format!(
+                        "addr {op} {net}.{host}/32 dev v0 valid_lft {} preferred_lft 0\n",
+                        600 + round
+                    ));
+                }
+            }
+        }
+        let file = std::env::temp_dir().join(format!("vipd-watch-overflow-{}", std::process::id()));
+        std::fs::write(&file, batch).unwrap();
+        ip(&format!("-batch {}", file.display()));
+        let _ = std::fs::remove_file(&file);
+        assert!(
+            netlink_group_drops() > 0,
+            "the watch's socket never overflowed: the test proves nothing"
+        );
+        let after = counted_after(&watch, before, "the overflow").await;
+        eprintln!(
+            "about 6 000 notifications sent: {} counted after the batch, {} dropped",
+            after - before,
+            netlink_group_drops()
+        );
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while cached.all_addresses().await.unwrap().len() < 750 {
+            assert!(
+                Instant::now() < deadline,
+                "the cached dump misses the addresses whose notifications were lost"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        // Still running: the next change is counted too.
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let settled = watch
+            .changes()
+            .expect("an overflow does not stop the watch");
+        assert!(settled >= after);
+        ip("addr add 2001:db8::30/128 dev v0 nodad");
+        counted_after(&watch, settled, "a change after the overflow").await;
+        let v6 = Vip::host("2001:db8::30".parse().unwrap());
+        cached_shows(&cached, "the add after the overflow", |all| {
+            all.iter().any(|a| a.vip == v6)
+        })
+        .await;
+    });
+}
+
 #[test]
 fn refresh_keeps_vip_past_its_lifetime() {
     lab("192.0.2.11/24", || async {

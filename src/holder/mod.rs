@@ -332,8 +332,10 @@ impl std::fmt::Display for Takeover {
 /// renewal (the renew deadline, 3 s at 5/3/1, or a ride-through grant), so without this the
 /// kernel removed the VIP of a leading holder 2 s after its last renewal during an API
 /// freeze and the check re-added it up to a check interval later: a gap a client sees. One
-/// second is enough: the check runs at least every 500 ms and reads a dump at most 200 ms
-/// old ([`crate::net::cache`]), so a refresh comes while at least 300 ms are left.
+/// second is enough: the check runs at least every 500 ms and, for an address with
+/// [`crate::net::cache::LIFETIME_MARGIN`] (3 s) or less left, reads a dump at most 200 ms old
+/// (a Service VIP holder's shared dump, [`crate::net::cache`], is otherwise kept until an
+/// address changes, its lifetimes aged), so a refresh comes while at least 300 ms are left.
 ///
 /// [`fence_lifetime`]: crate::lease::fence_lifetime
 pub const REFRESH_BELOW_SECS: u32 = 1;
@@ -591,7 +593,8 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     /// ([`VipHolder::catch_up`]); the run loop's own receiver drives everything else.
     leader_view: Option<watch::Receiver<LeaderState>>,
     /// When the current term started ([`VipHolder::start_term`]), until its first VIPs are in
-    /// place and the takeover's timings are logged ([`Takeover`]).
+    /// place and the takeover's timings are logged ([`Takeover`]); `None` for a term that
+    /// started with no VIPs.
     term_started: Option<Instant>,
     /// IPv4 VIPs pinned to their interface against ARP flux (S36).
     arp: crate::net::ArpPins,

@@ -246,8 +246,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// place on their interface, ours, with more than half of the second line left
     /// ([`second_line_fresh`]; VIPs with a not-after time, DHCP leases, are always due:
     /// they keep the whole-second fence). Reads the node's addresses once (a holder of
-    /// Services shares a dump at most 200 ms old with the node's other holders); when that
-    /// fails every VIP is due.
+    /// Services shares the node's dump with its other holders, kept until an address changes
+    /// and at most 30 s, its lifetimes aged: over-reported by at most a second,
+    /// [`crate::net::cache`]); when that fails every VIP is due.
     async fn split_fresh(&self, idx: &[usize]) -> (Vec<usize>, Vec<usize>) {
         let Ok(present) = self.kernel.all_addresses().await else {
             return (idx.to_vec(), Vec::new());

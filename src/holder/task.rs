@@ -145,7 +145,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         self.unwatch_all();
         let window = self.probing_window();
         let now = Instant::now();
-        self.term_started = Some(now);
+        // A term that starts with no VIPs takes nothing over: a Service added later in it
+        // is no takeover ([`Takeover`] would read as a failover as long as the term).
+        self.term_started = (!self.vips.is_empty()).then_some(now);
         for i in 0..self.vips.len() {
             self.watch(i);
             let action = self.probes[i].lead(!clean, window, now);

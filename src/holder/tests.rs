@@ -1334,3 +1334,69 @@ fn a_takeover_reads_in_milliseconds() {
             .contains("nftables fence set before, adds 3900 ms")
     );
 }
+
+/// A holder that leads with no VIPs (a shard or group whose Services are yet to come) and
+/// gets a Service minutes into its term took nothing over: no takeover line, which would
+/// read as a failover of minutes ("1 VIPs in place 60000 ms after leading").
+#[tokio::test(start_paused = true)]
+async fn a_vip_added_later_in_a_term_that_started_empty_is_no_takeover() {
+    use std::sync::Mutex;
+    struct Sink(Arc<Mutex<Vec<String>>>);
+    impl std::io::Write for Sink {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0
+                .lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(b).into_owned());
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let lines = Arc::new(Mutex::new(Vec::new()));
+    let writer = lines.clone();
+    let _log = tracing::subscriber::set_default(
+        tracing_subscriber::fmt()
+            .with_writer(move || Sink(writer.clone()))
+            .with_ansi(false)
+            .finish(),
+    );
+    let takeovers = || -> Vec<String> {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.contains("takeover:"))
+            .cloned()
+            .collect()
+    };
+    let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
+    let (updates_tx, updates) = watch::channel(Vec::new());
+    let kernel = FakeKernel::with_eth0();
+    let (r, _) = rig_from(kernel.clone(), Vec::new(), cfg, false, Some(updates));
+    settle().await;
+    lead(&r, 1, true);
+    // A minute of renewals with nothing to hold.
+    for _ in 0..60 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lead(&r, 1, true);
+    }
+    let vip = Vip::new(IpAddr::from([192, 0, 2, 120]), 32).unwrap();
+    updates_tx.send_replace(vec![VipSpec {
+        vip,
+        interface: Some("eth0".into()),
+        not_after: None,
+    }]);
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lead(&r, 1, true);
+    }
+    settle().await;
+    assert!(kernel.has(vip), "the Service's VIP is added");
+    assert_eq!(
+        takeovers(),
+        Vec::<String>::new(),
+        "a Service added mid-term"
+    );
+}

@@ -36,9 +36,12 @@ pub struct AddrWatch {
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
-/// Receive buffer asked for the watch's socket, bytes: 1 MiB holds about 8 000
-/// notifications (one is ~120 bytes of message in a larger socket buffer); an overflow costs
-/// nothing but one more dump (it counts as a change).
+/// Receive buffer asked for the watch's socket, bytes. The kernel caps the request at
+/// `net.core.rmem_max` and doubles it for its bookkeeping; a notification takes about 830
+/// bytes of it (its ~100 bytes of message in a socket buffer), so 1 MiB (2 MiB granted)
+/// holds about 2 500 notifications, and Debian's default `rmem_max` (208 KiB, 416 KiB
+/// granted) about 500 (net_kernel's overflow test). An overflow costs nothing but one more
+/// dump (it counts as a change).
 const WATCH_RX_BUFFER: usize = 1 << 20;
 
 impl AddrWatch {

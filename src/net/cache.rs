@@ -35,10 +35,11 @@ use super::{AddrInfo, AddrWatch, Kernel, Lifetime, LinkInfo, NetError, Vip};
 /// watch counts as a change; this is defence only). 30 s.
 pub const WATCHED_MAX_AGE: Duration = Duration::from_secs(30);
 
-/// An address whose valid lifetime, less the snapshot's age, is this short or shorter is
-/// read from a dump at most `max_age` old (module docs). 3 s: two seconds above
-/// [`crate::holder::REFRESH_BELOW_SECS`], covering the whole second a reused snapshot may
-/// over-report and a check interval.
+/// An address whose valid lifetime as the dump reported it (whole seconds, rounded up),
+/// less the snapshot's age, is this short or shorter is read from a dump at most `max_age`
+/// old (module docs); really left then: at least this less one second. 3 s: two seconds
+/// above [`crate::holder::REFRESH_BELOW_SECS`], covering the whole second a reused snapshot
+/// may over-report and a check interval.
 pub const LIFETIME_MARGIN: Duration = Duration::from_secs(3);
 
 /// A [`Kernel`] whose `addresses()` answers from a shared snapshot (see module docs).
@@ -257,6 +258,9 @@ mod tests {
         valid_lft_secs: std::sync::Mutex<Option<u32>>,
         /// A watch to count a change on while a dump runs (an address added meanwhile).
         change_during_dump: std::sync::Mutex<Option<Arc<AddrWatch>>>,
+        /// When the one address ends; when set, a dump reports the time left to it in whole
+        /// seconds rounded up, as the kernel does (it overrides `valid_lft_secs`).
+        ends_at: std::sync::Mutex<Option<Instant>>,
     }
 
     impl Counting {
@@ -265,6 +269,7 @@ mod tests {
                 dumps: AtomicUsize::new(0),
                 valid_lft_secs: std::sync::Mutex::new(None),
                 change_during_dump: std::sync::Mutex::new(None),
+                ends_at: std::sync::Mutex::new(None),
             }
         }
 
@@ -297,7 +302,11 @@ mod tests {
             if let Some(w) = self.change_during_dump.lock().unwrap().take() {
                 w.note_change();
             }
-            let valid = *self.valid_lft_secs.lock().unwrap();
+            let mut valid = *self.valid_lft_secs.lock().unwrap();
+            if let Some(end) = *self.ends_at.lock().unwrap() {
+                let left = end.saturating_duration_since(Instant::now());
+                valid = Some(left.as_millis().div_ceil(1000) as u32);
+            }
             Ok(vec![AddrInfo {
                 valid_lft_secs: valid,
                 preferred_lft_secs: valid.map(|_| 0),
@@ -468,5 +477,48 @@ mod tests {
         tokio::time::sleep(MAX_AGE + Duration::from_millis(1)).await;
         k.all_addresses().await.unwrap();
         assert_eq!(inner.dumps(), 3);
+    }
+
+    /// What a holder's refresh decision relies on ([`crate::holder::REFRESH_BELOW_SECS`],
+    /// one second): whatever an address's lifetime and whenever a check reads, a watched
+    /// cache that sees no change reports at most one second more than the kernel would, and
+    /// once the address has [`LIFETIME_MARGIN`] less one second or less really left, what a
+    /// dump at most `max_age` old reported. Every lifetime from 1 to 40 s, at four offsets within its first
+    /// second (the kernel's seconds are not the cache's), read every 50 ms until it ends.
+    #[tokio::test(start_paused = true)]
+    async fn a_reused_dump_never_hides_an_address_running_out() {
+        for (secs, offset_ms) in (1..=40u64).flat_map(|s| [0, 250, 500, 750].map(|o| (s, o))) {
+            let inner = Arc::new(Counting::new());
+            let start = Instant::now();
+            let end = start + Duration::from_secs(secs) + Duration::from_millis(offset_ms);
+            *inner.ends_at.lock().unwrap() = Some(end);
+            let k = CachedKernel::watched(inner.clone(), MAX_AGE, Arc::new(AddrWatch::manual()));
+            while Instant::now() < end {
+                let left = end - Instant::now();
+                let kernel = left.as_millis().div_ceil(1000) as u32;
+                let seen = valid(&k.all_addresses().await.unwrap()).unwrap();
+                assert!(
+                    seen <= kernel + 1,
+                    "{secs}.{offset_ms} s address, {left:?} left: the cache says {seen} s, the kernel {kernel} s"
+                );
+                // The dump's whole seconds are rounded up: an address with LIFETIME_MARGIN
+                // reported may have a second less really left, so the young dumps are
+                // promised from LIFETIME_MARGIN less one second on (2 s: still a check
+                // interval and max_age above the kernel reporting REFRESH_BELOW_SECS).
+                if left <= LIFETIME_MARGIN - Duration::from_secs(1) {
+                    let young = (left + MAX_AGE).as_millis().div_ceil(1000) as u32;
+                    assert!(
+                        seen <= young,
+                        "{secs}.{offset_ms} s address, {left:?} left: the cache says {seen} s, a dump {MAX_AGE:?} old at most {young} s"
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            assert!(
+                inner.dumps() <= 2 + (secs as usize) / 27 + 20,
+                "{secs}.{offset_ms} s address: {} dumps (the last 3 s are read from 200 ms dumps, before that one dump serves)",
+                inner.dumps()
+            );
+        }
     }
 }
