@@ -83,13 +83,13 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             false => due.chunks(ADD_CHUNK).collect(),
         };
         for (n, chunk) in chunks.into_iter().enumerate() {
-            let now = Instant::now();
             let (lifetime, second_line) = match n {
                 0 => (lifetime, second_line),
                 _ => {
                     if !Box::pin(self.catch_up()).await {
                         break;
                     }
+                    let now = Instant::now();
                     let Some(left) = self.fence_left(now).filter(|l| *l > 0) else {
                         break;
                     };
