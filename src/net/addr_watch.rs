@@ -8,10 +8,10 @@
 //! rtnetlink(7), `rtmsg_ifa` / `ipv6_ifa_notify` in the kernel). The watch does not parse
 //! them: any message, and a lost one (the socket reports `ENOBUFS` when its receive buffer
 //! overflowed), counts as a change. A cache compares the count before its dump with the
-//! count when it is read; a change during the dump makes that dump stale at once. The
-//! notification reaches the watch's socket before the kernel acknowledges the request that
-//! caused it, but the watch reads it a moment later: a writer that must see its own change
-//! invalidates the cache itself, as before.
+//! count when it is read; after a change, during the dump or later, it reuses that dump for
+//! its short `max_age` only. The notification reaches the watch's socket before the kernel
+//! acknowledges the request that caused it, but the watch reads it a moment later: a writer
+//! that must see its own change invalidates the cache itself, as before.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
