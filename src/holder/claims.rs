@@ -192,24 +192,13 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let mut announced = 0;
         // In chunks, the lease caught up between them ([`ADD_CHUNK`]).
         for (n, chunk) in idx.chunks(ADD_CHUNK).enumerate() {
-            if n > 0 && !Box::pin(self.catch_up()).await {
-                break;
-            }
-            let now = Instant::now();
-            let Some(left) = self.fence_left(now) else {
-                break;
-            };
-            if left == 0 {
-                // The next renewal adds them with a full fence.
-                break;
-            }
             // A shard's hundreds of VIPs take the kernel seconds to add at thousands of
             // addresses: with the whole-second fence the last ones found less than a second
-            // left and were removed again.
-            let second_line = self.second_line_now(now);
-            let lifetime = match second_line {
-                true => self.cfg.fence.second_line_secs,
-                false => left,
+            // left and were removed again. Nothing left: the next renewal adds them with a
+            // full fence.
+            let Some((lifetime, second_line)) = Box::pin(self.chunk_fence(n > 0, true)).await
+            else {
+                break;
             };
             let mut chunk_added = Vec::new();
             let adds_started = Instant::now();

@@ -84,21 +84,17 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         };
         for (n, chunk) in chunks.into_iter().enumerate() {
             let (lifetime, second_line) = match n {
-                0 => (lifetime, second_line),
-                _ => {
-                    if !Box::pin(self.catch_up()).await {
-                        break;
-                    }
-                    let now = Instant::now();
-                    let Some(left) = self.fence_left(now).filter(|l| *l > 0) else {
-                        break;
-                    };
-                    (left, second_line && self.second_line_now(now))
-                }
-            };
-            let lifetime = match second_line {
-                true => self.cfg.fence.second_line_secs,
-                false => lifetime,
+                0 => (
+                    match second_line {
+                        true => self.cfg.fence.second_line_secs,
+                        false => lifetime,
+                    },
+                    second_line,
+                ),
+                _ => match Box::pin(self.chunk_fence(true, second_line)).await {
+                    Some(fence) => fence,
+                    None => break,
+                },
             };
             let adds_started = Instant::now();
             let outcomes = match chunk.is_empty() {
@@ -143,6 +139,27 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             announced,
             announce: announce_took,
         });
+    }
+
+    /// The lifetime cap (seconds) and second-line flag for the next chunk of a batch of adds
+    /// ([`ADD_CHUNK`]): after the lease caught up when `catch_up` ([`Self::catch_up`], between
+    /// chunks), the fence left now, and the second line's lifetime when `second_line` allows
+    /// it and the elements still run ([`Self::second_line_now`]). `None` ends the batch: the
+    /// elector no longer leads this term, or nothing of the lease is left.
+    pub(super) async fn chunk_fence(
+        &mut self,
+        catch_up: bool,
+        second_line: bool,
+    ) -> Option<(u32, bool)> {
+        if catch_up && !Box::pin(self.catch_up()).await {
+            return None;
+        }
+        let now = Instant::now();
+        let left = self.fence_left(now).filter(|l| *l > 0)?;
+        Some(match second_line && self.second_line_now(now) {
+            true => (self.cfg.fence.second_line_secs, true),
+            false => (left, false),
+        })
     }
 
     /// Logs `t` (its time since leading filled in here) at info level when it is the

@@ -166,14 +166,13 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             Some(view) => view.borrow().clone(),
             None => return self.fence_left(Instant::now()).is_some(),
         };
-        match latest {
-            LeaderState::Leading {
-                term, renewed_at, ..
-            } if term == self.term && self.renewed_at.is_some() => {
-                if self.renewed_at.is_some_and(|r| renewed_at > r) {
-                    self.renewed_at = Some(renewed_at);
-                }
-            }
+        match (latest, self.renewed_at) {
+            (
+                LeaderState::Leading {
+                    term, renewed_at, ..
+                },
+                Some(known),
+            ) if term == self.term => self.renewed_at = Some(renewed_at.max(known)),
             _ => return false,
         }
         let now = Instant::now();

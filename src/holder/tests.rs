@@ -1257,6 +1257,17 @@ fn only_leases_longer_than_the_fence_and_its_slack_keep_one_path() {
     assert!(!route_gone_before_takeover(&t(4, 2, 1)));
 }
 
+/// The takeover lines among the captured `lines` ([`crate::obs::logging::capture`]).
+fn takeover_lines(lines: &crate::obs::logging::capture::Lines) -> Vec<String> {
+    lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("takeover:"))
+        .cloned()
+        .collect()
+}
+
 /// Issue 28: the new holder's log says where a takeover's time went, once a term: after the
 /// probe window for a term that probes (its bind, the fence set before by the renewal), at
 /// once for a clean hand-over (the renewal's refresh, with its fence time), never for the
@@ -1265,15 +1276,7 @@ fn only_leases_longer_than_the_fence_and_its_slack_keep_one_path() {
 async fn a_takeover_logs_its_step_times_once_a_term() {
     let (subscriber, lines) = crate::obs::logging::capture::subscriber();
     let _log = tracing::subscriber::set_default(subscriber);
-    let takeovers = || -> Vec<String> {
-        lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.contains("takeover:"))
-            .cloned()
-            .collect()
-    };
+    let takeovers = || takeover_lines(&lines);
     let vips: Vec<Vip> = (1..=12u8)
         .map(|i| Vip::new(IpAddr::from([192, 0, 2, 100 + i]), 32).unwrap())
         .collect();
@@ -1340,37 +1343,9 @@ fn a_takeover_reads_in_milliseconds() {
 /// read as a failover of minutes ("1 VIPs in place 60000 ms after leading").
 #[tokio::test(start_paused = true)]
 async fn a_vip_added_later_in_a_term_that_started_empty_is_no_takeover() {
-    use std::sync::Mutex;
-    struct Sink(Arc<Mutex<Vec<String>>>);
-    impl std::io::Write for Sink {
-        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-            self.0
-                .lock()
-                .unwrap()
-                .push(String::from_utf8_lossy(b).into_owned());
-            Ok(b.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let writer = lines.clone();
-    let _log = tracing::subscriber::set_default(
-        tracing_subscriber::fmt()
-            .with_writer(move || Sink(writer.clone()))
-            .with_ansi(false)
-            .finish(),
-    );
-    let takeovers = || -> Vec<String> {
-        lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|l| l.contains("takeover:"))
-            .cloned()
-            .collect()
-    };
+    let (subscriber, lines) = crate::obs::logging::capture::subscriber();
+    let _log = tracing::subscriber::set_default(subscriber);
+    let takeovers = || takeover_lines(&lines);
     let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
     let (updates_tx, updates) = watch::channel(Vec::new());
     let kernel = FakeKernel::with_eth0();
