@@ -526,7 +526,7 @@ fn a_batch_refresh_answers_each_vip_like_one_call() {
             (9999, b, Lifetime::fixed(5)),
             (v0.index, b, Lifetime::fixed(5)),
         ];
-        let got = k.add_or_refresh_many(&items, false).await;
+        let got = k.add_or_refresh_many(&items, false, None).await;
         assert_eq!(got.len(), 4);
         assert!(matches!(got[0], Ok(s) if s >= 4), "{:?}", got[0]);
         assert!(
@@ -549,6 +549,62 @@ fn a_batch_refresh_answers_each_vip_like_one_call() {
         assert!(!own.ours && own.valid_lft_secs.is_none(), "{own:?}");
         k.remove(v0.index, a).await.unwrap();
         k.remove(v0.index, b).await.unwrap();
+    });
+}
+
+/// Issue 28: a batch given the caller's older reading of the addresses (`known`, one read
+/// for a shard's chunks) answers each VIP as a fresh read would: a VIP added since the
+/// read (the kernel's `EEXIST`) is refreshed, one removed since is added again, the node's
+/// own address that the read missed is still refused with `NotOurs`, and nothing is dumped
+/// when `known` says all.
+#[test]
+fn a_batch_with_an_older_reading_of_the_addresses_answers_as_a_fresh_one() {
+    lab("192.0.2.11/24", || async {
+        let k = NetlinkKernel::new().unwrap();
+        let v0 = up_link(&k, "v0").await;
+        let added_since = Vip::host(v4("192.0.2.40"));
+        let removed_since = Vip::host(v4("192.0.2.41"));
+        let node = Vip::new(v4("192.0.2.11"), 24).unwrap();
+        k.add_or_refresh(v0.index, removed_since, Lifetime::fixed(5), false)
+            .await
+            .unwrap();
+        // The reading: `removed_since` present, `added_since` and the node's address absent.
+        let known: Vec<AddrInfo> = k
+            .addresses(None)
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|a| a.vip != node)
+            .collect();
+        assert!(known.iter().any(|a| a.vip == removed_since));
+        k.add_or_refresh(v0.index, added_since, Lifetime::fixed(2), false)
+            .await
+            .unwrap();
+        k.remove(v0.index, removed_since).await.unwrap();
+        let items = [
+            (v0.index, added_since, Lifetime::fixed(20)),
+            (v0.index, removed_since, Lifetime::fixed(20)),
+            (v0.index, node, Lifetime::fixed(20)),
+        ];
+        let got = k.add_or_refresh_many(&items, false, Some(&known)).await;
+        assert!(matches!(got[0], Ok(s) if s >= 19), "{:?}", got[0]);
+        assert!(matches!(got[1], Ok(s) if s >= 19), "{:?}", got[1]);
+        assert!(
+            matches!(got[2], Err(NetError::NotOurs { .. })),
+            "{:?}",
+            got[2]
+        );
+        for vip in [added_since, removed_since] {
+            let info = find(&k, v0.index, vip).await.expect("VIP present");
+            assert!(
+                info.ours && info.valid_lft_secs.is_some_and(|s| s >= 19),
+                "{info:?}"
+            );
+        }
+        let own = find(&k, v0.index, node).await.unwrap();
+        assert!(!own.ours && own.valid_lft_secs.is_none(), "{own:?}");
+        k.remove(v0.index, added_since).await.unwrap();
+        k.remove(v0.index, removed_since).await.unwrap();
     });
 }
 

@@ -190,6 +190,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let mut adds_took = Duration::ZERO;
         let mut announce_took = Duration::ZERO;
         let mut announced = 0;
+        // One reading of the node's addresses for every chunk (each chunk's VIPs are its
+        // own, untouched by the chunks before).
+        let known = self.kernel.all_addresses().await.ok();
         // In chunks, the lease caught up between them ([`ADD_CHUNK`]).
         for (n, chunk) in idx.chunks(ADD_CHUNK).enumerate() {
             // A shard's hundreds of VIPs take the kernel seconds to add at thousands of
@@ -202,7 +205,14 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             };
             let mut chunk_added = Vec::new();
             let adds_started = Instant::now();
-            let outcomes = self.add_many(chunk, lifetime, second_line).await;
+            let outcomes = self
+                .add_many(
+                    chunk,
+                    lifetime,
+                    second_line,
+                    known.as_deref().map(Vec::as_slice),
+                )
+                .await;
             adds_took += adds_started.elapsed();
             for (i, link, vip, outcome) in outcomes {
                 match outcome {

@@ -64,10 +64,15 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         // The second line: with every element just set, addresses get the long lifetime,
         // and those with more than half of it left are not touched (no kernel call).
         let second_line = nft.set && self.cfg.fence.second_line_secs > 0;
-        let (due, fresh) = match second_line {
+        let (due, fresh, mut known) = match second_line {
             true => self.split_fresh(&bound).await,
-            false => (bound, Vec::new()),
+            false => (bound, Vec::new(), None),
         };
+        // One reading of the node's addresses for every chunk (each chunk's VIPs are its
+        // own): the split's, or one now.
+        if known.is_none() && !due.is_empty() {
+            known = self.kernel.all_addresses().await.ok();
+        }
         // Second-line addresses with more than half left: announced (when asked), untouched.
         let mut chunk_added: Vec<usize> = fresh
             .into_iter()
@@ -99,7 +104,15 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             let adds_started = Instant::now();
             let outcomes = match chunk.is_empty() {
                 true => Vec::new(),
-                false => self.add_many(chunk, lifetime, second_line).await,
+                false => {
+                    self.add_many(
+                        chunk,
+                        lifetime,
+                        second_line,
+                        known.as_deref().map(Vec::as_slice),
+                    )
+                    .await
+                }
             };
             adds_took += adds_started.elapsed();
             for (i, link, vip, outcome) in outcomes {
@@ -180,9 +193,11 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
 
     /// Adds or refreshes VIPs `idx` (those with an interface) with at most `lifetime`
     /// seconds of fence ([`Self::fence_or_remove`] first, for each), in one batch for the
-    /// kernel ([`Kernel::add_or_refresh_many`]: one read of the node's addresses for all of
-    /// them; one read per VIP made binding or refreshing a shard's hundreds of VIPs
-    /// quadratic, and stalled the process past its renew deadline). Returns each VIP's
+    /// kernel ([`Kernel::add_or_refresh_many`] with `known`, the node's addresses as the
+    /// caller read them for its whole batch; `None`: one read for this call. One read per
+    /// VIP made binding or refreshing a shard's hundreds of VIPs quadratic, and stalled the
+    /// process past its renew deadline; one per chunk read 3 000 addresses ten times for a
+    /// shard's 620). Returns each VIP's
     /// outcome in `idx` order: `Ok(true)` held now, `Ok(false)` not added (the lease may
     /// have lapsed, less than a second was left, or the kernel took less than a second:
     /// [`Self::after_add`]), `Err` the kernel's error.
@@ -193,6 +208,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         idx: &[usize],
         lifetime: u32,
         second_line: bool,
+        known: Option<&[AddrInfo]>,
     ) -> Vec<Added> {
         let mut batch: Vec<Refresh> = Vec::with_capacity(idx.len());
         for &i in idx {
@@ -217,7 +233,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             true => Vec::new(),
             false => {
                 self.kernel
-                    .add_or_refresh_many(&items, self.cfg.skip_dad)
+                    .add_or_refresh_many(&items, self.cfg.skip_dad, known)
                     .await
             }
         };
@@ -265,17 +281,21 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// they keep the whole-second fence). Reads the node's addresses once (a holder of
     /// Services shares the node's dump with its other holders, kept until an address changes
     /// and at most 30 s, its lifetimes aged: over-reported by at most a second,
-    /// [`crate::net::cache`]); when that fails every VIP is due.
-    async fn split_fresh(&self, idx: &[usize]) -> (Vec<usize>, Vec<usize>) {
+    /// [`crate::net::cache`]); when that fails every VIP is due. Also returns that reading
+    /// (for [`Self::add_many`]).
+    async fn split_fresh(
+        &self,
+        idx: &[usize],
+    ) -> (Vec<usize>, Vec<usize>, Option<Arc<Vec<AddrInfo>>>) {
         let Ok(present) = self.kernel.all_addresses().await else {
-            return (idx.to_vec(), Vec::new());
+            return (idx.to_vec(), Vec::new(), None);
         };
         let wanted = idx
             .iter()
             .filter_map(|&i| self.vips.get(i))
             .map(|s| s.vip.addr);
         let ours = ours_by_place(&present, wanted);
-        idx.iter().copied().partition(|&i| {
+        let (due, fresh) = idx.iter().copied().partition(|&i| {
             let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
                 return true;
             };
@@ -284,7 +304,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                     a.vip.prefix == spec.vip.prefix
                         && second_line_fresh(&self.cfg.fence, a.valid_lft_secs)
                 })
-        })
+        });
+        (due, fresh, Some(present))
     }
 
     /// Logs the VIPs `idx` just added with `message`, one line each while few

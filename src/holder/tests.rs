@@ -41,6 +41,9 @@ pub(crate) struct KState {
     expires: Vec<(Vip, Instant)>,
     /// The size of every [`Kernel::add_or_refresh_many`] call.
     pub(crate) batches: Vec<usize>,
+    /// Whether each [`Kernel::add_or_refresh_many`] call was given the caller's reading
+    /// of the addresses (`known`).
+    pub(crate) batches_known: Vec<bool>,
     /// Calls of [`Kernel::link_by_name`].
     pub(crate) name_queries: usize,
     /// The size of every [`Kernel::remove_many`] call.
@@ -195,8 +198,13 @@ impl Kernel for FakeKernel {
         &self,
         items: &[(u32, Vip, Lifetime)],
         skip_dad: bool,
+        known: Option<&[AddrInfo]>,
     ) -> Vec<Result<u32, NetError>> {
-        self.0.lock().unwrap().batches.push(items.len());
+        {
+            let mut s = self.0.lock().unwrap();
+            s.batches.push(items.len());
+            s.batches_known.push(known.is_some());
+        }
         let mut out = Vec::with_capacity(items.len());
         for (ifindex, vip, lifetime) in items {
             out.push(
@@ -1142,6 +1150,11 @@ async fn many_vips_are_bound_and_refreshed_in_one_batch_each() {
             "one interface lookup for 40 VIPs on eth0"
         );
         assert_eq!(s.batches, vec![40], "bound in one batch after the probe");
+        assert_eq!(
+            s.batches_known,
+            vec![true],
+            "the batch given the holder's reading of the addresses"
+        );
         for v in &vips {
             assert!(s.addrs.iter().any(|a| a.vip == *v && a.ours), "{v} bound");
         }
@@ -1156,6 +1169,7 @@ async fn many_vips_are_bound_and_refreshed_in_one_batch_each() {
         vec![40, 40],
         "the renewal refreshed all 40 in one batch"
     );
+    assert_eq!(r.kernel.0.lock().unwrap().batches_known, vec![true, true]);
     r.state
         .send_replace(LeaderState::Following { holder: None });
     tokio::time::sleep(Duration::from_millis(10)).await;

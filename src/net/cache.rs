@@ -193,8 +193,9 @@ impl<K: Kernel> Kernel for CachedKernel<K> {
         &self,
         items: &[(u32, Vip, Lifetime)],
         skip_dad: bool,
+        known: Option<&[AddrInfo]>,
     ) -> Vec<Result<u32, NetError>> {
-        let r = self.inner.add_or_refresh_many(items, skip_dad).await;
+        let r = self.inner.add_or_refresh_many(items, skip_dad, known).await;
         self.invalidate().await;
         r
     }

@@ -320,13 +320,23 @@ pub trait Kernel: Send + Sync + 'static {
 
     /// [`Self::add_or_refresh`] of each `(ifindex, vip, lifetime)` in `items`, in order,
     /// with one result per item (the same errors). The default makes one call per item;
-    /// the netlink kernel reads the node's addresses and each interface once for the whole
-    /// batch (a holder refreshing hundreds of VIPs at each renewal).
+    /// the netlink kernel reads each interface once for the whole batch and the node's
+    /// addresses at most once (a holder refreshing hundreds of VIPs at each renewal).
+    ///
+    /// `known`: the node's addresses as the caller last read them ([`Self::all_addresses`]),
+    /// taken instead of a read of its own to tell an add from a refresh and to find an
+    /// untagged copy; `None`: read them now. A holder adding a shard's hundreds of VIPs in
+    /// chunks passes one read for all its chunks (each chunk's VIPs are its own, untouched
+    /// by the chunks before). An older `known` is safe: an address added since (the kernel
+    /// answers `EEXIST`) is looked up again at once, one removed since is created by the
+    /// refresh (`NLM_F_CREATE | NLM_F_REPLACE`). The default ignores it.
     fn add_or_refresh_many(
         &self,
         items: &[(u32, Vip, Lifetime)],
         skip_dad: bool,
+        known: Option<&[AddrInfo]>,
     ) -> impl Future<Output = Vec<Result<u32, NetError>>> + Send {
+        let _ = known;
         async move {
             let mut out = Vec::with_capacity(items.len());
             for (ifindex, vip, lifetime) in items {

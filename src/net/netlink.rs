@@ -470,16 +470,40 @@ impl NetlinkKernel {
         }
     }
 
-    /// [`Kernel::add_or_refresh`] on `link`; `snapshot`: the node's addresses read for this
-    /// call (`None`: read them now). A retry after the kernel refused the tag reads them
-    /// again.
+    /// [`Kernel::add_or_refresh`] on `link`; `known`: the node's addresses as the caller
+    /// read them (`None`: read them now). When the kernel answers `EEXIST` to an add that
+    /// `known` called new (the address appeared since that read), the add is decided again
+    /// on a fresh read ([`Kernel::add_or_refresh_many`]).
     async fn add_or_refresh_on(
         &self,
         link: &LinkInfo,
         vip: Vip,
         lifetime: Lifetime,
         skip_dad: bool,
-        snapshot: Option<&[(AddressMessage, AddrInfo)]>,
+        known: Option<&[AddrInfo]>,
+    ) -> Result<u32, NetError> {
+        if known.is_some() {
+            match self
+                .add_or_refresh_read(link, vip, lifetime, skip_dad, known)
+                .await
+            {
+                Err(NetError::Netlink { source, .. }) if errno(&source) == Some(EEXIST) => {}
+                r => return r,
+            }
+        }
+        self.add_or_refresh_read(link, vip, lifetime, skip_dad, None)
+            .await
+    }
+
+    /// [`Self::add_or_refresh_on`] with one reading of the node's addresses (`known`, or
+    /// a dump when `None`). A retry after the kernel refused the tag reads them again.
+    async fn add_or_refresh_read(
+        &self,
+        link: &LinkInfo,
+        vip: Vip,
+        lifetime: Lifetime,
+        skip_dad: bool,
+        known: Option<&[AddrInfo]>,
     ) -> Result<u32, NetError> {
         let ifindex = link.index;
         vip.check()?;
@@ -492,8 +516,10 @@ impl NetlinkKernel {
         let target = || format!("{vip} on {} (index {ifindex})", link.name);
         // At most: one try with IFA_PROTO, one with the label fallback.
         for attempt in 0..2 {
-            let existing = match snapshot {
-                Some(addrs) if attempt == 0 => self.existing_ours_in(addrs, ifindex, vip).await?,
+            let existing = match known {
+                Some(addrs) if attempt == 0 => {
+                    self.existing_ours_in(addrs.iter(), ifindex, vip).await?
+                }
                 _ => self.existing_ours(ifindex, vip).await?,
             };
             let mode = self.tag_mode();
@@ -572,18 +598,19 @@ impl NetlinkKernel {
     /// interface carries its address without vipd's tag.
     async fn existing_ours(&self, ifindex: u32, vip: Vip) -> Result<bool, NetError> {
         let addrs = self.dump_addrs().await?;
-        self.existing_ours_in(&addrs, ifindex, vip).await
+        self.existing_ours_in(addrs.iter().map(|(_, a)| a), ifindex, vip)
+            .await
     }
 
-    /// [`Self::existing_ours`] against the dump `addrs`.
-    async fn existing_ours_in(
+    /// [`Self::existing_ours`] against the addresses `addrs`.
+    async fn existing_ours_in<'a>(
         &self,
-        addrs: &[(AddressMessage, AddrInfo)],
+        addrs: impl Iterator<Item = &'a AddrInfo> + Send,
         ifindex: u32,
         vip: Vip,
     ) -> Result<bool, NetError> {
         let mut existing = false;
-        for (_, a) in addrs.iter().filter(|(_, a)| a.vip.addr == vip.addr) {
+        for a in addrs.filter(|a| a.vip.addr == vip.addr) {
             if !a.ours {
                 return Err(NetError::NotOurs {
                     addr: vip.addr,
@@ -720,11 +747,25 @@ impl Kernel for NetlinkKernel {
         &self,
         items: &[(u32, Vip, Lifetime)],
         skip_dad: bool,
+        known: Option<&[AddrInfo]>,
     ) -> Vec<Result<u32, NetError>> {
-        // One dump and one query per interface for the whole batch: per VIP, a holder of
-        // hundreds of VIPs (a shard lease) dumped every address of the node for each one at
-        // every renewal, and the last ones got their lifetime after the lease had run low.
-        let snapshot = self.dump_addrs().await;
+        // At most one dump and one query per interface for the whole batch: per VIP, a
+        // holder of hundreds of VIPs (a shard lease) dumped every address of the node for
+        // each one at every renewal, and the last ones got their lifetime after the lease
+        // had run low. With `known`, no dump at all.
+        let dumped: Option<Result<Vec<AddrInfo>, NetError>> = match known {
+            Some(_) => None,
+            None => Some(
+                self.dump_addrs()
+                    .await
+                    .map(|all| all.into_iter().map(|(_, a)| a).collect()),
+            ),
+        };
+        let addrs: Option<&[AddrInfo]> = match (known, &dumped) {
+            (Some(known), _) => Some(known),
+            (None, Some(Ok(all))) => Some(all),
+            _ => None,
+        };
         let mut links: Vec<(u32, Result<LinkInfo, NetError>)> = Vec::new();
         let mut out = Vec::with_capacity(items.len());
         for (ifindex, vip, lifetime) in items {
@@ -732,8 +773,8 @@ impl Kernel for NetlinkKernel {
                 links.push((*ifindex, self.link_by_index(*ifindex).await));
             }
             let link = links.iter().find(|(i, _)| i == ifindex).map(|(_, l)| l);
-            let r = match (link, &snapshot) {
-                (Some(Ok(link)), Ok(addrs)) => {
+            let r = match (link, addrs) {
+                (Some(Ok(link)), Some(addrs)) => {
                     self.add_or_refresh_on(link, *vip, *lifetime, skip_dad, Some(addrs))
                         .await
                 }

@@ -1018,6 +1018,10 @@ async fn a_batch_longer_than_the_lease_keeps_its_elements_and_announces_each_chu
             .all(|b| *b <= ADD_CHUNK),
         "chunks of at most {ADD_CHUNK}"
     );
+    // Each chunk given the batch's one reading of the addresses (no dump of its own).
+    let known = r.kernel.0.lock().unwrap().batches_known.clone();
+    assert!(known.len() >= 300 / ADD_CHUNK, "{known:?}");
+    assert!(known.iter().all(|k| *k), "{known:?}");
     for v in &vips {
         assert!(r.kernel.has(*v), "{v} added");
         assert_eq!(r.ann.count(*v), 1, "{v} announced with its chunk");
