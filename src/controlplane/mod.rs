@@ -19,7 +19,7 @@ use crate::election::local::LocalLeaseClient;
 use crate::election::{Elector, Gates, LeaseClient};
 use crate::holder::{HolderConfig, VipHolder, VipSpec};
 use crate::net::route_kernel::{NoAnnouncer, RouteKernel, RoutedAddressKernel};
-use crate::net::{Announcer, Kernel, NetlinkKernel, RawAnnouncer, Vip};
+use crate::net::{Announcer, CachedKernel, Kernel, NetlinkKernel, RawAnnouncer, Vip};
 use crate::obs::readiness::Readiness;
 
 /// What the control-plane wing reads of the node's configuration (composed by
@@ -167,8 +167,11 @@ pub struct Parts {
     /// Where the elector runs: the election runtime ([`crate::election::own_runtime`]), so
     /// its renewals never wait for the Services' work on the main runtime; `None`: here.
     pub elections: Option<tokio::runtime::Handle>,
-    /// The kernel the VIPs go to.
-    pub kernel: Arc<NetlinkKernel>,
+    /// The kernel the VIPs go to, through the process's one dump of the node's addresses
+    /// (kept until an address changes, [`CachedKernel::watched_or_aged`]): the holder's
+    /// checks share it with the Services wing's holders instead of dumping the node's
+    /// thousands of Service addresses twice a second on their own.
+    pub kernel: Arc<CachedKernel<NetlinkKernel>>,
     /// The VIP holder's settings (fence, GARP rate, conflict probe, ARP guard).
     pub holder_cfg: HolderConfig,
     /// Election gates; [`health_loop`] drives [`GATE_LOCAL_API`] on them.

@@ -95,7 +95,8 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         health_stop.clone(),
     ));
     // One dump of the node's addresses shared by the readers of all of them (the
-    // housekeeping below, the Service VIP holders), kept until an address changes.
+    // housekeeping below, the control-plane and Service VIP holders), kept until an
+    // address changes.
     let addresses = Arc::new(crate::net::CachedKernel::watched_or_aged(
         kernel.clone(),
         Duration::from_millis(200),
@@ -160,7 +161,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
                 client: client.clone(),
                 lease_client: cp_lease_client,
                 elections,
-                kernel: kernel.clone(),
+                kernel: addresses.clone(),
                 holder_cfg: cp_holder_cfg,
                 gates: cp_gates.clone(),
                 metrics: metrics.clone(),
