@@ -598,8 +598,9 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     term_started: Option<Instant>,
     /// IPv4 VIPs pinned to their interface against ARP flux (S36).
     arp: crate::net::ArpPins,
-    /// VIPs armed in the nftables fence (`HolderConfig::nft_fence`).
-    nft_fenced: Vec<IpAddr>,
+    /// VIPs armed in the nftables fence (`HolderConfig::nft_fence`). A set: each renewal
+    /// compares it with the holder's VIPs, hundreds for a shard.
+    nft_fenced: std::collections::HashSet<IpAddr>,
     /// When the elements last set for them end (`None` before the first is set).
     nft_until: Option<Instant>,
     /// The last attempt to set this holder's elements set all of them (`refresh_nft_fence`;
@@ -694,7 +695,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             term: 0,
             leader_view: None,
             arp,
-            nft_fenced: Vec::new(),
+            nft_fenced: std::collections::HashSet::new(),
             nft_until: None,
             nft_set_ok: false,
             nft_run_expected: Duration::ZERO,

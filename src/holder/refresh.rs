@@ -353,15 +353,20 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             return NftRefresh::unset(!needed);
         };
         let vips: Vec<IpAddr> = self.vips.iter().map(|s| s.vip.addr).collect();
+        let wanted: std::collections::HashSet<&IpAddr> = vips.iter().collect();
         let gone: Vec<IpAddr> = self
             .nft_fenced
             .iter()
-            .filter(|v| !vips.contains(v))
+            .filter(|v| !wanted.contains(v))
             .copied()
             .collect();
         if !gone.is_empty() {
             match self.cfg.nft_fence.disarm(self.fence_owner, &gone).await {
-                Ok(()) => self.nft_fenced.retain(|v| !gone.contains(v)),
+                Ok(()) => {
+                    for v in &gone {
+                        self.nft_fenced.remove(v);
+                    }
+                }
                 Err(e) => {
                     warn!(holder = %self.name, error = %e, "cannot disarm the nftables fence of VIPs that left the set")
                 }
@@ -417,11 +422,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 lease,
                 margin,
             );
-            for v in &vips {
-                if !self.nft_fenced.contains(v) {
-                    self.nft_fenced.push(*v);
-                }
-            }
+            self.nft_fenced.extend(vips.iter().copied());
             let now = Instant::now();
             if ends > now && !fence_overrun(lease, margin, ends.saturating_duration_since(sent)) {
                 self.nft_until = Some(until);
@@ -514,7 +515,10 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         match self
             .cfg
             .nft_fence
-            .disarm(self.fence_owner, &self.nft_fenced)
+            .disarm(
+                self.fence_owner,
+                &self.nft_fenced.iter().copied().collect::<Vec<_>>(),
+            )
             .await
         {
             Ok(()) => {
