@@ -1937,10 +1937,9 @@ fn nft_fence_a_vip_named_twice_in_one_change_is_changed_once() {
 /// refuses it (`NotOurs`) and leaves it alone. Found by the new-user trial: with `known` the
 /// refresh (`NLM_F_CREATE | NLM_F_REPLACE`) rewrites the other address as vipd's, tagged, with
 /// vipd's 20 s lifetime (IPv4 and IPv6; for IPv6 even one of another prefix length), so it
-/// ends with the lease or is removed at release. The window: one holder's renewal or bind,
-/// all its chunks (one reading), plus the shared cache's lag.
+/// ends with the lease or is removed at release. The window was one holder's renewal or
+/// bind, all its chunks (one reading), plus the shared cache's lag.
 #[test]
-#[ignore = "trial finding: a replace from a stale reading takes over someone else's address"]
 fn a_refresh_from_an_older_reading_leaves_an_address_added_since_by_someone_else_alone() {
     lab("192.0.2.11/24", || async {
         let k = NetlinkKernel::new().unwrap();
