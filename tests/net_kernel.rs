@@ -1931,3 +1931,56 @@ fn nft_fence_a_vip_named_twice_in_one_change_is_changed_once() {
         f.close().await.unwrap();
     });
 }
+
+/// A refresh decided on an older reading (`known` says the VIP is ours on `v0`) must not
+/// take over an untagged copy of the address added since vipd's copy went: a fresh read
+/// refuses it (`NotOurs`) and leaves it alone. Found by the new-user trial: with `known` the
+/// refresh (`NLM_F_CREATE | NLM_F_REPLACE`) rewrites the other address as vipd's, tagged, with
+/// vipd's 20 s lifetime (IPv4 and IPv6; for IPv6 even one of another prefix length), so it
+/// ends with the lease or is removed at release. The window was one holder's renewal or
+/// bind, all its chunks (one reading), plus the shared cache's lag.
+#[test]
+fn a_refresh_from_an_older_reading_leaves_an_address_added_since_by_someone_else_alone() {
+    lab("192.0.2.11/24", || async {
+        let k = NetlinkKernel::new().unwrap();
+        let v0 = up_link(&k, "v0").await;
+        for (vip, theirs) in [
+            (Vip::host(v4("192.0.2.50")), "192.0.2.50/32"),
+            (
+                Vip::host("2001:db8::50".parse().unwrap()),
+                "2001:db8::50/128",
+            ),
+            (
+                Vip::host("2001:db8::51".parse().unwrap()),
+                "2001:db8::51/64",
+            ),
+        ] {
+            k.add_or_refresh(v0.index, vip, Lifetime::fixed(30), true)
+                .await
+                .unwrap();
+            let known: Vec<AddrInfo> = k.addresses(None).await.unwrap();
+            k.remove(v0.index, vip).await.unwrap();
+            ip(&format!("addr add {theirs} dev v0 nodad"));
+            let got = k
+                .add_or_refresh_many(&[(v0.index, vip, Lifetime::fixed(20))], true, Some(&known))
+                .await;
+            let left: Vec<AddrInfo> = k
+                .addresses(Some(v0.index))
+                .await
+                .unwrap()
+                .into_iter()
+                .filter(|a| a.vip.addr == vip.addr)
+                .collect();
+            assert!(
+                matches!(got[0], Err(NetError::NotOurs { .. })),
+                "{theirs}: {:?}, now {left:?}",
+                got[0]
+            );
+            assert!(
+                left.iter().all(|a| !a.ours && a.valid_lft_secs.is_none()),
+                "{theirs}: {left:?}"
+            );
+            ip(&format!("addr del {theirs} dev v0"));
+        }
+    });
+}

@@ -327,9 +327,11 @@ pub trait Kernel: Send + Sync + 'static {
     /// taken instead of a read of its own to tell an add from a refresh and to find an
     /// untagged copy; `None`: read them now. A holder adding a shard's hundreds of VIPs in
     /// chunks passes one read for all its chunks (each chunk's VIPs are its own, untouched
-    /// by the chunks before). An older `known` is safe: an address added since (the kernel
-    /// answers `EEXIST`) is looked up again at once, one removed since is created by the
-    /// refresh (`NLM_F_CREATE | NLM_F_REPLACE`). The default ignores it.
+    /// by the chunks before). An older `known` is safe for adds: an address added since (the
+    /// kernel answers `EEXIST`) is looked up again at once. A batch `known` says refreshes a
+    /// VIP (in place, ours) reads the addresses now: a refresh (`NLM_F_CREATE |
+    /// NLM_F_REPLACE`) would rewrite an untagged copy added since as vipd's. The default
+    /// ignores it.
     fn add_or_refresh_many(
         &self,
         items: &[(u32, Vip, Lifetime)],

@@ -752,7 +752,20 @@ impl Kernel for NetlinkKernel {
         // At most one dump and one query per interface for the whole batch: per VIP, a
         // holder of hundreds of VIPs (a shard lease) dumped every address of the node for
         // each one at every renewal, and the last ones got their lifetime after the lease
-        // had run low. With `known`, no dump at all.
+        // had run low. With `known`, no dump at all, unless it says a VIP of the batch is
+        // in place: a refresh (`NLM_F_REPLACE`) rewrites whatever address the kernel has
+        // there, and one decided on an older reading took over an untagged copy added
+        // since vipd's went (tagged it vipd's, with vipd's lifetime; found by the new-user
+        // trial). An add is safe on `known`: the kernel refuses it (`EEXIST`) when the
+        // address is there, and it is decided again on a fresh read.
+        let known = known.filter(|known| {
+            let placed: std::collections::HashSet<(u32, Vip)> = known
+                .iter()
+                .filter(|a| a.ours)
+                .map(|a| (a.ifindex, a.vip))
+                .collect();
+            !items.iter().any(|(i, v, _)| placed.contains(&(*i, *v)))
+        });
         let dumped: Option<Result<Vec<AddrInfo>, NetError>> = match known {
             Some(_) => None,
             None => Some(

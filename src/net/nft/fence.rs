@@ -1807,4 +1807,101 @@ mod tests {
         assert_eq!(&c[..4], &remove_commands()[..]);
         assert!(c.iter().any(|l| l.contains("flags timeout")));
     }
+
+    /// The fence's runs, each reading and recording its own VIPs' state only, send what
+    /// runs reading and recording the whole node's state (the earlier code, modelled here)
+    /// sent, over a long pseudo-random sequence: VIPs shared by holders, moved between
+    /// them, disarmed by holders that never armed them, given twice in one op, several ops
+    /// in one transaction, failed runs (nothing recorded), refreshes whose end had passed.
+    #[tokio::test]
+    async fn runs_reading_their_own_vips_send_what_whole_state_runs_sent() {
+        let (f, rec) = recorded().await;
+        let norm = |lines: Vec<String>| -> Vec<String> {
+            lines
+                .into_iter()
+                .map(|l| {
+                    l.split_whitespace()
+                        .filter(|t| !t.trim_end_matches(['}', ',']).ends_with("ms"))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                })
+                .collect()
+        };
+        let vips: [IpAddr; 4] = [
+            v4(),
+            "192.0.2.11".parse().unwrap(),
+            v6(),
+            "2001:db8::11".parse().unwrap(),
+        ];
+        // The model: the whole node's state, cloned into each transaction and replaced.
+        let mut m_live: HashMap<IpAddr, Instant> = HashMap::new();
+        let mut m_arms: Arms = Arms::new();
+        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = |n: u64| {
+            seed = seed
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (seed >> 33) % n
+        };
+        for step in 0..600 {
+            let now = Instant::now();
+            let mut ops = Vec::new();
+            for _ in 0..=next(3) {
+                let k = 1 + next(3) as usize;
+                let vs: Vec<IpAddr> = (0..k).map(|_| vips[next(4) as usize]).collect();
+                let change = match next(5) {
+                    0 | 1 => Change::Refresh(now + Duration::from_secs(60)),
+                    2 => Change::Refresh(now - Duration::from_secs(1)),
+                    3 => Change::Expire,
+                    _ => Change::Disarm,
+                };
+                ops.push(Op {
+                    vips: vs,
+                    change,
+                    owner: 1 + next(3),
+                });
+            }
+            let fail = next(10) == 0;
+            rec.set_fail(fail);
+            let before = rec.batches().len();
+            let got = f.apply(&ops).await;
+            rec.set_fail(false);
+            // A run with nothing to send succeeds even then.
+            if got.is_err() {
+                assert!(fail, "step {step}: {got:?}");
+                continue;
+            }
+            let t = Instant::now();
+            let mut may_be_live: HashSet<IpAddr> = m_live
+                .iter()
+                .filter(|(_, u)| **u > t)
+                .map(|(v, _)| *v)
+                .collect();
+            let mut arms = m_arms.clone();
+            let want = op_commands(&ops, &mut may_be_live, &mut arms, t);
+            for op in &ops {
+                for v in &op.vips {
+                    match op.change {
+                        Change::Refresh(until) if !timeout_until(until, t).is_zero() => {
+                            m_live.insert(*v, until + LIVE_SLACK);
+                        }
+                        Change::Disarm if arms.contains_key(v) => {}
+                        _ => {
+                            m_live.remove(v);
+                        }
+                    }
+                }
+            }
+            m_arms = arms;
+            let sent = rec.batches();
+            let got_lines = sent.get(before).map(|b| b.lines()).unwrap_or_default();
+            assert_eq!(
+                norm(got_lines),
+                norm(want),
+                "step {step}: {ops:?}, model arms {m_arms:?}"
+            );
+            let real = f.state.arms.lock().unwrap().clone();
+            assert_eq!(real, m_arms, "step {step}: {ops:?}");
+        }
+    }
 }
