@@ -759,12 +759,11 @@ impl Kernel for NetlinkKernel {
         // trial). An add is safe on `known`: the kernel refuses it (`EEXIST`) when the
         // address is there, and it is decided again on a fresh read.
         let known = known.filter(|known| {
-            let placed: std::collections::HashSet<(u32, Vip)> = known
+            let batch: std::collections::HashSet<(u32, Vip)> =
+                items.iter().map(|(i, v, _)| (*i, *v)).collect();
+            !known
                 .iter()
-                .filter(|a| a.ours)
-                .map(|a| (a.ifindex, a.vip))
-                .collect();
-            !items.iter().any(|(i, v, _)| placed.contains(&(*i, *v)))
+                .any(|a| a.ours && batch.contains(&(a.ifindex, a.vip)))
         });
         let dumped: Option<Result<Vec<AddrInfo>, NetError>> = match known {
             Some(_) => None,
