@@ -64,15 +64,13 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         // The second line: with every element just set, addresses get the long lifetime,
         // and those with more than half of it left are not touched (no kernel call).
         let second_line = nft.set && self.cfg.fence.second_line_secs > 0;
-        let (due, fresh, mut known) = match second_line {
+        // The split's reading of the node's addresses serves every chunk; without one, no
+        // read here: a refresh's VIPs are mostly in place, and for those the kernel reads
+        // the addresses afresh anyway ([`Kernel::add_or_refresh_many`]).
+        let (due, fresh, known) = match second_line {
             true => self.split_fresh(&bound).await,
             false => (bound, Vec::new(), None),
         };
-        // One reading of the node's addresses for every chunk (each chunk's VIPs are its
-        // own): the split's, or one now.
-        if known.is_none() && !due.is_empty() {
-            known = self.kernel.all_addresses().await.ok();
-        }
         // Second-line addresses with more than half left: announced (when asked), untouched.
         let mut chunk_added: Vec<usize> = fresh
             .into_iter()
