@@ -765,18 +765,16 @@ impl Kernel for NetlinkKernel {
                 .iter()
                 .any(|a| a.ours && batch.contains(&(a.ifindex, a.vip)))
         });
-        let dumped: Option<Result<Vec<AddrInfo>, NetError>> = match known {
-            Some(_) => None,
-            None => Some(
-                self.dump_addrs()
-                    .await
-                    .map(|all| all.into_iter().map(|(_, a)| a).collect()),
-            ),
-        };
-        let addrs: Option<&[AddrInfo]> = match (known, &dumped) {
-            (Some(known), _) => Some(known),
-            (None, Some(Ok(all))) => Some(all),
-            _ => None,
+        let dumped: Vec<AddrInfo>;
+        let addrs: Option<&[AddrInfo]> = match known {
+            Some(known) => Some(known),
+            None => match self.dump_addrs().await {
+                Ok(all) => {
+                    dumped = all.into_iter().map(|(_, a)| a).collect();
+                    Some(&dumped)
+                }
+                Err(_) => None,
+            },
         };
         let mut links: Vec<(u32, Result<LinkInfo, NetError>)> = Vec::new();
         let mut out = Vec::with_capacity(items.len());
