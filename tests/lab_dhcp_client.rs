@@ -115,6 +115,25 @@ impl ServerCapture {
     fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
     }
+
+    /// The captured messages matching `f`, once there is at least one, waiting up to
+    /// `limit`: the capture thread reads the server's wire on its own schedule, so a
+    /// message dnsmasq has already answered may not be recorded yet when the client's
+    /// state changes (CI on 2 cores caught that). Panics naming `what` and everything
+    /// captured if none arrives in time.
+    async fn wait_for(&self, what: &str, limit: Duration, f: impl Fn(&Seen) -> bool) -> Vec<Seen> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let matching: Vec<Seen> = self.seen().into_iter().filter(|s| f(s)).collect();
+            if !matching.is_empty() {
+                return matching;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                panic!("no {what} on the wire after {limit:?}: {:?}", self.seen());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
 }
 
 impl Drop for ServerCapture {
@@ -298,16 +317,11 @@ fn dhcp_client_binds_renews_expires_reacquires_and_releases() {
             other => unreachable!("{other:?}"),
         };
         assert_eq!(renewed.addr, IpAddr::V4(REQUESTED));
-        let renewal: Vec<Seen> = cap
-            .seen()
-            .into_iter()
-            .filter(|s| s.kind == Some(MessageType::Request) && s.ciaddr == REQUESTED)
-            .collect();
-        assert!(
-            !renewal.is_empty(),
-            "no renewal on the wire: {:?}",
-            cap.seen()
-        );
+        let renewal = cap
+            .wait_for("renewal", Duration::from_secs(5), |s| {
+                s.kind == Some(MessageType::Request) && s.ciaddr == REQUESTED
+            })
+            .await;
         for s in &renewal {
             assert_eq!(s.eth_src, MAC, "{s:?}");
             assert_eq!(
