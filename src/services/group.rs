@@ -206,9 +206,7 @@ async fn group_task<K: Kernel, A: Announcer>(
         .lock()
         .map(|m| m.clone())
         .unwrap_or_default();
-    let end = group
-        .finish(ending.delete_lease.load(Ordering::SeqCst), &continued)
-        .await;
+    let end = Box::pin(group.finish(ending.delete_lease.load(Ordering::SeqCst), &continued)).await;
     let why = ending.not_here.lock().ok().and_then(|n| n.clone());
     // The VIPs are gone and the lease released (the next node takes it at once): only
     // now the Event, which costs an API call.
@@ -216,7 +214,7 @@ async fn group_task<K: Kernel, A: Announcer>(
         && leading
     {
         spec.count_handovers(&shared.metrics, why.reason);
-        report_handover(&shared.status_ctx(), &spec, &why.message).await;
+        Box::pin(report_handover(&shared.status_ctx(), &spec, &why.message)).await;
     }
     end
 }

@@ -65,7 +65,7 @@ pub(crate) async fn follow<K: crate::net::Kernel, A: crate::net::Announcer>(
         if !machine.wants_checks() {
             continue;
         }
-        let result = run_checks(&checks).await;
+        let result = Box::pin(run_checks(&checks)).await;
         if result.is_err() {
             shared.service_metrics().health_check_failed(&lease);
         }
@@ -86,13 +86,17 @@ pub(crate) async fn follow<K: crate::net::Kernel, A: crate::net::Announcer>(
                 current.count_handovers(&shared.metrics, "health");
                 gates.set(GATE_HEALTH, false);
                 let ctx = shared.status_ctx();
-                crate::services::sync::report_each(&ctx, &current, |addrs| {
-                    crate::services::publish::ServiceEvent::health_handover(
-                        &shared.node,
-                        addrs,
-                        &why,
-                    )
-                })
+                Box::pin(crate::services::sync::report_each(
+                    &ctx,
+                    &current,
+                    |addrs| {
+                        crate::services::publish::ServiceEvent::health_handover(
+                            &shared.node,
+                            addrs,
+                            &why,
+                        )
+                    },
+                ))
                 .await;
             }
             HealthStep::Reopen => {
