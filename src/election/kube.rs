@@ -25,8 +25,9 @@ pub(crate) struct KubeLeaseClient {
     last: Arc<Mutex<Option<Lease>>>,
     hub: Option<LeaseHub>,
     /// Labels put on the Lease when this client creates it (never added to an existing
-    /// one: they mark leases vipd created, see `services::lease_gc`).
-    labels: Option<std::collections::BTreeMap<String, String>>,
+    /// one: they mark leases vipd created, see `services::lease_gc`). Shared: one map for
+    /// every per-Service lease of the process, not one per Service.
+    labels: Option<Arc<std::collections::BTreeMap<String, String>>>,
 }
 
 impl KubeLeaseClient {
@@ -48,7 +49,7 @@ impl KubeLeaseClient {
     /// first, one GET, so that its labels are not dropped.
     pub(crate) fn with_labels(
         mut self,
-        labels: std::collections::BTreeMap<String, String>,
+        labels: Arc<std::collections::BTreeMap<String, String>>,
     ) -> Self {
         self.labels = Some(labels);
         self
@@ -143,7 +144,7 @@ impl LeaseClient for KubeLeaseClient {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
                 namespace: Some(self.namespace.clone()),
-                labels: self.labels.clone(),
+                labels: self.labels.as_deref().cloned(),
                 ..Default::default()
             },
             spec: Some(spec),
@@ -458,7 +459,8 @@ mod tests {
 
         // Created by this client: with the labels.
         let (client, seen) = fake_api(stored.clone());
-        let c = KubeLeaseClient::new(client, "default", "kubevip-web").with_labels(labels.clone());
+        let c = KubeLeaseClient::new(client, "default", "kubevip-web")
+            .with_labels(Arc::new(labels.clone()));
         c.create(&rec).await.unwrap();
         let reqs = seen.lock().unwrap().clone();
         assert_eq!(reqs.len(), 1);
@@ -468,7 +470,8 @@ mod tests {
         // Created by another node, learned from the watch, taken over by this one: the
         // replace carries the labels it read, not an empty metadata.
         let (client, seen) = fake_api(stored.clone());
-        let c = KubeLeaseClient::new(client, "default", "kubevip-web").with_labels(labels.clone());
+        let c = KubeLeaseClient::new(client, "default", "kubevip-web")
+            .with_labels(Arc::new(labels.clone()));
         c.update(&rec, "1").await.unwrap();
         let reqs = seen.lock().unwrap().clone();
         let put = reqs.iter().find(|(m, _)| m == "PUT").expect("a PUT");
@@ -480,7 +483,8 @@ mod tests {
         let mut foreign = stored.clone();
         foreign.metadata.labels = None;
         let (client, seen) = fake_api(foreign);
-        let c = KubeLeaseClient::new(client, "default", "kubevip-web").with_labels(labels);
+        let c =
+            KubeLeaseClient::new(client, "default", "kubevip-web").with_labels(Arc::new(labels));
         c.update(&rec, "1").await.unwrap();
         let reqs = seen.lock().unwrap().clone();
         let put = reqs.iter().find(|(m, _)| m == "PUT").expect("a PUT");

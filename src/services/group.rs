@@ -282,7 +282,7 @@ fn lease_client<K: Kernel, A: Announcer>(shared: &Shared<K, A>, lease: &LeaseRef
     let client = KubeLeaseClient::new(shared.lease_client.clone(), &lease.namespace, &lease.name)
         .with_hub(shared.hub.clone());
     GroupLease::Kube(Box::new(if shared.mode.collectable(lease) {
-        client.with_labels(super::lease_gc::lease_labels())
+        client.with_labels(super::lease_gc::shared_lease_labels())
     } else {
         client
     }))

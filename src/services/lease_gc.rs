@@ -84,6 +84,14 @@ pub(crate) fn lease_labels() -> BTreeMap<String, String> {
     ])
 }
 
+/// [`lease_labels`], built once per process and shared by every per-Service lease client
+/// (a map of two labels is about 600 bytes; one per Service was 0.6 MB at 1 000 Services).
+pub(crate) fn shared_lease_labels() -> Arc<BTreeMap<String, String>> {
+    static LABELS: std::sync::LazyLock<Arc<BTreeMap<String, String>>> =
+        std::sync::LazyLock::new(|| Arc::new(lease_labels()));
+    LABELS.clone()
+}
+
 /// The label selector of [`lease_labels`] (`key=value,key=value`).
 pub(crate) fn label_selector() -> String {
     lease_labels()
