@@ -262,7 +262,7 @@ pub const API_CALLS: &[ApiCall] = &[
     // The orphaned-lease collector (`services::lease_gc`): its own election on the Lease
     // `vipd-lease-gc` (the elector's calls above, in the collector's namespace), then the
     // holder's list and deletes.
-    call::<Lease>(List, ServiceLeases, Services, Always, (LEASE_GC, "api.list(&lp)")),
+    call::<Lease>(List, ServiceLeases, Services, Always, (LEASE_GC, ".list(lp)")),
     call::<Lease>(Delete, ServiceLeases, Services, Always, (LEASE_GC, "api.delete(&o.lease.name")),
     call::<EventsV1Event>(Create, ServiceLeases, Services, EventsV1, (EVENTS, "events.create(")),
     call::<EventsV1Event>(Patch, ServiceLeases, Services, EventsV1, (EVENTS, "events.patch(")),
