@@ -46,6 +46,20 @@ pub const SHARD_SPREAD_STEP: Duration = Duration::from_millis(250);
 /// Upper bound of the spread delay (reached 50 leases ahead).
 pub const SPREAD_CAP: Duration = Duration::from_secs(1);
 
+/// Acquisitions a node may have in flight, once its discovery period is over, before they
+/// count toward its lead under per-Service leases ([`Spread::new`]). The other nodes'
+/// acquisitions in flight are invisible to it, so counting its own from the first made every
+/// node of a balanced cluster look ahead during a burst of new Services (each node has
+/// about its share of the creation rate times the API latency in flight): each paced itself
+/// to one acquisition per 20 ms times that count, below the creation rate, and new Services
+/// queued (1 000 created at 44 a second: create -> first answer p95 3.1 s, 0.45 s without
+/// the pacing; docs/services-bench.md, twelfth session). Beyond the allowance they count as
+/// before, so a node that begins many acquisitions at once (a mass failover) is still paced,
+/// and a node ahead in leases held waits its lead. Shard leases ([`SHARD_SPREAD_STEP`]) keep
+/// no allowance: a few shards, each worth hundreds of Services, alternate between the nodes
+/// that race for them.
+pub const SPREAD_IN_FLIGHT_ALLOWANCE: usize = 16;
+
 /// How long after start the lead counts from zero (see the module doc).
 pub const SPREAD_DISCOVERY: Duration = Duration::from_secs(2);
 
@@ -158,22 +172,44 @@ pub struct Spread {
     step: Duration,
     cap: Duration,
     discovery: Duration,
+    /// Acquisitions in flight not counted toward the lead after discovery
+    /// ([`SPREAD_IN_FLIGHT_ALLOWANCE`]).
+    in_flight_allowance: usize,
 }
 
 impl Spread {
-    /// A spread with [`SPREAD_STEP`], [`SPREAD_CAP`] and [`SPREAD_DISCOVERY`].
+    /// The per-Service leases' spread: [`SPREAD_STEP`], [`SPREAD_CAP`], [`SPREAD_DISCOVERY`]
+    /// and [`SPREAD_IN_FLIGHT_ALLOWANCE`].
     pub fn new() -> Arc<Self> {
-        Self::with(SPREAD_STEP, SPREAD_CAP, SPREAD_DISCOVERY)
+        Self::with_allowance(
+            SPREAD_STEP,
+            SPREAD_CAP,
+            SPREAD_DISCOVERY,
+            SPREAD_IN_FLIGHT_ALLOWANCE,
+        )
     }
 
     /// A spread with the given step, cap and discovery period (counted from this node's
-    /// first attempt to acquire a lease, see the module doc).
+    /// first attempt to acquire a lease, see the module doc), every acquisition in flight
+    /// counting toward the lead.
     pub fn with(step: Duration, cap: Duration, discovery: Duration) -> Arc<Self> {
+        Self::with_allowance(step, cap, discovery, 0)
+    }
+
+    /// [`Spread::with`], where after discovery the first `in_flight_allowance` acquisitions
+    /// in flight do not count toward the lead ([`SPREAD_IN_FLIGHT_ALLOWANCE`]).
+    pub fn with_allowance(
+        step: Duration,
+        cap: Duration,
+        discovery: Duration,
+        in_flight_allowance: usize,
+    ) -> Arc<Self> {
         Arc::new(Spread {
             state: Mutex::new(State::default()),
             step,
             cap,
             discovery,
+            in_flight_allowance,
         })
     }
 
@@ -196,13 +232,20 @@ impl Spread {
     }
 
     fn ahead_of(&self, s: &State, now: Instant) -> usize {
+        let discovering = match s.discovery_until {
+            Some(until) => now < until,
+            None => !self.discovery.is_zero(),
+        };
+        // While discovering every acquisition counts: the first node up must not take
+        // everything before the others arrive.
+        let in_flight = match discovering {
+            true => s.in_flight,
+            false => s.in_flight.saturating_sub(self.in_flight_allowance),
+        };
         lead(
-            s.held + s.in_flight,
+            s.held + in_flight,
             s.counts.values().copied().min(),
-            match s.discovery_until {
-                Some(until) => now < until,
-                None => !self.discovery.is_zero(),
-            },
+            discovering,
         )
     }
 
@@ -393,6 +436,63 @@ mod tests {
         let w2 = discovering.watch_lease("ns/l0");
         w2.holder(Some("c"));
         assert_eq!(discovering.ahead(), 1, "discovering: from zero");
+    }
+
+    /// After discovery, a balanced node's own acquisitions in flight (a burst of new
+    /// Services: the other nodes' are invisible to it) do not delay the next one up to the
+    /// allowance; beyond it they count, as every one does while discovering and under
+    /// [`Spread::with`] (no allowance).
+    #[tokio::test(start_paused = true)]
+    async fn in_flight_acquisitions_count_only_beyond_the_allowance_after_discovery() {
+        let ms = Duration::from_millis;
+        let balanced = |s: &Arc<Spread>| -> Vec<LeaseWatch> {
+            for _ in 0..10 {
+                s.acquired(Instant::now());
+            }
+            (0..20)
+                .map(|i| {
+                    let w = s.watch_lease(&format!("ns/l{i}"));
+                    w.holder(Some(if i < 10 { "b" } else { "c" }));
+                    w
+                })
+                .collect()
+        };
+        let s = Spread::with_allowance(ms(20), ms(1000), ms(2000), 3);
+        let _seen = balanced(&s);
+        let t0 = Instant::now();
+        let discovering: Vec<InFlight> = (0..2).map(|_| s.begin()).collect();
+        assert_eq!(
+            s.not_before(t0),
+            t0 + ms(240),
+            "discovering: 10 held and 2 in flight count from zero"
+        );
+        drop(discovering);
+        tokio::time::advance(ms(2000)).await;
+        let t1 = Instant::now();
+        assert_eq!(s.not_before(t1), t1, "balanced: at once");
+        let mut burst: Vec<InFlight> = (0..3).map(|_| s.begin()).collect();
+        assert_eq!(s.ahead(), 0, "3 in flight, within the allowance");
+        assert_eq!(
+            s.not_before(t1),
+            t1,
+            "a new lease during the burst: at once"
+        );
+        burst.push(s.begin());
+        assert_eq!(s.ahead(), 1, "the fourth counts");
+        assert_eq!(s.not_before(t1), t1 + ms(20));
+        drop(burst);
+        // Without an allowance every acquisition in flight counts.
+        let strict = Spread::with(ms(20), ms(1000), ms(2000));
+        let _seen_strict = balanced(&strict);
+        tokio::time::advance(ms(2000)).await;
+        let t2 = Instant::now();
+        let _one = strict.begin();
+        assert_eq!(strict.not_before(t2), t2 + ms(20));
+        assert_eq!(
+            Spread::new().in_flight_allowance,
+            SPREAD_IN_FLIGHT_ALLOWANCE,
+            "per-Service leases get the allowance"
+        );
     }
 
     /// A node alone (nobody else seen once discovery is over) never waits, however many it
