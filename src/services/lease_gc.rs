@@ -738,4 +738,79 @@ mod tests {
             "app.kubernetes.io/component=service-lease,app.kubernetes.io/managed-by=vipd"
         );
     }
+
+    /// A client whose API server answers every request with `status` and `body`, and the
+    /// (method, URI) of each request it got.
+    fn answering(status: u16, body: &str) -> (kube::Client, Arc<std::sync::Mutex<Vec<String>>>) {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let body = body.to_string();
+        let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            log.lock()
+                .unwrap()
+                .push(format!("{} {}", req.method(), req.uri()));
+            let resp = http::Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(http_body_util::Full::new(hyper::body::Bytes::from(
+                    body.clone(),
+                )))
+                .unwrap();
+            async move { Ok::<_, std::convert::Infallible>(resp) }
+        });
+        (kube::Client::new(svc, "default"), seen)
+    }
+
+    fn gc_list_params() -> ListParams {
+        ListParams::default().labels(&label_selector()).match_any()
+    }
+
+    /// `list_facts` sends the request `Api::<Lease>::list` sent (namespaced and in every
+    /// namespace): same path, label selector, resourceVersion=0, no limit.
+    #[tokio::test]
+    async fn list_facts_sends_the_request_api_list_sent() {
+        let empty = r#"{"kind":"LeaseList","apiVersion":"coordination.k8s.io/v1","metadata":{"resourceVersion":"9"},"items":[]}"#;
+        let lp = gc_list_params();
+        for ns in [Some("kube-system"), None] {
+            let (client, seen) = answering(200, empty);
+            let api: Api<Lease> = match ns {
+                Some(ns) => Api::namespaced(client.clone(), ns),
+                None => Api::all(client.clone()),
+            };
+            api.list(&lp).await.expect("Api::list");
+            list_facts(&client, ns, &lp).await.expect("list_facts");
+            let seen = seen.lock().unwrap().clone();
+            assert_eq!(seen.len(), 2);
+            assert_eq!(seen[0], seen[1], "{ns:?}");
+            let want_path = match ns {
+                Some(ns) => format!("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases?"),
+                None => "/apis/coordination.k8s.io/v1/leases?".to_string(),
+            };
+            assert!(seen[1].starts_with(&format!("GET {want_path}")), "{seen:?}");
+            assert!(seen[1].contains("resourceVersion=0"), "{seen:?}");
+            assert!(
+                seen[1].contains("labelSelector=app.kubernetes.io%2Fcomponent%3Dservice-lease%2Capp.kubernetes.io%2Fmanaged-by%3Dvipd"),
+                "{seen:?}"
+            );
+            assert!(!seen[1].contains("limit="), "{seen:?}");
+        }
+    }
+
+    /// The API server's refusals come back as they did from `Api::list`: `kube::Error::Api`
+    /// with its code.
+    #[tokio::test]
+    async fn list_facts_returns_the_api_servers_refusal() {
+        for code in [403u16, 404, 500] {
+            let status = serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "leases.coordination.k8s.io is forbidden", "reason": "Forbidden",
+                "code": code,
+            });
+            let (client, _) = answering(code, &status.to_string());
+            match list_facts(&client, None, &gc_list_params()).await {
+                Err(kube::Error::Api(s)) => assert_eq!(s.code, code),
+                other => panic!("{code}: {other:?}"),
+            }
+        }
+    }
 }
