@@ -125,7 +125,7 @@ pub(crate) struct LeaseFacts {
 /// 1 000 are about a tenth of that.
 #[derive(Debug, serde::Deserialize)]
 struct ListedLease {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     metadata: ListedMeta,
     #[serde(default)]
     spec: Option<ListedSpec>,
@@ -152,8 +152,18 @@ struct ListedSpec {
 /// A `LeaseList` as the collector reads it (`items` only).
 #[derive(Debug, serde::Deserialize)]
 struct ListedLeases {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     items: Vec<LeaseFacts>,
+}
+
+/// `null` read as the default, as k8s-openapi read a Lease's `metadata` and kube's
+/// `ObjectList` its `items` (an empty list may come as `"items": null`, Go's nil slice).
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + serde::Deserialize<'de>,
+{
+    Ok(<Option<T> as serde::Deserialize>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 impl From<ListedLease> for LeaseFacts {
@@ -810,6 +820,65 @@ mod tests {
             match list_facts(&client, None, &gc_list_params()).await {
                 Err(kube::Error::Api(s)) => assert_eq!(s.code, code),
                 other => panic!("{code}: {other:?}"),
+            }
+        }
+    }
+
+    /// Every list body `Api::<Lease>::list` read, `list_facts` reads, to as many facts; and
+    /// what it refused, `list_facts` may refuse too (one Lease of the wrong shape fails the
+    /// whole list, as it did; the API server validates Leases, so it sends none). An empty list sent as `"items": null` (Go's nil slice; kube's
+    /// `ObjectList` reads it as empty since kube-rs #1199) is an empty list, not an error.
+    #[tokio::test]
+    async fn list_facts_reads_every_list_api_list_read() {
+        let list = |items: serde_json::Value| {
+            serde_json::json!({
+                "kind": "LeaseList", "apiVersion": "coordination.k8s.io/v1",
+                "metadata": {"resourceVersion": "9"}, "items": items,
+            })
+            .to_string()
+        };
+        let bodies = [
+            ("empty", list(serde_json::json!([]))),
+            ("items null", list(serde_json::Value::Null)),
+            (
+                "items missing",
+                r#"{"kind":"LeaseList","apiVersion":"coordination.k8s.io/v1","metadata":{}}"#
+                    .to_string(),
+            ),
+            (
+                "spec null, labels null",
+                list(
+                    serde_json::json!([{"metadata": {"name": "a", "namespace": "default", "labels": null}, "spec": null}]),
+                ),
+            ),
+            (
+                "metadata null",
+                list(serde_json::json!([{"metadata": null, "spec": {}}])),
+            ),
+            (
+                "metadata missing",
+                list(serde_json::json!([{"spec": {"holderIdentity": "n"}}])),
+            ),
+            (
+                "duration a string",
+                list(
+                    serde_json::json!([{"metadata": {"name": "a"}, "spec": {"leaseDurationSeconds": "15"}}]),
+                ),
+            ),
+        ];
+        for (what, body) in bodies {
+            let (client, _) = answering(200, &body);
+            let before = Api::<Lease>::all(client.clone())
+                .list(&gc_list_params())
+                .await
+                .map(|l| l.items.len());
+            let now = list_facts(&client, None, &gc_list_params())
+                .await
+                .map(|f| f.len());
+            // Refused before (e.g. a duration that is not a number: the API server never
+            // sends one): reading it now is no loss.
+            if let Ok(n) = before {
+                assert_eq!(now.ok(), Some(n), "{what}: Api::list read {n} leases");
             }
         }
     }
