@@ -125,7 +125,7 @@ pub(crate) struct LeaseFacts {
 /// 1 000 are about a tenth of that.
 #[derive(Debug, serde::Deserialize)]
 struct ListedLease {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     metadata: ListedMeta,
     #[serde(default)]
     spec: Option<ListedSpec>,
@@ -152,8 +152,18 @@ struct ListedSpec {
 /// A `LeaseList` as the collector reads it (`items` only).
 #[derive(Debug, serde::Deserialize)]
 struct ListedLeases {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "null_as_default")]
     items: Vec<LeaseFacts>,
+}
+
+/// `null` read as the default, as k8s-openapi read a Lease's `metadata` and kube's
+/// `ObjectList` its `items` (an empty list may come as `"items": null`, Go's nil slice).
+fn null_as_default<'de, D, T>(deserializer: D) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Default + serde::Deserialize<'de>,
+{
+    Ok(<Option<T> as serde::Deserialize>::deserialize(deserializer)?.unwrap_or_default())
 }
 
 impl From<ListedLease> for LeaseFacts {
@@ -737,5 +747,139 @@ mod tests {
             label_selector(),
             "app.kubernetes.io/component=service-lease,app.kubernetes.io/managed-by=vipd"
         );
+    }
+
+    /// A client whose API server answers every request with `status` and `body`, and the
+    /// (method, URI) of each request it got.
+    fn answering(status: u16, body: &str) -> (kube::Client, Arc<std::sync::Mutex<Vec<String>>>) {
+        let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let log = seen.clone();
+        let body = body.to_string();
+        let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            log.lock()
+                .unwrap()
+                .push(format!("{} {}", req.method(), req.uri()));
+            let resp = http::Response::builder()
+                .status(status)
+                .header("content-type", "application/json")
+                .body(http_body_util::Full::new(hyper::body::Bytes::from(
+                    body.clone(),
+                )))
+                .unwrap();
+            async move { Ok::<_, std::convert::Infallible>(resp) }
+        });
+        (kube::Client::new(svc, "default"), seen)
+    }
+
+    fn gc_list_params() -> ListParams {
+        ListParams::default().labels(&label_selector()).match_any()
+    }
+
+    /// `list_facts` sends the request `Api::<Lease>::list` sent (namespaced and in every
+    /// namespace): same path, label selector, resourceVersion=0, no limit.
+    #[tokio::test]
+    async fn list_facts_sends_the_request_api_list_sent() {
+        let empty = r#"{"kind":"LeaseList","apiVersion":"coordination.k8s.io/v1","metadata":{"resourceVersion":"9"},"items":[]}"#;
+        let lp = gc_list_params();
+        for ns in [Some("kube-system"), None] {
+            let (client, seen) = answering(200, empty);
+            let api: Api<Lease> = match ns {
+                Some(ns) => Api::namespaced(client.clone(), ns),
+                None => Api::all(client.clone()),
+            };
+            api.list(&lp).await.expect("Api::list");
+            list_facts(&client, ns, &lp).await.expect("list_facts");
+            let seen = seen.lock().unwrap().clone();
+            assert_eq!(seen.len(), 2);
+            assert_eq!(seen[0], seen[1], "{ns:?}");
+            let want_path = match ns {
+                Some(ns) => format!("/apis/coordination.k8s.io/v1/namespaces/{ns}/leases?"),
+                None => "/apis/coordination.k8s.io/v1/leases?".to_string(),
+            };
+            assert!(seen[1].starts_with(&format!("GET {want_path}")), "{seen:?}");
+            assert!(seen[1].contains("resourceVersion=0"), "{seen:?}");
+            assert!(
+                seen[1].contains("labelSelector=app.kubernetes.io%2Fcomponent%3Dservice-lease%2Capp.kubernetes.io%2Fmanaged-by%3Dvipd"),
+                "{seen:?}"
+            );
+            assert!(!seen[1].contains("limit="), "{seen:?}");
+        }
+    }
+
+    /// The API server's refusals come back as they did from `Api::list`: `kube::Error::Api`
+    /// with its code.
+    #[tokio::test]
+    async fn list_facts_returns_the_api_servers_refusal() {
+        for code in [403u16, 404, 500] {
+            let status = serde_json::json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "leases.coordination.k8s.io is forbidden", "reason": "Forbidden",
+                "code": code,
+            });
+            let (client, _) = answering(code, &status.to_string());
+            match list_facts(&client, None, &gc_list_params()).await {
+                Err(kube::Error::Api(s)) => assert_eq!(s.code, code),
+                other => panic!("{code}: {other:?}"),
+            }
+        }
+    }
+
+    /// Every list body `Api::<Lease>::list` read, `list_facts` reads, to as many facts; and
+    /// what it refused, `list_facts` may refuse too (one Lease of the wrong shape fails the
+    /// whole list, as it did; the API server validates Leases, so it sends none). An empty list sent as `"items": null` (Go's nil slice; kube's
+    /// `ObjectList` reads it as empty since kube-rs #1199) is an empty list, not an error.
+    #[tokio::test]
+    async fn list_facts_reads_every_list_api_list_read() {
+        let list = |items: serde_json::Value| {
+            serde_json::json!({
+                "kind": "LeaseList", "apiVersion": "coordination.k8s.io/v1",
+                "metadata": {"resourceVersion": "9"}, "items": items,
+            })
+            .to_string()
+        };
+        let bodies = [
+            ("empty", list(serde_json::json!([]))),
+            ("items null", list(serde_json::Value::Null)),
+            (
+                "items missing",
+                r#"{"kind":"LeaseList","apiVersion":"coordination.k8s.io/v1","metadata":{}}"#
+                    .to_string(),
+            ),
+            (
+                "spec null, labels null",
+                list(
+                    serde_json::json!([{"metadata": {"name": "a", "namespace": "default", "labels": null}, "spec": null}]),
+                ),
+            ),
+            (
+                "metadata null",
+                list(serde_json::json!([{"metadata": null, "spec": {}}])),
+            ),
+            (
+                "metadata missing",
+                list(serde_json::json!([{"spec": {"holderIdentity": "n"}}])),
+            ),
+            (
+                "duration a string",
+                list(
+                    serde_json::json!([{"metadata": {"name": "a"}, "spec": {"leaseDurationSeconds": "15"}}]),
+                ),
+            ),
+        ];
+        for (what, body) in bodies {
+            let (client, _) = answering(200, &body);
+            let before = Api::<Lease>::all(client.clone())
+                .list(&gc_list_params())
+                .await
+                .map(|l| l.items.len());
+            let now = list_facts(&client, None, &gc_list_params())
+                .await
+                .map(|f| f.len());
+            // Refused before (e.g. a duration that is not a number: the API server never
+            // sends one): reading it now is no loss.
+            if let Ok(n) = before {
+                assert_eq!(now.ok(), Some(n), "{what}: Api::list read {n} leases");
+            }
+        }
     }
 }
