@@ -276,6 +276,18 @@ impl Spread {
         }
     }
 
+    /// Ends the discovery period now, or keeps it ended: for a node that had no lease to
+    /// campaign for when it started (its first list of Services had no LoadBalancer
+    /// Service). Its first campaign is then for a Service created into a running cluster,
+    /// not part of a cold start; counted from there, the period paced every node through
+    /// the first 2 s of a burst of new Services from zero (1 000 created at 44 a second:
+    /// create -> first answer p95 1.4 s with it, 0.38 s without; docs/services-bench.md).
+    pub fn end_discovery(&self) {
+        let mut s = self.lock();
+        let now = Instant::now();
+        s.discovery_until = Some(s.discovery_until.map_or(now, |until| until.min(now)));
+    }
+
     /// An acquisition starts now; it counts as held until the returned guard is dropped.
     pub(crate) fn begin(self: &Arc<Self>) -> InFlight {
         let mut s = self.lock();
@@ -493,6 +505,35 @@ mod tests {
             SPREAD_IN_FLIGHT_ALLOWANCE,
             "per-Service leases get the allowance"
         );
+    }
+
+    /// A node whose discovery was ended (nothing to campaign for at start) counts only its
+    /// lead over the others, from its first campaign on; ending it again, or after it
+    /// started, never lengthens it.
+    #[tokio::test(start_paused = true)]
+    async fn an_ended_discovery_counts_only_the_lead_from_the_first_campaign() {
+        let ms = Duration::from_millis;
+        let s = Spread::with(ms(20), ms(1000), ms(2000));
+        s.end_discovery();
+        let t0 = Instant::now();
+        let _g = s.begin();
+        s.acquired(t0);
+        let w = s.watch_lease("ns/other");
+        w.holder(Some("b"));
+        assert_eq!(
+            s.ahead(),
+            1,
+            "held 1 and 1 in flight, b holds 1: not from zero"
+        );
+        s.end_discovery();
+        assert_eq!(s.ahead(), 1);
+        let started = Spread::with(ms(20), ms(1000), ms(2000));
+        let _g2 = started.begin();
+        let w2 = started.watch_lease("ns/other");
+        w2.holder(Some("b"));
+        assert_eq!(started.ahead(), 1, "discovering: from zero");
+        started.end_discovery();
+        assert_eq!(started.ahead(), 0, "ended now: 1 in flight against b's 1");
     }
 
     /// A node alone (nobody else seen once discovery is over) never waits, however many it

@@ -523,6 +523,16 @@ async fn run<K: Kernel, A: Announcer>(
         watches.cancel();
         return;
     }
+    if !caches
+        .services
+        .state()
+        .iter()
+        .any(|s| s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer"))
+    {
+        // Nothing to campaign for at start: no cold start to share, so the Services created
+        // from now on are raced without the spread's discovery period.
+        shared.spread.end_discovery();
+    }
     spawn_lease_gc(&cfg, &plan_cfg, &client, &caches, &watches);
     let mut main = MainLoop::new(cfg, shared, plan_cfg, caches);
     main.run_until(&shutdown).await;
