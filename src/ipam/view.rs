@@ -16,7 +16,7 @@ pub fn view_of(svc: &Service, lb_class_only: bool, lb_class_name: &str) -> Servi
     let meta = &svc.metadata;
     let spec = svc.spec.as_ref();
     let annotations = meta.annotations.as_ref();
-    let is_load_balancer = spec.and_then(|s| s.type_.as_deref()) == Some("LoadBalancer");
+    let is_load_balancer = crate::kube::service::is_load_balancer(svc);
     let class = spec.and_then(|s| s.load_balancer_class.as_deref());
     let (label, value) = LABEL_IMPLEMENTATION;
     ServiceView {

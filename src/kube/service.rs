@@ -102,6 +102,12 @@ pub struct EgressReport {
 /// the egress wing follows; the manager wires them).
 pub type EgressTx = tokio::sync::watch::Sender<std::sync::Arc<EgressReport>>;
 
+/// Whether `svc` is `type: LoadBalancer` (`spec.type`; a Service without a spec or a type
+/// is not). Pure.
+pub fn is_load_balancer(svc: &k8s_openapi::api::core::v1::Service) -> bool {
+    svc.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer")
+}
+
 /// Whether vipd serves a Service of `class` (`spec.loadBalancerClass`; `None`: unset):
 /// a class equal to `lb_class_name`, or no class unless `lb_class_only` (kube-vip's
 /// `lb_class_only` / `lb_class_name`).

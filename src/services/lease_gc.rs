@@ -171,7 +171,7 @@ impl From<ListedLease> for LeaseFacts {
     /// is never used by a Service, nor deleted: its name matches no Service).
     fn from(lease: ListedLease) -> Self {
         let labels = lease.metadata.labels.as_ref();
-        let created_by_vipd = lease_labels()
+        let created_by_vipd = shared_lease_labels()
             .iter()
             .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v));
         let spec = lease.spec;

@@ -527,7 +527,7 @@ async fn run<K: Kernel, A: Announcer>(
         .services
         .state()
         .iter()
-        .any(|s| s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer"))
+        .any(|s| crate::kube::service::is_load_balancer(s))
     {
         // Nothing to campaign for at start: no cold start to share, so the Services created
         // from now on are raced without the spread's discovery period.

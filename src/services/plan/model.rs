@@ -530,7 +530,7 @@ pub(crate) fn service_info(svc: &Service) -> ServiceInfo {
         created: svc.metadata.creation_timestamp.as_ref().map(|t| t.0),
         deleting: svc.metadata.deletion_timestamp.is_some(),
         resource_version: svc.metadata.resource_version.clone(),
-        is_load_balancer: spec.and_then(|s| s.type_.as_deref()) == Some("LoadBalancer"),
+        is_load_balancer: crate::kube::service::is_load_balancer(svc),
         load_balancer_class: spec.and_then(|s| s.load_balancer_class.clone()),
         ignored: svc
             .metadata
