@@ -14,6 +14,7 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::future::Future;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::process::Command;
@@ -1348,13 +1349,16 @@ fn nft_fence_tables_flushed_by_someone_else_come_back_at_the_next_refresh() {
             .expect("refresh after the flush");
         let arp = fence_table("arp").expect("arp table again");
         let inet = fence_table("inet").expect("inet table again");
-        assert!(element_timeout(&arp, "192.0.2.10").is_some(), "{arp}");
-        assert!(element_timeout(&inet, "2001:db8::10").is_some(), "{inet}");
-        // Armed again: the drop rules name the VIPs' sets with them in.
-        assert!(arp.contains("elements = { 192.0.2.10 }"), "{arp}");
+        // Armed again, with a new holder chain and its live element.
+        assert!(vip_expires(&arp, "vips", "192.0.2.10").is_some(), "{arp}");
+        assert!(
+            vip_expires(&inet, "vips6", "2001:db8::10").is_some(),
+            "{inet}"
+        );
+        assert!(inet.contains("chain holder_"), "{inet}");
         // Tables present: a second refresh is an ordinary one (no second setup).
         f.refresh(1, &[v4, v6], soon()).await.unwrap();
-        assert!(fence_table("arp").unwrap().contains("192.0.2.10"));
+        assert!(vip_expires(&fence_table("arp").unwrap(), "vips", "192.0.2.10").is_some());
         f.close().await.unwrap();
     });
 }
@@ -1378,24 +1382,51 @@ fn nft_fence_expire_leaves_the_vip_armed_after_a_flush_and_after_a_passed_first_
         f.expire(&[v4, v6]).await.expect("expire after the flush");
         let arp = fence_table("arp").expect("arp table again");
         let inet = fence_table("inet").expect("inet table again");
-        assert!(
-            arp.contains("elements = { 192.0.2.10 }"),
+        assert_eq!(
+            fence_map(&arp, "vips")
+                .get("192.0.2.10")
+                .map(String::as_str),
+            Some("drop"),
             "not armed: {arp}"
         );
-        assert!(element_timeout(&arp, "192.0.2.10").is_none(), "{arp}");
-        assert!(inet.contains("2001:db8::10"), "not armed: {inet}");
-        assert!(element_timeout(&inet, "2001:db8::10").is_none(), "{inet}");
+        assert_eq!(
+            fence_map(&inet, "vips4")
+                .get("192.0.2.10")
+                .map(String::as_str),
+            Some("drop"),
+            "{inet}"
+        );
+        assert_eq!(
+            fence_map(&inet, "vips6")
+                .get("2001:db8::10")
+                .map(String::as_str),
+            Some("drop"),
+            "not armed: {inet}"
+        );
 
         let v4b: IpAddr = "192.0.2.20".parse().unwrap();
         let passed = tokio::time::Instant::now();
         tokio::time::sleep(Duration::from_millis(5)).await;
         let _ = f.refresh(2, &[v4b], passed).await;
+        let arp = fence_table("arp").unwrap();
+        assert_eq!(
+            fence_map(&arp, "vips")
+                .get("192.0.2.20")
+                .map(String::as_str),
+            Some("drop"),
+            "armed, dropped: {arp}"
+        );
         f.refresh(2, &[v4b], soon()).await.unwrap();
         let arp = fence_table("arp").unwrap();
+        let map = fence_map(&arp, "vips");
+        assert_eq!(
+            map.get("192.0.2.10").map(String::as_str),
+            Some("drop"),
+            "{arp}"
+        );
         assert!(
-            arp.contains("elements = { 192.0.2.10, 192.0.2.20 }")
-                || arp.contains("elements = { 192.0.2.20, 192.0.2.10 }"),
-            "192.0.2.20 not armed: {arp}"
+            vip_expires(&arp, "vips", "192.0.2.20").is_some(),
+            "192.0.2.20 not live: {arp}"
         );
         f.close().await.unwrap();
     });
@@ -1428,16 +1459,15 @@ fn nft_fence_refreshes_with_the_same_timeout_extend_the_element() {
                 .unwrap();
                 let arp = fence_table("arp").unwrap();
                 let inet = fence_table("inet").unwrap();
-                for (table, key) in [
-                    (&arp, "192.0.2.10"),
-                    (&inet, "192.0.2.10"),
-                    (&inet, "2001:db8::10"),
-                    (&inet, "0x20010db8000000000000000000000010"),
+                for (table, map, vip) in [
+                    (&arp, "vips", "192.0.2.10"),
+                    (&inet, "vips4", "192.0.2.10"),
+                    (&inet, "vips6", "2001:db8::10"),
                 ] {
-                    let left = element_expires(table, key);
+                    let left = vip_expires(table, map, vip);
                     assert!(
                         left.is_some_and(|ms| ms >= 1700),
-                        "updates={updates} round {round}: {key} expires in {left:?} ms, \
+                        "updates={updates} round {round}: {vip} expires in {left:?} ms, \
                          refreshed for 2000 ms: {table}"
                     );
                 }
@@ -1467,7 +1497,12 @@ fn nft_fence_refreshes_thousands_of_vips_in_one_transaction() {
             .collect();
         let v4 = vips.iter().filter(|v| v.is_ipv4()).count();
         let v6 = vips.len() - v4;
-        let live = |table: &str| table.matches(" expires ").count();
+        let jumping = |table: &str, map: &str| {
+            fence_map(table, map)
+                .values()
+                .filter(|v| v.starts_with("jump holder_"))
+                .count()
+        };
         for updates in [probed, false] {
             f.set_timeout_updates(updates);
             for round in 0..2 {
@@ -1480,18 +1515,32 @@ fn nft_fence_refreshes_thousands_of_vips_in_one_transaction() {
                 .unwrap_or_else(|e| panic!("updates={updates} round {round}: {e}"));
                 let arp = fence_table("arp").unwrap();
                 let inet = fence_table("inet").unwrap();
-                assert_eq!(live(&arp), v4, "updates={updates} round {round}");
-                assert_eq!(live(&inet), v4 + 2 * v6, "updates={updates} round {round}");
+                assert_eq!(jumping(&arp, "vips"), v4, "updates={updates} round {round}");
+                assert_eq!(
+                    jumping(&inet, "vips4"),
+                    v4,
+                    "updates={updates} round {round}"
+                );
+                assert_eq!(
+                    jumping(&inet, "vips6"),
+                    v6,
+                    "updates={updates} round {round}"
+                );
+                // One live element a table for the holder, whatever the number of VIPs.
+                assert_eq!(fence_elements(&arp, "live").len(), 1, "{arp}");
+                assert_eq!(fence_elements(&inet, "live").len(), 1);
                 let last = vips.last().unwrap().to_string();
                 assert!(
-                    element_expires(&inet, &last).is_some_and(|ms| ms >= 2000),
+                    vip_expires(&inet, "vips4", &last).is_some_and(|ms| ms >= 2000),
                     "updates={updates} round {round}: {last}"
                 );
             }
         }
         f.expire(&vips).await.unwrap();
-        assert_eq!(live(&fence_table("arp").unwrap()), 0);
-        assert_eq!(live(&fence_table("inet").unwrap()), 0);
+        let inet = fence_table("inet").unwrap();
+        assert_eq!(jumping(&fence_table("arp").unwrap(), "vips"), 0);
+        assert_eq!(jumping(&inet, "vips6"), 0);
+        assert_eq!(fence_map(&inet, "vips6").len(), v6, "still armed: dropped");
         f.close().await.unwrap();
     });
 }
@@ -1540,73 +1589,77 @@ fn nft_fence_tables_millisecond_timeouts_and_close() {
         assert!(reaches(a4) && reaches(a6), "not armed: not filtered");
         // The timeout is what is left of the end when the run is written (a few ms less).
         let near = |ms: Option<u64>, want: u64| ms.is_some_and(|m| m <= want && m + 250 >= want);
-        f.refresh(
-            1,
-            &[v4, v6],
-            tokio::time::Instant::now() + Duration::from_millis(300),
-        )
-        .await
-        .unwrap();
+        let soon = |ms| tokio::time::Instant::now() + Duration::from_millis(ms);
+        // Holder 1 holds the IPv4 VIP, holder 2 the IPv6 one.
+        f.refresh(1, &[v4], soon(300)).await.unwrap();
+        f.refresh(2, &[v6], soon(300)).await.unwrap();
         let arp = fence_table("arp").expect("arp table");
         let inet = fence_table("inet").expect("inet table");
-        assert!(near(element_timeout(&arp, "192.0.2.10"), 300), "{arp}");
-        assert!(near(element_timeout(&inet, "192.0.2.10"), 300), "{inet}");
-        assert!(near(element_timeout(&inet, "2001:db8::10"), 300), "{inet}");
-        assert!(
-            near(
-                element_timeout(&inet, "0x20010db8000000000000000000000010"),
-                300
-            ),
+        assert!(near(element_timeout(&arp, "0x00000001"), 300), "{arp}");
+        assert!(near(element_timeout(&inet, "0x00000001"), 300), "{inet}");
+        assert!(near(element_timeout(&inet, "0x00000002"), 300), "{inet}");
+        assert_eq!(
+            fence_map(&arp, "vips")["192.0.2.10"],
+            "jump holder_1",
+            "{arp}"
+        );
+        assert_eq!(
+            fence_map(&inet, "vips6")["2001:db8::10"],
+            "jump holder_2",
             "{inet}"
         );
         assert!(reaches(a4) && reaches(a6), "live: answered");
         // A refresh replaces the timeout (a plain add would keep the old one).
-        f.refresh(
-            1,
-            &[v4],
-            tokio::time::Instant::now() + Duration::from_millis(1500),
-        )
-        .await
-        .unwrap();
+        f.refresh(1, &[v4], soon(1500)).await.unwrap();
         let arp = fence_table("arp").unwrap();
-        assert!(near(element_timeout(&arp, "192.0.2.10"), 1500), "{arp}");
+        assert!(near(element_timeout(&arp, "0x00000001"), 1500), "{arp}");
         tokio::time::sleep(Duration::from_millis(400)).await;
         let inet = fence_table("inet").unwrap();
         assert!(
-            !inet.contains("2001:db8::10 timeout"),
+            !inet.contains("0x00000002 timeout"),
             "expired by the kernel: {inet}"
         );
-        assert!(inet.contains("2001:db8::10"), "still armed: {inet}");
+        assert!(
+            inet.contains("2001:db8::10 : jump holder_2"),
+            "still armed: {inet}"
+        );
         assert!(!reaches(a6), "expired: packets to the IPv6 VIP dropped");
         assert!(reaches(a4), "the refreshed IPv4 VIP still answers");
         f.expire(&[v4]).await.unwrap();
         assert_eq!(
-            element_timeout(&fence_table("arp").unwrap(), "192.0.2.10"),
-            None
+            fence_map(&fence_table("arp").unwrap(), "vips")["192.0.2.10"],
+            "drop"
         );
         assert!(!reaches(a4), "expired: packets to the IPv4 VIP dropped");
-        // Armed by a second holder too (the address moved to it): the first one's disarm
-        // leaves it filtered, and the second one's ends it.
-        f.refresh(
-            2,
-            &[v4],
-            tokio::time::Instant::now() + Duration::from_millis(50),
-        )
-        .await
-        .unwrap();
+        // Armed by a third holder too (the address moved to it): the first one's disarm
+        // leaves it filtered, jumping to the third's chain, and the third's ends it.
+        f.refresh(3, &[v4], soon(50)).await.unwrap();
         f.disarm(1, &[v4]).await.unwrap();
+        assert_eq!(
+            fence_map(&fence_table("arp").unwrap(), "vips")["192.0.2.10"],
+            "jump holder_3"
+        );
+        assert!(reaches(a4), "live for holder 3");
         tokio::time::sleep(Duration::from_millis(60)).await;
         assert!(
-            fence_table("arp").unwrap().contains("192.0.2.10"),
-            "still armed"
+            !reaches(a4),
+            "still filtered for holder 3, whose element expired"
         );
-        assert!(!reaches(a4), "still filtered for holder 2");
-        f.disarm(2, &[v4]).await.unwrap();
-        f.disarm(1, &[v4, v6]).await.unwrap();
+        f.disarm(3, &[v4]).await.unwrap();
+        f.disarm(2, &[v6]).await.unwrap();
         assert!(reaches(a4) && reaches(a6), "disarmed: not filtered");
         f.disarm(1, &[v4, v6]).await.unwrap();
-        assert!(!fence_table("arp").unwrap().contains("192.0.2.10"));
-        assert!(!fence_table("inet").unwrap().contains("2001:db8::10"));
+        let (arp, inet) = (fence_table("arp").unwrap(), fence_table("inet").unwrap());
+        assert!(
+            !arp.contains("192.0.2.10") && !inet.contains("2001:db8::10"),
+            "{arp}{inet}"
+        );
+        assert!(
+            !arp.contains("chain holder_") && !inet.contains("chain holder_"),
+            "{arp}{inet}"
+        );
+        f.close().await.unwrap();
+        assert!(fence_table("arp").is_none() && fence_table("inet").is_none());
         f.close().await.unwrap();
         assert!(fence_table("arp").is_none() && fence_table("inet").is_none());
         let out = Command::new("nft")
@@ -1718,13 +1771,16 @@ fn an_older_vipds_host_route_is_left_to_its_own_expiry_by_a_refresh_with_the_fla
     });
 }
 
-/// The elements (`{ a, b }` or `{ a timeout .. expires .., b }`) of `set` in `table` (the
-/// text of `nft list table`), each as its first word.
-fn set_elements(table: &str, set: &str) -> Vec<String> {
-    let Some(rest) = table.split(&format!("set {set} {{")).nth(1) else {
+/// The elements of map or set `name` in `table` (the text of `nft list table`), each as its
+/// text (`192.0.2.10 : jump holder_1`, `0x00000001 timeout 2s expires 1s996ms`).
+fn fence_elements(table: &str, name: &str) -> Vec<String> {
+    let start = [format!("map {name} {{"), format!("set {name} {{")]
+        .iter()
+        .find_map(|h| table.split(h.as_str()).nth(1).map(str::to_string));
+    let Some(rest) = start else {
         return Vec::new();
     };
-    let body = rest.split("\n\t}").next().unwrap_or("");
+    let body = rest.split("\n\t}").next().unwrap_or("").to_string();
     let Some(elems) = body.split("elements = {").nth(1) else {
         return Vec::new();
     };
@@ -1733,8 +1789,29 @@ fn set_elements(table: &str, set: &str) -> Vec<String> {
         .next()
         .unwrap_or("")
         .split(',')
-        .filter_map(|e| e.split_whitespace().next().map(str::to_string))
+        .map(|e| e.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|e| !e.is_empty())
         .collect()
+}
+
+/// The verdict map `map` of `table`: VIP -> `jump holder_<key>` or `drop`.
+fn fence_map(table: &str, map: &str) -> BTreeMap<String, String> {
+    fence_elements(table, map)
+        .into_iter()
+        .filter_map(|e| {
+            e.split_once(" : ")
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+/// What is left of `vip`'s live time in `table` (in `map`): its holder's element's
+/// `expires`, in milliseconds; `None` when it jumps to no live element (dropped, expired or
+/// absent).
+fn vip_expires(table: &str, map: &str, vip: &str) -> Option<u64> {
+    let verdict = fence_map(table, map).remove(vip)?;
+    let key: u32 = verdict.strip_prefix("jump holder_")?.parse().ok()?;
+    element_expires(table, &format!("0x{key:08x}"))
 }
 
 /// Issue 28 (the new-user trial), the grouped fence commands: one `BatchedFence`
@@ -1755,10 +1832,6 @@ fn nft_fence_mixed_owners_in_one_batched_transaction() {
         let a6: IpAddr = "2001:db8::40".parse().unwrap();
         let b6: IpAddr = "2001:db8::41".parse().unwrap();
         let at = |ms| tokio::time::Instant::now() + Duration::from_millis(ms);
-        let sorted = |mut v: Vec<String>| {
-            v.sort();
-            v
-        };
         for updates in [probed, false] {
             let nft = NftFence::start().await.expect("start the fence");
             nft.set_timeout_updates(updates);
@@ -1780,18 +1853,36 @@ fn nft_fence_mixed_owners_in_one_batched_transaction() {
             r3.unwrap();
             r4.unwrap();
             r5.unwrap();
+            // Holder 1 has key 1, holder 2 key 2 (a new fence each round); a6's move back to
+            // holder 1 when holder 2 disarmed it.
             let inet = fence_table("inet").unwrap();
             let arp = fence_table("arp").unwrap();
-            assert_eq!(set_elements(&arp, "vips"), vec!["192.0.2.40"], "{arp}");
-            assert_eq!(set_elements(&arp, "live"), vec!["192.0.2.40"], "{arp}");
+            let expect = |pairs: &[(&str, &str)]| -> BTreeMap<String, String> {
+                pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect()
+            };
             assert_eq!(
-                sorted(set_elements(&inet, "live6")),
-                vec!["2001:db8::40", "2001:db8::41"],
+                fence_map(&arp, "vips"),
+                expect(&[("192.0.2.40", "jump holder_2")]),
+                "{arp}"
+            );
+            assert_eq!(
+                fence_map(&inet, "vips6"),
+                expect(&[
+                    ("2001:db8::40", "jump holder_1"),
+                    ("2001:db8::41", "jump holder_1")
+                ]),
                 "updates={updates}: {inet}"
             );
-            for k in ["2001:db8::40", "2001:db8::41", "192.0.2.40"] {
+            for (map, k) in [
+                ("vips6", "2001:db8::40"),
+                ("vips6", "2001:db8::41"),
+                ("vips4", "192.0.2.40"),
+            ] {
                 assert!(
-                    element_expires(&inet, k).is_some_and(|ms| ms >= 1500),
+                    vip_expires(&inet, map, k).is_some_and(|ms| ms >= 1500),
                     "updates={updates} {k}: {inet}"
                 );
             }
@@ -1804,16 +1895,28 @@ fn nft_fence_mixed_owners_in_one_batched_transaction() {
             r3.unwrap();
             let inet = fence_table("inet").unwrap();
             let arp = fence_table("arp").unwrap();
-            assert_eq!(set_elements(&arp, "vips"), vec!["192.0.2.40"], "{arp}");
-            assert_eq!(set_elements(&arp, "live"), vec!["192.0.2.40"], "{arp}");
-            assert_eq!(set_elements(&inet, "vips4"), vec!["192.0.2.40"], "{inet}");
-            assert_eq!(set_elements(&inet, "live4"), vec!["192.0.2.40"], "{inet}");
-            for s in ["vips6", "live6", "vips6ns", "live6ns"] {
-                assert!(
-                    set_elements(&inet, s).is_empty(),
-                    "updates={updates} {s}: {inet}"
-                );
-            }
+            assert_eq!(
+                fence_map(&arp, "vips"),
+                expect(&[("192.0.2.40", "jump holder_2")]),
+                "{arp}"
+            );
+            assert_eq!(
+                fence_map(&inet, "vips4"),
+                expect(&[("192.0.2.40", "jump holder_2")]),
+                "{inet}"
+            );
+            assert!(
+                fence_map(&inet, "vips6").is_empty(),
+                "updates={updates}: {inet}"
+            );
+            assert!(
+                !inet.contains("chain holder_1") && !arp.contains("chain holder_1"),
+                "holder 1 has no VIP left: {arp}{inet}"
+            );
+            assert!(
+                vip_expires(&arp, "vips", "192.0.2.40").is_some_and(|ms| ms >= 1500),
+                "{arp}"
+            );
             // T3: an expire between two refreshes of one VIP, and a disarm.
             let (x1, x2) = ([a4], [a6]);
             let (r1, r2, r3, r4) = futures::join!(
@@ -1828,16 +1931,21 @@ fn nft_fence_mixed_owners_in_one_batched_transaction() {
             r4.unwrap();
             let inet = fence_table("inet").unwrap();
             let arp = fence_table("arp").unwrap();
-            assert!(set_elements(&arp, "vips").is_empty(), "{arp}");
-            assert!(set_elements(&inet, "vips4").is_empty(), "{inet}");
-            assert_eq!(set_elements(&inet, "live6"), vec!["2001:db8::40"], "{inet}");
-            assert!(element_expires(&inet, "2001:db8::40").is_some_and(|ms| ms >= 1500));
+            assert!(fence_map(&arp, "vips").is_empty(), "{arp}");
+            assert!(fence_map(&inet, "vips4").is_empty(), "{inet}");
+            assert_eq!(
+                fence_map(&inet, "vips6"),
+                expect(&[("2001:db8::40", "jump holder_3")]),
+                "{inet}"
+            );
+            assert!(vip_expires(&inet, "vips6", "2001:db8::40").is_some_and(|ms| ms >= 1500));
             // T4: the last arming goes; nothing left.
             f.disarm(3, &[a6]).await.unwrap();
             let inet = fence_table("inet").unwrap();
             let arp = fence_table("arp").unwrap();
             assert!(!inet.contains("elements"), "updates={updates}: {inet}");
             assert!(!arp.contains("elements"), "updates={updates}: {arp}");
+            assert!(!inet.contains("chain holder_"), "updates={updates}: {inet}");
             let out = Command::new("nft")
                 .args(["list", "ruleset"])
                 .output()
@@ -1865,7 +1973,6 @@ fn nft_fence_2500_ipv6_vips_refresh_expire_and_disarm() {
             .collect();
         let half = &vips[..1250];
         let at = |ms| tokio::time::Instant::now() + Duration::from_millis(ms);
-        let live = |table: &str| table.matches(" expires ").count();
         for updates in [true, false] {
             let nft = NftFence::start().await.expect("start the fence");
             let updates = updates && nft.timeout_updates();
@@ -1877,26 +1984,49 @@ fn nft_fence_2500_ipv6_vips_refresh_expire_and_disarm() {
             r1.unwrap_or_else(|e| panic!("updates={updates}: {e}"));
             r2.unwrap_or_else(|e| panic!("updates={updates}: {e}"));
             let inet = fence_table("inet").unwrap();
-            assert_eq!(live(&inet), 2 * vips.len(), "updates={updates}");
+            let map = fence_map(&inet, "vips6");
+            assert_eq!(map.len(), vips.len(), "updates={updates}");
+            let to = |chain: &str| map.values().filter(|v| *v == chain).count();
+            assert_eq!(
+                to("jump holder_2"),
+                half.len(),
+                "the second holder refreshed last"
+            );
+            assert_eq!(to("jump holder_1"), vips.len() - half.len());
+            assert_eq!(
+                fence_elements(&inet, "live").len(),
+                2,
+                "one element a holder"
+            );
             for v in [&vips[0], &vips[1249], &vips[2499]] {
                 let k = v.to_string();
                 assert!(
-                    element_expires(&inet, &k).is_some_and(|ms| ms >= 2000),
+                    vip_expires(&inet, "vips6", &k).is_some_and(|ms| ms >= 2000),
                     "updates={updates} {k}"
                 );
             }
             // An expire and a refresh of the same VIPs in one transaction, then the
-            // first holder's disarm with the second's refresh.
+            // first holder's disarm with the second's expire.
             let (r1, r2) = futures::join!(f.expire(&vips), f.refresh(2, half, at(3000)));
             r1.unwrap();
             r2.unwrap();
-            assert_eq!(live(&fence_table("inet").unwrap()), 2 * half.len());
+            let map = fence_map(&fence_table("inet").unwrap(), "vips6");
+            assert_eq!(
+                map.values().filter(|v| *v == "jump holder_2").count(),
+                half.len()
+            );
+            assert_eq!(
+                map.values().filter(|v| *v == "drop").count(),
+                vips.len() - half.len()
+            );
             let (r1, r2) = futures::join!(f.disarm(1, &vips), f.expire(half));
             r1.unwrap();
             r2.unwrap();
             let inet = fence_table("inet").unwrap();
-            assert_eq!(live(&inet), 0, "updates={updates}");
-            assert_eq!(set_elements(&inet, "vips6").len(), half.len(), "armed by 2");
+            let map = fence_map(&inet, "vips6");
+            assert_eq!(map.len(), half.len(), "armed by 2");
+            assert!(map.values().all(|v| v == "drop"), "updates={updates}");
+            assert!(!inet.contains("chain holder_1"), "{inet}");
             f.disarm(2, half).await.unwrap();
             let inet = fence_table("inet").unwrap();
             assert!(!inet.contains("elements"), "updates={updates}: {inet}");

@@ -173,7 +173,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         )
     });
     let dhcp = start_dhcp(cfg.services, cfg.dhcp_backoff_attempts).await;
-    let (egress_tx, egress) = start_egress(&cfg, &client, &metrics, nft_fence.active());
+    let (egress_tx, egress) = start_egress(&cfg, &client, &metrics, &nft_fence);
     let ipam = start_ipam(&cfg, &kernel, &holder_cfg, &metrics, &nodes, &service_cache).await?;
     let services = match service_cache {
         Some(service_cache) => Some(
@@ -230,7 +230,7 @@ fn start_egress(
     cfg: &Config,
     client: &kube::Client,
     metrics: &crate::obs::metrics::Metrics,
-    fence: bool,
+    fence: &Arc<dyn crate::net::nft::fence::VipFence>,
 ) -> (
     Option<crate::kube::service::EgressTx>,
     Option<crate::egress::Running>,
@@ -239,13 +239,13 @@ fn start_egress(
         return (None, None);
     }
     let (tx, rx) = tokio::sync::watch::channel(Arc::new(Default::default()));
-    let nft = crate::net::nft::egress::NftEgress::default();
+    let nft = crate::net::nft::egress::NftEgress::default().with_fence(fence.clone());
     // In a pod, the API server's Service address (kube-vip.io/egress-detect-api-server).
     let settings = crate::egress::Settings {
         api_server: std::env::var("KUBERNETES_SERVICE_HOST")
             .ok()
             .and_then(|h| h.parse().ok()),
-        fence,
+        fence: fence.active(),
         ..cfg.egress.clone()
     };
     let m = metrics.families::<crate::egress::metrics::EgressMetrics>();

@@ -112,6 +112,9 @@ impl VipFence for FakeFence {
             Ok(())
         })
     }
+    fn track<'a>(&'a self, _: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
+        Box::pin(async { Ok(()) })
+    }
     fn disarm<'a>(
         &'a self,
         _: crate::net::nft::fence::Owner,

@@ -4,7 +4,9 @@
 //!
 //! The chains live in the fence's own table (`inet vipd_fence`, [`super::fence`]) so that
 //! their rules can look up the fence's `live4` / `live6` sets, whose elements exist only
-//! while this node holds the VIP and its renewal-driven timeout runs:
+//! while this node holds the VIP and its renewal-driven timeout runs (the fence keeps those
+//! per-VIP elements for the VIPs [`NftEgress`] asks it to track, and each lives exactly as
+//! its holder's element):
 //!
 //! ```text
 //! table inet vipd_fence {
@@ -54,10 +56,10 @@ use std::sync::Arc;
 
 use ipnet::IpNet;
 use netlink_packet_netfilter::nftables::{
-    Bitwise, DataAttribute, Expressions, Immediate, Lookup, MetaKey, Register,
+    Bitwise, DataAttribute, Expressions, Lookup, MetaKey, Register,
 };
 
-use super::fence::FENCE_TABLE;
+use super::fence::{FENCE_TABLE, VipFence};
 use super::nl::{self, Base, Batch, Family, Kernel, Mode, Transport, be32, other};
 use super::svcsec::L4;
 
@@ -223,11 +225,7 @@ fn snat_to(vip: IpAddr) -> [nl::Expr; 4] {
         IpAddr::V6(_) => libc::NFPROTO_IPV6,
     };
     [
-        Expressions::Immediate(vec![
-            Immediate::DestinationRegister(Register::Reg1),
-            Immediate::Data(DataAttribute::Value(octets(vip))),
-        ])
-        .into(),
+        nl::immediate(Register::Reg1, &octets(vip)),
         live(vip, false),
         nl::counter(),
         // NFTA_NAT_TYPE (NFT_NAT_SNAT 0), NFTA_NAT_FAMILY, NFTA_NAT_REG_ADDR_MIN.
@@ -412,10 +410,14 @@ pub async fn translated() -> Result<std::collections::BTreeMap<String, u64>, Egr
     Ok(out)
 }
 
-/// The egress chains of the fence table, changed through netlink ([`nl`]).
+/// The egress chains of the fence table, changed through netlink ([`nl`]), and the fence
+/// that keeps their VIPs' own live elements (`live4`/`live6`, [`VipFence::track`]).
 #[derive(Debug, Clone)]
 pub struct NftEgress {
     transport: Arc<dyn Transport>,
+    fence: Option<Arc<dyn VipFence>>,
+    /// The VIPs the fence was last asked to track.
+    tracked: Arc<tokio::sync::Mutex<Vec<IpAddr>>>,
 }
 
 impl Default for NftEgress {
@@ -425,25 +427,70 @@ impl Default for NftEgress {
 }
 
 impl NftEgress {
-    /// The chains through `transport` (the kernel: [`NftEgress::default`]).
+    /// The chains through `transport` (the kernel: [`NftEgress::default`]), with no fence to
+    /// ask for the VIPs' own elements (the rules' VIPs stay unanswered unless something else
+    /// tracks them: tests of the chains alone).
     pub fn new(transport: Arc<dyn Transport>) -> Self {
-        NftEgress { transport }
+        NftEgress {
+            transport,
+            fence: None,
+            tracked: Arc::default(),
+        }
     }
 
-    /// Makes the chains hold exactly `table` ([`apply_commands`]).
+    /// The same chains, asking `fence` to keep each rule's VIP live one by one
+    /// ([`VipFence::track`]), which the rules look up.
+    pub fn with_fence(mut self, fence: Arc<dyn VipFence>) -> Self {
+        self.fence = Some(fence);
+        self
+    }
+
+    /// Makes the chains hold exactly `table` ([`apply_commands`]). With a fence, the VIPs of
+    /// both the old and the new rules are tracked before the change (a new rule never looks
+    /// up a VIP whose element is missing while its holder's lives: the guard would drop its
+    /// traffic), and only the new ones after it.
     ///
     /// # Errors
     /// [`EgressError::Change`] when the kernel refuses (no fence table: `vip_nftfence` off
     /// or failed; no `nat` support for the `inet` family, kernels before 5.2): the chains
     /// are as before.
     pub async fn apply(&self, table: &EgressTable) -> Result<(), EgressError> {
+        let want: Vec<IpAddr> = table
+            .snat
+            .iter()
+            .map(|r| r.vip)
+            .chain(table.guarded.iter().copied())
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        let mut tracked = self.tracked.lock().await;
+        let track = |vips: Vec<IpAddr>| async move {
+            match &self.fence {
+                Some(f) => f.track(&vips).await.map_err(|e| EgressError::Change {
+                    command: format!("track {} VIPs in the fence's live4/live6", vips.len()),
+                    detail: e.to_string(),
+                }),
+                None => Ok(()),
+            }
+        };
+        let both: std::collections::BTreeSet<IpAddr> =
+            tracked.iter().chain(want.iter()).copied().collect();
+        track(both.iter().copied().collect()).await?;
+        *tracked = both.into_iter().collect();
         let c = apply_commands(table);
         nl::send_with(self.transport.as_ref(), c.clone(), Mode::Commit)
             .await
             .map_err(|e| EgressError::Change {
                 command: c.summary(),
                 detail: e.answer(),
-            })
+            })?;
+        if *tracked != want {
+            // On failure the old VIPs stay tracked (harmless) until the next change.
+            if track(want.clone()).await.is_ok() {
+                *tracked = want;
+            }
+        }
+        Ok(())
     }
 }
 

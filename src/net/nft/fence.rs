@@ -9,34 +9,50 @@
 //!
 //! ```text
 //! table arp vipd_fence {
-//!     set vips { type ipv4_addr; }                  # fenced IPv4 VIPs
-//!     set live { type ipv4_addr; flags timeout; }   # ... while their timeout runs
+//!     map vips { type ipv4_addr : verdict; }   # fenced IPv4 VIP -> its holder's chain
+//!     set live { type mark; flags timeout; }   # holders whose timeout runs
 //!     chain input {
 //!         type filter hook input priority filter; policy accept;
-//!         arp operation request arp daddr ip @vips arp daddr ip != @live counter drop
+//!         arp operation request arp daddr ip vmap @vips
+//!     }
+//!     chain holder_1 {                          # one a holder of this node
+//!         1 != @live counter drop               # `nft list` shows 0x1000000 [invalid type]
 //!     }
 //! }
 //! table inet vipd_fence {
-//!     set vips4 { type ipv4_addr; }   set live4 { type ipv4_addr; flags timeout; }
-//!     set vips6 { type ipv6_addr; }   set live6 { type ipv6_addr; flags timeout; }
+//!     map vips4 { type ipv4_addr : verdict; }   map vips6 { type ipv6_addr : verdict; }
+//!     set live { type mark; flags timeout; }
+//!     set live4 { type ipv4_addr; flags timeout; }  set live6 { type ipv6_addr; flags timeout; }
 //!     chain prerouting {
 //!         type filter hook prerouting priority -150; policy accept;
-//!         ip daddr @vips4 ip daddr != @live4 counter drop
-//!         ip6 daddr @vips6 ip6 daddr != @live6 counter drop
-//!         icmpv6 type nd-neighbor-solicit @th,64,128 @vips6ns @th,64,128 != @live6ns counter drop
+//!         ip daddr vmap @vips4
+//!         ip6 daddr vmap @vips6
+//!         icmpv6 type nd-neighbor-solicit @th,64,128 vmap @vips6
 //!     }
-//!     set vips6ns { typeof @th,64,128; }  set live6ns { typeof @th,64,128; flags timeout; }
+//!     chain holder_1 { 1 != @live counter drop }
 //! }
 //! ```
+//!
+//! Each VIP holder of this node has a key ([`LiveKey`], never reused in a process), a chain
+//! `holder_<key>` in each table and one element `<key>` in each `live` set, set with the
+//! holder's timeout at every renewal. A fenced VIP's map element jumps to its holder's chain,
+//! which drops the packet once the holder's element has expired; an expired VIP's element is
+//! `drop`; a VIP in no map is not fenced. So a renewal of a holder of 600 VIPs (a shard) is
+//! one element a table, not one a VIP (the map elements change only when a VIP changes
+//! holder, expires or goes), and a packet costs one map lookup and one set lookup whatever
+//! the number of VIPs. `nft` cannot write a map's value looked up in a set (and nftables 1.0.6
+//! aborts listing such a rule), hence the chain per holder. `live4`/`live6` hold, one by one,
+//! only the VIPs something needs alone ([`VipFence::track`]: egress, [`super::egress`]).
 //!
 //! The `inet` chain runs at priority -150, before destination NAT (-100), so the
 //! load balancer's DNAT ([`crate::controlplane::lb`]) never turns a fenced packet into a forwarded one.
 //! Neighbour solicitations for an IPv6 VIP go to its solicited-node multicast address and
 //! carry the VIP as the ICMPv6 target (bits 64..192 of the ICMPv6 message, RFC 4861 §4.3):
-//! nftables 1.0.6 has no `icmpv6 taddr`, so those sets hold the VIP as a 128-bit integer
-//! matched against that raw payload.
+//! nftables 1.0.6 has no `icmpv6 taddr`, so that rule looks those 16 raw bytes up in the
+//! VIP map (the kernel compares bytes; `nft` refuses to write it, for the types, but lists
+//! it).
 //!
-//! Element timeouts are sent in milliseconds (`timeout 1995ms` in `nft` syntax) through
+//! Live elements' timeouts are sent in milliseconds (`timeout 1995ms` in `nft` syntax) through
 //! netlink ([`nl`]), computed right before the `sendmsg` that commits them. Where the kernel
 //! updates existing elements (Linux 6.12 and later; [`NftFence::start`] probes for it), a
 //! refresh is one `add` carrying the timeout and, as its expiration, the same value
@@ -158,6 +174,16 @@ pub trait VipFence: Send + Sync + fmt::Debug + 'static {
         vips: &'a [IpAddr],
     ) -> BoxFuture<'a, Result<(), FenceError>>;
 
+    /// Keeps `vips` (the whole set; empty: none) live one by one as well, in the `inet`
+    /// table's `live4`/`live6` sets, each element living exactly as its holder's: for rules
+    /// that need one VIP's state rather than its holder's (egress, [`super::egress`]). A VIP
+    /// that leaves the set loses its element. Their number is small: every refresh of their
+    /// holder sets each of their elements.
+    ///
+    /// # Errors
+    /// [`FenceError::Change`].
+    fn track<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>>;
+
     /// Whether traffic is really filtered (false for [`NoopFence`]).
     fn active(&self) -> bool;
 
@@ -188,6 +214,9 @@ impl VipFence for NoopFence {
     fn disarm<'a>(&'a self, _: Owner, _: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
         Box::pin(async { Ok(()) })
     }
+    fn track<'a>(&'a self, _: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
+        Box::pin(async { Ok(()) })
+    }
     fn active(&self) -> bool {
         false
     }
@@ -196,30 +225,85 @@ impl VipFence for NoopFence {
     }
 }
 
-/// One place a VIP is fenced: `(family, VIP set, live set, key)`.
-type Place = (Family, &'static str, &'static str, Key);
+/// The key of one holder's live element in the fence's `live` sets and the name of its
+/// chain (`holder_<key>`): counted from 1 in this process ([`FenceState`]) and never handed
+/// out twice, so an element one holder set never makes another holder's VIPs answered.
+pub type LiveKey = u32;
 
-/// Every place `vip` is fenced: IPv4 in the `arp` table (ARP requests) and the `inet`
-/// table (packets); IPv6 in the `inet` table, as an address (packets) and as the 128-bit
-/// integer the neighbour solicitation rule compares the ICMPv6 target with (`@th,64,128`,
-/// the same 16 bytes).
-fn places(vip: IpAddr) -> [Place; 2] {
-    match vip {
-        IpAddr::V4(_) => [
-            (Family::Arp, "vips", "live", Key::Addr(vip)),
-            (Family::Inet, "vips4", "live4", Key::Addr(vip)),
-        ],
-        IpAddr::V6(a) => [
-            (Family::Inet, "vips6", "live6", Key::Addr(vip)),
-            (
-                Family::Inet,
-                "vips6ns",
-                "live6ns",
-                Key::Integer(u128::from(a)),
-            ),
-        ],
+/// The key of no holder: a VIP mapped to it is dropped (`<vip> : drop` in the maps), an
+/// expired VIP or one refreshed with less than 1 ms left.
+pub const EXPIRED: LiveKey = 0;
+
+/// The key [`probe_timeout_updates`] uses (never handed out: keys count up from 1).
+const PROBE_KEY: LiveKey = LiveKey::MAX;
+
+/// The chain of holder `key` in each table: `<key> != @live counter drop`.
+pub fn holder_chain(key: LiveKey) -> String {
+    format!("holder_{key}")
+}
+
+/// What a VIP's map elements hold for `key`: `jump holder_<key>`, or `drop` for
+/// [`EXPIRED`].
+fn verdict(key: LiveKey) -> nl::MapVerdict {
+    match key {
+        EXPIRED => nl::MapVerdict::Drop,
+        k => nl::MapVerdict::Jump(holder_chain(k)),
     }
 }
+
+/// The maps `vip` is fenced in: `(family, map)`. IPv4 in the `arp` table (ARP requests) and
+/// the `inet` table (packets); IPv6 in the `inet` table, one map for both its rules (packets
+/// to the address, and neighbour solicitations whose ICMPv6 target, `@th,64,128`, is the same
+/// 16 bytes).
+fn places(vip: IpAddr) -> &'static [(Family, &'static str)] {
+    match vip {
+        IpAddr::V4(_) => &[(Family::Arp, "vips"), (Family::Inet, "vips4")],
+        IpAddr::V6(_) => &[(Family::Inet, "vips6")],
+    }
+}
+
+/// The per-VIP live set of `vip`'s family (`inet`), for the VIPs the fence tracks one by
+/// one ([`VipFence::track`]).
+fn per_vip_set(vip: IpAddr) -> &'static str {
+    match vip {
+        IpAddr::V4(_) => "live4",
+        IpAddr::V6(_) => "live6",
+    }
+}
+
+/// The order of a transaction's commands ([`Grouped`]): new holder chains, the maps (`arp
+/// vips`, `inet vips4`, `inet vips6`), the live sets (`arp live`, `inet live`), the per-VIP
+/// live sets, and last the chains of holders that armed nothing any more (once no map
+/// element jumps to them).
+mod at {
+    pub const NEW_CHAINS: u8 = 0;
+    pub const ARP_VIPS: u8 = 1;
+    pub const VIPS4: u8 = 2;
+    pub const VIPS6: u8 = 3;
+    pub const ARP_LIVE: u8 = 4;
+    pub const INET_LIVE: u8 = 5;
+    pub const LIVE4: u8 = 6;
+    pub const LIVE6: u8 = 7;
+    pub const OLD_CHAINS: u8 = 8;
+}
+
+fn place_index(family: Family, set: &str) -> u8 {
+    match (family, set) {
+        (Family::Arp, "vips") => at::ARP_VIPS,
+        (_, "vips4") => at::VIPS4,
+        (_, "vips6") => at::VIPS6,
+        (Family::Arp, _) => at::ARP_LIVE,
+        (_, "live4") => at::LIVE4,
+        (_, "live6") => at::LIVE6,
+        _ => at::INET_LIVE,
+    }
+}
+
+/// The live sets of the holders' keys: one a table.
+const LIVE_SETS: [(Family, &str); 2] = [(Family::Arp, "live"), (Family::Inet, "live")];
+
+/// The tables: each has a `live` set and one chain per holder.
+const TABLES: [Family; 2] = [Family::Arp, Family::Inet];
 
 /// The batch deleting both tables whether they exist or not.
 pub(crate) fn remove_commands() -> Batch {
@@ -228,118 +312,72 @@ pub(crate) fn remove_commands() -> Batch {
     b
 }
 
-/// `nft`'s user data of the `typeof @th,64,128` sets (key byte order and the typeof
-/// expression), copied from what nftables 1.0.6 sends, so that `nft list` shows them as
-/// written.
-const TH_64_128_USERDATA: &str =
-    "0004020000000326000407000000011e000400000000010400000000020403000000030440000000040480000000";
-
-/// The fence's sets: `(family, spec)`, ids in the order `nft` gives them.
-fn fence_sets() -> Vec<(Family, nl::SetSpec)> {
-    let set = |name, id, key_type, key_len, timeout, userdata: Vec<u8>, shown| nl::SetSpec {
+/// The fence's maps and sets: `(family, spec, is a verdict map)`, ids in the order `nft`
+/// gives them.
+fn fence_sets() -> Vec<(Family, nl::SetSpec, bool)> {
+    let set = |name, id, key_type, key_len, timeout, order, shown| nl::SetSpec {
         name,
         id,
         key_type,
         key_len,
         timeout,
-        userdata,
+        userdata: nl::keybyteorder(order),
         shown,
     };
-    let th = nl::unhex(TH_64_128_USERDATA);
-    let be = nl::keybyteorder(2);
+    // nft's types: ipv4_addr 7, ipv6_addr 8, mark 19; byte order 2 big endian, 1 host.
     vec![
         (
             Family::Arp,
-            set("vips", 1, 7, 4, false, be.clone(), "{ type ipv4_addr; }"),
+            set("vips", 1, 7, 4, false, 2, "{ type ipv4_addr : verdict; }"),
+            true,
         ),
         (
             Family::Arp,
-            set(
-                "live",
-                2,
-                7,
-                4,
-                true,
-                be.clone(),
-                "{ type ipv4_addr; flags timeout; }",
-            ),
+            set("live", 2, 19, 4, true, 1, "{ type mark; flags timeout; }"),
+            false,
         ),
         (
             Family::Inet,
-            set("vips4", 3, 7, 4, false, be.clone(), "{ type ipv4_addr; }"),
+            set("vips4", 3, 7, 4, false, 2, "{ type ipv4_addr : verdict; }"),
+            true,
+        ),
+        (
+            Family::Inet,
+            set("vips6", 4, 8, 16, false, 2, "{ type ipv6_addr : verdict; }"),
+            true,
+        ),
+        (
+            Family::Inet,
+            set("live", 5, 19, 4, true, 1, "{ type mark; flags timeout; }"),
+            false,
         ),
         (
             Family::Inet,
             set(
                 "live4",
-                4,
+                6,
                 7,
                 4,
                 true,
-                be.clone(),
+                2,
                 "{ type ipv4_addr; flags timeout; }",
             ),
-        ),
-        (
-            Family::Inet,
-            set("vips6", 5, 8, 16, false, be.clone(), "{ type ipv6_addr; }"),
+            false,
         ),
         (
             Family::Inet,
             set(
                 "live6",
-                6,
+                7,
                 8,
                 16,
                 true,
-                be,
+                2,
                 "{ type ipv6_addr; flags timeout; }",
             ),
-        ),
-        (
-            Family::Inet,
-            set(
-                "vips6ns",
-                7,
-                4,
-                16,
-                false,
-                th.clone(),
-                "{ typeof @th,64,128; }",
-            ),
-        ),
-        (
-            Family::Inet,
-            set(
-                "live6ns",
-                8,
-                4,
-                16,
-                true,
-                th,
-                "{ typeof @th,64,128; flags timeout; }",
-            ),
+            false,
         ),
     ]
-}
-
-/// `<load> @<vips> <load> != @<live> counter drop`: the fence rule over one key.
-fn fence_rule(
-    prefix: Vec<nl::Expr>,
-    load: &nl::Expr,
-    vips: (&str, u32),
-    live: (&str, u32),
-) -> Vec<nl::Expr> {
-    let mut e = prefix;
-    e.extend([
-        load.clone(),
-        nl::lookup(vips.0, vips.1, false),
-        load.clone(),
-        nl::lookup(live.0, live.1, true),
-        nl::counter(),
-        nl::verdict(nl::NF_DROP),
-    ]);
-    e
 }
 
 /// `meta nfproto <proto>`, as `nft` writes the family match of `ip ...`/`ip6 ...` in an
@@ -348,9 +386,23 @@ fn nfproto(proto: u8) -> Vec<nl::Expr> {
     vec![nl::meta(MetaKey::Nfproto), nl::cmp(true, &[proto])]
 }
 
-/// The fence's rules: `(family, chain, expressions, text)`.
+/// The fence's rules in its base chains: `(family, chain, expressions, text)`. Each loads a
+/// VIP and looks it up in a verdict map: `jump holder_<key>` for an armed VIP, `drop` for an
+/// expired one; a VIP not in the map is not fenced.
 fn fence_rules() -> Vec<(Family, &'static str, Vec<nl::Expr>, &'static str)> {
+    use netlink_packet_netfilter::nftables::Register;
     use nl::{Base, payload};
+    let vmap = |prefix: Vec<nl::Expr>, load: nl::Expr, map: (&str, u32)| {
+        let mut e = prefix;
+        e.push(load);
+        e.push(nl::map_lookup_to(
+            map.0,
+            Some(map.1),
+            Register::Reg1,
+            Register::Verdict,
+        ));
+        e
+    };
     let arp_daddr = payload(Base::Network, 24, 4);
     let arp_request = vec![payload(Base::Network, 6, 2), nl::cmp(true, &[0, 1])];
     let ip_daddr = payload(Base::Network, 16, 4);
@@ -368,49 +420,67 @@ fn fence_rules() -> Vec<(Family, &'static str, Vec<nl::Expr>, &'static str)> {
         (
             Family::Arp,
             "input",
-            fence_rule(arp_request, &arp_daddr, ("vips", 1), ("live", 2)),
-            "arp operation request arp daddr ip @vips arp daddr ip != @live counter drop",
+            vmap(arp_request, arp_daddr, ("vips", 1)),
+            "arp operation request arp daddr ip vmap @vips",
         ),
         (
             Family::Inet,
             "prerouting",
-            fence_rule(
-                nfproto(libc::NFPROTO_IPV4 as u8),
-                &ip_daddr,
-                ("vips4", 3),
-                ("live4", 4),
-            ),
-            "ip daddr @vips4 ip daddr != @live4 counter drop",
+            vmap(nfproto(libc::NFPROTO_IPV4 as u8), ip_daddr, ("vips4", 3)),
+            "ip daddr vmap @vips4",
         ),
         (
             Family::Inet,
             "prerouting",
-            fence_rule(
-                nfproto(libc::NFPROTO_IPV6 as u8),
-                &ip6_daddr,
-                ("vips6", 5),
-                ("live6", 6),
-            ),
-            "ip6 daddr @vips6 ip6 daddr != @live6 counter drop",
+            vmap(nfproto(libc::NFPROTO_IPV6 as u8), ip6_daddr, ("vips6", 4)),
+            "ip6 daddr vmap @vips6",
         ),
         (
             Family::Inet,
             "prerouting",
-            fence_rule(ns, &th, ("vips6ns", 7), ("live6ns", 8)),
-            "icmpv6 type nd-neighbor-solicit @th,64,128 @vips6ns @th,64,128 != @live6ns counter drop",
+            vmap(ns, th, ("vips6", 4)),
+            "icmpv6 type nd-neighbor-solicit @th,64,128 vmap @vips6",
         ),
     ]
 }
 
-/// The batch (re)creating both tables with empty sets (tables left by an earlier run are
-/// deleted in the same transaction).
+/// The commands creating holder `key`'s chain in both tables, with its rule `<key> != @live
+/// counter drop` (its live set looked up by name: the set exists since the start).
+fn holder_chain_commands(key: LiveKey) -> Vec<nl::Cmd> {
+    use netlink_packet_netfilter::nftables::Register;
+    let name = holder_chain(key);
+    let mut out = Vec::with_capacity(4);
+    for f in TABLES {
+        out.push(nl::add_regular_chain(f, FENCE_TABLE, &name));
+        out.push(nl::add_rule_commented(
+            f,
+            FENCE_TABLE,
+            &name,
+            vec![
+                nl::immediate(Register::Reg1, &key.to_ne_bytes()),
+                nl::lookup_named("live", Register::Reg1, true),
+                nl::counter(),
+                nl::verdict(nl::NF_DROP),
+            ],
+            &format!("{key} != @live counter drop"),
+            &format!("holder {key}: its VIPs are dropped once its element {key} of @live expires"),
+        ));
+    }
+    out
+}
+
+/// The batch (re)creating both tables with empty maps and sets (tables left by an earlier
+/// run are deleted in the same transaction).
 pub(crate) fn setup_commands() -> Batch {
     let t = FENCE_TABLE;
     let mut b = remove_commands();
     b.push(nl::add_table(Family::Arp, t));
     b.push(nl::add_table(Family::Inet, t));
-    for (f, spec) in fence_sets() {
-        b.push(nl::add_set(f, t, &spec));
+    for (f, spec, map) in fence_sets() {
+        b.push(match map {
+            true => nl::add_verdict_map(f, t, &spec),
+            false => nl::add_set(f, t, &spec),
+        });
     }
     let filter = |hook, hook_name, priority| nl::BaseChain {
         chain_type: "filter",
@@ -441,81 +511,24 @@ fn millis(timeout: Duration) -> u128 {
     timeout.as_millis()
 }
 
-/// The batch arming `vips` and setting their live element to expire `timeout` after
-/// the kernel handles it; `None` when `timeout` is under 1 ms (nothing may be granted).
-/// A VIP for which `armed` is true is in its `vips` sets already and is not added to them
-/// again. The element of a VIP for which `may_be_live` is true is deleted and added again
-/// (a plain `add` keeps its timeout before Linux 6.12); known absent or expired, it is only
-/// added. With `updates` (the kernel updates an existing element's expiration,
-/// [`probe_timeout_updates`]) every element is added with its expiration
-/// ([`nl::refresh_element`]) whatever `may_be_live` says: one message per place of a VIP (two
-/// a VIP, not four, and no delete, which makes the kernel wait for readers).
-pub(crate) fn refresh_commands(
-    vips: &[IpAddr],
-    timeout: Duration,
-    may_be_live: impl Fn(&IpAddr) -> bool,
-    armed: impl Fn(&IpAddr) -> bool,
-    updates: bool,
-) -> Option<Batch> {
-    let ms = millis(timeout);
-    if ms == 0 {
-        return None;
-    }
-    let timeout = Duration::from_millis(u64::try_from(ms).unwrap_or(u64::MAX));
-    let t = FENCE_TABLE;
-    let mut b = Grouped::default();
-    for vip in once_each(vips) {
-        let replace = may_be_live(vip);
-        let arm = !armed(vip);
-        for (i, (f, set, live, k)) in places(*vip).into_iter().enumerate() {
-            let at = |step: u8| (i, live, step);
-            let add =
-                |set, timeout, expires| nl::element(f, t, set, k.clone(), false, timeout, expires);
-            if arm {
-                b.push(at(0), add(set, None, None));
-            }
-            if updates {
-                b.push(at(1), add(live, Some(timeout), Some(timeout)));
-                continue;
-            }
-            b.push(at(1), add(live, Some(timeout), None));
-            if replace {
-                b.push(at(2), nl::element(f, t, live, k.clone(), true, None, None));
-                b.push(at(3), add(live, Some(timeout), None));
-            }
-        }
-    }
-    Some(b.batch())
-}
-
-/// `vips` without repeats, in order. A VIP given twice is fenced once: the commands are
-/// grouped by step ([`Grouped::batch`]), where a second copy's delete would follow the
-/// first's and fail the whole transaction (ENOENT); VIP by VIP, it followed its own add.
-fn once_each(vips: &[IpAddr]) -> impl Iterator<Item = &IpAddr> {
-    let mut seen = HashSet::with_capacity(vips.len());
-    vips.iter().filter(move |v| seen.insert(**v))
-}
-
-/// A fence change's commands, built VIP by VIP and sent place by place
+/// A fence change's commands, built element by element and sent set by set
 /// ([`Grouped::batch`]).
 #[derive(Default)]
 struct Grouped {
-    /// `((place index, live set, step), command)`, in the order built.
-    cmds: Vec<((usize, &'static str, u8), nl::Cmd)>,
+    /// `((place, step), command)`, in the order built.
+    cmds: Vec<((u8, u8), nl::Cmd)>,
 }
 
 impl Grouped {
-    fn push(&mut self, at: (usize, &'static str, u8), cmd: nl::Cmd) {
+    fn push(&mut self, at: (u8, u8), cmd: nl::Cmd) {
         self.cmds.push((at, cmd));
     }
 
-    /// The commands ordered by place (the VIPs' first place, then their second; per
-    /// family), then by step within each VIP's sequence, the VIPs in the order given
-    /// (a stable sort: each element's own commands keep their order, so an add still
-    /// precedes its delete). Commands on different elements are independent inside one
-    /// transaction; the order only makes each set's commands consecutive, which
-    /// [`nl::Batch::messages`] sends as one message (a shard's renewal: a few messages
-    /// instead of one per VIP and place). One VIP's commands come out in the order built.
+    /// The commands ordered by place ([`at`]), then by step (a stable sort: each element's
+    /// own commands keep their order, so an add still precedes its delete). Commands on
+    /// different elements are independent inside one transaction; the order only makes each
+    /// set's commands consecutive, which [`nl::Batch::messages`] sends as one message, and
+    /// puts a chain's creation before the elements that jump to it and its deletion after.
     fn batch(mut self) -> Batch {
         self.cmds.sort_by_key(|(at, _)| *at);
         let mut b = Batch::new();
@@ -526,19 +539,19 @@ impl Grouped {
     }
 }
 
-/// The key [`probe_timeout_updates`] uses (`0.0.0.0`, never a VIP).
-const PROBE_KEY: [u8; 4] = [0; 4];
-
 /// Whether the kernel updates an existing set element's expiration on an add that carries
 /// one (Linux 6.12 and later; before, the add succeeds and the element keeps its expiry, so
 /// a refresh must delete and add it again). Finds out in the fence's `inet` table: sets an
-/// element of `live4` for 60 s, adds it again with the same 60 s timeout and an expiration
-/// of 1 ms (the case renewals are: the same timeout again, which a plain add leaves alone),
-/// waits 20 ms and creates it once more with `NLM_F_EXCL`, which only succeeds when the
-/// second add shortened it (an expired element counts as absent); then removes it. Any
-/// failure: `false` (the delete-and-add way works on every kernel).
+/// element of `live` ([`PROBE_KEY`], never a holder's) for 60 s, adds it again with the same
+/// 60 s timeout and an expiration of 1 ms (the case renewals are: the same timeout again,
+/// which a plain add leaves alone), waits 20 ms and creates it once more with
+/// `NLM_F_EXCL`, which only succeeds when the second add shortened it (an expired element
+/// counts as absent); then removes it. Any failure: `false` (the delete-and-add way works
+/// on every kernel).
 async fn probe_timeout_updates(transport: &dyn Transport) -> bool {
-    let (f, t, set, shown) = (Family::Inet, FENCE_TABLE, "live4", "0.0.0.0");
+    let key = PROBE_KEY.to_ne_bytes();
+    let shown = PROBE_KEY.to_string();
+    let (f, t, set, shown) = (Family::Inet, FENCE_TABLE, "live", shown.as_str());
     let (long, short) = (Duration::from_secs(60), Duration::from_millis(1));
     let one = Some(short);
     let batch = |cmd: nl::Cmd| {
@@ -548,16 +561,14 @@ async fn probe_timeout_updates(transport: &dyn Transport) -> bool {
     };
     let set_up = send_batch(
         transport,
-        batch(nl::add_element(f, t, set, &PROBE_KEY, Some(long), shown)),
+        batch(nl::add_element(f, t, set, &key, Some(long), shown)),
         Mode::Commit,
     )
     .await
     .is_ok()
         && send_batch(
             transport,
-            batch(nl::expiring_element(
-                f, t, set, &PROBE_KEY, long, short, shown,
-            )),
+            batch(nl::expiring_element(f, t, set, &key, long, short, shown)),
             Mode::Commit,
         )
         .await
@@ -566,13 +577,13 @@ async fn probe_timeout_updates(transport: &dyn Transport) -> bool {
     let updates = set_up
         && send_batch(
             transport,
-            batch(nl::create_element(f, t, set, &PROBE_KEY, one, shown)),
+            batch(nl::create_element(f, t, set, &key, one, shown)),
             Mode::Commit,
         )
         .await
         .is_ok();
-    let mut gone = batch(nl::add_element(f, t, set, &PROBE_KEY, one, shown));
-    gone.push(nl::delete_element(f, t, set, &PROBE_KEY, shown));
+    let mut gone = batch(nl::add_element(f, t, set, &key, one, shown));
+    gone.push(nl::delete_element(f, t, set, &key, shown));
     if let Err(e) = send_batch(transport, gone, Mode::Commit).await {
         debug!(error = %e, "cannot remove the nftables fence's probe element (it expires within 60 s)");
     }
@@ -588,6 +599,8 @@ enum Change {
     Expire,
     /// [`VipFence::disarm`].
     Disarm,
+    /// [`VipFence::track`]: the op's VIPs are the whole new set.
+    Track,
 }
 
 /// Who asks for a change: one VIP holder (its [`VipFence::refresh`] arms the VIP for it,
@@ -601,12 +614,28 @@ pub fn next_owner() -> Owner {
     NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
 }
 
-/// Per VIP, the holders that armed it and have not disarmed it.
-type Arms = HashMap<IpAddr, std::collections::BTreeSet<Owner>>;
+/// One VIP in the fence's maps, as the kernel holds it after the last successful run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Armed {
+    /// The holders that armed it (refreshed it) and have not disarmed it, sorted; empty when
+    /// only an expire armed it.
+    owners: Vec<Owner>,
+    /// The key its map elements jump to: the holder that refreshed it last, [`EXPIRED`]
+    /// once expired.
+    key: LiveKey,
+}
 
-/// A transaction as written: when, its commands, and [`Arms`] of its VIPs once it has run
-/// (a VIP of its ops without an entry: armed by no holder).
-type Transaction = (Instant, Batch, Arms);
+/// One holder's live key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Keyed {
+    key: LiveKey,
+    /// The end its last refresh asked for, and the latest instant its live elements may
+    /// still exist (the end of that run + the timeout it carried + [`LIVE_SLACK`]); `None`:
+    /// never set.
+    live: Option<(Instant, Instant)>,
+    /// How many VIPs it has armed (its entry and its chains go with the last one).
+    vips: usize,
+}
 
 /// A [`Change`] of some VIPs, asked for by `owner`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -624,116 +653,397 @@ fn timeout_until(until: Instant, now: Instant) -> Duration {
     )
 }
 
+/// The recorded state a transaction starts from.
+#[derive(Debug, Default)]
+struct Recorded {
+    /// The VIPs in the maps.
+    vips: HashMap<IpAddr, Armed>,
+    /// The holders with a key (and chains).
+    owners: HashMap<Owner, Keyed>,
+    /// The VIPs also kept live one by one in `live4`/`live6` ([`VipFence::track`]).
+    tracked: HashSet<IpAddr>,
+    /// The last [`LiveKey`] handed out (0: none yet).
+    last_key: LiveKey,
+}
+
+/// A transaction as planned ([`plan`]): its commands and the state once it has run.
+#[derive(Debug)]
+struct Plan {
+    batch: Batch,
+    /// The touched VIPs once it has run (`None`: in no map).
+    vips: Vec<(IpAddr, Option<Armed>)>,
+    /// The touched holders once it has run (`None`: no VIP armed any more, forgotten).
+    owners: Vec<(Owner, Option<Keyed>)>,
+    /// The holders whose live elements it sets, with the end each asked for.
+    refreshed: Vec<(Owner, Instant)>,
+    /// The tracked VIPs once it has run, when a [`Change::Track`] changed them.
+    tracked: Option<HashSet<IpAddr>>,
+    /// [`Recorded::last_key`] once it has run.
+    last_key: LiveKey,
+}
+
 /// The commands of `ops`, in order, as one transaction written at `now` (refresh timeouts
-/// are counted from it, [`timeout_until`]). `may_be_live` holds the VIPs whose live element
-/// may exist before it; it is updated as each op is written, so a second refresh of a VIP
-/// in the same transaction replaces the first's element. `arms` holds who armed each VIP,
-/// updated likewise: a refresh arms the VIP for its owner, a disarm takes back its owner's
-/// arming and stops filtering the VIP only when no other holder armed it (an address that
-/// moved from one holder of this node to another stays filtered, and its live element
-/// stays the new holder's).
-fn op_commands(
-    ops: &[Op],
-    may_be_live: &mut HashSet<IpAddr>,
-    arms: &mut Arms,
-    now: Instant,
-    updates: bool,
-) -> Batch {
-    let mut c = Batch::new();
-    for op in ops {
-        match op.change {
-            Change::Disarm => {
-                let alone: Vec<IpAddr> = op
-                    .vips
-                    .iter()
-                    .filter(|v| {
-                        let Some(owners) = arms.get_mut(v) else {
-                            return true;
-                        };
-                        owners.remove(&op.owner);
-                        if owners.is_empty() {
-                            arms.remove(v);
-                            true
-                        } else {
-                            false
-                        }
-                    })
-                    .copied()
-                    .collect();
-                c.append(expire_commands(&alone, true));
-                alone.iter().for_each(|v| {
-                    may_be_live.remove(v);
-                });
-                continue;
-            }
-            Change::Refresh(_) | Change::Expire => {}
+/// are counted from it, [`timeout_until`]), from the recorded state `rec`, which it does not
+/// change (the caller records the plan once the kernel took it). Pure.
+///
+/// - A refresh maps each of its VIPs to its holder's chain (a holder's first refresh gets a
+///   new key, and its chain in both tables) and sets the holder's live element in both
+///   tables: one element a holder, however many VIPs it holds. With less than 1 ms left,
+///   its VIPs are mapped to `drop` instead.
+/// - An expire maps its VIPs to `drop` (a VIP in no map is added: an expired VIP is
+///   filtered, whatever the kernel held before); the holder's next refresh maps them back.
+/// - A disarm takes back its holder's arming: a VIP no other holder armed leaves the maps
+///   (no longer filtered); one another holder of this node armed meanwhile (the address
+///   moved to it) stays, mapped to that holder's chain, so it is answered while that
+///   holder's element lives, without a gap. A holder left with no VIP loses its key and its
+///   chains.
+/// - A track sets the VIPs kept live one by one as well (`live4`/`live6`, for rules that
+///   need one VIP's state: egress), from their holder's last refresh.
+///
+/// Only VIPs whose verdict changes get map commands: an element whose verdict changes is
+/// added with its recorded verdict, deleted and added with the new one (the kernel refuses
+/// an add over an element with another verdict), and one that goes is added and deleted, so
+/// neither fails whether or not the kernel still held it. A live element is added with its
+/// timeout and, where the kernel updates elements (`updates`), its expiration; elsewhere,
+/// when it may still be live, it is added, deleted and added again (a plain add keeps an
+/// element's old timeout). When several ops refresh one holder, the last one's timeout is
+/// sent.
+fn plan(ops: &[Op], rec: &Recorded, now: Instant, updates: bool) -> Plan {
+    let mut vips: HashMap<IpAddr, Option<Armed>> = HashMap::new();
+    let mut order: Vec<IpAddr> = Vec::new();
+    let mut owners: HashMap<Owner, Option<Keyed>> = HashMap::new();
+    let mut last_key = rec.last_key;
+    // Per holder refreshed: its key, the end asked for and the timeout it gives.
+    let mut live: Vec<(Owner, LiveKey, Instant, Duration)> = Vec::new();
+    let mut tracked: Option<HashSet<IpAddr>> = None;
+    // VIPs whose per-VIP element is to be set again from their final state.
+    let mut per_vip: Vec<IpAddr> = Vec::new();
+    fn current<'a>(
+        vips: &'a HashMap<IpAddr, Option<Armed>>,
+        rec: &'a Recorded,
+        v: &IpAddr,
+    ) -> Option<&'a Armed> {
+        match vips.get(v) {
+            Some(a) => a.as_ref(),
+            None => rec.vips.get(v),
         }
+    }
+    let keyed = |owners: &HashMap<Owner, Option<Keyed>>, o: Owner| match owners.get(&o) {
+        Some(k) => *k,
+        None => rec.owners.get(&o).copied(),
+    };
+    let is_tracked = |tracked: &Option<HashSet<IpAddr>>, v: &IpAddr| {
+        tracked.as_ref().unwrap_or(&rec.tracked).contains(v)
+    };
+    for op in ops {
         match op.change {
             Change::Refresh(until) => {
                 let timeout = timeout_until(until, now);
-                let armed = |v: &IpAddr| arms.get(v).is_some_and(|o| !o.is_empty());
-                let batch = refresh_commands(
-                    &op.vips,
-                    timeout,
-                    |v| may_be_live.contains(v),
-                    armed,
-                    updates,
-                );
-                for v in &op.vips {
-                    arms.entry(*v).or_default().insert(op.owner);
-                }
-                match batch {
-                    Some(r) => {
-                        c.append(r);
-                        may_be_live.extend(op.vips.iter().copied());
+                let mut k = keyed(&owners, op.owner).unwrap_or_else(|| {
+                    // Never EXPIRED nor PROBE_KEY; 4 billion holders in one process would be
+                    // needed to reach the end.
+                    last_key = last_key.saturating_add(1).min(PROBE_KEY - 1);
+                    Keyed {
+                        key: last_key,
+                        live: None,
+                        vips: 0,
                     }
-                    None => {
-                        c.append(expire_commands(&op.vips, false));
-                        op.vips.iter().for_each(|v| {
-                            may_be_live.remove(v);
-                        });
+                });
+                let target = if timeout.is_zero() { EXPIRED } else { k.key };
+                for v in &op.vips {
+                    // A holder's steady renewal: every VIP already jumps to its chain.
+                    if !vips.contains_key(v)
+                        && rec.vips.get(v).is_some_and(|a| {
+                            a.key == target && a.owners.binary_search(&op.owner).is_ok()
+                        })
+                    {
+                        if is_tracked(&tracked, v) {
+                            per_vip.push(*v);
+                        }
+                        continue;
+                    }
+                    let mut a = current(&vips, rec, v).cloned().unwrap_or(Armed {
+                        owners: Vec::new(),
+                        key: EXPIRED,
+                    });
+                    if let Err(at) = a.owners.binary_search(&op.owner) {
+                        a.owners.insert(at, op.owner);
+                        k.vips += 1;
+                    }
+                    a.key = target;
+                    if !vips.contains_key(v) {
+                        order.push(*v);
+                    }
+                    vips.insert(*v, Some(a));
+                    if is_tracked(&tracked, v) {
+                        per_vip.push(*v);
+                    }
+                }
+                owners.insert(op.owner, Some(k));
+                // A refresh with no time left maps its VIPs to `drop`; the holder's other
+                // VIPs keep what an earlier op of this transaction set.
+                if !timeout.is_zero() {
+                    live.retain(|(o, ..)| *o != op.owner);
+                    live.push((op.owner, k.key, until, timeout));
+                }
+            }
+            Change::Expire => {
+                for v in &op.vips {
+                    let mut a = current(&vips, rec, v).cloned().unwrap_or(Armed {
+                        owners: Vec::new(),
+                        key: EXPIRED,
+                    });
+                    a.key = EXPIRED;
+                    if !vips.contains_key(v) {
+                        order.push(*v);
+                    }
+                    vips.insert(*v, Some(a));
+                    if is_tracked(&tracked, v) {
+                        per_vip.push(*v);
                     }
                 }
             }
-            Change::Expire | Change::Disarm => {
-                c.append(expire_commands(&op.vips, false));
-                op.vips.iter().for_each(|v| {
-                    may_be_live.remove(v);
-                });
+            Change::Disarm => {
+                let mut k = keyed(&owners, op.owner);
+                for v in &op.vips {
+                    let mut a = current(&vips, rec, v).cloned();
+                    if let Some(arm) = a.as_mut() {
+                        if let Ok(at) = arm.owners.binary_search(&op.owner) {
+                            arm.owners.remove(at);
+                            if let Some(k) = k.as_mut() {
+                                k.vips = k.vips.saturating_sub(1);
+                            }
+                        }
+                        if arm.owners.is_empty() {
+                            a = None;
+                        } else if k.is_some_and(|k| k.key == arm.key) {
+                            // Moved to another holder of this node: its key (the one whose
+                            // refresh asked for the latest end when there are several,
+                            // counting this transaction's).
+                            let end = |o: Owner, k: &Keyed| {
+                                live.iter()
+                                    .find(|(lo, ..)| *lo == o)
+                                    .map(|(_, _, until, _)| *until)
+                                    .or(k.live.map(|(until, _)| until))
+                            };
+                            arm.key = arm
+                                .owners
+                                .iter()
+                                .filter_map(|o| keyed(&owners, *o).map(|k| (end(*o, &k), k.key)))
+                                .max_by_key(|(end, _)| *end)
+                                .map_or(EXPIRED, |(_, key)| key);
+                        }
+                    }
+                    if !vips.contains_key(v) {
+                        order.push(*v);
+                    }
+                    vips.insert(*v, a);
+                    if is_tracked(&tracked, v) {
+                        per_vip.push(*v);
+                    }
+                }
+                if let Some(k) = k {
+                    owners.insert(op.owner, (k.vips > 0).then_some(k));
+                    if k.vips == 0 {
+                        live.retain(|(o, ..)| *o != op.owner);
+                    }
+                }
+            }
+            Change::Track => {
+                let before = tracked.take().unwrap_or_else(|| rec.tracked.clone());
+                let after: HashSet<IpAddr> = op.vips.iter().copied().collect();
+                per_vip.extend(before.symmetric_difference(&after).copied());
+                tracked = Some(after);
             }
         }
     }
-    c
+    let t = FENCE_TABLE;
+    let mut b = Grouped::default();
+    // New holders' chains first, then the maps that jump to them.
+    let recorded_key = |o: &Owner| rec.owners.get(o).map(|k| k.key);
+    for (o, k) in &owners {
+        if let Some(k) = k
+            && recorded_key(o) != Some(k.key)
+        {
+            for c in holder_chain_commands(k.key) {
+                b.push((at::NEW_CHAINS, 0), c);
+            }
+        }
+    }
+    for v in &order {
+        let before = rec.vips.get(v).map(|a| a.key);
+        let after = vips.get(v).and_then(|a| a.as_ref()).map(|a| a.key);
+        if before == after {
+            continue;
+        }
+        for (f, map) in places(*v) {
+            let at = |step| (place_index(*f, map), step);
+            let el = |key, delete| nl::map_element(*f, t, map, Key::Addr(*v), verdict(key), delete);
+            if let Some(old) = before {
+                b.push(at(0), el(old, false));
+                b.push(at(1), el(old, true));
+            }
+            if let Some(new) = after {
+                b.push(at(2), el(new, false));
+            }
+        }
+    }
+    for (owner, key, _, timeout) in &live {
+        let may_be_live = rec
+            .owners
+            .get(owner)
+            .and_then(|k| k.live)
+            .is_some_and(|(_, ends)| ends > now);
+        for (f, set) in LIVE_SETS {
+            let at = |step| (place_index(f, set), step);
+            live_commands(
+                &mut b,
+                at,
+                f,
+                set,
+                Key::Mark(*key),
+                *timeout,
+                updates,
+                may_be_live,
+            );
+        }
+    }
+    // The tracked VIPs touched, and those that jump to a refreshed holder's chain (a holder
+    // refreshes all its VIPs, but its element is theirs whatever the list): their own
+    // element follows their final state.
+    let tracked_now = tracked.as_ref().unwrap_or(&rec.tracked);
+    let key_of = |v: &IpAddr| {
+        vips.get(v)
+            .map_or_else(|| rec.vips.get(v), |a| a.as_ref())
+            .map_or(EXPIRED, |a| a.key)
+    };
+    per_vip.extend(
+        tracked_now
+            .iter()
+            .filter(|v| live.iter().any(|(_, k, ..)| *k == key_of(v))),
+    );
+    let mut seen = HashSet::new();
+    for v in per_vip.into_iter().filter(|v| seen.insert(*v)) {
+        let set = per_vip_set(v);
+        let at = |step| (place_index(Family::Inet, set), step);
+        let key = key_of(&v);
+        // The end its holder asked for: this transaction's refresh, or the last one.
+        let end = live
+            .iter()
+            .find(|(_, k, ..)| *k == key && key != EXPIRED)
+            .map(|(_, _, until, _)| *until)
+            .or_else(|| {
+                (key != EXPIRED)
+                    .then(|| {
+                        owners
+                            .values()
+                            .flatten()
+                            .chain(rec.owners.values())
+                            .find(|k| k.key == key)
+                            .and_then(|k| k.live.map(|(until, _)| until))
+                    })
+                    .flatten()
+            });
+        let timeout = end.map_or(Duration::ZERO, |u| timeout_until(u, now));
+        if tracked_now.contains(&v) && !timeout.is_zero() {
+            // Tracked VIPs are few: always the way that replaces whatever the kernel holds.
+            live_commands(
+                &mut b,
+                at,
+                Family::Inet,
+                set,
+                Key::Addr(v),
+                timeout,
+                updates,
+                true,
+            );
+        } else {
+            let one = Some(Duration::from_millis(1));
+            b.push(
+                at(0),
+                nl::element(Family::Inet, t, set, Key::Addr(v), false, one, None),
+            );
+            b.push(
+                at(1),
+                nl::element(Family::Inet, t, set, Key::Addr(v), true, None, None),
+            );
+        }
+    }
+    // Holders left with no VIP (or armed again in the same transaction, with a new key):
+    // their chains, once no element jumps to them, and their live elements.
+    for (o, k) in &owners {
+        if let Some(old) = recorded_key(o)
+            && k.map(|k| k.key) != Some(old)
+        {
+            for f in TABLES {
+                b.push(
+                    (at::OLD_CHAINS, 0),
+                    nl::delete_chain(f, t, &holder_chain(old)),
+                );
+            }
+            // Its live elements too (added first, so the delete never fails).
+            let one = Some(Duration::from_millis(1));
+            for (f, set) in LIVE_SETS {
+                let at = |step| (place_index(f, set), step);
+                b.push(
+                    at(3),
+                    nl::element(f, t, set, Key::Mark(old), false, one, None),
+                );
+                b.push(
+                    at(4),
+                    nl::element(f, t, set, Key::Mark(old), true, None, None),
+                );
+            }
+        }
+    }
+    let mut owners: Vec<(Owner, Option<Keyed>)> = owners.into_iter().collect();
+    owners.sort_by_key(|(o, _)| *o);
+    Plan {
+        batch: b.batch(),
+        vips: order
+            .into_iter()
+            .map(|v| {
+                let a = vips.remove(&v).flatten();
+                (v, a)
+            })
+            .collect(),
+        owners,
+        refreshed: live.iter().map(|(o, _, until, _)| (*o, *until)).collect(),
+        tracked,
+        last_key,
+    }
 }
 
-/// The batch removing the live elements of `vips` (and with `disarm`, the VIPs
-/// themselves: no longer filtered). Each delete follows an add, so it never fails.
-///
-/// Without `disarm` the VIPs are armed as well (an add of an element that exists changes
-/// nothing): an expired VIP is filtered, whatever the kernel's set held. A holder whose
-/// fence run answered too late keeps its second-line addresses once the expire has run,
-/// taking them as filtered; the set did not hold the VIP after tables flushed by someone
-/// else and recreated by that very run (`NftFence::restore_tables`), nor after a first
-/// refresh whose end had passed when its run was built (recorded as armed, sent as this
-/// expire): the address answered, unfiltered, next to the node that took the lease.
-pub(crate) fn expire_commands(vips: &[IpAddr], disarm: bool) -> Batch {
+/// Sets a live element `key` of `family`'s `set` to expire `timeout` after the kernel
+/// handles it: one add with its expiration where the kernel updates elements (`updates`),
+/// else an add, and when the element `may_be_live`, a delete and an add again (an add over
+/// a live element keeps its old timeout). Every add carries the timeout: an element without
+/// one (which would never expire) is never created.
+#[allow(clippy::too_many_arguments)]
+fn live_commands(
+    b: &mut Grouped,
+    at: impl Fn(u8) -> (u8, u8),
+    family: Family,
+    set: &'static str,
+    key: Key,
+    timeout: Duration,
+    updates: bool,
+    may_be_live: bool,
+) {
     let t = FENCE_TABLE;
-    let one = Some(Duration::from_millis(1));
-    let mut b = Grouped::default();
-    for vip in once_each(vips) {
-        for (i, (f, set, live, k)) in places(*vip).into_iter().enumerate() {
-            let at = |step: u8| (i, live, step);
-            let el =
-                |set, delete, timeout| nl::element(f, t, set, k.clone(), delete, timeout, None);
-            b.push(at(0), el(set, false, None));
-            b.push(at(1), el(live, false, one));
-            b.push(at(2), el(live, true, None));
-            if disarm {
-                b.push(at(3), el(set, true, None));
-            }
-        }
+    let add = |expires| nl::element(family, t, set, key.clone(), false, Some(timeout), expires);
+    if updates {
+        b.push(at(0), add(Some(timeout)));
+        return;
     }
-    b.batch()
+    b.push(at(0), add(None));
+    if may_be_live {
+        b.push(
+            at(1),
+            nl::element(family, t, set, key.clone(), true, None, None),
+        );
+        b.push(at(2), add(None));
+    }
 }
 
 fn list(vips: &[IpAddr]) -> String {
@@ -751,15 +1061,12 @@ pub struct NftFence {
     run: tokio::sync::Mutex<()>,
 }
 
-/// What [`NftFence`] knows of the kernel's sets, and the way to them.
+/// What [`NftFence`] knows of the kernel's maps and sets, and the way to them.
 #[derive(Debug)]
 struct FenceState {
     transport: Arc<dyn Transport>,
-    /// Per VIP, the latest instant its live element may still exist (the end of the run
-    /// that set it + its timeout + [`LIVE_SLACK`]); removed when expired or disarmed.
-    live: Mutex<HashMap<IpAddr, Instant>>,
-    /// Who armed each VIP, as of the last successful run.
-    arms: Mutex<Arms>,
+    /// The maps' VIPs and the holders' live keys as of the last successful run.
+    recorded: Mutex<Recorded>,
     /// Whether an add with an expiration updates an existing element ([`probe_timeout_updates`]).
     updates_timeout: std::sync::atomic::AtomicBool,
 }
@@ -823,8 +1130,7 @@ impl NftFence {
         Ok(NftFence {
             state: Arc::new(FenceState {
                 transport,
-                live: Mutex::new(HashMap::new()),
-                arms: Mutex::new(HashMap::new()),
+                recorded: Mutex::new(Recorded::default()),
                 updates_timeout: std::sync::atomic::AtomicBool::new(false),
             }),
             run: tokio::sync::Mutex::new(()),
@@ -861,6 +1167,11 @@ impl NftFence {
             let now = Instant::now();
             return Ok((now, now));
         }
+        self.apply_always(ops).await
+    }
+
+    /// [`Self::apply`], even when `ops` name no VIP (a track of none).
+    async fn apply_always(&self, ops: &[Op]) -> Result<(Instant, Instant), FenceError> {
         let _one_run = self.run.lock().await;
         match self.apply_locked(ops).await {
             Err(e) => match self.restore_tables().await {
@@ -891,12 +1202,15 @@ impl NftFence {
         let setup = setup_commands();
         match send_batch(transport, setup.clone(), Mode::Commit).await {
             Ok(()) => {
-                if let Ok(mut live) = self.state.live.lock() {
-                    live.clear();
-                }
-                if let Ok(mut arms) = self.state.arms.lock() {
-                    *arms = Arms::default();
-                }
+                // Keys keep counting up: one set before cannot come back.
+                let mut rec = self
+                    .state
+                    .recorded
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                rec.vips.clear();
+                rec.owners.clear();
+                drop(rec);
                 warn!(
                     table = FENCE_TABLE,
                     "the nftables fence's tables were gone (removed by someone else, e.g. `nft flush ruleset`); created them again: each VIP is fenced again at its holder's next renewal"
@@ -924,7 +1238,7 @@ impl NftFence {
             // The clock is read here, after the socket is open, and the batch goes to
             // the kernel as soon as it is built.
             let t = state.transaction(&owned);
-            let result = link.send(&t.1, Mode::Commit);
+            let result = link.send(&t.1.batch, Mode::Commit);
             (Some(t), result, Instant::now())
         })
         .await;
@@ -940,16 +1254,16 @@ impl NftFence {
         });
         // Not built (no socket): the batch it would have been, for the error (the
         // recorded state is unchanged: one run at a time).
-        let (written, c, arms) = written.unwrap_or_else(|| self.state.transaction(ops));
+        let (written, plan) = written.unwrap_or_else(|| self.state.transaction(ops));
         if let Err(e) = result {
             let vips: Vec<IpAddr> = ops.iter().flat_map(|o| o.vips.clone()).collect();
             return Err(FenceError::Change {
                 vips: list(&vips),
-                command: c.text(),
+                command: plan.batch.text(),
                 detail: e.to_string(),
             });
         }
-        self.state.record(ops, written, done, arms);
+        self.state.record(plan, written, done);
         Ok((written, done))
     }
 
@@ -970,62 +1284,60 @@ impl NftFence {
     }
 }
 
-impl FenceState {
-    /// The transaction of `ops` built now ([`op_commands`]) from the recorded state: when,
-    /// the batch, and who armed each of their VIPs once it has run. Reads the recorded state
-    /// of the ops' VIPs only ([`op_commands`] touches no other): a shard holder's renewal
-    /// copied the whole node's state (thousands of VIPs, a set of owners each) into every
-    /// transaction and dropped it again, about a fifth of an idle vipd's CPU at 10 000
-    /// Services (docs/services-bench.md).
-    fn transaction(&self, ops: &[Op]) -> Transaction {
-        let now = Instant::now();
-        let touched = || ops.iter().flat_map(|o| o.vips.iter().copied());
-        let mut may_be_live: HashSet<IpAddr> = {
-            let live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-            touched()
-                .filter(|v| live.get(v).is_some_and(|until| *until > now))
-                .collect()
-        };
-        let mut arms: Arms = {
-            let all = self.arms.lock().unwrap_or_else(PoisonError::into_inner);
-            touched()
-                .filter_map(|v| all.get(&v).map(|owners| (v, owners.clone())))
-                .collect()
-        };
-        let updates = self
-            .updates_timeout
-            .load(std::sync::atomic::Ordering::Relaxed);
-        let c = op_commands(ops, &mut may_be_live, &mut arms, now, updates);
-        (now, c, arms)
-    }
-
-    /// Records the outcome of `ops`, committed in a transaction built at `written` and
-    /// answered at `done`: the live elements' new ends, and who armed each of their VIPs
-    /// (`arms`, [`Self::transaction`]'s: a VIP without an entry is armed by no holder).
-    fn record(&self, ops: &[Op], written: Instant, done: Instant, arms: Arms) {
-        let mut live = self.live.lock().unwrap_or_else(PoisonError::into_inner);
-        for op in ops {
-            for v in &op.vips {
-                match op.change {
-                    Change::Refresh(until) if !timeout_until(until, written).is_zero() => {
-                        live.insert(*v, ends_by(until, written, done) + LIVE_SLACK);
-                    }
-                    // Still armed by another holder: its element stands.
-                    Change::Disarm if arms.contains_key(v) => {}
-                    _ => {
-                        live.remove(v);
-                    }
+impl Recorded {
+    /// Records `plan`, committed in a transaction built at `written` and answered at `done`:
+    /// the touched VIPs and holders, the tracked VIPs, and the refreshed holders' ends (the
+    /// end each asked for, and [`ends_by`] + [`LIVE_SLACK`]).
+    fn record(&mut self, plan: Plan, written: Instant, done: Instant) {
+        fn put<K: std::hash::Hash + Eq, V>(map: &mut HashMap<K, V>, k: K, v: Option<V>) {
+            match v {
+                Some(v) => {
+                    map.insert(k, v);
+                }
+                None => {
+                    map.remove(&k);
                 }
             }
         }
-        drop(live);
-        let mut all = self.arms.lock().unwrap_or_else(PoisonError::into_inner);
-        for v in ops.iter().flat_map(|o| o.vips.iter()) {
-            if !arms.contains_key(v) {
-                all.remove(v);
+        for (v, a) in plan.vips {
+            put(&mut self.vips, v, a);
+        }
+        for (o, k) in plan.owners {
+            put(&mut self.owners, o, k);
+        }
+        for (o, until) in plan.refreshed {
+            if let Some(k) = self.owners.get_mut(&o) {
+                k.live = Some((until, ends_by(until, written, done) + LIVE_SLACK));
             }
         }
-        all.extend(arms);
+        if let Some(t) = plan.tracked {
+            self.tracked = t;
+        }
+        self.last_key = plan.last_key;
+    }
+}
+
+impl FenceState {
+    /// The transaction of `ops` planned now ([`plan`]) from the recorded state: when, and the
+    /// plan. Reads the recorded state of the ops' VIPs and holders only: a shard holder's
+    /// steady renewal (every VIP already mapped to its key) is one live element a table and
+    /// no map command.
+    fn transaction(&self, ops: &[Op]) -> (Instant, Plan) {
+        let now = Instant::now();
+        let updates = self
+            .updates_timeout
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let rec = self.recorded.lock().unwrap_or_else(PoisonError::into_inner);
+        (now, plan(ops, &rec, now, updates))
+    }
+
+    /// Records `plan`, committed in a transaction built at `written` and answered at `done`
+    /// ([`Recorded::record`]).
+    fn record(&self, plan: Plan, written: Instant, done: Instant) {
+        self.recorded
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .record(plan, written, done);
     }
 }
 
@@ -1042,10 +1354,9 @@ fn ends_by(until: Instant, written: Instant, done: Instant) -> Instant {
 fn outcome(change: Change, written: Instant, done: Instant) -> Instant {
     match change {
         Change::Refresh(until) => ends_by(until, written, done),
-        Change::Expire | Change::Disarm => done,
+        Change::Expire | Change::Disarm | Change::Track => done,
     }
 }
-
 impl VipFence for NftFence {
     fn refresh<'a>(
         &'a self,
@@ -1066,6 +1377,17 @@ impl VipFence for NftFence {
         vips: &'a [IpAddr],
     ) -> BoxFuture<'a, Result<(), FenceError>> {
         Box::pin(async move { self.change(owner, vips, Change::Disarm).await.map(|_| ()) })
+    }
+
+    fn track<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
+        Box::pin(async move {
+            let op = Op {
+                vips: vips.to_vec(),
+                change: Change::Track,
+                owner: 0,
+            };
+            self.apply_always(&[op]).await.map(|_| ())
+        })
     }
 
     fn active(&self) -> bool {
@@ -1193,6 +1515,10 @@ impl VipFence for BatchedFence {
         Box::pin(async move { self.queue(owner, vips, Change::Disarm).await.map(|_| ()) })
     }
 
+    fn track<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
+        self.nft.track(vips)
+    }
+
     fn active(&self) -> bool {
         true
     }
@@ -1271,637 +1597,4 @@ pub async fn start_fence(setting: NftFenceSetting, used: bool) -> Arc<dyn VipFen
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::net::nft::nl::Recorder;
-
-    // The builders' commands in `nft` syntax, one a line (their bytes are checked against
-    // what `nft` sends in `nl::tests`).
-    fn refresh_commands(
-        vips: &[IpAddr],
-        timeout: Duration,
-        may_be_live: impl Fn(&IpAddr) -> bool,
-    ) -> Option<Vec<String>> {
-        super::refresh_commands(vips, timeout, may_be_live, |_| false, false).map(|b| b.lines())
-    }
-    fn expire_commands(vips: &[IpAddr], disarm: bool) -> Vec<String> {
-        super::expire_commands(vips, disarm).lines()
-    }
-    fn op_commands(
-        ops: &[Op],
-        may_be_live: &mut HashSet<IpAddr>,
-        arms: &mut Arms,
-        now: Instant,
-    ) -> Vec<String> {
-        super::op_commands(ops, may_be_live, arms, now, false).lines()
-    }
-    fn setup_commands() -> Vec<String> {
-        super::setup_commands().lines()
-    }
-    fn remove_commands() -> Vec<String> {
-        super::remove_commands().lines()
-    }
-    /// A fence on a [`Recorder`], after its setup.
-    async fn recorded() -> (NftFence, Recorder) {
-        let rec = Recorder::default();
-        let f = NftFence::start_with(Arc::new(rec.clone())).await.unwrap();
-        (f, rec)
-    }
-
-    fn v4() -> IpAddr {
-        "192.0.2.10".parse().expect("ip")
-    }
-    fn v6() -> IpAddr {
-        "2001:db8::10".parse().expect("ip")
-    }
-
-    /// A VIP given twice (in one holder's list) is fenced as once: grouped by step, its
-    /// second delete would follow the first and the kernel would refuse the transaction.
-    #[test]
-    fn a_vip_given_twice_is_fenced_once() {
-        let t = Duration::from_millis(1800);
-        let twice = [v4(), v6(), v4(), v6()];
-        let once = [v4(), v6()];
-        for updates in [false, true] {
-            let a = super::refresh_commands(&twice, t, |_| true, |_| false, updates).unwrap();
-            let b = super::refresh_commands(&once, t, |_| true, |_| false, updates).unwrap();
-            assert_eq!(a.lines(), b.lines(), "updates={updates}");
-        }
-        for disarm in [false, true] {
-            assert_eq!(
-                super::expire_commands(&twice, disarm).lines(),
-                super::expire_commands(&once, disarm).lines()
-            );
-        }
-    }
-
-    /// A shard's renewal (hundreds of VIPs, both families) is a handful of messages, one per
-    /// set and step, in both refresh ways and for an expire; each element's own commands keep
-    /// their order (arm, add, delete, add again).
-    #[test]
-    fn a_refresh_of_many_vips_is_one_message_per_set() {
-        let vips: Vec<IpAddr> = (0..300u32)
-            .map(|i| {
-                if i % 3 == 0 {
-                    IpAddr::from([192, 0, 2, (i / 3) as u8])
-                } else {
-                    IpAddr::from(std::net::Ipv6Addr::from(
-                        0x2001_0db8_u128 << 96 | u128::from(i),
-                    ))
-                }
-            })
-            .collect();
-        let t = Duration::from_millis(1800);
-        let updates = super::refresh_commands(&vips, t, |_| true, |_| true, true).unwrap();
-        assert_eq!(updates.cmds().len(), 600, "one refresh per VIP and place");
-        assert_eq!(
-            updates.messages().len(),
-            4,
-            "arp live, live4, live6, live6ns"
-        );
-        let first = super::refresh_commands(&vips, t, |_| true, |_| false, false).unwrap();
-        assert_eq!(first.cmds().len(), 600 * 4);
-        assert_eq!(
-            first.messages().len(),
-            16,
-            "4 sets x (arm, add, delete, add)"
-        );
-        let expire = super::expire_commands(&vips, true);
-        assert_eq!(expire.messages().len(), 16);
-        let one = "2001:db8::1 ";
-        let own: Vec<String> = first
-            .cmds()
-            .iter()
-            .map(|c| c.text().into_owned())
-            .filter(|l| l.contains(one) && l.contains(" live6 "))
-            .collect();
-        assert_eq!(
-            own,
-            [
-                "add element inet vipd_fence live6 { 2001:db8::1 timeout 1800ms }",
-                "delete element inet vipd_fence live6 { 2001:db8::1 }",
-                "add element inet vipd_fence live6 { 2001:db8::1 timeout 1800ms }",
-            ]
-        );
-    }
-
-    #[test]
-    fn refresh_replaces_the_live_element_with_a_millisecond_timeout() {
-        let c =
-            refresh_commands(&[v4()], Duration::from_micros(1_995_900), |_| true).expect("grant");
-        assert_eq!(
-            c,
-            vec![
-                "add element arp vipd_fence vips { 192.0.2.10 }",
-                "add element arp vipd_fence live { 192.0.2.10 timeout 1995ms }",
-                "delete element arp vipd_fence live { 192.0.2.10 }",
-                "add element arp vipd_fence live { 192.0.2.10 timeout 1995ms }",
-                "add element inet vipd_fence vips4 { 192.0.2.10 }",
-                "add element inet vipd_fence live4 { 192.0.2.10 timeout 1995ms }",
-                "delete element inet vipd_fence live4 { 192.0.2.10 }",
-                "add element inet vipd_fence live4 { 192.0.2.10 timeout 1995ms }",
-            ]
-        );
-        let c6 = refresh_commands(&[v6()], Duration::from_millis(5), |_| true).expect("grant");
-        assert!(c6.contains(
-            &"add element inet vipd_fence live6ns { 0x20010db8000000000000000000000010 timeout 5ms }"
-                .to_string()
-        ));
-        assert!(c6.iter().all(|l| l.contains(" inet vipd_fence ")));
-        assert!(c6.contains(
-            &"add element inet vipd_fence live6 { 2001:db8::10 timeout 5ms }".to_string()
-        ));
-    }
-
-    #[test]
-    fn no_live_element_is_ever_added_without_a_timeout() {
-        for c in [
-            refresh_commands(&[v4(), v6()], Duration::from_millis(1), |_| true).expect("grant"),
-            refresh_commands(&[v4(), v6()], Duration::from_millis(1), |_| false).expect("grant"),
-            expire_commands(&[v4(), v6()], false),
-            expire_commands(&[v4(), v6()], true),
-        ] {
-            for l in c
-                .iter()
-                .filter(|l| l.starts_with("add element") && l.contains(" live"))
-            {
-                assert!(l.contains(" timeout "), "{l}");
-            }
-        }
-    }
-
-    #[test]
-    fn under_a_millisecond_grants_nothing() {
-        assert_eq!(
-            refresh_commands(&[v4()], Duration::from_micros(999), |_| true),
-            None
-        );
-        assert_eq!(refresh_commands(&[v4()], Duration::ZERO, |_| false), None);
-    }
-
-    #[test]
-    fn expire_keeps_the_vip_filtered_disarm_does_not() {
-        let e = expire_commands(&[v4()], false);
-        // Armed (again), never taken out of the filtered sets.
-        assert!(e.contains(&"add element arp vipd_fence vips { 192.0.2.10 }".to_string()));
-        assert!(e.contains(&"add element inet vipd_fence vips4 { 192.0.2.10 }".to_string()));
-        assert!(
-            e.iter()
-                .all(|l| !l.starts_with("delete element arp vipd_fence vips ")
-                    && !l.starts_with("delete element inet vipd_fence vips4 "))
-        );
-        assert_eq!(
-            e.last().map(String::as_str),
-            Some("delete element inet vipd_fence live4 { 192.0.2.10 }")
-        );
-        let d = expire_commands(&[v4()], true);
-        assert!(d.contains(&"delete element arp vipd_fence vips { 192.0.2.10 }".to_string()));
-        assert!(d.contains(&"delete element inet vipd_fence vips4 { 192.0.2.10 }".to_string()));
-    }
-
-    /// Changes queued while a run is pending go into one `nft` transaction, each caller
-    /// gets the run's outcome, and a failed run fails every change in it.
-    #[tokio::test]
-    async fn batched_fence_runs_queued_changes_as_one_transaction() {
-        let (nft, rec) = recorded().await;
-        let fence = BatchedFence::new(nft);
-        let vips: Vec<IpAddr> = (1..=20)
-            .map(|i| format!("192.0.2.{i}").parse().unwrap())
-            .collect();
-        let asked = Instant::now();
-        // Far enough that a loaded machine still writes the run before the end (a run
-        // written after it would carry no timeout).
-        let until = asked + Duration::from_secs(15);
-        let calls = vips
-            .iter()
-            .map(|v| fence.refresh(1, std::slice::from_ref(v), until));
-        for r in futures::future::join_all(calls).await {
-            let ends = r.expect("refreshed");
-            // The timeout is rounded down to the millisecond when the batch is built.
-            assert!(
-                ends + Duration::from_millis(1) >= until
-                    && ends <= Instant::now() + Duration::from_secs(15),
-                "the run's end plus the timeout written"
-            );
-        }
-        let runs: Vec<String> = rec.batches().iter().map(|b| b.lines().join("\n")).collect();
-        assert_eq!(
-            runs.len(),
-            2,
-            "setup, then one batch for the 20 changes: {runs:#?}"
-        );
-        for v in &vips {
-            let ms = runs[1]
-                .split(&format!("live {{ {v} timeout "))
-                .nth(1)
-                .and_then(|r| r.split("ms").next())
-                .and_then(|n| n.parse::<u64>().ok())
-                .unwrap_or_else(|| panic!("{v} in the batch: {}", runs[1]));
-            assert!(
-                (1..=15_000).contains(&ms),
-                "{v}: the time to the end when the run was written, {ms} ms"
-            );
-        }
-        rec.set_fail(true);
-        let calls = vips[..3]
-            .iter()
-            .map(|v| fence.expire(std::slice::from_ref(v)));
-        for r in futures::future::join_all(calls).await {
-            match r {
-                Err(FenceError::Change { detail, .. }) => {
-                    assert!(detail.contains("Invalid argument"), "{detail}")
-                }
-                other => panic!("expected the run's failure, got {other:?}"),
-            }
-        }
-    }
-
-    #[test]
-    fn an_element_known_expired_is_only_added() {
-        let c = refresh_commands(&[v4()], Duration::from_millis(600), |_| false).expect("grant");
-        assert_eq!(
-            c,
-            vec![
-                "add element arp vipd_fence vips { 192.0.2.10 }",
-                "add element arp vipd_fence live { 192.0.2.10 timeout 600ms }",
-                "add element inet vipd_fence vips4 { 192.0.2.10 }",
-                "add element inet vipd_fence live4 { 192.0.2.10 timeout 600ms }",
-            ]
-        );
-    }
-
-    /// A VIP already armed is not added to its `vips` sets again; on a kernel that updates
-    /// elements, a renewal of a live element is one add carrying its expiration per place
-    /// (the 10k bench: four messages per place a VIP per renewal were most of vipd's CPU at
-    /// rest); elsewhere it is deleted and added again.
-    #[test]
-    fn a_renewal_of_an_armed_vip_is_one_add_with_its_expiration_per_place_where_the_kernel_updates_elements()
-     {
-        let now = Instant::now();
-        let refresh = |v: IpAddr| Op {
-            vips: vec![v],
-            change: Change::Refresh(now + Duration::from_millis(900)),
-            owner: 1,
-        };
-        let (mut live, mut arms) = (HashSet::new(), Arms::new());
-        let first = super::op_commands(&[refresh(v6())], &mut live, &mut arms, now, true).lines();
-        assert_eq!(
-            first.len(),
-            4,
-            "arm both places and set both elements: {first:?}"
-        );
-        let again = super::op_commands(&[refresh(v6())], &mut live, &mut arms, now, true).lines();
-        assert_eq!(
-            again,
-            vec![
-                "add element inet vipd_fence live6 { 2001:db8::10 timeout 900ms expires 900ms }",
-                "add element inet vipd_fence live6ns { 0x20010db8000000000000000000000010 timeout 900ms expires 900ms }",
-            ],
-            "the same timeout again carries its expiration: without it the kernel keeps the old one"
-        );
-        // Without the update: no second arming, but the element is replaced.
-        let (mut live, mut arms) = (HashSet::new(), Arms::new());
-        super::op_commands(&[refresh(v4())], &mut live, &mut arms, now, false);
-        let again = super::op_commands(&[refresh(v4())], &mut live, &mut arms, now, false).lines();
-        assert!(
-            !again
-                .iter()
-                .any(|l| l.contains(" vips ") || l.contains(" vips4 ")),
-            "{again:?}"
-        );
-        assert_eq!(
-            again.iter().filter(|l| l.starts_with("delete")).count(),
-            2,
-            "{again:?}"
-        );
-        // Disarmed by its last holder: armed again at the next refresh.
-        super::op_commands(
-            &[Op {
-                vips: vec![v4()],
-                change: Change::Disarm,
-                owner: 1,
-            }],
-            &mut live,
-            &mut arms,
-            now,
-            true,
-        );
-        let rearmed = super::op_commands(&[refresh(v4())], &mut live, &mut arms, now, true).lines();
-        assert!(
-            rearmed.contains(&"add element arp vipd_fence vips { 192.0.2.10 }".to_string()),
-            "{rearmed:?}"
-        );
-    }
-
-    /// Within one transaction, a VIP refreshed twice is replaced the second time, and one
-    /// expired before its refresh is only added.
-    #[test]
-    fn ops_in_one_transaction_see_each_others_elements() {
-        let now = Instant::now();
-        let refresh = |v: IpAddr| Op {
-            vips: vec![v],
-            change: Change::Refresh(now + Duration::from_millis(400)),
-            owner: 1,
-        };
-        let deletes = |c: &[String]| c.iter().filter(|l| l.starts_with("delete")).count();
-        let mut live = HashSet::new();
-        let c = op_commands(
-            &[refresh(v4()), refresh(v4())],
-            &mut live,
-            &mut Arms::new(),
-            now,
-        );
-        assert_eq!(deletes(&c), 2, "the second refresh replaces: {c:?}");
-        assert!(live.contains(&v4()));
-        let expire = Op {
-            vips: vec![v4()],
-            change: Change::Expire,
-            owner: 1,
-        };
-        let c = op_commands(&[expire, refresh(v4())], &mut live, &mut Arms::new(), now);
-        assert_eq!(
-            c.last().map(String::as_str),
-            Some("add element inet vipd_fence live4 { 192.0.2.10 timeout 400ms }")
-        );
-        assert_eq!(deletes(&c), 2, "only the expiry deletes: {c:?}");
-    }
-
-    /// An address that moved from one holder of this node to another: the old holder's
-    /// disarm (at its next renewal, after the new holder armed the VIP) leaves it filtered
-    /// and its live element in place; the last holder's disarm stops filtering it.
-    #[test]
-    fn a_vip_armed_by_another_holder_stays_filtered_when_one_disarms() {
-        let now = Instant::now();
-        let op = |owner: Owner, change: Change| Op {
-            vips: vec![v4()],
-            change,
-            owner,
-        };
-        let refresh = Change::Refresh(now + Duration::from_millis(900));
-        let (mut live, mut arms) = (HashSet::new(), Arms::new());
-        op_commands(&[op(1, refresh), op(2, refresh)], &mut live, &mut arms, now);
-        let c = op_commands(&[op(1, Change::Disarm)], &mut live, &mut arms, now);
-        assert!(c.is_empty(), "still armed by holder 2: {c:?}");
-        assert!(live.contains(&v4()), "holder 2's element stands");
-        let c = op_commands(&[op(2, Change::Disarm)], &mut live, &mut arms, now);
-        assert_eq!(c, expire_commands(&[v4()], true), "the last arming goes");
-        assert!(arms.is_empty() && !live.contains(&v4()));
-        // Disarming what nobody armed (a restart's leftovers) stops filtering it.
-        let c = op_commands(&[op(3, Change::Disarm)], &mut live, &mut arms, now);
-        assert_eq!(c, expire_commands(&[v4()], true));
-        // An expiry by any holder ends the element (the VIP's lease may be gone).
-        op_commands(&[op(1, refresh), op(2, refresh)], &mut live, &mut arms, now);
-        let c = op_commands(&[op(1, Change::Expire)], &mut live, &mut arms, now);
-        assert_eq!(c, expire_commands(&[v4()], false));
-        assert_eq!(arms.get(&v4()).map(|o| o.len()), Some(2), "still armed");
-    }
-
-    /// Across separate runs (each transaction reads and records only its own VIPs' state):
-    /// one holder's refresh of another VIP leaves the first VIP's armings alone, the first
-    /// holder's disarm keeps it filtered for the second, the last disarm ends the filtering,
-    /// and a refresh after that arms the VIP again.
-    #[tokio::test]
-    async fn armings_last_across_runs_and_only_the_last_disarm_ends_them() {
-        let (f, rec) = recorded().await;
-        let until = Instant::now() + Duration::from_secs(60);
-        let last = |rec: &Recorder| rec.batches().last().map(|b| b.lines()).unwrap_or_default();
-        let arm_v4 = "add element arp vipd_fence vips { 192.0.2.10 }".to_string();
-        f.refresh(1, &[v4()], until).await.unwrap();
-        assert!(last(&rec).contains(&arm_v4), "{:?}", last(&rec));
-        f.refresh(2, &[v4()], until).await.unwrap();
-        assert!(!last(&rec).contains(&arm_v4), "armed already");
-        f.refresh(1, &[v6()], until).await.unwrap();
-        let before = rec.batches().len();
-        f.disarm(1, &[v4()]).await.unwrap();
-        assert_eq!(
-            rec.batches().len(),
-            before,
-            "still armed by holder 2: nothing sent"
-        );
-        f.disarm(2, &[v4()]).await.unwrap();
-        assert_eq!(
-            last(&rec),
-            expire_commands(&[v4()], true),
-            "the last arming goes"
-        );
-        f.refresh(1, &[v4()], until).await.unwrap();
-        assert!(
-            last(&rec).contains(&arm_v4),
-            "armed again: {:?}",
-            last(&rec)
-        );
-    }
-
-    /// A refresh is written with the time left to its end when the transaction is written,
-    /// not when it was asked for: a change that waited 300 ms in the queue (or in a frozen
-    /// process) gets 300 ms less, and one whose end has passed expires its element. What it
-    /// may live until is the run's end plus that timeout.
-    #[test]
-    fn the_timeout_is_the_time_left_when_the_run_is_written() {
-        let asked = Instant::now();
-        let until = asked + Duration::from_millis(1950);
-        let refresh = Op {
-            vips: vec![v4()],
-            change: Change::Refresh(until),
-            owner: 1,
-        };
-        let c = op_commands(
-            std::slice::from_ref(&refresh),
-            &mut HashSet::new(),
-            &mut Arms::new(),
-            asked + Duration::from_millis(300),
-        );
-        assert!(
-            c.contains(
-                &"add element inet vipd_fence live4 { 192.0.2.10 timeout 1650ms }".to_string()
-            ),
-            "{c:?}"
-        );
-        let c = op_commands(
-            &[refresh],
-            &mut HashSet::new(),
-            &mut Arms::new(),
-            asked + Duration::from_millis(1950),
-        );
-        assert_eq!(c, expire_commands(&[v4()], false), "expired");
-        assert_eq!(
-            timeout_until(until, asked + Duration::from_micros(1_949_500)),
-            Duration::ZERO,
-            "under a millisecond left: nothing"
-        );
-        let written = asked + Duration::from_millis(300);
-        assert_eq!(
-            ends_by(until, written, written + Duration::from_millis(20)),
-            until + Duration::from_millis(20),
-            "a run that took 20 ms may keep the element 20 ms past the end"
-        );
-    }
-
-    /// The fence remembers the elements it set: the first refresh only adds, one while the
-    /// element may be live replaces it, one after its timeout only adds again; a failed run
-    /// changes nothing it remembers.
-    #[tokio::test]
-    async fn nft_fence_replaces_only_elements_that_may_be_live() {
-        let (fence, rec) = recorded().await;
-        let last_run = || {
-            rec.batches()
-                .last()
-                .map(|b| b.lines().join("\n"))
-                .unwrap_or_default()
-        };
-        // Long enough for a stand-in `nft` run on a loaded machine to find time left.
-        let short = Duration::from_millis(200);
-        fence
-            .refresh(1, &[v4()], Instant::now() + short)
-            .await
-            .unwrap();
-        assert!(!last_run().contains("delete"), "{}", last_run());
-        fence
-            .refresh(1, &[v4()], Instant::now() + short)
-            .await
-            .unwrap();
-        let run = last_run();
-        let replaced = run
-            .split_once("delete element arp vipd_fence live { 192.0.2.10 }")
-            .is_some_and(|(_, after)| {
-                after.contains("add element arp vipd_fence live { 192.0.2.10 timeout")
-            });
-        assert!(replaced, "deleted and added again with a timeout: {run}");
-        tokio::time::sleep(short + LIVE_SLACK + Duration::from_millis(50)).await;
-        fence
-            .refresh(1, &[v4()], Instant::now() + Duration::from_secs(5))
-            .await
-            .unwrap();
-        assert!(!last_run().contains("delete"), "expired: {}", last_run());
-        fence.expire(&[v4()]).await.unwrap();
-        fence
-            .refresh(1, &[v4()], Instant::now() + Duration::from_secs(5))
-            .await
-            .unwrap();
-        assert!(
-            !last_run().contains("delete"),
-            "expired by us: {}",
-            last_run()
-        );
-        rec.set_fail(true);
-        assert!(fence.expire(&[v4()]).await.is_err());
-        rec.set_fail(false);
-        fence
-            .refresh(1, &[v4()], Instant::now() + Duration::from_secs(5))
-            .await
-            .unwrap();
-        assert!(
-            last_run().contains("delete element arp vipd_fence live"),
-            "the failed expiry deleted nothing: {}",
-            last_run()
-        );
-    }
-
-    #[test]
-    fn setup_replaces_only_vipds_fence_tables() {
-        let c = setup_commands();
-        for l in c.iter().filter(|l| l.starts_with("delete")) {
-            assert!(l.ends_with(&format!(" {FENCE_TABLE}")), "{l}");
-        }
-        // Every delete is preceded by an add of the same table, so it cannot fail.
-        assert_eq!(&c[..4], &remove_commands()[..]);
-        assert!(c.iter().any(|l| l.contains("flags timeout")));
-    }
-
-    /// The fence's runs, each reading and recording its own VIPs' state only, send what
-    /// runs reading and recording the whole node's state (the earlier code, modelled here)
-    /// sent, over a long pseudo-random sequence: VIPs shared by holders, moved between
-    /// them, disarmed by holders that never armed them, given twice in one op, several ops
-    /// in one transaction, failed runs (nothing recorded), refreshes whose end had passed.
-    #[tokio::test]
-    async fn runs_reading_their_own_vips_send_what_whole_state_runs_sent() {
-        let (f, rec) = recorded().await;
-        let norm = |lines: Vec<String>| -> Vec<String> {
-            lines
-                .into_iter()
-                .map(|l| {
-                    l.split_whitespace()
-                        .filter(|t| !t.trim_end_matches(['}', ',']).ends_with("ms"))
-                        .collect::<Vec<_>>()
-                        .join(" ")
-                })
-                .collect()
-        };
-        let vips: [IpAddr; 4] = [
-            v4(),
-            "192.0.2.11".parse().unwrap(),
-            v6(),
-            "2001:db8::11".parse().unwrap(),
-        ];
-        // The model: the whole node's state, cloned into each transaction and replaced.
-        let mut m_live: HashMap<IpAddr, Instant> = HashMap::new();
-        let mut m_arms: Arms = Arms::new();
-        let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
-        let mut next = |n: u64| {
-            seed = seed
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (seed >> 33) % n
-        };
-        for step in 0..600 {
-            let now = Instant::now();
-            let mut ops = Vec::new();
-            for _ in 0..=next(3) {
-                let k = 1 + next(3) as usize;
-                let vs: Vec<IpAddr> = (0..k).map(|_| vips[next(4) as usize]).collect();
-                let change = match next(5) {
-                    0 | 1 => Change::Refresh(now + Duration::from_secs(60)),
-                    2 => Change::Refresh(now - Duration::from_secs(1)),
-                    3 => Change::Expire,
-                    _ => Change::Disarm,
-                };
-                ops.push(Op {
-                    vips: vs,
-                    change,
-                    owner: 1 + next(3),
-                });
-            }
-            let fail = next(10) == 0;
-            rec.set_fail(fail);
-            let before = rec.batches().len();
-            let got = f.apply(&ops).await;
-            rec.set_fail(false);
-            // A run with nothing to send succeeds even then.
-            if got.is_err() {
-                assert!(fail, "step {step}: {got:?}");
-                continue;
-            }
-            let t = Instant::now();
-            let mut may_be_live: HashSet<IpAddr> = m_live
-                .iter()
-                .filter(|(_, u)| **u > t)
-                .map(|(v, _)| *v)
-                .collect();
-            let mut arms = m_arms.clone();
-            let want = op_commands(&ops, &mut may_be_live, &mut arms, t);
-            for op in &ops {
-                for v in &op.vips {
-                    match op.change {
-                        Change::Refresh(until) if !timeout_until(until, t).is_zero() => {
-                            m_live.insert(*v, until + LIVE_SLACK);
-                        }
-                        Change::Disarm if arms.contains_key(v) => {}
-                        _ => {
-                            m_live.remove(v);
-                        }
-                    }
-                }
-            }
-            m_arms = arms;
-            let sent = rec.batches();
-            let got_lines = sent.get(before).map(|b| b.lines()).unwrap_or_default();
-            assert_eq!(
-                norm(got_lines),
-                norm(want),
-                "step {step}: {ops:?}, model arms {m_arms:?}"
-            );
-            let real = f.state.arms.lock().unwrap().clone();
-            assert_eq!(real, m_arms, "step {step}: {ops:?}");
-        }
-    }
-}
+mod tests;

@@ -116,6 +116,39 @@ struct Element {
     timeout: Option<u64>,
     /// Whole milliseconds (only with a timeout).
     expires: Option<u64>,
+    /// The verdict of a verdict map's element (`NFTA_SET_ELEM_DATA`); `None` for a set's
+    /// element.
+    data: Option<MapVerdict>,
+}
+
+/// The verdict a verdict map's element holds (`<key> : drop`, `<key> : jump <chain>`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MapVerdict {
+    /// `drop`.
+    Drop,
+    /// `jump <chain>` (a regular chain of the same table).
+    Jump(String),
+}
+
+impl MapVerdict {
+    fn attribute(&self) -> DataAttribute {
+        DataAttribute::Verdict(match self {
+            MapVerdict::Drop => vec![VerdictAttribute::Code(Verdict::Other(NF_DROP))],
+            MapVerdict::Jump(chain) => vec![
+                VerdictAttribute::Code(Verdict::Jump),
+                VerdictAttribute::Chain(chain.clone()),
+            ],
+        })
+    }
+}
+
+impl std::fmt::Display for MapVerdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            MapVerdict::Drop => f.write_str("drop"),
+            MapVerdict::Jump(chain) => write!(f, "jump {chain}"),
+        }
+    }
 }
 
 impl Element {
@@ -131,6 +164,9 @@ impl Element {
         element.push(SetElementAttribute::Key(DataAttribute::Value(
             self.key.bytes(),
         )));
+        if let Some(d) = &self.data {
+            element.push(SetElementAttribute::Data(d.attribute()));
+        }
         element
     }
 
@@ -160,9 +196,9 @@ impl Element {
 pub enum Key {
     /// An IPv4 or IPv6 address (4 or 16 bytes), shown as the address.
     Addr(IpAddr),
-    /// 16 bytes shown as one 128-bit integer (`0x20010db8...`): how `nft` shows the
-    /// elements of a `typeof @th,64,128` set.
-    Integer(u128),
+    /// A 32-bit integer in host byte order, shown in decimal: the key of a set of `type
+    /// mark` (how `nft` stores a mark), as the fence's live sets are keyed.
+    Mark(u32),
     /// Other bytes (concatenated fields, each padded to 4 bytes), with their text.
     Other(Vec<u8>, String),
 }
@@ -172,7 +208,7 @@ impl Key {
         match self {
             Key::Addr(IpAddr::V4(a)) => a.octets().to_vec(),
             Key::Addr(IpAddr::V6(a)) => a.octets().to_vec(),
-            Key::Integer(n) => n.to_be_bytes().to_vec(),
+            Key::Mark(n) => n.to_ne_bytes().to_vec(),
             Key::Other(b, _) => b.clone(),
         }
     }
@@ -182,7 +218,7 @@ impl std::fmt::Display for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Key::Addr(a) => write!(f, "{a}"),
-            Key::Integer(n) => write!(f, "0x{n:032x}"),
+            Key::Mark(n) => write!(f, "{n}"),
             Key::Other(_, shown) => f.write_str(shown),
         }
     }
@@ -222,6 +258,9 @@ impl Cmd {
                     "{op} element {} {} {} {{ {}",
                     self.family, e.table, e.set, e.key
                 );
+                if let Some(d) = &e.data {
+                    t.push_str(&format!(" : {d}"));
+                }
                 if let Some(ms) = e.timeout {
                     t.push_str(&format!(" timeout {ms}ms"));
                     if let Some(x) = e.expires {
@@ -973,6 +1012,80 @@ pub fn add_set(family: Family, table: &str, spec: &SetSpec) -> Cmd {
     })
 }
 
+/// `add map <family> <table> <name> { type <key> : verdict; }`: a named verdict map from
+/// `spec`'s keys, as `nft` creates it (data type `NFT_DATA_VERDICT`, length 0; its user data:
+/// the key's byte order as `spec` gives it, the data's 0). `spec.shown` is the map in `nft`
+/// syntax; `spec.timeout` is ignored.
+pub fn add_verdict_map(family: Family, table: &str, spec: &SetSpec) -> Cmd {
+    /// `NFT_DATA_VERDICT`.
+    const VERDICT: u32 = 0xffff_ff00;
+    let mut userdata = spec.userdata.clone();
+    // NFTNL_UDATA_SET_DATABYTEORDER (1) and NFTNL_UDATA_SET_MERGE_ELEMENTS (6), as nft
+    // sends them: 0.
+    for kind in [1u8, 6] {
+        userdata.extend_from_slice(&[kind, 4]);
+        userdata.extend_from_slice(&0u32.to_ne_bytes());
+    }
+    let attributes = vec![
+        SetAttribute::Table(table.to_string()),
+        SetAttribute::Name(spec.name.to_string()),
+        SetAttribute::Flags(SetFlags::Map),
+        SetAttribute::KeyType(spec.key_type),
+        SetAttribute::KeyLen(spec.key_len),
+        SetAttribute::DataType(VERDICT),
+        SetAttribute::DataLen(0),
+        SetAttribute::Id(spec.id),
+        SetAttribute::UserData(userdata),
+    ];
+    Cmd::built(Built {
+        family,
+        msg: NfTablesMessage::NewSet(netlink_packet_netfilter::nftables::SetMessage { attributes }),
+        flags: NLM_F_CREATE,
+        text: format!("add map {family} {table} {} {}", spec.name, spec.shown),
+    })
+}
+
+/// `add chain <family> <table> <name>`: a regular chain (no hook), reached by `jump`.
+pub fn add_regular_chain(family: Family, table: &str, name: &str) -> Cmd {
+    named_chain(family, table, name, false)
+}
+
+/// `delete chain <family> <table> <name>`: with its rules; the kernel refuses it (`EBUSY`)
+/// while a map element or a rule still jumps to it.
+pub fn delete_chain(family: Family, table: &str, name: &str) -> Cmd {
+    named_chain(family, table, name, true)
+}
+
+/// A chain message naming only the table and the chain: `add chain` (`NLM_F_CREATE`) or,
+/// with `delete`, `delete chain`.
+fn named_chain(family: Family, table: &str, name: &str, delete: bool) -> Cmd {
+    let m = ChainMessage {
+        attributes: vec![
+            ChainAttribute::Table(table.to_string()),
+            ChainAttribute::Name(name.to_string()),
+        ],
+    };
+    let (msg, flags, op) = match delete {
+        true => (NfTablesMessage::DeleteChain(m), 0, "delete"),
+        false => (NfTablesMessage::NewChain(m), NLM_F_CREATE, "add"),
+    };
+    Cmd::built(Built {
+        family,
+        msg,
+        flags,
+        text: format!("{op} chain {family} {table} {name}"),
+    })
+}
+
+/// `immediate reg <reg> <data>`: `data` into `reg`.
+pub fn immediate(reg: Register, data: &[u8]) -> Expr {
+    Expressions::Immediate(vec![
+        Immediate::DestinationRegister(reg),
+        Immediate::Data(DataAttribute::Value(data.to_vec())),
+    ])
+    .into()
+}
+
 /// An anonymous constant set of the same batch (`{ a, b }` in a rule), as `nft` creates
 /// it: the set (`__set%d`, id `id`, `size` the number of keys) and one message adding its
 /// keys. A rule refers to it with [`lookup`]`("__set%d", id, false)`.
@@ -1089,8 +1202,31 @@ fn element_cmd(
             key,
             timeout,
             expires: expires.filter(|_| timeout.is_some()).map(millis),
+            data: None,
         }),
     }
+}
+
+/// A verdict map element command on `table`'s map `map` (names known at compile time: the
+/// fence's maps): `add element <family> <table> <map> { <key> : <verdict> }`
+/// (`NLM_F_CREATE`; the kernel refuses it with `EEXIST` when the key is there with another
+/// verdict, so a change of verdict is a delete and then an add), or with `delete` (the
+/// verdict is not sent), `delete element <family> <table> <map> { <key> }`.
+pub fn map_element(
+    family: Family,
+    table: &'static str,
+    map: &'static str,
+    key: Key,
+    verdict: MapVerdict,
+    delete: bool,
+) -> Cmd {
+    let mut c = element(family, table, map, key, delete, None, None);
+    if let Body::Element(e) = &mut c.body
+        && !delete
+    {
+        e.data = Some(verdict);
+    }
+    c
 }
 
 /// `add element <family> <table> <set> { <shown> [timeout <ms>ms] }` with key bytes `key`
@@ -1320,6 +1456,31 @@ pub fn lookup(set: &str, id: u32, invert: bool) -> Expr {
         Lookup::Set(set.to_string()),
         Lookup::SetId(id),
     ];
+    if invert {
+        a.push(Lookup::Flags(1));
+    }
+    Expressions::Lookup(a).into()
+}
+
+/// `lookup reg <sreg> set <map> dreg <dreg>` (map `id` of the same batch, or `None`: by
+/// name alone, a map of an earlier batch): the data `map` holds for the key in `sreg`, into
+/// `dreg`. A key not in the map ends the rule there (`NFT_BREAK`): the rule does not match.
+pub fn map_lookup_to(map: &str, id: Option<u32>, sreg: Register, dreg: Register) -> Expr {
+    let mut a = vec![
+        Lookup::SourceRegister(sreg),
+        Lookup::DestinationRegister(dreg),
+        Lookup::Set(map.to_string()),
+    ];
+    if let Some(id) = id {
+        a.push(Lookup::SetId(id));
+    }
+    Expressions::Lookup(a).into()
+}
+
+/// `lookup reg <sreg> set <set>` (by name alone: a set of an earlier batch), `0x1` (not in
+/// the set) when `invert`.
+pub fn lookup_named(set: &str, sreg: Register, invert: bool) -> Expr {
+    let mut a = vec![Lookup::SourceRegister(sreg), Lookup::Set(set.to_string())];
     if invert {
         a.push(Lookup::Flags(1));
     }
