@@ -713,8 +713,10 @@ fn plan(ops: &[Op], rec: &Recorded, now: Instant, updates: bool) -> Plan {
     let mut order: Vec<IpAddr> = Vec::new();
     let mut owners: HashMap<Owner, Option<Keyed>> = HashMap::new();
     let mut last_key = rec.last_key;
-    // Per holder refreshed: its key, the end asked for and the timeout it gives.
-    let mut live: Vec<(Owner, LiveKey, Instant, Duration)> = Vec::new();
+    // Per live key refreshed: its holder, the end asked for and the timeout it gives (the
+    // keys in the order first refreshed).
+    let mut live: HashMap<LiveKey, (Owner, Instant, Duration)> = HashMap::new();
+    let mut live_order: Vec<LiveKey> = Vec::new();
     let mut tracked: Option<HashSet<IpAddr>> = None;
     // VIPs whose per-VIP element is to be set again from their final state.
     let mut per_vip: Vec<IpAddr> = Vec::new();
@@ -783,8 +785,9 @@ fn plan(ops: &[Op], rec: &Recorded, now: Instant, updates: bool) -> Plan {
                 // A refresh with no time left maps its VIPs to `drop`; the holder's other
                 // VIPs keep what an earlier op of this transaction set.
                 if !timeout.is_zero() {
-                    live.retain(|(o, ..)| *o != op.owner);
-                    live.push((op.owner, k.key, until, timeout));
+                    if live.insert(k.key, (op.owner, until, timeout)).is_none() {
+                        live_order.push(k.key);
+                    }
                 }
             }
             Change::Expire => {
@@ -820,16 +823,15 @@ fn plan(ops: &[Op], rec: &Recorded, now: Instant, updates: bool) -> Plan {
                             // Moved to another holder of this node: its key (the one whose
                             // refresh asked for the latest end when there are several,
                             // counting this transaction's).
-                            let end = |o: Owner, k: &Keyed| {
-                                live.iter()
-                                    .find(|(lo, ..)| *lo == o)
-                                    .map(|(_, _, until, _)| *until)
+                            let end = |k: &Keyed| {
+                                live.get(&k.key)
+                                    .map(|(_, until, _)| *until)
                                     .or(k.live.map(|(until, _)| until))
                             };
                             arm.key = arm
                                 .owners
                                 .iter()
-                                .filter_map(|o| keyed(&owners, *o).map(|k| (end(*o, &k), k.key)))
+                                .filter_map(|o| keyed(&owners, *o).map(|k| (end(&k), k.key)))
                                 .max_by_key(|(end, _)| *end)
                                 .map_or(EXPIRED, |(_, key)| key);
                         }
@@ -845,7 +847,7 @@ fn plan(ops: &[Op], rec: &Recorded, now: Instant, updates: bool) -> Plan {
                 if let Some(k) = k {
                     owners.insert(op.owner, (k.vips > 0).then_some(k));
                     if k.vips == 0 {
-                        live.retain(|(o, ..)| *o != op.owner);
+                        live.remove(&k.key);
                     }
                 }
             }
@@ -888,7 +890,11 @@ fn plan(ops: &[Op], rec: &Recorded, now: Instant, updates: bool) -> Plan {
             }
         }
     }
-    for (owner, key, _, timeout) in &live {
+    let refreshed: Vec<(LiveKey, Owner, Instant, Duration)> = live_order
+        .iter()
+        .filter_map(|k| live.get(k).map(|(o, until, t)| (*k, *o, *until, *t)))
+        .collect();
+    for (key, owner, _, timeout) in &refreshed {
         let may_be_live = rec
             .owners
             .get(owner)
@@ -917,11 +923,7 @@ fn plan(ops: &[Op], rec: &Recorded, now: Instant, updates: bool) -> Plan {
             .map_or_else(|| rec.vips.get(v), |a| a.as_ref())
             .map_or(EXPIRED, |a| a.key)
     };
-    per_vip.extend(
-        tracked_now
-            .iter()
-            .filter(|v| live.iter().any(|(_, k, ..)| *k == key_of(v))),
-    );
+    per_vip.extend(tracked_now.iter().filter(|v| live.contains_key(&key_of(v))));
     let mut seen = HashSet::new();
     for v in per_vip.into_iter().filter(|v| seen.insert(*v)) {
         let set = per_vip_set(v);
@@ -929,9 +931,9 @@ fn plan(ops: &[Op], rec: &Recorded, now: Instant, updates: bool) -> Plan {
         let key = key_of(&v);
         // The end its holder asked for: this transaction's refresh, or the last one.
         let end = live
-            .iter()
-            .find(|(_, k, ..)| *k == key && key != EXPIRED)
-            .map(|(_, _, until, _)| *until)
+            .get(&key)
+            .filter(|_| key != EXPIRED)
+            .map(|(_, until, _)| *until)
             .or_else(|| {
                 (key != EXPIRED)
                     .then(|| {
@@ -1008,7 +1010,10 @@ fn plan(ops: &[Op], rec: &Recorded, now: Instant, updates: bool) -> Plan {
             })
             .collect(),
         owners,
-        refreshed: live.iter().map(|(o, _, until, _)| (*o, *until)).collect(),
+        refreshed: refreshed
+            .iter()
+            .map(|(_, o, until, _)| (*o, *until))
+            .collect(),
         tracked,
         last_key,
     }
