@@ -23,6 +23,8 @@
 //! cargo xtask bench addrs [--count 8000] [--step 2000]
 //!                        the kernel's cost per address add and lifetime refresh as the
 //!                        addresses grow (see bench/addrs.rs)
+//! cargo xtask bench fence [--vips 600,3700] [--holders 1,6] [--rounds 300]
+//!                        the nftables fence's CPU per holder renewal (see bench/fence.rs)
 //! cargo xtask bench services [--scenario LIST] [--services 1000]
 //!                        LoadBalancer Services at scale (see bench/services/)
 //! ```
@@ -72,6 +74,9 @@ commands:
   bench addrs [--count 8000] [--step 2000]
               the kernel's cost per IPv6/IPv4 address add and lifetime refresh as the
               addresses grow, in a namespace of its own; no vipd (`bench addrs --help`)
+  bench fence [--vips 600,3700] [--holders 1,6] [--rounds 300]
+              the nftables fence's user and system CPU per holder renewal, in a namespace
+              of its own; no vipd manager (`bench fence --help`)
   bench services [--scenario bringup|scale|coldstart|churn|drain|dhcp|all] [--services 1000]
               LoadBalancer Services: create -> first answer, lease writes, CPU and RSS
               per node, cold start, power-off, churn (`bench services --help`)
@@ -135,6 +140,7 @@ fn run() -> Result<()> {
         ["bench", "apiload", rest @ ..] => bench::apiload::run(rest),
         ["bench", "ipam", rest @ ..] => bench::ipam::run(rest),
         ["bench", "addrs", rest @ ..] => bench::addrs::run(rest),
+        ["bench", "fence", rest @ ..] => bench::fence::run(rest),
         ["bench", rest @ ..] => bench::failover::run(rest),
         ["help" | "--help" | "-h"] | [] => {
             println!("{USAGE}");
