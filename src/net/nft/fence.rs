@@ -226,7 +226,7 @@ impl VipFence for NoopFence {
 }
 
 /// The key of one holder's live element in the fence's `live` sets and the name of its
-/// chain (`holder_<key>`): counted from 1 in this process ([`FenceState`]) and never handed
+/// chain (`holder_<key>`): counted from 1 in this process ([`NftFence`]) and never handed
 /// out twice, so an element one holder set never makes another holder's VIPs answered.
 pub type LiveKey = u32;
 
@@ -1156,7 +1156,7 @@ impl NftFence {
     }
 
     /// Runs `ops` as one transaction, their timeouts computed from the moment it is built,
-    /// right before the `sendmsg` that commits it ([`op_commands`]), and, when it
+    /// right before the `sendmsg` that commits it ([`plan`]), and, when it
     /// succeeded, records the live elements' new ends. Returns when it was built and when
     /// the kernel answered ([`ends_by`]). A failed run changed nothing (nf_tables
     /// transactions are atomic).
