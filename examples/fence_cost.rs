@@ -1,12 +1,14 @@
 //! What the nftables fence's renewals cost vipd's process, for `cargo xtask bench fence`:
 //! starts the fence (`vipd::net::nft::fence::NftFence`, its tables `arp`/`inet vipd_fence`)
-//! in the current network namespace, arms `--vips` VIPs over `--holders` holders (IPv6
-//! 2001:db8::1:0 and up, or IPv4 from 192.0.2.1 with `--family 4`, at most 762), then
-//! refreshes every holder `--rounds` times, as renewals do, and prints one JSON line:
-//! `{"vips":N,"holders":H,"rounds":R,"updates":true,"user_ms":..,"sys_ms":..,"wall_ms":..}`,
-//! each per holder refresh (`getrusage(RUSAGE_SELF)`: the kernel's share is the
-//! transaction's handling inside `sendmsg`, in this process's context). Deletes its tables
-//! at the end.
+//! in the current network namespace behind the writer vipd's holders share
+//! (`BatchedFence`), arms `--vips` VIPs over `--holders` holders at once (IPv6
+//! 2001:db8::1:0 and up, or IPv4 from 192.0.2.1 with `--family 4`, at most 762), as a burst of
+//! new leases does, then refreshes every holder in turn `--rounds` times, as renewals do, and
+//! prints one JSON line: `{"vips":N,"holders":H,"rounds":R,"updates":true,"arm_user_ms":..,
+//! "arm_sys_ms":..,"arm_wall_ms":..,"user_ms":..,"sys_ms":..,"wall_ms":..}`: the arming's
+//! total, then per holder refresh (`getrusage(RUSAGE_SELF)`: the kernel's share is the
+//! transaction's handling inside `sendmsg`, in this process's context). Deletes its tables at
+//! the end.
 //!
 //! Lab only: it refuses to run in the root network namespace (its tables would drop the
 //! lab addresses' traffic there); the bench runs it in a namespace of its own.
@@ -18,7 +20,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use vipd::net::nft::fence::{NftFence, VipFence};
+use vipd::net::nft::fence::{BatchedFence, NftFence, VipFence};
 
 /// The VIPs: IPv6 from 2001:db8::1:0, or IPv4 from 192.0.2.1 through the three
 /// documentation /24s.
@@ -96,16 +98,27 @@ async fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let updates = fence.timeout_updates();
+    let fence = BatchedFence::new(fence);
     let all = vips(n, v4);
     let per = all.len().div_ceil(holders).max(1);
     let groups: Vec<&[IpAddr]> = all.chunks(per).collect();
     let until = || Instant::now() + Duration::from_millis(3000);
-    for (i, g) in groups.iter().enumerate() {
-        if let Err(e) = fence.refresh(i as u64 + 1, g, until()).await {
-            eprintln!("fence_cost: arming: {e}");
-            return ExitCode::FAILURE;
-        }
+    let (au, asys) = cpu_ms();
+    let aw = std::time::Instant::now();
+    let armed = futures::future::join_all(
+        groups
+            .iter()
+            .enumerate()
+            .map(|(i, g)| fence.refresh(i as u64 + 1, g, until())),
+    )
+    .await;
+    if let Some(Err(e)) = armed.into_iter().find(Result::is_err) {
+        eprintln!("fence_cost: arming: {e}");
+        return ExitCode::FAILURE;
     }
+    let arm_wall = aw.elapsed().as_secs_f64() * 1e3;
+    let (au1, asys1) = cpu_ms();
     let (u0, s0) = cpu_ms();
     let w0 = std::time::Instant::now();
     for _ in 0..rounds {
@@ -119,9 +132,11 @@ async fn main() -> ExitCode {
     let (u1, s1) = cpu_ms();
     let runs = (rounds * groups.len()).max(1) as f64;
     println!(
-        "{{\"vips\":{n},\"holders\":{},\"rounds\":{rounds},\"updates\":{},\"user_ms\":{:.4},\"sys_ms\":{:.4},\"wall_ms\":{:.4}}}",
+        "{{\"vips\":{n},\"holders\":{},\"rounds\":{rounds},\"updates\":{updates},\"arm_user_ms\":{:.3},\"arm_sys_ms\":{:.3},\"arm_wall_ms\":{:.3},\"user_ms\":{:.4},\"sys_ms\":{:.4},\"wall_ms\":{:.4}}}",
         groups.len(),
-        fence.timeout_updates(),
+        au1 - au,
+        asys1 - asys,
+        arm_wall,
         (u1 - u0) / runs,
         (s1 - s0) / runs,
         w0.elapsed().as_secs_f64() * 1e3 / runs

@@ -3,9 +3,10 @@
 //! fences grow. No vipd manager and no API server: the example `examples/fence_cost.rs`
 //! (built with vipd) starts the fence in a network namespace of the bench's own
 //! (`vl<pid>x<n>-fence`, removed when the bench returns, fails or panics; nothing is sent on
-//! any link), arms the VIPs over the holders and refreshes every holder `--rounds` times.
-//! For each VIP count and holder count it prints the user and system CPU and the wall time
-//! per holder refresh (the system time is the kernel handling the transaction inside
+//! any link), arms the VIPs over the holders at once through the writer vipd's holders share
+//! (a burst of new leases) and refreshes every holder `--rounds` times. For each VIP count and
+//! holder count it prints the user and system CPU and the wall time of the arming and per
+//! holder refresh (the system time is the kernel handling the transaction inside
 //! `sendmsg`, charged to vipd). It prints figures, not pass/fail; docs/services-bench.md
 //! records a run.
 
@@ -90,7 +91,9 @@ pub fn run(args: &[&str]) -> Result<()> {
         ns.0,
         kernel.trim()
     );
-    println!("  VIPs | holders | VIPs a holder | user ms | system ms | wall ms | in-place updates");
+    println!(
+        "  VIPs | holders | VIPs a holder | arming all at once: user / system / wall ms | a renewal: user / system / wall ms | in-place updates"
+    );
     for &n in &o.vips {
         for &h in &o.holders {
             let out = std::process::Command::new("ip")
@@ -114,9 +117,12 @@ pub fn run(args: &[&str]) -> Result<()> {
             })?;
             let f = |k: &str| v[k].as_f64().unwrap_or(f64::NAN);
             println!(
-                "  {n} | {} | {} | {:.3} | {:.3} | {:.3} | {}",
+                "  {n} | {} | {} | {:.1} / {:.1} / {:.1} | {:.3} / {:.3} / {:.3} | {}",
                 v["holders"],
                 n.div_ceil(h),
+                f("arm_user_ms"),
+                f("arm_sys_ms"),
+                f("arm_wall_ms"),
                 f("user_ms"),
                 f("sys_ms"),
                 f("wall_ms"),
