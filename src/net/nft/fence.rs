@@ -784,10 +784,8 @@ fn plan(ops: &[Op], rec: &Recorded, now: Instant, updates: bool) -> Plan {
                 owners.insert(op.owner, Some(k));
                 // A refresh with no time left maps its VIPs to `drop`; the holder's other
                 // VIPs keep what an earlier op of this transaction set.
-                if !timeout.is_zero() {
-                    if live.insert(k.key, (op.owner, until, timeout)).is_none() {
-                        live_order.push(k.key);
-                    }
+                if !timeout.is_zero() && live.insert(k.key, (op.owner, until, timeout)).is_none() {
+                    live_order.push(k.key);
                 }
             }
             Change::Expire => {
