@@ -738,3 +738,59 @@ fn every_transaction_is_taken_and_answers_as_the_holders_asked() {
         }
     }
 }
+
+/// Egress's view of a VIP that moves between two holders of one node (a shard-count change,
+/// a shared address whose governing lease changes) while it is tracked: its own `live4`
+/// element follows whichever holder's chain the VIP jumps to, in the same transactions, and
+/// once the old holder has let go (its chains gone), the new holder's later refreshes keep
+/// it; after the new holder lets go too, the element is gone.
+#[test]
+fn a_tracked_vip_moved_between_holders_of_one_node_keeps_its_own_element() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    for updates in [true, false] {
+        let mut rec = Recorded::default();
+        let mut kernel = Model::default();
+        let mut step = |rec: &mut Recorded, ops: &[Op], now: Instant| {
+            let p = plan(ops, rec, now, updates);
+            let lines = p.batch.lines();
+            kernel
+                .apply(&lines, now)
+                .unwrap_or_else(|e| panic!("updates {updates}: refused, {e}\n{lines:#?}"));
+            rec.record(p, now, now);
+            kernel.clone()
+        };
+        step(&mut rec, &[refresh(1, &[v4()], t0 + ms(2000))], t0);
+        let k = step(&mut rec, &[op(0, &[v4()], Change::Track)], t0);
+        assert!(k.per_vip(v4(), t0 + ms(1999)) && !k.per_vip(v4(), t0 + ms(2000)));
+        // The second holder takes it over (its own lease), then the first renews once more
+        // before it learns, then lets go.
+        let at = t0 + ms(500);
+        let k = step(&mut rec, &[refresh(2, &[v4()], at + ms(2000))], at);
+        assert!(k.per_vip(v4(), at + ms(1999)), "the new holder's end");
+        let at = t0 + ms(900);
+        step(&mut rec, &[refresh(1, &[v4()], at + ms(1000))], at);
+        let at = t0 + ms(1000);
+        let k = step(&mut rec, &[op(1, &[v4()], Change::Disarm)], at);
+        assert_eq!(k.answered(v4(), t0 + ms(2400)), Some(true));
+        assert!(
+            k.per_vip(v4(), t0 + ms(2400)),
+            "the old holder's disarm sets it from the new holder's end"
+        );
+        assert!(
+            !k.chains.iter().any(|(_, c)| c == "holder_1"),
+            "the old holder's chains are gone"
+        );
+        // The new holder's steady renewals keep it.
+        for i in 1..=3u64 {
+            let at = t0 + ms(1000 * i + 500);
+            let k = step(&mut rec, &[refresh(2, &[v4()], at + ms(2000))], at);
+            assert!(k.per_vip(v4(), at + ms(1999)) && !k.per_vip(v4(), at + ms(2000)));
+        }
+        let at = t0 + ms(4000);
+        let k = step(&mut rec, &[op(2, &[v4()], Change::Disarm)], at);
+        assert!(!k.per_vip(v4(), at), "let go everywhere: no SNAT");
+        assert_eq!(k.answered(v4(), at), None, "not fenced");
+        assert!(k.chains.is_empty(), "{:?}", k.chains);
+    }
+}
