@@ -640,9 +640,18 @@ struct Keyed {
 /// A [`Change`] of some VIPs, asked for by `owner`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Op {
+    /// Without repeats ([`distinct`]): [`plan`] counts a refresh's VIPs against those its
+    /// holder arms.
     vips: Vec<IpAddr>,
     change: Change,
     owner: Owner,
+}
+
+/// `vips` without repeats, in order (a holder's list may name a VIP twice: the API does not
+/// forbid it).
+fn distinct(vips: &[IpAddr]) -> Vec<IpAddr> {
+    let mut seen = HashSet::with_capacity(vips.len());
+    vips.iter().copied().filter(|v| seen.insert(*v)).collect()
 }
 
 /// The element timeout of a refresh until `until`, written at `now` (whole milliseconds,
@@ -734,6 +743,25 @@ fn plan(ops: &[Op], rec: &Recorded, now: Instant, updates: bool) -> Plan {
         Some(k) => *k,
         None => rec.owners.get(&o).copied(),
     };
+    // The key a VIP armed by `a.owners` jumps to once `leaving` no longer carries it: the
+    // other holder whose refresh asked for the latest end (counting this transaction's; the
+    // highest owner on a tie), or `drop` when none is left.
+    let other_holder = |a: &Armed,
+                        leaving: Owner,
+                        owners: &HashMap<Owner, Option<Keyed>>,
+                        live: &HashMap<LiveKey, (Owner, Instant, Duration)>| {
+        let end = |k: &Keyed| {
+            live.get(&k.key)
+                .map(|(_, until, _)| *until)
+                .or(k.live.map(|(until, _)| until))
+        };
+        a.owners
+            .iter()
+            .filter(|o| **o != leaving)
+            .filter_map(|o| keyed(owners, *o).map(|k| (end(&k), k.key)))
+            .max_by_key(|(end, _)| *end)
+            .map_or(EXPIRED, |(_, key)| key)
+    };
     let is_tracked = |tracked: &Option<HashSet<IpAddr>>, v: &IpAddr| {
         tracked.as_ref().unwrap_or(&rec.tracked).contains(v)
     };
@@ -781,6 +809,41 @@ fn plan(ops: &[Op], rec: &Recorded, now: Instant, updates: bool) -> Plan {
                         per_vip.push(*v);
                     }
                 }
+                // A holder refreshes all its VIPs: one it still arms but did not name (its
+                // disarm failed) no longer lives on its element. It jumps to another holder
+                // of the node that armed it, or is dropped, until the holder's disarm goes
+                // through. Only when the holder arms more VIPs than it named (`Op::vips`
+                // has no repeats) is the node's record searched.
+                if op.vips.len() < k.vips {
+                    let named: HashSet<&IpAddr> = op.vips.iter().collect();
+                    let mut stray: Vec<IpAddr> = rec
+                        .vips
+                        .keys()
+                        .chain(vips.keys())
+                        .filter(|v| !named.contains(v))
+                        .filter(|v| {
+                            current(&vips, rec, v).is_some_and(|a| {
+                                a.key == k.key && a.owners.binary_search(&op.owner).is_ok()
+                            })
+                        })
+                        .copied()
+                        .collect();
+                    stray.sort_unstable();
+                    stray.dedup();
+                    for v in stray {
+                        let Some(mut a) = current(&vips, rec, &v).cloned() else {
+                            continue;
+                        };
+                        a.key = other_holder(&a, op.owner, &owners, &live);
+                        if !vips.contains_key(&v) {
+                            order.push(v);
+                        }
+                        vips.insert(v, Some(a));
+                        if is_tracked(&tracked, &v) {
+                            per_vip.push(v);
+                        }
+                    }
+                }
                 owners.insert(op.owner, Some(k));
                 // A refresh with no time left maps its VIPs to `drop`; the holder's other
                 // VIPs keep what an earlier op of this transaction set.
@@ -818,20 +881,8 @@ fn plan(ops: &[Op], rec: &Recorded, now: Instant, updates: bool) -> Plan {
                         if arm.owners.is_empty() {
                             a = None;
                         } else if k.is_some_and(|k| k.key == arm.key) {
-                            // Moved to another holder of this node: its key (the one whose
-                            // refresh asked for the latest end when there are several,
-                            // counting this transaction's).
-                            let end = |k: &Keyed| {
-                                live.get(&k.key)
-                                    .map(|(_, until, _)| *until)
-                                    .or(k.live.map(|(until, _)| until))
-                            };
-                            arm.key = arm
-                                .owners
-                                .iter()
-                                .filter_map(|o| keyed(&owners, *o).map(|k| (end(&k), k.key)))
-                                .max_by_key(|(end, _)| *end)
-                                .map_or(EXPIRED, |(_, key)| key);
+                            // Moved to another holder of this node.
+                            arm.key = other_holder(arm, op.owner, &owners, &live);
                         }
                     }
                     if !vips.contains_key(v) {
@@ -1278,7 +1329,7 @@ impl NftFence {
     ) -> Result<Instant, FenceError> {
         let (written, done) = self
             .apply(&[Op {
-                vips: vips.to_vec(),
+                vips: distinct(vips),
                 change,
                 owner,
             }])
@@ -1385,7 +1436,7 @@ impl VipFence for NftFence {
     fn track<'a>(&'a self, vips: &'a [IpAddr]) -> BoxFuture<'a, Result<(), FenceError>> {
         Box::pin(async move {
             let op = Op {
-                vips: vips.to_vec(),
+                vips: distinct(vips),
                 change: Change::Track,
                 owner: 0,
             };
@@ -1485,7 +1536,7 @@ impl BatchedFence {
         self.queue
             .send(Batched {
                 op: Op {
-                    vips: vips.to_vec(),
+                    vips: distinct(vips),
                     change,
                     owner,
                 },

@@ -23,7 +23,7 @@ async fn recorded() -> (NftFence, Recorder) {
 
 fn refresh(owner: Owner, vips: &[IpAddr], until: Instant) -> Op {
     Op {
-        vips: vips.to_vec(),
+        vips: distinct(vips),
         change: Change::Refresh(until),
         owner,
     }
@@ -31,7 +31,7 @@ fn refresh(owner: Owner, vips: &[IpAddr], until: Instant) -> Op {
 
 fn op(owner: Owner, vips: &[IpAddr], change: Change) -> Op {
     Op {
-        vips: vips.to_vec(),
+        vips: distinct(vips),
         change,
         owner,
     }
@@ -296,6 +296,34 @@ fn a_vip_moved_to_another_holder_follows_that_holders_element() {
         "{c:#?}"
     );
     assert_eq!(rec.vips[&v4()].owners, vec![2]);
+}
+
+/// A holder refreshes all its VIPs: one it still arms but no longer names (its disarm
+/// failed) stops living on its element: dropped, or jumping to another holder of the node
+/// that armed it, until the disarm goes through (found by the new-user trial: it stayed
+/// answered on the holder's renewals).
+#[test]
+fn a_vip_its_holder_no_longer_names_stops_living_on_its_element() {
+    let now = Instant::now();
+    let b: IpAddr = "192.0.2.11".parse().unwrap();
+    let c: IpAddr = "192.0.2.12".parse().unwrap();
+    let mut rec = Recorded::default();
+    let end = now + Duration::from_secs(2);
+    run(&mut rec, &[refresh(1, &[v4(), b, c], end)], now, true);
+    run(&mut rec, &[refresh(2, &[c], end)], now, true);
+    run(&mut rec, &[refresh(1, &[v4(), b, c], end)], now, true);
+    // b's and c's disarms failed (nothing recorded); holder 1 renews what it holds.
+    let later = now + Duration::from_secs(1);
+    let lines = run(&mut rec, &[refresh(1, &[v4()], later + Duration::from_secs(2))], later, true);
+    assert!(lines.contains(&"add element arp vipd_fence vips { 192.0.2.11 : drop }".to_string()), "{lines:#?}");
+    assert!(lines.contains(&"add element arp vipd_fence vips { 192.0.2.12 : jump holder_2 }".to_string()), "{lines:#?}");
+    assert_eq!(rec.vips[&b].owners, vec![1], "still armed by holder 1: its disarm will find it");
+    // A steady renewal again touches no map.
+    let lines = run(&mut rec, &[refresh(1, &[v4()], later + Duration::from_secs(2))], later, true);
+    assert!(!lines.iter().any(|l| l.contains(" vips ")), "{lines:#?}");
+    let lines = run(&mut rec, &[op(1, &[b, c], Change::Disarm)], later, true);
+    assert!(lines.contains(&"delete element arp vipd_fence vips { 192.0.2.11 }".to_string()), "{lines:#?}");
+    assert_eq!(rec.vips[&c].owners, vec![2]);
 }
 
 /// Tracked VIPs (egress) get their own element in `live4`/`live6`, set with their holder's,
@@ -619,6 +647,25 @@ impl Asked {
                     }
                 }
                 Change::Track => {}
+            }
+        }
+        if let Change::Refresh(_) = op.change {
+            // A holder refreshes all its VIPs: one it arms but did not name stops following
+            // it (another holder that armed it, or dropped).
+            let ends = &self.ends;
+            for (v, e) in self.vips.iter_mut() {
+                if e.1 && e.3 == Some(op.owner) && !op.vips.contains(v) {
+                    let other = e
+                        .0
+                        .iter()
+                        .copied()
+                        .filter(|o| *o != op.owner)
+                        .max_by_key(|o| (ends.get(o).copied(), *o));
+                    match other {
+                        Some(o) => e.3 = Some(o),
+                        None => e.2 = true,
+                    }
+                }
             }
         }
         if let Change::Refresh(until) = op.change
