@@ -1363,6 +1363,50 @@ fn nft_fence_tables_flushed_by_someone_else_come_back_at_the_next_refresh() {
     });
 }
 
+/// The fence's maps edited by someone else while vipd runs (the new-user trial: an element
+/// holding another verdict than vipd recorded refused every later transaction touching it,
+/// and with it every holder's batched changes, until a restart): the refused run rewrites
+/// the maps and sets from vipd's record and runs again.
+#[test]
+fn nft_fence_maps_edited_by_someone_else_are_rewritten_from_the_record() {
+    use vipd::net::nft::fence::{NftFence, VipFence};
+    lab("192.0.2.11/24", || async {
+        let f = NftFence::start().await.expect("start the fence");
+        let v4: IpAddr = "192.0.2.10".parse().unwrap();
+        let v6: IpAddr = "2001:db8::10".parse().unwrap();
+        let b4: IpAddr = "192.0.2.20".parse().unwrap();
+        let soon = || tokio::time::Instant::now() + Duration::from_millis(3000);
+        f.refresh(1, &[v4, v6], soon()).await.unwrap();
+        f.refresh(2, &[b4], soon()).await.unwrap();
+        nft_text(
+            "delete element arp vipd_fence vips { 192.0.2.10 }\n\
+             add element arp vipd_fence vips { 192.0.2.10 : drop }\n",
+        );
+        f.disarm(1, &[v4])
+            .await
+            .expect("the disarm, after the maps are rewritten");
+        let arp = fence_table("arp").unwrap();
+        let inet = fence_table("inet").unwrap();
+        assert!(!fence_map(&arp, "vips").contains_key("192.0.2.10"), "{arp}");
+        assert!(
+            vip_expires(&arp, "vips", "192.0.2.20").is_some_and(|ms| ms >= 2000),
+            "{arp}"
+        );
+        assert!(
+            vip_expires(&inet, "vips6", "2001:db8::10").is_some_and(|ms| ms >= 2000),
+            "{inet}"
+        );
+        for table in [&arp, &inet] {
+            assert_eq!(
+                table.matches("!= @live counter").count(),
+                2,
+                "one rule a holder: {table}"
+            );
+        }
+        f.close().await.unwrap();
+    });
+}
+
 /// A holder whose fence run answered too late expires its elements and keeps its second-line
 /// addresses, taking them as filtered (`holder::refresh`): the expire must leave the VIPs
 /// armed. Two ways it did not: the tables flushed by someone else just before it (the run

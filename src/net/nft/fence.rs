@@ -312,6 +312,88 @@ pub(crate) fn remove_commands() -> Batch {
     b
 }
 
+/// How often at most a failed run rewrites the fence's maps from the record
+/// ([`NftFence::resync`]).
+pub const RESYNC_EVERY: Duration = Duration::from_secs(10);
+
+/// The batch rewriting the maps and sets from `rec` at `now` ([`NftFence::resync`]): every
+/// map and live set flushed; each recorded holder's chains created if missing and left with
+/// their one rule; every recorded VIP's map elements; each holder's live elements with what
+/// is left of its last refresh; the tracked VIPs' own elements likewise.
+fn resync_commands(rec: &Recorded, now: Instant) -> Batch {
+    let t = FENCE_TABLE;
+    let mut b = Batch::new();
+    for (f, spec, _) in fence_sets() {
+        b.push(nl::flush_set(f, t, spec.name));
+    }
+    let mut owners: Vec<&Keyed> = rec.owners.values().collect();
+    owners.sort_by_key(|k| k.key);
+    for k in &owners {
+        for f in TABLES {
+            b.push(nl::add_regular_chain(f, t, &holder_chain(k.key)));
+            b.push(nl::flush_chain(f, t, &holder_chain(k.key)));
+        }
+        for c in holder_chain_commands(k.key)
+            .into_iter()
+            .filter(|c| c.text().starts_with("add rule"))
+        {
+            b.push(c);
+        }
+    }
+    let mut vips: Vec<(&IpAddr, &Armed)> = rec.vips.iter().collect();
+    vips.sort_by_key(|(v, _)| **v);
+    for (v, a) in &vips {
+        for (f, map) in places(**v) {
+            b.push(nl::map_element(
+                *f,
+                t,
+                map,
+                Key::Addr(**v),
+                verdict(a.key),
+                false,
+            ));
+        }
+    }
+    let left = |key: LiveKey| {
+        owners
+            .iter()
+            .find(|k| k.key == key)
+            .and_then(|k| k.live)
+            .map_or(Duration::ZERO, |(until, _)| timeout_until(until, now))
+    };
+    for k in &owners {
+        let timeout = left(k.key);
+        if !timeout.is_zero() {
+            for (f, set) in LIVE_SETS {
+                b.push(nl::element(
+                    f,
+                    t,
+                    set,
+                    Key::Mark(k.key),
+                    false,
+                    Some(timeout),
+                    None,
+                ));
+            }
+        }
+    }
+    for v in &rec.tracked {
+        let timeout = rec.vips.get(v).map_or(Duration::ZERO, |a| left(a.key));
+        if !timeout.is_zero() {
+            b.push(nl::element(
+                Family::Inet,
+                t,
+                per_vip_set(*v),
+                Key::Addr(*v),
+                false,
+                Some(timeout),
+                None,
+            ));
+        }
+    }
+    b
+}
+
 /// The fence's maps and sets: `(family, spec, is a verdict map)`, ids in the order `nft`
 /// gives them.
 fn fence_sets() -> Vec<(Family, nl::SetSpec, bool)> {
@@ -746,22 +828,23 @@ fn plan(ops: &[Op], rec: &Recorded, now: Instant, updates: bool) -> Plan {
     // The key a VIP armed by `a.owners` jumps to once `leaving` no longer carries it: the
     // other holder whose refresh asked for the latest end (counting this transaction's; the
     // highest owner on a tie), or `drop` when none is left.
-    let other_holder = |a: &Armed,
-                        leaving: Owner,
-                        owners: &HashMap<Owner, Option<Keyed>>,
-                        live: &HashMap<LiveKey, (Owner, Instant, Duration)>| {
-        let end = |k: &Keyed| {
-            live.get(&k.key)
-                .map(|(_, until, _)| *until)
-                .or(k.live.map(|(until, _)| until))
+    let other_holder =
+        |a: &Armed,
+         leaving: Owner,
+         owners: &HashMap<Owner, Option<Keyed>>,
+         live: &HashMap<LiveKey, (Owner, Instant, Duration)>| {
+            let end = |k: &Keyed| {
+                live.get(&k.key)
+                    .map(|(_, until, _)| *until)
+                    .or(k.live.map(|(until, _)| until))
+            };
+            a.owners
+                .iter()
+                .filter(|o| **o != leaving)
+                .filter_map(|o| keyed(owners, *o).map(|k| (end(&k), k.key)))
+                .max_by_key(|(end, _)| *end)
+                .map_or(EXPIRED, |(_, key)| key)
         };
-        a.owners
-            .iter()
-            .filter(|o| **o != leaving)
-            .filter_map(|o| keyed(owners, *o).map(|k| (end(&k), k.key)))
-            .max_by_key(|(end, _)| *end)
-            .map_or(EXPIRED, |(_, key)| key)
-    };
     let is_tracked = |tracked: &Option<HashSet<IpAddr>>, v: &IpAddr| {
         tracked.as_ref().unwrap_or(&rec.tracked).contains(v)
     };
@@ -1123,6 +1206,8 @@ struct FenceState {
     recorded: Mutex<Recorded>,
     /// Whether an add with an expiration updates an existing element ([`probe_timeout_updates`]).
     updates_timeout: std::sync::atomic::AtomicBool,
+    /// When the maps were last rewritten from the record ([`NftFence::resync`]).
+    resynced: Mutex<Option<Instant>>,
 }
 
 /// Sends `batch` through `transport` from a blocking thread; the error is the kernel's
@@ -1185,6 +1270,7 @@ impl NftFence {
             state: Arc::new(FenceState {
                 transport,
                 recorded: Mutex::new(Recorded::default()),
+                resynced: Mutex::new(None),
                 updates_timeout: std::sync::atomic::AtomicBool::new(false),
             }),
             run: tokio::sync::Mutex::new(()),
@@ -1228,11 +1314,54 @@ impl NftFence {
     async fn apply_always(&self, ops: &[Op]) -> Result<(Instant, Instant), FenceError> {
         let _one_run = self.run.lock().await;
         match self.apply_locked(ops).await {
-            Err(e) => match self.restore_tables().await {
+            Err(e) => match self.restore_tables().await || self.resync(&e).await {
                 true => self.apply_locked(ops).await,
                 false => Err(e),
             },
             ok => ok,
+        }
+    }
+
+    /// After a failed run whose tables are there: whether the maps and sets were rewritten
+    /// from the record, at most once every [`RESYNC_EVERY`]. A run plans its changes from the
+    /// record of what the kernel holds ([`plan`]); when the kernel holds something else (an
+    /// operator edited vipd's maps, or a transaction the kernel committed but whose answer
+    /// vipd could not read), a change of that element fails (an add over another verdict:
+    /// `EEXIST`), and with it every holder's changes batched with it, until vipd restarts
+    /// (found by the new-user trial). One transaction flushes the maps and the live sets,
+    /// sets every recorded holder's chain to its one rule, and adds the recorded VIPs, the
+    /// holders' live elements with the time left of their last refresh and the tracked VIPs'
+    /// own; the record stands. Logs at warn.
+    async fn resync(&self, error: &FenceError) -> bool {
+        let now = Instant::now();
+        {
+            let mut last = self
+                .state
+                .resynced
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if last.is_some_and(|at| now.saturating_duration_since(at) < RESYNC_EVERY) {
+                return false;
+            }
+            *last = Some(now);
+        }
+        let batch = {
+            let rec = self
+                .state
+                .recorded
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            resync_commands(&rec, now)
+        };
+        match send_batch(self.state.transport.as_ref(), batch.clone(), Mode::Commit).await {
+            Ok(()) => {
+                warn!(table = FENCE_TABLE, %error, "the nftables fence's maps disagreed with vipd's record of them (edited by someone else, or a transaction whose answer was lost); rewrote them from the record");
+                true
+            }
+            Err(detail) => {
+                debug!(command = %batch.summary(), %detail, "cannot rewrite the nftables fence's maps from the record");
+                false
+            }
         }
     }
 

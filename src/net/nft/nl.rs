@@ -953,6 +953,21 @@ fn priority_text(base: BaseChain) -> String {
     }
 }
 
+/// `flush set <family> <table> <name>` (a map too): deletes all its elements.
+pub fn flush_set(family: Family, table: &str, name: &str) -> Cmd {
+    Cmd::built(Built {
+        family,
+        msg: NfTablesMessage::DeleteSetElement(SetElementMessage {
+            attributes: vec![
+                SetElementList::Table(table.to_string()),
+                SetElementList::Set(name.to_string()),
+            ],
+        }),
+        flags: 0,
+        text: format!("flush set {family} {table} {name}"),
+    })
+}
+
 /// `flush chain <family> <table> <name>`: deletes its rules.
 pub fn flush_chain(family: Family, table: &str, name: &str) -> Cmd {
     Cmd::built(Built {

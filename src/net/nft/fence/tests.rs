@@ -314,15 +314,40 @@ fn a_vip_its_holder_no_longer_names_stops_living_on_its_element() {
     run(&mut rec, &[refresh(1, &[v4(), b, c], end)], now, true);
     // b's and c's disarms failed (nothing recorded); holder 1 renews what it holds.
     let later = now + Duration::from_secs(1);
-    let lines = run(&mut rec, &[refresh(1, &[v4()], later + Duration::from_secs(2))], later, true);
-    assert!(lines.contains(&"add element arp vipd_fence vips { 192.0.2.11 : drop }".to_string()), "{lines:#?}");
-    assert!(lines.contains(&"add element arp vipd_fence vips { 192.0.2.12 : jump holder_2 }".to_string()), "{lines:#?}");
-    assert_eq!(rec.vips[&b].owners, vec![1], "still armed by holder 1: its disarm will find it");
+    let lines = run(
+        &mut rec,
+        &[refresh(1, &[v4()], later + Duration::from_secs(2))],
+        later,
+        true,
+    );
+    assert!(
+        lines.contains(&"add element arp vipd_fence vips { 192.0.2.11 : drop }".to_string()),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.contains(
+            &"add element arp vipd_fence vips { 192.0.2.12 : jump holder_2 }".to_string()
+        ),
+        "{lines:#?}"
+    );
+    assert_eq!(
+        rec.vips[&b].owners,
+        vec![1],
+        "still armed by holder 1: its disarm will find it"
+    );
     // A steady renewal again touches no map.
-    let lines = run(&mut rec, &[refresh(1, &[v4()], later + Duration::from_secs(2))], later, true);
+    let lines = run(
+        &mut rec,
+        &[refresh(1, &[v4()], later + Duration::from_secs(2))],
+        later,
+        true,
+    );
     assert!(!lines.iter().any(|l| l.contains(" vips ")), "{lines:#?}");
     let lines = run(&mut rec, &[op(1, &[b, c], Change::Disarm)], later, true);
-    assert!(lines.contains(&"delete element arp vipd_fence vips { 192.0.2.11 }".to_string()), "{lines:#?}");
+    assert!(
+        lines.contains(&"delete element arp vipd_fence vips { 192.0.2.11 }".to_string()),
+        "{lines:#?}"
+    );
     assert_eq!(rec.vips[&c].owners, vec![2]);
 }
 
@@ -655,12 +680,11 @@ impl Asked {
             let ends = &self.ends;
             for (v, e) in self.vips.iter_mut() {
                 if e.1 && e.3 == Some(op.owner) && !op.vips.contains(v) {
-                    let other = e
-                        .0
-                        .iter()
-                        .copied()
-                        .filter(|o| *o != op.owner)
-                        .max_by_key(|o| (ends.get(o).copied(), *o));
+                    let other =
+                        e.0.iter()
+                            .copied()
+                            .filter(|o| *o != op.owner)
+                            .max_by_key(|o| (ends.get(o).copied(), *o));
                     match other {
                         Some(o) => e.3 = Some(o),
                         None => e.2 = true,
