@@ -138,9 +138,11 @@ pub enum FenceError {
 /// their addresses are gone.
 pub trait VipFence: Send + Sync + fmt::Debug + 'static {
     /// Arms `vips` (their traffic is filtered from now on) and lets them be answered until
-    /// `until`: the element timeout (whole milliseconds, rounded down) is computed from
-    /// `until` right before `nft` runs, so time spent queued or frozen before the run does
-    /// not stretch it. When less than 1 ms is left the VIPs' elements are expired instead.
+    /// `until`: the holder's element timeout (whole milliseconds, rounded down) is computed
+    /// from `until` right before the transaction is sent, so time spent queued or frozen
+    /// before it does not stretch it. When less than 1 ms is left the VIPs are expired
+    /// instead. `vips` are all of `owner`'s VIPs: one it armed but does not name (its disarm
+    /// failed) stops living on its element.
     ///
     /// Returns the latest moment the elements may live: the run's end plus the timeout it
     /// carried (the kernel counts it from some moment inside the run). Past the lease the
