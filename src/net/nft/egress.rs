@@ -55,9 +55,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 use ipnet::IpNet;
-use netlink_packet_netfilter::nftables::{
-    Bitwise, DataAttribute, Expressions, Lookup, MetaKey, Register,
-};
+use netlink_packet_netfilter::nftables::{Bitwise, DataAttribute, Expressions, MetaKey, Register};
 
 use super::fence::{FENCE_TABLE, VipFence};
 use super::nl::{self, Base, Batch, Family, Kernel, Mode, Transport, be32, other};
@@ -208,14 +206,7 @@ fn daddr_in(net: &IpNet, equal: bool) -> [nl::Expr; 3] {
 /// `lookup reg 1 set <live>` (by name: the set is the fence's, not of this batch);
 /// `invert`: not in the set.
 fn live(addr: IpAddr, invert: bool) -> nl::Expr {
-    let mut a = vec![
-        Lookup::SourceRegister(Register::Reg1),
-        Lookup::Set(names(addr).1.to_string()),
-    ];
-    if invert {
-        a.push(Lookup::Flags(1));
-    }
-    Expressions::Lookup(a).into()
+    nl::lookup_named(names(addr).1, Register::Reg1, invert)
 }
 
 /// `immediate reg 1 <vip>; lookup reg 1 @liveN; counter; nat snat <family> addr_min reg 1`.

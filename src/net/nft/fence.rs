@@ -334,12 +334,7 @@ fn resync_commands(rec: &Recorded, now: Instant) -> Batch {
         for f in TABLES {
             b.push(nl::add_regular_chain(f, t, &holder_chain(k.key)));
             b.push(nl::flush_chain(f, t, &holder_chain(k.key)));
-        }
-        for c in holder_chain_commands(k.key)
-            .into_iter()
-            .filter(|c| c.text().starts_with("add rule"))
-        {
-            b.push(c);
+            b.push(holder_rule(f, k.key));
         }
     }
     let mut vips: Vec<(&IpAddr, &Armed)> = rec.vips.iter().collect();
@@ -356,39 +351,34 @@ fn resync_commands(rec: &Recorded, now: Instant) -> Batch {
             ));
         }
     }
-    let left = |key: LiveKey| {
-        owners
-            .iter()
-            .find(|k| k.key == key)
-            .and_then(|k| k.live)
-            .map_or(Duration::ZERO, |(until, _)| timeout_until(until, now))
-    };
-    for k in &owners {
-        let timeout = left(k.key);
-        if !timeout.is_zero() {
-            for (f, set) in LIVE_SETS {
-                b.push(nl::element(
-                    f,
-                    t,
-                    set,
-                    Key::Mark(k.key),
-                    false,
-                    Some(timeout),
-                    None,
-                ));
-            }
+    // What is left of each holder's last refresh, by key.
+    let left: HashMap<LiveKey, Duration> = owners
+        .iter()
+        .filter_map(|k| Some((k.key, timeout_until(k.live?.0, now))))
+        .filter(|(_, t)| !t.is_zero())
+        .collect();
+    for (key, timeout) in &left {
+        for (f, set) in LIVE_SETS {
+            b.push(nl::element(
+                f,
+                t,
+                set,
+                Key::Mark(*key),
+                false,
+                Some(*timeout),
+                None,
+            ));
         }
     }
     for v in &rec.tracked {
-        let timeout = rec.vips.get(v).map_or(Duration::ZERO, |a| left(a.key));
-        if !timeout.is_zero() {
+        if let Some(timeout) = rec.vips.get(v).and_then(|a| left.get(&a.key)) {
             b.push(nl::element(
                 Family::Inet,
                 t,
                 per_vip_set(*v),
                 Key::Addr(*v),
                 false,
-                Some(timeout),
+                Some(*timeout),
                 None,
             ));
         }
@@ -481,7 +471,7 @@ fn fence_rules() -> Vec<(Family, &'static str, Vec<nl::Expr>, &'static str)> {
         e.push(load);
         e.push(nl::map_lookup_to(
             map.0,
-            Some(map.1),
+            map.1,
             Register::Reg1,
             Register::Verdict,
         ));
@@ -528,29 +518,38 @@ fn fence_rules() -> Vec<(Family, &'static str, Vec<nl::Expr>, &'static str)> {
     ]
 }
 
-/// The commands creating holder `key`'s chain in both tables, with its rule `<key> != @live
-/// counter drop` (its live set looked up by name: the set exists since the start).
+/// The commands creating holder `key`'s chain in both tables, with its rule
+/// ([`holder_rule`]).
 fn holder_chain_commands(key: LiveKey) -> Vec<nl::Cmd> {
-    use netlink_packet_netfilter::nftables::Register;
     let name = holder_chain(key);
-    let mut out = Vec::with_capacity(4);
-    for f in TABLES {
-        out.push(nl::add_regular_chain(f, FENCE_TABLE, &name));
-        out.push(nl::add_rule_commented(
-            f,
-            FENCE_TABLE,
-            &name,
-            vec![
-                nl::immediate(Register::Reg1, &key.to_ne_bytes()),
-                nl::lookup_named("live", Register::Reg1, true),
-                nl::counter(),
-                nl::verdict(nl::NF_DROP),
-            ],
-            &format!("{key} != @live counter drop"),
-            &format!("holder {key}: its VIPs are dropped once its element {key} of @live expires"),
-        ));
-    }
-    out
+    TABLES
+        .into_iter()
+        .flat_map(|f| {
+            [
+                nl::add_regular_chain(f, FENCE_TABLE, &name),
+                holder_rule(f, key),
+            ]
+        })
+        .collect()
+}
+
+/// The one rule of holder `key`'s chain in `family`'s table, `<key> != @live counter drop`
+/// (its live set looked up by name: the set exists since the start).
+fn holder_rule(family: Family, key: LiveKey) -> nl::Cmd {
+    use netlink_packet_netfilter::nftables::Register;
+    nl::add_rule_commented(
+        family,
+        FENCE_TABLE,
+        &holder_chain(key),
+        vec![
+            nl::immediate(Register::Reg1, &key.to_ne_bytes()),
+            nl::lookup_named("live", Register::Reg1, true),
+            nl::counter(),
+            nl::verdict(nl::NF_DROP),
+        ],
+        &format!("{key} != @live counter drop"),
+        &format!("holder {key}: its VIPs are dropped once its element {key} of @live expires"),
+    )
 }
 
 /// The batch (re)creating both tables with empty maps and sets (tables left by an earlier
@@ -1064,22 +1063,16 @@ fn plan(ops: &[Op], rec: &Recorded, now: Instant, updates: bool) -> Plan {
         let at = |step| (place_index(Family::Inet, set), step);
         let key = key_of(&v);
         // The end its holder asked for: this transaction's refresh, or the last one.
-        let end = live
-            .get(&key)
-            .filter(|_| key != EXPIRED)
-            .map(|(_, until, _)| *until)
-            .or_else(|| {
-                (key != EXPIRED)
-                    .then(|| {
-                        owners
-                            .values()
-                            .flatten()
-                            .chain(rec.owners.values())
-                            .find(|k| k.key == key)
-                            .and_then(|k| k.live.map(|(until, _)| until))
-                    })
-                    .flatten()
-            });
+        let end = match live.get(&key) {
+            _ if key == EXPIRED => None,
+            Some((_, until, _)) => Some(*until),
+            None => owners
+                .values()
+                .flatten()
+                .chain(rec.owners.values())
+                .find(|k| k.key == key)
+                .and_then(|k| k.live.map(|(until, _)| until)),
+        };
         let timeout = end.map_or(Duration::ZERO, |u| timeout_until(u, now));
         if tracked_now.contains(&v) && !timeout.is_zero() {
             // Tracked VIPs are few: always the way that replaces whatever the kernel holds.
@@ -1094,15 +1087,7 @@ fn plan(ops: &[Op], rec: &Recorded, now: Instant, updates: bool) -> Plan {
                 true,
             );
         } else {
-            let one = Some(Duration::from_millis(1));
-            b.push(
-                at(0),
-                nl::element(Family::Inet, t, set, Key::Addr(v), false, one, None),
-            );
-            b.push(
-                at(1),
-                nl::element(Family::Inet, t, set, Key::Addr(v), true, None, None),
-            );
+            gone_commands(&mut b, at(0), Family::Inet, set, Key::Addr(v));
         }
     }
     // Holders left with no VIP (or armed again in the same transaction, with a new key):
@@ -1117,18 +1102,9 @@ fn plan(ops: &[Op], rec: &Recorded, now: Instant, updates: bool) -> Plan {
                     nl::delete_chain(f, t, &holder_chain(old)),
                 );
             }
-            // Its live elements too (added first, so the delete never fails).
-            let one = Some(Duration::from_millis(1));
+            // Its live elements too.
             for (f, set) in LIVE_SETS {
-                let at = |step| (place_index(f, set), step);
-                b.push(
-                    at(3),
-                    nl::element(f, t, set, Key::Mark(old), false, one, None),
-                );
-                b.push(
-                    at(4),
-                    nl::element(f, t, set, Key::Mark(old), true, None, None),
-                );
+                gone_commands(&mut b, (place_index(f, set), 3), f, set, Key::Mark(old));
             }
         }
     }
@@ -1151,6 +1127,21 @@ fn plan(ops: &[Op], rec: &Recorded, now: Instant, updates: bool) -> Plan {
         tracked,
         last_key,
     }
+}
+
+/// Removes the element `key` of `family`'s `set` whether it exists or not: an add with a
+/// 1 ms timeout (at `at`), then a delete (the step after), which therefore never fails.
+fn gone_commands(b: &mut Grouped, at: (u8, u8), family: Family, set: &'static str, key: Key) {
+    let t = FENCE_TABLE;
+    let one = Some(Duration::from_millis(1));
+    b.push(
+        at,
+        nl::element(family, t, set, key.clone(), false, one, None),
+    );
+    b.push(
+        (at.0, at.1 + 1),
+        nl::element(family, t, set, key, true, None, None),
+    );
 }
 
 /// Sets a live element `key` of `family`'s `set` to expire `timeout` after the kernel

@@ -1466,40 +1466,37 @@ pub fn cmp(equal: bool, data: &[u8]) -> Expr {
 /// `lookup reg 1 set <set>` (set `id` of the same batch), `0x1` (not in the set) when
 /// `invert`.
 pub fn lookup(set: &str, id: u32, invert: bool) -> Expr {
-    let mut a = vec![
-        Lookup::SourceRegister(Register::Reg1),
-        Lookup::Set(set.to_string()),
-        Lookup::SetId(id),
-    ];
-    if invert {
-        a.push(Lookup::Flags(1));
-    }
-    Expressions::Lookup(a).into()
-}
-
-/// `lookup reg <sreg> set <map> dreg <dreg>` (map `id` of the same batch, or `None`: by
-/// name alone, a map of an earlier batch): the data `map` holds for the key in `sreg`, into
-/// `dreg`. A key not in the map ends the rule there (`NFT_BREAK`): the rule does not match.
-pub fn map_lookup_to(map: &str, id: Option<u32>, sreg: Register, dreg: Register) -> Expr {
-    let mut a = vec![
-        Lookup::SourceRegister(sreg),
-        Lookup::DestinationRegister(dreg),
-        Lookup::Set(map.to_string()),
-    ];
-    if let Some(id) = id {
-        a.push(Lookup::SetId(id));
-    }
-    Expressions::Lookup(a).into()
+    set_lookup(set, Some(id), Register::Reg1, invert)
 }
 
 /// `lookup reg <sreg> set <set>` (by name alone: a set of an earlier batch), `0x1` (not in
 /// the set) when `invert`.
 pub fn lookup_named(set: &str, sreg: Register, invert: bool) -> Expr {
+    set_lookup(set, None, sreg, invert)
+}
+
+/// A set lookup without a destination register: [`lookup`], [`lookup_named`].
+fn set_lookup(set: &str, id: Option<u32>, sreg: Register, invert: bool) -> Expr {
     let mut a = vec![Lookup::SourceRegister(sreg), Lookup::Set(set.to_string())];
+    a.extend(id.map(Lookup::SetId));
     if invert {
         a.push(Lookup::Flags(1));
     }
     Expressions::Lookup(a).into()
+}
+
+/// `lookup reg <sreg> set <map> dreg <dreg>` (map `id` of the same batch): the data `map`
+/// holds for the key in `sreg`, into `dreg` (with [`Register::Verdict`], the verdict of a
+/// verdict map). A key not in the map ends the rule there (`NFT_BREAK`): the rule does not
+/// match.
+pub fn map_lookup_to(map: &str, id: u32, sreg: Register, dreg: Register) -> Expr {
+    Expressions::Lookup(vec![
+        Lookup::SourceRegister(sreg),
+        Lookup::DestinationRegister(dreg),
+        Lookup::Set(map.to_string()),
+        Lookup::SetId(id),
+    ])
+    .into()
 }
 
 /// `counter`.

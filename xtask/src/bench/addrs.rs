@@ -216,16 +216,17 @@ fn table(rows: &[Row]) -> String {
 
 static NS_COUNTER: AtomicU32 = AtomicU32::new(0);
 
-/// The bench's network namespace: deleted when dropped (also while unwinding from a panic).
-struct Namespace {
-    name: String,
+/// A bench's network namespace: deleted when dropped (also while unwinding from a panic).
+pub(crate) struct Namespace {
+    pub(crate) name: String,
 }
 
 impl Namespace {
-    /// Creates `vl<pid>x<n>-addrs` with `lo`, `va`/`vb` and `vc`/`vd` up.
-    fn create() -> Result<Namespace> {
+    /// Creates `vl<pid>x<n>-<suffix>` with `lo` up (the lab's pattern: a killed run's
+    /// namespace is swept by the next `Lab::start` or `cargo xtask lab down`).
+    pub(crate) fn bare(suffix: &str) -> Result<Namespace> {
         let name = format!(
-            "{NAME_PREFIX}{}x{}-addrs",
+            "{NAME_PREFIX}{}x{}-{suffix}",
             std::process::id(),
             NS_COUNTER.fetch_add(1, Ordering::SeqCst)
         );
@@ -233,6 +234,12 @@ impl Namespace {
         // From here on the guard removes it, whatever fails next.
         let ns = Namespace { name };
         ns.ip(&["link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    /// Creates `vl<pid>x<n>-addrs` with `lo`, `va`/`vb` and `vc`/`vd` up.
+    fn create() -> Result<Namespace> {
+        let ns = Namespace::bare("addrs")?;
         for (a, b) in [("va", "vb"), ("vc", "vd")] {
             ns.ip(&["link", "add", a, "type", "veth", "peer", "name", b])?;
             ns.ip(&["link", "set", a, "up"])?;
@@ -277,13 +284,13 @@ impl Namespace {
 impl Drop for Namespace {
     fn drop(&mut self) {
         if let Err(e) = ip(&["netns", "del", &self.name]) {
-            eprintln!("bench addrs: could not remove netns {}: {e}", self.name);
+            eprintln!("bench: could not remove netns {}: {e}", self.name);
         }
     }
 }
 
 /// The first field of /proc/loadavg (1-minute load), for the record.
-fn load1() -> String {
+pub(crate) fn load1() -> String {
     std::fs::read_to_string("/proc/loadavg")
         .ok()
         .and_then(|s| s.split_whitespace().next().map(str::to_string))

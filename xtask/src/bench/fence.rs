@@ -2,8 +2,8 @@
 //! what the nftables fence's renewals cost vipd's process as the VIPs a holder and a node
 //! fences grow. No vipd manager and no API server: the example `examples/fence_cost.rs`
 //! (built with vipd) starts the fence in a network namespace of the bench's own
-//! (`vl<pid>x<n>-fence`, removed when the bench returns, fails or panics; nothing is sent on
-//! any link), arms the VIPs over the holders at once through the writer vipd's holders share
+//! (`vl<pid>x<n>-fence`, `bench addrs`'s kind: removed when the bench returns, fails or
+//! panics; nothing is sent on any link), arms the VIPs over the holders at once through the writer vipd's holders share
 //! (a burst of new leases) and refreshes every holder `--rounds` times. For each VIP count and
 //! holder count it prints the user and system CPU and the wall time of the arming and per
 //! holder refresh (the system time is the kernel handling the transaction inside
@@ -11,9 +11,8 @@
 //! records a run.
 
 use anyhow::{Context, Result, bail};
-use xtask::lab::NAME_PREFIX;
-use xtask::lab::process::ip;
 
+use super::addrs::{Namespace, load1};
 use super::harness::build::release_artifact;
 use crate::args::{parse_flags, whole_number};
 
@@ -63,15 +62,6 @@ impl Options {
     }
 }
 
-/// The bench's namespace, deleted when dropped (also while unwinding from a panic).
-struct Namespace(String);
-
-impl Drop for Namespace {
-    fn drop(&mut self) {
-        let _ = ip(&["netns", "del", &self.0]);
-    }
-}
-
 /// Runs the bench.
 ///
 /// # Errors
@@ -80,16 +70,14 @@ pub fn run(args: &[&str]) -> Result<()> {
     let o = Options::parse(args)?;
     crate::require_root("bench fence")?;
     let example = release_artifact(o.build, &["--example", "fence_cost"], "examples/fence_cost")?;
-    let name = format!("{NAME_PREFIX}{}x0-fence", std::process::id());
-    ip(&["netns", "add", &name]).with_context(|| format!("create netns {name}"))?;
-    let ns = Namespace(name);
-    ip(&["-n", &ns.0, "link", "set", "lo", "up"])?;
+    let ns = Namespace::bare("fence")?;
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
     println!(
-        "== bench fence: per holder refresh, {} rounds (netns {}, kernel {})",
+        "== bench fence: per holder refresh, {} rounds (netns {}, kernel {}, load {})",
         o.rounds,
-        ns.0,
-        kernel.trim()
+        ns.name,
+        kernel.trim(),
+        load1()
     );
     println!(
         "  VIPs | holders | VIPs a holder | arming all at once: user / system / wall ms | a renewal: user / system / wall ms | in-place updates"
@@ -97,7 +85,7 @@ pub fn run(args: &[&str]) -> Result<()> {
     for &n in &o.vips {
         for &h in &o.holders {
             let out = std::process::Command::new("ip")
-                .args(["netns", "exec", &ns.0])
+                .args(["netns", "exec", &ns.name])
                 .arg(&example)
                 .args(["--vips", &n.to_string(), "--holders", &h.to_string()])
                 .args(["--rounds", &o.rounds.to_string()])

@@ -7,9 +7,9 @@
 use netlink_packet_core::DefaultNla;
 use netlink_packet_core::NLM_F_CREATE;
 use netlink_packet_netfilter::nftables::{
-    Bitwise, DataAttribute, Expressions, Immediate, ListAttribute, Lookup, NfTablesMessage,
-    Register, SetAttribute, SetDescription, SetElementAttribute, SetElementList, SetElementMessage,
-    SetFlags, SetMessage,
+    Bitwise, DataAttribute, Expressions, Immediate, ListAttribute, NfTablesMessage, Register,
+    SetAttribute, SetDescription, SetElementAttribute, SetElementList, SetElementMessage, SetFlags,
+    SetMessage,
 };
 
 use super::{ANONYMOUS_MAP, Batch, Built, Cmd, Expr, Family, be32, other};
@@ -110,13 +110,7 @@ pub fn numgen_inc(modulus: u32) -> Expr {
 /// `lookup reg 1 set <map> dreg 1`: the data the map (`id` of the same batch) holds for
 /// the key in register 1, into register 1.
 pub fn map_lookup(map: &str, id: u32) -> Expr {
-    Expressions::Lookup(vec![
-        Lookup::SourceRegister(Register::Reg1),
-        Lookup::DestinationRegister(Register::Reg1),
-        Lookup::Set(map.to_string()),
-        Lookup::SetId(id),
-    ])
-    .into()
+    super::map_lookup_to(map, id, Register::Reg1, Register::Reg1)
 }
 
 /// `immediate reg 2 <port>; nat dnat <family> addr_min reg 1 proto_min reg 2`: `dnat to
