@@ -90,9 +90,10 @@ pub fn repeat_interval(arp_rate: Duration, held: usize) -> Duration {
 }
 
 /// How many VIPs this node holds, shared by its holders to pace their repeat announcements
-/// ([`repeat_interval`]). The manager sets it from its periodic address dump (vipd's
-/// addresses on the node, every 2 s); until then it is 0 and every repeat comes at
-/// `arp_rate`.
+/// ([`repeat_interval`]) and to size the second line of their addresses
+/// ([`crate::lease::second_line_len`]). The manager sets it from its periodic address dump
+/// (vipd's addresses on the node, every 2 s); until then it is 0: every repeat comes at
+/// `arp_rate` and the second line is its shortest.
 #[derive(Debug, Default)]
 pub struct AnnouncePace {
     held: std::sync::atomic::AtomicUsize,
@@ -106,10 +107,12 @@ impl AnnouncePace {
 
     /// [`repeat_interval`] for the count last recorded.
     pub fn interval(&self, arp_rate: Duration) -> Duration {
-        repeat_interval(
-            arp_rate,
-            self.held.load(std::sync::atomic::Ordering::Relaxed),
-        )
+        repeat_interval(arp_rate, self.held())
+    }
+
+    /// The count last recorded (0 until the first): VIP addresses of vipd on the node.
+    pub fn held(&self) -> usize {
+        self.held.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

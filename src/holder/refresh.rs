@@ -89,7 +89,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             let (lifetime, second_line) = match n {
                 0 => (
                     match second_line {
-                        true => self.cfg.fence.second_line_secs,
+                        true => self.second_line_len(),
                         false => lifetime,
                     },
                     second_line,
@@ -168,7 +168,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let now = Instant::now();
         let left = self.fence_left(now).filter(|l| *l > 0)?;
         Some(match second_line && self.second_line_now(now) {
-            true => (self.cfg.fence.second_line_secs, true),
+            true => (self.second_line_len(), true),
             false => (left, false),
         })
     }

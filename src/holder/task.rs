@@ -189,6 +189,12 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             .map(|f| f.secs_at(now))
     }
 
+    /// The second line's length for this node now, seconds ([`crate::lease::second_line_len`]
+    /// of the VIPs the node holds); 0 when the plan has none.
+    pub(super) fn second_line_len(&self) -> u32 {
+        crate::lease::second_line_len(&self.cfg.fence, self.cfg.announce_pace.held())
+    }
+
     /// Whether an address added now, outside a renewal's refresh (a bind after the conflict
     /// probe), may get the plan's second line: the plan has one, the last attempt to set
     /// this holder's elements set all of them, and they still run. The same guarantee as a
@@ -214,7 +220,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     ///
     /// `second_line`: this holder's nftables elements were set by the refresh asking
     /// ([`Self::refresh_nft_fence`]), so a VIP without a not-after time may get the plan's
-    /// second line ([`FencePlan::second_line_secs`], no end: the element is the fence and
+    /// second line ([`Self::second_line_len`], no end: the element is the fence and
     /// the address its inert second line) instead of the whole-second fence.
     pub(super) fn fence_for(
         &self,
@@ -230,7 +236,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
         let plan = &self.cfg.fence;
         if second_line && not_after.is_none() && plan.address_fences && plan.second_line_secs > 0 {
-            return Some(Lifetime::fixed(max_secs.min(plan.second_line_secs)));
+            return Some(Lifetime::fixed(max_secs.min(self.second_line_len())));
         }
         let max_secs = max_secs.min(self.cfg.fence.address_secs);
         if !self.cfg.fence.address_fences {

@@ -249,44 +249,95 @@ pub struct FencePlan {
     /// right after its holder's nftables element was set by the same refresh
     /// ([`with_second_line`]): the element fences, the address is its inert second line and
     /// is refreshed only when the kernel reports at most half of this left
-    /// ([`second_line_fresh`]). 0: never (the address lifetime fences every refresh).
+    /// ([`second_line_fresh`]). 0: never (the address lifetime fences every refresh). The
+    /// shortest line: a node holding many VIPs gives a longer one ([`second_line_len`]).
     pub second_line_secs: u32,
+    /// A second-line address is refreshed once the kernel reports at most this many
+    /// seconds left (whole seconds; [`second_line_fresh`]): [`SECOND_LINE_REFRESH_SECS`],
+    /// or twice the whole-second fence when that is longer, so that at least two renewals
+    /// come before it would run out. 0 with no second line.
+    pub second_line_refresh_secs: u32,
 }
 
-/// The address lifetime of the second line ([`with_second_line`]): 300 s (5 min). A VIP's
-/// address then costs the kernel one lifetime refresh per 150 s instead of one per renewal
-/// (every retry period). Every IPv6 address add or refresh on an interface walks all of its
-/// multicast groups, one solicited-node group per VIP, and every add, refresh or delete the
-/// node's addresses, under the rtnl lock (`cargo xtask bench addrs`: a refresh 0.6 ms with
-/// 4 000 present, 1.2-1.8 ms with 8 000), so per renewal that was seconds of kernel time per
-/// second at thousands of VIPs per node, and a 30 s second line (refreshed every 15 s) was
-/// still the largest kernel cost of an idle node with 1 000 IPv6 VIPs (issue 28's profile,
-/// docs/services-bench.md). The price: a killed vipd that is not restarted leaves its
-/// Service VIP addresses on the interface, inert, for up to this long, and an address whose
-/// nftables tables were removed by someone else while vipd was killed or frozen answers for
-/// up to this long instead of the whole-second fence (docs/design.md, "The second line").
+/// The shortest address lifetime of the second line ([`with_second_line`]): 300 s (5 min).
+/// A VIP's address then costs the kernel one lifetime refresh per 240 s (refreshed at
+/// [`SECOND_LINE_REFRESH_SECS`] left) instead of one per renewal (every retry period); a
+/// node holding more than 600 VIPs gives a longer line ([`second_line_len`]). Every IPv6
+/// address add or refresh on an interface walks all of its multicast groups, one
+/// solicited-node group per VIP, restarting MLD for each (`ipv6_find_idev` ->
+/// `ipv6_mc_up`), and every add, refresh or delete the node's addresses, under the rtnl
+/// lock (`cargo xtask bench addrs`: a refresh 0.6 ms with 4 000 present, 1.2-1.8 ms with
+/// 8 000), so per renewal that was seconds of kernel time per second at thousands of VIPs
+/// per node, and a 30 s second line (refreshed every 15 s) was still the largest kernel cost
+/// of an idle node with 1 000 IPv6 VIPs (issue 28's profile, docs/services-bench.md). The
+/// price: a killed vipd that is not restarted leaves its Service VIP addresses on the
+/// interface, inert, for up to the line's length, and an address whose nftables tables were
+/// removed by someone else while vipd was killed or frozen answers for up to that long
+/// instead of the whole-second fence (docs/design.md, "The second line").
 pub const SECOND_LINE_SECS: u32 = 300;
 
-/// `plan` with the second line ([`FencePlan::second_line_secs`] = [`SECOND_LINE_SECS`])
-/// where it saves refreshes: only when the address lifetime fences (`address_fences`; the
-/// millisecond fence's addresses already outlive the lease) and only when half of the
-/// second line (150 s) is longer than the whole-second fence (lease timings of several
-/// minutes refresh rarely anyway). The caller decides that the nftables fence is active: the second
-/// line is safe only where an element fences the VIP. Pure.
+/// How much second line a node gives per VIP address it holds, milliseconds: 500 (half a
+/// second), so that the line's refreshes cost the kernel about the same share of a core
+/// whatever the node holds. A refresh costs the kernel time in proportion to the addresses
+/// present (above), so refreshing N addresses once per line costs N² per line: at 3 700
+/// IPv6 VIPs a node, 2.2 ms a refresh in the 10 000-Service bench, 300 s lines were 5.5 % of
+/// a core; 1 850 s lines are about 0.5 % (docs/services-bench.md, issue 28).
+pub const SECOND_LINE_MS_PER_VIP: u64 = 500;
+
+/// The longest second line, seconds: 3 600 (one hour), reached at 7 200 VIPs a node.
+pub const SECOND_LINE_MAX_SECS: u32 = 3_600;
+
+/// A second-line address is refreshed once the kernel reports at most this many seconds
+/// left: 60 (with lease timings whose whole-second fence is longer than 30 s, twice the
+/// fence: [`FencePlan::second_line_refresh_secs`]). Renewals come every retry period, so a
+/// minute leaves dozens of them to refresh it in; refreshing at half the line, as until
+/// 2026-12-06, cost 1.6 times the refreshes for the same line.
+pub const SECOND_LINE_REFRESH_SECS: u32 = 60;
+
+/// The second line's length, seconds, for a node holding `held` VIP addresses (vipd's, on
+/// every interface, as the manager counts them every 2 s): `held` × [`SECOND_LINE_MS_PER_VIP`],
+/// at least `plan`'s [`FencePlan::second_line_secs`] ([`SECOND_LINE_SECS`]) and at most
+/// [`SECOND_LINE_MAX_SECS`] (or the plan's when longer); 0 when the plan has no second line.
+/// 300 s up to 600 VIPs, 1 850 s at 3 700. Pure.
+pub fn second_line_len(plan: &FencePlan, held: usize) -> u32 {
+    if plan.second_line_secs == 0 {
+        return 0;
+    }
+    let per_vip_ms = u64::try_from(held)
+        .unwrap_or(u64::MAX)
+        .saturating_mul(SECOND_LINE_MS_PER_VIP);
+    let scaled = u32::try_from(per_vip_ms / 1000).unwrap_or(u32::MAX);
+    scaled.clamp(
+        plan.second_line_secs,
+        SECOND_LINE_MAX_SECS.max(plan.second_line_secs),
+    )
+}
+
+/// `plan` with the second line ([`FencePlan::second_line_secs`] = [`SECOND_LINE_SECS`],
+/// refreshed at [`FencePlan::second_line_refresh_secs`] left) where it saves refreshes: only
+/// when the address lifetime fences (`address_fences`; the millisecond fence's addresses
+/// already outlive the lease) and only when the line, less its refresh point, is longer
+/// than the whole-second fence (lease timings of minutes refresh rarely anyway). The caller
+/// decides that the nftables fence is active: the second line is safe only where an element
+/// fences the VIP. Pure.
 pub fn with_second_line(plan: FencePlan) -> FencePlan {
-    let useful = plan.address_fences && SECOND_LINE_SECS / 2 > plan.address_secs;
+    let refresh = SECOND_LINE_REFRESH_SECS.max(plan.address_secs.saturating_mul(2));
+    let useful =
+        plan.address_fences && SECOND_LINE_SECS.saturating_sub(refresh) > plan.address_secs;
     FencePlan {
         second_line_secs: if useful { SECOND_LINE_SECS } else { 0 },
+        second_line_refresh_secs: if useful { refresh } else { 0 },
         ..plan
     }
 }
 
 /// Whether an address of `plan`'s second line that the kernel reports with `valid_lft_secs`
-/// left (whole seconds; `None`: forever) needs no refresh yet: more than half of
-/// [`FencePlan::second_line_secs`] is left. Never with no second line (then every renewal
-/// refreshes: the lifetime is the fence). Pure.
+/// left (whole seconds; `None`: forever) needs no refresh yet: more than
+/// [`FencePlan::second_line_refresh_secs`] is left. Never with no second line (then every
+/// renewal refreshes: the lifetime is the fence). Pure.
 pub fn second_line_fresh(plan: &FencePlan, valid_lft_secs: Option<u32>) -> bool {
-    plan.second_line_secs > 0 && valid_lft_secs.is_some_and(|left| left > plan.second_line_secs / 2)
+    plan.second_line_secs > 0
+        && valid_lft_secs.is_some_and(|left| left > plan.second_line_refresh_secs)
 }
 
 /// The fence for these lease timings. When [`fence_lifetime`] finds a whole number of
@@ -307,6 +358,7 @@ pub fn fence_plan(t: &Timing, nft: bool) -> Result<FencePlan, TimingError> {
             nft: Duration::from_secs(u64::from(secs)),
             margin: FENCE_MARGIN,
             second_line_secs: 0,
+            second_line_refresh_secs: 0,
         }),
         Err(e) if !nft => Err(e),
         Err(_) => {
@@ -326,6 +378,7 @@ pub fn fence_plan(t: &Timing, nft: bool) -> Result<FencePlan, TimingError> {
                 nft: fence,
                 margin: NFT_FENCE_MARGIN,
                 second_line_secs: 0,
+                second_line_refresh_secs: 0,
             })
         }
     }
@@ -343,8 +396,9 @@ mod tests {
         }
     }
 
-    /// The second line is given where the address fences and its half is longer than the
-    /// whole-second fence; never to the millisecond fence's plan, nor to long leases.
+    /// The second line is given where the address fences and the line less its refresh
+    /// point is longer than the whole-second fence; never to the millisecond fence's plan,
+    /// nor to long leases.
     #[test]
     fn the_second_line_is_given_only_where_it_saves_refreshes() {
         let plan = fence_plan(&t(3, 2, 1), true).unwrap();
@@ -361,12 +415,12 @@ mod tests {
             (plan.address_secs, true, plan.nft, FENCE_MARGIN),
             "the fence itself is unchanged"
         );
-        // kube-vip's defaults (15/10/2): the fence is 9 s, half the second line 150 s.
+        // kube-vip's defaults (15/10/2): the fence is 9 s, refreshed at 60 s left of 300.
         assert_eq!(
             with_second_line(fence_plan(&t(15, 10, 2), true).unwrap()).second_line_secs,
             SECOND_LINE_SECS
         );
-        // A fence of half the second line or more: nothing to save.
+        // A fence of minutes: nothing to save.
         let long = fence_plan(&t(600, 400, 100), true).unwrap();
         assert!(long.address_secs >= SECOND_LINE_SECS / 2, "{long:?}");
         assert_eq!(with_second_line(long).second_line_secs, 0);
@@ -382,15 +436,18 @@ mod tests {
         );
     }
 
-    /// An address is left alone while more than half of the second line is left; the
+    /// An address is left alone while more than the refresh point (60 s) is left; the
     /// boundary, an address the kernel keeps forever and a plan without a second line.
     #[test]
-    fn a_second_line_address_is_refreshed_at_half_its_lifetime() {
+    fn a_second_line_address_is_refreshed_at_a_minute_left() {
         let second = with_second_line(fence_plan(&t(3, 2, 1), true).unwrap());
-        let half = SECOND_LINE_SECS / 2;
+        assert_eq!(second.second_line_refresh_secs, SECOND_LINE_REFRESH_SECS);
         assert!(second_line_fresh(&second, Some(SECOND_LINE_SECS)));
-        assert!(second_line_fresh(&second, Some(half + 1)));
-        assert!(!second_line_fresh(&second, Some(half)));
+        assert!(second_line_fresh(
+            &second,
+            Some(SECOND_LINE_REFRESH_SECS + 1)
+        ));
+        assert!(!second_line_fresh(&second, Some(SECOND_LINE_REFRESH_SECS)));
         assert!(!second_line_fresh(&second, Some(2)));
         assert!(
             !second_line_fresh(&second, None),
@@ -401,5 +458,53 @@ mod tests {
             !second_line_fresh(&plain, Some(SECOND_LINE_SECS)),
             "no second line: every renewal refreshes"
         );
+    }
+
+    /// A whole-second fence longer than 30 s moves the refresh point to twice the fence, so
+    /// that two renewals come before an address could run out; a fence too long for the
+    /// line to save anything gets none.
+    #[test]
+    fn a_long_fence_refreshes_earlier_or_gets_no_second_line() {
+        for (timing, fence) in [(t(40, 30, 10), 40), (t(90, 60, 20), 90)] {
+            let plan = fence_plan(&timing, true).unwrap();
+            assert!(plan.address_secs <= fence, "{plan:?}");
+            let second = with_second_line(plan);
+            assert_eq!(second.second_line_secs, SECOND_LINE_SECS, "{plan:?}");
+            assert_eq!(
+                second.second_line_refresh_secs,
+                SECOND_LINE_REFRESH_SECS.max(2 * plan.address_secs)
+            );
+            assert!(
+                SECOND_LINE_SECS - second.second_line_refresh_secs > plan.address_secs,
+                "refreshing less often than every fence: {second:?}"
+            );
+            assert!(!second_line_fresh(&second, Some(2 * plan.address_secs)));
+        }
+        let long = fence_plan(&t(200, 150, 50), true).unwrap();
+        assert!(
+            SECOND_LINE_SECS.saturating_sub(2 * long.address_secs) <= long.address_secs,
+            "{long:?}"
+        );
+        let none = with_second_line(long);
+        assert_eq!(
+            (none.second_line_secs, none.second_line_refresh_secs),
+            (0, 0)
+        );
+    }
+
+    /// The line is 300 s up to 600 VIPs a node, half a second per VIP above, one hour at
+    /// most; nothing without a second line.
+    #[test]
+    fn the_second_line_grows_with_the_vips_the_node_holds() {
+        let second = with_second_line(fence_plan(&t(3, 2, 1), true).unwrap());
+        assert_eq!(second_line_len(&second, 0), SECOND_LINE_SECS);
+        assert_eq!(second_line_len(&second, 600), SECOND_LINE_SECS);
+        assert_eq!(second_line_len(&second, 601), SECOND_LINE_SECS);
+        assert_eq!(second_line_len(&second, 602), 301);
+        assert_eq!(second_line_len(&second, 3_700), 1_850);
+        assert_eq!(second_line_len(&second, 7_200), SECOND_LINE_MAX_SECS);
+        assert_eq!(second_line_len(&second, usize::MAX), SECOND_LINE_MAX_SECS);
+        let plain = fence_plan(&t(3, 2, 1), true).unwrap();
+        assert_eq!(second_line_len(&plain, 3_700), 0);
     }
 }

@@ -37,7 +37,7 @@ use tokio_util::sync::CancellationToken;
 use crate::election::LeaderState;
 use tracing::{debug, info, warn};
 
-use crate::services::plan::desired::{LeaseRef, Mode, info_lease};
+use crate::services::plan::desired::{LeaseRef, Mode, info_lease_beside_shards};
 use crate::services::plan::model;
 
 /// Label key marking objects vipd manages (Kubernetes recommended labels).
@@ -222,11 +222,12 @@ async fn list_facts(
 /// (used or not: a shard keeps its lease) and the Services' own leases. A shard beyond the
 /// current count is not in use.
 pub(crate) fn leases_in_use(services: &[Arc<Service>], mode: &Mode) -> BTreeSet<LeaseRef> {
+    // A Service in a shard needs no hash to its shard: every current shard's lease is kept.
     let mut out: BTreeSet<LeaseRef> = services
         .iter()
         .map(|s| model::service_info(s))
         .filter(|i| i.is_load_balancer)
-        .map(|i| info_lease(mode, &i))
+        .filter_map(|i| info_lease_beside_shards(mode, &i))
         .collect();
     if let Mode::Sharded(s) = mode {
         out.extend(s.leases());

@@ -199,8 +199,8 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
         ..HolderConfig::from_timing(&cfg.services_timing, cfg.arp_rate, cfg.nft_fence)?
     };
     // With the nftables fence running, a Service VIP's element fences it and its address
-    // is a second line refreshed every 150 s, not at every renewal (docs/design.md, "The
-    // second line"): thousands of VIPs per node otherwise cost seconds of kernel time per
+    // is a second line refreshed a minute before it runs out, not at every renewal
+    // (docs/design.md, "The second line"): thousands of VIPs per node otherwise cost seconds of kernel time per
     // second. The control-plane VIP keeps the address fence (one address costs nothing).
     let holder_cfg = match (cfg.routing_table, holder_cfg.nft_fence.active()) {
         // Routing-table mode: the route's lifetime is the fence (no element, no ARP/NDP).
@@ -214,9 +214,12 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
     if holder_cfg.fence.second_line_secs > 0 {
         info!(
             second_line_secs = holder_cfg.fence.second_line_secs,
+            refresh_left_secs = holder_cfg.fence.second_line_refresh_secs,
             fence_secs = holder_cfg.fence.address_secs,
-            "Service VIPs: the nftables fence ends each VIP's answers at its lease; addresses get a {} s lifetime as its second line, refreshed when half is left",
-            holder_cfg.fence.second_line_secs
+            "Service VIPs: the nftables fence ends each VIP's answers at its lease; addresses get a lifetime of at least {} s as its second line (half a second per VIP the node holds, at most {} s), refreshed when {} s are left",
+            holder_cfg.fence.second_line_secs,
+            crate::lease::SECOND_LINE_MAX_SECS,
+            holder_cfg.fence.second_line_refresh_secs
         );
     }
     match parts.routes.clone() {

@@ -562,6 +562,7 @@ fn fence_plan_uses_the_millisecond_fence_only_where_seconds_do_not_fit() {
             nft: Duration::from_millis(400),
             margin: NFT_FENCE_MARGIN,
             second_line_secs: 0,
+            second_line_refresh_secs: 0,
         })
     );
     let t = |l: u64, r: u64, p: u64| Timing {
@@ -578,6 +579,7 @@ fn fence_plan_uses_the_millisecond_fence_only_where_seconds_do_not_fit() {
                 nft: Duration::from_secs(2),
                 margin: FENCE_MARGIN,
                 second_line_secs: 0,
+                second_line_refresh_secs: 0,
             })
         );
     }
@@ -681,17 +683,20 @@ async fn the_check_leaves_the_element_alone_while_renewals_come() {
 /// A holder of `specs` with the second line ([`crate::lease::with_second_line`]) on a kernel
 /// that runs address lifetimes out.
 fn second_line_rig(fence: Arc<FakeFence>, specs: Vec<VipSpec>) -> Rig {
-    second_line_rig_checking(fence, specs, Duration::from_millis(500))
+    second_line_rig_checking(fence, specs, Duration::from_millis(500), 0)
 }
 
-/// [`second_line_rig`] with the periodic check every `check_interval`.
+/// [`second_line_rig`] with the periodic check every `check_interval`, on a node that holds
+/// `held` VIPs ([`crate::holder::AnnouncePace`]).
 fn second_line_rig_checking(
     fence: Arc<FakeFence>,
     specs: Vec<VipSpec>,
     check_interval: Duration,
+    held: usize,
 ) -> Rig {
     let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), true).unwrap();
     cfg.check_interval = check_interval;
+    cfg.announce_pace.set_held(held);
     cfg.nft_fence = fence;
     cfg.fence = crate::lease::with_second_line(cfg.fence);
     assert_eq!(cfg.fence.second_line_secs, crate::lease::SECOND_LINE_SECS);
@@ -719,11 +724,12 @@ fn adds_of(r: &Rig, vip: Vip) -> Vec<u32> {
 
 /// With the second line, a renewal that sets the elements gives the address
 /// [`SECOND_LINE_SECS`](crate::lease::SECOND_LINE_SECS) and touches it again only once the
-/// kernel reports at most half of it left, while the element is
-/// set at every renewal and never reaches past the lease. A VIP with a not-after time (a
-/// DHCP lease) keeps the whole-second fence, refreshed at every renewal.
+/// kernel reports at most [`SECOND_LINE_REFRESH_SECS`](crate::lease::SECOND_LINE_REFRESH_SECS)
+/// left, while the element is set at every renewal and never reaches past the lease. A VIP
+/// with a not-after time (a DHCP lease) keeps the whole-second fence, refreshed at every
+/// renewal.
 #[tokio::test(start_paused = true)]
-async fn second_line_addresses_are_refreshed_at_half_their_lifetime() {
+async fn second_line_addresses_are_refreshed_a_minute_before_they_run_out() {
     let fence = Arc::new(FakeFence::default());
     let dhcp = VipSpec {
         vip: dhcp_vip(),
@@ -756,16 +762,47 @@ async fn second_line_addresses_are_refreshed_at_half_their_lifetime() {
         );
         tokio::time::sleep(TIMING.retry_period).await;
     }
-    // Added at the first renewal, refreshed once half was left (renewals a second apart).
+    // Added at the first renewal, refreshed once a minute was left (renewals a second
+    // apart).
     assert_eq!(adds_of(&r, vip4()), vec![SL, SL]);
     assert_eq!(
         renewals,
-        SL as usize / 2 + 1,
-        "refreshed at the renewal that saw half left"
+        (SL - crate::lease::SECOND_LINE_REFRESH_SECS) as usize + 1,
+        "refreshed at the renewal that saw a minute left"
     );
     let dhcp_adds = adds_of(&r, dhcp_vip());
     assert_eq!(dhcp_adds.len(), renewals, "{dhcp_adds:?}");
     assert!(dhcp_adds.iter().all(|l| *l <= 2), "{dhcp_adds:?}");
+}
+
+/// A node that holds thousands of VIPs gives its addresses a longer second line (half a
+/// second per VIP, [`crate::lease::second_line_len`]), so each costs the kernel fewer
+/// refreshes; the count is read at each refresh, so the line follows the node as it grows.
+#[tokio::test(start_paused = true)]
+async fn a_node_holding_thousands_of_vips_gives_a_longer_second_line() {
+    let fence = Arc::new(FakeFence::default());
+    let spec = VipSpec {
+        vip: vip4(),
+        interface: Some("eth0".into()),
+        not_after: None,
+    };
+    let r = second_line_rig_checking(fence.clone(), vec![spec], Duration::from_millis(500), 3_700);
+    settle().await;
+    lead(&r, 1, true);
+    settle().await;
+    assert_eq!(adds_of(&r, vip4()), vec![1_850]);
+    // Past what a 300 s line would have needed, still untouched.
+    for _ in 0..SL {
+        tokio::time::sleep(TIMING.retry_period).await;
+        lead(&r, 1, true);
+        settle().await;
+    }
+    assert_eq!(
+        adds_of(&r, vip4()),
+        vec![1_850],
+        "no refresh before a minute is left"
+    );
+    assert!(r.kernel.has(vip4()));
 }
 
 /// A renewal whose elements cannot be set (vipd's tables removed by someone else, a failed
@@ -824,7 +861,7 @@ async fn second_line_a_late_run_expires_the_elements_and_keeps_the_address_inert
             not_after: None,
         };
         // No periodic check in the window (it would act on the lapsed VIP too, later).
-        let r = second_line_rig_checking(fence.clone(), vec![spec], Duration::from_secs(60));
+        let r = second_line_rig_checking(fence.clone(), vec![spec], Duration::from_secs(60), 0);
         settle().await;
         lead(&r, 1, true);
         settle().await;

@@ -295,18 +295,29 @@ pub struct LeaseChoice<'a> {
 ///   failing check must not move them all); every other Service its shard ([`Shards::index_of`]
 ///   of its UID, else of `namespace/name`). Pure.
 pub fn service_lease(mode: &Mode, c: &LeaseChoice<'_>) -> LeaseRef {
-    match mode {
-        // Unelected groups are per address (`unelected_group`); a Service's own lease
-        // name is what the orphan collector and `vipd status` would look for.
-        Mode::PerService | Mode::Unelected => c.own.clone(),
-        Mode::Global(l) if c.etp_local => local_lease(&l.namespace, c.key),
-        Mode::Global(l) => l.clone(),
-        Mode::Sharded(_) if c.annotated => c.own.clone(),
-        Mode::Sharded(s) if c.etp_local || c.own_conditions => local_lease(&s.namespace, c.key),
-        Mode::Sharded(s) => match c.uid {
+    match lease_unless_shard(mode, c) {
+        Ok(lease) => lease,
+        Err(s) => match c.uid {
             Some(uid) => s.lease(s.index_of(uid)),
             None => s.lease(s.index_of(&format!("{}/{}", c.key.namespace, c.key.name))),
         },
+    }
+}
+
+/// [`service_lease`] short of hashing the Service to its shard: `Err` with the shards when
+/// the Service campaigns under one of them (which one costs a hash per shard,
+/// [`Shards::index_of`]: the orphan collector, which keeps every current shard's lease
+/// anyway, need not know). Pure.
+fn lease_unless_shard<'m>(mode: &'m Mode, c: &LeaseChoice<'_>) -> Result<LeaseRef, &'m Shards> {
+    match mode {
+        // Unelected groups are per address (`unelected_group`); a Service's own lease
+        // name is what the orphan collector and `vipd status` would look for.
+        Mode::PerService | Mode::Unelected => Ok(c.own.clone()),
+        Mode::Global(l) if c.etp_local => Ok(local_lease(&l.namespace, c.key)),
+        Mode::Global(l) => Ok(l.clone()),
+        Mode::Sharded(_) if c.annotated => Ok(c.own.clone()),
+        Mode::Sharded(s) if c.etp_local || c.own_conditions => Ok(local_lease(&s.namespace, c.key)),
+        Mode::Sharded(s) => Err(s),
     }
 }
 
@@ -653,17 +664,28 @@ fn place_service(
 /// The lease a Service described by `info` campaigns under in `mode` ([`service_lease`]):
 /// what the orphan collector and `vipd status` compute from the Service objects.
 pub(crate) fn info_lease(mode: &Mode, info: &super::model::ServiceInfo) -> LeaseRef {
-    service_lease(
-        mode,
-        &LeaseChoice {
-            key: &info.key,
-            uid: info.uid.as_deref(),
-            etp_local: info.etp_local,
-            own_conditions: info.own_conditions(),
-            own: &info.own_lease(),
-            annotated: info.lease_name_from_annotation,
-        },
-    )
+    service_lease(mode, &info_choice(info, &info.own_lease()))
+}
+
+/// The lease `info`'s Service campaigns under when it is not a shard's, `None` when it
+/// is one of `mode`'s shards ([`lease_unless_shard`]: the shard is not computed).
+pub(crate) fn info_lease_beside_shards(
+    mode: &Mode,
+    info: &super::model::ServiceInfo,
+) -> Option<LeaseRef> {
+    lease_unless_shard(mode, &info_choice(info, &info.own_lease())).ok()
+}
+
+/// The [`LeaseChoice`] of `info`, whose own lease is `own`.
+fn info_choice<'a>(info: &'a super::model::ServiceInfo, own: &'a LeaseRef) -> LeaseChoice<'a> {
+    LeaseChoice {
+        key: &info.key,
+        uid: info.uid.as_deref(),
+        etp_local: info.etp_local,
+        own_conditions: info.own_conditions(),
+        own,
+        annotated: info.lease_name_from_annotation,
+    }
 }
 
 /// The lease `svc` campaigns under ([`service_lease`]).
