@@ -96,13 +96,13 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         };
         // A shard's holder announces hundreds of VIPs every `vip_arpRate` against the node's
         // thousands of addresses.
-        let ours = ours_by_place(&present, self.vips.iter().map(|s| s.vip.addr));
+        let ours = OursIndex::new(&present, self.vips.iter().map(|s| s.vip.addr));
         for i in 0..self.vips.len() {
             let vip = self.vips[i].vip;
             let Some(link) = self.links.get(&i).cloned() else {
                 continue;
             };
-            let here = ours.get(&(link.index, vip.addr));
+            let here = ours.at(link.index, vip.addr);
             match here {
                 Some(a) if a.tentative || a.dad_failed => {
                     if !self.pending_na.contains(&i) {

@@ -292,13 +292,13 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             .iter()
             .filter_map(|&i| self.vips.get(i))
             .map(|s| s.vip.addr);
-        let ours = ours_by_place(&present, wanted);
+        let ours = OursIndex::new(&present, wanted);
         let (due, fresh) = idx.iter().copied().partition(|&i| {
             let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
                 return true;
             };
             spec.not_after.is_some()
-                || !ours.get(&(link.index, spec.vip.addr)).is_some_and(|a| {
+                || !ours.at(link.index, spec.vip.addr).is_some_and(|a| {
                     a.vip.prefix == spec.vip.prefix
                         && second_line_fresh(&self.cfg.fence, a.valid_lft_secs)
                 })

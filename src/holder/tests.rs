@@ -676,6 +676,45 @@ fn plan_adds_missing_and_repairs_dadfailed_while_leading() {
     );
 }
 
+/// The index a check and a refresh look their VIPs up in: only vipd's copies of the wanted
+/// addresses, every copy of an address (any interface, the dump's order), one per place,
+/// and nothing for an address not wanted, not present or not vipd's.
+#[test]
+fn the_ours_index_finds_every_copy_of_each_wanted_vip_and_nothing_else() {
+    use std::net::IpAddr;
+    let v = |host: u8| Vip::new(IpAddr::from([192, 0, 2, host]), 32).unwrap();
+    let v6 = Vip::new("2001:db8::7".parse().unwrap(), 128).unwrap();
+    let present = vec![
+        AddrInfo::plain(3, v(9), true),
+        AddrInfo::plain(2, v(1), true),
+        AddrInfo::plain(2, v6, true),
+        AddrInfo::plain(2, v(9), true),
+        AddrInfo::plain(2, v(5), false),
+        AddrInfo::plain(4, v(9), true),
+        AddrInfo::plain(2, v(7), true),
+    ];
+    let ours = crate::holder::OursIndex::new(
+        &present,
+        [v(9).addr, v(1).addr, v(5).addr, v6.addr, v(8).addr],
+    );
+    let places =
+        |addr: IpAddr| -> Vec<u32> { ours.copies(addr).iter().map(|a| a.ifindex).collect() };
+    assert_eq!(
+        places(v(9).addr),
+        [3, 2, 4],
+        "every copy, in the dump's order"
+    );
+    assert_eq!(places(v(1).addr), [2]);
+    assert_eq!(places(v6.addr), [2]);
+    assert!(places(v(5).addr).is_empty(), "not vipd's");
+    assert!(places(v(8).addr).is_empty(), "not present");
+    assert!(places(v(7).addr).is_empty(), "not wanted");
+    assert_eq!(ours.at(4, v(9).addr).map(|a| a.ifindex), Some(4));
+    assert_eq!(ours.at(2, v6.addr).map(|a| a.vip), Some(v6));
+    assert!(ours.at(5, v(9).addr).is_none());
+    assert!(ours.at(2, v(5).addr).is_none());
+}
+
 /// A VIP in place whose lifetime the kernel ends within a second is refreshed with what the
 /// lease still covers (no "missing" re-add after the kernel removed it); one with more
 /// left, a permanent one, or one the lease no longer covers a second of is left alone.
