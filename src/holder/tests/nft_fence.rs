@@ -1194,3 +1194,67 @@ async fn a_vip_whose_removal_failed_is_not_disarmed_while_its_address_stays() {
     );
     assert!(kernel.has(vip4()), "the VIP still in the set stays");
 }
+
+/// Long lease timings (the fence of tens of seconds, the refresh point twice it): renewals
+/// as late as the renew deadline allows, the node's count changing, for two hours; the
+/// address is never missing at a renewal and its element always live after one.
+#[tokio::test(start_paused = true)]
+async fn long_timings_with_late_renewals_never_let_a_second_line_address_run_out() {
+    for (l, r, p) in [(15, 10, 2), (40, 30, 10), (60, 40, 20), (90, 60, 30)] {
+        let timing = Timing {
+            lease_duration: Duration::from_secs(l),
+            renew_deadline: Duration::from_secs(r),
+            retry_period: Duration::from_secs(p),
+        };
+        let fence = Arc::new(FakeFence::default());
+        let mut cfg =
+            HolderConfig::from_timing(&timing, Duration::from_millis(3000), true).unwrap();
+        cfg.check_interval = Duration::from_millis(500);
+        cfg.nft_fence = fence.clone();
+        cfg.fence = crate::lease::with_second_line(cfg.fence);
+        assert!(
+            cfg.fence.second_line_secs > 0,
+            "{l}/{r}/{p}: {:?}",
+            cfg.fence
+        );
+        let pace = cfg.announce_pace.clone();
+        let kernel = FakeKernel::with_eth0();
+        kernel.0.lock().unwrap().lifetimes_run = true;
+        let spec = VipSpec {
+            vip: vip4(),
+            interface: Some("eth0".into()),
+            not_after: None,
+        };
+        let (rig, _) = rig_from(kernel.clone(), vec![spec], cfg, false, None);
+        settle().await;
+        let counts = [0, 3_700, 10, 7_200, 601];
+        let mut at = Duration::ZERO;
+        let mut n = 0usize;
+        while at < Duration::from_secs(2 * 3_600) {
+            pace.set_held(counts[(n / 40) % counts.len()]);
+            lead(&rig, 1, true);
+            settle().await;
+            assert!(
+                kernel.has(vip4()),
+                "{l}/{r}/{p} at {at:?}: missing while leading: {:?}",
+                adds_of(&rig, vip4())
+            );
+            assert!(
+                fence
+                    .live_until(vip4().addr)
+                    .is_some_and(|u| u > Instant::now()),
+                "{l}/{r}/{p}: element"
+            );
+            // Alternately on time and as late as the renew deadline.
+            let gap = match n % 2 {
+                0 => timing.retry_period,
+                _ => timing.renew_deadline - Duration::from_millis(100),
+            };
+            tokio::time::sleep(gap).await;
+            at += gap;
+            n += 1;
+        }
+        rig.shutdown.cancel();
+        rig.task.await.unwrap();
+    }
+}
