@@ -62,7 +62,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             .filter(|i| self.probes.get(*i).is_some_and(ProbeState::bound))
             .collect();
         // The second line: with every element just set, addresses get the long lifetime,
-        // and those with more than half of it left are not touched (no kernel call).
+        // and those with more than its refresh point left are not touched (no kernel call).
         let second_line = nft.set && self.cfg.fence.second_line_secs > 0;
         // The split's reading of the node's addresses serves every chunk; without one, no
         // read here: a refresh's VIPs are mostly in place, and for those the kernel reads
@@ -71,7 +71,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             true => self.split_fresh(&bound).await,
             false => (bound, Vec::new(), None),
         };
-        // Second-line addresses with more than half left: announced (when asked), untouched.
+        // Second-line addresses with more than the refresh point left: announced (when asked),
+        // untouched.
         let mut chunk_added: Vec<usize> = fresh
             .into_iter()
             .filter(|i| self.vips.get(*i).is_some_and(&announce))
@@ -274,7 +275,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     }
 
     /// Splits the VIPs `idx` into those to add or refresh now and those whose address is in
-    /// place on their interface, ours, with more than half of the second line left
+    /// place on their interface, ours, with more than the second line's refresh point left
     /// ([`second_line_fresh`]; VIPs with a not-after time, DHCP leases, are always due:
     /// they keep the whole-second fence). Reads the node's addresses once (a holder of
     /// Services shares the node's dump with its other holders, kept until an address changes
@@ -358,6 +359,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             .filter(|v| !wanted.contains(v))
             .copied()
             .collect();
+        let gone = self.addressless(gone).await;
         if !gone.is_empty() {
             match self.cfg.nft_fence.disarm(self.fence_owner, &gone).await {
                 Ok(()) => {
@@ -487,6 +489,30 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
     }
 
+    /// Those of `vips` (armed by this holder, no longer in its set) with no address of
+    /// vipd's on the node: only their arming may be taken back. One whose removal failed
+    /// when it left the set (`set_vips`; netlink EBUSY under load) keeps its address with
+    /// what is left of its second line, up to an hour ([`crate::lease::second_line_len`]):
+    /// disarmed, it would answer with no element, next to the node carrying the VIP now.
+    /// Armed but not named by this holder's refreshes, the fence keeps it filtered (on
+    /// another holder's element of this node that armed it, or dropped) until the address
+    /// is gone (removed, or its lifetime ran out); a failed read of the addresses keeps
+    /// every arming.
+    async fn addressless(&self, vips: Vec<IpAddr>) -> Vec<IpAddr> {
+        if vips.is_empty() {
+            return vips;
+        }
+        let Ok(present) = self.kernel.all_addresses().await else {
+            return Vec::new();
+        };
+        let on: std::collections::HashSet<IpAddr> = present
+            .iter()
+            .filter(|a| a.ours)
+            .map(|a| a.vip.addr)
+            .collect();
+        vips.into_iter().filter(|v| !on.contains(v)).collect()
+    }
+
     /// Removes every address of this holder's VIPs at once, in one batch for the kernel:
     /// their nftables elements may outlive the lease ([`Self::refresh_nft_fence`]).
     async fn remove_outliving(&mut self) {
@@ -505,22 +531,27 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
     }
 
-    /// Stops filtering this holder's VIPs in the nftables fence (their addresses are gone).
+    /// Stops filtering this holder's VIPs in the nftables fence (their addresses are gone;
+    /// one that left the set earlier and whose address is still on the node stays armed,
+    /// [`Self::addressless`]).
     pub(super) async fn disarm_nft_fence(&mut self) {
         if self.nft_fenced.is_empty() {
             return;
         }
-        match self
-            .cfg
-            .nft_fence
-            .disarm(
-                self.fence_owner,
-                &self.nft_fenced.iter().copied().collect::<Vec<_>>(),
-            )
-            .await
-        {
+        let (set, left): (Vec<IpAddr>, Vec<IpAddr>) = self
+            .nft_fenced
+            .iter()
+            .partition(|v| self.vips.iter().any(|s| s.vip.addr == **v));
+        let mut vips = set;
+        vips.extend(self.addressless(left).await);
+        if vips.is_empty() {
+            return;
+        }
+        match self.cfg.nft_fence.disarm(self.fence_owner, &vips).await {
             Ok(()) => {
-                self.nft_fenced.clear();
+                for v in &vips {
+                    self.nft_fenced.remove(v);
+                }
                 self.nft_until = None;
             }
             Err(e) => {

@@ -248,7 +248,7 @@ pub struct FencePlan {
     /// Valid lifetime, whole seconds, that an address may get instead of `address_secs`
     /// right after its holder's nftables element was set by the same refresh
     /// ([`with_second_line`]): the element fences, the address is its inert second line and
-    /// is refreshed only when the kernel reports at most half of this left
+    /// is refreshed only when the kernel reports at most [`Self::second_line_refresh_secs`] left
     /// ([`second_line_fresh`]). 0: never (the address lifetime fences every refresh). The
     /// shortest line: a node holding many VIPs gives a longer one ([`second_line_len`]).
     pub second_line_secs: u32,

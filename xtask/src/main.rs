@@ -95,8 +95,9 @@ environment:
                         count what the filter lets through)
   VIPD_BENCH_SETTLE_SECS  seconds `bench services` scale/coldstart wait after the last answer
                         before the steady-state window (default 5)
-  VIPD_BENCH_WINDOW_SECS  length of that window in seconds (default 10; 150 spans one
-                        second-line refresh period of the Service VIPs)";
+  VIPD_BENCH_WINDOW_SECS  length of that window in seconds (default 10; 240 spans one
+                        second-line refresh period of the Service VIPs on a node
+                        holding up to 600 of them)";
 
 /// Where `lab up` records the running lab.
 const STATE_FILE: &str = "/run/vipd-lab/up.json";

@@ -1091,3 +1091,170 @@ async fn a_batch_longer_than_the_lease_keeps_its_elements_and_announces_each_chu
     let (last_at, last_for) = sets.last().copied().unwrap();
     assert!(last_at + last_for >= batch_end, "live to the batch's end");
 }
+
+/// The node's count of VIPs rises and falls between refreshes (others take shards
+/// over, then give them back): the address is refreshed with the line of the moment, never
+/// runs out while its holder leads and renews, and never gets more than an hour.
+#[tokio::test(start_paused = true)]
+async fn a_count_that_rises_and_falls_never_lets_a_second_line_address_run_out() {
+    let fence = Arc::new(FakeFence::default());
+    let spec = VipSpec {
+        vip: vip4(),
+        interface: Some("eth0".into()),
+        not_after: None,
+    };
+    let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), true).unwrap();
+    cfg.check_interval = Duration::from_millis(500);
+    cfg.nft_fence = fence.clone();
+    cfg.fence = crate::lease::with_second_line(cfg.fence);
+    let pace = cfg.announce_pace.clone();
+    let kernel = FakeKernel::with_eth0();
+    kernel.0.lock().unwrap().lifetimes_run = true;
+    let (r, _) = rig_from(kernel, vec![spec], cfg, false, None);
+    settle().await;
+    lead(&r, 1, true);
+    settle().await;
+    assert_eq!(adds_of(&r, vip4()), vec![SL]);
+    // Renewals a second apart; the count changes every 250 s through 0, thousands, a few.
+    let counts = [3_700, 50, 7_200, 0, 100_000, 601, 602, 2_000, 0];
+    for n in 0..(4 * 3_600usize) {
+        pace.set_held(counts[(n / 250) % counts.len()]);
+        tokio::time::sleep(TIMING.retry_period).await;
+        lead(&r, 1, true);
+        settle().await;
+        assert!(
+            r.kernel.has(vip4()),
+            "renewal {n}: ran out while leading: {:?}",
+            adds_of(&r, vip4())
+        );
+    }
+    let adds = adds_of(&r, vip4());
+    assert!(adds.len() > 3, "{adds:?}");
+    assert!(
+        adds.iter()
+            .all(|l| *l >= SL && *l <= crate::lease::SECOND_LINE_MAX_SECS),
+        "{adds:?}"
+    );
+}
+
+/// A VIP that leaves the holder's set while the kernel refuses its removal (netlink
+/// EBUSY under load) keeps its address, with what is left of its second line (up to an
+/// hour now). The holder must not take back its arming in the fence while that address is
+/// still on the interface: unarmed, it answers ARP with no element, next to the node that
+/// carries the VIP now (found by the new-user trial: it was disarmed at once).
+#[tokio::test(start_paused = true)]
+async fn a_vip_whose_removal_failed_is_not_disarmed_while_its_address_stays() {
+    let fence = Arc::new(FakeFence::default());
+    let other = Vip::host("192.0.2.121".parse().unwrap());
+    let spec = |v: Vip| VipSpec {
+        vip: v,
+        interface: Some("eth0".into()),
+        not_after: None,
+    };
+    let (set_tx, set_rx) = watch::channel(vec![spec(vip4()), spec(other)]);
+    let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), true).unwrap();
+    cfg.check_interval = Duration::from_millis(500);
+    cfg.announce_pace.set_held(3_700);
+    cfg.nft_fence = fence.clone();
+    cfg.fence = crate::lease::with_second_line(cfg.fence);
+    let kernel = FakeKernel::with_eth0();
+    kernel.0.lock().unwrap().lifetimes_run = true;
+    let (r, _) = rig_from(kernel.clone(), vec![], cfg, false, Some(set_rx));
+    settle().await;
+    lead(&r, 1, true);
+    settle().await;
+    assert_eq!(adds_of(&r, other), vec![1_850]);
+    kernel.0.lock().unwrap().fail_remove = true;
+    set_tx.send_replace(vec![spec(vip4())]);
+    settle().await;
+    kernel.0.lock().unwrap().fail_remove = false;
+    // Past the line: the address runs out, inert, and only then is the arming taken back.
+    for n in 0..1_900 {
+        tokio::time::sleep(TIMING.retry_period).await;
+        lead(&r, 1, true);
+        settle().await;
+        let disarmed = fence
+            .calls()
+            .iter()
+            .any(|(_, c)| matches!(c, Call::Disarm(v) if v.contains(&other.addr)));
+        assert!(
+            !(disarmed && kernel.has(other)),
+            "renewal {n}: {other} disarmed while its address is still on eth0 (unfiltered, \
+             for what is left of its {} s line)",
+            1_850
+        );
+    }
+    assert!(!kernel.has(other), "ran out with its line");
+    assert!(
+        fence
+            .calls()
+            .iter()
+            .any(|(_, c)| matches!(c, Call::Disarm(v) if v.contains(&other.addr))),
+        "disarmed once its address is gone"
+    );
+    assert!(kernel.has(vip4()), "the VIP still in the set stays");
+}
+
+/// Long lease timings (the fence of tens of seconds, the refresh point twice it): renewals
+/// as late as the renew deadline allows, the node's count changing, for two hours; the
+/// address is never missing at a renewal and its element always live after one.
+#[tokio::test(start_paused = true)]
+async fn long_timings_with_late_renewals_never_let_a_second_line_address_run_out() {
+    for (l, r, p) in [(15, 10, 2), (40, 30, 10), (60, 40, 20), (90, 60, 30)] {
+        let timing = Timing {
+            lease_duration: Duration::from_secs(l),
+            renew_deadline: Duration::from_secs(r),
+            retry_period: Duration::from_secs(p),
+        };
+        let fence = Arc::new(FakeFence::default());
+        let mut cfg =
+            HolderConfig::from_timing(&timing, Duration::from_millis(3000), true).unwrap();
+        cfg.check_interval = Duration::from_millis(500);
+        cfg.nft_fence = fence.clone();
+        cfg.fence = crate::lease::with_second_line(cfg.fence);
+        assert!(
+            cfg.fence.second_line_secs > 0,
+            "{l}/{r}/{p}: {:?}",
+            cfg.fence
+        );
+        let pace = cfg.announce_pace.clone();
+        let kernel = FakeKernel::with_eth0();
+        kernel.0.lock().unwrap().lifetimes_run = true;
+        let spec = VipSpec {
+            vip: vip4(),
+            interface: Some("eth0".into()),
+            not_after: None,
+        };
+        let (rig, _) = rig_from(kernel.clone(), vec![spec], cfg, false, None);
+        settle().await;
+        let counts = [0, 3_700, 10, 7_200, 601];
+        let mut at = Duration::ZERO;
+        let mut n = 0usize;
+        while at < Duration::from_secs(2 * 3_600) {
+            pace.set_held(counts[(n / 40) % counts.len()]);
+            lead(&rig, 1, true);
+            settle().await;
+            assert!(
+                kernel.has(vip4()),
+                "{l}/{r}/{p} at {at:?}: missing while leading: {:?}",
+                adds_of(&rig, vip4())
+            );
+            assert!(
+                fence
+                    .live_until(vip4().addr)
+                    .is_some_and(|u| u > Instant::now()),
+                "{l}/{r}/{p}: element"
+            );
+            // Alternately on time and as late as the renew deadline.
+            let gap = match n % 2 {
+                0 => timing.retry_period,
+                _ => timing.renew_deadline - Duration::from_millis(100),
+            };
+            tokio::time::sleep(gap).await;
+            at += gap;
+            n += 1;
+        }
+        rig.shutdown.cancel();
+        rig.task.await.unwrap();
+    }
+}
