@@ -505,7 +505,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let Ok(present) = self.kernel.all_addresses().await else {
             return Vec::new();
         };
-        let on: std::collections::HashSet<IpAddr> = present
+        let on: foldhash::HashSet<IpAddr> = present
             .iter()
             .filter(|a| a.ours)
             .map(|a| a.vip.addr)
@@ -538,10 +538,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         if self.nft_fenced.is_empty() {
             return;
         }
-        let (set, left): (Vec<IpAddr>, Vec<IpAddr>) = self
-            .nft_fenced
-            .iter()
-            .partition(|v| self.vips.iter().any(|s| s.vip.addr == **v));
+        let in_set: foldhash::HashSet<IpAddr> = self.vips.iter().map(|s| s.vip.addr).collect();
+        let (set, left): (Vec<IpAddr>, Vec<IpAddr>) =
+            self.nft_fenced.iter().partition(|v| in_set.contains(*v));
         let mut vips = set;
         vips.extend(self.addressless(left).await);
         if vips.is_empty() {

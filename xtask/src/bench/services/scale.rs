@@ -331,7 +331,7 @@ pub(super) fn scale_steady_state(
     let pct = |v: Option<&Option<f64>>| {
         v.copied()
             .flatten()
-            .map_or("?".into(), |p| format!("{p:.0}%"))
+            .map_or("?".into(), |p| format!("{p:.1}%"))
     };
     for (i, node) in NODES.iter().enumerate() {
         let s = b.sample(node);
