@@ -505,12 +505,11 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let Ok(present) = self.kernel.all_addresses().await else {
             return Vec::new();
         };
-        let on: foldhash::HashSet<IpAddr> = present
-            .iter()
-            .filter(|a| a.ours)
-            .map(|a| a.vip.addr)
-            .collect();
-        vips.into_iter().filter(|v| !on.contains(v)).collect()
+        let ours = OursIndex::new(&present, vips.iter().copied());
+        vips.iter()
+            .copied()
+            .filter(|v| ours.copies(*v).is_empty())
+            .collect()
     }
 
     /// Removes every address of this holder's VIPs at once, in one batch for the kernel:

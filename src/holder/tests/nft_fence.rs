@@ -694,6 +694,18 @@ fn second_line_rig_checking(
     check_interval: Duration,
     held: usize,
 ) -> Rig {
+    let (cfg, kernel) = second_line_parts(fence, check_interval, held);
+    rig_from(kernel, specs, cfg, false, None).0
+}
+
+/// The settings of a holder with the second line, its periodic check every
+/// `check_interval`, on a node that holds `held` VIPs, and a kernel that runs address
+/// lifetimes out: the parts of [`second_line_rig_checking`], for rigs built otherwise.
+fn second_line_parts(
+    fence: Arc<FakeFence>,
+    check_interval: Duration,
+    held: usize,
+) -> (HolderConfig, Arc<FakeKernel>) {
     let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), true).unwrap();
     cfg.check_interval = check_interval;
     cfg.announce_pace.set_held(held);
@@ -702,7 +714,7 @@ fn second_line_rig_checking(
     assert_eq!(cfg.fence.second_line_secs, crate::lease::SECOND_LINE_SECS);
     let kernel = FakeKernel::with_eth0();
     kernel.0.lock().unwrap().lifetimes_run = true;
-    rig_from(kernel, specs, cfg, false, None).0
+    (cfg, kernel)
 }
 
 fn dhcp_vip() -> Vip {
@@ -1103,13 +1115,8 @@ async fn a_count_that_rises_and_falls_never_lets_a_second_line_address_run_out()
         interface: Some("eth0".into()),
         not_after: None,
     };
-    let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), true).unwrap();
-    cfg.check_interval = Duration::from_millis(500);
-    cfg.nft_fence = fence.clone();
-    cfg.fence = crate::lease::with_second_line(cfg.fence);
+    let (cfg, kernel) = second_line_parts(fence.clone(), Duration::from_millis(500), 0);
     let pace = cfg.announce_pace.clone();
-    let kernel = FakeKernel::with_eth0();
-    kernel.0.lock().unwrap().lifetimes_run = true;
     let (r, _) = rig_from(kernel, vec![spec], cfg, false, None);
     settle().await;
     lead(&r, 1, true);
@@ -1152,13 +1159,7 @@ async fn a_vip_whose_removal_failed_is_not_disarmed_while_its_address_stays() {
         not_after: None,
     };
     let (set_tx, set_rx) = watch::channel(vec![spec(vip4()), spec(other)]);
-    let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), true).unwrap();
-    cfg.check_interval = Duration::from_millis(500);
-    cfg.announce_pace.set_held(3_700);
-    cfg.nft_fence = fence.clone();
-    cfg.fence = crate::lease::with_second_line(cfg.fence);
-    let kernel = FakeKernel::with_eth0();
-    kernel.0.lock().unwrap().lifetimes_run = true;
+    let (cfg, kernel) = second_line_parts(fence.clone(), Duration::from_millis(500), 3_700);
     let (r, _) = rig_from(kernel.clone(), vec![], cfg, false, Some(set_rx));
     settle().await;
     lead(&r, 1, true);
