@@ -170,12 +170,18 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
         self.hold_released(&views, now);
         let in_use = self.in_use(&views, input.nodes, &book);
         // A Service whose allocation is written but not yet in the cache is left alone.
+        // Without pending writes (the usual case) every view is planned: no copy of them.
         let waiting: BTreeSet<&ObjectKey> = self.pending.keys().collect();
-        let to_plan: Vec<ServiceView> = views
-            .iter()
-            .filter(|v| !waiting.contains(&v.key))
-            .cloned()
-            .collect();
+        let to_plan: std::borrow::Cow<'_, [ServiceView]> = if waiting.is_empty() {
+            std::borrow::Cow::Borrowed(&views)
+        } else {
+            views
+                .iter()
+                .filter(|v| !waiting.contains(&v.key))
+                .cloned()
+                .collect::<Vec<_>>()
+                .into()
+        };
         let mut again: Option<Duration> = None;
         let mut decisions = Vec::new();
         for _ in 0..PROBE_ROUNDS {

@@ -209,7 +209,7 @@ pub async fn discover_event_api(client: &kube::Client) -> Result<EventApi, kube:
 pub struct Recorder {
     client: kube::Client,
     node: String,
-    series: Arc<Mutex<HashMap<EventIdentity, SeriesState>>>,
+    series: Arc<Mutex<SeriesBook>>,
     /// The Event API, once discovered (shared with clones).
     event_api: Arc<tokio::sync::OnceCell<EventApi>>,
     /// Event write failures by (reason, HTTP status): when last logged, and how many were
@@ -315,13 +315,55 @@ struct SeriesState {
     last_seen: Instant,
 }
 
+/// The series a recorder folds repeats into, by Event identity, and whether a task forgets
+/// them ([`forget_series_while_any`]). A series is forgotten [`EVENT_SERIES_WINDOW`] after
+/// it was last seen: at the next Event written, as client-go and kube-rs do, and also by
+/// that task, so that a burst (an announcement Event for each of 10 000 Services at a cold
+/// start, about 0.7 KB each) is not kept for good by a quiet cluster that writes no more.
+#[derive(Debug, Default)]
+struct SeriesBook {
+    by_identity: HashMap<EventIdentity, SeriesState>,
+    forgetting: bool,
+}
+
+impl SeriesBook {
+    /// Forgets the series last seen [`EVENT_SERIES_WINDOW`] or longer before `now`, and
+    /// gives back the map's room once it is a quarter full or less. Returns whether any
+    /// series is left. Pure.
+    fn forget_expired(&mut self, now: Instant) -> bool {
+        self.by_identity
+            .retain(|_, s| now.saturating_duration_since(s.last_seen) < EVENT_SERIES_WINDOW);
+        if self.by_identity.len() <= self.by_identity.capacity() / 4 {
+            self.by_identity.shrink_to_fit();
+        }
+        !self.by_identity.is_empty()
+    }
+}
+
+/// Forgets `book`'s expired series every [`EVENT_SERIES_WINDOW`] while it has any, then
+/// ends (the next series remembered starts another, [`Recorder::remember_series`]); ends
+/// too when every recorder sharing `book` is gone.
+async fn forget_series_while_any(book: std::sync::Weak<Mutex<SeriesBook>>) {
+    loop {
+        tokio::time::sleep(EVENT_SERIES_WINDOW).await;
+        let Some(book) = book.upgrade() else {
+            return;
+        };
+        let mut book = book.lock().unwrap_or_else(|p| p.into_inner());
+        if !book.forget_expired(Instant::now()) {
+            book.forgetting = false;
+            return;
+        }
+    }
+}
+
 impl Recorder {
     /// A recorder reporting as `node` (the Event `reportingInstance`, max 128 characters).
     pub fn new(client: kube::Client, node: &str) -> Self {
         Recorder {
             client,
             node: node.to_string(),
-            series: Arc::new(Mutex::new(HashMap::new())),
+            series: Arc::new(Mutex::new(SeriesBook::default())),
             event_api: Arc::new(tokio::sync::OnceCell::new()),
             event_failures: Arc::new(Mutex::new(HashMap::new())),
         }
@@ -450,9 +492,9 @@ impl Recorder {
     /// [`EVENT_SERIES_WINDOW`] or longer ago: the first Event's name and the new count, or
     /// `None` when `ident` is not a repeat.
     fn count_repeat(&self, ident: &EventIdentity, now: Instant) -> Option<(String, i32)> {
-        let mut map = self.series.lock().unwrap_or_else(|p| p.into_inner());
-        map.retain(|_, s| now.duration_since(s.last_seen) < EVENT_SERIES_WINDOW);
-        map.get_mut(ident).map(|s| {
+        let mut book = self.series.lock().unwrap_or_else(|p| p.into_inner());
+        book.forget_expired(now);
+        book.by_identity.get_mut(ident).map(|s| {
             s.count += 1;
             s.last_seen = now;
             (s.name.clone(), s.count)
@@ -582,17 +624,11 @@ impl Recorder {
         }
     }
 
-    /// Remembers a created Event for folding its repeats.
+    /// Remembers a created Event for folding its repeats, and starts the task that forgets
+    /// expired series ([`forget_series_while_any`]) unless it runs. Called within a tokio
+    /// runtime.
     fn remember_series(&self, ident: EventIdentity, name: String, now: Instant) {
-        let mut map = self.series.lock().unwrap_or_else(|p| p.into_inner());
-        map.insert(
-            ident,
-            SeriesState {
-                name,
-                count: 1,
-                last_seen: now,
-            },
-        );
+        remember_series_in(&self.series, ident, name, now);
     }
 
     /// Records an Event about the object `key` of type `K` (a Service, a Lease), read
@@ -622,9 +658,127 @@ impl Recorder {
     }
 }
 
+/// [`Recorder::remember_series`] on `book`.
+fn remember_series_in(
+    book: &Arc<Mutex<SeriesBook>>,
+    ident: EventIdentity,
+    name: String,
+    now: Instant,
+) {
+    let mut locked = book.lock().unwrap_or_else(|p| p.into_inner());
+    locked.by_identity.insert(
+        ident,
+        SeriesState {
+            name,
+            count: 1,
+            last_seen: now,
+        },
+    );
+    if !locked.forgetting {
+        locked.forgetting = true;
+        tokio::spawn(forget_series_while_any(Arc::downgrade(book)));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn identity(name: &str) -> EventIdentity {
+        EventIdentity {
+            regarding: Regarding::of::<k8s_openapi::api::core::v1::Service>(),
+            key: ObjectKey::new("default", name),
+            uid: Some(format!("uid-{name}")),
+            event: Event {
+                kind: EventKind::Normal,
+                reason: "Announced".into(),
+                action: "Announce".into(),
+                note: format!("announced {name}"),
+                change: String::new(),
+            },
+        }
+    }
+
+    /// A series is forgotten once [`EVENT_SERIES_WINDOW`] has passed since it was last
+    /// seen, not before; the map gives its room back when it empties.
+    #[test]
+    fn a_series_is_forgotten_a_window_after_it_was_last_seen() {
+        let t0 = Instant::now();
+        let mut book = SeriesBook::default();
+        for i in 0..1000 {
+            book.by_identity.insert(
+                identity(&format!("web-{i}")),
+                SeriesState {
+                    name: format!("web-{i}.1"),
+                    count: 1,
+                    last_seen: t0,
+                },
+            );
+        }
+        let late = t0 + EVENT_SERIES_WINDOW / 2;
+        if let Some(s) = book.by_identity.get_mut(&identity("web-7")) {
+            s.last_seen = late;
+        }
+        assert!(book.forget_expired(t0 + EVENT_SERIES_WINDOW - Duration::from_secs(1)));
+        assert_eq!(book.by_identity.len(), 1000);
+        assert!(book.forget_expired(t0 + EVENT_SERIES_WINDOW));
+        assert_eq!(
+            book.by_identity.len(),
+            1,
+            "only the series seen later is left"
+        );
+        assert!(book.by_identity.contains_key(&identity("web-7")));
+        assert!(book.by_identity.capacity() < 1000, "the room is given back");
+        assert!(!book.forget_expired(late + EVENT_SERIES_WINDOW));
+        assert!(book.by_identity.is_empty());
+    }
+
+    /// With no Event written after a burst, the recorder's task forgets the burst's series
+    /// a window later and then ends; the next series starts it again.
+    #[tokio::test(start_paused = true)]
+    async fn a_quiet_recorder_forgets_a_burst_of_series() {
+        let book = Arc::new(Mutex::new(SeriesBook::default()));
+        let long_ago = Instant::now()
+            .checked_sub(EVENT_SERIES_WINDOW * 2)
+            .expect("the clock is past two windows");
+        for i in 0..100 {
+            remember_series_in(
+                &book,
+                identity(&format!("web-{i}")),
+                format!("e{i}"),
+                long_ago,
+            );
+        }
+        remember_series_in(&book, identity("fresh"), "f".into(), Instant::now());
+        let state = |b: &Arc<Mutex<SeriesBook>>| {
+            let b = b.lock().unwrap();
+            (b.by_identity.len(), b.forgetting)
+        };
+        assert_eq!(state(&book), (101, true));
+        tokio::time::sleep(EVENT_SERIES_WINDOW + Duration::from_secs(1)).await;
+        assert_eq!(
+            state(&book),
+            (1, true),
+            "the burst is forgotten, the fresh one kept"
+        );
+        // The fresh series was seen at the real clock's now, which the paused clock does not
+        // move: forget it by hand, and the next look ends the task.
+        book.lock().unwrap().by_identity.clear();
+        tokio::time::sleep(EVENT_SERIES_WINDOW).await;
+        assert_eq!(
+            state(&book),
+            (0, false),
+            "the task ended with the last series"
+        );
+        remember_series_in(&book, identity("next"), "n".into(), long_ago);
+        assert_eq!(state(&book), (1, true));
+        tokio::time::sleep(EVENT_SERIES_WINDOW + Duration::from_secs(1)).await;
+        assert_eq!(
+            state(&book),
+            (0, false),
+            "a new task forgot the next series"
+        );
+    }
 
     /// Only RBAC's own 403 for the verb counts (the status writer's update fallback keys on
     /// it), not a webhook's 403 or another verb's.

@@ -19,8 +19,12 @@
 //!    noprefixroute`, in chunks of S, one `ip -batch` file per chunk. Each chunk prints its time and its time per
 //!    address.
 //! 3. **IPv6 adds on `lo`.** S adds of 2001:db8::7:1 and up while the N addresses sit on `va`,
-//!    for comparison: `lo` joins no solicited-node multicast group. Then they are deleted, also
-//!    timed (a VIP's drop), so that step 4 runs with exactly the N addresses of `va`.
+//!    for comparison: `lo` joins no solicited-node multicast group. Then the solicited-node
+//!    groups of those S addresses are joined on `va` by sockets ([`GROUPS_PER_SOCKET`] each,
+//!    `IPV6_JOIN_GROUP`), timed, and left by closing the sockets, timed: what VIPs on `lo`
+//!    whose neighbour solicitations are still to reach the node would pay instead of the
+//!    adds on `va`. Then the `lo` addresses are deleted, also timed (a VIP's drop), so that
+//!    step 4 runs with exactly the N addresses of `va`.
 //! 4. **Lifetime refresh on `va`.** `addr change <a> dev va valid_lft 5 preferred_lft 0` for
 //!    the first S addresses of `va`, with the N present. This is what vipd's renewal does for
 //!    each VIP: an `RTM_NEWADDR` that resets the lifetime, the whole-second kernel fence. If the
@@ -297,6 +301,50 @@ pub(crate) fn load1() -> String {
         .unwrap_or_else(|| "?".into())
 }
 
+/// Multicast groups one socket joins in the group step: a socket's memberships are
+/// charged to its option memory (`net.core.optmem_max`, 20 KiB on older kernels).
+const GROUPS_PER_SOCKET: usize = 200;
+
+/// The solicited-node multicast group of `a`, ff02::1:ffXX:XXXX with its last 24 bits (RFC
+/// 4291 section 2.7.1).
+pub fn solicited_node(a: Ipv6Addr) -> Ipv6Addr {
+    let o = a.octets();
+    Ipv6Addr::new(
+        0xff02,
+        0,
+        0,
+        0,
+        0,
+        1,
+        0xff00 | u16::from(o[13]),
+        u16::from_be_bytes([o[14], o[15]]),
+    )
+}
+
+/// Joins the solicited-node groups of `addrs` on `dev` of namespace `ns`, from a thread in
+/// it: the sockets that hold the memberships and the time the joins took (seconds).
+fn join_groups(ns: &str, dev: &str, addrs: &[IpAddr]) -> Result<(Vec<socket2::Socket>, f64)> {
+    let path = xtask::lab::netns::netns_path(ns);
+    xtask::lab::netns::run_in_netns(&path, || -> Result<(Vec<socket2::Socket>, f64)> {
+        let index =
+            nix::net::if_::if_nametoindex(dev).with_context(|| format!("index of {dev}"))?;
+        let t0 = Instant::now();
+        let mut sockets = Vec::new();
+        for chunk in addrs.chunks(GROUPS_PER_SOCKET) {
+            let sock = socket2::Socket::new(socket2::Domain::IPV6, socket2::Type::DGRAM, None)
+                .context("an IPv6 UDP socket")?;
+            for a in chunk {
+                let IpAddr::V6(a) = a else { continue };
+                let group = solicited_node(*a);
+                sock.join_multicast_v6(&group, index)
+                    .with_context(|| format!("join {group} on {dev}"))?;
+            }
+            sockets.push(sock);
+        }
+        Ok((sockets, t0.elapsed().as_secs_f64()))
+    })?
+}
+
 /// The namespace, the batch files' directory and the rows timed so far.
 struct Bench {
     ns: Namespace,
@@ -333,6 +381,21 @@ impl Bench {
             secs,
         });
         Ok(secs)
+    }
+
+    /// Prints and keeps a step timed otherwise than by a batch (`ops` operations in `secs`
+    /// seconds, `before` IPv6 addresses in the namespace).
+    fn timed_row(&mut self, what: String, before: usize, ops: usize, secs: f64) {
+        println!(
+            "  {what}: {secs:.2} s, {:.3} ms per group ({before} IPv6 addresses in the netns)",
+            per_op_ms(secs, ops)
+        );
+        self.rows.push(Row {
+            step: what,
+            before,
+            ops,
+            secs,
+        });
     }
 }
 
@@ -404,6 +467,23 @@ pub fn run(args: &[&str]) -> Result<()> {
     // 3. S IPv6 adds on lo with the N on va; removed afterwards.
     let lo = v6_range(GROUP_LO, 1, s);
     b.step(format!("IPv6 add {s} /128, lo"), "-6", Op::Add, &lo, "lo")?;
+    let before = b.ns.count("-6", None)?;
+    let (sockets, secs) = join_groups(&b.ns.name, "va", &lo)?;
+    b.timed_row(
+        format!("IPv6 join {s} solicited-node groups, va"),
+        before,
+        s,
+        secs,
+    );
+    let t0 = Instant::now();
+    drop(sockets);
+    let secs = t0.elapsed().as_secs_f64();
+    b.timed_row(
+        format!("IPv6 leave {s} solicited-node groups, va"),
+        before,
+        s,
+        secs,
+    );
     b.step(format!("IPv6 del {s} /128, lo"), "-6", Op::Del, &lo, "lo")?;
 
     // 4. Lifetime refresh of the first S of va with the N present.
@@ -451,6 +531,19 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("--count N")
+        );
+    }
+
+    #[test]
+    fn solicited_node_groups_take_the_last_24_bits() {
+        assert_eq!(
+            solicited_node(v6(GROUP_LO, 0x1a2b)),
+            "ff02::1:ff07:1a2b".parse::<Ipv6Addr>().unwrap()
+        );
+        let a: Ipv6Addr = "2001:db8::12:3456:789a".parse().unwrap();
+        assert_eq!(
+            solicited_node(a),
+            "ff02::1:ff56:789a".parse::<Ipv6Addr>().unwrap()
         );
     }
 
