@@ -54,12 +54,35 @@ pub fn start_cache(
     )
 }
 
-/// Keeps of a Service what a reader of [`ServiceCache`] reads: managedFields, the selector
-/// and `kubectl apply`'s copy dropped ([`crate::kube::watch::strip_service`]), of the labels
-/// only [`LABEL_IMPLEMENTATION`] (the allocator's); the annotations, the rest of the spec and
-/// the status stay.
+/// The prefixes of every Service annotation a part of vipd reads: kube-vip's and vipd's own.
+/// The Services cache keeps no other annotation ([`strip_cached_service`]); a reader of an
+/// annotation outside them adds its prefix here.
+pub const READ_ANNOTATION_PREFIXES: [&str; 2] = ["kube-vip.io/", "vipd.io/"];
+
+/// Whether the Services cache keeps the annotation `name` (it starts with one of
+/// [`READ_ANNOTATION_PREFIXES`]).
+pub fn cached_annotation(name: &str) -> bool {
+    READ_ANNOTATION_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
+/// Keeps of a Service what a reader of [`ServiceCache`] reads: what
+/// [`crate::kube::watch::strip_service`] keeps, of the labels only [`LABEL_IMPLEMENTATION`]
+/// (the allocator's), of the annotations only kube-vip's and vipd's ([`cached_annotation`]:
+/// a chart's, a GitOps tool's or another load balancer's annotations are never read; no
+/// annotation left: none at all).
 pub fn strip_cached_service(svc: &mut k8s_openapi::api::core::v1::Service) {
     crate::kube::watch::strip_service(svc, |k| k == LABEL_IMPLEMENTATION.0);
+    if let Some(a) = svc.metadata.annotations.as_mut() {
+        a.retain(|k, _| cached_annotation(k));
+    }
+    if svc
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.is_empty())
+    {
+        svc.metadata.annotations = None;
+    }
 }
 
 /// The prefix of kube-vip's egress annotations (`kube-vip.io/egress`,
@@ -130,5 +153,45 @@ mod tests {
         assert!(serves_class(Some(name), true, name));
         assert!(serves_class(Some(name), false, name));
         assert!(!serves_class(Some("metallb.io/metallb"), false, name));
+    }
+
+    /// The cache keeps kube-vip's and vipd's annotations and drops the others; a Service
+    /// with only others keeps none at all.
+    #[test]
+    fn the_cache_keeps_only_the_annotations_vipd_reads() {
+        let svc = |annotations: serde_json::Value| -> k8s_openapi::api::core::v1::Service {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "web", "namespace": "default", "annotations": annotations},
+                "spec": {"type": "LoadBalancer"}
+            }))
+            .unwrap()
+        };
+        let mut s = svc(serde_json::json!({
+            ANN_LOADBALANCER_IPS: "192.0.2.10",
+            "vipd.io/healthcheck": "tcp:80",
+            "meta.helm.sh/release-name": "web",
+            "external-dns.alpha.kubernetes.io/hostname": "web.example.",
+            "kube-vip.io": "no slash: not kube-vip's",
+        }));
+        strip_cached_service(&mut s);
+        let kept: Vec<String> = s
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .into_keys()
+            .collect();
+        assert_eq!(kept, [ANN_LOADBALANCER_IPS, "vipd.io/healthcheck"]);
+        let mut s = svc(serde_json::json!({"meta.helm.sh/release-name": "web"}));
+        strip_cached_service(&mut s);
+        assert_eq!(s.metadata.annotations, None);
+        for name in [
+            ANN_LOADBALANCER_IPS,
+            ANN_IGNORE,
+            ANN_SERVICE_INTERFACE,
+            ANN_REQUESTED_IP,
+        ] {
+            assert!(cached_annotation(name), "{name}");
+        }
+        assert!(cached_annotation(&format!("{ANN_EGRESS_PREFIX}-ipv6")));
     }
 }

@@ -370,3 +370,23 @@ fn without_the_fence_every_egress_service_is_reported_and_nothing_installed() {
     assert_eq!(t, EgressTable::default());
     assert!(problems[0].message.contains("vip_nftfence"), "{problems:?}");
 }
+
+/// Every egress annotation is one the process's Services cache keeps
+/// (`kube::service::cached_annotation`): else egress would read it as absent.
+#[test]
+fn every_egress_annotation_is_one_the_cache_keeps() {
+    for name in [
+        ANN_EGRESS,
+        ANN_EGRESS_IPV6,
+        ANN_EGRESS_DENIED,
+        ANN_EGRESS_ALLOWED,
+        ANN_EGRESS_PORTS,
+        ANN_EGRESS_NO_INTERNAL,
+        ANN_EGRESS_DETECT_API,
+    ] {
+        assert!(
+            crate::kube::service::cached_annotation(name),
+            "{name} is not kept by the Services cache"
+        );
+    }
+}

@@ -688,3 +688,30 @@ fn a_list_longer_than_the_length_cap_is_read_up_to_it_and_told() {
     let p = parse_address_list(&text[..MAX_ADDRESS_LIST_BYTES - 10]);
     assert_eq!(p.too_long, None);
 }
+
+/// Every Service annotation the Services wing reads is one the process's Services cache
+/// keeps (`kube::service::cached_annotation`): else the wing would read it as absent.
+#[test]
+fn every_annotation_read_is_one_the_cache_keeps() {
+    use crate::kube::service::cached_annotation;
+    let read = [
+        ANN_LEASE_NAME,
+        ANN_VIP_HOST,
+        ANN_HWADDR,
+        ANN_DHCP_LEASE,
+        ANN_LOADBALANCER_HOSTNAME,
+        ANN_IGNORE_SERVICE_SECURITY,
+        ANN_HEALTHCHECK,
+        dhcp::ANN_MACVLAN_NAME,
+        dhcp::ANN_DHCP_BROADCAST,
+        dhcp::ANN_RP_FILTER,
+        crate::nodes::selector::NODE_SELECTOR_ANNOTATION,
+        crate::nodes::selector::PREFERRED_NODES_ANNOTATION,
+    ];
+    for name in read {
+        assert!(
+            cached_annotation(name),
+            "{name} is not kept by the Services cache"
+        );
+    }
+}
