@@ -360,17 +360,9 @@ async fn lost(state: &mut watch::Receiver<LeaderState>, term: u64) {
 /// a full pass.
 fn strip_service(svc: &mut Service) {
     crate::kube::service::strip_cached_service(svc);
-    if let Some(a) = svc.metadata.annotations.as_mut() {
-        a.retain(|k, _| k == ANN_LOADBALANCER_IPS || k == ANN_REQUESTED_IP);
-    }
-    if svc
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.is_empty())
-    {
-        svc.metadata.annotations = None;
-    }
+    crate::kube::watch::retain_keys(&mut svc.metadata.annotations, |k| {
+        k == ANN_LOADBALANCER_IPS || k == ANN_REQUESTED_IP
+    });
     if let Some(status) = svc.status.take() {
         let ingress = status.load_balancer.and_then(|lb| lb.ingress).map(|list| {
             list.into_iter()

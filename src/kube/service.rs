@@ -72,17 +72,7 @@ pub fn cached_annotation(name: &str) -> bool {
 /// annotation left: none at all).
 pub fn strip_cached_service(svc: &mut k8s_openapi::api::core::v1::Service) {
     crate::kube::watch::strip_service(svc, |k| k == LABEL_IMPLEMENTATION.0);
-    if let Some(a) = svc.metadata.annotations.as_mut() {
-        a.retain(|k, _| cached_annotation(k));
-    }
-    if svc
-        .metadata
-        .annotations
-        .as_ref()
-        .is_some_and(|a| a.is_empty())
-    {
-        svc.metadata.annotations = None;
-    }
+    crate::kube::watch::retain_keys(&mut svc.metadata.annotations, cached_annotation);
 }
 
 /// The prefix of kube-vip's egress annotations (`kube-vip.io/egress`,

@@ -468,6 +468,20 @@ where
 /// (stripped before objects are cached).
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
+/// Keeps the entries of a label or annotation map whose key `keep` accepts; a map left
+/// empty becomes `None` (as the API server returns an object without any).
+pub fn retain_keys(
+    map: &mut Option<std::collections::BTreeMap<String, String>>,
+    keep: impl Fn(&str) -> bool,
+) {
+    if let Some(m) = map.as_mut() {
+        m.retain(|k, _| keep(k));
+    }
+    if map.as_ref().is_some_and(|m| m.is_empty()) {
+        *map = None;
+    }
+}
+
 /// Drops what no cache of Services needs: managedFields, owner references, `kubectl
 /// apply`'s copy of the object ([`LAST_APPLIED`]), every label `keep` refuses (no labels
 /// left: none at all), and of the spec what no part of vipd reads: the selector, the cluster
@@ -482,12 +496,7 @@ pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration
 pub fn strip_service(svc: &mut k8s_openapi::api::core::v1::Service, keep: impl Fn(&str) -> bool) {
     svc.metadata.managed_fields = None;
     svc.metadata.owner_references = None;
-    if let Some(labels) = svc.metadata.labels.as_mut() {
-        labels.retain(|k, _| keep(k));
-    }
-    if svc.metadata.labels.as_ref().is_some_and(|l| l.is_empty()) {
-        svc.metadata.labels = None;
-    }
+    retain_keys(&mut svc.metadata.labels, keep);
     if let Some(spec) = svc.spec.as_mut() {
         spec.selector = None;
         spec.cluster_ip = None;
