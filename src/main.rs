@@ -91,10 +91,12 @@ fn tune_allocator() {
 fn tune_allocator() {}
 
 /// How often the manager looks at the heap's free memory ([`spawn_heap_trim`]).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 const HEAP_TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Free bytes inside glibc's heap (`mallinfo2().fordblks`, chunks freed but not returned)
+/// Free bytes inside glibc's heap (`mallinfo().fordblks`, chunks freed but not returned)
 /// from which a look returns them to the kernel (`malloc_trim(0)`).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
 const HEAP_TRIM_FREE_BYTES: usize = 4 << 20;
 
 /// Returns the heap's freed pages to the kernel every [`HEAP_TRIM_EVERY`] while more than
@@ -115,10 +117,14 @@ fn spawn_heap_trim(stop: CancellationToken) {
                 () = stop.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            // SAFETY: mallinfo2 and malloc_trim only read and release the allocator's free
+            // `mallinfo`, not `mallinfo2`: the latter is glibc 2.33 or later, and linking it
+            // would stop vipd building on older hosts (RHEL 8, Debian 11). Its `int` counts
+            // wrap past 2 GiB; a negative count is taken for a large one.
+            // SAFETY: mallinfo and malloc_trim only read and release the allocator's free
             // memory; both take the arena locks themselves.
             unsafe {
-                if libc::mallinfo2().fordblks >= HEAP_TRIM_FREE_BYTES {
+                let free = usize::try_from(libc::mallinfo().fordblks).unwrap_or(usize::MAX);
+                if free >= HEAP_TRIM_FREE_BYTES {
                     libc::malloc_trim(0);
                 }
             }
