@@ -328,32 +328,38 @@ struct SeriesBook {
 
 impl SeriesBook {
     /// Forgets the series last seen [`EVENT_SERIES_WINDOW`] or longer before `now`, and
-    /// gives back the map's room once it is a quarter full or less. Returns whether any
-    /// series is left. Pure.
-    fn forget_expired(&mut self, now: Instant) -> bool {
+    /// gives back the map's room once it is a quarter full or less. Returns when the next
+    /// of those left expires (after `now`), `None` when none is left. Pure.
+    fn forget_expired(&mut self, now: Instant) -> Option<Instant> {
         self.by_identity
             .retain(|_, s| now.saturating_duration_since(s.last_seen) < EVENT_SERIES_WINDOW);
         if self.by_identity.len() <= self.by_identity.capacity() / 4 {
             self.by_identity.shrink_to_fit();
         }
-        !self.by_identity.is_empty()
+        let oldest = self.by_identity.values().map(|s| s.last_seen).min()?;
+        Some(oldest + EVENT_SERIES_WINDOW)
     }
 }
 
-/// Forgets `book`'s expired series every [`EVENT_SERIES_WINDOW`] while it has any, then
-/// ends (the next series remembered starts another, [`Recorder::remember_series`]); ends
-/// too when every recorder sharing `book` is gone.
+/// Forgets each of `book`'s series when it expires, waking at the next expiry (the first
+/// one a window after the task starts, with the series that started it), until none is
+/// left; then ends (the next series remembered starts another,
+/// [`Recorder::remember_series`]). Ends too when every recorder sharing `book` is gone.
 async fn forget_series_while_any(book: std::sync::Weak<Mutex<SeriesBook>>) {
+    let mut next = tokio::time::Instant::now() + EVENT_SERIES_WINDOW;
     loop {
-        tokio::time::sleep(EVENT_SERIES_WINDOW).await;
+        tokio::time::sleep_until(next).await;
         let Some(book) = book.upgrade() else {
             return;
         };
         let mut book = book.lock().unwrap_or_else(|p| p.into_inner());
         // tokio's clock (the same as std's but under a paused test runtime).
-        if !book.forget_expired(tokio::time::Instant::now().into_std()) {
-            book.forgetting = false;
-            return;
+        match book.forget_expired(tokio::time::Instant::now().into_std()) {
+            Some(at) => next = tokio::time::Instant::from_std(at),
+            None => {
+                book.forgetting = false;
+                return;
+            }
         }
     }
 }
@@ -720,9 +726,16 @@ mod tests {
         if let Some(s) = book.by_identity.get_mut(&identity("web-7")) {
             s.last_seen = late;
         }
-        assert!(book.forget_expired(t0 + EVENT_SERIES_WINDOW - Duration::from_secs(1)));
+        assert_eq!(
+            book.forget_expired(t0 + EVENT_SERIES_WINDOW - Duration::from_secs(1)),
+            Some(t0 + EVENT_SERIES_WINDOW),
+            "the next expiry is the oldest series'"
+        );
         assert_eq!(book.by_identity.len(), 1000);
-        assert!(book.forget_expired(t0 + EVENT_SERIES_WINDOW));
+        assert_eq!(
+            book.forget_expired(t0 + EVENT_SERIES_WINDOW),
+            Some(late + EVENT_SERIES_WINDOW)
+        );
         assert_eq!(
             book.by_identity.len(),
             1,
@@ -730,13 +743,13 @@ mod tests {
         );
         assert!(book.by_identity.contains_key(&identity("web-7")));
         assert!(book.by_identity.capacity() < 1000, "the room is given back");
-        assert!(!book.forget_expired(late + EVENT_SERIES_WINDOW));
+        assert_eq!(book.forget_expired(late + EVENT_SERIES_WINDOW), None);
         assert!(book.by_identity.is_empty());
     }
 
     /// With no Event written after a burst, the recorder's task forgets the burst's series
-    /// a window later, keeps a younger one until its own window ends, then ends; the next
-    /// series starts it again.
+    /// a window later, and a younger one when its own window ends (not a whole window after
+    /// the task's last look), then ends; the next series starts it again.
     #[tokio::test(start_paused = true)]
     async fn a_quiet_recorder_forgets_a_burst_of_series() {
         let now = || tokio::time::Instant::now().into_std();
@@ -758,11 +771,11 @@ mod tests {
             (1, true),
             "the burst is forgotten, the younger series kept"
         );
-        tokio::time::sleep(EVENT_SERIES_WINDOW).await;
+        tokio::time::sleep(3 * minute).await;
         assert_eq!(
             state(&book),
             (0, false),
-            "the task ended with the last series"
+            "the younger series is forgotten when it expires and the task ends"
         );
         remember_series_in(&book, identity("next"), "n".into(), now());
         assert_eq!(state(&book), (1, true));
