@@ -145,11 +145,7 @@ fn fenced_rig(fence: Arc<FakeFence>) -> Rig {
 fn fenced_rig_at(fence: Arc<FakeFence>, timing: &Timing) -> Rig {
     let mut cfg = HolderConfig::from_timing(timing, Duration::from_millis(3000), true).unwrap();
     cfg.nft_fence = fence;
-    let spec = VipSpec {
-        vip: vip4(),
-        interface: Some("eth0".into()),
-        not_after: None,
-    };
+    let spec = on_eth0(vip4());
     rig_from(FakeKernel::with_eth0(), vec![spec], cfg, false, None).0
 }
 
@@ -717,6 +713,15 @@ fn second_line_parts(
     (cfg, kernel)
 }
 
+/// `vip` wanted on eth0, without a not-after time.
+fn on_eth0(vip: Vip) -> VipSpec {
+    VipSpec {
+        vip,
+        interface: Some("eth0".into()),
+        not_after: None,
+    }
+}
+
 fn dhcp_vip() -> Vip {
     Vip::new("192.0.2.41".parse().unwrap(), 32).unwrap()
 }
@@ -748,11 +753,7 @@ async fn second_line_addresses_are_refreshed_a_minute_before_they_run_out() {
         interface: Some("eth0".into()),
         not_after: Some(Instant::now() + Duration::from_secs(3600)),
     };
-    let plain = VipSpec {
-        vip: vip4(),
-        interface: Some("eth0".into()),
-        not_after: None,
-    };
+    let plain = on_eth0(vip4());
     let r = second_line_rig(fence.clone(), vec![plain, dhcp]);
     settle().await;
     let mut renewals = 0;
@@ -793,11 +794,7 @@ async fn second_line_addresses_are_refreshed_a_minute_before_they_run_out() {
 #[tokio::test(start_paused = true)]
 async fn a_node_holding_thousands_of_vips_gives_a_longer_second_line() {
     let fence = Arc::new(FakeFence::default());
-    let spec = VipSpec {
-        vip: vip4(),
-        interface: Some("eth0".into()),
-        not_after: None,
-    };
+    let spec = on_eth0(vip4());
     let r = second_line_rig_checking(fence.clone(), vec![spec], Duration::from_millis(500), 3_700);
     settle().await;
     lead(&r, 1, true);
@@ -823,11 +820,7 @@ async fn a_node_holding_thousands_of_vips_gives_a_longer_second_line() {
 #[tokio::test(start_paused = true)]
 async fn without_the_elements_second_line_addresses_are_cut_to_the_fence() {
     let fence = Arc::new(FakeFence::default());
-    let spec = VipSpec {
-        vip: vip4(),
-        interface: Some("eth0".into()),
-        not_after: None,
-    };
+    let spec = on_eth0(vip4());
     let r = second_line_rig(fence.clone(), vec![spec]);
     settle().await;
     lead(&r, 1, true);
@@ -867,11 +860,7 @@ async fn without_the_elements_second_line_addresses_are_cut_to_the_fence() {
 async fn second_line_a_late_run_expires_the_elements_and_keeps_the_address_inert() {
     for expire_fails in [false, true] {
         let fence = Arc::new(FakeFence::default());
-        let spec = VipSpec {
-            vip: vip4(),
-            interface: Some("eth0".into()),
-            not_after: None,
-        };
+        let spec = on_eth0(vip4());
         // No periodic check in the window (it would act on the lapsed VIP too, later).
         let r = second_line_rig_checking(fence.clone(), vec![spec], Duration::from_secs(60), 0);
         settle().await;
@@ -928,11 +917,7 @@ async fn a_bind_after_the_probe_gets_the_second_line_only_with_live_elements() {
             HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), true).unwrap();
         cfg.nft_fence = fence.clone();
         cfg.fence = crate::lease::with_second_line(cfg.fence);
-        let spec = VipSpec {
-            vip: vip4(),
-            interface: Some("eth0".into()),
-            not_after: None,
-        };
+        let spec = on_eth0(vip4());
         let (r, _) = rig_from(FakeKernel::with_eth0(), vec![spec], cfg, true, None);
         settle().await;
         lead(&r, 1, false);
@@ -978,11 +963,7 @@ async fn millisecond_fence_without_elements_the_check_keeps_no_address() {
 #[tokio::test(start_paused = true)]
 async fn a_late_renewal_leaves_second_line_addresses_inert_not_removed() {
     let fence = Arc::new(FakeFence::default());
-    let plain = VipSpec {
-        vip: vip4(),
-        interface: Some("eth0".into()),
-        not_after: None,
-    };
+    let plain = on_eth0(vip4());
     let dhcp = VipSpec {
         vip: dhcp_vip(),
         interface: Some("eth0".into()),
@@ -1041,14 +1022,7 @@ async fn a_batch_longer_than_the_lease_keeps_its_elements_and_announces_each_chu
             })
         })
         .collect();
-    let specs = vips
-        .iter()
-        .map(|v| VipSpec {
-            vip: *v,
-            interface: Some("eth0".into()),
-            not_after: None,
-        })
-        .collect();
+    let specs = vips.iter().map(|v| on_eth0(*v)).collect();
     let r = second_line_rig(fence.clone(), specs);
     // 20 ms an add: 300 VIPs take 6 s, past the 5 s lease.
     r.kernel.0.lock().unwrap().add_delay = Some(Duration::from_millis(20));
@@ -1110,11 +1084,7 @@ async fn a_batch_longer_than_the_lease_keeps_its_elements_and_announces_each_chu
 #[tokio::test(start_paused = true)]
 async fn a_count_that_rises_and_falls_never_lets_a_second_line_address_run_out() {
     let fence = Arc::new(FakeFence::default());
-    let spec = VipSpec {
-        vip: vip4(),
-        interface: Some("eth0".into()),
-        not_after: None,
-    };
+    let spec = on_eth0(vip4());
     let (cfg, kernel) = second_line_parts(fence.clone(), Duration::from_millis(500), 0);
     let pace = cfg.announce_pace.clone();
     let (r, _) = rig_from(kernel, vec![spec], cfg, false, None);
@@ -1153,12 +1123,7 @@ async fn a_count_that_rises_and_falls_never_lets_a_second_line_address_run_out()
 async fn a_vip_whose_removal_failed_is_not_disarmed_while_its_address_stays() {
     let fence = Arc::new(FakeFence::default());
     let other = Vip::host("192.0.2.121".parse().unwrap());
-    let spec = |v: Vip| VipSpec {
-        vip: v,
-        interface: Some("eth0".into()),
-        not_after: None,
-    };
-    let (set_tx, set_rx) = watch::channel(vec![spec(vip4()), spec(other)]);
+    let (set_tx, set_rx) = watch::channel(vec![on_eth0(vip4()), on_eth0(other)]);
     let (cfg, kernel) = second_line_parts(fence.clone(), Duration::from_millis(500), 3_700);
     let (r, _) = rig_from(kernel.clone(), vec![], cfg, false, Some(set_rx));
     settle().await;
@@ -1166,7 +1131,7 @@ async fn a_vip_whose_removal_failed_is_not_disarmed_while_its_address_stays() {
     settle().await;
     assert_eq!(adds_of(&r, other), vec![1_850]);
     kernel.0.lock().unwrap().fail_remove = true;
-    set_tx.send_replace(vec![spec(vip4())]);
+    set_tx.send_replace(vec![on_eth0(vip4())]);
     settle().await;
     kernel.0.lock().unwrap().fail_remove = false;
     // Past the line: the address runs out, inert, and only then is the arming taken back.
@@ -1221,11 +1186,7 @@ async fn long_timings_with_late_renewals_never_let_a_second_line_address_run_out
         let pace = cfg.announce_pace.clone();
         let kernel = FakeKernel::with_eth0();
         kernel.0.lock().unwrap().lifetimes_run = true;
-        let spec = VipSpec {
-            vip: vip4(),
-            interface: Some("eth0".into()),
-            not_after: None,
-        };
+        let spec = on_eth0(vip4());
         let (rig, _) = rig_from(kernel.clone(), vec![spec], cfg, false, None);
         settle().await;
         let counts = [0, 3_700, 10, 7_200, 601];
