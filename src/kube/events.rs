@@ -328,14 +328,18 @@ struct SeriesBook {
 
 impl SeriesBook {
     /// Forgets the series last seen [`EVENT_SERIES_WINDOW`] or longer before `now`, and
-    /// gives back the map's room once it is a quarter full or less. Returns when the next
-    /// of those left expires (after `now`), `None` when none is left. Pure.
-    fn forget_expired(&mut self, now: Instant) -> Option<Instant> {
+    /// gives back the map's room once it is a quarter full or less. Pure.
+    fn forget_expired(&mut self, now: Instant) {
         self.by_identity
             .retain(|_, s| now.saturating_duration_since(s.last_seen) < EVENT_SERIES_WINDOW);
         if self.by_identity.len() <= self.by_identity.capacity() / 4 {
             self.by_identity.shrink_to_fit();
         }
+    }
+
+    /// When the next series expires, `None` when none is kept (a scan of them all: for the
+    /// forgetting task, not for every Event written). Pure.
+    fn next_expiry(&self) -> Option<Instant> {
         let oldest = self.by_identity.values().map(|s| s.last_seen).min()?;
         Some(oldest + EVENT_SERIES_WINDOW)
     }
@@ -354,7 +358,8 @@ async fn forget_series_while_any(book: std::sync::Weak<Mutex<SeriesBook>>) {
         };
         let mut book = book.lock().unwrap_or_else(|p| p.into_inner());
         // tokio's clock (the same as std's but under a paused test runtime).
-        match book.forget_expired(tokio::time::Instant::now().into_std()) {
+        book.forget_expired(tokio::time::Instant::now().into_std());
+        match book.next_expiry() {
             Some(at) => next = tokio::time::Instant::from_std(at),
             None => {
                 book.forgetting = false;
@@ -726,16 +731,15 @@ mod tests {
         if let Some(s) = book.by_identity.get_mut(&identity("web-7")) {
             s.last_seen = late;
         }
+        book.forget_expired(t0 + EVENT_SERIES_WINDOW - Duration::from_secs(1));
         assert_eq!(
-            book.forget_expired(t0 + EVENT_SERIES_WINDOW - Duration::from_secs(1)),
+            book.next_expiry(),
             Some(t0 + EVENT_SERIES_WINDOW),
             "the next expiry is the oldest series'"
         );
         assert_eq!(book.by_identity.len(), 1000);
-        assert_eq!(
-            book.forget_expired(t0 + EVENT_SERIES_WINDOW),
-            Some(late + EVENT_SERIES_WINDOW)
-        );
+        book.forget_expired(t0 + EVENT_SERIES_WINDOW);
+        assert_eq!(book.next_expiry(), Some(late + EVENT_SERIES_WINDOW));
         assert_eq!(
             book.by_identity.len(),
             1,
@@ -743,7 +747,8 @@ mod tests {
         );
         assert!(book.by_identity.contains_key(&identity("web-7")));
         assert!(book.by_identity.capacity() < 1000, "the room is given back");
-        assert_eq!(book.forget_expired(late + EVENT_SERIES_WINDOW), None);
+        book.forget_expired(late + EVENT_SERIES_WINDOW);
+        assert_eq!(book.next_expiry(), None);
         assert!(book.by_identity.is_empty());
     }
 
