@@ -820,13 +820,64 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
             decide::lease_to_delete(delete_lease, end.as_ref(), &shared.node),
             &self.client,
         ) {
-            match Box::pin(client.delete(rv)).await {
-                Ok(true) => info!(%lease, "lease deleted"),
-                Ok(false) => debug!(%lease, "lease already changed or gone; not deleted"),
-                Err(e) => warn!(%lease, error = %e, "deleting the lease failed"),
-            }
+            Box::pin(delete_stopped_lease(client, &lease, rv, &shared.node)).await;
         }
         end
+    }
+}
+
+/// Timeout of each call [`delete_stopped_lease`] makes (5 s).
+const LEASE_DELETE_CALL_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Deletes a stopped group's lease at version `rv` ([`decide::lease_to_delete`]). When the
+/// lease was changed since (409), it is read again and deleted at its new version if
+/// [`decide::lease_to_delete_again`] allows (released, or still this node's `node`): the
+/// answer to the release may have been lost to a call timeout after the server wrote it,
+/// and that lease would otherwise stay until the orphan collector ([`super::lease_gc`]), a
+/// lease duration plus 30 s later. Two rounds at most; a failed call (API unreachable) is
+/// logged and left to the collector, so that a stop never waits on an outage.
+async fn delete_stopped_lease(client: &KubeLeaseClient, lease: &LeaseRef, rv: &str, node: &str) {
+    let mut rv = rv.to_string();
+    for round in 0..2 {
+        match tokio::time::timeout(LEASE_DELETE_CALL_TIMEOUT, client.delete(&rv)).await {
+            Ok(Ok(true)) => {
+                info!(%lease, "lease deleted");
+                return;
+            }
+            Ok(Ok(false)) if round == 0 => {
+                debug!(%lease, "lease changed or gone since it was last seen; reading it again")
+            }
+            Ok(Ok(false)) => {
+                debug!(%lease, "lease changed again; left to the orphan collector");
+                return;
+            }
+            Ok(Err(e)) => {
+                warn!(%lease, error = %e, "deleting the lease failed; left to the orphan collector");
+                return;
+            }
+            Err(_) => {
+                warn!(%lease, "deleting the lease timed out; left to the orphan collector");
+                return;
+            }
+        }
+        let current = match tokio::time::timeout(LEASE_DELETE_CALL_TIMEOUT, client.get()).await {
+            Ok(Ok(current)) => current,
+            Ok(Err(e)) => {
+                warn!(%lease, error = %e, "reading the lease again failed; left to the orphan collector");
+                return;
+            }
+            Err(_) => {
+                warn!(%lease, "reading the lease again timed out; left to the orphan collector");
+                return;
+            }
+        };
+        match decide::lease_to_delete_again(current.as_ref(), node) {
+            Some(v) => rv = v.to_string(),
+            None => {
+                debug!(%lease, "lease gone or held by another node; not deleted");
+                return;
+            }
+        }
     }
 }
 
@@ -1079,5 +1130,115 @@ mod acquire_check_tests {
             check(api(403, status(403), Duration::ZERO)).await,
             "RBAC missing: preflight's business, not a reason to stop takeovers"
         );
+    }
+}
+
+#[cfg(test)]
+mod lease_delete_tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// A fake API server holding one Lease (`None`: absent) at a resourceVersion: GET
+    /// returns it, DELETE removes it only when its precondition names that version (409
+    /// otherwise, 404 when absent). Returns the client, the Lease, and the preconditions
+    /// of every DELETE.
+    #[allow(clippy::type_complexity)]
+    fn api(
+        holder: &str,
+        version: &str,
+    ) -> (
+        kube::Client,
+        Arc<Mutex<Option<(String, String)>>>,
+        Arc<Mutex<Vec<String>>>,
+    ) {
+        let stored = Arc::new(Mutex::new(Some((holder.to_string(), version.to_string()))));
+        let deletes = Arc::new(Mutex::new(Vec::new()));
+        let (s, d) = (stored.clone(), deletes.clone());
+        let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+            let (stored, deletes) = (s.clone(), d.clone());
+            async move {
+                let method = req.method().to_string();
+                let bytes = http_body_util::BodyExt::collect(req.into_body())
+                    .await
+                    .map(|b| b.to_bytes())
+                    .unwrap_or_default();
+                let body: serde_json::Value =
+                    serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+                let mut lease = stored.lock().unwrap();
+                let status = |code: u16| {
+                    serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                        "status": "Failure", "message": "x", "reason": "x", "code": code})
+                };
+                let (code, reply) = match (method.as_str(), lease.clone()) {
+                    (_, None) => (404, status(404)),
+                    ("GET", Some((holder, rv))) => (
+                        200,
+                        serde_json::json!({"apiVersion": "coordination.k8s.io/v1",
+                            "kind": "Lease", "metadata": {"name": "vipd-local.default.web",
+                            "namespace": "kube-system", "resourceVersion": rv},
+                            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 5}}),
+                    ),
+                    ("DELETE", Some((_, rv))) => {
+                        let want = body["preconditions"]["resourceVersion"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string();
+                        deletes.lock().unwrap().push(want.clone());
+                        if want == rv {
+                            *lease = None;
+                            (200, status(200))
+                        } else {
+                            (409, status(409))
+                        }
+                    }
+                    _ => (405, status(405)),
+                };
+                let resp = http::Response::builder()
+                    .status(code)
+                    .header("content-type", "application/json")
+                    .body(http_body_util::Full::new(hyper::body::Bytes::from(
+                        reply.to_string(),
+                    )))
+                    .unwrap();
+                Ok::<_, std::convert::Infallible>(resp)
+            }
+        });
+        (kube::Client::new(svc, "default"), stored, deletes)
+    }
+
+    fn lease() -> LeaseRef {
+        LeaseRef {
+            namespace: "kube-system".into(),
+            name: "vipd-local.default.web".into(),
+        }
+    }
+
+    /// The release was written but its answer lost: the group saw version 5 under its own
+    /// name, the server has the released lease at 6. The lease is deleted all the same.
+    #[tokio::test]
+    async fn a_release_whose_answer_was_lost_is_deleted_at_its_new_version() {
+        let (client, stored, deletes) = api("", "6");
+        let c = KubeLeaseClient::new(client, "kube-system", "vipd-local.default.web");
+        delete_stopped_lease(&c, &lease(), "5", "node-a").await;
+        assert_eq!(*deletes.lock().unwrap(), ["5", "6"]);
+        assert!(stored.lock().unwrap().is_none(), "deleted");
+    }
+
+    /// A lease another node took since (a recreated Service's holder) is kept; one that is
+    /// at the version seen is deleted at once.
+    #[tokio::test]
+    async fn a_lease_another_node_holds_now_is_kept() {
+        let (client, stored, deletes) = api("node-b", "6");
+        let c = KubeLeaseClient::new(client, "kube-system", "vipd-local.default.web");
+        delete_stopped_lease(&c, &lease(), "5", "node-a").await;
+        assert_eq!(*deletes.lock().unwrap(), ["5"]);
+        assert!(stored.lock().unwrap().is_some(), "kept");
+
+        let (client, stored, deletes) = api("", "5");
+        let c = KubeLeaseClient::new(client, "kube-system", "vipd-local.default.web");
+        delete_stopped_lease(&c, &lease(), "5", "node-a").await;
+        assert_eq!(*deletes.lock().unwrap(), ["5"]);
+        assert!(stored.lock().unwrap().is_none(), "deleted");
     }
 }

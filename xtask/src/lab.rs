@@ -521,6 +521,7 @@ impl Lab {
             eprintln!("lab: VIPD_LAB_KEEP=1, keeping {}", self.dir.display());
         } else {
             if std::thread::panicking() {
+                eprint!("{}", log_tails(&self.dir.join("logs")));
                 eprintln!(
                     "lab: removing {} (set VIPD_LAB_KEEP=1 to keep the logs)",
                     self.dir.display()
@@ -530,6 +531,47 @@ impl Lab {
         }
         let _ = std::fs::remove_file(record_path(&self.prefix));
     }
+}
+
+/// Lines of each vipd log printed when a lab test fails ([`log_tails`]).
+const FAILED_LOG_TAIL_LINES: usize = 40;
+
+/// For a failed test whose lab is about to be removed: the last
+/// [`FAILED_LOG_TAIL_LINES`] lines of each vipd log in `logs` (files named `*vipd*.log`, in
+/// name order), each under a line naming its file, so that a failure in CI, where the lab
+/// is not kept, still says what the nodes did. Empty when `logs` cannot be read.
+fn log_tails(logs: &Path) -> String {
+    let Ok(entries) = std::fs::read_dir(logs) else {
+        return String::new();
+    };
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.contains("vipd") && n.ends_with(".log"))
+        })
+        .collect();
+    paths.sort();
+    let mut out = String::new();
+    for path in paths {
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(FAILED_LOG_TAIL_LINES)..];
+        out.push_str(&format!(
+            "lab: the last {} lines of {}:\n",
+            tail.len(),
+            path.display()
+        ));
+        for line in tail {
+            out.push_str("  ");
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
 }
 
 impl Drop for Lab {
@@ -602,4 +644,28 @@ pub fn lab_available(test: &str) -> Result<bool> {
         return Err(LabError::NotRoot { uid });
     }
     Ok(true)
+}
+
+#[cfg(test)]
+mod log_tail_tests {
+    use super::*;
+
+    #[test]
+    fn a_failed_test_prints_the_last_lines_of_each_vipd_log_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let long: String = (1..=50).map(|i| format!("a{i}\n")).collect();
+        std::fs::write(dir.path().join("002-node-a-vipd.log"), long).unwrap();
+        std::fs::write(dir.path().join("003-node-b-vipd.log"), "b1\nb2\n").unwrap();
+        std::fs::write(dir.path().join("000-api-etcd.log"), "etcd\n").unwrap();
+        let out = log_tails(dir.path());
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[0].starts_with("lab: the last 40 lines of "));
+        assert!(lines[0].ends_with("002-node-a-vipd.log:"));
+        assert_eq!(lines[1], "  a11");
+        assert_eq!(lines[40], "  a50");
+        assert!(lines[41].ends_with("003-node-b-vipd.log:"), "{}", lines[41]);
+        assert_eq!(&lines[42..], ["  b1", "  b2"]);
+        assert!(!out.contains("etcd"));
+        assert_eq!(log_tails(&dir.path().join("absent")), "");
+    }
 }

@@ -188,6 +188,21 @@ pub(crate) fn lease_to_delete<'a>(
     (end.released || obs.record.holder == node).then_some(obs.resource_version.as_str())
 }
 
+/// Whether a lease that a stopped group was ordered to delete may still be deleted when
+/// its conditional delete ([`lease_to_delete`]) found it changed, or failed: its current
+/// record (`current`, read again; `None`: gone) is released or still names this node
+/// (`node`). A release whose answer was lost (a call timeout after the server wrote it)
+/// leaves exactly such a record, one version past the one the group last saw; deleting a
+/// released lease frees nothing that was not free. A lease another node holds now (a
+/// recreated Service's new holder) is kept. Returns the version to delete at, if any.
+pub(crate) fn lease_to_delete_again<'a>(
+    current: Option<&'a crate::election::Observed>,
+    node: &str,
+) -> Option<&'a str> {
+    let obs = current?;
+    (!obs.record.is_held() || obs.record.holder == node).then_some(obs.resource_version.as_str())
+}
+
 /// Services of `plan` that are announced nowhere: `externalTrafficPolicy: Local` Services
 /// without a ready endpoint on any node (`without_ready_endpoint`) whose group nobody
 /// campaigns for (their own lease, with per-Service leases or one lease for all alike; a

@@ -280,6 +280,20 @@ fn the_lease_is_deleted_only_when_ordered_and_released_or_still_ours() {
 }
 
 #[test]
+fn a_lease_found_changed_is_deleted_again_only_when_released_or_still_ours() {
+    // A release whose answer was lost: the server has the released record, one version on.
+    let released = end(true, "").observed;
+    assert_eq!(lease_to_delete_again(released.as_ref(), NODE), Some("42"));
+    // Still under this node's name (the delete failed, nothing was written since).
+    let ours = end(false, NODE).observed;
+    assert_eq!(lease_to_delete_again(ours.as_ref(), NODE), Some("42"));
+    // Another node holds it now (a recreated Service's holder), or it is gone.
+    let other = end(false, "node-b").observed;
+    assert_eq!(lease_to_delete_again(other.as_ref(), NODE), None);
+    assert_eq!(lease_to_delete_again(None, NODE), None);
+}
+
+#[test]
 fn local_services_without_endpoints_are_noted_with_either_kind_of_lease() {
     let mut local = svc("l", 1, &["192.0.2.30"], 80);
     local.etp_local = true;
