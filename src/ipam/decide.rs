@@ -80,20 +80,20 @@ pub enum RequestWarning {
 }
 
 /// One pass: a decision for every Service, in allocation order (creation time, unknown
-/// last, then namespace/name), each allocation added to `in_use` before the next.
-/// `refused(addr)`: addresses the allocator's probe found answered by another host; they
-/// are never handed out, shared or not.
+/// last, then namespace/name), each allocation added to the pass's copy of `in_use`
+/// before the next (copied at the first allocation only: a pass that allocates nothing,
+/// the usual case, copies nothing; 3.8 MB at 10 000 Services). `refused(addr)`: addresses
+/// the allocator's probe found answered by another host; they are never handed out,
+/// shared or not.
 pub fn plan(
     services: &[ServiceView],
     book: &PoolBook,
-    mut in_use: InUse,
+    in_use: &InUse,
     refused: &dyn Fn(IpAddr) -> bool,
 ) -> Vec<(ObjectKey, Decision)> {
+    let mut in_use = std::borrow::Cow::Borrowed(in_use);
     let mut order: Vec<&ServiceView> = services.iter().collect();
-    order.sort_by(|a, b| {
-        let rank = |s: &ServiceView| (s.created.unwrap_or(i64::MAX), s.key.clone());
-        rank(a).cmp(&rank(b))
-    });
+    order.sort_by_key(|s| (s.created.unwrap_or(i64::MAX), &s.key));
     order
         .into_iter()
         .map(|svc| {
@@ -113,7 +113,7 @@ pub fn plan(
 fn allocate(
     svc: &ServiceView,
     book: &PoolBook,
-    in_use: &mut InUse,
+    in_use: &mut std::borrow::Cow<'_, InUse>,
     refused: &dyn Fn(IpAddr) -> bool,
 ) -> Decision {
     let ns = svc.key.namespace.as_str();
@@ -171,7 +171,7 @@ fn allocate(
             ports: svc.ports.clone(),
             share_ok: share,
         };
-        in_use.add(*addr, user);
+        in_use.to_mut().add(*addr, user);
     }
     Decision::Allocate {
         addrs,

@@ -189,7 +189,7 @@ impl<A: ServiceApi, P: AddressProbe> Allocator<A, P> {
                 self.refused.get(&a).is_some_and(|until| *until > now)
                     || self.released.contains_key(&a)
             };
-            decisions = plan(&to_plan, &book, in_use.clone(), &refused);
+            decisions = plan(&to_plan, &book, &in_use, &refused);
             let candidates: Vec<IpAddr> = decisions
                 .iter()
                 .filter_map(|(_, d)| match d {

@@ -71,7 +71,7 @@ fn pass(
     let nodes: Vec<(String, IpAddr)> = nodes.iter().map(|(n, a)| (n.to_string(), ip(a))).collect();
     let in_use = InUse::build(services, &nodes, &ips(cp), |ns| b.allow_share(ns));
     let refused = ips(refused);
-    plan(services, &b, in_use, &|a| refused.contains(&a))
+    plan(services, &b, &in_use, &|a| refused.contains(&a))
         .into_iter()
         .map(|(k, d)| (k.to_string(), d))
         .collect()
