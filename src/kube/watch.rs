@@ -173,14 +173,15 @@ where
         views: views.iter().map(|_| AtomicBool::new(false)).collect(),
     });
     let flags = woken.clone();
-    let events = events.inspect(move |ev| {
-        if let Ok(ev) = ev {
+    let events = events.map(move |mut ev| {
+        if let Ok(ev) = &mut ev {
             let all = wakes(&store, ev);
             flags.all.store(all, Relaxed);
             for (flag, view) in flags.views.iter().zip(&views) {
                 flag.store(all && wakes_by(&store, ev, view.same), Relaxed);
             }
         }
+        ev
     });
     (events, woken)
 }
@@ -189,42 +190,47 @@ where
 /// an `Apply` of an object equal to the cached one but for `metadata.resourceVersion` (after
 /// stripping: a Node's heartbeat, a Service's annotation that a reader's strip drops) does
 /// not, nor do `Init` and `InitApply` (a re-list fills a buffer; the store changes at its
-/// `InitDone`, which does). Every other event does. Pure but for reading `store`.
-fn wakes<K>(store: &Store<K>, event: &watcher::Event<K>) -> bool
+/// `InitDone`, which does). Every other event does. Pure but for reading `store` (`event`
+/// is left as it came: see [`wakes_by`]).
+fn wakes<K>(store: &Store<K>, event: &mut watcher::Event<K>) -> bool
 where
     K: kube::Resource<DynamicType = ()> + Clone + PartialEq,
 {
-    wakes_by(store, event, same_but_version)
+    wakes_by(store, event, PartialEq::eq)
 }
 
 /// [`wakes`] with `same` judging an `Apply` against the cached object (a [`View`]'s sense
-/// of sameness: whether `event` changes what that view's reader reads).
-fn wakes_by<K>(store: &Store<K>, event: &watcher::Event<K>, same: fn(&K, &K) -> bool) -> bool
+/// of sameness: whether `event` changes what that view's reader reads). `same` sees the
+/// new object with the cached one's `metadata.resourceVersion`, so it compares the two but
+/// for their versions; the event's own version is put back before this returns (no copy
+/// of either object: a deep copy per watch event before, on every node, and two per
+/// Service event for the allocator's view).
+fn wakes_by<K>(store: &Store<K>, event: &mut watcher::Event<K>, same: fn(&K, &K) -> bool) -> bool
 where
     K: kube::Resource<DynamicType = ()> + Clone + PartialEq,
 {
     match event {
         watcher::Event::Apply(new) => store
             .get(&reflector::ObjectRef::from_obj(new))
-            .is_none_or(|old| !same(old.as_ref(), new)),
+            .is_none_or(|old| !with_version_of(old.as_ref(), new, |new| same(old.as_ref(), new))),
         watcher::Event::Init | watcher::Event::InitApply(_) => false,
         watcher::Event::Delete(_) | watcher::Event::InitDone => true,
     }
 }
 
-/// Whether `old` and `new` are equal but for `metadata.resourceVersion`. Pure.
-fn same_but_version<K>(old: &K, new: &K) -> bool
+/// `f(new)` with `new`'s `metadata.resourceVersion` set to `old`'s for the call, and put
+/// back after it.
+fn with_version_of<K, T>(old: &K, new: &mut K, f: impl FnOnce(&K) -> T) -> T
 where
-    K: kube::Resource + Clone + PartialEq,
+    K: kube::Resource,
 {
-    if old.meta().resource_version == new.meta().resource_version {
-        return old == new;
-    }
-    let mut new = new.clone();
-    new.meta_mut()
-        .resource_version
-        .clone_from(&old.meta().resource_version);
-    *old == new
+    let own = std::mem::replace(
+        &mut new.meta_mut().resource_version,
+        old.meta().resource_version.clone(),
+    );
+    let out = f(new);
+    new.meta_mut().resource_version = own;
+    out
 }
 
 /// One reflector's cache shared by every consumer of a process: the objects (a
@@ -249,7 +255,10 @@ pub struct SharedCache<K: kube::Resource<DynamicType = ()> + 'static> {
 pub struct View<K> {
     /// The view's name (what its reader asks for).
     pub name: &'static str,
-    /// Whether `old` and `new` (both stripped as cached) are the same for the reader.
+    /// Whether `old` and `new` (both stripped as cached, and with the same
+    /// `metadata.resourceVersion`: the cache sets `old`'s on `new` for the call) are the
+    /// same for the reader. Called for every watch event that changes the cache: it should
+    /// compare in place, without copying either object.
     pub same: fn(&K, &K) -> bool,
 }
 
@@ -640,19 +649,39 @@ mod tests {
         use watcher::Event::*;
         let (store, mut writer) = reflector::store::<ConfigMap>();
         let x1 = versioned("x", "1", "1");
-        assert!(wakes(&store, &Apply(x1.clone())), "new object");
+        assert!(wakes(&store, &mut Apply(x1.clone())), "new object");
         writer.apply_watcher_event(&Apply(x1.clone()));
-        assert!(!wakes(&store, &Apply(x1.clone())), "the same object again");
         assert!(
-            !wakes(&store, &Apply(versioned("x", "1", "2"))),
+            !wakes(&store, &mut Apply(x1.clone())),
+            "the same object again"
+        );
+        let mut version_only = Apply(versioned("x", "1", "2"));
+        assert!(
+            !wakes(&store, &mut version_only),
             "only the resourceVersion changed"
         );
-        assert!(wakes(&store, &Apply(versioned("x", "2", "2"))), "content");
-        assert!(wakes(&store, &Apply(versioned("y", "1", "3"))), "another");
-        assert!(wakes(&store, &Delete(x1.clone())));
-        assert!(!wakes(&store, &Init));
-        assert!(!wakes(&store, &InitApply(x1)));
-        assert!(wakes(&store, &InitDone));
+        let Apply(kept) = &version_only else {
+            unreachable!()
+        };
+        assert_eq!(
+            kept,
+            &versioned("x", "1", "2"),
+            "the event keeps its own resourceVersion (the cache takes it for conditional writes)"
+        );
+        let mut content = Apply(versioned("x", "2", "2"));
+        assert!(wakes(&store, &mut content), "content");
+        let Apply(kept) = &content else {
+            unreachable!()
+        };
+        assert_eq!(kept, &versioned("x", "2", "2"));
+        assert!(
+            wakes(&store, &mut Apply(versioned("y", "1", "3"))),
+            "another"
+        );
+        assert!(wakes(&store, &mut Delete(x1.clone())));
+        assert!(!wakes(&store, &mut Init));
+        assert!(!wakes(&store, &mut InitApply(x1)));
+        assert!(wakes(&store, &mut InitDone));
     }
 
     /// Through a shared cache: the version-only event is in the cache (its new
