@@ -410,12 +410,7 @@ mod tests {
             let stored = stored.clone();
             async move {
                 let method = req.method().to_string();
-                let bytes = http_body_util::BodyExt::collect(req.into_body())
-                    .await
-                    .map(|b| b.to_bytes())
-                    .unwrap_or_default();
-                let body: serde_json::Value =
-                    serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+                let body = crate::kube::fake_api::json_body(req).await;
                 log.lock().unwrap().push((method.clone(), body.clone()));
                 let mut reply = if method == "GET" {
                     serde_json::to_value(&stored).unwrap()
@@ -423,14 +418,8 @@ mod tests {
                     body
                 };
                 reply["metadata"]["resourceVersion"] = serde_json::json!("2");
-                let resp = http::Response::builder()
-                    .status(if method == "POST" { 201 } else { 200 })
-                    .header("content-type", "application/json")
-                    .body(http_body_util::Full::new(hyper::body::Bytes::from(
-                        reply.to_string(),
-                    )))
-                    .unwrap();
-                Ok::<_, std::convert::Infallible>(resp)
+                let code = if method == "POST" { 201 } else { 200 };
+                Ok::<_, std::convert::Infallible>(crate::kube::fake_api::json_reply(code, &reply))
             }
         });
         (kube::Client::new(svc, "default"), seen)

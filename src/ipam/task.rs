@@ -533,85 +533,45 @@ mod tests {
         }))
         .unwrap();
         type Edit = Box<dyn Fn(&mut Service)>;
+        fn annotate(key: &'static str, value: &'static str) -> Edit {
+            Box::new(move |s| {
+                s.metadata
+                    .annotations
+                    .get_or_insert_default()
+                    .insert(key.into(), value.into());
+            })
+        }
+        fn ingress(s: &mut Service) -> &mut Vec<LoadBalancerIngress> {
+            let lb = s.status.as_mut().unwrap().load_balancer.as_mut().unwrap();
+            lb.ingress.as_mut().unwrap()
+        }
         let edits: Vec<(&str, Edit)> = vec![
             ("nothing", Box::new(|_| {})),
-            (
-                "vipHost",
-                Box::new(|s| {
-                    s.metadata
-                        .annotations
-                        .get_or_insert_default()
-                        .insert("kube-vip.io/vipHost".into(), "node-b".into());
-                }),
-            ),
+            ("vipHost", annotate("kube-vip.io/vipHost", "node-b")),
             (
                 "address annotation",
-                Box::new(|s| {
-                    s.metadata
-                        .annotations
-                        .get_or_insert_default()
-                        .insert(ANN_LOADBALANCER_IPS.into(), "192.0.2.11".into());
-                }),
+                annotate(ANN_LOADBALANCER_IPS, "192.0.2.11"),
             ),
             (
                 "requested address",
-                Box::new(|s| {
-                    s.metadata
-                        .annotations
-                        .get_or_insert_default()
-                        .insert(ANN_REQUESTED_IP.into(), "192.0.2.12".into());
-                }),
+                annotate(ANN_REQUESTED_IP, "192.0.2.12"),
             ),
             (
                 "no annotations",
                 Box::new(|s| s.metadata.annotations = None),
             ),
-            (
-                "ingress ipMode",
-                Box::new(|s| {
-                    s.status
-                        .as_mut()
-                        .unwrap()
-                        .load_balancer
-                        .as_mut()
-                        .unwrap()
-                        .ingress
-                        .as_mut()
-                        .unwrap()[0]
-                        .ip_mode = None;
-                }),
-            ),
+            ("ingress ipMode", Box::new(|s| ingress(s)[0].ip_mode = None)),
             (
                 "ingress address",
-                Box::new(|s| {
-                    s.status
-                        .as_mut()
-                        .unwrap()
-                        .load_balancer
-                        .as_mut()
-                        .unwrap()
-                        .ingress
-                        .as_mut()
-                        .unwrap()[0]
-                        .ip = Some("192.0.2.13".into());
-                }),
+                Box::new(|s| ingress(s)[0].ip = Some("192.0.2.13".into())),
             ),
             (
                 "second ingress",
                 Box::new(|s| {
-                    s.status
-                        .as_mut()
-                        .unwrap()
-                        .load_balancer
-                        .as_mut()
-                        .unwrap()
-                        .ingress
-                        .as_mut()
-                        .unwrap()
-                        .push(LoadBalancerIngress {
-                            ip: Some("192.0.2.14".into()),
-                            ..Default::default()
-                        });
+                    ingress(s).push(LoadBalancerIngress {
+                        ip: Some("192.0.2.14".into()),
+                        ..Default::default()
+                    })
                 }),
             ),
             (

@@ -6,6 +6,8 @@ pub mod api;
 pub mod calls;
 pub mod client;
 pub mod events;
+#[cfg(test)]
+pub(crate) mod fake_api;
 pub mod key;
 pub mod service;
 pub mod watch;

@@ -1068,6 +1068,7 @@ mod renewal_tests {
 #[cfg(test)]
 mod acquire_check_tests {
     use super::*;
+    use crate::kube::fake_api::{json_reply, status};
 
     /// A client whose API server answers every GET with `status` and `body`, after `delay`.
     fn api(status: u16, body: serde_json::Value, delay: Duration) -> kube::Client {
@@ -1075,22 +1076,10 @@ mod acquire_check_tests {
             let body = body.clone();
             async move {
                 tokio::time::sleep(delay).await;
-                let resp = http::Response::builder()
-                    .status(status)
-                    .header("content-type", "application/json")
-                    .body(http_body_util::Full::new(hyper::body::Bytes::from(
-                        body.to_string(),
-                    )))
-                    .unwrap();
-                Ok::<_, std::convert::Infallible>(resp)
+                Ok::<_, std::convert::Infallible>(json_reply(status, &body))
             }
         });
         kube::Client::new(svc, "default")
-    }
-
-    fn status(code: u16) -> serde_json::Value {
-        serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-            "message": "x", "reason": "x", "code": code})
     }
 
     async fn check(client: kube::Client) -> bool {
@@ -1138,6 +1127,7 @@ mod lease_delete_tests {
     use std::sync::Mutex;
 
     use super::*;
+    use crate::kube::fake_api::{json_body, json_reply, status};
 
     /// A fake API server holding one Lease (`None`: absent) at a resourceVersion: GET
     /// returns it, DELETE removes it only when its precondition names that version (409
@@ -1159,17 +1149,8 @@ mod lease_delete_tests {
             let (stored, deletes) = (s.clone(), d.clone());
             async move {
                 let method = req.method().to_string();
-                let bytes = http_body_util::BodyExt::collect(req.into_body())
-                    .await
-                    .map(|b| b.to_bytes())
-                    .unwrap_or_default();
-                let body: serde_json::Value =
-                    serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null);
+                let body = json_body(req).await;
                 let mut lease = stored.lock().unwrap();
-                let status = |code: u16| {
-                    serde_json::json!({"kind": "Status", "apiVersion": "v1",
-                        "status": "Failure", "message": "x", "reason": "x", "code": code})
-                };
                 let (code, reply) = match (method.as_str(), lease.clone()) {
                     (_, None) => (404, status(404)),
                     ("GET", Some((holder, rv))) => (
@@ -1194,14 +1175,7 @@ mod lease_delete_tests {
                     }
                     _ => (405, status(405)),
                 };
-                let resp = http::Response::builder()
-                    .status(code)
-                    .header("content-type", "application/json")
-                    .body(http_body_util::Full::new(hyper::body::Bytes::from(
-                        reply.to_string(),
-                    )))
-                    .unwrap();
-                Ok::<_, std::convert::Infallible>(resp)
+                Ok::<_, std::convert::Infallible>(json_reply(code, &reply))
             }
         });
         (kube::Client::new(svc, "default"), stored, deletes)

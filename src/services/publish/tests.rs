@@ -287,14 +287,7 @@ async fn the_process_keeps_at_most_the_status_slots_in_flight() {
             n.fetch_sub(1, Ordering::SeqCst);
             let body = serde_json::json!({"apiVersion": "v1", "kind": "Service",
                 "metadata": {"name": "s", "namespace": "default"}});
-            let resp = http::Response::builder()
-                .status(200)
-                .header("content-type", "application/json")
-                .body(http_body_util::Full::new(hyper::body::Bytes::from(
-                    body.to_string(),
-                )))
-                .unwrap();
-            Ok::<_, std::convert::Infallible>(resp)
+            Ok::<_, std::convert::Infallible>(crate::kube::fake_api::json_reply(200, &body))
         }
     });
     let w = KubeStatusWriter::new(kube::Client::new(svc, "default"), "node-a");
