@@ -39,7 +39,9 @@ use crate::services::plan::security::{Held, Problem, exempt, ruleset};
 
 /// The main loop's handle on a running group task.
 pub(super) struct GroupHandle {
-    spec: watch::Sender<GroupSpec>,
+    /// The group's spec, shared with the group task (one copy of a shard's hundreds of
+    /// Services for the handle, the task and its status task, not three).
+    spec: watch::Sender<Arc<GroupSpec>>,
     stop: CancellationToken,
     /// Set before `stop` when the group's Services are gone: delete the lease after
     /// releasing it.
@@ -60,7 +62,7 @@ impl GroupHandle {
         lease: &LeaseRef,
         spec: GroupSpec,
     ) -> Self {
-        let (tx, rx) = watch::channel(spec);
+        let (tx, rx) = watch::channel(Arc::new(spec));
         let stop = CancellationToken::new();
         let delete_lease = Arc::new(AtomicBool::new(false));
         let not_here = Arc::new(std::sync::Mutex::new(None));
@@ -90,8 +92,8 @@ impl GroupHandle {
     /// Hands the group a new spec (no wake-up when it is the same).
     pub(super) fn update(&self, spec: GroupSpec) {
         self.spec.send_if_modified(|cur| {
-            if *cur != spec {
-                *cur = spec;
+            if **cur != spec {
+                *cur = Arc::new(spec);
                 true
             } else {
                 false
@@ -130,9 +132,9 @@ struct Group<K: Kernel, A: Announcer> {
     shared: Arc<Shared<K, A>>,
     lease: LeaseRef,
     client: GroupLease,
-    spec: watch::Receiver<GroupSpec>,
+    spec: watch::Receiver<Arc<GroupSpec>>,
     /// The spec last received.
-    current: GroupSpec,
+    current: Arc<GroupSpec>,
     vips_tx: watch::Sender<Vec<VipSpec>>,
     /// The elector's preference delay, from the spec's preferred nodes.
     preference: watch::Sender<Duration>,
@@ -193,7 +195,7 @@ struct Ending {
 async fn group_task<K: Kernel, A: Announcer>(
     shared: Arc<Shared<K, A>>,
     lease: LeaseRef,
-    spec: watch::Receiver<GroupSpec>,
+    spec: watch::Receiver<Arc<GroupSpec>>,
     stop: CancellationToken,
     ending: Ending,
 ) -> Option<ElectionEnd> {
@@ -334,7 +336,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
     fn start(
         shared: Arc<Shared<K, A>>,
         lease: LeaseRef,
-        mut spec: watch::Receiver<GroupSpec>,
+        mut spec: watch::Receiver<Arc<GroupSpec>>,
     ) -> Self {
         let gates = Gates::default();
         let mut ineligible = shared.ineligible.clone();
@@ -398,7 +400,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         );
         let seen = shared.services_seen.subscribe();
         let (status_events, events_rx) = mpsc::unbounded_channel();
-        let (status_spec, spec_rx) = watch::channel(Arc::new(initial.clone()));
+        let (status_spec, spec_rx) = watch::channel(initial.clone());
         let status_stop = CancellationToken::new();
         let status_task = tokio::spawn({
             let shared = shared.clone();
@@ -571,7 +573,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         }
         Box::pin(self.security_follow()).await;
         if event != GroupEvent::CacheSeen {
-            self.status_spec.send_replace(Arc::new(self.effective()));
+            self.status_spec.send_replace(self.effective());
         }
         // The status task ends only after this loop (stopped in `finish`).
         let _ = self.status_events.send(event);
@@ -609,20 +611,21 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         post_events(&self.shared.status, new).await;
     }
 
-    /// The spec with the DHCP Services' leased addresses ([`DhcpClients::effective`]).
-    fn effective(&self) -> GroupSpec {
+    /// The spec with the DHCP Services' leased addresses ([`DhcpClients::effective`]; the
+    /// spec received itself, shared, without a DHCP client).
+    fn effective(&self) -> Arc<GroupSpec> {
         match &self.dhcp {
-            Some(d) => d.effective(&self.current),
+            Some(d) => Arc::new(d.effective(&self.current)),
             None => self.current.clone(),
         }
     }
 
     /// Hands the holder the VIPs of [`Self::effective`] (no wake-up when unchanged).
     fn push_vips(&self) {
-        let vips = self.effective().vips;
+        let spec = self.effective();
         self.vips_tx.send_if_modified(|cur| {
-            if *cur != vips {
-                *cur = vips;
+            if *cur != spec.vips {
+                cur.clone_from(&spec.vips);
                 true
             } else {
                 false
@@ -891,7 +894,7 @@ async fn delete_stopped_lease(client: &KubeLeaseClient, lease: &LeaseRef, rv: &s
 /// `true`: missing RBAC (which `vipd preflight` reports) must not stop every takeover.
 fn service_still_exists(
     client: kube::Client,
-    spec: watch::Receiver<GroupSpec>,
+    spec: watch::Receiver<Arc<GroupSpec>>,
 ) -> crate::election::AcquireCheck {
     Arc::new(move || {
         let keys: Vec<ServiceKey> = spec
@@ -1094,7 +1097,7 @@ mod acquire_check_tests {
             )],
             ..Default::default()
         };
-        let (_tx, rx) = watch::channel(spec);
+        let (_tx, rx) = watch::channel(Arc::new(spec));
         service_still_exists(client, rx)().await
     }
 

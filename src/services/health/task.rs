@@ -9,7 +9,9 @@ use super::*;
 pub(crate) async fn follow<K: crate::net::Kernel, A: crate::net::Announcer>(
     shared: std::sync::Arc<crate::services::shared::Shared<K, A>>,
     lease: String,
-    mut spec: tokio::sync::watch::Receiver<crate::services::plan::decide::GroupSpec>,
+    mut spec: tokio::sync::watch::Receiver<
+        std::sync::Arc<crate::services::plan::decide::GroupSpec>,
+    >,
     mut state: tokio::sync::watch::Receiver<crate::election::LeaderState>,
     gates: crate::election::Gates,
     stop: tokio_util::sync::CancellationToken,
