@@ -308,6 +308,10 @@ pub struct ElectionEnd {
     /// Set when the lease was deleted while another node held it: that node may carry the
     /// VIPs until this instant (see the elector's rule for creating it again).
     pub absent_until: Option<Instant>,
+    /// The writes this run made (or may have made: answers lost) to the lease, which tell
+    /// its own records from those another process wrote under the same identity
+    /// ([`OwnWrites::is_ours`]; see the stopped group's second lease delete).
+    pub own: OwnWrites,
 }
 
 /// Leader election for one Lease and one identity.

@@ -61,6 +61,7 @@ impl<C: LeaseClient> Elector<C> {
                         observed: st.observed,
                         observed_at: st.observed_at,
                         absent_until: st.absent_until,
+                        own: st.own,
                     };
                 }
                 ev = watch.next() => {

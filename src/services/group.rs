@@ -819,11 +819,19 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         }
         // Other nodes judge a lease deleted while held as held for one more lease duration;
         // the VIP holder has stopped.
-        if let (Some(rv), GroupLease::Kube(client)) = (
+        if let (Some(rv), Some(e), GroupLease::Kube(client)) = (
             decide::lease_to_delete(delete_lease, end.as_ref(), &shared.node),
+            end.as_ref(),
             &self.client,
         ) {
-            Box::pin(delete_stopped_lease(client, &lease, rv, &shared.node)).await;
+            Box::pin(delete_stopped_lease(
+                client,
+                &lease,
+                rv,
+                &shared.node,
+                &e.own,
+            ))
+            .await;
         }
         end
     }
@@ -834,12 +842,19 @@ const LEASE_DELETE_CALL_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Deletes a stopped group's lease at version `rv` ([`decide::lease_to_delete`]). When the
 /// lease was changed since (409), it is read again and deleted at its new version if
-/// [`decide::lease_to_delete_again`] allows (released, or still this node's `node`): the
-/// answer to the release may have been lost to a call timeout after the server wrote it,
-/// and that lease would otherwise stay until the orphan collector ([`super::lease_gc`]), a
+/// [`decide::lease_to_delete_again`] allows (released, or under this node's name `node` by
+/// a write of the stopped elector, `own`; one another process wrote under the same name is
+/// its live lease): the answer to the release may have been lost to a call timeout after
+/// the server wrote it, and that lease would otherwise stay until the orphan collector ([`super::lease_gc`]), a
 /// lease duration plus 30 s later. Two rounds at most; a failed call (API unreachable) is
 /// logged and left to the collector, so that a stop never waits on an outage.
-async fn delete_stopped_lease(client: &KubeLeaseClient, lease: &LeaseRef, rv: &str, node: &str) {
+async fn delete_stopped_lease(
+    client: &KubeLeaseClient,
+    lease: &LeaseRef,
+    rv: &str,
+    node: &str,
+    own: &crate::election::OwnWrites,
+) {
     let mut rv = rv.to_string();
     for round in 0..2 {
         match tokio::time::timeout(LEASE_DELETE_CALL_TIMEOUT, client.delete(&rv)).await {
@@ -874,7 +889,7 @@ async fn delete_stopped_lease(client: &KubeLeaseClient, lease: &LeaseRef, rv: &s
                 return;
             }
         };
-        match decide::lease_to_delete_again(current.as_ref(), node) {
+        match decide::lease_to_delete_again(current.as_ref(), node, own) {
             Some(v) => rv = v.to_string(),
             None => {
                 debug!(%lease, "lease gone or held by another node; not deleted");
@@ -1130,6 +1145,7 @@ mod lease_delete_tests {
     use std::sync::Mutex;
 
     use super::*;
+    use crate::election::OwnWrites;
     use crate::kube::fake_api::{json_body, json_reply, status};
 
     /// A fake API server holding one Lease (`None`: absent) at a resourceVersion: GET
@@ -1145,11 +1161,26 @@ mod lease_delete_tests {
         Arc<Mutex<Option<(String, String)>>>,
         Arc<Mutex<Vec<String>>>,
     ) {
+        api_renewed(holder, version, None)
+    }
+
+    /// [`api`] with the Lease's `renewTime` (RFC 3339 with microseconds; `None`: unset).
+    #[allow(clippy::type_complexity)]
+    fn api_renewed(
+        holder: &str,
+        version: &str,
+        renew: Option<&str>,
+    ) -> (
+        kube::Client,
+        Arc<Mutex<Option<(String, String)>>>,
+        Arc<Mutex<Vec<String>>>,
+    ) {
+        let renew = renew.map(str::to_string);
         let stored = Arc::new(Mutex::new(Some((holder.to_string(), version.to_string()))));
         let deletes = Arc::new(Mutex::new(Vec::new()));
         let (s, d) = (stored.clone(), deletes.clone());
         let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
-            let (stored, deletes) = (s.clone(), d.clone());
+            let (stored, deletes, renew) = (s.clone(), d.clone(), renew.clone());
             async move {
                 let method = req.method().to_string();
                 let body = json_body(req).await;
@@ -1161,7 +1192,8 @@ mod lease_delete_tests {
                         serde_json::json!({"apiVersion": "coordination.k8s.io/v1",
                             "kind": "Lease", "metadata": {"name": "vipd-local.default.web",
                             "namespace": "kube-system", "resourceVersion": rv},
-                            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 5}}),
+                            "spec": {"holderIdentity": holder, "leaseDurationSeconds": 5,
+                                "renewTime": renew}}),
                     ),
                     ("DELETE", Some((_, rv))) => {
                         let want = body["preconditions"]["resourceVersion"]
@@ -1197,7 +1229,7 @@ mod lease_delete_tests {
     async fn a_release_whose_answer_was_lost_is_deleted_at_its_new_version() {
         let (client, stored, deletes) = api("", "6");
         let c = KubeLeaseClient::new(client, "kube-system", "vipd-local.default.web");
-        delete_stopped_lease(&c, &lease(), "5", "node-a").await;
+        delete_stopped_lease(&c, &lease(), "5", "node-a", &OwnWrites::default()).await;
         assert_eq!(*deletes.lock().unwrap(), ["5", "6"]);
         assert!(stored.lock().unwrap().is_none(), "deleted");
     }
@@ -1208,14 +1240,47 @@ mod lease_delete_tests {
     async fn a_lease_another_node_holds_now_is_kept() {
         let (client, stored, deletes) = api("node-b", "6");
         let c = KubeLeaseClient::new(client, "kube-system", "vipd-local.default.web");
-        delete_stopped_lease(&c, &lease(), "5", "node-a").await;
+        delete_stopped_lease(&c, &lease(), "5", "node-a", &OwnWrites::default()).await;
         assert_eq!(*deletes.lock().unwrap(), ["5"]);
         assert!(stored.lock().unwrap().is_some(), "kept");
 
         let (client, stored, deletes) = api("", "5");
         let c = KubeLeaseClient::new(client, "kube-system", "vipd-local.default.web");
-        delete_stopped_lease(&c, &lease(), "5", "node-a").await;
+        delete_stopped_lease(&c, &lease(), "5", "node-a", &OwnWrites::default()).await;
         assert_eq!(*deletes.lock().unwrap(), ["5"]);
+        assert!(stored.lock().unwrap().is_none(), "deleted");
+    }
+
+    /// Another process under this node's name (duplicate identity: a twin, e.g. a cloned
+    /// machine with the same node name) took the lease since the stopped group's elector
+    /// last saw it (a recreated Service's holder): the record names this node, but this
+    /// process never wrote it. It is that process's live lease and is kept, as the elector
+    /// itself treats such a record as another holder's (`held_by_another`).
+    #[tokio::test]
+    async fn a_lease_a_twin_under_this_nodes_name_holds_now_is_kept() {
+        let (client, stored, deletes) =
+            api_renewed("node-a", "6", Some("2026-12-07T04:00:00.000001Z"));
+        let c = KubeLeaseClient::new(client, "kube-system", "vipd-local.default.web");
+        delete_stopped_lease(&c, &lease(), "5", "node-a", &OwnWrites::default()).await;
+        assert_eq!(*deletes.lock().unwrap(), ["5"]);
+        assert!(stored.lock().unwrap().is_some(), "kept");
+    }
+
+    /// The stopped elector's own renewal whose answer was lost (sent, outcome unknown):
+    /// the record under this node's name at the new version is its own, and is deleted.
+    #[tokio::test]
+    async fn this_processs_own_write_whose_answer_was_lost_is_deleted() {
+        let renew = "2026-12-07T04:00:00.000001Z";
+        let mut own = OwnWrites::default();
+        own.attempted(&crate::election::LeaseRecord {
+            holder: "node-a".into(),
+            renew_time: Some(renew.parse().unwrap()),
+            ..Default::default()
+        });
+        let (client, stored, deletes) = api_renewed("node-a", "6", Some(renew));
+        let c = KubeLeaseClient::new(client, "kube-system", "vipd-local.default.web");
+        delete_stopped_lease(&c, &lease(), "5", "node-a", &own).await;
+        assert_eq!(*deletes.lock().unwrap(), ["5", "6"]);
         assert!(stored.lock().unwrap().is_none(), "deleted");
     }
 }

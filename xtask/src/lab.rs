@@ -536,10 +536,19 @@ impl Lab {
 /// Lines of each vipd log printed when a lab test fails ([`log_tails`]).
 const FAILED_LOG_TAIL_LINES: usize = 40;
 
+/// Characters of each line [`log_tails`] prints (longer ones end in `…`).
+const FAILED_LOG_LINE_CHARS: usize = 2_000;
+
+/// Bytes [`log_tails`] reads at most from the end of each log.
+const FAILED_LOG_TAIL_BYTES: u64 = 256 * 1024;
+
 /// For a failed test whose lab is about to be removed: the last
 /// [`FAILED_LOG_TAIL_LINES`] lines of each vipd log in `logs` (files named `*vipd*.log`, in
 /// name order), each under a line naming its file, so that a failure in CI, where the lab
-/// is not kept, still says what the nodes did. Empty when `logs` cannot be read.
+/// is not kept, still says what the nodes did. Bounded: at most [`FAILED_LOG_TAIL_BYTES`]
+/// are read from the end of each log (a first line cut there starts with `…`), bytes that are
+/// not UTF-8 are replaced, and each line is cut to [`FAILED_LOG_LINE_CHARS`] characters.
+/// Empty when `logs` cannot be read; a log that cannot be read is left out. Never panics.
 fn log_tails(logs: &Path) -> String {
     let Ok(entries) = std::fs::read_dir(logs) else {
         return String::new();
@@ -555,7 +564,7 @@ fn log_tails(logs: &Path) -> String {
     paths.sort();
     let mut out = String::new();
     for path in paths {
-        let Ok(text) = std::fs::read_to_string(&path) else {
+        let Some(text) = read_tail(&path, FAILED_LOG_TAIL_BYTES) else {
             continue;
         };
         let lines: Vec<&str> = text.lines().collect();
@@ -567,11 +576,35 @@ fn log_tails(logs: &Path) -> String {
         ));
         for line in tail {
             out.push_str("  ");
-            out.push_str(line);
+            match line.char_indices().nth(FAILED_LOG_LINE_CHARS) {
+                Some((cut, _)) => {
+                    out.push_str(&line[..cut]);
+                    out.push('…');
+                }
+                None => out.push_str(line),
+            }
             out.push('\n');
         }
     }
     out
+}
+
+/// The last `max` bytes of the file at `path` as text (bytes that are not UTF-8 replaced;
+/// when the file is longer, the text starts with `…`, its first line cut). `None` when it
+/// cannot be read.
+fn read_tail(path: &Path, max: u64) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let start = len.saturating_sub(max);
+    file.seek(SeekFrom::Start(start)).ok()?;
+    let mut bytes = Vec::new();
+    file.take(max).read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    Some(match start {
+        0 => text.into_owned(),
+        _ => format!("…{text}"),
+    })
 }
 
 impl Drop for Lab {
@@ -667,5 +700,34 @@ mod log_tail_tests {
         assert_eq!(&lines[42..], ["  b1", "  b2"]);
         assert!(!out.contains("etcd"));
         assert_eq!(log_tails(&dir.path().join("absent")), "");
+    }
+
+    /// A log with a huge line (S20 logs Services with 10 000 addresses) or bytes that are
+    /// not UTF-8 (a line cut by a kill) is still printed, and bounded: each line cut to
+    /// [`FAILED_LOG_LINE_CHARS`] characters, at most [`FAILED_LOG_TAIL_BYTES`] read.
+    #[test]
+    fn a_huge_or_broken_log_is_printed_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = "é".repeat(1_000_000).into_bytes();
+        log.extend_from_slice(b"\nbroken \xff\xfe line\nlast\n");
+        std::fs::write(dir.path().join("001-node-a-vipd.log"), &log).unwrap();
+        let mut big = vec![b'x'; 8 << 20];
+        big.extend_from_slice(b"\nend\n");
+        std::fs::write(dir.path().join("002-node-b-vipd.log"), &big).unwrap();
+        let out = log_tails(dir.path());
+        assert!(
+            out.len() < 4 * (FAILED_LOG_LINE_CHARS * 4 + 200),
+            "{} bytes",
+            out.len()
+        );
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[0].ends_with("001-node-a-vipd.log:"), "{}", lines[0]);
+        // Read from 256 KiB before the end, the first character may be a cut 'é' (U+FFFD).
+        assert!(lines[1].ends_with("é…"), "cut");
+        assert_eq!(lines[1].chars().count(), 2 + FAILED_LOG_LINE_CHARS + 1);
+        assert_eq!(lines[2], "  broken \u{fffd}\u{fffd} line");
+        assert_eq!(lines[3], "  last");
+        assert!(lines[4].ends_with("002-node-b-vipd.log:"), "{}", lines[4]);
+        assert_eq!(lines[6], "  end");
     }
 }

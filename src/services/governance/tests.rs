@@ -131,6 +131,7 @@ fn an_elector_that_saw_no_lease_is_no_evidence_of_absence() {
         observed: None,
         observed_at: t0,
         absent_until: None,
+        own: Default::default(),
     };
     assert_eq!(
         handover(None, &LeaseView::from_end(&end), t0),

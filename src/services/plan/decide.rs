@@ -190,17 +190,23 @@ pub(crate) fn lease_to_delete<'a>(
 
 /// Whether a lease that a stopped group was ordered to delete may still be deleted when
 /// its conditional delete ([`lease_to_delete`]) found it changed, or failed: its current
-/// record (`current`, read again; `None`: gone) is released or still names this node
-/// (`node`). A release whose answer was lost (a call timeout after the server wrote it)
-/// leaves exactly such a record, one version past the one the group last saw; deleting a
-/// released lease frees nothing that was not free. A lease another node holds now (a
-/// recreated Service's new holder) is kept. Returns the version to delete at, if any.
+/// record (`current`, read again; `None`: gone) is released, or names this node (`node`)
+/// and is one of the stopped elector's own writes (`own`, [`ElectionEnd::own`]). A
+/// release whose answer was lost (a call timeout after the server wrote it) leaves exactly
+/// such a record, one version past the one the group last saw; deleting a released lease
+/// frees nothing that was not free. A lease another node holds now (a recreated Service's
+/// new holder) is kept, and so is one that names this node but that this process never
+/// wrote: another process under the same identity (duplicate identity) holds it, which
+/// the elector, too, counts as another holder (`record::held_by_another`). Returns the
+/// version to delete at, if any.
 pub(crate) fn lease_to_delete_again<'a>(
     current: Option<&'a crate::election::Observed>,
     node: &str,
+    own: &crate::election::OwnWrites,
 ) -> Option<&'a str> {
     let obs = current?;
-    (!obs.record.is_held() || obs.record.holder == node).then_some(obs.resource_version.as_str())
+    (!obs.record.is_held() || (obs.record.holder == node && own.is_ours(obs)))
+        .then_some(obs.resource_version.as_str())
 }
 
 /// Services of `plan` that are announced nowhere: `externalTrafficPolicy: Local` Services

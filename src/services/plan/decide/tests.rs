@@ -252,6 +252,7 @@ fn end(released: bool, holder: &str) -> ElectionEnd {
         }),
         observed_at: tokio::time::Instant::now(),
         absent_until: None,
+        own: Default::default(),
     }
 }
 
@@ -283,14 +284,24 @@ fn the_lease_is_deleted_only_when_ordered_and_released_or_still_ours() {
 fn a_lease_found_changed_is_deleted_again_only_when_released_or_still_ours() {
     // A release whose answer was lost: the server has the released record, one version on.
     let released = end(true, "").observed;
-    assert_eq!(lease_to_delete_again(released.as_ref(), NODE), Some("42"));
-    // Still under this node's name (the delete failed, nothing was written since).
-    let ours = end(false, NODE).observed;
-    assert_eq!(lease_to_delete_again(ours.as_ref(), NODE), Some("42"));
-    // Another node holds it now (a recreated Service's holder), or it is gone.
+    let none = crate::election::OwnWrites::default();
+    assert_eq!(
+        lease_to_delete_again(released.as_ref(), NODE, &none),
+        Some("42")
+    );
+    // Still under this node's name by the stopped elector's own write (one whose answer
+    // was lost included).
+    let mut ours = end(false, NODE).observed.unwrap();
+    ours.record.renew_time = Some("2026-12-07T04:00:00.000001Z".parse().unwrap());
+    let mut own = crate::election::OwnWrites::default();
+    own.attempted(&ours.record);
+    assert_eq!(lease_to_delete_again(Some(&ours), NODE, &own), Some("42"));
+    // Under this node's name but written by another process (duplicate identity: a twin
+    // holds it), another node holds it now (a recreated Service's holder), or it is gone.
+    assert_eq!(lease_to_delete_again(Some(&ours), NODE, &none), None);
     let other = end(false, "node-b").observed;
-    assert_eq!(lease_to_delete_again(other.as_ref(), NODE), None);
-    assert_eq!(lease_to_delete_again(None, NODE), None);
+    assert_eq!(lease_to_delete_again(other.as_ref(), NODE, &own), None);
+    assert_eq!(lease_to_delete_again(None, NODE, &own), None);
 }
 
 #[test]
