@@ -488,7 +488,8 @@ impl<C: LeaseClient> Elector<C> {
     }
 }
 
-pub(super) async fn timed<T>(
+/// `fut` bounded by `limit`; past it, [`LeaseError::Timeout`] naming `lease` and `op`.
+pub(crate) async fn timed<T>(
     lease: &str,
     op: &'static str,
     limit: Duration,

@@ -55,6 +55,7 @@ use tokio::time::{Instant, sleep_until, timeout};
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, error, info, warn};
 
+pub(crate) use attempt::timed;
 pub use record::{LeaseRecord, Observed, OwnWrites, Standing};
 
 /// Errors of one Lease API call.

@@ -40,7 +40,8 @@ use crate::services::plan::security::{Held, Problem, exempt, ruleset};
 /// The main loop's handle on a running group task.
 pub(super) struct GroupHandle {
     /// The group's spec, shared with the group task (one copy of a shard's hundreds of
-    /// Services for the handle, the task and its status task, not three).
+    /// Services for the handle, the task, its status task and its health follower, not
+    /// four).
     spec: watch::Sender<Arc<GroupSpec>>,
     stop: CancellationToken,
     /// Set before `stop` when the group's Services are gone: delete the lease after
@@ -856,36 +857,30 @@ async fn delete_stopped_lease(
     own: &crate::election::OwnWrites,
 ) {
     let mut rv = rv.to_string();
+    let name = lease.to_string();
+    let bound = LEASE_DELETE_CALL_TIMEOUT;
     for round in 0..2 {
-        match tokio::time::timeout(LEASE_DELETE_CALL_TIMEOUT, client.delete(&rv)).await {
-            Ok(Ok(true)) => {
+        match crate::election::timed(&name, "delete", bound, client.delete(&rv)).await {
+            Ok(true) => {
                 info!(%lease, "lease deleted");
                 return;
             }
-            Ok(Ok(false)) if round == 0 => {
+            Ok(false) if round == 0 => {
                 debug!(%lease, "lease changed or gone since it was last seen; reading it again")
             }
-            Ok(Ok(false)) => {
+            Ok(false) => {
                 debug!(%lease, "lease changed again; left to the orphan collector");
                 return;
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 warn!(%lease, error = %e, "deleting the lease failed; left to the orphan collector");
                 return;
             }
-            Err(_) => {
-                warn!(%lease, "deleting the lease timed out; left to the orphan collector");
-                return;
-            }
         }
-        let current = match tokio::time::timeout(LEASE_DELETE_CALL_TIMEOUT, client.get()).await {
-            Ok(Ok(current)) => current,
-            Ok(Err(e)) => {
+        let current = match crate::election::timed(&name, "get", bound, client.get()).await {
+            Ok(current) => current,
+            Err(e) => {
                 warn!(%lease, error = %e, "reading the lease again failed; left to the orphan collector");
-                return;
-            }
-            Err(_) => {
-                warn!(%lease, "reading the lease again timed out; left to the orphan collector");
                 return;
             }
         };
