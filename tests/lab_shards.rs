@@ -160,19 +160,31 @@ fn s62_shards_carry_their_services_spread_fail_over_and_drain() {
     let mut services = create_services(&lab, 18);
     // Shares svc-0's address on another port: carried with it, by the lease of the older
     // of the two (creation second, then name: created in the same second, "sharer" wins).
-    create_service(
-        &lab,
-        &service_json("sharer", Some("192.0.2.150"), None, &[(443, "TCP")], false),
-    );
+    // On another shard than svc-0's (re-created until it is), so that deleting the
+    // governing one of the two below moves the address between shards.
+    let sharer = || service_json("sharer", Some("192.0.2.150"), None, &[(443, "TCP")], false);
+    create_service(&lab, &sharer());
+    for _ in 0..20 {
+        if shard_of(&uid(&lab, "sharer"), 6) != shard_of(&services[0].1, 6) {
+            break;
+        }
+        delete_service(&lab, "sharer");
+        wait_until("the sharer deleted", LIMIT, || {
+            get_service(&lab, "sharer").is_none()
+        });
+        create_service(&lab, &sharer());
+    }
     let created = |name: &str| {
         get_service(&lab, name).expect("service")["metadata"]["creationTimestamp"]
             .as_str()
             .unwrap_or_default()
             .to_string()
     };
-    if created("sharer") == created("svc-0") {
-        services[0].1 = uid(&lab, "sharer");
-    }
+    let (governor, survivor) = match created("sharer") == created("svc-0") {
+        true => ("sharer", "svc-0"),
+        false => ("svc-0", "sharer"),
+    };
+    services[0].1 = uid(&lab, governor);
     // Local: only node-c has an endpoint.
     create_service(
         &lab,
@@ -195,6 +207,65 @@ fn s62_shards_carry_their_services_spread_fail_over_and_drain() {
     wait_until("the sharer's status", LIMIT, || {
         ingress_ips(&lab, "sharer") == ["192.0.2.150"]
     });
+    // The governing one of the two sharers deleted: the shared address moves to the
+    // survivor's shard. The shard it leaves keeps running with its other Services (a
+    // release would hand all of them over to move one address): they stay on its holder
+    // at every sample, the lease keeps its holder and term, and the moved address is
+    // never carried by two nodes (the new shard's holder binds it once the old one has
+    // had a lease duration to drop it, after a conflict probe).
+    let shared_addr: IpAddr = "192.0.2.150".parse().expect("ip");
+    let (from_shard, to_shard) = (
+        shard_of(&services[0].1, 6),
+        shard_of(&uid(&lab, survivor), 6),
+    );
+    assert_ne!(
+        from_shard, to_shard,
+        "the sharer was re-created until they differ"
+    );
+    let from_lease = format!("vipd-services-shard-{from_shard}");
+    let term = |l: &serde_json::Value| {
+        (
+            l["spec"]["holderIdentity"].clone(),
+            l["spec"]["acquireTime"].clone(),
+            l["spec"]["leaseTransitions"].clone(),
+        )
+    };
+    let before = term(&lease(&lab, SHARD_NS, &from_lease).expect("the old shard's lease"));
+    let stay: Vec<IpAddr> = services
+        .iter()
+        .filter(|(a, u)| *a != shared_addr && shard_of(u, 6) == from_shard)
+        .map(|(a, _)| *a)
+        .collect();
+    let old_holder = placed[usize::from(from_shard)].clone();
+    let all: Vec<IpAddr> = services.iter().map(|(a, _)| *a).collect();
+    let deleted = Instant::now();
+    delete_service(&lab, governor);
+    services[0].1 = uid(&lab, survivor);
+    let moved_in = wait_for("the shared address on the survivor's shard", LIMIT, || {
+        let now = carried(&lab);
+        assert_one_carrier(&now, &all, "moving a shared address");
+        for a in &stay {
+            assert_eq!(
+                now.get(a).map(Vec::as_slice).unwrap_or_default(),
+                std::slice::from_ref(&old_holder),
+                "{a} stays on shard {from_shard}'s holder while {shared_addr} leaves it"
+            );
+        }
+        let to = shard_holders(&lab, 6)[usize::from(to_shard)].clone()?;
+        (now.get(&shared_addr) == Some(&vec![to])).then(|| deleted.elapsed())
+    });
+    eprintln!(
+        "S62 {shared_addr} moved from shard {from_shard} to {to_shard} in {} ms, its {} \
+         neighbours carried throughout",
+        moved_in.as_millis(),
+        stay.len()
+    );
+    assert_eq!(
+        term(&lease(&lab, SHARD_NS, &from_lease).expect("the old shard's lease")),
+        before,
+        "shard {from_shard} kept its holder and term"
+    );
+
     // Shards replace per-Service leases: none was created.
     let r = lab
         .api_request(
@@ -216,7 +287,6 @@ fn s62_shards_carry_their_services_spread_fail_over_and_drain() {
         .filter(|(_, u)| placed[usize::from(shard_of(u, 6))] == victim)
         .map(|(a, _)| *a)
         .collect();
-    let all: Vec<IpAddr> = services.iter().map(|(a, _)| *a).collect();
     let killed = Instant::now();
     procs[node_index(&victim)]
         .signal(Signal::SIGKILL)

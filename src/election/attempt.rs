@@ -71,7 +71,10 @@ impl<C: LeaseClient> Elector<C> {
                 Standing::Ours | Standing::Free => true,
                 Standing::HeldByOther { .. } => false,
             };
-        let ControlFlow::Continue(in_flight) = self.acquire_turn(st, &lease, now, acquiring) else {
+        let absent = matches!(standing, Standing::Absent);
+        let ControlFlow::Continue(in_flight) =
+            self.acquire_turn(st, &lease, now, acquiring, absent)
+        else {
             return;
         };
         if acquiring && !self.may_acquire(st, &lease, now).await {
@@ -114,16 +117,18 @@ impl<C: LeaseClient> Elector<C> {
             })
     }
 
-    /// When an acquisition (`acquiring`) may be written: at once for the node a fail-back
-    /// request names, else after the spread's and the preference's wait since the lease
-    /// became free. `Continue` with the spread's in-flight mark to hold during the write;
-    /// `Break` (with `st.next_attempt` set) while it must wait.
+    /// When an acquisition (`acquiring`; `absent`: of a lease that does not exist yet) may
+    /// be written: at once for the node a fail-back request names, else after the spread's
+    /// and the preference's wait since the lease became free. `Continue` with the spread's
+    /// in-flight mark to hold during the write; `Break` (with `st.next_attempt` set) while
+    /// it must wait.
     fn acquire_turn(
         &self,
         st: &mut Run,
         lease: &str,
         now: Instant,
         acquiring: bool,
+        absent: bool,
     ) -> ControlFlow<(), Option<spread::InFlight>> {
         let mut in_flight = None;
         // A lease released with a fail-back request (see [`super::failback`]) goes to the
@@ -151,7 +156,7 @@ impl<C: LeaseClient> Elector<C> {
         } else if acquiring && (self.spread.is_some() || !preference.is_zero()) {
             let free_since = *st.free_since.get_or_insert(now);
             let at = match &self.spread {
-                Some(sp) => sp.not_before(free_since),
+                Some(sp) => sp.not_before(free_since, absent),
                 None => free_since,
             } + preference;
             if now < at {

@@ -18,11 +18,19 @@
 //! * or taken in a new term (another holder, or a new acquisition: the term that held the
 //!   address ended in one of the two ways above).
 //!
-//! A lease that lost an address to another lease but still governs other addresses is
+//! A lease of its own Services (per-Service, `vipd-local.`, a `kube-vip.io/leaseName`
+//! lease) that lost an address to another lease but still governs other addresses is
 //! restarted on every node (its holder drops its VIPs and releases it, then campaigns
 //! again), so that its holder gives the release signal; a lease whose Services are all gone
-//! simply stops (released and deleted by its holder, S17). An address that a lease merely
-//! drops (no other lease takes it in the same step) is not held back later.
+//! simply stops (released and deleted by its holder, S17). A shared lease (a shard, the one
+//! lease for all) that still governs other addresses keeps running instead: a release
+//! would hand hundreds of Services over to move one address. Its holder drops the moved
+//! addresses on the same Service change that moved them, so its handover is also done
+//! one lease duration after the retirement began on this node, the `done_by` of
+//! [`follow`]; a holder whose view of the Services lags past that still answers the new
+//! holder's conflict probe (an address new to a term is always probed), which then refuses
+//! the address until it is free. An address that a lease merely drops (no other lease
+//! takes it in the same step) is not held back later.
 //!
 //! Which leases retire and what a group may bind are decided in
 //! [`crate::services::plan::governance`]; here is when a retiring lease lets go
@@ -168,23 +176,30 @@ pub fn handover(from: Option<&LeaseRecord>, view: &LeaseView, now: Instant) -> H
     }
 }
 
-/// Follows a retiring lease until its handover is [`Handover::Done`] (returns `true`) or
-/// `stop` is cancelled (returns `false`). `events`: the lease's changes, subscribed before
-/// the elector that gave `view` stopped (so no change falls between the two); the lease is
-/// also read once at the start (the elector may have dropped a change it had not handled
-/// yet when it stopped) and again after every watch error. Failed reads are retried every
-/// retry period of `timing`, each bounded by its call timeout.
+/// Follows a retiring lease until its handover is [`Handover::Done`] or `done_by` (a
+/// shared lease that keeps running, see the module doc; `None`: no such bound) has passed
+/// (returns `true`), or `stop` is cancelled (returns `false`). `events`: the lease's
+/// changes, subscribed before the elector that gave `view` stopped (so no change falls
+/// between the two); the lease is also read once at the start (the elector may have
+/// dropped a change it had not handled yet when it stopped) and again after every watch
+/// error. Failed reads are retried every retry period of `timing`, each bounded by its call
+/// timeout.
 pub(crate) async fn follow<C: LeaseClient>(
     client: C,
     mut events: BoxStream<'static, LeaseEvent>,
     mut view: LeaseView,
     timing: Timing,
+    done_by: Option<Instant>,
     stop: CancellationToken,
 ) -> bool {
     let lease = client.describe();
     let mut from: Option<LeaseRecord> = None;
     let mut read_at = Some(Instant::now());
     loop {
+        if done_by.is_some_and(|t| t <= Instant::now()) {
+            debug!(%lease, "retiring lease kept by its holder: one lease duration passed since the retirement began");
+            return true;
+        }
         let now = Instant::now();
         if read_at.is_some_and(|t| t <= now) {
             match timeout(timing.call_timeout(), client.get()).await {
@@ -212,6 +227,7 @@ pub(crate) async fn follow<C: LeaseClient>(
             Handover::Unknown => now + Duration::from_secs(3600),
         };
         let wake = read_at.map_or(wake, |r| r.min(wake));
+        let wake = done_by.map_or(wake, |d| d.min(wake));
         tokio::select! {
             biased;
             _ = stop.cancelled() => return false,

@@ -505,11 +505,7 @@ async fn run<K: Kernel, A: Announcer>(
             },
         },
         spread: match plan_config(&cfg).mode {
-            Mode::Sharded(_) => crate::election::spread::Spread::with(
-                crate::election::spread::SHARD_SPREAD_STEP,
-                crate::election::spread::SPREAD_CAP,
-                crate::election::spread::SPREAD_DISCOVERY,
-            ),
+            Mode::Sharded(_) => crate::election::spread::Spread::for_shards(),
             _ => crate::election::spread::Spread::new(),
         },
         outage: crate::election::outage::ApiOutage::new(cfg.services_timing.retry_period),
@@ -923,6 +919,7 @@ async fn reconcile_groups<K: Kernel, A: Announcer>(
     gov.prev = crate::services::plan::governance::governors(plan);
     // Subscribe to every retiring lease before its group stops, so that no change (the
     // holder's release) falls between what the elector saw and what the retirement sees.
+    let kept = stops.kept;
     let retiring: Vec<_> = stops
         .retire
         .into_iter()
@@ -944,7 +941,13 @@ async fn reconcile_groups<K: Kernel, A: Announcer>(
             debug!(%lease, "retiring lease released or gone: its addresses may move at once");
             continue;
         }
-        start_retirement(shared, gov, lease, addrs, client, events, view);
+        // A shared lease keeps running without the moved addresses: its holder dropped them
+        // on the same Service change, so the handover is done one lease duration from now
+        // at the latest (the new holder's conflict probe is the backstop).
+        let done_by = kept
+            .contains(&lease)
+            .then(|| tokio::time::Instant::now() + shared.timing.lease_duration);
+        start_retirement(shared, gov, lease, addrs, client, events, view, done_by);
     }
     let retiring: BTreeMap<LeaseRef, BTreeSet<IpAddr>> = gov
         .retiring
@@ -1007,8 +1010,10 @@ fn handover_done(view: &LeaseView) -> bool {
 }
 
 /// Starts following a retiring lease (see [`governance::follow`]); its addresses are held
-/// back from other leases until it is done. A lease already retiring is followed again
-/// from `view`, with the union of the addresses.
+/// back from other leases until it is done, or until `done_by` for a lease that keeps
+/// running ([`decide::Stops::kept`]). A lease already retiring is followed again from
+/// `view`, with the union of the addresses (and the new `done_by`: the later one).
+#[allow(clippy::too_many_arguments)]
 fn start_retirement<K: Kernel, A: Announcer>(
     shared: &Arc<Shared<K, A>>,
     gov: &mut Governance,
@@ -1017,6 +1022,7 @@ fn start_retirement<K: Kernel, A: Announcer>(
     client: KubeLeaseClient,
     events: futures::stream::BoxStream<'static, crate::election::LeaseEvent>,
     view: LeaseView,
+    done_by: Option<tokio::time::Instant>,
 ) {
     if let Some(old) = gov.retiring.remove(&lease) {
         old.stop.cancel();
@@ -1033,7 +1039,7 @@ fn start_retirement<K: Kernel, A: Announcer>(
         lease.clone(),
     );
     tokio::spawn(async move {
-        if governance::follow(client, events, view, timing, st).await {
+        if governance::follow(client, events, view, timing, done_by, st).await {
             debug!(lease = %l, "Services: retiring lease released, deleted or expired");
             d.store(true, std::sync::atomic::Ordering::SeqCst);
             settled.notify_one();

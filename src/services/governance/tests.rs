@@ -207,11 +207,20 @@ fn spawn_follow(
     fake: &Fake,
     v: LeaseView,
 ) -> (tokio::task::JoinHandle<(bool, Instant)>, CancellationToken) {
+    spawn_follow_until(fake, v, None)
+}
+
+/// [`spawn_follow`] of a lease that keeps running: done by `done_by` at the latest.
+fn spawn_follow_until(
+    fake: &Fake,
+    v: LeaseView,
+    done_by: Option<Instant>,
+) -> (tokio::task::JoinHandle<(bool, Instant)>, CancellationToken) {
     let stop = CancellationToken::new();
     let events = fake.watch();
     let (f, s) = (fake.clone(), stop.clone());
     let h = tokio::spawn(async move {
-        let r = follow(f, events, v, TIMING, s).await;
+        let r = follow(f, events, v, TIMING, done_by, s).await;
         (r, Instant::now())
     });
     (h, stop)
@@ -299,6 +308,43 @@ async fn a_lease_never_seen_is_read_first() {
     let (done, _) = h.await.unwrap();
     assert!(done, "absent on the first read: nothing to wait for");
     assert_eq!(fake.gets.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kept_shared_lease_is_done_one_lease_duration_after_its_retirement_began() {
+    // A shard keeps running without the moved address; its holder renews every second and
+    // never releases: the retirement ends at `done_by`, not at the lease's expiry (never).
+    let t0 = Instant::now();
+    let held = rec("node-a", 100, 0, 5);
+    let fake = Fake::new(Some(obs(held.clone(), 7)));
+    let done_by = t0 + TIMING.lease_duration;
+    let (h, _stop) = spawn_follow_until(&fake, view(Some(obs(held.clone(), 7)), t0), Some(done_by));
+    for i in 1..=4 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let mut renewed = held.clone();
+        renewed.renew_time = Some(Timestamp::from_second(100 + i).unwrap());
+        fake.write(obs(renewed, 7 + i as u64));
+        assert!(!h.is_finished(), "renewed, {i} s in: still waiting");
+    }
+    let (done, at) = h.await.unwrap();
+    assert!(done);
+    assert_eq!(at, done_by);
+    // Released (its holder drained) before then: done at once, as for any lease.
+    let fake = Fake::new(Some(obs(held.clone(), 7)));
+    let t1 = Instant::now();
+    let (h, _stop) = spawn_follow_until(
+        &fake,
+        view(Some(obs(held.clone(), 7)), t1),
+        Some(t1 + TIMING.lease_duration),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    fake.write(obs(
+        record::release(&held, Timestamp::from_second(101).unwrap()),
+        8,
+    ));
+    let (done, at) = h.await.unwrap();
+    assert!(done);
+    assert_eq!(at, t1 + Duration::from_millis(300));
 }
 
 #[tokio::test(start_paused = true)]

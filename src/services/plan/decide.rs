@@ -77,10 +77,15 @@ pub(crate) struct Stops {
     /// Leases that stop governing addresses, with those addresses
     /// ([`governance::Changes::retire`]).
     pub(crate) retire: BTreeMap<LeaseRef, BTreeSet<IpAddr>>,
+    /// The retiring leases that keep running ([`governance::Changes::kept`]): their
+    /// handover is also done one lease duration after it began.
+    pub(crate) kept: BTreeSet<LeaseRef>,
 }
 
 /// Which of the `running` groups stop for `plan`, given the governors of the previous plan
-/// (`prev`): gone from the plan, not campaigned for by this node, or retiring. A lease that
+/// (`prev`): gone from the plan, not campaigned for by this node, or retiring (a shared
+/// lease under `mode` that still governs other addresses keeps running instead:
+/// [`governance::Changes::kept`]). A lease that
 /// governs no address anywhere any more (its Service was deleted, changed type or class, or
 /// lost its addresses: S17, S18, S32) is deleted after its release, unless it is shared
 /// under `mode` (the one lease for all Services, a current shard lease:
@@ -91,7 +96,7 @@ pub(crate) fn stops(
     running: &BTreeSet<LeaseRef>,
     mode: &Mode,
 ) -> Stops {
-    let changes = governance::changes(prev, plan, running);
+    let changes = governance::changes(prev, plan, running, |l| mode.is_shared(l));
     let continued_macs = dhcp_macs(plan);
     let stop = changes
         .stop
@@ -111,6 +116,7 @@ pub(crate) fn stops(
             true => changes.retire,
             false => BTreeMap::new(),
         },
+        kept: changes.kept,
     }
 }
 

@@ -22,23 +22,35 @@ pub(crate) fn governors(plan: &Plan) -> BTreeMap<IpAddr, LeaseRef> {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Changes {
     /// Running groups to stop: gone from the plan, not campaigned for by this node, or
-    /// retiring (they lost an address to another lease; started again by [`admit`] when
-    /// they still govern other addresses).
+    /// retiring leases of their own Services (they lost an address to another lease;
+    /// started again by [`admit`] when they still govern other addresses).
     pub stop: BTreeSet<LeaseRef>,
     /// Leases that stop governing addresses, with those addresses: every other lease is
-    /// held back from them until the retiring lease's handover is done ([`handover`]).
+    /// held back from them until the retiring lease's handover is done
+    /// (`crate::services::governance::handover`).
     pub retire: BTreeMap<LeaseRef, BTreeSet<IpAddr>>,
+    /// The retiring leases of `retire` that keep running: shared leases (a shard, the one
+    /// lease for all) that still govern other addresses and that this node still
+    /// campaigns for. Their holder drops only the moved addresses and keeps the lease, so
+    /// no release signals the handover: it is also done one lease duration after the
+    /// retirement began (`crate::services::governance::follow`).
+    pub kept: BTreeSet<LeaseRef>,
 }
 
 /// Compares the previous governors (`prev`, from [`governors`] of the last plan) with
 /// `plan`, given the groups this node runs (`running`). A lease retires with an address
 /// when the address is governed by another lease now, and with every address it governed
 /// when it governs nothing now (so that an address re-used soon after its Service was
-/// deleted waits as well).
+/// deleted waits as well). A retiring lease's group stops so that its holder releases it,
+/// unless `shared` says the lease is shared by Services whatever they are (a shard, the one
+/// lease for all: `Mode::is_shared`) and it is still in the plan and campaigned for: a
+/// release would hand every other Service of it over to move one address, so it keeps
+/// running without the moved addresses ([`Changes::kept`]).
 pub fn changes(
     prev: &BTreeMap<IpAddr, LeaseRef>,
     plan: &Plan,
     running: &BTreeSet<LeaseRef>,
+    shared: impl Fn(&LeaseRef) -> bool,
 ) -> Changes {
     let now = governors(plan);
     let mut out = Changes::default();
@@ -52,9 +64,11 @@ pub fn changes(
         }
     }
     for lease in running {
-        let keep =
-            plan.groups.get(lease).is_some_and(|g| g.campaign) && !out.retire.contains_key(lease);
-        if !keep {
+        let campaign = plan.groups.get(lease).is_some_and(|g| g.campaign);
+        let retiring = out.retire.contains_key(lease);
+        if campaign && retiring && shared(lease) {
+            out.kept.insert(lease.clone());
+        } else if !campaign || retiring {
             out.stop.insert(lease.clone());
         }
     }

@@ -84,7 +84,7 @@ fn deleting_the_governing_service_retires_its_lease_with_the_shared_address() {
     let before = plan_of(&[old, new.clone()]);
     assert_eq!(governors(&before)[&ip(SHARED)], lease("old"));
     let after = plan_of(&[new]);
-    let c = changes(&governors(&before), &after, &set(&["old"]));
+    let c = changes(&governors(&before), &after, &set(&["old"]), |_| false);
     assert_eq!(c.retire, [(lease("old"), addrs(&[SHARED]))].into());
     assert_eq!(c.stop, set(&["old"]));
     // The newer Service's lease governs now; it is held back by the retiring lease.
@@ -104,7 +104,7 @@ fn deleting_a_service_that_does_not_govern_moves_nothing() {
     let new = svc("new", 2, &[SHARED], 8000);
     let before = plan_of(&[old.clone(), new]);
     let after = plan_of(&[old]);
-    let c = changes(&governors(&before), &after, &set(&["old"]));
+    let c = changes(&governors(&before), &after, &set(&["old"]), |_| false);
     assert_eq!(c, Changes::default());
     let a = admit(&after, &set(&["old"]), &BTreeMap::new());
     assert_eq!(vips_of(&a.run[&lease("old")]), vec![ip(SHARED)]);
@@ -116,7 +116,7 @@ fn a_deleted_service_retires_its_lease_so_a_quick_reuse_of_its_address_waits() {
     // another lease while the old holder may still answer.
     let before = plan_of(&[svc("web", 1, &[SHARED], 80)]);
     let gone = plan_of(&[]);
-    let c = changes(&governors(&before), &gone, &set(&["web"]));
+    let c = changes(&governors(&before), &gone, &set(&["web"]), |_| false);
     assert_eq!(c.retire, [(lease("web"), addrs(&[SHARED]))].into());
     let again = plan_of(&[svc("web2", 5, &[SHARED], 80)]);
     let a = admit(&again, &BTreeSet::new(), &c.retire);
@@ -132,7 +132,7 @@ fn an_address_edit_within_one_lease_retires_nothing() {
     // S19: 192.0.2.120 -> 192.0.2.121 on the same Service: the group updates its VIPs.
     let before = plan_of(&[svc("web", 1, &["192.0.2.120"], 80)]);
     let after = plan_of(&[svc("web", 1, &["192.0.2.121"], 80)]);
-    let c = changes(&governors(&before), &after, &set(&["web"]));
+    let c = changes(&governors(&before), &after, &set(&["web"]), |_| false);
     assert_eq!(c, Changes::default());
 }
 
@@ -145,7 +145,7 @@ fn a_lease_that_loses_an_address_but_governs_others_restarts() {
     let after = plan_of(&[young, svc("elder", 1, &["192.0.2.53", SHARED], 8000)]);
     assert_eq!(governors(&after)[&ip(SHARED)], lease("elder"));
     let running = set(&["young", "elder"]);
-    let c = changes(&governors(&before), &after, &running);
+    let c = changes(&governors(&before), &after, &running, |_| false);
     assert_eq!(c.retire, [(lease("young"), addrs(&[SHARED]))].into());
     assert_eq!(
         c.stop,
@@ -166,6 +166,36 @@ fn a_lease_that_loses_an_address_but_governs_others_restarts() {
 }
 
 #[test]
+fn a_shared_lease_that_loses_an_address_but_governs_others_keeps_running() {
+    // The same move as above, but "young" is a shard (or the one lease for all): releasing
+    // it would hand every other Service on it over. It keeps running without the moved
+    // address; "elder" still waits for its handover (done by time, see `follow`).
+    let young = svc("young", 5, &[SHARED, "192.0.2.52"], 80);
+    let before = plan_of(&[young.clone(), svc("elder", 1, &["192.0.2.53"], 8000)]);
+    let after = plan_of(&[young, svc("elder", 1, &["192.0.2.53", SHARED], 8000)]);
+    let running = set(&["young", "elder"]);
+    let shared = |l: &LeaseRef| *l == lease("young");
+    let c = changes(&governors(&before), &after, &running, shared);
+    assert_eq!(c.retire, [(lease("young"), addrs(&[SHARED]))].into());
+    assert!(c.stop.is_empty(), "nothing restarts: {c:?}");
+    assert_eq!(c.kept, set(&["young"]));
+    let a = admit(&after, &running, &c.retire);
+    assert_eq!(vips_of(&a.run[&lease("young")]), vec![ip("192.0.2.52")]);
+    assert_eq!(vips_of(&a.run[&lease("elder")]), vec![ip("192.0.2.53")]);
+    assert_eq!(a.held_back[&lease("elder")], addrs(&[SHARED]));
+    // A shared lease this node stops campaigning for, or that left the plan, still stops.
+    let mut away = after.clone();
+    away.groups.get_mut(&lease("young")).unwrap().campaign = false;
+    let c = changes(&governors(&before), &away, &running, shared);
+    assert_eq!(c.stop, set(&["young"]));
+    assert!(c.kept.is_empty());
+    let only_elder = plan_of(&[svc("elder", 1, &["192.0.2.53", SHARED, "192.0.2.52"], 8000)]);
+    let c = changes(&governors(&before), &only_elder, &running, shared);
+    assert_eq!(c.stop, set(&["young"]));
+    assert!(c.kept.is_empty());
+}
+
+#[test]
 fn a_running_group_with_every_address_held_back_keeps_running_without_them() {
     let mut p = plan_of(&[svc("new", 2, &[SHARED], 8000)]);
     let retiring = [(lease("old"), addrs(&[SHARED]))].into();
@@ -183,7 +213,7 @@ fn stopping_campaigning_is_no_retirement() {
     let before = plan_of(&[svc("web", 1, &[SHARED], 80)]);
     let mut after = before.clone();
     after.groups.get_mut(&lease("web")).unwrap().campaign = false;
-    let c = changes(&governors(&before), &after, &set(&["web"]));
+    let c = changes(&governors(&before), &after, &set(&["web"]), |_| false);
     assert!(c.retire.is_empty());
     assert_eq!(c.stop, set(&["web"]));
 }
