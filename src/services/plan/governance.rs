@@ -29,11 +29,12 @@ pub struct Changes {
     /// held back from them until the retiring lease's handover is done
     /// (`crate::services::governance::handover`).
     pub retire: BTreeMap<LeaseRef, BTreeSet<IpAddr>>,
-    /// The retiring leases of `retire` that keep running: shared leases (a shard, the one
-    /// lease for all) that still govern other addresses and that this node still
-    /// campaigns for. Their holder drops only the moved addresses and keeps the lease, so
-    /// no release signals the handover: it is also done one lease duration after the
-    /// retirement began (`crate::services::governance::follow`).
+    /// The retiring leases of `retire` that keep running on their holder: shared leases (a
+    /// shard, the one lease for all) still in the plan (they govern other addresses),
+    /// whichever node holds them and whether or not this node campaigns for them. Their
+    /// holder drops only the moved addresses and keeps the lease, so no release signals
+    /// the handover: it is also done one lease duration after the retirement began
+    /// (`crate::services::governance::follow`).
     pub kept: BTreeSet<LeaseRef>,
 }
 
@@ -63,12 +64,16 @@ pub fn changes(
             out.retire.entry(old.clone()).or_default().insert(*addr);
         }
     }
+    out.kept = out
+        .retire
+        .keys()
+        .filter(|l| shared(l) && plan.groups.contains_key(*l))
+        .cloned()
+        .collect();
     for lease in running {
         let campaign = plan.groups.get(lease).is_some_and(|g| g.campaign);
-        let retiring = out.retire.contains_key(lease);
-        if campaign && retiring && shared(lease) {
-            out.kept.insert(lease.clone());
-        } else if !campaign || retiring {
+        let restart = out.retire.contains_key(lease) && !out.kept.contains(lease);
+        if !campaign || restart {
             out.stop.insert(lease.clone());
         }
     }

@@ -183,12 +183,23 @@ fn a_shared_lease_that_loses_an_address_but_governs_others_keeps_running() {
     assert_eq!(vips_of(&a.run[&lease("young")]), vec![ip("192.0.2.52")]);
     assert_eq!(vips_of(&a.run[&lease("elder")]), vec![ip("192.0.2.53")]);
     assert_eq!(a.held_back[&lease("elder")], addrs(&[SHARED]));
-    // A shared lease this node stops campaigning for, or that left the plan, still stops.
+    // A node that does not campaign for the shared lease (it may not announce one of its
+    // Services) stops its group, but the lease keeps running on its holder: the
+    // retirement is still judged as kept (else the moved address would wait on this node
+    // until the lease changed term, for ever while its holder renews).
     let mut away = after.clone();
     away.groups.get_mut(&lease("young")).unwrap().campaign = false;
     let c = changes(&governors(&before), &away, &running, shared);
     assert_eq!(c.stop, set(&["young"]));
-    assert!(c.kept.is_empty());
+    assert_eq!(c.kept, set(&["young"]));
+    let c = changes(&governors(&before), &away, &set(&["elder"]), shared);
+    assert!(c.stop.is_empty());
+    assert_eq!(
+        c.kept,
+        set(&["young"]),
+        "kept whether or not this node runs it"
+    );
+    // A shared lease that left the plan (no Service on it any more) stops and is released.
     let only_elder = plan_of(&[svc("elder", 1, &["192.0.2.53", SHARED, "192.0.2.52"], 8000)]);
     let c = changes(&governors(&before), &only_elder, &running, shared);
     assert_eq!(c.stop, set(&["young"]));
