@@ -78,8 +78,9 @@ impl GroupSpec {
 struct Governance {
     /// The governing lease of every address in the last plan.
     prev: BTreeMap<IpAddr, LeaseRef>,
-    /// Retiring leases whose handover is not done yet.
-    retiring: BTreeMap<LeaseRef, Retirement>,
+    /// Retiring leases whose handover is not done yet: one retirement each, or several
+    /// for a shared lease that keeps running ([`file_retirement`]).
+    retiring: BTreeMap<LeaseRef, Vec<Retirement>>,
     /// Woken when a retirement's handover is done (the plan is applied again at once).
     settled: Arc<Notify>,
     /// Addresses held back per lease, as last logged.
@@ -811,7 +812,7 @@ impl<K: Kernel, A: Announcer> MainLoop<K, A> {
     /// leases released).
     async fn stop(self) {
         info!(groups = self.groups.len(), "Services: stopping");
-        for r in self.gov.retiring.values() {
+        for r in self.gov.retiring.values().flatten() {
             r.stop.cancel();
         }
         let groups: Vec<GroupHandle> = self.groups.into_values().collect();
@@ -912,8 +913,7 @@ async fn reconcile_groups<K: Kernel, A: Announcer>(
     groups: &mut BTreeMap<LeaseRef, GroupHandle>,
     gov: &mut Governance,
 ) {
-    gov.retiring
-        .retain(|_, r| !r.done.load(std::sync::atomic::Ordering::SeqCst));
+    prune_retirements(&mut gov.retiring);
     let running: BTreeSet<LeaseRef> = groups.keys().cloned().collect();
     let stops = decide::stops(&gov.prev, plan, &running, &shared.mode);
     gov.prev = crate::services::plan::governance::governors(plan);
@@ -949,11 +949,7 @@ async fn reconcile_groups<K: Kernel, A: Announcer>(
             .then(|| tokio::time::Instant::now() + shared.timing.lease_duration);
         start_retirement(shared, gov, lease, addrs, client, events, view, done_by);
     }
-    let retiring: BTreeMap<LeaseRef, BTreeSet<IpAddr>> = gov
-        .retiring
-        .iter()
-        .map(|(l, r)| (l.clone(), r.addrs.clone()))
-        .collect();
+    let retiring = retiring_addrs(&gov.retiring);
     let running: BTreeSet<LeaseRef> = groups.keys().cloned().collect();
     let runs = decide::runs(plan, candidates, &running, &retiring);
     for (lease, addrs) in &runs.held_back {
@@ -1009,25 +1005,66 @@ fn handover_done(view: &LeaseView) -> bool {
     governance::handover(None, view, tokio::time::Instant::now()) == Handover::Done
 }
 
+/// Drops the retirements whose handover is done, and the leases left with none.
+fn prune_retirements(retiring: &mut BTreeMap<LeaseRef, Vec<Retirement>>) {
+    for parts in retiring.values_mut() {
+        parts.retain(|r| !r.done.load(std::sync::atomic::Ordering::SeqCst));
+    }
+    retiring.retain(|_, parts| !parts.is_empty());
+}
+
+/// Every retiring lease with the addresses it holds back (the union of its retirements).
+fn retiring_addrs(
+    retiring: &BTreeMap<LeaseRef, Vec<Retirement>>,
+) -> BTreeMap<LeaseRef, BTreeSet<IpAddr>> {
+    retiring
+        .iter()
+        .map(|(l, parts)| {
+            let addrs = parts.iter().flat_map(|r| r.addrs.iter().copied()).collect();
+            (l.clone(), addrs)
+        })
+        .collect()
+}
+
+/// Files a new retirement of `lease` with `addrs` beside those already running for it;
+/// returns the addresses the new retirement must follow. A lease that keeps running
+/// (`kept`: its handover is also done one lease duration after it began) adds a
+/// retirement of its own and leaves the earlier ones as they are: merged, every new move
+/// would push the bound of the earlier addresses back by one lease duration, and a shard
+/// that keeps losing addresses more often than that would hold them back for ever. A
+/// lease that stops (its holder releases it) replaces the earlier ones: the union is
+/// followed again from the elector's last view.
+fn file_retirement(
+    retiring: &mut BTreeMap<LeaseRef, Vec<Retirement>>,
+    lease: &LeaseRef,
+    mut addrs: BTreeSet<IpAddr>,
+    kept: bool,
+) -> BTreeSet<IpAddr> {
+    if !kept && let Some(old) = retiring.remove(lease) {
+        for r in old {
+            r.stop.cancel();
+            addrs.extend(r.addrs);
+        }
+    }
+    addrs
+}
+
 /// Starts following a retiring lease (see [`governance::follow`]); its addresses are held
 /// back from other leases until it is done, or until `done_by` for a lease that keeps
-/// running ([`decide::Stops::kept`]). A lease already retiring is followed again from
-/// `view`, with the union of the addresses (and the new `done_by`: the later one).
+/// running ([`decide::Stops::kept`]). How it joins retirements of the same lease already
+/// running: [`file_retirement`].
 #[allow(clippy::too_many_arguments)]
 fn start_retirement<K: Kernel, A: Announcer>(
     shared: &Arc<Shared<K, A>>,
     gov: &mut Governance,
     lease: LeaseRef,
-    mut addrs: BTreeSet<IpAddr>,
+    addrs: BTreeSet<IpAddr>,
     client: KubeLeaseClient,
     events: futures::stream::BoxStream<'static, crate::election::LeaseEvent>,
     view: LeaseView,
     done_by: Option<tokio::time::Instant>,
 ) {
-    if let Some(old) = gov.retiring.remove(&lease) {
-        old.stop.cancel();
-        addrs.extend(old.addrs);
-    }
+    let addrs = file_retirement(&mut gov.retiring, &lease, addrs, done_by.is_some());
     debug!(%lease, addresses = ?addrs, holder = ?view.observed.as_ref().map(|o| o.record.holder.as_str()), "Services: retiring lease; other leases wait for its release or expiry before binding its addresses");
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stop = CancellationToken::new();
@@ -1045,12 +1082,73 @@ fn start_retirement<K: Kernel, A: Announcer>(
             settled.notify_one();
         }
     });
-    gov.retiring.insert(lease, Retirement { addrs, done, stop });
+    gov.retiring
+        .entry(lease)
+        .or_default()
+        .push(Retirement { addrs, done, stop });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn retirement(addrs: &[&str]) -> Retirement {
+        Retirement {
+            addrs: addrs.iter().map(|a| a.parse().unwrap()).collect(),
+            done: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            stop: CancellationToken::new(),
+        }
+    }
+
+    fn ips(addrs: &[&str]) -> BTreeSet<IpAddr> {
+        addrs.iter().map(|a| a.parse().unwrap()).collect()
+    }
+
+    #[test]
+    fn a_kept_lease_that_loses_another_address_does_not_push_back_the_first_ones_bound() {
+        let shard = LeaseRef {
+            namespace: "kube-system".into(),
+            name: "vipd-services-shard-1".into(),
+        };
+        let mut retiring = BTreeMap::new();
+        // 192.0.2.150 left the shard at t0 (done by t0 + one lease duration).
+        let first = retirement(&["192.0.2.150"]);
+        let (first_done, first_stop) = (first.done.clone(), first.stop.clone());
+        retiring.insert(shard.clone(), vec![first]);
+        // 192.0.2.151 leaves it before that: followed on its own, with its own bound.
+        let follow = file_retirement(&mut retiring, &shard, ips(&["192.0.2.151"]), true);
+        assert_eq!(follow, ips(&["192.0.2.151"]), "only the new address");
+        assert!(
+            !first_stop.is_cancelled(),
+            "the first retirement keeps its bound"
+        );
+        retiring
+            .entry(shard.clone())
+            .or_default()
+            .push(retirement(&["192.0.2.151"]));
+        assert_eq!(
+            retiring_addrs(&retiring).get(&shard),
+            Some(&ips(&["192.0.2.150", "192.0.2.151"]))
+        );
+        // The first bound passes: its address is free, the second still waits.
+        first_done.store(true, std::sync::atomic::Ordering::SeqCst);
+        prune_retirements(&mut retiring);
+        assert_eq!(
+            retiring_addrs(&retiring).get(&shard),
+            Some(&ips(&["192.0.2.151"]))
+        );
+        // A lease that stops (released by its holder) follows the union again.
+        let follow = file_retirement(&mut retiring, &shard, ips(&["192.0.2.152"]), false);
+        assert_eq!(follow, ips(&["192.0.2.151", "192.0.2.152"]));
+        assert!(!retiring.contains_key(&shard), "replaced");
+        // Done everywhere: the lease leaves the map.
+        let mut done = BTreeMap::new();
+        let r = retirement(&["192.0.2.152"]);
+        r.done.store(true, std::sync::atomic::Ordering::SeqCst);
+        done.insert(shard.clone(), vec![r]);
+        prune_retirements(&mut done);
+        assert!(done.is_empty());
+    }
 
     fn timing(retry_s: u64) -> Timing {
         Timing {
