@@ -44,9 +44,10 @@ pub struct Changes {
 /// when it governs nothing now (so that an address re-used soon after its Service was
 /// deleted waits as well). A retiring lease's group stops so that its holder releases it,
 /// unless `shared` says the lease is shared by Services whatever they are (a shard, the one
-/// lease for all: `Mode::is_shared`) and it is still in the plan and campaigned for: a
-/// release would hand every other Service of it over to move one address, so it keeps
-/// running without the moved addresses ([`Changes::kept`]).
+/// lease for all: `Mode::is_shared`) and it is still in the plan (whether or not this node
+/// campaigns for it): a release would hand every other Service of it over to move one
+/// address, so it keeps running without the moved addresses ([`Changes::kept`]); a group
+/// this node runs but no longer campaigns for still stops.
 pub fn changes(
     prev: &BTreeMap<IpAddr, LeaseRef>,
     plan: &Plan,
