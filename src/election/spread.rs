@@ -411,6 +411,21 @@ mod tests {
         assert_eq!(per_service.not_before(t1, true), t1, "alone: at once");
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_new_shard_waits_at_most_the_cap_and_a_node_alone_waits_too() {
+        let ms = Duration::from_millis;
+        let s = Spread::for_shards();
+        let t0 = Instant::now();
+        for _ in 0..6 {
+            s.acquired(t0);
+        }
+        tokio::time::advance(ms(3000)).await;
+        let t1 = Instant::now();
+        // Alone (no other holder seen), 6 shards held: paced from zero, capped at 1 s.
+        assert_eq!(s.not_before(t1, true), t1 + SPREAD_CAP);
+        assert_eq!(s.not_before(t1, false), t1, "a freed shard: alone, at once");
+    }
+
     #[test]
     fn preference_delay_follows_the_place_in_the_list() {
         let list: Vec<String> = ["a", "b", "c"].iter().map(|s| s.to_string()).collect();
