@@ -207,25 +207,29 @@ impl Spread {
         discovery: Duration,
         in_flight_allowance: usize,
     ) -> Arc<Self> {
+        Self::build(step, cap, discovery, in_flight_allowance, false)
+    }
+
+    /// [`Spread::with`] where a lease that does not exist yet counts every lease held.
+    fn paced_from_zero_when_new(step: Duration, cap: Duration, discovery: Duration) -> Arc<Self> {
+        Self::build(step, cap, discovery, 0, true)
+    }
+
+    /// The one constructor behind the public ones.
+    fn build(
+        step: Duration,
+        cap: Duration,
+        discovery: Duration,
+        in_flight_allowance: usize,
+        new_from_zero: bool,
+    ) -> Arc<Self> {
         Arc::new(Spread {
             state: Mutex::new(State::default()),
             step,
             cap,
             discovery,
             in_flight_allowance,
-            new_from_zero: false,
-        })
-    }
-
-    /// [`Spread::with`] where a lease that does not exist yet counts every lease held.
-    fn paced_from_zero_when_new(step: Duration, cap: Duration, discovery: Duration) -> Arc<Self> {
-        Arc::new(Spread {
-            state: Mutex::new(State::default()),
-            step,
-            cap,
-            discovery,
-            in_flight_allowance: 0,
-            new_from_zero: true,
+            new_from_zero,
         })
     }
 

@@ -1065,7 +1065,7 @@ fn start_retirement<K: Kernel, A: Announcer>(
     done_by: Option<tokio::time::Instant>,
 ) {
     let addrs = file_retirement(&mut gov.retiring, &lease, addrs, done_by.is_some());
-    debug!(%lease, addresses = ?addrs, holder = ?view.observed.as_ref().map(|o| o.record.holder.as_str()), "Services: retiring lease; other leases wait for its release or expiry before binding its addresses");
+    debug!(%lease, addresses = ?addrs, holder = ?view.observed.as_ref().map(|o| o.record.holder.as_str()), kept = done_by.is_some(), "Services: retiring lease; other leases wait for its release or expiry (a kept shared lease: one lease duration at most) before binding its addresses");
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let stop = CancellationToken::new();
     let (d, st, settled, timing, l) = (
