@@ -74,11 +74,35 @@ pub(crate) fn arp_request_frame(mac: [u8; 6], sender_ip: Ipv4Addr, target_ip: Ip
 /// IPv6 src = `ip` (the address being announced), dst `ff02::1`, hop limit 255; ICMPv6 type 136
 /// code 0 with Router and Solicited clear and Override set, target = `ip`, one target
 /// link-layer address option (type 2, length 1 = 8 bytes) carrying `mac`; ICMPv6 checksum over
-/// the RFC 8200 §8.1 pseudo-header.
+/// the RFC 8200 §8.1 pseudo-header. See [`na_frame`].
 pub fn unsolicited_na_frame(mac: [u8; 6], ip: Ipv6Addr) -> Vec<u8> {
+    na_frame(
+        mac,
+        ALL_NODES_MAC.octets(),
+        ip,
+        ALL_NODES,
+        NeighborAdvertFlags::Override,
+    )
+}
+
+/// A neighbour advertisement frame (RFC 4861 §4.4; 86 bytes) for `target`: Ethernet dst
+/// `eth_dst`, src `mac`, type 0x86dd; IPv6 src = `target` (the address advertised), dst
+/// `dst`, hop limit 255; ICMPv6 type 136 code 0 with `flags` (the R/S/O byte:
+/// `NeighborAdvertFlags::{Router, Solicited, Override}`), target = `target`, one target
+/// link-layer address option (type 2, length 1 = 8 bytes) carrying `mac`; ICMPv6 checksum
+/// over the RFC 8200 §8.1 pseudo-header. The one builder behind the unsolicited
+/// advertisement ([`unsolicited_na_frame`]) and the answers of the neighbour discovery
+/// responder ([`super::nd_responder::advert_frame`]).
+pub(crate) fn na_frame(
+    mac: [u8; 6],
+    eth_dst: [u8; 6],
+    target: Ipv6Addr,
+    dst: Ipv6Addr,
+    flags: u8,
+) -> Vec<u8> {
     let mut buf = vec![0u8; ETH_LEN + IPV6_LEN + NA_LEN];
     if let Some(mut eth) = MutableEthernetPacket::new(&mut buf) {
-        eth.set_destination(ALL_NODES_MAC);
+        eth.set_destination(mac_of(eth_dst));
         eth.set_source(mac_of(mac));
         eth.set_ethertype(EtherTypes::Ipv6);
         if let Some(mut ip6) = MutableIpv6Packet::new(eth.payload_mut()) {
@@ -88,14 +112,14 @@ pub fn unsolicited_na_frame(mac: [u8; 6], ip: Ipv6Addr) -> Vec<u8> {
             ip6.set_payload_length(NA_LEN as u16);
             ip6.set_next_header(IpNextHeaderProtocols::Icmpv6);
             ip6.set_hop_limit(255);
-            ip6.set_source(ip);
-            ip6.set_destination(ALL_NODES);
+            ip6.set_source(target);
+            ip6.set_destination(dst);
             if let Some(mut na) = MutableNeighborAdvertPacket::new(ip6.payload_mut()) {
                 na.set_icmpv6_type(Icmpv6Types::NeighborAdvert);
                 na.set_icmpv6_code(Icmpv6Code(0));
-                na.set_flags(NeighborAdvertFlags::Override);
+                na.set_flags(flags);
                 na.set_reserved(0);
-                na.set_target_addr(ip);
+                na.set_target_addr(target);
                 na.set_options(&[NdpOption {
                     option_type: NdpOptionTypes::TargetLLAddr,
                     length: 1,
@@ -104,7 +128,7 @@ pub fn unsolicited_na_frame(mac: [u8; 6], ip: Ipv6Addr) -> Vec<u8> {
                 na.set_checksum(0);
             }
             let sum =
-                Icmpv6Packet::new(ip6.payload_mut()).map(|p| icmpv6::checksum(&p, &ip, &ALL_NODES));
+                Icmpv6Packet::new(ip6.payload_mut()).map(|p| icmpv6::checksum(&p, &target, &dst));
             if let (Some(sum), Some(mut na)) =
                 (sum, MutableNeighborAdvertPacket::new(ip6.payload_mut()))
             {
@@ -148,7 +172,7 @@ pub(crate) fn send_frame(link: &LinkInfo, vip: Vip, frame: &[u8]) -> Result<(), 
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use pnet::packet::Packet;
     use pnet::packet::arp::ArpPacket;
@@ -183,7 +207,7 @@ mod tests {
     }
 
     /// RFC 1071 one's complement sum over pseudo-header + ICMPv6 message: 0xffff when valid.
-    fn icmpv6_sum_ok(src: Ipv6Addr, dst: Ipv6Addr, msg: &[u8]) -> bool {
+    pub(crate) fn icmpv6_sum_ok(src: Ipv6Addr, dst: Ipv6Addr, msg: &[u8]) -> bool {
         let mut data = Vec::new();
         data.extend_from_slice(&src.octets());
         data.extend_from_slice(&dst.octets());

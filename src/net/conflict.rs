@@ -46,7 +46,7 @@ const ETH_LEN: usize = 14;
 /// `ETH_P_ARP`.
 const ETH_P_ARP: u16 = 0x0806;
 /// `ETH_P_IPV6`.
-const ETH_P_IPV6: u16 = 0x86dd;
+pub(super) const ETH_P_IPV6: u16 = 0x86dd;
 /// `PACKET_OUTGOING`: a frame this host sent, looped back to packet sockets.
 const PACKET_OUTGOING: u8 = 4;
 
@@ -59,7 +59,7 @@ pub(crate) fn arp_probe_frame(mac: [u8; 6], target: Ipv4Addr) -> Vec<u8> {
 
 /// The solicited-node multicast address of `ip` (RFC 4291 §2.7.1: `ff02::1:ffXX:XXXX`) and
 /// its Ethernet address (RFC 2464 §7: `33:33` + the low 32 bits).
-pub(crate) fn solicited_node(ip: Ipv6Addr) -> (Ipv6Addr, [u8; 6]) {
+pub fn solicited_node(ip: Ipv6Addr) -> (Ipv6Addr, [u8; 6]) {
     let o = ip.octets();
     let group = Ipv6Addr::new(
         0xff02,
@@ -78,7 +78,7 @@ pub(crate) fn solicited_node(ip: Ipv6Addr) -> (Ipv6Addr, [u8; 6]) {
 /// from `::` to the solicited-node group of `target`, hop limit 255, target = `target`, no
 /// options (a source link-layer option is forbidden with an unspecified source), Ethernet src
 /// `mac`. A host that has `target` answers with a neighbour advertisement to `ff02::1`.
-pub(crate) fn dad_probe_frame(mac: [u8; 6], target: Ipv6Addr) -> Vec<u8> {
+pub fn dad_probe_frame(mac: [u8; 6], target: Ipv6Addr) -> Vec<u8> {
     const NS_LEN: usize = 24;
     let (group, group_mac) = solicited_node(target);
     let mut buf = vec![0u8; ETH_LEN + 40 + NS_LEN];
@@ -391,38 +391,61 @@ impl ConflictMonitor for RawConflictMonitor {
     }
 }
 
-/// Classic BPF for the IPv6 capture socket: accept ICMPv6 (next header 58, no extension
-/// headers: neighbour discovery never carries any) of type 135 or 136, drop the rest.
-/// Offsets include the 14-byte Ethernet header.
+/// Classic BPF for the IPv6 capture socket: neighbour solicitations and advertisements
+/// ([`icmpv6_filter`] of types 135 and 136).
 fn nd_filter() -> [libc::sock_filter; 7] {
+    icmpv6_filter([135, 136])
+}
+
+/// Classic BPF for an IPv6 capture socket: accept ICMPv6 (next header 58, no extension
+/// headers: neighbour discovery never carries any) of type `types[0]` or `types[1]` (give
+/// one type twice to accept only it), drop the rest. Offsets include the 14-byte Ethernet
+/// header.
+pub(super) fn icmpv6_filter(types: [u8; 2]) -> [libc::sock_filter; 7] {
     const LDB_ABS: u16 = 0x30; // BPF_LD | BPF_B | BPF_ABS
     const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
     const RET_K: u16 = 0x06; // BPF_RET | BPF_K
     let ins = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
     [
-        ins(LDB_ABS, 0, 0, 20),        // IPv6 next header
-        ins(JEQ_K, 0, 4, 58),          // ICMPv6, else drop
-        ins(LDB_ABS, 0, 0, 54),        // ICMPv6 type
-        ins(JEQ_K, 1, 0, 135),         // neighbour solicitation: accept
-        ins(JEQ_K, 0, 1, 136),         // neighbour advertisement: accept, else drop
-        ins(RET_K, 0, 0, 0x0004_0000), // accept
-        ins(RET_K, 0, 0, 0),           // drop
+        ins(LDB_ABS, 0, 0, 20),                // IPv6 next header
+        ins(JEQ_K, 0, 4, 58),                  // ICMPv6, else drop
+        ins(LDB_ABS, 0, 0, 54),                // ICMPv6 type
+        ins(JEQ_K, 1, 0, u32::from(types[0])), // first type: accept
+        ins(JEQ_K, 0, 1, u32::from(types[1])), // second type: accept, else drop
+        ins(RET_K, 0, 0, 0x0004_0000),         // accept
+        ins(RET_K, 0, 0, 0),                   // drop
     ]
 }
 
 /// Opens a non-blocking `AF_PACKET`/`SOCK_RAW` socket for ARP (`v6` false) or for IPv6
 /// neighbour discovery (`v6` true, with [`nd_filter`]), not bound to an interface.
 fn open_capture(v6: bool) -> Result<socket2::Socket, NetError> {
-    let proto = if v6 { ETH_P_IPV6 } else { ETH_P_ARP };
+    if v6 {
+        open_filtered_capture(ETH_P_IPV6, Some(&nd_filter()))
+    } else {
+        open_filtered_capture(ETH_P_ARP, None)
+    }
+}
+
+/// Opens a non-blocking `AF_PACKET`/`SOCK_RAW` socket for EtherType `ethertype` (host order)
+/// on every interface of the calling thread's network namespace, with the classic BPF
+/// program `filter` attached when given (needs `CAP_NET_RAW`).
+///
+/// # Errors
+/// [`NetError::Capture`] naming the step that failed.
+pub(super) fn open_filtered_capture(
+    ethertype: u16,
+    filter: Option<&[libc::sock_filter]>,
+) -> Result<socket2::Socket, NetError> {
     let err = |what| move |e| NetError::Capture { what, source: e };
     let sock = socket2::Socket::new(
         socket2::Domain::PACKET,
         socket2::Type::RAW,
-        Some(socket2::Protocol::from(i32::from(proto.to_be()))),
+        Some(socket2::Protocol::from(i32::from(ethertype.to_be()))),
     )
     .map_err(err("open an AF_PACKET socket (needs CAP_NET_RAW)"))?;
-    if v6 {
-        super::packet::attach_filter(&sock, &nd_filter())
+    if let Some(prog) = filter {
+        super::packet::attach_filter(&sock, prog)
             .map_err(err("attach the neighbour discovery filter"))?;
     }
     sock.set_nonblocking(true)
@@ -432,7 +455,7 @@ fn open_capture(v6: bool) -> Result<socket2::Socket, NetError> {
 
 /// Reads one frame into `buf`: `Some((length, ifindex))`, or `None` for a frame this host
 /// sent itself. `WouldBlock` when nothing is queued.
-fn recv_frame(fd: i32, buf: &mut [u8]) -> std::io::Result<Option<(usize, u32)>> {
+pub(super) fn recv_frame(fd: i32, buf: &mut [u8]) -> std::io::Result<Option<(usize, u32)>> {
     // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
     let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;

@@ -29,6 +29,7 @@ mod iface;
 pub mod lifetime;
 pub mod mac_in_use;
 pub mod macvlan;
+pub mod nd_responder;
 mod netlink;
 pub mod nft;
 pub mod packet;
@@ -262,6 +263,23 @@ pub enum NetError {
     /// ([`route_kernel::RouteKernel`]).
     #[error("{0}")]
     Route(#[source] Box<route::RouteError>),
+    /// The neighbour discovery responder ([`nd_responder::NdResponder`]) could not start
+    /// answering solicitations for an address on an interface: its capture socket could not
+    /// be opened, or the solicited-node multicast group could not be joined.
+    #[error(
+        "answer neighbour solicitations for {addr} on interface index {ifindex}: {what}: {source}"
+    )]
+    NdAnswer {
+        /// Interface index the address is answered on.
+        ifindex: u32,
+        /// The address (a VIP).
+        addr: std::net::Ipv6Addr,
+        /// Which step failed.
+        what: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A raw (AF_PACKET) socket operation failed while announcing.
     #[error("announce {vip} on {ifname}: {what}: {source}")]
     Announce {
