@@ -2158,3 +2158,158 @@ fn a_refresh_from_an_older_reading_leaves_an_address_added_since_by_someone_else
         }
     });
 }
+
+/// A named network namespace (`vl<pid><suffix>`) for a second stack, deleted on drop (with
+/// the links in it), even when the test fails.
+struct PeerNs(String);
+
+impl PeerNs {
+    fn new(suffix: &str) -> Self {
+        let name = format!("vl{}{suffix}", std::process::id());
+        ip(&format!("netns add {name}"));
+        PeerNs(name)
+    }
+}
+
+impl Drop for PeerNs {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// Runs `f` on a new thread inside the named namespace `ns` and returns its result, polling
+/// so the caller's runtime keeps running its tasks meanwhile. A panic in `f` is resumed.
+async fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let path = format!("/run/netns/{ns}");
+    let h = std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).unwrap_or_else(|e| panic!("open {path}: {e}"));
+        nix::sched::setns(&file, nix::sched::CloneFlags::CLONE_NEWNET).expect("setns");
+        assert_private_netns();
+        f()
+    });
+    while !h.is_finished() {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    h.join().unwrap_or_else(|p| std::panic::resume_unwind(p))
+}
+
+/// Whether `/proc/thread-self/net/igmp6` lists `group` on interface `ifname`.
+fn igmp6_has(ifname: &str, group: Ipv6Addr) -> bool {
+    let hex: String = group.octets().iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::read_to_string("/proc/thread-self/net/igmp6")
+        .unwrap()
+        .lines()
+        .any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.get(1) == Some(&ifname) && f.get(2) == Some(&hex.as_str())
+        })
+}
+
+/// A TCP connect from the peer namespace to `addr`, with a 3 s timeout.
+async fn peer_connects(ns: &str, addr: std::net::SocketAddr) -> std::io::Result<()> {
+    in_netns(ns, move || {
+        std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(3)).map(drop)
+    })
+    .await
+}
+
+/// A VIP on `lo` is reachable from another host through the neighbour discovery responder:
+/// it joins the VIP's solicited-node group on the veth, answers the peer's solicitation (TCP
+/// connects), answers a DAD probe from `::` with an advertisement to ff02::1 (O set, S
+/// clear), answers nothing once its gate is closed (TCP fails), and leaves the group at
+/// stop().
+#[test]
+fn nd_responder_answers_for_a_vip_on_lo_while_its_gate_is_open() {
+    use std::sync::Arc;
+    use vipd::net::nd_responder::{AnswerGate, NdResponder};
+    lab("192.0.2.11/24", || async {
+        let peer = PeerNs::new("nd");
+        let p = peer.0.clone();
+        ip(&format!("link set v1 netns {p}"));
+        ip(&format!("-n {p} link set lo up"));
+        ip(&format!("-n {p} link set v1 up"));
+        ip(&format!(
+            "-n {p} -6 addr add 2001:db8:0:4::2/64 dev v1 nodad"
+        ));
+        ip(&format!("-n {p} -6 route add 2001:db8:0:5::55/128 dev v1"));
+        ip("-6 addr add 2001:db8:0:4::1/64 dev v0 nodad");
+        ip("-6 addr add 2001:db8:0:5::55/128 dev lo nodad");
+        let k = NetlinkKernel::new().unwrap();
+        let v0 = up_link(&k, "v0").await;
+        let vip: Ipv6Addr = "2001:db8:0:5::55".parse().unwrap();
+        let group: Ipv6Addr = "ff02::1:ff00:55".parse().unwrap();
+        let listener = std::net::TcpListener::bind((vip, 0)).unwrap();
+        let target = listener.local_addr().unwrap();
+
+        let r = NdResponder::new();
+        let gate = Arc::new(AnswerGate::closed());
+        gate.open_until(Instant::now() + Duration::from_secs(120));
+        r.answer(&v0, vip, gate.clone()).unwrap();
+        assert_eq!(r.answering(), 1);
+        assert!(igmp6_has("v0", group), "solicited-node group joined on v0");
+
+        peer_connects(&p, target)
+            .await
+            .expect("the peer connects to the VIP on lo");
+
+        // Duplicate address detection from `::`: answered to all nodes, O=1, S=0.
+        let na = in_netns(&p, move || {
+            let index = nix::net::if_::if_nametoindex("v1").expect("v1 in the peer");
+            let v1 = LinkInfo {
+                index,
+                name: "v1".into(),
+                mac: [2, 0, 0, 0, 0, 0x0b],
+                up: true,
+                carrier: true,
+            };
+            let mut rx = capture(&v1);
+            let probe = vipd::net::conflict::dad_probe_frame(v1.mac, vip);
+            vipd::net::packet::send_raw(index, &probe).expect("send the DAD probe");
+            wait_frame(rx.as_mut(), |f| {
+                let eth = EthernetPacket::new(f)?;
+                let p6 = Ipv6Packet::new(eth.payload())?;
+                if p6.get_next_header() != IpNextHeaderProtocols::Icmpv6 {
+                    return None;
+                }
+                let na = NeighborAdvertPacket::new(p6.payload())?;
+                (na.get_icmpv6_type() == Icmpv6Types::NeighborAdvert && na.get_target_addr() == vip)
+                    .then(|| f.to_vec())
+            })
+        })
+        .await;
+        let eth = EthernetPacket::new(&na).unwrap();
+        assert_eq!(eth.get_destination(), MacAddr(0x33, 0x33, 0, 0, 0, 1));
+        assert_eq!(eth.get_source(), mac(v0.mac));
+        let p6 = Ipv6Packet::new(eth.payload()).unwrap();
+        let all_nodes: Ipv6Addr = "ff02::1".parse().unwrap();
+        assert_eq!(p6.get_destination(), all_nodes);
+        assert_eq!(p6.get_source(), vip);
+        assert_eq!(p6.get_hop_limit(), 255);
+        let icmp = Icmpv6Packet::new(p6.payload()).unwrap();
+        assert_eq!(
+            icmp.get_checksum(),
+            icmpv6::checksum(&icmp, &vip, &all_nodes)
+        );
+        let adv = NeighborAdvertPacket::new(p6.payload()).unwrap();
+        assert_eq!(
+            adv.get_flags(),
+            NeighborAdvertFlags::Override,
+            "O=1, S=0, R=0"
+        );
+
+        // Gate closed: no answer, so a peer without a cached entry cannot reach the VIP.
+        gate.close();
+        ip(&format!("-n {p} -6 neigh flush all"));
+        let e = peer_connects(&p, target).await;
+        assert!(e.is_err(), "connect with the gate closed: {e:?}");
+
+        r.stop(v0.index, vip);
+        assert_eq!(r.answering(), 0);
+        assert!(
+            !igmp6_has("v0", group),
+            "solicited-node group left at stop()"
+        );
+        drop(listener);
+        drop(peer);
+    });
+}

@@ -240,7 +240,7 @@ struct FakeSock {
     id: usize,
     cap: usize,
     held: Mutex<usize>,
-    log: Arc<Mutex<Vec<(usize, &'static str, u32, Ipv6Addr)>>>,
+    log: Log,
 }
 
 impl GroupSocket for FakeSock {
