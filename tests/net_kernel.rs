@@ -2297,17 +2297,38 @@ fn nd_responder_answers_for_a_vip_on_lo_while_its_gate_is_open() {
             "O=1, S=0, R=0"
         );
 
-        // Gate closed: no answer, so a peer without a cached entry cannot reach the VIP.
+        // A second owner of the same VIP (an address moving between two holders of one
+        // node): answered while either gate is open; the group stays until both stopped.
+        let other = Arc::new(AnswerGate::closed());
+        r.answer(&v0, vip, other.clone()).unwrap();
+        assert_eq!(r.answering(), 1, "one entry for both owners");
         gate.close();
+        other.open_until(Instant::now() + Duration::from_secs(120));
+        ip(&format!("-n {p} -6 neigh flush all"));
+        peer_connects(&p, target)
+            .await
+            .expect("answered through the second owner's open gate");
+
+        // Both gates closed: no answer, so a peer without a cached entry cannot reach the VIP.
+        other.close();
         ip(&format!("-n {p} -6 neigh flush all"));
         let e = peer_connects(&p, target).await;
-        assert!(e.is_err(), "connect with the gate closed: {e:?}");
+        assert!(e.is_err(), "connect with the gates closed: {e:?}");
 
-        r.stop(v0.index, vip);
+        r.stop(v0.index, vip, &gate);
+        assert_eq!(r.answering(), 1, "the second owner still answers");
+        assert!(igmp6_has("v0", group), "group kept for the second owner");
+        r.stop(v0.index, vip, &gate);
+        assert_eq!(
+            r.answering(),
+            1,
+            "a stop by an owner already gone changes nothing"
+        );
+        r.stop(v0.index, vip, &other);
         assert_eq!(r.answering(), 0);
         assert!(
             !igmp6_has("v0", group),
-            "solicited-node group left at stop()"
+            "solicited-node group left at the last owner's stop()"
         );
         drop(listener);
         drop(peer);

@@ -202,6 +202,10 @@ pub struct Config {
     /// `svc_leaseshards` / `--servicesLeaseShards` (vipd option, with `svc_election`): the
     /// number of shard leases Services share; 0 (default): one lease per Service.
     pub services_lease_shards: u16,
+    /// `svc_ipv6_loopback` / `--servicesIPv6Loopback` (vipd option, default false): IPv6
+    /// Service VIPs on `lo`, their neighbour solicitations answered by vipd
+    /// ([`crate::net::nd_responder`]), where the nftables fence runs.
+    pub services_ipv6_loopback: bool,
     /// `svc_ridethrough` / `--servicesRideThrough` (vipd option): Service VIPs ride through
     /// API server outages with the peer protocol ([`crate::peer`]); the key comes from the
     /// Secret [`crate::kube::api::PEER_KEY_SECRET`] in `cp_namespace`.
@@ -351,6 +355,7 @@ impl Config {
             services_timing: self.services_timing,
             services_election: self.services_election,
             services_lease_shards: self.services_lease_shards,
+            services_ipv6_loopback: self.services_ipv6_loopback,
             services_ride_through: self.services_ride_through,
             services_ride_through_set: self.services_ride_through_set,
             services_lease_name: self.services_lease_name.clone(),

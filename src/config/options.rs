@@ -143,6 +143,7 @@ pub(super) const K_SVC_RETRY_PERIOD: &str = "svc_retryperiod";
 pub(super) const K_SVC_ELECTION: &str = "svc_election";
 pub(super) const K_SVC_LEASE_NAME: &str = "svc_leasename";
 pub(super) const K_SVC_LEASE_SHARDS: &str = "svc_leaseshards";
+pub(super) const K_SVC_IPV6_LOOPBACK: &str = "svc_ipv6_loopback";
 pub(super) const K_SVC_NAMESPACE: &str = "svc_namespace";
 pub(super) const K_LB_CLASS_ONLY: &str = "lb_class_only";
 pub(super) const K_LB_CLASS_NAME: &str = "lb_class_name";
@@ -493,6 +494,13 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         Integer,
         "With svc_election: spread Services over this many shard Leases (vipd-services-shard-<i>, in svc_namespace or cp_namespace) instead of one Lease each, so the Lease writes do not grow with the number of Services; at most 1024. 0 keeps one Lease per Service, with kube-vip's names (vipd option)",
     ).named("COUNT"),
+    opt(
+        K_SVC_IPV6_LOOPBACK,
+        "servicesIPv6Loopback",
+        "false",
+        Bool,
+        "Put IPv6 Service VIPs on lo instead of their interface, and answer their neighbour solicitations on that interface from vipd (which joins each VIP's solicited-node group there), only while the VIP's nftables fence element runs: an IPv6 address on an Ethernet interface costs the kernel time in proportion to the interface's addresses at every add (thousands of VIPs per node: seconds per takeover), on lo a tenth. Needs the nftables fence (vip_nftfence); without it, or in routing-table mode, the VIPs stay on their interface. DHCP-mode addresses stay on their macvlan (vipd option)",
+    ),
     opt(
         K_SVC_NAMESPACE,
         "servicesNamespace",

@@ -171,6 +171,7 @@ pub fn resolve_detailed(
         services_timing,
         services_election: svc.election,
         services_lease_shards: svc.lease_shards,
+        services_ipv6_loopback: svc.ipv6_loopback,
         services_ride_through,
         services_ride_through_set: inputs.get(K_SVC_RIDETHROUGH).is_some(),
         ipam,

@@ -99,10 +99,10 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let ours = OursIndex::new(&present, self.vips.iter().map(|s| s.vip.addr));
         for i in 0..self.vips.len() {
             let vip = self.vips[i].vip;
-            let Some(link) = self.links.get(&i).cloned() else {
+            let (Some(link), Some(place)) = (self.links.get(&i).cloned(), self.place(i)) else {
                 continue;
             };
-            let here = ours.at(link.index, vip.addr);
+            let here = ours.at(place, vip.addr);
             match here {
                 Some(a) if a.tentative || a.dad_failed => {
                     if !self.pending_na.contains(&i) {

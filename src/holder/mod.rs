@@ -8,6 +8,7 @@
 
 pub mod acd;
 mod announce;
+mod answers;
 mod check;
 mod claims;
 pub mod metrics;
@@ -29,6 +30,7 @@ use tracing::{debug, error, info, warn};
 
 use crate::election::{Gates, LeaderState, Leadership};
 use crate::net::conflict::{Claim, ConflictMonitor, WatchId, fmt_mac};
+use crate::net::nd_responder::AnswerGate;
 use crate::net::{AddrInfo, Announcer, Kernel, Lifetime, LinkInfo, NetError, Vip};
 use crate::obs::logging::RepeatLimiter;
 use acd::{Action, ProbeState};
@@ -159,6 +161,14 @@ pub struct HolderConfig {
     /// renewal ([`fence_timeout`]) and disarms them from once their addresses are gone.
     /// Default: [`crate::net::nft::fence::NoopFence`] (the address lifetime alone fences).
     pub nft_fence: Arc<dyn crate::net::nft::fence::VipFence>,
+    /// IPv6 VIPs on `lo` (`svc_ipv6_loopback`, docs/design.md "IPv6 VIPs on lo"): with
+    /// `Some`, an IPv6 VIP without a not-after time (not a DHCP lease's address) is added to
+    /// `lo` instead of its interface, and this answers the neighbour solicitations for it
+    /// that arrive on its interface while the holder's [`AnswerGate`] is open (the nftables
+    /// element's end, or the address fence's where the elements cannot be set). Set only
+    /// where the nftables fence runs. Default `None`: every VIP on its interface, answered
+    /// by the kernel.
+    pub nd_answers: Option<Arc<dyn crate::net::nd_responder::SolicitationAnswers>>,
 }
 
 impl HolderConfig {
@@ -188,6 +198,7 @@ impl HolderConfig {
             check_following: true,
             arp_guard: Arc::new(crate::net::NoopArpGuard::default()),
             nft_fence: Arc::new(crate::net::nft::fence::NoopFence),
+            nd_answers: None,
         })
     }
 
@@ -658,6 +669,13 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     fence_owner: crate::net::nft::fence::Owner,
     /// Rate limiter of the log lines of repeating conditions (checked twice a second).
     quiet: RepeatLimiter<Quiet, String>,
+    /// Open while this holder's VIPs on `lo` may be answered ([`HolderConfig::nd_answers`]):
+    /// until the end of the nftables elements last set (or of the address fence where they
+    /// could not be set); closed when not leading.
+    answer_gate: Arc<AnswerGate>,
+    /// The `(interface index, VIP)` pairs this holder has [`HolderConfig::nd_answers`]
+    /// answer now ([`VipHolder::sync_answers`]).
+    answered: std::collections::HashSet<(u32, std::net::Ipv6Addr)>,
 }
 
 /// Conditions of a [`VipHolder`] whose log lines are rate-limited (see
@@ -744,6 +762,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             nft_run_expected: Duration::ZERO,
             fence_owner: crate::net::nft::fence::next_owner(),
             quiet: RepeatLimiter::default(),
+            answer_gate: Arc::new(AnswerGate::closed()),
+            answered: std::collections::HashSet::new(),
         }
     }
 

@@ -4,9 +4,16 @@
 use super::*;
 use crate::lease::{fence_overrun, fence_run_expected, fence_timeout, second_line_fresh};
 
-/// One VIP of a refresh: its index, interface, address and fence (`None`: removed; `Err`:
-/// the removal failed).
-type Refresh = (usize, LinkInfo, Vip, Result<Option<Lifetime>, NetError>);
+/// One VIP of a refresh: its index, the interface index its address goes on
+/// ([`VipHolder::place`]), its interface, address and fence (`None`: removed; `Err`: the
+/// removal failed).
+type Refresh = (
+    usize,
+    u32,
+    LinkInfo,
+    Vip,
+    Result<Option<Lifetime>, NetError>,
+);
 
 /// One VIP's outcome in [`VipHolder::add_many`]: its index, interface, address and whether
 /// it is held now.
@@ -57,6 +64,12 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         if !nft.may_add {
             debug!(holder = %self.name, "the nftables fence could not be set (millisecond fence) or was just expired (second line); adding or refreshing no VIP");
             return;
+        }
+        if !nft.set {
+            // The address fence alone (the elements could not be set): answers for VIPs on
+            // `lo` end with it, as the addresses' lifetimes do.
+            self.answer_gate
+                .open_until((Instant::now() + Duration::from_secs(u64::from(lifetime))).into_std());
         }
         let bound: Vec<usize> = (0..self.vips.len())
             .filter(|i| self.probes.get(*i).is_some_and(ProbeState::bound))
@@ -215,15 +228,18 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 continue;
             };
             let (vip, link) = (spec.vip, link.clone());
+            let Some(place) = self.place(i) else {
+                continue;
+            };
             let fence = self
-                .fence_or_remove(link.index, vip, lifetime, second_line)
+                .fence_or_remove(place, vip, lifetime, second_line)
                 .await;
-            batch.push((i, link, vip, fence));
+            batch.push((i, place, link, vip, fence));
         }
         let items: Vec<(u32, Vip, Lifetime)> = batch
             .iter()
-            .filter_map(|(_, link, vip, f)| match f {
-                Ok(Some(fence)) => Some((link.index, *vip, *fence)),
+            .filter_map(|(_, place, _, vip, f)| match f {
+                Ok(Some(fence)) => Some((*place, *vip, *fence)),
                 _ => None,
             })
             .collect();
@@ -241,7 +257,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         // VIPs the kernel took with less than a second (`after_add`'s case), removed in one
         // batch below: one by one, each removal read the node's addresses again.
         let mut late: Vec<usize> = Vec::new();
-        for (i, link, vip, fence) in batch {
+        let mut places = Vec::with_capacity(batch.len());
+        for (i, place, link, vip, fence) in batch {
+            places.push(place);
             let outcome = match fence {
                 Ok(None) => Ok(false),
                 Err(e) => Err(e),
@@ -260,7 +278,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         if !late.is_empty() {
             let items: Vec<(u32, Vip)> = late
                 .iter()
-                .filter_map(|k| out.get(*k).map(|(_, link, vip, _)| (link.index, *vip)))
+                .filter_map(|k| Some((*places.get(*k)?, out.get(*k)?.2)))
                 .collect();
             let vips: Vec<Vip> = items.iter().map(|(_, v)| *v).collect();
             self.log_late(&vips);
@@ -295,11 +313,11 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             .map(|s| s.vip.addr);
         let ours = OursIndex::new(&present, wanted);
         let (due, fresh) = idx.iter().copied().partition(|&i| {
-            let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
+            let (Some(spec), Some(place)) = (self.vips.get(i), self.place(i)) else {
                 return true;
             };
             spec.not_after.is_some()
-                || !ours.at(link.index, spec.vip.addr).is_some_and(|a| {
+                || !ours.at(place, spec.vip.addr).is_some_and(|a| {
                     a.vip.prefix == spec.vip.prefix
                         && second_line_fresh(&self.cfg.fence, a.valid_lft_secs)
                 })
@@ -426,6 +444,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             let now = Instant::now();
             if ends > now && !fence_overrun(lease, margin, ends.saturating_duration_since(sent)) {
                 self.nft_until = Some(until);
+                self.answer_gate.open_until(until.into_std());
                 self.nft_set_ok = true;
                 return NftRefresh {
                     may_add: true,
@@ -435,6 +454,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             debug!(holder = %self.name, ends_ms = ends.saturating_duration_since(sent).as_millis(), "the nftables fence element may live past the lease (the run was late) or was written expired; setting it again");
         }
         self.nft_set_ok = false;
+        // Answers end with the elements (the addresses' second line is inert).
+        self.answer_gate.close();
         if self.nft_fenced.is_empty() {
             return NftRefresh::unset(!needed);
         }

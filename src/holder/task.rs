@@ -51,6 +51,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         self.gates.set(GATE_STARTING, true);
         loop {
             self.publish_bound();
+            self.sync_answers();
             // Checks run while leading, when configured for followers, and while a gate is
             // closed (to re-open it). Followers with nothing to check or acknowledge do not
             // tick: hundreds of Service groups per node would otherwise wake twice a second
@@ -63,6 +64,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => {
+                    self.stop_answers();
                     if Box::pin(self.drop_all()).await {
                         let _ = leadership.dropped.send(term);
                         Box::pin(self.arp.release(&self.name)).await;
@@ -73,6 +75,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 changed = leadership.state.changed() => {
                     if changed.is_err() {
                         // Elector gone: hold nothing.
+                        self.stop_answers();
                         if Box::pin(self.drop_all()).await {
                             Box::pin(self.arp.release(&self.name)).await;
                             Box::pin(self.disarm_nft_fence()).await;
@@ -98,6 +101,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                             if self.renewed_at.take().is_some() {
                                 info!(holder = %self.name, term, "not leading: removing VIPs");
                             }
+                            // No answer from here on, before the addresses go.
+                            self.answer_gate.close();
                             // Acknowledge (which lets the elector release the lease) only
                             // once the VIPs are confirmed gone; otherwise retry on the tick.
                             if Box::pin(self.drop_all()).await {

@@ -224,7 +224,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             .enumerate()
             .filter(|(i, _)| self.probes.get(*i).is_some_and(ProbeState::bound))
             .filter(|(i, _)| !self.expired(*i, now))
-            .filter_map(|(i, s)| self.links.get(&i).map(|l| (s.vip, l.index)))
+            .filter_map(|(i, s)| self.place(i).map(|place| (s.vip, place)))
             .collect()
     }
 

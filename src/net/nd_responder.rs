@@ -65,11 +65,11 @@ fn epoch() -> Instant {
 /// Whether answers for one VIP may be sent, and until when: shared between one VIP holder
 /// (which opens it while it holds the VIP, until the end of its lease or fence) and the
 /// [`NdResponder`] (which reads it before each answer). Lock-free: one atomic, milliseconds
-/// since a process-wide epoch, 0 = closed. Granularity 1 ms (an answer can go out up to 1 ms
-/// after `until`).
+/// since a process-wide epoch, 0 = closed. Granularity 1 ms, rounded down: the gate may close
+/// up to 1 ms before `until`, never after.
 #[derive(Debug, Default)]
 pub struct AnswerGate {
-    /// Milliseconds since [`epoch`], rounded up; 0 = closed.
+    /// Milliseconds since [`epoch`], rounded down; 0 = closed.
     until: AtomicU64,
 }
 
@@ -82,8 +82,9 @@ impl AnswerGate {
     /// Lets answers through until `until` (exclusive). A later or earlier time simply
     /// replaces the one stored; a time already past closes the gate.
     pub fn open_until(&self, until: Instant) {
-        let micros = until.saturating_duration_since(epoch()).as_micros();
-        let ms = u64::try_from(micros.div_ceil(1000)).unwrap_or(u64::MAX);
+        // Rounded down: no answer after `until`, at the cost of up to a millisecond before.
+        let ms =
+            u64::try_from(until.saturating_duration_since(epoch()).as_millis()).unwrap_or(u64::MAX);
         self.until.store(ms, Ordering::Release);
     }
 
@@ -350,10 +351,52 @@ impl<S: GroupSocket> Groups<S> {
     }
 }
 
-/// What is answered for one (ifindex, VIP).
+/// Who answers for one (ifindex, VIP): each owner (a VIP holder) with its gate and the MAC
+/// it answers with. Two holders of one node own the same VIP for a moment when an address
+/// moves between them (a shard move); an answer goes out while any owner's gate is open.
 struct Entry {
-    mac: [u8; 6],
-    gate: Arc<AnswerGate>,
+    owners: Vec<(Arc<AnswerGate>, [u8; 6])>,
+}
+
+impl Entry {
+    /// The MAC of the first owner whose gate is open at `now`.
+    fn open_mac(&self, now: Instant) -> Option<[u8; 6]> {
+        self.owners
+            .iter()
+            .find(|(g, _)| g.is_open_at(now))
+            .map(|(_, mac)| *mac)
+    }
+}
+
+/// Answers neighbour solicitations for VIPs on behalf of the VIP holders: the seam between
+/// the holder ([`crate::holder`]) and [`NdResponder`], so the holder's rules are tested
+/// with a fake.
+pub trait SolicitationAnswers: Send + Sync + std::fmt::Debug + 'static {
+    /// Starts answering for `vip` on `link` for the owner of `gate` (see
+    /// [`NdResponder::answer`]).
+    ///
+    /// # Errors
+    /// [`NetError::NdAnswer`] when the answers cannot be started.
+    fn answer(&self, link: &LinkInfo, vip: Ipv6Addr, gate: Arc<AnswerGate>)
+    -> Result<(), NetError>;
+    /// Stops answering for `vip` on `ifindex` for the owner of `gate` (see
+    /// [`NdResponder::stop`]).
+    fn stop(&self, ifindex: u32, vip: Ipv6Addr, gate: &Arc<AnswerGate>);
+}
+
+impl SolicitationAnswers for NdResponder {
+    fn answer(
+        &self,
+        link: &LinkInfo,
+        vip: Ipv6Addr,
+        gate: Arc<AnswerGate>,
+    ) -> Result<(), NetError> {
+        NdResponder::answer(self, link, vip, gate)
+    }
+
+    fn stop(&self, ifindex: u32, vip: Ipv6Addr, gate: &Arc<AnswerGate>) {
+        NdResponder::stop(self, ifindex, vip, gate);
+    }
 }
 
 struct State {
@@ -414,10 +457,11 @@ impl NdResponder {
 
     /// Starts answering neighbour solicitations whose target is `vip`, received on
     /// `link.index`, with a solicited advertisement carrying `link.mac`, while `gate` is
-    /// open. Joins the solicited-node group of `vip` on `link.index` (refcounted per
-    /// interface and group: several VIPs share a group). Opens the capture socket and spawns
-    /// its task on first use. Answering an (interface, VIP) already answered replaces its
-    /// gate and MAC.
+    /// open. `gate` names the owner (compared by pointer): answering again for the same
+    /// owner updates its MAC; another owner of the same (interface, VIP) is added beside it.
+    /// Joins the solicited-node group of `vip` on `link.index` for the first owner
+    /// (refcounted per interface and group: several VIPs share a group). Opens the capture
+    /// socket and spawns its task on first use.
     ///
     /// # Errors
     /// [`NetError::NdAnswer`] (naming `link.index` and `vip`) when the capture socket cannot
@@ -452,8 +496,10 @@ impl NdResponder {
         }
         let key = (link.index, vip);
         if let Some(e) = s.entries.get_mut(&key) {
-            e.mac = link.mac;
-            e.gate = gate;
+            match e.owners.iter_mut().find(|(g, _)| Arc::ptr_eq(g, &gate)) {
+                Some((_, mac)) => *mac = link.mac,
+                None => e.owners.push((gate, link.mac)),
+            }
             return Ok(());
         }
         let (group, _) = solicited_node(vip);
@@ -463,20 +509,27 @@ impl NdResponder {
         s.entries.insert(
             key,
             Entry {
-                mac: link.mac,
-                gate,
+                owners: vec![(gate, link.mac)],
             },
         );
         Ok(())
     }
 
-    /// Stops answering for `vip` on `ifindex`; leaves its solicited-node group there when no
-    /// other VIP answered on that interface needs it. Not answered: no-op.
-    pub fn stop(&self, ifindex: u32, vip: Ipv6Addr) {
+    /// Stops answering for `vip` on `ifindex` for the owner of `gate` (compared by pointer);
+    /// with no owner left, leaves its solicited-node group there when no other VIP answered
+    /// on that interface needs it. Not answered for that owner: no-op.
+    pub fn stop(&self, ifindex: u32, vip: Ipv6Addr, gate: &Arc<AnswerGate>) {
         let mut s = lock(&self.state);
-        if s.entries.remove(&(ifindex, vip)).is_none() {
+        let key = (ifindex, vip);
+        let Some(e) = s.entries.get_mut(&key) else {
+            return;
+        };
+        let before = e.owners.len();
+        e.owners.retain(|(g, _)| !Arc::ptr_eq(g, gate));
+        if e.owners.len() == before || !e.owners.is_empty() {
             return;
         }
+        s.entries.remove(&key);
         let (group, _) = solicited_node(vip);
         if let Err(e) = s.groups.release(ifindex, group) {
             debug!(ifindex, %group, error = %e, "leaving a solicited-node group failed");
@@ -520,8 +573,7 @@ async fn capture(fd: AsyncFd<socket2::Socket>, state: Weak<Mutex<State>>) {
             let st = lock(&state);
             st.entries
                 .get(&(ifindex, s.target))
-                .filter(|e| e.gate.is_open_at(Instant::now()))
-                .map(|e| e.mac)
+                .and_then(|e| e.open_mac(Instant::now()))
         };
         let Some(mac) = mac else {
             continue;

@@ -208,10 +208,26 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
         (Some(_), _) => route_holder_cfg(cfg)?,
         (None, true) => HolderConfig {
             fence: crate::lease::with_second_line(holder_cfg.fence),
+            // IPv6 VIPs on `lo`, answered by vipd while their elements run
+            // (docs/design.md "IPv6 VIPs on lo"): one responder for the process.
+            nd_answers: cfg.services_ipv6_loopback.then(|| {
+                let answers: Arc<dyn crate::net::nd_responder::SolicitationAnswers> =
+                    Arc::new(crate::net::nd_responder::NdResponder::new());
+                answers
+            }),
             ..holder_cfg
         },
         (None, false) => holder_cfg,
     };
+    if cfg.services_ipv6_loopback && holder_cfg.nd_answers.is_none() {
+        warn!(
+            "svc_ipv6_loopback has no effect here: IPv6 Service VIPs on lo need the nftables fence (vip_nftfence) and no routing-table mode; they stay on their interface"
+        );
+    } else if holder_cfg.nd_answers.is_some() {
+        info!(
+            "IPv6 Service VIPs go on lo; vipd answers their neighbour solicitations on their interface while their nftables elements run (svc_ipv6_loopback)"
+        );
+    }
     if holder_cfg.fence.second_line_secs > 0 {
         info!(
             second_line_secs = holder_cfg.fence.second_line_secs,

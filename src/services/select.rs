@@ -555,6 +555,7 @@ mod tests {
             services_election: false,
             services_unelected: false,
             services_lease_shards: 0,
+            services_ipv6_loopback: false,
             services_ride_through: false,
             services_ride_through_set: false,
             services_lease_name: "plndr-svcs-lock".into(),

@@ -59,6 +59,7 @@ pub(super) struct ServicesSettings {
     pub(super) election: bool,
     pub(super) lease_name: String,
     pub(super) lease_shards: u16,
+    pub(super) ipv6_loopback: bool,
     pub(super) namespace: Option<String>,
     pub(super) lb_class_only: bool,
     pub(super) lb_class_name: String,
@@ -75,6 +76,7 @@ pub(super) fn services(
     let lease_name = inputs.text_or(K_SVC_LEASE_NAME, DEFAULT_SERVICES_LEASE_NAME);
     check_dns1123_subdomain(&lease_name)?;
     let lease_shards = lease_shards(inputs, enabled && election, warnings)?;
+    let ipv6_loopback = inputs.bool_or(K_SVC_IPV6_LOOPBACK, false)?;
     let namespace = match inputs.get(K_SVC_NAMESPACE) {
         Some(raw) if raw.value.is_empty() => None,
         Some(raw) => {
@@ -99,6 +101,7 @@ pub(super) fn services(
             K_SVC_ELECTION,
             K_SVC_LEASE_NAME,
             K_SVC_LEASE_SHARDS,
+            K_SVC_IPV6_LOOPBACK,
             K_SVC_NAMESPACE,
             K_LB_CLASS_ONLY,
             K_SVC_INTERFACE,
@@ -118,6 +121,7 @@ pub(super) fn services(
         election,
         lease_name: lease_name.value,
         lease_shards,
+        ipv6_loopback,
         namespace,
         lb_class_only,
         lb_class_name: lb_class_name.value,

@@ -197,7 +197,8 @@ fn config_every_flag_feeds_its_env_key() {
     assert_eq!(args(&[]).flag_values(), vec![]);
     // 74, kube-vip's BGP and routing-table flags `vipd manifest bird|frr` reads (issue 29),
     // and --tableType (kube-vip's flag of vip_routingtabletype, cmd/kube-vip.go).
-    assert_eq!(rows.len(), 84);
+    // + --servicesIPv6Loopback (svc_ipv6_loopback, issue 28).
+    assert_eq!(rows.len(), 85);
 }
 
 #[test]

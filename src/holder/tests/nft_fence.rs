@@ -1220,3 +1220,160 @@ async fn long_timings_with_late_renewals_never_let_a_second_line_address_run_out
         rig.task.await.unwrap();
     }
 }
+
+/// A fake [`crate::net::nd_responder::SolicitationAnswers`]: the owners (gates) of each
+/// `(interface index, VIP)` answered, as the responder keeps them.
+/// The owners (gates) of each `(interface index, VIP)` answered.
+type Owners = std::collections::HashMap<
+    (u32, std::net::Ipv6Addr),
+    Vec<Arc<crate::net::nd_responder::AnswerGate>>,
+>;
+
+#[derive(Debug, Default)]
+struct FakeAnswers {
+    owners: Mutex<Owners>,
+}
+
+impl FakeAnswers {
+    /// Whether a solicitation for `vip` on `ifindex` would be answered at `now`.
+    fn answers(&self, ifindex: u32, vip: IpAddr, now: Instant) -> bool {
+        let IpAddr::V6(v6) = vip else {
+            return false;
+        };
+        self.owners
+            .lock()
+            .unwrap()
+            .get(&(ifindex, v6))
+            .is_some_and(|o| o.iter().any(|g| g.is_open_at(now.into_std())))
+    }
+    /// The `(interface index, VIP)` pairs with an owner.
+    fn entries(&self) -> Vec<(u32, std::net::Ipv6Addr)> {
+        let mut v: Vec<_> = self.owners.lock().unwrap().keys().copied().collect();
+        v.sort();
+        v
+    }
+}
+
+impl crate::net::nd_responder::SolicitationAnswers for FakeAnswers {
+    fn answer(
+        &self,
+        link: &LinkInfo,
+        vip: std::net::Ipv6Addr,
+        gate: Arc<crate::net::nd_responder::AnswerGate>,
+    ) -> Result<(), NetError> {
+        let mut o = self.owners.lock().unwrap();
+        let list = o.entry((link.index, vip)).or_default();
+        if !list.iter().any(|g| Arc::ptr_eq(g, &gate)) {
+            list.push(gate);
+        }
+        Ok(())
+    }
+    fn stop(
+        &self,
+        ifindex: u32,
+        vip: std::net::Ipv6Addr,
+        gate: &Arc<crate::net::nd_responder::AnswerGate>,
+    ) {
+        let mut o = self.owners.lock().unwrap();
+        if let Some(list) = o.get_mut(&(ifindex, vip)) {
+            list.retain(|g| !Arc::ptr_eq(g, gate));
+            if list.is_empty() {
+                o.remove(&(ifindex, vip));
+            }
+        }
+    }
+}
+
+fn vip6() -> Vip {
+    Vip::new("2001:db8::10".parse().unwrap(), 128).unwrap()
+}
+
+/// `svc_ipv6_loopback` (docs/design.md "IPv6 VIPs on lo"): an IPv6 VIP goes on `lo` (index
+/// 1) and is answered on its interface (eth0, index 2) while the holder's element runs,
+/// never past it (a renewal that does not come: the answers end with the element, as the
+/// nftables fence drops the kernel's); an IPv4 VIP and a DHCP lease's IPv6 address stay on
+/// eth0, unanswered by vipd; a step-down closes the answers and stops them.
+#[tokio::test(start_paused = true)]
+async fn an_ipv6_vip_on_lo_is_answered_on_its_interface_only_while_its_element_runs() {
+    let fence = Arc::new(FakeFence::default());
+    let answers = Arc::new(FakeAnswers::default());
+    let (mut cfg, kernel) = second_line_parts(fence.clone(), Duration::from_millis(500), 0);
+    cfg.nd_answers = Some(answers.clone());
+    let dhcp6 = VipSpec {
+        vip: Vip::new("2001:db8::41".parse().unwrap(), 128).unwrap(),
+        interface: Some("eth0".into()),
+        not_after: Some(Instant::now() + Duration::from_secs(3600)),
+    };
+    let specs = vec![on_eth0(vip6()), on_eth0(vip4()), dhcp6.clone()];
+    let r = rig_from(kernel, specs, cfg, false, None).0;
+    settle().await;
+    assert!(
+        answers.entries().is_empty(),
+        "nothing answered while following"
+    );
+    lead(&r, 1, true);
+    settle().await;
+    let v6 = vip6().addr;
+    assert_eq!(r.kernel.where_is(vip6()), Some(1), "the IPv6 VIP on lo");
+    assert_eq!(r.kernel.where_is(vip4()), Some(2), "the IPv4 VIP on eth0");
+    assert_eq!(
+        r.kernel.where_is(dhcp6.vip),
+        Some(2),
+        "a DHCP lease's address on eth0"
+    );
+    let IpAddr::V6(v6_addr) = v6 else { panic!() };
+    assert_eq!(
+        answers.entries(),
+        vec![(2, v6_addr)],
+        "answered on eth0 only"
+    );
+    assert!(answers.answers(2, v6, Instant::now()));
+    // The element's end closes the answers: no renewal comes.
+    let until = fence.live_until(v6).expect("element set");
+    assert!(answers.answers(2, v6, until - Duration::from_millis(2)));
+    assert!(!answers.answers(2, v6, until), "no answer past the element");
+    // A renewal opens them again, up to the new element's end.
+    tokio::time::sleep(TIMING.retry_period).await;
+    lead(&r, 1, true);
+    settle().await;
+    let again = fence.live_until(v6).expect("element set again");
+    assert!(again > until);
+    assert!(answers.answers(2, v6, Instant::now()));
+    assert!(!answers.answers(2, v6, again));
+    // Step-down: closed at once, stopped.
+    r.state
+        .send_replace(LeaderState::Following { holder: None });
+    settle().await;
+    assert!(!answers.answers(2, v6, Instant::now()));
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert!(
+        answers.entries().is_empty(),
+        "answers stopped after the step-down"
+    );
+    assert_eq!(r.kernel.where_is(vip6()), None, "the address gone from lo");
+}
+
+/// Where the elements cannot be set (vipd's tables refused), the addresses fall back to the
+/// whole-second fence and the answers end with it: never past the lease.
+#[tokio::test(start_paused = true)]
+async fn without_the_elements_answers_end_with_the_address_fence() {
+    let fence = Arc::new(FakeFence::default());
+    let answers = Arc::new(FakeAnswers::default());
+    let (mut cfg, kernel) = second_line_parts(fence.clone(), Duration::from_secs(60), 0);
+    cfg.nd_answers = Some(answers.clone());
+    let r = rig_from(kernel, vec![on_eth0(vip6())], cfg, false, None).0;
+    settle().await;
+    lead(&r, 1, true);
+    settle().await;
+    tokio::time::sleep(TIMING.retry_period).await;
+    *fence.failing.lock().unwrap() = true;
+    let sent = Instant::now();
+    lead(&r, 1, true);
+    settle().await;
+    let v6 = vip6().addr;
+    assert!(answers.answers(2, v6, Instant::now()));
+    assert!(
+        !answers.answers(2, v6, sent + TIMING.lease_duration - FENCE_MARGIN),
+        "answered past the lease"
+    );
+}

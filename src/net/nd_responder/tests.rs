@@ -372,7 +372,7 @@ fn a_join_refused_twice_is_an_error_and_leaves_no_socket() {
 fn a_responder_answers_nothing_until_asked() {
     let r = NdResponder::new();
     assert_eq!(r.answering(), 0);
-    r.stop(2, vip());
+    r.stop(2, vip(), &Arc::new(AnswerGate::closed()));
     assert_eq!(r.answering(), 0);
     assert!(format!("{r:?}").contains("answering: 0"));
     fn send_sync<T: Send + Sync>() {}

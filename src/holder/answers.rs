@@ -1,0 +1,88 @@
+//! IPv6 VIPs on `lo` (`svc_ipv6_loopback`): where their addresses go, and which of them
+//! vipd answers neighbour solicitations for (docs/design.md "IPv6 VIPs on lo").
+
+use super::*;
+use crate::net::route_kernel::LOOPBACK_IFINDEX;
+use std::net::Ipv6Addr;
+
+impl<K: Kernel, A: Announcer> VipHolder<K, A> {
+    /// Whether `spec`'s address goes on `lo`: answers are configured
+    /// ([`HolderConfig::nd_answers`]), it is IPv6, and it has no not-after time (a DHCP
+    /// lease's address stays on its macvlan, whose MAC the lease belongs to).
+    pub(super) fn on_lo(&self, spec: &VipSpec) -> bool {
+        self.cfg.nd_answers.is_some() && spec.vip.addr.is_ipv6() && spec.not_after.is_none()
+    }
+
+    /// The interface index VIP `i`'s address is added to: `lo` ([`LOOPBACK_IFINDEX`]) for a
+    /// VIP [`Self::on_lo`], else its interface's. `None` while its interface is not known.
+    /// Announcements, conflict probes and answers always go out on its interface.
+    pub(super) fn place(&self, i: usize) -> Option<u32> {
+        let link = self.links.get(&i)?;
+        let spec = self.vips.get(i)?;
+        Some(match self.on_lo(spec) {
+            true => LOOPBACK_IFINDEX,
+            false => link.index,
+        })
+    }
+
+    /// Makes the answers ([`HolderConfig::nd_answers`]) cover exactly this holder's bound
+    /// VIPs on `lo` while it leads (the addresses [`Self::publish_bound`] reports), each on
+    /// its interface, and stops those that left (a VIP removed from the set, an interface
+    /// changed, a step-down). Whether an answer goes out is decided per solicitation by the
+    /// [`AnswerGate`]; a failure to start answering is logged and tried again at the next
+    /// call.
+    pub(super) fn sync_answers(&mut self) {
+        let Some(answers) = self.cfg.nd_answers.clone() else {
+            return;
+        };
+        let mut wanted: std::collections::HashMap<(u32, Ipv6Addr), LinkInfo> =
+            std::collections::HashMap::new();
+        if self.renewed_at.is_some() {
+            for (i, spec) in self.vips.iter().enumerate() {
+                let (IpAddr::V6(v6), Some(link)) = (spec.vip.addr, self.links.get(&i)) else {
+                    continue;
+                };
+                if self.on_lo(spec) && self.probes.get(i).is_some_and(ProbeState::bound) {
+                    wanted.insert((link.index, v6), link.clone());
+                }
+            }
+        }
+        let gone: Vec<(u32, Ipv6Addr)> = self
+            .answered
+            .iter()
+            .filter(|k| !wanted.contains_key(k))
+            .copied()
+            .collect();
+        for (ifindex, vip) in gone {
+            answers.stop(ifindex, vip, &self.answer_gate);
+            self.answered.remove(&(ifindex, vip));
+        }
+        for (key, link) in wanted {
+            if self.answered.contains(&key) {
+                continue;
+            }
+            match answers.answer(&link, key.1, self.answer_gate.clone()) {
+                Ok(()) => {
+                    self.answered.insert(key);
+                }
+                Err(e) => {
+                    let now = Instant::now();
+                    let vip = IpAddr::V6(key.1);
+                    if let Some(r) = self.quiet.observe(Quiet::Announce(vip), e.to_string(), now) {
+                        warn!(holder = %self.name, %vip, interface = %link.name, error = %e, "cannot answer neighbour solicitations for the VIP; retried at the next check{r}");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Stops every answer of this holder (it ends).
+    pub(super) fn stop_answers(&mut self) {
+        self.answer_gate.close();
+        if let Some(answers) = &self.cfg.nd_answers {
+            for (ifindex, vip) in self.answered.drain() {
+                answers.stop(ifindex, vip, &self.answer_gate);
+            }
+        }
+    }
+}
