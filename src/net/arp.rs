@@ -20,11 +20,11 @@ use pnet::util::MacAddr;
 use super::{Announcer, LinkInfo, NetError, Vip};
 
 /// Ethernet header length in bytes.
-const ETH_LEN: usize = 14;
+pub(super) const ETH_LEN: usize = 14;
 /// ARP payload length for Ethernet/IPv4 in bytes.
 const ARP_LEN: usize = 28;
 /// IPv6 header length in bytes.
-const IPV6_LEN: usize = 40;
+pub(super) const IPV6_LEN: usize = 40;
 /// Neighbour advertisement (24 bytes) plus one 8-byte target link-layer address option.
 const NA_LEN: usize = 24 + 8;
 /// IPv6 all-nodes multicast address (RFC 4291 §2.7.1).

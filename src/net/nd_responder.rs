@@ -17,7 +17,6 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::Ipv6Addr;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Instant;
@@ -29,15 +28,11 @@ use tracing::debug;
 
 use super::LinkInfo;
 use super::NetError;
-use super::arp::na_frame;
+use super::arp::{ETH_LEN, IPV6_LEN, na_frame, unsolicited_na_frame};
 use super::conflict::{
-    ETH_P_IPV6, icmpv6_filter, open_filtered_capture, recv_frame, solicited_node,
+    ETH_P_IPV6, icmpv6_filter, open_filtered_capture, read_frames, register_capture, solicited_node,
 };
 
-/// Ethernet header length in bytes.
-const ETH_LEN: usize = 14;
-/// IPv6 header length in bytes.
-const IPV6_LEN: usize = 40;
 /// Neighbour solicitation without options, bytes (RFC 4861 §4.3).
 const NS_LEN: usize = 24;
 /// ICMPv6 type of a neighbour solicitation.
@@ -46,10 +41,6 @@ const NS_TYPE: u8 = 135;
 const ICMPV6: u8 = 58;
 /// Option type of a source link-layer address (RFC 4861 §4.6.1).
 const OPT_SOURCE_LL: u8 = 1;
-/// IPv6 all-nodes multicast address (RFC 4291 §2.7.1).
-const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
-/// Ethernet address of ff02::1 (RFC 2464 §7).
-const ALL_NODES_MAC: [u8; 6] = [0x33, 0x33, 0, 0, 0, 1];
 
 /// Memberships per group socket: each socket's multicast memberships are charged to its
 /// option memory (`net.core.optmem_max`, 20 KiB by default on older kernels), which holds a
@@ -192,13 +183,8 @@ pub(crate) fn solicitation_in_frame(frame: &[u8]) -> Option<Solicitation> {
 /// target link-layer address option with `mac`, Ethernet source `mac`.
 pub(crate) fn advert_frame(mac: [u8; 6], s: &Solicitation) -> Vec<u8> {
     if s.src.is_unspecified() {
-        na_frame(
-            mac,
-            ALL_NODES_MAC,
-            s.target,
-            ALL_NODES,
-            NeighborAdvertFlags::Override,
-        )
+        // To all nodes, Override only: the unsolicited advertisement's form exactly.
+        unsolicited_na_frame(mac, s.target)
     } else {
         na_frame(
             mac,
@@ -443,10 +429,7 @@ impl NdResponder {
                     NetError::Capture { what, source } => err(what)(source),
                     other => err("open the capture socket")(io::Error::other(other.to_string())),
                 })?;
-            // SAFETY: the socket2 socket owns its descriptor and moves into the AsyncFd,
-            // which owns it until dropped; `as_raw_fd` always returns that same descriptor.
-            let fd = unsafe { AsyncFd::register(sock) }
-                .map_err(|e| err("register the capture socket")(e.into_parts().1))?;
+            let fd = register_capture(sock).map_err(err("register the capture socket"))?;
             let handle = tokio::spawn(capture(fd, Arc::downgrade(&self.state)));
             s.task = Some(handle.abort_handle());
         }
@@ -492,48 +475,41 @@ impl NdResponder {
 /// The capture loop: reads solicitations, answers those with an entry whose gate is open.
 /// Ends when the responder is gone or the socket fails.
 async fn capture(fd: AsyncFd<socket2::Socket>, state: Weak<Mutex<State>>) {
-    let mut buf = vec![0u8; 2048];
-    loop {
-        let mut guard = match fd.readable().await {
-            Ok(g) => g,
-            Err(e) => {
-                debug!(error = %e, "neighbour solicitation capture failed; answers stopped");
-                return;
-            }
-        };
-        let (len, ifindex) =
-            match guard.try_io(|inner| recv_frame(inner.get_ref().as_raw_fd(), &mut buf)) {
-                Ok(Ok(Some(got))) => got,
-                Ok(Ok(None)) | Err(_) => continue,
-                Ok(Err(e)) => {
-                    debug!(error = %e, "neighbour solicitation capture read failed");
-                    continue;
-                }
-            };
-        let Some(s) = buf.get(..len).and_then(solicitation_in_frame) else {
-            continue;
-        };
+    let failed = read_frames(&fd, "neighbour solicitation capture", |frame, ifindex| {
         let Some(state) = state.upgrade() else {
-            return;
+            return false;
         };
-        let mac = {
-            let st = lock(&state);
-            st.entries
-                .get(&(ifindex, s.target))
-                .filter(|e| e.gate.is_open_at(Instant::now()))
-                .map(|e| e.mac)
-        };
-        let Some(mac) = mac else {
-            continue;
-        };
-        let frame = advert_frame(mac, &s);
-        match super::packet::send_raw(ifindex, &frame) {
-            Ok(()) => {
-                debug!(ifindex, target = %s.target, to = %s.src, "answered a neighbour solicitation")
-            }
-            Err(e) => {
-                debug!(ifindex, target = %s.target, error = %e, "answering a neighbour solicitation failed")
-            }
+        if let Some(s) = solicitation_in_frame(frame) {
+            answer_one(&state, ifindex, &s);
+        }
+        true
+    })
+    .await;
+    if let Some(e) = failed {
+        debug!(error = %e, "neighbour solicitation capture failed; answers stopped");
+    }
+}
+
+/// Answers `s`, received on `ifindex`, if an entry answers its target there and its gate
+/// is open now.
+fn answer_one(state: &Mutex<State>, ifindex: u32, s: &Solicitation) {
+    let mac = {
+        let st = lock(state);
+        st.entries
+            .get(&(ifindex, s.target))
+            .filter(|e| e.gate.is_open_at(Instant::now()))
+            .map(|e| e.mac)
+    };
+    let Some(mac) = mac else {
+        return;
+    };
+    let frame = advert_frame(mac, s);
+    match super::packet::send_raw(ifindex, &frame) {
+        Ok(()) => {
+            debug!(ifindex, target = %s.target, to = %s.src, "answered a neighbour solicitation")
+        }
+        Err(e) => {
+            debug!(ifindex, target = %s.target, error = %e, "answering a neighbour solicitation failed")
         }
     }
 }
