@@ -6,9 +6,9 @@
 //! [`NdResponder`] does it instead: it joins the VIP's solicited-node group (RFC 4291 §2.7.1)
 //! on the interface, so the NIC's multicast filter passes the solicitations, reads NS frames
 //! (ICMPv6 type 135 only, filtered in the kernel by classic BPF) from one `AF_PACKET` socket,
-//! checks them as RFC 4861 §7.1.1 says ([`solicitation_in_frame`]) and answers those whose
+//! checks them as RFC 4861 §7.1.1 says (`solicitation_in_frame`) and answers those whose
 //! target it answers for on the receiving interface with a solicited neighbour
-//! advertisement (RFC 4861 §7.2.4, [`advert_frame`]) while the VIP's [`AnswerGate`] is open.
+//! advertisement (RFC 4861 §7.2.4, `advert_frame`) while the VIP's [`AnswerGate`] is open.
 //!
 //! The frame functions are pure; the group bookkeeping (refcounts per interface and group,
 //! at most [`GROUPS_PER_SOCKET`] memberships per socket) sits behind a private seam and is
@@ -45,7 +45,7 @@ const OPT_SOURCE_LL: u8 = 1;
 /// Memberships per group socket: each socket's multicast memberships are charged to its
 /// option memory (`net.core.optmem_max`, 20 KiB by default on older kernels), which holds a
 /// few hundred; 200 leaves room.
-pub(crate) const GROUPS_PER_SOCKET: usize = 200;
+pub const GROUPS_PER_SOCKET: usize = 200;
 
 /// The process-wide origin of [`AnswerGate`] times.
 fn epoch() -> Instant {
@@ -352,8 +352,11 @@ struct State {
 /// Answers neighbour solicitations for VIPs (see module docs): one `AF_PACKET` capture
 /// socket (ICMPv6 type 135 only) and its Tokio task for all interfaces, opened on the first
 /// [`NdResponder::answer`] in the network namespace of the calling thread, closed when the
-/// responder is dropped. Needs `CAP_NET_RAW` and a Tokio runtime. Answers go out through
-/// [`super::packet::send_raw`].
+/// responder is dropped (closing the group sockets leaves their groups). Needs
+/// `CAP_NET_RAW` and a Tokio runtime. Answers go out through [`super::packet::send_raw`].
+/// The capture socket and the group sockets (`AF_INET6` UDP, at most
+/// [`GROUPS_PER_SOCKET`] memberships each) are opened in the network namespace of the
+/// thread calling [`NdResponder::answer`]: call it from one namespace only.
 pub struct NdResponder {
     state: Arc<Mutex<State>>,
 }
@@ -407,7 +410,8 @@ impl NdResponder {
     ///
     /// # Errors
     /// [`NetError::NdAnswer`] (naming `link.index` and `vip`) when the capture socket cannot
-    /// be opened or the group cannot be joined; nothing is answered then.
+    /// be opened, there is no Tokio runtime, or the group cannot be joined; nothing is
+    /// answered then.
     pub fn answer(
         &self,
         link: &LinkInfo,
@@ -424,13 +428,15 @@ impl NdResponder {
         };
         let mut s = lock(&self.state);
         if s.task.is_none() {
+            let runtime = tokio::runtime::Handle::try_current()
+                .map_err(|e| err("find a Tokio runtime")(io::Error::other(e)))?;
             let sock = open_filtered_capture(ETH_P_IPV6, Some(&icmpv6_filter([NS_TYPE; 2])))
                 .map_err(|e| match e {
                     NetError::Capture { what, source } => err(what)(source),
                     other => err("open the capture socket")(io::Error::other(other.to_string())),
                 })?;
             let fd = register_capture(sock).map_err(err("register the capture socket"))?;
-            let handle = tokio::spawn(capture(fd, Arc::downgrade(&self.state)));
+            let handle = runtime.spawn(capture(fd, Arc::downgrade(&self.state)));
             s.task = Some(handle.abort_handle());
         }
         let key = (link.index, vip);
