@@ -1013,6 +1013,50 @@ fn announcements_share_one_send_only_socket() {
     });
 }
 
+/// The frame `f`, if it is a neighbour advertisement for `target`.
+fn na_for(f: &[u8], target: Ipv6Addr) -> Option<Vec<u8>> {
+    let eth = EthernetPacket::new(f)?;
+    if eth.get_ethertype() != EtherTypes::Ipv6 {
+        return None;
+    }
+    let p = Ipv6Packet::new(eth.payload())?;
+    if p.get_next_header() != IpNextHeaderProtocols::Icmpv6 {
+        return None;
+    }
+    let na = NeighborAdvertPacket::new(p.payload())?;
+    (na.get_icmpv6_type() == Icmpv6Types::NeighborAdvert && na.get_target_addr() == target)
+        .then(|| f.to_vec())
+}
+
+/// Asserts that `frame` is an advertisement of `target` from `src_mac` to all nodes
+/// (`ff02::1`, Ethernet `33:33:00:00:00:01`), hop limit 255, valid checksum, Override set
+/// and Solicited and Router clear, with one target link-layer option carrying `src_mac`.
+fn assert_all_nodes_na(frame: &[u8], src_mac: [u8; 6], target: Ipv6Addr) {
+    let all_nodes: Ipv6Addr = "ff02::1".parse().unwrap();
+    let eth = EthernetPacket::new(frame).unwrap();
+    assert_eq!(eth.get_destination(), MacAddr(0x33, 0x33, 0, 0, 0, 1));
+    assert_eq!(eth.get_source(), mac(src_mac));
+    let p = Ipv6Packet::new(eth.payload()).unwrap();
+    assert_eq!(p.get_hop_limit(), 255);
+    assert_eq!(p.get_source(), target);
+    assert_eq!(p.get_destination(), all_nodes);
+    let icmp = Icmpv6Packet::new(p.payload()).unwrap();
+    assert_eq!(
+        icmp.get_checksum(),
+        icmpv6::checksum(&icmp, &target, &all_nodes)
+    );
+    let na = NeighborAdvertPacket::new(p.payload()).unwrap();
+    assert_eq!(
+        na.get_flags(),
+        NeighborAdvertFlags::Override,
+        "O=1, S=0, R=0"
+    );
+    let opts = na.get_options();
+    assert_eq!(opts.len(), 1);
+    assert_eq!(opts[0].option_type, NdpOptionTypes::TargetLLAddr);
+    assert_eq!(opts[0].data, src_mac.to_vec());
+}
+
 #[test]
 fn unsolicited_na_is_seen_by_the_peer() {
     lab("192.0.2.11/24", || async {
@@ -1020,42 +1064,12 @@ fn unsolicited_na_is_seen_by_the_peer() {
         let v0 = up_link(&k, "v0").await;
         let v1 = up_link(&k, "v1").await;
         let ip6: Ipv6Addr = "2001:db8::10".parse().unwrap();
-        let all_nodes: Ipv6Addr = "ff02::1".parse().unwrap();
         let mut rx = capture(&v1);
         RawAnnouncer
             .announce(&v0, Vip::host(IpAddr::V6(ip6)))
             .unwrap();
-        let frame = wait_frame(rx.as_mut(), |f| {
-            let eth = EthernetPacket::new(f)?;
-            if eth.get_ethertype() != EtherTypes::Ipv6 {
-                return None;
-            }
-            let p = Ipv6Packet::new(eth.payload())?;
-            if p.get_next_header() != IpNextHeaderProtocols::Icmpv6 {
-                return None;
-            }
-            let na = NeighborAdvertPacket::new(p.payload())?;
-            (na.get_icmpv6_type() == Icmpv6Types::NeighborAdvert && na.get_target_addr() == ip6)
-                .then(|| f.to_vec())
-        });
-        let eth = EthernetPacket::new(&frame).unwrap();
-        assert_eq!(eth.get_destination(), MacAddr(0x33, 0x33, 0, 0, 0, 1));
-        assert_eq!(eth.get_source(), mac(v0.mac));
-        let p = Ipv6Packet::new(eth.payload()).unwrap();
-        assert_eq!(p.get_hop_limit(), 255);
-        assert_eq!(p.get_source(), ip6);
-        assert_eq!(p.get_destination(), all_nodes);
-        let icmp = Icmpv6Packet::new(p.payload()).unwrap();
-        assert_eq!(
-            icmp.get_checksum(),
-            icmpv6::checksum(&icmp, &ip6, &all_nodes)
-        );
-        let na = NeighborAdvertPacket::new(p.payload()).unwrap();
-        assert_eq!(na.get_flags(), NeighborAdvertFlags::Override);
-        let opts = na.get_options();
-        assert_eq!(opts.len(), 1);
-        assert_eq!(opts[0].option_type, NdpOptionTypes::TargetLLAddr);
-        assert_eq!(opts[0].data, v0.mac.to_vec());
+        let frame = wait_frame(rx.as_mut(), |f| na_for(f, ip6));
+        assert_all_nodes_na(&frame, v0.mac, ip6);
     });
 }
 
@@ -2265,37 +2279,10 @@ fn nd_responder_answers_for_a_vip_on_lo_while_its_gate_is_open() {
             let mut rx = capture(&v1);
             let probe = vipd::net::conflict::dad_probe_frame(v1.mac, vip);
             vipd::net::packet::send_raw(index, &probe).expect("send the DAD probe");
-            wait_frame(rx.as_mut(), |f| {
-                let eth = EthernetPacket::new(f)?;
-                let p6 = Ipv6Packet::new(eth.payload())?;
-                if p6.get_next_header() != IpNextHeaderProtocols::Icmpv6 {
-                    return None;
-                }
-                let na = NeighborAdvertPacket::new(p6.payload())?;
-                (na.get_icmpv6_type() == Icmpv6Types::NeighborAdvert && na.get_target_addr() == vip)
-                    .then(|| f.to_vec())
-            })
+            wait_frame(rx.as_mut(), |f| na_for(f, vip))
         })
         .await;
-        let eth = EthernetPacket::new(&na).unwrap();
-        assert_eq!(eth.get_destination(), MacAddr(0x33, 0x33, 0, 0, 0, 1));
-        assert_eq!(eth.get_source(), mac(v0.mac));
-        let p6 = Ipv6Packet::new(eth.payload()).unwrap();
-        let all_nodes: Ipv6Addr = "ff02::1".parse().unwrap();
-        assert_eq!(p6.get_destination(), all_nodes);
-        assert_eq!(p6.get_source(), vip);
-        assert_eq!(p6.get_hop_limit(), 255);
-        let icmp = Icmpv6Packet::new(p6.payload()).unwrap();
-        assert_eq!(
-            icmp.get_checksum(),
-            icmpv6::checksum(&icmp, &vip, &all_nodes)
-        );
-        let adv = NeighborAdvertPacket::new(p6.payload()).unwrap();
-        assert_eq!(
-            adv.get_flags(),
-            NeighborAdvertFlags::Override,
-            "O=1, S=0, R=0"
-        );
+        assert_all_nodes_na(&na, v0.mac, vip);
 
         // A second owner of the same VIP (an address moving between two holders of one
         // node): answered while either gate is open; the group stays until both stopped.

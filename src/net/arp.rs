@@ -20,11 +20,11 @@ use pnet::util::MacAddr;
 use super::{Announcer, LinkInfo, NetError, Vip};
 
 /// Ethernet header length in bytes.
-const ETH_LEN: usize = 14;
+pub(super) const ETH_LEN: usize = 14;
 /// ARP payload length for Ethernet/IPv4 in bytes.
 const ARP_LEN: usize = 28;
 /// IPv6 header length in bytes.
-const IPV6_LEN: usize = 40;
+pub(super) const IPV6_LEN: usize = 40;
 /// Neighbour advertisement (24 bytes) plus one 8-byte target link-layer address option.
 const NA_LEN: usize = 24 + 8;
 /// IPv6 all-nodes multicast address (RFC 4291 §2.7.1).
@@ -74,7 +74,7 @@ pub(crate) fn arp_request_frame(mac: [u8; 6], sender_ip: Ipv4Addr, target_ip: Ip
 /// IPv6 src = `ip` (the address being announced), dst `ff02::1`, hop limit 255; ICMPv6 type 136
 /// code 0 with Router and Solicited clear and Override set, target = `ip`, one target
 /// link-layer address option (type 2, length 1 = 8 bytes) carrying `mac`; ICMPv6 checksum over
-/// the RFC 8200 §8.1 pseudo-header. See [`na_frame`].
+/// the RFC 8200 §8.1 pseudo-header. Built by `na_frame`.
 pub fn unsolicited_na_frame(mac: [u8; 6], ip: Ipv6Addr) -> Vec<u8> {
     na_frame(
         mac,

@@ -304,33 +304,21 @@ impl RawConflictMonitor {
 
     fn start_capture(&self, v6: bool) -> Result<(), NetError> {
         let sock = open_capture(v6)?;
-        // SAFETY: the socket2 socket owns its descriptor and moves into the AsyncFd, which
-        // owns it until dropped; `as_raw_fd` always returns that same descriptor.
-        let fd = unsafe { AsyncFd::register(sock) }.map_err(|e| NetError::Capture {
+        let fd = register_capture(sock).map_err(|source| NetError::Capture {
             what: "register the capture socket",
-            source: e.into_parts().1,
+            source,
         })?;
         let subs = self.subs.clone();
         tokio::spawn(async move {
-            let mut buf = vec![0u8; 2048];
-            loop {
-                let mut guard = match fd.readable().await {
-                    Ok(g) => g,
-                    Err(e) => {
-                        warn!(error = %e, "conflict capture socket failed; conflict detection stopped");
-                        return;
-                    }
-                };
-                match guard.try_io(|inner| recv_frame(inner.get_ref().as_raw_fd(), &mut buf)) {
-                    Ok(Ok(Some((len, ifindex)))) => {
-                        if let Some(claim) = buf.get(..len).and_then(claim_in_frame) {
-                            Self::dispatch(&subs, ifindex, claim);
-                        }
-                    }
-                    Ok(Ok(None)) => {}
-                    Ok(Err(e)) => debug!(error = %e, "conflict capture read failed"),
-                    Err(_would_block) => {}
+            let failed = read_frames(&fd, "conflict capture", |frame, ifindex| {
+                if let Some(claim) = claim_in_frame(frame) {
+                    Self::dispatch(&subs, ifindex, claim);
                 }
+                true
+            })
+            .await;
+            if let Some(e) = failed {
+                warn!(error = %e, "conflict capture socket failed; conflict detection stopped");
             }
         });
         Ok(())
@@ -453,9 +441,50 @@ pub(super) fn open_filtered_capture(
     Ok(sock)
 }
 
+/// Registers the non-blocking capture socket `sock` with the Tokio reactor (needs a
+/// runtime).
+///
+/// # Errors
+/// The OS error of the registration.
+pub(super) fn register_capture(sock: socket2::Socket) -> std::io::Result<AsyncFd<socket2::Socket>> {
+    // SAFETY: the socket2 socket owns its descriptor and moves into the AsyncFd, which owns
+    // it until dropped; `as_raw_fd` always returns that same descriptor.
+    unsafe { AsyncFd::register(sock) }.map_err(|e| e.into_parts().1)
+}
+
+/// Reads the capture socket `fd` until it fails or `on_frame` returns `false`: calls
+/// `on_frame(frame, ifindex)` for each frame this host did not send (see [`recv_frame`]).
+/// Returns the error that ended the loop, if the socket failed (`None`: `on_frame` ended
+/// it). A failed read of one frame is logged at debug level, naming `what`.
+pub(super) async fn read_frames(
+    fd: &AsyncFd<socket2::Socket>,
+    what: &'static str,
+    mut on_frame: impl FnMut(&[u8], u32) -> bool,
+) -> Option<std::io::Error> {
+    let mut buf = vec![0u8; 2048];
+    loop {
+        let mut guard = match fd.readable().await {
+            Ok(g) => g,
+            Err(e) => return Some(e),
+        };
+        match guard.try_io(|inner| recv_frame(inner.get_ref().as_raw_fd(), &mut buf)) {
+            Ok(Ok(Some((len, ifindex)))) => {
+                if let Some(frame) = buf.get(..len)
+                    && !on_frame(frame, ifindex)
+                {
+                    return None;
+                }
+            }
+            Ok(Ok(None)) => {}
+            Ok(Err(e)) => debug!(error = %e, what, "capture read failed"),
+            Err(_would_block) => {}
+        }
+    }
+}
+
 /// Reads one frame into `buf`: `Some((length, ifindex))`, or `None` for a frame this host
 /// sent itself. `WouldBlock` when nothing is queued.
-pub(super) fn recv_frame(fd: i32, buf: &mut [u8]) -> std::io::Result<Option<(usize, u32)>> {
+fn recv_frame(fd: i32, buf: &mut [u8]) -> std::io::Result<Option<(usize, u32)>> {
     // SAFETY: sockaddr_ll is plain old data; all-zero is a valid value.
     let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t;

@@ -6,9 +6,9 @@
 //! [`NdResponder`] does it instead: it joins the VIP's solicited-node group (RFC 4291 §2.7.1)
 //! on the interface, so the NIC's multicast filter passes the solicitations, reads NS frames
 //! (ICMPv6 type 135 only, filtered in the kernel by classic BPF) from one `AF_PACKET` socket,
-//! checks them as RFC 4861 §7.1.1 says ([`solicitation_in_frame`]) and answers those whose
+//! checks them as RFC 4861 §7.1.1 says (`solicitation_in_frame`) and answers those whose
 //! target it answers for on the receiving interface with a solicited neighbour
-//! advertisement (RFC 4861 §7.2.4, [`advert_frame`]) while the VIP's [`AnswerGate`] is open.
+//! advertisement (RFC 4861 §7.2.4, `advert_frame`) while the VIP's [`AnswerGate`] is open.
 //!
 //! The frame functions are pure; the group bookkeeping (refcounts per interface and group,
 //! at most [`GROUPS_PER_SOCKET`] memberships per socket) sits behind a private seam and is
@@ -17,7 +17,6 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::Ipv6Addr;
-use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::Instant;
@@ -29,15 +28,11 @@ use tracing::debug;
 
 use super::LinkInfo;
 use super::NetError;
-use super::arp::na_frame;
+use super::arp::{ETH_LEN, IPV6_LEN, na_frame, unsolicited_na_frame};
 use super::conflict::{
-    ETH_P_IPV6, icmpv6_filter, open_filtered_capture, recv_frame, solicited_node,
+    ETH_P_IPV6, icmpv6_filter, open_filtered_capture, read_frames, register_capture, solicited_node,
 };
 
-/// Ethernet header length in bytes.
-const ETH_LEN: usize = 14;
-/// IPv6 header length in bytes.
-const IPV6_LEN: usize = 40;
 /// Neighbour solicitation without options, bytes (RFC 4861 §4.3).
 const NS_LEN: usize = 24;
 /// ICMPv6 type of a neighbour solicitation.
@@ -46,15 +41,11 @@ const NS_TYPE: u8 = 135;
 const ICMPV6: u8 = 58;
 /// Option type of a source link-layer address (RFC 4861 §4.6.1).
 const OPT_SOURCE_LL: u8 = 1;
-/// IPv6 all-nodes multicast address (RFC 4291 §2.7.1).
-const ALL_NODES: Ipv6Addr = Ipv6Addr::new(0xff02, 0, 0, 0, 0, 0, 0, 1);
-/// Ethernet address of ff02::1 (RFC 2464 §7).
-const ALL_NODES_MAC: [u8; 6] = [0x33, 0x33, 0, 0, 0, 1];
 
 /// Memberships per group socket: each socket's multicast memberships are charged to its
 /// option memory (`net.core.optmem_max`, 20 KiB by default on older kernels), which holds a
 /// few hundred; 200 leaves room.
-pub(crate) const GROUPS_PER_SOCKET: usize = 200;
+pub const GROUPS_PER_SOCKET: usize = 200;
 
 /// The process-wide origin of [`AnswerGate`] times.
 fn epoch() -> Instant {
@@ -193,13 +184,8 @@ pub(crate) fn solicitation_in_frame(frame: &[u8]) -> Option<Solicitation> {
 /// target link-layer address option with `mac`, Ethernet source `mac`.
 pub(crate) fn advert_frame(mac: [u8; 6], s: &Solicitation) -> Vec<u8> {
     if s.src.is_unspecified() {
-        na_frame(
-            mac,
-            ALL_NODES_MAC,
-            s.target,
-            ALL_NODES,
-            NeighborAdvertFlags::Override,
-        )
+        // To all nodes, Override only: the unsolicited advertisement's form exactly.
+        unsolicited_na_frame(mac, s.target)
     } else {
         na_frame(
             mac,
@@ -409,8 +395,11 @@ struct State {
 /// Answers neighbour solicitations for VIPs (see module docs): one `AF_PACKET` capture
 /// socket (ICMPv6 type 135 only) and its Tokio task for all interfaces, opened on the first
 /// [`NdResponder::answer`] in the network namespace of the calling thread, closed when the
-/// responder is dropped. Needs `CAP_NET_RAW` and a Tokio runtime. Answers go out through
-/// [`super::packet::send_raw`].
+/// responder is dropped (closing the group sockets leaves their groups). Needs
+/// `CAP_NET_RAW` and a Tokio runtime. Answers go out through [`super::packet::send_raw`].
+/// The capture socket and the group sockets (`AF_INET6` UDP, at most
+/// [`GROUPS_PER_SOCKET`] memberships each) are opened in the network namespace of the
+/// thread calling [`NdResponder::answer`]: call it from one namespace only.
 pub struct NdResponder {
     state: Arc<Mutex<State>>,
 }
@@ -465,7 +454,8 @@ impl NdResponder {
     ///
     /// # Errors
     /// [`NetError::NdAnswer`] (naming `link.index` and `vip`) when the capture socket cannot
-    /// be opened or the group cannot be joined; nothing is answered then.
+    /// be opened, there is no Tokio runtime, or the group cannot be joined; nothing is
+    /// answered then.
     pub fn answer(
         &self,
         link: &LinkInfo,
@@ -482,16 +472,15 @@ impl NdResponder {
         };
         let mut s = lock(&self.state);
         if s.task.is_none() {
+            let runtime = tokio::runtime::Handle::try_current()
+                .map_err(|e| err("find a Tokio runtime")(io::Error::other(e)))?;
             let sock = open_filtered_capture(ETH_P_IPV6, Some(&icmpv6_filter([NS_TYPE; 2])))
                 .map_err(|e| match e {
                     NetError::Capture { what, source } => err(what)(source),
                     other => err("open the capture socket")(io::Error::other(other.to_string())),
                 })?;
-            // SAFETY: the socket2 socket owns its descriptor and moves into the AsyncFd,
-            // which owns it until dropped; `as_raw_fd` always returns that same descriptor.
-            let fd = unsafe { AsyncFd::register(sock) }
-                .map_err(|e| err("register the capture socket")(e.into_parts().1))?;
-            let handle = tokio::spawn(capture(fd, Arc::downgrade(&self.state)));
+            let fd = register_capture(sock).map_err(err("register the capture socket"))?;
+            let handle = runtime.spawn(capture(fd, Arc::downgrade(&self.state)));
             s.task = Some(handle.abort_handle());
         }
         let key = (link.index, vip);
@@ -545,47 +534,40 @@ impl NdResponder {
 /// The capture loop: reads solicitations, answers those with an entry whose gate is open.
 /// Ends when the responder is gone or the socket fails.
 async fn capture(fd: AsyncFd<socket2::Socket>, state: Weak<Mutex<State>>) {
-    let mut buf = vec![0u8; 2048];
-    loop {
-        let mut guard = match fd.readable().await {
-            Ok(g) => g,
-            Err(e) => {
-                debug!(error = %e, "neighbour solicitation capture failed; answers stopped");
-                return;
-            }
-        };
-        let (len, ifindex) =
-            match guard.try_io(|inner| recv_frame(inner.get_ref().as_raw_fd(), &mut buf)) {
-                Ok(Ok(Some(got))) => got,
-                Ok(Ok(None)) | Err(_) => continue,
-                Ok(Err(e)) => {
-                    debug!(error = %e, "neighbour solicitation capture read failed");
-                    continue;
-                }
-            };
-        let Some(s) = buf.get(..len).and_then(solicitation_in_frame) else {
-            continue;
-        };
+    let failed = read_frames(&fd, "neighbour solicitation capture", |frame, ifindex| {
         let Some(state) = state.upgrade() else {
-            return;
+            return false;
         };
-        let mac = {
-            let st = lock(&state);
-            st.entries
-                .get(&(ifindex, s.target))
-                .and_then(|e| e.open_mac(Instant::now()))
-        };
-        let Some(mac) = mac else {
-            continue;
-        };
-        let frame = advert_frame(mac, &s);
-        match super::packet::send_raw(ifindex, &frame) {
-            Ok(()) => {
-                debug!(ifindex, target = %s.target, to = %s.src, "answered a neighbour solicitation")
-            }
-            Err(e) => {
-                debug!(ifindex, target = %s.target, error = %e, "answering a neighbour solicitation failed")
-            }
+        if let Some(s) = solicitation_in_frame(frame) {
+            answer_one(&state, ifindex, &s);
+        }
+        true
+    })
+    .await;
+    if let Some(e) = failed {
+        debug!(error = %e, "neighbour solicitation capture failed; answers stopped");
+    }
+}
+
+/// Answers `s`, received on `ifindex`, if an entry answers its target there and its gate
+/// is open now.
+fn answer_one(state: &Mutex<State>, ifindex: u32, s: &Solicitation) {
+    let mac = {
+        let st = lock(state);
+        st.entries
+            .get(&(ifindex, s.target))
+            .and_then(|e| e.open_mac(Instant::now()))
+    };
+    let Some(mac) = mac else {
+        return;
+    };
+    let frame = advert_frame(mac, s);
+    match super::packet::send_raw(ifindex, &frame) {
+        Ok(()) => {
+            debug!(ifindex, target = %s.target, to = %s.src, "answered a neighbour solicitation")
+        }
+        Err(e) => {
+            debug!(ifindex, target = %s.target, error = %e, "answering a neighbour solicitation failed")
         }
     }
 }

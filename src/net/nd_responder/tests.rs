@@ -379,3 +379,28 @@ fn a_responder_answers_nothing_until_asked() {
     send_sync::<NdResponder>();
     send_sync::<AnswerGate>();
 }
+
+#[test]
+fn answering_outside_a_runtime_is_an_error_naming_the_interface_and_address() {
+    let r = NdResponder::new();
+    let link = LinkInfo {
+        index: 7,
+        name: "eth0".into(),
+        mac: OURS,
+        up: true,
+        carrier: true,
+    };
+    let e = r
+        .answer(&link, vip(), Arc::new(AnswerGate::closed()))
+        .unwrap_err();
+    assert!(
+        matches!(e, NetError::NdAnswer { ifindex: 7, addr, .. } if addr == vip()),
+        "{e}"
+    );
+    let text = e.to_string();
+    assert!(
+        text.contains("2001:db8:0:5::55") && text.contains("index 7"),
+        "{text}"
+    );
+    assert_eq!(r.answering(), 0);
+}
