@@ -1,4 +1,4 @@
-//! Lab test of IPv6 Service VIPs on `lo` (`svc_ipv6_loopback`, issue 28, scenario S64):
+//! Lab test of IPv6 Service VIPs on `lo` (`svc_ipv6_loopback`, issue 28, scenario S72):
 //! vipd on node-a/b/c in Services mode with per-Service election against the real
 //! kube-apiserver, the nftables fence on (the default). The holder adds the VIP to `lo`, not
 //! `eth0`, and answers the client's neighbour solicitations for it on `eth0` itself (the
@@ -59,12 +59,12 @@ fn start_all(lab: &Lab) -> Vec<LabProcess> {
 }
 
 #[test]
-fn s64_ipv6_service_vips_on_lo_are_answered_by_their_holder_alone() {
+fn s72_ipv6_service_vips_on_lo_are_answered_by_their_holder_alone() {
     let opts = LabOptions {
         http_backends: true,
         ..LabOptions::default()
     };
-    let Some(lab) = lab("s64_ipv6_loopback", opts) else {
+    let Some(lab) = lab("s72_ipv6_loopback", opts) else {
         return;
     };
     let ip: IpAddr = VIP6.parse().expect("vip");
@@ -126,7 +126,7 @@ fn s64_ipv6_service_vips_on_lo_are_answered_by_their_holder_alone() {
     wait_until("the next holder answering", Duration::from_secs(20), || {
         watch.report().last_responders() == BTreeSet::from([next_mac])
     });
-    eprintln!("S64: {next} answers {:?} after the kill", t0.elapsed());
+    eprintln!("S72: {next} answers {:?} after the kill", t0.elapsed());
     std::thread::sleep(Duration::from_millis(500));
     let report = watch.stop().expect("stop the watch");
     assert!(

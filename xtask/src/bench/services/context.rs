@@ -597,7 +597,7 @@ impl Bench {
         Ok(out)
     }
 
-    /// How many of `addrs` each node carries on eth0 ([`Bench::carried_on`]).
+    /// How many of `addrs` each node carries on eth0 or lo ([`Bench::carried_on`]).
     pub fn carried(&self, addrs: &BTreeSet<IpAddr>) -> Result<BTreeMap<String, usize>> {
         Ok(self
             .carried_sets(addrs)?
@@ -606,7 +606,7 @@ impl Bench {
             .collect())
     }
 
-    /// Which of `addrs` each node carries on eth0 ([`Bench::carried_on`]).
+    /// Which of `addrs` each node carries on eth0 or lo ([`Bench::carried_on`]).
     pub fn carried_sets(
         &self,
         addrs: &BTreeSet<IpAddr>,
@@ -618,8 +618,8 @@ impl Bench {
         Ok(out)
     }
 
-    /// Which of `addrs` any of `nodes` carries on eth0 ([`Bench::carried_on`]: one address
-    /// listing per node).
+    /// Which of `addrs` any of `nodes` carries on eth0 or lo ([`Bench::carried_on`]: two
+    /// address listings per node).
     pub fn carried_by(&self, nodes: &[&str], addrs: &BTreeSet<IpAddr>) -> Result<BTreeSet<IpAddr>> {
         let mut out = BTreeSet::new();
         for n in nodes {
@@ -628,16 +628,21 @@ impl Bench {
         Ok(out)
     }
 
-    /// Which of `addrs` `node` carries on eth0: one address listing of the node
-    /// ([`Lab::addresses`], a single `ip -j addr show dev eth0`), however many addresses.
+    /// Which of `addrs` `node` carries on eth0 or on lo (`svc_ipv6_loopback` puts IPv6
+    /// Service VIPs there): two address listings of the node ([`Lab::addresses`], `ip -j
+    /// addr show dev eth0` and `dev lo`), however many addresses.
     pub fn carried_on(&self, node: &str, addrs: &BTreeSet<IpAddr>) -> Result<BTreeSet<IpAddr>> {
-        Ok(self
-            .lab
-            .addresses(node, lab::ETH)?
-            .into_iter()
-            .map(|a| a.addr)
-            .filter(|a| addrs.contains(a))
-            .collect())
+        let mut out = BTreeSet::new();
+        for ifname in [lab::ETH, "lo"] {
+            out.extend(
+                self.lab
+                    .addresses(node, ifname)?
+                    .into_iter()
+                    .map(|a| a.addr)
+                    .filter(|a| addrs.contains(a)),
+            );
+        }
+        Ok(out)
     }
 
     /// Prints WARN/ERROR counts and the first distinct lines of each vipd's log.

@@ -1,7 +1,7 @@
 //! The poweroff phase that ends the `coldstart` scenario: the node carrying the most Service
 //! addresses "loses power" as in `bench failover --scenario poweroff` (SIGKILL of its vipd
 //! and its link cut at the same instant); every address it carried is polled until it
-//! answers again from another node, while the two remaining nodes' eth0 addresses are
+//! answers again from another node, while the two remaining nodes' eth0 and lo addresses are
 //! sampled for an address on both at once. The same listings tell the poller which
 //! addresses a remaining node carries ([`Poller::run`]): those are tried first; the
 //! powered-off node, which still carries its addresses behind its cut link, does not count.
@@ -161,8 +161,8 @@ struct Sampled {
     first_error: Option<String>,
 }
 
-/// One sample of which of `watched` each of `nodes` carries ([`Bench::carried_on`]: one
-/// address listing per node), taken `t0.elapsed()` after the power-off and added to
+/// One sample of which of `watched` each of `nodes` carries ([`Bench::carried_on`]: two
+/// address listings per node), taken `t0.elapsed()` after the power-off and added to
 /// `sampled`; returns the addresses any of them carries (for [`Poller::run`]).
 ///
 /// # Errors
@@ -358,7 +358,7 @@ pub fn run(b: &Bench, addrs: &[IpAddr]) -> Result<()> {
     );
     let window = polling_done + CARRIER_SAMPLE_TAIL;
     println!(
-        "    never two responders: {} of {} samples had an address answerable on both {} (on eth0 and live in its nftables fence; one every {} ms unless a listing took longer, over {:.1} s: the polling and {} s after; expected 0)",
+        "    never two responders: {} of {} samples had an address answerable on both {} (on eth0 or lo and live in its nftables fence; one every {} ms unless a listing took longer, over {:.1} s: the polling and {} s after; expected 0)",
         dc.samples_with,
         dc.samples,
         remaining.join(" and "),

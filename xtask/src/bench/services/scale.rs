@@ -327,7 +327,7 @@ pub(super) fn scale_steady_state(
         Err(_) => println!("    Service and Event writes: watch thread panicked"),
     }
     println!("    Leases by holder: {lease_by_holder:?}");
-    println!("    addresses carried on eth0: {carried:?}");
+    println!("    addresses carried on eth0 or lo: {carried:?}");
     let pct = |v: Option<&Option<f64>>| {
         v.copied()
             .flatten()
