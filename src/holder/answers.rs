@@ -27,8 +27,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
 
     /// Makes the answers ([`HolderConfig::nd_answers`]) cover exactly this holder's bound
     /// VIPs on `lo` while it leads (the addresses [`Self::publish_bound`] reports), each on
-    /// its interface, and stops those that left (a VIP removed from the set, an interface
-    /// changed, a step-down). Whether an answer goes out is decided per solicitation by the
+    /// its interface with the interface's MAC (answered again when it changed), and stops
+    /// those that left (a VIP removed from the set, an interface changed, a step-down). Whether an answer goes out is decided per solicitation by the
     /// [`AnswerGate`]; a failure to start answering is logged and tried again at the next
     /// call.
     pub(super) fn sync_answers(&mut self) {
@@ -49,7 +49,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
         let gone: Vec<(u32, Ipv6Addr)> = self
             .answered
-            .iter()
+            .keys()
             .filter(|k| !wanted.contains_key(k))
             .copied()
             .collect();
@@ -58,12 +58,13 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             self.answered.remove(&(ifindex, vip));
         }
         for (key, link) in wanted {
-            if self.answered.contains(&key) {
+            // Answered with the interface's MAC as it is now (a changed MAC is answered again).
+            if self.answered.get(&key) == Some(&link.mac) {
                 continue;
             }
             match answers.answer(&link, key.1, self.answer_gate.clone()) {
                 Ok(()) => {
-                    self.answered.insert(key);
+                    self.answered.insert(key, link.mac);
                 }
                 Err(e) => {
                     let now = Instant::now();
@@ -80,7 +81,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     pub(super) fn stop_answers(&mut self) {
         self.answer_gate.close();
         if let Some(answers) = &self.cfg.nd_answers {
-            for (ifindex, vip) in self.answered.drain() {
+            for ((ifindex, vip), _) in self.answered.drain() {
                 answers.stop(ifindex, vip, &self.answer_gate);
             }
         }

@@ -674,8 +674,8 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     /// could not be set); closed when not leading.
     answer_gate: Arc<AnswerGate>,
     /// The `(interface index, VIP)` pairs this holder has [`HolderConfig::nd_answers`]
-    /// answer now ([`VipHolder::sync_answers`]).
-    answered: std::collections::HashSet<(u32, std::net::Ipv6Addr)>,
+    /// answer now, with the MAC they are answered with ([`VipHolder::sync_answers`]).
+    answered: std::collections::HashMap<(u32, std::net::Ipv6Addr), [u8; 6]>,
 }
 
 /// Conditions of a [`VipHolder`] whose log lines are rate-limited (see
@@ -763,7 +763,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             fence_owner: crate::net::nft::fence::next_owner(),
             quiet: RepeatLimiter::default(),
             answer_gate: Arc::new(AnswerGate::closed()),
-            answered: std::collections::HashSet::new(),
+            answered: std::collections::HashMap::new(),
         }
     }
 

@@ -24,7 +24,7 @@ use std::time::Instant;
 use pnet::packet::icmpv6::ndp::NeighborAdvertFlags;
 use pnet::packet::icmpv6::{self, Icmpv6Packet};
 use tokio::io::unix::AsyncFd;
-use tracing::debug;
+use tracing::{debug, warn};
 
 use super::LinkInfo;
 use super::NetError;
@@ -532,7 +532,8 @@ impl NdResponder {
 }
 
 /// The capture loop: reads solicitations, answers those with an entry whose gate is open.
-/// Ends when the responder is gone or the socket fails.
+/// Ends when the responder is gone or the socket fails (then logged at warn level, and the
+/// capture forgotten so that the next [`NdResponder::answer`] opens it again).
 async fn capture(fd: AsyncFd<socket2::Socket>, state: Weak<Mutex<State>>) {
     let failed = read_frames(&fd, "neighbour solicitation capture", |frame, ifindex| {
         let Some(state) = state.upgrade() else {
@@ -545,7 +546,12 @@ async fn capture(fd: AsyncFd<socket2::Socket>, state: Weak<Mutex<State>>) {
     })
     .await;
     if let Some(e) = failed {
-        debug!(error = %e, "neighbour solicitation capture failed; answers stopped");
+        // Said at warn level: the holders still count on their answers. The next
+        // `NdResponder::answer` opens the capture again.
+        warn!(error = %e, "the neighbour solicitation capture failed: IPv6 VIPs on lo are not answered until the capture is opened again (at the next VIP answered)");
+        if let Some(state) = state.upgrade() {
+            lock(&state).task = None;
+        }
     }
 }
 

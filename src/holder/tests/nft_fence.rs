@@ -1223,10 +1223,11 @@ async fn long_timings_with_late_renewals_never_let_a_second_line_address_run_out
 
 /// A fake [`crate::net::nd_responder::SolicitationAnswers`]: the owners (gates) of each
 /// `(interface index, VIP)` answered, as the responder keeps them.
-/// The owners (gates) of each `(interface index, VIP)` answered.
+/// The owners (gates, with the MAC each answers with) of each `(interface index, VIP)`
+/// answered.
 type Owners = std::collections::HashMap<
     (u32, std::net::Ipv6Addr),
-    Vec<Arc<crate::net::nd_responder::AnswerGate>>,
+    Vec<(Arc<crate::net::nd_responder::AnswerGate>, [u8; 6])>,
 >;
 
 #[derive(Debug, Default)]
@@ -1244,7 +1245,16 @@ impl FakeAnswers {
             .lock()
             .unwrap()
             .get(&(ifindex, v6))
-            .is_some_and(|o| o.iter().any(|g| g.is_open_at(now.into_std())))
+            .is_some_and(|o| o.iter().any(|(g, _)| g.is_open_at(now.into_std())))
+    }
+    /// The MACs `vip` is answered with on `ifindex`.
+    fn macs(&self, ifindex: u32, vip: std::net::Ipv6Addr) -> Vec<[u8; 6]> {
+        self.owners
+            .lock()
+            .unwrap()
+            .get(&(ifindex, vip))
+            .map(|o| o.iter().map(|(_, m)| *m).collect())
+            .unwrap_or_default()
     }
     /// The `(interface index, VIP)` pairs with an owner.
     fn entries(&self) -> Vec<(u32, std::net::Ipv6Addr)> {
@@ -1263,8 +1273,9 @@ impl crate::net::nd_responder::SolicitationAnswers for FakeAnswers {
     ) -> Result<(), NetError> {
         let mut o = self.owners.lock().unwrap();
         let list = o.entry((link.index, vip)).or_default();
-        if !list.iter().any(|g| Arc::ptr_eq(g, &gate)) {
-            list.push(gate);
+        match list.iter_mut().find(|(g, _)| Arc::ptr_eq(g, &gate)) {
+            Some((_, mac)) => *mac = link.mac,
+            None => list.push((gate, link.mac)),
         }
         Ok(())
     }
@@ -1276,7 +1287,7 @@ impl crate::net::nd_responder::SolicitationAnswers for FakeAnswers {
     ) {
         let mut o = self.owners.lock().unwrap();
         if let Some(list) = o.get_mut(&(ifindex, vip)) {
-            list.retain(|g| !Arc::ptr_eq(g, gate));
+            list.retain(|(g, _)| !Arc::ptr_eq(g, gate));
             if list.is_empty() {
                 o.remove(&(ifindex, vip));
             }
@@ -1376,4 +1387,27 @@ async fn without_the_elements_answers_end_with_the_address_fence() {
         !answers.answers(2, v6, sent + TIMING.lease_duration - FENCE_MARGIN),
         "answered past the lease"
     );
+}
+
+/// A new MAC on the VIP's interface (same index) is what the answers carry from the next
+/// check on (found by the new-user trial: only new VIPs were answered with it).
+#[tokio::test(start_paused = true)]
+async fn a_changed_interface_mac_is_answered_from_the_next_check() {
+    let fence = Arc::new(FakeFence::default());
+    let answers = Arc::new(FakeAnswers::default());
+    let (mut cfg, kernel) = second_line_parts(fence.clone(), Duration::from_millis(500), 0);
+    cfg.nd_answers = Some(answers.clone());
+    let r = rig_from(kernel, vec![on_eth0(vip6())], cfg, false, None).0;
+    settle().await;
+    lead(&r, 1, true);
+    settle().await;
+    let IpAddr::V6(v6) = vip6().addr else {
+        panic!("vip6 is IPv6")
+    };
+    assert_eq!(answers.macs(2, v6), vec![[2, 0, 0, 0, 0, 0x11]]);
+    r.kernel.0.lock().unwrap().links[0].mac = [2, 0, 0, 0, 0, 0x22];
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    lead(&r, 1, true);
+    settle().await;
+    assert_eq!(answers.macs(2, v6), vec![[2, 0, 0, 0, 0, 0x22]]);
 }
