@@ -26,7 +26,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     }
 
     /// Makes the answers ([`HolderConfig::nd_answers`]) cover exactly this holder's bound
-    /// VIPs on `lo` while it leads (the addresses [`Self::publish_bound`] reports), each on
+    /// VIPs on `lo` while it leads (the addresses [`Self::publish_bound`] reports; called at
+    /// each turn of the holder's loop and after each chunk of a batch of adds), each on
     /// its interface with the interface's MAC (answered again when it changed), and stops
     /// those that left (a VIP removed from the set, an interface changed, a step-down). Whether an answer goes out is decided per solicitation by the
     /// [`AnswerGate`]; a failure to start answering is logged and tried again at the next

@@ -234,6 +234,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             let announce_started = Instant::now();
             announced += self.announce_added(&chunk_added);
             announce_took += announce_started.elapsed();
+            // Answered from this chunk on, not once the whole batch is in place.
+            self.sync_answers();
             added.extend(chunk_added);
         }
         self.log_added(&added, "no conflict; VIP added");

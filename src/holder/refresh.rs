@@ -151,6 +151,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 let announce_started = Instant::now();
                 announced += self.announce_added(&chunk_added);
                 announce_took += announce_started.elapsed();
+                // Answered from this chunk on, not once the whole batch is in place.
+                self.sync_answers();
                 added.append(&mut chunk_added);
             }
         }
