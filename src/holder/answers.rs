@@ -63,14 +63,17 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             if self.answered.get(&key) == Some(&link.mac) {
                 continue;
             }
+            let vip = IpAddr::V6(key.1);
             match answers.answer(&link, key.1, self.answer_gate.clone()) {
                 Ok(()) => {
                     self.answered.insert(key, link.mac);
+                    if let Some(r) = self.quiet.clear(&Quiet::Answer(vip), Instant::now()) {
+                        info!(holder = %self.name, %vip, "answering neighbour solicitations for the VIP works again{r}");
+                    }
                 }
                 Err(e) => {
                     let now = Instant::now();
-                    let vip = IpAddr::V6(key.1);
-                    if let Some(r) = self.quiet.observe(Quiet::Announce(vip), e.to_string(), now) {
+                    if let Some(r) = self.quiet.observe(Quiet::Answer(vip), e.to_string(), now) {
                         warn!(holder = %self.name, %vip, interface = %link.name, error = %e, "cannot answer neighbour solicitations for the VIP; retried at the next check{r}");
                     }
                 }

@@ -701,6 +701,9 @@ enum Quiet {
     Probe(IpAddr),
     /// Setting this holder's nftables fence elements fails.
     NftFence,
+    /// Starting the answers to neighbour solicitations for this VIP on `lo` fails
+    /// ([`HolderConfig::nd_answers`]).
+    Answer(IpAddr),
 }
 
 impl Quiet {
@@ -711,7 +714,8 @@ impl Quiet {
             | Quiet::Missing(a)
             | Quiet::Announce(a)
             | Quiet::Remove(a)
-            | Quiet::Probe(a) => Some(a),
+            | Quiet::Probe(a)
+            | Quiet::Answer(a) => Some(a),
         }
     }
 }
