@@ -29,8 +29,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// VIPs on `lo` while it leads (the addresses [`Self::publish_bound`] reports; called at
     /// each turn of the holder's loop and after each chunk of a batch of adds), each on
     /// its interface with the interface's MAC (answered again when it changed), and stops
-    /// those that left (a VIP removed from the set, an interface changed, a step-down). Whether an answer goes out is decided per solicitation by the
-    /// [`AnswerGate`]; a failure to start answering is logged and tried again at the next
+    /// those that left (a VIP removed from the set, an interface changed, a step-down).
+    /// Whether an answer goes out is decided per solicitation by the [`AnswerGate`]; a failure to start answering is logged and tried again at the next
     /// call.
     pub(super) fn sync_answers(&mut self) {
         let Some(answers) = self.cfg.nd_answers.clone() else {
@@ -38,14 +38,12 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         };
         let mut wanted: std::collections::HashMap<(u32, Ipv6Addr), LinkInfo> =
             std::collections::HashMap::new();
-        if self.renewed_at.is_some() {
-            for (i, spec) in self.vips.iter().enumerate() {
-                let (IpAddr::V6(v6), Some(link)) = (spec.vip.addr, self.links.get(&i)) else {
-                    continue;
-                };
-                if self.on_lo(spec) && self.probes.get(i).is_some_and(ProbeState::bound) {
-                    wanted.insert((link.index, v6), link.clone());
-                }
+        for i in self.bound_now() {
+            let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
+                continue;
+            };
+            if let (IpAddr::V6(v6), true) = (spec.vip.addr, self.on_lo(spec)) {
+                wanted.insert((link.index, v6), link.clone());
             }
         }
         let gone: Vec<(u32, Ipv6Addr)> = self

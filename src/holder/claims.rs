@@ -250,25 +250,27 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         });
     }
 
+    /// The indexes of the VIPs held now: leading, interface resolved, conflict probe passed
+    /// (none while following).
+    pub(super) fn bound_now(&self) -> impl Iterator<Item = usize> + '_ {
+        let leading = self.renewed_at.is_some();
+        (0..self.vips.len()).filter(move |i| {
+            leading
+                && self.links.get(i).is_some()
+                && self.probes.get(*i).is_some_and(ProbeState::bound)
+        })
+    }
+
     /// Publishes the addresses held now (see [`VipHolder::with_bound_reports`]), only when
     /// they change.
     pub(super) fn publish_bound(&self) {
         let Some(tx) = &self.bound else {
             return;
         };
-        let now: Vec<IpAddr> = if self.renewed_at.is_some() {
-            self.vips
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| {
-                    self.links.get(i).is_some()
-                        && self.probes.get(*i).is_some_and(ProbeState::bound)
-                })
-                .map(|(_, s)| s.vip.addr)
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let now: Vec<IpAddr> = self
+            .bound_now()
+            .filter_map(|i| self.vips.get(i).map(|s| s.vip.addr))
+            .collect();
         tx.send_if_modified(|cur| {
             if *cur != now {
                 *cur = now;
