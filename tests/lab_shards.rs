@@ -45,11 +45,18 @@ fn carried(lab: &Lab) -> BTreeMap<IpAddr, Vec<String>> {
     out
 }
 
-/// Panics if an address of `addrs` is carried by two nodes in `now`.
-fn assert_one_carrier(now: &BTreeMap<IpAddr, Vec<String>>, addrs: &[IpAddr], when: &str) {
+/// Panics if an address of `addrs` was carried by two nodes at once: seen on two in `now`
+/// (read node after node) and still on the earlier one when read again ([`overlapping`]).
+fn assert_one_carrier(
+    lab: &Lab,
+    now: &BTreeMap<IpAddr, Vec<String>>,
+    addrs: &[IpAddr],
+    when: &str,
+) {
     for a in addrs {
         let c = now.get(a).map(Vec::as_slice).unwrap_or_default();
-        assert!(c.len() <= 1, "{when}: {a} carried by {c:?}");
+        let both = overlapping(c, |n| carries(lab, n, *a));
+        assert!(both.is_empty(), "{when}: {a} carried by {both:?} at once");
     }
 }
 
@@ -95,7 +102,7 @@ fn wait_placed(lab: &Lab, services: &[(IpAddr, String)], count: u16) -> Vec<Stri
         let holders = shard_holders(lab, count);
         let now = carried(lab);
         let all: Vec<IpAddr> = services.iter().map(|(a, _)| *a).collect();
-        assert_one_carrier(&now, &all, "placing");
+        assert_one_carrier(lab, &now, &all, "placing");
         let used: BTreeSet<u16> = services.iter().map(|(_, u)| shard_of(u, count)).collect();
         let misplaced: Vec<String> = services
             .iter()
@@ -243,7 +250,7 @@ fn s62_shards_carry_their_services_spread_fail_over_and_drain() {
     services[0].1 = uid(&lab, survivor);
     let moved_in = wait_for("the shared address on the survivor's shard", LIMIT, || {
         let now = carried(&lab);
-        assert_one_carrier(&now, &all, "moving a shared address");
+        assert_one_carrier(&lab, &now, &all, "moving a shared address");
         for a in &stay {
             assert_eq!(
                 now.get(a).map(Vec::as_slice).unwrap_or_default(),
@@ -302,7 +309,7 @@ fn s62_shards_carry_their_services_spread_fail_over_and_drain() {
         .expect("kill");
     let moved_in = wait_for("the killed node's addresses elsewhere", LIMIT, || {
         let now = carried(&lab);
-        assert_one_carrier(&now, &all, "after SIGKILL");
+        assert_one_carrier(&lab, &now, &all, "after SIGKILL");
         moving
             .iter()
             .all(|a| now.get(a).is_some_and(|c| c.len() == 1 && c[0] != victim))
@@ -330,7 +337,7 @@ fn s62_shards_carry_their_services_spread_fail_over_and_drain() {
     );
     wait_for("the drained node to hold no shard", LIMIT, || {
         let now = carried(&lab);
-        assert_one_carrier(&now, &all, "while draining");
+        assert_one_carrier(&lab, &now, &all, "while draining");
         let h = shard_holders(&lab, 6);
         (h.iter().all(|h| h.as_ref() != Some(&drained))
             && all
@@ -372,13 +379,13 @@ fn s63_a_shard_count_change_moves_services_with_one_carrier_throughout() {
             .flatten()
             .is_none()
         {
-            assert_one_carrier(&carried(&lab), &all, "rolling restart");
+            assert_one_carrier(&lab, &carried(&lab), &all, "rolling restart");
             assert!(stop.elapsed() < Duration::from_secs(15), "{n} did not stop");
         }
         procs[i] = start(&lab, n, "4");
         let settle = Instant::now();
         while settle.elapsed() < Duration::from_secs(2) {
-            assert_one_carrier(&carried(&lab), &all, "rolling restart");
+            assert_one_carrier(&lab, &carried(&lab), &all, "rolling restart");
             std::thread::sleep(Duration::from_millis(50));
         }
     }

@@ -275,19 +275,40 @@ pub fn s01_killed_holder(lab: &Lab, start: &dyn Fn(&str) -> LabProcess) {
     }
 }
 
-/// Nodes whose eth0 carries `vip` right now.
+/// Nodes whose eth0 carries `vip` right now, read one after another ([`overlapping`]).
 pub fn holders(lab: &Lab, vip: &str) -> Vec<String> {
     let ip: IpAddr = vip.parse().expect("vip");
     NODES
         .iter()
-        .filter(|n| {
-            lab.addresses(n, "eth0")
-                .map(|a| a.iter().any(|x| x.addr == ip))
-                .unwrap_or(false)
-                && fence_lets_answer(lab, n, ip)
-        })
+        .filter(|n| carries(lab, n, ip))
         .map(|n| n.to_string())
         .collect()
+}
+
+/// Whether `node`'s eth0 carries `ip` now and its fence lets it be answered.
+pub fn carries(lab: &Lab, node: &str, ip: IpAddr) -> bool {
+    lab.addresses(node, "eth0")
+        .map(|a| a.iter().any(|x| x.addr == ip))
+        .unwrap_or(false)
+        && fence_lets_answer(lab, node, ip)
+}
+
+/// The nodes of `seen` that were at once: `seen` was sampled node after node in this order
+/// (each one true when it was read), and `still` reads a node again. A sample of several
+/// nodes one after another is no snapshot: the node read first can let go (its rules or
+/// address removed, its lease released) and the next holder take over before the last
+/// node is read, which is a clean hand-over (CI saw it on the load balancer's failover).
+/// Two at once is proven only for an earlier node still true after the last one was read:
+/// it is returned with the last one; empty when nothing overlapped.
+pub fn overlapping(seen: &[String], still: impl Fn(&str) -> bool) -> Vec<String> {
+    let Some((last, earlier)) = seen.split_last() else {
+        return Vec::new();
+    };
+    let mut out: Vec<String> = earlier.iter().filter(|n| still(n)).cloned().collect();
+    if !out.is_empty() {
+        out.push(last.clone());
+    }
+    out
 }
 
 /// Whether vipd's nftables fence on `node` lets `ip` be answered ([`FenceView::answers`]).
