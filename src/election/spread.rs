@@ -23,6 +23,9 @@
 //!   node, alone by then, took all 16 shard leases in 124 ms (and keeps them: no
 //!   preemption).
 //!
+//! Shard leases add two rules ([`Spread::for_shards`]): a shard that does not exist yet is
+//! paced from zero, and a freed shard is taken at once by a node below its [`fair_share`].
+//!
 //! Nodes that hold nothing are invisible (they appear once they win a lease); that only
 //! makes the least loaded visible node wait no more than an idle one.
 
@@ -102,6 +105,13 @@ pub fn spread_delay(ahead: usize, step: Duration, cap: Duration) -> Duration {
     step.checked_mul(n).unwrap_or(cap).min(cap)
 }
 
+/// A node's fair share of `leases` leases spread over itself and `other_holders` other nodes
+/// that hold one: `leases` / (`other_holders` + 1), rounded up (0 for no lease). Under
+/// shard leases a node below it takes a freed shard at once ([`Spread::for_shards`]). Pure.
+pub fn fair_share(leases: usize, other_holders: usize) -> usize {
+    leases.div_ceil(other_holders.saturating_add(1))
+}
+
 /// How many leases a node counting `own` (held plus in flight) is ahead of the least loaded
 /// other holder, which holds `least_other` (`None`: no other holder seen). While
 /// `discovering` (the first [`SPREAD_DISCOVERY`] after the node's first attempt to acquire)
@@ -127,6 +137,9 @@ struct State {
     /// attempt to acquire or first acquisition (`None`: neither yet, still discovering
     /// unless the period is zero).
     discovery_until: Option<Instant>,
+    /// How many leases this node's electors watch ([`LeaseWatch`]s alive): every lease it
+    /// campaigns for, held by it, by another node or by nobody.
+    watched: usize,
     /// Lease (`namespace/name`) -> its current holder, for the leases another node holds.
     others: HashMap<String, Arc<str>>,
     /// Holder -> how many entries of `others` name it.
@@ -175,9 +188,10 @@ pub struct Spread {
     /// Acquisitions in flight not counted toward the lead after discovery
     /// ([`SPREAD_IN_FLIGHT_ALLOWANCE`]).
     in_flight_allowance: usize,
-    /// Whether a lease that does not exist yet is paced as in discovery, by everything this
-    /// node holds ([`Spread::for_shards`]).
-    new_from_zero: bool,
+    /// The shard leases' two rules ([`Spread::for_shards`]): a lease that does not exist
+    /// yet is paced as in discovery, by everything this node holds; a freed one is taken at
+    /// once while this node holds less than its [`fair_share`].
+    shards: bool,
 }
 
 impl Spread {
@@ -210,8 +224,8 @@ impl Spread {
         Self::build(step, cap, discovery, in_flight_allowance, false)
     }
 
-    /// [`Spread::with`] where a lease that does not exist yet counts every lease held.
-    fn paced_from_zero_when_new(step: Duration, cap: Duration, discovery: Duration) -> Arc<Self> {
+    /// [`Spread::with`] with the shard leases' two rules (see [`Spread::for_shards`]).
+    fn with_shard_rules(step: Duration, cap: Duration, discovery: Duration) -> Arc<Self> {
         Self::build(step, cap, discovery, 0, true)
     }
 
@@ -221,7 +235,7 @@ impl Spread {
         cap: Duration,
         discovery: Duration,
         in_flight_allowance: usize,
-        new_from_zero: bool,
+        shards: bool,
     ) -> Arc<Self> {
         Arc::new(Spread {
             state: Mutex::new(State::default()),
@@ -229,7 +243,7 @@ impl Spread {
             cap,
             discovery,
             in_flight_allowance,
-            new_from_zero,
+            shards,
         })
     }
 
@@ -241,12 +255,21 @@ impl Spread {
     /// loses every race by a few milliseconds (a slower path to the API server) never got
     /// a shard: 6 shards created one by one ended 3/3/0 in 2 of 6 loaded lab runs. Paced
     /// from zero, a node holding `k` shards lets a new one go for `k` x 250 ms to nodes
-    /// holding fewer. Only new shards: a released or expired one (a failover) is still
-    /// taken at once by balanced nodes. Per-Service leases keep the relative rule: with
-    /// hundreds of leases the races even out, and pacing from zero would delay every new
-    /// Service's bring-up.
+    /// holding fewer. Only new shards.
+    ///
+    /// A freed shard (released, or expired: a node powered off) is taken at once, after the
+    /// discovery period, by a node that holds (plus in flight) less than its [`fair_share`]
+    /// of the shards it watches among itself and the other nodes seen holding one; at or
+    /// above it, by the relative rule. Under the relative rule alone the survivors of a
+    /// power-off took the dead node's six shards one after another, each node waiting 250 ms
+    /// per shard it was ahead since its last acquisition (1.9 s from the first to the last,
+    /// five of six to one node in one run; docs/services-bench.md); with the share, each
+    /// takes its part at once and no more (a node faster to the API server wins races only
+    /// up to its share). Per-Service leases keep the relative rule: with hundreds of leases
+    /// the races even out, pacing from zero would delay every new Service's bring-up, and
+    /// taking every freed lease at once would send hundreds of writes together.
     pub fn for_shards() -> Arc<Self> {
-        Self::paced_from_zero_when_new(SHARD_SPREAD_STEP, SPREAD_CAP, SPREAD_DISCOVERY)
+        Self::with_shard_rules(SHARD_SPREAD_STEP, SPREAD_CAP, SPREAD_DISCOVERY)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -273,11 +296,18 @@ impl Spread {
 
     /// [`Self::ahead_of`] for a lease that does not exist yet when `absent`.
     fn ahead_for(&self, s: &State, now: Instant, absent: bool) -> usize {
-        let discovering = (absent && self.new_from_zero)
-            || match s.discovery_until {
-                Some(until) => now < until,
-                None => !self.discovery.is_zero(),
-            };
+        let in_discovery = match s.discovery_until {
+            Some(until) => now < until,
+            None => !self.discovery.is_zero(),
+        };
+        if self.shards
+            && !absent
+            && !in_discovery
+            && s.held + s.in_flight < fair_share(s.watched, s.counts.len())
+        {
+            return 0;
+        }
+        let discovering = (absent && self.shards) || in_discovery;
         // While discovering every acquisition counts: the first node up must not take
         // everything before the others arrive.
         let in_flight = match discovering {
@@ -313,6 +343,7 @@ impl Spread {
     /// another node's identity while that node holds it validly, `None` while it is free,
     /// absent or held by this node. The report ends when the returned guard is dropped.
     pub(crate) fn watch_lease(self: &Arc<Self>, lease: &str) -> LeaseWatch {
+        self.lock().watched += 1;
         LeaseWatch {
             spread: self.clone(),
             lease: lease.to_string(),
@@ -383,7 +414,9 @@ impl LeaseWatch {
 
 impl Drop for LeaseWatch {
     fn drop(&mut self) {
-        self.spread.lock().set_holder(&self.lease, None);
+        let mut s = self.spread.lock();
+        s.set_holder(&self.lease, None);
+        s.watched = s.watched.saturating_sub(1);
     }
 }
 
@@ -394,7 +427,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn under_shards_a_new_lease_is_paced_by_every_lease_held_a_freed_one_is_not() {
         let ms = Duration::from_millis;
-        let s = Spread::paced_from_zero_when_new(ms(250), ms(1000), Duration::ZERO);
+        let s = Spread::with_shard_rules(ms(250), ms(1000), Duration::ZERO);
         let other = s.watch_lease("ns/held-by-b");
         other.holder(Some("b"));
         let other2 = s.watch_lease("ns/held-by-b-too");
@@ -413,6 +446,77 @@ mod tests {
         let per_service = Spread::with(ms(250), ms(1000), Duration::ZERO);
         per_service.acquired(t0);
         assert_eq!(per_service.not_before(t1, true), t1, "alone: at once");
+    }
+
+    #[test]
+    fn the_fair_share_is_the_leases_over_the_holders_rounded_up() {
+        assert_eq!(fair_share(16, 1), 8, "two nodes left");
+        assert_eq!(fair_share(16, 2), 6, "three nodes: 6/5/5");
+        assert_eq!(fair_share(7, 2), 3);
+        assert_eq!(fair_share(5, 0), 5, "alone: every lease");
+        assert_eq!(fair_share(0, 3), 0, "no lease watched");
+        assert_eq!(fair_share(3, usize::MAX), 1, "no overflow");
+    }
+
+    /// The power-off of a node holding 6 of 16 shards: a survivor holding 5, with the other
+    /// survivor seen holding 5, takes freed shards at once up to its share of 8 (16 over
+    /// two holders), then by the relative rule; a new shard is still paced from zero; while
+    /// discovering nothing is taken by share.
+    #[tokio::test(start_paused = true)]
+    async fn under_shards_a_freed_lease_is_taken_at_once_up_to_the_fair_share() {
+        let ms = Duration::from_millis;
+        let s = Spread::with_shard_rules(ms(250), ms(1000), ms(2000));
+        let watches: Vec<LeaseWatch> = (0..16)
+            .map(|i| s.watch_lease(&format!("ns/shard-{i}")))
+            .collect();
+        let t0 = Instant::now();
+        // Leases 0-4 ours, 5-9 b's, 10-15 the dead node's.
+        for _ in 0..5 {
+            s.acquired(t0);
+        }
+        for w in &watches[5..10] {
+            w.holder(Some("b"));
+        }
+        for w in &watches[10..] {
+            w.holder(Some("dead"));
+        }
+        // While discovering every lease held counts (5 ahead), the share does not apply.
+        let t1 = Instant::now();
+        assert_eq!(s.not_before(t1, false), t0 + ms(1000), "discovering: from zero, capped");
+        tokio::time::advance(ms(2500)).await;
+        // Balanced with the least loaded (b 5) while the dead node still holds: at once.
+        let t2 = Instant::now();
+        assert_eq!(s.not_before(t2, false), t2);
+        // Its leases expire: only b is seen; 5 held of a share of 8.
+        for w in &watches[10..] {
+            w.holder(None);
+        }
+        tokio::time::advance(ms(10)).await;
+        let t3 = Instant::now();
+        let mut marks = Vec::new();
+        for taken in 0..3 {
+            assert_eq!(s.not_before(t3, false), t3, "{taken} begun: below the share");
+            marks.push(s.begin());
+        }
+        // 5 held + 3 in flight = the share: the relative rule, 3 ahead of b, from the last
+        // acquisition begun.
+        assert_eq!(s.ahead(), 3);
+        assert_eq!(s.not_before(t3, false), t3 + ms(750));
+        // Two races lost (b took them), one won: 6 held, b 7; below the share again.
+        marks.truncate(1);
+        watches[10].holder(Some("b"));
+        watches[11].holder(Some("b"));
+        drop(marks);
+        s.acquired(Instant::now());
+        let t4 = Instant::now();
+        assert_eq!(s.not_before(t4, false), t4, "6 of a share of 8");
+        // A shard that does not exist yet is paced from zero whatever the share.
+        assert_eq!(s.not_before(t4, true), t4 + ms(1000), "6 held: capped at 1 s");
+        // A third holder seen: the share is 6 (16 over three), and 6 are held.
+        watches[12].holder(Some("c"));
+        assert_eq!(s.ahead(), 5, "6 held, c 1");
+        drop(watches);
+        assert_eq!(s.lock().watched, 0, "every elector gone");
     }
 
     #[tokio::test(start_paused = true)]
