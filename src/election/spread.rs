@@ -482,7 +482,11 @@ mod tests {
         }
         // While discovering every lease held counts (5 ahead), the share does not apply.
         let t1 = Instant::now();
-        assert_eq!(s.not_before(t1, false), t0 + ms(1000), "discovering: from zero, capped");
+        assert_eq!(
+            s.not_before(t1, false),
+            t0 + ms(1000),
+            "discovering: from zero, capped"
+        );
         tokio::time::advance(ms(2500)).await;
         // Balanced with the least loaded (b 5) while the dead node still holds: at once.
         let t2 = Instant::now();
@@ -495,7 +499,11 @@ mod tests {
         let t3 = Instant::now();
         let mut marks = Vec::new();
         for taken in 0..3 {
-            assert_eq!(s.not_before(t3, false), t3, "{taken} begun: below the share");
+            assert_eq!(
+                s.not_before(t3, false),
+                t3,
+                "{taken} begun: below the share"
+            );
             marks.push(s.begin());
         }
         // 5 held + 3 in flight = the share: the relative rule, 3 ahead of b, from the last
@@ -511,7 +519,11 @@ mod tests {
         let t4 = Instant::now();
         assert_eq!(s.not_before(t4, false), t4, "6 of a share of 8");
         // A shard that does not exist yet is paced from zero whatever the share.
-        assert_eq!(s.not_before(t4, true), t4 + ms(1000), "6 held: capped at 1 s");
+        assert_eq!(
+            s.not_before(t4, true),
+            t4 + ms(1000),
+            "6 held: capped at 1 s"
+        );
         // A third holder seen: the share is 6 (16 over three), and 6 are held.
         watches[12].holder(Some("c"));
         assert_eq!(s.ahead(), 5, "6 held, c 1");

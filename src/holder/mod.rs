@@ -13,6 +13,7 @@ mod check;
 mod claims;
 pub mod metrics;
 mod refresh;
+pub mod takeovers;
 mod task;
 mod vipset;
 
@@ -169,6 +170,11 @@ pub struct HolderConfig {
     /// where the nftables fence runs. Default `None`: every VIP on its interface, answered
     /// by the kernel.
     pub nd_answers: Option<Arc<dyn crate::net::nd_responder::SolicitationAnswers>>,
+    /// The node's takeovers in progress ([`takeovers::Takeovers`]), one per process for
+    /// the Service VIP holders: this holder marks its VIPs there from the start of a term
+    /// with VIPs until the first batch of them is in place or the term ends. Default: a
+    /// count of its own that nobody reads.
+    pub takeovers: Arc<takeovers::Takeovers>,
 }
 
 impl HolderConfig {
@@ -198,6 +204,7 @@ impl HolderConfig {
             check_following: true,
             arp_guard: Arc::new(crate::net::NoopArpGuard::default()),
             nft_fence: Arc::new(crate::net::nft::fence::NoopFence),
+            takeovers: Arc::default(),
             nd_answers: None,
         })
     }
@@ -650,6 +657,8 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     /// place and the takeover's timings are logged ([`Takeover`]); `None` for a term that
     /// started with no VIPs.
     term_started: Option<Instant>,
+    /// This term's takeover in progress, with [`Self::term_started`] ([`HolderConfig::takeovers`]).
+    takeover_mark: Option<takeovers::TakeoverMark>,
     /// IPv4 VIPs pinned to their interface against ARP flux (S36).
     arp: crate::net::ArpPins,
     /// VIPs armed in the nftables fence (`HolderConfig::nft_fence`). A set: each renewal
@@ -757,6 +766,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             bound: None,
             renewed_at: None,
             term_started: None,
+            takeover_mark: None,
             term: 0,
             leader_view: None,
             arp,

@@ -198,6 +198,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let Some(started) = self.term_started.take() else {
             return;
         };
+        self.takeover_mark = None;
         let t = Takeover {
             since_leading: started.elapsed(),
             ..t

@@ -64,6 +64,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             tokio::select! {
                 biased;
                 _ = shutdown.cancelled() => {
+                    self.takeover_mark = None;
                     self.stop_answers();
                     if Box::pin(self.drop_all()).await {
                         let _ = leadership.dropped.send(term);
@@ -75,6 +76,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 changed = leadership.state.changed() => {
                     if changed.is_err() {
                         // Elector gone: hold nothing.
+                        self.takeover_mark = None;
                         self.stop_answers();
                         if Box::pin(self.drop_all()).await {
                             Box::pin(self.arp.release(&self.name)).await;
@@ -98,6 +100,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                             Box::pin(self.refresh(first)).await;
                         }
                         LeaderState::Following { .. } => {
+                            self.takeover_mark = None;
                             if self.renewed_at.take().is_some() {
                                 info!(holder = %self.name, term, "not leading: removing VIPs");
                             }
@@ -153,6 +156,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         // A term that starts with no VIPs takes nothing over: a Service added later in it
         // is no takeover ([`Takeover`] would read as a failover as long as the term).
         self.term_started = (!self.vips.is_empty()).then_some(now);
+        self.takeover_mark = self
+            .term_started
+            .map(|_| self.cfg.takeovers.mark(self.vips.len()));
         for i in 0..self.vips.len() {
             self.watch(i);
             let action = self.probes[i].lead(!clean, window, now);

@@ -1374,6 +1374,55 @@ async fn a_takeover_logs_its_step_times_once_a_term() {
     );
 }
 
+/// Issue 28: a term that starts with VIPs marks them in the node's takeovers from its start
+/// (through the probe window) until they are in place, not for the renewals after; a term
+/// that ends before its VIPs are in place ends its mark too.
+#[tokio::test(start_paused = true)]
+async fn a_takeover_is_marked_from_the_term_start_until_its_vips_are_in_place() {
+    let takeovers = Arc::new(takeovers::Takeovers::default());
+    let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
+    cfg.conflict_monitor = Some(Arc::new(FakeConflictMonitor::new()));
+    cfg.takeovers = takeovers.clone();
+    let specs: Vec<VipSpec> = (1..=70u8)
+        .map(|i| VipSpec {
+            vip: Vip::new(IpAddr::from([192, 0, 2, 100 + i]), 32).unwrap(),
+            interface: Some("eth0".into()),
+            not_after: None,
+        })
+        .collect();
+    let kernel = FakeKernel::with_eth0();
+    let (r, _) = rig_from(kernel.clone(), specs, cfg, true, None);
+    settle().await;
+    assert_eq!(takeovers.in_progress(), 0, "following");
+    lead(&r, 1, false);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(takeovers.in_progress(), 70, "probing: taking over");
+    assert!(takeovers.busy());
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert!(kernel.has(Vip::new(IpAddr::from([192, 0, 2, 170]), 32).unwrap()));
+    assert_eq!(takeovers.in_progress(), 0, "in place");
+    lead(&r, 1, false);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(takeovers.in_progress(), 0, "a renewal takes nothing over");
+    // A new term that loses the lease within its probe window.
+    r.state
+        .send_replace(LeaderState::Following { holder: None });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    lead(&r, 2, false);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(takeovers.in_progress(), 70);
+    r.state
+        .send_replace(LeaderState::Following { holder: None });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(takeovers.in_progress(), 0, "the term ended");
+    lead(&r, 3, false);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(takeovers.in_progress(), 70);
+    r.shutdown.cancel();
+    let _ = r.task.await;
+    assert_eq!(takeovers.in_progress(), 0, "stopped");
+}
+
 #[test]
 fn a_takeover_reads_in_milliseconds() {
     let t = Takeover {

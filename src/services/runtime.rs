@@ -490,6 +490,9 @@ async fn run<K: Kernel, A: Announcer>(
             &watches,
         )
     });
+    // The node's takeovers in progress: marked by its Service VIP holders, given way to by
+    // its status writes (holder::takeovers).
+    let takeovers = Arc::new(crate::holder::takeovers::Takeovers::default());
     let shared = Arc::new(Shared {
         egress,
         ride,
@@ -501,6 +504,7 @@ async fn run<K: Kernel, A: Announcer>(
         timing: cfg.services_timing,
         holder_cfg: HolderConfig {
             check_following: false,
+            takeovers: takeovers.clone(),
             ..holder_cfg
         },
         kernel,
@@ -508,7 +512,8 @@ async fn run<K: Kernel, A: Announcer>(
         lease_client: clients.leases.clone(),
         elections: clients.elections.clone(),
         hub,
-        status: KubeStatusWriter::new(client.clone(), &cfg.node_name),
+        // Status and Event writes give way to the node's takeovers (holder::takeovers).
+        status: KubeStatusWriter::new(client.clone(), &cfg.node_name).giving_way_to(takeovers),
         services: caches.services.clone(),
         metrics,
         readiness,

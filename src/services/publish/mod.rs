@@ -56,7 +56,7 @@ pub(crate) use ingress::current_ingress;
 pub use ingress::{desired_ingress, ingress_differs, ingress_differs_with, vip_host_of};
 #[cfg(test)]
 pub use memory::{MemoryServiceStatus, MemoryStatusWriter};
-pub use writer::{KubeStatusWriter, STATUS_CALLS_IN_FLIGHT};
+pub use writer::{KubeStatusWriter, STATUS_CALLS_IN_FLIGHT, TAKEOVER_WAIT_LIMIT};
 
 impl ServiceEvent {
     /// A Warning with `reason` (PascalCase) and `note`, action `Announce`.

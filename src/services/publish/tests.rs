@@ -309,3 +309,63 @@ async fn the_process_keeps_at_most_the_status_slots_in_flight() {
     assert_eq!(requests.load(Ordering::SeqCst), 24, "one request a write");
     assert_eq!(most.load(Ordering::SeqCst), STATUS_CALLS_IN_FLIGHT);
 }
+
+/// Issue 28: while the node is busy taking over (a shard's VIPs being added), a status call
+/// waits: it is sent when the takeover ends, or at the wait limit when it does not end; a
+/// per-Service takeover of one VIP holds nothing back.
+#[tokio::test(start_paused = true)]
+async fn status_writes_give_way_to_the_nodes_takeovers() {
+    use crate::holder::takeovers::Takeovers;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::time::{Duration, Instant};
+    let requests = Arc::new(AtomicUsize::new(0));
+    let r = requests.clone();
+    let svc = tower::service_fn(move |_req: http::Request<kube::client::Body>| {
+        let r = r.clone();
+        async move {
+            r.fetch_add(1, Ordering::SeqCst);
+            let body = serde_json::json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": "s", "namespace": "default"}});
+            Ok::<_, std::convert::Infallible>(crate::kube::fake_api::json_reply(200, &body))
+        }
+    });
+    let takeovers = Arc::new(Takeovers::default());
+    let w = KubeStatusWriter::new(kube::Client::new(svc, "default"), "node-a")
+        .giving_way_to(takeovers.clone());
+    let key = ServiceKey::new("default", "s");
+    let one = takeovers.mark(1);
+    assert_eq!(
+        w.set_vip_host(&key, "node-a").await.unwrap(),
+        WriteOutcome::Written
+    );
+    assert_eq!(requests.load(Ordering::SeqCst), 1, "one VIP: at once");
+    let shard = takeovers.mark(600);
+    let call = {
+        let (w, key) = (w.clone(), key.clone());
+        tokio::spawn(async move { w.set_vip_host(&key, "node-a").await })
+    };
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(
+        requests.load(Ordering::SeqCst),
+        1,
+        "waits while the shard is added"
+    );
+    drop(shard);
+    assert_eq!(call.await.unwrap().unwrap(), WriteOutcome::Written);
+    assert_eq!(
+        requests.load(Ordering::SeqCst),
+        2,
+        "sent when the takeover ended"
+    );
+    // A takeover that does not end: the call goes at the limit.
+    let _stuck = takeovers.mark(600);
+    let started = Instant::now();
+    assert_eq!(
+        w.set_vip_host(&key, "node-a").await.unwrap(),
+        WriteOutcome::Written
+    );
+    assert_eq!(started.elapsed(), TAKEOVER_WAIT_LIMIT);
+    assert_eq!(requests.load(Ordering::SeqCst), 3);
+    drop(one);
+}

@@ -4,12 +4,15 @@
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::{LoadBalancerIngress, Service};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde_json::json;
+use tracing::debug;
 
+use crate::holder::takeovers::Takeovers;
 use crate::kube::events::{Recorder, Regarding, timed_as};
 
 use super::ingress::{current_ingress, vip_host_of};
@@ -47,7 +50,16 @@ pub struct KubeStatusWriter {
     /// Slots of the [`StatusWriter`] calls in flight at once in this process, shared by its
     /// clones (every group of the node): [`STATUS_CALLS_IN_FLIGHT`].
     slots: Arc<tokio::sync::Semaphore>,
+    /// The node's takeovers in progress, which every call waits for
+    /// ([`KubeStatusWriter::giving_way_to`]).
+    takeovers: Arc<Takeovers>,
 }
+
+/// The longest a [`StatusWriter`] call waits for the node's takeovers
+/// ([`KubeStatusWriter::giving_way_to`]): 10 s. A shard's 600 VIPs were in place 2-7 s
+/// after its lease was taken in a loaded 10 000-Service power-off; a takeover that never
+/// places its VIPs (all claimed by other hosts) holds the status back no longer than this.
+pub const TAKEOVER_WAIT_LIMIT: Duration = Duration::from_secs(10);
 
 /// [`StatusWriter`] calls (each a patch, an Event, or a clear's read and patches) a process
 /// keeps in flight at once, over all its groups: 4. After a cold start at 10 000 Services
@@ -66,12 +78,29 @@ impl KubeStatusWriter {
             ports_dropped: Arc::new(AtomicBool::new(false)),
             patch_forbidden: Arc::new(AtomicBool::new(false)),
             slots: Arc::new(tokio::sync::Semaphore::new(STATUS_CALLS_IN_FLIGHT)),
+            takeovers: Arc::default(),
         }
     }
 
-    /// Waits for one of the process's [`STATUS_CALLS_IN_FLIGHT`] slots (held until the
+    /// This writer, whose calls each wait first while the node is busy taking over VIPs
+    /// ([`Takeovers::busy`]: a shard's hundreds, a mass failover), at most
+    /// [`TAKEOVER_WAIT_LIMIT`] a call: the status and Events of Services whose VIPs answer
+    /// already can wait, the adds of the VIPs that do not yet cannot. Without it the writer
+    /// never waits.
+    pub fn giving_way_to(self, takeovers: Arc<Takeovers>) -> Self {
+        KubeStatusWriter { takeovers, ..self }
+    }
+
+    /// Waits while the node is busy taking over ([`Self::giving_way_to`]), then for one of
+    /// the process's [`STATUS_CALLS_IN_FLIGHT`] slots (held until the
     /// permit is dropped; `None` only if the semaphore were closed, which it never is).
     async fn slot(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        if !self.takeovers.wait_not_busy(TAKEOVER_WAIT_LIMIT).await {
+            debug!(
+                vips = self.takeovers.in_progress(),
+                "status write: the node's takeovers still run after the wait limit; writing"
+            );
+        }
         self.slots.acquire().await.ok()
     }
 
