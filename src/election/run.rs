@@ -3,6 +3,38 @@
 use super::attempt::timed;
 use super::*;
 
+/// Who holds a lease, as the spread counts it ([`spread::LeaseWatch`]).
+#[derive(Debug, PartialEq)]
+pub(crate) enum Holder {
+    /// Another node, validly.
+    Valid(String),
+    /// Another node, whose hold expired without a release.
+    Lapsed(String),
+    /// Nobody else: free, absent, or this node.
+    None,
+}
+
+/// Who holds a lease whose standing is `standing` and whose record was last seen as
+/// `observed`, for the elector of `identity`: another node validly; another node whose hold
+/// expired without a release (the record still names it: a node powered off, its other
+/// leases lapsing one after another); else nobody. Pure.
+pub(crate) fn spread_holder(
+    standing: Standing,
+    observed: Option<&record::Observed>,
+    identity: &str,
+) -> Holder {
+    match standing {
+        Standing::HeldByOther { holder, .. } if holder != identity => Holder::Valid(holder),
+        Standing::Free => match observed {
+            Some(o) if o.record.is_held() && o.record.holder != identity => {
+                Holder::Lapsed(o.record.holder.clone())
+            }
+            _ => Holder::None,
+        },
+        _ => Holder::None,
+    }
+}
+
 /// The next bump of the ride link's "API reachable again" signal; pending without a link.
 async fn api_back(rx: &mut Option<watch::Receiver<u64>>) {
     match rx {
@@ -37,10 +69,13 @@ impl<C: LeaseClient> Elector<C> {
             {
                 r.observe(st.observed.as_ref().filter(|_| st.known), st.observed_at);
             }
-            if let Some(seen) = &seen
-                && let Some(holder) = self.other_holder(&st, now)
-            {
-                seen.holder(holder.as_deref());
+            if let Some(seen) = &seen {
+                match self.other_holder(&st, now) {
+                    Some(Holder::Valid(h)) => seen.holder(Some(&h)),
+                    Some(Holder::Lapsed(h)) => seen.lapsed(&h),
+                    Some(Holder::None) => seen.holder(None),
+                    None => {}
+                }
             }
             let closed_before = closed(&self.gates.borrow());
             let open = closed_before.is_empty();
@@ -151,17 +186,11 @@ impl<C: LeaseClient> Elector<C> {
         }
     }
 
-    /// The other node that validly holds the lease as last seen (`Some(None)`: free, absent
-    /// or held under this node's identity; `None`: not known since a conflict), for the
-    /// spread's view of who holds what.
-    fn other_holder(&self, st: &Run, now: Instant) -> Option<Option<String>> {
-        if !st.known {
-            return None;
-        }
-        match self.standing(st, now) {
-            Standing::HeldByOther { holder, .. } if holder != self.identity => Some(Some(holder)),
-            _ => Some(None),
-        }
+    /// Who holds the lease as the spread counts it ([`spread_holder`]); `None` before the
+    /// lease was first read.
+    fn other_holder(&self, st: &Run, now: Instant) -> Option<Holder> {
+        st.known
+            .then(|| spread_holder(self.standing(st, now), st.observed.as_ref(), &self.identity))
     }
 
     /// The lease's standing as this elector sees it at `now` ([`record::standing`]).
@@ -481,5 +510,44 @@ impl<C: LeaseClient> Elector<C> {
                 false
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod spread_holder_tests {
+    use super::*;
+    use record::{LeaseRecord, Observed, OwnWrites};
+
+    fn obs(holder: &str) -> Observed {
+        Observed {
+            record: LeaseRecord {
+                holder: holder.into(),
+                lease_duration_secs: 5,
+                ..Default::default()
+            },
+            resource_version: "1".into(),
+        }
+    }
+
+    /// A powered-off node's lease: valid while its duration runs, lapsed after (the record
+    /// still names it); a released lease, this node's own and a lease never read are nobody's.
+    #[test]
+    fn a_lease_expired_under_another_node_is_lapsed_a_released_one_is_free() {
+        let t = Instant::now();
+        let own = OwnWrites::default();
+        let holder_at = |o: Option<&Observed>, after: u64| {
+            let now = t + Duration::from_secs(after);
+            spread_holder(record::standing(o, t, now, "b", &own), o, "b")
+        };
+        let a = obs("a");
+        assert_eq!(holder_at(Some(&a), 1), Holder::Valid("a".into()));
+        assert_eq!(holder_at(Some(&a), 6), Holder::Lapsed("a".into()));
+        assert_eq!(holder_at(Some(&obs("")), 6), Holder::None, "released");
+        assert_eq!(holder_at(None, 6), Holder::None, "absent");
+        // A record naming this node's identity that this process did not write: valid or
+        // expired, never another node.
+        let b = obs("b");
+        assert_eq!(holder_at(Some(&b), 1), Holder::None);
+        assert_eq!(holder_at(Some(&b), 6), Holder::None);
     }
 }

@@ -26,10 +26,13 @@
 //! Shard leases add two rules ([`Spread::for_shards`]): a shard that does not exist yet is
 //! paced from zero, and a freed shard is taken at once by a node below its [`fair_share`].
 //!
+//! A holder seen letting a lease expire is not counted while it holds others
+//! ([`LeaseWatch::lapsed`]): a powered-off node's leases expire one after another.
+//!
 //! Nodes that hold nothing are invisible (they appear once they win a lease); that only
 //! makes the least loaded visible node wait no more than an idle one.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -144,6 +147,11 @@ struct State {
     others: HashMap<String, Arc<str>>,
     /// Holder -> how many entries of `others` name it.
     counts: HashMap<Arc<str>, usize>,
+    /// Holders seen letting a lease expire (no release), not counted as holders while
+    /// they still hold others ([`Spread::ahead`], [`fair_share`]): a node powered off
+    /// holds its unexpired leases for up to a lease duration more. Forgotten when the
+    /// holder is seen taking a lease (it is alive) or holds none any more.
+    lapsed: HashSet<Arc<str>>,
 }
 
 impl State {
@@ -163,9 +171,12 @@ impl State {
             *n -= 1;
             if *n == 0 {
                 self.counts.remove(&old);
+                self.lapsed.remove(&old);
             }
         }
         if let Some(h) = holder {
+            // A lease newly seen held by `h`: `h` is alive.
+            self.lapsed.remove(h);
             let key: Arc<str> = self
                 .counts
                 .get_key_value(h)
@@ -300,10 +311,12 @@ impl Spread {
             Some(until) => now < until,
             None => !self.discovery.is_zero(),
         };
+        // The other holders, but for those that let a lease lapse.
+        let live = || s.counts.iter().filter(|(h, _)| !s.lapsed.contains(*h));
         if self.shards
             && !absent
             && !in_discovery
-            && s.held + s.in_flight < fair_share(s.watched, s.counts.len())
+            && s.held + s.in_flight < fair_share(s.watched, live().count())
         {
             return 0;
         }
@@ -316,7 +329,7 @@ impl Spread {
         };
         lead(
             s.held + in_flight,
-            s.counts.values().copied().min(),
+            live().map(|(_, n)| *n).min(),
             discovering,
         )
     }
@@ -409,6 +422,21 @@ impl LeaseWatch {
     /// The lease is now held by `holder`, another node (`None`: free, absent or ours).
     pub(crate) fn holder(&self, holder: Option<&str>) {
         self.spread.lock().set_holder(&self.lease, holder);
+    }
+
+    /// The lease was held by `holder`, another node, and expired without a release: it is
+    /// free, and `holder`, if this lease was last seen held by it, no longer counts among
+    /// the holders while it holds other leases (until it is seen taking one).
+    pub(crate) fn lapsed(&self, holder: &str) {
+        let mut s = self.spread.lock();
+        // Only when this lease was last seen held by `holder`: a lease first seen expired
+        // says nothing of its holder now, and a holder seen taking a lease since stays.
+        let was_held = s.others.get(&self.lease).is_some_and(|h| &**h == holder);
+        s.set_holder(&self.lease, None);
+        if was_held && let Some((h, _)) = s.counts.get_key_value(holder) {
+            let h = h.clone();
+            s.lapsed.insert(h);
+        }
     }
 }
 
@@ -529,6 +557,64 @@ mod tests {
         assert_eq!(s.ahead(), 5, "6 held, c 1");
         drop(watches);
         assert_eq!(s.lock().watched, 0, "every elector gone");
+    }
+
+    /// A powered-off node's leases expire one after another over up to a retry period: while
+    /// it still holds the rest, it is not counted (issue 28: a survivor at its share saw the
+    /// dead node's last shard as the least loaded holder and waited its 1 s cap for each
+    /// further one). It counts again once seen taking a lease; a lease first seen expired
+    /// marks nobody.
+    #[tokio::test(start_paused = true)]
+    async fn a_holder_that_lets_a_lease_lapse_is_not_counted_until_it_takes_one() {
+        let ms = Duration::from_millis;
+        let s = Spread::with_shard_rules(ms(250), ms(1000), Duration::ZERO);
+        let watches: Vec<LeaseWatch> = (0..16)
+            .map(|i| s.watch_lease(&format!("ns/shard-{i}")))
+            .collect();
+        let t0 = Instant::now();
+        for _ in 0..5 {
+            s.acquired(t0);
+        }
+        for w in &watches[5..10] {
+            w.holder(Some("b"));
+        }
+        for w in &watches[10..] {
+            w.holder(Some("dead"));
+        }
+        // Share 6 with b and the dead node seen: 5 held, below it.
+        assert_eq!(s.ahead(), 0);
+        let marks: Vec<InFlight> = (0..2).map(|_| s.begin()).collect();
+        assert_eq!(s.ahead(), 2, "7 counted, at or above 6: relative to b's 5");
+        // The dead node's first lease lapses: it no longer counts, the share is 8.
+        watches[10].lapsed("dead");
+        let t1 = Instant::now();
+        assert_eq!(s.not_before(t1, false), t1, "7 below a share of 8");
+        // Four more lapse: the dead node's last lease is not the least loaded holder.
+        for w in &watches[11..15] {
+            w.lapsed("dead");
+        }
+        let m = s.begin();
+        assert_eq!(
+            s.ahead(),
+            3,
+            "8 counted, relative to b's 5, not the dead node's 1"
+        );
+        drop((m, marks));
+        // Without the rule the dead node's last lease would be the least loaded (7 ahead).
+        // It is seen taking a lease: alive, counted again (share 6, least loaded 2).
+        watches[10].holder(Some("dead"));
+        let m = s.begin();
+        assert_eq!(s.ahead(), 4, "6 counted, a share of 6: relative to its 2");
+        // A lease first seen expired (no holder seen before) marks nobody.
+        let fresh = s.watch_lease("ns/shard-16");
+        fresh.lapsed("b");
+        assert_eq!(s.ahead(), 4, "b still counted");
+        drop(m);
+        // A lapse of a holder's last lease leaves nothing behind.
+        watches[15].lapsed("dead");
+        watches[10].lapsed("dead");
+        assert!(s.lock().lapsed.is_empty());
+        assert!(!s.lock().counts.contains_key("dead"));
     }
 
     #[tokio::test(start_paused = true)]
