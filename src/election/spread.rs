@@ -486,19 +486,15 @@ mod tests {
         assert_eq!(fair_share(3, usize::MAX), 1, "no overflow");
     }
 
-    /// The power-off of a node holding 6 of 16 shards: a survivor holding 5, with the other
-    /// survivor seen holding 5, takes freed shards at once up to its share of 8 (16 over
-    /// two holders), then by the relative rule; a new shard is still paced from zero; while
-    /// discovering nothing is taken by share.
-    #[tokio::test(start_paused = true)]
-    async fn under_shards_a_freed_lease_is_taken_at_once_up_to_the_fair_share() {
+    /// A shard spread (250 ms step, 1 s cap, `discovery`) watching 16 shards: 0-4 held by
+    /// this node (acquired at the returned instant), 5-9 by `b`, 10-15 by `dead`.
+    fn sixteen_shards_5_5_6(discovery: Duration) -> (Arc<Spread>, Vec<LeaseWatch>, Instant) {
         let ms = Duration::from_millis;
-        let s = Spread::with_shard_rules(ms(250), ms(1000), ms(2000));
+        let s = Spread::with_shard_rules(ms(250), ms(1000), discovery);
         let watches: Vec<LeaseWatch> = (0..16)
             .map(|i| s.watch_lease(&format!("ns/shard-{i}")))
             .collect();
         let t0 = Instant::now();
-        // Leases 0-4 ours, 5-9 b's, 10-15 the dead node's.
         for _ in 0..5 {
             s.acquired(t0);
         }
@@ -508,6 +504,17 @@ mod tests {
         for w in &watches[10..] {
             w.holder(Some("dead"));
         }
+        (s, watches, t0)
+    }
+
+    /// The power-off of a node holding 6 of 16 shards: a survivor holding 5, with the other
+    /// survivor seen holding 5, takes freed shards at once up to its share of 8 (16 over
+    /// two holders), then by the relative rule; a new shard is still paced from zero; while
+    /// discovering nothing is taken by share.
+    #[tokio::test(start_paused = true)]
+    async fn under_shards_a_freed_lease_is_taken_at_once_up_to_the_fair_share() {
+        let ms = Duration::from_millis;
+        let (s, watches, t0) = sixteen_shards_5_5_6(ms(2000));
         // While discovering every lease held counts (5 ahead), the share does not apply.
         let t1 = Instant::now();
         assert_eq!(
@@ -566,21 +573,7 @@ mod tests {
     /// marks nobody.
     #[tokio::test(start_paused = true)]
     async fn a_holder_that_lets_a_lease_lapse_is_not_counted_until_it_takes_one() {
-        let ms = Duration::from_millis;
-        let s = Spread::with_shard_rules(ms(250), ms(1000), Duration::ZERO);
-        let watches: Vec<LeaseWatch> = (0..16)
-            .map(|i| s.watch_lease(&format!("ns/shard-{i}")))
-            .collect();
-        let t0 = Instant::now();
-        for _ in 0..5 {
-            s.acquired(t0);
-        }
-        for w in &watches[5..10] {
-            w.holder(Some("b"));
-        }
-        for w in &watches[10..] {
-            w.holder(Some("dead"));
-        }
+        let (s, watches, _) = sixteen_shards_5_5_6(Duration::ZERO);
         // Share 6 with b and the dead node seen: 5 held, below it.
         assert_eq!(s.ahead(), 0);
         let marks: Vec<InFlight> = (0..2).map(|_| s.begin()).collect();
