@@ -72,7 +72,7 @@ impl<C: LeaseClient> Elector<C> {
             if let Some(seen) = &seen {
                 match self.other_holder(&st, now) {
                     Some(Holder::Valid(h)) => seen.holder(Some(&h)),
-                    Some(Holder::Lapsed(h)) => seen.lapsed(&h),
+                    Some(Holder::Lapsed(h)) => seen.lapsed(&h, self.timing.lease_duration),
                     Some(Holder::None) => seen.holder(None),
                     None => {}
                 }

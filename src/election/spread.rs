@@ -26,13 +26,13 @@
 //! Shard leases add two rules ([`Spread::for_shards`]): a shard that does not exist yet is
 //! paced from zero, and a freed shard is taken at once by a node below its [`fair_share`].
 //!
-//! A holder seen letting a lease expire is not counted while it holds others
-//! ([`LeaseWatch::lapsed`]): a powered-off node's leases expire one after another.
+//! A holder seen letting a lease expire is not counted for a lease duration while it holds
+//! others ([`LeaseWatch::lapsed`]): a powered-off node's leases expire one after another.
 //!
 //! Nodes that hold nothing are invisible (they appear once they win a lease); that only
 //! makes the least loaded visible node wait no more than an idle one.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -147,11 +147,13 @@ struct State {
     others: HashMap<String, Arc<str>>,
     /// Holder -> how many entries of `others` name it.
     counts: HashMap<Arc<str>, usize>,
-    /// Holders seen letting a lease expire (no release), not counted as holders while
-    /// they still hold others ([`Spread::ahead`], [`fair_share`]): a node powered off
-    /// holds its unexpired leases for up to a lease duration more. Forgotten when the
-    /// holder is seen taking a lease (it is alive) or holds none any more.
-    lapsed: HashSet<Arc<str>>,
+    /// Holders seen letting a lease expire (no release), with the end of their lapse: not
+    /// counted as holders until then while they still hold others ([`Spread::ahead`],
+    /// [`fair_share`]). A node powered off holds its unexpired leases for up to a retry
+    /// period more (they lapse one after another); a live node that let one lapse (a slow
+    /// renewal) renews its others, and counts again once the lapse ends (one lease
+    /// duration), when it is seen taking a lease, or holds none any more.
+    lapsed: HashMap<Arc<str>, Instant>,
 }
 
 impl State {
@@ -312,7 +314,11 @@ impl Spread {
             None => !self.discovery.is_zero(),
         };
         // The other holders, but for those that let a lease lapse.
-        let live = || s.counts.iter().filter(|(h, _)| !s.lapsed.contains(*h));
+        let live = || {
+            s.counts
+                .iter()
+                .filter(|(h, _)| s.lapsed.get(*h).is_none_or(|until| *until <= now))
+        };
         if self.shards
             && !absent
             && !in_discovery
@@ -426,16 +432,19 @@ impl LeaseWatch {
 
     /// The lease was held by `holder`, another node, and expired without a release: it is
     /// free, and `holder`, if this lease was last seen held by it, no longer counts among
-    /// the holders while it holds other leases (until it is seen taking one).
-    pub(crate) fn lapsed(&self, holder: &str) {
+    /// the holders for `lapse` (the lease duration) while it holds other leases, or until
+    /// it is seen taking one.
+    pub(crate) fn lapsed(&self, holder: &str, lapse: Duration) {
         let mut s = self.spread.lock();
         // Only when this lease was last seen held by `holder`: a lease first seen expired
         // says nothing of its holder now, and a holder seen taking a lease since stays.
         let was_held = s.others.get(&self.lease).is_some_and(|h| &**h == holder);
         s.set_holder(&self.lease, None);
+        let now = Instant::now();
+        s.lapsed.retain(|_, until| *until > now);
         if was_held && let Some((h, _)) = s.counts.get_key_value(holder) {
             let h = h.clone();
-            s.lapsed.insert(h);
+            s.lapsed.insert(h, now + lapse);
         }
     }
 }
@@ -573,18 +582,19 @@ mod tests {
     /// marks nobody.
     #[tokio::test(start_paused = true)]
     async fn a_holder_that_lets_a_lease_lapse_is_not_counted_until_it_takes_one() {
+        const LAPSE: Duration = Duration::from_secs(5);
         let (s, watches, _) = sixteen_shards_5_5_6(Duration::ZERO);
         // Share 6 with b and the dead node seen: 5 held, below it.
         assert_eq!(s.ahead(), 0);
         let marks: Vec<InFlight> = (0..2).map(|_| s.begin()).collect();
         assert_eq!(s.ahead(), 2, "7 counted, at or above 6: relative to b's 5");
         // The dead node's first lease lapses: it no longer counts, the share is 8.
-        watches[10].lapsed("dead");
+        watches[10].lapsed("dead", LAPSE);
         let t1 = Instant::now();
         assert_eq!(s.not_before(t1, false), t1, "7 below a share of 8");
         // Four more lapse: the dead node's last lease is not the least loaded holder.
         for w in &watches[11..15] {
-            w.lapsed("dead");
+            w.lapsed("dead", LAPSE);
         }
         let m = s.begin();
         assert_eq!(
@@ -600,13 +610,28 @@ mod tests {
         assert_eq!(s.ahead(), 4, "6 counted, a share of 6: relative to its 2");
         // A lease first seen expired (no holder seen before) marks nobody.
         let fresh = s.watch_lease("ns/shard-16");
-        fresh.lapsed("b");
+        fresh.lapsed("b", LAPSE);
         assert_eq!(s.ahead(), 4, "b still counted");
+        // A live node lets one lease lapse (a slow renewal) and renews the others: not
+        // counted for the lapse, counted again after it.
+        watches[5].lapsed("b", LAPSE);
+        assert_eq!(
+            s.ahead(),
+            0,
+            "b not counted: 6 below a share of 9 (17 over two)"
+        );
+        tokio::time::advance(LAPSE).await;
+        assert_eq!(
+            s.ahead(),
+            4,
+            "b's lapse over: share 6, relative to the dead node's 2"
+        );
         drop(m);
         // A lapse of a holder's last lease leaves nothing behind.
-        watches[15].lapsed("dead");
-        watches[10].lapsed("dead");
-        assert!(s.lock().lapsed.is_empty());
+        for w in &watches[10..16] {
+            w.lapsed("dead", LAPSE);
+        }
+        assert!(!s.lock().lapsed.contains_key("dead"));
         assert!(!s.lock().counts.contains_key("dead"));
     }
 

@@ -52,6 +52,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         loop {
             self.publish_bound();
             self.sync_answers();
+            self.end_settled_takeover();
             // Checks run while leading, when configured for followers, and while a gate is
             // closed (to re-open it). Followers with nothing to check or acknowledge do not
             // tick: hundreds of Service groups per node would otherwise wake twice a second
@@ -144,6 +145,23 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                     Box::pin(self.announce_all(false, true)).await;
                 }
             }
+        }
+    }
+
+    /// Ends the term's takeover mark ([`HolderConfig::takeovers`]) once no VIP of it is
+    /// still in its probe window: the others are in place (the mark ended with the first
+    /// batch), refused by another host, gone from the set, or waiting for the next
+    /// renewal's refresh (a stale first renewal, no nftables fence yet). Without it such a
+    /// term kept the node busy, and every status write waited its limit, until the term
+    /// ended.
+    fn end_settled_takeover(&mut self) {
+        if self.takeover_mark.is_some()
+            && !self
+                .probes
+                .iter()
+                .any(|p| matches!(p.phase(), acd::Phase::Probing { .. }))
+        {
+            self.takeover_mark = None;
         }
     }
 

@@ -1383,15 +1383,8 @@ async fn a_takeover_is_marked_from_the_term_start_until_its_vips_are_in_place() 
     let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
     cfg.conflict_monitor = Some(Arc::new(FakeConflictMonitor::new()));
     cfg.takeovers = takeovers.clone();
-    let specs: Vec<VipSpec> = (1..=70u8)
-        .map(|i| VipSpec {
-            vip: Vip::new(IpAddr::from([192, 0, 2, 100 + i]), 32).unwrap(),
-            interface: Some("eth0".into()),
-            not_after: None,
-        })
-        .collect();
     let kernel = FakeKernel::with_eth0();
-    let (r, _) = rig_from(kernel.clone(), specs, cfg, true, None);
+    let (r, _) = rig_from(kernel.clone(), seventy(), cfg, true, None);
     settle().await;
     assert_eq!(takeovers.in_progress(), 0, "following");
     lead(&r, 1, false);
@@ -1480,5 +1473,112 @@ async fn a_vip_added_later_in_a_term_that_started_empty_is_no_takeover() {
         takeovers(),
         Vec::<String>::new(),
         "a Service added mid-term"
+    );
+}
+
+/// 70 VIPs on eth0 (more than a chunk of adds), for the takeover-mark tests.
+fn seventy() -> Vec<VipSpec> {
+    (1..=70u8)
+        .map(|i| VipSpec {
+            vip: Vip::new(IpAddr::from([192, 0, 2, 100 + i]), 32).unwrap(),
+            interface: Some("eth0".into()),
+            not_after: None,
+        })
+        .collect()
+}
+
+/// Issue 28 (found by the session's trial): a term whose first refresh adds nothing (a
+/// stale first renewal, as after a freeze) gets its VIPs from the next renewal's refresh,
+/// which announces nothing and so never logs the takeover: the mark stays for the whole
+/// term.
+#[tokio::test(start_paused = true)]
+async fn a_takeover_mark_ends_when_a_later_renewal_puts_the_vips_in_place() {
+    let takeovers = Arc::new(takeovers::Takeovers::default());
+    let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
+    cfg.takeovers = takeovers.clone();
+    let kernel = FakeKernel::with_eth0();
+    let (r, _) = rig_from(kernel.clone(), seventy(), cfg, false, None);
+    settle().await;
+    let sent = Instant::now();
+    tokio::time::advance(Duration::from_secs(5)).await;
+    r.state.send_replace(LeaderState::Leading {
+        term: 1,
+        renewed_at: sent,
+        clean: true,
+    });
+    settle().await;
+    for _ in 0..30 {
+        lead(&r, 1, true);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    assert!(
+        kernel.has(Vip::new(IpAddr::from([192, 0, 2, 170]), 32).unwrap()),
+        "in place"
+    );
+    assert_eq!(
+        takeovers.in_progress(),
+        0,
+        "VIPs in place for 30 s: the mark leaked"
+    );
+}
+
+/// Issue 28 (found by the session's trial): every VIP refused by the conflict probe
+/// (another host answers): the term goes on, nothing is ever added, the node counts as busy
+/// for the whole term.
+#[tokio::test(start_paused = true)]
+async fn a_takeover_mark_ends_when_every_vip_is_refused() {
+    let takeovers = Arc::new(takeovers::Takeovers::default());
+    let monitor = FakeConflictMonitor::new();
+    let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
+    cfg.conflict_monitor = Some(Arc::new(monitor.clone()));
+    cfg.takeovers = takeovers.clone();
+    let specs = seventy();
+    for s in &specs {
+        monitor.answer_probes(s.vip.addr, [2, 0, 0, 0, 0, 0xbb]);
+    }
+    let kernel = FakeKernel::with_eth0();
+    let (r, _) = rig_from(kernel.clone(), specs, cfg, true, None);
+    settle().await;
+    lead(&r, 1, false);
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lead(&r, 1, false);
+    }
+    assert!(
+        !kernel.has(Vip::new(IpAddr::from([192, 0, 2, 170]), 32).unwrap()),
+        "refused"
+    );
+    assert_eq!(
+        takeovers.in_progress(),
+        0,
+        "all refused for 30 s: still marked busy"
+    );
+}
+
+/// Issue 28 (found by the session's trial): the VIPs leave the group within the probe
+/// window (every Service moved off the shard): nothing is left to add, the mark stays until
+/// the term ends.
+#[tokio::test(start_paused = true)]
+async fn a_takeover_mark_ends_when_the_vips_leave_during_the_probe() {
+    let takeovers = Arc::new(takeovers::Takeovers::default());
+    let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
+    cfg.conflict_monitor = Some(Arc::new(FakeConflictMonitor::new()));
+    cfg.takeovers = takeovers.clone();
+    let (updates_tx, updates) = watch::channel(seventy());
+    let kernel = FakeKernel::with_eth0();
+    let (r, _) = rig_from(kernel.clone(), seventy(), cfg, true, Some(updates));
+    settle().await;
+    lead(&r, 1, false);
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    assert_eq!(takeovers.in_progress(), 70, "probing");
+    updates_tx.send_replace(Vec::new());
+    for _ in 0..30 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lead(&r, 1, false);
+    }
+    assert_eq!(
+        takeovers.in_progress(),
+        0,
+        "no VIP left for 30 s: still marked busy"
     );
 }

@@ -369,7 +369,7 @@ impl<K: Kernel, A: Announcer> Group<K, A> {
         // ride through or check against the API server.
         let elector = match shared.mode.elects() {
             true => elector
-                .with_spread(shared.spread.clone())
+                .with_spread(shared.spread_for(&lease))
                 .with_outage(shared.outage.clone())
                 .with_preference(preference_rx)
                 .with_acquire_check(service_still_exists(

@@ -493,6 +493,15 @@ async fn run<K: Kernel, A: Announcer>(
     // The node's takeovers in progress: marked by its Service VIP holders, given way to by
     // its status writes (holder::takeovers).
     let takeovers = Arc::new(crate::holder::takeovers::Takeovers::default());
+    // Shard leases and the own leases beside them spread apart (Shared::own_spread).
+    let spread = match plan_config(&cfg).mode {
+        Mode::Sharded(_) => crate::election::spread::Spread::for_shards(),
+        _ => crate::election::spread::Spread::new(),
+    };
+    let own_spread = match plan_config(&cfg).mode {
+        Mode::Sharded(_) => crate::election::spread::Spread::new(),
+        _ => spread.clone(),
+    };
     let shared = Arc::new(Shared {
         egress,
         ride,
@@ -526,10 +535,8 @@ async fn run<K: Kernel, A: Announcer>(
                 ..Default::default()
             },
         },
-        spread: match plan_config(&cfg).mode {
-            Mode::Sharded(_) => crate::election::spread::Spread::for_shards(),
-            _ => crate::election::spread::Spread::new(),
-        },
+        spread: spread.clone(),
+        own_spread,
         outage: crate::election::outage::ApiOutage::new(cfg.services_timing.retry_period),
     });
     let plan_cfg = plan_config(&cfg);
@@ -553,6 +560,7 @@ async fn run<K: Kernel, A: Announcer>(
         // Nothing to campaign for at start: no cold start to share, so the Services created
         // from now on are raced without the spread's discovery period.
         shared.spread.end_discovery();
+        shared.own_spread.end_discovery();
     }
     spawn_lease_gc(&cfg, &plan_cfg, &client, &caches, &watches);
     let mut main = MainLoop::new(cfg, shared, plan_cfg, caches);

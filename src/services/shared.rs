@@ -50,8 +50,13 @@ pub(super) struct Shared<K: Kernel, A: Announcer> {
     /// `svc_healthcheck`, `svc_healthcheck_hold` ([`super::health`]).
     pub(super) health: super::health::HealthSettings,
     /// The Service leases this node holds: spreads them over the nodes
-    /// ([`crate::election::spread`]).
+    /// ([`crate::election::spread`]); under shard leases, the shards only.
     pub(super) spread: Arc<crate::election::spread::Spread>,
+    /// Under shard leases, the own leases beside the shards (`vipd-local.*`, a
+    /// `kube-vip.io/leaseName`), spread apart with the per-Service rules: counted with the
+    /// shards, a few hundred of them made every node's fair share of shards hundreds, and
+    /// the share balanced nothing. Otherwise the same as [`Self::spread`].
+    pub(super) own_spread: Arc<crate::election::spread::Spread>,
     /// The Service leases' API outages, logged once for all of them
     /// ([`crate::election::outage`]).
     pub(super) outage: crate::election::outage::ApiOutage,
@@ -77,6 +82,16 @@ impl<K: Kernel, A: Announcer> Shared<K, A> {
     /// Lease ([`Mode::is_shared`]).
     pub(super) fn per_service(&self, lease: &LeaseRef) -> bool {
         !self.mode.is_shared(lease)
+    }
+
+    /// The spread `lease`'s elector counts in: [`Self::spread`] for a shared lease (a shard,
+    /// the global lease) and under per-Service leases, [`Self::own_spread`] for an own
+    /// lease beside shared ones.
+    pub(super) fn spread_for(&self, lease: &LeaseRef) -> Arc<crate::election::spread::Spread> {
+        match self.per_service(lease) {
+            true => self.own_spread.clone(),
+            false => self.spread.clone(),
+        }
     }
 
     /// The Services wing's metric families.
