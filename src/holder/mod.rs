@@ -172,8 +172,8 @@ pub struct HolderConfig {
     pub nd_answers: Option<Arc<dyn crate::net::nd_responder::SolicitationAnswers>>,
     /// The node's takeovers in progress ([`takeovers::Takeovers`]), one per process for
     /// the Service VIP holders: this holder marks its VIPs there from the start of a term
-    /// with VIPs until the first batch of them is in place or the term ends. Default: a
-    /// count of its own that nobody reads.
+    /// with VIPs until the first batch of them is in place, none is still in its probe
+    /// window, or the term ends. Default: a count of its own that nobody reads.
     pub takeovers: Arc<takeovers::Takeovers>,
 }
 

@@ -1,7 +1,9 @@
 //! The takeovers in progress on this node, so that other work can wait for them.
 //!
 //! A holder whose term starts with VIPs to take over marks them from the start of the term
-//! until its first batch of them is in place (the `takeover:` line) or the term ends. The
+//! until its first batch of them is in place (the `takeover:` line), none of them is still
+//! in its probe window (all refused, gone from the set, left to the next renewal), or the
+//! term ends. The
 //! Services' status writer waits, before each call, while the node takes over
 //! [`BUSY_VIPS`] VIPs or more (at most its own limit per call): at a power-off the
 //! survivors' status and Event writes for thousands of Services (two calls each, every one

@@ -408,6 +408,20 @@ pub(crate) fn lead(r: &Rig, term: u64, clean: bool) {
     });
 }
 
+/// Tells the holder it leads term `term` by a renewal sent `age` ago: the clock advances by
+/// `age` between the send and the holder hearing of it (the API server's answer, a freeze).
+/// Returns the send instant.
+pub(crate) async fn lead_sent_before(r: &Rig, term: u64, clean: bool, age: Duration) -> Instant {
+    let sent = Instant::now();
+    tokio::time::advance(age).await;
+    r.state.send_replace(LeaderState::Leading {
+        term,
+        renewed_at: sent,
+        clean,
+    });
+    sent
+}
+
 async fn settle() {
     tokio::time::sleep(Duration::from_millis(1)).await;
 }
@@ -601,14 +615,8 @@ async fn a_silent_elector_lapses_the_vip() {
 async fn a_stale_renewal_does_not_re_arm_the_fence() {
     let r = rig(FakeKernel::with_eth0(), vec![vip4()], Some("eth0"));
     settle().await;
-    let sent = Instant::now();
     // Frozen for 5 s between sending the renewal and acting on it.
-    tokio::time::advance(Duration::from_secs(5)).await;
-    r.state.send_replace(LeaderState::Leading {
-        term: 1,
-        renewed_at: sent,
-        clean: true,
-    });
+    lead_sent_before(&r, 1, true, Duration::from_secs(5)).await;
     settle().await;
     assert!(!r.kernel.has(vip4()), "no VIP from a renewal 5 s old");
     // A fresh renewal binds it again, with the full fence.
@@ -1499,13 +1507,7 @@ async fn a_takeover_mark_ends_when_a_later_renewal_puts_the_vips_in_place() {
     let kernel = FakeKernel::with_eth0();
     let (r, _) = rig_from(kernel.clone(), seventy(), cfg, false, None);
     settle().await;
-    let sent = Instant::now();
-    tokio::time::advance(Duration::from_secs(5)).await;
-    r.state.send_replace(LeaderState::Leading {
-        term: 1,
-        renewed_at: sent,
-        clean: true,
-    });
+    lead_sent_before(&r, 1, true, Duration::from_secs(5)).await;
     settle().await;
     for _ in 0..30 {
         lead(&r, 1, true);

@@ -494,13 +494,15 @@ async fn run<K: Kernel, A: Announcer>(
     // its status writes (holder::takeovers).
     let takeovers = Arc::new(crate::holder::takeovers::Takeovers::default());
     // Shard leases and the own leases beside them spread apart (Shared::own_spread).
-    let spread = match plan_config(&cfg).mode {
-        Mode::Sharded(_) => crate::election::spread::Spread::for_shards(),
-        _ => crate::election::spread::Spread::new(),
-    };
-    let own_spread = match plan_config(&cfg).mode {
-        Mode::Sharded(_) => crate::election::spread::Spread::new(),
-        _ => spread.clone(),
+    let (spread, own_spread) = match plan_config(&cfg).mode {
+        Mode::Sharded(_) => (
+            crate::election::spread::Spread::for_shards(),
+            crate::election::spread::Spread::new(),
+        ),
+        _ => {
+            let spread = crate::election::spread::Spread::new();
+            (spread.clone(), spread)
+        }
     };
     let shared = Arc::new(Shared {
         egress,
@@ -535,7 +537,7 @@ async fn run<K: Kernel, A: Announcer>(
                 ..Default::default()
             },
         },
-        spread: spread.clone(),
+        spread,
         own_spread,
         outage: crate::election::outage::ApiOutage::new(cfg.services_timing.retry_period),
     });

@@ -275,13 +275,8 @@ async fn each_renewal_refreshes_the_element() {
     settle().await;
     let vip: IpAddr = vip4().addr;
     for _ in 0..3 {
-        let sent = Instant::now();
-        tokio::time::advance(Duration::from_millis(40)).await; // the API server's answer
-        r.state.send_replace(LeaderState::Leading {
-            term: 1,
-            renewed_at: sent,
-            clean: true,
-        });
+        // The API server's answer comes 40 ms after the send.
+        let sent = lead_sent_before(&r, 1, true, Duration::from_millis(40)).await;
         settle().await;
         assert_eq!(
             fence.live_until(vip),
