@@ -1,11 +1,12 @@
 //! Lab tests of IPv6 Service VIPs on `lo` (`svc_ipv6_loopback`, issue 28, scenario S72):
 //! vipd on node-a/b/c in Services mode with per-Service election against the real
-//! kube-apiserver, the nftables fence on (the default). The holder adds the VIP to `lo`, not
-//! `eth0`, and answers the client's neighbour solicitations for it on `eth0` itself (the
-//! kernel does not answer for an address of `lo` there); TCP reaches the node's HTTP
-//! backend through it; a SIGKILLed holder stops answering with its process and the next
-//! holder answers, never two at once; deleting the Service takes the address off `lo` and
-//! the VIP's solicited-node group off `eth0`. Also (from the new-user trial): a frozen
+//! kube-apiserver, the nftables fence on (the default). The holder puts the VIP on `lo` as a
+//! local route (table local, proto 118; no address on `lo` or `eth0`) and answers the
+//! client's neighbour solicitations for it on `eth0` itself (the kernel does not answer
+//! for `lo`'s there); TCP reaches the node's HTTP backend through it; a SIGKILLed holder
+//! stops answering with its process and the next holder answers, never two at once;
+//! deleting the Service takes the route off `lo` and the VIP's solicited-node group off
+//! `eth0`. Also (from the new-user trial): a frozen
 //! holder answers nothing after it is continued, a graceful stop cleans up; an edited
 //! address and a dual-stack Service; shards with a killed holder and a shared address;
 //! without the nftables fence the VIPs stay on `eth0`.
@@ -22,9 +23,24 @@ use xtask::lab::{Lab, LabOptions, LabProcess, Signal};
 /// The Service's VIP (the lab's IPv6 range).
 const VIP6: &str = "2001:db8::64";
 
-/// Whether `node`'s interface `ifname` carries `ip`.
+/// Whether `node`'s interface `ifname` carries `ip`: as an address, or, on `lo`, as one of
+/// vipd's local routes (how `svc_ipv6_loopback` puts an IPv6 VIP there).
 fn carries(lab: &Lab, node: &str, ifname: &str, ip: IpAddr) -> bool {
-    lab.addresses(node, ifname)
+    let address = lab
+        .addresses(node, ifname)
+        .map(|a| a.iter().any(|x| x.addr == ip))
+        .unwrap_or(false);
+    let routed = ifname == "lo"
+        && lab
+            .loopback_routes(node)
+            .map(|r| r.contains(&ip))
+            .unwrap_or(false);
+    address || routed
+}
+
+/// Whether `node` has `ip` as an address on `lo` (never, since the VIPs there are routes).
+fn address_on_lo(lab: &Lab, node: &str, ip: IpAddr) -> bool {
+    lab.addresses(node, "lo")
         .map(|a| a.iter().any(|x| x.addr == ip))
         .unwrap_or(false)
 }
@@ -129,6 +145,10 @@ fn s72_ipv6_service_vips_on_lo_are_answered_by_their_holder_alone() {
             !carries(&lab, n, "eth0", ip),
             "{n} carries {VIP6} on eth0: it belongs on lo"
         );
+        assert!(
+            !address_on_lo(&lab, n, ip),
+            "{n} has {VIP6} as an address on lo: it is a local route there"
+        );
     }
     wait_until(
         "the holder joins the VIP's solicited-node group on eth0 (and only there)",
@@ -139,7 +159,7 @@ fn s72_ipv6_service_vips_on_lo_are_answered_by_their_holder_alone() {
     let holder_mac = lab.mac_of_if(&holder, "eth0").expect("holder mac");
     let answered = support::dhcp::responders(&lab, ip);
     assert_eq!(answered, BTreeSet::from([holder_mac]), "who answers {VIP6}");
-    // And TCP reaches the holder's backend through the address on lo.
+    // And TCP reaches the holder's backend through the route on lo.
     let behind = wait_for(
         "an HTTP answer through the VIP",
         Duration::from_secs(10),
@@ -147,7 +167,7 @@ fn s72_ipv6_service_vips_on_lo_are_answered_by_their_holder_alone() {
     );
     assert_eq!(behind, holder, "the backend behind {VIP6}");
 
-    // Failover: SIGKILL the holder. Its answers end with its process (the address stays on
+    // Failover: SIGKILL the holder. Its answers end with its process (the route stays on
     // its lo, inert, as the second line); the next holder answers; never two at once.
     let watch = lab
         .arp_watch(ip, xtask::lab::DEFAULT_WATCH_INTERVAL)
@@ -209,7 +229,7 @@ fn s72_ipv6_service_vips_on_lo_are_answered_by_their_holder_alone() {
     );
     assert!(joined_on(&lab, &holder, ip).is_empty());
 
-    // Deleting the Service takes the address off lo and the group off eth0.
+    // Deleting the Service takes the route off lo and the group off eth0.
     delete_service(&lab, "v6");
     wait_until(
         "the VIP gone from the holder's lo and its group left",
@@ -223,8 +243,8 @@ fn s72_ipv6_service_vips_on_lo_are_answered_by_their_holder_alone() {
 }
 
 /// A holder frozen for 8 s (SIGSTOP) loses its lease (5/3/1) to another node, which answers;
-/// continued, it answers nothing more, and its address and group go; never two responders.
-/// Then a graceful stop (SIGTERM) of the new holder takes its address off `lo` and its group
+/// continued, it answers nothing more, and its route and group go; never two responders.
+/// Then a graceful stop (SIGTERM) of the new holder takes its route off `lo` and its group
 /// off `eth0` before it exits, and the node that takes the lease then answers alone.
 #[test]
 fn s72_a_frozen_holder_answers_nothing_after_it_is_continued_and_a_clean_stop_cleans_up() {
@@ -260,7 +280,7 @@ fn s72_a_frozen_holder_answers_nothing_after_it_is_continued_and_a_clean_stop_cl
         .expect("continue");
     let continued_at = watch_started.elapsed() + xtask::lab::DEFAULT_WATCH_INTERVAL;
     wait_until(
-        "the continued holder's address and group gone",
+        "the continued holder's route and group gone",
         Duration::from_secs(20),
         || !carries(&lab, &holder, "lo", ip) && joined_on(&lab, &holder, ip).is_empty(),
     );
@@ -464,7 +484,7 @@ fn s72_shards_with_a_killed_holder_and_a_shared_address() {
     procs[idx(&victim)]
         .signal(Signal::SIGKILL)
         .expect("kill the holder");
-    // The killed node keeps its addresses on lo (the second line, inert): another node
+    // The killed node keeps its routes on lo (the second line, inert): another node
     // carries each too once it took the shard.
     wait_until(
         "every VIP on another node's lo",

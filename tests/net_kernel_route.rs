@@ -389,3 +389,130 @@ fn route_kernel_maps_the_holder_seam_to_fenced_routes() {
         assert_eq!(shorten_ipv6_route_gc().unwrap(), Some((1, 1)));
     });
 }
+
+/// `ip -6 route show table local proto 118`: vipd's local routes of IPv6 VIPs on `lo`.
+fn loopback_routes_listed() -> String {
+    assert_private_netns();
+    let out = Command::new("ip")
+        .args(["-6", "route", "show", "table", "local", "proto", "118"])
+        .output()
+        .expect("run ip");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Whether a TCP connection from this namespace to `target` is accepted within 1 s.
+fn connects(target: std::net::SocketAddr) -> bool {
+    std::net::TcpStream::connect_timeout(&target, Duration::from_secs(1)).is_ok()
+}
+
+/// `svc_ipv6_loopback` (docs/design.md "IPv6 VIPs on lo"): the Services wing's kernel,
+/// `LoopbackRoutes`, puts an IPv6 VIP on `lo` as a local route and no address. The node
+/// takes the VIP's packets by the route alone (a server on the wildcard address answers);
+/// past its expiry the kernel ignores the route although its collector has not removed it
+/// yet (`gc_interval` 30 here, the kernel's default); a refresh brings it back, a removal
+/// ends it, the stale clean-up removes every one; an untagged address equal to a VIP
+/// refuses the route.
+#[test]
+fn an_ipv6_vip_on_lo_is_a_local_route_that_delivers_until_it_expires() {
+    use std::net::SocketAddr;
+    use std::sync::Arc;
+    use vipd::net::route_kernel::LOOPBACK_IFINDEX;
+    use vipd::net::{NetError, Vip, lo_routes};
+    lab(|| async {
+        let ok = Command::new("sysctl")
+            .args(["-qw", "net.ipv6.route.gc_interval=30"])
+            .status()
+            .expect("run sysctl")
+            .success();
+        assert!(ok, "sysctl net.ipv6.route.gc_interval=30");
+        let k = Arc::new(NetlinkKernel::new().unwrap());
+        let lo = lo_routes::LoopbackRoutes::new(k.clone(), k.clone());
+        let vip = Vip::host(addr("2001:db8:5::55"));
+        let listener = std::net::TcpListener::bind(("::", 0)).unwrap();
+        let target = SocketAddr::new(vip.addr, listener.local_addr().unwrap().port());
+        assert!(!connects(target), "no route yet, yet delivered");
+
+        let held = lo
+            .add_or_refresh(LOOPBACK_IFINDEX, vip, Lifetime::fixed(2), true)
+            .await
+            .unwrap();
+        assert_eq!(held, 2);
+        assert!(connects(target), "not delivered by the local route");
+        assert!(
+            loopback_routes_listed().contains("local 2001:db8:5::55 dev lo"),
+            "{}",
+            loopback_routes_listed()
+        );
+        let addresses = k.addresses(None).await.unwrap();
+        assert!(
+            addresses.iter().all(|a| a.vip.addr != vip.addr),
+            "an address was added: {addresses:?}"
+        );
+        let listed = lo.addresses(Some(LOOPBACK_IFINDEX)).await.unwrap();
+        assert!(
+            listed
+                .iter()
+                .any(|a| a.vip == vip && a.ours && a.valid_lft_secs.is_some_and(|s| s <= 2)),
+            "listed as vipd's /128 on lo: {listed:?}"
+        );
+
+        // Past the 2 s: still in the table, ignored by the kernel, not in place for vipd.
+        tokio::time::sleep(Duration::from_millis(3200)).await;
+        assert!(
+            loopback_routes_listed().contains("2001:db8:5::55"),
+            "collected already: the test no longer shows the lookup ignoring it"
+        );
+        assert!(!connects(target), "an expired local route still delivers");
+        let fresh = lo.addresses_fresh(Some(LOOPBACK_IFINDEX)).await.unwrap();
+        assert!(
+            fresh.iter().all(|a| a.vip != vip),
+            "expired yet in place: {fresh:?}"
+        );
+
+        // A refresh brings it back; a removal ends it.
+        lo.add_or_refresh(LOOPBACK_IFINDEX, vip, Lifetime::fixed(60), true)
+            .await
+            .unwrap();
+        assert!(connects(target), "not delivered after the refresh");
+        lo.remove(LOOPBACK_IFINDEX, vip).await.unwrap();
+        assert!(!connects(target), "delivered after the removal");
+        assert!(!loopback_routes_listed().contains("2001:db8:5::55"));
+
+        // A batch (one request each from one blocking thread), then what a killed vipd left:
+        // removed at the next start.
+        let batch: Vec<(u32, Vip, Lifetime)> = ["2001:db8:5::56", "2001:db8:5::57"]
+            .iter()
+            .map(|a| (LOOPBACK_IFINDEX, Vip::host(addr(a)), Lifetime::fixed(60)))
+            .collect();
+        let held: Vec<u32> = lo
+            .add_or_refresh_many(&batch, true, None)
+            .await
+            .into_iter()
+            .map(|r| r.unwrap())
+            .collect();
+        assert_eq!(held, vec![60, 60]);
+        assert!(loopback_routes_listed().contains("2001:db8:5::57"));
+        let mut removed = lo_routes::remove_stale(k.as_ref()).await.unwrap();
+        removed.sort();
+        assert_eq!(
+            removed,
+            vec![
+                "2001:db8:5::56".parse::<std::net::Ipv6Addr>().unwrap(),
+                "2001:db8:5::57".parse().unwrap()
+            ]
+        );
+        assert_eq!(loopback_routes_listed().trim(), "");
+
+        // Someone else's address equal to a VIP refuses its route.
+        ip("-6 addr add 2001:db8:5::66/128 dev v0 nodad");
+        let other = Vip::host(addr("2001:db8:5::66"));
+        let refused = lo
+            .add_or_refresh(LOOPBACK_IFINDEX, other, Lifetime::fixed(60), true)
+            .await;
+        assert!(
+            matches!(refused, Err(NetError::NotOurs { .. })),
+            "{refused:?}"
+        );
+        assert!(!loopback_routes_listed().contains("2001:db8:5::66"));
+    });
+}

@@ -203,7 +203,7 @@ pub struct Config {
     /// number of shard leases Services share; 0 (default): one lease per Service.
     pub services_lease_shards: u16,
     /// `svc_ipv6_loopback` / `--servicesIPv6Loopback` (vipd option, default false): IPv6
-    /// Service VIPs on `lo`, their neighbour solicitations answered by vipd
+    /// Service VIPs on `lo` as local routes, their neighbour solicitations answered by vipd
     /// ([`crate::net::nd_responder`]), where the nftables fence runs.
     pub services_ipv6_loopback: bool,
     /// `svc_ridethrough` / `--servicesRideThrough` (vipd option): Service VIPs ride through

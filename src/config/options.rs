@@ -499,7 +499,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "servicesIPv6Loopback",
         "false",
         Bool,
-        "Put IPv6 Service VIPs on lo instead of their interface, and answer their neighbour solicitations on that interface from vipd (which joins each VIP's solicited-node group there), only while the VIP's nftables fence element runs: an IPv6 address on an Ethernet interface costs the kernel time in proportion to the interface's addresses at every add (thousands of VIPs per node: seconds per takeover), on lo a tenth. Needs the nftables fence (vip_nftfence); without it, or in routing-table mode, the VIPs stay on their interface. DHCP-mode addresses stay on their macvlan (vipd option)",
+        "Put IPv6 Service VIPs on lo as local routes (table local, proto 118) instead of addresses on their interface, and answer their neighbour solicitations on that interface from vipd (which joins each VIP's solicited-node group there), only while the VIP's nftables fence element runs: an IPv6 address add costs the kernel time in proportion to the node's addresses (thousands of VIPs per node: seconds per takeover), a local route add does not. Needs the nftables fence (vip_nftfence); without it, or in routing-table mode, the VIPs stay on their interface. DHCP-mode addresses stay on their macvlan (vipd option)",
     ),
     opt(
         K_SVC_NAMESPACE,

@@ -163,8 +163,9 @@ pub struct HolderConfig {
     /// Default: [`crate::net::nft::fence::NoopFence`] (the address lifetime alone fences).
     pub nft_fence: Arc<dyn crate::net::nft::fence::VipFence>,
     /// IPv6 VIPs on `lo` (`svc_ipv6_loopback`, docs/design.md "IPv6 VIPs on lo"): with
-    /// `Some`, an IPv6 VIP without a not-after time (not a DHCP lease's address) is added to
-    /// `lo` instead of its interface, and this answers the neighbour solicitations for it
+    /// `Some`, an IPv6 VIP without a not-after time (not a DHCP lease's address) is placed on
+    /// `lo` instead of its interface (the Services wing's kernel makes that a local route:
+    /// [`crate::net::lo_routes::LoopbackRoutes`]), and this answers the neighbour solicitations for it
     /// that arrive on its interface while the holder's [`AnswerGate`] is open (the nftables
     /// element's end, or the address fence's where the elements cannot be set). Set only
     /// where the nftables fence runs. Default `None`: every VIP on its interface, answered

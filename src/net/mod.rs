@@ -27,6 +27,7 @@ mod cache;
 pub mod conflict;
 mod iface;
 pub mod lifetime;
+pub mod lo_routes;
 pub mod mac_in_use;
 pub mod macvlan;
 pub mod nd_responder;
@@ -259,8 +260,9 @@ pub enum NetError {
         #[source]
         source: std::io::Error,
     },
-    /// Routing-table mode: a VIP route could not be added, removed or listed
-    /// ([`route_kernel::RouteKernel`]).
+    /// A VIP route could not be added, removed or listed: routing-table mode
+    /// ([`route_kernel::RouteKernel`]) or the local route of an IPv6 VIP on `lo`
+    /// ([`lo_routes::LoopbackRoutes`]).
     #[error("{0}")]
     Route(#[source] Box<route::RouteError>),
     /// The neighbour discovery responder ([`nd_responder::NdResponder`]) could not start

@@ -52,8 +52,14 @@ pub const DEFAULT_TABLE: u32 = 198;
 pub const DEFAULT_PROTOCOL: u8 = 248;
 /// The kernel's "forever" (`INFINITY_LIFE_TIME`), refused as a fence lifetime.
 const FOREVER: u32 = u32::MAX;
-/// `RT_TABLE_LOCAL`: the kernel's own local routes, never vipd's.
-const TABLE_LOCAL: u32 = 255;
+/// `RT_TABLE_LOCAL`: the kernel's own local routes, and vipd's local routes of IPv6 VIPs
+/// on `lo` ([`VipRoute::loopback`]); no other route of vipd goes there.
+pub const TABLE_LOCAL: u32 = 255;
+/// The route protocol (`rtm_protocol`) of vipd's local routes of IPv6 VIPs on `lo`
+/// ([`VipRoute::loopback`]): the number vipd tags its addresses with
+/// ([`super::ADDR_PROTO_VIPD`], 118), so `ip -6 route show table local proto 118` lists
+/// them. kube-vip has no such routes.
+pub const LOOPBACK_PROTOCOL: u8 = super::ADDR_PROTO_VIPD;
 /// Clock ticks per second of `RTA_CACHEINFO`'s `rta_expires` (`USER_HZ`).
 const USER_HZ: u32 = 100;
 /// `TUNSETIFF` (`_IOW('T', 202, int)`).
@@ -147,8 +153,21 @@ impl VipRoute {
         m
     }
 
+    /// The local route of IPv6 VIP `addr` on `lo` (`svc_ipv6_loopback`, docs/design.md
+    /// "IPv6 VIPs on lo"): type local, table local (255), protocol [`LOOPBACK_PROTOCOL`].
+    pub fn loopback(addr: std::net::Ipv6Addr) -> Self {
+        Self {
+            addr: IpAddr::V6(addr),
+            table: TABLE_LOCAL,
+            protocol: LOOPBACK_PROTOCOL,
+            kind: RouteKind::Local,
+        }
+    }
+
+    /// Table 0 is refused; so is the local table (255) but for [`Self::loopback`]'s routes.
     fn check(&self) -> Result<(), RouteError> {
-        if self.table == 0 || self.table == TABLE_LOCAL {
+        let loopback = self.kind == RouteKind::Local && self.protocol == LOOPBACK_PROTOCOL;
+        if self.table == 0 || (self.table == TABLE_LOCAL && !loopback) {
             return Err(RouteError::InvalidTable { route: *self });
         }
         Ok(())
@@ -218,7 +237,8 @@ pub enum RouteError {
         /// The device asked for.
         device: String,
     },
-    /// Table 0 (unspecified: the kernel would use main) or 255 (the kernel's local routes).
+    /// Table 0 (unspecified: the kernel would use main) or 255 (the kernel's local routes;
+    /// only [`VipRoute::loopback`]'s routes go there).
     #[error("route {route}: table {} is not a table vipd may use (0 = unspecified, 255 = the kernel's local table)", route.table)]
     InvalidTable {
         /// The route.
@@ -407,8 +427,11 @@ fn route_info(msg: &RouteMessage, table: u32, protocol: u8) -> Option<RouteInfo>
             RouteAttribute::Destination(RouteAddress::Inet(v)) => addr = Some(IpAddr::V4(*v)),
             RouteAttribute::Destination(RouteAddress::Inet6(v)) => addr = Some(IpAddr::V6(*v)),
             RouteAttribute::Oif(i) => ifindex = Some(*i),
+            // `rta_expires` is signed: an expired route the collector has not removed yet
+            // reports a negative time left (0 here).
             RouteAttribute::CacheInfo(c) if c.expires != 0 => {
-                expires_secs = Some(c.expires / USER_HZ);
+                let left = i32::from_ne_bytes(c.expires.to_ne_bytes());
+                expires_secs = Some(u32::try_from(left).map_or(0, |t| t / USER_HZ));
             }
             _ => {}
         }
@@ -434,6 +457,77 @@ fn route_info(msg: &RouteMessage, table: u32, protocol: u8) -> Option<RouteInfo>
 }
 
 impl NetlinkKernel {
+    /// [`Self::add_or_refresh_route`] of IPv6 routes on interface `ifindex`, `(route,
+    /// lifetime)` each, in order, from one blocking thread (one hop for the batch: a holder
+    /// placing a shard's 600 VIPs on `lo` waited for 600 hops of a busy runtime, about 0.8
+    /// ms each). One result per item: the same errors, and [`RouteError::NoIpv4Expiry`] for
+    /// an IPv4 route.
+    pub async fn add_or_refresh_routes(
+        &self,
+        ifindex: u32,
+        items: &[(VipRoute, Lifetime)],
+    ) -> Vec<Result<u32, RouteError>> {
+        let mut out: Vec<Option<Result<u32, RouteError>>> = Vec::with_capacity(items.len());
+        let mut batch = Vec::with_capacity(items.len());
+        for (i, (route, lifetime)) in items.iter().enumerate() {
+            let checked = route.check().and_then(|()| {
+                if lifetime.max_secs == 0 || lifetime.max_secs == FOREVER {
+                    return Err(RouteError::InvalidLifetime {
+                        route: *route,
+                        value: lifetime.max_secs,
+                    });
+                }
+                match route.addr.is_ipv4() {
+                    true => Err(RouteError::NoIpv4Expiry {
+                        route: *route,
+                        ifindex,
+                    }),
+                    false => Ok(()),
+                }
+            });
+            match checked {
+                Ok(()) => {
+                    let mut msg = route.message();
+                    msg.attributes.push(RouteAttribute::Oif(ifindex));
+                    batch.push((i, msg, *lifetime));
+                    out.push(None);
+                }
+                Err(e) => out.push(Some(Err(e))),
+            }
+        }
+        let sock = self.addr_socket();
+        let done = tokio::task::spawn_blocking(move || {
+            batch
+                .into_iter()
+                .map(|(i, msg, lifetime)| (i, sock.route(&msg, &lifetime)))
+                .collect::<Vec<_>>()
+        })
+        .await;
+        let described = format!("ifindex {ifindex}");
+        match done {
+            Ok(done) => {
+                for (i, r) in done {
+                    out[i] = Some(
+                        r.map_err(|e| self.route_error("add route", items[i].0, &described, e)),
+                    );
+                }
+            }
+            Err(_) => {
+                for (i, slot) in out.iter_mut().enumerate() {
+                    if slot.is_none() {
+                        *slot = Some(Err(self.route_error(
+                            "add route",
+                            items[i].0,
+                            &described,
+                            rtnetlink::Error::RequestFailed,
+                        )));
+                    }
+                }
+            }
+        }
+        out.into_iter().flatten().collect()
+    }
+
     /// Adds, or refreshes, the fenced route `route` on `device`, valid for `lifetime`
     /// (whole seconds, computed from its end right before the kernel takes them, as for
     /// addresses: [`Lifetime::secs_at`]).
@@ -656,5 +750,55 @@ mod tests {
         let mut bh = m.clone();
         bh.header.kind = RouteType::BlackHole;
         assert_eq!(route_info(&bh, 198, 248), None, "not a type vipd adds");
+    }
+
+    /// `rta_expires` is signed: a route past its expiry that the collector has not removed
+    /// yet reports a negative time left, which is none left (not 42 million seconds).
+    #[test]
+    fn an_expired_route_not_yet_collected_has_no_time_left() {
+        let r = VipRoute::loopback("2001:db8::10".parse().unwrap());
+        let mut m = r.message();
+        let mut raw = [0u8; 32];
+        raw[8..12].copy_from_slice(&(-150i32).to_ne_bytes()); // expired 1.5 s ago
+        m.attributes.push(RouteAttribute::CacheInfo(
+            RouteCacheInfo::parse(&raw).unwrap(),
+        ));
+        let listed = route_info(&m, TABLE_LOCAL, LOOPBACK_PROTOCOL).unwrap();
+        assert_eq!(listed.expires_secs, Some(0));
+        assert_eq!(listed.route, r);
+    }
+
+    /// The local table takes vipd's loopback routes and nothing else of vipd's.
+    #[test]
+    fn only_the_loopback_routes_may_go_to_the_local_table() {
+        let a = "2001:db8::10".parse().unwrap();
+        assert!(VipRoute::loopback(a).check().is_ok());
+        assert_eq!(
+            VipRoute::loopback(a).to_string(),
+            "local 2001:db8::10/128 table 255 proto 118"
+        );
+        for other in [
+            VipRoute {
+                table: TABLE_LOCAL,
+                ..VipRoute::new(IpAddr::V6(a))
+            },
+            VipRoute {
+                kind: RouteKind::Unicast,
+                ..VipRoute::loopback(a)
+            },
+            VipRoute {
+                protocol: DEFAULT_PROTOCOL,
+                ..VipRoute::loopback(a)
+            },
+            VipRoute {
+                table: 0,
+                ..VipRoute::loopback(a)
+            },
+        ] {
+            assert!(
+                matches!(other.check(), Err(RouteError::InvalidTable { .. })),
+                "{other} must be refused"
+            );
+        }
     }
 }

@@ -50,6 +50,7 @@ use crate::election::{ElectionEnd, LeaseClient};
 use crate::holder::HolderConfig;
 use crate::kube::watch::{scoped_api, spawn_reflector};
 use crate::lease::Timing;
+use crate::net::lo_routes::LoopbackRoutes;
 use crate::net::route_kernel::{NoAnnouncer, RouteKernel};
 use crate::net::{Announcer, CachedKernel, Kernel, NetlinkKernel, RawAnnouncer};
 use crate::nodes::eligibility::Ineligible;
@@ -134,6 +135,10 @@ pub struct Parts {
     /// change ([`CachedKernel::watched_or_aged`]): the wing's VIP holders read and write
     /// their addresses through it (writes invalidate it).
     pub addresses: Arc<CachedKernel<NetlinkKernel>>,
+    /// `addresses` with IPv6 VIPs on `lo` as local routes (`svc_ipv6_loopback`, docs/design.md
+    /// "IPv6 VIPs on lo"), the process's one: the wing's holders use it when the VIPs go on
+    /// `lo`; the manager counts its routes as VIPs held.
+    pub loopback: Arc<LoopbackRoutes<CachedKernel<NetlinkKernel>, NetlinkKernel>>,
     /// The manager's holder settings; the wing keeps their DAD, conflict probe window,
     /// conflict monitor and ARP guard, and derives the fence and timings from the Service
     /// lease timings.
@@ -225,7 +230,7 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
         );
     } else if holder_cfg.nd_answers.is_some() {
         info!(
-            "IPv6 Service VIPs go on lo; vipd answers their neighbour solicitations on their interface while their nftables elements run (svc_ipv6_loopback)"
+            "IPv6 Service VIPs go on lo as local routes (table local, proto 118); vipd answers their neighbour solicitations on their interface while their nftables elements run (svc_ipv6_loopback)"
         );
     }
     if holder_cfg.fence.second_line_secs > 0 {
@@ -244,6 +249,12 @@ pub async fn start(cfg: &Arc<Settings>, parts: Parts) -> Result<Running, Service
             // Per-Service holders share one route dump per check interval.
             let cached = Arc::new(CachedKernel::new(routes, Duration::from_millis(200)));
             launch(cfg, parts, holder_cfg, cached, Arc::new(NoAnnouncer)).await
+        }
+        // IPv6 VIPs on `lo` as local routes, the others as addresses (docs/design.md
+        // "IPv6 VIPs on lo").
+        None if holder_cfg.nd_answers.is_some() => {
+            let kernel = parts.loopback.clone();
+            launch(cfg, parts, holder_cfg, kernel, Arc::new(RawAnnouncer)).await
         }
         None => {
             // The holders share the process's address dump (kept until the node's

@@ -42,7 +42,7 @@ pub struct Settings {
     /// `svc_leaseshards` (with `svc_election`): Services share this many shard leases
     /// (`crate::services::plan::desired::Shards`); 0: one lease per Service.
     pub services_lease_shards: u16,
-    /// `svc_ipv6_loopback`: IPv6 Service VIPs on `lo`, their neighbour solicitations
+    /// `svc_ipv6_loopback`: IPv6 Service VIPs on `lo` as local routes, their neighbour solicitations
     /// answered by vipd, where the nftables fence runs (docs/design.md "IPv6 VIPs on lo").
     pub services_ipv6_loopback: bool,
     /// `svc_ridethrough`: ride through API outages with the peer protocol.

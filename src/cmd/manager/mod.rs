@@ -79,6 +79,18 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     let kernel = Arc::new(NetlinkKernel::new()?);
     startup_checks(&cfg, &client, kernel.as_ref()).await?;
     let arp_guard = prepare_node(kernel.as_ref(), &cfg).await;
+    match crate::net::lo_routes::remove_stale(kernel.as_ref()).await {
+        Ok(removed) if !removed.is_empty() => {
+            info!(
+                count = removed.len(),
+                "removed the local routes of IPv6 VIPs on lo an earlier run left"
+            )
+        }
+        Ok(_) => {}
+        Err(e) => {
+            warn!(error = %e, "could not list the local routes of IPv6 VIPs on lo for stale VIP cleanup")
+        }
+    }
     let holder_cfg = HolderConfig {
         arp_guard: arp_guard.clone(),
         ..holder_cfg
@@ -101,9 +113,15 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         kernel.clone(),
         Duration::from_millis(200),
     ));
+    // IPv6 Service VIPs on lo are local routes (svc_ipv6_loopback): the Service holders
+    // write them through this, and the housekeeping counts them with the addresses.
+    let loopback = Arc::new(crate::net::lo_routes::LoopbackRoutes::new(
+        addresses.clone(),
+        kernel.clone(),
+    ));
     let aux_stop = CancellationToken::new();
     tokio::spawn(aux_loop(
-        addresses.clone(),
+        loopback.clone(),
         metrics.clone(),
         holder_cfg.announce_pace.clone(),
         aux_stop.clone(),
@@ -182,6 +200,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
                 services::Parts {
                     kernel: kernel.clone(),
                     addresses,
+                    loopback,
                     holder_cfg: HolderConfig {
                         nft_fence: nft_fence.clone(),
                         ..holder_cfg
@@ -327,6 +346,9 @@ async fn clean_up_node(
     let keep = routed_control_plane.then_some(LOOPBACK_IFINDEX);
     if let Err(e) = holder::remove_stale(kernel, keep).await {
         warn!(error = %e, "final VIP cleanup failed");
+    }
+    if let Err(e) = crate::net::lo_routes::remove_stale(kernel).await {
+        warn!(error = %e, "final cleanup of the local routes of IPv6 VIPs on lo failed");
     }
     if let Err(e) = arp_guard.close().await {
         warn!(error = %e, "could not remove the ARP flux table");
@@ -599,8 +621,9 @@ async fn log_arp_flux<K: Kernel>(kernel: &K, cfg: &Config, guard_active: bool) {
 }
 
 /// Periodic housekeeping until `stop`: the `vipd_vips_held` gauge and the holders'
-/// announcement pace (vipd-tagged addresses on the node, every 2 s, read from `kernel`'s
-/// shared dump, [`crate::net::CachedKernel`]) and systemd watchdog pings (at half
+/// announcement pace (vipd-tagged addresses and local routes of IPv6 VIPs on `lo` on the
+/// node, every 2 s, read from `kernel`'s shared dump, [`crate::net::CachedKernel`], and
+/// [`crate::net::lo_routes::LoopbackRoutes`]'s routes) and systemd watchdog pings (at half
 /// `WatchdogSec`, when systemd asks for them).
 async fn aux_loop<K: Kernel>(
     kernel: Arc<K>,

@@ -53,6 +53,45 @@ impl LabAddress {
     }
 }
 
+/// vipd's route protocol for the local routes of IPv6 VIPs on `lo` (`svc_ipv6_loopback`;
+/// vipd's `net::route::LOOPBACK_PROTOCOL`).
+pub const LOOPBACK_ROUTE_PROTOCOL: u8 = 118;
+
+/// Parses the JSON of `ip -6 -j route show table local proto 118 type local` into the
+/// destinations still routed: a route whose `expires` is negative has expired (the kernel
+/// ignores it until its collector removes it) and is left out. `ip` rounds toward zero, so
+/// a route expired less than a second ago reads 0 and is kept: counting it errs on the side
+/// of "still answered".
+///
+/// # Errors
+/// [`LabError::Parse`] when the JSON has an unexpected shape.
+pub fn parse_loopback_routes_json(json: &str) -> Result<Vec<IpAddr>> {
+    let perr = |detail: String| LabError::Parse {
+        what: "ip -j route output".into(),
+        detail,
+    };
+    let v: serde_json::Value = serde_json::from_str(json).map_err(|e| perr(e.to_string()))?;
+    let routes = v.as_array().ok_or_else(|| perr("not an array".into()))?;
+    let mut out = Vec::new();
+    for r in routes {
+        let Some(dst) = r.get("dst").and_then(|d| d.as_str()) else {
+            continue;
+        };
+        if r.get("expires")
+            .and_then(|e| e.as_i64())
+            .is_some_and(|e| e < 0)
+        {
+            continue;
+        }
+        let dst = dst.strip_suffix("/128").unwrap_or(dst);
+        out.push(
+            dst.parse()
+                .map_err(|_| perr(format!("bad destination {dst}")))?,
+        );
+    }
+    Ok(out)
+}
+
 /// Parses the JSON of `ip -j addr show dev IF` into addresses.
 ///
 /// # Errors
@@ -354,6 +393,21 @@ impl Lab {
         parse_ip_addr_json(&String::from_utf8_lossy(&out.stdout))
     }
 
+    /// The IPv6 VIPs `ns` routes to itself with vipd's local routes on `lo`
+    /// (`svc_ipv6_loopback`), as [`parse_loopback_routes_json`] reads them.
+    ///
+    /// # Errors
+    /// [`LabError::Command`] or [`LabError::Parse`].
+    pub fn loopback_routes(&self, ns: &str) -> Result<Vec<IpAddr>> {
+        let full = self.ns_name(ns)?;
+        let proto = LOOPBACK_ROUTE_PROTOCOL.to_string();
+        let out = ip(&[
+            "-n", &full, "-6", "-j", "route", "show", "table", "local", "proto", &proto, "type",
+            "local",
+        ])?;
+        parse_loopback_routes_json(&String::from_utf8_lossy(&out.stdout))
+    }
+
     /// MAC address of eth0 in `ns`.
     ///
     /// # Errors
@@ -399,6 +453,19 @@ mod tests {
     use std::net::Ipv4Addr;
 
     use super::*;
+
+    #[test]
+    fn loopback_routes_leave_out_the_expired_ones() {
+        let json = r#"[{"type":"local","dst":"2001:db8::5","dev":"lo","metric":1024,"flags":[],"expires":0,"pref":"medium"},{"type":"local","dst":"2001:db8::6","dev":"lo","metric":1024,"flags":[],"expires":98},{"type":"local","dst":"2001:db8::7","dev":"lo","expires":-3},{"type":"local","dst":"2001:db8::8/128","dev":"lo"}]"#;
+        let got = parse_loopback_routes_json(json).unwrap();
+        let want: Vec<IpAddr> = ["2001:db8::5", "2001:db8::6", "2001:db8::8"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        assert_eq!(got, want);
+        assert!(parse_loopback_routes_json("[]").unwrap().is_empty());
+        assert!(parse_loopback_routes_json("{}").is_err());
+    }
 
     #[test]
     fn node_addresses() {

@@ -619,7 +619,7 @@ impl Bench {
     }
 
     /// Which of `addrs` any of `nodes` carries on eth0 or lo ([`Bench::carried_on`]: two
-    /// address listings per node).
+    /// address listings and a route listing per node).
     pub fn carried_by(&self, nodes: &[&str], addrs: &BTreeSet<IpAddr>) -> Result<BTreeSet<IpAddr>> {
         let mut out = BTreeSet::new();
         for n in nodes {
@@ -629,8 +629,9 @@ impl Bench {
     }
 
     /// Which of `addrs` `node` carries on eth0 or on lo (`svc_ipv6_loopback` puts IPv6
-    /// Service VIPs there): two address listings of the node ([`Lab::addresses`], `ip -j
-    /// addr show dev eth0` and `dev lo`), however many addresses.
+    /// Service VIPs there as local routes): two address listings of the node
+    /// ([`Lab::addresses`], `ip -j addr show dev eth0` and `dev lo`) and one of vipd's
+    /// local routes ([`Lab::loopback_routes`]), however many addresses.
     pub fn carried_on(&self, node: &str, addrs: &BTreeSet<IpAddr>) -> Result<BTreeSet<IpAddr>> {
         let mut out = BTreeSet::new();
         for ifname in [lab::ETH, "lo"] {
@@ -642,6 +643,13 @@ impl Bench {
                     .filter(|a| addrs.contains(a)),
             );
         }
+        // svc_ipv6_loopback: IPv6 VIPs are local routes on lo, not addresses.
+        out.extend(
+            self.lab
+                .loopback_routes(node)?
+                .into_iter()
+                .filter(|a| addrs.contains(a)),
+        );
         Ok(out)
     }
 

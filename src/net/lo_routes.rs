@@ -1,0 +1,525 @@
+//! IPv6 VIPs on `lo` as local routes (`svc_ipv6_loopback`, docs/design.md "IPv6 VIPs on lo").
+//!
+//! The node accepts a VIP's packets when the local table holds a local route to it: an
+//! address is not needed for that (the kernel adds such a route for each of its addresses,
+//! and `ip -6 route add local 2001:db8::/64 dev lo` is the known "AnyIP" use of it). An IPv6
+//! address add walks every IPv6 address of the network namespace under the rtnl lock
+//! (`addrconf_verify_rtnl`, called by `inet6_addr_add`), so a holder adding a shard's 600
+//! VIPs next to 3 000 others paid about a millisecond each, seconds for a takeover; a local
+//! route add is a fib6 insert, 14 µs each with 8 000 addresses present (docs/services-bench.md,
+//! "Local routes instead of addresses on lo"). The route carries the fence lifetime as its
+//! expiry (`RTA_EXPIRES`): the kernel ignores an expired route at lookup (verified on 6.18:
+//! a connection to the VIP is refused once its route's expiry passed, while the collector
+//! had not removed it yet), so the route is the same second line an address was.
+//!
+//! [`LoopbackRoutes`] is the Service holders' [`Kernel`] (one per process, also read by the
+//! manager's `vipd_vips_held` count): every request for an IPv6 VIP on `lo`
+//! ([`LOOPBACK_IFINDEX`]) goes to a route, every other one to the node's address kernel
+//! unchanged. Its listings report each route as a vipd-tagged `/128` on `lo`, so the holder
+//! core (the fence, the refresh, the step-down) runs unchanged. The routes it holds are
+//! kept in memory (vipd is their only writer) and read again from the kernel every
+//! [`ROUTE_RECHECK`] and for each fresh listing, so a route someone else removed is added
+//! again at a later check.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::net::{IpAddr, Ipv6Addr};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::lifetime::Lifetime;
+use super::route::{RouteDevice, RouteError, VipRoute};
+use super::route_kernel::LOOPBACK_IFINDEX;
+use super::{AddrInfo, Kernel, LinkInfo, NetError, NetlinkKernel, Vip};
+
+/// How long the routes kept in memory are trusted before the kernel's are read again: the
+/// address cache's bound on what a missed change may hide ([`super::cache::WATCHED_MAX_AGE`]).
+pub const ROUTE_RECHECK: Duration = super::cache::WATCHED_MAX_AGE;
+
+/// The route requests [`LoopbackRoutes`] makes: implemented by [`NetlinkKernel`] with
+/// [`VipRoute::loopback`] routes, and by a fake in the tests.
+pub trait LocalRoutes: Send + Sync + 'static {
+    /// Adds or refreshes the local route of `addr` on `lo` with `lifetime` as its expiry
+    /// (whole seconds, computed right before the kernel takes them:
+    /// [`NetlinkKernel::add_or_refresh_route`]). Returns the seconds it holds (0: none).
+    ///
+    /// # Errors
+    /// [`RouteError`] of the request.
+    fn add_local(
+        &self,
+        addr: Ipv6Addr,
+        lifetime: Lifetime,
+    ) -> impl Future<Output = Result<u32, RouteError>> + Send;
+
+    /// [`Self::add_local`] of each `(addr, lifetime)` in order, one result per item. The
+    /// default makes one call per item; the netlink kernel sends the batch from one
+    /// blocking thread.
+    fn add_many_local(
+        &self,
+        items: &[(Ipv6Addr, Lifetime)],
+    ) -> impl Future<Output = Vec<Result<u32, RouteError>>> + Send {
+        async move {
+            let mut out = Vec::with_capacity(items.len());
+            for (addr, lifetime) in items {
+                out.push(self.add_local(*addr, *lifetime).await);
+            }
+            out
+        }
+    }
+
+    /// Removes the local route of `addr` (absent: `Ok`).
+    ///
+    /// # Errors
+    /// [`RouteError`] of the request.
+    fn remove_local(&self, addr: Ipv6Addr) -> impl Future<Output = Result<(), RouteError>> + Send;
+
+    /// vipd's local routes now, each with the seconds left before it expires (0: expired,
+    /// not yet collected).
+    ///
+    /// # Errors
+    /// [`RouteError::Dump`].
+    fn local_routes(&self)
+    -> impl Future<Output = Result<Vec<(Ipv6Addr, u32)>, RouteError>> + Send;
+}
+
+impl LocalRoutes for NetlinkKernel {
+    async fn add_local(&self, addr: Ipv6Addr, lifetime: Lifetime) -> Result<u32, RouteError> {
+        self.add_or_refresh_route(
+            VipRoute::loopback(addr),
+            RouteDevice::Link(LOOPBACK_IFINDEX),
+            lifetime,
+        )
+        .await
+    }
+
+    async fn add_many_local(&self, items: &[(Ipv6Addr, Lifetime)]) -> Vec<Result<u32, RouteError>> {
+        let routes: Vec<(VipRoute, Lifetime)> = items
+            .iter()
+            .map(|(a, l)| (VipRoute::loopback(*a), *l))
+            .collect();
+        self.add_or_refresh_routes(LOOPBACK_IFINDEX, &routes).await
+    }
+
+    async fn remove_local(&self, addr: Ipv6Addr) -> Result<(), RouteError> {
+        self.remove_route(VipRoute::loopback(addr)).await
+    }
+
+    async fn local_routes(&self) -> Result<Vec<(Ipv6Addr, u32)>, RouteError> {
+        let probe = VipRoute::loopback(Ipv6Addr::UNSPECIFIED);
+        Ok(self
+            .vip_routes(probe.table, probe.protocol)
+            .await?
+            .into_iter()
+            .filter(|r| r.route.kind == probe.kind)
+            .filter_map(|r| match r.route.addr {
+                // A route without an expiry is not one vipd made: never counted as held.
+                IpAddr::V6(a) => Some((a, r.expires_secs?)),
+                IpAddr::V4(_) => None,
+            })
+            .collect())
+    }
+}
+
+/// Removes every local route vipd left in the local table (a previous run killed, or
+/// `svc_ipv6_loopback` turned off since): run at start before any election and at exit,
+/// like [`crate::holder`]'s removal of tagged addresses. Returns the addresses removed.
+///
+/// # Errors
+/// [`RouteError::Dump`] when the routes cannot be listed; single failed removals are
+/// logged.
+pub async fn remove_stale<R: LocalRoutes>(routes: &R) -> Result<Vec<Ipv6Addr>, RouteError> {
+    let mut removed = Vec::new();
+    for (addr, _) in routes.local_routes().await? {
+        match routes.remove_local(addr).await {
+            Ok(()) => removed.push(addr),
+            Err(e) => {
+                tracing::warn!(vip = %addr, error = %e, "could not remove a stale local route of a VIP on lo")
+            }
+        }
+    }
+    Ok(removed)
+}
+
+/// A merged listing: the address snapshot it was built on, the routes' generation, the
+/// instant it was built, and the listing.
+type Merged = (Arc<Vec<AddrInfo>>, u64, Instant, Arc<Vec<AddrInfo>>);
+
+/// The routes held, as kept in memory.
+#[derive(Default)]
+struct Held {
+    /// Each route's expiry (the instant its lifetime ends).
+    routes: HashMap<Ipv6Addr, Instant>,
+    /// When the kernel's routes were last read; `None`: never.
+    read_at: Option<Instant>,
+    /// Bumped at each change of `routes`.
+    generation: u64,
+    /// The last merged listing.
+    merged: Option<Merged>,
+}
+
+/// How long a merged listing is reused while neither the addresses nor the routes changed:
+/// the lifetimes it reports age by at most this (under the whole second a listing rounds to).
+const MERGED_MAX_AGE: Duration = Duration::from_millis(200);
+
+/// The holder's [`Kernel`] with IPv6 VIPs on `lo` as local routes (module docs): `addrs` is
+/// the node's address kernel, `routes` makes the route requests.
+pub struct LoopbackRoutes<K: Kernel, R: LocalRoutes> {
+    addrs: Arc<K>,
+    routes: Arc<R>,
+    held: Mutex<Held>,
+}
+
+impl<K: Kernel, R: LocalRoutes> LoopbackRoutes<K, R> {
+    /// Routes through `routes` for IPv6 VIPs on `lo`, everything else through `addrs`.
+    pub fn new(addrs: Arc<K>, routes: Arc<R>) -> Self {
+        Self {
+            addrs,
+            routes,
+            held: Mutex::new(Held::default()),
+        }
+    }
+
+    fn held(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The request goes to a route: an IPv6 VIP on `lo`.
+    fn routed(ifindex: u32, vip: &Vip) -> Option<Ipv6Addr> {
+        match vip.addr {
+            IpAddr::V6(a) if ifindex == LOOPBACK_IFINDEX => Some(a),
+            _ => None,
+        }
+    }
+
+    fn record(&self, addr: Ipv6Addr, secs: u32, at: Instant) {
+        let mut h = self.held();
+        match secs {
+            0 => h.routes.remove(&addr),
+            s => h
+                .routes
+                .insert(addr, at + Duration::from_secs(u64::from(s))),
+        };
+        h.generation += 1;
+    }
+
+    fn forget(&self, addr: Ipv6Addr) {
+        let mut h = self.held();
+        h.routes.remove(&addr);
+        h.generation += 1;
+    }
+
+    /// The node's untagged addresses in `present`, by address: what refuses a route.
+    fn foreign(present: &[AddrInfo]) -> HashMap<IpAddr, &AddrInfo> {
+        present
+            .iter()
+            .filter(|a| !a.ours)
+            .map(|a| (a.vip.addr, a))
+            .collect()
+    }
+
+    /// [`NetError::NotOurs`] when `foreign` (the node's untagged addresses,
+    /// [`Self::foreign`]) holds `addr`, as for an address.
+    async fn refused(
+        &self,
+        addr: Ipv6Addr,
+        foreign: &HashMap<IpAddr, &AddrInfo>,
+    ) -> Option<NetError> {
+        let a = foreign.get(&IpAddr::V6(addr))?;
+        let ifname = match self.addrs.link_by_index(a.ifindex).await {
+            Ok(l) => l.name,
+            Err(_) => a.ifindex.to_string(),
+        };
+        Some(NetError::NotOurs {
+            addr: a.vip.addr,
+            ifindex: a.ifindex,
+            ifname,
+        })
+    }
+
+    /// Records the outcome `r` of a route request for `addr` sent after `at`.
+    fn took(
+        &self,
+        addr: Ipv6Addr,
+        r: Result<u32, RouteError>,
+        at: Instant,
+    ) -> Result<u32, NetError> {
+        match &r {
+            Ok(secs) => self.record(addr, *secs, at),
+            Err(_) => self.forget(addr),
+        }
+        r.map_err(|e| NetError::Route(Box::new(e)))
+    }
+
+    /// Adds or refreshes `addr`'s route, unless `foreign` holds the address
+    /// ([`Self::refused`]).
+    async fn add_route(
+        &self,
+        addr: Ipv6Addr,
+        lifetime: Lifetime,
+        foreign: &HashMap<IpAddr, &AddrInfo>,
+    ) -> Result<u32, NetError> {
+        if let Some(e) = self.refused(addr, foreign).await {
+            return Err(e);
+        }
+        let at = Instant::now();
+        let r = self.routes.add_local(addr, lifetime).await;
+        self.took(addr, r, at)
+    }
+
+    /// Reads the kernel's routes into memory when the last read is [`ROUTE_RECHECK`] old
+    /// (or `now` is set), and only while some are held: with none there is nothing to
+    /// confirm (the routes an earlier run left are [`remove_stale`]'s), so a process that
+    /// never puts a VIP on `lo` never dumps its routes.
+    async fn reread(&self, now: bool) -> Result<(), NetError> {
+        let due = {
+            let h = self.held();
+            !h.routes.is_empty() && (now || h.read_at.is_none_or(|t| t.elapsed() >= ROUTE_RECHECK))
+        };
+        if !due {
+            return Ok(());
+        }
+        let (at, generation) = (Instant::now(), self.held().generation);
+        let listed = self
+            .routes
+            .local_routes()
+            .await
+            .map_err(|e| NetError::Route(Box::new(e)))?;
+        let mut h = self.held();
+        // A route added or removed during the dump: the listing may miss it; the next
+        // call reads again.
+        if h.generation != generation {
+            return Ok(());
+        }
+        // The kernel's seconds are rounded down: the expiry vipd counted itself is kept
+        // when it lies within that second.
+        let routes = listed
+            .into_iter()
+            .filter_map(|(a, secs)| {
+                let low = at + Duration::from_secs(u64::from(secs));
+                let end = match h.routes.get(&a) {
+                    Some(end) if *end >= low && *end <= low + Duration::from_secs(1) => *end,
+                    _ => low,
+                };
+                (end > at).then_some((a, end))
+            })
+            .collect();
+        h.routes = routes;
+        h.read_at = Some(at);
+        h.generation += 1;
+        Ok(())
+    }
+
+    /// The routes held as addresses on `lo` at `now`: vipd's, `/128`, with the whole seconds
+    /// left rounded up (as the kernel reports an address's); expired ones left out.
+    fn route_addrs(h: &Held, now: Instant) -> Vec<AddrInfo> {
+        let mut out: Vec<AddrInfo> = h
+            .routes
+            .iter()
+            .filter(|(_, end)| **end > now)
+            .map(|(a, end)| AddrInfo {
+                ifindex: LOOPBACK_IFINDEX,
+                vip: Vip::host(IpAddr::V6(*a)),
+                ours: true,
+                tentative: false,
+                dad_failed: false,
+                valid_lft_secs: Some(
+                    u32::try_from(end.duration_since(now).as_secs_f64().ceil() as u64)
+                        .unwrap_or(u32::MAX),
+                ),
+                preferred_lft_secs: Some(0),
+                primary: true,
+            })
+            .collect();
+        out.sort_by_key(|a| a.vip.addr);
+        out
+    }
+}
+
+impl<K: Kernel, R: LocalRoutes> Kernel for LoopbackRoutes<K, R> {
+    async fn link_by_name(&self, name: &str) -> Result<LinkInfo, NetError> {
+        self.addrs.link_by_name(name).await
+    }
+
+    async fn link_by_index(&self, index: u32) -> Result<LinkInfo, NetError> {
+        self.addrs.link_by_index(index).await
+    }
+
+    /// An IPv6 VIP on `lo`: its local route (`skip_dad` means nothing for a route), refused
+    /// with [`NetError::NotOurs`] when the node has the address untagged. Otherwise the
+    /// address kernel's add.
+    async fn add_or_refresh(
+        &self,
+        ifindex: u32,
+        vip: Vip,
+        lifetime: Lifetime,
+        skip_dad: bool,
+    ) -> Result<u32, NetError> {
+        match Self::routed(ifindex, &vip) {
+            Some(a) => {
+                let present = self.addrs.all_addresses().await?;
+                self.add_route(a, lifetime, &Self::foreign(&present)).await
+            }
+            None => {
+                self.addrs
+                    .add_or_refresh(ifindex, vip, lifetime, skip_dad)
+                    .await
+            }
+        }
+    }
+
+    /// The routed items in order, one request each; the others as one batch of the address
+    /// kernel. One result per item, in `items` order.
+    async fn add_or_refresh_many(
+        &self,
+        items: &[(u32, Vip, Lifetime)],
+        skip_dad: bool,
+        known: Option<&[AddrInfo]>,
+    ) -> Vec<Result<u32, NetError>> {
+        let (routed, plain): (Vec<usize>, Vec<usize>) =
+            (0..items.len()).partition(|&i| Self::routed(items[i].0, &items[i].1).is_some());
+        let mut out: Vec<Option<Result<u32, NetError>>> = (0..items.len()).map(|_| None).collect();
+        if !plain.is_empty() {
+            let batch: Vec<(u32, Vip, Lifetime)> = plain.iter().map(|&i| items[i]).collect();
+            let done = self
+                .addrs
+                .add_or_refresh_many(&batch, skip_dad, known)
+                .await;
+            for (i, r) in plain.iter().zip(done) {
+                out[*i] = Some(r);
+            }
+        }
+        if !routed.is_empty() {
+            let read = match known {
+                Some(_) => None,
+                None => self.addrs.all_addresses().await.ok(),
+            };
+            let foreign = match (known, &read) {
+                (Some(present), _) => Some(Self::foreign(present)),
+                (None, Some(present)) => Some(Self::foreign(present)),
+                (None, None) => None,
+            };
+            match &foreign {
+                Some(f) => {
+                    let mut send: Vec<(usize, Ipv6Addr, Lifetime)> = Vec::new();
+                    for i in routed {
+                        let (ifindex, vip, lifetime) = items[i];
+                        let Some(a) = Self::routed(ifindex, &vip) else {
+                            continue;
+                        };
+                        match self.refused(a, f).await {
+                            Some(e) => out[i] = Some(Err(e)),
+                            None => send.push((i, a, lifetime)),
+                        }
+                    }
+                    let batch: Vec<(Ipv6Addr, Lifetime)> =
+                        send.iter().map(|(_, a, l)| (*a, *l)).collect();
+                    // The expiries are counted from before the requests: never later than
+                    // the kernel's.
+                    let at = Instant::now();
+                    let done = self.routes.add_many_local(&batch).await;
+                    for ((i, a, _), r) in send.into_iter().zip(done) {
+                        out[i] = Some(self.took(a, r, at));
+                    }
+                }
+                // The batch's read failed: each item reads again and reports its error.
+                None => {
+                    for i in routed {
+                        let (ifindex, vip, lifetime) = items[i];
+                        out[i] = Some(self.add_or_refresh(ifindex, vip, lifetime, skip_dad).await);
+                    }
+                }
+            }
+        }
+        out.into_iter().flatten().collect()
+    }
+
+    async fn remove(&self, ifindex: u32, vip: Vip) -> Result<(), NetError> {
+        match Self::routed(ifindex, &vip) {
+            Some(a) => {
+                let r = self
+                    .routes
+                    .remove_local(a)
+                    .await
+                    .map_err(|e| NetError::Route(Box::new(e)));
+                if r.is_ok() {
+                    self.forget(a);
+                }
+                r
+            }
+            None => self.addrs.remove(ifindex, vip).await,
+        }
+    }
+
+    async fn remove_many(&self, items: &[(u32, Vip)]) -> Vec<Result<(), NetError>> {
+        let (routed, plain): (Vec<usize>, Vec<usize>) =
+            (0..items.len()).partition(|&i| Self::routed(items[i].0, &items[i].1).is_some());
+        let mut out: Vec<Option<Result<(), NetError>>> = (0..items.len()).map(|_| None).collect();
+        if !plain.is_empty() {
+            let batch: Vec<(u32, Vip)> = plain.iter().map(|&i| items[i]).collect();
+            for (i, r) in plain.iter().zip(self.addrs.remove_many(&batch).await) {
+                out[*i] = Some(r);
+            }
+        }
+        for i in routed {
+            out[i] = Some(self.remove(items[i].0, items[i].1).await);
+        }
+        out.into_iter().flatten().collect()
+    }
+
+    async fn addresses(&self, ifindex: Option<u32>) -> Result<Vec<AddrInfo>, NetError> {
+        let mut out = self.addrs.addresses(ifindex).await?;
+        if ifindex.is_none_or(|i| i == LOOPBACK_IFINDEX) {
+            self.reread(false).await?;
+            out.extend(Self::route_addrs(&self.held(), Instant::now()));
+        }
+        Ok(out)
+    }
+
+    /// The address kernel's listing and the routes; a route read again from the kernel.
+    async fn addresses_fresh(&self, ifindex: Option<u32>) -> Result<Vec<AddrInfo>, NetError> {
+        let mut out = self.addrs.addresses_fresh(ifindex).await?;
+        if ifindex.is_none_or(|i| i == LOOPBACK_IFINDEX) {
+            self.reread(true).await?;
+            out.extend(Self::route_addrs(&self.held(), Instant::now()));
+        }
+        Ok(out)
+    }
+
+    /// The address kernel's shared listing with the routes after it, reused while neither
+    /// changed for [`MERGED_MAX_AGE`] (a shard's holder reads thousands at each check).
+    async fn all_addresses(&self) -> Result<Arc<Vec<AddrInfo>>, NetError> {
+        let base = self.addrs.all_addresses().await?;
+        self.reread(false).await?;
+        let now = Instant::now();
+        let mut h = self.held();
+        if let Some((b, generation, at, merged)) = &h.merged
+            && Arc::ptr_eq(b, &base)
+            && *generation == h.generation
+            && now.duration_since(*at) < MERGED_MAX_AGE
+        {
+            return Ok(merged.clone());
+        }
+        let routes = Self::route_addrs(&h, now);
+        let merged = match routes.is_empty() {
+            true => base.clone(),
+            false => {
+                let mut all = Vec::with_capacity(base.len() + routes.len());
+                all.extend(base.iter().cloned());
+                all.extend(routes);
+                Arc::new(all)
+            }
+        };
+        let generation = h.generation;
+        h.merged = Some((base, generation, now, merged.clone()));
+        Ok(merged)
+    }
+
+    async fn choose_interface(&self, addr: IpAddr) -> Result<u32, NetError> {
+        self.addrs.choose_interface(addr).await
+    }
+}
+
+#[cfg(test)]
+mod tests;

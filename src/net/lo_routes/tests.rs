@@ -1,0 +1,414 @@
+use super::*;
+use std::sync::Mutex;
+
+/// The node's addresses, and each batch of adds and removes the address kernel got.
+#[derive(Default)]
+struct FakeAddrs {
+    present: Mutex<Vec<AddrInfo>>,
+    added: Mutex<Vec<Vec<(u32, Vip)>>>,
+    removed: Mutex<Vec<Vec<(u32, Vip)>>>,
+}
+
+impl Kernel for FakeAddrs {
+    async fn link_by_name(&self, name: &str) -> Result<LinkInfo, NetError> {
+        Err(NetError::NoSuchLink { name: name.into() })
+    }
+    async fn link_by_index(&self, index: u32) -> Result<LinkInfo, NetError> {
+        Err(NetError::NoSuchIndex { index })
+    }
+    async fn add_or_refresh(&self, i: u32, v: Vip, l: Lifetime, _: bool) -> Result<u32, NetError> {
+        self.added.lock().unwrap().push(vec![(i, v)]);
+        Ok(l.max_secs)
+    }
+    async fn add_or_refresh_many(
+        &self,
+        items: &[(u32, Vip, Lifetime)],
+        _: bool,
+        _: Option<&[AddrInfo]>,
+    ) -> Vec<Result<u32, NetError>> {
+        self.added
+            .lock()
+            .unwrap()
+            .push(items.iter().map(|(i, v, _)| (*i, *v)).collect());
+        items.iter().map(|(_, _, l)| Ok(l.max_secs)).collect()
+    }
+    async fn remove(&self, i: u32, v: Vip) -> Result<(), NetError> {
+        self.removed.lock().unwrap().push(vec![(i, v)]);
+        Ok(())
+    }
+    async fn remove_many(&self, items: &[(u32, Vip)]) -> Vec<Result<(), NetError>> {
+        self.removed.lock().unwrap().push(items.to_vec());
+        items.iter().map(|_| Ok(())).collect()
+    }
+    async fn addresses(&self, ifindex: Option<u32>) -> Result<Vec<AddrInfo>, NetError> {
+        Ok(self
+            .present
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|a| ifindex.is_none_or(|i| a.ifindex == i))
+            .cloned()
+            .collect())
+    }
+    async fn choose_interface(&self, addr: IpAddr) -> Result<u32, NetError> {
+        Err(NetError::NoInterface { addr })
+    }
+}
+
+/// The kernel's local routes: each with its expiry, as the kernel would keep them.
+#[derive(Default)]
+struct FakeRoutes {
+    routes: Mutex<HashMap<Ipv6Addr, Instant>>,
+    requests: Mutex<usize>,
+    dumps: Mutex<usize>,
+    /// Run once, after the next dump's listing is made (a change racing the dump).
+    during_dump: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl LocalRoutes for FakeRoutes {
+    async fn add_local(&self, addr: Ipv6Addr, lifetime: Lifetime) -> Result<u32, RouteError> {
+        *self.requests.lock().unwrap() += 1;
+        let secs = lifetime.secs_at(Instant::now());
+        if secs > 0 {
+            let end = Instant::now() + Duration::from_secs(u64::from(secs));
+            self.routes.lock().unwrap().insert(addr, end);
+        }
+        Ok(secs)
+    }
+    async fn remove_local(&self, addr: Ipv6Addr) -> Result<(), RouteError> {
+        *self.requests.lock().unwrap() += 1;
+        self.routes.lock().unwrap().remove(&addr);
+        Ok(())
+    }
+    async fn local_routes(&self) -> Result<Vec<(Ipv6Addr, u32)>, RouteError> {
+        *self.dumps.lock().unwrap() += 1;
+        let now = Instant::now();
+        let listed = self
+            .routes
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(a, end)| (*a, end.saturating_duration_since(now).as_secs() as u32))
+            .collect();
+        let hook = self.during_dump.lock().unwrap().take();
+        if let Some(f) = hook {
+            f();
+        }
+        Ok(listed)
+    }
+}
+
+fn v6(s: &str) -> Ipv6Addr {
+    s.parse().unwrap()
+}
+
+fn host(s: &str) -> Vip {
+    Vip::host(s.parse().unwrap())
+}
+
+fn kernel() -> (
+    Arc<FakeAddrs>,
+    Arc<FakeRoutes>,
+    LoopbackRoutes<FakeAddrs, FakeRoutes>,
+) {
+    let (a, r) = (
+        Arc::new(FakeAddrs::default()),
+        Arc::new(FakeRoutes::default()),
+    );
+    let k = LoopbackRoutes::new(a.clone(), r.clone());
+    (a, r, k)
+}
+
+/// The `(ifindex, address, valid_lft)` of every address listed as vipd's on `lo`.
+fn on_lo(all: &[AddrInfo]) -> Vec<(IpAddr, Option<u32>)> {
+    all.iter()
+        .filter(|a| a.ifindex == LOOPBACK_IFINDEX && a.ours)
+        .map(|a| (a.vip.addr, a.valid_lft_secs))
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn ipv6_vips_on_lo_become_local_routes_and_the_others_stay_addresses() {
+    let (addrs, routes, k) = kernel();
+    let items = [
+        (2, host("192.0.2.10"), Lifetime::fixed(60)),
+        (LOOPBACK_IFINDEX, host("2001:db8::a"), Lifetime::fixed(60)),
+        (2, host("2001:db8::b"), Lifetime::fixed(60)),
+        (LOOPBACK_IFINDEX, host("2001:db8::c"), Lifetime::fixed(30)),
+        // IPv4 on lo is an address: only IPv6 has the route expiry the fence needs.
+        (LOOPBACK_IFINDEX, host("192.0.2.11"), Lifetime::fixed(60)),
+    ];
+    let out = k.add_or_refresh_many(&items, true, None).await;
+    let held: Vec<u32> = out.into_iter().map(|r| r.unwrap()).collect();
+    assert_eq!(
+        held,
+        vec![60, 60, 60, 30, 60],
+        "one result per item, in order"
+    );
+    assert_eq!(
+        *addrs.added.lock().unwrap(),
+        vec![vec![
+            (2, host("192.0.2.10")),
+            (2, host("2001:db8::b")),
+            (LOOPBACK_IFINDEX, host("192.0.2.11"))
+        ]],
+        "the address kernel gets the others in one batch"
+    );
+    let mut kernel_routes: Vec<Ipv6Addr> = routes.routes.lock().unwrap().keys().copied().collect();
+    kernel_routes.sort();
+    assert_eq!(kernel_routes, vec![v6("2001:db8::a"), v6("2001:db8::c")]);
+    assert_eq!(
+        on_lo(&k.all_addresses().await.unwrap()),
+        vec![
+            ("2001:db8::a".parse().unwrap(), Some(60)),
+            ("2001:db8::c".parse().unwrap(), Some(30))
+        ],
+        "the routes are listed as vipd's /128s on lo with their lifetimes"
+    );
+    tokio::time::advance(Duration::from_millis(10_500)).await;
+    assert_eq!(
+        on_lo(&k.addresses(Some(LOOPBACK_IFINDEX)).await.unwrap()),
+        vec![
+            ("2001:db8::a".parse().unwrap(), Some(50)),
+            ("2001:db8::c".parse().unwrap(), Some(20))
+        ],
+        "seconds left, rounded up as the kernel reports an address's"
+    );
+    assert!(
+        k.addresses(Some(2)).await.unwrap().is_empty(),
+        "lo's routes are on lo only"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_untagged_copy_of_the_address_refuses_its_route() {
+    let (addrs, routes, k) = kernel();
+    addrs
+        .present
+        .lock()
+        .unwrap()
+        .push(AddrInfo::plain(3, host("2001:db8::a"), false));
+    let out = k
+        .add_or_refresh_many(
+            &[
+                (LOOPBACK_IFINDEX, host("2001:db8::a"), Lifetime::fixed(60)),
+                (LOOPBACK_IFINDEX, host("2001:db8::b"), Lifetime::fixed(60)),
+            ],
+            true,
+            None,
+        )
+        .await;
+    assert!(
+        matches!(&out[0], Err(NetError::NotOurs { ifindex: 3, .. })),
+        "{:?}",
+        out[0]
+    );
+    assert_eq!(out[1].as_ref().unwrap(), &60);
+    assert_eq!(
+        *routes.requests.lock().unwrap(),
+        1,
+        "no request for the refused one"
+    );
+    let single = k
+        .add_or_refresh(
+            LOOPBACK_IFINDEX,
+            host("2001:db8::a"),
+            Lifetime::fixed(60),
+            true,
+        )
+        .await;
+    assert!(
+        matches!(single, Err(NetError::NotOurs { .. })),
+        "{single:?}"
+    );
+    // A tagged copy (vipd's own address, e.g. left on eth0) does not refuse it.
+    addrs.present.lock().unwrap()[0].ours = true;
+    let again = k
+        .add_or_refresh(
+            LOOPBACK_IFINDEX,
+            host("2001:db8::a"),
+            Lifetime::fixed(60),
+            true,
+        )
+        .await;
+    assert_eq!(again.unwrap(), 60);
+}
+
+#[tokio::test(start_paused = true)]
+async fn removing_drops_the_route_and_its_listing() {
+    let (addrs, routes, k) = kernel();
+    k.add_or_refresh_many(
+        &[
+            (LOOPBACK_IFINDEX, host("2001:db8::a"), Lifetime::fixed(60)),
+            (LOOPBACK_IFINDEX, host("2001:db8::b"), Lifetime::fixed(60)),
+        ],
+        true,
+        None,
+    )
+    .await;
+    let out = k
+        .remove_many(&[
+            (2, host("192.0.2.10")),
+            (LOOPBACK_IFINDEX, host("2001:db8::a")),
+        ])
+        .await;
+    assert!(out.iter().all(Result::is_ok));
+    assert_eq!(
+        *addrs.removed.lock().unwrap(),
+        vec![vec![(2, host("192.0.2.10"))]]
+    );
+    assert_eq!(
+        routes
+            .routes
+            .lock()
+            .unwrap()
+            .keys()
+            .copied()
+            .collect::<Vec<_>>(),
+        vec![v6("2001:db8::b")]
+    );
+    assert_eq!(
+        on_lo(&k.all_addresses().await.unwrap()),
+        vec![("2001:db8::b".parse().unwrap(), Some(60))]
+    );
+    k.remove(LOOPBACK_IFINDEX, host("2001:db8::b"))
+        .await
+        .unwrap();
+    assert!(on_lo(&k.all_addresses().await.unwrap()).is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_route_expires_from_the_listing_with_its_lifetime() {
+    let (_, _, k) = kernel();
+    k.add_or_refresh(
+        LOOPBACK_IFINDEX,
+        host("2001:db8::a"),
+        Lifetime::fixed(2),
+        true,
+    )
+    .await
+    .unwrap();
+    tokio::time::advance(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        on_lo(&k.all_addresses().await.unwrap()),
+        vec![("2001:db8::a".parse().unwrap(), Some(1))]
+    );
+    tokio::time::advance(Duration::from_millis(500)).await;
+    assert!(
+        on_lo(&k.all_addresses().await.unwrap()).is_empty(),
+        "an expired route is no VIP in place (the kernel ignores it at lookup)"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_route_removed_behind_vipds_back_is_seen_at_the_recheck_or_a_fresh_listing() {
+    let (_, routes, k) = kernel();
+    for a in ["2001:db8::a", "2001:db8::b"] {
+        k.add_or_refresh(LOOPBACK_IFINDEX, host(a), Lifetime::fixed(600), true)
+            .await
+            .unwrap();
+    }
+    // The first listing reads the kernel; later ones trust memory until the recheck.
+    assert_eq!(on_lo(&k.all_addresses().await.unwrap()).len(), 2);
+    let dumps = *routes.dumps.lock().unwrap();
+    routes.routes.lock().unwrap().remove(&v6("2001:db8::a"));
+    tokio::time::advance(ROUTE_RECHECK - Duration::from_secs(1)).await;
+    assert_eq!(
+        on_lo(&k.all_addresses().await.unwrap()).len(),
+        2,
+        "memory until the recheck"
+    );
+    assert_eq!(
+        *routes.dumps.lock().unwrap(),
+        dumps,
+        "no dump before the recheck"
+    );
+    tokio::time::advance(Duration::from_secs(1)).await;
+    assert_eq!(
+        on_lo(&k.all_addresses().await.unwrap())
+            .into_iter()
+            .map(|(a, _)| a)
+            .collect::<Vec<_>>(),
+        vec!["2001:db8::b".parse::<IpAddr>().unwrap()]
+    );
+    routes.routes.lock().unwrap().remove(&v6("2001:db8::b"));
+    assert!(
+        on_lo(&k.addresses_fresh(None).await.unwrap()).is_empty(),
+        "a fresh listing reads the kernel at once"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_dump_that_raced_a_change_is_not_taken() {
+    let (_, routes, k) = kernel();
+    let k = Arc::new(k);
+    k.add_or_refresh(
+        LOOPBACK_IFINDEX,
+        host("2001:db8::a"),
+        Lifetime::fixed(600),
+        true,
+    )
+    .await
+    .unwrap();
+    let weak = Arc::downgrade(&k);
+    // vipd records a route while the kernel's listing (made before it) is on its way.
+    *routes.during_dump.lock().unwrap() = Some(Box::new(move || {
+        if let Some(k) = weak.upgrade() {
+            k.record(v6("2001:db8::b"), 600, Instant::now());
+        }
+    }));
+    let listed: Vec<IpAddr> = on_lo(&k.all_addresses().await.unwrap())
+        .into_iter()
+        .map(|(a, _)| a)
+        .collect();
+    assert_eq!(
+        listed,
+        vec![
+            "2001:db8::a".parse::<IpAddr>().unwrap(),
+            "2001:db8::b".parse().unwrap()
+        ],
+        "the route recorded during the dump stays"
+    );
+    assert_eq!(*routes.dumps.lock().unwrap(), 1);
+    assert!(
+        k.held().read_at.is_none(),
+        "the kernel is read again at the next listing"
+    );
+    let listed = on_lo(&k.all_addresses().await.unwrap());
+    assert_eq!(*routes.dumps.lock().unwrap(), 2);
+    assert_eq!(
+        listed,
+        vec![("2001:db8::a".parse().unwrap(), Some(600))],
+        "not in the kernel: gone"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_routes_held_the_kernel_routes_are_never_dumped() {
+    let (addrs, routes, k) = kernel();
+    addrs
+        .present
+        .lock()
+        .unwrap()
+        .push(AddrInfo::plain(2, host("192.0.2.10"), true));
+    let base = k.addrs.all_addresses().await.unwrap();
+    for _ in 0..3 {
+        let all = k.all_addresses().await.unwrap();
+        assert_eq!(*all, *base, "the address kernel's listing, nothing added");
+        k.addresses_fresh(None).await.unwrap();
+        tokio::time::advance(ROUTE_RECHECK).await;
+    }
+    assert_eq!(*routes.dumps.lock().unwrap(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn stale_routes_are_all_removed() {
+    let routes = FakeRoutes::default();
+    for a in ["2001:db8::a", "2001:db8::b"] {
+        routes.add_local(v6(a), Lifetime::fixed(60)).await.unwrap();
+    }
+    let mut removed = remove_stale(&routes).await.unwrap();
+    removed.sort();
+    assert_eq!(removed, vec![v6("2001:db8::a"), v6("2001:db8::b")]);
+    assert!(routes.routes.lock().unwrap().is_empty());
+}
