@@ -167,6 +167,33 @@ fn s72_ipv6_service_vips_on_lo_are_answered_by_their_holder_alone() {
     );
     assert_eq!(behind, holder, "the backend behind {VIP6}");
 
+    // The route deleted by hand is put back by the holder's next check (vipd follows route
+    // deletions; before, it trusted its memory for 30 s while answering for the VIP: found
+    // by the new-user trial).
+    lab.exec(
+        &holder,
+        "ip",
+        &[
+            "-6", "route", "del", "local", VIP6, "table", "local", "proto", "118",
+        ],
+    )
+    .expect("delete the route by hand");
+    assert!(
+        !carries(&lab, &holder, "lo", ip),
+        "the route is still there"
+    );
+    wait_until(
+        "the deleted route put back on the holder's lo",
+        Duration::from_secs(10),
+        || carries(&lab, &holder, "lo", ip),
+    );
+    let behind = wait_for(
+        "an HTTP answer through the VIP after the route came back",
+        Duration::from_secs(10),
+        || backend_behind(&lab, ip),
+    );
+    assert_eq!(behind, holder, "the backend behind {VIP6}");
+
     // Failover: SIGKILL the holder. Its answers end with its process (the route stays on
     // its lo, inert, as the second line); the next holder answers; never two at once.
     let watch = lab

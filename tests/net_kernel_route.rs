@@ -516,3 +516,61 @@ fn an_ipv6_vip_on_lo_is_a_local_route_that_delivers_until_it_expires() {
         assert!(!loopback_routes_listed().contains("2001:db8:5::66"));
     });
 }
+
+/// The new-user trial's two findings, on the real kernel: someone else's local route to a
+/// VIP (another protocol) is neither taken over nor deleted (the VIP is refused); a route
+/// of vipd's deleted by hand leaves the watched listing at once (the holder's next check
+/// puts it back), not at the 30 s recheck.
+#[test]
+fn a_foreign_local_route_is_left_alone_and_a_deleted_one_is_seen_at_once() {
+    use std::sync::Arc;
+    use vipd::net::route_kernel::LOOPBACK_IFINDEX;
+    use vipd::net::{NetError, Vip, lo_routes};
+    lab(|| async {
+        let k = Arc::new(NetlinkKernel::new().unwrap());
+        let lo = lo_routes::LoopbackRoutes::watched(k.clone(), k.clone());
+        ip("-6 route add local 2001:db8:5::77/128 dev lo table local proto static");
+        let theirs = Vip::host(addr("2001:db8:5::77"));
+        let refused = lo
+            .add_or_refresh(LOOPBACK_IFINDEX, theirs, Lifetime::fixed(60), true)
+            .await;
+        assert!(
+            matches!(&refused, Err(NetError::Route(e)) if matches!(**e, RouteError::Foreign { .. })),
+            "{refused:?}"
+        );
+        lo.remove(LOOPBACK_IFINDEX, theirs).await.unwrap();
+        let out = Command::new("ip")
+            .args(["-6", "route", "show", "table", "local", "2001:db8:5::77"])
+            .output()
+            .expect("run ip");
+        let listed = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            listed.contains("proto static"),
+            "their route changed: {listed:?}"
+        );
+        assert!(!loopback_routes_listed().contains("2001:db8:5::77"));
+
+        let ours = Vip::host(addr("2001:db8:5::78"));
+        lo.add_or_refresh(LOOPBACK_IFINDEX, ours, Lifetime::fixed(600), true)
+            .await
+            .unwrap();
+        let in_place = |all: &[vipd::net::AddrInfo]| all.iter().any(|a| a.vip == ours);
+        assert!(in_place(&lo.all_addresses().await.unwrap()));
+        ip("-6 route del local 2001:db8:5::78 table local proto 118");
+        let deleted = Instant::now();
+        loop {
+            if !in_place(&lo.all_addresses().await.unwrap()) {
+                break;
+            }
+            assert!(
+                deleted.elapsed() < Duration::from_secs(5),
+                "a route deleted by hand still listed as in place"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        println!(
+            "deleted route out of the listing after {:?}",
+            deleted.elapsed()
+        );
+    });
+}

@@ -10,8 +10,8 @@
 //! a watch event for every node) contend for the CPU and the API server with the adds of
 //! the shards just taken, and the VIPs answering is what a takeover is for. Measured on the
 //! lab's 2-core machine (10 000 Services, 16 shards): every address of the powered-off node
-//! answered again within 9.5 s without the wait and 5.6-7.7 s with it
-//! (docs/services-bench.md).
+//! answered again within 9.5 s without the wait and 5.6-7.7 s with it, with the IPv6 VIPs
+//! still addresses on `lo` (docs/services-bench.md).
 
 use std::sync::Arc;
 use std::time::Duration;

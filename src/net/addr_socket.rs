@@ -179,8 +179,10 @@ impl AddrSocket {
 }
 
 impl AddrSocket {
-    /// Adds or replaces (`NLM_F_CREATE | NLM_F_REPLACE`, like `ip route replace`) the
-    /// route `msg` describes with `RTA_EXPIRES` set to the seconds [`add_within`] computes
+    /// Adds or replaces (`replace`: `NLM_F_CREATE | NLM_F_REPLACE`, like `ip route
+    /// replace`; else `NLM_F_CREATE | NLM_F_EXCL`, like `ip route add`, which the kernel
+    /// refuses with `EEXIST` when a route of that destination and metric exists) the route
+    /// `msg` describes with `RTA_EXPIRES` set to the seconds [`add_within`] computes
     /// from `lifetime` right before each send, and deletes it when the kernel may have
     /// taken an expiry reaching past `lifetime.until`. Blocking. Only the IPv6 kernel
     /// honours `RTA_EXPIRES` (fib6 garbage collection); IPv4 ignores it.
@@ -193,6 +195,7 @@ impl AddrSocket {
         &self,
         msg: &RouteMessage,
         lifetime: &Lifetime,
+        replace: bool,
     ) -> Result<u32, rtnetlink::Error> {
         let mut guard = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let (sock, next_seq) = &mut *guard;
@@ -200,6 +203,8 @@ impl AddrSocket {
         let mut base = msg.clone();
         base.attributes
             .retain(|a| !matches!(a, RouteAttribute::Expires(_)));
+        let create = if replace { NLM_F_REPLACE } else { NLM_F_EXCL };
+        let mut first = true;
         let r = add_within(
             lifetime,
             ATTEMPTS,
@@ -208,11 +213,14 @@ impl AddrSocket {
             |secs| {
                 let mut m = base.clone();
                 m.attributes.push(RouteAttribute::Expires(secs));
+                // A shorter expiry after a stall replaces the route just added.
+                let flags = if first { create } else { NLM_F_REPLACE };
+                first = false;
                 request(
                     sock,
                     &seq,
                     RouteNetlinkMessage::NewRoute(m),
-                    NLM_F_CREATE | NLM_F_REPLACE,
+                    NLM_F_CREATE | flags,
                 )
             },
             || match request(sock, &seq, RouteNetlinkMessage::DelRoute(base.clone()), 0) {

@@ -17,9 +17,12 @@
 //! ([`LOOPBACK_IFINDEX`]) goes to a route, every other one to the node's address kernel
 //! unchanged. Its listings report each route as a vipd-tagged `/128` on `lo`, so the holder
 //! core (the fence, the refresh, the step-down) runs unchanged. The routes it holds are
-//! kept in memory (vipd is their only writer) and read again from the kernel every
-//! [`ROUTE_RECHECK`] and for each fresh listing, so a route someone else removed is added
-//! again at a later check.
+//! kept in memory and follow the kernel's route deletion notifications
+//! ([`LoopbackRoutes::watched`]), so a route someone removes is put back by the holder's
+//! next check; they are read from the kernel again after lost notifications, every
+//! [`ROUTE_RECHECK`] and for each fresh listing. A route vipd does not know is created
+//! exclusively (`NLM_F_EXCL`): someone else's local route to the VIP refuses it
+//! ([`RouteError::Foreign`]) and is never replaced or removed.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -27,10 +30,13 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
+use netlink_packet_route::RouteNetlinkMessage;
+use netlink_sys::{AsyncSocket, AsyncSocketExt, TokioSocket, protocols::NETLINK_ROUTE};
 use tokio::time::Instant;
 
 use super::lifetime::Lifetime;
-use super::route::{RouteDevice, RouteError, VipRoute};
+use super::route::{RouteError, TABLE_LOCAL, VipRoute};
 use super::route_kernel::LOOPBACK_IFINDEX;
 use super::{AddrInfo, Kernel, LinkInfo, NetError, NetlinkKernel, Vip};
 
@@ -41,9 +47,11 @@ pub const ROUTE_RECHECK: Duration = super::cache::WATCHED_MAX_AGE;
 /// The route requests [`LoopbackRoutes`] makes: implemented by [`NetlinkKernel`] with
 /// [`VipRoute::loopback`] routes, and by a fake in the tests.
 pub trait LocalRoutes: Send + Sync + 'static {
-    /// Adds or refreshes the local route of `addr` on `lo` with `lifetime` as its expiry
-    /// (whole seconds, computed right before the kernel takes them:
-    /// [`NetlinkKernel::add_or_refresh_route`]). Returns the seconds it holds (0: none).
+    /// Adds (`replace` false: only where no route of that destination and metric is, else
+    /// [`RouteError::Exists`]) or refreshes (`replace`) the local route of `addr` on `lo`
+    /// with `lifetime` as its expiry (whole seconds, computed right before the kernel takes
+    /// them: [`NetlinkKernel::add_or_refresh_routes`]). Returns the seconds it holds (0:
+    /// none).
     ///
     /// # Errors
     /// [`RouteError`] of the request.
@@ -51,19 +59,20 @@ pub trait LocalRoutes: Send + Sync + 'static {
         &self,
         addr: Ipv6Addr,
         lifetime: Lifetime,
+        replace: bool,
     ) -> impl Future<Output = Result<u32, RouteError>> + Send;
 
-    /// [`Self::add_local`] of each `(addr, lifetime)` in order, one result per item. The
-    /// default makes one call per item; the netlink kernel sends the batch from one
-    /// blocking thread.
+    /// [`Self::add_local`] of each `(addr, lifetime, replace)` in order, one result per
+    /// item. The default makes one call per item; the netlink kernel sends the batch from
+    /// one blocking thread.
     fn add_many_local(
         &self,
-        items: &[(Ipv6Addr, Lifetime)],
+        items: &[(Ipv6Addr, Lifetime, bool)],
     ) -> impl Future<Output = Vec<Result<u32, RouteError>>> + Send {
         async move {
             let mut out = Vec::with_capacity(items.len());
-            for (addr, lifetime) in items {
-                out.push(self.add_local(*addr, *lifetime).await);
+            for (addr, lifetime, replace) in items {
+                out.push(self.add_local(*addr, *lifetime, *replace).await);
             }
             out
         }
@@ -85,19 +94,24 @@ pub trait LocalRoutes: Send + Sync + 'static {
 }
 
 impl LocalRoutes for NetlinkKernel {
-    async fn add_local(&self, addr: Ipv6Addr, lifetime: Lifetime) -> Result<u32, RouteError> {
-        self.add_or_refresh_route(
-            VipRoute::loopback(addr),
-            RouteDevice::Link(LOOPBACK_IFINDEX),
-            lifetime,
-        )
-        .await
+    async fn add_local(
+        &self,
+        addr: Ipv6Addr,
+        lifetime: Lifetime,
+        replace: bool,
+    ) -> Result<u32, RouteError> {
+        let mut one = self.add_many_local(&[(addr, lifetime, replace)]).await;
+        // One item in, one result out; nothing added otherwise.
+        one.pop().unwrap_or(Ok(0))
     }
 
-    async fn add_many_local(&self, items: &[(Ipv6Addr, Lifetime)]) -> Vec<Result<u32, RouteError>> {
-        let routes: Vec<(VipRoute, Lifetime)> = items
+    async fn add_many_local(
+        &self,
+        items: &[(Ipv6Addr, Lifetime, bool)],
+    ) -> Vec<Result<u32, RouteError>> {
+        let routes: Vec<(VipRoute, Lifetime, bool)> = items
             .iter()
-            .map(|(a, l)| (VipRoute::loopback(*a), *l))
+            .map(|(a, l, r)| (VipRoute::loopback(*a), *l, *r))
             .collect();
         self.add_or_refresh_routes(LOOPBACK_IFINDEX, &routes).await
     }
@@ -151,13 +165,24 @@ type Merged = (Arc<Vec<AddrInfo>>, u64, Instant, Arc<Vec<AddrInfo>>);
 struct Held {
     /// Each route's expiry (the instant its lifetime ends).
     routes: HashMap<Ipv6Addr, Instant>,
-    /// When the kernel's routes were last read; `None`: never.
-    read_at: Option<Instant>,
+    /// When the kernel's routes are next read; `None`: at the next listing.
+    next_read: Option<Instant>,
     /// Bumped at each change of `routes`.
     generation: u64,
     /// The last merged listing.
     merged: Option<Merged>,
 }
+
+impl Held {
+    fn forget(&mut self, addr: Ipv6Addr) {
+        self.routes.remove(&addr);
+        self.generation += 1;
+    }
+}
+
+/// How soon the kernel's routes are read again after a read that a change overtook (its
+/// listing was not taken): not at every listing while a takeover changes routes.
+const REREAD_RETRY: Duration = Duration::from_secs(1);
 
 /// How long a merged listing is reused while neither the addresses nor the routes changed:
 /// the lifetimes it reports age by at most this (under the whole second a listing rounds to).
@@ -168,16 +193,54 @@ const MERGED_MAX_AGE: Duration = Duration::from_millis(200);
 pub struct LoopbackRoutes<K: Kernel, R: LocalRoutes> {
     addrs: Arc<K>,
     routes: Arc<R>,
-    held: Mutex<Held>,
+    held: Arc<Mutex<Held>>,
+    /// The deletion watch's task ([`LoopbackRoutes::watched`]), stopped on drop.
+    watch: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl<K: Kernel, R: LocalRoutes> Drop for LoopbackRoutes<K, R> {
+    fn drop(&mut self) {
+        if let Some(t) = self.watch.take() {
+            t.abort();
+        }
+    }
+}
+
+impl<K: Kernel> LoopbackRoutes<K, NetlinkKernel> {
+    /// [`LoopbackRoutes::new`] that also follows the namespace's IPv6 route notifications
+    /// (`RTNLGRP_IPV6_ROUTE`): a deletion of one of its routes (by hand, by the kernel's
+    /// collector) takes it out of memory at once, so the holder's next check puts it back;
+    /// lost notifications (`ENOBUFS`) make the next listing read the kernel's routes. When
+    /// the socket cannot be opened (logged), routes deleted by others are seen at the
+    /// [`ROUTE_RECHECK`] only. Needs a tokio runtime.
+    pub fn watched(addrs: Arc<K>, routes: Arc<NetlinkKernel>) -> Self {
+        let mut me = Self::new(addrs, routes);
+        match deletion_socket() {
+            Ok(socket) => {
+                me.watch = Some(tokio::spawn(follow_deletions(
+                    socket,
+                    Arc::downgrade(&me.held),
+                )));
+            }
+            Err(e) => tracing::warn!(
+                error = %e,
+                recheck_s = ROUTE_RECHECK.as_secs(),
+                "cannot follow route deletions: a local route of a VIP on lo deleted by someone else is put back only after the recheck"
+            ),
+        }
+        me
+    }
 }
 
 impl<K: Kernel, R: LocalRoutes> LoopbackRoutes<K, R> {
-    /// Routes through `routes` for IPv6 VIPs on `lo`, everything else through `addrs`.
+    /// Routes through `routes` for IPv6 VIPs on `lo`, everything else through `addrs`
+    /// (no deletion watch: [`LoopbackRoutes::watched`]).
     pub fn new(addrs: Arc<K>, routes: Arc<R>) -> Self {
         Self {
             addrs,
             routes,
-            held: Mutex::new(Held::default()),
+            held: Arc::new(Mutex::new(Held::default())),
+            watch: None,
         }
     }
 
@@ -205,9 +268,7 @@ impl<K: Kernel, R: LocalRoutes> LoopbackRoutes<K, R> {
     }
 
     fn forget(&self, addr: Ipv6Addr) {
-        let mut h = self.held();
-        h.routes.remove(&addr);
-        h.generation += 1;
+        self.held().forget(addr);
     }
 
     /// The node's untagged addresses in `present`, by address: what refuses a route.
@@ -252,20 +313,88 @@ impl<K: Kernel, R: LocalRoutes> LoopbackRoutes<K, R> {
         r.map_err(|e| NetError::Route(Box::new(e)))
     }
 
-    /// Adds or refreshes `addr`'s route, unless `foreign` holds the address
-    /// ([`Self::refused`]).
-    async fn add_route(
+    /// Adds or refreshes the routes of `items` (`(addr, lifetime)`), one result each in
+    /// order: refused ([`Self::refused`]) where `foreign` holds the address; refreshed
+    /// (replaced) where memory holds the route; else added only where no route of that
+    /// destination is. A route found there is read from the kernel: one of vipd's (memory
+    /// had lost it) is refreshed, another's is left alone and the VIP refused
+    /// ([`RouteError::Foreign`]): a replace would take over someone else's local route and
+    /// a removal then delete it.
+    async fn add_routes(
         &self,
-        addr: Ipv6Addr,
-        lifetime: Lifetime,
+        items: &[(Ipv6Addr, Lifetime)],
         foreign: &HashMap<IpAddr, &AddrInfo>,
-    ) -> Result<u32, NetError> {
-        if let Some(e) = self.refused(addr, foreign).await {
-            return Err(e);
+    ) -> Vec<Result<u32, NetError>> {
+        let mut out: Vec<Option<Result<u32, NetError>>> = (0..items.len()).map(|_| None).collect();
+        let mut send: Vec<(usize, Ipv6Addr, Lifetime, bool)> = Vec::with_capacity(items.len());
+        for (i, (addr, lifetime)) in items.iter().enumerate() {
+            match self.refused(*addr, foreign).await {
+                Some(e) => out[i] = Some(Err(e)),
+                None => send.push((i, *addr, *lifetime, false)),
+            }
         }
+        {
+            let h = self.held();
+            for s in &mut send {
+                s.3 = h.routes.contains_key(&s.1);
+            }
+        }
+        let exists = self.send(&send, &mut out).await;
+        if !exists.is_empty() {
+            let ours: std::collections::HashSet<Ipv6Addr> = match self.routes.local_routes().await {
+                Ok(listed) => listed.into_iter().map(|(a, _)| a).collect(),
+                Err(_) => Default::default(),
+            };
+            let mut again = Vec::new();
+            for (i, addr, lifetime) in exists {
+                match ours.contains(&addr) {
+                    true => again.push((i, addr, lifetime, true)),
+                    false => {
+                        self.forget(addr);
+                        out[i] = Some(Err(NetError::Route(Box::new(RouteError::Foreign {
+                            route: VipRoute::loopback(addr),
+                        }))));
+                    }
+                }
+            }
+            for (i, addr, _) in self.send(&again, &mut out).await {
+                self.forget(addr);
+                out[i] = Some(Err(NetError::Route(Box::new(RouteError::Exists {
+                    route: VipRoute::loopback(addr),
+                }))));
+            }
+        }
+        out.into_iter().map(|r| r.unwrap_or(Ok(0))).collect()
+    }
+
+    /// Sends `items` (`(index in out, addr, lifetime, replace)`) as one batch and records
+    /// each outcome in memory and `out`; returns those the kernel refused because a route
+    /// of that destination exists ([`RouteError::Exists`]), left out of `out`.
+    async fn send(
+        &self,
+        items: &[(usize, Ipv6Addr, Lifetime, bool)],
+        out: &mut [Option<Result<u32, NetError>>],
+    ) -> Vec<(usize, Ipv6Addr, Lifetime)> {
+        if items.is_empty() {
+            return Vec::new();
+        }
+        let batch: Vec<(Ipv6Addr, Lifetime, bool)> =
+            items.iter().map(|(_, a, l, r)| (*a, *l, *r)).collect();
+        // The expiries are counted from before the requests: never later than the kernel's.
         let at = Instant::now();
-        let r = self.routes.add_local(addr, lifetime).await;
-        self.took(addr, r, at)
+        let done = self.routes.add_many_local(&batch).await;
+        let mut exists = Vec::new();
+        for ((i, addr, lifetime, _), r) in items.iter().zip(done) {
+            match r {
+                Err(RouteError::Exists { .. }) => exists.push((*i, *addr, *lifetime)),
+                r => {
+                    if let Some(slot) = out.get_mut(*i) {
+                        *slot = Some(self.took(*addr, r, at));
+                    }
+                }
+            }
+        }
+        exists
     }
 
     /// Reads the kernel's routes into memory when the last read is [`ROUTE_RECHECK`] old
@@ -275,7 +404,8 @@ impl<K: Kernel, R: LocalRoutes> LoopbackRoutes<K, R> {
     async fn reread(&self, now: bool) -> Result<(), NetError> {
         let due = {
             let h = self.held();
-            !h.routes.is_empty() && (now || h.read_at.is_none_or(|t| t.elapsed() >= ROUTE_RECHECK))
+            let at = Instant::now();
+            !h.routes.is_empty() && (now || h.next_read.is_none_or(|t| at >= t))
         };
         if !due {
             return Ok(());
@@ -287,9 +417,10 @@ impl<K: Kernel, R: LocalRoutes> LoopbackRoutes<K, R> {
             .await
             .map_err(|e| NetError::Route(Box::new(e)))?;
         let mut h = self.held();
-        // A route added or removed during the dump: the listing may miss it; the next
-        // call reads again.
+        // A route added or removed during the dump: the listing may miss it; read again a
+        // little later.
         if h.generation != generation {
+            h.next_read = Some(Instant::now() + REREAD_RETRY);
             return Ok(());
         }
         // The kernel's seconds are rounded down: the expiry vipd counted itself is kept
@@ -306,7 +437,7 @@ impl<K: Kernel, R: LocalRoutes> LoopbackRoutes<K, R> {
             })
             .collect();
         h.routes = routes;
-        h.read_at = Some(at);
+        h.next_read = Some(at + ROUTE_RECHECK);
         h.generation += 1;
         Ok(())
     }
@@ -359,7 +490,10 @@ impl<K: Kernel, R: LocalRoutes> Kernel for LoopbackRoutes<K, R> {
         match Self::routed(ifindex, &vip) {
             Some(a) => {
                 let present = self.addrs.all_addresses().await?;
-                self.add_route(a, lifetime, &Self::foreign(&present)).await
+                let mut one = self
+                    .add_routes(&[(a, lifetime)], &Self::foreign(&present))
+                    .await;
+                one.pop().unwrap_or(Ok(0))
             }
             None => {
                 self.addrs
@@ -369,8 +503,11 @@ impl<K: Kernel, R: LocalRoutes> Kernel for LoopbackRoutes<K, R> {
         }
     }
 
-    /// The routed items in order, one request each; the others as one batch of the address
-    /// kernel. One result per item, in `items` order.
+    /// The routed items as one batch of route requests (`add_routes`: those refused by an
+    /// address or a route of someone else left out); the others as one batch of the address
+    /// kernel. One result per item, in `items` order. `known` (else one read of the address
+    /// kernel) tells the refused ones; when that read fails, each routed item reads again
+    /// and reports its own error.
     async fn add_or_refresh_many(
         &self,
         items: &[(u32, Vip, Lifetime)],
@@ -402,25 +539,17 @@ impl<K: Kernel, R: LocalRoutes> Kernel for LoopbackRoutes<K, R> {
             };
             match &foreign {
                 Some(f) => {
-                    let mut send: Vec<(usize, Ipv6Addr, Lifetime)> = Vec::new();
+                    let mut idx = Vec::with_capacity(routed.len());
+                    let mut batch = Vec::with_capacity(routed.len());
                     for i in routed {
                         let (ifindex, vip, lifetime) = items[i];
-                        let Some(a) = Self::routed(ifindex, &vip) else {
-                            continue;
-                        };
-                        match self.refused(a, f).await {
-                            Some(e) => out[i] = Some(Err(e)),
-                            None => send.push((i, a, lifetime)),
+                        if let Some(a) = Self::routed(ifindex, &vip) {
+                            idx.push(i);
+                            batch.push((a, lifetime));
                         }
                     }
-                    let batch: Vec<(Ipv6Addr, Lifetime)> =
-                        send.iter().map(|(_, a, l)| (*a, *l)).collect();
-                    // The expiries are counted from before the requests: never later than
-                    // the kernel's.
-                    let at = Instant::now();
-                    let done = self.routes.add_many_local(&batch).await;
-                    for ((i, a, _), r) in send.into_iter().zip(done) {
-                        out[i] = Some(self.took(a, r, at));
+                    for (i, r) in idx.into_iter().zip(self.add_routes(&batch, f).await) {
+                        out[i] = Some(r);
                     }
                 }
                 // The batch's read failed: each item reads again and reports its error.
@@ -518,6 +647,85 @@ impl<K: Kernel, R: LocalRoutes> Kernel for LoopbackRoutes<K, R> {
 
     async fn choose_interface(&self, addr: IpAddr) -> Result<u32, NetError> {
         self.addrs.choose_interface(addr).await
+    }
+}
+
+/// Receive buffer asked for the deletion watch's socket, bytes: as the address watch's
+/// ([`super::addr_watch`]); an overflow costs one read of the kernel's routes.
+const WATCH_RX_BUFFER: usize = 1 << 20;
+
+/// A netlink socket of the calling thread's network namespace joined to the IPv6 route
+/// group.
+fn deletion_socket() -> Result<TokioSocket, NetError> {
+    let mut socket = TokioSocket::new(NETLINK_ROUTE).map_err(NetError::Socket)?;
+    let s = socket.socket_mut();
+    s.bind_auto().map_err(NetError::Socket)?;
+    s.add_membership(libc::RTNLGRP_IPV6_ROUTE)
+        .map_err(NetError::Socket)?;
+    if let Err(e) = s.set_rx_buf_sz(WATCH_RX_BUFFER) {
+        tracing::debug!(error = %e, "cannot enlarge the route deletion watch's receive buffer");
+    }
+    Ok(socket)
+}
+
+/// The VIPs whose local route (table local, protocol [`super::route::LOOPBACK_PROTOCOL`],
+/// type local, `/128`) one datagram of route notifications says was deleted
+/// (`RTM_DELROUTE`). Other messages, other routes and bytes that do not parse are skipped.
+/// Pure.
+pub(crate) fn deleted_routes(data: &[u8]) -> Vec<Ipv6Addr> {
+    let probe = VipRoute::loopback(Ipv6Addr::UNSPECIFIED);
+    let mut out = Vec::new();
+    let mut off = 0;
+    while let Some(rest) = data.get(off..).filter(|r| !r.is_empty()) {
+        let Ok(m) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(rest) else {
+            break;
+        };
+        let len = usize::try_from(m.header.length).unwrap_or(0);
+        if len == 0 {
+            break;
+        }
+        off += (len + 3) & !3;
+        if let NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelRoute(r)) = &m.payload
+            && let Some(info) = super::route::route_info(r, TABLE_LOCAL, probe.protocol)
+            && info.route.kind == probe.kind
+            && let IpAddr::V6(a) = info.route.addr
+        {
+            out.push(a);
+        }
+    }
+    out
+}
+
+/// The deletion watch's task: forgets each of vipd's routes a notification says was
+/// deleted; after lost notifications, has the next listing read the kernel's routes. Ends
+/// when the routes' owner is gone or the socket fails (logged).
+async fn follow_deletions(socket: TokioSocket, held: std::sync::Weak<Mutex<Held>>) {
+    let mut buf = Vec::with_capacity(64 * 1024);
+    loop {
+        buf.clear();
+        let r = socket.recv(&mut buf).await;
+        let Some(held) = held.upgrade() else {
+            return;
+        };
+        let mut h = held.lock().unwrap_or_else(PoisonError::into_inner);
+        match r {
+            Ok(()) => {
+                for a in deleted_routes(&buf) {
+                    if h.routes.contains_key(&a) {
+                        h.forget(a);
+                    }
+                }
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => h.next_read = None,
+            Err(e) => {
+                tracing::warn!(
+                    error = %e,
+                    recheck_s = ROUTE_RECHECK.as_secs(),
+                    "the route deletion watch stopped: a local route of a VIP on lo deleted by someone else is put back only after the recheck"
+                );
+                return;
+            }
+        }
     }
 }
 

@@ -134,7 +134,7 @@ impl VipRoute {
     }
 
     /// The request message: destination, table, protocol, type and scope (no device).
-    fn message(&self) -> RouteMessage {
+    pub(super) fn message(&self) -> RouteMessage {
         let mut m = RouteMessage::default();
         let h = &mut m.header;
         h.address_family = if self.addr.is_ipv4() {
@@ -228,6 +228,22 @@ pub enum RouteError {
         /// The rtnetlink error.
         #[source]
         source: Box<rtnetlink::Error>,
+    },
+    /// A route of this destination and metric is in the table already and the request
+    /// was not to replace it (`EEXIST`): someone else's, or one of vipd's it did not know.
+    #[error("route {route}: a route to this destination with the same metric exists already")]
+    Exists {
+        /// The route asked for.
+        route: VipRoute,
+    },
+    /// A local route to the VIP exists in the local table that vipd did not add (another
+    /// protocol): left untouched, the VIP refused here, as for an address of the node.
+    #[error(
+        "route {route}: a local route to this address exists and was not added by vipd; refusing to touch it"
+    )]
+    Foreign {
+        /// The route vipd would have added.
+        route: VipRoute,
     },
     /// The route's device does not exist (`ENODEV`).
     #[error("route {route}: device {device} does not exist")]
@@ -415,7 +431,7 @@ impl FenceDevice {
 
 /// The route a dump message describes, when it is a host route of `table` and `protocol`
 /// of a type vipd adds. Pure.
-fn route_info(msg: &RouteMessage, table: u32, protocol: u8) -> Option<RouteInfo> {
+pub(super) fn route_info(msg: &RouteMessage, table: u32, protocol: u8) -> Option<RouteInfo> {
     let h = &msg.header;
     let mut t = u32::from(h.table);
     let mut addr = None;
@@ -458,18 +474,20 @@ fn route_info(msg: &RouteMessage, table: u32, protocol: u8) -> Option<RouteInfo>
 
 impl NetlinkKernel {
     /// [`Self::add_or_refresh_route`] of IPv6 routes on interface `ifindex`, `(route,
-    /// lifetime)` each, in order, from one blocking thread (one hop for the batch: a holder
+    /// lifetime, replace)` each (`replace` false: created only where no route of that
+    /// destination and metric exists, else [`RouteError::Exists`]), in order, from one
+    /// blocking thread (one hop for the batch: a holder
     /// placing a shard's 600 VIPs on `lo` waited for 600 hops of a busy runtime, about 0.8
     /// ms each). One result per item: the same errors, and [`RouteError::NoIpv4Expiry`] for
     /// an IPv4 route.
     pub async fn add_or_refresh_routes(
         &self,
         ifindex: u32,
-        items: &[(VipRoute, Lifetime)],
+        items: &[(VipRoute, Lifetime, bool)],
     ) -> Vec<Result<u32, RouteError>> {
         let mut out: Vec<Option<Result<u32, RouteError>>> = Vec::with_capacity(items.len());
         let mut batch = Vec::with_capacity(items.len());
-        for (i, (route, lifetime)) in items.iter().enumerate() {
+        for (i, (route, lifetime, replace)) in items.iter().enumerate() {
             let checked = route.check().and_then(|()| {
                 if lifetime.max_secs == 0 || lifetime.max_secs == FOREVER {
                     return Err(RouteError::InvalidLifetime {
@@ -489,7 +507,7 @@ impl NetlinkKernel {
                 Ok(()) => {
                     let mut msg = route.message();
                     msg.attributes.push(RouteAttribute::Oif(ifindex));
-                    batch.push((i, msg, *lifetime));
+                    batch.push((i, msg, *lifetime, *replace));
                     out.push(None);
                 }
                 Err(e) => out.push(Some(Err(e))),
@@ -499,7 +517,7 @@ impl NetlinkKernel {
         let done = tokio::task::spawn_blocking(move || {
             batch
                 .into_iter()
-                .map(|(i, msg, lifetime)| (i, sock.route(&msg, &lifetime)))
+                .map(|(i, msg, lifetime, replace)| (i, sock.route(&msg, &lifetime, replace)))
                 .collect::<Vec<_>>()
         })
         .await;
@@ -507,9 +525,10 @@ impl NetlinkKernel {
         match done {
             Ok(done) => {
                 for (i, r) in done {
-                    out[i] = Some(
-                        r.map_err(|e| self.route_error("add route", items[i].0, &described, e)),
-                    );
+                    out[i] = Some(r.map_err(|e| match errno(&e) {
+                        Some(libc::EEXIST) => RouteError::Exists { route: items[i].0 },
+                        _ => self.route_error("add route", items[i].0, &described, e),
+                    }));
                 }
             }
             Err(_) => {
@@ -574,7 +593,7 @@ impl NetlinkKernel {
         let netlink = |op, source| self.route_error(op, route, &described, source);
         if route.addr.is_ipv6() {
             let sock = self.addr_socket();
-            return tokio::task::spawn_blocking(move || sock.route(&msg, &lifetime))
+            return tokio::task::spawn_blocking(move || sock.route(&msg, &lifetime, true))
                 .await
                 .map_err(|_| rtnetlink::Error::RequestFailed)
                 .and_then(|r| r)

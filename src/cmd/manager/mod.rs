@@ -115,7 +115,7 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
     ));
     // IPv6 Service VIPs on lo are local routes (svc_ipv6_loopback): the Service holders
     // write them through this, and the housekeeping counts them with the addresses.
-    let loopback = Arc::new(crate::net::lo_routes::LoopbackRoutes::new(
+    let loopback = Arc::new(crate::net::lo_routes::LoopbackRoutes::watched(
         addresses.clone(),
         kernel.clone(),
     ));

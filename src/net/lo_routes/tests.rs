@@ -61,13 +61,28 @@ struct FakeRoutes {
     routes: Mutex<HashMap<Ipv6Addr, Instant>>,
     requests: Mutex<usize>,
     dumps: Mutex<usize>,
+    /// Local routes of another protocol (not listed as vipd's).
+    foreign: Mutex<std::collections::HashSet<Ipv6Addr>>,
     /// Run once, after the next dump's listing is made (a change racing the dump).
     during_dump: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
 
 impl LocalRoutes for FakeRoutes {
-    async fn add_local(&self, addr: Ipv6Addr, lifetime: Lifetime) -> Result<u32, RouteError> {
+    async fn add_local(
+        &self,
+        addr: Ipv6Addr,
+        lifetime: Lifetime,
+        replace: bool,
+    ) -> Result<u32, RouteError> {
         *self.requests.lock().unwrap() += 1;
+        let route = VipRoute::loopback(addr);
+        let exists = self.routes.lock().unwrap().contains_key(&addr)
+            || self.foreign.lock().unwrap().contains(&addr);
+        if exists && !replace {
+            return Err(RouteError::Exists { route });
+        }
+        // A replace takes over whatever route of that destination is there.
+        self.foreign.lock().unwrap().remove(&addr);
         let secs = lifetime.secs_at(Instant::now());
         if secs > 0 {
             let end = Instant::now() + Duration::from_secs(u64::from(secs));
@@ -370,15 +385,19 @@ async fn a_dump_that_raced_a_change_is_not_taken() {
         "the route recorded during the dump stays"
     );
     assert_eq!(*routes.dumps.lock().unwrap(), 1);
-    assert!(
-        k.held().read_at.is_none(),
-        "the kernel is read again at the next listing"
+    assert_eq!(
+        k.held().next_read,
+        Some(Instant::now() + REREAD_RETRY),
+        "the kernel is read again a little later, not at every listing"
     );
+    k.all_addresses().await.unwrap();
+    assert_eq!(*routes.dumps.lock().unwrap(), 1, "no dump before the retry");
+    tokio::time::advance(REREAD_RETRY).await;
     let listed = on_lo(&k.all_addresses().await.unwrap());
     assert_eq!(*routes.dumps.lock().unwrap(), 2);
     assert_eq!(
         listed,
-        vec![("2001:db8::a".parse().unwrap(), Some(600))],
+        vec![("2001:db8::a".parse().unwrap(), Some(599))],
         "not in the kernel: gone"
     );
 }
@@ -405,10 +424,143 @@ async fn without_routes_held_the_kernel_routes_are_never_dumped() {
 async fn stale_routes_are_all_removed() {
     let routes = FakeRoutes::default();
     for a in ["2001:db8::a", "2001:db8::b"] {
-        routes.add_local(v6(a), Lifetime::fixed(60)).await.unwrap();
+        routes
+            .add_local(v6(a), Lifetime::fixed(60), false)
+            .await
+            .unwrap();
     }
     let mut removed = remove_stale(&routes).await.unwrap();
     removed.sort();
     assert_eq!(removed, vec![v6("2001:db8::a"), v6("2001:db8::b")]);
     assert!(routes.routes.lock().unwrap().is_empty());
+}
+
+/// Someone else's local route to a VIP (another protocol) is never replaced: the VIP is
+/// refused there, and the route stays (a replace would make it vipd's and a removal delete
+/// it; found by the new-user trial).
+#[tokio::test(start_paused = true)]
+async fn someone_elses_local_route_refuses_the_vip_and_stays() {
+    let (_, routes, k) = kernel();
+    routes.foreign.lock().unwrap().insert(v6("2001:db8::a"));
+    let out = k
+        .add_or_refresh_many(
+            &[
+                (LOOPBACK_IFINDEX, host("2001:db8::a"), Lifetime::fixed(60)),
+                (LOOPBACK_IFINDEX, host("2001:db8::b"), Lifetime::fixed(60)),
+            ],
+            true,
+            None,
+        )
+        .await;
+    assert!(
+        matches!(&out[0], Err(NetError::Route(e)) if matches!(**e, RouteError::Foreign { .. })),
+        "{:?}",
+        out[0]
+    );
+    assert_eq!(out[1].as_ref().unwrap(), &60);
+    assert!(
+        routes.foreign.lock().unwrap().contains(&v6("2001:db8::a")),
+        "taken over"
+    );
+    assert!(
+        on_lo(&k.all_addresses().await.unwrap())
+            .iter()
+            .all(|(a, _)| *a != "2001:db8::a".parse::<IpAddr>().unwrap())
+    );
+    // The single add and a removal leave it too.
+    let one = k
+        .add_or_refresh(
+            LOOPBACK_IFINDEX,
+            host("2001:db8::a"),
+            Lifetime::fixed(60),
+            true,
+        )
+        .await;
+    assert!(matches!(one, Err(NetError::Route(_))), "{one:?}");
+    assert!(routes.foreign.lock().unwrap().contains(&v6("2001:db8::a")));
+}
+
+/// A route of vipd's the kernel has and memory lost (a removal notified late, a process's
+/// first add after a restart that could not clean up) is refreshed, not refused.
+#[tokio::test(start_paused = true)]
+async fn a_route_of_vipds_that_memory_lost_is_refreshed() {
+    let (_, routes, k) = kernel();
+    routes
+        .add_local(v6("2001:db8::a"), Lifetime::fixed(5), false)
+        .await
+        .unwrap();
+    let held = k
+        .add_or_refresh(
+            LOOPBACK_IFINDEX,
+            host("2001:db8::a"),
+            Lifetime::fixed(60),
+            true,
+        )
+        .await
+        .unwrap();
+    assert_eq!(held, 60);
+    assert_eq!(
+        *routes.dumps.lock().unwrap(),
+        1,
+        "one read to tell whose route it is"
+    );
+    // Known now: the next refresh replaces at once, without a read.
+    k.add_or_refresh(
+        LOOPBACK_IFINDEX,
+        host("2001:db8::a"),
+        Lifetime::fixed(60),
+        true,
+    )
+    .await
+    .unwrap();
+    assert_eq!(*routes.dumps.lock().unwrap(), 1);
+    assert_eq!(
+        on_lo(&k.all_addresses().await.unwrap()),
+        vec![("2001:db8::a".parse().unwrap(), Some(60))]
+    );
+}
+
+/// The deletion watch's parser: only `RTM_DELROUTE` of vipd's local routes (table local,
+/// protocol 118, type local, /128), however many messages a datagram carries.
+#[test]
+fn deletions_of_vipds_local_routes_are_read_from_notifications() {
+    use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload};
+    use netlink_packet_route::RouteNetlinkMessage;
+    let datagram = |msgs: Vec<RouteNetlinkMessage>| {
+        let mut out = Vec::new();
+        for m in msgs {
+            let mut nl =
+                NetlinkMessage::new(NetlinkHeader::default(), NetlinkPayload::InnerMessage(m));
+            nl.finalize();
+            let mut buf = vec![0u8; nl.buffer_len()];
+            nl.serialize(&mut buf);
+            out.extend(buf);
+        }
+        out
+    };
+    let ours = VipRoute::loopback(v6("2001:db8::a"));
+    let other_proto = VipRoute {
+        protocol: 4,
+        ..VipRoute::loopback(v6("2001:db8::b"))
+    };
+    let unicast = VipRoute {
+        kind: crate::net::route::RouteKind::Unicast,
+        ..VipRoute::loopback(v6("2001:db8::c"))
+    };
+    let data = datagram(vec![
+        RouteNetlinkMessage::NewRoute(VipRoute::loopback(v6("2001:db8::d")).message()),
+        RouteNetlinkMessage::DelRoute(other_proto.message()),
+        RouteNetlinkMessage::DelRoute(ours.message()),
+        RouteNetlinkMessage::DelRoute(unicast.message()),
+        RouteNetlinkMessage::DelRoute(VipRoute::loopback(v6("2001:db8::e")).message()),
+    ]);
+    assert_eq!(
+        deleted_routes(&data),
+        vec![v6("2001:db8::a"), v6("2001:db8::e")]
+    );
+    assert!(deleted_routes(&[]).is_empty());
+    assert!(
+        deleted_routes(&[1, 2, 3]).is_empty(),
+        "bytes that do not parse"
+    );
 }
