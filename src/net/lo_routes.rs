@@ -343,7 +343,17 @@ impl<K: Kernel, R: LocalRoutes> LoopbackRoutes<K, R> {
         if !exists.is_empty() {
             let ours: std::collections::HashSet<Ipv6Addr> = match self.routes.local_routes().await {
                 Ok(listed) => listed.into_iter().map(|(a, _)| a).collect(),
-                Err(_) => Default::default(),
+                // Whose route it is cannot be told: the kernel's refusal as it came, and
+                // the holder tries again at its next check.
+                Err(_) => {
+                    for (i, addr, _) in exists {
+                        self.forget(addr);
+                        out[i] = Some(Err(NetError::Route(Box::new(RouteError::Exists {
+                            route: VipRoute::loopback(addr),
+                        }))));
+                    }
+                    return out.into_iter().map(|r| r.unwrap_or(Ok(0))).collect();
+                }
             };
             let mut again = Vec::new();
             for (i, addr, lifetime) in exists {
@@ -397,8 +407,9 @@ impl<K: Kernel, R: LocalRoutes> LoopbackRoutes<K, R> {
         exists
     }
 
-    /// Reads the kernel's routes into memory when the last read is [`ROUTE_RECHECK`] old
-    /// (or `now` is set), and only while some are held: with none there is nothing to
+    /// Reads the kernel's routes into memory when due (`now`; the first time; [`ROUTE_RECHECK`]
+    /// after the last read; [`REREAD_RETRY`] after one a change overtook; after lost
+    /// notifications), and only while some are held: with none there is nothing to
     /// confirm (the routes an earlier run left are [`remove_stale`]'s), so a process that
     /// never puts a VIP on `lo` never dumps its routes.
     async fn reread(&self, now: bool) -> Result<(), NetError> {

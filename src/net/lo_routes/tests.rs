@@ -61,6 +61,8 @@ struct FakeRoutes {
     routes: Mutex<HashMap<Ipv6Addr, Instant>>,
     requests: Mutex<usize>,
     dumps: Mutex<usize>,
+    /// The next dump fails.
+    dump_fails: Mutex<bool>,
     /// Local routes of another protocol (not listed as vipd's).
     foreign: Mutex<std::collections::HashSet<Ipv6Addr>>,
     /// Run once, after the next dump's listing is made (a change racing the dump).
@@ -97,6 +99,12 @@ impl LocalRoutes for FakeRoutes {
     }
     async fn local_routes(&self) -> Result<Vec<(Ipv6Addr, u32)>, RouteError> {
         *self.dumps.lock().unwrap() += 1;
+        if std::mem::take(&mut *self.dump_fails.lock().unwrap()) {
+            return Err(RouteError::Dump {
+                table: TABLE_LOCAL,
+                source: Box::new(rtnetlink::Error::RequestFailed),
+            });
+        }
         let now = Instant::now();
         let listed = self
             .routes
@@ -562,5 +570,42 @@ fn deletions_of_vipds_local_routes_are_read_from_notifications() {
     assert!(
         deleted_routes(&[1, 2, 3]).is_empty(),
         "bytes that do not parse"
+    );
+}
+
+/// When the kernel's routes cannot be read to tell whose an existing route is, the VIP is
+/// not called someone else's: the refusal stays the kernel's, and the next try decides.
+#[tokio::test(start_paused = true)]
+async fn an_existing_route_whose_owner_cannot_be_read_is_not_called_foreign() {
+    let (_, routes, k) = kernel();
+    routes
+        .add_local(v6("2001:db8::a"), Lifetime::fixed(5), false)
+        .await
+        .unwrap();
+    *routes.dump_fails.lock().unwrap() = true;
+    let r = k
+        .add_or_refresh(
+            LOOPBACK_IFINDEX,
+            host("2001:db8::a"),
+            Lifetime::fixed(60),
+            true,
+        )
+        .await;
+    assert!(
+        matches!(&r, Err(NetError::Route(e)) if matches!(**e, RouteError::Exists { .. })),
+        "{r:?}"
+    );
+    let again = k
+        .add_or_refresh(
+            LOOPBACK_IFINDEX,
+            host("2001:db8::a"),
+            Lifetime::fixed(60),
+            true,
+        )
+        .await;
+    assert_eq!(
+        again.unwrap(),
+        60,
+        "the next try reads the kernel and refreshes"
     );
 }
