@@ -142,6 +142,17 @@ fn kernel() -> (
     (a, r, k)
 }
 
+/// Adds or refreshes IPv6 VIP `addr` on `lo` through `k` with a fixed lifetime of `secs`
+/// (the holder's call for one VIP).
+async fn put(
+    k: &LoopbackRoutes<FakeAddrs, FakeRoutes>,
+    addr: &str,
+    secs: u32,
+) -> Result<u32, NetError> {
+    k.add_or_refresh(LOOPBACK_IFINDEX, host(addr), Lifetime::fixed(secs), true)
+        .await
+}
+
 /// The `(ifindex, address, valid_lft)` of every address listed as vipd's on `lo`.
 fn on_lo(all: &[AddrInfo]) -> Vec<(IpAddr, Option<u32>)> {
     all.iter()
@@ -232,28 +243,14 @@ async fn an_untagged_copy_of_the_address_refuses_its_route() {
         1,
         "no request for the refused one"
     );
-    let single = k
-        .add_or_refresh(
-            LOOPBACK_IFINDEX,
-            host("2001:db8::a"),
-            Lifetime::fixed(60),
-            true,
-        )
-        .await;
+    let single = put(&k, "2001:db8::a", 60).await;
     assert!(
         matches!(single, Err(NetError::NotOurs { .. })),
         "{single:?}"
     );
     // A tagged copy (vipd's own address, e.g. left on eth0) does not refuse it.
     addrs.present.lock().unwrap()[0].ours = true;
-    let again = k
-        .add_or_refresh(
-            LOOPBACK_IFINDEX,
-            host("2001:db8::a"),
-            Lifetime::fixed(60),
-            true,
-        )
-        .await;
+    let again = put(&k, "2001:db8::a", 60).await;
     assert_eq!(again.unwrap(), 60);
 }
 
@@ -303,14 +300,7 @@ async fn removing_drops_the_route_and_its_listing() {
 #[tokio::test(start_paused = true)]
 async fn a_route_expires_from_the_listing_with_its_lifetime() {
     let (_, _, k) = kernel();
-    k.add_or_refresh(
-        LOOPBACK_IFINDEX,
-        host("2001:db8::a"),
-        Lifetime::fixed(2),
-        true,
-    )
-    .await
-    .unwrap();
+    put(&k, "2001:db8::a", 2).await.unwrap();
     tokio::time::advance(Duration::from_millis(1_500)).await;
     assert_eq!(
         on_lo(&k.all_addresses().await.unwrap()),
@@ -327,9 +317,7 @@ async fn a_route_expires_from_the_listing_with_its_lifetime() {
 async fn a_route_removed_behind_vipds_back_is_seen_at_the_recheck_or_a_fresh_listing() {
     let (_, routes, k) = kernel();
     for a in ["2001:db8::a", "2001:db8::b"] {
-        k.add_or_refresh(LOOPBACK_IFINDEX, host(a), Lifetime::fixed(600), true)
-            .await
-            .unwrap();
+        put(&k, a, 600).await.unwrap();
     }
     // The first listing reads the kernel; later ones trust memory until the recheck.
     assert_eq!(on_lo(&k.all_addresses().await.unwrap()).len(), 2);
@@ -365,14 +353,7 @@ async fn a_route_removed_behind_vipds_back_is_seen_at_the_recheck_or_a_fresh_lis
 async fn a_dump_that_raced_a_change_is_not_taken() {
     let (_, routes, k) = kernel();
     let k = Arc::new(k);
-    k.add_or_refresh(
-        LOOPBACK_IFINDEX,
-        host("2001:db8::a"),
-        Lifetime::fixed(600),
-        true,
-    )
-    .await
-    .unwrap();
+    put(&k, "2001:db8::a", 600).await.unwrap();
     let weak = Arc::downgrade(&k);
     // vipd records a route while the kernel's listing (made before it) is on its way.
     *routes.during_dump.lock().unwrap() = Some(Box::new(move || {
@@ -476,14 +457,7 @@ async fn someone_elses_local_route_refuses_the_vip_and_stays() {
             .all(|(a, _)| *a != "2001:db8::a".parse::<IpAddr>().unwrap())
     );
     // The single add and a removal leave it too.
-    let one = k
-        .add_or_refresh(
-            LOOPBACK_IFINDEX,
-            host("2001:db8::a"),
-            Lifetime::fixed(60),
-            true,
-        )
-        .await;
+    let one = put(&k, "2001:db8::a", 60).await;
     assert!(matches!(one, Err(NetError::Route(_))), "{one:?}");
     assert!(routes.foreign.lock().unwrap().contains(&v6("2001:db8::a")));
 }
@@ -497,15 +471,7 @@ async fn a_route_of_vipds_that_memory_lost_is_refreshed() {
         .add_local(v6("2001:db8::a"), Lifetime::fixed(5), false)
         .await
         .unwrap();
-    let held = k
-        .add_or_refresh(
-            LOOPBACK_IFINDEX,
-            host("2001:db8::a"),
-            Lifetime::fixed(60),
-            true,
-        )
-        .await
-        .unwrap();
+    let held = put(&k, "2001:db8::a", 60).await.unwrap();
     assert_eq!(held, 60);
     assert_eq!(
         *routes.dumps.lock().unwrap(),
@@ -513,14 +479,7 @@ async fn a_route_of_vipds_that_memory_lost_is_refreshed() {
         "one read to tell whose route it is"
     );
     // Known now: the next refresh replaces at once, without a read.
-    k.add_or_refresh(
-        LOOPBACK_IFINDEX,
-        host("2001:db8::a"),
-        Lifetime::fixed(60),
-        true,
-    )
-    .await
-    .unwrap();
+    put(&k, "2001:db8::a", 60).await.unwrap();
     assert_eq!(*routes.dumps.lock().unwrap(), 1);
     assert_eq!(
         on_lo(&k.all_addresses().await.unwrap()),
@@ -583,26 +542,12 @@ async fn an_existing_route_whose_owner_cannot_be_read_is_not_called_foreign() {
         .await
         .unwrap();
     *routes.dump_fails.lock().unwrap() = true;
-    let r = k
-        .add_or_refresh(
-            LOOPBACK_IFINDEX,
-            host("2001:db8::a"),
-            Lifetime::fixed(60),
-            true,
-        )
-        .await;
+    let r = put(&k, "2001:db8::a", 60).await;
     assert!(
         matches!(&r, Err(NetError::Route(e)) if matches!(**e, RouteError::Exists { .. })),
         "{r:?}"
     );
-    let again = k
-        .add_or_refresh(
-            LOOPBACK_IFINDEX,
-            host("2001:db8::a"),
-            Lifetime::fixed(60),
-            true,
-        )
-        .await;
+    let again = put(&k, "2001:db8::a", 60).await;
     assert_eq!(
         again.unwrap(),
         60,
