@@ -262,16 +262,8 @@ fn request(
         let (data, _) = sock
             .recv_from_full()
             .map_err(|_| rtnetlink::Error::RequestFailed)?;
-        let mut off = 0;
-        while off < data.len() {
-            let Some(rest) = data.get(off..) else { break };
-            let m = NetlinkMessage::<RouteNetlinkMessage>::deserialize(rest)
-                .map_err(|_| rtnetlink::Error::RequestFailed)?;
-            let len = usize::try_from(m.header.length).unwrap_or(0);
-            if len == 0 {
-                break;
-            }
-            off += (len + 3) & !3;
+        for m in super::nlmsg::messages::<RouteNetlinkMessage>(&data) {
+            let m = m.map_err(|_| rtnetlink::Error::RequestFailed)?;
             if m.header.sequence_number != seq.get() {
                 continue;
             }

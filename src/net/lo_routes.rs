@@ -30,7 +30,7 @@ use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
+use netlink_packet_core::NetlinkPayload;
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{AsyncSocket, AsyncSocketExt, TokioSocket, protocols::NETLINK_ROUTE};
 use tokio::time::Instant;
@@ -256,6 +256,19 @@ impl<K: Kernel, R: LocalRoutes> LoopbackRoutes<K, R> {
         }
     }
 
+    /// Splits requests by where they go, from each one's `(ifindex, vip)`: `(index,
+    /// address)` of those that go to a route ([`Self::routed`]), the indexes of the others.
+    fn split(places: impl Iterator<Item = (u32, Vip)>) -> (Vec<(usize, Ipv6Addr)>, Vec<usize>) {
+        let (mut routed, mut plain) = (Vec::new(), Vec::new());
+        for (i, (ifindex, vip)) in places.enumerate() {
+            match Self::routed(ifindex, &vip) {
+                Some(a) => routed.push((i, a)),
+                None => plain.push(i),
+            }
+        }
+        (routed, plain)
+    }
+
     fn record(&self, addr: Ipv6Addr, secs: u32, at: Instant) {
         let mut h = self.held();
         match secs {
@@ -413,15 +426,15 @@ impl<K: Kernel, R: LocalRoutes> LoopbackRoutes<K, R> {
     /// confirm (the routes an earlier run left are [`remove_stale`]'s), so a process that
     /// never puts a VIP on `lo` never dumps its routes.
     async fn reread(&self, now: bool) -> Result<(), NetError> {
-        let due = {
+        let at = Instant::now();
+        let generation = {
             let h = self.held();
-            let at = Instant::now();
-            !h.routes.is_empty() && (now || h.next_read.is_none_or(|t| at >= t))
+            let due = !h.routes.is_empty() && (now || h.next_read.is_none_or(|t| at >= t));
+            if !due {
+                return Ok(());
+            }
+            h.generation
         };
-        if !due {
-            return Ok(());
-        }
-        let (at, generation) = (Instant::now(), self.held().generation);
         let listed = self
             .routes
             .local_routes()
@@ -525,8 +538,7 @@ impl<K: Kernel, R: LocalRoutes> Kernel for LoopbackRoutes<K, R> {
         skip_dad: bool,
         known: Option<&[AddrInfo]>,
     ) -> Vec<Result<u32, NetError>> {
-        let (routed, plain): (Vec<usize>, Vec<usize>) =
-            (0..items.len()).partition(|&i| Self::routed(items[i].0, &items[i].1).is_some());
+        let (routed, plain) = Self::split(items.iter().map(|(i, v, _)| (*i, *v)));
         let mut out: Vec<Option<Result<u32, NetError>>> = (0..items.len()).map(|_| None).collect();
         if !plain.is_empty() {
             let batch: Vec<(u32, Vip, Lifetime)> = plain.iter().map(|&i| items[i]).collect();
@@ -543,29 +555,18 @@ impl<K: Kernel, R: LocalRoutes> Kernel for LoopbackRoutes<K, R> {
                 Some(_) => None,
                 None => self.addrs.all_addresses().await.ok(),
             };
-            let foreign = match (known, &read) {
-                (Some(present), _) => Some(Self::foreign(present)),
-                (None, Some(present)) => Some(Self::foreign(present)),
-                (None, None) => None,
-            };
-            match &foreign {
-                Some(f) => {
-                    let mut idx = Vec::with_capacity(routed.len());
-                    let mut batch = Vec::with_capacity(routed.len());
-                    for i in routed {
-                        let (ifindex, vip, lifetime) = items[i];
-                        if let Some(a) = Self::routed(ifindex, &vip) {
-                            idx.push(i);
-                            batch.push((a, lifetime));
-                        }
-                    }
-                    for (i, r) in idx.into_iter().zip(self.add_routes(&batch, f).await) {
-                        out[i] = Some(r);
+            match known.or(read.as_deref().map(Vec::as_slice)) {
+                Some(present) => {
+                    let batch: Vec<(Ipv6Addr, Lifetime)> =
+                        routed.iter().map(|&(i, a)| (a, items[i].2)).collect();
+                    let done = self.add_routes(&batch, &Self::foreign(present)).await;
+                    for ((i, _), r) in routed.iter().zip(done) {
+                        out[*i] = Some(r);
                     }
                 }
                 // The batch's read failed: each item reads again and reports its error.
                 None => {
-                    for i in routed {
+                    for &(i, _) in &routed {
                         let (ifindex, vip, lifetime) = items[i];
                         out[i] = Some(self.add_or_refresh(ifindex, vip, lifetime, skip_dad).await);
                     }
@@ -593,8 +594,7 @@ impl<K: Kernel, R: LocalRoutes> Kernel for LoopbackRoutes<K, R> {
     }
 
     async fn remove_many(&self, items: &[(u32, Vip)]) -> Vec<Result<(), NetError>> {
-        let (routed, plain): (Vec<usize>, Vec<usize>) =
-            (0..items.len()).partition(|&i| Self::routed(items[i].0, &items[i].1).is_some());
+        let (routed, plain) = Self::split(items.iter().copied());
         let mut out: Vec<Option<Result<(), NetError>>> = (0..items.len()).map(|_| None).collect();
         if !plain.is_empty() {
             let batch: Vec<(u32, Vip)> = plain.iter().map(|&i| items[i]).collect();
@@ -602,7 +602,7 @@ impl<K: Kernel, R: LocalRoutes> Kernel for LoopbackRoutes<K, R> {
                 out[*i] = Some(r);
             }
         }
-        for i in routed {
+        for (i, _) in routed {
             out[i] = Some(self.remove(items[i].0, items[i].1).await);
         }
         out.into_iter().flatten().collect()
@@ -685,26 +685,20 @@ fn deletion_socket() -> Result<TokioSocket, NetError> {
 /// Pure.
 pub(crate) fn deleted_routes(data: &[u8]) -> Vec<Ipv6Addr> {
     let probe = VipRoute::loopback(Ipv6Addr::UNSPECIFIED);
-    let mut out = Vec::new();
-    let mut off = 0;
-    while let Some(rest) = data.get(off..).filter(|r| !r.is_empty()) {
-        let Ok(m) = NetlinkMessage::<RouteNetlinkMessage>::deserialize(rest) else {
-            break;
-        };
-        let len = usize::try_from(m.header.length).unwrap_or(0);
-        if len == 0 {
-            break;
-        }
-        off += (len + 3) & !3;
-        if let NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelRoute(r)) = &m.payload
-            && let Some(info) = super::route::route_info(r, TABLE_LOCAL, probe.protocol)
-            && info.route.kind == probe.kind
-            && let IpAddr::V6(a) = info.route.addr
-        {
-            out.push(a);
-        }
-    }
-    out
+    super::nlmsg::messages::<RouteNetlinkMessage>(data)
+        .map_while(Result::ok)
+        .filter_map(|m| match m.payload {
+            NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelRoute(r)) => {
+                super::route::route_info(&r, TABLE_LOCAL, probe.protocol)
+            }
+            _ => None,
+        })
+        .filter(|info| info.route.kind == probe.kind)
+        .filter_map(|info| match info.route.addr {
+            IpAddr::V6(a) => Some(a),
+            IpAddr::V4(_) => None,
+        })
+        .collect()
 }
 
 /// The deletion watch's task: forgets each of vipd's routes a notification says was

@@ -33,6 +33,7 @@ pub mod macvlan;
 pub mod nd_responder;
 mod netlink;
 pub mod nft;
+mod nlmsg;
 pub mod packet;
 pub mod route;
 pub mod route_kernel;

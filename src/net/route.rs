@@ -164,6 +164,34 @@ impl VipRoute {
         }
     }
 
+    /// The checks of a request to add or refresh this route with `lifetime` on `device`
+    /// ([`RouteDevice::Link`]'s index, or `None` for a fence device): its table
+    /// ([`Self::check`]), a lifetime of 1..=4294967294 s ([`RouteError::InvalidLifetime`]),
+    /// and no IPv4 route on a link ([`RouteError::NoIpv4Expiry`]: IPv4 has no route expiry).
+    fn check_request(&self, lifetime: &Lifetime, link: Option<u32>) -> Result<(), RouteError> {
+        self.check()?;
+        if lifetime.max_secs == 0 || lifetime.max_secs == FOREVER {
+            return Err(RouteError::InvalidLifetime {
+                route: *self,
+                value: lifetime.max_secs,
+            });
+        }
+        match link {
+            Some(ifindex) if self.addr.is_ipv4() => Err(RouteError::NoIpv4Expiry {
+                route: *self,
+                ifindex,
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// The request message on output interface `ifindex`.
+    fn message_on(&self, ifindex: u32) -> RouteMessage {
+        let mut msg = self.message();
+        msg.attributes.push(RouteAttribute::Oif(ifindex));
+        msg
+    }
+
     /// Table 0 is refused; so is the local table (255) but for [`Self::loopback`]'s routes.
     fn check(&self) -> Result<(), RouteError> {
         let loopback = self.kind == RouteKind::Local && self.protocol == LOOPBACK_PROTOCOL;
@@ -488,26 +516,9 @@ impl NetlinkKernel {
         let mut out: Vec<Option<Result<u32, RouteError>>> = Vec::with_capacity(items.len());
         let mut batch = Vec::with_capacity(items.len());
         for (i, (route, lifetime, replace)) in items.iter().enumerate() {
-            let checked = route.check().and_then(|()| {
-                if lifetime.max_secs == 0 || lifetime.max_secs == FOREVER {
-                    return Err(RouteError::InvalidLifetime {
-                        route: *route,
-                        value: lifetime.max_secs,
-                    });
-                }
-                match route.addr.is_ipv4() {
-                    true => Err(RouteError::NoIpv4Expiry {
-                        route: *route,
-                        ifindex,
-                    }),
-                    false => Ok(()),
-                }
-            });
-            match checked {
+            match route.check_request(lifetime, Some(ifindex)) {
                 Ok(()) => {
-                    let mut msg = route.message();
-                    msg.attributes.push(RouteAttribute::Oif(ifindex));
-                    batch.push((i, msg, *lifetime, *replace));
+                    batch.push((i, route.message_on(ifindex), *lifetime, *replace));
                     out.push(None);
                 }
                 Err(e) => out.push(Some(Err(e))),
@@ -574,22 +585,12 @@ impl NetlinkKernel {
         device: RouteDevice<'_>,
         lifetime: Lifetime,
     ) -> Result<u32, RouteError> {
-        route.check()?;
-        if lifetime.max_secs == 0 || lifetime.max_secs == FOREVER {
-            return Err(RouteError::InvalidLifetime {
-                route,
-                value: lifetime.max_secs,
-            });
-        }
-        let (ifindex, described) = match device {
-            RouteDevice::Link(ifindex) if route.addr.is_ipv4() => {
-                return Err(RouteError::NoIpv4Expiry { route, ifindex });
-            }
-            RouteDevice::Link(i) => (i, format!("ifindex {i}")),
-            RouteDevice::Fence(f) => (f.ifindex, f.describe()),
+        let (ifindex, described, link) = match device {
+            RouteDevice::Link(i) => (i, format!("ifindex {i}"), Some(i)),
+            RouteDevice::Fence(f) => (f.ifindex, f.describe(), None),
         };
-        let mut msg = route.message();
-        msg.attributes.push(RouteAttribute::Oif(ifindex));
+        route.check_request(&lifetime, link)?;
+        let msg = route.message_on(ifindex);
         let netlink = |op, source| self.route_error(op, route, &described, source);
         if route.addr.is_ipv6() {
             let sock = self.addr_socket();

@@ -114,11 +114,12 @@ pub async fn run(cfg: Config, shutdown: CancellationToken) -> Result<(), Manager
         Duration::from_millis(200),
     ));
     // IPv6 Service VIPs on lo are local routes (svc_ipv6_loopback): the Service holders
-    // write them through this, and the housekeeping counts them with the addresses.
-    let loopback = Arc::new(crate::net::lo_routes::LoopbackRoutes::watched(
-        addresses.clone(),
-        kernel.clone(),
-    ));
+    // write them through this, and the housekeeping counts them with the addresses. The
+    // node's route notifications are followed only where such routes can exist.
+    let loopback = Arc::new(match cfg.services && cfg.services_ipv6_loopback {
+        true => crate::net::lo_routes::LoopbackRoutes::watched(addresses.clone(), kernel.clone()),
+        false => crate::net::lo_routes::LoopbackRoutes::new(addresses.clone(), kernel.clone()),
+    });
     let aux_stop = CancellationToken::new();
     tokio::spawn(aux_loop(
         loopback.clone(),

@@ -657,15 +657,8 @@ fn read_acks(sock: &Socket, seq: u32, n: usize) -> Result<Vec<(u32, i32)>, Strin
         let (data, _) = sock
             .recv_from_full()
             .map_err(|e| format!("reading the kernel's answers ({answered} of {n}): {e}"))?;
-        let mut off = 0;
-        while let Some(rest) = data.get(off..).filter(|r| !r.is_empty()) {
-            let m = NetlinkMessage::<NetfilterMessage>::deserialize(rest)
-                .map_err(|e| format!("unreadable answer: {e}"))?;
-            let len = usize::try_from(m.header.length).unwrap_or(0);
-            if len == 0 {
-                break;
-            }
-            off += (len + 3) & !3;
+        for m in crate::net::nlmsg::messages::<NetfilterMessage>(&data) {
+            let m = m.map_err(|e| format!("unreadable answer: {e}"))?;
             if let NetlinkPayload::Error(e) = m.payload {
                 let errno = e.code.map(NonZeroI32::get).unwrap_or(0).abs();
                 let s = m.header.sequence_number;
