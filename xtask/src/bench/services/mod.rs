@@ -49,7 +49,10 @@
 //!   answering nodes, and in samples every 200 ms of the two remaining nodes' eth0
 //!   addresses how many had an address on both (expected 0). Prints the Service lease
 //!   timing vipd runs with (3/2/1 s unless `VIPD_BENCH_ENV` sets others) to compare the
-//!   slowest takeover with the lease duration + 1 s. Not part of `all`.
+//!   slowest takeover with the lease duration + 1 s, per address the first listing that
+//!   showed it on a remaining node, and per lease the powered-off node held, from a lease
+//!   watch opened 2 s before: its last renewal seen, when another node took it, and how long
+//!   after its expiry ([`poweroff::LeaseMoves`]). Not part of `all`.
 //! - **churn**: 20 Services (192.0.2.150-169) created, answered, deleted (until no node
 //!   carries their addresses) and created again, for M minutes (default 10). Prints VmRSS,
 //!   thread count and any task-count gauge vipd's `/metrics` exposes (metric names containing

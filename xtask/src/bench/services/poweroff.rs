@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, anyhow, bail};
@@ -153,12 +154,114 @@ impl DoubleCarriers {
     }
 }
 
-/// The "never two responders" samples and the failed listings (count, first failure).
+/// What the bench's lease watch saw of one lease the powered-off node held, by the arrival
+/// times of the watch's events at the bench ([`LeaseMoves`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LeaseMove {
+    /// When the last write still naming the powered-off node arrived.
+    pub last_renewal: Option<Instant>,
+    /// When the first write naming another holder arrived, and that holder.
+    pub taken: Option<(Instant, String)>,
+}
+
+/// The leases the powered-off node held and how they moved: fed with each lease write the
+/// bench's watch receives (from a few seconds before the power-off), it tells per lease the
+/// last renewal seen before the power-off and the first write by another holder after it.
+/// A follower may take a lease once the lease duration has passed since it saw the last
+/// renewal (client-go's `observedTime`), so `taken - last_renewal - lease duration` is the
+/// time the survivors' elections took beyond the expiry, the watch's delivery delays mostly
+/// cancelling out.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LeaseMoves {
+    victim: String,
+    /// By lease name (`namespace/name`).
+    pub moves: BTreeMap<String, LeaseMove>,
+}
+
+impl LeaseMoves {
+    /// Follows `leases`, held by `victim` when the watch started.
+    pub fn new(victim: &str, leases: impl IntoIterator<Item = String>) -> LeaseMoves {
+        LeaseMoves {
+            victim: victim.to_string(),
+            moves: leases
+                .into_iter()
+                .map(|l| (l, LeaseMove::default()))
+                .collect(),
+        }
+    }
+
+    /// A write of `lease` naming `holder` arrived `at`. Writes of other leases are ignored,
+    /// and so is every write after the first by another holder.
+    pub fn observe(&mut self, at: Instant, lease: &str, holder: &str) {
+        let victim = &self.victim;
+        let Some(m) = self.moves.get_mut(lease) else {
+            return;
+        };
+        if m.taken.is_some() {
+            return;
+        }
+        if holder == victim {
+            m.last_renewal = Some(at);
+        } else {
+            m.taken = Some((at, holder.to_string()));
+        }
+    }
+
+    /// The report's lines for a power-off at `t0` with leases of `duration`: per lease its
+    /// last renewal seen and its take, relative to `t0` (ms), and the take's delay beyond
+    /// the expiry.
+    pub fn lines(&self, t0: Instant, duration: Duration) -> Vec<String> {
+        let rel = |at: Instant| match at.checked_duration_since(t0) {
+            Some(d) => ms(d),
+            None => -ms(t0.saturating_duration_since(at)),
+        };
+        let mut taken_ms = Vec::new();
+        let mut late_ms = Vec::new();
+        let mut per_lease = Vec::new();
+        for (name, m) in &self.moves {
+            let seen = m.last_renewal.map(rel);
+            let took = m.taken.as_ref().map(|(at, h)| (rel(*at), h));
+            let late = match (seen, &took) {
+                (Some(s), Some((t, _))) => Some(*t - s - ms(duration)),
+                _ => None,
+            };
+            if let Some((t, _)) = took {
+                taken_ms.push(t);
+            }
+            late_ms.extend(late);
+            per_lease.push(format!(
+                "{name}: last renewal {}, taken {}{}",
+                seen.map_or("not seen".into(), |s| format!("{s:+.0} ms")),
+                took.map_or("not within the watch".into(), |(t, h)| format!(
+                    "{t:+.0} ms by {h}"
+                )),
+                late.map_or(String::new(), |l| format!(" ({l:+.0} ms after its expiry)")),
+            ));
+        }
+        let mut out = vec![format!(
+            "leases it held ({}), as the bench's lease watch saw them: taken by another node {}/{}, power-off -> taken: {}; after the expiry (last renewal seen + {} s): {}",
+            self.moves.len(),
+            taken_ms.len(),
+            self.moves.len(),
+            summary_ms(&taken_ms),
+            duration.as_secs_f64(),
+            summary_ms(&late_ms),
+        )];
+        out.extend(per_lease);
+        out
+    }
+}
+
+/// The "never two responders" samples, the failed listings (count, first failure) and when
+/// each watched address was first listed on a remaining node.
 #[derive(Debug, Default)]
 struct Sampled {
     dc: DoubleCarriers,
     errors: usize,
     first_error: Option<String>,
+    /// Per address, the end of the first listing that showed it on a remaining node,
+    /// after the power-off.
+    first_listed: BTreeMap<IpAddr, Duration>,
 }
 
 /// One sample of which of `watched` each of `nodes` carries ([`Bench::carried_on`]: two
@@ -186,9 +289,13 @@ fn sample_carriers(
     let mut s = sampled
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let ended = t0.elapsed();
     match sample {
         Ok(sample) => {
             s.dc.add(at, watched, &sample);
+            for a in sample.values().flatten() {
+                s.first_listed.entry(*a).or_insert(ended);
+            }
             Ok(sample.into_values().flatten().collect())
         }
         Err(e) => {
@@ -295,9 +402,104 @@ pub fn run(b: &Bench, addrs: &[IpAddr]) -> Result<()> {
     let index: BTreeMap<IpAddr, usize> = addrs.iter().enumerate().map(|(i, a)| (*a, i)).collect();
     let poller = Poller::new(addrs.len(), POWEROFF_LIMIT);
     let sampled = Mutex::new(Sampled::default());
+    // The lease watch starts LEASE_WATCH_LEAD before the power-off, so that it sees every
+    // lease's last renewal.
+    let (rv, holders) = b.in_client(|| b.leases_at(ALL_LEASES))??;
+    let moves = Mutex::new(LeaseMoves::new(
+        &victim,
+        holders
+            .iter()
+            .filter(|(_, h)| **h == victim)
+            .map(|(n, _)| n.clone()),
+    ));
+    let watch_done = AtomicBool::new(false);
+    std::thread::scope(|s| -> Result<()> {
+        let watch = s.spawn(|| watch_lease_moves(b, &rv, &moves, &watch_done));
+        std::thread::sleep(LEASE_WATCH_LEAD);
+        let r = power_off_and_poll(
+            b,
+            &victim,
+            &remaining,
+            &watched,
+            &index,
+            &poller,
+            &sampled,
+            &moves,
+            timing[0].secs,
+        );
+        watch_done.store(true, Ordering::SeqCst);
+        match watch.join() {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => println!("    (the lease watch failed: {e:#})"),
+            Err(_) => println!("    (the lease watch panicked)"),
+        }
+        r
+    })
+}
+
+/// Lists of every namespace's Leases (per-Service leases in `default`, shard leases and the
+/// allocator's in `kube-system`).
+const ALL_LEASES: &str = "/apis/coordination.k8s.io/v1/leases";
+
+/// How long before the power-off the lease watch starts (2 s: two renewals of a lease
+/// renewed every second, vipd's default retry period).
+pub const LEASE_WATCH_LEAD: Duration = Duration::from_secs(2);
+
+/// Feeds every lease write from `rv` on to `moves` with its arrival time, until `done`
+/// (checked every 200 ms); runs the watch from the client namespace.
+///
+/// # Errors
+/// When the watch cannot be opened or answers with another status than 200.
+fn watch_lease_moves(
+    b: &Bench,
+    rv: &str,
+    moves: &Mutex<LeaseMoves>,
+    done: &AtomicBool,
+) -> Result<()> {
+    let limit = LEASE_WATCH_LEAD + POWEROFF_LIMIT + CARRIER_SAMPLE_TAIL + Duration::from_secs(5);
+    let path = format!(
+        "{ALL_LEASES}?watch=1&resourceVersion={rv}&timeoutSeconds={}",
+        limit.as_secs()
+    );
+    let status = b.in_client(|| {
+        b.api.get_lines(&path, Duration::from_millis(200), |line| {
+            if let Some(l) = line
+                && let Ok(e) = serde_json::from_str::<serde_json::Value>(l)
+            {
+                let at = Instant::now();
+                let o = &e["object"];
+                let name = o["metadata"]["name"].as_str().unwrap_or_default();
+                let holder = o["spec"]["holderIdentity"].as_str().unwrap_or_default();
+                if let Ok(mut m) = moves.lock() {
+                    m.observe(at, name, holder);
+                }
+            }
+            !done.load(Ordering::SeqCst)
+        })
+    })??;
+    if status != 200 {
+        bail!("lease watch: HTTP {status}");
+    }
+    Ok(())
+}
+
+/// The power-off itself, the polling and the report ([`run`]); `moves` is the lease watch's
+/// record, `lease_secs` the Service lease duration.
+#[allow(clippy::too_many_arguments)]
+fn power_off_and_poll(
+    b: &Bench,
+    victim: &str,
+    remaining: &[&str],
+    watched: &BTreeSet<IpAddr>,
+    index: &BTreeMap<IpAddr, usize>,
+    poller: &Poller,
+    sampled: &Mutex<Sampled>,
+    moves: &Mutex<LeaseMoves>,
+    lease_secs: f64,
+) -> Result<()> {
     let t0 = Instant::now();
-    kill_node_vipd(b, &victim)?;
-    b.lab.cut_link(&victim)?;
+    kill_node_vipd(b, victim)?;
+    b.lab.cut_link(victim)?;
     let cut = t0.elapsed();
     // Added only now: an attempt before the cut could still reach the node's own backend.
     poller.add_all(
@@ -307,7 +509,7 @@ pub fn run(b: &Bench, addrs: &[IpAddr]) -> Result<()> {
     );
     poller.close();
     // Only the remaining nodes count: the powered-off one still carries its addresses.
-    let sample = || sample_carriers(b, &remaining, &watched, t0, &sampled);
+    let sample = || sample_carriers(b, remaining, watched, t0, sampled);
     let polled = b.in_client(|| poller.run(&sample));
     let polling_done = t0.elapsed();
     // The tail: a second node taking an address just after the first answer is caught too.
@@ -325,9 +527,12 @@ pub fn run(b: &Bench, addrs: &[IpAddr]) -> Result<()> {
         dc,
         errors: sample_errors,
         first_error: first_sample_error,
-    } = sampled
-        .into_inner()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+        first_listed,
+    } = std::mem::take(
+        &mut *sampled
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
 
     let answered = &poller.answered;
     let gaps: Vec<f64> = answered
@@ -345,9 +550,26 @@ pub fn run(b: &Bench, addrs: &[IpAddr]) -> Result<()> {
         "    per address, power-off -> first answer: {}",
         summary_ms(&gaps)
     );
+    let listed: Vec<f64> = first_listed.values().copied().map(ms).collect();
+    println!(
+        "    per address, power-off -> first listed on {} (the end of that listing): {}",
+        remaining.join(" or "),
+        summary_ms(&listed)
+    );
+    let moved = moves
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    for (k, line) in moved
+        .lines(t0, Duration::from_secs_f64(lease_secs))
+        .into_iter()
+        .enumerate()
+    {
+        println!("    {}{line}", if k == 0 { "" } else { "  " });
+    }
     let by = answered_by(answered);
     println!("    answered by: {by:?}");
-    if let Some(n) = by.get(&victim) {
+    if let Some(n) = by.get(victim) {
         println!("    !! {n} answers came from the powered-off {victim}");
     }
     print_failures(&poller.failures());

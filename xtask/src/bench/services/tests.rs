@@ -726,3 +726,47 @@ fn bench_log_filter_keeps_the_line_the_bench_waits_for() {
         Some("warn,vipd::services::runtime=debug")
     );
 }
+
+/// The lease watch's record of a power-off: the last renewal by the powered-off node before
+/// it, the first write by another holder after it, the delay beyond the expiry; leases the
+/// node did not hold and writes after the take are ignored.
+#[test]
+fn lease_moves_tell_each_lease_s_last_renewal_its_take_and_the_delay_past_expiry() {
+    let start = Instant::now();
+    let at = |ms: u64| start + Duration::from_millis(ms);
+    let mut m = LeaseMoves::new("node-a", ["shard-0".to_string(), "shard-1".to_string()]);
+    m.observe(at(100), "shard-0", "node-a");
+    m.observe(at(1100), "shard-0", "node-a");
+    m.observe(at(1900), "shard-1", "node-a");
+    m.observe(at(1950), "shard-9", "node-b");
+    // Power-off at 2000 ms; lease duration 3 s.
+    m.observe(at(4150), "shard-0", "node-b");
+    m.observe(at(4300), "shard-0", "node-c");
+    let moved = &m.moves["shard-0"];
+    assert_eq!(moved.last_renewal, Some(at(1100)));
+    assert_eq!(
+        moved.taken,
+        Some((at(4150), "node-b".to_string())),
+        "the first take counts"
+    );
+    assert!(
+        !m.moves.contains_key("shard-9"),
+        "a lease the node did not hold"
+    );
+    let lines = m.lines(at(2000), Duration::from_secs(3));
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(
+        lines[0].contains("taken by another node 1/2"),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[0].contains("max 2150 ms"), "{}", lines[0]);
+    assert_eq!(
+        lines[1],
+        "shard-0: last renewal -900 ms, taken +2150 ms by node-b (+50 ms after its expiry)"
+    );
+    assert_eq!(
+        lines[2],
+        "shard-1: last renewal -100 ms, taken not within the watch"
+    );
+}
