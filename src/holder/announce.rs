@@ -99,7 +99,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let ours = OursIndex::new(&present, self.vips.iter().map(|s| s.vip.addr));
         for i in 0..self.vips.len() {
             let vip = self.vips[i].vip;
-            let (Some(link), Some(place)) = (self.links.get(&i).cloned(), self.place(i)) else {
+            let (Some(link), Some(place)) = (self.links.shared(&i).cloned(), self.place(i)) else {
                 continue;
             };
             let here = ours.at(place, vip.addr);

@@ -36,10 +36,10 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let Some(answers) = self.cfg.nd_answers.clone() else {
             return;
         };
-        let mut wanted: std::collections::HashMap<(u32, Ipv6Addr), LinkInfo> =
+        let mut wanted: std::collections::HashMap<(u32, Ipv6Addr), Arc<LinkInfo>> =
             std::collections::HashMap::new();
         for i in self.bound_now() {
-            let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
+            let (Some(spec), Some(link)) = (self.vips.get(i), self.links.shared(&i)) else {
                 continue;
             };
             if let (IpAddr::V6(v6), true) = (spec.vip.addr, self.on_lo(spec)) {

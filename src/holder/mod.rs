@@ -564,54 +564,96 @@ const FENCE_RECHECKS: u32 = 3;
 const DROP_RETRY: Duration = Duration::from_millis(30);
 
 /// The interface resolved for each VIP, by VIP index: slot `i` is VIP `i`'s (a holder of a
-/// shard lease holds hundreds of VIPs and looks each up on every renewal). Empty slots at
-/// the end are not kept, so a follower's holder carries no allocation.
+/// shard lease holds hundreds of VIPs and looks each up on every renewal). VIPs on one
+/// interface share one entry (`Arc`): a shard's hundreds of VIPs on `eth0` are one
+/// `LinkInfo`, not hundreds of copies of its name to clone at every check, refresh and
+/// announcement. Empty slots at the end are not kept, so a follower's holder carries no
+/// allocation.
 #[derive(Debug, Default)]
-struct Links(Vec<Option<LinkInfo>>);
+struct Links {
+    slots: Vec<Option<Arc<LinkInfo>>>,
+    /// The entry inserted last, shared by the next insert of an equal link.
+    recent: Option<Arc<LinkInfo>>,
+}
 
 impl Links {
     fn get(&self, i: &usize) -> Option<&LinkInfo> {
-        self.0.get(*i).and_then(Option::as_ref)
+        self.shared(i).map(|l| &**l)
+    }
+
+    /// VIP `i`'s entry, to keep (a clone is a reference count).
+    fn shared(&self, i: &usize) -> Option<&Arc<LinkInfo>> {
+        self.slots.get(*i).and_then(Option::as_ref)
     }
 
     fn insert(&mut self, i: usize, link: LinkInfo) {
-        if self.0.len() <= i {
-            self.0.resize(i + 1, None);
+        let shared = match &self.recent {
+            Some(r) if **r == link => r.clone(),
+            _ => {
+                let r = Arc::new(link);
+                self.recent = Some(r.clone());
+                r
+            }
+        };
+        self.insert_shared(i, shared);
+    }
+
+    /// Sets VIP `i`'s entry to `link` as it is (shared with whoever holds it).
+    fn insert_shared(&mut self, i: usize, link: Arc<LinkInfo>) {
+        if self.slots.len() <= i {
+            self.slots.resize(i + 1, None);
         }
-        self.0[i] = Some(link);
+        self.slots[i] = Some(link);
     }
 
     fn remove(&mut self, i: &usize) {
-        if let Some(slot) = self.0.get_mut(*i) {
+        if let Some(slot) = self.slots.get_mut(*i) {
             *slot = None;
         }
-        while self.0.last().is_some_and(Option::is_none) {
-            self.0.pop();
+        while self.slots.last().is_some_and(Option::is_none) {
+            self.slots.pop();
+        }
+        if self.slots.is_empty() {
+            self.recent = None;
         }
     }
 
     /// How many VIPs have an interface.
     fn len(&self) -> usize {
-        self.0.iter().flatten().count()
+        self.slots.iter().flatten().count()
     }
 
     /// The distinct interface indexes, ascending.
     fn interfaces(&self) -> Vec<u32> {
-        let mut out: Vec<u32> = self.0.iter().flatten().map(|l| l.index).collect();
+        let mut out: Vec<u32> = self.slots.iter().flatten().map(|l| l.index).collect();
         out.sort_unstable();
         out.dedup();
         out
     }
 
-    /// Replaces what is known of interface `link.index` for every VIP on it.
+    /// Replaces what is known of interface `link.index` for every VIP on it; entries equal
+    /// to `link` are kept (no copy at a check that finds the interface unchanged).
     fn update_interface(&mut self, link: &LinkInfo) {
+        let mut fresh: Option<Arc<LinkInfo>> = None;
+        let mut same: Option<Arc<LinkInfo>> = None;
         for held in self
-            .0
+            .slots
             .iter_mut()
             .flatten()
             .filter(|h| h.index == link.index)
         {
-            held.clone_from(link);
+            if same.as_ref().is_some_and(|s| Arc::ptr_eq(s, held)) {
+                continue;
+            }
+            if **held == *link {
+                same = Some(held.clone());
+                continue;
+            }
+            let f = fresh.get_or_insert_with(|| Arc::new(link.clone()));
+            *held = f.clone();
+        }
+        if let Some(f) = fresh {
+            self.recent = Some(f);
         }
     }
 }

@@ -10,14 +10,14 @@ use crate::lease::{fence_overrun, fence_run_expected, fence_timeout, second_line
 type Refresh = (
     usize,
     u32,
-    LinkInfo,
+    Arc<LinkInfo>,
     Vip,
     Result<Option<Lifetime>, NetError>,
 );
 
 /// One VIP's outcome in [`VipHolder::add_many`]: its index, interface, address and whether
 /// it is held now.
-pub(super) type Added = (usize, LinkInfo, Vip, Result<bool, NetError>);
+pub(super) type Added = (usize, Arc<LinkInfo>, Vip, Result<bool, NetError>);
 
 /// What [`VipHolder::refresh_nft_fence`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,7 +227,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     ) -> Vec<Added> {
         let mut batch: Vec<Refresh> = Vec::with_capacity(idx.len());
         for &i in idx {
-            let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
+            let (Some(spec), Some(link)) = (self.vips.get(i), self.links.shared(&i)) else {
                 continue;
             };
             let (vip, link) = (spec.vip, link.clone());

@@ -1584,3 +1584,69 @@ async fn a_takeover_mark_ends_when_the_vips_leave_during_the_probe() {
         "no VIP left for 30 s: still marked busy"
     );
 }
+
+/// A shard holder's VIPs on one interface share one `LinkInfo` (not hundreds of copies of
+/// its name to clone at every check, refresh and announcement): a check that finds the
+/// interface unchanged keeps the entry, a changed one (a new MAC) reaches every VIP on it
+/// as one new entry, and VIPs on another interface keep theirs.
+#[test]
+fn vips_on_one_interface_share_one_link_entry() {
+    let eth0 = LinkInfo {
+        index: 2,
+        name: "eth0".into(),
+        mac: [2, 0, 0, 0, 0, 1],
+        up: true,
+        carrier: true,
+    };
+    let eth1 = LinkInfo {
+        index: 3,
+        name: "eth1".into(),
+        mac: [2, 0, 0, 0, 0, 2],
+        up: true,
+        carrier: true,
+    };
+    let mut l = Links::default();
+    for i in 0..3 {
+        l.insert(i, eth0.clone());
+    }
+    l.insert(3, eth1.clone());
+    let shared = |l: &Links, i: usize| l.shared(&i).unwrap().clone();
+    assert!(
+        Arc::ptr_eq(&shared(&l, 0), &shared(&l, 2)),
+        "one entry for eth0"
+    );
+    let before = shared(&l, 0);
+    l.update_interface(&eth0);
+    assert!(
+        Arc::ptr_eq(&shared(&l, 1), &before),
+        "unchanged: kept, not copied"
+    );
+    let new_mac = LinkInfo {
+        mac: [2, 0, 0, 0, 0, 9],
+        ..eth0.clone()
+    };
+    l.update_interface(&new_mac);
+    for i in 0..3 {
+        assert_eq!(l.get(&i), Some(&new_mac));
+    }
+    assert!(
+        Arc::ptr_eq(&shared(&l, 0), &shared(&l, 2)),
+        "still one entry"
+    );
+    assert_eq!(
+        l.get(&3),
+        Some(&eth1),
+        "the other interface's VIP keeps its own"
+    );
+    assert_eq!(l.interfaces(), vec![2, 3]);
+    l.insert(4, new_mac.clone());
+    assert!(
+        Arc::ptr_eq(&shared(&l, 4), &shared(&l, 0)),
+        "an insert shares it too"
+    );
+    for i in 0..5 {
+        l.remove(&i);
+    }
+    assert_eq!(l.len(), 0);
+    assert!(l.slots.is_empty() && l.recent.is_none(), "nothing kept");
+}

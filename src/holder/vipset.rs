@@ -81,8 +81,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             .collect();
         let old_links = std::mem::take(&mut self.links);
         for (i, j) in was.iter().enumerate() {
-            if let Some(link) = j.and_then(|j| old_links.get(&j)) {
-                self.links.insert(i, link.clone());
+            if let Some(link) = j.and_then(|j| old_links.shared(&j)) {
+                self.links.insert_shared(i, link.clone());
             }
         }
         self.resolve_links().await;

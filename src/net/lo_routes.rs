@@ -24,7 +24,7 @@
 //! exclusively (`NLM_F_EXCL`): someone else's local route to the VIP refuses it
 //! ([`RouteError::Foreign`]) and is never replaced or removed.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -156,15 +156,25 @@ pub async fn remove_stale<R: LocalRoutes>(routes: &R) -> Result<Vec<Ipv6Addr>, R
     Ok(removed)
 }
 
-/// A merged listing: the address snapshot it was built on, the routes' generation, the
-/// instant it was built, and the listing.
-type Merged = (Arc<Vec<AddrInfo>>, u64, Instant, Arc<Vec<AddrInfo>>);
+/// A merged listing ([`LoopbackRoutes`]' `all_addresses`) and what it was built on.
+struct Merged {
+    /// The address kernel's snapshot it was built on.
+    base: Arc<Vec<AddrInfo>>,
+    /// The routes' generation it was built on.
+    generation: u64,
+    /// Reused until then: [`MERGED_MAX_AGE`] after it was built, or the first expiry of a
+    /// route it lists if sooner (an expired route is never listed).
+    until: Instant,
+    /// The listing.
+    listing: Arc<Vec<AddrInfo>>,
+}
 
 /// The routes held, as kept in memory.
 #[derive(Default)]
 struct Held {
-    /// Each route's expiry (the instant its lifetime ends).
-    routes: HashMap<Ipv6Addr, Instant>,
+    /// Each route's expiry (the instant its lifetime ends), in address order (the
+    /// listing's order: [`LoopbackRoutes::route_addrs`] needs no sort).
+    routes: BTreeMap<Ipv6Addr, Instant>,
     /// When the kernel's routes are next read; `None`: at the next listing.
     next_read: Option<Instant>,
     /// Bumped at each change of `routes`.
@@ -184,9 +194,13 @@ impl Held {
 /// listing was not taken): not at every listing while a takeover changes routes.
 const REREAD_RETRY: Duration = Duration::from_secs(1);
 
-/// How long a merged listing is reused while neither the addresses nor the routes changed:
-/// the lifetimes it reports age by at most this (under the whole second a listing rounds to).
-const MERGED_MAX_AGE: Duration = Duration::from_millis(200);
+/// How long a merged listing is reused while neither the addresses nor the routes changed
+/// (1 s): the lifetimes it reports age by at most this, as the node's cached address
+/// listing reports at most one second more than the kernel would
+/// ([`super::cache`]). A shard's holder checks its hundreds of VIPs against it every
+/// 500 ms, each of a node's holders at its own time: with 200 ms nearly every check built
+/// the node's thousands of routes into a listing again.
+const MERGED_MAX_AGE: Duration = Duration::from_secs(1);
 
 /// The holder's [`Kernel`] with IPv6 VIPs on `lo` as local routes (module docs): `addrs` is
 /// the node's address kernel, `routes` makes the route requests.
@@ -467,10 +481,10 @@ impl<K: Kernel, R: LocalRoutes> LoopbackRoutes<K, R> {
     }
 
     /// The routes held as addresses on `lo` at `now`: vipd's, `/128`, with the whole seconds
-    /// left rounded up (as the kernel reports an address's); expired ones left out.
+    /// left rounded up (as the kernel reports an address's); expired ones left out. In
+    /// address order.
     fn route_addrs(h: &Held, now: Instant) -> Vec<AddrInfo> {
-        let mut out: Vec<AddrInfo> = h
-            .routes
+        h.routes
             .iter()
             .filter(|(_, end)| **end > now)
             .map(|(a, end)| AddrInfo {
@@ -486,9 +500,7 @@ impl<K: Kernel, R: LocalRoutes> LoopbackRoutes<K, R> {
                 preferred_lft_secs: Some(0),
                 primary: true,
             })
-            .collect();
-        out.sort_by_key(|a| a.vip.addr);
-        out
+            .collect()
     }
 }
 
@@ -628,21 +640,23 @@ impl<K: Kernel, R: LocalRoutes> Kernel for LoopbackRoutes<K, R> {
     }
 
     /// The address kernel's shared listing with the routes after it, reused while neither
-    /// changed for [`MERGED_MAX_AGE`] (a shard's holder reads thousands at each check).
+    /// changed for [`MERGED_MAX_AGE`] and no route it lists expired (a shard's holder reads
+    /// thousands at each check).
     async fn all_addresses(&self) -> Result<Arc<Vec<AddrInfo>>, NetError> {
         let base = self.addrs.all_addresses().await?;
         self.reread(false).await?;
         let now = Instant::now();
         let mut h = self.held();
-        if let Some((b, generation, at, merged)) = &h.merged
-            && Arc::ptr_eq(b, &base)
-            && *generation == h.generation
-            && now.duration_since(*at) < MERGED_MAX_AGE
+        if let Some(m) = &h.merged
+            && Arc::ptr_eq(&m.base, &base)
+            && m.generation == h.generation
+            && now < m.until
         {
-            return Ok(merged.clone());
+            return Ok(m.listing.clone());
         }
+        let first_expiry = h.routes.values().filter(|end| **end > now).min().copied();
         let routes = Self::route_addrs(&h, now);
-        let merged = match routes.is_empty() {
+        let listing = match routes.is_empty() {
             true => base.clone(),
             false => {
                 let mut all = Vec::with_capacity(base.len() + routes.len());
@@ -651,9 +665,14 @@ impl<K: Kernel, R: LocalRoutes> Kernel for LoopbackRoutes<K, R> {
                 Arc::new(all)
             }
         };
-        let generation = h.generation;
-        h.merged = Some((base, generation, now, merged.clone()));
-        Ok(merged)
+        let until = first_expiry.map_or(now + MERGED_MAX_AGE, |e| e.min(now + MERGED_MAX_AGE));
+        h.merged = Some(Merged {
+            base,
+            generation: h.generation,
+            until,
+            listing: listing.clone(),
+        });
+        Ok(listing)
     }
 
     async fn choose_interface(&self, addr: IpAddr) -> Result<u32, NetError> {

@@ -7,6 +7,7 @@ struct FakeAddrs {
     present: Mutex<Vec<AddrInfo>>,
     added: Mutex<Vec<Vec<(u32, Vip)>>>,
     removed: Mutex<Vec<Vec<(u32, Vip)>>>,
+    snapshot: Mutex<Option<Arc<Vec<AddrInfo>>>>,
 }
 
 impl Kernel for FakeAddrs {
@@ -52,6 +53,20 @@ impl Kernel for FakeAddrs {
     }
     async fn choose_interface(&self, addr: IpAddr) -> Result<u32, NetError> {
         Err(NetError::NoInterface { addr })
+    }
+    /// One shared snapshot while the addresses stay the same, as the node's cached kernel
+    /// answers (`net::cache`).
+    async fn all_addresses(&self) -> Result<Arc<Vec<AddrInfo>>, NetError> {
+        let now = self.addresses(None).await?;
+        let mut snap = self.snapshot.lock().unwrap();
+        match &*snap {
+            Some(s) if **s == now => Ok(s.clone()),
+            _ => {
+                let s = Arc::new(now);
+                *snap = Some(s.clone());
+                Ok(s)
+            }
+        }
     }
 }
 
@@ -552,5 +567,64 @@ async fn an_existing_route_whose_owner_cannot_be_read_is_not_called_foreign() {
         again.unwrap(),
         60,
         "the next try reads the kernel and refreshes"
+    );
+}
+
+/// The merged listing (addresses, then the routes in address order) is built once per
+/// second at most while nothing changes: a node's holders check against it every 500 ms
+/// each. A change of the routes or of the addresses, or a route's expiry, builds it again
+/// at once: an expired route is never listed.
+#[tokio::test(start_paused = true)]
+async fn the_merged_listing_is_reused_for_a_second_unless_something_changed_or_expired() {
+    let (addrs, _, k) = kernel();
+    put(&k, "2001:db8::c", 60).await.unwrap();
+    put(&k, "2001:db8::a", 60).await.unwrap();
+    put(&k, "2001:db8::b", 3).await.unwrap();
+    let first = k.all_addresses().await.unwrap();
+    assert_eq!(
+        on_lo(&first)
+            .into_iter()
+            .map(|(a, _)| a.to_string())
+            .collect::<Vec<_>>(),
+        ["2001:db8::a", "2001:db8::b", "2001:db8::c"],
+        "routes in address order"
+    );
+    tokio::time::advance(Duration::from_millis(900)).await;
+    let again = k.all_addresses().await.unwrap();
+    assert!(Arc::ptr_eq(&first, &again), "reused within the second");
+    tokio::time::advance(Duration::from_millis(200)).await;
+    let later = k.all_addresses().await.unwrap();
+    assert!(!Arc::ptr_eq(&first, &later), "built again after a second");
+    assert_eq!(on_lo(&later)[0], ("2001:db8::a".parse().unwrap(), Some(59)));
+    put(&k, "2001:db8::d", 60).await.unwrap();
+    let changed = k.all_addresses().await.unwrap();
+    assert!(!Arc::ptr_eq(&later, &changed), "a route added");
+    assert_eq!(on_lo(&changed).len(), 4);
+    addrs.present.lock().unwrap().push(AddrInfo {
+        ifindex: 2,
+        vip: host("192.0.2.10"),
+        ours: true,
+        tentative: false,
+        dad_failed: false,
+        valid_lft_secs: Some(60),
+        preferred_lft_secs: Some(0),
+        primary: true,
+    });
+    let readdressed = k.all_addresses().await.unwrap();
+    assert!(!Arc::ptr_eq(&changed, &readdressed), "an address added");
+    assert_eq!(readdressed.len(), 5);
+    // 2001:db8::b ends 3 s after its add: 1.9 s from here, inside the next reuse window.
+    tokio::time::advance(Duration::from_millis(1_500)).await;
+    let before_expiry = k.all_addresses().await.unwrap();
+    assert_eq!(on_lo(&before_expiry).len(), 4);
+    tokio::time::advance(Duration::from_millis(500)).await;
+    let after_expiry = k.all_addresses().await.unwrap();
+    assert_eq!(
+        on_lo(&after_expiry)
+            .into_iter()
+            .map(|(a, _)| a.to_string())
+            .collect::<Vec<_>>(),
+        ["2001:db8::a", "2001:db8::c", "2001:db8::d"],
+        "the expired route is gone at its expiry, not at the end of the reuse window"
     );
 }

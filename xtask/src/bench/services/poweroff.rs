@@ -154,6 +154,10 @@ impl DoubleCarriers {
     }
 }
 
+/// Leases listed one by one in the poweroff report (those taken last): a shard holder holds
+/// a few, a per-Service holder hundreds.
+pub const LEASES_LISTED: usize = 16;
+
 /// What the bench's lease watch saw of one lease the powered-off node held, by the arrival
 /// times of the watch's events at the bench ([`LeaseMoves`]).
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -207,9 +211,10 @@ impl LeaseMoves {
         }
     }
 
-    /// The report's lines for a power-off at `t0` with leases of `duration`: per lease its
-    /// last renewal seen and its take, relative to `t0` (ms), and the take's delay beyond
-    /// the expiry.
+    /// The report's lines for a power-off at `t0` with leases of `duration`: a summary,
+    /// then per lease (the [`LEASES_LISTED`] taken last, those never taken first) its last
+    /// renewal seen and its take, relative to `t0` (ms), and the take's delay beyond the
+    /// expiry.
     pub fn lines(&self, t0: Instant, duration: Duration) -> Vec<String> {
         let rel = |at: Instant| match at.checked_duration_since(t0) {
             Some(d) => ms(d),
@@ -229,15 +234,20 @@ impl LeaseMoves {
                 taken_ms.push(t);
             }
             late_ms.extend(late);
-            per_lease.push(format!(
-                "{name}: last renewal {}, taken {}{}",
-                seen.map_or("not seen".into(), |s| format!("{s:+.0} ms")),
-                took.map_or("not within the watch".into(), |(t, h)| format!(
-                    "{t:+.0} ms by {h}"
-                )),
-                late.map_or(String::new(), |l| format!(" ({l:+.0} ms after its expiry)")),
+            let order = took.map_or(f64::INFINITY, |(t, _)| t);
+            per_lease.push((
+                order,
+                format!(
+                    "{name}: last renewal {}, taken {}{}",
+                    seen.map_or("not seen".into(), |s| format!("{s:+.0} ms")),
+                    took.map_or("not within the watch".into(), |(t, h)| format!(
+                        "{t:+.0} ms by {h}"
+                    )),
+                    late.map_or(String::new(), |l| format!(" ({l:+.0} ms after its expiry)")),
+                ),
             ));
         }
+        per_lease.sort_by(|a, b| b.0.total_cmp(&a.0));
         let mut out = vec![format!(
             "leases it held ({}), as the bench's lease watch saw them: taken by another node {}/{}, power-off -> taken: {}; after the expiry (last renewal seen + {} s): {}",
             self.moves.len(),
@@ -247,7 +257,10 @@ impl LeaseMoves {
             duration.as_secs_f64(),
             summary_ms(&late_ms),
         )];
-        out.extend(per_lease);
+        if per_lease.len() > LEASES_LISTED {
+            out.push(format!("the {LEASES_LISTED} taken last:"));
+        }
+        out.extend(per_lease.into_iter().take(LEASES_LISTED).map(|(_, l)| l));
         out
     }
 }

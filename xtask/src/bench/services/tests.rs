@@ -762,11 +762,27 @@ fn lease_moves_tell_each_lease_s_last_renewal_its_take_and_the_delay_past_expiry
     );
     assert!(lines[0].contains("max 2150 ms"), "{}", lines[0]);
     assert_eq!(
-        lines[1],
-        "shard-0: last renewal -900 ms, taken +2150 ms by node-b (+50 ms after its expiry)"
+        lines[1], "shard-1: last renewal -100 ms, taken not within the watch",
+        "never taken: listed first"
     );
     assert_eq!(
         lines[2],
-        "shard-1: last renewal -100 ms, taken not within the watch"
+        "shard-0: last renewal -900 ms, taken +2150 ms by node-b (+50 ms after its expiry)"
     );
+    // Hundreds of per-Service leases: the summary and the ones taken last.
+    let many: Vec<String> = (0..100).map(|i| format!("lease-{i:03}")).collect();
+    let mut m = LeaseMoves::new("node-a", many);
+    for i in 0..100u64 {
+        m.observe(at(1000), &format!("lease-{i:03}"), "node-a");
+        m.observe(at(4000 + i), &format!("lease-{i:03}"), "node-b");
+    }
+    let lines = m.lines(at(2000), Duration::from_secs(3));
+    assert_eq!(lines.len(), 2 + LEASES_LISTED, "{lines:?}");
+    assert!(
+        lines[0].contains("taken by another node 100/100"),
+        "{}",
+        lines[0]
+    );
+    assert!(lines[2].starts_with("lease-099: "), "{}", lines[2]);
+    assert!(lines[17].starts_with("lease-084: "), "{}", lines[17]);
 }
