@@ -357,7 +357,9 @@ impl std::fmt::Display for Takeover {
 /// second is enough: the check runs at least every 500 ms and, for an address with
 /// [`crate::net::cache::LIFETIME_MARGIN`] (3 s) or less left, reads a dump at most 200 ms old
 /// (a Service VIP holder's shared dump, [`crate::net::cache`], is otherwise kept until an
-/// address changes, its lifetimes aged), so a refresh comes while at least 300 ms are left.
+/// address changes, its lifetimes aged; the listing with the IPv6 VIPs on `lo` as routes,
+/// [`crate::net::lo_routes`], likewise 200 ms near a route's end and a second otherwise),
+/// so a refresh comes while at least 300 ms are left.
 ///
 /// [`fence_lifetime`]: crate::lease::fence_lifetime
 pub const REFRESH_BELOW_SECS: u32 = 1;

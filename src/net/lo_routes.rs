@@ -35,6 +35,7 @@ use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{AsyncSocket, AsyncSocketExt, TokioSocket, protocols::NETLINK_ROUTE};
 use tokio::time::Instant;
 
+use super::cache::LIFETIME_MARGIN;
 use super::lifetime::Lifetime;
 use super::route::{RouteError, TABLE_LOCAL, VipRoute};
 use super::route_kernel::LOOPBACK_IFINDEX;
@@ -162,8 +163,9 @@ struct Merged {
     base: Arc<Vec<AddrInfo>>,
     /// The routes' generation it was built on.
     generation: u64,
-    /// Reused until then: [`MERGED_MAX_AGE`] after it was built, or the first expiry of a
-    /// route it lists if sooner (an expired route is never listed).
+    /// Reused until then: [`MERGED_MAX_AGE`] after it was built
+    /// ([`MERGED_MAX_AGE_NEAR_EXPIRY`] while a route it lists is near its end), or the first
+    /// expiry of a route it lists if sooner (an expired route is never listed).
     until: Instant,
     /// The listing.
     listing: Arc<Vec<AddrInfo>>,
@@ -195,12 +197,19 @@ impl Held {
 const REREAD_RETRY: Duration = Duration::from_secs(1);
 
 /// How long a merged listing is reused while neither the addresses nor the routes changed
-/// (1 s): the lifetimes it reports age by at most this, as the node's cached address
-/// listing reports at most one second more than the kernel would
-/// ([`super::cache`]). A shard's holder checks its hundreds of VIPs against it every
-/// 500 ms, each of a node's holders at its own time: with 200 ms nearly every check built
-/// the node's thousands of routes into a listing again.
+/// (1 s) and every route it lists has more than [`LIFETIME_MARGIN`] left: its lifetimes are
+/// then at most a second high, as the node's cached address listing's ([`super::cache`]),
+/// which no holder decision reads so far from their end. A shard's holder checks its
+/// hundreds of VIPs against it every 500 ms, each of a node's holders at its own time: with
+/// 200 ms nearly every check built the node's thousands of routes into a listing again.
 const MERGED_MAX_AGE: Duration = Duration::from_secs(1);
+
+/// How long a merged listing is reused while a route it lists has [`LIFETIME_MARGIN`] or
+/// less left (200 ms, the node's address cache's age for such addresses): a holder whose
+/// renewals stall refreshes a route once a listing shows
+/// [`crate::holder::REFRESH_BELOW_SECS`] left, and a listing a whole second old would show
+/// a two-second route's last second too late (found by the new-user trial of session 21).
+const MERGED_MAX_AGE_NEAR_EXPIRY: Duration = Duration::from_millis(200);
 
 /// The holder's [`Kernel`] with IPv6 VIPs on `lo` as local routes (module docs): `addrs` is
 /// the node's address kernel, `routes` makes the route requests.
@@ -640,8 +649,9 @@ impl<K: Kernel, R: LocalRoutes> Kernel for LoopbackRoutes<K, R> {
     }
 
     /// The address kernel's shared listing with the routes after it, reused while neither
-    /// changed for [`MERGED_MAX_AGE`] and no route it lists expired (a shard's holder reads
-    /// thousands at each check).
+    /// changed for [`MERGED_MAX_AGE`] ([`MERGED_MAX_AGE_NEAR_EXPIRY`] while a route it lists
+    /// has [`LIFETIME_MARGIN`] or less left) and no route it lists expired (a shard's holder
+    /// reads thousands at each check).
     async fn all_addresses(&self) -> Result<Arc<Vec<AddrInfo>>, NetError> {
         let base = self.addrs.all_addresses().await?;
         self.reread(false).await?;
@@ -665,7 +675,13 @@ impl<K: Kernel, R: LocalRoutes> Kernel for LoopbackRoutes<K, R> {
                 Arc::new(all)
             }
         };
-        let until = first_expiry.map_or(now + MERGED_MAX_AGE, |e| e.min(now + MERGED_MAX_AGE));
+        let until = match first_expiry {
+            None => now + MERGED_MAX_AGE,
+            Some(e) if e.saturating_duration_since(now) <= LIFETIME_MARGIN => {
+                e.min(now + MERGED_MAX_AGE_NEAR_EXPIRY)
+            }
+            Some(e) => e.min(now + MERGED_MAX_AGE),
+        };
         h.merged = Some(Merged {
             base,
             generation: h.generation,

@@ -571,15 +571,15 @@ async fn an_existing_route_whose_owner_cannot_be_read_is_not_called_foreign() {
 }
 
 /// The merged listing (addresses, then the routes in address order) is built once per
-/// second at most while nothing changes: a node's holders check against it every 500 ms
-/// each. A change of the routes or of the addresses, or a route's expiry, builds it again
-/// at once: an expired route is never listed.
+/// second at most while nothing changes and no route is near its end: a node's holders
+/// check against it every 500 ms each. A change of the routes or of the addresses, or a
+/// route's expiry, builds it again at once: an expired route is never listed.
 #[tokio::test(start_paused = true)]
 async fn the_merged_listing_is_reused_for_a_second_unless_something_changed_or_expired() {
     let (addrs, _, k) = kernel();
     put(&k, "2001:db8::c", 60).await.unwrap();
     put(&k, "2001:db8::a", 60).await.unwrap();
-    put(&k, "2001:db8::b", 3).await.unwrap();
+    put(&k, "2001:db8::b", 30).await.unwrap();
     let first = k.all_addresses().await.unwrap();
     assert_eq!(
         on_lo(&first)
@@ -613,11 +613,16 @@ async fn the_merged_listing_is_reused_for_a_second_unless_something_changed_or_e
     let readdressed = k.all_addresses().await.unwrap();
     assert!(!Arc::ptr_eq(&changed, &readdressed), "an address added");
     assert_eq!(readdressed.len(), 5);
-    // 2001:db8::b ends 3 s after its add: 1.9 s from here, inside the next reuse window.
-    tokio::time::advance(Duration::from_millis(1_500)).await;
+    // 2001:db8::b ends 30 s after its add: 28.9 s from here.
+    tokio::time::advance(Duration::from_millis(28_500)).await;
     let before_expiry = k.all_addresses().await.unwrap();
     assert_eq!(on_lo(&before_expiry).len(), 4);
-    tokio::time::advance(Duration::from_millis(500)).await;
+    tokio::time::advance(Duration::from_millis(150)).await;
+    assert!(
+        Arc::ptr_eq(&before_expiry, &k.all_addresses().await.unwrap()),
+        "reused, for less than the near-expiry age"
+    );
+    tokio::time::advance(Duration::from_millis(300)).await;
     let after_expiry = k.all_addresses().await.unwrap();
     assert_eq!(
         on_lo(&after_expiry)
@@ -626,5 +631,30 @@ async fn the_merged_listing_is_reused_for_a_second_unless_something_changed_or_e
             .collect::<Vec<_>>(),
         ["2001:db8::a", "2001:db8::c", "2001:db8::d"],
         "the expired route is gone at its expiry, not at the end of the reuse window"
+    );
+}
+
+/// A holder whose renewals stall refreshes a route once a listing shows
+/// `REFRESH_BELOW_SECS` (1 s) left: with a two-second route (3/2/1 without the second
+/// line) and checks 500 ms apart, a listing reused for a whole second showed 2 s until the
+/// expiry and the route lapsed (the new-user trial of session 21). Near its end a route is
+/// listed from a listing at most 200 ms old.
+#[tokio::test(start_paused = true)]
+async fn a_route_near_its_end_is_listed_from_a_young_listing() {
+    let (_, _, k) = kernel();
+    put(&k, "2001:db8::a", 2).await.unwrap();
+    tokio::time::advance(Duration::from_millis(950)).await;
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let left = on_lo(&k.all_addresses().await.unwrap())
+            .first()
+            .and_then(|(_, l)| *l);
+        seen.push(left);
+        tokio::time::advance(Duration::from_millis(500)).await;
+    }
+    assert_eq!(
+        seen,
+        [Some(2), Some(1), Some(1)],
+        "at 1 450 ms the check sees its last second (and would refresh)"
     );
 }

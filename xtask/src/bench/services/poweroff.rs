@@ -170,32 +170,81 @@ pub struct LeaseMove {
 
 /// The leases the powered-off node held and how they moved: fed with each lease write the
 /// bench's watch receives (from a few seconds before the power-off), it tells per lease the
-/// last renewal seen before the power-off and the first write by another holder after it.
-/// A follower may take a lease once the lease duration has passed since it saw the last
-/// renewal (client-go's `observedTime`), so `taken - last_renewal - lease duration` is the
-/// time the survivors' elections took beyond the expiry, the watch's delivery delays mostly
-/// cancelling out.
+/// last renewal seen and the first write by another holder after the power-off. A follower
+/// may take a lease once the lease duration has passed since it saw the last renewal
+/// (client-go's `observedTime`), so `taken - last_renewal - lease duration` is the time the
+/// survivors' elections took beyond the expiry, the watch's delivery delays mostly
+/// cancelling out. Only leases of the Service lease duration are followed (shards,
+/// per-Service leases, the allocator's); the others (the lease collector's, 15 s) are named
+/// apart: they cannot move within the phase.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LeaseMoves {
     victim: String,
-    /// By lease name (`namespace/name`).
+    /// By `namespace/name`.
     pub moves: BTreeMap<String, LeaseMove>,
+    /// The victim's leases of another duration: `namespace/name` and seconds.
+    pub other_durations: Vec<(String, f64)>,
+    /// When the node was powered off; a take seen before it was no take-over (the lease
+    /// is then no longer followed).
+    powered_off: Option<Instant>,
+}
+
+/// One lease as a list or a watch event gives it: `namespace/name`, holder, duration (s).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseSeen {
+    /// `namespace/name`.
+    pub key: String,
+    /// `spec.holderIdentity` (empty when released).
+    pub holder: String,
+    /// `spec.leaseDurationSeconds`.
+    pub duration_secs: Option<f64>,
+}
+
+impl LeaseSeen {
+    /// From a Lease object's JSON; `None` without a name.
+    pub fn from_json(o: &serde_json::Value) -> Option<LeaseSeen> {
+        let name = o["metadata"]["name"].as_str()?;
+        let ns = o["metadata"]["namespace"].as_str().unwrap_or_default();
+        Some(LeaseSeen {
+            key: format!("{ns}/{name}"),
+            holder: o["spec"]["holderIdentity"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            duration_secs: o["spec"]["leaseDurationSeconds"].as_f64(),
+        })
+    }
 }
 
 impl LeaseMoves {
-    /// Follows `leases`, held by `victim` when the watch started.
-    pub fn new(victim: &str, leases: impl IntoIterator<Item = String>) -> LeaseMoves {
-        LeaseMoves {
+    /// Follows the leases of `listed` that `victim` holds and whose duration is
+    /// `duration_secs` (the Service lease duration); sets the victim's others apart.
+    pub fn new(victim: &str, listed: &[LeaseSeen], duration_secs: f64) -> LeaseMoves {
+        let mut out = LeaseMoves {
             victim: victim.to_string(),
-            moves: leases
-                .into_iter()
-                .map(|l| (l, LeaseMove::default()))
-                .collect(),
+            ..LeaseMoves::default()
+        };
+        for l in listed.iter().filter(|l| l.holder == victim) {
+            match l.duration_secs {
+                Some(d) if (d - duration_secs).abs() > 1e-9 => {
+                    out.other_durations.push((l.key.clone(), d));
+                }
+                _ => {
+                    out.moves.insert(l.key.clone(), LeaseMove::default());
+                }
+            }
         }
+        out
     }
 
-    /// A write of `lease` naming `holder` arrived `at`. Writes of other leases are ignored,
-    /// and so is every write after the first by another holder.
+    /// The node was powered off `at`.
+    pub fn powered_off(&mut self, at: Instant) {
+        self.powered_off = Some(at);
+    }
+
+    /// A write of `lease` (`namespace/name`) naming `holder` arrived `at`. Writes of other
+    /// leases are ignored, and so is every write after the first by another holder; a
+    /// lease another node took before the power-off is no longer followed.
     pub fn observe(&mut self, at: Instant, lease: &str, holder: &str) {
         let victim = &self.victim;
         let Some(m) = self.moves.get_mut(lease) else {
@@ -206,15 +255,17 @@ impl LeaseMoves {
         }
         if holder == victim {
             m.last_renewal = Some(at);
-        } else {
+        } else if self.powered_off.is_some_and(|t0| at >= t0) {
             m.taken = Some((at, holder.to_string()));
+        } else {
+            self.moves.remove(lease);
         }
     }
 
     /// The report's lines for a power-off at `t0` with leases of `duration`: a summary,
-    /// then per lease (the [`LEASES_LISTED`] taken last, those never taken first) its last
-    /// renewal seen and its take, relative to `t0` (ms), and the take's delay beyond the
-    /// expiry.
+    /// then per lease (at most [`LEASES_LISTED`]: those not taken first, then the ones
+    /// taken last) its last renewal seen and its take, relative to `t0` (ms), and the
+    /// take's delay beyond the expiry; then the leases of other durations.
     pub fn lines(&self, t0: Instant, duration: Duration) -> Vec<String> {
         let rel = |at: Instant| match at.checked_duration_since(t0) {
             Some(d) => ms(d),
@@ -238,8 +289,8 @@ impl LeaseMoves {
             per_lease.push((
                 order,
                 format!(
-                    "{name}: last renewal {}, taken {}{}",
-                    seen.map_or("not seen".into(), |s| format!("{s:+.0} ms")),
+                    "{name}: last renewal seen {}, taken {}{}",
+                    seen.map_or("never".into(), |s| format!("{s:+.0} ms")),
                     took.map_or("not within the watch".into(), |(t, h)| format!(
                         "{t:+.0} ms by {h}"
                     )),
@@ -249,7 +300,7 @@ impl LeaseMoves {
         }
         per_lease.sort_by(|a, b| b.0.total_cmp(&a.0));
         let mut out = vec![format!(
-            "leases it held ({}), as the bench's lease watch saw them: taken by another node {}/{}, power-off -> taken: {}; after the expiry (last renewal seen + {} s): {}",
+            "leases it held of the Service lease duration ({}), as the bench's lease watch saw them: taken by another node {}/{}, power-off -> taken: {}; after the expiry (last renewal seen + {} s): {}",
             self.moves.len(),
             taken_ms.len(),
             self.moves.len(),
@@ -258,9 +309,22 @@ impl LeaseMoves {
             summary_ms(&late_ms),
         )];
         if per_lease.len() > LEASES_LISTED {
-            out.push(format!("the {LEASES_LISTED} taken last:"));
+            out.push(format!(
+                "{LEASES_LISTED} of them: those not taken, then the ones taken last"
+            ));
         }
         out.extend(per_lease.into_iter().take(LEASES_LISTED).map(|(_, l)| l));
+        if !self.other_durations.is_empty() {
+            let names: Vec<String> = self
+                .other_durations
+                .iter()
+                .map(|(n, d)| format!("{n} ({d} s)"))
+                .collect();
+            out.push(format!(
+                "left out, another lease duration: {}",
+                names.join(", ")
+            ));
+        }
         out
     }
 }
@@ -417,37 +481,67 @@ pub fn run(b: &Bench, addrs: &[IpAddr]) -> Result<()> {
     let sampled = Mutex::new(Sampled::default());
     // The lease watch starts LEASE_WATCH_LEAD before the power-off, so that it sees every
     // lease's last renewal.
-    let (rv, holders) = b.in_client(|| b.leases_at(ALL_LEASES))??;
-    let moves = Mutex::new(LeaseMoves::new(
-        &victim,
-        holders
-            .iter()
-            .filter(|(_, h)| **h == victim)
-            .map(|(n, _)| n.clone()),
-    ));
+    let (rv, listed) = b.in_client(|| list_leases(b))??;
+    let moves = Mutex::new(LeaseMoves::new(&victim, &listed, timing[0].secs));
     let watch_done = AtomicBool::new(false);
-    std::thread::scope(|s| -> Result<()> {
+    let (r, watched_leases, t0) = std::thread::scope(|s| {
         let watch = s.spawn(|| watch_lease_moves(b, &rv, &moves, &watch_done));
         std::thread::sleep(LEASE_WATCH_LEAD);
+        let t0 = Instant::now();
         let r = power_off_and_poll(
-            b,
-            &victim,
-            &remaining,
-            &watched,
-            &index,
-            &poller,
-            &sampled,
-            &moves,
-            timing[0].secs,
+            b, &victim, &remaining, &watched, &index, &poller, &sampled, &moves, t0,
         );
         watch_done.store(true, Ordering::SeqCst);
-        match watch.join() {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => println!("    (the lease watch failed: {e:#})"),
-            Err(_) => println!("    (the lease watch panicked)"),
+        let w = watch
+            .join()
+            .unwrap_or_else(|_| Err(anyhow!("the lease watch panicked")));
+        (r, w, t0)
+    });
+    match watched_leases {
+        Ok(reopened) if reopened > 0 => println!(
+            "    (the lease watch ended early {reopened} time(s) and was reopened from its last resourceVersion)"
+        ),
+        Ok(_) => {}
+        Err(e) => {
+            println!("    !! the lease watch failed, the lease figures below are incomplete: {e:#}")
         }
-        r
-    })
+    }
+    let moved = moves
+        .into_inner()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for (k, line) in moved
+        .lines(t0, Duration::from_secs_f64(timing[0].secs))
+        .into_iter()
+        .enumerate()
+    {
+        println!("    {}{line}", if k == 0 { "" } else { "  " });
+    }
+    r
+}
+
+/// Every namespace's Leases (must run inside a lab namespace): the list's resourceVersion
+/// and each lease.
+///
+/// # Errors
+/// When the list fails or is not JSON.
+fn list_leases(b: &Bench) -> Result<(String, Vec<LeaseSeen>)> {
+    let r = b.api.request("GET", ALL_LEASES, None)?;
+    if r.status != 200 {
+        bail!("list leases: HTTP {}: {}", r.status, r.body);
+    }
+    let v: serde_json::Value = serde_json::from_str(&r.body)?;
+    let rv = v["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let leases = v["items"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or_default()
+        .iter()
+        .filter_map(LeaseSeen::from_json)
+        .collect();
+    Ok((rv, leases))
 }
 
 /// Lists of every namespace's Leases (per-Service leases in `default`, shard leases and the
@@ -459,45 +553,68 @@ const ALL_LEASES: &str = "/apis/coordination.k8s.io/v1/leases";
 pub const LEASE_WATCH_LEAD: Duration = Duration::from_secs(2);
 
 /// Feeds every lease write from `rv` on to `moves` with its arrival time, until `done`
-/// (checked every 200 ms); runs the watch from the client namespace.
+/// (checked every 200 ms); runs the watch from the client namespace. A watch the server
+/// ends early is opened again from the last resourceVersion it gave (as any watch client
+/// does). Returns how many times it was reopened.
 ///
 /// # Errors
-/// When the watch cannot be opened or answers with another status than 200.
+/// When the watch cannot be opened, answers with another status than 200, or ends without
+/// having given a resourceVersion to go on from.
 fn watch_lease_moves(
     b: &Bench,
     rv: &str,
     moves: &Mutex<LeaseMoves>,
     done: &AtomicBool,
-) -> Result<()> {
-    let limit = LEASE_WATCH_LEAD + POWEROFF_LIMIT + CARRIER_SAMPLE_TAIL + Duration::from_secs(5);
-    let path = format!(
-        "{ALL_LEASES}?watch=1&resourceVersion={rv}&timeoutSeconds={}",
-        limit.as_secs()
-    );
-    let status = b.in_client(|| {
-        b.api.get_lines(&path, Duration::from_millis(200), |line| {
-            if let Some(l) = line
-                && let Ok(e) = serde_json::from_str::<serde_json::Value>(l)
-            {
-                let at = Instant::now();
-                let o = &e["object"];
-                let name = o["metadata"]["name"].as_str().unwrap_or_default();
-                let holder = o["spec"]["holderIdentity"].as_str().unwrap_or_default();
-                if let Ok(mut m) = moves.lock() {
-                    m.observe(at, name, holder);
+) -> Result<usize> {
+    let deadline = Instant::now()
+        + LEASE_WATCH_LEAD
+        + POWEROFF_LIMIT
+        + CARRIER_SAMPLE_TAIL
+        + Duration::from_secs(5);
+    let mut rv = rv.to_string();
+    let mut reopened = 0;
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let path = format!(
+            "{ALL_LEASES}?watch=1&resourceVersion={rv}&timeoutSeconds={}",
+            left.as_secs().max(1)
+        );
+        let mut last_rv: Option<String> = None;
+        let status = b.in_client(|| {
+            b.api.get_lines(&path, Duration::from_millis(200), |line| {
+                if let Some(l) = line
+                    && let Ok(e) = serde_json::from_str::<serde_json::Value>(l)
+                {
+                    let at = Instant::now();
+                    let o = &e["object"];
+                    if let Some(v) = o["metadata"]["resourceVersion"].as_str() {
+                        last_rv = Some(v.to_string());
+                    }
+                    if matches!(e["type"].as_str(), Some("ADDED" | "MODIFIED"))
+                        && let Some(seen) = LeaseSeen::from_json(o)
+                        && let Ok(mut m) = moves.lock()
+                    {
+                        m.observe(at, &seen.key, &seen.holder);
+                    }
                 }
-            }
-            !done.load(Ordering::SeqCst)
-        })
-    })??;
-    if status != 200 {
-        bail!("lease watch: HTTP {status}");
+                !done.load(Ordering::SeqCst)
+            })
+        })??;
+        if status != 200 {
+            bail!("lease watch from resourceVersion {rv}: HTTP {status}");
+        }
+        if done.load(Ordering::SeqCst) || Instant::now() >= deadline {
+            return Ok(reopened);
+        }
+        if let Some(v) = last_rv {
+            rv = v;
+        }
+        reopened += 1;
     }
-    Ok(())
 }
 
-/// The power-off itself, the polling and the report ([`run`]); `moves` is the lease watch's
-/// record, `lease_secs` the Service lease duration.
+/// The power-off at `t0` (now), the polling and the report but for the lease lines
+/// ([`run`]); `moves` is the lease watch's record, told of the power-off.
 #[allow(clippy::too_many_arguments)]
 fn power_off_and_poll(
     b: &Bench,
@@ -508,9 +625,11 @@ fn power_off_and_poll(
     poller: &Poller,
     sampled: &Mutex<Sampled>,
     moves: &Mutex<LeaseMoves>,
-    lease_secs: f64,
+    t0: Instant,
 ) -> Result<()> {
-    let t0 = Instant::now();
+    if let Ok(mut m) = moves.lock() {
+        m.powered_off(t0);
+    }
     kill_node_vipd(b, victim)?;
     b.lab.cut_link(victim)?;
     let cut = t0.elapsed();
@@ -565,21 +684,15 @@ fn power_off_and_poll(
     );
     let listed: Vec<f64> = first_listed.values().copied().map(ms).collect();
     println!(
-        "    per address, power-off -> first listed on {} (the end of that listing): {}",
+        "    per address, power-off -> first listed on {} (the end of that listing): min {}, {}",
         remaining.join(" or "),
+        listed
+            .iter()
+            .copied()
+            .reduce(f64::min)
+            .map_or("n/a".into(), |m| format!("{m:.0} ms")),
         summary_ms(&listed)
     );
-    let moved = moves
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
-    for (k, line) in moved
-        .lines(t0, Duration::from_secs_f64(lease_secs))
-        .into_iter()
-        .enumerate()
-    {
-        println!("    {}{line}", if k == 0 { "" } else { "  " });
-    }
     let by = answered_by(answered);
     println!("    answered by: {by:?}");
     if let Some(n) = by.get(victim) {

@@ -727,22 +727,44 @@ fn bench_log_filter_keeps_the_line_the_bench_waits_for() {
     );
 }
 
-/// The lease watch's record of a power-off: the last renewal by the powered-off node before
-/// it, the first write by another holder after it, the delay beyond the expiry; leases the
-/// node did not hold and writes after the take are ignored.
+/// The lease watch's record of a power-off: the last renewal by the powered-off node, the
+/// first write by another holder after the power-off, the delay beyond the expiry; leases
+/// the node did not hold, writes after the take and a take before the power-off (no
+/// takeover) are not counted; leases of another duration are named apart.
 #[test]
 fn lease_moves_tell_each_lease_s_last_renewal_its_take_and_the_delay_past_expiry() {
     let start = Instant::now();
     let at = |ms: u64| start + Duration::from_millis(ms);
-    let mut m = LeaseMoves::new("node-a", ["shard-0".to_string(), "shard-1".to_string()]);
-    m.observe(at(100), "shard-0", "node-a");
-    m.observe(at(1100), "shard-0", "node-a");
-    m.observe(at(1900), "shard-1", "node-a");
-    m.observe(at(1950), "shard-9", "node-b");
+    let lease = |key: &str, holder: &str, d: f64| LeaseSeen {
+        key: key.to_string(),
+        holder: holder.to_string(),
+        duration_secs: Some(d),
+    };
+    let listed = [
+        lease("kube-system/shard-0", "node-a", 3.0),
+        lease("kube-system/shard-1", "node-a", 3.0),
+        lease("kube-system/shard-2", "node-a", 3.0),
+        lease("default/shard-0", "node-b", 3.0),
+        lease("kube-system/vipd-lease-gc", "node-a", 15.0),
+    ];
+    let mut m = LeaseMoves::new("node-a", &listed, 3.0);
+    assert_eq!(m.moves.len(), 3);
+    assert_eq!(
+        m.other_durations,
+        vec![("kube-system/vipd-lease-gc".to_string(), 15.0)]
+    );
+    m.observe(at(100), "kube-system/shard-0", "node-a");
+    m.observe(at(1100), "kube-system/shard-0", "node-a");
+    m.observe(at(1900), "kube-system/shard-1", "node-a");
+    m.observe(at(1950), "default/shard-0", "node-c");
+    // Handed over before the power-off (a rebalance): no takeover to measure.
+    m.observe(at(1960), "kube-system/shard-2", "node-b");
     // Power-off at 2000 ms; lease duration 3 s.
-    m.observe(at(4150), "shard-0", "node-b");
-    m.observe(at(4300), "shard-0", "node-c");
-    let moved = &m.moves["shard-0"];
+    m.powered_off(at(2000));
+    m.observe(at(2010), "kube-system/shard-1", "node-a");
+    m.observe(at(4150), "kube-system/shard-0", "node-b");
+    m.observe(at(4300), "kube-system/shard-0", "node-c");
+    let moved = &m.moves["kube-system/shard-0"];
     assert_eq!(moved.last_renewal, Some(at(1100)));
     assert_eq!(
         moved.taken,
@@ -750,11 +772,12 @@ fn lease_moves_tell_each_lease_s_last_renewal_its_take_and_the_delay_past_expiry
         "the first take counts"
     );
     assert!(
-        !m.moves.contains_key("shard-9"),
-        "a lease the node did not hold"
+        !m.moves.contains_key("default/shard-0"),
+        "same name, another namespace, another holder"
     );
+    assert!(!m.moves.contains_key("kube-system/shard-2"), "taken before");
     let lines = m.lines(at(2000), Duration::from_secs(3));
-    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert_eq!(lines.len(), 4, "{lines:?}");
     assert!(
         lines[0].contains("taken by another node 1/2"),
         "{}",
@@ -762,19 +785,26 @@ fn lease_moves_tell_each_lease_s_last_renewal_its_take_and_the_delay_past_expiry
     );
     assert!(lines[0].contains("max 2150 ms"), "{}", lines[0]);
     assert_eq!(
-        lines[1], "shard-1: last renewal -100 ms, taken not within the watch",
-        "never taken: listed first"
+        lines[1], "kube-system/shard-1: last renewal seen +10 ms, taken not within the watch",
+        "never taken: listed first; a renewal in flight at the power-off is seen after it"
     );
     assert_eq!(
         lines[2],
-        "shard-0: last renewal -900 ms, taken +2150 ms by node-b (+50 ms after its expiry)"
+        "kube-system/shard-0: last renewal seen -900 ms, taken +2150 ms by node-b (+50 ms after its expiry)"
+    );
+    assert_eq!(
+        lines[3],
+        "left out, another lease duration: kube-system/vipd-lease-gc (15 s)"
     );
     // Hundreds of per-Service leases: the summary and the ones taken last.
-    let many: Vec<String> = (0..100).map(|i| format!("lease-{i:03}")).collect();
-    let mut m = LeaseMoves::new("node-a", many);
+    let many: Vec<LeaseSeen> = (0..100)
+        .map(|i| lease(&format!("default/lease-{i:03}"), "node-a", 3.0))
+        .collect();
+    let mut m = LeaseMoves::new("node-a", &many, 3.0);
+    m.powered_off(at(2000));
     for i in 0..100u64 {
-        m.observe(at(1000), &format!("lease-{i:03}"), "node-a");
-        m.observe(at(4000 + i), &format!("lease-{i:03}"), "node-b");
+        m.observe(at(1000), &format!("default/lease-{i:03}"), "node-a");
+        m.observe(at(4000 + i), &format!("default/lease-{i:03}"), "node-b");
     }
     let lines = m.lines(at(2000), Duration::from_secs(3));
     assert_eq!(lines.len(), 2 + LEASES_LISTED, "{lines:?}");
@@ -783,6 +813,31 @@ fn lease_moves_tell_each_lease_s_last_renewal_its_take_and_the_delay_past_expiry
         "{}",
         lines[0]
     );
-    assert!(lines[2].starts_with("lease-099: "), "{}", lines[2]);
-    assert!(lines[17].starts_with("lease-084: "), "{}", lines[17]);
+    assert!(lines[2].starts_with("default/lease-099: "), "{}", lines[2]);
+    assert!(
+        lines[17].starts_with("default/lease-084: "),
+        "{}",
+        lines[17]
+    );
+}
+
+/// A Lease object's JSON as the list and the watch give it.
+#[test]
+fn a_lease_is_read_with_its_namespace_holder_and_duration() {
+    let o = serde_json::json!({
+        "metadata": {"name": "vipd-services-shard-3", "namespace": "kube-system", "resourceVersion": "7"},
+        "spec": {"holderIdentity": "node-b", "leaseDurationSeconds": 3},
+    });
+    assert_eq!(
+        LeaseSeen::from_json(&o),
+        Some(LeaseSeen {
+            key: "kube-system/vipd-services-shard-3".into(),
+            holder: "node-b".into(),
+            duration_secs: Some(3.0),
+        })
+    );
+    assert_eq!(
+        LeaseSeen::from_json(&serde_json::json!({"kind": "Status"})),
+        None
+    );
 }
