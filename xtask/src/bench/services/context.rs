@@ -435,26 +435,29 @@ impl Bench {
     /// `/apis/coordination.k8s.io/v1/leases`; must run inside a lab namespace): the list's
     /// resourceVersion and (name, holderIdentity) of each.
     pub fn leases_at(&self, path: &str) -> Result<(String, BTreeMap<String, String>)> {
+        let (rv, leases) = self.lease_list(path)?;
+        Ok((rv, leases.into_iter().map(|l| (l.name, l.holder)).collect()))
+    }
+
+    /// Leases at `path` as [`Bench::leases_at`] lists them, each whole ([`LeaseSeen`]).
+    ///
+    /// # Errors
+    /// When the list fails, answers with another status than 200 or is not JSON.
+    pub fn lease_list(&self, path: &str) -> Result<(String, Vec<LeaseSeen>)> {
         let body = self.get_ok("list leases", path)?;
         let v: serde_json::Value = serde_json::from_str(&body).context("lease list JSON")?;
         let rv = v["metadata"]["resourceVersion"]
             .as_str()
             .unwrap_or_default()
             .to_string();
-        let mut out = BTreeMap::new();
-        for l in v["items"].as_array().map(Vec::as_slice).unwrap_or_default() {
-            out.insert(
-                l["metadata"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                l["spec"]["holderIdentity"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-            );
-        }
-        Ok((rv, out))
+        let leases = v["items"]
+            .as_array()
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(LeaseSeen::from_json)
+            .collect();
+        Ok((rv, leases))
     }
 
     /// Counts Lease writes in every namespace (per-Service leases in `default`, shard
@@ -481,15 +484,13 @@ impl Bench {
                 continue;
             }
             writes += 1;
-            let name = e["object"]["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            let h = e["object"]["spec"]["holderIdentity"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            if holders.insert(name, h.clone()).is_some_and(|old| old != h) {
+            let Some(l) = LeaseSeen::from_json(&e["object"]) else {
+                continue;
+            };
+            if holders
+                .insert(l.name, l.holder.clone())
+                .is_some_and(|old| old != l.holder)
+            {
                 holder_changes += 1;
             }
         }
@@ -728,4 +729,35 @@ pub struct RestWrites {
     /// The resourceVersions the watches reached (internal).
     service_rv: String,
     event_rv: String,
+}
+
+/// One lease as a list or a watch event gives it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseSeen {
+    /// `metadata.namespace`.
+    pub namespace: String,
+    /// `metadata.name`.
+    pub name: String,
+    /// `spec.holderIdentity` (empty when released).
+    pub holder: String,
+    /// `spec.leaseDurationSeconds`.
+    pub duration_secs: Option<f64>,
+}
+
+impl LeaseSeen {
+    /// From a Lease object's JSON; `None` without a name.
+    pub fn from_json(o: &serde_json::Value) -> Option<LeaseSeen> {
+        let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+        Some(LeaseSeen {
+            namespace: text(&o["metadata"]["namespace"]),
+            name: o["metadata"]["name"].as_str()?.to_string(),
+            holder: text(&o["spec"]["holderIdentity"]),
+            duration_secs: o["spec"]["leaseDurationSeconds"].as_f64(),
+        })
+    }
+
+    /// `namespace/name`: names repeat across namespaces.
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.namespace, self.name)
+    }
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, anyhow, bail};
 use xtask::lab::{NODES, Signal};
 
-use super::context::Bench;
+use super::context::{Bench, LeaseSeen};
 use super::http::{Poller, SAMPLE_INTERVAL, next_sample_start};
 use super::scale::{answered_by, print_failures};
 use crate::bench::harness::procfs::children_of;
@@ -189,33 +189,6 @@ pub struct LeaseMoves {
     powered_off: Option<Instant>,
 }
 
-/// One lease as a list or a watch event gives it: `namespace/name`, holder, duration (s).
-#[derive(Debug, Clone, PartialEq)]
-pub struct LeaseSeen {
-    /// `namespace/name`.
-    pub key: String,
-    /// `spec.holderIdentity` (empty when released).
-    pub holder: String,
-    /// `spec.leaseDurationSeconds`.
-    pub duration_secs: Option<f64>,
-}
-
-impl LeaseSeen {
-    /// From a Lease object's JSON; `None` without a name.
-    pub fn from_json(o: &serde_json::Value) -> Option<LeaseSeen> {
-        let name = o["metadata"]["name"].as_str()?;
-        let ns = o["metadata"]["namespace"].as_str().unwrap_or_default();
-        Some(LeaseSeen {
-            key: format!("{ns}/{name}"),
-            holder: o["spec"]["holderIdentity"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string(),
-            duration_secs: o["spec"]["leaseDurationSeconds"].as_f64(),
-        })
-    }
-}
-
 impl LeaseMoves {
     /// Follows the leases of `listed` that `victim` holds and whose duration is
     /// `duration_secs` (the Service lease duration); sets the victim's others apart.
@@ -227,10 +200,10 @@ impl LeaseMoves {
         for l in listed.iter().filter(|l| l.holder == victim) {
             match l.duration_secs {
                 Some(d) if (d - duration_secs).abs() > 1e-9 => {
-                    out.other_durations.push((l.key.clone(), d));
+                    out.other_durations.push((l.key(), d));
                 }
                 _ => {
-                    out.moves.insert(l.key.clone(), LeaseMove::default());
+                    out.moves.insert(l.key(), LeaseMove::default());
                 }
             }
         }
@@ -481,7 +454,7 @@ pub fn run(b: &Bench, addrs: &[IpAddr]) -> Result<()> {
     let sampled = Mutex::new(Sampled::default());
     // The lease watch starts LEASE_WATCH_LEAD before the power-off, so that it sees every
     // lease's last renewal.
-    let (rv, listed) = b.in_client(|| list_leases(b))??;
+    let (rv, listed) = b.in_client(|| b.lease_list(ALL_LEASES))??;
     let moves = Mutex::new(LeaseMoves::new(&victim, &listed, timing[0].secs));
     let watch_done = AtomicBool::new(false);
     let (r, watched_leases, t0) = std::thread::scope(|s| {
@@ -517,31 +490,6 @@ pub fn run(b: &Bench, addrs: &[IpAddr]) -> Result<()> {
         println!("    {}{line}", if k == 0 { "" } else { "  " });
     }
     r
-}
-
-/// Every namespace's Leases (must run inside a lab namespace): the list's resourceVersion
-/// and each lease.
-///
-/// # Errors
-/// When the list fails or is not JSON.
-fn list_leases(b: &Bench) -> Result<(String, Vec<LeaseSeen>)> {
-    let r = b.api.request("GET", ALL_LEASES, None)?;
-    if r.status != 200 {
-        bail!("list leases: HTTP {}: {}", r.status, r.body);
-    }
-    let v: serde_json::Value = serde_json::from_str(&r.body)?;
-    let rv = v["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let leases = v["items"]
-        .as_array()
-        .map(Vec::as_slice)
-        .unwrap_or_default()
-        .iter()
-        .filter_map(LeaseSeen::from_json)
-        .collect();
-    Ok((rv, leases))
 }
 
 /// Lists of every namespace's Leases (per-Service leases in `default`, shard leases and the
@@ -594,7 +542,7 @@ fn watch_lease_moves(
                         && let Some(seen) = LeaseSeen::from_json(o)
                         && let Ok(mut m) = moves.lock()
                     {
-                        m.observe(at, &seen.key, &seen.holder);
+                        m.observe(at, &seen.key(), &seen.holder);
                     }
                 }
                 !done.load(Ordering::SeqCst)

@@ -5,6 +5,7 @@ use std::sync::OnceLock;
 use xtask::lab;
 
 use super::coldstart::{coldstart_limit, slowest};
+use super::context::LeaseSeen;
 use super::drain::*;
 use super::http::*;
 use super::poweroff::*;
@@ -735,10 +736,14 @@ fn bench_log_filter_keeps_the_line_the_bench_waits_for() {
 fn lease_moves_tell_each_lease_s_last_renewal_its_take_and_the_delay_past_expiry() {
     let start = Instant::now();
     let at = |ms: u64| start + Duration::from_millis(ms);
-    let lease = |key: &str, holder: &str, d: f64| LeaseSeen {
-        key: key.to_string(),
-        holder: holder.to_string(),
-        duration_secs: Some(d),
+    let lease = |key: &str, holder: &str, d: f64| {
+        let (namespace, name) = key.split_once('/').unwrap();
+        LeaseSeen {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            holder: holder.to_string(),
+            duration_secs: Some(d),
+        }
     };
     let listed = [
         lease("kube-system/shard-0", "node-a", 3.0),
@@ -831,10 +836,15 @@ fn a_lease_is_read_with_its_namespace_holder_and_duration() {
     assert_eq!(
         LeaseSeen::from_json(&o),
         Some(LeaseSeen {
-            key: "kube-system/vipd-services-shard-3".into(),
+            namespace: "kube-system".into(),
+            name: "vipd-services-shard-3".into(),
             holder: "node-b".into(),
             duration_secs: Some(3.0),
         })
+    );
+    assert_eq!(
+        LeaseSeen::from_json(&o).map(|l| l.key()).as_deref(),
+        Some("kube-system/vipd-services-shard-3")
     );
     assert_eq!(
         LeaseSeen::from_json(&serde_json::json!({"kind": "Status"})),
