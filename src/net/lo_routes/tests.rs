@@ -168,6 +168,11 @@ async fn put(
         .await
 }
 
+/// The addresses listed as vipd's on `lo`, in the listing's order, as text.
+fn lo_addresses(all: &[AddrInfo]) -> Vec<String> {
+    on_lo(all).into_iter().map(|(a, _)| a.to_string()).collect()
+}
+
 /// The `(ifindex, address, valid_lft)` of every address listed as vipd's on `lo`.
 fn on_lo(all: &[AddrInfo]) -> Vec<(IpAddr, Option<u32>)> {
     all.iter()
@@ -582,10 +587,7 @@ async fn the_merged_listing_is_reused_for_a_second_unless_something_changed_or_e
     put(&k, "2001:db8::b", 30).await.unwrap();
     let first = k.all_addresses().await.unwrap();
     assert_eq!(
-        on_lo(&first)
-            .into_iter()
-            .map(|(a, _)| a.to_string())
-            .collect::<Vec<_>>(),
+        lo_addresses(&first),
         ["2001:db8::a", "2001:db8::b", "2001:db8::c"],
         "routes in address order"
     );
@@ -625,10 +627,7 @@ async fn the_merged_listing_is_reused_for_a_second_unless_something_changed_or_e
     tokio::time::advance(Duration::from_millis(300)).await;
     let after_expiry = k.all_addresses().await.unwrap();
     assert_eq!(
-        on_lo(&after_expiry)
-            .into_iter()
-            .map(|(a, _)| a.to_string())
-            .collect::<Vec<_>>(),
+        lo_addresses(&after_expiry),
         ["2001:db8::a", "2001:db8::c", "2001:db8::d"],
         "the expired route is gone at its expiry, not at the end of the reuse window"
     );
