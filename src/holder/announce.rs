@@ -122,7 +122,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
 
     /// When the next repeat of the announcements is due, while leading: `arp_rate` after a
     /// bind's announcements, and after a repeat the node's paced interval
-    /// ([`super::repeat_interval`]: `arp_rate` up to 25 repeats a second for the node).
+    /// ([`super::repeat_interval`]: `arp_rate` up to 10 repeats a second for the node).
     pub(super) fn next_garp(&self) -> Option<Instant> {
         self.renewed_at?;
         let interval = match self.garp_repeated {

@@ -36,16 +36,19 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let Some(answers) = self.cfg.nd_answers.clone() else {
             return;
         };
-        let mut wanted: std::collections::HashMap<(u32, Ipv6Addr), Arc<LinkInfo>> =
-            std::collections::HashMap::new();
-        for i in self.bound_now() {
-            let (Some(spec), Some(link)) = (self.vips.get(i), self.links.shared(&i)) else {
-                continue;
-            };
-            if let (IpAddr::V6(v6), true) = (spec.vip.addr, self.on_lo(spec)) {
-                wanted.insert((link.index, v6), link.clone());
+        if let Some(synced) = &self.answers_synced {
+            let same = self
+                .answers_wanted()
+                .map(|(key, link)| (key.0, key.1, link.mac))
+                .eq(synced.iter().copied());
+            if same {
+                return;
             }
         }
+        let wanted: std::collections::HashMap<(u32, Ipv6Addr), Arc<LinkInfo>> = self
+            .answers_wanted()
+            .map(|(key, link)| (key, link.clone()))
+            .collect();
         let gone: Vec<(u32, Ipv6Addr)> = self
             .answered
             .keys()
@@ -56,6 +59,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             answers.stop(ifindex, vip, &self.answer_gate);
             self.answered.remove(&(ifindex, vip));
         }
+        let mut all_started = true;
         for (key, link) in wanted {
             // Answered with the interface's MAC as it is now (a changed MAC is answered again).
             if self.answered.get(&key) == Some(&link.mac) {
@@ -70,6 +74,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                     }
                 }
                 Err(e) => {
+                    all_started = false;
                     let now = Instant::now();
                     if let Some(r) = self.quiet.observe(Quiet::Answer(vip), e.to_string(), now) {
                         warn!(holder = %self.name, %vip, interface = %link.name, error = %e, "cannot answer neighbour solicitations for the VIP; retried at the next check{r}");
@@ -77,11 +82,29 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 }
             }
         }
+        self.answers_synced = all_started.then(|| {
+            self.answers_wanted()
+                .map(|(key, link)| (key.0, key.1, link.mac))
+                .collect()
+        });
+    }
+
+    /// The answers this holder wants now ([`Self::sync_answers`]): `(interface index, VIP)`
+    /// and the interface of each bound IPv6 VIP on `lo`, in VIP order.
+    fn answers_wanted(&self) -> impl Iterator<Item = ((u32, Ipv6Addr), &Arc<LinkInfo>)> + '_ {
+        self.bound_now().filter_map(|i| {
+            let (spec, link) = (self.vips.get(i)?, self.links.shared(&i)?);
+            match (spec.vip.addr, self.on_lo(spec)) {
+                (IpAddr::V6(v6), true) => Some(((link.index, v6), link)),
+                _ => None,
+            }
+        })
     }
 
     /// Stops every answer of this holder (it ends).
     pub(super) fn stop_answers(&mut self) {
         self.answer_gate.close();
+        self.answers_synced = None;
         if let Some(answers) = &self.cfg.nd_answers {
             for ((ifindex, vip), _) in self.answered.drain() {
                 answers.stop(ifindex, vip, &self.answer_gate);

@@ -267,11 +267,17 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let Some(tx) = &self.bound else {
             return;
         };
-        let now: Vec<IpAddr> = self
-            .bound_now()
-            .filter_map(|i| self.vips.get(i).map(|s| s.vip.addr))
-            .collect();
+        let now = || {
+            self.bound_now()
+                .filter_map(|i| self.vips.get(i).map(|s| s.vip.addr))
+        };
+        // Compared in place first: called at every turn of the loop, which at rest finds
+        // the same hundreds of addresses.
+        if now().eq(tx.borrow().iter().copied()) {
+            return;
+        }
         tx.send_if_modified(|cur| {
+            let now: Vec<IpAddr> = now().collect();
             if *cur != now {
                 *cur = now;
                 true

@@ -72,19 +72,22 @@ pub fn cap_lifetime(lifetime: u32, not_after: Option<Instant>, now: Instant) -> 
 }
 
 /// Repeat announcements a node sends at most per second, over all its holders, once a
-/// VIP's first repeat is out ([`repeat_interval`]): 25. Up to `arp_rate` × 25 VIPs on a
-/// node (75 at kube-vip's 3 s) every VIP is announced every `arp_rate`, as kube-vip does;
-/// above, the repeats spread out (1 000 VIPs: every 40 s; 3 300: every 132 s). Each repeat
+/// VIP's first repeat is out ([`repeat_interval`]): 10. Up to `arp_rate` × 10 VIPs on a
+/// node (30 at kube-vip's 3 s) every VIP is announced every `arp_rate`, as kube-vip does;
+/// above, the repeats spread out (1 000 VIPs: every 100 s; 3 300: every 330 s). Each repeat
 /// is a frame every host on the segment processes, and an unsolicited NA (to all nodes)
 /// costs each receiving vipd node a walk of its multicast groups, one per IPv6 VIP it
-/// holds (`ipv6_chk_mcast_addr`): at 1 000 IPv6 VIPs a node every 3 s the repeats were
-/// 20-40 % of an idle vipd's CPU in the 3 000-Service bench, and at 100 a second a node a
-/// quarter of it in the 10 000-Service one (docs/services-bench.md).
-pub const REPEATS_PER_SEC: u32 = 25;
+/// holds (`ipv6_chk_mcast_addr`, a list: about 0.8 ms a frame for the two other nodes of
+/// the 10 000-Service bench, 3 100-3 800 groups each): at 1 000 IPv6 VIPs a node every 3 s
+/// the repeats were 20-40 % of an idle vipd's CPU in the 3 000-Service bench, at 100 a
+/// second a node a quarter of it in the 10 000-Service one, and at 25 a second still half
+/// of the busiest node's (docs/services-bench.md). MetalLB's layer 2 mode announces for 5 s
+/// after it takes an address and never again (its `internal/layer2/announcer.go`).
+pub const REPEATS_PER_SEC: u32 = 10;
 
 /// The interval between two repeat announcements of one VIP when its node holds `held`
 /// VIPs: `arp_rate` (`vip_arpRate`), or longer so that the node's repeats stay at
-/// [`REPEATS_PER_SEC`] (`held` / 25 seconds). Announcements at a bind, and the first repeat
+/// [`REPEATS_PER_SEC`] (`held` / 10 seconds). Announcements at a bind, and the first repeat
 /// after it, keep `arp_rate`: the repeat is what fixes a client that missed the bind's.
 /// Pure.
 pub fn repeat_interval(arp_rate: Duration, held: usize) -> Duration {
@@ -730,6 +733,12 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     /// The `(interface index, VIP)` pairs this holder has [`HolderConfig::nd_answers`]
     /// answer now, with the MAC they are answered with ([`VipHolder::sync_answers`]).
     answered: std::collections::HashMap<(u32, std::net::Ipv6Addr), [u8; 6]>,
+    /// What [`VipHolder::sync_answers`] last brought [`Self::answered`] to with every answer
+    /// started: `(interface index, VIP, MAC)` of each bound VIP on `lo`, in VIP order. A call
+    /// that finds the same skips the sync (a shard's holder turns several times a second
+    /// with hundreds of VIPs). `None` until the first sync, after a failure to start an
+    /// answer (the next call tries again) and once the answers are stopped.
+    answers_synced: Option<Vec<(u32, std::net::Ipv6Addr, [u8; 6])>>,
 }
 
 /// Conditions of a [`VipHolder`] whose log lines are rate-limited (see
@@ -823,6 +832,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             quiet: RepeatLimiter::default(),
             answer_gate: Arc::new(AnswerGate::closed()),
             answered: std::collections::HashMap::new(),
+            answers_synced: None,
         }
     }
 

@@ -883,14 +883,14 @@ async fn announcements_at_1000_held(seconds: u32, delete_after: Option<u32>) -> 
         .collect()
 }
 
-/// A node holding more VIPs than `arp_rate` × 25 spreads its repeat announcements: the
+/// A node holding more VIPs than `arp_rate` × 10 spreads its repeat announcements: the
 /// bind's announcement and the first repeat keep `arp_rate` (3 s), later repeats come at
-/// the node's paced interval (1 000 VIPs held: 40 s), so the node sends at most 25 repeats
+/// the node's paced interval (1 000 VIPs held: 100 s), so the node sends at most 10 repeats
 /// a second however many VIPs it holds.
 #[tokio::test(start_paused = true)]
 async fn repeat_announcements_are_paced_by_the_vips_the_node_holds() {
-    let at = announcements_at_1000_held(90, None).await;
-    assert_eq!(at, vec![0, 3, 43, 83], "seconds after the bind");
+    let at = announcements_at_1000_held(210, None).await;
+    assert_eq!(at, vec![0, 3, 103, 203], "seconds after the bind");
 }
 
 /// A VIP the periodic check re-adds (someone deleted it) is announced at once, and its next
@@ -898,22 +898,22 @@ async fn repeat_announcements_are_paced_by_the_vips_the_node_holds() {
 /// new-user trial found the check's announcement counted as a repeat).
 #[tokio::test(start_paused = true)]
 async fn a_repaired_vip_gets_its_first_repeat_at_arp_rate_not_paced() {
-    let at = announcements_at_1000_held(60, Some(5)).await;
+    let at = announcements_at_1000_held(120, Some(5)).await;
     // Bind 0, first repeat 3; deleted at 5, repaired and announced by 5.5; its next at
-    // arp_rate (by 8.5), then paced (40 s).
-    assert_eq!(at, vec![0, 3, 5, 8, 48], "seconds after the bind");
+    // arp_rate (by 8.5), then paced (100 s).
+    assert_eq!(at, vec![0, 3, 5, 8, 108], "seconds after the bind");
 }
 
 #[test]
-fn the_repeat_interval_keeps_arp_rate_up_to_25_repeats_a_second() {
+fn the_repeat_interval_keeps_arp_rate_up_to_10_repeats_a_second() {
     let rate = Duration::from_millis(3000);
     assert_eq!(repeat_interval(rate, 0), rate);
-    assert_eq!(repeat_interval(rate, 75), rate, "75 VIPs every 3 s: 25/s");
-    assert_eq!(repeat_interval(rate, 100), Duration::from_secs(4));
-    assert_eq!(repeat_interval(rate, 1000), Duration::from_secs(40));
-    assert_eq!(repeat_interval(rate, 3300), Duration::from_secs(132));
+    assert_eq!(repeat_interval(rate, 30), rate, "30 VIPs every 3 s: 10/s");
+    assert_eq!(repeat_interval(rate, 40), Duration::from_secs(4));
+    assert_eq!(repeat_interval(rate, 1000), Duration::from_secs(100));
+    assert_eq!(repeat_interval(rate, 3300), Duration::from_secs(330));
     assert_eq!(
-        repeat_interval(Duration::from_millis(500), 25),
+        repeat_interval(Duration::from_millis(500), 10),
         Duration::from_secs(1),
         "a short vip_arpRate is paced the same way"
     );

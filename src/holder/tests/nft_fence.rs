@@ -1228,6 +1228,8 @@ type Owners = std::collections::HashMap<
 #[derive(Debug, Default)]
 struct FakeAnswers {
     owners: Mutex<Owners>,
+    /// While set, [`SolicitationAnswers::answer`] fails (a responder that cannot start).
+    failing: std::sync::atomic::AtomicBool,
 }
 
 impl FakeAnswers {
@@ -1266,6 +1268,11 @@ impl crate::net::nd_responder::SolicitationAnswers for FakeAnswers {
         vip: std::net::Ipv6Addr,
         gate: Arc<crate::net::nd_responder::AnswerGate>,
     ) -> Result<(), NetError> {
+        if self.failing.load(std::sync::atomic::Ordering::Relaxed) {
+            return Err(NetError::Socket(std::io::Error::other(
+                "responder cannot start",
+            )));
+        }
         let mut o = self.owners.lock().unwrap();
         let list = o.entry((link.index, vip)).or_default();
         match list.iter_mut().find(|(g, _)| Arc::ptr_eq(g, &gate)) {
@@ -1405,4 +1412,60 @@ async fn a_changed_interface_mac_is_answered_from_the_next_check() {
     lead(&r, 1, true);
     settle().await;
     assert_eq!(answers.macs(2, v6), vec![[2, 0, 0, 0, 0, 0x22]]);
+}
+
+/// The answers follow the holder's bound VIPs at every turn, also when the turns before found
+/// nothing to change (the sync is skipped then): a VIP that leaves the set stops being
+/// answered and one that joins is answered; an answer that could not start is tried again
+/// at the next turn, not only when the set changes.
+#[tokio::test(start_paused = true)]
+async fn answers_follow_the_set_and_a_failed_answer_is_tried_again() {
+    let fence = Arc::new(FakeFence::default());
+    let answers = Arc::new(FakeAnswers::default());
+    let (mut cfg, kernel) = second_line_parts(fence.clone(), Duration::from_millis(500), 0);
+    cfg.nd_answers = Some(answers.clone());
+    let other = Vip::new("2001:db8::11".parse().unwrap(), 128).unwrap();
+    let both = vec![on_eth0(vip6()), on_eth0(other)];
+    let (updates_tx, updates) = watch::channel(both.clone());
+    let r = rig_from(kernel, both.clone(), cfg, false, Some(updates)).0;
+    settle().await;
+    lead(&r, 1, true);
+    settle().await;
+    let (IpAddr::V6(a), IpAddr::V6(b)) = (vip6().addr, other.addr) else {
+        panic!("IPv6 VIPs")
+    };
+    assert_eq!(answers.entries(), vec![(2, a), (2, b)]);
+    // Turns at rest (checks, a renewal) change nothing.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    lead(&r, 1, true);
+    settle().await;
+    assert_eq!(answers.entries(), vec![(2, a), (2, b)]);
+    // One leaves the set: its answer stops.
+    updates_tx.send_replace(vec![on_eth0(vip6())]);
+    settle().await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        answers.entries(),
+        vec![(2, a)],
+        "the VIP that left is not answered"
+    );
+    // It comes back while the responder fails: not answered, and tried again at each turn
+    // until it starts.
+    answers
+        .failing
+        .store(true, std::sync::atomic::Ordering::Relaxed);
+    updates_tx.send_replace(both);
+    settle().await;
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(answers.entries(), vec![(2, a)]);
+    assert_eq!(r.kernel.where_is(other), Some(1), "its address is on lo");
+    answers
+        .failing
+        .store(false, std::sync::atomic::Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(
+        answers.entries(),
+        vec![(2, a), (2, b)],
+        "answered at a turn after the responder recovered"
+    );
 }
