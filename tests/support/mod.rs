@@ -285,12 +285,16 @@ pub fn holders(lab: &Lab, vip: &str) -> Vec<String> {
         .collect()
 }
 
-/// Whether `node`'s eth0 carries `ip` now and its fence lets it be answered.
+/// Whether `node`'s eth0 carries `ip` now and its fence lets it be answered (listed again
+/// after the fence's read when the fence does not name it,
+/// [`FenceView::answers_listed_before`]).
 pub fn carries(lab: &Lab, node: &str, ip: IpAddr) -> bool {
-    lab.addresses(node, "eth0")
-        .map(|a| a.iter().any(|x| x.addr == ip))
-        .unwrap_or(false)
-        && fence_lets_answer(lab, node, ip)
+    let listed = || {
+        lab.addresses(node, "eth0")
+            .map(|a| a.iter().any(|x| x.addr == ip))
+            .unwrap_or(false)
+    };
+    listed() && FenceView::read(lab, node).answers_listed_before(ip, listed)
 }
 
 /// The nodes of `seen` that were at once: `seen` was sampled node after node in this order
@@ -309,11 +313,6 @@ pub fn overlapping(seen: &[String], still: impl Fn(&str) -> bool) -> Vec<String>
         out.push(last.clone());
     }
     out
-}
-
-/// Whether vipd's nftables fence on `node` lets `ip` be answered ([`FenceView::answers`]).
-pub fn fence_lets_answer(lab: &Lab, node: &str, ip: IpAddr) -> bool {
-    FenceView::read(lab, node).answers(ip)
 }
 
 pub use xtask::lab::FenceView;

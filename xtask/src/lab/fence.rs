@@ -90,6 +90,17 @@ impl FenceView {
     pub fn answers(&self, ip: IpAddr) -> bool {
         !self.armed.contains(&ip) || self.live.contains(&ip)
     }
+
+    /// [`Self::answers`] for an address listed before this view was read: one not fenced
+    /// here counts only if `still_listed()` (a listing after the read) still shows it. A
+    /// holder that steps down disarms its VIPs once their addresses are gone, so an address
+    /// listed while it was being removed reads as not fenced at all once the removal ended.
+    pub fn answers_listed_before(&self, ip: IpAddr, still_listed: impl FnOnce() -> bool) -> bool {
+        match self.armed.contains(&ip) {
+            true => self.live.contains(&ip),
+            false => still_listed(),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -120,5 +131,15 @@ mod tests {
         );
         assert!(!view.answers(ip("2001:db8::3")), "expired: dropped");
         assert!(view.answers(ip("2001:db8::4")), "not fenced here");
+        // Listed before the read: an address not fenced counts only if still listed after.
+        assert!(view.answers_listed_before(ip("2001:db8::4"), || true));
+        assert!(
+            !view.answers_listed_before(ip("2001:db8::4"), || false),
+            "removed, then disarmed, between the listing and the read"
+        );
+        assert!(
+            view.answers_listed_before(ip("2001:db8::1"), || panic!("armed: not listed again"))
+        );
+        assert!(!view.answers_listed_before(ip("2001:db8::2"), || true));
     }
 }

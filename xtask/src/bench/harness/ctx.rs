@@ -189,7 +189,8 @@ impl Ctx {
     /// For each of `vips`, the nodes whose eth0 carries it and whose fence lets it answer
     /// (one `ip addr` per node, and the node's fence tables where it carries one of them:
     /// a Service VIP's second-line address stays on a killed or frozen holder's eth0,
-    /// inert, [`lab::FenceView`]).
+    /// inert, [`lab::FenceView`]; an address the fence does not name is listed again after
+    /// the fence's read, [`lab::FenceView::answers_listed_before`]).
     ///
     /// # Errors
     /// When `ip addr` fails.
@@ -198,13 +199,24 @@ impl Ctx {
         for n in NODES {
             let addrs = self.lab.addresses(n, lab::ETH)?;
             let mut fence: Option<lab::FenceView> = None;
+            // The node's addresses after the fence's read, listed once if needed.
+            let relisted: std::cell::OnceCell<Option<Vec<IpAddr>>> = std::cell::OnceCell::new();
             for (vip, holders) in vips.iter().zip(out.iter_mut()) {
                 let ip = IpAddr::V4(*vip);
                 if !addrs.iter().any(|a| a.addr == ip) {
                     continue;
                 }
                 let view = fence.get_or_insert_with(|| lab::FenceView::read(&self.lab, n));
-                if view.answers(ip) {
+                let still_listed = || {
+                    relisted
+                        .get_or_init(|| {
+                            let now = self.lab.addresses(n, lab::ETH).ok()?;
+                            Some(now.into_iter().map(|a| a.addr).collect())
+                        })
+                        .as_ref()
+                        .is_none_or(|now| now.contains(&ip))
+                };
+                if view.answers_listed_before(ip, still_listed) {
                     holders.push(n.to_string());
                 }
             }

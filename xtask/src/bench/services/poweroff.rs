@@ -333,7 +333,11 @@ fn sample_carriers(
         .map(|n| Ok((n.to_string(), b.carried_on(n, watched)?)))
         .collect();
     let sample = sample.map(|mut s| {
-        drop_inert_doubles(&mut s, |n| xtask::lab::FenceView::read(&b.lab, n));
+        drop_inert_doubles(
+            &mut s,
+            |n| xtask::lab::FenceView::read(&b.lab, n),
+            |n| b.carried_on(n, watched).ok(),
+        );
         s
     });
     let mut s = sampled
@@ -361,10 +365,17 @@ fn sample_carriers(
 /// on two nodes): a Service VIP's address is the fence's second line and stays on a node
 /// whose holder lost it, inert, for up to 300 s (docs/design.md, "The second line"); it is
 /// no responder. The fence is read after the address listing, so an element that expired
-/// in between counts as inert.
+/// in between counts as inert. Then the node's addresses are listed again (`relist(node)`;
+/// `None`, a failed listing, keeps the first): an address gone by then was being removed. A
+/// holder that steps down disarms its VIPs once their addresses are gone, so a fence read
+/// after that removal finds them not fenced at all, which alone would count the first
+/// listing's address as answered (seen in a power-off whose survivors swapped their shards
+/// after an API server stall: 230 addresses a node was still removing, over a listing that
+/// took 3 s).
 pub(super) fn drop_inert_doubles(
     sample: &mut BTreeMap<String, BTreeSet<IpAddr>>,
     fence: impl Fn(&str) -> xtask::lab::FenceView,
+    relist: impl Fn(&str) -> Option<BTreeSet<IpAddr>>,
 ) {
     let mut seen: BTreeMap<IpAddr, usize> = BTreeMap::new();
     for set in sample.values() {
@@ -385,7 +396,10 @@ pub(super) fn drop_inert_doubles(
             continue;
         }
         let view = fence(node);
-        set.retain(|a| !doubles.contains(a) || view.answers(*a));
+        let now = relist(node);
+        set.retain(|a| {
+            !doubles.contains(a) || (view.answers(*a) && now.as_ref().is_none_or(|n| n.contains(a)))
+        });
     }
 }
 

@@ -670,8 +670,10 @@ fn double_carriers_count_samples_with_an_address_on_two_nodes() {
 }
 
 /// The power-off's two-responder samples count an address on two nodes only where both
-/// fences let it be answered: an inert second-line address (armed, element expired) on the
-/// node that lost it is no responder, and the fence is read only for a sample with doubles.
+/// fences let it be answered and it is still there after the fence was read: an inert
+/// second-line address (armed, element expired) on the node that lost it is no responder,
+/// nor is one whose removal ended (and whose fence was disarmed after it) between the
+/// listing and the fence read; the fence is read only for a sample with doubles.
 #[test]
 fn an_inert_second_line_address_is_no_second_responder() {
     use super::poweroff::drop_inert_doubles;
@@ -679,33 +681,73 @@ fn an_inert_second_line_address_is_no_second_responder() {
     use xtask::lab::FenceView;
     let a: IpAddr = "2001:db8::1:10".parse().unwrap();
     let b: IpAddr = "2001:db8::1:11".parse().unwrap();
-    let mut sample: BTreeMap<String, BTreeSet<IpAddr>> = BTreeMap::new();
-    sample.insert("node-a".into(), [a, b].into());
-    sample.insert("node-c".into(), [a].into());
+    let sample_of = |pairs: &[(&str, &[IpAddr])]| -> BTreeMap<String, BTreeSet<IpAddr>> {
+        pairs
+            .iter()
+            .map(|(n, addrs)| (n.to_string(), addrs.iter().copied().collect()))
+            .collect()
+    };
+    let mut sample = sample_of(&[("node-a", &[a, b]), ("node-c", &[a])]);
     let reads = Cell::new(0);
-    drop_inert_doubles(&mut sample, |n| {
-        reads.set(reads.get() + 1);
-        match n {
-            // node-a lost `a` (armed, not live); it still answers `b`.
-            "node-a" => FenceView::new(vec![a, b], vec![b]),
-            _ => FenceView::new(vec![a], vec![a]),
-        }
-    });
+    drop_inert_doubles(
+        &mut sample,
+        |n| {
+            reads.set(reads.get() + 1);
+            match n {
+                // node-a lost `a` (armed, not live); it still answers `b`.
+                "node-a" => FenceView::new(vec![a, b], vec![b]),
+                _ => FenceView::new(vec![a], vec![a]),
+            }
+        },
+        |_| None,
+    );
     assert_eq!(sample["node-a"], [b].into());
     assert_eq!(sample["node-c"], [a].into());
     assert_eq!(reads.get(), 2);
-    // Live on both: a second responder, kept.
-    let mut both: BTreeMap<String, BTreeSet<IpAddr>> = BTreeMap::new();
-    both.insert("node-a".into(), [a].into());
-    both.insert("node-c".into(), [a].into());
-    drop_inert_doubles(&mut both, |_| FenceView::new(vec![a], vec![a]));
+    // Live on both and still there: a second responder, kept.
+    let mut both = sample_of(&[("node-a", &[a]), ("node-c", &[a])]);
+    drop_inert_doubles(
+        &mut both,
+        |_| FenceView::new(vec![a], vec![a]),
+        |_| Some([a].into()),
+    );
     assert_eq!(both["node-a"], [a].into());
     assert_eq!(both["node-c"], [a].into());
-    // No doubles: no fence read.
-    let mut single: BTreeMap<String, BTreeSet<IpAddr>> = BTreeMap::new();
-    single.insert("node-a".into(), [a].into());
-    single.insert("node-c".into(), [b].into());
-    drop_inert_doubles(&mut single, |_| panic!("read without doubles"));
+    // node-a was removing `a` during the listing, then disarmed it: not fenced when the
+    // fence is read, gone from the second listing. No responder.
+    let mut removing = sample_of(&[("node-a", &[a, b]), ("node-c", &[a])]);
+    drop_inert_doubles(
+        &mut removing,
+        |n| match n {
+            "node-a" => FenceView::new(vec![b], vec![b]),
+            _ => FenceView::new(vec![a], vec![a]),
+        },
+        |n| match n {
+            "node-a" => Some([b].into()),
+            _ => Some([a].into()),
+        },
+    );
+    assert_eq!(removing["node-a"], [b].into());
+    assert_eq!(removing["node-c"], [a].into());
+    // Not fenced and still there (a node answering it with no fence): kept.
+    let mut unfenced = sample_of(&[("node-a", &[a]), ("node-c", &[a])]);
+    drop_inert_doubles(
+        &mut unfenced,
+        |n| match n {
+            "node-a" => FenceView::new(vec![], vec![]),
+            _ => FenceView::new(vec![a], vec![a]),
+        },
+        |_| Some([a].into()),
+    );
+    assert_eq!(unfenced["node-a"], [a].into());
+    assert_eq!(unfenced["node-c"], [a].into());
+    // No doubles: no fence read, no listing.
+    let mut single = sample_of(&[("node-a", &[a]), ("node-c", &[b])]);
+    drop_inert_doubles(
+        &mut single,
+        |_| panic!("read without doubles"),
+        |_| panic!("listed without doubles"),
+    );
 }
 
 #[test]
