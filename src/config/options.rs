@@ -387,7 +387,7 @@ pub(super) static OPTIONS: &[EnvOption] = &[
         "arpRate",
         "3000",
         Millis,
-        "Interval between repeated gratuitous ARP / unsolicited NA while a VIP is held, in milliseconds; on a node holding more VIPs than 10 per second of it, repeats after the first spread out to 10 a second for the node",
+        "Interval between repeated gratuitous ARP / unsolicited NA while a VIP is held, in milliseconds; on a node holding more than 10 VIPs per second of it (30 at 3000), repeats after the first spread out to 10 a second for the node",
     ),
     opt(
         K_ARP_PROBE,

@@ -43,6 +43,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// VIP that is not announced is reached only after the clients' own neighbour
     /// solicitation retransmits, a second later). IPv6 VIPs added with DAD wait in
     /// `pending_na` until they leave the tentative state (the periodic check announces them).
+    /// Each announced VIP's first repeat comes `arp_rate` later ([`Self::next_garp`]).
     pub(super) fn announce_added(&mut self, idx: &[usize]) -> usize {
         if self.fence_left(Instant::now()).is_none() {
             // This holder's view of its lease is older than the lease (it was busy with a
@@ -59,7 +60,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         let loud = idx.len() <= crate::obs::logging::ITEM_LINES_MAX;
         let mut sent = 0usize;
         for &i in idx {
-            let (Some(spec), Some(link)) = (self.vips.get(i), self.links.get(&i)) else {
+            let (Some(spec), Some(link)) = (self.vips.get(i), self.links.shared(&i)) else {
                 continue;
             };
             if spec.vip.addr.is_ipv6() && !self.cfg.skip_dad {
@@ -69,41 +70,70 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 continue;
             }
             let (vip, link) = (spec.vip, link.clone());
-            self.announce_one(vip, &link, loud);
+            self.announce_first(vip, &link, loud);
             sent += 1;
         }
         if !loud && sent > 0 {
             info!(holder = %self.name, count = sent, "announced: {sent} VIPs (each at debug level)");
         }
-        self.last_garp = Some(Instant::now());
-        self.garp_repeated = false;
         sent
     }
 
-    /// Announces every held VIP; IPv6 VIPs only once they left tentative state. `repeat`:
-    /// the timer's repeat (the next one is then paced, [`super::AnnouncePace`]); else the
-    /// check's, after a repair or for IPv6 VIPs that just left DAD, whose next comes at
-    /// `arp_rate` like a bind's.
-    pub(super) async fn announce_all(&mut self, first: bool, repeat: bool) {
+    /// Announces `vip` for the first time in this term (or again after a repair) and queues
+    /// its first repeat, `arp_rate` later; the term's first announcement starts the paced
+    /// repeats' clock.
+    fn announce_first(&mut self, vip: Vip, link: &LinkInfo, loud: bool) {
+        self.announce_one(vip, link, loud);
+        let now = Instant::now();
+        self.last_repeat.get_or_insert(now);
+        self.first_repeats.push_back((now + self.cfg.arp_rate, vip));
+    }
+
+    /// Announces those of VIPs `which` (`None`: every VIP) that are in place on the node and
+    /// out of DAD, as the node's address dump shows them; an IPv6 VIP still tentative (or
+    /// failed DAD) joins `pending_na`, announced by a later check. `first`: a first
+    /// announcement (a repair, an IPv6 VIP out of DAD), logged as [`Self::announce_added`]
+    /// logs and repeated `arp_rate` later; else a repeat, logged at debug level.
+    pub(super) async fn announce_in_place(&mut self, which: Option<&[usize]>, first: bool) {
         let present = match self.kernel.all_addresses().await {
             Ok(p) => p,
             Err(e) => {
                 // Retried at the next check; say so instead of silently skipping.
                 warn!(holder = %self.name, error = %e, "cannot list addresses; announcements postponed");
-                self.pending_na = (0..self.vips.len()).collect();
+                let all: Vec<usize> = (0..self.vips.len()).collect();
+                for i in which.unwrap_or(&all) {
+                    if !self.pending_na.contains(i) {
+                        self.pending_na.push(*i);
+                    }
+                }
                 return;
             }
         };
-        // A shard's holder announces hundreds of VIPs every `vip_arpRate` against the node's
-        // thousands of addresses.
-        let ours = OursIndex::new(&present, self.vips.iter().map(|s| s.vip.addr));
-        for i in 0..self.vips.len() {
-            let vip = self.vips[i].vip;
+        let all: Vec<usize>;
+        let which = match which {
+            Some(w) => w,
+            None => {
+                all = (0..self.vips.len()).collect();
+                &all
+            }
+        };
+        // A shard's holder announces hundreds of VIPs against the node's thousands of
+        // addresses.
+        let ours = OursIndex::new(
+            &present,
+            which
+                .iter()
+                .filter_map(|i| self.vips.get(*i).map(|s| s.vip.addr)),
+        );
+        let mut ready: Vec<(Vip, Arc<LinkInfo>)> = Vec::new();
+        for &i in which {
+            let Some(vip) = self.vips.get(i).map(|s| s.vip) else {
+                continue;
+            };
             let (Some(link), Some(place)) = (self.links.shared(&i).cloned(), self.place(i)) else {
                 continue;
             };
-            let here = ours.at(place, vip.addr);
-            match here {
+            match ours.at(place, vip.addr) {
                 Some(a) if a.tentative || a.dad_failed => {
                     if !self.pending_na.contains(&i) {
                         self.pending_na.push(i);
@@ -114,21 +144,67 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                 None => continue,
             }
             self.pending_na.retain(|p| *p != i);
-            self.announce_one(vip, &link, first);
+            ready.push((vip, link));
         }
-        self.last_garp = Some(Instant::now());
-        self.garp_repeated = repeat;
+        let loud = first && ready.len() <= crate::obs::logging::ITEM_LINES_MAX;
+        for (vip, link) in &ready {
+            match first {
+                true => self.announce_first(*vip, link, loud),
+                false => self.announce_one(*vip, link, false),
+            }
+        }
+        if first && !loud && !ready.is_empty() {
+            let count = ready.len();
+            info!(holder = %self.name, count, "announced: {count} VIPs (each at debug level)");
+        }
     }
 
-    /// When the next repeat of the announcements is due, while leading: `arp_rate` after a
-    /// bind's announcements, and after a repeat the node's paced interval
-    /// ([`super::repeat_interval`]: `arp_rate` up to 10 repeats a second for the node).
+    /// The repeats due at `now` ([`Self::next_garp`]): every VIP when the paced repeat is due
+    /// (which also serves the first repeats still queued), else the queued first repeats
+    /// that are due.
+    pub(super) async fn repeat_due(&mut self, now: Instant) {
+        let paced_due = self
+            .last_repeat
+            .is_some_and(|t| t + self.cfg.announce_pace.interval(self.cfg.arp_rate) <= now);
+        if paced_due {
+            self.first_repeats.clear();
+            self.last_repeat = Some(now);
+            self.announce_in_place(None, false).await;
+            return;
+        }
+        let mut due: foldhash::HashSet<IpAddr> = foldhash::HashSet::default();
+        while let Some((_, vip)) = self.first_repeats.front().filter(|(t, _)| *t <= now) {
+            due.insert(vip.addr);
+            self.first_repeats.pop_front();
+        }
+        if due.is_empty() {
+            return;
+        }
+        // VIPs that left the set since are not repeated.
+        let idx: Vec<usize> = self
+            .vips
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| due.contains(&s.vip.addr))
+            .map(|(i, _)| i)
+            .collect();
+        self.announce_in_place(Some(&idx), false).await;
+    }
+
+    /// When the next repeat is due, while leading: the first queued first repeat
+    /// (`arp_rate` after a VIP's first announcement) or the paced repeat of every VIP (the
+    /// node's paced interval after the term's first announcement or the last paced repeat:
+    /// [`super::repeat_interval`], `arp_rate` up to 10 repeats a second for the node),
+    /// whichever comes first.
     pub(super) fn next_garp(&self) -> Option<Instant> {
         self.renewed_at?;
-        let interval = match self.garp_repeated {
-            true => self.cfg.announce_pace.interval(self.cfg.arp_rate),
-            false => self.cfg.arp_rate,
-        };
-        Some(self.last_garp? + interval)
+        let paced = self
+            .last_repeat
+            .map(|t| t + self.cfg.announce_pace.interval(self.cfg.arp_rate));
+        let first = self.first_repeats.front().map(|(t, _)| *t);
+        match (paced, first) {
+            (Some(p), Some(f)) => Some(p.min(f)),
+            (p, f) => p.or(f),
+        }
     }
 }

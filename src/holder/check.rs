@@ -17,13 +17,21 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         };
         let steps = self.repair_steps(&present, fence_left, now).await;
         self.say_missing(&steps, now);
-        let mut repaired = false;
+        let mut repaired: Vec<Vip> = Vec::new();
         for step in steps {
-            repaired |= self.apply_repair(step, now).await;
+            if let Some(vip) = self.apply_repair(step, now).await {
+                repaired.push(vip);
+            }
         }
-        if renewed_at.is_some() && (repaired || !self.pending_na.is_empty()) {
-            // Repairs and IPv6 VIPs out of DAD: first announcements, not repeats.
-            self.announce_all(repaired, false).await;
+        if renewed_at.is_some() && (!repaired.is_empty() || !self.pending_na.is_empty()) {
+            // Repairs and IPv6 VIPs out of DAD: first announcements of those VIPs only (a
+            // shard's other hundreds keep their paced repeats).
+            let mut which: Vec<usize> = self.pending_na.clone();
+            let repaired_idx: Vec<usize> = (0..self.vips.len())
+                .filter(|i| repaired.contains(&self.vips[*i].vip) && !which.contains(i))
+                .collect();
+            which.extend(repaired_idx);
+            self.announce_in_place(Some(&which), true).await;
         }
     }
 
@@ -178,8 +186,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         );
     }
 
-    /// Carries out one repair step of the check; `true` when a VIP was re-added.
-    async fn apply_repair(&mut self, step: Step, now: Instant) -> bool {
+    /// Carries out one repair step of the check; the VIP when it was re-added.
+    async fn apply_repair(&mut self, step: Step, now: Instant) -> Option<Vip> {
         match step {
             Step::Add {
                 vip,
@@ -188,14 +196,14 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             } => {
                 // Said by say_missing.
                 match self.add_fenced(ifindex, vip, valid_lft_secs).await {
-                    Ok(false) => false,
+                    Ok(false) => None,
                     Ok(true) => {
                         // A VIP missing again later is news.
                         self.quiet.clear(&Quiet::Missing(vip.addr), now);
                         if let Some(r) = self.quiet.clear(&Quiet::Add(vip.addr), now) {
                             info!(holder = %self.name, %vip, "re-adding the VIP worked{r}");
                         }
-                        true
+                        Some(vip)
                     }
                     Err(e) => {
                         if let Some(r) =
@@ -203,7 +211,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                         {
                             error!(holder = %self.name, %vip, ifindex, error = %e, "re-adding VIP failed{r}")
                         }
-                        false
+                        None
                     }
                 }
             }
@@ -214,7 +222,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             } => {
                 self.refresh_lifetime(vip, ifindex, valid_lft_secs, now)
                     .await;
-                false
+                None
             }
             Step::Remove { vip, ifindex } => {
                 match self.kernel.remove(ifindex, vip).await {
@@ -232,7 +240,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                         }
                     }
                 }
-                false
+                None
             }
         }
     }

@@ -673,10 +673,14 @@ pub struct VipHolder<K: Kernel, A: Announcer> {
     name: String,
     links: Links,
     no_carrier_since: BTreeMap<u32, Instant>,
-    last_garp: Option<Instant>,
-    /// Whether the last announcement was a repeat ([`VipHolder::announce_all`]): the next one
-    /// is paced ([`AnnouncePace`]); after a bind's it comes at `arp_rate`.
-    garp_repeated: bool,
+    /// When this term's VIPs were first announced, or last all repeated: the next repeat
+    /// of all of them is the node's paced interval later ([`AnnouncePace`]). `None` while
+    /// not leading or before the term's first announcement.
+    last_repeat: Option<Instant>,
+    /// VIPs announced for the first time (bound, repaired, out of DAD) whose first repeat,
+    /// `arp_rate` later, is still due, in due order: only they are repeated then, not the
+    /// holder's other VIPs ([`VipHolder::next_garp`]).
+    first_repeats: std::collections::VecDeque<(Instant, Vip)>,
     /// IPv6 VIPs added but not yet announced because they were tentative.
     pending_na: Vec<usize>,
     updates: Option<watch::Receiver<Vec<VipSpec>>>,
@@ -807,8 +811,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             name: name.to_string(),
             links: Links::default(),
             no_carrier_since: BTreeMap::new(),
-            last_garp: None,
-            garp_repeated: false,
+            last_repeat: None,
+            first_repeats: std::collections::VecDeque::new(),
             pending_na: Vec::new(),
             updates: None,
             metrics: None,

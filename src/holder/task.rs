@@ -142,7 +142,7 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
                     }
                 }
                 _ = sleep_until_opt(garp_at) => {
-                    Box::pin(self.announce_all(false, true)).await;
+                    Box::pin(self.repeat_due(Instant::now())).await;
                 }
             }
         }
@@ -419,7 +419,8 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// to guard, and its `nft` run (about 20 ms) would otherwise delay the lease's release.
     pub(super) async fn drop_all(&mut self) -> bool {
         self.pending_na.clear();
-        self.last_garp = None;
+        self.last_repeat = None;
+        self.first_repeats.clear();
         self.unwatch_all();
         for p in &mut self.probes {
             p.follow();
