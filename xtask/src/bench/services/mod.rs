@@ -325,9 +325,119 @@ pub fn run(args: &[&str]) -> Result<()> {
 /// The kernel's IPv4 and IPv6 neighbour table limits (`net.ipv{4,6}.neigh.default.gc_thresh1..3`,
 /// set in the root network namespace only, counted over all of them), raised for a bench
 /// and put back as they were when dropped (also on an error or a panic; not on SIGKILL).
-/// Nothing is sent anywhere: only the limits change.
+/// Nothing is sent anywhere: only the limits change. Benches that run at once share them
+/// through [`SHARED_LIMITS`]: the limits are put back to what they were before the first of
+/// them once the last one still running ends (found by a new-user trial: a bench that
+/// ended put back the default under another bench still running, and that one, ending,
+/// put back the first one's raised values).
 pub struct NeighbourLimits {
-    saved: Vec<(String, String)>,
+    pid: u32,
+}
+
+/// The file the running benches share their [`NeighbourLimits`] in, under an exclusive
+/// lock: the limits before the first of them and the pids still using them.
+pub const SHARED_LIMITS: &str = "/run/vipd-bench-neighbour-limits";
+
+/// What [`SHARED_LIMITS`] holds: `orig <path> <value>` and `pid <pid>` lines.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct SharedLimits {
+    /// Each limit's value before the first bench raised it.
+    pub originals: Vec<(String, String)>,
+    /// The benches using the raised limits.
+    pub pids: Vec<u32>,
+}
+
+impl SharedLimits {
+    /// Reads the file's text; unknown lines are skipped.
+    pub fn parse(text: &str) -> Self {
+        let mut out = SharedLimits::default();
+        for line in text.lines() {
+            let mut words = line.split_whitespace();
+            match (words.next(), words.next(), words.next()) {
+                (Some("orig"), Some(path), Some(value)) => {
+                    out.originals.push((path.to_string(), value.to_string()));
+                }
+                (Some("pid"), Some(pid), None) => {
+                    if let Ok(p) = pid.parse() {
+                        out.pids.push(p);
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
+    }
+
+    /// The file's text.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        for (path, value) in &self.originals {
+            out.push_str(&format!("orig {path} {value}\n"));
+        }
+        for pid in &self.pids {
+            out.push_str(&format!("pid {pid}\n"));
+        }
+        out
+    }
+
+    /// Bench `pid` starts, finding `current` (path, value) limits: a limit with no original
+    /// recorded gets its current value as original; benches no longer `alive` are
+    /// forgotten (one SIGKILLed never left).
+    pub fn join(&mut self, pid: u32, current: &[(String, String)], alive: impl Fn(u32) -> bool) {
+        self.pids.retain(|p| alive(*p));
+        for (path, value) in current {
+            if !self.originals.iter().any(|(p, _)| p == path) {
+                self.originals.push((path.clone(), value.clone()));
+            }
+        }
+        if !self.pids.contains(&pid) {
+            self.pids.push(pid);
+        }
+    }
+
+    /// Bench `pid` ends: the originals to put back when no bench still `alive` uses the
+    /// limits (and then nothing is left to share), else nothing.
+    pub fn leave(&mut self, pid: u32, alive: impl Fn(u32) -> bool) -> Vec<(String, String)> {
+        self.pids.retain(|p| *p != pid && alive(*p));
+        match self.pids.is_empty() {
+            true => std::mem::take(&mut self.originals),
+            false => Vec::new(),
+        }
+    }
+}
+
+/// Whether process `pid` runs.
+fn pid_alive(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Runs `f` on [`SHARED_LIMITS`]'s content under its exclusive lock and writes back what
+/// `f` leaves (the file removed when empty).
+fn with_shared_limits<T>(f: impl FnOnce(&mut SharedLimits) -> Result<T>) -> Result<T> {
+    use std::io::{Read, Seek, Write};
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(SHARED_LIMITS)
+        .map_err(|e| anyhow!("open {SHARED_LIMITS}: {e}"))?;
+    file.lock()
+        .map_err(|e| anyhow!("lock {SHARED_LIMITS}: {e}"))?;
+    let mut text = String::new();
+    file.read_to_string(&mut text)
+        .map_err(|e| anyhow!("read {SHARED_LIMITS}: {e}"))?;
+    let mut shared = SharedLimits::parse(&text);
+    let out = f(&mut shared)?;
+    if shared == SharedLimits::default() {
+        let _ = std::fs::remove_file(SHARED_LIMITS);
+    } else {
+        file.set_len(0)
+            .and_then(|()| file.rewind())
+            .and_then(|()| file.write_all(shared.render().as_bytes()))
+            .map_err(|e| anyhow!("write {SHARED_LIMITS}: {e}"))?;
+    }
+    Ok(out)
 }
 
 impl NeighbourLimits {
@@ -335,37 +445,52 @@ impl NeighbourLimits {
     /// of it), when lower; says so.
     ///
     /// # Errors
-    /// When a limit cannot be read or written.
+    /// When a limit or [`SHARED_LIMITS`] cannot be read or written.
     pub fn raise(entries: usize) -> Result<Self> {
-        let mut saved = Vec::new();
-        for family in ["ipv4", "ipv6"] {
-            for (n, want) in [(3, entries), (2, entries / 2), (1, entries / 4)] {
-                let path = format!("/proc/sys/net/{family}/neigh/default/gc_thresh{n}");
-                let now = std::fs::read_to_string(&path)
-                    .map_err(|e| anyhow!("read {path}: {e}"))?
-                    .trim()
-                    .to_string();
-                if now.parse::<usize>().is_ok_and(|v| v >= want) {
-                    continue;
+        let pid = std::process::id();
+        with_shared_limits(|shared| {
+            let mut current = Vec::new();
+            let mut raise = Vec::new();
+            for family in ["ipv4", "ipv6"] {
+                for (n, want) in [(3, entries), (2, entries / 2), (1, entries / 4)] {
+                    let path = format!("/proc/sys/net/{family}/neigh/default/gc_thresh{n}");
+                    let now = std::fs::read_to_string(&path)
+                        .map_err(|e| anyhow!("read {path}: {e}"))?
+                        .trim()
+                        .to_string();
+                    if !now.parse::<usize>().is_ok_and(|v| v >= want) {
+                        raise.push((path.clone(), now.clone(), want));
+                    }
+                    current.push((path, now));
                 }
+            }
+            shared.join(pid, &current, pid_alive);
+            for (path, now, want) in raise {
                 std::fs::write(&path, want.to_string())
                     .map_err(|e| anyhow!("write {path}: {e}"))?;
                 println!(
-                    "  {path}: {now} -> {want} for the bench (the client needs an entry per Service address; put back at the end)"
+                    "  {path}: {now} -> {want} for the bench (the client needs an entry per Service address; put back when the last bench running ends)"
                 );
-                saved.push((path, now));
             }
-        }
-        Ok(NeighbourLimits { saved })
+            Ok(())
+        })?;
+        Ok(NeighbourLimits { pid })
     }
 }
 
 impl Drop for NeighbourLimits {
     fn drop(&mut self) {
-        for (path, value) in self.saved.iter().rev() {
-            if let Err(e) = std::fs::write(path, value) {
-                eprintln!("cannot put {path} back to {value}: {e}");
+        let restored = with_shared_limits(|shared| {
+            let back = shared.leave(self.pid, pid_alive);
+            for (path, value) in &back {
+                if let Err(e) = std::fs::write(path, value) {
+                    eprintln!("cannot put {path} back to {value}: {e}");
+                }
             }
+            Ok(())
+        });
+        if let Err(e) = restored {
+            eprintln!("cannot put the neighbour table limits back: {e:#}");
         }
     }
 }

@@ -893,3 +893,34 @@ fn a_lease_is_read_with_its_namespace_holder_and_duration() {
         None
     );
 }
+
+/// Benches running at once share the raised neighbour limits: the first one's originals
+/// are kept, a later one's reading (already raised) is not taken for an original, the limits
+/// go back only when the last bench still running ends, and a bench that died without
+/// leaving holds nothing back (the new-user trial: a bench ending put the defaults back
+/// under another one, and that one then put back the first one's raised values).
+#[test]
+fn benches_at_once_put_the_neighbour_limits_back_after_the_last() {
+    use super::SharedLimits;
+    let lim = |v: &str| vec![("/proc/x/gc_thresh3".to_string(), v.to_string())];
+    let everyone = |_: u32| true;
+    let mut s = SharedLimits::default();
+    s.join(1, &lim("1024"), everyone);
+    // Bench 2 starts after bench 1 raised the limit: it reads 2224, not an original.
+    s.join(2, &lim("2224"), everyone);
+    assert_eq!(s.originals, lim("1024"));
+    assert_eq!(SharedLimits::parse(&s.render()), s, "the file round-trips");
+    assert!(s.leave(1, everyone).is_empty(), "bench 2 still runs");
+    assert_eq!(
+        s.leave(2, everyone),
+        lim("1024"),
+        "the last one puts back the original"
+    );
+    assert_eq!(s, SharedLimits::default());
+    // A bench SIGKILLed before it left: not waited for.
+    let mut s = SharedLimits::default();
+    s.join(7, &lim("1024"), everyone);
+    s.join(8, &lim("41024"), |p| p != 7);
+    assert_eq!(s.pids, vec![8]);
+    assert_eq!(s.leave(8, |p| p != 7), lim("1024"));
+}
