@@ -188,7 +188,9 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
             .filter(|(_, s)| due.contains(&s.vip.addr))
             .map(|(i, _)| i)
             .collect();
-        self.announce_in_place(Some(&idx), false).await;
+        if !idx.is_empty() {
+            self.announce_in_place(Some(&idx), false).await;
+        }
     }
 
     /// When the next repeat is due, while leading: the first queued first repeat
