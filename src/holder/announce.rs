@@ -159,33 +159,36 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
         }
     }
 
-    /// The repeats due at `now` ([`Self::next_garp`]): every VIP when the paced repeat is due
-    /// (which also serves the first repeats still queued), else the queued first repeats
-    /// that are due.
+    /// The repeats due at `now` ([`Self::next_garp`]): the queued first repeats that are due,
+    /// and when the paced repeat is due every VIP with no first repeat still queued (such a
+    /// VIP was announced less than `arp_rate` ago and keeps its own first repeat: a VIP
+    /// that joined just before the paced round would otherwise get its repeat milliseconds
+    /// after its announcement and the next one a whole paced interval later).
     pub(super) async fn repeat_due(&mut self, now: Instant) {
-        let paced_due = self
-            .last_repeat
-            .is_some_and(|t| t + self.cfg.announce_pace.interval(self.cfg.arp_rate) <= now);
-        if paced_due {
-            self.first_repeats.clear();
-            self.last_repeat = Some(now);
-            self.announce_in_place(None, false).await;
-            return;
-        }
         let mut due: foldhash::HashSet<IpAddr> = foldhash::HashSet::default();
         while let Some((_, vip)) = self.first_repeats.front().filter(|(t, _)| *t <= now) {
             due.insert(vip.addr);
             self.first_repeats.pop_front();
         }
-        if due.is_empty() {
-            return;
-        }
+        let paced_due = self
+            .last_repeat
+            .is_some_and(|t| t + self.cfg.announce_pace.interval(self.cfg.arp_rate) <= now);
+        let queued: foldhash::HashSet<IpAddr> = match paced_due {
+            true => {
+                self.last_repeat = Some(now);
+                self.first_repeats.iter().map(|(_, v)| v.addr).collect()
+            }
+            false => foldhash::HashSet::default(),
+        };
         // VIPs that left the set since are not repeated.
         let idx: Vec<usize> = self
             .vips
             .iter()
             .enumerate()
-            .filter(|(_, s)| due.contains(&s.vip.addr))
+            .filter(|(_, s)| match paced_due {
+                true => due.contains(&s.vip.addr) || !queued.contains(&s.vip.addr),
+                false => due.contains(&s.vip.addr),
+            })
             .map(|(i, _)| i)
             .collect();
         if !idx.is_empty() {

@@ -169,6 +169,10 @@ impl<K: Kernel, A: Announcer> VipHolder<K, A> {
     /// unless the lease was released cleanly by its previous holder (`clean`).
     pub(super) fn start_term(&mut self, clean: bool) {
         self.unwatch_all();
+        // The repeats are the new term's: its refresh announces the VIPs again (a new term
+        // can follow the last without a step-down seen in between).
+        self.last_repeat = None;
+        self.first_repeats.clear();
         let window = self.probing_window();
         let now = Instant::now();
         // A term that starts with no VIPs takes nothing over: a Service added later in it

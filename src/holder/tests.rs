@@ -1720,3 +1720,307 @@ fn vips_on_one_interface_share_one_link_entry() {
     assert_eq!(l.len(), 0);
     assert!(l.slots.is_empty() && l.recent.is_none(), "nothing kept");
 }
+
+// ---- Repeat announcements: per-VIP first repeats (the second new-user trial's probes) ----
+
+fn pace_spec(a: &str) -> VipSpec {
+    VipSpec {
+        vip: Vip::new(a.parse().unwrap(), if a.contains(':') { 128 } else { 32 }).unwrap(),
+        interface: Some("eth0".into()),
+        not_after: None,
+    }
+}
+
+fn pace_ms(r: &Rig, vip: Vip, t0: Instant) -> Vec<u64> {
+    r.ann
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, v, _)| *v == vip)
+        .map(|(t, _, _)| t.duration_since(t0).as_millis() as u64)
+        .collect()
+}
+
+/// Control plane: one VIP, pace 0: bind, then every arp_rate.
+#[tokio::test(start_paused = true)]
+async fn control_plane_announces_every_arp_rate() {
+    let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
+    let (r, _) = rig_from(
+        FakeKernel::with_eth0(),
+        vec![pace_spec("192.0.2.10")],
+        cfg,
+        false,
+        None,
+    );
+    settle().await;
+    let t0 = Instant::now();
+    lead(&r, 1, true);
+    settle().await;
+    for _ in 1..=31 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lead(&r, 1, true);
+        settle().await;
+    }
+    let at: Vec<u64> = pace_ms(&r, vip4(), t0).iter().map(|ms| ms / 1000).collect();
+    assert_eq!(
+        at,
+        vec![0, 3, 6, 9, 12, 15, 18, 21, 24, 27, 30],
+        "ms: {:?}",
+        pace_ms(&r, vip4(), t0)
+    );
+}
+
+/// A VIP joining shortly before the holder's paced repeat keeps its own first repeat
+/// arp_rate later (not a repeat a moment after its first announcement).
+#[tokio::test(start_paused = true)]
+async fn a_vip_joining_just_before_the_paced_repeat_gets_its_repeat_arp_rate_later() {
+    let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
+    cfg.announce_pace.set_held(1000);
+    let start = vec![pace_spec("192.0.2.10")];
+    let (tx, updates) = watch::channel(start.clone());
+    let (r, _) = rig_from(FakeKernel::with_eth0(), start, cfg, false, Some(updates));
+    settle().await;
+    let t0 = Instant::now();
+    lead(&r, 1, true);
+    settle().await;
+    for s in 1..=110u32 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lead(&r, 1, true);
+        settle().await;
+        if s == 99 {
+            tx.send_replace(vec![pace_spec("192.0.2.10"), pace_spec("192.0.2.13")]);
+            settle().await;
+        }
+    }
+    let joined = pace_spec("192.0.2.13").vip;
+    let ms = pace_ms(&r, joined, t0);
+    assert!(ms.len() >= 2, "joined VIP never repeated: {ms:?}");
+    assert!(
+        ms[1] - ms[0] >= 2500,
+        "the joined VIP's first repeat came {} ms after its first announcement: {ms:?}",
+        ms[1] - ms[0]
+    );
+}
+
+/// Step-down and re-lead: nothing from the old term fires in the new one; the new term
+/// announces at its bind, arp_rate later, then paced from the new term's bind.
+#[tokio::test(start_paused = true)]
+async fn step_down_and_re_lead_starts_a_fresh_clock() {
+    let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
+    cfg.announce_pace.set_held(1000);
+    let (r, _) = rig_from(
+        FakeKernel::with_eth0(),
+        vec![pace_spec("192.0.2.10")],
+        cfg,
+        false,
+        None,
+    );
+    settle().await;
+    let t0 = Instant::now();
+    lead(&r, 1, true);
+    settle().await;
+    for s in 1..=130u32 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if s == 2 {
+            r.state.send_replace(LeaderState::Following {
+                holder: Some("b".into()),
+            });
+            settle().await;
+            continue;
+        }
+        let term = if s < 2 { 1 } else { 2 };
+        lead(&r, term, true);
+        settle().await;
+    }
+    let at: Vec<u64> = pace_ms(&r, vip4(), t0).iter().map(|ms| ms / 1000).collect();
+    assert_eq!(at, vec![0, 3, 6, 103], "ms: {:?}", pace_ms(&r, vip4(), t0));
+}
+
+/// A new term while leading (Leading t1 then Leading t2, no Following between): the
+/// paced clock counts from the new term's first announcement.
+#[tokio::test(start_paused = true)]
+async fn a_new_term_without_step_down() {
+    let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
+    cfg.announce_pace.set_held(1000);
+    let (r, _) = rig_from(
+        FakeKernel::with_eth0(),
+        vec![pace_spec("192.0.2.10")],
+        cfg,
+        false,
+        None,
+    );
+    settle().await;
+    let t0 = Instant::now();
+    lead(&r, 1, true);
+    settle().await;
+    for s in 1..=130u32 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let term = if s < 50 { 1 } else { 2 };
+        lead(&r, term, true);
+        settle().await;
+    }
+    let at: Vec<u64> = pace_ms(&r, vip4(), t0).iter().map(|ms| ms / 1000).collect();
+    println!("new term without step-down: {at:?}");
+}
+
+/// IPv6 with DAD: announced once it leaves the tentative state, repeated arp_rate later.
+#[tokio::test(start_paused = true)]
+async fn ipv6_with_dad_is_announced_after_tentative_then_repeated() {
+    let mut cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
+    cfg.skip_dad = false;
+    cfg.announce_pace.set_held(1000);
+    let spec = pace_spec("2001:db8::10");
+    let v6 = spec.vip;
+    let (r, _) = rig_from(FakeKernel::with_eth0(), vec![spec], cfg, false, None);
+    settle().await;
+    let t0 = Instant::now();
+    lead(&r, 1, true);
+    settle().await;
+    r.kernel.set_flags(v6, true, false);
+    for s in 1..=110u32 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lead(&r, 1, true);
+        settle().await;
+        if s == 2 {
+            r.kernel.set_flags(v6, false, false);
+        }
+    }
+    let at: Vec<u64> = pace_ms(&r, v6, t0).iter().map(|ms| ms / 1000).collect();
+    println!("v6 DAD: {:?}", pace_ms(&r, v6, t0));
+    assert!(at.len() >= 3, "v6 DAD announcements: {at:?}");
+    assert_eq!(
+        &at[..2],
+        &[2, 5],
+        "announced out of DAD, repeated arp_rate later"
+    );
+}
+
+/// A VIP removed from the set before its first repeat is not repeated.
+#[tokio::test(start_paused = true)]
+async fn a_removed_vip_is_not_repeated() {
+    let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
+    cfg.announce_pace.set_held(1000);
+    let start = vec![pace_spec("192.0.2.10"), pace_spec("192.0.2.12")];
+    let (tx, updates) = watch::channel(start.clone());
+    let (r, _) = rig_from(FakeKernel::with_eth0(), start, cfg, false, Some(updates));
+    settle().await;
+    let t0 = Instant::now();
+    lead(&r, 1, true);
+    settle().await;
+    for s in 1..=110u32 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lead(&r, 1, true);
+        settle().await;
+        if s == 1 {
+            tx.send_replace(vec![pace_spec("192.0.2.10")]);
+        }
+        if s == 50 {
+            // Re-added later: announced and repeated arp_rate later once.
+            tx.send_replace(vec![pace_spec("192.0.2.10"), pace_spec("192.0.2.12")]);
+        }
+    }
+    let gone = pace_spec("192.0.2.12").vip;
+    let at: Vec<u64> = pace_ms(&r, gone, t0).iter().map(|ms| ms / 1000).collect();
+    assert_eq!(at, vec![0, 50, 53, 100], "removed VIP: {at:?}");
+    let kept: Vec<u64> = pace_ms(&r, vip4(), t0).iter().map(|ms| ms / 1000).collect();
+    assert_eq!(kept, vec![0, 3, 100]);
+}
+
+/// 200 VIPs bound at once on a node holding 1 000: each VIP at most once in any 2.5 s
+/// window, and no spin (total bounded).
+#[tokio::test(start_paused = true)]
+async fn two_hundred_vips_at_once() {
+    let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
+    cfg.announce_pace.set_held(1000);
+    let specs: Vec<VipSpec> = (0..200u32)
+        .map(|i| pace_spec(&format!("10.1.{}.{}", i / 200, 1 + i % 200)))
+        .collect();
+    let (r, _) = rig_from(FakeKernel::with_eth0(), specs.clone(), cfg, false, None);
+    settle().await;
+    let t0 = Instant::now();
+    lead(&r, 1, true);
+    settle().await;
+    for _ in 1..=205u32 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lead(&r, 1, true);
+        settle().await;
+    }
+    let sent = r.ann.0.lock().unwrap().clone();
+    let mut per_sec: std::collections::BTreeMap<u64, usize> = Default::default();
+    for (t, _, _) in &sent {
+        *per_sec.entry(t.duration_since(t0).as_secs()).or_default() += 1;
+    }
+    println!("frames per second: {per_sec:?}");
+    assert_eq!(sent.len(), 200 * 4, "per second: {per_sec:?}");
+    for s in &specs {
+        let ms = pace_ms_from(&sent, s.vip, t0);
+        for w in ms.windows(2) {
+            assert!(w[1] - w[0] >= 2500, "{}: {ms:?}", s.vip);
+        }
+    }
+}
+
+fn pace_ms_from(sent: &[(Instant, Vip, [u8; 6])], vip: Vip, t0: Instant) -> Vec<u64> {
+    sent.iter()
+        .filter(|(_, v, _)| *v == vip)
+        .map(|(t, _, _)| t.duration_since(t0).as_millis() as u64)
+        .collect()
+}
+
+/// The node's held count drops (1000 -> 0) after the bind: repeats return to arp_rate
+/// without a burst or spin.
+#[tokio::test(start_paused = true)]
+async fn pace_shrinking_does_not_spin() {
+    let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
+    cfg.announce_pace.set_held(1000);
+    let pace = cfg.announce_pace.clone();
+    let (r, _) = rig_from(
+        FakeKernel::with_eth0(),
+        vec![pace_spec("192.0.2.10")],
+        cfg,
+        false,
+        None,
+    );
+    settle().await;
+    let t0 = Instant::now();
+    lead(&r, 1, true);
+    settle().await;
+    for s in 1..=30u32 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lead(&r, 1, true);
+        settle().await;
+        if s == 10 {
+            pace.set_held(0);
+        }
+    }
+    let at: Vec<u64> = pace_ms(&r, vip4(), t0).iter().map(|ms| ms / 1000).collect();
+    println!("pace shrink: {at:?}");
+    assert!(at.len() < 15, "{at:?}");
+}
+
+/// A new term observed right after the last (the Following between coalesced by the
+/// watch): the old term's queued first repeat fires in the new term besides the new one.
+#[tokio::test(start_paused = true)]
+async fn a_new_term_soon_after_the_bind_keeps_no_stale_first_repeat() {
+    let cfg = HolderConfig::from_timing(&TIMING, Duration::from_millis(3000), false).unwrap();
+    cfg.announce_pace.set_held(1000);
+    let (r, _) = rig_from(
+        FakeKernel::with_eth0(),
+        vec![pace_spec("192.0.2.10")],
+        cfg,
+        false,
+        None,
+    );
+    settle().await;
+    let t0 = Instant::now();
+    lead(&r, 1, true);
+    settle().await;
+    for s in 1..=10u32 {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        lead(&r, if s < 1 { 1 } else { 2 }, true);
+        settle().await;
+    }
+    let at: Vec<u64> = pace_ms(&r, vip4(), t0).iter().map(|ms| ms / 1000).collect();
+    assert_eq!(at, vec![0, 1, 4], "ms: {:?}", pace_ms(&r, vip4(), t0));
+}
