@@ -91,14 +91,17 @@ impl FenceView {
         !self.armed.contains(&ip) || self.live.contains(&ip)
     }
 
-    /// [`Self::answers`] for an address listed before this view was read: one not fenced
-    /// here counts only if `still_listed()` (a listing after the read) still shows it. A
-    /// holder that steps down disarms its VIPs once their addresses are gone, so an address
-    /// listed while it was being removed reads as not fenced at all once the removal ended.
+    /// [`Self::answers`] for an address listed before this view was read. On a node whose
+    /// fence runs (it arms some VIP), one not fenced counts only if `still_listed()` (a
+    /// listing after the read) still shows it: a holder that steps down disarms its VIPs
+    /// once their addresses are gone, so an address listed while it was being removed
+    /// reads as not fenced once the removal ended. On a node with nothing armed (no fence)
+    /// an address is answered whenever it is there.
     pub fn answers_listed_before(&self, ip: IpAddr, still_listed: impl FnOnce() -> bool) -> bool {
-        match self.armed.contains(&ip) {
-            true => self.live.contains(&ip),
-            false => still_listed(),
+        match (self.armed.contains(&ip), self.armed.is_empty()) {
+            (true, _) => self.live.contains(&ip),
+            (false, true) => true,
+            (false, false) => still_listed(),
         }
     }
 }
@@ -141,5 +144,11 @@ mod tests {
             view.answers_listed_before(ip("2001:db8::1"), || panic!("armed: not listed again"))
         );
         assert!(!view.answers_listed_before(ip("2001:db8::2"), || true));
+        // A node with no fence answers whatever it carries when listed.
+        let unfenced = FenceView::default();
+        assert!(
+            unfenced
+                .answers_listed_before(ip("2001:db8::4"), || panic!("no fence: not listed again"))
+        );
     }
 }

@@ -331,7 +331,7 @@ pub fn run(args: &[&str]) -> Result<()> {
 /// ended put back the default under another bench still running, and that one, ending,
 /// put back the first one's raised values).
 pub struct NeighbourLimits {
-    pid: u32,
+    me: (u32, u64),
 }
 
 /// The file the running benches share their [`NeighbourLimits`] in, under an exclusive
@@ -343,8 +343,9 @@ pub const SHARED_LIMITS: &str = "/run/vipd-bench-neighbour-limits";
 pub struct SharedLimits {
     /// Each limit's value before the first bench raised it.
     pub originals: Vec<(String, String)>,
-    /// The benches using the raised limits.
-    pub pids: Vec<u32>,
+    /// The benches using the raised limits: pid and start time (`/proc/<pid>/stat` field
+    /// 22), so that a pid reused by another process is not taken for a bench.
+    pub pids: Vec<(u32, u64)>,
 }
 
 impl SharedLimits {
@@ -357,9 +358,9 @@ impl SharedLimits {
                 (Some("orig"), Some(path), Some(value)) => {
                     out.originals.push((path.to_string(), value.to_string()));
                 }
-                (Some("pid"), Some(pid), None) => {
-                    if let Ok(p) = pid.parse() {
-                        out.pids.push(p);
+                (Some("pid"), Some(pid), Some(start)) => {
+                    if let (Ok(p), Ok(t)) = (pid.parse(), start.parse()) {
+                        out.pids.push((p, t));
                     }
                 }
                 _ => {}
@@ -374,31 +375,40 @@ impl SharedLimits {
         for (path, value) in &self.originals {
             out.push_str(&format!("orig {path} {value}\n"));
         }
-        for pid in &self.pids {
-            out.push_str(&format!("pid {pid}\n"));
+        for (pid, start) in &self.pids {
+            out.push_str(&format!("pid {pid} {start}\n"));
         }
         out
     }
 
-    /// Bench `pid` starts, finding `current` (path, value) limits: a limit with no original
-    /// recorded gets its current value as original; benches no longer `alive` are
-    /// forgotten (one SIGKILLed never left).
-    pub fn join(&mut self, pid: u32, current: &[(String, String)], alive: impl Fn(u32) -> bool) {
+    /// Bench `me` (pid, start time) starts, finding `current` (path, value) limits: a limit
+    /// with no original recorded gets its current value as original; benches no longer
+    /// `alive` are forgotten (one SIGKILLed never left).
+    pub fn join(
+        &mut self,
+        me: (u32, u64),
+        current: &[(String, String)],
+        alive: impl Fn((u32, u64)) -> bool,
+    ) {
         self.pids.retain(|p| alive(*p));
         for (path, value) in current {
             if !self.originals.iter().any(|(p, _)| p == path) {
                 self.originals.push((path.clone(), value.clone()));
             }
         }
-        if !self.pids.contains(&pid) {
-            self.pids.push(pid);
+        if !self.pids.contains(&me) {
+            self.pids.push(me);
         }
     }
 
-    /// Bench `pid` ends: the originals to put back when no bench still `alive` uses the
+    /// Bench `me` ends: the originals to put back when no bench still `alive` uses the
     /// limits (and then nothing is left to share), else nothing.
-    pub fn leave(&mut self, pid: u32, alive: impl Fn(u32) -> bool) -> Vec<(String, String)> {
-        self.pids.retain(|p| *p != pid && alive(*p));
+    pub fn leave(
+        &mut self,
+        me: (u32, u64),
+        alive: impl Fn((u32, u64)) -> bool,
+    ) -> Vec<(String, String)> {
+        self.pids.retain(|p| *p != me && alive(*p));
         match self.pids.is_empty() {
             true => std::mem::take(&mut self.originals),
             false => Vec::new(),
@@ -406,13 +416,22 @@ impl SharedLimits {
     }
 }
 
-/// Whether process `pid` runs.
-fn pid_alive(pid: u32) -> bool {
-    std::path::Path::new(&format!("/proc/{pid}")).exists()
+/// The start time of process `pid` (`/proc/<pid>/stat` field 22, clock ticks since boot);
+/// `None` when it does not run.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces: count from its end.
+    let after = stat.rsplit_once(')')?.1;
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Whether bench `(pid, start time)` still runs (the pid not reused by another process).
+fn bench_alive((pid, start): (u32, u64)) -> bool {
+    start_time(pid) == Some(start)
 }
 
 /// Runs `f` on [`SHARED_LIMITS`]'s content under its exclusive lock and writes back what
-/// `f` leaves (the file removed when empty).
+/// `f` leaves (an empty file when nothing is shared).
 fn with_shared_limits<T>(f: impl FnOnce(&mut SharedLimits) -> Result<T>) -> Result<T> {
     use std::io::{Read, Seek, Write};
     let mut file = std::fs::OpenOptions::new()
@@ -429,14 +448,12 @@ fn with_shared_limits<T>(f: impl FnOnce(&mut SharedLimits) -> Result<T>) -> Resu
         .map_err(|e| anyhow!("read {SHARED_LIMITS}: {e}"))?;
     let mut shared = SharedLimits::parse(&text);
     let out = f(&mut shared)?;
-    if shared == SharedLimits::default() {
-        let _ = std::fs::remove_file(SHARED_LIMITS);
-    } else {
-        file.set_len(0)
-            .and_then(|()| file.rewind())
-            .and_then(|()| file.write_all(shared.render().as_bytes()))
-            .map_err(|e| anyhow!("write {SHARED_LIMITS}: {e}"))?;
-    }
+    // Emptied, never removed: a bench waiting for the lock holds the file open, and a
+    // removed file would give it a lock nobody else sees.
+    file.set_len(0)
+        .and_then(|()| file.rewind())
+        .and_then(|()| file.write_all(shared.render().as_bytes()))
+        .map_err(|e| anyhow!("write {SHARED_LIMITS}: {e}"))?;
     Ok(out)
 }
 
@@ -448,6 +465,7 @@ impl NeighbourLimits {
     /// When a limit or [`SHARED_LIMITS`] cannot be read or written.
     pub fn raise(entries: usize) -> Result<Self> {
         let pid = std::process::id();
+        let me = (pid, start_time(pid).unwrap_or(0));
         with_shared_limits(|shared| {
             let mut current = Vec::new();
             let mut raise = Vec::new();
@@ -464,7 +482,7 @@ impl NeighbourLimits {
                     current.push((path, now));
                 }
             }
-            shared.join(pid, &current, pid_alive);
+            shared.join(me, &current, bench_alive);
             for (path, now, want) in raise {
                 std::fs::write(&path, want.to_string())
                     .map_err(|e| anyhow!("write {path}: {e}"))?;
@@ -474,14 +492,14 @@ impl NeighbourLimits {
             }
             Ok(())
         })?;
-        Ok(NeighbourLimits { pid })
+        Ok(NeighbourLimits { me })
     }
 }
 
 impl Drop for NeighbourLimits {
     fn drop(&mut self) {
         let restored = with_shared_limits(|shared| {
-            let back = shared.leave(self.pid, pid_alive);
+            let back = shared.leave(self.me, bench_alive);
             for (path, value) in &back {
                 if let Err(e) = std::fs::write(path, value) {
                     eprintln!("cannot put {path} back to {value}: {e}");

@@ -365,13 +365,14 @@ fn sample_carriers(
 /// on two nodes): a Service VIP's address is the fence's second line and stays on a node
 /// whose holder lost it, inert, for up to 300 s (docs/design.md, "The second line"); it is
 /// no responder. The fence is read after the address listing, so an element that expired
-/// in between counts as inert. Then the node's addresses are listed again (`relist(node)`;
-/// `None`, a failed listing, keeps the first): an address gone by then was being removed. A
-/// holder that steps down disarms its VIPs once their addresses are gone, so a fence read
-/// after that removal finds them not fenced at all, which alone would count the first
-/// listing's address as answered (seen in a power-off whose survivors swapped their shards
-/// after an API server stall: 230 addresses a node was still removing, over a listing that
-/// took 3 s).
+/// in between counts as inert. An address the fence of a node running it does not name is
+/// counted only if the node's addresses listed again (`relist(node)`, once, when needed;
+/// `None`, a failed listing, keeps the first) still show it
+/// ([`xtask::lab::FenceView::answers_listed_before`]): a holder that steps down disarms its
+/// VIPs once their addresses are gone, so a fence read after that removal finds them not
+/// fenced at all, which alone would count the first listing's address as answered (seen in
+/// a power-off whose survivors swapped their shards after an API server stall: 230
+/// addresses a node was still removing, over a listing that took 3 s).
 pub(super) fn drop_inert_doubles(
     sample: &mut BTreeMap<String, BTreeSet<IpAddr>>,
     fence: impl Fn(&str) -> xtask::lab::FenceView,
@@ -396,9 +397,14 @@ pub(super) fn drop_inert_doubles(
             continue;
         }
         let view = fence(node);
-        let now = relist(node);
+        let now: std::cell::OnceCell<Option<BTreeSet<IpAddr>>> = std::cell::OnceCell::new();
         set.retain(|a| {
-            !doubles.contains(a) || (view.answers(*a) && now.as_ref().is_none_or(|n| n.contains(a)))
+            !doubles.contains(a)
+                || view.answers_listed_before(*a, || {
+                    now.get_or_init(|| relist(node))
+                        .as_ref()
+                        .is_none_or(|n| n.contains(a))
+                })
         });
     }
 }

@@ -903,24 +903,31 @@ fn a_lease_is_read_with_its_namespace_holder_and_duration() {
 fn benches_at_once_put_the_neighbour_limits_back_after_the_last() {
     use super::SharedLimits;
     let lim = |v: &str| vec![("/proc/x/gc_thresh3".to_string(), v.to_string())];
-    let everyone = |_: u32| true;
+    let everyone = |_: (u32, u64)| true;
     let mut s = SharedLimits::default();
-    s.join(1, &lim("1024"), everyone);
+    s.join((1, 100), &lim("1024"), everyone);
     // Bench 2 starts after bench 1 raised the limit: it reads 2224, not an original.
-    s.join(2, &lim("2224"), everyone);
+    s.join((2, 200), &lim("2224"), everyone);
     assert_eq!(s.originals, lim("1024"));
     assert_eq!(SharedLimits::parse(&s.render()), s, "the file round-trips");
-    assert!(s.leave(1, everyone).is_empty(), "bench 2 still runs");
+    assert!(s.leave((1, 100), everyone).is_empty(), "bench 2 still runs");
     assert_eq!(
-        s.leave(2, everyone),
+        s.leave((2, 200), everyone),
         lim("1024"),
         "the last one puts back the original"
     );
     assert_eq!(s, SharedLimits::default());
-    // A bench SIGKILLed before it left: not waited for.
+    assert_eq!(
+        SharedLimits::parse(&s.render()),
+        s,
+        "an empty file: nothing shared"
+    );
+    // A bench SIGKILLed before it left, and its pid reused by another process (another
+    // start time): not waited for.
     let mut s = SharedLimits::default();
-    s.join(7, &lim("1024"), everyone);
-    s.join(8, &lim("41024"), |p| p != 7);
-    assert_eq!(s.pids, vec![8]);
-    assert_eq!(s.leave(8, |p| p != 7), lim("1024"));
+    s.join((7, 700), &lim("1024"), everyone);
+    let reused = |p: (u32, u64)| p != (7, 700);
+    s.join((8, 800), &lim("41024"), reused);
+    assert_eq!(s.pids, vec![(8, 800)]);
+    assert_eq!(s.leave((8, 800), reused), lim("1024"));
 }
