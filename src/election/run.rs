@@ -69,14 +69,7 @@ impl<C: LeaseClient> Elector<C> {
             {
                 r.observe(st.observed.as_ref().filter(|_| st.known), st.observed_at);
             }
-            if let Some(seen) = &seen {
-                match self.other_holder(&st, now) {
-                    Some(Holder::Valid(h)) => seen.holder(Some(&h)),
-                    Some(Holder::Lapsed(h)) => seen.lapsed(&h, self.timing.lease_duration),
-                    Some(Holder::None) => seen.holder(None),
-                    None => {}
-                }
-            }
+            self.report_holder(&st, seen.as_ref(), now);
             let closed_before = closed(&self.gates.borrow());
             let open = closed_before.is_empty();
             let wake = self.next_wake(&st, open, now);
@@ -117,6 +110,11 @@ impl<C: LeaseClient> Elector<C> {
                     self.on_gates_changed(&mut st, &lease, open, &closed_before).await;
                 }
                 _ = sleep_until(wake) => {
+                    // Woken at the lease's expiry: its lapsed holder is told to the spread
+                    // before the acquisition is judged (else the first of a dead node's
+                    // leases to expire was judged with it still counted, a spread step
+                    // late).
+                    self.report_holder(&st, seen.as_ref(), Instant::now());
                     Box::pin(self.on_timer(&mut st, open)).await;
                 }
                 _ = api_back(&mut self.api_back) => {
@@ -188,6 +186,21 @@ impl<C: LeaseClient> Elector<C> {
 
     /// Who holds the lease as the spread counts it ([`spread_holder`]); `None` before the
     /// lease was first read.
+    /// Tells the node's spread (`seen`, when it spreads) who holds this lease at `now`
+    /// ([`Self::other_holder`]): another node validly, nobody, or a holder that let it lapse
+    /// ([`spread::LeaseWatch::lapsed`]).
+    fn report_holder(&self, st: &Run, seen: Option<&spread::LeaseWatch>, now: Instant) {
+        let Some(seen) = seen else {
+            return;
+        };
+        match self.other_holder(st, now) {
+            Some(Holder::Valid(h)) => seen.holder(Some(&h)),
+            Some(Holder::Lapsed(h)) => seen.lapsed(&h, self.timing.lease_duration),
+            Some(Holder::None) => seen.holder(None),
+            None => {}
+        }
+    }
+
     fn other_holder(&self, st: &Run, now: Instant) -> Option<Holder> {
         st.known
             .then(|| spread_holder(self.standing(st, now), st.observed.as_ref(), &self.identity))
